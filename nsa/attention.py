@@ -1,0 +1,278 @@
+"""NSAAttention: Native Sparse Attention (Yuan et al., 2025, "Native Sparse Attention: Hardware-Aligned and
+Natively Trainable Sparse Attention") as one nn.Module.
+
+    o_t = sum over c in (cmp, sel, win) of g_t^c * Attn(q_t, K_t^c, V_t^c)          (paper Eq. 5)
+
+Each branch has its own key/value projections; queries are shared. Per query t:
+- cmp: attention over compressed tokens phi(k[i*d : i*d + l]) of the blocks that have ended (i*d + l - 1 <= t).
+- sel: attention over the tokens <= t of n_sel selection blocks of length l_sel, chosen per KV group from the
+  compressed attention probabilities (Eq. 9, 10) with block 0 and the two local blocks always kept.
+- win: attention over the last w tokens (t - w, t].
+RoPE rotates queries and the keys of every branch: token keys at their position, compressed keys at their
+block's last position. Gates are per head and per branch: sigmoid(MLP(x)) or a softmax over the branches.
+
+Two prefill paths give the same result: "batched" (nsa.kernels, vectorized) and "sequential" (a per-token loop,
+the readable oracle, which is also the decode step). Two selection-range builders likewise: "v2" (vectorized)
+and "v1" (a loop).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from nsa import kernels
+from nsa.cache import NSACache
+from nsa.compression import Compressor
+from nsa.config import NSAConfig
+from nsa.geometry import num_cmp_blocks, num_sel_blocks
+from nsa.rope import apply_rope
+from nsa.selection import RANGE_BUILDERS, choose_blocks, importance_from_cmp, overlap_weights
+
+BRANCHES = ("cmp", "sel", "win")
+
+
+@dataclass
+class NSAProjections:
+    """Everything the three branches attend with, for a whole sequence (see NSAAttention.project)."""
+
+    q: torch.Tensor  # [B, H, S, d_k], RoPE at 0..S-1
+    k_cmp: torch.Tensor  # [B, G, n_cmp, d_k], RoPE at each block's last position
+    v_cmp: torch.Tensor  # [B, G, n_cmp, d_v]
+    k_sel: torch.Tensor  # [B, G, S, d_k]
+    v_sel: torch.Tensor  # [B, G, S, d_v]
+    k_win: torch.Tensor  # [B, G, S, d_k]
+    v_win: torch.Tensor  # [B, G, S, d_v]
+    gates: torch.Tensor  # [B, S, H, 3], branch order BRANCHES
+
+
+@dataclass
+class _Tokens:
+    """Projections of a run of tokens before compression; k_raw/v_raw are the cmp branch's un-rotated inputs."""
+
+    q: torch.Tensor
+    k_raw: torch.Tensor
+    v_raw: torch.Tensor
+    k_sel: torch.Tensor
+    v_sel: torch.Tensor
+    k_win: torch.Tensor
+    v_win: torch.Tensor
+    gates: torch.Tensor
+
+
+@lru_cache(maxsize=32)
+def _overlap(n_cmp: int, n_blocks: int, l: int, d: int, l_sel: int) -> torch.Tensor:
+    return overlap_weights(n_cmp, n_blocks, l, d, l_sel)
+
+
+def _overlap_slice(n_cmp: int, n_blocks: int, l: int, d: int, l_sel: int) -> torch.Tensor:
+    """overlap_weights(n_cmp, n_blocks) sliced from a cached matrix with power-of-two sides."""
+    cap_c, cap_b = 1 << max(n_cmp - 1, 0).bit_length(), 1 << max(n_blocks - 1, 0).bit_length()
+    return _overlap(cap_c, cap_b, l, d, l_sel)[:n_cmp, :n_blocks]
+
+
+class NSAAttention(nn.Module):
+    def __init__(self, cfg: NSAConfig):
+        super().__init__()
+        cfg = cfg.with_env_overrides()  # NSA_PREFILL_BATCHED / NSA_SEL_RANGES_V2, read once, here
+        self.cfg = cfg
+        h, g, d_k, d_v = cfg.n_heads, cfg.n_kv_groups, cfg.d_k, cfg.d_v
+        self.q_proj = nn.Linear(cfg.dim, h * d_k, bias=False)
+        self.k_cmp = nn.Linear(cfg.dim, g * d_k, bias=False)
+        self.v_cmp = nn.Linear(cfg.dim, g * d_v, bias=False)
+        self.k_sel = nn.Linear(cfg.dim, g * d_k, bias=False)
+        self.v_sel = nn.Linear(cfg.dim, g * d_v, bias=False)
+        self.k_win = nn.Linear(cfg.dim, g * d_k, bias=False)
+        self.v_win = nn.Linear(cfg.dim, g * d_v, bias=False)
+        self.phi_k = Compressor(cfg.phi, cfg.l, cfg.d, d_k)
+        self.phi_v = Compressor(cfg.phi, cfg.l, cfg.d, d_v)
+        gate_hidden = max(16, cfg.dim // 4)
+        self.gate = nn.Sequential(nn.Linear(cfg.dim, gate_hidden), nn.SiLU(), nn.Linear(gate_hidden, 3 * h))
+        self.o_proj = nn.Linear(h * d_v, cfg.dim, bias=False)
+
+    # ------------------------------------------------------------------ projections
+    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        b, s, _ = x.shape
+        return x.view(b, s, n, -1).transpose(1, 2)
+
+    def _project_tokens(self, x: torch.Tensor, start: int) -> _Tokens:
+        cfg = self.cfg
+        pos = torch.arange(start, start + x.shape[1], device=x.device)
+        rope = lambda t: apply_rope(t, pos, cfg.rope_theta)  # noqa: E731
+        g = cfg.n_kv_groups
+        logits = self.gate(x).view(*x.shape[:2], cfg.n_heads, 3)
+        gates = torch.sigmoid(logits) if cfg.gate == "sigmoid" else torch.softmax(logits.float(), -1).to(x.dtype)
+        return _Tokens(
+            q=rope(self._heads(self.q_proj(x), cfg.n_heads)),
+            k_raw=self._heads(self.k_cmp(x), g), v_raw=self._heads(self.v_cmp(x), g),
+            k_sel=rope(self._heads(self.k_sel(x), g)), v_sel=self._heads(self.v_sel(x), g),
+            k_win=rope(self._heads(self.k_win(x), g)), v_win=self._heads(self.v_win(x), g),
+            gates=gates,
+        )
+
+    def _compress(self, k_raw: torch.Tensor, v_raw: torch.Tensor, first_block: int = 0):
+        """Compressed keys (rotated at each block's last position) and values of every block in k_raw/v_raw."""
+        cfg = self.cfg
+        k_cmp, v_cmp = self.phi_k(k_raw), self.phi_v(v_raw)
+        ends = (torch.arange(k_cmp.shape[2], device=k_raw.device) + first_block) * cfg.d + cfg.l - 1
+        return apply_rope(k_cmp, ends, cfg.rope_theta), v_cmp
+
+    def project(self, x: torch.Tensor) -> NSAProjections:
+        """Queries, every branch's keys and values, and the gates for x [B, S, dim]."""
+        tok = self._project_tokens(x, 0)
+        k_cmp, v_cmp = self._compress(tok.k_raw, tok.v_raw)
+        return NSAProjections(tok.q, k_cmp, v_cmp, tok.k_sel, tok.v_sel, tok.k_win, tok.v_win, tok.gates)
+
+    # ------------------------------------------------------------------ batched path
+    def _select_batched(self, q: torch.Tensor, k_cmp: torch.Tensor, s: int) -> torch.Tensor:
+        cfg = self.cfg
+        b, g = q.shape[0], cfg.n_kv_groups
+        n_blocks = num_sel_blocks(s, cfg.l_sel)
+        if k_cmp.shape[2] == 0:
+            importance = torch.zeros(b, g, s, n_blocks, device=q.device)
+        else:
+            probs = kernels.cmp_probabilities(q, k_cmp, cfg.l, cfg.d)  # [B, H, S, n_cmp] fp32
+            per_group = probs.view(b, g, cfg.heads_per_group, s, -1).sum(dim=2)  # Eq. 10
+            importance = importance_from_cmp(per_group, n_blocks, cfg.l, cfg.d, cfg.l_sel)  # Eq. 9
+        return choose_blocks(importance, torch.arange(s, device=q.device), cfg.n_sel, cfg.l_sel)
+
+    def _branches_batched(self, p: NSAProjections) -> dict[str, torch.Tensor]:
+        cfg = self.cfg
+        s = p.q.shape[2]
+        blocks = self._select_batched(p.q, p.k_cmp, s)
+        ranges = RANGE_BUILDERS[cfg.selection](blocks, torch.arange(s, device=p.q.device), cfg.l_sel)
+        return {
+            "cmp": kernels.compressed_attention(p.q, p.k_cmp, p.v_cmp, cfg.l, cfg.d),
+            "sel": kernels.selected_attention(p.q, p.k_sel, p.v_sel, ranges, cfg.l_sel),
+            "win": kernels.window_attention(p.q, p.k_win, p.v_win, cfg.w),
+        }
+
+    # ------------------------------------------------------------------ per-token path (oracle and decode)
+    def _attend_one(self, q_t, t: int, k_cmp, v_cmp, k_sel, v_sel, k_win, v_win):
+        """One query position t for every sequence and head, written for obviousness.
+
+        q_t [B, H, d_k]; k_cmp/v_cmp: the compressed tokens visible to t; k_sel/v_sel: tokens 0..t; k_win/v_win:
+        exactly the window tokens of t. Returns ({branch: [B, H, d_v]}, blocks [B, G, n_sel], KV tokens read per
+        sequence and group).
+        """
+        cfg = self.cfg
+        b, h, d_k = q_t.shape
+        g, hpg = cfg.n_kv_groups, cfg.heads_per_group
+        scale = 1.0 / math.sqrt(d_k)
+        qg = q_t.view(b, g, hpg, d_k)
+
+        def attend(keys, values):  # keys [B, G, n, d_k] -> [B, H, d_v]
+            scores = (qg.float() @ keys.float().transpose(-1, -2)) * scale  # [B, G, hpg, n]
+            return (torch.softmax(scores, -1) @ values.float()).to(q_t.dtype).reshape(b, h, -1)
+
+        # compressed branch and its probabilities
+        n_cmp = k_cmp.shape[2]
+        n_blocks = t // cfg.l_sel + 1
+        if n_cmp == 0:
+            o_cmp = q_t.new_zeros(b, h, cfg.d_v)
+            importance = torch.zeros(b, g, n_blocks, device=q_t.device)
+        else:
+            o_cmp = attend(k_cmp, v_cmp)
+            p_cmp = torch.softmax((qg.detach().float() @ k_cmp.detach().float().transpose(-1, -2)) * scale, -1)
+            overlap = _overlap_slice(n_cmp, n_blocks, cfg.l, cfg.d, cfg.l_sel).to(q_t.device)
+            importance = p_cmp.sum(dim=2) @ overlap  # heads of a group summed (Eq. 10), blocks mapped (Eq. 9)
+
+        # selected branch: one block list per group, gathered token by token from its ranges
+        position = torch.tensor(t, device=q_t.device)
+        blocks = choose_blocks(importance, position, cfg.n_sel, cfg.l_sel)
+        ranges = RANGE_BUILDERS[cfg.selection](blocks, position, cfg.l_sel).tolist()
+        o_sel = q_t.new_empty(b, h, cfg.d_v)
+        gathered = 0
+        for bi in range(b):
+            for gi in range(g):
+                idx = torch.cat([torch.arange(lo, hi, device=q_t.device) for lo, hi in ranges[bi][gi] if hi > lo])
+                gathered += idx.numel()
+                keys = k_sel[bi, gi].index_select(0, idx)
+                values = v_sel[bi, gi].index_select(0, idx)
+                scores = (qg[bi, gi].float() @ keys.float().T) * scale
+                o_sel[bi, gi * hpg: (gi + 1) * hpg] = (torch.softmax(scores, -1) @ values.float()).to(q_t.dtype)
+
+        o_win = attend(k_win, v_win)
+        reads = n_cmp + gathered // (b * g) + k_win.shape[2]
+        return {"cmp": o_cmp, "sel": o_sel, "win": o_win}, blocks, reads
+
+    def _branches_sequential(self, p: NSAProjections) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        cfg = self.cfg
+        s = p.q.shape[2]
+        outs = {name: [] for name in BRANCHES}
+        blocks = []
+        for t in range(s):
+            n_vis = num_cmp_blocks(t + 1, cfg.l, cfg.d)
+            lo = max(0, t - cfg.w + 1)
+            o, blk, _ = self._attend_one(
+                p.q[:, :, t], t, p.k_cmp[:, :, :n_vis], p.v_cmp[:, :, :n_vis],
+                p.k_sel[:, :, : t + 1], p.v_sel[:, :, : t + 1], p.k_win[:, :, lo: t + 1], p.v_win[:, :, lo: t + 1])
+            for name in BRANCHES:
+                outs[name].append(o[name])
+            blocks.append(blk)
+        return {name: torch.stack(v, dim=2) for name, v in outs.items()}, torch.stack(blocks, dim=2)
+
+    # ------------------------------------------------------------------ public API
+    def branch_outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each branch's attention output before gating, {"cmp", "sel", "win"}: [B, H, S, d_v]."""
+        return self._branches(self.project(x))
+
+    def _branches(self, p: NSAProjections) -> dict[str, torch.Tensor]:
+        if self.cfg.prefill == "batched":
+            return self._branches_batched(p)
+        return self._branches_sequential(p)[0]
+
+    def _combine(self, branches: dict[str, torch.Tensor], gates: torch.Tensor) -> torch.Tensor:
+        """o_proj(sum_c gate_c * branch_c); branches [B, H, S, d_v], gates [B, S, H, 3] -> [B, S, dim]."""
+        mixed = sum(gates[..., i].unsqueeze(-1) * branches[name].transpose(1, 2) for i, name in enumerate(BRANCHES))
+        return self.o_proj(mixed.flatten(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, S, dim] -> [B, S, dim]."""
+        if x.dim() != 3 or x.shape[-1] != self.cfg.dim or x.shape[1] < 1:
+            raise ValueError(f"NSAAttention expects x of shape [B, S>=1, {self.cfg.dim}], got {tuple(x.shape)}")
+        p = self.project(x)
+        return self._combine(self._branches(p), p.gates)
+
+    @torch.no_grad()
+    def selected_blocks(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, G, S, n_sel] selection-block indices forward uses (ascending, -1 where fewer are valid yet)."""
+        p = self.project(x)
+        if self.cfg.prefill == "batched":
+            return self._select_batched(p.q, p.k_cmp, x.shape[1])
+        return self._branches_sequential(p)[1]
+
+    def new_cache(self, batch_size: int) -> NSACache:
+        return NSACache(batch_size=batch_size, w=self.cfg.w, l=self.cfg.l)
+
+    @torch.no_grad()
+    def decode_step(self, x_t: torch.Tensor, cache: NSACache) -> torch.Tensor:
+        """One token for every sequence: x_t [B, 1, dim] -> [B, 1, dim]; appends to `cache` (inference only)."""
+        cfg = self.cfg
+        if x_t.dim() != 3 or x_t.shape[1] != 1 or x_t.shape[2] != cfg.dim or x_t.shape[0] != cache.batch_size:
+            raise ValueError(f"decode_step expects x_t of shape [{cache.batch_size}, 1, {cfg.dim}], "
+                             f"got {tuple(x_t.shape)}")
+        t = cache.length
+        tok = self._project_tokens(x_t, t)
+        cache.k_sel.append(tok.k_sel)
+        cache.v_sel.append(tok.v_sel)
+        cache.k_win.append(tok.k_win)
+        cache.v_win.append(tok.v_win)
+        cache.k_raw.append(tok.k_raw)
+        cache.v_raw.append(tok.v_raw)
+        cache.length = t + 1
+        if num_cmp_blocks(t + 1, cfg.l, cfg.d) > cache.n_cmp:  # block [t + 1 - l, t + 1) just completed
+            k_c, v_c = self._compress(cache.k_raw.last(cfg.l), cache.v_raw.last(cfg.l), first_block=cache.n_cmp)
+            cache.k_cmp.append(k_c)
+            cache.v_cmp.append(v_c)
+        k_cmp = cache.k_cmp.last() if cache.n_cmp else tok.k_raw.new_zeros(x_t.shape[0], cfg.n_kv_groups, 0, cfg.d_k)
+        v_cmp = cache.v_cmp.last() if cache.n_cmp else tok.v_raw.new_zeros(x_t.shape[0], cfg.n_kv_groups, 0, cfg.d_v)
+        o, _, reads = self._attend_one(tok.q[:, :, 0], t, k_cmp, v_cmp, cache.k_sel.last(), cache.v_sel.last(),
+                                       cache.k_win.last(cfg.w), cache.v_win.last(cfg.w))
+        cache.reads.append(reads)
+        return self._combine({name: o[name].unsqueeze(2) for name in BRANCHES}, tok.gates)

@@ -1,0 +1,64 @@
+"""The decode cache: what one NSA layer keeps between decode steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+class _Buffer:
+    """A [B, G, len, width] sequence grown by appending (amortized O(1)); `keep` bounds what is retained."""
+
+    def __init__(self, keep: int | None = None):
+        self.keep = keep
+        self.data: torch.Tensor | None = None
+        self.len = 0
+
+    def append(self, x: torch.Tensor) -> None:
+        n = x.shape[2]
+        if self.data is None:
+            self.data = x.new_empty(*x.shape[:2], max(16, 2 * n), x.shape[3])
+        if self.len + n > self.data.shape[2]:
+            if self.keep is not None and self.len > self.keep:  # drop what can never be read again
+                self.data[:, :, : self.keep] = self.data[:, :, self.len - self.keep: self.len].clone()
+                self.len = self.keep
+            if self.len + n > self.data.shape[2]:
+                grown = x.new_empty(*x.shape[:2], 2 * (self.len + n), x.shape[3])
+                grown[:, :, : self.len] = self.data[:, :, : self.len]
+                self.data = grown
+        self.data[:, :, self.len: self.len + n] = x
+        self.len += n
+
+    def last(self, n: int | None = None) -> torch.Tensor:
+        """The last n entries (all when n is None)."""
+        if self.data is None:
+            raise RuntimeError("empty cache buffer")
+        n = self.len if n is None else min(n, self.len)
+        return self.data[:, :, self.len - n: self.len]
+
+
+@dataclass
+class NSACache:
+    """Keys/values of one layer for decoding: full history for the selected branch, the last w tokens for the
+    window, the last l raw tokens for compressing the next block, and every compressed token so far.
+
+    `reads[k]` is the number of KV tokens decode step k gathered per sequence and KV group (compressed + selected +
+    window), counted from the tensors the step attended over.
+    """
+
+    batch_size: int
+    w: int
+    l: int
+    length: int = 0
+    reads: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.k_sel, self.v_sel = _Buffer(), _Buffer()
+        self.k_win, self.v_win = _Buffer(keep=self.w), _Buffer(keep=self.w)
+        self.k_raw, self.v_raw = _Buffer(keep=self.l), _Buffer(keep=self.l)
+        self.k_cmp, self.v_cmp = _Buffer(), _Buffer()
+
+    @property
+    def n_cmp(self) -> int:
+        return self.k_cmp.len

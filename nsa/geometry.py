@@ -1,0 +1,62 @@
+"""Block geometry shared by every path: which blocks exist and which a query may see.
+
+Positions are 0-based. Compression block i covers tokens [i*d, i*d + l) and is visible to query t iff it has
+ended, i*d + l - 1 <= t. Selection block j covers [j*l_sel, (j+1)*l_sel) and is a candidate for query t iff it has
+started, j <= t // l_sel.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from nsa.config import NSAConfig
+
+
+def num_cmp_blocks(length: int, l: int, d: int) -> int:
+    """Complete compression blocks in a sequence of `length` tokens (= blocks visible to the last token)."""
+    return (length - l) // d + 1 if length >= l else 0
+
+
+def num_sel_blocks(length: int, l_sel: int) -> int:
+    """Selection blocks that hold at least one of `length` tokens."""
+    return -(-length // l_sel)
+
+
+def cmp_visible_counts(positions: torch.Tensor, l: int, d: int) -> torch.Tensor:
+    """Number of compression blocks visible to each query position (vectorized num_cmp_blocks(t + 1))."""
+    return torch.where(positions + 1 >= l, torch.div(positions + 1 - l, d, rounding_mode="floor") + 1,
+                       torch.zeros_like(positions))
+
+
+def eq9_kernel(l: int, d: int, l_sel: int) -> torch.Tensor:
+    """Weights of the paper's Eq. 9 as a 1-D kernel over compression-block offsets.
+
+    Eq. 9: p_slc[j] = sum_{m < l_sel/d} sum_{n < l/d} p_cmp[(l_sel/d) * j + m - n].
+    The weight of compression block i = (l_sel/d) * j + k for k in [-(l/d - 1), l_sel/d - 1] is the number of
+    (m, n) pairs with m - n = k, which is also the number of stride-d chunks the two blocks share. Entry
+    [k + l/d - 1] of the returned tensor holds that weight.
+    """
+    a, b = l_sel // d, l // d
+    weights = torch.zeros(a + b - 1)
+    for m in range(a):
+        for n in range(b):
+            weights[m - n + b - 1] += 1.0
+    return weights
+
+
+def decode_reads(context_len: int, cfg: NSAConfig) -> int:
+    """KV tokens one decode step reads per sequence and KV group at this context length (the paper's Table 4).
+
+    (visible compressed blocks) + (tokens in the n_sel chosen selection blocks) + (window tokens). The selected
+    term is n_sel * l_sel capped by what exists: all tokens while at most n_sel blocks exist, else n_sel - 1 full
+    blocks plus the current, possibly partial, block.
+    """
+    if context_len < 1:
+        raise ValueError(f"context_len must be >= 1, got {context_len}")
+    n_cmp = num_cmp_blocks(context_len, cfg.l, cfg.d)
+    n_blocks = num_sel_blocks(context_len, cfg.l_sel)
+    if n_blocks <= cfg.n_sel:
+        selected = context_len
+    else:
+        selected = (cfg.n_sel - 1) * cfg.l_sel + (context_len - (n_blocks - 1) * cfg.l_sel)
+    return n_cmp + selected + min(cfg.w, context_len)

@@ -1,0 +1,104 @@
+"""Block selection: importance from compressed attention (Eq. 9, 10), top-n_sel with forced blocks, and ranges.
+
+Selection is not differentiable (the paper trains the selected branch through its attention, not through the
+choice of blocks), so everything here runs on detached fp32 tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from nsa.geometry import eq9_kernel
+
+
+def importance_from_cmp(p_cmp_group: torch.Tensor, n_blocks: int, l: int, d: int, l_sel: int) -> torch.Tensor:
+    """Eq. 9 for every query at once: [..., n_cmp] compressed probabilities -> [..., n_blocks] block importance.
+
+    `p_cmp_group` already holds Eq. 10's sum over the heads of a group. Each selection block j gathers the
+    compression blocks (l_sel/d)*j + k, k in [-(l/d - 1), l_sel/d - 1], weighted by eq9_kernel.
+    """
+    a, b = l_sel // d, l // d
+    kernel = eq9_kernel(l, d, l_sel).to(p_cmp_group)
+    n_cmp = p_cmp_group.shape[-1]
+    right = a * n_blocks - n_cmp
+    if right < 0:
+        raise ValueError(f"{n_cmp} compression blocks do not fit in {n_blocks} selection blocks")
+    padded = F.pad(p_cmp_group, (b - 1, right))
+    windows = padded.unfold(-1, a + b - 1, a)  # [..., n_blocks, a + b - 1]
+    return windows @ kernel
+
+
+def overlap_weights(n_cmp: int, n_blocks: int, l: int, d: int, l_sel: int) -> torch.Tensor:
+    """[n_cmp, n_blocks] matrix: stride-d chunks that compression block i and selection block j share.
+
+    The plain interval form of Eq. 9, used by the per-token path (and equal to importance_from_cmp's weights).
+    """
+    weights = torch.zeros(n_cmp, n_blocks)
+    for i in range(n_cmp):
+        c_start, c_end = i * d, i * d + l
+        for j in range(n_blocks):
+            s_start, s_end = j * l_sel, (j + 1) * l_sel
+            shared = min(c_end, s_end) - max(c_start, s_start)
+            if shared > 0:
+                weights[i, j] = shared / d
+    return weights
+
+
+def choose_blocks(importance: torch.Tensor, positions: torch.Tensor, n_sel: int, l_sel: int) -> torch.Tensor:
+    """Top-n_sel selection blocks per query: [..., n_blocks] importance -> [..., n_sel] block indices.
+
+    `positions` broadcasts against importance.shape[:-1]. Candidates are blocks that have started (j <= t //
+    l_sel). Block 0, the block holding t and the one before it are always kept; the rest go by importance,
+    ties to the lower index. The result is sorted ascending and padded with -1 when fewer than n_sel blocks exist.
+    """
+    n_blocks = importance.shape[-1]
+    j = torch.arange(n_blocks, device=importance.device)
+    current = torch.div(positions, l_sel, rounding_mode="floor").unsqueeze(-1)
+    scores = importance.float().clone()
+    forced = (j == 0) | (j == current) | (j == current - 1)
+    scores = torch.where(forced, torch.full_like(scores, float("inf")), scores)
+    scores = torch.where(j > current, torch.full_like(scores, float("-inf")), scores)
+    top_scores, top = torch.sort(scores, dim=-1, descending=True, stable=True)
+    top, top_scores = top[..., :n_sel], top_scores[..., :n_sel]
+    if n_blocks < n_sel:
+        pad = (0, n_sel - n_blocks)
+        top = F.pad(top, pad, value=-1)
+        top_scores = F.pad(top_scores, pad, value=float("-inf"))
+    top = torch.where(top_scores == float("-inf"), torch.full_like(top, -1), top)
+    # ascending, -1 last
+    key = torch.where(top < 0, torch.full_like(top, n_blocks), top)
+    key, _ = torch.sort(key, dim=-1)
+    return torch.where(key == n_blocks, torch.full_like(key, -1), key)
+
+
+def selection_ranges_v2(blocks: torch.Tensor, positions: torch.Tensor, l_sel: int) -> torch.Tensor:
+    """Token ranges of the chosen blocks, vectorized: [..., n_sel] -> [..., n_sel, 2] of [start, end).
+
+    Each block j becomes [j*l_sel, min((j+1)*l_sel, t+1)): inside a selected block only tokens <= t are attended.
+    Empty slots (-1) become [0, 0).
+    """
+    start = blocks * l_sel
+    end = torch.minimum(start + l_sel, positions.unsqueeze(-1) + 1)
+    empty = blocks < 0
+    start = torch.where(empty, torch.zeros_like(start), start)
+    end = torch.where(empty, torch.zeros_like(end), end)
+    return torch.stack((start, end), dim=-1)
+
+
+def selection_ranges_v1(blocks: torch.Tensor, positions: torch.Tensor, l_sel: int) -> torch.Tensor:
+    """The same ranges as selection_ranges_v2, built by a plain Python loop over every query and slot."""
+    n_sel = blocks.shape[-1]
+    rows = blocks.reshape(-1, n_sel).tolist()
+    ts = positions.expand(blocks.shape[:-1]).reshape(-1).tolist()
+    out = []
+    for row, t in zip(rows, ts):
+        for j in row:
+            if j < 0:
+                out.append((0, 0))
+            else:
+                out.append((j * l_sel, min((j + 1) * l_sel, t + 1)))
+    return torch.tensor(out, dtype=torch.long, device=blocks.device).reshape(*blocks.shape, 2)
+
+
+RANGE_BUILDERS = {"v1": selection_ranges_v1, "v2": selection_ranges_v2}

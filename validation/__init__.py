@@ -1,0 +1,1 @@
+"""validation: the nsa-validate orchestrator (runbooks, launchers, metrics, acceptance, reports)."""

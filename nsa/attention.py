@@ -133,12 +133,14 @@ class NSAAttention(nn.Module):
         cfg = self.cfg
         b, g = q.shape[0], cfg.n_kv_groups
         n_blocks = num_sel_blocks(s, cfg.l_sel)
-        if k_cmp.shape[2] == 0:
-            importance = torch.zeros(b, g, s, n_blocks, device=q.device)
-        else:
-            probs = kernels.cmp_probabilities(q, k_cmp, cfg.l, cfg.d)  # [B, H, S, n_cmp] fp32
-            per_group = probs.view(b, g, cfg.heads_per_group, s, -1).sum(dim=2)  # Eq. 10
-            importance = importance_from_cmp(per_group, n_blocks, cfg.l, cfg.d, cfg.l_sel)  # Eq. 9
+        importance = torch.zeros(b, g, s, n_blocks, device=q.device)
+        # Before t = n_sel * l_sel at most n_sel blocks have started and all are kept: importance cannot matter.
+        first = min(s, cfg.n_sel * cfg.l_sel)
+        if k_cmp.shape[2] > 0:
+            for start, per_group in kernels.cmp_group_probabilities(q, k_cmp, cfg.l, cfg.d, first):  # Eq. 10
+                rows = per_group.shape[2]
+                importance[:, :, start: start + rows] = importance_from_cmp(  # Eq. 9
+                    per_group, n_blocks, cfg.l, cfg.d, cfg.l_sel)
         return choose_blocks(importance, torch.arange(s, device=q.device), cfg.n_sel, cfg.l_sel)
 
     def _branches_batched(self, p: NSAProjections) -> dict[str, torch.Tensor]:

@@ -22,28 +22,6 @@ def num_sel_blocks(length: int, l_sel: int) -> int:
     return -(-length // l_sel)
 
 
-def cmp_visible_counts(positions: torch.Tensor, l: int, d: int) -> torch.Tensor:
-    """Number of compression blocks visible to each query position (vectorized num_cmp_blocks(t + 1))."""
-    return torch.where(positions + 1 >= l, torch.div(positions + 1 - l, d, rounding_mode="floor") + 1,
-                       torch.zeros_like(positions))
-
-
-def eq9_kernel(l: int, d: int, l_sel: int) -> torch.Tensor:
-    """Weights of the paper's Eq. 9 as a 1-D kernel over compression-block offsets.
-
-    Eq. 9: p_slc[j] = sum_{m < l_sel/d} sum_{n < l/d} p_cmp[(l_sel/d) * j + m - n].
-    The weight of compression block i = (l_sel/d) * j + k for k in [-(l/d - 1), l_sel/d - 1] is the number of
-    (m, n) pairs with m - n = k, which is also the number of stride-d chunks the two blocks share. Entry
-    [k + l/d - 1] of the returned tensor holds that weight.
-    """
-    a, b = l_sel // d, l // d
-    weights = torch.zeros(a + b - 1)
-    for m in range(a):
-        for n in range(b):
-            weights[m - n + b - 1] += 1.0
-    return weights
-
-
 def decode_reads(context_len: int, cfg: NSAConfig) -> int:
     """KV tokens one decode step reads per sequence and KV group at this context length (the paper's Table 4).
 

@@ -11,12 +11,15 @@ import math
 import torch
 import torch.nn.functional as F
 
-from nsa.geometry import cmp_visible_counts
+from nsa.geometry import num_cmp_blocks as num_cmp_visible
 
 # Query rows per SDPA chunk of the sliding-window kernel: 64 measured fastest on CPU at w=512 (see benchmarks/).
 WINDOW_CHUNK = 64
 # (query, block) pairs per GEMM tile of the selected-branch kernel.
 SEL_TILE = 64
+# Score entries per chunk of the chunked kernels (4M fp32 = 16 MB): large enough for GEMM efficiency, small enough
+# to stay in the allocator's reusable heap instead of fresh memory mappings.
+SCORE_CHUNK = 1 << 22
 
 
 def _sdpa(q, k, v, mask=None, causal=False):
@@ -32,30 +35,52 @@ def cmp_mask(s: int, n_cmp: int, l: int, d: int, device) -> torch.Tensor:
 
 
 def compressed_attention(q, k_cmp, v_cmp, l: int, d: int) -> torch.Tensor:
-    """Attention of every query over the compression blocks it can see; exactly 0 where it sees none."""
-    b, h, s, _ = q.shape
-    n_cmp = k_cmp.shape[2]
-    if n_cmp == 0:
-        return q.new_zeros(b, h, s, v_cmp.shape[-1])
-    mask = cmp_mask(s, n_cmp, l, d, q.device)
-    seen = mask.any(dim=1)
-    # Rows that see nothing would be all -inf (NaN); give them block 0 and zero their output afterwards.
-    mask = mask.clone()
-    mask[:, 0] |= ~seen
-    out = _sdpa(q, k_cmp, v_cmp, mask)
-    return out * seen.to(out.dtype).view(1, 1, s, 1)
+    """Attention of every query over the compression blocks it can see; exactly 0 where it sees none.
 
-
-def cmp_probabilities(q, k_cmp, l: int, d: int) -> torch.Tensor:
-    """[B, H, S, n_cmp] fp32 softmax over each query's visible compression blocks (rows with none are 0)."""
+    Query t = l - 1 + m*d + r (0 <= r < d) sees blocks 0..m. Moving r into the head dimension turns the visibility
+    mask into the square causal mask over (m, block), so SDPA's causal kernel applies (it skips the masked half
+    and needs no mask tensor); queries t < l - 1 see nothing and get 0.
+    """
     b, h, s, d_k = q.shape
-    g = k_cmp.shape[1]
-    qf = q.detach().float().view(b, g, h // g, s, d_k)
-    scores = qf @ k_cmp.detach().float().unsqueeze(2).transpose(-1, -2) / math.sqrt(d_k)
-    mask = cmp_mask(s, k_cmp.shape[2], l, d, q.device)
-    scores = scores.masked_fill(~mask, float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    return torch.nan_to_num(probs, nan=0.0).view(b, h, s, -1)
+    n_cmp, d_v = k_cmp.shape[2], v_cmp.shape[-1]
+    if n_cmp == 0:
+        return q.new_zeros(b, h, s, d_v)
+    seen = s - (l - 1)  # queries that see at least one block; n_cmp * d >= seen
+    qg = F.pad(q[:, :, l - 1:], (0, 0, 0, n_cmp * d - seen))
+    qg = qg.view(b, h, n_cmp, d, d_k).transpose(2, 3).reshape(b, h * d, n_cmp, d_k)  # head h*d + r -> group h//hpg
+    out = _sdpa(qg, k_cmp, v_cmp, causal=True)
+    out = out.view(b, h, d, n_cmp, d_v).transpose(2, 3).reshape(b, h, n_cmp * d, d_v)[:, :, :seen]
+    return F.pad(out, (0, 0, l - 1, 0))
+
+
+def cmp_group_probabilities(q, k_cmp, l: int, d: int, first: int):
+    """Eq. 10's head-summed compressed attention probabilities for queries first..S-1, in query chunks.
+
+    Yields (start, probs) with probs [B, G, rows, n_vis] fp32 (no gradient) for queries start..start+rows-1, where
+    n_vis is the number of blocks the chunk's last query sees: each row is a softmax over the blocks visible to its
+    query (later blocks 0; rows that see none are all 0). Chunks hold at most SCORE_CHUNK scores and read only the
+    blocks they can see, so no S x n_cmp tensor is ever built.
+    """
+    b, h, s, d_k = q.shape
+    g, n_cmp = k_cmp.shape[1], k_cmp.shape[2]
+    hpg = h // g
+    rows_per_chunk = max(1, SCORE_CHUNK // (b * h * max(n_cmp, 1)))
+    with torch.no_grad():
+        kf = k_cmp.float().reshape(b * g, n_cmp, d_k)
+        for r0 in range(first, s, rows_per_chunk):
+            r1 = min(s, r0 + rows_per_chunk)
+            n_vis = num_cmp_visible(r1, l, d)
+            rows = r1 - r0
+            if n_vis == 0:
+                yield r0, torch.zeros(b, g, rows, 0, device=q.device)
+                continue
+            qs = (q[:, :, r0:r1].float() * (1.0 / math.sqrt(d_k))).reshape(b * g, hpg * rows, d_k)
+            scores = torch.bmm(qs, kf[:, :n_vis].transpose(1, 2)).view(b * g, hpg, rows, n_vis)
+            mask = cmp_mask(r1, n_vis, l, d, q.device)[r0:]
+            seen = mask[:, 0]  # block 0 is the first to become visible
+            mask[:, 0] = True  # rows that see nothing: a harmless softmax, zeroed below
+            probs = torch.softmax(scores.masked_fill_(~mask, float("-inf")), dim=-1).sum(dim=1)
+            yield r0, probs.mul_(seen.view(1, rows, 1).to(probs.dtype)).view(b, g, rows, n_vis)
 
 
 def window_attention(q, k, v, w: int, chunk: int = WINDOW_CHUNK) -> torch.Tensor:
@@ -83,6 +108,76 @@ def window_attention(q, k, v, w: int, chunk: int = WINDOW_CHUNK) -> torch.Tensor
     return out[:, :, :s]
 
 
+class _SparseBlocks(torch.autograd.Function):
+    """The sparse part of selected attention: (query, key block) pairs tiled by key block.
+
+    For tiles of `tile` pairs that share one key block: scores = q_rows @ k_block^T, w = exp(scores - m[query]),
+    u[query] += w @ v_block, z[query] += sum(w), where m is the per-query maximum over these scores and `m_floor`
+    (the other part's maximum); m is returned, non-differentiable, so the caller stabilises with the same value.
+
+    Flash-style: tiles are processed in chunks of at most SCORE_CHUNK score entries with an online softmax (the
+    accumulators are rescaled when a query's maximum grows), and backward recomputes each chunk's scores instead
+    of saving them. No (pairs * heads * l_sel)-sized tensor is ever allocated, so memory stays flat in S and the
+    allocator never has to map (and the kernel zero-fill) hundreds of MB per step; autograd over the same
+    expressions made about twenty passes over such tensors.
+    """
+
+    @staticmethod
+    def _chunks(tile_block, row_query, tile, per_tile):
+        step = max(1, SCORE_CHUNK // per_tile)
+        for c0 in range(0, tile_block.shape[0], step):
+            c1 = min(c0 + step, tile_block.shape[0])
+            yield tile_block[c0:c1], row_query[c0 * tile: c1 * tile]
+
+    @staticmethod
+    def forward(ctx, q, k_blocks, v_blocks, m_floor, row_query, tile_block, tile):
+        l_sel, (n_q, hpg, d_k), d_v = k_blocks.shape[1], q.shape, v_blocks.shape[-1]
+        acc = m_floor.dtype
+        m = m_floor.clone()
+        z = torch.zeros_like(m)
+        u = torch.zeros(n_q, hpg, d_v, dtype=acc, device=q.device)
+        for tb, rq in _SparseBlocks._chunks(tile_block, row_query, tile, tile * hpg * l_sel):
+            nt = tb.shape[0]
+            w = torch.bmm(q.index_select(0, rq).view(nt, tile * hpg, d_k),
+                          k_blocks.index_select(0, tb).transpose(1, 2)).to(acc).view(-1, hpg, l_sel)
+            m_new = m.clone().scatter_reduce_(0, rq.unsqueeze(1).expand(-1, hpg), w.amax(-1), reduce="amax")
+            grow = torch.exp(m - m_new)  # rescale what was accumulated under the old maximum
+            u.mul_(grow.unsqueeze(-1))
+            z.mul_(grow)
+            m = m_new
+            w.sub_(m.index_select(0, rq).unsqueeze(-1)).exp_()
+            z.index_add_(0, rq, w.sum(-1))
+            pv = torch.bmm(w.view(nt, tile * hpg, l_sel).to(v_blocks.dtype), v_blocks.index_select(0, tb))
+            u.index_add_(0, rq, pv.to(acc).view(-1, hpg, d_v))
+        ctx.save_for_backward(q, k_blocks, v_blocks, m, row_query, tile_block)
+        ctx.tile = tile
+        ctx.mark_non_differentiable(m)
+        return u, z, m
+
+    @staticmethod
+    def backward(ctx, du, dz, _dm):
+        q, k_blocks, v_blocks, m, row_query, tile_block = ctx.saved_tensors
+        tile, l_sel = ctx.tile, k_blocks.shape[1]
+        hpg, d_k, d_v = q.shape[1], q.shape[-1], v_blocks.shape[-1]
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k_blocks), torch.zeros_like(v_blocks)
+        for tb, rq in _SparseBlocks._chunks(tile_block, row_query, tile, tile * hpg * l_sel):
+            nt = tb.shape[0]
+            q_rows = q.index_select(0, rq).view(nt, tile * hpg, d_k)
+            k_tiles, v_tiles = k_blocks.index_select(0, tb), v_blocks.index_select(0, tb)
+            du_rows = du.index_select(0, rq).to(v_tiles.dtype).view(nt, tile * hpg, d_v)
+            w = torch.bmm(q_rows, k_tiles.transpose(1, 2)).to(m.dtype).view(-1, hpg, l_sel)
+            w.sub_(m.index_select(0, rq).unsqueeze(-1)).exp_()
+            w_tiles = w.view(nt, tile * hpg, l_sel)
+            # u = w @ v, z = sum(w)  =>  dw = du @ v^T + dz;  w = exp(s - m)  =>  ds = dw * w
+            dv.index_add_(0, tb, torch.bmm(w_tiles.transpose(1, 2).to(v_tiles.dtype), du_rows).to(dv.dtype))
+            ds = torch.bmm(du_rows, v_tiles.transpose(1, 2)).to(w.dtype).view(-1, hpg, l_sel)
+            ds.add_(dz.index_select(0, rq).unsqueeze(-1)).mul_(w)
+            ds = ds.view(nt, tile * hpg, l_sel).to(q.dtype)
+            dq.index_add_(0, rq, torch.bmm(ds, k_tiles).view(-1, hpg, d_k))
+            dk.index_add_(0, tb, torch.bmm(ds.transpose(1, 2), q_rows))
+        return dq, dk, dv, None, None, None, None
+
+
 def selected_attention(q, k, v, ranges, l_sel: int, tile: int = SEL_TILE) -> torch.Tensor:
     """Block-sparse attention of each query over its own selected token ranges.
 
@@ -93,10 +188,10 @@ def selected_attention(q, k, v, ranges, l_sel: int, tile: int = SEL_TILE) -> tor
     Two parts share one softmax per (query, head):
     - band: the query's own block and the one before it (both always selected, the only ones that can be partial)
       as a dense block-banded product with a causal mask, each query block against 2*l_sel keys;
-    - sparse: every other selected block. The (query, block) pairs are sorted by block and cut into tiles of
-      `tile` pairs sharing one key block, so each tile is one GEMM of (tile * heads_per_group) query rows against
-      l_sel keys: queries are gathered (d_k floats a head), not keys (l_sel * d_k floats a block), and no mask is
-      needed. Rows combine with scatter-max / index-add.
+    - sparse (_SparseBlocks): every other selected block. The (query, block) pairs are sorted by block and cut into
+      tiles of `tile` pairs sharing one key block, so each tile is one GEMM of (tile * heads_per_group) query rows
+      against l_sel keys: queries are gathered (d_k floats a head), not keys (l_sel * d_k floats a block), and no
+      mask is needed.
     Cost is linear in S * n_sel * l_sel.
     """
     b, h, s, d_k = q.shape
@@ -139,7 +234,7 @@ def selected_attention(q, k, v, ranges, l_sel: int, tile: int = SEL_TILE) -> tor
     band_mask = (((c < l_sel) & (jb > 0)) & use_prev) | ((c >= l_sel) & (c - l_sel <= r) & use_own)
     s_band = s_band.masked_fill(~band_mask.unsqueeze(-2), float("-inf"))
 
-    # sparse part: the other selected blocks, tiled by key block
+    # sparse part: lay the (query, block) pairs out in tiles; key block beta owns ceil(count / tile) tiles
     pair = torch.nonzero(other.reshape(-1)).squeeze(1)
     query = torch.div(pair, n_sel, rounding_mode="floor")  # (b*G + g)*S + t
     blk = torch.div(query, s, rounding_mode="floor") * nb + block.reshape(-1)[pair]
@@ -148,30 +243,19 @@ def selected_attention(q, k, v, ranges, l_sel: int, tile: int = SEL_TILE) -> tor
     counts = torch.bincount(blk, minlength=b * g * nb)
     tiles_per_block = torch.div(counts + tile - 1, tile, rounding_mode="floor")
     tile_block = torch.repeat_interleave(torch.arange(b * g * nb, device=dev), tiles_per_block)
-    n_tiles = tile_block.shape[0]
     rank = torch.arange(blk.shape[0], device=dev) - (torch.cumsum(counts, 0) - counts)[blk]
     row = (torch.cumsum(tiles_per_block, 0) - tiles_per_block)[blk] * tile + rank
     n_query = b * g * s  # padding rows read an extra all-zero query and are summed into it, never read back
-    row_query = torch.full((n_tiles * tile,), n_query, dtype=torch.long, device=dev)
+    row_query = torch.full((tile_block.shape[0] * tile,), n_query, dtype=torch.long, device=dev)
     row_query[row] = query
-    q_rows = torch.cat((qs.reshape(n_query, hpg, d_k), qs.new_zeros(1, hpg, d_k))).index_select(0, row_query)
-    k_tiles = kp.reshape(-1, l_sel, d_k).index_select(0, tile_block)
-    v_tiles = vp.reshape(-1, l_sel, d_v).index_select(0, tile_block)
-    s_sparse = torch.bmm(q_rows.view(n_tiles, tile * hpg, d_k), k_tiles.transpose(1, 2)).to(acc)
 
-    # one softmax across both parts; the max only stabilises, so it carries no gradient
-    with torch.no_grad():
-        m = s_band.amax(dim=-1).reshape(b * g, sp, hpg)[:, :s].reshape(n_query, hpg)
-        m = torch.cat((m, m.new_zeros(1, hpg)))
-        m.scatter_reduce_(0, row_query.unsqueeze(1).expand(-1, hpg), s_sparse.view(-1, hpg, l_sel).amax(-1),
-                          reduce="amax")
-        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    m_band = F.pad(m[:n_query].view(b, g, s, hpg), (0, 0, 0, sp - s)).view(b, g, nb, l_sel, hpg, 1)
-    w_band = torch.exp(s_band - m_band)
-    w_sparse = torch.exp(s_sparse.view(-1, hpg, l_sel) - m.index_select(0, row_query).unsqueeze(-1))
-    z = torch.zeros(n_query + 1, hpg, dtype=acc, device=dev).index_add(0, row_query, w_sparse.sum(-1))
-    u = torch.bmm(w_sparse.view(n_tiles, tile * hpg, l_sel).to(v.dtype), v_tiles).to(acc)
-    u = torch.zeros(n_query + 1, hpg, d_v, dtype=acc, device=dev).index_add(0, row_query, u.view(-1, hpg, d_v))
+    # one softmax across both parts: the sparse part stabilises with max(band max, its own max)
+    m_band = s_band.detach().amax(dim=-1).reshape(b * g, sp, hpg)[:, :s].reshape(n_query, hpg)
+    q_all = torch.cat((qs.reshape(n_query, hpg, d_k), qs.new_zeros(1, hpg, d_k)))
+    u, z, m = _SparseBlocks.apply(q_all, kp.reshape(-1, l_sel, d_k), vp.reshape(-1, l_sel, d_v),
+                                  torch.cat((m_band, m_band.new_zeros(1, hpg))), row_query, tile_block, tile)
+    m_pad = F.pad(m[:n_query].view(b, g, s, hpg), (0, 0, 0, sp - s)).view(b, g, nb, l_sel, hpg, 1)
+    w_band = torch.exp(s_band - m_pad)
     u_band = (w_band.view(b, g, nb, l_sel * hpg, 2 * l_sel).to(v.dtype) @ vb).to(acc)
     u_band = u_band.view(b * g, sp, hpg, d_v)[:, :s].reshape(n_query, hpg, d_v)
     z_band = w_band.sum(-1).view(b * g, sp, hpg)[:, :s].reshape(n_query, hpg)

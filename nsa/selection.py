@@ -9,24 +9,24 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nsa.geometry import eq9_kernel
-
 
 def importance_from_cmp(p_cmp_group: torch.Tensor, n_blocks: int, l: int, d: int, l_sel: int) -> torch.Tensor:
     """Eq. 9 for every query at once: [..., n_cmp] compressed probabilities -> [..., n_blocks] block importance.
 
-    `p_cmp_group` already holds Eq. 10's sum over the heads of a group. Each selection block j gathers the
-    compression blocks (l_sel/d)*j + k, k in [-(l/d - 1), l_sel/d - 1], weighted by eq9_kernel.
+    Eq. 9: p_slc[j] = sum_{m < l_sel/d} sum_{n < l/d} p_cmp[(l_sel/d) * j + m - n]. The inner sum is the mass of
+    stride-d chunk k = (l_sel/d) * j + m (the l/d compression blocks that contain it), the outer sum adds the chunks
+    of selection block j: shifted adds, then one reshape-sum. `p_cmp_group` already holds Eq. 10's head sum.
     """
     a, b = l_sel // d, l // d
-    kernel = eq9_kernel(l, d, l_sel).to(p_cmp_group)
     n_cmp = p_cmp_group.shape[-1]
-    right = a * n_blocks - n_cmp
-    if right < 0:
+    length = a * n_blocks
+    if length < n_cmp:
         raise ValueError(f"{n_cmp} compression blocks do not fit in {n_blocks} selection blocks")
-    padded = F.pad(p_cmp_group, (b - 1, right))
-    windows = padded.unfold(-1, a + b - 1, a)  # [..., n_blocks, a + b - 1]
-    return windows @ kernel
+    padded = F.pad(p_cmp_group, (b - 1, length - n_cmp))
+    chunks = padded[..., b - 1: b - 1 + length].clone()
+    for n in range(1, b):  # chunk k also lies in compression block k - n
+        chunks += padded[..., b - 1 - n: b - 1 - n + length]
+    return chunks.view(*chunks.shape[:-1], n_blocks, a).sum(dim=-1)
 
 
 def overlap_weights(n_cmp: int, n_blocks: int, l: int, d: int, l_sel: int) -> torch.Tensor:

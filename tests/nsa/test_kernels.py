@@ -7,7 +7,6 @@ scores) that the module-level tests cannot reach, and compare with reference.mas
 import pytest
 import torch
 
-from nsa.geometry import eq9_kernel
 from nsa.kernels import compressed_attention, selected_attention, window_attention
 from nsa.selection import (choose_blocks, importance_from_cmp, overlap_weights, selection_ranges_v1,
                            selection_ranges_v2)
@@ -126,7 +125,6 @@ def test_eq9_vectorized_equals_paper_double_sum_and_interval_overlap(l, d, l_sel
                     literal[:, j] += p[:, i]
     torch.testing.assert_close(fast, literal)
     torch.testing.assert_close(p @ overlap_weights(n_cmp, n_blocks, l, d, l_sel).double(), literal)
-    assert eq9_kernel(l, d, l_sel).sum() == (l // d) * (l_sel // d)
 
 
 def test_ranges_v1_equals_v2_and_clips_at_t():
@@ -148,3 +146,36 @@ def test_choose_blocks_forced_and_ties_to_lower_index():
     imp = torch.tensor([[0.0, 5, 1, 5, 0, 0, 0, 0, 0, 9]])  # block 9 starts after t: never chosen
     assert choose_blocks(imp, torch.tensor([75]), 4, 10).tolist() == [[0, 1, 6, 7]]
     assert choose_blocks(torch.rand(1, 2), torch.tensor([12]), 4, 10).tolist() == [[0, 1, -1, -1]]
+
+
+@pytest.mark.parametrize("chunk", [1, 3 * 4 * 8 * 8])  # one tile per chunk; a few tiles per chunk
+def test_chunked_kernels_match_dense_reference_across_chunks(monkeypatch, chunk):
+    """Many chunks: the online softmax must rescale earlier chunks when a query's maximum grows, and the
+    recomputing backward must give the dense gradients. Scores are large so that a wrong rescale shows."""
+    import nsa.kernels as kernels
+
+    monkeypatch.setattr(kernels, "SCORE_CHUNK", chunk)
+    torch.manual_seed(7)
+    b, h, g, s, l_sel = 2, 4, 2, 75, 8
+    q = (torch.randn(b, h, s, 8, dtype=torch.float64) * 6).requires_grad_()
+    k = (torch.randn(b, g, s, 8, dtype=torch.float64) * 6).requires_grad_()
+    v = torch.randn(b, g, s, 8, dtype=torch.float64, requires_grad=True)
+    blocks, ranges = _random_selection(b, g, s, l_sel, 5, seed=8)
+    out = selected_attention(q, k, v, ranges, l_sel, tile=3)
+    ref = masked_attention(q, *_grouped(h, k, v), *_grouped(h, _selection_mask(blocks, s, l_sel)))
+    torch.testing.assert_close(out, ref, atol=1e-11, rtol=1e-9)
+    for got, want in zip(torch.autograd.grad(out.cos().sum(), (q, k, v)), torch.autograd.grad(ref.cos().sum(), (q, k, v))):
+        torch.testing.assert_close(got, want, atol=1e-9, rtol=1e-8)
+
+
+def test_chunked_selection_equals_single_chunk(monkeypatch):
+    """selected_blocks must not depend on how the importance computation is chunked over queries."""
+    import nsa.kernels as kernels
+    from nsa import NSAAttention, NSAConfig
+
+    torch.manual_seed(9)
+    attn = NSAAttention(NSAConfig(dim=32, n_heads=4, n_kv_groups=2, d_k=8, d_v=8, l=8, d=4, l_sel=8, n_sel=4, w=16))
+    x = torch.randn(2, 90, 32)
+    whole = attn.selected_blocks(x)
+    monkeypatch.setattr(kernels, "SCORE_CHUNK", 1)  # one query per chunk
+    assert torch.equal(attn.selected_blocks(x), whole)

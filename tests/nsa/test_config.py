@@ -88,23 +88,20 @@ SMALL = dict(dim=32, n_heads=4, n_kv_groups=2, d_k=8, d_v=8, l=8, d=4, l_sel=8, 
 
 
 @pytest.mark.parametrize(
-    "value,start,expected",
-    [("0", "batched", "sequential"), ("1", "sequential", "batched"), ("0", "sequential", "sequential"), ("1", "batched", "batched")],
+    "variable,field,value,start,expected",
+    [("NSA_PREFILL_BATCHED", "prefill", "0", "batched", "sequential"),
+     ("NSA_PREFILL_BATCHED", "prefill", "1", "sequential", "batched"),
+     ("NSA_PREFILL_BATCHED", "prefill", "0", "sequential", "sequential"),
+     ("NSA_PREFILL_BATCHED", "prefill", "1", "batched", "batched"),
+     ("NSA_SEL_RANGES_V2", "selection", "0", "v2", "v1"),
+     ("NSA_SEL_RANGES_V2", "selection", "1", "v1", "v2"),
+     ("NSA_SEL_RANGES_V2", "selection", "0", "v1", "v1"),
+     ("NSA_SEL_RANGES_V2", "selection", "1", "v2", "v2")],
 )
-def test_env_override_prefill(monkeypatch, value, start, expected):
-    monkeypatch.setenv("NSA_PREFILL_BATCHED", value)
-    attn = NSAAttention(NSAConfig(**SMALL, prefill=start))
-    assert attn.cfg.prefill == expected
-
-
-@pytest.mark.parametrize(
-    "value,start,expected",
-    [("0", "v2", "v1"), ("1", "v1", "v2"), ("0", "v1", "v1"), ("1", "v2", "v2")],
-)
-def test_env_override_selection(monkeypatch, value, start, expected):
-    monkeypatch.setenv("NSA_SEL_RANGES_V2", value)
-    attn = NSAAttention(NSAConfig(**SMALL, selection=start))
-    assert attn.cfg.selection == expected
+def test_env_override(monkeypatch, variable, field, value, start, expected):
+    monkeypatch.setenv(variable, value)
+    attn = NSAAttention(NSAConfig(**SMALL, **{field: start}))
+    assert getattr(attn.cfg, field) == expected
 
 
 def test_env_overrides_together_and_other_fields_kept(monkeypatch):

@@ -108,7 +108,9 @@ def spawn(path: str, seq_len: int, args) -> dict:
 
 
 def fmt(value, spec):
-    return "-" if value is None else format(value, spec)
+    """format(value, spec), or a dash padded to the same width when there is no value."""
+    width = int("".join(ch for ch in spec.split(",")[0].split(".")[0] if ch.isdigit()) or 0)
+    return format("-", f">{width}") if value is None else format(value, spec)
 
 
 def main(argv=None) -> int:

@@ -167,10 +167,11 @@ class NSAAttention(nn.Module):
         g, hpg = cfg.n_kv_groups, cfg.heads_per_group
         scale = 1.0 / math.sqrt(d_k)
         qg = q_t.view(b, g, hpg, d_k)
+        acc = torch.promote_types(q_t.dtype, torch.float32)  # as the batched kernels: fp32 or better
 
         def attend(keys, values):  # keys [B, G, n, d_k] -> [B, H, d_v]
-            scores = (qg.float() @ keys.float().transpose(-1, -2)) * scale  # [B, G, hpg, n]
-            return (torch.softmax(scores, -1) @ values.float()).to(q_t.dtype).reshape(b, h, -1)
+            scores = (qg.to(acc) @ keys.to(acc).transpose(-1, -2)) * scale  # [B, G, hpg, n]
+            return (torch.softmax(scores, -1) @ values.to(acc)).to(q_t.dtype).reshape(b, h, -1)
 
         # compressed branch and its probabilities
         n_cmp = k_cmp.shape[2]
@@ -196,8 +197,8 @@ class NSAAttention(nn.Module):
                 gathered += idx.numel()
                 keys = k_sel[bi, gi].index_select(0, idx)
                 values = v_sel[bi, gi].index_select(0, idx)
-                scores = (qg[bi, gi].float() @ keys.float().T) * scale
-                o_sel[bi, gi * hpg: (gi + 1) * hpg] = (torch.softmax(scores, -1) @ values.float()).to(q_t.dtype)
+                scores = (qg[bi, gi].to(acc) @ keys.to(acc).T) * scale
+                o_sel[bi, gi * hpg: (gi + 1) * hpg] = (torch.softmax(scores, -1) @ values.to(acc)).to(q_t.dtype)
 
         o_win = attend(k_win, v_win)
         reads = n_cmp + gathered // (b * g) + k_win.shape[2]

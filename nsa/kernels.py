@@ -1,7 +1,8 @@
 """Vectorized attention kernels for the batched prefill path, in plain PyTorch (CPU and CUDA).
 
 Shapes: queries [B, H, S, d_k]; keys/values [B, G, T, d] with H = G * heads_per_group and head h in group
-h // heads_per_group. No kernel loops in Python over batch, positions, heads or groups.
+h // heads_per_group. No kernel loops in Python over batch, positions, heads or groups; the only loops are over
+fixed-size chunks of work (SCORE_CHUNK scores each) that bound memory, a handful at S=2048.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def choose_blocks(importance: torch.Tensor, positions: torch.Tensor, n_sel: int,
     n_blocks = importance.shape[-1]
     j = torch.arange(n_blocks, device=importance.device)
     current = torch.div(positions, l_sel, rounding_mode="floor").unsqueeze(-1)
-    scores = importance.float().clone()
+    scores = importance.float()
     forced = (j == 0) | (j == current) | (j == current - 1)
     scores = torch.where(forced, torch.full_like(scores, float("inf")), scores)
     scores = torch.where(j > current, torch.full_like(scores, float("-inf")), scores)

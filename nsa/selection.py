@@ -13,9 +13,13 @@ import torch.nn.functional as F
 def importance_from_cmp(p_cmp_group: torch.Tensor, n_blocks: int, l: int, d: int, l_sel: int) -> torch.Tensor:
     """Eq. 9 for every query at once: [..., n_cmp] compressed probabilities -> [..., n_blocks] block importance.
 
-    Eq. 9: p_slc[j] = sum_{m < l_sel/d} sum_{n < l/d} p_cmp[(l_sel/d) * j + m - n]. The inner sum is the mass of
-    stride-d chunk k = (l_sel/d) * j + m (the l/d compression blocks that contain it), the outer sum adds the chunks
-    of selection block j: shifted adds, then one reshape-sum. `p_cmp_group` already holds Eq. 10's head sum.
+    p_slc[j] = sum_{m < l_sel/d} sum_{n < l/d} p_cmp[(l_sel/d) * j + m - n]: every compression block counts once per
+    stride-d chunk it shares with selection block j. The paper prints Eq. 9's index as (l_sel/d) * j - m - n; read
+    literally with our 0-based blocks that would credit block j mostly with the compression blocks of block j - 1,
+    so we use the same double sum aligned to the overlap the paper describes (same weights 1, 2, ..., 2, 1).
+    The inner sum is the mass of stride-d chunk k = (l_sel/d) * j + m (the l/d compression blocks that contain it),
+    the outer sum adds the chunks of selection block j: shifted adds, then one reshape-sum. `p_cmp_group` already
+    holds Eq. 10's head sum.
     """
     a, b = l_sel // d, l // d
     n_cmp = p_cmp_group.shape[-1]

@@ -24,7 +24,6 @@ from functools import lru_cache
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from nsa import kernels
 from nsa.cache import NSACache
@@ -169,21 +168,24 @@ class NSAAttention(nn.Module):
         qg = q_t.view(b, g, hpg, d_k)
         acc = torch.promote_types(q_t.dtype, torch.float32)  # as the batched kernels: fp32 or better
 
-        def attend(keys, values):  # keys [B, G, n, d_k] -> [B, H, d_v]
-            scores = (qg.to(acc) @ keys.to(acc).transpose(-1, -2)) * scale  # [B, G, hpg, n]
-            return (torch.softmax(scores, -1) @ values.to(acc)).to(q_t.dtype).reshape(b, h, -1)
+        def probs(keys):  # keys [B, G, n, d_k] -> softmax [B, G, hpg, n]
+            return torch.softmax((qg.to(acc) @ keys.to(acc).transpose(-1, -2)) * scale, -1)
 
-        # compressed branch and its probabilities
+        def attend(p, values):  # -> [B, H, d_v]
+            return (p @ values.to(acc)).to(q_t.dtype).reshape(b, h, -1)
+
+        # compressed branch; its probabilities also rank the selection blocks
         n_cmp = k_cmp.shape[2]
         n_blocks = t // cfg.l_sel + 1
         if n_cmp == 0:
             o_cmp = q_t.new_zeros(b, h, cfg.d_v)
             importance = torch.zeros(b, g, n_blocks, device=q_t.device)
         else:
-            o_cmp = attend(k_cmp, v_cmp)
-            p_cmp = torch.softmax((qg.detach().float() @ k_cmp.detach().float().transpose(-1, -2)) * scale, -1)
+            p_cmp = probs(k_cmp)
+            o_cmp = attend(p_cmp, v_cmp)
             overlap = _overlap_slice(n_cmp, n_blocks, cfg.l, cfg.d, cfg.l_sel).to(q_t.device)
-            importance = p_cmp.sum(dim=2) @ overlap  # heads of a group summed (Eq. 10), blocks mapped (Eq. 9)
+            # heads of a group summed (Eq. 10), blocks mapped (Eq. 9); selection is fp32 on every path
+            importance = p_cmp.detach().float().sum(dim=2) @ overlap
 
         # selected branch: one block list per group, gathered token by token from its ranges
         position = torch.tensor(t, device=q_t.device)
@@ -200,7 +202,7 @@ class NSAAttention(nn.Module):
                 scores = (qg[bi, gi].to(acc) @ keys.to(acc).T) * scale
                 o_sel[bi, gi * hpg: (gi + 1) * hpg] = (torch.softmax(scores, -1) @ values.to(acc)).to(q_t.dtype)
 
-        o_win = attend(k_win, v_win)
+        o_win = attend(probs(k_win), v_win)
         reads = n_cmp + gathered // (b * g) + k_win.shape[2]
         return {"cmp": o_cmp, "sel": o_sel, "win": o_win}, blocks, reads
 

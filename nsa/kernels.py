@@ -132,16 +132,23 @@ class _SparseBlocks(torch.autograd.Function):
             yield tile_block[c0:c1], row_query[c0 * tile: c1 * tile]
 
     @staticmethod
+    def _scores(q, k_blocks, tb, rq, tile, dtype):
+        """Scores of one chunk of tiles as [rows, hpg, l_sel]: each tile's query rows against its key block."""
+        nt, hpg, d_k = tb.shape[0], q.shape[1], q.shape[-1]
+        q_rows = q.index_select(0, rq).view(nt, tile * hpg, d_k)
+        scores = torch.bmm(q_rows, k_blocks.index_select(0, tb).transpose(1, 2))
+        return scores.to(dtype).view(-1, hpg, k_blocks.shape[1]), q_rows
+
+    @staticmethod
     def forward(ctx, q, k_blocks, v_blocks, m_floor, row_query, tile_block, tile):
-        l_sel, (n_q, hpg, d_k), d_v = k_blocks.shape[1], q.shape, v_blocks.shape[-1]
+        l_sel, (n_q, hpg, _), d_v = k_blocks.shape[1], q.shape, v_blocks.shape[-1]
         acc = m_floor.dtype
         m = m_floor.clone()
         z = torch.zeros_like(m)
         u = torch.zeros(n_q, hpg, d_v, dtype=acc, device=q.device)
         for tb, rq in _SparseBlocks._chunks(tile_block, row_query, tile, tile * hpg * l_sel):
             nt = tb.shape[0]
-            w = torch.bmm(q.index_select(0, rq).view(nt, tile * hpg, d_k),
-                          k_blocks.index_select(0, tb).transpose(1, 2)).to(acc).view(-1, hpg, l_sel)
+            w, _ = _SparseBlocks._scores(q, k_blocks, tb, rq, tile, acc)
             m_new = m.clone().scatter_reduce_(0, rq.unsqueeze(1).expand(-1, hpg), w.amax(-1), reduce="amax")
             grow = torch.exp(m - m_new)  # rescale what was accumulated under the old maximum
             u.mul_(grow.unsqueeze(-1))
@@ -164,10 +171,9 @@ class _SparseBlocks(torch.autograd.Function):
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k_blocks), torch.zeros_like(v_blocks)
         for tb, rq in _SparseBlocks._chunks(tile_block, row_query, tile, tile * hpg * l_sel):
             nt = tb.shape[0]
-            q_rows = q.index_select(0, rq).view(nt, tile * hpg, d_k)
+            w, q_rows = _SparseBlocks._scores(q, k_blocks, tb, rq, tile, m.dtype)
             k_tiles, v_tiles = k_blocks.index_select(0, tb), v_blocks.index_select(0, tb)
             du_rows = du.index_select(0, rq).to(v_tiles.dtype).view(nt, tile * hpg, d_v)
-            w = torch.bmm(q_rows, k_tiles.transpose(1, 2)).to(m.dtype).view(-1, hpg, l_sel)
             w.sub_(m.index_select(0, rq).unsqueeze(-1)).exp_()
             w_tiles = w.view(nt, tile * hpg, l_sel)
             # u = w @ v, z = sum(w)  =>  dw = du @ v^T + dz;  w = exp(s - m)  =>  ds = dw * w

@@ -33,7 +33,6 @@ TARGET_PEAK_GB = 8.0  # S=16384, batched
 
 
 def build(path: str, device: str, dtype):
-    import torch
     import torch.nn as nn
     import torch.nn.functional as F
 

@@ -18,10 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from bench_attention import SHAPE  # noqa: E402  (same directory: one shape for both benchmarks)
 from nsa import NSAAttention, NSAConfig  # noqa: E402
 from nsa.selection import RANGE_BUILDERS  # noqa: E402
-
-SHAPE = dict(dim=256, n_heads=8, n_kv_groups=2, d_k=32, d_v=32)
 
 
 def timed(fn, device: str, repeats: int) -> float:

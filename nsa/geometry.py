@@ -7,7 +7,6 @@ started, j <= t // l_sel.
 
 from __future__ import annotations
 
-import torch
 
 from nsa.config import NSAConfig
 

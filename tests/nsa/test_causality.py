@@ -8,7 +8,7 @@ blocks (so top-k selection is active).
 import pytest
 import torch
 
-from nsa_test_utils import make_attn, make_cfg, rand_x, variant
+from nsa_test_utils import make_attn, make_cfg, rand_x
 
 # l=8, d=4, l_sel=8, n_sel=4 (32 tokens of selection, importance-driven from t=32), w=16
 S = 60

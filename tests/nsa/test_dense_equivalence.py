@@ -7,7 +7,6 @@ paths, both compression functions and both gate types.
 """
 
 import itertools
-import math
 
 import pytest
 import torch

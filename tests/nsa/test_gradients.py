@@ -1,6 +1,5 @@
 """Gradient flow, degenerate lengths and bf16."""
 
-import dataclasses
 
 import pytest
 import torch

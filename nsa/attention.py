@@ -30,6 +30,7 @@ from nsa.cache import NSACache
 from nsa.compression import Compressor
 from nsa.config import NSAConfig
 from nsa.geometry import num_cmp_blocks, num_sel_blocks
+from nsa.observability import span
 from nsa.rope import apply_rope
 from nsa.selection import RANGE_BUILDERS, choose_blocks, importance_from_cmp, overlap_weights
 
@@ -93,6 +94,11 @@ class NSAAttention(nn.Module):
         gate_hidden = max(16, cfg.dim // 4)
         self.gate = nn.Sequential(nn.Linear(cfg.dim, gate_hidden), nn.SiLU(), nn.Linear(gate_hidden, 3 * h))
         self.o_proj = nn.Linear(h * d_v, cfg.dim, bias=False)
+        # When record_stats is set, forward keeps detached gate/selection statistics in self.stats:
+        # gate_cmp/gate_sel/gate_win (mean gate value) and sel_mean_dist_blocks (mean distance, in selection
+        # blocks, from a query's block back to the blocks it selected). Off by default: it costs a few reductions.
+        self.record_stats = False
+        self.stats: dict[str, torch.Tensor] = {}
 
     # ------------------------------------------------------------------ projections
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
@@ -135,23 +141,45 @@ class NSAAttention(nn.Module):
         importance = torch.zeros(b, g, s, n_blocks, device=q.device)
         # Before t = n_sel * l_sel at most n_sel blocks have started and all are kept: importance cannot matter.
         first = min(s, cfg.n_sel * cfg.l_sel)
-        if k_cmp.shape[2] > 0:
-            for start, per_group in kernels.cmp_group_probabilities(q, k_cmp, cfg.l, cfg.d, first):  # Eq. 10
-                rows = per_group.shape[2]
-                importance[:, :, start: start + rows] = importance_from_cmp(  # Eq. 9
-                    per_group, n_blocks, cfg.l, cfg.d, cfg.l_sel)
-        return choose_blocks(importance, torch.arange(s, device=q.device), cfg.n_sel, cfg.l_sel)
+        with span("nsa.sel.importance"):
+            if k_cmp.shape[2] > 0:
+                for start, per_group in kernels.cmp_group_probabilities(q, k_cmp, cfg.l, cfg.d, first):  # Eq. 10
+                    rows = per_group.shape[2]
+                    importance[:, :, start: start + rows] = importance_from_cmp(  # Eq. 9
+                        per_group, n_blocks, cfg.l, cfg.d, cfg.l_sel)
+        with span("nsa.sel.topk"):
+            return choose_blocks(importance, torch.arange(s, device=q.device), cfg.n_sel, cfg.l_sel)
 
     def _branches_batched(self, p: NSAProjections) -> dict[str, torch.Tensor]:
         cfg = self.cfg
         s = p.q.shape[2]
-        blocks = self._select_batched(p.q, p.k_cmp, s)
-        ranges = RANGE_BUILDERS[cfg.selection](blocks, torch.arange(s, device=p.q.device), cfg.l_sel)
-        return {
-            "cmp": kernels.compressed_attention(p.q, p.k_cmp, p.v_cmp, cfg.l, cfg.d),
-            "sel": kernels.selected_attention(p.q, p.k_sel, p.v_sel, ranges, cfg.l_sel),
-            "win": kernels.window_attention(p.q, p.k_win, p.v_win, cfg.w),
-        }
+        out = {}
+        with span("nsa.cmp"):
+            out["cmp"] = kernels.compressed_attention(p.q, p.k_cmp, p.v_cmp, cfg.l, cfg.d)
+        with span("nsa.sel"):
+            blocks = self._select_batched(p.q, p.k_cmp, s)
+            with span(f"nsa.sel.ranges_{cfg.selection}"):
+                ranges = RANGE_BUILDERS[cfg.selection](blocks, torch.arange(s, device=p.q.device), cfg.l_sel)
+            out["sel"] = kernels.selected_attention(p.q, p.k_sel, p.v_sel, ranges, cfg.l_sel)
+        with span("nsa.win"):
+            out["win"] = kernels.window_attention(p.q, p.k_win, p.v_win, cfg.w)
+        if self.record_stats:
+            self._record_stats(p.gates, blocks)
+        return out
+
+    def _record_stats(self, gates: torch.Tensor, blocks: torch.Tensor | None) -> None:
+        """Detached gate and selection statistics of the last forward (see `stats`); no host sync here."""
+        cfg = self.cfg
+        with torch.no_grad():
+            mean_gates = gates.float().mean(dim=(0, 1, 2))
+            stats = {f"gate_{name}": mean_gates[i] for i, name in enumerate(BRANCHES)}
+            if blocks is not None:
+                # how far back (in selection blocks) the chosen blocks reach, over valid choices
+                current = torch.arange(blocks.shape[2], device=blocks.device).view(1, 1, -1, 1) // cfg.l_sel
+                valid = blocks >= 0
+                dist = ((current - blocks) * valid).sum() / valid.sum().clamp(min=1)
+                stats["sel_mean_dist_blocks"] = dist.float()
+        self.stats = stats
 
     # ------------------------------------------------------------------ per-token path (oracle and decode)
     def _attend_one(self, q_t, t: int, k_cmp, v_cmp, k_sel, v_sel, k_win, v_win):
@@ -230,7 +258,10 @@ class NSAAttention(nn.Module):
     def _branches(self, p: NSAProjections) -> dict[str, torch.Tensor]:
         if self.cfg.prefill == "batched":
             return self._branches_batched(p)
-        return self._branches_sequential(p)[0]
+        out, blocks = self._branches_sequential(p)
+        if self.record_stats:
+            self._record_stats(p.gates, blocks)
+        return out
 
     def _combine(self, branches: dict[str, torch.Tensor], gates: torch.Tensor) -> torch.Tensor:
         """o_proj(sum_c gate_c * branch_c); branches [B, H, S, d_v], gates [B, S, H, 3] -> [B, S, dim]."""

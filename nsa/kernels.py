@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from nsa.geometry import num_cmp_blocks as num_cmp_visible
+from nsa.observability import audited_sdpa
 
 # Query rows per SDPA chunk of the sliding-window kernel. Measured on the 2-core CPU, w=512, S=2048, fwd+bwd:
 # 64 -> 37 ms, 128 -> 40 ms, 256 -> 45 ms, 512 -> 63 ms (smaller chunks waste fewer masked keys).
@@ -24,9 +25,9 @@ SEL_TILE = 64
 SCORE_CHUNK = 1 << 22
 
 
-def _sdpa(q, k, v, mask=None, causal=False):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
-                                          enable_gqa=q.shape[1] != k.shape[1])
+def _sdpa(site: str, q, k, v, mask=None, causal=False):
+    return audited_sdpa(site, F.scaled_dot_product_attention, q, k, v, attn_mask=mask, is_causal=causal,
+                        enable_gqa=q.shape[1] != k.shape[1])
 
 
 def cmp_mask(s: int, n_cmp: int, l: int, d: int, device) -> torch.Tensor:
@@ -50,7 +51,7 @@ def compressed_attention(q, k_cmp, v_cmp, l: int, d: int) -> torch.Tensor:
     seen = s - (l - 1)  # queries that see at least one block; n_cmp * d >= seen
     qg = F.pad(q[:, :, l - 1:], (0, 0, 0, n_cmp * d - seen))
     qg = qg.view(b, h, n_cmp, d, d_k).transpose(2, 3).reshape(b, h * d, n_cmp, d_k)  # head h*d + r -> group h//hpg
-    out = _sdpa(qg, k_cmp, v_cmp, causal=True)
+    out = _sdpa("cmp", qg, k_cmp, v_cmp, causal=True)
     out = out.view(b, h, d, n_cmp, d_v).transpose(2, 3).reshape(b, h, n_cmp * d, d_v)[:, :, :seen]
     return F.pad(out, (0, 0, l - 1, 0))
 
@@ -90,7 +91,7 @@ def window_attention(q, k, v, w: int, chunk: int = WINDOW_CHUNK) -> torch.Tensor
     b, h, s, d_k = q.shape
     g = k.shape[1]
     if s <= w:
-        return _sdpa(q, k, v, causal=True)  # square causal mask: t sees [0, t]
+        return _sdpa("win", q, k, v, causal=True)  # square causal mask: t sees [0, t]
     c = min(chunk, s)
     n_chunks = -(-s // c)
     tail = n_chunks * c - s
@@ -105,7 +106,7 @@ def window_attention(q, k, v, w: int, chunk: int = WINDOW_CHUNK) -> torch.Tensor
     j = torch.arange(w + c, device=q.device).view(1, 1, w + c)
     n = torch.arange(n_chunks, device=q.device).view(n_chunks, 1, 1)
     mask = (j > r) & (j <= r + w) & (j >= w - n * c)  # key position n*c - w + j in (t - w, t], >= 0
-    out = _sdpa(qc, kw, vw, mask.repeat(b, 1, 1).unsqueeze(1))
+    out = _sdpa("win", qc, kw, vw, mask.repeat(b, 1, 1).unsqueeze(1))
     out = out.view(b, n_chunks, h, c, -1).transpose(1, 2).reshape(b, h, n_chunks * c, -1)
     return out[:, :, :s]
 

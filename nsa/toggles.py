@@ -37,8 +37,54 @@ TOGGLES: dict[str, Toggle] = {
         Toggle("NSA_SEL_RANGES_V2", "bool", None, "nsa.NSAAttention",
                "1: vectorized selection-range builder (cfg.selection='v2'); 0: the simple loop ('v1'). "
                "Unset: the config decides."),
+        Toggle("NSA_DDP_COMPRESS", "choice", "none", "trainer (DDP)",
+               "Gradient all-reduce compression hook: bf16 or fp16 halves the bytes sent (gradients are cast, "
+               "averaged, cast back); none: plain fp32 all-reduce. Ignored (with a message) without DDP.",
+               choices=("none", "bf16", "fp16")),
+        Toggle("NSA_DDP_BUCKET_MB", "int", 25, "trainer (DDP)",
+               "DDP gradient bucket size in MB (bucket_cap_mb)."),
+        Toggle("NSA_SDPA_AUDIT", "bool", False, "trainer",
+               "1: record which SDPA backend (flash/efficient/cudnn/math) served each attention call site; "
+               "rank 0 writes out_dir/sdpa_audit.json."),
+        Toggle("NSA_SDPA_FLASH_ONLY", "bool", False, "trainer",
+               "1: allow only the flash SDPA backend (a call flash cannot serve fails loudly)."),
+        Toggle("NSA_SDPA_NO_FLASH", "bool", False, "trainer",
+               "1: forbid the flash SDPA backend (efficient/cudnn/math remain)."),
+        Toggle("NSA_NVTX", "bool", False, "trainer",
+               "1: named ranges per branch and selection stage (nsa.cmp, nsa.sel, nsa.win, nsa.sel.importance, "
+               "nsa.sel.topk, nsa.sel.ranges_v2) plus per step: NVTX on CUDA, profiler ranges everywhere."),
+        Toggle("NSA_TB_DISABLE", "bool", False, "trainer", "1: do not write TensorBoard scalars."),
+        Toggle("NSA_DISABLE_AUX_STATS", "bool", False, "trainer",
+               "1: skip the gate and selection statistics logged with the heartbeats."),
+        Toggle("NSA_OPT_FUSED", "bool", False, "trainer",
+               "1: fused AdamW (CUDA only; on CPU the trainer says it is ignored)."),
+        Toggle("NSA_FAULT", "fault", None, "trainer (testing aid)",
+               "Deliberate failure for testing the validation suite: crash@STEP, hang@STEP or nan@STEP, "
+               "optionally :RANK (default every rank). Never set it in a real run."),
     )
 }
+
+FAULT_KINDS = ("crash", "hang", "nan")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A deliberate failure (NSA_FAULT): `kind` at optimizer step `step` on `rank` (None: every rank)."""
+
+    kind: str
+    step: int
+    rank: int | None = None
+
+    def fires(self, step: int, rank: int) -> bool:
+        return step == self.step and (self.rank is None or self.rank == rank)
+
+
+def _parse_fault(value: str) -> Fault:
+    kind, at, rest = value.partition("@")
+    step_text, _, rank_text = rest.partition(":")
+    if kind not in FAULT_KINDS or not at or not step_text.isdigit() or (rank_text and not rank_text.isdigit()):
+        raise ValueError(value)
+    return Fault(kind, int(step_text), int(rank_text) if rank_text else None)
 
 
 def parse(name: str, environ: Mapping[str, str] | None = None):
@@ -51,13 +97,15 @@ def parse(name: str, environ: Mapping[str, str] | None = None):
     value = raw.strip().lower()
     parsers: dict[str, Callable[[str], object]] = {
         "bool": _parse_bool,
-        "int": int,
+        "int": _parse_positive_int,
         "choice": lambda v: v if v in toggle.choices else _bad(v),
+        "fault": _parse_fault,
     }
     try:
         return parsers[toggle.kind](value)
     except ValueError:
-        expected = {"bool": "0 or 1", "int": "an integer", "choice": " | ".join(toggle.choices)}[toggle.kind]
+        expected = {"bool": "0 or 1", "int": "a positive integer", "choice": " | ".join(toggle.choices),
+                    "fault": "crash@STEP, hang@STEP or nan@STEP, optionally :RANK"}[toggle.kind]
         raise ValueError(f"environment variable {name}={raw!r} is invalid: expected {expected}") from None
 
 
@@ -69,6 +117,13 @@ def _parse_bool(value: str) -> bool:
     raise ValueError(value)
 
 
+def _parse_positive_int(value: str) -> int:
+    number = int(value)
+    if number <= 0:
+        raise ValueError(value)
+    return number
+
+
 def _bad(value: str):
     raise ValueError(value)
 
@@ -76,7 +131,8 @@ def _bad(value: str):
 def table_markdown() -> str:
     rows = ["| variable | values | default | used by | meaning |", "|---|---|---|---|---|"]
     for t in TOGGLES.values():
-        values = {"bool": "0/1", "int": "integer", "choice": "/".join(t.choices)}[t.kind]
+        values = {"bool": "0/1", "int": "positive integer", "choice": "/".join(t.choices),
+                  "fault": "KIND@STEP[:RANK]"}[t.kind]
         default = "unset" if t.default is None else str(t.default)
         rows.append(f"| `{t.name}` | {values} | {default} | {t.consumer} | {t.help} |")
     return "\n".join(rows)

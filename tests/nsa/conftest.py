@@ -12,7 +12,9 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-NSA_ENV_VARS = ("NSA_PREFILL_BATCHED", "NSA_SEL_RANGES_V2")
+from nsa.toggles import TOGGLES  # noqa: E402
+
+NSA_ENV_VARS = tuple(TOGGLES)
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,130 @@
+"""Process-group setup and model wrapping for the trainer: single process, DDP or FSDP2.
+
+Launched by torchrun (RANK / WORLD_SIZE / LOCAL_RANK in the environment) or alone (world size 1, no process
+group). Backend: nccl on CUDA, gloo on CPU. The process-group timeout is configurable (train.pg_timeout_s).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+COMPRESS_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class LaunchError(RuntimeError):
+    """The launch environment cannot run what was asked (e.g. CUDA requested but absent)."""
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str | None  # None: no process group (single process)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.backend is not None
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise LaunchError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def init(device: str = "auto", pg_timeout_s: float = 600.0) -> DistInfo:
+    """Read the torchrun environment, pick the device and, with more than one rank, start the process group."""
+    rank, world, local = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1), _env_int("LOCAL_RANK", 0)
+    if device == "cuda" and not torch.cuda.is_available():
+        raise LaunchError("train.device is 'cuda' but no CUDA device is available")
+    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        if local >= torch.cuda.device_count():
+            raise LaunchError(f"LOCAL_RANK={local} but only {torch.cuda.device_count()} CUDA device(s) are visible")
+        torch.cuda.set_device(local)
+        dev = torch.device("cuda", local)
+    else:
+        dev = torch.device("cpu")
+    backend = None
+    if world > 1:
+        backend = "nccl" if use_cuda else "gloo"
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=pg_timeout_s),
+                                device_id=dev if use_cuda else None)
+    return DistInfo(rank=rank, world_size=world, local_rank=local, device=dev, backend=backend)
+
+
+def shutdown() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def compress_hook(dtype: torch.dtype):
+    """A DDP communication hook that all-reduces each gradient bucket in `dtype` (bf16 or fp16).
+
+    Like torch's fp16/bf16_compress_hook (cast, divide by world size, all-reduce, cast back into the bucket),
+    written here so it runs on gloo as well as NCCL (torch's bf16 hook refuses non-NCCL groups).
+    """
+
+    def hook(state, bucket):  # (no annotations: DDP checks them against the real classes)
+        group = state if state is not None else dist.group.WORLD
+        buffer = bucket.buffer()
+        compressed = buffer.to(dtype).div_(dist.get_world_size(group))
+        fut = dist.all_reduce(compressed, group=group, async_op=True).get_future()
+
+        def decompress(f):
+            buffer.copy_(f.value()[0])
+            return buffer
+
+        return fut.then(decompress)
+
+    return hook
+
+
+def wrap_ddp(model: nn.Module, info: DistInfo, bucket_mb: int, compress: str) -> nn.Module:
+    """DistributedDataParallel with bucket_cap_mb and, unless compress == "none", the compression hook."""
+    ddp = nn.parallel.DistributedDataParallel(
+        model, device_ids=[info.device.index] if info.device.type == "cuda" else None, bucket_cap_mb=bucket_mb)
+    if compress != "none":
+        ddp.register_comm_hook(None, compress_hook(COMPRESS_DTYPES[compress]))
+    return ddp
+
+
+def wrap_fsdp(model: nn.Module) -> nn.Module:
+    """FSDP2: every transformer block sharded on its own, then the root (embedding, final norm, head)."""
+    from torch.distributed.fsdp import fully_shard
+
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    return model
+
+
+def all_reduce_sum(values: list[float], info: DistInfo) -> list[float]:
+    """Element-wise sum of `values` over all ranks (float64; identity without a process group)."""
+    if not info.distributed:
+        return list(values)
+    device = info.device if info.backend == "nccl" else torch.device("cpu")
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def barrier(info: DistInfo) -> None:
+    if info.distributed:
+        dist.barrier()

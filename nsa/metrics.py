@@ -1,0 +1,73 @@
+"""Per-step measurements: memory, device peak FLOP/s and MFU."""
+
+from __future__ import annotations
+
+import resource
+import sys
+
+import torch
+
+# Dense (no sparsity) peak TFLOP/s per device: (name substring, bf16/fp16 tensor core, fp32 non-tensor).
+# First match wins, so more specific names come first. Sources: NVIDIA data sheets.
+DEVICE_PEAKS = (
+    ("H100 PCIe", 756.0, 51.0),
+    ("H100", 989.4, 66.9),
+    ("H200", 989.4, 66.9),
+    ("GH200", 989.4, 66.9),
+    ("B200", 2250.0, 80.0),
+    ("A100", 312.0, 19.5),
+    ("L40S", 362.1, 91.6),
+    ("L4", 121.0, 30.3),
+    ("A10G", 70.0, 31.2),
+    ("V100", 125.0, 15.7),
+)
+
+GB = 1024 ** 3
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "cpu"
+
+
+def peak_flops(device: torch.device, precision: str, override_tflops: float | None = None) -> float | None:
+    """Peak FLOP/s of one device at this precision, or None when unknown (CPU, unlisted GPU)."""
+    if override_tflops is not None:
+        return override_tflops * 1e12
+    if device.type != "cuda":
+        return None
+    name = device_name(device)
+    for pattern, low_precision, fp32 in DEVICE_PEAKS:
+        if pattern in name:
+            return (low_precision if precision in ("bf16", "fp16") else fp32) * 1e12
+    return None
+
+
+def mfu(flops_per_token: float, tokens_per_s: float, world_size: int, peak: float | None) -> float | None:
+    """Model FLOPs utilization: achieved FLOP/s over all devices' peak."""
+    if peak is None or tokens_per_s <= 0:
+        return None
+    return flops_per_token * tokens_per_s / (peak * world_size)
+
+
+def memory_gb(device: torch.device) -> tuple[float, float]:
+    """(allocated, reserved) in GiB. CUDA: allocated now and peak reserved by the caching allocator.
+    CPU: resident set size now and the process's peak resident set size."""
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device) / GB, torch.cuda.max_memory_reserved(device) / GB
+    now = _rss_bytes()
+    return now / GB, max(now, _peak_rss_bytes()) / GB
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+    except OSError:
+        return _peak_rss_bytes()
+
+
+def _peak_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024

@@ -1,0 +1,201 @@
+"""NSAModel: a decoder-only, LLaMA-style language model whose attention is Native Sparse Attention.
+
+    tokens -> embedding -> n_layers x [x + NSA(RMSNorm(x)); x + SwiGLU(RMSNorm(x))] -> RMSNorm -> head -> logits
+
+Read top to bottom: ModelConfig, the two sub-layers, the block, the model, then the cost model (parameter count
+and FLOPs per token) the trainer uses for MFU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from nsa.attention import NSAAttention
+from nsa.config import NSAConfig
+from nsa.geometry import decode_reads, num_cmp_blocks
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of an NSAModel. The NSA fields (l, d, l_sel, n_sel, w, phi, gate, rope_theta) mean what they mean
+    in NSAConfig; ffn_hidden=None picks LLaMA's SwiGLU width (8/3 * dim rounded up to a multiple of 64)."""
+
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_groups: int
+    d_k: int
+    d_v: int
+    l: int = 32
+    d: int = 16
+    l_sel: int = 64
+    n_sel: int = 16
+    w: int = 512
+    phi: str = "mlp"
+    gate: str = "sigmoid"
+    rope_theta: float = 10000.0
+    ffn_hidden: int | None = None
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = False
+    init_std: float = 0.02
+    activation_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "n_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
+        if self.ffn_hidden is not None and (isinstance(self.ffn_hidden, bool) or not isinstance(self.ffn_hidden, int)
+                                            or self.ffn_hidden <= 0):
+            raise ValueError(f"ModelConfig.ffn_hidden must be a positive integer or None, got {self.ffn_hidden!r}")
+        for name in ("norm_eps", "init_std"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"ModelConfig.{name} must be a positive number, got {value!r}")
+        for name in ("tie_embeddings", "activation_checkpointing"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ModelConfig.{name} must be true or false, got {getattr(self, name)!r}")
+        self.attention()  # validates the NSA fields, naming them
+
+    def attention(self) -> NSAConfig:
+        nsa_fields = {f.name for f in fields(NSAConfig)}
+        return NSAConfig(**{k: v for k, v in asdict(self).items() if k in nsa_fields})
+
+    @property
+    def hidden(self) -> int:
+        return self.ffn_hidden or 64 * math.ceil(8 * self.dim / 3 / 64)
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.w_gate = nn.Linear(dim, hidden, bias=False)
+        self.w_up = nn.Linear(dim, hidden, bias=False)
+        self.w_down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attn_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.attn = NSAAttention(cfg.attention())
+        self.mlp_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.mlp = SwiGLU(cfg.dim, cfg.hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class NSAModel(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.reset_parameters()
+        if cfg.tie_embeddings:
+            self.head.weight = self.tok_emb.weight
+
+    def reset_parameters(self) -> None:
+        """GPT-2/LLaMA-style init: N(0, init_std) weights, zero biases, residual outputs scaled by
+        1/sqrt(2 * n_layers); the NSA compressors' own position embeddings keep their init."""
+        std = self.cfg.init_std
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, 0.0, std)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+        for block in self.blocks:
+            for residual_out in (block.attn.o_proj, block.mlp.w_down):
+                nn.init.normal_(residual_out.weight, 0.0, std / math.sqrt(2 * self.cfg.n_layers))
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """input_ids [B, S] (int64) -> logits [B, S, vocab_size]."""
+        if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"NSAModel expects input_ids of shape [B, S] (integer), "
+                             f"got {tuple(input_ids.shape)} {input_ids.dtype}")
+        x = self.tok_emb(input_ids)
+        for block in self.blocks:
+            if self.cfg.activation_checkpointing and torch.is_grad_enabled():
+                # the block is bound here, per iteration: each layer recomputes itself (non-reentrant, DDP-safe)
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        return self.head(self.norm(x))
+
+    def loss(self, input_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross entropy (computed in fp32)."""
+        return lm_loss(self(input_ids), targets)
+
+    # ------------------------------------------------------------------ statistics
+    def set_record_stats(self, enabled: bool) -> None:
+        for block in self.blocks:
+            block.attn.record_stats = enabled
+
+    def aux_stats(self) -> dict[str, float]:
+        """Gate and selection statistics of the last forward with record_stats on, averaged over layers."""
+        per_layer = [block.attn.stats for block in self.blocks if block.attn.stats]
+        if not per_layer:
+            return {}
+        return {key: float(torch.stack([s[key] for s in per_layer]).mean()) for key in per_layer[0]}
+
+    # ------------------------------------------------------------------ cost model
+    def num_params(self) -> int:
+        """Trainable parameters (a tied embedding counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def flops_per_token(self, seq_len: int) -> float:
+        return flops_per_token(self.cfg, seq_len)
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross entropy of logits [B, S, V] against targets [B, S], in fp32."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+
+def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+    """Training FLOPs per token (forward + backward = 3x forward) at sequence length seq_len.
+
+    Dense: 2 FLOPs per weight of every matmul a token goes through (projections, gate MLP, SwiGLU, head), plus the
+    compression MLP (run once per compression block, i.e. shared by d tokens). Attention: what NSA computes,
+    averaged over positions 0..seq_len-1: per head, 2*(d_k + d_v) FLOPs per key read, keys read = visible
+    compressed tokens + the selected blocks' tokens + the window (nsa.decode_reads), plus the forward-only
+    importance scores (2*d_k per visible compressed token). Embedding lookups and norms are not counted.
+    """
+    a = cfg.attention()
+    h, g = cfg.n_heads, cfg.n_kv_groups
+    gate_hidden = max(16, cfg.dim // 4)
+    per_layer = (cfg.dim * h * a.d_k + cfg.dim * g * 3 * (a.d_k + a.d_v)
+                 + cfg.dim * gate_hidden + gate_hidden * 3 * h + h * a.d_v * cfg.dim + 3 * cfg.dim * cfg.hidden)
+    dense = 2.0 * (cfg.n_layers * per_layer + cfg.dim * cfg.vocab_size)
+    if a.phi == "mlp":  # fc1 (l*width -> 2*width) and fc2 (2*width -> width) per block, for keys and values
+        per_block = sum(a.l * wd * 2 * wd + 2 * wd * wd for wd in (a.d_k, a.d_v)) * g
+        dense += 2.0 * cfg.n_layers * per_block * num_cmp_blocks(seq_len, a.l, a.d) / seq_len
+    reads, cmp_reads = _mean_reads(a, seq_len)
+    attention = cfg.n_layers * h * (2.0 * (a.d_k + a.d_v) * reads)
+    importance = cfg.n_layers * h * 2.0 * a.d_k * cmp_reads
+    return 3.0 * (dense + attention) + importance
+
+
+@lru_cache(maxsize=64)
+def _mean_reads(a: NSAConfig, seq_len: int) -> tuple[float, float]:
+    """Mean over positions of (keys read per head, compressed keys read) for a sequence of seq_len tokens."""
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    total = sum(decode_reads(t, a) for t in range(1, seq_len + 1))
+    cmp_total = sum(num_cmp_blocks(t, a.l, a.d) for t in range(1, seq_len + 1))
+    return total / seq_len, cmp_total / seq_len

@@ -1,0 +1,194 @@
+"""Training run configuration: YAML files with `model`, `train` and `data` sections, validated key by key.
+
+    model:  ModelConfig fields (nsa.model)
+    train:  TrainConfig fields (below)
+    data:   DataConfig fields (nsa.data)
+
+Every key is checked: an unknown key or a value of the wrong type is a ConfigError naming the file and the
+dotted key. Missing keys take the dataclass defaults. Command-line flags override keys (`apply_overrides`), and
+the resolved config is written back to the run's out_dir (config.yaml) so a run says exactly what it ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from nsa.data import DataConfig
+from nsa.model import ModelConfig
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+PARALLEL = ("auto", "none", "ddp", "fsdp")
+LR_SCHEDULES = ("cosine", "constant")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class ConfigError(ValueError):
+    """A user-caused configuration problem; the message is one line naming the file and key."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train. Step counts are optimizer steps; batch_size is per rank and per micro-batch, so one step
+    consumes world_size * batch_size * accum sequences of seq_len tokens."""
+
+    steps: int = 1000
+    seq_len: int = 2048
+    batch_size: int = 2
+    accum: int = 1
+    lr: float = 3e-4
+    warmup_steps: int = 0
+    lr_schedule: str = "cosine"
+    decay_steps: int | None = None  # cosine length (after warmup); None: `steps`
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # 0 disables clipping (the norm is still measured and logged)
+    precision: str = "bf16"
+    parallel: str = "auto"  # auto: DDP when launched with more than one rank, else a single process
+    device: str = "auto"
+    compile: bool = False
+    seed: int = 1337
+    log_every: int = 20
+    save_every: int = 5000
+    keep_checkpoints: int = 2
+    eval_every: int = 0  # 0: no evaluation
+    eval_batches: int = 4
+    profile_steps: int = 0  # >0: torch profiler trace of that many steps after profile_start
+    profile_start: int = 5
+    pg_timeout_s: float = 600.0
+    peak_tflops: float | None = None  # per-device peak for MFU; None: looked up from the device name
+    out_dir: str = "artifacts/run"
+
+    def __post_init__(self) -> None:
+        positive = ("steps", "seq_len", "batch_size", "accum", "log_every", "save_every", "keep_checkpoints",
+                    "eval_batches", "profile_start")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"train.{name} must be positive, got {getattr(self, name)}")
+        for name in ("warmup_steps", "eval_every", "profile_steps", "weight_decay", "grad_clip", "min_lr_ratio"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("lr", "pg_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"train.{name} must be positive, got {getattr(self, name)}")
+        if self.decay_steps is not None and self.decay_steps <= 0:
+            raise ValueError(f"train.decay_steps must be positive or null, got {self.decay_steps}")
+        if self.peak_tflops is not None and not self.peak_tflops > 0:
+            raise ValueError(f"train.peak_tflops must be positive or null, got {self.peak_tflops}")
+        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
+            raise ValueError(f"train.beta1/beta2 must be in [0, 1), got {self.beta1}, {self.beta2}")
+        for name, choices in (("precision", PRECISIONS), ("parallel", PARALLEL), ("lr_schedule", LR_SCHEDULES),
+                              ("device", DEVICES)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"train.{name} must be one of {' | '.join(choices)}, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: ModelConfig
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": dataclasses.asdict(self.model), "train": dataclasses.asdict(self.train),
+                "data": dataclasses.asdict(self.data)}
+
+
+SECTIONS = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig}
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read and validate a YAML run config; ConfigError names the file and key of any problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return config_from_dict(raw, str(path))
+
+
+def config_from_dict(raw: Any, where: str = "<config>") -> RunConfig:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a mapping with sections {', '.join(SECTIONS)}")
+    unknown = [k for k in raw if k not in SECTIONS]
+    if unknown:
+        raise ConfigError(f"{where}: unknown section {unknown[0]!r} (expected one of: {', '.join(SECTIONS)})")
+    if "model" not in raw:
+        raise ConfigError(f"{where}: missing section 'model'")
+    built = {name: _build(cls, raw.get(name) or {}, name, where) for name, cls in SECTIONS.items()}
+    return RunConfig(**built)
+
+
+def apply_overrides(cfg: RunConfig, overrides: Mapping[str, Any], where: str = "command line") -> RunConfig:
+    """cfg with dotted keys replaced ({"train.steps": 10, "data.dataset": "text"}), validated again."""
+    merged = cfg.to_dict()
+    for dotted, value in overrides.items():
+        section, _, key = dotted.partition(".")
+        if section not in merged or key not in merged[section]:
+            raise ConfigError(f"{where}: unknown key {dotted!r}")
+        merged[section][key] = value
+    return config_from_dict(merged, where)
+
+
+def save_config(cfg: RunConfig, path: str | Path) -> None:
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    tmp.replace(path)
+
+
+def _build(cls, values: Any, section: str, where: str):
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{where}: section '{section}' must be a mapping, got {type(values).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in fields(cls)]
+    kwargs = {}
+    for key, value in values.items():
+        if key not in names:
+            raise ConfigError(f"{where}: unknown key '{section}.{key}' (known keys: {', '.join(names)})")
+        kwargs[key] = _coerce(value, hints[key], f"{section}.{key}", where)
+    missing = [f.name for f in fields(cls) if f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING and f.name not in kwargs]
+    if missing:
+        raise ConfigError(f"{where}: missing key '{section}.{missing[0]}'")
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _coerce(value: Any, hint: Any, key: str, where: str) -> Any:
+    """value checked against a field type (int, float, str, bool, or X | None)."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
+        else (hint,)
+    if value is None:
+        if type(None) in options:
+            return None
+        raise ConfigError(f"{where}: '{key}' must not be null")
+    base = next(t for t in options if t is not type(None))
+    if base is bool and isinstance(value, bool):
+        return value
+    if base is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if base is float and not isinstance(value, bool):
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "2e-4" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    if base is str and isinstance(value, str):
+        return value
+    expected = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[base]
+    raise ConfigError(f"{where}: '{key}' must be {expected}, got {value!r}")

@@ -1,0 +1,114 @@
+"""Run control for the trainer: stack dumps, clean stops, and deliberate faults.
+
+- SIGUSR1: every thread's stack goes to out_dir/stackdump_rank{r}_{time}.txt (Python level, with thread names
+  and the current step) and, from the C level, to out_dir/stackdump_rank{r}.txt (faulthandler: written even
+  when the main thread is stuck inside a C call such as a hung collective). Training continues.
+- SIGTERM / SIGINT: a stop is requested; the trainer finishes the current step, saves a checkpoint and exits 0.
+  A second SIGINT raises KeyboardInterrupt as usual.
+- out_dir/.HALT (written by a person or `nsa-train watchdog`): stop at the next step with a final checkpoint.
+- NSA_FAULT (nsa.toggles.Fault): crash, hang or NaN at a given step on purpose, for testing the validation suite.
+
+All ranks agree on stopping through one small all-reduce per step in the trainer, so one rank's signal, .HALT
+or non-finite loss stops every rank at the same step.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from nsa.toggles import Fault
+from nsa.watchdog import HALT_NAME
+
+
+class InjectedCrash(RuntimeError):
+    """Raised by NSA_FAULT=crash@STEP."""
+
+
+class RunControl:
+    def __init__(self, out_dir: Path, rank: int, fault: Fault | None = None):
+        self.out_dir, self.rank, self.fault = Path(out_dir), rank, fault
+        self.stop_signal: str | None = None
+        self.step = 0
+        self._installed: dict[int, object] = {}
+        self._fault_file = None
+        self._interrupts = 0
+
+    # ------------------------------------------------------------------ signals
+    def install(self) -> None:
+        """Install the handlers (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._installed[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._on_stop)
+        self._installed[signal.SIGINT] = signal.signal(signal.SIGINT, self._on_stop)
+        self._installed[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._on_usr1)
+        # C-level dump chained in front of the Python handler: works while the interpreter is blocked
+        self._fault_file = open(self.out_dir / f"stackdump_rank{self.rank}.txt", "a")
+        faulthandler.register(signal.SIGUSR1, file=self._fault_file, all_threads=True, chain=True)
+
+    def uninstall(self) -> None:
+        if signal.SIGUSR1 in self._installed:
+            faulthandler.unregister(signal.SIGUSR1)
+        for signum, previous in self._installed.items():
+            signal.signal(signum, previous)
+        self._installed.clear()
+        if self._fault_file is not None:
+            self._fault_file.close()
+            path = Path(self._fault_file.name)
+            if path.exists() and path.stat().st_size == 0:  # no dump happened: leave no empty file behind
+                path.unlink()
+            self._fault_file = None
+
+    def _on_stop(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if signum == signal.SIGINT:
+            self._interrupts += 1
+            if self._interrupts > 1:
+                raise KeyboardInterrupt
+        self.stop_signal = self.stop_signal or name
+
+    def _on_usr1(self, signum, frame) -> None:
+        self.dump_stacks("SIGUSR1")
+
+    def dump_stacks(self, reason: str) -> Path:
+        """Write every thread's Python stack to a new stackdump file; returns its path."""
+        stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{int(time.time() * 1000) % 1000:03d}"
+        path = self.out_dir / f"stackdump_rank{self.rank}_{stamp}.txt"
+        names = {t.ident: t.name for t in threading.enumerate()}
+        lines = [f"# stack dump: rank {self.rank}, step {self.step}, reason {reason}, {time.ctime()}\n"]
+        for ident, frame in sys._current_frames().items():
+            lines.append(f"\n## thread {names.get(ident, '?')} ({ident})\n")
+            lines.extend(traceback.format_stack(frame))
+        path.write_text("".join(lines))
+        return path
+
+    # ------------------------------------------------------------------ stop requests
+    def halt_requested(self) -> bool:
+        return (self.out_dir / HALT_NAME).exists()
+
+    def halt_reason(self) -> str:
+        try:
+            return (self.out_dir / HALT_NAME).read_text().strip()[:500] or "empty .HALT file"
+        except OSError:
+            return ".HALT file"
+
+    # ------------------------------------------------------------------ deliberate faults
+    def fault_at(self, step: int) -> str | None:
+        """The fault kind to inject at this step on this rank, or None."""
+        if self.fault is not None and self.fault.fires(step, self.rank):
+            return self.fault.kind
+        return None
+
+    def crash(self, step: int) -> None:
+        raise InjectedCrash(f"NSA_FAULT injected crash at step {step} on rank {self.rank}")
+
+    def hang(self, step: int) -> None:
+        """Block this rank forever (it ignores stop requests; only a kill ends it), like a stuck collective."""
+        self.step = step
+        while True:
+            time.sleep(1.0)

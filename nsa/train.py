@@ -1,0 +1,560 @@
+"""nsa-train: train an NSAModel in one process or under torchrun (DDP or FSDP2).
+
+    python -m nsa.train --config configs/tiny_cpu.yaml --steps 50
+    torchrun --nproc_per_node=2 -m nsa.train --config configs/m7c_125m_2xa100_production.yaml --ddp 1
+    nsa-train watchdog --dir artifacts/run --halt 1 --interval 30
+
+Flags override the config file (nsa.run_config); the resolved config is saved as out_dir/config.yaml. Outputs
+are described in nsa.outputs; environment toggles in nsa.toggles; stop/dump/fault behaviour in nsa.safety.
+
+Exit codes: 0 completed, halted (.HALT) or stopped by SIGTERM/SIGINT with a checkpoint; 1 crashed (traceback
+printed, status.json says why); 2 bad command line, config or data; 3 stopped on a non-finite loss or gradient.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import logging
+import math
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from nsa import checkpoint, distributed, observability, outputs, toggles
+from nsa.data import DATASETS, DataError, build_eval_source, build_source
+from nsa.distributed import DistInfo, LaunchError
+from nsa.heartbeat import HeartbeatWriter
+from nsa.metrics import device_name, memory_gb, mfu, peak_flops
+from nsa.model import NSAModel, flops_per_token, lm_loss
+from nsa.optim import build_adamw, lr_at
+from nsa.run_config import ConfigError, RunConfig, apply_overrides, load_config, save_config
+from nsa.safety import RunControl
+from nsa.watchdog import HALT_NAME
+
+log = logging.getLogger("nsa.train")
+
+DEFAULT_CONFIG = "configs/m7c_125m_2xa100_production.yaml"
+EXIT_OK, EXIT_CRASH, EXIT_USAGE, EXIT_NONFINITE = 0, 1, 2, 3
+
+
+class UsageError(ValueError):
+    """A bad combination of flags or launch settings."""
+
+
+# ---------------------------------------------------------------------- command line
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, like argparse but naming the tool
+        self.exit(EXIT_USAGE, f"nsa-train: error: {message} (see nsa-train --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="nsa-train", allow_abbrev=False,
+                description="Train an NSA language model (single process, or DDP/FSDP2 under torchrun). "
+                            "Subcommand: `nsa-train watchdog --dir OUT` (see `nsa-train watchdog --help`).")
+    a = p.add_argument
+    a("--config", help=f"run config YAML (default: $CONFIG, else {DEFAULT_CONFIG})")
+    a("--dataset", choices=DATASETS, help="data source (data.dataset)")
+    a("--data-path", help="file, directory or glob of local data (data.path)")
+    a("--loader-timeout", type=float, metavar="S", help="seconds to wait for one batch (data.loader_timeout_s)")
+    a("--ddp", type=int, choices=(0, 1), help="1: DistributedDataParallel; 0: single process (train.parallel)")
+    a("--fsdp", action="store_true", help="FSDP2 (fully_shard per block) instead of DDP")
+    a("--steps", type=int, help="optimizer steps in total (train.steps)")
+    a("--seq-len", type=int, help="tokens per sequence (train.seq_len)")
+    a("--batch-size", type=int, help="sequences per rank per micro-batch (train.batch_size)")
+    a("--accum", type=int, help="micro-batches per optimizer step (train.accum)")
+    a("--precision", choices=("fp32", "bf16", "fp16"), help="autocast precision; weights stay fp32")
+    a("--lr", type=float, help="peak learning rate (train.lr)")
+    a("--seed", type=int, help="seed for weights and data (train.seed)")
+    a("--out-dir", help="output directory (train.out_dir)")
+    a("--resume", action="store_true", help="continue from the latest checkpoint in out_dir")
+    a("--compile", action="store_true", help="torch.compile the model")
+    a("--device", choices=("auto", "cpu", "cuda"), help="train.device")
+    a("--log-every", type=int, help="console/aux-stat interval in steps (train.log_every)")
+    a("--save-every", type=int, help="checkpoint interval in steps (train.save_every)")
+    a("--eval-every", type=int, help="evaluation interval in steps, 0 = none (train.eval_every)")
+    a("--profile-steps", type=int, help="torch profiler trace of this many steps (train.profile_steps)")
+    a("--activation-checkpointing", type=int, choices=(0, 1), help="model.activation_checkpointing")
+    a("--pg-timeout", type=float, metavar="S", help="process-group timeout in seconds (train.pg_timeout_s)")
+    return p
+
+
+_FLAG_KEYS = {
+    "dataset": "data.dataset", "data_path": "data.path", "loader_timeout": "data.loader_timeout_s",
+    "steps": "train.steps", "seq_len": "train.seq_len", "batch_size": "train.batch_size", "accum": "train.accum",
+    "precision": "train.precision", "lr": "train.lr", "seed": "train.seed", "out_dir": "train.out_dir",
+    "device": "train.device", "log_every": "train.log_every", "save_every": "train.save_every",
+    "eval_every": "train.eval_every", "profile_steps": "train.profile_steps", "pg_timeout": "train.pg_timeout_s",
+}
+
+
+def resolve_config(args: argparse.Namespace, environ=os.environ) -> tuple[RunConfig, str]:
+    """The config file (flag, $CONFIG or the default) with the command-line overrides applied."""
+    path = args.config or environ.get("CONFIG") or DEFAULT_CONFIG
+    if not args.config and not environ.get("CONFIG") and not Path(path).is_file():
+        raise ConfigError(f"no config given and the default {DEFAULT_CONFIG} is not here (cwd {os.getcwd()}): "
+                          "pass --config PATH or set CONFIG")
+    cfg = load_config(path)
+    overrides: dict[str, Any] = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
+                                 if getattr(args, flag) is not None}
+    if args.compile:
+        overrides["train.compile"] = True
+    if args.activation_checkpointing is not None:
+        overrides["model.activation_checkpointing"] = bool(args.activation_checkpointing)
+    if args.fsdp and args.ddp == 1:
+        raise UsageError("--fsdp and --ddp 1 are exclusive")
+    if args.fsdp:
+        overrides["train.parallel"] = "fsdp"
+    elif args.ddp is not None:
+        overrides["train.parallel"] = "ddp" if args.ddp else "none"
+    return apply_overrides(cfg, overrides), str(path)
+
+
+def parallel_mode(requested: str, world_size: int) -> str:
+    if world_size > 1:
+        if requested == "none":
+            raise UsageError(f"launched with {world_size} ranks but parallel mode is 'none' (--ddp 0): "
+                             "use --ddp 1 or --fsdp, or launch a single process")
+        return "ddp" if requested == "auto" else requested
+    return "none"
+
+
+# ---------------------------------------------------------------------- the run
+@dataclass
+class Toggles:
+    """The trainer's environment toggles, read once at start-up (nsa.toggles)."""
+
+    ddp_compress: str
+    ddp_bucket_mb: int
+    sdpa_audit: bool
+    sdpa_flash_only: bool
+    sdpa_no_flash: bool
+    nvtx: bool
+    tb_disable: bool
+    aux_stats_disable: bool
+    opt_fused: bool
+    fault: toggles.Fault | None
+
+    @classmethod
+    def read(cls, environ=None) -> "Toggles":
+        p = lambda name: toggles.parse(name, environ)  # noqa: E731
+        t = cls(p("NSA_DDP_COMPRESS"), p("NSA_DDP_BUCKET_MB"), p("NSA_SDPA_AUDIT"), p("NSA_SDPA_FLASH_ONLY"),
+                p("NSA_SDPA_NO_FLASH"), p("NSA_NVTX"), p("NSA_TB_DISABLE"), p("NSA_DISABLE_AUX_STATS"),
+                p("NSA_OPT_FUSED"), p("NSA_FAULT"))
+        if t.sdpa_flash_only and t.sdpa_no_flash:
+            raise UsageError("NSA_SDPA_FLASH_ONLY=1 and NSA_SDPA_NO_FLASH=1 contradict each other")
+        return t
+
+
+def sdpa_backends(t: Toggles):
+    """Context restricting SDPA backends per NSA_SDPA_FLASH_ONLY / NSA_SDPA_NO_FLASH (no-op when neither)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if t.sdpa_flash_only:
+        return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
+    if t.sdpa_no_flash:
+        return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH])
+    return contextlib.nullcontext()
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, config_path: str, info: DistInfo, tg: Toggles, resume: bool, argv):
+        self.cfg, self.info, self.tg = cfg, info, tg
+        tc = cfg.train
+        self.out = Path(tc.out_dir)
+        self.parallel = parallel_mode(tc.parallel, info.world_size)
+        if tc.seq_len < cfg.model.l:
+            raise UsageError(f"train.seq_len={tc.seq_len} is shorter than one compression block "
+                             f"(model.l={cfg.model.l})")
+        self.device = info.device
+        self.amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[tc.precision]
+        self.notes: list[str] = []
+
+        # outputs (rank 0 writes the shared files; every rank its heartbeat)
+        if info.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            stale = self.out / HALT_NAME
+            if stale.exists():
+                stale.replace(self.out / (HALT_NAME + ".prev"))
+                self.say(f"moved a .HALT left by an earlier run to {HALT_NAME}.prev")
+        distributed.barrier(info)
+        self.heartbeat = HeartbeatWriter(self.out, info.rank)
+        self.heartbeat.write(0, "boot", world_size=info.world_size, device=str(self.device))
+        self.control = RunControl(self.out, info.rank, tg.fault)
+
+        # model, wrapping, optimizer
+        torch.manual_seed(tc.seed)
+        self.net = NSAModel(cfg.model).to(self.device)
+        self.n_params = self.net.num_params()
+        self.flops_per_token = flops_per_token(cfg.model, tc.seq_len)
+        self.model: nn.Module = self._wrap(self.net)
+        fused = tg.opt_fused and self.device.type == "cuda"
+        if tg.opt_fused and not fused:
+            self.say("NSA_OPT_FUSED=1 is ignored on CPU (fused AdamW is used on CUDA only)")
+        self.optimizer = build_adamw(self.net, tc.lr, tc.weight_decay, (tc.beta1, tc.beta2), fused)
+        self.scaler = torch.amp.GradScaler(self.device.type) if tc.precision == "fp16" else None
+
+        # data
+        data_args = dict(vocab_size=cfg.model.vocab_size, seq_len=tc.seq_len, batch_size=tc.batch_size,
+                         rank=info.rank, world_size=info.world_size, seed=tc.seed)
+        self.source = build_source(cfg.data, **data_args)
+        self.eval_source = build_eval_source(cfg.data, **data_args) if tc.eval_every > 0 else None
+
+        # resume
+        self.start_step = 0
+        if resume:
+            found = checkpoint.latest_checkpoint(self.out)
+            if found is None:
+                self.say(f"--resume: no checkpoint in {self.out / checkpoint.CHECKPOINT_DIR}; starting at step 0")
+            else:
+                self.start_step, data_state = checkpoint.load(found, self.net, self.optimizer, info,
+                                                              scaler=self.scaler)
+                self.source.load_state_dict(data_state)
+                self.say(f"resumed from {found} (step {self.start_step})")
+        self.last_saved = self.start_step
+
+        # observability
+        self.audit = observability.SdpaAudit() if tg.sdpa_audit and info.is_main else None
+        observability.configure(nvtx=tg.nvtx, audit=self.audit)
+        if tg.nvtx and self.device.type != "cuda":
+            self.say("NSA_NVTX=1: no CUDA here, so the ranges appear only in torch profiler traces")
+        if (tg.sdpa_flash_only or tg.sdpa_no_flash) and self.device.type != "cuda":
+            self.say("SDPA backend restriction applies to the CPU kernels (flash = the fused CPU kernel)")
+        self.peak = peak_flops(self.device, tc.precision, tc.peak_tflops)
+        columns = list(outputs.TRAINING_COLUMNS) + ([outputs.MFU_COLUMN[0]] if self.peak else [])
+        self.csv = self.val_csv = self.tb = None
+        if info.is_main:
+            save_config(cfg, self.out / outputs.CONFIG_YAML)
+            env = outputs.environment(cfg.to_dict(), config_path, info.world_size, self.device, argv)
+            env.update({"parallel": self.parallel, "n_params": self.n_params,
+                        "flops_per_token": self.flops_per_token, "device_name": device_name(self.device),
+                        "peak_flops": self.peak, "resumed_from_step": self.start_step,
+                        "toggles": {k: str(v) for k, v in dataclasses.asdict(tg).items()}})
+            outputs.write_json(self.out / outputs.ENV_JSON, env)
+            resume_at = self.start_step if resume else None
+            self.csv = outputs.CsvLog(self.out / outputs.TRAINING_CSV, columns, resume_step=resume_at)
+            if tc.eval_every > 0:
+                self.val_csv = outputs.CsvLog(self.out / outputs.VAL_CSV, list(outputs.VAL_COLUMNS),
+                                              resume_step=resume_at)
+            self.tb = self._tensorboard()
+            self._status("running", None, self.start_step)
+
+    # ------------------------------------------------------------------ setup helpers
+    def say(self, message: str, note: bool = True) -> None:
+        """Log on rank 0; `note` also keeps it in status.json's notes (settings, warnings)."""
+        if self.info.is_main:
+            log.info(message)
+            if note:
+                self.notes.append(message)
+
+    def _wrap(self, net: NSAModel) -> nn.Module:
+        tc, tg = self.cfg.train, self.tg
+        model: nn.Module = net
+        if self.parallel == "ddp":
+            model = distributed.wrap_ddp(net, self.info, tg.ddp_bucket_mb, tg.ddp_compress)
+            self.say(f"[ddp] world size {self.info.world_size}, backend {self.info.backend}, "
+                     f"bucket_cap_mb {tg.ddp_bucket_mb}")
+            if tg.ddp_compress != "none":
+                self.say(f"[ddp] gradient compression enabled: {tg.ddp_compress}")
+        elif self.parallel == "fsdp":
+            model = distributed.wrap_fsdp(net)
+            self.say(f"[fsdp] fully_shard per block, world size {self.info.world_size}")
+        if self.parallel != "ddp" and tg.ddp_compress != "none":
+            self.say(f"NSA_DDP_COMPRESS={tg.ddp_compress} is ignored: the run is not DDP")
+        if tc.compile:
+            model = torch.compile(model)
+            self.say("torch.compile enabled")
+        return model
+
+    def _tensorboard(self):
+        if self.tg.tb_disable:
+            return None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            self.say("TensorBoard scalars skipped: the tensorboard package is not installed "
+                     "(pip install tensorboard, or set NSA_TB_DISABLE=1)")
+            return None
+        return SummaryWriter(str(self.out / "tb"))
+
+    def _status(self, status: str, reason: str | None, step: int, **extra) -> None:
+        if self.info.is_main:
+            outputs.write_json(self.out / outputs.STATUS_JSON, {
+                "status": status, "reason": reason, "step": step, "steps_planned": self.cfg.train.steps,
+                "world_size": self.info.world_size, "parallel": self.parallel, "updated": time.time(),
+                "notes": self.notes, **extra})
+
+    # ------------------------------------------------------------------ one step
+    def _autocast(self):
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _no_sync(self, last: bool):
+        """Skip the gradient all-reduce on all but the last micro-batch."""
+        if last:
+            return contextlib.nullcontext()
+        if self.parallel == "ddp":
+            return self.model.no_sync()
+        return contextlib.nullcontext()
+
+    def _grad_norm(self) -> torch.Tensor:
+        max_norm = self.cfg.train.grad_clip if self.cfg.train.grad_clip > 0 else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), max_norm)
+        if hasattr(norm, "full_tensor"):  # FSDP2: a replicated DTensor
+            norm = norm.full_tensor()
+        return norm
+
+    def train_step(self, step: int, record_stats: bool) -> dict[str, Any]:
+        tc = self.cfg.train
+        fault = self.control.fault_at(step)
+        if fault == "crash":
+            self.control.crash(step)
+        if fault == "hang":
+            self.heartbeat.write(step, "fault", kind="hang")
+            self.control.hang(step)
+        lr = lr_at(step, lr=tc.lr, warmup_steps=tc.warmup_steps, schedule=tc.lr_schedule,
+                   decay_steps=tc.decay_steps or tc.steps, min_lr_ratio=tc.min_lr_ratio)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        if self.parallel == "fsdp":
+            self.model.set_requires_gradient_sync(True)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        for micro in range(tc.accum):
+            last = micro == tc.accum - 1
+            if self.parallel == "fsdp":
+                self.model.set_requires_gradient_sync(last)
+            inputs, targets = self.source.next_batch()
+            inputs, targets = inputs.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
+            self.net.set_record_stats(record_stats and last)
+            with self._no_sync(last):
+                with self._autocast():
+                    loss = lm_loss(self.model(inputs), targets)
+                if fault == "nan":
+                    loss = loss * float("nan")
+                scaled = loss / tc.accum
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            loss_sum += loss.detach().double()
+        self.net.set_record_stats(False)
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        grad_norm = self._grad_norm()
+        return {"lr": lr, "loss_sum": loss_sum, "grad_norm": grad_norm}
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> int:
+        tc, info = self.cfg.train, self.info
+        tokens_per_step = info.world_size * tc.batch_size * tc.accum * tc.seq_len
+        self.say(f"model: {self.n_params / 1e6:.2f}M parameters, {self.flops_per_token / 1e9:.3f} GFLOP/token "
+                 f"(training, seq {tc.seq_len}); {self.parallel} x {info.world_size} on {device_name(self.device)}; "
+                 f"{tokens_per_step} tokens/step; out_dir {self.out}")
+        self.control.install()
+        status, reason, code = "completed", None, EXIT_OK
+        step = self.start_step
+        profiler = self._profiler()
+        try:
+            with sdpa_backends(self.tg), profiler or contextlib.nullcontext():
+                while step < tc.steps:
+                    step += 1
+                    self.control.step = step
+                    aux = not self.tg.aux_stats_disable and (step % tc.log_every == 0 or step == 1)
+                    self._sync()
+                    t0 = time.perf_counter()
+                    with observability.span("nsa.step"):
+                        out = self.train_step(step, aux)
+                    grad_norm = float(out["grad_norm"])
+                    local_bad = not math.isfinite(float(out["loss_sum"])) or (
+                        not math.isfinite(grad_norm) and self.scaler is None)
+                    loss_total, n_bad, n_halt, n_term = distributed.all_reduce_sum(
+                        [float(out["loss_sum"]) if not local_bad else 0.0, float(local_bad),
+                         float(self.control.halt_requested()), float(self.control.stop_signal is not None)], info)
+                    if n_bad:
+                        self.optimizer.zero_grad(set_to_none=True)
+                        status, code = "nonfinite", EXIT_NONFINITE
+                        reason = (f"non-finite loss or gradient norm at step {step} on {int(n_bad)} of "
+                                  f"{info.world_size} rank(s); the optimizer step was skipped")
+                        self.heartbeat.write(step, "stop", reason=reason, local_loss=float(out["loss_sum"]))
+                        step -= 1
+                        break
+                    if self.scaler:
+                        self.scaler.step(self.optimizer)
+                        self.scaler.update()
+                    else:
+                        self.optimizer.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+                    self._sync()
+                    dt = time.perf_counter() - t0
+                    loss = loss_total / (tc.accum * info.world_size)
+                    self._record(step, loss, out["lr"], grad_norm, dt, tokens_per_step, float(out["loss_sum"]) / tc.accum,
+                                 aux)
+                    if profiler is not None:
+                        profiler.step()
+                    if self.eval_source is not None and (step % tc.eval_every == 0 or step == tc.steps):
+                        self._evaluate(step)
+                    if n_halt or n_term:
+                        status = "halted" if n_halt else "terminated"
+                        reason = (self.control.halt_reason() if n_halt
+                                  else f"{self.control.stop_signal or 'signal'} received")
+                        self.heartbeat.write(step, "stop", reason=reason)
+                        self._save(step)
+                        break
+                    if step % tc.save_every == 0:
+                        self._save(step)
+            if status != "nonfinite" and self.last_saved != step:
+                self._save(step)
+        except BaseException as exc:
+            self._status("crashed", f"{type(exc).__name__}: {exc}", step)
+            self.heartbeat.write(step, "error", error=f"{type(exc).__name__}: {exc}")
+            self.heartbeat.close()
+            (self.out / f"error_rank{info.rank}.txt").write_text(traceback.format_exc())
+            raise
+        finally:
+            self.control.uninstall()
+            self._close()
+        if self.audit is not None:
+            outputs.write_json(self.out / outputs.SDPA_AUDIT_JSON, self.audit.summary())
+        self._status(status, reason, step)
+        if status != "nonfinite":
+            self.heartbeat.write(step, "done" if status == "completed" else "stop", status=status)
+        self.heartbeat.close()
+        self.say(f"{status} at step {step}" + (f": {reason}" if reason else ""))
+        return code
+
+    def _record(self, step, loss, lr, grad_norm, dt, tokens_per_step, local_loss, aux) -> None:
+        tc = self.cfg.train
+        mem_alloc, mem_reserved = memory_gb(self.device)
+        tps = tokens_per_step / dt
+        row = {"step": step, "loss": loss, "lr": lr, "toks_per_s": tps, "step_time_s": dt, "grad_norm": grad_norm,
+               "mem_alloc_gb": mem_alloc, "mem_reserved_gb": mem_reserved}
+        util = mfu(self.flops_per_token, tps, self.info.world_size, self.peak)
+        if util is not None:
+            row["mfu"] = util
+        stats = self.net.aux_stats() if aux else {}
+        self.heartbeat.write(step, "step", loss=loss, local_loss=local_loss, toks_per_s=tps, step_time_s=dt,
+                             grad_norm=grad_norm, mem_alloc_gb=mem_alloc, **stats)
+        if self.csv is not None:
+            self.csv.write(row)
+        if self.tb is not None:
+            for key in ("loss", "lr", "toks_per_s", "grad_norm", "mem_alloc_gb", "mfu"):
+                if key in row:
+                    self.tb.add_scalar(f"train/{key}", row[key], step)
+            for key, value in stats.items():
+                self.tb.add_scalar(f"aux/{key}", value, step)
+        if self.info.is_main and (step % tc.log_every == 0 or step == 1 or step == tc.steps):
+            extra = f" | mfu {util * 100:.1f}%" if util is not None else ""
+            gates = " | gates " + "/".join(f"{stats[k]:.2f}" for k in ("gate_cmp", "gate_sel", "gate_win")) \
+                if "gate_cmp" in stats else ""
+            log.info(f"step {step}/{tc.steps} | loss {loss:.4f} | lr {lr:.2e} | {tps:,.0f} tok/s | {dt:.3f} s/step"
+                     f" | grad {grad_norm:.3f} | mem {mem_alloc:.2f}/{mem_reserved:.2f} GB{extra}{gates}")
+        if self.audit is not None and step % tc.log_every == 0:
+            outputs.write_json(self.out / outputs.SDPA_AUDIT_JSON, self.audit.summary())
+
+    def _evaluate(self, step: int) -> None:
+        tc = self.cfg.train
+        self.model.eval()
+        total = 0.0
+        with torch.no_grad(), self._autocast():
+            for _ in range(tc.eval_batches):
+                inputs, targets = self.eval_source.next_batch()
+                total += float(lm_loss(self.model(inputs.to(self.device)), targets.to(self.device)))
+        self.model.train()
+        self.eval_source.reset()
+        (summed,) = distributed.all_reduce_sum([total], self.info)
+        val = summed / (tc.eval_batches * self.info.world_size)
+        if self.val_csv is not None:
+            self.val_csv.write({"step": step, "val_loss": val, "val_ppl": math.exp(min(val, 50.0))})
+            if self.tb is not None:
+                self.tb.add_scalar("val/loss", val, step)
+            log.info(f"eval step {step}: val_loss {val:.4f}")
+
+    def _save(self, step: int) -> None:
+        path = checkpoint.save(self.out, step, self.net, self.optimizer, self.info,
+                               data_state=self.source.state_dict(), scaler=self.scaler, parallel=self.parallel,
+                               keep=self.cfg.train.keep_checkpoints)
+        self.last_saved = step
+        self.heartbeat.write(step, "checkpoint", path=str(path))
+        self.say(f"checkpoint: {path}", note=False)
+
+    def _profiler(self):
+        tc = self.cfg.train
+        if tc.profile_steps <= 0:
+            return None
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        trace_dir = self.out / "profile"
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        rank = self.info.rank
+
+        def ready(prof):
+            prof.export_chrome_trace(str(trace_dir / f"trace_rank{rank}_step{prof.step_num}.json"))
+
+        wait = max(0, tc.profile_start - 1)
+        return profile(activities=activities, schedule=schedule(wait=wait, warmup=1, active=tc.profile_steps,
+                                                                   repeat=1), on_trace_ready=ready)
+
+    def _close(self) -> None:
+        for thing in (self.csv, self.val_csv, self.tb):
+            if thing is not None:
+                thing.close()
+        self.source.close()
+        if self.eval_source is not None:
+            self.eval_source.close()
+        observability.configure(nvtx=False, audit=None)
+
+
+# ---------------------------------------------------------------------- entry point
+def _setup_logging(rank: int) -> None:
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
+                        format=f"[nsa-train r{rank}] %(message)s", stream=sys.stdout, force=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "watchdog":
+        from nsa import watchdog
+        return watchdog.main(argv[1:], prog="nsa-train watchdog")
+    args = build_parser().parse_args(argv)
+    rank = int(os.environ.get("RANK", "0") or 0)
+    _setup_logging(rank)
+    try:
+        cfg, config_path = resolve_config(args)
+        tg = Toggles.read()
+        info = distributed.init(cfg.train.device, cfg.train.pg_timeout_s)
+    except (ConfigError, UsageError, LaunchError, ValueError) as exc:
+        # ValueError: toggles and model configs name the variable or field
+        print(f"nsa-train: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        try:
+            trainer = Trainer(cfg, config_path, info, tg, args.resume, ["nsa-train", *argv])
+        except (ConfigError, UsageError, DataError, LaunchError, checkpoint.CheckpointError) as exc:
+            print(f"nsa-train: error: {'' if rank == 0 else f'[rank {rank}] '}{exc}", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            return trainer.run()
+        except DataError as exc:  # e.g. a streaming loader that stopped answering; status.json has it too
+            print(f"nsa-train: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    finally:
+        distributed.shutdown()
+
+
+def console_main() -> None:  # console script `nsa-train`
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

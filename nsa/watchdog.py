@@ -1,0 +1,375 @@
+"""Stall detection over the heartbeat files (``nsa.heartbeat``) of a training run.
+
+A watchdog polls ``out_dir/heartbeat_rank*.jsonl`` every ``interval_s``. When some rank that has not finished
+has written nothing for ``stall_after_s`` it
+
+1. writes ``out_dir/.HALT`` (``HALT_NAME``; atomically, JSON ``{"ts", "by": "watchdog", "reason"}``): the trainer
+   checks for this file at every step and stops cleanly with a final checkpoint;
+2. sends SIGUSR1 to the stalled ranks' processes that run on this host: the trainer then dumps every thread's
+   stack to ``out_dir/stackdump_*.txt`` and keeps going;
+3. returns (exit code 1 from the CLI).
+
+``check`` is a pure function of the files and the clock; ``run`` is the loop; ``main`` is the CLI::
+
+    python -m nsa.watchdog --dir artifacts/run --halt 1 --interval 30 [--stall-after 300] [--ranks N] [--no-dump]
+                           [--once] [--max-wait-start 600]
+
+Exit codes: 0 the run finished (``--once``: running or finished), 1 stalled, 2 usage error (bad flag, missing
+directory), 3 no heartbeat appeared within ``--max-wait-start`` seconds (``--once``: none yet).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from nsa.heartbeat import first_heartbeat, heartbeat_files, is_finished, latest_heartbeats
+
+log = logging.getLogger(__name__)
+
+HALT_NAME = ".HALT"
+
+WAITING, RUNNING, STALLED, FINISHED = "waiting", "running", "stalled", "finished"
+EXIT_CODES = {FINISHED: 0, RUNNING: 0, STALLED: 1, WAITING: 3}
+EXIT_USAGE = 2
+
+
+@dataclass
+class WatchdogConfig:
+    out_dir: Path
+    stall_after_s: float = 300.0
+    interval_s: float = 30.0
+    halt: bool = True
+    dump_stacks: bool = True
+    expected_ranks: int | None = None
+    max_wait_start_s: float = 600.0
+
+    def __post_init__(self):
+        self.out_dir = Path(self.out_dir)
+        for name in ("stall_after_s", "interval_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"WatchdogConfig.{name} must be > 0, got {getattr(self, name)!r}")
+        if not self.max_wait_start_s >= 0:
+            raise ValueError(f"WatchdogConfig.max_wait_start_s must be >= 0, got {self.max_wait_start_s!r}")
+        _check_expected_ranks(self.expected_ranks)
+
+
+@dataclass
+class Verdict:
+    """One look at a run's heartbeats.
+
+    state: "waiting" (no heartbeat yet) | "running" | "stalled" | "finished".
+    stalled_ranks: the ranks that are stalled (sorted).
+    ages: seconds since each rank's latest heartbeat; for an expected rank without any, seconds since the run's
+        first heartbeat.
+    reason: one human-readable sentence.
+    latest: each rank's latest record (what the ages were computed from).
+    """
+
+    state: str
+    stalled_ranks: list[int] = field(default_factory=list)
+    ages: dict[int, float] = field(default_factory=dict)
+    reason: str = ""
+    latest: dict[int, dict] = field(default_factory=dict, repr=False)
+
+
+def _check_expected_ranks(expected_ranks) -> None:
+    if expected_ranks is not None and (isinstance(expected_ranks, bool) or not isinstance(expected_ranks, int)
+                                       or expected_ranks < 1):
+        raise ValueError(f"expected_ranks must be a positive int or None, got {expected_ranks!r}")
+
+
+def _run_start(out_dir: Path) -> float | None:
+    """ts of the earliest first record over all heartbeat files (reads only their heads)."""
+    starts = []
+    for path in heartbeat_files(out_dir).values():
+        try:
+            record = first_heartbeat(path)
+        except FileNotFoundError:
+            continue
+        if record is not None:
+            starts.append(float(record["ts"]))
+    return min(starts) if starts else None
+
+
+def check(out_dir, stall_after_s: float, now: float | None = None, expected_ranks: int | None = None) -> Verdict:
+    """The state of the run whose heartbeats are in `out_dir`, at time `now` (default: time.time()).
+
+    The ranks looked at are 0..expected_ranks-1 when `expected_ranks` is given (files of other ranks, e.g. left
+    by an earlier run with more ranks, are ignored), else every rank with a heartbeat file. A rank is stalled when
+    its latest record is not terminal and is older than `stall_after_s`; an expected rank with no record at all
+    is stalled once the run's first heartbeat (any rank) is older than `stall_after_s`. The run is finished when
+    every rank's latest record is terminal. Raises FileNotFoundError when `out_dir` is not a directory.
+    """
+    if not stall_after_s > 0:
+        raise ValueError(f"stall_after_s must be > 0, got {stall_after_s!r}")
+    _check_expected_ranks(expected_ranks)
+    out_dir = Path(out_dir)
+    now = time.time() if now is None else float(now)
+    latest = latest_heartbeats(out_dir)
+    if expected_ranks is not None:
+        latest = {r: rec for r, rec in latest.items() if r < expected_ranks}
+    if not latest:
+        return Verdict(WAITING, reason=f"no heartbeats yet in {out_dir}")
+
+    ranks = sorted(range(expected_ranks)) if expected_ranks is not None else sorted(latest)
+    missing = [r for r in ranks if r not in latest]
+    ages = {r: now - float(rec["ts"]) for r, rec in latest.items()}
+    stalled, problems = [], []
+    for r in sorted(latest):
+        rec = latest[r]
+        if not is_finished(rec) and ages[r] > stall_after_s:
+            stalled.append(r)
+            problems.append(f"rank {r} last heartbeat {ages[r]:.0f}s ago (step {rec['step']}, msg {rec['msg']!r})")
+    if missing:
+        start = _run_start(out_dir)
+        since_start = now - start if start is not None else 0.0
+        for r in missing:
+            ages[r] = since_start
+        if since_start > stall_after_s:
+            stalled.extend(missing)
+            problems.append(f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} never wrote a "
+                            f"heartbeat ({since_start:.0f}s after the run's first one)")
+    ages = dict(sorted(ages.items()))
+
+    if stalled:
+        reason = "; ".join(problems) + f" (stall threshold {stall_after_s:g}s)"
+        return Verdict(STALLED, sorted(stalled), ages, reason, latest)
+
+    finished = [r for r in ranks if r in latest and is_finished(latest[r])]
+    if not missing and len(finished) == len(ranks):
+        ends = ", ".join(f"rank {r}: {latest[r]['msg']} at step {latest[r]['step']}" for r in ranks)
+        return Verdict(FINISHED, [], ages, f"all {len(ranks)} rank(s) finished ({ends})", latest)
+
+    alive = [r for r in ranks if r in latest and not is_finished(latest[r])]
+    parts = [f"{len(alive)} rank(s) alive"]
+    if finished:
+        parts.append(f"{len(finished)} finished")
+    if missing:
+        parts.append(f"waiting for rank(s) {', '.join(map(str, missing))} ({ages[missing[0]]:.0f}s since start)")
+    if alive:
+        oldest = max(alive, key=lambda r: ages[r])
+        parts.append(f"oldest heartbeat {ages[oldest]:.0f}s (rank {oldest}, step {latest[oldest]['step']})")
+    return Verdict(RUNNING, [], ages, "; ".join(parts), latest)
+
+
+def write_halt(out_dir, reason: str) -> Path:
+    """Write ``out_dir/.HALT`` atomically (temp file + rename) with ``{"ts", "by": "watchdog", "reason"}``."""
+    out_dir = Path(out_dir)
+    path = out_dir / HALT_NAME
+    tmp = out_dir / f"{HALT_NAME}.tmp.{os.getpid()}"
+    body = json.dumps({"ts": time.time(), "by": "watchdog", "reason": str(reason)}) + "\n"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def _process_start_time(pid: int) -> float | None:
+    """Unix start time of process `pid` from /proc (Linux), or None when it cannot be known."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start_ticks = int(fields[19])  # field 22 of stat(5); fields[0] is field 3 (state)
+        with open("/proc/stat", "rb") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+        return btime + start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def signal_stack_dumps(latest: dict[int, dict]) -> list[int]:
+    """Send SIGUSR1 to the process of each record in `latest` (pass the stalled ranks' latest records) when it
+    runs on this host and still exists; returns the pids signalled.
+
+    Skipped without error: records from another host (or with no ``host``), pids that no longer exist or belong
+    to another user, this process itself, and (Linux) a pid reused by a process that started after the record
+    was written (so an unrelated process is never signalled).
+    """
+    sig = getattr(signal, "SIGUSR1", None)
+    if sig is None:  # not on this platform
+        return []
+    host = socket.gethostname()
+    signalled = []
+    for rank, record in sorted(latest.items()):
+        pid = record.get("pid")
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 1 or pid == os.getpid():
+            continue  # pid 0 / -1 would signal a whole process group / every process
+        if record.get("host") != host or pid in signalled:
+            continue
+        started = _process_start_time(pid)
+        if started is not None and started > float(record.get("ts", 0.0)) + 1.0:
+            log.info("rank %d: pid %d was reused by a newer process; not signalled", rank, pid)
+            continue
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            continue
+        signalled.append(pid)
+    return signalled
+
+
+def _act_on_stall(cfg: WatchdogConfig, verdict: Verdict, emit) -> None:
+    halt_path = write_halt(cfg.out_dir, verdict.reason) if cfg.halt else None
+    pids = []
+    if cfg.dump_stacks:
+        pids = signal_stack_dumps({r: verdict.latest[r] for r in verdict.stalled_ranks if r in verdict.latest})
+    emit("stalled", {"verdict": verdict, "halt_path": halt_path, "signalled_pids": pids})
+
+
+def run(cfg: WatchdogConfig, *, sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.time,
+        on_event: Callable[[str, object], None] | None = None) -> Verdict:
+    """Check every ``cfg.interval_s`` until the run stalls, finishes, or shows no heartbeat for
+    ``cfg.max_wait_start_s``; returns the last Verdict.
+
+    Events passed to ``on_event(kind, info)``: ``("check", Verdict)`` after every check;
+    ``("stalled", {"verdict", "halt_path", "signalled_pids"})`` once the stall has been acted on (``halt_path`` is
+    None with ``cfg.halt`` off); ``("gave_up", Verdict)`` when no heartbeat appeared in time.
+    """
+    emit = on_event if on_event is not None else (lambda kind, info: None)
+    started = now()
+    while True:
+        verdict = check(cfg.out_dir, cfg.stall_after_s, now=now(), expected_ranks=cfg.expected_ranks)
+        emit("check", verdict)
+        if verdict.state == STALLED:
+            _act_on_stall(cfg, verdict, emit)
+            return verdict
+        if verdict.state == FINISHED:
+            return verdict
+        if verdict.state == WAITING and now() - started >= cfg.max_wait_start_s:
+            gave_up = Verdict(WAITING, reason=f"no heartbeat in {cfg.out_dir} after {now() - started:.0f}s "
+                                              f"(max wait {cfg.max_wait_start_s:g}s)")
+            emit("gave_up", gave_up)
+            return gave_up
+        sleep(cfg.interval_s)
+
+
+# ----------------------------------------------------------------------------------------------------- CLI
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog or "python -m nsa.watchdog",
+        description="Watch a training run's heartbeat files; on a stall write OUT/.HALT (the trainer stops with a "
+                    "final checkpoint) and ask the stalled processes for stack dumps (SIGUSR1). Exit codes: "
+                    "0 finished, 1 stalled, 2 usage error, 3 no heartbeat within --max-wait-start.")
+    parser.add_argument("--dir", required=True, type=Path, metavar="OUT",
+                        help="the run's output directory (holds heartbeat_rank*.jsonl)")
+    parser.add_argument("--halt", type=int, choices=(0, 1), default=1,
+                        help="1: write OUT/.HALT on a stall (default); 0: only report")
+    parser.add_argument("--interval", type=_positive_float, default=30.0, metavar="S",
+                        help="seconds between checks (default 30)")
+    parser.add_argument("--stall-after", type=_positive_float, default=300.0, metavar="S",
+                        help="a rank is stalled after this many seconds without a heartbeat (default 300)")
+    parser.add_argument("--ranks", type=_positive_int, default=None, metavar="N",
+                        help="expected world size: ranks 0..N-1 must all write heartbeats (default: the files seen)")
+    parser.add_argument("--max-wait-start", type=_non_negative_float, default=600.0, metavar="S",
+                        help="give up (exit 3) when no heartbeat appears within this many seconds (default 600)")
+    parser.add_argument("--no-dump", action="store_true",
+                        help="do not send SIGUSR1 (stack dump request) to stalled processes")
+    parser.add_argument("--once", action="store_true",
+                        help="check once, act on a stall, and exit: 0 running/finished, 1 stalled, 3 no heartbeat yet")
+    return parser
+
+
+def _printer(stream=None):
+    def on_event(kind: str, info) -> None:
+        out = stream if stream is not None else sys.stdout
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        if kind == "check":
+            line = f"{info.state}: {info.reason}"
+        elif kind == "stalled":
+            halt = f"wrote {info['halt_path']}" if info["halt_path"] is not None else "not halting (--halt 0)"
+            pids = info["signalled_pids"]
+            dumps = (f"stack dumps requested from pid(s) {', '.join(map(str, pids))}" if pids
+                     else "no local process signalled")
+            line = f"STALLED: {halt}; {dumps}"
+        elif kind == "gave_up":
+            line = f"gave up: {info.reason}"
+        else:
+            line = f"{kind}: {info}"
+        print(f"[{stamp}] watchdog {line}", file=out, flush=True)
+    return on_event
+
+
+def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
+    """CLI entry point (also dispatched to by ``nsa-train watchdog``); returns the exit code."""
+    parser = build_parser(prog)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed the message (or --help)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    name = parser.prog
+    if not args.dir.exists():
+        print(f"{name}: error: --dir {args.dir}: no such directory", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.dir.is_dir():
+        print(f"{name}: error: --dir {args.dir}: not a directory", file=sys.stderr)
+        return EXIT_USAGE
+    cfg = WatchdogConfig(out_dir=args.dir, stall_after_s=args.stall_after, interval_s=args.interval,
+                         halt=bool(args.halt), dump_stacks=not args.no_dump, expected_ranks=args.ranks,
+                         max_wait_start_s=args.max_wait_start)
+    on_event = _printer()
+    try:
+        if args.once:
+            verdict = check(cfg.out_dir, cfg.stall_after_s, expected_ranks=cfg.expected_ranks)
+            on_event("check", verdict)
+            if verdict.state == STALLED:
+                _act_on_stall(cfg, verdict, on_event)
+        else:
+            verdict = run(cfg, on_event=on_event)
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:  # e.g. the directory was removed while watching
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_CODES[verdict.state]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,7 +6,10 @@
 - SIGTERM / SIGINT: a stop is requested; the trainer finishes the current step, saves a checkpoint and exits 0.
   A second SIGINT raises KeyboardInterrupt as usual.
 - out_dir/.HALT (written by a person or `nsa-train watchdog`): stop at the next step with a final checkpoint.
-- NSA_FAULT (nsa.toggles.Fault): crash, hang or NaN at a given step on purpose, for testing the validation suite.
+- NSA_FAULT (nsa.toggles.Fault): crash, hang or NaN at a given step on purpose, for testing the validation suite:
+  crash raises InjectedCrash (exit 1, status crashed); hang blocks the rank until SIGTERM/SIGINT/SIGKILL (the
+  other ranks then block in the next collective until the process-group timeout or a watchdog); nan makes the
+  rank's loss NaN (every rank stops at that step, exit 3, status nonfinite).
 
 All ranks agree on stopping through one small all-reduce per step in the trainer, so one rank's signal, .HALT
 or non-finite loss stops every rank at the same step.
@@ -15,6 +18,7 @@ or non-finite loss stops every rank at the same step.
 from __future__ import annotations
 
 import faulthandler
+import os
 import signal
 import sys
 import threading
@@ -108,7 +112,9 @@ class RunControl:
         raise InjectedCrash(f"NSA_FAULT injected crash at step {step} on rank {self.rank}")
 
     def hang(self, step: int) -> None:
-        """Block this rank forever (it ignores stop requests; only a kill ends it), like a stuck collective."""
+        """Block this rank, like a stuck collective, until a signal ends it: SIGTERM/SIGINT exit the process at
+        once (status 143, no checkpoint: a hung rank cannot take part in one); SIGUSR1 still dumps stacks."""
         self.step = step
-        while True:
-            time.sleep(1.0)
+        while self.stop_signal is None:
+            time.sleep(0.2)
+        os._exit(143)

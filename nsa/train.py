@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import math
 import os
@@ -427,7 +428,9 @@ class Trainer:
             outputs.write_json(self.out / outputs.SDPA_AUDIT_JSON, self.audit.summary())
         self._status(status, reason, step)
         if status != "nonfinite":
-            self.heartbeat.write(step, "done" if status == "completed" else "stop", status=status)
+            digest = self._param_digest() if self.parallel != "fsdp" else None  # FSDP: shards differ by design
+            self.heartbeat.write(step, "done" if status == "completed" else "stop", status=status,
+                                 params_sha256=digest)
         self.heartbeat.close()
         self.say(f"{status} at step {step}" + (f": {reason}" if reason else ""))
         return code
@@ -460,6 +463,14 @@ class Trainer:
                      f" | grad {grad_norm:.3f} | mem {mem_alloc:.2f}/{mem_reserved:.2f} GB{extra}{gates}")
         if self.audit is not None and step % tc.log_every == 0:
             outputs.write_json(self.out / outputs.SDPA_AUDIT_JSON, self.audit.summary())
+
+    def _param_digest(self) -> str:
+        """sha256 of every parameter's bytes: equal on all DDP ranks when they are in sync."""
+        h = hashlib.sha256()
+        for name, p in self.net.named_parameters():
+            h.update(name.encode())
+            h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+        return h.hexdigest()
 
     def _evaluate(self, step: int) -> None:
         tc = self.cfg.train

@@ -1,0 +1,126 @@
+"""Launching the trainer from tests: a single process or a 2-rank torchrun with gloo, always bounded in time and
+never leaving processes behind."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "configs" / "tiny_cpu.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NSA_", "CONFIG"))}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra or {})
+    return env
+
+
+def trainer_argv(out_dir: Path, *flags: str, nproc: int = 1, config: Path | None = TINY) -> list[str]:
+    base = ["--out-dir", str(out_dir)] + (["--config", str(config)] if config else []) + list(flags)
+    if nproc == 1:
+        return [sys.executable, "-m", "nsa.train", *base]
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+            f"--master-port={free_port()}", "-m", "nsa.train", *base]
+
+
+def start(out_dir: Path, *flags: str, nproc: int = 1, env: dict | None = None,
+          config: Path | None = TINY) -> subprocess.Popen:
+    return subprocess.Popen(trainer_argv(out_dir, *flags, nproc=nproc, config=config), cwd=REPO,
+                            env=clean_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 180) -> tuple[int, str]:
+    """Wait for proc; on timeout kill its whole process group and fail loudly."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        out, _ = proc.communicate()
+        raise AssertionError(f"trainer did not finish in {timeout} s; output:\n{out[-4000:]}")
+    return proc.returncode, out
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def run(out_dir: Path, *flags: str, nproc: int = 1, env: dict | None = None, timeout: float = 180,
+        config: Path | None = TINY) -> tuple[int, str]:
+    return finish(start(out_dir, *flags, nproc=nproc, env=env, config=config), timeout)
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def heartbeats(out_dir: Path, rank: int) -> list[dict]:
+    path = Path(out_dir) / f"heartbeat_rank{rank}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None, poll: float = 0.1):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process exited ({proc.returncode}) while waiting for {what}:\n"
+                                 f"{proc.stdout.read()[-4000:] if proc.stdout else ''}")
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def last_step(out_dir: Path, rank: int = 0) -> int:
+    try:
+        records = heartbeats(out_dir, rank)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return 0
+    steps = [r["step"] for r in records if r["msg"] == "step"]
+    return steps[-1] if steps else 0
+
+
+def final_params(out_dir: Path) -> dict[str, torch.Tensor]:
+    """Model state of the latest checkpoint in out_dir."""
+    from nsa.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(Path(out_dir))
+    assert ckpt is not None, f"no checkpoint in {out_dir}"
+    return torch.load(ckpt / "model_optim.pt", map_location="cpu", weights_only=False)["model"]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie still answers kill(0); look at its state
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False

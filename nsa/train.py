@@ -376,16 +376,19 @@ class Trainer:
                     with observability.span("nsa.step"):
                         out = self.train_step(step, aux)
                     grad_norm = float(out["grad_norm"])
-                    local_bad = not math.isfinite(float(out["loss_sum"])) or (
-                        not math.isfinite(grad_norm) and self.scaler is None)
-                    loss_total, n_bad, n_halt, n_term = distributed.all_reduce_sum(
-                        [float(out["loss_sum"]) if not local_bad else 0.0, float(local_bad),
-                         float(self.control.halt_requested()), float(self.control.stop_signal is not None)], info)
-                    if n_bad:
+                    local_loss_bad = not math.isfinite(float(out["loss_sum"]))
+                    # fp16: an inf/NaN gradient is the GradScaler's business (it skips the step and backs off)
+                    local_grad_bad = not math.isfinite(grad_norm) and self.scaler is None
+                    loss_total, n_bad_loss, n_bad_grad, n_halt, n_term = distributed.all_reduce_sum(
+                        [0.0 if local_loss_bad else float(out["loss_sum"]), float(local_loss_bad),
+                         float(local_grad_bad), float(self.control.halt_requested()),
+                         float(self.control.stop_signal is not None)], info)
+                    if n_bad_loss or n_bad_grad:
                         self.optimizer.zero_grad(set_to_none=True)
                         status, code = "nonfinite", EXIT_NONFINITE
-                        reason = (f"non-finite loss or gradient norm at step {step} on {int(n_bad)} of "
-                                  f"{info.world_size} rank(s); the optimizer step was skipped")
+                        what = (f"non-finite loss on {int(n_bad_loss)} of {info.world_size} rank(s)" if n_bad_loss
+                                else "non-finite gradient norm (loss finite)")
+                        reason = f"{what} at step {step}; the optimizer step was skipped and training stopped"
                         self.heartbeat.write(step, "stop", reason=reason, local_loss=float(out["loss_sum"]))
                         step -= 1
                         break

@@ -1,0 +1,139 @@
+"""Single-process trainer runs in this process (no torchrun): learning, outputs, observability toggles."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import yaml
+
+from train_utils import TINY, heartbeats, read_csv
+
+from nsa import train
+
+
+def _run(tmp_path, *flags, **train_cfg):
+    raw = yaml.safe_load(TINY.read_text())
+    raw["train"].update(train_cfg)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "out"
+    code = train.main(["--config", str(cfg), "--out-dir", str(out), *flags])
+    return code, out
+
+
+def test_loss_falls_well_below_uniform_on_synthetic_data_and_outputs_are_complete(tmp_path):
+    code, out = _run(tmp_path, "--eval-every", "30")  # the tiny config's 60 steps
+    assert code == 0
+    rows = read_csv(out / "training.csv")
+    assert [int(r["step"]) for r in rows] == list(range(1, 61))
+    losses = [float(r["loss"]) for r in rows]
+    uniform = math.log(256)
+    assert losses[0] == pytest.approx(uniform, abs=0.3)  # starts near ln(vocab)
+    assert sum(losses[-5:]) / 5 < 0.75 * uniform, losses[-5:]
+    val = read_csv(out / "val.csv")
+    assert [int(r["step"]) for r in val] == [30, 60]
+    assert float(val[1]["val_loss"]) < float(val[0]["val_loss"]) < uniform
+    assert float(val[1]["val_ppl"]) == pytest.approx(math.exp(float(val[1]["val_loss"])), rel=1e-4)
+    lrs = [float(r["lr"]) for r in rows]
+    assert lrs[9] == pytest.approx(3e-3) and lrs[0] == pytest.approx(3e-4) and lrs[-1] < lrs[10]  # warmup, decay
+    beats = heartbeats(out, 0)
+    assert beats[0]["msg"] == "boot" and beats[-1]["msg"] == "done"
+    step_beats = [b for b in beats if b["msg"] == "step"]
+    assert len(step_beats) == 60 and all(b["rank"] == 0 and b["pid"] > 0 for b in step_beats)
+    stats = [b for b in step_beats if "gate_cmp" in b]
+    assert stats and all(0 < b["gate_sel"] < 1 for b in stats)
+    env = json.loads((out / "env.json").read_text())
+    for key in ("python", "torch", "cuda", "nccl", "devices", "world_size", "config", "config_path", "git_sha",
+                "env", "n_params", "flops_per_token"):
+        assert key in env, key
+    assert yaml.safe_load((out / "config.yaml").read_text())["train"]["eval_every"] == 30
+    assert list((out / "tb").glob("events.out.tfevents.*")), "no TensorBoard event file"
+    assert not list(out.glob("stackdump_*.txt")), "stack dump files written without SIGUSR1"
+
+
+def test_toggles_disable_tensorboard_and_aux_stats(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSA_TB_DISABLE", "1")
+    monkeypatch.setenv("NSA_DISABLE_AUX_STATS", "1")
+    code, out = _run(tmp_path, "--steps", "3", "--log-every", "1")
+    assert code == 0
+    assert not (out / "tb").exists()
+    assert not any("gate_cmp" in b for b in heartbeats(out, 0))
+
+
+def test_nvtx_ranges_appear_in_the_profiler_trace(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSA_NVTX", "1")
+    monkeypatch.setenv("NSA_TB_DISABLE", "1")
+    code, out = _run(tmp_path, "--steps", "3", "--profile-steps", "1", profile_start=2)
+    assert code == 0
+    traces = list((out / "profile").glob("trace_rank0_*.json"))
+    assert traces
+    names = {e.get("name") for e in json.loads(traces[0].read_text())["traceEvents"]}
+    for span in ("nsa.step", "nsa.cmp", "nsa.sel", "nsa.win", "nsa.sel.importance", "nsa.sel.topk",
+                 "nsa.sel.ranges_v2"):
+        assert span in names, span
+
+
+def test_nvtx_off_leaves_no_ranges(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSA_TB_DISABLE", "1")
+    code, out = _run(tmp_path, "--steps", "3", "--profile-steps", "1", profile_start=2)
+    assert code == 0
+    names = {e.get("name") for e in json.loads(next((out / "profile").glob("*.json")).read_text())["traceEvents"]}
+    assert "nsa.sel.ranges_v2" not in names and "nsa.cmp" not in names
+
+
+@pytest.mark.parametrize("toggle, backend", [(None, "flash"), ("NSA_SDPA_NO_FLASH", "math"),
+                                             ("NSA_SDPA_FLASH_ONLY", "flash")])
+def test_sdpa_audit_records_the_backend_of_each_call_site(tmp_path, monkeypatch, toggle, backend):
+    monkeypatch.setenv("NSA_SDPA_AUDIT", "1")
+    monkeypatch.setenv("NSA_TB_DISABLE", "1")
+    if toggle:
+        monkeypatch.setenv(toggle, "1")
+    code, out = _run(tmp_path, "--steps", "2")
+    assert code == 0
+    audit = json.loads((out / "sdpa_audit.json").read_text())
+    assert {r["site"] for r in audit["by_site"]} == {"cmp", "win"}
+    assert audit["backends"] == [backend]
+    # 2 layers x 2 steps x (cmp + window chunks): every call counted
+    assert audit["calls"] >= 2 * 2 * 2
+
+
+def test_sequential_prefill_toggle_reaches_the_model(tmp_path, monkeypatch):
+    """NSA_PREFILL_BATCHED=0 runs the per-token path; it trains to the same loss as batched (fp32)."""
+    monkeypatch.setenv("NSA_TB_DISABLE", "1")
+    code, batched = _run(tmp_path / "a", "--steps", "2", "--seq-len", "64", "--batch-size", "1")
+    monkeypatch.setenv("NSA_PREFILL_BATCHED", "0")
+    code2, seq = _run(tmp_path / "b", "--steps", "2", "--seq-len", "64", "--batch-size", "1")
+    assert code == code2 == 0
+    la = [float(r["loss"]) for r in read_csv(batched / "training.csv")]
+    lb = [float(r["loss"]) for r in read_csv(seq / "training.csv")]
+    assert la == pytest.approx(lb, rel=1e-5)
+    assert json.loads((seq / "env.json").read_text())["env"]["NSA_PREFILL_BATCHED"] == "0"
+
+
+def test_cpu_notes_for_cuda_only_toggles(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSA_OPT_FUSED", "1")
+    monkeypatch.setenv("NSA_DDP_COMPRESS", "bf16")
+    monkeypatch.setenv("NSA_TB_DISABLE", "1")
+    code, out = _run(tmp_path, "--steps", "1")
+    assert code == 0
+    notes = json.loads((out / "status.json").read_text())["notes"]
+    assert any("NSA_OPT_FUSED=1 is ignored on CPU" in n for n in notes)
+    assert any("NSA_DDP_COMPRESS=bf16 is ignored" in n for n in notes)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_trains_with_fp32_master_weights(tmp_path, monkeypatch, precision):
+    monkeypatch.setenv("NSA_TB_DISABLE", "1")
+    # (small: fp16 matmuls are emulated, slowly, on CPUs without fp16 units)
+    code, out = _run(tmp_path, "--steps", "3", "--precision", precision, "--seq-len", "64", "--batch-size", "1")
+    assert code == 0
+    losses = [float(r["loss"]) for r in read_csv(out / "training.csv")]
+    assert all(math.isfinite(x) for x in losses)
+    import torch
+    from nsa.checkpoint import latest_checkpoint
+    state = torch.load(latest_checkpoint(out) / "model_optim.pt", weights_only=False)
+    assert all(v.dtype == torch.float32 for v in state["model"].values())
+    assert (state["scaler"] is not None) == (precision == "fp16")

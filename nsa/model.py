@@ -176,6 +176,8 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     compressed tokens + the selected blocks' tokens + the window (nsa.decode_reads), plus the forward-only
     importance scores (2*d_k per visible compressed token). Embedding lookups and norms are not counted.
     """
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
     a = cfg.attention()
     h, g = cfg.n_heads, cfg.n_kv_groups
     gate_hidden = max(16, cfg.dim // 4)

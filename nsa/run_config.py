@@ -12,6 +12,7 @@ the resolved config is written back to the run's out_dir (config.yaml) so a run 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -68,6 +69,10 @@ class TrainConfig:
     out_dir: str = "artifacts/run"
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"train.{f.name} must be a finite number, got {value}")
         positive = ("steps", "seq_len", "batch_size", "accum", "log_every", "save_every", "keep_checkpoints",
                     "eval_batches", "profile_start")
         for name in positive:
@@ -111,7 +116,9 @@ def load_config(path: str | Path) -> RunConfig:
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     return config_from_dict(raw, str(path))
@@ -125,7 +132,9 @@ def config_from_dict(raw: Any, where: str = "<config>") -> RunConfig:
         raise ConfigError(f"{where}: unknown section {unknown[0]!r} (expected one of: {', '.join(SECTIONS)})")
     if "model" not in raw:
         raise ConfigError(f"{where}: missing section 'model'")
-    built = {name: _build(cls, raw.get(name) or {}, name, where) for name, cls in SECTIONS.items()}
+    # an absent or empty section (`train:` alone reads as null) takes the defaults; anything else must be a mapping
+    built = {name: _build(cls, {} if raw.get(name) is None else raw[name], name, where)
+             for name, cls in SECTIONS.items()}
     return RunConfig(**built)
 
 
@@ -164,7 +173,7 @@ def _build(cls, values: Any, section: str, where: str):
     try:
         return cls(**kwargs)
     except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise ConfigError(f"{where}: section '{section}': {exc}") from None
 
 
 def _coerce(value: Any, hint: Any, key: str, where: str) -> Any:

@@ -387,12 +387,7 @@ def test_flops_attention_part_grows_sub_quadratically():
     assert per_sequence < 8.0, per_sequence
 
 
-@pytest.mark.parametrize("phi", [
-    "avg",
-    pytest.param("mlp", marks=pytest.mark.xfail(strict=True, reason=(
-        "bug: flops_per_token(cfg, 0) with phi='mlp' divides by seq_len before _mean_reads validates it and "
-        "raises ZeroDivisionError instead of ValueError"))),
-])
+@pytest.mark.parametrize("phi", ["avg", "mlp"])
 def test_flops_per_token_rejects_empty_sequence(phi):
     with pytest.raises(ValueError, match="seq_len"):
         flops_per_token(tiny_cfg(phi=phi), 0)

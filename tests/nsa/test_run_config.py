@@ -115,8 +115,6 @@ def test_top_level_must_be_a_mapping(tmp_path, text):
     load_error(write(tmp_path, text=text), "mapping")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: load_config reads with Path.read_text() outside the try; a file that "
-                                       "is not UTF-8 raises UnicodeDecodeError instead of ConfigError")
 def test_non_utf8_file_is_a_config_error(tmp_path):
     path = tmp_path / "binary.yaml"
     path.write_bytes(b"\xff\xfe\x00\x01model: 1\n")
@@ -228,8 +226,6 @@ def test_out_of_range_model_or_data_value_names_the_field(tmp_path, section, key
     load_error(write(tmp_path, broken(section, key, value)), key)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: TrainConfig's '>= 0' checks are comparisons that NaN passes "
-                                       "(nan < 0 is False), so weight_decay/grad_clip/min_lr_ratio: .nan load")
 @pytest.mark.parametrize("key", ["weight_decay", "grad_clip", "min_lr_ratio"])
 def test_nan_is_rejected(tmp_path, key):
     raw = base_raw()
@@ -239,9 +235,6 @@ def test_nan_is_rejected(tmp_path, key):
     load_error(path, f"train.{key}")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: `raw.get(name) or {}` in config_from_dict turns a falsy non-mapping "
-                                       "section (train: [], train: false, train: 0) into an empty section: the "
-                                       "whole train section silently takes defaults")
 @pytest.mark.parametrize("value", [[], False, 0, ""])
 def test_falsy_non_mapping_section_is_an_error(tmp_path, value):
     raw = base_raw()

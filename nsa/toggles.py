@@ -133,7 +133,7 @@ def table_markdown() -> str:
     for t in TOGGLES.values():
         values = {"bool": "0/1", "int": "positive integer", "choice": "/".join(t.choices),
                   "fault": "KIND@STEP[:RANK]"}[t.kind]
-        default = "unset" if t.default is None else str(t.default)
+        default = "unset" if t.default is None else str(int(t.default)) if t.kind == "bool" else str(t.default)
         rows.append(f"| `{t.name}` | {values} | {default} | {t.consumer} | {t.help} |")
     return "\n".join(rows)
 

@@ -141,3 +141,17 @@ def test_runbook_baseline_toggles_with_bf16_compression(tmp_path):
     assert recorded["config_path"] == str(cfg)
     rows = read_csv(tmp_path / "rb" / "training.csv")
     assert len(rows) == 2 and all(math.isfinite(float(r["loss"])) for r in rows)
+
+
+def test_ddp_stop_and_resume_restores_every_ranks_data_position(ddp_run, tmp_path):
+    """Crash both ranks at step 3 after a step-2 checkpoint, resume: the same weights as the uninterrupted run."""
+    out_dir, raw, _ = ddp_run
+    cfg, _ = _config(tmp_path, save_every=2)
+    code, out = run(tmp_path / "cut", "--ddp", "1", nproc=2, config=cfg, env={"NSA_FAULT": "crash@3"})
+    assert code != 0
+    code, out = run(tmp_path / "cut", "--ddp", "1", "--resume", nproc=2, config=cfg)
+    assert code == 0, out[-3000:]
+    assert "step_00000002" in out
+    full, resumed = final_params(out_dir), final_params(tmp_path / "cut")
+    for name in full:
+        assert torch.equal(resumed[name], full[name]), name

@@ -137,3 +137,31 @@ def test_mixed_precision_trains_with_fp32_master_weights(tmp_path, monkeypatch, 
     state = torch.load(latest_checkpoint(out) / "model_optim.pt", weights_only=False)
     assert all(v.dtype == torch.float32 for v in state["model"].values())
     assert (state["scaler"] is not None) == (precision == "fp16")
+
+
+def test_text_dataset_trains_from_local_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSA_TB_DISABLE", "1")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("the quick brown fox jumps over the lazy dog. " * 200)
+    (corpus / "b.jsonl").write_text("\n".join(json.dumps({"text": f"line {i}: naïve café"}) for i in range(100)))
+    code, out = _run(tmp_path, "--dataset", "text", "--data-path", str(corpus), "--steps", "3",
+                     "--seq-len", "64", "--batch-size", "2")
+    assert code == 0
+    assert len(read_csv(out / "training.csv")) == 3
+    assert json.loads((out / "env.json").read_text())["config"]["data"]["path"] == str(corpus)
+
+
+def test_parallel_mode_and_config_resolution(tmp_path, monkeypatch):
+    assert train.parallel_mode("auto", 1) == "none" and train.parallel_mode("auto", 2) == "ddp"
+    assert train.parallel_mode("fsdp", 2) == "fsdp" and train.parallel_mode("ddp", 1) == "none"
+    with pytest.raises(train.UsageError, match="--ddp 1 or --fsdp"):
+        train.parallel_mode("none", 2)
+    parser = train.build_parser()
+    monkeypatch.chdir(tmp_path)  # no configs/ here: no default config
+    with pytest.raises(train.ConfigError, match="pass --config PATH or set CONFIG"):
+        train.resolve_config(parser.parse_args([]), environ={})
+    cfg, path = train.resolve_config(parser.parse_args(["--steps", "7", "--fsdp"]), environ={"CONFIG": str(TINY)})
+    assert path == str(TINY) and cfg.train.steps == 7 and cfg.train.parallel == "fsdp"
+    with pytest.raises(train.UsageError, match="exclusive"):
+        train.resolve_config(parser.parse_args(["--fsdp", "--ddp", "1", "--config", str(TINY)]))

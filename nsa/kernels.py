@@ -187,6 +187,9 @@ class _SparseBlocks(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
+# Eager under torch.compile: its tiling has data-dependent sizes (pairs per key block), which would recompile
+# for nearly every batch. The rest of the model (projections, cmp/win branches, MLP) compiles.
+@torch.compiler.disable
 def selected_attention(q, k, v, ranges, l_sel: int, tile: int = SEL_TILE) -> torch.Tensor:
     """Block-sparse attention of each query over its own selected token ranges.
 

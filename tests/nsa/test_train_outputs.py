@@ -165,3 +165,14 @@ def test_parallel_mode_and_config_resolution(tmp_path, monkeypatch):
     assert path == str(TINY) and cfg.train.steps == 7 and cfg.train.parallel == "fsdp"
     with pytest.raises(train.UsageError, match="exclusive"):
         train.resolve_config(parser.parse_args(["--fsdp", "--ddp", "1", "--config", str(TINY)]))
+
+
+def test_compile_trains_like_eager(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSA_TB_DISABLE", "1")
+    code, eager = _run(tmp_path / "eager", "--steps", "3", "--seq-len", "128")
+    code2, compiled = _run(tmp_path / "compiled", "--steps", "3", "--seq-len", "128", "--compile")
+    assert code == code2 == 0
+    assert "torch.compile enabled" in " ".join(json.loads((compiled / "status.json").read_text())["notes"])
+    la = [float(r["loss"]) for r in read_csv(eager / "training.csv")]
+    lb = [float(r["loss"]) for r in read_csv(compiled / "training.csv")]
+    assert lb == pytest.approx(la, rel=1e-4)

@@ -53,6 +53,11 @@ MFU_COLUMN = ("mfu", "model FLOPs utilization: flops_per_token * toks_per_s / (w
 VAL_COLUMNS = {"step": "optimizer step", "val_loss": "mean cross entropy over the evaluation batches of all ranks",
                "val_ppl": "exp(val_loss)"}
 
+# What a run leaves in out_dir (archive_previous_run moves these aside for a fresh run).
+RUN_ARTIFACTS = (TRAINING_CSV, VAL_CSV, ENV_JSON, STATUS_JSON, CONFIG_YAML, SDPA_AUDIT_JSON, "heartbeat_rank*.jsonl",
+                 "stackdump_*.txt", "error_rank*.txt", "checkpoints", "tb", "profile", ".HALT")
+PREVIOUS_RUNS = "previous_runs"
+
 # status.json "status" values
 STATUSES = ("running", "completed", "halted", "terminated", "nonfinite", "crashed")
 
@@ -93,6 +98,25 @@ def _fmt(value: Any) -> Any:
     if isinstance(value, float):
         return f"{value:.6g}" if abs(value) < 1e-3 or abs(value) >= 1e6 else f"{value:.6f}".rstrip("0").rstrip(".")
     return "" if value is None else value
+
+
+def archive_previous_run(out_dir: Path) -> Path | None:
+    """Move an earlier run's files out of the way of a fresh (not resumed) run into
+    out_dir/previous_runs/<time>/, so nothing is lost and nothing is mixed: its heartbeats would confuse a
+    watchdog, its checkpoints a later --resume. Returns the archive directory, or None when there was nothing."""
+    out_dir = Path(out_dir)
+    found = sorted({p for pattern in RUN_ARTIFACTS for p in out_dir.glob(pattern)})
+    if not found:
+        return None
+    archive = out_dir / PREVIOUS_RUNS / time.strftime("%Y%m%d-%H%M%S")
+    n = 1
+    while archive.exists():
+        n += 1
+        archive = archive.with_name(f"{archive.name.split('.')[0]}.{n}")
+    archive.mkdir(parents=True)
+    for path in found:
+        path.rename(archive / path.name)
+    return archive
 
 
 def write_json(path: Path, data: Any) -> None:

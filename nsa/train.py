@@ -183,9 +183,13 @@ class Trainer:
         if info.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             stale = self.out / HALT_NAME
-            if stale.exists():
+            if resume and stale.exists():
                 stale.replace(self.out / (HALT_NAME + ".prev"))
                 self.say(f"moved a .HALT left by an earlier run to {HALT_NAME}.prev")
+            archived = None if resume else outputs.archive_previous_run(self.out)
+            if archived is not None:
+                self.say(f"a previous run's files in {self.out} were moved to {archived} (use --resume to continue "
+                         "a run instead)")
         distributed.barrier(info)
         self.heartbeat = HeartbeatWriter(self.out, info.rank)
         self.heartbeat.write(0, "boot", world_size=info.world_size, device=str(self.device))

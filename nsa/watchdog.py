@@ -52,6 +52,7 @@ class WatchdogConfig:
     dump_stacks: bool = True
     expected_ranks: int | None = None
     max_wait_start_s: float = 600.0
+    since: float | None = None  # ignore heartbeat records older than this unix time (see check)
 
     def __post_init__(self):
         self.out_dir = Path(self.out_dir)
@@ -101,14 +102,17 @@ def _run_start(out_dir: Path) -> float | None:
     return min(starts) if starts else None
 
 
-def check(out_dir, stall_after_s: float, now: float | None = None, expected_ranks: int | None = None) -> Verdict:
+def check(out_dir, stall_after_s: float, now: float | None = None, expected_ranks: int | None = None,
+          since: float | None = None) -> Verdict:
     """The state of the run whose heartbeats are in `out_dir`, at time `now` (default: time.time()).
 
     The ranks looked at are 0..expected_ranks-1 when `expected_ranks` is given (files of other ranks, e.g. left
     by an earlier run with more ranks, are ignored), else every rank with a heartbeat file. A rank is stalled when
     its latest record is not terminal and is older than `stall_after_s`; an expected rank with no record at all
     is stalled once the run's first heartbeat (any rank) is older than `stall_after_s`. The run is finished when
-    every rank's latest record is terminal. Raises FileNotFoundError when `out_dir` is not a directory.
+    every rank's latest record is terminal. With `since` (a unix time), records older than it are ignored, as if
+    absent: a watchdog started before a run does not mistake the previous run's final heartbeats for this one's.
+    Raises FileNotFoundError when `out_dir` is not a directory.
     """
     if not stall_after_s > 0:
         raise ValueError(f"stall_after_s must be > 0, got {stall_after_s!r}")
@@ -118,6 +122,8 @@ def check(out_dir, stall_after_s: float, now: float | None = None, expected_rank
     latest = latest_heartbeats(out_dir)
     if expected_ranks is not None:
         latest = {r: rec for r, rec in latest.items() if r < expected_ranks}
+    if since is not None:
+        latest = {r: rec for r, rec in latest.items() if float(rec["ts"]) >= since}
     if not latest:
         return Verdict(WAITING, reason=f"no heartbeats yet in {out_dir}")
 
@@ -132,6 +138,8 @@ def check(out_dir, stall_after_s: float, now: float | None = None, expected_rank
             problems.append(f"rank {r} last heartbeat {ages[r]:.0f}s ago (step {rec['step']}, msg {rec['msg']!r})")
     if missing:
         start = _run_start(out_dir)
+        if since is not None:
+            start = max(start, since) if start is not None else since
         since_start = now - start if start is not None else 0.0
         for r in missing:
             ages[r] = since_start
@@ -244,7 +252,11 @@ def run(cfg: WatchdogConfig, *, sleep: Callable[[float], None] = time.sleep, now
     emit = on_event if on_event is not None else (lambda kind, info: None)
     started = now()
     while True:
-        verdict = check(cfg.out_dir, cfg.stall_after_s, now=now(), expected_ranks=cfg.expected_ranks)
+        if cfg.out_dir.is_dir():
+            verdict = check(cfg.out_dir, cfg.stall_after_s, now=now(), expected_ranks=cfg.expected_ranks,
+                            since=cfg.since)
+        else:  # started before the trainer created its out_dir
+            verdict = Verdict(WAITING, reason=f"waiting for {cfg.out_dir} to appear")
         emit("check", verdict)
         if verdict.state == STALLED:
             _act_on_stall(cfg, verdict, emit)
@@ -262,34 +274,24 @@ def run(cfg: WatchdogConfig, *, sleep: Callable[[float], None] = time.sleep, now
 # ----------------------------------------------------------------------------------------------------- CLI
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
+def _number(convert, minimum, strict: bool, noun: str):
+    """An argparse type: `convert(text)` that must be > minimum (strict) or >= minimum, and finite."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
+        if not (value > minimum if strict else value >= minimum) or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"expected {noun} {'>' if strict else '>='} {minimum}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
+_positive_float = _number(float, 0, True, "a number")
+_non_negative_float = _number(float, 0, False, "a number")
+_positive_int = _number(int, 1, False, "an integer")
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -312,6 +314,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         help="give up (exit 3) when no heartbeat appears within this many seconds (default 600)")
     parser.add_argument("--no-dump", action="store_true",
                         help="do not send SIGUSR1 (stack dump request) to stalled processes")
+    parser.add_argument("--include-earlier", action="store_true",
+                        help="also judge heartbeat records written before the watchdog started (by default they are "
+                             "ignored, so a previous run's last records are not taken for this run's)")
     parser.add_argument("--once", action="store_true",
                         help="check once, act on a stall, and exit: 0 running/finished, 1 stalled, 3 no heartbeat yet")
     return parser
@@ -345,15 +350,17 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     except SystemExit as exc:  # argparse already printed the message (or --help)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     name = parser.prog
-    if not args.dir.exists():
+    started = time.time()
+    if args.once and not args.dir.exists():
         print(f"{name}: error: --dir {args.dir}: no such directory", file=sys.stderr)
         return EXIT_USAGE
-    if not args.dir.is_dir():
+    if args.dir.exists() and not args.dir.is_dir():
         print(f"{name}: error: --dir {args.dir}: not a directory", file=sys.stderr)
         return EXIT_USAGE
     cfg = WatchdogConfig(out_dir=args.dir, stall_after_s=args.stall_after, interval_s=args.interval,
                          halt=bool(args.halt), dump_stacks=not args.no_dump, expected_ranks=args.ranks,
-                         max_wait_start_s=args.max_wait_start)
+                         max_wait_start_s=args.max_wait_start,
+                         since=None if args.once or args.include_earlier else started)
     on_event = _printer()
     try:
         if args.once:

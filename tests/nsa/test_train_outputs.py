@@ -176,3 +176,18 @@ def test_compile_trains_like_eager(tmp_path, monkeypatch):
     la = [float(r["loss"]) for r in read_csv(eager / "training.csv")]
     lb = [float(r["loss"]) for r in read_csv(compiled / "training.csv")]
     assert lb == pytest.approx(la, rel=1e-4)
+
+
+def test_a_fresh_run_archives_the_previous_runs_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSA_TB_DISABLE", "1")
+    code, out = _run(tmp_path, "--steps", "3")
+    code2, out = _run(tmp_path, "--steps", "2")
+    assert code == code2 == 0
+    archives = list((out / "previous_runs").iterdir())
+    assert len(archives) == 1
+    old = archives[0]
+    assert len(read_csv(old / "training.csv")) == 3 and (old / "checkpoints" / "step_00000003").is_dir()
+    assert len(read_csv(out / "training.csv")) == 2
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000002"]
+    assert [b["msg"] for b in heartbeats(out, 0)][0] == "boot"
+    assert sum(b["msg"] == "boot" for b in heartbeats(out, 0)) == 1

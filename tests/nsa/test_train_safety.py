@@ -119,6 +119,7 @@ def test_hang_is_detected_by_the_watchdog_and_ends_at_the_process_group_timeout(
         wait_for(lambda: (out_dir / "heartbeat_rank1.jsonl").exists()
                  and heartbeats(out_dir, 1)[-1]["msg"] == "fault", 60, "the injected hang", proc)
         wd = subprocess.run([sys.executable, "-m", "nsa.watchdog", "--dir", str(out_dir), "--stall-after", "2",
+                             "--include-earlier",
                              "--interval", "0.5", "--ranks", "2"], cwd=REPO, env=clean_env(),
                             capture_output=True, text=True, timeout=60)
         assert wd.returncode == 1, wd.stdout + wd.stderr

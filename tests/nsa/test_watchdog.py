@@ -453,10 +453,46 @@ def test_cli_subprocess_halts_a_stale_run(tmp_path):
     append_record(tmp_path, 1, time.time() - 900, 118, "step")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-m", "nsa.watchdog", "--dir", str(tmp_path), "--halt", "1",
-                           "--interval", "30", "--stall-after", "300"],
+                           "--interval", "30", "--stall-after", "300", "--include-earlier"],
                           capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 1, proc.stderr
     body = json.loads((tmp_path / HALT_NAME).read_text())
     assert body["by"] == "watchdog" and "rank 1" in body["reason"] and "step 118" in body["reason"]
     lines = proc.stdout.splitlines()
     assert len(lines) == 2 and "stalled: rank 1" in lines[0] and "STALLED: wrote" in lines[1]
+
+
+def test_watchdog_started_before_a_run_ignores_the_previous_runs_records(tmp_path):
+    """A finished earlier run's last heartbeats (or a crashed one's stale ones) are not this run's: the loop waits
+    for records newer than its own start instead of exiting 'finished' (or 'stalled') at once."""
+    append_record(tmp_path, 0, time.time() - 50, 300, "done")
+    append_record(tmp_path, 1, time.time() - 900, 118, "step")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", "nsa.watchdog", "--dir", str(tmp_path), "--interval", "0.2",
+                           "--max-wait-start", "1"], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert not (tmp_path / HALT_NAME).exists()
+
+
+def test_check_since_filters_old_records(tmp_path):
+    now = time.time()
+    append_record(tmp_path, 0, now - 100, 5, "done")
+    assert check(tmp_path, 10, now=now).state == "finished"
+    assert check(tmp_path, 10, now=now, since=now - 50).state == "waiting"
+    append_record(tmp_path, 0, now - 1, 1, "boot")
+    assert check(tmp_path, 10, now=now, since=now - 50).state == "running"
+
+
+def test_loop_waits_for_the_directory_to_appear(tmp_path):
+    out = tmp_path / "not-yet"
+    clock = [0.0]
+
+    def sleep(seconds):
+        clock[0] += seconds
+        if clock[0] >= 2 and not out.exists():
+            out.mkdir()
+            append_record(out, 0, clock[0], 1, "done")
+
+    verdict = run(WatchdogConfig(out, stall_after_s=10, interval_s=1, max_wait_start_s=100), sleep=sleep,
+                  now=lambda: clock[0])
+    assert verdict.state == "finished"

@@ -432,7 +432,11 @@ class Trainer:
             self.control.uninstall()
             self._close()
         if self.audit is not None:
-            outputs.write_json(self.out / outputs.SDPA_AUDIT_JSON, self.audit.summary())
+            summary = self.audit.summary()
+            outputs.write_json(self.out / outputs.SDPA_AUDIT_JSON, summary)
+            sites = "; ".join(f"{r['site']}: {r['backend']} x{r['calls']} ({r['device']}, {r['dtype']})"
+                              for r in summary["by_site"])
+            self.say(f"[sdpa-audit] {summary['calls']} calls: {sites or 'none'}", note=False)
         self._status(status, reason, step)
         if status != "nonfinite":
             digest = self._param_digest() if self.parallel != "fsdp" else None  # FSDP: shards differ by design

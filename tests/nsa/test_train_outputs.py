@@ -191,3 +191,12 @@ def test_a_fresh_run_archives_the_previous_runs_files(tmp_path, monkeypatch):
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000002"]
     assert [b["msg"] for b in heartbeats(out, 0)][0] == "boot"
     assert sum(b["msg"] == "boot" for b in heartbeats(out, 0)) == 1
+
+
+def test_nsa_train_watchdog_subcommand(tmp_path, capsys):
+    assert train.main(["watchdog", "--dir", str(tmp_path / "missing"), "--once"]) == 2
+    assert "nsa-train watchdog: error" in capsys.readouterr().err
+    (tmp_path / "heartbeat_rank0.jsonl").write_text(json.dumps(
+        {"ts": 1.0, "rank": 0, "pid": 1, "host": "elsewhere", "step": 4, "msg": "step"}) + "\n")
+    assert train.main(["watchdog", "--dir", str(tmp_path), "--once", "--stall-after", "60", "--halt", "0"]) == 1
+    assert not (tmp_path / ".HALT").exists()

@@ -405,8 +405,8 @@ class Trainer:
                     self._sync()
                     dt = time.perf_counter() - t0
                     loss = loss_total / (tc.accum * info.world_size)
-                    self._record(step, loss, out["lr"], grad_norm, dt, tokens_per_step, float(out["loss_sum"]) / tc.accum,
-                                 aux)
+                    self._record(step, loss, out["lr"], grad_norm, dt, tokens_per_step,
+                                 float(out["loss_sum"]) / tc.accum, aux)
                     if profiler is not None:
                         profiler.step()
                     if self.eval_source is not None and (step % tc.eval_every == 0 or step == tc.steps):

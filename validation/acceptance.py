@@ -1,0 +1,108 @@
+"""Acceptance criteria, the GO/NO-GO verdict and the recommended settings, from a run's results.
+
+A criterion is an expression over step metrics (validation.expressions), e.g. `baseline.toks_per_s.mean >= 39`.
+Each step is visible under its name as its metrics plus: `status`, `winner` (label/params of a sweep or ab
+winner, or None), `runs` (label -> metrics) and `comparison` (variant -> statistics). `log_contains(step, text)`
+searches the step's logs.
+
+Verdict: GO when every non-optional step that ran passed and every criterion of severity "fail" passed;
+INCOMPLETE when the run was interrupted or steps are still pending; NO-GO otherwise. A fail-severity criterion
+that could not be evaluated (its step was skipped or failed) is not evidence, so it makes the verdict NO-GO too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from validation.runbook import Runbook
+
+BAD_STEP = ("failed", "hang", "timeout", "error")
+
+
+def _namespace(results: dict) -> dict[str, Any]:
+    ns = {}
+    for name, step in results["steps"].items():
+        view = dict(step.get("metrics") or {})
+        view.update(status=step["status"], winner=step.get("winner"),
+                    runs={r["label"]: r.get("metrics", {}) for r in step.get("runs", [])},
+                    comparison={c["variant"]: c for c in step.get("comparison", [])})
+        ns[name] = view
+    return ns
+
+
+def _logs(results: dict, run_dir: Path):
+    def read(step_name: str) -> str:
+        step = results["steps"].get(step_name, {})
+        texts = []
+        for rel in step.get("artifacts", []):
+            if rel and rel.endswith(".log"):
+                try:
+                    texts.append((Path(run_dir) / rel).read_text(errors="replace"))
+                except OSError:
+                    continue
+        return "\n".join(texts)
+
+    return read
+
+
+def evaluate(runbook: Runbook, results: dict, run_dir: Path) -> list[dict]:
+    ns = _namespace(results)
+    logs = _logs(results, run_dir)
+    rows = []
+    for c in runbook.acceptance:
+        row = {"name": c.name, "expr": c.expr.text, "target": c.target, "severity": c.severity,
+               "description": c.description}
+        not_run = [n for n in sorted(c.expr.names) if results["steps"][n]["status"] in ("skipped", "pending",
+                                                                                        "interrupted")]
+        if not_run:
+            reasons = "; ".join(f"{n}: {results['steps'][n]['status']}"
+                                + (f" ({results['steps'][n]['reason']})" if results['steps'][n].get('reason') else "")
+                                for n in not_run)
+            row.update(status="skipped", actual="n/a", detail=f"not evaluated: {reasons}")
+        else:
+            r = c.expr.evaluate(ns, logs)
+            status = {"pass": "pass", "fail": "fail" if c.severity == "fail" else "warn", "error": "error"}[r.status]
+            row.update(status=status, actual=r.actual, detail=r.detail)
+        rows.append(row)
+    return rows
+
+
+def verdict(results: dict, interrupted: bool) -> tuple[str, str]:
+    steps = results["steps"]
+    if interrupted:
+        return "INCOMPLETE", "the run was interrupted; `nsa-validate run --resume RUN_DIR` continues it"
+    pending = [n for n, s in steps.items() if s["status"] in ("pending", "running", "interrupted")]
+    if pending:
+        return "INCOMPLETE", f"step(s) not run yet: {', '.join(pending)}"
+    bad = [f"{n} {s['status']}" for n, s in steps.items() if s["status"] in BAD_STEP and not s.get("optional")]
+    failed = [c["name"] for c in results["acceptance"] if c["severity"] == "fail" and c["status"] in ("fail", "error")]
+    unproven = [c["name"] for c in results["acceptance"] if c["severity"] == "fail" and c["status"] == "skipped"]
+    reasons = []
+    if bad:
+        reasons.append(f"step(s) {', '.join(bad)}")
+    if failed:
+        reasons.append(f"criteria failed: {', '.join(failed)}")
+    if unproven:
+        reasons.append(f"criteria not evaluated (steps skipped): {', '.join(unproven)}")
+    if reasons:
+        return "NO-GO", "; ".join(reasons)
+    ran = sum(s["status"] == "passed" for s in steps.values())
+    warns = [c["name"] for c in results["acceptance"] if c["status"] == "warn"]
+    note = f"; warnings: {', '.join(warns)}" if warns else ""
+    return "GO", f"{ran} step(s) passed and all {sum(c['severity'] == 'fail' for c in results['acceptance'])} " \
+                 f"required criteria hold{note}"
+
+
+def recommendations(runbook: Runbook, results: dict) -> dict:
+    env = dict(runbook.recommend_env)
+    notes = []
+    for name, step in results["steps"].items():
+        won = step.get("winner")
+        if not won:
+            continue
+        for key, value in (won.get("params") or {}).items():
+            if key.startswith("env."):
+                env[key[4:]] = str(value)
+        notes.append(f"{name}: {won['label']} ({won.get('explanation', '')})")
+    return {"env": dict(sorted(env.items())), "notes": notes}

@@ -1,0 +1,313 @@
+"""nsa-validate: run validation runbooks and report, with evidence, whether a node trains NSA correctly and fast.
+
+Commands are thin functions over the library (validation.runner, .plan, .report, .compare); their --help is the
+manual. Exit codes: 0 GO, 1 NO-GO, 2 invalid input or unmet requirements, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from validation.runbook import RunbookError, Step, load_runbook
+
+EXIT_GO, EXIT_NOGO, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+DEFAULT_RUNS = Path("artifacts/validate")
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Validate that a GPU node (or a CPU machine, with runbooks/cpu_smoke.yaml) trains NSA models "
+                       "correctly and fast: run declarative runbooks, reduce the trainer's outputs to statistics, "
+                       "check acceptance criteria, write GO/NO-GO reports. Exit codes: 0 GO, 1 NO-GO, 2 invalid "
+                       "input, 130 interrupted.")
+console = Console(stderr=False, highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def _fail(message: str, code: int = EXIT_USAGE):
+    err.print(f"nsa-validate: error: {message}", markup=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _load(runbook: Path, overrides: list[str]):
+    try:
+        return load_runbook(runbook, overrides)
+    except RunbookError as exc:
+        _fail(str(exc))
+
+
+# ---------------------------------------------------------------------- plan
+@app.command()
+def plan(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cpu_smoke.yaml"),
+         set_: List[str] = typer.Option([], "--set", help="override a runbook key, e.g. defaults.args.steps=20"),
+         as_json: bool = typer.Option(False, "--json", help="print the plan as JSON")) -> None:
+    """Dry run: every step with its exact argv, environment and timeout; nothing is launched."""
+    from validation import environment
+    from validation.plan import describe
+
+    rb = _load(runbook, set_)
+    env = environment.probe()
+    skipped = {}
+    for step in rb.steps():
+        reason = environment.unmet(step.requires, env, step.launch.nproc_per_node if step.is_training else 1)
+        if reason:
+            skipped[step.name] = reason
+    rows = describe(rb, skipped)
+    if as_json:
+        console.print_json(json.dumps(rows))
+        return
+    console.print(f"[bold]{rb.name}[/bold]: {rb.description}")
+    for row in rows:
+        head = f"\n[bold]{row['phase']} / {row['step']}[/bold] ({row['kind']})"
+        if row["skip"]:
+            head += f"  [yellow]SKIPPED here: {row['skip']}[/yellow]"
+        console.print(head)
+        if row["kind"] == "snapshot":
+            console.print("  in-process: git sha, python -m torch.utils.collect_env, nvidia-smi -q -x, packages")
+        for launch in row["launches"]:
+            label = f"[{launch['label']}] " if launch["label"] else ""
+            env_text = " ".join(f"{k}={v}" for k, v in launch["env"].items())
+            argv = launch["argv"]
+            if launch["nproc_per_node"] > 1:  # torchrun runs the module itself: python is implied
+                argv = ["torchrun", f"--nproc_per_node={launch['nproc_per_node']}", "--master-port=<free>",
+                        *argv[1:]]
+            console.print(f"  {label}{env_text + ' ' if env_text else ''}{' '.join(argv)}", markup=False,
+                          soft_wrap=True)
+            extra = f"timeout {launch['timeout_s']:g}s"
+            if launch["stall_timeout_s"]:
+                extra += f", stall after {launch['stall_timeout_s']:g}s"
+            if launch["waits_for"]:
+                extra += f", uses the winner of {', '.join(launch['waits_for'])}"
+            console.print(f"    ({extra})", markup=False)
+    if rb.acceptance:
+        console.print("\n[bold]acceptance[/bold]")
+        for c in rb.acceptance:
+            console.print(f"  [{c.severity}] {c.name}: {c.expr.text}", markup=False)
+
+
+# ---------------------------------------------------------------------- run
+class _LiveReporter:
+    """rich progress: phase, step, live tokens/s from the heartbeats, elapsed and ETA."""
+
+    def __init__(self, progress, console_: Console):
+        self.p, self.console = progress, console_
+        self.total = self.task = None
+        self.step_t0 = time.time()
+        self.trainer_steps: int | None = None
+
+    def run_started(self, runbook, run_dir, steps):
+        self.console.print(f"[bold]{runbook.name}[/bold] -> {run_dir}")
+        self.total = self.p.add_task("run", total=len(steps), info="")
+        self.task = self.p.add_task("step", total=None, info="")
+
+    def step_started(self, step: Step, launches: int):
+        self.step_t0 = time.time()
+        steps = step.launch.args.get("steps")
+        self.trainer_steps = int(steps) if isinstance(steps, int) else None
+        self.p.update(self.task, description=f"{step.phase} / {step.name}", completed=0,
+                      total=self.trainer_steps, info=f"{step.kind}")
+
+    def launch_started(self, step, planned, index, total):
+        label = f" [{planned.label}]" if planned.label else ""
+        self.p.update(self.task, completed=0, info=f"{step.kind}{label} {index + 1}/{total}")
+
+    def launch_progress(self, step, progress):
+        parts = []
+        if progress.step is not None:
+            parts.append(f"step {progress.step}")
+            self.p.update(self.task, completed=progress.step)
+        if progress.toks_per_s:
+            parts.append(f"{progress.toks_per_s:,.0f} tok/s")
+        self.p.update(self.task, info=" | ".join(parts) or progress.state)
+
+    def step_finished(self, step, result):
+        colour = {"passed": "green", "skipped": "yellow"}.get(result["status"], "red")
+        reason = f": {result['reason']}" if result.get("reason") else ""
+        extra = ""
+        m = result.get("metrics") or {}
+        if isinstance(m.get("toks_per_s"), dict) and m["toks_per_s"].get("mean") is not None:
+            extra = f" ({m['toks_per_s']['mean']:,.0f} tok/s mean, last {m['window']['n']} steps)"
+        if result.get("winner"):
+            extra += f" winner: {result['winner']['label']}"
+        self.console.print(f"  [{colour}]{result['status'].upper():8}[/{colour}] {step.phase} / {step.name}"
+                           f"{extra}{reason}", markup=True, highlight=False)
+        self.p.advance(self.total)
+
+    def run_finished(self, results):
+        pass
+
+
+def _run_dir_for(rb_name: str, out: Optional[Path]) -> Path:
+    if out is not None:
+        return out
+    return DEFAULT_RUNS / f"{rb_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+@app.command()
+def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cpu_smoke.yaml"),
+        out: Optional[Path] = typer.Option(None, "--out", help="run directory (default artifacts/validate/<name>-<time>)"),
+        only: List[str] = typer.Option([], "--only", help="run only this phase (repeatable)"),
+        skip: List[str] = typer.Option([], "--skip", help="skip this phase (repeatable)"),
+        resume: Optional[Path] = typer.Option(None, "--resume", help="continue an interrupted run in RUN_DIR"),
+        set_: List[str] = typer.Option([], "--set", help="override a runbook key, e.g. defaults.args.steps=20"),
+        no_report: bool = typer.Option(False, "--no-report", help="write results.json only")) -> None:
+    """Run every phase of RUNBOOK; write RUN_DIR/results.json, report.md, report.html, junit.xml and plots."""
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from validation.report import write_reports
+    from validation.results import ResultsError, read_results
+    from validation.runner import RunOptions, Runner
+
+    rb = _load(runbook, set_)
+    phases = {p.name for p in rb.phases}
+    for name in [*only, *skip]:
+        if name not in phases:
+            _fail(f"no phase {name!r} in {runbook} (phases: {', '.join(p.name for p in rb.phases)})")
+    previous = None
+    if resume is not None:
+        try:
+            previous = read_results(resume)
+        except ResultsError as exc:
+            _fail(str(exc))
+        if previous["runbook"]["sha256"] != rb.sha256:
+            err.print(f"warning: {runbook} changed since {resume} was started; finished steps are kept as they are",
+                      markup=False)
+        run_dir = resume
+    else:
+        run_dir = _run_dir_for(rb.name, out)
+        if (run_dir / "results.json").exists():
+            _fail(f"{run_dir} already holds a run: use --resume {run_dir} to continue it, or another --out")
+    options = RunOptions(only=tuple(only), skip=tuple(skip), overrides=tuple(set_), cwd=Path.cwd())
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.info}"),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True) as progress:
+        reporter = _LiveReporter(progress, console)
+        runner = Runner(rb, run_dir, options, reporter, previous=previous)
+        try:
+            results = runner.run()
+        except KeyboardInterrupt:
+            progress.stop()
+            err.print(f"interrupted: finished steps are saved in {run_dir}; continue with "
+                      f"nsa-validate run {runbook} --resume {run_dir}", markup=False)
+            if not no_report:
+                write_reports(run_dir)
+            raise typer.Exit(EXIT_INTERRUPTED)
+    paths = [] if no_report else write_reports(run_dir, results)
+    _print_summary(results, run_dir, paths)
+    raise typer.Exit(EXIT_GO if results["verdict"] == "GO" else EXIT_NOGO)
+
+
+def _print_summary(results: dict, run_dir: Path, paths: list[Path]) -> None:
+    table = Table(title="acceptance", show_lines=False)
+    for col in ("criterion", "target", "actual", "status"):
+        table.add_column(col)
+    icon = {"pass": "[green]PASS[/green]", "fail": "[red]FAIL[/red]", "warn": "[yellow]WARN[/yellow]",
+            "skipped": "[dim]SKIPPED[/dim]", "error": "[red]ERROR[/red]"}
+    for c in results["acceptance"]:
+        table.add_row(c["name"], c["target"], str(c.get("actual") or ""), icon.get(c["status"], c["status"]))
+    if results["acceptance"]:
+        console.print(table)
+    colour = {"GO": "green", "NO-GO": "red"}.get(results["verdict"], "yellow")
+    console.print(f"[bold {colour}]{results['verdict']}[/bold {colour}]: {results['verdict_reason']}")
+    env = results["recommendations"]["env"]
+    if env:
+        console.print("recommended: " + " ".join(f"{k}={v}" for k, v in env.items()), markup=False)
+    console.print(f"results: {run_dir / 'results.json'}", markup=False)
+    for p in paths:
+        console.print(f"report:  {p}", markup=False)
+
+
+# ---------------------------------------------------------------------- report / compare / list
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="a run directory holding results.json"),
+           fmt: str = typer.Option("md", "--format", help="md | html | json | junit"),
+           write: bool = typer.Option(False, "--write", help="(re)write report.md/.html, junit.xml and plots "
+                                                            "in RUN_DIR instead of printing")) -> None:
+    """Re-render a run's report from RUN_DIR/results.json alone (nothing is re-run)."""
+    from validation.report import FORMATS, render, write_reports
+    from validation.results import ResultsError, read_results
+
+    if fmt not in FORMATS:
+        _fail(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    try:
+        results = read_results(run_dir)
+    except ResultsError as exc:
+        _fail(str(exc))
+    if write:
+        for p in write_reports(run_dir, results):
+            console.print(str(p), markup=False)
+        return
+    typer.echo(render(results, fmt, run_dir=run_dir), nl=False)
+
+
+@app.command()
+def compare(run_a: Path = typer.Argument(..., help="baseline run directory"),
+            run_b: Path = typer.Argument(..., help="candidate run directory"),
+            noise: float = typer.Option(0.02, help="relative change below which a difference is noise"),
+            as_json: bool = typer.Option(False, "--json")) -> None:
+    """Per-metric deltas of RUN_B against RUN_A (direction of better, noise threshold, Welch t-test), with a
+    warning when the two runs' environments differ."""
+    from validation.compare import compare_runs
+    from validation.results import ResultsError, read_results
+
+    try:
+        a, b = read_results(run_a), read_results(run_b)
+    except ResultsError as exc:
+        _fail(str(exc))
+    out = compare_runs(a, b, run_a, run_b, noise=noise)
+    if as_json:
+        console.print_json(json.dumps(out))
+        return
+    for warning in out["warnings"]:
+        err.print(f"warning: {warning}", markup=False)
+    table = Table(title=f"{run_b} vs {run_a}")
+    for col in ("step", "metric", "A", "B", "delta", "p", "verdict"):
+        table.add_column(col)
+    for r in out["rows"]:
+        fmt = lambda v: "n/a" if v is None else f"{v:,.4g}"  # noqa: E731
+        table.add_row(r["step"], r["metric"], fmt(r["mean_a"]), fmt(r["mean_b"]),
+                      "n/a" if r["rel_delta"] is None else f"{r['rel_delta'] * 100:+.1f}%",
+                      fmt(r.get("p_value")), r["verdict"])
+    console.print(table)
+
+
+@app.command("list")
+def list_(runbooks_dir: Path = typer.Option(Path("runbooks"), "--runbooks", help="where runbooks live"),
+          runs_dir: Path = typer.Option(DEFAULT_RUNS, "--runs", help="where runs live")) -> None:
+    """Runbooks available, and past runs with their verdicts."""
+    table = Table(title="runbooks")
+    table.add_column("file")
+    table.add_column("name")
+    table.add_column("description")
+    for path in sorted(runbooks_dir.glob("*.yaml")):
+        try:
+            rb = load_runbook(path)
+            table.add_row(str(path), rb.name, rb.description[:90])
+        except RunbookError as exc:
+            table.add_row(str(path), "[red]invalid[/red]", str(exc)[:90])
+    console.print(table)
+    runs = Table(title=f"runs under {runs_dir}")
+    for col in ("run", "runbook", "verdict", "started"):
+        runs.add_column(col)
+    for results_path in sorted(runs_dir.glob("*/results.json")):
+        try:
+            data = json.loads(results_path.read_text())
+            runs.add_row(str(results_path.parent), data["runbook"]["name"], data["verdict"], data["started"])
+        except (OSError, ValueError, KeyError):
+            runs.add_row(str(results_path.parent), "?", "unreadable", "")
+    console.print(runs)
+
+
+def main() -> None:  # console script
+    try:
+        app()
+    except KeyboardInterrupt:
+        raise SystemExit(EXIT_INTERRUPTED) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""What machine this is: the environment record of a run, the snapshot step's artifacts, and requirement checks."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from validation.runbook import Requirements
+
+PACKAGES = ("torch", "numpy", "pandas", "nsa-validate", "typer", "rich", "jinja2", "matplotlib", "pyyaml",
+            "tensorboard", "pyarrow", "datasets", "pynvml", "nvidia-ml-py")
+
+
+def git_sha(cwd: Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def packages() -> dict[str, str]:
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def gpus() -> list[dict[str, Any]]:
+    """Visible CUDA devices: index, name, memory_gb, capability (major.minor as a float)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    out = []
+    for i in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(i)
+        out.append({"index": i, "name": props.name, "memory_gb": round(props.total_memory / 1024 ** 3, 2),
+                    "capability": float(f"{props.major}.{props.minor}")})
+    return out
+
+
+def probe(cwd: Path | None = None) -> dict[str, Any]:
+    """The environment record stored in results.json."""
+    import torch
+
+    devices = gpus()
+    nccl = None
+    if devices:
+        try:
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # noqa: BLE001 - a build without NCCL
+            nccl = None
+    return {
+        "git_sha": git_sha(cwd), "host": socket.gethostname(), "platform": platform.platform(),
+        "python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl,
+        "gpus": devices, "gpu_count": len(devices), "cpu_count": os.cpu_count(), "packages": packages(),
+    }
+
+
+def unmet(req: Requirements, env: dict[str, Any], nproc_per_node: int = 1) -> str | None:
+    """Why this machine cannot run a step with these requirements, or None."""
+    gpus_needed = max(req.gpus, nproc_per_node if req.backend == "nccl" else 0)
+    have = env.get("gpu_count", 0)
+    if gpus_needed and have < gpus_needed:
+        return f"needs {gpus_needed} GPU(s), found {have}"
+    devices = env.get("gpus", [])[:max(gpus_needed, 1)] if gpus_needed else []
+    if req.min_cuda_capability is not None:
+        if not devices:
+            return f"needs CUDA capability >= {req.min_cuda_capability:g}, found no GPU"
+        low = min(d["capability"] for d in devices)
+        if low < req.min_cuda_capability:
+            return f"needs CUDA capability >= {req.min_cuda_capability:g}, found {low:g}"
+    if req.min_gpu_memory_gb is not None:
+        if not devices:
+            return f"needs GPUs with >= {req.min_gpu_memory_gb:g} GB, found no GPU"
+        low = min(d["memory_gb"] for d in devices)
+        if low < req.min_gpu_memory_gb:
+            return f"needs GPUs with >= {req.min_gpu_memory_gb:g} GB, found {low:g} GB"
+    if req.backend == "nccl" and env.get("nccl") is None:
+        return "needs the NCCL backend (CUDA build of torch with NCCL), not available here"
+    return None
+
+
+def snapshot(step_dir: Path, cwd: Path, timeout_s: float = 300) -> tuple[dict[str, Any], list[Path], list[str]]:
+    """The runbook's preflight: git sha, collect_env, nvidia-smi XML, package versions. Returns (environment,
+    files written, problems) — a tool that is absent or fails is a problem noted, not a failure."""
+    step_dir.mkdir(parents=True, exist_ok=True)
+    env = probe(cwd)
+    files, problems = [], []
+    (step_dir / "git_sha.txt").write_text((env["git_sha"] or "unknown (not a git checkout)") + "\n")
+    files.append(step_dir / "git_sha.txt")
+    commands = [("collect_env.txt", [sys.executable, "-m", "torch.utils.collect_env"])]
+    if shutil.which("nvidia-smi"):
+        commands.append(("nvidia_smi.xml", ["nvidia-smi", "-q", "-x"]))
+    else:
+        problems.append("nvidia-smi not found: no GPU inventory XML")
+    for name, argv in commands:
+        try:
+            out = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            problems.append(f"{' '.join(argv[:3])}: {exc}")
+            continue
+        (step_dir / name).write_text(out.stdout + (f"\n# stderr\n{out.stderr}" if out.returncode else ""))
+        files.append(step_dir / name)
+        if out.returncode:
+            problems.append(f"{' '.join(argv[:3])} exited {out.returncode}")
+    try:
+        import pynvml  # noqa: F401 - optional, richer inventory
+
+        env["nvml"] = _nvml_inventory()
+    except Exception:  # noqa: BLE001 - pynvml absent or no driver
+        pass
+    import json
+
+    (step_dir / "environment.json").write_text(json.dumps(env, indent=2) + "\n")
+    files.append(step_dir / "environment.json")
+    return env, files, problems
+
+
+def _nvml_inventory() -> list[dict[str, Any]]:
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            out.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
+                        "memory_gb": round(pynvml.nvmlDeviceGetMemoryInfo(h).total / 1024 ** 3, 2),
+                        "driver": pynvml.nvmlSystemGetDriverVersion()})
+        return out
+    finally:
+        pynvml.nvmlShutdown()

@@ -1,0 +1,100 @@
+"""RUN_DIR/results.json: everything a validation run found, the one input of every report.
+
+Schema (version SCHEMA_VERSION; plain JSON types only, no NaN):
+
+    {
+      "schema_version": 1,
+      "tool": {"name": "nsa-validate", "version": "0.1.0"},
+      "runbook": {"name", "description", "path", "sha256"},
+      "run_dir": "artifacts/validate/<runbook>-<time>",
+      "started": ISO time, "finished": ISO time or null, "duration_s": float or null,
+      "verdict": "GO" | "NO-GO" | "INCOMPLETE",     # INCOMPLETE: interrupted, or steps still pending
+      "verdict_reason": one sentence,
+      "environment": {"git_sha", "host", "python", "torch", "cuda", "nccl", "gpus": [{"index", "name",
+                      "memory_gb", "capability"}], "gpu_count", "cpu_count", "packages": {name: version}},
+      "options": {"only": [...], "skip": [...], "set": {...}},
+      "phases": [{"name", "title", "description", "steps": [step names in order]}],
+      "steps": {
+        "<step name>": {
+          "name", "phase", "kind",         # kind: snapshot | train | sweep | ab | pytest | profile | longrun
+          "title", "description",
+          "status": "passed" | "failed" | "skipped" | "hang" | "timeout" | "error" | "pending" | "interrupted",
+          "reason": one sentence or null,
+          "started", "duration_s",
+          "dir": step directory relative to run_dir,
+          "command": [argv] or null, "env": {the NSA_/NCCL_/TORCH_/CONFIG variables set for it},
+          "metrics": {...},                # kind-specific, see below
+          "runs": [                        # sweep and ab: one entry per launched variant (train-like records)
+            {"label", "params": {"env.NSA_DDP_BUCKET_MB": "25", ...}, "status", "reason", "dir", "command",
+             "metrics": {...}, "repeat": int}
+          ],
+          "winner": {"label", "params", "explanation"} or null,      # sweep
+          "comparison": [{"baseline", "variant", "metric", "mean_a", "mean_b", "delta", "rel_delta", "p_value",
+                          "significant", "verdict"}],                 # ab
+          "artifacts": [paths relative to run_dir],
+          "excerpt": failing rank's traceback excerpt or null,
+          "stack_dumps": [paths relative to run_dir]
+        }
+      },
+      "acceptance": [{"name", "expr", "target", "severity": "fail" | "warn", "status": "pass" | "fail" | "warn" |
+                      "error" | "skipped", "actual", "detail"}],
+      "recommendations": {"env": {"NSA_DDP_BUCKET_MB": "25", ...}, "notes": [sentences]},
+      "plots": [{"title", "path"}]
+    }
+
+Step metrics by kind:
+- train / longrun (and each sweep/ab run): the validation.metrics.summarize() dict (status, window, toks_per_s
+  {mean, median, stdev, cv, min, max, n}, toks_per_s_per_gpu, loss..., mem_peak_gb, mem_plateau,
+  throughput_stable, final_loss, ...) plus "world_size", "trainer_status" (the trainer's status.json status),
+  "compression" (the DDP compression the trainer reported, or null), "csv" (path); longrun adds "halted",
+  "stalls", "stack_dumps".
+- pytest: {"passed", "failed", "skipped", "errors", "total", "duration_s"}.
+- snapshot: {"git_sha", "gpu_count", "files": [...]}.
+- profile: {"trace", "top_ops": [{"name", "self_time_ms", "calls"}], "nvtx_ranges": [names seen]}
+  plus the train summary.
+- SDPA audit (a train step with NSA_SDPA_AUDIT=1): "sdpa_audit": {"calls", "backends", "fallbacks"} where
+  fallbacks counts calls that ran the math backend on a GPU.
+
+Writes are atomic (temp + rename) and happen after every step, so an interrupted run keeps every finished step
+and `nsa-validate run --resume RUN_DIR` continues from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+RESULTS_JSON = "results.json"
+STEP_STATUSES = ("passed", "failed", "skipped", "hang", "timeout", "error", "pending", "interrupted")
+FINAL_STEP_STATUSES = ("passed", "failed", "skipped", "hang", "timeout", "error")
+VERDICTS = ("GO", "NO-GO", "INCOMPLETE")
+CRITERION_STATUSES = ("pass", "fail", "warn", "error", "skipped")
+
+
+class ResultsError(ValueError):
+    """results.json is missing, unreadable or of another schema version."""
+
+
+def write_results(run_dir: Path, results: dict[str, Any]) -> Path:
+    path = Path(run_dir) / RESULTS_JSON
+    tmp = path.with_name(f".{RESULTS_JSON}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(results, indent=2, sort_keys=False, allow_nan=False) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_results(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / RESULTS_JSON
+    if not path.is_file():
+        raise ResultsError(f"{path}: not found (is {run_dir} a validation run directory?)")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"{path}: unreadable ({exc})") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version != SCHEMA_VERSION:
+        raise ResultsError(f"{path}: schema_version {version!r}, this nsa-validate reads {SCHEMA_VERSION}")
+    return data

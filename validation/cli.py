@@ -228,20 +228,21 @@ def report(run_dir: Path = typer.Argument(..., help="a run directory holding res
            write: bool = typer.Option(False, "--write", help="(re)write report.md/.html, junit.xml and plots "
                                                             "in RUN_DIR instead of printing")) -> None:
     """Re-render a run's report from RUN_DIR/results.json alone (nothing is re-run)."""
-    from validation.report import FORMATS, render, write_reports
+    from validation.report import FORMATS, ReportError, render, write_reports
     from validation.results import ResultsError, read_results
 
     if fmt not in FORMATS:
         _fail(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     try:
         results = read_results(run_dir)
-    except ResultsError as exc:
+        if write:
+            for p in write_reports(run_dir, results):
+                console.print(str(p), markup=False)
+            return
+        text = render(results, fmt, run_dir=run_dir)
+    except (ResultsError, ReportError) as exc:
         _fail(str(exc))
-    if write:
-        for p in write_reports(run_dir, results):
-            console.print(str(p), markup=False)
-        return
-    typer.echo(render(results, fmt, run_dir=run_dir), nl=False)
+    typer.echo(text, nl=False)
 
 
 @app.command()

@@ -13,6 +13,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from validation.runbook import RunbookError, Step, load_runbook
@@ -20,7 +21,7 @@ from validation.runbook import RunbookError, Step, load_runbook
 EXIT_GO, EXIT_NOGO, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_RUNS = Path("artifacts/validate")
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_show_locals=False,
                   help="Validate that a GPU node (or a CPU machine, with runbooks/cpu_smoke.yaml) trains NSA models "
                        "correctly and fast: run declarative runbooks, reduce the trainer's outputs to statistics, "
                        "check acceptance criteria, write GO/NO-GO reports. Exit codes: 0 GO, 1 NO-GO, 2 invalid "
@@ -61,7 +62,7 @@ def plan(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/c
     if as_json:
         console.print_json(json.dumps(rows))
         return
-    console.print(f"[bold]{rb.name}[/bold]: {rb.description}")
+    console.print(f"[bold]{escape(rb.name)}[/bold]: {escape(rb.description)}")
     for row in rows:
         head = f"\n[bold]{row['phase']} / {row['step']}[/bold] ({row['kind']})"
         if row["skip"]:
@@ -101,7 +102,7 @@ class _LiveReporter:
         self.trainer_steps: int | None = None
 
     def run_started(self, runbook, run_dir, steps):
-        self.console.print(f"[bold]{runbook.name}[/bold] -> {run_dir}")
+        self.console.print(f"[bold]{escape(runbook.name)}[/bold] -> {escape(str(run_dir))}")
         self.total = self.p.add_task("run", total=len(steps), info="")
         self.task = self.p.add_task("step", total=None, info="")
 
@@ -134,8 +135,8 @@ class _LiveReporter:
             extra = f" ({m['toks_per_s']['mean']:,.0f} tok/s mean, last {m['window']['n']} steps)"
         if result.get("winner"):
             extra += f" winner: {result['winner']['label']}"
-        self.console.print(f"  [{colour}]{result['status'].upper():8}[/{colour}] {step.phase} / {step.name}"
-                           f"{extra}{reason}", markup=True, highlight=False)
+        self.console.print(f"  [{colour}]{result['status'].upper():8}[/{colour}] "
+                           + escape(f"{step.phase} / {step.name}{extra}{reason}"), markup=True, highlight=False)
         self.p.advance(self.total)
 
     def run_finished(self, results):
@@ -159,7 +160,6 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
     """Run every phase of RUNBOOK; write RUN_DIR/results.json, report.md, report.html, junit.xml and plots."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from validation.report import write_reports
     from validation.results import ResultsError, read_results
     from validation.runner import RunOptions, Runner
 
@@ -183,7 +183,7 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
         if (run_dir / "results.json").exists():
             _fail(f"{run_dir} already holds a run: use --resume {run_dir} to continue it, or another --out")
     options = RunOptions(only=tuple(only), skip=tuple(skip), overrides=tuple(set_), cwd=Path.cwd())
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.info}"),
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True) as progress:
         reporter = _LiveReporter(progress, console)
         runner = Runner(rb, run_dir, options, reporter, previous=previous)
@@ -194,11 +194,21 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
             err.print(f"interrupted: finished steps are saved in {run_dir}; continue with "
                       f"nsa-validate run {runbook} --resume {run_dir}", markup=False)
             if not no_report:
-                write_reports(run_dir)
+                _write_all_reports(run_dir, read_results(run_dir))
             raise typer.Exit(EXIT_INTERRUPTED)
-    paths = [] if no_report else write_reports(run_dir, results)
+    paths = [] if no_report else _write_all_reports(run_dir, results)
     _print_summary(results, run_dir, paths)
     raise typer.Exit(EXIT_GO if results["verdict"] == "GO" else EXIT_NOGO)
+
+
+def _write_all_reports(run_dir: Path, results: dict) -> list[Path]:
+    """Plots first, recorded in results.json (so `report` re-renders the same text), then the reports."""
+    from validation.report import make_plots, write_reports
+    from validation.results import write_results
+
+    results["plots"] = make_plots(results, run_dir)
+    write_results(run_dir, results)
+    return [run_dir / p["path"] for p in results["plots"]] + write_reports(run_dir, results, plots=False)
 
 
 def _print_summary(results: dict, run_dir: Path, paths: list[Path]) -> None:
@@ -208,11 +218,12 @@ def _print_summary(results: dict, run_dir: Path, paths: list[Path]) -> None:
     icon = {"pass": "[green]PASS[/green]", "fail": "[red]FAIL[/red]", "warn": "[yellow]WARN[/yellow]",
             "skipped": "[dim]SKIPPED[/dim]", "error": "[red]ERROR[/red]"}
     for c in results["acceptance"]:
-        table.add_row(c["name"], c["target"], str(c.get("actual") or ""), icon.get(c["status"], c["status"]))
+        table.add_row(escape(c["name"]), escape(c["target"]), escape(str(c.get("actual") or "")),
+                      icon.get(c["status"], escape(c["status"])))
     if results["acceptance"]:
         console.print(table)
     colour = {"GO": "green", "NO-GO": "red"}.get(results["verdict"], "yellow")
-    console.print(f"[bold {colour}]{results['verdict']}[/bold {colour}]: {results['verdict_reason']}")
+    console.print(f"[bold {colour}]{results['verdict']}[/bold {colour}]: {escape(results['verdict_reason'])}")
     env = results["recommendations"]["env"]
     if env:
         console.print("recommended: " + " ".join(f"{k}={v}" for k, v in env.items()), markup=False)
@@ -228,7 +239,7 @@ def report(run_dir: Path = typer.Argument(..., help="a run directory holding res
            write: bool = typer.Option(False, "--write", help="(re)write report.md/.html, junit.xml and plots "
                                                             "in RUN_DIR instead of printing")) -> None:
     """Re-render a run's report from RUN_DIR/results.json alone (nothing is re-run)."""
-    from validation.report import FORMATS, ReportError, render, write_reports
+    from validation.report import FORMATS, ReportError, render
     from validation.results import ResultsError, read_results
 
     if fmt not in FORMATS:
@@ -236,7 +247,7 @@ def report(run_dir: Path = typer.Argument(..., help="a run directory holding res
     try:
         results = read_results(run_dir)
         if write:
-            for p in write_reports(run_dir, results):
+            for p in _write_all_reports(run_dir, results):
                 console.print(str(p), markup=False)
             return
         text = render(results, fmt, run_dir=run_dir)
@@ -270,7 +281,7 @@ def compare(run_a: Path = typer.Argument(..., help="baseline run directory"),
         table.add_column(col)
     for r in out["rows"]:
         fmt = lambda v: "n/a" if v is None else f"{v:,.4g}"  # noqa: E731
-        table.add_row(r["step"], r["metric"], fmt(r["mean_a"]), fmt(r["mean_b"]),
+        table.add_row(escape(r["step"]), r["metric"], fmt(r["mean_a"]), fmt(r["mean_b"]),
                       "n/a" if r["rel_delta"] is None else f"{r['rel_delta'] * 100:+.1f}%",
                       fmt(r.get("p_value")), r["verdict"])
     console.print(table)
@@ -287,9 +298,9 @@ def list_(runbooks_dir: Path = typer.Option(Path("runbooks"), "--runbooks", help
     for path in sorted(runbooks_dir.glob("*.yaml")):
         try:
             rb = load_runbook(path)
-            table.add_row(str(path), rb.name, rb.description[:90])
+            table.add_row(escape(str(path)), escape(rb.name), escape(rb.description[:90]))
         except RunbookError as exc:
-            table.add_row(str(path), "[red]invalid[/red]", str(exc)[:90])
+            table.add_row(escape(str(path)), "[red]invalid[/red]", escape(str(exc)[:90]))
     console.print(table)
     runs = Table(title=f"runs under {runs_dir}")
     for col in ("run", "runbook", "verdict", "started"):
@@ -297,13 +308,17 @@ def list_(runbooks_dir: Path = typer.Option(Path("runbooks"), "--runbooks", help
     for results_path in sorted(runs_dir.glob("*/results.json")):
         try:
             data = json.loads(results_path.read_text())
-            runs.add_row(str(results_path.parent), data["runbook"]["name"], data["verdict"], data["started"])
+            runs.add_row(escape(str(results_path.parent)), escape(data["runbook"]["name"]), data["verdict"],
+                         data["started"])
         except (OSError, ValueError, KeyError):
             runs.add_row(str(results_path.parent), "?", "unreadable", "")
     console.print(runs)
 
 
 def main() -> None:  # console script
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="nsa-validate: %(message)s")
     try:
         app()
     except KeyboardInterrupt:

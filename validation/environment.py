@@ -116,7 +116,7 @@ def snapshot(step_dir: Path, cwd: Path, timeout_s: float = 300) -> tuple[dict[st
         if out.returncode:
             problems.append(f"{' '.join(argv[:3])} exited {out.returncode}")
     try:
-        import pynvml  # noqa: F401 - optional, richer inventory
+        import pynvml  # noqa: F401 - optional: its absence skips the richer inventory
 
         env["nvml"] = _nvml_inventory()
     except Exception:  # noqa: BLE001 - pynvml absent or no driver

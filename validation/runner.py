@@ -7,6 +7,7 @@ the results dict (validation.results documents it).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import time
@@ -36,6 +37,25 @@ class Reporter:
     def run_finished(self, results: dict) -> None: ...
 
 
+class _SafeReporter:
+    """Progress display must never cost a run its results: reporter errors are logged and dropped."""
+
+    def __init__(self, inner: Reporter):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        method = getattr(self._inner, name)
+
+        def call(*args, **kwargs):
+            try:
+                return method(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - display only
+                logging.getLogger(__name__).warning("progress display failed in %s: %s", name, exc)
+                return None
+
+        return call
+
+
 @dataclass
 class RunOptions:
     only: tuple[str, ...] = ()
@@ -52,7 +72,7 @@ class Runner:
     def __init__(self, runbook: Runbook, run_dir: Path, options: RunOptions, reporter: Reporter | None = None,
                  previous: dict | None = None):
         self.rb, self.run_dir, self.opt = runbook, Path(run_dir), options
-        self.reporter = reporter or Reporter()
+        self.reporter = _SafeReporter(reporter or Reporter())
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.env_record = environment.probe(options.cwd)
         self.results = previous or self._fresh_results()
@@ -317,8 +337,15 @@ class Runner:
                              "baseline": _pooled_summary(runs, "baseline")}
         for label in step.variants:
             result["metrics"][label] = _pooled_summary(runs, label)
+        ignored = {label: self._ignored_settings(step, runs, label) for label in step.variants}
+        for label, names in ignored.items():
+            if names:
+                result.setdefault("notes", []).append(
+                    f"{label}: the trainer ignored {', '.join(names)} on this machine, so this A/B compares equal "
+                    "settings and the variant is not recommended")
         if step.recommend and comparison:
-            best = [c for c in comparison if c["verdict"] != "worse" and (
+            # the seed runbook's rule: keep a variant if it is stable and at least as fast as the baseline
+            best = [c for c in comparison if c["verdict"] != "worse" and not ignored[c["variant"]] and (
                 c["mean_b"] >= c["mean_a"] if higher else c["mean_b"] <= c["mean_a"])
                 and _pooled_summary(runs, c["variant"]).get("throughput_stable")]
             if best:
@@ -330,7 +357,20 @@ class Runner:
             else:
                 result["winner"] = {"label": "baseline", "params": {}, "explanation":
                                     "no variant was both at least as fast as baseline and stable"}
-        result.update(status="failed" if problems else "passed", reason="; ".join(problems) or None)
+        result.update(status="failed" if problems else "passed",
+                      reason="; ".join(problems) or "; ".join(result.get("notes", [])) or None)
+
+    def _ignored_settings(self, step: Step, runs: list[dict], label: str) -> list[str]:
+        """Variables of a variant that its trainer runs reported as ignored (e.g. NSA_OPT_FUSED on CPU)."""
+        names = set()
+        for r in runs:
+            if r["label"] != label:
+                continue
+            notes = _read_json(self.run_dir / r["dir"] / "out" / "status.json").get("notes", [])
+            for var in step.variants[label].env:
+                if any(var in n and "ignored" in n for n in notes):
+                    names.add(var)
+        return sorted(names)
 
     # ------------------------------------------------------------------ other kinds
     def _step_snapshot(self, step, planned, result) -> None:

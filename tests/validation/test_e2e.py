@@ -1,0 +1,224 @@
+"""nsa-validate end to end, as a user runs it: real subprocesses, real trainer launches."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli(*args, timeout=900, env=None) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("NSA_")}
+    full_env.update(env or {})
+    full_env["COLUMNS"] = "200"
+    return subprocess.run([sys.executable, "-m", "validation.cli", *map(str, args)], cwd=REPO, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def small_runbook(tmp_path, body: str, name="small") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"""\
+name: {name}
+requirements: {{gpus: 0, backend: gloo}}
+defaults:
+  config: configs/tiny_cpu.yaml
+  env: {{NSA_TB_DISABLE: "1"}}
+  args: {{steps: 6, save_every: 1000}}
+  nproc_per_node: 1
+  timeout_s: 120
+  stall_timeout_s: 30
+  window: 3
+  warmup_steps: 1
+{body}""")
+    return path
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("smoke") / "run"
+    proc = cli("run", "runbooks/cpu_smoke.yaml", "--out", run_dir)
+    return run_dir, proc
+
+
+def test_cpu_smoke_ends_go_with_every_artifact(smoke):
+    run_dir, proc = smoke
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["verdict"] == "GO", results["verdict_reason"]
+    assert all(s["status"] == "passed" for s in results["steps"].values()), \
+        {n: (s["status"], s["reason"]) for n, s in results["steps"].items()}
+    for name in ("report.md", "report.html", "junit.xml"):
+        assert (run_dir / name).is_file(), name
+    assert list((run_dir / "plots").glob("*.png"))
+    # every launch left its command, environment and logs
+    for step in results["steps"].values():
+        if step["kind"] != "snapshot":
+            assert step["command"], step["name"]
+    assert (run_dir / "baseline" / "command.json").is_file()
+    assert (run_dir / "baseline" / "out" / "training.csv").is_file()
+    assert (run_dir / "snapshot" / "collect_env.txt").is_file()
+    sweep = results["steps"]["bucket_sweep"]
+    assert len(sweep["runs"]) == 3 and sweep["winner"]["label"].startswith("NSA_DDP_BUCKET_MB=")
+    assert results["steps"]["sdpa_audit"]["env"]["NSA_DDP_BUCKET_MB"] == sweep["winner"]["params"][
+        "env.NSA_DDP_BUCKET_MB"]  # the winner was carried into the later step
+    assert results["recommendations"]["env"]["NSA_DDP_BUCKET_MB"] == sweep["winner"]["params"][
+        "env.NSA_DDP_BUCKET_MB"]
+    assert {c["status"] for c in results["acceptance"]} <= {"pass", "warn"}
+    report = (run_dir / "report.md").read_text()
+    assert "GO" in report and "Bucket" in report or "bucket" in report
+
+
+def test_report_rerenders_identically_from_results_json(smoke):
+    run_dir, proc = smoke
+    again = cli("report", run_dir, "--format", "md")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == (run_dir / "report.md").read_text()
+    junit = cli("report", run_dir, "--format", "junit")
+    assert junit.stdout == (run_dir / "junit.xml").read_text()
+
+
+def test_compare_a_run_with_itself_is_all_same(smoke):
+    run_dir, _ = smoke
+    proc = cli("compare", run_dir, run_dir, "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["rows"] and all(r["verdict"] == "same" for r in out["rows"])
+    assert out["warnings"] == []
+
+
+def test_list_shows_runbooks(smoke):
+    proc = cli("list")
+    assert proc.returncode == 0 and "cpu_smoke" in proc.stdout and "ddp_2xa100" in proc.stdout
+
+
+def test_plan_lists_every_command_and_runs_nothing(tmp_path):
+    proc = cli("plan", "runbooks/ddp_2xa100.yaml")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "torchrun --nproc_per_node=2" in out and "-m nsa.train" in out
+    assert "NSA_DDP_COMPRESS=bf16" in out and "NSA_DDP_BUCKET_MB=100" in out and "--steps 1200" in out
+    assert "SKIPPED here: needs 2 GPU(s), found 0" in out
+    data = json.loads(cli("plan", "runbooks/cpu_smoke.yaml", "--json").stdout)
+    assert [r["step"] for r in data][:3] == ["snapshot", "sanity_tests", "baseline"]
+    assert not list(tmp_path.iterdir())
+
+
+def test_schema_error_exits_2_naming_key_and_line(tmp_path):
+    path = small_runbook(tmp_path, "phases:\n  - name: p\n    steps:\n      - {name: a, kind: train, stepz: 1}\n")
+    proc = cli("run", path, "--out", tmp_path / "r")
+    assert proc.returncode == 2
+    assert f"{path}:15: phases[0].steps[0].stepz: unknown key" in proc.stderr
+    assert not (tmp_path / "r").exists()
+    bad = small_runbook(tmp_path, "phases:\n  - name: p\n    steps:\n      - {name: a, kind: train}\n"
+                                  "acceptance:\n  - {name: c, expr: 'a.toks_per_s.mean >>> 1'}\n", name="bad")
+    proc = cli("plan", bad)
+    assert proc.returncode == 2 and "acceptance[0].expr" in proc.stderr and ":17:" in proc.stderr
+
+
+def test_failing_criterion_is_no_go_and_unmet_requirement_is_skipped(tmp_path):
+    path = small_runbook(tmp_path, """\
+phases:
+  - name: p
+    steps:
+      - {name: fast, kind: train}
+      - {name: gpu_only, kind: train, requires: {gpus: 1}}
+acceptance:
+  - {name: impossible, expr: "fast.toks_per_s.mean >= 1e12", target: ">= 1e12"}
+  - {name: gpu, expr: "gpu_only.toks_per_s.mean > 0", severity: warn}
+""")
+    proc = cli("run", path, "--out", tmp_path / "r")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert results["verdict"] == "NO-GO" and "impossible" in results["verdict_reason"]
+    assert results["steps"]["fast"]["status"] == "passed"
+    assert results["steps"]["gpu_only"]["status"] == "skipped"
+    assert "needs 1 GPU(s), found 0" in results["steps"]["gpu_only"]["reason"]
+    by_name = {c["name"]: c for c in results["acceptance"]}
+    assert by_name["impossible"]["status"] == "fail" and "fast.toks_per_s.mean" in by_name["impossible"]["actual"]
+    assert by_name["gpu"]["status"] == "skipped"
+
+
+def _pids_of(out_dir: Path) -> list[int]:
+    pids = []
+    for hb in out_dir.glob("heartbeat_rank*.jsonl"):
+        first = hb.read_text().splitlines()[0]
+        pids.append(json.loads(first)["pid"])
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_crashing_and_hanging_steps_are_reported_and_leave_no_process(tmp_path):
+    path = small_runbook(tmp_path, """\
+phases:
+  - name: p
+    steps:
+      - {name: crash, kind: train, env: {NSA_FAULT: "crash@3"}}
+      - {name: hang, kind: train, nproc_per_node: 2, env: {NSA_FAULT: "hang@3:1"}, stall_timeout_s: 4,
+         args: {ddp: 1, pg-timeout: 300}}
+""")
+    t0 = time.time()
+    proc = cli("run", path, "--out", tmp_path / "r", timeout=300)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert time.time() - t0 < 200  # the hang ended at the stall timeout, not the 300 s process-group timeout
+    results = json.loads((tmp_path / "r" / "results.json").read_text())
+    crash, hang = results["steps"]["crash"], results["steps"]["hang"]
+    assert crash["status"] == "failed" and "NSA_FAULT injected crash" in (crash["excerpt"] or crash["reason"])
+    assert hang["status"] == "hang" and "rank 1" in hang["reason"]
+    assert hang["stack_dumps"], "no stack dumps collected from the hung ranks"
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert "NSA_FAULT injected crash" in report
+    time.sleep(1)
+    pids = _pids_of(tmp_path / "r" / "hang" / "out") + _pids_of(tmp_path / "r" / "crash" / "out")
+    assert pids and not any(_alive(p) for p in pids), "trainer processes left behind"
+
+
+def test_interrupt_then_resume_skips_finished_steps(tmp_path):
+    path = small_runbook(tmp_path, """\
+phases:
+  - name: p
+    steps:
+      - {name: first, kind: train}
+      - {name: second, kind: train, args: {steps: 100000}}
+""")
+    run_dir = tmp_path / "r"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NSA_")}
+    proc = subprocess.Popen([sys.executable, "-m", "validation.cli", "run", str(path), "--out", str(run_dir)],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not list((run_dir / "second" / "out").glob("heartbeat_rank0.jsonl")):
+            time.sleep(0.2)
+        time.sleep(1.0)
+        os.kill(proc.pid, signal.SIGINT)
+        out, errs = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out[-2000:] + errs[-2000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["verdict"] == "INCOMPLETE"
+    assert results["steps"]["first"]["status"] == "passed"
+    assert results["steps"]["second"]["status"] == "interrupted"
+    assert not any(_alive(p) for p in _pids_of(run_dir / "second" / "out"))
+    first_csv = (run_dir / "first" / "out" / "training.csv").stat().st_mtime
+    resumed = cli("run", path, "--resume", run_dir, "--set", "phases.p.steps.second.args.steps=4")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["verdict"] == "GO" and results["steps"]["second"]["status"] == "passed"
+    assert (run_dir / "first" / "out" / "training.csv").stat().st_mtime == first_csv  # not re-run

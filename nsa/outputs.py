@@ -119,12 +119,20 @@ def archive_previous_run(out_dir: Path) -> Path | None:
     return archive
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Atomic JSON write (temp + rename): readers never see half a file."""
+def write_json(path: Path, data: Any, indent: int | None = 2) -> Path:
+    """Atomic, durable JSON write (temp file, fsync, rename): readers never see half a file."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    tmp.replace(path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=indent, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
 
 
 def git_sha(start: Path | None = None) -> str | None:

@@ -21,7 +21,6 @@ directory), 3 no heartbeat appeared within ``--max-wait-start`` seconds (``--onc
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from nsa.heartbeat import first_heartbeat, heartbeat_files, is_finished, latest_heartbeats
+from nsa.outputs import write_json
 
 log = logging.getLogger(__name__)
 
@@ -172,20 +172,8 @@ def check(out_dir, stall_after_s: float, now: float | None = None, expected_rank
 
 def write_halt(out_dir, reason: str) -> Path:
     """Write ``out_dir/.HALT`` atomically (temp file + rename) with ``{"ts", "by": "watchdog", "reason"}``."""
-    out_dir = Path(out_dir)
-    path = out_dir / HALT_NAME
-    tmp = out_dir / f"{HALT_NAME}.tmp.{os.getpid()}"
-    body = json.dumps({"ts": time.time(), "by": "watchdog", "reason": str(reason)}) + "\n"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    return write_json(Path(out_dir) / HALT_NAME, {"ts": time.time(), "by": "watchdog", "reason": str(reason)},
+                      indent=None)
 
 
 def _process_start_time(pid: int) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import shutil
@@ -12,18 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nsa.outputs import git_sha
 from validation.runbook import Requirements
 
 PACKAGES = ("torch", "numpy", "pandas", "nsa-validate", "typer", "rich", "jinja2", "matplotlib", "pyyaml",
             "tensorboard", "pyarrow", "datasets", "pynvml", "nvidia-ml-py")
-
-
-def git_sha(cwd: Path | None = None) -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
 
 
 def packages() -> dict[str, str]:
@@ -115,12 +109,11 @@ def snapshot(step_dir: Path, cwd: Path, timeout_s: float = 300) -> tuple[dict[st
         files.append(step_dir / name)
         if out.returncode:
             problems.append(f"{' '.join(argv[:3])} exited {out.returncode}")
-    try:
-        import pynvml  # noqa: F401 - optional: its absence skips the richer inventory
-
-        env["nvml"] = _nvml_inventory()
-    except Exception:  # noqa: BLE001 - pynvml absent or no driver
-        pass
+    if importlib.util.find_spec("pynvml") is not None:  # optional: a richer inventory
+        try:
+            env["nvml"] = _nvml_inventory()
+        except Exception as exc:  # noqa: BLE001 - no driver, or NVML refuses
+            problems.append(f"pynvml: {exc}")
     import json
 
     (step_dir / "environment.json").write_text(json.dumps(env, indent=2) + "\n")

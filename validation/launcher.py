@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from nsa.outputs import write_json
 from nsa.watchdog import STALLED, WAITING, check, signal_stack_dumps
 
 log = logging.getLogger(__name__)
@@ -581,17 +582,7 @@ def _write_command_json(path: Path, spec: LaunchSpec, argv: list[str], attempt: 
     env, unset = recorded_env(spec.env)
     body = {"argv": argv, "cwd": str(spec.cwd), "env": env, "env_unset": unset, "timeout_s": spec.timeout_s,
             "attempt": attempt, "master_port": port}
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(body, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    write_json(path, body)
 
 
 def _read_tail(path: Path, limit: int = _LOG_TAIL_BYTES) -> str:

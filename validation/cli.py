@@ -77,6 +77,7 @@ def plan(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/c
             if launch["nproc_per_node"] > 1:  # torchrun runs the module itself: python is implied
                 argv = ["torchrun", f"--nproc_per_node={launch['nproc_per_node']}", "--master-port=<free>",
                         *argv[1:]]
+            argv = launch["wrapper"] + argv
             console.print(f"  {label}{env_text + ' ' if env_text else ''}{' '.join(argv)}", markup=False,
                           soft_wrap=True)
             extra = f"timeout {launch['timeout_s']:g}s"

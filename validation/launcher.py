@@ -57,7 +57,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -131,6 +131,7 @@ class LaunchSpec:
     expected_ranks: int | None = None  # ranks that must write heartbeats; None: nproc_per_node
     poll_s: float = 1.0
     on_progress: Callable[[Progress], None] | None = None
+    wrapper: list[str] = field(default_factory=list)  # a command the launch runs under, e.g. nsys profile ...
     term_grace_s: float = TERM_GRACE_S  # SIGTERM -> SIGKILL when ending the run
 
 
@@ -189,8 +190,8 @@ def launch(spec: LaunchSpec) -> LaunchResult:
         attempts += 1
         if use_torchrun and port is None:
             port = free_port()
-        argv = (_torchrun_argv(spec.argv, spec.nproc_per_node, port, ranks_dir) if use_torchrun
-                else list(spec.argv))
+        argv = list(spec.wrapper) + (_torchrun_argv(spec.argv, spec.nproc_per_node, port, ranks_dir)
+                                     if use_torchrun else list(spec.argv))
         _write_command_json(step_dir / COMMAND_JSON, spec, argv, attempts, port if use_torchrun else None)
         attempt_t0 = time.monotonic()
         run = _Run(spec, argv, log_path, started, deadline)

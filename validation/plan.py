@@ -7,6 +7,7 @@ whatever out_dir the config names.
 
 from __future__ import annotations
 
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ class PlannedLaunch:
     port_retries: int = 3
     params: dict[str, Any] = field(default_factory=dict)
     repeat: int = 0
+    wrapper: list[str] = field(default_factory=list)  # e.g. nsys profile ... (profile steps)
     unresolved: list[str] = field(default_factory=list)  # winners this launch waits for
 
     def display(self) -> str:
@@ -94,9 +96,12 @@ def step_launches(step: Step, winners: dict[str, dict[str, Any]] | None = None,
     if step.kind in ("train", "longrun"):
         return [_train_launch(step, step.launch, "", base, winners, run_dir)]
     if step.kind == "profile":
-        return [_train_launch(step, step.launch, "", base, winners, run_dir,
-                              extra_args={"profile_steps": step.profile_steps},
-                              extra_env={"NSA_NVTX": "1"})]
+        pl = _train_launch(step, step.launch, "", base, winners, run_dir,
+                           extra_args={"profile_steps": step.profile_steps}, extra_env={"NSA_NVTX": "1"})
+        if nsys_available(step):
+            pl.wrapper = ["nsys", "profile", "-t", "cuda,nvtx,osrt", "--force-overwrite", "true", "-o",
+                          _at(run_dir, f"{base}/nsys_profile")]
+        return [pl]
     if step.kind == "sweep":
         out = []
         for label, params in step.sweep_points():
@@ -128,6 +133,11 @@ def step_launches(step: Step, winners: dict[str, dict[str, Any]] | None = None,
     return []  # snapshot: runs in-process
 
 
+def nsys_available(step: Step) -> bool:
+    """Whether a profile step runs under Nsight Systems: profiler nsys, or auto with nsys on PATH."""
+    return step.profiler in ("nsys", "auto") and shutil.which("nsys") is not None
+
+
 def _slug(label: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
 
@@ -143,7 +153,7 @@ def describe(runbook: Runbook, skipped: dict[str, str] | None = None) -> list[di
     for step, launches in plan(runbook):
         rows.append({
             "phase": step.phase, "step": step.name, "kind": step.kind, "skip": skipped.get(step.name),
-            "launches": [{"label": pl.label, "argv": pl.argv, "env": pl.env, "nproc_per_node": pl.nproc_per_node,
+            "launches": [{"label": pl.label, "argv": pl.argv, "wrapper": pl.wrapper, "env": pl.env, "nproc_per_node": pl.nproc_per_node,
                           "dir": pl.dir, "timeout_s": pl.timeout_s, "stall_timeout_s": pl.stall_timeout_s,
                           "waits_for": pl.unresolved} for pl in launches],
         })

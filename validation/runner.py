@@ -18,7 +18,7 @@ from typing import Any
 
 from validation import environment, metrics, stats
 from validation.launcher import LaunchResult, LaunchSpec, launch
-from validation.plan import PlannedLaunch, recorded_env, step_launches
+from validation.plan import PlannedLaunch, nsys_available, recorded_env, step_launches
 from validation.results import FINAL_STEP_STATUSES, SCHEMA_VERSION, write_results
 from validation.runbook import Runbook, Step, references
 
@@ -153,6 +153,8 @@ class Runner:
                                    step.launch.nproc_per_node if step.is_training else 1)
         if reason:
             return reason
+        if step.kind == "profile" and step.profiler == "nsys" and not nsys_available(step):
+            return "profiler nsys requested, but nsys is not on PATH"
         for ref in sorted({r for v in list(step.launch.env.values()) + list(step.launch.args.values())
                            for r in references(v)}):
             if not (self.results["steps"].get(ref) or {}).get("winner"):
@@ -200,7 +202,7 @@ class Runner:
             trainer_out_dir=(self.run_dir / pl.out_dir) if pl.out_dir else None,
             stall_timeout_s=pl.stall_timeout_s if pl.out_dir else None,
             expected_ranks=pl.nproc_per_node if pl.out_dir else None,
-            on_progress=lambda p: self.reporter.launch_progress(step, p))
+            on_progress=lambda p: self.reporter.launch_progress(step, p), wrapper=list(pl.wrapper))
         return launch(spec)
 
     def _rel(self, path: Path | str | None) -> str | None:
@@ -271,6 +273,8 @@ class Runner:
 
     def _step_profile(self, step, planned, result) -> None:
         pl, _ = self._single_train(step, planned, result)
+        if pl.wrapper:
+            result["artifacts"] += [self._rel(p) for p in sorted((self.run_dir / pl.dir).glob("nsys_profile*"))]
         traces = sorted((self.run_dir / pl.out_dir / "profile").glob("trace_rank0_*.json"))
         prof = {"trace": self._rel(traces[-1]) if traces else None, "top_ops": [], "nvtx_ranges": []}
         if traces:

@@ -161,3 +161,16 @@ def test_set_overrides(tmp_path):
         load_runbook(path, ["defaults.args.steps"])
     with pytest.raises(RunbookError, match="no item named 'zz'"):
         load_runbook(path, ["phases.zz.steps.s1.env.X=1"])
+
+
+def test_profile_steps_run_under_nsys_when_it_is_on_path(tmp_path, monkeypatch):
+    rb = load_runbook(REPO / "runbooks" / "cpu_smoke.yaml")
+    step = rb.step("profiling")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nsys here
+    (pl,) = step_launches(step, winners={}, run_dir=tmp_path)
+    assert pl.wrapper == [] and pl.env["NSA_NVTX"] == "1" and "--profile-steps" in pl.argv
+    fake = tmp_path / "nsys"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    (pl,) = step_launches(step, winners={}, run_dir=tmp_path)
+    assert pl.wrapper[:2] == ["nsys", "profile"] and str(tmp_path / "profiling" / "nsys_profile") in pl.wrapper

@@ -222,3 +222,22 @@ phases:
     results = json.loads((run_dir / "results.json").read_text())
     assert results["verdict"] == "GO" and results["steps"]["second"]["status"] == "passed"
     assert (run_dir / "first" / "out" / "training.csv").stat().st_mtime == first_csv  # not re-run
+
+
+def test_only_and_skip_select_phases(tmp_path):
+    path = small_runbook(tmp_path, """\
+phases:
+  - name: first
+    steps:
+      - {name: a, kind: train, args: {steps: 3}}
+  - name: second
+    steps:
+      - {name: b, kind: train, args: {steps: 3}}
+""")
+    proc = cli("run", path, "--out", tmp_path / "r", "--only", "second")
+    results = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert results["steps"]["a"]["status"] == "skipped" and "not selected" in results["steps"]["a"]["reason"]
+    assert results["steps"]["b"]["status"] == "passed"
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    bad = cli("run", path, "--out", tmp_path / "r2", "--skip", "nosuch")
+    assert bad.returncode == 2 and "no phase 'nosuch'" in bad.stderr

@@ -12,11 +12,11 @@ Schema (version SCHEMA_VERSION; plain JSON types only, no NaN):
       "verdict_reason": one sentence,
       "environment": {"git_sha", "host", "python", "torch", "cuda", "nccl", "gpus": [{"index", "name",
                       "memory_gb", "capability"}], "gpu_count", "cpu_count", "packages": {name: version}},
-      "options": {"only": [...], "skip": [...], "set": {...}},
+      "options": {"only": [...], "skip": [...], "set": ["key=value", ...]},
       "phases": [{"name", "title", "description", "steps": [step names in order]}],
       "steps": {
         "<step name>": {
-          "name", "phase", "kind",         # kind: snapshot | train | sweep | ab | pytest | profile | longrun
+          "name", "phase", "kind",         # snapshot | train | sweep | ab | pytest | bench | profile | longrun
           "title", "description",
           "status": "passed" | "failed" | "skipped" | "hang" | "timeout" | "error" | "pending" | "interrupted",
           "reason": one sentence or null,
@@ -50,10 +50,13 @@ Step metrics by kind:
   "stalls", "stack_dumps".
 - pytest: {"passed", "failed", "skipped", "errors", "total", "duration_s"}.
 - snapshot: {"git_sha", "gpu_count", "files": [...]}.
-- profile: {"trace", "top_ops": [{"name", "self_time_ms", "calls"}], "nvtx_ranges": [names seen]}
-  plus the train summary.
-- SDPA audit (a train step with NSA_SDPA_AUDIT=1): "sdpa_audit": {"calls", "backends", "fallbacks"} where
-  fallbacks counts calls that ran the math backend on a GPU.
+- bench: the JSON the benchmark wrote (e.g. bench_selection: ranges_speedup_min, forward_speedup_min, ...).
+- profile: the train summary plus "profile": {"trace", "top_ops": [{"name", "total_ms", "calls"}],
+  "nvtx_ranges": [nsa.* range names seen]}.
+- ab: {"compared", "baseline": summary, "<variant>": summary, "variants": {variant: comparison}}; runs carry
+  "repeat" (0-based) when the runbook asks for repeats.
+- SDPA audit (a train step with NSA_SDPA_AUDIT=1): "sdpa_audit": {"calls", "backends": [names], "fallbacks",
+  "by_site": [{"site", "backend", "device", "dtype", "calls"}]}; fallbacks counts math-backend calls on a GPU.
 
 Writes are atomic (temp + rename) and happen after every step, so an interrupted run keeps every finished step
 and `nsa-validate run --resume RUN_DIR` continues from it.

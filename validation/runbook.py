@@ -319,6 +319,8 @@ def _args(value: Any, path: tuple, ctx: _Ctx) -> dict[str, Any]:
     for key, v in value.items():
         if not isinstance(key, str) or not re.match(r"^[a-z][a-z0-9_-]*$", key):
             raise ctx.error(path + (key,), "trainer argument names are lower-case flags without '--', e.g. steps")
+        if key.replace("_", "-") in RESERVED_ARGS:
+            raise ctx.error(path + (key,), f"set by nsa-validate itself ({RESERVED_ARGS[key.replace('_', '-')]})")
         if not isinstance(v, (str, int, float, bool)) or v is None:
             raise ctx.error(path + (key,), f"argument values must be scalars, got {v!r}")
     return dict(value)
@@ -331,6 +333,10 @@ def _str_list(value: Any, path: tuple, ctx: _Ctx) -> list[str]:
         raise ctx.error(path, "expected a list of strings")
     return [str(x) for x in value]
 
+
+# Trainer flags a runbook may not set: every launch writes inside RUN_DIR, and a step decides nothing about resume.
+RESERVED_ARGS = {"out-dir": "every launch writes into its own directory under RUN_DIR",
+                 "resume": "use nsa-validate run --resume RUN_DIR"}
 
 LAUNCH_KEYS = ("config", "env", "args", "nproc_per_node", "master_port", "port_retries", "timeout_s",
                "stall_timeout_s", "window", "warmup_steps")

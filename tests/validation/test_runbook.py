@@ -122,6 +122,8 @@ def test_trainer_args_flags():
     (lambda r: r["phases"][0]["steps"][0].update(env=["A=1"]), "phases[0].steps[0].env: expected a mapping", None),
     (lambda r: r.update(requirements={"backend": "mpi"}), "requirements.backend: 'mpi' is not one of", None),
     (lambda r: r["phases"][0]["steps"][0].update(name="bad-name"), "step names are identifiers", None),
+    (lambda r: r["phases"][0]["steps"][0].update(args={"out_dir": "/etc"}), "set by nsa-validate itself", None),
+    (lambda r: r["defaults"]["args"].update({"out-dir": "../x"}), "defaults.args.out-dir: set by nsa-validate", None),
 ])
 def test_schema_errors_name_file_key_and_line(tmp_path, edit, needle, line):
     raw = yaml.safe_load(MINIMAL)

@@ -1,8 +1,9 @@
 """Acceptance criteria, the GO/NO-GO verdict and the recommended settings, from a run's results.
 
 A criterion is an expression over step metrics (validation.expressions), e.g. `baseline.toks_per_s.mean >= 39`.
-Each step is visible under its name as its metrics plus: `status`, `winner` (label/params of a sweep or ab
-winner, or None), `runs` (label -> metrics) and `comparison` (variant -> statistics). `log_contains(step, text)`
+Each step is visible under its name as its metrics plus: `status`, `reason`, `excerpt` (the failing rank's
+traceback), `stack_dumps` (how many were collected), `winner` (label/params of a sweep or ab winner, or None),
+`runs` (label -> metrics) and `comparison` (variant -> statistics). `log_contains(step, text)`
 searches the step's logs.
 
 Verdict: GO when every non-optional step that ran passed and every criterion of severity "fail" passed;
@@ -24,7 +25,8 @@ def _namespace(results: dict) -> dict[str, Any]:
     ns = {}
     for name, step in results["steps"].items():
         view = dict(step.get("metrics") or {})
-        view.update(status=step["status"], winner=step.get("winner"),
+        view.update(status=step["status"], reason=step.get("reason") or "", excerpt=step.get("excerpt") or "",
+                    stack_dumps=len(step.get("stack_dumps") or []), winner=step.get("winner"),
                     runs={r["label"]: r.get("metrics", {}) for r in step.get("runs", [])},
                     comparison={c["variant"]: c for c in step.get("comparison", [])})
         ns[name] = view

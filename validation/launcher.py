@@ -279,7 +279,8 @@ class _Run:
         try:
             log.info("launching %s (cwd %s, log %s)", self.argv, self.spec.cwd, self.log_path)
             return subprocess.Popen(self.argv, cwd=self.spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=fd,
-                                    stderr=fd, start_new_session=True, close_fds=True)
+                                    stderr=fd, start_new_session=True, close_fds=True,
+                                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
         except OSError as exc:  # missing executable or cwd, permission denied
             self.error = f"could not start {self.argv[0]!r} in {self.spec.cwd}: {exc}"
             os.write(fd, f"{_NOTE_PREFIX}{time.strftime('%H:%M:%S')}] {self.error}\n".encode())
@@ -953,6 +954,17 @@ def _failure_excerpt(log_path: Path, rank_logs: dict[int, Path], out_dir: Path |
 
 
 # ------------------------------------------------------------------------------------------------- helpers
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when nsa-validate dies, even by SIGKILL (Linux PR_SET_PDEATHSIG),
+    so a killed orchestrator does not leave a training run behind (torchrun passes SIGTERM on to its workers)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 def _is_python(executable: str) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -32,6 +33,25 @@ DEVICES = ("auto", "cpu", "cuda")
 
 class ConfigError(ValueError):
     """A user-caused configuration problem; the message is one line naming the file and key."""
+
+
+# What PyYAML raises for text it cannot read: YAMLError for bad syntax; the others from its constructors for a
+# well-formed but impossible value (`2020-13-45`, `!!int ''`, `!!bool maybe`), RecursionError for deep nesting.
+YAML_ERRORS = (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError,
+               RecursionError)
+
+_brief_repr = reprlib.Repr()
+_brief_repr.maxlevel, _brief_repr.maxstring, _brief_repr.maxother = 2, 60, 60
+_brief_repr.maxlist = _brief_repr.maxtuple = _brief_repr.maxdict = _brief_repr.maxset = 4
+
+
+def _brief(value: Any) -> str:
+    """repr(value) for an error message: bounded (a value may be huge, self-referencing or an alias bomb)."""
+    try:
+        text = _brief_repr.repr(value)
+    except ValueError:  # an int too long for str()
+        return f"<a very large {type(value).__name__}>"
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 @dataclass(frozen=True)
@@ -119,8 +139,8 @@ def load_config(path: str | Path) -> RunConfig:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    except YAML_ERRORS as exc:
+        raise ConfigError(f"{path}: not valid YAML ({(str(exc).splitlines() or [type(exc).__name__])[0]})") from None
     return config_from_dict(raw, str(path))
 
 
@@ -191,7 +211,11 @@ def _coerce(value: Any, hint: Any, key: str, where: str) -> Any:
         return value
     if base is float and not isinstance(value, bool):
         if isinstance(value, (int, float)):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:
+                raise ConfigError(f"{where}: '{key}' is too large for a number "
+                                  f"(about 2**{value.bit_length()})") from None
         if isinstance(value, str):  # YAML 1.1 reads "2e-4" (no dot) as a string
             try:
                 return float(value)
@@ -200,4 +224,4 @@ def _coerce(value: Any, hint: Any, key: str, where: str) -> Any:
     if base is str and isinstance(value, str):
         return value
     expected = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[base]
-    raise ConfigError(f"{where}: '{key}' must be {expected}, got {value!r}")
+    raise ConfigError(f"{where}: '{key}' must be {expected}, got {_brief(value)}")

@@ -12,7 +12,8 @@ An expression is parsed with `ast` and checked against a whitelist when it is co
 expression is rejected at load time); it is then evaluated by walking the tree: nothing is ever passed to
 eval(), and attribute access only reads keys of mappings. Allowed:
 
-    and, or, not, unary -, + - * / // % ** (numbers only; |exponent| <= MAX_EXPONENT)
+    and, or, not, unary -, + - * / // % ** (numbers only; |exponent| <= MAX_EXPONENT; integer results up to
+    MAX_INT_BITS bits), nested at most MAX_DEPTH levels
     == != < <= > >= in, not in, is None, is not None
     names (step names), a.b (key "b" of mapping a), a["k"] / a[0] (constant keys), tuple/list literals
     numbers, strings, True, False, None
@@ -27,6 +28,8 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import re
+import reprlib
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -37,6 +40,8 @@ class ExpressionError(ValueError):
 
 MAX_EXPONENT = 100
 MAX_LENGTH = 2000
+MAX_DEPTH = 100        # syntax-tree depth: bounds the evaluator's and the report's recursion
+MAX_INT_BITS = 10_000  # an integer result larger than this is an error (x ** 99 ** ... would never finish)
 
 # name -> (min args, max args or None); the one list of callable functions.
 FUNCTIONS: dict[str, tuple[int, int | None]] = {
@@ -100,19 +105,26 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+_brief_repr = reprlib.Repr()
+_brief_repr.maxlevel, _brief_repr.maxstring, _brief_repr.maxother = 3, 40, 40
+
+
 def fmt_value(v: Any) -> str:
     """A value as the report shows it (4 significant digits; one decimal from 10,000)."""
     if isinstance(v, bool) or v is None:
         return str(v)
     if isinstance(v, int):
-        return str(v)
+        return str(v) if v.bit_length() <= MAX_INT_BITS else f"<integer of {v.bit_length()} bits>"
     if isinstance(v, float):
         if not math.isfinite(v):
             return str(v)
         return f"{v:.1f}" if abs(v) >= 1e4 else f"{v:.4g}"
     if isinstance(v, str):
         return repr(v) if len(v) <= 60 else repr(v[:57] + "...")
-    text = repr(v)
+    try:
+        text = _brief_repr.repr(v)  # bounded: data may be huge or self-referencing
+    except ValueError:  # an int too long for str()
+        text = f"<{type(v).__name__}>"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -226,12 +238,24 @@ def compile_expression(text: str) -> "Expression":
         raise ExpressionError(f"syntax error at {where}: {exc.msg}: {flat}") from None
     except (RecursionError, MemoryError, ValueError) as exc:
         raise ExpressionError(f"expression cannot be parsed ({type(exc).__name__}): {flat[:60]}") from None
+    if _depth(tree) > MAX_DEPTH:
+        raise ExpressionError(f"expression nested too deeply (more than {MAX_DEPTH} levels): {flat[:60]}")
     checker = _Checker(flat)
     try:
         checker.check(tree)
     except RecursionError:
         raise ExpressionError(f"expression nested too deeply: {flat[:60]}") from None
     return Expression(flat, tree, frozenset(checker.names), frozenset(checker.log_names))
+
+
+def _depth(tree: ast.AST) -> int:
+    """The depth of a syntax tree (iterative: the tree may be deeper than Python's recursion limit)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
 
 
 class Expression:
@@ -317,7 +341,7 @@ class _Evaluator:
             if key in container:
                 return container[key]
             alt = (str(key) if isinstance(key, int) else
-                   int(key) if isinstance(key, str) and key.lstrip("-").isdigit() else None)
+                   int(key) if isinstance(key, str) and re.fullmatch(r"-?[0-9]{1,100}", key) else None)
             if alt is not None and alt in container:
                 return container[alt]
             raise _EvalError(f"{where}: no such key (step skipped or failed?)")
@@ -346,6 +370,8 @@ class _Evaluator:
         self._need_numbers(node, sym, a, b)
         if sym == "**" and abs(b) > MAX_EXPONENT:
             raise _EvalError(f"exponent {fmt_value(b)} larger than {MAX_EXPONENT} in {_src(node)}")
+        if sym == "**" and _is_int(a) and _is_int(b) and abs(a).bit_length() * b > MAX_INT_BITS:
+            raise _EvalError(f"integer result larger than {MAX_INT_BITS} bits in {_src(node)}")
         try:
             result = fn(a, b)
         except ZeroDivisionError:
@@ -354,6 +380,8 @@ class _Evaluator:
             raise _EvalError(f"{exc} in {self._described(node)}") from None
         if isinstance(result, complex):
             raise _EvalError(f"complex result in {self._described(node)}")
+        if _is_int(result) and result.bit_length() > MAX_INT_BITS:
+            raise _EvalError(f"integer result larger than {MAX_INT_BITS} bits in {_src(node)}")
         return result
 
     def _compare(self, node: ast.Compare) -> Any:
@@ -407,8 +435,9 @@ class _Evaluator:
             return abs(args[0])
         if name == "round":
             self._need_numbers(node, name, *args)
-            if len(args) == 2 and not isinstance(args[1], int):
-                raise _EvalError(f"round() digits must be an integer in {_src(node)}")
+            if len(args) == 2 and (not isinstance(args[1], int) or abs(args[1]) > MAX_EXPONENT):
+                raise _EvalError(f"round() digits must be an integer from -{MAX_EXPONENT} to {MAX_EXPONENT} "
+                                 f"in {_src(node)}")
             try:
                 return round(*args)
             except (OverflowError, ValueError) as exc:

@@ -115,7 +115,7 @@ def read_training_csv(path: str | Path) -> CsvRead:
         raw = path.read_bytes()
     except OSError as exc:
         return CsvRead(empty, f"unparseable: {path}: cannot read ({exc.strerror or exc})", path=str(path))
-    text = raw.decode("utf-8", errors="replace")
+    text = raw.decode("utf-8-sig", errors="replace")  # -sig: a byte-order mark is not part of the first column
     if not text.strip():
         return CsvRead(empty, f"empty: {path}", path=str(path))
 
@@ -168,8 +168,8 @@ def read_training_csv(path: str | Path) -> CsvRead:
                         ok = False
                         break
                 step = values[header.index(STEP_COLUMN)]
-                if ok and (step is None or not math.isfinite(step) or step != int(step)):
-                    ok = False
+                if ok and (step is None or not math.isfinite(step) or step != int(step) or abs(step) >= 2**63):
+                    ok = False  # the step column is int64
         if not ok:
             dropped += 1
             if first_bad is None:
@@ -227,8 +227,9 @@ def column_stats(values: Any) -> dict[str, float | int | None]:
     n = int(arr.size)
     if n == 0:
         return {name: (0 if name == "n" else None) for name in STAT_NAMES}
-    mean = float(arr.mean())
-    stdev = float(arr.std(ddof=0))
+    with np.errstate(over="ignore", invalid="ignore"):  # values near 1e308 overflow: inf/NaN become None below
+        mean = float(arr.mean())
+        stdev = float(arr.std(ddof=0))
     out = {"mean": mean, "median": float(np.median(arr)), "stdev": stdev,
            "cv": (stdev / abs(mean)) if mean != 0 else None, "min": float(arr.min()), "max": float(arr.max()),
            "n": n}
@@ -327,7 +328,7 @@ def summarize(read: CsvRead, window: Window, world_size: int = 1) -> dict[str, A
     if "loss" in frame:
         first, final = _num(frame["loss"].iloc[0]), _num(frame["loss"].iloc[-1])
         scalars.update(first_loss=first, final_loss=final,
-                       loss_drop=None if first is None or final is None else first - final)
+                       loss_drop=None if first is None or final is None else _num(first - final))
     if "mem_reserved_gb" in frame:
         mem = frame["mem_reserved_gb"].to_numpy(dtype="float64")
         mem = mem[np.isfinite(mem)]

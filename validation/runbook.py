@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,25 @@ REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\.winner\.(env|args)\.([A-Za-z
 
 class RunbookError(ValueError):
     """A runbook problem; the message names the file, line and key path."""
+
+
+# What PyYAML raises for text it cannot read: YAMLError for bad syntax; the others from its constructors for a
+# well-formed but impossible value (`2020-13-45`, `!!int ''`, `!!bool maybe`), RecursionError for deep nesting.
+YAML_ERRORS = (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError,
+               RecursionError)
+
+_brief_repr = reprlib.Repr()
+_brief_repr.maxlevel, _brief_repr.maxstring, _brief_repr.maxother = 2, 60, 60
+_brief_repr.maxlist = _brief_repr.maxtuple = _brief_repr.maxdict = _brief_repr.maxset = 4
+
+
+def _brief(value: Any) -> str:
+    """repr(value) for an error message: bounded (a value may be huge, self-referencing or an alias bomb)."""
+    try:
+        text = _brief_repr.repr(value)
+    except ValueError:  # an int too long for str()
+        return f"<a very large {type(value).__name__}>"
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 # ---------------------------------------------------------------------- model
@@ -176,18 +196,25 @@ class Runbook:
 
 
 # ---------------------------------------------------------------------- YAML with line numbers
-def _compose_lines(node, path=(), lines=None) -> dict[tuple, int]:
-    """Map every key path in a composed YAML node tree to its 1-based line."""
+def _compose_lines(node, path=(), lines=None, seen=None) -> dict[tuple, int]:
+    """Map every key path in a composed YAML node tree to its 1-based line. A node reached again through an
+    alias is not walked again (aliases may form cycles or expand exponentially); only scalar keys are mapped."""
     lines = {} if lines is None else lines
+    seen = set() if seen is None else seen
     lines.setdefault(path, node.start_mark.line + 1)
+    if id(node) in seen:
+        return lines
+    seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue
             key = key_node.value
             lines[path + (key,)] = key_node.start_mark.line + 1
-            _compose_lines(value_node, path + (key,), lines)
+            _compose_lines(value_node, path + (key,), lines, seen)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _compose_lines(item, path + (i,), lines)
+            _compose_lines(item, path + (i,), lines, seen)
     return lines
 
 
@@ -210,7 +237,8 @@ class _Ctx:
 def _show(path: tuple) -> str:
     out = ""
     for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        text = str(part) if str(part).isprintable() else repr(part)  # a key with a newline stays on one line
+        out += f"[{part}]" if isinstance(part, int) else (f".{text}" if out else text)
     return out
 
 
@@ -226,15 +254,17 @@ def load_runbook(path: str | Path, overrides: list[str] | None = None) -> Runboo
     try:
         node = yaml.compose(text)
         raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+    except YAML_ERRORS as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else "?"
-        raise RunbookError(f"{path}:{line}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise RunbookError(f"{path}:{line}: not valid YAML ({problem})") from None
     lines = _compose_lines(node) if node is not None else {}
     ctx = _Ctx(str(path), lines)
     for item in overrides or []:
         raw = _apply_override(raw, item, ctx)
-    sha = hashlib.sha256(text.encode() + "\n".join(overrides or []).encode()).hexdigest()
+    # surrogatepass: a --set value from a non-UTF-8 command line holds lone surrogates
+    sha = hashlib.sha256(text.encode() + "\n".join(overrides or []).encode(errors="surrogatepass")).hexdigest()
     return _build_runbook(raw, ctx, str(path), sha)
 
 
@@ -245,7 +275,7 @@ def _apply_override(raw: Any, item: str, ctx: _Ctx) -> Any:
         raise RunbookError(f"--set {item!r}: expected KEY=VALUE, e.g. defaults.args.steps=20")
     try:
         value = yaml.safe_load(value_text)
-    except yaml.YAMLError:
+    except YAML_ERRORS:
         value = value_text
     if not isinstance(raw, dict):
         raise ctx.error((), "expected a mapping at the top level")
@@ -292,12 +322,17 @@ def _typed(value: Any, kind, path: tuple, ctx: _Ctx, *, minimum=None, choices=No
     }[kind]
     if not ok:
         expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[kind]
-        raise ctx.error(path, f"must be {expected}, got {value!r}")
+        raise ctx.error(path, f"must be {expected}, got {_brief(value)}")
     if choices is not None and value not in choices:
         raise ctx.error(path, f"{value!r} is not one of {', '.join(map(str, choices))}")
     if minimum is not None and value < minimum:
         raise ctx.error(path, f"must be >= {minimum}, got {value!r}")
-    return float(value) if kind is float else value
+    if kind is float:
+        try:
+            return float(value)
+        except OverflowError:
+            raise ctx.error(path, f"number too large, got {_brief(value)}") from None
+    return value
 
 
 def _env(value: Any, path: tuple, ctx: _Ctx) -> dict[str, str]:
@@ -309,7 +344,7 @@ def _env(value: Any, path: tuple, ctx: _Ctx) -> dict[str, str]:
         if isinstance(v, bool):
             v = "1" if v else "0"
         if not isinstance(v, (str, int, float)):
-            raise ctx.error(path + (key,), f"environment values must be strings or numbers, got {v!r}")
+            raise ctx.error(path + (key,), f"environment values must be strings or numbers, got {_brief(v)}")
         out[key] = str(v)
     return out
 
@@ -322,7 +357,7 @@ def _args(value: Any, path: tuple, ctx: _Ctx) -> dict[str, Any]:
         if key.replace("_", "-") in RESERVED_ARGS:
             raise ctx.error(path + (key,), f"set by nsa-validate itself ({RESERVED_ARGS[key.replace('_', '-')]})")
         if not isinstance(v, (str, int, float, bool)) or v is None:
-            raise ctx.error(path + (key,), f"argument values must be scalars, got {v!r}")
+            raise ctx.error(path + (key,), f"argument values must be scalars, got {_brief(v)}")
     return dict(value)
 
 
@@ -349,7 +384,8 @@ def _launch(raw: dict, path: tuple, ctx: _Ctx, base: Launch) -> Launch:
     master_port = raw.get("master_port", base.master_port)
     if master_port != "auto" and (isinstance(master_port, bool) or not isinstance(master_port, int)
                                   or not 1024 <= master_port <= 65535):
-        raise ctx.error(path + ("master_port",), f"must be 'auto' or a port number 1024-65535, got {master_port!r}")
+        raise ctx.error(path + ("master_port",), f"must be 'auto' or a port number 1024-65535, "
+                                                 f"got {_brief(master_port)}")
     return Launch(
         config=get("config", str, optional=True),
         env={**base.env, **_env(raw.get("env"), path + ("env",), ctx)},
@@ -396,7 +432,7 @@ def _step(raw: Any, path: tuple, ctx: _Ctx, phase: str, defaults: Launch, reqs: 
         raise ctx.error(path, "a step must be a mapping with at least name and kind")
     kind = raw.get("kind")
     if kind not in STEP_KINDS:
-        raise ctx.error(path + ("kind",), f"{kind!r} is not one of {', '.join(STEP_KINDS)}")
+        raise ctx.error(path + ("kind",), f"{_brief(kind)} is not one of {', '.join(STEP_KINDS)}")
     _mapping(raw, path, ctx, STEP_KEYS[kind], required=("name", "kind"))
     name = _typed(raw["name"], str, path + ("name",), ctx)
     if not NAME_RE.match(name):
@@ -493,6 +529,8 @@ def _build_runbook(raw: Any, ctx: _Ctx, path: str, sha: str) -> Runbook:
         raise ctx.error(("phases",), "phase names must be unique")
     _check_references(phases, ctx, seen)
     acceptance = []
+    if not isinstance(raw.get("acceptance") or [], list):
+        raise ctx.error(("acceptance",), f"expected a list of criteria, got {type(raw['acceptance']).__name__}")
     for i, craw in enumerate(raw.get("acceptance") or []):
         cpath = ("acceptance", i)
         c = _mapping(craw, cpath, ctx, ("name", "expr", "target", "severity", "description"),

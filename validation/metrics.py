@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,9 @@ def read_training_csv(path: str | Path) -> CsvRead:
     empty = _empty_frame()
     if not path.is_file():
         return CsvRead(empty, f"missing: {path}", path=str(path))
+    fast = _read_clean_if_complete(path)
+    if fast is not None:  # the common case, a well-formed file: pandas' C parser, no per-row Python
+        return _finish(fast, 0, path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -190,11 +194,62 @@ def read_training_csv(path: str | Path) -> CsvRead:
 
     frame = pd.DataFrame({h: np.asarray(v, dtype="float64") for h, v in columns.items()
                           if h in known or extra_numeric[h]})
+    return _finish(frame, dropped, path)
+
+
+def _finish(frame: pd.DataFrame, dropped: int, path: Path) -> CsvRead:
     frame[STEP_COLUMN] = frame[STEP_COLUMN].astype("int64")
     n_before = len(frame)
     frame = frame.drop_duplicates(subset=STEP_COLUMN, keep="last")
     frame = frame.sort_values(STEP_COLUMN, kind="stable").reset_index(drop=True)
     return CsvRead(frame, None, dropped_rows=dropped, duplicate_steps=n_before - len(frame), path=str(path))
+
+
+def _read_clean_if_complete(path: Path) -> pd.DataFrame | None:
+    """The whole file through pandas' C parser when it is clean: it ends with a newline, the header has every
+    required column once, every known column is numeric, every required cell present, steps are integers.
+    None (use the row-by-row reader, which explains each problem) otherwise. Reads the file once, in C."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline()
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return None
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) not in (b"\n", b"\r"):
+                return None
+        header = [h.strip() for h in next(csv.reader([first.decode("utf-8-sig")]))]
+    except (OSError, UnicodeDecodeError, csv.Error, StopIteration):
+        return None
+    if len(set(header)) != len(header) or any(c not in header for c in REQUIRED_COLUMNS):
+        return None
+    return _read_clean(path, header, set(REQUIRED_COLUMNS) | {MFU_COLUMN[0]})
+
+
+def _read_clean(path: Path, header: list[str], known: set[str]) -> pd.DataFrame | None:
+    try:
+        frame = pd.read_csv(path, encoding="utf-8-sig", skipinitialspace=True, engine="c",
+                            on_bad_lines="error", skip_blank_lines=True)
+    except (ValueError, pd.errors.ParserError, UnicodeDecodeError, OSError):
+        return None
+    frame.columns = [str(c).strip() for c in frame.columns]
+    if list(frame.columns) != header or frame.empty:
+        return None
+    keep = {}
+    for name in frame.columns:
+        column = frame[name]
+        if not pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column):
+            if name in known:
+                return None
+            continue  # a non-numeric extra column is left out, as the row reader does
+        keep[name] = column.to_numpy(dtype="float64")
+    required = [c for c in REQUIRED_COLUMNS if c in keep]
+    if len(required) != len(REQUIRED_COLUMNS) or any(np.isnan(keep[c]).any() for c in required):
+        return None
+    step = keep[STEP_COLUMN]
+    if not (np.isfinite(step).all() and (step == np.floor(step)).all() and (np.abs(step) < 2 ** 63).all()):
+        return None
+    return pd.DataFrame(keep)
 
 
 def window_rows(frame: pd.DataFrame, window: Window) -> pd.DataFrame:

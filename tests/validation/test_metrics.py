@@ -7,6 +7,7 @@ import math
 import statistics
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from nsa.outputs import MFU_COLUMN, TRAINING_COLUMNS, CsvLog
@@ -385,3 +386,25 @@ def test_select_best_from_real_summaries(tmp_path):
         lines = [HEADER] + [row(i, tps=base + (i % 3)) for i in range(1, 61)]
         cands.append((label, summarize(read_training_csv(write(tmp_path / f"{label}.csv", lines)), Window())))
     assert select_best(cands)[0] == "50"
+
+
+def test_fast_and_row_by_row_readers_agree_on_clean_files(tmp_path, monkeypatch):
+    """Clean files take pandas' C parser; its frame must equal the explaining row-by-row reader's."""
+    import random
+
+    rng = random.Random(3)
+    header = "step,loss,lr,toks_per_s,step_time_s,grad_norm,mem_alloc_gb,mem_reserved_gb,mfu\n"
+    rows = [f"{s},{rng.uniform(1, 9):.6f},{rng.uniform(0, 1e-3):.3g},{rng.uniform(1e3, 9e4):.6f},"
+            f"{rng.uniform(0.01, 2):.6f},{rng.uniform(0, 5):.6f},{rng.uniform(0, 80):.4f},{rng.uniform(0, 80):.4f},"
+            f"{'' if s % 3 else f'{rng.random():.4f}'}\n" for s in [*range(1, 300), 150, 151]]  # two duplicates
+    path = tmp_path / "training.csv"
+    path.write_text(header + "".join(rows))
+    from validation import metrics as m
+
+    assert m._read_clean_if_complete(path) is not None  # the fast path really serves this file
+    fast = read_training_csv(path)
+    monkeypatch.setattr("validation.metrics._read_clean_if_complete", lambda p: None)
+    slow = read_training_csv(path)
+    assert fast.problem is None and slow.problem is None
+    assert fast.duplicate_steps == slow.duplicate_steps == 2
+    pd.testing.assert_frame_equal(fast.frame, slow.frame)

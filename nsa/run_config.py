@@ -184,7 +184,7 @@ def _build(cls, values: Any, section: str, where: str):
     kwargs = {}
     for key, value in values.items():
         if key not in names:
-            raise ConfigError(f"{where}: unknown key '{section}.{key}' (known keys: {', '.join(names)})")
+            raise ConfigError(f"{where}: unknown key {f'{section}.{key}'!r} (known keys: {', '.join(names)})")
         kwargs[key] = _coerce(value, hints[key], f"{section}.{key}", where)
     missing = [f.name for f in fields(cls) if f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING and f.name not in kwargs]

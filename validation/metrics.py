@@ -283,9 +283,8 @@ def column_stats(values: Any) -> dict[str, float | int | None]:
     if n == 0:
         return {name: (0 if name == "n" else None) for name in STAT_NAMES}
     with np.errstate(over="ignore", invalid="ignore"):  # values near 1e308 overflow: inf/NaN become None below
-        mean = float(arr.mean())
-        stdev = float(arr.std(ddof=0))
-    out = {"mean": mean, "median": float(np.median(arr)), "stdev": stdev,
+        mean, median, stdev = float(arr.mean()), float(np.median(arr)), float(arr.std(ddof=0))
+    out = {"mean": mean, "median": median, "stdev": stdev,
            "cv": (stdev / abs(mean)) if mean != 0 else None, "min": float(arr.min()), "max": float(arr.max()),
            "n": n}
     assert tuple(out) == STAT_NAMES

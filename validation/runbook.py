@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import re
 import reprlib
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ STEP_KINDS = ("snapshot", "train", "sweep", "ab", "pytest", "bench", "profile", 
 TRAIN_KINDS = ("train", "sweep", "ab", "profile", "longrun")
 SEVERITIES = ("fail", "warn")
 BACKENDS = ("nccl", "gloo")
-NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\.winner\.(env|args)\.([A-Za-z0-9_.-]+)\}")
 
 
@@ -237,9 +238,13 @@ class _Ctx:
 def _show(path: tuple) -> str:
     out = ""
     for part in path:
-        text = str(part) if str(part).isprintable() else repr(part)  # a key with a newline stays on one line
-        out += f"[{part}]" if isinstance(part, int) else (f".{text}" if out else text)
+        out += f"[{part}]" if isinstance(part, int) else (f".{_printable(part)}" if out else _printable(part))
     return out
+
+
+def _printable(part: Any) -> str:
+    """str(part), or its repr when it holds a newline or another control character (messages are one line)."""
+    return str(part) if str(part).isprintable() else repr(part)
 
 
 def load_runbook(path: str | Path, overrides: list[str] | None = None) -> Runbook:
@@ -273,6 +278,7 @@ def _apply_override(raw: Any, item: str, ctx: _Ctx) -> Any:
     key, sep, value_text = item.partition("=")
     if not sep or not key:
         raise RunbookError(f"--set {item!r}: expected KEY=VALUE, e.g. defaults.args.steps=20")
+    shown = _printable(key)
     try:
         value = yaml.safe_load(value_text)
     except YAML_ERRORS:
@@ -284,14 +290,15 @@ def _apply_override(raw: Any, item: str, ctx: _Ctx) -> Any:
         if isinstance(node, list):
             match = [x for x in node if isinstance(x, dict) and x.get("name") == part]
             if not match:
-                raise RunbookError(f"--set {key}: no item named {part!r} under {'.'.join(parts[:i]) or 'top'}")
+                raise RunbookError(f"--set {shown}: no item named {part!r} under "
+                                   f"{_printable('.'.join(parts[:i])) or 'top'}")
             node = match[0]
         elif isinstance(node, dict):
             node = node.setdefault(part, {})
         else:
-            raise RunbookError(f"--set {key}: {'.'.join(parts[:i])} is not a mapping")
+            raise RunbookError(f"--set {shown}: {_printable('.'.join(parts[:i]))} is not a mapping")
     if not isinstance(node, dict):
-        raise RunbookError(f"--set {key}: {'.'.join(parts[:-1])} is not a mapping")
+        raise RunbookError(f"--set {shown}: {_printable('.'.join(parts[:-1]))} is not a mapping")
     node[parts[-1]] = value
     return raw
 
@@ -325,6 +332,8 @@ def _typed(value: Any, kind, path: tuple, ctx: _Ctx, *, minimum=None, choices=No
         raise ctx.error(path, f"must be {expected}, got {_brief(value)}")
     if choices is not None and value not in choices:
         raise ctx.error(path, f"{value!r} is not one of {', '.join(map(str, choices))}")
+    if kind is float and isinstance(value, float) and not math.isfinite(value):
+        raise ctx.error(path, f"must be a finite number, got {value!r}")
     if minimum is not None and value < minimum:
         raise ctx.error(path, f"must be >= {minimum}, got {value!r}")
     if kind is float:
@@ -435,7 +444,7 @@ def _step(raw: Any, path: tuple, ctx: _Ctx, phase: str, defaults: Launch, reqs: 
         raise ctx.error(path + ("kind",), f"{_brief(kind)} is not one of {', '.join(STEP_KINDS)}")
     _mapping(raw, path, ctx, STEP_KEYS[kind], required=("name", "kind"))
     name = _typed(raw["name"], str, path + ("name",), ctx)
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise ctx.error(path + ("name",), f"{name!r}: step names are identifiers (letters, digits, _) so "
                                           "acceptance expressions can use them")
     common = dict(name=name, kind=kind, phase=phase,
@@ -472,7 +481,7 @@ def _step(raw: Any, path: tuple, ctx: _Ctx, phase: str, defaults: Launch, reqs: 
         if not isinstance(variants_raw, dict) or not variants_raw:
             raise ctx.error(path + ("variants",), "an ab step needs variants: {label: {env: ..., args: ...}}")
         for label in variants_raw:
-            if not isinstance(label, str) or not NAME_RE.match(label):
+            if not isinstance(label, str) or not NAME_RE.fullmatch(label):
                 raise ctx.error(path + ("variants", label), "variant labels are identifiers")
         extra.update(baseline=variant(raw.get("baseline"), path + ("baseline",)),
                      variants={k: variant(v, path + ("variants", k)) for k, v in variants_raw.items()},
@@ -511,7 +520,7 @@ def _build_runbook(raw: Any, ctx: _Ctx, path: str, sha: str) -> Runbook:
         ppath = ("phases", i)
         p = _mapping(praw, ppath, ctx, ("name", "title", "description", "steps"), required=("name", "steps"))
         pname = _typed(p["name"], str, ppath + ("name",), ctx)
-        if not NAME_RE.match(pname):
+        if not NAME_RE.fullmatch(pname):
             raise ctx.error(ppath + ("name",), f"{pname!r}: phase names are identifiers")
         if not isinstance(p["steps"], list) or not p["steps"]:
             raise ctx.error(ppath + ("steps",), "expected a non-empty list of steps")

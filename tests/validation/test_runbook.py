@@ -124,6 +124,8 @@ def test_trainer_args_flags():
     (lambda r: r["phases"][0]["steps"][0].update(name="bad-name"), "step names are identifiers", None),
     (lambda r: r["phases"][0]["steps"][0].update(args={"out_dir": "/etc"}), "set by nsa-validate itself", None),
     (lambda r: r["defaults"]["args"].update({"out-dir": "../x"}), "defaults.args.out-dir: set by nsa-validate", None),
+    (lambda r: r["defaults"].update(timeout_s=float("inf")), "defaults.timeout_s: must be a finite number", None),
+    (lambda r: r["phases"][0]["steps"][0].update(name="s1\n"), "step names are identifiers", None),
 ])
 def test_schema_errors_name_file_key_and_line(tmp_path, edit, needle, line):
     raw = yaml.safe_load(MINIMAL)

@@ -45,7 +45,7 @@ _brief_repr.maxlevel, _brief_repr.maxstring, _brief_repr.maxother = 2, 60, 60
 _brief_repr.maxlist = _brief_repr.maxtuple = _brief_repr.maxdict = _brief_repr.maxset = 4
 
 
-def _brief(value: Any) -> str:
+def brief(value: Any) -> str:
     """repr(value) for an error message: bounded (a value may be huge, self-referencing or an alias bomb)."""
     try:
         text = _brief_repr.repr(value)
@@ -224,4 +224,4 @@ def _coerce(value: Any, hint: Any, key: str, where: str) -> Any:
     if base is str and isinstance(value, str):
         return value
     expected = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[base]
-    raise ConfigError(f"{where}: '{key}' must be {expected}, got {_brief(value)}")
+    raise ConfigError(f"{where}: '{key}' must be {expected}, got {brief(value)}")

@@ -43,13 +43,14 @@ import hashlib
 import itertools
 import math
 import re
-import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from nsa.run_config import YAML_ERRORS
+from nsa.run_config import brief as _brief
 from validation.expressions import Expression, ExpressionError, compile_expression
 
 STEP_KINDS = ("snapshot", "train", "sweep", "ab", "pytest", "bench", "profile", "longrun")
@@ -62,25 +63,6 @@ REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\.winner\.(env|args)\.([A-Za-z
 
 class RunbookError(ValueError):
     """A runbook problem; the message names the file, line and key path."""
-
-
-# What PyYAML raises for text it cannot read: YAMLError for bad syntax; the others from its constructors for a
-# well-formed but impossible value (`2020-13-45`, `!!int ''`, `!!bool maybe`), RecursionError for deep nesting.
-YAML_ERRORS = (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError,
-               RecursionError)
-
-_brief_repr = reprlib.Repr()
-_brief_repr.maxlevel, _brief_repr.maxstring, _brief_repr.maxother = 2, 60, 60
-_brief_repr.maxlist = _brief_repr.maxtuple = _brief_repr.maxdict = _brief_repr.maxset = 4
-
-
-def _brief(value: Any) -> str:
-    """repr(value) for an error message: bounded (a value may be huge, self-referencing or an alias bomb)."""
-    try:
-        text = _brief_repr.repr(value)
-    except ValueError:  # an int too long for str()
-        return f"<a very large {type(value).__name__}>"
-    return text if len(text) <= 100 else text[:97] + "..."
 
 
 # ---------------------------------------------------------------------- model

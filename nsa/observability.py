@@ -29,8 +29,6 @@ SDPA_BACKEND_OPS = {
     "_scaled_dot_product_cudnn_attention": "cudnn",
     "_scaled_dot_product_fused_attention_overrideable": "fused",
 }
-SPAN_NAMES = ("nsa.cmp", "nsa.sel", "nsa.win", "nsa.sel.importance", "nsa.sel.topk", "nsa.sel.ranges_v1",
-              "nsa.sel.ranges_v2")
 
 
 class _State:
@@ -50,10 +48,6 @@ def configure(*, nvtx: bool | None = None, audit: "SdpaAudit | None | bool" = Fa
         _state.nvtx = bool(nvtx)
     if audit is not False:
         _state.audit = audit
-
-
-def spans_enabled() -> bool:
-    return _state.nvtx
 
 
 class _Span:

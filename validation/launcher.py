@@ -80,7 +80,8 @@ _LOG_TAIL_BYTES = 2 << 20  # tracebacks are looked for in the last 2 MiB of a lo
 _NOTE_PREFIX = "[launcher "
 
 LAUNCH_ID_VAR = "NSAV_LAUNCH_ID"  # added to the child's environment: finds every process of a run (_ProcessTree)
-_RECORDED_PREFIXES = ("NSA_", "NCCL_", "TORCH_", "CUDA_", "OMP_", "CONFIG")
+# Environment prefixes recorded with every launch (command.json, results.json); the rest is inherited as is.
+RECORDED_ENV_PREFIXES = ("NSA_", "NCCL_", "TORCH_", "CUDA_", "OMP_", "CONFIG")
 _SECRET_RE = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY", re.IGNORECASE)
 _CLASH_RE = re.compile(r"EADDRINUSE|address already in use", re.IGNORECASE)
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)*)?$")
@@ -574,7 +575,7 @@ def recorded_env(env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     CUDA_/OMP_/CONFIG* one (values of secret-looking names redacted), and the names os.environ has but `env` lacks."""
     kept = {}
     for key, value in sorted(env.items()):
-        if os.environ.get(key) != value or key.startswith(_RECORDED_PREFIXES):
+        if os.environ.get(key) != value or key.startswith(RECORDED_ENV_PREFIXES):
             kept[key] = "<redacted>" if _SECRET_RE.search(key) else value
     unset = sorted(k for k in os.environ if k not in env)
     return kept, unset

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from validation.launcher import RECORDED_ENV_PREFIXES
 from validation.runbook import Launch, Runbook, Step, references, resolve_references
 
-# Environment prefixes recorded with every launch (the rest of the environment is inherited as is).
-RECORDED_ENV_PREFIXES = ("NSA_", "NCCL_", "TORCH_", "CUDA_", "OMP_", "CONFIG")
 
 
 @dataclass
@@ -160,15 +159,5 @@ def describe(runbook: Runbook, skipped: dict[str, str] | None = None) -> list[di
     return rows
 
 
-def child_env(base: dict[str, str], overrides: dict[str, str]) -> dict[str, str]:
-    env = dict(base)
-    env.update(overrides)
-    return env
-
-
 def recorded_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in sorted(env.items()) if k.startswith(RECORDED_ENV_PREFIXES)}
-
-
-def as_path(run_dir: Path, rel: str | None) -> Path | None:
-    return None if rel is None else Path(run_dir) / rel

@@ -6,6 +6,7 @@ the results dict (validation.results documents it).
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 import os
@@ -22,7 +23,6 @@ from validation.plan import PlannedLaunch, nsys_available, recorded_env, step_la
 from validation.results import FINAL_STEP_STATUSES, SCHEMA_VERSION, write_results
 from validation.runbook import Runbook, Step, references
 
-TOOL_VERSION = "0.1.0"
 COMPRESSION_RE = re.compile(r"\[ddp\] gradient compression enabled: (\w+)")
 
 
@@ -64,6 +64,13 @@ class RunOptions:
     cwd: Path = Path(".")
 
 
+def _tool_version() -> str:
+    try:
+        return importlib.metadata.version("nsa-validate")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree without installing
+        return "unknown"
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
@@ -85,7 +92,7 @@ class Runner:
         rb = self.rb
         return {
             "schema_version": SCHEMA_VERSION,
-            "tool": {"name": "nsa-validate", "version": TOOL_VERSION},
+            "tool": {"name": "nsa-validate", "version": _tool_version()},
             "runbook": {"name": rb.name, "description": rb.description, "path": rb.path, "sha256": rb.sha256},
             "run_dir": str(self.run_dir), "started": _now(), "finished": None, "duration_s": None,
             "verdict": "INCOMPLETE", "verdict_reason": "not finished",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 from dataclasses import dataclass
 
 import torch
@@ -67,6 +68,37 @@ def init(device: str = "auto", pg_timeout_s: float = 600.0) -> DistInfo:
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=pg_timeout_s),
                                 device_id=dev if use_cuda else None)
     return DistInfo(rank=rank, world_size=world, local_rank=local, device=dev, backend=backend)
+
+
+NODE_NAME_VARS = ("NSA_NODE_NAME", "SLURMD_NODENAME")  # the node's name: set by the launcher, else Slurm's, else host
+NODE_ENV_PREFIXES = ("NCCL_", "UCX_", "MLX5_", "IBV_", "FI_", "GLOO_", "SLURM_JOB_ID", "SLURM_NNODES",
+                     "SLURM_JOB_NODELIST", "CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def _this_node(info: DistInfo) -> dict:
+    name = next((os.environ[v] for v in NODE_NAME_VARS if os.environ.get(v)), None) or socket.gethostname()
+    gpu = torch.cuda.get_device_name(info.device) if info.device.type == "cuda" else None
+    return {"node": name, "host": socket.gethostname(), "rank": info.rank, "local_rank": info.local_rank,
+            "gpu": gpu, "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(NODE_ENV_PREFIXES)}}
+
+
+def node_records(info: DistInfo) -> list[dict]:
+    """Every node of the job (a collective: call it on every rank): [{"node", "host", "ranks", "gpus", "env"}] in
+    node order of their lowest rank. "env" holds the node's NCCL / InfiniBand / Slurm variables (of its lowest
+    rank). The node name is $NSA_NODE_NAME, else $SLURMD_NODENAME, else the host name."""
+    mine = _this_node(info)
+    every = [mine]
+    if info.distributed:
+        every = [None] * info.world_size
+        dist.all_gather_object(every, mine)
+    nodes: dict[str, dict] = {}
+    for rec in sorted(every, key=lambda r: r["rank"]):
+        node = nodes.setdefault(rec["node"], {"node": rec["node"], "host": rec["host"], "ranks": [], "gpus": [],
+                                              "env": rec["env"]})
+        node["ranks"].append(rec["rank"])
+        if rec["gpu"]:
+            node["gpus"].append(rec["gpu"])
+    return list(nodes.values())
 
 
 def shutdown() -> None:

@@ -1,0 +1,106 @@
+"""Run several torchrun agents on this machine as the nodes of one multi-node job (``launcher: torchrun`` with
+``nnodes > 1``): ``python -m validation.agents AGENTS.json``.
+
+AGENTS.json: ``{"agents": [{"name": "node0", "argv": [...], "env": {...}}, ...], "grace_s": 30}``; each agent's
+environment is this process's plus its ``env``. Every agent shares this process's stdout/stderr (the launcher's
+log) and session, so the launcher's process tracking and signals reach them all. When one agent fails, the others
+get ``grace_s`` to end by themselves (they usually fail in their next collective or rendezvous) and are then
+terminated. SIGTERM / SIGINT / SIGHUP are passed on to every agent. Exit code: the first failing agent's (a
+signal N as 128 + N), else 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+POLL_S = 0.2
+
+
+def _load(path: Path) -> tuple[list[dict], float]:
+    spec = json.loads(path.read_text())
+    agents = spec.get("agents")
+    if not isinstance(agents, list) or not agents:
+        raise ValueError(f"{path}: 'agents' must be a non-empty list")
+    for i, agent in enumerate(agents):
+        argv, env = agent.get("argv"), agent.get("env", {})
+        if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+            raise ValueError(f"{path}: agents[{i}].argv must be a non-empty list of strings")
+        if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+            raise ValueError(f"{path}: agents[{i}].env must map strings to strings")
+    grace = spec.get("grace_s", 30.0)
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
+        raise ValueError(f"{path}: grace_s must be a number >= 0")
+    return agents, float(grace)
+
+
+def _code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run(agents: list[dict], grace_s: float) -> int:
+    procs: list[subprocess.Popen] = []
+
+    def forward(signum, _frame):
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signum)
+                except ProcessLookupError:
+                    pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    for agent in agents:
+        print(f"[agents] starting {agent.get('name', '?')}: {' '.join(agent['argv'])}", file=sys.stderr, flush=True)
+        procs.append(subprocess.Popen(agent["argv"], env={**os.environ, **agent.get("env", {})},
+                                      stdin=subprocess.DEVNULL))
+    first_failure: tuple[str, int] | None = None
+    failed_at = None
+    while any(p.poll() is None for p in procs):
+        for agent, p in zip(agents, procs):
+            if p.returncode not in (None, 0) and first_failure is None:
+                first_failure, failed_at = (agent.get("name", "?"), p.returncode), time.monotonic()
+                print(f"[agents] {first_failure[0]} exited with {p.returncode}; the others get {grace_s:g}s to end",
+                      file=sys.stderr, flush=True)
+        if failed_at is not None and time.monotonic() - failed_at > grace_s:
+            print("[agents] terminating the remaining agents", file=sys.stderr, flush=True)
+            forward(signal.SIGTERM, None)
+            end = time.monotonic() + 10.0
+            while any(p.poll() is None for p in procs) and time.monotonic() < end:
+                time.sleep(POLL_S)
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            break
+        time.sleep(POLL_S)
+    for p in procs:
+        p.wait()
+    if first_failure is None:
+        bad = [(a.get("name", "?"), p.returncode) for a, p in zip(agents, procs) if p.returncode != 0]
+        first_failure = bad[0] if bad else None
+    if first_failure is None:
+        return 0
+    return _code(first_failure[1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m validation.agents AGENTS.json", file=sys.stderr)
+        return 2
+    try:
+        agents, grace = _load(Path(args[0]))
+    except (OSError, ValueError) as exc:
+        print(f"validation.agents: {exc}", file=sys.stderr)
+        return 2
+    return run(agents, grace)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

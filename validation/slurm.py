@@ -1,0 +1,264 @@
+"""Slurm: batch scripts for a step, and the few Slurm commands the launcher needs (sbatch, squeue, scontrol,
+scancel), as argv lists with their output parsed. No shell is ever used to run them; the batch script itself is
+bash, built from quoted values only (``shlex.quote``), so runbook text never becomes shell code.
+
+A step's job (``batch_script``): ``#SBATCH`` lines for the allocation (nodes, one task per node, GPUs per node,
+CPUs per task, partition, account, time limit, the runbook's extra lines), the job's output appended to the step's
+``stdout.log``, then ``srun`` starting one torchrun agent per node; the agents meet by c10d rendezvous on the first
+node of the allocation (its NodeAddr, as Slurm knows it) at a port derived from the job id, with the job id as the
+rendezvous id. Every rank's output carries its global rank (``[defaultN]:``) so the step's log splits per rank.
+
+Job states map to launcher statuses with ``map_state``: COMPLETED -> ok, FAILED / NODE_FAIL / BOOT_FAIL /
+PREEMPTED / OUT_OF_MEMORY / CANCELLED by someone else -> failed, TIMEOUT / DEADLINE -> timeout.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+COMMAND_TIMEOUT_S = 30.0  # for one sbatch/squeue/scontrol/scancel call
+RDZV_PORT_BASE = 29500  # the rendezvous port: RDZV_PORT_BASE + job id % RDZV_PORT_SPAN
+RDZV_PORT_SPAN = 20000
+PREFIX_TEMPLATE_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+RANK_PREFIX_TEMPLATE = "[default${rank}]:"  # torchrun's tee prefix with the GLOBAL rank (not the local one)
+NODE_NAME_VAR = "NSA_NODE_NAME"  # the trainer records it as its node's name (env.json "nodes")
+
+# Slurm job states (squeue %T / scontrol JobState) that mean the job is over.
+FINAL_STATES = {"COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "CANCELLED", "PREEMPTED",
+                "OUT_OF_MEMORY", "DEADLINE", "SPECIAL_EXIT", "REVOKED"}
+_STATE_TEXT = {
+    "FAILED": "the job failed",
+    "NODE_FAIL": "a node of the job failed (NODE_FAIL)",
+    "BOOT_FAIL": "a node of the job failed to boot (BOOT_FAIL)",
+    "PREEMPTED": "the job was preempted by the scheduler (PREEMPTED)",
+    "OUT_OF_MEMORY": "the job ran out of memory (OUT_OF_MEMORY)",
+    "CANCELLED": "the job was cancelled outside nsa-validate (CANCELLED)",
+    "TIMEOUT": "the job reached its Slurm time limit (TIMEOUT)",
+    "DEADLINE": "the job reached its deadline (DEADLINE)",
+    "SPECIAL_EXIT": "the job ended in SPECIAL_EXIT",
+    "REVOKED": "the job was revoked (REVOKED)",
+}
+_SBATCH_OWN = ("--nodes", "--ntasks-per-node", "--output", "--error", "--open-mode", "--chdir", "--job-name",
+               "--parsable", "--wait")
+
+
+_ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command could not be run or answered with an error; the message names the command."""
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """The allocation of one step's job (runbook ``launcher:`` keys of the same names)."""
+
+    partition: str | None = None
+    account: str | None = None
+    time_limit: str | None = None  # Slurm's format: "MM", "HH:MM:SS", "D-HH:MM"
+    gpus_per_node: int = 0
+    cpus_per_task: int | None = None
+    sbatch: tuple[str, ...] = ()  # extra "#SBATCH ..." option lines, e.g. "--exclusive", "--qos=high"
+
+
+@dataclass
+class JobInfo:
+    job_id: str
+    state: str  # e.g. "COMPLETED"; "UNKNOWN" when Slurm no longer knows the job
+    exit_code: int | None = None  # the batch script's exit code
+    signal: int | None = None  # the signal that ended it (0: none)
+    reason: str | None = None
+    nodes: list[str] = field(default_factory=list)
+
+
+def available() -> bool:
+    """Whether this machine can submit jobs (sbatch, squeue, scontrol, scancel on PATH)."""
+    return all(shutil.which(c) for c in ("sbatch", "squeue", "scontrol", "scancel"))
+
+
+def _run(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=COMMAND_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise SlurmError(f"{argv[0]}: not found (is Slurm installed and on PATH?)") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{shlex.join(argv)}: no answer within {COMMAND_TIMEOUT_S:g}s") from None
+    if proc.returncode != 0:
+        text = (proc.stderr or proc.stdout).strip().splitlines()
+        raise SlurmError(f"{shlex.join(argv)}: exit {proc.returncode}: {text[-1] if text else 'no message'}")
+    return proc.stdout
+
+
+def validate_sbatch_line(line: str) -> str | None:
+    """None when `line` is acceptable as an extra #SBATCH option, else why not."""
+    if not isinstance(line, str) or not line.startswith("--") or "\n" in line or "\r" in line:
+        return "must be one long option such as --exclusive or --qos=high (no newline)"
+    name = line.split("=", 1)[0].split()[0]
+    if name in _SBATCH_OWN:
+        return f"{name} is set by nsa-validate itself"
+    return None
+
+
+def rdzv_port_expr() -> str:
+    """The bash expression of the rendezvous port inside the job (distinct for concurrent jobs)."""
+    return f"$(( {RDZV_PORT_BASE} + SLURM_JOB_ID % {RDZV_PORT_SPAN} ))"
+
+
+def batch_script(*, job_name: str, nnodes: int, nproc_per_node: int, argv: list[str], env: dict[str, str],
+                 cwd: Path, log_path: Path, ranks_dir: Path, options: SlurmOptions, python: str,
+                 torchrun: bool = True) -> str:
+    """The bash batch script of one launch. `argv` is the command without torchrun (``python -m nsa.train ...``);
+    with `torchrun`, each node's task runs ``python -m torch.distributed.run`` with c10d rendezvous, else `argv`
+    itself runs once per node. `env` is exported in the script (values quoted)."""
+    for line in options.sbatch:
+        problem = validate_sbatch_line(line)
+        if problem:
+            raise ValueError(f"sbatch line {line!r}: {problem}")
+    bad = [k for k in env if not _ENV_KEY_RE.fullmatch(k)]
+    if bad:
+        raise ValueError(f"environment variable names must match {_ENV_KEY_RE.pattern}: {bad}")
+    q = shlex.quote
+    lines = ["#!/bin/bash",
+             f"#SBATCH --job-name={q(job_name)}",
+             f"#SBATCH --nodes={int(nnodes)}",
+             "#SBATCH --ntasks-per-node=1",
+             f"#SBATCH --output={q(str(log_path))}",
+             "#SBATCH --open-mode=append",
+             f"#SBATCH --chdir={q(str(cwd))}"]
+    if options.gpus_per_node:
+        lines.append(f"#SBATCH --gpus-per-node={int(options.gpus_per_node)}")
+    if options.cpus_per_task:
+        lines.append(f"#SBATCH --cpus-per-task={int(options.cpus_per_task)}")
+    for key, flag in (("partition", "--partition"), ("account", "--account"), ("time_limit", "--time")):
+        value = getattr(options, key)
+        if value:
+            lines.append(f"#SBATCH {flag}={q(str(value))}")
+    lines += [f"#SBATCH {line}" for line in options.sbatch]
+    lines += ["set -euo pipefail"]
+    lines += [f"export {k}={q(v)}" for k, v in sorted(env.items())]
+    if not torchrun:  # a test suite or benchmark: once, on the job's node
+        lines += ["# generated by nsa-validate: the step's command on the allocated node",
+                  "srun --ntasks-per-node=1 \\", "    " + " \\\n    ".join(_chunks([q(a) for a in argv]))]
+        return "\n".join(lines) + "\n"
+    lines += ["# generated by nsa-validate: one torchrun agent per node, c10d rendezvous on the first node",
+              f"export {PREFIX_TEMPLATE_VAR}={q(RANK_PREFIX_TEMPLATE)}",
+              f"export NSAV_RANKS_DIR={q(str(ranks_dir))}",
+              'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+              "head_addr=$(scontrol show node \"$head_node\" -o | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')",
+              'head_addr=${head_addr:-$head_node}',
+              # torchrun reads any option from PET_<OPTION>: the rendezvous is only known inside the job
+              f'export PET_RDZV_ENDPOINT="$head_addr:{rdzv_port_expr()}"',
+              'export PET_RDZV_ID="nsav-$SLURM_JOB_ID"',
+              'echo "[slurm] job $SLURM_JOB_ID on $SLURM_JOB_NODELIST; rendezvous at $PET_RDZV_ENDPOINT"']
+    command = [python, "-m", "torch.distributed.run", f"--nnodes={int(nnodes)}",
+               f"--nproc-per-node={int(nproc_per_node)}", "--rdzv-backend=c10d", "--redirects", "3", "--tee", "3"]
+    command += argv[1:] if argv and argv[0] == python else ["--no-python", *argv]
+    # each task names its node for the trainer and its own torchrun log directory, then runs the agent;
+    # --kill-on-bad-exit: srun ends the other nodes' tasks when one fails
+    lines.append("srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c "
+                 f"'export {NODE_NAME_VAR}=\"$SLURMD_NODENAME\" PET_LOG_DIR=\"$NSAV_RANKS_DIR/$SLURMD_NODENAME\"; "
+                 "exec \"$@\"' nsav-task \\")
+    lines.append("    " + " \\\n    ".join(_chunks([q(c) for c in command])))
+    return "\n".join(lines) + "\n"
+
+
+def _chunks(words: list[str], width: int = 100) -> list[str]:
+    out, cur = [], ""
+    for w in words:
+        if cur and len(cur) + 1 + len(w) > width:
+            out.append(cur)
+            cur = w
+        else:
+            cur = f"{cur} {w}" if cur else w
+    if cur:
+        out.append(cur)
+    return out
+
+
+def submit(script: Path, env: dict[str, str], cwd: Path) -> str:
+    """sbatch the script; returns the job id."""
+    out = _run(["sbatch", "--parsable", str(script)], env=env, cwd=cwd).strip()
+    job_id = out.split(";", 1)[0]  # "<id>" or "<id>;<cluster>"
+    if not job_id.isdigit():
+        raise SlurmError(f"sbatch --parsable {script}: unexpected answer {out!r}")
+    return job_id
+
+
+def queue_state(job_id: str) -> str | None:
+    """The job's state while squeue lists it (PENDING, RUNNING, COMPLETING, ...); None once it left the queue."""
+    try:
+        out = _run(["squeue", "-h", "-j", str(job_id), "-o", "%T"]).strip()
+    except SlurmError as exc:
+        if "Invalid job id" in str(exc):
+            return None
+        raise
+    return out.splitlines()[0].strip() if out else None
+
+
+_KV_RE = re.compile(r"(\w+)=(\S*)")
+
+
+def job_info(job_id: str) -> JobInfo:
+    """State and exit code from ``scontrol show job`` (Slurm forgets finished jobs after MinJobAge; then
+    state is "UNKNOWN")."""
+    try:
+        out = _run(["scontrol", "show", "job", "-o", str(job_id)])
+    except SlurmError as exc:
+        if "Invalid job id" in str(exc):
+            return JobInfo(job_id=str(job_id), state="UNKNOWN", reason="Slurm no longer knows the job")
+        raise
+    fields = dict(_KV_RE.findall(out))
+    exit_code = sig = None
+    if ":" in fields.get("ExitCode", ""):
+        a, b = fields["ExitCode"].split(":", 1)
+        exit_code, sig = (int(a) if a.isdigit() else None), (int(b) if b.isdigit() else None)
+    nodes = []
+    if fields.get("NodeList") and fields["NodeList"] != "(null)":
+        try:
+            nodes = _run(["scontrol", "show", "hostnames", fields["NodeList"]]).split()
+        except SlurmError:
+            nodes = [fields["NodeList"]]
+    return JobInfo(job_id=str(job_id), state=fields.get("JobState", "UNKNOWN"), exit_code=exit_code, signal=sig,
+                   reason=fields.get("Reason"), nodes=nodes)
+
+
+def cancel(job_id: str, signal_name: str | None = None) -> None:
+    argv = ["scancel"] + ([f"--signal={signal_name}"] if signal_name else []) + [str(job_id)]
+    _run(argv)
+
+
+def wait_gone(job_id: str, timeout_s: float = 60.0, poll_s: float = 0.5) -> bool:
+    """Poll until squeue no longer lists the job; False if it still does after `timeout_s`."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if queue_state(job_id) is None:
+            return True
+        time.sleep(poll_s)
+    return queue_state(job_id) is None
+
+
+def map_state(info: JobInfo, cancelled_by_us: bool = False) -> tuple[str, str]:
+    """(launcher status, reason) of a finished job."""
+    state = info.state.split()[0].rstrip("+") if info.state else "UNKNOWN"
+    code = f"exit code {info.exit_code}" if info.exit_code is not None else "exit code unknown"
+    if info.signal:
+        code += f", signal {info.signal}"
+    head = f"Slurm job {info.job_id}"
+    if state == "COMPLETED" and (info.exit_code in (0, None)):
+        return "ok", f"{head} COMPLETED"
+    if state in ("TIMEOUT", "DEADLINE"):
+        return "timeout", f"{head}: {_STATE_TEXT[state]}"
+    if state == "CANCELLED" and cancelled_by_us:
+        return "interrupted", f"{head} cancelled by nsa-validate"
+    if state in _STATE_TEXT:
+        return "failed", f"{head}: {_STATE_TEXT[state]} ({code})"
+    if state == "UNKNOWN":
+        return "failed", f"{head}: final state unknown ({info.reason or 'scontrol does not know the job'})"
+    return "failed", f"{head} ended in state {state} ({code})"

@@ -53,6 +53,85 @@ def test_stop_and_resume_reproduces_the_uninterrupted_run_bitwise(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_sigterm_to_one_rank_mid_step_leaves_a_loadable_checkpoint_and_resume_matches_the_uninterrupted_run(
+        tmp_path):
+    """Preemption of a DDP run: SIGTERM reaches one rank (rank 1, not the one that writes the files) while steps are
+    running. Every rank stops at the same step after finishing it, the checkpoint of that step is complete and
+    loads, and `--resume` continues to the planned last step with the same loss at every step as a run that was
+    never interrupted (bitwise) and training.csv rows 1..N exactly once."""
+    from nsa import checkpoint
+    from nsa.distributed import DistInfo
+    from nsa.model import NSAModel
+    from nsa.optim import build_adamw
+    from nsa.run_config import load_config
+
+    steps = 24
+    cfg = _config(tmp_path, steps=steps, save_every=1000, batch_size=2, log_every=1000)
+    ddp = ("--ddp", "1")
+    full_dir, cut_dir = tmp_path / "full", tmp_path / "cut"
+    reference = start(full_dir, *ddp, nproc=2, config=cfg)  # the uninterrupted run, alongside the cut one
+    proc = start(cut_dir, *ddp, nproc=2, config=cfg)
+    try:
+        wait_for(lambda: last_step(cut_dir, 1) >= 4, 90, "rank 1 at step 4", proc)
+        worker = heartbeats(cut_dir, 1)[0]["pid"]
+        t_signal = time.time()
+        os.kill(worker, signal.SIGTERM)
+        code, out = finish(proc, 90)
+        ref_code, ref_out = finish(reference, 90)
+    finally:
+        kill_group(proc)
+        kill_group(reference)
+    assert ref_code == 0, ref_out[-3000:]
+    assert code == 0, out[-3000:]  # a requested stop is a clean exit of every rank, so torchrun's too
+
+    status = json.loads((cut_dir / "status.json").read_text())
+    # rank 0 only learns that some rank was signalled (the stop vote is a count); rank 1 names the signal
+    assert status["status"] == "terminated" and "signal" in status["reason"], status
+    assert any(h["msg"] == "stop" and "SIGTERM" in (h.get("reason") or "") for h in heartbeats(cut_dir, 1))
+    stop = status["step"]
+    assert 4 <= stop < steps, f"stopped at step {stop}: the signal did not land while steps were running"
+    # the signal came while a step was in flight (between two step records of rank 1); that step, or at the
+    # latest the next one (a signal after the step's stop vote), is finished and is the last
+    step_ts = {h["step"]: h["ts"] for h in heartbeats(cut_dir, 1) if h["msg"] == "step"}
+    in_flight = min(s for s, ts in step_ts.items() if ts >= t_signal)
+    assert step_ts[in_flight - 1] < t_signal, "the signal arrived before the step records started"
+    assert stop in (in_flight, in_flight + 1), (stop, in_flight)
+    for rank in (0, 1):
+        last = heartbeats(cut_dir, rank)[-1]
+        assert last["msg"] == "stop" and last["step"] == stop and last["status"] == "terminated", last
+    assert [int(r["step"]) for r in read_csv(cut_dir / "training.csv")] == list(range(1, stop + 1))
+
+    # the checkpoint of the stop step is complete (the only one: save_every is beyond the run) and loads
+    ckpt = checkpoint.latest_checkpoint(cut_dir)
+    assert ckpt is not None and ckpt.name == f"step_{stop:08d}", ckpt
+    assert not list((cut_dir / "checkpoints").glob("*.tmp"))
+    run_cfg = load_config(cut_dir / "config.yaml")
+    for rank in (0, 1):
+        torch.manual_seed(12345)  # weights unlike the checkpoint's until it is loaded
+        net = NSAModel(run_cfg.model)
+        opt = build_adamw(net, run_cfg.train.lr, run_cfg.train.weight_decay,
+                          (run_cfg.train.beta1, run_cfg.train.beta2), False)
+        info = DistInfo(rank=rank, world_size=2, local_rank=rank, device=torch.device("cpu"), backend=None)
+        step, data_state = checkpoint.load(ckpt, net, opt, info, scaler=None)
+        assert step == stop and data_state
+        saved = torch.load(ckpt / "model_optim.pt", map_location="cpu", weights_only=False)["model"]
+        assert all(torch.equal(p, saved[k]) for k, p in net.state_dict().items())
+        assert all(torch.isfinite(p).all() for p in net.parameters())
+        assert len(opt.state) == len(list(net.parameters()))  # AdamW moments restored for every parameter
+
+    code, out = run(cut_dir, *ddp, "--resume", nproc=2, config=cfg, timeout=90)
+    assert code == 0, out[-3000:]
+    assert f"resumed from {ckpt}" in out and f"(step {stop})" in out
+    status = json.loads((cut_dir / "status.json").read_text())
+    assert status["status"] == "completed" and status["step"] == steps
+    full, cut = _step_losses(full_dir), _step_losses(cut_dir)
+    assert sorted(full) == sorted(cut) == list(range(1, steps + 1))
+    assert cut == full  # bitwise, the steps after the resume included
+    assert [int(r["step"]) for r in read_csv(cut_dir / "training.csv")] == list(range(1, steps + 1))
+    a, b = final_params(full_dir), final_params(cut_dir)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_nan_on_one_rank_stops_every_rank_with_the_reason(tmp_path):
     cfg = _config(tmp_path, steps=6)
     code, out = run(tmp_path / "nan", "--ddp", "1", nproc=2, config=cfg, env={"NSA_FAULT": "nan@3:1"})

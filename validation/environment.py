@@ -86,6 +86,23 @@ def unmet(req: Requirements, env: dict[str, Any], nproc_per_node: int = 1) -> st
     return None
 
 
+def unmet_for(step, env: dict[str, Any]) -> str | None:
+    """Why this machine cannot run `step` (a runbook Step), or None. Launcher slurm: the job's nodes are checked by
+    Slurm's allocation (gpus_per_node), not here; what this machine needs is the Slurm commands."""
+    from validation import slurm
+
+    launch = step.launch
+    if launch.launcher.type == "slurm" and step.kind != "snapshot":
+        if not slurm.available():
+            return "launcher slurm: sbatch, squeue, scontrol and scancel must be on PATH"
+        if step.requires.gpus and launch.launcher.gpus_per_node < min(step.requires.gpus, launch.nproc_per_node):
+            return (f"needs {step.requires.gpus} GPU(s) but the Slurm job asks for gpus_per_node="
+                    f"{launch.launcher.gpus_per_node}")
+        return None
+    nproc = launch.nproc_per_node * launch.nnodes if step.is_training else 1
+    return unmet(step.requires, env, nproc)
+
+
 def snapshot(step_dir: Path, cwd: Path, timeout_s: float = 300) -> tuple[dict[str, Any], list[Path], list[str]]:
     """The runbook's preflight: git sha, collect_env, nvidia-smi XML, package versions. Returns (environment,
     files written, problems) — a tool that is absent or fails is a problem noted, not a failure."""

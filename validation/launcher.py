@@ -62,6 +62,8 @@ from pathlib import Path
 from typing import Callable
 
 from nsa.outputs import write_json
+from validation import slurm
+from validation.slurm import SlurmOptions
 from nsa.watchdog import STALLED, WAITING, check, signal_stack_dumps
 
 log = logging.getLogger(__name__)
@@ -134,6 +136,13 @@ class LaunchSpec:
     on_progress: Callable[[Progress], None] | None = None
     wrapper: list[str] = field(default_factory=list)  # a command the launch runs under, e.g. nsys profile ...
     term_grace_s: float = TERM_GRACE_S  # SIGTERM -> SIGKILL when ending the run
+    # multi-node and schedulers
+    launcher: str = "torchrun"  # "torchrun": processes on this machine; "slurm": an sbatch job (see _SlurmRun)
+    nnodes: int = 1  # torchrun: > 1 starts that many agents here (emulated nodes); slurm: nodes of the job
+    rdzv_backend: str = "c10d"  # torchrun multi-node: "c10d" rendezvous or "static" (--node-rank/--master-addr)
+    rdzv_endpoint: str | None = None  # torchrun multi-node "host:port"; None: 127.0.0.1 and a free port
+    slurm: SlurmOptions | None = None  # the job's allocation (launcher slurm)
+    job_name: str = "nsav"  # the Slurm job name
 
 
 @dataclass
@@ -150,6 +159,8 @@ class LaunchResult:
     attempts: int  # port-clash retries + 1
     master_port: int | None = None  # the port of the last attempt (torchrun runs)
     pid: int | None = None  # the child's pid (= its process group and session id)
+    job_id: str | None = None  # the Slurm job (launcher slurm)
+    nodes: list[str] = field(default_factory=list)  # the nodes the job ran on (launcher slurm)
 
 
 def free_port() -> int:
@@ -159,13 +170,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun_prefix(nproc_per_node: int, master_port: int, log_dir: Path | None = None) -> list[str]:
-    """``python -m torch.distributed.run`` for one node; with `log_dir`, every rank's stdout and stderr also go to
-    files under it (``--redirects 3 --tee 3``: to the files AND, prefixed "[defaultN]:", to torchrun's output)."""
+def torchrun_prefix(nproc_per_node: int, master_port: int, log_dir: Path | None = None, *, nnodes: int = 1,
+                    node_rank: int = 0, rdzv_backend: str = "c10d", rdzv_endpoint: str | None = None,
+                    rdzv_id: str = "nsav") -> list[str]:
+    """``python -m torch.distributed.run`` for one node (of `nnodes`); with `log_dir`, every rank's stdout and
+    stderr also go to files under it (``--redirects 3 --tee 3``: to the files AND, prefixed "[defaultN]:", to
+    torchrun's output). Multi-node: c10d rendezvous at `rdzv_endpoint` (default 127.0.0.1:`master_port`) with id
+    `rdzv_id`, or static (``--node-rank``, ``--master-addr``/``--master-port`` from the endpoint)."""
     if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
         raise ValueError(f"nproc_per_node must be a positive int, got {nproc_per_node!r}")
-    prefix = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc_per_node}",
-              f"--master-port={int(master_port)}"]
+    prefix = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc_per_node}"]
+    if nnodes == 1:
+        prefix.append(f"--master-port={int(master_port)}")
+    else:
+        endpoint = rdzv_endpoint or f"127.0.0.1:{int(master_port)}"
+        if rdzv_backend == "static":
+            host, _, port = endpoint.rpartition(":")
+            prefix += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--master-addr={host}",
+                       f"--master-port={port}"]
+        elif rdzv_backend == "c10d":
+            prefix += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+                       f"--rdzv-id={rdzv_id}"]
+        else:
+            raise ValueError(f"rdzv_backend must be 'c10d' or 'static', got {rdzv_backend!r}")
     if log_dir is not None:
         prefix += ["--log-dir", str(log_dir), "--redirects", "3", "--tee", "3"]
     return prefix
@@ -181,7 +208,7 @@ def launch(spec: LaunchSpec) -> LaunchResult:
     ranks_dir = step_dir / RANKS_DIR
     for old in (log_path, ranks_dir):
         _set_aside(old, "prev")
-    use_torchrun = spec.torchrun or spec.nproc_per_node > 1
+    use_torchrun = spec.torchrun or spec.nproc_per_node > 1 or spec.nnodes > 1
     started = time.time()
     t0 = time.monotonic()
     deadline = t0 + spec.timeout_s
@@ -189,14 +216,23 @@ def launch(spec: LaunchSpec) -> LaunchResult:
     attempts = 0
     while True:
         attempts += 1
-        if use_torchrun and port is None:
-            port = free_port()
-        argv = list(spec.wrapper) + (_torchrun_argv(spec.argv, spec.nproc_per_node, port, ranks_dir)
-                                     if use_torchrun else list(spec.argv))
+        if spec.launcher == "slurm":
+            run = _SlurmRun(spec, step_dir, log_path, ranks_dir, started, deadline)
+            argv = run.argv
+            port = None
+        else:
+            if use_torchrun and port is None:
+                port = free_port()
+            if spec.nnodes > 1:
+                argv = _local_agents_argv(spec, port, step_dir, ranks_dir)
+            else:
+                argv = list(spec.wrapper) + (_torchrun_argv(spec.argv, torchrun_prefix(spec.nproc_per_node, port,
+                                                                                       ranks_dir))
+                                             if use_torchrun else list(spec.argv))
+            run = _Run(spec, argv, log_path, started, deadline)
         _write_command_json(step_dir / COMMAND_JSON, spec, argv, attempts, port if use_torchrun else None)
         attempt_t0 = time.monotonic()
-        run = _Run(spec, argv, log_path, started, deadline)
-        run.execute()  # raises KeyboardInterrupt (after ending the processes)
+        run.execute()  # raises KeyboardInterrupt (after ending the processes or cancelling the job)
         clash = (use_torchrun and run.status == "failed" and attempts <= spec.port_retries
                  and time.monotonic() - attempt_t0 < CLASH_WINDOW_S and _port_clash(log_path))
         if not clash:
@@ -214,7 +250,7 @@ def launch(spec: LaunchSpec) -> LaunchResult:
     result = LaunchResult(status=run.status, returncode=run.returncode, duration_s=time.monotonic() - t0,
                           argv=argv, log_path=log_path, rank_logs=rank_logs, reason=reason, excerpt=excerpt,
                           stack_dumps=dumps, attempts=attempts, master_port=port if use_torchrun else None,
-                          pid=run.pid)
+                          pid=run.pid, job_id=getattr(run, "job_id", None), nodes=list(getattr(run, "nodes", [])))
     if run.status != "error":
         _note(log_path, f"{result.status}: {reason}")
     log.info("%s: %s (%.1fs)", result.status, reason, result.duration_s)  # the caller reports outcomes
@@ -241,7 +277,8 @@ class _Run:
         self.last_step: int | None = None
         self.toks_per_s: float | None = None
         self.out_dir = Path(spec.trainer_out_dir) if spec.trainer_out_dir is not None else None
-        self.expected_ranks = spec.expected_ranks if spec.expected_ranks is not None else spec.nproc_per_node
+        self.expected_ranks = (spec.expected_ranks if spec.expected_ranks is not None
+                               else spec.nproc_per_node * spec.nnodes)
 
     def execute(self) -> None:
         launch_id = uuid.uuid4().hex
@@ -343,25 +380,175 @@ class _Run:
 
     def _on_stall(self, proc: subprocess.Popen, tree: _ProcessTree, verdict) -> None:
         self.status, self.verdict = "hang", verdict
+        self._dumps_then(verdict, lambda: setattr(self, "how_ended", _end(tree, self.spec.term_grace_s)),
+                         alive=lambda: proc.poll() is None)
+
+    def _dumps_then(self, verdict, end, alive=lambda: True) -> None:
+        """Ask the stalled ranks for stack dumps (SIGUSR1 to those on this host), wait for them, then `end()`."""
         stalled = {r: verdict.latest[r] for r in verdict.stalled_ranks if r in verdict.latest}
         log.warning("stall: %s; asking rank(s) %s for stack dumps", verdict.reason, sorted(stalled))
         _note(self.log_path, f"stall: {verdict.reason}; sending SIGUSR1 (stack dumps) to rank(s) {sorted(stalled)}")
         t_sig = time.time()
         self.signalled = signal_stack_dumps(stalled)
         ranks = [r for r, rec in stalled.items() if rec.get("pid") in self.signalled]
-        end = time.monotonic() + DUMP_WAIT_S
-        while ranks and time.monotonic() < end and proc.poll() is None:
+        deadline = time.monotonic() + DUMP_WAIT_S
+        while ranks and time.monotonic() < deadline and alive():
             fresh = _stack_dumps(self.out_dir, t_sig - 1.0)
             if all(any(p.name.startswith(f"stackdump_rank{r}.") or p.name.startswith(f"stackdump_rank{r}_")
                        for p in fresh) for r in ranks):
                 time.sleep(0.5)  # let the other dump of each rank (Python level / C level) finish too
                 break
             time.sleep(0.2)
-        self.how_ended = _end(tree, self.spec.term_grace_s)
+        end()
         self.stack_dumps = _stack_dumps(self.out_dir, self.started)
 
 
-# ------------------------------------------------------------------------------------------ process tracking
+# ------------------------------------------------------------------------------------- multi-node, Slurm
+
+AGENTS_JSON = "agents.json"
+SLURM_SCRIPT = "job.sbatch"
+SLURM_JOB_JSON = "slurm_job.json"
+AGENTS_GRACE_S = 30.0  # a local agent failed: the others get this long to end by themselves
+
+
+def _local_agents_argv(spec: LaunchSpec, port: int, step_dir: Path, ranks_dir: Path) -> list[str]:
+    """`spec.nnodes` torchrun agents on this machine forming one job (validation.agents runs them); each has
+    its own node name (NSA_NODE_NAME=node<i>) and torchrun log directory (ranks/node<i>), and every rank's output
+    is prefixed with its global rank."""
+    rdzv_id = f"nsav-{_slug_id(step_dir.name)}-{uuid.uuid4().hex[:8]}"
+    agents = []
+    for i in range(spec.nnodes):
+        prefix = torchrun_prefix(spec.nproc_per_node, port, ranks_dir / f"node{i}", nnodes=spec.nnodes, node_rank=i,
+                                 rdzv_backend=spec.rdzv_backend, rdzv_endpoint=spec.rdzv_endpoint, rdzv_id=rdzv_id)
+        agents.append({"name": f"node{i}", "argv": list(spec.wrapper) + _torchrun_argv(spec.argv, prefix),
+                       "env": {slurm.NODE_NAME_VAR: f"node{i}",
+                               slurm.PREFIX_TEMPLATE_VAR: slurm.RANK_PREFIX_TEMPLATE}})
+    path = step_dir / AGENTS_JSON
+    write_json(path, {"agents": agents, "grace_s": AGENTS_GRACE_S})
+    return [sys.executable, "-m", "validation.agents", str(path)]
+
+
+def _slug_id(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", text)[:40]
+
+
+class _SlurmRun(_Run):
+    """One attempt as a Slurm job: write the batch script, cancel a job an earlier (killed) nsa-validate left
+    running for this step, sbatch, follow squeue (progress and stall watch from the heartbeats, as for local
+    runs), scancel on timeout / stall / Ctrl-C (and wait until squeue no longer lists the job), then map the final
+    JobState (scontrol) to a status. The job appends its output to the step's stdout.log."""
+
+    def __init__(self, spec: LaunchSpec, step_dir: Path, log_path: Path, ranks_dir: Path, started: float,
+                 deadline: float):
+        self.script = step_dir / SLURM_SCRIPT
+        self.job_file = step_dir / SLURM_JOB_JSON
+        super().__init__(spec, ["sbatch", "--parsable", str(self.script)], log_path, started, deadline)
+        self.ranks_dir = ranks_dir
+        self.job_id: str | None = None
+        self.nodes: list[str] = []
+        self.scheduler_reason: str | None = None
+
+    def script_text(self) -> str:
+        spec = self.spec
+        env, _ = recorded_env(spec.env)
+        return slurm.batch_script(job_name=spec.job_name, nnodes=spec.nnodes, nproc_per_node=spec.nproc_per_node,
+                                  argv=list(spec.wrapper) + list(spec.argv), env=env, cwd=Path(spec.cwd).resolve(),
+                                  log_path=self.log_path.resolve(), ranks_dir=self.ranks_dir.resolve(),
+                                  options=spec.slurm or slurm.SlurmOptions(), python=sys.executable,
+                                  torchrun=spec.torchrun or spec.nproc_per_node > 1 or spec.nnodes > 1)
+
+    def execute(self) -> None:
+        self._cancel_stale()
+        self.script.write_text(self.script_text())
+        launch_id = uuid.uuid4().hex
+        env = dict(self.spec.env)
+        env[LAUNCH_ID_VAR] = ",".join(filter(None, (env.get(LAUNCH_ID_VAR, ""), launch_id)))
+        try:
+            with _sigint_deferred():  # a Ctrl-C between sbatch and recording the job id would lose the job
+                self.job_id = slurm.submit(self.script, env, Path(self.spec.cwd))
+                write_json(self.job_file, {"job_id": self.job_id, "script": str(self.script),
+                                           "submitted": time.time(), "state": "SUBMITTED"})
+        except slurm.SlurmError as exc:
+            self.error = f"could not submit the Slurm job: {exc}"
+            _note(self.log_path, self.error)
+            return
+        _note(self.log_path, f"submitted Slurm job {self.job_id} ({self.spec.nnodes} node(s))")
+        cancelled = ""
+        try:
+            cancelled = self._follow()
+        except KeyboardInterrupt:
+            _note(self.log_path, f"interrupted (Ctrl-C in the launcher): cancelling Slurm job {self.job_id}")
+            self._cancel()
+            raise
+        info = slurm.job_info(self.job_id)
+        for _ in range(10):  # the job left the queue: its final state is known (COMPLETING ends soon)
+            if info.state in slurm.FINAL_STATES or info.state == "UNKNOWN":
+                break
+            time.sleep(0.5)
+            info = slurm.job_info(self.job_id)
+        self.nodes = info.nodes
+        self.returncode = info.exit_code
+        status, reason = slurm.map_state(info, cancelled_by_us=bool(cancelled))
+        if cancelled:  # timeout / hang: our own verdict stands
+            self.how_ended = f"scancel of Slurm job {self.job_id}"
+        else:
+            self.status, self.scheduler_reason = status, reason
+            if status == "ok":
+                self.scheduler_reason = None
+        write_json(self.job_file, {"job_id": self.job_id, "script": str(self.script), "state": info.state,
+                                   "exit_code": info.exit_code, "nodes": info.nodes, "status": self.status})
+
+    def _follow(self) -> str:
+        """Poll until the job leaves the queue; returns "" or why it was cancelled ("timeout" / "hang")."""
+        spec = self.spec
+        while True:
+            if time.monotonic() >= self.deadline:
+                self.status = "timeout"
+                self._cancel()
+                return "timeout"
+            try:
+                state = slurm.queue_state(self.job_id)
+            except slurm.SlurmError as exc:  # a slow controller: try again at the next poll
+                log.warning("squeue: %s", exc)
+                state = "UNKNOWN"
+            if state is None:
+                return ""
+            verdict = self._look_at_heartbeats() if state == "RUNNING" else None
+            if verdict is not None and verdict.state == STALLED and spec.stall_timeout_s is not None:
+                self.status, self.verdict = "hang", verdict
+                self._dumps_then(verdict, self._cancel)
+                return "hang"
+            if spec.on_progress is not None:
+                shown = verdict.state if verdict is not None else state.lower()
+                spec.on_progress(Progress(time.time() - self.started, self.last_step, self.toks_per_s, shown))
+            time.sleep(spec.poll_s)
+
+    def _cancel(self) -> None:
+        try:
+            slurm.cancel(self.job_id)
+        except slurm.SlurmError as exc:
+            _note(self.log_path, f"scancel {self.job_id}: {exc}")
+        if not slurm.wait_gone(self.job_id, timeout_s=max(60.0, self.spec.term_grace_s * 3)):
+            _note(self.log_path, f"Slurm job {self.job_id} is still listed by squeue after scancel")
+
+    def _cancel_stale(self) -> None:
+        """A job this step submitted before (an nsa-validate that was killed) must not run beside the new one."""
+        try:
+            old = json.loads(self.job_file.read_text()).get("job_id")
+        except (OSError, ValueError, AttributeError):
+            return
+        if not old:
+            return
+        try:
+            if slurm.queue_state(str(old)) is None:
+                return
+            _note(self.log_path, f"cancelling Slurm job {old}, left running by an earlier run of this step")
+            slurm.cancel(str(old))
+            slurm.wait_gone(str(old))
+        except slurm.SlurmError as exc:
+            _note(self.log_path, f"could not check or cancel the earlier Slurm job {old}: {exc}")
+
+
 
 
 @contextlib.contextmanager
@@ -926,6 +1113,8 @@ def _explain(run: _Run, log_path: Path, rank_logs: dict[int, Path], out_dir: Pat
         return run.error, None
     if run.status == "ok":
         return f"exit code 0{trainer}", None
+    if run.status == "timeout" and getattr(run, "scheduler_reason", None):  # Slurm's own time limit
+        return f"{run.scheduler_reason}{trainer}", _failure_excerpt(log_path, rank_logs, out_dir, since)
     if run.status == "timeout":
         return (f"timed out after {spec.timeout_s:g}s{step} (last heartbeat of rank 0){ended}{trainer}"
                 if run.last_step is not None else f"timed out after {spec.timeout_s:g}s{ended}{trainer}"), \
@@ -937,7 +1126,7 @@ def _explain(run: _Run, log_path: Path, rank_logs: dict[int, Path], out_dir: Pat
                 f"{ended}{trainer}"), _dump_excerpt(dumps, verdict.stalled_ranks)
     # failed / interrupted: exited by itself with a non-zero code
     rank, rank_code, tb, last = _failure(log_path, rank_logs, out_dir, since)
-    head = _exit_text(run.returncode)
+    head = getattr(run, "scheduler_reason", None) or _exit_text(run.returncode)
     if rank is not None:
         head += f" (rank {rank}" + (f": {_exit_text(rank_code)}" if rank_code is not None else "") + ")"
     if tb is not None:
@@ -977,11 +1166,10 @@ def _is_python(executable: str) -> bool:
         return False
 
 
-def _torchrun_argv(argv: list[str], nproc: int, port: int, log_dir: Path) -> list[str]:
-    """torchrun + `argv`: ``python -m mod args`` becomes ``-m mod args`` and ``python script.py args`` becomes
-    ``script.py args`` (torchrun then runs them with that interpreter, unbuffered); anything else runs as is
-    (``--no-python``)."""
-    prefix = torchrun_prefix(nproc, port, log_dir)
+def _torchrun_argv(argv: list[str], prefix: list[str]) -> list[str]:
+    """torchrun (`prefix`) + `argv`: ``python -m mod args`` becomes ``-m mod args`` and ``python script.py args``
+    becomes ``script.py args`` (torchrun then runs them with that interpreter, unbuffered); anything else runs as
+    is (``--no-python``)."""
     if _is_python(argv[0]):
         if len(argv) >= 3 and argv[1] == "-m":
             return [argv[0], *prefix[1:], "-m", *argv[2:]]
@@ -1018,5 +1206,13 @@ def _validate(spec: LaunchSpec) -> None:
     if spec.expected_ranks is not None and (isinstance(spec.expected_ranks, bool)
                                             or not isinstance(spec.expected_ranks, int) or spec.expected_ranks < 1):
         raise ValueError(f"LaunchSpec.expected_ranks must be None or a positive int, got {spec.expected_ranks!r}")
+    if spec.launcher not in ("torchrun", "slurm"):
+        raise ValueError(f"LaunchSpec.launcher must be 'torchrun' or 'slurm', got {spec.launcher!r}")
+    if isinstance(spec.nnodes, bool) or not isinstance(spec.nnodes, int) or spec.nnodes < 1:
+        raise ValueError(f"LaunchSpec.nnodes must be an int >= 1, got {spec.nnodes!r}")
+    if spec.rdzv_backend not in ("c10d", "static"):
+        raise ValueError(f"LaunchSpec.rdzv_backend must be 'c10d' or 'static', got {spec.rdzv_backend!r}")
+    if spec.rdzv_endpoint is not None and not re.fullmatch(r"[A-Za-z0-9_.:\[\]-]+:\d{1,5}", spec.rdzv_endpoint):
+        raise ValueError(f"LaunchSpec.rdzv_endpoint must be host:port, got {spec.rdzv_endpoint!r}")
     if spec.on_progress is not None and not callable(spec.on_progress):
         raise TypeError("LaunchSpec.on_progress must be callable")

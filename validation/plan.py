@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from validation.launcher import RECORDED_ENV_PREFIXES
-from validation.runbook import Launch, Runbook, Step, references, resolve_references
+from validation import slurm
+from validation.launcher import RECORDED_ENV_PREFIXES, RANKS_DIR, LOG_NAME
+from validation.runbook import Launch, Launcher, Runbook, Step, references, resolve_references
 
 
 
@@ -35,11 +36,42 @@ class PlannedLaunch:
     repeat: int = 0
     wrapper: list[str] = field(default_factory=list)  # e.g. nsys profile ... (profile steps)
     unresolved: list[str] = field(default_factory=list)  # winners this launch waits for
+    launcher: Launcher = field(default_factory=Launcher)
+    nnodes: int = 1
+    torchrun: bool = False  # a trainer launch (torchrun even with one process)
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
 
     def display(self) -> str:
-        prefix = (f"torchrun --nproc_per_node={self.nproc_per_node} " if self.nproc_per_node > 1 else "")
+        if self.launcher.type == "slurm":
+            prefix = f"sbatch ({self.nnodes} node(s)) srun torchrun --nproc_per_node={self.nproc_per_node} " \
+                if self.torchrun else "sbatch srun "
+        elif self.nnodes > 1:
+            prefix = f"torchrun --nnodes={self.nnodes} --nproc_per_node={self.nproc_per_node} (x{self.nnodes} agents) "
+        else:
+            prefix = f"torchrun --nproc_per_node={self.nproc_per_node} " if self.nproc_per_node > 1 else ""
         env = " ".join(f"{k}={v}" for k, v in self.env.items())
         return f"{env + ' ' if env else ''}{prefix}{' '.join(self.argv)}"
+
+    def slurm_options(self) -> slurm.SlurmOptions:
+        lc = self.launcher
+        return slurm.SlurmOptions(partition=lc.partition, account=lc.account, time_limit=lc.time_limit,
+                                  gpus_per_node=lc.gpus_per_node, cpus_per_task=lc.cpus_per_task, sbatch=lc.sbatch)
+
+    def job_name(self) -> str:
+        return "nsav-" + _slug(f"{self.step}-{self.label}" if self.label else self.step)
+
+    def batch_script(self, run_dir: Path | None = None, cwd: Path | None = None) -> str | None:
+        """The Slurm batch script this launch submits (launcher slurm), paths under `run_dir` (RUN_DIR/...)."""
+        if self.launcher.type != "slurm":
+            return None
+        return slurm.batch_script(job_name=self.job_name(), nnodes=self.nnodes, nproc_per_node=self.nproc_per_node,
+                                  argv=[*self.wrapper, *self.argv], env=self.env, cwd=Path(cwd or Path.cwd()),
+                                  log_path=Path(_at(run_dir, f"{self.dir}/{LOG_NAME}")),
+                                  ranks_dir=Path(_at(run_dir, f"{self.dir}/{RANKS_DIR}")),
+                                  options=self.slurm_options(), python=sys.executable, torchrun=self.torchrun)
 
 
 def trainer_args(args: dict[str, Any]) -> list[str]:
@@ -78,7 +110,9 @@ def _train_launch(step: Step, launch: Launch, label: str, rel_dir: str, winners,
     return PlannedLaunch(step=step.name, label=label, argv=argv, env=env, nproc_per_node=launch.nproc_per_node,
                          dir=rel_dir, out_dir=out_dir, timeout_s=launch.timeout_s,
                          stall_timeout_s=launch.stall_timeout_s, master_port=launch.master_port,
-                         port_retries=launch.port_retries, params=params or {}, repeat=repeat, unresolved=unresolved)
+                         port_retries=launch.port_retries, params=params or {}, repeat=repeat, unresolved=unresolved,
+                         launcher=launch.launcher, nnodes=launch.nnodes,
+                         torchrun=launch.nproc_per_node > 1 or launch.nnodes > 1 or launch.launcher.type == "slurm")
 
 
 def _params_split(params: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
@@ -124,11 +158,13 @@ def step_launches(step: Step, winners: dict[str, dict[str, Any]] | None = None,
         argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *step.tests,
                 "--junitxml", _at(run_dir, f"{base}/pytest.xml"), *step.pytest_args]
         return [PlannedLaunch(step=step.name, label="", argv=argv, env=dict(step.launch.env), nproc_per_node=1,
-                              dir=base, out_dir=None, timeout_s=step.launch.timeout_s, stall_timeout_s=None)]
+                              dir=base, out_dir=None, timeout_s=step.launch.timeout_s, stall_timeout_s=None,
+                              launcher=step.launch.launcher)]
     if step.kind == "bench":
         argv = [sys.executable, *step.command, "--json", _at(run_dir, f"{base}/bench.json")]
         return [PlannedLaunch(step=step.name, label="", argv=argv, env=dict(step.launch.env), nproc_per_node=1,
-                              dir=base, out_dir=None, timeout_s=step.launch.timeout_s, stall_timeout_s=None)]
+                              dir=base, out_dir=None, timeout_s=step.launch.timeout_s, stall_timeout_s=None,
+                              launcher=step.launch.launcher)]
     return []  # snapshot: runs in-process
 
 
@@ -152,9 +188,10 @@ def describe(runbook: Runbook, skipped: dict[str, str] | None = None) -> list[di
     for step, launches in plan(runbook):
         rows.append({
             "phase": step.phase, "step": step.name, "kind": step.kind, "skip": skipped.get(step.name),
-            "launches": [{"label": pl.label, "argv": pl.argv, "wrapper": pl.wrapper, "env": pl.env, "nproc_per_node": pl.nproc_per_node,
+            "launches": [{"label": pl.label, "argv": pl.argv, "wrapper": pl.wrapper, "env": pl.env,
+                          "nproc_per_node": pl.nproc_per_node, "nnodes": pl.nnodes, "launcher": pl.launcher.type,
                           "dir": pl.dir, "timeout_s": pl.timeout_s, "stall_timeout_s": pl.stall_timeout_s,
-                          "waits_for": pl.unresolved} for pl in launches],
+                          "waits_for": pl.unresolved, "batch_script": pl.batch_script()} for pl in launches],
         })
     return rows
 

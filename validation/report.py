@@ -324,6 +324,10 @@ def _train_notes(metrics: dict) -> list[str]:
             backend_text = fmt_num(sorted(str(b) for b in _l(audit.get("backends"))))
         notes.append(f"SDPA audit: {fmt_num(audit.get('calls'))} calls; backends: {backend_text}; "
                      f"fallbacks to math on GPU: {fmt_num(audit.get('fallbacks'))}")
+    if len(_l(metrics.get("nodes"))) > 1 or _finite(metrics.get("nnodes")) not in (None, 1):
+        job = f", Slurm job {metrics['slurm_job']}" if metrics.get("slurm_job") else ""
+        notes.append(f"Nodes: {', '.join(map(str, _l(metrics.get('nodes')))) or '—'} ({metrics.get('launcher')}{job}); "
+                     f"{fmt_rate(_finite(metrics.get('toks_per_s_per_node')))} tokens/s per node")
     if _finite(metrics.get("scaling_efficiency")) is not None:
         notes.append(f"Scaling efficiency: {fmt_num(metrics['scaling_efficiency'])}")
     return notes
@@ -602,6 +606,17 @@ def _environment_rows(results: dict) -> list[tuple[str, str]]:
         rows.append(("Options", " ".join(option_parts)))
     if packages:
         rows.append(("Packages", ", ".join(f"{k} {packages[k]}" for k in sorted(packages, key=str))))
+    nodes = _d(env.get("nodes"))
+    if nodes:  # every node a training step ran on (the trainers' env.json)
+        parts = []
+        for name in sorted(nodes, key=str):
+            node = _d(nodes[name])
+            gpus = _l(node.get("gpus"))
+            nccl = sorted(k for k in _d(node.get("env")) if str(k).startswith(("NCCL_", "UCX_", "IBV_", "MLX5_")))
+            parts.append(f"{name} (host {fmt_num(node.get('host'))}"
+                         + (f", {len(gpus)}x {gpus[0]}" if gpus else "")
+                         + (f", {' '.join(nccl)}" if nccl else "") + ")")
+        rows.append((f"Nodes ({len(nodes)})", "; ".join(parts)))
     return rows
 
 

@@ -45,7 +45,7 @@ _STATE_TEXT = {
     "REVOKED": "the job was revoked (REVOKED)",
 }
 _SBATCH_OWN = ("--nodes", "--ntasks-per-node", "--output", "--error", "--open-mode", "--chdir", "--job-name",
-               "--parsable", "--wait")
+               "--requeue", "--no-requeue", "--parsable", "--wait")
 
 
 _ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -131,6 +131,7 @@ def batch_script(*, job_name: str, nnodes: int, nproc_per_node: int, argv: list[
              "#SBATCH --ntasks-per-node=1",
              f"#SBATCH --output={q(str(log_path))}",
              "#SBATCH --open-mode=append",
+             "#SBATCH --no-requeue",  # a validation job is never silently rerun: its failure is the finding
              f"#SBATCH --chdir={q(str(cwd))}"]
     if options.gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={int(options.gpus_per_node)}")

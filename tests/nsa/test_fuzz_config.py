@@ -37,10 +37,16 @@ COUNTS: collections.Counter[str] = collections.Counter()  # examples tried per p
 FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=250)
 
 
+pytestmark = pytest.mark.reliability  # the generated-inputs figure
+
+
 @pytest.fixture(scope="module", autouse=True)
-def _report_counts():
+def _report_counts(reliability):
     yield
     counts = dict(sorted(COUNTS.items()))
+    for parser, n in counts.items():
+        if not parser.endswith("_ok"):
+            reliability.record_inputs(parser, n)
     print(f"\nfuzz examples tried ({Path(__file__).name}): {json.dumps(counts)}")
     out = os.environ.get("NSA_FUZZ_COUNTS_OUT")
     if out:

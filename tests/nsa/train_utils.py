@@ -14,6 +14,10 @@ import time
 from pathlib import Path
 
 import torch
+from process_checks import pid_alive  # one definition for both suites (tests/process_checks.py)
+
+__all__ = ["REPO", "TINY", "free_port", "clean_env", "trainer_argv", "start", "finish", "kill_group", "run",
+           "read_csv", "heartbeats", "wait_for", "last_step", "final_params", "pid_alive"]
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "tiny_cpu.yaml"
@@ -112,15 +116,3 @@ def final_params(out_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(ckpt / "model_optim.pt", map_location="cpu", weights_only=False)["model"]
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie still answers kill(0); look at its state
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False

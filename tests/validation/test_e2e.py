@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from process_checks import heartbeat_pids, orphans
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -146,23 +147,8 @@ acceptance:
     assert by_name["gpu"]["status"] == "skipped"
 
 
-def _pids_of(out_dir: Path) -> list[int]:
-    pids = []
-    for hb in out_dir.glob("heartbeat_rank*.jsonl"):
-        first = hb.read_text().splitlines()[0]
-        pids.append(json.loads(first)["pid"])
-    return pids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def test_crashing_and_hanging_steps_are_reported_and_leave_no_process(tmp_path):
+@pytest.mark.reliability
+def test_crashing_and_hanging_steps_are_reported_and_leave_no_process(tmp_path, reliability):
     path = small_runbook(tmp_path, """\
 phases:
   - name: p
@@ -177,17 +163,20 @@ phases:
     assert time.time() - t0 < 200  # the hang ended at the stall timeout, not the 300 s process-group timeout
     results = json.loads((tmp_path / "r" / "results.json").read_text())
     crash, hang = results["steps"]["crash"], results["steps"]["hang"]
+    reliability.record_fault("NSA_FAULT crash (1 rank)", "failed", crash["status"])
+    reliability.record_fault("NSA_FAULT hang", "hang", hang["status"])
     assert crash["status"] == "failed" and "NSA_FAULT injected crash" in (crash["excerpt"] or crash["reason"])
     assert hang["status"] == "hang" and "rank 1" in hang["reason"]
     assert hang["stack_dumps"], "no stack dumps collected from the hung ranks"
     report = (tmp_path / "r" / "report.md").read_text()
     assert "NSA_FAULT injected crash" in report
-    time.sleep(1)
-    pids = _pids_of(tmp_path / "r" / "hang" / "out") + _pids_of(tmp_path / "r" / "crash" / "out")
-    assert pids and not any(_alive(p) for p in pids), "trainer processes left behind"
+    pids = heartbeat_pids(tmp_path / "r" / "hang" / "out") + heartbeat_pids(tmp_path / "r" / "crash" / "out")
+    assert len(pids) == 3
+    assert orphans(pids, cmdline_contains=str(tmp_path / "r")) == [], "trainer processes left behind"
 
 
-def test_interrupt_then_resume_skips_finished_steps(tmp_path):
+@pytest.mark.reliability
+def test_interrupt_then_resume_skips_finished_steps(tmp_path, reliability):
     path = small_runbook(tmp_path, """\
 phases:
   - name: p
@@ -210,18 +199,24 @@ phases:
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, out[-2000:] + errs[-2000:]
     results = json.loads((run_dir / "results.json").read_text())
+    reliability.record_fault("nsa-validate SIGINT mid-step", "exit 130, INCOMPLETE, step interrupted",
+                             f"exit {proc.returncode}, {results['verdict']}, step {results['steps']['second']['status']}")
+    assert proc.returncode == 130, out[-2000:] + errs[-2000:]
     assert results["verdict"] == "INCOMPLETE"
     assert results["steps"]["first"]["status"] == "passed"
     assert results["steps"]["second"]["status"] == "interrupted"
-    assert not any(_alive(p) for p in _pids_of(run_dir / "second" / "out"))
+    assert orphans(heartbeat_pids(run_dir / "second" / "out"), cmdline_contains=str(run_dir)) == []
     first_csv = (run_dir / "first" / "out" / "training.csv").stat().st_mtime
     resumed = cli("run", path, "--resume", run_dir, "--set", "phases.p.steps.second.args.steps=4")
+    final = json.loads((run_dir / "results.json").read_text())
+    reliability.record_fault("--resume after SIGINT", "GO (exit 0)", f"{final['verdict']} (exit {resumed.returncode})")
+    kept = final["steps"]["first"] == results["steps"]["first"] and \
+        (run_dir / "first" / "out" / "training.csv").stat().st_mtime == first_csv  # not re-run
+    reliability.record_results(lost=0 if kept else 1, checked=1)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    results = json.loads((run_dir / "results.json").read_text())
-    assert results["verdict"] == "GO" and results["steps"]["second"]["status"] == "passed"
-    assert (run_dir / "first" / "out" / "training.csv").stat().st_mtime == first_csv  # not re-run
+    assert final["verdict"] == "GO" and final["steps"]["second"]["status"] == "passed"
+    assert kept
 
 
 def test_only_and_skip_select_phases(tmp_path):

@@ -1,0 +1,39 @@
+"""Root of both test suites (tests/nsa, tests/validation): the shared helper modules beside this file
+(process_checks, reliability_figures) are importable from every test, and the reliability figures are printed
+at the end of any session that recorded some. `python -m pytest -m reliability` runs just the tests that measure
+them (reliability_figures.py says what each figure counts).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+from reliability_figures import RECORDER  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "reliability: measures a reliability figure (faults classified, generated inputs, orphans, "
+                   "results lost); `python -m pytest -m reliability` prints them")
+
+
+@pytest.fixture(scope="session")
+def reliability():
+    """The session's recorder: record_fault(kind, expected, got), record_inputs(parser, n),
+    record_orphans(found, checked), record_results(lost, checked)."""
+    return RECORDER
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if RECORDER.any():
+        terminalreporter.section("reliability figures")
+        terminalreporter.write_line("Reliability figures:")
+        for line in RECORDER.lines():
+            terminalreporter.write_line(f"  {line}")

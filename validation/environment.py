@@ -92,7 +92,7 @@ def unmet_for(step, env: dict[str, Any]) -> str | None:
     from validation import slurm
 
     launch = step.launch
-    if launch.launcher.type == "slurm" and step.kind != "snapshot":
+    if launch.launcher.type == "slurm":  # a snapshot step runs here too, without needing this machine's GPUs
         if not slurm.available():
             return "launcher slurm: sbatch, squeue, scontrol and scancel must be on PATH"
         if step.requires.gpus and launch.launcher.gpus_per_node < min(step.requires.gpus, launch.nproc_per_node):
@@ -153,3 +153,28 @@ def _nvml_inventory() -> list[dict[str, Any]]:
         return out
     finally:
         pynvml.nvmlShutdown()
+
+
+NODE_NAME_VARS = ("NSA_NODE_NAME", "SLURMD_NODENAME")
+
+
+def node_snapshot_main(argv: list[str] | None = None) -> int:
+    """``python -m validation.environment NODES_DIR``: this node's snapshot into NODES_DIR/<node name> (the name:
+    $NSA_NODE_NAME, else $SLURMD_NODENAME, else the host name). Run on every node of a Slurm allocation by a
+    snapshot step with launcher slurm."""
+    import os
+    import socket
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m validation.environment NODES_DIR", file=sys.stderr)
+        return 2
+    name = next((os.environ[v] for v in NODE_NAME_VARS if os.environ.get(v)), None) or socket.gethostname()
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "node"
+    _, files, problems = snapshot(Path(args[0]) / name, Path.cwd())
+    print(f"[snapshot] {name}: {len(files)} file(s)" + (f"; {'; '.join(problems)}" if problems else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(node_snapshot_main())

@@ -142,6 +142,8 @@ class LaunchSpec:
     rdzv_backend: str = "c10d"  # torchrun multi-node: "c10d" rendezvous or "static" (--node-rank/--master-addr)
     rdzv_endpoint: str | None = None  # torchrun multi-node "host:port"; None: 127.0.0.1 and a free port
     slurm: SlurmOptions | None = None  # the job's allocation (launcher slurm)
+    job_env: dict[str, str] | None = None  # exported by the batch script (the step's own variables); None: the
+    # recorded NSA_/NCCL_/TORCH_/... variables of `env`. The job inherits the rest of `env` from sbatch as usual.
     job_name: str = "nsav"  # the Slurm job name
 
 
@@ -450,7 +452,7 @@ class _SlurmRun(_Run):
 
     def script_text(self) -> str:
         spec = self.spec
-        env, _ = recorded_env(spec.env)
+        env = spec.job_env if spec.job_env is not None else recorded_env(spec.env)[0]
         return slurm.batch_script(job_name=spec.job_name, nnodes=spec.nnodes, nproc_per_node=spec.nproc_per_node,
                                   argv=list(spec.wrapper) + list(spec.argv), env=env, cwd=Path(spec.cwd).resolve(),
                                   log_path=self.log_path.resolve(), ranks_dir=self.ranks_dir.resolve(),

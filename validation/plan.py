@@ -165,6 +165,12 @@ def step_launches(step: Step, winners: dict[str, dict[str, Any]] | None = None,
         return [PlannedLaunch(step=step.name, label="", argv=argv, env=dict(step.launch.env), nproc_per_node=1,
                               dir=base, out_dir=None, timeout_s=step.launch.timeout_s, stall_timeout_s=None,
                               launcher=step.launch.launcher)]
+    if step.kind == "snapshot" and step.launch.launcher.type == "slurm":
+        # the submitting machine runs in-process; every node of a job gets its own snapshot (nodes/<name>/)
+        argv = [sys.executable, "-m", "validation.environment", _at(run_dir, f"{base}/nodes")]
+        return [PlannedLaunch(step=step.name, label="nodes", argv=argv, env=dict(step.launch.env), nproc_per_node=1,
+                              dir=base, out_dir=None, timeout_s=step.launch.timeout_s, stall_timeout_s=None,
+                              launcher=step.launch.launcher, nnodes=step.launch.nnodes)]
     return []  # snapshot: runs in-process
 
 

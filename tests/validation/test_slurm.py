@@ -136,6 +136,7 @@ def test_runbook_launcher_block_is_inherited_and_overridden(tmp_path):
     ("launcher: {type: kubernetes}\n", "- {name: a, kind: train}\n", "launcher.type"),
     ("launcher: {type: slurm, partition: 'a b'}\n", "- {name: a, kind: train}\n", "launcher.partition"),
     ("launcher: {type: slurm, time_limit: soon}\n", "- {name: a, kind: train}\n", "launcher.time_limit"),
+    ("launcher: {type: slurm, time_limit: 1:30:00}\n", "- {name: a, kind: train}\n", "quote it"),
     ("launcher: {type: slurm, sbatch: ['--output=/x']}\n", "- {name: a, kind: train}\n", "launcher.sbatch[0]"),
     ("launcher: {rdzv_endpoint: 'nohost'}\n", "- {name: a, kind: train}\n", "rdzv_endpoint"),
     ("launcher: {type: slurm, gpu: 8}\n", "- {name: a, kind: train}\n", "gpu"),
@@ -317,6 +318,8 @@ def test_slurm_cpu_runbook_is_go_with_two_node_names(cluster, tmp_path):
     assert proc.returncode == 0 and results["verdict"] == "GO", proc.stdout[-4000:]
     assert sorted(results["steps"]["two_nodes"]["metrics"]["nodes"]) == ["nodeA", "nodeB"]
     assert {"nodeA", "nodeB", "node0", "node1"} <= set(results["environment"]["nodes"])
+    assert sorted(results["steps"]["snapshot"]["metrics"]["nodes"]) == ["nodeA", "nodeB"]  # a snapshot per node
+    assert (out / "snapshot" / "nodes" / "nodeB" / "environment.json").is_file()
     report = (out / "report.md").read_text()
     assert "nodeA" in report and "nodeB" in report and "Scaling efficiency" in report
     assert _our_jobs() == []

@@ -119,20 +119,37 @@ def archive_previous_run(out_dir: Path) -> Path | None:
     return archive
 
 
-def write_json(path: Path, data: Any, indent: int | None = 2) -> Path:
-    """Atomic, durable JSON write (temp file, fsync, rename): readers never see half a file."""
+def atomic_write_text(path: Path, text: str) -> Path:
+    """Write `text` to `path` atomically and durably: a temp file beside it, fsync, os.replace. Readers see the
+    old file or the new one, never half a file; on any error (disk full, permission) the temp file is removed,
+    the old file is left as it was, and the OSError propagates."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps(data, indent=indent, default=str) + "\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        try:
+            os.unlink(tmp)  # gone already after the rename; after a failure it must not be left behind
+        except OSError:
+            pass
+    try:  # the rename itself durable too (best effort: not every filesystem can fsync a directory)
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
     return path
+
+
+def write_json(path: Path, data: Any, indent: int | None = 2) -> Path:
+    """Atomic, durable JSON write (atomic_write_text): readers never see half a file."""
+    return atomic_write_text(path, json.dumps(data, indent=indent, default=str) + "\n")
 
 
 def git_sha(start: Path | None = None) -> str | None:

@@ -16,9 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from validation.results import FAILED_STEP_STATUSES
 from validation.runbook import Runbook
 
-BAD_STEP = ("failed", "hang", "timeout", "error")
+BAD_STEP = FAILED_STEP_STATUSES
 
 
 def _namespace(results: dict) -> dict[str, Any]:

@@ -161,7 +161,7 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
     """Run every phase of RUNBOOK; write RUN_DIR/results.json, report.md, report.html, junit.xml and plots."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from validation.results import ResultsError, read_results
+    from validation.results import ResultsError, RunDirError, read_results
     from validation.runner import RunOptions, Runner
 
     rb = _load(runbook, set_)
@@ -184,32 +184,44 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
         if (run_dir / "results.json").exists():
             _fail(f"{run_dir} already holds a run: use --resume {run_dir} to continue it, or another --out")
     options = RunOptions(only=tuple(only), skip=tuple(skip), overrides=tuple(set_), cwd=Path.cwd())
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True) as progress:
-        reporter = _LiveReporter(progress, console)
-        runner = Runner(rb, run_dir, options, reporter, previous=previous)
-        try:
-            results = runner.run()
-        except KeyboardInterrupt:
-            progress.stop()
+    interrupted = False
+    try:  # the run directory cannot be written (disk full, permission) or leads outside itself: one line, exit 2
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                      TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+                      transient=True) as progress:
+            reporter = _LiveReporter(progress, console)
+            runner = Runner(rb, run_dir, options, reporter, previous=previous)
+            try:
+                results = runner.run()
+            except KeyboardInterrupt:
+                interrupted = True
+        if interrupted:
             err.print(f"interrupted: finished steps are saved in {run_dir}; continue with "
                       f"nsa-validate run {runbook} --resume {run_dir}", markup=False)
             if not no_report:
                 _write_all_reports(run_dir, read_results(run_dir))
             raise typer.Exit(EXIT_INTERRUPTED)
-    paths = [] if no_report else _write_all_reports(run_dir, results)
+        paths = [] if no_report else _write_all_reports(run_dir, results)
+    except RunDirError as exc:
+        _fail(str(exc))
+    except ResultsError as exc:
+        _fail(str(exc))
     _print_summary(results, run_dir, paths)
     raise typer.Exit(EXIT_GO if results["verdict"] == "GO" else EXIT_NOGO)
 
 
 def _write_all_reports(run_dir: Path, results: dict) -> list[Path]:
-    """Plots first, recorded in results.json (so `report` re-renders the same text), then the reports."""
+    """Plots first, recorded in results.json (so `report` re-renders the same text), then the reports. Raises
+    RunDirError when a file cannot be written."""
     from validation.report import make_plots, write_reports
-    from validation.results import write_results
+    from validation.results import cannot_write, write_results
 
-    results["plots"] = make_plots(results, run_dir)
-    write_results(run_dir, results)
-    return [run_dir / p["path"] for p in results["plots"]] + write_reports(run_dir, results, plots=False)
+    try:
+        results["plots"] = make_plots(results, run_dir)
+        write_results(run_dir, results)
+        return [run_dir / p["path"] for p in results["plots"]] + write_reports(run_dir, results, plots=False)
+    except OSError as exc:
+        raise cannot_write(run_dir, exc) from None
 
 
 def _print_summary(results: dict, run_dir: Path, paths: list[Path]) -> None:
@@ -241,7 +253,7 @@ def report(run_dir: Path = typer.Argument(..., help="a run directory holding res
                                                             "in RUN_DIR instead of printing")) -> None:
     """Re-render a run's report from RUN_DIR/results.json alone (nothing is re-run)."""
     from validation.report import FORMATS, ReportError, render
-    from validation.results import ResultsError, read_results
+    from validation.results import ResultsError, RunDirError, read_results
 
     if fmt not in FORMATS:
         _fail(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
@@ -252,7 +264,7 @@ def report(run_dir: Path = typer.Argument(..., help="a run directory holding res
                 console.print(str(p), markup=False)
             return
         text = render(results, fmt, run_dir=run_dir)
-    except (ResultsError, ReportError) as exc:
+    except (ResultsError, ReportError, RunDirError) as exc:
         _fail(str(exc))
     typer.echo(text, nl=False)
 

@@ -155,15 +155,14 @@ def _nvml_inventory() -> list[dict[str, Any]]:
         pynvml.nvmlShutdown()
 
 
-NODE_NAME_VARS = ("NSA_NODE_NAME", "SLURMD_NODENAME")
-
-
 def node_snapshot_main(argv: list[str] | None = None) -> int:
     """``python -m validation.environment NODES_DIR``: this node's snapshot into NODES_DIR/<node name> (the name:
     $NSA_NODE_NAME, else $SLURMD_NODENAME, else the host name). Run on every node of a Slurm allocation by a
     snapshot step with launcher slurm."""
     import os
     import socket
+
+    from nsa.distributed import NODE_NAME_VARS
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:

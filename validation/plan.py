@@ -176,6 +176,8 @@ def step_launches(step: Step, winners: dict[str, dict[str, Any]] | None = None,
 
 def nsys_available(step: Step) -> bool:
     """Whether a profile step runs under Nsight Systems: profiler nsys, or auto with nsys on PATH."""
+    if step.launch.launcher.type == "slurm":  # nsys here says nothing about the nodes; torch profiler there
+        return False
     return step.profiler in ("nsys", "auto") and shutil.which("nsys") is not None
 
 

@@ -58,21 +58,26 @@ Step metrics by kind:
 - SDPA audit (a train step with NSA_SDPA_AUDIT=1): "sdpa_audit": {"calls", "backends": [names], "fallbacks",
   "by_site": [{"site", "backend", "device", "dtype", "calls"}]}; fallbacks counts math-backend calls on a GPU.
 
-Writes are atomic (temp + rename) and happen after every step, so an interrupted run keeps every finished step
-and `nsa-validate run --resume RUN_DIR` continues from it.
+Writes are atomic (temp file, fsync, rename: nsa.outputs.atomic_write_text) and happen after every step, so an
+interrupted run keeps every finished step and `nsa-validate run --resume RUN_DIR` continues from it. A write that
+fails (disk full, permission denied, RUN_DIR not a directory) raises RunDirError naming the path and the OS error;
+the previous results.json stays as it was and no temp file is left behind.
 """
 
 from __future__ import annotations
 
+import errno
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from nsa.outputs import atomic_write_text
 
 SCHEMA_VERSION = 1
 RESULTS_JSON = "results.json"
 STEP_STATUSES = ("passed", "failed", "skipped", "hang", "timeout", "error", "pending", "interrupted")
 FINAL_STEP_STATUSES = ("passed", "failed", "skipped", "hang", "timeout", "error")
+FAILED_STEP_STATUSES = ("failed", "hang", "timeout", "error")  # a step that ran and did not pass
 VERDICTS = ("GO", "NO-GO", "INCOMPLETE")
 CRITERION_STATUSES = ("pass", "fail", "warn", "error", "skipped")
 
@@ -81,12 +86,33 @@ class ResultsError(ValueError):
     """results.json is missing, unreadable or of another schema version."""
 
 
+class RunDirError(RuntimeError):
+    """The run directory cannot be written (disk full, permission denied, not a directory), or a path in it
+    leads outside it. The message is one line naming the path and the reason."""
+
+
+def os_error_text(exc: OSError) -> str:
+    """"No space left on device [ENOSPC]" for an OSError (its strerror and errno name), else str(exc)."""
+    name = errno.errorcode.get(exc.errno) if isinstance(exc.errno, int) else None
+    text = exc.strerror or str(exc) or type(exc).__name__
+    return f"{text} [{name}]" if name else text
+
+
+def cannot_write(path: Path | str, exc: OSError) -> RunDirError:
+    """A RunDirError for a failed write of `path` (the OSError's own filename when it names another one)."""
+    where = exc.filename if isinstance(exc.filename, str) and exc.filename else str(path)
+    return RunDirError(f"cannot write {where}: {os_error_text(exc)}")
+
+
 def write_results(run_dir: Path, results: dict[str, Any]) -> Path:
+    """Write RUN_DIR/results.json atomically. Raises RunDirError (the old file intact) when it cannot."""
     path = Path(run_dir) / RESULTS_JSON
-    tmp = path.with_name(f".{RESULTS_JSON}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(results, indent=2, sort_keys=False, allow_nan=False) + "\n")
-    tmp.replace(path)
-    return path
+    text = json.dumps(results, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    try:
+        return atomic_write_text(path, text)
+    except OSError as exc:
+        raise RunDirError(f"cannot write {path}: {os_error_text(exc)} (the previous {RESULTS_JSON}, if any, is "
+                          "unchanged)") from None
 
 
 def read_results(run_dir: Path) -> dict[str, Any]:

@@ -13,6 +13,7 @@
       stall_timeout_s: 600         # heartbeat silence that makes a step a HANG
       window: 50                   # statistics over the last N steps ...
       warmup_steps: 5              # ... after excluding the first ones
+      on_failure: continue         # continue (default) or stop: a failed step ends the run, the rest are skipped
     recommend: {env: {NSA_PREFILL_BATCHED: "1"}}   # settings always recommended (winners are added)
     phases:
       - name: baseline
@@ -32,7 +33,13 @@ Step kinds and their own keys:
     profile    + profile_steps (torch profiler; nsys wraps the launch when present and profiler: nsys|auto)
     longrun    train keys; the verdict adds stalls, .HALT, throughput stability and a memory plateau
 
+Every step kind also takes `on_failure: continue | stop` (default from defaults, else continue): with stop, a step
+that ends failed, timeout, hang or error ends the run there and the remaining steps are recorded as skipped.
+
 Values may reference an earlier sweep's winner: "${bucket_sweep.winner.env.NSA_DDP_BUCKET_MB}".
+Nothing in a runbook chooses where files are written: every output goes under RUN_DIR/<step name> (names are
+identifiers, so never `..` or an absolute path), the trainer's --out-dir/--resume cannot be set (args or a sweep
+matrix), and pytest_args cannot redirect pytest's own output files.
 Every error names the file, the key path and the line, e.g.
     runbooks/x.yaml:14: phases[1].steps[0].kind: 'trian' is not one of snapshot, train, ...
 """
@@ -56,6 +63,7 @@ from validation.expressions import Expression, ExpressionError, compile_expressi
 STEP_KINDS = ("snapshot", "train", "sweep", "ab", "pytest", "bench", "profile", "longrun")
 TRAIN_KINDS = ("train", "sweep", "ab", "profile", "longrun")
 SEVERITIES = ("fail", "warn")
+ON_FAILURE = ("continue", "stop")
 BACKENDS = ("nccl", "gloo")
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\.winner\.(env|args)\.([A-Za-z0-9_.-]+)\}")
@@ -106,6 +114,7 @@ class Step:
     launch: Launch
     requires: Requirements
     optional: bool = False
+    on_failure: str = "continue"     # "stop": a failed/timeout/hang/error end of this step ends the run
     # sweep
     matrix: dict[str, list[Any]] = field(default_factory=dict)
     select_metric: str = "toks_per_s"
@@ -345,11 +354,30 @@ def _args(value: Any, path: tuple, ctx: _Ctx) -> dict[str, Any]:
     for key, v in value.items():
         if not isinstance(key, str) or not re.match(r"^[a-z][a-z0-9_-]*$", key):
             raise ctx.error(path + (key,), "trainer argument names are lower-case flags without '--', e.g. steps")
-        if key.replace("_", "-") in RESERVED_ARGS:
-            raise ctx.error(path + (key,), f"set by nsa-validate itself ({RESERVED_ARGS[key.replace('_', '-')]})")
+        if _reserved_arg(key):
+            raise ctx.error(path + (key,), f"set by nsa-validate itself ({_reserved_arg(key)})")
         if not isinstance(v, (str, int, float, bool)) or v is None:
             raise ctx.error(path + (key,), f"argument values must be scalars, got {_brief(v)}")
     return dict(value)
+
+
+def _reserved_arg(key: str) -> str | None:
+    """Why nsa-validate itself owns trainer flag `key` (e.g. out_dir, out-dir), or None."""
+    return RESERVED_ARGS.get(key.replace("_", "-"))
+
+
+# pytest options that choose where pytest writes: nsa-validate puts pytest.xml under RUN_DIR/<step> itself, and
+# --basetemp would even let pytest empty a directory outside it (pytest refuses abbreviated options).
+RESERVED_PYTEST_ARGS = ("--junitxml", "--junit-xml", "--basetemp", "--result-log", "--resultlog", "--debug")
+
+
+def _pytest_args(value: Any, path: tuple, ctx: _Ctx) -> list[str]:
+    args = _str_list(value, path, ctx)
+    for i, arg in enumerate(args):
+        if arg.split("=", 1)[0] in RESERVED_PYTEST_ARGS:
+            raise ctx.error(path + (i,), f"{arg!r}: pytest options that choose output files or directories are "
+                                         "set by nsa-validate itself (outputs go under RUN_DIR/<step>)")
+    return args
 
 
 def _str_list(value: Any, path: tuple, ctx: _Ctx) -> list[str]:
@@ -404,21 +432,23 @@ def _requirements(raw: Any, path: tuple, ctx: _Ctx, base: Requirements | None = 
                         backend=get("backend", str, choices=BACKENDS, optional=True))
 
 
-STEP_COMMON = ("name", "kind", "title", "description", "requires", "optional") + LAUNCH_KEYS
+STEP_COMMON = ("name", "kind", "title", "description", "requires", "optional", "on_failure") + LAUNCH_KEYS
 STEP_KEYS = {
-    "snapshot": ("name", "kind", "title", "description", "requires", "optional", "timeout_s"),
+    "snapshot": ("name", "kind", "title", "description", "requires", "optional", "on_failure", "timeout_s"),
     "train": STEP_COMMON,
     "longrun": STEP_COMMON,
     "profile": STEP_COMMON + ("profile_steps", "profiler"),
     "sweep": STEP_COMMON + ("matrix", "select"),
     "ab": STEP_COMMON + ("baseline", "variants", "repeats", "metric", "recommend"),
-    "pytest": ("name", "kind", "title", "description", "requires", "optional", "tests", "pytest_args", "env",
-               "timeout_s"),
-    "bench": ("name", "kind", "title", "description", "requires", "optional", "command", "env", "timeout_s"),
+    "pytest": ("name", "kind", "title", "description", "requires", "optional", "on_failure", "tests",
+               "pytest_args", "env", "timeout_s"),
+    "bench": ("name", "kind", "title", "description", "requires", "optional", "on_failure", "command", "env",
+              "timeout_s"),
 }
 
 
-def _step(raw: Any, path: tuple, ctx: _Ctx, phase: str, defaults: Launch, reqs: Requirements) -> Step:
+def _step(raw: Any, path: tuple, ctx: _Ctx, phase: str, defaults: Launch, reqs: Requirements,
+          on_failure: str = "continue") -> Step:
     if not isinstance(raw, dict):
         raise ctx.error(path, "a step must be a mapping with at least name and kind")
     kind = raw.get("kind")
@@ -434,7 +464,9 @@ def _step(raw: Any, path: tuple, ctx: _Ctx, phase: str, defaults: Launch, reqs: 
                   description=_typed(raw.get("description", ""), str, path + ("description",), ctx),
                   launch=_launch(raw, path, ctx, defaults),
                   requires=_requirements(raw.get("requires"), path + ("requires",), ctx, reqs),
-                  optional=_typed(raw.get("optional", False), bool, path + ("optional",), ctx))
+                  optional=_typed(raw.get("optional", False), bool, path + ("optional",), ctx),
+                  on_failure=_typed(raw.get("on_failure", on_failure), str, path + ("on_failure",), ctx,
+                                    choices=ON_FAILURE))
     extra: dict[str, Any] = {}
     if kind == "sweep":
         matrix = _mapping(raw.get("matrix"), path + ("matrix",), ctx,
@@ -445,6 +477,8 @@ def _step(raw: Any, path: tuple, ctx: _Ctx, phase: str, defaults: Launch, reqs: 
         for key, values in matrix.items():
             if not isinstance(key, str) or not re.match(r"^(env|args)\.[A-Za-z0-9_-]+$", key):
                 raise ctx.error(path + ("matrix", key), "matrix keys are env.VARIABLE or args.flag")
+            if key.startswith("args.") and _reserved_arg(key[5:]):
+                raise ctx.error(path + ("matrix", key), f"set by nsa-validate itself ({_reserved_arg(key[5:])})")
             if not isinstance(values, list) or not values:
                 raise ctx.error(path + ("matrix", key), "expected a non-empty list of values")
             clean[key] = [str(v) if key.startswith("env.") else v for v in values]
@@ -472,7 +506,7 @@ def _step(raw: Any, path: tuple, ctx: _Ctx, phase: str, defaults: Launch, reqs: 
                      recommend=_typed(raw.get("recommend", False), bool, path + ("recommend",), ctx))
     if kind == "pytest":
         extra.update(tests=_str_list(raw.get("tests"), path + ("tests",), ctx),
-                     pytest_args=_str_list(raw.get("pytest_args"), path + ("pytest_args",), ctx))
+                     pytest_args=_pytest_args(raw.get("pytest_args"), path + ("pytest_args",), ctx))
         if not extra["tests"]:
             raise ctx.error(path + ("tests",), "a pytest step needs tests: [paths or node ids]")
     if kind == "bench":
@@ -491,8 +525,10 @@ def _build_runbook(raw: Any, ctx: _Ctx, path: str, sha: str) -> Runbook:
                                   "recommend"), required=("name", "phases"))
     name = _typed(raw["name"], str, ("name",), ctx)
     reqs = _requirements(raw.get("requirements"), ("requirements",), ctx)
-    defaults_raw = _mapping(raw.get("defaults"), ("defaults",), ctx, LAUNCH_KEYS)
+    defaults_raw = _mapping(raw.get("defaults"), ("defaults",), ctx, LAUNCH_KEYS + ("on_failure",))
     defaults = _launch(defaults_raw, ("defaults",), ctx, Launch())
+    on_failure = _typed(defaults_raw.get("on_failure", "continue"), str, ("defaults", "on_failure"), ctx,
+                        choices=ON_FAILURE)
     recommend = _mapping(raw.get("recommend"), ("recommend",), ctx, ("env",))
     phases_raw = raw["phases"]
     if not isinstance(phases_raw, list) or not phases_raw:
@@ -508,7 +544,7 @@ def _build_runbook(raw: Any, ctx: _Ctx, path: str, sha: str) -> Runbook:
             raise ctx.error(ppath + ("steps",), "expected a non-empty list of steps")
         steps = []
         for j, sraw in enumerate(p["steps"]):
-            step = _step(sraw, ppath + ("steps", j), ctx, pname, defaults, reqs)
+            step = _step(sraw, ppath + ("steps", j), ctx, pname, defaults, reqs, on_failure)
             if step.name in seen:
                 raise ctx.error(ppath + ("steps", j, "name"), f"duplicate step name {step.name!r} "
                                                               f"(first at {_show(seen[step.name])})")

@@ -2,6 +2,15 @@
 
 The runner never prints: it reports progress through a `Reporter` (the CLI's is a rich live display) and returns
 the results dict (validation.results documents it).
+
+Steps run in order; a step whose runbook entry says `on_failure: stop` and that ends failed, timeout, hang or
+error ends the run there: the remaining steps are recorded as skipped ("not run: step X failed and on_failure is
+stop") and the verdict is computed as usual.
+
+Every file the run writes lies under RUN_DIR: each output path is checked (relative, no `..`) and no existing
+symlink on it or under a step's directory may lead outside RUN_DIR (e.g. RUN_DIR/<step> replaced by a link to
+another directory before a --resume); such a run stops before writing anything with RunDirError, as does a run
+whose directory cannot be written (disk full, permission denied, not a directory).
 """
 
 from __future__ import annotations
@@ -20,7 +29,8 @@ from typing import Any
 from validation import environment, metrics, stats
 from validation.launcher import LaunchResult, LaunchSpec, launch
 from validation.plan import PlannedLaunch, nsys_available, recorded_env, step_launches
-from validation.results import FINAL_STEP_STATUSES, SCHEMA_VERSION, write_results
+from validation.results import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, SCHEMA_VERSION, RunDirError, cannot_write,
+                                os_error_text, write_results)
 from validation.runbook import Runbook, Step, references
 
 COMPRESSION_RE = re.compile(r"\[ddp\] gradient compression enabled: (\w+)")
@@ -80,7 +90,10 @@ class Runner:
                  previous: dict | None = None):
         self.rb, self.run_dir, self.opt = runbook, Path(run_dir), options
         self.reporter = _SafeReporter(reporter or Reporter())
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise cannot_write(self.run_dir, exc) from None
         self.env_record = environment.probe(options.cwd)
         self.results = previous or self._fresh_results()
         self.results["environment"] = {**self.results.get("environment", {}), **self.env_record}
@@ -118,18 +131,31 @@ class Runner:
     # ------------------------------------------------------------------ the run
     def run(self) -> dict:
         steps = self.rb.steps()
+        self._check_outputs_inside(steps)
         self.reporter.run_started(self.rb, self.run_dir, steps)
         t0 = time.time()
         self.save()
+        stopped_by: Step | None = None  # a step with on_failure: stop that failed
         try:
             for step in steps:
                 current = self.results["steps"].get(step.name) or self._pending(step)
-                if current["status"] in FINAL_STEP_STATUSES:
-                    continue  # finished in an earlier, interrupted run (--resume)
-                result = self._run_step(step)
-                self.results["steps"][step.name] = result
-                self.save()
-                self.reporter.step_finished(step, result)
+                if current["status"] not in FINAL_STEP_STATUSES:
+                    if stopped_by is not None:
+                        result = self._not_run(step, stopped_by)
+                    else:
+                        try:
+                            result = self._run_step(step)
+                        except OSError as exc:  # writing the step's files (disk full, permission denied)
+                            where = exc.filename if isinstance(exc.filename, str) else self.run_dir / step.name
+                            raise RunDirError(f"step {step.name}: cannot write {where}: {os_error_text(exc)}") \
+                                from None
+                    self.results["steps"][step.name] = result
+                    self.save()
+                    self.reporter.step_finished(step, result)
+                    current = result
+                # a step finished in an earlier, interrupted run (--resume) counts too
+                if stopped_by is None and step.on_failure == "stop" and current["status"] in FAILED_STEP_STATUSES:
+                    stopped_by = step
         except KeyboardInterrupt:
             for name, res in self.results["steps"].items():
                 if res["status"] == "running":
@@ -149,6 +175,32 @@ class Runner:
         self.results["duration_s"] = round(time.time() - t0 + (self.results.get("duration_s") or 0.0), 3)
         self.save()
         self.reporter.run_finished(self.results)
+
+    def _not_run(self, step: Step, stopped_by: Step) -> dict:
+        status = self.results["steps"][stopped_by.name]["status"]
+        how = {"timeout": "timed out", "hang": "hung", "error": "ended in an error"}.get(status, "failed")
+        result = self._pending(step)
+        result.update(status="skipped", duration_s=0.0,
+                      reason=f"not run: step {stopped_by.name} {how} and on_failure is stop")
+        return result
+
+    # ------------------------------------------------------------------ outputs stay inside RUN_DIR
+    def _step_paths(self, step: Step) -> list[str]:
+        """Every path (relative to RUN_DIR) that `step` writes under."""
+        paths = [step.name]
+        for pl in step_launches(step, None, self.run_dir):
+            paths += [pl.dir] + ([pl.out_dir] if pl.out_dir else [])
+        return paths
+
+    def _check_outputs_inside(self, steps: list[Step]) -> None:
+        """Before anything runs: every output path of the steps still to run, and the plots directory, stays
+        inside RUN_DIR. Raises RunDirError."""
+        inside_run_dir(self.run_dir, "plots")
+        for step in steps:
+            current = self.results["steps"].get(step.name) or {}
+            if current.get("status") not in FINAL_STEP_STATUSES:
+                for rel in self._step_paths(step):
+                    inside_run_dir(self.run_dir, rel)
 
     # ------------------------------------------------------------------ one step
     def _skip_reason(self, step: Step) -> str | None:
@@ -179,12 +231,18 @@ class Runner:
         if skip:
             result.update(status="skipped", reason=skip, duration_s=0.0)
             return result
+        planned = step_launches(step, self._winners(), self.run_dir)
+        # checked again right before writing: a link may have appeared since the run started
+        for rel in [step.name] + [p for pl in planned for p in (pl.dir, pl.out_dir) if p]:
+            inside_run_dir(self.run_dir, rel)
         result["status"] = "running"
         self.results["steps"][step.name] = result
         self.save()
         step_dir = self.run_dir / step.name
-        step_dir.mkdir(parents=True, exist_ok=True)
-        planned = step_launches(step, self._winners(), self.run_dir)
+        try:
+            step_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise cannot_write(step_dir, exc) from None
         self.reporter.step_started(step, max(1, len(planned)))
         try:
             handler = getattr(self, f"_step_{step.kind}")
@@ -426,6 +484,42 @@ class Runner:
 
 
 # ---------------------------------------------------------------------- helpers
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def inside_run_dir(run_dir: Path, rel: str | Path) -> Path:
+    """RUN_DIR/rel, once it is known to stay inside RUN_DIR: `rel` is relative and has no `..`, no existing
+    symlink along it leads outside RUN_DIR, and neither does any symlink under it when it is an existing
+    directory (e.g. the files a resumed step would overwrite). Raises RunDirError naming the path."""
+    rel_path = Path(rel)
+    if not str(rel) or rel_path.is_absolute() or ".." in rel_path.parts:
+        raise RunDirError(f"output path {str(rel)!r}: must be relative to the run directory {run_dir}, "
+                          "without '..'")
+    root = Path(run_dir).resolve()
+
+    def check(path: Path) -> None:
+        if not path.is_symlink():
+            return
+        try:
+            target = path.resolve()
+        except (OSError, RuntimeError):  # a link loop: nowhere safe
+            target = None
+        if target is None or not _within(target, root):
+            raise RunDirError(f"{path} is a symlink to {os.readlink(path)}, outside the run directory {run_dir}: "
+                              "refusing to write through it")
+
+    current = Path(run_dir)
+    for part in rel_path.parts:
+        current = current / part
+        check(current)
+    if current.is_dir():
+        for dirpath, dirnames, filenames in os.walk(current):  # links are not followed, only checked
+            for name in dirnames + filenames:
+                check(Path(dirpath) / name)
+    return current
+
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(Path(path).read_text())

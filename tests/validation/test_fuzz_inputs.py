@@ -81,8 +81,9 @@ SCHEMA_KEYS = ("name", "description", "requirements", "defaults", "phases", "acc
                "tests", "pytest_args", "command", "profile_steps", "profiler", "config", "nproc_per_node",
                "master_port", "port_retries", "timeout_s", "stall_timeout_s", "window", "warmup_steps", "gpus",
                "min_cuda_capability", "min_gpu_memory_gb", "backend", "expr", "target", "severity", "optional",
-               "requires", "goal", "recommend")
+               "requires", "goal", "recommend", "on_failure")
 WORDS = STEP_KINDS + ("auto", "nccl", "gloo", "fail", "warn", "max", "min", "toks_per_s", "torch", "nsys", "s1",
+                      "stop", "continue", "../x", "/tmp/x", "--junitxml=/tmp/x",
                       "p1", "sw", "baseline", "env.NSA_DDP_BUCKET_MB", "args.steps", "NSA_DDP_BUCKET_MB",
                       "${sw.winner.env.NSA_DDP_BUCKET_MB}", "${s1.winner.args.steps}", "${nope.winner.env.X}",
                       "baseline.toks_per_s.mean >= 1", "s1.failed == 0", "import os", "2020-13-45", "")

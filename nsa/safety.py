@@ -9,7 +9,9 @@
 - NSA_FAULT (nsa.toggles.Fault): crash, hang or NaN at a given step on purpose, for testing the validation suite:
   crash raises InjectedCrash (exit 1, status crashed); hang blocks the rank until SIGTERM/SIGINT/SIGKILL (the
   other ranks then block in the next collective until the process-group timeout or a watchdog); nan makes the
-  rank's loss NaN (every rank stops at that step, exit 3, status nonfinite).
+  rank's loss NaN (every rank stops at that step, exit 3, status nonfinite). The csv_* kinds make rank 0 damage
+  its own training.csv after writing that step's row (damage_training_csv), as a dying disk or writer would:
+  training itself goes on and ends as usual.
 
 All ranks agree on stopping through one small all-reduce per step in the trainer, so one rank's signal, .HALT
 or non-finite loss stops every rank at the same step.
@@ -32,6 +34,44 @@ from nsa.watchdog import HALT_NAME
 
 class InjectedCrash(RuntimeError):
     """Raised by NSA_FAULT=crash@STEP."""
+
+
+# csv faults after which the trainer writes no more rows (the file is gone, empty, or ends mid-row); its writer is
+# closed before the damage. After csv_garble it goes on appending.
+CSV_FAULTS_STOPPING_WRITER = ("csv_missing", "csv_empty", "csv_truncate")
+
+
+def damage_training_csv(path: Path, kind: str) -> None:
+    """Damage training.csv at `path` as NSA_FAULT kind `kind` says:
+
+        csv_missing   delete the file
+        csv_empty     truncate it to 0 bytes
+        csv_truncate  cut it in the middle of its last row: no newline at the end, the row's second half gone
+        csv_garble    every cell of its last row but the step becomes x's, in place and of the same length (so
+                      a writer still open at the end of the file goes on appending rows after it)
+    """
+    path = Path(path)
+    if kind == "csv_missing":
+        path.unlink(missing_ok=True)
+        return
+    if kind == "csv_empty":
+        path.write_bytes(b"")
+        return
+    data = path.read_bytes()
+    body = data.rstrip(b"\r\n")
+    start = body.rfind(b"\n") + 1  # the last row (or the header, when no row was written yet)
+    row = body[start:]
+    if kind == "csv_truncate":
+        path.write_bytes(data[:start] + row[: max(1, len(row) // 2)])
+        return
+    if kind == "csv_garble":
+        cells = row.split(b",")
+        garbled = b",".join(cells[:1] + [b"x" * max(1, len(c)) if c else b"" for c in cells[1:]])
+        with open(path, "r+b") as f:
+            f.seek(start)
+            f.write(garbled[: len(row)])
+        return
+    raise ValueError(f"not a training.csv fault: {kind!r}")
 
 
 class RunControl:

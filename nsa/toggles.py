@@ -60,11 +60,16 @@ TOGGLES: dict[str, Toggle] = {
                "1: fused AdamW (CUDA only; on CPU the trainer says it is ignored)."),
         Toggle("NSA_FAULT", "fault", None, "trainer (testing aid)",
                "Deliberate failure for testing the validation suite: crash@STEP, hang@STEP or nan@STEP, "
-               "optionally :RANK (default every rank). Never set it in a real run."),
+               "optionally :RANK (default every rank); or rank 0 damages its own training.csv after writing "
+               "that step's row: csv_missing@STEP (deletes it), csv_empty@STEP (truncates it to 0 bytes), "
+               "csv_truncate@STEP (cuts it in the middle of that row) - after these three no more rows are "
+               "written - or csv_garble@STEP (that row's numbers become text; later rows are written). "
+               "Never set it in a real run."),
     )
 }
 
-FAULT_KINDS = ("crash", "hang", "nan")
+FAULT_KINDS = ("crash", "hang", "nan", "csv_missing", "csv_empty", "csv_truncate", "csv_garble")
+CSV_FAULT_KINDS = tuple(k for k in FAULT_KINDS if k.startswith("csv_"))  # rank 0 only: it writes training.csv
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,10 @@ def _parse_fault(value: str) -> Fault:
     step_text, _, rank_text = rest.partition(":")
     if kind not in FAULT_KINDS or not at or not step_text.isdigit() or (rank_text and not rank_text.isdigit()):
         raise ValueError(value)
-    return Fault(kind, int(step_text), int(rank_text) if rank_text else None)
+    rank = int(rank_text) if rank_text else None
+    if kind in CSV_FAULT_KINDS and rank not in (None, 0):
+        raise ValueError(value)  # only rank 0 writes training.csv
+    return Fault(kind, int(step_text), rank)
 
 
 def parse(name: str, environ: Mapping[str, str] | None = None):
@@ -105,7 +113,8 @@ def parse(name: str, environ: Mapping[str, str] | None = None):
         return parsers[toggle.kind](value)
     except ValueError:
         expected = {"bool": "0 or 1", "int": "a positive integer", "choice": " | ".join(toggle.choices),
-                    "fault": "crash@STEP, hang@STEP or nan@STEP, optionally :RANK"}[toggle.kind]
+                    "fault": "crash@STEP, hang@STEP or nan@STEP, optionally :RANK; or csv_missing@STEP, "
+                             "csv_empty@STEP, csv_truncate@STEP or csv_garble@STEP (rank 0 only)"}[toggle.kind]
         raise ValueError(f"environment variable {name}={raw!r} is invalid: expected {expected}") from None
 
 

@@ -38,7 +38,7 @@ from nsa.metrics import device_name, memory_gb, mfu, peak_flops
 from nsa.model import NSAModel, flops_per_token, lm_loss
 from nsa.optim import build_adamw, lr_at
 from nsa.run_config import ConfigError, RunConfig, apply_overrides, load_config, save_config
-from nsa.safety import RunControl
+from nsa.safety import CSV_FAULTS_STOPPING_WRITER, RunControl, damage_training_csv
 from nsa.watchdog import HALT_NAME
 
 log = logging.getLogger("nsa.train")
@@ -460,6 +460,7 @@ class Trainer:
                              grad_norm=grad_norm, mem_alloc_gb=mem_alloc, **stats)
         if self.csv is not None:
             self.csv.write(row)
+            self._csv_fault(step)
         if self.tb is not None:
             for key in ("loss", "lr", "toks_per_s", "grad_norm", "mem_alloc_gb", "mfu"):
                 if key in row:
@@ -474,6 +475,21 @@ class Trainer:
                      f" | grad {grad_norm:.3f} | mem {mem_alloc:.2f}/{mem_reserved:.2f} GB{extra}{gates}")
         if self.audit is not None and step % tc.log_every == 0:
             outputs.write_json(self.out / outputs.SDPA_AUDIT_JSON, self.audit.summary())
+
+    def _csv_fault(self, step: int) -> None:
+        """NSA_FAULT=csv_*@STEP (a testing aid): damage training.csv after this step's row (nsa.safety)."""
+        kind = self.control.fault_at(step)
+        if kind not in toggles.CSV_FAULT_KINDS:
+            return
+        stops = kind in CSV_FAULTS_STOPPING_WRITER
+        if stops:
+            self.csv.close()
+        damage_training_csv(self.csv.path, kind)
+        self.heartbeat.write(step, "fault", kind=kind)
+        log.warning(f"NSA_FAULT: {kind} at step {step}: training.csv damaged on purpose"
+                    + ("; no more rows are written" if stops else ""))
+        if stops:
+            self.csv = None
 
     def _param_digest(self) -> str:
         """sha256 of every parameter's bytes: equal on all DDP ranks when they are in sync."""

@@ -77,6 +77,9 @@ class CsvRead:
     dropped_rows:    rows that could not be parsed and were left out (e.g. a last line cut off by a kill).
     duplicate_steps: rows replaced by a later row with the same step.
     path:            the file read.
+    cut_last_line:   the file ends without a newline, so its last row was left out (one of dropped_rows): what a
+                     writer killed mid-row leaves, unlike a damaged row elsewhere.
+    first_bad_row:   'line N: <text>' of the first row left out, or None.
     """
 
     frame: pd.DataFrame
@@ -84,6 +87,8 @@ class CsvRead:
     dropped_rows: int = 0
     duplicate_steps: int = 0
     path: str = ""
+    cut_last_line: bool = False
+    first_bad_row: str | None = None
 
 
 def _empty_frame() -> pd.DataFrame:
@@ -148,6 +153,7 @@ def read_training_csv(path: str | Path) -> CsvRead:
     dropped = 0
     first_bad: tuple[int, str] | None = None
     data_rows = 0
+    cut = False
     body = lines[1:]
     for i, line in enumerate(body):
         if not line.strip():
@@ -156,7 +162,7 @@ def read_training_csv(path: str | Path) -> CsvRead:
         lineno = i + 2
         ok = True
         if i == len(body) - 1 and not complete:
-            ok = False  # cut off mid-row
+            ok, cut = False, True  # cut off mid-row
         values: list[float | None] = []
         if ok:
             try:
@@ -194,15 +200,18 @@ def read_training_csv(path: str | Path) -> CsvRead:
 
     frame = pd.DataFrame({h: np.asarray(v, dtype="float64") for h, v in columns.items()
                           if h in known or extra_numeric[h]})
-    return _finish(frame, dropped, path)
+    bad = f"line {first_bad[0]}: {first_bad[1][:80]!r}" if first_bad else None
+    return _finish(frame, dropped, path, cut_last_line=cut, first_bad_row=bad)
 
 
-def _finish(frame: pd.DataFrame, dropped: int, path: Path) -> CsvRead:
+def _finish(frame: pd.DataFrame, dropped: int, path: Path, cut_last_line: bool = False,
+            first_bad_row: str | None = None) -> CsvRead:
     frame[STEP_COLUMN] = frame[STEP_COLUMN].astype("int64")
     n_before = len(frame)
     frame = frame.drop_duplicates(subset=STEP_COLUMN, keep="last")
     frame = frame.sort_values(STEP_COLUMN, kind="stable").reset_index(drop=True)
-    return CsvRead(frame, None, dropped_rows=dropped, duplicate_steps=n_before - len(frame), path=str(path))
+    return CsvRead(frame, None, dropped_rows=dropped, duplicate_steps=n_before - len(frame), path=str(path),
+                   cut_last_line=cut_last_line, first_bad_row=first_bad_row)
 
 
 def _read_clean_if_complete(path: Path) -> pd.DataFrame | None:
@@ -318,6 +327,8 @@ def summarize(read: CsvRead, window: Window, world_size: int = 1) -> dict[str, A
     | steps                | number of rows (distinct steps) in the file                                        |
     | last_step            | the highest step, None without rows                                                |
     | dropped_rows         | unparseable rows left out (e.g. a last line cut off by a kill)                     |
+    | cut_last_line        | True when one of them is a last line without its newline (a writer cut off)       |
+    | first_bad_row        | 'line N: <text>' of the first row left out, else None                              |
     | window               | {last, warmup: as asked; n: rows used; first_step, last_step: of the rows used}   |
     | <column>             | for each of METRIC_COLUMNS in the file: {mean, median, stdev (population), cv     |
     |                      | (stdev/mean), min, max, n} over the window's finite values (None when n == 0)     |
@@ -339,6 +350,7 @@ def summarize(read: CsvRead, window: Window, world_size: int = 1) -> dict[str, A
     out: dict[str, Any] = {
         "status": "ok", "reason": None, "note": None,
         "steps": 0, "last_step": None, "dropped_rows": int(read.dropped_rows),
+        "cut_last_line": bool(read.cut_last_line), "first_bad_row": read.first_bad_row,
         "window": {"last": window.last, "warmup": window.warmup, "n": 0, "first_step": None, "last_step": None},
     }
     scalars: dict[str, Any] = dict.fromkeys(DERIVED_KEYS)

@@ -311,9 +311,7 @@ class Runner:
             return lr.status, lr.reason, m
         if m["trainer_status"] != "completed":
             return "failed", f"trainer ended {m['trainer_status']}: {trainer_status.get('reason')}", m
-        if m["status"] not in ("ok", "short"):
-            return "failed", f"training.csv {m['status']}: {m.get('reason')}", m
-        return "passed", None, m
+        return _csv_verdict(m, trainer_status.get("step"))
 
     def _single_train(self, step: Step, planned: list[PlannedLaunch], result: dict) -> tuple[PlannedLaunch, LaunchResult]:
         pl = planned[0]
@@ -484,6 +482,32 @@ class Runner:
 
 
 # ---------------------------------------------------------------------- helpers
+def _csv_verdict(m: dict, trainer_steps: Any) -> tuple[str, str | None, dict]:
+    """(status, reason, m) of a launch whose trainer completed, from its training.csv summary `m`.
+
+    A missing, empty or unparseable file fails. So does a row left out anywhere but at the very end (a damaged
+    row: the numbers around it cannot be trusted either), and a file that ends before the trainer's last step
+    by more than a cut-off last line (rows were lost). A last line cut off mid-row, what a writer killed while
+    writing leaves, passes with that said in the reason."""
+    if m["status"] not in metrics.USABLE_STATUSES:
+        reason = str(m.get("reason"))
+        if reason.startswith(f"{m['status']}: "):  # "missing: /path" -> "training.csv missing: /path"
+            reason = reason[len(m["status"]) + 2:]
+        return "failed", f"training.csv {m['status']}: {reason}", m
+    dropped, cut = m.get("dropped_rows") or 0, bool(m.get("cut_last_line"))
+    if dropped > (1 if cut else 0):
+        return "failed", (f"training.csv damaged: {dropped} unparseable row(s) left out (first at "
+                          f"{m.get('first_bad_row')})"), m
+    last = m.get("last_step")
+    if isinstance(trainer_steps, int) and last is not None and last + (1 if cut else 0) < trainer_steps:
+        return "failed", (f"training.csv ends at step {last} but the trainer completed step {trainer_steps}: "
+                          f"{trainer_steps - last - (1 if cut else 0)} row(s) lost"), m
+    if cut:
+        return "passed", (f"training.csv: the last line was cut off mid-row and left out (1 row); statistics use "
+                          f"steps {m['window']['first_step']}-{m['window']['last_step']}"), m
+    return "passed", None, m
+
+
 def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 

@@ -60,8 +60,12 @@ def test_two_local_agents_form_one_two_node_job(tmp_path, rdzv):
     assert _processes_mentioning(str(tmp_path)) == []
 
 
-def test_a_failing_node_fails_the_job_with_its_traceback_and_nothing_is_left(tmp_path):
+@pytest.mark.reliability
+def test_a_failing_node_fails_the_job_with_its_traceback_and_nothing_is_left(tmp_path, reliability):
     result = launch(_spec(tmp_path, steps=50, env={"NSA_FAULT": "crash@3:1"}))
+    left = _processes_mentioning(str(tmp_path))
+    reliability.record_fault("2-node torchrun: NSA_FAULT crash on node1", "failed", result.status)
+    reliability.record_orphans(len(left), 1)
     assert result.status == "failed"
     assert "NSA_FAULT injected crash at step 3 on rank 1" in (result.excerpt or "") + result.reason
-    assert _processes_mentioning(str(tmp_path)) == []
+    assert left == []

@@ -214,24 +214,31 @@ def test_two_node_job_trains_on_both_nodes(cluster, tmp_path):
     assert _our_jobs() == []
 
 
-def test_a_crashing_rank_fails_the_job_with_its_traceback(cluster, tmp_path):
+@pytest.mark.reliability
+def test_a_crashing_rank_fails_the_job_with_its_traceback(cluster, tmp_path, reliability):
     result = launch(_spec(tmp_path, extra_env={"NSA_FAULT": "crash@3:1"}))
+    reliability.record_fault("Slurm job: NSA_FAULT crash", "failed", result.status)
+    reliability.record_orphans(len(_our_jobs()), 1)
     assert result.status == "failed"
     assert result.reason.startswith(f"Slurm job {result.job_id}: the job failed")
     assert "NSA_FAULT injected crash at step 3 on rank 1" in (result.excerpt or "")
     assert _our_jobs() == []
 
 
-def test_timeout_cancels_the_job_and_leaves_nothing_in_squeue(cluster, tmp_path):
+@pytest.mark.reliability
+def test_timeout_cancels_the_job_and_leaves_nothing_in_squeue(cluster, tmp_path, reliability):
     t0 = time.monotonic()
     result = launch(_spec(tmp_path, steps=1_000_000, timeout_s=20))
+    reliability.record_fault("Slurm job: step timeout", "timeout", result.status)
+    reliability.record_orphans(len(_our_jobs()), 1)
     assert result.status == "timeout", result.reason
     assert "scancel" in result.reason and time.monotonic() - t0 < 90
     assert _our_jobs() == [] and slurm.queue_state(result.job_id) is None
     assert slurm.job_info(result.job_id).state in ("CANCELLED", "UNKNOWN")
 
 
-def test_a_job_cancelled_by_someone_else_is_a_failure_saying_so(cluster, tmp_path):
+@pytest.mark.reliability
+def test_a_job_cancelled_by_someone_else_is_a_failure_saying_so(cluster, tmp_path, reliability):
     spec = _spec(tmp_path, steps=1_000_000)
     cancelled = []
 
@@ -243,6 +250,8 @@ def test_a_job_cancelled_by_someone_else_is_a_failure_saying_so(cluster, tmp_pat
 
     spec.on_progress = progress
     result = launch(spec)
+    reliability.record_fault("Slurm job: scancel by someone else", "failed",
+                             result.status if "CANCELLED" in result.reason else f"{result.status} ({result.reason})")
     assert cancelled and result.status == "failed"
     assert "cancelled outside nsa-validate" in result.reason
     assert _our_jobs() == []
@@ -272,7 +281,8 @@ def _slurm_runbook(tmp_path, steps: int) -> Path:
 
 
 @pytest.mark.parametrize("job_dies", [False, True], ids=["job-left-running", "job-died"])
-def test_resume_after_the_orchestrator_was_killed_mid_job(cluster, tmp_path, job_dies):
+@pytest.mark.reliability
+def test_resume_after_the_orchestrator_was_killed_mid_job(cluster, tmp_path, job_dies, reliability):
     rb, out = _slurm_runbook(tmp_path, steps=100_000), tmp_path / "run"
     cmd = [sys.executable, "-m", "validation.cli", "run", str(rb), "--out", str(out)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -301,6 +311,10 @@ def test_resume_after_the_orchestrator_was_killed_mid_job(cluster, tmp_path, job
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     final = json.loads((out / "results.json").read_text())
+    reliability.record_fault(f"Slurm: nsa-validate SIGKILL mid-job ({'job died' if job_dies else 'job left running'})"
+                             " + --resume", "GO", final["verdict"])
+    reliability.record_results(int(final["steps"]["first"] != results["steps"]["first"]), 1)
+    reliability.record_orphans(len(_our_jobs()), 1)
     assert final["verdict"] == "GO" and final["steps"]["second"]["status"] == "passed"
     assert final["steps"]["first"]["started"] == results["steps"]["first"]["started"]  # not rerun
     assert slurm.queue_state(job_id) is None and _our_jobs() == []

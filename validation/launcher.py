@@ -142,6 +142,8 @@ class LaunchSpec:
     rdzv_backend: str = "c10d"  # torchrun multi-node: "c10d" rendezvous or "static" (--node-rank/--master-addr)
     rdzv_endpoint: str | None = None  # torchrun multi-node "host:port"; None: 127.0.0.1 and a free port
     slurm: SlurmOptions | None = None  # the job's allocation (launcher slurm)
+    remote_dumps: bool | None = None  # launcher slurm, on a stall: None: ranks on other hosts are asked for stack
+    # dumps by `srun --overlap python -m nsa.watchdog --once` on every node; True: every rank that way (tests)
     job_env: dict[str, str] | None = None  # exported by the batch script (the step's own variables); None: the
     # recorded NSA_/NCCL_/TORCH_/... variables of `env`. The job inherits the rest of `env` from sbatch as usual.
     job_name: str = "nsav"  # the Slurm job name
@@ -449,6 +451,7 @@ class _SlurmRun(_Run):
         self.job_id: str | None = None
         self.nodes: list[str] = []
         self.scheduler_reason: str | None = None
+        self.remote_dump_ranks: list[int] = []
 
     def script_text(self) -> str:
         spec = self.spec
@@ -518,12 +521,52 @@ class _SlurmRun(_Run):
             verdict = self._look_at_heartbeats() if state == "RUNNING" else None
             if verdict is not None and verdict.state == STALLED and spec.stall_timeout_s is not None:
                 self.status, self.verdict = "hang", verdict
-                self._dumps_then(verdict, self._cancel)
+                remote = self._remote_dumps(verdict)
+                if remote:
+                    self._wait_for_dumps(remote, time.time() - 1.0)
+                if spec.remote_dumps:
+                    self._cancel()
+                    self.stack_dumps = _stack_dumps(self.out_dir, self.started)
+                else:
+                    self._dumps_then(verdict, self._cancel)
                 return "hang"
             if spec.on_progress is not None:
                 shown = verdict.state if verdict is not None else state.lower()
                 spec.on_progress(Progress(time.time() - self.started, self.last_step, self.toks_per_s, shown))
             time.sleep(spec.poll_s)
+
+    def _remote_dumps(self, verdict) -> list[int]:
+        """Stalled ranks on other hosts (every stalled rank with remote_dumps=True) are asked for stack dumps by
+        the trainer's watchdog, run once on every node of the job (srun --overlap); returns those ranks."""
+        host = socket.gethostname()
+        ranks = [r for r in verdict.stalled_ranks
+                 if self.spec.remote_dumps or verdict.latest.get(r, {}).get("host") not in (None, host)]
+        if not ranks or self.out_dir is None:
+            return []
+        self.remote_dump_ranks = ranks
+        argv = ["srun", f"--jobid={self.job_id}", "--overlap", f"--nodes={self.spec.nnodes}", "--ntasks-per-node=1",
+                sys.executable, "-m", "nsa.watchdog", "--dir", str(self.out_dir.resolve()), "--once", "--halt", "0",
+                "--include-earlier", "--stall-after", f"{self.spec.stall_timeout_s:g}",
+                "--ranks", str(self.expected_ranks)]
+        _note(self.log_path, f"stall: asking rank(s) {ranks} on the job's nodes for stack dumps: {' '.join(argv)}")
+        try:
+            out = subprocess.run(argv, cwd=self.spec.cwd, env=self.spec.env, capture_output=True, text=True,
+                                 timeout=60, stdin=subprocess.DEVNULL)
+            if out.returncode not in (0, 1):  # the watchdog's 1 means "stalled": what we expect
+                _note(self.log_path, f"srun watchdog exited {out.returncode}: {_clip(out.stderr.strip())}")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            _note(self.log_path, f"srun watchdog: {exc}")
+        return ranks
+
+    def _wait_for_dumps(self, ranks: list[int], since: float) -> None:
+        deadline = time.monotonic() + DUMP_WAIT_S
+        while time.monotonic() < deadline:
+            fresh = _stack_dumps(self.out_dir, since)
+            if all(any(p.name.startswith((f"stackdump_rank{r}.", f"stackdump_rank{r}_")) for p in fresh)
+                   for r in ranks):
+                time.sleep(0.5)
+                return
+            time.sleep(0.2)
 
     def _cancel(self) -> None:
         try:
@@ -1124,7 +1167,9 @@ def _explain(run: _Run, log_path: Path, rank_logs: dict[int, Path], out_dir: Pat
     if run.status == "hang":
         verdict = run.verdict
         dumped = f"{len(dumps)} stack dump file(s)" if dumps else "no stack dump written"
-        return (f"stalled: {verdict.reason}; SIGUSR1 sent to {len(run.signalled)} process(es), {dumped}"
+        remote = getattr(run, "remote_dump_ranks", None)
+        via = f" (rank(s) {remote} through the watchdog on the job's nodes)" if remote else ""
+        return (f"stalled: {verdict.reason}; SIGUSR1 sent to {len(run.signalled)} process(es) here{via}, {dumped}"
                 f"{ended}{trainer}"), _dump_excerpt(dumps, verdict.stalled_ranks)
     # failed / interrupted: exited by itself with a non-zero code
     rank, rank_code, tb, last = _failure(log_path, rank_logs, out_dir, since)

@@ -161,10 +161,15 @@ def batch_script(*, job_name: str, nnodes: int, nproc_per_node: int, argv: list[
     command = [python, "-m", "torch.distributed.run", f"--nnodes={int(nnodes)}",
                f"--nproc-per-node={int(nproc_per_node)}", "--rdzv-backend=c10d", "--redirects", "3", "--tee", "3"]
     command += argv[1:] if argv and argv[0] == python else ["--no-python", *argv]
-    # each task names its node for the trainer and its own torchrun log directory, then runs the agent;
-    # --kill-on-bad-exit: srun ends the other nodes' tasks when one fails
+    # each task names its node for the trainer and its own torchrun log directory, says whether it hosts the
+    # rendezvous store (the first node: torch's own guess compares host names, which fails when NodeAddr is
+    # another interface's address), then runs the agent; --kill-on-bad-exit: srun ends the other nodes' tasks
+    # when one fails
+    lines.append('export NSAV_HEAD_NODE="$head_node"')
     lines.append("srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c "
                  f"'export {NODE_NAME_VAR}=\"$SLURMD_NODENAME\" PET_LOG_DIR=\"$NSAV_RANKS_DIR/$SLURMD_NODENAME\"; "
+                 'if [ "$SLURMD_NODENAME" = "$NSAV_HEAD_NODE" ]; then export PET_RDZV_CONF=is_host=1; '
+                 "else export PET_RDZV_CONF=is_host=0; fi; "
                  "exec \"$@\"' nsav-task \\")
     lines.append("    " + " \\\n    ".join(_chunks([q(c) for c in command])))
     return "\n".join(lines) + "\n"

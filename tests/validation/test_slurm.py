@@ -196,8 +196,8 @@ def _spec(tmp_path, nnodes=2, nproc=1, steps=6, extra_env=None, **kw) -> LaunchS
     env = {**os.environ, "NSA_TB_DISABLE": "1", "OMP_NUM_THREADS": "1", **(extra_env or {})}
     return LaunchSpec(argv=TRAIN + ["--steps", str(steps), "--out-dir", str(tmp_path / "out")], env=env, cwd=ROOT,
                       step_dir=tmp_path, nproc_per_node=nproc, torchrun=True, launcher="slurm", nnodes=nnodes,
-                      trainer_out_dir=tmp_path / "out", stall_timeout_s=120, job_name="nsav-test",
-                      term_grace_s=5, **{"timeout_s": 180, **kw})
+                      trainer_out_dir=tmp_path / "out", job_name="nsav-test", term_grace_s=5,
+                      **{"timeout_s": 180, "stall_timeout_s": 120, **kw})
 
 
 def test_two_node_job_trains_on_both_nodes(cluster, tmp_path):
@@ -235,6 +235,22 @@ def test_timeout_cancels_the_job_and_leaves_nothing_in_squeue(cluster, tmp_path,
     assert "scancel" in result.reason and time.monotonic() - t0 < 90
     assert _our_jobs() == [] and slurm.queue_state(result.job_id) is None
     assert slurm.job_info(result.job_id).state in ("CANCELLED", "UNKNOWN")
+
+
+@pytest.mark.reliability
+def test_a_hang_is_dumped_on_every_node_then_cancelled(cluster, tmp_path, reliability):
+    """remote_dumps=True sends every stalled rank's SIGUSR1 through `srun --overlap python -m nsa.watchdog` on
+    the job's nodes: the path ranks on other hosts take on a real cluster."""
+    spec = _spec(tmp_path, steps=1000, extra_env={"NSA_FAULT": "hang@3:1"}, stall_timeout_s=6, remote_dumps=True)
+    spec.argv += ["--pg-timeout", "600"]
+    result = launch(spec)
+    reliability.record_fault("Slurm job: NSA_FAULT hang", "hang", result.status)
+    reliability.record_orphans(len(_our_jobs()), 1)
+    assert result.status == "hang", result.reason
+    names = {p.name.split(".")[0].split("_")[1] for p in result.stack_dumps}
+    assert {"rank0", "rank1"} <= names, result.stack_dumps
+    assert "asking rank(s)" in (tmp_path / "stdout.log").read_text()
+    assert _our_jobs() == []
 
 
 @pytest.mark.reliability

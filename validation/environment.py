@@ -162,7 +162,7 @@ def node_snapshot_main(argv: list[str] | None = None) -> int:
     import os
     import socket
 
-    from nsa.distributed import NODE_NAME_VARS
+    from nsa.distributed import NODE_ENV_PREFIXES, NODE_NAME_VARS
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
@@ -170,7 +170,21 @@ def node_snapshot_main(argv: list[str] | None = None) -> int:
         return 2
     name = next((os.environ[v] for v in NODE_NAME_VARS if os.environ.get(v)), None) or socket.gethostname()
     name = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "node"
-    _, files, problems = snapshot(Path(args[0]) / name, Path.cwd())
+    node_dir = Path(args[0]) / name
+    env, files, problems = snapshot(node_dir, Path.cwd())
+    # what decides multi-node communication: the NCCL/IB/Slurm variables, the GPU topology and the IB devices
+    env.update(node=name, comm_env={k: v for k, v in sorted(os.environ.items()) if k.startswith(NODE_ENV_PREFIXES)})
+    for fname, argv in (("nvidia_topo.txt", ["nvidia-smi", "topo", "-m"]), ("ibv_devinfo.txt", ["ibv_devinfo"])):
+        if shutil.which(argv[0]):
+            try:
+                out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+                (node_dir / fname).write_text(out.stdout + out.stderr)
+                files.append(node_dir / fname)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                problems.append(f"{argv[0]}: {exc}")
+    import json
+
+    (node_dir / "environment.json").write_text(json.dumps(env, indent=2) + "\n")
     print(f"[snapshot] {name}: {len(files)} file(s)" + (f"; {'; '.join(problems)}" if problems else ""))
     return 0
 

@@ -236,9 +236,11 @@ class Trainer:
         self.peak = peak_flops(self.device, tc.precision, tc.peak_tflops)
         columns = list(outputs.TRAINING_COLUMNS) + ([outputs.MFU_COLUMN[0]] if self.peak else [])
         self.csv = self.val_csv = self.tb = None
+        nodes = distributed.node_records(info)  # a collective: every rank takes part
         if info.is_main:
             save_config(cfg, self.out / outputs.CONFIG_YAML)
             env = outputs.environment(cfg.to_dict(), config_path, info.world_size, self.device, argv)
+            env.update({"nodes": nodes, "nnodes": len(nodes)})
             env.update({"parallel": self.parallel, "n_params": self.n_params,
                         "flops_per_token": self.flops_per_token, "device_name": device_name(self.device),
                         "peak_flops": self.peak, "resumed_from_step": self.start_step,

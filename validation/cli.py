@@ -55,7 +55,7 @@ def plan(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/c
     env = environment.probe()
     skipped = {}
     for step in rb.steps():
-        reason = environment.unmet(step.requires, env, step.launch.nproc_per_node if step.is_training else 1)
+        reason = environment.unmet_for(step, env)
         if reason:
             skipped[step.name] = reason
     rows = describe(rb, skipped)
@@ -74,12 +74,21 @@ def plan(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/c
             label = f"[{launch['label']}] " if launch["label"] else ""
             env_text = " ".join(f"{k}={v}" for k, v in launch["env"].items())
             argv = launch["argv"]
-            if launch["nproc_per_node"] > 1:  # torchrun runs the module itself: python is implied
-                argv = ["torchrun", f"--nproc_per_node={launch['nproc_per_node']}", "--master-port=<free>",
-                        *argv[1:]]
-            argv = launch["wrapper"] + argv
-            console.print(f"  {label}{env_text + ' ' if env_text else ''}{' '.join(argv)}", markup=False,
-                          soft_wrap=True)
+            if launch["batch_script"]:  # launcher slurm: the script is what runs
+                console.print(f"  {label}sbatch, {launch['nnodes']} node(s), batch script:", markup=False)
+                console.print("    " + launch["batch_script"].rstrip().replace("\n", "\n    "), markup=False,
+                              soft_wrap=True)
+            else:
+                if launch["nnodes"] > 1:  # one torchrun agent per (emulated) node on this machine
+                    argv = ["torchrun", f"--nnodes={launch['nnodes']}", f"--nproc_per_node={launch['nproc_per_node']}",
+                            "--node-rank=<0..{}>".format(launch["nnodes"] - 1), "--rdzv-endpoint=127.0.0.1:<free>",
+                            *argv[1:]]
+                elif launch["nproc_per_node"] > 1:  # torchrun runs the module itself: python is implied
+                    argv = ["torchrun", f"--nproc_per_node={launch['nproc_per_node']}", "--master-port=<free>",
+                            *argv[1:]]
+                argv = launch["wrapper"] + argv
+                console.print(f"  {label}{env_text + ' ' if env_text else ''}{' '.join(argv)}", markup=False,
+                              soft_wrap=True)
             extra = f"timeout {launch['timeout_s']:g}s"
             if launch["stall_timeout_s"]:
                 extra += f", stall after {launch['stall_timeout_s']:g}s"

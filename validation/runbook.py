@@ -57,6 +57,7 @@ from typing import Any
 import yaml
 
 from nsa.run_config import YAML_ERRORS
+from validation.slurm import validate_sbatch_line
 from nsa.run_config import brief as _brief
 from validation.expressions import Expression, ExpressionError, compile_expression
 
@@ -82,6 +83,31 @@ class Requirements:
     backend: str | None = None
 
 
+LAUNCHERS = ("torchrun", "slurm")
+RDZV_BACKENDS = ("c10d", "static")
+LAUNCHER_KEYS = ("type", "rdzv_backend", "rdzv_endpoint", "partition", "account", "time_limit", "gpus_per_node",
+                 "cpus_per_task", "sbatch")
+_ENDPOINT_RE = re.compile(r"[A-Za-z0-9_.-]+:\d{1,5}")
+_TIME_LIMIT_RE = re.compile(r"\d+|\d+:\d\d(:\d\d)?|\d+-\d+(:\d\d(:\d\d)?)?")
+_SLURM_NAME_RE = re.compile(r"[A-Za-z0-9_.,-]+")
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """How a step's processes start: ``torchrun`` on this machine (nnodes > 1: that many agents here, emulated
+    nodes) or a ``slurm`` job per launch (nnodes nodes, srun + torchrun with c10d rendezvous)."""
+
+    type: str = "torchrun"
+    rdzv_backend: str = "c10d"  # torchrun, nnodes > 1
+    rdzv_endpoint: str | None = None  # torchrun, nnodes > 1: host:port (None: 127.0.0.1 and a free port)
+    partition: str | None = None  # slurm
+    account: str | None = None
+    time_limit: str | None = None
+    gpus_per_node: int = 0
+    cpus_per_task: int | None = None
+    sbatch: tuple[str, ...] = ()  # extra #SBATCH option lines
+
+
 @dataclass(frozen=True)
 class Launch:
     """Launch settings a step inherits from defaults and may override."""
@@ -96,6 +122,8 @@ class Launch:
     stall_timeout_s: float = 600.0
     window: int = 50
     warmup_steps: int = 0
+    launcher: Launcher = field(default_factory=Launcher)
+    nnodes: int = 1
 
 
 @dataclass(frozen=True)
@@ -125,6 +153,8 @@ class Step:
     repeats: int = 1
     metric: str = "toks_per_s"
     recommend: bool = False
+    # train: scaling efficiency against an earlier train step (e.g. the same config on one node)
+    scaling_baseline: str | None = None
     # pytest / bench
     tests: list[str] = field(default_factory=list)
     pytest_args: list[str] = field(default_factory=list)
@@ -393,7 +423,46 @@ RESERVED_ARGS = {"out-dir": "every launch writes into its own directory under RU
                  "resume": "use nsa-validate run --resume RUN_DIR"}
 
 LAUNCH_KEYS = ("config", "env", "args", "nproc_per_node", "master_port", "port_retries", "timeout_s",
-               "stall_timeout_s", "window", "warmup_steps")
+               "stall_timeout_s", "window", "warmup_steps", "launcher", "nnodes")
+
+
+def _launcher(value: Any, path: tuple, ctx: _Ctx, base: Launcher) -> Launcher:
+    """`launcher: slurm` or `launcher: {type: slurm, partition: ..., ...}`; keys not given are inherited."""
+    if value is None:
+        return base
+    if isinstance(value, str):
+        value = {"type": value}
+    raw = _mapping(value, path, ctx, LAUNCHER_KEYS)
+
+    def get(key, kind, **kw):
+        return _typed(raw[key], kind, path + (key,), ctx, **kw) if key in raw else getattr(base, key)
+
+    def name(key):
+        v = get(key, str, optional=True)
+        if v is not None and not _SLURM_NAME_RE.fullmatch(v):
+            raise ctx.error(path + (key,), f"{_brief(v)}: letters, digits and _.,- only")
+        return v
+
+    endpoint = get("rdzv_endpoint", str, optional=True)
+    if endpoint is not None and not _ENDPOINT_RE.fullmatch(endpoint):
+        raise ctx.error(path + ("rdzv_endpoint",), f"expected host:port, got {_brief(endpoint)}")
+    if isinstance(raw.get("time_limit"), (int, float)) and not isinstance(raw.get("time_limit"), bool):
+        raise ctx.error(path + ("time_limit",), f"quote it, e.g. \"30\" (minutes) or \"01:30:00\": YAML reads an "
+                                                f"unquoted 1:30:00 as the number 5400, got {_brief(raw['time_limit'])}")
+    time_limit = get("time_limit", str, optional=True)
+    if time_limit is not None and not _TIME_LIMIT_RE.fullmatch(time_limit):
+        raise ctx.error(path + ("time_limit",), f"{_brief(time_limit)}: Slurm's format, e.g. 30, 01:30:00 or "
+                                                "1-00:00:00")
+    sbatch = tuple(_str_list(raw["sbatch"], path + ("sbatch",), ctx)) if "sbatch" in raw else base.sbatch
+    for i, line in enumerate(sbatch):
+        problem = validate_sbatch_line(line)
+        if problem:
+            raise ctx.error(path + ("sbatch", i), f"{_brief(line)}: {problem}")
+    return Launcher(type=get("type", str, choices=LAUNCHERS), rdzv_backend=get("rdzv_backend", str,
+                                                                                 choices=RDZV_BACKENDS),
+                    rdzv_endpoint=endpoint, partition=name("partition"), account=name("account"),
+                    time_limit=time_limit, gpus_per_node=get("gpus_per_node", int, minimum=0),
+                    cpus_per_task=get("cpus_per_task", int, minimum=1, optional=True), sbatch=sbatch)
 
 
 def _launch(raw: dict, path: tuple, ctx: _Ctx, base: Launch) -> Launch:
@@ -416,6 +485,8 @@ def _launch(raw: dict, path: tuple, ctx: _Ctx, base: Launch) -> Launch:
         stall_timeout_s=get("stall_timeout_s", float, minimum=1),
         window=get("window", int, minimum=1),
         warmup_steps=get("warmup_steps", int, minimum=0),
+        launcher=_launcher(raw.get("launcher"), path + ("launcher",), ctx, base.launcher),
+        nnodes=get("nnodes", int, minimum=1),
     )
 
 
@@ -434,16 +505,16 @@ def _requirements(raw: Any, path: tuple, ctx: _Ctx, base: Requirements | None = 
 
 STEP_COMMON = ("name", "kind", "title", "description", "requires", "optional", "on_failure") + LAUNCH_KEYS
 STEP_KEYS = {
-    "snapshot": ("name", "kind", "title", "description", "requires", "optional", "on_failure", "timeout_s"),
-    "train": STEP_COMMON,
+    "snapshot": ("name", "kind", "title", "description", "requires", "optional", "launcher", "nnodes", "on_failure", "timeout_s"),
+    "train": STEP_COMMON + ("scaling_baseline",),
     "longrun": STEP_COMMON,
     "profile": STEP_COMMON + ("profile_steps", "profiler"),
     "sweep": STEP_COMMON + ("matrix", "select"),
     "ab": STEP_COMMON + ("baseline", "variants", "repeats", "metric", "recommend"),
     "pytest": ("name", "kind", "title", "description", "requires", "optional", "on_failure", "tests",
-               "pytest_args", "env", "timeout_s"),
+               "pytest_args", "env", "timeout_s", "launcher"),
     "bench": ("name", "kind", "title", "description", "requires", "optional", "on_failure", "command", "env",
-              "timeout_s"),
+              "timeout_s", "launcher"),
 }
 
 
@@ -468,6 +539,11 @@ def _step(raw: Any, path: tuple, ctx: _Ctx, phase: str, defaults: Launch, reqs: 
                   on_failure=_typed(raw.get("on_failure", on_failure), str, path + ("on_failure",), ctx,
                                     choices=ON_FAILURE))
     extra: dict[str, Any] = {}
+    if kind == "train" and raw.get("scaling_baseline") is not None:
+        base_name = _typed(raw["scaling_baseline"], str, path + ("scaling_baseline",), ctx)
+        if not NAME_RE.fullmatch(base_name):
+            raise ctx.error(path + ("scaling_baseline",), f"{_brief(base_name)}: a step name")
+        extra["scaling_baseline"] = base_name
     if kind == "sweep":
         matrix = _mapping(raw.get("matrix"), path + ("matrix",), ctx,
                           tuple(raw["matrix"].keys()) if isinstance(raw.get("matrix"), dict) else ())
@@ -586,6 +662,12 @@ def _check_references(phases: list[Phase], ctx: _Ctx, steps_at: dict[str, str]) 
     order = [s for p in phases for s in p.steps]
     position = {s.name: i for i, s in enumerate(order)}
     for i, step in enumerate(order):
+        if step.scaling_baseline is not None:
+            base = next((s for s in order if s.name == step.scaling_baseline), None)
+            if base is None or base.kind != "train" or position[base.name] >= i:
+                where = str(ctx.error(steps_at[step.name], ""))[:-2]
+                raise RunbookError(f"{where}: scaling_baseline {step.scaling_baseline!r} must name an earlier "
+                                   "train step")
         values = list(step.launch.env.values()) + [v for v in step.launch.args.values() if isinstance(v, str)]
         for value in values:
             for ref, section, key in REF_RE.findall(value):

@@ -208,8 +208,7 @@ class Runner:
             return f"phase {step.phase} not selected (--only {' '.join(self.opt.only)})"
         if step.phase in self.opt.skip:
             return f"phase {step.phase} skipped (--skip)"
-        reason = environment.unmet(step.requires, self.env_record,
-                                   step.launch.nproc_per_node if step.is_training else 1)
+        reason = environment.unmet_for(step, self.env_record)
         if reason:
             return reason
         if step.kind == "profile" and step.profiler == "nsys" and not nsys_available(step):
@@ -257,16 +256,20 @@ class Runner:
     def _launch(self, step: Step, pl: PlannedLaunch, index: int, total: int) -> LaunchResult:
         self.reporter.launch_started(step, pl, index, total)
         env = {**os.environ, **pl.env}
-        if pl.nproc_per_node > 1 or step.is_training:
-            env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, pl.nproc_per_node))))
+        if (pl.nproc_per_node > 1 or step.is_training) and pl.launcher.type == "torchrun":
+            # the ranks share this machine's cores (Slurm nodes: torchrun's own default applies there)
+            env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, pl.world_size))))
         spec = LaunchSpec(
             argv=pl.argv, env=env, cwd=self.opt.cwd, step_dir=self.run_dir / pl.dir,
-            nproc_per_node=pl.nproc_per_node, torchrun=pl.nproc_per_node > 1,
+            nproc_per_node=pl.nproc_per_node, torchrun=pl.torchrun,
+            launcher=pl.launcher.type, nnodes=pl.nnodes, rdzv_backend=pl.launcher.rdzv_backend,
+            rdzv_endpoint=pl.launcher.rdzv_endpoint, slurm=pl.slurm_options(), job_name=pl.job_name(),
+            job_env=dict(pl.env),
             master_port=None if pl.master_port == "auto" else int(pl.master_port), port_retries=pl.port_retries,
             timeout_s=pl.timeout_s,
             trainer_out_dir=(self.run_dir / pl.out_dir) if pl.out_dir else None,
             stall_timeout_s=pl.stall_timeout_s if pl.out_dir else None,
-            expected_ranks=pl.nproc_per_node if pl.out_dir else None,
+            expected_ranks=pl.world_size if pl.out_dir else None,
             on_progress=lambda p: self.reporter.launch_progress(step, p), wrapper=list(pl.wrapper))
         return launch(spec)
 
@@ -293,9 +296,10 @@ class Runner:
         out_dir = self.run_dir / pl.out_dir
         window = metrics.Window(last=step.launch.window, warmup=step.launch.warmup_steps)
         read = metrics.read_training_csv(out_dir / "training.csv")
-        m = metrics.summarize(read, window, world_size=pl.nproc_per_node)
-        m["world_size"] = pl.nproc_per_node
+        m = metrics.summarize(read, window, world_size=pl.world_size)
+        m["world_size"] = pl.world_size
         m["csv"] = self._rel(out_dir / "training.csv")
+        m.update(self._node_metrics(pl, lr, out_dir, m))
         trainer_status = _read_json(out_dir / "status.json")
         m["trainer_status"] = trainer_status.get("status")
         log_text = _read_text(lr.log_path)
@@ -313,6 +317,21 @@ class Runner:
             return "failed", f"trainer ended {m['trainer_status']}: {trainer_status.get('reason')}", m
         return _csv_verdict(m, trainer_status.get("step"))
 
+    def _node_metrics(self, pl: PlannedLaunch, lr: LaunchResult, out_dir: Path, m: dict) -> dict:
+        """Launcher, nodes (from the trainer's env.json: every node of the job), per-node throughput; every node's
+        record (host, GPUs, NCCL/IB/Slurm environment) is added to the run's environment["nodes"]."""
+        nodes = _read_json(out_dir / "env.json").get("nodes") or []
+        known = self.results["environment"].setdefault("nodes", {})
+        for node in nodes:
+            if isinstance(node, dict) and node.get("node"):
+                known.setdefault(str(node["node"]), {}).update({k: node.get(k) for k in ("host", "gpus", "env")})
+        mean = (m.get("toks_per_s") or {}).get("mean")
+        return {"launcher": pl.launcher.type, "nnodes": pl.nnodes,
+                "nodes": [str(n.get("node")) for n in nodes if isinstance(n, dict)] or list(lr.nodes),
+                "slurm_job": lr.job_id,
+                "gpus": [str(g) for n in nodes if isinstance(n, dict) for g in (n.get("gpus") or [])],
+                "toks_per_s_per_node": mean / pl.nnodes if isinstance(mean, (int, float)) else None}
+
     def _single_train(self, step: Step, planned: list[PlannedLaunch], result: dict) -> tuple[PlannedLaunch, LaunchResult]:
         pl = planned[0]
         lr = self._launch(step, pl, 0, 1)
@@ -323,6 +342,13 @@ class Runner:
 
     def _step_train(self, step, planned, result) -> None:
         self._single_train(step, planned, result)
+        if step.scaling_baseline:
+            # multi-node scaling: this run's throughput against the baseline step's, per process
+            m, base = result["metrics"], (self.results["steps"].get(step.scaling_baseline) or {}).get("metrics") or {}
+            multi, single = (m.get("toks_per_s") or {}).get("mean"), (base.get("toks_per_s") or {}).get("mean")
+            ratio = m.get("world_size", 1) / max(1, base.get("world_size") or 1)
+            m["scaling_baseline"] = step.scaling_baseline
+            m["scaling_efficiency"] = metrics.scaling_efficiency(multi, single, ratio)
 
     def _step_longrun(self, step, planned, result) -> None:
         pl, lr = self._single_train(step, planned, result)
@@ -447,7 +473,27 @@ class Runner:
         result["artifacts"] = [self._rel(f) for f in files]
         result["metrics"] = {"git_sha": env.get("git_sha"), "gpu_count": env.get("gpu_count"),
                              "files": result["artifacts"], "problems": problems}
-        result.update(status="passed", reason="; ".join(problems) or None)
+        status = "passed"
+        if planned:  # launcher slurm: a snapshot of every node of an allocation
+            lr = self._launch(step, planned[0], 0, 1)
+            self._record_launch(result, planned[0], lr)
+            known = self.results["environment"].setdefault("nodes", {})
+            names = []
+            nodes_dir = self.run_dir / step.name / "nodes"
+            for node_dir in sorted(d for d in (nodes_dir.iterdir() if nodes_dir.is_dir() else []) if d.is_dir()):
+                node_env = _read_json(node_dir / "environment.json")
+                names.append(node_dir.name)
+                known.setdefault(node_dir.name, {}).update(snapshot={"gpu_count": node_env.get("gpu_count"),
+                                                                     "gpus": node_env.get("gpus"),
+                                                                     "torch": node_env.get("torch"),
+                                                                     "host": node_env.get("host"),
+                                                                     "comm_env": node_env.get("comm_env")})
+                result["artifacts"] += [self._rel(f) for f in sorted(node_dir.iterdir())]
+            result["metrics"]["nodes"] = names
+            if lr.status != "ok" or len(names) < planned[0].nnodes:
+                status = "failed"
+                problems = problems + [f"node snapshots: {len(names)} of {planned[0].nnodes} ({lr.reason})"]
+        result.update(status=status, reason="; ".join(problems) or None)
 
     def _step_pytest(self, step, planned, result) -> None:
         pl = planned[0]

@@ -420,13 +420,24 @@ def test_torchrun_argv_shapes(tmp_path):
     assert prefix[:5] == [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master-port=29555"]
     assert prefix[5:] == ["--log-dir", str(tmp_path / "ranks"), "--redirects", "3", "--tee", "3"]
     assert torchrun_prefix(2, 29555) == prefix[:5]
-    mod = _torchrun_argv([sys.executable, "-m", "nsa.train", "--steps", "3"], 2, 29555, tmp_path)
+    mod = _torchrun_argv([sys.executable, "-m", "nsa.train", "--steps", "3"], prefix)
     assert mod[-4:] == ["-m", "nsa.train", "--steps", "3"] and "--no-python" not in mod
-    script = _torchrun_argv([sys.executable, "x.py", "-a"], 2, 29555, tmp_path)
+    script = _torchrun_argv([sys.executable, "x.py", "-a"], prefix)
     assert script[-2:] == ["x.py", "-a"]
-    other = _torchrun_argv(["pytest", "-q"], 2, 29555, tmp_path)
+    other = _torchrun_argv(["pytest", "-q"], prefix)
     assert other[-3:] == ["--no-python", "pytest", "-q"]
     assert 0 < free_port() < 65536
+
+
+def test_torchrun_multi_node_prefixes():
+    c10d = torchrun_prefix(2, 29555, nnodes=2, node_rank=1, rdzv_id="nsav-x")
+    assert c10d[3:] == ["--nproc_per_node=2", "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:29555",
+                        "--rdzv-id=nsav-x"]
+    static = torchrun_prefix(1, 0, nnodes=3, node_rank=2, rdzv_backend="static", rdzv_endpoint="head:29600")
+    assert static[3:] == ["--nproc_per_node=1", "--nnodes=3", "--node-rank=2", "--master-addr=head",
+                          "--master-port=29600"]
+    with pytest.raises(ValueError, match="rdzv_backend"):
+        torchrun_prefix(1, 1, nnodes=2, rdzv_backend="etcd")
 
 
 # ------------------------------------------------------------------------------------------ torchrun, real trainer

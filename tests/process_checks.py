@@ -69,12 +69,22 @@ def cmdline(pid: int) -> str:
         return ""
 
 
+def naming(text: str) -> list[int]:
+    """Live (non-zombie) processes, other than this one, whose command line contains `text`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid() and text in cmdline(int(name)) and pid_alive(int(name)):
+            found.append(int(name))
+    return found
+
+
 def orphans(pids: Iterable[int] = (), pgids: Iterable[int] = (), timeout: float = 10.0,
             cmdline_contains: str | None = None) -> list[int]:
     """Processes left behind by a launch: each of `pids` and each live member of the process groups `pgids` still
-    alive after up to `timeout` s. With `cmdline_contains` (e.g. the run directory), a live PID whose command
-    line lacks it is another process that reused the number, not an orphan. Recorded in the reliability
-    figures (checked and found)."""
+    alive after up to `timeout` s. With `cmdline_contains` (the run directory: every launcher, torchrun agent and
+    trainer names it in its arguments), a live PID whose command line lacks it is another process that reused
+    the number, not an orphan, and the whole process table is searched for any other process naming it (a
+    torchrun agent, a helper) as well. Recorded in the reliability figures (checked and found)."""
     pids, pgids = sorted(set(pids)), sorted(set(pgids))
 
     def ours(pid: int) -> bool:
@@ -83,12 +93,13 @@ def orphans(pids: Iterable[int] = (), pgids: Iterable[int] = (), timeout: float 
     deadline = time.monotonic() + timeout
     while True:
         alive = ([p for p in pids if pid_alive(p) and ours(p)]
-                 + [m for g in pgids for m in group_members(g)])
+                 + [m for g in pgids for m in group_members(g)]
+                 + (naming(cmdline_contains) if cmdline_contains else []))
         if not alive or time.monotonic() >= deadline:
             break
         time.sleep(0.1)
     alive = sorted(set(alive))
-    RECORDER.record_orphans(found=len(alive), checked=len(pids) + len(pgids))
+    RECORDER.record_orphans(found=len(alive), checked=len(pids) + len(pgids), scans=1 if cmdline_contains else 0)
     return alive
 
 

@@ -5,8 +5,8 @@ session (tests/conftest.py): `python -m pytest -m reliability` runs exactly thos
                 disk, a path leading outside RUN_DIR, ...), each with the verdict expected and the one nsa-validate
                 gave; correctly classified = the two agree
     inputs      generated inputs tried per parser by the hypothesis fuzz tests
-    orphans     processes (PIDs or process groups of a launch) still alive after the launch ended, out of those
-                checked (tests/process_checks.py)
+    orphans     processes (PIDs or process groups of a launch, or anything whose command line still names the
+                run directory) alive after the launch ended, out of those checked (tests/process_checks.py)
     results     finished results checked to be on disk and unchanged after a fault, and those lost
 
 Nothing here is a constant: a test records what it saw, before asserting, so a failing check shows in the figures
@@ -25,6 +25,7 @@ class Recorder:
     inputs: collections.Counter = field(default_factory=collections.Counter)  # parser -> examples tried
     orphans_found: int = 0
     orphans_checked: int = 0
+    orphan_scans: int = 0  # searches of the whole process table for anything still naming a run
     results_lost: int = 0
     results_checked: int = 0
 
@@ -36,9 +37,10 @@ class Recorder:
     def record_inputs(self, parser: str, n: int) -> None:
         self.inputs[parser] += int(n)
 
-    def record_orphans(self, found: int, checked: int) -> None:
+    def record_orphans(self, found: int, checked: int, scans: int = 0) -> None:
         self.orphans_found += int(found)
         self.orphans_checked += int(checked)
+        self.orphan_scans += int(scans)
 
     def record_results(self, lost: int, checked: int) -> None:
         """`checked` finished results (steps, files) were looked for after a fault; `lost` were missing/changed."""
@@ -46,7 +48,7 @@ class Recorder:
         self.results_checked += int(checked)
 
     def any(self) -> bool:
-        return bool(self.faults or self.inputs or self.orphans_checked or self.results_checked)
+        return bool(self.faults or self.inputs or self.orphans_checked or self.orphan_scans or self.results_checked)
 
     def classified(self) -> int:
         return sum(expected == got for _, expected, got in self.faults)
@@ -64,9 +66,11 @@ class Recorder:
             total = sum(self.inputs.values())
             out.append(f"generated inputs tried: {total:,} "
                        f"({', '.join(f'{p} {n:,}' for p, n in sorted(self.inputs.items()))})")
-        if self.orphans_checked:
+        if self.orphans_checked or self.orphan_scans:
+            scans = (f", and {self.orphan_scans} searches of the process table for anything still naming a run"
+                     if self.orphan_scans else "")
             out.append(f"orphans found: {self.orphans_found} (of {self.orphans_checked} processes and process "
-                       "groups checked)")
+                       f"groups checked{scans})")
         if self.results_checked:
             out.append(f"results lost: {self.results_lost} (of {self.results_checked} finished results checked "
                        "after a fault)")

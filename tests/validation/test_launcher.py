@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from process_checks import group_members, pid_alive
 
 from validation.launcher import (EXCERPT_MAX_LINES, LaunchSpec, Progress, _sigint_deferred, _torchrun_argv,
                                  _torchrun_failures, _tracebacks, free_port, launch, torchrun_prefix)
@@ -40,33 +41,6 @@ def spec(tmp_path: Path, argv: list[str], **kw) -> LaunchSpec:
 
 def py(code: str, *args: str) -> list[str]:
     return [sys.executable, "-c", code, *args]
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie still answers kill(0)
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of process group `pgid`, from /proc."""
-    members = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                members.append(int(name))
-    return members
 
 
 def assert_group_gone(pgid: int) -> None:

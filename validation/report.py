@@ -300,7 +300,10 @@ def _train_notes(metrics: dict) -> list[str]:
     notes = []
     csv_status = metrics.get("status")
     if csv_status not in (None, "ok"):
-        notes.append(f"training.csv {csv_status}: {metrics.get('reason') or metrics.get('note') or NA}")
+        detail = str(metrics.get("reason") or metrics.get("note") or NA)
+        if detail.startswith(f"{csv_status}: "):  # the reader's reason already names the status
+            detail = detail[len(csv_status) + 2:]
+        notes.append(f"training.csv {csv_status}: {detail}")
     elif metrics.get("note"):
         notes.append(f"training.csv: {metrics['note']}")
     if "compression" in metrics:

@@ -468,29 +468,25 @@ class _SlurmRun(_Run):
         launch_id = uuid.uuid4().hex
         env = dict(self.spec.env)
         env[LAUNCH_ID_VAR] = ",".join(filter(None, (env.get(LAUNCH_ID_VAR, ""), launch_id)))
-        try:
-            with _sigint_deferred():  # a Ctrl-C between sbatch and recording the job id would lose the job
-                self.job_id = slurm.submit(self.script, env, Path(self.spec.cwd))
-                write_json(self.job_file, {"job_id": self.job_id, "script": str(self.script),
-                                           "submitted": time.time(), "state": "SUBMITTED"})
-        except slurm.SlurmError as exc:
-            self.error = f"could not submit the Slurm job: {exc}"
-            _note(self.log_path, self.error)
-            return
-        _note(self.log_path, f"submitted Slurm job {self.job_id} ({self.spec.nnodes} node(s))")
         cancelled = ""
         try:
+            try:
+                with _sigint_deferred():  # a Ctrl-C between sbatch and recording the job id would lose the job
+                    self.job_id = slurm.submit(self.script, env, Path(self.spec.cwd))
+                    write_json(self.job_file, {"job_id": self.job_id, "script": str(self.script),
+                                               "submitted": time.time(), "state": "SUBMITTED"})
+            except slurm.SlurmError as exc:
+                self.error = f"could not submit the Slurm job: {exc}"
+                _note(self.log_path, self.error)
+                return
+            _note(self.log_path, f"submitted Slurm job {self.job_id} ({self.spec.nnodes} node(s))")
             cancelled = self._follow()
-        except KeyboardInterrupt:
-            _note(self.log_path, f"interrupted (Ctrl-C in the launcher): cancelling Slurm job {self.job_id}")
-            self._cancel()
+        except KeyboardInterrupt:  # also one held back during submission: the job is cancelled either way
+            if self.job_id is not None:
+                _note(self.log_path, f"interrupted (Ctrl-C in the launcher): cancelling Slurm job {self.job_id}")
+                self._cancel()
             raise
-        info = slurm.job_info(self.job_id)
-        for _ in range(10):  # the job left the queue: its final state is known (COMPLETING ends soon)
-            if info.state in slurm.FINAL_STATES or info.state == "UNKNOWN":
-                break
-            time.sleep(0.5)
-            info = slurm.job_info(self.job_id)
+        info = self._final_info()
         self.nodes = info.nodes
         self.returncode = info.exit_code
         status, reason = slurm.map_state(info, cancelled_by_us=bool(cancelled))
@@ -502,6 +498,19 @@ class _SlurmRun(_Run):
                 self.scheduler_reason = None
         write_json(self.job_file, {"job_id": self.job_id, "script": str(self.script), "state": info.state,
                                    "exit_code": info.exit_code, "nodes": info.nodes, "status": self.status})
+
+    def _final_info(self) -> slurm.JobInfo:
+        """The job's final state (it left the queue; COMPLETING ends soon); UNKNOWN when Slurm cannot say."""
+        info = None
+        for _ in range(10):
+            try:
+                info = slurm.job_info(self.job_id)
+            except slurm.SlurmError as exc:  # the controller did not answer: ask again, then give up
+                info = slurm.JobInfo(job_id=self.job_id, state="UNKNOWN", reason=str(exc))
+            if info.state in slurm.FINAL_STATES:
+                break
+            time.sleep(0.5)
+        return info
 
     def _follow(self) -> str:
         """Poll until the job leaves the queue; returns "" or why it was cancelled ("timeout" / "hang")."""
@@ -571,9 +580,11 @@ class _SlurmRun(_Run):
     def _cancel(self) -> None:
         try:
             slurm.cancel(self.job_id)
+            gone = slurm.wait_gone(self.job_id, timeout_s=max(60.0, self.spec.term_grace_s * 3))
         except slurm.SlurmError as exc:
             _note(self.log_path, f"scancel {self.job_id}: {exc}")
-        if not slurm.wait_gone(self.job_id, timeout_s=max(60.0, self.spec.term_grace_s * 3)):
+            return
+        if not gone:
             _note(self.log_path, f"Slurm job {self.job_id} is still listed by squeue after scancel")
 
     def _cancel_stale(self) -> None:

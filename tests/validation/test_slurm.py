@@ -254,6 +254,29 @@ def test_a_hang_is_dumped_on_every_node_then_cancelled(cluster, tmp_path, reliab
 
 
 @pytest.mark.reliability
+def test_ctrl_c_cancels_the_job(cluster, tmp_path, reliability):
+    spec = _spec(tmp_path, steps=1_000_000)
+
+    def progress(p):
+        if p.step is not None and p.step >= 2:
+            raise KeyboardInterrupt
+
+    spec.on_progress = progress
+    with pytest.raises(KeyboardInterrupt):
+        launch(spec)
+    job_id = json.loads((tmp_path / "slurm_job.json").read_text())["job_id"]
+    reliability.record_orphans(len(_our_jobs()), 1)
+    assert slurm.queue_state(job_id) is None and _our_jobs() == []
+    assert f"cancelling Slurm job {job_id}" in (tmp_path / "stdout.log").read_text()
+
+
+def test_a_job_slurm_refuses_is_an_error_naming_sbatchs_reason(cluster, tmp_path):
+    result = launch(_spec(tmp_path, slurm=slurm.SlurmOptions(partition="no_such_partition")))
+    assert result.status == "error" and result.job_id is None
+    assert "could not submit the Slurm job" in result.reason and "partition" in result.reason.lower()
+
+
+@pytest.mark.reliability
 def test_a_job_cancelled_by_someone_else_is_a_failure_saying_so(cluster, tmp_path, reliability):
     spec = _spec(tmp_path, steps=1_000_000)
     cancelled = []

@@ -74,6 +74,23 @@ def damage_training_csv(path: Path, kind: str) -> None:
     raise ValueError(f"not a training.csv fault: {kind!r}")
 
 
+def stop_with_launcher() -> None:
+    """Under torchrun (Linux): a SIGTERM to this rank when its torchrun agent dies, even by SIGKILL
+    (PR_SET_PDEATHSIG), so the rank stops at its next step with a checkpoint instead of running on alone; if the
+    agent is already gone, now. Call it once the SIGTERM handler is installed."""
+    if not sys.platform.startswith("linux") or "TORCHELASTIC_RUN_ID" not in os.environ:
+        return
+    import ctypes
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except OSError:
+        return
+    if os.getppid() != parent or parent == 1:  # the agent died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 class RunControl:
     def __init__(self, out_dir: Path, rank: int, fault: Fault | None = None):
         self.out_dir, self.rank, self.fault = Path(out_dir), rank, fault
@@ -91,6 +108,7 @@ class RunControl:
         self._installed[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._on_stop)
         self._installed[signal.SIGINT] = signal.signal(signal.SIGINT, self._on_stop)
         self._installed[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._on_usr1)
+        stop_with_launcher()
         # C-level dump chained in front of the Python handler: works while the interpreter is blocked
         self._fault_file = open(self.out_dir / f"stackdump_rank{self.rank}.txt", "a")
         faulthandler.register(signal.SIGUSR1, file=self._fault_file, all_threads=True, chain=True)

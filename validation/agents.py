@@ -11,6 +11,7 @@ signal N as 128 + N), else 0.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -19,7 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+from validation.launcher import die_with_parent
+
 POLL_S = 0.2
+STOP_GRACE_S = 15.0  # after a SIGTERM/SIGINT/SIGHUP passed on, the agents that are still there are killed
+
 
 
 def _load(path: Path) -> tuple[list[dict], float]:
@@ -45,8 +50,11 @@ def _code(returncode: int) -> int:
 
 def run(agents: list[dict], grace_s: float) -> int:
     procs: list[subprocess.Popen] = []
+    stop_requested: list[float] = []
 
     def forward(signum, _frame):
+        if _frame is not None and not stop_requested:
+            stop_requested.append(time.monotonic())
         for p in procs:
             if p.poll() is None:
                 try:
@@ -59,7 +67,9 @@ def run(agents: list[dict], grace_s: float) -> int:
     for agent in agents:
         print(f"[agents] starting {agent.get('name', '?')}: {' '.join(agent['argv'])}", file=sys.stderr, flush=True)
         procs.append(subprocess.Popen(agent["argv"], env={**os.environ, **agent.get("env", {})},
-                                      stdin=subprocess.DEVNULL))
+                                      stdin=subprocess.DEVNULL,
+                                      # SIGKILL when this supervisor dies; the ranks then get their own SIGTERM
+                                      preexec_fn=functools.partial(die_with_parent, signal.SIGKILL)))
     first_failure: tuple[str, int] | None = None
     failed_at = None
     while any(p.poll() is None for p in procs):
@@ -68,6 +78,11 @@ def run(agents: list[dict], grace_s: float) -> int:
                 first_failure, failed_at = (agent.get("name", "?"), p.returncode), time.monotonic()
                 print(f"[agents] {first_failure[0]} exited with {p.returncode}; the others get {grace_s:g}s to end",
                       file=sys.stderr, flush=True)
+        if stop_requested and time.monotonic() - stop_requested[0] > STOP_GRACE_S:
+            for p in procs:  # a torchrun agent that did not end on SIGTERM: its ranks get their own SIGTERM
+                if p.poll() is None:
+                    p.kill()
+            break
         if failed_at is not None and time.monotonic() - failed_at > grace_s:
             print("[agents] terminating the remaining agents", file=sys.stderr, flush=True)
             forward(signal.SIGTERM, None)

@@ -44,6 +44,7 @@ raises, none of them is alive. (Zombies re-parented to init are reaped by init, 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -322,7 +323,8 @@ class _Run:
             log.info("launching %s (cwd %s, log %s)", self.argv, self.spec.cwd, self.log_path)
             return subprocess.Popen(self.argv, cwd=self.spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=fd,
                                     stderr=fd, start_new_session=True, close_fds=True,
-                                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                                    preexec_fn=(functools.partial(die_with_parent, _parent_death_signal(self.argv))
+                                                if sys.platform.startswith("linux") else None))
         except OSError as exc:  # missing executable or cwd, permission denied
             self.error = f"could not start {self.argv[0]!r} in {self.spec.cwd}: {exc}"
             os.write(fd, f"{_NOTE_PREFIX}{time.strftime('%H:%M:%S')}] {self.error}\n".encode())
@@ -1204,13 +1206,19 @@ def _failure_excerpt(log_path: Path, rank_logs: dict[int, Path], out_dir: Path |
 # ------------------------------------------------------------------------------------------------- helpers
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM it when nsa-validate dies, even by SIGKILL (Linux PR_SET_PDEATHSIG),
-    so a killed orchestrator does not leave a training run behind (torchrun passes SIGTERM on to its workers)."""
+def _parent_death_signal(argv: list[str]) -> int:
+    """SIGKILL for a torchrun agent (its own SIGTERM shutdown can hang with its workers already gone; the trainer's
+    ranks get their own SIGTERM when the agent dies: nsa.safety.stop_with_launcher), SIGTERM for anything else."""
+    return signal.SIGKILL if "torch.distributed.run" in argv else signal.SIGTERM
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """In the child, before exec: `sig` when nsa-validate dies, even by SIGKILL (Linux PR_SET_PDEATHSIG), so a
+    killed orchestrator does not leave a training run behind."""
     import ctypes
 
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # 1 = PR_SET_PDEATHSIG
     except OSError:
         pass
 

@@ -252,3 +252,26 @@ def test_bad_toggle_value_names_the_variable(tmp_path):
                           timeout=120)
     assert proc.returncode == 2 and "NSA_DDP_COMPRESS" in proc.stderr and "bf16" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_ranks_stop_with_a_checkpoint_when_their_torchrun_agent_is_killed(tmp_path):
+    """SIGKILL of the torchrun agent (what the orchestrator does to it when it dies itself): every rank gets its
+    own SIGTERM (parent-death signal), stops at its next step with a checkpoint, and no rank runs on alone."""
+    cfg = _config(tmp_path, steps=100000, save_every=100000, batch_size=2, log_every=1000)
+    out = tmp_path / "out"
+    proc = start(out, "--ddp", "1", nproc=2, config=cfg)
+    try:
+        wait_for(lambda: last_step(out, 1) >= 3, 90, "rank 1 at step 3", proc)
+        ranks = [heartbeats(out, r)[0]["pid"] for r in (0, 1)]
+        os.kill(proc.pid, signal.SIGKILL)  # the agent only; its ranks are in sessions of their own
+        proc.wait(10)
+        wait_for(lambda: not any(pid_alive(p) for p in ranks), 60, "both ranks to exit")
+    finally:
+        kill_group(proc)
+        for pid in ranks if "ranks" in locals() else []:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    status = json.loads((out / "status.json").read_text())
+    assert status["status"] == "terminated", status
+    stopped = status["step"]
+    assert (out / "checkpoints" / f"step_{stopped:08d}").is_dir()

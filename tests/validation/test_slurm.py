@@ -253,6 +253,52 @@ def test_a_hang_is_dumped_on_every_node_then_cancelled(cluster, tmp_path, reliab
     assert _our_jobs() == []
 
 
+def _node_state(node: str) -> str:
+    """scontrol's State of the node, e.g. IDLE, DOWN+NOT_RESPONDING (sinfo keeps showing "mixed" while a
+    NODE_FAIL job's record stays, although the node takes new jobs)."""
+    out = subprocess.run(["scontrol", "show", "node", node, "-o"], capture_output=True, text=True, timeout=10).stdout
+    return next((f.split("=", 1)[1] for f in out.split() if f.startswith("State=")), "").lower()
+
+
+@pytest.mark.reliability
+def test_a_node_failure_is_a_failure_naming_node_fail(cluster, tmp_path, reliability):
+    """A node of the job goes down mid-run (scontrol ... state=down, as when slurmctld loses a node); afterwards it
+    is put back in service for the tests that follow."""
+    spec = _spec(tmp_path, steps=1_000_000)
+    downed = []
+
+    def progress(p):
+        if not downed and p.step is not None and p.step >= 2:
+            downed.append(True)
+            subprocess.run(["scontrol", "update", "nodename=nodeB", "state=down", "reason=nsav-test"], check=True,
+                           timeout=10)
+
+    spec.on_progress = progress
+    try:
+        result = launch(spec)
+    finally:  # back to service: "resume" while the node is down; its killed job steps take a while to go
+        end = time.monotonic() + 60
+        while not _node_state("nodeB").startswith("idle") and time.monotonic() < end:
+            if _node_state("nodeB").startswith(("down", "drain")):
+                subprocess.run(["scontrol", "update", "nodename=nodeB", "state=resume"], capture_output=True,
+                               timeout=10)
+            time.sleep(1.0)
+    reliability.record_fault("Slurm job: a node goes down", "failed (NODE_FAIL)",
+                             f"{result.status} (NODE_FAIL)" if "NODE_FAIL" in result.reason else result.status)
+    assert downed and result.status == "failed" and "NODE_FAIL" in result.reason, result.reason
+    assert _node_state("nodeB").startswith(("idle", "mixed")), _node_state("nodeB")
+
+
+@pytest.mark.reliability
+def test_slurms_own_time_limit_is_a_timeout(cluster, tmp_path, reliability):
+    """time_limit 1 (minute, Slurm's smallest): the job is ended by Slurm, not by the step's timeout."""
+    result = launch(_spec(tmp_path, steps=1_000_000, timeout_s=240,
+                          slurm=slurm.SlurmOptions(time_limit="1")))
+    reliability.record_fault("Slurm job: Slurm's time limit", "timeout", result.status)
+    assert result.status == "timeout" and "time limit (TIMEOUT)" in result.reason, result.reason
+    assert _our_jobs() == []
+
+
 @pytest.mark.reliability
 def test_ctrl_c_cancels_the_job(cluster, tmp_path, reliability):
     spec = _spec(tmp_path, steps=1_000_000)

@@ -15,7 +15,6 @@ import collections
 import copy
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from fuzz_support import entries as doc_entries, report_counts  # tests/fuzz_support.py
 from nsa.data import DATASETS, DataConfig
 from nsa.model import ModelConfig
 from nsa.run_config import DEVICES, LR_SCHEDULES, PARALLEL, PRECISIONS, ConfigError, RunConfig, TrainConfig, \
@@ -43,18 +43,7 @@ pytestmark = pytest.mark.reliability  # the generated-inputs figure
 @pytest.fixture(scope="module", autouse=True)
 def _report_counts(reliability):
     yield
-    counts = dict(sorted(COUNTS.items()))
-    for parser, n in counts.items():
-        if not parser.endswith("_ok"):
-            reliability.record_inputs(parser, n)
-    print(f"\nfuzz examples tried ({Path(__file__).name}): {json.dumps(counts)}")
-    out = os.environ.get("NSA_FUZZ_COUNTS_OUT")
-    if out:
-        path = Path(out)
-        merged = json.loads(path.read_text()) if path.is_file() else {}
-        merged.update(counts)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
+    report_counts(COUNTS, reliability, Path(__file__).name)
 
 
 @pytest.fixture(scope="module")
@@ -88,17 +77,6 @@ documents = st.fixed_dictionaries({}, optional={name: st.one_of(s, s, s, values)
                                   | {"extra": values})
 
 
-def _entries(node, out=None):
-    out = [] if out is None else out
-    if isinstance(node, dict):
-        for k in list(node):
-            out.append((node, k))
-            _entries(node[k], out)
-    elif isinstance(node, list):
-        for i, item in enumerate(node):
-            out.append((node, i))
-            _entries(item, out)
-    return out
 
 
 @st.composite
@@ -106,7 +84,7 @@ def mutated_configs(draw):
     """A shipped config with 1 to 4 mutations: delete, replace (near or far), rename, insert, wrap."""
     doc = copy.deepcopy(CONFIG_DOCS[draw(st.sampled_from(sorted(CONFIG_DOCS)))])
     for _ in range(draw(st.integers(1, 4))):
-        entries = _entries(doc)
+        entries = doc_entries(doc)
         if not entries:
             break
         parent, key = draw(st.sampled_from(entries))

@@ -20,7 +20,6 @@ import collections
 import copy
 import json
 import math
-import os
 import re
 import time
 import warnings
@@ -31,6 +30,7 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from fuzz_support import entries as doc_entries, report_counts  # tests/fuzz_support.py
 from nsa.outputs import MFU_COLUMN, TRAINING_COLUMNS
 from validation.expressions import (FUNCTIONS, MAX_DEPTH, MAX_INT_BITS, STATUSES, EvalResult, Expression,
                                     ExpressionError, compile_expression, fmt_value)
@@ -56,18 +56,7 @@ pytestmark = pytest.mark.reliability  # the generated-inputs figure
 @pytest.fixture(scope="module", autouse=True)
 def _report_counts(reliability):
     yield
-    counts = dict(sorted(COUNTS.items()))
-    for parser, n in counts.items():
-        if not parser.endswith("_ok"):
-            reliability.record_inputs(parser, n)
-    print(f"\nfuzz examples tried ({Path(__file__).name}): {json.dumps(counts)}")
-    out = os.environ.get("NSA_FUZZ_COUNTS_OUT")
-    if out:
-        path = Path(out)
-        merged = json.loads(path.read_text()) if path.is_file() else {}
-        merged.update(counts)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
+    report_counts(COUNTS, reliability, Path(__file__).name)
 
 
 @pytest.fixture(scope="module")
@@ -212,18 +201,6 @@ def test_runbook_random_values(work_dir, doc):
     runbook_problem(write_runbook(work_dir, dump(doc)))
 
 
-def _entries(node, out=None):
-    """(container, key) for every entry of every mapping and list in a document."""
-    out = [] if out is None else out
-    if isinstance(node, dict):
-        for k in list(node):
-            out.append((node, k))
-            _entries(node[k], out)
-    elif isinstance(node, list):
-        for i, item in enumerate(node):
-            out.append((node, i))
-            _entries(item, out)
-    return out
 
 
 @st.composite
@@ -231,7 +208,7 @@ def mutated(draw, docs: dict):
     """A shipped document with 1 to 4 structural mutations: delete, replace, rename, insert, wrap."""
     doc = copy.deepcopy(docs[draw(st.sampled_from(sorted(docs)))])
     for _ in range(draw(st.integers(1, 4))):
-        entries = _entries(doc)
+        entries = doc_entries(doc)
         if not entries:
             break
         if draw(st.booleans()):  # half the time a top-level key, else anywhere

@@ -163,13 +163,14 @@ def node_snapshot_main(argv: list[str] | None = None) -> int:
     import socket
 
     from nsa.distributed import NODE_ENV_PREFIXES, NODE_NAME_VARS
+    from validation.launcher import safe_name
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m validation.environment NODES_DIR", file=sys.stderr)
         return 2
     name = next((os.environ[v] for v in NODE_NAME_VARS if os.environ.get(v)), None) or socket.gethostname()
-    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "node"
+    name = safe_name(name) or "node"
     node_dir = Path(args[0]) / name
     env, files, problems = snapshot(node_dir, Path.cwd())
     # what decides multi-node communication: the NCCL/IB/Slurm variables, the GPU topology and the IB devices

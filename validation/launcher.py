@@ -389,24 +389,33 @@ class _Run:
         self._dumps_then(verdict, lambda: setattr(self, "how_ended", _end(tree, self.spec.term_grace_s)),
                          alive=lambda: proc.poll() is None)
 
-    def _dumps_then(self, verdict, end, alive=lambda: True) -> None:
-        """Ask the stalled ranks for stack dumps (SIGUSR1 to those on this host), wait for them, then `end()`."""
+    def _dumps_then(self, verdict, end, alive=lambda: True, local: bool = True, waiting: list[int] = (),
+                    since: float | None = None) -> None:
+        """Ask the stalled ranks for stack dumps (with `local`, SIGUSR1 to those on this host), wait for them and
+        for those of the ranks `waiting` (asked another way, since `since`), then `end()`."""
         stalled = {r: verdict.latest[r] for r in verdict.stalled_ranks if r in verdict.latest}
-        log.warning("stall: %s; asking rank(s) %s for stack dumps", verdict.reason, sorted(stalled))
-        _note(self.log_path, f"stall: {verdict.reason}; sending SIGUSR1 (stack dumps) to rank(s) {sorted(stalled)}")
         t_sig = time.time()
-        self.signalled = signal_stack_dumps(stalled)
-        ranks = [r for r, rec in stalled.items() if rec.get("pid") in self.signalled]
-        deadline = time.monotonic() + DUMP_WAIT_S
-        while ranks and time.monotonic() < deadline and alive():
-            fresh = _stack_dumps(self.out_dir, t_sig - 1.0)
-            if all(any(p.name.startswith(f"stackdump_rank{r}.") or p.name.startswith(f"stackdump_rank{r}_")
-                       for p in fresh) for r in ranks):
-                time.sleep(0.5)  # let the other dump of each rank (Python level / C level) finish too
-                break
-            time.sleep(0.2)
+        self.signalled = []
+        if local:
+            log.warning("stall: %s; asking rank(s) %s for stack dumps", verdict.reason, sorted(stalled))
+            _note(self.log_path, f"stall: {verdict.reason}; sending SIGUSR1 (stack dumps) to rank(s) "
+                                 f"{sorted(stalled)}")
+            self.signalled = signal_stack_dumps(stalled)
+        ranks = sorted({r for r, rec in stalled.items() if rec.get("pid") in self.signalled} | set(waiting))
+        self._wait_for_dumps(ranks, (t_sig if since is None else since) - 1.0, alive)
         end()
         self.stack_dumps = _stack_dumps(self.out_dir, self.started)
+
+    def _wait_for_dumps(self, ranks: list[int], since: float, alive=lambda: True) -> None:
+        """Up to DUMP_WAIT_S for a stack dump file of each of `ranks` written after `since`."""
+        deadline = time.monotonic() + DUMP_WAIT_S
+        while ranks and time.monotonic() < deadline and alive():
+            fresh = _stack_dumps(self.out_dir, since)
+            if all(any(p.name.startswith((f"stackdump_rank{r}.", f"stackdump_rank{r}_")) for p in fresh)
+                   for r in ranks):
+                time.sleep(0.5)  # let the other dump of each rank (Python level / C level) finish too
+                return
+            time.sleep(0.2)
 
 
 # ------------------------------------------------------------------------------------- multi-node, Slurm
@@ -421,7 +430,7 @@ def _local_agents_argv(spec: LaunchSpec, port: int, step_dir: Path, ranks_dir: P
     """`spec.nnodes` torchrun agents on this machine forming one job (validation.agents runs them); each has
     its own node name (NSA_NODE_NAME=node<i>) and torchrun log directory (ranks/node<i>), and every rank's output
     is prefixed with its global rank."""
-    rdzv_id = f"nsav-{_slug_id(step_dir.name)}-{uuid.uuid4().hex[:8]}"
+    rdzv_id = f"nsav-{safe_name(step_dir.name)[:40]}-{uuid.uuid4().hex[:8]}"
     agents = []
     for i in range(spec.nnodes):
         prefix = torchrun_prefix(spec.nproc_per_node, port, ranks_dir / f"node{i}", nnodes=spec.nnodes, node_rank=i,
@@ -434,8 +443,9 @@ def _local_agents_argv(spec: LaunchSpec, port: int, step_dir: Path, ranks_dir: P
     return [sys.executable, "-m", "validation.agents", str(path)]
 
 
-def _slug_id(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", text)[:40]
+def safe_name(text: str) -> str:
+    """`text` as a file-name and id component: every character but letters, digits and -_. becomes _."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
 
 
 class _SlurmRun(_Run):
@@ -491,13 +501,11 @@ class _SlurmRun(_Run):
         info = self._final_info()
         self.nodes = info.nodes
         self.returncode = info.exit_code
-        status, reason = slurm.map_state(info, cancelled_by_us=bool(cancelled))
         if cancelled:  # timeout / hang: our own verdict stands
             self.how_ended = f"scancel of Slurm job {self.job_id}"
         else:
-            self.status, self.scheduler_reason = status, reason
-            if status == "ok":
-                self.scheduler_reason = None
+            self.status, reason = slurm.map_state(info)
+            self.scheduler_reason = None if self.status == "ok" else reason
         write_json(self.job_file, {"job_id": self.job_id, "script": str(self.script), "state": info.state,
                                    "exit_code": info.exit_code, "nodes": info.nodes, "status": self.status})
 
@@ -532,14 +540,9 @@ class _SlurmRun(_Run):
             verdict = self._look_at_heartbeats() if state == "RUNNING" else None
             if verdict is not None and verdict.state == STALLED and spec.stall_timeout_s is not None:
                 self.status, self.verdict = "hang", verdict
+                asked = time.time()
                 remote = self._remote_dumps(verdict)
-                if remote:
-                    self._wait_for_dumps(remote, time.time() - 1.0)
-                if spec.remote_dumps:
-                    self._cancel()
-                    self.stack_dumps = _stack_dumps(self.out_dir, self.started)
-                else:
-                    self._dumps_then(verdict, self._cancel)
+                self._dumps_then(verdict, self._cancel, local=not spec.remote_dumps, waiting=remote, since=asked)
                 return "hang"
             if spec.on_progress is not None:
                 shown = verdict.state if verdict is not None else state.lower()
@@ -568,16 +571,6 @@ class _SlurmRun(_Run):
         except (OSError, subprocess.TimeoutExpired) as exc:
             _note(self.log_path, f"srun watchdog: {exc}")
         return ranks
-
-    def _wait_for_dumps(self, ranks: list[int], since: float) -> None:
-        deadline = time.monotonic() + DUMP_WAIT_S
-        while time.monotonic() < deadline:
-            fresh = _stack_dumps(self.out_dir, since)
-            if all(any(p.name.startswith((f"stackdump_rank{r}.", f"stackdump_rank{r}_")) for p in fresh)
-                   for r in ranks):
-                time.sleep(0.5)
-                return
-            time.sleep(0.2)
 
     def _cancel(self) -> None:
         try:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from validation import slurm
-from validation.launcher import RECORDED_ENV_PREFIXES, RANKS_DIR, LOG_NAME
+from validation.launcher import LOG_NAME, RANKS_DIR, RECORDED_ENV_PREFIXES, safe_name
 from validation.runbook import Launch, Launcher, Runbook, Step, references, resolve_references
 
 
@@ -44,24 +44,13 @@ class PlannedLaunch:
     def world_size(self) -> int:
         return self.nproc_per_node * self.nnodes
 
-    def display(self) -> str:
-        if self.launcher.type == "slurm":
-            prefix = f"sbatch ({self.nnodes} node(s)) srun torchrun --nproc_per_node={self.nproc_per_node} " \
-                if self.torchrun else "sbatch srun "
-        elif self.nnodes > 1:
-            prefix = f"torchrun --nnodes={self.nnodes} --nproc_per_node={self.nproc_per_node} (x{self.nnodes} agents) "
-        else:
-            prefix = f"torchrun --nproc_per_node={self.nproc_per_node} " if self.nproc_per_node > 1 else ""
-        env = " ".join(f"{k}={v}" for k, v in self.env.items())
-        return f"{env + ' ' if env else ''}{prefix}{' '.join(self.argv)}"
-
     def slurm_options(self) -> slurm.SlurmOptions:
         lc = self.launcher
         return slurm.SlurmOptions(partition=lc.partition, account=lc.account, time_limit=lc.time_limit,
                                   gpus_per_node=lc.gpus_per_node, cpus_per_task=lc.cpus_per_task, sbatch=lc.sbatch)
 
     def job_name(self) -> str:
-        return "nsav-" + _slug(f"{self.step}-{self.label}" if self.label else self.step)
+        return "nsav-" + safe_name(f"{self.step}-{self.label}" if self.label else self.step)
 
     def batch_script(self, run_dir: Path | None = None, cwd: Path | None = None) -> str | None:
         """The Slurm batch script this launch submits (launcher slurm), paths under `run_dir` (RUN_DIR/...)."""
@@ -139,7 +128,7 @@ def step_launches(step: Step, winners: dict[str, dict[str, Any]] | None = None,
         out = []
         for label, params in step.sweep_points():
             env, args = _params_split(params)
-            out.append(_train_launch(step, step.launch, label, f"{base}/{_slug(label)}", winners, run_dir,
+            out.append(_train_launch(step, step.launch, label, f"{base}/{safe_name(label)}", winners, run_dir,
                                      extra_args=args,
                                      extra_env=env, params=params))
         return out
@@ -179,10 +168,6 @@ def nsys_available(step: Step) -> bool:
     if step.launch.launcher.type == "slurm":  # nsys here says nothing about the nodes; torch profiler there
         return False
     return step.profiler in ("nsys", "auto") and shutil.which("nsys") is not None
-
-
-def _slug(label: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
 
 
 def plan(runbook: Runbook) -> list[tuple[Step, list[PlannedLaunch]]]:

@@ -250,8 +250,9 @@ def wait_gone(job_id: str, timeout_s: float = 60.0, poll_s: float = 0.5) -> bool
     return queue_state(job_id) is None
 
 
-def map_state(info: JobInfo, cancelled_by_us: bool = False) -> tuple[str, str]:
-    """(launcher status, reason) of a finished job."""
+def map_state(info: JobInfo) -> tuple[str, str]:
+    """(launcher status, reason) of a job that ended by itself or by someone else's hand (a job nsa-validate
+    cancelled keeps the launcher's own verdict: timeout or hang)."""
     state = info.state.split()[0].rstrip("+") if info.state else "UNKNOWN"
     code = f"exit code {info.exit_code}" if info.exit_code is not None else "exit code unknown"
     if info.signal:
@@ -261,8 +262,6 @@ def map_state(info: JobInfo, cancelled_by_us: bool = False) -> tuple[str, str]:
         return "ok", f"{head} COMPLETED"
     if state in ("TIMEOUT", "DEADLINE"):
         return "timeout", f"{head}: {_STATE_TEXT[state]}"
-    if state == "CANCELLED" and cancelled_by_us:
-        return "interrupted", f"{head} cancelled by nsa-validate"
     if state in _STATE_TEXT:
         return "failed", f"{head}: {_STATE_TEXT[state]} ({code})"
     if state == "UNKNOWN":

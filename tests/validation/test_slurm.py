@@ -415,6 +415,10 @@ def test_slurm_cpu_runbook_is_go_with_two_node_names(cluster, tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert proc.returncode == 0 and results["verdict"] == "GO", proc.stdout[-4000:]
     assert sorted(results["steps"]["two_nodes"]["metrics"]["nodes"]) == ["nodeA", "nodeB"]
+    one, two = results["steps"]["one_node"]["metrics"], results["steps"]["two_nodes"]["metrics"]
+    assert one["world_size"] == two["world_size"] == 2  # same world size: efficiency is the plain throughput ratio
+    assert two["scaling_efficiency"] == pytest.approx(two["toks_per_s"]["mean"] / one["toks_per_s"]["mean"])
+    assert two["toks_per_s_per_node"] == pytest.approx(two["toks_per_s"]["mean"] / 2)
     assert {"nodeA", "nodeB", "node0", "node1"} <= set(results["environment"]["nodes"])
     assert sorted(results["steps"]["snapshot"]["metrics"]["nodes"]) == ["nodeA", "nodeB"]  # a snapshot per node
     assert (out / "snapshot" / "nodes" / "nodeB" / "environment.json").is_file()

@@ -20,7 +20,7 @@ import torch  # noqa: E402
 
 from bench_attention import SHAPE  # noqa: E402  (same directory: one shape for both benchmarks)
 from nsa import NSAAttention, NSAConfig  # noqa: E402
-from nsa.selection import RANGE_BUILDERS  # noqa: E402
+from nsa.attention.selection import RANGE_BUILDERS  # noqa: E402
 
 
 def timed(fn, device: str, repeats: int) -> float:

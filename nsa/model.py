@@ -19,7 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 from nsa.attention import NSAAttention
 from nsa.config import NSAConfig
-from nsa.geometry import decode_reads, num_cmp_blocks
+from nsa.attention.geometry import decode_reads, num_cmp_blocks
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,14 @@
 """The batched kernels and selection helpers on their own, against dense references and the paper's formulas.
 
-These drive nsa.kernels / nsa.selection directly with hand-made inputs (arbitrary selections, tiny tiles, huge
+These drive nsa.attention.kernels / nsa.attention.selection directly with hand-made inputs (arbitrary selections, tiny tiles, huge
 scores) that the module-level tests cannot reach, and compare with reference.masked_attention.
 """
 
 import pytest
 import torch
 
-from nsa.kernels import compressed_attention, selected_attention, window_attention
-from nsa.selection import (choose_blocks, importance_from_cmp, overlap_weights, selection_ranges_v1,
+from nsa.attention.kernels import compressed_attention, selected_attention, window_attention
+from nsa.attention.selection import (choose_blocks, importance_from_cmp, overlap_weights, selection_ranges_v1,
                            selection_ranges_v2)
 from reference import masked_attention
 
@@ -152,7 +152,7 @@ def test_choose_blocks_forced_and_ties_to_lower_index():
 def test_chunked_kernels_match_dense_reference_across_chunks(monkeypatch, chunk):
     """Many chunks: the online softmax must rescale earlier chunks when a query's maximum grows, and the
     recomputing backward must give the dense gradients. Scores are large so that a wrong rescale shows."""
-    import nsa.kernels as kernels
+    import nsa.attention.kernels.reference as kernels
 
     monkeypatch.setattr(kernels, "SCORE_CHUNK", chunk)
     torch.manual_seed(7)
@@ -170,7 +170,7 @@ def test_chunked_kernels_match_dense_reference_across_chunks(monkeypatch, chunk)
 
 def test_chunked_selection_equals_single_chunk(monkeypatch):
     """selected_blocks must not depend on how the importance computation is chunked over queries."""
-    import nsa.kernels as kernels
+    import nsa.attention.kernels.reference as kernels
     from nsa import NSAAttention, NSAConfig
 
     torch.manual_seed(9)

@@ -12,7 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from nsa.geometry import num_cmp_blocks as num_cmp_visible
+from nsa.attention.geometry import num_cmp_blocks as num_cmp_visible
 from nsa.observability import audited_sdpa
 
 # Query rows per SDPA chunk of the sliding-window kernel. Measured on the 2-core CPU, w=512, S=2048, fwd+bwd:
@@ -194,7 +194,7 @@ def selected_attention(q, k, v, ranges, l_sel: int, tile: int = SEL_TILE) -> tor
     """Block-sparse attention of each query over its own selected token ranges.
 
     q: [B, H, S, d_k]; k, v: [B, G, S, d]; ranges: [B, G, S, n_sel, 2] of [start, end) per slot (end <= start:
-    empty slot), as built by nsa.selection: block-aligned starts, a block's range ends at the block end except the
+    empty slot), as built by nsa.attention.selection: block-aligned starts, a block's range ends at the block end except the
     query's own block, which ends at t + 1. Every query's own block must be among its ranges.
 
     Two parts share one softmax per (query, head):

@@ -11,7 +11,7 @@ Each branch has its own key/value projections; queries are shared. Per query t:
 RoPE rotates queries and the keys of every branch: token keys at their position, compressed keys at their
 block's last position. Gates are per head and per branch: sigmoid(MLP(x)) or a softmax over the branches.
 
-Two prefill paths give the same result: "batched" (nsa.kernels, vectorized) and "sequential" (a per-token loop,
+Two prefill paths give the same result: "batched" (nsa.attention.kernels, vectorized) and "sequential" (a per-token loop,
 the readable oracle, which is also the decode step). Two selection-range builders likewise: "v2" (vectorized)
 and "v1" (a loop).
 """
@@ -25,14 +25,14 @@ from functools import lru_cache
 import torch
 import torch.nn as nn
 
-from nsa import kernels
-from nsa.cache import NSACache
-from nsa.compression import Compressor
+from nsa.attention import kernels
+from nsa.attention.cache import NSACache
+from nsa.attention.compression import Compressor
 from nsa.config import NSAConfig
-from nsa.geometry import num_cmp_blocks, num_sel_blocks
+from nsa.attention.geometry import num_cmp_blocks, num_sel_blocks
 from nsa.observability import span
-from nsa.rope import apply_rope
-from nsa.selection import RANGE_BUILDERS, choose_blocks, importance_from_cmp, overlap_weights
+from nsa.attention.rope import apply_rope
+from nsa.attention.selection import RANGE_BUILDERS, choose_blocks, importance_from_cmp, overlap_weights
 
 BRANCHES = ("cmp", "sel", "win")
 

@@ -1,0 +1,14 @@
+"""The NSA attention layer and its parts.
+
+    layer.py        NSAAttention: projections, the three branches, gates, the per-token oracle and decode step
+    selection.py    block importance (Eq. 9, 10), top-n_sel with forced blocks, token ranges
+    compression.py  phi: compressed keys/values of each block
+    geometry.py     which compression/selection blocks exist and which a query sees; decode reads (Table 4)
+    rope.py         rotary position embedding
+    cache.py        the decode cache
+    kernels/        the batched prefill path: the PyTorch reference (CPU and CUDA) and the Triton kernels
+"""
+
+from nsa.attention.layer import BRANCHES, NSAAttention, NSAProjections
+
+__all__ = ["BRANCHES", "NSAAttention", "NSAProjections"]

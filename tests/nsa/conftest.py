@@ -6,6 +6,12 @@ import sys
 import pytest
 import torch
 
+# The Triton kernels run through Triton's interpreter where there is no GPU. The interpreter is chosen when a
+# kernel is defined (@triton.jit), so the variable must be set before any kernel module is imported; the ahead-of-
+# time compile test runs its compiler in a subprocess without it (nsa.attention.kernels.aot).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 # Make the helper modules (reference.py, nsa_test_utils.py) importable whatever
 # pytest import mode is used.
 _HERE = os.path.dirname(os.path.abspath(__file__))

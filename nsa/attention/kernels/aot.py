@@ -1,0 +1,160 @@
+"""Ahead-of-time compilation of every Triton kernel for the GPUs they target, with no GPU needed.
+
+    python -m nsa.attention.kernels.aot            # table: kernel, config, target, registers, shared memory, ...
+    python -m nsa.attention.kernels.aot --json     # the same as JSON (the compile test reads this)
+
+Each Triton module listed in KERNEL_MODULES defines `aot_cases()`: one AotCase per kernel and per block
+configuration its autotuner (or launcher) may pick. Every case is compiled with `triton.compile` for sm_80 (A100)
+and sm_90 (H100); its PTX is then assembled by the ptxas that ships in the triton wheel with `-v`, which reports
+registers and spill stores. A compile error, a spill, or (where a case says it needs them) missing tensor-core
+instructions is a failure. The interpreter (TRITON_INTERPRET=1) accepts things the compiler rejects (tl.dot on
+dimensions below 16, aranges that are not powers of two); this is what catches them on a CPU-only machine.
+
+This must run in a process where TRITON_INTERPRET is not set: under the interpreter, @triton.jit yields
+interpreted functions, which cannot be compiled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# The Triton kernel modules (each defines aot_cases()). A module is added here together with its kernels.
+KERNEL_MODULES: tuple[str, ...] = ()
+
+TARGETS = (80, 90)  # compute capabilities: A100, H100
+
+
+@dataclass(frozen=True)
+class AotCase:
+    """One kernel at one configuration.
+
+    name        a stable label, e.g. "sel_fwd[BLOCK_M=64,hpg=6,d=64]"
+    fn          the @triton.jit function
+    signature   {argument: type} as triton.compile wants it ("*bf16", "*fp32", "i32", "fp32", "constexpr")
+    constexprs  {argument: value} for every constexpr argument
+    num_warps, num_stages  launch options the launcher uses for this configuration
+    tensor_cores  the kernel's main products must appear as mma (sm_80) / mma or wgmma (sm_90) in the PTX
+    """
+
+    name: str
+    fn: object
+    signature: dict
+    constexprs: dict
+    num_warps: int = 4
+    num_stages: int = 2
+    tensor_cores: bool = True
+
+
+@dataclass
+class AotResult:
+    kernel: str
+    target: str
+    ok: bool
+    error: str = ""
+    registers: int | None = None
+    shared_bytes: int | None = None
+    spill_stores: int | None = None
+    spill_loads: int | None = None
+    mma: bool = False
+    wgmma: bool = False
+    tensor_cores_expected: bool = True
+    problems: list[str] = field(default_factory=list)
+
+
+_PTXAS_REGS = re.compile(r"Used (\d+) registers")
+_PTXAS_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def _ptxas_report(ptx: str, cc: int) -> tuple[int | None, int | None, int | None, str]:
+    """(registers, spill stores, spill loads, stderr) from the bundled ptxas -v on this PTX."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    tool = get_ptxas(cc)
+    path = tool.path if hasattr(tool, "path") else tool[0]
+    arch = f"sm_{cc}a" if cc >= 90 else f"sm_{cc}"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ptx)
+        proc = subprocess.run([path, "-v", "--gpu-name", arch, str(src), "-o", str(Path(tmp) / "k.cubin")],
+                              capture_output=True, text=True)
+    text = proc.stderr + proc.stdout
+    regs = _PTXAS_REGS.search(text)
+    spill = _PTXAS_SPILL.search(text)
+    return (int(regs.group(1)) if regs else None, int(spill.group(1)) if spill else None,
+            int(spill.group(2)) if spill else None, text if proc.returncode else "")
+
+
+def compile_case(case: AotCase, cc: int) -> AotResult:
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    result = AotResult(kernel=case.name, target=f"sm_{cc}", ok=False, tensor_cores_expected=case.tensor_cores)
+    try:
+        src = triton.compiler.ASTSource(fn=case.fn, signature=case.signature, constexprs=case.constexprs)
+        compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32),
+                                  options={"num_warps": case.num_warps, "num_stages": case.num_stages})
+    except Exception as exc:  # a compile error is the finding: report it, do not stop the other cases
+        result.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+        result.problems.append("compile error")
+        return result
+    ptx = compiled.asm["ptx"]
+    result.shared_bytes = int(getattr(compiled.metadata, "shared", 0))
+    result.mma = bool(re.search(r"\bmma\.sync", ptx))
+    result.wgmma = "wgmma.mma_async" in ptx
+    result.registers, result.spill_stores, result.spill_loads, err = _ptxas_report(ptx, cc)
+    if err:
+        result.problems.append(f"ptxas failed: {err.strip().splitlines()[-1]}")
+    if result.spill_stores:
+        result.problems.append(f"{result.spill_stores} bytes of spill stores")
+    if case.tensor_cores and not (result.mma or result.wgmma):
+        result.problems.append("no tensor-core instruction (mma/wgmma) in the PTX")
+    result.ok = not result.problems
+    return result
+
+
+def all_cases() -> list[AotCase]:
+    cases: list[AotCase] = []
+    for module in KERNEL_MODULES:
+        cases.extend(importlib.import_module(module).aot_cases())
+    return cases
+
+
+def compile_all(targets=TARGETS) -> list[AotResult]:
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise RuntimeError("TRITON_INTERPRET is set: interpreted kernels cannot be compiled ahead of time "
+                           "(run this in a process without it)")
+    return [compile_case(case, cc) for case in all_cases() for cc in targets]
+
+
+def _table(results: list[AotResult]) -> str:
+    rows = ["| kernel | target | ok | registers | shared (B) | spill stores | mma | wgmma | problems |",
+            "|---|---|---|---:|---:|---:|---|---|---|"]
+    for r in results:
+        rows.append(f"| {r.kernel} | {r.target} | {'yes' if r.ok else 'NO'} | {r.registers} | {r.shared_bytes} | "
+                    f"{r.spill_stores} | {'yes' if r.mma else 'no'} | {'yes' if r.wgmma else 'no'} | "
+                    f"{'; '.join(r.problems) or '-'}{(' (' + r.error + ')') if r.error else ''} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nsa.attention.kernels.aot",
+                                     description="Compile every Triton kernel for sm_80 and sm_90 without a GPU.")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--target", type=int, action="append", help="compute capability (default: 80 and 90)")
+    args = parser.parse_args(argv)
+    results = compile_all(tuple(args.target) if args.target else TARGETS)
+    print(json.dumps([asdict(r) for r in results], indent=1) if args.json else _table(results))
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,12 +4,12 @@
     python benchmarks/bench_train.py --quick          # CPU: tiny config only
     python benchmarks/bench_train.py --device cuda    # GPU: m7c_125m at seq 2048, bf16 (configs/m7c_125m_1xh100.yaml)
 
-Each case launches `python -m nsa.train` (or torchrun with 2 ranks) in its own out_dir under artifacts/bench_train/
+Each case launches `python -m nsa.training` (or torchrun with 2 ranks) in its own out_dir under artifacts/bench_train/
 and reads its training.csv: throughput is the mean (and stdev) of toks_per_s over the steps after the warm-up
 steps; memory is the largest mem_reserved_gb (peak RSS on CPU, peak reserved CUDA memory on GPU, rank 0).
 toks_per_s is global, so DDP / single is the speed-up from the second rank (on a 2-core CPU each rank gets one
 core, so ~1.0 is the expected, honest answer there; on GPUs it should approach the number of GPUs).
-MFU needs a device peak: known GPUs are looked up (nsa.metrics); on CPU pass --peak-tflops to get one.
+MFU needs a device peak: known GPUs are looked up (nsa.training.metrics); on CPU pass --peak-tflops to get one.
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ GPU_CASES = [
 def run_case(name: str, config: str, flags: list[str], steps: int, warmup: int, nproc: int, peak: float | None,
              timeout: float) -> dict:
     out_dir = OUT / f"{name}_x{nproc}"
-    argv = ["-m", "nsa.train", "--config", config, "--out-dir", str(out_dir), "--steps", str(steps),
+    argv = ["-m", "nsa.training", "--config", config, "--out-dir", str(out_dir), "--steps", str(steps),
             "--save-every", str(10 ** 9), "--log-every", str(max(1, steps // 4)), *flags]
     if nproc > 1:
-        argv = ["-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "-m", "nsa.train", *argv[2:],
+        argv = ["-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "-m", "nsa.training", *argv[2:],
                 "--ddp", "1"]
     env = {**os.environ, "NSA_TB_DISABLE": "1", "PYTHONPATH": str(ROOT)}
     if out_dir.exists():

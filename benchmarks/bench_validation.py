@@ -11,7 +11,7 @@ subprocess so its peak memory (peak RSS, torch/pandas imports included) is its o
 
 --longrun: a real run of runbooks/load_cpu.yaml (a 10,000-step long-run step, 2 gloo ranks, every step logged)
 through `nsa-validate run`, in a subprocess that is the orchestrator (validation.cli.main, nothing else) with
-two probes: the files nsa.heartbeat opens are wrapped to count the bytes read from heartbeat files (and the file
+two probes: the files nsa.training.heartbeat opens are wrapped to count the bytes read from heartbeat files (and the file
 size at each read: what re-reading whole files on every poll would have cost), and a thread samples the
 process's CPU time and RSS twice a second. Reported: wall time; the orchestrator's own CPU time and peak RSS
 (getrusage SELF) vs. its children's (torchrun and the ranks: getrusage CHILDREN, peak = the largest one); its CPU
@@ -59,7 +59,7 @@ def make_heartbeats(path: Path, lines: int) -> None:
 def stage(name: str, work: Path, run_dir: Path) -> dict:
     """One stage, timed without its imports (torch, pandas, matplotlib load once per process). csv and report
     read run_dir/results.json; its step "longrun" names the training.csv and the window."""
-    from nsa.heartbeat import latest_heartbeats, read_heartbeats
+    from nsa.training.heartbeat import latest_heartbeats, read_heartbeats
     from validation import metrics
     from validation.report import make_plots, render
 
@@ -87,7 +87,7 @@ def stage(name: str, work: Path, run_dir: Path) -> dict:
 
 # ---------------------------------------------------------------------------------------------- --longrun
 class _CountingFile:
-    """A heartbeat file opened by nsa.heartbeat: every read's bytes are added to the probe."""
+    """A heartbeat file opened by nsa.training.heartbeat: every read's bytes are added to the probe."""
 
     def __init__(self, f, probe: "_HeartbeatProbe"):
         self._f, self._probe = f, probe
@@ -113,7 +113,7 @@ class _CountingFile:
 
 
 class _HeartbeatProbe:
-    """Replaces `open` inside nsa.heartbeat (the module every heartbeat reader goes through: the launcher's
+    """Replaces `open` inside nsa.training.heartbeat (the module every heartbeat reader goes through: the launcher's
     watchdog.check -> latest_heartbeats / first_heartbeat, read_heartbeats). Counts opens of heartbeat files, the
     bytes read from them, and the sum of their sizes at each open: what reading whole files would have cost."""
 
@@ -138,10 +138,10 @@ def orchestrate(figures_path: Path, cli_args: list[str]) -> int:
     """This process is `nsa-validate CLI_ARGS` (validation.cli.main), probed; figures go to figures_path."""
     import threading
 
-    import nsa.heartbeat as heartbeat
+    import nsa.training.heartbeat as heartbeat
 
     probe = _HeartbeatProbe()
-    heartbeat.open = probe.open  # module global: shadows the builtin for nsa.heartbeat's functions only
+    heartbeat.open = probe.open  # module global: shadows the builtin for nsa.training.heartbeat's functions only
     from validation import cli
 
     samples, stop = [], threading.Event()

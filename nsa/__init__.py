@@ -1,10 +1,30 @@
-"""nsa: Native Sparse Attention (Yuan et al., 2025) for PyTorch, an NSA language model, and its trainer (nsa.train)."""
+"""nsa: Native Sparse Attention (Yuan et al., 2025) for PyTorch, an NSA language model, and its trainer (nsa.training).
 
-from nsa.attention import NSAAttention, NSAProjections
-from nsa.attention.cache import NSACache
-from nsa.config import NSAConfig
-from nsa.attention.geometry import decode_reads
-from nsa.model import ModelConfig, NSAModel, flops_per_token
+    attention/   the NSA layer (and its dense twin), selection, compression, decode cache, kernels
+    model.py     NSAModel, the LLaMA-style language model, and its cost model
+    config.py    NSAConfig, ModelConfig
+    toggles.py   every NSA_* environment toggle
+    training/    the trainer (nsa-train)
 
-__all__ = ["ModelConfig", "NSAAttention", "NSACache", "NSAConfig", "NSAModel", "NSAProjections", "decode_reads",
-           "flops_per_token"]
+The names below are loaded on first use, so `import nsa` (and the torch-free modules nsa.config, nsa.toggles,
+nsa.training.config) does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "NSAAttention": "nsa.attention.layer", "NSAProjections": "nsa.attention.layer",
+    "DenseAttention": "nsa.attention.dense", "NSACache": "nsa.attention.cache", "NSAConfig": "nsa.config",
+    "ModelConfig": "nsa.config", "decode_reads": "nsa.attention.geometry", "NSAModel": "nsa.model",
+    "flops_per_token": "nsa.model",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'nsa' has no attribute {name!r}")

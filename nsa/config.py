@@ -1,10 +1,14 @@
-"""NSAConfig: the shape and options of one Native Sparse Attention layer."""
+"""Typed configs of the model: NSAConfig (one Native Sparse Attention layer) and ModelConfig (the language model).
+
+No torch here: the orchestrator reads and validates configs without loading it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from nsa import toggles
 
@@ -12,6 +16,8 @@ PHI_CHOICES = ("mlp", "avg")
 GATE_CHOICES = ("sigmoid", "softmax")
 PREFILL_CHOICES = ("batched", "sequential")
 SELECTION_CHOICES = ("v2", "v1")
+KERNEL_CHOICES = ("auto", "torch", "triton")
+ATTENTION_CHOICES = ("nsa", "dense")
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,8 @@ class NSAConfig:
     rope_theta   RoPE base
     prefill      "batched" (vectorized) or "sequential" (the per-token oracle loop)
     selection    "v2" (vectorized selection ranges) or "v1" (simple loop)
+    kernel       the batched path's kernels: "torch" (PyTorch, CPU and CUDA), "triton" (the GPU kernels), "auto"
+                 (triton on CUDA when importable, else torch)
     """
 
     dim: int
@@ -48,6 +56,7 @@ class NSAConfig:
     rope_theta: float = 10000.0
     prefill: str = "batched"
     selection: str = "v2"
+    kernel: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("dim", "n_heads", "n_kv_groups", "d_k", "d_v", "l", "d", "l_sel", "n_sel", "w"):
@@ -57,7 +66,7 @@ class NSAConfig:
             if value <= 0:
                 raise ValueError(f"NSAConfig.{name} must be positive, got {value}")
         for name, choices in (("phi", PHI_CHOICES), ("gate", GATE_CHOICES), ("prefill", PREFILL_CHOICES),
-                              ("selection", SELECTION_CHOICES)):
+                              ("selection", SELECTION_CHOICES), ("kernel", KERNEL_CHOICES)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"NSAConfig.{name} must be one of {' | '.join(choices)}, got {getattr(self, name)!r}")
         if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) or not self.rope_theta > 0:
@@ -78,7 +87,7 @@ class NSAConfig:
         return self.n_heads // self.n_kv_groups
 
     def with_env_overrides(self, environ: Mapping[str, str] | None = None) -> "NSAConfig":
-        """This config with NSA_PREFILL_BATCHED / NSA_SEL_RANGES_V2 applied (see nsa.toggles)."""
+        """This config with NSA_PREFILL_BATCHED / NSA_SEL_RANGES_V2 / NSA_KERNEL applied (see nsa.toggles)."""
         changes = {}
         batched = toggles.parse("NSA_PREFILL_BATCHED", environ)
         if batched is not None:
@@ -86,4 +95,94 @@ class NSAConfig:
         v2 = toggles.parse("NSA_SEL_RANGES_V2", environ)
         if v2 is not None:
             changes["selection"] = "v2" if v2 else "v1"
+        kernel = toggles.parse("NSA_KERNEL", environ)
+        if kernel is not None:
+            changes["kernel"] = kernel
         return dataclasses.replace(self, **changes) if changes else self
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of an NSAModel: the NSA layer's config `nsa` plus the language model around it.
+
+    attention     "nsa" (Native Sparse Attention) or "dense": the dense twin, the same model with causal SDPA
+                  (GQA) in place of NSA, i.e. the baseline every NSA figure is compared with
+    ffn_hidden    SwiGLU width; None: LLaMA's 8/3 * dim rounded up to a multiple of 64
+
+    In YAML the `model` section is flat: NSAConfig's fields (dim, n_heads, ..., l, d, l_sel, n_sel, w, phi, ...)
+    beside the fields below (`from_flat` / `flat`).
+    """
+
+    vocab_size: int
+    n_layers: int
+    nsa: NSAConfig
+    attention: str = "nsa"
+    ffn_hidden: int | None = None
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = False
+    init_std: float = 0.02
+    activation_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "n_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.nsa, NSAConfig):
+            raise ValueError(f"ModelConfig.nsa must be an NSAConfig, got {type(self.nsa).__name__}")
+        if self.attention not in ATTENTION_CHOICES:
+            raise ValueError(f"ModelConfig.attention must be one of {' | '.join(ATTENTION_CHOICES)}, "
+                             f"got {self.attention!r}")
+        if self.ffn_hidden is not None and (isinstance(self.ffn_hidden, bool) or not isinstance(self.ffn_hidden, int)
+                                            or self.ffn_hidden <= 0):
+            raise ValueError(f"ModelConfig.ffn_hidden must be a positive integer or None, got {self.ffn_hidden!r}")
+        for name in ("norm_eps", "init_std"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"ModelConfig.{name} must be a positive number, got {value!r}")
+        for name in ("tie_embeddings", "activation_checkpointing"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ModelConfig.{name} must be true or false, got {getattr(self, name)!r}")
+
+    # the flat YAML form
+    @staticmethod
+    def flat_fields() -> dict[str, Any]:
+        """{key: dataclass field} of the flat `model` section: the model's own fields, then NSAConfig's."""
+        own = {f.name: f for f in dataclasses.fields(ModelConfig) if f.name != "nsa"}
+        return {**own, **{f.name: f for f in dataclasses.fields(NSAConfig)}}
+
+    @classmethod
+    def from_flat(cls, values: Mapping[str, Any]) -> "ModelConfig":
+        """ModelConfig from a flat mapping (the YAML `model` section); unknown keys are a ValueError."""
+        nsa_names = {f.name for f in dataclasses.fields(NSAConfig)}
+        own_names = {f.name for f in dataclasses.fields(cls)} - {"nsa"}
+        unknown = [k for k in values if k not in nsa_names | own_names]
+        if unknown:
+            raise ValueError(f"unknown model key {unknown[0]!r}")
+        nsa = NSAConfig(**{k: v for k, v in values.items() if k in nsa_names})
+        return cls(nsa=nsa, **{k: v for k, v in values.items() if k in own_names})
+
+    def flat(self) -> dict[str, Any]:
+        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "nsa"}
+        nsa = dataclasses.asdict(self.nsa)
+        return {"vocab_size": own.pop("vocab_size"), **nsa, **own}
+
+    def replace(self, **changes) -> "ModelConfig":
+        """A copy with flat keys changed (model fields or NSAConfig fields)."""
+        return ModelConfig.from_flat({**self.flat(), **changes})
+
+    @property
+    def dim(self) -> int:
+        return self.nsa.dim
+
+    @property
+    def n_heads(self) -> int:
+        return self.nsa.n_heads
+
+    @property
+    def n_kv_groups(self) -> int:
+        return self.nsa.n_kv_groups
+
+    @property
+    def hidden(self) -> int:
+        return self.ffn_hidden or 64 * math.ceil(8 * self.dim / 3 / 64)

@@ -2,14 +2,14 @@
 
     tokens -> embedding -> n_layers x [x + NSA(RMSNorm(x)); x + SwiGLU(RMSNorm(x))] -> RMSNorm -> head -> logits
 
-Read top to bottom: ModelConfig, the two sub-layers, the block, the model, then the cost model (parameter count
-and FLOPs per token) the trainer uses for MFU.
+Read top to bottom: the two sub-layers, the block, the model, then the cost model (parameter count and FLOPs per
+token) the trainer uses for MFU. ModelConfig (nsa.config) gives the shape; `attention: dense` builds the dense twin
+(causal SDPA in place of NSA), the baseline NSA is compared with.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 
 import torch
@@ -17,61 +17,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from nsa.attention import NSAAttention
-from nsa.config import NSAConfig
+from nsa.attention import DenseAttention, NSAAttention
 from nsa.attention.geometry import decode_reads, num_cmp_blocks
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Shape of an NSAModel. The NSA fields (l, d, l_sel, n_sel, w, phi, gate, rope_theta) mean what they mean
-    in NSAConfig; ffn_hidden=None picks LLaMA's SwiGLU width (8/3 * dim rounded up to a multiple of 64)."""
-
-    vocab_size: int
-    dim: int
-    n_layers: int
-    n_heads: int
-    n_kv_groups: int
-    d_k: int
-    d_v: int
-    l: int = 32
-    d: int = 16
-    l_sel: int = 64
-    n_sel: int = 16
-    w: int = 512
-    phi: str = "mlp"
-    gate: str = "sigmoid"
-    rope_theta: float = 10000.0
-    ffn_hidden: int | None = None
-    norm_eps: float = 1e-5
-    tie_embeddings: bool = False
-    init_std: float = 0.02
-    activation_checkpointing: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "n_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
-        if self.ffn_hidden is not None and (isinstance(self.ffn_hidden, bool) or not isinstance(self.ffn_hidden, int)
-                                            or self.ffn_hidden <= 0):
-            raise ValueError(f"ModelConfig.ffn_hidden must be a positive integer or None, got {self.ffn_hidden!r}")
-        for name in ("norm_eps", "init_std"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"ModelConfig.{name} must be a positive number, got {value!r}")
-        for name in ("tie_embeddings", "activation_checkpointing"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"ModelConfig.{name} must be true or false, got {getattr(self, name)!r}")
-        self.attention()  # validates the NSA fields, naming them
-
-    def attention(self) -> NSAConfig:
-        nsa_fields = {f.name for f in fields(NSAConfig)}
-        return NSAConfig(**{k: v for k, v in asdict(self).items() if k in nsa_fields})
-
-    @property
-    def hidden(self) -> int:
-        return self.ffn_hidden or 64 * math.ceil(8 * self.dim / 3 / 64)
+from nsa.config import ModelConfig, NSAConfig
 
 
 class SwiGLU(nn.Module):
@@ -89,7 +37,7 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.attn_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
-        self.attn = NSAAttention(cfg.attention())
+        self.attn = NSAAttention(cfg.nsa) if cfg.attention == "nsa" else DenseAttention(cfg.nsa)
         self.mlp_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
         self.mlp = SwiGLU(cfg.dim, cfg.hidden)
 
@@ -175,14 +123,20 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     averaged over positions 0..seq_len-1: per head, 2*(d_k + d_v) FLOPs per key read, keys read = visible
     compressed tokens + the selected blocks' tokens + the window (nsa.decode_reads), plus the forward-only
     importance scores (2*d_k per visible compressed token). Embedding lookups and norms are not counted.
+    The dense twin (attention="dense"): its projections, and (t + 1) keys at position t.
     """
     if seq_len < 1:
         raise ValueError(f"seq_len must be >= 1, got {seq_len}")
-    a = cfg.attention()
+    a = cfg.nsa
     h, g = cfg.n_heads, cfg.n_kv_groups
+    qo_mlp = cfg.dim * h * a.d_k + h * a.d_v * cfg.dim + 3 * cfg.dim * cfg.hidden
+    if cfg.attention == "dense":  # one K/V projection; causal attention reads (t + 1) keys at position t
+        per_layer = qo_mlp + cfg.dim * g * (a.d_k + a.d_v)
+        dense = 2.0 * (cfg.n_layers * per_layer + cfg.dim * cfg.vocab_size)
+        attention = cfg.n_layers * h * 2.0 * (a.d_k + a.d_v) * (seq_len + 1) / 2
+        return 3.0 * (dense + attention)
     gate_hidden = max(16, cfg.dim // 4)
-    per_layer = (cfg.dim * h * a.d_k + cfg.dim * g * 3 * (a.d_k + a.d_v)
-                 + cfg.dim * gate_hidden + gate_hidden * 3 * h + h * a.d_v * cfg.dim + 3 * cfg.dim * cfg.hidden)
+    per_layer = qo_mlp + cfg.dim * g * 3 * (a.d_k + a.d_v) + cfg.dim * gate_hidden + gate_hidden * 3 * h
     dense = 2.0 * (cfg.n_layers * per_layer + cfg.dim * cfg.vocab_size)
     if a.phi == "mlp":  # fc1 (l*width -> 2*width) and fc2 (2*width -> width) per block, for keys and values
         per_block = sum(a.l * wd * 2 * wd + 2 * wd * wd for wd in (a.d_k, a.d_v)) * g

@@ -121,3 +121,14 @@ def audited_sdpa(site: str, fn: Callable[..., torch.Tensor], q: torch.Tensor, *a
         out = fn(q, *args, **kwargs)
     audit.record(site, rec.backend, q)
     return out
+
+
+def sdpa_backends(flash_only: bool, no_flash: bool):
+    """Context restricting SDPA backends per NSA_SDPA_FLASH_ONLY / NSA_SDPA_NO_FLASH (no-op when neither)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if flash_only:
+        return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
+    if no_flash:
+        return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH])
+    return contextlib.nullcontext()

@@ -37,6 +37,11 @@ TOGGLES: dict[str, Toggle] = {
         Toggle("NSA_SEL_RANGES_V2", "bool", None, "nsa.NSAAttention",
                "1: vectorized selection-range builder (cfg.selection='v2'); 0: the simple loop ('v1'). "
                "Unset: the config decides."),
+        Toggle("NSA_KERNEL", "choice", None, "nsa.NSAAttention",
+               "Kernels of the batched path: torch (PyTorch, CPU and CUDA; the reference), triton (the GPU kernels; "
+               "an error where Triton cannot run), auto (triton on CUDA when importable, else torch). Unset: the "
+               "config decides (model.kernel, default auto).",
+               choices=("auto", "torch", "triton")),
         Toggle("NSA_DDP_COMPRESS", "choice", "none", "trainer (DDP)",
                "Gradient all-reduce compression hook: bf16 or fp16 halves the bytes sent (gradients are cast, "
                "averaged, cast back); none: plain fp32 all-reduce. Ignored (with a message) without DDP.",
@@ -135,6 +140,33 @@ def _parse_positive_int(value: str) -> int:
 
 def _bad(value: str):
     raise ValueError(value)
+
+
+@dataclass
+class Toggles:
+    """The trainer's environment toggles, read once at start-up; env.json records them."""
+
+    ddp_compress: str
+    ddp_bucket_mb: int
+    sdpa_audit: bool
+    sdpa_flash_only: bool
+    sdpa_no_flash: bool
+    nvtx: bool
+    tb_disable: bool
+    aux_stats_disable: bool
+    opt_fused: bool
+    fault: Fault | None
+    kernel: str | None  # NSA_KERNEL as set (None: the config decides); the layers apply it when they are built
+
+    @classmethod
+    def read(cls, environ=None) -> "Toggles":
+        p = lambda name: parse(name, environ)  # noqa: E731
+        t = cls(p("NSA_DDP_COMPRESS"), p("NSA_DDP_BUCKET_MB"), p("NSA_SDPA_AUDIT"), p("NSA_SDPA_FLASH_ONLY"),
+                p("NSA_SDPA_NO_FLASH"), p("NSA_NVTX"), p("NSA_TB_DISABLE"), p("NSA_DISABLE_AUX_STATS"),
+                p("NSA_OPT_FUSED"), p("NSA_FAULT"), p("NSA_KERNEL"))
+        if t.sdpa_flash_only and t.sdpa_no_flash:
+            raise ValueError("NSA_SDPA_FLASH_ONLY=1 and NSA_SDPA_NO_FLASH=1 contradict each other")
+        return t
 
 
 def table_markdown() -> str:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nsa.outputs import git_sha
+from nsa.training.outputs import git_sha
 from validation.runbook import Requirements
 
 PACKAGES = ("torch", "numpy", "pandas", "nsa-validate", "typer", "rich", "jinja2", "matplotlib", "pyyaml",
@@ -162,7 +162,7 @@ def node_snapshot_main(argv: list[str] | None = None) -> int:
     import os
     import socket
 
-    from nsa.distributed import NODE_ENV_PREFIXES, NODE_NAME_VARS
+    from nsa.training.distributed import NODE_ENV_PREFIXES, NODE_NAME_VARS
     from validation.launcher import safe_name
 
     args = sys.argv[1:] if argv is None else argv

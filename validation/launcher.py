@@ -26,7 +26,7 @@ How a run ends (``LaunchResult.status``):
   one in the combined log ("[defaultN]:"/"[rankN]:" prefixes stripped); with no traceback, the last meaningful log
   line (e.g. "nsa-train: error: ..."). The trainer's ``status.json`` (written during this launch) is mentioned.
 - ``timeout``: ``timeout_s`` passed. ``hang``: a rank of the trainer wrote no heartbeat for ``stall_timeout_s``
-  (``nsa.watchdog.check``, counting only records written after the launch): its processes are asked for stack
+  (``nsa.training.watchdog.check``, counting only records written after the launch): its processes are asked for stack
   dumps (SIGUSR1), given ``DUMP_WAIT_S`` to write them, then ended; ``stack_dumps`` lists them.
 - ``interrupted``: the child died of SIGINT (exit -2 or 130). A Ctrl-C in the caller (KeyboardInterrupt while
   waiting) is not a result: the processes are ended and KeyboardInterrupt is raised again.
@@ -62,10 +62,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from nsa.outputs import write_json
+from nsa.training.outputs import write_json
 from validation import slurm
 from validation.slurm import SlurmOptions
-from nsa.watchdog import STALLED, WAITING, check, signal_stack_dumps
+from nsa.training.watchdog import STALLED, WAITING, check, signal_stack_dumps
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class LaunchSpec:
     failed within ``CLASH_WINDOW_S`` and its log says "address already in use") is retried on a fresh free port up
     to `port_retries` times, also when `master_port` was given; ``port_retries=0`` insists on the port."""
 
-    argv: list[str]  # the command WITHOUT any torchrun prefix, e.g. [sys.executable, "-m", "nsa.train", ...]
+    argv: list[str]  # the command WITHOUT any torchrun prefix, e.g. [sys.executable, "-m", "nsa.training", ...]
     env: dict[str, str]  # the child's whole environment
     cwd: Path
     step_dir: Path  # command.json, stdout.log, ranks/ go here (created)
@@ -144,7 +144,7 @@ class LaunchSpec:
     rdzv_endpoint: str | None = None  # torchrun multi-node "host:port"; None: 127.0.0.1 and a free port
     slurm: SlurmOptions | None = None  # the job's allocation (launcher slurm)
     remote_dumps: bool | None = None  # launcher slurm, on a stall: None: ranks on other hosts are asked for stack
-    # dumps by `srun --overlap python -m nsa.watchdog --once` on every node; True: every rank that way (tests)
+    # dumps by `srun --overlap python -m nsa.training.watchdog --once` on every node; True: every rank that way (tests)
     job_env: dict[str, str] | None = None  # exported by the batch script (the step's own variables); None: the
     # recorded NSA_/NCCL_/TORCH_/... variables of `env`. The job inherits the rest of `env` from sbatch as usual.
     job_name: str = "nsav"  # the Slurm job name
@@ -559,7 +559,7 @@ class _SlurmRun(_Run):
             return []
         self.remote_dump_ranks = ranks
         argv = ["srun", f"--jobid={self.job_id}", "--overlap", f"--nodes={self.spec.nnodes}", "--ntasks-per-node=1",
-                sys.executable, "-m", "nsa.watchdog", "--dir", str(self.out_dir.resolve()), "--once", "--halt", "0",
+                sys.executable, "-m", "nsa.training.watchdog", "--dir", str(self.out_dir.resolve()), "--once", "--halt", "0",
                 "--include-earlier", "--stall-after", f"{self.spec.stall_timeout_s:g}",
                 "--ranks", str(self.expected_ranks)]
         _note(self.log_path, f"stall: asking rank(s) {ranks} on the job's nodes for stack dumps: {' '.join(argv)}")
@@ -1201,7 +1201,7 @@ def _failure_excerpt(log_path: Path, rank_logs: dict[int, Path], out_dir: Path |
 
 def _parent_death_signal(argv: list[str]) -> int:
     """SIGKILL for a torchrun agent (its own SIGTERM shutdown can hang with its workers already gone; the trainer's
-    ranks get their own SIGTERM when the agent dies: nsa.safety.stop_with_launcher), SIGTERM for anything else."""
+    ranks get their own SIGTERM when the agent dies: nsa.training.safety.stop_with_launcher), SIGTERM for anything else."""
     return signal.SIGKILL if "torch.distributed.run" in argv else signal.SIGTERM
 
 

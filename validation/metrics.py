@@ -1,6 +1,6 @@
 """Reduce a trainer's training.csv to the statistics that acceptance criteria and reports read.
 
-The trainer's columns are defined in nsa.outputs (TRAINING_COLUMNS, MFU_COLUMN); this module defines which of
+The trainer's columns are defined in nsa.training.outputs (TRAINING_COLUMNS, MFU_COLUMN); this module defines which of
 them are summarized (METRIC_COLUMNS), the statistics computed for each (STAT_NAMES) and every key of a summary
 (see summarize()). Reading never raises for bad content: a missing, empty, truncated or garbled file is
 reported as data (CsvRead.problem, summary "status"/"reason") so a dead run still gets a clear verdict.
@@ -18,14 +18,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nsa.outputs import MFU_COLUMN, TRAINING_COLUMNS
+from nsa.training.outputs import MFU_COLUMN, TRAINING_COLUMNS
 
 
 class MetricsError(ValueError):
     """A caller passed an invalid argument (window, world size, selection goal)."""
 
 
-# Columns summarized per window, in report order. Every one is a training.csv column (nsa.outputs).
+# Columns summarized per window, in report order. Every one is a training.csv column (nsa.training.outputs).
 METRIC_COLUMNS = ("toks_per_s", "step_time_s", "loss", "grad_norm", "mem_alloc_gb", "mem_reserved_gb", "mfu")
 # Statistics computed for each metric column over the window (stdev is the population stdev, statistics.pstdev).
 STAT_NAMES = ("mean", "median", "stdev", "cv", "min", "max", "n")

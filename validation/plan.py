@@ -91,7 +91,7 @@ def _train_launch(step: Step, launch: Launch, label: str, rel_dir: str, winners,
         env = {k: resolve_references(v, winners) for k, v in env.items()}
         args = {k: resolve_references(v, winners) for k, v in args.items()}
         unresolved = []
-    argv = [sys.executable, "-m", "nsa.train"]
+    argv = [sys.executable, "-m", "nsa.training"]
     if launch.config:
         argv += ["--config", launch.config]
     out_dir = f"{rel_dir}/out"

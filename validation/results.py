@@ -58,7 +58,7 @@ Step metrics by kind:
 - SDPA audit (a train step with NSA_SDPA_AUDIT=1): "sdpa_audit": {"calls", "backends": [names], "fallbacks",
   "by_site": [{"site", "backend", "device", "dtype", "calls"}]}; fallbacks counts math-backend calls on a GPU.
 
-Writes are atomic (temp file, fsync, rename: nsa.outputs.atomic_write_text) and happen after every step, so an
+Writes are atomic (temp file, fsync, rename: nsa.training.outputs.atomic_write_text) and happen after every step, so an
 interrupted run keeps every finished step and `nsa-validate run --resume RUN_DIR` continues from it. A write that
 fails (disk full, permission denied, RUN_DIR not a directory) raises RunDirError naming the path and the OS error;
 the previous results.json stays as it was and no temp file is left behind.
@@ -71,7 +71,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nsa.outputs import atomic_write_text
+from nsa.training.outputs import atomic_write_text
 
 SCHEMA_VERSION = 1
 RESULTS_JSON = "results.json"

@@ -56,9 +56,9 @@ from typing import Any
 
 import yaml
 
-from nsa.run_config import YAML_ERRORS
+from nsa.training.config import YAML_ERRORS
 from validation.slurm import validate_sbatch_line
-from nsa.run_config import brief as _brief
+from nsa.training.config import brief as _brief
 from validation.expressions import Expression, ExpressionError, compile_expression
 
 STEP_KINDS = ("snapshot", "train", "sweep", "ab", "pytest", "bench", "profile", "longrun")

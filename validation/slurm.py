@@ -114,7 +114,7 @@ def rdzv_port_expr() -> str:
 def batch_script(*, job_name: str, nnodes: int, nproc_per_node: int, argv: list[str], env: dict[str, str],
                  cwd: Path, log_path: Path, ranks_dir: Path, options: SlurmOptions, python: str,
                  torchrun: bool = True) -> str:
-    """The bash batch script of one launch. `argv` is the command without torchrun (``python -m nsa.train ...``);
+    """The bash batch script of one launch. `argv` is the command without torchrun (``python -m nsa.training ...``);
     with `torchrun`, each node's task runs ``python -m torch.distributed.run`` with c10d rendezvous, else `argv`
     itself runs once per node. `env` is exported in the script (values quoted)."""
     for line in options.sbatch:

@@ -1,5 +1,5 @@
 """NSA_FAULT=csv_*@STEP, the trainer's testing aid for a damaged training.csv: parsing, and what each kind does to
-a file written by the real writer (nsa.outputs.CsvLog), read back by the validation suite's reader. The whole
+a file written by the real writer (nsa.training.outputs.CsvLog), read back by the validation suite's reader. The whole
 path through nsa-validate (a real 2-rank run per kind) is tests/validation/test_faults.py."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from nsa import toggles
-from nsa.outputs import TRAINING_COLUMNS, CsvLog
-from nsa.safety import CSV_FAULTS_STOPPING_WRITER, damage_training_csv
+from nsa.training.outputs import TRAINING_COLUMNS, CsvLog
+from nsa.training.safety import CSV_FAULTS_STOPPING_WRITER, damage_training_csv
 from validation.metrics import read_training_csv
 
 COLUMNS = list(TRAINING_COLUMNS)

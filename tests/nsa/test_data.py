@@ -1,4 +1,4 @@
-"""nsa.data: the synthetic, local-text and FineWeb-Edu token sources."""
+"""nsa.training.data and its sources (synthetic, corpus, fineweb): the synthetic, local-text and FineWeb-Edu token sources."""
 
 import json
 import math
@@ -11,19 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from nsa.data import (
-    BYTE_VOCAB,
-    DATASETS,
-    DOC_SEPARATOR,
-    DataConfig,
-    DataError,
-    TokenSource,
-    build_eval_source,
-    build_source,
-    decode_bytes,
-    encode_bytes,
-    read_corpus,
-)
+from nsa.training.config import DATASETS, DataConfig, DataError
+from nsa.training.corpus import BYTE_VOCAB, DOC_SEPARATOR, decode_bytes, encode_bytes, read_corpus
+from nsa.training.data import TokenSource, build_eval_source, build_source
 
 
 def _source(cfg=None, *, vocab_size=256, seq_len=16, batch_size=2, rank=0, world_size=1, seed=0):

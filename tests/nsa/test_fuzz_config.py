@@ -1,7 +1,7 @@
 """Property-based fuzzing of the run-config loader: every input either loads or is one ConfigError line.
 
-    nsa.run_config.load_config(path)     -> a RunConfig or ConfigError ("FILE: ...", one line)
-    nsa.run_config.config_from_dict(raw) -> a RunConfig or ConfigError ("<config>: ...", one line)
+    nsa.training.config.load_config(path)     -> a RunConfig or ConfigError ("FILE: ...", one line)
+    nsa.training.config.config_from_dict(raw) -> a RunConfig or ConfigError ("<config>: ...", one line)
 
 Inputs: mutations of the shipped configs/*.yaml (structure and text), random documents shaped like the three
 sections, random Python values, random bytes and YAML syntax soup. Derandomized and without an example database
@@ -23,9 +23,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fuzz_support import entries as doc_entries, report_counts  # tests/fuzz_support.py
-from nsa.data import DATASETS, DataConfig
+from nsa.training.config import DATASETS, DataConfig
 from nsa.model import ModelConfig
-from nsa.run_config import DEVICES, LR_SCHEDULES, PARALLEL, PRECISIONS, ConfigError, RunConfig, TrainConfig, \
+from nsa.training.config import DEVICES, LR_SCHEDULES, PARALLEL, PRECISIONS, ConfigError, RunConfig, TrainConfig, \
     config_from_dict, load_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -30,7 +30,7 @@ S = 160
 
 
 def tiny_cfg(**overrides) -> ModelConfig:
-    return ModelConfig(**{**TINY, **overrides})
+    return ModelConfig.from_flat({**TINY, **overrides})
 
 
 def tiny_model(seed: int = 0, randomize: bool = True, **overrides) -> NSAModel:
@@ -48,7 +48,7 @@ def tokens(b: int, s: int, vocab: int = TINY["vocab_size"], seed: int = 0) -> to
 
 
 def production_model_cfg() -> ModelConfig:
-    return ModelConfig(**yaml.safe_load(PRODUCTION.read_text())["model"])
+    return ModelConfig.from_flat(yaml.safe_load(PRODUCTION.read_text())["model"])
 
 
 # ----------------------------------------------------------------------------------------------- shapes and inputs
@@ -243,7 +243,7 @@ def test_tied_embeddings_share_one_tensor_counted_once():
 
 @pytest.mark.parametrize("name", ["m7c_125m_2xa100_production", "m7c_125m_1xh100", "m7c_125m_40g"])
 def test_m7c_config_has_about_125m_parameters(name):
-    cfg = ModelConfig(**yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())["model"])
+    cfg = ModelConfig.from_flat(yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())["model"])
     with torch.device("meta"):
         model = NSAModel(cfg)
     assert next(model.parameters()).is_meta
@@ -271,7 +271,8 @@ def independent_flops(model: NSAModel, seq_len: int) -> dict[str, float]:
     """
     cfg = model.cfg
     L, H, G = cfg.n_layers, cfg.n_heads, cfg.n_kv_groups
-    l, d, l_sel, n_sel, w = cfg.l, cfg.d, cfg.l_sel, cfg.n_sel, cfg.w
+    a = cfg.nsa
+    l, d, l_sel, n_sel, w = a.l, a.d, a.l_sel, a.n_sel, a.w
 
     dense = 0
     cmp_linear = 0
@@ -303,8 +304,8 @@ def independent_flops(model: NSAModel, seq_len: int) -> dict[str, float]:
         assert n_win == min(w, t + 1)
         reads += n_cmp + n_sel_tok + n_win
         cmp_reads += n_cmp
-    attention = L * H * 2 * (cfg.d_k + cfg.d_v) * reads / seq_len
-    importance = L * H * 2 * cfg.d_k * cmp_reads / seq_len
+    attention = L * H * 2 * (a.d_k + a.d_v) * reads / seq_len
+    importance = L * H * 2 * a.d_k * cmp_reads / seq_len
     return {"dense": 3.0 * dense, "compressor": 3.0 * compressor, "attention": 3.0 * attention,
             "importance": float(importance)}
 
@@ -326,7 +327,7 @@ def test_flops_per_token_matches_independent_count_tiny(overrides, seq_len):
     # not notice a missing importance term (~0.2% of the total here)
     assert got == pytest.approx(total, rel=1e-9), expected
     assert model.flops_per_token(seq_len) == got
-    if model.cfg.phi == "avg":
+    if model.cfg.nsa.phi == "avg":
         assert expected["compressor"] == 0
 
 
@@ -354,13 +355,13 @@ def test_selection_key_count_matches_the_blocks_the_model_selects():
     blocks = model.blocks[1].attn.selected_blocks(captured[0])  # [B, G, S, n_sel], -1 = none
     pos = torch.arange(S)
     for t in (0, 31, 32, 95, 96, 127, 128, 159):
-        expected = min(t + 1, (cfg.n_sel - 1) * cfg.l_sel + (t % cfg.l_sel + 1))
+        expected = min(t + 1, (cfg.nsa.n_sel - 1) * cfg.nsa.l_sel + (t % cfg.nsa.l_sel + 1))
         for b in range(2):
             for g in range(cfg.n_kv_groups):
                 chosen = blocks[b, g, t]
                 chosen = chosen[chosen >= 0]
-                assert len(set(chosen.tolist())) == len(chosen) == min(cfg.n_sel, t // cfg.l_sel + 1)
-                n = int((torch.isin(pos // cfg.l_sel, chosen) & (pos <= t)).sum())
+                assert len(set(chosen.tolist())) == len(chosen) == min(cfg.nsa.n_sel, t // cfg.nsa.l_sel + 1)
+                n = int((torch.isin(pos // cfg.nsa.l_sel, chosen) & (pos <= t)).sum())
                 assert n == expected, (t, b, g, chosen.tolist())
 
 
@@ -374,7 +375,7 @@ def test_flops_attention_part_grows_sub_quadratically():
                      if isinstance(m, nn.Linear) and _is_compressor(n))
 
     def attention_part(s):  # the function's total minus the dense and compressor terms, per token
-        n_blocks = (s - cfg.l) // cfg.d + 1
+        n_blocks = (s - cfg.nsa.l) // cfg.nsa.d + 1
         return flops_per_token(cfg, s) - 3.0 * (dense_linear + cmp_linear * cfg.n_kv_groups * n_blocks / s)
 
     lengths = [512, 1024, 2048, 4096, 8192, 16384]
@@ -426,7 +427,7 @@ def test_aux_stats_recorded_only_when_enabled():
             gates = torch.sigmoid(blk.attn.gate(inp)).view(*inp.shape[:2], cfg.n_heads, 3)
         gate_means.append(gates.mean(dim=(0, 1, 2)))
         chosen = blk.attn.selected_blocks(inp)  # [B, G, S, n_sel]
-        current = (torch.arange(inp.shape[1]) // cfg.l_sel).view(1, 1, -1, 1).expand_as(chosen)
+        current = (torch.arange(inp.shape[1]) // cfg.nsa.l_sel).view(1, 1, -1, 1).expand_as(chosen)
         valid = chosen >= 0
         dists.append((current - chosen)[valid].double().mean())
     gate_mean = torch.stack(gate_means).mean(dim=0)

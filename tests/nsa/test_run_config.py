@@ -1,4 +1,4 @@
-"""Run configs (nsa/run_config.py): the shipped YAML files, key-by-key validation with messages naming the file
+"""Run configs (nsa/training/config.py): the shipped YAML files, key-by-key validation with messages naming the file
 and dotted key, command-line overrides, and save/load round trips."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nsa.data import DataConfig
+from nsa.training.config import DataConfig
 from nsa.model import ModelConfig
-from nsa.run_config import (ConfigError, RunConfig, TrainConfig, apply_overrides, config_from_dict, load_config,
+from nsa.training.config import (ConfigError, RunConfig, TrainConfig, apply_overrides, config_from_dict, load_config,
                             save_config)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,8 +77,8 @@ def test_every_shipped_config_loads(path):
 def test_production_config_has_the_issue_values():
     cfg = load_config(REPO / "configs" / "m7c_125m_2xa100_production.yaml")
     m, t = cfg.model, cfg.train
-    assert (m.dim, m.n_layers, m.n_heads, m.n_kv_groups, m.d_k, m.d_v) == (768, 12, 12, 2, 64, 64)
-    assert (m.l, m.d, m.l_sel, m.n_sel, m.w) == (32, 16, 64, 16, 512)
+    assert (m.dim, m.n_layers, m.n_heads, m.n_kv_groups, m.nsa.d_k, m.nsa.d_v) == (768, 12, 12, 2, 64, 64)
+    assert (m.nsa.l, m.nsa.d, m.nsa.l_sel, m.nsa.n_sel, m.nsa.w) == (32, 16, 64, 16, 512)
     assert t.precision == "bf16"
     assert (t.seq_len, t.batch_size, t.accum) == (2048, 2, 2)
     assert isinstance(t.lr, float) and t.lr == 2e-4

@@ -25,12 +25,13 @@ def _config(tmp_path, **train):
 
 def _reference(raw, world=2):
     """Plain loop: one process, one batch holding every rank's micro-batches, torch's own AdamW."""
-    from nsa.data import DataConfig, build_source
+    from nsa.training.config import DataConfig
+    from nsa.training.data import build_source
     from nsa.model import ModelConfig, NSAModel
 
     tc = raw["train"]
     torch.manual_seed(tc["seed"])
-    model = NSAModel(ModelConfig(**raw["model"]))
+    model = NSAModel(ModelConfig.from_flat(raw["model"]))
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc["weight_decay"]},
@@ -75,7 +76,7 @@ def test_ddp_equals_single_process_reference_on_the_same_global_batch(ddp_run):
     # and the weights really moved: the reference is not just the initial state
     from nsa.model import ModelConfig, NSAModel
     torch.manual_seed(raw["train"]["seed"])
-    init = NSAModel(ModelConfig(**raw["model"])).state_dict()
+    init = NSAModel(ModelConfig.from_flat(raw["model"])).state_dict()
     assert max((init[k] - ref_state[k]).abs().max().item() for k in init) > 1e-3
 
 

@@ -10,7 +10,9 @@ import yaml
 
 from train_utils import TINY, heartbeats, read_csv
 
-from nsa import train
+from nsa.training import cli as train
+from nsa.training.config import ConfigError, UsageError
+from nsa.training.trainer import parallel_mode
 
 
 def _run(tmp_path, *flags, **train_cfg):
@@ -133,7 +135,7 @@ def test_mixed_precision_trains_with_fp32_master_weights(tmp_path, monkeypatch, 
     losses = [float(r["loss"]) for r in read_csv(out / "training.csv")]
     assert all(math.isfinite(x) for x in losses)
     import torch
-    from nsa.checkpoint import latest_checkpoint
+    from nsa.training.checkpoint import latest_checkpoint
     state = torch.load(latest_checkpoint(out) / "model_optim.pt", weights_only=False)
     assert all(v.dtype == torch.float32 for v in state["model"].values())
     assert (state["scaler"] is not None) == (precision == "fp16")
@@ -153,17 +155,17 @@ def test_text_dataset_trains_from_local_files(tmp_path, monkeypatch):
 
 
 def test_parallel_mode_and_config_resolution(tmp_path, monkeypatch):
-    assert train.parallel_mode("auto", 1) == "none" and train.parallel_mode("auto", 2) == "ddp"
-    assert train.parallel_mode("fsdp", 2) == "fsdp" and train.parallel_mode("ddp", 1) == "none"
-    with pytest.raises(train.UsageError, match="--ddp 1 or --fsdp"):
-        train.parallel_mode("none", 2)
+    assert parallel_mode("auto", 1) == "none" and parallel_mode("auto", 2) == "ddp"
+    assert parallel_mode("fsdp", 2) == "fsdp" and parallel_mode("ddp", 1) == "none"
+    with pytest.raises(UsageError, match="--ddp 1 or --fsdp"):
+        parallel_mode("none", 2)
     parser = train.build_parser()
     monkeypatch.chdir(tmp_path)  # no configs/ here: no default config
-    with pytest.raises(train.ConfigError, match="pass --config PATH or set CONFIG"):
+    with pytest.raises(ConfigError, match="pass --config PATH or set CONFIG"):
         train.resolve_config(parser.parse_args([]), environ={})
     cfg, path = train.resolve_config(parser.parse_args(["--steps", "7", "--fsdp"]), environ={"CONFIG": str(TINY)})
     assert path == str(TINY) and cfg.train.steps == 7 and cfg.train.parallel == "fsdp"
-    with pytest.raises(train.UsageError, match="exclusive"):
+    with pytest.raises(UsageError, match="exclusive"):
         train.resolve_config(parser.parse_args(["--fsdp", "--ddp", "1", "--config", str(TINY)]))
 
 

@@ -59,11 +59,11 @@ def test_sigterm_to_one_rank_mid_step_leaves_a_loadable_checkpoint_and_resume_ma
     running. Every rank stops at the same step after finishing it, the checkpoint of that step is complete and
     loads, and `--resume` continues to the planned last step with the same loss at every step as a run that was
     never interrupted (bitwise) and training.csv rows 1..N exactly once."""
-    from nsa import checkpoint
-    from nsa.distributed import DistInfo
+    from nsa.training import checkpoint
+    from nsa.training.distributed import DistInfo
     from nsa.model import NSAModel
-    from nsa.optim import build_adamw
-    from nsa.run_config import load_config
+    from nsa.training.optim import build_adamw
+    from nsa.training.config import load_config
 
     steps = 24
     cfg = _config(tmp_path, steps=steps, save_every=1000, batch_size=2, log_every=1000)
@@ -158,7 +158,7 @@ def test_sigusr1_dumps_stacks_and_training_continues_then_halt_stops_cleanly(tmp
         os.kill(proc.pid, signal.SIGUSR1)
         dumps = wait_for(lambda: sorted(out_dir.glob("stackdump_rank0_*.txt")), 20, "a stack dump", proc)
         text = dumps[0].read_text()
-        assert "rank 0" in text and "MainThread" in text and "nsa/train.py" in text
+        assert "rank 0" in text and "MainThread" in text and "nsa/training/trainer.py" in text
         at_dump = last_step(out_dir)
         wait_for(lambda: last_step(out_dir) >= at_dump + 3, 30, "steps after the dump", proc)
         assert (out_dir / "stackdump_rank0.txt").stat().st_size > 0  # the C-level (faulthandler) dump
@@ -197,7 +197,7 @@ def test_hang_is_detected_by_the_watchdog_and_ends_at_the_process_group_timeout(
     try:
         wait_for(lambda: (out_dir / "heartbeat_rank1.jsonl").exists()
                  and heartbeats(out_dir, 1)[-1]["msg"] == "fault", 60, "the injected hang", proc)
-        wd = subprocess.run([sys.executable, "-m", "nsa.watchdog", "--dir", str(out_dir), "--stall-after", "2",
+        wd = subprocess.run([sys.executable, "-m", "nsa.training.watchdog", "--dir", str(out_dir), "--stall-after", "2",
                              "--include-earlier",
                              "--interval", "0.5", "--ranks", "2"], cwd=REPO, env=clean_env(),
                             capture_output=True, text=True, timeout=60)
@@ -236,7 +236,7 @@ def test_user_errors_are_one_line_without_traceback(tmp_path, argv, needle):
     subs = {"{bad_key}": str(bad_key), "{tiny}": str(TINY), "{missing}": str(tmp_path / "does-not-exist"),
             "{nowhere}": str(tmp_path / "nowhere.yaml")}
     argv = [subs.get(a, a) for a in argv]
-    proc = subprocess.run([sys.executable, "-m", "nsa.train", "--out-dir", str(tmp_path / "o"), *argv], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "nsa.training", "--out-dir", str(tmp_path / "o"), *argv], cwd=REPO,
                           env=clean_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     err = proc.stderr.strip()
@@ -247,7 +247,7 @@ def test_user_errors_are_one_line_without_traceback(tmp_path, argv, needle):
 
 
 def test_bad_toggle_value_names_the_variable(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "nsa.train", "--config", str(TINY), "--out-dir", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "nsa.training", "--config", str(TINY), "--out-dir", str(tmp_path)],
                           cwd=REPO, env=clean_env({"NSA_DDP_COMPRESS": "int8"}), capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2 and "NSA_DDP_COMPRESS" in proc.stderr and "bf16" in proc.stderr

@@ -1,4 +1,4 @@
-"""Heartbeat file format (nsa.heartbeat) and stall detection (nsa.watchdog).
+"""Heartbeat file format (nsa.training.heartbeat) and stall detection (nsa.training.watchdog).
 
 The earlier system's watchdog never fired: it could not read the heartbeat file, and non-zero ranks wrote only a
 boot heartbeat. These tests read real files the way the watchdog does, signal real processes and run the CLI.
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from nsa import heartbeat as hb
-from nsa.heartbeat import (HeartbeatWriter, TERMINAL_MSGS, encode_record, heartbeat_path, latest_heartbeats,
+from nsa.training import heartbeat as hb
+from nsa.training.heartbeat import (HeartbeatWriter, TERMINAL_MSGS, encode_record, heartbeat_path, latest_heartbeats,
                            read_heartbeats)
-from nsa.watchdog import HALT_NAME, WatchdogConfig, check, main, run, signal_stack_dumps, write_halt
+from nsa.training.watchdog import HALT_NAME, WatchdogConfig, check, main, run, signal_stack_dumps, write_halt
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000.0
@@ -348,7 +348,7 @@ def test_run_gives_up_waiting(tmp_path):
 CHILD = textwrap.dedent("""
     import signal, sys, time
     from pathlib import Path
-    from nsa.heartbeat import HeartbeatWriter
+    from nsa.training.heartbeat import HeartbeatWriter
     out = Path(sys.argv[1])
     def on_usr1(signum, frame):
         (out / "got_usr1").write_text("1")
@@ -452,7 +452,7 @@ def test_cli_subprocess_halts_a_stale_run(tmp_path):
     append_record(tmp_path, 0, time.time(), 120, "step", pid=os.getpid(), host=socket.gethostname())
     append_record(tmp_path, 1, time.time() - 900, 118, "step")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "nsa.watchdog", "--dir", str(tmp_path), "--halt", "1",
+    proc = subprocess.run([sys.executable, "-m", "nsa.training.watchdog", "--dir", str(tmp_path), "--halt", "1",
                            "--interval", "30", "--stall-after", "300", "--include-earlier"],
                           capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 1, proc.stderr
@@ -468,7 +468,7 @@ def test_watchdog_started_before_a_run_ignores_the_previous_runs_records(tmp_pat
     append_record(tmp_path, 0, time.time() - 50, 300, "done")
     append_record(tmp_path, 1, time.time() - 900, 118, "step")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "nsa.watchdog", "--dir", str(tmp_path), "--interval", "0.2",
+    proc = subprocess.run([sys.executable, "-m", "nsa.training.watchdog", "--dir", str(tmp_path), "--interval", "0.2",
                            "--max-wait-start", "1"], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert not (tmp_path / HALT_NAME).exists()

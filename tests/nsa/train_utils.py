@@ -40,9 +40,9 @@ def clean_env(extra: dict | None = None) -> dict:
 def trainer_argv(out_dir: Path, *flags: str, nproc: int = 1, config: Path | None = TINY) -> list[str]:
     base = ["--out-dir", str(out_dir)] + (["--config", str(config)] if config else []) + list(flags)
     if nproc == 1:
-        return [sys.executable, "-m", "nsa.train", *base]
+        return [sys.executable, "-m", "nsa.training", *base]
     return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-            f"--master-port={free_port()}", "-m", "nsa.train", *base]
+            f"--master-port={free_port()}", "-m", "nsa.training", *base]
 
 
 def start(out_dir: Path, *flags: str, nproc: int = 1, env: dict | None = None,
@@ -109,7 +109,7 @@ def last_step(out_dir: Path, rank: int = 0) -> int:
 
 def final_params(out_dir: Path) -> dict[str, torch.Tensor]:
     """Model state of the latest checkpoint in out_dir."""
-    from nsa.checkpoint import latest_checkpoint
+    from nsa.training.checkpoint import latest_checkpoint
 
     ckpt = latest_checkpoint(Path(out_dir))
     assert ckpt is not None, f"no checkpoint in {out_dir}"

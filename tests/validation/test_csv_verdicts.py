@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from nsa.outputs import TRAINING_COLUMNS, CsvLog
-from nsa.safety import CSV_FAULTS_STOPPING_WRITER, damage_training_csv
+from nsa.training.outputs import TRAINING_COLUMNS, CsvLog
+from nsa.training.safety import CSV_FAULTS_STOPPING_WRITER, damage_training_csv
 from validation.metrics import Window, read_training_csv, summarize
 from validation.runner import _csv_verdict
 

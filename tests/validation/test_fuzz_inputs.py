@@ -31,7 +31,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fuzz_support import entries as doc_entries, report_counts  # tests/fuzz_support.py
-from nsa.outputs import MFU_COLUMN, TRAINING_COLUMNS
+from nsa.training.outputs import MFU_COLUMN, TRAINING_COLUMNS
 from validation.expressions import (FUNCTIONS, MAX_DEPTH, MAX_INT_BITS, STATUSES, EvalResult, Expression,
                                     ExpressionError, compile_expression, fmt_value)
 from validation.metrics import STATUSES as SUMMARY_STATUSES

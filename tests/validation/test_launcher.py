@@ -69,7 +69,7 @@ def heartbeat_pids(out_dir: Path) -> list[int]:
 
 
 def trainer_argv(out_dir: Path, *flags: str) -> list[str]:
-    return [sys.executable, "-m", "nsa.train", "--config", str(TINY), "--out-dir", str(out_dir), *flags]
+    return [sys.executable, "-m", "nsa.training", "--config", str(TINY), "--out-dir", str(out_dir), *flags]
 
 
 # A child that leaves processes behind the way torchrun does: one in its own process group (ignoring SIGTERM
@@ -175,23 +175,23 @@ def test_the_first_error_file_names_the_failing_rank(tmp_path):
             "out = sys.argv[1]\n"
             "os.makedirs(out)\n"
             "tb = 'Traceback (most recent call last):\\n  File \"t.py\", line 1, in step\\n{}\\n'\n"
-            "open(os.path.join(out, 'error_rank1.txt'), 'w').write(tb.format('nsa.safety.InjectedCrash: boom')); "
+            "open(os.path.join(out, 'error_rank1.txt'), 'w').write(tb.format('nsa.training.safety.InjectedCrash: boom')); "
             "time.sleep(0.05)\n"
             "open(os.path.join(out, 'error_rank0.txt'), 'w').write(tb.format('RuntimeError: peer closed'))\n"
             "open(os.path.join(out, 'status.json'), 'w').write('{\"status\": \"crashed\", \"reason\": \"x\"}')\n"
             "sys.exit(1)\n")
     result = launch(spec(tmp_path, py(code, str(out_dir)), trainer_out_dir=out_dir))
     assert result.status == "failed"
-    assert result.reason == ("exit code 1 (rank 1): nsa.safety.InjectedCrash: boom; "
+    assert result.reason == ("exit code 1 (rank 1): nsa.training.safety.InjectedCrash: boom; "
                              "trainer status.json: crashed (x)"), result.reason
-    assert result.excerpt.splitlines()[-1] == "nsa.safety.InjectedCrash: boom"
+    assert result.excerpt.splitlines()[-1] == "nsa.training.safety.InjectedCrash: boom"
 
 
 def test_torchrun_failure_summary_is_parsed():
     summary = "\n".join([
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
         "============================================================",
-        "nsa.train FAILED",
+        "nsa.training FAILED",
         "------------------------------------------------------------",
         "Failures:",
         "[1]:",
@@ -375,7 +375,7 @@ def test_tracebacks_are_found_through_torchrun_prefixes_and_interleaving():
         "[default1]:[rank1]:   File \"/work/nsa/train.py\", line 381, in run",
         "[default0]:[nsa-train r0] still going",
         "[default1]:[rank1]:     self.control.crash(step)",
-        "[default1]:[rank1]: nsa.safety.InjectedCrash: NSA_FAULT injected crash at step 2 on rank 1",
+        "[default1]:[rank1]: nsa.training.safety.InjectedCrash: NSA_FAULT injected crash at step 2 on rank 1",
         "E1121 20:48:15.533000 2043 api.py:1002] failed (exitcode: 1) local_rank: 1",
         "Traceback (most recent call last):",
         "  File \"run.py\", line 1, in <module>",
@@ -383,7 +383,7 @@ def test_tracebacks_are_found_through_torchrun_prefixes_and_interleaving():
     ])
     tbs = _tracebacks(text)
     assert [tb.rank for tb in tbs] == [1, None]
-    assert tbs[0].exception == "nsa.safety.InjectedCrash: NSA_FAULT injected crash at step 2 on rank 1"
+    assert tbs[0].exception == "nsa.training.safety.InjectedCrash: NSA_FAULT injected crash at step 2 on rank 1"
     assert tbs[0].lines == ["Traceback (most recent call last):", "  File \"/work/nsa/train.py\", line 381, in run",
                             "    self.control.crash(step)", tbs[0].exception]
     assert tbs[1].exception.startswith("torch.distributed.elastic.multiprocessing.errors.ChildFailedError")
@@ -394,8 +394,8 @@ def test_torchrun_argv_shapes(tmp_path):
     assert prefix[:5] == [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master-port=29555"]
     assert prefix[5:] == ["--log-dir", str(tmp_path / "ranks"), "--redirects", "3", "--tee", "3"]
     assert torchrun_prefix(2, 29555) == prefix[:5]
-    mod = _torchrun_argv([sys.executable, "-m", "nsa.train", "--steps", "3"], prefix)
-    assert mod[-4:] == ["-m", "nsa.train", "--steps", "3"] and "--no-python" not in mod
+    mod = _torchrun_argv([sys.executable, "-m", "nsa.training", "--steps", "3"], prefix)
+    assert mod[-4:] == ["-m", "nsa.training", "--steps", "3"] and "--no-python" not in mod
     script = _torchrun_argv([sys.executable, "x.py", "-a"], prefix)
     assert script[-2:] == ["x.py", "-a"]
     other = _torchrun_argv(["pytest", "-q"], prefix)
@@ -452,7 +452,7 @@ def test_trainer_two_ranks_ok_with_rank_logs_and_progress(tmp_path):
     result = launch(spec(tmp_path, trainer_argv(out_dir, "--steps", "8", "--ddp", "1"), nproc_per_node=2,
                          trainer_out_dir=out_dir, stall_timeout_s=60, on_progress=seen.append, timeout_s=120))
     assert result.status == "ok", result.reason + "\n" + result.log_path.read_text()[-3000:]
-    assert result.argv[1:3] == ["-m", "torch.distributed.run"] and "nsa.train" in result.argv
+    assert result.argv[1:3] == ["-m", "torch.distributed.run"] and "nsa.training" in result.argv
     assert sorted(result.rank_logs) == [0, 1]
     assert "[nsa-train r0]" in result.rank_logs[0].read_text()
     assert all(p.is_file() and p.stat().st_size > 0 for p in result.rank_logs.values())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from nsa.outputs import MFU_COLUMN, TRAINING_COLUMNS, CsvLog
+from nsa.training.outputs import MFU_COLUMN, TRAINING_COLUMNS, CsvLog
 from validation.metrics import (DERIVED_KEYS, METRIC_COLUMNS, STAT_NAMES, CsvRead, MetricsError, Window,
                                 read_training_csv, scaling_efficiency, select_best, summarize, window_values)
 

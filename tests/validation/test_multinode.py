@@ -30,7 +30,7 @@ def _processes_mentioning(text: str) -> list[int]:
 
 def _spec(tmp_path, rdzv="c10d", steps=5, env=None) -> LaunchSpec:
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "nsa.train", "--config", "configs/tiny_cpu.yaml", "--ddp", "1", "--steps",
+    argv = [sys.executable, "-m", "nsa.training", "--config", "configs/tiny_cpu.yaml", "--ddp", "1", "--steps",
             str(steps), "--save-every", "100000", "--out-dir", str(out)]
     return LaunchSpec(argv=argv, env={**os.environ, "NSA_TB_DISABLE": "1", "OMP_NUM_THREADS": "1", **(env or {})},
                       cwd=ROOT, step_dir=tmp_path, nproc_per_node=1, nnodes=2, rdzv_backend=rdzv, timeout_s=180,

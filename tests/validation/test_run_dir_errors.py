@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import nsa.outputs
-from nsa.outputs import atomic_write_text
+import nsa.training.outputs
+from nsa.training.outputs import atomic_write_text
 from validation.cli import app
 from validation.results import RESULTS_JSON, RunDirError, read_results, write_results
 
@@ -72,7 +72,7 @@ def no_space(monkeypatch, when=lambda path: True):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real_fsync(fd)
 
-    monkeypatch.setattr(nsa.outputs.os, "fsync", fsync)
+    monkeypatch.setattr(nsa.training.outputs.os, "fsync", fsync)
 
 
 # ---------------------------------------------------------------------- the atomic writer
@@ -99,7 +99,7 @@ def test_failure_at_any_point_of_the_write_keeps_the_old_file(tmp_path, monkeypa
     path.write_text("old\n")
     for name in ("fsync", "replace"):
         with monkeypatch.context() as m:
-            m.setattr(nsa.outputs.os, name, lambda *a: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
+            m.setattr(nsa.training.outputs.os, name, lambda *a: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
             with pytest.raises(OSError):
                 atomic_write_text(path, "new\n")
         assert path.read_text() == "old\n" and leftovers(tmp_path) == [], name

@@ -80,7 +80,7 @@ def test_defaults_merge_and_step_overrides(tmp_path):
     assert s1.launch.config == "configs/tiny_cpu.yaml" and s1.launch.args == {"steps": 5}
     assert s1.launch.env == {"NSA_DDP_BUCKET_MB": "25"}
     (pl,) = step_launches(s1, winners={}, run_dir=tmp_path)
-    assert pl.argv[1:] == ["-m", "nsa.train", "--config", "configs/tiny_cpu.yaml", "--steps", "5", "--out-dir",
+    assert pl.argv[1:] == ["-m", "nsa.training", "--config", "configs/tiny_cpu.yaml", "--steps", "5", "--out-dir",
                            str(tmp_path / "s1" / "out")]
 
 

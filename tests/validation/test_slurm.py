@@ -22,7 +22,7 @@ from validation.plan import step_launches
 from validation.runbook import RunbookError, load_runbook
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAIN = [sys.executable, "-m", "nsa.train", "--config", "configs/tiny_cpu.yaml", "--ddp", "1", "--save-every",
+TRAIN = [sys.executable, "-m", "nsa.training", "--config", "configs/tiny_cpu.yaml", "--ddp", "1", "--save-every",
          "100000"]
 
 
@@ -56,7 +56,7 @@ def test_completed_with_a_nonzero_exit_code_is_not_ok():
 
 
 def _script(**kw):
-    args = dict(job_name="nsav-t", nnodes=2, nproc_per_node=4, argv=[sys.executable, "-m", "nsa.train", "--steps", "5"],
+    args = dict(job_name="nsav-t", nnodes=2, nproc_per_node=4, argv=[sys.executable, "-m", "nsa.training", "--steps", "5"],
                 env={"NSA_X": "1"}, cwd=Path("/work dir"), log_path=Path("/run dir/s/stdout.log"),
                 ranks_dir=Path("/run dir/s/ranks"), options=slurm.SlurmOptions(), python=sys.executable)
     args.update(kw)
@@ -73,7 +73,7 @@ def test_batch_script_allocation_and_torchrun_line():
         assert line in text.splitlines(), line
     flat = " ".join(text.replace("\\\n", " ").split())  # continuation lines joined
     assert "--nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d" in flat
-    assert "srun --kill-on-bad-exit=1" in flat and "-m nsa.train --steps 5" in flat
+    assert "srun --kill-on-bad-exit=1" in flat and "-m nsa.training --steps 5" in flat
     assert 'PET_RDZV_ID="nsav-$SLURM_JOB_ID"' in text
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)  # valid bash
 
@@ -82,7 +82,7 @@ def test_batch_script_values_are_data_not_code(tmp_path):
     """A hostile environment value or argument is quoted: running the script's export lines sets it verbatim."""
     marker = tmp_path / "pwned"
     evil = f"$(touch {marker}); `touch {marker}`"
-    text = _script(env={"NSA_EVIL": evil}, argv=[sys.executable, "-m", "nsa.train", f"--note={evil}"])
+    text = _script(env={"NSA_EVIL": evil}, argv=[sys.executable, "-m", "nsa.training", f"--note={evil}"])
     exports = "\n".join(line for line in text.splitlines() if line.startswith("export NSA_EVIL="))
     out = subprocess.run(["bash", "-c", exports + '\nprintf %s "$NSA_EVIL"'], capture_output=True, text=True, check=True)
     assert out.stdout == evil and not marker.exists()
@@ -238,7 +238,7 @@ def test_timeout_cancels_the_job_and_leaves_nothing_in_squeue(cluster, tmp_path,
 
 @pytest.mark.reliability
 def test_a_hang_is_dumped_on_every_node_then_cancelled(cluster, tmp_path, reliability):
-    """remote_dumps=True sends every stalled rank's SIGUSR1 through `srun --overlap python -m nsa.watchdog` on
+    """remote_dumps=True sends every stalled rank's SIGUSR1 through `srun --overlap python -m nsa.training.watchdog` on
     the job's nodes: the path ranks on other hosts take on a real cluster."""
     spec = _spec(tmp_path, steps=1000, extra_env={"NSA_FAULT": "hang@3:1"}, stall_timeout_s=6, remote_dumps=True)
     spec.argv += ["--pg-timeout", "600"]

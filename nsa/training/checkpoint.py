@@ -26,7 +26,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      get_optimizer_state_dict, set_model_state_dict,
                                                      set_optimizer_state_dict)
 
-from nsa.distributed import DistInfo, barrier
+from nsa.training.distributed import DistInfo, barrier
 
 CHECKPOINT_DIR = "checkpoints"
 META = "meta.json"

@@ -1,4 +1,4 @@
-"""Stall detection over the heartbeat files (``nsa.heartbeat``) of a training run.
+"""Stall detection over the heartbeat files (``nsa.training.heartbeat``) of a training run.
 
 A watchdog polls ``out_dir/heartbeat_rank*.jsonl`` every ``interval_s``. When some rank that has not finished
 has written nothing for ``stall_after_s`` it
@@ -11,7 +11,7 @@ has written nothing for ``stall_after_s`` it
 
 ``check`` is a pure function of the files and the clock; ``run`` is the loop; ``main`` is the CLI::
 
-    python -m nsa.watchdog --dir artifacts/run --halt 1 --interval 30 [--stall-after 300] [--ranks N] [--no-dump]
+    python -m nsa.training.watchdog --dir artifacts/run --halt 1 --interval 30 [--stall-after 300] [--ranks N] [--no-dump]
                            [--once] [--max-wait-start 600]
 
 Exit codes: 0 the run finished (``--once``: running or finished), 1 stalled, 2 usage error (bad flag, missing
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from nsa.heartbeat import first_heartbeat, heartbeat_files, is_finished, latest_heartbeats
-from nsa.outputs import write_json
+from nsa.training.heartbeat import first_heartbeat, heartbeat_files, is_finished, latest_heartbeats
+from nsa.training.outputs import write_json
 
 log = logging.getLogger(__name__)
 
@@ -284,7 +284,7 @@ _positive_int = _number(int, 1, False, "an integer")
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=prog or "python -m nsa.watchdog",
+        prog=prog or "python -m nsa.training.watchdog",
         description="Watch a training run's heartbeat files; on a stall write OUT/.HALT (the trainer stops with a "
                     "final checkpoint) and ask the stalled processes for stack dumps (SIGUSR1). Exit codes: "
                     "0 finished, 1 stalled, 2 usage error, 3 no heartbeat within --max-wait-start.")

@@ -1,8 +1,8 @@
 """Training run configuration: YAML files with `model`, `train` and `data` sections, validated key by key.
 
-    model:  ModelConfig fields (nsa.model)
+    model:  ModelConfig's flat form: its own fields and NSAConfig's (nsa.config)
     train:  TrainConfig fields (below)
-    data:   DataConfig fields (nsa.data)
+    data:   DataConfig fields (below; the sources are in nsa.training.data)
 
 Every key is checked: an unknown key or a value of the wrong type is a ConfigError naming the file and the
 dotted key. Missing keys take the dataclass defaults. Command-line flags override keys (`apply_overrides`), and
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import reprlib
 import types
 import typing
@@ -22,9 +23,9 @@ from typing import Any, Mapping
 
 import yaml
 
-from nsa.data import DataConfig
-from nsa.model import ModelConfig
+from nsa.config import ModelConfig, NSAConfig
 
+DATASETS = ("synthetic", "text", "fineweb_edu")
 PRECISIONS = ("fp32", "bf16", "fp16")
 PARALLEL = ("auto", "none", "ddp", "fsdp")
 LR_SCHEDULES = ("cosine", "constant")
@@ -33,6 +34,10 @@ DEVICES = ("auto", "cpu", "cuda")
 
 class ConfigError(ValueError):
     """A user-caused configuration problem; the message is one line naming the file and key."""
+
+
+class UsageError(ValueError):
+    """A bad combination of flags or launch settings."""
 
 
 # What PyYAML raises for text it cannot read: YAMLError for bad syntax; the others from its constructors for a
@@ -52,6 +57,43 @@ def brief(value: Any) -> str:
     except ValueError:  # an int too long for str()
         return f"<a very large {type(value).__name__}>"
     return text if len(text) <= 100 else text[:97] + "..."
+
+
+class DataError(ValueError):
+    """A data problem the user caused (path, file contents, config value, hub access); one-line message."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where training tokens come from.
+
+    dataset           one of DATASETS: "synthetic" | "text" | "fineweb_edu"
+    path              "text": a file, directory or glob (required); "fineweb_edu": local parquet file, directory
+                      or glob for offline use (None: stream from the hub); ignored by "synthetic"
+    loader_timeout_s  longest wait, in seconds, for one batch from a streaming source (--loader-timeout)
+    text_key          JSONL field / parquet column holding the document text
+    """
+
+    dataset: str = "synthetic"
+    path: str | None = None
+    loader_timeout_s: float = 120.0
+    text_key: str = "text"
+
+    def __post_init__(self) -> None:
+        if self.dataset not in DATASETS:
+            raise DataError(f"DataConfig.dataset must be one of {' | '.join(DATASETS)}, got {self.dataset!r}")
+        if self.path is not None:
+            if isinstance(self.path, os.PathLike):
+                object.__setattr__(self, "path", os.fspath(self.path))
+            if not isinstance(self.path, str) or not self.path.strip():
+                raise DataError(f"DataConfig.path must be a non-empty path string or None, got {self.path!r}")
+        if self.dataset == "text" and self.path is None:
+            raise DataError("DataConfig.path is required for dataset 'text' (a file, directory or glob; --data-path)")
+        t = self.loader_timeout_s
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+            raise DataError(f"DataConfig.loader_timeout_s must be a positive number of seconds, got {t!r}")
+        if not isinstance(self.text_key, str) or not self.text_key:
+            raise DataError(f"DataConfig.text_key must be a non-empty string, got {self.text_key!r}")
 
 
 @dataclass(frozen=True)
@@ -123,7 +165,7 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": dataclasses.asdict(self.model), "train": dataclasses.asdict(self.train),
+        return {"model": self.model.flat(), "train": dataclasses.asdict(self.train),
                 "data": dataclasses.asdict(self.data)}
 
 
@@ -176,22 +218,30 @@ def save_config(cfg: RunConfig, path: str | Path) -> None:
     tmp.replace(path)
 
 
+def _section_fields(cls) -> tuple[dict, dict]:
+    """({key: dataclass field}, {key: type hint}) of a section; the model section is ModelConfig's flat form."""
+    if cls is ModelConfig:
+        flat = ModelConfig.flat_fields()
+        hints = {**typing.get_type_hints(NSAConfig), **typing.get_type_hints(ModelConfig)}
+        return flat, hints
+    return {f.name: f for f in fields(cls)}, typing.get_type_hints(cls)
+
+
 def _build(cls, values: Any, section: str, where: str):
     if not isinstance(values, Mapping):
         raise ConfigError(f"{where}: section '{section}' must be a mapping, got {type(values).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in fields(cls)]
+    known, hints = _section_fields(cls)
     kwargs = {}
     for key, value in values.items():
-        if key not in names:
-            raise ConfigError(f"{where}: unknown key {f'{section}.{key}'!r} (known keys: {', '.join(names)})")
+        if key not in known:
+            raise ConfigError(f"{where}: unknown key {f'{section}.{key}'!r} (known keys: {', '.join(known)})")
         kwargs[key] = _coerce(value, hints[key], f"{section}.{key}", where)
-    missing = [f.name for f in fields(cls) if f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING and f.name not in kwargs]
+    missing = [name for name, f in known.items() if f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING and name not in kwargs]
     if missing:
         raise ConfigError(f"{where}: missing key '{section}.{missing[0]}'")
     try:
-        return cls(**kwargs)
+        return ModelConfig.from_flat(kwargs) if cls is ModelConfig else cls(**kwargs)
     except ValueError as exc:
         raise ConfigError(f"{where}: section '{section}': {exc}") from None
 

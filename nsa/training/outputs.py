@@ -2,11 +2,11 @@
 
     training.csv            one row per optimizer step, columns TRAINING_COLUMNS (+ "mfu" when a peak is known)
     val.csv                 one row per evaluation, columns VAL_COLUMNS
-    heartbeat_rank{r}.jsonl every rank, one JSON object per line (nsa.heartbeat)
+    heartbeat_rank{r}.jsonl every rank, one JSON object per line (nsa.training.heartbeat)
     env.json                versions, devices, world size, resolved config, git sha, NSA_*/NCCL_*/TORCH_* vars
     config.yaml             the resolved run config
     status.json             how the run ended: completed | halted | terminated | nonfinite | crashed
-    checkpoints/step_N/     checkpoints (nsa.checkpoint)
+    checkpoints/step_N/     checkpoints (nsa.training.checkpoint)
     sdpa_audit.json         NSA_SDPA_AUDIT=1: SDPA backend per call site (rank 0)
     stackdump_rank{r}*.txt  SIGUSR1 stack dumps
     tb/                     TensorBoard scalars (unless NSA_TB_DISABLE=1)
@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-import torch
 
 TRAINING_CSV = "training.csv"
 VAL_CSV = "val.csv"
@@ -49,7 +48,7 @@ TRAINING_COLUMNS = {
     "mem_reserved_gb": "rank 0 peak memory, GiB: CUDA peak reserved by the caching allocator; CPU peak RSS",
 }
 MFU_COLUMN = ("mfu", "model FLOPs utilization: flops_per_token * toks_per_s / (world_size * device peak); only "
-                     "when the device's peak is known (GPU table in nsa.metrics or train.peak_tflops)")
+                     "when the device's peak is known (GPU table in nsa.training.metrics or train.peak_tflops)")
 VAL_COLUMNS = {"step": "optimizer step", "val_loss": "mean cross entropy over the evaluation batches of all ranks",
                "val_ppl": "exp(val_loss)"}
 
@@ -165,9 +164,11 @@ def git_sha(start: Path | None = None) -> str | None:
 ENV_PREFIXES = ("NSA_", "NCCL_", "TORCH_")
 
 
-def environment(config: Mapping[str, Any], config_path: str | None, world_size: int, device: torch.device,
+def environment(config: Mapping[str, Any], config_path: str | None, world_size: int, device,
                 argv: list[str]) -> dict[str, Any]:
     """The env.json record."""
+    import torch  # here, not at module level: the orchestrator imports this module's contracts without torch
+
     cuda = torch.cuda.is_available()
     devices = ([{"index": i, "name": torch.cuda.get_device_name(i),
                  "memory_gb": round(torch.cuda.get_device_properties(i).total_memory / 1024 ** 3, 2)}

@@ -1,122 +1,39 @@
-"""nsa-train: train an NSAModel in one process or under torchrun (DDP or FSDP2).
-
-    python -m nsa.train --config configs/tiny_cpu.yaml --steps 50
-    torchrun --nproc_per_node=2 -m nsa.train --config configs/m7c_125m_2xa100_production.yaml --ddp 1
-    nsa-train watchdog --dir artifacts/run --halt 1 --interval 30
-
-Flags override the config file (nsa.run_config); the resolved config is saved as out_dir/config.yaml. Outputs
-are described in nsa.outputs; environment toggles in nsa.toggles; stop/dump/fault behaviour in nsa.safety.
-
-Exit codes: 0 completed, halted (.HALT) or stopped by SIGTERM/SIGINT with a checkpoint; 1 crashed (traceback
-printed, status.json says why); 2 bad command line, config or data; 3 stopped on a non-finite loss or gradient.
+"""The training loop: one Trainer per rank builds the model, wraps it (DDP / FSDP2), steps the optimizer and
+writes the run's files (nsa.training.outputs). The command line is nsa.training.cli.
 """
+
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import hashlib
 import logging
 import math
-import os
-import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-from nsa import checkpoint, distributed, observability, outputs, toggles
-from nsa.data import DATASETS, DataError, build_eval_source, build_source
-from nsa.distributed import DistInfo, LaunchError
-from nsa.heartbeat import HeartbeatWriter
-from nsa.metrics import device_name, memory_gb, mfu, peak_flops
+from nsa import observability, toggles
 from nsa.model import NSAModel, flops_per_token, lm_loss
-from nsa.optim import build_adamw, lr_at
-from nsa.run_config import ConfigError, RunConfig, apply_overrides, load_config, save_config
-from nsa.safety import CSV_FAULTS_STOPPING_WRITER, RunControl, damage_training_csv
-from nsa.watchdog import HALT_NAME
+from nsa.toggles import Toggles
+from nsa.training import checkpoint, distributed, outputs
+from nsa.training.config import RunConfig, UsageError, save_config
+from nsa.training.data import build_eval_source, build_source
+from nsa.training.distributed import DistInfo
+from nsa.training.heartbeat import HeartbeatWriter
+from nsa.training.metrics import device_name, memory_gb, mfu, peak_flops
+from nsa.training.optim import build_adamw, lr_at
+from nsa.training.safety import CSV_FAULTS_STOPPING_WRITER, RunControl, damage_training_csv
+from nsa.training.watchdog import HALT_NAME
 
-log = logging.getLogger("nsa.train")
+log = logging.getLogger("nsa.training")
 
-DEFAULT_CONFIG = "configs/m7c_125m_2xa100_production.yaml"
 EXIT_OK, EXIT_CRASH, EXIT_USAGE, EXIT_NONFINITE = 0, 1, 2, 3
-
-
-class UsageError(ValueError):
-    """A bad combination of flags or launch settings."""
-
-
-# ---------------------------------------------------------------------- command line
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, like argparse but naming the tool
-        self.exit(EXIT_USAGE, f"nsa-train: error: {message} (see nsa-train --help)\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="nsa-train", allow_abbrev=False,
-                description="Train an NSA language model (single process, or DDP/FSDP2 under torchrun). "
-                            "Subcommand: `nsa-train watchdog --dir OUT` (see `nsa-train watchdog --help`).")
-    a = p.add_argument
-    a("--config", help=f"run config YAML (default: $CONFIG, else {DEFAULT_CONFIG})")
-    a("--dataset", choices=DATASETS, help="data source (data.dataset)")
-    a("--data-path", help="file, directory or glob of local data (data.path)")
-    a("--loader-timeout", type=float, metavar="S", help="seconds to wait for one batch (data.loader_timeout_s)")
-    a("--ddp", type=int, choices=(0, 1), help="1: DistributedDataParallel; 0: single process (train.parallel)")
-    a("--fsdp", action="store_true", help="FSDP2 (fully_shard per block) instead of DDP")
-    a("--steps", type=int, help="optimizer steps in total (train.steps)")
-    a("--seq-len", type=int, help="tokens per sequence (train.seq_len)")
-    a("--batch-size", type=int, help="sequences per rank per micro-batch (train.batch_size)")
-    a("--accum", type=int, help="micro-batches per optimizer step (train.accum)")
-    a("--precision", choices=("fp32", "bf16", "fp16"), help="autocast precision; weights stay fp32")
-    a("--lr", type=float, help="peak learning rate (train.lr)")
-    a("--seed", type=int, help="seed for weights and data (train.seed)")
-    a("--out-dir", help="output directory (train.out_dir)")
-    a("--resume", action="store_true", help="continue from the latest checkpoint in out_dir")
-    a("--compile", action="store_true", help="torch.compile the model")
-    a("--device", choices=("auto", "cpu", "cuda"), help="train.device")
-    a("--log-every", type=int, help="console/aux-stat interval in steps (train.log_every)")
-    a("--save-every", type=int, help="checkpoint interval in steps (train.save_every)")
-    a("--eval-every", type=int, help="evaluation interval in steps, 0 = none (train.eval_every)")
-    a("--profile-steps", type=int, help="torch profiler trace of this many steps (train.profile_steps)")
-    a("--activation-checkpointing", type=int, choices=(0, 1), help="model.activation_checkpointing")
-    a("--pg-timeout", type=float, metavar="S", help="process-group timeout in seconds (train.pg_timeout_s)")
-    return p
-
-
-_FLAG_KEYS = {
-    "dataset": "data.dataset", "data_path": "data.path", "loader_timeout": "data.loader_timeout_s",
-    "steps": "train.steps", "seq_len": "train.seq_len", "batch_size": "train.batch_size", "accum": "train.accum",
-    "precision": "train.precision", "lr": "train.lr", "seed": "train.seed", "out_dir": "train.out_dir",
-    "device": "train.device", "log_every": "train.log_every", "save_every": "train.save_every",
-    "eval_every": "train.eval_every", "profile_steps": "train.profile_steps", "pg_timeout": "train.pg_timeout_s",
-}
-
-
-def resolve_config(args: argparse.Namespace, environ=os.environ) -> tuple[RunConfig, str]:
-    """The config file (flag, $CONFIG or the default) with the command-line overrides applied."""
-    path = args.config or environ.get("CONFIG") or DEFAULT_CONFIG
-    if not args.config and not environ.get("CONFIG") and not Path(path).is_file():
-        raise ConfigError(f"no config given and the default {DEFAULT_CONFIG} is not here (cwd {os.getcwd()}): "
-                          "pass --config PATH or set CONFIG")
-    cfg = load_config(path)
-    overrides: dict[str, Any] = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
-                                 if getattr(args, flag) is not None}
-    if args.compile:
-        overrides["train.compile"] = True
-    if args.activation_checkpointing is not None:
-        overrides["model.activation_checkpointing"] = bool(args.activation_checkpointing)
-    if args.fsdp and args.ddp == 1:
-        raise UsageError("--fsdp and --ddp 1 are exclusive")
-    if args.fsdp:
-        overrides["train.parallel"] = "fsdp"
-    elif args.ddp is not None:
-        overrides["train.parallel"] = "ddp" if args.ddp else "none"
-    return apply_overrides(cfg, overrides), str(path)
 
 
 def parallel_mode(requested: str, world_size: int) -> str:
@@ -128,53 +45,15 @@ def parallel_mode(requested: str, world_size: int) -> str:
     return "none"
 
 
-# ---------------------------------------------------------------------- the run
-@dataclass
-class Toggles:
-    """The trainer's environment toggles, read once at start-up (nsa.toggles)."""
-
-    ddp_compress: str
-    ddp_bucket_mb: int
-    sdpa_audit: bool
-    sdpa_flash_only: bool
-    sdpa_no_flash: bool
-    nvtx: bool
-    tb_disable: bool
-    aux_stats_disable: bool
-    opt_fused: bool
-    fault: toggles.Fault | None
-
-    @classmethod
-    def read(cls, environ=None) -> "Toggles":
-        p = lambda name: toggles.parse(name, environ)  # noqa: E731
-        t = cls(p("NSA_DDP_COMPRESS"), p("NSA_DDP_BUCKET_MB"), p("NSA_SDPA_AUDIT"), p("NSA_SDPA_FLASH_ONLY"),
-                p("NSA_SDPA_NO_FLASH"), p("NSA_NVTX"), p("NSA_TB_DISABLE"), p("NSA_DISABLE_AUX_STATS"),
-                p("NSA_OPT_FUSED"), p("NSA_FAULT"))
-        if t.sdpa_flash_only and t.sdpa_no_flash:
-            raise UsageError("NSA_SDPA_FLASH_ONLY=1 and NSA_SDPA_NO_FLASH=1 contradict each other")
-        return t
-
-
-def sdpa_backends(t: Toggles):
-    """Context restricting SDPA backends per NSA_SDPA_FLASH_ONLY / NSA_SDPA_NO_FLASH (no-op when neither)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    if t.sdpa_flash_only:
-        return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
-    if t.sdpa_no_flash:
-        return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH])
-    return contextlib.nullcontext()
-
-
 class Trainer:
     def __init__(self, cfg: RunConfig, config_path: str, info: DistInfo, tg: Toggles, resume: bool, argv):
         self.cfg, self.info, self.tg = cfg, info, tg
         tc = cfg.train
         self.out = Path(tc.out_dir)
         self.parallel = parallel_mode(tc.parallel, info.world_size)
-        if tc.seq_len < cfg.model.l:
+        if tc.seq_len < cfg.model.nsa.l:
             raise UsageError(f"train.seq_len={tc.seq_len} is shorter than one compression block "
-                             f"(model.l={cfg.model.l})")
+                             f"(model.l={cfg.model.nsa.l})")
         self.device = info.device
         self.amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[tc.precision]
         self.notes: list[str] = []
@@ -372,7 +251,7 @@ class Trainer:
         step = self.start_step
         profiler = self._profiler()
         try:
-            with sdpa_backends(self.tg), profiler or contextlib.nullcontext():
+            with observability.sdpa_backends(self.tg.sdpa_flash_only, self.tg.sdpa_no_flash), profiler or contextlib.nullcontext():
                 while step < tc.steps:
                     step += 1
                     self.control.step = step
@@ -479,7 +358,7 @@ class Trainer:
             outputs.write_json(self.out / outputs.SDPA_AUDIT_JSON, self.audit.summary())
 
     def _csv_fault(self, step: int) -> None:
-        """NSA_FAULT=csv_*@STEP (a testing aid): damage training.csv after this step's row (nsa.safety)."""
+        """NSA_FAULT=csv_*@STEP (a testing aid): damage training.csv after this step's row (nsa.training.safety)."""
         kind = self.control.fault_at(step)
         if kind not in toggles.CSV_FAULT_KINDS:
             return
@@ -553,48 +432,3 @@ class Trainer:
         if self.eval_source is not None:
             self.eval_source.close()
         observability.configure(nvtx=False, audit=None)
-
-
-# ---------------------------------------------------------------------- entry point
-def _setup_logging(rank: int) -> None:
-    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
-                        format=f"[nsa-train r{rank}] %(message)s", stream=sys.stdout, force=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "watchdog":
-        from nsa import watchdog
-        return watchdog.main(argv[1:], prog="nsa-train watchdog")
-    args = build_parser().parse_args(argv)
-    rank = int(os.environ.get("RANK", "0") or 0)
-    _setup_logging(rank)
-    try:
-        cfg, config_path = resolve_config(args)
-        tg = Toggles.read()
-        info = distributed.init(cfg.train.device, cfg.train.pg_timeout_s)
-    except (ConfigError, UsageError, LaunchError, ValueError) as exc:
-        # ValueError: toggles and model configs name the variable or field
-        print(f"nsa-train: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        try:
-            trainer = Trainer(cfg, config_path, info, tg, args.resume, ["nsa-train", *argv])
-        except (ConfigError, UsageError, DataError, LaunchError, checkpoint.CheckpointError) as exc:
-            print(f"nsa-train: error: {'' if rank == 0 else f'[rank {rank}] '}{exc}", file=sys.stderr)
-            return EXIT_USAGE
-        try:
-            return trainer.run()
-        except DataError as exc:  # e.g. a streaming loader that stopped answering; status.json has it too
-            print(f"nsa-train: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-    finally:
-        distributed.shutdown()
-
-
-def console_main() -> None:  # console script `nsa-train`
-    sys.exit(main())
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 
 from nsa.toggles import Fault
-from nsa.watchdog import HALT_NAME
+from nsa.training.watchdog import HALT_NAME
 
 
 class InjectedCrash(RuntimeError):

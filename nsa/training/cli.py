@@ -1,0 +1,144 @@
+"""nsa-train: train an NSAModel in one process or under torchrun (DDP or FSDP2).
+
+    python -m nsa.training --config configs/tiny_cpu.yaml --steps 50
+    torchrun --nproc_per_node=2 -m nsa.training --config configs/m7c_125m_2xa100_production.yaml --ddp 1
+    nsa-train watchdog --dir artifacts/run --halt 1 --interval 30
+
+Flags override the config file (nsa.training.config); the resolved config is saved as out_dir/config.yaml. Outputs
+are described in nsa.training.outputs; environment toggles in nsa.toggles; stop/dump/fault behaviour in nsa.training.safety.
+
+Exit codes: 0 completed, halted (.HALT) or stopped by SIGTERM/SIGINT with a checkpoint; 1 crashed (traceback
+printed, status.json says why); 2 bad command line, config or data; 3 stopped on a non-finite loss or gradient.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from nsa.toggles import Toggles
+from nsa.training import checkpoint, distributed
+from nsa.training.config import ConfigError, RunConfig, UsageError, apply_overrides, load_config
+from nsa.training.data import DATASETS, DataError
+from nsa.training.distributed import LaunchError
+from nsa.training.trainer import EXIT_USAGE, Trainer
+
+DEFAULT_CONFIG = "configs/m7c_125m_2xa100_production.yaml"
+
+
+# ---------------------------------------------------------------------- command line
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, like argparse but naming the tool
+        self.exit(EXIT_USAGE, f"nsa-train: error: {message} (see nsa-train --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="nsa-train", allow_abbrev=False,
+                description="Train an NSA language model (single process, or DDP/FSDP2 under torchrun). "
+                            "Subcommand: `nsa-train watchdog --dir OUT` (see `nsa-train watchdog --help`).")
+    a = p.add_argument
+    a("--config", help=f"run config YAML (default: $CONFIG, else {DEFAULT_CONFIG})")
+    a("--dataset", choices=DATASETS, help="data source (data.dataset)")
+    a("--data-path", help="file, directory or glob of local data (data.path)")
+    a("--loader-timeout", type=float, metavar="S", help="seconds to wait for one batch (data.loader_timeout_s)")
+    a("--ddp", type=int, choices=(0, 1), help="1: DistributedDataParallel; 0: single process (train.parallel)")
+    a("--fsdp", action="store_true", help="FSDP2 (fully_shard per block) instead of DDP")
+    a("--steps", type=int, help="optimizer steps in total (train.steps)")
+    a("--seq-len", type=int, help="tokens per sequence (train.seq_len)")
+    a("--batch-size", type=int, help="sequences per rank per micro-batch (train.batch_size)")
+    a("--accum", type=int, help="micro-batches per optimizer step (train.accum)")
+    a("--precision", choices=("fp32", "bf16", "fp16"), help="autocast precision; weights stay fp32")
+    a("--lr", type=float, help="peak learning rate (train.lr)")
+    a("--seed", type=int, help="seed for weights and data (train.seed)")
+    a("--out-dir", help="output directory (train.out_dir)")
+    a("--resume", action="store_true", help="continue from the latest checkpoint in out_dir")
+    a("--compile", action="store_true", help="torch.compile the model")
+    a("--device", choices=("auto", "cpu", "cuda"), help="train.device")
+    a("--log-every", type=int, help="console/aux-stat interval in steps (train.log_every)")
+    a("--save-every", type=int, help="checkpoint interval in steps (train.save_every)")
+    a("--eval-every", type=int, help="evaluation interval in steps, 0 = none (train.eval_every)")
+    a("--profile-steps", type=int, help="torch profiler trace of this many steps (train.profile_steps)")
+    a("--activation-checkpointing", type=int, choices=(0, 1), help="model.activation_checkpointing")
+    a("--pg-timeout", type=float, metavar="S", help="process-group timeout in seconds (train.pg_timeout_s)")
+    return p
+
+
+_FLAG_KEYS = {
+    "dataset": "data.dataset", "data_path": "data.path", "loader_timeout": "data.loader_timeout_s",
+    "steps": "train.steps", "seq_len": "train.seq_len", "batch_size": "train.batch_size", "accum": "train.accum",
+    "precision": "train.precision", "lr": "train.lr", "seed": "train.seed", "out_dir": "train.out_dir",
+    "device": "train.device", "log_every": "train.log_every", "save_every": "train.save_every",
+    "eval_every": "train.eval_every", "profile_steps": "train.profile_steps", "pg_timeout": "train.pg_timeout_s",
+}
+
+
+def resolve_config(args: argparse.Namespace, environ=os.environ) -> tuple[RunConfig, str]:
+    """The config file (flag, $CONFIG or the default) with the command-line overrides applied."""
+    path = args.config or environ.get("CONFIG") or DEFAULT_CONFIG
+    if not args.config and not environ.get("CONFIG") and not Path(path).is_file():
+        raise ConfigError(f"no config given and the default {DEFAULT_CONFIG} is not here (cwd {os.getcwd()}): "
+                          "pass --config PATH or set CONFIG")
+    cfg = load_config(path)
+    overrides: dict[str, Any] = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
+                                 if getattr(args, flag) is not None}
+    if args.compile:
+        overrides["train.compile"] = True
+    if args.activation_checkpointing is not None:
+        overrides["model.activation_checkpointing"] = bool(args.activation_checkpointing)
+    if args.fsdp and args.ddp == 1:
+        raise UsageError("--fsdp and --ddp 1 are exclusive")
+    if args.fsdp:
+        overrides["train.parallel"] = "fsdp"
+    elif args.ddp is not None:
+        overrides["train.parallel"] = "ddp" if args.ddp else "none"
+    return apply_overrides(cfg, overrides), str(path)
+
+
+# ---------------------------------------------------------------------- entry point
+def _setup_logging(rank: int) -> None:
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
+                        format=f"[nsa-train r{rank}] %(message)s", stream=sys.stdout, force=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "watchdog":
+        from nsa.training import watchdog
+
+        return watchdog.main(argv[1:], prog="nsa-train watchdog")
+    args = build_parser().parse_args(argv)
+    rank = int(os.environ.get("RANK", "0") or 0)
+    _setup_logging(rank)
+    try:
+        cfg, config_path = resolve_config(args)
+        tg = Toggles.read()
+        info = distributed.init(cfg.train.device, cfg.train.pg_timeout_s)
+    except (ConfigError, UsageError, LaunchError, ValueError) as exc:
+        # ValueError: toggles and model configs name the variable or field
+        print(f"nsa-train: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        try:
+            trainer = Trainer(cfg, config_path, info, tg, args.resume, ["nsa-train", *argv])
+        except (ConfigError, UsageError, DataError, LaunchError, checkpoint.CheckpointError) as exc:
+            print(f"nsa-train: error: {'' if rank == 0 else f'[rank {rank}] '}{exc}", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            return trainer.run()
+        except DataError as exc:  # e.g. a streaming loader that stopped answering; status.json has it too
+            print(f"nsa-train: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    finally:
+        distributed.shutdown()
+
+
+def console_main() -> None:  # console script `nsa-train`
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

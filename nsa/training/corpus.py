@@ -1,0 +1,231 @@
+"""Local text corpora: the byte tokenizer, the file formats it reads, and windows of the token stream.
+
+Byte tokenizer: a document is its UTF-8 bytes (token id = byte value, `BYTE_VOCAB` = 256 ids, so vocab_size
+must be >= 256), and every document is followed by `DOC_SEPARATOR` (token 0, the NUL byte, which does not occur
+in ordinary text). Empty documents are skipped. File formats:
+  .txt      the whole file is one document (must be UTF-8)
+  .jsonl    one JSON object per line (blank lines skipped); the document is the `text_key` field
+  .json     JSON lines as above, or, when the file starts with '[', one JSON array of such objects
+  .parquet  the `text_key` column (needs pyarrow); every row is a document
+
+Windows (local files): the token stream of N tokens is cut into W = (N - 1) // seq_len windows, window w being
+tokens [w*seq_len, w*seq_len + seq_len + 1) (stride seq_len, so one token overlaps). Window w belongs to rank
+w % world_size; each rank keeps W // world_size windows (the last W % world_size windows are dropped so every
+rank has the same number per epoch and epochs stay aligned across ranks), reads them in order and starts a new
+epoch from its first window when done.
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import json
+import os
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from nsa.training.config import DataError
+from nsa.training.data import check_state
+
+BYTE_VOCAB = 256
+DOC_SEPARATOR = 0  # token appended after every document by the byte tokenizer (the NUL byte)
+
+TEXT_EXTENSIONS = (".txt", ".jsonl", ".json", ".parquet")
+PARQUET_EXTENSIONS = (".parquet",)
+
+
+def check_byte_vocab(dataset: str, vocab_size: int) -> None:
+    if vocab_size < BYTE_VOCAB:
+        raise DataError(f"data: dataset {dataset!r} uses the byte tokenizer ({BYTE_VOCAB} ids) but "
+                        f"vocab_size={vocab_size}; expected vocab_size >= {BYTE_VOCAB}")
+
+
+def encode_bytes(text: str) -> list[int]:
+    """The byte tokenizer: the UTF-8 bytes of `text` as token ids in [0, 256)."""
+    return list(text.encode("utf-8"))
+
+
+def decode_bytes(ids) -> str:
+    """Inverse of `encode_bytes` (ids as a list or tensor); invalid UTF-8 becomes U+FFFD."""
+    if isinstance(ids, torch.Tensor):
+        ids = ids.tolist()
+    return bytes(ids).decode("utf-8", errors="replace")
+
+
+def _collect_files(path: str, extensions: tuple[str, ...], what: str) -> list[Path]:
+    kinds = ", ".join("*" + e for e in extensions)
+    expanded = os.path.expanduser(path)
+    if any(ch in expanded for ch in "*?["):
+        files = sorted(Path(m) for m in _glob.glob(expanded, recursive=True)
+                       if os.path.isfile(m) and Path(m).suffix.lower() in extensions)
+        if not files:
+            raise DataError(f"{what}: no files match {path!r} (expected {kinds} files)")
+        return files
+    p = Path(expanded)
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in extensions)
+        if not files:
+            raise DataError(f"{what}: directory {path} holds no {kinds} files")
+        return files
+    if p.is_file():
+        if p.suffix.lower() not in extensions:
+            raise DataError(f"{what}: {path} is not a supported file (expected {kinds})")
+        return [p]
+    raise DataError(f"{what}: path {path} does not exist (expected a file, a directory or a glob of {kinds} files)")
+
+
+def _iter_documents(file: Path, text_key: str) -> Iterator[bytes]:
+    """UTF-8 bytes of each document in `file`."""
+    suffix = file.suffix.lower()
+    if suffix == ".txt":
+        data = file.read_bytes()
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataError(f"{file}: not UTF-8 text (bad byte at offset {e.start}); "
+                            "expected a UTF-8 .txt file") from None
+        yield data
+    elif suffix in (".jsonl", ".json"):
+        yield from _iter_json(file, text_key)
+    elif suffix == ".parquet":
+        yield from _iter_parquet(file, text_key)
+    else:  # _collect_files only returns supported suffixes
+        raise DataError(f"{file}: unsupported file type (expected {', '.join(TEXT_EXTENSIONS)})")
+
+
+def doc_text(obj, text_key: str, where: str) -> str:
+    if not isinstance(obj, dict):
+        raise DataError(f"{where}: expected a JSON object with a {text_key!r} field, got {type(obj).__name__}")
+    if text_key not in obj:
+        raise DataError(f"{where}: no {text_key!r} field (text_key); fields present: {sorted(obj)[:10]}")
+    text = obj[text_key]
+    if not isinstance(text, str):
+        raise DataError(f"{where}: field {text_key!r} must be a string, got {type(text).__name__}")
+    return text
+
+
+def _iter_json(file: Path, text_key: str) -> Iterator[bytes]:
+    try:
+        with open(file, encoding="utf-8") as f:
+            head = f.read(4096).lstrip()
+            f.seek(0)
+            if head.startswith("["):
+                try:
+                    records = json.load(f)
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{file}:{e.lineno}: not valid JSON ({e.msg}); expected a JSON array of "
+                                    "objects or one JSON object per line") from None
+                for i, obj in enumerate(records):
+                    yield doc_text(obj, text_key, f"{file}: item {i}").encode("utf-8")
+                return
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{file}:{lineno}: not valid JSON ({e.msg}); "
+                                    "expected one JSON object per line") from None
+                yield doc_text(obj, text_key, f"{file}:{lineno}").encode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{file}: not UTF-8 (bad byte at offset {e.start}); expected UTF-8 JSON lines") from None
+
+
+def _import_pyarrow(file: Path):
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError(f"{file}: reading parquet files needs pyarrow: pip install pyarrow") from None
+    return pa, pq
+
+
+def _iter_parquet(file: Path, text_key: str) -> Iterator[bytes]:
+    pa, pq = _import_pyarrow(file)
+    try:
+        pf = pq.ParquetFile(file)
+    except Exception as e:  # pyarrow raises ArrowInvalid / OSError for a damaged or non-parquet file
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DataError(f"{file}: not a readable parquet file ({detail})") from None
+    names = pf.schema_arrow.names
+    if text_key not in names:
+        raise DataError(f"{file}: no column {text_key!r} (text_key); columns present: {names[:10]}")
+    col_type = pf.schema_arrow.field(text_key).type
+    if not (pa.types.is_string(col_type) or pa.types.is_large_string(col_type)):
+        raise DataError(f"{file}: column {text_key!r} must hold strings, got {col_type}")
+    row = 0
+    for batch in pf.iter_batches(columns=[text_key]):
+        for text in batch.column(0).to_pylist():
+            if text is None:
+                raise DataError(f"{file}: row {row} of column {text_key!r} is null; expected a string")
+            yield text.encode("utf-8")
+            row += 1
+
+
+def read_corpus(path: str, *, text_key: str = "text", extensions: tuple[str, ...] = TEXT_EXTENSIONS,
+                what: str = "text") -> torch.Tensor:
+    """The byte-token stream of every document under `path`: one uint8 tensor, each document + DOC_SEPARATOR.
+
+    `path` is a file, a directory (searched recursively) or a glob; files are read in sorted path order.
+    `what` names the dataset in error messages.
+    """
+    sep = bytes([DOC_SEPARATOR])
+    stream = bytearray()
+    for file in _collect_files(path, extensions, what):
+        for doc in _iter_documents(file, text_key):
+            if doc:
+                stream += doc
+                stream += sep
+    if not stream:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(stream, dtype=torch.uint8)
+
+
+class WindowSource:
+    """Consecutive seq_len+1 windows of an in-memory token stream, sharded round-robin over ranks."""
+
+    def __init__(self, tokens: torch.Tensor, *, kind: str, seq_len: int, batch_size: int, rank: int,
+                 world_size: int) -> None:
+        n_tokens = tokens.numel()
+        n_windows = max(0, (n_tokens - 1) // seq_len)
+        if n_windows < world_size:
+            need = world_size * seq_len + 1
+            raise DataError(f"{kind}: the corpus has {n_tokens} tokens (bytes incl. separators) but seq_len="
+                            f"{seq_len} and world_size={world_size} need at least {need} (one window of "
+                            "seq_len+1 tokens per rank); add text or lower seq_len")
+        self.tokens, self.kind = tokens, kind
+        self.seq_len, self.batch_size, self.rank, self.world_size = seq_len, batch_size, rank, world_size
+        self.windows_per_epoch = n_windows // world_size  # per rank
+        self.next_window = 0  # index into this rank's windows
+        self.epoch = 0
+        self._offsets = torch.arange(seq_len + 1)
+
+    def window_start(self, k: int) -> int:
+        """Token offset of this rank's k-th window."""
+        return (self.rank + k * self.world_size) * self.seq_len
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        starts = []
+        for _ in range(self.batch_size):
+            starts.append(self.window_start(self.next_window))
+            self.next_window += 1
+            if self.next_window == self.windows_per_epoch:
+                self.next_window, self.epoch = 0, self.epoch + 1
+        idx = torch.tensor(starts)[:, None] + self._offsets
+        windows = self.tokens[idx].long()
+        return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+
+    def state_dict(self) -> dict:
+        return {"kind": self.kind, "next_window": self.next_window, "epoch": self.epoch}
+
+    def load_state_dict(self, state: dict) -> None:
+        state = check_state(state, self.kind, ("next_window", "epoch"))
+        if state["next_window"] >= self.windows_per_epoch:
+            raise DataError(f"data state {self.kind!r}: next_window={state['next_window']} but this corpus gives "
+                            f"rank {self.rank} only {self.windows_per_epoch} windows per epoch; the data or "
+                            "seq_len/world_size changed since the checkpoint")
+        self.next_window, self.epoch = state["next_window"], state["epoch"]
+
+    def close(self) -> None:
+        pass

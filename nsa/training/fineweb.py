@@ -1,0 +1,152 @@
+"""FineWeb-Edu streamed from the HuggingFace hub (dataset fineweb_edu without a local path)."""
+
+from __future__ import annotations
+
+import importlib
+import queue
+import threading
+
+import torch
+
+from nsa.training.config import DataError
+from nsa.training.corpus import DOC_SEPARATOR, doc_text
+from nsa.training.data import check_state
+
+FINEWEB_REPO = "HuggingFaceFW/fineweb-edu"
+FINEWEB_NAME = "sample-10BT"
+
+_QUEUE_BATCHES = 4
+
+
+class FineWebStream:
+    """FineWeb-Edu streamed from the HuggingFace hub by a background daemon thread.
+
+    Documents of this rank's shard (`datasets.distributed.split_dataset_by_node`) are byte-tokenized, packed
+    into seq_len+1 windows (stride seq_len) and grouped into batches in a queue of at most 4 batches. The thread
+    starts at the first `next_batch`, so `load_state_dict` before it costs nothing. The state is the number of
+    documents fully packed into the batches handed out so far; resuming skips that many documents (best effort:
+    the unused tail of the last packed documents is not replayed). When the stream ends it starts over.
+    """
+
+    def __init__(self, *, text_key: str, timeout_s: float, seq_len: int, batch_size: int, rank: int,
+                 world_size: int) -> None:
+        try:
+            datasets = importlib.import_module("datasets")
+            distributed = importlib.import_module("datasets.distributed")
+        except ImportError:
+            raise DataError("fineweb_edu: streaming from the hub needs the `datasets` library: pip install datasets, "
+                            "or pass --data-path to local FineWeb-Edu parquet files") from None
+        try:
+            ds = datasets.load_dataset(FINEWEB_REPO, name=FINEWEB_NAME, split="train", streaming=True)
+            ds = distributed.split_dataset_by_node(ds, rank=rank, world_size=world_size)
+        except Exception as e:
+            raise DataError(_unreachable(e)) from None
+        self.dataset = ds
+        self.text_key, self.timeout_s = text_key, timeout_s
+        self.seq_len, self.batch_size, self.rank, self.world_size = seq_len, batch_size, rank, world_size
+        self.docs_consumed = 0
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._queue: queue.Queue = queue.Queue(maxsize=_QUEUE_BATCHES)
+
+    # -- background thread
+    def _start(self) -> None:
+        self._stop = threading.Event()
+        self._queue = queue.Queue(maxsize=_QUEUE_BATCHES)
+        self._thread = threading.Thread(target=self._produce, args=(self._stop, self._queue, self.docs_consumed),
+                                        name=f"fineweb_edu-loader-rank{self.rank}", daemon=True)
+        self._thread.start()
+
+    def _put(self, stop: threading.Event, q: queue.Queue, item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _produce(self, stop: threading.Event, q: queue.Queue, skip: int) -> None:
+        n = self.seq_len + 1
+        buf = bytearray()
+        windows: list[torch.Tensor] = []
+        docs = skip
+        got_first = False
+        try:
+            while not stop.is_set():
+                ds = self.dataset
+                if skip and hasattr(ds, "skip"):
+                    ds, skip = ds.skip(skip), 0
+                seen_this_pass = 0
+                for record in ds:
+                    if stop.is_set():
+                        return
+                    got_first = True
+                    seen_this_pass += 1
+                    if skip:
+                        skip -= 1
+                        continue
+                    text = doc_text(record, self.text_key, f"fineweb_edu stream document {docs}")
+                    docs += 1
+                    if not text:
+                        continue
+                    buf += text.encode("utf-8")
+                    buf.append(DOC_SEPARATOR)
+                    while len(buf) >= n:
+                        windows.append(torch.frombuffer(bytearray(buf[:n]), dtype=torch.uint8))
+                        del buf[: self.seq_len]
+                        if len(windows) == self.batch_size:
+                            batch = torch.stack(windows).long()
+                            windows = []
+                            if not self._put(stop, q, ("batch", batch, docs)):
+                                return
+                if seen_this_pass == 0:
+                    raise DataError("fineweb_edu: the hub stream yielded no documents for rank "
+                                    f"{self.rank} of {self.world_size}")
+        except DataError as e:
+            self._put(stop, q, ("error", str(e)))
+        except Exception as e:
+            msg = _unreachable(e) if not got_first else \
+                f"fineweb_edu: the hub stream failed after {docs} documents ({type(e).__name__}: {e}); " \
+                "pass --data-path to local parquet files for offline use"
+            self._put(stop, q, ("error", msg.replace("\n", " ")))
+
+    # -- TokenSource
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._thread is None:
+            self._start()
+        try:
+            item = self._queue.get(timeout=self.timeout_s)
+        except queue.Empty:
+            raise DataError(f"fineweb_edu: no batch within {self.timeout_s:g} s (loader_timeout_s / "
+                            "--loader-timeout); the hub stream is slow or stalled: raise the timeout or pass "
+                            "--data-path to local parquet files") from None
+        if item[0] == "error":
+            try:
+                self._queue.put_nowait(item)  # every later call fails the same way
+            except queue.Full:
+                pass
+            raise DataError(item[1])
+        _, windows, docs = item
+        self.docs_consumed = docs
+        return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+
+    def state_dict(self) -> dict:
+        return {"kind": "fineweb_edu_stream", "docs_consumed": self.docs_consumed}
+
+    def load_state_dict(self, state: dict) -> None:
+        docs = check_state(state, "fineweb_edu_stream", ("docs_consumed",))["docs_consumed"]
+        self.close()
+        self.docs_consumed = docs
+        self._thread = None  # restarted, skipping `docs` documents, at the next next_batch
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0)
+
+
+def _unreachable(e: Exception) -> str:
+    detail = str(e).splitlines()[0] if str(e) else ""
+    return (f"fineweb_edu: the HuggingFace hub is unreachable ({type(e).__name__}{': ' + detail if detail else ''}); "
+            "pass --data-path to local FineWeb-Edu parquet files for offline use")

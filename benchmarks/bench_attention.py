@@ -1,13 +1,22 @@
-"""Forward+backward throughput and peak memory of NSA attention (batched, sequential) vs dense SDPA attention.
+"""Forward, backward and forward+backward time and peak memory of one attention layer: NSA (Triton kernels, PyTorch
+kernels, the sequential oracle) beside its dense twin (causal SDPA with GQA: flash / cuDNN on a GPU).
 
-    python benchmarks/bench_attention.py                 # S = 512 ... 16384 on CPU, fp32
-    python benchmarks/bench_attention.py --quick         # S = 512, 1024, 2048
-    python benchmarks/bench_attention.py --device cuda --dtype bf16
+    python benchmarks/bench_attention.py                                   # CPU fp32, small shape, S 512..16384
+    python benchmarks/bench_attention.py --quick                           # CPU: S = 512, 1024, 2048
+    python benchmarks/bench_attention.py --device cuda --dtype bf16 --shape m7c      # GPU: S 2048..65536
+    python benchmarks/bench_attention.py --device cuda --dtype bf16 --shape small
 
-Every (path, S) case runs in a fresh subprocess so that its peak memory is its own (CPU: peak resident set size
-of the process; CUDA: torch.cuda.max_memory_allocated). Times are medians of repeated forward+backward passes
-after a warm-up pass. Ratios compare paths measured in the same run; the targets are checked against them.
-This is a benchmark, not a test: it reports, and `--check` turns a missed target into exit code 1.
+Every (path, S) case runs in a fresh subprocess, so its peak memory is its own (CPU: peak resident set size;
+CUDA: torch.cuda.max_memory_allocated over the timed passes). Each repeat times a forward pass (autograd on) and
+then its backward pass separately (the device synchronised around each); forward+backward is their sum. The
+table gives min / median / max over the repeats, and ratios to dense from medians measured in the same run.
+The command that reproduces the figures is printed first. This is a benchmark, not a test: it reports, and
+`--check` turns a missed target into exit code 1.
+
+Targets (the issue's): on CPU (small shape, fp32, torch kernels) >= 7,000 tok/s forward+backward at S=2048,
+time(16384) / time(4096) <= 6, peak < 8 GB at 16384. On one H100 (bf16, m7c shape, Triton kernels): at S=65,536
+forward >= 5x faster than dense and forward+backward >= 3x faster, peak memory <= 2x dense; at S=2048
+forward+backward within 1.5x of dense.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -23,165 +33,216 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
-PATHS = ("batched", "sequential", "dense")
-# The shape the issue names: B=1, dim=256, 8 heads, 2 KV groups, d_k=d_v=32, default NSA blocks.
-SHAPE = dict(dim=256, n_heads=8, n_kv_groups=2, d_k=32, d_v=32)
-TARGET_TOKS_2048 = 7000.0
-TARGET_SCALING = 6.0  # time(S=16384) / time(S=4096), batched
-TARGET_PEAK_GB = 8.0  # S=16384, batched
+SHAPES = {
+    "small": dict(dim=256, n_heads=8, n_kv_groups=2, d_k=32, d_v=32),  # the CPU figures' shape
+    "m7c": dict(dim=768, n_heads=12, n_kv_groups=2, d_k=64, d_v=64),  # one layer of the 125M model
+}
+PATHS = ("nsa-triton", "nsa-torch", "sequential", "dense")
+CPU_SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
+GPU_SEQ_LENS = (2048, 4096, 8192, 16384, 32768, 65536)
+MODES = ("fwd", "bwd", "fwdbwd")
 
 
-def build(path: str, device: str, dtype):
-    import torch.nn as nn
-    import torch.nn.functional as F
-
-    from nsa import NSAAttention, NSAConfig
+def build(path: str, shape: dict, device: str, dtype):
+    from nsa.attention import DenseAttention, NSAAttention
+    from nsa.config import NSAConfig
 
     if path == "dense":
-        class DenseAttention(nn.Module):
-            """Causal GQA attention of the same shape through PyTorch SDPA (the baseline)."""
-
-            def __init__(self, dim, n_heads, n_kv_groups, d_k, d_v):
-                super().__init__()
-                self.h, self.g = n_heads, n_kv_groups
-                self.q = nn.Linear(dim, n_heads * d_k, bias=False)
-                self.k = nn.Linear(dim, n_kv_groups * d_k, bias=False)
-                self.v = nn.Linear(dim, n_kv_groups * d_v, bias=False)
-                self.o = nn.Linear(n_heads * d_v, dim, bias=False)
-
-            def forward(self, x):
-                b, s, _ = x.shape
-                q = self.q(x).view(b, s, self.h, -1).transpose(1, 2)
-                k = self.k(x).view(b, s, self.g, -1).transpose(1, 2)
-                v = self.v(x).view(b, s, self.g, -1).transpose(1, 2)
-                o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-                return self.o(o.transpose(1, 2).flatten(2))
-
-        module = DenseAttention(**SHAPE)
+        module = DenseAttention(NSAConfig(**shape))
     else:
-        module = NSAAttention(NSAConfig(**SHAPE, prefill=path))
+        prefill = "sequential" if path == "sequential" else "batched"
+        kernel = "triton" if path == "nsa-triton" else "torch"
+        module = NSAAttention(NSAConfig(**shape, prefill=prefill, kernel=kernel))
     return module.to(device=device, dtype=dtype)
 
 
-def run_case(path: str, seq_len: int, device: str, dtype_name: str, repeats: int) -> dict:
+def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: str, repeats: int,
+             warmup: int) -> dict:
     """Measure one case in this process; returns a JSON-able dict."""
     import torch
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
     torch.manual_seed(0)
-    module = build(path, device, dtype)
-    x = torch.randn(1, seq_len, SHAPE["dim"], device=device, dtype=dtype, requires_grad=True)
+    shape = SHAPES[shape_name]
+    module = build(path, shape, device, dtype)
+    x = torch.randn(1, seq_len, shape["dim"], device=device, dtype=dtype, requires_grad=True)
 
-    def step():
+    def sync():
         if device == "cuda":
             torch.cuda.synchronize()
-        start = time.perf_counter()
-        module(x).float().square().mean().backward()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - start
 
-    warm = step()
-    n = 1 if warm > 10 else repeats
-    times = [step() for _ in range(n)]
+    def one():
+        sync()
+        t0 = time.perf_counter()
+        loss = module(x).float().square().mean()
+        sync()
+        t1 = time.perf_counter()
+        loss.backward()
+        sync()
+        t2 = time.perf_counter()
+        x.grad = None
+        for p in module.parameters():
+            p.grad = None
+        return t1 - t0, t2 - t1
+
+    first = one()
+    n_warm, n = warmup, repeats
+    if sum(first) > 10:  # a slow case (the oracle, a CPU path at long S): one measured pass is enough
+        n_warm, n = 0, 1
+    for _ in range(n_warm):
+        one()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times = [one() for _ in range(n)]
     if device == "cuda":
         peak_gb = torch.cuda.max_memory_allocated() / 2**30
     else:
         peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-    median = statistics.median(times)
-    return {"path": path, "seq_len": seq_len, "time_s": median, "toks_per_s": seq_len / median,
-            "peak_gb": peak_gb, "repeats": n, "device": device, "dtype": dtype_name,
-            "threads": torch.get_num_threads(), "torch": torch.__version__}
+    series = {"fwd": [f for f, _ in times], "bwd": [b for _, b in times], "fwdbwd": [f + b for f, b in times]}
+    stats = {m: {"min": min(v), "median": statistics.median(v), "max": max(v)} for m, v in series.items()}
+    return {"path": path, "shape": shape_name, "seq_len": seq_len, "times_s": stats, "repeats": n,
+            "toks_per_s": seq_len / stats["fwdbwd"]["median"], "peak_gb": peak_gb, "device": device,
+            "dtype": dtype_name, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
 
 
 def spawn(path: str, seq_len: int, args) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--case", path, "--seq-lens", str(seq_len),
-           "--device", args.device, "--dtype", args.dtype, "--repeats", str(args.repeats)]
+           "--device", args.device, "--dtype", args.dtype, "--shape", args.shape, "--repeats", str(args.repeats),
+           "--warmup", str(args.warmup)]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        return {"path": path, "seq_len": seq_len, "error": f"exit {proc.returncode}: {tail[0]}"}
+        text = (proc.stderr or proc.stdout).strip().splitlines()
+        oom = any("OutOfMemoryError" in line or "out of memory" in line for line in text)
+        return {"path": path, "seq_len": seq_len, "error": "out of memory" if oom else
+                f"exit {proc.returncode}: {(text or ['no output'])[-1]}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def fmt(value, spec):
-    """format(value, spec), or a dash padded to the same width when there is no value."""
-    width = int("".join(ch for ch in spec.split(",")[0].split(".")[0] if ch.isdigit()) or 0)
-    return format("-", f">{width}") if value is None else format(value, spec)
+def fmt(value, spec: str, width: int) -> str:
+    return format("-", f">{width}") if value is None else format(value, spec).rjust(width)
+
+
+def ms_triple(case: dict, mode: str) -> str:
+    t = (case or {}).get("times_s", {}).get(mode)
+    if not t:
+        return "-".rjust(23)
+    return f"{t['min'] * 1e3:7.2f}/{t['median'] * 1e3:7.2f}/{t['max'] * 1e3:7.2f}"
+
+
+def median(case: dict, mode: str) -> float | None:
+    t = (case or {}).get("times_s", {}).get(mode)
+    return t["median"] if t else None
+
+
+def targets(results: dict, args, paths: list[str]) -> list[tuple[str, str, bool]]:
+    """(name, value, ok) for every target whose cases were measured in this run."""
+    checks = []
+
+    def get(path, s):
+        return results.get((path, s), {})
+
+    if args.device == "cpu" and args.dtype == "fp32" and args.shape == "small":
+        b2048 = get("nsa-torch", 2048).get("toks_per_s")
+        if b2048 is not None:
+            checks.append(("torch kernels S=2048 >= 7,000 tok/s fwd+bwd", f"{b2048:,.0f}", b2048 >= 7000))
+        t4, t16 = median(get("nsa-torch", 4096), "fwdbwd"), median(get("nsa-torch", 16384), "fwdbwd")
+        if t4 and t16:
+            checks.append(("time(16384)/time(4096) <= 6", f"{t16 / t4:.2f}", t16 / t4 <= 6))
+        p16 = get("nsa-torch", 16384).get("peak_gb")
+        if p16 is not None:
+            checks.append(("S=16384 peak < 8 GB", f"{p16:.2f} GB", p16 < 8))
+    if args.device == "cuda" and "nsa-triton" in paths:
+        nsa, dense = get("nsa-triton", 65536), get("dense", 65536)
+        for mode, factor in (("fwd", 5.0), ("fwdbwd", 3.0)):
+            a, b = median(nsa, mode), median(dense, mode)
+            if a and b:
+                checks.append((f"S=65536 {mode}: NSA >= {factor:g}x faster than dense", f"{b / a:.2f}x",
+                               b / a >= factor))
+        if nsa.get("peak_gb") and dense.get("peak_gb"):
+            ratio = nsa["peak_gb"] / dense["peak_gb"]
+            checks.append(("S=65536 peak memory <= 2x dense", f"{ratio:.2f}x", ratio <= 2.0))
+        a, b = median(get("nsa-triton", 2048), "fwdbwd"), median(get("dense", 2048), "fwdbwd")
+        if a and b:
+            checks.append(("S=2048 fwd+bwd within 1.5x of dense", f"{a / b:.2f}x dense time", a / b <= 1.5))
+    return checks
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seq-lens", default=",".join(map(str, SEQ_LENS)), help="comma-separated sequence lengths")
+    ap.add_argument("--seq-lens", help="comma-separated sequence lengths (default: 512..16384 on CPU, "
+                                       "2048..65536 on CUDA)")
     ap.add_argument("--quick", action="store_true", help="S = 512, 1024, 2048 only")
+    ap.add_argument("--paths", help=f"comma-separated subset of {','.join(PATHS)} (default: nsa-torch, sequential, "
+                                    "dense on CPU; nsa-triton, nsa-torch, dense on CUDA)")
+    ap.add_argument("--shape", default=None, choices=tuple(SHAPES), help="layer shape (default: small on CPU, m7c "
+                                                                         "on CUDA)")
     ap.add_argument("--sequential-max", type=int, default=2048,
                     help="largest S for the sequential oracle (a per-token Python loop; slow by design)")
+    ap.add_argument("--torch-max", type=int, default=16384,
+                    help="largest S for the PyTorch kernels on CUDA (launch-bound; slow at long S)")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=None, help="timed passes per case (default: 3 CPU, 10 CUDA)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed passes first (default: 0 CPU, 3 CUDA)")
     ap.add_argument("--json", type=Path, help="also write all results to this file")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--case", choices=PATHS, help=argparse.SUPPRESS)  # internal: measure one case
     args = ap.parse_args(argv)
+    cuda = args.device == "cuda"
+    args.shape = args.shape or ("m7c" if cuda else "small")
+    args.repeats = args.repeats if args.repeats is not None else (10 if cuda else 3)
+    args.warmup = args.warmup if args.warmup is not None else (3 if cuda else 0)
+    default_lens = GPU_SEQ_LENS if cuda else CPU_SEQ_LENS
     try:
-        seq_lens = [int(s) for s in args.seq_lens.split(",") if s.strip()]
+        seq_lens = [int(s) for s in args.seq_lens.split(",") if s.strip()] if args.seq_lens else list(default_lens)
     except ValueError:
         ap.error(f"--seq-lens must be comma-separated integers, got {args.seq_lens!r}")
-    if any(s < 1 for s in seq_lens):
-        ap.error("--seq-lens values must be >= 1")
+    if any(s < 1 for s in seq_lens) or args.repeats < 1 or args.warmup < 0:
+        ap.error("--seq-lens values and --repeats must be >= 1, --warmup >= 0")
     if args.case:
-        print(json.dumps(run_case(args.case, seq_lens[0], args.device, args.dtype, args.repeats)))
+        print(json.dumps(run_case(args.case, args.shape, seq_lens[0], args.device, args.dtype, args.repeats,
+                                  args.warmup)))
         return 0
     if args.quick:
         seq_lens = [512, 1024, 2048]
+    paths = ([p.strip() for p in args.paths.split(",")] if args.paths else
+             ["nsa-triton", "nsa-torch", "dense"] if cuda else ["nsa-torch", "sequential", "dense"])
+    unknown = [p for p in paths if p not in PATHS]
+    if unknown:
+        ap.error(f"--paths: unknown {unknown[0]!r} (choose from {', '.join(PATHS)})")
 
+    print("reproduce: python benchmarks/bench_attention.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])))
+    print(f"attention layer B=1 {args.shape} {SHAPES[args.shape]}, device={args.device} dtype={args.dtype}, "
+          f"{args.repeats} timed passes after {args.warmup} warm-up; times in ms as min/median/max")
     results: dict[tuple[str, int], dict] = {}
-    print(f"NSA attention forward+backward, B=1 {SHAPE}, device={args.device} dtype={args.dtype}")
-    header = (f"{'S':>6} | {'batched tok/s':>13} {'seq tok/s':>10} {'dense tok/s':>11} | {'b/dense':>7} "
-              f"{'b/seq':>7} | {'peak GB b/s/d':>20}")
-    print(header)
-    print("-" * len(header))
     for s in seq_lens:
-        for path in PATHS:
-            if path == "sequential" and s > args.sequential_max:
+        for path in sorted(paths, key=lambda p: p != "dense"):  # dense first: the others print their ratio to it
+            if (path == "sequential" and s > args.sequential_max) or (path == "nsa-torch" and cuda
+                                                                      and s > args.torch_max):
                 continue
-            results[(path, s)] = spawn(path, s, args)
-        row = {p: results.get((p, s), {}) for p in PATHS}
-        tps = {p: row[p].get("toks_per_s") for p in PATHS}
-        peaks = "/".join(fmt(row[p].get("peak_gb"), ".2f") for p in PATHS)
-        ratio_dense = tps["batched"] / tps["dense"] if tps["batched"] and tps["dense"] else None
-        ratio_seq = tps["batched"] / tps["sequential"] if tps["batched"] and tps["sequential"] else None
-        print(f"{s:>6} | {fmt(tps['batched'], '13,.0f')} {fmt(tps['sequential'], '10,.0f')} "
-              f"{fmt(tps['dense'], '11,.0f')} | {fmt(ratio_dense, '7.2f')} {fmt(ratio_seq, '7.1f')} | {peaks:>20}",
-              flush=True)
-        for p in PATHS:
-            if "error" in row[p]:
-                print(f"       {p} failed: {row[p]['error']}")
-    if any(s > args.sequential_max for s in seq_lens):
-        print(f"(sequential: the per-token oracle is measured up to S={args.sequential_max}; --sequential-max)")
-
-    checks = []
-    b2048 = results.get(("batched", 2048), {}).get("toks_per_s")
-    if b2048 is not None and args.device == "cpu" and args.dtype == "fp32":
-        checks.append((f"batched S=2048 >= {TARGET_TOKS_2048:,.0f} tok/s", f"{b2048:,.0f}", b2048 >= TARGET_TOKS_2048))
-    t4, t16 = (results.get(("batched", s), {}).get("time_s") for s in (4096, 16384))
-    if t4 and t16:
-        d4, d16 = (results.get(("dense", s), {}).get("time_s") for s in (4096, 16384))
-        dense = f" (dense: {d16 / d4:.1f}x)" if d4 and d16 else ""
-        checks.append((f"time(16384)/time(4096) <= {TARGET_SCALING:g}", f"{t16 / t4:.2f}{dense}",
-                       t16 / t4 <= TARGET_SCALING))
-    p16 = results.get(("batched", 16384), {}).get("peak_gb")
-    if p16 is not None:
-        checks.append((f"S=16384 peak < {TARGET_PEAK_GB:g} GB", f"{p16:.2f} GB", p16 < TARGET_PEAK_GB))
+            case = results[(path, s)] = spawn(path, s, args)
+            if "error" in case:
+                print(f"{s:>6} {path:<11} failed: {case['error']}", flush=True)
+                continue
+            dense = results.get(("dense", s))
+            ratio = ""
+            if path != "dense" and dense and "error" not in dense:
+                ratio = "  vs dense (median): " + " ".join(
+                    f"{m} {median(dense, m) / median(case, m):.2f}x" for m in MODES) + " faster"
+            print(f"{s:>6} {path:<11} fwd {ms_triple(case, 'fwd')}  bwd {ms_triple(case, 'bwd')}  "
+                  f"fwd+bwd {ms_triple(case, 'fwdbwd')}  {case['toks_per_s']:>11,.0f} tok/s  "
+                  f"peak {case['peak_gb']:.2f} GB{ratio}", flush=True)
+    checks = targets(results, args, paths)
     if checks:
         print("\ntargets:")
         for name, value, ok in checks:
             print(f"  {'PASS' if ok else 'MISS'}  {name}: {value}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"shape": SHAPE, "results": list(results.values()),
+        args.json.write_text(json.dumps({"shape": args.shape, "dims": SHAPES[args.shape], "argv": argv or sys.argv[1:],
+                                         "results": list(results.values()),
                                          "checks": [dict(name=n, value=v, ok=o) for n, v, o in checks]}, indent=2))
     return 1 if args.check and not all(ok for _, _, ok in checks) else 0
 

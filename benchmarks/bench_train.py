@@ -2,7 +2,8 @@
 
     python benchmarks/bench_train.py                  # CPU: tiny config and m7c_125m at seq 2048, single vs DDP x2
     python benchmarks/bench_train.py --quick          # CPU: tiny config only
-    python benchmarks/bench_train.py --device cuda    # GPU: m7c_125m at seq 2048, bf16 (configs/m7c_125m_1xh100.yaml)
+    python benchmarks/bench_train.py --device cuda    # GPU: m7c_125m at seq 2048, bf16, NSA beside its dense twin
+    python benchmarks/bench_train.py --device cuda --repeats 3   # interleaved repeats: min / median / max of runs
 
 Each case launches `python -m nsa.training` (or torchrun with 2 ranks) in its own out_dir under artifacts/bench_train/
 and reads its training.csv: throughput is the mean (and stdev) of toks_per_s over the steps after the warm-up
@@ -10,6 +11,10 @@ steps; memory is the largest mem_reserved_gb (peak RSS on CPU, peak reserved CUD
 toks_per_s is global, so DDP / single is the speed-up from the second rank (on a 2-core CPU each rank gets one
 core, so ~1.0 is the expected, honest answer there; on GPUs it should approach the number of GPUs).
 MFU needs a device peak: known GPUs are looked up (nsa.training.metrics); on CPU pass --peak-tflops to get one.
+On CUDA the NSA model (the Triton kernels: NSA_KERNEL=auto) runs beside its dense twin (`--attention dense`: the
+same model with causal SDPA), and the NSA / dense tokens/s ratio is printed (target >= 0.55, >= 150,000 tok/s on
+one H100). With --repeats N the cases run N times, interleaved (A B A B ...), and the table gives the min /
+median / max of the runs' mean tokens/s: per-step values are autocorrelated, runs are the independent units.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ CPU_CASES = [
 ]
 GPU_CASES = [
     ("m7c_125m_s2048_bf16", "configs/m7c_125m_1xh100.yaml", ["--precision", "bf16", "--device", "cuda"], 60, 10),
+    ("m7c_125m_s2048_bf16_dense", "configs/m7c_125m_1xh100.yaml",
+     ["--precision", "bf16", "--device", "cuda", "--attention", "dense"], 60, 10),
 ]
 
 
@@ -71,7 +78,7 @@ def run_case(name: str, config: str, flags: list[str], steps: int, warmup: int, 
         "mfu": fpt * mean / (device_peak * nproc) if device_peak else None,
         "peak_mem_gb": max(float(r["mem_reserved_gb"]) for r in rows), "params_m": env_json["n_params"] / 1e6,
         "flops_per_token_g": fpt / 1e9, "final_loss": float(rows[-1]["loss"]), "wall_s": wall,
-        "csv": str((out_dir / "training.csv").relative_to(ROOT)),
+        "csv": str((out_dir / "training.csv").relative_to(ROOT)), "attention_kernel": env_json.get("attention_kernel"),
     }
 
 
@@ -79,12 +86,23 @@ def fmt(value, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
+def summarize(runs: list[dict]) -> dict:
+    """One row from the repeats of a case: min / median / max of the runs' mean tokens/s, the median run's rest."""
+    runs = sorted(runs, key=lambda r: r["toks_per_s"])
+    mid = runs[len(runs) // 2]
+    tps = [r["toks_per_s"] for r in runs]
+    return {**mid, "runs": len(runs), "toks_per_s": statistics.median(tps), "toks_per_s_min": min(tps),
+            "toks_per_s_max": max(tps)}
+
+
 def table(results: list[dict]) -> str:
-    lines = ["| case | ranks | tokens/s (global) | per rank | stdev | TFLOP/s | MFU | peak mem GB | params | csv |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| case | kernel | ranks | runs | tokens/s (global) min / median / max | per rank | step stdev | TFLOP/s | "
+             "MFU | peak mem GB | params | csv |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
-        lines.append(f"| {r['case']} | {r['ranks']} | {r['toks_per_s']:,.0f} | {r['toks_per_s_per_rank']:,.0f} | "
-                     f"{r['toks_per_s_stdev']:,.0f} | {r['achieved_tflops']:.4f} | "
+        lines.append(f"| {r['case']} | {r.get('attention_kernel')} | {r['ranks']} | {r['runs']} | "
+                     f"{r['toks_per_s_min']:,.0f} / {r['toks_per_s']:,.0f} / {r['toks_per_s_max']:,.0f} | "
+                     f"{r['toks_per_s_per_rank']:,.0f} | {r['toks_per_s_stdev']:,.0f} | {r['achieved_tflops']:.4f} | "
                      f"{fmt(r['mfu'] and r['mfu'] * 100, '.1f')}{'%' if r['mfu'] else ''} | "
                      f"{r['peak_mem_gb']:.2f} | {r['params_m']:.1f}M | {r['csv']} |")
     return "\n".join(lines)
@@ -97,17 +115,31 @@ def main(argv=None) -> int:
     ap.add_argument("--no-ddp", action="store_true", help="single-process cases only")
     ap.add_argument("--peak-tflops", type=float, help="device peak for MFU where it is not known (e.g. a CPU)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per case")
+    ap.add_argument("--repeats", type=int, default=1, help="runs per case, interleaved across cases")
     ap.add_argument("--json", type=Path, help="also write the results to this file")
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error("--repeats must be >= 1")
 
     cases = GPU_CASES if args.device == "cuda" else CPU_CASES[:1] if args.quick else CPU_CASES
     ranks = (1,) if args.no_ddp or args.device == "cuda" else (1, 2)
-    results = []
-    for name, config, flags, steps, warmup in cases:
-        for nproc in ranks:
-            print(f"running {name} x{nproc} ({steps} steps) ...", file=sys.stderr, flush=True)
-            results.append(run_case(name, config, flags, steps, warmup, nproc, args.peak_tflops, args.timeout))
+    print("reproduce: python benchmarks/bench_train.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    runs: dict[tuple[str, int], list[dict]] = {}
+    for rep in range(args.repeats):
+        for name, config, flags, steps, warmup in cases:
+            for nproc in ranks:
+                print(f"running {name} x{nproc} ({steps} steps, run {rep + 1}/{args.repeats}) ...", file=sys.stderr,
+                      flush=True)
+                runs.setdefault((name, nproc), []).append(
+                    run_case(name, config, flags, steps, warmup, nproc, args.peak_tflops, args.timeout))
+    results = [summarize(r) for r in runs.values()]
     print(table(results))
+    by_case = {r["case"]: r for r in results if r["ranks"] == 1}
+    for name, r in by_case.items():
+        dense = by_case.get(name + "_dense")
+        if dense:
+            print(f"{name}: NSA / dense twin tokens/s = {r['toks_per_s'] / dense['toks_per_s']:.3f} "
+                  f"(medians of {r['runs']} and {dense['runs']} runs; NSA kernel {r.get('attention_kernel')})")
     for name, *_ in cases:
         single = next((r for r in results if r["case"] == name and r["ranks"] == 1), None)
         ddp = next((r for r in results if r["case"] == name and r["ranks"] == 2), None)

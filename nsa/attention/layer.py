@@ -11,9 +11,10 @@ Each branch has its own key/value projections; queries are shared. Per query t:
 RoPE rotates queries and the keys of every branch: token keys at their position, compressed keys at their
 block's last position. Gates are per head and per branch: sigmoid(MLP(x)) or a softmax over the branches.
 
-Two prefill paths give the same result: "batched" (nsa.attention.kernels, vectorized) and "sequential" (a per-token loop,
-the readable oracle, which is also the decode step). Two selection-range builders likewise: "v2" (vectorized)
-and "v1" (a loop).
+Two prefill paths give the same result: "batched" (vectorized) and "sequential" (a per-token loop, the readable
+oracle, which is also the decode step). The batched path has two kernel sets (NSAConfig.kernel / NSA_KERNEL):
+the PyTorch reference (CPU and CUDA) and the Triton GPU kernels (nsa.attention.kernels). Two selection-range
+builders for the PyTorch path: "v2" (vectorized) and "v1" (a loop); the Triton path reads block indices directly.
 """
 
 from __future__ import annotations
@@ -151,6 +152,8 @@ class NSAAttention(nn.Module):
             return choose_blocks(importance, torch.arange(s, device=q.device), cfg.n_sel, cfg.l_sel)
 
     def _branches_batched(self, p: NSAProjections) -> dict[str, torch.Tensor]:
+        if kernels.resolve(self.cfg.kernel, p.q.device) == "triton":
+            return self._branches_triton(p)
         cfg = self.cfg
         s = p.q.shape[2]
         out = {}
@@ -163,6 +166,28 @@ class NSAAttention(nn.Module):
             out["sel"] = kernels.selected_attention(p.q, p.k_sel, p.v_sel, ranges, cfg.l_sel)
         with span("nsa.win"):
             out["win"] = kernels.window_attention(p.q, p.k_win, p.v_win, cfg.w)
+        if self.record_stats:
+            self._record_stats(p.gates, blocks)
+        return out
+
+    def _branches_triton(self, p: NSAProjections) -> dict[str, torch.Tensor]:
+        """The GPU path: Triton kernels for every branch and for selection (nsa.attention.kernels), no host sync.
+
+        The compressed branch's log-sum-exp gives the compressed attention probabilities exp(s - lse) that rank
+        the selection blocks, so importance needs no second softmax pass.
+        """
+        from nsa.attention.kernels import triton_range, triton_selected, triton_selection
+
+        cfg = self.cfg
+        out = {}
+        with span("nsa.cmp"):
+            out["cmp"], lse = triton_range.compressed_attention_lse(p.q, p.k_cmp, p.v_cmp, cfg.l, cfg.d)
+        with span("nsa.sel"):
+            with span("nsa.sel.importance"):
+                blocks = triton_selection.select_blocks(p.q, p.k_cmp, lse, cfg.l, cfg.d, cfg.l_sel, cfg.n_sel)
+            out["sel"] = triton_selected.selected_attention(p.q, p.k_sel, p.v_sel, blocks, cfg.l_sel)
+        with span("nsa.win"):
+            out["win"] = triton_range.window_attention(p.q, p.k_win, p.v_win, cfg.w)
         if self.record_stats:
             self._record_stats(p.gates, blocks)
         return out
@@ -279,9 +304,15 @@ class NSAAttention(nn.Module):
     def selected_blocks(self, x: torch.Tensor) -> torch.Tensor:
         """[B, G, S, n_sel] selection-block indices forward uses (ascending, -1 where fewer are valid yet)."""
         p = self.project(x)
-        if self.cfg.prefill == "batched":
-            return self._select_batched(p.q, p.k_cmp, x.shape[1])
-        return self._branches_sequential(p)[1]
+        if self.cfg.prefill == "sequential":
+            return self._branches_sequential(p)[1]
+        if kernels.resolve(self.cfg.kernel, p.q.device) == "triton":
+            from nsa.attention.kernels import triton_range, triton_selection
+
+            cfg = self.cfg
+            _, lse = triton_range.compressed_attention_lse(p.q, p.k_cmp, p.v_cmp, cfg.l, cfg.d)
+            return triton_selection.select_blocks(p.q, p.k_cmp, lse, cfg.l, cfg.d, cfg.l_sel, cfg.n_sel)
+        return self._select_batched(p.q, p.k_cmp, x.shape[1])
 
     def new_cache(self, batch_size: int) -> NSACache:
         return NSACache(batch_size=batch_size, w=self.cfg.w, l=self.cfg.l)

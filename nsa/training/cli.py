@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nsa.attention.kernels import KernelUnavailable
 from nsa.toggles import Toggles
 from nsa.training import checkpoint, distributed
 from nsa.training.config import ConfigError, RunConfig, UsageError, apply_overrides, load_config
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--eval-every", type=int, help="evaluation interval in steps, 0 = none (train.eval_every)")
     a("--profile-steps", type=int, help="torch profiler trace of this many steps (train.profile_steps)")
     a("--activation-checkpointing", type=int, choices=(0, 1), help="model.activation_checkpointing")
+    a("--attention", choices=("nsa", "dense"), help="model.attention: nsa, or dense (the dense twin: causal SDPA)")
     a("--pg-timeout", type=float, metavar="S", help="process-group timeout in seconds (train.pg_timeout_s)")
     return p
 
@@ -73,6 +75,7 @@ _FLAG_KEYS = {
     "precision": "train.precision", "lr": "train.lr", "seed": "train.seed", "out_dir": "train.out_dir",
     "device": "train.device", "log_every": "train.log_every", "save_every": "train.save_every",
     "eval_every": "train.eval_every", "profile_steps": "train.profile_steps", "pg_timeout": "train.pg_timeout_s",
+    "attention": "model.attention",
 }
 
 
@@ -124,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             trainer = Trainer(cfg, config_path, info, tg, args.resume, ["nsa-train", *argv])
-        except (ConfigError, UsageError, DataError, LaunchError, checkpoint.CheckpointError) as exc:
+        except (ConfigError, UsageError, DataError, LaunchError, checkpoint.CheckpointError,
+                KernelUnavailable) as exc:
             print(f"nsa-train: error: {'' if rank == 0 else f'[rank {rank}] '}{exc}", file=sys.stderr)
             return EXIT_USAGE
         try:

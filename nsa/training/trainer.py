@@ -123,7 +123,8 @@ class Trainer:
             env.update({"parallel": self.parallel, "n_params": self.n_params,
                         "flops_per_token": self.flops_per_token, "device_name": device_name(self.device),
                         "peak_flops": self.peak, "resumed_from_step": self.start_step,
-                        "toggles": {k: str(v) for k, v in dataclasses.asdict(tg).items()}})
+                        "toggles": {k: str(v) for k, v in dataclasses.asdict(tg).items()},
+                        "attention": cfg.model.attention, "attention_kernel": self._attention_kernel()})
             outputs.write_json(self.out / outputs.ENV_JSON, env)
             resume_at = self.start_step if resume else None
             self.csv = outputs.CsvLog(self.out / outputs.TRAINING_CSV, columns, resume_step=resume_at)
@@ -134,6 +135,15 @@ class Trainer:
             self._status("running", None, self.start_step)
 
     # ------------------------------------------------------------------ setup helpers
+    def _attention_kernel(self) -> str:
+        """The kernels the attention layers run here: torch | triton (NSA, resolved for this device) or sdpa."""
+        if self.cfg.model.attention == "dense":
+            return "sdpa"
+        from nsa.attention.kernels import resolve
+
+        layer_cfg = self.net.blocks[0].attn.cfg  # the NSA_KERNEL override applied when the layer was built
+        return resolve(layer_cfg.kernel, self.device) if layer_cfg.prefill == "batched" else "sequential"
+
     def say(self, message: str, note: bool = True) -> None:
         """Log on rank 0; `note` also keeps it in status.json's notes (settings, warnings)."""
         if self.info.is_main:

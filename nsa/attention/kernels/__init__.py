@@ -1,10 +1,74 @@
-"""Batched-prefill kernels of the three branches.
+"""Batched-prefill kernels of the three branches, and the choice between the two implementations.
 
-reference.py is the PyTorch path: vectorized, runs on CPU and CUDA, and is the reference the Triton kernels are
-tested against.
+    reference.py          the PyTorch path: vectorized, runs on CPU and CUDA; the reference the Triton kernels are
+                          tested against, and the CPU path
+    triton_range.py       Triton: compressed and sliding-window branches (each query attends a contiguous range)
+    triton_selection.py   Triton: block importance (Eq. 9, 10) and top-n_sel selection
+    triton_selected.py    Triton: the selected branch (block-sparse attention over the chosen blocks)
+    aot.py                ahead-of-time compilation of every Triton kernel for sm_80 / sm_90 (no GPU needed)
+
+`resolve(choice, device)` turns the configured kernel (NSAConfig.kernel, NSA_KERNEL: auto | torch | triton) into
+the path a forward on `device` takes. "triton" where Triton cannot run is an error, never a silent fallback.
 """
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
 
 from nsa.attention.kernels.reference import (cmp_group_probabilities, compressed_attention, selected_attention,
                                              window_attention)
 
-__all__ = ["cmp_group_probabilities", "compressed_attention", "selected_attention", "window_attention"]
+__all__ = ["KernelUnavailable", "cmp_group_probabilities", "compressed_attention", "resolve", "selected_attention",
+           "triton_status", "window_attention"]
+
+
+class KernelUnavailable(RuntimeError):
+    """NSA_KERNEL=triton (or model.kernel: triton) where the Triton kernels cannot run."""
+
+
+def interpreting() -> bool:
+    """Triton's interpreter is on (TRITON_INTERPRET=1): kernels run on CPU tensors, slowly, for testing."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+@functools.lru_cache(maxsize=1)
+def _triton_importable() -> str | None:
+    """None when the Triton kernel modules import, else why not (one line)."""
+    if importlib.util.find_spec("triton") is None:
+        return "the triton package is not installed (pip install -e '.[gpu]'; CUDA builds of torch ship it)"
+    try:
+        from nsa.attention.kernels import triton_range, triton_selected, triton_selection  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - any import failure means the path cannot run; say which
+        return f"the Triton kernels failed to import: {type(exc).__name__}: {exc}"
+    return None
+
+
+def triton_status(device) -> str | None:
+    """None when the Triton kernels can run on `device`, else the reason (one line)."""
+    problem = _triton_importable()
+    if problem:
+        return problem
+    if device.type == "cuda" or (device.type == "cpu" and interpreting()):
+        return None
+    return (f"no CUDA device (tensors are on {device.type}); the Triton kernels need a GPU, or TRITON_INTERPRET=1 "
+            "for the interpreter on CPU")
+
+
+def resolve(choice: str, device) -> str:
+    """"torch" or "triton": the path a batched forward on `device` takes for the configured kernel `choice`.
+
+    auto: triton on CUDA when the kernels import, else torch. triton: triton, or KernelUnavailable naming why
+    it cannot run. torch: torch.
+    """
+    if choice == "torch":
+        return "torch"
+    if choice == "auto":
+        return "triton" if device.type == "cuda" and _triton_importable() is None else "torch"
+    if choice == "triton":
+        problem = triton_status(device)
+        if problem:
+            raise KernelUnavailable(f"NSA_KERNEL / model.kernel is 'triton' but {problem}")
+        return "triton"
+    raise ValueError(f"kernel must be one of auto | torch | triton, got {choice!r}")

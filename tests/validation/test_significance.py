@@ -286,13 +286,19 @@ def test_adjust_family_rechecks_significance_on_adjusted_p():
 
 # --- power -----------------------------------------------------------------------------------------------------
 
-def test_paired_power_matches_the_noncentral_t_and_a_monte_carlo():
+def test_paired_power_matches_a_monte_carlo():
     # Monte Carlo: 5 repeats, cv 2%, true +3% (no floor): rejection rate of the paired t-test
     rng = np.random.default_rng(13)
     d = rng.normal(math.log(1.03), math.sqrt(2) * 0.02, (20000, 5))
     t = d.mean(1) / (d.std(1, ddof=1) / math.sqrt(5))
     mc = float(np.mean(t > t_ppf(0.975, 4)))
     assert paired_power(0.02, 0.03, 5, min_floor=0.0) == pytest.approx(mc, abs=0.01)
+    # with the noise floor: the mean log-ratio must also clear log(1.02)
+    floor_mc = float(np.mean((t > t_ppf(0.975, 4)) & (d.mean(1) > math.log(1.02))))
+    assert paired_power(0.02, 0.03, 5, min_floor=0.02) == pytest.approx(floor_mc, abs=0.01)
+
+
+def test_paired_power_against_scipy_noncentral_t():
     stats_mod = pytest.importorskip("scipy.stats")
     for cv, eff, r in ((0.03, 0.05, 2), (0.03, 0.05, 10), (0.1, 0.05, 60)):
         delta = math.log1p(eff) * math.sqrt(r) / (math.sqrt(2) * cv)

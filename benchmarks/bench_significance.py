@@ -1,0 +1,148 @@
+"""Error rates of the significance rules on simulated throughput (validation.significance.simulate), side by side.
+
+    python benchmarks/bench_significance.py [--reps 2000] [--seed 0] [--json out.json] [--only TABLE ...]
+
+Tables (rates are fractions of simulated sweeps or series; Monte-Carlo sd ~ sqrt(p (1 - p) / reps)):
+- coverage: 95% interval of a run's mean from block_units vs. the per-step interval, AR(1) steps, by phi and length;
+- orders: paired t-test of two variants of a 3-variant sweep, no true difference, under cpu_smoke's noise with a
+  sinusoidal drift or a linear one (0.1%/step), by run order (interleaved_order is "random"): how often p < 0.05;
+- null: no true difference between 3 variants: decide()'s false-winner rate and how often it leaves the default,
+  beside per-step Welch (best vs runner-up), by model and repeats;
+- power: one variant 5% faster: how often decide() names it, with the repeats recommended_repeats gives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from validation.significance import block_units, decide, recommended_repeats, t_ppf  # noqa: E402
+from validation.significance import simulate as sim  # noqa: E402
+from validation.stats import t_sf2, welch_t_test  # noqa: E402
+
+LABELS = ("25", "50", "100")
+TABLES = ("coverage", "orders", "null", "power")
+
+
+def coverage(reps: int, rng: np.random.Generator) -> list[dict]:
+    rows = []
+    for n in (20, 50, 150):
+        for phi in (0.0, 0.3, 0.5, 0.7, 0.85):
+            x = sim.ar1(rng, (reps, n), phi, 1.0)
+            units = [block_units(row) for row in x]
+            hit95 = np.mean([abs(u.mean) <= t_ppf(0.975, u.df) * u.se for u in units])
+            hit995 = np.mean([abs(u.mean) <= t_ppf(0.9975, u.df) * u.se for u in units])
+            naive = np.mean(np.abs(x.mean(1)) <= t_ppf(0.975, n - 1) * x.std(1, ddof=1) / math.sqrt(n))
+            rows.append({"n": n, "phi": phi, "blocks_95": float(hit95), "blocks_99.5": float(hit995),
+                         "per_step_95": float(naive), "block_len": float(np.mean([u.block_len for u in units])),
+                         "ess_per_step": float(np.mean([u.ess for u in units]) / n)})
+    return rows
+
+
+def orders(reps: int, rng: np.random.Generator) -> list[dict]:
+    rows = []
+    drifts = {"sinusoid 15%": sim.CPU_SMOKE, "none": sim.NO_DRIFT}
+    for drift_name, model in drifts.items():
+        for order in sim.ORDERS:
+            row = {"drift": drift_name, "order": order}
+            for repeats in (3, 5, 10):
+                m = sim.sweep(rng, reps, [0.0, 0.0, 0.0], repeats, model, order).mean(-1)
+                d = np.log(m[:, :, 1] / m[:, :, 0])
+                t = d.mean(1) / (d.std(1, ddof=1) / math.sqrt(repeats))
+                row[f"R{repeats}"] = float(np.mean([t_sf2(float(v), repeats - 1) < 0.05 for v in t]))
+            rows.append(row)
+    # a steady linear drift of 0.1% per step: the level of run j is shifted by 0.1% x its clock position
+    for order in sim.ORDERS:
+        row = {"drift": "linear 0.1%/step", "order": order}
+        for repeats in (3, 5, 10):
+            k = 3
+            pos = sim.run_positions(rng, reps, repeats, k, order)
+            slot = np.arange(repeats)[None, :, None] * k + pos
+            centre = slot * (sim.NO_DRIFT.steps + sim.NO_DRIFT.gap) + sim.NO_DRIFT.steps - sim.NO_DRIFT.window / 2
+            m = sim.sweep(rng, reps, [0.0, 0.0, 0.0], repeats, sim.NO_DRIFT, order).mean(-1) * (1 + 0.001 * centre)
+            d = np.log(m[:, :, 1] / m[:, :, 0])
+            t = d.mean(1) / (d.std(1, ddof=1) / math.sqrt(repeats))
+            row[f"R{repeats}"] = float(np.mean([t_sf2(float(v), repeats - 1) < 0.05 for v in t]))
+        rows.append(row)
+    return rows
+
+
+def _decide_all(y: np.ndarray, default: str) -> tuple[list, list, float]:
+    winners, choices, welch = [], [], 0
+    means = y.mean(-1)
+    for i in range(y.shape[0]):
+        if y.shape[1] == 1:
+            runs = {k: [y[i, 0, j]] for j, k in enumerate(LABELS)}
+        else:
+            runs = {k: [float(v) for v in means[i, :, j]] for j, k in enumerate(LABELS)}
+        d = decide(runs, default=default)
+        winners.append(d.winner)
+        choices.append(d.choice)
+        order = np.argsort(-means[i].mean(0))
+        welch += welch_t_test(y[i, :, order[0]].ravel(), y[i, :, order[1]].ravel())[1] < 0.05
+    return winners, choices, welch / y.shape[0]
+
+
+def null(reps: int, rng: np.random.Generator) -> list[dict]:
+    rows = []
+    for name, model in (("cpu_smoke", sim.CPU_SMOKE), ("no drift", sim.NO_DRIFT)):
+        for repeats in (1, 3, 10):
+            y = sim.sweep(rng, reps, [0.0, 0.0, 0.0], repeats, model)
+            winners, choices, welch = _decide_all(y, "50")
+            rows.append({"model": name, "repeats": repeats,
+                         "false_winner": float(np.mean([w is not None for w in winners])),
+                         "default_left": float(np.mean([c != "50" for c in choices])), "per_step_welch": welch})
+    return rows
+
+
+def power(reps: int, rng: np.random.Generator) -> list[dict]:
+    rows = []
+    for name, model in (("cpu_smoke", sim.CPU_SMOKE), ("no drift", sim.NO_DRIFT)):
+        logs = np.log(sim.sweep(rng, 20000, [0.0, 0.0, 0.0], 1, model).mean(-1)[:, 0])
+        cv = float(np.concatenate([logs[:, 1] - logs[:, 0], logs[:, 2] - logs[:, 0], logs[:, 2] - logs[:, 1]]).std()
+                   / math.sqrt(2))
+        repeats = recommended_repeats(cv, 0.05, n_variants=3)
+        y = np.concatenate([sim.sweep(rng, 250, [0.0, 0.05, 0.0], repeats, model).mean(-1, keepdims=True)
+                            for _ in range(max(1, reps // 250))])
+        winners, _, _ = _decide_all(y, "25")
+        rows.append({"model": name, "run_mean_cv": cv, "recommended_repeats": repeats,
+                     "found": float(np.mean([w == "50" for w in winners])),
+                     "wrong_winner": float(np.mean([w not in (None, "50") for w in winners]))})
+    return rows
+
+
+def show(name: str, rows: list[dict]) -> None:
+    print(f"\n== {name}")
+    keys = list(rows[0])
+    print("  ".join(f"{k:>14}" for k in keys))
+    for r in rows:
+        print("  ".join(f"{v:>14.3f}" if isinstance(v, float) else f"{v!s:>14}" for v in r.values()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", action="append", choices=TABLES)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    rng = np.random.default_rng(args.seed)
+    out = {}
+    for name in args.only or TABLES:
+        t0 = time.perf_counter()
+        out[name] = globals()[name](args.reps, rng)
+        show(f"{name} ({time.perf_counter() - t0:.1f} s)", out[name])
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

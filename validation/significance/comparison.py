@@ -1,0 +1,342 @@
+"""A variant against a baseline on independent units: relative difference with a confidence interval, p-value,
+noise floor and verdict; Holm's step-down over a family of comparisons.
+
+The relative difference is rel = b / a - 1, estimated and tested on the log scale, where a ratio is a
+difference and the interval maps back without going below -100%:
+  - unpaired (compare_units): log(mean_b / mean_a) with the delta-method standard error
+    sqrt((se_a / mean_a)^2 + (se_b / mean_b)^2) and Welch-Satterthwaite degrees of freedom;
+  - paired (compare_paired): repeat r of an interleaved design gives one run mean per variant; the R log-ratios
+    d_r = log(b_r / a_r) are the units (one-sample t, R - 1 df), so that whatever the machine did during repeat r
+    (a slow period, a warm cache) is common to both runs and cancels. rel = exp(mean d) - 1 (ratio of geometric
+    means).
+A difference is significant when p < alpha AND |rel| > noise floor. The noise floor of a measurement is the
+smallest relative change it resolves, the relative half-width of the (1 - alpha) interval of its mean (for a paired
+design, of one variant's mean with the repeat-to-repeat level removed: the sd of d / sqrt(2)), never below
+`min_floor` (default 1%: run-to-run effects of that size are common and rarely worth acting on); a comparison
+uses the larger floor of its two sides. `noise` (a user's threshold, compare's --noise) replaces the floor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from validation.significance.distributions import t_ppf
+from validation.significance.units import Units, block_units
+from validation.stats import StatsError, t_sf2
+
+ALPHA = 0.05
+MIN_FLOOR = 0.01
+METHODS = ("blocks", "runs", "paired")
+VERDICTS = ("better", "worse", "same")
+
+
+def _check_alpha(alpha: float) -> None:
+    if not (isinstance(alpha, (int, float)) and 0.0 < alpha < 1.0):
+        raise StatsError(f"alpha: expected a value between 0 and 1, got {alpha!r}")
+
+
+def _check_fraction(value: float | None, name: str) -> None:
+    if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+        raise StatsError(f"{name}: expected a non-negative fraction (0.02 = 2%), got {value!r}")
+
+
+def noise_floor(units: Units, alpha: float = ALPHA, min_floor: float = MIN_FLOOR) -> float:
+    """The smallest relative change the measurement resolves: t_{df, 1 - alpha/2} * se / |mean|, at least
+    min_floor. inf when the mean is 0."""
+    _check_alpha(alpha)
+    _check_fraction(min_floor, "min_floor")
+    if units.mean == 0:
+        return math.inf
+    if units.se == 0:
+        return float(min_floor)
+    return max(float(min_floor), t_ppf(1.0 - alpha / 2.0, units.df) * units.se / abs(units.mean))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Variant b against baseline a.
+
+    baseline, variant: labels (free text: step, run or variant names; never shortened)
+    metric:            what was compared (e.g. toks_per_s)
+    method:            "blocks" (block means of one run each, Welch), "runs" (run means, Welch) or "paired"
+                       (per-repeat log-ratios of interleaved runs)
+    mean_a, mean_b:    the two means (paired: the means of the run means)
+    rel:               b / a - 1 (paired: ratio of geometric means - 1)
+    ci_low, ci_high:   the (1 - alpha) confidence interval of rel
+    p_value:           two-sided p of "no difference"
+    t, df:             the test statistic (on the log scale) and its degrees of freedom
+    n_a, n_b:          independent units on each side (blocks or runs; paired: pairs on both)
+    ess_a, ess_b:      effective sample sizes (independent steps or runs)
+    noise_floor:       the threshold |rel| must exceed (a user's `noise` when given, else the data's floor)
+    floor_source:      "data" or "user"
+    alpha:             the significance level
+    higher_is_better:  direction of "better"
+    significant:       p (p_adjusted after a family correction) < alpha and |rel| > noise_floor
+    verdict:           "better" | "worse" | "same" (b relative to a)
+    p_adjusted:        Holm-adjusted p when the comparison is part of a family, else None
+    family_size:       comparisons in that family, else None
+    """
+
+    baseline: str
+    variant: str
+    metric: str
+    method: str
+    mean_a: float
+    mean_b: float
+    rel: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    t: float
+    df: float
+    n_a: int
+    n_b: int
+    ess_a: float
+    ess_b: float
+    noise_floor: float
+    floor_source: str
+    alpha: float
+    higher_is_better: bool
+    significant: bool
+    verdict: str
+    p_adjusted: float | None = None
+    family_size: int | None = None
+
+    @property
+    def confidence(self) -> float:
+        return 1.0 - self.alpha
+
+    def describe(self) -> str:
+        """One line: '+6.2% (95% CI +3.1% .. +9.4%), p = 0.002, paired over 8 repeats'."""
+        p = f"p = {_fmt_p(self.p_value)}"
+        if self.p_adjusted is not None:
+            p += f", Holm-adjusted p = {_fmt_p(self.p_adjusted)} over {self.family_size} comparisons"
+        how = {"blocks": f"block means of one run each ({self.n_a} and {self.n_b} blocks)",
+               "runs": f"means of {self.n_a} and {self.n_b} runs",
+               "paired": f"paired over {self.n_a} interleaved repeats"}[self.method]
+        return (f"{_pct(self.rel)} ({self.confidence:.0%} CI {_pct(self.ci_low)} .. {_pct(self.ci_high)}), {p}, "
+                f"noise floor {self.noise_floor:.1%}; {how}")
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for k, v in out.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                out[k] = None
+        out["confidence"] = self.confidence
+        out["text"] = self.describe()
+        return out
+
+
+def _pct(x: float) -> str:
+    return "n/a" if not math.isfinite(x) else f"{x:+.1%}"
+
+
+def _fmt_p(p: float) -> str:
+    return f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
+
+
+def _verdict(significant: bool, rel: float, higher_is_better: bool) -> str:
+    if not significant:
+        return "same"
+    return "better" if (rel > 0) == bool(higher_is_better) else "worse"
+
+
+def _finish(*, baseline: str, variant: str, metric: str, method: str, mean_a: float, mean_b: float, log_rel: float,
+            se: float, df: float, n_a: int, n_b: int, ess_a: float, ess_b: float, floor: float, noise: float | None,
+            alpha: float, higher_is_better: bool) -> Comparison:
+    if se > 0:
+        t = log_rel / se
+        p = min(1.0, t_sf2(t, df))
+        half = t_ppf(1.0 - alpha / 2.0, df) * se
+    else:  # no variance on either side: the difference is exact
+        t = 0.0 if log_rel == 0 else math.copysign(math.inf, log_rel)
+        p = 1.0 if log_rel == 0 else 0.0
+        half = 0.0
+    threshold = float(noise) if noise is not None else floor
+    rel = math.expm1(log_rel)
+    significant = bool(p < alpha and abs(rel) > threshold)
+    return Comparison(baseline=baseline, variant=variant, metric=metric, method=method, mean_a=float(mean_a),
+                      mean_b=float(mean_b), rel=rel, ci_low=math.expm1(log_rel - half),
+                      ci_high=math.expm1(log_rel + half), p_value=float(p), t=float(t), df=float(df), n_a=int(n_a),
+                      n_b=int(n_b), ess_a=float(ess_a), ess_b=float(ess_b), noise_floor=threshold,
+                      floor_source="user" if noise is not None else "data", alpha=float(alpha),
+                      higher_is_better=bool(higher_is_better), significant=significant,
+                      verdict=_verdict(significant, rel, higher_is_better))
+
+
+def compare_units(a: Units, b: Units, *, higher_is_better: bool = True, alpha: float = ALPHA,
+                  min_floor: float = MIN_FLOOR, noise: float | None = None, baseline: str = "a",
+                  variant: str = "b", metric: str = "toks_per_s") -> Comparison:
+    """b against a on their independent units (block means or run means): Welch-Satterthwaite t on
+    log(mean_b / mean_a) with the delta-method standard error. Both means must be positive."""
+    _check_alpha(alpha)
+    _check_fraction(min_floor, "min_floor")
+    _check_fraction(noise, "noise")
+    if not (a.mean > 0 and b.mean > 0):
+        raise StatsError(f"a relative difference needs positive means, got {a.mean!r} ({baseline}) and "
+                         f"{b.mean!r} ({variant})")
+    va, vb = (a.se / a.mean) ** 2, (b.se / b.mean) ** 2
+    se2 = va + vb
+    if se2 > 0:
+        den = (va * va / a.df if va > 0 else 0.0) + (vb * vb / b.df if vb > 0 else 0.0)
+        df = se2 * se2 / den
+    else:
+        df = math.inf
+    floor = max(noise_floor(a, alpha, min_floor), noise_floor(b, alpha, min_floor))
+    method = "runs" if a.kind == "runs" and b.kind == "runs" else "blocks"
+    return _finish(baseline=baseline, variant=variant, metric=metric, method=method, mean_a=a.mean, mean_b=b.mean,
+                   log_rel=math.log(b.mean / a.mean), se=math.sqrt(se2), df=df, n_a=len(a.values),
+                   n_b=len(b.values), ess_a=a.ess, ess_b=b.ess, floor=floor, noise=noise, alpha=alpha,
+                   higher_is_better=higher_is_better)
+
+
+def compare_series(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool = True, alpha: float = ALPHA,
+                   min_floor: float = MIN_FLOOR, noise: float | None = None, baseline: str = "a",
+                   variant: str = "b", metric: str = "toks_per_s") -> Comparison:
+    """b against a, each one run's per-step series (after warm-up): block_units of each, then compare_units.
+    What `compare` of two runs uses per row."""
+    return compare_units(block_units(a), block_units(b), higher_is_better=higher_is_better, alpha=alpha,
+                         min_floor=min_floor, noise=noise, baseline=baseline, variant=variant, metric=metric)
+
+
+def paired_pairs(a_runs: Sequence[float | None], b_runs: Sequence[float | None]) -> tuple[np.ndarray, np.ndarray]:
+    """The (a, b) run means of the repeats where both are present and finite (None/NaN = a failed run)."""
+    if len(a_runs) != len(b_runs):
+        raise StatsError(f"paired runs: expected one run mean per repeat on both sides, got {len(a_runs)} and "
+                         f"{len(b_runs)} repeats")
+    xa = np.array([math.nan if v is None else float(v) for v in a_runs], dtype="float64")
+    xb = np.array([math.nan if v is None else float(v) for v in b_runs], dtype="float64")
+    keep = np.isfinite(xa) & np.isfinite(xb)
+    return xa[keep], xb[keep]
+
+
+def compare_paired(a_runs: Sequence[float | None], b_runs: Sequence[float | None], *, higher_is_better: bool = True,
+                   alpha: float = ALPHA, min_floor: float = MIN_FLOOR, noise: float | None = None,
+                   baseline: str = "a", variant: str = "b", metric: str = "toks_per_s") -> Comparison:
+    """b against a from interleaved repeats: a_runs[r] and b_runs[r] are the run means of repeat r (None for a
+    run that failed; that repeat is left out). One-sample t on the log-ratios; at least 2 complete repeats, all
+    means positive."""
+    _check_alpha(alpha)
+    _check_fraction(min_floor, "min_floor")
+    _check_fraction(noise, "noise")
+    xa, xb = paired_pairs(a_runs, b_runs)
+    if xa.size < 2:
+        raise StatsError(f"paired comparison needs at least 2 repeats with both runs, got {xa.size}")
+    if not (np.all(xa > 0) and np.all(xb > 0)):
+        raise StatsError("a relative difference needs positive run means")
+    d = np.log(xb / xa)
+    r = d.size
+    sd = float(d.std(ddof=1))
+    se = sd / math.sqrt(r)
+    floor = float(min_floor)
+    if sd > 0:  # one variant's resolution with the repeat level removed: sd(d) / sqrt(2) per run
+        floor = max(floor, t_ppf(1.0 - alpha / 2.0, r - 1) * sd / math.sqrt(2.0 * r))
+    return _finish(baseline=baseline, variant=variant, metric=metric, method="paired", mean_a=float(xa.mean()),
+                   mean_b=float(xb.mean()), log_rel=float(d.mean()), se=se, df=float(r - 1), n_a=r, n_b=r,
+                   ess_a=float(r), ess_b=float(r), floor=floor, noise=noise, alpha=alpha,
+                   higher_is_better=higher_is_better)
+
+
+def paired_cv(a_runs: Sequence[float | None], b_runs: Sequence[float | None]) -> float:
+    """The noise of one variant's run mean with the repeat-to-repeat level removed: sd(log(b_r / a_r)) / sqrt(2)
+    (the `cv` that recommended_repeats takes)."""
+    xa, xb = paired_pairs(a_runs, b_runs)
+    if xa.size < 2 or not (np.all(xa > 0) and np.all(xb > 0)):
+        raise StatsError("paired_cv needs at least 2 repeats with positive run means on both sides")
+    return float(np.log(xb / xa).std(ddof=1)) / math.sqrt(2.0)
+
+
+# --- multiple comparisons ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Holm:
+    """Holm's step-down adjustment of a family of p-values.
+
+    adjusted:  Holm-adjusted p per input (None where the input p was None: not part of the family)
+    rejected:  adjusted p < alpha per input
+    alpha:     the family-wise error rate controlled
+    m:         family size (p-values that were not None)
+    """
+
+    adjusted: tuple[float | None, ...]
+    rejected: tuple[bool, ...]
+    alpha: float
+    m: int
+    method: str = "holm"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "alpha": self.alpha, "m": self.m, "adjusted": list(self.adjusted),
+                "rejected": list(self.rejected)}
+
+
+def holm(p_values: Sequence[float | None], alpha: float = ALPHA) -> Holm:
+    """Holm (1979): sort the m p-values, p_(1) <= ... <= p_(m); adjusted p_(i) = max_{j <= i} min(1, (m - j + 1)
+    p_(j)); reject where adjusted < alpha. The probability of one or more false rejections is <= alpha whatever
+    the dependence between the tests. None entries are skipped."""
+    _check_alpha(alpha)
+    idx = [i for i, p in enumerate(p_values) if p is not None]
+    ps = []
+    for i in idx:
+        p = float(p_values[i])
+        if not 0.0 <= p <= 1.0:  # NaN fails too
+            raise StatsError(f"p-value {i} is {p_values[i]!r}; expected a number in [0, 1]")
+        ps.append(p)
+    m = len(ps)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, j in enumerate(sorted(range(m), key=lambda k: ps[k])):
+        running = max(running, min(1.0, (m - rank) * ps[j]))
+        adjusted[idx[j]] = running
+    rejected = tuple(a is not None and a < alpha for a in adjusted)
+    return Holm(adjusted=tuple(adjusted), rejected=rejected, alpha=float(alpha), m=m)
+
+
+@dataclass(frozen=True)
+class Family:
+    """Comparisons adjusted together (e.g. every row of a `compare`) and the sentence that says so."""
+
+    comparisons: tuple[Comparison, ...]
+    holm: Holm
+    statement: str
+
+    @property
+    def significant(self) -> tuple[Comparison, ...]:
+        return tuple(c for c in self.comparisons if c.significant)
+
+    @property
+    def regressions(self) -> tuple[Comparison, ...]:
+        """The significant comparisons whose verdict is "worse" (what a CI gate fails on)."""
+        return tuple(c for c in self.comparisons if c.verdict == "worse")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"correction": self.holm.method, "alpha": self.holm.alpha, "family_size": self.holm.m,
+                "statement": self.statement, "significant": len(self.significant),
+                "regressions": len(self.regressions), "comparisons": [c.as_dict() for c in self.comparisons]}
+
+
+def adjust_family(comparisons: Sequence[Comparison], alpha: float | None = None) -> Family:
+    """Holm over all `comparisons` (family-wise error <= alpha, by default the comparisons' own alpha):
+    each is returned with p_adjusted and family_size set, and significant/verdict re-decided on the adjusted p
+    (the noise floor still applies)."""
+    if not comparisons:
+        raise StatsError("adjust_family: no comparisons")
+    if alpha is None:
+        alphas = {c.alpha for c in comparisons}
+        if len(alphas) != 1:
+            raise StatsError(f"adjust_family: comparisons use different alphas {sorted(alphas)}; pass alpha")
+        alpha = alphas.pop()
+    h = holm([c.p_value for c in comparisons], alpha)
+    out = []
+    for c, adj in zip(comparisons, h.adjusted):
+        significant = bool(adj < alpha and abs(c.rel) > c.noise_floor)
+        out.append(replace(c, p_adjusted=adj, family_size=h.m, alpha=float(alpha), significant=significant,
+                           verdict=_verdict(significant, c.rel, c.higher_is_better)))
+    n_sig = sum(c.significant for c in out)
+    statement = (f"Holm's step-down correction over {h.m} comparisons: the chance of one or more false "
+                 f"'significant' rows is at most {alpha:.0%}; {n_sig} row{'s' if n_sig != 1 else ''} "
+                 f"significant (adjusted p < {alpha:g} and beyond the noise floor).")
+    return Family(comparisons=tuple(out), holm=h, statement=statement)

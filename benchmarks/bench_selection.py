@@ -2,7 +2,8 @@
 
     python benchmarks/bench_selection.py [--seq-lens 1024,2048,4096] [--device cuda]
 
-Both builders are checked to give identical ranges before anything is timed. Ratios are v1 time / v2 time,
+The range builders belong to the PyTorch kernels (the Triton path reads block indices), so the layer runs
+kernel="torch". Both builders are checked to give identical ranges before anything is timed. Ratios are v1 time / v2 time,
 measured in the same process.
 """
 
@@ -18,7 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from bench_attention import SHAPE  # noqa: E402  (same directory: one shape for both benchmarks)
+from bench_attention import SHAPES  # noqa: E402  (same directory: one shape for both benchmarks)
+
+SHAPE = SHAPES["small"]
 from nsa import NSAAttention, NSAConfig  # noqa: E402
 from nsa.attention.selection import RANGE_BUILDERS  # noqa: E402
 
@@ -48,7 +51,7 @@ def main(argv=None) -> int:
     rows = []
     seq_lens = [int(s) for s in args.seq_lens.split(",")]
     torch.manual_seed(0)
-    base = NSAAttention(NSAConfig(**SHAPE)).to(args.device)
+    base = NSAAttention(NSAConfig(**SHAPE, kernel="torch")).to(args.device)
     print(f"selection ranges v1 vs v2, B=1 {SHAPE}, device={args.device}")
     print(f"{'S':>6} | {'v1 ranges ms':>12} {'v2 ranges ms':>12} {'v1/v2':>8} | {'fwd v1 ms':>9} {'fwd v2 ms':>9} "
           f"{'v1/v2':>6}")
@@ -64,7 +67,7 @@ def main(argv=None) -> int:
         t2 = timed(lambda: RANGE_BUILDERS["v2"](blocks, pos, base.cfg.l_sel), args.device, args.repeats)
         fwd = {}
         for sel in ("v1", "v2"):
-            layer = NSAAttention(NSAConfig(**SHAPE, selection=sel)).to(args.device)
+            layer = NSAAttention(NSAConfig(**SHAPE, selection=sel, kernel="torch")).to(args.device)
             layer.load_state_dict(base.state_dict())
             with torch.no_grad():
                 fwd[sel] = timed(lambda: layer(x), args.device, args.repeats)

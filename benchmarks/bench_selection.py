@@ -3,8 +3,8 @@
     python benchmarks/bench_selection.py [--seq-lens 1024,2048,4096] [--device cuda]
 
 The range builders belong to the PyTorch kernels (the Triton path reads block indices), so the layer runs
-kernel="torch". Both builders are checked to give identical ranges before anything is timed. Ratios are v1 time / v2 time,
-measured in the same process.
+kernel="torch". Both builders are checked to give identical ranges before anything is timed. Ratios are v1 time /
+v2 time, measured in the same process.
 """
 
 from __future__ import annotations

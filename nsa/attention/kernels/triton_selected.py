@@ -15,63 +15,111 @@ and autograd registered: opaque to torch.compile, capturable in a CUDA graph; no
 
 Design
 ------
-Inverted index (built once per forward by _build_index, sync-free, kept for backward): every non-empty
-(query, slot) pair gets the key (b*G + g)*NB + block; one stable torch.sort of those keys lists, per key block,
-the queries that chose it, in ascending t (`order` holds the flat pair index ((b*G + g)*S + t)*n_sel + slot of
-each sorted pair). Counts per key by scatter_add into a fixed [B*G*NB + 1] buffer, exclusive cumsum offsets, then
-a tile table: each key block's query list is cut into tiles of QPT queries, and tile i of a grid bounded by shapes
-(ceil(pairs_max / QPT) + B*G*NB) finds its key by searchsorted over the cumulative tile counts; tiles past the
-real count have count 0 and their programs do nothing.
+Inverted index (_build_index, built once per forward, sync-free, kept for backward): every non-empty (query, slot)
+pair gets the key (b*G + g)*NB + block (NB = ceil(S / l_sel)); one stable torch.sort of the keys lists, per key
+block, the queries that chose it in ascending t (`order`: flat pair index ((b*G + g)*S + t)*n_sel + slot of each
+sorted pair; `pair_t`: its t). Counts per key by scatter_add_ into a fixed [B*G*NB + 1] buffer, exclusive cumsum
+offsets, then a tile table [3, n_tiles] (key, first sorted pair, pairs): each key's list is cut into tiles of QPT
+queries, and tile i of a grid bounded by shapes alone (ceil(pairs_max / QPT) + B*G*NB) finds its key by
+searchsorted over the cumulative tile counts; tiles past the real count have count 0 and return at once. A fixed
+number of torch ops whatever S; no .item(), nonzero, bincount or data-dependent shape.
 
-Tiles are rows of (query, head) pairs: row r of a tile is query r // hpg of the tile's list, head r % hpg, so a
-tile of BLOCK_R = 128 rows holds QPT = 128 // hpg queries x all hpg heads (hpg = 6: 21 queries, 126 of 128 rows
-used; no padding of hpg to a power of two). Every row of a tile meets the same l_sel keys, so each tile is one
-[BLOCK_R, d_k] x [d_k, l_sel] product plus one [BLOCK_R, l_sel] x [l_sel, d_v] product: M >= 64, wgmma on sm_90.
+Tiles are rows of (query, head) pairs: row r of a tile is query r // hpg of the tile's list and head r % hpg (hpg
+is a compile-time constant: the divisions are multiply-shifts), so BLOCK_R = 128 rows hold QPT = 128 // hpg
+queries x all their hpg heads (hpg = 6: 21 queries, 126 of 128 rows used; hpg is not padded to a power of two).
+Every row of a tile meets the same key block, so a tile is one [BLOCK_R, d_k] x [d_k, l_sel] product and one
+[BLOCK_R, l_sel] x [l_sel, d_v] product: M >= 64 rows, wgmma on sm_90. The queries' rows are gathered (one d_k
+vector per row); keys and values are read once per tile. l_sel, n_sel, hpg and d are compile-time constants
+(l_sel = 64, n_sel = 16 in the model); blocks of more than 64 keys are walked 64 at a time.
 
-Forward, loop="kv" (default; KV-block-outer, FSA-style):
-  1. _sel_fwd_kv_stats, one program per tile: scores of its rows against the block (causal mask p <= t, which
-     only bites in a query's own block, and p < S), per row log2-sum-exp2 over the block, stored at the pair's
-     place in part [B, G, S, n_sel, hpg] fp32 (-inf for empty slots).
-  2. lse = logsumexp of part over the slots (torch, one reduction) -> [B, G, S, hpg], saved for backward.
-  3. _sel_fwd_kv_out, same grid: recomputes the scores, p = exp2(s - lse) (already normalised), and adds p @ V
-     into an fp32 [B, S, H, d_v] output with relaxed atomics; cast to q's dtype at the end.
-  Costs two QK^T products and one PV per pair (1.5x the FLOPs of a single pass) plus S*n_sel*hpg*d_v fp32
-  atomics, but every product is a >= 64-row tile on tensor cores (wgmma on sm_90).
-  Peak memory: part (pairs x hpg fp32, 50 MB at S = 65,536, B = 1, G = 2, n_sel = 16, hpg = 6), freed before
-  the fp32 output is allocated; the fp32 output is 2x the bf16 one. About 2x dense attention's forward.
-Forward, loop="query" (the public NSA kernels' order: fla parallel_nsa, native-sparse-attention-triton): one
-  program per (sequence, group, query) holds the hpg heads as rows (padded to HPG_PAD = max(16, pow2(hpg)):
-  hpg = 6 uses 6 of 16 rows), walks its n_sel blocks with an online softmax and writes o and lse directly: no
-  atomics, one QK^T, but M = 16 products stay on mma.sync on sm_90 and 10/16 of them are wasted at hpg = 6.
-Default "kv" because its products are 2.7x denser and reach wgmma for hpg = 6; which one wins on an H100
-(atomics and the second QK^T against the padding and mma.sync) is NOT MEASURED YET (no GPU in this session).
+Forward, loop="kv" (the default; KV-block-outer, FSA-style):
+  1. _sel_fwd_kv_stats, one program per tile: scores against the block (masks p <= t, which only bites in a
+     query's own block, and p < S), each row's log2-sum-exp2 over the block, stored at the pair's place in
+     part [B, G, S, n_sel, hpg] fp32 (-inf for empty slots). No atomics: a pair lies in exactly one tile.
+  2. lse = logsumexp of part over the slots (torch) -> [B, G, S, hpg] fp32 (log2 units), saved for backward.
+  3. _sel_fwd_kv_out, same grid: recomputes the scores, p = exp2(s - lse) (already normalised), and adds p V
+     into an fp32 [B, S, H, d_v] output with relaxed atomics (red.global.add.v4.f32 on sm_90); cast at the end.
+  Two QK^T products and one PV per pair (1.5x a single pass) plus pairs * hpg * d_v fp32 atomic adds, but every
+  product is a >= 64-row tensor-core tile. Peak extra memory: part (pairs * hpg fp32: 50 MB at S = 65,536,
+  B = 1, G = 2, n_sel = 16, hpg = 6; freed before the output pass), the fp32 output (2x the bf16 output), the
+  index (2 int32 per pair, 17 MB there): about 2x dense attention's forward, far from a [pairs, hpg, d_v] buffer.
+Forward, loop="query" (the public NSA kernels' order: fla parallel_nsa, XunhaoLai/native-sparse-attention-triton):
+  _sel_fwd_query, one program per (sequence, group, query) with the hpg heads as rows, padded to
+  HPG_PAD = max(16, pow2(hpg)) for tl.dot (hpg = 6 uses 6 of 16 rows), walks its n_sel blocks with an online
+  softmax and writes o and lse directly: one QK^T, no atomics, no index needed, but every product is M = 16
+  (mma.sync on sm_90, 10/16 of it wasted at hpg = 6) and each block is re-read by every query that chose it.
+The default is "kv": for hpg = 6 its products are 2.7x denser and reach wgmma, which should outweigh the second
+QK^T and the atomics; the measurement that decides it is PENDING (no GPU in this session). Both are tested.
 
-Backward (one design for both forward orders; it needs the inverted index, which both build):
-  delta = rowsum(dO * O) per (query, head) (_sel_bwd_delta), then _sel_bwd_kv, KV-block-outer: one program per
-  backward tile = a chunk of up to bwd_tiles * QPT queries of one key block. It loads K and V of the block once,
-  loops over its chunk QPT queries at a time (recompute s, p = exp2(s - lse); dV += p^T dO; dp = dO V^T;
-  ds = p (dp - delta); dK += ds^T Q) and adds dQ = ds K of each step into an fp32 dQ with relaxed atomics (a
-  query's dQ sums over blocks held by different programs); at the end it adds its dK, dV into fp32 buffers with
-  atomics. Popular blocks: block 0 and a query's own and previous blocks are chosen by every query (block 0 by all
-  S of them), so one program per block would serialise S queries; chunking the lists bounds every program to
-  bwd_tiles * QPT queries (block 0 at S = 65,536, hpg = 6: 390 programs of 168 queries) and the atomics combine
-  the chunks (fp32, order-dependent rounding only). The alternative, forced blocks as a dense band plus a sparse
-  part sharing one softmax via lse merging (what reference.py does), was not taken: importance-chosen blocks can
-  be just as popular (attention sinks near the start), so the sparse part needs the chunking anyway, and one
-  uniform path keeps the kernels and tests simpler; the band's advantage (no index entries for 3 of 16 blocks,
-  no causal mask work elsewhere) is worth measuring later.
+Backward (one design for both forward orders; the index is built by both):
+  _sel_bwd_delta: delta = rowsum(dO * O) per (query, head), fp32. Then _sel_bwd_kv, KV-block-outer: one program
+  per backward chunk = up to bwd_tiles tiles of QPT_bwd = BLOCK_R // hpg queries of one key block (the tile table
+  is the forward's, cut at bwd_tiles * QPT_bwd). It reads K and V of the block once and loops over its chunk
+  QPT_bwd queries at a time, in transposed form so that the keys are the products' M dimension (64 rows: wgmma on
+  sm_90 even though a step has only 32 query rows): s^T = K Q^T, p^T = exp2(s^T - lse), dV += p^T dO,
+  dp^T = V dO^T, ds^T = p^T (dp^T - delta), dK += ds^T Q, and dQ = ds K (mma.sync, M = 32) added into an fp32
+  dQ with relaxed atomics (a query's dQ sums over blocks held by different programs). At the end it adds its dK
+  and dV into fp32 buffers with atomics. Five products per pair, no recomputation beyond FA2's.
+  Popular blocks: block 0 is chosen by all S queries, every block j is forced for the 2 * l_sel queries of blocks
+  j and j + 1, and importance can make any block popular, so one program per block would serialise up to S
+  queries in one program (S = 65,536: 13,000 tile steps). Cutting every list into chunks of bwd_tiles *
+  QPT_bwd queries bounds each program's work (hpg = 6, bwd_tiles = 16: 80 queries; block 0 at S = 65,536 becomes
+  820 programs) and the fp32 atomics sum the chunks (order-dependent rounding only, not bitwise deterministic).
+  Alternative not taken: the forced blocks (0, previous, own) as a dense band plus only the importance-chosen
+  blocks as the sparse part, merged through lse (what reference.py does). Importance-chosen blocks can be just as
+  popular (attention sinks near the start), so the sparse part needs the chunking anyway; one uniform path keeps
+  two kernels fewer. The band would save index entries for 3 of 16 blocks and mask work: worth measuring.
 
 What to measure on a GPU (H100, bf16, B = 1, H = 12, G = 2, d = 64, l_sel = 64, n_sel = 16, S = 8K..64K, blocks
-from choose_blocks): loop="kv" vs loop="query" forward time (triton.testing.do_bench); backward time for
-bwd_tiles in {2, 4, 8, 16}; BLOCK_R 64 vs 128 and num_warps 4 vs 8 (_config); the index build (sort) share;
-peak memory (torch.cuda.max_memory_allocated) against dense SDPA at the same S. tests/nsa/kernels/
-test_triton_selected.py runs natively with bf16 tolerances when CUDA is present.
+from choose_blocks on real importance): forward loop="kv" vs loop="query" (triton.testing.do_bench); backward
+for bwd_tiles in {4, 8, 16, 32}; BLOCK_R / num_warps around _config's choices; the share of the index build
+(torch.sort of B*G*S*n_sel keys) and of the atomics (compare against a variant without them); peak memory
+(torch.cuda.max_memory_allocated) against dense SDPA at the same S. tests/nsa/kernels/test_triton_selected.py runs
+natively in bf16 when CUDA is present (including CUDA-graph capture and an S = 4096 model-shape check).
 
 Measured
 --------
-GPU timings: not measured yet (no GPU in this session).
-AOT compile (nsa.attention.kernels.aot, bundled ptxas, registers / shared bytes / spill stores / tensor cores):
-see the table at the end of this docstring.
+GPU timings: NOT MEASURED YET (no GPU in this session).
+
+Ahead-of-time compile (python -m nsa.attention.kernels.aot; registers / shared memory / spill stores / tensor-core
+instructions; bf16, l_sel = 64, bwd_tiles = 16). The AOT compile has no alignment specialisation (it assumes
+2-byte aligned pointers and strides of unknown divisibility), so its loads and atomics are scalar; at run time
+the JIT specialises 16-byte aligned pointers and strides divisible by 16, and the model's kernels then use
+(same ptxas, hpg = 6, d = 64, sm_80 | sm_90): stats 128 | 110 registers, out 171 | 89, query 72 | 70,
+backward 241 | 128, all without spills.
+
+  kernel[config]                                       3.9 sm_80    3.9 sm_90    3.6 sm_80    3.6 sm_90
+  sel_fwd_kv_stats[hpg=6,d=32,BLOCK_R=128,BLOCK_N=64]  96/12/0/m    96/12/0/w    103/12/0/m   96/12/0/w
+  sel_fwd_kv_out[hpg=6,d=32,BLOCK_R=128,BLOCK_N=64]    128/16/0/m   103/16/0/w   128/16/0/m   103/16/0/w
+  sel_fwd_query[hpg=6,d=32,HPG_PAD=16]                 80/7/0/m     95/7/0/m     96/7/0/m     80/7/0/m
+  sel_bwd_kv[hpg=6,d=32,BLOCK_R=32,BLOCK_N=64]         247/10/0/m   148/14/0/w+m 250/14/0/m   146/18/0/w+m
+  sel_bwd_delta[d=32]                                  56/0/0/-     56/0/0/-     56/0/0/-     48/0/0/-
+  sel_fwd_kv_stats[hpg=1,d=64,BLOCK_R=128,BLOCK_N=64]  124/24/0/m   94/24/0/w    104/24/0/m   92/24/0/w
+  sel_fwd_kv_out[hpg=1,d=64,BLOCK_R=128,BLOCK_N=64]    192/32/0/m   153/32/0/w   218/32/0/m   178/32/0/w
+  sel_fwd_query[hpg=1,d=64,HPG_PAD=16]                 128/12/0/m   120/12/0/m   168/12/0/m   127/12/0/m
+  sel_bwd_kv[hpg=1,d=64,BLOCK_R=32,BLOCK_N=64]         253/20/0/m   203/24/0/w+m 198/28/0/m   205/32/0/w+m
+  sel_fwd_kv_stats[hpg=6,d=64,BLOCK_R=128,BLOCK_N=64]  125/24/0/m   96/24/0/w    125/24/0/m   96/24/0/w
+  sel_fwd_kv_out[hpg=6,d=64,BLOCK_R=128,BLOCK_N=64]    193/32/0/m   196/32/0/w   216/32/0/m   200/32/0/w
+  sel_fwd_query[hpg=6,d=64,HPG_PAD=16]                 128/12/0/m   96/12/0/m    168/12/0/m   127/12/0/m
+  sel_bwd_kv[hpg=6,d=64,BLOCK_R=32,BLOCK_N=64]         255/20/0/m   207/24/0/w+m 246/28/0/m   237/32/0/w+m
+  sel_fwd_kv_stats[hpg=16,d=64,BLOCK_R=128,BLOCK_N=64] 128/24/0/m   95/24/0/w    128/24/0/m   96/24/0/w
+  sel_fwd_kv_out[hpg=16,d=64,BLOCK_R=128,BLOCK_N=64]   162/32/0/m   128/32/0/w   157/32/0/m   124/32/0/w
+  sel_fwd_query[hpg=16,d=64,HPG_PAD=16]                128/12/0/m   116/12/0/m   167/12/0/m   127/12/0/m
+  sel_bwd_kv[hpg=16,d=64,BLOCK_R=32,BLOCK_N=64]        253/20/0/m   186/24/0/w+m 192/28/0/m   167/32/0/w+m
+  sel_fwd_kv_stats[hpg=32,d=64,BLOCK_R=128,BLOCK_N=64] 111/24/0/m   94/24/0/w    108/24/0/m   101/24/0/w
+  sel_fwd_kv_out[hpg=32,d=64,BLOCK_R=128,BLOCK_N=64]   160/32/0/m   102/32/0/w   160/32/0/m   89/32/0/w
+  sel_fwd_query[hpg=32,d=64,HPG_PAD=32]                168/16/0/m   168/16/0/m   168/16/0/m   150/16/0/m
+  sel_bwd_kv[hpg=32,d=64,BLOCK_R=32,BLOCK_N=64]        254/20/0/m   174/24/0/w+m 186/28/0/m   151/32/0/w+m
+  sel_bwd_delta[d=64]                                  96/0/0/-     94/0/0/-     80/0/0/-     80/0/0/-
+  sel_fwd_kv_stats[hpg=6,d=128,BLOCK_R=64,BLOCK_N=64]  74/32/0/m    64/32/0/w    71/32/0/m    63/32/0/w
+  sel_fwd_kv_out[hpg=6,d=128,BLOCK_R=64,BLOCK_N=64]    203/32/0/m   186/48/0/w   204/32/0/m   174/48/0/w
+  sel_fwd_query[hpg=6,d=128,HPG_PAD=16]                128/22/0/m   128/22/0/m   171/22/0/m   166/22/0/m
+  sel_bwd_kv[hpg=6,d=128,BLOCK_R=16,BLOCK_N=32]        242/20/0/m   222/20/0/m   214/28/0/m   190/28/0/m
+  sel_bwd_delta[d=128]                                 163/0/0/-    166/0/0/-    155/1/0/-    166/1/0/-
+  (registers/shared KiB/spill-store bytes/tensor-core instructions in the PTX: m = mma.sync, w = wgmma; w+m: the
+  backward's M = 32 dQ product is mma.sync, its four other products wgmma. d = 128's backward uses BLOCK_N = 32
+  and BLOCK_R = 16 to avoid spills, so it stays on mma.sync. hpg > 32 or d = 128 with hpg > 16 are not compiled
+  ahead of time: BLOCK_R grows to pow2(hpg) there and may spill.)
 """
 
 from __future__ import annotations
@@ -85,7 +133,7 @@ import triton.language as tl
 _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
 # Tiles of one key block per backward program (each tile = QPT queries): bounds a popular block's work per program.
-BWD_TILES = 8
+BWD_TILES = 16
 LOOPS = ("kv", "query")
 
 
@@ -107,8 +155,9 @@ def _tile_rows(PAIR_T, pos0, remaining, HPG: tl.constexpr, BLOCK_R: tl.constexpr
 @triton.jit
 def _sel_fwd_kv_stats(Q, K, PART, ORDER, PAIR_T, TILES, n_tiles,
                       sq_b, sq_h, sq_s, sk_b, sk_g, sk_s,
-                      S, G, NB, l_sel, qk_scale,
-                      HPG: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D_K: tl.constexpr):
+                      S, G, NB, qk_scale,
+                      L_SEL: tl.constexpr, HPG: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                      D_K: tl.constexpr):
     pid = tl.program_id(0)
     count = tl.load(TILES + 2 * n_tiles + pid)
     if count > 0:
@@ -125,10 +174,10 @@ def _sel_fwd_kv_stats(Q, K, PART, ORDER, PAIR_T, TILES, n_tiles,
         k_base = K + b.to(tl.int64) * sk_b + g * sk_g
         m_i = tl.full([BLOCK_R], -1.0e30, tl.float32)
         l_i = tl.zeros([BLOCK_R], tl.float32)
-        for n0 in range(0, l_sel, BLOCK_N):
+        for n0 in range(0, L_SEL, BLOCK_N):
             offs_n = n0 + tl.arange(0, BLOCK_N)
-            kpos = j * l_sel + offs_n
-            kmask = (offs_n < l_sel) & (kpos < S)
+            kpos = j * L_SEL + offs_n
+            kmask = (offs_n < L_SEL) & (kpos < S)
             k = tl.load(k_base + kpos[:, None] * sk_s + offs_d[None, :], mask=kmask[:, None], other=0.0)
             s = tl.dot(q, tl.trans(k)) * qk_scale
             allowed = valid[:, None] & kmask[None, :] & (kpos[None, :] <= t[:, None])
@@ -143,8 +192,9 @@ def _sel_fwd_kv_stats(Q, K, PART, ORDER, PAIR_T, TILES, n_tiles,
 @triton.jit
 def _sel_fwd_kv_out(Q, K, V, LSE, O32, PAIR_T, TILES, n_tiles,
                     sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, so_b, so_h, so_s,
-                    S, G, NB, l_sel, qk_scale,
-                    HPG: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr):
+                    S, G, NB, qk_scale,
+                    L_SEL: tl.constexpr, HPG: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                    D_K: tl.constexpr, D_V: tl.constexpr):
     pid = tl.program_id(0)
     count = tl.load(TILES + 2 * n_tiles + pid)
     if count > 0:
@@ -154,7 +204,7 @@ def _sel_fwd_kv_out(Q, K, V, LSE, O32, PAIR_T, TILES, n_tiles,
         j = key - bg * NB
         b = bg // G
         g = bg - b * G
-        qi, t, hh, valid = _tile_rows(PAIR_T, pos0, count, HPG, BLOCK_R)
+        _, t, hh, valid = _tile_rows(PAIR_T, pos0, count, HPG, BLOCK_R)
         h = g * HPG + hh
         offs_dk = tl.arange(0, D_K)
         offs_dv = tl.arange(0, D_V)
@@ -164,10 +214,10 @@ def _sel_fwd_kv_out(Q, K, V, LSE, O32, PAIR_T, TILES, n_tiles,
         k_base = K + b.to(tl.int64) * sk_b + g * sk_g
         v_base = V + b.to(tl.int64) * sv_b + g * sv_g
         acc = tl.zeros([BLOCK_R, D_V], tl.float32)
-        for n0 in range(0, l_sel, BLOCK_N):
+        for n0 in range(0, L_SEL, BLOCK_N):
             offs_n = n0 + tl.arange(0, BLOCK_N)
-            kpos = j * l_sel + offs_n
-            kmask = (offs_n < l_sel) & (kpos < S)
+            kpos = j * L_SEL + offs_n
+            kmask = (offs_n < L_SEL) & (kpos < S)
             k = tl.load(k_base + kpos[:, None] * sk_s + offs_dk[None, :], mask=kmask[:, None], other=0.0)
             v = tl.load(v_base + kpos[:, None] * sv_s + offs_dv[None, :], mask=kmask[:, None], other=0.0)
             s = tl.dot(q, tl.trans(k)) * qk_scale
@@ -182,8 +232,9 @@ def _sel_fwd_kv_out(Q, K, V, LSE, O32, PAIR_T, TILES, n_tiles,
 @triton.jit
 def _sel_fwd_query(Q, K, V, BLOCKS, O, LSE,
                    sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, so_b, so_h, so_s,
-                   S, G, n_sel, l_sel, qk_scale,
-                   HPG: tl.constexpr, HPG_PAD: tl.constexpr, BLOCK_N: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr):
+                   S, G, qk_scale,
+                   N_SEL: tl.constexpr, L_SEL: tl.constexpr, HPG: tl.constexpr, HPG_PAD: tl.constexpr,
+                   BLOCK_N: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr):
     pid = tl.program_id(0)  # (b*G + g)*S + t
     bg = pid // S
     t = pid - bg * S
@@ -201,13 +252,13 @@ def _sel_fwd_query(Q, K, V, BLOCKS, O, LSE,
     m_i = tl.full([HPG_PAD], -1.0e30, tl.float32)
     l_i = tl.zeros([HPG_PAD], tl.float32)
     acc = tl.zeros([HPG_PAD, D_V], tl.float32)
-    for slot in range(n_sel):
-        j = tl.load(BLOCKS + pid.to(tl.int64) * n_sel + slot)
+    for slot in range(N_SEL):
+        j = tl.load(BLOCKS + pid.to(tl.int64) * N_SEL + slot)
         if j >= 0:
-            for n0 in range(0, l_sel, BLOCK_N):
+            for n0 in range(0, L_SEL, BLOCK_N):
                 offs_n = n0 + tl.arange(0, BLOCK_N)
-                kpos = j * l_sel + offs_n
-                kmask = (offs_n < l_sel) & (kpos <= t)
+                kpos = j * L_SEL + offs_n
+                kmask = (offs_n < L_SEL) & (kpos <= t)
                 k = tl.load(k_base + kpos[:, None] * sk_s + offs_dk[None, :], mask=kmask[:, None], other=0.0)
                 v = tl.load(v_base + kpos[:, None] * sv_s + offs_dv[None, :], mask=kmask[:, None], other=0.0)
                 s = tl.dot(q, tl.trans(k)) * qk_scale
@@ -251,8 +302,9 @@ def _sel_bwd_delta(O, DO, DELTA, so_b, so_h, so_s, sdo_b, sdo_h, sdo_s, S, H, HP
 def _sel_bwd_kv(Q, K, V, DO, LSE, DELTA, DQ, DK, DV, PAIR_T, TILES, n_tiles,
                 sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, sdo_b, sdo_h, sdo_s,
                 sdq_b, sdq_h, sdq_s, sdk_b, sdk_g, sdk_s, sdv_b, sdv_g, sdv_s,
-                S, G, NB, l_sel, qk_scale, sm_scale,
-                HPG: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr):
+                S, G, NB, qk_scale, sm_scale,
+                L_SEL: tl.constexpr, BWD_TILES: tl.constexpr, HPG: tl.constexpr, BLOCK_R: tl.constexpr,
+                BLOCK_N: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr):
     pid = tl.program_id(0)
     count = tl.load(TILES + 2 * n_tiles + pid)
     if count > 0:
@@ -269,37 +321,39 @@ def _sel_bwd_kv(Q, K, V, DO, LSE, DELTA, DQ, DK, DV, PAIR_T, TILES, n_tiles,
         q_base = Q + b64 * sq_b
         do_base = DO + b64 * sdo_b
         dq_base = DQ + b64 * sdq_b
-        for n0 in range(0, l_sel, BLOCK_N):
+        for n0 in range(0, L_SEL, BLOCK_N):
             offs_n = n0 + tl.arange(0, BLOCK_N)
-            kpos = j * l_sel + offs_n
-            kmask = (offs_n < l_sel) & (kpos < S)
+            kpos = j * L_SEL + offs_n
+            kmask = (offs_n < L_SEL) & (kpos < S)
             k = tl.load(K + b64 * sk_b + g * sk_g + kpos[:, None] * sk_s + offs_dk[None, :], mask=kmask[:, None],
                         other=0.0)
             v = tl.load(V + b64 * sv_b + g * sv_g + kpos[:, None] * sv_s + offs_dv[None, :], mask=kmask[:, None],
                         other=0.0)
             dk_acc = tl.zeros([BLOCK_N, D_K], tl.float32)
             dv_acc = tl.zeros([BLOCK_N, D_V], tl.float32)
-            for c in range(0, count, qpt):
-                qi, t, hh, valid = _tile_rows(PAIR_T, pos0 + c, count - c, HPG, BLOCK_R)
-                h = g * HPG + hh
-                q = tl.load(q_base + (t * sq_s + h * sq_h)[:, None] + offs_dk[None, :], mask=valid[:, None],
-                            other=0.0)
-                do = tl.load(do_base + (t * sdo_s + h * sdo_h)[:, None] + offs_dv[None, :], mask=valid[:, None],
-                             other=0.0)
-                row = (bg * S + t).to(tl.int64) * HPG + hh
-                lse = tl.load(LSE + row, mask=valid, other=0.0)
-                delta = tl.load(DELTA + row, mask=valid, other=0.0)
-                # transposed products: keys are the M dimension (64 rows: wgmma), the tile's rows are N
-                s_t = tl.dot(k, tl.trans(q)) * qk_scale
-                allowed = valid[None, :] & kmask[:, None] & (kpos[:, None] <= t[None, :])
-                p_t = tl.exp2(tl.where(allowed, s_t - lse[None, :], float("-inf")))
-                dv_acc += tl.dot(p_t.to(do.dtype), do)
-                dp_t = tl.dot(v, tl.trans(do))
-                ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
-                dk_acc += tl.dot(ds_t, q)
-                dq = tl.dot(tl.trans(ds_t), k) * sm_scale
-                tl.atomic_add(dq_base + (t * sdq_s + h * sdq_h)[:, None] + offs_dk[None, :], dq, mask=valid[:, None],
-                              sem="relaxed")
+            for it in range(BWD_TILES):  # a static trip count; the chunk's last tiles may be empty
+                c = it * qpt
+                if c < count:
+                    _, t, hh, valid = _tile_rows(PAIR_T, pos0 + c, count - c, HPG, BLOCK_R)
+                    h = g * HPG + hh
+                    q = tl.load(q_base + (t * sq_s + h * sq_h)[:, None] + offs_dk[None, :], mask=valid[:, None],
+                                other=0.0)
+                    do = tl.load(do_base + (t * sdo_s + h * sdo_h)[:, None] + offs_dv[None, :], mask=valid[:, None],
+                                 other=0.0)
+                    row = (bg * S + t).to(tl.int64) * HPG + hh
+                    lse = tl.load(LSE + row, mask=valid, other=0.0)
+                    delta = tl.load(DELTA + row, mask=valid, other=0.0)
+                    # transposed products: keys are the M dimension (64 rows: wgmma), the tile's rows are N
+                    s_t = tl.dot(k, tl.trans(q)) * qk_scale
+                    allowed = valid[None, :] & kmask[:, None] & (kpos[:, None] <= t[None, :])
+                    p_t = tl.exp2(tl.where(allowed, s_t - lse[None, :], float("-inf")))
+                    dv_acc += tl.dot(p_t.to(do.dtype), do)
+                    dp_t = tl.dot(v, tl.trans(do))
+                    ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+                    dk_acc += tl.dot(ds_t, q)
+                    dq = tl.dot(tl.trans(ds_t), k) * sm_scale
+                    tl.atomic_add(dq_base + (t * sdq_s + h * sdq_h)[:, None] + offs_dk[None, :], dq,
+                                  mask=valid[:, None], sem="relaxed")
             tl.atomic_add(DK + b64 * sdk_b + g * sdk_g + kpos[:, None] * sdk_s + offs_dk[None, :], dk_acc * sm_scale,
                           mask=kmask[:, None], sem="relaxed")
             tl.atomic_add(DV + b64 * sdv_b + g * sdv_g + kpos[:, None] * sdv_s + offs_dv[None, :], dv_acc,
@@ -335,7 +389,7 @@ def _config(kind: str, hpg: int, d_k: int, d_v: int) -> tuple[int, int, int, int
         block_r, block_n = (128, 64) if d <= 64 else (64, 64)
         warps = 4 if kind == "stats" and d <= 64 else 8
     else:
-        block_r, block_n, warps = (32, 64, 8) if d <= 64 else (32, 32, 8)
+        block_r, block_n, warps = (32, 64, 8) if d <= 64 else (16, 32, 8)
     return max(block_r, _pow2(hpg)), block_n, warps, 1
 
 
@@ -438,7 +492,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
         lse = torch.empty(b, g, s, hpg, dtype=torch.float32, device=q.device)
         _sel_fwd_query[(b * g * s,)](
             q, k, v, blocks, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-            s, g, n_sel, l_sel, qk_scale,
+            s, g, qk_scale, N_SEL=n_sel, L_SEL=l_sel,
             HPG=hpg, HPG_PAD=_hpg_pad(hpg), BLOCK_N=_block_n(l_sel), D_K=d_k, D_V=d_v,
             num_warps=_query_warps(d_k, d_v), num_stages=1)
         return o, lse, pair_t, bwd_tiles_tab
@@ -446,8 +500,9 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
     n_tiles = fwd_tiles.shape[1]
     part = torch.full((b, g, s, n_sel, hpg), float("-inf"), dtype=torch.float32, device=q.device)
     _sel_fwd_kv_stats[(n_tiles,)](
-        q, k, part, order, pair_t, fwd_tiles, n_tiles, *q.stride()[:3], *k.stride()[:3], s, g, nb, l_sel, qk_scale,
-        HPG=hpg, BLOCK_R=block_r, BLOCK_N=_block_n(l_sel, block_n), D_K=d_k, num_warps=warps, num_stages=stages)
+        q, k, part, order, pair_t, fwd_tiles, n_tiles, *q.stride()[:3], *k.stride()[:3], s, g, nb, qk_scale,
+        L_SEL=l_sel, HPG=hpg, BLOCK_R=block_r, BLOCK_N=_block_n(l_sel, block_n), D_K=d_k, num_warps=warps,
+        num_stages=stages)
     lse = torch.logsumexp(part.mul_(_LN2), dim=3).mul_(_LOG2E)  # log2-sum-exp2 over the slots
     del part
     o32 = torch.zeros(b, s, h, d_v, dtype=torch.float32, device=q.device).transpose(1, 2)
@@ -455,8 +510,8 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
     block_n = _block_n(l_sel, block_n)
     _sel_fwd_kv_out[(n_tiles,)](
         q, k, v, lse, o32, pair_t, fwd_tiles, n_tiles,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o32.stride()[:3], s, g, nb, l_sel, qk_scale,
-        HPG=hpg, BLOCK_R=block_r, BLOCK_N=block_n, D_K=d_k, D_V=d_v, num_warps=warps, num_stages=stages)
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o32.stride()[:3], s, g, nb, qk_scale,
+        L_SEL=l_sel, HPG=hpg, BLOCK_R=block_r, BLOCK_N=block_n, D_K=d_k, D_V=d_v, num_warps=warps, num_stages=stages)
     return o32.to(q.dtype), lse, pair_t, bwd_tiles_tab
 
 
@@ -471,8 +526,8 @@ def _(q, k, v, blocks, l_sel, loop, bwd_tiles):
 
 @torch.library.custom_op("nsa::selected_attention_bwd", mutates_args=())
 def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-            lse: torch.Tensor, pair_t: torch.Tensor, tiles: torch.Tensor,
-            l_sel: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            lse: torch.Tensor, pair_t: torch.Tensor, tiles: torch.Tensor, l_sel: int,
+            bwd_tiles: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) in the inputs' dtypes, as transposed views of [B, S, *, d] storage."""
     b, h, s, d_k = q.shape
     g, d_v = k.shape[1], v.shape[-1]
@@ -491,14 +546,14 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         q, k, v, do, lse, delta, dq, dk, dv, pair_t, tiles, n_tiles,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
         *dq.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
-        s, g, nb, l_sel, _LOG2E / math.sqrt(d_k), 1.0 / math.sqrt(d_k),
-        HPG=hpg, BLOCK_R=block_r, BLOCK_N=_block_n(l_sel, block_n), D_K=d_k, D_V=d_v, num_warps=warps,
-        num_stages=stages)
+        s, g, nb, _LOG2E / math.sqrt(d_k), 1.0 / math.sqrt(d_k),
+        L_SEL=l_sel, BWD_TILES=bwd_tiles, HPG=hpg, BLOCK_R=block_r, BLOCK_N=_block_n(l_sel, block_n), D_K=d_k,
+        D_V=d_v, num_warps=warps, num_stages=stages)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 @_bwd_op.register_fake
-def _(do, q, k, v, o, lse, pair_t, tiles, l_sel):
+def _(do, q, k, v, o, lse, pair_t, tiles, l_sel, bwd_tiles):
     b, h, s, d_k = q.shape
     g, d_v = k.shape[1], v.shape[-1]
     return (q.new_empty(b, s, h, d_k).transpose(1, 2), k.new_empty(b, s, g, d_k).transpose(1, 2),
@@ -506,15 +561,16 @@ def _(do, q, k, v, o, lse, pair_t, tiles, l_sel):
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, _blocks, l_sel, _loop, _bwd_tiles = inputs
+    q, k, v, _blocks, l_sel, _loop, bwd_tiles = inputs
     o, lse, pair_t, tiles = output
     ctx.save_for_backward(q, k, v, o, lse, pair_t, tiles)
-    ctx.l_sel = l_sel
+    ctx.l_sel, ctx.bwd_tiles = l_sel, bwd_tiles
 
 
 def _backward(ctx, do, _dlse, _dpair_t, _dtiles):
     q, k, v, o, lse, pair_t, tiles = ctx.saved_tensors
-    dq, dk, dv = torch.ops.nsa.selected_attention_bwd(do, q, k, v, o, lse, pair_t, tiles, ctx.l_sel)
+    dq, dk, dv = torch.ops.nsa.selected_attention_bwd(do, q, k, v, o, lse, pair_t, tiles, ctx.l_sel,
+                                                      ctx.bwd_tiles)
     return dq, dk, dv, None, None, None, None
 
 
@@ -558,20 +614,22 @@ def aot_cases():
             tag = f"hpg={hpg},d={d},BLOCK_R={r},BLOCK_N={n}"
             cases.append(case(f"sel_fwd_kv_stats[{tag}]", _sel_fwd_kv_stats,
                               {"Q": bf, "K": bf, "PART": f32, "ORDER": i32, "PAIR_T": i32, "TILES": i32},
-                              {"HPG": hpg, "BLOCK_R": r, "BLOCK_N": n, "D_K": d}, w, st))
+                              {"L_SEL": 64, "HPG": hpg, "BLOCK_R": r, "BLOCK_N": n, "D_K": d}, w, st))
             r, n, w, st = _config("out", hpg, d, d)
             cases.append(case(f"sel_fwd_kv_out[{tag}]", _sel_fwd_kv_out,
                               {"Q": bf, "K": bf, "V": bf, "LSE": f32, "O32": f32, "PAIR_T": i32, "TILES": i32},
-                              {"HPG": hpg, "BLOCK_R": r, "BLOCK_N": n, "D_K": d, "D_V": d}, w, st))
+                              {"L_SEL": 64, "HPG": hpg, "BLOCK_R": r, "BLOCK_N": n, "D_K": d, "D_V": d}, w, st))
             cases.append(case(f"sel_fwd_query[hpg={hpg},d={d},HPG_PAD={_hpg_pad(hpg)}]", _sel_fwd_query,
                               {"Q": bf, "K": bf, "V": bf, "BLOCKS": i32, "O": bf, "LSE": f32},
-                              {"HPG": hpg, "HPG_PAD": _hpg_pad(hpg), "BLOCK_N": 64, "D_K": d, "D_V": d},
+                              {"N_SEL": 16, "L_SEL": 64, "HPG": hpg, "HPG_PAD": _hpg_pad(hpg), "BLOCK_N": 64,
+                               "D_K": d, "D_V": d},
                               _query_warps(d, d), 1))
             r, n, w, st = _config("bwd", hpg, d, d)
             cases.append(case(f"sel_bwd_kv[hpg={hpg},d={d},BLOCK_R={r},BLOCK_N={n}]", _sel_bwd_kv,
                               {"Q": bf, "K": bf, "V": bf, "DO": bf, "LSE": f32, "DELTA": f32, "DQ": f32, "DK": f32,
                                "DV": f32, "PAIR_T": i32, "TILES": i32},
-                              {"HPG": hpg, "BLOCK_R": r, "BLOCK_N": n, "D_K": d, "D_V": d}, w, st))
+                              {"L_SEL": 64, "BWD_TILES": BWD_TILES, "HPG": hpg, "BLOCK_R": r, "BLOCK_N": n,
+                               "D_K": d, "D_V": d}, w, st))
         cases.append(case(f"sel_bwd_delta[d={d}]", _sel_bwd_delta, {"O": bf, "DO": bf, "DELTA": f32},
                           {"BLOCK_T": 64, "D_V": d}, 4, 1, tensor_cores=False))
     return cases

@@ -9,9 +9,10 @@ the keys p <= t of its group's listed blocks (block j = keys [j*l_sel, (j+1)*l_s
 o [B, H, S, d_v] in q's dtype (a transposed view of [B, S, H, d_v] storage), equal to
 reference.selected_attention(q, k, v, selection_ranges_v2(blocks, arange(S), l_sel), l_sel); differentiable in q,
 k, v. The kernels need none of choose_blocks' guarantees (order, forced blocks): any list of distinct blocks
-j <= t // l_sel works, and a query with no block gets 0. Softmax statistics and accumulation in fp32; inputs fp32
-(interpreter), bf16/fp16 (GPU). The entry points are the custom ops nsa::selected_attention_fwd / _bwd (fake
-and autograd registered: opaque to torch.compile, capturable in a CUDA graph; no host synchronisation).
+0 <= j <= t // l_sel works, and a query with no block gets 0 (entries >= ceil(S / l_sel) or repeated ones give
+wrong results: checking them would need a host synchronisation). Softmax statistics and accumulation in fp32;
+inputs fp32 (interpreter), bf16/fp16 (GPU). The entry points are the custom ops nsa::selected_attention_fwd /
+_bwd (fake and autograd registered: opaque to torch.compile, capturable in a CUDA graph; no host synchronisation).
 
 Design
 ------
@@ -69,6 +70,11 @@ Backward (one design for both forward orders; the index is built by both):
   blocks as the sparse part, merged through lse (what reference.py does). Importance-chosen blocks can be just as
   popular (attention sinks near the start), so the sparse part needs the chunking anyway; one uniform path keeps
   two kernels fewer. The band would save index entries for 3 of 16 blocks and mask work: worth measuring.
+
+Expected bottleneck (arithmetic only, to be checked): at S = 65,536 (B = 1, G = 2, hpg = 6, d = 64, n_sel = 16:
+2.1M pairs) the kv forward does 3.1e11 flops (< 1 ms of tensor cores) but adds 3.2 GB of fp32 atomics into the
+output and gathers 1.6 GB of query rows per pass; the backward likewise adds 3.2 GB into dQ. Both loop orders are
+likely bound by memory traffic and atomics rather than by the products, so the atomics' cost decides kv vs query.
 
 What to measure on a GPU (H100, bf16, B = 1, H = 12, G = 2, d = 64, l_sel = 64, n_sel = 16, S = 8K..64K, blocks
 from choose_blocks on real importance): forward loop="kv" vs loop="query" (triton.testing.do_bench); backward
@@ -455,6 +461,10 @@ def _check(q, k, v, blocks, l_sel, loop, bwd_tiles):
                          f"blocks {tuple(blocks.shape)}")
     if blocks.dtype.is_floating_point or blocks.dtype == torch.bool:
         raise ValueError(f"blocks must be an integer tensor, got {blocks.dtype}")
+    if not (q.dtype == k.dtype == v.dtype) or not q.dtype.is_floating_point:
+        raise ValueError(f"q, k, v must share one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if s < 1:
+        raise ValueError("selected_attention: empty sequence")
     if l_sel < 1:
         raise ValueError(f"l_sel must be >= 1, got {l_sel}")
     for name, d in (("d_k", d_k), ("d_v", v.shape[-1])):

@@ -214,6 +214,8 @@ def test_rejects_bad_arguments():
         ts.selected_attention(q, k, v, blocks[:, :, :10], 8)
     with pytest.raises(ValueError, match="bwd_tiles"):
         ts.selected_attention(q, k, v, blocks, 8, bwd_tiles=0)
+    with pytest.raises(ValueError, match="dtype"):
+        ts.selected_attention(q, k.double(), v, blocks, 8)
 
 
 def test_custom_op_registration_opcheck():
@@ -221,8 +223,12 @@ def test_custom_op_registration_opcheck():
     q, k, v, _ = _inputs(1, 4, 2, 24, 16, 16, seed=1)
     blocks = _selection("model", 1, 2, 24, 8, 3, seed=2).to(KERNEL_DEVICE)
     args = (q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_(), blocks, 8, "kv", 2)
-    torch.library.opcheck(torch.ops.nsa.selected_attention_fwd.default, args,
-                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+    checks = ("test_schema", "test_faketensor", "test_autograd_registration")
+    torch.library.opcheck(torch.ops.nsa.selected_attention_fwd.default, args, test_utils=checks)
+    o, lse, pair_t, tiles = torch.ops.nsa.selected_attention_fwd(*[a.detach() if torch.is_tensor(a) else a
+                                                                   for a in args])
+    bwd_args = (torch.randn_like(o), *[a.detach() for a in args[:3]], o, lse, pair_t, tiles, 8, 2)
+    torch.library.opcheck(torch.ops.nsa.selected_attention_bwd.default, bwd_args, test_utils=checks[:2])
 
 
 def test_torch_compile_sees_one_opaque_op():

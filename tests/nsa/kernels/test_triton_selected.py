@@ -134,12 +134,16 @@ def test_matches_references(b, h, g, s, d, l_sel, n_sel, kind, bwd_tiles, loops)
     _check_against_references(b, h, g, s, d, d, l_sel, n_sel, kind, loops, bwd_tiles=bwd_tiles)
 
 
+# Every (hpg, G, d) combination; the sequence shapes and the selection kind rotate with them (a full product with
+# them too would take hours in the interpreter).
+_SHAPES = [(70, 16, 3, "model"), (33, 64, 2, "popular"), (129, 32, 16, "popular"), (100, 16, 5, "shuffled")]
+FULL_GRID = [pytest.param(hpg, g, d, *_SHAPES[i % len(_SHAPES)], id=f"hpg{hpg}-G{g}-d{d}")
+             for i, (hpg, g, d) in enumerate((hpg, g, d) for hpg in (1, 3, 6, 8, 16) for g in (1, 2, 4)
+                                             for d in (32, 64, 128))]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("hpg", [1, 3, 6, 8, 16])
-@pytest.mark.parametrize("g", [1, 2, 4])
-@pytest.mark.parametrize("d", [32, 64, 128])
-@pytest.mark.parametrize("s,l_sel,n_sel", [(70, 16, 3), (33, 64, 2), (129, 32, 16)])
-@pytest.mark.parametrize("kind", ["model", "popular"])
+@pytest.mark.parametrize("hpg,g,d,s,l_sel,n_sel,kind", FULL_GRID)
 def test_matches_references_full_grid(hpg, g, d, s, l_sel, n_sel, kind):
     _check_against_references(1, g * hpg, g, s, d, d, l_sel, n_sel, kind, bwd_tiles=2, seed=hpg * 7 + g)
 

@@ -1,0 +1,645 @@
+"""Triton kernels of NSA's selected branch: block-sparse attention over each query's chosen key blocks.
+
+    selected_attention(q, k, v, blocks, l_sel, loop="kv", bwd_tiles=BWD_TILES) -> o
+
+q [B, H, S, d_k]; k [B, G, S, d_k]; v [B, G, S, d_v] (any strides with a unit last stride, typically transposed
+views of [B, S, *, d] storage); blocks [B, G, S, n_sel] integer block indices per (sequence, group, query), -1 for
+an empty slot, as nsa.attention.selection.choose_blocks returns them. Query t of head h (group h // hpg) attends to
+the keys p <= t of its group's listed blocks (block j = keys [j*l_sel, (j+1)*l_sel)); scale 1/sqrt(d_k). Result
+o [B, H, S, d_v] in q's dtype (a transposed view of [B, S, H, d_v] storage), equal to
+reference.selected_attention(q, k, v, selection_ranges_v2(blocks, arange(S), l_sel), l_sel); differentiable in q,
+k, v. The kernels need none of choose_blocks' guarantees (order, forced blocks): any list of distinct blocks
+0 <= j <= t // l_sel works, and a query with no block gets 0 (entries >= ceil(S / l_sel) or repeated ones give
+wrong results: checking them would need a host synchronisation). Softmax statistics and accumulation in fp32;
+inputs fp32 (interpreter), bf16/fp16 (GPU). The entry points are the custom ops nsa::selected_attention_fwd /
+_bwd (fake and autograd registered: opaque to torch.compile, capturable in a CUDA graph; no host synchronisation).
+
+Design
+------
+Inverted index (_build_index, built once per forward, sync-free, kept for backward): every non-empty (query, slot)
+pair gets the key (b*G + g)*NB + block (NB = ceil(S / l_sel)); one stable torch.sort of the keys lists, per key
+block, the queries that chose it in ascending t (`order`: flat pair index ((b*G + g)*S + t)*n_sel + slot of each
+sorted pair; `pair_t`: its t). Counts per key by scatter_add_ into a fixed [B*G*NB + 1] buffer, exclusive cumsum
+offsets, then a tile table [3, n_tiles] (key, first sorted pair, pairs): each key's list is cut into tiles of QPT
+queries, and tile i of a grid bounded by shapes alone (ceil(pairs_max / QPT) + B*G*NB) finds its key by
+searchsorted over the cumulative tile counts; tiles past the real count have count 0 and return at once. A fixed
+number of torch ops whatever S; no .item(), nonzero, bincount or data-dependent shape.
+
+Tiles are rows of (query, head) pairs: row r of a tile is query r // hpg of the tile's list and head r % hpg (hpg
+is a compile-time constant: the divisions are multiply-shifts), so BLOCK_R = 128 rows hold QPT = 128 // hpg
+queries x all their hpg heads (hpg = 6: 21 queries, 126 of 128 rows used; hpg is not padded to a power of two).
+Every row of a tile meets the same key block, so a tile is one [BLOCK_R, d_k] x [d_k, l_sel] product and one
+[BLOCK_R, l_sel] x [l_sel, d_v] product: M >= 64 rows, wgmma on sm_90. The queries' rows are gathered (one d_k
+vector per row); keys and values are read once per tile. l_sel, n_sel, hpg and d are compile-time constants
+(l_sel = 64, n_sel = 16 in the model); blocks of more than 64 keys are walked 64 at a time.
+
+Forward, loop="kv" (the default; KV-block-outer, FSA-style):
+  1. _sel_fwd_kv_stats, one program per tile: scores against the block (masks p <= t, which only bites in a
+     query's own block, and p < S), each row's log2-sum-exp2 over the block, stored at the pair's place in
+     part [B, G, S, n_sel, hpg] fp32 (-inf for empty slots). No atomics: a pair lies in exactly one tile.
+  2. lse = logsumexp of part over the slots (torch) -> [B, G, S, hpg] fp32 (log2 units), saved for backward.
+  3. _sel_fwd_kv_out, same grid: recomputes the scores, p = exp2(s - lse) (already normalised), and adds p V
+     into an fp32 [B, S, H, d_v] output with relaxed atomics (red.global.add.v4.f32 on sm_90); cast at the end.
+  Two QK^T products and one PV per pair (1.5x a single pass) plus pairs * hpg * d_v fp32 atomic adds, but every
+  product is a >= 64-row tensor-core tile. Peak extra memory: part (pairs * hpg fp32: 50 MB at S = 65,536,
+  B = 1, G = 2, n_sel = 16, hpg = 6; freed before the output pass), the fp32 output (2x the bf16 output), the
+  index (2 int32 per pair, 17 MB there): about 2x dense attention's forward, far from a [pairs, hpg, d_v] buffer.
+Forward, loop="query" (the public NSA kernels' order: fla parallel_nsa, XunhaoLai/native-sparse-attention-triton):
+  _sel_fwd_query, one program per (sequence, group, query) with the hpg heads as rows, padded to
+  HPG_PAD = max(16, pow2(hpg)) for tl.dot (hpg = 6 uses 6 of 16 rows), walks its n_sel blocks with an online
+  softmax and writes o and lse directly: one QK^T, no atomics, no index needed, but every product is M = 16
+  (mma.sync on sm_90, 10/16 of it wasted at hpg = 6) and each block is re-read by every query that chose it.
+The default is "kv": for hpg = 6 its products are 2.7x denser and reach wgmma, which should outweigh the second
+QK^T and the atomics; the measurement that decides it is PENDING (no GPU in this session). Both are tested.
+
+Backward (one design for both forward orders; the index is built by both):
+  _sel_bwd_delta: delta = rowsum(dO * O) per (query, head), fp32. Then _sel_bwd_kv, KV-block-outer: one program
+  per backward chunk = up to bwd_tiles tiles of QPT_bwd = BLOCK_R // hpg queries of one key block (the tile table
+  is the forward's, cut at bwd_tiles * QPT_bwd). It reads K and V of the block once and loops over its chunk
+  QPT_bwd queries at a time, in transposed form so that the keys are the products' M dimension (64 rows: wgmma on
+  sm_90 even though a step has only 32 query rows): s^T = K Q^T, p^T = exp2(s^T - lse), dV += p^T dO,
+  dp^T = V dO^T, ds^T = p^T (dp^T - delta), dK += ds^T Q, and dQ = ds K (mma.sync, M = 32) added into an fp32
+  dQ with relaxed atomics (a query's dQ sums over blocks held by different programs). At the end it adds its dK
+  and dV into fp32 buffers with atomics. Five products per pair, no recomputation beyond FA2's.
+  Popular blocks: block 0 is chosen by all S queries, every block j is forced for the 2 * l_sel queries of blocks
+  j and j + 1, and importance can make any block popular, so one program per block would serialise up to S
+  queries in one program (S = 65,536: 13,000 tile steps). Cutting every list into chunks of bwd_tiles *
+  QPT_bwd queries bounds each program's work (hpg = 6, bwd_tiles = 16: 80 queries; block 0 at S = 65,536 becomes
+  820 programs) and the fp32 atomics sum the chunks (order-dependent rounding only, not bitwise deterministic).
+  Alternative not taken: the forced blocks (0, previous, own) as a dense band plus only the importance-chosen
+  blocks as the sparse part, merged through lse (what reference.py does). Importance-chosen blocks can be just as
+  popular (attention sinks near the start), so the sparse part needs the chunking anyway; one uniform path keeps
+  two kernels fewer. The band would save index entries for 3 of 16 blocks and mask work: worth measuring.
+
+Expected bottleneck (arithmetic only, to be checked): at S = 65,536 (B = 1, G = 2, hpg = 6, d = 64, n_sel = 16:
+2.1M pairs) the kv forward does 3.1e11 flops (< 1 ms of tensor cores) but adds 3.2 GB of fp32 atomics into the
+output and gathers 1.6 GB of query rows per pass; the backward likewise adds 3.2 GB into dQ. Both loop orders are
+likely bound by memory traffic and atomics rather than by the products, so the atomics' cost decides kv vs query.
+
+What to measure on a GPU (H100, bf16, B = 1, H = 12, G = 2, d = 64, l_sel = 64, n_sel = 16, S = 8K..64K, blocks
+from choose_blocks on real importance): forward loop="kv" vs loop="query" (triton.testing.do_bench); backward
+for bwd_tiles in {4, 8, 16, 32}; BLOCK_R / num_warps around _config's choices; the share of the index build
+(torch.sort of B*G*S*n_sel keys) and of the atomics (compare against a variant without them); peak memory
+(torch.cuda.max_memory_allocated) against dense SDPA at the same S. tests/nsa/kernels/test_triton_selected.py runs
+natively in bf16 when CUDA is present (including CUDA-graph capture and an S = 4096 model-shape check).
+
+Measured
+--------
+GPU timings: NOT MEASURED YET (no GPU in this session).
+
+Ahead-of-time compile (python -m nsa.attention.kernels.aot; registers / shared memory / spill stores / tensor-core
+instructions; bf16, l_sel = 64, bwd_tiles = 16). The AOT compile has no alignment specialisation (it assumes
+2-byte aligned pointers and strides of unknown divisibility), so its loads and atomics are scalar; at run time
+the JIT specialises 16-byte aligned pointers and strides divisible by 16, and the model's kernels then use
+(same ptxas, hpg = 6, d = 64, sm_80 | sm_90): stats 128 | 110 registers, out 171 | 89, query 72 | 70,
+backward 241 | 128, all without spills.
+
+  kernel[config]                                       3.9 sm_80    3.9 sm_90    3.6 sm_80    3.6 sm_90
+  sel_fwd_kv_stats[hpg=6,d=32,BLOCK_R=128,BLOCK_N=64]  96/12/0/m    96/12/0/w    103/12/0/m   96/12/0/w
+  sel_fwd_kv_out[hpg=6,d=32,BLOCK_R=128,BLOCK_N=64]    128/16/0/m   103/16/0/w   128/16/0/m   103/16/0/w
+  sel_fwd_query[hpg=6,d=32,HPG_PAD=16]                 80/7/0/m     95/7/0/m     96/7/0/m     80/7/0/m
+  sel_bwd_kv[hpg=6,d=32,BLOCK_R=32,BLOCK_N=64]         247/10/0/m   148/14/0/w+m 250/14/0/m   146/18/0/w+m
+  sel_bwd_delta[d=32]                                  56/0/0/-     56/0/0/-     56/0/0/-     48/0/0/-
+  sel_fwd_kv_stats[hpg=1,d=64,BLOCK_R=128,BLOCK_N=64]  124/24/0/m   94/24/0/w    104/24/0/m   92/24/0/w
+  sel_fwd_kv_out[hpg=1,d=64,BLOCK_R=128,BLOCK_N=64]    192/32/0/m   153/32/0/w   218/32/0/m   178/32/0/w
+  sel_fwd_query[hpg=1,d=64,HPG_PAD=16]                 128/12/0/m   120/12/0/m   168/12/0/m   127/12/0/m
+  sel_bwd_kv[hpg=1,d=64,BLOCK_R=32,BLOCK_N=64]         253/20/0/m   203/24/0/w+m 198/28/0/m   205/32/0/w+m
+  sel_fwd_kv_stats[hpg=6,d=64,BLOCK_R=128,BLOCK_N=64]  125/24/0/m   96/24/0/w    125/24/0/m   96/24/0/w
+  sel_fwd_kv_out[hpg=6,d=64,BLOCK_R=128,BLOCK_N=64]    193/32/0/m   196/32/0/w   216/32/0/m   200/32/0/w
+  sel_fwd_query[hpg=6,d=64,HPG_PAD=16]                 128/12/0/m   96/12/0/m    168/12/0/m   127/12/0/m
+  sel_bwd_kv[hpg=6,d=64,BLOCK_R=32,BLOCK_N=64]         255/20/0/m   207/24/0/w+m 246/28/0/m   237/32/0/w+m
+  sel_fwd_kv_stats[hpg=16,d=64,BLOCK_R=128,BLOCK_N=64] 128/24/0/m   95/24/0/w    128/24/0/m   96/24/0/w
+  sel_fwd_kv_out[hpg=16,d=64,BLOCK_R=128,BLOCK_N=64]   162/32/0/m   128/32/0/w   157/32/0/m   124/32/0/w
+  sel_fwd_query[hpg=16,d=64,HPG_PAD=16]                128/12/0/m   116/12/0/m   167/12/0/m   127/12/0/m
+  sel_bwd_kv[hpg=16,d=64,BLOCK_R=32,BLOCK_N=64]        253/20/0/m   186/24/0/w+m 192/28/0/m   167/32/0/w+m
+  sel_fwd_kv_stats[hpg=32,d=64,BLOCK_R=128,BLOCK_N=64] 111/24/0/m   94/24/0/w    108/24/0/m   101/24/0/w
+  sel_fwd_kv_out[hpg=32,d=64,BLOCK_R=128,BLOCK_N=64]   160/32/0/m   102/32/0/w   160/32/0/m   89/32/0/w
+  sel_fwd_query[hpg=32,d=64,HPG_PAD=32]                168/16/0/m   168/16/0/m   168/16/0/m   150/16/0/m
+  sel_bwd_kv[hpg=32,d=64,BLOCK_R=32,BLOCK_N=64]        254/20/0/m   174/24/0/w+m 186/28/0/m   151/32/0/w+m
+  sel_bwd_delta[d=64]                                  96/0/0/-     94/0/0/-     80/0/0/-     80/0/0/-
+  sel_fwd_kv_stats[hpg=6,d=128,BLOCK_R=64,BLOCK_N=64]  74/32/0/m    64/32/0/w    71/32/0/m    63/32/0/w
+  sel_fwd_kv_out[hpg=6,d=128,BLOCK_R=64,BLOCK_N=64]    203/32/0/m   186/48/0/w   204/32/0/m   174/48/0/w
+  sel_fwd_query[hpg=6,d=128,HPG_PAD=16]                128/22/0/m   128/22/0/m   171/22/0/m   166/22/0/m
+  sel_bwd_kv[hpg=6,d=128,BLOCK_R=16,BLOCK_N=32]        242/20/0/m   222/20/0/m   214/28/0/m   190/28/0/m
+  sel_bwd_delta[d=128]                                 163/0/0/-    166/0/0/-    155/1/0/-    166/1/0/-
+  (registers/shared KiB/spill-store bytes/tensor-core instructions in the PTX: m = mma.sync, w = wgmma; w+m: the
+  backward's M = 32 dQ product is mma.sync, its four other products wgmma. d = 128's backward uses BLOCK_N = 32
+  and BLOCK_R = 16 to avoid spills, so it stays on mma.sync. hpg > 32 or d = 128 with hpg > 16 are not compiled
+  ahead of time: BLOCK_R grows to pow2(hpg) there and may spill.)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+_LOG2E = 1.4426950408889634
+_LN2 = 0.6931471805599453
+# Tiles of one key block per backward program (each tile = QPT queries): bounds a popular block's work per program.
+BWD_TILES = 16
+LOOPS = ("kv", "query")
+
+
+# ------------------------------------------------------------------------------------------------ kernels
+# Offsets inside one (sequence, group) or (sequence, head) slice are int32 (the wrapper checks that every tensor
+# has fewer than 2**31 elements); the per-sequence base offsets are int64. d_k and d_v are powers of two >= 16, so
+# feature columns need no mask.
+@triton.jit
+def _tile_rows(PAIR_T, pos0, remaining, HPG: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Rows of one tile: (local query index, query t, head within the group, valid) of its BLOCK_R rows."""
+    r = tl.arange(0, BLOCK_R)
+    qi = r // HPG
+    hh = r % HPG
+    valid = (qi < BLOCK_R // HPG) & (qi < remaining)
+    t = tl.load(PAIR_T + pos0 + qi, mask=valid, other=0)
+    return qi, t, hh, valid
+
+
+@triton.jit
+def _sel_fwd_kv_stats(Q, K, PART, ORDER, PAIR_T, TILES, n_tiles,
+                      sq_b, sq_h, sq_s, sk_b, sk_g, sk_s,
+                      S, G, NB, qk_scale,
+                      L_SEL: tl.constexpr, HPG: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                      D_K: tl.constexpr):
+    pid = tl.program_id(0)
+    count = tl.load(TILES + 2 * n_tiles + pid)
+    if count > 0:
+        key = tl.load(TILES + pid)
+        pos0 = tl.load(TILES + n_tiles + pid)
+        bg = key // NB
+        j = key - bg * NB
+        b = bg // G
+        g = bg - b * G
+        qi, t, hh, valid = _tile_rows(PAIR_T, pos0, count, HPG, BLOCK_R)
+        offs_d = tl.arange(0, D_K)
+        q_rows = t * sq_s + (g * HPG + hh) * sq_h
+        q = tl.load(Q + b.to(tl.int64) * sq_b + q_rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+        k_base = K + b.to(tl.int64) * sk_b + g * sk_g
+        m_i = tl.full([BLOCK_R], -1.0e30, tl.float32)
+        l_i = tl.zeros([BLOCK_R], tl.float32)
+        for n0 in range(0, L_SEL, BLOCK_N):
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            kpos = j * L_SEL + offs_n
+            kmask = (offs_n < L_SEL) & (kpos < S)
+            k = tl.load(k_base + kpos[:, None] * sk_s + offs_d[None, :], mask=kmask[:, None], other=0.0)
+            s = tl.dot(q, tl.trans(k)) * qk_scale
+            allowed = valid[:, None] & kmask[None, :] & (kpos[None, :] <= t[:, None])
+            s = tl.where(allowed, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            l_i = l_i * tl.exp2(m_i - m_new) + tl.sum(tl.exp2(s - m_new[:, None]), 1)
+            m_i = m_new
+        flat = tl.load(ORDER + pos0 + qi, mask=valid, other=0)  # ((b*G + g)*S + t)*n_sel + slot
+        tl.store(PART + flat.to(tl.int64) * HPG + hh, m_i + tl.log2(tl.where(valid, l_i, 1.0)), mask=valid)
+
+
+@triton.jit
+def _sel_fwd_kv_out(Q, K, V, LSE, O32, PAIR_T, TILES, n_tiles,
+                    sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, so_b, so_h, so_s,
+                    S, G, NB, qk_scale,
+                    L_SEL: tl.constexpr, HPG: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                    D_K: tl.constexpr, D_V: tl.constexpr):
+    pid = tl.program_id(0)
+    count = tl.load(TILES + 2 * n_tiles + pid)
+    if count > 0:
+        key = tl.load(TILES + pid)
+        pos0 = tl.load(TILES + n_tiles + pid)
+        bg = key // NB
+        j = key - bg * NB
+        b = bg // G
+        g = bg - b * G
+        _, t, hh, valid = _tile_rows(PAIR_T, pos0, count, HPG, BLOCK_R)
+        h = g * HPG + hh
+        offs_dk = tl.arange(0, D_K)
+        offs_dv = tl.arange(0, D_V)
+        q_rows = t * sq_s + h * sq_h
+        q = tl.load(Q + b.to(tl.int64) * sq_b + q_rows[:, None] + offs_dk[None, :], mask=valid[:, None], other=0.0)
+        lse = tl.load(LSE + (bg * S + t).to(tl.int64) * HPG + hh, mask=valid, other=0.0)
+        k_base = K + b.to(tl.int64) * sk_b + g * sk_g
+        v_base = V + b.to(tl.int64) * sv_b + g * sv_g
+        acc = tl.zeros([BLOCK_R, D_V], tl.float32)
+        for n0 in range(0, L_SEL, BLOCK_N):
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            kpos = j * L_SEL + offs_n
+            kmask = (offs_n < L_SEL) & (kpos < S)
+            k = tl.load(k_base + kpos[:, None] * sk_s + offs_dk[None, :], mask=kmask[:, None], other=0.0)
+            v = tl.load(v_base + kpos[:, None] * sv_s + offs_dv[None, :], mask=kmask[:, None], other=0.0)
+            s = tl.dot(q, tl.trans(k)) * qk_scale
+            allowed = valid[:, None] & kmask[None, :] & (kpos[None, :] <= t[:, None])
+            p = tl.exp2(tl.where(allowed, s - lse[:, None], float("-inf")))
+            acc += tl.dot(p.to(v.dtype), v)
+        o_rows = t * so_s + h * so_h
+        tl.atomic_add(O32 + b.to(tl.int64) * so_b + o_rows[:, None] + offs_dv[None, :], acc, mask=valid[:, None],
+                      sem="relaxed")
+
+
+@triton.jit
+def _sel_fwd_query(Q, K, V, BLOCKS, O, LSE,
+                   sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, so_b, so_h, so_s,
+                   S, G, qk_scale,
+                   N_SEL: tl.constexpr, L_SEL: tl.constexpr, HPG: tl.constexpr, HPG_PAD: tl.constexpr,
+                   BLOCK_N: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr):
+    pid = tl.program_id(0)  # (b*G + g)*S + t
+    bg = pid // S
+    t = pid - bg * S
+    b = bg // G
+    g = bg - b * G
+    hh = tl.arange(0, HPG_PAD)
+    hvalid = hh < HPG
+    h = g * HPG + hh
+    offs_dk = tl.arange(0, D_K)
+    offs_dv = tl.arange(0, D_V)
+    q = tl.load(Q + b.to(tl.int64) * sq_b + t * sq_s + (h * sq_h)[:, None] + offs_dk[None, :],
+                mask=hvalid[:, None], other=0.0)
+    k_base = K + b.to(tl.int64) * sk_b + g * sk_g
+    v_base = V + b.to(tl.int64) * sv_b + g * sv_g
+    m_i = tl.full([HPG_PAD], -1.0e30, tl.float32)
+    l_i = tl.zeros([HPG_PAD], tl.float32)
+    acc = tl.zeros([HPG_PAD, D_V], tl.float32)
+    for slot in range(N_SEL):
+        j = tl.load(BLOCKS + pid.to(tl.int64) * N_SEL + slot)
+        if j >= 0:
+            for n0 in range(0, L_SEL, BLOCK_N):
+                offs_n = n0 + tl.arange(0, BLOCK_N)
+                kpos = j * L_SEL + offs_n
+                kmask = (offs_n < L_SEL) & (kpos <= t)
+                k = tl.load(k_base + kpos[:, None] * sk_s + offs_dk[None, :], mask=kmask[:, None], other=0.0)
+                v = tl.load(v_base + kpos[:, None] * sv_s + offs_dv[None, :], mask=kmask[:, None], other=0.0)
+                s = tl.dot(q, tl.trans(k)) * qk_scale
+                s = tl.where(kmask[None, :], s, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, 1))
+                alpha = tl.exp2(m_i - m_new)
+                p = tl.exp2(s - m_new[:, None])
+                l_i = l_i * alpha + tl.sum(p, 1)
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+                m_i = m_new
+    has = l_i > 0.0
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    tl.store(O + b.to(tl.int64) * so_b + t * so_s + (h * so_h)[:, None] + offs_dv[None, :],
+             out.to(O.dtype.element_ty), mask=hvalid[:, None])
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    tl.store(LSE + pid.to(tl.int64) * HPG + hh, lse, mask=hvalid)
+
+
+@triton.jit
+def _sel_bwd_delta(O, DO, DELTA, so_b, so_h, so_s, sdo_b, sdo_h, sdo_s, S, H, HPG,
+                   BLOCK_T: tl.constexpr, D_V: tl.constexpr):
+    """delta[b, g, t, hh] = sum_d O * dO (fp32), the softmax backward's row term."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh - b * H
+    t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_d = tl.arange(0, D_V)
+    tm = (t < S)[:, None]
+    o = tl.load(O + b.to(tl.int64) * so_b + h * so_h + (t * so_s)[:, None] + offs_d[None, :], mask=tm, other=0.0)
+    do = tl.load(DO + b.to(tl.int64) * sdo_b + h * sdo_h + (t * sdo_s)[:, None] + offs_d[None, :], mask=tm,
+                 other=0.0)
+    g = h // HPG
+    hh = h - g * HPG
+    G = H // HPG
+    tl.store(DELTA + ((b * G + g).to(tl.int64) * S + t) * HPG + hh,
+             tl.sum(o.to(tl.float32) * do.to(tl.float32), 1), mask=t < S)
+
+
+@triton.jit
+def _sel_bwd_kv(Q, K, V, DO, LSE, DELTA, DQ, DK, DV, PAIR_T, TILES, n_tiles,
+                sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, sdo_b, sdo_h, sdo_s,
+                sdq_b, sdq_h, sdq_s, sdk_b, sdk_g, sdk_s, sdv_b, sdv_g, sdv_s,
+                S, G, NB, qk_scale, sm_scale,
+                L_SEL: tl.constexpr, BWD_TILES: tl.constexpr, HPG: tl.constexpr, BLOCK_R: tl.constexpr,
+                BLOCK_N: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr):
+    pid = tl.program_id(0)
+    count = tl.load(TILES + 2 * n_tiles + pid)
+    if count > 0:
+        key = tl.load(TILES + pid)
+        pos0 = tl.load(TILES + n_tiles + pid)
+        bg = key // NB
+        j = key - bg * NB
+        b = bg // G
+        g = bg - b * G
+        qpt = BLOCK_R // HPG
+        offs_dk = tl.arange(0, D_K)
+        offs_dv = tl.arange(0, D_V)
+        b64 = b.to(tl.int64)
+        q_base = Q + b64 * sq_b
+        do_base = DO + b64 * sdo_b
+        dq_base = DQ + b64 * sdq_b
+        for n0 in range(0, L_SEL, BLOCK_N):
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            kpos = j * L_SEL + offs_n
+            kmask = (offs_n < L_SEL) & (kpos < S)
+            k = tl.load(K + b64 * sk_b + g * sk_g + kpos[:, None] * sk_s + offs_dk[None, :], mask=kmask[:, None],
+                        other=0.0)
+            v = tl.load(V + b64 * sv_b + g * sv_g + kpos[:, None] * sv_s + offs_dv[None, :], mask=kmask[:, None],
+                        other=0.0)
+            dk_acc = tl.zeros([BLOCK_N, D_K], tl.float32)
+            dv_acc = tl.zeros([BLOCK_N, D_V], tl.float32)
+            for it in range(BWD_TILES):  # a static trip count; the chunk's last tiles may be empty
+                c = it * qpt
+                if c < count:
+                    _, t, hh, valid = _tile_rows(PAIR_T, pos0 + c, count - c, HPG, BLOCK_R)
+                    h = g * HPG + hh
+                    q = tl.load(q_base + (t * sq_s + h * sq_h)[:, None] + offs_dk[None, :], mask=valid[:, None],
+                                other=0.0)
+                    do = tl.load(do_base + (t * sdo_s + h * sdo_h)[:, None] + offs_dv[None, :], mask=valid[:, None],
+                                 other=0.0)
+                    row = (bg * S + t).to(tl.int64) * HPG + hh
+                    lse = tl.load(LSE + row, mask=valid, other=0.0)
+                    delta = tl.load(DELTA + row, mask=valid, other=0.0)
+                    # transposed products: keys are the M dimension (64 rows: wgmma), the tile's rows are N
+                    s_t = tl.dot(k, tl.trans(q)) * qk_scale
+                    allowed = valid[None, :] & kmask[:, None] & (kpos[:, None] <= t[None, :])
+                    p_t = tl.exp2(tl.where(allowed, s_t - lse[None, :], float("-inf")))
+                    dv_acc += tl.dot(p_t.to(do.dtype), do)
+                    dp_t = tl.dot(v, tl.trans(do))
+                    ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+                    dk_acc += tl.dot(ds_t, q)
+                    dq = tl.dot(tl.trans(ds_t), k) * sm_scale
+                    tl.atomic_add(dq_base + (t * sdq_s + h * sdq_h)[:, None] + offs_dk[None, :], dq,
+                                  mask=valid[:, None], sem="relaxed")
+            tl.atomic_add(DK + b64 * sdk_b + g * sdk_g + kpos[:, None] * sdk_s + offs_dk[None, :], dk_acc * sm_scale,
+                          mask=kmask[:, None], sem="relaxed")
+            tl.atomic_add(DV + b64 * sdv_b + g * sdv_g + kpos[:, None] * sdv_s + offs_dv[None, :], dv_acc,
+                          mask=kmask[:, None], sem="relaxed")
+
+
+# ------------------------------------------------------------------------------------------------ launch configs
+def _pow2(x: int) -> int:
+    return 1 << max(0, (int(x) - 1).bit_length())
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _block_n(l_sel: int, cap: int = 64) -> int:
+    """Keys per product: the block (>= 16 for tl.dot), at most `cap`; larger blocks are walked in steps."""
+    return min(cap, max(16, _pow2(l_sel)))
+
+
+def _hpg_pad(hpg: int) -> int:
+    return max(16, _pow2(hpg))
+
+
+def _config(kind: str, hpg: int, d_k: int, d_v: int) -> tuple[int, int, int, int]:
+    """(BLOCK_R rows of (query, head), BLOCK_N keys, num_warps, num_stages) of a KV-outer kernel.
+
+    kind: 'stats' and 'out' (the forward passes, which share one tile table: same BLOCK_R) or 'bwd'. Chosen from
+    the AOT compile (no spills on sm_80 and sm_90, wgmma on sm_90 where M >= 64), not yet from GPU timings.
+    """
+    d = max(d_k, d_v)
+    if kind in ("stats", "out"):
+        block_r, block_n = (128, 64) if d <= 64 else (64, 64)
+        warps = 4 if kind == "stats" and d <= 64 else 8
+    else:
+        block_r, block_n, warps = (32, 64, 8) if d <= 64 else (16, 32, 8)
+    return max(block_r, _pow2(hpg)), block_n, warps, 1
+
+
+def _query_warps(d_k: int, d_v: int) -> int:
+    return 4 if max(d_k, d_v) <= 64 else 8
+
+
+# ------------------------------------------------------------------------------------------------ index
+def _n_tiles(b, g, s, n_sel, l_sel, per_tile):
+    """Tiles of `per_tile` pairs that any selection of these shapes can need: sum_key ceil(count / per_tile)."""
+    nb = _cdiv(s, l_sel)
+    pairs_max = b * g * s * min(n_sel, nb)
+    return _cdiv(pairs_max, per_tile) + b * g * nb
+
+
+def _tile_table(counts, pair_start, per_tile, n_tiles):
+    """[3, n_tiles] int32 (key, first sorted pair, pairs) of the tiles of `per_tile` pairs; count 0 = unused."""
+    n_keys = counts.shape[0]
+    tiles = torch.div(counts + (per_tile - 1), per_tile, rounding_mode="floor")
+    tile_end = torch.cumsum(tiles, 0)
+    tid = torch.arange(n_tiles, device=counts.device)
+    key = torch.searchsorted(tile_end, tid, right=True).clamp_(max=n_keys - 1)
+    chunk = tid - (tile_end - tiles)[key]
+    start = pair_start[key] + chunk * per_tile
+    cnt = (counts[key] - chunk * per_tile).clamp_(0, per_tile)  # 0 past the last real tile (chunk too large)
+    return torch.stack((key, start, cnt)).to(torch.int32)
+
+
+def _build_index(blocks: torch.Tensor, l_sel: int, qpt_fwd: int, qpt_bwd: int):
+    """Sync-free inverted index of blocks [B, G, S, n_sel] (int32).
+
+    Returns order [pairs] int32 (flat pair index ((b*G + g)*S + t)*n_sel + slot of each pair, sorted by key block,
+    empty slots last), pair_t (the query t of each sorted pair) and the forward and backward tile tables.
+    """
+    b, g, s, n_sel = blocks.shape
+    nb = _cdiv(s, l_sel)
+    n_keys = b * g * nb
+    dev = blocks.device
+    base = (torch.arange(b * g, device=dev, dtype=torch.int32) * nb).view(b, g, 1, 1)
+    key = torch.where(blocks >= 0, blocks + base, n_keys).reshape(-1)
+    _, order = torch.sort(key, stable=True)
+    pair_t = torch.div(order, n_sel, rounding_mode="floor").remainder_(s).to(torch.int32)
+    counts = torch.zeros(n_keys + 1, dtype=torch.int64, device=dev)
+    counts.scatter_add_(0, key.long(), torch.ones_like(order))
+    counts = counts[:n_keys]
+    pair_start = torch.cumsum(counts, 0) - counts
+    fwd = _tile_table(counts, pair_start, qpt_fwd, _n_tiles(b, g, s, n_sel, l_sel, qpt_fwd))
+    bwd = _tile_table(counts, pair_start, qpt_bwd, _n_tiles(b, g, s, n_sel, l_sel, qpt_bwd))
+    return order.to(torch.int32), pair_t, fwd, bwd
+
+
+def _check(q, k, v, blocks, l_sel, loop, bwd_tiles):
+    if loop not in LOOPS:
+        raise ValueError(f"loop must be one of {LOOPS}, got {loop!r}")
+    if bwd_tiles < 1:
+        raise ValueError(f"bwd_tiles must be >= 1, got {bwd_tiles}")
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or blocks.dim() != 4:
+        raise ValueError("q, k, v, blocks must be 4-d: [B, H, S, d], [B, G, S, d], [B, G, S, d], [B, G, S, n_sel]")
+    b, h, s, d_k = q.shape
+    g = k.shape[1]
+    if h % g or k.shape != (b, g, s, d_k) or v.shape[:3] != (b, g, s) or tuple(blocks.shape[:3]) != (b, g, s):
+        raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, "
+                         f"blocks {tuple(blocks.shape)}")
+    if blocks.dtype.is_floating_point or blocks.dtype == torch.bool:
+        raise ValueError(f"blocks must be an integer tensor, got {blocks.dtype}")
+    if not (q.dtype == k.dtype == v.dtype) or not q.dtype.is_floating_point:
+        raise ValueError(f"q, k, v must share one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if s < 1:
+        raise ValueError("selected_attention: empty sequence")
+    if l_sel < 1:
+        raise ValueError(f"l_sel must be >= 1, got {l_sel}")
+    for name, d in (("d_k", d_k), ("d_v", v.shape[-1])):
+        if d < 16 or d > 256 or d & (d - 1):
+            raise ValueError(f"{name} must be a power of two in [16, 256], got {d}")
+    if max(q.numel(), k.numel(), v.numel(), blocks.numel() * (h // g)) >= 2**31:
+        raise ValueError("selected_attention: tensors of 2**31 elements or more are not supported (int32 offsets)")
+
+
+def _unit_last(t):
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+# ------------------------------------------------------------------------------------------------ custom ops
+def _per_tile(hpg, d_k, d_v, bwd_tiles):
+    """Queries per forward tile and per backward program."""
+    return _config("out", hpg, d_k, d_v)[0] // hpg, (_config("bwd", hpg, d_k, d_v)[0] // hpg) * bwd_tiles
+
+
+@torch.library.custom_op("nsa::selected_attention_fwd", mutates_args=())
+def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Tensor, l_sel: int, loop: str,
+            bwd_tiles: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(o [B, H, S, d_v], lse [B, G, S, hpg] fp32 in log2 units, pair_t, backward tile table)."""
+    b, h, s, d_k = q.shape
+    g, d_v = k.shape[1], v.shape[-1]
+    hpg, nb = h // g, _cdiv(s, l_sel)
+    q, k, v = _unit_last(q), _unit_last(k), _unit_last(v)
+    blocks = blocks.to(torch.int32).contiguous()
+    n_sel = blocks.shape[-1]
+    qpt_fwd, qpt_bwd = _per_tile(hpg, d_k, d_v, bwd_tiles)
+    order, pair_t, fwd_tiles, bwd_tiles_tab = _build_index(blocks, l_sel, qpt_fwd, qpt_bwd)
+    qk_scale = _LOG2E / math.sqrt(d_k)
+    if loop == "query":
+        o = torch.empty(b, s, h, d_v, dtype=q.dtype, device=q.device).transpose(1, 2)
+        lse = torch.empty(b, g, s, hpg, dtype=torch.float32, device=q.device)
+        _sel_fwd_query[(b * g * s,)](
+            q, k, v, blocks, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
+            s, g, qk_scale, N_SEL=n_sel, L_SEL=l_sel,
+            HPG=hpg, HPG_PAD=_hpg_pad(hpg), BLOCK_N=_block_n(l_sel), D_K=d_k, D_V=d_v,
+            num_warps=_query_warps(d_k, d_v), num_stages=1)
+        return o, lse, pair_t, bwd_tiles_tab
+    block_r, block_n, warps, stages = _config("stats", hpg, d_k, d_v)
+    n_tiles = fwd_tiles.shape[1]
+    part = torch.full((b, g, s, n_sel, hpg), float("-inf"), dtype=torch.float32, device=q.device)
+    _sel_fwd_kv_stats[(n_tiles,)](
+        q, k, part, order, pair_t, fwd_tiles, n_tiles, *q.stride()[:3], *k.stride()[:3], s, g, nb, qk_scale,
+        L_SEL=l_sel, HPG=hpg, BLOCK_R=block_r, BLOCK_N=_block_n(l_sel, block_n), D_K=d_k, num_warps=warps,
+        num_stages=stages)
+    lse = torch.logsumexp(part.mul_(_LN2), dim=3).mul_(_LOG2E)  # log2-sum-exp2 over the slots
+    del part
+    o32 = torch.zeros(b, s, h, d_v, dtype=torch.float32, device=q.device).transpose(1, 2)
+    block_r, block_n, warps, stages = _config("out", hpg, d_k, d_v)
+    block_n = _block_n(l_sel, block_n)
+    _sel_fwd_kv_out[(n_tiles,)](
+        q, k, v, lse, o32, pair_t, fwd_tiles, n_tiles,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o32.stride()[:3], s, g, nb, qk_scale,
+        L_SEL=l_sel, HPG=hpg, BLOCK_R=block_r, BLOCK_N=block_n, D_K=d_k, D_V=d_v, num_warps=warps, num_stages=stages)
+    return o32.to(q.dtype), lse, pair_t, bwd_tiles_tab
+
+
+@_fwd_op.register_fake
+def _(q, k, v, blocks, l_sel, loop, bwd_tiles):
+    b, h, s, d_k = q.shape
+    g, d_v, n_sel = k.shape[1], v.shape[-1], blocks.shape[-1]
+    n_tiles = _n_tiles(b, g, s, n_sel, l_sel, _per_tile(h // g, d_k, d_v, bwd_tiles)[1])
+    return (q.new_empty(b, s, h, d_v).transpose(1, 2), q.new_empty(b, g, s, h // g, dtype=torch.float32),
+            q.new_empty(b * g * s * n_sel, dtype=torch.int32), q.new_empty(3, n_tiles, dtype=torch.int32))
+
+
+@torch.library.custom_op("nsa::selected_attention_bwd", mutates_args=())
+def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+            lse: torch.Tensor, pair_t: torch.Tensor, tiles: torch.Tensor, l_sel: int,
+            bwd_tiles: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) in the inputs' dtypes, as transposed views of [B, S, *, d] storage."""
+    b, h, s, d_k = q.shape
+    g, d_v = k.shape[1], v.shape[-1]
+    hpg, nb = h // g, _cdiv(s, l_sel)
+    q, k, v, o, do = _unit_last(q), _unit_last(k), _unit_last(v), _unit_last(o), _unit_last(do)
+    delta = torch.empty(b, g, s, hpg, dtype=torch.float32, device=q.device)
+    block_t = 64
+    _sel_bwd_delta[(_cdiv(s, block_t), b * h)](o, do, delta, *o.stride()[:3], *do.stride()[:3], s, h, hpg,
+                                               BLOCK_T=block_t, D_V=d_v, num_warps=4)
+    dq = torch.zeros(b, s, h, d_k, dtype=torch.float32, device=q.device).transpose(1, 2)
+    dk = torch.zeros(b, s, g, d_k, dtype=torch.float32, device=q.device).transpose(1, 2)
+    dv = torch.zeros(b, s, g, d_v, dtype=torch.float32, device=q.device).transpose(1, 2)
+    block_r, block_n, warps, stages = _config("bwd", hpg, d_k, d_v)
+    n_tiles = tiles.shape[1]
+    _sel_bwd_kv[(n_tiles,)](
+        q, k, v, do, lse, delta, dq, dk, dv, pair_t, tiles, n_tiles,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
+        *dq.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
+        s, g, nb, _LOG2E / math.sqrt(d_k), 1.0 / math.sqrt(d_k),
+        L_SEL=l_sel, BWD_TILES=bwd_tiles, HPG=hpg, BLOCK_R=block_r, BLOCK_N=_block_n(l_sel, block_n), D_K=d_k,
+        D_V=d_v, num_warps=warps, num_stages=stages)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+@_bwd_op.register_fake
+def _(do, q, k, v, o, lse, pair_t, tiles, l_sel, bwd_tiles):
+    b, h, s, d_k = q.shape
+    g, d_v = k.shape[1], v.shape[-1]
+    return (q.new_empty(b, s, h, d_k).transpose(1, 2), k.new_empty(b, s, g, d_k).transpose(1, 2),
+            v.new_empty(b, s, g, d_v).transpose(1, 2))
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, _blocks, l_sel, _loop, bwd_tiles = inputs
+    o, lse, pair_t, tiles = output
+    ctx.save_for_backward(q, k, v, o, lse, pair_t, tiles)
+    ctx.l_sel, ctx.bwd_tiles = l_sel, bwd_tiles
+
+
+def _backward(ctx, do, _dlse, _dpair_t, _dtiles):
+    q, k, v, o, lse, pair_t, tiles = ctx.saved_tensors
+    dq, dk, dv = torch.ops.nsa.selected_attention_bwd(do, q, k, v, o, lse, pair_t, tiles, ctx.l_sel,
+                                                      ctx.bwd_tiles)
+    return dq, dk, dv, None, None, None, None
+
+
+_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def selected_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Tensor, l_sel: int,
+                       loop: str = "kv", bwd_tiles: int = BWD_TILES) -> torch.Tensor:
+    """Selected-branch attention (see the module docstring): o [B, H, S, d_v] in q's dtype.
+
+    loop: "kv" (KV-block-outer forward, the default) or "query" (query-outer forward); bwd_tiles: forward tiles
+    of one key block per backward program (bounds the work of a popular block's program).
+    """
+    _check(q, k, v, blocks, l_sel, loop, bwd_tiles)
+    return torch.ops.nsa.selected_attention_fwd(q, k, v, blocks, l_sel, loop, bwd_tiles)[0]
+
+
+# ------------------------------------------------------------------------------------------------ AOT
+AOT_HPG = (1, 6, 16, 32)  # heads per group compiled ahead of time (HPG is a compile-time constant)
+
+
+def aot_cases():
+    """Every kernel at every configuration the launcher picks for l_sel = 64 (BLOCK_N = 64), bf16: each d with
+    the model's hpg = 6, and the other hpg values (they change the row tiling) at d = 64."""
+    import inspect
+
+    from nsa.attention.kernels.aot import AotCase
+
+    bf, f32, i32 = "*bf16", "*fp32", "*i32"
+
+    def case(label, fn, ptrs, consts, warps, stages, tensor_cores=True):
+        sig = {}
+        for n in inspect.signature(fn.fn).parameters:
+            sig[n] = ptrs.get(n) or ("constexpr" if n in consts else "fp32" if n.endswith("scale") else "i32")
+        return AotCase(label, fn, sig, consts, warps, stages, tensor_cores)
+
+    cases = []
+    for d in (32, 64, 128):
+        for hpg in (AOT_HPG if d == 64 else (6,)):
+            r, n, w, st = _config("stats", hpg, d, d)
+            tag = f"hpg={hpg},d={d},BLOCK_R={r},BLOCK_N={n}"
+            cases.append(case(f"sel_fwd_kv_stats[{tag}]", _sel_fwd_kv_stats,
+                              {"Q": bf, "K": bf, "PART": f32, "ORDER": i32, "PAIR_T": i32, "TILES": i32},
+                              {"L_SEL": 64, "HPG": hpg, "BLOCK_R": r, "BLOCK_N": n, "D_K": d}, w, st))
+            r, n, w, st = _config("out", hpg, d, d)
+            cases.append(case(f"sel_fwd_kv_out[{tag}]", _sel_fwd_kv_out,
+                              {"Q": bf, "K": bf, "V": bf, "LSE": f32, "O32": f32, "PAIR_T": i32, "TILES": i32},
+                              {"L_SEL": 64, "HPG": hpg, "BLOCK_R": r, "BLOCK_N": n, "D_K": d, "D_V": d}, w, st))
+            cases.append(case(f"sel_fwd_query[hpg={hpg},d={d},HPG_PAD={_hpg_pad(hpg)}]", _sel_fwd_query,
+                              {"Q": bf, "K": bf, "V": bf, "BLOCKS": i32, "O": bf, "LSE": f32},
+                              {"N_SEL": 16, "L_SEL": 64, "HPG": hpg, "HPG_PAD": _hpg_pad(hpg), "BLOCK_N": 64,
+                               "D_K": d, "D_V": d},
+                              _query_warps(d, d), 1))
+            r, n, w, st = _config("bwd", hpg, d, d)
+            cases.append(case(f"sel_bwd_kv[hpg={hpg},d={d},BLOCK_R={r},BLOCK_N={n}]", _sel_bwd_kv,
+                              {"Q": bf, "K": bf, "V": bf, "DO": bf, "LSE": f32, "DELTA": f32, "DQ": f32, "DK": f32,
+                               "DV": f32, "PAIR_T": i32, "TILES": i32},
+                              {"L_SEL": 64, "BWD_TILES": BWD_TILES, "HPG": hpg, "BLOCK_R": r, "BLOCK_N": n,
+                               "D_K": d, "D_V": d}, w, st))
+        cases.append(case(f"sel_bwd_delta[d={d}]", _sel_bwd_delta, {"O": bf, "DO": bf, "DELTA": f32},
+                          {"BLOCK_T": 64, "D_V": d}, 4, 1, tensor_cores=False))
+    return cases

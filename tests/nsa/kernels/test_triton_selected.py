@@ -1,0 +1,332 @@
+"""The Triton selected-branch kernels (nsa.attention.kernels.triton_selected) against the PyTorch reference path and
+an independent dense reference (explicit [S, S] mask from the block lists, float64 softmax), outputs and gradients.
+
+Without a GPU the kernels run through Triton's interpreter in fp32 (small shapes, tight tolerances); with one, the
+same tests run natively in bf16 with bf16 tolerances. Both forward loop orders ("kv", "query") are checked.
+"""
+
+import math
+
+import pytest
+import torch
+from reference import expand_groups, masked_attention, selection_mask_from_blocks
+from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, needs_triton
+
+from nsa.attention.kernels import reference as torch_kernels
+from nsa.attention.selection import choose_blocks, selection_ranges_v2
+
+if HAVE_TRITON:
+    from nsa.attention.kernels import triton_selected as ts
+
+pytestmark = needs_triton
+
+DTYPE = torch.bfloat16 if ON_GPU else torch.float32
+# |got - want| <= TOL * max|want| + TOL, per tensor (bf16 inputs round to 3 significant digits)
+TOL = 3e-2 if ON_GPU else 2e-5
+
+
+# ------------------------------------------------------------------------------------------------ selections
+def _selection(kind, b, g, s, l_sel, n_sel, seed):
+    """[B, G, S, n_sel] int64 block lists.
+
+    model:    choose_blocks on random importance (forced block 0, own, previous; random others; -1 padding)
+    popular:  as model, but blocks 1 and 2 outrank everything: every query that has them picks them
+    shuffled: model lists with their slots permuted (-1 anywhere, not ascending): beyond the API's promise
+    """
+    gen = torch.Generator().manual_seed(seed)
+    nb = -(-s // l_sel)
+    importance = torch.rand(b, g, s, nb, generator=gen)
+    if kind == "popular":
+        importance[..., 1:3] += 10.0
+    blocks = choose_blocks(importance, torch.arange(s), n_sel, l_sel)
+    if kind == "shuffled":
+        perm = torch.argsort(torch.rand(b, g, s, n_sel, generator=gen), dim=-1)
+        blocks = torch.gather(blocks, -1, perm)
+    return blocks
+
+
+def _inputs(b, h, g, s, d_k, d_v, seed, scale=1.0):
+    gen = torch.Generator().manual_seed(seed)
+    # transposed views of [B, S, heads, d] storage, as the model's projections produce them
+    q = (torch.randn(b, s, h, d_k, generator=gen) * scale).transpose(1, 2)
+    k = (torch.randn(b, s, g, d_k, generator=gen) * scale).transpose(1, 2)
+    v = torch.randn(b, s, g, d_v, generator=gen).transpose(1, 2)
+    do = torch.randn(b, h, s, d_v, generator=gen)
+    return [t.to(KERNEL_DEVICE, DTYPE) for t in (q, k, v, do)]
+
+
+def _dense(q, k, v, blocks, l_sel):
+    """Float64 masked softmax over the keys p <= t of the listed blocks (tests/nsa/reference.py)."""
+    h, s = q.shape[1], q.shape[2]
+    mask = expand_groups(selection_mask_from_blocks(blocks, s, l_sel), h)
+    return masked_attention(q, expand_groups(k, h), expand_groups(v, h), mask)
+
+
+def _torch_path(q, k, v, blocks, l_sel):
+    s = q.shape[2]
+    return torch_kernels.selected_attention(q, k, v, selection_ranges_v2(blocks, torch.arange(s, device=q.device),
+                                                                         l_sel), l_sel)
+
+
+def _close(got, want, what, tol=TOL):
+    got, want = got.double(), want.double()
+    err = (got - want).abs().max().item()
+    bound = tol * want.abs().max().item() + tol
+    assert err <= bound, f"{what}: max error {err:.3g} > {bound:.3g}"
+
+
+def _with_grads(fn, q, k, v, do, dtype=None):
+    """fn's output and its (dq, dk, dv) for upstream gradient do, on leaf copies (cast to dtype if given)."""
+    leaves = [t.detach().to(dtype or t.dtype).requires_grad_() for t in (q, k, v)]
+    out = fn(*leaves)
+    return out, torch.autograd.grad(out, leaves, do.to(out.dtype))
+
+
+def _check_against_references(b, h, g, s, d_k, d_v, l_sel, n_sel, kind, loops=ts.LOOPS if HAVE_TRITON else (),
+                              bwd_tiles=ts.BWD_TILES if HAVE_TRITON else 1, seed=0, scale=1.0, tol=TOL):
+    q, k, v, do = _inputs(b, h, g, s, d_k, d_v, seed, scale)
+    blocks = _selection(kind, b, g, s, l_sel, n_sel, seed + 1).to(KERNEL_DEVICE)
+    dense, dense_grads = _with_grads(lambda *x: _dense(*x, blocks, l_sel), q, k, v, do, torch.float64)
+    # the PyTorch path needs ascending whole-block lists with the own block (not "shuffled"); float64 on CPU
+    path = None
+    if kind != "shuffled":
+        path, path_grads = _with_grads(lambda *x: _torch_path(*x, blocks, l_sel), q, k, v, do,
+                                       torch.float32 if ON_GPU else torch.float64)
+        _close(path, dense, "torch path vs dense (sanity)", 1e-4 if ON_GPU else 1e-9)
+    for loop in loops:
+        def kernel(*x, loop=loop):
+            return ts.selected_attention(*x, blocks, l_sel, loop=loop, bwd_tiles=bwd_tiles)
+
+        out, grads = _with_grads(kernel, q, k, v, do)
+        assert out.shape == (b, h, s, d_v) and out.dtype == DTYPE
+        assert torch.isfinite(out).all()
+        _close(out, dense, f"{loop}: o vs dense", tol)
+        for name, got, want in zip(("dq", "dk", "dv"), grads, dense_grads):
+            assert got.shape == want.shape and got.dtype == DTYPE
+            assert torch.isfinite(got).all(), name
+            _close(got, want, f"{loop}: {name} vs dense", tol)
+        if path is not None:
+            _close(out, path, f"{loop}: o vs torch path", tol)
+            for name, got, want in zip(("dq", "dk", "dv"), grads, path_grads):
+                _close(got, want, f"{loop}: {name} vs torch path", tol)
+
+
+# (b, h, g, s, d, l_sel, n_sel, selection, bwd_tiles, loops): every hpg in {1, 3, 6, 8, 16}, G in {1, 2, 4},
+# d in {32, 64, 128} at least once for each loop order; S not a multiple of l_sel, S < l_sel, n_sel > blocks (-1
+# padding), l_sel < 16 and > 64 (masked / stepped key tiles), popular blocks split over many backward programs.
+# The interpreter runs the query-outer forward one program per query: it skips two of the longer cases.
+BOTH, KV = ("kv", "query"), ("kv",)
+CI_CASES = [
+    pytest.param(1, 12, 2, 80, 64, 16, 4, "model", 8, BOTH, id="hpg6-G2-d64-S80"),
+    pytest.param(1, 1, 1, 77, 32, 16, 8, "model", 8, BOTH, id="hpg1-G1-d32-nsel>blocks"),
+    pytest.param(2, 3, 1, 64, 128, 32, 3, "popular", 1, BOTH, id="hpg3-B2-d128-popular-chunk1"),
+    pytest.param(1, 32, 4, 40, 32, 16, 3, "model", 2, BOTH, id="hpg8-G4-d32"),
+    pytest.param(1, 16, 1, 40, 64, 64, 4, "model", 8, BOTH, id="hpg16-S<l_sel"),
+    pytest.param(1, 6, 1, 110, 64, 16, 5, "popular", 1, KV, id="hpg6-popular-chunk1"),
+    pytest.param(1, 6, 2, 60, 32, 8, 5, "shuffled", 3, BOTH, id="hpg3-l_sel8-shuffled"),
+    pytest.param(1, 6, 1, 160, 32, 64, 3, "model", 1000, KV, id="hpg6-l_sel64-S160-one-program-per-block"),
+    pytest.param(1, 2, 1, 130, 32, 128, 2, "model", 8, BOTH, id="hpg2-l_sel128-stepped"),
+]
+
+
+@pytest.mark.parametrize("b,h,g,s,d,l_sel,n_sel,kind,bwd_tiles,loops", CI_CASES)
+def test_matches_references(b, h, g, s, d, l_sel, n_sel, kind, bwd_tiles, loops):
+    _check_against_references(b, h, g, s, d, d, l_sel, n_sel, kind, loops, bwd_tiles=bwd_tiles)
+
+
+# Every (hpg, G, d) combination; the sequence shapes and the selection kind rotate with them (a full product with
+# them too would take hours in the interpreter).
+_SHAPES = [(70, 16, 3, "model"), (33, 64, 2, "popular"), (129, 32, 16, "popular"), (100, 16, 5, "shuffled")]
+FULL_GRID = [pytest.param(hpg, g, d, *_SHAPES[i % len(_SHAPES)], id=f"hpg{hpg}-G{g}-d{d}")
+             for i, (hpg, g, d) in enumerate((hpg, g, d) for hpg in (1, 3, 6, 8, 16) for g in (1, 2, 4)
+                                             for d in (32, 64, 128))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hpg,g,d,s,l_sel,n_sel,kind", FULL_GRID)
+def test_matches_references_full_grid(hpg, g, d, s, l_sel, n_sel, kind):
+    _check_against_references(1, g * hpg, g, s, d, d, l_sel, n_sel, kind, bwd_tiles=2, seed=hpg * 7 + g)
+
+
+def test_different_d_k_and_d_v():
+    _check_against_references(1, 4, 2, 40, 32, 64, 16, 3, "model")
+
+
+def test_huge_scores_are_stable():
+    """Scores in the hundreds: exp overflows unless every pass subtracts the true per-query maximum / lse.
+    fp32 rounding of such scores is ~1e-4 of a logit, hence the looser tolerance on the CPU."""
+    _check_against_references(1, 6, 2, 60, 32, 32, 16, 4, "popular", scale=6.0 if ON_GPU else 8.0, seed=5,
+                              tol=TOL if ON_GPU else 1e-3)
+
+
+def test_query_without_blocks_gets_zero_and_no_gradient():
+    """Beyond the API (choose_blocks always lists the own block): an empty list gives 0 and no gradient."""
+    q, k, v, do = _inputs(1, 2, 1, 40, 16, 16, seed=3)
+    blocks = _selection("model", 1, 1, 40, 16, 3, seed=4).to(KERNEL_DEVICE)
+    blocks[:, :, 5] = -1
+    blocks[:, :, 30] = -1
+    dense, dense_grads = _with_grads(lambda *x: _dense(*x, blocks, 16), q, k, v, do, torch.float64)
+    for loop in ts.LOOPS:
+        out, grads = _with_grads(lambda *x, loop=loop: ts.selected_attention(*x, blocks, 16, loop=loop), q, k, v, do)
+        assert (out[:, :, [5, 30]] == 0).all() and (grads[0][:, :, [5, 30]] == 0).all()
+        _close(out, dense, f"{loop}: o")
+        for got, want in zip(grads, dense_grads):
+            _close(got, want, f"{loop}: grads")
+
+
+# ------------------------------------------------------------------------------------------------ the index
+@pytest.mark.parametrize("kind", ["model", "popular", "shuffled"])
+@pytest.mark.parametrize("per_tile", [1, 3, 10, 64])
+def test_inverted_index_covers_every_pair_once(kind, per_tile):
+    """Each non-empty (query, slot) pair lies in exactly one tile; a tile's pairs share its key block; tiles hold
+    at most per_tile pairs; the shape-bounded grid is large enough."""
+    b, g, s, l_sel, n_sel = 2, 2, 150, 16, 5
+    blocks = _selection(kind, b, g, s, l_sel, n_sel, seed=per_tile).to(torch.int32)
+    nb = -(-s // l_sel)
+    order, pair_t, fwd, bwd = ts._build_index(blocks, l_sel, per_tile, 2 * per_tile)
+    flat_blocks = blocks.reshape(-1)
+    n_pairs = int((flat_blocks >= 0).sum())
+    assert torch.equal(pair_t.long(), (order.long() // n_sel) % s)
+    for table, cap in ((fwd, per_tile), (bwd, 2 * per_tile)):
+        key, start, count = table.long()
+        assert table.shape[1] == ts._n_tiles(b, g, s, n_sel, l_sel, cap)
+        assert int(count.max()) <= cap and int(count.min()) >= 0
+        seen = torch.zeros(flat_blocks.numel(), dtype=torch.long)
+        for kk, st, cn in zip(key.tolist(), start.tolist(), count.tolist()):
+            pairs = order[st: st + cn].long()
+            bg = pairs // (s * n_sel)
+            assert torch.equal(bg * nb + flat_blocks[pairs].long(), torch.full_like(pairs, kk))
+            seen[pairs] += 1
+        assert int(seen.sum()) == n_pairs
+        assert torch.equal(seen, (flat_blocks >= 0).long())
+        used = count > 0
+        # the real tiles come first, in key order
+        assert bool(used[: int(used.sum())].all()) and bool((key[used][1:] >= key[used][:-1]).all())
+    if kind == "popular":  # blocks 1 and 2 are listed by ~every query: their lists span many tiles
+        assert int(((fwd[0] % nb == 1) & (fwd[2] > 0)).sum()) > 2
+
+
+# ------------------------------------------------------------------------------------------------ API edges
+def test_rejects_bad_arguments():
+    q, k, v, _ = _inputs(1, 2, 1, 20, 16, 16, seed=0)
+    blocks = _selection("model", 1, 1, 20, 8, 2, seed=0).to(KERNEL_DEVICE)
+    with pytest.raises(ValueError, match="loop"):
+        ts.selected_attention(q, k, v, blocks, 8, loop="rows")
+    with pytest.raises(ValueError, match="power of two"):
+        ts.selected_attention(q[..., :12], k[..., :12], v, blocks, 8)
+    with pytest.raises(ValueError, match="shape"):
+        ts.selected_attention(q, k, v, blocks[:, :, :10], 8)
+    with pytest.raises(ValueError, match="bwd_tiles"):
+        ts.selected_attention(q, k, v, blocks, 8, bwd_tiles=0)
+    with pytest.raises(ValueError, match="dtype"):
+        ts.selected_attention(q, k.double(), v, blocks, 8)
+
+
+def test_custom_op_registration_opcheck():
+    """Schema, fake (meta) kernel and autograd registration are consistent with the real kernels."""
+    q, k, v, _ = _inputs(1, 4, 2, 24, 16, 16, seed=1)
+    blocks = _selection("model", 1, 2, 24, 8, 3, seed=2).to(KERNEL_DEVICE)
+    args = (q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_(), blocks, 8, "kv", 2)
+    checks = ("test_schema", "test_faketensor", "test_autograd_registration")
+    torch.library.opcheck(torch.ops.nsa.selected_attention_fwd.default, args, test_utils=checks)
+    o, lse, pair_t, tiles = torch.ops.nsa.selected_attention_fwd(*[a.detach() if torch.is_tensor(a) else a
+                                                                   for a in args])
+    bwd_args = (torch.randn_like(o), *[a.detach() for a in args[:3]], o, lse, pair_t, tiles, 8, 2)
+    torch.library.opcheck(torch.ops.nsa.selected_attention_bwd.default, bwd_args, test_utils=checks[:2])
+
+
+def test_torch_compile_sees_one_opaque_op():
+    """fullgraph=True: no graph break around the op, forward and backward through the fake registrations."""
+    q, k, v, do = _inputs(1, 4, 2, 40, 16, 16, seed=6)
+    blocks = _selection("model", 1, 2, 40, 16, 3, seed=7).to(KERNEL_DEVICE)
+
+    def f(q, k, v):
+        return ts.selected_attention(q * 1.0, k, v, blocks, 16) * 2.0
+
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+    want, want_grads = _with_grads(f, q, k, v, do)
+    got, got_grads = _with_grads(compiled, q, k, v, do)
+    _close(got, want, "compiled o", 1e-6)
+    for a, b in zip(got_grads, want_grads):
+        _close(a, b, "compiled grads", 1e-6)
+
+
+def _op_counts(s, loop):
+    from torch.profiler import ProfilerActivity, profile
+
+    q, k, v, do = _inputs(1, 1, 1, s, 16, 16, seed=0)
+    blocks = _selection("model", 1, 1, s, 64, 4, seed=1).to(KERNEL_DEVICE)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        out = ts.selected_attention(*leaves, blocks, 64, loop=loop)
+        torch.autograd.grad(out, leaves, do)
+    counts = {}
+    for e in prof.events():
+        if e.name.startswith("aten::"):
+            counts[e.name] = counts.get(e.name, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("loop", ["kv", "query"])
+def test_operator_calls_do_not_grow_with_s_and_never_sync(loop):
+    """A fixed number of operator calls whatever S (no Python loop over data), none of them a host sync."""
+    lengths = (256, 1024) if (ON_GPU or loop == "kv") else (64, 160)  # the interpreter runs a program per query
+    small, large = (_op_counts(s, loop) for s in lengths)
+    assert small == large
+    for name in ("aten::nonzero", "aten::item", "aten::_local_scalar_dense"):
+        assert name not in small, name
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")
+@pytest.mark.parametrize("loop", ["kv", "query"])
+def test_cuda_graph_capture_of_forward_and_backward(loop):
+    """Forward + backward captured in one CUDA graph with sync debug mode 'error'; replays on new inputs (values
+    and selection changed in place) match eager."""
+    b, h, g, s, d, l_sel, n_sel = 1, 12, 2, 1000, 64, 64, 16
+    q, k, v, do = _inputs(b, h, g, s, d, d, seed=0)
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    blocks = _selection("model", b, g, s, l_sel, n_sel, seed=1).cuda()
+
+    def step():
+        out = ts.selected_attention(q, k, v, blocks, l_sel, loop=loop)
+        return (out, *torch.autograd.grad(out, (q, k, v), do))
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with torch.cuda.graph(graph):
+            static = step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    q2, k2, v2, do2 = _inputs(b, h, g, s, d, d, seed=9)
+    with torch.no_grad():
+        for dst, src in ((q, q2), (k, k2), (v, v2), (do, do2)):
+            dst.copy_(src)
+        blocks.copy_(_selection("popular", b, g, s, l_sel, n_sel, seed=3))
+    graph.replay()
+    eager = step()
+    for name, got, want in zip(("o", "dq", "dk", "dv"), static, eager):
+        _close(got, want, f"graph replay {name}", 1e-2)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device")
+def test_model_size_smoke_on_gpu():
+    """The model's shapes (hpg 6, d 64, l_sel 64, n_sel 16) at S = 4096, both loops, against the torch path."""
+    b, h, g, s, d, l_sel, n_sel = 1, 12, 2, 4096, 64, 64, 16
+    q, k, v, do = _inputs(b, h, g, s, d, d, seed=0)
+    blocks = _selection("model", b, g, s, l_sel, n_sel, seed=1).cuda()
+    want, want_grads = _with_grads(lambda *x: _torch_path(*x, blocks, l_sel), q, k, v, do, torch.float32)
+    for loop in ts.LOOPS:
+        out, grads = _with_grads(lambda *x, loop=loop: ts.selected_attention(*x, blocks, l_sel, loop=loop), q, k, v, do)
+        _close(out, want, f"{loop} o")
+        for got, ref in zip(grads, want_grads):
+            _close(got, ref, f"{loop} grads")
+        assert not math.isnan(float(out.float().sum()))

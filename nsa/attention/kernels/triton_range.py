@@ -24,7 +24,7 @@ and forward + backward can be captured in a CUDA graph):
         COMBINED output, the backward gives this part's exact share of the gradient (p = exp(s - lse_total)).
 
 Shapes: q [B, H, S, d_k]; k [B, G, T, d_k]; v [B, G, T, d_v]; H = G * hpg, head h uses group h // hpg (T = S for
-window and band, T = n_cmp for compressed). d_k, d_v powers of two in [16, 128] (may differ). Inputs fp32
+window and band, T = n_cmp for compressed). d_k, d_v in {32, 64, 128} (may differ); hpg <= 32. Inputs fp32
 (interpreter), bf16 or fp16 (GPU), all three of one dtype; o has q's dtype, softmax statistics and accumulators are
 fp32. Any strides with a contiguous last dimension (the layer's [B, S, H, d] storage seen as [B, H, S, d] costs no
 copy); o, dq, dk, dv are allocated in that same [B, S, H, d] layout.
@@ -374,6 +374,43 @@ def _dkdv_loop(dk, dv, k, v, Q_b, DO_b, LSE, DELTA, stat_b, head, tok_r, rows, T
 
 
 @triton.jit
+def _key_tile_tokens(n0, S, T, MODE, P0, P1, BLOCK_N: tl.constexpr):
+    """The tokens that see some key of the tile [n0, n0 + BLOCK_N), [tok_lo, tok_hi), and those that see all of its
+    BLOCK_N keys, [full_lo, full_hi) (empty when the tile passes T): the mode's formulas inverted, token-exact.
+    Token t sees key k iff lo(t) <= k < hi(t) or k < pre(t); with n1 = min(n0 + BLOCK_N, T), t sees some key of the
+    tile iff hi(t) > n0 and lo(t) < n1 (or pre(t) > n0), and all of them iff lo(t) <= n0 and hi(t) >= n0 + BLOCK_N
+    (or pre(t) >= n0 + BLOCK_N)."""
+    n1 = tl.minimum(n0 + BLOCK_N, T)
+    if MODE == 0:  # t in [k, k + w)
+        tok_lo = n0
+        tok_hi = n1 + P0 - 1
+        full_lo = n0 + BLOCK_N - 1
+        full_hi = n0 + P0
+    elif MODE == 1:  # t >= k*d + l - 1
+        tok_lo = n0 * P1 + P0 - 1
+        tok_hi = S
+        full_lo = tl.where(n0 + BLOCK_N <= T, (n0 + BLOCK_N - 1) * P1 + P0 - 1, S)
+        full_hi = S
+    else:  # t in [k, (k // l_sel + 2) * l_sel)
+        tok_lo = n0
+        tok_hi = (tl.cdiv(n1, P0) + 1) * P0
+        full_lo = n0 + BLOCK_N - 1
+        full_hi = (n0 // P0 + 2) * P0
+        # The sink adds the tokens of selection blocks >= 2 ([2*l_sel, S)) when n0 < sink, and they see the whole
+        # tile when n0 + BLOCK_N <= sink; both sets start where the band's end (sink = l_sel), so the unions stay
+        # intervals.
+        if n0 < P1:
+            tok_hi = S
+        if n0 + BLOCK_N <= P1:
+            full_hi = S
+    tok_hi = tl.minimum(tok_hi, S)
+    tok_lo = tl.minimum(tok_lo, tok_hi)
+    full_hi = tl.minimum(full_hi, S)
+    full_lo = tl.minimum(full_lo, full_hi)
+    return tok_lo, full_lo, full_hi, tok_hi
+
+
+@triton.jit
 def _range_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
                            sqb, sqh, sqs, skb, skg, sks, svb, svg, svs, sdob, sdoh, sdos,
                            sdk_split, sdkb, sdkg, sdkt, sdv_split, sdvb, sdvg, sdvt,
@@ -406,31 +443,7 @@ def _range_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
     c1, c0, win, blk, sink = _mask_params(MODE, P0, P1)
     lo_k, hi_k = _key_bounds(kn, T, c1, c0, win, blk, sink)
 
-    # Tokens t whose ranges meet the keys [n0, n1) (hi(t) > n0 and lo(t) < n1, or pre(t) > n0), and those that see
-    # all BLOCK_N keys (lo(t) <= n0 and hi(t) >= n0 + BLOCK_N, or pre(t) >= n0 + BLOCK_N): the formulas inverted.
-    n1 = tl.minimum(n0 + BLOCK_N, T)
-    if MODE == 0:
-        tok_lo = n0
-        tok_hi = tl.minimum(n1 + P0 - 1, S)
-        full_lo = n0 + BLOCK_N - 1
-        full_hi = tl.minimum(n0 + P0, S)
-    elif MODE == 1:
-        tok_lo = n0 * P1 + P0 - 1
-        tok_hi = S
-        full_lo = tl.where(n0 + BLOCK_N <= T, (n0 + BLOCK_N - 1) * P1 + P0 - 1, S)
-        full_hi = S
-    else:
-        tok_lo = n0
-        tok_hi = tl.minimum((tl.cdiv(n1, P0) + 1) * P0, S)
-        full_lo = n0 + BLOCK_N - 1
-        full_hi = tl.minimum((n0 // P0 + 2) * P0, S)
-        # The sink prefix adds the tokens of selection blocks >= 2 ([2*l_sel, S)) when n0 < sink, and they see the
-        # whole tile when n0 + BLOCK_N <= sink; both sets start where the band's end (sink = l_sel), so the unions
-        # stay intervals.
-        if n0 < P1:
-            tok_hi = S
-        if n0 + BLOCK_N <= P1:
-            full_hi = S
+    tok_lo, full_lo, full_hi, tok_hi = _key_tile_tokens(n0, S, T, MODE, P0, P1, BLOCK_N)
     # query tiles meeting [tok_lo, tok_hi); this split's contiguous share of them; the share's tiles wholly inside
     # [full_lo, full_hi) run unmasked
     i_lo = tok_lo // TM
@@ -536,8 +549,8 @@ def _check(q, k, v, mode, p0, p1):
     if g == 0 or h % g:
         raise ValueError(f"range attention: H = {h} is not a multiple of G = {g}")
     for name, d in (("d_k", d_k), ("d_v", v.shape[-1])):
-        if d not in (16, 32, 64, 128):
-            raise ValueError(f"range attention: {name} = {d}; the Triton kernels take 16, 32, 64 or 128")
+        if d not in (32, 64, 128):
+            raise ValueError(f"range attention: {name} = {d}; the Triton kernels take 32, 64 or 128")
     if h // g > MAX_HPG:
         raise ValueError(f"range attention: {h // g} heads per group; the Triton kernels take at most {MAX_HPG}")
     if not (q.dtype == k.dtype == v.dtype):

@@ -1,81 +1,129 @@
 """Range attention in Triton: every query row attends to a contiguous key range of its KV group.
 
 The compressed (cmp) and sliding-window (win) branches of NSA, and the selected branch's forced local band, are all
-"range attention": query t of head h attends to the keys [lo(t), hi(t)) of group h // hpg, plus (band mode only)
-a prefix [0, pre(t)) with pre(t) <= lo(t). The range is a formula of t chosen by the constexpr MODE:
+"range attention": query t of head h attends to the keys [lo(t), hi(t)) of group h // hpg, plus (band only) a
+sink [0, pre(t)) with pre(t) <= lo(t). The mode (a runtime argument: one compiled kernel serves all three) picks
+the formulas:
 
-    MODE 0 (window, p0 = w):            [max(0, t - w + 1), t + 1)
-    MODE 1 (compressed, p0 = l, p1 = d): [0, min(n_cmp, floor((t + 1 - l) / d) + 1))   (block i ends at i*d + l - 1)
-    MODE 2 (band, p0 = l_sel, p1 = sink): [max(0, (t // l_sel - 1) * l_sel), t + 1)  plus  [0, min(sink, lo(t)))
+    WINDOW     (p0 = w):                [max(0, t - w + 1), t + 1)
+    COMPRESSED (p0 = l, p1 = d):        [0, min(n_cmp, floor((t + 1 - l) / d) + 1))    block i ends at i*d + l - 1
+    BAND       (p0 = l_sel, p1 = sink): [max(0, (t // l_sel - 1) * l_sel), t + 1), plus [0, min(sink, lo(t)))
+                                        with sink = l_sel or 0: the sink reaches queries of selection block >= 2
 
-lo, hi and pre are non-decreasing in t; every tile-skipping rule below rests on that.
+lo, hi and pre are non-decreasing in t, and for a fixed key k the tokens that see it form one interval
+[lo_k, hi_k) (window [k, k + w); cmp [k*d + l - 1, inf); band [k, (k // l_sel + 2) * l_sel), or [k, inf) for a sink
+key). Every tile-skipping rule and every mask below rests on these two facts.
 
-Public API (plain wrappers over torch.library custom ops in the "nsa" namespace, so torch.compile sees opaque ops
-and forward + backward can be captured in a CUDA graph):
+API (plain wrappers over torch.library custom ops "nsa::range_attention" and "nsa::range_attention_bwd", so
+torch.compile sees opaque ops without graph breaks, and forward + backward can be captured in a CUDA graph):
 
-    window_attention(q, k, v, w) -> o
-    compressed_attention(q, k_cmp, v_cmp, l, d) -> o            (0, with gradient 0, where nothing is visible)
-    compressed_attention_lse(q, k_cmp, v_cmp, l, d) -> (o, lse)  lse [B, H, S] fp32, natural log, -inf where
-                                                                 nothing is visible, detached
-    band_attention(q, k, v, l_sel, sink) -> o                    MODE 2 with its own softmax (differentiable)
-    band_attention_partial(q, k, v, l_sel, sink) -> (o, lse)     MODE 2 forward, not differentiable: the caller
-    band_attention_partial_bwd(do, q, k, v, lse, delta, l_sel, sink) -> (dq, dk, dv)
-        shares one softmax between this and another partial attention: with lse and delta = rowsum(dO * O) of the
-        COMBINED output, the backward gives this part's exact share of the gradient (p = exp(s - lse_total)).
+    window_attention(q, k, v, w) -> o                             query t attends keys (t - w, t]
+    compressed_attention(q, k_cmp, v_cmp, l, d) -> o              exactly 0 (gradient 0) where no block is visible
+    compressed_attention_lse(q, k_cmp, v_cmp, l, d) -> (o, lse)   lse [B, H, S] fp32: natural log of
+        sum(exp(q.k * scale)) over the visible blocks, -inf where none, detached (exp(s - lse) is the compressed
+        attention probability the importance score needs, without a second softmax pass)
+    band_attention(q, k, v, l_sel, sink=False) -> o               the band with its own softmax, differentiable
+    band_attention_partial(q, k, v, l_sel, sink=False) -> (o, lse)               detached, for a shared softmax:
+    band_attention_partial_bwd(do, q, k, v, lse, delta, l_sel, sink=False) -> (dq, dk, dv)
+        the caller combines parts (lse = logaddexp of the parts', o = sum of o_part * exp(lse_part - lse)) in its
+        own autograd.Function and, in backward, passes dO, lse and delta = rowsum(dO * O) of the COMBINED output;
+        this returns the band's exact share of the gradient (p = exp(s - lse) on the band's keys).
 
-Shapes: q [B, H, S, d_k]; k [B, G, T, d_k]; v [B, G, T, d_v]; H = G * hpg, head h uses group h // hpg (T = S for
-window and band, T = n_cmp for compressed). d_k, d_v in {32, 64, 128} (may differ); hpg <= 32. Inputs fp32
-(interpreter), bf16 or fp16 (GPU), all three of one dtype; o has q's dtype, softmax statistics and accumulators are
-fp32. Any strides with a contiguous last dimension (the layer's [B, S, H, d] storage seen as [B, H, S, d] costs no
-copy); o, dq, dk, dv are allocated in that same [B, S, H, d] layout.
+Shapes: q [B, H, S, d_k]; k [B, G, T, d_k]; v [B, G, T, d_v]; H = G * hpg, head h uses group h // hpg; T = S for the
+window and the band, T = n_cmp for cmp. d_k, d_v in {32, 64, 128} (may differ), hpg <= 32. q, k, v of one dtype:
+fp32 (interpreter), bf16 or fp16 (GPU); o has that dtype; softmax statistics and accumulation are fp32 (the
+scale is 1/sqrt(d_k)). Any strides with 16-byte aligned rows: the layer's [B, S, H, d] storage seen as
+[B, H, S, d] is used in place (anything else is copied once, _aligned). o and dq are allocated in that
+[B, S, H, d] layout, dk and dv contiguous.
 
 Design
 ------
-Rows of a program are a tile of TM = BLOCK_M // hpg query tokens x the hpg heads of one KV group (row r -> token
-t0 + r // hpg, head r % hpg; the BLOCK_M - TM * hpg leftover rows and tokens >= S are masked). All heads of a group
-share their keys, so one key tile feeds every head: for the 125M model (hpg = 6) a 64-row tile is 10 tokens x 6
-heads (94 % of rows used) and every dot has >= 64 rows, the size at which Triton emits Hopper's wgmma (one
-warpgroup, m64) instead of mma.sync. The alternative, one head per program with 64 tokens, reads each key tile
-hpg times and, for the window, widens the key span of a tile from w + 10 to w + 64 tokens.
+Tiling. A program's BLOCK_M rows are TM = BLOCK_M // hpg query tokens x the hpg heads of one KV group (row r ->
+token t0 + r // hpg, head r % hpg; leftover rows and tokens >= S are masked). All heads of a group read the same
+keys, so one key tile feeds every head of the tile: for the 125M model (hpg = 6, d = 64) a 128-row tile is 21
+tokens x 6 heads (98 % of the rows used), and every dot has >= 64 rows, which is what Hopper's wgmma needs (m64
+per warpgroup). The alternative, one head per program, reads each key tile hpg times and, for the window, widens a
+tile's key span from w + 21 to w + 128 tokens.
 
-Forward (grid: query tiles x B*G): online softmax in fp32 over the key tiles of BLOCK_N keys that intersect the
-union of the tile's ranges, [lo(first token), hi(last token)). A key tile inside the intersection of all rows'
-ranges, [lo(last), hi(first)), needs no mask, so each range is three loops: masked head, unmasked middle, masked
-tail (the middle is almost everything: for w = 512 and 10 tokens a tile, 7 of 9 key tiles; for cmp all but the
-one holding the newest block). Scores are scaled into the log2 domain once (exp2). lse = m + log(l) is stored
-(natural log; -inf and o = 0 for rows that see nothing). The cmp tiles run heaviest first (most keys), as causal
-flash attention does.
+Forward (grid: query tiles x B*G): online softmax (exp2, fp32) over the BLOCK_N-key tiles that meet the union of
+the tile's ranges, [lo(first token), hi(last token)). The tiles inside every row's range,
+[lo(last), hi(first)), run in a loop without the mask; the partial ones (head and tail of the band, and the band
+mode's sink tiles below it) run in one masked loop over the concatenated index segments (_segment), so each kernel
+holds two copies of its loop body, not four. For w = 512 and 21 tokens a tile, ~2 of ~10 key tiles take the masked
+loop; for cmp, only the tile holding the newest blocks. The mask is branch-free for every mode:
+lo_k <= t < hi_k (_key_bounds), two key vectors and the token; per-row range bounds would keep three row vectors
+alive. lse = (m + log2 l) / log2 e is stored; rows that see nothing get o = 0, lse = -inf. cmp tiles run heaviest
+first (later queries see more blocks), as causal flash attention orders its tiles.
 
-Backward: dQ by a query-tile-outer kernel over the same key loops; it also computes delta = rowsum(dO * O) of its
-rows (so no separate preprocess launch and dO/O are read once for it) and stores it for the dK/dV kernel, which
-runs second. dK/dV by a key-tile-outer kernel (grid: key tiles x B*G x NSPLIT) that loops over only the query
-tiles whose ranges touch its key tile, derived by inverting the mode's formulas (window: tokens [n0, n1 + w - 1);
-cmp: [n0*d + l - 1, S); band: [n0, (ceil(n1 / l_sel) + 1) * l_sel); the sink prefix: tokens of block >= 2), again
-split into masked / unmasked / masked runs. Each query tile holds all hpg heads of a token, so the sum over the
-group's heads happens inside the dots: no atomics. For cmp (and the band's sink), the first key tiles are seen by
-every later query (a triangle, as in causal attention, but with only S/16/BLOCK_N key tiles): a key tile's query
-range is cut into NSPLIT contiguous chunks (grid z) written as fp32 partials [NSPLIT, B, G, T, d] and summed by
-torch (deterministic), NSPLIT chosen from shapes so that the grid has about two programs per SM. The window's
-query range per key tile is bounded (BLOCK_N + w - 1 tokens), so it writes dK/dV directly (NSPLIT = 1). Rows
-that see nothing have lse = -inf and are given lse = +inf in backward, so their p is exactly 0.
+Backward. dQ: query-tile-outer over the same two loops; it also computes delta = rowsum(dO * O) of its rows
+(no separate preprocess launch) and stores it for dK/dV, which runs second (the partial-backward API takes delta
+instead). dK/dV: key-tile-outer (grid: key tiles x B*G x NSPLIT), looping over only the query tiles whose tokens
+touch the key tile, [tok_lo, tok_hi), of which those inside [full_lo, full_hi) (tokens that see all BLOCK_N keys)
+run without the mask (_key_tile_tokens inverts the mode's formulas; window: [n0, n1 + w - 1) and
+[n0 + 63, n0 + w); cmp: [n0*d + l - 1, S) and [(n0 + 63)*d + l - 1, S); band: [n0, (ceil(n1 / l_sel) + 1)*l_sel),
+extended to S for sink keys). A query tile holds all hpg heads of its tokens, so the sum over the group's heads
+happens inside the dots: no atomics. For cmp (and the sink), the first key tiles are seen by every later query,
+a triangle with only n_cmp / 64 key tiles: each key tile's query range is cut into NSPLIT contiguous chunks (grid
+z), written as fp32 partials [NSPLIT, B, G, T, d] and summed by torch (deterministic); NSPLIT (dkdv_splits) gives
+about two programs per SM. The window's query range per key tile is bounded (BLOCK_N + w - 1 tokens): NSPLIT = 1.
+dK/dV are always fp32 partials then cast (one compiled variant instead of two; the cast is one pass over B*G*T*d).
+In backward, lse = -inf rows (nothing visible) use +inf, so p = 0 exactly.
 
-Block configuration (_config): forward and dQ use BLOCK_N = 64 and BLOCK_M = 128 rows (8 warps, two m64
-warpgroups) when that still gives >= 2 programs per SM, else BLOCK_M = 64 (4 warps); dK/dV uses 64 keys x 64 query
-rows with 4 warps (8 warps when max(d_k, d_v) = 128, for the two fp32 accumulators). BLOCK_N = 64 rather than 128
-keeps the masked head/tail of a window tile small. num_stages = 2 everywhere (three pipelined loops per range
-share the shared memory budget). Every configuration the heuristic can return is in aot_cases().
+The key-major dK/dV tiles hold the query rows' statistics (lse, delta, token) along their columns, where a
+64-row vector costs 16 registers a thread: with 64 rows the kernel spilled on sm_80, so dK/dV steps 32 query rows
+at a time (30 of 32 rows used at hpg = 6), which also bounds hpg <= 32.
 
-What to measure on a GPU (tests/nsa/kernels/test_triton_range.py has the correctness side): fwd and fwd+bwd time
-against the reference path and against SDPA dense causal at B=1, S in {4k, 16k, 64k}, hpg = 6, d = 64, w = 512,
-l = 32, d = 16 (torch.cuda.Event over 20 iterations after 5 warm-ups, or triton.testing.do_bench); then BLOCK_M
-64 vs 128, BLOCK_N 64 vs 128 and num_stages 2 vs 3 on sm_90 and sm_80 to retune _config; and the achieved
-fraction of dense FLOPs (window: 4 * S * w * H * d per forward).
+Configurations (query_config, dkdv_config; every one is in aot_cases()): forward and dQ use 64-key tiles with
+128 rows / 8 warps for d = 64 (two m64 warpgroups share each key tile), 64 rows / 4 warps for d = 32 and 64 rows /
+8 warps when max(d_k, d_v) = 128 (128 rows spill on sm_80). dK/dV: 64 keys x 32 rows, 8 warps; for d_k != d_v 32
+keys x 32 rows, 4 warps (below wgmma's m64: mma.sync on sm_90, family range_dkdv_bn32). num_stages = 2. BLOCK_N =
+64 rather than 128 keeps the masked head and tail of a window tile small. The sink counts a key tile as seen whole
+only when it lies in [0, sink) or in the band; with l_sel < BLOCK_N some whole tiles take the masked path
+(correct, slightly slower; the model's l_sel = 64 = BLOCK_N).
+
+Every [rows, d] pointer tile carries tl.multiple_of(ptrs, [1, 16]) (rows start 16-byte aligned; the launcher
+guarantees it): Triton's JIT infers this from 16-divisible arguments, the ahead-of-time compile (no argument
+attributes) would otherwise see unaligned element-wise loads, twice the registers and spills.
+
+To measure on a GPU (test_triton_range.py holds the correctness side): fwd and fwd+bwd time of each branch against
+the reference path and against dense SDPA (is_causal) at B = 1, S in {4k, 16k, 64k}, H = 12, G = 2, d = 64,
+w = 512, l = 32, d_cmp = 16 (triton.testing.do_bench, or torch.cuda.Event over 20 iterations after 5 warm-ups);
+the achieved TFLOP/s (window fwd: 4 * S * w * H * d FLOPs; cmp: 2 * S * n_cmp * H * d); then BLOCK_M 64 vs 128,
+BLOCK_N 64 vs 128, num_stages 2 vs 3 and dK/dV rows 32 vs 64 on sm_90 and sm_80 to retune the configurations,
+and NSPLIT for cmp's dK/dV at S = 64k (its triangle).
 
 Measured
 --------
-GPU timings: not measured yet (no GPU in this session).
-AOT compile (python -m nsa.attention.kernels.aot; hpg = 6, d_k = d_v = d; bf16), triton 3.9 / triton 3.6:
-    (filled in from the AOT run; see the commit that adds this table)
+GPU timings: not measured (no GPU in this session).
+AOT compile (python -m nsa.attention.kernels.aot, bf16, MODE/hpg/window/block parameters are runtime arguments
+so one compile covers them): registers, shared bytes, spill stores, tensor-core instruction, triton 3.9 | 3.6.
+All 24 cases compile for sm_80 and sm_90 with 0 spills under both; sm_90 reaches wgmma except the d_k != d_v
+dK/dV (32-key tiles). Tightest: dkdv d = 64 on sm_80 under 3.6 at 255 registers, 0 spills.
+    kernel[BLOCK_M, BLOCK_N, warps, d_k, d_v] target  regs shared spills | (3.6) regs shared spills
+    fwd[M64,N64,w4,dk32,dv32]            sm_80  128  12288 0 mma   | 168  12288 0 mma
+    fwd[M64,N64,w4,dk32,dv32]            sm_90  133  20480 0 wgmma | 128  20480 0 wgmma
+    dq[M64,N64,w4,dk32,dv32]             sm_80  189  16384 0 mma   | 190  16384 0 mma
+    dq[M64,N64,w4,dk32,dv32]             sm_90  124  24576 0 wgmma | 166  24576 0 wgmma
+    dkdv[M32,N64,w8,dk32,dv32]           sm_80  184  12544 0 mma   | 199  12544 0 mma
+    dkdv[M32,N64,w8,dk32,dv32]           sm_90  128  16640 0 wgmma | 160  16640 0 wgmma
+    fwd[M128,N64,w8,dk64,dv64]           sm_80  209  32768 0 mma   | 218  32768 0 mma
+    fwd[M128,N64,w8,dk64,dv64]           sm_90  186  49152 0 wgmma | 165  49152 0 wgmma
+    dq[M128,N64,w8,dk64,dv64]            sm_80  186  49152 0 mma   | 247  49152 0 mma
+    dq[M128,N64,w8,dk64,dv64]            sm_90  162  65536 0 wgmma | 171  65536 0 wgmma
+    dkdv[M32,N64,w8,dk64,dv64]           sm_80  188  24832 0 mma   | 255  24832 0 mma
+    dkdv[M32,N64,w8,dk64,dv64]           sm_90  133  33024 0 wgmma | 174  33024 0 wgmma
+    fwd[M64,N64,w8,dk128,dv128]          sm_80  173  57344 0 mma   | 174  57344 0 mma
+    fwd[M64,N64,w8,dk128,dv128]          sm_90  170  81920 0 wgmma | 168  81920 0 wgmma
+    dq[M64,N64,w8,dk128,dv128]           sm_80  170  73728 0 mma   | 170  73728 0 mma
+    dq[M64,N64,w8,dk128,dv128]           sm_90  175  98304 0 wgmma | 172  98304 0 wgmma
+    dkdv[M32,N64,w8,dk128,dv128]         sm_80  226  53504 0 mma   | 229  53504 0 mma
+    dkdv[M32,N64,w8,dk128,dv128]         sm_90  209  65792 0 wgmma | 230  65792 0 wgmma
+    fwd[M64,N64,w8,dk64,dv128]           sm_80  173  40960 0 mma   | 176  40960 0 mma
+    fwd[M64,N64,w8,dk64,dv128]           sm_90  201  57344 0 wgmma | 163  57344 0 wgmma
+    dq[M64,N64,w8,dk64,dv128]            sm_80  229  49152 0 mma   | 241  49152 0 mma
+    dq[M64,N64,w8,dk64,dv128]            sm_90  158  73728 0 wgmma | 167  73728 0 wgmma
+    dkdv_bn32[M32,N32,w4,dk64,dv128]     sm_80  221  26880 0 mma   | 229  26880 0 mma
+    dkdv_bn32[M32,N32,w4,dk64,dv128]     sm_90  216  26880 0 mma   | 233  26880 0 mma
 """
 
 from __future__ import annotations
@@ -91,11 +139,9 @@ import triton.language as tl
 
 LOG2E = 1.4426950408889634
 _LOG2E = tl.constexpr(LOG2E)  # the kernels' copy (jit code reads only constexpr globals)
-# Alignment hint on every [rows, d] pointer tile: each row starts 16-byte aligned (the launcher guarantees it, see
-# _aligned), so loads and stores are 16-byte vectors. Triton's JIT infers as much from 16-divisible arguments; written
-# out (tl.multiple_of(ptrs, [1, 16])), the ahead-of-time compile (which has no argument attributes) sees the same
-# code. It is written at each load and store: a jit helper would receive the pointers as arguments, which carry no
-# hint.
+# Every [rows, d] pointer tile is written tl.multiple_of(ptrs, [1, 16]) at its load or store (rows start 16-byte
+# aligned, see _aligned and the module docstring); a jit helper would receive the pointers as arguments, which carry
+# no hint.
 
 WINDOW, COMPRESSED, BAND = 0, 1, 2
 
@@ -191,8 +237,7 @@ def _query_tile(T, S, HPG, MODE, P0, P1, BLOCK_M: tl.constexpr, BLOCK_N: tl.cons
     # sink tiles below the band (those inside it are covered by the band's tiles and mask); none unless MODE 2
     n_pre = tl.minimum(tl.cdiv(pre_b, BLOCK_N), a0)
     # masked: [0, n_pre) ++ [a0, f0) ++ [f1, a1); unmasked: [f0, f1)
-    return (tok, head_r, row_ok, a0 * 0, n_pre, a0, f0 - a0, f1, n_pre + (f0 - a0) + (a1 - f1), f0,
-            f1 - f0)
+    return tok, head_r, row_ok, a0 * 0, n_pre, a0, f0 - a0, f1, n_pre + (f0 - a0) + (a1 - f1), f0, f1 - f0
 
 
 @triton.jit
@@ -246,8 +291,7 @@ def _range_fwd_kernel(Q, K, V, O, LSE,
     offs_dv = tl.arange(0, D_V)
     head = g * HPG + head_r
     q_ptrs = tl.multiple_of(Q + b * sqb + head[:, None] * sqh + tok[:, None] * sqs + offs_dk[None, :], [1, 16])
-    q = tl.load(q_ptrs, mask=row_ok[:, None],
-                other=0.0)
+    q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
     K_g = K + b * skb + g * skg
     V_g = V + b * svb + g * svg
 
@@ -264,8 +308,7 @@ def _range_fwd_kernel(Q, K, V, O, LSE,
     o = acc / tl.where(seen, l_i, 1.0)[:, None]
     lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) / _LOG2E, float("-inf"))
     out_ptrs = tl.multiple_of(O + b * sob + head[:, None] * soh + tok[:, None] * sos + offs_dv[None, :], [1, 16])
-    tl.store(out_ptrs, o.to(O.dtype.element_ty),
-             mask=row_ok[:, None])
+    tl.store(out_ptrs, o.to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + b * H * S + head * S + tok, lse, mask=row_ok)
 
 
@@ -313,11 +356,9 @@ def _range_bwd_dq_kernel(Q, K, V, O, DO, LSE, DELTA, DQ,
     offs_dv = tl.arange(0, D_V)
     head = g * HPG + head_r
     q_ptrs = tl.multiple_of(Q + b * sqb + head[:, None] * sqh + tok[:, None] * sqs + offs_dk[None, :], [1, 16])
-    q = tl.load(q_ptrs, mask=row_ok[:, None],
-                other=0.0)
+    q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
     do_ptrs = tl.multiple_of(DO + b * sdob + head[:, None] * sdoh + tok[:, None] * sdos + offs_dv[None, :], [1, 16])
-    do = tl.load(do_ptrs,
-                 mask=row_ok[:, None], other=0.0)
+    do = tl.load(do_ptrs, mask=row_ok[:, None], other=0.0)
     stat = head * S + tok
     LSE = LSE + b * H * S
     DELTA = DELTA + b * H * S
@@ -325,8 +366,7 @@ def _range_bwd_dq_kernel(Q, K, V, O, DO, LSE, DELTA, DQ,
     lse2 = tl.where(lse == float("-inf"), float("inf"), lse * _LOG2E)  # rows that see nothing: p = 0
     if COMPUTE_DELTA != 0:
         o_ptrs = tl.multiple_of(O + b * sob + head[:, None] * soh + tok[:, None] * sos + offs_dv[None, :], [1, 16])
-        o = tl.load(o_ptrs,
-                    mask=row_ok[:, None], other=0.0)
+        o = tl.load(o_ptrs, mask=row_ok[:, None], other=0.0)
         delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
         tl.store(DELTA + stat, delta, mask=row_ok)
     else:
@@ -353,11 +393,9 @@ def _dkdv_loop(dk, dv, k, v, Q_b, DO_b, LSE, DELTA, stat_b, head, tok_r, rows, T
         tok = i * TM + tok_r
         row_ok = rows & (tok < S)
         q_ptrs = tl.multiple_of(Q_b + head[:, None] * sqh + tok[:, None] * sqs + offs_dk[None, :], [1, 16])
-        q = tl.load(q_ptrs, mask=row_ok[:, None],
-                    other=0.0)
+        q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
         do_ptrs = tl.multiple_of(DO_b + head[:, None] * sdoh + tok[:, None] * sdos + offs_dv[None, :], [1, 16])
-        do = tl.load(do_ptrs, mask=row_ok[:, None],
-                     other=0.0)
+        do = tl.load(do_ptrs, mask=row_ok[:, None], other=0.0)
         lse = tl.load(LSE + stat_b + tok, mask=row_ok, other=float("inf"))
         lse2 = tl.where(lse == float("-inf"), float("inf"), lse * _LOG2E)
         delta = tl.load(DELTA + stat_b + tok, mask=row_ok, other=0.0)
@@ -467,14 +505,12 @@ def _range_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
                         S, T, qk_scale, lo_k, hi_k, offs_dk, offs_dv, f_lo, f_hi - f_lo, 0,
                         f_hi - f_lo, False)
     dk = dk * sm_scale
-    out_ptrs = tl.multiple_of(DK + split * sdk_split + b * sdkb + g * sdkg + kn[:, None] * sdkt + offs_dk[None, :],
-                              [1, 16])
-    tl.store(out_ptrs,
-             dk.to(DK.dtype.element_ty), mask=k_in[:, None])
-    out_ptrs = tl.multiple_of(DV + split * sdv_split + b * sdvb + g * sdvg + kn[:, None] * sdvt + offs_dv[None, :],
-                              [1, 16])
-    tl.store(out_ptrs,
-             dv.to(DV.dtype.element_ty), mask=k_in[:, None])
+    DK_t = DK + split * sdk_split + b * sdkb + g * sdkg
+    DV_t = DV + split * sdv_split + b * sdvb + g * sdvg
+    dk_ptrs = tl.multiple_of(DK_t + kn[:, None] * sdkt + offs_dk[None, :], [1, 16])
+    tl.store(dk_ptrs, dk.to(DK.dtype.element_ty), mask=k_in[:, None])
+    dv_ptrs = tl.multiple_of(DV_t + kn[:, None] * sdvt + offs_dv[None, :], [1, 16])
+    tl.store(dv_ptrs, dv.to(DV.dtype.element_ty), mask=k_in[:, None])
 
 
 # ----------------------------------------------------------------------------------------------------- launch
@@ -489,12 +525,10 @@ class KernelConfig:
 SMALL_Q = KernelConfig(64, 64, 4)
 LARGE_Q = KernelConfig(128, 64, 8)
 WIDE_Q = KernelConfig(64, 64, 8)  # max(d_k, d_v) = 128: 128 rows spill on sm_80, 4 warps sit at 255 registers
-# dK/dV: 32 query rows a step (the rows' statistics are spread over a key-major tile's columns, where 64 rows cost
-# ~70 more registers a thread and spill on sm_80); 8 warps once the two fp32 [64, d] accumulators grow.
-DKDV_32 = KernelConfig(32, 64, 4)
-DKDV_WIDE = KernelConfig(32, 64, 8)
+# dK/dV: 32 query rows a step (the rows' statistics are spread over a key-major tile's columns: 64 rows cost ~70 more
+# registers a thread and spill on sm_80) and 8 warps (4 sit at 255 registers on sm_80 under triton 3.6).
+DKDV = KernelConfig(32, 64, 8)
 DKDV_MIXED = KernelConfig(32, 32, 4)  # d_k != d_v: the 64-key tile spills on sm_80
-DKDV_CONFIGS = (DKDV_32, DKDV_WIDE, DKDV_MIXED)
 MAX_HPG = 32  # a query tile holds all heads of its tokens: hpg <= the smallest BLOCK_M (dK/dV's 32)
 
 
@@ -519,9 +553,7 @@ def query_config(d_k: int, d_v: int) -> KernelConfig:
 
 
 def dkdv_config(d_k: int, d_v: int) -> KernelConfig:
-    if d_k != d_v:
-        return DKDV_MIXED
-    return DKDV_32 if d_k <= 32 else DKDV_WIDE
+    return DKDV if d_k == d_v else DKDV_MIXED
 
 
 def dkdv_splits(mode: int, b: int, g: int, t: int, s: int, hpg: int, n_sm: int, cfg: KernelConfig,
@@ -567,7 +599,7 @@ def _check(q, k, v, mode, p0, p1):
 
 def _aligned(x: torch.Tensor) -> torch.Tensor:
     """x itself when every row of its last dimension starts 16-byte aligned and is contiguous (what the kernels'
-    _rows hint promises), else an aligned contiguous copy. Reads metadata only (no device sync)."""
+    tl.multiple_of hints promise), else an aligned contiguous copy. Reads metadata only (no device sync)."""
     size = x.element_size()
     ok = x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all(
         (st * size) % 16 == 0 for st, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1)
@@ -609,7 +641,7 @@ def _backward(do, q, k, v, lse, o, delta, mode: int, p0: int, p1: int):
     hpg = h // g
     dq = _like_bshd(b, h, s, d_k, q.dtype, q.device)
     if s == 0 or t == 0:
-        return dq.zero_(), torch.zeros_like(k), torch.zeros_like(v)
+        return dq.zero_(), k.new_zeros(k.shape), v.new_zeros(v.shape)
     q, k, v, do = _aligned(q), _aligned(k), _aligned(v), _aligned(do)
     n_sm = num_sms(q.device)
     sm_scale = 1.0 / math.sqrt(d_k)
@@ -680,7 +712,7 @@ def range_attention_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v
 @range_attention_bwd_op.register_fake
 def _(do, q, k, v, lse, o, delta, mode, p0, p1):
     b, h, s, d_k = q.shape
-    return _like_bshd(b, h, s, d_k, q.dtype, q.device), torch.empty_like(k), torch.empty_like(v)
+    return _like_bshd(b, h, s, d_k, q.dtype, q.device), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):

@@ -356,6 +356,11 @@ def test_custom_ops_pass_opcheck():
     """Schema, fake (meta) implementation and autograd registration of the custom ops (torch.library.opcheck)."""
     q, k, v = _inputs(1, 4, 2, 40, 40, 32, 32, seed=8)
     torch.library.opcheck(tr.range_attention_op, (q, k, v, tr.WINDOW, 8, 0))
+    with torch.no_grad():
+        o, lse = tr.range_attention_op(q, k, v, tr.BAND, 16, 16)
+        do = torch.randn_like(o)
+    torch.library.opcheck(tr.range_attention_bwd_op, (do, q.detach(), k.detach(), v.detach(), lse, o, None,
+                                                      tr.BAND, 16, 16))
     n_cmp = (40 - 8) // 4 + 1
     qc, kc, vc = _inputs(1, 4, 2, 40, n_cmp, 32, 32, seed=9)
     torch.library.opcheck(tr.range_attention_op, (qc, kc, vc, tr.COMPRESSED, 8, 4))

@@ -1,0 +1,841 @@
+"""Range attention in Triton: every query row attends to a contiguous key range of its KV group.
+
+The compressed (cmp) and sliding-window (win) branches of NSA, and the selected branch's forced local band, are all
+"range attention": query t of head h attends to the keys [lo(t), hi(t)) of group h // hpg, plus (band only) a
+sink [0, pre(t)) with pre(t) <= lo(t). The mode (a runtime argument: one compiled kernel serves all three) picks
+the formulas:
+
+    WINDOW     (p0 = w):                [max(0, t - w + 1), t + 1)
+    COMPRESSED (p0 = l, p1 = d):        [0, min(n_cmp, floor((t + 1 - l) / d) + 1))    block i ends at i*d + l - 1
+    BAND       (p0 = l_sel, p1 = sink): [max(0, (t // l_sel - 1) * l_sel), t + 1), plus [0, min(sink, lo(t)))
+                                        with sink = l_sel or 0: the sink reaches queries of selection block >= 2
+
+lo, hi and pre are non-decreasing in t, and for a fixed key k the tokens that see it form one interval
+[lo_k, hi_k) (window [k, k + w); cmp [k*d + l - 1, inf); band [k, (k // l_sel + 2) * l_sel), or [k, inf) for a sink
+key). Every tile-skipping rule and every mask below rests on these two facts.
+
+API (plain wrappers over torch.library custom ops "nsa::range_attention" and "nsa::range_attention_bwd", so
+torch.compile sees opaque ops without graph breaks, and forward + backward can be captured in a CUDA graph):
+
+    window_attention(q, k, v, w) -> o                             query t attends keys (t - w, t]
+    compressed_attention(q, k_cmp, v_cmp, l, d) -> o              exactly 0 (gradient 0) where no block is visible
+    compressed_attention_lse(q, k_cmp, v_cmp, l, d) -> (o, lse)   lse [B, H, S] fp32: natural log of
+        sum(exp(q.k * scale)) over the visible blocks, -inf where none, detached (exp(s - lse) is the compressed
+        attention probability the importance score needs, without a second softmax pass)
+    band_attention(q, k, v, l_sel, sink=False) -> o               the band with its own softmax, differentiable
+    band_attention_partial(q, k, v, l_sel, sink=False) -> (o, lse)               detached, for a shared softmax:
+    band_attention_partial_bwd(do, q, k, v, lse, delta, l_sel, sink=False) -> (dq, dk, dv)
+        the caller combines parts (lse = logaddexp of the parts', o = sum of o_part * exp(lse_part - lse)) in its
+        own autograd.Function and, in backward, passes dO, lse and delta = rowsum(dO * O) of the COMBINED output;
+        this returns the band's exact share of the gradient (p = exp(s - lse) on the band's keys).
+
+Shapes: q [B, H, S, d_k]; k [B, G, T, d_k]; v [B, G, T, d_v]; H = G * hpg, head h uses group h // hpg; T = S for the
+window and the band, T = n_cmp for cmp. d_k, d_v in {32, 64, 128} (may differ), hpg <= 32. q, k, v of one dtype:
+fp32 (interpreter), bf16 or fp16 (GPU); o has that dtype; softmax statistics and accumulation are fp32 (the
+scale is 1/sqrt(d_k)). Any strides with 16-byte aligned rows: the layer's [B, S, H, d] storage seen as
+[B, H, S, d] is used in place (anything else is copied once, _aligned). o and dq are allocated in that
+[B, S, H, d] layout, dk and dv contiguous.
+
+Design
+------
+Tiling. A program's BLOCK_M rows are TM = BLOCK_M // hpg query tokens x the hpg heads of one KV group (row r ->
+token t0 + r // hpg, head r % hpg; leftover rows and tokens >= S are masked). All heads of a group read the same
+keys, so one key tile feeds every head of the tile: for the 125M model (hpg = 6, d = 64) a 128-row tile is 21
+tokens x 6 heads (98 % of the rows used), and every dot has >= 64 rows, which is what Hopper's wgmma needs (m64
+per warpgroup). The alternative, one head per program, reads each key tile hpg times and, for the window, widens a
+tile's key span from w + 21 to w + 128 tokens.
+
+Forward (grid: query tiles x B*G): online softmax (exp2, fp32) over the BLOCK_N-key tiles that meet the union of
+the tile's ranges, [lo(first token), hi(last token)). The tiles inside every row's range,
+[lo(last), hi(first)), run in a loop without the mask; the partial ones (head and tail of the band, and the band
+mode's sink tiles below it) run in one masked loop over the concatenated index segments (_segment), so each kernel
+holds two copies of its loop body, not four. For w = 512 and 21 tokens a tile, ~2 of ~10 key tiles take the masked
+loop; for cmp, only the tile holding the newest blocks. The mask is branch-free for every mode:
+lo_k <= t < hi_k (_key_bounds), two key vectors and the token; per-row range bounds would keep three row vectors
+alive. lse = (m + log2 l) / log2 e is stored; rows that see nothing get o = 0, lse = -inf. cmp tiles run heaviest
+first (later queries see more blocks), as causal flash attention orders its tiles.
+
+Backward. dQ: query-tile-outer over the same two loops; it also computes delta = rowsum(dO * O) of its rows
+(no separate preprocess launch) and stores it for dK/dV, which runs second (the partial-backward API takes delta
+instead). dK/dV: key-tile-outer (grid: key tiles x B*G x NSPLIT), looping over only the query tiles whose tokens
+touch the key tile, [tok_lo, tok_hi), of which those inside [full_lo, full_hi) (tokens that see all BLOCK_N keys)
+run without the mask (_key_tile_tokens inverts the mode's formulas; window: [n0, n1 + w - 1) and
+[n0 + 63, n0 + w); cmp: [n0*d + l - 1, S) and [(n0 + 63)*d + l - 1, S); band: [n0, (ceil(n1 / l_sel) + 1)*l_sel),
+extended to S for sink keys). A query tile holds all hpg heads of its tokens, so the sum over the group's heads
+happens inside the dots: no atomics. For cmp (and the sink), the first key tiles are seen by every later query,
+a triangle with only n_cmp / 64 key tiles: each key tile's query range is cut into NSPLIT contiguous chunks (grid
+z), written as fp32 partials [NSPLIT, B, G, T, d] and summed by torch (deterministic); NSPLIT (dkdv_splits) gives
+about two programs per SM. The window's query range per key tile is bounded (BLOCK_N + w - 1 tokens): NSPLIT = 1.
+dK/dV are always fp32 partials then cast (one compiled variant instead of two; the cast is one pass over B*G*T*d).
+In backward, lse = -inf rows (nothing visible) use +inf, so p = 0 exactly.
+
+The key-major dK/dV tiles hold the query rows' statistics (lse, delta, token) along their columns, where a
+64-row vector costs 16 registers a thread: with 64 rows the kernel spilled on sm_80, so dK/dV steps 32 query rows
+at a time (30 of 32 rows used at hpg = 6), which also bounds hpg <= 32.
+
+Configurations (query_config, dkdv_config; every one is in aot_cases()): forward and dQ use 64-key tiles with
+128 rows / 8 warps for d = 64 (two m64 warpgroups share each key tile), 64 rows / 4 warps for d = 32 and 64 rows /
+8 warps when max(d_k, d_v) = 128 (128 rows spill on sm_80). dK/dV: 64 keys x 32 rows, 8 warps; for d_k != d_v 32
+keys x 32 rows, 4 warps (below wgmma's m64: mma.sync on sm_90, family range_dkdv_bn32). num_stages = 2. BLOCK_N =
+64 rather than 128 keeps the masked head and tail of a window tile small. The sink counts a key tile as seen whole
+only when it lies in [0, sink) or in the band; with l_sel < BLOCK_N some whole tiles take the masked path
+(correct, slightly slower; the model's l_sel = 64 = BLOCK_N).
+
+Every [rows, d] pointer tile carries tl.multiple_of(ptrs, [1, 16]) (rows start 16-byte aligned; the launcher
+guarantees it): Triton's JIT infers this from 16-divisible arguments, the ahead-of-time compile (no argument
+attributes) would otherwise see unaligned element-wise loads, twice the registers and spills.
+
+To measure on a GPU (test_triton_range.py holds the correctness side): fwd and fwd+bwd time of each branch against
+the reference path and against dense SDPA (is_causal) at B = 1, S in {4k, 16k, 64k}, H = 12, G = 2, d = 64,
+w = 512, l = 32, d_cmp = 16 (triton.testing.do_bench, or torch.cuda.Event over 20 iterations after 5 warm-ups);
+the achieved TFLOP/s (window fwd: 4 * S * w * H * d FLOPs; cmp: 2 * S * n_cmp * H * d); then BLOCK_M 64 vs 128,
+BLOCK_N 64 vs 128, num_stages 2 vs 3 and dK/dV rows 32 vs 64 on sm_90 and sm_80 to retune the configurations,
+and NSPLIT for cmp's dK/dV at S = 64k (its triangle).
+
+Measured
+--------
+GPU timings: not measured (no GPU in this session).
+AOT compile (python -m nsa.attention.kernels.aot, bf16, MODE/hpg/window/block parameters are runtime arguments
+so one compile covers them): registers, shared bytes, spill stores, tensor-core instruction, triton 3.9 | 3.6.
+All 24 cases compile for sm_80 and sm_90 with 0 spills under both; sm_90 reaches wgmma except the d_k != d_v
+dK/dV (32-key tiles). Tightest: dkdv d = 64 on sm_80 under 3.6 at 255 registers, 0 spills.
+    kernel[BLOCK_M, BLOCK_N, warps, d_k, d_v] target  regs shared spills | (3.6) regs shared spills
+    fwd[M64,N64,w4,dk32,dv32]            sm_80  128  12288 0 mma   | 168  12288 0 mma
+    fwd[M64,N64,w4,dk32,dv32]            sm_90  133  20480 0 wgmma | 128  20480 0 wgmma
+    dq[M64,N64,w4,dk32,dv32]             sm_80  189  16384 0 mma   | 190  16384 0 mma
+    dq[M64,N64,w4,dk32,dv32]             sm_90  124  24576 0 wgmma | 166  24576 0 wgmma
+    dkdv[M32,N64,w8,dk32,dv32]           sm_80  184  12544 0 mma   | 199  12544 0 mma
+    dkdv[M32,N64,w8,dk32,dv32]           sm_90  128  16640 0 wgmma | 160  16640 0 wgmma
+    fwd[M128,N64,w8,dk64,dv64]           sm_80  209  32768 0 mma   | 218  32768 0 mma
+    fwd[M128,N64,w8,dk64,dv64]           sm_90  186  49152 0 wgmma | 165  49152 0 wgmma
+    dq[M128,N64,w8,dk64,dv64]            sm_80  186  49152 0 mma   | 247  49152 0 mma
+    dq[M128,N64,w8,dk64,dv64]            sm_90  162  65536 0 wgmma | 171  65536 0 wgmma
+    dkdv[M32,N64,w8,dk64,dv64]           sm_80  188  24832 0 mma   | 255  24832 0 mma
+    dkdv[M32,N64,w8,dk64,dv64]           sm_90  133  33024 0 wgmma | 174  33024 0 wgmma
+    fwd[M64,N64,w8,dk128,dv128]          sm_80  173  57344 0 mma   | 174  57344 0 mma
+    fwd[M64,N64,w8,dk128,dv128]          sm_90  170  81920 0 wgmma | 168  81920 0 wgmma
+    dq[M64,N64,w8,dk128,dv128]           sm_80  170  73728 0 mma   | 170  73728 0 mma
+    dq[M64,N64,w8,dk128,dv128]           sm_90  175  98304 0 wgmma | 172  98304 0 wgmma
+    dkdv[M32,N64,w8,dk128,dv128]         sm_80  226  53504 0 mma   | 229  53504 0 mma
+    dkdv[M32,N64,w8,dk128,dv128]         sm_90  209  65792 0 wgmma | 230  65792 0 wgmma
+    fwd[M64,N64,w8,dk64,dv128]           sm_80  173  40960 0 mma   | 176  40960 0 mma
+    fwd[M64,N64,w8,dk64,dv128]           sm_90  201  57344 0 wgmma | 163  57344 0 wgmma
+    dq[M64,N64,w8,dk64,dv128]            sm_80  229  49152 0 mma   | 241  49152 0 mma
+    dq[M64,N64,w8,dk64,dv128]            sm_90  158  73728 0 wgmma | 167  73728 0 wgmma
+    dkdv_bn32[M32,N32,w4,dk64,dv128]     sm_80  221  26880 0 mma   | 229  26880 0 mma
+    dkdv_bn32[M32,N32,w4,dk64,dv128]     sm_90  216  26880 0 mma   | 233  26880 0 mma
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+_LOG2E = tl.constexpr(LOG2E)  # the kernels' copy (jit code reads only constexpr globals)
+# Every [rows, d] pointer tile is written tl.multiple_of(ptrs, [1, 16]) at its load or store (rows start 16-byte
+# aligned, see _aligned and the module docstring); a jit helper would receive the pointers as arguments, which carry
+# no hint.
+
+WINDOW, COMPRESSED, BAND = 0, 1, 2
+
+
+# ----------------------------------------------------------------------------------------------------- kernels
+@triton.jit
+def _ranges(t, T, MODE, P0, P1):
+    """(pre, lo, hi) for token(s) t: keys [0, pre) and [lo, hi) are visible (pre <= lo; pre = 0 unless MODE 2).
+    MODE is a runtime argument (a uniform branch), so one compiled kernel serves every mode."""
+    if MODE == 0:
+        lo = tl.maximum(t - P0 + 1, 0)
+        hi = tl.minimum(t + 1, T)
+        pre = lo * 0
+    elif MODE == 1:
+        lo = t * 0
+        # floor((t + 1 - l) / d) + 1 = (t + 1 - l + d) // d when the numerator is >= 0; when it is negative, no
+        # block has ended, and the clamp at 0 holds whether // truncates or floors.
+        hi = tl.minimum(tl.maximum((t + 1 - P0 + P1) // P1, 0), T)
+        pre = lo
+    else:
+        lo = tl.maximum((t // P0 - 1) * P0, 0)
+        hi = tl.minimum(t + 1, T)
+        pre = tl.minimum(lo, P1)
+    return pre, lo, hi
+
+
+@triton.jit
+def _mask_params(MODE, P0, P1):
+    """Scalars of _key_bounds for this mode: (c1, c0, win, blk, sink)."""
+    big = P0 * 0 + (1 << 30)
+    none = P0 * 0 + (1 << 28)  # a block length no key reaches: k // none = 0
+    one = P0 * 0 + 1
+    zero = P0 * 0
+    if MODE == 0:
+        c1, c0, win, blk, sink = one, zero, P0 + zero, none, zero
+    elif MODE == 1:
+        c1, c0, win, blk, sink = P1 + zero, P0 - 1, big, none, zero
+    else:
+        c1, c0, win, blk, sink = one, zero, big, P0 + zero, P1 + zero
+    return c1, c0, win, blk, sink
+
+
+@triton.jit
+def _key_bounds(kn, T, c1, c0, win, blk, sink):
+    """Key kn is visible exactly to the tokens t in [lo_k, hi_k): every mode's visibility is an interval in t for a
+    fixed key, so one branch-free test, lo_k <= t < hi_k, serves all modes, from two key vectors and the token:
+      window:      [k, k + w)
+      compressed:  [k*d + l - 1, inf)                      (block k has ended)
+      band:        [k, (k // l_sel + 2) * l_sel)           (k >= (t // l_sel - 1) * l_sel)
+                   [k, inf) for a sink key (k < sink)      (band, then the sink from block 2 on)
+    Keys >= T get an empty interval. (A branch per mode over a 2-d mask cost ~70 registers on sm_80, and range
+    bounds per token would keep three row vectors live, 16 registers each a thread in the key-major dK/dV tiles.)"""
+    lo_k = tl.where(kn < T, kn * c1 + c0, 1 << 30)
+    hi_k = tl.minimum(kn + win, (kn // blk + 2) * blk)
+    hi_k = tl.where(kn < sink, kn + win, hi_k)
+    return lo_k, hi_k
+
+
+@triton.jit
+def _segment(idx, a_lo, a_n, b_lo, b_n, c_lo):
+    """Element idx of the concatenation [a_lo, a_lo + a_n) ++ [b_lo, b_lo + b_n) ++ [c_lo, ...)."""
+    return tl.where(idx < a_n, a_lo + idx, tl.where(idx < a_n + b_n, b_lo + idx - a_n, c_lo + idx - a_n - b_n))
+
+
+@triton.jit
+def _key_tiles(lo_a, lo_b, hi_a, hi_b, BLOCK_N: tl.constexpr):
+    """Key tiles of a query tile whose first/last tokens have ranges [lo_a, hi_a) / [lo_b, hi_b):
+    (any_lo, full_lo, full_hi, any_hi): [any_lo, any_hi) intersect some row's range, [full_lo, full_hi) every row's."""
+    any_lo = lo_a // BLOCK_N
+    any_hi = tl.maximum(tl.cdiv(hi_b, BLOCK_N), any_lo)
+    full_lo = tl.minimum(tl.maximum(tl.cdiv(lo_b, BLOCK_N), any_lo), any_hi)
+    full_hi = tl.minimum(tl.maximum(hi_a // BLOCK_N, full_lo), any_hi)
+    return any_lo, full_lo, full_hi, any_hi
+
+
+@triton.jit
+def _query_tile(T, S, HPG, MODE, P0, P1, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A query-tile-outer program's tile: (tok, head_r, row_ok, masked key-tile segments
+    (a_lo, a_n, b_lo, b_n, c_lo, n_masked), unmasked key tiles [u_lo, u_lo + n_unmasked))."""
+    TM = BLOCK_M // HPG
+    pid = tl.program_id(0)
+    if MODE == 1:
+        pid = tl.num_programs(0) - 1 - pid  # later query tiles see more blocks: start them first
+    t0 = pid * TM
+    offs_r = tl.arange(0, BLOCK_M)
+    tok = t0 + offs_r // HPG
+    head_r = offs_r % HPG
+    row_ok = (offs_r < TM * HPG) & (tok < S)
+    t_last = tl.minimum(t0 + TM, S) - 1
+    pre_a, lo_a, hi_a = _ranges(t0, T, MODE, P0, P1)
+    pre_b, lo_b, hi_b = _ranges(t_last, T, MODE, P0, P1)
+    a0, f0, f1, a1 = _key_tiles(lo_a, lo_b, hi_a, hi_b, BLOCK_N)
+    # sink tiles below the band (those inside it are covered by the band's tiles and mask); none unless MODE 2
+    n_pre = tl.minimum(tl.cdiv(pre_b, BLOCK_N), a0)
+    # masked: [0, n_pre) ++ [a0, f0) ++ [f1, a1); unmasked: [f0, f1)
+    return tok, head_r, row_ok, a0 * 0, n_pre, a0, f0 - a0, f1, n_pre + (f0 - a0) + (a1 - f1), f0, f1 - f0
+
+
+@triton.jit
+def _fwd_loop(acc, m_i, l_i, q, K_g, V_g, sks, svs, T, c1, c0, win, blk, sink, qk_scale, offs_n, offs_dk, offs_dv,
+              tok, a_lo, a_n, b_lo, b_n, c_lo, n_tiles, MASKED: tl.constexpr, BLOCK_N: tl.constexpr):
+    for idx in range(0, n_tiles):
+        n0 = _segment(idx, a_lo, a_n, b_lo, b_n, c_lo) * BLOCK_N
+        kn = n0 + offs_n
+        if MASKED:
+            k_ptrs = tl.multiple_of(K_g + kn[:, None] * sks + offs_dk[None, :], [1, 16])
+            k = tl.load(k_ptrs, mask=(kn < T)[:, None], other=0.0)
+        else:
+            k = tl.load(tl.multiple_of(K_g + kn[:, None] * sks + offs_dk[None, :], [1, 16]))
+        s = tl.dot(q, tl.trans(k)) * qk_scale
+        if MASKED:
+            lo_k, hi_k = _key_bounds(kn, T, c1, c0, win, blk, sink)
+            vis = (lo_k[None, :] <= tok[:, None]) & (tok[:, None] < hi_k[None, :])
+            s = tl.where(vis, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet: p = 0, no NaN
+        else:
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = m_new
+        p = tl.exp2(s - m_use[:, None])
+        alpha = tl.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if MASKED:
+            v_ptrs = tl.multiple_of(V_g + kn[:, None] * svs + offs_dv[None, :], [1, 16])
+            v = tl.load(v_ptrs, mask=(kn < T)[:, None], other=0.0)
+        else:
+            v = tl.load(tl.multiple_of(V_g + kn[:, None] * svs + offs_dv[None, :], [1, 16]))
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _range_fwd_kernel(Q, K, V, O, LSE,
+                      sqb, sqh, sqs, skb, skg, sks, svb, svg, svs, sob, soh, sos,
+                      H, G, HPG, S, T, MODE, P0, P1, qk_scale,
+                      D_K: tl.constexpr, D_V: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    (tok, head_r, row_ok, a_lo, a_n, b_lo, b_n, c_lo, n_masked, u_lo,
+     n_unmasked) = _query_tile(T, S, HPG, MODE, P0, P1, BLOCK_M, BLOCK_N)
+    c1, c0, win, blk, sink = _mask_params(MODE, P0, P1)
+    bg = tl.program_id(1)
+    g = bg % G
+    b = (bg // G).to(tl.int64)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_dk = tl.arange(0, D_K)
+    offs_dv = tl.arange(0, D_V)
+    head = g * HPG + head_r
+    q_ptrs = tl.multiple_of(Q + b * sqb + head[:, None] * sqh + tok[:, None] * sqs + offs_dk[None, :], [1, 16])
+    q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
+    K_g = K + b * skb + g * skg
+    V_g = V + b * svb + g * svg
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D_V], tl.float32)
+    acc, m_i, l_i = _fwd_loop(acc, m_i, l_i, q, K_g, V_g, sks, svs, T, c1, c0, win, blk, sink, qk_scale,
+                              offs_n, offs_dk, offs_dv, tok, a_lo, a_n, b_lo, b_n, c_lo, n_masked, True, BLOCK_N)
+    acc, m_i, l_i = _fwd_loop(acc, m_i, l_i, q, K_g, V_g, sks, svs, T, c1, c0, win, blk, sink, qk_scale,
+                              offs_n, offs_dk, offs_dv, tok, u_lo, n_unmasked, 0, 0, 0, n_unmasked, False,
+                              BLOCK_N)
+
+    seen = l_i > 0.0
+    o = acc / tl.where(seen, l_i, 1.0)[:, None]
+    lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) / _LOG2E, float("-inf"))
+    out_ptrs = tl.multiple_of(O + b * sob + head[:, None] * soh + tok[:, None] * sos + offs_dv[None, :], [1, 16])
+    tl.store(out_ptrs, o.to(O.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(LSE + b * H * S + head * S + tok, lse, mask=row_ok)
+
+
+@triton.jit
+def _dq_loop(dq, q, do, lse2, delta, K_g, V_g, sks, svs, T, c1, c0, win, blk, sink, qk_scale, offs_n, offs_dk,
+             offs_dv, tok, a_lo, a_n, b_lo, b_n, c_lo, n_tiles, MASKED: tl.constexpr, BLOCK_N: tl.constexpr):
+    for idx in range(0, n_tiles):
+        n0 = _segment(idx, a_lo, a_n, b_lo, b_n, c_lo) * BLOCK_N
+        kn = n0 + offs_n
+        if MASKED:
+            k_ptrs = tl.multiple_of(K_g + kn[:, None] * sks + offs_dk[None, :], [1, 16])
+            k = tl.load(k_ptrs, mask=(kn < T)[:, None], other=0.0)
+            v_ptrs = tl.multiple_of(V_g + kn[:, None] * svs + offs_dv[None, :], [1, 16])
+            v = tl.load(v_ptrs, mask=(kn < T)[:, None], other=0.0)
+        else:
+            k = tl.load(tl.multiple_of(K_g + kn[:, None] * sks + offs_dk[None, :], [1, 16]))
+            v = tl.load(tl.multiple_of(V_g + kn[:, None] * svs + offs_dv[None, :], [1, 16]))
+        s = tl.dot(q, tl.trans(k)) * qk_scale
+        p = tl.exp2(s - lse2[:, None])
+        if MASKED:
+            lo_k, hi_k = _key_bounds(kn, T, c1, c0, win, blk, sink)
+            vis = (lo_k[None, :] <= tok[:, None]) & (tok[:, None] < hi_k[None, :])
+            p = tl.where(vis, p, 0.0)
+        dp = tl.dot(do, tl.trans(v))
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq)
+    return dq
+
+
+@triton.jit
+def _range_bwd_dq_kernel(Q, K, V, O, DO, LSE, DELTA, DQ,
+                         sqb, sqh, sqs, skb, skg, sks, svb, svg, svs, sob, soh, sos, sdob, sdoh, sdos,
+                         sdqb, sdqh, sdqs,
+                         H, G, HPG, S, T, MODE, P0, P1, qk_scale, sm_scale, COMPUTE_DELTA,
+                         D_K: tl.constexpr, D_V: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """dQ of a query tile; with COMPUTE_DELTA it also writes delta = rowsum(dO * O) (else it reads DELTA)."""
+    (tok, head_r, row_ok, a_lo, a_n, b_lo, b_n, c_lo, n_masked, u_lo,
+     n_unmasked) = _query_tile(T, S, HPG, MODE, P0, P1, BLOCK_M, BLOCK_N)
+    c1, c0, win, blk, sink = _mask_params(MODE, P0, P1)
+    bg = tl.program_id(1)
+    g = bg % G
+    b = (bg // G).to(tl.int64)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_dk = tl.arange(0, D_K)
+    offs_dv = tl.arange(0, D_V)
+    head = g * HPG + head_r
+    q_ptrs = tl.multiple_of(Q + b * sqb + head[:, None] * sqh + tok[:, None] * sqs + offs_dk[None, :], [1, 16])
+    q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
+    do_ptrs = tl.multiple_of(DO + b * sdob + head[:, None] * sdoh + tok[:, None] * sdos + offs_dv[None, :], [1, 16])
+    do = tl.load(do_ptrs, mask=row_ok[:, None], other=0.0)
+    stat = head * S + tok
+    LSE = LSE + b * H * S
+    DELTA = DELTA + b * H * S
+    lse = tl.load(LSE + stat, mask=row_ok, other=float("inf"))
+    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * _LOG2E)  # rows that see nothing: p = 0
+    if COMPUTE_DELTA != 0:
+        o_ptrs = tl.multiple_of(O + b * sob + head[:, None] * soh + tok[:, None] * sos + offs_dv[None, :], [1, 16])
+        o = tl.load(o_ptrs, mask=row_ok[:, None], other=0.0)
+        delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
+        tl.store(DELTA + stat, delta, mask=row_ok)
+    else:
+        delta = tl.load(DELTA + stat, mask=row_ok, other=0.0)
+    K_g = K + b * skb + g * skg
+    V_g = V + b * svb + g * svg
+
+    dq = tl.zeros([BLOCK_M, D_K], tl.float32)
+    dq = _dq_loop(dq, q, do, lse2, delta, K_g, V_g, sks, svs, T, c1, c0, win, blk, sink, qk_scale,
+                  offs_n, offs_dk, offs_dv, tok, a_lo, a_n, b_lo, b_n, c_lo, n_masked, True, BLOCK_N)
+    dq = _dq_loop(dq, q, do, lse2, delta, K_g, V_g, sks, svs, T, c1, c0, win, blk, sink, qk_scale,
+                  offs_n, offs_dk, offs_dv, tok, u_lo, n_unmasked, 0, 0, 0, n_unmasked, False, BLOCK_N)
+    dq = dq * sm_scale
+    tl.store(tl.multiple_of(DQ + b * sdqb + head[:, None] * sdqh + tok[:, None] * sdqs + offs_dk[None, :], [1, 16]),
+             dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
+
+
+@triton.jit
+def _dkdv_loop(dk, dv, k, v, Q_b, DO_b, LSE, DELTA, stat_b, head, tok_r, rows, TM, sqh, sqs, sdoh, sdos, S, T,
+               qk_scale, lo_k, hi_k, offs_dk, offs_dv, a_lo, a_n, b_lo, n_tiles,
+               MASKED: tl.constexpr):
+    for idx in range(0, n_tiles):
+        i = tl.where(idx < a_n, a_lo + idx, b_lo + idx - a_n)
+        tok = i * TM + tok_r
+        row_ok = rows & (tok < S)
+        q_ptrs = tl.multiple_of(Q_b + head[:, None] * sqh + tok[:, None] * sqs + offs_dk[None, :], [1, 16])
+        q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
+        do_ptrs = tl.multiple_of(DO_b + head[:, None] * sdoh + tok[:, None] * sdos + offs_dv[None, :], [1, 16])
+        do = tl.load(do_ptrs, mask=row_ok[:, None], other=0.0)
+        lse = tl.load(LSE + stat_b + tok, mask=row_ok, other=float("inf"))
+        lse2 = tl.where(lse == float("-inf"), float("inf"), lse * _LOG2E)
+        delta = tl.load(DELTA + stat_b + tok, mask=row_ok, other=0.0)
+        s_t = tl.dot(k, tl.trans(q)) * qk_scale  # [BLOCK_N keys, BLOCK_M rows]
+        p_t = tl.exp2(s_t - lse2[None, :])
+        if MASKED:
+            vis = (lo_k[:, None] <= tok[None, :]) & (tok[None, :] < hi_k[:, None])
+            p_t = tl.where(vis, p_t, 0.0)
+        dv = tl.dot(p_t.to(do.dtype), do, dv)
+        dp_t = tl.dot(v, tl.trans(do))
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk = tl.dot(ds_t.to(q.dtype), q, dk)
+    return dk, dv
+
+
+@triton.jit
+def _key_tile_tokens(n0, S, T, MODE, P0, P1, BLOCK_N: tl.constexpr):
+    """The tokens that see some key of the tile [n0, n0 + BLOCK_N), [tok_lo, tok_hi), and those that see all of its
+    BLOCK_N keys, [full_lo, full_hi) (empty when the tile passes T): the mode's formulas inverted, token-exact.
+    Token t sees key k iff lo(t) <= k < hi(t) or k < pre(t); with n1 = min(n0 + BLOCK_N, T), t sees some key of the
+    tile iff hi(t) > n0 and lo(t) < n1 (or pre(t) > n0), and all of them iff lo(t) <= n0 and hi(t) >= n0 + BLOCK_N
+    (or pre(t) >= n0 + BLOCK_N)."""
+    n1 = tl.minimum(n0 + BLOCK_N, T)
+    if MODE == 0:  # t in [k, k + w)
+        tok_lo = n0
+        tok_hi = n1 + P0 - 1
+        full_lo = n0 + BLOCK_N - 1
+        full_hi = n0 + P0
+    elif MODE == 1:  # t >= k*d + l - 1
+        tok_lo = n0 * P1 + P0 - 1
+        tok_hi = S
+        full_lo = tl.where(n0 + BLOCK_N <= T, (n0 + BLOCK_N - 1) * P1 + P0 - 1, S)
+        full_hi = S
+    else:  # t in [k, (k // l_sel + 2) * l_sel)
+        tok_lo = n0
+        tok_hi = (tl.cdiv(n1, P0) + 1) * P0
+        full_lo = n0 + BLOCK_N - 1
+        full_hi = (n0 // P0 + 2) * P0
+        # The sink adds the tokens of selection blocks >= 2 ([2*l_sel, S)) when n0 < sink, and they see the whole
+        # tile when n0 + BLOCK_N <= sink; both sets start where the band's end (sink = l_sel), so the unions stay
+        # intervals.
+        if n0 < P1:
+            tok_hi = S
+        if n0 + BLOCK_N <= P1:
+            full_hi = S
+    tok_hi = tl.minimum(tok_hi, S)
+    tok_lo = tl.minimum(tok_lo, tok_hi)
+    full_hi = tl.minimum(full_hi, S)
+    full_lo = tl.minimum(full_lo, full_hi)
+    return tok_lo, full_lo, full_hi, tok_hi
+
+
+@triton.jit
+def _range_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
+                           sqb, sqh, sqs, skb, skg, sks, svb, svg, svs, sdob, sdoh, sdos,
+                           sdk_split, sdkb, sdkg, sdkt, sdv_split, sdvb, sdvg, sdvt,
+                           H, G, HPG, S, T, MODE, P0, P1, qk_scale, sm_scale,
+                           D_K: tl.constexpr, D_V: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """dK, dV of one key tile (BLOCK_N keys of one group), summed over the query tiles of split program_id(2)."""
+    TM = BLOCK_M // HPG
+    pid = tl.program_id(0)
+    bg = tl.program_id(1)
+    split = tl.program_id(2)
+    n_split = tl.num_programs(2)
+    g = bg % G
+    b = (bg // G).to(tl.int64)
+    offs_r = tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_dk = tl.arange(0, D_K)
+    offs_dv = tl.arange(0, D_V)
+    n0 = pid * BLOCK_N
+    kn = n0 + offs_n
+    k_in = kn < T
+    k_ptrs = tl.multiple_of(K + b * skb + g * skg + kn[:, None] * sks + offs_dk[None, :], [1, 16])
+    k = tl.load(k_ptrs, mask=k_in[:, None], other=0.0)
+    v_ptrs = tl.multiple_of(V + b * svb + g * svg + kn[:, None] * svs + offs_dv[None, :], [1, 16])
+    v = tl.load(v_ptrs, mask=k_in[:, None], other=0.0)
+    head = g * HPG + offs_r % HPG
+    tok_r = offs_r // HPG
+    rows = offs_r < TM * HPG
+    stat_b = head * S  # int32 row offsets into LSE, DELTA of batch b (scalar 64-bit bases)
+
+    c1, c0, win, blk, sink = _mask_params(MODE, P0, P1)
+    lo_k, hi_k = _key_bounds(kn, T, c1, c0, win, blk, sink)
+
+    tok_lo, full_lo, full_hi, tok_hi = _key_tile_tokens(n0, S, T, MODE, P0, P1, BLOCK_N)
+    # query tiles meeting [tok_lo, tok_hi); this split's contiguous share of them; the share's tiles wholly inside
+    # [full_lo, full_hi) run unmasked
+    i_lo = tok_lo // TM
+    i_hi = tl.maximum(tl.cdiv(tok_hi, TM), i_lo)
+    chunk = tl.cdiv(i_hi - i_lo, n_split)
+    c_lo = tl.minimum(i_lo + split * chunk, i_hi)
+    c_hi = tl.minimum(c_lo + chunk, i_hi)
+    f_lo = tl.minimum(tl.maximum(tl.cdiv(full_lo, TM), c_lo), c_hi)
+    f_hi = tl.minimum(tl.maximum(full_hi // TM, f_lo), c_hi)
+
+    Q_b = Q + b * sqb
+    DO_b = DO + b * sdob
+    LSE_b = LSE + b * H * S
+    DELTA_b = DELTA + b * H * S
+    dk = tl.zeros([BLOCK_N, D_K], tl.float32)
+    dv = tl.zeros([BLOCK_N, D_V], tl.float32)
+    dk, dv = _dkdv_loop(dk, dv, k, v, Q_b, DO_b, LSE_b, DELTA_b, stat_b, head, tok_r, rows, TM, sqh, sqs, sdoh, sdos,
+                        S, T, qk_scale, lo_k, hi_k, offs_dk, offs_dv, c_lo, f_lo - c_lo, f_hi,
+                        (f_lo - c_lo) + (c_hi - f_hi), True)
+    dk, dv = _dkdv_loop(dk, dv, k, v, Q_b, DO_b, LSE_b, DELTA_b, stat_b, head, tok_r, rows, TM, sqh, sqs, sdoh, sdos,
+                        S, T, qk_scale, lo_k, hi_k, offs_dk, offs_dv, f_lo, f_hi - f_lo, 0,
+                        f_hi - f_lo, False)
+    dk = dk * sm_scale
+    DK_t = DK + split * sdk_split + b * sdkb + g * sdkg
+    DV_t = DV + split * sdv_split + b * sdvb + g * sdvg
+    dk_ptrs = tl.multiple_of(DK_t + kn[:, None] * sdkt + offs_dk[None, :], [1, 16])
+    tl.store(dk_ptrs, dk.to(DK.dtype.element_ty), mask=k_in[:, None])
+    dv_ptrs = tl.multiple_of(DV_t + kn[:, None] * sdvt + offs_dv[None, :], [1, 16])
+    tl.store(dv_ptrs, dv.to(DV.dtype.element_ty), mask=k_in[:, None])
+
+
+# ----------------------------------------------------------------------------------------------------- launch
+@dataclass(frozen=True)
+class KernelConfig:
+    block_m: int  # rows (tokens x heads of a group) of a query tile
+    block_n: int  # keys of a key tile
+    num_warps: int
+    num_stages: int = 2
+
+
+SMALL_Q = KernelConfig(64, 64, 4)
+LARGE_Q = KernelConfig(128, 64, 8)
+WIDE_Q = KernelConfig(64, 64, 8)  # max(d_k, d_v) = 128: 128 rows spill on sm_80, 4 warps sit at 255 registers
+# dK/dV: 32 query rows a step (the rows' statistics are spread over a key-major tile's columns: 64 rows cost ~70 more
+# registers a thread and spill on sm_80) and 8 warps (4 sit at 255 registers on sm_80 under triton 3.6).
+DKDV = KernelConfig(32, 64, 8)
+DKDV_MIXED = KernelConfig(32, 32, 4)  # d_k != d_v: the 64-key tile spills on sm_80
+MAX_HPG = 32  # a query tile holds all heads of its tokens: hpg <= the smallest BLOCK_M (dK/dV's 32)
+
+
+@lru_cache(maxsize=None)
+def _num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def num_sms(device: torch.device) -> int:
+    """Streaming multiprocessors of the device (an H100's 132 when the kernels run in the interpreter)."""
+    if device.type == "cuda":
+        return _num_sms(device.index if device.index is not None else torch.cuda.current_device())
+    return 132
+
+
+def query_config(d_k: int, d_v: int) -> KernelConfig:
+    """Forward and dQ: 128-row tiles (two m64 warpgroups sharing each key tile) for d = 64; 64 rows for d = 32
+    (4 warps) and for max(d) = 128 (8 warps: 128 rows spill on sm_80, 4 warps sit at 255 registers)."""
+    if max(d_k, d_v) > 64:
+        return WIDE_Q
+    return LARGE_Q if d_k == d_v == 64 else SMALL_Q
+
+
+def dkdv_config(d_k: int, d_v: int) -> KernelConfig:
+    return DKDV if d_k == d_v else DKDV_MIXED
+
+
+def dkdv_splits(mode: int, b: int, g: int, t: int, s: int, hpg: int, n_sm: int, cfg: KernelConfig,
+                sink: int = 0) -> int:
+    """Query-range chunks per key tile: 1 for the window (bounded ranges); for cmp and a band with a sink, enough
+    for about two programs per SM, at most 16 and at most one per 4 query tiles."""
+    if not _uses_partials(mode, sink):
+        return 1
+    programs = b * g * triton.cdiv(max(t, 1), cfg.block_n)
+    q_tiles = triton.cdiv(s, cfg.block_m // hpg)
+    return max(1, min(16, triton.cdiv(2 * n_sm, programs), triton.cdiv(q_tiles, 4)))
+
+
+def _uses_partials(mode: int, p1: int) -> bool:
+    return mode == COMPRESSED or (mode == BAND and p1 > 0)
+
+
+def _check(q, k, v, mode, p0, p1):
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError("range attention: q, k, v must be 4-d ([B, H, S, d_k], [B, G, T, d_k], [B, G, T, d_v])")
+    b, h, s, d_k = q.shape
+    if k.shape[0] != b or v.shape[:3] != k.shape[:3] or k.shape[-1] != d_k:
+        raise ValueError(f"range attention: shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    g = k.shape[1]
+    if g == 0 or h % g:
+        raise ValueError(f"range attention: H = {h} is not a multiple of G = {g}")
+    for name, d in (("d_k", d_k), ("d_v", v.shape[-1])):
+        if d not in (32, 64, 128):
+            raise ValueError(f"range attention: {name} = {d}; the Triton kernels take 32, 64 or 128")
+    if h // g > MAX_HPG:
+        raise ValueError(f"range attention: {h // g} heads per group; the Triton kernels take at most {MAX_HPG}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"range attention: dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
+    if mode in (WINDOW, BAND) and k.shape[2] != s:
+        raise ValueError("range attention: window/band keys must have the queries' length")
+    if mode == WINDOW and p0 < 1:
+        raise ValueError(f"window_attention: w must be >= 1, got {p0}")
+    if mode == COMPRESSED and (p0 < 1 or p1 < 1):
+        raise ValueError(f"compressed_attention: l and d must be >= 1, got {p0}, {p1}")
+    if mode == BAND and (p0 < 1 or p1 not in (0, p0)):
+        raise ValueError(f"band_attention: l_sel >= 1 and sink in (0, l_sel), got {p0}, {p1}")
+
+
+def _aligned(x: torch.Tensor) -> torch.Tensor:
+    """x itself when every row of its last dimension starts 16-byte aligned and is contiguous (what the kernels'
+    tl.multiple_of hints promise), else an aligned contiguous copy. Reads metadata only (no device sync)."""
+    size = x.element_size()
+    ok = x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all(
+        (st * size) % 16 == 0 for st, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1)
+    return x if ok else x.clone(memory_format=torch.contiguous_format)
+
+
+def _like_bshd(b, h, s, d, dtype, device) -> torch.Tensor:
+    """[B, H, S, d] stored as [B, S, H, d] (the layer's layout)."""
+    return torch.empty(b, s, h, d, dtype=dtype, device=device).transpose(1, 2)
+
+
+def _forward(q, k, v, mode: int, p0: int, p1: int):
+    b, h, s, d_k = q.shape
+    g, t, d_v = k.shape[1], k.shape[2], v.shape[-1]
+    hpg = h // g
+    o = _like_bshd(b, h, s, d_v, q.dtype, q.device)
+    lse = torch.empty(b, h, s, dtype=torch.float32, device=q.device)
+    if s == 0:
+        return o, lse
+    if t == 0:  # nothing is visible anywhere
+        return o.zero_(), lse.fill_(float("-inf"))
+    q, k, v = _aligned(q), _aligned(k), _aligned(v)
+    cfg = query_config(d_k, d_v)
+    sm_scale = 1.0 / math.sqrt(d_k)
+    grid = (triton.cdiv(s, cfg.block_m // hpg), b * g)
+    _range_fwd_kernel[grid](
+        q, k, v, o, lse, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
+        h, g, hpg, s, t, mode, p0, p1, sm_scale * LOG2E,
+        D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages)
+    return o, lse
+
+
+def _backward(do, q, k, v, lse, o, delta, mode: int, p0: int, p1: int):
+    """(dq, dk, dv). Exactly one of o (delta = rowsum(dO * O) is computed) and delta (given) is not None."""
+    b, h, s, d_k = q.shape
+    g, t, d_v = k.shape[1], k.shape[2], v.shape[-1]
+    hpg = h // g
+    dq = _like_bshd(b, h, s, d_k, q.dtype, q.device)
+    if s == 0 or t == 0:
+        return dq.zero_(), k.new_zeros(k.shape), v.new_zeros(v.shape)
+    q, k, v, do = _aligned(q), _aligned(k), _aligned(v), _aligned(do)
+    n_sm = num_sms(q.device)
+    sm_scale = 1.0 / math.sqrt(d_k)
+    compute_delta = delta is None
+    if compute_delta:
+        o = _aligned(o)
+        delta = torch.empty(b, h, s, dtype=torch.float32, device=q.device)
+    else:
+        o = do  # not read
+        delta = delta.float().contiguous()
+    lse = lse.float().contiguous()
+    cfg = query_config(d_k, d_v)
+    grid = (triton.cdiv(s, cfg.block_m // hpg), b * g)
+    _range_bwd_dq_kernel[grid](
+        q, k, v, o, do, lse, delta, dq,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1),
+        v.stride(2), o.stride(0), o.stride(1), o.stride(2), do.stride(0), do.stride(1), do.stride(2),
+        dq.stride(0), dq.stride(1), dq.stride(2),
+        h, g, hpg, s, t, mode, p0, p1, sm_scale * LOG2E, sm_scale, int(compute_delta),
+        D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages)
+
+    # dK/dV as fp32 partials [NSPLIT, B, G, T, d] (NSPLIT = 1 for the window), summed and cast by torch: one
+    # compiled variant per shape instead of two (the cast costs a pass over B*G*T*d elements, small beside the
+    # attention itself)
+    cfg = dkdv_config(d_k, d_v)
+    n_split = dkdv_splits(mode, b, g, t, s, hpg, n_sm, cfg, p1)
+    dk_part = torch.empty(n_split, b, g, t, d_k, dtype=torch.float32, device=q.device)
+    dv_part = torch.empty(n_split, b, g, t, d_v, dtype=torch.float32, device=q.device)
+    grid = (triton.cdiv(t, cfg.block_n), b * g, n_split)
+    _range_bwd_dkdv_kernel[grid](
+        q, k, v, do, lse, delta, dk_part, dv_part,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1),
+        v.stride(2), do.stride(0), do.stride(1), do.stride(2),
+        dk_part.stride(0), dk_part.stride(1), dk_part.stride(2), dk_part.stride(3),
+        dv_part.stride(0), dv_part.stride(1), dv_part.stride(2), dv_part.stride(3),
+        h, g, hpg, s, t, mode, p0, p1, sm_scale * LOG2E, sm_scale,
+        D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages)
+    return dq, dk_part.sum(0).to(k.dtype), dv_part.sum(0).to(v.dtype)
+
+
+# ----------------------------------------------------------------------------------------------------- custom ops
+@torch.library.custom_op("nsa::range_attention", mutates_args=())
+def range_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mode: int, p0: int,
+                       p1: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse) of range attention (module docstring); o is differentiable, lse is not."""
+    return _forward(q, k, v, mode, p0, p1)
+
+
+@range_attention_op.register_fake
+def _(q, k, v, mode, p0, p1):
+    b, h, s, _ = q.shape
+    return (_like_bshd(b, h, s, v.shape[-1], q.dtype, q.device),
+            q.new_empty(b, h, s, dtype=torch.float32))
+
+
+@torch.library.custom_op("nsa::range_attention_bwd", mutates_args=())
+def range_attention_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
+                           o: Optional[torch.Tensor], delta: Optional[torch.Tensor], mode: int, p0: int,
+                           p1: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) given dO and the softmax's lse; delta = rowsum(dO * O) is computed from o, or given."""
+    if (o is None) == (delta is None):
+        raise ValueError("range_attention_bwd: give exactly one of o and delta")
+    return _backward(do, q, k, v, lse, o, delta, mode, p0, p1)
+
+
+@range_attention_bwd_op.register_fake
+def _(do, q, k, v, lse, o, delta, mode, p0, p1):
+    b, h, s, d_k = q.shape
+    return _like_bshd(b, h, s, d_k, q.dtype, q.device), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, mode, p0, p1 = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.params = (mode, p0, p1)
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward_fn(ctx, do, _dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = range_attention_bwd_op(do, q, k, v, lse, o, None, *ctx.params)
+    return dq, dk, dv, None, None, None
+
+
+range_attention_op.register_autograd(_backward_fn, setup_context=_setup_context)
+
+
+# ----------------------------------------------------------------------------------------------------- public API
+def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: int) -> torch.Tensor:
+    """Sliding-window attention: query t attends keys (t - w, t] of its group. Differentiable in q, k, v."""
+    _check(q, k, v, WINDOW, w, 0)
+    return range_attention_op(q, k, v, WINDOW, min(w, q.shape[2]) if q.shape[2] else w, 0)[0]
+
+
+def compressed_attention_lse(q: torch.Tensor, k_cmp: torch.Tensor, v_cmp: torch.Tensor, l: int,
+                             d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse): attention over the compression blocks visible to each query (i*d + l - 1 <= t), o = 0 where none
+    is; lse [B, H, S] fp32, natural log of sum(exp(scores * scale)) over the visible blocks (-inf where none),
+    detached. o is differentiable in q, k_cmp, v_cmp."""
+    _check(q, k_cmp, v_cmp, COMPRESSED, l, d)
+    o, lse = range_attention_op(q, k_cmp, v_cmp, COMPRESSED, l, d)
+    return o, lse.detach()
+
+
+def compressed_attention(q: torch.Tensor, k_cmp: torch.Tensor, v_cmp: torch.Tensor, l: int, d: int) -> torch.Tensor:
+    """Attention over the compression blocks visible to each query; exactly 0 (gradient 0) where none is."""
+    return compressed_attention_lse(q, k_cmp, v_cmp, l, d)[0]
+
+
+def _band_params(q, k, v, l_sel: int, sink: bool) -> tuple[int, int]:
+    p1 = l_sel if sink else 0
+    _check(q, k, v, BAND, l_sel, p1)
+    return l_sel, p1
+
+
+def band_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, l_sel: int, sink: bool = False) -> torch.Tensor:
+    """The selected branch's forced local band with its own softmax: query t attends keys
+    [max(0, (t // l_sel - 1) * l_sel), t] (its selection block and the one before), plus the sink [0, l_sel) when
+    t // l_sel >= 2 and sink is set. Differentiable in q, k, v."""
+    return range_attention_op(q, k, v, BAND, *_band_params(q, k, v, l_sel, sink))[0]
+
+
+def band_attention_partial(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, l_sel: int,
+                           sink: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse) of the band (band_attention) as one part of a softmax shared with other keys, detached (no graph):
+    the caller combines parts (lse = logaddexp of the parts', o = sum of o_part * exp(lse_part - lse)) inside its
+    own autograd.Function and calls band_attention_partial_bwd from its backward."""
+    with torch.no_grad():
+        o, lse = range_attention_op(q, k, v, BAND, *_band_params(q, k, v, l_sel, sink))
+    return o, lse
+
+
+def band_attention_partial_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                               lse: torch.Tensor, delta: torch.Tensor, l_sel: int,
+                               sink: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The band's share of the gradient of a combined attention: do = dL/dO of the combined output O, lse [B, H, S]
+    and delta = rowsum(dO * O) [B, H, S] of the combined softmax (fp32). Returns (dq, dk, dv) of the band's keys
+    only (p = exp(s - lse) on the band); add the other parts' shares."""
+    return range_attention_bwd_op(do, q, k, v, lse, None, delta, BAND, *_band_params(q, k, v, l_sel, sink))
+
+
+# ----------------------------------------------------------------------------------------------------- AOT cases
+_INTS = {
+    "fwd": ("sqb", "sqh", "sqs", "skb", "skg", "sks", "svb", "svg", "svs", "sob", "soh", "sos",
+            "H", "G", "HPG", "S", "T", "MODE", "P0", "P1"),
+    "dq": ("sqb", "sqh", "sqs", "skb", "skg", "sks", "svb", "svg", "svs", "sob", "soh", "sos", "sdob", "sdoh", "sdos",
+           "sdqb", "sdqh", "sdqs", "H", "G", "HPG", "S", "T", "MODE", "P0", "P1"),
+    "dkdv": ("sqb", "sqh", "sqs", "skb", "skg", "sks", "svb", "svg", "svs", "sdob", "sdoh", "sdos",
+             "sdk_split", "sdkb", "sdkg", "sdkt", "sdv_split", "sdvb", "sdvg", "sdvt", "H", "G", "HPG", "S", "T",
+             "MODE", "P0", "P1"),
+}
+
+
+def _signature(kernel: str, dtype: str) -> dict:
+    ptr, f32 = f"*{dtype}", "*fp32"
+    if kernel == "fwd":
+        sig = {"Q": ptr, "K": ptr, "V": ptr, "O": ptr, "LSE": f32}
+    elif kernel == "dq":
+        sig = {"Q": ptr, "K": ptr, "V": ptr, "O": ptr, "DO": ptr, "LSE": f32, "DELTA": f32, "DQ": ptr}
+    else:
+        sig = {"Q": ptr, "K": ptr, "V": ptr, "DO": ptr, "LSE": f32, "DELTA": f32, "DK": f32, "DV": f32}
+    sig.update({name: "i32" for name in _INTS[kernel]})
+    sig["qk_scale"] = "fp32"
+    if kernel != "fwd":
+        sig["sm_scale"] = "fp32"
+    if kernel == "dq":
+        sig["COMPUTE_DELTA"] = "i32"
+    return sig
+
+
+# (d_k, d_v) pairs compiled ahead of time: the model's d_k = d_v at every supported size, and one d_k != d_v.
+AOT_DIMS = ((32, 32), (64, 64), (128, 128), (64, 128))
+
+
+def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
+    """Every kernel at every configuration the launcher can pick. MODE, hpg, the window/block parameters and
+    COMPUTE_DELTA are runtime arguments, so they add no cases; d_k and d_v choose the configuration."""
+    from nsa.attention.kernels.aot import AotCase
+
+    cases = []
+    kernels = {"fwd": _range_fwd_kernel, "dq": _range_bwd_dq_kernel, "dkdv": _range_bwd_dkdv_kernel}
+    for d_k, d_v in dims:
+        for kernel, fn in kernels.items():
+            for cfg in [dkdv_config(d_k, d_v) if kernel == "dkdv" else query_config(d_k, d_v)]:
+                constexprs = dict(D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n)
+                sig = _signature(kernel, dtype)
+                sig.update({name: "constexpr" for name in constexprs})
+                # a dK/dV tile of 32 keys is below wgmma's 64 rows: mma.sync on sm_90 too, a family of its own
+                family = f"range_{kernel}" + ("_bn32" if kernel == "dkdv" and cfg.block_n < 64 else "")
+                tag = (f"{family}[BLOCK_M={cfg.block_m},BLOCK_N={cfg.block_n},warps={cfg.num_warps},"
+                       f"stages={cfg.num_stages},d_k={d_k},d_v={d_v},{dtype}]")
+                cases.append(AotCase(name=tag, fn=fn, signature=sig, constexprs=constexprs,
+                                     num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+    return cases

@@ -31,6 +31,27 @@ def reliability():
     return RECORDER
 
 
+def _cuda_present() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    """`slow` tests (the kernels' full grids) run when selected (`-m slow`) and by default where a CUDA device is
+    present (natively they take seconds); elsewhere (the interpreter on a CPU: minutes) the CI subset runs."""
+    if "slow" in (config.getoption("-m") or "") or not any("slow" in item.keywords for item in items):
+        return
+    if _cuda_present():
+        return
+    skip = pytest.mark.skip(reason="slow: run with -m slow (runs by default where a CUDA device is present)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if RECORDER.any():
         terminalreporter.section("reliability figures")

@@ -5,7 +5,7 @@ gradients of q, k and v under a random upstream gradient.
 Without a GPU the kernels run in Triton's interpreter (fp32, small shapes, tight tolerances); with one, natively in
 bf16. The CI subset covers every value of each axis at least once (hpg 1/3/6/8/16, G 1/2/4, d_k 32/64/128, d_k != d_v,
 S not a multiple of any block, S shorter than one block, w >= S, w = 1, queries that see no compressed block); the
-full grid is marked `slow` and runs only when selected (`python -m pytest -m slow ...`).
+full grid is marked `slow` (tests/conftest.py: it runs with `-m slow`, and by default where a GPU is present).
 """
 
 import math
@@ -30,13 +30,6 @@ pytestmark = needs_triton
 DTYPE = torch.bfloat16 if ON_GPU else torch.float32
 # (atol, rtol) for outputs and for gradients against float64 references
 TOL = {torch.float32: ((2e-5, 1e-4), (5e-5, 1e-4)), torch.bfloat16: ((2e-2, 2e-2), (6e-2, 5e-2))}[DTYPE]
-
-
-@pytest.fixture(autouse=True)
-def _slow_only_when_selected(request):
-    """`slow` cases run only when the marker is selected (-m slow): the default run is the CI subset."""
-    if request.node.get_closest_marker("slow") and "slow" not in (request.config.getoption("-m") or ""):
-        pytest.skip("slow grid: run with -m slow")
 
 
 # ----------------------------------------------------------------------------------------------------- helpers

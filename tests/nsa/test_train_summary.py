@@ -82,6 +82,7 @@ def _valid_summary(tmp_path) -> dict:
     acc.add(1, 0.5, 16.0, 3.0, 0.1, None)
     acc.set_peaks(0.2, None)
     data = acc.build("completed", None, None, None, None)
+    assert set(data) == set(outputs.SUMMARY_FIELDS)  # every field written is documented, and the other way round
     outputs.write_json(tmp_path / outputs.SUMMARY_JSON, data)
     assert read_summary(tmp_path)["tokens_per_s"] == 16.0
     return data

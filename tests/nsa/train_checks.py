@@ -41,6 +41,7 @@ def check_summary_against_csv(out_dir, world_size: int, batch: int, accum: int, 
 
 def check_timeline(out_dir, world_size: int) -> dict:
     timeline = read_timeline(out_dir)
+    assert set(timeline) - {"missing_milestones"} == set(outputs.TIMELINE_FIELDS)
     assert timeline["missing_milestones"] == []
     assert timeline["process_start_source"] == "/proc/self/stat"
     marks = timeline["milestones"]

@@ -96,7 +96,12 @@ class CommCounter:
         self._next = 0
         self.total: dict[str, dict] = {s: {} for s in SOURCES}
         self.time_total_s = 0.0
-        self.steps: list[dict] = []  # one {"model": counts, "trainer": counts, "time_s": float|None} per step
+        # steps closed, the first and the last record, and whether every step after the first was equal (kept
+        # instead of every step's record, whose size lists would grow with a long run)
+        self.n_steps = 0
+        self.first_step: dict | None = None
+        self.last_step: dict | None = None
+        self.constant = True
 
     # ------------------------------------------------------------------ recording
     @contextlib.contextmanager
@@ -156,7 +161,11 @@ class CommCounter:
         if seconds is not None:
             self.time_total_s += seconds
         record = {**counts, "time_s": seconds}
-        self.steps.append(record)
+        if self.n_steps >= 2 and record["model"] != self.last_step["model"]:
+            self.constant = False
+        self.n_steps += 1
+        self.first_step = self.first_step or record
+        self.last_step = record
         return record
 
     def discard_step(self) -> None:

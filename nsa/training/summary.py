@@ -11,6 +11,21 @@ from nsa.training import outputs
 from nsa.training.comm_count import CommCounter, counts_table
 
 
+class _Mean:
+    """Running count, sum, min and max (a run may be long: no per-step lists are kept)."""
+
+    def __init__(self) -> None:
+        self.n, self.total, self.low, self.high = 0, 0.0, math.inf, -math.inf
+
+    def add(self, x: float) -> None:
+        self.n, self.total = self.n + 1, self.total + x
+        self.low, self.high = min(self.low, x), max(self.high, x)
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.n if self.n else None
+
+
 class SummaryAccumulator:
     """Per-step figures of rank 0, reduced to the summary at the end."""
 
@@ -20,71 +35,67 @@ class SummaryAccumulator:
                        "device": device_type, "steps_planned": steps_planned, "tokens_per_step": tokens_per_step,
                        "samples_per_step": samples_per_step}
         self.memory_kind = "cuda" if device_type == "cuda" else "cpu_rss"
-        self.steps: list[int] = []
-        self.times: list[float] = []
-        self.rates: list[float] = []
-        self.losses: list[float] = []
-        self.alloc: list[float] = []
-        self.reserved: list[float] = []
+        self.first_step: int | None = None
+        self.last_step: int | None = None
+        self.first_time = 0.0
+        self.times, self.rates, self.losses, self.alloc, self.reserved = (_Mean() for _ in range(5))
+        self.final_loss: float | None = None
         self.peaks = {"alloc": None, "reserved": None}
 
     def add(self, step: int, step_time_s: float, toks_per_s: float, loss: float, alloc_gb: float,
             reserved_gb: float | None) -> None:
-        self.steps.append(step)
-        self.times.append(step_time_s)
-        self.rates.append(toks_per_s)
-        self.losses.append(loss)
-        self.alloc.append(alloc_gb)
+        if self.first_step is None:
+            self.first_step, self.first_time = step, step_time_s
+        self.last_step, self.final_loss = step, loss
+        self.times.add(step_time_s)
+        self.rates.add(toks_per_s)
+        self.losses.add(loss)
+        self.alloc.add(alloc_gb)
         if reserved_gb is not None:
-            self.reserved.append(reserved_gb)
+            self.reserved.add(reserved_gb)
 
     def set_peaks(self, alloc_gb: float | None, reserved_gb: float | None) -> None:
         self.peaks = {"alloc": alloc_gb, "reserved": reserved_gb}
 
     def build(self, status: str, counter: CommCounter | None, counted_by: str | None,
               prediction: dict | None, memory_model: dict | None) -> dict[str, Any]:
-        n = len(self.steps)
-        total_time = sum(self.times)
-        mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+        n, total_time = self.times.n, self.times.total
+        cuda = self.memory_kind == "cuda"
         out: dict[str, Any] = {"schema": outputs.SUMMARY_SCHEMA, "status": status, **self.static}
         out.update({
-            "steps": n, "first_step": self.steps[0] if n else None, "last_step": self.steps[-1] if n else None,
-            "avg_step_time_s": mean(self.times), "min_step_time_s": min(self.times) if n else None,
-            "max_step_time_s": max(self.times) if n else None,
-            "avg_step_time_excl_first_s": mean(self.times[1:]) if n > 1 else None,
+            "steps": n, "first_step": self.first_step, "last_step": self.last_step,
+            "avg_step_time_s": self.times.mean, "min_step_time_s": self.times.low if n else None,
+            "max_step_time_s": self.times.high if n else None,
+            "avg_step_time_excl_first_s": (total_time - self.first_time) / (n - 1) if n > 1 else None,
             "samples_per_s": n * self.static["samples_per_step"] / total_time if total_time > 0 else None,
             "tokens_per_s": n * self.static["tokens_per_step"] / total_time if total_time > 0 else None,
-            "mean_step_toks_per_s": mean(self.rates),
-            "avg_loss": mean(self.losses), "final_loss": self.losses[-1] if n else None,
+            "mean_step_toks_per_s": self.rates.mean,
+            "avg_loss": self.losses.mean, "final_loss": self.final_loss,
             "memory_kind": self.memory_kind,
-            "peak_mem_alloc_gb": self.peaks["alloc"], "avg_mem_alloc_gb": mean(self.alloc),
-            "peak_mem_reserved_gb": self.peaks["reserved"] if self.memory_kind == "cuda" else None,
-            "avg_mem_reserved_gb": mean(self.reserved) if self.memory_kind == "cuda" else None,
+            "peak_mem_alloc_gb": self.peaks["alloc"], "avg_mem_alloc_gb": self.alloc.mean,
+            "peak_mem_reserved_gb": self.peaks["reserved"] if cuda else None,
+            "avg_mem_reserved_gb": self.reserved.mean if cuda else None,
         })
-        out.update(_comm_fields(counter, counted_by, total_time, self.memory_kind))
+        out.update(_comm_fields(counter, counted_by, total_time))
         out["comm_model"] = prediction
         out["comm_model_matches"] = _matches(out["comm"], prediction)
         out["memory_model"] = memory_model
         return {k: _finite(v) for k, v in out.items()}
 
 
-def _comm_fields(counter: CommCounter | None, counted_by: str | None, total_time: float,
-                 memory_kind: str) -> dict[str, Any]:
-    steps = counter.steps if counter is not None else []
-    empty = {"per_step": [], "total": []}
-    if not steps:
+def _comm_fields(counter: CommCounter | None, counted_by: str | None, total_time: float) -> dict[str, Any]:
+    if counter is None or counter.n_steps == 0:
         comm = {"counted_by": counted_by, "steps": 0, "per_step": [], "first_step": [], "total": [],
-                "constant": True, "trainer": empty}
+                "constant": True, "trainer": {"per_step": [], "total": []}}
         method = ("nothing communicated: a single process" if counted_by is None
                   else "no step completed")
         return {"comm_time_s": 0.0 if counted_by is None else None,
                 "comm_share": 0.0 if counted_by is None else None, "comm_time_method": method, "comm": comm}
-    last = steps[-1]
+    last = counter.last_step
     comm = {
-        "counted_by": counted_by, "steps": len(steps),
-        "per_step": counts_table(last["model"]), "first_step": counts_table(steps[0]["model"]),
-        "total": counts_table(counter.total["model"]),
-        "constant": all(s["model"] == last["model"] for s in steps[1:]),
+        "counted_by": counted_by, "steps": counter.n_steps,
+        "per_step": counts_table(last["model"]), "first_step": counts_table(counter.first_step["model"]),
+        "total": counts_table(counter.total["model"]), "constant": counter.constant,
         "trainer": {"per_step": counts_table(last["trainer"]), "total": counts_table(counter.total["trainer"])},
     }
     if counter.measure_time:

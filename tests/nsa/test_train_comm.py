@@ -154,12 +154,13 @@ def test_ddp_hook_counts_the_real_buckets_of_real_ddp(one_rank_group):
         ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap)
         ddp.register_comm_hook(None, comm_count.ddp_hook(counter))
         x = torch.randint(0, vocab, (2, 64))
+        records = []
         for _ in range(2):
             counter.begin_step()
             lm_loss(ddp(x), x).backward()
-            counter.end_step()
+            records.append(counter.end_step())
         predicted = comm_model(specs, "ddp", world_size=2, bucket_cap_mb=cap)
-        assert [s["model"] for s in counter.steps] == [predicted.first_step, predicted.per_step], (vocab, cap)
+        assert [r["model"] for r in records] == [predicted.first_step, predicted.per_step], (vocab, cap)
         assert predicted.per_step["all_reduce"]["calls"] > 1
         registration = comm_model(param_specs(model), "ddp", world_size=2, bucket_cap_mb=cap)
         assert registration.bytes_per_step == predicted.bytes_per_step  # bytes never depend on the order

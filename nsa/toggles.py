@@ -68,36 +68,55 @@ TOGGLES: dict[str, Toggle] = {
                "optionally :RANK (default every rank); or rank 0 damages its own training.csv after writing "
                "that step's row: csv_missing@STEP (deletes it), csv_empty@STEP (truncates it to 0 bytes), "
                "csv_truncate@STEP (cuts it in the middle of that row) - after these three no more rows are "
-               "written - or csv_garble@STEP (that row's numbers become text; later rows are written). "
-               "Never set it in a real run."),
+               "written - or csv_garble@STEP (that row's numbers become text; later rows are written); or a model "
+               "fault, a real suspect made super-linearly slow: sel_v1_quadratic@SEQ makes the selection v1 range "
+               "builder (NSA_SEL_RANGES_V2=0, batched prefill, torch kernels) do O(S^2) redundant work - a pairwise "
+               "comparison of every query's selected blocks with every other query's of the same sequence - when a "
+               "forward's sequence is longer than SEQ tokens; its output is unchanged and v2 is unaffected. Read "
+               "once where the layer is built. Never set it in a real run."),
     )
 }
 
-FAULT_KINDS = ("crash", "hang", "nan", "csv_missing", "csv_empty", "csv_truncate", "csv_garble")
-CSV_FAULT_KINDS = tuple(k for k in FAULT_KINDS if k.startswith("csv_"))  # rank 0 only: it writes training.csv
+STEP_FAULT_KINDS = ("crash", "hang", "nan", "csv_missing", "csv_empty", "csv_truncate", "csv_garble")
+CSV_FAULT_KINDS = tuple(k for k in STEP_FAULT_KINDS if k.startswith("csv_"))  # rank 0 only: it writes training.csv
+MODEL_FAULT_KINDS = ("sel_v1_quadratic",)  # KIND@SEQ: the model itself slowed above SEQ tokens (no step, no rank)
+FAULT_KINDS = STEP_FAULT_KINDS + MODEL_FAULT_KINDS
 
 
 @dataclass(frozen=True)
 class Fault:
-    """A deliberate failure (NSA_FAULT): `kind` at optimizer step `step` on `rank` (None: every rank)."""
+    """A deliberate failure (NSA_FAULT): `kind` at optimizer step `step` on `rank` (None: every rank); or a model
+    fault (MODEL_FAULT_KINDS) that bites when a sequence is longer than `seq_len` tokens (step is then None)."""
 
     kind: str
-    step: int
+    step: int | None
     rank: int | None = None
+    seq_len: int | None = None
 
     def fires(self, step: int, rank: int) -> bool:
-        return step == self.step and (self.rank is None or self.rank == rank)
+        """Whether a step fault fires at this step on this rank (never for a model fault)."""
+        return self.step is not None and step == self.step and (self.rank is None or self.rank == rank)
 
 
 def _parse_fault(value: str) -> Fault:
     kind, at, rest = value.partition("@")
-    step_text, _, rank_text = rest.partition(":")
-    if kind not in FAULT_KINDS or not at or not step_text.isdigit() or (rank_text and not rank_text.isdigit()):
+    number, _, rank_text = rest.partition(":")
+    if kind not in FAULT_KINDS or not at or not number.isdigit() or (rank_text and not rank_text.isdigit()):
         raise ValueError(value)
+    if kind in MODEL_FAULT_KINDS:
+        if rank_text or rest != number:
+            raise ValueError(value)  # a model fault is in every rank's model: no :RANK
+        return Fault(kind, None, None, int(number))
     rank = int(rank_text) if rank_text else None
     if kind in CSV_FAULT_KINDS and rank not in (None, 0):
         raise ValueError(value)  # only rank 0 writes training.csv
-    return Fault(kind, int(step_text), rank)
+    return Fault(kind, int(number), rank)
+
+
+def model_fault(environ: Mapping[str, str] | None = None) -> Fault | None:
+    """NSA_FAULT when it is a model fault (MODEL_FAULT_KINDS), else None; for the layers, read when they are built."""
+    fault = parse("NSA_FAULT", environ)
+    return fault if fault is not None and fault.kind in MODEL_FAULT_KINDS else None
 
 
 def parse(name: str, environ: Mapping[str, str] | None = None):
@@ -119,7 +138,8 @@ def parse(name: str, environ: Mapping[str, str] | None = None):
     except ValueError:
         expected = {"bool": "0 or 1", "int": "a positive integer", "choice": " | ".join(toggle.choices),
                     "fault": "crash@STEP, hang@STEP or nan@STEP, optionally :RANK; or csv_missing@STEP, "
-                             "csv_empty@STEP, csv_truncate@STEP or csv_garble@STEP (rank 0 only)"}[toggle.kind]
+                             "csv_empty@STEP, csv_truncate@STEP or csv_garble@STEP (rank 0 only); or "
+                             "sel_v1_quadratic@SEQ (no rank)"}[toggle.kind]
         raise ValueError(f"environment variable {name}={raw!r} is invalid: expected {expected}") from None
 
 
@@ -173,7 +193,7 @@ def table_markdown() -> str:
     rows = ["| variable | values | default | used by | meaning |", "|---|---|---|---|---|"]
     for t in TOGGLES.values():
         values = {"bool": "0/1", "int": "positive integer", "choice": "/".join(t.choices),
-                  "fault": "KIND@STEP[:RANK]"}[t.kind]
+                  "fault": "KIND@STEP[:RANK] or KIND@SEQ"}[t.kind]
         default = "unset" if t.default is None else str(int(t.default)) if t.kind == "bool" else str(t.default)
         rows.append(f"| `{t.name}` | {values} | {default} | {t.consumer} | {t.help} |")
     return "\n".join(rows)

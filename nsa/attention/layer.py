@@ -26,6 +26,7 @@ from functools import lru_cache
 import torch
 import torch.nn as nn
 
+from nsa import toggles
 from nsa.attention import kernels
 from nsa.attention.cache import NSACache
 from nsa.attention.compression import Compressor
@@ -33,7 +34,8 @@ from nsa.config import NSAConfig
 from nsa.attention.geometry import num_cmp_blocks, num_sel_blocks
 from nsa.observability import span
 from nsa.attention.rope import apply_rope
-from nsa.attention.selection import RANGE_BUILDERS, choose_blocks, importance_from_cmp, overlap_weights
+from nsa.attention.selection import (RANGE_BUILDERS, choose_blocks, importance_from_cmp, overlap_weights,
+                                     selection_ranges_v1)
 
 BRANCHES = ("cmp", "sel", "win")
 
@@ -82,6 +84,10 @@ class NSAAttention(nn.Module):
         super().__init__()
         cfg = cfg.with_env_overrides()  # NSA_PREFILL_BATCHED / NSA_SEL_RANGES_V2, read once, here
         self.cfg = cfg
+        # NSA_FAULT=sel_v1_quadratic@SEQ (a testing aid), read once, here: selection v1 of the batched PyTorch path
+        # does O(S^2) redundant work above SEQ query positions (selection.selection_ranges_v1)
+        fault = toggles.model_fault()
+        self.sel_v1_quadratic_above = fault.seq_len if fault and fault.kind == "sel_v1_quadratic" else None
         h, g, d_k, d_v = cfg.n_heads, cfg.n_kv_groups, cfg.d_k, cfg.d_v
         self.q_proj = nn.Linear(cfg.dim, h * d_k, bias=False)
         self.k_cmp = nn.Linear(cfg.dim, g * d_k, bias=False)
@@ -162,7 +168,11 @@ class NSAAttention(nn.Module):
         with span("nsa.sel"):
             blocks = self._select_batched(p.q, p.k_cmp, s)
             with span(f"nsa.sel.ranges_{cfg.selection}"):
-                ranges = RANGE_BUILDERS[cfg.selection](blocks, torch.arange(s, device=p.q.device), cfg.l_sel)
+                positions = torch.arange(s, device=p.q.device)
+                if cfg.selection == "v1" and self.sel_v1_quadratic_above is not None:
+                    ranges = selection_ranges_v1(blocks, positions, cfg.l_sel, self.sel_v1_quadratic_above)
+                else:
+                    ranges = RANGE_BUILDERS[cfg.selection](blocks, positions, cfg.l_sel)
             out["sel"] = kernels.selected_attention(p.q, p.k_sel, p.v_sel, ranges, cfg.l_sel)
         with span("nsa.win"):
             out["win"] = kernels.window_attention(p.q, p.k_win, p.v_win, cfg.w)

@@ -11,6 +11,12 @@
     heartbeat.py   per-rank heartbeat files; watchdog.py reads them to find stalls
     safety.py      stop signals, .HALT, stack dumps, NSA_FAULT injection
     metrics.py     tokens/s, memory, MFU
+    summary.py     the Training Summary (summary.json and the printed block)
+    timeline.py    start-up milestones (timeline.json)
+    comm_count.py  communication counted at the collective calls (DDP comm hook, FSDP2 collective wrappers)
+    comm_model.py  byte and memory models per strategy, from the real parameter list
 
 Importing this package imports no torch: the orchestrator reads the configs and output contracts from here.
 """
+
+from nsa.training import timeline as _timeline  # noqa: E402,F401 - its import time is the fallback process start

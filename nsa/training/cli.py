@@ -22,7 +22,7 @@ from typing import Any
 
 from nsa.attention.kernels import KernelUnavailable
 from nsa.toggles import Toggles
-from nsa.training import checkpoint, distributed
+from nsa.training import checkpoint, distributed, timeline
 from nsa.training.config import ConfigError, RunConfig, UsageError, apply_overrides, load_config
 from nsa.training.data import DATASETS, DataError
 from nsa.training.distributed import LaunchError
@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--loader-timeout", type=float, metavar="S", help="seconds to wait for one batch (data.loader_timeout_s)")
     a("--ddp", type=int, choices=(0, 1), help="1: DistributedDataParallel; 0: single process (train.parallel)")
     a("--fsdp", action="store_true", help="FSDP2 (fully_shard per block) instead of DDP")
+    a("--fsdp-no-reshard", action="store_true",
+      help="FSDP2 keeping each block's parameters gathered from forward to backward (reshard_after_forward=False, "
+           "the SHARD_GRAD_OP equivalent: no all-gather in backward); implies --fsdp (train.fsdp_reshard: false)")
     a("--steps", type=int, help="optimizer steps in total (train.steps)")
     a("--seq-len", type=int, help="tokens per sequence (train.seq_len)")
     a("--batch-size", type=int, help="sequences per rank per micro-batch (train.batch_size)")
@@ -92,9 +95,12 @@ def resolve_config(args: argparse.Namespace, environ=os.environ) -> tuple[RunCon
         overrides["train.compile"] = True
     if args.activation_checkpointing is not None:
         overrides["model.activation_checkpointing"] = bool(args.activation_checkpointing)
-    if args.fsdp and args.ddp == 1:
-        raise UsageError("--fsdp and --ddp 1 are exclusive")
-    if args.fsdp:
+    fsdp = args.fsdp or args.fsdp_no_reshard
+    if fsdp and args.ddp == 1:
+        raise UsageError(f"{'--fsdp-no-reshard' if args.fsdp_no_reshard else '--fsdp'} and --ddp 1 are exclusive")
+    if args.fsdp_no_reshard:
+        overrides["train.fsdp_reshard"] = False
+    if fsdp:
         overrides["train.parallel"] = "fsdp"
     elif args.ddp is not None:
         overrides["train.parallel"] = "ddp" if args.ddp else "none"
@@ -113,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         from nsa.training import watchdog
 
         return watchdog.main(argv[1:], prog="nsa-train watchdog")
+    marks = timeline.reset()  # start-up milestones (timeline.json), in seconds since this process started
+    marks.mark("imports_done")
     args = build_parser().parse_args(argv)
     rank = int(os.environ.get("RANK", "0") or 0)
     _setup_logging(rank)
@@ -120,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg, config_path = resolve_config(args)
         tg = Toggles.read()
         info = distributed.init(cfg.train.device, cfg.train.pg_timeout_s)
+        marks.mark("process_group_ready")
     except (ConfigError, UsageError, LaunchError, ValueError) as exc:
         # ValueError: toggles and model configs name the variable or field
         print(f"nsa-train: error: {exc}", file=sys.stderr)

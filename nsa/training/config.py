@@ -116,6 +116,7 @@ class TrainConfig:
     grad_clip: float = 1.0  # 0 disables clipping (the norm is still measured and logged)
     precision: str = "bf16"
     parallel: str = "auto"  # auto: DDP when launched with more than one rank, else a single process
+    fsdp_reshard: bool = True  # FSDP2 reshard_after_forward; false: the SHARD_GRAD_OP equivalent (--fsdp-no-reshard)
     device: str = "auto"
     compile: bool = False
     seed: int = 1337

@@ -106,54 +106,56 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-def compress_hook(dtype: torch.dtype):
-    """A DDP communication hook that all-reduces each gradient bucket in `dtype` (bf16 or fp16).
+def wrap_ddp(model: nn.Module, info: DistInfo, bucket_mb: int, compress: str, counter=None) -> nn.Module:
+    """DistributedDataParallel with bucket_cap_mb and a comm hook that averages each gradient bucket: in fp32, or
+    in bf16/fp16 when compress is not "none" (nsa.training.comm_count.ddp_hook). The hook counts what it sends
+    into `counter` (a comm_count.CommCounter), when given."""
+    from nsa.training.comm_count import ddp_hook
 
-    Like torch's fp16/bf16_compress_hook (cast, divide by world size, all-reduce, cast back into the bucket),
-    written here so it runs on gloo as well as NCCL (torch's bf16 hook refuses non-NCCL groups).
-    """
-
-    def hook(state, bucket):  # (no annotations: DDP checks them against the real classes)
-        group = state if state is not None else dist.group.WORLD
-        buffer = bucket.buffer()
-        compressed = buffer.to(dtype).div_(dist.get_world_size(group))
-        fut = dist.all_reduce(compressed, group=group, async_op=True).get_future()
-
-        def decompress(f):
-            buffer.copy_(f.value()[0])
-            return buffer
-
-        return fut.then(decompress)
-
-    return hook
-
-
-def wrap_ddp(model: nn.Module, info: DistInfo, bucket_mb: int, compress: str) -> nn.Module:
-    """DistributedDataParallel with bucket_cap_mb and, unless compress == "none", the compression hook."""
     ddp = nn.parallel.DistributedDataParallel(
         model, device_ids=[info.device.index] if info.device.type == "cuda" else None, bucket_cap_mb=bucket_mb)
-    if compress != "none":
-        ddp.register_comm_hook(None, compress_hook(COMPRESS_DTYPES[compress]))
+    ddp.register_comm_hook(None, ddp_hook(counter, None if compress == "none" else COMPRESS_DTYPES[compress]))
     return ddp
 
 
-def wrap_fsdp(model: nn.Module) -> nn.Module:
-    """FSDP2: every transformer block sharded on its own, then the root (embedding, final norm, head)."""
+ROOT_UNIT = "root"
+
+
+def fsdp_unit_of(param_name: str) -> str:
+    """The fully_shard unit wrap_fsdp puts a parameter in: "blocks.<i>" for a transformer block's, else "root"
+    (embedding, final norm, head). Names are NSAModel.named_parameters() names."""
+    parts = param_name.split(".")
+    if len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit():
+        return f"blocks.{parts[1]}"
+    return ROOT_UNIT
+
+
+def wrap_fsdp(model: nn.Module, reshard_after_forward: bool = True) -> nn.Module:
+    """FSDP2: every transformer block sharded on its own (fsdp_unit_of), then the root (embedding, final norm,
+    head). reshard_after_forward=False keeps each block's parameters gathered from forward to backward (no
+    all-gather in backward: the SHARD_GRAD_OP equivalent). The root is left to FSDP2's default, which does not
+    reshard the root after forward (its parameters would be gathered again at once for backward)."""
     from torch.distributed.fsdp import fully_shard
 
     for block in model.blocks:
-        fully_shard(block)
+        fully_shard(block, reshard_after_forward=reshard_after_forward)
     fully_shard(model)
     return model
 
 
-def all_reduce_sum(values: list[float], info: DistInfo) -> list[float]:
-    """Element-wise sum of `values` over all ranks (float64; identity without a process group)."""
+def all_reduce_sum(values: list[float], info: DistInfo, counter=None) -> list[float]:
+    """Element-wise sum of `values` over all ranks (float64; identity without a process group). With `counter`
+    (comm_count.CommCounter) the all-reduce is counted as the trainer's own traffic."""
     if not info.distributed:
         return list(values)
     device = info.device if info.backend == "nccl" else torch.device("cpu")
     t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t)
+    if counter is None:
+        dist.all_reduce(t)
+    else:
+        with counter.paused():
+            counter.issue("all_reduce", t.numel() * t.element_size(), source="trainer")
+            dist.all_reduce(t)
     return t.tolist()
 
 

@@ -71,3 +71,16 @@ def _rss_bytes() -> int:
 def _peak_rss_bytes() -> int:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+def memory_detail_gb(device: torch.device) -> dict[str, float | None]:
+    """GiB for the Training Summary: allocated now, reserved now, peak allocated, peak reserved.
+    CUDA: the caching allocator's figures. CPU: allocated = resident set size (now / the process's peak);
+    reserved is None (there is no caching allocator to reserve anything)."""
+    if device.type == "cuda":
+        return {"alloc": torch.cuda.memory_allocated(device) / GB, "reserved": torch.cuda.memory_reserved(device) / GB,
+                "peak_alloc": torch.cuda.max_memory_allocated(device) / GB,
+                "peak_reserved": torch.cuda.max_memory_reserved(device) / GB}
+    now = _rss_bytes()
+    return {"alloc": now / GB, "reserved": None, "peak_alloc": max(now, _peak_rss_bytes()) / GB,
+            "peak_reserved": None}

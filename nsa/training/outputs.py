@@ -1,6 +1,9 @@
 """The trainer's output files in out_dir, defined in one place (DESIGN.md "Contracts").
 
-    training.csv            one row per optimizer step, columns TRAINING_COLUMNS (+ "mfu" when a peak is known)
+    training.csv            one row per optimizer step, columns TRAINING_COLUMNS, then COMM_COLUMNS (+ "mfu" when a
+                            peak is known)
+    summary.json            the Training Summary (rank 0, at the end of every run): SUMMARY_FIELDS; read_summary
+    timeline.json           start-up milestones in seconds since process start: TIMELINE_MILESTONES; read_timeline
     val.csv                 one row per evaluation, columns VAL_COLUMNS
     heartbeat_rank{r}.jsonl every rank, one JSON object per line (nsa.training.heartbeat)
     env.json                versions, devices, world size, resolved config, git sha, NSA_*/NCCL_*/TORCH_* vars
@@ -33,6 +36,8 @@ ENV_JSON = "env.json"
 STATUS_JSON = "status.json"
 CONFIG_YAML = "config.yaml"
 SDPA_AUDIT_JSON = "sdpa_audit.json"
+SUMMARY_JSON = "summary.json"
+TIMELINE_JSON = "timeline.json"
 
 # Every training.csv column and what it means (the one place they are documented).
 TRAINING_COLUMNS = {
@@ -47,13 +52,22 @@ TRAINING_COLUMNS = {
     "mem_alloc_gb": "rank 0 memory now, GiB: CUDA allocated by tensors; CPU resident set size",
     "mem_reserved_gb": "rank 0 peak memory, GiB: CUDA peak reserved by the caching allocator; CPU peak RSS",
 }
+# Optional columns (readers must not require them: files written before they existed lack them).
+COMM_COLUMNS = {
+    "comm_bytes": "bytes rank 0 sent through gradient / parameter collectives in this step (DDP bucket all-reduces; "
+                  "FSDP2 all-gathers and reduce-scatters), nccl-tests message sizes (nsa.training.comm_count); "
+                  "0 for a single process",
+    "comm_time_s": "seconds in this step during which at least one of those collectives was in flight on rank 0 "
+                   "(CPU/gloo only; empty on CUDA, where the profiler measures it)",
+}
 MFU_COLUMN = ("mfu", "model FLOPs utilization: flops_per_token * toks_per_s / (world_size * device peak); only "
                      "when the device's peak is known (GPU table in nsa.training.metrics or train.peak_tflops)")
 VAL_COLUMNS = {"step": "optimizer step", "val_loss": "mean cross entropy over the evaluation batches of all ranks",
                "val_ppl": "exp(val_loss)"}
 
 # What a run leaves in out_dir (archive_previous_run moves these aside for a fresh run).
-RUN_ARTIFACTS = (TRAINING_CSV, VAL_CSV, ENV_JSON, STATUS_JSON, CONFIG_YAML, SDPA_AUDIT_JSON, "heartbeat_rank*.jsonl",
+RUN_ARTIFACTS = (TRAINING_CSV, VAL_CSV, ENV_JSON, STATUS_JSON, CONFIG_YAML, SDPA_AUDIT_JSON, SUMMARY_JSON,
+                 TIMELINE_JSON, "heartbeat_rank*.jsonl",
                  "stackdump_*.txt", "error_rank*.txt", "checkpoints", "tb", "profile", ".HALT")
 PREVIOUS_RUNS = "previous_runs"
 
@@ -61,9 +75,217 @@ PREVIOUS_RUNS = "previous_runs"
 STATUSES = ("running", "completed", "halted", "terminated", "nonfinite", "crashed")
 
 
+# ---------------------------------------------------------------------- summary.json (the Training Summary)
+SUMMARY_SCHEMA = 1
+COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")  # = comm_count.COMM_KINDS
+
+# Every summary.json field and what it means (the one place they are documented). Rank 0 writes the file at the end
+# of every run (completed, halted, terminated, nonfinite, crashed), with what the run got to; the statistics cover
+# the steps this process ran (after --resume, training.csv also holds the earlier process's rows). "Global"
+# means all ranks together. Numbers a run cannot have (no step ran; memory reserved on CPU) are null.
+SUMMARY_FIELDS = {
+    "schema": f"summary.json format version ({SUMMARY_SCHEMA})",
+    "status": "how the run ended: one of " + " | ".join(STATUSES[1:]),
+    "parallel": "none | ddp | fsdp",
+    "fsdp_reshard": "FSDP2 reshard_after_forward (true: full shard; false: the SHARD_GRAD_OP equivalent); null "
+                    "unless FSDP2",
+    "world_size": "ranks",
+    "device": "cpu | cuda",
+    "steps": "optimizer steps this process ran (= its training.csv rows)",
+    "first_step": "step number of the first of them (null when none ran)",
+    "last_step": "step number of the last of them (null when none ran)",
+    "steps_planned": "train.steps",
+    "tokens_per_step": "global tokens per optimizer step: world_size * batch_size * accum * seq_len",
+    "samples_per_step": "global sequences per optimizer step: world_size * batch_size * accum",
+    "avg_step_time_s": "mean of training.csv step_time_s over these steps",
+    "min_step_time_s": "minimum step_time_s",
+    "max_step_time_s": "maximum step_time_s",
+    "avg_step_time_excl_first_s": "mean step_time_s without the first step (lazy init, compilation); null with "
+                                  "one step",
+    "samples_per_s": "global throughput: steps * samples_per_step / total step time",
+    "tokens_per_s": "global throughput: steps * tokens_per_step / total step time",
+    "mean_step_toks_per_s": "mean of training.csv's toks_per_s column (per-step rates averaged)",
+    "avg_loss": "mean of training.csv's loss over these steps",
+    "final_loss": "loss of the last step",
+    "memory_kind": "cuda: CUDA caching-allocator figures of rank 0 | cpu_rss: rank 0's resident set size (the "
+                   "whole process, runtime included; nothing is 'reserved' on CPU)",
+    "peak_mem_alloc_gb": "GiB; cuda: torch.cuda.max_memory_allocated; cpu_rss: the process's peak RSS",
+    "avg_mem_alloc_gb": "GiB; mean over steps of allocated memory after the step (cpu_rss: RSS)",
+    "peak_mem_reserved_gb": "GiB; cuda: torch.cuda.max_memory_reserved; null on CPU",
+    "avg_mem_reserved_gb": "GiB; cuda: mean over steps of torch.cuda.memory_reserved; null on CPU",
+    "comm_time_s": "seconds, summed over steps, during which a gradient/parameter collective was in flight on rank "
+                   "0 (CPU/gloo: measured at the calls; null on CUDA: use the profiler) - not 'exposed' time",
+    "comm_share": "comm_time_s / total step time (null where comm_time_s is)",
+    "comm_time_method": "how comm_time_s was measured, or why it was not",
+    "comm": "collectives rank 0 issued in its training steps, counted at the calls from the tensors sent "
+            "(nsa.training.comm_count): {counted_by, steps, per_step, first_step, total, constant, trainer}; "
+            "per_step (the last step: DDP's steady state after its first iteration), first_step and total are "
+            "lists of {kind, calls, bytes} with kind in " + " | ".join(COMM_KINDS) + " and bytes the nccl-tests "
+            "message size; constant: every step after the first equal to per_step; trainer: the trainer's own "
+            "per-step all-reduce of loss and stop flags ({per_step, total}), not part of the byte model",
+    "comm_model": "the byte model's prediction for this run (nsa.training.comm_model.CommPrediction.to_dict): "
+                  "{strategy, world_size, per_step, first_step, bytes_per_step, detail}, per_step/first_step as "
+                  "{kind: {calls, bytes}}",
+    "comm_model_matches": "true when the counted per_step and first_step equal the prediction exactly; null "
+                          "when nothing was counted",
+    "memory_model": "bytes per rank predicted by nsa.training.comm_model.memory_model (params, grads, "
+                    "optimizer_state, buffers, activations, total) beside the measured peaks above",
+}
+SUMMARY_REQUIRED = ("schema", "status", "parallel", "world_size", "device", "steps", "tokens_per_step",
+                    "samples_per_step", "memory_kind", "comm")
+
+# timeline.json: start-up milestones in seconds since the process started, in the order they happen.
+TIMELINE_SCHEMA = 1
+TIMELINE_MILESTONES = {
+    "process_start": "0 by definition: the process's start (/proc/self/stat), else the first import of "
+                     "nsa.training (see process_start_source)",
+    "imports_done": "nsa-train's main() entered: the interpreter, torch and the trainer's modules are imported",
+    "process_group_ready": "distributed.init returned: device chosen and, with several ranks, the process group up",
+    "model_built": "the model constructed and initialized on the host",
+    "model_on_device": "the model moved to its device",
+    "model_wrapped": "DDP / FSDP2 wrapping done (DDP broadcasts the weights here; before it, DDP runs one no_grad "
+                     "probe forward for the byte model's bucket order); single process: no wrapping",
+    "compiled": "only with train.compile: torch.compile wrapper created; compilation itself happens in the first "
+                "forward, so it is inside first_forward",
+    "setup_done": "optimizer, data source, resume, env.json done: the training loop starts",
+    "first_forward": "the first micro-batch's forward returned",
+    "first_optimizer_step": "the first optimizer step returned",
+    "first_logged_step": "the first step's training.csv row and heartbeat written: the time to first step",
+}
+TIMELINE_OPTIONAL = ("compiled",)
+TIMELINE_FIELDS = {
+    "schema": f"timeline.json format version ({TIMELINE_SCHEMA})",
+    "process_start_source": "/proc/self/stat, or the fallback used",
+    "process_start_unix": "rank 0's process start as unix time",
+    "world_size": "ranks",
+    "milestones": "rank 0: {milestone: seconds since its process started}, milestones in TIMELINE_MILESTONES order",
+    "ranks": "every rank's milestones {rank: {milestone: seconds}} up to first_logged_step (gathered once, right "
+             "after the first step); null when the run stopped before",
+    "slowest": "{milestone: {rank, s}}: the rank that reached each milestone last and when; null with ranks",
+    "time_to_first_step_s": "rank 0's first_logged_step (null when no step completed)",
+}
+
+
+class ContractError(ValueError):
+    """A trainer output file that does not follow its contract; the message is one line naming the file."""
+
+
+def _load_json(path: Path, what: str) -> dict:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ContractError(f"{path}: no {what} (the run wrote none, or this is not a trainer out_dir)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ContractError(f"{path}: not a readable JSON {what} ({exc})") from None
+    if not isinstance(data, dict):
+        raise ContractError(f"{path}: {what} must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_counts(path: Path, where: str, rows: Any) -> None:
+    if not isinstance(rows, list):
+        raise ContractError(f"{path}: {where} must be a list of {{kind, calls, bytes}}, got {type(rows).__name__}")
+    for row in rows:
+        if not isinstance(row, dict) or row.get("kind") not in COMM_KINDS:
+            raise ContractError(f"{path}: {where}: bad entry {row!r:.80} (kind must be one of {', '.join(COMM_KINDS)})")
+        for key in ("calls", "bytes"):
+            if not isinstance(row.get(key), int) or isinstance(row.get(key), bool) or row[key] < 0:
+                raise ContractError(f"{path}: {where}: {row['kind']}.{key} must be a non-negative integer, "
+                                    f"got {row.get(key)!r}")
+
+
+def read_summary(path: str | Path) -> dict[str, Any]:
+    """summary.json (a file or an out_dir holding one) as a dict, checked against SUMMARY_FIELDS: every field present
+    (unknown extra fields are kept), the required ones not null, numbers where numbers belong, comm counts well
+    formed. Raises ContractError with a one-line message otherwise."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / SUMMARY_JSON
+    data = _load_json(path, "summary.json")
+    if data.get("schema") != SUMMARY_SCHEMA:
+        raise ContractError(f"{path}: schema {data.get('schema')!r} is not the supported {SUMMARY_SCHEMA}")
+    missing = [k for k in SUMMARY_FIELDS if k not in data]
+    if missing:
+        raise ContractError(f"{path}: missing field(s) {', '.join(missing)}")
+    nulls = [k for k in SUMMARY_REQUIRED if data[k] is None]
+    if nulls:
+        raise ContractError(f"{path}: field(s) {', '.join(nulls)} must not be null")
+    if data["status"] not in STATUSES:
+        raise ContractError(f"{path}: status {data['status']!r} is not one of {', '.join(STATUSES)}")
+    for key in ("world_size", "steps", "tokens_per_step", "samples_per_step"):
+        if not isinstance(data[key], int) or isinstance(data[key], bool) or data[key] < 0:
+            raise ContractError(f"{path}: {key} must be a non-negative integer, got {data[key]!r}")
+    numeric = [k for k in SUMMARY_FIELDS if k.endswith(("_s", "_gb", "_loss", "_share")) and k != "comm_time_method"]
+    for key in numeric:
+        if data[key] is not None and not _is_number(data[key]):
+            raise ContractError(f"{path}: {key} must be a number or null, got {data[key]!r}")
+    if data["steps"] > 0 and any(data[k] is None for k in ("avg_step_time_s", "tokens_per_s", "final_loss")):
+        raise ContractError(f"{path}: {data['steps']} step(s) ran but the step statistics are null")
+    comm = data["comm"]
+    if not isinstance(comm, dict):
+        raise ContractError(f"{path}: comm must be an object, got {type(comm).__name__}")
+    for key in ("per_step", "first_step", "total"):
+        _check_counts(path, f"comm.{key}", comm.get(key))
+    trainer = comm.get("trainer")
+    if not isinstance(trainer, dict):
+        raise ContractError(f"{path}: comm.trainer must be an object")
+    for key in ("per_step", "total"):
+        _check_counts(path, f"comm.trainer.{key}", trainer.get(key))
+    return data
+
+
+def read_timeline(path: str | Path) -> dict[str, Any]:
+    """timeline.json (a file or an out_dir holding one) as a dict, checked against TIMELINE_FIELDS: known milestone
+    names with non-negative seconds that do not decrease in TIMELINE_MILESTONES order, per rank too. A run that
+    stopped early has fewer milestones; `missing_milestones` in the result lists the required ones it lacks.
+    Raises ContractError with a one-line message otherwise."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / TIMELINE_JSON
+    data = _load_json(path, "timeline.json")
+    if data.get("schema") != TIMELINE_SCHEMA:
+        raise ContractError(f"{path}: schema {data.get('schema')!r} is not the supported {TIMELINE_SCHEMA}")
+    missing = [k for k in TIMELINE_FIELDS if k not in data]
+    if missing:
+        raise ContractError(f"{path}: missing field(s) {', '.join(missing)}")
+
+    def check(marks: Any, where: str) -> None:
+        if not isinstance(marks, dict):
+            raise ContractError(f"{path}: {where} must be an object of milestone: seconds")
+        unknown = [k for k in marks if k not in TIMELINE_MILESTONES]
+        if unknown:
+            raise ContractError(f"{path}: {where}: unknown milestone {unknown[0]!r}")
+        last_name, last = None, 0.0
+        for name in TIMELINE_MILESTONES:
+            if name not in marks:
+                continue
+            value = marks[name]
+            if not _is_number(value) or value < 0:
+                raise ContractError(f"{path}: {where}.{name} must be non-negative seconds, got {value!r}")
+            if value < last:
+                raise ContractError(f"{path}: {where}: {name} ({value} s) comes before {last_name} ({last} s)")
+            last_name, last = name, value
+
+    check(data["milestones"], "milestones")
+    if data["ranks"] is not None:
+        if not isinstance(data["ranks"], dict):
+            raise ContractError(f"{path}: ranks must be an object of rank: milestones, or null")
+        for rank, marks in data["ranks"].items():
+            check(marks, f"ranks.{rank}")
+    data["missing_milestones"] = [k for k in TIMELINE_MILESTONES
+                                  if k not in data["milestones"] and k not in TIMELINE_OPTIONAL]
+    return data
+
+
 def columns_markdown() -> str:
     rows = ["| column | meaning |", "|---|---|"]
     rows += [f"| `{k}` | {v} |" for k, v in TRAINING_COLUMNS.items()]
+    rows += [f"| `{k}` | {v} (optional) |" for k, v in COMM_COLUMNS.items()]
     rows.append(f"| `{MFU_COLUMN[0]}` | {MFU_COLUMN[1]} |")
     return "\n".join(rows)
 

@@ -16,19 +16,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
 from nsa import observability, toggles
 from nsa.model import NSAModel, flops_per_token, lm_loss
 from nsa.toggles import Toggles
-from nsa.training import checkpoint, distributed, outputs
+from nsa.training import checkpoint, comm_count, distributed, outputs, timeline
+from nsa.training.comm_model import activation_bytes, comm_model, memory_model, param_specs
 from nsa.training.config import RunConfig, UsageError, save_config
 from nsa.training.data import build_eval_source, build_source
 from nsa.training.distributed import DistInfo
 from nsa.training.heartbeat import HeartbeatWriter
-from nsa.training.metrics import device_name, memory_gb, mfu, peak_flops
+from nsa.training.metrics import device_name, memory_detail_gb, memory_gb, mfu, peak_flops
 from nsa.training.optim import build_adamw, lr_at
 from nsa.training.safety import CSV_FAULTS_STOPPING_WRITER, RunControl, damage_training_csv
+from nsa.training.summary import SummaryAccumulator, format_summary
 from nsa.training.watchdog import HALT_NAME
 
 log = logging.getLogger("nsa.training")
@@ -75,10 +78,33 @@ class Trainer:
         self.control = RunControl(self.out, info.rank, tg.fault)
 
         # model, wrapping, optimizer
+        self.timeline = timeline.current()
+        self._timeline_ranks: list[dict] | None = None  # every rank's milestones, gathered after the first step
         torch.manual_seed(tc.seed)
-        self.net = NSAModel(cfg.model).to(self.device)
+        net = NSAModel(cfg.model)
+        self.timeline.mark("model_built")
+        self.net = net.to(self.device)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.timeline.mark("model_on_device")
         self.n_params = self.net.num_params()
         self.flops_per_token = flops_per_token(cfg.model, tc.seq_len)
+        # communication: counted at the calls (comm_count) and predicted from the real parameters (comm_model)
+        self.comm = (comm_count.CommCounter(measure_time=self.device.type != "cuda")
+                     if self.parallel != "none" else None)
+        self.comm_counted_by = {"ddp": "ddp_comm_hook", "fsdp": "fsdp2_collective_wrappers"}.get(self.parallel)
+        # DDP buckets gradients in the order they become ready, the reverse of the forward's first use: one probe
+        # forward (no_grad) gives that order; the other strategies need only the registration order
+        probe = (torch.zeros(1, min(tc.seq_len, 512), dtype=torch.long, device=self.device)
+                 if self.parallel == "ddp" else None)
+        specs = param_specs(self.net, probe)
+        self.comm_prediction = comm_model(
+            specs, self.parallel, world_size=info.world_size, accum=tc.accum, bucket_cap_mb=tg.ddp_bucket_mb,
+            compress=tg.ddp_compress if self.parallel == "ddp" else "none",
+            reshard_after_forward=tc.fsdp_reshard).to_dict()
+        self.memory_prediction = memory_model(
+            specs, self.parallel, world_size=info.world_size, reshard_after_forward=tc.fsdp_reshard,
+            activations=activation_bytes(cfg.model, tc.batch_size, tc.seq_len, tc.precision))
         self.model: nn.Module = self._wrap(self.net)
         fused = tg.opt_fused and self.device.type == "cuda"
         if tg.opt_fused and not fused:
@@ -104,6 +130,12 @@ class Trainer:
                 self.source.load_state_dict(data_state)
                 self.say(f"resumed from {found} (step {self.start_step})")
         self.last_saved = self.start_step
+        self.summary = SummaryAccumulator(
+            parallel=self.parallel, world_size=info.world_size, device_type=self.device.type,
+            tokens_per_step=info.world_size * tc.batch_size * tc.accum * tc.seq_len,
+            samples_per_step=info.world_size * tc.batch_size * tc.accum, steps_planned=tc.steps,
+            fsdp_reshard=tc.fsdp_reshard if self.parallel == "fsdp" else None)
+        self._fault_notes()
 
         # observability
         self.audit = observability.SdpaAudit() if tg.sdpa_audit and info.is_main else None
@@ -113,7 +145,8 @@ class Trainer:
         if (tg.sdpa_flash_only or tg.sdpa_no_flash) and self.device.type != "cuda":
             self.say("SDPA backend restriction applies to the CPU kernels (flash = the fused CPU kernel)")
         self.peak = peak_flops(self.device, tc.precision, tc.peak_tflops)
-        columns = list(outputs.TRAINING_COLUMNS) + ([outputs.MFU_COLUMN[0]] if self.peak else [])
+        columns = (list(outputs.TRAINING_COLUMNS) + list(outputs.COMM_COLUMNS)
+                   + ([outputs.MFU_COLUMN[0]] if self.peak else []))
         self.csv = self.val_csv = self.tb = None
         nodes = distributed.node_records(info)  # a collective: every rank takes part
         if info.is_main:
@@ -155,20 +188,37 @@ class Trainer:
         tc, tg = self.cfg.train, self.tg
         model: nn.Module = net
         if self.parallel == "ddp":
-            model = distributed.wrap_ddp(net, self.info, tg.ddp_bucket_mb, tg.ddp_compress)
+            model = distributed.wrap_ddp(net, self.info, tg.ddp_bucket_mb, tg.ddp_compress, counter=self.comm)
             self.say(f"[ddp] world size {self.info.world_size}, backend {self.info.backend}, "
                      f"bucket_cap_mb {tg.ddp_bucket_mb}")
             if tg.ddp_compress != "none":
                 self.say(f"[ddp] gradient compression enabled: {tg.ddp_compress}")
         elif self.parallel == "fsdp":
-            model = distributed.wrap_fsdp(net)
-            self.say(f"[fsdp] fully_shard per block, world size {self.info.world_size}")
+            model = distributed.wrap_fsdp(net, reshard_after_forward=tc.fsdp_reshard)
+            mode = "full shard" if tc.fsdp_reshard else "no reshard after forward (SHARD_GRAD_OP equivalent)"
+            self.say(f"[fsdp] fully_shard per block, {mode}, world size {self.info.world_size}")
         if self.parallel != "ddp" and tg.ddp_compress != "none":
             self.say(f"NSA_DDP_COMPRESS={tg.ddp_compress} is ignored: the run is not DDP")
+        if self.parallel != "fsdp" and not tc.fsdp_reshard:
+            self.say("train.fsdp_reshard=false is ignored: the run is not FSDP2")
+        self.timeline.mark("model_wrapped")
         if tc.compile:
             model = torch.compile(model)
-            self.say("torch.compile enabled")
+            self.timeline.mark("compiled")
+            self.say("torch.compile enabled (compilation happens during the first forward)")
         return model
+
+    def _fault_notes(self) -> None:
+        """Say when NSA_FAULT is a model fault (nsa.toggles.MODEL_FAULT_KINDS), and whether it can bite here."""
+        fault = self.tg.fault
+        if fault is None or fault.kind not in toggles.MODEL_FAULT_KINDS:
+            return
+        layer_cfg = self.net.blocks[0].attn.cfg if self.cfg.model.attention == "nsa" else None
+        active = (layer_cfg is not None and layer_cfg.prefill == "batched" and layer_cfg.selection == "v1"
+                  and self._attention_kernel() == "torch")
+        self.say(f"NSA_FAULT={fault.kind}@{fault.seq_len} (a testing aid): selection v1 does O(seq_len^2) extra work "
+                 f"above {fault.seq_len} tokens" + ("" if active else "; it has no effect here (it needs NSA "
+                                                      "attention, batched prefill, selection v1 and torch kernels)"))
 
     def _tensorboard(self):
         if self.tg.tb_disable:
@@ -208,9 +258,12 @@ class Trainer:
 
     def _grad_norm(self) -> torch.Tensor:
         max_norm = self.cfg.train.grad_clip if self.cfg.train.grad_clip > 0 else math.inf
-        norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), max_norm)
-        if hasattr(norm, "full_tensor"):  # FSDP2: a replicated DTensor
-            norm = norm.full_tensor()
+        counting = (comm_count.functional_collectives(self.comm) if self.parallel == "fsdp" and self.comm is not None
+                    else contextlib.nullcontext())  # FSDP2: DTensor reduces the norm across ranks
+        with counting:
+            norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), max_norm)
+            if hasattr(norm, "full_tensor"):
+                norm = norm.full_tensor()
         return norm
 
     def train_step(self, step: int, record_stats: bool) -> dict[str, Any]:
@@ -238,6 +291,9 @@ class Trainer:
             with self._no_sync(last):
                 with self._autocast():
                     loss = lm_loss(self.model(inputs), targets)
+                if not self.timeline.has("first_forward"):
+                    self._sync()
+                    self.timeline.mark("first_forward")
                 if fault == "nan":
                     loss = loss * float("nan")
                 scaled = loss / tc.accum
@@ -260,13 +316,20 @@ class Trainer:
         status, reason, code = "completed", None, EXIT_OK
         step = self.start_step
         profiler = self._profiler()
+        # FSDP2's collectives are counted by wrappers installed for this loop only (DDP's by its comm hook)
+        counting = (comm_count.patch_collectives(self.comm) if self.parallel == "fsdp"
+                    else contextlib.nullcontext())
+        self.timeline.mark("setup_done")
         try:
-            with observability.sdpa_backends(self.tg.sdpa_flash_only, self.tg.sdpa_no_flash), profiler or contextlib.nullcontext():
+            with observability.sdpa_backends(self.tg.sdpa_flash_only, self.tg.sdpa_no_flash), \
+                    profiler or contextlib.nullcontext(), counting:
                 while step < tc.steps:
                     step += 1
                     self.control.step = step
                     aux = not self.tg.aux_stats_disable and (step % tc.log_every == 0 or step == 1)
                     self._sync()
+                    if self.comm is not None:
+                        self.comm.begin_step()
                     t0 = time.perf_counter()
                     with observability.span("nsa.step"):
                         out = self.train_step(step, aux)
@@ -277,8 +340,10 @@ class Trainer:
                     loss_total, n_bad_loss, n_bad_grad, n_halt, n_term = distributed.all_reduce_sum(
                         [0.0 if local_loss_bad else float(out["loss_sum"]), float(local_loss_bad),
                          float(local_grad_bad), float(self.control.halt_requested()),
-                         float(self.control.stop_signal is not None)], info)
+                         float(self.control.stop_signal is not None)], info, counter=self.comm)
                     if n_bad_loss or n_bad_grad:
+                        if self.comm is not None:
+                            self.comm.discard_step()
                         self.optimizer.zero_grad(set_to_none=True)
                         status, code = "nonfinite", EXIT_NONFINITE
                         what = (f"non-finite loss on {int(n_bad_loss)} of {info.world_size} rank(s)" if n_bad_loss
@@ -295,9 +360,14 @@ class Trainer:
                     self.optimizer.zero_grad(set_to_none=True)
                     self._sync()
                     dt = time.perf_counter() - t0
+                    self.timeline.mark("first_optimizer_step")
+                    comm = self.comm.end_step() if self.comm is not None else None
                     loss = loss_total / (tc.accum * info.world_size)
                     self._record(step, loss, out["lr"], grad_norm, dt, tokens_per_step,
-                                 float(out["loss_sum"]) / tc.accum, aux)
+                                 float(out["loss_sum"]) / tc.accum, aux, comm)
+                    if step == self.start_step + 1:
+                        self.timeline.mark("first_logged_step")
+                        self._write_timeline(gather=True)
                     if profiler is not None:
                         profiler.step()
                     if self.eval_source is not None and (step % tc.eval_every == 0 or step == tc.steps):
@@ -315,6 +385,7 @@ class Trainer:
                 self._save(step)
         except BaseException as exc:
             self._status("crashed", f"{type(exc).__name__}: {exc}", step)
+            self._finish_files("crashed")
             self.heartbeat.write(step, "error", error=f"{type(exc).__name__}: {exc}")
             self.heartbeat.close()
             (self.out / f"error_rank{info.rank}.txt").write_text(traceback.format_exc())
@@ -329,6 +400,7 @@ class Trainer:
                               for r in summary["by_site"])
             self.say(f"[sdpa-audit] {summary['calls']} calls: {sites or 'none'}", note=False)
         self._status(status, reason, step)
+        self._finish_files(status)
         if status != "nonfinite":
             digest = self._param_digest() if self.parallel != "fsdp" else None  # FSDP: shards differ by design
             self.heartbeat.write(step, "done" if status == "completed" else "stop", status=status,
@@ -337,12 +409,18 @@ class Trainer:
         self.say(f"{status} at step {step}" + (f": {reason}" if reason else ""))
         return code
 
-    def _record(self, step, loss, lr, grad_norm, dt, tokens_per_step, local_loss, aux) -> None:
+    def _record(self, step, loss, lr, grad_norm, dt, tokens_per_step, local_loss, aux, comm=None) -> None:
         tc = self.cfg.train
         mem_alloc, mem_reserved = memory_gb(self.device)
         tps = tokens_per_step / dt
         row = {"step": step, "loss": loss, "lr": lr, "toks_per_s": tps, "step_time_s": dt, "grad_norm": grad_norm,
-               "mem_alloc_gb": mem_alloc, "mem_reserved_gb": mem_reserved}
+               "mem_alloc_gb": mem_alloc, "mem_reserved_gb": mem_reserved,
+               "comm_bytes": self.comm.step_bytes(comm) if comm is not None else 0,
+               "comm_time_s": (comm["time_s"] if comm is not None
+                               else (0.0 if self.device.type != "cuda" else None))}
+        if self.info.is_main:
+            detail = memory_detail_gb(self.device)
+            self.summary.add(step, dt, tps, loss, detail["alloc"], detail["reserved"])
         util = mfu(self.flops_per_token, tps, self.info.world_size, self.peak)
         if util is not None:
             row["mfu"] = util
@@ -366,6 +444,56 @@ class Trainer:
                      f" | grad {grad_norm:.3f} | mem {mem_alloc:.2f}/{mem_reserved:.2f} GB{extra}{gates}")
         if self.audit is not None and step % tc.log_every == 0:
             outputs.write_json(self.out / outputs.SDPA_AUDIT_JSON, self.audit.summary())
+
+    def _write_timeline(self, gather: bool = False) -> None:
+        """timeline.json (rank 0). gather: every rank's milestones too (a collective: all ranks call it, in step)."""
+        marks = dict(self.timeline.marks)
+        per_rank = None
+        if gather:
+            per_rank = [marks]
+            if self.info.distributed:
+                per_rank = [None] * self.info.world_size
+                dist.all_gather_object(per_rank, marks)
+            self._timeline_ranks = per_rank
+        per_rank = self._timeline_ranks
+        if not self.info.is_main:
+            return
+        slowest = None
+        if per_rank is not None:
+            slowest = {}
+            for name in outputs.TIMELINE_MILESTONES:
+                reached = [(m[name], r) for r, m in enumerate(per_rank) if name in m]
+                if reached:
+                    seconds, rank = max(reached)
+                    slowest[name] = {"rank": rank, "s": seconds}
+        order = {name: i for i, name in enumerate(outputs.TIMELINE_MILESTONES)}
+        ordered = lambda m: dict(sorted(m.items(), key=lambda kv: order.get(kv[0], len(order))))  # noqa: E731
+        outputs.write_json(self.out / outputs.TIMELINE_JSON, {
+            "schema": outputs.TIMELINE_SCHEMA, "process_start_source": self.timeline.source,
+            "process_start_unix": self.timeline.start_unix, "world_size": self.info.world_size,
+            "milestones": ordered({"process_start": 0.0, **marks}),
+            "ranks": None if per_rank is None else {str(r): ordered({"process_start": 0.0, **m})
+                                                    for r, m in enumerate(per_rank)},
+            "slowest": slowest, "time_to_first_step_s": marks.get("first_logged_step")})
+
+    def _finish_files(self, status: str) -> None:
+        """summary.json and timeline.json (rank 0) at the end of a run, whatever its end; prints the summary.
+        Best effort after a crash: a failure here must not hide the crash."""
+        if not self.info.is_main:
+            return
+        try:
+            detail = memory_detail_gb(self.device)
+            self.summary.set_peaks(detail["peak_alloc"], detail["peak_reserved"])
+            summary = self.summary.build(status, self.comm, self.comm_counted_by, self.comm_prediction,
+                                         self.memory_prediction)
+            outputs.write_json(self.out / outputs.SUMMARY_JSON, summary)
+            self._write_timeline()
+        except Exception as exc:  # noqa: BLE001 - reported, never raised over the run's own outcome
+            if status != "crashed":
+                raise
+            log.warning(f"summary.json / timeline.json not written after the crash: {type(exc).__name__}: {exc}")
+            return
+        log.info("\n" + format_summary(summary))
 
     def _csv_fault(self, step: int) -> None:
         """NSA_FAULT=csv_*@STEP (a testing aid): damage training.csv after this step's row (nsa.training.safety)."""

@@ -9,6 +9,7 @@ import pytest
 import torch
 import yaml
 
+from train_checks import check_counts_equal_model, check_summary_against_csv, check_timeline
 from train_utils import TINY, final_params, heartbeats, read_csv, run
 
 STEPS, BATCH, ACCUM = 3, 2, 2
@@ -103,6 +104,20 @@ def test_ddp_ranks_hold_identical_parameters_and_write_complete_outputs(ddp_run)
     assert status["status"] == "completed" and status["step"] == STEPS
 
 
+def test_ddp_summary_timeline_and_counted_bytes(ddp_run):
+    """summary.json consistent with training.csv; every rank's start-up milestones; the gradient all-reduce
+    counted at DDP's comm hook equal to the byte model (one 25 MB bucket; accumulation 2 under no_sync)."""
+    out_dir, raw, out = ddp_run
+    check_summary_against_csv(out_dir, world_size=2, batch=BATCH, accum=ACCUM, seq_len=raw["train"]["seq_len"])
+    summary = check_counts_equal_model(out_dir, raw, "ddp", bucket_cap_mb=25)
+    from nsa.model import ModelConfig, NSAModel
+    n_params = NSAModel(ModelConfig.from_flat(raw["model"])).num_params()
+    assert summary["comm"]["per_step"] == [{"kind": "all_reduce", "calls": 1, "bytes": 4 * n_params,
+                                            "sizes": [4 * n_params]}]
+    check_timeline(out_dir, world_size=2)
+    assert "Training Summary" in out
+
+
 def test_activation_checkpointing_under_ddp_gives_the_same_training(ddp_run, tmp_path):
     out_dir, raw, _ = ddp_run
     cfg, _ = _config(tmp_path)
@@ -125,6 +140,10 @@ def test_fsdp2_matches_ddp(ddp_run, tmp_path):
     assert set(ddp) == set(fsdp)
     for name in ddp:
         torch.testing.assert_close(fsdp[name], ddp[name], atol=2e-5, rtol=1e-4, msg=name)
+    # full shard: all-gathers in forward and backward, reduce-scatters, counted at the collectives = the byte model
+    summary = check_counts_equal_model(tmp_path / "fsdp", raw, "fsdp", reshard_after_forward=True)
+    assert summary["fsdp_reshard"] is True
+    assert summary["comm"]["per_step"][0]["calls"] == ACCUM * (3 + 2)  # (root + 2 blocks) forward, 2 blocks backward
 
 
 def test_runbook_baseline_toggles_with_bf16_compression(tmp_path):
@@ -142,6 +161,11 @@ def test_runbook_baseline_toggles_with_bf16_compression(tmp_path):
     assert recorded["config_path"] == str(cfg)
     rows = read_csv(tmp_path / "rb" / "training.csv")
     assert len(rows) == 2 and all(math.isfinite(float(r["loss"])) for r in rows)
+    # compression halves the bytes the hook sends: bf16 buckets, counted = the byte model
+    summary = check_counts_equal_model(tmp_path / "rb", raw, "ddp", bucket_cap_mb=50, compress="bf16")
+    from nsa.model import ModelConfig, NSAModel
+    n_params = NSAModel(ModelConfig.from_flat(raw["model"])).num_params()
+    assert summary["comm"]["per_step"][0]["bytes"] == 2 * n_params
 
 
 def test_ddp_stop_and_resume_restores_every_ranks_data_position(ddp_run, tmp_path):

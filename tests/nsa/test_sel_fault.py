@@ -1,0 +1,135 @@
+"""NSA_FAULT=sel_v1_quadratic@SEQ: selection v1 made super-linearly slow above SEQ tokens, for the triage tests.
+
+The fault must be honest: the same output, real O(S^2) work (counted here as comparisons, and timed with generous
+margins), only in v1 of the batched PyTorch path, only above SEQ."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from nsa import toggles
+from nsa.attention import selection
+from nsa_test_utils import make_attn, make_cfg, rand_x
+
+SEQ = 48
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("sel_v1_quadratic@256", toggles.Fault("sel_v1_quadratic", None, None, 256)),
+    (" SEL_V1_QUADRATIC@0 ", toggles.Fault("sel_v1_quadratic", None, None, 0)),
+    ("crash@3:1", toggles.Fault("crash", 3, 1)),  # the step faults are unchanged
+])
+def test_fault_syntax(text, expected):
+    fault = toggles.parse("NSA_FAULT", {"NSA_FAULT": text})
+    assert fault == expected
+    if fault.kind in toggles.MODEL_FAULT_KINDS:
+        assert not any(fault.fires(step, rank) for step in range(5) for rank in range(3))  # never a step fault
+        assert toggles.model_fault({"NSA_FAULT": text}) == fault
+    else:
+        assert toggles.model_fault({"NSA_FAULT": text}) is None
+
+
+@pytest.mark.parametrize("text", ["sel_v1_quadratic@", "sel_v1_quadratic@x", "sel_v1_quadratic@256:0",
+                                  "sel_v1_quadratic", "sel_v1_quadratic@-5", "sel_v2_quadratic@256"])
+def test_bad_fault_values_are_one_line_errors(text):
+    with pytest.raises(ValueError) as err:
+        toggles.parse("NSA_FAULT", {"NSA_FAULT": text})
+    message = str(err.value)
+    assert "NSA_FAULT" in message and "sel_v1_quadratic@SEQ" in message and "\n" not in message
+
+
+def _layer(monkeypatch, ranges: str, fault: str | None):
+    monkeypatch.setenv("NSA_SEL_RANGES_V2", "1" if ranges == "v2" else "0")
+    if fault is None:
+        monkeypatch.delenv("NSA_FAULT", raising=False)
+    else:
+        monkeypatch.setenv("NSA_FAULT", fault)
+    cfg = make_cfg()
+    return make_attn(cfg, seed=1)  # the layer reads the toggles once, here
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Every call of the fault's redundant pass: (query positions, comparisons made)."""
+    calls = []
+    real = selection.pairwise_block_overlap
+
+    def counting(blocks, *args, **kwargs):
+        counts, comparisons = real(blocks, *args, **kwargs)
+        calls.append((blocks.shape[-2], comparisons))
+        return counts, comparisons
+
+    monkeypatch.setattr(selection, "pairwise_block_overlap", counting)
+    return calls
+
+
+def test_v1_output_is_unchanged_and_the_extra_work_is_quadratic_above_seq(monkeypatch, spy):
+    clean = _layer(monkeypatch, "v1", None)
+    faulty = _layer(monkeypatch, "v1", f"sel_v1_quadratic@{SEQ}")
+    assert faulty.sel_v1_quadratic_above == SEQ and clean.sel_v1_quadratic_above is None
+    comparisons = {}
+    for s in (SEQ // 2, SEQ, 2 * SEQ, 4 * SEQ):
+        x = rand_x(2, s, faulty.cfg.dim, seed=3)
+        spy.clear()
+        with torch.no_grad():
+            expected = clean(x)
+            assert not spy  # the clean layer never does the extra work
+            got = faulty(x)
+        assert torch.equal(got, expected), f"seq {s}: the fault changed the output"
+        if s <= SEQ:
+            assert spy == [], f"seq {s} <= {SEQ}: no extra work expected"
+        else:
+            assert [n for n, _ in spy] == [s], spy  # one pass per forward, over all s query positions
+            comparisons[s] = spy[0][1]
+    cfg = faulty.cfg
+    b, g, n = 2, cfg.n_kv_groups, cfg.n_sel
+    for s, count in comparisons.items():
+        assert count == b * g * s * s * n * n
+    assert comparisons[4 * SEQ] == 4 * comparisons[2 * SEQ]  # doubling S quadruples the work
+
+
+def test_v2_and_the_sequential_path_are_unaffected(monkeypatch, spy):
+    v2 = _layer(monkeypatch, "v2", f"sel_v1_quadratic@{SEQ}")
+    x = rand_x(2, 4 * SEQ, v2.cfg.dim, seed=4)
+    with torch.no_grad():
+        v2(x)
+    assert spy == []
+    monkeypatch.setenv("NSA_PREFILL_BATCHED", "0")
+    sequential = _layer(monkeypatch, "v1", f"sel_v1_quadratic@{SEQ}")
+    assert sequential.cfg.prefill == "sequential"
+    with torch.no_grad():
+        sequential(rand_x(1, 2 * SEQ, v2.cfg.dim, seed=5))
+    assert spy == []  # one query per call there: the fault's threshold is never passed
+
+
+def test_pairwise_block_overlap_counts_shared_blocks():
+    blocks = torch.tensor([[[0, 1], [0, -1], [2, 1]]])  # one sequence, 3 queries, n_sel 2
+    counts, comparisons = selection.pairwise_block_overlap(blocks, max_elements=4)  # forces 1-query chunks
+    # query 0 {0,1}: shares 0 and 1 with itself (2), 0 with q1 (1), 1 with q2 (1)
+    assert counts.tolist() == [[4, 2, 3]] and comparisons == 3 * 3 * 2 * 2
+
+
+def test_wall_time_grows_quadratically_above_seq_with_v1_only():
+    """A benchmark-style check with generous margins (expected ratio 4 when S doubles; asserted > 2)."""
+    torch.manual_seed(0)
+    positions = {s: torch.arange(s) for s in (256, 512)}
+    blocks = {s: torch.randint(-1, s // 32, (2, 2, s, 4)) for s in (256, 512)}
+
+    def best(fn, s, repeats=3):
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn(blocks[s], positions[s], 32)
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    def v1_faulty(b, p, l_sel):
+        return selection.selection_ranges_v1(b, p, l_sel, quadratic_above=128)
+
+    added = {s: best(v1_faulty, s) - best(selection.selection_ranges_v1, s) for s in (256, 512)}
+    assert added[256] > 0 and added[512] / added[256] > 2.0, added
+    v2 = {s: best(selection.selection_ranges_v2, s) for s in (256, 512)}
+    assert v2[512] < added[256], (v2, added)  # v2 is nowhere near the faulty v1's cost

@@ -50,8 +50,8 @@ block_importance (tests, diagnostics) always uses (a)'s kernel.
 Launch configuration (block_config, shape only): hpg 1: BM 64 token rows, no head sum, 4 warps; hpg 2-3: BM 64
 (21-32 tokens), 4 warps; hpg >= 4: BM 128 (8-32 tokens), 8 warps; BT_PAD = next power of two >= 16 of the tokens
 (at most 32 but for hpg 1: a 64-token list spills under 3.6); BC from {32, 64, 128} minimising (BC + 32) / BJ (a
-merge guessed to cost about 32 keys of score work: to be measured), at most 32 when d_k > 64 (the key tile is a
-dot operand every warp holds whole; 64 keys spill at d_k 128).
+merge guessed to cost about 32 keys of score work: to be measured), at most 32 when d_k > 64 and 64 when d_k > 32
+with BM 64 (the key tile is a dot operand every warp holds whole; larger tiles spill).
 
 Alternatives considered: importance buffer + torch.topk (ties unspecified, so not choose_blocks' answer); head
 sum before Eq. 9 (R @ P costs BC/16 = 4x the R @ acc); carrying each key tile's contribution to the next selection
@@ -72,18 +72,17 @@ AOT compile, triton 3.9 and 3.6 (python -m nsa.attention.kernels.aot): registers
 PTX, shared bytes; 0 spill stores everywhere. On sm_90 Q K^T and P W reach wgmma; the head-sum dot R @ acc (16-32
 rows) stays mma.sync.
   kernel[config]                                        sm_80 3.9   sm_90 3.9   sm_80 3.6   sm_90 3.6  shared
-  topk_kernel[BM=128,BT=32,D=64,BC=64,hpg=6,bf16]          186 m       179 w       240 m       223 w   32768
+  topk_kernel[BM=128,BT=32,D=64,BC=64,hpg=6,bf16]          183 m       179 w       221 m       199 w   32768
   importance_kernel[BM=128,BT=32,D=64,BC=64,hpg=6,bf16]      88 m       127 w        96 m       176 w   32768
-  topk_kernel[BM=64,BT=64,D=32,BC=64,hpg=1,bf16]           168 m       196 w       191 m       190 w    8192
-  topk_kernel[BM=64,BT=32,D=128,BC=32,hpg=3,bf16]          168 m       202 w       254 m       255 w   28672
-  topk_kernel[BM=128,BT=16,D=64,BC=64,hpg=8,fp16]          179 m       173 w       211 m       181 w   28672
-  topk_kernel[BM=128,BT=32,D=128,BC=32,hpg=6,bf16]         174 m       182 w       254 m       255 w   49152
-  topk_kernel[BM=128,BT=32,D=64,BC=128,hpg=6,bf16]         192 m       254 w       255 m       255 w   40960
+  topk_kernel[BM=64,BT=64,D=32,BC=64,hpg=1,bf16]           190 m       192 w       198 m       181 w    8192
+  topk_kernel[BM=64,BT=32,D=128,BC=32,hpg=3,bf16]          168 m       202 w       254 m       254 w   28672
+  topk_kernel[BM=128,BT=16,D=64,BC=64,hpg=8,fp16]          185 m       173 w       214 m       191 w   28672
+  topk_kernel[BM=128,BT=32,D=128,BC=32,hpg=6,bf16]         174 m       183 w       254 m       255 w   49152
+  topk_kernel[BM=128,BT=32,D=64,BC=128,hpg=6,bf16]         188 m       255 w       255 m       255 w   40960
   importance_kernel[BM=64,BT=64,D=128,BC=32,hpg=1,bf16]     106 m       100 w       186 m       168 w   24576
-All 224 NSA_AOT_FULL=1 cases (both kernels, hpg 1/3/6/8, d_k 32/64/128, l_sel/d 2/4/8, bf16/fp16, 2 targets)
-compile without spills under both versions. Above 128 registers a SM holds one CTA (8 or 4 warps); the skip
-filter's branch around the merge costs ~50 registers under 3.6 (189 without it at sm_80), which changes nothing
-at that occupancy.
+All 104 NSA_AOT_FULL=1 configurations (both kernels, hpg 1/3/6/8, d_k 32/64/128, l_sel/d 2/4/8, bf16/fp16) compile
+for both targets without spills under both versions. Above 128 registers a SM holds one CTA (8 or 4 warps): the
+skip filter's branch around the merge (~40 registers under 3.6) changes nothing at that occupancy.
 """
 
 from __future__ import annotations
@@ -130,8 +129,9 @@ def block_config(hpg: int, d_k: int, l: int, d: int, l_sel: int) -> dict:
     k = 16
     d_pad = max(16, _next_pow2(d_k))
     # compressed tile: fewest keys computed per useful selection block, a merge costing about 32 keys' worth;
-    # at d_k = 128 tiles above 32 keys spill (the tile's keys are a dot operand held whole by every warp)
-    cap = 32 if d_pad >= 128 else 128
+    # larger tiles spill (the tile's keys are a dot operand every warp holds whole): above 32 keys at d_k 128,
+    # above 64 at d_k 64 with 4 warps (BM 64)
+    cap = 32 if d_pad >= 128 else 64 if (bm == 64 and d_pad >= 64) else 128
     best = None
     for bc in sorted({32, 64, 128, _next_pow2(a + b - 1)}):
         bj = min(k, (bc - (b - 1)) // a)
@@ -354,6 +354,9 @@ def _check(q, k_cmp, lse_cmp, l, d, l_sel):
         raise ValueError(f"q {tuple(q.shape)} and k_cmp {tuple(k_cmp.shape)} do not match")
     if tuple(lse_cmp.shape) != (b, h, s):
         raise ValueError(f"lse_cmp must be [B, H, S] = {(b, h, s)}, got {tuple(lse_cmp.shape)}")
+    if q.dtype != k_cmp.dtype or lse_cmp.dtype != torch.float32:
+        raise ValueError(f"q and k_cmp must share a dtype and lse_cmp be fp32, got {q.dtype}, {k_cmp.dtype}, "
+                         f"{lse_cmp.dtype}")
     if l % d or l_sel % d:
         raise ValueError(f"d={d} must divide l={l} and l_sel={l_sel}")
     if min(l // d, l_sel // d) > 256:

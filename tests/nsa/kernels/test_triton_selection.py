@@ -21,8 +21,9 @@ from triton_test_utils import KERNEL_DEVICE, ON_GPU, needs_triton
 pytestmark = needs_triton
 
 DTYPE = torch.bfloat16 if ON_GPU else torch.float32
-# near-tie tolerance on the importance (values up to hpg * l/d); fp32 paths agree to ~1e-6
-TOL = 2e-3 if ON_GPU else 2e-5
+# near-tie tolerance on the importance (values up to hpg * l/d); fp32 paths agree to ~1e-6 (on the GPU the same
+# bf16 inputs reach both sides exactly; exp2.approx and the tensor-core sums add ~1e-6 relative)
+TOL = 1e-4 if ON_GPU else 2e-5
 
 
 def _ts():
@@ -102,7 +103,7 @@ def _check_importance(case):
     assert imp.shape == (b, g, s, -(-s // l_sel)) and imp.dtype == torch.float32
     ref = R.selection_importance(q, k, _cfg(l, d, l_sel, n_sel))
     # fp32 throughout (the fp16 hi/lo splits keep ~2^-22): tight against float64
-    tol = dict(atol=3e-2, rtol=3e-2) if ON_GPU else dict(atol=2e-6, rtol=2e-6)
+    tol = dict(atol=1e-4, rtol=1e-4) if ON_GPU else dict(atol=2e-6, rtol=2e-6)
     torch.testing.assert_close(imp.double(), ref, **tol)
     torch.testing.assert_close(imp, _layer_importance(q, k, l, d, l_sel), **tol)
     # a window of rows is the same rows of the whole (tiled differently: summation order only)
@@ -194,7 +195,7 @@ def test_tiled_path_in_several_chunks(monkeypatch):
     assert torch.equal(_ts().select_blocks(q, k, lse, l, d, l_sel, n_sel, method="tiled"), whole)
 
 
-def test_layouts_and_dtypes_do_not_matter():
+def test_layouts_do_not_matter():
     """A contiguous q, a q with its own strides everywhere, and lse as a strided view all give the same blocks."""
     b, g, hpg, s, d_k, l, d, l_sel, n_sel = CASES[2]
     q, k, lse = _inputs(b, g, hpg, s, d_k, l, d)
@@ -222,6 +223,10 @@ def test_method_choice_and_argument_checks():
         ts.select_blocks(q, k[:, :, :-1], lse, 8, 4, 8, 4)
     with pytest.raises(ValueError, match="must divide"):
         ts.select_blocks(q, k, lse, 8, 3, 8, 4)
+    with pytest.raises(ValueError, match="dtype"):
+        ts.select_blocks(q, k.half(), lse, 8, 4, 8, 4)
+    with pytest.raises(ValueError, match="fp32"):
+        ts.select_blocks(q, k, lse.double(), 8, 4, 8, 4)
 
 
 def test_no_gradient_and_inputs_requiring_grad():

@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # The Triton kernel modules (each defines aot_cases()). A module is added here together with its kernels.
-KERNEL_MODULES: tuple[str, ...] = ("nsa.attention.kernels.triton_range", "nsa.attention.kernels.triton_selected")
+KERNEL_MODULES: tuple[str, ...] = ("nsa.attention.kernels.triton_range", "nsa.attention.kernels.triton_selected",
+                                  "nsa.attention.kernels.triton_selection")
 
 TARGETS = (80, 90)  # compute capabilities: A100, H100
 

@@ -1,0 +1,545 @@
+"""Block selection on the GPU (paper Eq. 8-10 and the top-n choice) without [B, H, S, n_cmp] probabilities.
+
+    select_blocks(q, k_cmp, lse_cmp, l, d, l_sel, n_sel) -> blocks [B, G, S, n_sel] int64 (no gradient)
+    block_importance(q, k_cmp, lse_cmp, l, d, l_sel, start=0, stop=None) -> [B, G, stop - start, n_blocks] fp32
+
+Importance (paper Eq. 8-10) and the top-n_sel choice computed tile by tile from q, the compressed keys and the
+compressed branch's log-sum-exp: p = exp(q.k_i / sqrt(d_k) - lse) are the compressed probabilities without a second
+softmax pass. Both paths equal choose_blocks(importance, arange(S), n_sel, l_sel) of the reference importance up to
+the order of floating-point summation (ties to the lower block index, forced blocks 0, t // l_sel and the one
+before, ascending output, -1 padding).
+
+Design
+------
+One @triton.jit tile function (_importance_tile) serves both kernels. A program owns BT query tokens of one
+(batch, KV group): BM = BT * hpg query rows packed token-major (row r = token r // hpg, head r % hpg; hpg 6 -> 21
+tokens in 128 rows, 2 idle rows, where padding heads to 8 would idle 25%). For a tile of BJ selection blocks
+j0 .. j0 + BJ - 1 it reads the BC compressed keys j0 * l_sel/d - (l/d - 1) .. + BC - 1, which are exactly the keys
+overlapping those blocks, halo included (BJ = (BC - l/d + 1) // (l_sel/d), 15 with BC 64 for the model's
+l=32, d=16, l_sel=64: 64 keys read for the 61 needed, 4.27 per selection block where 4 is the least), so every
+key tile serves one selection tile and nothing is carried between tiles. Then, all in registers:
+  S = Q K^T (tensor cores, [BM, BC]);  P = exp2(S * log2e / sqrt(d_k) - lse * log2e), 0 where i*d + l - 1 > t;
+  Eq. 9: acc = P @ W with W[i, j] = |chunks of block i and selection block j| (stride-d chunks, index arithmetic,
+         small integers: exact in fp16), [BM, 16];
+  Eq. 10: imp = R @ acc with R[token, row] = 1 for the rows of that token ([BT_PAD, BM] 0/1), [BT_PAD, 16].
+The two products take an fp32 operand; each is split into fp16 hi + lo parts (two dots, fp32 accumulation), scaled
+by powers of two (P * 8192 <= 8192, acc below 2^15) so neither part overflows nor lands in fp16's subnormals:
+importance keeps ~2^-22 relative accuracy (one bf16 or tf32 dot would give 2^-9 / 2^-11 and flip choices at
+near-ties of 1e-3). fp16 rather than bf16 also because Triton's interpreter multiplies bf16 dot operands as raw
+uint16 (wrong results on the CPU test path).
+
+(b) fused, _blocksel_topk_kernel, grid (cdiv(S, BT), B*G): the program walks its selection tiles in ascending
+    order up to the last block its tokens have started (causal: work grows with t, like causal attention) and keeps
+    per token a running list of the 16 best keys, key = (importance bits << 32) | (2^32 - 1 - j) in int64 (non-
+    negative fp32 bits order like the floats, so keys order by importance with ties to the lower index; forced
+    blocks get +inf's bits; blocks not started and padding -1). Merge = one bitonic top-K step: the tile's keys
+    sorted ascending, the elementwise max with the descending list is bitonic and holds the 16 best of both, one
+    bitonic merge sorts it (14 compare-exchange rounds on [BT_PAD, 16], where a full sort of the 32 would take 15 on
+    twice the elements); a tile none of whose keys beats its tokens' 16th is skipped. Finally the first n_sel
+    keys' indices are sorted ascending, -1 last, and written: [B, G, S, n_sel] int64, no importance buffer. Tokens
+    whose program has at most n_sel started blocks skip the scores (all started blocks are kept anyway).
+    The bitonic network is written here (tl.sort's, with the partner of an element found by a sum reduction
+    instead of an xor reduction: the same one cross-lane step compiled, but vectorised by the interpreter).
+(a) tiled, _blocksel_importance_kernel, grid (token tiles, selection tiles, B*G): the same tile written to an fp32
+    buffer [B, G, rows, n_blocks] of at most IMP_CHUNK_ELEMS (64 MB) per chunk of query rows (chunk count from the
+    shape), then choose_blocks per chunk (torch.sort: ~6x the buffer transiently). Tiles whose tokens have at most
+    n_sel started blocks, or have not started the tile's blocks, return at once (the buffer is zero-filled).
+select_method: "fused" for n_sel <= 16 (the model: 16), "tiled" above (a 32-key running list spills on sm_90);
+block_importance (tests, diagnostics) always uses (a)'s kernel.
+
+Launch configuration (block_config, shape only): hpg 1: BM 64 token rows, no head sum, 4 warps; hpg 2-3: BM 64
+(21-32 tokens), 4 warps; hpg >= 4: BM 128 (8-32 tokens), 8 warps; BT_PAD = next power of two >= 16 of the tokens
+(at most 32 but for hpg 1: a 64-token list spills under 3.6); BC from {32, 64, 128} minimising (BC + 32) / BJ (a
+merge guessed to cost about 32 keys of score work: to be measured), at most 32 when d_k > 64 and 64 when d_k > 32
+with BM 64 (the key tile is a dot operand every warp holds whole; larger tiles spill).
+
+Alternatives considered: importance buffer + torch.topk (ties unspecified, so not choose_blocks' answer); head
+sum before Eq. 9 (R @ P costs BC/16 = 4x the R @ acc); carrying each key tile's contribution to the next selection
+tile instead of re-reading the halo key (two more dots per tile, for 1 key in 64); a full bitonic sort per merge.
+
+To measure on a GPU (H100, bf16, B=1, H=12, G=2, d_k=64, l=32, d=16, l_sel=64, n_sel=16, S = 4K .. 64K):
+  triton.testing.do_bench on select_blocks(q, k_cmp, lse, 32, 16, 64, 16) for method "fused" and "tiled", against
+  the layer's path (cmp_group_probabilities + importance_from_cmp + choose_blocks, as NSAAttention._select_batched)
+  and against the compressed-attention forward, which does the same Q K^T and exp work (the fused kernel should be
+  within ~2x of it); then ncu on the fused kernel: issue-slot share of the merge vs the exp/dot part, achieved
+  occupancy (1 CTA of 8 warps per SM at >128 registers), and with a counter, the share of merges the skip filter
+  avoids on real (trained) inputs. Tuning knobs: BM (64/128), BC (32/64), num_warps (4/8).
+
+Measured
+--------
+GPU timings: not measured yet (no GPU in this session).
+AOT compile, triton 3.9 and 3.6 (python -m nsa.attention.kernels.aot): registers, m = mma.sync / w = wgmma in the
+PTX, shared bytes; 0 spill stores everywhere. On sm_90 Q K^T and P W reach wgmma; the head-sum dot R @ acc (16-32
+rows) stays mma.sync.
+  kernel[config]                                        sm_80 3.9   sm_90 3.9   sm_80 3.6   sm_90 3.6  shared
+  topk_kernel[BM=128,BT=32,D=64,BC=64,hpg=6,bf16]          183 m       179 w       221 m       199 w   32768
+  importance_kernel[BM=128,BT=32,D=64,BC=64,hpg=6,bf16]      88 m       127 w        96 m       176 w   32768
+  topk_kernel[BM=64,BT=64,D=32,BC=64,hpg=1,bf16]           190 m       192 w       198 m       181 w    8192
+  topk_kernel[BM=64,BT=32,D=128,BC=32,hpg=3,bf16]          168 m       202 w       254 m       254 w   28672
+  topk_kernel[BM=128,BT=16,D=64,BC=64,hpg=8,fp16]          185 m       173 w       214 m       191 w   28672
+  topk_kernel[BM=128,BT=32,D=128,BC=32,hpg=6,bf16]         174 m       183 w       254 m       255 w   49152
+  topk_kernel[BM=128,BT=32,D=64,BC=128,hpg=6,bf16]         188 m       255 w       255 m       255 w   40960
+  importance_kernel[BM=64,BT=64,D=128,BC=32,hpg=1,bf16]     106 m       100 w       186 m       168 w   24576
+All 104 NSA_AOT_FULL=1 configurations (both kernels, hpg 1/3/6/8, d_k 32/64/128, l_sel/d 2/4/8, bf16/fp16) compile
+for both targets without spills under both versions. Above 128 registers a SM holds one CTA (8 or 4 warps): the
+skip filter's branch around the merge (~40 registers under 3.6) changes nothing at that occupancy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from nsa.attention.geometry import num_cmp_blocks, num_sel_blocks
+from nsa.attention.selection import choose_blocks
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the module stays importable (and its pure helpers usable) without triton
+    triton = None
+
+LOG2E = 1.4426950408889634
+# Importance entries per chunk of the tiled path (16M fp32 = 64 MB; choose_blocks' sort needs ~6x that transiently).
+IMP_CHUNK_ELEMS = 1 << 24
+# Largest n_sel the fused kernel takes: its running list is 16 keys wide (32 spills on sm_90).
+FUSED_MAX_N_SEL = 16
+
+
+def _next_pow2(x: int) -> int:
+    return 1 << max(x - 1, 0).bit_length()
+
+
+def block_config(hpg: int, d_k: int, l: int, d: int, l_sel: int) -> dict:
+    """Tile sizes for one shape (pure function of the shape, used by both kernels and by aot_cases).
+
+    BM       query rows per program: BT tokens x hpg heads packed token-major (row r: token r // hpg, head r % hpg)
+    BT_PAD   token rows of the importance tile (power of two >= 16; BT = BM // hpg of them are real)
+    D_PAD    d_k padded to a power of two >= 16
+    K        selection blocks per tile = width of the running top list: 16 (tl.dot's minimum; n_sel <= 16)
+    BC       compressed keys per tile; BJ = min(K, (BC - (l/d - 1)) // (l_sel/d)) selection blocks per tile use them
+    """
+    a, b = l_sel // d, l // d
+    if hpg == 1:
+        bm, bt_pad, head_sum = 64, 64, False
+    else:  # at most 32 token rows: the running top list and its merges stay small (64 rows spill under 3.6)
+        bm = 64 if hpg < 4 else max(128, _next_pow2(hpg))
+        bt_pad, head_sum = max(16, _next_pow2(bm // hpg)), True
+    k = 16
+    d_pad = max(16, _next_pow2(d_k))
+    # compressed tile: fewest keys computed per useful selection block, a merge costing about 32 keys' worth;
+    # larger tiles spill (the tile's keys are a dot operand every warp holds whole): above 32 keys at d_k 128,
+    # above 64 at d_k 64 with 4 warps (BM 64)
+    cap = 32 if d_pad >= 128 else 64 if (bm == 64 and d_pad >= 64) else 128
+    best = None
+    for bc in sorted({32, 64, 128, _next_pow2(a + b - 1)}):
+        bj = min(k, (bc - (b - 1)) // a)
+        if bj < 1 or (bc > cap and best is not None):
+            continue
+        cost = (bc + 32) / bj
+        if best is None or cost < best[0]:
+            best = (cost, bc, bj)
+    _, bc, bj = best
+    return dict(BM=bm, BT_PAD=bt_pad, D_PAD=d_pad, K=k, BC=bc, BJ=bj, HEAD_SUM=head_sum,
+                num_warps=8 if bm >= 128 else 4, num_stages=1)
+
+
+if triton is not None:
+
+    # Bitonic sorting along the last dimension of a [rows, 2**LOG_N] tensor, viewed as a hypercube [2] * N_DIMS
+    # (tl.sort's network). A compare-and-swap finds each element's partner as (pair sum) - element, a plain sum
+    # reduction over one hypercube axis (wrapping integer arithmetic makes it exact for any int64), where tl.sort
+    # uses an xor reduction: same cost compiled, but only sum/min/max reductions are vectorised by the interpreter.
+    @triton.jit
+    def _indicator(N_DIMS: tl.constexpr, I: tl.constexpr):
+        return tl.reshape(tl.arange(0, 2), [1] * (N_DIMS - I - 1) + [2] + [1] * I)
+
+    @triton.jit
+    def _compare_swap(h, flip, I: tl.constexpr, N_DIMS: tl.constexpr):
+        y = tl.sum(h, axis=N_DIMS - 1 - I, keep_dims=True) - h
+        return tl.where((h > y) != (flip ^ _indicator(N_DIMS, I)), y, h)
+
+    @triton.jit
+    def _merge_hypercube(h, STAGE: tl.constexpr, ORDER: tl.constexpr, N_DIMS: tl.constexpr):
+        """ORDER 0: ascending, 1: descending, 2: alternating between runs of 2**STAGE."""
+        if ORDER == 2:
+            flip = _indicator(N_DIMS, STAGE)
+        else:
+            flip = ORDER
+        for i in tl.static_range(STAGE):
+            h = _compare_swap(h, flip, STAGE - 1 - i, N_DIMS)
+        return h
+
+    @triton.jit
+    def _sort_rows(x, DESCENDING: tl.constexpr, LOG_N: tl.constexpr, N_DIMS: tl.constexpr):
+        h = tl.reshape(x, [2] * N_DIMS)
+        for i in tl.static_range(1, LOG_N + 1):
+            h = _merge_hypercube(h, i, 2 if i < LOG_N else DESCENDING, N_DIMS)
+        return tl.reshape(h, x.shape)
+
+    @triton.jit
+    def _merge_rows(x, DESCENDING: tl.constexpr, LOG_N: tl.constexpr, N_DIMS: tl.constexpr):
+        """Sort rows that are bitonic sequences (one merge pass)."""
+        h = tl.reshape(x, [2] * N_DIMS)
+        h = _merge_hypercube(h, LOG_N, DESCENDING, N_DIMS)
+        return tl.reshape(h, x.shape)
+
+    @triton.jit
+    def _importance_tile(q, t_row, lse2, row_ok, R, k_base, stride_kn, stride_kd, n_cmp, d_k, l, d, A, B_, j0,
+                         qk_scale, hs_scale, out_scale, BC: tl.constexpr, D_PAD: tl.constexpr, K: tl.constexpr,
+                         HEAD_SUM: tl.constexpr, IEEE: tl.constexpr):
+        """Importance [BT_PAD, K] of selection blocks j0 .. j0 + K - 1 for the program's tokens (Eq. 8-10).
+
+        Reads the BC compressed keys c0 = j0*A - (B_ - 1) .. c0 + BC - 1: every key that overlaps selection blocks
+        j0 .. j0 + BJ - 1 (A = l_sel/d chunks of stride d per selection block, B_ = l/d per compression block).
+        Columns past BJ miss some of their keys; the callers drop them.
+        """
+        offs_c = j0 * A - (B_ - 1) + tl.arange(0, BC)
+        offs_d = tl.arange(0, D_PAD)
+        key_ok = (offs_c >= 0) & (offs_c < n_cmp)
+        kt = tl.load(k_base + offs_c[None, :] * stride_kn + offs_d[:, None] * stride_kd,
+                     mask=key_ok[None, :] & (offs_d[:, None] < d_k), other=0.0)
+        if IEEE:
+            s = tl.dot(q, kt, input_precision="ieee")
+        else:
+            s = tl.dot(q, kt)
+        # compressed block i is visible to query t iff i*d + l - 1 <= t; p = exp(s * scale - lse), no second pass
+        vis = (offs_c[None, :] * d + (l - 1) <= t_row[:, None]) & key_ok[None, :] & row_ok[:, None]
+        # p <= 1 given a consistent lse; the clamp at 2 keeps the fp16 split below finite whatever lse_cmp holds
+        p = tl.where(vis, tl.exp2(tl.minimum(s * qk_scale - lse2[:, None], 1.0)), 0.0)
+        # Eq. 9: block i covers stride-d chunks [i, i + B_), selection block j covers [j*A, (j+1)*A); the weight is
+        # the number of chunks they share (a small integer, exact in fp16). The tensor-core products keep ~fp32
+        # accuracy by splitting their fp32 operand into fp16 hi + lo parts, scaled by powers of two so that
+        # neither overflows nor falls into fp16's subnormals (p <= 1: 8192 * p <= 8192).
+        offs_j = j0 + tl.arange(0, K)
+        w = (tl.minimum(offs_c[:, None] + B_, (offs_j[None, :] + 1) * A)
+             - tl.maximum(offs_c[:, None], offs_j[None, :] * A))
+        w = tl.maximum(w, 0).to(tl.float16)
+        p = p * 8192.0
+        p_hi = p.to(tl.float16)
+        p_lo = (p - p_hi.to(tl.float32)).to(tl.float16)
+        acc = tl.dot(p_hi, w)
+        acc = tl.dot(p_lo, w, acc)  # [BM, K]: 8192 * per-head importance, each <= 8192 * min(A, B_)
+        if HEAD_SUM:  # Eq. 10: sum the heads of each token, a dot with the 0/1 token-by-row matrix R
+            acc = acc * hs_scale  # <= 2^15
+            a_hi = acc.to(tl.float16)
+            a_lo = (acc - a_hi.to(tl.float32)).to(tl.float16)
+            imp = tl.dot(R, a_hi)
+            imp = tl.dot(R, a_lo, imp) * out_scale
+        else:
+            imp = acc * (1.0 / 8192.0)
+        return imp
+
+    @triton.jit
+    def _load_rows(q_ptr, lse_ptr, b, g, t0, S, hpg, bt, d_k, sqb, sqh, sqs, sqd, slb, slh, sls,
+                   BM: tl.constexpr, BT_PAD: tl.constexpr, D_PAD: tl.constexpr, HEAD_SUM: tl.constexpr):
+        """The program's query rows (token t0 + r // hpg, head g*hpg + r % hpg), their log2-domain lse, and R."""
+        rows = tl.arange(0, BM)
+        tok_r = rows // hpg
+        t_row = t0 + tok_r
+        row_ok = (tok_r < bt) & (t_row < S)
+        head = g * hpg + rows % hpg
+        offs_d = tl.arange(0, D_PAD)
+        q = tl.load(q_ptr + b.to(tl.int64) * sqb + head[:, None].to(tl.int64) * sqh + t_row[:, None].to(tl.int64) * sqs
+                    + offs_d[None, :] * sqd, mask=row_ok[:, None] & (offs_d[None, :] < d_k), other=0.0)
+        lse = tl.load(lse_ptr + b.to(tl.int64) * slb + head.to(tl.int64) * slh + t_row.to(tl.int64) * sls, mask=row_ok,
+                      other=0.0)
+        lse2 = tl.where(row_ok & (lse > float("-inf")), lse * 1.4426950408889634, 0.0)
+        tt = tl.arange(0, BT_PAD)  # R[tt, r] = 1 where row r is a head of token tt (unused without HEAD_SUM)
+        R = ((tok_r[None, :] == tt[:, None]) & row_ok[None, :]).to(tl.float16)
+        return q, t_row, lse2, row_ok, R
+
+    @triton.jit
+    def _blocksel_importance_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp, n_blocks, d_k, l, d, l_sel, A, B_,
+                           bj, row0, n_rows, skip_n, qk_scale, hs_scale, out_scale,
+                           sqb, sqh, sqs, sqd, skb, skg, skn, skd, slb, slh, sls, sob, sog, sot,
+                           BM: tl.constexpr, BT_PAD: tl.constexpr, D_PAD: tl.constexpr, K: tl.constexpr,
+                           BC: tl.constexpr, HEAD_SUM: tl.constexpr, IEEE: tl.constexpr):
+        """Tiled path: importance of queries row0 .. row0 + n_rows - 1 into a zero-filled [B, G, n_rows, n_blocks].
+
+        Grid (token tiles, selection-block tiles, B*G). Tiles whose tokens have not started any of the blocks, or
+        whose tokens have at most skip_n started blocks (all kept whatever their importance), return at once.
+        """
+        pid_t, pid_j, pid_bg = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        b, g = pid_bg // G, pid_bg % G
+        bt = BM // hpg
+        t0 = row0 + pid_t * bt
+        t_last = tl.minimum(t0 + bt, tl.minimum(row0 + n_rows, S)) - 1
+        j0 = pid_j * bj
+        if (j0 * l_sel > t_last) | (t_last // l_sel + 1 <= skip_n):
+            return
+        q, t_row, lse2, row_ok, R = _load_rows(q_ptr, lse_ptr, b, g, t0, tl.minimum(row0 + n_rows, S), hpg, bt,
+                                                d_k, sqb, sqh, sqs, sqd, slb, slh, sls, BM, BT_PAD, D_PAD, HEAD_SUM)
+        k_base = k_ptr + b.to(tl.int64) * skb + g.to(tl.int64) * skg
+        imp = _importance_tile(q, t_row, lse2, row_ok, R, k_base, skn, skd, n_cmp, d_k, l, d, A, B_, j0, qk_scale,
+                               hs_scale, out_scale, BC, D_PAD, K, HEAD_SUM, IEEE)
+        tt = tl.arange(0, BT_PAD)
+        cols = tl.arange(0, K)
+        t_tok = t0 + tt
+        ok = ((tt < bt) & (t_tok <= t_last))[:, None] & ((cols < bj) & (j0 + cols < n_blocks))[None, :]
+        base = out_ptr + b.to(tl.int64) * sob + g.to(tl.int64) * sog
+        tl.store(base + (t_tok - row0)[:, None].to(tl.int64) * sot + (j0 + cols)[None, :], imp, mask=ok)
+
+    @triton.jit
+    def _blocksel_topk_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp, d_k, l, d, l_sel, A, B_, bj, n_sel,
+                       qk_scale, hs_scale, out_scale, sqb, sqh, sqs, sqd, skb, skg, skn, skd, slb, slh, sls,
+                       BM: tl.constexpr, BT_PAD: tl.constexpr, D_PAD: tl.constexpr, K: tl.constexpr,
+                       BC: tl.constexpr, HEAD_SUM: tl.constexpr, IEEE: tl.constexpr, LOG_K: tl.constexpr,
+                       N_DIMS: tl.constexpr):
+        """Fused path: importance tile by tile and a running top-K per token; no importance buffer.
+
+        Grid (token tiles, B*G). Each program walks the selection blocks its tokens have started, BJ at a time in
+        ascending order, and merges every tile into a per-token list of the K best keys, kept sorted descending.
+        A key packs (importance bits << 32) | (2^32 - 1 - j): non-negative fp32 bits order like the floats, so
+        keys order by importance, ties to the lower block index: choose_blocks' order exactly. Forced blocks get
+        +inf's bits, blocks not yet started (and padding) the key -1. The merge is the bitonic top-K step: the
+        new tile sorted ascending, the elementwise max with the descending list is a bitonic sequence holding the
+        K best of both, one bitonic merge sorts it. A tile none of whose keys beats its token's K-th key is
+        skipped. At the end the first n_sel keys' block indices are sorted ascending, -1 last.
+        """
+        pid_t, pid_bg = tl.program_id(0), tl.program_id(1)
+        b, g = pid_bg // G, pid_bg % G
+        if HEAD_SUM:
+            bt = BM // hpg
+        else:
+            bt = BM
+        t0 = pid_t * bt
+        if t0 >= S:
+            return
+        t_last = tl.minimum(t0 + bt, S) - 1
+        q, t_row, lse2, row_ok, R = _load_rows(q_ptr, lse_ptr, b, g, t0, S, hpg, bt, d_k, sqb, sqh, sqs, sqd,
+                                                slb, slh, sls, BM, BT_PAD, D_PAD, HEAD_SUM)
+        k_base = k_ptr + b.to(tl.int64) * skb + g.to(tl.int64) * skg
+        tt = tl.arange(0, BT_PAD)
+        cols = tl.arange(0, K)
+        t_tok = t0 + tt
+        tok_ok = (tt < bt) & (t_tok < S)
+        cur = t_tok // l_sel
+        n_started = t_last // l_sel + 1
+        need = n_started > n_sel  # else every started block is kept and importance cannot matter
+        top = tl.full([BT_PAD, K], -1, tl.int64)
+        # a while loop: triton 3.6's interpreter cannot take a runtime bound in range() under numpy 2
+        j0 = 0
+        while j0 < n_started:
+            if need:
+                imp = _importance_tile(q, t_row, lse2, row_ok, R, k_base, skn, skd, n_cmp, d_k, l, d, A, B_, j0,
+                                       qk_scale, hs_scale, out_scale, BC, D_PAD, K, HEAD_SUM, IEEE)
+            else:
+                imp = tl.zeros([BT_PAD, K], tl.float32)
+            j = j0 + cols[None, :]
+            ok = tok_ok[:, None] & (cols[None, :] < bj) & (j <= cur[:, None])
+            forced = (j == 0) | (j == cur[:, None]) | (j == cur[:, None] - 1)
+            bits = tl.where(imp > 0, imp.to(tl.int32, bitcast=True), 0)  # NaN, -0.0 -> 0
+            bits = tl.where(forced, 0x7F800000, bits)
+            key = (bits.to(tl.int64) << 32) | (0xFFFFFFFF - j.to(tl.int64))
+            key = tl.where(ok, key, -1)
+            thr = tl.min(top, axis=1)
+            if tl.max((key > thr[:, None]).to(tl.int32)) > 0:
+                top = _merge_rows(tl.maximum(top, _sort_rows(key, 0, LOG_K, N_DIMS)), 1, LOG_K, N_DIMS)
+            j0 += bj
+        rank = cols[None, :]
+        idx = (0xFFFFFFFF - (top & 0xFFFFFFFF)).to(tl.int32)
+        idx = tl.where((top >= 0) & (rank < n_sel), idx, 0x7FFFFFFF)
+        idx = _sort_rows(idx, 0, LOG_K, N_DIMS)  # ascending, the empty slots last
+        blocks = tl.where(idx == 0x7FFFFFFF, -1, idx).to(tl.int64)
+        out = out_ptr + ((b * G + g).to(tl.int64) * S + t_tok[:, None]) * n_sel + rank
+        tl.store(out, blocks, mask=tok_ok[:, None] & (rank < n_sel))
+
+
+def _check(q, k_cmp, lse_cmp, l, d, l_sel):
+    b, h, s, d_k = q.shape
+    g = k_cmp.shape[1]
+    if k_cmp.shape[0] != b or k_cmp.shape[3] != d_k or h % g:
+        raise ValueError(f"q {tuple(q.shape)} and k_cmp {tuple(k_cmp.shape)} do not match")
+    if tuple(lse_cmp.shape) != (b, h, s):
+        raise ValueError(f"lse_cmp must be [B, H, S] = {(b, h, s)}, got {tuple(lse_cmp.shape)}")
+    if q.dtype != k_cmp.dtype or lse_cmp.dtype != torch.float32:
+        raise ValueError(f"q and k_cmp must share a dtype and lse_cmp be fp32, got {q.dtype}, {k_cmp.dtype}, "
+                         f"{lse_cmp.dtype}")
+    if l % d or l_sel % d:
+        raise ValueError(f"d={d} must divide l={l} and l_sel={l_sel}")
+    if min(l // d, l_sel // d) > 256:
+        raise ValueError("overlap weights above 256 are not exact in bf16")
+    if k_cmp.shape[2] != num_cmp_blocks(s, l, d):
+        raise ValueError(f"k_cmp holds {k_cmp.shape[2]} blocks, S={s} has {num_cmp_blocks(s, l, d)}")
+
+
+def _launch_args(q, k_cmp, lse_cmp, l, d, l_sel, cfg):
+    h, s, d_k = q.shape[1:]
+    g = k_cmp.shape[1]
+    # head-sum split: 8192 * importance per head <= 8192 * min(l/d, l_sel/d), rescaled to <= 2^15 for fp16
+    hs = 2.0 ** (15 - 13 - math.ceil(math.log2(min(l // d, l_sel // d))))
+    return dict(S=s, G=g, hpg=h // g, n_cmp=k_cmp.shape[2], d_k=d_k, l=l, d=d, l_sel=l_sel, A=l_sel // d,
+                B_=l // d, bj=cfg["BJ"], qk_scale=LOG2E / math.sqrt(d_k), hs_scale=hs, out_scale=1.0 / (hs * 8192.0),
+                sqb=q.stride(0), sqh=q.stride(1), sqs=q.stride(2), sqd=q.stride(3),
+                skb=k_cmp.stride(0), skg=k_cmp.stride(1), skn=k_cmp.stride(2), skd=k_cmp.stride(3),
+                slb=lse_cmp.stride(0), slh=lse_cmp.stride(1), sls=lse_cmp.stride(2),
+                BM=cfg["BM"], BT_PAD=cfg["BT_PAD"], D_PAD=cfg["D_PAD"], K=cfg["K"], BC=cfg["BC"],
+                HEAD_SUM=cfg["HEAD_SUM"], IEEE=q.dtype == torch.float32, num_warps=cfg["num_warps"],
+                num_stages=cfg["num_stages"])
+
+
+def _importance_into(out, q, k_cmp, lse_cmp, l, d, l_sel, row0, skip_n, cfg):
+    """Fill the zeroed out [B, G, rows, n_blocks] with the importance of queries row0 .. row0 + rows - 1."""
+    b, h = q.shape[:2]
+    g, n_rows, n_blocks = k_cmp.shape[1], out.shape[2], out.shape[3]
+    if k_cmp.shape[2] == 0 or n_rows == 0:
+        return out
+    bt = cfg["BM"] // (h // g) if cfg["HEAD_SUM"] else cfg["BM"]
+    grid = (triton.cdiv(n_rows, bt), triton.cdiv(n_blocks, cfg["BJ"]), b * g)
+    _blocksel_importance_kernel[grid](q, k_cmp, lse_cmp, out, n_blocks=n_blocks, row0=row0, n_rows=n_rows,
+                                      skip_n=skip_n, sob=out.stride(0), sog=out.stride(1), sot=out.stride(2),
+                                      **_launch_args(q, k_cmp, lse_cmp, l, d, l_sel, cfg))
+    return out
+
+
+def block_importance(q, k_cmp, lse_cmp, l: int, d: int, l_sel: int, start: int = 0, stop: int | None = None):
+    """Eq. 9-10 importance of queries start .. stop - 1: [B, G, stop - start, ceil(S / l_sel)] fp32, no gradient.
+
+    importance[b, g, t, j] = sum over heads h of group g, over compression blocks i visible to t, of
+    exp(q_t.k_i / sqrt(d_k) - lse_cmp[b, h, t]) * (stride-d chunks block i shares with selection block j).
+    """
+    _check(q, k_cmp, lse_cmp, l, d, l_sel)
+    b, h, s, d_k = q.shape
+    g = k_cmp.shape[1]
+    stop = s if stop is None else stop
+    if not 0 <= start <= stop <= s:
+        raise ValueError(f"rows {start}..{stop} outside 0..{s}")
+    cfg = block_config(h // g, d_k, l, d, l_sel)
+    out = torch.zeros(b, g, max(stop - start, 0), num_sel_blocks(s, l_sel), device=q.device, dtype=torch.float32)
+    with torch.no_grad():
+        return _importance_into(out, q, k_cmp, lse_cmp, l, d, l_sel, start, 0, cfg)
+
+
+def _select_tiled(q, k_cmp, lse_cmp, l, d, l_sel, n_sel):
+    """Path (a): importance per chunk of queries into a bounded buffer, then choose_blocks per chunk."""
+    b, h, s, d_k = q.shape
+    g = k_cmp.shape[1]
+    n_blocks = num_sel_blocks(s, l_sel)
+    cfg = block_config(h // g, d_k, l, d, l_sel)
+    rows = max(1, min(s, IMP_CHUNK_ELEMS // max(1, b * g * n_blocks)))
+    out = torch.empty(b, g, s, n_sel, dtype=torch.long, device=q.device)
+    positions = torch.arange(s, device=q.device)
+    for r0 in range(0, s, rows):
+        r1 = min(s, r0 + rows)
+        imp = torch.full((b, g, r1 - r0, n_blocks), 0.0, device=q.device)  # full: one fill_ at any size
+        _importance_into(imp, q, k_cmp, lse_cmp, l, d, l_sel, r0, n_sel, cfg)
+        out[:, :, r0:r1] = choose_blocks(imp, positions[r0:r1], n_sel, l_sel)
+    return out
+
+
+def _select_fused(q, k_cmp, lse_cmp, l, d, l_sel, n_sel):
+    b, h, s, d_k = q.shape
+    g = k_cmp.shape[1]
+    cfg = block_config(h // g, d_k, l, d, l_sel)
+    out = torch.empty(b, g, s, n_sel, dtype=torch.long, device=q.device)
+    bt = cfg["BM"] // (h // g) if cfg["HEAD_SUM"] else cfg["BM"]
+    _blocksel_topk_kernel[(triton.cdiv(s, bt), b * g)](q, k_cmp, lse_cmp, out, n_sel=n_sel,
+                                                 LOG_K=cfg["K"].bit_length() - 1,
+                                                 N_DIMS=(cfg["K"] * cfg["BT_PAD"]).bit_length() - 1,
+                                                 **_launch_args(q, k_cmp, lse_cmp, l, d, l_sel, cfg))
+    return out
+
+
+def select_method(n_sel: int) -> str:
+    """Which path select_blocks takes: "fused" while the running top list fits in registers, else "tiled"."""
+    return "fused" if n_sel <= FUSED_MAX_N_SEL else "tiled"
+
+
+@torch.library.custom_op("nsa::select_blocks", mutates_args=())
+def _select_blocks_op(q: torch.Tensor, k_cmp: torch.Tensor, lse_cmp: torch.Tensor, l: int, d: int, l_sel: int,
+                      n_sel: int, method: str) -> torch.Tensor:
+    with torch.no_grad():
+        if q.shape[2] == 0:
+            return q.new_empty(q.shape[0], k_cmp.shape[1], 0, n_sel, dtype=torch.long)
+        if method == "fused":
+            return _select_fused(q, k_cmp, lse_cmp, l, d, l_sel, n_sel)
+        return _select_tiled(q, k_cmp, lse_cmp, l, d, l_sel, n_sel)
+
+
+@_select_blocks_op.register_fake
+def _(q, k_cmp, lse_cmp, l, d, l_sel, n_sel, method):
+    b, _, s, _ = q.shape
+    return q.new_empty(b, k_cmp.shape[1], s, n_sel, dtype=torch.long)
+
+
+def select_blocks(q, k_cmp, lse_cmp, l: int, d: int, l_sel: int, n_sel: int, method: str | None = None):
+    """Top-n_sel selection blocks per query and KV group: [B, G, S, n_sel] int64, ascending, -1 padded.
+
+    q [B, H, S, d_k] (bf16/fp16/fp32, any strides); k_cmp [B, G, n_cmp, d_k] compressed keys; lse_cmp [B, H, S]
+    fp32 log-sum-exp of the scaled compressed scores over the visible blocks (-inf where none). Equals
+    choose_blocks(importance, arange(S), n_sel, l_sel) of the Eq. 9-10 importance, up to the order of summation.
+    method: "fused" (one kernel, running top list) or "tiled" (importance buffer + choose_blocks); default
+    select_method(n_sel).
+    """
+    _check(q, k_cmp, lse_cmp, l, d, l_sel)
+    if n_sel < 1:
+        raise ValueError(f"n_sel must be >= 1, got {n_sel}")
+    method = method or select_method(n_sel)
+    if method not in ("fused", "tiled"):
+        raise ValueError(f"method must be 'fused' or 'tiled', got {method!r}")
+    if method == "fused" and n_sel > FUSED_MAX_N_SEL:
+        raise ValueError(f"the fused kernel keeps at most {FUSED_MAX_N_SEL} blocks, n_sel={n_sel}")
+    return _select_blocks_op(q.detach(), k_cmp.detach(), lse_cmp.detach(), l, d, l_sel, n_sel, method)
+
+
+def _aot_signature(kernel: str, dtype: str, cfg: dict) -> tuple[dict, dict]:
+    ptrs = {"q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "lse_ptr": "*fp32",
+            "out_ptr": "*fp32" if kernel == "imp" else "*i64"}
+    if kernel == "imp":
+        ints = ("S G hpg n_cmp n_blocks d_k l d l_sel A B_ bj row0 n_rows skip_n").split()
+        floats = ("qk_scale", "hs_scale", "out_scale")
+        strides = "sqb sqh sqs sqd skb skg skn skd slb slh sls sob sog sot".split()
+    else:
+        ints = "S G hpg n_cmp d_k l d l_sel A B_ bj n_sel".split()
+        floats = ("qk_scale", "hs_scale", "out_scale")
+        strides = "sqb sqh sqs sqd skb skg skn skd slb slh sls".split()
+    sig = dict(ptrs)
+    sig.update({n: "i32" for n in ints})
+    sig.update({n: "fp32" for n in floats})
+    sig.update({n: "i32" for n in strides})
+    # unit strides are specialised by the JIT (an int argument equal to 1 becomes a constant): the innermost
+    # dimension of q and k_cmp, and lse_cmp's sequence stride, are contiguous in the model
+    consts = {n: 1 for n in ("sqd", "skd", "sls")}
+    consts.update({k: cfg[k] for k in ("BM", "BT_PAD", "D_PAD", "K", "BC", "HEAD_SUM")})
+    consts["IEEE"] = False
+    if kernel == "sel":
+        consts["LOG_K"] = cfg["K"].bit_length() - 1
+        consts["N_DIMS"] = (cfg["K"] * cfg["BT_PAD"]).bit_length() - 1
+    sig.update({n: "constexpr" for n in consts})
+    return sig, consts
+
+
+def aot_cases():
+    """The configurations block_config picks, each axis value at least once (all of them: NSA_AOT_FULL=1).
+
+    Default (kept under a minute): the model's shape (hpg 6, d_k 64, l=32, d=16, l_sel=64) for both kernels, and
+    for the fused kernel the other tilings: hpg 1 (64 token rows, no head sum), hpg 3 (64 token rows), hpg 8 (16),
+    d_k 32 and 128 (BC 32), l_sel = 128 (BC 128), fp16. NSA_AOT_FULL=1: both kernels at hpg {1, 3, 6, 8} x d_k
+    {32, 64, 128} x l_sel {32, 64, 128} x {bf16, fp16}.
+    """
+    import os
+
+    from nsa.attention.kernels.aot import AotCase
+
+    if os.environ.get("NSA_AOT_FULL") == "1":
+        shapes = [(kernel, hpg, d_k, l_sel, dtype) for kernel in ("sel", "imp") for hpg in (1, 3, 6, 8)
+                  for d_k in (32, 64, 128) for l_sel in (32, 64, 128) for dtype in ("bf16", "fp16")]
+    else:
+        shapes = [("sel", 6, 64, 64, "bf16"), ("imp", 6, 64, 64, "bf16"), ("sel", 1, 32, 64, "bf16"),
+                  ("sel", 3, 128, 64, "bf16"), ("sel", 8, 64, 64, "fp16"), ("sel", 6, 128, 64, "bf16"),
+                  ("sel", 6, 64, 128, "bf16"), ("imp", 1, 128, 64, "bf16")]
+    cases, seen = [], set()
+    for kernel, hpg, d_k, l_sel, dtype in shapes:
+        cfg = block_config(hpg, d_k, 32, 16, l_sel)
+        key = (kernel, dtype, *(cfg[k] for k in ("BM", "BT_PAD", "D_PAD", "BC", "HEAD_SUM", "num_warps")))
+        if key in seen:
+            continue
+        seen.add(key)
+        fn = _blocksel_topk_kernel if kernel == "sel" else _blocksel_importance_kernel
+        sig, consts = _aot_signature(kernel, dtype, cfg)
+        label = f"BM={cfg['BM']},BT={cfg['BT_PAD']},D={cfg['D_PAD']},BC={cfg['BC']},hpg={hpg},{dtype}"
+        cases.append(AotCase(name=f"{fn.__name__}[{label}]", fn=fn, signature=sig, constexprs=consts,
+                             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+    return cases

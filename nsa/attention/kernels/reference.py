@@ -80,7 +80,7 @@ def cmp_group_probabilities(q, k_cmp, l: int, d: int, first: int):
             qs = (q[:, :, r0:r1].float() * (1.0 / math.sqrt(d_k))).reshape(b * g, hpg * rows, d_k)
             scores = torch.bmm(qs, kf[:, :n_vis].transpose(1, 2)).view(b * g, hpg, rows, n_vis)
             mask = cmp_mask(r1, n_vis, l, d, q.device)[r0:]
-            seen = mask[:, 0]  # block 0 is the first to become visible
+            seen = mask[:, 0].clone()  # block 0 is the first to become visible (a copy: the next line writes it)
             mask[:, 0] = True  # rows that see nothing: a harmless softmax, zeroed below
             probs = torch.softmax(scores.masked_fill_(~mask, float("-inf")), dim=-1).sum(dim=1)
             yield r0, probs.mul_(seen.view(1, rows, 1).to(probs.dtype)).view(b, g, rows, n_vis)

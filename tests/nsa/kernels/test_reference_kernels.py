@@ -179,3 +179,16 @@ def test_chunked_selection_equals_single_chunk(monkeypatch):
     whole = attn.selected_blocks(x)
     monkeypatch.setattr(kernels, "SCORE_CHUNK", 1)  # one query per chunk
     assert torch.equal(attn.selected_blocks(x), whole)
+
+
+def test_group_probabilities_are_zero_for_queries_that_see_no_compressed_block():
+    """Rows t < l - 1 see no compression block: their Eq. 10 probabilities are exactly 0 (not block 0's 1)."""
+    from nsa.attention.kernels.reference import cmp_group_probabilities
+
+    l, d, s = 16, 4, 40
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, s, 8, generator=gen)
+    k_cmp = torch.randn(1, 2, (s - l) // d + 1, 8, generator=gen)
+    rows = torch.cat([p for _, p in cmp_group_probabilities(q, k_cmp, l, d, 0)], dim=2)  # [1, 2, s, n_vis]
+    assert torch.all(rows[:, :, : l - 1] == 0)
+    torch.testing.assert_close(rows[:, :, l - 1:].sum(-1), torch.full((1, 2, s - l + 1), 2.0))  # 2 heads a group

@@ -158,7 +158,7 @@ class NSAAttention(nn.Module):
             return choose_blocks(importance, torch.arange(s, device=q.device), cfg.n_sel, cfg.l_sel)
 
     def _branches_batched(self, p: NSAProjections) -> dict[str, torch.Tensor]:
-        if kernels.resolve(self.cfg.kernel, p.q.device) == "triton":
+        if kernels.resolve(self.cfg.kernel, p.q.device, self.cfg) == "triton":
             return self._branches_triton(p)
         cfg = self.cfg
         s = p.q.shape[2]
@@ -316,7 +316,7 @@ class NSAAttention(nn.Module):
         p = self.project(x)
         if self.cfg.prefill == "sequential":
             return self._branches_sequential(p)[1]
-        if kernels.resolve(self.cfg.kernel, p.q.device) == "triton":
+        if kernels.resolve(self.cfg.kernel, p.q.device, self.cfg) == "triton":
             from nsa.attention.kernels import triton_range, triton_selection
 
             cfg = self.cfg

@@ -175,7 +175,9 @@ class Trainer:
         from nsa.attention.kernels import resolve
 
         layer_cfg = self.net.blocks[0].attn.cfg  # the NSA_KERNEL override applied when the layer was built
-        return resolve(layer_cfg.kernel, self.device) if layer_cfg.prefill == "batched" else "sequential"
+        if layer_cfg.prefill != "batched":
+            return "sequential"
+        return resolve(layer_cfg.kernel, self.device, layer_cfg)
 
     def say(self, message: str, note: bool = True) -> None:
         """Log on rank 0; `note` also keeps it in status.json's notes (settings, warnings)."""

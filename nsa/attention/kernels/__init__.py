@@ -21,7 +21,7 @@ from nsa.attention.kernels.reference import (cmp_group_probabilities, compressed
                                              window_attention)
 
 __all__ = ["KernelUnavailable", "cmp_group_probabilities", "compressed_attention", "resolve", "selected_attention",
-           "triton_status", "window_attention"]
+           "triton_status", "triton_unsupported", "window_attention"]
 
 
 class KernelUnavailable(RuntimeError):
@@ -45,29 +45,46 @@ def _triton_importable() -> str | None:
     return None
 
 
-def triton_status(device) -> str | None:
-    """None when the Triton kernels can run on `device`, else the reason (one line)."""
+# Head widths the Triton kernels are built for (the range kernels' tiles; the others take more), and the most
+# heads a KV group may have (a range-kernel query tile holds every head of its tokens).
+TRITON_HEAD_DIMS = (32, 64, 128)
+TRITON_MAX_HEADS_PER_GROUP = 32
+
+
+def triton_unsupported(cfg) -> str | None:
+    """None when the Triton kernels are built for this NSAConfig's shape, else what is not (one line)."""
+    for name in ("d_k", "d_v"):
+        if getattr(cfg, name) not in TRITON_HEAD_DIMS:
+            return (f"{name}={getattr(cfg, name)} is not a head width the Triton kernels are built for "
+                    f"({', '.join(map(str, TRITON_HEAD_DIMS))})")
+    if cfg.heads_per_group > TRITON_MAX_HEADS_PER_GROUP:
+        return f"{cfg.heads_per_group} heads per KV group exceed the Triton kernels' {TRITON_MAX_HEADS_PER_GROUP}"
+    return None
+
+
+def triton_status(device, cfg=None) -> str | None:
+    """None when the Triton kernels can run on `device` (for NSAConfig `cfg`, if given), else the reason."""
     problem = _triton_importable()
     if problem:
         return problem
-    if device.type == "cuda" or (device.type == "cpu" and interpreting()):
-        return None
-    return (f"no CUDA device (tensors are on {device.type}); the Triton kernels need a GPU, or TRITON_INTERPRET=1 "
-            "for the interpreter on CPU")
+    if not (device.type == "cuda" or (device.type == "cpu" and interpreting())):
+        return (f"no CUDA device (tensors are on {device.type}); the Triton kernels need a GPU, or "
+                "TRITON_INTERPRET=1 for the interpreter on CPU")
+    return triton_unsupported(cfg) if cfg is not None else None
 
 
-def resolve(choice: str, device) -> str:
+def resolve(choice: str, device, cfg=None) -> str:
     """"torch" or "triton": the path a batched forward on `device` takes for the configured kernel `choice`.
 
-    auto: triton on CUDA when the kernels import, else torch. triton: triton, or KernelUnavailable naming why
-    it cannot run. torch: torch.
+    auto: triton on CUDA when the kernels import and are built for the layer's shape (NSAConfig `cfg`, if given),
+    else torch. triton: triton, or KernelUnavailable naming why it cannot run. torch: torch.
     """
     if choice == "torch":
         return "torch"
     if choice == "auto":
-        return "triton" if device.type == "cuda" and _triton_importable() is None else "torch"
+        return "triton" if device.type == "cuda" and triton_status(device, cfg) is None else "torch"
     if choice == "triton":
-        problem = triton_status(device)
+        problem = triton_status(device, cfg)
         if problem:
             raise KernelUnavailable(f"NSA_KERNEL / model.kernel is 'triton' but {problem}")
         return "triton"

@@ -20,6 +20,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+from nsa.training.outputs import TRAINING_CSV
 from validation import contracts
 from validation.launch.spec import LaunchSpec
 from validation.report.format import (NA, as_dict, as_list, env_text, finite, fmt_gb, fmt_num, fmt_pct, fmt_rate,
@@ -94,10 +95,10 @@ def collect(ctx, step: Step, spec: LaunchSpec, lr) -> tuple[str, str | None, dic
 
     out_dir = ctx.run_dir / spec.out_dir
     window = metrics.Window(last=step.launch.window, warmup=step.launch.warmup_steps)
-    read = metrics.read_training_csv(out_dir / "training.csv")
+    read = metrics.read_training_csv(out_dir / TRAINING_CSV)
     m = metrics.summarize(read, window, world_size=spec.world_size)
     m["world_size"] = spec.world_size
-    m["csv"] = ctx.rel(out_dir / "training.csv")
+    m["csv"] = ctx.rel(out_dir / TRAINING_CSV)
     env = contracts.read_env_json(out_dir)
     m.update(_node_metrics(ctx, spec, lr, env, m))
     trainer_status = contracts.read_status_json(out_dir) or {}

@@ -1,7 +1,9 @@
 """nsa-validate: run validation runbooks and report, with evidence, whether a node trains NSA correctly and fast.
 
-Commands are thin functions over the library (validation.runner, .plan, .report, .compare); their --help is the
-manual. Exit codes: 0 GO, 1 NO-GO, 2 invalid input or unmet requirements, 130 interrupted.
+Commands are thin functions over the library (validation.runner, .plan, .report, .compare, .steps); their --help
+is the manual. Exit codes: 0 GO, 1 NO-GO, 2 invalid input or unmet requirements, 130 interrupted. Start-up stays
+light: torch, pandas, matplotlib and jinja2 are imported only by the commands that use them (`--help`, `list`,
+`kinds`, `plan` of a CPU runbook and `report` import none of torch, pandas or matplotlib).
 """
 
 from __future__ import annotations
@@ -48,11 +50,14 @@ def plan(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/c
          set_: List[str] = typer.Option([], "--set", help="override a runbook key, e.g. defaults.args.steps=20"),
          as_json: bool = typer.Option(False, "--json", help="print the plan as JSON")) -> None:
     """Dry run: every step with its exact argv, environment and timeout; nothing is launched."""
+    import functools
+
     from validation import environment
+    from validation import steps as step_kinds
     from validation.plan import describe
 
     rb = _load(runbook, set_)
-    env = environment.probe()
+    env = functools.cache(environment.probe)  # probed (torch imported) only when a step's requirements need it
     skipped = {}
     for step in rb.steps():
         reason = environment.unmet_for(step, env)
@@ -68,8 +73,9 @@ def plan(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/c
         if row["skip"]:
             head += f"  [yellow]SKIPPED here: {row['skip']}[/yellow]"
         console.print(head)
-        if row["kind"] == "snapshot":
-            console.print("  in-process: git sha, python -m torch.utils.collect_env, nvidia-smi -q -x, packages")
+        note = step_kinds.get(row["kind"]).plan_note
+        if note:
+            console.print(f"  {note}", markup=False)
         for launch in row["launches"]:
             label = f"[{launch['label']}] " if launch["label"] else ""
             env_text = " ".join(f"{k}={v}" for k, v in launch["env"].items())
@@ -139,12 +145,7 @@ class _LiveReporter:
     def step_finished(self, step, result):
         colour = {"passed": "green", "skipped": "yellow"}.get(result["status"], "red")
         reason = f": {result['reason']}" if result.get("reason") else ""
-        extra = ""
-        m = result.get("metrics") or {}
-        if isinstance(m.get("toks_per_s"), dict) and m["toks_per_s"].get("mean") is not None:
-            extra = f" ({m['toks_per_s']['mean']:,.0f} tok/s mean, last {m['window']['n']} steps)"
-        if result.get("winner"):
-            extra += f" winner: {result['winner']['label']}"
+        extra = step.kind_impl.summary_line(result)
         self.console.print(f"  [{colour}]{result['status'].upper():8}[/{colour}] "
                            + escape(f"{step.phase} / {step.name}{extra}{reason}"), markup=True, highlight=False)
         self.p.advance(self.total)
@@ -335,6 +336,23 @@ def list_(runbooks_dir: Path = typer.Option(Path("runbooks"), "--runbooks", help
         except (OSError, ValueError, KeyError):
             runs.add_row(str(results_path.parent), "?", "unreadable", "")
     console.print(runs)
+
+
+@app.command()
+def kinds(markdown: bool = typer.Option(False, "--markdown", help="print the Markdown table README.md shows")) -> None:
+    """The step kinds a runbook can use (the step registry, validation.steps): what each does and its own keys."""
+    from validation import steps as step_kinds
+
+    if markdown:
+        typer.echo(step_kinds.table_markdown(), nl=False)
+        return
+    table = Table(title="step kinds")
+    for col in ("kind", "what it does", "its own keys", "module"):
+        table.add_column(col)
+    for kind in step_kinds.kinds():
+        table.add_row(kind.name, escape(kind.summary.replace("`", "")), ", ".join(kind.keys) or "-",
+                      type(kind).__module__)
+    console.print(table)
 
 
 def main() -> None:  # console script

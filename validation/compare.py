@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from validation import metrics, stats
+from validation import steps as step_kinds
+from validation.steps.base import StepKind
 
 ENV_KEYS = ("host", "gpu_count", "torch", "cuda", "nccl", "python", "git_sha")
 # summary metrics compared besides the windowed throughput (mean of the window, no per-step sample)
@@ -24,11 +26,9 @@ def environment_differences(a: dict, b: dict) -> list[str]:
 
 
 def _train_runs(step: dict) -> list[tuple[str, dict]]:
-    """(label, metrics) of every trainer launch of a step (a sweep's or ab's runs, or the step itself)."""
-    if step.get("runs"):
-        return [(f"{step['name']}[{r['label']}]", r.get("metrics") or {}) for r in step["runs"]]
-    m = step.get("metrics") or {}
-    return [(step["name"], m)] if m.get("csv") else []
+    """(label, metrics) of every trainer launch of a step, as its kind lists them (StepKind.trainer_runs)."""
+    kind = step_kinds.find(step.get("kind")) or StepKind()
+    return kind.trainer_runs(step)
 
 
 def compare_runs(a: dict, b: dict, dir_a: Path, dir_b: Path, noise: float = 0.02) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from nsa.training.outputs import git_sha
 from validation.runbook import Requirements
@@ -62,9 +62,15 @@ def probe(cwd: Path | None = None) -> dict[str, Any]:
     }
 
 
-def unmet(req: Requirements, env: dict[str, Any], nproc_per_node: int = 1) -> str | None:
-    """Why this machine cannot run a step with these requirements, or None."""
+def unmet(req: Requirements, env: dict[str, Any] | Callable[[], dict[str, Any]], nproc_per_node: int = 1) -> str | None:
+    """Why this machine cannot run a step with these requirements, or None. `env` is the probe() record, or a
+    function returning it: called only when a requirement needs it (a CPU runbook is planned without torch)."""
     gpus_needed = max(req.gpus, nproc_per_node if req.backend == "nccl" else 0)
+    needs_probe = gpus_needed or req.min_cuda_capability is not None or req.min_gpu_memory_gb is not None \
+        or req.backend == "nccl"
+    if not needs_probe:
+        return None
+    env = env() if callable(env) else env
     have = env.get("gpu_count", 0)
     if gpus_needed and have < gpus_needed:
         return f"needs {gpus_needed} GPU(s), found {have}"
@@ -86,10 +92,10 @@ def unmet(req: Requirements, env: dict[str, Any], nproc_per_node: int = 1) -> st
     return None
 
 
-def unmet_for(step, env: dict[str, Any]) -> str | None:
+def unmet_for(step, env: dict[str, Any] | Callable[[], dict[str, Any]]) -> str | None:
     """Why this machine cannot run `step` (a runbook Step), or None. Launcher slurm: the job's nodes are checked by
     Slurm's allocation (gpus_per_node), not here; what this machine needs is the Slurm commands."""
-    from validation import slurm
+    from validation.launch import slurm
 
     launch = step.launch
     if launch.launcher.type == "slurm":  # a snapshot step runs here too, without needing this machine's GPUs
@@ -163,7 +169,7 @@ def node_snapshot_main(argv: list[str] | None = None) -> int:
     import socket
 
     from nsa.training.distributed import NODE_ENV_PREFIXES, NODE_NAME_VARS
-    from validation.launcher import safe_name
+    from validation.launch.spec import safe_name
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:

@@ -16,7 +16,7 @@ Schema (version SCHEMA_VERSION; plain JSON types only, no NaN):
       "phases": [{"name", "title", "description", "steps": [step names in order]}],
       "steps": {
         "<step name>": {
-          "name", "phase", "kind",         # snapshot | train | sweep | ab | pytest | bench | profile | longrun
+          "name", "phase", "kind",         # a registered step kind (validation.steps)
           "title", "description",
           "status": "passed" | "failed" | "skipped" | "hang" | "timeout" | "error" | "pending" | "interrupted",
           "reason": one sentence or null,
@@ -24,13 +24,13 @@ Schema (version SCHEMA_VERSION; plain JSON types only, no NaN):
           "dir": step directory relative to run_dir,
           "command": [argv] or null, "env": {the NSA_/NCCL_/TORCH_/CONFIG variables set for it},
           "metrics": {...},                # kind-specific, see below
-          "runs": [                        # sweep and ab: one entry per launched variant (train-like records)
+          "runs": [                        # a multi-launch step (sweep, ab): one entry per launch
             {"label", "params": {"env.NSA_DDP_BUCKET_MB": "25", ...}, "status", "reason", "dir", "command",
              "metrics": {...}, "repeat": int}
           ],
-          "winner": {"label", "params", "explanation"} or null,      # sweep
+          "winner": {"label", "params", "explanation"} or null,      # a step that chooses (sweep, ab)
           "comparison": [{"baseline", "variant", "metric", "mean_a", "mean_b", "delta", "rel_delta", "p_value",
-                          "significant", "verdict"}],                 # ab
+                          "significant", "verdict"}],                 # a step that compares (ab)
           "artifacts": [paths relative to run_dir],
           "excerpt": failing rank's traceback excerpt or null,
           "stack_dumps": [paths relative to run_dir]
@@ -42,23 +42,11 @@ Schema (version SCHEMA_VERSION; plain JSON types only, no NaN):
       "plots": [{"title", "path"}]
     }
 
-Step metrics by kind:
-- train / longrun (and each sweep/ab run): the validation.metrics.summarize() dict (status, window, toks_per_s
-  {mean, median, stdev, cv, min, max, n}, toks_per_s_per_gpu, loss..., mem_peak_gb, mem_plateau,
-  throughput_stable, final_loss, ...) plus "world_size", "trainer_status" (the trainer's status.json status),
-  "compression" (the DDP compression the trainer reported, or null), "csv" (path); longrun adds "halted",
-  "stalls", "stack_dumps".
-- pytest: {"passed", "failed", "skipped", "errors", "total", "duration_s"}.
-- snapshot: {"git_sha", "gpu_count", "files": [...]}.
-- bench: the JSON the benchmark wrote (e.g. bench_selection: ranges_speedup_min, forward_speedup_min, ...).
-- profile: the train summary plus "profile": {"trace", "top_ops": [{"name", "total_ms", "calls"}],
-  "nvtx_ranges": [nsa.* range names seen]}.
-- ab: {"compared", "baseline": summary, "<variant>": summary, "variants": {variant: comparison}}; runs carry
-  "repeat" (0-based) when the runbook asks for repeats.
-- SDPA audit (a train step with NSA_SDPA_AUDIT=1): "sdpa_audit": {"calls", "backends": [names], "fallbacks",
-  "by_site": [{"site", "backend", "device", "dtype", "calls"}]}; fallbacks counts math-backend calls on a GPU.
+Step metrics by kind: each step kind documents its own "metrics" (and "runs", "winner", "comparison") in its
+module, validation/steps/<kind>.py (`nsa-validate kinds` lists the kinds); every trainer launch's metrics are
+described in validation/steps/trainer.py.
 
-Writes are atomic (temp file, fsync, rename: nsa.training.outputs.atomic_write_text) and happen after every step, so an
+Writes are atomic (temp file, fsync, rename: nsa.training.outputs.atomic_write) and happen after every step, so an
 interrupted run keeps every finished step and `nsa-validate run --resume RUN_DIR` continues from it. A write that
 fails (disk full, permission denied, RUN_DIR not a directory) raises RunDirError naming the path and the OS error;
 the previous results.json stays as it was and no temp file is left behind.
@@ -71,7 +59,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nsa.training.outputs import atomic_write_text
+from nsa.training.outputs import atomic_write
 
 SCHEMA_VERSION = 1
 RESULTS_JSON = "results.json"
@@ -109,7 +97,7 @@ def write_results(run_dir: Path, results: dict[str, Any]) -> Path:
     path = Path(run_dir) / RESULTS_JSON
     text = json.dumps(results, indent=2, sort_keys=False, allow_nan=False) + "\n"
     try:
-        return atomic_write_text(path, text)
+        return atomic_write(path, text)
     except OSError as exc:
         raise RunDirError(f"cannot write {path}: {os_error_text(exc)} (the previous {RESULTS_JSON}, if any, is "
                           "unchanged)") from None

@@ -23,15 +23,8 @@
     acceptance:
       - {name: throughput, expr: "baseline.toks_per_s.mean >= 39", target: ">= 39 tokens/s", severity: fail}
 
-Step kinds and their own keys:
-    snapshot   (none)                        git sha, collect_env, GPU inventory, package versions
-    train      env, args, config, nproc_per_node, window, warmup_steps, ...
-    sweep      + matrix: {"env.NSA_DDP_BUCKET_MB": ["25", "50", "100"]}, select: {metric, goal}
-    ab         + baseline: {env, args}, variants: {label: {env, args}}, repeats, metric, recommend
-    pytest     tests: [paths or node ids], pytest_args: [...]
-    bench      command: [argv after the python executable], (the script writes JSON given --json PATH)
-    profile    + profile_steps (torch profiler; nsys wraps the launch when present and profiler: nsys|auto)
-    longrun    train keys; the verdict adds stalls, .HALT, throughput stability and a memory plateau
+Step kinds and their own keys come from the step registry (validation.steps; `nsa-validate kinds` prints the
+table): each kind module validates its own keys into `step.options` (read as attributes: `step.matrix`).
 
 Every step kind also takes `on_failure: continue | stop` (default from defaults, else continue): with stop, a step
 that ends failed, timeout, hang or error ends the run there and the remaining steps are recorded as skipped.
@@ -40,38 +33,35 @@ Values may reference an earlier sweep's winner: "${bucket_sweep.winner.env.NSA_D
 Nothing in a runbook chooses where files are written: every output goes under RUN_DIR/<step name> (names are
 identifiers, so never `..` or an absolute path), the trainer's --out-dir/--resume cannot be set (args or a sweep
 matrix), and pytest_args cannot redirect pytest's own output files.
-Every error names the file, the key path and the line, e.g.
+Every error names the file, the key path and the line (validation.schema), e.g.
     runbooks/x.yaml:14: phases[1].steps[0].kind: 'trian' is not one of snapshot, train, ...
 """
-
 from __future__ import annotations
 
 import hashlib
-import itertools
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
 from nsa.training.config import YAML_ERRORS
-from validation.slurm import validate_sbatch_line
 from nsa.training.config import brief as _brief
+from validation import steps as step_kinds
 from validation.expressions import Expression, ExpressionError, compile_expression
+from validation.schema import (NAME_RE, Ctx, RunbookError, compose_lines, env_vars, mapping, printable, show,
+                               str_list, trainer_flags, typed)
+from validation.steps.base import BASE_KEYS, LAUNCH_KEYS
 
-STEP_KINDS = ("snapshot", "train", "sweep", "ab", "pytest", "bench", "profile", "longrun")
-TRAIN_KINDS = ("train", "sweep", "ab", "profile", "longrun")
+STEP_KINDS = tuple(step_kinds.BUILTIN_KINDS)  # the built-in kinds; validation.steps.names() adds registered ones
 SEVERITIES = ("fail", "warn")
 ON_FAILURE = ("continue", "stop")
 BACKENDS = ("nccl", "gloo")
-NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\.winner\.(env|args)\.([A-Za-z0-9_.-]+)\}")
 
-
-class RunbookError(ValueError):
-    """A runbook problem; the message names the file, line and key path."""
+__all__ = ["RunbookError", "load_runbook", "Runbook", "Step", "Phase", "Criterion", "Requirements", "Launcher",
+           "LaunchSettings", "resolve_references", "references", "STEP_KINDS"]
 
 
 # ---------------------------------------------------------------------- model
@@ -109,8 +99,9 @@ class Launcher:
 
 
 @dataclass(frozen=True)
-class Launch:
-    """Launch settings a step inherits from defaults and may override."""
+class LaunchSettings:
+    """The launch settings a step inherits from `defaults` and may override (what the runbook says; the plan
+    turns them into concrete launches, validation.launch.LaunchSpec)."""
 
     config: str | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -127,55 +118,35 @@ class Launch:
 
 
 @dataclass(frozen=True)
-class Variant:
-    env: dict[str, str] = field(default_factory=dict)
-    args: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class Step:
+    """One runbook step. Its kind's own keys are in `options` and read as attributes (step.matrix, step.tests)."""
+
     name: str
     kind: str
     phase: str
     title: str
     description: str
-    launch: Launch
+    launch: LaunchSettings
     requires: Requirements
     optional: bool = False
     on_failure: str = "continue"     # "stop": a failed/timeout/hang/error end of this step ends the run
-    # sweep
-    matrix: dict[str, list[Any]] = field(default_factory=dict)
-    select_metric: str = "toks_per_s"
-    select_goal: str = "max"
-    # ab
-    baseline: Variant = field(default_factory=Variant)
-    variants: dict[str, Variant] = field(default_factory=dict)
-    repeats: int = 1
-    metric: str = "toks_per_s"
-    recommend: bool = False
-    # train: scaling efficiency against an earlier train step (e.g. the same config on one node)
-    scaling_baseline: str | None = None
-    # pytest / bench
-    tests: list[str] = field(default_factory=list)
-    pytest_args: list[str] = field(default_factory=list)
-    command: list[str] = field(default_factory=list)
-    # profile
-    profile_steps: int = 3
-    profiler: str = "auto"
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, key: str) -> Any:
+        options = self.__dict__.get("options") or {}
+        if key in options:
+            return options[key]
+        raise AttributeError(f"{type(self).__name__} of kind {self.__dict__.get('kind')!r} has no {key!r}")
+
+    @property
+    def kind_impl(self) -> step_kinds.StepKind:
+        """The step's kind (validation.steps)."""
+        return step_kinds.get(self.kind)
 
     @property
     def is_training(self) -> bool:
-        return self.kind in TRAIN_KINDS
-
-    def sweep_points(self) -> list[tuple[str, dict[str, Any]]]:
-        """(label, {"env.X": v, "args.y": w}) for every point of the matrix, in order."""
-        keys = list(self.matrix)
-        points = []
-        for values in itertools.product(*(self.matrix[k] for k in keys)):
-            params = dict(zip(keys, values))
-            label = ",".join(f"{k.split('.', 1)[1]}={v}" for k, v in params.items())
-            points.append((label, params))
-        return points
+        """Whether the step launches the trainer (heartbeats, a GPU per rank)."""
+        return self.kind_impl.trainer
 
 
 @dataclass(frozen=True)
@@ -202,7 +173,7 @@ class Runbook:
     path: str
     sha256: str
     requirements: Requirements
-    defaults: Launch
+    defaults: LaunchSettings
     phases: list[Phase]
     acceptance: list[Criterion]
     recommend_env: dict[str, str]
@@ -217,57 +188,8 @@ class Runbook:
         raise KeyError(name)
 
 
-# ---------------------------------------------------------------------- YAML with line numbers
-def _compose_lines(node, path=(), lines=None, seen=None) -> dict[tuple, int]:
-    """Map every key path in a composed YAML node tree to its 1-based line. A node reached again through an
-    alias is not walked again (aliases may form cycles or expand exponentially); only scalar keys are mapped."""
-    lines = {} if lines is None else lines
-    seen = set() if seen is None else seen
-    lines.setdefault(path, node.start_mark.line + 1)
-    if id(node) in seen:
-        return lines
-    seen.add(id(node))
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                continue
-            key = key_node.value
-            lines[path + (key,)] = key_node.start_mark.line + 1
-            _compose_lines(value_node, path + (key,), lines, seen)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _compose_lines(item, path + (i,), lines, seen)
-    return lines
 
-
-class _Ctx:
-    """Where we are in the file, for error messages."""
-
-    def __init__(self, where: str, lines: dict[tuple, int]):
-        self.where, self.lines = where, lines
-
-    def error(self, path: tuple, message: str) -> RunbookError:
-        line = None
-        for n in range(len(path), -1, -1):
-            if path[:n] in self.lines:
-                line = self.lines[path[:n]]
-                break
-        shown = _show(path) or "(top level)"
-        return RunbookError(f"{self.where}:{line if line is not None else '?'}: {shown}: {message}")
-
-
-def _show(path: tuple) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{_printable(part)}" if out else _printable(part))
-    return out
-
-
-def _printable(part: Any) -> str:
-    """str(part), or its repr when it holds a newline or another control character (messages are one line)."""
-    return str(part) if str(part).isprintable() else repr(part)
-
-
+# ---------------------------------------------------------------------- reading
 def load_runbook(path: str | Path, overrides: list[str] | None = None) -> Runbook:
     """Read, override (--set key=value) and validate a runbook file."""
     path = Path(path)
@@ -277,16 +199,20 @@ def load_runbook(path: str | Path, overrides: list[str] | None = None) -> Runboo
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RunbookError(f"{path}: cannot read ({exc})") from None
-    try:
-        node = yaml.compose(text)
-        raw = yaml.safe_load(text)
+    try:  # parsed once: the node tree gives the line of every key, the same tree the values
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            raw = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except YAML_ERRORS as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else "?"
         problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
         raise RunbookError(f"{path}:{line}: not valid YAML ({problem})") from None
-    lines = _compose_lines(node) if node is not None else {}
-    ctx = _Ctx(str(path), lines)
+    lines = compose_lines(node) if node is not None else {}
+    ctx = Ctx(str(path), lines)
     for item in overrides or []:
         raw = _apply_override(raw, item, ctx)
     # surrogatepass: a --set value from a non-UTF-8 command line holds lone surrogates
@@ -294,12 +220,12 @@ def load_runbook(path: str | Path, overrides: list[str] | None = None) -> Runboo
     return _build_runbook(raw, ctx, str(path), sha)
 
 
-def _apply_override(raw: Any, item: str, ctx: _Ctx) -> Any:
+def _apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
     """--set a.b.c=value: a dotted path into the YAML (list items of phases/steps by their name)."""
     key, sep, value_text = item.partition("=")
     if not sep or not key:
         raise RunbookError(f"--set {item!r}: expected KEY=VALUE, e.g. defaults.args.steps=20")
-    shown = _printable(key)
+    shown = printable(key)
     try:
         value = yaml.safe_load(value_text)
     except YAML_ERRORS:
@@ -312,130 +238,30 @@ def _apply_override(raw: Any, item: str, ctx: _Ctx) -> Any:
             match = [x for x in node if isinstance(x, dict) and x.get("name") == part]
             if not match:
                 raise RunbookError(f"--set {shown}: no item named {part!r} under "
-                                   f"{_printable('.'.join(parts[:i])) or 'top'}")
+                                   f"{printable('.'.join(parts[:i])) or 'top'}")
             node = match[0]
         elif isinstance(node, dict):
             node = node.setdefault(part, {})
         else:
-            raise RunbookError(f"--set {shown}: {_printable('.'.join(parts[:i]))} is not a mapping")
+            raise RunbookError(f"--set {shown}: {printable('.'.join(parts[:i]))} is not a mapping")
     if not isinstance(node, dict):
-        raise RunbookError(f"--set {shown}: {_printable('.'.join(parts[:-1]))} is not a mapping")
+        raise RunbookError(f"--set {shown}: {printable('.'.join(parts[:-1]))} is not a mapping")
     node[parts[-1]] = value
     return raw
 
 
-# ---------------------------------------------------------------------- validation helpers
-def _mapping(value: Any, path: tuple, ctx: _Ctx, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict:
-    if value is None:
-        value = {}
-    if not isinstance(value, dict):
-        raise ctx.error(path, f"expected a mapping, got {type(value).__name__}")
-    for key in value:
-        if key not in allowed:
-            raise ctx.error(path + (key,), f"unknown key (expected one of: {', '.join(allowed)})")
-    for key in required:
-        if key not in value:
-            raise ctx.error(path, f"missing required key {key!r}")
-    return value
 
 
-def _typed(value: Any, kind, path: tuple, ctx: _Ctx, *, minimum=None, choices=None, optional=False):
-    if value is None and optional:
-        return None
-    ok = {
-        int: isinstance(value, int) and not isinstance(value, bool),
-        float: isinstance(value, (int, float)) and not isinstance(value, bool),
-        str: isinstance(value, str),
-        bool: isinstance(value, bool),
-    }[kind]
-    if not ok:
-        expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[kind]
-        raise ctx.error(path, f"must be {expected}, got {_brief(value)}")
-    if choices is not None and value not in choices:
-        raise ctx.error(path, f"{value!r} is not one of {', '.join(map(str, choices))}")
-    if kind is float and isinstance(value, float) and not math.isfinite(value):
-        raise ctx.error(path, f"must be a finite number, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise ctx.error(path, f"must be >= {minimum}, got {value!r}")
-    if kind is float:
-        try:
-            return float(value)
-        except OverflowError:
-            raise ctx.error(path, f"number too large, got {_brief(value)}") from None
-    return value
-
-
-def _env(value: Any, path: tuple, ctx: _Ctx) -> dict[str, str]:
-    value = _mapping(value, path, ctx, tuple(value.keys()) if isinstance(value, dict) else ())
-    out = {}
-    for key, v in value.items():
-        if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-            raise ctx.error(path + (key,), "not a valid environment variable name")
-        if isinstance(v, bool):
-            v = "1" if v else "0"
-        if not isinstance(v, (str, int, float)):
-            raise ctx.error(path + (key,), f"environment values must be strings or numbers, got {_brief(v)}")
-        out[key] = str(v)
-    return out
-
-
-def _args(value: Any, path: tuple, ctx: _Ctx) -> dict[str, Any]:
-    value = _mapping(value, path, ctx, tuple(value.keys()) if isinstance(value, dict) else ())
-    for key, v in value.items():
-        if not isinstance(key, str) or not re.match(r"^[a-z][a-z0-9_-]*$", key):
-            raise ctx.error(path + (key,), "trainer argument names are lower-case flags without '--', e.g. steps")
-        if _reserved_arg(key):
-            raise ctx.error(path + (key,), f"set by nsa-validate itself ({_reserved_arg(key)})")
-        if not isinstance(v, (str, int, float, bool)) or v is None:
-            raise ctx.error(path + (key,), f"argument values must be scalars, got {_brief(v)}")
-    return dict(value)
-
-
-def _reserved_arg(key: str) -> str | None:
-    """Why nsa-validate itself owns trainer flag `key` (e.g. out_dir, out-dir), or None."""
-    return RESERVED_ARGS.get(key.replace("_", "-"))
-
-
-# pytest options that choose where pytest writes: nsa-validate puts pytest.xml under RUN_DIR/<step> itself, and
-# --basetemp would even let pytest empty a directory outside it (pytest refuses abbreviated options).
-RESERVED_PYTEST_ARGS = ("--junitxml", "--junit-xml", "--basetemp", "--result-log", "--resultlog", "--debug")
-
-
-def _pytest_args(value: Any, path: tuple, ctx: _Ctx) -> list[str]:
-    args = _str_list(value, path, ctx)
-    for i, arg in enumerate(args):
-        if arg.split("=", 1)[0] in RESERVED_PYTEST_ARGS:
-            raise ctx.error(path + (i,), f"{arg!r}: pytest options that choose output files or directories are "
-                                         "set by nsa-validate itself (outputs go under RUN_DIR/<step>)")
-    return args
-
-
-def _str_list(value: Any, path: tuple, ctx: _Ctx) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(x, (str, int, float)) for x in value):
-        raise ctx.error(path, "expected a list of strings")
-    return [str(x) for x in value]
-
-
-# Trainer flags a runbook may not set: every launch writes inside RUN_DIR, and a step decides nothing about resume.
-RESERVED_ARGS = {"out-dir": "every launch writes into its own directory under RUN_DIR",
-                 "resume": "use nsa-validate run --resume RUN_DIR"}
-
-LAUNCH_KEYS = ("config", "env", "args", "nproc_per_node", "master_port", "port_retries", "timeout_s",
-               "stall_timeout_s", "window", "warmup_steps", "launcher", "nnodes")
-
-
-def _launcher(value: Any, path: tuple, ctx: _Ctx, base: Launcher) -> Launcher:
+def _launcher(value: Any, path: tuple, ctx: Ctx, base: Launcher) -> Launcher:
     """`launcher: slurm` or `launcher: {type: slurm, partition: ..., ...}`; keys not given are inherited."""
     if value is None:
         return base
     if isinstance(value, str):
         value = {"type": value}
-    raw = _mapping(value, path, ctx, LAUNCHER_KEYS)
+    raw = mapping(value, path, ctx, LAUNCHER_KEYS)
 
     def get(key, kind, **kw):
-        return _typed(raw[key], kind, path + (key,), ctx, **kw) if key in raw else getattr(base, key)
+        return typed(raw[key], kind, path + (key,), ctx, **kw) if key in raw else getattr(base, key)
 
     def name(key):
         v = get(key, str, optional=True)
@@ -453,7 +279,9 @@ def _launcher(value: Any, path: tuple, ctx: _Ctx, base: Launcher) -> Launcher:
     if time_limit is not None and not _TIME_LIMIT_RE.fullmatch(time_limit):
         raise ctx.error(path + ("time_limit",), f"{_brief(time_limit)}: Slurm's format, e.g. 30, 01:30:00 or "
                                                 "1-00:00:00")
-    sbatch = tuple(_str_list(raw["sbatch"], path + ("sbatch",), ctx)) if "sbatch" in raw else base.sbatch
+    sbatch = tuple(str_list(raw["sbatch"], path + ("sbatch",), ctx)) if "sbatch" in raw else base.sbatch
+    if sbatch:
+        from validation.launch.slurm import validate_sbatch_line
     for i, line in enumerate(sbatch):
         problem = validate_sbatch_line(line)
         if problem:
@@ -465,19 +293,19 @@ def _launcher(value: Any, path: tuple, ctx: _Ctx, base: Launcher) -> Launcher:
                     cpus_per_task=get("cpus_per_task", int, minimum=1, optional=True), sbatch=sbatch)
 
 
-def _launch(raw: dict, path: tuple, ctx: _Ctx, base: Launch) -> Launch:
+def _launch(raw: dict, path: tuple, ctx: Ctx, base: LaunchSettings) -> LaunchSettings:
     def get(key, kind, **kw):
-        return _typed(raw[key], kind, path + (key,), ctx, **kw) if key in raw else getattr(base, key)
+        return typed(raw[key], kind, path + (key,), ctx, **kw) if key in raw else getattr(base, key)
 
     master_port = raw.get("master_port", base.master_port)
     if master_port != "auto" and (isinstance(master_port, bool) or not isinstance(master_port, int)
                                   or not 1024 <= master_port <= 65535):
         raise ctx.error(path + ("master_port",), f"must be 'auto' or a port number 1024-65535, "
                                                  f"got {_brief(master_port)}")
-    return Launch(
+    return LaunchSettings(
         config=get("config", str, optional=True),
-        env={**base.env, **_env(raw.get("env"), path + ("env",), ctx)},
-        args={**base.args, **_args(raw.get("args"), path + ("args",), ctx)},
+        env={**base.env, **env_vars(raw.get("env"), path + ("env",), ctx)},
+        args={**base.args, **trainer_flags(raw.get("args"), path + ("args",), ctx)},
         nproc_per_node=get("nproc_per_node", int, minimum=1),
         master_port=master_port,
         port_retries=get("port_retries", int, minimum=0),
@@ -490,12 +318,12 @@ def _launch(raw: dict, path: tuple, ctx: _Ctx, base: Launch) -> Launch:
     )
 
 
-def _requirements(raw: Any, path: tuple, ctx: _Ctx, base: Requirements | None = None) -> Requirements:
-    raw = _mapping(raw, path, ctx, ("gpus", "min_cuda_capability", "min_gpu_memory_gb", "backend"))
+def _requirements(raw: Any, path: tuple, ctx: Ctx, base: Requirements | None = None) -> Requirements:
+    raw = mapping(raw, path, ctx, ("gpus", "min_cuda_capability", "min_gpu_memory_gb", "backend"))
     base = base or Requirements()
 
     def get(key, kind, **kw):
-        return _typed(raw[key], kind, path + (key,), ctx, **kw) if key in raw else getattr(base, key)
+        return typed(raw[key], kind, path + (key,), ctx, **kw) if key in raw else getattr(base, key)
 
     return Requirements(gpus=get("gpus", int, minimum=0),
                         min_cuda_capability=get("min_cuda_capability", float, minimum=0, optional=True),
@@ -503,117 +331,50 @@ def _requirements(raw: Any, path: tuple, ctx: _Ctx, base: Requirements | None = 
                         backend=get("backend", str, choices=BACKENDS, optional=True))
 
 
-STEP_COMMON = ("name", "kind", "title", "description", "requires", "optional", "on_failure") + LAUNCH_KEYS
-STEP_KEYS = {
-    "snapshot": ("name", "kind", "title", "description", "requires", "optional", "launcher", "nnodes", "on_failure", "timeout_s"),
-    "train": STEP_COMMON + ("scaling_baseline",),
-    "longrun": STEP_COMMON,
-    "profile": STEP_COMMON + ("profile_steps", "profiler"),
-    "sweep": STEP_COMMON + ("matrix", "select"),
-    "ab": STEP_COMMON + ("baseline", "variants", "repeats", "metric", "recommend"),
-    "pytest": ("name", "kind", "title", "description", "requires", "optional", "on_failure", "tests",
-               "pytest_args", "env", "timeout_s", "launcher"),
-    "bench": ("name", "kind", "title", "description", "requires", "optional", "on_failure", "command", "env",
-              "timeout_s", "launcher"),
-}
 
 
-def _step(raw: Any, path: tuple, ctx: _Ctx, phase: str, defaults: Launch, reqs: Requirements,
+def _step(raw: Any, path: tuple, ctx: Ctx, phase: str, defaults: LaunchSettings, reqs: Requirements,
           on_failure: str = "continue") -> Step:
     if not isinstance(raw, dict):
         raise ctx.error(path, "a step must be a mapping with at least name and kind")
-    kind = raw.get("kind")
-    if kind not in STEP_KINDS:
-        raise ctx.error(path + ("kind",), f"{_brief(kind)} is not one of {', '.join(STEP_KINDS)}")
-    _mapping(raw, path, ctx, STEP_KEYS[kind], required=("name", "kind"))
-    name = _typed(raw["name"], str, path + ("name",), ctx)
+    kind = step_kinds.find(raw.get("kind"))
+    if kind is None:
+        raise ctx.error(path + ("kind",), f"{_brief(raw.get('kind'))} is not one of {', '.join(step_kinds.names())}")
+    mapping(raw, path, ctx, kind.allowed_keys(), required=("name", "kind"))
+    name = typed(raw["name"], str, path + ("name",), ctx)
     if not NAME_RE.fullmatch(name):
         raise ctx.error(path + ("name",), f"{name!r}: step names are identifiers (letters, digits, _) so "
                                           "acceptance expressions can use them")
-    common = dict(name=name, kind=kind, phase=phase,
-                  title=_typed(raw.get("title", name), str, path + ("title",), ctx),
-                  description=_typed(raw.get("description", ""), str, path + ("description",), ctx),
-                  launch=_launch(raw, path, ctx, defaults),
-                  requires=_requirements(raw.get("requires"), path + ("requires",), ctx, reqs),
-                  optional=_typed(raw.get("optional", False), bool, path + ("optional",), ctx),
-                  on_failure=_typed(raw.get("on_failure", on_failure), str, path + ("on_failure",), ctx,
-                                    choices=ON_FAILURE))
-    extra: dict[str, Any] = {}
-    if kind == "train" and raw.get("scaling_baseline") is not None:
-        base_name = _typed(raw["scaling_baseline"], str, path + ("scaling_baseline",), ctx)
-        if not NAME_RE.fullmatch(base_name):
-            raise ctx.error(path + ("scaling_baseline",), f"{_brief(base_name)}: a step name")
-        extra["scaling_baseline"] = base_name
-    if kind == "sweep":
-        matrix = _mapping(raw.get("matrix"), path + ("matrix",), ctx,
-                          tuple(raw["matrix"].keys()) if isinstance(raw.get("matrix"), dict) else ())
-        if not matrix:
-            raise ctx.error(path + ("matrix",), "a sweep needs a matrix, e.g. {env.NSA_DDP_BUCKET_MB: [25, 50]}")
-        clean = {}
-        for key, values in matrix.items():
-            if not isinstance(key, str) or not re.match(r"^(env|args)\.[A-Za-z0-9_-]+$", key):
-                raise ctx.error(path + ("matrix", key), "matrix keys are env.VARIABLE or args.flag")
-            if key.startswith("args.") and _reserved_arg(key[5:]):
-                raise ctx.error(path + ("matrix", key), f"set by nsa-validate itself ({_reserved_arg(key[5:])})")
-            if not isinstance(values, list) or not values:
-                raise ctx.error(path + ("matrix", key), "expected a non-empty list of values")
-            clean[key] = [str(v) if key.startswith("env.") else v for v in values]
-        select = _mapping(raw.get("select"), path + ("select",), ctx, ("metric", "goal"))
-        extra.update(matrix=clean,
-                     select_metric=_typed(select.get("metric", "toks_per_s"), str, path + ("select", "metric"), ctx),
-                     select_goal=_typed(select.get("goal", "max"), str, path + ("select", "goal"), ctx,
-                                        choices=("max", "min")))
-    if kind == "ab":
-        def variant(value, vpath):
-            v = _mapping(value, vpath, ctx, ("env", "args"))
-            return Variant(env=_env(v.get("env"), vpath + ("env",), ctx), args=_args(v.get("args"), vpath + ("args",),
-                                                                                      ctx))
-
-        variants_raw = raw.get("variants")
-        if not isinstance(variants_raw, dict) or not variants_raw:
-            raise ctx.error(path + ("variants",), "an ab step needs variants: {label: {env: ..., args: ...}}")
-        for label in variants_raw:
-            if not isinstance(label, str) or not NAME_RE.fullmatch(label):
-                raise ctx.error(path + ("variants", label), "variant labels are identifiers")
-        extra.update(baseline=variant(raw.get("baseline"), path + ("baseline",)),
-                     variants={k: variant(v, path + ("variants", k)) for k, v in variants_raw.items()},
-                     repeats=_typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1),
-                     metric=_typed(raw.get("metric", "toks_per_s"), str, path + ("metric",), ctx),
-                     recommend=_typed(raw.get("recommend", False), bool, path + ("recommend",), ctx))
-    if kind == "pytest":
-        extra.update(tests=_str_list(raw.get("tests"), path + ("tests",), ctx),
-                     pytest_args=_pytest_args(raw.get("pytest_args"), path + ("pytest_args",), ctx))
-        if not extra["tests"]:
-            raise ctx.error(path + ("tests",), "a pytest step needs tests: [paths or node ids]")
-    if kind == "bench":
-        extra["command"] = _str_list(raw.get("command"), path + ("command",), ctx)
-        if not extra["command"]:
-            raise ctx.error(path + ("command",), "a bench step needs command: [script, args...]")
-    if kind == "profile":
-        extra.update(profile_steps=_typed(raw.get("profile_steps", 3), int, path + ("profile_steps",), ctx, minimum=1),
-                     profiler=_typed(raw.get("profiler", "auto"), str, path + ("profiler",), ctx,
-                                     choices=("auto", "torch", "nsys")))
-    return Step(**common, **extra)
+    own = {k: v for k, v in raw.items() if k not in BASE_KEYS and k not in LAUNCH_KEYS}
+    return Step(name=name, kind=kind.name, phase=phase,
+                title=typed(raw.get("title", name), str, path + ("title",), ctx),
+                description=typed(raw.get("description", ""), str, path + ("description",), ctx),
+                launch=_launch(raw, path, ctx, defaults),
+                requires=_requirements(raw.get("requires"), path + ("requires",), ctx, reqs),
+                optional=typed(raw.get("optional", False), bool, path + ("optional",), ctx),
+                on_failure=typed(raw.get("on_failure", on_failure), str, path + ("on_failure",), ctx,
+                                 choices=ON_FAILURE),
+                options=kind.parse(own, path, ctx))
 
 
-def _build_runbook(raw: Any, ctx: _Ctx, path: str, sha: str) -> Runbook:
-    raw = _mapping(raw, (), ctx, ("name", "description", "requirements", "defaults", "phases", "acceptance",
+def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:
+    raw = mapping(raw, (), ctx, ("name", "description", "requirements", "defaults", "phases", "acceptance",
                                   "recommend"), required=("name", "phases"))
-    name = _typed(raw["name"], str, ("name",), ctx)
+    name = typed(raw["name"], str, ("name",), ctx)
     reqs = _requirements(raw.get("requirements"), ("requirements",), ctx)
-    defaults_raw = _mapping(raw.get("defaults"), ("defaults",), ctx, LAUNCH_KEYS + ("on_failure",))
-    defaults = _launch(defaults_raw, ("defaults",), ctx, Launch())
-    on_failure = _typed(defaults_raw.get("on_failure", "continue"), str, ("defaults", "on_failure"), ctx,
+    defaults_raw = mapping(raw.get("defaults"), ("defaults",), ctx, LAUNCH_KEYS + ("on_failure",))
+    defaults = _launch(defaults_raw, ("defaults",), ctx, LaunchSettings())
+    on_failure = typed(defaults_raw.get("on_failure", "continue"), str, ("defaults", "on_failure"), ctx,
                         choices=ON_FAILURE)
-    recommend = _mapping(raw.get("recommend"), ("recommend",), ctx, ("env",))
+    recommend = mapping(raw.get("recommend"), ("recommend",), ctx, ("env",))
     phases_raw = raw["phases"]
     if not isinstance(phases_raw, list) or not phases_raw:
         raise ctx.error(("phases",), "expected a non-empty list of phases")
     phases, seen = [], {}
     for i, praw in enumerate(phases_raw):
         ppath = ("phases", i)
-        p = _mapping(praw, ppath, ctx, ("name", "title", "description", "steps"), required=("name", "steps"))
-        pname = _typed(p["name"], str, ppath + ("name",), ctx)
+        p = mapping(praw, ppath, ctx, ("name", "title", "description", "steps"), required=("name", "steps"))
+        pname = typed(p["name"], str, ppath + ("name",), ctx)
         if not NAME_RE.fullmatch(pname):
             raise ctx.error(ppath + ("name",), f"{pname!r}: phase names are identifiers")
         if not isinstance(p["steps"], list) or not p["steps"]:
@@ -623,11 +384,11 @@ def _build_runbook(raw: Any, ctx: _Ctx, path: str, sha: str) -> Runbook:
             step = _step(sraw, ppath + ("steps", j), ctx, pname, defaults, reqs, on_failure)
             if step.name in seen:
                 raise ctx.error(ppath + ("steps", j, "name"), f"duplicate step name {step.name!r} "
-                                                              f"(first at {_show(seen[step.name])})")
+                                                              f"(first at {show(seen[step.name])})")
             seen[step.name] = ppath + ("steps", j)
             steps.append(step)
-        phases.append(Phase(pname, _typed(p.get("title", pname), str, ppath + ("title",), ctx),
-                            _typed(p.get("description", ""), str, ppath + ("description",), ctx), steps))
+        phases.append(Phase(pname, typed(p.get("title", pname), str, ppath + ("title",), ctx),
+                            typed(p.get("description", ""), str, ppath + ("description",), ctx), steps))
     if len({p.name for p in phases}) != len(phases):
         raise ctx.error(("phases",), "phase names must be unique")
     _check_references(phases, ctx, seen)
@@ -636,9 +397,9 @@ def _build_runbook(raw: Any, ctx: _Ctx, path: str, sha: str) -> Runbook:
         raise ctx.error(("acceptance",), f"expected a list of criteria, got {type(raw['acceptance']).__name__}")
     for i, craw in enumerate(raw.get("acceptance") or []):
         cpath = ("acceptance", i)
-        c = _mapping(craw, cpath, ctx, ("name", "expr", "target", "severity", "description"),
+        c = mapping(craw, cpath, ctx, ("name", "expr", "target", "severity", "description"),
                      required=("name", "expr"))
-        expr_text = _typed(c["expr"], str, cpath + ("expr",), ctx)
+        expr_text = typed(c["expr"], str, cpath + ("expr",), ctx)
         try:
             expr = compile_expression(expr_text)
         except ExpressionError as exc:
@@ -648,38 +409,33 @@ def _build_runbook(raw: Any, ctx: _Ctx, path: str, sha: str) -> Runbook:
             raise ctx.error(cpath + ("expr",), f"refers to unknown step(s) {', '.join(unknown)} "
                                                f"(steps: {', '.join(seen)})")
         acceptance.append(Criterion(
-            name=_typed(c["name"], str, cpath + ("name",), ctx), expr=expr,
-            target=_typed(c.get("target", expr_text), str, cpath + ("target",), ctx),
-            severity=_typed(c.get("severity", "fail"), str, cpath + ("severity",), ctx, choices=SEVERITIES),
-            description=_typed(c.get("description", ""), str, cpath + ("description",), ctx)))
-    return Runbook(name=name, description=_typed(raw.get("description", ""), str, ("description",), ctx),
+            name=typed(c["name"], str, cpath + ("name",), ctx), expr=expr,
+            target=typed(c.get("target", expr_text), str, cpath + ("target",), ctx),
+            severity=typed(c.get("severity", "fail"), str, cpath + ("severity",), ctx, choices=SEVERITIES),
+            description=typed(c.get("description", ""), str, cpath + ("description",), ctx)))
+    return Runbook(name=name, description=typed(raw.get("description", ""), str, ("description",), ctx),
                    path=path, sha256=sha, requirements=reqs, defaults=defaults, phases=phases,
-                   acceptance=acceptance, recommend_env=_env(recommend.get("env"), ("recommend", "env"), ctx))
+                   acceptance=acceptance, recommend_env=env_vars(recommend.get("env"), ("recommend", "env"), ctx))
 
 
-def _check_references(phases: list[Phase], ctx: _Ctx, steps_at: dict[str, str]) -> None:
-    """${step.winner.env.X} must name an earlier sweep step whose matrix has that key."""
+def _check_references(phases: list[Phase], ctx: Ctx, steps_at: dict[str, tuple]) -> None:
+    """${step.winner.env.X} must name an earlier step whose winner carries that key (a sweep); then each kind checks
+    its own references (e.g. a train step's scaling_baseline)."""
     order = [s for p in phases for s in p.steps]
     position = {s.name: i for i, s in enumerate(order)}
     for i, step in enumerate(order):
-        if step.scaling_baseline is not None:
-            base = next((s for s in order if s.name == step.scaling_baseline), None)
-            if base is None or base.kind != "train" or position[base.name] >= i:
-                where = str(ctx.error(steps_at[step.name], ""))[:-2]
-                raise RunbookError(f"{where}: scaling_baseline {step.scaling_baseline!r} must name an earlier "
-                                   "train step")
+        where = str(ctx.error(steps_at[step.name], ""))[:-2]  # "file:line: phases[i].steps[j]"
+        step.kind_impl.check(step, order, lambda message: RunbookError(f"{where}: {message}"))
         values = list(step.launch.env.values()) + [v for v in step.launch.args.values() if isinstance(v, str)]
         for value in values:
             for ref, section, key in REF_RE.findall(value):
                 target = next((s for s in order if s.name == ref), None)
-                path = steps_at[step.name]
-                err = ctx.error(path, "")
-                where = str(err)[:-2]  # "file:line: phases[i].steps[j]"
-                if target is None or target.kind != "sweep":
+                winner_keys = target.kind_impl.winner_params(target) if target is not None else None
+                if winner_keys is None:
                     raise RunbookError(f"{where}: ${{{ref}.winner...}} must name a sweep step")
                 if position[ref] >= i:
                     raise RunbookError(f"{where}: refers to {ref}, which runs later")
-                if f"{section}.{key}" not in target.matrix:
+                if f"{section}.{key}" not in winner_keys:
                     raise RunbookError(f"{where}: {ref} does not sweep {section}.{key}")
 
 

@@ -1,4 +1,8 @@
-"""Executes a runbook: every step in order, results on disk after each one, acceptance, verdict, reports.
+"""Executes a runbook: every step in order, results on disk after each one, acceptance, verdict.
+
+Each step is run by its kind (validation.steps: StepKind.run) through a StepContext: the runner starts the kind's
+launches (validation.launch), records them in the step's results entry and saves results.json; what a step
+measures and how it passes is its kind's business.
 
 The runner never prints: it reports progress through a `Reporter` (the CLI's is a rich live display) and returns
 the results dict (validation.results documents it).
@@ -15,33 +19,28 @@ whose directory cannot be written (disk full, permission denied, not a directory
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
-import json
 import logging
 import os
-import re
 import time
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from validation import environment, metrics, stats
-from validation.launcher import LaunchResult, LaunchSpec, launch
-from validation.plan import PlannedLaunch, nsys_available, recorded_env, step_launches
+from validation import environment
+from validation.launch import LaunchResult, LaunchSpec, launch, recorded_env
+from validation.plan import step_launches
 from validation.results import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, SCHEMA_VERSION, RunDirError, cannot_write,
                                 os_error_text, write_results)
 from validation.runbook import Runbook, Step, references
-
-COMPRESSION_RE = re.compile(r"\[ddp\] gradient compression enabled: (\w+)")
-
 
 class Reporter:
     """Progress hooks; the default does nothing."""
 
     def run_started(self, runbook: Runbook, run_dir: Path, steps: list[Step]) -> None: ...
     def step_started(self, step: Step, launches: int) -> None: ...
-    def launch_started(self, step: Step, planned: PlannedLaunch, index: int, total: int) -> None: ...
+    def launch_started(self, step: Step, planned: LaunchSpec, index: int, total: int) -> None: ...
     def launch_progress(self, step: Step, progress) -> None: ...
     def step_finished(self, step: Step, result: dict) -> None: ...
     def run_finished(self, results: dict) -> None: ...
@@ -211,8 +210,9 @@ class Runner:
         reason = environment.unmet_for(step, self.env_record)
         if reason:
             return reason
-        if step.kind == "profile" and step.profiler == "nsys" and not nsys_available(step):
-            return "profiler nsys requested, but nsys is not on PATH"
+        reason = step.kind_impl.skip_reason(step)
+        if reason:
+            return reason
         for ref in sorted({r for v in list(step.launch.env.values()) + list(step.launch.args.values())
                            for r in references(v)}):
             if not (self.results["steps"].get(ref) or {}).get("winner"):
@@ -232,7 +232,7 @@ class Runner:
             return result
         planned = step_launches(step, self._winners(), self.run_dir)
         # checked again right before writing: a link may have appeared since the run started
-        for rel in [step.name] + [p for pl in planned for p in (pl.dir, pl.out_dir) if p]:
+        for rel in [step.name] + [p for spec in planned for p in (spec.dir, spec.out_dir) if p]:
             inside_run_dir(self.run_dir, rel)
         result["status"] = "running"
         self.results["steps"][step.name] = result
@@ -244,8 +244,7 @@ class Runner:
             raise cannot_write(step_dir, exc) from None
         self.reporter.step_started(step, max(1, len(planned)))
         try:
-            handler = getattr(self, f"_step_{step.kind}")
-            handler(step, planned, result)
+            step.kind_impl.run(step, planned, result, StepContext(self, step))
         except KeyboardInterrupt:
             result.update(status="interrupted", reason="interrupted (Ctrl-C)")
             raise
@@ -253,25 +252,15 @@ class Runner:
             result["duration_s"] = round(time.time() - t0, 3)
         return result
 
-    def _launch(self, step: Step, pl: PlannedLaunch, index: int, total: int) -> LaunchResult:
-        self.reporter.launch_started(step, pl, index, total)
-        env = {**os.environ, **pl.env}
-        if (pl.nproc_per_node > 1 or step.is_training) and pl.launcher.type == "torchrun":
+    def _launch(self, step: Step, spec: LaunchSpec, index: int, total: int) -> LaunchResult:
+        self.reporter.launch_started(step, spec, index, total)
+        env = dict(spec.env)
+        if ((spec.nproc_per_node > 1 or step.is_training) and spec.launcher == "torchrun"
+                and "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in env):
             # the ranks share this machine's cores (Slurm nodes: torchrun's own default applies there)
-            env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, pl.world_size))))
-        spec = LaunchSpec(
-            argv=pl.argv, env=env, cwd=self.opt.cwd, step_dir=self.run_dir / pl.dir,
-            nproc_per_node=pl.nproc_per_node, torchrun=pl.torchrun,
-            launcher=pl.launcher.type, nnodes=pl.nnodes, rdzv_backend=pl.launcher.rdzv_backend,
-            rdzv_endpoint=pl.launcher.rdzv_endpoint, slurm=pl.slurm_options(), job_name=pl.job_name(),
-            job_env=dict(pl.env),
-            master_port=None if pl.master_port == "auto" else int(pl.master_port), port_retries=pl.port_retries,
-            timeout_s=pl.timeout_s,
-            trainer_out_dir=(self.run_dir / pl.out_dir) if pl.out_dir else None,
-            stall_timeout_s=pl.stall_timeout_s if pl.out_dir else None,
-            expected_ranks=pl.world_size if pl.out_dir else None,
-            on_progress=lambda p: self.reporter.launch_progress(step, p), wrapper=list(pl.wrapper))
-        return launch(spec)
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, spec.world_size)))
+        return launch(dataclasses.replace(spec, env=env, cwd=self.opt.cwd,
+                                          on_progress=lambda p: self.reporter.launch_progress(step, p)))
 
     def _rel(self, path: Path | str | None) -> str | None:
         if path is None:
@@ -281,279 +270,48 @@ class Runner:
         except ValueError:
             return str(path)
 
-    def _record_launch(self, target: dict, pl: PlannedLaunch, lr: LaunchResult) -> None:
+    def _record_launch(self, target: dict, spec: LaunchSpec, lr: LaunchResult) -> None:
         target["command"] = lr.argv
-        target["env"] = recorded_env(pl.env)
+        target["env"] = recorded_env(spec.env, only_prefixed=True)[0]
         target["artifacts"] = sorted({*target.get("artifacts", []), self._rel(lr.log_path),
                                       *(self._rel(p) for p in lr.rank_logs.values())} - {None})
         if lr.excerpt:
             target["excerpt"] = lr.excerpt
         target["stack_dumps"] = sorted({*target.get("stack_dumps", []), *(self._rel(p) for p in lr.stack_dumps)})
 
-    # ------------------------------------------------------------------ training launches
-    def _train_metrics(self, step: Step, pl: PlannedLaunch, lr: LaunchResult) -> tuple[str, str | None, dict]:
-        """(status, reason, metrics) of one trainer launch."""
-        out_dir = self.run_dir / pl.out_dir
-        window = metrics.Window(last=step.launch.window, warmup=step.launch.warmup_steps)
-        read = metrics.read_training_csv(out_dir / "training.csv")
-        m = metrics.summarize(read, window, world_size=pl.world_size)
-        m["world_size"] = pl.world_size
-        m["csv"] = self._rel(out_dir / "training.csv")
-        m.update(self._node_metrics(pl, lr, out_dir, m))
-        trainer_status = _read_json(out_dir / "status.json")
-        m["trainer_status"] = trainer_status.get("status")
-        log_text = _read_text(lr.log_path)
-        found = COMPRESSION_RE.search(log_text)
-        m["compression"] = found.group(1) if found else None
-        audit = _read_json(out_dir / "sdpa_audit.json")
-        if audit:
-            gpu = [r for r in audit.get("by_site", []) if r.get("device") == "cuda"]
-            m["sdpa_audit"] = {"calls": audit.get("calls", 0), "backends": audit.get("backends", []),
-                               "fallbacks": sum(r["calls"] for r in gpu if r.get("backend") == "math"),
-                               "by_site": audit.get("by_site", [])}
-        if lr.status != "ok":
-            return lr.status, lr.reason, m
-        if m["trainer_status"] != "completed":
-            return "failed", f"trainer ended {m['trainer_status']}: {trainer_status.get('reason')}", m
-        return _csv_verdict(m, trainer_status.get("step"))
 
-    def _node_metrics(self, pl: PlannedLaunch, lr: LaunchResult, out_dir: Path, m: dict) -> dict:
-        """Launcher, nodes (from the trainer's env.json: every node of the job), per-node throughput; every node's
-        record (host, GPUs, NCCL/IB/Slurm environment) is added to the run's environment["nodes"]."""
-        nodes = _read_json(out_dir / "env.json").get("nodes") or []
-        known = self.results["environment"].setdefault("nodes", {})
-        for node in nodes:
-            if isinstance(node, dict) and node.get("node"):
-                known.setdefault(str(node["node"]), {}).update({k: node.get(k) for k in ("host", "gpus", "env")})
-        mean = (m.get("toks_per_s") or {}).get("mean")
-        return {"launcher": pl.launcher.type, "nnodes": pl.nnodes,
-                "nodes": [str(n.get("node")) for n in nodes if isinstance(n, dict)] or list(lr.nodes),
-                "slurm_job": lr.job_id,
-                "gpus": [str(g) for n in nodes if isinstance(n, dict) for g in (n.get("gpus") or [])],
-                "toks_per_s_per_node": mean / pl.nnodes if isinstance(mean, (int, float)) else None}
+class StepContext:
+    """What a step kind's run() gets from the runner (validation.steps.base.StepKind.run)."""
 
-    def _single_train(self, step: Step, planned: list[PlannedLaunch], result: dict) -> tuple[PlannedLaunch, LaunchResult]:
-        pl = planned[0]
-        lr = self._launch(step, pl, 0, 1)
-        self._record_launch(result, pl, lr)
-        status, reason, m = self._train_metrics(step, pl, lr)
-        result.update(status=status, reason=reason, metrics=m)
-        return pl, lr
+    def __init__(self, runner: Runner, step: Step):
+        self._runner, self._step = runner, step
+        self.run_dir: Path = runner.run_dir
+        self.cwd: Path = runner.opt.cwd
+        self.results: dict = runner.results  # the whole run's results so far (other steps, environment)
 
-    def _step_train(self, step, planned, result) -> None:
-        self._single_train(step, planned, result)
-        if step.scaling_baseline:
-            # multi-node scaling: this run's throughput against the baseline step's, per process
-            m, base = result["metrics"], (self.results["steps"].get(step.scaling_baseline) or {}).get("metrics") or {}
-            multi, single = (m.get("toks_per_s") or {}).get("mean"), (base.get("toks_per_s") or {}).get("mean")
-            ratio = m.get("world_size", 1) / max(1, base.get("world_size") or 1)
-            m["scaling_baseline"] = step.scaling_baseline
-            m["scaling_efficiency"] = metrics.scaling_efficiency(multi, single, ratio)
+    def launch(self, spec: LaunchSpec, index: int = 0, total: int = 1) -> LaunchResult:
+        """Run one of the step's launches to its end (progress shown, this machine's thread count set). A launch
+        the kind builds while it runs (e.g. a bisection's next point) is checked to write inside RUN_DIR too."""
+        for rel in (spec.dir, spec.out_dir):
+            if rel:
+                inside_run_dir(self.run_dir, rel)
+        return self._runner._launch(self._step, spec, index, total)
 
-    def _step_longrun(self, step, planned, result) -> None:
-        pl, lr = self._single_train(step, planned, result)
-        out_dir = self.run_dir / pl.out_dir
-        m = result["metrics"]
-        m["halted"] = (out_dir / ".HALT").exists() or m.get("trainer_status") == "halted"
-        m["stalls"] = 1 if lr.status == "hang" else 0
-        m["stack_dumps"] = [self._rel(p) for p in sorted(out_dir.glob("stackdump_*.txt")) if p.stat().st_size]
-        if result["status"] == "passed" and m["halted"]:
-            result.update(status="failed", reason="the run was halted (.HALT)")
+    def record(self, result: dict, spec: LaunchSpec, lr: LaunchResult) -> None:
+        """Record a launch in the step's results entry: command, environment, logs, excerpt, stack dumps."""
+        self._runner._record_launch(result, spec, lr)
 
-    def _step_profile(self, step, planned, result) -> None:
-        pl, _ = self._single_train(step, planned, result)
-        if pl.wrapper:
-            result["artifacts"] += [self._rel(p) for p in sorted((self.run_dir / pl.dir).glob("nsys_profile*"))]
-        traces = sorted((self.run_dir / pl.out_dir / "profile").glob("trace_rank0_*.json"))
-        prof = {"trace": self._rel(traces[-1]) if traces else None, "top_ops": [], "nvtx_ranges": []}
-        if traces:
-            prof.update(_profile_summary(traces[-1]))
-            result["artifacts"].append(self._rel(traces[-1]))
-        elif result["status"] == "passed":
-            result.update(status="failed", reason="no profiler trace was written")
-        result["metrics"]["profile"] = prof
+    def save(self) -> None:
+        """Write results.json now (e.g. after each run of a multi-launch step)."""
+        self._runner.save()
 
-    def _step_sweep(self, step, planned, result) -> None:
-        runs, problems = [], []
-        for i, pl in enumerate(planned):
-            lr = self._launch(step, pl, i, len(planned))
-            self._record_launch(result, pl, lr)
-            status, reason, m = self._train_metrics(step, pl, lr)
-            runs.append({"label": pl.label, "params": pl.params, "status": status, "reason": reason,
-                         "dir": pl.dir, "command": lr.argv, "metrics": m, "repeat": 0})
-            if status != "passed":
-                problems.append(f"{pl.label}: {reason}")
-            result["runs"] = runs
-            self.save()
-        label, explanation = metrics.select_best(
-            [(r["label"], r["metrics"]) for r in runs if r["status"] == "passed"], step.select_metric,
-            step.select_goal)
-        if label is not None:
-            won = next(r for r in runs if r["label"] == label)
-            result["winner"] = {"label": label, "params": won["params"], "explanation": explanation}
-        result["metrics"] = {"points": len(runs), "passed": sum(r["status"] == "passed" for r in runs),
-                             "winner": label, "selection": explanation}
-        if problems:
-            result.update(status="failed", reason="; ".join(problems))
-        elif label is None:
-            result.update(status="failed", reason=f"no winner: {explanation}")
-        else:
-            result.update(status="passed", reason=None)
+    def rel(self, path: Path | str | None) -> str | None:
+        """`path` relative to the run directory (as results.json records paths)."""
+        return self._runner._rel(path)
 
-    def _step_ab(self, step, planned, result) -> None:
-        runs, problems = [], []
-        for i, pl in enumerate(planned):
-            lr = self._launch(step, pl, i, len(planned))
-            self._record_launch(result, pl, lr)
-            status, reason, m = self._train_metrics(step, pl, lr)
-            runs.append({"label": pl.label, "params": pl.params, "status": status, "reason": reason, "dir": pl.dir,
-                         "command": lr.argv, "metrics": m, "repeat": pl.repeat})
-            if status != "passed":
-                problems.append(f"{pl.label}: {reason}")
-            result["runs"] = runs
-            self.save()
-        samples = {label: [] for label in ["baseline", *step.variants]}
-        for r in runs:
-            if r["status"] == "passed":
-                samples[r["label"]] += metrics.window_values(self.run_dir / r["metrics"]["csv"], step.metric,
-                                                             metrics.Window(step.launch.window,
-                                                                            step.launch.warmup_steps))
-        higher = stats.METRIC_DIRECTIONS.get(step.metric, "higher") == "higher"
-        comparison, by_label = [], {}
-        for label in step.variants:
-            if samples["baseline"] and samples[label]:
-                c = stats.compare_samples(samples["baseline"], samples[label], higher_is_better=higher)
-                comparison.append({"baseline": "baseline", "variant": label, "metric": step.metric, **c})
-                by_label[label] = c
-        result["comparison"] = comparison
-        result["metrics"] = {"compared": step.metric, "variants": by_label,
-                             "baseline": _pooled_summary(runs, "baseline")}
-        for label in step.variants:
-            result["metrics"][label] = _pooled_summary(runs, label)
-        ignored = {label: self._ignored_settings(step, runs, label) for label in step.variants}
-        for label, names in ignored.items():
-            if names:
-                result.setdefault("notes", []).append(
-                    f"{label}: the trainer ignored {', '.join(names)} on this machine, so this A/B compares equal "
-                    "settings and the variant is not recommended")
-        if step.recommend and comparison:
-            # the seed runbook's rule: keep a variant if it is stable and at least as fast as the baseline
-            best = [c for c in comparison if c["verdict"] != "worse" and not ignored[c["variant"]] and (
-                c["mean_b"] >= c["mean_a"] if higher else c["mean_b"] <= c["mean_a"])
-                and _pooled_summary(runs, c["variant"]).get("throughput_stable")]
-            if best:
-                chosen = max(best, key=lambda c: c["mean_b"] if higher else -c["mean_b"])
-                params = next(r["params"] for r in runs if r["label"] == chosen["variant"])
-                result["winner"] = {"label": chosen["variant"], "params": params,
-                                    "explanation": f"{chosen['variant']} is not worse than baseline "
-                                                   f"({chosen['mean_b']:.1f} vs {chosen['mean_a']:.1f}) and stable"}
-            else:
-                result["winner"] = {"label": "baseline", "params": {}, "explanation":
-                                    "no variant was both at least as fast as baseline and stable"}
-        result.update(status="failed" if problems else "passed",
-                      reason="; ".join(problems) or "; ".join(result.get("notes", [])) or None)
-
-    def _ignored_settings(self, step: Step, runs: list[dict], label: str) -> list[str]:
-        """Variables of a variant that its trainer runs reported as ignored (e.g. NSA_OPT_FUSED on CPU)."""
-        names = set()
-        for r in runs:
-            if r["label"] != label:
-                continue
-            notes = _read_json(self.run_dir / r["dir"] / "out" / "status.json").get("notes", [])
-            for var in step.variants[label].env:
-                if any(var in n and "ignored" in n for n in notes):
-                    names.add(var)
-        return sorted(names)
-
-    # ------------------------------------------------------------------ other kinds
-    def _step_snapshot(self, step, planned, result) -> None:
-        env, files, problems = environment.snapshot(self.run_dir / step.name, self.opt.cwd,
-                                                    timeout_s=step.launch.timeout_s)
-        self.results["environment"].update(env)
-        result["artifacts"] = [self._rel(f) for f in files]
-        result["metrics"] = {"git_sha": env.get("git_sha"), "gpu_count": env.get("gpu_count"),
-                             "files": result["artifacts"], "problems": problems}
-        status = "passed"
-        if planned:  # launcher slurm: a snapshot of every node of an allocation
-            lr = self._launch(step, planned[0], 0, 1)
-            self._record_launch(result, planned[0], lr)
-            known = self.results["environment"].setdefault("nodes", {})
-            names = []
-            nodes_dir = self.run_dir / step.name / "nodes"
-            for node_dir in sorted(d for d in (nodes_dir.iterdir() if nodes_dir.is_dir() else []) if d.is_dir()):
-                node_env = _read_json(node_dir / "environment.json")
-                names.append(node_dir.name)
-                known.setdefault(node_dir.name, {}).update(snapshot={"gpu_count": node_env.get("gpu_count"),
-                                                                     "gpus": node_env.get("gpus"),
-                                                                     "torch": node_env.get("torch"),
-                                                                     "host": node_env.get("host"),
-                                                                     "comm_env": node_env.get("comm_env")})
-                result["artifacts"] += [self._rel(f) for f in sorted(node_dir.iterdir())]
-            result["metrics"]["nodes"] = names
-            if lr.status != "ok" or len(names) < planned[0].nnodes:
-                status = "failed"
-                problems = problems + [f"node snapshots: {len(names)} of {planned[0].nnodes} ({lr.reason})"]
-        result.update(status=status, reason="; ".join(problems) or None)
-
-    def _step_pytest(self, step, planned, result) -> None:
-        pl = planned[0]
-        lr = self._launch(step, pl, 0, 1)
-        self._record_launch(result, pl, lr)
-        counts = _junit_counts(self.run_dir / pl.dir / "pytest.xml")
-        result["metrics"] = counts
-        result["artifacts"].append(self._rel(self.run_dir / pl.dir / "pytest.xml"))
-        if lr.status in ("timeout", "hang", "error", "interrupted"):
-            result.update(status=lr.status, reason=lr.reason)
-        elif counts.get("total", 0) == 0:
-            result.update(status="failed", reason=f"no tests ran ({lr.reason})")
-        elif counts["failed"] or counts["errors"]:
-            result.update(status="failed", reason=f"{counts['failed']} failed, {counts['errors']} errors "
-                                                  f"of {counts['total']}")
-        else:
-            result.update(status="passed", reason=None)
-
-    def _step_bench(self, step, planned, result) -> None:
-        pl = planned[0]
-        lr = self._launch(step, pl, 0, 1)
-        self._record_launch(result, pl, lr)
-        data = _read_json(self.run_dir / pl.dir / "bench.json")
-        result["metrics"] = data if isinstance(data, dict) else {"results": data}
-        if lr.status != "ok":
-            result.update(status=lr.status if lr.status != "ok" else "failed", reason=lr.reason)
-        elif not data:
-            result.update(status="failed", reason="the benchmark wrote no JSON")
-        else:
-            result["artifacts"].append(self._rel(self.run_dir / pl.dir / "bench.json"))
-            result.update(status="passed", reason=None)
 
 
 # ---------------------------------------------------------------------- helpers
-def _csv_verdict(m: dict, trainer_steps: Any) -> tuple[str, str | None, dict]:
-    """(status, reason, m) of a launch whose trainer completed, from its training.csv summary `m`.
-
-    A missing, empty or unparseable file fails. So does a row left out anywhere but at the very end (a damaged
-    row: the numbers around it cannot be trusted either), and a file that ends before the trainer's last step
-    by more than a cut-off last line (rows were lost). A last line cut off mid-row, what a writer killed while
-    writing leaves, passes with that said in the reason."""
-    if m["status"] not in metrics.USABLE_STATUSES:
-        reason = str(m.get("reason"))
-        if reason.startswith(f"{m['status']}: "):  # "missing: /path" -> "training.csv missing: /path"
-            reason = reason[len(m["status"]) + 2:]
-        return "failed", f"training.csv {m['status']}: {reason}", m
-    dropped, cut = m.get("dropped_rows") or 0, bool(m.get("cut_last_line"))
-    if dropped > (1 if cut else 0):
-        return "failed", (f"training.csv damaged: {dropped} unparseable row(s) left out (first at "
-                          f"{m.get('first_bad_row')})"), m
-    last = m.get("last_step")
-    if isinstance(trainer_steps, int) and last is not None and last + (1 if cut else 0) < trainer_steps:
-        return "failed", (f"training.csv ends at step {last} but the trainer completed step {trainer_steps}: "
-                          f"{trainer_steps - last - (1 if cut else 0)} row(s) lost"), m
-    if cut:
-        return "passed", (f"training.csv: the last line was cut off mid-row and left out (1 row); statistics use "
-                          f"steps {m['window']['first_step']}-{m['window']['last_step']}"), m
-    return "passed", None, m
-
-
 def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
@@ -588,57 +346,3 @@ def inside_run_dir(run_dir: Path, rel: str | Path) -> Path:
             for name in dirnames + filenames:
                 check(Path(dirpath) / name)
     return current
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _read_text(path: Path | None) -> str:
-    try:
-        return Path(path).read_text(errors="replace") if path else ""
-    except OSError:
-        return ""
-
-
-def _junit_counts(path: Path) -> dict[str, int]:
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
-        return {"passed": 0, "failed": 0, "skipped": 0, "errors": 0, "total": 0}
-    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-    total = sum(int(s.get("tests", 0)) for s in suites)
-    failed = sum(int(s.get("failures", 0)) for s in suites)
-    errors = sum(int(s.get("errors", 0)) for s in suites)
-    skipped = sum(int(s.get("skipped", 0)) for s in suites)
-    return {"passed": total - failed - errors - skipped, "failed": failed, "skipped": skipped, "errors": errors,
-            "total": total, "duration_s": round(sum(float(s.get("time", 0)) for s in suites), 3)}
-
-
-def _profile_summary(trace: Path, top: int = 15) -> dict:
-    """Top operators by self time and the nsa.* ranges seen, from a torch profiler chrome trace."""
-    data = _read_json(trace)
-    events = [e for e in data.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
-    ranges = sorted({e["name"] for e in events if str(e.get("name", "")).startswith("nsa.")})
-    ops: dict[str, list[float]] = {}
-    for e in events:
-        if e.get("cat") in ("cpu_op", "kernel", "gpu_op") and "dur" in e:
-            ops.setdefault(e["name"], []).append(float(e["dur"]))
-    rows = sorted(({"name": k, "total_ms": round(sum(v) / 1000, 3), "calls": len(v)} for k, v in ops.items()),
-                  key=lambda r: -r["total_ms"])[:top]
-    return {"top_ops": rows, "nvtx_ranges": ranges}
-
-
-def _pooled_summary(runs: list[dict], label: str) -> dict:
-    """Mean over repeats of the per-run summary means (or the single run's summary)."""
-    mine = [r["metrics"] for r in runs if r["label"] == label and r["status"] == "passed"]
-    if not mine:
-        return {}
-    if len(mine) == 1:
-        return mine[0]
-    means = [m["toks_per_s"]["mean"] for m in mine if m.get("toks_per_s")]
-    return {"toks_per_s": {"mean": sum(means) / len(means), "n": len(means)},
-            "throughput_stable": all(m.get("throughput_stable") for m in mine), "repeats": len(mine)}

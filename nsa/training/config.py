@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import yaml
 
 from nsa.config import ModelConfig, NSAConfig
+from nsa.training.outputs import atomic_write
 
 DATASETS = ("synthetic", "text", "fineweb_edu")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -213,10 +214,8 @@ def apply_overrides(cfg: RunConfig, overrides: Mapping[str, Any], where: str = "
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    tmp.replace(path)
+    """The resolved config as YAML, written atomically (nsa.training.outputs.atomic_write)."""
+    atomic_write(Path(path), yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
 def _section_fields(cls) -> tuple[dict, dict]:

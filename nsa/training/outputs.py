@@ -340,15 +340,18 @@ def archive_previous_run(out_dir: Path) -> Path | None:
     return archive
 
 
-def atomic_write_text(path: Path, text: str) -> Path:
-    """Write `text` to `path` atomically and durably: a temp file beside it, fsync, os.replace. Readers see the
-    old file or the new one, never half a file; on any error (disk full, permission) the temp file is removed,
-    the old file is left as it was, and the OSError propagates."""
+def atomic_write(path: Path, data: bytes | str) -> Path:
+    """Write `data` (str: UTF-8) to `path` atomically and durably: a temp file beside it, fsync, os.replace. Readers
+    see the old file or the new one, never half a file; on any error (disk full, permission) the temp file is
+    removed, the old file is left as it was, and the OSError propagates. The one atomic write of the project: the
+    trainer's files, its config.yaml, and everything nsa-validate writes into a run directory use it."""
     path = Path(path)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -366,6 +369,11 @@ def atomic_write_text(path: Path, text: str) -> Path:
     except OSError:
         pass
     return path
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    """atomic_write of a text (UTF-8)."""
+    return atomic_write(path, text)
 
 
 def write_json(path: Path, data: Any, indent: int | None = 2) -> Path:

@@ -16,14 +16,6 @@ from process_checks import heartbeat_pids, orphans
 REPO = Path(__file__).resolve().parents[2]
 
 
-def cli(*args, timeout=900, env=None) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("NSA_")}
-    full_env.update(env or {})
-    full_env["COLUMNS"] = "200"
-    return subprocess.run([sys.executable, "-m", "validation.cli", *map(str, args)], cwd=REPO, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
 def small_runbook(tmp_path, body: str, name="small") -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(f"""\
@@ -43,7 +35,7 @@ defaults:
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
+def smoke(cli, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("smoke") / "run"
     proc = cli("run", "runbooks/cpu_smoke.yaml", "--out", run_dir)
     return run_dir, proc
@@ -77,7 +69,7 @@ def test_cpu_smoke_ends_go_with_every_artifact(smoke):
     assert "GO" in report and "Bucket" in report or "bucket" in report
 
 
-def test_report_rerenders_identically_from_results_json(smoke):
+def test_report_rerenders_identically_from_results_json(cli, smoke):
     run_dir, proc = smoke
     again = cli("report", run_dir, "--format", "md")
     assert again.returncode == 0, again.stderr
@@ -86,7 +78,7 @@ def test_report_rerenders_identically_from_results_json(smoke):
     assert junit.stdout == (run_dir / "junit.xml").read_text()
 
 
-def test_compare_a_run_with_itself_is_all_same(smoke):
+def test_compare_a_run_with_itself_is_all_same(cli, smoke):
     run_dir, _ = smoke
     proc = cli("compare", run_dir, run_dir, "--json")
     assert proc.returncode == 0, proc.stderr
@@ -95,12 +87,12 @@ def test_compare_a_run_with_itself_is_all_same(smoke):
     assert out["warnings"] == []
 
 
-def test_list_shows_runbooks(smoke):
+def test_list_shows_runbooks(cli, smoke):
     proc = cli("list")
     assert proc.returncode == 0 and "cpu_smoke" in proc.stdout and "ddp_2xa100" in proc.stdout
 
 
-def test_plan_lists_every_command_and_runs_nothing(tmp_path):
+def test_plan_lists_every_command_and_runs_nothing(cli, tmp_path):
     proc = cli("plan", "runbooks/ddp_2xa100.yaml")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -112,7 +104,7 @@ def test_plan_lists_every_command_and_runs_nothing(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_schema_error_exits_2_naming_key_and_line(tmp_path):
+def test_schema_error_exits_2_naming_key_and_line(cli, tmp_path):
     path = small_runbook(tmp_path, "phases:\n  - name: p\n    steps:\n      - {name: a, kind: train, stepz: 1}\n")
     proc = cli("run", path, "--out", tmp_path / "r")
     assert proc.returncode == 2
@@ -124,7 +116,7 @@ def test_schema_error_exits_2_naming_key_and_line(tmp_path):
     assert proc.returncode == 2 and "acceptance[0].expr" in proc.stderr and ":17:" in proc.stderr
 
 
-def test_failing_criterion_is_no_go_and_unmet_requirement_is_skipped(tmp_path):
+def test_failing_criterion_is_no_go_and_unmet_requirement_is_skipped(cli, tmp_path):
     path = small_runbook(tmp_path, """\
 phases:
   - name: p
@@ -148,7 +140,7 @@ acceptance:
 
 
 @pytest.mark.reliability
-def test_crashing_and_hanging_steps_are_reported_and_leave_no_process(tmp_path, reliability):
+def test_crashing_and_hanging_steps_are_reported_and_leave_no_process(cli, tmp_path, reliability):
     path = small_runbook(tmp_path, """\
 phases:
   - name: p
@@ -176,7 +168,7 @@ phases:
 
 
 @pytest.mark.reliability
-def test_interrupt_then_resume_skips_finished_steps(tmp_path, reliability):
+def test_interrupt_then_resume_skips_finished_steps(cli, tmp_path, reliability):
     path = small_runbook(tmp_path, """\
 phases:
   - name: p
@@ -219,7 +211,7 @@ phases:
     assert kept
 
 
-def test_only_and_skip_select_phases(tmp_path):
+def test_only_and_skip_select_phases(cli, tmp_path):
     path = small_runbook(tmp_path, """\
 phases:
   - name: first

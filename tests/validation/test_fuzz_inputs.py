@@ -36,6 +36,7 @@ from validation.expressions import (FUNCTIONS, MAX_DEPTH, MAX_INT_BITS, STATUSES
                                     ExpressionError, compile_expression, fmt_value)
 from validation.metrics import STATUSES as SUMMARY_STATUSES
 from validation.metrics import CsvRead, Window, read_training_csv, summarize, window_values
+from validation.plan import step_launches
 from validation.runbook import STEP_KINDS, Runbook, RunbookError, load_runbook
 
 REPO = Path(__file__).resolve().parents[2]
@@ -131,7 +132,7 @@ def runbook_problem(path: Path, overrides: list[str] | None = None) -> str | Non
     assert isinstance(runbook, Runbook)
     COUNTS["runbook_ok"] += 1
     for step in runbook.steps():
-        step.sweep_points()
+        step_launches(step)  # every kind's launches derive from a valid step (a sweep: its matrix points)
     return None
 
 

@@ -6,9 +6,6 @@ The steps are tiny `bench` steps (a Python one-liner), so each run takes a secon
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,13 +15,6 @@ from validation.runbook import RunbookError, load_runbook
 from validation.runner import RunOptions, Runner
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def cli(*args, timeout=120) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NSA_")}
-    env["COLUMNS"] = "200"
-    return subprocess.run([sys.executable, "-m", "validation.cli", *map(str, args)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def bench(name: str, code: str, **extra) -> str:
@@ -52,7 +42,7 @@ def write_runbook(tmp_path: Path, steps_p1: str, steps_p2: str, defaults: str = 
     return path
 
 
-def test_stop_skips_the_remaining_steps_with_the_reason(tmp_path):
+def test_stop_skips_the_remaining_steps_with_the_reason(cli, tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()
     path = write_runbook(
@@ -77,7 +67,7 @@ def test_stop_skips_the_remaining_steps_with_the_reason(tmp_path):
     assert "not run: step bad failed and on_failure is stop" in (run_dir / "report.md").read_text()
 
 
-def test_continue_is_the_default(tmp_path):
+def test_continue_is_the_default(cli, tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()
     path = write_runbook(tmp_path, bench("bad", FAIL) + bench("later", ok(marks / "later")),
@@ -89,7 +79,7 @@ def test_continue_is_the_default(tmp_path):
     assert sorted(p.name for p in marks.iterdir()) == ["last", "later"]
 
 
-def test_defaults_stop_a_step_may_continue_and_a_timeout_stops(tmp_path):
+def test_defaults_stop_a_step_may_continue_and_a_timeout_stops(cli, tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()
     path = write_runbook(

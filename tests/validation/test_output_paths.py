@@ -7,9 +7,6 @@ pytest's output files, every derived output path is checked, and an existing sym
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -126,11 +123,6 @@ def test_symlinks_leading_outside_are_refused_inside_ones_allowed(tmp_path):
 
 
 # ---------------------------------------------------------------------- end to end
-def cli(*args, timeout=120) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NSA_")}
-    env["COLUMNS"] = "200"
-    return subprocess.run([sys.executable, "-m", "validation.cli", *map(str, args)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def bench_runbook(tmp_path: Path) -> Path:
@@ -143,7 +135,7 @@ def bench_runbook(tmp_path: Path) -> Path:
 
 
 @pytest.mark.reliability
-def test_resume_refuses_a_step_directory_linked_outside(tmp_path, reliability):
+def test_resume_refuses_a_step_directory_linked_outside(cli, tmp_path, reliability):
     path, run_dir, elsewhere = bench_runbook(tmp_path), tmp_path / "run", tmp_path / "elsewhere"
     assert cli("run", path, "--out", run_dir, "--no-report").returncode == 0
     results = read_results(run_dir)
@@ -166,7 +158,7 @@ def test_resume_refuses_a_step_directory_linked_outside(tmp_path, reliability):
     assert intact and not (run_dir / "report.md").exists()
 
 
-def test_a_fresh_run_refuses_a_plots_directory_linked_outside(tmp_path):
+def test_a_fresh_run_refuses_a_plots_directory_linked_outside(cli, tmp_path):
     path, run_dir, elsewhere = bench_runbook(tmp_path), tmp_path / "run", tmp_path / "elsewhere"
     run_dir.mkdir()
     elsewhere.mkdir()

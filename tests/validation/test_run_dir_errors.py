@@ -12,8 +12,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,13 +25,6 @@ from validation.results import RESULTS_JSON, RunDirError, read_results, write_re
 REPO = Path(__file__).resolve().parents[2]
 ENOSPC_TEXT = "No space left on device [ENOSPC]"
 pytestmark = pytest.mark.reliability
-
-
-def cli(*args, timeout=120) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NSA_")}
-    env["COLUMNS"] = "200"
-    return subprocess.run([sys.executable, "-m", "validation.cli", *map(str, args)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def runbook(tmp_path: Path, marks: Path) -> Path:
@@ -108,7 +99,7 @@ def test_failure_at_any_point_of_the_write_keeps_the_old_file(tmp_path, monkeypa
 
 
 # ---------------------------------------------------------------------- nsa-validate run
-def test_disk_full_mid_run_exits_2_and_resume_finishes(tmp_path, monkeypatch, reliability):
+def test_disk_full_mid_run_exits_2_and_resume_finishes(cli, tmp_path, monkeypatch, reliability):
     marks = tmp_path / "marks"
     path, run_dir = runbook(tmp_path, marks), tmp_path / "run"
 
@@ -151,7 +142,7 @@ def test_disk_full_writing_the_reports_exits_2_with_results_kept(tmp_path, monke
     assert read_results(run_dir)["verdict"] == "GO"
 
 
-def test_run_dir_under_a_regular_file_exits_2(tmp_path, reliability):
+def test_run_dir_under_a_regular_file_exits_2(cli, tmp_path, reliability):
     (tmp_path / "file").write_text("not a directory\n")
     run_dir = tmp_path / "file" / "run"
     proc = cli("run", runbook(tmp_path, tmp_path / "marks"), "--out", run_dir)
@@ -163,7 +154,7 @@ def test_run_dir_under_a_regular_file_exits_2(tmp_path, reliability):
     assert not list((tmp_path / "marks").iterdir())
 
 
-def test_step_directory_that_cannot_be_created_exits_2_with_results_intact(tmp_path, reliability):
+def test_step_directory_that_cannot_be_created_exits_2_with_results_intact(cli, tmp_path, reliability):
     """Real, and effective as root too: where the next step's directory must go there is a regular file."""
     marks = tmp_path / "marks"
     path, run_dir = runbook(tmp_path, marks), tmp_path / "run"
@@ -190,7 +181,7 @@ def test_step_directory_that_cannot_be_created_exits_2_with_results_intact(tmp_p
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory anyway")
-def test_read_only_run_dir_exits_2_with_results_intact(tmp_path):
+def test_read_only_run_dir_exits_2_with_results_intact(cli, tmp_path):
     path, run_dir = runbook(tmp_path, tmp_path / "marks"), tmp_path / "run"
     assert cli("run", path, "--out", run_dir, "--no-report").returncode == 0
     before = (run_dir / RESULTS_JSON).read_bytes()

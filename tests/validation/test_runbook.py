@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from validation.plan import describe, step_launches, trainer_args
+from validation.plan import describe, step_launches
+from validation.steps.sweep import sweep_points
+from validation.steps.trainer import trainer_args
 from validation.runbook import RunbookError, load_runbook, resolve_references
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +58,7 @@ def test_shipped_runbooks_load(path):
     for step in rb.steps():
         if step.is_training and step.launch.config:
             assert (REPO / step.launch.config).is_file(), step.launch.config
-        for test in step.tests:
+        for test in step.options.get("tests", []):  # a pytest step's own key
             assert (REPO / test.split("::")[0]).exists(), test
 
 
@@ -66,7 +68,7 @@ def test_seed_runbook_phases_are_all_there():
     assert kinds["snapshot"] == "snapshot" and kinds["bucket_sweep"] == "sweep" and kinds["longrun"] == "longrun"
     assert kinds["fused_adamw"] == "ab" and kinds["profiling"] == "profile" and kinds["sel_parity"] == "pytest"
     sweep = rb.step("bucket_sweep")
-    assert [label for label, _ in sweep.sweep_points()] == [f"NSA_DDP_BUCKET_MB={v}" for v in (25, 50, 100)]
+    assert [label for label, _ in sweep_points(sweep)] == [f"NSA_DDP_BUCKET_MB={v}" for v in (25, 50, 100)]
     baseline = rb.step("baseline")
     assert baseline.launch.env["NSA_DDP_COMPRESS"] == "bf16" and baseline.launch.args["steps"] == 300
     assert baseline.launch.nproc_per_node == 2 and rb.requirements.gpus == 2

@@ -1,4 +1,4 @@
-"""validation.launcher on real subprocesses: plain Python children (fast) and the real trainer through torchrun.
+"""validation.launch on real subprocesses: plain Python children (fast) and the real trainer through torchrun.
 
 Every test checks that nothing the launch started is alive afterwards.
 """
@@ -16,10 +16,14 @@ from pathlib import Path
 import pytest
 from process_checks import group_members, pid_alive
 
-from validation.launcher import (EXCERPT_MAX_LINES, LaunchSpec, Progress, _sigint_deferred, _torchrun_argv,
-                                 _torchrun_failures, _tracebacks, free_port, launch, torchrun_prefix)
+from validation.launch import LaunchSpec, Progress, free_port, launch, torchrun_prefix
+from validation.launch.diagnosis import torchrun_failures as _torchrun_failures
+from validation.launch.diagnosis import tracebacks as _tracebacks
+from validation.launch.processes import sigint_deferred as _sigint_deferred
+from validation.launch.spec import EXCERPT_MAX_LINES
+from validation.launch.torchrun import torchrun_argv as _torchrun_argv
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TINY = REPO / "configs" / "tiny_cpu.yaml"
 
 

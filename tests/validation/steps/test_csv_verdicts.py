@@ -1,4 +1,4 @@
-"""The verdict a completed trainer launch gets from its training.csv (validation.runner._csv_verdict), for every
+"""The verdict a completed trainer launch gets from its training.csv (validation.steps.trainer.csv_verdict), for every
 kind of damage NSA_FAULT can inject and a few it cannot: always an explicit status and reason, never an
 exception. tests/validation/test_faults.py checks the same through real runs."""
 
@@ -9,7 +9,7 @@ import pytest
 from nsa.training.outputs import TRAINING_COLUMNS, CsvLog
 from nsa.training.safety import CSV_FAULTS_STOPPING_WRITER, damage_training_csv
 from validation.metrics import Window, read_training_csv, summarize
-from validation.runner import _csv_verdict
+from validation.steps.trainer import csv_verdict as _csv_verdict
 
 STEPS = 8
 

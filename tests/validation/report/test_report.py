@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from validation import report
+from validation.report import renderer
 from validation.report import FORMATS, ReportError, make_plots, render, write_reports
 from validation.results import write_results
 
-FIXTURE = Path(__file__).parent / "fixtures" / "results_example.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "results_example.json"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The status words the report must show, written out here rather than imported from report.py.
 CRITERION_ICONS = {"pass": "✅ PASS", "fail": "❌ FAIL", "warn": "⚠️ WARN", "skipped": "⏭ SKIPPED",
@@ -372,7 +372,7 @@ def test_unknown_format_is_a_clear_error(results):
 
 def test_missing_templates_dir_is_a_clear_error(results, tmp_path, monkeypatch):
     missing = tmp_path / "no-templates"
-    monkeypatch.setattr(report, "TEMPLATES_DIR", missing)
+    monkeypatch.setattr(renderer, "TEMPLATES_DIR", missing)
     for fmt in ("md", "html"):
         with pytest.raises(ReportError, match="report templates not found") as info:
             render(results, fmt)

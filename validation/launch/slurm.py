@@ -1,6 +1,7 @@
-"""Slurm: batch scripts for a step, and the few Slurm commands the launcher needs (sbatch, squeue, scontrol,
-scancel), as argv lists with their output parsed. No shell is ever used to run them; the batch script itself is
-bash, built from quoted values only (``shlex.quote``), so runbook text never becomes shell code.
+"""Slurm: batch scripts for a step, the few Slurm commands the launcher needs (sbatch, squeue, scontrol, scancel),
+as argv lists with their output parsed, and ``SlurmRun``, one launch attempt as a Slurm job. No shell is ever used
+to run them; the batch script itself is bash, built from quoted values only (``shlex.quote``), so runbook text
+never becomes shell code.
 
 A step's job (``batch_script``): ``#SBATCH`` lines for the allocation (nodes, one task per node, GPUs per node,
 CPUs per task, partition, account, time limit, the runbook's extra lines), the job's output appended to the step's
@@ -14,20 +15,35 @@ PREEMPTED / OUT_OF_MEMORY / CANCELLED by someone else -> failed, TIMEOUT / DEADL
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 import shlex
 import shutil
+import socket
 import subprocess
+import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from nsa.training.outputs import write_json
+from nsa.training.watchdog import STALLED
+from validation.launch.attempt import Run, note
+from validation.launch.diagnosis import clip
+from validation.launch.processes import sigint_deferred
+from validation.launch.spec import LAUNCH_ID_VAR, LaunchSpec, Progress
+from validation.launch.torchrun import NODE_NAME_VAR, PREFIX_TEMPLATE_VAR, RANK_PREFIX_TEMPLATE
+
+log = logging.getLogger("validation.launch")
+
+SLURM_SCRIPT = "job.sbatch"
+SLURM_JOB_JSON = "slurm_job.json"
 
 COMMAND_TIMEOUT_S = 30.0  # for one sbatch/squeue/scontrol/scancel call
 RDZV_PORT_BASE = 29500  # the rendezvous port: RDZV_PORT_BASE + job id % RDZV_PORT_SPAN
 RDZV_PORT_SPAN = 20000
-PREFIX_TEMPLATE_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
-RANK_PREFIX_TEMPLATE = "[default${rank}]:"  # torchrun's tee prefix with the GLOBAL rank (not the local one)
-NODE_NAME_VAR = "NSA_NODE_NAME"  # the trainer records it as its node's name (env.json "nodes")
 
 # Slurm job states (squeue %T / scontrol JobState) that mean the job is over.
 FINAL_STATES = {"COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "CANCELLED", "PREEMPTED",
@@ -267,3 +283,149 @@ def map_state(info: JobInfo) -> tuple[str, str]:
     if state == "UNKNOWN":
         return "failed", f"{head}: final state unknown ({info.reason or 'scontrol does not know the job'})"
     return "failed", f"{head} ended in state {state} ({code})"
+
+
+class SlurmRun(Run):
+    """One attempt as a Slurm job: write the batch script, cancel a job an earlier (killed) nsa-validate left
+    running for this step, sbatch, follow squeue (progress and stall watch from the heartbeats, as for local
+    runs), scancel on timeout / stall / Ctrl-C (and wait until squeue no longer lists the job), then map the final
+    JobState (scontrol) to a status. The job appends its output to the step's stdout.log."""
+
+    def __init__(self, spec: LaunchSpec, step_dir: Path, log_path: Path, ranks_dir: Path, started: float,
+                 deadline: float):
+        self.script = step_dir / SLURM_SCRIPT
+        self.job_file = step_dir / SLURM_JOB_JSON
+        super().__init__(spec, ["sbatch", "--parsable", str(self.script)], log_path, started, deadline)
+        self.ranks_dir = ranks_dir
+        self.job_id: str | None = None
+        self.nodes: list[str] = []
+        self.scheduler_reason: str | None = None
+        self.remote_dump_ranks: list[int] = []
+
+    def script_text(self) -> str:
+        return self.spec.batch_script()
+
+    def execute(self) -> None:
+        self._cancel_stale()
+        self.script.write_text(self.script_text())
+        launch_id = uuid.uuid4().hex
+        env = self.spec.child_env()
+        env[LAUNCH_ID_VAR] = ",".join(filter(None, (env.get(LAUNCH_ID_VAR, ""), launch_id)))
+        cancelled = ""
+        try:
+            try:
+                with sigint_deferred():  # a Ctrl-C between sbatch and recording the job id would lose the job
+                    self.job_id = submit(self.script, env, Path(self.spec.cwd))
+                    write_json(self.job_file, {"job_id": self.job_id, "script": str(self.script),
+                                               "submitted": time.time(), "state": "SUBMITTED"})
+            except SlurmError as exc:
+                self.error = f"could not submit the Slurm job: {exc}"
+                note(self.log_path, self.error)
+                return
+            note(self.log_path, f"submitted Slurm job {self.job_id} ({self.spec.nnodes} node(s))")
+            cancelled = self._follow()
+        except KeyboardInterrupt:  # also one held back during submission: the job is cancelled either way
+            if self.job_id is not None:
+                note(self.log_path, f"interrupted (Ctrl-C in the launcher): cancelling Slurm job {self.job_id}")
+                self._cancel()
+            raise
+        info = self._final_info()
+        self.nodes = info.nodes
+        self.returncode = info.exit_code
+        if cancelled:  # timeout / hang: our own verdict stands
+            self.how_ended = f"scancel of Slurm job {self.job_id}"
+        else:
+            self.status, reason = map_state(info)
+            self.scheduler_reason = None if self.status == "ok" else reason
+        write_json(self.job_file, {"job_id": self.job_id, "script": str(self.script), "state": info.state,
+                                   "exit_code": info.exit_code, "nodes": info.nodes, "status": self.status})
+
+    def _final_info(self) -> JobInfo:
+        """The job's final state (it left the queue; COMPLETING ends soon); UNKNOWN when Slurm cannot say."""
+        info = None
+        for _ in range(10):
+            try:
+                info = job_info(self.job_id)
+            except SlurmError as exc:  # the controller did not answer: ask again, then give up
+                info = JobInfo(job_id=self.job_id, state="UNKNOWN", reason=str(exc))
+            if info.state in FINAL_STATES:
+                break
+            time.sleep(0.5)
+        return info
+
+    def _follow(self) -> str:
+        """Poll until the job leaves the queue; returns "" or why it was cancelled ("timeout" / "hang")."""
+        spec = self.spec
+        while True:
+            if time.monotonic() >= self.deadline:
+                self.status = "timeout"
+                self._cancel()
+                return "timeout"
+            try:
+                state = queue_state(self.job_id)
+            except SlurmError as exc:  # a slow controller: try again at the next poll
+                log.warning("squeue: %s", exc)
+                state = "UNKNOWN"
+            if state is None:
+                return ""
+            verdict = self._look_at_heartbeats() if state == "RUNNING" else None
+            if verdict is not None and verdict.state == STALLED and spec.stall_timeout_s is not None:
+                self.status, self.verdict = "hang", verdict
+                asked = time.time()
+                remote = self._remote_dumps(verdict)
+                self._dumps_then(verdict, self._cancel, local=not spec.remote_dumps, waiting=remote, since=asked)
+                return "hang"
+            if spec.on_progress is not None:
+                shown = verdict.state if verdict is not None else state.lower()
+                spec.on_progress(Progress(time.time() - self.started, self.last_step, self.toks_per_s, shown))
+            time.sleep(spec.poll_s)
+
+    def _remote_dumps(self, verdict) -> list[int]:
+        """Stalled ranks on other hosts (every stalled rank with remote_dumps=True) are asked for stack dumps by
+        the trainer's watchdog, run once on every node of the job (srun --overlap); returns those ranks."""
+        host = socket.gethostname()
+        ranks = [r for r in verdict.stalled_ranks
+                 if self.spec.remote_dumps or verdict.latest.get(r, {}).get("host") not in (None, host)]
+        if not ranks or self.out_dir is None:
+            return []
+        self.remote_dump_ranks = ranks
+        argv = ["srun", f"--jobid={self.job_id}", "--overlap", f"--nodes={self.spec.nnodes}", "--ntasks-per-node=1",
+                sys.executable, "-m", "nsa.training.watchdog", "--dir", str(self.out_dir.resolve()), "--once", "--halt", "0",
+                "--include-earlier", "--stall-after", f"{self.spec.stall_timeout_s:g}",
+                "--ranks", str(self.expected_ranks)]
+        note(self.log_path, f"stall: asking rank(s) {ranks} on the job's nodes for stack dumps: {' '.join(argv)}")
+        try:
+            out = subprocess.run(argv, cwd=self.spec.cwd, env=self.spec.env, capture_output=True, text=True,
+                                 timeout=60, stdin=subprocess.DEVNULL)
+            if out.returncode not in (0, 1):  # the watchdog's 1 means "stalled": what we expect
+                note(self.log_path, f"srun watchdog exited {out.returncode}: {clip(out.stderr.strip())}")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            note(self.log_path, f"srun watchdog: {exc}")
+        return ranks
+
+    def _cancel(self) -> None:
+        try:
+            cancel(self.job_id)
+            gone = wait_gone(self.job_id, timeout_s=max(60.0, self.spec.term_grace_s * 3))
+        except SlurmError as exc:
+            note(self.log_path, f"scancel {self.job_id}: {exc}")
+            return
+        if not gone:
+            note(self.log_path, f"Slurm job {self.job_id} is still listed by squeue after scancel")
+
+    def _cancel_stale(self) -> None:
+        """A job this step submitted before (an nsa-validate that was killed) must not run beside the new one."""
+        try:
+            old = json.loads(self.job_file.read_text()).get("job_id")
+        except (OSError, ValueError, AttributeError):
+            return
+        if not old:
+            return
+        try:
+            if queue_state(str(old)) is None:
+                return
+            note(self.log_path, f"cancelling Slurm job {old}, left running by an earlier run of this step")
+            cancel(str(old))
+            wait_gone(str(old))
+        except SlurmError as exc:
+            note(self.log_path, f"could not check or cancel the earlier Slurm job {old}: {exc}")

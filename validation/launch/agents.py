@@ -1,5 +1,5 @@
 """Run several torchrun agents on this machine as the nodes of one multi-node job (``launcher: torchrun`` with
-``nnodes > 1``): ``python -m validation.agents AGENTS.json``.
+``nnodes > 1``): ``python -m validation.launch.agents AGENTS.json``.
 
 AGENTS.json: ``{"agents": [{"name": "node0", "argv": [...], "env": {...}}, ...], "grace_s": 30}``; each agent's
 environment is this process's plus its ``env``. Every agent shares this process's stdout/stderr (the launcher's
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from validation.launcher import die_with_parent
+from validation.launch.processes import die_with_parent
 
 POLL_S = 0.2
 STOP_GRACE_S = 15.0  # after a SIGTERM/SIGINT/SIGHUP passed on, the agents that are still there are killed
@@ -107,12 +107,12 @@ def run(agents: list[dict], grace_s: float) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m validation.agents AGENTS.json", file=sys.stderr)
+        print("usage: python -m validation.launch.agents AGENTS.json", file=sys.stderr)
         return 2
     try:
         agents, grace = _load(Path(args[0]))
     except (OSError, ValueError) as exc:
-        print(f"validation.agents: {exc}", file=sys.stderr)
+        print(f"validation.launch.agents: {exc}", file=sys.stderr)
         return 2
     return run(agents, grace)
 

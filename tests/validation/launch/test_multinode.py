@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from validation.launcher import LaunchSpec, launch
+from validation.launch import LaunchSpec, launch
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _processes_mentioning(text: str) -> list[int]:

@@ -1,0 +1,91 @@
+"""validation.acceptance: the GO / NO-GO / INCOMPLETE verdict and its reason, from steps and criteria alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from validation.acceptance import recommendations, verdict
+from validation.runbook import load_runbook
+
+
+def results(steps: dict[str, str | tuple[str, bool]], criteria: list[tuple[str, str, str]] = ()) -> dict:
+    """steps: name -> status or (status, optional); criteria: (name, severity, status)."""
+    out = {"steps": {}, "acceptance": []}
+    for name, value in steps.items():
+        status, optional = value if isinstance(value, tuple) else (value, False)
+        out["steps"][name] = {"name": name, "status": status, "optional": optional}
+    out["acceptance"] = [{"name": n, "severity": sev, "status": st} for n, sev, st in criteria]
+    return out
+
+
+def test_all_passed_and_every_required_criterion_holds_is_go():
+    got = verdict(results({"a": "passed", "b": "passed"}, [("fast", "fail", "pass"), ("tidy", "warn", "pass")]),
+                  interrupted=False)
+    assert got == ("GO", "2 step(s) passed and all 1 required criteria hold")
+
+
+def test_a_warning_keeps_go_and_is_named():
+    got = verdict(results({"a": "passed"}, [("fast", "fail", "pass"), ("steady", "warn", "warn")]), False)
+    assert got == ("GO", "1 step(s) passed and all 1 required criteria hold; warnings: steady")
+
+
+def test_skipped_steps_do_not_count_as_passed_but_do_not_fail_the_run():
+    assert verdict(results({"a": "passed", "gpu_only": "skipped"}), False) == \
+        ("GO", "1 step(s) passed and all 0 required criteria hold")
+
+
+@pytest.mark.parametrize("status", ["failed", "hang", "timeout", "error"])
+def test_a_required_step_that_did_not_pass_is_no_go(status):
+    got = verdict(results({"a": "passed", "b": status}), False)
+    assert got == ("NO-GO", f"step(s) b {status}")
+
+
+def test_an_optional_step_may_fail():
+    assert verdict(results({"a": "passed", "b": ("failed", True)}), False)[0] == "GO"
+
+
+@pytest.mark.parametrize("status", ["fail", "error"])
+def test_a_failed_or_unevaluable_fail_criterion_is_no_go(status):
+    assert verdict(results({"a": "passed"}, [("fast", "fail", status)]), False) == \
+        ("NO-GO", "criteria failed: fast")
+
+
+def test_a_warn_criterion_that_fails_is_only_a_warning():
+    # evaluate() turns a failed warn-severity criterion into status "warn"; an error stays an error but only
+    # fail-severity criteria decide the verdict
+    assert verdict(results({"a": "passed"}, [("steady", "warn", "warn"), ("x", "warn", "error")]), False)[0] == "GO"
+
+
+def test_a_fail_criterion_whose_step_was_skipped_is_not_evidence():
+    assert verdict(results({"a": "skipped"}, [("fast", "fail", "skipped")]), False) == \
+        ("NO-GO", "criteria not evaluated (steps skipped): fast")
+
+
+def test_every_reason_is_named_together():
+    got = verdict(results({"a": "failed", "b": "timeout"}, [("fast", "fail", "fail"), ("big", "fail", "skipped")]),
+                  False)
+    assert got == ("NO-GO", "step(s) a failed, b timeout; criteria failed: fast; "
+                            "criteria not evaluated (steps skipped): big")
+
+
+@pytest.mark.parametrize("status", ["pending", "running", "interrupted"])
+def test_steps_not_run_to_their_end_make_the_run_incomplete(status):
+    assert verdict(results({"a": "failed", "b": status}, [("fast", "fail", "fail")]), False) == \
+        ("INCOMPLETE", "step(s) not run yet: b")
+
+
+def test_an_interrupted_run_is_incomplete_whatever_its_steps_say():
+    got = verdict(results({"a": "passed"}, [("fast", "fail", "pass")]), interrupted=True)
+    assert got == ("INCOMPLETE", "the run was interrupted; `nsa-validate run --resume RUN_DIR` continues it")
+
+
+def test_recommendations_merge_the_runbook_settings_and_every_winner(tmp_path):
+    path = tmp_path / "rb.yaml"
+    path.write_text("name: r\nrecommend: {env: {NSA_PREFILL_BATCHED: '1', NSA_DDP_BUCKET_MB: '25'}}\n"
+                    "phases:\n  - name: p\n    steps:\n      - {name: s, kind: bench, command: [x.py]}\n")
+    rb = load_runbook(path)
+    res = {"steps": {"sweep": {"winner": {"label": "NSA_DDP_BUCKET_MB=100", "explanation": "fastest",
+                                          "params": {"env.NSA_DDP_BUCKET_MB": "100", "args.batch_size": 8}}},
+                     "ab": {"winner": None}}}
+    assert recommendations(rb, res) == {"env": {"NSA_DDP_BUCKET_MB": "100", "NSA_PREFILL_BATCHED": "1"},
+                                        "notes": ["sweep: NSA_DDP_BUCKET_MB=100 (fastest)"]}

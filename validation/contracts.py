@@ -1,0 +1,116 @@
+"""The trainer's files the orchestrator reads, each through the one reader defined here or named below.
+
+Everything nsa-validate learns about a trainer run comes from files the trainer writes into its out_dir for that
+purpose (names from nsa.training.outputs, which documents their content); it never reads a trainer's state out of its
+console log. docs/architecture.md lists every file with its writer and its reader:
+
+    training.csv            validation.metrics.read_training_csv (metrics, plots, A/B samples, compare)
+    heartbeat_rank{r}.jsonl nsa.training.watchdog.check (the launcher's progress and stall watch)
+    env.json                read_env_json: nodes of the job, the toggles in effect (DDP compression)
+    status.json             read_status_json: how the run ended, its notes (settings the trainer ignored)
+    sdpa_audit.json         read_sdpa_audit: SDPA backends per call site (NSA_SDPA_AUDIT=1)
+    error_rank{r}.txt       error_files: the failing rank's traceback (validation.launch.diagnosis)
+    stackdump_rank{r}*.txt  stack_dumps: where stalled ranks were (validation.launch.diagnosis, longrun)
+    .HALT                   halted: the watchdog stopped the run
+    profile/trace_rank0_*   validation.steps.profile.profile_summary (torch profiler chrome trace)
+
+Every reader returns a value for a missing or damaged file (None, {} or []), never raises: a dead run still gets
+a clear verdict from what is there.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from nsa.training.outputs import ENV_JSON, SDPA_AUDIT_JSON, STATUS_JSON
+from nsa.training.watchdog import HALT_NAME
+
+_ERROR_FILE_RE = re.compile(r"^error_rank(\d+)\.txt$")
+
+
+def _read_object(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_env_json(out_dir: Path) -> dict[str, Any]:
+    """The trainer's env.json ({} when missing or unreadable)."""
+    return _read_object(Path(out_dir) / ENV_JSON) or {}
+
+
+def read_status_json(out_dir: Path | None, since: float | None = None) -> dict[str, Any] | None:
+    """The trainer's status.json, or None (missing, unreadable, or older than `since` - 1 s: an earlier launch's)."""
+    if out_dir is None:
+        return None
+    path = Path(out_dir) / STATUS_JSON
+    if since is not None:
+        try:
+            if path.stat().st_mtime < since - 1.0:
+                return None
+        except OSError:
+            return None
+    return _read_object(path)
+
+
+def read_sdpa_audit(out_dir: Path) -> dict[str, Any]:
+    """The trainer's sdpa_audit.json ({} when the audit was off or the file is unreadable)."""
+    return _read_object(Path(out_dir) / SDPA_AUDIT_JSON) or {}
+
+
+def ddp_compression(env: dict[str, Any]) -> str | None:
+    """The DDP gradient compression a run used, from its env.json: the NSA_DDP_COMPRESS toggle in effect when the
+    run was DDP (the trainer applies it to DDP only), else None."""
+    toggles = env.get("toggles") if isinstance(env.get("toggles"), dict) else {}
+    value = toggles.get("ddp_compress")
+    if env.get("parallel") != "ddp" or value in (None, "", "none"):
+        return None
+    return str(value)
+
+
+def ignored_settings(status: dict[str, Any] | None, names: list[str]) -> list[str]:
+    """Which of the environment variables `names` the trainer reported as ignored (status.json notes, e.g.
+    "NSA_OPT_FUSED=1 is ignored: ..."), sorted."""
+    notes = (status or {}).get("notes") or []
+    return sorted({var for var in names for n in notes if isinstance(n, str) and var in n and "ignored" in n})
+
+
+def error_files(out_dir: Path | None, since: float) -> list[tuple[float, int, Path]]:
+    """(mtime, rank, path) of out_dir/error_rank{r}.txt written during this launch, oldest first."""
+    if out_dir is None or not Path(out_dir).is_dir():
+        return []
+    found = []
+    for path in Path(out_dir).glob("error_rank*.txt"):
+        match = _ERROR_FILE_RE.match(path.name)
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            continue
+        if match and mtime >= since - 1.0:
+            found.append((mtime, int(match.group(1)), path))
+    return sorted(found)
+
+
+def stack_dumps(out_dir: Path | None, since: float = 0.0) -> list[Path]:
+    """Non-empty out_dir/stackdump_*.txt modified at or after `since`, sorted by name."""
+    if out_dir is None or not Path(out_dir).is_dir():
+        return []
+    dumps = []
+    for path in sorted(Path(out_dir).glob("stackdump_*.txt")):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        if st.st_size > 0 and st.st_mtime >= since:
+            dumps.append(path)
+    return dumps
+
+
+def halted(out_dir: Path) -> bool:
+    """Whether the run's watchdog (or a user) left a .HALT file."""
+    return (Path(out_dir) / HALT_NAME).exists()

@@ -1,0 +1,27 @@
+"""Starting, watching and ending the processes of a step: one launch record, one way to run it.
+
+    spec        LaunchSpec (the one launch record, from the plan to the launcher), LaunchResult, Progress
+    torchrun    torchrun argv: one node's prefix, a command under it, local agents of a multi-node job
+    attempt     launch(spec): attempts (a port clash retried on a fresh port), one local attempt (Run), step files
+    processes   the /proc tree of a launch, ending process groups, dying with the orchestrator
+    diagnosis   why a launch ended: failing rank, traceback excerpt, stack-dump excerpt
+    slurm       batch scripts, sbatch/squeue/scontrol/scancel, SlurmRun (one attempt as a Slurm job)
+    agents      `python -m validation.launch.agents`: several torchrun agents on this machine as one job
+
+The names below are imported on first use, so reading a runbook or a plan loads only the launch record.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {"launch": "attempt", "LaunchSpec": "spec", "LaunchResult": "spec", "Progress": "spec",
+            "STATUSES": "spec", "recorded_env": "spec", "safe_name": "spec", "free_port": "torchrun",
+            "torchrun_prefix": "torchrun"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"validation.launch.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'validation.launch' has no attribute {name!r}")

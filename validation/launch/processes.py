@@ -1,0 +1,221 @@
+"""The processes of one launch: finding them all through /proc, ending them, and making them die with us.
+
+``ProcessTree`` tracks every process of a run: the child, its descendants (by parent pid), every member of a process
+group or session one of them leads (torchrun starts each worker in a session of its own), and every process whose
+environment carries the launch's id (``LAUNCH_ID_VAR``), found even after it was orphaned. ``end_processes`` ends
+them: SIGTERM, a grace period, then SIGKILL. ``die_with_parent`` (PR_SET_PDEATHSIG) makes a launched child go when
+nsa-validate itself is killed; ``sigint_deferred`` holds a Ctrl-C back while a child is being started and recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+
+from validation.launch.spec import KILL_WAIT_S, LAUNCH_ID_VAR
+
+log = logging.getLogger("validation.launch")
+
+
+@contextlib.contextmanager
+def sigint_deferred():
+    """Hold back SIGINT (main thread only) for the block; an interrupt that came in is delivered at its end."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            if callable(previous):
+                previous(signal.SIGINT, None)  # default_int_handler raises KeyboardInterrupt
+            elif previous == signal.SIG_DFL:
+                raise KeyboardInterrupt
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat(pid: int):
+    """(state, ppid, pgrp, sid, start ticks) of `pid` from /proc/PID/stat, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _proc_table() -> dict[int, tuple] | None:
+    """{pid: _stat(pid)} of every process, or None when /proc cannot be read (not Linux)."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    table = {}
+    for name in names:
+        if name.isdigit():
+            info = _stat(int(name))
+            if info is not None:
+                table[int(name)] = info
+    return table
+
+
+def _boot_time() -> float | None:
+    try:
+        with open("/proc/stat", "rb") as f:
+            return float(next(int(line.split()[1]) for line in f if line.startswith(b"btime ")))
+    except (OSError, ValueError, StopIteration):
+        return None
+
+
+class ProcessTree:
+    """Every process of one run: the child, its descendants (by parent pid), every member of a process group or
+    session one of them leads, and processes whose environment carries this launch's id in ``LAUNCH_ID_VAR``
+    (found even when they were orphaned before a poll saw them: a double-forked daemon, the workers of a torchrun
+    that was killed). A process is known by pid AND start time, so a reused pid is never taken for a member."""
+
+    def __init__(self, root: subprocess.Popen, launch_id: str, started: float):
+        self.root = root
+        self.launch_id = launch_id.encode()
+        self.members: dict[int, int] = {}  # pid -> start ticks
+        self.groups: set[int] = {root.pid}  # process group and session ids of members
+        self._own = {os.getpid(), os.getpgrp(), os.getsid(0)}
+        boot = _boot_time()
+        # processes started before the launch (minus clock slack) cannot belong to it: their environ is not read
+        self._min_start = None if boot is None else int((started - boot - 2.0) * _CLK_TCK)
+        self.refresh()
+
+    def _carries_id(self, pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:  # gone, or another user's
+            return False
+        prefix = LAUNCH_ID_VAR.encode() + b"="
+        for item in environ.split(b"\0"):
+            if item.startswith(prefix):
+                return self.launch_id in item[len(prefix):].split(b",")
+        return False
+
+    def refresh(self) -> dict[int, int]:
+        """The run's live processes now ({pid: start ticks}); remembers them. Empty without /proc."""
+        table = _proc_table()
+        if table is None:
+            return {}
+        live = {}
+        root = self.root.pid
+        if self.root.poll() is None and root in table and table[root][0] != "Z":
+            live[root] = table[root][4]
+        for pid, start in self.members.items():
+            info = table.get(pid)
+            if info is not None and info[4] == start and info[0] != "Z":
+                live[pid] = start
+        if self._min_start is not None:
+            for pid, (state, _, _, _, start) in table.items():
+                if (pid not in live and state != "Z" and start >= self._min_start and pid not in self._own
+                        and self._carries_id(pid)):
+                    live[pid] = start
+        groups = set(self.groups)
+        changed = True
+        while changed:  # fixpoint: children of members, members of their groups/sessions
+            changed = False
+            for pid, (state, ppid, pgrp, sid, start) in table.items():
+                if pid in live or state == "Z" or pid in self._own:
+                    continue
+                if ppid in live or pgrp in groups or sid in groups:
+                    live[pid] = start
+                    groups.update((pgrp, sid))
+                    changed = True
+        self.members = live
+        # a group/session id is kept only while a live member carries it: a pid is not reused while it names one
+        self.groups = {g for pid in live for g in table[pid][2:4]} - self._own
+        return live
+
+    def alive(self) -> bool:
+        return self.root.poll() is None or bool(self.refresh())
+
+    def signal(self, sig: int) -> None:
+        table = _proc_table()
+        if table is None:  # no /proc: the child's process group is all that can be reached
+            targets_groups, targets = {self.root.pid}, {}
+        else:
+            targets_groups = {g for g in self.groups if any(table.get(p, (0, 0, -1, -1))[2] == g
+                                                              for p in self.members)}
+            targets = self.members
+            if self.root.poll() is None:
+                targets_groups.add(self.root.pid)
+        for group in sorted(targets_groups - self._own):
+            try:
+                os.killpg(group, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid, start in sorted(targets.items()):
+            info = _stat(pid) if table is not None else None
+            if pid in self._own or (table is not None and (info is None or info[4] != start)):
+                continue
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def end_processes(tree: ProcessTree, grace_s: float) -> str:
+    """End every process of the run: SIGTERM, up to `grace_s` to exit, then SIGKILL; reap the child. Returns how
+    it ended: "" (nothing was alive), "SIGTERM" or "SIGKILL". A KeyboardInterrupt during the grace period skips
+    to SIGKILL and is raised again once everything is gone."""
+    tree.refresh()
+    if not tree.alive():
+        return ""
+    tree.signal(signal.SIGTERM)
+    how, interrupt = "SIGTERM", None
+    try:
+        end = time.monotonic() + grace_s
+        while time.monotonic() < end and tree.alive():
+            time.sleep(0.1)
+    except KeyboardInterrupt as exc:
+        interrupt = exc
+    if tree.alive():
+        how = "SIGKILL"
+        end = time.monotonic() + KILL_WAIT_S
+        while True:
+            tree.signal(signal.SIGKILL)
+            time.sleep(0.05)
+            if not tree.alive():
+                break
+            if time.monotonic() > end:
+                log.error("processes %s of %s survived SIGKILL", sorted(tree.refresh()), tree.root.args)
+                break
+    try:
+        tree.root.wait(timeout=KILL_WAIT_S)
+    except subprocess.TimeoutExpired:
+        log.error("pid %d did not exit after SIGKILL", tree.root.pid)
+    if interrupt is not None:
+        raise interrupt
+    return how
+
+
+def parent_death_signal(argv: list[str]) -> int:
+    """SIGKILL for a torchrun agent (its own SIGTERM shutdown can hang with its workers already gone; the trainer's
+    ranks get their own SIGTERM when the agent dies: nsa.training.safety.stop_with_launcher), SIGTERM for anything else."""
+    return signal.SIGKILL if "torch.distributed.run" in argv else signal.SIGTERM
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """In the child, before exec: `sig` when nsa-validate dies, even by SIGKILL (Linux PR_SET_PDEATHSIG), so a
+    killed orchestrator does not leave a training run behind."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # 1 = PR_SET_PDEATHSIG
+    except OSError:
+        pass
+

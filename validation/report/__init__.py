@@ -1,0 +1,34 @@
+"""Reports of a validation run, rendered from RUN_DIR/results.json alone (validation.results).
+
+    view       the view model: everything the templates show, formatted (each step kind adds its own part)
+    format     formatting helpers (numbers, rates, durations, statuses) the view and the step kinds use
+    renderer   Markdown and HTML through Jinja2 (templates are package data), JSON; writing the report files
+    junit      JUnit XML: one <testsuite> per phase and an "acceptance" suite
+    plots      PNG plots (tokens/s per step through the metrics loader; each kind's own plots)
+
+Formats (FORMATS):
+- md:    Markdown in the shape of the v4 DDP validation report: executive summary with the GO / NO-GO /
+         INCOMPLETE verdict, test environment, one section per runbook phase, acceptance criteria,
+         recommendations (an `export` block), plots and artifacts (templates/report.md.j2).
+- html:  the same content as one standalone page, inline CSS, everything escaped (templates/report.html.j2).
+- json:  results.json pretty-printed with sorted keys.
+- junit: JUnit XML.
+
+Rendering is pure: the same results give byte-identical output. Missing or malformed metrics render as "n/a"; a
+report never fails because a step failed. The names below are imported on first use (a step kind's module reads
+validation.report.format without loading the renderer; matplotlib is imported only when plots are made).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {"FORMATS": "renderer", "REPORT_FILES": "renderer", "ReportError": "renderer", "render": "renderer",
+            "write_reports": "renderer", "build_view": "view", "make_plots": "plots"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"validation.report.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'validation.report' has no attribute {name!r}")

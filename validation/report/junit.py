@@ -1,0 +1,115 @@
+"""JUnit XML of a validation run, for CI systems: one <testsuite> per runbook phase (a <testcase> per step: a failed,
+hung, timed-out or errored step is a failure; a skipped, pending or interrupted one is skipped) and one "acceptance"
+suite (a <testcase> per criterion) carrying the verdict as properties."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections import Counter
+from typing import Any
+
+from validation.report.format import FAILED_STATUSES, as_dict, as_list, finite, fmt_num
+from validation.report.view import ordered_steps
+
+_XML_BAD = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml_text(value: Any) -> str:
+    return _XML_BAD.sub("\ufffd", "" if value is None else str(value))
+
+
+def _junit_time(seconds: Any) -> str:
+    v = finite(seconds)
+    return f"{max(v, 0.0):.3f}" if v is not None else "0.000"
+
+
+def _suite(parent: ET.Element, name: str, cases: list[tuple[ET.Element, str]], **attrs: str) -> ET.Element:
+    suite = ET.SubElement(parent, "testsuite", {"name": _xml_text(name), **attrs})
+    counts = Counter(outcome for _, outcome in cases)
+    suite.set("tests", str(len(cases)))
+    suite.set("failures", str(counts["failure"]))
+    suite.set("errors", str(counts["error"]))
+    suite.set("skipped", str(counts["skipped"]))
+    suite.set("time", f"{sum(float(c.get('time', '0')) for c, _ in cases):.3f}")
+    for case, _ in cases:
+        suite.append(case)
+    return suite
+
+
+def render_junit(results: dict) -> str:
+    """JUnit XML: a testsuite per phase (a testcase per step) and an "acceptance" testsuite."""
+    results = as_dict(results)
+    runbook = str(as_dict(results.get("runbook")).get("name") or "nsa-validate")
+    steps = as_dict(results.get("steps"))
+    host = _xml_text(as_dict(results.get("environment")).get("host") or "")
+    root = ET.Element("testsuites", {"name": _xml_text(runbook)})
+    for phase, names in ordered_steps(results):
+        phase_name = str(phase.get("name") or "phase")
+        cases = []
+        for name in names:
+            step = steps.get(name)
+            known = isinstance(step, dict)
+            step = as_dict(step)
+            status = str(step.get("status")) if known else "missing"
+            case = ET.Element("testcase", {"classname": _xml_text(f"{runbook}.{phase_name}"),
+                                           "name": _xml_text(name), "time": _junit_time(step.get("duration_s"))})
+            reason = step.get("reason")
+            if status in FAILED_STATUSES:
+                failure = ET.SubElement(case, "failure", {"message": _xml_text(reason or status), "type": status})
+                body = [str(step["excerpt"])] if step.get("excerpt") else []
+                body += [f"stack dump: {p}" for p in as_list(step.get("stack_dumps"))]
+                failure.text = _xml_text("\n".join(body) or reason or status)
+                outcome = "failure"
+            elif status == "passed":
+                outcome = "passed"
+            else:  # skipped, pending, interrupted, missing: not run to the end, not a failure of the node
+                message = reason or {"pending": "not run yet", "interrupted": "run interrupted",
+                                     "missing": "no result recorded"}.get(status, status)
+                text = message if status == "skipped" else f"{status}: {message}"
+                ET.SubElement(case, "skipped", {"message": _xml_text(text)})
+                outcome = "skipped"
+            if step.get("dir"):
+                ET.SubElement(case, "system-out").text = _xml_text(f"step directory: {step['dir']}")
+            cases.append((case, outcome))
+        _suite(root, phase_name, cases, hostname=host)
+    cases = []
+    for crit in (as_dict(c) for c in as_list(results.get("acceptance"))):
+        status = str(crit.get("status"))
+        name = str(crit.get("name") or "criterion")
+        case = ET.Element("testcase", {"classname": _xml_text(f"{runbook}.acceptance"), "name": _xml_text(name),
+                                       "time": "0.000"})
+        summary = (f"target {fmt_num(crit.get('target'))}, actual {fmt_num(crit.get('actual'))}"
+                   + (f": {crit['detail']}" if crit.get("detail") else ""))
+        if status == "fail":
+            ET.SubElement(case, "failure", {"message": _xml_text(summary), "type": str(crit.get("severity") or "fail")}
+                          ).text = _xml_text(crit.get("expr") or summary)
+            outcome = "failure"
+        elif status == "error":
+            ET.SubElement(case, "error", {"message": _xml_text(summary), "type": "error"}
+                          ).text = _xml_text(crit.get("expr") or summary)
+            outcome = "error"
+        elif status == "skipped":
+            ET.SubElement(case, "skipped", {"message": _xml_text(crit.get("detail") or summary)})
+            outcome = "skipped"
+        else:
+            prefix = "WARN: " if status == "warn" else ""
+            ET.SubElement(case, "system-out").text = _xml_text(prefix + summary)
+            outcome = "passed"
+        cases.append((case, outcome))
+    suite = _suite(root, "acceptance", cases, hostname=host)
+    props = ET.Element("properties")
+    for key in ("verdict", "verdict_reason"):
+        ET.SubElement(props, "property", {"name": key, "value": _xml_text(results.get(key) or "")})
+    suite.insert(0, props)
+    totals = Counter()
+    for s in root.findall("testsuite"):
+        for key in ("tests", "failures", "errors", "skipped"):
+            totals[key] += int(s.get(key))
+    for key in ("tests", "failures", "errors", "skipped"):
+        root.set(key, str(totals[key]))
+    root.set("time", _junit_time(results.get("duration_s")))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+

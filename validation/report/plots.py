@@ -1,0 +1,161 @@
+"""Plots of a validation run: PNG files in RUN_DIR/plots, written with matplotlib's Agg backend at a fixed size and
+dpi and without a Software/date stamp, so the same results give the same files.
+
+Every step whose results name a training.csv (its own, or its runs') gets a tokens/s-per-step plot, read through
+the same loader as the statistics (validation.metrics.read_training_csv); each step kind adds its own plots
+through StepKind.plots with the Plotter below (a sweep's and an A/B's bar charts).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+from nsa.training.outputs import atomic_write
+from validation import steps as step_kinds
+from validation.report.format import as_dict, as_list, file_name, finite, fmt_num, stat_of
+from validation.report.view import ordered_steps
+
+PLOTS_DIR = "plots"
+
+
+def read_toks(csv_path: Path) -> tuple[list, list] | None:
+    """(steps, toks_per_s) of a training.csv's rows with a tokens/s value, or None when there are none."""
+    from validation import metrics
+
+    read = metrics.read_training_csv(csv_path)
+    if read.problem is not None or "toks_per_s" not in read.frame.columns or read.frame.empty:
+        return None
+    frame = read.frame[read.frame["toks_per_s"].notna()]
+    if frame.empty:
+        return None
+    return frame[metrics.STEP_COLUMN].to_list(), frame["toks_per_s"].to_list()
+
+
+def bar_points(runs: list[dict], tick_by_param: bool = False) -> list[tuple[str, float, float, Any]]:
+    """(tick label, mean, error bar, run label) per bar of tokens/s. Repeats of one label are pooled: the mean of
+    their window means, with the stdev of those means as the error bar (a single run: its window stdev).
+    `tick_by_param`: a run varying one parameter is labelled by its value."""
+    grouped: dict[str, list[dict]] = {}
+    for run in runs:
+        toks = stat_of(as_dict(run.get("metrics")), "toks_per_s")
+        if finite(toks.get("mean")) is not None:
+            grouped.setdefault(str(run.get("label")), []).append({"run": run, "toks": toks})
+    points = []
+    for label, members in grouped.items():
+        means = [float(m["toks"]["mean"]) for m in members]
+        mean = sum(means) / len(means)
+        if len(means) == 1:
+            err = finite(members[0]["toks"].get("stdev")) or 0.0
+        else:
+            err = math.sqrt(sum((x - mean) ** 2 for x in means) / len(means))
+        tick = label
+        params = as_dict(members[0]["run"].get("params"))
+        if tick_by_param and len(params) == 1:
+            tick = fmt_num(next(iter(params.values())))
+        if len(means) > 1:
+            tick += f" (x{len(means)})"
+        points.append((tick, mean, err, members[0]["run"].get("label")))
+    return points
+
+
+class Plotter:
+    """Draws the plots of one run into run_dir/plots and remembers what it wrote ([{"title", "path"}])."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.written: list[dict] = []
+
+    def figure(self, title: str, xlabel: str, ylabel: str = "tokens/s"):
+        """A new (figure, axes) of the report's size and style."""
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(8, 4.5), dpi=100)
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot(1, 1, 1)
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.set_axisbelow(True)
+        return fig, ax
+
+    def save(self, fig, filename: str, title: str) -> None:
+        """Write `fig` as plots/`filename` (atomically) and list it under `title`."""
+        fig.tight_layout()
+        rel = f"{PLOTS_DIR}/{filename}"
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+        path = self.run_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, buffer.getvalue())
+        self.written.append({"title": title, "path": rel})
+
+    def tokens_per_step(self, name: str, step: dict) -> None:
+        """Tokens/s per step of the step's training.csv and of each of its runs', the statistics window shaded."""
+        series = []
+        metrics = as_dict(step.get("metrics"))
+        if metrics.get("csv"):
+            series.append((name, metrics["csv"], metrics.get("window")))
+        for run in (as_dict(r) for r in as_list(step.get("runs"))):
+            metrics = as_dict(run.get("metrics"))
+            if metrics.get("csv"):
+                series.append((str(run.get("label")), metrics["csv"], metrics.get("window")))
+        lines = []
+        for label, csv, window in series:
+            data = read_toks(self.run_dir / str(csv))
+            if data is not None:
+                lines.append((label, data, as_dict(window)))
+        if not lines:
+            return
+        title = f"Tokens/s per step: {step.get('title') or name}"
+        fig, ax = self.figure(title, "step")
+        for label, (xs, ys), _ in lines:
+            ax.plot(xs, ys, label=label, linewidth=1.2)
+        window = lines[0][2]
+        first = finite(next((window[k] for k in ("first_step", "start") if k in window), None))
+        last = finite(next((window[k] for k in ("last_step", "end") if k in window), None))
+        if first is not None and last is not None and last >= first:
+            ax.axvspan(first, last, color="tab:green", alpha=0.08, label="statistics window")
+        ax.legend(loc="lower right", fontsize="small")
+        self.save(fig, f"toks_per_s_{file_name(name)}.png", title)
+
+    def bars(self, points: list[tuple[str, float, float, Any]], *, title: str, xlabel: str, filename: str,
+             colors: Callable[[int, Any], str], best: Any = None) -> None:
+        """A bar chart of bar_points() with error bars; the bar of run label `best` is annotated "best"."""
+        if not points:
+            return
+        fig, ax = self.figure(title, xlabel)
+        xs = list(range(len(points)))
+        ax.bar(xs, [p[1] for p in points], yerr=[p[2] for p in points], capsize=6,
+               color=[colors(i, p[3]) for i, p in enumerate(points)], edgecolor="black", linewidth=0.6)
+        ax.set_xticks(xs)
+        ax.set_xticklabels([p[0] for p in points])
+        if best is not None:
+            for x, point in zip(xs, points):
+                if point[3] == best:
+                    ax.annotate("best", (x, point[1] + point[2]), textcoords="offset points", xytext=(0, 4),
+                                ha="center", fontweight="bold")
+        self.save(fig, filename, title)
+
+
+def make_plots(results: dict, run_dir: Path) -> list[dict]:
+    """Write RUN_DIR/plots/*.png and return [{"title", "path" (relative to run_dir)}] for those written: per step
+    in run order, its tokens/s per step, then its kind's own plots."""
+    import matplotlib.style
+
+    results = as_dict(results)
+    steps = as_dict(results.get("steps"))
+    plotter = Plotter(run_dir)
+    with matplotlib.style.context("default"):  # the user's matplotlibrc does not change the pictures
+        for _, names in ordered_steps(results):
+            for name in names:
+                step = as_dict(steps.get(name))
+                plotter.tokens_per_step(name, step)
+                kind = step_kinds.find(step.get("kind"))
+                if kind is not None:
+                    kind.plots(name, step, plotter)
+    return plotter.written

@@ -1,0 +1,157 @@
+"""Rendering a run's results into report files: Markdown and HTML through Jinja2 templates shipped as package data
+(validation/report/templates; each step kind's partial from the kind, validation/steps/templates), JSON, JUnit
+(validation.report.junit), and writing them with the plots into the run directory.
+
+Rendering is pure: the same results give byte-identical output (nothing about the time of rendering goes in).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable
+
+from nsa.training.outputs import atomic_write
+from validation import steps as step_kinds
+from validation.report.format import NA
+from validation.report.junit import render_junit
+from validation.report.view import build_view
+from validation.results import read_results
+
+FORMATS = ("md", "html", "json", "junit")
+TEMPLATES_DIR = resources.files("validation.report") / "templates"  # package data: found wherever it is installed
+TEMPLATE_NAMES = {"md": "report.md.j2", "html": "report.html.j2"}
+REPORT_FILES = {"md": "report.md", "html": "report.html", "json": "report.json", "junit": "junit.xml"}
+KIND_PREFIX = "kinds/"  # kinds/<kind>.<fmt>.j2: a step kind's partial; kinds/<file>: validation/steps/templates
+
+
+class ReportError(RuntimeError):
+    """A report cannot be produced (unknown format, templates not found)."""
+
+
+def render(results: dict, fmt: str = "md", *, run_dir: Path | None = None,
+           plots: list[dict] | None = None) -> str:
+    """results (the results.json dict) as a report in fmt (one of FORMATS); pure and deterministic.
+
+    run_dir, when given, is the run directory the report will sit in: plots whose PNG is not there are left out
+    and artifacts that are not there are marked missing. plots overrides results["plots"] ([{"title", "path"}]).
+    """
+    if fmt not in FORMATS:
+        raise ReportError(f"unknown report format {fmt!r} (expected one of {', '.join(FORMATS)})")
+    if fmt == "json":
+        return json.dumps(results, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    if fmt == "junit":
+        return render_junit(results)
+    text = _template(fmt).render(r=build_view(results, run_dir=run_dir, plots=plots))
+    return _tidy_markdown(text) if fmt == "md" else text
+
+
+def write_reports(run_dir: Path, results: dict | None = None, formats: Iterable[str] = ("md", "html", "junit"),
+                  plots: bool = True) -> list[Path]:
+    """Write the reports of a run into run_dir and return the paths written (plots first).
+
+    results defaults to RUN_DIR/results.json (validation.results.read_results); results.json itself is never
+    written here. With plots=True, plots/*.png are made first and shown in the reports.
+    """
+    run_dir = Path(run_dir)
+    formats = tuple(formats)
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ReportError(f"unknown report format {unknown[0]!r} (expected one of {', '.join(FORMATS)})")
+    if results is None:
+        results = read_results(run_dir)
+    for fmt in formats:
+        if fmt in TEMPLATE_NAMES:
+            _template(fmt)  # a template is missing: fail before writing anything
+    written: list[Path] = []
+    plot_list = None
+    if plots:
+        from validation.report.plots import make_plots
+
+        plot_list = make_plots(results, run_dir)
+        written += [run_dir / p["path"] for p in plot_list]
+    for fmt in formats:
+        text = render(results, fmt, run_dir=run_dir, plots=plot_list)
+        written.append(atomic_write(run_dir / REPORT_FILES[fmt], text.encode("utf-8")))
+    return written
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Templates
+
+def _md_cell(value: Any) -> str:
+    """Text safe inside a Markdown table cell: no pipes, no line breaks."""
+    text = NA if value is None else str(value)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", "").replace("\n", " ") or NA
+
+
+def _md_code(value: Any) -> str:
+    """Inline code span that survives backticks inside the value."""
+    text = str(value)
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def _template(fmt: str):
+    """The Jinja2 template of fmt ("md" or "html"); ReportError naming the folder when it is not there."""
+    path = TEMPLATES_DIR / TEMPLATE_NAMES[fmt]
+    if not path.is_file():
+        what = "folder" if not TEMPLATES_DIR.is_dir() else f"template {TEMPLATE_NAMES[fmt]}"
+        raise ReportError(
+            f"report templates not found: no {what} at {path if what != 'folder' else TEMPLATES_DIR} "
+            f"(the templates are package data of validation.report: report.md.j2 and report.html.j2 in "
+            f"validation/report/templates/; reinstall nsa-validate, e.g. `pip install .`)")
+    return _jinja_env().get_template(TEMPLATE_NAMES[fmt])
+
+
+def _load(name: str) -> str | None:
+    """A template's source: kinds/<kind>.<fmt>.j2 from the step kind, kinds/<file> from validation/steps/templates,
+    anything else from TEMPLATES_DIR; None when there is none."""
+    if name.startswith(KIND_PREFIX):
+        rest = name[len(KIND_PREFIX):]
+        kind_name, _, fmt = rest.removesuffix(".j2").rpartition(".")
+        kind = step_kinds.find(kind_name)
+        if kind is not None and not rest.startswith("_"):
+            return kind.template(fmt)
+        path = resources.files("validation.steps") / "templates" / rest
+    else:
+        path = TEMPLATES_DIR / name
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def _tidy_markdown(text: str) -> str:
+    """At most one blank line in a row and none at the end, except inside fenced code blocks."""
+    out: list[str] = []
+    fence = None
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if fence is None:
+            match = re.match(r"^(`{3,})", stripped)
+            if match:
+                fence = match.group(1)
+            elif not stripped and (not out or not out[-1].strip()):
+                continue
+        elif stripped == fence:
+            fence = None
+        out.append(line)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _jinja_env():
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(_load),
+        autoescape=lambda name: bool(name) and name.endswith((".html.j2", ".html")),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["cell"] = _md_cell
+    env.filters["code"] = _md_code
+    return env

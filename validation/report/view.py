@@ -1,0 +1,253 @@
+"""The report's view model: everything the Markdown and HTML templates show, already formatted, built from
+results.json alone. Every step's section is the same frame (heading, status, command, failure evidence) around its
+kind's own part (validation.steps: StepKind.view and its partials); summary figures come from the kinds too.
+
+Rendering is pure: the same results give the same view (dicts whose order the schema does not fix are iterated
+sorted); missing or malformed values render as "n/a", never as an error.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from validation import steps as step_kinds
+from validation.report.format import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, VERDICT_LABELS, as_dict,
+                                      as_list, command_text, fence, fmt_duration, fmt_num, status_view)
+
+
+def ordered_steps(results: dict) -> list[tuple[dict, list[str]]]:
+    """(phase, [step names]) in runbook order, plus an 'other' phase for steps no phase lists."""
+    steps = as_dict(results.get("steps"))
+    phases = [as_dict(p) for p in as_list(results.get("phases"))]
+    listed: set[str] = set()
+    out = []
+    for phase in phases:
+        names = [str(n) for n in as_list(phase.get("steps"))]
+        listed.update(names)
+        out.append((phase, names))
+    others = sorted(str(n) for n in steps if str(n) not in listed)
+    if others:
+        out.append(({"name": "other", "title": "Other steps", "description": None}, others))
+    return out
+
+
+
+
+def _step_view(number: str, name: str, step: dict | None) -> dict:
+    """The view of one step: what every step shows (heading, status, command, failure evidence), plus its kind's
+    own part (StepKind.view) and the partial that renders it (kinds/<kind>.<fmt>.j2)."""
+    known = step is not None
+    step = as_dict(step)
+    kind_name = str(step.get("kind") or "unknown")
+    kind = step_kinds.find(kind_name)
+    status = step.get("status") if known else "missing"
+    view: dict[str, Any] = {
+        "number": number, "name": name, "kind": kind_name,
+        "title": str(step.get("title") or name),
+        "description": step.get("description") or None,
+        "status": status_view(status), "reason": step.get("reason") or None,
+        "duration": fmt_duration(step.get("duration_s")),
+        "command": command_text(step.get("command")),
+        "dir": step.get("dir") or None, "failure": None,
+        "skipped": status == "skipped", "missing": not known,
+        "partial": f"kinds/{kind_name}" if kind is not None else None,
+    }
+    if kind is not None:
+        view.update(kind.view(step, view))
+    if status in FAILED_STATUSES or step.get("excerpt") or as_list(step.get("stack_dumps")):
+        excerpt = step.get("excerpt")
+        excerpt = str(excerpt) if excerpt else None
+        view["failure"] = {"failed": status in FAILED_STATUSES, "excerpt": excerpt, "fence": fence(excerpt or ""),
+                           "stack_dumps": [str(p) for p in as_list(step.get("stack_dumps"))]}
+    return view
+
+
+def _phase_status(step_views: list[dict]) -> dict:
+    statuses = [v["status"]["value"] for v in step_views]
+    if any(s in FAILED_STATUSES for s in statuses):
+        return {"icon": "❌", "css": "fail"}
+    if any(s in ("pending", "interrupted", "missing", "unknown") or s not in STATUS_LABELS for s in statuses):
+        return {"icon": "⚠️", "css": "warn"}
+    if statuses and all(s == "skipped" for s in statuses):
+        return {"icon": "⏭", "css": "skip"}
+    return {"icon": "✅", "css": "pass"}
+
+
+
+
+def _key_figures(results: dict, ordered: list[tuple[dict, list[str]]]) -> list[dict]:
+    """The executive summary's figures: every kind's key_figures over the steps in run order, sorted by order."""
+    steps = as_dict(results.get("steps"))
+    in_order = [steps[n] for _, names in ordered for n in names if isinstance(steps.get(n), dict)]
+    figures = [fig for kind in step_kinds.kinds() for fig in kind.key_figures(in_order)]
+    return [fig for _, fig in sorted(figures, key=lambda item: item[0])]
+
+
+def _environment_rows(results: dict) -> list[tuple[str, str]]:
+    env = as_dict(results.get("environment"))
+    runbook = as_dict(results.get("runbook"))
+    gpus = [as_dict(g) for g in as_list(env.get("gpus"))]
+    if gpus:
+        groups: Counter = Counter()
+        for g in gpus:
+            cap = g.get("capability")
+            cap = ".".join(str(c) for c in cap) if isinstance(cap, (list, tuple)) else cap
+            detail = ", ".join(x for x in (f"{fmt_num(g.get('memory_gb'))} GB" if g.get("memory_gb") is not None
+                                           else "", f"sm {cap}" if cap else "") if x)
+            groups[(str(g.get("name") or "GPU"), detail)] += 1
+        gpu_text = "; ".join(f"{n}× {name}" + (f" ({detail})" if detail else "")
+                             for (name, detail), n in sorted(groups.items()))
+    elif env.get("gpu_count") in (0, None) and "gpus" in env:
+        gpu_text = "none (CPU only)"
+    else:
+        gpu_text = fmt_num(env.get("gpu_count"))
+    packages = as_dict(env.get("packages"))
+    started, finished = results.get("started"), results.get("finished")
+    date = fmt_num(started) + (f" → {finished}" if finished else " (not finished)")
+    options = as_dict(results.get("options"))
+    option_parts = []
+    for key in ("only", "skip"):
+        if as_list(options.get(key)):
+            option_parts.append(f"--{key} " + ",".join(str(x) for x in options[key]))
+    overrides = options.get("set")
+    if isinstance(overrides, dict):
+        overrides = [f"{k}={overrides[k]}" for k in sorted(overrides, key=str)]
+    option_parts += [f"--set {item}" for item in as_list(overrides)]
+    tool = as_dict(results.get("tool"))
+    rows = [
+        ("Host", fmt_num(env.get("host"))),
+        ("Platform", fmt_num(env.get("platform"))),
+        ("Git SHA", fmt_num(env.get("git_sha"))),
+        ("PyTorch", fmt_num(env.get("torch"))),
+        ("CUDA", fmt_num(env.get("cuda"))),
+        ("NCCL", fmt_num(env.get("nccl"))),
+        ("GPUs", gpu_text),
+        ("CPUs", fmt_num(env.get("cpu_count"))),
+        ("Python", fmt_num(env.get("python"))),
+        ("Date", date),
+        ("Duration", fmt_duration(results.get("duration_s"))),
+        ("Runbook", fmt_num(runbook.get("path")) + (f" (sha256 {str(runbook['sha256'])[:12]})"
+                                                    if runbook.get("sha256") else "")),
+        ("Run directory", fmt_num(results.get("run_dir"))),
+        ("Tool", f"{tool.get('name') or 'nsa-validate'} {tool.get('version') or ''}".strip()),
+    ]
+    if option_parts:
+        rows.append(("Options", " ".join(option_parts)))
+    if packages:
+        rows.append(("Packages", ", ".join(f"{k} {packages[k]}" for k in sorted(packages, key=str))))
+    nodes = as_dict(env.get("nodes"))
+    if nodes:  # every node a training step ran on (the trainers' env.json)
+        parts = []
+        for name in sorted(nodes, key=str):
+            node = as_dict(nodes[name])
+            gpus = as_list(node.get("gpus"))
+            nccl = sorted(k for k in as_dict(node.get("env")) if str(k).startswith(("NCCL_", "UCX_", "IBV_", "MLX5_")))
+            parts.append(f"{name} (host {fmt_num(node.get('host'))}"
+                         + (f", {len(gpus)}x {gpus[0]}" if gpus else "")
+                         + (f", {' '.join(nccl)}" if nccl else "") + ")")
+        rows.append((f"Nodes ({len(nodes)})", "; ".join(parts)))
+    return rows
+
+
+def _acceptance_rows(results: dict) -> list[dict]:
+    rows = []
+    for crit in (as_dict(c) for c in as_list(results.get("acceptance"))):
+        rows.append({
+            "name": fmt_num(crit.get("name")), "expr": crit.get("expr") or None,
+            "target": fmt_num(crit.get("target")), "actual": fmt_num(crit.get("actual")),
+            "status": status_view(crit.get("status"), CRITERION_LABELS),
+            "severity": fmt_num(crit.get("severity")), "detail": crit.get("detail") or "",
+        })
+    return rows
+
+
+def _artifacts(results: dict, ordered: list[tuple[dict, list[str]]], run_dir: Path | None) -> list[dict]:
+    steps = as_dict(results.get("steps"))
+
+    def item(path: Any, what: str) -> dict:
+        text = str(path)
+        missing = run_dir is not None and not (Path(run_dir) / text).exists()
+        return {"path": text, "what": what, "missing": missing}
+
+    out = []
+    for _, names in ordered:
+        for name in names:
+            step = steps.get(name)
+            if not isinstance(step, dict):
+                continue
+            items, seen = [], set()
+
+            def add(path: Any, what: str) -> None:
+                if path and str(path) not in seen:
+                    seen.add(str(path))
+                    items.append(item(path, what))
+
+            metrics = as_dict(step.get("metrics"))
+            add(metrics.get("csv"), "training csv")
+            for run in (as_dict(r) for r in as_list(step.get("runs"))):
+                add(as_dict(run.get("metrics")).get("csv"), f"training csv ({fmt_num(run.get('label'))})")
+            add(metrics.get("trace"), "profiler trace")
+            for path in as_list(step.get("artifacts")):
+                add(path, "artifact")
+            for path in as_list(step.get("stack_dumps")) + as_list(metrics.get("stack_dumps")):
+                add(path, "stack dump")
+            if step.get("dir") or items:
+                out.append({"step": name, "dir": step.get("dir") or None, "files": items})
+    return out
+
+
+def build_view(results: dict, *, run_dir: Path | None = None, plots: list[dict] | None = None) -> dict:
+    """Everything the Markdown and HTML templates show, formatted (strings, lists, dicts)."""
+    results = as_dict(results)
+    runbook = as_dict(results.get("runbook"))
+    steps = as_dict(results.get("steps"))
+    ordered = ordered_steps(results)
+    phases = []
+    for index, (phase, names) in enumerate(ordered, start=1):
+        title = str(phase.get("title") or phase.get("name") or f"Phase {index}")
+        numbered = re.match(r"^phase\b", title, re.I) is not None  # the runbook numbers its phases itself
+        views = [_step_view("" if numbered else f"{index}.{i}", name,
+                            steps.get(name) if isinstance(steps.get(name), dict) else None)
+                 for i, name in enumerate(names, start=1)]
+        phases.append({"number": index, "name": str(phase.get("name") or f"phase{index}"),
+                       "title": title, "heading": title if numbered else f"Phase {index}: {title}",
+                       "description": phase.get("description") or None,
+                       "status": _phase_status(views), "steps": views})
+    verdict = str(results.get("verdict") or "INCOMPLETE")
+    icon, css = VERDICT_LABELS.get(verdict, ("⚠️", "incomplete"))
+    step_counts = Counter(str(as_dict(s).get("status")) for s in steps.values())
+    crit_counts = Counter(str(as_dict(c).get("status")) for c in as_list(results.get("acceptance")))
+    plot_list = [as_dict(p) for p in (plots if plots is not None else as_list(results.get("plots")))]
+    plot_list = [{"title": str(p.get("title") or p.get("path")), "path": str(p["path"])}
+                 for p in plot_list if p.get("path")
+                 and (run_dir is None or (Path(run_dir) / str(p["path"])).is_file())]
+    recs = as_dict(results.get("recommendations"))
+    rec_env = as_dict(recs.get("env"))
+    tool = as_dict(results.get("tool"))
+    return {
+        "title": f"{runbook.get('name') or 'nsa-validate'} validation report",
+        "runbook": {"name": fmt_num(runbook.get("name")), "description": runbook.get("description") or None,
+                    "path": fmt_num(runbook.get("path"))},
+        "verdict": {"value": verdict, "icon": icon, "css": css,
+                    "reason": results.get("verdict_reason") or NA},
+        "key_figures": _key_figures(results, ordered),
+        "step_counts": ", ".join(f"{step_counts[k]} {k}" for k in sorted(step_counts)) or "none",
+        "step_total": sum(step_counts.values()),
+        "criteria_counts": ", ".join(f"{crit_counts[k]} {k}" for k in sorted(crit_counts)) or "none",
+        "criteria_total": sum(crit_counts.values()),
+        "environment": _environment_rows(results),
+        "phases": phases,
+        "acceptance": _acceptance_rows(results),
+        "exports": [f"export {k}={shlex.quote(str(rec_env[k]))}" for k in sorted(rec_env, key=str)],
+        "notes": [str(n) for n in as_list(recs.get("notes"))],
+        "plots": plot_list,
+        "artifacts": _artifacts(results, ordered, run_dir),
+        "tool": f"{tool.get('name') or 'nsa-validate'} {tool.get('version') or ''}".strip(),
+        "schema_version": fmt_num(results.get("schema_version")),
+    }
+
+

@@ -1,0 +1,163 @@
+"""StepKind: everything one kind of runbook step does, in one class. A kind module defines a subclass and registers
+an instance (validation.steps.register); the runbook, the plan, the runner, the report, compare and the CLI ask the
+registry for the kind of a step and call these hooks, so adding a kind touches its module and its two report
+partials only (docs/architecture.md, "How to add a step kind").
+
+What a kind defines:
+
+    name, summary        the `kind:` value and one line for `nsa-validate kinds` (the README table)
+    keys, launch_keys    its own runbook keys, and which launch settings (config, env, args, ...) it takes
+    trainer              True when it launches the trainer: heartbeats, GPUs per rank, metrics per launch
+    parse / check        schema: its own keys -> step.options; cross-step references once every step is read
+    launches             plan: the LaunchSpecs the step starts (argv, env, directories), in order
+    skip_reason          a reason it cannot run here although the machine meets its requirements
+    run                  run the launches through the runner's context and collect results.json's step entry
+    summary_line         what the console prints after the step
+    trainer_runs         (label, metrics) of each trainer launch, for `nsa-validate compare`
+    view                 its part of the report's step view (formatted strings); templates: its partials
+    key_figures, plots   executive-summary figures and extra plots
+
+Hooks have defaults that do nothing, so a small kind needs `name`, `summary`, `launches` and `run`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+from validation.launch.spec import PLAN_RUN_DIR
+
+if TYPE_CHECKING:
+    from validation.launch.spec import LaunchSpec
+    from validation.runbook import Step
+    from validation.schema import Ctx
+
+# Keys every step takes, whatever its kind.
+BASE_KEYS = ("name", "kind", "title", "description", "requires", "optional", "on_failure")
+# Launch settings a step may take (and inherits from `defaults`); validation.runbook parses them.
+LAUNCH_KEYS = ("config", "env", "args", "nproc_per_node", "master_port", "port_retries", "timeout_s",
+               "stall_timeout_s", "window", "warmup_steps", "launcher", "nnodes")
+# Launch settings of a step that runs one command and no trainer (a test suite, a benchmark).
+COMMAND_LAUNCH_KEYS = ("env", "timeout_s", "launcher")
+
+
+class StepKind:
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    keys: ClassVar[tuple[str, ...]] = ()
+    launch_keys: ClassVar[tuple[str, ...]] = LAUNCH_KEYS
+    trainer: ClassVar[bool] = False
+    plan_note: ClassVar[str | None] = None  # a line `nsa-validate plan` prints under the step (in-process work)
+    # Report partials {"md": source, "html": source}; None: package data validation/steps/templates/<name>.<fmt>.j2.
+    # A partial renders the kind's own part of a step section; `s` is the step view (view() merged into it).
+    templates: ClassVar[dict[str, str] | None] = None
+
+    # ------------------------------------------------------------------ schema
+    def allowed_keys(self) -> tuple[str, ...]:
+        return BASE_KEYS + tuple(self.launch_keys) + tuple(self.keys)
+
+    def parse(self, raw: dict[str, Any], path: tuple, ctx: Ctx) -> dict[str, Any]:
+        """The kind's own keys of `raw` (already checked against allowed_keys), validated: step.options.
+        Errors: ``raise ctx.error(path + (key,), "what was expected")``."""
+        return {}
+
+    def check(self, step: Step, order: list[Step], error: Callable[[str], Exception]) -> None:
+        """Cross-step checks once every step is read (`order`: all steps in run order); raise error(message)."""
+
+    # ------------------------------------------------------------------ plan
+    def launches(self, step: Step, winners: dict[str, dict[str, Any]] | None,
+                 run_dir: Path | None) -> list[LaunchSpec]:
+        """Every process the step starts, in order. winners None: plan mode (${x.winner...} left as text);
+        run_dir None: paths as RUN_DIR/... (run_path)."""
+        return []
+
+    def skip_reason(self, step: Step) -> str | None:
+        return None
+
+    def winner_params(self, step: Step) -> tuple[str, ...] | None:
+        """The parameters ("env.X", "args.y") a winner of this step can carry, which later steps may use as
+        ${step.winner.env.X}; None: later steps cannot refer to its winner."""
+        return None
+
+    # ------------------------------------------------------------------ run
+    def run(self, step: Step, launches: list[LaunchSpec], result: dict[str, Any], ctx) -> None:
+        """Run the step and fill `result` (its results.json entry: status, reason, metrics, runs, winner, ...).
+        `ctx` is the runner's StepContext: launch(spec, index, total), record(result, spec, launch_result),
+        save(), rel(path), run_dir, cwd, results (the whole run's results so far)."""
+        raise NotImplementedError(f"step kind {self.name!r} does not run")
+
+    def summary_line(self, result: dict[str, Any]) -> str:
+        """Extra text of the console line printed when the step ends (e.g. its mean throughput, its winner)."""
+        extra = ""
+        m = result.get("metrics") or {}
+        if isinstance(m.get("toks_per_s"), dict) and m["toks_per_s"].get("mean") is not None:
+            extra = f" ({m['toks_per_s']['mean']:,.0f} tok/s mean, last {m['window']['n']} steps)"
+        if result.get("winner"):
+            extra += f" winner: {result['winner']['label']}"
+        return extra
+
+    def trainer_runs(self, result: dict[str, Any]) -> list[tuple[str, dict]]:
+        """(label, metrics) of every trainer launch of the step: its runs (a sweep's, an A/B's), or the step itself
+        when its metrics name a training.csv."""
+        if result.get("runs"):
+            return [(f"{result['name']}[{r['label']}]", r.get("metrics") or {}) for r in result["runs"]]
+        m = result.get("metrics") or {}
+        return [(result["name"], m)] if m.get("csv") else []
+
+    # ------------------------------------------------------------------ report
+    def view(self, result: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:
+        """What the kind's partials show (formatted with validation.report.format), merged into the step `view`
+        (which it may also read: name, status, reason, ...). Must accept anything: results may be damaged."""
+        return {}
+
+    def key_figures(self, steps: list[dict[str, Any]]) -> list[tuple[int, dict[str, str]]]:
+        """(order, {"label", "value", "note"}) for the executive summary, from every step's result in run order
+        (not only this kind's); figures of all kinds are shown sorted by order."""
+        return []
+
+    def plots(self, name: str, result: dict[str, Any], plotter) -> None:
+        """Extra plots of the step, drawn with validation.report.plots.Plotter (bars(...), figure(...)); the
+        tokens/s-per-step plot of every step with a training.csv is drawn for every kind."""
+
+    def template(self, fmt: str) -> str | None:
+        """The source of the kind's report partial for `fmt` ("md" or "html"), or None when it has none."""
+        if self.templates is not None:
+            return self.templates.get(fmt)
+        from importlib import resources
+
+        path = resources.files("validation.steps") / "templates" / f"{self.name}.{fmt}.j2"
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def run_path(run_dir: Path | None, rel: str) -> str:
+    """A path for a command line: absolute under the run directory, or RUN_DIR/... in plan mode."""
+    return str(Path(run_dir) / rel) if run_dir is not None else str(PLAN_RUN_DIR / rel)
+
+
+def step_dir(run_dir: Path | None, rel: str) -> Path:
+    """Where a launch's files go: run_dir/rel, or RUN_DIR/rel in plan mode (LaunchSpec.dir is then `rel`)."""
+    return (Path(run_dir) if run_dir is not None else PLAN_RUN_DIR) / rel
+
+
+def launch_identity(step: Step, label: str = "") -> dict[str, Any]:
+    """The LaunchSpec fields that say where and as what a launch of `step` runs: the runbook's launcher block
+    (torchrun rendezvous, Slurm allocation), the Slurm job name, the step and the label."""
+    from validation.launch.slurm import SlurmOptions
+    from validation.launch.spec import safe_name
+
+    lc = step.launch.launcher
+    return dict(launcher=lc.type, rdzv_backend=lc.rdzv_backend, rdzv_endpoint=lc.rdzv_endpoint,
+                slurm=SlurmOptions(partition=lc.partition, account=lc.account, time_limit=lc.time_limit,
+                                   gpus_per_node=lc.gpus_per_node, cpus_per_task=lc.cpus_per_task, sbatch=lc.sbatch),
+                job_name="nsav-" + safe_name(f"{step.name}-{label}" if label else step.name), step=step.name,
+                label=label)
+
+
+def command_launch(step: Step, argv: list[str], run_dir, label: str = "", nnodes: int = 1) -> LaunchSpec:
+    """A launch of one command that is not the trainer (a test suite, a benchmark), in RUN_DIR/<step>, with the
+    step's own environment variables and timeout."""
+    from validation.launch.spec import LaunchSpec
+
+    return LaunchSpec(argv=argv, env=dict(step.launch.env), inherit_env=True, run_dir=run_dir,
+                      step_dir=step_dir(run_dir, step.name), timeout_s=step.launch.timeout_s, nnodes=nnodes,
+                      **launch_identity(step, label))

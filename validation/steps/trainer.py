@@ -1,0 +1,268 @@
+"""What the step kinds that launch the trainer share (train, longrun, profile, sweep, ab): the trainer's command
+line, collecting one trainer launch into metrics, running a list of launches (a sweep's points, an A/B's variants),
+and the report's run table and notes. TrainerKind is their base class: one trainer launch, its metrics, its table.
+
+A trainer launch writes into RUN_DIR/<dir>/out (--out-dir): training.csv, heartbeats, env.json, status.json, ...
+(nsa.training.outputs); everything the step learns about the run comes from those files (validation.contracts,
+validation.metrics), never from the trainer's console log.
+
+Metrics of one trainer launch (results.json step or run "metrics"): the validation.metrics.summarize() dict (status,
+window, toks_per_s {mean, median, stdev, cv, min, max, n}, toks_per_s_per_gpu, loss..., mem_peak_gb, mem_plateau,
+throughput_stable, final_loss, ...) plus "world_size", "csv" (path), "trainer_status" (status.json), "compression"
+(the DDP gradient compression in effect: env.json toggles, or null), "launcher", "nnodes", "nodes", "gpus",
+"slurm_job", "toks_per_s_per_node", and with NSA_SDPA_AUDIT=1 "sdpa_audit": {"calls", "backends", "fallbacks",
+"by_site"} (fallbacks: math-backend calls on a GPU).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from typing import Any
+
+from nsa.training.outputs import TRAINING_CSV
+from validation import contracts
+from validation.launch.spec import LaunchSpec
+from validation.report.format import (NA, as_dict, as_list, env_text, finite, fmt_gb, fmt_num, fmt_pct, fmt_rate,
+                                      loss_text, mean_pm, stat_of, status_view, window_text)
+from validation.runbook import LaunchSettings, Step, references, resolve_references
+from validation.steps.base import StepKind, launch_identity, run_path, step_dir
+
+
+class TrainerKind(StepKind):
+    """A kind whose step is one trainer launch (train, longrun, profile); sweep and ab reuse its helpers."""
+
+    trainer = True
+
+    def launches(self, step: Step, winners, run_dir) -> list[LaunchSpec]:
+        return [trainer_launch(step, step.launch, "", step.name, winners, run_dir)]
+
+    def run(self, step: Step, launches: list[LaunchSpec], result: dict, ctx) -> None:
+        run_single(ctx, step, launches, result)
+
+    def view(self, result: dict, view: dict) -> dict:
+        return {"train": train_row(view["name"], result), "notes": train_notes(as_dict(result.get("metrics")))}
+
+
+# ---------------------------------------------------------------------------------------------- planning
+def trainer_args(args: dict[str, Any]) -> list[str]:
+    """{"steps": 300, "ddp": 1, "fsdp": True, "compile": False} -> ["--steps", "300", "--ddp", "1", "--fsdp"]."""
+    out: list[str] = []
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is False or value is None:
+            continue
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def trainer_launch(step: Step, launch: LaunchSettings, label: str, rel_dir: str, winners, run_dir,
+                   extra_args: dict | None = None, extra_env: dict | None = None, params: dict | None = None,
+                   repeat: int = 0) -> LaunchSpec:
+    """One `python -m nsa.training` launch of `step` in RUN_DIR/rel_dir (out_dir rel_dir/out), with the step's
+    env/args plus `extra_env`/`extra_args` (a sweep point, an A/B variant); ${x.winner...} references resolved
+    from `winners`, or left as text in plan mode (winners None) and listed in `unresolved`."""
+    env = {**launch.env, **(extra_env or {})}
+    args = {**launch.args, **(extra_args or {})}
+    unresolved = sorted({r for v in list(env.values()) + list(args.values()) for r in references(v)})
+    if winners is not None:
+        env = {k: resolve_references(v, winners) for k, v in env.items()}
+        args = {k: resolve_references(v, winners) for k, v in args.items()}
+        unresolved = []
+    argv = [sys.executable, "-m", "nsa.training"]
+    if launch.config:
+        argv += ["--config", launch.config]
+    out_dir = f"{rel_dir}/out"
+    argv += trainer_args(args) + ["--out-dir", run_path(run_dir, out_dir)]
+    return LaunchSpec(
+        argv=argv, env=env, inherit_env=True, run_dir=run_dir, step_dir=step_dir(run_dir, rel_dir),
+        trainer_out_dir=step_dir(run_dir, out_dir), nproc_per_node=launch.nproc_per_node, nnodes=launch.nnodes,
+        torchrun=launch.launcher.type == "slurm",  # a one-rank Slurm job too (LaunchSpec.uses_torchrun decides)
+        timeout_s=launch.timeout_s, stall_timeout_s=launch.stall_timeout_s,
+        expected_ranks=launch.nproc_per_node * launch.nnodes,
+        master_port=None if launch.master_port == "auto" else int(launch.master_port),
+        port_retries=launch.port_retries, **launch_identity(step, label),
+        params=params or {}, repeat=repeat, unresolved=unresolved)
+
+
+# ---------------------------------------------------------------------------------------------- running
+def collect(ctx, step: Step, spec: LaunchSpec, lr) -> tuple[str, str | None, dict]:
+    """(status, reason, metrics) of one trainer launch, from the files in its out_dir."""
+    from validation import metrics
+
+    out_dir = ctx.run_dir / spec.out_dir
+    window = metrics.Window(last=step.launch.window, warmup=step.launch.warmup_steps)
+    read = metrics.read_training_csv(out_dir / TRAINING_CSV)
+    m = metrics.summarize(read, window, world_size=spec.world_size)
+    m["world_size"] = spec.world_size
+    m["csv"] = ctx.rel(out_dir / TRAINING_CSV)
+    env = contracts.read_env_json(out_dir)
+    m.update(_node_metrics(ctx, spec, lr, env, m))
+    trainer_status = contracts.read_status_json(out_dir) or {}
+    m["trainer_status"] = trainer_status.get("status")
+    m["compression"] = contracts.ddp_compression(env)
+    audit = contracts.read_sdpa_audit(out_dir)
+    if audit:
+        gpu = [r for r in audit.get("by_site", []) if r.get("device") == "cuda"]
+        m["sdpa_audit"] = {"calls": audit.get("calls", 0), "backends": audit.get("backends", []),
+                           "fallbacks": sum(r["calls"] for r in gpu if r.get("backend") == "math"),
+                           "by_site": audit.get("by_site", [])}
+    if lr.status != "ok":
+        return lr.status, lr.reason, m
+    if m["trainer_status"] != "completed":
+        return "failed", f"trainer ended {m['trainer_status']}: {trainer_status.get('reason')}", m
+    return csv_verdict(m, trainer_status.get("step"))
+
+
+def _node_metrics(ctx, spec: LaunchSpec, lr, env: dict, m: dict) -> dict:
+    """Launcher, nodes (from the trainer's env.json: every node of the job), per-node throughput; every node's
+    record (host, GPUs, NCCL/IB/Slurm environment) is added to the run's environment["nodes"]."""
+    nodes = env.get("nodes") or []
+    known = ctx.results["environment"].setdefault("nodes", {})
+    for node in nodes:
+        if isinstance(node, dict) and node.get("node"):
+            known.setdefault(str(node["node"]), {}).update({k: node.get(k) for k in ("host", "gpus", "env")})
+    mean = (m.get("toks_per_s") or {}).get("mean")
+    return {"launcher": spec.launcher, "nnodes": spec.nnodes,
+            "nodes": [str(n.get("node")) for n in nodes if isinstance(n, dict)] or list(lr.nodes),
+            "slurm_job": lr.job_id,
+            "gpus": [str(g) for n in nodes if isinstance(n, dict) for g in (n.get("gpus") or [])],
+            "toks_per_s_per_node": mean / spec.nnodes if isinstance(mean, (int, float)) else None}
+
+
+def run_single(ctx, step: Step, launches: list[LaunchSpec], result: dict):
+    """Run the step's one trainer launch; its status, reason and metrics become the step's. Returns (spec, lr)."""
+    spec = launches[0]
+    lr = ctx.launch(spec, 0, 1)
+    ctx.record(result, spec, lr)
+    status, reason, m = collect(ctx, step, spec, lr)
+    result.update(status=status, reason=reason, metrics=m)
+    return spec, lr
+
+
+def run_each(ctx, step: Step, launches: list[LaunchSpec], result: dict) -> tuple[list[dict], list[str]]:
+    """Run every launch in order (a sweep's points, an A/B's variants and repeats), each recorded in
+    result["runs"] and saved as soon as it ends. Returns (runs, problems: "label: reason" of those that failed)."""
+    runs, problems = [], []
+    for i, spec in enumerate(launches):
+        lr = ctx.launch(spec, i, len(launches))
+        ctx.record(result, spec, lr)
+        status, reason, m = collect(ctx, step, spec, lr)
+        runs.append({"label": spec.label, "params": spec.params, "status": status, "reason": reason,
+                     "dir": spec.dir, "command": lr.argv, "metrics": m, "repeat": spec.repeat})
+        if status != "passed":
+            problems.append(f"{spec.label}: {reason}")
+        result["runs"] = runs
+        ctx.save()
+    return runs, problems
+
+
+def csv_verdict(m: dict, trainer_steps: Any) -> tuple[str, str | None, dict]:
+    """(status, reason, m) of a launch whose trainer completed, from its training.csv summary `m`.
+
+    A missing, empty or unparseable file fails. So does a row left out anywhere but at the very end (a damaged
+    row: the numbers around it cannot be trusted either), and a file that ends before the trainer's last step
+    by more than a cut-off last line (rows were lost). A last line cut off mid-row, what a writer killed while
+    writing leaves, passes with that said in the reason."""
+    from validation.metrics import USABLE_STATUSES
+
+    if m["status"] not in USABLE_STATUSES:
+        reason = str(m.get("reason"))
+        if reason.startswith(f"{m['status']}: "):  # "missing: /path" -> "training.csv missing: /path"
+            reason = reason[len(m["status"]) + 2:]
+        return "failed", f"training.csv {m['status']}: {reason}", m
+    dropped, cut = m.get("dropped_rows") or 0, bool(m.get("cut_last_line"))
+    if dropped > (1 if cut else 0):
+        return "failed", (f"training.csv damaged: {dropped} unparseable row(s) left out (first at "
+                          f"{m.get('first_bad_row')})"), m
+    last = m.get("last_step")
+    if isinstance(trainer_steps, int) and last is not None and last + (1 if cut else 0) < trainer_steps:
+        return "failed", (f"training.csv ends at step {last} but the trainer completed step {trainer_steps}: "
+                          f"{trainer_steps - last - (1 if cut else 0)} row(s) lost"), m
+    if cut:
+        return "passed", (f"training.csv: the last line was cut off mid-row and left out (1 row); statistics use "
+                          f"steps {m['window']['first_step']}-{m['window']['last_step']}"), m
+    return "passed", None, m
+
+
+# ---------------------------------------------------------------------------------------------- report
+def config_path(record: dict) -> str:
+    """The model/training config of a launch: CONFIG in its env, else --config in its command."""
+    env = as_dict(record.get("env"))
+    if env.get("CONFIG"):
+        return str(env["CONFIG"])
+    argv = [str(a) for a in as_list(record.get("command"))]
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return "—"
+
+
+def train_row(label: str, record: dict) -> dict:
+    metrics = as_dict(record.get("metrics"))
+    env = as_dict(record.get("env"))
+    toks = stat_of(metrics, "toks_per_s")
+    per_gpu = stat_of(metrics, "toks_per_s_per_gpu")
+    world = metrics.get("world_size")
+    return {
+        "label": label,
+        "config": config_path(record),
+        "env": env_text(env),
+        "ranks": fmt_num(world),
+        "window": window_text(metrics.get("window")),
+        "toks": mean_pm(toks),
+        "cv": fmt_pct(toks.get("cv")),
+        "n": fmt_num(toks.get("n")),
+        "per_gpu": fmt_rate(per_gpu.get("mean")),
+        "loss": loss_text(metrics),
+        "mem": fmt_gb(metrics.get("mem_peak_gb")),
+        "status": status_view(record.get("status")),
+        "csv": str(metrics["csv"]) if metrics.get("csv") else None,
+    }
+
+
+def train_notes(metrics: dict) -> list[str]:
+    notes = []
+    csv_status = metrics.get("status")
+    if csv_status not in (None, "ok"):
+        detail = str(metrics.get("reason") or metrics.get("note") or NA)
+        if detail.startswith(f"{csv_status}: "):  # the reader's reason already names the status
+            detail = detail[len(csv_status) + 2:]
+        notes.append(f"training.csv {csv_status}: {detail}")
+    elif metrics.get("note"):
+        notes.append(f"training.csv: {metrics['note']}")
+    if "compression" in metrics:
+        notes.append(f"DDP gradient compression: {metrics['compression'] or 'none'}")
+    if "trainer_status" in metrics:
+        notes.append(f"Trainer status: {fmt_num(metrics['trainer_status'])}")
+    if "throughput_stable" in metrics:
+        notes.append(f"Throughput stable: {fmt_num(metrics['throughput_stable'])}")
+    audit = metrics.get("sdpa_audit")
+    if isinstance(audit, dict):
+        per_backend: Counter = Counter()
+        for row in (as_dict(r) for r in as_list(audit.get("by_site"))):
+            calls = finite(row.get("calls"))
+            per_backend[f"{row.get('backend')} on {row.get('device')}"] += int(calls) if calls is not None else 0
+        if per_backend:
+            backend_text = ", ".join(f"{k}={per_backend[k]:,}" for k in sorted(per_backend))
+        elif isinstance(audit.get("backends"), dict):
+            backends = audit["backends"]
+            backend_text = ", ".join(f"{k}={fmt_num(backends[k])}" for k in sorted(backends, key=str)) or NA
+        else:
+            backend_text = fmt_num(sorted(str(b) for b in as_list(audit.get("backends"))))
+        notes.append(f"SDPA audit: {fmt_num(audit.get('calls'))} calls; backends: {backend_text}; "
+                     f"fallbacks to math on GPU: {fmt_num(audit.get('fallbacks'))}")
+    if len(as_list(metrics.get("nodes"))) > 1 or finite(metrics.get("nnodes")) not in (None, 1):
+        job = f", Slurm job {metrics['slurm_job']}" if metrics.get("slurm_job") else ""
+        notes.append(f"Nodes: {', '.join(map(str, as_list(metrics.get('nodes')))) or '—'} ({metrics.get('launcher')}{job}); "
+                     f"{fmt_rate(finite(metrics.get('toks_per_s_per_node')))} tokens/s per node")
+    if finite(metrics.get("scaling_efficiency")) is not None:
+        notes.append(f"Scaling efficiency: {fmt_num(metrics['scaling_efficiency'])}")
+    return notes
+
+

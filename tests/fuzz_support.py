@@ -1,5 +1,5 @@
-"""What the two fuzz suites (tests/nsa/test_fuzz_config.py, tests/validation/test_fuzz_inputs.py) share: walking
-a generated document's entries, and reporting how many examples each parser was given."""
+"""What the two fuzz suites (tests/nsa/training/test_fuzz_config.py, tests/validation/test_fuzz_inputs.py) share:
+walking a generated document's entries, and reporting how many examples each parser was given."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Helpers for the Triton kernel tests (tests/nsa/kernels/).
+"""Helpers for the Triton kernel tests (tests/nsa/attention/kernels/).
 
 Triton kernel tests need the `triton` package (the `gpu` extra; CI installs it). Without a GPU they run through
 the interpreter (TRITON_INTERPRET=1, set by tests/nsa/conftest.py before anything imports triton): fp32, small

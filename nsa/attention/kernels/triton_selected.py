@@ -80,8 +80,8 @@ What to measure on a GPU (H100, bf16, B = 1, H = 12, G = 2, d = 64, l_sel = 64, 
 from choose_blocks on real importance): forward loop="kv" vs loop="query" (triton.testing.do_bench); backward
 for bwd_tiles in {4, 8, 16, 32}; BLOCK_R / num_warps around _config's choices; the share of the index build
 (torch.sort of B*G*S*n_sel keys) and of the atomics (compare against a variant without them); peak memory
-(torch.cuda.max_memory_allocated) against dense SDPA at the same S. tests/nsa/kernels/test_triton_selected.py runs
-natively in bf16 when CUDA is present (including CUDA-graph capture and an S = 4096 model-shape check).
+(torch.cuda.max_memory_allocated) against dense SDPA at the same S.
+tests/nsa/attention/kernels/test_triton_selected.py runs natively in bf16 when CUDA is present (including CUDA-graph capture and an S = 4096 model-shape check).
 
 Measured
 --------

@@ -115,7 +115,7 @@ def test_runbook_launcher_block_is_inherited_and_overridden(tmp_path):
         - {name: a, kind: train}
         - {name: b, kind: train, nnodes: 1, launcher: {account: proj}, scaling_baseline: a}
         - {name: c, kind: train, launcher: torchrun}
-        - {name: t, kind: pytest, tests: [tests/nsa/test_paths.py]}
+        - {name: t, kind: pytest, tests: [tests/nsa/attention/test_paths.py]}
         """))
     a, b, c, t = rb.steps()
     assert (a.launch.launcher.type, a.launch.launcher.partition, a.launch.nnodes) == ("slurm", "debug", 2)

@@ -15,7 +15,7 @@ from nsa.model import ModelConfig
 from nsa.training.config import (ConfigError, RunConfig, TrainConfig, apply_overrides, config_from_dict, load_config,
                             save_config)
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
 TINY = REPO / "configs" / "tiny_cpu.yaml"
 

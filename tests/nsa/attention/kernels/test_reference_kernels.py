@@ -1,7 +1,8 @@
 """The batched kernels and selection helpers on their own, against dense references and the paper's formulas.
 
-These drive nsa.attention.kernels / nsa.attention.selection directly with hand-made inputs (arbitrary selections, tiny tiles, huge
-scores) that the module-level tests cannot reach, and compare with reference.masked_attention.
+These drive nsa.attention.kernels.reference / nsa.attention.selection directly with hand-made inputs (arbitrary
+selections, tiny tiles, huge scores) that the module-level tests cannot reach, and compare with
+reference.masked_attention.
 """
 
 import pytest

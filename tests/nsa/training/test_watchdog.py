@@ -24,7 +24,7 @@ from nsa.training.heartbeat import (HeartbeatWriter, TERMINAL_MSGS, encode_recor
                            read_heartbeats)
 from nsa.training.watchdog import HALT_NAME, WatchdogConfig, check, main, run, signal_stack_dumps, write_halt
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 T0 = 1_700_000_000.0
 DEAD_PID = 2 ** 22 + 12345  # above Linux's pid_max ceiling (4194304): never a live process
 

@@ -1,4 +1,4 @@
-"""nsa.training.data and its sources (synthetic, corpus, fineweb): the synthetic, local-text and FineWeb-Edu token sources."""
+"""nsa.training.data and its sources (synthetic, corpus, fineweb): synthetic, local-text and FineWeb-Edu tokens."""
 
 import json
 import math

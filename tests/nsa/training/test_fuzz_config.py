@@ -28,7 +28,7 @@ from nsa.model import ModelConfig
 from nsa.training.config import DEVICES, LR_SCHEDULES, PARALLEL, PRECISIONS, ConfigError, RunConfig, TrainConfig, \
     config_from_dict, load_config
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CONFIG_TEXTS = {p.name: p.read_text(encoding="utf-8") for p in sorted((REPO / "configs").glob("*.yaml"))}
 CONFIG_DOCS = {name: yaml.safe_load(text) for name, text in CONFIG_TEXTS.items()}
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig}

@@ -22,7 +22,7 @@ from nsa.config import ModelConfig, NSAConfig
 from nsa.model import NSAModel, flops_per_token
 from nsa_test_utils import randomize_params
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TINY = dict(vocab_size=128, dim=64, n_layers=2, n_heads=4, n_kv_groups=2, d_k=16, d_v=8, l=16, d=8, l_sel=32,
             n_sel=4, w=32)
 

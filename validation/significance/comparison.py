@@ -17,10 +17,14 @@ uses the larger floor of its two sides. `noise` (a user's threshold, compare's -
 
 Block means measure the noise within one run only. Two runs of the same configuration also differ as a whole (the
 machine's load, clocks and caches change between runs): on cpu_smoke the means of back-to-back runs differ by
-about 10% while a run's own block standard error is 2-4%. run_noise() measures that run-to-run variation from
-repeated runs of one configuration (a sweep's or an A/B's repeats), and compare_units(..., run_noise=) adds it
-to both sides of a comparison of single runs, so that two identical runs are not called different because the
-machine was busier during one of them.
+about 10% while a run's own block standard error is 2-4%. run_noise() measures how much the means of repeated
+runs of one configuration spread (a sweep's or an A/B's repeats), and compare_units(..., run_noise=) never takes
+a single run's mean as more precise than that: each side's variance is the larger of its own (block) variance and
+the repeats' variance, so that two identical runs are not called different because the machine was busier during
+one of them. (Adding only the between-run part, the repeats' variance less the runs' own, was tried: its estimate
+from a few repeats is so uncertain that the smallest p-values, those Holm's correction looks at, came out far too
+small: 24% of identical cpu_smoke-like run pairs had a "significant" row among 12; taking the larger variance
+gives 2.4%, tests/validation/test_compare.py.)
 """
 
 from __future__ import annotations
@@ -67,10 +71,10 @@ def noise_floor(units: Units, alpha: float = ALPHA, min_floor: float = MIN_FLOOR
 class RunNoise:
     """Run-to-run variation of a run's mean, measured from repeated runs of the same configuration.
 
-    between: sd of log(run mean) between runs beyond each run's own (block) noise, sigma_b: the method of moments,
-             s^2 - mean within^2, at least 0 (a relative sd: 0.05 = 5%)
-    total:   s, the pooled sd of log(run mean) within each group of repeats (what repeats of one run spread by)
+    total:   s, the pooled sd of log(run mean) within each group of repeats: how much the mean of one run varies
+             from run to run (a relative sd: 0.05 = 5%); what compare_units uses
     within:  root mean square of the runs' own relative standard errors (block means of each run's window)
+    between: the part of `total` beyond the runs' own noise, sqrt(max(0, total^2 - within^2)) (for reading only)
     df:      degrees of freedom of s^2 (sum over groups of runs - 1)
     runs, groups: runs and groups of repeats used
     source:  where it was measured (free text, e.g. "bucket_sweep: 3 points x 2 repeats")
@@ -85,7 +89,7 @@ class RunNoise:
     source: str = ""
 
     def describe(self) -> str:
-        return (f"run-to-run variation {self.between:.1%} ({self.df:g} df, from {self.runs} runs in {self.groups} "
+        return (f"run-to-run variation {self.total:.1%} ({self.df:g} df, from {self.runs} runs in {self.groups} "
                 f"group(s) of repeats" + (f": {self.source}" if self.source else "") + ")")
 
     def as_dict(self) -> dict[str, Any]:
@@ -157,7 +161,7 @@ class Comparison:
     verdict:           "better" | "worse" | "same" (b relative to a)
     p_adjusted:        Holm-adjusted p when the comparison is part of a family, else None
     family_size:       comparisons in that family, else None
-    run_to_run:        the run-to-run variation (RunNoise.between) added to each side, else None
+    run_to_run:        the run-to-run variation (RunNoise.total) each side's noise was held to at least, else None
     run_to_run_df:     its degrees of freedom, else None
     """
 
@@ -201,7 +205,7 @@ class Comparison:
                "runs": f"means of {self.n_a} and {self.n_b} runs",
                "paired": f"paired over {self.n_a} interleaved repeats"}[self.method]
         if self.run_to_run is not None:
-            how += f", run-to-run variation {self.run_to_run:.1%} ({self.run_to_run_df:g} df) included"
+            how += f", each run's noise at least the run-to-run variation {self.run_to_run:.1%} ({self.run_to_run_df:g} df)"
         return (f"{_pct(self.rel)} ({self.confidence:.0%} CI {_pct(self.ci_low)} .. {_pct(self.ci_high)}), {p}, "
                 f"noise floor {self.noise_floor:.1%}; {how}")
 
@@ -250,7 +254,7 @@ def _finish(*, baseline: str, variant: str, metric: str, method: str, mean_a: fl
                       floor_source="user" if noise is not None else "data", alpha=float(alpha),
                       higher_is_better=bool(higher_is_better), significant=significant,
                       verdict=_verdict(significant, rel, higher_is_better),
-                      run_to_run=None if run_to_run is None else float(run_to_run.between),
+                      run_to_run=None if run_to_run is None else float(run_to_run.total),
                       run_to_run_df=None if run_to_run is None else float(run_to_run.df))
 
 
@@ -260,21 +264,23 @@ def compare_units(a: Units, b: Units, *, higher_is_better: bool = True, alpha: f
     """b against a on their independent units (block means or run means): Welch-Satterthwaite t on
     log(mean_b / mean_a) with the delta-method standard error. Both means must be positive.
 
-    run_noise: the run-to-run variation of a run's mean (run_noise()): its variance between^2 is added to each
-    side (a and b are single runs of a machine whose level varies between runs), with its own degrees of freedom
-    in the Satterthwaite sum and in each side's noise floor. Not for run means (kind "runs"), which include it."""
+    run_noise: the run-to-run variation of a run's mean (run_noise()): each side's relative variance is the larger
+    of its own and run_noise.total^2 (a and b are single runs of a machine whose level varies between runs), with
+    the degrees of freedom of the one taken, in the Satterthwaite sum and in each side's noise floor. Not for run
+    means (kind "runs"), which include it."""
     _check_alpha(alpha)
     _check_fraction(min_floor, "min_floor")
     _check_fraction(noise, "noise")
     if not (a.mean > 0 and b.mean > 0):
         raise StatsError(f"a relative difference needs positive means, got {a.mean!r} ({baseline}) and "
                          f"{b.mean!r} ({variant})")
-    va, vb = (a.se / a.mean) ** 2, (b.se / b.mean) ** 2
-    extra = [(run_noise.between ** 2, run_noise.df)] if run_noise is not None and run_noise.between > 0 else []
-    terms = [(va, a.df), (vb, b.df)] + [(2.0 * v, d) for v, d in extra]
-    se2 = sum(v for v, _ in terms)
-    df = _satterthwaite(terms)
-    floor = max(_floor([(va, a.df), *extra], alpha, min_floor), _floor([(vb, b.df), *extra], alpha, min_floor))
+    sides = [((a.se / a.mean) ** 2, a.df), ((b.se / b.mean) ** 2, b.df)]
+    if run_noise is not None:
+        rv = (run_noise.total ** 2, run_noise.df)
+        sides = [side if side[0] >= rv[0] else rv for side in sides]
+    se2 = sides[0][0] + sides[1][0]
+    df = _satterthwaite(sides)
+    floor = max(_floor([sides[0]], alpha, min_floor), _floor([sides[1]], alpha, min_floor))
     method = "runs" if a.kind == "runs" and b.kind == "runs" else "blocks"
     return _finish(baseline=baseline, variant=variant, metric=metric, method=method, mean_a=a.mean, mean_b=b.mean,
                    log_rel=math.log(b.mean / a.mean), se=math.sqrt(se2), df=df, n_a=len(a.values),

@@ -177,7 +177,7 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
     default: the runbook's default label (kept when there is no significant difference).
     preference: labels to prefer, in order, among variants that cannot be separated (after the default).
     run_noise: with one run per variant, the run-to-run variation measured elsewhere (comparison.run_noise, e.g.
-          from repeated runs earlier in the same validation run), added to both sides of every block comparison;
+          from repeated runs earlier in the same validation run), the least noise of each side of a block comparison;
           ignored with repeats, whose paired comparisons include it.
     min_repeats: declare a winner (or leave the default) only with at least this many runs per variant; 2 refuses
           single-run winners, whose significance cannot include drift between the runs.
@@ -257,12 +257,11 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
     elif method == "runs":
         cv = max(float(np.std([m for m in v.means if m is not None], ddof=1)) / v.level for v in usable)
     else:
-        between = run_noise.between if run_noise is not None else 0.0
-        cv = max(math.sqrt(v.units.rel_se ** 2 + between ** 2) for v in usable)
+        floor_cv = run_noise.total if run_noise is not None else 0.0
+        cv = max(max(v.units.rel_se, floor_cv) for v in usable)
     rec = recommended_repeats(cv, effect, alpha, power, len(usable), min_floor) if cv > 0 else 2
     if method == "blocks" and run_noise is not None:
-        design = (f"one run per variant (block means), with the {run_noise.describe()} added to each run's own "
-                  "noise")
+        design = (f"one run per variant (block means), each run's noise at least the {run_noise.describe()}")
     elif method == "blocks":
         design = ("one run per variant (block means): differences between runs, such as drift, are not "
                   "measured, so this rests on the runs' own noise only")

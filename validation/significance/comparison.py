@@ -24,7 +24,8 @@ the repeats' variance, so that two identical runs are not called different becau
 one of them. (Adding only the between-run part, the repeats' variance less the runs' own, was tried: its estimate
 from a few repeats is so uncertain that the smallest p-values, those Holm's correction looks at, came out far too
 small: 24% of identical cpu_smoke-like run pairs had a "significant" row among 12; taking the larger variance
-gives 2.4%, tests/validation/test_compare.py.)
+gives 2.5%, block means alone 38%: benchmarks/bench_significance.py --only gate, and
+tests/validation/test_compare.py.)
 """
 
 from __future__ import annotations

@@ -66,6 +66,8 @@ class AB(TrainerKind):
                "means; with recommend, a variant is kept only when significantly better and stable, else the "
                "baseline (never a setting the trainer reports as ignored)")
     keys = ("baseline", "variants", "repeats", "metric", "recommend")
+    plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
+                 "results.json), so the order shown here is an example")
 
     def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
         def variant(value, vpath):

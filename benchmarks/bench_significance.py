@@ -8,7 +8,11 @@ Tables (rates are fractions of simulated sweeps or series; Monte-Carlo sd ~ sqrt
   sinusoidal drift or a linear one (0.1%/step), by run order (interleaved_order is "random"): how often p < 0.05;
 - null: no true difference between 3 variants: decide()'s false-winner rate and how often it leaves the default,
   beside per-step Welch (best vs runner-up), by model and repeats;
-- power: one variant 5% faster: how often decide() names it, with the repeats recommended_repeats gives.
+- power: one variant 5% faster: how often decide() names it, with the repeats recommended_repeats gives;
+- gate: `compare` of two identical cpu_smoke-like runs (12 rows: a 3 x 2 sweep and 6 single runs of 15 AR(1)
+  steps, phi 0.7, CV 9%, every run's level varying by run_cv): how often any row is significant after Holm, for
+  block means alone, block means plus the between-run part of the repeats' variance, and block means held to the
+  repeats' whole variance (what compare does).
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from validation.significance import block_units, decide, recommended_repeats, t_ppf  # noqa: E402
+from validation.significance import (adjust_family, block_units, compare_series, decide, holm,  # noqa: E402
+                                     recommended_repeats, run_noise, t_ppf)
 from validation.significance import simulate as sim  # noqa: E402
 from validation.stats import t_sf2, welch_t_test  # noqa: E402
 
 LABELS = ("25", "50", "100")
-TABLES = ("coverage", "orders", "null", "power")
+TABLES = ("coverage", "orders", "null", "power", "gate")
 
 
 def coverage(reps: int, rng: np.random.Generator) -> list[dict]:
@@ -116,6 +121,34 @@ def power(reps: int, rng: np.random.Generator) -> list[dict]:
         rows.append({"model": name, "run_mean_cv": cv, "recommended_repeats": repeats,
                      "found": float(np.mean([w == "50" for w in winners])),
                      "wrong_winner": float(np.mean([w not in (None, "50") for w in winners]))})
+    return rows
+
+
+def _plus_between(ya: np.ndarray, yb: np.ndarray, rn) -> float:
+    """p of b vs a with the between-run variance (rn.between^2) added to each side's block variance."""
+    ua, ub = block_units(ya), block_units(yb)
+    terms = [(ua.rel_se ** 2, ua.df), (ub.rel_se ** 2, ub.df), (2 * rn.between ** 2, rn.df)]
+    var = sum(v for v, _ in terms)
+    df = var * var / max(sum(v * v / d for v, d in terms), 1e-300)
+    return t_sf2(math.log(ub.mean / ua.mean) / math.sqrt(var), df)
+
+
+def gate(reps: int, rng: np.random.Generator) -> list[dict]:
+    rows, n_rows = [], 12
+    for run_cv in (0.0, 0.03, 0.08):
+        hits = {"blocks": 0, "plus_between": 0, "held_to_repeats": 0}
+        for _ in range(reps):
+            level = 1e4 * (1 + run_cv * rng.standard_normal((2, n_rows)))
+            y = level[..., None] * (1 + sim.ar1(rng, (2, n_rows, 15), 0.7, 0.09))
+            groups = [[(y[s, 2 * g + r].mean(), block_units(y[s, 2 * g + r]).rel_se) for r in range(2)]
+                      for s in range(2) for g in range(3)]
+            rn = run_noise(groups)
+            hits["blocks"] += bool(adjust_family([compare_series(y[0, j], y[1, j]) for j in range(n_rows)])
+                                   .significant)
+            hits["plus_between"] += any(holm([_plus_between(y[0, j], y[1, j], rn) for j in range(n_rows)]).rejected)
+            hits["held_to_repeats"] += bool(adjust_family([compare_series(y[0, j], y[1, j], run_noise=rn)
+                                                           for j in range(n_rows)]).significant)
+        rows.append({"run_cv": run_cv, **{k: v / reps for k, v in hits.items()}})
     return rows
 
 

@@ -98,14 +98,35 @@ def verdict(results: dict, interrupted: bool) -> tuple[str, str]:
 
 
 def recommendations(runbook: Runbook, results: dict) -> dict:
+    """The settings to export: the runbook's always-recommended `recommend.env`, plus the env of each decision
+    (a sweep's or an A/B's "choice") that rests on a significant difference; a decision without one (the default
+    kept) adds nothing and leaves the runbook's own value in place, and its note says why. Nothing is recommended
+    when no training step passed: nothing was measured here."""
+    from validation import steps as step_kinds
+
+    measured = any(s.get("status") == "passed" and getattr(step_kinds.find(s.get("kind")), "trainer", False)
+                   for s in results["steps"].values())
+    if not measured:
+        return {"env": {}, "notes": ["nothing was measured here (no training step passed): no settings are "
+                                     "recommended"]}
     env = dict(runbook.recommend_env)
     notes = []
     for name, step in results["steps"].items():
-        won = step.get("winner")
-        if not won:
+        chosen = step.get("choice") or step.get("winner")
+        if not isinstance(chosen, dict) or not chosen:
             continue
-        for key, value in (won.get("params") or {}).items():
-            if key.startswith("env."):
-                env[key[4:]] = str(value)
-        notes.append(f"{name}: {won['label']} ({won.get('explanation', '')})")
+        decision = step.get("decision") if isinstance(step.get("decision"), dict) else {}
+        significant = chosen.get("significant", decision.get("significant")) is True
+        swept = sorted({str(k)[4:] for r in step.get("runs") or [] for k in (r.get("params") or {})
+                        if str(k).startswith("env.")})
+        if not significant:
+            kept = [f"{k}={env[k]} (the runbook's recommendation)" for k in swept if k in env]
+            notes.append(f"{name}: no significant difference, {chosen.get('label')} kept; "
+                         f"{', '.join(swept) or 'its settings'} not recommended from this step"
+                         + (f"; {', '.join(kept)} stays" if kept else ""))
+            continue
+        for key, value in (chosen.get("params") or {}).items():
+            if str(key).startswith("env."):
+                env[str(key)[4:]] = str(value)
+        notes.append(f"{name}: {chosen['label']} ({chosen.get('explanation', '')})")
     return {"env": dict(sorted(env.items())), "notes": notes}

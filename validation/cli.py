@@ -167,6 +167,9 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
         skip: List[str] = typer.Option([], "--skip", help="skip this phase (repeatable)"),
         resume: Optional[Path] = typer.Option(None, "--resume", help="continue an interrupted run in RUN_DIR"),
         set_: List[str] = typer.Option([], "--set", help="override a runbook key, e.g. defaults.args.steps=20"),
+        against: Optional[Path] = typer.Option(None, "--against", help="an earlier run directory: compare this run "
+                                               "with it (the statistics of `compare`) in the report's Performance "
+                                               "analysis"),
         no_report: bool = typer.Option(False, "--no-report", help="write results.json only")) -> None:
     """Run every phase of RUNBOOK; write RUN_DIR/results.json, report.md, report.html, junit.xml and plots."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -193,6 +196,7 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
         run_dir = _run_dir_for(rb.name, out)
         if (run_dir / "results.json").exists():
             _fail(f"{run_dir} already holds a run: use --resume {run_dir} to continue it, or another --out")
+    earlier = _read_against(against)
     options = RunOptions(only=tuple(only), skip=tuple(skip), overrides=tuple(set_), cwd=Path.cwd())
     interrupted = False
     try:  # the run directory cannot be written (disk full, permission) or leads outside itself: one line, exit 2
@@ -211,6 +215,8 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
             if not no_report:
                 _write_all_reports(run_dir, read_results(run_dir))
             raise typer.Exit(EXIT_INTERRUPTED)
+        if earlier is not None:
+            _add_performance_analysis(run_dir, results, against, earlier)
         paths = [] if no_report else _write_all_reports(run_dir, results)
     except RunDirError as exc:
         _fail(str(exc))
@@ -218,6 +224,28 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
         _fail(str(exc))
     _print_summary(results, run_dir, paths)
     raise typer.Exit(EXIT_GO if results["verdict"] == "GO" else EXIT_NOGO)
+
+
+def _read_against(against: Optional[Path]) -> Optional[dict]:
+    """The earlier run of --against (exit 2 when it is not a run directory), or None."""
+    if against is None:
+        return None
+    from validation.results import ResultsError, read_results
+
+    try:
+        return read_results(against)
+    except ResultsError as exc:
+        _fail(f"--against: {exc}")
+
+
+def _add_performance_analysis(run_dir: Path, results: dict, against: Path, earlier: dict) -> None:
+    """results["performance_analysis"]: this run against the earlier one (validation.compare.performance_analysis),
+    written to results.json."""
+    from validation.compare import performance_analysis
+    from validation.results import write_results
+
+    results["performance_analysis"] = performance_analysis(results, earlier, run_dir, against)
+    write_results(run_dir, results)
 
 
 def _write_all_reports(run_dir: Path, results: dict) -> list[Path]:
@@ -260,15 +288,21 @@ def _print_summary(results: dict, run_dir: Path, paths: list[Path]) -> None:
 def report(run_dir: Path = typer.Argument(..., help="a run directory holding results.json"),
            fmt: str = typer.Option("md", "--format", help="md | html | json | junit"),
            write: bool = typer.Option(False, "--write", help="(re)write report.md/.html, junit.xml and plots "
-                                                            "in RUN_DIR instead of printing")) -> None:
-    """Re-render a run's report from RUN_DIR/results.json alone (nothing is re-run)."""
+                                                            "in RUN_DIR instead of printing"),
+           against: Optional[Path] = typer.Option(None, "--against", help="an earlier run directory: store this run's "
+                                                  "comparison with it in results.json (Performance analysis)")) -> None:
+    """Re-render a run's report from RUN_DIR/results.json alone (nothing is re-run); with --against, the comparison
+    with an earlier run is computed from the two runs' files and stored in RUN_DIR/results.json first."""
     from validation.report import FORMATS, ReportError, render
     from validation.results import ResultsError, RunDirError, read_results
 
     if fmt not in FORMATS:
         _fail(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    earlier = _read_against(against)
     try:
         results = read_results(run_dir)
+        if earlier is not None:
+            _add_performance_analysis(run_dir, results, against, earlier)
         if write:
             for p in _write_all_reports(run_dir, results):
                 console.print(str(p), markup=False)
@@ -282,32 +316,35 @@ def report(run_dir: Path = typer.Argument(..., help="a run directory holding res
 @app.command()
 def compare(run_a: Path = typer.Argument(..., help="baseline run directory"),
             run_b: Path = typer.Argument(..., help="candidate run directory"),
-            noise: float = typer.Option(0.02, help="relative change below which a difference is noise"),
-            as_json: bool = typer.Option(False, "--json")) -> None:
-    """Per-metric deltas of RUN_B against RUN_A (direction of better, noise threshold, Welch t-test), with a
-    warning when the two runs' environments differ."""
-    from validation.compare import compare_runs
+            noise: Optional[float] = typer.Option(None, "--noise", help="relative change a difference must exceed to "
+                                                  "count (0.02 = 2%); default: the noise floor measured from the runs"),
+            as_json: bool = typer.Option(False, "--json", help="print every row and statistic as JSON")) -> None:
+    """RUN_B against RUN_A, per trainer run and metric: the relative difference with its 95% confidence interval
+    and p-value, on block means of each run's window plus the run-to-run variation measured from repeated runs,
+    with Holm's correction over all rows; a warning when the two runs' environments differ. A CI gate: exit 1 when
+    a metric regresses significantly beyond the noise floor, else 0 (2: invalid input)."""
+    import math
+
+    from validation.compare import compare_runs, table_lines
     from validation.results import ResultsError, read_results
 
+    if noise is not None and not (math.isfinite(noise) and noise >= 0):
+        _fail(f"--noise {noise!r}: expected a non-negative fraction, e.g. 0.02 for 2%")
     try:
         a, b = read_results(run_a), read_results(run_b)
     except ResultsError as exc:
         _fail(str(exc))
     out = compare_runs(a, b, run_a, run_b, noise=noise)
+    if not out["rows"]:
+        _fail(f"{run_b} and {run_a} have no trainer run in common (same step and label): nothing to compare")
     if as_json:
-        console.print_json(json.dumps(out))
-        return
+        typer.echo(json.dumps(out, indent=2, allow_nan=False))
+        raise typer.Exit(out["exit_code"])
     for warning in out["warnings"]:
-        err.print(f"warning: {warning}", markup=False)
-    table = Table(title=f"{run_b} vs {run_a}")
-    for col in ("step", "metric", "A", "B", "delta", "p", "verdict"):
-        table.add_column(col)
-    for r in out["rows"]:
-        fmt = lambda v: "n/a" if v is None else f"{v:,.4g}"  # noqa: E731
-        table.add_row(escape(r["step"]), r["metric"], fmt(r["mean_a"]), fmt(r["mean_b"]),
-                      "n/a" if r["rel_delta"] is None else f"{r['rel_delta'] * 100:+.1f}%",
-                      fmt(r.get("p_value")), r["verdict"])
-    console.print(table)
+        err.print(f"warning: {warning}", markup=False, soft_wrap=True)
+    for line in table_lines(out):
+        typer.echo(line)
+    raise typer.Exit(out["exit_code"])
 
 
 @app.command("list")

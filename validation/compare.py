@@ -1,18 +1,56 @@
-"""Compare two validation runs: per step and metric, B against A, with the direction of "better", a noise
-threshold and a Welch t-test over the per-step values of each run's measurement window."""
+"""Compare two validation runs: every trainer launch both ran (per step, sweep point and repeat), B against A,
+with statistics that hold for autocorrelated, drifting throughput (validation.significance), usable as a CI gate.
+
+Per row (a trainer launch of A and the launch of B with the same step and label):
+- toks_per_s: the block means of each run's window (significance.compare_series: a block length from the series'
+  autocorrelation, so that steps are never taken as independent samples), plus the run-to-run variation of a run's
+  mean measured from repeated runs in the two run directories (measured_run_noise: e.g. cpu_smoke's sweep repeats;
+  without repeats it is not measured and a warning says so), giving the relative difference B / A - 1 with its
+  confidence interval and p-value;
+- final_loss and mem_peak_gb: one value per run, so no test: shown with their relative difference, marked
+  "tested": false, never gating.
+Holm's step-down correction runs over every tested row (significance.adjust_family): the chance that any row of
+two identical runs is called significant is at most alpha (5%). A row is significant when its Holm-adjusted p is
+below alpha and its difference exceeds the noise floor: `noise` (the user's --noise) when given, else the floor
+measured from the data (the relative half-width of each side's interval, at least 1%). A significant row whose
+verdict is "worse" is a regression; `compare` exits 1 when there is one (exit_code), else 0.
+
+compare_runs() returns (JSON-ready; `nsa-validate compare --json` prints it):
+    {"run_a", "run_b": the run directories,
+     "runbooks": {"A", "B"}, "verdicts": {"A", "B"},
+     "alpha": 0.05, "noise": the user's threshold or null, "noise_source": "user" | "measured",
+     "run_noise": RunNoise.as_dict() ({"between", "total", "within", "df", "runs", "groups", "source", "text"}) or null,
+     "family": {"correction": "holm", "alpha", "family_size", "statement", "significant", "regressions"},
+     "rows": [row, ...], "regressions": [{"step", "metric", "rel", "text"}], "improvements": int,
+     "exit_code": 0 | 1, "gate": one sentence, "warnings": [sentences]}
+    row: {"step": "bucket_sweep[NSA_DDP_BUCKET_MB=25, repeat 2]" (never shortened), "metric", "tested": bool,
+          "mean_a", "mean_b", "delta", "rel_delta", "higher_is_better", "significant", "verdict": "better" |
+          "worse" | "same", "note": why a row is not tested (or null), and for tested rows every field of
+          significance.Comparison.as_dict(): "method", "rel", "ci_low", "ci_high", "confidence", "p_value",
+          "p_adjusted", "family_size", "t", "df", "n_a", "n_b", "ess_a", "ess_b", "noise_floor", "floor_source",
+          "run_to_run", "run_to_run_df", "alpha", "text" (one line: difference, CI, p, noise floor, method)}
+
+performance_analysis() is the same comparison of a run against an earlier one (`nsa-validate run/report
+--against RUN_DIR`), stored in the run's results.json as "performance_analysis" (see its docstring).
+"""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from validation import metrics, stats
 from validation import steps as step_kinds
+from validation.significance import (ALPHA, RunNoise, StatsError, adjust_family, block_units, compare_series,
+                                     run_noise)
 from validation.steps.base import StepKind
 
 ENV_KEYS = ("host", "gpu_count", "torch", "cuda", "nccl", "python", "git_sha")
-# summary metrics compared besides the windowed throughput (mean of the window, no per-step sample)
+# summary metrics shown besides the windowed throughput (one value per run: no test, never gating)
 SUMMARY_METRICS = ("final_loss", "mem_peak_gb")
+SUMMARY_NOISE = 0.02  # their "same" band when no --noise is given
+METRIC = "toks_per_s"
 
 
 def environment_differences(a: dict, b: dict) -> list[str]:
@@ -31,13 +69,74 @@ def _train_runs(step: dict) -> list[tuple[str, dict]]:
     return kind.trainer_runs(step)
 
 
-def compare_runs(a: dict, b: dict, dir_a: Path, dir_b: Path, noise: float = 0.02) -> dict[str, Any]:
+def _series(run_dir: Path, m: dict, metric: str = METRIC) -> list[float]:
+    """The window values of `metric` of one launch (its metrics name the csv and the window)."""
+    if not isinstance(m, dict) or not m.get("csv"):
+        return []
+    window = m.get("window") or {}
+    try:
+        win = metrics.Window(last=int(window.get("last", 50)), warmup=int(window.get("warmup", 0)))
+    except (metrics.MetricsError, TypeError, ValueError):
+        return []
+    return metrics.window_values(Path(run_dir) / m["csv"], metric, win)
+
+
+def measured_run_noise(results: dict, run_dir: Path | str, metric: str = METRIC,
+                       extra: list[tuple[dict, Path | str]] = (), names: tuple[str, ...] = ()) -> RunNoise | None:
+    """The run-to-run variation of a run's mean of `metric`, from every label that ran more than once and passed
+    (a sweep's or an A/B's repeats) in `results` (and in the (results, run_dir) pairs of `extra`): each run's
+    window mean and the relative standard error of its block means. None when nothing ran twice. `names` name
+    the runs in the source text (e.g. "A", "B")."""
+    groups, sources = [], []
+    for index, (res, rdir) in enumerate([(results, run_dir), *extra]):
+        where = f"{names[index]}: " if index < len(names) else ""
+        for name, step in (res.get("steps") or {}).items():
+            by_label: dict[str, list[tuple[float, float | None]]] = {}
+            for run in step.get("runs") or []:
+                if not isinstance(run, dict) or run.get("status") != "passed":
+                    continue
+                values = _series(Path(rdir), run.get("metrics") or {}, metric)
+                if not values:
+                    continue
+                mean = sum(values) / len(values)
+                try:
+                    rel_se = block_units(values).rel_se
+                except StatsError:
+                    rel_se = None
+                by_label.setdefault(str(run.get("label")), []).append((mean, rel_se))
+            repeated = [g for g in by_label.values() if len(g) >= 2]
+            if repeated:
+                groups += repeated
+                sources.append(f"{where}{name} ({len(repeated)} x {max(len(g) for g in repeated)} runs)")
+    return run_noise(groups, source="; ".join(sources)) if groups else None
+
+
+def _untested(step: str, metric: str, x: Any, y: Any, threshold: float, note: str) -> dict[str, Any]:
+    rel = (y - x) / abs(x) if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x else None
+    higher = stats.METRIC_DIRECTIONS.get(metric, "higher") == "higher"
+    if rel is None or abs(rel) <= threshold:
+        verdict = "same"
+    else:
+        verdict = "better" if (rel > 0) == higher else "worse"
+    delta = y - x if isinstance(x, (int, float)) and isinstance(y, (int, float)) else None
+    return {"step": step, "metric": metric, "tested": False, "mean_a": x, "mean_b": y, "delta": delta,
+            "rel_delta": rel, "higher_is_better": higher, "p_value": None, "p_adjusted": None, "significant": None,
+            "verdict": verdict, "note": note}
+
+
+def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: float | None = None,
+                 alpha: float = ALPHA) -> dict[str, Any]:
+    """B against A (see the module docstring for the statistics and the returned dict). `noise`: a relative
+    threshold replacing the measured noise floor (0.02 = 2%), or None."""
     warnings = environment_differences(a, b)
-    if a["runbook"]["name"] != b["runbook"]["name"]:
-        warnings.append(f"different runbooks: {a['runbook']['name']} vs {b['runbook']['name']}")
-    rows = []
-    for name, step_a in a["steps"].items():
-        step_b = b["steps"].get(name)
+    name_a, name_b = (a.get("runbook") or {}).get("name"), (b.get("runbook") or {}).get("name")
+    if name_a != name_b:
+        warnings.append(f"different runbooks: {name_a} vs {name_b}")
+    rn = measured_run_noise(a, dir_a, extra=[(b, dir_b)], names=("A", "B"))
+    rows: list[dict[str, Any]] = []
+    tested: list[tuple[int, Any]] = []
+    for name, step_a in (a.get("steps") or {}).items():
+        step_b = (b.get("steps") or {}).get(name)
         if step_b is None:
             continue
         runs_b = dict(_train_runs(step_b))
@@ -45,23 +144,129 @@ def compare_runs(a: dict, b: dict, dir_a: Path, dir_b: Path, noise: float = 0.02
             mb = runs_b.get(label)
             if not mb:
                 continue
-            window = ma.get("window") or {}
-            win = metrics.Window(last=window.get("last", 50), warmup=window.get("warmup", 0))
-            va = metrics.window_values(Path(dir_a) / ma["csv"], "toks_per_s", win)
-            vb = metrics.window_values(Path(dir_b) / mb["csv"], "toks_per_s", win)
+            va, vb = _series(Path(dir_a), ma), _series(Path(dir_b), mb)
             if va and vb:
-                c = stats.compare_samples(va, vb, higher_is_better=True, noise=noise)
-                rows.append({"step": label, "metric": "toks_per_s", **c})
+                try:
+                    c = compare_series(va, vb, higher_is_better=True, alpha=alpha, noise=noise, baseline="A",
+                                       variant="B", metric=METRIC, run_noise=rn)
+                    tested.append((len(rows), c))
+                    rows.append({"step": label, "metric": METRIC, "tested": True})
+                except StatsError as exc:
+                    mean_a, mean_b = sum(va) / len(va), sum(vb) / len(vb)
+                    rows.append(_untested(label, METRIC, mean_a, mean_b, noise if noise is not None else
+                                          SUMMARY_NOISE, f"not tested: {exc}"))
             for metric in SUMMARY_METRICS:
                 x, y = ma.get(metric), mb.get(metric)
                 if isinstance(x, (int, float)) and isinstance(y, (int, float)):
-                    rel = (y - x) / abs(x) if x else None
-                    higher = stats.METRIC_DIRECTIONS.get(metric) == "higher"
-                    if rel is None or abs(rel) <= noise:
-                        verdict = "same"
-                    else:
-                        verdict = "better" if (rel > 0) == higher else "worse"
-                    rows.append({"step": label, "metric": metric, "mean_a": x, "mean_b": y, "delta": y - x,
-                                 "rel_delta": rel, "p_value": None, "significant": None, "verdict": verdict})
-    return {"run_a": str(dir_a), "run_b": str(dir_b), "warnings": warnings, "rows": rows,
-            "verdicts": {"A": a.get("verdict"), "B": b.get("verdict")}}
+                    rows.append(_untested(label, metric, x, y, noise if noise is not None else SUMMARY_NOISE,
+                                          "one value per run: shown, not tested, never gating"))
+    family = None
+    if tested:
+        family = adjust_family([c for _, c in tested], alpha)
+        for (i, _), c in zip(tested, family.comparisons):
+            rows[i].update(c.as_dict())
+            rows[i].update(mean_a=c.mean_a, mean_b=c.mean_b, delta=c.mean_b - c.mean_a, rel_delta=c.rel, note=None)
+    if rn is None and tested:
+        warnings.append("run-to-run variation not measured (neither run has repeated runs): rows compare single "
+                        "runs by their block means only, so a machine that was busier during one run can make "
+                        "rows differ")
+    regressions = [r for r in rows if r.get("tested") and r["significant"] and r["verdict"] == "worse"]
+    improvements = sum(1 for r in rows if r.get("tested") and r["significant"] and r["verdict"] == "better")
+    exit_code = 1 if regressions else 0
+    if regressions:
+        gate = (f"{len(regressions)} regression(s) beyond the noise floor, significant after Holm's correction: "
+                + "; ".join(f"{r['step']} {r['metric']} {_pct(r['rel'])}" for r in regressions))
+    elif tested:
+        gate = "no significant regression"
+    else:
+        gate = "no row could be tested: nothing to gate on"
+    return {"run_a": str(dir_a), "run_b": str(dir_b), "runbooks": {"A": name_a, "B": name_b},
+            "verdicts": {"A": a.get("verdict"), "B": b.get("verdict")},
+            "alpha": alpha, "noise": noise, "noise_source": "user" if noise is not None else "measured",
+            "run_noise": rn.as_dict() if rn is not None else None,
+            "family": ({k: v for k, v in family.as_dict().items() if k != "comparisons"} if family else
+                       {"correction": "holm", "alpha": alpha, "family_size": 0,
+                        "statement": "no tested rows: nothing was corrected", "significant": 0, "regressions": 0}),
+            "rows": rows,
+            "regressions": [{"step": r["step"], "metric": r["metric"], "rel": r["rel"], "text": r["text"]}
+                            for r in regressions],
+            "improvements": improvements, "exit_code": exit_code, "gate": gate, "warnings": warnings}
+
+
+def performance_analysis(current: dict, earlier: dict, current_dir: Path | str, earlier_dir: Path | str,
+                         noise: float | None = None, alpha: float = ALPHA) -> dict[str, Any]:
+    """This run against an earlier one (`--against RUN_DIR`): compare_runs(earlier, current) (A = the earlier
+    run, B = this one) plus what the report's "Performance analysis" section and executive summary show.
+
+    Returns (stored as results.json "performance_analysis"):
+        {"against": {"run_dir", "runbook", "started", "verdict", "git_sha"},   # the earlier run
+         ...every key of compare_runs() (rows: mean_a = the earlier run's value, mean_b = this run's),
+         "key_finding": {"text": one sentence, "step", "metric", "rel", "verdict", "row": the row} -- the largest
+                        significant change; with none: {"text": "none: ...", "step": None, "metric": None,
+                        "rel": None, "verdict": None, "row": None}}
+    """
+    out = compare_runs(earlier, current, earlier_dir, current_dir, noise=noise, alpha=alpha)
+    out["against"] = {"run_dir": str(earlier_dir), "runbook": (earlier.get("runbook") or {}).get("name"),
+                      "started": earlier.get("started"), "verdict": earlier.get("verdict"),
+                      "git_sha": (earlier.get("environment") or {}).get("git_sha")}
+    out["key_finding"] = key_finding(out)
+    return out
+
+
+def key_finding(out: dict[str, Any]) -> dict[str, Any]:
+    """The largest significant change of a comparison (by |relative difference|), or "none"."""
+    significant = [r for r in out["rows"] if r.get("tested") and r.get("significant")]
+    if not significant:
+        n = out["family"]["family_size"]
+        return {"text": (f"none: no metric changed significantly ({n} comparison(s), Holm-corrected)" if n else
+                         "none: no metric could be compared"),
+                "step": None, "metric": None, "rel": None, "verdict": None, "row": None}
+    row = max(significant, key=lambda r: abs(r["rel"]))
+    return {"text": f"{row['step']} {row['metric']} {row['verdict']}: {row['text']}", "step": row["step"],
+            "metric": row["metric"], "rel": row["rel"], "verdict": row["verdict"], "row": row}
+
+
+def _pct(x: Any, signed: bool = True) -> str:
+    if not isinstance(x, (int, float)) or not math.isfinite(x):
+        return "n/a"
+    return f"{x:+.1%}" if signed else f"{x:.1%}"
+
+
+def table_lines(out: dict[str, Any]) -> list[str]:
+    """compare_runs() as plain text lines for a console or a log: a table whose columns are as wide as their
+    widest cell (step and metric names are never shortened, whatever the terminal's width), then the correction,
+    the run-to-run variation and the gate's result."""
+    head = ("step", "metric", "A", "B", "change", "95% CI", "p", "Holm p", "noise floor", "verdict")
+    table = [head]
+    for r in out["rows"]:
+        tested = bool(r.get("tested"))
+        ci = f"{_pct(r.get('ci_low'))} .. {_pct(r.get('ci_high'))}" if tested else "-"
+        verdict = str(r.get("verdict"))
+        if tested and r.get("significant"):
+            verdict += " (significant)"
+        elif not tested:
+            verdict += " (not tested)"
+        table.append((str(r["step"]), str(r["metric"]), _num(r.get("mean_a")), _num(r.get("mean_b")),
+                      _pct(r.get("rel_delta")), ci, _p(r.get("p_value")), _p(r.get("p_adjusted")),
+                      _pct(r.get("noise_floor"), signed=False) if tested else "-", verdict))
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    lines = [f"B = {out['run_b']} against A = {out['run_a']}"]
+    for row in table:
+        lines.append("  ".join(cell.ljust(w) if i < 2 or i == len(head) - 1 else cell.rjust(w)
+                               for i, (cell, w) in enumerate(zip(row, widths))).rstrip())
+    lines.append(out["family"]["statement"])
+    if out.get("run_noise"):
+        lines.append(f"Each run's noise is held to at least the {out['run_noise']['text']}.")
+    lines.append("Rows marked 'not tested' have one value per run: shown, never gating.")
+    lines.append(f"Result: {out['gate']} (exit {out['exit_code']}).")
+    return lines
+
+
+def _num(v: Any) -> str:
+    return "n/a" if not isinstance(v, (int, float)) or not math.isfinite(v) else f"{v:,.4g}"
+
+
+def _p(v: Any) -> str:
+    if not isinstance(v, (int, float)) or not math.isfinite(v):
+        return "-"
+    return f"{v:.2g}" if v >= 1e-4 else f"{v:.1e}"

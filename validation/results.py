@@ -28,9 +28,17 @@ Schema (version SCHEMA_VERSION; plain JSON types only, no NaN):
             {"label", "params": {"env.NSA_DDP_BUCKET_MB": "25", ...}, "status", "reason", "dir", "command",
              "metrics": {...}, "repeat": int}
           ],
-          "winner": {"label", "params", "explanation"} or null,      # a step that chooses (sweep, ab)
-          "comparison": [{"baseline", "variant", "metric", "mean_a", "mean_b", "delta", "rel_delta", "p_value",
-                          "significant", "verdict"}],                 # a step that compares (ab)
+          "decision": {...} or absent,     # a step that decides (sweep, ab with recommend): the decision of
+                                           # validation.significance.decide (winner, choice, significant,
+                                           # comparison with CI and p, noise_floor, recommended_repeats, reason)
+                                           # plus "order_seed" and "order" (the random run order's seed, labels)
+          "choice": {"label", "params", "explanation", "significant", "kept_default"} or null,  # what
+                                           # ${step.winner.env.X} resolves to: the winner, or the point kept
+          "winner": the choice when it rests on a significant difference, else null (written before decisions:
+                    {"label", "params", "explanation"}),
+          "comparison": [{"baseline", "variant", "metric", "method", "mean_a", "mean_b", "rel", "ci_low",
+                          "ci_high", "p_value", "noise_floor", "significant", "verdict", "delta", "rel_delta",
+                          ...}],           # a step that compares (ab): validation.significance.Comparison
           "artifacts": [paths relative to run_dir],
           "excerpt": failing rank's traceback excerpt or null,
           "stack_dumps": [paths relative to run_dir]
@@ -38,7 +46,8 @@ Schema (version SCHEMA_VERSION; plain JSON types only, no NaN):
       },
       "acceptance": [{"name", "expr", "target", "severity": "fail" | "warn", "status": "pass" | "fail" | "warn" |
                       "error" | "skipped", "actual", "detail"}],
-      "recommendations": {"env": {"NSA_DDP_BUCKET_MB": "25", ...}, "notes": [sentences]},
+      "recommendations": {"env": {"NSA_DDP_BUCKET_MB": "25", ...}, "notes": [sentences]},  # significant only
+      "performance_analysis": {...},       # with run/report --against: validation.compare.performance_analysis
       "plots": [{"title", "path"}]
     }
 

@@ -215,12 +215,12 @@ class Runner:
             return reason
         for ref in sorted({r for v in list(step.launch.env.values()) + list(step.launch.args.values())
                            for r in references(v)}):
-            if not (self.results["steps"].get(ref) or {}).get("winner"):
+            if not _chosen(self.results["steps"].get(ref) or {}):
                 return f"needs the winner of {ref}, which has none ({self.results['steps'][ref]['status']})"
         return None
 
     def _winners(self) -> dict[str, dict[str, Any]]:
-        return {name: res["winner"]["params"] for name, res in self.results["steps"].items() if res.get("winner")}
+        return {name: _chosen(res)["params"] for name, res in self.results["steps"].items() if _chosen(res)}
 
     def _run_step(self, step: Step) -> dict:
         result = self._pending(step)
@@ -278,6 +278,12 @@ class Runner:
         if lr.excerpt:
             target["excerpt"] = lr.excerpt
         target["stack_dumps"] = sorted({*target.get("stack_dumps", []), *(self._rel(p) for p in lr.stack_dumps)})
+
+
+def _chosen(result: dict) -> dict | None:
+    """What ${step.winner.env.X} resolves to: the step's decision ("choice": a significant winner or the point
+    kept, validation.steps.sweep), else its "winner" (results written before decisions were recorded)."""
+    return result.get("choice") or result.get("winner")
 
 
 class StepContext:

@@ -79,13 +79,20 @@ def test_an_interrupted_run_is_incomplete_whatever_its_steps_say():
     assert got == ("INCOMPLETE", "the run was interrupted; `nsa-validate run --resume RUN_DIR` continues it")
 
 
-def test_recommendations_merge_the_runbook_settings_and_every_winner(tmp_path):
+def test_recommendations_merge_the_runbook_settings_and_every_significant_decision(tmp_path):
     path = tmp_path / "rb.yaml"
     path.write_text("name: r\nrecommend: {env: {NSA_PREFILL_BATCHED: '1', NSA_DDP_BUCKET_MB: '25'}}\n"
                     "phases:\n  - name: p\n    steps:\n      - {name: s, kind: bench, command: [x.py]}\n")
     rb = load_runbook(path)
-    res = {"steps": {"sweep": {"winner": {"label": "NSA_DDP_BUCKET_MB=100", "explanation": "fastest",
-                                          "params": {"env.NSA_DDP_BUCKET_MB": "100", "args.batch_size": 8}}},
-                     "ab": {"winner": None}}}
+    won = {"label": "NSA_DDP_BUCKET_MB=100", "explanation": "fastest", "significant": True,
+           "params": {"env.NSA_DDP_BUCKET_MB": "100", "args.batch_size": 8}}
+    res = {"steps": {"sweep": {"kind": "sweep", "status": "passed", "winner": won, "choice": won},
+                     "ab": {"kind": "ab", "status": "passed", "winner": None}}}
     assert recommendations(rb, res) == {"env": {"NSA_DDP_BUCKET_MB": "100", "NSA_PREFILL_BATCHED": "1"},
                                         "notes": ["sweep: NSA_DDP_BUCKET_MB=100 (fastest)"]}
+    kept = dict(won, significant=False, label="NSA_DDP_BUCKET_MB=50", params={"env.NSA_DDP_BUCKET_MB": "50"})
+    res["steps"]["sweep"].update(winner=None, choice=kept, runs=[{"params": {"env.NSA_DDP_BUCKET_MB": "50"}}])
+    rec = recommendations(rb, res)  # not significant: the runbook's own 25 stays, 50 is not recommended
+    assert rec["env"] == {"NSA_DDP_BUCKET_MB": "25", "NSA_PREFILL_BATCHED": "1"}
+    assert rec["notes"] == ["sweep: no significant difference, NSA_DDP_BUCKET_MB=50 kept; NSA_DDP_BUCKET_MB not "
+                            "recommended from this step; NSA_DDP_BUCKET_MB=25 (the runbook's recommendation) stays"]

@@ -1,17 +1,30 @@
-"""compare_runs: direction of better, noise, and warnings when environments differ (on synthetic run dirs)."""
+"""compare: B against A per trainer run on block means plus the measured run-to-run variation, Holm over all rows,
+exit 1 on a significant regression (a CI gate), names never cut; performance_analysis for --against. Synthetic run
+directories (training.csv files with a known truth) and a seeded simulation of identical runs."""
 
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
-from validation.compare import compare_runs, environment_differences
+import numpy as np
+from decision_support import ar1_series, write_csv
+
+from validation.compare import compare_runs, environment_differences, performance_analysis, table_lines
+from validation.significance import adjust_family, block_units, compare_series, run_noise
+from validation.significance.simulate import ar1
+
+REPO = Path(__file__).resolve().parents[2]
+REPS = 2000
+LONG = "a_step_name_that_is_much_longer_than_nine_characters_and_then_some_more"
 
 
 def _csv(path, values):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rows = ["step,loss,lr,toks_per_s,step_time_s,grad_norm,mem_alloc_gb,mem_reserved_gb"]
-    rows += [f"{i + 1},{5 - i * 0.01},0.001,{v},{4096 / v},1.0,1.0,{1.5 + i * 0.0}" for i, v in enumerate(values)]
-    path.write_text("\n".join(rows) + "\n")
+    write_csv(path, values)
 
 
 def _results(final_loss=4.0):
@@ -33,13 +46,16 @@ def test_faster_run_is_better_and_noise_is_same(tmp_path):
     out = compare_runs(a, b, a_dir, b_dir)
     rows = {r["metric"]: r for r in out["rows"]}
     assert rows["toks_per_s"]["verdict"] == "better" and rows["toks_per_s"]["significant"]
-    assert rows["toks_per_s"]["rel_delta"] > 0.09
-    assert rows["final_loss"]["verdict"] == "better"  # lower loss is better
+    assert rows["toks_per_s"]["rel_delta"] > 0.09 and rows["toks_per_s"]["method"] == "blocks"
+    assert rows["final_loss"]["verdict"] == "better" and rows["final_loss"]["tested"] is False  # lower is better
     assert rows["mem_peak_gb"]["verdict"] == "same"
+    assert out["exit_code"] == 0 and out["improvements"] == 1
     assert compare_runs(a, _results(), a_dir, c_dir)["rows"][0]["verdict"] == "same"  # 0.1%: noise
     worse = compare_runs(b, a, b_dir, a_dir)
     assert {r["metric"]: r["verdict"] for r in worse["rows"]}["toks_per_s"] == "worse"
-    assert out["warnings"] == []
+    assert worse["exit_code"] == 1 and worse["regressions"][0]["step"] == "baseline"
+    # no repeats in either run: the run-to-run variation is not measured, and the output says so
+    assert out["run_noise"] is None and any("run-to-run variation not measured" in w for w in out["warnings"])
 
 
 def test_environment_differences_are_warned():
@@ -52,3 +68,109 @@ def test_environment_differences_are_warned():
     assert any("torch differs" in w for w in warnings) and any("GPUs differ" in w for w in warnings)
     assert any("gpu_count" in w for w in warnings)
     assert environment_differences(a, copy.deepcopy(a)) == []
+
+
+def smoke_like(run_dir: Path, seed: int, shift: dict[str, float] | None = None, run_cv: float = 0.08) -> dict:
+    """A cpu_smoke-like run directory: a sweep of 3 points x 2 repeats, and single runs (one with a long name);
+    every run's level varies by run_cv, its steps are AR(1) (phi 0.7, CV 9%), 15-step windows."""
+    rng = np.random.default_rng(seed)
+    shift = shift or {}
+
+    def run(rel_dir: str, label_key: str) -> dict:
+        level = 1e4 * (1 + shift.get(label_key, 0.0)) * (1 + run_cv * rng.standard_normal())
+        _csv(run_dir / rel_dir / "out/training.csv", ar1_series(int(rng.integers(1 << 30)), 15, level, 0.09, 0.7))
+        return {"csv": f"{rel_dir}/out/training.csv", "window": {"last": 15, "warmup": 0}, "final_loss": 4.0}
+
+    sweep_runs = [{"label": f"NSA_DDP_BUCKET_MB={mb}", "repeat": r, "status": "passed",
+                   "params": {"env.NSA_DDP_BUCKET_MB": str(mb)}, "metrics": run(f"sw/{mb}_r{r + 1}", f"sw{mb}")}
+                  for r in range(2) for mb in (25, 50, 100)]
+    steps = {"bucket_sweep": {"name": "bucket_sweep", "kind": "sweep", "runs": sweep_runs, "metrics": {}}}
+    for name in ("baseline", "single", "profiling", LONG):
+        steps[name] = {"name": name, "kind": "train", "runs": [], "metrics": run(name, name)}
+    results = {"runbook": {"name": "cpu_smoke"}, "verdict": "GO", "started": "t", "environment": {},
+               "steps": steps}
+    (run_dir / "results.json").write_text(json.dumps({"schema_version": 1, **results}))
+    return results
+
+
+def test_identical_runs_flag_no_row_and_a_regression_exits_1(cli, tmp_path):
+    """Two cpu_smoke-like runs with no difference but 8% run-to-run variation: no row flagged, exit 0, Holm and
+    the measured run-to-run variation in the JSON and in the text; a baseline 85% slower in B: exit 1."""
+    a = smoke_like(tmp_path / "a", 1)
+    b = smoke_like(tmp_path / "b", 2)
+    out = compare_runs(a, b, tmp_path / "a", tmp_path / "b")
+    tested = [r for r in out["rows"] if r["tested"]]
+    assert len(tested) == 10 and not any(r["significant"] for r in tested) and out["exit_code"] == 0
+    assert out["run_noise"]["runs"] == 12 and out["run_noise"]["df"] == 6
+    assert {r["step"] for r in tested} >= {"bucket_sweep[NSA_DDP_BUCKET_MB=25, repeat 2]", LONG}
+    assert all(r["run_to_run"] == out["run_noise"]["total"] for r in tested)
+
+    proc = cli("compare", tmp_path / "a", tmp_path / "b", "--json")
+    assert proc.returncode == 0, proc.stderr
+    js = json.loads(proc.stdout)
+    assert js["family"]["correction"] == "holm" and js["family"]["family_size"] == 10
+    assert "Holm" in js["family"]["statement"] and js["exit_code"] == 0
+    for row in (r for r in js["rows"] if r["tested"]):
+        assert row["family_size"] == 10 and row["p_adjusted"] >= row["p_value"]
+        assert {"ci_low", "ci_high", "noise_floor", "method", "ess_a", "run_to_run", "text"} <= set(row)
+
+    smoke_like(tmp_path / "c", 2, shift={"baseline": -0.85})
+    text = subprocess.run([sys.executable, "-m", "validation.cli", "compare", str(tmp_path / "a"),
+                           str(tmp_path / "c")], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "60"})  # a narrow terminal, not a TTY
+    assert text.returncode == 1, text.stdout + text.stderr
+    lines = text.stdout.splitlines()
+    assert any(line.startswith(LONG) for line in lines)  # never cut, whatever the width
+    assert any(line.startswith("baseline ") and "worse (significant)" in line for line in lines)
+    assert "Holm's step-down correction over 10 comparisons" in text.stdout
+    assert "Result: 1 regression(s)" in text.stdout and "(exit 1)" in text.stdout
+    assert cli("compare", tmp_path / "a", tmp_path / "nosuch").returncode == 2
+
+
+def test_performance_analysis_names_the_key_finding(tmp_path):
+    earlier = smoke_like(tmp_path / "a", 1)
+    now = smoke_like(tmp_path / "b", 2, shift={"single": 0.8})
+    pa = performance_analysis(now, earlier, tmp_path / "b", tmp_path / "a")
+    assert pa["against"]["run_dir"] == str(tmp_path / "a") and pa["against"]["runbook"] == "cpu_smoke"
+    assert pa["key_finding"]["step"] == "single" and pa["key_finding"]["verdict"] == "better"
+    assert pa["key_finding"]["text"].startswith("single toks_per_s better: +")
+    same = performance_analysis(earlier, earlier, tmp_path / "a", tmp_path / "a")
+    assert same["key_finding"]["step"] is None and same["key_finding"]["text"].startswith("none: ")
+    assert table_lines(pa)[0].startswith("B = ")
+
+
+def test_report_against_stores_the_analysis(cli, tmp_path):
+    smoke_like(tmp_path / "a", 1)
+    smoke_like(tmp_path / "b", 2)
+    proc = cli("report", tmp_path / "b", "--against", tmp_path / "a", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    stored = json.loads((tmp_path / "b" / "results.json").read_text())["performance_analysis"]
+    assert stored["key_finding"]["text"].startswith("none") and stored["family"]["family_size"] == 10
+    assert cli("report", tmp_path / "b", "--against", tmp_path / "nosuch").returncode == 2
+
+
+def test_identical_runs_rarely_flag_a_row_with_holm_and_the_run_to_run_variation():
+    """2,000 simulated pairs of identical cpu_smoke-like runs (12 rows: a 3 x 2 sweep and 6 single runs; every
+    run's level varies by 8%, its 15 steps are AR(1), phi 0.7, CV 9%): with block means held to the run-to-run
+    variation measured from the sweep repeats and Holm over the rows, a pair has a significant row in <= 5%;
+    block means alone flag one in about 38%, per-step Welch in nearly all."""
+    from validation.stats import compare_samples
+
+    rng = np.random.default_rng(7)
+    rows, family, blocks_only, welch = 12, 0, 0, 0
+    for i in range(REPS):
+        level = 1e4 * (1 + 0.08 * rng.standard_normal((2, rows)))
+        y = level[..., None] * (1 + ar1(rng, (2, rows, 15), 0.7, 0.09))
+        groups = [[(y[s, 2 * g + r].mean(), block_units(y[s, 2 * g + r]).rel_se) for r in range(2)]
+                  for s in range(2) for g in range(3)]
+        rn = run_noise(groups)
+        family += bool(adjust_family([compare_series(y[0, j], y[1, j], run_noise=rn) for j in range(rows)])
+                       .significant)
+        if i < 300:
+            blocks_only += bool(adjust_family([compare_series(y[0, j], y[1, j]) for j in range(rows)]).significant)
+            welch += any(compare_samples(y[0, j], y[1, j], True)["significant"] for j in range(rows))
+    print(f"\nidentical cpu_smoke-like runs, {rows} rows, Holm: a significant row in {family / REPS:.1%} of {REPS} "
+          f"pairs with the run-to-run variation; block means alone {blocks_only / 300:.1%}, per-step Welch "
+          f"{welch / 300:.1%} (300 pairs)")
+    assert family / REPS <= 0.05
+    assert blocks_only / 300 > 0.2 and welch / 300 > 0.9

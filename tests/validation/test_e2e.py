@@ -58,12 +58,14 @@ def test_cpu_smoke_ends_go_with_every_artifact(smoke):
     assert (run_dir / "baseline" / "command.json").is_file()
     assert (run_dir / "baseline" / "out" / "training.csv").is_file()
     assert (run_dir / "snapshot" / "collect_env.txt").is_file()
-    sweep = results["steps"]["bucket_sweep"]
-    assert len(sweep["runs"]) == 3 and sweep["winner"]["label"].startswith("NSA_DDP_BUCKET_MB=")
-    assert results["steps"]["sdpa_audit"]["env"]["NSA_DDP_BUCKET_MB"] == sweep["winner"]["params"][
-        "env.NSA_DDP_BUCKET_MB"]  # the winner was carried into the later step
-    assert results["recommendations"]["env"]["NSA_DDP_BUCKET_MB"] == sweep["winner"]["params"][
-        "env.NSA_DDP_BUCKET_MB"]
+    sweep = results["steps"]["bucket_sweep"]  # 3 points x 2 repeats; a decision, significant or the default kept
+    assert len(sweep["runs"]) == 6 and sweep["choice"]["label"].startswith("NSA_DDP_BUCKET_MB=")
+    assert sweep["metrics"]["decided"] and isinstance(sweep["decision"]["order_seed"], int)
+    chosen = sweep["choice"]["params"]["env.NSA_DDP_BUCKET_MB"]
+    assert results["steps"]["sdpa_audit"]["env"]["NSA_DDP_BUCKET_MB"] == chosen  # carried into the later step
+    assert results["recommendations"]["env"].get("NSA_DDP_BUCKET_MB") == (
+        chosen if sweep["choice"]["significant"] else None)  # recommended only when significant
+    assert results["recommendations"]["env"]["NSA_DDP_COMPRESS"] == "bf16"
     assert {c["status"] for c in results["acceptance"]} <= {"pass", "warn"}
     report = (run_dir / "report.md").read_text()
     assert "GO" in report and "Bucket" in report or "bucket" in report
@@ -84,7 +86,8 @@ def test_compare_a_run_with_itself_is_all_same(cli, smoke):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["rows"] and all(r["verdict"] == "same" for r in out["rows"])
-    assert out["warnings"] == []
+    assert out["warnings"] == [] and out["exit_code"] == 0 and out["family"]["correction"] == "holm"
+    assert out["run_noise"]["runs"] == 12  # the sweep's 3 x 2 repeats in each run
 
 
 def test_list_shows_runbooks(cli, smoke):

@@ -8,9 +8,9 @@ calculation for the number of repeats (power.py), and the decision rule of a swe
 Pure functions and frozen dataclasses with JSON-ready as_dict(); errors are validation.stats.StatsError.
 """
 
-from validation.significance.comparison import (ALPHA, MIN_FLOOR, Comparison, Family, Holm, adjust_family,
+from validation.significance.comparison import (ALPHA, MIN_FLOOR, Comparison, Family, Holm, RunNoise, adjust_family,
                                                  compare_paired, compare_series, compare_units, holm, noise_floor,
-                                                 paired_cv)
+                                                 paired_cv, run_noise)
 from validation.significance.decision import Decision, decide, interleaved_order
 from validation.significance.distributions import norm_cdf, norm_ppf, t_ppf
 from validation.significance.power import EFFECT, POWER, detectable_effect, paired_power, recommended_repeats
@@ -19,9 +19,11 @@ from validation.significance.units import (MIN_BLOCKS, Units, autocorrelation, b
 from validation.stats import StatsError
 
 __all__ = [
-    "ALPHA", "EFFECT", "MIN_BLOCKS", "MIN_FLOOR", "POWER", "Comparison", "Decision", "Family", "Holm", "StatsError",
+    "ALPHA", "EFFECT", "MIN_BLOCKS", "MIN_FLOOR", "POWER", "Comparison", "Decision", "Family", "Holm", "RunNoise",
+    "StatsError",
     "Units", "adjust_family", "autocorrelation", "block_units", "compare_paired", "compare_series", "compare_units",
     "decide", "detectable_effect", "holm", "inefficiency", "interleaved_order", "lag1_corrected", "noise_floor",
-    "norm_cdf", "norm_ppf", "paired_cv", "paired_power", "recommended_repeats", "run_units", "sokal_inefficiency",
+    "norm_cdf", "norm_ppf", "paired_cv", "paired_power", "recommended_repeats", "run_noise", "run_units",
+    "sokal_inefficiency",
     "t_ppf",
 ]

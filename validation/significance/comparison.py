@@ -14,6 +14,18 @@ smallest relative change it resolves, the relative half-width of the (1 - alpha)
 design, of one variant's mean with the repeat-to-repeat level removed: the sd of d / sqrt(2)), never below
 `min_floor` (default 1%: run-to-run effects of that size are common and rarely worth acting on); a comparison
 uses the larger floor of its two sides. `noise` (a user's threshold, compare's --noise) replaces the floor.
+
+Block means measure the noise within one run only. Two runs of the same configuration also differ as a whole (the
+machine's load, clocks and caches change between runs): on cpu_smoke the means of back-to-back runs differ by
+about 10% while a run's own block standard error is 2-4%. run_noise() measures how much the means of repeated
+runs of one configuration spread (a sweep's or an A/B's repeats), and compare_units(..., run_noise=) never takes
+a single run's mean as more precise than that: each side's variance is the larger of its own (block) variance and
+the repeats' variance, so that two identical runs are not called different because the machine was busier during
+one of them. (Adding only the between-run part, the repeats' variance less the runs' own, was tried: its estimate
+from a few repeats is so uncertain that the smallest p-values, those Holm's correction looks at, came out far too
+small: 24% of identical cpu_smoke-like run pairs had a "significant" row among 12; taking the larger variance
+gives 2.5%, block means alone 38%: benchmarks/bench_significance.py --only gate, and
+tests/validation/test_compare.py.)
 """
 
 from __future__ import annotations
@@ -57,6 +69,77 @@ def noise_floor(units: Units, alpha: float = ALPHA, min_floor: float = MIN_FLOOR
 
 
 @dataclass(frozen=True)
+class RunNoise:
+    """Run-to-run variation of a run's mean, measured from repeated runs of the same configuration.
+
+    total:   s, the pooled sd of log(run mean) within each group of repeats: how much the mean of one run varies
+             from run to run (a relative sd: 0.05 = 5%); what compare_units uses
+    within:  root mean square of the runs' own relative standard errors (block means of each run's window)
+    between: the part of `total` beyond the runs' own noise, sqrt(max(0, total^2 - within^2)) (for reading only)
+    df:      degrees of freedom of s^2 (sum over groups of runs - 1)
+    runs, groups: runs and groups of repeats used
+    source:  where it was measured (free text, e.g. "bucket_sweep: 3 points x 2 repeats")
+    """
+
+    between: float
+    total: float
+    within: float
+    df: float
+    runs: int
+    groups: int
+    source: str = ""
+
+    def describe(self) -> str:
+        return (f"run-to-run variation {self.total:.1%} ({self.df:g} df, from {self.runs} runs in {self.groups} "
+                f"group(s) of repeats" + (f": {self.source}" if self.source else "") + ")")
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["text"] = self.describe()
+        return out
+
+
+def run_noise(groups: Sequence[Sequence[tuple[float | None, float | None]]], source: str = "") -> RunNoise | None:
+    """The run-to-run variation of run means (RunNoise) from groups of repeated runs of one configuration each;
+    every run is (its mean, the relative standard error of that mean within the run, or None when unknown).
+    Runs whose mean is missing, not finite or not positive are left out; groups with fewer than 2 runs add nothing.
+    None when no group has 2 runs."""
+    dev2, df, runs, used, within = 0.0, 0, 0, 0, []
+    for group in groups:
+        vals = [(float(m), w) for m, w in group
+                if m is not None and isinstance(m, (int, float)) and math.isfinite(m) and m > 0]
+        if len(vals) < 2:
+            continue
+        x = np.log([m for m, _ in vals])
+        dev2 += float(((x - x.mean()) ** 2).sum())
+        df += len(vals) - 1
+        runs += len(vals)
+        used += 1
+        within += [float(w) ** 2 for _, w in vals
+                   if w is not None and isinstance(w, (int, float)) and math.isfinite(w) and w >= 0]
+    if df == 0:
+        return None
+    s2 = dev2 / df
+    w2 = float(np.mean(within)) if within else 0.0
+    return RunNoise(between=math.sqrt(max(0.0, s2 - w2)), total=math.sqrt(s2), within=math.sqrt(w2), df=float(df),
+                    runs=runs, groups=used, source=source)
+
+
+def _satterthwaite(terms: Sequence[tuple[float, float]]) -> float:
+    """Welch-Satterthwaite degrees of freedom of a sum of variance terms (variance, its df); inf when all are 0."""
+    total = sum(v for v, _ in terms)
+    den = sum(v * v / d for v, d in terms if v > 0)
+    return total * total / den if den > 0 else math.inf
+
+
+def _floor(terms: Sequence[tuple[float, float]], alpha: float, min_floor: float) -> float:
+    var = sum(v for v, _ in terms)
+    if var <= 0:
+        return float(min_floor)
+    return max(float(min_floor), t_ppf(1.0 - alpha / 2.0, _satterthwaite(terms)) * math.sqrt(var))
+
+
+@dataclass(frozen=True)
 class Comparison:
     """Variant b against baseline a.
 
@@ -79,6 +162,8 @@ class Comparison:
     verdict:           "better" | "worse" | "same" (b relative to a)
     p_adjusted:        Holm-adjusted p when the comparison is part of a family, else None
     family_size:       comparisons in that family, else None
+    run_to_run:        the run-to-run variation (RunNoise.total) each side's noise was held to at least, else None
+    run_to_run_df:     its degrees of freedom, else None
     """
 
     baseline: str
@@ -105,6 +190,8 @@ class Comparison:
     verdict: str
     p_adjusted: float | None = None
     family_size: int | None = None
+    run_to_run: float | None = None
+    run_to_run_df: float | None = None
 
     @property
     def confidence(self) -> float:
@@ -118,6 +205,8 @@ class Comparison:
         how = {"blocks": f"block means of one run each ({self.n_a} and {self.n_b} blocks)",
                "runs": f"means of {self.n_a} and {self.n_b} runs",
                "paired": f"paired over {self.n_a} interleaved repeats"}[self.method]
+        if self.run_to_run is not None:
+            how += f", each run's noise at least the run-to-run variation {self.run_to_run:.1%} ({self.run_to_run_df:g} df)"
         return (f"{_pct(self.rel)} ({self.confidence:.0%} CI {_pct(self.ci_low)} .. {_pct(self.ci_high)}), {p}, "
                 f"noise floor {self.noise_floor:.1%}; {how}")
 
@@ -147,7 +236,7 @@ def _verdict(significant: bool, rel: float, higher_is_better: bool) -> str:
 
 def _finish(*, baseline: str, variant: str, metric: str, method: str, mean_a: float, mean_b: float, log_rel: float,
             se: float, df: float, n_a: int, n_b: int, ess_a: float, ess_b: float, floor: float, noise: float | None,
-            alpha: float, higher_is_better: bool) -> Comparison:
+            alpha: float, higher_is_better: bool, run_to_run: RunNoise | None = None) -> Comparison:
     if se > 0:
         t = log_rel / se
         p = min(1.0, t_sf2(t, df))
@@ -165,42 +254,49 @@ def _finish(*, baseline: str, variant: str, metric: str, method: str, mean_a: fl
                       n_b=int(n_b), ess_a=float(ess_a), ess_b=float(ess_b), noise_floor=threshold,
                       floor_source="user" if noise is not None else "data", alpha=float(alpha),
                       higher_is_better=bool(higher_is_better), significant=significant,
-                      verdict=_verdict(significant, rel, higher_is_better))
+                      verdict=_verdict(significant, rel, higher_is_better),
+                      run_to_run=None if run_to_run is None else float(run_to_run.total),
+                      run_to_run_df=None if run_to_run is None else float(run_to_run.df))
 
 
 def compare_units(a: Units, b: Units, *, higher_is_better: bool = True, alpha: float = ALPHA,
                   min_floor: float = MIN_FLOOR, noise: float | None = None, baseline: str = "a",
-                  variant: str = "b", metric: str = "toks_per_s") -> Comparison:
+                  variant: str = "b", metric: str = "toks_per_s", run_noise: RunNoise | None = None) -> Comparison:
     """b against a on their independent units (block means or run means): Welch-Satterthwaite t on
-    log(mean_b / mean_a) with the delta-method standard error. Both means must be positive."""
+    log(mean_b / mean_a) with the delta-method standard error. Both means must be positive.
+
+    run_noise: the run-to-run variation of a run's mean (run_noise()): each side's relative variance is the larger
+    of its own and run_noise.total^2 (a and b are single runs of a machine whose level varies between runs), with
+    the degrees of freedom of the one taken, in the Satterthwaite sum and in each side's noise floor. Not for run
+    means (kind "runs"), which include it."""
     _check_alpha(alpha)
     _check_fraction(min_floor, "min_floor")
     _check_fraction(noise, "noise")
     if not (a.mean > 0 and b.mean > 0):
         raise StatsError(f"a relative difference needs positive means, got {a.mean!r} ({baseline}) and "
                          f"{b.mean!r} ({variant})")
-    va, vb = (a.se / a.mean) ** 2, (b.se / b.mean) ** 2
-    se2 = va + vb
-    if se2 > 0:
-        den = (va * va / a.df if va > 0 else 0.0) + (vb * vb / b.df if vb > 0 else 0.0)
-        df = se2 * se2 / den
-    else:
-        df = math.inf
-    floor = max(noise_floor(a, alpha, min_floor), noise_floor(b, alpha, min_floor))
+    sides = [((a.se / a.mean) ** 2, a.df), ((b.se / b.mean) ** 2, b.df)]
+    if run_noise is not None:
+        rv = (run_noise.total ** 2, run_noise.df)
+        sides = [side if side[0] >= rv[0] else rv for side in sides]
+    se2 = sides[0][0] + sides[1][0]
+    df = _satterthwaite(sides)
+    floor = max(_floor([sides[0]], alpha, min_floor), _floor([sides[1]], alpha, min_floor))
     method = "runs" if a.kind == "runs" and b.kind == "runs" else "blocks"
     return _finish(baseline=baseline, variant=variant, metric=metric, method=method, mean_a=a.mean, mean_b=b.mean,
                    log_rel=math.log(b.mean / a.mean), se=math.sqrt(se2), df=df, n_a=len(a.values),
                    n_b=len(b.values), ess_a=a.ess, ess_b=b.ess, floor=floor, noise=noise, alpha=alpha,
-                   higher_is_better=higher_is_better)
+                   higher_is_better=higher_is_better, run_to_run=run_noise)
 
 
 def compare_series(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool = True, alpha: float = ALPHA,
                    min_floor: float = MIN_FLOOR, noise: float | None = None, baseline: str = "a",
-                   variant: str = "b", metric: str = "toks_per_s") -> Comparison:
-    """b against a, each one run's per-step series (after warm-up): block_units of each, then compare_units.
-    What `compare` of two runs uses per row."""
+                   variant: str = "b", metric: str = "toks_per_s", run_noise: RunNoise | None = None) -> Comparison:
+    """b against a, each one run's per-step series (after warm-up): block_units of each, then compare_units
+    (with the run-to-run variation when given). What `compare` of two runs uses per row."""
     return compare_units(block_units(a), block_units(b), higher_is_better=higher_is_better, alpha=alpha,
-                         min_floor=min_floor, noise=noise, baseline=baseline, variant=variant, metric=metric)
+                         min_floor=min_floor, noise=noise, baseline=baseline, variant=variant, metric=metric,
+                         run_noise=run_noise)
 
 
 def paired_pairs(a_runs: Sequence[float | None], b_runs: Sequence[float | None]) -> tuple[np.ndarray, np.ndarray]:

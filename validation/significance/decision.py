@@ -30,8 +30,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from validation.significance.comparison import (ALPHA, MIN_FLOOR, Comparison, compare_paired, compare_units,
-                                                 paired_cv, paired_pairs)
+from validation.significance.comparison import (ALPHA, MIN_FLOOR, Comparison, RunNoise, compare_paired,
+                                                 compare_units, paired_cv, paired_pairs)
 from validation.significance.power import EFFECT, POWER, recommended_repeats
 from validation.significance.units import MIN_BLOCKS, Units, block_units, run_units
 from validation.stats import StatsError
@@ -168,7 +168,7 @@ def _unusable(v: _Variant, repeats_mode: bool, min_blocks: int) -> str | None:
 def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | None = None,
            preference: Sequence[str] = (), higher_is_better: bool = True, metric: str = "toks_per_s",
            alpha: float = ALPHA, min_floor: float = MIN_FLOOR, effect: float = EFFECT, power: float = POWER,
-           min_blocks: int = MIN_BLOCKS, min_repeats: int = 1) -> Decision:
+           min_blocks: int = MIN_BLOCKS, min_repeats: int = 1, run_noise: RunNoise | None = None) -> Decision:
     """Decide a sweep or an A/B (see the module docstring).
 
     runs: label -> the variant's runs in repeat order; each run is its per-step series of `metric` after
@@ -176,6 +176,9 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
           One run per variant -> block means; two or more -> paired by repeat index.
     default: the runbook's default label (kept when there is no significant difference).
     preference: labels to prefer, in order, among variants that cannot be separated (after the default).
+    run_noise: with one run per variant, the run-to-run variation measured elsewhere (comparison.run_noise, e.g.
+          from repeated runs earlier in the same validation run), the least noise of each side of a block comparison;
+          ignored with repeats, whose paired comparisons include it.
     min_repeats: declare a winner (or leave the default) only with at least this many runs per variant; 2 refuses
           single-run winners, whose significance cannot include drift between the runs.
     """
@@ -235,7 +238,8 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
             ua = run_units([m for m in base.means if m is not None])
             ub = run_units([m for m in var.means if m is not None])
             return compare_units(ua, ub, baseline=base.label, variant=var.label, **kw)
-        return compare_units(base.units, var.units, baseline=base.label, variant=var.label, **kw)
+        return compare_units(base.units, var.units, baseline=base.label, variant=var.label, run_noise=run_noise,
+                             **kw)
 
     best, runner_up = usable[0], usable[1]
     try:
@@ -253,15 +257,19 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
     elif method == "runs":
         cv = max(float(np.std([m for m in v.means if m is not None], ddof=1)) / v.level for v in usable)
     else:
-        cv = max(v.units.rel_se for v in usable)
+        floor_cv = run_noise.total if run_noise is not None else 0.0
+        cv = max(max(v.units.rel_se, floor_cv) for v in usable)
     rec = recommended_repeats(cv, effect, alpha, power, len(usable), min_floor) if cv > 0 else 2
-    if method == "blocks":
+    if method == "blocks" and run_noise is not None:
+        design = (f"one run per variant (block means), each run's noise at least the {run_noise.describe()}")
+    elif method == "blocks":
         design = ("one run per variant (block means): differences between runs, such as drift, are not "
                   "measured, so this rests on the runs' own noise only")
     else:
         design = f"{n_rep} repeats per variant"
     advice = (f"detecting a {effect:.0%} difference with {power:.0%} power at this noise (run-mean CV {cv:.1%}"
-              + (", a lower bound from within the runs" if method == "blocks" else "") + ") needs "
+              + (", a lower bound from within the runs" if method == "blocks" and run_noise is None else "")
+              + ") needs "
               + (f"{rec} interleaved repeats" if rec else "more than 1000 interleaved repeats"))
 
     main = comps[0]

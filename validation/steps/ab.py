@@ -1,13 +1,26 @@
-"""`ab`: a baseline and variants of the trainer (env/args), optionally repeated (interleaved: every variant once
-per repeat), compared with a Welch t-test on their per-step values of `metric`; with `recommend`, a variant that is
-stable and not slower than the baseline is kept (never one whose settings the trainer reported as ignored, e.g.
-NSA_OPT_FUSED on a CPU: status.json notes).
+"""`ab`: a baseline and variants of the trainer (env/args), optionally repeated, compared with statistics that
+hold for autocorrelated, drifting throughput (validation.significance):
+
+- every repeat runs the baseline and each variant once, in a random order drawn per repeat (the seed comes from the
+  run directory and is recorded);
+- with repeats >= 2, each variant against the baseline is paired by repeat (log-ratios of run means: the machine's
+  drift cancels); with one run each, on block means of the runs' windows, plus the run-to-run variation measured in
+  this validation run's earlier repeats (e.g. a sweep's) when there are any; Holm's correction over the variants
+  when there are several;
+- with `recommend`, the decision of significance.decide: a variant is kept only when it beats the baseline (and
+  every other variant) significantly and beyond the noise floor, else the baseline is kept ("no significant
+  difference", a passed decision); never a variant whose settings the trainer reported as ignored (e.g.
+  NSA_OPT_FUSED on a CPU: status.json notes), nor one whose throughput was not stable.
 
 Own keys: `baseline: {env, args}`, `variants: {label: {env, args}}`, `repeats` (default 1), `metric` (default
 toks_per_s), `recommend` (default false).
-Result: "runs" (a trainer launch's record each, with "repeat"), "comparison": [{"baseline", "variant", "metric",
-"mean_a", "mean_b", "delta", "rel_delta", "p_value", "significant", "verdict", ...}], "winner" (with recommend),
-"metrics": {"compared", "baseline": summary, "<variant>": summary, "variants": {variant: comparison}}.
+Result: "runs" (a trainer launch's record each, with "repeat"), "comparison": [significance.Comparison.as_dict()
+of each variant against the baseline ("baseline", "variant", "metric", "method", "mean_a", "mean_b", "rel",
+"ci_low", "ci_high", "p_value", "p_adjusted", "noise_floor", "significant", "verdict", "text", ...) plus "delta",
+"rel_delta", "test"], "order_seed", "order"; with recommend: "decision" (Decision.as_dict() plus "order_seed",
+"order", "excluded_ignored"), "choice" {label, params, explanation, significant, kept_default} and "winner" (the
+choice when significant, else null); "metrics": {"compared", "baseline": summary, "<variant>": summary,
+"variants": {variant: comparison}, "decided", "significant", "choice", "kept_default"}.
 """
 
 from __future__ import annotations
@@ -19,14 +32,42 @@ from validation import contracts, steps
 from validation.report.format import (as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct, mean_pm, params_text,
                                       stat_of, status_view)
 from validation.schema import NAME_RE, env_vars, mapping, trainer_flags, typed
-from validation.steps.trainer import TrainerKind, run_each, trainer_launch
+from validation.steps.sweep import decision_view
+from validation.steps.trainer import TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
+
+_TESTS = {"paired": "paired t on log-ratios of interleaved repeats", "blocks": "Welch t on block means",
+          "runs": "Welch t on run means"}
+
+
+def _compare(base: list, variant: list, label: str, metric: str, higher: bool, rn):
+    """The variant against the baseline: paired by repeat (2+ repeats with both runs), else block means of the
+    single runs' windows with the run-to-run variation `rn`. StatsError when there is not enough data."""
+    from validation.significance import StatsError, compare_paired, compare_series
+
+    def mean(v):
+        if v is None:
+            return None
+        return float(v) if isinstance(v, (int, float)) else sum(v) / len(v)
+
+    if len(base) >= 2:
+        return compare_paired([mean(v) for v in base], [mean(v) for v in variant], higher_is_better=higher,
+                              baseline="baseline", variant=label, metric=metric)
+    a, b = base[0], variant[0]
+    if not isinstance(a, list) or not isinstance(b, list):
+        raise StatsError("a run without its per-step values" if a is not None and b is not None else
+                         "a run without a measurement")
+    return compare_series(a, b, higher_is_better=higher, baseline="baseline", variant=label, metric=metric,
+                          run_noise=rn)
 
 
 class AB(TrainerKind):
     name = "ab"
-    summary = ("baseline vs variants, optionally repeated; Welch t-test on per-step values; recommended if stable "
-               "and not slower (never when the trainer reports the setting as ignored)")
+    summary = ("baseline vs variants, optionally repeated in a random order per repeat; paired by repeat or on block "
+               "means; with recommend, a variant is kept only when significantly better and stable, else the "
+               "baseline (never a setting the trainer reports as ignored)")
     keys = ("baseline", "variants", "repeats", "metric", "recommend")
+    plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
+                 "results.json), so the order shown here is an example")
 
     def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
         def variant(value, vpath):
@@ -47,61 +88,96 @@ class AB(TrainerKind):
                 "recommend": typed(raw.get("recommend", False), bool, path + ("recommend",), ctx)}
 
     def launches(self, step, winners, run_dir):
+        variants = {"baseline": step.baseline, **step.variants}
         out = []
-        for repeat in range(step.repeats):
+        for repeat, label in run_order(list(variants), step.repeats, order_seed(step, run_dir)):
+            variant = variants[label]
             suffix = f"_r{repeat + 1}" if step.repeats > 1 else ""
-            for label, variant in [("baseline", step.baseline), *step.variants.items()]:
-                params = {**{f"env.{k}": v for k, v in variant["env"].items()},
-                          **{f"args.{k}": v for k, v in variant["args"].items()}}
-                out.append(trainer_launch(step, step.launch, label, f"{step.name}/{label}{suffix}", winners, run_dir,
-                                          extra_args=variant["args"], extra_env=variant["env"], params=params,
-                                          repeat=repeat))
+            params = {**{f"env.{k}": v for k, v in variant["env"].items()},
+                      **{f"args.{k}": v for k, v in variant["args"].items()}}
+            out.append(trainer_launch(step, step.launch, label, f"{step.name}/{label}{suffix}", winners, run_dir,
+                                      extra_args=variant["args"], extra_env=variant["env"], params=params,
+                                      repeat=repeat))
         return out
 
     def run(self, step, launches, result, ctx) -> None:
-        from validation import metrics, stats
+        from validation import stats
+        from validation.compare import measured_run_noise
+        from validation.significance import StatsError, adjust_family
 
         runs, problems = run_each(ctx, step, launches, result)
-        samples = {label: [] for label in ["baseline", *step.variants]}
+        labels = ["baseline", *step.variants]
+        data: dict[str, list] = {label: [None] * step.repeats for label in labels}
         for r in runs:
-            if r["status"] == "passed":
-                samples[r["label"]] += metrics.window_values(ctx.run_dir / r["metrics"]["csv"], step.metric,
-                                                             metrics.Window(step.launch.window,
-                                                                            step.launch.warmup_steps))
+            data[r["label"]][r["repeat"]] = run_values(ctx.run_dir, step, r, step.metric)
         higher = stats.METRIC_DIRECTIONS.get(step.metric, "higher") == "higher"
-        comparison, by_label = [], {}
+        rn = None if step.repeats > 1 else measured_run_noise(ctx.results, ctx.run_dir, step.metric)
+        comps, notes = [], []
         for label in step.variants:
-            if samples["baseline"] and samples[label]:
-                c = stats.compare_samples(samples["baseline"], samples[label], higher_is_better=higher)
-                comparison.append({"baseline": "baseline", "variant": label, "metric": step.metric, **c})
-                by_label[label] = c
-        result["comparison"] = comparison
-        result["metrics"] = {"compared": step.metric, "variants": by_label,
+            try:
+                comps.append(_compare(data["baseline"], data[label], label, step.metric, higher, rn))
+            except StatsError as exc:
+                notes.append(f"{label}: not compared with the baseline ({exc})")
+        if len(comps) > 1:
+            comps = list(adjust_family(comps).comparisons)
+        seed = order_seed(step, ctx.run_dir)
+        result["comparison"] = [{**c.as_dict(), "delta": c.mean_b - c.mean_a, "rel_delta": c.rel,
+                                 "test": _TESTS[c.method] + (", Holm over the variants" if len(comps) > 1 else "")}
+                                for c in comps]
+        result["order_seed"], result["order"] = seed, [spec.label for spec in launches]
+        result["metrics"] = {"compared": step.metric, "variants": {c.variant: c.as_dict() for c in comps},
                              "baseline": pooled_summary(runs, "baseline")}
         for label in step.variants:
             result["metrics"][label] = pooled_summary(runs, label)
         ignored = {label: _ignored_settings(ctx, step, runs, label) for label in step.variants}
         for label, names in ignored.items():
             if names:
-                result.setdefault("notes", []).append(
-                    f"{label}: the trainer ignored {', '.join(names)} on this machine, so this A/B compares equal "
-                    "settings and the variant is not recommended")
-        if step.recommend and comparison:
-            # the seed runbook's rule: keep a variant if it is stable and at least as fast as the baseline
-            best = [c for c in comparison if c["verdict"] != "worse" and not ignored[c["variant"]] and (
-                c["mean_b"] >= c["mean_a"] if higher else c["mean_b"] <= c["mean_a"])
-                and pooled_summary(runs, c["variant"]).get("throughput_stable")]
-            if best:
-                chosen = max(best, key=lambda c: c["mean_b"] if higher else -c["mean_b"])
-                params = next(r["params"] for r in runs if r["label"] == chosen["variant"])
-                result["winner"] = {"label": chosen["variant"], "params": params,
-                                    "explanation": f"{chosen['variant']} is not worse than baseline "
-                                                   f"({chosen['mean_b']:.1f} vs {chosen['mean_a']:.1f}) and stable"}
-            else:
-                result["winner"] = {"label": "baseline", "params": {}, "explanation":
-                                    "no variant was both at least as fast as baseline and stable"}
+                notes.append(f"{label}: the trainer ignored {', '.join(names)} on this machine, so this A/B compares "
+                             "equal settings and the variant is not recommended")
+        if notes:
+            result.setdefault("notes", []).extend(notes)
+        if step.recommend:
+            self._decide(step, runs, data, ignored, higher, rn, seed, result)
         result.update(status="failed" if problems else "passed",
                       reason="; ".join(problems) or "; ".join(result.get("notes", [])) or None)
+
+    def _decide(self, step, runs, data, ignored, higher, rn, seed, result) -> None:
+        """The recommendation: significance.decide over the baseline and the variants the trainer honoured, the
+        baseline kept without a significant difference; a significant winner that was not stable is not kept."""
+        from validation.significance import StatsError, decide
+
+        candidates = {label: values for label, values in data.items() if label == "baseline" or not ignored[label]}
+        params = {"baseline": {}}
+        for r in runs:
+            params.setdefault(r["label"], r["params"])
+        extra = {"order_seed": seed, "order": result["order"],
+                 "excluded_ignored": [label for label in data if label not in candidates]}
+        try:
+            d = decide(candidates, default="baseline", higher_is_better=higher, metric=step.metric, run_noise=rn)
+        except StatsError as exc:
+            result["decision"] = {"reason": f"no decision: {exc}", "significant": False, "choice": None, **extra}
+            result["choice"] = result["winner"] = None
+            result["metrics"].update(decided=False, significant=False, choice=None, kept_default=False)
+            return
+        choice, explanation, significant = d.choice, d.reason, d.significant
+        if significant and choice not in (None, "baseline") and not pooled_summary(runs, choice).get(
+                "throughput_stable"):
+            explanation = (f"{choice} is faster ({d.reason}) but its throughput was not stable, so the baseline is "
+                           "kept")
+            choice, significant = "baseline", False
+        if extra["excluded_ignored"]:
+            explanation += (f"; not considered: {', '.join(extra['excluded_ignored'])} (settings the trainer "
+                            "ignored)")
+        result["decision"] = {**d.as_dict(), **extra, "reason": explanation}
+        chosen = None
+        if choice is not None:
+            chosen = {"label": choice, "params": params.get(choice, {}), "explanation": explanation,
+                      "significant": significant, "kept_default": choice == "baseline" and not significant}
+        result["choice"] = chosen
+        result["winner"] = chosen if significant else None
+        result["metrics"].update(decided=chosen is not None, significant=significant,
+                                 choice=chosen["label"] if chosen else None,
+                                 kept_default=bool(chosen and chosen["kept_default"]))
 
     def view(self, result: dict, view: dict) -> dict:
         runs = [as_dict(r) for r in as_list(result.get("runs"))]
@@ -118,22 +194,39 @@ class AB(TrainerKind):
                          "status": status_view(run.get("status")), "reason": run.get("reason")})
         comparisons = []
         for comp in (as_dict(c) for c in as_list(result.get("comparison"))):
+            ci = (f"{fmt_pct(comp.get('ci_low'), signed=True)} .. {fmt_pct(comp.get('ci_high'), signed=True)}"
+                  if finite(comp.get("ci_low")) is not None else "—")
+            p = fmt_p(comp.get("p_value"))
+            if finite(comp.get("p_adjusted")) is not None:
+                p += f" (Holm {fmt_p(comp.get('p_adjusted'))})"
             comparisons.append({
                 "baseline": fmt_num(comp.get("baseline")), "variant": fmt_num(comp.get("variant")),
                 "metric": fmt_num(comp.get("metric")),
                 "mean_a": fmt_num(comp.get("mean_a")), "mean_b": fmt_num(comp.get("mean_b")),
                 "delta": fmt_num(comp.get("delta")), "rel_delta": fmt_pct(comp.get("rel_delta"), signed=True),
-                "p_value": fmt_p(comp.get("p_value")), "significant": fmt_num(comp.get("significant")),
+                "ci": ci, "p_value": p, "significant": fmt_num(comp.get("significant")),
+                "noise_floor": fmt_pct(comp.get("noise_floor")),
                 "verdict": fmt_num(comp.get("verdict")), "test": fmt_num(comp.get("test")),
                 "n": f"{fmt_num(comp.get('n_a'))} / {fmt_num(comp.get('n_b'))}",
             })
-        winner = as_dict(result.get("winner"))
-        chosen = None
-        if winner:
-            chosen = {"label": fmt_num(winner.get("label")), "params": params_text(winner.get("params")),
-                      "explanation": fmt_num(winner.get("explanation"))}
+        decision = as_dict(result.get("decision"))
+        chosen = as_dict(result.get("choice")) or as_dict(result.get("winner"))
+        winner = None
+        if chosen:
+            winner = {"label": fmt_num(chosen.get("label")), "params": params_text(chosen.get("params")),
+                      "explanation": fmt_num(chosen.get("explanation")),
+                      "significant": bool(chosen.get("significant", not decision))}
         return {"command": "",  # each run has its own
-                "ab": {"rows": rows, "comparisons": comparisons, "winner": chosen}}
+                "ab": {"rows": rows, "comparisons": comparisons, "winner": winner,
+                       "decision": decision_view(decision, as_dict(result.get("choice"))) if decision else None}}
+
+    def summary_line(self, result: dict) -> str:
+        chosen = as_dict(result.get("choice"))
+        if not chosen:
+            return super().summary_line(result)
+        if chosen.get("significant"):
+            return f" keep: {chosen.get('label')} (significant)"
+        return f" no significant difference: {chosen.get('label')} kept"
 
     def plots(self, name: str, result: dict, plotter) -> None:
         from validation.report.format import file_name

@@ -16,8 +16,10 @@ throughput_stable, final_loss, ...) plus "world_size", "csv" (path), "trainer_st
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from nsa.training.outputs import TRAINING_CSV
@@ -42,6 +44,21 @@ class TrainerKind(StepKind):
 
     def view(self, result: dict, view: dict) -> dict:
         return {"train": train_row(view["name"], result), "notes": train_notes(as_dict(result.get("metrics")))}
+
+    def trainer_runs(self, result: dict[str, Any]) -> list[tuple[str, dict]]:
+        """(label, metrics) per trainer launch: "step[label]", or "step[label, repeat N]" for a label that ran more
+        than once (a sweep's or an A/B's repeats), so that every run has its own row in `compare`."""
+        runs = [r for r in as_list(result.get("runs")) if isinstance(r, dict)]
+        if not runs:
+            return super().trainer_runs(result)
+        counts = Counter(str(r.get("label")) for r in runs)
+        out = []
+        for r in runs:
+            label = str(r.get("label"))
+            if counts[label] > 1 and isinstance(r.get("repeat"), int):
+                label = f"{label}, repeat {r['repeat'] + 1}"
+            out.append((f"{result.get('name')}[{label}]", r.get("metrics") or {}))
+        return out
 
 
 # ---------------------------------------------------------------------------------------------- planning
@@ -141,6 +158,39 @@ def run_single(ctx, step: Step, launches: list[LaunchSpec], result: dict):
     status, reason, m = collect(ctx, step, spec, lr)
     result.update(status=status, reason=reason, metrics=m)
     return spec, lr
+
+
+def order_seed(step: Step, run_dir: Path | None) -> int:
+    """The seed of a multi-run step's random run order (validation.significance.interleaved_order): from the run
+    directory's absolute path and the step's name, so that it differs between runs and stays the same when a run
+    is resumed; "RUN_DIR" in plan mode. 0 .. 2**31 - 1."""
+    base = str(Path(run_dir).resolve()) if run_dir is not None else "RUN_DIR"
+    return int.from_bytes(hashlib.sha256(f"{base}:{step.name}".encode()).digest()[:4], "big") >> 1
+
+
+def run_order(labels: list[str], repeats: int, seed: int) -> list[tuple[int, str]]:
+    """(repeat, label) in run order: every repeat runs each label once, in a random order drawn per repeat."""
+    from validation.significance import interleaved_order
+
+    return interleaved_order(labels, repeats, seed)
+
+
+def run_values(run_dir: Path, step: Step, run: dict, metric: str) -> list[float] | float | None:
+    """What a significance decision needs of one run (validation.significance.decide): the per-step values of
+    `metric` over the step's window, else the window mean from the run's summary (a metric that is not a
+    training.csv column), else None (a failed run, or no such metric)."""
+    from validation import metrics
+
+    if run.get("status") != "passed":
+        return None
+    m = run.get("metrics") or {}
+    if m.get("csv"):
+        values = metrics.window_values(Path(run_dir) / m["csv"], metric,
+                                       metrics.Window(step.launch.window, step.launch.warmup_steps))
+        if values:
+            return values
+    mean = finite((m.get(metric) or {}).get("mean") if isinstance(m.get(metric), dict) else m.get(metric))
+    return mean
 
 
 def run_each(ctx, step: Step, launches: list[LaunchSpec], result: dict) -> tuple[list[dict], list[str]]:

@@ -185,8 +185,8 @@ def test_markdown_step_kinds(results):
     # ab: runs per repeat, baseline/variant means, delta %, p-value, verdict, the variant kept
     assert "| fused (repeat 2) | NSA_OPT_FUSED=1 | 5,712.8 ± 142.0 | 2.5% | 20 | ✅ PASSED |" in md
     assert _table_rows(md, "baseline | fused")[0] == (
-        "| baseline | fused | toks_per_s | 5,795.9 | 5,690.9 | -105.0 | -1.8% | 40 / 40 | welch | 0.210 | no "
-        "| same |")
+        "| baseline | fused | toks_per_s | 5,795.9 | 5,690.9 | -1.8% | — | 40 / 40 | welch | 0.210 | n/a "
+        "| same |")  # results written before confidence intervals and noise floors were recorded
     assert "**Keep**: baseline — no variant was both at least as fast as baseline and stable" in md
     # pytest counts
     assert "| 46 | 0 | 6 | 0 | 52 | 38.2 s |" in md

@@ -1,0 +1,80 @@
+"""Synthetic trainer launches for the tests of decisions (sweep, ab), recommendations and compare: a fake
+`validation.runner.launch` that writes what a trainer run leaves behind (training.csv, status.json, env.json) with
+a throughput chosen per launch, so that a whole step runs in-process in milliseconds with a known truth."""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from validation.launch.spec import LaunchResult
+
+HEADER = "step,loss,lr,toks_per_s,step_time_s,grad_norm,mem_alloc_gb,mem_reserved_gb"
+
+
+def ar1_series(seed: int, n: int, level: float, cv: float, phi: float = 0.5) -> np.ndarray:
+    """An AR(1) throughput series: lag-1 correlation phi, marginal CV cv around `level`."""
+    rng = np.random.default_rng(seed)
+    x = np.empty(n)
+    x[0] = rng.standard_normal() * cv
+    e = rng.standard_normal(n) * cv * math.sqrt(1 - phi * phi)
+    for t in range(1, n):
+        x[t] = phi * x[t - 1] + e[t]
+    return level * (1.0 + x)
+
+
+def write_csv(path: Path, toks: np.ndarray | list[float]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [HEADER] + [f"{i + 1},{5 - i * 0.01:.4f},0.001,{v:.3f},{4096 / v:.6f},1.0,1.0,1.5"
+                       for i, v in enumerate(toks)]
+    path.write_text("\n".join(rows) + "\n")
+
+
+class FakeTrainer:
+    """Replaces validation.runner.launch. `level(spec)` gives a launch's true throughput; every launch adds its
+    own run-level noise (run_cv) and AR(1) step noise (cv), drawn from a seed fixed by the launch's directory, so
+    that the data do not depend on the run order. `notes(spec)` gives status.json notes (e.g. an ignored
+    setting). Launches are recorded in `self.launched` in order."""
+
+    def __init__(self, level, cv: float = 0.03, run_cv: float = 0.0, notes=None, seed: int = 0):
+        self.level, self.cv, self.run_cv, self.notes, self.seed = level, cv, run_cv, notes, seed
+        self.launched = []
+
+    def __call__(self, spec) -> LaunchResult:
+        self.launched.append(spec)
+        argv = list(spec.argv)
+        steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else 20
+        key = zlib.crc32(f"{self.seed}:{spec.dir}".encode())
+        rng = np.random.default_rng(key)
+        level = self.level(spec) * (1.0 + self.run_cv * rng.standard_normal())
+        out = Path(spec.trainer_out_dir)
+        write_csv(out / "training.csv", ar1_series(key + 1, steps, level, self.cv))
+        status = {"status": "completed", "step": steps, "notes": list(self.notes(spec)) if self.notes else []}
+        (out / "status.json").write_text(json.dumps(status))
+        (out / "env.json").write_text(json.dumps({"world_size": 1}))
+        log = Path(spec.step_dir) / "stdout.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("fake trainer\n")
+        return LaunchResult(status="ok", returncode=0, duration_s=0.01, argv=argv, log_path=log, rank_logs={},
+                            reason="exited 0", excerpt=None, stack_dumps=[], attempts=1)
+
+
+FAKE_ENV = {"git_sha": "x", "host": "h", "platform": "p", "python": "3", "torch": "t", "cuda": None, "nccl": None,
+            "gpus": [], "gpu_count": 0, "cpu_count": 2, "packages": {}}
+
+
+def run_runbook(monkeypatch, tmp_path: Path, text: str, trainer: FakeTrainer, run_name: str = "run") -> dict:
+    """Write the runbook `text`, run it in-process with `trainer` as the launcher; the results dict."""
+    from validation import environment, runner
+    from validation.runbook import load_runbook
+
+    monkeypatch.setattr(runner, "launch", trainer)
+    monkeypatch.setattr(environment, "probe", lambda cwd=None: dict(FAKE_ENV))
+    path = tmp_path / "rb.yaml"
+    path.write_text(text)
+    rb = load_runbook(path)
+    return runner.Runner(rb, tmp_path / run_name, runner.RunOptions(cwd=tmp_path)).run()

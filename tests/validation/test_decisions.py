@@ -1,0 +1,193 @@
+"""Sweep and A/B decisions recorded in results.json, the references that use them and the recommendations they
+allow, on synthetic trainer launches with a known truth (decision_support.FakeTrainer: no process is started)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from decision_support import FakeTrainer, run_runbook
+
+from validation.acceptance import recommendations
+from validation.runbook import load_runbook
+
+SWEEP = """\
+name: decide
+requirements: {{gpus: 0, backend: gloo}}
+defaults:
+  config: configs/tiny_cpu.yaml
+  args: {{steps: 30}}
+  window: 25
+  warmup_steps: 5
+recommend:
+  env: {{NSA_PREFILL_BATCHED: "1", NSA_DDP_COMPRESS: bf16{recommend_bucket}}}
+phases:
+  - name: sweep
+    steps:
+      - name: sw
+        kind: sweep
+        matrix: {{env.NSA_DDP_BUCKET_MB: [25, 50, 100]}}
+        repeats: {repeats}
+        {prefer}
+  - name: later
+    steps:
+      - {{name: after, kind: train, env: {{NSA_DDP_BUCKET_MB: "${{sw.winner.env.NSA_DDP_BUCKET_MB}}"}}}}
+acceptance:
+  - {{name: decided, expr: "sw.decided", target: "a decision"}}
+"""
+
+
+def sweep_runbook(repeats: int, prefer: str = "prefer: {env.NSA_DDP_BUCKET_MB: 50}", recommend_bucket: str = ""):
+    return SWEEP.format(repeats=repeats, prefer=prefer, recommend_bucket=recommend_bucket)
+
+
+def bucket(spec) -> str:
+    return spec.env.get("NSA_DDP_BUCKET_MB", "")
+
+
+def test_no_true_difference_keeps_the_default_and_passes(monkeypatch, tmp_path):
+    """Three points with the same throughput (3% step noise, 3% run-to-run noise), 3 interleaved repeats: no
+    winner, the preferred 50 is kept, the step passes, results.json records why with the statistics, the later
+    step runs with 50, and the recommendations keep the runbook's own settings but add no bucket size."""
+    trainer = FakeTrainer(lambda spec: 10_000.0, cv=0.03, run_cv=0.03)
+    results = run_runbook(monkeypatch, tmp_path, sweep_runbook(3, recommend_bucket=', NSA_DDP_BUCKET_MB: "25"'),
+                          trainer)
+    sw = results["steps"]["sw"]
+    assert sw["status"] == "passed", sw["reason"]
+    d = sw["decision"]
+    assert d["significant"] is False and d["winner"] is None and d["kept_default"] is True
+    assert d["choice"] == "NSA_DDP_BUCKET_MB=50" and d["default_source"] == "prefer"
+    assert "no significant difference" in d["reason"] and "the default NSA_DDP_BUCKET_MB=50 is kept" in d["reason"]
+    comp = d["comparison"]
+    assert comp["method"] == "paired" and comp["ci_low"] < comp["rel"] < comp["ci_high"]
+    assert 0 <= comp["p_value"] <= 1 and comp["noise_floor"] >= 0.01
+    assert d["recommended_repeats"] is None or d["recommended_repeats"] >= 2
+    assert isinstance(d["order_seed"], int) and d["method"] == "paired" and d["repeats"] == 3
+    # every repeat ran each point once, in the recorded order
+    assert [s.label for s in trainer.launched[:9]] == d["order"]
+    for r in range(3):
+        assert sorted(d["order"][3 * r:3 * r + 3]) == sorted(d["points"])
+    assert sw["winner"] is None and sw["choice"]["label"] == "NSA_DDP_BUCKET_MB=50"
+    assert sw["metrics"]["decided"] is True and sw["metrics"]["significant"] is False
+    # the reference resolves to the point kept
+    assert results["steps"]["after"]["status"] == "passed"
+    assert results["steps"]["after"]["env"]["NSA_DDP_BUCKET_MB"] == "50"
+    assert bucket(trainer.launched[-1]) == "50"
+    assert results["acceptance"][0]["status"] == "pass" and results["verdict"] == "GO"
+    # no recommendation from a non-significant decision; the runbook's own value stays, compression too
+    rec = results["recommendations"]
+    assert rec["env"]["NSA_DDP_BUCKET_MB"] == "25" and rec["env"]["NSA_DDP_COMPRESS"] == "bf16"
+    assert any("sw: no significant difference" in n and "not recommended" in n for n in rec["notes"])
+
+
+@pytest.mark.parametrize("repeats, method", [(3, "paired"), (1, "blocks")])
+def test_a_large_true_difference_is_the_winner_and_recommended(monkeypatch, tmp_path, repeats, method):
+    """100 MB is 30% faster: it wins (paired over 3 repeats, or block means of single runs), the later step and
+    the recommendations use it."""
+    trainer = FakeTrainer(lambda spec: 13_000.0 if bucket(spec) == "100" else 10_000.0, cv=0.02, run_cv=0.005)
+    results = run_runbook(monkeypatch, tmp_path, sweep_runbook(repeats), trainer)
+    sw = results["steps"]["sw"]
+    d = sw["decision"]
+    assert sw["status"] == "passed" and d["significant"] is True and d["method"] == method
+    assert d["winner"] == d["choice"] == "NSA_DDP_BUCKET_MB=100" and not d["kept_default"]
+    assert d["comparison"]["rel"] > 0.2 and d["comparison"]["verdict"] == "better"
+    assert sw["winner"]["params"] == {"env.NSA_DDP_BUCKET_MB": "100"} and sw["winner"]["significant"] is True
+    assert results["steps"]["after"]["env"]["NSA_DDP_BUCKET_MB"] == "100"
+    assert results["recommendations"]["env"]["NSA_DDP_BUCKET_MB"] == "100"
+    assert len(trainer.launched) == 3 * repeats + 1
+
+
+def test_without_prefer_the_runbook_value_then_the_first_point_is_kept(monkeypatch, tmp_path):
+    flat = FakeTrainer(lambda spec: 10_000.0, cv=0.03, run_cv=0.03)
+    text = sweep_runbook(2, prefer="env: {NSA_DDP_BUCKET_MB: \"100\"}")
+    sw = run_runbook(monkeypatch, tmp_path, text, flat)["steps"]["sw"]
+    assert sw["choice"]["label"] == "NSA_DDP_BUCKET_MB=100" and sw["decision"]["default_source"] == "runbook"
+    sw = run_runbook(monkeypatch, tmp_path, sweep_runbook(2, prefer=""), flat, "run2")["steps"]["sw"]
+    assert sw["choice"]["label"] == "NSA_DDP_BUCKET_MB=25" and sw["decision"]["default_source"] == "first"
+    assert sw["status"] == "passed"
+
+
+def test_prefer_and_repeats_are_validated(tmp_path):
+    from validation.runbook import RunbookError
+
+    path = tmp_path / "rb.yaml"
+    for repeats, prefer, needle in [(2, "prefer: {env.NSA_DDP_BUCKET_MB: 75}", "75 is not one of the matrix values"),
+                                    (2, "prefer: {env.OTHER: 1}", "a value for every matrix key"),
+                                    (0, "", "repeats: must be >= 1"), ("two", "", "repeats: must be an integer")]:
+        path.write_text(sweep_runbook(repeats, prefer=prefer))
+        with pytest.raises(RunbookError, match=needle):
+            load_runbook(path)
+    path.write_text(sweep_runbook(2, prefer="prefer: [50, 25]"))
+    assert load_runbook(path).step("sw").prefer == [{"env.NSA_DDP_BUCKET_MB": "50"},
+                                                    {"env.NSA_DDP_BUCKET_MB": "25"}]
+
+
+AB = """\
+name: ab
+requirements: {{gpus: 0, backend: gloo}}
+defaults:
+  config: configs/tiny_cpu.yaml
+  args: {{steps: 30}}
+  window: 25
+  warmup_steps: 5
+phases:
+  - name: ab
+    steps:
+      - name: fused_adamw
+        kind: ab
+        baseline: {{}}
+        variants: {{fused: {{env: {{NSA_OPT_FUSED: "1"}}}}, other: {{env: {{NSA_OTHER: "1"}}}}}}
+        repeats: {repeats}
+        recommend: true
+"""
+
+
+def test_ab_recommends_only_a_significant_honoured_variant(monkeypatch, tmp_path):
+    """`other` is 25% faster; `fused` measures 40% faster but its trainer reports NSA_OPT_FUSED as ignored, so it
+    is never considered: `other` is kept, paired over 3 repeats in a random order per repeat, Holm over the two
+    variants."""
+    def level(spec):
+        return {"baseline": 10_000.0, "fused": 14_000.0, "other": 12_500.0}[spec.label]
+
+    trainer = FakeTrainer(level, cv=0.02, run_cv=0.005,
+                          notes=lambda spec: ["NSA_OPT_FUSED=1 is ignored: no CUDA"] if spec.label == "fused" else [])
+    results = run_runbook(monkeypatch, tmp_path, AB.format(repeats=3), trainer)
+    ab = results["steps"]["fused_adamw"]
+    assert ab["status"] == "passed"
+    rows = {c["variant"]: c for c in ab["comparison"]}
+    assert rows["other"]["method"] == "paired" and rows["other"]["family_size"] == 2
+    assert rows["other"]["significant"] and rows["other"]["verdict"] == "better"
+    assert ab["decision"]["excluded_ignored"] == ["fused"]
+    assert ab["choice"]["label"] == "other" and ab["winner"]["params"] == {"env.NSA_OTHER": "1"}
+    assert results["recommendations"]["env"] == {"NSA_OTHER": "1"}
+    for r in range(3):
+        assert Counter(ab["order"][3 * r:3 * r + 3]) == Counter(["baseline", "fused", "other"])
+
+
+def test_ab_without_a_difference_keeps_the_baseline(monkeypatch, tmp_path):
+    trainer = FakeTrainer(lambda spec: 10_000.0, cv=0.03, run_cv=0.02)
+    results = run_runbook(monkeypatch, tmp_path, AB.format(repeats=1), trainer)
+    ab = results["steps"]["fused_adamw"]
+    assert ab["status"] == "passed" and ab["winner"] is None
+    assert ab["choice"]["label"] == "baseline" and ab["choice"]["kept_default"]
+    assert {c["method"] for c in ab["comparison"]} == {"blocks"}
+    assert not any(c["significant"] for c in ab["comparison"])
+    assert results["recommendations"]["env"] == {}
+
+
+def test_cpu_smoke_recommends_compression_and_no_unproven_bucket():
+    """The bug the issue names: cpu_smoke's baseline validates bf16 gradient compression, but its recommended
+    exports never carried NSA_DDP_COMPRESS (its recommend block lacked it). A sweep without a significant
+    difference adds no bucket size; a run that measured nothing recommends nothing."""
+    rb = load_runbook("runbooks/cpu_smoke.yaml")
+    passed = {"status": "passed", "kind": "train", "metrics": {}}
+    sweep = {"status": "passed", "kind": "sweep", "runs": [{"params": {"env.NSA_DDP_BUCKET_MB": "25"}}],
+             "choice": {"label": "NSA_DDP_BUCKET_MB=50", "params": {"env.NSA_DDP_BUCKET_MB": "50"},
+                        "significant": False, "kept_default": True}, "winner": None}
+    rec = recommendations(rb, {"steps": {"baseline": passed, "bucket_sweep": sweep}})
+    assert rec["env"]["NSA_DDP_COMPRESS"] == "bf16" and "NSA_DDP_BUCKET_MB" not in rec["env"]
+    sweep["choice"]["significant"] = True
+    assert recommendations(rb, {"steps": {"baseline": passed, "bucket_sweep": sweep}})["env"][
+        "NSA_DDP_BUCKET_MB"] == "50"
+    nothing = recommendations(rb, {"steps": {"baseline": {**passed, "status": "skipped"}}})
+    assert nothing["env"] == {} and "nothing was measured" in nothing["notes"][0]

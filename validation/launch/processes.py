@@ -195,7 +195,7 @@ def end_processes(tree: ProcessTree, grace_s: float) -> str:
     how, interrupt = "SIGTERM", None
     try:
         end = time.monotonic() + grace_s
-        while time.monotonic() < end and not interrupts.hurry() and tree.alive():
+        while time.monotonic() < end and not interrupts.hurry() and (tree.refresh() or tree.alive()):
             signalled |= tree.signal(signal.SIGTERM, only_new=signalled)
             time.sleep(0.1)
     except KeyboardInterrupt as exc:

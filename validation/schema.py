@@ -67,7 +67,9 @@ class Ctx:
     def error(self, path: tuple, message: str) -> RunbookError:
         item = self.override_for(path)
         if item is not None:
-            return RunbookError(f"{self.where}: --set {printable(item)}: {show(path) or '(top level)'}: {message}")
+            text = printable(item)
+            text = text if len(text) <= 80 else text[:77] + "..."
+            return RunbookError(f"--set {text} ({self.where}): {show(path) or '(top level)'}: {message}")
         line = None
         for n in range(len(path), -1, -1):
             if path[:n] in self.lines:

@@ -80,23 +80,24 @@ def test_the_flag_table_is_the_trainers_own_parser():
 
 # ---------------------------------------------------------------------------------------------- --set
 @pytest.mark.parametrize("item, needle", [
-    ("defaults.args.steps=abc", "--set defaults.args.steps=abc: defaults.args.steps: the trainer's --steps takes "
-                                "an integer, got 'abc'"),
-    ("defaults.args.stepz=3", "--set defaults.args.stepz=3: defaults.args.stepz: the trainer has no flag --stepz"),
-    ("defaults.argz.steps=3", "--set defaults.argz.steps=3: defaults.argz: unknown key"),
-    ("defaults.timeout_s=soon", "--set defaults.timeout_s=soon: defaults.timeout_s: must be a number"),
-    ("steps.own.args.ddp=2", "--set steps.own.args.ddp=2: phases[1].steps[0].args.ddp: the trainer's --ddp takes "
-                             "one of 0, 1"),
-    ("steps.own.nproc_per_node=two", "--set steps.own.nproc_per_node=two: phases[1].steps[0].nproc_per_node: "
+    ("defaults.args.steps=abc", "--set defaults.args.steps=abc (RB): defaults.args.steps: the trainer's --steps "
+                                "takes an integer, got 'abc'"),
+    ("defaults.args.stepz=3", "--set defaults.args.stepz=3 (RB): defaults.args.stepz: the trainer has no flag "
+                              "--stepz"),
+    ("defaults.argz.steps=3", "--set defaults.argz.steps=3 (RB): defaults.argz: unknown key"),
+    ("defaults.timeout_s=soon", "--set defaults.timeout_s=soon (RB): defaults.timeout_s: must be a number"),
+    ("steps.own.args.ddp=2", "--set steps.own.args.ddp=2 (RB): phases[1].steps[0].args.ddp: the trainer's --ddp "
+                             "takes one of 0, 1"),
+    ("steps.own.nproc_per_node=two", "--set steps.own.nproc_per_node=two (RB): phases[1].steps[0].nproc_per_node: "
                                      "must be an integer"),
-    ("steps.own.bogus=1", "--set steps.own.bogus=1: phases[1].steps[0].bogus: unknown key"),
+    ("steps.own.bogus=1", "--set steps.own.bogus=1 (RB): phases[1].steps[0].bogus: unknown key"),
     ("steps.nosuch.args.steps=3", "--set steps.nosuch.args.steps: no step named nosuch"),
     ("phases.nosuch.steps.own.args.steps=3", "no item named 'nosuch'"),
     ("defaults.args.fsdp=1", "the trainer's --fsdp is a switch"),
 ])
 def test_a_bad_set_is_an_error_naming_the_set(tmp_path, item, needle):
     message = error_of(write(tmp_path), [item])
-    assert needle in message, message
+    assert needle.replace("RB", str(tmp_path / "rb.yaml")) in message, message
     assert not re.search(r"rb\.yaml:\d", message), message  # no line of the file: the file is not at fault
 
 
@@ -137,7 +138,7 @@ def test_plan_says_when_a_steps_own_value_overrides_a_set_default(cli, tmp_path)
     text = cli("plan", path, "--set", "defaults.args.steps=30").stdout
     assert "  note: its own args.steps = 60 overrides --set defaults.args.steps=30" in text
     bad = cli("plan", path, "--set", "defaults.args.steps=abc")
-    assert bad.returncode == 2 and "--set defaults.args.steps=abc: defaults.args.steps" in bad.stderr
+    assert bad.returncode == 2 and f"--set defaults.args.steps=abc ({path}): defaults.args.steps" in bad.stderr
     assert "Traceback" not in bad.stderr
 
 

@@ -72,26 +72,33 @@ TOGGLES: dict[str, Toggle] = {
                "fault, a real suspect made super-linearly slow: sel_v1_quadratic@SEQ makes the selection v1 range "
                "builder (NSA_SEL_RANGES_V2=0, batched prefill, torch kernels) do O(S^2) redundant work - a pairwise "
                "comparison of every query's selected blocks with every other query's of the same sequence - when a "
-               "forward's sequence is longer than SEQ tokens; its output is unchanged and v2 is unaffected. Read "
-               "once where the layer is built. Never set it in a real run."),
+               "forward's sequence is longer than SEQ tokens; its output is unchanged and v2 is unaffected; or a "
+               "start-up stage held: wait@imports (python -m nsa.training, before it imports torch) or "
+               "wait@pg_init (right before the process group is set up), optionally :RANK - the rank writes "
+               "out_dir/fault_stage_rank{r}.json at every stage it reaches (stage, waiting, pid) and waits at the "
+               "named one until a signal ends it. Read once where the layer is built (model faults) or at start-up. "
+               "Never set it in a real run."),
     )
 }
 
 STEP_FAULT_KINDS = ("crash", "hang", "nan", "csv_missing", "csv_empty", "csv_truncate", "csv_garble")
 CSV_FAULT_KINDS = tuple(k for k in STEP_FAULT_KINDS if k.startswith("csv_"))  # rank 0 only: it writes training.csv
 MODEL_FAULT_KINDS = ("sel_v1_quadratic",)  # KIND@SEQ: the model itself slowed above SEQ tokens (no step, no rank)
-FAULT_KINDS = STEP_FAULT_KINDS + MODEL_FAULT_KINDS
+WAIT_STAGES = ("imports", "pg_init")  # wait@STAGE[:RANK]: a start-up stage held (nsa.training.safety.wait_at)
+FAULT_KINDS = STEP_FAULT_KINDS + MODEL_FAULT_KINDS + ("wait",)
 
 
 @dataclass(frozen=True)
 class Fault:
     """A deliberate failure (NSA_FAULT): `kind` at optimizer step `step` on `rank` (None: every rank); or a model
-    fault (MODEL_FAULT_KINDS) that bites when a sequence is longer than `seq_len` tokens (step is then None)."""
+    fault (MODEL_FAULT_KINDS) that bites when a sequence is longer than `seq_len` tokens (step is then None); or
+    "wait" at start-up stage `stage` (WAIT_STAGES) on `rank` (step is then None)."""
 
     kind: str
     step: int | None
     rank: int | None = None
     seq_len: int | None = None
+    stage: str | None = None
 
     def fires(self, step: int, rank: int) -> bool:
         """Whether a step fault fires at this step on this rank (never for a model fault)."""
@@ -101,6 +108,10 @@ class Fault:
 def _parse_fault(value: str) -> Fault:
     kind, at, rest = value.partition("@")
     number, _, rank_text = rest.partition(":")
+    if kind == "wait":
+        if number not in WAIT_STAGES or (rank_text and not rank_text.isdigit()) or rest.count(":") > 1:
+            raise ValueError(value)
+        return Fault("wait", None, int(rank_text) if rank_text else None, stage=number)
     if kind not in FAULT_KINDS or not at or not number.isdigit() or (rank_text and not rank_text.isdigit()):
         raise ValueError(value)
     if kind in MODEL_FAULT_KINDS:
@@ -139,7 +150,8 @@ def parse(name: str, environ: Mapping[str, str] | None = None):
         expected = {"bool": "0 or 1", "int": "a positive integer", "choice": " | ".join(toggle.choices),
                     "fault": "crash@STEP, hang@STEP or nan@STEP, optionally :RANK; or csv_missing@STEP, "
                              "csv_empty@STEP, csv_truncate@STEP or csv_garble@STEP (rank 0 only); or "
-                             "sel_v1_quadratic@SEQ (no rank)"}[toggle.kind]
+                             "sel_v1_quadratic@SEQ (no rank); or wait@imports or wait@pg_init, optionally "
+                             ":RANK"}[toggle.kind]
         raise ValueError(f"environment variable {name}={raw!r} is invalid: expected {expected}") from None
 
 
@@ -193,7 +205,7 @@ def table_markdown() -> str:
     rows = ["| variable | values | default | used by | meaning |", "|---|---|---|---|---|"]
     for t in TOGGLES.values():
         values = {"bool": "0/1", "int": "positive integer", "choice": "/".join(t.choices),
-                  "fault": "KIND@STEP[:RANK] or KIND@SEQ"}[t.kind]
+                  "fault": "KIND@STEP[:RANK], KIND@SEQ or wait@STAGE[:RANK]"}[t.kind]
         default = "unset" if t.default is None else str(int(t.default)) if t.kind == "bool" else str(t.default)
         rows.append(f"| `{t.name}` | {values} | {default} | {t.consumer} | {t.help} |")
     return "\n".join(rows)

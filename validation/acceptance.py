@@ -6,13 +6,21 @@ traceback), `stack_dumps` (how many were collected), `winner` (label/params of a
 `runs` (label -> metrics) and `comparison` (variant -> statistics). `log_contains(step, text)`
 searches the step's logs.
 
-Verdict: GO when every non-optional step that ran passed and every criterion of severity "fail" passed;
-INCOMPLETE when the run was interrupted or steps are still pending; NO-GO otherwise. A fail-severity criterion
-that could not be evaluated (its step was skipped or failed) is not evidence, so it makes the verdict NO-GO too.
+Verdict (``verdict``), in this order:
+
+- INCOMPLETE when the run was interrupted or steps are still pending (`--resume` continues it);
+- NO-GO when a non-optional step that ran did not pass, or a criterion of severity "fail" failed or could not
+  be computed (an error);
+- INCOMPLETE when a "fail" criterion was not evaluated because its step did not run (skipped by --only / --skip,
+  by unmet requirements, ...): nothing failed, but the evidence for GO is missing;
+- GO otherwise: every non-optional step that ran passed and every "fail" criterion holds.
+
+The CLI exits 0 GO, 1 NO-GO, 3 INCOMPLETE (validation.cli).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -71,30 +79,54 @@ def evaluate(runbook: Runbook, results: dict, run_dir: Path) -> list[dict]:
     return rows
 
 
-def verdict(results: dict, interrupted: bool) -> tuple[str, str]:
+def verdict(results: dict, interrupted: bool | str) -> tuple[str, str]:
+    """(verdict, one-sentence reason) of a run (see the module docstring). `interrupted`: False, or True / the
+    signal's name ("SIGTERM") when the run was interrupted."""
     steps = results["steps"]
     if interrupted:
-        return "INCOMPLETE", "the run was interrupted; `nsa-validate run --resume RUN_DIR` continues it"
+        how = f" ({interrupted})" if isinstance(interrupted, str) else ""
+        return "INCOMPLETE", f"the run was interrupted{how}; `nsa-validate run --resume RUN_DIR` continues it"
     pending = [n for n, s in steps.items() if s["status"] in ("pending", "running", "interrupted")]
     if pending:
         return "INCOMPLETE", f"step(s) not run yet: {', '.join(pending)}"
     bad = [f"{n} {s['status']}" for n, s in steps.items() if s["status"] in BAD_STEP and not s.get("optional")]
     failed = [c["name"] for c in results["acceptance"] if c["severity"] == "fail" and c["status"] in ("fail", "error")]
-    unproven = [c["name"] for c in results["acceptance"] if c["severity"] == "fail" and c["status"] == "skipped"]
+    unproven = [c for c in results["acceptance"] if c["severity"] == "fail" and c["status"] == "skipped"]
     reasons = []
     if bad:
         reasons.append(f"step(s) {', '.join(bad)}")
     if failed:
         reasons.append(f"criteria failed: {', '.join(failed)}")
-    if unproven:
-        reasons.append(f"criteria not evaluated (steps skipped): {', '.join(unproven)}")
     if reasons:
+        if unproven:
+            reasons.append(f"criteria not evaluated (steps skipped): {', '.join(c['name'] for c in unproven)}")
         return "NO-GO", "; ".join(reasons)
+    if unproven:
+        return "INCOMPLETE", (f"{len(unproven)} required criteria not evaluated: "
+                              f"{', '.join(c['name'] for c in unproven)}; their steps did not run "
+                              f"({_why_not_run(unproven, steps)}); nothing evaluated failed")
     ran = sum(s["status"] == "passed" for s in steps.values())
     warns = [c["name"] for c in results["acceptance"] if c["status"] == "warn"]
     note = f"; warnings: {', '.join(warns)}" if warns else ""
     return "GO", f"{ran} step(s) passed and all {sum(c['severity'] == 'fail' for c in results['acceptance'])} " \
                  f"required criteria hold{note}"
+
+
+def _why_not_run(criteria: list[dict], steps: dict) -> str:
+    """"baseline: phase baseline not selected (--only x); gpu: needs 2 GPU(s), found 0" for the steps the criteria
+    needed (from the steps' own reasons), each step once."""
+    parts = {}
+    for c in criteria:
+        for name in sorted(_step_names(c, steps)):
+            s = steps[name]
+            if s["status"] in ("skipped", "pending", "interrupted") and name not in parts:
+                parts[name] = f"{name}: {s.get('reason') or s['status']}"
+    return "; ".join(parts.values()) or "skipped"
+
+
+def _step_names(criterion: dict, steps: dict) -> set[str]:
+    """The steps a criterion row names (its expression's identifiers that are steps)."""
+    return {w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", criterion.get("expr") or "") if w in steps}
 
 
 def recommendations(runbook: Runbook, results: dict) -> dict:

@@ -1,7 +1,8 @@
 """nsa-validate: run validation runbooks and report, with evidence, whether a node trains NSA correctly and fast.
 
 Commands are thin functions over the library (validation.runner, .plan, .report, .compare, .steps); their --help
-is the manual. Exit codes: 0 GO, 1 NO-GO, 2 invalid input or unmet requirements, 130 interrupted. Start-up stays
+is the manual. Exit codes: 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE (a required criterion not evaluated: its
+step did not run), 128 + N interrupted by signal N (130 SIGINT, 129 SIGHUP, 143 SIGTERM). Start-up stays
 light: torch, pandas, matplotlib and jinja2 are imported only by the commands that use them (`--help`, `list`,
 `kinds`, `plan` of a CPU runbook and `report` import none of torch, pandas or matplotlib).
 """
@@ -20,14 +21,15 @@ from rich.table import Table
 
 from validation.runbook import RunbookError, Step, load_runbook
 
-EXIT_GO, EXIT_NOGO, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_GO, EXIT_NOGO, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_CODES = {"GO": EXIT_GO, "NO-GO": EXIT_NOGO, "INCOMPLETE": EXIT_INCOMPLETE}
 DEFAULT_RUNS = Path("artifacts/validate")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_show_locals=False,
                   help="Validate that a GPU node (or a CPU machine, with runbooks/cpu_smoke.yaml) trains NSA models "
                        "correctly and fast: run declarative runbooks, reduce the trainer's outputs to statistics, "
                        "check acceptance criteria, write GO/NO-GO reports. Exit codes: 0 GO, 1 NO-GO, 2 invalid "
-                       "input, 130 interrupted.")
+                       "input, 3 INCOMPLETE, 130/129/143 interrupted by SIGINT/SIGHUP/SIGTERM.")
 console = Console(stderr=False, highlight=False)
 err = Console(stderr=True, highlight=False)
 
@@ -37,9 +39,9 @@ def _fail(message: str, code: int = EXIT_USAGE):
     raise typer.Exit(code)
 
 
-def _load(runbook: Path, overrides: list[str]):
+def _load(runbook: Path, overrides: list[str], check_files: bool = False):
     try:
-        return load_runbook(runbook, overrides)
+        return load_runbook(runbook, overrides, cwd=Path.cwd() if check_files else None)
     except RunbookError as exc:
         _fail(str(exc))
 
@@ -49,14 +51,16 @@ def _load(runbook: Path, overrides: list[str]):
 def plan(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cpu_smoke.yaml"),
          set_: List[str] = typer.Option([], "--set", help="override a runbook key, e.g. defaults.args.steps=20"),
          as_json: bool = typer.Option(False, "--json", help="print the plan as JSON")) -> None:
-    """Dry run: every step with its exact argv, environment and timeout; nothing is launched."""
+    """Dry run: every step with its exact argv, environment and timeout; nothing is launched. Files the runbook
+    names (configs, tests, benchmark scripts) are checked to exist; a --set default that a step's own value
+    overrides is noted under the step."""
     import functools
 
     from validation import environment
     from validation import steps as step_kinds
     from validation.plan import describe
 
-    rb = _load(runbook, set_)
+    rb = _load(runbook, set_, check_files=True)
     env = functools.cache(environment.probe)  # probed (torch imported) only when a step's requirements need it
     skipped = {}
     for step in rb.steps():
@@ -76,6 +80,8 @@ def plan(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/c
         note = step_kinds.get(row["kind"]).plan_note
         if note:
             console.print(f"  {note}", markup=False)
+        for text in row["notes"]:  # a step's own value that overrides a --set default
+            console.print(f"  note: {text}", markup=False, soft_wrap=True)
         for launch in row["launches"]:
             label = f"[{launch['label']}] " if launch["label"] else ""
             env_text = " ".join(f"{k}={v}" for k, v in launch["env"].items())
@@ -171,13 +177,43 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
                                                "with it (the statistics of `compare`) in the report's Performance "
                                                "analysis"),
         no_report: bool = typer.Option(False, "--no-report", help="write results.json only")) -> None:
-    """Run every phase of RUNBOOK; write RUN_DIR/results.json, report.md, report.html, junit.xml and plots."""
+    """Run every phase of RUNBOOK; write RUN_DIR/results.json, report.md, report.html, junit.xml and plots.
+    Exit 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE; SIGINT, SIGTERM or SIGHUP end every launched process,
+    keep the finished steps (--resume continues) and exit 130, 143 or 129."""
+    from validation.launch import interrupts
+    from validation.launch.processes import become_subreaper
+
+    interrupts.install()  # before anything runs: also a SIGINT a background shell set to "ignore"
+    become_subreaper()  # whatever a launch leaves orphaned stays below this process, for the final sweep
+    outcome = None
+    try:
+        _run(runbook, out, only, skip, resume, set_, against, no_report)
+    except typer.Exit as exc:
+        outcome = exc
+    except KeyboardInterrupt as exc:  # before the runner started, or while the reports were written
+        err.print(f"interrupted ({interrupts.describe(exc)})", markup=False)
+        outcome = typer.Exit(interrupts.exit_code(exc))
+    finally:
+        for _ in range(2):  # a first signal during the sweep interrupts it: sweep again (later ones do not)
+            try:
+                _sweep()
+                break
+            except KeyboardInterrupt as exc:
+                outcome = typer.Exit(interrupts.exit_code(exc))
+    if outcome is not None:
+        raise outcome
+
+
+def _run(runbook, out, only, skip, resume, set_, against, no_report) -> None:
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+    from validation.launch.interrupts import describe, exit_code
     from validation.results import ResultsError, RunDirError, read_results
     from validation.runner import RunOptions, Runner
 
-    rb = _load(runbook, set_)
+    rb = _load(runbook, set_, check_files=True)
+    for warning in rb.notes:
+        err.print(f"warning: {warning}", markup=False, soft_wrap=True)
     phases = {p.name for p in rb.phases}
     for name in [*only, *skip]:
         if name not in phases:
@@ -198,23 +234,24 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
             _fail(f"{run_dir} already holds a run: use --resume {run_dir} to continue it, or another --out")
     earlier = _read_against(against)
     options = RunOptions(only=tuple(only), skip=tuple(skip), overrides=tuple(set_), cwd=Path.cwd())
-    interrupted = False
+    interrupted = None
     try:  # the run directory cannot be written (disk full, permission) or leads outside itself: one line, exit 2
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                       TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console,
                       transient=True) as progress:
             reporter = _LiveReporter(progress, console)
-            runner = Runner(rb, run_dir, options, reporter, previous=previous)
             try:
+                runner = Runner(rb, run_dir, options, reporter, previous=previous)
                 results = runner.run()
-            except KeyboardInterrupt:
-                interrupted = True
-        if interrupted:
-            err.print(f"interrupted: finished steps are saved in {run_dir}; continue with "
-                      f"nsa-validate run {runbook} --resume {run_dir}", markup=False)
-            if not no_report:
+            except KeyboardInterrupt as exc:  # Ctrl-C, SIGINT, SIGTERM, SIGHUP: the processes are already ended
+                interrupted = exc
+        if interrupted is not None:
+            err.print(f"interrupted ({describe(interrupted)}): every launched process was ended; finished steps "
+                      f"are saved in {run_dir}; continue with nsa-validate run {runbook} --resume {run_dir}",
+                      markup=False, soft_wrap=True)
+            if not no_report and (run_dir / "results.json").is_file():
                 _write_all_reports(run_dir, read_results(run_dir))
-            raise typer.Exit(EXIT_INTERRUPTED)
+            raise typer.Exit(exit_code(interrupted))
         if earlier is not None:
             _add_performance_analysis(run_dir, results, against, earlier)
         paths = [] if no_report else _write_all_reports(run_dir, results)
@@ -223,7 +260,16 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
     except ResultsError as exc:
         _fail(str(exc))
     _print_summary(results, run_dir, paths)
-    raise typer.Exit(EXIT_GO if results["verdict"] == "GO" else EXIT_NOGO)
+    raise typer.Exit(EXIT_CODES.get(results["verdict"], EXIT_NOGO))
+
+
+def _sweep() -> None:
+    """The final sweep: end whatever is still running below this process (nothing, normally)."""
+    from validation.launch.processes import end_descendants
+
+    left = end_descendants()
+    if left:
+        err.print(f"warning: ended {len(left)} process(es) still running after the run: {left}", markup=False)
 
 
 def _read_against(against: Optional[Path]) -> Optional[dict]:
@@ -398,8 +444,8 @@ def main() -> None:  # console script
     logging.basicConfig(level=logging.WARNING, format="nsa-validate: %(message)s")
     try:
         app()
-    except KeyboardInterrupt:
-        raise SystemExit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt as exc:  # one that came in outside the run's own handling (e.g. while loading)
+        raise SystemExit(getattr(exc, "exit_code", EXIT_INTERRUPTED)) from None
 
 
 if __name__ == "__main__":

@@ -8,8 +8,10 @@ Schema (version SCHEMA_VERSION; plain JSON types only, no NaN):
       "runbook": {"name", "description", "path", "sha256"},
       "run_dir": "artifacts/validate/<runbook>-<time>",
       "started": ISO time, "finished": ISO time or null, "duration_s": float or null,
-      "verdict": "GO" | "NO-GO" | "INCOMPLETE",     # INCOMPLETE: interrupted, or steps still pending
+      "verdict": "GO" | "NO-GO" | "INCOMPLETE",     # INCOMPLETE: interrupted, steps still pending, or a required
+                                                    # criterion not evaluated (its step did not run); CLI exit 0/1/3
       "verdict_reason": one sentence,
+      "interrupted_by": "SIGINT" | "SIGTERM" | "SIGHUP" | "Ctrl-C" | null,   # the signal that ended the run
       "environment": {"git_sha", "host", "python", "torch", "cuda", "nccl", "gpus": [{"index", "name",
                       "memory_gb", "capability"}], "gpu_count", "cpu_count", "packages": {name: version}},
       "options": {"only": [...], "skip": [...], "set": ["key=value", ...]},

@@ -38,6 +38,8 @@ Every error names the file, the key path and the line (validation.schema), e.g.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -60,7 +62,7 @@ ON_FAILURE = ("continue", "stop")
 BACKENDS = ("nccl", "gloo")
 REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\.winner\.(env|args)\.([A-Za-z0-9_.-]+)\}")
 
-__all__ = ["RunbookError", "load_runbook", "Runbook", "Step", "Phase", "Criterion", "Requirements", "Launcher",
+__all__ = ["RunbookError", "load_runbook", "apply_override", "check_inputs", "Runbook", "Overridden", "Step", "Phase", "Criterion", "Requirements", "Launcher",
            "LaunchSettings", "resolve_references", "references", "STEP_KINDS"]
 
 
@@ -167,6 +169,16 @@ class Criterion:
 
 
 @dataclass(frozen=True)
+class Overridden:
+    """A `--set defaults.KEY=...` (item) that step `step` overrides with its own KEY (own: its value, shown)."""
+
+    step: str
+    key: str
+    own: str
+    item: str
+
+
+@dataclass(frozen=True)
 class Runbook:
     name: str
     description: str
@@ -177,6 +189,23 @@ class Runbook:
     phases: list[Phase]
     acceptance: list[Criterion]
     recommend_env: dict[str, str]
+    # a --set of a defaults key that a step's own value overrides (`plan` shows them under the step, `run` warns)
+    overridden: tuple[Overridden, ...] = ()
+
+    def step_notes(self, name: str) -> list[str]:
+        """What `plan` says under step `name`: each --set default its own value overrides."""
+        return [f"its own {o.key} = {o.own} overrides --set {o.item} (a step's own value wins over defaults; "
+                f"change it with --set steps.{name}.{o.key}=...)" for o in self.overridden if o.step == name]
+
+    @property
+    def notes(self) -> list[str]:
+        """One warning per --set of a defaults key that some steps override with their own value."""
+        by_item: dict[str, list[Overridden]] = {}
+        for o in self.overridden:
+            by_item.setdefault(o.item, []).append(o)
+        return [f"--set {item} does not change step(s) {', '.join(f'{o.step} ({o.key} = {o.own})' for o in os_)}: "
+                f"a step's own value wins over defaults (change one with --set steps.STEP.{os_[0].key}=...)"
+                for item, os_ in by_item.items()]
 
     def steps(self) -> list[Step]:
         return [s for p in self.phases for s in p.steps]
@@ -190,8 +219,10 @@ class Runbook:
 
 
 # ---------------------------------------------------------------------- reading
-def load_runbook(path: str | Path, overrides: list[str] | None = None) -> Runbook:
-    """Read, override (--set key=value) and validate a runbook file."""
+def load_runbook(path: str | Path, overrides: list[str] | None = None, cwd: str | Path | None = None) -> Runbook:
+    """Read, override (--set key=value, see ``apply_override``) and validate a runbook file. With `cwd` (the
+    directory the run starts in), every file the runbook names is checked to exist there too: trainer configs
+    (which must also parse), test paths, benchmark scripts (``check_inputs``)."""
     path = Path(path)
     if not path.is_file():
         raise RunbookError(f"{path}: runbook file not found")
@@ -213,18 +244,25 @@ def load_runbook(path: str | Path, overrides: list[str] | None = None) -> Runboo
         raise RunbookError(f"{path}:{line}: not valid YAML ({problem})") from None
     lines = compose_lines(node) if node is not None else {}
     ctx = Ctx(str(path), lines)
+    file_raw = copy.deepcopy(raw)  # the file's own values, before any --set
     for item in overrides or []:
-        raw = _apply_override(raw, item, ctx)
+        raw = apply_override(raw, item, ctx)
     # surrogatepass: a --set value from a non-UTF-8 command line holds lone surrogates
     sha = hashlib.sha256(text.encode() + "\n".join(overrides or []).encode(errors="surrogatepass")).hexdigest()
-    return _build_runbook(raw, ctx, str(path), sha)
+    rb = _build_runbook(raw, ctx, str(path), sha)
+    if cwd is not None:
+        check_inputs(rb, Path(cwd), ctx, raw)
+    return dataclasses.replace(rb, overridden=override_notes(rb, file_raw, ctx))
 
 
-def _apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
-    """--set a.b.c=value: a dotted path into the YAML (list items of phases/steps by their name)."""
+def apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
+    """--set a.b.c=value: a dotted path into the YAML, list items of phases and steps by their name
+    (phases.baseline.steps.baseline.args.steps=30), or steps.NAME.... for a step wherever it is
+    (steps.baseline.args.steps=30). The value is read as YAML (30 is a number, "30" a string). The path and
+    the value are validated like the file's own text; an error names the --set (Ctx.overrides)."""
     key, sep, value_text = item.partition("=")
     if not sep or not key:
-        raise RunbookError(f"--set {item!r}: expected KEY=VALUE, e.g. defaults.args.steps=20")
+        raise RunbookError(f"--set {printable(item)}: expected KEY=VALUE, e.g. steps.baseline.args.steps=20")
     shown = printable(key)
     try:
         value = yaml.safe_load(value_text)
@@ -232,24 +270,77 @@ def _apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
         value = value_text
     if not isinstance(raw, dict):
         raise ctx.error((), "expected a mapping at the top level")
-    node, parts = raw, key.split(".")
+    parts = key.split(".")
+    if parts[0] == "steps" and "steps" not in raw:  # steps.NAME...: the step of that name, in whichever phase
+        if len(parts) < 3:
+            raise RunbookError(f"--set {shown}: expected steps.STEP.KEY=VALUE, e.g. steps.baseline.args.steps=20")
+        where = [(p.get("name"), s.get("name")) for p in raw.get("phases") or [] if isinstance(p, dict)
+                 for s in p.get("steps") or [] if isinstance(s, dict)]
+        phase = next((ph for ph, st in where if st == parts[1]), None)
+        if phase is None:
+            raise RunbookError(f"--set {shown}: no step named {printable(parts[1])} (steps: "
+                               f"{', '.join(str(st) for _, st in where)})")
+        parts = ["phases", str(phase), "steps"] + parts[1:]
+    node, path = raw, ()
     for i, part in enumerate(parts[:-1]):
         if isinstance(node, list):
-            match = [x for x in node if isinstance(x, dict) and x.get("name") == part]
+            match = [j for j, x in enumerate(node) if isinstance(x, dict) and x.get("name") == part]
             if not match:
                 raise RunbookError(f"--set {shown}: no item named {part!r} under "
                                    f"{printable('.'.join(parts[:i])) or 'top'}")
-            node = match[0]
+            node, path = node[match[0]], path + (match[0],)
         elif isinstance(node, dict):
-            node = node.setdefault(part, {})
+            path = path + (part,)
+            if part not in node:
+                node[part] = {}
+                ctx.overrides.append((path, item))  # a key the file does not have: an error there names the --set
+            node = node[part]
         else:
             raise RunbookError(f"--set {shown}: {printable('.'.join(parts[:i]))} is not a mapping")
     if not isinstance(node, dict):
         raise RunbookError(f"--set {shown}: {printable('.'.join(parts[:-1]))} is not a mapping")
     node[parts[-1]] = value
+    ctx.overrides.append((path + (parts[-1],), item))
     return raw
 
 
+def override_notes(rb: Runbook, file_raw: Any, ctx: Ctx) -> tuple[Overridden, ...]:
+    """Every `--set defaults.KEY=...` that a step's own KEY overrides. Precedence, highest first: a --set of the
+    step's own key (steps.NAME.KEY=, phases.P.steps.NAME.KEY=), the step's own key in the file, a --set of a
+    defaults key, the file's defaults. (env and args merge key by key: defaults.args.steps against a step's own
+    args.steps.)"""
+    found = []
+    set_paths = [where for where, _ in ctx.overrides]
+    phases = file_raw.get("phases") if isinstance(file_raw, dict) else None
+    for where, item in ctx.overrides:
+        if len(where) < 2 or where[0] != "defaults" or where[1] not in LAUNCH_KEYS:
+            continue
+        sub = where[1:]
+        for i, phase in enumerate(phases if isinstance(phases, list) else []):
+            steps = phase.get("steps") if isinstance(phase, dict) else None
+            for j, raw_step in enumerate(steps if isinstance(steps, list) else []):
+                own = _lookup(raw_step, sub)
+                step_path = ("phases", i, "steps", j)
+                if own is _MISSING or any(p[:len(step_path) + len(sub)] == step_path + sub for p in set_paths):
+                    continue  # the step does not set the key, or a --set of the step's own key is in effect
+                try:
+                    step = rb.step(raw_step.get("name"))
+                except KeyError:
+                    continue
+                if sub[0] in step.kind_impl.launch_keys:
+                    found.append(Overridden(step.name, ".".join(map(str, sub)), _brief(own), printable(item)))
+    return tuple(found)
+
+
+_MISSING = object()
+
+
+def _lookup(raw: Any, path: tuple) -> Any:
+    for part in path:
+        if not isinstance(raw, dict) or part not in raw:
+            return _MISSING
+        raw = raw[part]
+    return raw
 
 
 def _launcher(value: Any, path: tuple, ctx: Ctx, base: Launcher) -> Launcher:
@@ -350,7 +441,9 @@ def _step(raw: Any, path: tuple, ctx: Ctx, phase: str, defaults: LaunchSettings,
                 title=typed(raw.get("title", name), str, path + ("title",), ctx),
                 description=typed(raw.get("description", ""), str, path + ("description",), ctx),
                 launch=_launch(raw, path, ctx, defaults),
-                requires=_requirements(raw.get("requires"), path + ("requires",), ctx, reqs),
+                # a host-only kind (snapshot, tests) needs none of the runbook's devices: only its own `requires`
+                requires=_requirements(raw.get("requires"), path + ("requires",), ctx,
+                                       Requirements() if kind.host_only else reqs),
                 optional=typed(raw.get("optional", False), bool, path + ("optional",), ctx),
                 on_failure=typed(raw.get("on_failure", on_failure), str, path + ("on_failure",), ctx,
                                  choices=ON_FAILURE),
@@ -416,6 +509,34 @@ def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:
     return Runbook(name=name, description=typed(raw.get("description", ""), str, ("description",), ctx),
                    path=path, sha256=sha, requirements=reqs, defaults=defaults, phases=phases,
                    acceptance=acceptance, recommend_env=env_vars(recommend.get("env"), ("recommend", "env"), ctx))
+
+
+def check_inputs(rb: Runbook, cwd: Path, ctx: Ctx, raw: dict) -> None:
+    """Before anything runs: every file the runbook names exists relative to `cwd` (the run's working directory):
+    each trainer config (and it parses: nsa.training.config), each file a kind's own keys name
+    (StepKind.input_files: test paths, benchmark scripts). Raises RunbookError naming file, line and key."""
+    from nsa.training.config import ConfigError, load_config
+
+    configs_ok: set[str] = set()
+    for i, phase in enumerate(rb.phases):
+        for j, step in enumerate(phase.steps):
+            spath = ("phases", i, "steps", j)
+            own = raw["phases"][i]["steps"][j]
+            if "config" in step.kind_impl.launch_keys and step.launch.config and step.launch.config not in configs_ok:
+                where = spath + ("config",) if "config" in own else ("defaults", "config")
+                config = Path(step.launch.config)
+                full = config if config.is_absolute() else Path(cwd) / config
+                if not full.is_file():
+                    raise ctx.error(where, f"config file {step.launch.config} not found (in {cwd})")
+                try:
+                    load_config(full)
+                except (ConfigError, OSError, ValueError) as exc:
+                    raise ctx.error(where, f"config file {step.launch.config} is invalid: {exc}") from None
+                configs_ok.add(step.launch.config)
+            for key_path, name in step.kind_impl.input_files(step):
+                file = Path(name)
+                if not (file if file.is_absolute() else Path(cwd) / file).exists():
+                    raise ctx.error(spath + tuple(key_path), f"{name}: no such file or directory (in {cwd})")
 
 
 def _check_references(phases: list[Phase], ctx: Ctx, steps_at: dict[str, tuple]) -> None:

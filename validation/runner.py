@@ -30,6 +30,7 @@ from typing import Any
 
 from validation import environment
 from validation.launch import LaunchResult, LaunchSpec, launch, recorded_env
+from validation.launch.interrupts import describe as describe_interrupt
 from validation.plan import step_launches
 from validation.results import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, SCHEMA_VERSION, RunDirError, cannot_write,
                                 os_error_text, write_results)
@@ -98,6 +99,7 @@ class Runner:
         self.results["environment"] = {**self.results.get("environment", {}), **self.env_record}
         self.results["finished"] = None
         self.results["verdict"] = "INCOMPLETE"
+        self.results["interrupted_by"] = None
 
     # ------------------------------------------------------------------ results skeleton
     def _fresh_results(self) -> dict:
@@ -107,7 +109,7 @@ class Runner:
             "tool": {"name": "nsa-validate", "version": _tool_version()},
             "runbook": {"name": rb.name, "description": rb.description, "path": rb.path, "sha256": rb.sha256},
             "run_dir": str(self.run_dir), "started": _now(), "finished": None, "duration_s": None,
-            "verdict": "INCOMPLETE", "verdict_reason": "not finished",
+            "verdict": "INCOMPLETE", "verdict_reason": "not finished", "interrupted_by": None,
             "environment": {},
             "options": {"only": list(self.opt.only), "skip": list(self.opt.skip), "set": list(self.opt.overrides)},
             "phases": [{"name": p.name, "title": p.title, "description": p.description,
@@ -155,10 +157,12 @@ class Runner:
                 # a step finished in an earlier, interrupted run (--resume) counts too
                 if stopped_by is None and step.on_failure == "stop" and current["status"] in FAILED_STEP_STATUSES:
                     stopped_by = step
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (validation.launch.interrupts.Interrupted)
+            how = describe_interrupt(exc)
             for name, res in self.results["steps"].items():
                 if res["status"] == "running":
-                    res.update(status="interrupted", reason="interrupted (Ctrl-C)")
+                    res.update(status="interrupted", reason=f"interrupted ({how})")
+            self.results["interrupted_by"] = how
             self._finish(t0, interrupted=True)
             raise
         self._finish(t0, interrupted=False)
@@ -169,7 +173,8 @@ class Runner:
 
         self.results["acceptance"] = evaluate(self.rb, self.results, self.run_dir)
         self.results["recommendations"] = recommendations(self.rb, self.results)
-        self.results["verdict"], self.results["verdict_reason"] = verdict(self.results, interrupted)
+        self.results["verdict"], self.results["verdict_reason"] = verdict(
+            self.results, (self.results.get("interrupted_by") or "Ctrl-C") if interrupted else False)
         self.results["finished"] = _now()
         self.results["duration_s"] = round(time.time() - t0 + (self.results.get("duration_s") or 0.0), 3)
         self.save()
@@ -245,8 +250,8 @@ class Runner:
         self.reporter.step_started(step, max(1, len(planned)))
         try:
             step.kind_impl.run(step, planned, result, StepContext(self, step))
-        except KeyboardInterrupt:
-            result.update(status="interrupted", reason="interrupted (Ctrl-C)")
+        except KeyboardInterrupt as exc:
+            result.update(status="interrupted", reason=f"interrupted ({describe_interrupt(exc)})")
             raise
         finally:
             result["duration_s"] = round(time.time() - t0, 3)

@@ -49,12 +49,27 @@ def compose_lines(node, path=(), lines=None, seen=None) -> dict[tuple, int]:
 
 
 class Ctx:
-    """Where we are in the file, for error messages."""
+    """Where we are in the file, for error messages. `overrides` lists the key paths a `--set KEY=VALUE` wrote or
+    created (path tuple with list indices, the --set text): an error about such a key, or inside it, names the
+    --set, not a line of the file."""
 
     def __init__(self, where: str, lines: dict[tuple, int]):
         self.where, self.lines = where, lines
+        self.overrides: list[tuple[tuple, str]] = []
+
+    def override_for(self, path: tuple) -> str | None:
+        """The --set text that wrote or created `path` (or a key it lies in); None when the file is at fault."""
+        for where, item in reversed(self.overrides):  # the last --set of a key is the one in effect
+            if path[:len(where)] == where:
+                return item
+        return None
 
     def error(self, path: tuple, message: str) -> RunbookError:
+        item = self.override_for(path)
+        if item is not None:
+            text = printable(item)
+            text = text if len(text) <= 80 else text[:77] + "..."
+            return RunbookError(f"--set {text} ({self.where}): {show(path) or '(top level)'}: {message}")
         line = None
         for n in range(len(path), -1, -1):
             if path[:n] in self.lines:
@@ -131,14 +146,24 @@ def env_vars(value: Any, path: tuple, ctx: Ctx) -> dict[str, str]:
 
 
 def trainer_flags(value: Any, path: tuple, ctx: Ctx) -> dict[str, Any]:
+    """A step's trainer `args`: each key one of the trainer's flags (nsa.training.flags, the parser nsa-train
+    uses) and each value of that flag's type, e.g. `steps: abc` or `stepz: 3` is an error naming the key."""
+    from nsa.training.flags import check_flag, flag_specs
+
     value = mapping(value, path, ctx, tuple(value.keys()) if isinstance(value, dict) else ())
+    specs = flag_specs() if value else {}
     for key, v in value.items():
         if not isinstance(key, str) or not re.match(r"^[a-z][a-z0-9_-]*$", key):
             raise ctx.error(path + (key,), "trainer argument names are lower-case flags without '--', e.g. steps")
         if reserved_arg(key):
             raise ctx.error(path + (key,), f"set by nsa-validate itself ({reserved_arg(key)})")
+        if key == "config":
+            raise ctx.error(path + (key,), "the trainer's config file is the step's own `config` key, not an arg")
         if not isinstance(v, (str, int, float, bool)) or v is None:
             raise ctx.error(path + (key,), f"argument values must be scalars, got {brief(v)}")
+        problem = check_flag(key, v, specs)
+        if problem:
+            raise ctx.error(path + (key,), problem)
     return dict(value)
 
 

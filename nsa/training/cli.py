@@ -22,56 +22,14 @@ from typing import Any
 
 from nsa.attention.kernels import KernelUnavailable
 from nsa.toggles import Toggles
-from nsa.training import checkpoint, distributed, timeline
+from nsa.training import checkpoint, distributed, safety, timeline
 from nsa.training.config import ConfigError, RunConfig, UsageError, apply_overrides, load_config
-from nsa.training.data import DATASETS, DataError
+from nsa.training.data import DataError
 from nsa.training.distributed import LaunchError
+from nsa.training.flags import DEFAULT_CONFIG, build_parser
 from nsa.training.trainer import EXIT_USAGE, Trainer
 
-DEFAULT_CONFIG = "configs/m7c_125m_2xa100_production.yaml"
-
-
-# ---------------------------------------------------------------------- command line
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, like argparse but naming the tool
-        self.exit(EXIT_USAGE, f"nsa-train: error: {message} (see nsa-train --help)\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="nsa-train", allow_abbrev=False,
-                description="Train an NSA language model (single process, or DDP/FSDP2 under torchrun). "
-                            "Subcommand: `nsa-train watchdog --dir OUT` (see `nsa-train watchdog --help`).")
-    a = p.add_argument
-    a("--config", help=f"run config YAML (default: $CONFIG, else {DEFAULT_CONFIG})")
-    a("--dataset", choices=DATASETS, help="data source (data.dataset)")
-    a("--data-path", help="file, directory or glob of local data (data.path)")
-    a("--loader-timeout", type=float, metavar="S", help="seconds to wait for one batch (data.loader_timeout_s)")
-    a("--ddp", type=int, choices=(0, 1), help="1: DistributedDataParallel; 0: single process (train.parallel)")
-    a("--fsdp", action="store_true", help="FSDP2 (fully_shard per block) instead of DDP")
-    a("--fsdp-no-reshard", action="store_true",
-      help="FSDP2 keeping each block's parameters gathered from forward to backward (reshard_after_forward=False, "
-           "the SHARD_GRAD_OP equivalent: no all-gather in backward); implies --fsdp (train.fsdp_reshard: false)")
-    a("--steps", type=int, help="optimizer steps in total (train.steps)")
-    a("--seq-len", type=int, help="tokens per sequence (train.seq_len)")
-    a("--batch-size", type=int, help="sequences per rank per micro-batch (train.batch_size)")
-    a("--accum", type=int, help="micro-batches per optimizer step (train.accum)")
-    a("--precision", choices=("fp32", "bf16", "fp16"), help="autocast precision; weights stay fp32")
-    a("--lr", type=float, help="peak learning rate (train.lr)")
-    a("--seed", type=int, help="seed for weights and data (train.seed)")
-    a("--out-dir", help="output directory (train.out_dir)")
-    a("--resume", action="store_true", help="continue from the latest checkpoint in out_dir")
-    a("--compile", action="store_true", help="torch.compile the model")
-    a("--device", choices=("auto", "cpu", "cuda"), help="train.device")
-    a("--log-every", type=int, help="console/aux-stat interval in steps (train.log_every)")
-    a("--save-every", type=int, help="checkpoint interval in steps (train.save_every)")
-    a("--eval-every", type=int, help="evaluation interval in steps, 0 = none (train.eval_every)")
-    a("--profile-steps", type=int, help="torch profiler trace of this many steps (train.profile_steps)")
-    a("--activation-checkpointing", type=int, choices=(0, 1), help="model.activation_checkpointing")
-    a("--attention", choices=("nsa", "dense"), help="model.attention: nsa, or dense (the dense twin: causal SDPA)")
-    a("--pg-timeout", type=float, metavar="S", help="process-group timeout in seconds (train.pg_timeout_s)")
-    return p
-
-
+# ---------------------------------------------------------------------- command line (its flags: nsa.training.flags)
 _FLAG_KEYS = {
     "dataset": "data.dataset", "data_path": "data.path", "loader_timeout": "data.loader_timeout_s",
     "steps": "train.steps", "seq_len": "train.seq_len", "batch_size": "train.batch_size", "accum": "train.accum",
@@ -127,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg, config_path = resolve_config(args)
         tg = Toggles.read()
+        safety.wait_at("pg_init", tg.fault, cfg.train.out_dir, rank)  # NSA_FAULT=wait@pg_init (a testing aid)
         info = distributed.init(cfg.train.device, cfg.train.pg_timeout_s)
         marks.mark("process_group_ready")
     except (ConfigError, UsageError, LaunchError, ValueError) as exc:

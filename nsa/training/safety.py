@@ -11,7 +11,9 @@
   other ranks then block in the next collective until the process-group timeout or a watchdog); nan makes the
   rank's loss NaN (every rank stops at that step, exit 3, status nonfinite). The csv_* kinds make rank 0 damage
   its own training.csv after writing that step's row (damage_training_csv), as a dying disk or writer would:
-  training itself goes on and ends as usual.
+  training itself goes on and ends as usual. wait@STAGE[:RANK] holds a rank at a start-up stage (``wait_at``:
+  "imports", before `python -m nsa.training` imports torch; "pg_init", right before the process group is set up)
+  so the launcher's signal handling can be tested there; each rank records the stages it reaches.
 
 All ranks agree on stopping through one small all-reduce per step in the trainer, so one rank's signal, .HALT
 or non-finite loss stops every rank at the same step.
@@ -89,6 +91,55 @@ def stop_with_launcher() -> None:
         return
     if os.getppid() != parent or parent == 1:  # the agent died before the request took effect
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+FAULT_STAGE_FILE = "fault_stage_rank{rank}.json"  # NSA_FAULT=wait@...: the last start-up stage a rank reached
+
+
+def wait_at(stage: str, fault: Fault | None, out_dir: str | Path | None, rank: int) -> None:
+    """NSA_FAULT=wait@STAGE[:RANK] (a testing aid): with a wait fault set, record that this rank reached `stage`
+    (out_dir/fault_stage_rank{r}.json: {"stage", "waiting", "rank", "pid", "time"}, replaced whole) and, when the
+    fault names this stage and rank, stay here until a signal ends the process (no handler is installed this
+    early: SIGTERM, SIGHUP and SIGINT end it at once). Does nothing for other faults or none."""
+    if fault is None or fault.kind != "wait":
+        return
+    waiting = fault.stage == stage and (fault.rank is None or fault.rank == rank)
+    if out_dir is not None:
+        from nsa.training.outputs import write_json
+
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        write_json(Path(out_dir) / FAULT_STAGE_FILE.format(rank=rank),
+                   {"stage": stage, "waiting": waiting, "rank": rank, "pid": os.getpid(), "time": time.time()})
+    while waiting:
+        time.sleep(0.2)
+
+
+def early_start(argv: list[str] | None = None, environ=os.environ) -> None:
+    """First thing `python -m nsa.training` does, before it imports torch: under torchrun, ask for SIGTERM when
+    the agent dies (``stop_with_launcher``: no SIGTERM handler is installed yet, so the rank simply ends; a rank
+    that would otherwise install it only after its imports keeps running alone if the agent is killed
+    meanwhile), then NSA_FAULT=wait@imports. The out_dir comes from --out-dir in `argv`."""
+    from nsa import toggles
+
+    stop_with_launcher()
+    try:
+        fault = toggles.parse("NSA_FAULT", environ)
+    except ValueError:  # reported properly once the trainer reads its toggles
+        return
+    if fault is None or fault.kind != "wait":
+        return
+    args = list(sys.argv[1:] if argv is None else argv)
+    out_dir = None
+    for i, arg in enumerate(args):
+        if arg == "--out-dir" and i + 1 < len(args):
+            out_dir = args[i + 1]
+        elif arg.startswith("--out-dir="):
+            out_dir = arg.split("=", 1)[1]
+    try:
+        rank = int(environ.get("RANK", "0") or 0)
+    except ValueError:
+        rank = 0
+    wait_at("imports", fault, out_dir, rank)
 
 
 class RunControl:

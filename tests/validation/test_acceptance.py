@@ -56,9 +56,25 @@ def test_a_warn_criterion_that_fails_is_only_a_warning():
     assert verdict(results({"a": "passed"}, [("steady", "warn", "warn"), ("x", "warn", "error")]), False)[0] == "GO"
 
 
-def test_a_fail_criterion_whose_step_was_skipped_is_not_evidence():
-    assert verdict(results({"a": "skipped"}, [("fast", "fail", "skipped")]), False) == \
-        ("NO-GO", "criteria not evaluated (steps skipped): fast")
+def test_a_fail_criterion_whose_step_was_skipped_makes_the_run_incomplete_not_no_go():
+    res = results({"a": "skipped", "b": "passed"}, [("fast", "fail", "skipped"), ("ok", "fail", "pass")])
+    res["steps"]["a"]["reason"] = "phase p not selected (--only q)"
+    res["acceptance"][0]["expr"] = "a.toks_per_s.mean >= 1"
+    assert verdict(res, False) == (
+        "INCOMPLETE", "1 required criteria not evaluated: fast; their steps did not run "
+                      "(a: phase p not selected (--only q)); nothing evaluated failed")
+
+
+def test_a_skipped_warn_criterion_keeps_go():
+    assert verdict(results({"a": "skipped"}, [("steady", "warn", "skipped")]), False)[0] == "GO"
+
+
+@pytest.mark.parametrize("other", [{"b": "failed"}, {}])
+def test_a_failure_elsewhere_still_makes_it_no_go_and_names_the_unevaluated_too(other):
+    criteria = [("fast", "fail", "skipped")] + ([] if other else [("big", "fail", "fail")])
+    got = verdict(results({"a": "skipped", **other}, criteria), False)
+    assert got[0] == "NO-GO"
+    assert got[1].endswith("criteria not evaluated (steps skipped): fast")
 
 
 def test_every_reason_is_named_together():
@@ -77,6 +93,8 @@ def test_steps_not_run_to_their_end_make_the_run_incomplete(status):
 def test_an_interrupted_run_is_incomplete_whatever_its_steps_say():
     got = verdict(results({"a": "passed"}, [("fast", "fail", "pass")]), interrupted=True)
     assert got == ("INCOMPLETE", "the run was interrupted; `nsa-validate run --resume RUN_DIR` continues it")
+    got = verdict(results({"a": "passed"}, [("fast", "fail", "pass")]), interrupted="SIGTERM")
+    assert got == ("INCOMPLETE", "the run was interrupted (SIGTERM); `nsa-validate run --resume RUN_DIR` continues it")
 
 
 def test_recommendations_merge_the_runbook_settings_and_every_significant_decision(tmp_path):

@@ -379,7 +379,7 @@ def test_runbook_override_value_yaml_cannot_construct_is_a_string(tmp_path, item
     """The value of a --set is YAML; one PyYAML cannot construct once escaped as ValueError/KeyError."""
     path = tmp_path / "r.yaml"
     path.write_text(MINIMAL)
-    with pytest.raises(RunbookError, match=r":1: a: unknown key"):
+    with pytest.raises(RunbookError, match=r"^--set a=.{1,78} \(.*r\.yaml\): a: unknown key"):  # names the --set
         load_runbook(path, [item])
 
 

@@ -3,7 +3,8 @@
     spec        LaunchSpec (the one launch record, from the plan to the launcher), LaunchResult, Progress
     torchrun    torchrun argv: one node's prefix, a command under it, local agents of a multi-node job
     attempt     launch(spec): attempts (a port clash retried on a fresh port), one local attempt (Run), step files
-    processes   the /proc tree of a launch, ending process groups, dying with the orchestrator
+    processes   the /proc tree of a launch, ending process groups, dying with the orchestrator, the subreaper sweep
+    interrupts  SIGINT / SIGTERM / SIGHUP to nsa-validate: Interrupted (a KeyboardInterrupt with the signal), exit codes
     diagnosis   why a launch ended: failing rank, traceback excerpt, stack-dump excerpt
     slurm       batch scripts, sbatch/squeue/scontrol/scancel, SlurmRun (one attempt as a Slurm job)
     agents      `python -m validation.launch.agents`: several torchrun agents on this machine as one job

@@ -5,8 +5,11 @@ AGENTS.json: ``{"agents": [{"name": "node0", "argv": [...], "env": {...}}, ...],
 environment is this process's plus its ``env``. Every agent shares this process's stdout/stderr (the launcher's
 log) and session, so the launcher's process tracking and signals reach them all. When one agent fails, the others
 get ``grace_s`` to end by themselves (they usually fail in their next collective or rendezvous) and are then
-terminated. SIGTERM / SIGINT / SIGHUP are passed on to every agent. Exit code: the first failing agent's (a
-signal N as 128 + N), else 0.
+terminated. SIGTERM / SIGINT / SIGHUP are passed on to every agent. This process is the subreaper of its agents'
+processes (PR_SET_CHILD_SUBREAPER): a rank whose agent died is re-parented to it, and before it exits it ends
+whatever is still running below it (validation.launch.processes.end_descendants), so no rank outlives the job,
+also when nsa-validate itself was killed (this process then gets SIGTERM: its parent-death signal). Exit code:
+the first failing agent's (a signal N as 128 + N), else 0.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from validation.launch.processes import die_with_parent
+from validation.launch.processes import become_subreaper, die_with_parent, end_descendants
 
 POLL_S = 0.2
 STOP_GRACE_S = 15.0  # after a SIGTERM/SIGINT/SIGHUP passed on, the agents that are still there are killed
@@ -64,6 +67,7 @@ def run(agents: list[dict], grace_s: float) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
+    become_subreaper()
     for agent in agents:
         print(f"[agents] starting {agent.get('name', '?')}: {' '.join(agent['argv'])}", file=sys.stderr, flush=True)
         procs.append(subprocess.Popen(agent["argv"], env={**os.environ, **agent.get("env", {})},
@@ -96,6 +100,9 @@ def run(agents: list[dict], grace_s: float) -> int:
         time.sleep(POLL_S)
     for p in procs:
         p.wait()
+    left = end_descendants(grace_s=5.0)
+    if left:
+        print(f"[agents] ended {len(left)} process(es) the agents left behind: {left}", file=sys.stderr, flush=True)
     if first_failure is None:
         bad = [(a.get("name", "?"), p.returncode) for a, p in zip(agents, procs) if p.returncode != 0]
         first_failure = bad[0] if bad else None

@@ -22,8 +22,9 @@ How a run ends (``LaunchResult.status``; the reason and excerpt: validation.laun
 - ``timeout``: ``timeout_s`` passed. ``hang``: a rank of the trainer wrote no heartbeat for ``stall_timeout_s``
   (``nsa.training.watchdog.check``, counting only records written after the launch): its processes are asked for
   stack dumps (SIGUSR1), given ``DUMP_WAIT_S`` to write them, then ended; ``stack_dumps`` lists them.
-- ``interrupted``: the child died of SIGINT (exit -2 or 130). A Ctrl-C in the caller (KeyboardInterrupt while
-  waiting) is not a result: the processes are ended and KeyboardInterrupt is raised again.
+- ``interrupted``: the child died of SIGINT (exit -2 or 130). A Ctrl-C, SIGTERM or SIGHUP to the caller
+  (KeyboardInterrupt, or validation.launch.interrupts.Interrupted, while waiting) is not a result: the processes
+  are ended and the exception is raised again.
 - ``error``: the command could not be started (missing executable or cwd).
 
 Ending a run (timeout, hang, Ctrl-C, leftovers after a normal exit) means SIGTERM to every process of the run
@@ -49,8 +50,9 @@ from nsa.training.outputs import write_json
 from nsa.training.watchdog import STALLED, WAITING, check, signal_stack_dumps
 from validation.contracts import stack_dumps
 from validation.launch.diagnosis import NOTE_PREFIX, explain, port_clash, read_tail, tagged_lines
+from validation.launch.interrupts import describe as describe_interrupt
 from validation.launch.processes import (ProcessTree, die_with_parent, end_processes, parent_death_signal,
-                                         sigint_deferred)
+                                         signals_deferred)
 from validation.launch.spec import (CLASH_WINDOW_S, COMMAND_JSON, DUMP_WAIT_S, LAUNCH_ID_VAR, LOG_NAME, RANKS_DIR,
                                     LaunchResult, LaunchSpec, Progress, recorded_env, validate)
 from validation.launch.torchrun import free_port, local_agents_argv, torchrun_argv, torchrun_prefix
@@ -146,7 +148,7 @@ class Run:
         proc = tree = None
         done = False
         try:
-            with sigint_deferred():  # a Ctrl-C between Popen and tracking would leave the child unknown
+            with signals_deferred():  # a signal between Popen and tracking would leave the child unknown
                 proc = self._start(env)
                 if proc is None:
                     return
@@ -154,9 +156,10 @@ class Run:
                 tree = ProcessTree(proc, launch_id, self.started)
             self._wait(proc, tree)
             done = True
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             if tree is not None:
-                note(self.log_path, "interrupted (Ctrl-C in the launcher): ending the run's processes")
+                note(self.log_path, f"interrupted ({describe_interrupt(exc)} to the launcher): ending the run's "
+                                    "processes")
                 how = end_processes(tree, self.spec.term_grace_s)
                 note(self.log_path, f"interrupted after {time.time() - self.started:.1f}s; processes ended "
                                      f"({how or 'already gone'}); exit code {proc.returncode}")

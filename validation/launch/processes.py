@@ -4,41 +4,31 @@
 group or session one of them leads (torchrun starts each worker in a session of its own), and every process whose
 environment carries the launch's id (``LAUNCH_ID_VAR``), found even after it was orphaned. ``end_processes`` ends
 them: SIGTERM, a grace period, then SIGKILL. ``die_with_parent`` (PR_SET_PDEATHSIG) makes a launched child go when
-nsa-validate itself is killed; ``sigint_deferred`` holds a Ctrl-C back while a child is being started and recorded.
+nsa-validate itself is killed; ``signals_deferred`` holds a Ctrl-C / SIGTERM / SIGHUP back while a child is being
+started and recorded (validation.launch.interrupts).
+
+``become_subreaper`` (PR_SET_CHILD_SUBREAPER, ``nsa-validate run`` sets it) makes every process a launch leaves
+orphaned (the ranks of a torchrun agent that was killed, a daemon) a child of nsa-validate instead of PID 1: it stays
+in nsa-validate's own subtree, where ``end_descendants`` (the final sweep after a run or an interrupt) finds and
+ends it whatever its environment says, and where its exit status is reaped.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
 import subprocess
-import threading
+import sys
 import time
 
+from validation.launch import interrupts
 from validation.launch.spec import KILL_WAIT_S, LAUNCH_ID_VAR
 
 log = logging.getLogger("validation.launch")
 
-
-@contextlib.contextmanager
-def sigint_deferred():
-    """Hold back SIGINT (main thread only) for the block; an interrupt that came in is delivered at its end."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught:
-            if callable(previous):
-                previous(signal.SIGINT, None)  # default_int_handler raises KeyboardInterrupt
-            elif previous == signal.SIG_DFL:
-                raise KeyboardInterrupt
+signals_deferred = interrupts.deferred
+sigint_deferred = signals_deferred  # the name it had when only Ctrl-C was handled
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -87,6 +77,7 @@ class ProcessTree:
         self.root = root
         self.launch_id = launch_id.encode()
         self.members: dict[int, int] = {}  # pid -> start ticks
+        self.seen: dict[int, int] = {}  # every member ever seen (pid -> start ticks): orphans of ours to reap
         self.groups: set[int] = {root.pid}  # process group and session ids of members
         self._own = {os.getpid(), os.getpgrp(), os.getsid(0)}
         boot = _boot_time()
@@ -136,14 +127,31 @@ class ProcessTree:
                     groups.update((pgrp, sid))
                     changed = True
         self.members = live
+        self.seen.update(live)
         # a group/session id is kept only while a live member carries it: a pid is not reused while it names one
         self.groups = {g for pid in live for g in table[pid][2:4]} - self._own
+        self._reap(table)
         return live
+
+    def _reap(self, table: dict[int, tuple]) -> None:
+        """Collect the exit status of members that ended as children of this process (orphans re-parented to a
+        subreaper nsa-validate), so they do not stay zombies. The root is left to its Popen."""
+        me = os.getpid()
+        for pid, (state, ppid, _, _, start) in table.items():
+            if state == "Z" and ppid == me and pid != self.root.pid and self.seen.get(pid) == start:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+                self.seen.pop(pid, None)
 
     def alive(self) -> bool:
         return self.root.poll() is None or bool(self.refresh())
 
-    def signal(self, sig: int) -> None:
+    def signal(self, sig: int, only_new: set[tuple[int, int]] | None = None) -> set[tuple[int, int]]:
+        """Send `sig` to the run's process groups and members; with `only_new` (the (pid, start) pairs signalled
+        before), only to members not among them (processes that appeared since). Returns the (pid, start) pairs
+        of the members it was sent to."""
         table = _proc_table()
         if table is None:  # no /proc: the child's process group is all that can be reached
             targets_groups, targets = {self.root.pid}, {}
@@ -153,33 +161,42 @@ class ProcessTree:
             targets = self.members
             if self.root.poll() is None:
                 targets_groups.add(self.root.pid)
+        if only_new is not None:
+            targets_groups = set()
+            targets = {pid: start for pid, start in targets.items() if (pid, start) not in only_new}
         for group in sorted(targets_groups - self._own):
             try:
                 os.killpg(group, sig)
             except (ProcessLookupError, PermissionError):
                 pass
+        sent = set()
         for pid, start in sorted(targets.items()):
             info = _stat(pid) if table is not None else None
             if pid in self._own or (table is not None and (info is None or info[4] != start)):
                 continue
             try:
                 os.kill(pid, sig)
+                sent.add((pid, start))
             except (ProcessLookupError, PermissionError):
                 pass
+        return sent
 
 
 def end_processes(tree: ProcessTree, grace_s: float) -> str:
     """End every process of the run: SIGTERM, up to `grace_s` to exit, then SIGKILL; reap the child. Returns how
-    it ended: "" (nothing was alive), "SIGTERM" or "SIGKILL". A KeyboardInterrupt during the grace period skips
-    to SIGKILL and is raised again once everything is gone."""
+    it ended: "" (nothing was alive), "SIGTERM" or "SIGKILL". A process that appears during the grace period (a
+    worker its agent was just starting) gets its SIGTERM too. A KeyboardInterrupt during the grace period, or a
+    second signal to nsa-validate (interrupts.hurry), skips to SIGKILL; the KeyboardInterrupt is raised again once
+    everything is gone."""
     tree.refresh()
     if not tree.alive():
         return ""
-    tree.signal(signal.SIGTERM)
+    signalled = tree.signal(signal.SIGTERM)
     how, interrupt = "SIGTERM", None
     try:
         end = time.monotonic() + grace_s
-        while time.monotonic() < end and tree.alive():
+        while time.monotonic() < end and not interrupts.hurry() and (tree.refresh() or tree.alive()):
+            signalled |= tree.signal(signal.SIGTERM, only_new=signalled)
             time.sleep(0.1)
     except KeyboardInterrupt as exc:
         interrupt = exc
@@ -198,6 +215,7 @@ def end_processes(tree: ProcessTree, grace_s: float) -> str:
         tree.root.wait(timeout=KILL_WAIT_S)
     except subprocess.TimeoutExpired:
         log.error("pid %d did not exit after SIGKILL", tree.root.pid)
+    tree.refresh()  # reaps members that ended as our children
     if interrupt is not None:
         raise interrupt
     return how
@@ -219,3 +237,85 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
     except OSError:
         pass
 
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make this process the subreaper of its descendants (Linux PR_SET_CHILD_SUBREAPER): a process orphaned below
+    it (a torchrun rank whose agent was killed) is re-parented to it, not to PID 1, so it stays in this process's
+    subtree (``descendants``) until it is ended and reaped. False where that is not possible."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(pid: int | None = None, table: dict[int, tuple] | None = None) -> dict[int, int]:
+    """Every live (not zombie) process below `pid` (default: this one) by parent pid: {pid: start ticks}."""
+    root = os.getpid() if pid is None else pid
+    table = _proc_table() if table is None else table
+    if not table:
+        return {}
+    children: dict[int, list[int]] = {}
+    for p, info in table.items():
+        children.setdefault(info[1], []).append(p)
+    found, todo = {}, [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found and child != root:
+                found[child] = table[child][4]
+                todo.append(child)
+    return {p: start for p, start in found.items() if table[p][0] != "Z"}
+
+
+def reap_children(exclude: set[int] = frozenset()) -> int:
+    """Collect every zombie child of this process except `exclude` (pids a Popen still owns); returns how many."""
+    table = _proc_table() or {}
+    me, n = os.getpid(), 0
+    for pid, (state, ppid, _, _, _) in table.items():
+        if state == "Z" and ppid == me and pid not in exclude:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+                n += 1
+            except ChildProcessError:
+                pass
+    return n
+
+
+def end_descendants(grace_s: float = 2.0) -> list[int]:
+    """The final sweep of a run: end every process still below this one (with ``become_subreaper``, that is every
+    process any launch started, orphans included, whatever their environment): SIGTERM, up to `grace_s`, SIGKILL,
+    repeated until none is left (one that forks while being ended is caught in the next round); zombies reaped.
+    Returns the pids that were found. Call it when no launch of this process is running any more."""
+    found: dict[int, int] = {}
+    deadline = time.monotonic() + grace_s
+    sig = signal.SIGTERM
+    kill_deadline = None
+    while True:
+        table = _proc_table()
+        if table is None:
+            return []
+        live = descendants(None, table)
+        if not live:
+            break
+        found.update(live)
+        for pid in live:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.05)
+        reap_children()
+        if sig == signal.SIGTERM and (time.monotonic() > deadline or interrupts.hurry()):
+            sig, kill_deadline = signal.SIGKILL, time.monotonic() + KILL_WAIT_S
+        if kill_deadline is not None and time.monotonic() > kill_deadline:
+            log.error("processes %s survived SIGKILL", sorted(live))
+            break
+    reap_children()
+    return sorted(found)

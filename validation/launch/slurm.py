@@ -32,7 +32,8 @@ from nsa.training.outputs import write_json
 from nsa.training.watchdog import STALLED
 from validation.launch.attempt import Run, note
 from validation.launch.diagnosis import clip
-from validation.launch.processes import sigint_deferred
+from validation.launch.interrupts import describe as describe_interrupt
+from validation.launch.processes import signals_deferred
 from validation.launch.spec import LAUNCH_ID_VAR, LaunchSpec, Progress
 from validation.launch.torchrun import NODE_NAME_VAR, PREFIX_TEMPLATE_VAR, RANK_PREFIX_TEMPLATE
 
@@ -314,7 +315,7 @@ class SlurmRun(Run):
         cancelled = ""
         try:
             try:
-                with sigint_deferred():  # a Ctrl-C between sbatch and recording the job id would lose the job
+                with signals_deferred():  # a signal between sbatch and recording the job id would lose the job
                     self.job_id = submit(self.script, env, Path(self.spec.cwd))
                     write_json(self.job_file, {"job_id": self.job_id, "script": str(self.script),
                                                "submitted": time.time(), "state": "SUBMITTED"})
@@ -324,9 +325,10 @@ class SlurmRun(Run):
                 return
             note(self.log_path, f"submitted Slurm job {self.job_id} ({self.spec.nnodes} node(s))")
             cancelled = self._follow()
-        except KeyboardInterrupt:  # also one held back during submission: the job is cancelled either way
+        except KeyboardInterrupt as exc:  # also one held back during submission: the job is cancelled either way
             if self.job_id is not None:
-                note(self.log_path, f"interrupted (Ctrl-C in the launcher): cancelling Slurm job {self.job_id}")
+                note(self.log_path, f"interrupted ({describe_interrupt(exc)} to the launcher): cancelling Slurm job "
+                                    f"{self.job_id}")
                 self._cancel()
             raise
         info = self._final_info()

@@ -8,7 +8,10 @@ What a kind defines:
     name, summary        the `kind:` value and one line for `nsa-validate kinds` (the README table)
     keys, launch_keys    its own runbook keys, and which launch settings (config, env, args, ...) it takes
     trainer              True when it launches the trainer: heartbeats, GPUs per rank, metrics per launch
+    host_only            True when it needs none of the devices the runbook's `requirements` ask for (a
+                         snapshot, a test suite whose CUDA tests skip themselves): only its own `requires` apply
     parse / check        schema: its own keys -> step.options; cross-step references once every step is read
+    input_files          the files its own keys name (test paths, a benchmark script): checked before a run
     launches             plan: the LaunchSpecs the step starts (argv, env, directories), in order
     skip_reason          a reason it cannot run here although the machine meets its requirements
     run                  run the launches through the runner's context and collect results.json's step entry
@@ -47,6 +50,7 @@ class StepKind:
     keys: ClassVar[tuple[str, ...]] = ()
     launch_keys: ClassVar[tuple[str, ...]] = LAUNCH_KEYS
     trainer: ClassVar[bool] = False
+    host_only: ClassVar[bool] = False  # True: the runbook's requirements do not apply, only the step's `requires`
     plan_note: ClassVar[str | None] = None  # a line `nsa-validate plan` prints under the step (in-process work)
     # Report partials {"md": source, "html": source}; None: package data validation/steps/templates/<name>.<fmt>.j2.
     # A partial renders the kind's own part of a step section; `s` is the step view (view() merged into it).
@@ -63,6 +67,12 @@ class StepKind:
 
     def check(self, step: Step, order: list[Step], error: Callable[[str], Exception]) -> None:
         """Cross-step checks once every step is read (`order`: all steps in run order); raise error(message)."""
+
+    def input_files(self, step: Step) -> list[tuple[tuple, str]]:
+        """(key path inside the step, file path) of every file the kind's own keys name, e.g. (("tests", 0),
+        "tests/nsa/test_x.py"): `nsa-validate run` and `plan` check that each exists (relative to the working
+        directory) before anything runs. A trainer config (`config`) is checked for every kind that takes it."""
+        return []
 
     # ------------------------------------------------------------------ plan
     def launches(self, step: Step, winners: dict[str, dict[str, Any]] | None,

@@ -30,6 +30,10 @@ class Bench(StepKind):
             raise ctx.error(path + ("command",), "a bench step needs command: [script, args...]")
         return {"command": command}
 
+    def input_files(self, step):
+        script = step.command[0]  # `python SCRIPT ...`; an interpreter option (-m module, -c code) is no file
+        return [] if script.startswith("-") else [(("command", 0), script)]
+
     def launches(self, step, winners, run_dir):
         argv = [sys.executable, *step.command, "--json", run_path(run_dir, f"{step.name}/bench.json")]
         return [command_launch(step, argv, run_dir)]

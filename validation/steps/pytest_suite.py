@@ -28,6 +28,7 @@ class Pytest(StepKind):
     summary = "named tests with JUnit counts"
     keys = ("tests", "pytest_args")
     launch_keys = COMMAND_LAUNCH_KEYS
+    host_only = True  # tests run on any machine (CUDA tests skip themselves); `requires:` makes one need GPUs
 
     def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
         tests = str_list(raw.get("tests"), path + ("tests",), ctx)
@@ -40,6 +41,11 @@ class Pytest(StepKind):
         if not tests:
             raise ctx.error(path + ("tests",), "a pytest step needs tests: [paths or node ids]")
         return {"tests": tests, "pytest_args": args}
+
+    def input_files(self, step):
+        # a node id (path::test) names its file; -k / -m selections are pytest_args, not paths
+        return [(("tests", i), test.split("::", 1)[0]) for i, test in enumerate(step.tests)
+                if not test.startswith("-")]
 
     def launches(self, step, winners, run_dir):
         argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *step.tests,

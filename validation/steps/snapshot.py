@@ -23,6 +23,7 @@ class Snapshot(StepKind):
     summary = ("git sha, `python -m torch.utils.collect_env`, `nvidia-smi -q -x` (and pynvml) when present, package "
                "versions")
     launch_keys = ("launcher", "nnodes", "timeout_s")
+    host_only = True  # a machine without the runbook's GPUs is still snapshotted (that is what it shows)
     plan_note = "in-process: git sha, python -m torch.utils.collect_env, nvidia-smi -q -x, packages"
 
     def launches(self, step, winners, run_dir):

@@ -405,6 +405,39 @@ def test_resume_after_the_orchestrator_was_killed_mid_job(cluster, tmp_path, job
     assert (f"cancelling Slurm job {job_id}" in log) != job_dies
 
 
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+@pytest.mark.reliability
+def test_a_signal_to_the_orchestrator_cancels_the_job(cluster, tmp_path, signame, reliability):
+    rb, out = _slurm_runbook(tmp_path, steps=100_000), tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "validation.cli", "run", str(rb), "--out", str(out), "--no-report"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    job_file = out / "second" / "slurm_job.json"
+    try:
+        end = time.monotonic() + 180
+        while time.monotonic() < end and not (job_file.exists() and (out / "second" / "out" / "training.csv").exists()):
+            time.sleep(0.5)
+        assert job_file.exists(), "the second step's job never started training"
+        proc.send_signal(getattr(signal, signame))
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    job_id = json.loads(job_file.read_text())["job_id"]
+    results = json.loads((out / "results.json").read_text())
+    state = slurm.queue_state(job_id)
+    reliability.record_fault(f"Slurm job: {signame} to nsa-validate", f"exit {128 + getattr(signal, signame)}, "
+                             "job cancelled", f"exit {proc.returncode}, job {'cancelled' if state is None else state}")
+    reliability.record_orphans(len(_our_jobs()), 1)
+    assert proc.returncode == 128 + getattr(signal, signame), stderr[-2000:]
+    assert state is None and _our_jobs() == []
+    assert results["steps"]["first"]["status"] == "passed"
+    assert results["steps"]["second"]["status"] == "interrupted" and signame in results["steps"]["second"]["reason"]
+    assert f"interrupted ({signame} to the launcher): cancelling Slurm job {job_id}" in \
+        (out / "second" / "stdout.log").read_text()
+
+
 def test_slurm_cpu_runbook_is_go_with_two_node_names(cluster, tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "validation.cli", "run", "runbooks/slurm_cpu.yaml", "--out", str(out),

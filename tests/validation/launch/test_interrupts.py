@@ -1,0 +1,153 @@
+"""validation.launch.interrupts and the race-free end of a launch (validation.launch.processes), on plain Python
+children: no torch, a few seconds in all. The signal handlers and the subreaper are set in child processes, never
+in the pytest process itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from process_checks import orphans, pid_alive
+
+from validation.launch import LaunchSpec, launch
+from validation.launch.interrupts import Interrupted, describe, exit_code
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def run_script(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGHUP, 129), (signal.SIGTERM, 143)])
+def test_an_interrupt_carries_its_signal_and_exit_code(sig, code):
+    exc = Interrupted(sig)
+    assert isinstance(exc, KeyboardInterrupt)
+    assert (exc.signum, exc.name, exc.exit_code) == (sig, signal.Signals(sig).name, code)
+    assert describe(exc) == signal.Signals(sig).name and exit_code(exc) == code
+    assert describe(KeyboardInterrupt()) == "Ctrl-C" and exit_code(KeyboardInterrupt()) == 130
+
+
+HANDLERS = r"""
+import json, os, signal, sys, time
+from validation.launch import interrupts
+assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN   # as a background job of a non-interactive shell
+interrupts.install()
+seen = []
+try:
+    with interrupts.deferred():          # held back while a child would be started and recorded
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)
+        seen.append("block finished")
+    seen.append("not interrupted")
+except interrupts.Interrupted as exc:
+    seen.append(exc.name)
+os.kill(os.getpid(), signal.SIGINT)      # a second signal: no exception, the cleanup goes on, only faster
+time.sleep(0.2)
+seen += ["hurry" if interrupts.hurry() else "no hurry", interrupts.received()]
+print(json.dumps(seen), flush=True)
+os.kill(os.getpid(), signal.SIGHUP)      # a third: nsa-validate goes at once, by the signal itself
+time.sleep(5)
+print("still alive", flush=True)
+"""
+
+
+def test_signals_raise_once_are_held_while_a_child_is_started_and_a_third_ends_the_process():
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", HANDLERS], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=30, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    lines = proc.stdout.splitlines()
+    assert lines and json.loads(lines[0]) == ["block finished", "SIGTERM", "hurry", int(signal.SIGTERM)], \
+        proc.stdout + proc.stderr
+    assert proc.returncode == -signal.SIGHUP and "still alive" not in proc.stdout
+
+
+# A launcher that is killed (SIGKILL, as nsa-validate's parent-death signal kills a torchrun agent) right after
+# it started a worker in a session of its own, with an environment that does not carry the launch's id, and that
+# ignores SIGTERM: neither the process tree (by parent, group, session) nor the environment search can find it
+# once its parent is gone. As a subreaper, the orchestrator still has it below itself.
+ORPHAN = r"""
+import json, os, signal, subprocess, sys, time
+from validation.launch.processes import become_subreaper, descendants, end_descendants
+assert become_subreaper()
+middle = subprocess.Popen([sys.executable, "-c", '''
+import subprocess, sys
+w = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
+                     start_new_session=True, env={"PATH": "/usr/bin:/bin"})
+print(w.pid, flush=True)
+import time; time.sleep(600)
+'''], stdout=subprocess.PIPE, text=True)
+worker = int(middle.stdout.readline())
+middle.kill(); middle.wait()
+deadline = time.time() + 10
+while time.time() < deadline and worker not in descendants():
+    time.sleep(0.05)
+ppid = int(open(f"/proc/{worker}/stat").read().rsplit(")", 1)[1].split()[1])
+found = end_descendants(grace_s=0.5)
+gone = not os.path.exists(f"/proc/{worker}")   # reaped too: not even a zombie is left
+print(json.dumps({"me": os.getpid(), "worker": worker, "ppid": ppid, "found": found, "gone": gone}), flush=True)
+"""
+
+
+def test_an_orphan_without_the_launch_id_is_reparented_to_the_orchestrator_and_swept(reliability):
+    proc = run_script(ORPHAN)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert got["ppid"] == got["me"], "the orphan went to PID 1, not to the subreaper"
+    assert got["worker"] in got["found"] and got["gone"]
+    assert orphans([got["worker"]], timeout=1) == []
+
+
+# A root that, when asked to stop, starts one more process (like a torchrun agent still starting its workers)
+# and then ignores further requests. The late process must get its own SIGTERM during the grace period (it writes
+# a file when it does), not only the SIGKILL at its end. It starts with SIGTERM blocked, so one that arrives
+# before its handler is installed waits for it instead of ending it unseen.
+LATE = r"""
+import os, signal, subprocess, sys, time
+marker = sys.argv[1]
+def on_term(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    subprocess.Popen([sys.executable, "-c", f'''
+import signal, sys, time
+def bye(s, f):
+    open({marker!r}, "w").write("SIGTERM")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, bye)
+print("LATE", flush=True)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGTERM}})
+time.sleep(600)
+'''], start_new_session=True, preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}))
+signal.signal(signal.SIGTERM, on_term)
+print("READY", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_process_started_while_the_launch_is_being_ended_gets_sigterm_too(tmp_path):
+    marker = tmp_path / "late_got_sigterm"
+    state = {}
+
+    def on_progress(p):
+        if "READY" in (tmp_path / "step" / "stdout.log").read_text() and not state:
+            state["sent"] = True
+            raise KeyboardInterrupt
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    spec = LaunchSpec(argv=[sys.executable, "-c", LATE, str(marker)], env=env, cwd=REPO, step_dir=tmp_path / "step",
+                      timeout_s=60, poll_s=0.1, term_grace_s=3.0, on_progress=on_progress)
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        launch(spec)
+    assert time.monotonic() - t0 < 30
+    assert "LATE" in (tmp_path / "step" / "stdout.log").read_text()
+    assert marker.read_text() == "SIGTERM", "the late process was not asked to stop before the SIGKILL"
+    assert not any(pid_alive(p) for p in orphans(cmdline_contains=str(marker), timeout=2))

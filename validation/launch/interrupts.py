@@ -1,0 +1,115 @@
+"""The signals that end a validation run: SIGINT, SIGTERM and SIGHUP, each an ``Interrupted`` in the main thread.
+
+``install()`` (``nsa-validate run`` calls it first thing) sets one handler for the three signals, also for a SIGINT
+the shell set to "ignore" (a background job of a non-interactive shell gets SIGINT ignored; Python then installs no
+Ctrl-C handler of its own, so a SIGINT to such a run did nothing). The first signal raises ``Interrupted`` (a
+``KeyboardInterrupt``, so every "end the processes, save, re-raise" path of the launcher and the runner handles it
+as it handles Ctrl-C) carrying the signal; the run ends every launched process tree, records the running step as
+interrupted and exits ``128 + signal`` (130 SIGINT, 129 SIGHUP, 143 SIGTERM). A second signal while that happens
+does not interrupt the cleanup (results are still written): it only makes the launcher skip the rest of its
+SIGTERM grace period and SIGKILL at once (``hurry()``). A third ends nsa-validate at once by the signal's default
+action (the launched processes then go through their parent-death signal).
+
+``deferred()`` holds the three signals back for a block (starting a child and recording its pid, submitting a Slurm
+job and recording its id), then delivers the ones that came in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A SIGINT / SIGTERM / SIGHUP to nsa-validate; `signum`, `name` ("SIGTERM") and `exit_code` (128 + signum)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+_state = {"first": None, "count": 0}
+
+
+def _handler(signum, frame):
+    _state["count"] += 1
+    if _state["first"] is None:
+        _state["first"] = signum
+        raise Interrupted(signum)
+    if _state["count"] >= 3:  # the user insists: go now, by the signal's own default action
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def install() -> bool:
+    """Handle SIGINT, SIGTERM and SIGHUP as described above (main thread only; False elsewhere)."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    reset()
+    for sig in HANDLED:
+        signal.signal(sig, _handler)
+    return True
+
+
+def installed() -> bool:
+    return all(signal.getsignal(sig) is _handler for sig in HANDLED)
+
+
+def reset() -> None:
+    """Forget earlier signals (a new run; the tests)."""
+    _state.update(first=None, count=0)
+
+
+def received() -> int | None:
+    """The first signal received since install(), or None."""
+    return _state["first"]
+
+
+def hurry() -> bool:
+    """True once a second signal came in: ending processes should not wait out a grace period."""
+    return _state["count"] >= 2
+
+
+def describe(exc: BaseException | None) -> str:
+    """"SIGTERM" for an Interrupted, "Ctrl-C" for a plain KeyboardInterrupt."""
+    return exc.name if isinstance(exc, Interrupted) else "Ctrl-C"
+
+
+def exit_code(exc: BaseException | None) -> int:
+    """128 + the signal of an Interrupted; 130 (SIGINT) for a plain KeyboardInterrupt."""
+    return exc.exit_code if isinstance(exc, Interrupted) else 128 + signal.SIGINT
+
+
+@contextlib.contextmanager
+def deferred():
+    """Hold back SIGINT / SIGTERM / SIGHUP (main thread only) for the block; those that came in are delivered at
+    its end, to the handlers that were in place. Signals with no Python handler (default action, ignored) are
+    left alone: holding them would change what they do."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {}
+    for sig in HANDLED:
+        handler = signal.getsignal(sig)
+        if callable(handler):
+            previous[sig] = signal.signal(sig, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(caught):  # each signal once, in the order they came
+            signal.raise_signal(sig)

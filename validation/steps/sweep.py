@@ -17,8 +17,9 @@ from typing import Any
 
 from validation import steps
 from validation.launch.spec import safe_name
-from validation.report.format import (as_dict, as_list, finite, fmt_num, fmt_pct, fmt_rate, param_name,
-                                      params_text, stat_of, status_view)
+from validation.report.format import (as_dict, as_list, context_text, finite, fmt_num, fmt_pct, fmt_rate,
+                                      fmt_tflops, mfu_text, param_name, params_text, shared_context_text, stat_of,
+                                      status_view)
 from validation.schema import mapping, reserved_arg, typed
 from validation.steps.trainer import TrainerKind, run_each, trainer_launch
 
@@ -96,12 +97,14 @@ class Sweep(TrainerKind):
                 value = params_text(params) if params else fmt_num(run.get("label"))
             if label_counts[str(run.get("label"))] > 1 and run.get("repeat") is not None:
                 value = f"{value} (repeat {fmt_num(run.get('repeat'))})"
-            toks = stat_of(as_dict(run.get("metrics")), "toks_per_s")
+            run_metrics = as_dict(run.get("metrics"))
+            toks = stat_of(run_metrics, "toks_per_s")
             best = bool(winner) and run.get("label") == winner.get("label")
             rows.append({
                 "value": value, "label": fmt_num(run.get("label")), "best": best,
                 "mean": fmt_rate(toks.get("mean")), "stdev": fmt_rate(toks.get("stdev")),
                 "cv": fmt_pct(toks.get("cv")), "n": fmt_num(toks.get("n")),
+                "tflops": fmt_tflops(run_metrics.get("tflops_per_s")), "mfu": mfu_text(run_metrics, why=False),
                 "status": status_view(run.get("status")), "reason": run.get("reason"),
             })
         winner_view = None
@@ -113,6 +116,7 @@ class Sweep(TrainerKind):
         no_winner = None if winner else (metrics.get("selection") or "no run finished with a throughput figure")
         return {"command": "",  # each run has its own
                 "sweep": {"header": header, "rows": rows, "winner": winner_view,
+                          "context": shared_context_text(as_dict(r.get("metrics")) for r in runs),
                           "no_winner": str(no_winner) if no_winner else None, "rule": str(rule) if rule else None}}
 
     def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
@@ -136,6 +140,8 @@ class Sweep(TrainerKind):
                         if as_dict(r).get("label") == winner.get("label")), {})
             mean = stat_of(as_dict(run.get("metrics")), "toks_per_s").get("mean")
             note = f"step `{step.get('name')}`" + (f", {fmt_rate(mean)} tokens/s" if finite(mean) is not None else "")
+            context = context_text(run.get("metrics"))
+            note += f" at {context}" if context and finite(mean) is not None else ""
             figures.append((20, {"label": label, "value": value, "note": note}))
         return figures
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from validation import steps
-from validation.report.format import NA, as_dict, finite, fmt_rate, mean_pm, stat_of, window_text
+from validation.report.format import NA, as_dict, context_text, finite, fmt_rate, mean_pm, stat_of, window_text
 from validation.schema import NAME_RE, typed
 from validation.steps.trainer import TrainerKind, run_single
 
@@ -70,6 +70,9 @@ class Train(TrainerKind):
             note = f"step `{baseline.get('name')}`" + (f", {window}" if window != NA else "")
             if finite(per_gpu.get("mean")) is not None:
                 note += f", {fmt_rate(per_gpu.get('mean'))} tokens/s per GPU"
+            context = context_text(metrics)
+            if context and finite(toks.get("mean")) is not None:
+                note += f"; at {context}"
             figures.append((10, {"label": "Baseline throughput", "value": value, "note": note}))
         scaling = None
         for step in in_order:

@@ -17,8 +17,8 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
+from validation.report.console import make_console, print_line, print_table
 from validation.runbook import RunbookError, Step, load_runbook
 
 EXIT_GO, EXIT_NOGO, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -30,8 +30,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                        "correctly and fast: run declarative runbooks, reduce the trainer's outputs to statistics, "
                        "check acceptance criteria, write GO/NO-GO reports. Exit codes: 0 GO, 1 NO-GO, 2 invalid "
                        "input, 3 INCOMPLETE, 130/129/143 interrupted by SIGINT/SIGHUP/SIGTERM.")
-console = Console(stderr=False, highlight=False)
-err = Console(stderr=True, highlight=False)
+console = make_console()  # not a terminal: nothing wrapped or cut (validation.report.console)
+err = make_console(stderr=True)
 
 
 def _fail(message: str, code: int = EXIT_USAGE):
@@ -309,21 +309,20 @@ def _write_all_reports(run_dir: Path, results: dict) -> list[Path]:
 
 
 def _print_summary(results: dict, run_dir: Path, paths: list[Path]) -> None:
-    table = Table(title="acceptance", show_lines=False)
-    for col in ("criterion", "target", "actual", "status"):
-        table.add_column(col)
-    icon = {"pass": "[green]PASS[/green]", "fail": "[red]FAIL[/red]", "warn": "[yellow]WARN[/yellow]",
-            "skipped": "[dim]SKIPPED[/dim]", "error": "[red]ERROR[/red]"}
-    for c in results["acceptance"]:
-        table.add_row(escape(c["name"]), escape(c["target"]), escape(str(c.get("actual") or "")),
-                      icon.get(c["status"], escape(c["status"])))
+    from validation.report.format import CRITERION_LABELS, status_view
+    from validation.report.view import key_figure_lines
+
     if results["acceptance"]:
-        console.print(table)
+        print_table(console, ("criterion", "target", "actual", "status"),
+                    [(c["name"], c["target"], c.get("actual") or "", status_view(c["status"], CRITERION_LABELS)["word"])
+                     for c in results["acceptance"]], title="acceptance")
+    for line in key_figure_lines(results):  # every tokens/s with what it means (sequence, batch, model, ...)
+        print_line(console, line)
     colour = {"GO": "green", "NO-GO": "red"}.get(results["verdict"], "yellow")
-    console.print(f"[bold {colour}]{results['verdict']}[/bold {colour}]: {escape(results['verdict_reason'])}")
+    print_line(console, f"{results['verdict']}: {results['verdict_reason']}", style=f"bold {colour}")
     env = results["recommendations"]["env"]
     if env:
-        console.print("recommended: " + " ".join(f"{k}={v}" for k, v in env.items()), markup=False)
+        print_line(console, "recommended: " + " ".join(f"{k}={v}" for k, v in env.items()))
     console.print(f"results: {run_dir / 'results.json'}", markup=False)
     for p in paths:
         console.print(f"report:  {p}", markup=False)
@@ -397,28 +396,22 @@ def compare(run_a: Path = typer.Argument(..., help="baseline run directory"),
 def list_(runbooks_dir: Path = typer.Option(Path("runbooks"), "--runbooks", help="where runbooks live"),
           runs_dir: Path = typer.Option(DEFAULT_RUNS, "--runs", help="where runs live")) -> None:
     """Runbooks available, and past runs with their verdicts."""
-    table = Table(title="runbooks")
-    table.add_column("file")
-    table.add_column("name")
-    table.add_column("description")
+    rows = []
     for path in sorted(runbooks_dir.glob("*.yaml")):
         try:
             rb = load_runbook(path)
-            table.add_row(escape(str(path)), escape(rb.name), escape(rb.description[:90]))
+            rows.append((path, rb.name, rb.description))
         except RunbookError as exc:
-            table.add_row(escape(str(path)), "[red]invalid[/red]", escape(str(exc)[:90]))
-    console.print(table)
-    runs = Table(title=f"runs under {runs_dir}")
-    for col in ("run", "runbook", "verdict", "started"):
-        runs.add_column(col)
+            rows.append((path, "invalid", exc))
+    print_table(console, ("file", "name", "description"), rows, title="runbooks")
+    runs = []
     for results_path in sorted(runs_dir.glob("*/results.json")):
         try:
             data = json.loads(results_path.read_text())
-            runs.add_row(escape(str(results_path.parent)), escape(data["runbook"]["name"]), data["verdict"],
-                         data["started"])
-        except (OSError, ValueError, KeyError):
-            runs.add_row(str(results_path.parent), "?", "unreadable", "")
-    console.print(runs)
+            runs.append((results_path.parent, data["runbook"]["name"], data["verdict"], data["started"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            runs.append((results_path.parent, "?", "unreadable", ""))
+    print_table(console, ("run", "runbook", "verdict", "started"), runs, title=f"runs under {runs_dir}")
 
 
 @app.command()
@@ -429,13 +422,9 @@ def kinds(markdown: bool = typer.Option(False, "--markdown", help="print the Mar
     if markdown:
         typer.echo(step_kinds.table_markdown(), nl=False)
         return
-    table = Table(title="step kinds")
-    for col in ("kind", "what it does", "its own keys", "module"):
-        table.add_column(col)
-    for kind in step_kinds.kinds():
-        table.add_row(kind.name, escape(kind.summary.replace("`", "")), ", ".join(kind.keys) or "-",
-                      type(kind).__module__)
-    console.print(table)
+    print_table(console, ("kind", "what it does", "its own keys", "module"),
+                [(kind.name, kind.summary.replace("`", ""), ", ".join(kind.keys) or "-", type(kind).__module__)
+                 for kind in step_kinds.kinds()], title="step kinds")
 
 
 def main() -> None:  # console script

@@ -6,7 +6,8 @@ console log. docs/architecture.md lists every file with its writer and its reade
 
     training.csv            validation.metrics.read_training_csv (metrics, plots, A/B samples, compare)
     heartbeat_rank{r}.jsonl nsa.training.watchdog.check (the launcher's progress and stall watch)
-    env.json                read_env_json: nodes of the job, the toggles in effect (DDP compression)
+    env.json                read_env_json: nodes of the job, the toggles in effect (DDP compression), the run
+                            shape beside its throughput (run_context: resolved config, n_params, flops_per_token)
     status.json             read_status_json: how the run ended, its notes (settings the trainer ignored)
     sdpa_audit.json         read_sdpa_audit: SDPA backends per call site (NSA_SDPA_AUDIT=1)
     error_rank{r}.txt       error_files: the failing rank's traceback (validation.launch.diagnosis)
@@ -71,6 +72,33 @@ def ddp_compression(env: dict[str, Any]) -> str | None:
     if env.get("parallel") != "ddp" or value in (None, "", "none"):
         return None
     return str(value)
+
+
+def _positive(value: Any) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value <= 0:
+        return None
+    return value
+
+
+def run_context(env: dict[str, Any]) -> dict[str, Any]:
+    """What a run's tokens/s means, from its env.json (the resolved config the trainer ran, after every flag and
+    override, and the model it built): {"seq_len", "micro_batch" (train.batch_size: sequences per rank per
+    micro-step), "accum", "world_size", "global_batch_tokens" (seq_len x micro_batch x accum x world_size: tokens
+    per optimizer step), "n_params", "precision", "flops_per_token", "peak_flops" (per device, None when unknown),
+    "device"}. A field the file lacks is None; {} without an env.json."""
+    if not isinstance(env, dict) or not env:
+        return {}
+    config = env.get("config") if isinstance(env.get("config"), dict) else {}
+    train = config.get("train") if isinstance(config.get("train"), dict) else {}
+    seq_len, micro, accum = (_positive(train.get(k)) for k in ("seq_len", "batch_size", "accum"))
+    world = _positive(env.get("world_size"))
+    tokens = seq_len * micro * accum * world if None not in (seq_len, micro, accum, world) else None
+    precision = train.get("precision")
+    return {"seq_len": seq_len, "micro_batch": micro, "accum": accum, "world_size": world,
+            "global_batch_tokens": tokens, "n_params": _positive(env.get("n_params")),
+            "precision": str(precision) if precision else None,
+            "flops_per_token": _positive(env.get("flops_per_token")), "peak_flops": _positive(env.get("peak_flops")),
+            "device": str(env.get("device_name") or env.get("device") or "") or None}
 
 
 def ignored_settings(status: dict[str, Any] | None, names: list[str]) -> list[str]:

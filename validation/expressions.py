@@ -121,11 +121,31 @@ def fmt_value(v: Any) -> str:
         return f"{v:.1f}" if abs(v) >= 1e4 else f"{v:.4g}"
     if isinstance(v, str):
         return repr(v) if len(v) <= 60 else repr(v[:57] + "...")
+    if isinstance(v, (dict, list, tuple)):  # key=value and comma lists, as the reports show data (not reprs)
+        text = _plain(v, 3)
+        return text if len(text) <= 160 else text[:157] + "..."
     try:
         text = _brief_repr.repr(v)  # bounded: data may be huge or self-referencing
     except ValueError:  # an int too long for str()
         text = f"<{type(v).__name__}>"
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _plain(v: Any, depth: int) -> str:
+    """A dict as {k=v, ...}, a list as [a, b, ...], strings unquoted inside; bounded in depth and length."""
+    if isinstance(v, str):
+        return v if len(v) <= 40 else v[:37] + "..."
+    if not isinstance(v, (dict, list, tuple)):
+        return fmt_value(v)
+    if depth <= 0:
+        return "{...}" if isinstance(v, dict) else "[...]"
+    items = list(v.items())[:8] if isinstance(v, dict) else list(v)[:8]
+    more = len(v) > 8
+    if isinstance(v, dict):
+        body = ", ".join(f"{_plain(k, depth - 1)}={_plain(x, depth - 1)}" for k, x in items)
+        return "{" + body + (", ..." if more else "") + "}"
+    body = ", ".join(_plain(x, depth - 1) for x in items)
+    return "[" + body + (", ..." if more else "") + "]"
 
 
 class _Checker:

@@ -416,6 +416,15 @@ def scaling_efficiency(multi_toks_per_s: float | None, single_toks_per_s: float 
     return multi / (n * single)
 
 
+def model_tflops(flops_per_token: float | None, toks_per_s: float | None) -> float | None:
+    """Achieved model TFLOP/s of a run (all ranks together): flops_per_token (env.json, the model's forward and
+    backward FLOPs per token) x global tokens/s / 1e12. None when either is unknown or not finite."""
+    if flops_per_token is None or toks_per_s is None:
+        return None
+    value = float(flops_per_token) * float(toks_per_s) / 1e12
+    return value if math.isfinite(value) and value >= 0 else None
+
+
 def _fmt(value: float) -> str:
     return f"{value:.1f}" if abs(value) >= 100 else f"{value:.4g}"
 

@@ -44,7 +44,7 @@ def ev(text: str, ns=NS, logs=LOGS.get) -> EvalResult:
     ('log_contains(longrun, "gradient compression enabled")', "fail",
      "log_contains(longrun, 'gradient compression enabled') = False"),
     ('log_count(longrun, "WARNING") <= 1', "fail", "log_count(longrun, 'WARNING') = 2"),
-    ("bucket_sweep.winner is not None", "pass", "bucket_sweep.winner = {'label': '50'}"),
+    ("bucket_sweep.winner is not None", "pass", "bucket_sweep.winner = {label=50}"),
     ("empty_sweep.winner is not None", "fail", "empty_sweep.winner = None"),
     ("empty_sweep.winner is None", "pass", "empty_sweep.winner = None"),
     ("parity.failed == 0 and parity.passed > 0", "pass", "parity.failed = 0; parity.passed = 12"),

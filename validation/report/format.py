@@ -10,30 +10,30 @@ from typing import Any, Iterable
 
 NA = "n/a"
 FAILED_STATUSES = ("failed", "hang", "timeout", "error")
+# Statuses in words (reports never rely on emoji, which need a font to appear): (word, css class).
 STATUS_LABELS = {
-    "passed": ("✅", "PASSED", "pass"),
-    "failed": ("❌", "FAILED", "fail"),
-    "error": ("❗", "ERROR", "error"),
-    "hang": ("❌", "HANG", "fail"),
-    "timeout": ("⏱", "TIMEOUT", "fail"),
-    "skipped": ("⏭", "SKIPPED", "skip"),
-    "pending": ("⏳", "PENDING", "warn"),
-    "interrupted": ("⚠️", "INTERRUPTED", "warn"),
-    "running": ("⏳", "RUNNING", "warn"),
+    "passed": ("PASSED", "pass"),
+    "failed": ("FAILED", "fail"),
+    "error": ("ERROR", "error"),
+    "hang": ("HANG", "fail"),
+    "timeout": ("TIMEOUT", "fail"),
+    "skipped": ("SKIPPED", "skip"),
+    "pending": ("PENDING", "warn"),
+    "interrupted": ("INTERRUPTED", "warn"),
+    "running": ("RUNNING", "warn"),
 }
 CRITERION_LABELS = {
-    "pass": ("✅", "PASS", "pass"),
-    "fail": ("❌", "FAIL", "fail"),
-    "warn": ("⚠️", "WARN", "warn"),
-    "skipped": ("⏭", "SKIPPED", "skip"),
-    "error": ("❗", "ERROR", "error"),
+    "pass": ("PASS", "pass"),
+    "fail": ("FAIL", "fail"),
+    "warn": ("WARN", "warn"),
+    "skipped": ("SKIPPED", "skip"),
+    "error": ("ERROR", "error"),
 }
-VERDICT_LABELS = {
-    "GO": ("✅", "go"),
-    "NO-GO": ("❌", "nogo"),
-    "INCOMPLETE": ("⚠️", "incomplete"),
+VERDICT_LABELS = {  # verdict -> css class
+    "GO": "go",
+    "NO-GO": "nogo",
+    "INCOMPLETE": "incomplete",
 }
-
 
 
 def as_dict(value: Any) -> dict:
@@ -181,9 +181,10 @@ def params_text(params: Any) -> str:
 
 
 def status_view(status: Any, table: dict = STATUS_LABELS) -> dict:
+    """{"value", "word", "label", "css"} of a step or criterion status: the word (PASSED, FAIL, ...) is the label."""
     key = str(status) if status is not None else "unknown"
-    icon, word, css = table.get(key, ("❔", key.upper(), "unknown"))
-    return {"value": key, "icon": icon, "word": word, "label": f"{icon} {word}", "css": css}
+    word, css = table.get(key, (key.upper(), "unknown"))
+    return {"value": key, "word": word, "label": word, "css": css}
 
 
 def fence(text: str) -> str:
@@ -206,3 +207,87 @@ def env_text(env: Any, skip: Iterable[str] = ("CONFIG",)) -> str:
 def file_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "step"
 
+
+
+# --------------------------------------------------------------------------------------------------------------
+# What a tokens/s figure means: the run's shape beside it (metrics "context" and "tflops_per_s", validation.steps.trainer)
+
+CONTEXT_FIELDS = ("seq_len", "micro_batch", "accum", "world_size", "global_batch_tokens", "n_params", "precision")
+
+
+def fmt_count(value: Any) -> str:
+    """A parameter count: 186296 -> '186.3K', 124_500_000 -> '124.5M', 1.3e9 -> '1.30B'."""
+    v = finite(value)
+    if v is None:
+        return NA
+    for scale, suffix, digits in ((1e9, "B", 2), (1e6, "M", 1), (1e3, "K", 1)):
+        if abs(v) >= scale:
+            return f"{v / scale:.{digits}f}{suffix}"
+    return f"{v:.0f}"
+
+
+def fmt_tflops(value: Any) -> str:
+    """Achieved model TFLOP/s (all ranks): three significant digits, small CPU figures included."""
+    v = finite(value)
+    if v is None:
+        return NA
+    return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def mfu_text(metrics: Any, why: bool = True) -> str:
+    """The window's mean model FLOPs utilization (training.csv's mfu column), or n/a, with why when `why` and the
+    run recorded no device peak."""
+    metrics = as_dict(metrics)
+    mean = finite(stat_of(metrics, "mfu").get("mean"))
+    if mean is not None:
+        return fmt_pct(mean)
+    ctx = as_dict(metrics.get("context"))
+    if why and ctx and finite(ctx.get("peak_flops")) is None:
+        return f"{NA} (device peak unknown)"
+    return NA
+
+
+def context_parts(metrics: Any) -> list[tuple[str, str]]:
+    """(label, value) of the run shape beside a tokens/s figure: sequence length, micro-batch, accumulation, world
+    size, global batch in tokens, model parameters, precision, TFLOP/s, MFU. Unknown fields are left out (results
+    written before they existed); TFLOP/s and MFU say n/a when the others are known."""
+    metrics = as_dict(metrics)
+    ctx = as_dict(metrics.get("context"))
+    parts = []
+    for key, label in (("seq_len", "seq_len"), ("micro_batch", "micro-batch"), ("accum", "accum"),
+                       ("world_size", "world size")):
+        value = ctx.get(key, metrics.get(key) if key == "world_size" else None)
+        if finite(value) is not None:
+            parts.append((label, fmt_num(value)))
+    if finite(ctx.get("global_batch_tokens")) is not None:
+        parts.append(("global batch", f"{fmt_num(ctx['global_batch_tokens'])} tokens"))
+    if finite(ctx.get("n_params")) is not None:
+        parts.append(("params", fmt_count(ctx["n_params"])))
+    if ctx.get("precision"):
+        parts.append(("precision", str(ctx["precision"])))
+    if ctx or finite(metrics.get("tflops_per_s")) is not None:
+        parts.append(("TFLOP/s", fmt_tflops(metrics.get("tflops_per_s"))))
+        parts.append(("MFU", mfu_text(metrics)))
+    return parts
+
+
+def context_text(metrics: Any) -> str:
+    """context_parts as one line: 'seq_len 256, micro-batch 4, accum 1, world size 2, global batch 2,048 tokens,
+    params 186.3K, precision fp32, TFLOP/s 0.0439, MFU n/a (device peak unknown)'; "" when nothing is known."""
+    return ", ".join(f"{label} {value}" for label, value in context_parts(metrics))
+
+
+def shared_context_text(metrics_list: Iterable[Any], per_row: Iterable[str] = ("TFLOP/s", "MFU")) -> str:
+    """context_text of several runs of one step (a sweep's points, an A/B's variants), each field once: its value
+    when the runs agree, 'a / b / c' in run order when they differ (e.g. a sweep over args.batch_size). Fields in
+    `per_row` (TFLOP/s and MFU, which such tables show per run) appear only when every run has the same value
+    (e.g. 'MFU n/a (device peak unknown)')."""
+    values: dict[str, list[str]] = {}
+    for metrics in metrics_list:
+        for label, value in context_parts(metrics):
+            seen = values.setdefault(label, [])
+            if value not in seen:
+                seen.append(value)
+    skip = set(per_row)
+    return ", ".join(f"{label} {' / '.join(vals)}" for label, vals in values.items()
+                     if label not in skip or len(vals) == 1)

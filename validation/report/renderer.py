@@ -44,7 +44,7 @@ def render(results: dict, fmt: str = "md", *, run_dir: Path | None = None,
         return json.dumps(results, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     if fmt == "junit":
         return render_junit(results)
-    text = _template(fmt).render(r=build_view(results, run_dir=run_dir, plots=plots))
+    text = _template(fmt).render(r=build_view(results, run_dir=run_dir, plots=plots, inline_plots=fmt == "html"))
     return _tidy_markdown(text) if fmt == "md" else text
 
 
@@ -105,7 +105,7 @@ def _template(fmt: str):
             f"report templates not found: no {what} at {path if what != 'folder' else TEMPLATES_DIR} "
             f"(the templates are package data of validation.report: report.md.j2 and report.html.j2 in "
             f"validation/report/templates/; reinstall nsa-validate, e.g. `pip install .`)")
-    return _jinja_env().get_template(TEMPLATE_NAMES[fmt])
+    return _jinja_env(fmt).get_template(TEMPLATE_NAMES[fmt])
 
 
 def _load(name: str) -> str | None:
@@ -141,7 +141,34 @@ def _tidy_markdown(text: str) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def _jinja_env():
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
+_STRONG = re.compile(r"\*\*(.+?)\*\*", re.S)
+
+
+def html_text(value: Any):
+    """A value as HTML text: escaped, with the inline Markdown that free text carries (step names in backticks,
+    **bold**) turned into <code> and <strong>, so the page never shows literal Markdown. Markup passes as is."""
+    from markupsafe import Markup, escape
+
+    if isinstance(value, Markup):
+        return value
+    text = str(escape("" if value is None else value))
+    if "`" in text:
+        text = _CODE_SPAN.sub(lambda m: f"<code>{m.group(2).strip()}</code>", text)
+    if "**" in text:
+        text = _STRONG.sub(lambda m: f"<strong>{m.group(1)}</strong>", text)
+    return Markup(text)
+
+
+def _verbatim(value: Any):
+    """Escaped text shown exactly as it is (a traceback, a command): no Markdown turned into HTML."""
+    from markupsafe import Markup, escape
+
+    return Markup(str(escape("" if value is None else value)))
+
+
+def _jinja_env(fmt: str):
+    """The Jinja2 environment of fmt: HTML autoescapes and turns inline Markdown in values into HTML (html_text)."""
     import jinja2
 
     env = jinja2.Environment(
@@ -151,7 +178,9 @@ def _jinja_env():
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        finalize=html_text if fmt == "html" else None,
     )
     env.filters["cell"] = _md_cell
     env.filters["code"] = _md_code
+    env.filters["verbatim"] = _verbatim
     return env

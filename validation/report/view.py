@@ -8,6 +8,7 @@ sorted); missing or malformed values render as "n/a", never as an error.
 
 from __future__ import annotations
 
+import base64
 import re
 import shlex
 from collections import Counter
@@ -67,14 +68,16 @@ def _step_view(number: str, name: str, step: dict | None) -> dict:
 
 
 def _phase_status(step_views: list[dict]) -> dict:
+    """A phase's status in a word: FAILED (a step failed), INCOMPLETE (a step did not finish or has no result),
+    SKIPPED (every step skipped), PASSED (otherwise: every step that ran passed)."""
     statuses = [v["status"]["value"] for v in step_views]
     if any(s in FAILED_STATUSES for s in statuses):
-        return {"icon": "❌", "css": "fail"}
+        return {"word": "FAILED", "css": "fail"}
     if any(s in ("pending", "interrupted", "missing", "unknown") or s not in STATUS_LABELS for s in statuses):
-        return {"icon": "⚠️", "css": "warn"}
+        return {"word": "INCOMPLETE", "css": "warn"}
     if statuses and all(s == "skipped" for s in statuses):
-        return {"icon": "⏭", "css": "skip"}
-    return {"icon": "✅", "css": "pass"}
+        return {"word": "SKIPPED", "css": "skip"}
+    return {"word": "PASSED", "css": "pass"}
 
 
 
@@ -85,6 +88,14 @@ def _key_figures(results: dict, ordered: list[tuple[dict, list[str]]]) -> list[d
     in_order = [steps[n] for _, names in ordered for n in names if isinstance(steps.get(n), dict)]
     figures = [fig for kind in step_kinds.kinds() for fig in kind.key_figures(in_order)]
     return [fig for _, fig in sorted(figures, key=lambda item: item[0])]
+
+
+def key_figure_lines(results: dict) -> list[str]:
+    """The executive summary's figures as plain lines for the console ("Baseline throughput: ... — step baseline,
+    ...; at seq_len 256, ..."), inline Markdown removed."""
+    figures = _key_figures(as_dict(results), ordered_steps(as_dict(results)))
+    lines = [f"{f['label']}: {f['value']} — {f['note']}" for f in figures]
+    return [re.sub(r"`+([^`]*)`+", r"\1", line).replace("**", "") for line in lines]
 
 
 def _environment_rows(results: dict) -> list[tuple[str, str]]:
@@ -200,8 +211,37 @@ def _artifacts(results: dict, ordered: list[tuple[dict, list[str]]], run_dir: Pa
     return out
 
 
-def build_view(results: dict, *, run_dir: Path | None = None, plots: list[dict] | None = None) -> dict:
-    """Everything the Markdown and HTML templates show, formatted (strings, lists, dicts)."""
+def _plot_list(results: dict, run_dir: Path | None, plots: list[dict] | None, inline: bool) -> list[dict]:
+    """[{"title", "path", "src"}] of the plots whose PNG is there (all of them without run_dir, unless inline):
+    src is the path (Markdown links it) or, with inline, a data: URI of the PNG (the HTML page carries it)."""
+    out = []
+    for p in (as_dict(p) for p in (plots if plots is not None else as_list(results.get("plots")))):
+        if not p.get("path"):
+            continue
+        path = str(p["path"])
+        file = Path(run_dir) / path if run_dir is not None else None
+        if file is not None and not file.is_file():
+            continue
+        src = path
+        if inline:
+            if file is None:
+                continue
+            try:
+                src = "data:image/png;base64," + base64.b64encode(file.read_bytes()).decode("ascii")
+            except OSError:
+                continue
+        out.append({"title": str(p.get("title") or path), "path": path, "src": src})
+    return out
+
+
+def build_view(results: dict, *, run_dir: Path | None = None, plots: list[dict] | None = None,
+               inline_plots: bool = False) -> dict:
+    """Everything the Markdown and HTML templates show, formatted (strings, lists, dicts). inline_plots: each
+    plot's "src" is a data: URI of its PNG (read from run_dir; a plot that cannot be read is left out)."""
+    from validation.report.command import validated_command
+    from validation.report.performance import performance_view
+    from validation.report.problems import open_problems
+
     results = as_dict(results)
     runbook = as_dict(results.get("runbook"))
     steps = as_dict(results.get("steps"))
@@ -218,13 +258,10 @@ def build_view(results: dict, *, run_dir: Path | None = None, plots: list[dict] 
                        "description": phase.get("description") or None,
                        "status": _phase_status(views), "steps": views})
     verdict = str(results.get("verdict") or "INCOMPLETE")
-    icon, css = VERDICT_LABELS.get(verdict, ("⚠️", "incomplete"))
+    css = VERDICT_LABELS.get(verdict, "incomplete")
     step_counts = Counter(str(as_dict(s).get("status")) for s in steps.values())
     crit_counts = Counter(str(as_dict(c).get("status")) for c in as_list(results.get("acceptance")))
-    plot_list = [as_dict(p) for p in (plots if plots is not None else as_list(results.get("plots")))]
-    plot_list = [{"title": str(p.get("title") or p.get("path")), "path": str(p["path"])}
-                 for p in plot_list if p.get("path")
-                 and (run_dir is None or (Path(run_dir) / str(p["path"])).is_file())]
+    performance = performance_view(results)
     recs = as_dict(results.get("recommendations"))
     rec_env = as_dict(recs.get("env"))
     tool = as_dict(results.get("tool"))
@@ -232,9 +269,12 @@ def build_view(results: dict, *, run_dir: Path | None = None, plots: list[dict] 
         "title": f"{runbook.get('name') or 'nsa-validate'} validation report",
         "runbook": {"name": fmt_num(runbook.get("name")), "description": runbook.get("description") or None,
                     "path": fmt_num(runbook.get("path"))},
-        "verdict": {"value": verdict, "icon": icon, "css": css,
-                    "reason": results.get("verdict_reason") or NA},
+        "verdict": {"value": verdict, "css": css, "reason": results.get("verdict_reason") or NA},
         "key_figures": _key_figures(results, ordered),
+        "key_finding": performance["key_finding"] if performance else None,
+        "performance": performance,
+        "problems": open_problems(results),
+        "run_command": validated_command(results),
         "step_counts": ", ".join(f"{step_counts[k]} {k}" for k in sorted(step_counts)) or "none",
         "step_total": sum(step_counts.values()),
         "criteria_counts": ", ".join(f"{crit_counts[k]} {k}" for k in sorted(crit_counts)) or "none",
@@ -244,7 +284,7 @@ def build_view(results: dict, *, run_dir: Path | None = None, plots: list[dict] 
         "acceptance": _acceptance_rows(results),
         "exports": [f"export {k}={shlex.quote(str(rec_env[k]))}" for k in sorted(rec_env, key=str)],
         "notes": [str(n) for n in as_list(recs.get("notes"))],
-        "plots": plot_list,
+        "plots": _plot_list(results, run_dir, plots, inline_plots),
         "artifacts": _artifacts(results, ordered, run_dir),
         "tool": f"{tool.get('name') or 'nsa-validate'} {tool.get('version') or ''}".strip(),
         "schema_version": fmt_num(results.get("schema_version")),

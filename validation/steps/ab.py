@@ -29,8 +29,8 @@ from collections import Counter
 from typing import Any
 
 from validation import contracts, steps
-from validation.report.format import (as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct, mean_pm, params_text,
-                                      stat_of, status_view)
+from validation.report.format import (as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct, fmt_tflops, mean_pm,
+                                      mfu_text, params_text, shared_context_text, stat_of, status_view)
 from validation.schema import NAME_RE, env_vars, mapping, trainer_flags, typed
 from validation.steps.sweep import decision_view
 from validation.steps.trainer import TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
@@ -184,13 +184,16 @@ class AB(TrainerKind):
         label_counts = Counter(str(r.get("label")) for r in runs)
         rows = []
         for run in runs:
-            toks = stat_of(as_dict(run.get("metrics")), "toks_per_s")
+            run_metrics = as_dict(run.get("metrics"))
+            toks = stat_of(run_metrics, "toks_per_s")
             label = fmt_num(run.get("label"))
             if label_counts[str(run.get("label"))] > 1 and finite(run.get("repeat")) is not None:
                 label = f"{label} (repeat {int(run['repeat']) + 1})"
             rows.append({"label": label, "params": params_text(run.get("params")),
                          "repeat": fmt_num(run.get("repeat")), "toks": mean_pm(toks),
                          "cv": fmt_pct(toks.get("cv")), "n": fmt_num(toks.get("n")),
+                         "tflops": fmt_tflops(run_metrics.get("tflops_per_s")),
+                         "mfu": mfu_text(run_metrics, why=False),
                          "status": status_view(run.get("status")), "reason": run.get("reason")})
         comparisons = []
         for comp in (as_dict(c) for c in as_list(result.get("comparison"))):
@@ -218,7 +221,8 @@ class AB(TrainerKind):
                       "significant": bool(chosen.get("significant", not decision))}
         return {"command": "",  # each run has its own
                 "ab": {"rows": rows, "comparisons": comparisons, "winner": winner,
-                       "decision": decision_view(decision, as_dict(result.get("choice"))) if decision else None}}
+                       "decision": decision_view(decision, as_dict(result.get("choice"))) if decision else None,
+                       "context": shared_context_text(as_dict(r.get("metrics")) for r in runs)}}
 
     def summary_line(self, result: dict) -> str:
         chosen = as_dict(result.get("choice"))

@@ -98,10 +98,14 @@ class StepKind:
 
     def summary_line(self, result: dict[str, Any]) -> str:
         """Extra text of the console line printed when the step ends (e.g. its mean throughput, its winner)."""
+        from validation.report.format import context_text
+
         extra = ""
         m = result.get("metrics") or {}
         if isinstance(m.get("toks_per_s"), dict) and m["toks_per_s"].get("mean") is not None:
-            extra = f" ({m['toks_per_s']['mean']:,.0f} tok/s mean, last {m['window']['n']} steps)"
+            context = context_text(m)
+            extra = (f" ({m['toks_per_s']['mean']:,.0f} tok/s mean, last {m['window']['n']} steps"
+                     + (f"; {context}" if context else "") + ")")
         if result.get("winner"):
             extra += f" winner: {result['winner']['label']}"
         return extra

@@ -34,8 +34,9 @@ from typing import Any
 
 from validation import steps
 from validation.launch.spec import safe_name
-from validation.report.format import (as_dict, as_list, finite, fmt_num, fmt_pct, fmt_rate, param_name,
-                                      params_text, stat_of, status_view)
+from validation.report.format import (as_dict, as_list, context_text, finite, fmt_num, fmt_pct, fmt_rate,
+                                      fmt_tflops, mfu_text, param_name, params_text, shared_context_text, stat_of,
+                                      status_view)
 from validation.schema import mapping, reserved_arg, typed
 from validation.steps.trainer import TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
 
@@ -163,13 +164,15 @@ class Sweep(TrainerKind):
                 value = params_text(params) if params else fmt_num(run.get("label"))
             if label_counts[str(run.get("label"))] > 1 and finite(run.get("repeat")) is not None:
                 value = f"{value} (repeat {int(run['repeat']) + 1})"
-            toks = stat_of(as_dict(run.get("metrics")), "toks_per_s")
+            run_metrics = as_dict(run.get("metrics"))
+            toks = stat_of(run_metrics, "toks_per_s")
             best = bool(choice) and run.get("label") == choice.get("label")
             rows.append({
                 "value": value, "label": fmt_num(run.get("label")), "best": best,
                 "mark": ("Best" if not decision_rec else "Winner" if choice.get("significant") else "Kept"),
                 "mean": fmt_rate(toks.get("mean")), "stdev": fmt_rate(toks.get("stdev")),
                 "cv": fmt_pct(toks.get("cv")), "n": fmt_num(toks.get("n")),
+                "tflops": fmt_tflops(run_metrics.get("tflops_per_s")), "mfu": mfu_text(run_metrics, why=False),
                 "status": status_view(run.get("status")), "reason": run.get("reason"),
             })
         metrics = as_dict(result.get("metrics"))
@@ -184,6 +187,7 @@ class Sweep(TrainerKind):
         return {"command": "",  # each run has its own
                 "sweep": {"header": header, "rows": rows, "winner": winner_view,
                           "decision": decision_view(decision, as_dict(result.get("choice"))) if decision else None,
+                          "context": shared_context_text(as_dict(r.get("metrics")) for r in runs),
                           "no_winner": str(no_winner) if no_winner else None, "rule": str(rule) if rule else None}}
 
     def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
@@ -211,11 +215,13 @@ class Sweep(TrainerKind):
                 value = params_text(params) if params else fmt_num(choice.get("label"))
             if not significant:
                 value += ", kept: no significant difference"
-            means = [stat_of(as_dict(as_dict(r).get("metrics")), "toks_per_s").get("mean")
-                     for r in as_list(step.get("runs")) if as_dict(r).get("label") == choice.get("label")]
+            chosen_runs = [as_dict(r) for r in as_list(step.get("runs")) if as_dict(r).get("label") == choice.get("label")]
+            means = [stat_of(as_dict(r.get("metrics")), "toks_per_s").get("mean") for r in chosen_runs]
             means = [m for m in (finite(v) for v in means) if m is not None]
             mean = sum(means) / len(means) if means else None
             note = f"step `{step.get('name')}`" + (f", {fmt_rate(mean)} tokens/s" if mean is not None else "")
+            context = context_text(chosen_runs[0].get("metrics")) if chosen_runs else None
+            note += f" at {context}" if context and mean is not None else ""
             figures.append((20, {"label": label, "value": value, "note": note}))
         return figures
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from validation import steps
-from validation.report.format import NA, as_dict, finite, fmt_rate, mean_pm, stat_of, window_text
+from validation.report.format import (NA, as_dict, context_text, finite, fmt_rate, mean_pm, shared_context_text, stat_of,
+                                      window_text)
 from validation.schema import NAME_RE, typed
 from validation.steps.trainer import TrainerKind, run_single
 
@@ -70,6 +71,9 @@ class Train(TrainerKind):
             note = f"step `{baseline.get('name')}`" + (f", {window}" if window != NA else "")
             if finite(per_gpu.get("mean")) is not None:
                 note += f", {fmt_rate(per_gpu.get('mean'))} tokens/s per GPU"
+            context = context_text(metrics)
+            if context and finite(toks.get("mean")) is not None:
+                note += f"; at {context}"
             figures.append((10, {"label": "Baseline throughput", "value": value, "note": note}))
         scaling = None
         for step in in_order:
@@ -86,9 +90,11 @@ class Train(TrainerKind):
                            and finite(as_dict(s.get("metrics")).get("world_size")) == 1), None)
             single_mean = finite(stat_of(as_dict(as_dict(single).get("metrics")), "toks_per_s").get("mean"))
             if world is not None and world > 1 and per_gpu is not None and single_mean:
+                both = shared_context_text([base_metrics, as_dict(single.get("metrics"))])
                 scaling = {"value": per_gpu / single_mean,
                            "note": f"`{baseline.get('name')}` {fmt_rate(per_gpu)} tokens/s per GPU over "
-                                   f"`{single.get('name')}` {fmt_rate(single_mean)} tokens/s single-process"}
+                                   f"`{single.get('name')}` {fmt_rate(single_mean)} tokens/s single-process"
+                                   + (f"; at {both}" if both else "")}
         if scaling is not None:
             v = scaling["value"]
             figures.append((30, {"label": "Scaling efficiency", "value": f"{v:.2f} ({v * 100:.0f}% of linear)",

@@ -10,8 +10,11 @@ Metrics of one trainer launch (results.json step or run "metrics"): the validati
 window, toks_per_s {mean, median, stdev, cv, min, max, n}, toks_per_s_per_gpu, loss..., mem_peak_gb, mem_plateau,
 throughput_stable, final_loss, ...) plus "world_size", "csv" (path), "trainer_status" (status.json), "compression"
 (the DDP gradient compression in effect: env.json toggles, or null), "launcher", "nnodes", "nodes", "gpus",
-"slurm_job", "toks_per_s_per_node", and with NSA_SDPA_AUDIT=1 "sdpa_audit": {"calls", "backends", "fallbacks",
-"by_site"} (fallbacks: math-backend calls on a GPU).
+"slurm_job", "toks_per_s_per_node", "context" (what the tokens/s means, from env.json: seq_len, micro_batch,
+accum, world_size, global_batch_tokens, n_params, precision, flops_per_token, peak_flops, device;
+validation.contracts.run_context), "tflops_per_s" (achieved model TFLOP/s, all ranks: flops_per_token x mean
+tokens/s; the training.csv "mfu" column, when the device peak is known, is summarized as "mfu"), and with
+NSA_SDPA_AUDIT=1 "sdpa_audit": {"calls", "backends", "fallbacks", "by_site"} (fallbacks: math-backend calls on a GPU).
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from typing import Any
 from nsa.training.outputs import TRAINING_CSV
 from validation import contracts
 from validation.launch.spec import LaunchSpec
-from validation.report.format import (NA, as_dict, as_list, env_text, finite, fmt_gb, fmt_num, fmt_pct, fmt_rate,
-                                      loss_text, mean_pm, stat_of, status_view, window_text)
+from validation.report.format import (NA, as_dict, as_list, context_text, env_text, finite, fmt_gb, fmt_num, fmt_pct,
+                                      fmt_rate, fmt_tflops, loss_text, mean_pm, mfu_text, stat_of, status_view,
+                                      window_text)
 from validation.runbook import LaunchSettings, Step, references, resolve_references
 from validation.steps.base import StepKind, launch_identity, run_path, step_dir
 
@@ -117,6 +121,9 @@ def collect(ctx, step: Step, spec: LaunchSpec, lr) -> tuple[str, str | None, dic
     m["world_size"] = spec.world_size
     m["csv"] = ctx.rel(out_dir / TRAINING_CSV)
     env = contracts.read_env_json(out_dir)
+    m["context"] = contracts.run_context(env)
+    m["tflops_per_s"] = metrics.model_tflops(m["context"].get("flops_per_token"),
+                                             (m.get("toks_per_s") or {}).get("mean"))
     m.update(_node_metrics(ctx, spec, lr, env, m))
     trainer_status = contracts.read_status_json(out_dir) or {}
     m["trainer_status"] = trainer_status.get("status")
@@ -271,6 +278,9 @@ def train_row(label: str, record: dict) -> dict:
         "per_gpu": fmt_rate(per_gpu.get("mean")),
         "loss": loss_text(metrics),
         "mem": fmt_gb(metrics.get("mem_peak_gb")),
+        "tflops": fmt_tflops(metrics.get("tflops_per_s")),
+        "mfu": mfu_text(metrics),
+        "context": context_text(metrics),
         "status": status_view(record.get("status")),
         "csv": str(metrics["csv"]) if metrics.get("csv") else None,
     }

@@ -1,0 +1,96 @@
+"""Console output when stdout is not a terminal (a pipe, a CI log): nothing wrapped at 80 columns, no value cut with
+an ellipsis, one line per table row (validation.report.console), in the run summary and every table the CLI
+prints."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from validation import cli
+from validation import steps as step_kinds
+from validation.report.console import make_console, print_table, table_lines
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = Path(__file__).parent / "fixtures" / "results_example.json"
+LONG = "sel_perf.ranges_speedup_min / sel_perf.forward_speedup_min >= 1.0 and sel_perf.parity == True"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    """The CLI with stdout piped and an 80-column terminal size in the environment (what rich wrapped to)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NSA_")}
+    env.update(COLUMNS="80", LINES="25")
+    return subprocess.run([sys.executable, "-m", "validation.cli", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_table_lines_keep_every_value_whole_on_one_line():
+    rows = [("Selection v2 faster", LONG, "PASS"), ("x", "multi\nline value", None)]
+    lines = table_lines(("criterion", "expression", "status"), rows, title="acceptance")
+    assert lines[0] == "acceptance"
+    assert lines[1].split() == ["criterion", "expression", "status"]
+    assert lines[2] == f"Selection v2 faster  {LONG}  PASS"
+    assert lines[3] == "x                    multi line value"  # padded to the widest cell; nothing trails
+    assert len(lines) == 4
+
+
+def test_print_table_on_a_terminal_folds_instead_of_cutting():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=60, color_system=None)
+    print_table(console, ("criterion", "expression"), [("Selection v2 faster", LONG)])
+    text = out.getvalue()
+    assert "…" not in text
+    column = [line.split("│")[2].strip() for line in text.splitlines() if line.count("│") == 3]
+    assert "".join(column).replace(" ", "") == LONG.replace(" ", "")  # folded, every character kept
+
+
+def test_run_summary_is_whole_when_not_a_terminal(monkeypatch):
+    results = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    results["acceptance"][6]["actual"] = LONG + " = False"
+    results["steps"]["baseline"]["metrics"]["context"] = {"seq_len": 256, "micro_batch": 4, "accum": 1,
+                                                         "world_size": 2, "global_batch_tokens": 2048,
+                                                         "n_params": 186296, "precision": "fp32"}
+    out = io.StringIO()
+    console = make_console()
+    console.file = out  # a pipe: not a terminal
+    assert not console.is_terminal
+    monkeypatch.setattr(cli, "console", console)
+    cli._print_summary(results, Path("/tmp/run"), [])
+    lines = out.getvalue().splitlines()
+    assert "…" not in out.getvalue()
+    for crit in results["acceptance"]:  # one line per criterion, name, target and actual whole
+        line = next(ln for ln in lines if ln.startswith(crit["name"] + "  "))
+        assert crit["target"] in line and str(crit["actual"] or "") in line
+    assert any(ln.startswith("Baseline throughput: 5,843.2 ± 112.4 tokens/s — step baseline") and
+               ln.endswith("at seq_len 256, micro-batch 4, accum 1, world size 2, global batch 2,048 tokens, params "
+                           "186.3K, precision fp32, TFLOP/s n/a, MFU n/a (device peak unknown)") for ln in lines)
+    assert f"NO-GO: {results['verdict_reason']}" in lines
+
+
+def test_cli_tables_are_whole_when_piped():
+    kinds = _cli("kinds")
+    assert kinds.returncode == 0, kinds.stderr
+    assert "…" not in kinds.stdout
+    for kind in step_kinds.kinds():  # every kind on one line with its whole summary
+        line = next(ln for ln in kinds.stdout.splitlines() if ln.startswith(kind.name + " "))
+        assert kind.summary.replace("`", "") in line and line.rstrip().endswith(type(kind).__module__)
+    listing = _cli("list", "--runs", str(REPO / "reports" / "examples"))
+    assert listing.returncode == 0, listing.stderr
+    assert "…" not in listing.stdout
+    from validation.runbook import load_runbook
+
+    cpu = load_runbook(REPO / "runbooks" / "cpu_smoke.yaml")
+    line = next(ln for ln in listing.stdout.splitlines() if ln.startswith("runbooks/cpu_smoke.yaml"))
+    assert line.endswith(cpu.description)  # whole, not cut at 90 characters
+    assert any(ln.startswith(str(REPO / "reports" / "examples" / "cpu_smoke")) for ln in listing.stdout.splitlines())
+    plan = _cli("plan", "runbooks/cpu_smoke.yaml")
+    assert plan.returncode == 0, plan.stderr
+    argv_lines = [ln for ln in plan.stdout.splitlines() if "-m nsa.training" in ln]
+    assert argv_lines and all("--out-dir RUN_DIR/" in ln for ln in argv_lines)  # each launch on one line
+    assert max(len(ln) for ln in plan.stdout.splitlines()) > 80

@@ -1,0 +1,108 @@
+"""The report's "Run with the validated settings": one copy-paste command line that trains with what the run
+validated: the trainer command of the run's baseline training step (its config and flags, the output directory
+left out) under the launcher it ran with, with the step's environment variables and every recommended one
+(results.json "recommendations": the runbook's `recommend.env` and the winners' settings) in front, and the
+winners' `args.*` settings as flags. Pure; built from results.json alone.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from validation.report.format import as_dict, as_list, finite, fmt_num
+from validation.report.view import ordered_steps
+
+TRAINER_MODULES = ("nsa.training", "nsa.train")
+# Flags of a validation launch that point into its run directory: a user's own run chooses them.
+RUN_DIR_FLAGS = ("--out-dir",)
+
+
+def _baseline_step(results: dict) -> dict | None:
+    """The train step the command is built from: one named *baseline* that passed, else the first train step that
+    passed, in run order; None when no train step passed."""
+    steps = as_dict(results.get("steps"))
+    passed = [as_dict(steps[n]) for _, names in ordered_steps(results) for n in names
+              if as_dict(steps.get(n)).get("kind") == "train" and as_dict(steps.get(n)).get("status") == "passed"]
+    named = [s for s in passed if "baseline" in str(s.get("name", "")).lower()]
+    return (named or passed or [None])[0]
+
+
+def _trainer_args(argv: list[str]) -> tuple[str, list[str]] | None:
+    """(module, args after it) of a recorded trainer command (python -m nsa.training ..., or under torchrun)."""
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "-m" and argv[i + 1] in TRAINER_MODULES:
+            return argv[i + 1], argv[i + 2:]
+    return None
+
+
+def _set_flag(args: list[str], flag: str, value: Any) -> list[str]:
+    """args with `flag value` replaced (or appended); True as a bare flag, False/None removes it."""
+    out, i = [], 0
+    while i < len(args):
+        if args[i] == flag:
+            i += 2 if i + 1 < len(args) and not args[i + 1].startswith("--") else 1
+            continue
+        if args[i].startswith(flag + "="):
+            i += 1
+            continue
+        out.append(args[i])
+        i += 1
+    if value is True:
+        out.append(flag)
+    elif value not in (False, None):
+        out += [flag, str(value)]
+    return out
+
+
+def validated_command(results: dict) -> dict:
+    """{"lines": [command lines joined by ' \\\\'], "text": the command, "step": its source step or None, "env":
+    {name: value}, "note": what it is (or why there is none)}."""
+    results = as_dict(results)
+    step = _baseline_step(results)
+    argv = [str(a) for a in as_list(as_dict(step).get("command"))]
+    parsed = _trainer_args(argv) if step else None
+    if step is None or parsed is None:
+        why = ("no training step passed" if step is None else
+               f"step {step.get('name')} recorded no trainer command")
+        return {"lines": [], "text": "", "step": None, "env": {}, "note": f"No validated command: {why}."}
+    module, args = parsed
+    for flag in RUN_DIR_FLAGS:
+        args = _set_flag(args, flag, None)
+    recs = as_dict(results.get("recommendations"))
+    env = {str(k): str(v) for k, v in as_dict(step.get("env")).items()}
+    env.update({str(k): str(v) for k, v in as_dict(recs.get("env")).items()})
+    for other in (as_dict(s) for s in as_dict(results.get("steps")).values()):
+        for key, value in as_dict(as_dict(other.get("winner")).get("params")).items():
+            if str(key).startswith("args."):
+                args = _set_flag(args, "--" + str(key)[5:].replace("_", "-"), value)
+    metrics = as_dict(step.get("metrics"))
+    world = int(finite(metrics.get("world_size")) or 1)
+    nnodes = max(1, int(finite(metrics.get("nnodes")) or 1))
+    torchrun = any(a in ("torch.distributed.run", "torchrun") or a.endswith("/torchrun") for a in argv) or world > 1
+    if nnodes > 1:
+        launcher = ["torchrun", f"--nnodes={nnodes}", f"--nproc_per_node={world // nnodes}", "--rdzv-backend=c10d",
+                    "--rdzv-endpoint=$MASTER_ADDR:29500"]
+    elif torchrun:
+        launcher = ["torchrun", f"--nproc_per_node={world}"]
+    else:
+        launcher = ["python"]
+    lines = [f"{k}={shlex.quote(env[k])}" for k in sorted(env)]
+    quoted = [a if a.startswith("--rdzv-endpoint=$") else shlex.quote(a) for a in launcher]
+    lines.append(" ".join(quoted + ["-m", module]))
+    pairs, i = [], 0
+    while i < len(args):  # one flag and its value per line
+        if args[i].startswith("--") and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            pairs.append(f"{args[i]} {shlex.quote(args[i + 1])}")
+            i += 2
+        else:
+            pairs.append(shlex.quote(args[i]))
+            i += 1
+    lines += [f"  {p}" for p in pairs]
+    lines = [line + " \\" for line in lines[:-1]] + lines[-1:]
+    verdict = str(results.get("verdict") or "INCOMPLETE")
+    note = (f"The trainer command of step {step.get('name')} ({fmt_num(step.get('title'))}) with every recommended "
+            f"environment variable; the run ended {verdict}.")
+    if verdict != "GO":
+        note += " These settings are not validated until a run of them ends GO."
+    return {"lines": lines, "text": "\n".join(lines), "step": str(step.get("name")), "env": env, "note": note}

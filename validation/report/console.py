@@ -1,0 +1,87 @@
+"""Tables and lines on the console, for every command that prints one (plan, run's summary, list, kinds, compare).
+
+Where stdout is not a terminal (a pipe, a file, a CI log) nothing is ever wrapped or cut: a table is one line per
+row, its columns padded to their widest value, every name and value in full however long the line gets (rich would
+wrap at 80 columns and cut values with an ellipsis). On a terminal a table is a rich Table whose cells fold
+(wrap inside the cell) instead of being cut. Lines printed with print_line never wrap when not on a terminal.
+
+Only rich is imported here (validation.cli's start-up stays light).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from rich.console import Console
+from rich.markup import escape
+
+# Styles of the words the tables show (status, verdict) on a terminal; plain words elsewhere.
+STYLES = {"PASS": "green", "PASSED": "green", "GO": "green", "better": "green",
+          "FAIL": "red", "FAILED": "red", "ERROR": "red", "NO-GO": "red", "HANG": "red", "TIMEOUT": "red",
+          "worse": "red", "WARN": "yellow", "INCOMPLETE": "yellow", "SKIPPED": "dim", "invalid": "red"}
+GAP = "  "
+
+
+def make_console(stderr: bool = False) -> Console:
+    """The CLI's console: soft-wrapped (no line breaks inserted) when it is not a terminal."""
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:
+        console.soft_wrap = True
+    return console
+
+
+def _cell(value: object) -> str:
+    """One table cell as a single line of text."""
+    text = "" if value is None else str(value)
+    return " ".join(text.split()) if ("\n" in text or "\r" in text or "\t" in text) else text
+
+
+def table_lines(columns: Sequence[str], rows: Iterable[Sequence[object]], title: str | None = None) -> list[str]:
+    """A table as plain lines: the title (if any), the header, then one line per row, columns padded to their
+    widest cell and separated by two spaces, nothing cut; the last column is not padded."""
+    body = [[_cell(v) for v in row] for row in rows]
+    header = [_cell(c) for c in columns]
+    n = len(header)
+    body = [(row + [""] * n)[:n] for row in body]
+    widths = [max([len(header[i])] + [len(r[i]) for r in body]) for i in range(n)]
+
+    def line(cells: list[str]) -> str:
+        return GAP.join(c.ljust(widths[i]) if i < n - 1 else c for i, c in enumerate(cells)).rstrip()
+
+    out = [title] if title else []
+    out.append(line(header))
+    out += [line(r) for r in body]
+    return out
+
+
+def print_table(console: Console, columns: Sequence[str], rows: Iterable[Sequence[object]],
+                title: str | None = None, styles: dict[str, str] | None = None) -> None:
+    """Print a table: plain full lines when `console` is not a terminal (table_lines), else a rich Table whose
+    cells fold. `styles` maps a cell's exact text to a rich style (default STYLES), applied on a terminal only."""
+    rows = [list(r) for r in rows]
+    if not console.is_terminal:
+        for text in table_lines(columns, rows, title):
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
+        return
+    from rich.table import Table
+
+    styles = STYLES if styles is None else styles
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(str(col), overflow="fold")
+    for row in rows:
+        cells = []
+        for value in row:
+            text = _cell(value)
+            style = styles.get(text)
+            cells.append(f"[{style}]{escape(text)}[/{style}]" if style else escape(text))
+        table.add_row(*cells)
+    console.print(table)
+
+
+def print_line(console: Console, text: str, style: str | None = None) -> None:
+    """One line of plain text (no markup interpreted), styled on a terminal only, never wrapped elsewhere."""
+    if style and console.is_terminal:
+        console.print(f"[{style}]{escape(text)}[/{style}]", highlight=False)
+    else:
+        console.print(text, markup=False, highlight=False, soft_wrap=not console.is_terminal)

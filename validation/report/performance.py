@@ -1,0 +1,114 @@
+"""The report's "Performance analysis": this run against an earlier one (`nsa-validate run ... --against RUN_DIR`,
+`nsa-validate report --against RUN_DIR`), every metric beside the earlier run's with the statistics of `compare`, and
+the key finding the executive summary names (the largest significant change, or none).
+
+Read from results.json's `performance_analysis` block, written by validation.compare.performance_analysis (its
+docstring documents the block). The keys read here, each optional (a missing one renders as n/a):
+
+    against: {run_dir, runbook, started, verdict, git_sha}   the earlier run (a plain string: its directory)
+    alpha, noise (the user's threshold or null), noise_source ("user" | "measured")
+    family: {statement}        how the family-wise error was controlled (Holm over the tested rows)
+    run_noise: {text}          the run-to-run variation measured from repeated runs, or null
+    gate                       one sentence: regressions, or none
+    warnings                   [sentences]: environments that differ, run-to-run variation not measured, ...
+    key_finding: {text}        the largest significant change, or "none: ..." (computed here when absent)
+    rows: [{step, metric, tested, mean_a (the earlier run), mean_b (this run), rel_delta (or rel: B / A - 1),
+            ci_low, ci_high (the confidence interval of the relative difference), confidence (0.95),
+            p_adjusted (Holm; p_value when absent), significant, verdict ("better" | "worse" | "same"), note
+            (why a row is not tested)}]
+
+Pure; accepts damaged input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from validation.report.format import NA, as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct
+
+VERDICT_CSS = {"better": "pass", "worse": "fail", "same": "skip"}
+
+
+def _value(value: Any) -> str:
+    v = finite(value)
+    return NA if v is None else (f"{v:,.1f}" if abs(v) >= 100 else f"{v:.4g}")
+
+
+def analysis_rows(results: dict) -> list[dict]:
+    """The performance_analysis rows, formatted: step, metric, mean_a, mean_b, rel_delta, ci (a sentence),
+    ci_range, p, significant ("yes" / "no" / "not tested"), verdict, verdict_value, css, note, and `change`
+    (|relative difference| for ordering, None when unknown)."""
+    block = as_dict(as_dict(results).get("performance_analysis"))
+    rows = []
+    for row in (as_dict(r) for r in as_list(block.get("rows"))):
+        low, high = finite(row.get("ci_low")), finite(row.get("ci_high"))
+        rel = finite(row.get("rel_delta"))
+        rel = finite(row.get("rel")) if rel is None else rel
+        p = next((row[k] for k in ("p_adjusted", "p_value") if finite(row.get(k)) is not None), None)
+        confidence = finite(row.get("confidence")) or 0.95
+        tested = row.get("tested") is not False
+        significant = tested and row.get("significant") is True
+        verdict = str(row.get("verdict") or NA)
+        ci_range = (f"{fmt_pct(low, signed=True)} to {fmt_pct(high, signed=True)}"
+                    if low is not None and high is not None else NA)
+        rows.append({
+            "step": fmt_num(row.get("step")), "metric": fmt_num(row.get("metric")),
+            "mean_a": _value(row.get("mean_a")), "mean_b": _value(row.get("mean_b")),
+            "rel_delta": fmt_pct(rel, signed=True), "ci_range": ci_range,
+            "ci": f"{confidence:.0%} CI {ci_range}" if ci_range != NA else f"CI {NA}",
+            "p": fmt_p(p) if tested else "not tested",
+            "significant": ("yes" if significant else "no") if tested else "not tested",
+            "verdict": verdict, "verdict_value": verdict.lower(),
+            "css": VERDICT_CSS.get(verdict.lower(), "unknown") if (significant or verdict.lower() == "same") else "skip",
+            "note": str(row["note"]) if row.get("note") else None,
+            "change": abs(rel) if rel is not None else None,
+        })
+    return rows
+
+
+def key_finding(rows: list[dict]) -> str:
+    """The largest significant change (by |relative difference|) in one sentence, or 'none' with why."""
+    significant = [r for r in rows if r["significant"] == "yes" and r["change"] is not None]
+    if not significant:
+        return ("none: no metric changed significantly against the earlier run" if rows else
+                "none: no metric could be compared with the earlier run")
+    top = max(significant, key=lambda r: r["change"])
+    return (f"{top['step']} {top['metric']} {top['verdict_value']}, {top['rel_delta']} ({top['ci']}, adjusted p "
+            f"{top['p']}): {top['mean_a']} before, {top['mean_b']} now")
+
+
+def performance_view(results: dict) -> dict | None:
+    """What the Performance analysis section shows, or None when results.json has no performance_analysis block."""
+    block = as_dict(as_dict(results).get("performance_analysis"))
+    if not block:
+        return None
+    rows = analysis_rows(results)
+    against = block.get("against")
+    against = as_dict(against) if isinstance(against, dict) else {"run_dir": against}
+    counts = {v: sum(r["significant"] == "yes" and r["verdict_value"] == v for r in rows) for v in ("better", "worse")}
+    tested = sum(r["significant"] != "not tested" for r in rows)
+    settings = []
+    if finite(block.get("alpha")) is not None:
+        settings.append(f"alpha {fmt_num(block['alpha'])}")
+    if finite(block.get("noise")) is not None:
+        settings.append(f"noise threshold {fmt_pct(block['noise'])} (given)")
+    elif block.get("noise_source") == "measured":
+        settings.append("noise floor measured from the data")
+    finding = as_dict(block.get("key_finding")).get("text") or key_finding(rows)
+    about = [str(x) for x in (as_dict(block.get("family")).get("statement"), as_dict(block.get("run_noise")).get("text"))
+             if x]
+    return {
+        "against": fmt_num(against.get("run_dir")),
+        "against_verdict": fmt_num(against["verdict"]) if against.get("verdict") else None,
+        "against_started": fmt_num(against["started"]) if against.get("started") else None,
+        "against_sha": str(against["git_sha"])[:12] if against.get("git_sha") else None,
+        "method": "; ".join(about) or None,
+        "settings": ", ".join(settings) or None,
+        "gate": str(block["gate"]) if block.get("gate") else None,
+        "warnings": [str(w) for w in as_list(block.get("warnings"))],
+        "rows": rows,
+        "notes": list(dict.fromkeys(r["note"] for r in rows if r["note"])),  # why rows were not tested, once each
+        "summary": (f"{len(rows)} metric(s) compared, {tested} tested: {counts['better']} significantly better, "
+                    f"{counts['worse']} significantly worse"),
+        "key_finding": str(finding),
+    }

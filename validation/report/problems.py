@@ -1,0 +1,109 @@
+"""The report's "Open problems": every failure, warning and skipped step or criterion of a run, with its reason, in
+one list a reader can work through (results.json alone; pure; accepts damaged input).
+
+Each problem is {"severity": word, "css": class, "where": "step X" / "criterion Y" / "X vs earlier run", "what":
+one sentence}. Order: failures (steps that failed, timed out, hung or errored; criteria that failed or could not be
+evaluated for an error), then what is incomplete (interrupted or pending steps), then what was not run (skipped
+steps, criteria not evaluated), then warnings (criteria of severity warn that did not hold, settings the trainer
+ignored, snapshot problems, short or damaged training.csv windows, significant regressions against an earlier run).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from validation.report.format import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, as_dict, as_list, fmt_num,
+                                      status_view)
+from validation.report.view import ordered_steps
+
+_RANK = {"fail": 0, "error": 0, "warn-incomplete": 1, "skip": 2, "warn": 3}
+
+
+def _item(rank: str, severity: str, css: str, where: str, what: Any) -> dict:
+    text = " ".join(str(what).split()) if what not in (None, "") else "no reason recorded"
+    return {"rank": _RANK[rank], "severity": severity, "css": css, "where": where, "what": text}
+
+
+def _step_problems(name: str, step: dict) -> list[dict]:
+    out = []
+    status = str(step.get("status"))
+    view = status_view(status)
+    reason = step.get("reason")
+    if status in FAILED_STATUSES:
+        out.append(_item("fail", view["word"], view["css"], f"step {name}", reason))
+    elif status in ("interrupted", "pending", "running"):
+        out.append(_item("warn-incomplete", view["word"], "warn", f"step {name}", reason or "the step did not finish"))
+    elif status == "skipped":
+        out.append(_item("skip", "SKIPPED", "skip", f"step {name}", reason))
+    elif status not in STATUS_LABELS:
+        out.append(_item("warn-incomplete", view["word"], "warn", f"step {name}", reason or "no result recorded"))
+    if status in FAILED_STATUSES or status == "skipped":
+        return out  # the reason already says why; what the step measured is not evidence either way
+    metrics = as_dict(step.get("metrics"))
+    if status == "passed" and reason:  # passed with a caveat (a snapshot tool missing, a cut-off csv line)
+        out.append(_item("warn", "WARN", "warn", f"step {name}", reason))
+    for note in as_list(step.get("notes")):  # e.g. an A/B whose setting the trainer ignored
+        out.append(_item("warn", "WARN", "warn", f"step {name}", note))
+    for setting in as_list(metrics.get("ignored_settings")):
+        out.append(_item("warn", "WARN", "warn", f"step {name}", f"the trainer ignored {fmt_num(setting)}"))
+    for problem in as_list(metrics.get("problems")):  # snapshot: a tool missing, a file not written
+        if str(problem) not in str(reason or ""):  # not said already
+            out.append(_item("warn", "WARN", "warn", f"step {name}", problem))
+    records = [(f"step {name}", metrics)] + [(f"step {name} [{fmt_num(as_dict(r).get('label'))}]",
+                                              as_dict(as_dict(r).get("metrics"))) for r in as_list(step.get("runs"))]
+    for where, m in records:
+        csv_status = m.get("status")
+        if csv_status == "short" or (csv_status == "ok" and m.get("note")):
+            out.append(_item("warn", "WARN", "warn", where, f"training.csv: {m.get('note') or csv_status}"))
+    return out
+
+
+def _criterion_problems(crit: dict) -> list[dict]:
+    status = str(crit.get("status"))
+    if status == "pass":
+        return []
+    view = status_view(status, CRITERION_LABELS)
+    name = fmt_num(crit.get("name"))
+    detail = crit.get("detail")
+    actual = crit.get("actual")
+    parts = []
+    if status in ("fail", "warn"):
+        parts.append(f"expected {fmt_num(crit.get('target'))}, got {fmt_num(actual)}")
+    if detail:
+        parts.append(str(detail))
+    what = "; ".join(parts) or (f"got {fmt_num(actual)}" if actual not in (None, "", NA) else None)
+    rank = {"fail": "fail", "error": "fail", "warn": "warn", "skipped": "skip"}.get(status, "warn-incomplete")
+    return [_item(rank, view["word"], view["css"], f"criterion {name}", what)]
+
+
+def _regressions(results: dict) -> list[dict]:
+    """Significant regressions against an earlier run (the performance_analysis block, validation.report.performance)."""
+    from validation.report.performance import analysis_rows
+
+    out = []
+    for row in analysis_rows(results):
+        if row["significant"] and row["verdict_value"] == "worse":
+            out.append(_item("warn", "WARN", "warn", f"{row['step']} {row['metric']} vs earlier run",
+                             f"worse by {row['rel_delta']} ({row['ci']}, p {row['p']}): {row['mean_a']} -> "
+                             f"{row['mean_b']}"))
+    return out
+
+
+def open_problems(results: dict) -> list[dict]:
+    """Every open problem of a run, failures first (see the module docstring); [] when there is none."""
+    results = as_dict(results)
+    steps = as_dict(results.get("steps"))
+    items: list[dict] = []
+    for _, names in ordered_steps(results):
+        for name in names:
+            step = steps.get(name)
+            if isinstance(step, dict):
+                items += _step_problems(name, step)
+            else:
+                items.append(_item("warn-incomplete", "MISSING", "warn", f"step {name}", "no result recorded"))
+    for crit in as_list(results.get("acceptance")):
+        items += _criterion_problems(as_dict(crit))
+    items += _regressions(results)
+    items.sort(key=lambda p: p["rank"])  # stable: run order within a rank
+    unique = {(p["where"], p["what"]): p for p in reversed(items)}  # a reason that is also a note: once
+    return [{k: v for k, v in p.items() if k != "rank"} for p in items if unique[(p["where"], p["what"])] is p]

@@ -1,0 +1,101 @@
+"""Collective bandwidth conventions and the communication-time prediction (torch-free).
+
+Conventions of nccl-tests (doc/PERFORMANCE.md), for n ranks and a message of S bytes timed at t seconds:
+
+    algbw = S / t
+    busbw = algbw x factor(kind, n):  all_reduce 2(n-1)/n; all_gather, reduce_scatter (n-1)/n;
+                                      broadcast, all_to_all... 1 (broadcast), (n-1)/n (all_to_all)
+
+S is the message size as nccl-tests counts it, the same as the trainer's counts (nsa.training.comm_count):
+all-reduce and broadcast the buffer, all-gather the gathered output, reduce-scatter the full input.
+
+A bandwidth table is what the `comm` step measures for one collective: rows sorted by size,
+
+    [{"bytes": S, "time_s": t, "algbw_gbps": ..., "busbw_gbps": ...}, ...]      (GB/s = 1e9 bytes/s)
+
+and `predict_seconds` turns the trainer's message sizes (summary.json comm sizes, or the byte model's) into a
+predicted time: within the measured sizes the time is interpolated log-log between the two neighbouring rows
+(each row's time already holds that size's latency and bandwidth); outside them, the alpha-beta model fitted to
+the table, t(S) = latency + S x factor / busbw, with latency the time of the smallest message and busbw the bus
+bandwidth of the largest.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Mapping, Sequence
+
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
+GB = 1e9
+
+
+def bus_factor(kind: str, world_size: int) -> float:
+    """busbw / algbw for `kind` at `world_size` ranks (nccl-tests); 0 for one rank where the collective moves
+    nothing (all_reduce, all_gather, reduce_scatter, all_to_all), 1 for broadcast."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown collective {kind!r}; one of {', '.join(KINDS)}")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+    n = world_size
+    if kind == "all_reduce":
+        return 2 * (n - 1) / n
+    if kind == "broadcast":
+        return 1.0
+    return (n - 1) / n
+
+
+def bandwidth_row(kind: str, world_size: int, nbytes: int, seconds: float) -> dict:
+    """One table row: the message size, its time, algbw and busbw in GB/s."""
+    if not (nbytes > 0 and seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"a bandwidth row needs bytes > 0 and a finite time > 0, got {nbytes} B in {seconds} s")
+    algbw = nbytes / seconds / GB
+    return {"bytes": int(nbytes), "time_s": float(seconds), "algbw_gbps": algbw,
+            "busbw_gbps": algbw * bus_factor(kind, world_size)}
+
+
+def _checked(table: Sequence[Mapping]) -> list[Mapping]:
+    rows = sorted(table, key=lambda r: r["bytes"])
+    if not rows:
+        raise ValueError("an empty bandwidth table")
+    for r in rows:
+        if not (r["bytes"] > 0 and r["time_s"] > 0):
+            raise ValueError(f"a bandwidth row needs bytes > 0 and time_s > 0: {dict(r)}")
+    return rows
+
+
+def time_at(table: Sequence[Mapping], kind: str, world_size: int, nbytes: int) -> float:
+    """Predicted seconds of one `kind` collective of `nbytes` from its measured table (see the module doc)."""
+    rows = _checked(table)
+    if nbytes <= 0:
+        return 0.0
+    lo, hi = rows[0], rows[-1]
+    if nbytes < lo["bytes"]:
+        return lo["time_s"]  # below the smallest size the latency dominates: never faster than it
+    if nbytes > hi["bytes"]:
+        busbw = hi["busbw_gbps"] or hi["algbw_gbps"]
+        factor = bus_factor(kind, world_size) or 1.0
+        return hi["time_s"] + (nbytes - hi["bytes"]) * factor / (busbw * GB)
+    for a, b in zip(rows, rows[1:]):
+        if a["bytes"] <= nbytes <= b["bytes"]:
+            if a["bytes"] == b["bytes"]:
+                return a["time_s"]
+            w = math.log(nbytes / a["bytes"]) / math.log(b["bytes"] / a["bytes"])
+            return math.exp(math.log(a["time_s"]) + w * (math.log(b["time_s"]) - math.log(a["time_s"])))
+    return lo["time_s"]  # a single row equal to nbytes
+
+
+def predict_seconds(sizes: Mapping[str, Iterable[int]], tables: Mapping[str, Sequence[Mapping]],
+                    world_size: int) -> dict:
+    """{"total_s", "by_kind": {kind: seconds}, "missing": [kinds without a table]} for the messages `sizes`
+    ({kind: [bytes of each call]}), each call timed by `time_at` on its kind's table."""
+    by_kind, missing = {}, []
+    for kind, calls in sizes.items():
+        calls = [int(s) for s in calls]
+        if not calls:
+            continue
+        table = tables.get(kind)
+        if not table:
+            missing.append(kind)
+            continue
+        by_kind[kind] = sum(time_at(table, kind, world_size, s) for s in calls)
+    return {"total_s": sum(by_kind.values()), "by_kind": by_kind, "missing": missing}

@@ -31,7 +31,7 @@ phases:
     steps:
       - {name: snap, kind: snapshot}
       - {name: tests, kind: pytest, tests: [tests/nsa/test_config.py]}
-      - {name: gpu_tests, kind: pytest, tests: ["tests/nsa/test_cuda.py::test_x"], requires: {gpus: 1}}
+      - {name: gpu_tests, kind: pytest, tests: ["tests/nsa/attention/test_cuda.py::test_x"], requires: {gpus: 1}}
   - name: main
     steps:
       - {name: own, kind: train, args: {steps: 60}, timeout_s: 50}
@@ -148,8 +148,8 @@ def test_plan_says_when_a_steps_own_value_overrides_a_set_default(cli, tmp_path)
      "configs/no_such.yaml not found", 4),
     ("tests: [tests/nsa/test_config.py]", "tests: [tests/nsa/test_nope.py]", "phases[0].steps[1].tests[0]: "
      "tests/nsa/test_nope.py: no such file", 11),
-    ("test_cuda.py::test_x", "test_gone.py::test_x", "phases[0].steps[2].tests[0]: tests/nsa/test_gone.py: no such",
-     12),
+    ("test_cuda.py::test_x", "test_gone.py::test_x",
+     "phases[0].steps[2].tests[0]: tests/nsa/attention/test_gone.py: no such", 12),
     ("[benchmarks/bench_selection.py,", "[benchmarks/bench_nope.py,", "phases[1].steps[2].command[0]: "
      "benchmarks/bench_nope.py: no such file", 17),
     ("{name: plain, kind: train}", "{name: plain, kind: train, config: configs/broken.yaml}",
@@ -158,7 +158,7 @@ def test_plan_says_when_a_steps_own_value_overrides_a_set_default(cli, tmp_path)
 def test_files_the_runbook_names_must_exist_before_anything_runs(tmp_path, old, new, key, line):
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "broken.yaml").write_text("model: {d_model: -3}\n")
-    for rel in ("configs/tiny_cpu.yaml", "tests/nsa/test_config.py", "tests/nsa/test_cuda.py",
+    for rel in ("configs/tiny_cpu.yaml", "tests/nsa/test_config.py", "tests/nsa/attention/test_cuda.py",
                 "benchmarks/bench_selection.py"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text((REPO / rel).read_text())

@@ -169,7 +169,7 @@ class Sweep(TrainerKind):
             best = bool(choice) and run.get("label") == choice.get("label")
             rows.append({
                 "value": value, "label": fmt_num(run.get("label")), "best": best,
-                "mark": ("Best" if not decision_rec else "Winner" if choice.get("significant") else "Kept"),
+                "mark": ("BEST" if not decision_rec else "WINNER" if choice.get("significant") else "KEPT"),
                 "mean": fmt_rate(toks.get("mean")), "stdev": fmt_rate(toks.get("stdev")),
                 "cv": fmt_pct(toks.get("cv")), "n": fmt_num(toks.get("n")),
                 "tflops": fmt_tflops(run_metrics.get("tflops_per_s")), "mfu": mfu_text(run_metrics, why=False),

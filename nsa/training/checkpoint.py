@@ -13,6 +13,7 @@ another world size (each rank's data position belongs to its shard).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import shutil
@@ -120,3 +121,12 @@ def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, info: D
     mine = torch.load(path / f"rank{info.rank}.pt", map_location="cpu", weights_only=False)
     _set_rng_state(mine["rng"])
     return int(meta["step"]), mine["data"]
+
+
+def param_digest(net: nn.Module) -> str:
+    """sha256 of every parameter's name and bytes: equal on all DDP ranks when they are in sync."""
+    h = hashlib.sha256()
+    for name, p in net.named_parameters():
+        h.update(name.encode())
+        h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()

@@ -1,9 +1,10 @@
-"""Per-step measurements: memory, device peak FLOP/s and MFU."""
+"""Per-step measurements: memory, device peak FLOP/s and MFU; the torch profiler of train.profile_steps."""
 
 from __future__ import annotations
 
 import resource
 import sys
+from pathlib import Path
 
 import torch
 
@@ -84,3 +85,22 @@ def memory_detail_gb(device: torch.device) -> dict[str, float | None]:
     now = _rss_bytes()
     return {"alloc": now / GB, "reserved": None, "peak_alloc": max(now, _peak_rss_bytes()) / GB,
             "peak_reserved": None}
+
+
+def profiler(tc, device: torch.device, out: Path, rank: int):
+    """The torch profiler for train.profile_steps steps after train.profile_start (None when profile_steps is 0):
+    CPU activity, plus CUDA on a GPU; one Chrome trace per rank in out/profile/trace_rank{r}_step{n}.json."""
+    if tc.profile_steps <= 0:
+        return None
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    trace_dir = out / "profile"
+    trace_dir.mkdir(parents=True, exist_ok=True)
+
+    def ready(prof):
+        prof.export_chrome_trace(str(trace_dir / f"trace_rank{rank}_step{prof.step_num}.json"))
+
+    wait = max(0, tc.profile_start - 1)
+    return profile(activities=activities, schedule=schedule(wait=wait, warmup=1, active=tc.profile_steps, repeat=1),
+                   on_trace_ready=ready)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 _IMPORTED = time.monotonic()
 
@@ -77,3 +78,30 @@ def reset() -> Timeline:
     global _current
     _current = Timeline()
     return _current
+
+
+def document(tl: Timeline, per_rank: list[dict] | None, world_size: int) -> dict[str, Any]:
+    """timeline.json's content: this process's milestones (rank 0), every rank's when `per_rank` was gathered,
+    and for each milestone the rank that reached it last (`slowest`). Field names: nsa.training.outputs."""
+    from nsa.training import outputs
+
+    marks = dict(tl.marks)
+    slowest = None
+    if per_rank is not None:
+        slowest = {}
+        for name in outputs.TIMELINE_MILESTONES:
+            reached = [(m[name], r) for r, m in enumerate(per_rank) if name in m]
+            if reached:
+                seconds, rank = max(reached)
+                slowest[name] = {"rank": rank, "s": seconds}
+    order = {name: i for i, name in enumerate(outputs.TIMELINE_MILESTONES)}
+
+    def ordered(m: dict) -> dict:
+        return dict(sorted(m.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+    return {"schema": outputs.TIMELINE_SCHEMA, "process_start_source": tl.source,
+            "process_start_unix": tl.start_unix, "world_size": world_size,
+            "milestones": ordered({"process_start": 0.0, **marks}),
+            "ranks": None if per_rank is None else {str(r): ordered({"process_start": 0.0, **m})
+                                                    for r, m in enumerate(per_rank)},
+            "slowest": slowest, "time_to_first_step_s": marks.get("first_logged_step")}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import logging
 import math
 import time
@@ -22,7 +21,7 @@ import torch.nn as nn
 from nsa import observability, toggles
 from nsa.model import NSAModel, flops_per_token, lm_loss
 from nsa.toggles import Toggles
-from nsa.training import checkpoint, comm_count, distributed, outputs, timeline
+from nsa.training import checkpoint, comm_count, distributed, metrics, outputs, timeline
 from nsa.training.comm_model import activation_bytes, comm_model, memory_model, param_specs
 from nsa.training.config import RunConfig, UsageError, save_config
 from nsa.training.data import build_eval_source, build_source
@@ -317,7 +316,7 @@ class Trainer:
         self.control.install()
         status, reason, code = "completed", None, EXIT_OK
         step = self.start_step
-        profiler = self._profiler()
+        profiler = metrics.profiler(tc, self.device, self.out, self.info.rank)
         # FSDP2's collectives are counted by wrappers installed for this loop only (DDP's by its comm hook)
         counting = (comm_count.patch_collectives(self.comm) if self.parallel == "fsdp"
                     else contextlib.nullcontext())
@@ -404,7 +403,7 @@ class Trainer:
         self._status(status, reason, step)
         self._finish_files(status)
         if status != "nonfinite":
-            digest = self._param_digest() if self.parallel != "fsdp" else None  # FSDP: shards differ by design
+            digest = checkpoint.param_digest(self.net) if self.parallel != "fsdp" else None  # FSDP: shards differ by design
             self.heartbeat.write(step, "done" if status == "completed" else "stop", status=status,
                                  params_sha256=digest)
         self.heartbeat.close()
@@ -460,23 +459,8 @@ class Trainer:
         per_rank = self._timeline_ranks
         if not self.info.is_main:
             return
-        slowest = None
-        if per_rank is not None:
-            slowest = {}
-            for name in outputs.TIMELINE_MILESTONES:
-                reached = [(m[name], r) for r, m in enumerate(per_rank) if name in m]
-                if reached:
-                    seconds, rank = max(reached)
-                    slowest[name] = {"rank": rank, "s": seconds}
-        order = {name: i for i, name in enumerate(outputs.TIMELINE_MILESTONES)}
-        ordered = lambda m: dict(sorted(m.items(), key=lambda kv: order.get(kv[0], len(order))))  # noqa: E731
-        outputs.write_json(self.out / outputs.TIMELINE_JSON, {
-            "schema": outputs.TIMELINE_SCHEMA, "process_start_source": self.timeline.source,
-            "process_start_unix": self.timeline.start_unix, "world_size": self.info.world_size,
-            "milestones": ordered({"process_start": 0.0, **marks}),
-            "ranks": None if per_rank is None else {str(r): ordered({"process_start": 0.0, **m})
-                                                    for r, m in enumerate(per_rank)},
-            "slowest": slowest, "time_to_first_step_s": marks.get("first_logged_step")})
+        outputs.write_json(self.out / outputs.TIMELINE_JSON,
+                           timeline.document(self.timeline, per_rank, self.info.world_size))
 
     def _finish_files(self, status: str) -> None:
         """summary.json and timeline.json (rank 0) at the end of a run, whatever its end; prints the summary.
@@ -512,14 +496,6 @@ class Trainer:
         if stops:
             self.csv = None
 
-    def _param_digest(self) -> str:
-        """sha256 of every parameter's bytes: equal on all DDP ranks when they are in sync."""
-        h = hashlib.sha256()
-        for name, p in self.net.named_parameters():
-            h.update(name.encode())
-            h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-        return h.hexdigest()
-
     def _evaluate(self, step: int) -> None:
         tc = self.cfg.train
         self.model.eval()
@@ -545,24 +521,6 @@ class Trainer:
         self.last_saved = step
         self.heartbeat.write(step, "checkpoint", path=str(path))
         self.say(f"checkpoint: {path}", note=False)
-
-    def _profiler(self):
-        tc = self.cfg.train
-        if tc.profile_steps <= 0:
-            return None
-        from torch.profiler import ProfilerActivity, profile, schedule
-
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
-        trace_dir = self.out / "profile"
-        trace_dir.mkdir(parents=True, exist_ok=True)
-        rank = self.info.rank
-
-        def ready(prof):
-            prof.export_chrome_trace(str(trace_dir / f"trace_rank{rank}_step{prof.step_num}.json"))
-
-        wait = max(0, tc.profile_start - 1)
-        return profile(activities=activities, schedule=schedule(wait=wait, warmup=1, active=tc.profile_steps,
-                                                                   repeat=1), on_trace_ready=ready)
 
     def _close(self) -> None:
         for thing in (self.csv, self.val_csv, self.tb):

@@ -2,9 +2,11 @@
 
     reference.py          the PyTorch path: vectorized, runs on CPU and CUDA; the reference the Triton kernels are
                           tested against, and the CPU path
-    triton_range.py       Triton: compressed and sliding-window branches (each query attends a contiguous range)
+    triton_range.py       Triton: compressed and sliding-window branches (each query attends a contiguous range);
+                          its jit code in triton_range_kernels.py
     triton_selection.py   Triton: block importance (Eq. 9, 10) and top-n_sel selection
-    triton_selected.py    Triton: the selected branch (block-sparse attention over the chosen blocks)
+    triton_selected.py    Triton: the selected branch (block-sparse attention over the chosen blocks); its jit
+                          code in triton_selected_kernels.py
     aot.py                ahead-of-time compilation of every Triton kernel for sm_80 / sm_90 (no GPU needed)
 
 `resolve(choice, device)` turns the configured kernel (NSAConfig.kernel, NSA_KERNEL: auto | torch | triton) into

@@ -1,0 +1,232 @@
+"""The jit code of the selected branch (nsa.attention.kernels.triton_selected, whose docstring explains the two
+loop orders, the tile table and the launch configurations): the forward kernels of both loop orders and the
+backward kernels. The host side (index, configs, launches, custom ops, the public API) is in triton_selected.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+# ------------------------------------------------------------------------------------------------ kernels
+# Offsets inside one (sequence, group) or (sequence, head) slice are int32 (the wrapper checks that every tensor
+# has fewer than 2**31 elements); the per-sequence base offsets are int64. d_k and d_v are powers of two >= 16, so
+# feature columns need no mask.
+@triton.jit
+def _tile_rows(PAIR_T, pos0, remaining, HPG: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Rows of one tile: (local query index, query t, head within the group, valid) of its BLOCK_R rows."""
+    r = tl.arange(0, BLOCK_R)
+    qi = r // HPG
+    hh = r % HPG
+    valid = (qi < BLOCK_R // HPG) & (qi < remaining)
+    t = tl.load(PAIR_T + pos0 + qi, mask=valid, other=0)
+    return qi, t, hh, valid
+
+
+@triton.jit
+def _sel_fwd_kv_stats(Q, K, PART, ORDER, PAIR_T, TILES, n_tiles,
+                      sq_b, sq_h, sq_s, sk_b, sk_g, sk_s,
+                      S, G, NB, qk_scale,
+                      L_SEL: tl.constexpr, HPG: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                      D_K: tl.constexpr):
+    pid = tl.program_id(0)
+    count = tl.load(TILES + 2 * n_tiles + pid)
+    if count > 0:
+        key = tl.load(TILES + pid)
+        pos0 = tl.load(TILES + n_tiles + pid)
+        bg = key // NB
+        j = key - bg * NB
+        b = bg // G
+        g = bg - b * G
+        qi, t, hh, valid = _tile_rows(PAIR_T, pos0, count, HPG, BLOCK_R)
+        offs_d = tl.arange(0, D_K)
+        q_rows = t * sq_s + (g * HPG + hh) * sq_h
+        q = tl.load(Q + b.to(tl.int64) * sq_b + q_rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+        k_base = K + b.to(tl.int64) * sk_b + g * sk_g
+        m_i = tl.full([BLOCK_R], -1.0e30, tl.float32)
+        l_i = tl.zeros([BLOCK_R], tl.float32)
+        for n0 in range(0, L_SEL, BLOCK_N):
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            kpos = j * L_SEL + offs_n
+            kmask = (offs_n < L_SEL) & (kpos < S)
+            k = tl.load(k_base + kpos[:, None] * sk_s + offs_d[None, :], mask=kmask[:, None], other=0.0)
+            s = tl.dot(q, tl.trans(k)) * qk_scale
+            allowed = valid[:, None] & kmask[None, :] & (kpos[None, :] <= t[:, None])
+            s = tl.where(allowed, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            l_i = l_i * tl.exp2(m_i - m_new) + tl.sum(tl.exp2(s - m_new[:, None]), 1)
+            m_i = m_new
+        flat = tl.load(ORDER + pos0 + qi, mask=valid, other=0)  # ((b*G + g)*S + t)*n_sel + slot
+        tl.store(PART + flat.to(tl.int64) * HPG + hh, m_i + tl.log2(tl.where(valid, l_i, 1.0)), mask=valid)
+
+
+@triton.jit
+def _sel_fwd_kv_out(Q, K, V, LSE, O32, PAIR_T, TILES, n_tiles,
+                    sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, so_b, so_h, so_s,
+                    S, G, NB, qk_scale,
+                    L_SEL: tl.constexpr, HPG: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                    D_K: tl.constexpr, D_V: tl.constexpr):
+    pid = tl.program_id(0)
+    count = tl.load(TILES + 2 * n_tiles + pid)
+    if count > 0:
+        key = tl.load(TILES + pid)
+        pos0 = tl.load(TILES + n_tiles + pid)
+        bg = key // NB
+        j = key - bg * NB
+        b = bg // G
+        g = bg - b * G
+        _, t, hh, valid = _tile_rows(PAIR_T, pos0, count, HPG, BLOCK_R)
+        h = g * HPG + hh
+        offs_dk = tl.arange(0, D_K)
+        offs_dv = tl.arange(0, D_V)
+        q_rows = t * sq_s + h * sq_h
+        q = tl.load(Q + b.to(tl.int64) * sq_b + q_rows[:, None] + offs_dk[None, :], mask=valid[:, None], other=0.0)
+        lse = tl.load(LSE + (bg * S + t).to(tl.int64) * HPG + hh, mask=valid, other=0.0)
+        k_base = K + b.to(tl.int64) * sk_b + g * sk_g
+        v_base = V + b.to(tl.int64) * sv_b + g * sv_g
+        acc = tl.zeros([BLOCK_R, D_V], tl.float32)
+        for n0 in range(0, L_SEL, BLOCK_N):
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            kpos = j * L_SEL + offs_n
+            kmask = (offs_n < L_SEL) & (kpos < S)
+            k = tl.load(k_base + kpos[:, None] * sk_s + offs_dk[None, :], mask=kmask[:, None], other=0.0)
+            v = tl.load(v_base + kpos[:, None] * sv_s + offs_dv[None, :], mask=kmask[:, None], other=0.0)
+            s = tl.dot(q, tl.trans(k)) * qk_scale
+            allowed = valid[:, None] & kmask[None, :] & (kpos[None, :] <= t[:, None])
+            p = tl.exp2(tl.where(allowed, s - lse[:, None], float("-inf")))
+            acc += tl.dot(p.to(v.dtype), v)
+        o_rows = t * so_s + h * so_h
+        tl.atomic_add(O32 + b.to(tl.int64) * so_b + o_rows[:, None] + offs_dv[None, :], acc, mask=valid[:, None],
+                      sem="relaxed")
+
+
+@triton.jit
+def _sel_fwd_query(Q, K, V, BLOCKS, O, LSE,
+                   sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, so_b, so_h, so_s,
+                   S, G, qk_scale,
+                   N_SEL: tl.constexpr, L_SEL: tl.constexpr, HPG: tl.constexpr, HPG_PAD: tl.constexpr,
+                   BLOCK_N: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr):
+    pid = tl.program_id(0)  # (b*G + g)*S + t
+    bg = pid // S
+    t = pid - bg * S
+    b = bg // G
+    g = bg - b * G
+    hh = tl.arange(0, HPG_PAD)
+    hvalid = hh < HPG
+    h = g * HPG + hh
+    offs_dk = tl.arange(0, D_K)
+    offs_dv = tl.arange(0, D_V)
+    q = tl.load(Q + b.to(tl.int64) * sq_b + t * sq_s + (h * sq_h)[:, None] + offs_dk[None, :],
+                mask=hvalid[:, None], other=0.0)
+    k_base = K + b.to(tl.int64) * sk_b + g * sk_g
+    v_base = V + b.to(tl.int64) * sv_b + g * sv_g
+    m_i = tl.full([HPG_PAD], -1.0e30, tl.float32)
+    l_i = tl.zeros([HPG_PAD], tl.float32)
+    acc = tl.zeros([HPG_PAD, D_V], tl.float32)
+    for slot in range(N_SEL):
+        j = tl.load(BLOCKS + pid.to(tl.int64) * N_SEL + slot)
+        if j >= 0:
+            for n0 in range(0, L_SEL, BLOCK_N):
+                offs_n = n0 + tl.arange(0, BLOCK_N)
+                kpos = j * L_SEL + offs_n
+                kmask = (offs_n < L_SEL) & (kpos <= t)
+                k = tl.load(k_base + kpos[:, None] * sk_s + offs_dk[None, :], mask=kmask[:, None], other=0.0)
+                v = tl.load(v_base + kpos[:, None] * sv_s + offs_dv[None, :], mask=kmask[:, None], other=0.0)
+                s = tl.dot(q, tl.trans(k)) * qk_scale
+                s = tl.where(kmask[None, :], s, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, 1))
+                alpha = tl.exp2(m_i - m_new)
+                p = tl.exp2(s - m_new[:, None])
+                l_i = l_i * alpha + tl.sum(p, 1)
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+                m_i = m_new
+    has = l_i > 0.0
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    tl.store(O + b.to(tl.int64) * so_b + t * so_s + (h * so_h)[:, None] + offs_dv[None, :],
+             out.to(O.dtype.element_ty), mask=hvalid[:, None])
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    tl.store(LSE + pid.to(tl.int64) * HPG + hh, lse, mask=hvalid)
+
+
+@triton.jit
+def _sel_bwd_delta(O, DO, DELTA, so_b, so_h, so_s, sdo_b, sdo_h, sdo_s, S, H, HPG,
+                   BLOCK_T: tl.constexpr, D_V: tl.constexpr):
+    """delta[b, g, t, hh] = sum_d O * dO (fp32), the softmax backward's row term."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh - b * H
+    t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_d = tl.arange(0, D_V)
+    tm = (t < S)[:, None]
+    o = tl.load(O + b.to(tl.int64) * so_b + h * so_h + (t * so_s)[:, None] + offs_d[None, :], mask=tm, other=0.0)
+    do = tl.load(DO + b.to(tl.int64) * sdo_b + h * sdo_h + (t * sdo_s)[:, None] + offs_d[None, :], mask=tm,
+                 other=0.0)
+    g = h // HPG
+    hh = h - g * HPG
+    G = H // HPG
+    tl.store(DELTA + ((b * G + g).to(tl.int64) * S + t) * HPG + hh,
+             tl.sum(o.to(tl.float32) * do.to(tl.float32), 1), mask=t < S)
+
+
+@triton.jit
+def _sel_bwd_kv(Q, K, V, DO, LSE, DELTA, DQ, DK, DV, PAIR_T, TILES, n_tiles,
+                sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, sdo_b, sdo_h, sdo_s,
+                sdq_b, sdq_h, sdq_s, sdk_b, sdk_g, sdk_s, sdv_b, sdv_g, sdv_s,
+                S, G, NB, qk_scale, sm_scale,
+                L_SEL: tl.constexpr, BWD_TILES: tl.constexpr, HPG: tl.constexpr, BLOCK_R: tl.constexpr,
+                BLOCK_N: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr):
+    pid = tl.program_id(0)
+    count = tl.load(TILES + 2 * n_tiles + pid)
+    if count > 0:
+        key = tl.load(TILES + pid)
+        pos0 = tl.load(TILES + n_tiles + pid)
+        bg = key // NB
+        j = key - bg * NB
+        b = bg // G
+        g = bg - b * G
+        qpt = BLOCK_R // HPG
+        offs_dk = tl.arange(0, D_K)
+        offs_dv = tl.arange(0, D_V)
+        b64 = b.to(tl.int64)
+        q_base = Q + b64 * sq_b
+        do_base = DO + b64 * sdo_b
+        dq_base = DQ + b64 * sdq_b
+        for n0 in range(0, L_SEL, BLOCK_N):
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            kpos = j * L_SEL + offs_n
+            kmask = (offs_n < L_SEL) & (kpos < S)
+            k = tl.load(K + b64 * sk_b + g * sk_g + kpos[:, None] * sk_s + offs_dk[None, :], mask=kmask[:, None],
+                        other=0.0)
+            v = tl.load(V + b64 * sv_b + g * sv_g + kpos[:, None] * sv_s + offs_dv[None, :], mask=kmask[:, None],
+                        other=0.0)
+            dk_acc = tl.zeros([BLOCK_N, D_K], tl.float32)
+            dv_acc = tl.zeros([BLOCK_N, D_V], tl.float32)
+            for it in range(BWD_TILES):  # a static trip count; the chunk's last tiles may be empty
+                c = it * qpt
+                if c < count:
+                    _, t, hh, valid = _tile_rows(PAIR_T, pos0 + c, count - c, HPG, BLOCK_R)
+                    h = g * HPG + hh
+                    q = tl.load(q_base + (t * sq_s + h * sq_h)[:, None] + offs_dk[None, :], mask=valid[:, None],
+                                other=0.0)
+                    do = tl.load(do_base + (t * sdo_s + h * sdo_h)[:, None] + offs_dv[None, :], mask=valid[:, None],
+                                 other=0.0)
+                    row = (bg * S + t).to(tl.int64) * HPG + hh
+                    lse = tl.load(LSE + row, mask=valid, other=0.0)
+                    delta = tl.load(DELTA + row, mask=valid, other=0.0)
+                    # transposed products: keys are the M dimension (64 rows: wgmma), the tile's rows are N
+                    s_t = tl.dot(k, tl.trans(q)) * qk_scale
+                    allowed = valid[None, :] & kmask[:, None] & (kpos[:, None] <= t[None, :])
+                    p_t = tl.exp2(tl.where(allowed, s_t - lse[None, :], float("-inf")))
+                    dv_acc += tl.dot(p_t.to(do.dtype), do)
+                    dp_t = tl.dot(v, tl.trans(do))
+                    ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+                    dk_acc += tl.dot(ds_t, q)
+                    dq = tl.dot(tl.trans(ds_t), k) * sm_scale
+                    tl.atomic_add(dq_base + (t * sdq_s + h * sdq_h)[:, None] + offs_dk[None, :], dq,
+                                  mask=valid[:, None], sem="relaxed")
+            tl.atomic_add(DK + b64 * sdk_b + g * sdk_g + kpos[:, None] * sdk_s + offs_dk[None, :], dk_acc * sm_scale,
+                          mask=kmask[:, None], sem="relaxed")
+            tl.atomic_add(DV + b64 * sdv_b + g * sdv_g + kpos[:, None] * sdv_s + offs_dv[None, :], dv_acc,
+                          mask=kmask[:, None], sem="relaxed")

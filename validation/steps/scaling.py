@@ -16,6 +16,8 @@ Metrics: {"world_sizes", "strong"/"weak": {"mode", "base", "rows": [{world_size,
 efficiency, batch_per_rank}], "efficiency": {"min", "last"}}, "runs", "passed", "device", "note"} so that
 `scaling.weak.efficiency.min >= 0.8` is a criterion. On a CPU with fewer cores than ranks the ranks share cores:
 the efficiency there measures core contention more than communication, so criteria on CPU should be warnings.
+Every world size of a local step runs with the same OMP_NUM_THREADS per rank (cores / the largest world size), so
+that a rank's resources stay fixed as on a GPU.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class Scaling(TrainerKind):
 
     def launches(self, step, winners, run_dir):
         labels = [f"{mode}_n{n}" for mode in step.modes for n in step.world_sizes]
+        extra_env = same_threads_per_rank(step)
         out = []
         for repeat, label in run_order(labels, step.repeats, order_seed(step, run_dir)):
             mode, n = label.split("_n")
@@ -84,7 +87,7 @@ class Scaling(TrainerKind):
             batch = per_rank_batch(step) if mode == "weak" else global_batch(step) // n
             suffix = f"_r{repeat + 1}" if step.repeats > 1 else ""
             out.append(trainer_launch(step, launch, label, f"{step.name}/{label}{suffix}", winners, run_dir,
-                                      extra_args={"batch_size": batch}, repeat=repeat,
+                                      extra_args={"batch_size": batch}, extra_env=extra_env, repeat=repeat,
                                       params={"mode": mode, "world_size": n, "args.batch_size": batch}))
         return out
 
@@ -166,6 +169,20 @@ class Scaling(TrainerKind):
         ax.set_ylim(bottom=0)
         ax.legend(fontsize="small")
         plotter.save(fig, f"scaling_{file_name(name)}.png", title)
+
+
+def same_threads_per_rank(step) -> dict[str, str]:
+    """OMP_NUM_THREADS for every world size of a local (torchrun) step: the cores / the largest number of ranks on
+    the node, so that a rank is like a device whose resources stay fixed (the runner would otherwise give a lone
+    rank every core, and a CPU's 'speedup' would be the threads', not the ranks'). The step's or the caller's own
+    OMP_NUM_THREADS wins; Slurm nodes keep torchrun's default."""
+    import os
+
+    if (step.launch.launcher.type != "torchrun" or "OMP_NUM_THREADS" in step.launch.env
+            or "OMP_NUM_THREADS" in os.environ):
+        return {}
+    most = max(min(n, step.launch.nproc_per_node) if step.launch.nnodes > 1 else n for n in step.world_sizes)
+    return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // most))}
 
 
 def per_rank_batch(step) -> int | None:

@@ -203,9 +203,15 @@ def search_batches(step, runs: list[dict], result: dict, ctx) -> dict[str, Any] 
     return out
 
 
-def decide_recommendation(step, m: dict) -> None:
-    """The recommendation (validation.parallelism.recommend) from the metrics, written into them."""
+def decide_recommendation(step, m: dict, runs: list[dict] | None = None) -> None:
+    """The recommendation (validation.parallelism.recommend) from the metrics, written into them. The batch the
+    runbook needs is the step's args.batch_size, else the micro-batch its runs used (env.json, the config's)."""
     need = step.launch.args.get("batch_size")
+    if not isinstance(need, int):
+        need = next((c.get("micro_batch") for c in (((r.get("metrics") or {}).get("context") or {})
+                                                    for r in runs or []) if isinstance(c.get("micro_batch"), int)),
+                    None)
+    m["batch_needed"] = need
     search = m.get("batch_search") if isinstance(m.get("batch_search"), dict) else {}
     evidence, unmeasured = {}, []
     for label, s in m["strategies"].items():

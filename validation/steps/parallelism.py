@@ -111,7 +111,7 @@ class Parallelism(TrainerKind):
         result["order_seed"], result["order"] = order_seed(step, ctx.run_dir), [s.label for s in launches]
         m = result["metrics"] = analyse(step, runs, ctx)
         m["batch_search"] = search_batches(step, runs, result, ctx)
-        decide_recommendation(step, m)
+        decide_recommendation(step, m, runs)
         ctx.save()
         if problems and not m.get("oom_only"):
             result.update(status="failed", reason="; ".join(problems))

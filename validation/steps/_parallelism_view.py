@@ -92,8 +92,8 @@ def parallelism_view(result: dict) -> dict:
 
 
 def draw_plots(name: str, result: dict, plotter) -> None:
-    """Tokens/s per strategy (each repeat a dot, the mean a bar) and measured / predicted / exposed communication
-    per step."""
+    """Tokens/s per strategy (each repeat a dot, the mean a bar) and the communication per step: measured at the
+    collective calls over the whole run, predicted, and in the profiled steps their total and exposed part."""
     from validation.report.format import file_name
 
     strategies = {str(k): as_dict(v) for k, v in as_dict(as_dict(result.get("metrics")).get("strategies")).items()}
@@ -112,14 +112,16 @@ def draw_plots(name: str, result: dict, plotter) -> None:
     ax.set_xticklabels(labels)
     plotter.save(fig, f"parallelism_{file_name(name)}.png", title)
     series = [("measured (collective calls)", "comm_time_s"), ("predicted (comm tables)", "comm_predicted_s"),
-              ("exposed (profile)", "exposed_comm_s")]
+              ("in the profiled steps", "profiled_comm_s"), ("exposed (profiled steps)", "exposed_comm_s")]
     if not any(finite(strategies[k].get(key)) is not None for k in labels for _, key in series):
         return
-    title = f"Communication per step: {result.get('title') or name}"
+    if all(finite(strategies[k].get("comm_predicted_s")) is None for k in labels):
+        series[1] = ("predicted: not available (no comm step)", "comm_predicted_s")
+    title = f"Communication per step: {name}"
     fig, ax = plotter.figure(title, "strategy", "seconds per step")
     width = 0.8 / len(series)
     for j, (what, key) in enumerate(series):
-        ax.bar([i + (j - 1) * width for i in range(len(labels))],
+        ax.bar([i + (j - (len(series) - 1) / 2) * width for i in range(len(labels))],
                [finite(strategies[k].get(key)) or 0.0 for k in labels], width, label=what)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels)

@@ -197,6 +197,10 @@ def test_strategy_figures_predict_from_the_comm_tables():
     assert s["comm_predicted_s"] == pytest.approx(1e-3 + 1e-4)  # the two sizes are table rows
     assert s["comm_time_s"] == pytest.approx(0.05) and s["toks_per_s"] == pytest.approx(105.0)
     assert s["comm_model_matches"] is True and s["comm_bytes_counted"] == s["comm_bytes_model"] == 66560
+    # tables measured at another world size predict nothing here
+    s8 = strategy_figures("ddp", {"strategy": "ddp"}, runs, infos, tables, why, 8)
+    assert s8["comm_predicted_s"] is None and "measured at world size 8, these runs ran at 2" in s8["comm_prediction"]
+    assert strategy_figures("ddp", {"strategy": "ddp"}, runs, infos, tables, why, 2)["comm_predicted_s"] > 0
     # no comm step: prediction not available, said so
     s = strategy_figures("ddp", {"strategy": "ddp"}, runs, infos, *comm_tables(SimpleNamespace(comm=None), {}))
     assert s["comm_predicted_s"] is None and s["comm_prediction"] == NOT_AVAILABLE
@@ -280,3 +284,45 @@ def test_plan_of_the_strategies_and_world_sizes(tmp_path):
     assert {k: (v.nproc_per_node, v.argv[v.argv.index("--batch-size") + 1]) for k, v in by_label.items()} == {
         "strong_n1": (1, "8"), "strong_n2": (2, "4"), "weak_n1": (1, "4"), "weak_n2": (2, "4")}
     json.dumps([s.params for s in specs])  # params stay JSON
+
+
+def test_search_batches_launches_probes_and_reads_oom(tmp_path, monkeypatch):
+    """The live part of the search with the launches faked: each probe is a trainer launch at --batch-size b with
+    the search's steps; a failure whose reason says out of memory is "does not fit", any other stops the search."""
+    from validation.steps import _parallelism_analysis as analysis
+    from validation.steps import trainer
+
+    path = tmp_path / "rb.yaml"
+    path.write_text(RB % ("strategies: [ddp, fsdp], batch_search: {start: 2, max: 64, steps: 3}", "modes: [weak]"))
+    par = load_runbook(path, cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2])).steps()[0]
+    limits = {"ddp": 12, "fsdp": 40}
+    launched = []
+
+    def fake_collect(ctx, step, spec, lr):
+        argv = spec.argv
+        batch = int(argv[argv.index("--batch-size") + 1])
+        assert argv[argv.index("--steps") + 1] == "3" and "--profile-steps" not in argv
+        label = spec.label.split("@")[0]
+        launched.append((label, batch, spec.dir))
+        if label == "fsdp" and batch == 32:
+            return "failed", "exit code 1 (rank 0: NaN loss)", {}
+        ok = batch <= limits[label]
+        return ("passed", None, {}) if ok else ("failed", "exit code 1 (rank 1: torch.OutOfMemoryError: CUDA out of "
+                                                          "memory. Tried to allocate 1.00 GiB)", {})
+
+    monkeypatch.setattr(trainer, "collect", fake_collect)
+    ctx = SimpleNamespace(run_dir=tmp_path, launch=lambda spec, i, n: SimpleNamespace(reason="", excerpt=None),
+                          record=lambda *a: None, save=lambda: None)
+    result = {"metrics": {"capacity": {"device": "cuda"}}}
+    out = analysis.search_batches(par, [], result, ctx)
+    assert out["ddp"]["largest"] == 12 and out["ddp"]["first_oom"] == 13 and out["ddp"]["error"] is None
+    assert out["fsdp"]["largest"] == 16 and out["fsdp"]["error"].startswith("batch 32: exit code 1 (rank 0: NaN")
+    assert len({d for _, _, d in launched}) == len(launched), "every probe has its own directory"
+    assert analysis.search_batches(par, [], {"metrics": {"capacity": {"device": "cpu"}}}, ctx)["skipped"].startswith(
+        "skipped on CPU")
+    # the recommendation uses what the search found: DDP's largest batch below the batch needed -> does not fit
+    m = {"strategies": {k: {"passed": 2, "oom": 0, "peak_alloc_gb": 10.0, "peak_reserved_gb": None,
+                            "toks_per_s": 1.0} for k in ("ddp", "fsdp")},
+         "capacity": {"gb": 80.0}, "comparisons": {}, "batch_search": {"ddp": {"largest": 2}, "fsdp": {"largest": 16}}}
+    analysis.decide_recommendation(par, m)  # args.batch_size 4
+    assert m["batch_needed"] == 4 and m["regime"] == "does_not_fit" and m["recommendation"] == "fsdp"

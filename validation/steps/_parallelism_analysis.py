@@ -65,8 +65,10 @@ def _sizes(per_step: Any) -> dict[str, list[int]]:
     return out
 
 
-def strategy_figures(label: str, spec: dict, runs: list[dict], infos: list[dict], tables, why_no_tables) -> dict:
-    """The per-strategy row of the metrics (module doc of validation.steps.parallelism)."""
+def strategy_figures(label: str, spec: dict, runs: list[dict], infos: list[dict], tables, why_no_tables,
+                     comm_world: Any = None) -> dict:
+    """The per-strategy row of the metrics (module doc of validation.steps.parallelism). `comm_world`: the world
+    size the comm step measured at; tables of another world size predict nothing here (said so)."""
     from validation.collectives import predict_seconds
 
     mine = [(r, i) for r, i in zip(runs, infos) if r["label"] == label]
@@ -97,7 +99,11 @@ def strategy_figures(label: str, spec: dict, runs: list[dict], infos: list[dict]
                                if isinstance(s.get("comm_time_s"), (int, float)) and s.get("steps"))
     out["comm_share"] = _mean(s.get("comm_share") for s in sums)
     out["comm_predicted_s"], out["comm_prediction"] = None, why_no_tables
-    if sums and tables is not None:
+    world = sums[0].get("world_size") if sums else None
+    if sums and tables is not None and comm_world is not None and comm_world != world:
+        out["comm_prediction"] = (f"not available: {why_no_tables} measured at world size {comm_world}, these runs "
+                                  f"ran at {world}")
+    elif sums and tables is not None:
         pred = predict_seconds(_sizes((sums[0].get("comm") or {}).get("per_step")), tables, int(sums[0]["world_size"]))
         if pred["missing"]:
             out["comm_prediction"] = f"partial: no table for {', '.join(pred['missing'])} in {why_no_tables}"
@@ -163,7 +169,9 @@ def capacity(step, infos: list[dict]) -> dict[str, Any]:
 def analyse(step, runs: list[dict], ctx) -> dict[str, Any]:
     infos = [read_run(ctx, r) for r in runs]
     tables, why = comm_tables(step, ctx.results)
-    strategies = {label: strategy_figures(label, spec, runs, infos, tables, why)
+    comm_world = (((ctx.results.get("steps") or {}).get(step.comm) or {}).get("metrics") or {}).get(
+        "world_size") if step.comm else None
+    strategies = {label: strategy_figures(label, spec, runs, infos, tables, why, comm_world)
                   for label, spec in step.strategies.items()}
     failed = [r for r in runs if r["status"] != "passed"]
     return {"strategies": strategies, "repeats": step.repeats, "comm_step": step.comm, "comm_source": why,

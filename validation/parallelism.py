@@ -110,9 +110,10 @@ def _pct(x: float | None, signed: bool = False) -> str:
 def _comparison_text(comp: Mapping | None) -> str:
     if not comp:
         return "not compared"
-    p = comp.get("p_adjusted") if comp.get("p_adjusted") is not None else comp.get("p_value")
+    adjusted = comp.get("p_adjusted") is not None
+    p = comp.get("p_adjusted") if adjusted else comp.get("p_value")
     return (f"{_pct(comp.get('rel'), True)} tokens/s (95% CI {_pct(comp.get('ci_low'), True)} .. "
-            f"{_pct(comp.get('ci_high'), True)}, p = {p:.3g}, "
+            f"{_pct(comp.get('ci_high'), True)}, {'Holm-adjusted ' if adjusted else ''}p = {p:.3g}, "
             f"{'significant' if comp.get('significant') else 'not significant'})"
             if isinstance(p, (int, float)) else f"{_pct(comp.get('rel'), True)} tokens/s (no p-value)")
 

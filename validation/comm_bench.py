@@ -79,8 +79,20 @@ def _call(dist, kind: str, count: int, world: int, device):
     raise ValueError(f"unknown collective {kind!r}")
 
 
-def measure(dist, kind: str, nbytes: int, world: int, device, iters: int, warmup: int) -> tuple[int, float]:
-    """(message bytes, seconds per call: the slowest rank's mean) of `kind` at about `nbytes`."""
+def busy(seconds: float, work) -> None:
+    """Compute on this rank's threads for `seconds` (the compute phase of a training step)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        work()
+
+
+def measure(dist, kind: str, nbytes: int, world: int, device, iters: int, warmup: int,
+            compute_ms: float = 0.0) -> tuple[int, float]:
+    """(message bytes, seconds per call: the slowest rank's mean) of `kind` at about `nbytes`.
+
+    compute_ms 0: nccl-tests' protocol, `iters` calls back to back after a barrier. compute_ms > 0: every timed
+    call follows `compute_ms` of computation on every rank and a barrier, and is timed alone (the collective as a
+    training step issues it, after its backward: on a CPU the computation leaves the collective's threads cold)."""
     import torch
 
     count = elements(kind, nbytes, world)
@@ -91,12 +103,28 @@ def measure(dist, kind: str, nbytes: int, world: int, device, iters: int, warmup
     if cuda:
         torch.cuda.synchronize(device)
     dist.barrier()
-    start = time.perf_counter()
-    for _ in range(iters):
-        call()
-    if cuda:
-        torch.cuda.synchronize(device)
-    per_call = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64, device=device)
+    if compute_ms > 0:
+        a = torch.randn(256, 256, device=device)
+        total = 0.0
+        for _ in range(iters):
+            busy(compute_ms / 1e3, lambda: a @ a)
+            if cuda:
+                torch.cuda.synchronize(device)
+            dist.barrier()
+            start = time.perf_counter()
+            call()
+            if cuda:
+                torch.cuda.synchronize(device)
+            total += time.perf_counter() - start
+        elapsed = total
+    else:
+        start = time.perf_counter()
+        for _ in range(iters):
+            call()
+        if cuda:
+            torch.cuda.synchronize(device)
+        elapsed = time.perf_counter() - start
+    per_call = torch.tensor([elapsed / iters], dtype=torch.float64, device=device)
     dist.all_reduce(per_call, op=dist.ReduceOp.MAX)
     return message_bytes(kind, count, world), float(per_call.item())
 
@@ -129,13 +157,14 @@ def run(args: argparse.Namespace) -> dict:
         for kind in args.kinds.split(","):
             rows = {}
             for nbytes in sizes:
-                moved, seconds = measure(dist, kind, nbytes, world, device, args.iters, args.warmup)
+                moved, seconds = measure(dist, kind, nbytes, world, device, args.iters, args.warmup,
+                                         args.compute_ms)
                 rows[moved] = bandwidth_row(kind, world, moved, max(seconds, 1e-12))
             kinds[kind] = [rows[b] for b in sorted(rows)]
             if rank == 0:
                 print(f"comm_bench: {kind}: {len(rows)} sizes, {sizes[0]}..{sizes[-1]} B", flush=True)
         result = {"world_size": world, "backend": backend, "device": str(device), "dtype": "float32",
-                  "iters": args.iters, "warmup": args.warmup, "threads": torch.get_num_threads(), "kinds": kinds}
+                  "iters": args.iters, "warmup": args.warmup, "compute_ms": args.compute_ms, "threads": torch.get_num_threads(), "kinds": kinds}
         if rank == 0:
             out = Path(args.out)
             out.mkdir(parents=True, exist_ok=True)
@@ -165,6 +194,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-bytes", type=int, default=None, help="default 1 GiB (nccl) / 4 MiB (gloo)")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--compute-ms", type=float, default=0.0,
+                   help="computation before every timed call (0: back to back, as nccl-tests)")
     p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
     return p
 
@@ -172,8 +203,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     bad = [k for k in args.kinds.split(",") if k not in KINDS]
-    if bad or args.iters < 1 or args.warmup < 0:
-        print(f"comm_bench: kinds must be among {', '.join(KINDS)}, iters >= 1, warmup >= 0", file=sys.stderr)
+    if bad or args.iters < 1 or args.warmup < 0 or args.compute_ms < 0:
+        print(f"comm_bench: kinds must be among {', '.join(KINDS)}, iters >= 1, warmup >= 0, compute-ms >= 0", file=sys.stderr)
         return 2
     run(args)
     return 0

@@ -6,6 +6,9 @@ Own keys:
     sizes: [bytes, ...]  or  min_bytes / max_bytes                  (default 8 KiB .. 1 GiB with NCCL, 4 KiB .. 4 MiB
                                                                       with gloo; doubling)
     iters: 20, warmup: 5                                             (timed and untimed calls per size)
+    compute_ms: 0                                                    (> 0: each timed call follows this much
+                                                                      computation and a barrier, as a training
+                                                                      step issues it; 0: back to back, nccl-tests)
     backend: auto | nccl | gloo                                      (auto: NCCL where CUDA is, else gloo)
     source: torch | nccl-tests | auto                                (auto: nccl-tests when every `<kind>_perf` is
                                                                       on PATH, nvidia-smi is there, the backend is
@@ -68,7 +71,7 @@ class Comm(StepKind):
     name = "comm"
     summary = ("collective bandwidth over the run's ranks (all-reduce, all-gather, reduce-scatter, broadcast; "
                "torch or nccl-tests): algbw/busbw per size, latency")
-    keys = ("kinds", "sizes", "min_bytes", "max_bytes", "iters", "warmup", "backend", "source")
+    keys = ("kinds", "sizes", "min_bytes", "max_bytes", "iters", "warmup", "compute_ms", "backend", "source")
     launch_keys = ("env", "nproc_per_node", "nnodes", "launcher", "master_port", "port_retries", "timeout_s")
 
     # ------------------------------------------------------------------ schema
@@ -95,12 +98,15 @@ class Comm(StepKind):
             "kinds": list(kinds), "sizes": sizes, "min_bytes": lo, "max_bytes": hi,
             "iters": typed(raw.get("iters", 20), int, path + ("iters",), ctx, minimum=1),
             "warmup": typed(raw.get("warmup", 5), int, path + ("warmup",), ctx, minimum=0),
+            "compute_ms": typed(raw.get("compute_ms", 0), float, path + ("compute_ms",), ctx, minimum=0),
             "backend": typed(raw.get("backend", "auto"), str, path + ("backend",), ctx, choices=BACKENDS),
             "source": typed(raw.get("source", "torch"), str, path + ("source",), ctx, choices=SOURCES),
         }
         if options["source"] == "nccl-tests":
             if options["backend"] == "gloo":
                 raise ctx.error(path + ("source",), "nccl-tests measures NCCL; backend gloo needs source torch")
+            if options["compute_ms"]:
+                raise ctx.error(path + ("compute_ms",), "nccl-tests times its calls back to back: source torch")
             if sizes is not None:
                 raise ctx.error(path + ("sizes",), "nccl-tests takes min_bytes/max_bytes (doubling), not sizes")
         return options
@@ -136,6 +142,8 @@ class Comm(StepKind):
         argv = [sys.executable, "-m", "validation.comm_bench", "--out", run_path(run_dir, step.name),
                 "--kinds", ",".join(step.kinds), "--iters", str(step.iters), "--warmup", str(step.warmup),
                 "--backend", step.backend]
+        if step.compute_ms:
+            argv += ["--compute-ms", str(step.compute_ms)]
         if step.sizes:
             argv += ["--sizes", ",".join(map(str, step.sizes))]
         if step.min_bytes:
@@ -175,7 +183,7 @@ class Comm(StepKind):
             return
         result["artifacts"].append(ctx.rel(path))
         m: dict[str, Any] = {"world_size": data.get("world_size"), "backend": data.get("backend"), "source": "torch"}
-        for key in ("device", "iters", "warmup", "threads"):
+        for key in ("device", "iters", "warmup", "compute_ms", "threads"):
             m[key] = data.get(key)
         for kind in step.kinds:
             rows = [r for r in as_list(data["kinds"].get(kind)) if isinstance(r, dict)]

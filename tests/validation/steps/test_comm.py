@@ -122,7 +122,9 @@ def test_source_selection_and_commands(tmp_path):
     assert [s.dir for s in specs] == ["c/all_reduce", "c/all_gather", "c/reduce_scatter", "c/broadcast"]
     assert not specs[0].uses_torchrun
 
-    (spec,) = step_launches(step("torch", ", kinds: [all_reduce, broadcast], sizes: [8192, 4096], nnodes: 2"))
+    (spec,) = step_launches(step("torch", ", kinds: [all_reduce, broadcast], sizes: [8192, 4096], nnodes: 2, "
+                                          "compute_ms: 150"))
+    assert spec.argv[spec.argv.index("--compute-ms") + 1] == "150.0"
     assert spec.argv[1:3] == ["-m", "validation.comm_bench"] and spec.uses_torchrun and spec.world_size == 4
     assert spec.argv[spec.argv.index("--kinds") + 1] == "all_reduce,broadcast"
     assert spec.argv[spec.argv.index("--sizes") + 1] == "4096,8192"
@@ -136,6 +138,8 @@ def test_source_selection_and_commands(tmp_path):
     ("iters: 0", "iters: must be >= 1, got 0"),
     ("source: nccl-tests, backend: gloo", "source: nccl-tests measures NCCL"),
     ("source: nccl-tests, nnodes: 2", "MPI build of nccl-tests"),
+    ("source: nccl-tests, compute_ms: 100", "compute_ms: nccl-tests times its calls back to back"),
+    ("compute_ms: -1", "compute_ms: must be >= 0, got -1"),
     ("config: configs/tiny_cpu.yaml", "config: unknown key"),
 ])
 def test_schema_errors_name_the_key(tmp_path, extra, needle):
@@ -165,7 +169,7 @@ def test_nccl_tests_run_through_the_runner_with_fake_programs(tmp_path):
 def test_torch_benchmark_two_ranks_and_one_rank(tmp_path):
     steps = ("      - {name: c2, kind: comm, iters: 3, warmup: 1, min_bytes: 4096, max_bytes: 131072}\n"
              "      - {name: c1, kind: comm, nproc_per_node: 1, kinds: [all_reduce, broadcast], iters: 2, "
-             "sizes: [4096, 65536]}")
+             "sizes: [4096, 65536], compute_ms: 5}")
     rb = load_runbook(_runbook(tmp_path, steps, "c2.all_reduce.busbw_gbps.max > 0 and c2.broadcast.sizes >= 6"))
     run_dir = tmp_path / "run"
     results = Runner(rb, run_dir, RunOptions(cwd=REPO)).run()
@@ -186,7 +190,7 @@ def test_torch_benchmark_two_ranks_and_one_rank(tmp_path):
     m1 = one["metrics"]
     assert m1["world_size"] == 1 and "nothing between ranks" in m1["note"]
     assert all(r["busbw_gbps"] == 0 for r in m1["all_reduce"]["table"])
-    assert [r["bytes"] for r in m1["broadcast"]["table"]] == [4096, 65536]
+    assert [r["bytes"] for r in m1["broadcast"]["table"]] == [4096, 65536] and m1["compute_ms"] == 5
     assert comm_kind.Comm().summary_line(one).startswith(" (2 collectives x 2 sizes, gloo, 1 rank")
 
     written = write_reports(run_dir, results)

@@ -128,6 +128,10 @@ def test_source_selection_and_commands(tmp_path):
     assert spec.argv[1:3] == ["-m", "validation.comm_bench"] and spec.uses_torchrun and spec.world_size == 4
     assert spec.argv[spec.argv.index("--kinds") + 1] == "all_reduce,broadcast"
     assert spec.argv[spec.argv.index("--sizes") + 1] == "4096,8192"
+    (job,) = step_launches(step("torch", ", nnodes: 2, launcher: {type: slurm, partition: debug}"))
+    script = job.batch_script()
+    assert job.launcher == "slurm" and "#SBATCH --nodes=2" in script and "-m validation.comm_bench" in script
+    assert "--nnodes=2 --nproc-per-node=2" in script
 
 
 @pytest.mark.parametrize("extra, needle", [

@@ -249,7 +249,7 @@ class Comm(StepKind):
             return {}
         return {"comm": {"kinds": out, "world_size": fmt_num(m.get("world_size")),
                          "backend": str(m.get("backend") or NA), "source": str(m.get("source") or NA),
-                         "note": m.get("note")}}
+                         "note": m.get("note"), "protocol": protocol_text(m)}}
 
     def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
         for s in in_order:
@@ -279,6 +279,17 @@ class Comm(StepKind):
         title = f"{'Bus' if bus else 'Algorithm'} bandwidth vs message size: {result.get('title') or name}"
         loglog_lines(plotter, series, title=title, xlabel="message size (bytes)",
                      ylabel=f"{'busbw' if bus else 'algbw'} (GB/s)", filename=f"comm_{name}.png")
+
+
+def protocol_text(m: dict) -> str:
+    """How the calls were timed, in words."""
+    if m.get("source") == "nccl-tests":
+        return f"nccl-tests' {fmt_num(m.get('iters'))} calls back to back per size"
+    compute = finite(m.get("compute_ms"))
+    if compute:
+        return (f"each of {fmt_num(m.get('iters'))} calls per size timed alone, after {fmt_num(compute)} ms of "
+                f"computation and a barrier")
+    return f"{fmt_num(m.get('iters'))} calls back to back per size after a barrier"
 
 
 def size_text(nbytes: Any) -> str:

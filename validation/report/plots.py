@@ -159,3 +159,19 @@ def make_plots(results: dict, run_dir: Path) -> list[dict]:
                 if kind is not None:
                     kind.plots(name, step, plotter)
     return plotter.written
+
+
+def loglog_lines(plotter: Plotter, series: dict[str, list[tuple[float, float]]], *, title: str, xlabel: str,
+                 ylabel: str, filename: str) -> None:
+    """One line with markers per series ({label: [(x, y), ...]}, x and y > 0) on log-log axes (base 2 for x, e.g.
+    message sizes; base 10 for y), in the report's style; nothing when no series has a point."""
+    series = {label: sorted(points) for label, points in series.items() if points}
+    if not series:
+        return
+    fig, ax = plotter.figure(title, xlabel, ylabel)
+    for label, points in series.items():
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, linewidth=1.2, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.legend(loc="lower right", fontsize="small")
+    plotter.save(fig, filename, title)

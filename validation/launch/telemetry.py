@@ -89,6 +89,7 @@ class TreeProbe:
         self._ticks: dict[tuple[int, int], int] = {}
         self._t = time.monotonic()
         self._primed = False
+        self.last_pids: set[int] = set()
 
     def pids(self) -> list[int]:
         from validation.launch.processes import descendants
@@ -107,6 +108,7 @@ class TreeProbe:
         now = time.monotonic()
         ticks, rss_pages = {}, 0
         pids = self.pids()
+        self.last_pids = set(pids)
         for pid in pids:
             try:
                 with open(f"/proc/{pid}/stat", "rb") as f:
@@ -286,7 +288,7 @@ class Sampler:
         c0 = time.thread_time()
         now = time.time()
         tree = self.tree.sample()
-        pids = set(self.tree.pids()) if self.gpu is not None and self.gpu.available else set()
+        pids = self.tree.last_pids
         gpu_rows = self.gpu.sample(pids) if self.gpu is not None else []
         cost = time.thread_time() - c0 + extra_cpu
         self.cpu_s += cost
@@ -304,7 +306,8 @@ def _stat(values: list[float]) -> dict[str, Any] | None:
     return {"mean": round(sum(values) / len(values), 3), "min": min(values), "max": max(values), "n": len(values)}
 
 
-def summarize(rows: list[dict[str, Any]], start: float | None = None, end: float | None = None) -> dict[str, Any]:
+def summarize(rows: list[dict[str, Any]], start: float | None = None, end: float | None = None,
+              use_gpus: bool = True) -> dict[str, Any]:
     """Metrics for criteria from telemetry rows (validation.contracts.read_telemetry) between unix times `start` and
     `end` (None: open): {"gpu_util": {mean, min, max, n} (percent, over the launch's GPUs, every sample) or None
     without GPU figures, "gpu_mem_used_gb", "power_w", "sm_clock_mhz", "temp_c" (same shape or None), "throttled"
@@ -312,18 +315,19 @@ def summarize(rows: list[dict[str, Any]], start: float | None = None, end: float
     seen, sorted), "pcie_gen_min" / "pcie_width_min" (the lowest current link during the period) with their
     maxima, "ecc_uncorrected" (the largest count seen), "xid_errors" (events seen), "cpu_util" {mean, min, max, n}
     (percent of one core, per sample), "rss_gb" {mean, min, max, n} (per sample, all nodes summed), "samples",
-    "nodes", "gpus" ("node:index" of the GPUs counted)}. The launch's GPUs are those a process of the launch used
-    (``ours``); when that is unknown for every GPU, all of them."""
+    "nodes", "gpus" ("node:index" of the GPUs counted), "gpu_match"}. The launch's GPUs are those a process of the
+    launch used (``ours``, gpu_match "by process"); when no GPU shows one of its processes (NVML unable to say, or
+    a container whose PIDs NVML does not see), every GPU of the node (gpu_match "all GPUs"). `use_gpus` False (a CPU
+    run on a GPU node) leaves the GPU figures out."""
     def within(r):
         t = r.get("time")
         return t is not None and (start is None or t >= start) and (end is None or t <= end)
 
     rows = [r for r in rows if within(r)]
-    gpu_rows = [r for r in rows if r.get("gpu") is not None]
-    if any(r.get("ours") == 1 for r in gpu_rows):
+    gpu_rows = [r for r in rows if r.get("gpu") is not None and use_gpus]
+    matched = any(r.get("ours") == 1 for r in gpu_rows)
+    if matched:
         gpu_rows = [r for r in gpu_rows if r.get("ours") == 1]
-    elif any(r.get("ours") == 0 for r in gpu_rows) and not any(r.get("ours") is None for r in gpu_rows):
-        gpu_rows = []  # every GPU known and none ran a process of the launch (a CPU run on a GPU node)
 
     def col(name, source=gpu_rows):
         return [float(r[name]) for r in source if isinstance(r.get(name), (int, float))]
@@ -346,6 +350,7 @@ def summarize(rows: list[dict[str, Any]], start: float | None = None, end: float
         "samples": len(per_sample),
         "nodes": sorted({str(r.get("node")) for r in rows if r.get("node")}),
         "gpus": sorted({f"{r.get('node')}:{int(r['gpu'])}" for r in gpu_rows}),
+        "gpu_match": ("by process" if matched else "all GPUs") if gpu_rows else None,
         "gpu_util": _stat(col("gpu_util_pct")),
         "gpu_mem_used_gb": _stat(col("mem_used_gb")),
         "gpu_mem_total_gb": max(col("mem_total_gb"), default=None),
@@ -411,6 +416,42 @@ def diagnose(t: dict[str, Any], context: dict[str, Any] | None = None,
     text = (f"Low GPU utilisation: {util:.0f}% on average over the training window (< {threshold:.0f}%, seed 003); "
             + "; ".join(f"{c['cause']}: {c['evidence']}" for c in causes))
     return {"gpu_util_mean": util, "threshold": threshold, "causes": causes, "text": text}
+
+
+# ------------------------------------------------------------------------------------------- a snapshot's PCIe links
+def _link_number(text: str | None) -> int | None:
+    digits = "".join(c for c in (text or "") if c.isdigit())
+    return int(digits) if digits else None
+
+
+def pcie_links(nvidia_smi_xml: str) -> dict[str, Any]:
+    """The PCIe links of every GPU in `nvidia-smi -q -x` output: {"gpus": [{"gpu", "name", "gen_max", "gen",
+    "width_max", "width"}], "pcie_gen_min" (the lowest maximum link generation over the GPUs: what each link runs
+    at under load), "pcie_gen_current_min" (the lowest current one: an idle GPU lowers its link to save power, so
+    a snapshot's current generation may read low), "pcie_width_min" (the lowest maximum width)}; the figures None
+    when the XML names no GPU or is unreadable."""
+    import xml.etree.ElementTree as ET
+
+    gpus = []
+    try:
+        root = ET.fromstring(nvidia_smi_xml)
+    except ET.ParseError:
+        root = None
+    for i, gpu in enumerate(root.findall("gpu") if root is not None else []):
+        gen = gpu.find("pci/pci_gpu_link_info/pcie_gen")
+        width = gpu.find("pci/pci_gpu_link_info/link_widths")
+        gpus.append({"gpu": i, "name": (gpu.findtext("product_name") or "").strip() or None,
+                     "gen_max": _link_number(gen.findtext("max_link_gen")) if gen is not None else None,
+                     "gen": _link_number(gen.findtext("current_link_gen")) if gen is not None else None,
+                     "width_max": _link_number(width.findtext("max_link_width")) if width is not None else None,
+                     "width": _link_number(width.findtext("current_link_width")) if width is not None else None})
+
+    def low(key):
+        values = [g[key] for g in gpus if g[key] is not None]
+        return min(values) if values else None
+
+    return {"gpus": gpus, "pcie_gen_min": low("gen_max"), "pcie_gen_current_min": low("gen"),
+            "pcie_width_min": low("width_max")}
 
 
 # ------------------------------------------------------------------------------------------- command line

@@ -8,9 +8,10 @@ Metrics added to a trainer launch's (results.json step or run "metrics"):
                          loss, peak and average allocated / reserved memory (GiB; memory_kind cuda or cpu_rss),
                          comm_time_s and comm_share (CPU/gloo), parallel, world_size; {} without summary.json
     time_to_first_step_s rank 0's first logged step, seconds after its process started (timeline.json)
-    startup              {"milestones": {name: s}, "init_s" (process start -> training loop: setup_done),
-                          "first_step_s" (the first step itself: first_logged_step - setup_done), "slowest",
-                          "n_params", "init_growth" (the flag below, or None)}
+    startup              {"milestones": {name: s}, "imports_s" (process start -> imports_done: the interpreter,
+                          torch and the trainer's modules), "init_s" (imports_done -> setup_done: process group,
+                          model build, move to device, wrapping, optimizer, data), "first_step_s" (the first step
+                          itself: first_logged_step - setup_done), "slowest", "n_params", "init_growth" (below)}
     gpu_util, gpu_mem_used_gb, power_w, sm_clock_mhz, temp_c   {mean, min, max, n} over the training window, or None
                          without GPU figures (no pynvml, no GPU)
     throttled, throttle_reasons, pcie_gen_min, pcie_width_min, ecc_uncorrected, xid_errors   (None without them)
@@ -25,7 +26,8 @@ window's steps [first, last] span (end of step first-1, end of step last]. Witho
 
 "Init grows faster than the model" (``init_growth``): a run is flagged against the earlier trainer run of the same
 validation run with the smallest model (the reference; of equal models, the fastest init) when its init time
-(``init_s``) is more than INIT_GROWTH_FACTOR times the reference's scaled by the model-size ratio
+(``init_s``: after the imports, which do not depend on the model and swing most with the machine's load) is
+more than INIT_GROWTH_FACTOR times the reference's scaled by the model-size ratio
 (init / init_ref > INIT_GROWTH_FACTOR x n_params / n_params_ref) AND at least INIT_GROWTH_MIN_S longer: start-up
 should grow at most like the model (building, moving, broadcasting parameters), not faster (seed 000's "extremely
 slow initialization").
@@ -58,16 +60,18 @@ def summary_metrics(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def startup_metrics(timeline: dict[str, Any], n_params: Any = None) -> dict[str, Any]:
-    """{"milestones", "init_s", "first_step_s", "time_to_first_step_s", "slowest", "n_params"} from timeline.json
+    """{"milestones", "imports_s", "init_s", "first_step_s", "time_to_first_step_s", "slowest", "n_params"} from
+    timeline.json
     (validation.contracts.read_timeline); {} without one."""
     if not timeline or "milestones" not in timeline:
         return {"problem": timeline["problem"]} if timeline.get("problem") else {}
     marks = as_dict(timeline.get("milestones"))
     ttfs = finite(timeline.get("time_to_first_step_s"))
-    init = finite(marks.get("setup_done"))
-    first = ttfs - init if ttfs is not None and init is not None else None
-    return {"milestones": {k: v for k, v in marks.items() if finite(v) is not None}, "init_s": init,
-            "first_step_s": first, "time_to_first_step_s": ttfs, "slowest": timeline.get("slowest"),
+    imports, setup = finite(marks.get("imports_done")), finite(marks.get("setup_done"))
+    init = setup - imports if setup is not None and imports is not None else setup
+    first = ttfs - setup if ttfs is not None and setup is not None else None
+    return {"milestones": {k: v for k, v in marks.items() if finite(v) is not None}, "imports_s": imports,
+            "init_s": init, "first_step_s": first, "time_to_first_step_s": ttfs, "slowest": timeline.get("slowest"),
             "n_params": finite(n_params), "process_start_unix": finite(timeline.get("process_start_unix")),
             "missing": list(timeline.get("missing_milestones") or [])}
 
@@ -132,16 +136,18 @@ def telemetry_metrics(step_dir: Path, startup: dict[str, Any], read, window: dic
                                  window.get("first_step"), window.get("last_step"))
         if period is not None:
             what = f"the statistics window, steps {window['first_step']}-{window['last_step']}"
-    t = telemetry.summarize(rows, *(period or (None, None)))
-    if t["samples"] == 0 and period is not None:  # a window shorter than one sample: the training part instead
+    on_gpu = not str(context.get("device") or "").lower().startswith("cpu")  # a CPU run on a GPU node: no GPU
+    t = telemetry.summarize(rows, *(period or (None, None)), use_gpus=on_gpu)
+    if t["samples"] == 0 and period is not None:  # a window shorter than one sample: a second either side
         period = (period[0] - 1.0, period[1] + 1.0)
-        t = telemetry.summarize(rows, *period)
+        t = telemetry.summarize(rows, *period, use_gpus=on_gpu)
     costs = [r["sampler_cpu_ms"] for r in rows if finite(r.get("sampler_cpu_ms")) is not None]
     files = [p.name for p in contracts.telemetry_files(step_dir)]
     out = {k: t[k] for k in ("gpu_util", "gpu_mem_used_gb", "power_w", "sm_clock_mhz", "temp_c", "throttled",
                              "throttle_reasons", "pcie_gen_min", "pcie_width_min", "ecc_uncorrected", "xid_errors",
                              "cpu_util", "rss_gb")}
     out["telemetry"] = {"files": files, "samples": t["samples"], "nodes": t["nodes"], "gpus": t["gpus"],
+                        "gpu_match": t["gpu_match"],
                         "period": what, "sampler_cpu_ms": round(sum(costs) / len(costs), 3) if costs else None,
                         "gpu_mem_total_gb": t["gpu_mem_total_gb"], "pcie_gen_max": t["pcie_gen_max"],
                         "pcie_width_max": t["pcie_width_max"], "window_unix": list(period) if period else None}
@@ -233,7 +239,8 @@ def startup_view(metrics: dict[str, Any]) -> dict[str, Any] | None:
         return {"ttfs": NA, "problem": str(st["problem"]), "milestones": "", "flag": None, "growth": None}
     marks = as_dict(st.get("milestones"))
     growth = as_dict(st.get("init_growth"))
-    return {"ttfs": fmt_duration(st.get("time_to_first_step_s")), "init": fmt_duration(st.get("init_s")),
+    return {"ttfs": fmt_duration(st.get("time_to_first_step_s")), "imports": fmt_duration(st.get("imports_s")),
+            "init": fmt_duration(st.get("init_s")),
             "first_step": fmt_duration(st.get("first_step_s")),
             "milestones": ", ".join(f"{k} {fmt_num(_round(v, 2))} s" for k, v in marks.items() if k != "process_start"),
             "flag": growth.get("text") if growth.get("flagged") else None,
@@ -267,3 +274,27 @@ def telemetry_notes(metrics: dict[str, Any]) -> list[str]:
     if diagnosis.get("text"):
         notes.append(str(diagnosis["text"]))
     return notes
+
+
+def runs_view(runs: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """One compact line per run of a sweep or A/B (label, repeat): its Training Summary, time to first step, GPU
+    utilisation when measured, and the init-growth flag. [] when no run has any of them."""
+    from collections import Counter
+
+    runs = [as_dict(r) for r in runs]
+    counts = Counter(str(r.get("label")) for r in runs)
+    out = []
+    for run in runs:
+        m = as_dict(run.get("metrics"))
+        if not (m.get("summary") or m.get("startup") or m.get("telemetry")):
+            continue
+        label = str(run.get("label"))
+        if counts[label] > 1 and finite(run.get("repeat")) is not None:
+            label += f" (repeat {int(run['repeat']) + 1})"
+        util = finite(as_dict(m.get("gpu_util")).get("mean"))
+        growth = as_dict(as_dict(m.get("startup")).get("init_growth"))
+        out.append({"label": label, "summary": summary_line(m),
+                    "ttfs": fmt_duration(m.get("time_to_first_step_s")),
+                    "util": f"GPU utilisation {util:.0f}%" if util is not None else "",
+                    "flag": str(growth.get("text")) if growth.get("flagged") else ""})
+    return out

@@ -14,7 +14,10 @@ throughput_stable, final_loss, ...) plus "world_size", "csv" (path), "trainer_st
 accum, world_size, global_batch_tokens, n_params, precision, flops_per_token, peak_flops, device;
 validation.contracts.run_context), "tflops_per_s" (achieved model TFLOP/s, all ranks: flops_per_token x mean
 tokens/s; the training.csv "mfu" column, when the device peak is known, is summarized as "mfu"), and with
-NSA_SDPA_AUDIT=1 "sdpa_audit": {"calls", "backends", "fallbacks", "by_site"} (fallbacks: math-backend calls on a GPU).
+NSA_SDPA_AUDIT=1 "sdpa_audit": {"calls", "backends", "fallbacks", "by_site"} (fallbacks: math-backend calls on a GPU),
+and validation.steps.train_report's: "summary" (summary.json), "time_to_first_step_s" and "startup" (timeline.json),
+the device telemetry over the window ("gpu_util", "throttled", "cpu_util", "rss_gb", "pcie_gen_min", ...,
+"telemetry") and "gpu_diagnosis". Every trainer launch runs with the telemetry sampler (LaunchSpec.telemetry_s).
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def test_every_trainer_step_has_telemetry_summary_and_time_to_first_step(smoke):
         assert run["metrics"]["telemetry"]["samples"] >= 1 and run["metrics"]["summary"]["steps"] == 20
     assert "Training Summary per run:" in report
     html = (run_dir / "report.html").read_text()
-    assert "<h4>Training Summary</h4>" in html and 'alt="Telemetry: ' in html
+    assert "<h5>Training Summary</h5>" in html and 'alt="Telemetry: ' in html
 
 
 def test_report_rerenders_identically_from_results_json(cli, smoke):

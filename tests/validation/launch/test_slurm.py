@@ -199,8 +199,15 @@ def _spec(tmp_path, nnodes=2, nproc=1, steps=6, extra_env=None, **kw) -> LaunchS
 
 
 def test_two_node_job_trains_on_both_nodes(cluster, tmp_path):
-    result = launch(_spec(tmp_path))
+    result = launch(_spec(tmp_path, telemetry_s=0.5))
     assert result.status == "ok", result.reason
+    # one telemetry sampler per node, ended with the node's task; the trainer's processes were in its tree
+    from validation import contracts
+
+    assert contracts.telemetry_files(tmp_path) == [tmp_path / "telemetry-nodeA.csv", tmp_path / "telemetry-nodeB.csv"]
+    rows = contracts.read_telemetry(tmp_path)
+    assert {r["node"] for r in rows} == {"nodeA", "nodeB"}
+    assert all(max(r["procs"] for r in rows if r["node"] == n) >= 2 for n in ("nodeA", "nodeB"))
     assert sorted(result.nodes) == ["nodeA", "nodeB"] and result.job_id
     env = json.loads((tmp_path / "out" / "env.json").read_text())
     assert sorted(n["node"] for n in env["nodes"]) == ["nodeA", "nodeB"] and env["world_size"] == 2

@@ -125,7 +125,7 @@ def test_report_section_shows_summary_time_to_first_step_telemetry_and_its_plot(
     assert "Low GPU utilisation: 23% on average" in section and "batch too small" in section
     assert "plots/telemetry_baseline.png" in md
     html = render(results, "html", run_dir=run_dir)
-    assert "<h4>Training Summary</h4>" in html and "Time to first step</strong>: 4.0 s" in html
+    assert "<h5>Training Summary</h5>" in html and "Time to first step</strong>: 4.0 s" in html
     assert "Low GPU utilisation" in html and 'alt="Telemetry: ' in html
 
 

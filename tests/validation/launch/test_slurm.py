@@ -195,7 +195,7 @@ def _spec(tmp_path, nnodes=2, nproc=1, steps=6, extra_env=None, **kw) -> LaunchS
     return LaunchSpec(argv=TRAIN + ["--steps", str(steps), "--out-dir", str(tmp_path / "out")], env=env, cwd=ROOT,
                       step_dir=tmp_path, nproc_per_node=nproc, torchrun=True, launcher="slurm", nnodes=nnodes,
                       trainer_out_dir=tmp_path / "out", job_name="nsav-test", term_grace_s=5,
-                      **{"timeout_s": 180, "stall_timeout_s": 120, **kw})
+                      **{"timeout_s": 180, "stall_timeout_s": 120, "telemetry_s": 1.0, **kw})  # as every trainer launch
 
 
 def test_two_node_job_trains_on_both_nodes(cluster, tmp_path):

@@ -14,6 +14,13 @@ console log. docs/architecture.md lists every file with its writer and its reade
     stackdump_rank{r}*.txt  stack_dumps: where stalled ranks were (validation.launch.diagnosis, longrun)
     .HALT                   halted: the watchdog stopped the run
     profile/trace_rank0_*   validation.steps.profile.profile_summary (torch profiler chrome trace)
+    summary.json            read_summary: the Training Summary (nsa.training.outputs.read_summary, checked)
+    timeline.json           read_timeline: start-up milestones, time to first step (nsa.training.outputs.read_timeline)
+
+and one file the launcher writes beside a trainer launch, in its step directory:
+
+    telemetry.csv           read_telemetry: device telemetry (validation.launch.telemetry: one sampler per node;
+                            telemetry-<node>.csv for a Slurm job's nodes)
 
 Every reader returns a value for a missing or damaged file (None, {} or []), never raises: a dead run still gets
 a clear verdict from what is there.
@@ -26,10 +33,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from nsa.training.outputs import ENV_JSON, SDPA_AUDIT_JSON, STATUS_JSON
+from nsa.training.outputs import ENV_JSON, SDPA_AUDIT_JSON, STATUS_JSON, ContractError
 from nsa.training.watchdog import HALT_NAME
 
 _ERROR_FILE_RE = re.compile(r"^error_rank(\d+)\.txt$")
+_TELEMETRY_RE = re.compile(r"^telemetry(?:-(.+))?\.csv$")
+_SET_ASIDE_RE = re.compile(r"\.(?:prev|attempt)\d+\.csv$")  # validation.launch.attempt.set_aside: earlier launches
 
 
 def _read_object(path: Path) -> dict[str, Any] | None:
@@ -142,3 +151,76 @@ def stack_dumps(out_dir: Path | None, since: float = 0.0) -> list[Path]:
 def halted(out_dir: Path) -> bool:
     """Whether the run's watchdog (or a user) left a .HALT file."""
     return (Path(out_dir) / HALT_NAME).exists()
+
+
+def read_summary(out_dir: Path | None) -> dict[str, Any]:
+    """The trainer's summary.json (the Training Summary, checked by nsa.training.outputs.read_summary); {} when
+    missing or not following its contract (then {"problem": the one-line reason} when the file exists)."""
+    from nsa.training.outputs import SUMMARY_JSON, read_summary as read
+
+    if out_dir is None:
+        return {}
+    try:
+        return read(Path(out_dir))
+    except ContractError as exc:
+        return {"problem": str(exc)} if (Path(out_dir) / SUMMARY_JSON).exists() else {}
+
+
+def read_timeline(out_dir: Path | None) -> dict[str, Any]:
+    """The trainer's timeline.json (start-up milestones, nsa.training.outputs.read_timeline); {} when missing or
+    not following its contract (then {"problem": the reason} when the file exists)."""
+    from nsa.training.outputs import TIMELINE_JSON, read_timeline as read
+
+    if out_dir is None:
+        return {}
+    try:
+        return read(Path(out_dir))
+    except ContractError as exc:
+        return {"problem": str(exc)} if (Path(out_dir) / TIMELINE_JSON).exists() else {}
+
+
+def telemetry_files(step_dir: Path | None) -> list[Path]:
+    """The telemetry files of one launch in its step directory: telemetry.csv (a local launch) or
+    telemetry-<node>.csv (one per node of a Slurm job), sorted; earlier launches' set-aside copies excluded."""
+    if step_dir is None or not Path(step_dir).is_dir():
+        return []
+    return sorted(p for p in Path(step_dir).iterdir()
+                  if _TELEMETRY_RE.match(p.name) and not _SET_ASIDE_RE.search(p.name) and p.is_file())
+
+
+def read_telemetry(step_dir: Path | None) -> list[dict[str, Any]]:
+    """Every row of a launch's telemetry files (telemetry_files), columns as in validation.launch.telemetry.COLUMNS:
+    numbers as int/float, an empty cell as None, "node" and "throttle" as text ("none" when no reason was active);
+    a row cut off by a killed writer, or with an unparseable time, is left out. [] without a file."""
+    import csv
+
+    from validation.launch.telemetry import COLUMNS
+
+    rows = []
+    for path in telemetry_files(step_dir):
+        try:
+            with open(path, newline="", encoding="utf-8", errors="replace") as f:
+                for raw in csv.DictReader(f):
+                    if None in raw or any(v is None for v in raw.values()):  # a row cut off by a killed writer
+                        continue
+                    row = {key: (raw.get(key) or None) if key in ("node", "throttle") else _number(raw.get(key))
+                           for key in COLUMNS}
+                    if row["time"] is None:
+                        continue
+                    row["node"] = row["node"] or path.stem.partition("-")[2] or None
+                    rows.append(row)
+        except OSError:
+            continue
+    return rows
+
+
+def _number(text: Any) -> int | float | None:
+    if text is None or text == "":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if value != value:
+        return None
+    return int(value) if value.is_integer() and "." not in str(text) else value

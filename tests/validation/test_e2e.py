@@ -71,6 +71,32 @@ def test_cpu_smoke_ends_go_with_every_artifact(smoke):
     assert "GO" in report and "Bucket" in report or "bucket" in report
 
 
+def test_every_trainer_step_has_telemetry_summary_and_time_to_first_step(smoke):
+    run_dir, proc = smoke
+    results = json.loads((run_dir / "results.json").read_text())
+    report = (run_dir / "report.md").read_text()
+    for name in ("baseline", "sdpa_audit", "profiling", "single", "longrun"):
+        m = results["steps"][name]["metrics"]
+        assert (run_dir / name / "telemetry.csv").is_file(), name
+        assert m["telemetry"]["samples"] >= 1 and m["cpu_util"]["mean"] > 0 and m["rss_gb"]["max"] > 0.05, name
+        assert m["gpu_util"] is None and m["throttled"] is None  # CPU: no GPU figures, said in the notes
+        assert m["summary"]["steps"] == results["steps"][name]["metrics"]["last_step"], name
+        assert 0 < m["time_to_first_step_s"] < results["steps"][name]["duration_s"], name
+        assert (run_dir / "plots" / f"telemetry_{name}.png").is_file(), name
+        section = report[report.index(f"- Step: `{name}` ("):]
+        section = section[:min(section.find(m) % (len(section) + 1) for m in ("\n#### ", "\n## "))]
+        assert "**Training Summary**" in section and "**Time to first step**: " in section, name
+        assert "Telemetry (" in section and "GPU telemetry: none" in section, name
+    # 2 ranks under torchrun: the agent and both ranks are in the sampled tree
+    rows = (run_dir / "baseline" / "telemetry.csv").read_text().splitlines()
+    assert max(int(r.split(",")[23]) for r in rows[1:]) >= 3
+    for run in results["steps"]["bucket_sweep"]["runs"]:  # sweeps: per run, in compact form
+        assert run["metrics"]["telemetry"]["samples"] >= 1 and run["metrics"]["summary"]["steps"] == 20
+    assert "Training Summary per run:" in report
+    html = (run_dir / "report.html").read_text()
+    assert "<h5>Training Summary</h5>" in html and 'alt="Telemetry: ' in html
+
+
 def test_report_rerenders_identically_from_results_json(cli, smoke):
     run_dir, proc = smoke
     again = cli("report", run_dir, "--format", "md")

@@ -8,6 +8,8 @@
     diagnosis   why a launch ended: failing rank, traceback excerpt, stack-dump excerpt
     slurm       batch scripts, sbatch/squeue/scontrol/scancel, SlurmRun (one attempt as a Slurm job)
     agents      `python -m validation.launch.agents`: several torchrun agents on this machine as one job
+    telemetry   the device telemetry sampler beside a launch (a thread; per node of a Slurm job a background
+                `python -m validation.launch.telemetry`), its metrics and the low-GPU-utilisation diagnosis
 
 The names below are imported on first use, so reading a runbook or a plan loads only the launch record.
 """

@@ -145,7 +145,7 @@ class Run:
         launch_id = uuid.uuid4().hex
         env = self.spec.child_env()
         env[LAUNCH_ID_VAR] = ",".join(filter(None, (env.get(LAUNCH_ID_VAR, ""), launch_id)))  # nested launches
-        proc = tree = None
+        proc = tree = sampler = None
         done = False
         try:
             with signals_deferred():  # a signal between Popen and tracking would leave the child unknown
@@ -154,6 +154,7 @@ class Run:
                     return
                 self.pid = proc.pid
                 tree = ProcessTree(proc, launch_id, self.started)
+            sampler = self._start_telemetry(proc.pid)
             self._wait(proc, tree)
             done = True
         except KeyboardInterrupt as exc:
@@ -167,11 +168,27 @@ class Run:
         finally:
             if not done and tree is not None:  # KeyboardInterrupt (handled above) or a bug in a callback
                 end_processes(tree, self.spec.term_grace_s)
+            if not done and sampler is not None:
+                sampler.stop()
         leftovers = tree.refresh()
         if leftovers:  # e.g. a daemon the child left behind: it belongs to the run, it ends with it
             note(self.log_path, f"ending {len(leftovers)} process(es) left behind: {sorted(leftovers)}")
             end_processes(tree, self.spec.term_grace_s)
+        if sampler is not None:
+            sampler.stop()
+            if sampler.error:
+                note(self.log_path, f"telemetry sampler failed: {sampler.error}")
         self.returncode = proc.returncode
+
+    def _start_telemetry(self, pid: int):
+        """The device telemetry sampler of this launch (a thread, validation.launch.telemetry), or None."""
+        if self.spec.telemetry_s is None:
+            return None
+        from validation.launch.telemetry import TELEMETRY_CSV, Sampler
+
+        path = Path(self.spec.step_dir) / TELEMETRY_CSV
+        set_aside(path, "prev")
+        return Sampler(path, pid, self.spec.telemetry_s).start()
 
     def _start(self, env: dict[str, str]) -> subprocess.Popen | None:
         """The child, started in a new session with its output on the log; None (and self.error) if it can't be."""

@@ -130,10 +130,13 @@ def rdzv_port_expr() -> str:
 
 def batch_script(*, job_name: str, nnodes: int, nproc_per_node: int, argv: list[str], env: dict[str, str],
                  cwd: Path, log_path: Path, ranks_dir: Path, options: SlurmOptions, python: str,
-                 torchrun: bool = True) -> str:
+                 torchrun: bool = True, telemetry_s: float | None = None, telemetry_dir: Path | None = None) -> str:
     """The bash batch script of one launch. `argv` is the command without torchrun (``python -m nsa.training ...``);
     with `torchrun`, each node's task runs ``python -m torch.distributed.run`` with c10d rendezvous, else `argv`
-    itself runs once per node. `env` is exported in the script (values quoted)."""
+    itself runs once per node. `env` is exported in the script (values quoted). With `telemetry_s` (torchrun only),
+    every node's task first starts its device telemetry sampler in the background (``python -m
+    validation.launch.telemetry``, writing `telemetry_dir`/telemetry-<node>.csv, ending with the task) and ends it
+    after the agent."""
     for line in options.sbatch:
         problem = validate_sbatch_line(line)
         if problem:
@@ -183,11 +186,21 @@ def batch_script(*, job_name: str, nnodes: int, nproc_per_node: int, argv: list[
     # another interface's address), then runs the agent; --kill-on-bad-exit: srun ends the other nodes' tasks
     # when one fails
     lines.append('export NSAV_HEAD_NODE="$head_node"')
+    run = 'exec "$@"'
+    if telemetry_s:  # the node's sampler: started before the agent, ended after it (and by itself without its root)
+        from validation.launch.telemetry import TELEMETRY_CSV
+
+        lines.append(f"export NSAV_TELEMETRY_DIR={q(str(telemetry_dir if telemetry_dir is not None else cwd))} "
+                     f"NSAV_PYTHON={q(python)}")
+        stem = TELEMETRY_CSV.rsplit(".", 1)[0]
+        run = (f'"$NSAV_PYTHON" -m validation.launch.telemetry --root $$ --interval {float(telemetry_s):g} '
+               f'--node "$SLURMD_NODENAME" --out "$NSAV_TELEMETRY_DIR/{stem}-$SLURMD_NODENAME.csv" & nsav_tel=$!; '
+               '"$@"; rc=$?; kill -TERM $nsav_tel 2>/dev/null; wait $nsav_tel; exit $rc')
     lines.append("srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c "
                  f"'export {NODE_NAME_VAR}=\"$SLURMD_NODENAME\" PET_LOG_DIR=\"$NSAV_RANKS_DIR/$SLURMD_NODENAME\"; "
                  'if [ "$SLURMD_NODENAME" = "$NSAV_HEAD_NODE" ]; then export PET_RDZV_CONF=is_host=1; '
                  "else export PET_RDZV_CONF=is_host=0; fi; "
-                 "exec \"$@\"' nsav-task \\")
+                 f"{run}' nsav-task \\")
     lines.append("    " + " \\\n    ".join(_chunks([q(c) for c in command])))
     return "\n".join(lines) + "\n"
 

@@ -76,6 +76,7 @@ class LaunchSpec:
     on_progress: Callable[[Progress], None] | None = None
     wrapper: list[str] = field(default_factory=list)  # a command the launch runs under, e.g. nsys profile ...
     term_grace_s: float = TERM_GRACE_S  # SIGTERM -> SIGKILL when ending the run
+    telemetry_s: float | None = None  # device telemetry every this many seconds into step_dir (launch.telemetry)
     # multi-node and schedulers
     launcher: str = "torchrun"  # "torchrun": processes on this machine; "slurm": an sbatch job (launch.slurm)
     nnodes: int = 1  # torchrun: > 1 starts that many agents here (emulated nodes); slurm: nodes of the job
@@ -147,7 +148,8 @@ class LaunchSpec:
                                   argv=[*self.wrapper, *self.argv], env=self.exported_env(),
                                   cwd=Path(self.cwd).resolve(), log_path=where(Path(self.step_dir) / LOG_NAME),
                                   ranks_dir=where(Path(self.step_dir) / RANKS_DIR), options=self.slurm_options(),
-                                  python=sys.executable, torchrun=self.uses_torchrun)
+                                  python=sys.executable, torchrun=self.uses_torchrun, telemetry_s=self.telemetry_s,
+                                  telemetry_dir=where(Path(self.step_dir)))
 
 
 def _relative(path: Path, run_dir: Path | None) -> str:
@@ -208,6 +210,9 @@ def validate(spec: LaunchSpec) -> None:
         value = getattr(spec, name)
         if not (isinstance(value, (int, float)) and value > 0):
             raise ValueError(f"LaunchSpec.{name} must be > 0, got {value!r}")
+    if spec.telemetry_s is not None and (isinstance(spec.telemetry_s, bool)
+                                         or not isinstance(spec.telemetry_s, (int, float)) or spec.telemetry_s <= 0):
+        raise ValueError(f"LaunchSpec.telemetry_s must be None or > 0, got {spec.telemetry_s!r}")
     if not (isinstance(spec.term_grace_s, (int, float)) and spec.term_grace_s >= 0):
         raise ValueError(f"LaunchSpec.term_grace_s must be >= 0, got {spec.term_grace_s!r}")
     if spec.stall_timeout_s is not None:

@@ -123,6 +123,63 @@ class Plotter:
         ax.legend(loc="lower right", fontsize="small")
         self.save(fig, f"toks_per_s_{file_name(name)}.png", title)
 
+    def telemetry(self, name: str, step: dict) -> None:
+        """Device telemetry of a trainer step over time (its telemetry files, validation.contracts.read_telemetry):
+        GPU utilisation per GPU and the CPU utilisation of the launch's processes (percent, left axis), the
+        processes' RSS and GPU memory used (GiB, right axis); the statistics window shaded. Only the series
+        present are drawn (no GPU columns on CPU)."""
+        from validation import contracts
+
+        metrics = as_dict(step.get("metrics"))
+        telemetry = as_dict(metrics.get("telemetry"))
+        step_dir = self.run_dir / str(step.get("dir") or name)
+        rows = contracts.read_telemetry(step_dir) if telemetry else []
+        if not rows:
+            return
+        t0 = min(r["time"] for r in rows)
+        title = f"Telemetry: {step.get('title') or name}"
+        fig, ax = self.figure(title, "seconds since the launch started", ylabel="percent")
+        right = ax.twinx()
+        right.set_ylabel("GiB")
+        drawn = 0
+        gpus = sorted({(r.get("node"), r.get("gpu")) for r in rows if r.get("gpu") is not None}, key=str)
+        ours = {(r.get("node"), r.get("gpu")) for r in rows if r.get("ours") == 1}
+        for key in [g for g in gpus if not ours or g in ours]:
+            series = [(r["time"] - t0, r) for r in rows if (r.get("node"), r.get("gpu")) == key]
+            label = f"GPU {key[1]}" + (f" ({key[0]})" if len({g[0] for g in gpus}) > 1 else "")
+            for col, axis, style, what in (("gpu_util_pct", ax, "-", "util %"), ("mem_used_gb", right, ":",
+                                                                                     "memory GiB")):
+                pts = [(x, r[col]) for x, r in series if finite(r.get(col)) is not None]
+                if pts:
+                    axis.plot(*zip(*pts), style, linewidth=1.2, label=f"{label} {what}")
+                    drawn += 1
+        per_node = sorted({r.get("node") for r in rows}, key=str)
+        for node in per_node:
+            seen, samples = set(), []
+            for r in rows:
+                if r.get("node") == node and r.get("sample") not in seen:
+                    seen.add(r.get("sample"))
+                    samples.append(r)
+            suffix = f" ({node})" if len(per_node) > 1 else ""
+            for col, axis, style, what, color in (("cpu_util_pct", ax, "-", "CPU % (processes)", "tab:orange"),
+                                                  ("rss_gb", right, "--", "RSS GiB", "tab:purple")):
+                pts = [(r["time"] - t0, r[col]) for r in samples if finite(r.get(col)) is not None]
+                if pts:
+                    axis.plot(*zip(*pts), style, linewidth=1.2, label=what + suffix,
+                              color=color if len(per_node) == 1 else None)
+                    drawn += 1
+        if not drawn:
+            return
+        window = telemetry.get("window_unix")
+        if isinstance(window, list) and len(window) == 2 and all(finite(w) is not None for w in window):
+            ax.axvspan(window[0] - t0, window[1] - t0, color="tab:green", alpha=0.08, label="statistics window")
+        ax.set_ylim(bottom=0)
+        right.set_ylim(bottom=0)
+        handles, labels = ax.get_legend_handles_labels()
+        h2, l2 = right.get_legend_handles_labels()
+        ax.legend(handles + h2, labels + l2, loc="upper left", fontsize="small")
+        self.save(fig, f"telemetry_{file_name(name)}.png", title)
+
     def bars(self, points: list[tuple[str, float, float, Any]], *, title: str, xlabel: str, filename: str,
              colors: Callable[[int, Any], str], best: Any = None) -> None:
         """A bar chart of bar_points() with error bars; the bar of run label `best` is annotated "best"."""

@@ -32,6 +32,7 @@ from validation import contracts, steps
 from validation.report.format import (as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct, fmt_tflops, mean_pm,
                                       mfu_text, params_text, shared_context_text, stat_of, status_view)
 from validation.schema import NAME_RE, env_vars, mapping, trainer_flags, typed
+from validation.steps import train_report
 from validation.steps.sweep import decision_view
 from validation.steps.trainer import TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
 
@@ -222,7 +223,8 @@ class AB(TrainerKind):
         return {"command": "",  # each run has its own
                 "ab": {"rows": rows, "comparisons": comparisons, "winner": winner,
                        "decision": decision_view(decision, as_dict(result.get("choice"))) if decision else None,
-                       "context": shared_context_text(as_dict(r.get("metrics")) for r in runs)}}
+                       "context": shared_context_text(as_dict(r.get("metrics")) for r in runs)},
+                "runs_summary": train_report.runs_view(runs)}
 
     def summary_line(self, result: dict) -> str:
         chosen = as_dict(result.get("choice"))

@@ -4,7 +4,9 @@
 (`python -m validation.environment`, one task per node), and each node's record joins results' environment.
 
 Own keys: none. Launch keys: launcher, nnodes, timeout_s (each external tool's limit).
-Metrics: {"git_sha", "gpu_count", "files": [...], "problems": [...], "nodes": [node names] (launcher slurm)}.
+Metrics: {"git_sha", "gpu_count", "files": [...], "problems": [...], "nodes": [node names] (launcher slurm),
+"pcie_gen_min" (the lowest maximum PCIe link generation of the GPUs, from nvidia_smi.xml; None without a GPU),
+"pcie": {"gpus", "pcie_gen_current_min", "pcie_width_min", "text"}}.
 A missing tool is a problem noted, not a failure; a node without its snapshot fails the step.
 """
 
@@ -38,7 +40,7 @@ class Snapshot(StepKind):
         ctx.results["environment"].update(env)
         result["artifacts"] = [ctx.rel(f) for f in files]
         result["metrics"] = {"git_sha": env.get("git_sha"), "gpu_count": env.get("gpu_count"),
-                             "files": result["artifacts"], "problems": problems}
+                             "files": result["artifacts"], "problems": problems, **pcie_metrics(files)}
         status = "passed"
         if launches:  # launcher slurm: a snapshot of every node of an allocation
             lr = ctx.launch(launches[0], 0, 1)
@@ -70,10 +72,32 @@ class Snapshot(StepKind):
         files = [str(f) for f in as_list(metrics.get("files"))] or [str(f) for f in as_list(result.get("artifacts"))]
         problems = [str(p) for p in as_list(metrics.get("problems"))]
         out = {"snapshot": {"git_sha": fmt_num(metrics.get("git_sha")), "gpu_count": fmt_num(metrics.get("gpu_count")),
-                            "files": files, "problems": problems}}
+                            "files": files, "problems": problems,
+                            "pcie": str(as_dict(metrics.get("pcie")).get("text") or "") or None}}
         if view["reason"] in as_list(metrics.get("problems")) or view["reason"] == "; ".join(problems):
             out["reason"] = None  # shown as the problems below
         return out
+
+
+def pcie_metrics(files: list) -> dict:
+    """{"pcie_gen_min", "pcie": {"gpus", "pcie_gen_current_min", "pcie_width_min", "text"}} from the snapshot's
+    nvidia_smi.xml (validation.launch.telemetry.pcie_links); without it (no nvidia-smi, a CPU machine)
+    pcie_gen_min is None and the text says so."""
+    from validation.launch.telemetry import pcie_links
+
+    xml = next((f for f in files if getattr(f, "name", "") == "nvidia_smi.xml"), None)
+    try:
+        links = pcie_links(xml.read_text(errors="replace")) if xml is not None else None
+    except OSError:
+        links = None
+    if not links or not links["gpus"]:
+        return {"pcie_gen_min": None, "pcie": {"gpus": [], "text": "PCIe: not measured (no GPU in nvidia-smi's "
+                                                                    "inventory, or no nvidia-smi)"}}
+    per_gpu = ", ".join(f"GPU {g['gpu']} Gen{fmt_num(g['gen'])} x{fmt_num(g['width'])} (max Gen{fmt_num(g['gen_max'])} "
+                        f"x{fmt_num(g['width_max'])})" for g in links["gpus"])
+    text = (f"PCIe: lowest maximum link Gen{fmt_num(links['pcie_gen_min'])} x{fmt_num(links['pcie_width_min'])}; "
+            f"now {per_gpu} (an idle GPU lowers its link)")
+    return {"pcie_gen_min": links["pcie_gen_min"], "pcie": {**links, "text": text}}
 
 
 steps.register(Snapshot())

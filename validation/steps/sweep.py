@@ -38,6 +38,7 @@ from validation.report.format import (as_dict, as_list, context_text, finite, fm
                                       fmt_tflops, mfu_text, param_name, params_text, shared_context_text, stat_of,
                                       status_view)
 from validation.schema import mapping, reserved_arg, typed
+from validation.steps import train_report
 from validation.steps.trainer import TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
 
 RULE = ("a winner only when the best point beats every other one significantly (p < 0.05, block means of one "
@@ -188,7 +189,8 @@ class Sweep(TrainerKind):
                 "sweep": {"header": header, "rows": rows, "winner": winner_view,
                           "decision": decision_view(decision, as_dict(result.get("choice"))) if decision else None,
                           "context": shared_context_text(as_dict(r.get("metrics")) for r in runs),
-                          "no_winner": str(no_winner) if no_winner else None, "rule": str(rule) if rule else None}}
+                          "no_winner": str(no_winner) if no_winner else None, "rule": str(rule) if rule else None},
+                "runs_summary": train_report.runs_view(runs)}
 
     def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
         """Each sweep's decision ("Best bucket" for a significant bucket-size winner, "Bucket" for the point kept),

@@ -14,7 +14,10 @@ throughput_stable, final_loss, ...) plus "world_size", "csv" (path), "trainer_st
 accum, world_size, global_batch_tokens, n_params, precision, flops_per_token, peak_flops, device;
 validation.contracts.run_context), "tflops_per_s" (achieved model TFLOP/s, all ranks: flops_per_token x mean
 tokens/s; the training.csv "mfu" column, when the device peak is known, is summarized as "mfu"), and with
-NSA_SDPA_AUDIT=1 "sdpa_audit": {"calls", "backends", "fallbacks", "by_site"} (fallbacks: math-backend calls on a GPU).
+NSA_SDPA_AUDIT=1 "sdpa_audit": {"calls", "backends", "fallbacks", "by_site"} (fallbacks: math-backend calls on a GPU),
+and validation.steps.train_report's: "summary" (summary.json), "time_to_first_step_s" and "startup" (timeline.json),
+the device telemetry over the window ("gpu_util", "throttled", "cpu_util", "rss_gb", "pcie_gen_min", ...,
+"telemetry") and "gpu_diagnosis". Every trainer launch runs with the telemetry sampler (LaunchSpec.telemetry_s).
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ from typing import Any
 from nsa.training.outputs import TRAINING_CSV
 from validation import contracts
 from validation.launch.spec import LaunchSpec
+from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
 from validation.report.format import (NA, as_dict, as_list, context_text, env_text, finite, fmt_gb, fmt_num, fmt_pct,
                                       fmt_rate, fmt_tflops, loss_text, mean_pm, mfu_text, stat_of, status_view,
                                       window_text)
 from validation.runbook import LaunchSettings, Step, references, resolve_references
+from validation.steps import train_report
 from validation.steps.base import StepKind, launch_identity, run_path, step_dir
 
 
@@ -47,7 +52,15 @@ class TrainerKind(StepKind):
         run_single(ctx, step, launches, result)
 
     def view(self, result: dict, view: dict) -> dict:
-        return {"train": train_row(view["name"], result), "notes": train_notes(as_dict(result.get("metrics")))}
+        metrics = as_dict(result.get("metrics"))
+        return {"train": train_row(view["name"], result),
+                "notes": train_notes(metrics) + train_report.telemetry_notes(metrics),
+                "training_summary": train_report.summary_view(metrics),
+                "startup": train_report.startup_view(metrics)}
+
+    def plots(self, name: str, result: dict, plotter) -> None:
+        """The launch's device telemetry over time (GPU utilisation and power where present, CPU and RSS)."""
+        plotter.telemetry(name, result)
 
     def trainer_runs(self, result: dict[str, Any]) -> list[tuple[str, dict]]:
         """(label, metrics) per trainer launch: "step[label]", or "step[label, repeat N]" for a label that ran more
@@ -105,7 +118,7 @@ def trainer_launch(step: Step, launch: LaunchSettings, label: str, rel_dir: str,
         timeout_s=launch.timeout_s, stall_timeout_s=launch.stall_timeout_s,
         expected_ranks=launch.nproc_per_node * launch.nnodes,
         master_port=None if launch.master_port == "auto" else int(launch.master_port),
-        port_retries=launch.port_retries, **launch_identity(step, label),
+        port_retries=launch.port_retries, telemetry_s=TELEMETRY_INTERVAL_S, **launch_identity(step, label),
         params=params or {}, repeat=repeat, unresolved=unresolved)
 
 
@@ -125,6 +138,7 @@ def collect(ctx, step: Step, spec: LaunchSpec, lr) -> tuple[str, str | None, dic
     m["tflops_per_s"] = metrics.model_tflops(m["context"].get("flops_per_token"),
                                              (m.get("toks_per_s") or {}).get("mean"))
     m.update(_node_metrics(ctx, spec, lr, env, m))
+    m.update(train_report.launch_metrics(ctx, spec, out_dir, read, m))  # summary, startup, telemetry
     trainer_status = contracts.read_status_json(out_dir) or {}
     m["trainer_status"] = trainer_status.get("status")
     m["compression"] = contracts.ddp_compression(env)

@@ -195,12 +195,19 @@ def _spec(tmp_path, nnodes=2, nproc=1, steps=6, extra_env=None, **kw) -> LaunchS
     return LaunchSpec(argv=TRAIN + ["--steps", str(steps), "--out-dir", str(tmp_path / "out")], env=env, cwd=ROOT,
                       step_dir=tmp_path, nproc_per_node=nproc, torchrun=True, launcher="slurm", nnodes=nnodes,
                       trainer_out_dir=tmp_path / "out", job_name="nsav-test", term_grace_s=5,
-                      **{"timeout_s": 180, "stall_timeout_s": 120, **kw})
+                      **{"timeout_s": 180, "stall_timeout_s": 120, "telemetry_s": 1.0, **kw})  # as every trainer launch
 
 
 def test_two_node_job_trains_on_both_nodes(cluster, tmp_path):
-    result = launch(_spec(tmp_path))
+    result = launch(_spec(tmp_path, telemetry_s=0.5))
     assert result.status == "ok", result.reason
+    # one telemetry sampler per node, ended with the node's task; the trainer's processes were in its tree
+    from validation import contracts
+
+    assert contracts.telemetry_files(tmp_path) == [tmp_path / "telemetry-nodeA.csv", tmp_path / "telemetry-nodeB.csv"]
+    rows = contracts.read_telemetry(tmp_path)
+    assert {r["node"] for r in rows} == {"nodeA", "nodeB"}
+    assert all(max(r["procs"] for r in rows if r["node"] == n) >= 2 for n in ("nodeA", "nodeB"))
     assert sorted(result.nodes) == ["nodeA", "nodeB"] and result.job_id
     env = json.loads((tmp_path / "out" / "env.json").read_text())
     assert sorted(n["node"] for n in env["nodes"]) == ["nodeA", "nodeB"] and env["world_size"] == 2

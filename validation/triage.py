@@ -45,6 +45,10 @@ def _json(value: Any) -> Any:
     return value
 
 
+def _plain(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else float(value)
+
+
 def _positive(values: Sequence[float], what: str) -> np.ndarray:
     x = np.asarray([float(v) for v in values], dtype="float64")
     if x.size and not (np.all(np.isfinite(x)) and np.all(x > 0)):
@@ -250,8 +254,8 @@ class Bisection:
         return self.width <= self.resolution
 
     def as_dict(self) -> dict[str, Any]:
-        return {"interval": [self.good, self.bad], "width": self.width, "resolution": self.resolution,
-                "localised": self.localised, "points": [list(p) for p in self.points], "stopped": self.stopped}
+        return {"interval": [_plain(self.good), _plain(self.bad)], "width": self.width, "resolution": self.resolution,
+                "localised": self.localised, "points": [[_plain(v), verdict] for v, verdict in self.points], "stopped": self.stopped}
 
 
 def midpoint(good: float, bad: float, multiple_of: int | float = 1) -> float | None:

@@ -31,7 +31,7 @@ from typing import Any
 
 from validation import steps
 from validation.launch.spec import safe_name
-from validation.report.format import as_dict, as_list, finite, fmt_gb, fmt_num, fmt_rate, param_name, status_view
+from validation.report.format import as_dict, as_list, finite, fmt_gb, fmt_num, fmt_rate
 from validation.schema import mapping, reserved_arg, typed
 from validation.steps.trainer import TrainerKind, collect, order_seed, run_each, run_order, run_values, trainer_launch
 
@@ -181,7 +181,7 @@ class Scan(TrainerKind):
                                         " (not localised)" if bis else ""))
         else:
             cliff = "no"
-        return {"scan": {"setting": param_name(str(m.get("setting") or "value")), "rows": rows, "exponent": exponent,
+        return {"scan": {"setting": _setting(m), "rows": rows, "exponent": exponent,
                          "expected": fmt_num(m.get("expected_exponent")), "cliff": cliff,
                          "reason": str(m.get("cliff_reason") or m.get("exponent_reason") or ""),
                          "bisection": ", ".join(f"{fmt_num(v)}: {fmt_num(verdict)}" for v, verdict in
@@ -198,7 +198,7 @@ class Scan(TrainerKind):
                 if m.get("cliff"):
                     interval = as_list(m.get("cliff_interval"))
                     value += f", cliff at {fmt_num(interval[0])}..{fmt_num(interval[1])}" if len(interval) == 2 else ""
-                out.append((25, {"label": f"Cost exponent ({param_name(str(m.get('setting')))})", "value": value,
+                out.append((25, {"label": f"Cost exponent ({_setting(m)})", "value": value,
                                  "note": f"step `{s.get('name')}`: log step time vs log value"}))
         return out
 
@@ -208,8 +208,13 @@ class Scan(TrainerKind):
 
         m = as_dict(result.get("metrics"))
         scan_loglog(plotter, [as_dict(p) for p in as_list(m.get("points"))], as_dict(m.get("exponent_fit")),
-                    title=f"Scan: {result.get('title') or name}", xlabel=param_name(str(m.get("setting") or "value")),
+                    title=f"Scan: {result.get('title') or name}", xlabel=_setting(m),
                     filename=f"scan_{file_name(name)}.png")
+
+
+def _setting(m: dict) -> str:
+    """The scanned setting without its env./args. prefix ("seq_len", "NSA_X")."""
+    return str(m.get("setting") or "value").split(".", 1)[-1]
 
 
 def value_label(value) -> str:

@@ -5,6 +5,7 @@ report views of real and damaged results."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -112,3 +113,66 @@ def test_views_accept_damaged_results_and_format_real_ones():
     assert [r["name"] for r in rows] == ["a", "b"] and rows[0]["culprit"] and not rows[1]["culprit"]
     assert rows[0]["effect"].startswith("+400") and rows[0]["p"] == "0.0002"
     assert "culprit: a" in get("triage").summary_line(tri)
+
+
+def simulated_scan(monkeypatch, tmp_path, cliff_at):
+    """Run the scan step with its launches faked: a run's window of step times is 1 ms per 32 tokens, plus a
+    quadratic term above `cliff_at` (None: none), times 3% noise; every launch is collected as passed."""
+    import numpy as np
+
+    from validation.steps import scan as scan_mod
+
+    rng = np.random.default_rng(11)
+    launched = []
+
+    def times(run):
+        v = float(next(iter(run["params"].values())))
+        t = v / 32000 + (1e-5 * v * v if cliff_at is not None and v > cliff_at else 0.0)
+        return list(t * np.exp(rng.normal(0, 0.03, 5)))
+
+    def fake_collect(ctx, step, spec, lr):
+        launched.append(spec)
+        return "passed", None, {"toks_per_s": {"mean": 1000.0}}
+
+    def fake_run_each(ctx, step, launches, result):
+        runs = []
+        for spec in launches:
+            status, reason, m = fake_collect(ctx, step, spec, None)
+            runs.append({"label": spec.label, "params": spec.params, "status": status, "reason": reason,
+                         "dir": spec.dir, "command": spec.argv, "metrics": m, "repeat": spec.repeat})
+        return runs, []
+
+    monkeypatch.setattr(scan_mod, "collect", fake_collect)
+    monkeypatch.setattr(scan_mod, "run_each", fake_run_each)
+    monkeypatch.setattr(scan_mod, "run_values", lambda run_dir, step, run, metric: times(run))
+    sc = load(tmp_path, "values: {args.seq_len: [64, 128, 256, 512]}, repeats: 2, "
+                        "bisect: {steps: 4, resolution: 32, multiple_of: 32}").steps()[0]
+    from validation.plan import step_launches
+
+    ctx = SimpleNamespace(run_dir=tmp_path, launch=lambda spec, i, n: SimpleNamespace(argv=spec.argv),
+                          record=lambda *a: None, save=lambda: None)
+    result = {}
+    scan_mod.Scan().run(sc, step_launches(sc, {}, tmp_path), result, ctx)
+    return result, launched
+
+
+def test_scan_run_bisects_a_simulated_cliff(monkeypatch, tmp_path):
+    result, launched = simulated_scan(monkeypatch, tmp_path, cliff_at=300)
+    m = result["metrics"]
+    assert result["status"] == "passed" and m["cliff"] and m["cliff_pair"]["a"] == 256 and m["cliff_pair"]["b"] == 512
+    good, bad = m["cliff_interval"]
+    assert good <= 300 < bad and bad - good <= 32 and m["cliff_localised"]
+    bisected = [v for v, _ in m["bisection"]["points"]]
+    assert all(v % 32 == 0 for v in bisected) and bisected[0] == 384
+    probes = [s for s in launched if "/bisect_" in s.dir]
+    assert len(probes) == 2 * len(bisected)  # every bisection point runs `repeats` times, in its own directory
+    assert len({s.dir for s in probes}) == len(probes)
+    assert {p["value"] for p in m["points"] if p["source"] == "bisect"} == set(bisected)
+    assert m["exponent_ci"][0] < m["exponent"] < m["exponent_ci"][1]
+
+
+def test_scan_run_without_a_cliff_does_not_bisect(monkeypatch, tmp_path):
+    result, launched = simulated_scan(monkeypatch, tmp_path, cliff_at=None)
+    m = result["metrics"]
+    assert result["status"] == "passed" and not m["cliff"] and m["bisection"] is None and not m["cliff_localised"]
+    assert abs(m["exponent"] - 1.0) < 0.1 and len(launched) == 8  # linear cost: exponent 1

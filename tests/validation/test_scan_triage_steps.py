@@ -1,0 +1,178 @@
+"""The scan and triage step kinds without live runs: their runbook keys (one clear error each, exit 2 from the
+CLI), their plans (interleaved repeats, the scanned value and each suspect's change on the command line), and their
+report views of real and damaged results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from validation.runbook import RunbookError, load_runbook
+
+REPO = Path(__file__).resolve().parents[2]
+RB = """\
+name: t
+requirements: {gpus: 0, backend: gloo}
+defaults: {config: configs/tiny_cpu.yaml, args: {steps: 5}, nproc_per_node: 1, env: {NSA_FAULT: sel_v1_quadratic@256}}
+phases:
+  - name: p
+    steps:
+      - {name: sc, kind: scan, %s}
+      - {name: tr, kind: triage, %s}
+acceptance:
+  - {name: c, expr: "sc.cliff_localised and tr.culprit == 'a'"}
+"""
+SCAN_OK = "values: {args.seq_len: [64, 128]}"
+TRIAGE_OK = "suspects: {a: {env: {NSA_SEL_RANGES_V2: '1'}}}"
+
+
+def load(tmp_path, scan=SCAN_OK, triage=TRIAGE_OK):
+    path = tmp_path / "rb.yaml"
+    path.write_text(RB % (scan, triage))
+    return load_runbook(path, cwd=str(REPO))
+
+
+@pytest.mark.parametrize("scan,triage,needle", [
+    ("values: {args.seq_len: [64]}", TRIAGE_OK, "values.args.seq_len: expected a list of at least 2 positive numbers"),
+    ("values: {args.seq_len: [64, 64]}", TRIAGE_OK, "values must be distinct"),
+    ("values: {seq_len: [64, 128]}", TRIAGE_OK, "env.VARIABLE or args.flag"),
+    ("values: {args.seq_len: [64, 128], args.batch_size: [1, 2]}", TRIAGE_OK, "expected one setting"),
+    ("values: {args.out_dir: [1, 2]}", TRIAGE_OK, "set by nsa-validate itself"),
+    (SCAN_OK + ", bisect: {steps: 0}", TRIAGE_OK, "bisect.steps"),
+    (SCAN_OK + ", bisect: {resolution: -1}", TRIAGE_OK, "bisect.resolution"),
+    (SCAN_OK + ", expected_exponent: 0", TRIAGE_OK, "expected_exponent"),
+    (SCAN_OK, "suspects: {a: {env: {NSA_FAULT: 'sel_v1_quadratic@64'}}}", "suspects.a.env.NSA_FAULT"),
+    (SCAN_OK, "suspects: {config: {env: {X: '1'}}}", "suspect names are identifiers other than 'config'"),
+    (SCAN_OK, "suspects: {a: {}}", "a suspect changes at least one"),
+    (SCAN_OK, "suspects: {a: {args: {stepz: 1}}}", "stepz"),
+    (SCAN_OK, TRIAGE_OK + ", repeats: 1", "repeats"),
+    (SCAN_OK, "suspects: []", "suspects"),
+])
+def test_bad_keys_are_one_clear_error(tmp_path, scan, triage, needle):
+    with pytest.raises(RunbookError) as info:
+        load(tmp_path, scan, triage)
+    assert needle in str(info.value)
+
+
+def test_a_fault_as_suspect_is_exit_2_naming_the_key(tmp_path, cli):
+    path = tmp_path / "rb.yaml"
+    path.write_text(RB % (SCAN_OK, "suspects: {sel: {env: {NSA_FAULT: 'sel_v1_quadratic@64'}}}"))
+    proc = cli("plan", path)
+    assert proc.returncode == 2
+    out = proc.stdout + proc.stderr
+    assert "suspects.sel.env.NSA_FAULT" in out and "never a suspect" in out and "Traceback" not in out
+
+
+def test_plans_interleave_repeats_and_change_one_thing(tmp_path):
+    from validation.plan import step_launches
+
+    sc, tr = load(tmp_path, SCAN_OK + ", repeats: 3",
+                  "suspects: {v2: {env: {NSA_SEL_RANGES_V2: '1'}}, acc: {args: {accum: 2}}}, repeats: 2").steps()
+    specs = step_launches(sc, None, None)
+    assert sorted(s.label for s in specs) == ["128"] * 3 + ["64"] * 3
+    for s in specs:
+        assert s.argv[s.argv.index("--seq-len") + 1] == s.label and s.env["NSA_FAULT"] == "sel_v1_quadratic@256"
+    assert {s.repeat for s in specs[:2]} == {0}  # each repeat runs every point before the next repeat starts
+    specs = step_launches(tr, None, None)
+    assert sorted(s.label for s in specs) == ["acc", "acc", "config", "config", "v2", "v2"]
+    for s in specs:
+        argv = " ".join(s.argv)
+        assert (s.env.get("NSA_SEL_RANGES_V2") == "1") == (s.label == "v2") and ("--accum 2" in argv) == (s.label == "acc")
+        assert s.env["NSA_FAULT"] == "sel_v1_quadratic@256"  # the fault is the configuration's, in every run
+
+
+def test_views_accept_damaged_results_and_format_real_ones():
+    from validation.steps import get
+
+    for damaged in ({}, {"metrics": None}, {"metrics": {"points": [1, None], "exponent_ci": "x", "bisection": 3}},
+                    {"metrics": {"suspects": {"a": None}, "ranking": ["a", 2], "culprit": 5}}):
+        for kind in ("scan", "triage"):
+            get(kind).view(damaged, {"name": "s"})
+            get(kind).summary_line(damaged)
+            get(kind).key_figures([{"kind": kind, **damaged}])
+    scan = {"metrics": {"setting": "args.seq_len", "exponent": 1.234, "exponent_ci": [1.0, 1.5], "cliff": True,
+                        "cliff_interval": [256, 320], "cliff_localised": True, "expected_exponent": 1.5,
+                        "bisection": {"points": [[384, "bad"], [320, "bad"]], "width": 64, "resolution": 64,
+                                      "stopped": "done"},
+                        "points": [{"value": 256, "source": "scan", "runs": 2, "passed": 2, "step_time_s": 0.0552,
+                                    "toks_per_s": 18593.2, "time_to_first_step_s": 2.18, "peak_mem_gb": 0.43,
+                                    "exponent_to_next": 3.83, "cliff_to_next": True}]}}
+    v = get("scan").view(scan, {"name": "s"})["scan"]
+    assert v["exponent"] == "1.23 (95% CI 1.00 .. 1.50)" and v["setting"] == "seq_len"
+    assert v["cliff"].startswith("yes, between 256 and 320 (localised") and v["bisection"] == "384: bad, 320: bad"
+    assert v["rows"][0]["step_time"] == "55.2 ms" and v["rows"][0]["cliff"] and v["rows"][0]["ttfs"] == "2.18 s"
+    assert "cliff between 256 and 320 (localised)" in get("scan").summary_line(scan)
+    tri = {"metrics": {"culprit": "a", "reason": "why", "ranking": ["a", "b"], "config_toks_per_s": 1000.0,
+                       "suspects": {"a": {"effect": 4.0, "ci": [3.5, 4.5], "p_adjusted": 0.0002, "significant": True,
+                                          "toks_per_s": 5000.0, "changes": "NSA_SEL_RANGES_V2=1"},
+                                    "b": {"effect": -0.5, "ci": [-0.6, -0.4], "p_adjusted": 0.01,
+                                          "significant": True, "toks_per_s": 500.0}}}}
+    rows = get("triage").view(tri, {"name": "t"})["triage"]["rows"]
+    assert [r["name"] for r in rows] == ["a", "b"] and rows[0]["culprit"] and not rows[1]["culprit"]
+    assert rows[0]["effect"].startswith("+400") and rows[0]["p"] == "0.0002"
+    assert "culprit: a" in get("triage").summary_line(tri)
+
+
+def simulated_scan(monkeypatch, tmp_path, cliff_at):
+    """Run the scan step with its launches faked: a run's window of step times is 1 ms per 32 tokens, plus a
+    quadratic term above `cliff_at` (None: none), times 3% noise; every launch is collected as passed."""
+    import numpy as np
+
+    from validation.steps import scan as scan_mod
+
+    rng = np.random.default_rng(11)
+    launched = []
+
+    def times(run):
+        v = float(next(iter(run["params"].values())))
+        t = v / 32000 + (1e-5 * v * v if cliff_at is not None and v > cliff_at else 0.0)
+        return list(t * np.exp(rng.normal(0, 0.03, 5)))
+
+    def fake_collect(ctx, step, spec, lr):
+        launched.append(spec)
+        return "passed", None, {"toks_per_s": {"mean": 1000.0}}
+
+    def fake_run_each(ctx, step, launches, result):
+        runs = []
+        for spec in launches:
+            status, reason, m = fake_collect(ctx, step, spec, None)
+            runs.append({"label": spec.label, "params": spec.params, "status": status, "reason": reason,
+                         "dir": spec.dir, "command": spec.argv, "metrics": m, "repeat": spec.repeat})
+        return runs, []
+
+    monkeypatch.setattr(scan_mod, "collect", fake_collect)
+    monkeypatch.setattr(scan_mod, "run_each", fake_run_each)
+    monkeypatch.setattr(scan_mod, "run_values", lambda run_dir, step, run, metric: times(run))
+    sc = load(tmp_path, "values: {args.seq_len: [64, 128, 256, 512]}, repeats: 2, "
+                        "bisect: {steps: 4, resolution: 32, multiple_of: 32}").steps()[0]
+    from validation.plan import step_launches
+
+    ctx = SimpleNamespace(run_dir=tmp_path, launch=lambda spec, i, n: SimpleNamespace(argv=spec.argv),
+                          record=lambda *a: None, save=lambda: None)
+    result = {}
+    scan_mod.Scan().run(sc, step_launches(sc, {}, tmp_path), result, ctx)
+    return result, launched
+
+
+def test_scan_run_bisects_a_simulated_cliff(monkeypatch, tmp_path):
+    result, launched = simulated_scan(monkeypatch, tmp_path, cliff_at=300)
+    m = result["metrics"]
+    assert result["status"] == "passed" and m["cliff"] and m["cliff_pair"]["a"] == 256 and m["cliff_pair"]["b"] == 512
+    good, bad = m["cliff_interval"]
+    assert good <= 300 < bad and bad - good <= 32 and m["cliff_localised"]
+    bisected = [v for v, _ in m["bisection"]["points"]]
+    assert all(v % 32 == 0 for v in bisected) and bisected[0] == 384
+    probes = [s for s in launched if "/bisect_" in s.dir]
+    assert len(probes) == 2 * len(bisected)  # every bisection point runs `repeats` times, in its own directory
+    assert len({s.dir for s in probes}) == len(probes)
+    assert {p["value"] for p in m["points"] if p["source"] == "bisect"} == set(bisected)
+    assert m["exponent_ci"][0] < m["exponent"] < m["exponent_ci"][1]
+
+
+def test_scan_run_without_a_cliff_does_not_bisect(monkeypatch, tmp_path):
+    result, launched = simulated_scan(monkeypatch, tmp_path, cliff_at=None)
+    m = result["metrics"]
+    assert result["status"] == "passed" and not m["cliff"] and m["bisection"] is None and not m["cliff_localised"]
+    assert abs(m["exponent"] - 1.0) < 0.1 and len(launched) == 8  # linear cost: exponent 1

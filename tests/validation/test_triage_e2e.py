@@ -1,0 +1,66 @@
+"""runbooks/triage_cpu.yaml end to end, as a user runs it (tiny model, single-process launches, about 2 minutes
+each on a 2-core machine): with the injected cliff (NSA_FAULT=sel_v1_quadratic@256, selection v1) the scan finds
+and bisects the cliff and the triage names sel_v2 (GO); on a clean configuration (no fault, selection v2, so that
+the sel_v2 suspect changes nothing) the same runbook finds no cliff and names no culprit (NO-GO)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def step(results, name):
+    steps = results["steps"]
+    return next(s for s in steps if s["name"] == name) if isinstance(steps, list) else steps[name]
+
+
+@pytest.fixture(scope="module")
+def faulted(cli, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("triage") / "run"
+    proc = cli("run", REPO / "runbooks" / "triage_cpu.yaml", "--out", run_dir)
+    return run_dir, proc, json.loads((run_dir / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def clean(cli, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("triage_clean") / "run"
+    proc = cli("run", REPO / "runbooks" / "triage_cpu.yaml", "--out", run_dir, "--set", 'defaults.env.NSA_FAULT=""',
+               "--set", 'defaults.env.NSA_SEL_RANGES_V2="1"')
+    return run_dir, proc, json.loads((run_dir / "results.json").read_text())
+
+
+def test_injected_cliff_is_localised_and_its_cause_named(faulted):
+    run_dir, proc, results = faulted
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert results["verdict"] == "GO", results["verdict_reason"]
+    m = step(results, "seq_scan")["metrics"]
+    good, bad = m["cliff_interval"]
+    assert m["cliff"] and m["cliff_localised"] and 256 <= good < bad <= 512 and bad - good <= 64
+    assert m["cliff_pair"]["a"] == 256 and m["cliff_pair"]["b"] == 512  # the fault starts above 256 tokens
+    assert m["bisection"]["points"] and all(verdict in ("good", "bad") for _, verdict in m["bisection"]["points"])
+    assert all(v % 32 == 0 for v, _ in m["bisection"]["points"])
+    assert m["exponent_ci"][0] <= m["exponent"] <= m["exponent_ci"][1]
+    bisect_runs = [r for r in step(results, "seq_scan")["runs"] if r.get("source") == "bisect"]
+    assert bisect_runs and all((run_dir / r["dir"] / "out" / "training.csv").is_file() for r in bisect_runs)
+    t = step(results, "triage")["metrics"]
+    assert t["culprit"] == "sel_v2" and t["ranking"][0] == "sel_v2"
+    assert t["suspects"]["sel_v2"]["significant"] and t["suspects"]["sel_v2"]["ci"][0] > 0
+    assert not t["suspects"]["prefill_sequential"]["effect"] > 0  # the sequential path is slower: never a culprit
+    report = (run_dir / "report.md").read_text()
+    assert "**sel_v2 CULPRIT**" in report and "CLIFF" in report and "Bisection:" in report
+    assert (run_dir / "plots" / "scan_seq_scan.png").is_file()
+
+
+def test_clean_configuration_finds_no_cliff_and_names_no_culprit(clean):
+    run_dir, _, results = clean
+    assert results["verdict"] == "NO-GO"
+    m = step(results, "seq_scan")["metrics"]
+    assert m["cliff"] is False and m["cliff_localised"] is False and m["bisection"] is None
+    assert m["exponent"] is not None and m["exponent"] < 1.5
+    t = step(results, "triage")["metrics"]
+    assert t["culprit"] is None and t["suspects"]["sel_v2"]["significant"] is False
+    assert "Culprit**: none" in (run_dir / "report.md").read_text()

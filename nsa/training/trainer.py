@@ -353,12 +353,13 @@ class Trainer:
                         self.heartbeat.write(step, "stop", reason=reason, local_loss=float(out["loss_sum"]))
                         step -= 1
                         break
-                    if self.scaler:
-                        self.scaler.step(self.optimizer)
-                        self.scaler.update()
-                    else:
-                        self.optimizer.step()
-                    self.optimizer.zero_grad(set_to_none=True)
+                    with observability.span("nsa.optim"):
+                        if self.scaler:
+                            self.scaler.step(self.optimizer)
+                            self.scaler.update()
+                        else:
+                            self.optimizer.step()
+                        self.optimizer.zero_grad(set_to_none=True)
                     self._sync()
                     dt = time.perf_counter() - t0
                     self.timeline.mark("first_optimizer_step")

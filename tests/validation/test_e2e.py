@@ -97,6 +97,19 @@ def test_every_trainer_step_has_telemetry_summary_and_time_to_first_step(smoke):
     assert "<h5>Training Summary</h5>" in html and 'alt="Telemetry: ' in html
 
 
+def test_the_profile_step_attributes_step_time_by_category(smoke):
+    """validation.attribution on the profile step's real trace: shares of step time that sum to 1, the attention
+    branches and the optimizer (its nsa.optim range) present, a bar chart and a report line."""
+    run_dir, _ = smoke
+    results = json.loads((run_dir / "results.json").read_text())
+    att = results["steps"]["profiling"]["metrics"]["profile"]["attribution"]
+    shares = att["categories"]
+    assert att["steps"] >= 1 and abs(sum(shares.values()) - 1.0) < 1e-6, att
+    assert shares["attention branches"] > 0 and shares["optimizer"] > 0 and shares["importance and top-k"] > 0, att
+    assert (run_dir / "plots" / "attribution_profiling.png").is_file()
+    assert "Step time by category (" in (run_dir / "report.md").read_text()
+
+
 def test_report_rerenders_identically_from_results_json(cli, smoke):
     run_dir, proc = smoke
     again = cli("report", run_dir, "--format", "md")

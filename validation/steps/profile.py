@@ -3,7 +3,8 @@ Systems when `profiler` is nsys, or auto with nsys on PATH): the top operators a
 
 Own keys: `profile_steps` (default 3), `profiler: auto | torch | nsys`.
 Metrics: a trainer launch's (validation.steps.trainer) plus "profile": {"trace", "top_ops": [{"name", "total_ms",
-"calls"}], "nvtx_ranges": [nsa.* range names seen]}. No trace written fails the step.
+"calls"}], "nvtx_ranges": [nsa.* range names seen], "attribution": validation.attribution's shares of step time
+by category and by nsa.* range}. No trace written fails the step.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ class Profile(TrainerKind):
         prof = {"trace": ctx.rel(traces[-1]) if traces else None, "top_ops": [], "nvtx_ranges": []}
         if traces:
             prof.update(profile_summary(traces[-1]))
+            from validation.attribution import attribute_trace
+
+            prof["attribution"] = attribute_trace(traces[-1])
             result["artifacts"].append(ctx.rel(traces[-1]))
         elif result["status"] == "passed":
             result.update(status="failed", reason="no profiler trace was written")
@@ -67,7 +71,32 @@ class Profile(TrainerKind):
                                                  None)),
                          "calls": fmt_num(o.get("calls"))} for o in ops],
             "nvtx_ranges": [str(r) for r in as_list(prof.get("nvtx_ranges"))],
+            "attribution": _attribution_text(as_dict(prof.get("attribution"))),
+            "attribution_steps": f"{fmt_num(as_dict(prof.get('attribution')).get('steps'))} profiled step(s), "
+                                 "host side",
         }}
+
+    def plots(self, name: str, result: dict, plotter) -> None:
+        """The trainer launch's plots, and the shares of step time by category (validation.attribution)."""
+        super().plots(name, result, plotter)
+        from validation.report.format import file_name
+
+        shares = as_dict(as_dict(as_dict(as_dict(result.get("metrics")).get("profile")).get("attribution"))
+                         .get("categories"))
+        if not shares:
+            return
+        title = f"Step time by category: {result.get('title') or name}"
+        fig, ax = plotter.figure(title, "share of step time")
+        ax.barh(list(shares), [float(v) for v in shares.values()], color="tab:blue")
+        plotter.save(fig, f"attribution_{file_name(name)}.png", title)
+
+
+def _attribution_text(att: dict) -> str | None:
+    """"attention branches 24.6%, MLP/GEMM 28.9%, ..." (largest first; shares of step time), or None."""
+    shares = {k: v for k, v in as_dict(att.get("categories")).items() if isinstance(v, (int, float)) and v > 0}
+    if not shares:
+        return None
+    return ", ".join(f"{k} {v * 100:.1f}%" for k, v in sorted(shares.items(), key=lambda kv: -kv[1]))
 
 
 def nsys_available(step) -> bool:

@@ -1,0 +1,35 @@
+"""validation.attribution on a synthetic trace with known shares."""
+
+from validation.attribution import attribute_events
+
+
+def ev(name, ts, dur, tid=1):
+    return {"ph": "X", "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid}
+
+
+def test_shares_of_step_time_by_category_and_range():
+    events = [ev("nsa.step", 0, 100),
+              ev("nsa.sel", 10, 30), ev("nsa.sel.importance", 12, 10), ev("aten::mm", 14, 4),  # mm inside importance
+              ev("aten::addmm", 50, 20), ev("Optimizer.step#AdamW.step", 80, 10), ev("aten::add", 95, 5),
+              ev("aten::mm", 0, 100, tid=2)]  # another thread: not the step's
+    out = attribute_events(events)
+    c = out["categories"]
+    assert out["steps"] == 1 and out["step_time_ms"] == 0.1
+    assert c["importance and top-k"] == 0.10 and c["attention branches"] == 0.20
+    assert c["MLP/GEMM"] == 0.20 and c["optimizer"] == 0.10 and c["other"] == 0.05
+    assert abs(c["idle"] - 0.35) < 1e-12 and abs(sum(c.values()) - 1.0) < 1e-12
+    assert out["ranges"] == {"nsa.sel": 0.30, "nsa.sel.importance": 0.10}
+
+
+def test_no_step_ranges_gives_an_empty_attribution():
+    assert attribute_events([ev("aten::mm", 0, 5)])["steps"] == 0
+
+
+def test_the_optimizer_range_after_a_step_counts_as_step_time_and_optimizer():
+    events = [ev("nsa.step", 0, 80), ev("aten::addmm", 10, 40), ev("nsa.optim", 90, 20),
+              ev("aten::add_", 95, 5)]  # an operator of the optimizer step: still the optimizer's time
+    out = attribute_events(events)
+    assert out["steps"] == 1 and out["step_time_ms"] == 0.1  # 80 + 20 us; the gap between the two is not counted
+    c = out["categories"]
+    assert c["optimizer"] == 0.2 and c["MLP/GEMM"] == 0.4 and abs(c["idle"] - 0.4) < 1e-12
+    assert out["ranges"] == {}

@@ -281,7 +281,7 @@ def point_times(ctx, step, runs: list[dict]) -> tuple[dict[float, list[float]], 
 
 def point_rows(ctx, step, runs: list[dict], times: dict, cliffs) -> list[dict]:
     """One row per value (scan and bisection points, by value): means over its passed runs."""
-    from nsa.training.outputs import ContractError, read_summary, read_timeline
+    from validation.contracts import read_summary, read_timeline
 
     by_value: dict[float, list[dict]] = {}
     for r in runs:
@@ -295,14 +295,8 @@ def point_rows(ctx, step, runs: list[dict], times: dict, cliffs) -> list[dict]:
         ttfs, mem = [], []
         for r in passed:
             out_dir = ctx.run_dir / r["dir"] / "out"
-            try:
-                ttfs.append(finite(read_timeline(out_dir).get("time_to_first_step_s")))
-            except ContractError:
-                pass
-            try:
-                mem.append(finite(read_summary(out_dir).get("peak_mem_alloc_gb")))
-            except ContractError:
-                pass
+            ttfs.append(finite(read_timeline(out_dir).get("time_to_first_step_s")))
+            mem.append(finite(read_summary(out_dir).get("peak_mem_alloc_gb")))
         t = times.get(value) or []
         pair = pairs.get(value)
         rows.append({"value": int(value) if value.is_integer() else value,

@@ -299,7 +299,9 @@ def exposed_comm(events: list[Mapping]) -> dict[str, Any] | None:
 # ---------------------------------------------------------------------------------------------- scaling
 def scaling_table(points: Mapping[int, float | None], mode: str) -> dict[str, Any]:
     """{"rows": [{"world_size", "toks_per_s", "speedup", "efficiency"}], "base", "efficiency": {"min", "last"}}
-    from {world_size: tokens/s (all ranks)} (module doc); None throughputs give None rows."""
+    from {world_size: tokens/s (all ranks)} (module doc); None throughputs give None rows. efficiency.min and
+    .last are over the world sizes beyond the base (the base's efficiency is 1.0 by definition, so a min that
+    included it could never show a superlinear point); None when only the base was measured."""
     if mode not in ("strong", "weak"):
         raise ValueError(f"scaling mode is strong or weak, got {mode!r}")
     measured = {n: x for n, x in points.items() if isinstance(x, (int, float)) and x > 0}
@@ -311,7 +313,8 @@ def scaling_table(points: Mapping[int, float | None], mode: str) -> dict[str, An
         if x is not None and base is not None:
             speedup = x / measured[base]
             eff = speedup * base / n
-            effs.append(eff)
+            if n != base:
+                effs.append(eff)
         rows.append({"world_size": n, "toks_per_s": x, "speedup": speedup, "efficiency": eff})
     return {"mode": mode, "base": base, "rows": rows,
             "efficiency": {"min": min(effs) if effs else None, "last": effs[-1] if effs else None}}

@@ -165,6 +165,10 @@ def test_scaling_efficiency():
     t = scaling_table({2: 100.0, 8: 300.0}, "weak")  # base 2: 4x the ranks, 3x the throughput
     assert t["base"] == 2 and t["rows"][1]["efficiency"] == pytest.approx(0.75)
     assert scaling_table({1: None}, "weak")["efficiency"]["min"] is None
+    # the min is over the world sizes beyond the base: a superlinear point shows (the base's 1.0 would hide it)
+    t = scaling_table({1: 100.0, 2: 210.0, 4: 440.0}, "strong")
+    assert t["efficiency"]["min"] == pytest.approx(1.05) and t["efficiency"]["last"] == pytest.approx(1.1)
+    assert scaling_table({1: 100.0}, "weak")["efficiency"] == {"min": None, "last": None}
     with pytest.raises(ValueError):
         scaling_table({1: 1.0}, "diagonal")
 

@@ -330,3 +330,31 @@ def test_search_batches_launches_probes_and_reads_oom(tmp_path, monkeypatch):
          "capacity": {"gb": 80.0}, "comparisons": {}, "batch_search": {"ddp": {"largest": 2}, "fsdp": {"largest": 16}}}
     analysis.decide_recommendation(par, m)  # args.batch_size 4
     assert m["batch_needed"] == 4 and m["regime"] == "does_not_fit" and m["recommendation"] == "fsdp"
+
+
+# ---------------------------------------------------------------------------------------------- across ranks
+def test_aligned_collectives_later_start_to_later_end():
+    from validation.parallelism import aligned_collectives
+    step = x("ProfilerStep#5", 0, 1000, cat="user_annotation")
+    # rank 1 starts each all-reduce 300 us late (its backward was slower); rank 0 waits in flight meanwhile
+    r0 = [step, x("gloo:all_reduce", 100, 400), x("gloo:all_reduce", 600, 150), x("gloo:all_gather", 800, 50)]
+    r1 = [step, x("gloo:all_reduce", 400, 120), x("gloo:all_reduce", 700, 60), x("gloo:all_gather", 820, 40)]
+    out = aligned_collectives([r0, r1])
+    # later start -> later end: (520-400) + (760-700) = 180 us; all_gather (860-820) = 40 us
+    assert out["by_kind"]["all_reduce"] == {"calls": 2, "total_s": pytest.approx(180e-6)}
+    assert out["by_kind"]["all_gather"]["total_s"] == pytest.approx(40e-6)
+    assert out["total_s"] == pytest.approx(220e-6) and out["steps"] == 1 and out["per_step_s"] == pytest.approx(220e-6)
+    assert aligned_collectives([r0]) is None and aligned_collectives([[step], [step]]) is None
+
+
+def test_aligned_collectives_nccl_kernels_pair_by_order_per_kind():
+    from validation.parallelism import aligned_collectives
+    k = lambda name, ts, dur: x(name, ts, dur, tid=7, cat="kernel")  # noqa: E731
+    r0 = [k("ncclDevKernel_AllGather_RING_LL", 0, 100), k("ncclDevKernel_ReduceScatter_Sum_f32", 200, 100),
+          k("ncclDevKernel_AllGather_RING_LL", 400, 100)]
+    r1 = [k("ncclDevKernel_AllGather_RING_LL", 50, 60), k("ncclDevKernel_ReduceScatter_Sum_f32", 250, 80),
+          k("ncclDevKernel_AllGather_RING_LL", 390, 100)]
+    out = aligned_collectives([r0, r1])
+    assert out["by_kind"]["all_gather"] == {"calls": 2, "total_s": pytest.approx((110 - 50 + 500 - 400) * 1e-6)}
+    assert out["by_kind"]["reduce_scatter"]["total_s"] == pytest.approx((330 - 250) * 1e-6)
+    assert out["steps"] == 0 and out["per_step_s"] is None

@@ -358,3 +358,12 @@ def test_aligned_collectives_nccl_kernels_pair_by_order_per_kind():
     assert out["by_kind"]["all_gather"] == {"calls": 2, "total_s": pytest.approx((110 - 50 + 500 - 400) * 1e-6)}
     assert out["by_kind"]["reduce_scatter"]["total_s"] == pytest.approx((330 - 250) * 1e-6)
     assert out["steps"] == 0 and out["per_step_s"] is None
+
+
+def test_prediction_note_over_2x():
+    from validation.steps._parallelism_view import prediction_note
+    note = prediction_note("ddp", 0.4e-3, 2.6e-3, 11.4e-3)  # aligned wins over rank 0's in-flight time
+    assert note and "ranks aligned" in note and "compute_ms" in note and "back to back" in note and "6.5x" in note
+    assert prediction_note("ddp", 1.0e-3, 1.9e-3, 20e-3) is None  # within 2x (in-flight time not used)
+    assert "in-flight" in prediction_note("ddp", 1.0e-3, None, 3e-3)
+    assert prediction_note("ddp", None, 1e-3, 1e-3) is None

@@ -41,7 +41,7 @@ def prediction_note(label: Any, predicted: Any, aligned: Any, in_flight: Any) ->
         return None
     return (f"{label}: predicted {_ms(p)} vs {what} {_ms(m)} per step ({m / p:.1f}x): likely the benchmark timed its "
             "calls back to back while training issues them right after computation (on a CPU, 2-10x slower), or "
-            "skew between ranks (in-flight time includes waiting for the slower rank); fix: give the comm step "
+            "skew between ranks (in-flight time includes waiting for the slower rank); X
             "`compute_ms:` near the training step time and compare the ranks-aligned column.")
 
 

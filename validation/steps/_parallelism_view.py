@@ -41,8 +41,9 @@ def prediction_note(label: Any, predicted: Any, aligned: Any, in_flight: Any) ->
         return None
     return (f"{label}: predicted {_ms(p)} vs {what} {_ms(m)} per step ({m / p:.1f}x): likely the benchmark timed its "
             "calls back to back while training issues them right after computation (on a CPU, 2-10x slower), or "
-            "skew between ranks (in-flight time includes waiting for the slower rank); X
-            "`compute_ms:` near the training step time and compare the ranks-aligned column.")
+            "skew between ranks (in-flight time includes waiting for the slower rank); fix: give the comm step "
+            "`compute_ms:` near the training step time (if it has one: more iters, or a quieter machine) and compare "
+            "the ranks-aligned column.")
 
 
 def parallelism_view(result: dict) -> dict:

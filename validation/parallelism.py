@@ -299,7 +299,9 @@ def exposed_comm(events: list[Mapping]) -> dict[str, Any] | None:
 # ---------------------------------------------------------------------------------------------- scaling
 def scaling_table(points: Mapping[int, float | None], mode: str) -> dict[str, Any]:
     """{"rows": [{"world_size", "toks_per_s", "speedup", "efficiency"}], "base", "efficiency": {"min", "last"}}
-    from {world_size: tokens/s (all ranks)} (module doc); None throughputs give None rows."""
+    from {world_size: tokens/s (all ranks)} (module doc); None throughputs give None rows. efficiency.min and
+    .last are over the world sizes beyond the base (the base's efficiency is 1.0 by definition, so a min that
+    included it could never show a superlinear point); None when only the base was measured."""
     if mode not in ("strong", "weak"):
         raise ValueError(f"scaling mode is strong or weak, got {mode!r}")
     measured = {n: x for n, x in points.items() if isinstance(x, (int, float)) and x > 0}
@@ -311,7 +313,55 @@ def scaling_table(points: Mapping[int, float | None], mode: str) -> dict[str, An
         if x is not None and base is not None:
             speedup = x / measured[base]
             eff = speedup * base / n
-            effs.append(eff)
+            if n != base:
+                effs.append(eff)
         rows.append({"world_size": n, "toks_per_s": x, "speedup": speedup, "efficiency": eff})
     return {"mode": mode, "base": base, "rows": rows,
             "efficiency": {"min": min(effs) if effs else None, "last": effs[-1] if effs else None}}
+
+
+# ---------------------------------------------------------------------------------------------- across ranks
+def _collective_kind(name: str) -> str | None:
+    """gloo:all_reduce -> all_reduce; ncclDevKernel_AllGather_... / ncclKernel_ReduceScatter_... -> all_gather /
+    reduce_scatter; anything else None."""
+    if name.startswith("gloo:"):
+        return name[5:]
+    for prefix in ("ncclDevKernel_", "ncclKernel_"):
+        if name.startswith(prefix):
+            word = name[len(prefix):].split("_")[0]
+            return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(word))
+    return None
+
+
+def aligned_collectives(ranks: list[list[Mapping]]) -> dict[str, Any] | None:
+    """A collective's own time across ranks, from the Chrome-trace events of every rank of one run: the calls of
+    each kind pair by order across ranks (every rank issues the same collectives in the same order), and a call's
+    own time runs from the LATEST rank's start to the LATEST rank's end (before the last rank joins, the others
+    only wait for it: one rank's in-flight time counts the peers' skew). Returns {"by_kind": {kind: {"calls",
+    "total_s"}}, "total_s", "steps" (rank 0's ProfilerStep ranges), "per_step_s"}, or None with fewer than two
+    ranks or no collective. Traces are clock-aligned as the profiler writes them (one host's wall clock)."""
+    if len(ranks) < 2:
+        return None
+    per_rank: list[dict[str, list[tuple[float, float]]]] = []
+    for events in ranks:
+        calls: dict[str, list[tuple[float, float]]] = {}
+        for e in events:
+            if isinstance(e, Mapping) and e.get("ph") == "X" and isinstance(e.get("dur"), (int, float)):
+                kind = _collective_kind(str(e.get("name", "")))
+                if kind:
+                    calls.setdefault(kind, []).append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+        per_rank.append({k: sorted(v) for k, v in calls.items()})
+    kinds = set.intersection(*(set(c) for c in per_rank))
+    by_kind = {}
+    for kind in sorted(kinds):
+        n = min(len(c[kind]) for c in per_rank)
+        total = sum(max(0.0, max(c[kind][i][1] for c in per_rank) - max(c[kind][i][0] for c in per_rank))
+                    for i in range(n))
+        by_kind[kind] = {"calls": n, "total_s": total / 1e6}
+    if not by_kind:
+        return None
+    steps = sum(1 for e in ranks[0] if isinstance(e, Mapping) and e.get("ph") == "X"
+                and str(e.get("name", "")).startswith("ProfilerStep"))
+    total_s = sum(v["total_s"] for v in by_kind.values())
+    return {"by_kind": by_kind, "total_s": total_s, "steps": steps,
+            "per_step_s": total_s / steps if steps else None}

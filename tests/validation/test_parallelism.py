@@ -165,6 +165,10 @@ def test_scaling_efficiency():
     t = scaling_table({2: 100.0, 8: 300.0}, "weak")  # base 2: 4x the ranks, 3x the throughput
     assert t["base"] == 2 and t["rows"][1]["efficiency"] == pytest.approx(0.75)
     assert scaling_table({1: None}, "weak")["efficiency"]["min"] is None
+    # the min is over the world sizes beyond the base: a superlinear point shows (the base's 1.0 would hide it)
+    t = scaling_table({1: 100.0, 2: 210.0, 4: 440.0}, "strong")
+    assert t["efficiency"]["min"] == pytest.approx(1.05) and t["efficiency"]["last"] == pytest.approx(1.1)
+    assert scaling_table({1: 100.0}, "weak")["efficiency"] == {"min": None, "last": None}
     with pytest.raises(ValueError):
         scaling_table({1: 1.0}, "diagonal")
 
@@ -326,3 +330,40 @@ def test_search_batches_launches_probes_and_reads_oom(tmp_path, monkeypatch):
          "capacity": {"gb": 80.0}, "comparisons": {}, "batch_search": {"ddp": {"largest": 2}, "fsdp": {"largest": 16}}}
     analysis.decide_recommendation(par, m)  # args.batch_size 4
     assert m["batch_needed"] == 4 and m["regime"] == "does_not_fit" and m["recommendation"] == "fsdp"
+
+
+# ---------------------------------------------------------------------------------------------- across ranks
+def test_aligned_collectives_later_start_to_later_end():
+    from validation.parallelism import aligned_collectives
+    step = x("ProfilerStep#5", 0, 1000, cat="user_annotation")
+    # rank 1 starts each all-reduce 300 us late (its backward was slower); rank 0 waits in flight meanwhile
+    r0 = [step, x("gloo:all_reduce", 100, 400), x("gloo:all_reduce", 600, 150), x("gloo:all_gather", 800, 50)]
+    r1 = [step, x("gloo:all_reduce", 400, 120), x("gloo:all_reduce", 700, 60), x("gloo:all_gather", 820, 40)]
+    out = aligned_collectives([r0, r1])
+    # later start -> later end: (520-400) + (760-700) = 180 us; all_gather (860-820) = 40 us
+    assert out["by_kind"]["all_reduce"] == {"calls": 2, "total_s": pytest.approx(180e-6)}
+    assert out["by_kind"]["all_gather"]["total_s"] == pytest.approx(40e-6)
+    assert out["total_s"] == pytest.approx(220e-6) and out["steps"] == 1 and out["per_step_s"] == pytest.approx(220e-6)
+    assert aligned_collectives([r0]) is None and aligned_collectives([[step], [step]]) is None
+
+
+def test_aligned_collectives_nccl_kernels_pair_by_order_per_kind():
+    from validation.parallelism import aligned_collectives
+    k = lambda name, ts, dur: x(name, ts, dur, tid=7, cat="kernel")  # noqa: E731
+    r0 = [k("ncclDevKernel_AllGather_RING_LL", 0, 100), k("ncclDevKernel_ReduceScatter_Sum_f32", 200, 100),
+          k("ncclDevKernel_AllGather_RING_LL", 400, 100)]
+    r1 = [k("ncclDevKernel_AllGather_RING_LL", 50, 60), k("ncclDevKernel_ReduceScatter_Sum_f32", 250, 80),
+          k("ncclDevKernel_AllGather_RING_LL", 390, 100)]
+    out = aligned_collectives([r0, r1])
+    assert out["by_kind"]["all_gather"] == {"calls": 2, "total_s": pytest.approx((110 - 50 + 500 - 400) * 1e-6)}
+    assert out["by_kind"]["reduce_scatter"]["total_s"] == pytest.approx((330 - 250) * 1e-6)
+    assert out["steps"] == 0 and out["per_step_s"] is None
+
+
+def test_prediction_note_over_2x():
+    from validation.steps._parallelism_view import prediction_note
+    note = prediction_note("ddp", 0.4e-3, 2.6e-3, 11.4e-3)  # aligned wins over rank 0's in-flight time
+    assert note and "ranks aligned" in note and "compute_ms" in note and "back to back" in note and "6.5x" in note
+    assert prediction_note("ddp", 1.0e-3, 1.9e-3, 20e-3) is None  # within 2x (in-flight time not used)
+    assert "in-flight" in prediction_note("ddp", 1.0e-3, None, 3e-3)
+    assert prediction_note("ddp", None, 1e-3, 1e-3) is None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from validation import contracts
-from validation.parallelism import SearchError, batch_search, exposed_comm, is_oom, recommend
+from validation.parallelism import SearchError, aligned_collectives, batch_search, exposed_comm, is_oom, recommend
 
 NOT_AVAILABLE = "not available: the step names no `comm` step (key `comm:`) whose bandwidth tables would predict it"
 
@@ -53,6 +53,15 @@ def read_run(ctx, run: dict) -> dict[str, Any]:
             info["trace_path"] = ctx.rel(traces[-1])
         except (OSError, ValueError):
             info["trace"] = None
+        # the same profiled step's trace of every rank: each collective's own time, ranks aligned
+        step_tail = traces[-1].name.split("_", 2)[-1]
+        ranks = sorted((out_dir / "profile").glob(f"trace_rank*_{step_tail}"),
+                       key=lambda p: int(p.name[len("trace_rank"):].split("_")[0] or 0))
+        try:
+            events = [(json.loads(t.read_text()) or {}).get("traceEvents", []) for t in ranks]
+            info["aligned"] = aligned_collectives(events)
+        except (OSError, ValueError, AttributeError):
+            info["aligned"] = None
     return info
 
 
@@ -114,6 +123,8 @@ def strategy_figures(label: str, spec: dict, runs: list[dict], infos: list[dict]
     traces = [i["trace"] for _, i in ok if i.get("trace")]
     out["exposed_comm_s"] = _mean(t["per_step_exposed_s"] for t in traces)
     out["profiled_comm_s"] = _mean(t["per_step_comm_s"] for t in traces)
+    aligned = [i["aligned"] for _, i in ok if i.get("aligned") and i["aligned"].get("per_step_s") is not None]
+    out["aligned_comm_s"] = _mean(a["per_step_s"] for a in aligned)
     out["exposed_source"] = (traces[0]["source"] + f"; {len(traces)} run(s), {traces[0]['steps']} profiled step(s) "
                              "each") if traces else "not measured (no profiler trace with a collective)"
     return out

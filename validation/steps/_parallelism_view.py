@@ -30,10 +30,26 @@ def _bytes(x: Any) -> str:
     return "—" if x is None else f"{int(x):,} B"
 
 
+def prediction_note(label: Any, predicted: Any, aligned: Any, in_flight: Any) -> str | None:
+    """One line when the predicted collective time and the measured one (ranks aligned, else rank 0's in-flight
+    time) differ by more than 2x: the likely cause and the fix; None otherwise or without both."""
+    p, m = finite(predicted), finite(aligned)
+    what = "collective time (ranks aligned)"
+    if m is None:
+        m, what = finite(in_flight), "rank 0's in-flight time"
+    if p is None or m is None or p <= 0 or m <= 0 or max(p / m, m / p) <= 2:
+        return None
+    return (f"{label}: predicted {_ms(p)} vs {what} {_ms(m)} per step ({m / p:.1f}x): likely the benchmark timed its "
+            "calls back to back while training issues them right after computation (on a CPU, 2-10x slower), or "
+            "skew between ranks (in-flight time includes waiting for the slower rank); fix: give the comm step "
+            "`compute_ms:` near the training step time (if it has one: more iters, or a quieter machine) and compare "
+            "the ranks-aligned column.")
+
+
 def parallelism_view(result: dict) -> dict:
     m = as_dict(result.get("metrics"))
     strategies = as_dict(m.get("strategies"))
-    rows, memory, comm = [], [], []
+    rows, memory, comm, notes = [], [], [], []
     for label, s in strategies.items():
         s = as_dict(s)
         name = STRATEGIES.get(str(s.get("strategy")), fmt_num(s.get("strategy")))
@@ -55,11 +71,15 @@ def parallelism_view(result: dict) -> dict:
                        "acts": _gb(finite(mm.get("activations")) and mm["activations"] / GIB),
                        "total": _gb(finite(mm.get("total")) and mm["total"] / GIB)})
         matches = s.get("comm_model_matches")
+        comm_note = prediction_note(label, s.get("comm_predicted_s"), s.get("aligned_comm_s"), s.get("comm_time_s"))
+        if comm_note:
+            notes.append(comm_note)
         comm.append({"label": str(label), "counted": _bytes(s.get("comm_bytes_counted")),
                      "model": _bytes(s.get("comm_bytes_model")),
                      "matches": "yes" if matches is True else "NO" if matches is False else "—",
                      "measured": _ms(s.get("comm_time_s")), "predicted": _ms(s.get("comm_predicted_s")),
                      "profiled": _ms(s.get("profiled_comm_s")), "exposed": _ms(s.get("exposed_comm_s")),
+                     "aligned": _ms(s.get("aligned_comm_s")),
                      "share": fmt_pct(s.get("comm_share")), "counted_by": fmt_num(s.get("comm_counted_by"))})
     comparisons = []
     for key, c in as_dict(m.get("comparisons")).items():
@@ -81,7 +101,7 @@ def parallelism_view(result: dict) -> dict:
     first = next((as_dict(s) for s in strategies.values()), {})
     cap = as_dict(m.get("capacity"))
     return {"command": "", "parallelism": {
-        "rows": rows, "memory": memory, "comm": comm, "comparisons": comparisons, "search": search_view,
+        "rows": rows, "memory": memory, "comm": comm, "comm_notes": notes, "comparisons": comparisons, "search": search_view,
         "recommendation": fmt_num(m.get("recommendation")) if m.get("recommendation") else "none",
         "regime": fmt_num(m.get("regime")), "reason": fmt_num(m.get("recommendation_reason")),
         "capacity": f"{_gb(cap.get('gb'))} per rank ({fmt_num(cap.get('source'))})" if cap else "—",

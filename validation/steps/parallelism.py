@@ -17,7 +17,7 @@ Own keys:
                 trainer profiles from step 5 (train.profile_start): keep those steps out of the window
 Metrics: {"strategies": {label: {strategy, runs, passed, step_time_s, toks_per_s, peak_alloc_gb, peak_reserved_gb,
 memory_kind, memory_model, comm_bytes_counted, comm_bytes_model, comm_model_matches, comm_time_s, comm_predicted_s,
-comm_prediction, exposed_comm_s, exposed_source, per_step (counts)}}, "all_ran", "comparisons" {"b:a": Comparison},
+comm_prediction, exposed_comm_s, aligned_comm_s (collective time, ranks aligned), exposed_source, per_step (counts)}}, "all_ran", "comparisons" {"b:a": Comparison},
 "recommendation", "recommendation_reason", "regime", "headroom", "capacity", "batch_search", "comm_step",
 "repeats"}. All times per optimizer step; memory in GB (GiB as the trainer writes it).
 """

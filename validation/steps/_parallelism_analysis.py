@@ -1,5 +1,5 @@
 """What the `parallelism` step makes of its runs (validation.steps.parallelism): per-strategy figures from each
-run's summary.json (nsa.training.outputs.read_summary) and profiler trace, the paired comparisons between the
+run's summary.json (validation.contracts.read_summary) and profiler trace, the paired comparisons between the
 strategies, the batch-size search on GPU and the recommendation. Not a step kind (the leading underscore keeps the
 registry from treating it as one)."""
 
@@ -37,14 +37,13 @@ def comm_tables(step, results: dict) -> tuple[dict | None, str]:
 
 def read_run(ctx, run: dict) -> dict[str, Any]:
     """summary.json, the exposed communication of the rank-0 trace and the env.json of one run (or their errors)."""
-    from nsa.training.outputs import read_summary
-
     out_dir = Path(ctx.run_dir) / run["dir"] / "out"
     info: dict[str, Any] = {"summary": None, "trace": None, "env": contracts.read_env_json(out_dir)}
-    try:
-        info["summary"] = read_summary(out_dir)
-    except Exception as exc:  # a failed run has none; a damaged one says why
-        info["summary_error"] = str(exc)
+    summary = contracts.read_summary(out_dir)  # {} when a failed run has none; {"problem"} when damaged
+    if summary and "problem" not in summary:
+        info["summary"] = summary
+    else:
+        info["summary_error"] = summary.get("problem") or f"no summary.json in {out_dir}"
     traces = sorted((out_dir / "profile").glob("trace_rank0_*.json"))
     if traces:
         try:

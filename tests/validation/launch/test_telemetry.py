@@ -16,7 +16,7 @@ import types
 from pathlib import Path
 
 import pytest
-from process_checks import assert_no_orphans, naming
+from process_checks import assert_no_orphans
 
 from validation import contracts
 from validation.launch import telemetry

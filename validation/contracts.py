@@ -153,17 +153,23 @@ def halted(out_dir: Path) -> bool:
     return (Path(out_dir) / HALT_NAME).exists()
 
 
-def read_summary(out_dir: Path | None) -> dict[str, Any]:
-    """The trainer's summary.json (the Training Summary, checked by nsa.training.outputs.read_summary); {} when
-    missing or not following its contract (then {"problem": the one-line reason} when the file exists)."""
-    from nsa.training.outputs import SUMMARY_JSON, read_summary as read
-
+def _read_checked(out_dir: Path | None, read, name: str) -> dict[str, Any]:
+    """`read(out_dir)` (a nsa.training.outputs reader that raises ContractError); {} when the file is missing,
+    {"problem": the one-line reason} when it exists but breaks its contract."""
     if out_dir is None:
         return {}
     try:
         return read(Path(out_dir))
     except ContractError as exc:
-        return {"problem": str(exc)} if (Path(out_dir) / SUMMARY_JSON).exists() else {}
+        return {"problem": str(exc)} if (Path(out_dir) / name).exists() else {}
+
+
+def read_summary(out_dir: Path | None) -> dict[str, Any]:
+    """The trainer's summary.json (the Training Summary, checked by nsa.training.outputs.read_summary); {} when
+    missing or not following its contract (then {"problem": the one-line reason} when the file exists)."""
+    from nsa.training.outputs import SUMMARY_JSON, read_summary as read
+
+    return _read_checked(out_dir, read, SUMMARY_JSON)
 
 
 def read_timeline(out_dir: Path | None) -> dict[str, Any]:
@@ -171,12 +177,7 @@ def read_timeline(out_dir: Path | None) -> dict[str, Any]:
     not following its contract (then {"problem": the reason} when the file exists)."""
     from nsa.training.outputs import TIMELINE_JSON, read_timeline as read
 
-    if out_dir is None:
-        return {}
-    try:
-        return read(Path(out_dir))
-    except ContractError as exc:
-        return {"problem": str(exc)} if (Path(out_dir) / TIMELINE_JSON).exists() else {}
+    return _read_checked(out_dir, read, TIMELINE_JSON)
 
 
 def telemetry_files(step_dir: Path | None) -> list[Path]:

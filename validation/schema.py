@@ -167,6 +167,16 @@ def trainer_flags(value: Any, path: tuple, ctx: Ctx) -> dict[str, Any]:
     return dict(value)
 
 
+def setting_key(key: Any, path: tuple, ctx: Ctx, what: str) -> str:
+    """A trainer setting a sweep or scan varies: env.VARIABLE or args.flag, never a flag nsa-validate sets itself.
+    `what` starts the error, e.g. "matrix keys are" -> "matrix keys are env.VARIABLE or args.flag"."""
+    if not isinstance(key, str) or not re.match(r"^(env|args)\.[A-Za-z0-9_-]+$", key):
+        raise ctx.error(path, f"{what} env.VARIABLE or args.flag")
+    if key.startswith("args.") and reserved_arg(key[5:]):
+        raise ctx.error(path, f"set by nsa-validate itself ({reserved_arg(key[5:])})")
+    return key
+
+
 def reserved_arg(key: str) -> str | None:
     """Why nsa-validate itself owns trainer flag `key` (e.g. out_dir, out-dir), or None."""
     return RESERVED_ARGS.get(key.replace("_", "-"))

@@ -175,3 +175,11 @@ def command_launch(step: Step, argv: list[str], run_dir, label: str = "", nnodes
     return LaunchSpec(argv=argv, env=dict(step.launch.env), inherit_env=True, run_dir=run_dir,
                       step_dir=step_dir(run_dir, step.name), timeout_s=step.launch.timeout_s, nnodes=nnodes,
                       **launch_identity(step, label))
+
+
+def earlier_step_of_kind(order, step, name: str, kind: str) -> bool:
+    """Whether `name` is a step of `kind` that runs before `step` in `order` (the runbook's steps in run order):
+    what a key naming another step's results (train's scaling_baseline, parallelism's comm) needs."""
+    position = {s.name: i for i, s in enumerate(order)}
+    base = next((s for s in order if s.name == name), None)
+    return base is not None and base.kind == kind and position[base.name] < position[step.name]

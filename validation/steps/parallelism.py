@@ -31,6 +31,7 @@ from typing import Any
 from validation import steps
 from validation.parallelism import STRATEGIES
 from validation.schema import env_vars, mapping, trainer_flags, typed
+from validation.steps.base import earlier_step_of_kind
 from validation.steps.trainer import TrainerKind, order_seed, run_each, run_order, trainer_launch
 
 # The trainer flags of each strategy; None removes a flag the runbook's defaults set (--ddp 1 and --fsdp exclude
@@ -93,9 +94,7 @@ class Parallelism(TrainerKind):
     def check(self, step, order, error) -> None:
         if step.comm is None:
             return
-        position = {s.name: i for i, s in enumerate(order)}
-        base = next((s for s in order if s.name == step.comm), None)
-        if base is None or base.kind != "comm" or position[base.name] >= position[step.name]:
+        if not earlier_step_of_kind(order, step, step.comm, "comm"):
             raise error(f"comm {step.comm!r} must name an earlier step of kind comm")
 
     def launches(self, step, winners, run_dir):

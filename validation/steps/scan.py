@@ -26,13 +26,12 @@ peak_mem_gb, exponent_to_next}], "noise_source" (repeats | blocks | none), "runs
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 from validation import steps
 from validation.launch.spec import safe_name
 from validation.report.format import as_dict, as_list, finite, fmt_gb, fmt_num, fmt_rate
-from validation.schema import mapping, reserved_arg, typed
+from validation.schema import mapping, setting_key, typed
 from validation.steps.trainer import TrainerKind, collect, order_seed, run_each, run_order, run_values, trainer_launch
 
 
@@ -53,10 +52,7 @@ class Scan(TrainerKind):
                                                 "{args.seq_len: [64, 128, 256, 512]}")
         key, vals = next(iter(values.items()))
         vpath = path + ("values", key)
-        if not isinstance(key, str) or not re.match(r"^(env|args)\.[A-Za-z0-9_-]+$", key):
-            raise ctx.error(vpath, "the scanned setting is env.VARIABLE or args.flag")
-        if key.startswith("args.") and reserved_arg(key[5:]):
-            raise ctx.error(vpath, f"set by nsa-validate itself ({reserved_arg(key[5:])})")
+        setting_key(key, vpath, ctx, "the scanned setting is")
         if (not isinstance(vals, list) or len(vals) < 2
                 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in vals)):
             raise ctx.error(vpath, f"expected a list of at least 2 positive numbers, got {vals!r}")

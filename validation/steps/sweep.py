@@ -28,7 +28,6 @@ Report: a row per run (the chosen point marked), the decision and its statistics
 from __future__ import annotations
 
 import itertools
-import re
 from collections import Counter
 from typing import Any
 
@@ -37,7 +36,7 @@ from validation.launch.spec import safe_name
 from validation.report.format import (as_dict, as_list, context_text, finite, fmt_num, fmt_pct, fmt_rate,
                                       fmt_tflops, mfu_text, param_name, params_text, shared_context_text, stat_of,
                                       status_view)
-from validation.schema import mapping, reserved_arg, typed
+from validation.schema import mapping, setting_key, typed
 from validation.steps import train_report
 from validation.steps.trainer import TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
 
@@ -62,10 +61,7 @@ class Sweep(TrainerKind):
             raise ctx.error(path + ("matrix",), "a sweep needs a matrix, e.g. {env.NSA_DDP_BUCKET_MB: [25, 50]}")
         clean = {}
         for key, values in matrix.items():
-            if not isinstance(key, str) or not re.match(r"^(env|args)\.[A-Za-z0-9_-]+$", key):
-                raise ctx.error(path + ("matrix", key), "matrix keys are env.VARIABLE or args.flag")
-            if key.startswith("args.") and reserved_arg(key[5:]):
-                raise ctx.error(path + ("matrix", key), f"set by nsa-validate itself ({reserved_arg(key[5:])})")
+            setting_key(key, path + ("matrix", key), ctx, "matrix keys are")
             if not isinstance(values, list) or not values:
                 raise ctx.error(path + ("matrix", key), "expected a non-empty list of values")
             clean[key] = [str(v) if key.startswith("env.") else v for v in values]

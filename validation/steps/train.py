@@ -15,6 +15,7 @@ from validation import steps
 from validation.report.format import (NA, as_dict, context_text, finite, fmt_rate, mean_pm, shared_context_text, stat_of,
                                       window_text)
 from validation.schema import NAME_RE, typed
+from validation.steps.base import earlier_step_of_kind
 from validation.steps.trainer import TrainerKind, run_single
 
 
@@ -36,9 +37,7 @@ class Train(TrainerKind):
     def check(self, step, order, error) -> None:
         if step.scaling_baseline is None:
             return
-        position = {s.name: i for i, s in enumerate(order)}
-        base = next((s for s in order if s.name == step.scaling_baseline), None)
-        if base is None or base.kind != "train" or position[base.name] >= position[step.name]:
+        if not earlier_step_of_kind(order, step, step.scaling_baseline, "train"):
             raise error(f"scaling_baseline {step.scaling_baseline!r} must name an earlier train step")
 
     def run(self, step, launches, result, ctx) -> None:

@@ -52,7 +52,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+CI_SETUP = ".ci/run"  # what a skip names when the test needs what only CI sets up (Slurm test cluster, Chromium)
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    return str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    needs_ci = [r for r in terminalreporter.stats.get("skipped", []) if CI_SETUP in _skip_reason(r)]
+    if needs_ci:
+        terminalreporter.write_line(
+            f"{len(needs_ci)} test(s) skipped because they need the Slurm test cluster or headless Chromium (reasons "
+            f"below); {CI_SETUP} (root, Debian) installs and starts both, then runs every test")
     if RECORDER.any():
         terminalreporter.section("reliability figures")
         terminalreporter.write_line("Reliability figures:")

@@ -34,6 +34,21 @@ console = make_console()  # not a terminal: nothing wrapped or cut (validation.r
 err = make_console(stderr=True)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from validation.version import version_line
+
+        typer.echo(version_line())
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                          help="print the version and the git sha of the source tree, then exit")
+             ) -> None:
+    pass  # the options every command shares (the help text is the app's)
+
+
 def _fail(message: str, code: int = EXIT_USAGE):
     err.print(f"nsa-validate: error: {message}", markup=False, soft_wrap=True)
     raise typer.Exit(code)
@@ -115,16 +130,21 @@ def plan(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/c
 
 # ---------------------------------------------------------------------- run
 class _LiveReporter:
-    """rich progress: phase, step, live tokens/s from the heartbeats, elapsed and ETA."""
+    """rich progress on a terminal: phase, step, live tokens/s from the heartbeats, elapsed and ETA. Without a
+    terminal (a pipe, `| tee`, a CI log), where no live display shows, one line when each step starts; on both, one
+    line when it ends with its status and elapsed time (rich flushes each line)."""
 
     def __init__(self, progress, console_: Console):
         self.p, self.console = progress, console_
         self.total = self.task = None
         self.step_t0 = time.time()
         self.trainer_steps: int | None = None
+        self.resumed: str | None = None  # a resumed run: what was resumed (validation.results.resume_note)
 
     def run_started(self, runbook, run_dir, steps):
         self.console.print(f"[bold]{escape(runbook.name)}[/bold] -> {escape(str(run_dir))}")
+        if self.resumed:
+            print_line(self.console, f"resumed: {self.resumed}")
         self.total = self.p.add_task("run", total=len(steps), info="")
         self.task = self.p.add_task("step", total=None, info="")
 
@@ -134,6 +154,10 @@ class _LiveReporter:
         self.trainer_steps = int(steps) if isinstance(steps, int) else None
         self.p.update(self.task, description=f"{step.phase} / {step.name}", completed=0,
                       total=self.trainer_steps, info=f"{step.kind}")
+        if not self.console.is_terminal:
+            runs = f", {launches} launches" if launches > 1 else ""
+            print_line(self.console, f"  {'STARTED':8} {step.phase} / {step.name} ({step.kind}{runs}) at "
+                                     f"{time.strftime('%H:%M:%S')}")
 
     def launch_started(self, step, planned, index, total):
         label = f" [{planned.label}]" if planned.label else ""
@@ -149,11 +173,16 @@ class _LiveReporter:
         self.p.update(self.task, info=" | ".join(parts) or progress.state)
 
     def step_finished(self, step, result):
+        from validation.report.format import fmt_duration
+
         colour = {"passed": "green", "skipped": "yellow"}.get(result["status"], "red")
         reason = f": {result['reason']}" if result.get("reason") else ""
         extra = step.kind_impl.summary_line(result)
+        took = f" in {fmt_duration(result['duration_s'])}" if result["status"] != "skipped" and \
+            result.get("duration_s") is not None else ""
         self.console.print(f"  [{colour}]{result['status'].upper():8}[/{colour}] "
-                           + escape(f"{step.phase} / {step.name}{extra}{reason}"), markup=True, highlight=False)
+                           + escape(f"{step.phase} / {step.name}{took}{extra}{reason}"), markup=True,
+                           highlight=False, soft_wrap=not self.console.is_terminal)
         self.p.advance(self.total)
 
     def run_finished(self, results):
@@ -171,7 +200,11 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
         out: Optional[Path] = typer.Option(None, "--out", help="run directory (default artifacts/validate/<name>-<time>)"),
         only: List[str] = typer.Option([], "--only", help="run only this phase (repeatable)"),
         skip: List[str] = typer.Option([], "--skip", help="skip this phase (repeatable)"),
-        resume: Optional[Path] = typer.Option(None, "--resume", help="continue an interrupted run in RUN_DIR"),
+        resume: Optional[Path] = typer.Option(None, "--resume", help="continue an interrupted run in RUN_DIR: its "
+                                              "finished steps are kept, the others run (a run of another runbook, "
+                                              "or a finished one without --rerun, is refused: exit 2)"),
+        rerun: List[str] = typer.Option([], "--rerun", help="with --resume: run this step again into RUN_DIR, "
+                                        "replacing its result (repeatable)"),
         set_: List[str] = typer.Option([], "--set", help="override a runbook key, e.g. defaults.args.steps=20"),
         against: Optional[Path] = typer.Option(None, "--against", help="an earlier run directory: compare this run "
                                                "with it (the statistics of `compare`) in the report's Performance "
@@ -187,7 +220,7 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
     become_subreaper()  # whatever a launch leaves orphaned stays below this process, for the final sweep
     outcome = None
     try:
-        _run(runbook, out, only, skip, resume, set_, against, no_report)
+        _run(runbook, out, only, skip, resume, rerun, set_, against, no_report)
     except typer.Exit as exc:
         outcome = exc
     except KeyboardInterrupt as exc:  # before the runner started, or while the reports were written
@@ -204,12 +237,12 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
         raise outcome
 
 
-def _run(runbook, out, only, skip, resume, set_, against, no_report) -> None:
+def _run(runbook, out, only, skip, resume, rerun, set_, against, no_report) -> None:
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from validation.launch.interrupts import describe, exit_code
-    from validation.results import ResultsError, RunDirError, read_results
-    from validation.runner import RunOptions, Runner
+    from validation.results import ResultsError, RunDirError, read_results, resume_note
+    from validation.runner import ResumeError, RunOptions, Runner, check_resume
 
     rb = _load(runbook, set_, check_files=True)
     for warning in rb.notes:
@@ -219,12 +252,15 @@ def _run(runbook, out, only, skip, resume, set_, against, no_report) -> None:
         if name not in phases:
             _fail(f"no phase {name!r} in {runbook} (phases: {', '.join(p.name for p in rb.phases)})")
     previous = None
+    if rerun and resume is None:
+        _fail("--rerun needs --resume RUN_DIR: the run whose steps to run again")
     if resume is not None:
         try:
             previous = read_results(resume)
-        except ResultsError as exc:
+            check_resume(rb, previous, resume, rerun)
+        except (ResultsError, ResumeError) as exc:
             _fail(str(exc))
-        if previous["runbook"]["sha256"] != rb.sha256:
+        if previous["runbook"].get("sha256") != rb.sha256:
             err.print(f"warning: {runbook} changed since {resume} was started; finished steps are kept as they are",
                       markup=False)
         run_dir = resume
@@ -233,7 +269,8 @@ def _run(runbook, out, only, skip, resume, set_, against, no_report) -> None:
         if (run_dir / "results.json").exists():
             _fail(f"{run_dir} already holds a run: use --resume {run_dir} to continue it, or another --out")
     earlier = _read_against(against)
-    options = RunOptions(only=tuple(only), skip=tuple(skip), overrides=tuple(set_), cwd=Path.cwd())
+    options = RunOptions(only=tuple(only), skip=tuple(skip), overrides=tuple(set_), cwd=Path.cwd(),
+                         rerun=tuple(dict.fromkeys(rerun)))
     interrupted = None
     try:  # the run directory cannot be written (disk full, permission) or leads outside itself: one line, exit 2
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
@@ -242,6 +279,8 @@ def _run(runbook, out, only, skip, resume, set_, against, no_report) -> None:
             reporter = _LiveReporter(progress, console)
             try:
                 runner = Runner(rb, run_dir, options, reporter, previous=previous)
+                if previous is not None:
+                    reporter.resumed = resume_note({"resumes": runner.results["resumes"][-1:]})
                 results = runner.run()
             except KeyboardInterrupt as exc:  # Ctrl-C, SIGINT, SIGTERM, SIGHUP: the processes are already ended
                 interrupted = exc

@@ -12,6 +12,13 @@ Schema (version SCHEMA_VERSION; plain JSON types only, no NaN):
                                                     # criterion not evaluated (its step did not run); CLI exit 0/1/3
       "verdict_reason": one sentence,
       "interrupted_by": "SIGINT" | "SIGTERM" | "SIGHUP" | "Ctrl-C" | null,   # the signal that ended the run
+      "resumes": [                         # absent until the run is continued with --resume; one entry each time
+        {"at": ISO time of the resume, "previous_end": ISO time the earlier attempt ended (its "finished", or the
+         last write of results.json when it was killed), "previous_state": "interrupted by SIGINT" |
+         "finished (GO)" | "stopped without finishing (...)", "steps": [the steps this attempt set out to run],
+         "rerun": [those of them run again by --rerun], "replaced": {step: {"status", "reason", "started",
+         "duration_s"} it held before --rerun}, "runbook_changed": bool}
+      ],
       "environment": {"git_sha", "host", "python", "torch", "cuda", "nccl", "gpus": [{"index", "name",
                       "memory_gb", "capability"}], "gpu_count", "cpu_count", "packages": {name: version}},
       "options": {"only": [...], "skip": [...], "set": ["key=value", ...]},
@@ -126,3 +133,23 @@ def read_results(run_dir: Path) -> dict[str, Any]:
     if version != SCHEMA_VERSION:
         raise ResultsError(f"{path}: schema_version {version!r}, this nsa-validate reads {SCHEMA_VERSION}")
     return data
+
+
+def resume_note(results: dict[str, Any]) -> str | None:
+    """One line on how the run was interrupted and continued (results["resumes"]), e.g. "interrupted by SIGINT
+    at T1, resumed at T2 with step second"; None for a run never resumed. The report's header and the console show
+    it."""
+    entries = [r for r in results.get("resumes") or [] if isinstance(r, dict)]
+    parts = []
+    for r in entries:
+        steps = [str(n) for n in r.get("steps") or []]
+        rerun = {str(n) for n in r.get("rerun") or []}
+        replaced = r.get("replaced") if isinstance(r.get("replaced"), dict) else {}
+        named = [f"{n} run again (it had {(replaced.get(n) or {}).get('status') or 'no result'})" if n in rerun else n
+                 for n in steps]
+        what = (f"with step{'s' if len(named) > 1 else ''} {', '.join(named)}" if named
+                else "with no step left to run (its verdict computed)")
+        changed = "; the runbook had changed since the run started" if r.get("runbook_changed") else ""
+        parts.append(f"{r.get('previous_state') or 'stopped'} at {r.get('previous_end') or 'an unknown time'}, "
+                     f"resumed at {r.get('at') or 'an unknown time'} {what}{changed}")
+    return "; then ".join(parts) or None

@@ -11,6 +11,14 @@ Steps run in order; a step whose runbook entry says `on_failure: stop` and that 
 error ends the run there: the remaining steps are recorded as skipped ("not run: step X failed and on_failure is
 stop") and the verdict is computed as usual.
 
+A run continued with --resume (Runner(previous=...)) runs only the steps without a final status, plus those
+named by --rerun; check_resume first refuses a run directory of another runbook (by name), a finished run with
+nothing to run again, and --rerun names that are no steps. Each resume is recorded in results["resumes"] (when
+the earlier attempt ended and how, what this one runs; validation.results). From the moment a run starts until its
+verdict is computed, results.json says INCOMPLETE with a reason saying so, and the acceptance rows and
+recommendations of an earlier attempt are cleared: a run cut off at any point never shows a verdict that
+contradicts its own reason or its steps.
+
 Every file the run writes lies under RUN_DIR: each output path is checked (relative, no `..`) and no existing
 symlink on it or under a step's directory may lead outside RUN_DIR (e.g. RUN_DIR/<step> replaced by a link to
 another directory before a --resume); such a run stops before writing anything with RunDirError, as does a run
@@ -20,7 +28,6 @@ whose directory cannot be written (disk full, permission denied, not a directory
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import logging
 import os
 import time
@@ -32,9 +39,11 @@ from validation import environment
 from validation.launch import LaunchResult, LaunchSpec, launch, recorded_env
 from validation.launch.interrupts import describe as describe_interrupt
 from validation.plan import step_launches
-from validation.results import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, SCHEMA_VERSION, RunDirError, cannot_write,
-                                os_error_text, write_results)
+from validation.results import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, RESULTS_JSON, SCHEMA_VERSION, RunDirError,
+                                cannot_write, os_error_text, write_results)
 from validation.runbook import Runbook, Step, references
+from validation.version import version as tool_version
+
 
 class Reporter:
     """Progress hooks; the default does nothing."""
@@ -72,17 +81,51 @@ class RunOptions:
     skip: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
     cwd: Path = Path(".")
+    rerun: tuple[str, ...] = ()  # --rerun: steps of a resumed run to run again, whatever their status
 
 
-def _tool_version() -> str:
-    try:
-        return importlib.metadata.version("nsa-validate")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree without installing
-        return "unknown"
+class ResumeError(ValueError):
+    """A --resume (or --rerun) that would overwrite a run or do nothing; the message is one line naming both runs
+    or the step."""
 
 
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+def _now(at: float | None = None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(at))
+
+
+def steps_to_run(runbook: Runbook, results: dict, rerun: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """The steps of `runbook` that a run continuing `results` runs: those without a final status there (pending,
+    running, interrupted, or new in the runbook), and those named in `rerun`; in runbook order."""
+    done = results.get("steps") or {}
+    return [s.name for s in runbook.steps()
+            if s.name in rerun or (done.get(s.name) or {}).get("status") not in FINAL_STEP_STATUSES]
+
+
+def check_resume(runbook: Runbook, previous: dict, run_dir: Path | str, rerun: tuple[str, ...] | list[str] = ()
+                 ) -> None:
+    """Raise ResumeError unless `runbook` may continue the run `previous` (RUN_DIR/results.json): it must be a run
+    of the same runbook (by name; a changed runbook of that name is the caller's warning), every --rerun name a
+    step of the runbook, and there must be something to do: a step still to run, a step to run again, or a
+    verdict the earlier attempt did not reach."""
+    earlier = previous.get("runbook") if isinstance(previous.get("runbook"), dict) else {}
+    names = [s.name for s in runbook.steps()]
+    if earlier.get("name") != runbook.name:
+        raise ResumeError(f"--resume {run_dir}: it holds a run of runbook {earlier.get('name')!r} "
+                          f"({earlier.get('path') or 'path unknown'}), not of {runbook.name!r} ({runbook.path}); "
+                          f"continue it with its own runbook, or start a new run with --out")
+    for name in rerun:
+        if name not in names:
+            raise ResumeError(f"--rerun {name}: no step {name!r} in {runbook.path} (steps: {', '.join(names)})")
+    if not rerun and _reached_verdict(previous) and not steps_to_run(runbook, previous):
+        raise ResumeError(f"--resume {run_dir}: nothing to resume: the run finished ({previous.get('verdict')}, "
+                          f"{previous.get('finished')}) and every step of {runbook.name} has its result; to run "
+                          f"steps again into it name them with --rerun STEP (steps: {', '.join(names)}), or start "
+                          f"a new run with --out")
+
+
+def _reached_verdict(results: dict) -> bool:
+    """Whether a run ended with its verdict computed, not cut off (a signal's verdict counts as cut off)."""
+    return bool(results.get("finished")) and not results.get("interrupted_by")
 
 
 class Runner:
@@ -95,21 +138,61 @@ class Runner:
         except OSError as exc:
             raise cannot_write(self.run_dir, exc) from None
         self.env_record = environment.probe(options.cwd)
+        if previous is not None:
+            self._continue(previous)
         self.results = previous or self._fresh_results()
         self.results["environment"] = {**self.results.get("environment", {}), **self.env_record}
         self.results["finished"] = None
-        self.results["verdict"] = "INCOMPLETE"
         self.results["interrupted_by"] = None
+        # until _finish computes them together: no verdict, and nothing left of an earlier attempt's evaluation
+        self.results["acceptance"] = []
+        self.results["recommendations"] = {"env": {}, "notes": []}
+        self.results["verdict"], self.results["verdict_reason"] = self._unfinished_verdict()
+
+    def _unfinished_verdict(self) -> tuple[str, str]:
+        resumes = self.results.get("resumes") or []
+        when = f"resumed at {resumes[-1]['at']}" if resumes else f"started at {self.results.get('started')}"
+        return "INCOMPLETE", (f"not finished: the run ({when}) has not reached its verdict; if it is no longer "
+                              "running, `nsa-validate run --resume RUN_DIR` continues it")
+
+    def _continue(self, previous: dict) -> None:
+        """Prepare `previous` (an earlier attempt's results) to be continued: the steps named by --rerun back to
+        pending (what they held is kept in the resume record), and the resume recorded in previous["resumes"]."""
+        if previous.get("finished"):
+            ended = previous["finished"]
+        else:  # killed before it could record anything: its last save is when it stopped
+            try:
+                ended = _now((self.run_dir / RESULTS_JSON).stat().st_mtime)
+            except OSError:
+                ended = None
+        if previous.get("interrupted_by"):
+            how = f"interrupted by {previous['interrupted_by']}"
+        elif previous.get("finished"):
+            how = f"finished ({previous.get('verdict')})"
+        else:
+            how = "stopped without finishing (no signal recorded: the process was killed or the machine went down)"
+        todo = steps_to_run(self.rb, previous, self.opt.rerun)
+        entry = {"at": _now(), "previous_end": ended, "previous_state": how, "steps": todo,
+                 "rerun": [n for n in todo if n in self.opt.rerun], "replaced": {},
+                 "runbook_changed": (previous.get("runbook") or {}).get("sha256") != self.rb.sha256}
+        for step in self.rb.steps():
+            if step.name in self.opt.rerun:
+                old = previous["steps"].get(step.name) or {}
+                entry["replaced"][step.name] = {k: old.get(k) for k in ("status", "reason", "started", "duration_s")}
+                previous["steps"][step.name] = self._pending(step)
+        if self.opt.rerun:  # a comparison with an earlier run measured the steps replaced now
+            previous.pop("performance_analysis", None)
+        previous["resumes"] = [*(previous.get("resumes") or []), entry]
 
     # ------------------------------------------------------------------ results skeleton
     def _fresh_results(self) -> dict:
         rb = self.rb
         return {
             "schema_version": SCHEMA_VERSION,
-            "tool": {"name": "nsa-validate", "version": _tool_version()},
+            "tool": {"name": "nsa-validate", "version": tool_version()},
             "runbook": {"name": rb.name, "description": rb.description, "path": rb.path, "sha256": rb.sha256},
             "run_dir": str(self.run_dir), "started": _now(), "finished": None, "duration_s": None,
-            "verdict": "INCOMPLETE", "verdict_reason": "not finished", "interrupted_by": None,
+            "verdict": "INCOMPLETE", "verdict_reason": None, "interrupted_by": None,  # set by __init__
             "environment": {},
             "options": {"only": list(self.opt.only), "skip": list(self.opt.skip), "set": list(self.opt.overrides)},
             "phases": [{"name": p.name, "title": p.title, "description": p.description,

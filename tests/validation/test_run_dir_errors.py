@@ -184,6 +184,9 @@ def test_step_directory_that_cannot_be_created_exits_2_with_results_intact(cli, 
 def test_read_only_run_dir_exits_2_with_results_intact(cli, tmp_path):
     path, run_dir = runbook(tmp_path, tmp_path / "marks"), tmp_path / "run"
     assert cli("run", path, "--out", run_dir, "--no-report").returncode == 0
+    results = read_results(run_dir)
+    results["steps"]["two"].update(status="pending", reason=None)  # something to resume (a finished run is refused)
+    write_results(run_dir, results)
     before = (run_dir / RESULTS_JSON).read_bytes()
     run_dir.chmod(0o555)
     try:

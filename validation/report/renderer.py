@@ -72,8 +72,11 @@ def write_reports(run_dir: Path, results: dict | None = None, formats: Iterable[
 
         plot_list = make_plots(results, run_dir)
         written += [run_dir / p["path"] for p in plot_list]
-    for fmt in formats:
-        text = render(results, fmt, run_dir=run_dir, plots=plot_list)
+    # every file rendered from the same results before any is replaced, each replaced whole (temp + rename): an
+    # interruption leaves each report as it was or as it is now, never half written, and keeps the window in
+    # which the reports disagree with each other to the renames alone
+    texts = {fmt: render(results, fmt, run_dir=run_dir, plots=plot_list) for fmt in formats}
+    for fmt, text in texts.items():
         written.append(atomic_write(run_dir / REPORT_FILES[fmt], text.encode("utf-8")))
     return written
 

@@ -241,6 +241,7 @@ def build_view(results: dict, *, run_dir: Path | None = None, plots: list[dict] 
     from validation.report.command import validated_command
     from validation.report.performance import performance_view
     from validation.report.problems import open_problems
+    from validation.results import resume_note
 
     results = as_dict(results)
     runbook = as_dict(results.get("runbook"))
@@ -270,6 +271,7 @@ def build_view(results: dict, *, run_dir: Path | None = None, plots: list[dict] 
         "runbook": {"name": fmt_num(runbook.get("name")), "description": runbook.get("description") or None,
                     "path": fmt_num(runbook.get("path"))},
         "verdict": {"value": verdict, "css": css, "reason": results.get("verdict_reason") or NA},
+        "resumed": resume_note(results),  # how the run was interrupted and continued, or None
         "key_figures": _key_figures(results, ordered),
         "key_finding": performance["key_finding"] if performance else None,
         "performance": performance,

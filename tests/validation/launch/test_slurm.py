@@ -177,7 +177,8 @@ def cluster():
     if why:
         if os.environ.get("NSAV_REQUIRE_SLURM") == "1":
             pytest.fail(f"NSAV_REQUIRE_SLURM=1 but {why} (start it: .ci/slurm-cluster start)")
-        pytest.skip(f"{why}; start the test cluster with .ci/slurm-cluster install && .ci/slurm-cluster start")
+        pytest.skip(f"{why}; start the test cluster with .ci/slurm-cluster install && .ci/slurm-cluster start, "
+                    "or run every test with .ci/run")
     yield
     left = _our_jobs()
     for line in left:  # cancel them, so that one failure does not cascade, then fail

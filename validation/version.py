@@ -1,0 +1,58 @@
+"""The version of nsa-validate and the git commit of the source tree it runs from (`nsa-validate --version`,
+results.json "tool").
+
+The version is the installed distribution's (pyproject.toml `version`), "unknown" when the package runs from a
+source tree that was never installed. The git sha is HEAD of the checkout whose root holds this package (an
+editable install or a clone on PYTHONPATH), "unknown" outside one: a package copied into site-packages reports no
+commit, even when site-packages itself lies inside some other git checkout.
+
+Only the standard library is imported here (the CLI's start-up stays light).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+from pathlib import Path
+
+DISTRIBUTION = "nsa-validate"
+UNKNOWN = "unknown"
+SOURCE_ROOT = Path(__file__).resolve().parent.parent  # the folder holding validation/ (and nsa/)
+
+
+def version() -> str:
+    """The installed distribution's version, or "unknown"."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return UNKNOWN
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(SOURCE_ROOT), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def source_sha() -> tuple[str, bool]:
+    """(HEAD's sha of the checkout this package runs from, whether tracked files differ from it); ("unknown",
+    False) when the package does not sit at the root of a git checkout."""
+    top = _git("rev-parse", "--show-toplevel")
+    if not top or Path(top).resolve() != SOURCE_ROOT:
+        return UNKNOWN, False
+    sha = _git("rev-parse", "HEAD")
+    if not sha:
+        return UNKNOWN, False
+    changes = _git("status", "--porcelain", "--untracked-files=no")
+    return sha, bool(changes)
+
+
+def version_line() -> str:
+    """"nsa-validate 0.1.0 (git 12f074b...)": what `nsa-validate --version` prints."""
+    sha, modified = source_sha()
+    where = f"git {sha}" + (", with uncommitted changes" if modified else "")
+    if sha == UNKNOWN:
+        where = "git sha unknown: not running from a git checkout"
+    return f"{DISTRIBUTION} {version()} ({where})"

@@ -1,7 +1,9 @@
 """Root of both test suites (tests/nsa, tests/validation): the shared helper modules beside this file
 (process_checks, reliability_figures) are importable from every test, and the reliability figures are printed
 at the end of any session that recorded some. `python -m pytest -m reliability` runs just the tests that measure
-them (reliability_figures.py says what each figure counts).
+them (reliability_figures.py says what each figure counts). The summary also counts the tests that skipped because
+they need what only CI sets up (the Slurm test cluster, headless Chromium: their skip reasons name `.ci/run`, the
+way to run every test).
 """
 
 from __future__ import annotations

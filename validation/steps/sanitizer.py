@@ -139,7 +139,7 @@ class Sanitizer(StepKind):
             shown = "; ".join(f"{r['case']}: {case_problem(r)}" for r in bad[:4])
             more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
             result.update(status="failed", reason=f"{len(bad)} of {m['cases']} cases not clean "
-                                                  f"({m['errors']} {step.tool} errors): {shown}{more}")
+                                                  f"({step.tool}: {m['errors']} in all): {shown}{more}")
         else:
             result.update(status="passed", reason=None)
 

@@ -198,8 +198,10 @@ def file_result(file: str, directory: Path, status: str, returncode: int | None,
     tally["errors"] = sum(o == "error" for o in outcomes.values())
     tally["failed"] += 1  # the death itself
     tally["total"] = len(outcomes) + 1
-    how = reason if status in ("timeout", "hang", "error") else f"the process died: {reason}"
-    record.update(tally, status="died", running=running,
+    died = not ended  # a signal, an exit code pytest never uses, or the launch's timeout
+    how = (reason if status in ("timeout", "hang", "error") else f"the process died: {reason}" if died
+           else f"pytest wrote no JUnit report: {reason}")
+    record.update(tally, status="died" if died else "failed", running=running,
                   reason=f"{how}" + (f", while running {running}" if running else ", outside any test")
                          + f"; {len(outcomes)} test(s) finished before")
     return record

@@ -236,8 +236,8 @@ def first_error(text: str) -> str | None:
 def case_problem(record: Mapping[str, Any]) -> str:
     status = record.get("status")
     if status == "errors":
-        n = record.get("errors")
-        return f"{n} error{'s' if n != 1 else ''}" + (f" ({record['first_error']})" if record.get("first_error") else "")
+        n, first = record.get("errors"), record.get("first_error")
+        return f"{n} error{'s' if n != 1 else ''}" + (f" ({first})" if first else "")
     if status == "failed":
         return f"0 errors, but the program failed ({record.get('reason')})"
     if status == "no summary":

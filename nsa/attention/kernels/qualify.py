@@ -173,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             what = runs[name]()
         except Exception as exc:  # noqa: BLE001 - a kernel that fails is reported by name, then the run ends
             traceback.print_exc()
-            print(f"qualify: FAILED {name} at {shape}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                  file=sys.stderr, flush=True)
+            message = (str(exc).splitlines() or [""])[0]
+            print(f"qualify: FAILED {name} at {shape}: {type(exc).__name__}: {message}", file=sys.stderr, flush=True)
             return 1
         print(f"qualify: ok {name:<9} {what} ({time.perf_counter() - t0:.2f} s)", flush=True)
         for t in (q, k, v, k_cmp, v_cmp):

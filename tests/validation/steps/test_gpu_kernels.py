@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from validation import steps
-from validation.cli import EXIT_CODES
+from validation.cli import EXIT_CODES, app
 from validation.plan import describe, step_launches
 from validation.report import write_reports
 from validation.runbook import RunbookError, load_runbook
@@ -270,6 +271,8 @@ def test_without_a_sanitizer_the_run_is_incomplete_naming_why_never_go(sanitized
     assert results["acceptance"][0]["status"] == "skipped"
     assert results["verdict"] == "INCOMPLETE" and EXIT_CODES["INCOMPLETE"] == 3
     assert "memcheck clean" in results["verdict_reason"] and "compute-sanitizer not found" in results["verdict_reason"]
+    plan = CliRunner().invoke(app, ["plan", str(path)], env={"COLUMNS": "300"})  # `plan` says so before a run
+    assert plan.exit_code == 0 and "SKIPPED here: compute-sanitizer not found (looked on PATH" in plan.output
 
 
 def test_sanitizer_logs_read_case_by_case(sanitizer):

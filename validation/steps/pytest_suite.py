@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from validation import steps
+from validation.launch.diagnosis import _exit_text as exit_text
 from validation.report.format import as_dict, as_list, fmt_duration, fmt_num
 from validation.schema import str_list, typed
 from validation.steps._pytest_progress import OPTION as PROGRESS_OPTION
@@ -199,7 +200,7 @@ def file_result(file: str, directory: Path, status: str, returncode: int | None,
     tally["failed"] += 1  # the death itself
     tally["total"] = len(outcomes) + 1
     died = not ended  # a signal, an exit code pytest never uses, or the launch's timeout
-    how = (reason if status in ("timeout", "hang", "error") else f"the process died: {reason}" if died
+    how = (reason if status in ("timeout", "hang", "error") else f"the process died: {exit_text(returncode)}" if died
            else f"pytest wrote no JUnit report: {reason}")
     record.update(tally, status="died" if died else "failed", running=running,
                   reason=f"{how}" + (f", while running {running}" if running else ", outside any test")

@@ -132,6 +132,9 @@ class Sanitizer(StepKind):
             result["metrics"] = {**base, **totals(records)}
             ctx.save()  # each case's result is on disk before the next case starts
         m = result["metrics"] = {**base, **totals(records)}
+        if launches:  # the command without one case's flags
+            result["command"] = [*launches[0].argv[:len(launches[0].argv) - 2 * len(grid)],
+                                 f"<each of {len(launches)} cases: {' '.join(f'--{f} X' for f in grid)}>"]
         bad = [r for r in records if r["status"] != "clean"]
         if not records:
             result.update(status="failed", reason="the grid has no case")

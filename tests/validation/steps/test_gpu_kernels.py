@@ -56,6 +56,12 @@ def test_kills_its_process():
 def test_never_reached():
     assert True
 """
+EXITS = """
+import os
+
+def test_exits():
+    os._exit(134)
+"""
 ISOLATED = """
 name: isolated
 phases:
@@ -72,6 +78,7 @@ def test_each_file_in_its_own_process_a_death_is_one_failure_naming_its_file_and
     (tmp_path / "suite_tests").mkdir()
     (tmp_path / "suite_tests" / "test_passes.py").write_text(PASSES)
     (tmp_path / "suite_tests" / "test_dies.py").write_text(DIES)
+    (tmp_path / "suite_tests" / "test_exits.py").write_text(EXITS)
     (tmp_path / "isolated.yaml").write_text(ISOLATED)
     rb = load_runbook(tmp_path / "isolated.yaml", cwd=tmp_path)
     results = Runner(rb, tmp_path / "run", RunOptions(cwd=tmp_path)).run()
@@ -79,8 +86,12 @@ def test_each_file_in_its_own_process_a_death_is_one_failure_naming_its_file_and
     step = results["steps"]["suite"]
     m = step["metrics"]
     by_file = {f["file"]: f for f in m["files"]}
-    assert sorted(by_file) == ["suite_tests/test_dies.py", "suite_tests/test_passes.py"]
+    assert sorted(by_file) == ["suite_tests/test_dies.py", "suite_tests/test_exits.py", "suite_tests/test_passes.py"]
     dead, alive = by_file["suite_tests/test_dies.py"], by_file["suite_tests/test_passes.py"]
+    exited = by_file["suite_tests/test_exits.py"]
+    assert (exited["status"], exited["returncode"], exited["running"], exited["failed"], exited["total"]) == \
+        ("died", 134, "suite_tests/test_exits.py::test_exits", 1, 1)
+    assert exited["reason"].startswith("the process died: exit code 134, while running")
     # the dead file: the test that ran before it counts, the death is one failure naming the test that was running
     assert dead["status"] == "died" and dead["returncode"] == -11
     assert dead["running"] == "suite_tests/test_dies.py::test_kills_its_process"
@@ -88,10 +99,10 @@ def test_each_file_in_its_own_process_a_death_is_one_failure_naming_its_file_and
     assert "SIGSEGV" in dead["reason"] and "test_kills_its_process" in dead["reason"]
     # the other file ran in its own process: all of its results are there
     assert (alive["status"], alive["passed"], alive["failed"], alive["skipped"]) == ("passed", 2, 0, 1)
-    assert (m["passed"], m["failed"], m["skipped"], m["errors"], m["total"]) == (3, 1, 1, 0, 5)
-    assert (m["files_failed"], m["died"]) == (1, 1)
+    assert (m["passed"], m["failed"], m["skipped"], m["errors"], m["total"]) == (3, 2, 1, 0, 6)
+    assert (m["files_failed"], m["died"]) == (2, 2)
     assert step["status"] == "failed"
-    assert "1 of 2 test files failed: suite_tests/test_dies.py (" in step["reason"]
+    assert "2 of 3 test files failed: suite_tests/test_dies.py (" in step["reason"]
     assert "while running suite_tests/test_dies.py::test_kills_its_process" in step["reason"]
     assert results["verdict"] == "NO-GO" and "criteria failed: tests pass" in results["verdict_reason"]
     # each file's own JUnit / progress record / log in its own directory

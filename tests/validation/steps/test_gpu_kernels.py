@@ -327,7 +327,7 @@ def test_gpu_kernels_plans_on_a_cpu(cli):
     assert all("fused" in s.argv for s in fused)
     deep = load_runbook(REPO / "runbooks/gpu_kernels.yaml", ["steps.memcheck_tiled.grid=deep"])
     assert len(step_launches(deep.step("memcheck_tiled"))) == 3 * 9 * 7
-    assert [c.severity for c in rb.acceptance] == ["fail"] * 5
+    assert [c.severity for c in rb.acceptance] == ["fail"] * 5 + ["warn"]
 
 
 def test_h100_single_plans_on_a_cpu_with_gpu_kernels_as_its_first_phase():

@@ -91,11 +91,13 @@ def _expand(raw: dict, lines: dict[tuple, int], path: str | Path, validate) -> t
         criteria += copy.deepcopy(included.get("acceptance") or [])
         recommend.update((included.get("recommend") or {}).get("env") or {})
     raw["phases"] = phases
+    own_criteria, own_recommend = raw.get("acceptance") or [], raw.get("recommend") or {}
+    if not isinstance(own_criteria, list):  # left for the runbook's own check to report
+        criteria = []
     if criteria:
-        raw["acceptance"] = criteria + list(raw.get("acceptance") or [])
-    if recommend:
-        raw["recommend"] = {**(raw.get("recommend") or {}),
-                            "env": {**recommend, **((raw.get("recommend") or {}).get("env") or {})}}
+        raw["acceptance"] = criteria + own_criteria
+    if recommend and isinstance(own_recommend, dict) and isinstance(own_recommend.get("env") or {}, dict):
+        raw["recommend"] = {**own_recommend, "env": {**recommend, **(own_recommend.get("env") or {})}}
     return raw, _move_lines(lines, moves, len(criteria)), texts
 
 

@@ -152,6 +152,20 @@ class Sanitizer(StepKind):
             return ""
         return f" ({m.get('cases_clean')} of {m.get('cases')} cases clean, {m.get('errors')} {m.get('tool')} errors)"
 
+    def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
+        """One line per sanitizer step that ran: cases clean of the grid, errors, the first case that was not."""
+        out = []
+        for s in in_order:
+            m = as_dict(s.get("metrics"))
+            if s.get("kind") != self.name or not m.get("cases"):
+                continue
+            bad = next((as_dict(r) for r in as_list(m.get("by_case")) if as_dict(r).get("status") != "clean"), None)
+            note = f"step `{s.get('name')}`, grid {m.get('grid')}, {fmt_num(m.get('errors'))} errors"
+            out.append((12, {"label": f"compute-sanitizer {m.get('tool')} ({s.get('name')})",
+                             "value": f"{fmt_num(m.get('cases_clean'))} of {fmt_num(m.get('cases'))} cases clean",
+                             "note": note + (f"; first not clean: {bad.get('case')}" if bad else "")}))
+        return out
+
     def view(self, result: dict, view: dict) -> dict:
         m = as_dict(result.get("metrics"))
         if not m:

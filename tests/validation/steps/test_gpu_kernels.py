@@ -251,6 +251,8 @@ def test_sanitizer_reports_an_error_case_by_case_and_the_run_is_no_go(sanitized,
     md = (tmp_path / "run" / "report.md").read_text()
     assert "1 of 2 cases clean; errors in all: 1." in md
     assert "| dtype=bf16 seq-len=2048 | errors | 1 |" in md and "at fake_topk_kernel+0x4c80" in md
+    assert ("- **compute-sanitizer memcheck (check)**: 1 of 2 cases clean — step `check`, grid default, 1 errors; "
+            "first not clean: dtype=bf16 seq-len=2048") in md  # the executive summary
 
 
 def test_sanitizer_clean_grid_is_go_and_a_failing_program_is_not_clean(sanitized, tmp_path, monkeypatch):

@@ -79,7 +79,7 @@ def plan(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/c
     env = functools.cache(environment.probe)  # probed (torch imported) only when a step's requirements need it
     skipped = {}
     for step in rb.steps():
-        reason = environment.unmet_for(step, env)
+        reason = environment.unmet_for(step, env) or step.kind_impl.skip_reason(step)  # e.g. a tool not found
         if reason:
             skipped[step.name] = reason
     rows = describe(rb, skipped)

@@ -52,6 +52,7 @@ from nsa.training.config import YAML_ERRORS
 from nsa.training.config import brief as _brief
 from validation import steps as step_kinds
 from validation.expressions import Expression, ExpressionError, compile_expression
+from validation.includes import expand_includes
 from validation.overrides import Overridden, apply_override, override_notes
 from validation.schema import (NAME_RE, Ctx, RunbookError, compose_lines, env_vars, mapping, show,
                                str_list, trainer_flags, typed)
@@ -234,12 +235,14 @@ def load_runbook(path: str | Path, overrides: list[str] | None = None, cwd: str 
         problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
         raise RunbookError(f"{path}:{line}: not valid YAML ({problem})") from None
     lines = compose_lines(node) if node is not None else {}
+    raw, lines, included = expand_includes(raw, lines, path, load_runbook)  # `- include: FILE` phase items
     ctx = Ctx(str(path), lines)
     file_raw = copy.deepcopy(raw)  # the file's own values, before any --set
     for item in overrides or []:
         raw = apply_override(raw, item, ctx)
     # surrogatepass: a --set value from a non-UTF-8 command line holds lone surrogates
-    sha = hashlib.sha256(text.encode() + "\n".join(overrides or []).encode(errors="surrogatepass")).hexdigest()
+    sha = hashlib.sha256(text.encode() + "".join(included).encode()
+                         + "\n".join(overrides or []).encode(errors="surrogatepass")).hexdigest()
     rb = _build_runbook(raw, ctx, str(path), sha)
     if cwd is not None:
         check_inputs(rb, Path(cwd), ctx, raw)

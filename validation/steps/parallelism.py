@@ -57,7 +57,7 @@ class Parallelism(TrainerKind):
         chosen: dict[str, dict] = {}
         if isinstance(value, list) and value:
             for i, s in enumerate(value):
-                if s not in STRATEGIES:
+                if not isinstance(s, str) or s not in STRATEGIES:
                     raise ctx.error(path + ("strategies", i), f"expected one of {', '.join(STRATEGIES)}, got {s!r}")
                 chosen[s] = {"strategy": s, "env": {}, "args": {}}
             if len(chosen) != len(value):

@@ -8,6 +8,8 @@
     triton_selected.py    Triton: the selected branch (block-sparse attention over the chosen blocks); its jit
                           code in triton_selected_kernels.py
     aot.py                ahead-of-time compilation of every Triton kernel for sm_80 / sm_90 (no GPU needed)
+    qualify.py            every Triton kernel forward and backward once at one shape: what runbooks/gpu_kernels.yaml
+                          runs under compute-sanitizer (python -m nsa.attention.kernels.qualify --help)
 
 `resolve(choice, device)` turns the configured kernel (NSAConfig.kernel, NSA_KERNEL: auto | torch | triton) into
 the path a forward on `device` takes. "triton" where Triton cannot run is an error, never a silent fallback.

@@ -292,6 +292,12 @@ class Expression:
     def __repr__(self) -> str:
         return f"Expression({self.text!r})"
 
+    @property
+    def paths(self) -> list[tuple[str, tuple]]:
+        """(step, key path) of every value the expression reads from a step, in order, e.g. `sweep.runs["50"].
+        toks_per_s.mean` -> ("sweep", ("runs", "50", "toks_per_s", "mean")); a bare step name reads ()."""
+        return _read_paths(self._tree.body)
+
     def evaluate(self, namespace: Mapping[str, Any], logs: Callable[[str], str] | None = None) -> EvalResult:
         """Evaluate against step results: namespace maps step names to nested mappings; logs(step) returns the
         step's combined log text (for log_contains / log_count). Never raises for missing or bad data."""
@@ -499,6 +505,30 @@ class _Evaluator:
             if leaves:
                 text += f" ({', '.join(leaves)})"
         return [text]
+
+
+def _read_paths(root: ast.AST) -> list[tuple[str, tuple]]:
+    """The longest attribute / constant-subscript chains rooted at a step name (see Expression.paths)."""
+    found: list[tuple[str, tuple]] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        keys: list[Any] = []
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            if isinstance(node, ast.Attribute):
+                keys.append(node.attr)
+            else:
+                key = node.slice
+                keys.append(-key.operand.value if isinstance(key, ast.UnaryOp) else key.value)
+            node = node.value
+        if isinstance(node, ast.Name):
+            found.append((node.id, tuple(reversed(keys))))
+        elif isinstance(node, ast.Call):  # a function's arguments (keys read from its result are not a step's)
+            if node.func.id not in LOG_FUNCTIONS:  # type: ignore[attr-defined]  # a log is no result
+                stack.extend(reversed(node.args))
+        else:
+            stack.extend(reversed(list(ast.iter_child_nodes(node))))
+    return found
 
 
 def _constant(node: ast.AST) -> bool:

@@ -27,6 +27,7 @@ class Pytest(StepKind):
     name = "pytest"
     summary = "named tests with JUnit counts"
     keys = ("tests", "pytest_args")
+    metrics = ("passed", "failed", "skipped", "errors", "total", "duration_s")
     launch_keys = COMMAND_LAUNCH_KEYS
     host_only = True  # tests run on any machine (CUDA tests skip themselves); `requires:` makes one need GPUs
 

@@ -181,8 +181,11 @@ PREFIX = "NSA_"  # the project's variables; any other name (NCCL_*, TORCH_*, OMP
 
 
 def closest(name: str, n: int = 3) -> list[str]:
-    """The known NSA_* names closest to `name` (difflib), best first; [] when none is close."""
-    return difflib.get_close_matches(name, list(TOGGLES), n=n, cutoff=0.6)
+    """The known NSA_* names closest to `name` (difflib): the best and any as close (within 0.05 of its
+    similarity), at most n; [] when none is close."""
+    near = difflib.get_close_matches(name, list(TOGGLES), n=n, cutoff=0.6)
+    ratio = {m: difflib.SequenceMatcher(None, name, m).ratio() for m in near}
+    return [m for m in near if ratio[m] >= ratio[near[0]] - 0.05]
 
 
 def check(name: str, value: str) -> str | None:

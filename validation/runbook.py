@@ -453,18 +453,12 @@ def check_inputs(rb: Runbook, cwd: Path, ctx: Ctx, raw: dict) -> None:
 
 
 def _check_references(phases: list[Phase], ctx: Ctx, steps_at: dict[str, tuple]) -> None:
-    """${step.winner.env.X} must name an earlier step whose winner carries that key (a sweep); then each kind checks
-    its own references (e.g. a train step's scaling_baseline)."""
+    """Each kind's own cross-step checks (e.g. a train step's scaling_baseline), once every step is read; the
+    ${step.winner...} references are checked with the launches (_check_launches)."""
     order = [s for p in phases for s in p.steps]
     for step in order:
         where = str(ctx.error(steps_at[step.name], ""))[:-2]  # "file:line: phases[i].steps[j]"
         step.kind_impl.check(step, order, lambda message: RunbookError(f"{where}: {message}"))
-        values = list(step.launch.env.values()) + [v for v in step.launch.args.values() if isinstance(v, str)]
-        for value in values:
-            for match in REF_RE.finditer(value):
-                problem = reference_problem(match.group(0), step, order)
-                if problem:
-                    raise RunbookError(f"{where}: {problem}")
 
 
 def reference_problem(text: str, step: Step, order: list[Step]) -> str | None:
@@ -503,26 +497,27 @@ def reference_problem(text: str, step: Step, order: list[Step]) -> str | None:
 
 
 def _check_launches(phases: list[Phase], ctx: Ctx, steps_at: dict[str, tuple], raw: dict) -> None:
-    """Before anything runs, every launch of every step as the plan builds it (what runs): each environment variable
-    (an NSA_* name and its value against nsa.toggles, so also a sweep's or a scan's values of env.X and what a kind
-    sets) and each ${...} reference to a step in its environment and command line. The error names the runbook key
-    the value comes from."""
+    """Before anything runs, every launch of every step as the plan builds it (what runs): first each environment
+    variable (an NSA_* name and its value against nsa.toggles, so also a sweep's or a scan's values of env.X and
+    what a kind sets), then each ${...} reference to a step in a launch's environment and command line: it must
+    read ${STEP.winner.env.X} of an earlier sweep that sweeps X (reference_problem). The error names the runbook
+    key the value comes from."""
     order = [s for p in phases for s in p.steps]
-    for step in order:
-        spath = steps_at[step.name]
-        for spec in step.kind_impl.launches(step, None, None):
-            texts = [(name, value) for name, value in spec.env.items()] + [(None, a) for a in spec.argv]
-            for name, value in texts:
-                for ref in REF_LIKE_RE.findall(str(value)):
-                    problem = reference_problem(ref, step, order)
-                    if problem:
-                        where = _locate(raw, spath, lambda path, node: isinstance(node, str) and ref in node)
-                        raise ctx.error(where, problem)
-                problem = env_problem(name, value) if name is not None else None
+    launches = [(step, spec) for step in order for spec in step.kind_impl.launches(step, None, None)]
+    for step, spec in launches:
+        for name, value in spec.env.items():
+            problem = env_problem(name, value)
+            if problem:
+                where = _locate(raw, steps_at[step.name],
+                                lambda path, node: bool(path) and path[-1] in (name, f"env.{name}"))
+                raise ctx.error(where, (f"launch {spec.label}: " if spec.label else "") + problem)
+    for step, spec in launches:
+        for value in [*spec.env.values(), *spec.argv]:
+            for ref in REF_LIKE_RE.findall(str(value)):
+                problem = reference_problem(ref, step, order)
                 if problem:
-                    where = _locate(raw, spath, lambda path, node: bool(path) and path[-1] in (name, f"env.{name}"))
-                    label = f"launch {spec.label}: " if spec.label else ""
-                    raise ctx.error(where, label + problem)
+                    where = _locate(raw, steps_at[step.name], lambda path, node: isinstance(node, str) and ref in node)
+                    raise ctx.error(where, problem)
 
 
 def _locate(raw: dict, spath: tuple, wanted) -> tuple:

@@ -266,4 +266,4 @@ def check_metric_reference(step: Step, path: tuple) -> str | None:
     shown = ".".join([step.name, *(f"[{k}]" if isinstance(k, int) else str(k) for k in path)]).replace(".[", "[")
     close = close_metric_names(path, names)
     return (f"{shown}: the {step.kind} step {step.name} produces no such metric"
-            + (f" (close: {', '.join(close)})" if close else ""))
+            + (f" (close: {', '.join(f'{step.name}.{c}' for c in close)})" if close else ""))

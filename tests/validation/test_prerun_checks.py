@@ -319,3 +319,8 @@ def test_a_good_reference_plans_as_text_and_a_shell_variable_is_left_alone(in_re
     rows = {r["step"]: r for r in json.loads(output)}
     env = rows["sdpa_audit"]["launches"][0]["env"]
     assert env["NSA_DDP_BUCKET_MB"] == "${bucket_sweep.winner.env.NSA_DDP_BUCKET_MB}" and env["HOME_COPY"] == "${HOME}"
+
+
+def test_the_readme_shows_the_toggle_table():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert toggles.table_markdown() in readme, "README.md's toggle table is `python -m nsa.toggles`"

@@ -170,7 +170,8 @@ def criterion(expr: str):
 
 @pytest.mark.parametrize("expr", [
     "baseline.toks_per_s.mean >= 1", "baseline.toks_per_s_per_gpu > 0 and baseline.context.seq_len == 256",
-    "bucket_sweep.runs['50'].toks_per_s.mean > 0", "bucket_sweep.decided and bucket_sweep.winner is None",
+    "bucket_sweep.runs['NSA_DDP_BUCKET_MB=50'].toks_per_s.mean > 0", "bucket_sweep.decided",
+    "fused_adamw.runs['fused'].loss.min > 0",
     "fused_adamw.fused.toks_per_s.mean > fused_adamw.baseline.toks_per_s.mean",
     "fused_adamw.variants.fused.p_value < 0.05", "fused_adamw.comparison.fused.significant",
     "len(longrun.nodes) == 1 and longrun.stalls == 0 and longrun.stack_dumps == 0",
@@ -187,7 +188,11 @@ def test_a_criterion_on_declared_metrics_passes(tmp_path, expr):
                                    "(close: baseline.toks_per_s, "),
     ("baseline.toks_per_s.maen >= 1", "baseline.toks_per_s.maen: the train step baseline produces no such metric "
                                       "(close: baseline.toks_per_s.mean, "),
-    ("bucket_sweep.runs['50'].toks_per_s.avg > 0", "bucket_sweep.runs.50.toks_per_s.avg: the sweep step"),
+    ("bucket_sweep.runs['NSA_DDP_BUCKET_MB=50'].toks_per_s.avg > 0", "close: bucket_sweep.runs.NSA_DDP_BUCKET_MB=50."
+                                                                    "toks_per_s.mean"),
+    ("bucket_sweep.runs['50'].toks_per_s.mean > 0", "bucket_sweep.runs.50.toks_per_s.mean: the sweep step bucket_sweep "
+                                                    "produces no such metric (close: bucket_sweep.runs.NSA_DDP_BUCKET_MB="),
+    ("fused_adamw.runs.fusd.loss.min > 0", "(close: fused_adamw.runs.fused)"),
     ("bucket_sweep.toks_per_s.mean > 0", "the sweep step bucket_sweep produces no such metric"),
     ("fused_adamw.fusd.toks_per_s.mean > 0", "(close: fused_adamw.fused"),
     ("sanity_tests.fails == 0", "(close: sanity_tests.failed)"),
@@ -210,6 +215,14 @@ def test_collectives_and_strategies_are_points_of_their_names(tmp_path):
                         ("scaling.strong.eficiency.min > 0", "close: scaling.strong.efficiency")):
         with pytest.raises(RunbookError, match=re.escape(needle)):
             load_runbook(edited(tmp_path, criterion(bad), source))
+
+
+def test_triage_runs_are_named_by_their_suspects(tmp_path):
+    source = REPO / "runbooks" / "triage_cpu.yaml"
+    load_runbook(edited(tmp_path, criterion("triage.runs.config.toks_per_s.mean > 0 and triage.culprit is None and "
+                                            "triage.suspects.sel_v2.p < 0.05 and seq_scan.points[0].passed"), source))
+    with pytest.raises(RunbookError, match=r"triage\.runs\.sel_v3\.toks_per_s\.mean: .*\(close: triage\.runs\.sel_v2"):
+        load_runbook(edited(tmp_path, criterion("triage.runs.sel_v3.toks_per_s.mean > 0"), source))
 
 
 def test_plan_and_run_exit_2_on_a_wrong_metric_name(in_repo, tmp_path):

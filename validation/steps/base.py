@@ -229,6 +229,16 @@ def _covers(pattern: tuple[str, ...], path: tuple) -> bool:
     return True
 
 
+def with_labels(patterns: tuple[str, ...], placeholder: str, labels) -> tuple[str, ...]:
+    """`patterns` with each one that starts "<placeholder>" or "runs.<placeholder>" written once per label (a
+    point's, a variant's, a suspect's): what metric_names(step) returns where the step's own keys name them."""
+    out = []
+    for p in patterns:
+        head = next((h for h in (placeholder, f"runs.{placeholder}") if p.startswith(h + ".")), None)
+        out += [p.replace(placeholder, str(label), 1) for label in labels] if head else [p]
+    return tuple(out)
+
+
 def readable_names(kind: StepKind, step: Step | None = None) -> tuple[str, ...] | None:
     """Every name a criterion may read of `step` (STEP_FIELDS and its kind's metrics); None when undeclared."""
     own = kind.metric_names(step)
@@ -252,9 +262,10 @@ def close_metric_names(path: tuple, patterns: tuple[str, ...], n: int = 4) -> li
         if len(segs) > depth and segs[depth] != "*" and _covers(segs, prefix):
             shown = [str(k) for k in prefix] + [segs[depth]]
             below[".".join(shown)] = None
-    names = list(below)
-    near = difflib.get_close_matches(".".join([*map(str, prefix), wrong]), names, n=n, cutoff=0.5)
-    return near or names[:n * 2]
+    last = {name.rsplit(".", 1)[-1] if not prefix else name[len(".".join(map(str, prefix))) + 1:]: name
+            for name in below}
+    near = difflib.get_close_matches(wrong, list(last), n=n, cutoff=0.5)
+    return [last[k] for k in near] or list(below)[:n * 2]
 
 
 def check_metric_reference(step: Step, path: tuple) -> str | None:

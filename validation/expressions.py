@@ -4,12 +4,13 @@
     ddp.toks_per_s_per_gpu / single.toks_per_s.mean >= 0.8
     parity.failed == 0 and parity.passed > 0
     bucket_sweep.winner is not None
-    sweep.runs["50"].toks_per_s.mean > 40
+    sweep.runs["NSA_DDP_BUCKET_MB=50"].toks_per_s.mean > 40
     between(baseline.toks_per_s.mean, 45, 55)
     not log_contains(longrun, "Traceback")
 
 An expression is parsed with `ast` and checked against a whitelist when it is compiled (a runbook with a bad
-expression is rejected at load time); it is then evaluated by walking the tree: nothing is ever passed to
+expression is rejected at load time, and so is one reading a metric its step's kind does not produce: `paths`,
+validation.steps.base.check_metric_reference); it is then evaluated by walking the tree: nothing is ever passed to
 eval(), and attribute access only reads keys of mappings. Allowed:
 
     and, or, not, unary -, + - * / // % ** (numbers only; |exponent| <= MAX_EXPONENT; integer results up to
@@ -294,8 +295,8 @@ class Expression:
 
     @property
     def paths(self) -> list[tuple[str, tuple]]:
-        """(step, key path) of every value the expression reads from a step, in order, e.g. `sweep.runs["50"].
-        toks_per_s.mean` -> ("sweep", ("runs", "50", "toks_per_s", "mean")); a bare step name reads ()."""
+        """(step, key path) of every value the expression reads from a step, in order, e.g. `sweep.runs["x=5"].
+        toks_per_s.mean` -> ("sweep", ("runs", "x=5", "toks_per_s", "mean")); a bare step name reads ()."""
         return _read_paths(self._tree.body)
 
     def evaluate(self, namespace: Mapping[str, Any], logs: Callable[[str], str] | None = None) -> EvalResult:

@@ -33,6 +33,10 @@ Values may reference an earlier sweep's winner: "${bucket_sweep.winner.env.NSA_D
 Nothing in a runbook chooses where files are written: every output goes under RUN_DIR/<step name> (names are
 identifiers, so never `..` or an absolute path), the trainer's --out-dir/--resume cannot be set (args or a sweep
 matrix), and pytest_args cannot redirect pytest's own output files.
+Before anything runs (`plan` and `run`, load_runbook), beyond each key's type: every NSA_* environment name and value
+against nsa.toggles (in env mappings and in every planned launch: sweep and scan values of env.X too), every metric
+a criterion reads against the names its step's kind declares (StepKind.metrics), and every ${...} reference to a
+step (reference_problem).
 Every error names the file, the key path and the line (validation.schema), e.g.
     runbooks/x.yaml:14: phases[1].steps[0].kind: 'trian' is not one of snapshot, train, ...
 """

@@ -31,6 +31,7 @@ from typing import Any
 from nsa.training.outputs import TRAINING_CSV
 from validation import contracts
 from validation.launch.spec import LaunchSpec
+from validation.metric_names import DERIVED_KEYS, METRIC_COLUMNS, STAT_NAMES
 from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
 from validation.report.format import (NA, as_dict, as_list, context_text, env_text, finite, fmt_gb, fmt_num, fmt_pct,
                                       fmt_rate, fmt_tflops, loss_text, mean_pm, mfu_text, stat_of, status_view,
@@ -42,8 +43,6 @@ from validation.steps.base import StepKind, launch_identity, run_path, step_dir
 
 def _trainer_metrics() -> tuple[str, ...]:
     """The metric names of one trainer launch (collect(): the module docstring), as patterns."""
-    from validation.metrics import DERIVED_KEYS, METRIC_COLUMNS, STAT_NAMES
-
     telemetry_stats = ("mean", "min", "max", "n")
     return ("status", "reason", "note", "steps", "last_step", "dropped_rows", "cut_last_line", "first_bad_row",
             *(f"window.{k}" for k in ("last", "warmup", "n", "first_step", "last_step")),

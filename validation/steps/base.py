@@ -234,8 +234,8 @@ def with_labels(patterns: tuple[str, ...], placeholder: str, labels) -> tuple[st
     point's, a variant's, a suspect's): what metric_names(step) returns where the step's own keys name them."""
     out = []
     for p in patterns:
-        head = next((h for h in (placeholder, f"runs.{placeholder}") if p.startswith(h + ".")), None)
-        out += [p.replace(placeholder, str(label), 1) for label in labels] if head else [p]
+        labelled = p.startswith((f"{placeholder}.", f"runs.{placeholder}."))
+        out += [p.replace(placeholder, str(label), 1) for label in labels] if labelled else [p]
     return tuple(out)
 
 
@@ -256,16 +256,13 @@ def close_metric_names(path: tuple, patterns: tuple[str, ...], n: int = 4) -> li
     path = tuple(path)
     depth = max((d for d in range(len(path) + 1) if metric_declared(path[:d], patterns)), default=0)
     prefix, wrong = path[:depth], str(path[depth]) if depth < len(path) else ""
-    below: dict[str, None] = {}
+    below: dict[str, str] = {}  # each key one deeper -> its name
     for p in patterns:
         segs = _segments(p)
         if len(segs) > depth and segs[depth] != "*" and _covers(segs, prefix):
-            shown = [str(k) for k in prefix] + [segs[depth]]
-            below[".".join(shown)] = None
-    last = {name.rsplit(".", 1)[-1] if not prefix else name[len(".".join(map(str, prefix))) + 1:]: name
-            for name in below}
-    near = difflib.get_close_matches(wrong, list(last), n=n, cutoff=0.5)
-    return [last[k] for k in near] or list(below)[:n * 2]
+            below.setdefault(segs[depth], ".".join([*map(str, prefix), segs[depth]]))
+    near = difflib.get_close_matches(wrong, list(below), n=n, cutoff=0.5)
+    return [below[k] for k in near] or list(below.values())[:n * 2]
 
 
 def check_metric_reference(step: Step, path: tuple) -> str | None:

@@ -5,11 +5,15 @@ typed value here; a value that cannot be parsed is an error naming the variable.
 documentation: `python -m nsa.toggles` prints it.
 
 Toggles are the seed runbook's (../shared/seeds/004_*) and keep the meaning it gives them. A toggle is added
-here together with the code that reads it, so this table never lists one that does nothing.
+here together with the code that reads it, so this table never lists one that does nothing; and every NSA_*
+variable the project reads is here (also those that change no training result: a launcher's node name, switches of
+the test suite), so that `nsa-validate plan` can refuse a misspelt name or a value that does not parse before
+anything runs (``check``).
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -18,11 +22,14 @@ from typing import Callable, Mapping
 @dataclass(frozen=True)
 class Toggle:
     name: str
-    kind: str  # "bool", "int", "choice"
+    kind: str  # "bool", "int", "choice", "fault", "text" (any non-empty value)
     default: object
     consumer: str
     help: str
     choices: tuple[str, ...] = ()
+    # False: it changes no result of training (a launcher's label, a switch of the test suite); the test suites
+    # leave such a variable as the environment sets it, and reset every other toggle before each test
+    affects_run: bool = True
 
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -78,6 +85,15 @@ TOGGLES: dict[str, Toggle] = {
                "out_dir/fault_stage_rank{r}.json at every stage it reaches (stage, waiting, pid) and waits at the "
                "named one until a signal ends it. Read once where the layer is built (model faults) or at start-up. "
                "Never set it in a real run."),
+        Toggle("NSA_NODE_NAME", "text", None, "trainer (node records)",
+               "The name the trainer records for its node (env.json \"nodes\"): set by the launcher "
+               "(node<i> for emulated nodes, $SLURMD_NODENAME under Slurm); unset: $SLURMD_NODENAME, else the host "
+               "name.", affects_run=False),
+        Toggle("NSA_AOT_FULL", "bool", False, "nsa.attention.kernels.aot",
+               "1: compile every Triton kernel configuration ahead of time (all head groups, head dims, selection "
+               "blocks and dtypes), not only one of each axis value.", affects_run=False),
+        Toggle("NSA_FUZZ_COUNTS_OUT", "text", None, "tests (fuzz)",
+               "A JSON file the fuzz tests merge the number of examples they tried into.", affects_run=False),
     )
 }
 
@@ -143,16 +159,50 @@ def parse(name: str, environ: Mapping[str, str] | None = None):
         "int": _parse_positive_int,
         "choice": lambda v: v if v in toggle.choices else _bad(v),
         "fault": _parse_fault,
+        "text": lambda v: raw.strip(),
     }
     try:
         return parsers[toggle.kind](value)
     except ValueError:
-        expected = {"bool": "0 or 1", "int": "a positive integer", "choice": " | ".join(toggle.choices),
-                    "fault": "crash@STEP, hang@STEP or nan@STEP, optionally :RANK; or csv_missing@STEP, "
-                             "csv_empty@STEP, csv_truncate@STEP or csv_garble@STEP (rank 0 only); or "
-                             "sel_v1_quadratic@SEQ (no rank); or wait@imports or wait@pg_init, optionally "
-                             ":RANK"}[toggle.kind]
-        raise ValueError(f"environment variable {name}={raw!r} is invalid: expected {expected}") from None
+        raise ValueError(f"environment variable {name}={raw!r} is invalid: expected {expected(name)}") from None
+
+
+def expected(name: str) -> str:
+    """The values toggle `name` takes, in words (what an error about it says)."""
+    toggle = TOGGLES[name]
+    return {"bool": "0 or 1", "int": "a positive integer", "choice": " | ".join(toggle.choices),
+            "fault": "crash@STEP, hang@STEP or nan@STEP, optionally :RANK; or csv_missing@STEP, "
+                     "csv_empty@STEP, csv_truncate@STEP or csv_garble@STEP (rank 0 only); or "
+                     "sel_v1_quadratic@SEQ (no rank); or wait@imports or wait@pg_init, optionally :RANK",
+            "text": "any value"}[toggle.kind]
+
+
+PREFIX = "NSA_"  # the project's variables; any other name (NCCL_*, TORCH_*, OMP_*, ...) is not checked here
+
+
+def closest(name: str, n: int = 3) -> list[str]:
+    """The known NSA_* names closest to `name` (difflib): the best and any as close (within 0.05 of its
+    similarity), at most n; [] when none is close."""
+    near = difflib.get_close_matches(name, list(TOGGLES), n=n, cutoff=0.6)
+    ratio = {m: difflib.SequenceMatcher(None, name, m).ratio() for m in near}
+    return [m for m in near if ratio[m] >= ratio[near[0]] - 0.05]
+
+
+def check(name: str, value: str) -> str | None:
+    """Why setting environment variable `name` to `value` is wrong, or None: an NSA_* name that is not in the
+    table (with the closest known names) or a value that does not parse for the toggle's type. Names without the
+    NSA_ prefix pass; so does an empty value (unset: the default)."""
+    if not name.startswith(PREFIX):
+        return None
+    if name not in TOGGLES:
+        near = closest(name)
+        hint = f"did you mean {' or '.join(near)}?" if near else "`python -m nsa.toggles` lists them"
+        return f"{name} is not a known NSA_* variable ({hint})"
+    try:
+        parse(name, {name: value})
+    except ValueError:
+        return f"{name}={value!r} is invalid: expected {expected(name)}"
+    return None
 
 
 def _parse_bool(value: str) -> bool:
@@ -205,7 +255,7 @@ def table_markdown() -> str:
     rows = ["| variable | values | default | used by | meaning |", "|---|---|---|---|---|"]
     for t in TOGGLES.values():
         values = {"bool": "0/1", "int": "positive integer", "choice": "/".join(t.choices),
-                  "fault": "KIND@STEP[:RANK], KIND@SEQ or wait@STAGE[:RANK]"}[t.kind]
+                  "fault": "KIND@STEP[:RANK], KIND@SEQ or wait@STAGE[:RANK]", "text": "text"}[t.kind]
         default = "unset" if t.default is None else str(int(t.default)) if t.kind == "bool" else str(t.default)
         rows.append(f"| `{t.name}` | {values} | {default} | {t.consumer} | {t.help} |")
     return "\n".join(rows)

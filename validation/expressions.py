@@ -4,12 +4,13 @@
     ddp.toks_per_s_per_gpu / single.toks_per_s.mean >= 0.8
     parity.failed == 0 and parity.passed > 0
     bucket_sweep.winner is not None
-    sweep.runs["50"].toks_per_s.mean > 40
+    sweep.runs["NSA_DDP_BUCKET_MB=50"].toks_per_s.mean > 40
     between(baseline.toks_per_s.mean, 45, 55)
     not log_contains(longrun, "Traceback")
 
 An expression is parsed with `ast` and checked against a whitelist when it is compiled (a runbook with a bad
-expression is rejected at load time); it is then evaluated by walking the tree: nothing is ever passed to
+expression is rejected at load time, and so is one reading a metric its step's kind does not produce: `paths`,
+validation.steps.base.check_metric_reference); it is then evaluated by walking the tree: nothing is ever passed to
 eval(), and attribute access only reads keys of mappings. Allowed:
 
     and, or, not, unary -, + - * / // % ** (numbers only; |exponent| <= MAX_EXPONENT; integer results up to
@@ -292,6 +293,12 @@ class Expression:
     def __repr__(self) -> str:
         return f"Expression({self.text!r})"
 
+    @property
+    def paths(self) -> list[tuple[str, tuple]]:
+        """(step, key path) of every value the expression reads from a step, in order, e.g. `sweep.runs["x=5"].
+        toks_per_s.mean` -> ("sweep", ("runs", "x=5", "toks_per_s", "mean")); a bare step name reads ()."""
+        return _read_paths(self._tree.body)
+
     def evaluate(self, namespace: Mapping[str, Any], logs: Callable[[str], str] | None = None) -> EvalResult:
         """Evaluate against step results: namespace maps step names to nested mappings; logs(step) returns the
         step's combined log text (for log_contains / log_count). Never raises for missing or bad data."""
@@ -499,6 +506,30 @@ class _Evaluator:
             if leaves:
                 text += f" ({', '.join(leaves)})"
         return [text]
+
+
+def _read_paths(root: ast.AST) -> list[tuple[str, tuple]]:
+    """The longest attribute / constant-subscript chains rooted at a step name (see Expression.paths)."""
+    found: list[tuple[str, tuple]] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        keys: list[Any] = []
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            if isinstance(node, ast.Attribute):
+                keys.append(node.attr)
+            else:
+                key = node.slice
+                keys.append(-key.operand.value if isinstance(key, ast.UnaryOp) else key.value)
+            node = node.value
+        if isinstance(node, ast.Name):
+            found.append((node.id, tuple(reversed(keys))))
+        elif isinstance(node, ast.Call):  # a function's arguments (keys read from its result are not a step's)
+            if node.func.id not in LOG_FUNCTIONS:  # type: ignore[attr-defined]  # a log is no result
+                stack.extend(reversed(node.args))
+        else:
+            stack.extend(reversed(list(ast.iter_child_nodes(node))))
+    return found
 
 
 def _constant(node: ast.AST) -> bool:

@@ -25,13 +25,9 @@ class MetricsError(ValueError):
     """A caller passed an invalid argument (window, world size, selection goal)."""
 
 
-# Columns summarized per window, in report order. Every one is a training.csv column (nsa.training.outputs).
-METRIC_COLUMNS = ("toks_per_s", "step_time_s", "loss", "grad_norm", "mem_alloc_gb", "mem_reserved_gb", "mfu")
-# Statistics computed for each metric column over the window (stdev is the population stdev, statistics.pstdev).
-STAT_NAMES = ("mean", "median", "stdev", "cv", "min", "max", "n")
-# Summary keys derived from several columns or rows (documented in summarize()); always present in a summary.
-DERIVED_KEYS = ("toks_per_s_per_gpu", "first_loss", "final_loss", "loss_drop", "mem_peak_gb", "mem_plateau",
-                "throughput_stable")
+# METRIC_COLUMNS (summarized per window), STAT_NAMES (statistics of each), DERIVED_KEYS (always in a summary): their
+# names live in validation.metric_names, which `plan` reads without pandas
+from validation.metric_names import DERIVED_KEYS, METRIC_COLUMNS, STAT_NAMES  # noqa: E402
 # Values of a summary's "status".
 STATUSES = ("ok", "short", "missing", "empty", "corrupt")
 # Statuses whose statistics can be used (short: fewer window rows than asked, but at least one).

@@ -33,6 +33,10 @@ Values may reference an earlier sweep's winner: "${bucket_sweep.winner.env.NSA_D
 Nothing in a runbook chooses where files are written: every output goes under RUN_DIR/<step name> (names are
 identifiers, so never `..` or an absolute path), the trainer's --out-dir/--resume cannot be set (args or a sweep
 matrix), and pytest_args cannot redirect pytest's own output files.
+Before anything runs (`plan` and `run`, load_runbook), beyond each key's type: every NSA_* environment name and value
+against nsa.toggles (in env mappings and in every planned launch: sweep and scan values of env.X too), every metric
+a criterion reads against the names its step's kind declares (StepKind.metrics), and every ${...} reference to a
+step (reference_problem).
 Every error names the file, the key path and the line (validation.schema), e.g.
     runbooks/x.yaml:14: phases[1].steps[0].kind: 'trian' is not one of snapshot, train, ...
 """
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -54,15 +59,18 @@ from validation import steps as step_kinds
 from validation.expressions import Expression, ExpressionError, compile_expression
 from validation.includes import expand_includes
 from validation.overrides import Overridden, apply_override, override_notes
-from validation.schema import (NAME_RE, Ctx, RunbookError, compose_lines, env_vars, mapping, show,
+from validation.schema import (NAME_RE, Ctx, RunbookError, compose_lines, env_problem, env_vars, mapping, show,
                                str_list, trainer_flags, typed)
-from validation.steps.base import BASE_KEYS, LAUNCH_KEYS
+from validation.steps.base import BASE_KEYS, LAUNCH_KEYS, check_metric_reference
 
 STEP_KINDS = tuple(step_kinds.BUILTIN_KINDS)  # the built-in kinds; validation.steps.names() adds registered ones
 SEVERITIES = ("fail", "warn")
 ON_FAILURE = ("continue", "stop")
 BACKENDS = ("nccl", "gloo")
 REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\.winner\.(env|args)\.([A-Za-z0-9_.-]+)\}")
+# Anything that looks like a reference to a step (${name. ...}), well formed or not: checked before anything runs.
+# A shell-style ${HOME} (no dot) is left alone.
+REF_LIKE_RE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\.[^}\s]*\}?")
 
 __all__ = ["RunbookError", "load_runbook", "apply_override", "check_inputs", "Runbook", "Overridden", "Step", "Phase", "Criterion", "Requirements", "Launcher",
            "LaunchSettings", "resolve_references", "references", "STEP_KINDS"]
@@ -391,6 +399,8 @@ def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:
     if len({p.name for p in phases}) != len(phases):
         raise ctx.error(("phases",), "phase names must be unique")
     _check_references(phases, ctx, seen)
+    _check_launches(phases, ctx, seen, raw)
+    steps_by_name = {s.name: s for p in phases for s in p.steps}
     acceptance = []
     if not isinstance(raw.get("acceptance") or [], list):
         raise ctx.error(("acceptance",), f"expected a list of criteria, got {type(raw['acceptance']).__name__}")
@@ -407,6 +417,10 @@ def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:
         if unknown:
             raise ctx.error(cpath + ("expr",), f"refers to unknown step(s) {', '.join(unknown)} "
                                                f"(steps: {', '.join(seen)})")
+        for step_name, key_path in expr.paths:  # each metric it reads is one its step's kind produces
+            problem = check_metric_reference(steps_by_name[step_name], key_path)
+            if problem:
+                raise ctx.error(cpath + ("expr",), problem)
         acceptance.append(Criterion(
             name=typed(c["name"], str, cpath + ("name",), ctx), expr=expr,
             target=typed(c.get("target", expr_text), str, cpath + ("target",), ctx),
@@ -446,24 +460,97 @@ def check_inputs(rb: Runbook, cwd: Path, ctx: Ctx, raw: dict) -> None:
 
 
 def _check_references(phases: list[Phase], ctx: Ctx, steps_at: dict[str, tuple]) -> None:
-    """${step.winner.env.X} must name an earlier step whose winner carries that key (a sweep); then each kind checks
-    its own references (e.g. a train step's scaling_baseline)."""
+    """Each kind's own cross-step checks (e.g. a train step's scaling_baseline), once every step is read; the
+    ${step.winner...} references are checked with the launches (_check_launches)."""
     order = [s for p in phases for s in p.steps]
-    position = {s.name: i for i, s in enumerate(order)}
-    for i, step in enumerate(order):
+    for step in order:
         where = str(ctx.error(steps_at[step.name], ""))[:-2]  # "file:line: phases[i].steps[j]"
         step.kind_impl.check(step, order, lambda message: RunbookError(f"{where}: {message}"))
-        values = list(step.launch.env.values()) + [v for v in step.launch.args.values() if isinstance(v, str)]
-        for value in values:
-            for ref, section, key in REF_RE.findall(value):
-                target = next((s for s in order if s.name == ref), None)
-                winner_keys = target.kind_impl.winner_params(target) if target is not None else None
-                if winner_keys is None:
-                    raise RunbookError(f"{where}: ${{{ref}.winner...}} must name a sweep step")
-                if position[ref] >= i:
-                    raise RunbookError(f"{where}: refers to {ref}, which runs later")
-                if f"{section}.{key}" not in winner_keys:
-                    raise RunbookError(f"{where}: {ref} does not sweep {section}.{key}")
+
+
+def reference_problem(text: str, step: Step, order: list[Step]) -> str | None:
+    """Why `text` (one "${...}" of a value of `step`) cannot be resolved when the step launches, or None: it must
+    read ${STEP.winner.env.VARIABLE} or ${STEP.winner.args.flag} of an earlier step whose winner carries that key."""
+    match = REF_RE.fullmatch(text)
+    if match is None:
+        parts = text[2:].rstrip("}").split(".")
+        names = [s.name for s in order]
+        if not text.endswith("}"):
+            hint = "it has no closing }"
+        elif parts[0] not in names:
+            near = difflib.get_close_matches(parts[0], names, n=3)
+            hint = f"no step is named {parts[0]}" + (f" (did you mean {' or '.join(near)}?)" if near else "")
+        elif len(parts) < 2 or parts[1] != "winner":
+            hint = f"{parts[1] if len(parts) > 1 else 'nothing'} after the step name, where winner belongs"
+        else:
+            hint = "after winner comes env.VARIABLE or args.flag"
+        return (f"{text} is not a reference nsa-validate can resolve ({hint}); references read "
+                "${STEP.winner.env.VARIABLE} or ${STEP.winner.args.flag}")
+    ref, section, key = match.groups()
+    position = {s.name: i for i, s in enumerate(order)}
+    target = next((s for s in order if s.name == ref), None)
+    winner_keys = target.kind_impl.winner_params(target) if target is not None else None
+    if target is None:
+        near = difflib.get_close_matches(ref, list(position), n=3)
+        return (f"${{{ref}.winner...}} must name a sweep step: no step is named {ref}"
+                + (f" (did you mean {' or '.join(near)}?)" if near else ""))
+    if winner_keys is None:
+        return f"${{{ref}.winner...}} must name a sweep step ({ref} is a {target.kind} step)"
+    if position[ref] >= position[step.name]:
+        return f"refers to {ref}, which runs later"
+    if f"{section}.{key}" not in winner_keys:
+        return f"{ref} does not sweep {section}.{key}"
+    return None
+
+
+def _check_launches(phases: list[Phase], ctx: Ctx, steps_at: dict[str, tuple], raw: dict) -> None:
+    """Before anything runs, every launch of every step as the plan builds it (what runs): first each environment
+    variable (an NSA_* name and its value against nsa.toggles, so also a sweep's or a scan's values of env.X and
+    what a kind sets), then each ${...} reference to a step in a launch's environment and command line: it must
+    read ${STEP.winner.env.X} of an earlier sweep that sweeps X (reference_problem). The error names the runbook
+    key the value comes from."""
+    order = [s for p in phases for s in p.steps]
+    launches = [(step, spec) for step in order for spec in step.kind_impl.launches(step, None, None)]
+    for step, spec in launches:
+        for name, value in spec.env.items():
+            problem = env_problem(name, value)
+            if problem:
+                where = _locate(raw, steps_at[step.name],
+                                lambda path, node: bool(path) and path[-1] in (name, f"env.{name}"))
+                raise ctx.error(where, (f"launch {spec.label}: " if spec.label else "") + problem)
+    for step, spec in launches:
+        for value in [*spec.env.values(), *spec.argv]:
+            for ref in REF_LIKE_RE.findall(str(value)):
+                problem = reference_problem(ref, step, order)
+                if problem:
+                    where = _locate(raw, steps_at[step.name], lambda path, node: isinstance(node, str) and ref in node)
+                    raise ctx.error(where, problem)
+
+
+def _locate(raw: dict, spath: tuple, wanted) -> tuple:
+    """The key path of the first value under step `spath` (then under `defaults`) that `wanted(path, value)`
+    accepts; the step's own path when none does."""
+    def walk(node, path):
+        if wanted(path, node):
+            return path
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in items:
+            found = walk(value, path + (key,))
+            if found is not None:
+                return found
+        return None
+
+    for base in (spath, ("defaults",)):
+        node = raw
+        try:
+            for key in base:
+                node = node[key]
+        except (KeyError, IndexError, TypeError):
+            continue
+        found = walk(node, ())
+        if found is not None:
+            return base + found
+    return spath
 
 
 def resolve_references(value: Any, winners: dict[str, dict[str, Any]]) -> Any:

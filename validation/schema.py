@@ -3,7 +3,7 @@ path, e.g. ``runbooks/x.yaml:14: phases[1].steps[0].kind: 'trian' is not one of 
 
 The runbook (validation.runbook) and every step kind's own keys (validation.steps) are checked with these, so a
 kind's schema reads like the runbook's: ``mapping`` (known keys, required keys), ``typed`` (type, minimum,
-choices), ``env_vars``, ``trainer_flags``, ``str_list``.
+choices), ``env_vars`` (NSA_* names and values against nsa.toggles), ``trainer_flags``, ``str_list``.
 """
 
 from __future__ import annotations
@@ -142,7 +142,22 @@ def env_vars(value: Any, path: tuple, ctx: Ctx) -> dict[str, str]:
         if not isinstance(v, (str, int, float)):
             raise ctx.error(path + (key,), f"environment values must be strings or numbers, got {brief(v)}")
         out[key] = str(v)
+        problem = env_problem(key, out[key])
+        if problem:
+            raise ctx.error(path + (key,), problem)
     return out
+
+
+def env_problem(name: str, value: str) -> str | None:
+    """Why `name=value` cannot be a launch's environment variable, or None: an NSA_* name that is not in the table
+    of toggles (nsa.toggles, with the closest known names) or a value that does not parse for its type. Other names
+    (NCCL_*, TORCH_*, ...) pass, and so does a value holding a ${step.winner...} reference (it is checked where
+    the winner is measured)."""
+    from nsa import toggles
+
+    if "${" in value:
+        value = ""  # the name is still checked; the value is the winner's
+    return toggles.check(name, value)
 
 
 def trainer_flags(value: Any, path: tuple, ctx: Ctx) -> dict[str, Any]:

@@ -20,7 +20,7 @@ if _HERE not in sys.path:
 
 from nsa.toggles import TOGGLES  # noqa: E402
 
-NSA_ENV_VARS = tuple(TOGGLES)
+NSA_ENV_VARS = tuple(name for name, toggle in TOGGLES.items() if toggle.affects_run)
 
 
 @pytest.fixture(autouse=True)

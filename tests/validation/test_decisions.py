@@ -136,7 +136,7 @@ phases:
       - name: fused_adamw
         kind: ab
         baseline: {{}}
-        variants: {{fused: {{env: {{NSA_OPT_FUSED: "1"}}}}, other: {{env: {{NSA_OTHER: "1"}}}}}}
+        variants: {{fused: {{env: {{NSA_OPT_FUSED: "1"}}}}, other: {{env: {{NSA_DISABLE_AUX_STATS: "1"}}}}}}
         repeats: {repeats}
         recommend: true
 """
@@ -158,8 +158,8 @@ def test_ab_recommends_only_a_significant_honoured_variant(monkeypatch, tmp_path
     assert rows["other"]["method"] == "paired" and rows["other"]["family_size"] == 2
     assert rows["other"]["significant"] and rows["other"]["verdict"] == "better"
     assert ab["decision"]["excluded_ignored"] == ["fused"]
-    assert ab["choice"]["label"] == "other" and ab["winner"]["params"] == {"env.NSA_OTHER": "1"}
-    assert results["recommendations"]["env"] == {"NSA_OTHER": "1"}
+    assert ab["choice"]["label"] == "other" and ab["winner"]["params"] == {"env.NSA_DISABLE_AUX_STATS": "1"}
+    assert results["recommendations"]["env"] == {"NSA_DISABLE_AUX_STATS": "1"}
     for r in range(3):
         assert Counter(ab["order"][3 * r:3 * r + 3]) == Counter(["baseline", "fused", "other"])
 

@@ -34,7 +34,8 @@ from validation.report.format import (as_dict, as_list, finite, fmt_num, fmt_p, 
 from validation.schema import NAME_RE, env_vars, mapping, trainer_flags, typed
 from validation.steps import train_report
 from validation.steps.sweep import decision_view
-from validation.steps.trainer import TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.steps.trainer import RUN_METRICS, TRAINER_METRICS, TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.steps.base import with_labels
 
 _TESTS = {"paired": "paired t on log-ratios of interleaved repeats", "blocks": "Welch t on block means",
           "runs": "Welch t on run means"}
@@ -67,6 +68,14 @@ class AB(TrainerKind):
                "means; with recommend, a variant is kept only when significantly better and stable, else the "
                "baseline (never a setting the trainer reports as ignored)")
     keys = ("baseline", "variants", "repeats", "metric", "recommend")
+    metrics = (("compared", "variants.<variant>.*", "decided", "significant", "choice", "kept_default")
+               + tuple(f"<variant>.{m}" for m in TRAINER_METRICS + ("repeats",)) + RUN_METRICS)
+
+    def metric_names(self, step):  # <variant>, runs.<label>: the baseline and the variants, by their labels
+        if step is None:
+            return self.metrics
+        labels = ("baseline", *step.variants)
+        return with_labels(with_labels(self.metrics, "<variant>", labels), "<label>", labels)
     plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
                  "results.json), so the order shown here is an example")
 

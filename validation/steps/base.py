@@ -17,14 +17,23 @@ What a kind defines:
     run                  run the launches through the runner's context and collect results.json's step entry
     summary_line         what the console prints after the step
     trainer_runs         (label, metrics) of each trainer launch, for `nsa-validate compare`
+    metrics              the metric names its steps produce (results.json "metrics"), as dotted patterns
+                         (metric_names(step) when they depend on the step's own keys): what acceptance criteria
+                         may read, checked before anything runs (check_metric_reference)
     view                 its part of the report's step view (formatted strings); templates: its partials
     key_figures, plots   executive-summary figures and extra plots
 
-Hooks have defaults that do nothing, so a small kind needs `name`, `summary`, `launches` and `run`.
+Hooks have defaults that do nothing, so a small kind needs `name`, `summary`, `launches`, `run` and `metrics`.
+
+Metric-name patterns: "toks_per_s.mean" is key "mean" of metric "toks_per_s"; a segment `<word>` stands for any one
+key (a point's label, a collective, a strategy, a variant, a list index); a last segment `*` for anything below (a
+record of free form, e.g. a benchmark's own JSON). A criterion may read a name or any part of one ("toks_per_s" as
+a whole, "nodes" for len()). Besides its metrics, a criterion reads STEP_FIELDS of every step.
 """
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
@@ -42,6 +51,10 @@ LAUNCH_KEYS = ("config", "env", "args", "nproc_per_node", "master_port", "port_r
                "stall_timeout_s", "window", "warmup_steps", "launcher", "nnodes")
 # Launch settings of a step that runs one command and no trainer (a test suite, a benchmark).
 COMMAND_LAUNCH_KEYS = ("env", "timeout_s", "launcher")
+# What a criterion reads of every step besides its metrics (validation.acceptance's namespace): "runs" maps each
+# run's label to its metrics (a kind with runs declares "runs.<label>..." among its metrics), "comparison" each
+# A/B variant to its statistics, "winner" a decision's chosen point.
+STEP_FIELDS = ("status", "reason", "excerpt", "stack_dumps", "winner.*", "runs", "comparison.<variant>.*")
 
 
 class StepKind:
@@ -55,6 +68,14 @@ class StepKind:
     # Report partials {"md": source, "html": source}; None: package data validation/steps/templates/<name>.<fmt>.j2.
     # A partial renders the kind's own part of a step section; `s` is the step view (view() merged into it).
     templates: ClassVar[dict[str, str] | None] = None
+    # The metric names the kind's steps produce (patterns; see the module docstring). None: not declared, and then
+    # criteria on its steps are checked only when they run (tests/validation/test_prerun_checks.py lists such kinds).
+    metrics: ClassVar[tuple[str, ...] | None] = None
+
+    def metric_names(self, step: Step | None) -> tuple[str, ...] | None:
+        """The metric-name patterns of `step` (None: of any step of the kind), e.g. with the A/B's own variant
+        names in place of <variant>; None when the kind declares none."""
+        return self.metrics
 
     # ------------------------------------------------------------------ schema
     def allowed_keys(self) -> tuple[str, ...]:
@@ -183,3 +204,74 @@ def earlier_step_of_kind(order, step, name: str, kind: str) -> bool:
     position = {s.name: i for i, s in enumerate(order)}
     base = next((s for s in order if s.name == name), None)
     return base is not None and base.kind == kind and position[base.name] < position[step.name]
+
+
+# ---------------------------------------------------------------------------------------------- metric names
+def _segments(pattern: str) -> tuple[str, ...]:
+    return tuple(pattern.split("."))
+
+
+def _placeholder(segment: str) -> bool:
+    return segment.startswith("<") and segment.endswith(">")
+
+
+def _covers(pattern: tuple[str, ...], path: tuple) -> bool:
+    """Whether `pattern` names `path` or something inside it (path is a prefix of a name it stands for)."""
+    for i, key in enumerate(path):
+        if i >= len(pattern):
+            return False
+        if pattern[i] == "*":
+            return True
+        if _placeholder(pattern[i]):
+            continue
+        if isinstance(key, int) or str(key) != pattern[i]:
+            return False
+    return True
+
+
+def with_labels(patterns: tuple[str, ...], placeholder: str, labels) -> tuple[str, ...]:
+    """`patterns` with each one that starts "<placeholder>" or "runs.<placeholder>" written once per label (a
+    point's, a variant's, a suspect's): what metric_names(step) returns where the step's own keys name them."""
+    out = []
+    for p in patterns:
+        labelled = p.startswith((f"{placeholder}.", f"runs.{placeholder}."))
+        out += [p.replace(placeholder, str(label), 1) for label in labels] if labelled else [p]
+    return tuple(out)
+
+
+def readable_names(kind: StepKind, step: Step | None = None) -> tuple[str, ...] | None:
+    """Every name a criterion may read of `step` (STEP_FIELDS and its kind's metrics); None when undeclared."""
+    own = kind.metric_names(step)
+    return None if own is None else STEP_FIELDS + tuple(own)
+
+
+def metric_declared(path: tuple, patterns: tuple[str, ...]) -> bool:
+    """Whether key path `path` (("toks_per_s", "mean"), ("runs", "50", "loss")) is, or lies inside, a declared name."""
+    return any(_covers(_segments(p), tuple(path)) for p in patterns)
+
+
+def close_metric_names(path: tuple, patterns: tuple[str, ...], n: int = 4) -> list[str]:
+    """The declared names closest to `path` where it first goes astray: the names one key deep below its longest
+    declared prefix (e.g. toks_per_s, toks_per_s_per_gpu for toks_per_sec), closest first (difflib)."""
+    path = tuple(path)
+    depth = max((d for d in range(len(path) + 1) if metric_declared(path[:d], patterns)), default=0)
+    prefix, wrong = path[:depth], str(path[depth]) if depth < len(path) else ""
+    below: dict[str, str] = {}  # each key one deeper -> its name
+    for p in patterns:
+        segs = _segments(p)
+        if len(segs) > depth and segs[depth] != "*" and _covers(segs, prefix):
+            below.setdefault(segs[depth], ".".join([*map(str, prefix), segs[depth]]))
+    near = difflib.get_close_matches(wrong, list(below), n=n, cutoff=0.5)
+    return [below[k] for k in near] or list(below.values())[:n * 2]
+
+
+def check_metric_reference(step: Step, path: tuple) -> str | None:
+    """Why a criterion cannot read `path` of `step` (no name its kind declares holds it, with the close names), or
+    None (declared, or the kind declares nothing)."""
+    names = readable_names(step.kind_impl, step)
+    if names is None or metric_declared(path, names):
+        return None
+    shown = ".".join([step.name, *(f"[{k}]" if isinstance(k, int) else str(k) for k in path)]).replace(".[", "[")
+    close = close_metric_names(path, names)
+    return (f"{shown}: the {step.kind} step {step.name} produces no such metric"
+            + (f" (close: {', '.join(f'{step.name}.{c}' for c in close)})" if close else ""))

@@ -22,6 +22,7 @@ class Bench(StepKind):
     name = "bench"
     summary = "a benchmark script that writes JSON (`--json`); e.g. selection v2 vs v1 speed"
     keys = ("command",)
+    metrics = ("*",)  # whatever JSON the benchmark writes
     launch_keys = COMMAND_LAUNCH_KEYS
 
     def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:

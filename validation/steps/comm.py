@@ -72,6 +72,10 @@ class Comm(StepKind):
     summary = ("collective bandwidth over the run's ranks (all-reduce, all-gather, reduce-scatter, broadcast; "
                "torch or nccl-tests): algbw/busbw per size, latency")
     keys = ("kinds", "sizes", "min_bytes", "max_bytes", "iters", "warmup", "compute_ms", "backend", "source")
+    metrics = ("world_size", "backend", "source", "device", "iters", "warmup", "compute_ms", "threads", "note",
+               *(f"{k}.{m}" for k in KINDS for m in ("table.<i>.*", "busbw_gbps.max", "busbw_gbps.median",
+                                                           "algbw_gbps.max", "algbw_gbps.median", "latency_us",
+                                                           "sizes", "avg_busbw_gbps_reported")))
     launch_keys = ("env", "nproc_per_node", "nnodes", "launcher", "master_port", "port_retries", "timeout_s")
 
     # ------------------------------------------------------------------ schema

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from validation import contracts, steps
 from validation.report.format import as_dict, as_list, fmt_gb, fmt_num
-from validation.steps.trainer import TrainerKind, run_single
+from validation.steps.trainer import TRAINER_METRICS, TrainerKind, run_single
 
 
 class Longrun(TrainerKind):
     name = "longrun"
+    metrics = TRAINER_METRICS + ("halted", "stalls", "stack_dumps.<i>")
     summary = "a long run under the heartbeat watchdog: stalls, .HALT, throughput stability, memory plateau"
 
     def run(self, step, launches, result, ctx) -> None:

@@ -32,7 +32,7 @@ from validation import steps
 from validation.parallelism import STRATEGIES
 from validation.schema import env_vars, mapping, trainer_flags, typed
 from validation.steps.base import earlier_step_of_kind
-from validation.steps.trainer import TrainerKind, order_seed, run_each, run_order, trainer_launch
+from validation.steps.trainer import RUN_METRICS, TrainerKind, order_seed, run_each, run_order, trainer_launch
 
 # The trainer flags of each strategy; None removes a flag the runbook's defaults set (--ddp 1 and --fsdp exclude
 # each other).
@@ -49,6 +49,15 @@ class Parallelism(TrainerKind):
                "tokens/s, memory vs the memory model, counted vs modelled bytes, measured/predicted/exposed "
                "communication, a batch-size search (GPU) and the DDP-vs-FSDP recommendation with its reason")
     keys = ("strategies", "repeats", "comm", "batch_search", "headroom", "profile_steps")
+    metrics = ("all_ran", "comparisons.<pair>.*", "recommendation", "recommendation_reason", "regime", "headroom",
+               "capacity.*", "batch_search.*", "batch_needed", "comm_step", "comm_source", "repeats",
+               "byte_model_matches", "oom_only", "recommendation_numbers.<strategy>.*",
+               *(f"strategies.<strategy>.{k}" for k in (
+                   "strategy", "runs", "passed", "oom", "step_time_s", "toks_per_s", "toks_per_s_runs.<i>",
+                   "peak_alloc_gb", "peak_reserved_gb", "memory_kind", "memory_model.*", "comm_bytes_counted",
+                   "comm_bytes_model", "comm_counted_by", "comm_model_matches", "comm_time_s", "comm_share",
+                   "comm_predicted_s", "comm_predicted_by_kind.*", "comm_prediction", "exposed_comm_s",
+                   "aligned_comm_s", "profiled_comm_s", "exposed_source", "per_step.*"))) + RUN_METRICS
     plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
                  "results.json); on GPU a batch-size search per strategy follows (launches decided while it runs)")
 

@@ -18,13 +18,15 @@ from validation import steps
 from validation.report.format import as_dict, as_list, fmt_num
 from validation.schema import typed
 from validation.steps.base import run_path
-from validation.steps.trainer import TrainerKind, run_single, trainer_launch
+from validation.steps.trainer import TRAINER_METRICS, TrainerKind, run_single, trainer_launch
 
 
 class Profile(TrainerKind):
     name = "profile"
     summary = "a trainer run with `NSA_NVTX=1` and a torch profiler trace: top operators and the `nsa.*` ranges seen"
     keys = ("profile_steps", "profiler")
+    metrics = TRAINER_METRICS + ("profile.trace", "profile.top_ops.<i>.*", "profile.nvtx_ranges.<i>",
+                                 "profile.attribution.*")
 
     def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
         return {"profile_steps": typed(raw.get("profile_steps", 3), int, path + ("profile_steps",), ctx, minimum=1),

@@ -51,6 +51,7 @@ class Pytest(StepKind):
     name = "pytest"
     summary = "named tests with JUnit counts; `isolate: file` runs each test file in its own process"
     keys = ("tests", "pytest_args", "isolate")
+    metrics = ("passed", "failed", "skipped", "errors", "total", "duration_s", "files.<i>.*", "files_failed", "died")
     launch_keys = COMMAND_LAUNCH_KEYS
     host_only = True  # tests run on any machine (CUDA tests skip themselves); `requires:` makes one need GPUs
 

@@ -58,6 +58,7 @@ class Sanitizer(StepKind):
     name = "sanitizer"
     summary = "a program under compute-sanitizer (memcheck), one process per case of a grid; 0 errors to pass"
     keys = ("command", "grids", "grid", "tool")
+    metrics = ("tool", "grid", "sanitizer", "cases", "cases_clean", "errors", "by_case.<i>.*")
     launch_keys = COMMAND_LAUNCH_KEYS
 
     def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from validation import steps
 from validation.parallelism import scaling_table
 from validation.report.format import as_dict, as_list, finite, fmt_num, fmt_rate
 from validation.schema import str_list, typed
-from validation.steps.trainer import TrainerKind, order_seed, run_each, run_order, trainer_launch
+from validation.steps.trainer import RUN_METRICS, TrainerKind, order_seed, run_each, run_order, trainer_launch
 
 MODES = ("strong", "weak")
 CPU_NOTE = ("CPU: the ranks share this machine's {cores} core(s), so the efficiency measures core contention as much "
@@ -42,6 +42,9 @@ class Scaling(TrainerKind):
     summary = ("strong (fixed global batch) and weak (fixed per-rank batch) scaling over `world_sizes`: tokens/s, "
                "speedup and efficiency per world size, a table and a plot")
     keys = ("world_sizes", "modes", "batch_size", "global_batch", "repeats")
+    metrics = ("world_sizes.<i>", "runs", "passed", "repeats", "device", "note",
+               *(f"{mode}.{k}" for mode in ("strong", "weak") for k in ("mode", "base", "rows.<i>.*", "efficiency.min",
+                                                                        "efficiency.last", "global_batch"))) + RUN_METRICS
     plan_note = "runs in a random order within each repeat, drawn for each run directory (the seed is recorded)"
 
     def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:

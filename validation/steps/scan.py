@@ -32,7 +32,7 @@ from validation import steps
 from validation.launch.spec import safe_name
 from validation.report.format import as_dict, as_list, finite, fmt_gb, fmt_num, fmt_rate
 from validation.schema import mapping, setting_key, typed
-from validation.steps.trainer import TrainerKind, collect, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.steps.trainer import RUN_METRICS, TrainerKind, collect, order_seed, run_each, run_order, run_values, trainer_launch
 
 
 class Scan(TrainerKind):
@@ -42,6 +42,9 @@ class Scan(TrainerKind):
                "its 95% CI, cliffs (a local exponent significantly above `expected_exponent`) and a bisection that "
                "localises a cliff (`seq_scan.cliff_localised`, `seq_scan.exponent <= 1.3`)")
     keys = ("values", "repeats", "expected_exponent", "bisect")
+    metrics = ("setting", "values.<i>", "repeats", "expected_exponent", "exponent", "exponent_ci.<i>", "exponent_fit.*",
+               "exponent_reason", "cliff", "cliff_reason", "cliff_pair.*", "pairs.<i>.*", "cliff_interval.<i>",
+               "cliff_localised", "bisection.*", "points.<i>.*", "noise_source", "runs", "passed") + RUN_METRICS
     plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
                  "results.json); when a cliff is found, bisection points are launched while the step runs")
 

@@ -25,6 +25,7 @@ class Snapshot(StepKind):
     summary = ("git sha, `python -m torch.utils.collect_env`, `nvidia-smi -q -x` (and pynvml) when present, package "
                "versions")
     launch_keys = ("launcher", "nnodes", "timeout_s")
+    metrics = ("git_sha", "gpu_count", "files.<i>", "problems.<i>", "nodes.<i>", "pcie_gen_min", "pcie.*")
     host_only = True  # a machine without the runbook's GPUs is still snapshotted (that is what it shows)
     plan_note = "in-process: git sha, python -m torch.utils.collect_env, nvidia-smi -q -x, packages"
 

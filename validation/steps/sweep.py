@@ -38,7 +38,8 @@ from validation.report.format import (as_dict, as_list, context_text, finite, fm
                                       status_view)
 from validation.schema import mapping, setting_key, typed
 from validation.steps import train_report
-from validation.steps.trainer import TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.steps.trainer import RUN_METRICS, TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.steps.base import with_labels
 
 RULE = ("a winner only when the best point beats every other one significantly (p < 0.05, block means of one "
         "run each or paired over interleaved repeats) and by more than the noise floor; otherwise no significant "
@@ -51,6 +52,11 @@ class Sweep(TrainerKind):
                "order per repeat; a winner only when it beats every other point significantly, else the runbook's "
                "point (`prefer`) is kept; later steps use it as `${bucket_sweep.winner.env.NSA_DDP_BUCKET_MB}`")
     keys = ("matrix", "select", "repeats", "prefer")
+    metrics = ("points", "runs", "passed", "repeats", "rule", "winner", "method", "noise_floor",
+               "recommended_repeats", "decided", "significant", "choice", "kept_default", "selection") + RUN_METRICS
+
+    def metric_names(self, step):  # runs.<label>: the matrix's points, by their labels (NSA_DDP_BUCKET_MB=50)
+        return self.metrics if step is None else with_labels(self.metrics, "<label>", dict(sweep_points(step)))
     plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
                  "results.json), so the order shown here is an example")
 

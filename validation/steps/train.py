@@ -16,13 +16,14 @@ from validation.report.format import (NA, as_dict, context_text, finite, fmt_rat
                                       window_text)
 from validation.schema import NAME_RE, typed
 from validation.steps.base import earlier_step_of_kind
-from validation.steps.trainer import TrainerKind, run_single
+from validation.steps.trainer import TRAINER_METRICS, TrainerKind, run_single
 
 
 class Train(TrainerKind):
     name = "train"
     summary = "one trainer launch (env/args overrides); statistics over the last N steps of its training.csv"
     keys = ("scaling_baseline",)
+    metrics = TRAINER_METRICS + ("scaling_baseline", "scaling_efficiency")
 
     def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
         base_name = None

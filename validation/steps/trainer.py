@@ -31,6 +31,7 @@ from typing import Any
 from nsa.training.outputs import TRAINING_CSV
 from validation import contracts
 from validation.launch.spec import LaunchSpec
+from validation.metric_names import DERIVED_KEYS, METRIC_COLUMNS, STAT_NAMES
 from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
 from validation.report.format import (NA, as_dict, as_list, context_text, env_text, finite, fmt_gb, fmt_num, fmt_pct,
                                       fmt_rate, fmt_tflops, loss_text, mean_pm, mfu_text, stat_of, status_view,
@@ -40,10 +41,33 @@ from validation.steps import train_report
 from validation.steps.base import StepKind, launch_identity, run_path, step_dir
 
 
+def _trainer_metrics() -> tuple[str, ...]:
+    """The metric names of one trainer launch (collect(): the module docstring), as patterns."""
+    telemetry_stats = ("mean", "min", "max", "n")
+    return ("status", "reason", "note", "steps", "last_step", "dropped_rows", "cut_last_line", "first_bad_row",
+            *(f"window.{k}" for k in ("last", "warmup", "n", "first_step", "last_step")),
+            *(f"{c}.{s}" for c in METRIC_COLUMNS for s in STAT_NAMES), *DERIVED_KEYS,
+            "world_size", "csv", "tflops_per_s", "trainer_status", "compression",
+            *(f"context.{k}" for k in ("seq_len", "micro_batch", "accum", "world_size", "global_batch_tokens",
+                                       "n_params", "precision", "flops_per_token", "peak_flops", "device")),
+            "launcher", "nnodes", "nodes.<i>", "slurm_job", "gpus.<i>", "toks_per_s_per_node",
+            "summary.*", "startup.*", "time_to_first_step_s",
+            *(f"{k}.{s}" for k in ("gpu_util", "gpu_mem_used_gb", "power_w", "sm_clock_mhz", "temp_c", "cpu_util",
+                                   "rss_gb") for s in telemetry_stats),
+            "throttled", "throttle_reasons.*", "pcie_gen_min", "pcie_width_min", "ecc_uncorrected", "xid_errors",
+            "telemetry.*", "gpu_diagnosis.*",
+            "sdpa_audit.calls", "sdpa_audit.backends.*", "sdpa_audit.fallbacks", "sdpa_audit.by_site.*")
+
+
+TRAINER_METRICS = _trainer_metrics()  # a trainer launch's metrics (a step's, or each run's)
+RUN_METRICS = tuple(f"runs.<label>.{m}" for m in TRAINER_METRICS)  # a multi-run kind's runs, as criteria read them
+
+
 class TrainerKind(StepKind):
     """A kind whose step is one trainer launch (train, longrun, profile); sweep and ab reuse its helpers."""
 
     trainer = True
+    metrics = TRAINER_METRICS
 
     def launches(self, step: Step, winners, run_dir) -> list[LaunchSpec]:
         return [trainer_launch(step, step.launch, "", step.name, winners, run_dir)]

@@ -24,7 +24,8 @@ from typing import Any
 from validation import steps
 from validation.report.format import as_dict, as_list, env_text, finite, fmt_num, fmt_pct, fmt_rate
 from validation.schema import env_vars, mapping, trainer_flags, typed
-from validation.steps.trainer import TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.steps.trainer import RUN_METRICS, TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.steps.base import with_labels
 
 CONFIG = "config"
 FORBIDDEN_ENV = ("NSA_FAULT",)
@@ -36,6 +37,12 @@ class Triage(TrainerKind):
                "changed alone, interleaved repeats; suspects ranked by their effect on tokens/s with 95% CIs "
                "(paired, Holm over suspects); `triage.culprit` names one only when significant")
     keys = ("suspects", "repeats")
+    metrics = ("culprit", "reason", "statement", "ranking.<i>", "config_toks_per_s", "repeats", "runs", "passed",
+               *(f"suspects.<suspect>.{k}" for k in ("effect", "ci.<i>", "p", "p_adjusted", "significant", "verdict",
+                                                      "toks_per_s", "changes.*", "noise_floor", "text"))) + RUN_METRICS
+
+    def metric_names(self, step):  # runs.<label>: the configuration and the suspects, by their names
+        return self.metrics if step is None else with_labels(self.metrics, "<label>", [CONFIG, *step.suspects])
     plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
                  "results.json)")
 

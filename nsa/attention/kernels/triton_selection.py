@@ -519,11 +519,10 @@ def aot_cases():
     d_k 32 and 128 (BC 32), l_sel = 128 (BC 128), fp16. NSA_AOT_FULL=1: both kernels at hpg {1, 3, 6, 8} x d_k
     {32, 64, 128} x l_sel {32, 64, 128} x {bf16, fp16}.
     """
-    import os
-
     from nsa.attention.kernels.aot import AotCase
+    from nsa.toggles import parse
 
-    if os.environ.get("NSA_AOT_FULL") == "1":
+    if parse("NSA_AOT_FULL"):
         shapes = [(kernel, hpg, d_k, l_sel, dtype) for kernel in ("sel", "imp") for hpg in (1, 3, 6, 8)
                   for d_k in (32, 64, 128) for l_sel in (32, 64, 128) for dtype in ("bf16", "fp16")]
     else:

@@ -79,7 +79,7 @@ phases:
   - name: talk
     title: Talk
     steps:
-      - {name: greet, kind: echo, message: "hi ", times: 3, env: {NSA_ECHO: "1"}}
+      - {name: greet, kind: echo, message: "hi ", times: 3, env: {NSA_TB_DISABLE: "1"}}
       - {name: check, kind: bench, command: [-c, "import json, sys; json.dump({'x': 1}, open(sys.argv[2], 'w'))"]}
 acceptance:
   - {name: said it three times, expr: "greet.length == 9 and greet.said == 'hi hi hi '", target: "9 characters"}
@@ -104,14 +104,14 @@ def test_a_kind_from_a_test_module_goes_through_plan_run_and_report(echo_kind, t
     (spec,) = step_launches(greet)
     assert spec.argv[-3:] == ["RUN_DIR/greet/said.txt", "hi ", "3"] and spec.dir == "greet"
     rows = describe(rb)
-    assert rows[0]["kind"] == "echo" and rows[0]["launches"][0]["env"] == {"NSA_ECHO": "1"}
+    assert rows[0]["kind"] == "echo" and rows[0]["launches"][0]["env"] == {"NSA_TB_DISABLE": "1"}
 
     # run: results.json, acceptance and the verdict
     run_dir = tmp_path / "run"
     results = Runner(rb, run_dir, RunOptions(cwd=REPO)).run()
     step = results["steps"]["greet"]
     assert step["status"] == "passed", step["reason"]
-    assert step["metrics"] == {"said": "hi hi hi ", "length": 9} and step["env"] == {"NSA_ECHO": "1"}
+    assert step["metrics"] == {"said": "hi hi hi ", "length": 9} and step["env"] == {"NSA_TB_DISABLE": "1"}
     assert "greet/said.txt" in step["artifacts"] and "greet/stdout.log" in step["artifacts"]
     assert [c["status"] for c in results["acceptance"]] == ["pass"] and results["verdict"] == "GO"
     assert json.loads((run_dir / "results.json").read_text())["steps"]["greet"]["metrics"]["length"] == 9
@@ -140,7 +140,7 @@ def test_a_kind_checks_its_own_keys(echo_kind, tmp_path):
     path = tmp_path / "echoes.yaml"
     for old, new, needle in [("times: 3", "times: 0", "phases[0].steps[0].times: must be >= 1, got 0"),
                              ("times: 3", "times: 3, loud: true", "phases[0].steps[0].loud: unknown key"),
-                             ("env: {NSA_ECHO: \"1\"}", "nproc_per_node: 2", "phases[0].steps[0].nproc_per_node: "
+                             ("env: {NSA_TB_DISABLE: \"1\"}", "nproc_per_node: 2", "phases[0].steps[0].nproc_per_node: "
                                                                             "unknown key")]:
         path.write_text(RUNBOOK.replace(old, new))
         with pytest.raises(RunbookError) as info:

@@ -26,7 +26,9 @@ the NSA Triton path and the dense twin's SDPA do not; the PyTorch reference kern
 (check_supported refuses them). Autocast runs with cache_enabled=False (its weight cache is not graph-safe).
 Layer statistics (the aux stats) are recorded on every replay when they are on at all: a graph cannot choose per
 step; they are read on the steps the trainer logs them. The communication counter (nsa.training.comm_count)
-sees DDP's hook calls only while capturing; they are recorded then and counted again at every replay.
+sees DDP's hook calls only while capturing; they are recorded then and counted again at every replay. For the
+same reason NSA_SDPA_AUDIT counts the warm-up's and the capture's calls only, and NVTX ranges (NSA_NVTX) mark
+the warm-up and the capture, not the replays (a profile shows the graphs' kernels under the replay).
 Refused in the config (nsa.training.config): FSDP2, fp16 (the GradScaler decides on the host), --compile.
 """
 
@@ -78,9 +80,11 @@ class CudaCapture:
         current.wait_stream(self.stream)
 
     def capture(self, fn: Callable[[], None]):
-        """fn's CUDA work captured into a torch.cuda.CUDAGraph (fn's Python runs once; its kernels do not)."""
+        """fn's CUDA work captured into a torch.cuda.CUDAGraph (fn's Python runs once; its kernels do not).
+        thread_local: only this thread's CUDA calls are checked during the capture, not those of other threads
+        (NCCL's watchdog polling events, a data loader), as NCCL's notes on graph capture advise."""
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
             fn()
         if self.pool is None:
             self.pool = graph.pool()

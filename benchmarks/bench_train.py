@@ -111,8 +111,8 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| case | model | mode | kernel | ranks | runs | tokens/s (global) min / median / max | per rank | step stdev | TFLOP/s | "
-             "MFU | peak mem GB | params | csv |",
+    lines = ["| case | model | mode | kernel | ranks | runs | tokens/s (global) min / median / max | per rank | "
+             "step stdev | TFLOP/s | MFU | peak mem GB | params | csv |",
              "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
         lines.append(f"| {r['case']} | {r.get('model', 'nsa')} | {r.get('mode', 'eager')} | "

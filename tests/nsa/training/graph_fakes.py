@@ -1,9 +1,9 @@
 """A stand-in for CUDA graph capture on CPU (nsa.training.graphs.CudaCapture), for the tests of the code around it.
 
 FakeCapture.capture(fn) runs fn once, as a real capture runs its Python, and returns a FakeGraph whose replay()
-runs fn again (less what it tells the communication counter): the captured step's Python is written to give the same result when run again (see
-GraphedStep._step_body). Every call is recorded in order in `FakeCapture.events` (class-wide: the trainer builds
-its own instance). `install(monkeypatch)` puts it in place of the real capture, lets the capture run on CPU and
+runs fn again, less what it tells the communication counter: the captured step's Python is written to give the
+same result when run again (see GraphedStep._step_body). Every call is recorded in order in `FakeCapture.events`
+(class-wide: the trainer builds its own instance). `install(monkeypatch)` puts it in place of the real capture, lets the capture run on CPU and
 the torch reference kernels, and lets torch's capturable AdamW step CPU tensors.
 
 Run as a script, it installs the fakes and runs `nsa-train` with the remaining arguments (for torchrun).

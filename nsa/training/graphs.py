@@ -19,7 +19,9 @@ optimizer, so that every lazy initialisation (optimizer state, Triton compilatio
 happens outside the capture. The parameters and the optimizer state are then put back in place (copy_) as they
 were before the warm-up, so a run with graphs starts from the same state as one without. DDP is built on the same
 side stream (DistributedDataParallel(gradient_as_bucket_view=True): gradients live in its buckets, at fixed
-addresses).
+addresses; autograd's gradient accumulators remember the stream they were made on, and one left on the default
+stream would pull it into the capture). static_graph is not set: after the warm-up the buckets are final and DDP
+searches for no unused parameters (find_unused_parameters is off), so the captured iteration is like any other.
 
 Nothing inside the step may synchronise with the host (.item(), nonzero, data-dependent shapes, host copies):
 the NSA Triton path and the dense twin's SDPA do not; the PyTorch reference kernels and the sequential prefill do

@@ -2,8 +2,10 @@
 
     python benchmarks/bench_train.py                  # CPU: tiny config and m7c_125m at seq 2048, single vs DDP x2
     python benchmarks/bench_train.py --quick          # CPU: tiny config only
-    python benchmarks/bench_train.py --device cuda    # GPU: m7c_125m at seq 2048, bf16, NSA beside its dense twin
+    python benchmarks/bench_train.py --device cuda    # GPU: m7c_125m at seq 2048, bf16, NSA beside its dense twin,
+                                                      # each eager, --compile and --cuda-graphs
     python benchmarks/bench_train.py --device cuda --repeats 3   # interleaved repeats: min / median / max of runs
+    python benchmarks/bench_train.py --device cuda --modes eager,graphs --dry-run   # print the cases only
 
 Each case launches `python -m nsa.training` (or torchrun with 2 ranks) in its own out_dir under artifacts/bench_train/
 and reads its training.csv: throughput is the mean (and stdev) of toks_per_s over the steps after the warm-up
@@ -13,8 +15,11 @@ core, so ~1.0 is the expected, honest answer there; on GPUs it should approach t
 MFU needs a device peak: known GPUs are looked up (nsa.training.metrics); on CPU pass --peak-tflops to get one.
 On CUDA the NSA model (the Triton kernels: NSA_KERNEL=auto) runs beside its dense twin (`--attention dense`: the
 same model with causal SDPA), and the NSA / dense tokens/s ratio is printed (target >= 0.55, >= 150,000 tok/s on
-one H100). With --repeats N the cases run N times, interleaved (A B A B ...), and the table gives the min /
-median / max of the runs' mean tokens/s: per-step values are autocorrelated, runs are the independent units.
+one H100). Each model runs in every mode of --modes: eager, `--compile` (torch.compile) and `--cuda-graphs` (the
+whole train step captured in CUDA graphs, nsa.training.graphs); the table reports all of them, then, per model,
+the fastest mode, and the NSA / dense ratio of the fastest of each (and of each mode side by side). With
+--repeats N the cases run N times, interleaved (A B A B ...), and the table gives the min / median / max of the
+runs' mean tokens/s: per-step values are autocorrelated, runs are the independent units.
 """
 
 from __future__ import annotations
@@ -38,11 +43,21 @@ CPU_CASES = [
     ("m7c_125m_s2048", "configs/m7c_125m_2xa100_production.yaml",
      ["--batch-size", "1", "--accum", "1", "--precision", "fp32", "--device", "cpu"], 3, 1),
 ]
-GPU_CASES = [
-    ("m7c_125m_s2048_bf16", "configs/m7c_125m_1xh100.yaml", ["--precision", "bf16", "--device", "cuda"], 60, 10),
-    ("m7c_125m_s2048_bf16_dense", "configs/m7c_125m_1xh100.yaml",
-     ["--precision", "bf16", "--device", "cuda", "--attention", "dense"], 60, 10),
-]
+GPU_BASE = ("m7c_125m_s2048_bf16", "configs/m7c_125m_1xh100.yaml", ["--precision", "bf16", "--device", "cuda"], 60, 10)
+MODES = {"eager": [], "compile": ["--compile"], "graphs": ["--cuda-graphs"]}  # trainer flags of each mode
+MODELS = {"nsa": [], "dense": ["--attention", "dense"]}
+
+
+def gpu_cases(modes: list[str]) -> list[tuple]:
+    """(name, config, flags, steps, warm-up, model, mode) for NSA and its dense twin in each mode; the eager cases
+    keep their earlier names (m7c_125m_s2048_bf16, ..._dense), the others add +compile / +graphs."""
+    name, config, flags, steps, warmup = GPU_BASE
+    cases = []
+    for model, model_flags in MODELS.items():
+        for mode in modes:
+            case = name + ("_dense" if model == "dense" else "") + ("" if mode == "eager" else f"+{mode}")
+            cases.append((case, config, [*flags, *model_flags, *MODES[mode]], steps, warmup, model, mode))
+    return cases
 
 
 def run_case(name: str, config: str, flags: list[str], steps: int, warmup: int, nproc: int, peak: float | None,
@@ -96,16 +111,42 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| case | kernel | ranks | runs | tokens/s (global) min / median / max | per rank | step stdev | TFLOP/s | "
-             "MFU | peak mem GB | params | csv |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| case | model | mode | kernel | ranks | runs | tokens/s (global) min / median / max | per rank | "
+             "step stdev | TFLOP/s | MFU | peak mem GB | params | csv |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
-        lines.append(f"| {r['case']} | {r.get('attention_kernel')} | {r['ranks']} | {r['runs']} | "
+        lines.append(f"| {r['case']} | {r.get('model', 'nsa')} | {r.get('mode', 'eager')} | "
+                     f"{r.get('attention_kernel')} | {r['ranks']} | {r['runs']} | "
                      f"{r['toks_per_s_min']:,.0f} / {r['toks_per_s']:,.0f} / {r['toks_per_s_max']:,.0f} | "
                      f"{r['toks_per_s_per_rank']:,.0f} | {r['toks_per_s_stdev']:,.0f} | {r['achieved_tflops']:.4f} | "
                      f"{fmt(r['mfu'] and r['mfu'] * 100, '.1f')}{'%' if r['mfu'] else ''} | "
                      f"{r['peak_mem_gb']:.2f} | {r['params_m']:.1f}M | {r['csv']} |")
     return "\n".join(lines)
+
+
+def comparisons(results: list[dict]) -> list[str]:
+    """Single-process lines: NSA / dense per mode, each model's fastest mode, and NSA / dense of the fastest."""
+    single = [r for r in results if r["ranks"] == 1]
+    by = {(r.get("model", "nsa"), r.get("mode", "eager")): r for r in single}
+    lines = []
+    for mode in MODES:
+        nsa, dense = by.get(("nsa", mode)), by.get(("dense", mode))
+        if nsa and dense:
+            lines.append(f"{mode}: NSA / dense twin tokens/s = {nsa['toks_per_s'] / dense['toks_per_s']:.3f} "
+                         f"(medians of {nsa['runs']} and {dense['runs']} runs; NSA kernel "
+                         f"{nsa.get('attention_kernel')})")
+    best = {}
+    for model in MODELS:
+        mine = [r for r in single if r.get("model", "nsa") == model]
+        if mine:
+            best[model] = max(mine, key=lambda r: r["toks_per_s"])
+            modes = ", ".join(f"{r.get('mode', 'eager')} {r['toks_per_s']:,.0f}" for r in mine)
+            lines.append(f"{model}: fastest {best[model].get('mode', 'eager')} "
+                         f"({best[model]['toks_per_s']:,.0f} tokens/s; {modes})")
+    if len(best) == 2 and len({r.get("mode") for r in single}) > 1:
+        lines.append(f"fastest NSA / fastest dense twin = {best['nsa']['toks_per_s'] / best['dense']['toks_per_s']:.3f}"
+                     f" ({best['nsa'].get('mode')} / {best['dense'].get('mode')})")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -116,30 +157,42 @@ def main(argv=None) -> int:
     ap.add_argument("--peak-tflops", type=float, help="device peak for MFU where it is not known (e.g. a CPU)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per case")
     ap.add_argument("--repeats", type=int, default=1, help="runs per case, interleaved across cases")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help=f"GPU: comma-separated modes of each model, of {', '.join(MODES)} (default: all)")
+    ap.add_argument("--dry-run", action="store_true", help="print the cases and their trainer flags, run nothing")
     ap.add_argument("--json", type=Path, help="also write the results to this file")
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        ap.error(f"--modes: {', '.join(unknown) or 'none given'}: expected some of {', '.join(MODES)}")
 
-    cases = GPU_CASES if args.device == "cuda" else CPU_CASES[:1] if args.quick else CPU_CASES
+    if args.device == "cuda":
+        cases = gpu_cases(modes)
+    else:
+        cases = [(*c, "nsa", "eager") for c in (CPU_CASES[:1] if args.quick else CPU_CASES)]
     ranks = (1,) if args.no_ddp or args.device == "cuda" else (1, 2)
     print("reproduce: python benchmarks/bench_train.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    if args.dry_run:
+        for name, config, flags, steps, warmup, model, mode in cases:
+            print(f"{name}: model {model}, mode {mode}: --config {config} --steps {steps} {' '.join(flags)} "
+                  f"(first {warmup} steps excluded)")
+        return 0
     runs: dict[tuple[str, int], list[dict]] = {}
     for rep in range(args.repeats):
-        for name, config, flags, steps, warmup in cases:
+        for name, config, flags, steps, warmup, model, mode in cases:
             for nproc in ranks:
                 print(f"running {name} x{nproc} ({steps} steps, run {rep + 1}/{args.repeats}) ...", file=sys.stderr,
                       flush=True)
                 runs.setdefault((name, nproc), []).append(
-                    run_case(name, config, flags, steps, warmup, nproc, args.peak_tflops, args.timeout))
+                    {**run_case(name, config, flags, steps, warmup, nproc, args.peak_tflops, args.timeout),
+                     "model": model, "mode": mode})
     results = [summarize(r) for r in runs.values()]
     print(table(results))
-    by_case = {r["case"]: r for r in results if r["ranks"] == 1}
-    for name, r in by_case.items():
-        dense = by_case.get(name + "_dense")
-        if dense:
-            print(f"{name}: NSA / dense twin tokens/s = {r['toks_per_s'] / dense['toks_per_s']:.3f} "
-                  f"(medians of {r['runs']} and {dense['runs']} runs; NSA kernel {r.get('attention_kernel')})")
+    for line in comparisons(results):
+        print(line)
     for name, *_ in cases:
         single = next((r for r in results if r["case"] == name and r["ranks"] == 1), None)
         ddp = next((r for r in results if r["case"] == name and r["ranks"] == 2), None)

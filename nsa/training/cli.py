@@ -51,6 +51,8 @@ def resolve_config(args: argparse.Namespace, environ=os.environ) -> tuple[RunCon
                                  if getattr(args, flag) is not None}
     if args.compile:
         overrides["train.compile"] = True
+    if args.cuda_graphs:
+        overrides["train.cuda_graphs"] = True
     if args.activation_checkpointing is not None:
         overrides["model.activation_checkpointing"] = bool(args.activation_checkpointing)
     fsdp = args.fsdp or args.fsdp_no_reshard

@@ -120,6 +120,7 @@ class TrainConfig:
     fsdp_reshard: bool = True  # FSDP2 reshard_after_forward; false: the SHARD_GRAD_OP equivalent (--fsdp-no-reshard)
     device: str = "auto"
     compile: bool = False
+    cuda_graphs: bool = False  # the whole train step captured in CUDA graphs (nsa.training.graphs; --cuda-graphs)
     seed: int = 1337
     log_every: int = 20
     save_every: int = 5000
@@ -154,10 +155,28 @@ class TrainConfig:
             raise ValueError(f"train.peak_tflops must be positive or null, got {self.peak_tflops}")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
             raise ValueError(f"train.beta1/beta2 must be in [0, 1), got {self.beta1}, {self.beta2}")
+        if self.cuda_graphs:
+            _check_cuda_graphs(self)
         for name, choices in (("precision", PRECISIONS), ("parallel", PARALLEL), ("lr_schedule", LR_SCHEDULES),
                               ("device", DEVICES)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"train.{name} must be one of {' | '.join(choices)}, got {getattr(self, name)!r}")
+
+
+def _check_cuda_graphs(tc: TrainConfig) -> None:
+    """The settings train.cuda_graphs cannot be combined with, each refused with its reason (the device and the
+    attention kernels are checked when the trainer starts: nsa.training.graphs.check_supported)."""
+    if tc.device == "cpu":
+        raise ValueError("train.cuda_graphs needs a CUDA device, but train.device is 'cpu'")
+    if tc.parallel == "fsdp":
+        raise ValueError("train.cuda_graphs cannot be combined with FSDP2 (train.parallel: fsdp): FSDP2 gathers and "
+                         "frees parameters on its own streams with host-side waits, which a CUDA graph cannot replay; "
+                         "use DDP (--ddp 1) or a single process")
+    if tc.precision == "fp16":
+        raise ValueError("train.cuda_graphs cannot be combined with precision fp16: the GradScaler decides on the host "
+                         "whether to skip each step; use bf16 or fp32")
+    if tc.compile:
+        raise ValueError("train.cuda_graphs and train.compile are exclusive: choose one (--cuda-graphs or --compile)")
 
 
 @dataclass(frozen=True)

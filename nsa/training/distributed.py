@@ -106,14 +106,17 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-def wrap_ddp(model: nn.Module, info: DistInfo, bucket_mb: int, compress: str, counter=None) -> nn.Module:
+def wrap_ddp(model: nn.Module, info: DistInfo, bucket_mb: int, compress: str, counter=None,
+             gradient_as_bucket_view: bool = False) -> nn.Module:
     """DistributedDataParallel with bucket_cap_mb and a comm hook that averages each gradient bucket: in fp32, or
     in bf16/fp16 when compress is not "none" (nsa.training.comm_count.ddp_hook). The hook counts what it sends
-    into `counter` (a comm_count.CommCounter), when given."""
+    into `counter` (a comm_count.CommCounter), when given. gradient_as_bucket_view: gradients are views of the
+    buckets (fixed addresses; train.cuda_graphs sets it)."""
     from nsa.training.comm_count import ddp_hook
 
     ddp = nn.parallel.DistributedDataParallel(
-        model, device_ids=[info.device.index] if info.device.type == "cuda" else None, bucket_cap_mb=bucket_mb)
+        model, device_ids=[info.device.index] if info.device.type == "cuda" else None, bucket_cap_mb=bucket_mb,
+        gradient_as_bucket_view=gradient_as_bucket_view)
     ddp.register_comm_hook(None, ddp_hook(counter, None if compress == "none" else COMPRESS_DTYPES[compress]))
     return ddp
 

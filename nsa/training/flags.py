@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--out-dir", help="output directory (train.out_dir)")
     a("--resume", action="store_true", help="continue from the latest checkpoint in out_dir")
     a("--compile", action="store_true", help="torch.compile the model")
+    a("--cuda-graphs", action="store_true",
+      help="capture the whole train step (forward, backward, clipping, optimizer) in CUDA graphs and replay it "
+           "each step: a GPU, NSA's Triton kernels or the dense twin; not with FSDP2, fp16 or --compile "
+           "(train.cuda_graphs)")
     a("--device", choices=("auto", "cpu", "cuda"), help="train.device")
     a("--log-every", type=int, help="console/aux-stat interval in steps (train.log_every)")
     a("--save-every", type=int, help="checkpoint interval in steps (train.save_every)")

@@ -1,4 +1,5 @@
-"""AdamW with the usual decay split, and the warmup + cosine learning-rate schedule."""
+"""AdamW with the usual decay split, the warmup + cosine learning-rate schedule, and the learning rate set in a way
+a CUDA graph can replay (set_lr, make_capturable)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,35 @@ def build_adamw(model: nn.Module, lr: float, weight_decay: float, betas: tuple[f
                 fused: bool) -> torch.optim.AdamW:
     return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, eps=1e-8,
                              fused=True if fused else None)
+
+
+def make_capturable(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """Turn an AdamW (built by build_adamw, possibly loaded from a checkpoint) into one whose step can be captured in
+    a CUDA graph (nsa.training.graphs): torch's capturable=True (step counts and bias corrections on the device, no
+    host sync) and each group's learning rate a 0-d fp32 tensor on the parameters' device, which set_lr fills in
+    place, so a replayed step reads the schedule's current value. Idempotent; state loaded with its step counts on
+    the host (an eager run's checkpoint) is moved to the device."""
+    optimizer.defaults["capturable"] = True
+    for group in optimizer.param_groups:
+        device = group["params"][0].device
+        lr = group["lr"]
+        if not (isinstance(lr, torch.Tensor) and lr.device == device and lr.dtype == torch.float32 and lr.dim() == 0):
+            group["lr"] = torch.tensor(float(lr), dtype=torch.float32, device=device)
+        group["capturable"] = True
+        for p in group["params"]:
+            step = optimizer.state.get(p, {}).get("step")
+            if isinstance(step, torch.Tensor) and (step.device != p.device or step.dtype != torch.float32):
+                optimizer.state[p]["step"] = step.to(device=p.device, dtype=torch.float32)
+    return optimizer
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Every group's learning rate = lr: assigned, or filled in place where it is a tensor (make_capturable)."""
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
 
 
 def lr_at(step: int, *, lr: float, warmup_steps: int, schedule: str, decay_steps: int,

@@ -21,14 +21,14 @@ import torch.nn as nn
 from nsa import observability, toggles
 from nsa.model import NSAModel, flops_per_token, lm_loss
 from nsa.toggles import Toggles
-from nsa.training import checkpoint, comm_count, distributed, metrics, outputs, timeline
+from nsa.training import checkpoint, comm_count, distributed, graphs, metrics, outputs, timeline
 from nsa.training.comm_model import activation_bytes, comm_model, memory_model, param_specs
 from nsa.training.config import RunConfig, UsageError, save_config
 from nsa.training.data import build_eval_source, build_source
 from nsa.training.distributed import DistInfo
 from nsa.training.heartbeat import HeartbeatWriter
 from nsa.training.metrics import device_name, memory_detail_gb, memory_gb, mfu, peak_flops
-from nsa.training.optim import build_adamw, lr_at
+from nsa.training.optim import build_adamw, lr_at, make_capturable, set_lr
 from nsa.training.safety import CSV_FAULTS_STOPPING_WRITER, RunControl, damage_training_csv
 from nsa.training.summary import SummaryAccumulator, format_summary
 from nsa.training.watchdog import HALT_NAME
@@ -87,6 +87,12 @@ class Trainer:
             torch.cuda.synchronize(self.device)
         self.timeline.mark("model_on_device")
         self.n_params = self.net.num_params()
+        # CUDA graphs (nsa.training.graphs): refused here where they cannot work; DDP is built on the capture's
+        # side stream, so the side stream exists before the wrapping
+        self.capture = None
+        if tc.cuda_graphs:
+            graphs.check_supported(self.device, self._attention_kernel())
+            self.capture = graphs.CudaCapture(self.device)
         self.flops_per_token = flops_per_token(cfg.model, tc.seq_len)
         # communication: counted at the calls (comm_count) and predicted from the real parameters (comm_model)
         self.comm = (comm_count.CommCounter(measure_time=self.device.type != "cuda")
@@ -129,6 +135,16 @@ class Trainer:
                 self.source.load_state_dict(data_state)
                 self.say(f"resumed from {found} (step {self.start_step})")
         self.last_saved = self.start_step
+        self.graphed: graphs.GraphedStep | None = None
+        if self.capture is not None:  # after the resume: a loaded optimizer is made capturable too
+            make_capturable(self.optimizer)
+            ddp = self.parallel == "ddp"
+            self.graphed = graphs.GraphedStep(
+                capture=self.capture, micro_step=self._micro_step, grad_norm=self._grad_norm,
+                set_record_stats=self.net.set_record_stats, optimizer=self.optimizer,
+                params=list(self.net.parameters()), accum=tc.accum, batch_size=tc.batch_size, seq_len=tc.seq_len,
+                device=self.device, record_stats=not tg.aux_stats_disable,
+                warmup_steps=graphs.DDP_WARMUP_STEPS if ddp else graphs.WARMUP_STEPS, counter=self.comm)
         self.summary = SummaryAccumulator(
             parallel=self.parallel, world_size=info.world_size, device_type=self.device.type,
             tokens_per_step=info.world_size * tc.batch_size * tc.accum * tc.seq_len,
@@ -156,7 +172,8 @@ class Trainer:
                         "flops_per_token": self.flops_per_token, "device_name": device_name(self.device),
                         "peak_flops": self.peak, "resumed_from_step": self.start_step,
                         "toggles": {k: str(v) for k, v in dataclasses.asdict(tg).items()},
-                        "attention": cfg.model.attention, "attention_kernel": self._attention_kernel()})
+                        "attention": cfg.model.attention, "attention_kernel": self._attention_kernel(),
+                        "cuda_graphs": self.graphed.describe() if self.graphed is not None else {"enabled": False}})
             outputs.write_json(self.out / outputs.ENV_JSON, env)
             resume_at = self.start_step if resume else None
             self.csv = outputs.CsvLog(self.out / outputs.TRAINING_CSV, columns, resume_step=resume_at)
@@ -189,7 +206,11 @@ class Trainer:
         tc, tg = self.cfg.train, self.tg
         model: nn.Module = net
         if self.parallel == "ddp":
-            model = distributed.wrap_ddp(net, self.info, tg.ddp_bucket_mb, tg.ddp_compress, counter=self.comm)
+            # CUDA graphs: DDP built on the capture's side stream, its gradients views of its buckets (fixed
+            # addresses for the graphs); nsa.training.graphs
+            with self.capture.side_stream() if self.capture is not None else contextlib.nullcontext():
+                model = distributed.wrap_ddp(net, self.info, tg.ddp_bucket_mb, tg.ddp_compress, counter=self.comm,
+                                             gradient_as_bucket_view=self.capture is not None)
             self.say(f"[ddp] world size {self.info.world_size}, backend {self.info.backend}, "
                      f"bucket_cap_mb {tg.ddp_bucket_mb}")
             if tg.ddp_compress != "none":
@@ -243,7 +264,8 @@ class Trainer:
     def _autocast(self):
         if self.amp_dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+        # autocast's cache of cast weights is not graph-safe (torch.cuda.graphs): off under CUDA graphs
+        return torch.autocast(self.device.type, dtype=self.amp_dtype, cache_enabled=not self.cfg.train.cuda_graphs)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -277,8 +299,11 @@ class Trainer:
             self.control.hang(step)
         lr = lr_at(step, lr=tc.lr, warmup_steps=tc.warmup_steps, schedule=tc.lr_schedule,
                    decay_steps=tc.decay_steps or tc.steps, min_lr_ratio=tc.min_lr_ratio)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_lr(self.optimizer, lr)
+        if self.graphed is not None:  # the same step, replayed (nsa.training.graphs)
+            batches = [self.source.next_batch() for _ in range(tc.accum)]
+            loss_sum, grad_norm = self.graphed.step(batches, nan=fault == "nan")
+            return {"lr": lr, "loss_sum": loss_sum, "grad_norm": grad_norm}
         if self.parallel == "fsdp":
             self.model.set_requires_gradient_sync(True)
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -289,22 +314,27 @@ class Trainer:
             inputs, targets = self.source.next_batch()
             inputs, targets = inputs.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
             self.net.set_record_stats(record_stats and last)
-            with self._no_sync(last):
-                with self._autocast():
-                    loss = lm_loss(self.model(inputs), targets)
-                if not self.timeline.has("first_forward"):
-                    self._sync()
-                    self.timeline.mark("first_forward")
-                if fault == "nan":
-                    loss = loss * float("nan")
-                scaled = loss / tc.accum
-                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
-            loss_sum += loss.detach().double()
+            loss_sum += self._micro_step(inputs, targets, last, float("nan") if fault == "nan" else None).double()
         self.net.set_record_stats(False)
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         grad_norm = self._grad_norm()
         return {"lr": lr, "loss_sum": loss_sum, "grad_norm": grad_norm}
+
+    def _micro_step(self, inputs: torch.Tensor, targets: torch.Tensor, last: bool, loss_factor=None) -> torch.Tensor:
+        """One micro-batch's forward and backward (gradients summed over the step's micro-batches); its detached
+        loss. loss_factor: multiplies the loss (NaN: the NSA_FAULT=nan testing aid; a tensor under CUDA graphs)."""
+        with self._no_sync(last):
+            with self._autocast():
+                loss = lm_loss(self.model(inputs), targets)
+            if not self.timeline.has("first_forward"):
+                self._sync()
+                self.timeline.mark("first_forward")
+            if loss_factor is not None:
+                loss = loss * loss_factor
+            scaled = loss / self.cfg.train.accum
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+        return loss.detach()
 
     # ------------------------------------------------------------------ loop
     def run(self) -> int:
@@ -324,6 +354,8 @@ class Trainer:
         try:
             with observability.sdpa_backends(self.tg.sdpa_flash_only, self.tg.sdpa_no_flash), \
                     profiler or contextlib.nullcontext(), counting:
+                if self.graphed is not None:
+                    self._capture_graphs(step)
                 while step < tc.steps:
                     step += 1
                     self.control.step = step
@@ -354,12 +386,15 @@ class Trainer:
                         step -= 1
                         break
                     with observability.span("nsa.optim"):
-                        if self.scaler:
+                        if self.graphed is not None:  # the next step graph writes the gradients afresh
+                            self.graphed.optimizer_step()
+                        elif self.scaler:
                             self.scaler.step(self.optimizer)
                             self.scaler.update()
+                            self.optimizer.zero_grad(set_to_none=True)
                         else:
                             self.optimizer.step()
-                        self.optimizer.zero_grad(set_to_none=True)
+                            self.optimizer.zero_grad(set_to_none=True)
                     self._sync()
                     dt = time.perf_counter() - t0
                     self.timeline.mark("first_optimizer_step")
@@ -410,6 +445,14 @@ class Trainer:
         self.heartbeat.close()
         self.say(f"{status} at step {step}" + (f": {reason}" if reason else ""))
         return code
+
+    def _capture_graphs(self, step: int) -> None:
+        """Warm up and capture the train step (nsa.training.graphs), inside the loop's SDPA-backend and profiler
+        contexts so that the captured kernels are the ones the loop would run."""
+        info = self.graphed.capture()
+        self.heartbeat.write(step, "cuda_graphs", **info)
+        self.say(f"CUDA graphs: train step captured after {info['warmup_steps']} warm-up steps on a side stream "
+                 f"({info['capture_s']:.2f} s); each step replays the step graph, then the optimizer graph")
 
     def _record(self, step, loss, lr, grad_norm, dt, tokens_per_step, local_loss, aux, comm=None) -> None:
         tc = self.cfg.train

@@ -34,7 +34,6 @@ RULE = ("a module imports only modules of its own layer or of a layer below it, 
 
 # Upward imports that exist today: "importer -> imported": the item of issue 23 that removes it.
 KNOWN_UPWARD = {
-    "validation.contracts -> validation.launch.telemetry": "item 7 (telemetry.COLUMNS moves down)",
     "validation.environment -> validation.runbook": "item 1 (Requirements below the runbook)",
     "validation.steps._parallelism_view -> validation.report.format": "item 1 (formatting below steps and report)",
     "validation.steps.ab -> validation.compare": "item 1 (measured_run_noise into the analyses)",
@@ -63,33 +62,6 @@ KNOWN_UPWARD = {
 
 # Circles that exist today (every elementary one, written from its smallest module): the item that removes it.
 KNOWN_CIRCLES = {
-    "validation.contracts -> validation.launch.telemetry -> validation.launch.processes -> validation.launch.spec"
-    " -> validation.launch.slurm -> validation.launch.attempt -> validation.contracts": "item 7 (launch circles)",
-    "validation.contracts -> validation.launch.telemetry -> validation.launch.processes -> validation.launch.spec"
-    " -> validation.launch.slurm -> validation.launch.attempt -> validation.launch.diagnosis -> validation.contracts":
-        "item 7 (launch circles)",
-    "validation.contracts -> validation.launch.telemetry -> validation.launch.processes -> validation.launch.spec"
-    " -> validation.launch.slurm -> validation.launch.diagnosis -> validation.contracts": "item 7 (launch circles)",
-    "validation.launch.attempt -> validation.launch.diagnosis -> validation.launch.spec -> validation.launch.slurm"
-    " -> validation.launch.attempt": "item 7 (launch circles)",
-    "validation.launch.attempt -> validation.launch.processes -> validation.launch.spec -> validation.launch.slurm"
-    " -> validation.launch.attempt": "item 7 (launch circles)",
-    "validation.launch.attempt -> validation.launch.slurm -> validation.launch.attempt": "item 7 (launch circles)",
-    "validation.launch.attempt -> validation.launch.spec -> validation.launch.slurm -> validation.launch.attempt":
-        "item 7 (launch circles)",
-    "validation.launch.attempt -> validation.launch.telemetry -> validation.launch.processes -> validation.launch.spec"
-    " -> validation.launch.slurm -> validation.launch.attempt": "item 7 (launch circles)",
-    "validation.launch.attempt -> validation.launch.torchrun -> validation.launch.spec -> validation.launch.slurm"
-    " -> validation.launch.attempt": "item 7 (launch circles)",
-    "validation.launch.diagnosis -> validation.launch.spec -> validation.launch.slurm -> validation.launch.diagnosis":
-        "item 7 (launch circles)",
-    "validation.launch.processes -> validation.launch.spec -> validation.launch.slurm -> validation.launch.processes":
-        "item 7 (launch circles)",
-    "validation.launch.processes -> validation.launch.spec -> validation.launch.slurm -> validation.launch.telemetry"
-    " -> validation.launch.processes": "item 7 (launch circles)",
-    "validation.launch.slurm -> validation.launch.spec -> validation.launch.slurm": "item 7 (launch circles)",
-    "validation.launch.slurm -> validation.launch.torchrun -> validation.launch.spec -> validation.launch.slurm":
-        "item 7 (launch circles)",
     "validation.overrides -> validation.runbook -> validation.overrides": "item 1 (runbook -> overrides -> steps/base)",
     "validation.overrides -> validation.steps.base -> validation.runbook -> validation.overrides":
         "item 1 (runbook -> overrides -> steps/base)",
@@ -128,13 +100,10 @@ KNOWN_FUNCTION_IMPORTS: dict[str, tuple[int, int]] = {
     'validation.acceptance': (1, 1),
     'validation.cli': (27, 27),
     'validation.comm_bench': (5, 5),
-    'validation.contracts': (4, 4),
+    'validation.contracts': (2, 2),
     'validation.environment': (10, 10),
-    'validation.launch.attempt': (2, 1),
     'validation.launch.processes': (2, 2),
-    'validation.launch.slurm': (1, 1),
-    'validation.launch.spec': (3, 3),
-    'validation.launch.telemetry': (3, 3),
+    'validation.launch.telemetry': (2, 2),
     'validation.report.console': (1, 1),
     'validation.report.plots': (5, 5),
     'validation.report.problems': (1, 1),

@@ -72,8 +72,6 @@ KNOWN_CIRCLES = {
     "validation.runbook -> validation.steps -> validation.steps.base -> validation.runbook":
         "item 1 (runbook -> overrides -> steps/base)",
     "validation.runbook -> validation.steps.base -> validation.runbook": "item 1 (runbook -> overrides -> steps/base)",
-    "validation.steps._parallelism_analysis -> validation.steps.parallelism -> validation.steps._parallelism_analysis":
-        "item 1 (steps/parallelism <-> steps/_parallelism_analysis)",
 }
 
 # Function-level imports per module: (all of them, those without a one-line reason comment). Item 1 brings the
@@ -112,12 +110,12 @@ KNOWN_FUNCTION_IMPORTS: dict[str, tuple[int, int]] = {
     'validation.runbook': (2, 2),
     'validation.runner': (1, 1),
     'validation.schema': (1, 1),
-    'validation.steps._parallelism_analysis': (6, 6),
+    'validation.steps._parallelism_analysis': (4, 4),
     'validation.steps._parallelism_view': (1, 1),
     'validation.steps.ab': (7, 7),
     'validation.steps.base': (5, 5),
     'validation.steps.comm': (2, 2),
-    'validation.steps.parallelism': (3, 3),
+    'validation.steps.parallelism': (2, 2),
     'validation.steps.profile': (2, 2),
     'validation.steps.scaling': (3, 3),
     'validation.steps.scan': (5, 5),

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from validation.contracts import TELEMETRY_COLUMNS as COLUMNS, TELEMETRY_CSV
+from validation.contracts import TELEMETRY_COLUMNS as COLUMNS
 from validation.launch.processes import descendants
 
 INTERVAL_S = 1.0

@@ -14,7 +14,8 @@
     telemetry   the device telemetry sampler beside a launch (a thread; per node of a Slurm job a background
                 `python -m validation.launch.telemetry`), its metrics and the low-GPU-utilisation diagnosis
 
-The names below are imported on first use, so reading a runbook or a plan loads only the launch record.
+The names below are imported on first use, so reading a runbook or a plan loads only the launch record (spec, with
+the batch script it shows: sbatch, torchrun).
 """
 
 from __future__ import annotations

@@ -23,8 +23,6 @@ RDZV_PORT_BASE = 29500  # the rendezvous port: RDZV_PORT_BASE + job id % RDZV_PO
 RDZV_PORT_SPAN = 20000
 _SBATCH_OWN = ("--nodes", "--ntasks-per-node", "--output", "--error", "--open-mode", "--chdir", "--job-name",
                "--requeue", "--no-requeue", "--parsable", "--wait")
-
-
 _ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

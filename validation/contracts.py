@@ -28,6 +28,7 @@ a clear verdict from what is there.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from pathlib import Path
@@ -38,7 +39,40 @@ from nsa.training.watchdog import HALT_NAME
 
 _ERROR_FILE_RE = re.compile(r"^error_rank(\d+)\.txt$")
 _TELEMETRY_RE = re.compile(r"^telemetry(?:-(.+))?\.csv$")
-_SET_ASIDE_RE = re.compile(r"\.(?:prev|attempt)\d+\.csv$")  # validation.launch.attempt.set_aside: earlier launches
+
+TELEMETRY_CSV = "telemetry.csv"  # a local launch's; telemetry-<node>.csv per node of a Slurm job
+# telemetry.csv, written by validation.launch.telemetry (its sampler) and read by read_telemetry: every column and
+# what it means (the one place they are documented).
+TELEMETRY_COLUMNS = {
+    "time": "unix time of the sample (s)",
+    "elapsed_s": "seconds since the sampler started",
+    "node": "host name of the node sampled",
+    "sample": "sample number, 0-based (the rows of one sample share it: one per GPU)",
+    "gpu": "NVML index of the GPU; empty without one (or without pynvml)",
+    "ours": "1 when a process of the launch has a compute context on this GPU, 0 when none has, empty when unknown",
+    "gpu_util_pct": "NVML utilization.gpu: percent of the last sample period a kernel was running",
+    "mem_used_gb": "GPU memory used, GiB (all processes)",
+    "mem_total_gb": "GPU memory, GiB",
+    "power_w": "power draw, W",
+    "sm_clock_mhz": "SM clock, MHz",
+    "temp_c": "GPU temperature, degrees C",
+    "throttle": "active clock throttle reasons, '+'-joined (THROTTLE_REASONS names); 'none' when no reason is "
+                "active; empty when the driver does not say",
+    "pcie_gen": "current PCIe link generation",
+    "pcie_gen_max": "maximum PCIe link generation of the GPU and its slot",
+    "pcie_width": "current PCIe link width (lanes)",
+    "pcie_width_max": "maximum PCIe link width",
+    "ecc_corrected": "volatile corrected ECC errors (since the driver loaded); empty without ECC",
+    "ecc_uncorrected": "volatile uncorrected ECC errors; empty without ECC",
+    "xid_errors": "Xid critical-error events NVML delivered since the sampler started",
+    "xid_last": "the last Xid code seen (empty: none)",
+    "cpu_util_pct": "CPU time of the launch's process tree over the period, percent of one core",
+    "rss_gb": "sum of the resident set sizes of the launch's processes, GiB",
+    "procs": "processes in the launch's tree",
+    "sampler_cpu_ms": "CPU time the sampler itself spent on this sample, ms (its cost)",
+}
+
+_SET_ASIDE_RE = re.compile(r"\.(?:prev|attempt)\d+\.csv$")  # validation.launch.local.set_aside: earlier launches
 
 
 def _read_object(path: Path) -> dict[str, Any] | None:
@@ -190,13 +224,9 @@ def telemetry_files(step_dir: Path | None) -> list[Path]:
 
 
 def read_telemetry(step_dir: Path | None) -> list[dict[str, Any]]:
-    """Every row of a launch's telemetry files (telemetry_files), columns as in validation.launch.telemetry.COLUMNS:
+    """Every row of a launch's telemetry files (telemetry_files), columns as in TELEMETRY_COLUMNS:
     numbers as int/float, an empty cell as None, "node" and "throttle" as text ("none" when no reason was active);
     a row cut off by a killed writer, or with an unparseable time, is left out. [] without a file."""
-    import csv
-
-    from validation.launch.telemetry import COLUMNS
-
     rows = []
     for path in telemetry_files(step_dir):
         try:
@@ -205,7 +235,7 @@ def read_telemetry(step_dir: Path | None) -> list[dict[str, Any]]:
                     if None in raw or any(v is None for v in raw.values()):  # a row cut off by a killed writer
                         continue
                     row = {key: (raw.get(key) or None) if key in ("node", "throttle") else _number(raw.get(key))
-                           for key in COLUMNS}
+                           for key in TELEMETRY_COLUMNS}
                     if row["time"] is None:
                         continue
                     row["node"] = row["node"] or path.stem.partition("-")[2] or None

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from nsa import toggles
 from nsa.training.config import brief
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -153,8 +154,6 @@ def env_problem(name: str, value: str) -> str | None:
     of toggles (nsa.toggles, with the closest known names) or a value that does not parse for its type. Other names
     (NCCL_*, TORCH_*, ...) pass, and so does a value holding a ${step.winner...} reference (it is checked where
     the winner is measured)."""
-    from nsa import toggles
-
     if "${" in value:
         value = ""  # the name is still checked; the value is the winner's
     return toggles.check(name, value)

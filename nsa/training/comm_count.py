@@ -14,7 +14,7 @@ byte model (nsa.training.comm_model) honestly:
 
 Bytes are the message size in the nccl-tests convention, so that time ~ bytes / busbw: all-reduce and broadcast
 the buffer, all-gather the gathered output (world_size x the input), reduce-scatter the full input, all-to-all
-the input. Kinds: COMM_KINDS.
+the input. Kinds: COMM_KINDS (defined with summary.json's format in nsa.training.outputs).
 
 Time: on CPU (gloo) the wall time from issuing a collective until it has completed (synchronous calls: around
 the call; asynchronous ones: until their future completes), reduced per step to the union of those intervals
@@ -34,7 +34,8 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 
-COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
+from nsa.training.outputs import COMM_KINDS  # the kinds summary.json's comm entries may name
+
 SOURCES = ("model", "trainer")  # gradient / parameter traffic; the trainer's own per-step sync
 
 # torch.distributed functions wrapped for FSDP2: name -> (kind, how the message size is read from the arguments).

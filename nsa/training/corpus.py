@@ -26,7 +26,7 @@ from typing import Iterator
 import torch
 
 from nsa.training.config import DataError
-from nsa.training.data import check_state
+from nsa.training.source import check_state
 
 BYTE_VOCAB = 256
 DOC_SEPARATOR = 0  # token appended after every document by the byte tokenizer (the NUL byte)

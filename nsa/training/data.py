@@ -6,7 +6,8 @@
 (next-token prediction). `state_dict()` is this rank's data position (plain ints and strings);
 `load_state_dict()` resumes exactly there (best effort for the hub stream).
 
-Datasets (`DataConfig.dataset`), each in its own module:
+The interface every source implements, `TokenSource`, and the check of a resumed position, `check_state`, are in
+nsa.training.source, below this module and the sources. Datasets (`DataConfig.dataset`), each in its own module:
 
   synthetic    a seeded, learnable token process (a sparse Markov chain plus verbatim copies of earlier spans),
                generated on the fly; no files (nsa.training.synthetic).
@@ -22,32 +23,15 @@ Errors a user can cause (missing path, bad file, bad config value, unreachable h
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
-
 import torch
 
 from nsa.training.config import DATASETS, DataConfig, DataError
+from nsa.training.corpus import PARQUET_EXTENSIONS, WindowSource, check_byte_vocab, read_corpus
+from nsa.training.fineweb import FineWebStream
+from nsa.training.source import TokenSource
+from nsa.training.synthetic import TAG_EVAL, SyntheticSource
 
-
-@runtime_checkable
-class TokenSource(Protocol):
-    """What `build_source` returns."""
-
-    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(inputs, targets), both int64 [batch_size, seq_len]; targets are inputs shifted by one token."""
-        ...
-
-    def state_dict(self) -> dict:
-        """This rank's data position: small and picklable (plain ints and strings)."""
-        ...
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue from a position returned by `state_dict()`."""
-        ...
-
-    def close(self) -> None:
-        """Stop any background thread (idempotent)."""
-        ...
+__all__ = ["FixedBatches", "TokenSource", "build_eval_source", "build_source"]
 
 
 def build_source(cfg: DataConfig, *, vocab_size: int, seq_len: int, batch_size: int,
@@ -64,12 +48,8 @@ def build_source(cfg: DataConfig, *, vocab_size: int, seq_len: int, batch_size: 
         raise DataError(f"data: seed must be an integer, got {seed!r}")
 
     if cfg.dataset == "synthetic":
-        from nsa.training.synthetic import SyntheticSource
-
         return SyntheticSource(vocab_size=vocab_size, seq_len=seq_len, batch_size=batch_size,
                                rank=rank, world_size=world_size, seed=seed)
-    from nsa.training.corpus import PARQUET_EXTENSIONS, WindowSource, check_byte_vocab, read_corpus
-
     check_byte_vocab(cfg.dataset, vocab_size)
 
     if cfg.dataset == "text":
@@ -82,8 +62,6 @@ def build_source(cfg: DataConfig, *, vocab_size: int, seq_len: int, batch_size: 
                                  what="fineweb_edu")
             return WindowSource(tokens, kind="fineweb_edu", seq_len=seq_len, batch_size=batch_size,
                                  rank=rank, world_size=world_size)
-        from nsa.training.fineweb import FineWebStream
-
         return FineWebStream(text_key=cfg.text_key, timeout_s=float(cfg.loader_timeout_s), seq_len=seq_len,
                               batch_size=batch_size, rank=rank, world_size=world_size)
     raise DataError(f"DataConfig.dataset must be one of {' | '.join(DATASETS)}, got {cfg.dataset!r}")
@@ -100,8 +78,6 @@ def build_eval_source(cfg: DataConfig, *, vocab_size: int, seq_len: int, batch_s
     source = build_source(cfg, vocab_size=vocab_size, seq_len=seq_len, batch_size=batch_size,
                           rank=rank, world_size=world_size, seed=seed)
     if cfg.dataset == "synthetic":
-        from nsa.training.synthetic import TAG_EVAL
-
         source.sample_tag = TAG_EVAL
     return FixedBatches(source)
 
@@ -131,16 +107,3 @@ class FixedBatches:
 def check_int(name: str, value, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise DataError(f"data: {name} must be an integer >= {minimum}, got {value!r}")
-
-
-def check_state(state, kind: str, keys: tuple[str, ...]) -> dict:
-    if not isinstance(state, dict):
-        raise DataError(f"data state must be a dict from state_dict(), got {type(state).__name__}")
-    if state.get("kind") != kind:
-        raise DataError(f"data state is for source {state.get('kind')!r} but this run's source is {kind!r}; "
-                        "resume with the same dataset")
-    for key in keys:
-        value = state.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise DataError(f"data state {kind!r}: {key} must be an integer >= 0, got {value!r}")
-    return state

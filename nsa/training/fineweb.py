@@ -10,7 +10,7 @@ import torch
 
 from nsa.training.config import DataError
 from nsa.training.corpus import DOC_SEPARATOR, doc_text
-from nsa.training.data import check_state
+from nsa.training.source import check_state
 
 FINEWEB_REPO = "HuggingFaceFW/fineweb-edu"
 FINEWEB_NAME = "sample-10BT"

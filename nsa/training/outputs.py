@@ -77,7 +77,8 @@ STATUSES = ("running", "completed", "halted", "terminated", "nonfinite", "crashe
 
 # ---------------------------------------------------------------------- summary.json (the Training Summary)
 SUMMARY_SCHEMA = 1
-COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")  # = comm_count.COMM_KINDS
+# The collectives nsa.training.comm_count counts (the one definition; summary.json's comm entries name them).
+COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 
 # Every summary.json field and what it means (the one place they are documented). Rank 0 writes the file at the end
 # of every run (completed, halted, terminated, nonfinite, crashed), with what the run got to; the statistics cover

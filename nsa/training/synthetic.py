@@ -7,7 +7,7 @@ import math
 import torch
 
 from nsa.training.config import DataError
-from nsa.training.data import check_state
+from nsa.training.source import check_state
 
 # ------------------------------------------------------------------------------------------ synthetic
 

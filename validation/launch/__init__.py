@@ -1,17 +1,21 @@
 """Starting, watching and ending the processes of a step: one launch record, one way to run it.
 
     spec        LaunchSpec (the one launch record, from the plan to the launcher), LaunchResult, Progress
-    torchrun    torchrun argv: one node's prefix, a command under it, local agents of a multi-node job
-    attempt     launch(spec): attempts (a port clash retried on a fresh port), one local attempt (Run), step files
+    torchrun    torchrun argv: one node's prefix, a command under it; the rank-prefix and node-name variables
+    attempt     launch(spec): attempts (a port clash retried on a fresh port), step files
+    local       one attempt on this machine (Run), the step-directory helpers every attempt shares (note, set_aside)
     processes   the /proc tree of a launch, ending process groups, dying with the orchestrator, the subreaper sweep
     interrupts  SIGINT / SIGTERM / SIGHUP to nsa-validate: Interrupted (a KeyboardInterrupt with the signal), exit codes
     diagnosis   why a launch ended: failing rank, traceback excerpt, stack-dump excerpt
-    slurm       batch scripts, sbatch/squeue/scontrol/scancel, SlurmRun (one attempt as a Slurm job)
+    sbatch      the batch script of a launch and its allocation (SlurmOptions)
+    slurm       sbatch/squeue/scontrol/scancel, SlurmRun (one attempt as a Slurm job)
     agents      `python -m validation.launch.agents`: several torchrun agents on this machine as one job
+                (local_agents_argv writes what they run)
     telemetry   the device telemetry sampler beside a launch (a thread; per node of a Slurm job a background
                 `python -m validation.launch.telemetry`), its metrics and the low-GPU-utilisation diagnosis
 
-The names below are imported on first use, so reading a runbook or a plan loads only the launch record.
+The names below are imported on first use, so reading a runbook or a plan loads only the launch record (spec, with
+the batch script it shows: sbatch, torchrun).
 """
 
 from __future__ import annotations

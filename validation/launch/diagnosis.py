@@ -19,7 +19,7 @@ from pathlib import Path
 from validation.contracts import error_files, read_status_json
 from validation.launch.spec import EXCERPT_MAX_LINES, LaunchSpec
 
-NOTE_PREFIX = "[launcher "  # the launcher's own lines in a combined log (validation.launch.attempt.note)
+NOTE_PREFIX = "[launcher "  # the launcher's own lines in a combined log (validation.launch.local.note)
 _LOG_TAIL_BYTES = 2 << 20  # tracebacks are looked for in the last 2 MiB of a log
 _TB_HEADER = "Traceback (most recent call last):"
 _TB_STOP = ("Traceback (most recent call last):", "During handling of the above exception",

@@ -1,13 +1,10 @@
-"""Slurm: batch scripts for a step, the few Slurm commands the launcher needs (sbatch, squeue, scontrol, scancel),
-as argv lists with their output parsed, and ``SlurmRun``, one launch attempt as a Slurm job. No shell is ever used
-to run them; the batch script itself is bash, built from quoted values only (``shlex.quote``), so runbook text
-never becomes shell code.
+"""Slurm: the few Slurm commands the launcher needs (sbatch, squeue, scontrol, scancel), as argv lists with their
+output parsed, and ``SlurmRun``, one launch attempt as a Slurm job. No shell is ever used to run them.
 
-A step's job (``batch_script``): ``#SBATCH`` lines for the allocation (nodes, one task per node, GPUs per node,
-CPUs per task, partition, account, time limit, the runbook's extra lines), the job's output appended to the step's
-``stdout.log``, then ``srun`` starting one torchrun agent per node; the agents meet by c10d rendezvous on the first
-node of the allocation (its NodeAddr, as Slurm knows it) at a port derived from the job id, with the job id as the
-rendezvous id. Every rank's output carries its global rank (``[defaultN]:``) so the step's log splits per rank.
+A step's job is the batch script of validation.launch.sbatch (``batch_script``, ``SlurmOptions``; importable from
+here too): bash built from quoted values only, one torchrun agent per node meeting by c10d rendezvous, with the job
+id as the rendezvous id. Every rank's output carries its global rank (``[defaultN]:``) so the step's log splits per
+rank.
 
 Job states map to launcher statuses with ``map_state``: COMPLETED -> ok, FAILED / NODE_FAIL / BOOT_FAIL /
 PREEMPTED / OUT_OF_MEMORY / CANCELLED by someone else -> failed, TIMEOUT / DEADLINE -> timeout.
@@ -30,12 +27,12 @@ from pathlib import Path
 
 from nsa.training.outputs import write_json
 from nsa.training.watchdog import STALLED
-from validation.launch.attempt import Run, note
 from validation.launch.diagnosis import clip
 from validation.launch.interrupts import describe as describe_interrupt
+from validation.launch.local import Run, note
 from validation.launch.processes import signals_deferred
+from validation.launch.sbatch import SlurmOptions, batch_script, validate_sbatch_line  # noqa: F401 (read from here)
 from validation.launch.spec import LAUNCH_ID_VAR, LaunchSpec, Progress
-from validation.launch.torchrun import NODE_NAME_VAR, PREFIX_TEMPLATE_VAR, RANK_PREFIX_TEMPLATE
 
 log = logging.getLogger("validation.launch")
 
@@ -43,8 +40,6 @@ SLURM_SCRIPT = "job.sbatch"
 SLURM_JOB_JSON = "slurm_job.json"
 
 COMMAND_TIMEOUT_S = 30.0  # for one sbatch/squeue/scontrol/scancel call
-RDZV_PORT_BASE = 29500  # the rendezvous port: RDZV_PORT_BASE + job id % RDZV_PORT_SPAN
-RDZV_PORT_SPAN = 20000
 
 # Slurm job states (squeue %T / scontrol JobState) that mean the job is over.
 FINAL_STATES = {"COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "CANCELLED", "PREEMPTED",
@@ -61,27 +56,8 @@ _STATE_TEXT = {
     "SPECIAL_EXIT": "the job ended in SPECIAL_EXIT",
     "REVOKED": "the job was revoked (REVOKED)",
 }
-_SBATCH_OWN = ("--nodes", "--ntasks-per-node", "--output", "--error", "--open-mode", "--chdir", "--job-name",
-               "--requeue", "--no-requeue", "--parsable", "--wait")
-
-
-_ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
 class SlurmError(RuntimeError):
     """A Slurm command could not be run or answered with an error; the message names the command."""
-
-
-@dataclass(frozen=True)
-class SlurmOptions:
-    """The allocation of one step's job (runbook ``launcher:`` keys of the same names)."""
-
-    partition: str | None = None
-    account: str | None = None
-    time_limit: str | None = None  # Slurm's format: "MM", "HH:MM:SS", "D-HH:MM"
-    gpus_per_node: int = 0
-    cpus_per_task: int | None = None
-    sbatch: tuple[str, ...] = ()  # extra "#SBATCH ..." option lines, e.g. "--exclusive", "--qos=high"
 
 
 @dataclass
@@ -111,111 +87,6 @@ def _run(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = 
         text = (proc.stderr or proc.stdout).strip().splitlines()
         raise SlurmError(f"{shlex.join(argv)}: exit {proc.returncode}: {text[-1] if text else 'no message'}")
     return proc.stdout
-
-
-def validate_sbatch_line(line: str) -> str | None:
-    """None when `line` is acceptable as an extra #SBATCH option, else why not."""
-    if not isinstance(line, str) or not line.startswith("--") or "\n" in line or "\r" in line:
-        return "must be one long option such as --exclusive or --qos=high (no newline)"
-    name = line.split("=", 1)[0].split()[0]
-    if name in _SBATCH_OWN:
-        return f"{name} is set by nsa-validate itself"
-    return None
-
-
-def rdzv_port_expr() -> str:
-    """The bash expression of the rendezvous port inside the job (distinct for concurrent jobs)."""
-    return f"$(( {RDZV_PORT_BASE} + SLURM_JOB_ID % {RDZV_PORT_SPAN} ))"
-
-
-def batch_script(*, job_name: str, nnodes: int, nproc_per_node: int, argv: list[str], env: dict[str, str],
-                 cwd: Path, log_path: Path, ranks_dir: Path, options: SlurmOptions, python: str,
-                 torchrun: bool = True, telemetry_s: float | None = None, telemetry_dir: Path | None = None) -> str:
-    """The bash batch script of one launch. `argv` is the command without torchrun (``python -m nsa.training ...``);
-    with `torchrun`, each node's task runs ``python -m torch.distributed.run`` with c10d rendezvous, else `argv`
-    itself runs once per node. `env` is exported in the script (values quoted). With `telemetry_s` (torchrun only),
-    every node's task first starts its device telemetry sampler in the background (``python -m
-    validation.launch.telemetry``, writing `telemetry_dir`/telemetry-<node>.csv, ending with the task) and ends it
-    after the agent."""
-    for line in options.sbatch:
-        problem = validate_sbatch_line(line)
-        if problem:
-            raise ValueError(f"sbatch line {line!r}: {problem}")
-    bad = [k for k in env if not _ENV_KEY_RE.fullmatch(k)]
-    if bad:
-        raise ValueError(f"environment variable names must match {_ENV_KEY_RE.pattern}: {bad}")
-    q = shlex.quote
-    lines = ["#!/bin/bash",
-             f"#SBATCH --job-name={q(job_name)}",
-             f"#SBATCH --nodes={int(nnodes)}",
-             "#SBATCH --ntasks-per-node=1",
-             f"#SBATCH --output={q(str(log_path))}",
-             "#SBATCH --open-mode=append",
-             "#SBATCH --no-requeue",  # a validation job is never silently rerun: its failure is the finding
-             f"#SBATCH --chdir={q(str(cwd))}"]
-    if options.gpus_per_node:
-        lines.append(f"#SBATCH --gpus-per-node={int(options.gpus_per_node)}")
-    if options.cpus_per_task:
-        lines.append(f"#SBATCH --cpus-per-task={int(options.cpus_per_task)}")
-    for key, flag in (("partition", "--partition"), ("account", "--account"), ("time_limit", "--time")):
-        value = getattr(options, key)
-        if value:
-            lines.append(f"#SBATCH {flag}={q(str(value))}")
-    lines += [f"#SBATCH {line}" for line in options.sbatch]
-    lines += ["set -euo pipefail"]
-    lines += [f"export {k}={q(v)}" for k, v in sorted(env.items())]
-    if not torchrun:  # a test suite or benchmark: once, on the job's node
-        lines += ["# generated by nsa-validate: the step's command on the allocated node",
-                  "srun --ntasks-per-node=1 \\", "    " + " \\\n    ".join(_chunks([q(a) for a in argv]))]
-        return "\n".join(lines) + "\n"
-    lines += ["# generated by nsa-validate: one torchrun agent per node, c10d rendezvous on the first node",
-              f"export {PREFIX_TEMPLATE_VAR}={q(RANK_PREFIX_TEMPLATE)}",
-              f"export NSAV_RANKS_DIR={q(str(ranks_dir))}",
-              'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-              "head_addr=$(scontrol show node \"$head_node\" -o | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')",
-              'head_addr=${head_addr:-$head_node}',
-              # torchrun reads any option from PET_<OPTION>: the rendezvous is only known inside the job
-              f'export PET_RDZV_ENDPOINT="$head_addr:{rdzv_port_expr()}"',
-              'export PET_RDZV_ID="nsav-$SLURM_JOB_ID"',
-              'echo "[slurm] job $SLURM_JOB_ID on $SLURM_JOB_NODELIST; rendezvous at $PET_RDZV_ENDPOINT"']
-    command = [python, "-m", "torch.distributed.run", f"--nnodes={int(nnodes)}",
-               f"--nproc-per-node={int(nproc_per_node)}", "--rdzv-backend=c10d", "--redirects", "3", "--tee", "3"]
-    command += argv[1:] if argv and argv[0] == python else ["--no-python", *argv]
-    # each task names its node for the trainer and its own torchrun log directory, says whether it hosts the
-    # rendezvous store (the first node: torch's own guess compares host names, which fails when NodeAddr is
-    # another interface's address), then runs the agent; --kill-on-bad-exit: srun ends the other nodes' tasks
-    # when one fails
-    lines.append('export NSAV_HEAD_NODE="$head_node"')
-    run = 'exec "$@"'
-    if telemetry_s:  # the node's sampler: started before the agent, ended after it (and by itself without its root)
-        from validation.launch.telemetry import TELEMETRY_CSV
-
-        lines.append(f"export NSAV_TELEMETRY_DIR={q(str(telemetry_dir if telemetry_dir is not None else cwd))} "
-                     f"NSAV_PYTHON={q(python)}")
-        stem = TELEMETRY_CSV.rsplit(".", 1)[0]
-        run = (f'"$NSAV_PYTHON" -m validation.launch.telemetry --root $$ --interval {float(telemetry_s):g} '
-               f'--node "$SLURMD_NODENAME" --out "$NSAV_TELEMETRY_DIR/{stem}-$SLURMD_NODENAME.csv" & nsav_tel=$!; '
-               '"$@"; rc=$?; kill -TERM $nsav_tel 2>/dev/null; wait $nsav_tel; exit $rc')
-    lines.append("srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c "
-                 f"'export {NODE_NAME_VAR}=\"$SLURMD_NODENAME\" PET_LOG_DIR=\"$NSAV_RANKS_DIR/$SLURMD_NODENAME\"; "
-                 'if [ "$SLURMD_NODENAME" = "$NSAV_HEAD_NODE" ]; then export PET_RDZV_CONF=is_host=1; '
-                 "else export PET_RDZV_CONF=is_host=0; fi; "
-                 f"{run}' nsav-task \\")
-    lines.append("    " + " \\\n    ".join(_chunks([q(c) for c in command])))
-    return "\n".join(lines) + "\n"
-
-
-def _chunks(words: list[str], width: int = 100) -> list[str]:
-    out, cur = [], ""
-    for w in words:
-        if cur and len(cur) + 1 + len(w) > width:
-            out.append(cur)
-            cur = w
-        else:
-            cur = f"{cur} {w}" if cur else w
-    if cur:
-        out.append(cur)
-    return out
 
 
 def submit(script: Path, env: dict[str, str], cwd: Path) -> str:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-if TYPE_CHECKING:  # validation.launch.slurm builds on the launch modules that import this one
-    from validation.launch.slurm import SlurmOptions
+from validation.launch import sbatch
+from validation.launch.sbatch import SlurmOptions
 
 STATUSES = ("ok", "failed", "timeout", "hang", "interrupted", "error")
 
@@ -128,8 +129,6 @@ class LaunchSpec:
         return dict(self.env) if self.inherit_env else recorded_env(self.env)[0]
 
     def slurm_options(self) -> SlurmOptions:
-        from validation.launch.slurm import SlurmOptions
-
         return self.slurm or SlurmOptions()
 
     def batch_script(self) -> str | None:
@@ -137,14 +136,10 @@ class LaunchSpec:
         directory) shows its paths as RUN_DIR/...; a launch about to run, as absolute paths."""
         if self.launcher != "slurm":
             return None
-        import sys
-
-        from validation.launch import slurm
-
         def where(path: Path) -> Path:  # a planned launch's RUN_DIR/... stays as it is
             return Path(path) if self.run_dir is None and not Path(path).is_absolute() else Path(path).resolve()
 
-        return slurm.batch_script(job_name=self.job_name, nnodes=self.nnodes, nproc_per_node=self.nproc_per_node,
+        return sbatch.batch_script(job_name=self.job_name, nnodes=self.nnodes, nproc_per_node=self.nproc_per_node,
                                   argv=[*self.wrapper, *self.argv], env=self.exported_env(),
                                   cwd=Path(self.cwd).resolve(), log_path=where(Path(self.step_dir) / LOG_NAME),
                                   ranks_dir=where(Path(self.step_dir) / RANKS_DIR), options=self.slurm_options(),

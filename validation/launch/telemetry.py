@@ -1,18 +1,19 @@
 """Device telemetry beside a trainer launch: one sampler per node, started and ended by the launch (never by the
 trainer), writing ``telemetry.csv`` (``telemetry-<node>.csv`` for a Slurm job's nodes) into the step directory.
 
-Local launches (validation.launch.attempt.Run): a ``Sampler`` thread of nsa-validate itself, started when the
+Local launches (validation.launch.local.Run): a ``Sampler`` thread of nsa-validate itself, started when the
 launch's first process is tracked and stopped (joined) when the launch ends, so there is no process to leave
 behind. A Slurm job: every node's task starts ``python -m validation.launch.telemetry --out ... --root $$`` in the
 background before torchrun and ends it after (validation.launch.slurm.batch_script); the sampler also ends by itself
 as soon as its root process is gone.
 
 Every ``interval_s`` (default 1 s) one row per GPU of the node (one row with ``gpu`` empty without pynvml or a GPU):
-``COLUMNS`` documents each column. GPU figures come from NVML (``pynvml``, imported lazily; a figure the driver does
-not report is empty); the CPU figures are the launch's process tree (the root and its descendants, /proc): CPU
-utilisation in percent of one core (200 = two cores busy) and the sum of the processes' resident set sizes.
-Reading the file: validation.contracts.read_telemetry; metrics for criteria: ``summarize``; the low-utilisation
-diagnosis: ``diagnose``.
+``COLUMNS`` (validation.contracts.TELEMETRY_COLUMNS, where the file's format is defined beside its reader)
+documents each column. GPU figures come from NVML (``pynvml``, imported lazily; a figure the driver does not report
+is empty); the CPU figures are the launch's process tree (the root and its descendants, /proc): CPU utilisation in
+percent of one core (200 = two cores busy) and the sum of the processes' resident set sizes. Reading the file:
+validation.contracts.read_telemetry; metrics for criteria: ``summarize``; the low-utilisation diagnosis:
+``diagnose``.
 """
 
 from __future__ import annotations
@@ -28,39 +29,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-TELEMETRY_CSV = "telemetry.csv"
+from validation.contracts import TELEMETRY_COLUMNS as COLUMNS
+from validation.launch.processes import descendants
+
 INTERVAL_S = 1.0
 LOW_GPU_UTIL_PCT = 80.0  # seed 003, "Low GPU Utilization": GPU utilization < 80%
 
-# Every column and what it means (the one place they are documented).
-COLUMNS = {
-    "time": "unix time of the sample (s)",
-    "elapsed_s": "seconds since the sampler started",
-    "node": "host name of the node sampled",
-    "sample": "sample number, 0-based (the rows of one sample share it: one per GPU)",
-    "gpu": "NVML index of the GPU; empty without one (or without pynvml)",
-    "ours": "1 when a process of the launch has a compute context on this GPU, 0 when none has, empty when unknown",
-    "gpu_util_pct": "NVML utilization.gpu: percent of the last sample period a kernel was running",
-    "mem_used_gb": "GPU memory used, GiB (all processes)",
-    "mem_total_gb": "GPU memory, GiB",
-    "power_w": "power draw, W",
-    "sm_clock_mhz": "SM clock, MHz",
-    "temp_c": "GPU temperature, degrees C",
-    "throttle": "active clock throttle reasons, '+'-joined (THROTTLE_REASONS names); 'none' when no reason is "
-                "active; empty when the driver does not say",
-    "pcie_gen": "current PCIe link generation",
-    "pcie_gen_max": "maximum PCIe link generation of the GPU and its slot",
-    "pcie_width": "current PCIe link width (lanes)",
-    "pcie_width_max": "maximum PCIe link width",
-    "ecc_corrected": "volatile corrected ECC errors (since the driver loaded); empty without ECC",
-    "ecc_uncorrected": "volatile uncorrected ECC errors; empty without ECC",
-    "xid_errors": "Xid critical-error events NVML delivered since the sampler started",
-    "xid_last": "the last Xid code seen (empty: none)",
-    "cpu_util_pct": "CPU time of the launch's process tree over the period, percent of one core",
-    "rss_gb": "sum of the resident set sizes of the launch's processes, GiB",
-    "procs": "processes in the launch's tree",
-    "sampler_cpu_ms": "CPU time the sampler itself spent on this sample, ms (its cost)",
-}
 # NVML clock throttle reason bits (nvmlClocksThrottleReason*); "gpu_idle" is not a slowdown.
 THROTTLE_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
                     0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
@@ -92,8 +66,6 @@ class TreeProbe:
         self.last_pids: set[int] = set()
 
     def pids(self) -> list[int]:
-        from validation.launch.processes import descendants
-
         found = set(descendants(self.root)) | ({self.root} if os.path.exists(f"/proc/{self.root}") else set())
         return sorted(found - self.exclude)
 

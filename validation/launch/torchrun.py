@@ -1,5 +1,6 @@
 """torchrun command lines: one node's ``python -m torch.distributed.run`` prefix, a command put under it, and the
-agents of a multi-node job emulated on this machine (``launcher: torchrun`` with ``nnodes > 1``)."""
+variables that give every rank's output its global rank and every agent its node's name (a multi-node job emulated
+on this machine: validation.launch.agents; a Slurm job: validation.launch.sbatch)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,11 @@ import os
 import re
 import socket
 import sys
-import uuid
 from pathlib import Path
-
-from nsa.training.outputs import write_json
-from validation.launch.spec import LaunchSpec, safe_name
 
 PREFIX_TEMPLATE_VAR = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 RANK_PREFIX_TEMPLATE = "[default${rank}]:"  # torchrun's tee prefix with the GLOBAL rank (not the local one)
 NODE_NAME_VAR = "NSA_NODE_NAME"  # the trainer records it as its node's name (env.json "nodes")
-AGENTS_JSON = "agents.json"
-AGENTS_GRACE_S = 30.0  # a local agent failed: the others get this long to end by themselves
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)*)?$")
 
 
@@ -76,19 +71,3 @@ def torchrun_argv(argv: list[str], prefix: list[str]) -> list[str]:
         if len(argv) >= 2 and not argv[1].startswith("-"):
             return [argv[0], *prefix[1:], *argv[1:]]
     return [*prefix, "--no-python", *argv]
-
-
-def local_agents_argv(spec: LaunchSpec, port: int, step_dir: Path, ranks_dir: Path) -> list[str]:
-    """`spec.nnodes` torchrun agents on this machine forming one job (validation.launch.agents runs them); each has
-    its own node name (NSA_NODE_NAME=node<i>) and torchrun log directory (ranks/node<i>), and every rank's output
-    is prefixed with its global rank."""
-    rdzv_id = f"nsav-{safe_name(step_dir.name)[:40]}-{uuid.uuid4().hex[:8]}"
-    agents = []
-    for i in range(spec.nnodes):
-        prefix = torchrun_prefix(spec.nproc_per_node, port, ranks_dir / f"node{i}", nnodes=spec.nnodes, node_rank=i,
-                                 rdzv_backend=spec.rdzv_backend, rdzv_endpoint=spec.rdzv_endpoint, rdzv_id=rdzv_id)
-        agents.append({"name": f"node{i}", "argv": list(spec.wrapper) + torchrun_argv(spec.argv, prefix),
-                       "env": {NODE_NAME_VAR: f"node{i}", PREFIX_TEMPLATE_VAR: RANK_PREFIX_TEMPLATE}})
-    path = step_dir / AGENTS_JSON
-    write_json(path, {"agents": agents, "grace_s": AGENTS_GRACE_S})
-    return [sys.executable, "-m", "validation.launch.agents", str(path)]

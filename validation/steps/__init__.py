@@ -1,19 +1,13 @@
 """Step kinds: one module per kind of runbook step, and the registry that maps a step's `kind:` to it.
 
-    snapshot      snapshot.py       git sha, collect_env, GPU inventory, package versions (in-process; per node)
-    train         train.py          one trainer launch; statistics over its training.csv window
-    sweep         sweep.py          a matrix over env/args, the winner by the runbook's rule
-    ab            ab.py             baseline vs variants (repeats), Welch t-test, recommendation
-    pytest        pytest_suite.py   named tests with JUnit counts
-    bench         bench.py          a benchmark script that writes JSON
-    profile       profile.py        a trainer run under the torch profiler (or Nsight Systems)
-    longrun       longrun.py        a long trainer run under the heartbeat watchdog
-
-trainer.py holds what the trainer-launching kinds share (the trainer's argv, collecting one launch into metrics,
-the loop over a sweep's points or an A/B's variants). A kind is a validation.steps.base.StepKind subclass; its module
-registers an instance with ``register``. Every module of this package is imported on first use of the registry, so a
-new kind is a new module here (plus its partials in templates/); a kind may also be registered from anywhere else
-(a plugin, a test) before the runbook that uses it is read.
+A kind is a validation.steps.base.StepKind subclass; its module registers an instance with ``register``. Every
+module of this package is imported on first use of the registry, so the kinds are whatever its modules register:
+``names()`` lists them (``nsa-validate kinds`` prints them, and README's table of kinds is its ``--markdown``
+output), and adding one is a new module here (plus its partials in templates/). A kind may also be registered from
+anywhere else (a plugin, a test) before the runbook that uses it is read. Modules that register no kind hold what
+kinds share: base.py (the StepKind interface), trainer.py (the trainer's argv, collecting a launch into metrics, the
+loop over a sweep's points or an A/B's variants), train_report.py; a leading underscore marks a kind's helper
+module (its analysis, launches or view), which the registry does not import itself.
 """
 
 from __future__ import annotations
@@ -23,22 +17,30 @@ import pkgutil
 
 from validation.steps.base import StepKind
 
-# The first kinds, in the order the documentation lists them, and their modules; kinds added later follow them.
-BUILTIN_KINDS = {"snapshot": "snapshot", "train": "train", "sweep": "sweep", "ab": "ab", "pytest": "pytest_suite",
-                 "bench": "bench", "profile": "profile", "longrun": "longrun"}
+# The order of the kinds in names(), `nsa-validate kinds` and README's table: these first, in the order a validation
+# goes, then the others as their modules register them (by module name). Not the list of kinds: the registry has
+# those from its modules. (runbook.STEP_KINDS reads this order under its old name, BUILTIN_KINDS.)
+FIRST_KINDS = ("snapshot", "train", "sweep", "ab", "pytest", "bench", "profile", "longrun")
+BUILTIN_KINDS = FIRST_KINDS
 
 _REGISTRY: dict[str, StepKind] = {}
 _loaded = False
 
 
 def _load_builtins() -> None:
-    """Import every module of this package (the documented kinds first); each registers the kinds it defines."""
+    """Import every module of this package but the helpers (a leading underscore); each registers its kinds."""
     global _loaded
     if not _loaded:
         _loaded = True
-        found = sorted(info.name for info in pkgutil.iter_modules(__path__) if not info.name.startswith("_"))
-        for module in [*BUILTIN_KINDS.values(), *(m for m in found if m not in BUILTIN_KINDS.values())]:
-            importlib.import_module(f"validation.steps.{module}")
+        for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+            if not info.name.startswith("_"):
+                importlib.import_module(f"{__name__}.{info.name}")
+
+
+def built_in(name: str) -> bool:
+    """Whether kind `name` is one of this package's (its class is defined in a module of validation.steps)."""
+    _load_builtins()
+    return name in _REGISTRY and type(_REGISTRY[name]).__module__.startswith(__name__ + ".")
 
 
 def register(kind: StepKind, *, replace: bool = False) -> StepKind:
@@ -53,16 +55,16 @@ def register(kind: StepKind, *, replace: bool = False) -> StepKind:
 
 
 def unregister(name: str) -> None:
-    """Remove a kind registered at run time (tests); the built-in kinds stay."""
-    if name in BUILTIN_KINDS:
+    """Remove a kind registered at run time (tests); this package's own kinds stay."""
+    if built_in(name):
         raise ValueError(f"{name!r} is a built-in step kind")
     _REGISTRY.pop(name, None)
 
 
 def names() -> tuple[str, ...]:
-    """Every registered kind: the documented ones first, in documentation order, then the others as registered."""
+    """Every registered kind: FIRST_KINDS first, in that order, then the others as registered."""
     _load_builtins()
-    return tuple(n for n in BUILTIN_KINDS if n in _REGISTRY) + tuple(n for n in _REGISTRY if n not in BUILTIN_KINDS)
+    return tuple(n for n in FIRST_KINDS if n in _REGISTRY) + tuple(n for n in _REGISTRY if n not in FIRST_KINDS)
 
 
 def get(name: str) -> StepKind:

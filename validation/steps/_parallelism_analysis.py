@@ -6,13 +6,17 @@ registry from treating it as one)."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from pathlib import Path
 from typing import Any
 
 from validation import contracts
 from validation.parallelism import SearchError, aligned_collectives, batch_search, exposed_comm, is_oom, recommend
+from validation.steps._parallelism_launch import strategy_launch
 
+CPU_SEARCH_SKIPPED = ("skipped on CPU: a rank's memory (RSS) has no hard limit there, so a batch that does not fit "
+                      "swaps the host instead of failing out of memory; the search runs on GPU only")
 NOT_AVAILABLE = "not available: the step names no `comm` step (key `comm:`) whose bandwidth tables would predict it"
 
 
@@ -161,10 +165,16 @@ def compare_strategies(step, runs: list[dict], ctx) -> dict[str, dict]:
     return {**{f"{c.variant}:{c.baseline}": c.as_dict() for c in comps}, **notes}
 
 
+def host_memory_gb() -> float | None:
+    """This host's physical memory in GiB (the orchestrator's host: where local launches run)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024 ** 3
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def capacity(step, infos: list[dict]) -> dict[str, Any]:
     """The memory one rank has: the GPU's (env.json devices), else this host's memory / ranks per node."""
-    from validation.steps.parallelism import host_memory_gb
-
     for info in infos:
         devices = (info.get("env") or {}).get("devices") or []
         gb = next((d.get("memory_gb") for d in devices if isinstance(d, dict) and d.get("memory_gb")), None)
@@ -193,7 +203,6 @@ def analyse(step, runs: list[dict], ctx) -> dict[str, Any]:
 
 def search_batches(step, runs: list[dict], result: dict, ctx) -> dict[str, Any] | None:
     """The batch-size search per strategy (GPU only; validation.parallelism.batch_search), or why it was skipped."""
-    from validation.steps.parallelism import CPU_SEARCH_SKIPPED, strategy_launch
     from validation.steps.trainer import collect
 
     if not step.batch_search:

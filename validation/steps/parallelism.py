@@ -24,23 +24,16 @@ comm_prediction, exposed_comm_s, aligned_comm_s (collective time, ranks aligned)
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
 from validation import steps
 from validation.parallelism import STRATEGIES
 from validation.schema import env_vars, mapping, trainer_flags, typed
+from validation.steps._parallelism_analysis import analyse, decide_recommendation, search_batches
+from validation.steps._parallelism_launch import strategy_launch
 from validation.steps.base import earlier_step_of_kind
-from validation.steps.trainer import RUN_METRICS, TrainerKind, order_seed, run_each, run_order, trainer_launch
-
-# The trainer flags of each strategy; None removes a flag the runbook's defaults set (--ddp 1 and --fsdp exclude
-# each other).
-STRATEGY_ARGS = {"ddp": {"ddp": 1, "fsdp": None, "fsdp_no_reshard": None},
-                 "fsdp": {"ddp": None, "fsdp": True, "fsdp_no_reshard": None},
-                 "fsdp_no_reshard": {"ddp": None, "fsdp": None, "fsdp_no_reshard": True}}
-CPU_SEARCH_SKIPPED = ("skipped on CPU: a rank's memory (RSS) has no hard limit there, so a batch that does not fit "
-                      "swaps the host instead of failing out of memory; the search runs on GPU only")
+from validation.steps.trainer import RUN_METRICS, TrainerKind, order_seed, run_each, run_order
 
 
 class Parallelism(TrainerKind):
@@ -113,8 +106,6 @@ class Parallelism(TrainerKind):
         return out
 
     def run(self, step, launches, result, ctx) -> None:
-        from validation.steps._parallelism_analysis import analyse, decide_recommendation, search_batches
-
         runs, problems = run_each(ctx, step, launches, result)
         result["order_seed"], result["order"] = order_seed(step, ctx.run_dir), [s.label for s in launches]
         m = result["metrics"] = analyse(step, runs, ctx)
@@ -150,34 +141,6 @@ class Parallelism(TrainerKind):
         from validation.steps._parallelism_view import draw_plots
 
         draw_plots(name, result, plotter)
-
-
-def strategy_launch(step, label: str, repeat: int, winners, run_dir, *, batch: int | None = None,
-                    steps_override: int | None = None):
-    """The trainer launch of strategy `label` (repeat `repeat`), or of a batch-search probe at micro-batch `batch`."""
-    spec = step.strategies[label]
-    args = {**STRATEGY_ARGS[spec["strategy"]], **spec["args"]}
-    if step.profile_steps and batch is None:
-        args["profile_steps"] = step.profile_steps
-    if batch is not None:
-        args.update(batch_size=batch, steps=steps_override)
-        rel = f"{step.name}/search_{label}_b{batch}"
-    else:
-        rel = f"{step.name}/{label}" + (f"_r{repeat + 1}" if step.repeats > 1 else "")
-    params = {"strategy": spec["strategy"], **{f"args.{k}": v for k, v in spec["args"].items()},
-              **{f"env.{k}": v for k, v in spec["env"].items()}}
-    if batch is not None:
-        params["args.batch_size"] = batch
-    return trainer_launch(step, step.launch, label if batch is None else f"{label}@b{batch}", rel, winners, run_dir,
-                          extra_args=args, extra_env=spec["env"], params=params, repeat=repeat)
-
-
-def host_memory_gb() -> float | None:
-    """This host's physical memory in GiB (the orchestrator's host: where local launches run)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024 ** 3
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 steps.register(Parallelism())

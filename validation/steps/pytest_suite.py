@@ -34,6 +34,7 @@ from validation.report.format import as_dict, as_list, fmt_duration, fmt_num
 from validation.schema import str_list, typed
 from validation.steps._pytest_progress import OPTION as PROGRESS_OPTION
 from validation.steps._pytest_progress import read_progress
+from validation.launch.spec import safe_name
 from validation.steps.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, run_path, step_dir
 
 # pytest options that choose where pytest writes: nsa-validate puts pytest.xml under RUN_DIR/<step> itself, and
@@ -82,8 +83,6 @@ class Pytest(StepKind):
 
     @staticmethod
     def _file_launch(step, file: str, entries: list[str], run_dir):
-        from validation.launch.spec import safe_name
-
         rel = f"{step.name}/{safe_name(file)}"
         argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                 "-p", "validation.steps._pytest_progress", PROGRESS_OPTION, run_path(run_dir, f"{rel}/progress.jsonl"),

@@ -30,6 +30,13 @@ import sys
 import time
 import traceback
 
+import torch
+
+from nsa.attention.geometry import num_cmp_blocks
+from nsa.attention.kernels import (TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP, interpreting, triton_range,
+                                   triton_selected, triton_selection, triton_status)
+from nsa.attention.kernels.triton_selection import FUSED_MAX_N_SEL
+
 KERNELS = ("cmp", "win", "band", "select", "sel_kv", "sel_query")
 DTYPES = ("bf16", "fp16", "fp32")
 METHODS = ("tiled", "fused")
@@ -65,10 +72,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def check_args(args: argparse.Namespace) -> str | None:
-    """What is wrong with the arguments (one line naming the option), or None; nothing is imported from triton."""
-    from nsa.attention.kernels import TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP
-    from nsa.attention.kernels.triton_selection import FUSED_MAX_N_SEL
-
+    """What is wrong with the arguments (one line naming the option), or None."""
     unknown = [k for k in args.kernels if k not in KERNELS]
     if unknown or not args.kernels:
         return f"--kernels: {unknown[0]!r} is not one of {', '.join(KERNELS)}" if unknown else "--kernels: none given"
@@ -90,9 +94,7 @@ def check_args(args: argparse.Namespace) -> str | None:
     return None
 
 
-def device_problem(args: argparse.Namespace, torch) -> str | None:
-    from nsa.attention.kernels import interpreting, triton_status
-
+def device_problem(args: argparse.Namespace) -> str | None:
     if args.device == "cuda" and not torch.cuda.is_available():
         return ("--device cuda: no CUDA device here; on a CPU use --device cpu with TRITON_INTERPRET=1 (fp32, "
                 "small shapes)")
@@ -105,14 +107,11 @@ def device_problem(args: argparse.Namespace, torch) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    import torch
 
-    problem = device_problem(args, torch)
+    problem = device_problem(args)
     if problem:
         print(f"qualify: error: {problem}", file=sys.stderr)
         return 2
-    from nsa.attention.geometry import num_cmp_blocks
-    from nsa.attention.kernels import triton_range, triton_selected, triton_selection
 
     dev = torch.device(args.device)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]

@@ -170,3 +170,25 @@ def test_built_in_kinds_and_the_readme_table():
     assert steps.table_markdown() in readme, "README.md's table of step kinds is `nsa-validate kinds --markdown`"
     with pytest.raises(ValueError, match="already registered"):
         steps.register(type("Twin", (StepKind,), {"name": "train"})())
+
+
+def test_the_registry_knows_its_kinds_from_its_modules():
+    """Every public module of validation/steps that registers a kind makes it one of the package's own kinds (listed,
+    protected from unregister), whether or not FIRST_KINDS names it; a kind from elsewhere is not."""
+    import pkgutil
+
+    modules = {type(steps.get(n)).__module__ for n in steps.names() if steps.built_in(n)}
+    public = {f"validation.steps.{m.name}" for m in pkgutil.iter_modules(steps.__path__) if not m.name.startswith("_")}
+    assert modules <= public and len(modules) >= len(steps.FIRST_KINDS) + 5
+    assert steps.names()[:len(steps.FIRST_KINDS)] == steps.FIRST_KINDS
+    outside = [n for n in steps.names() if steps.built_in(n) and n not in steps.FIRST_KINDS]
+    assert "comm" in outside and "triage" in outside
+    for name in outside:
+        with pytest.raises(ValueError, match="built-in"):
+            steps.unregister(name)
+    guest = steps.register(type("Guest", (StepKind,), {"name": "guest_kind"})())
+    try:
+        assert not steps.built_in("guest_kind") and steps.names()[-1] == "guest_kind"
+    finally:
+        steps.unregister(guest.name)
+    assert "guest_kind" not in steps.names()

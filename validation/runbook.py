@@ -63,7 +63,6 @@ from validation.schema import (NAME_RE, Ctx, RunbookError, compose_lines, env_pr
                                str_list, trainer_flags, typed)
 from validation.steps.base import BASE_KEYS, LAUNCH_KEYS, check_metric_reference
 
-STEP_KINDS = tuple(step_kinds.BUILTIN_KINDS)  # the built-in kinds; validation.steps.names() adds registered ones
 SEVERITIES = ("fail", "warn")
 ON_FAILURE = ("continue", "stop")
 BACKENDS = ("nccl", "gloo")
@@ -73,7 +72,7 @@ REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\.winner\.(env|args)\.([A-Za-z
 REF_LIKE_RE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\.[^}\s]*\}?")
 
 __all__ = ["RunbookError", "load_runbook", "apply_override", "check_inputs", "Runbook", "Overridden", "Step", "Phase", "Criterion", "Requirements", "Launcher",
-           "LaunchSettings", "resolve_references", "references", "STEP_KINDS"]
+           "LaunchSettings", "resolve_references", "references"]
 
 
 # ---------------------------------------------------------------------- model

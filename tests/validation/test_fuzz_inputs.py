@@ -37,7 +37,8 @@ from validation.expressions import (FUNCTIONS, MAX_DEPTH, MAX_INT_BITS, STATUSES
 from validation.metrics import STATUSES as SUMMARY_STATUSES
 from validation.metrics import CsvRead, Window, read_training_csv, summarize, window_values
 from validation.plan import step_launches
-from validation.runbook import STEP_KINDS, Runbook, RunbookError, load_runbook
+from validation import steps
+from validation.runbook import Runbook, RunbookError, load_runbook
 
 REPO = Path(__file__).resolve().parents[2]
 RUNBOOK_TEXTS = {p.name: p.read_text(encoding="utf-8") for p in sorted((REPO / "runbooks").glob("*.yaml"))}
@@ -72,6 +73,7 @@ SCHEMA_KEYS = ("name", "description", "requirements", "defaults", "phases", "acc
                "master_port", "port_retries", "timeout_s", "stall_timeout_s", "window", "warmup_steps", "gpus",
                "min_cuda_capability", "min_gpu_memory_gb", "backend", "expr", "target", "severity", "optional",
                "requires", "goal", "recommend", "on_failure")
+STEP_KINDS = steps.names()
 WORDS = STEP_KINDS + ("auto", "nccl", "gloo", "fail", "warn", "max", "min", "toks_per_s", "torch", "nsys", "s1",
                       "stop", "continue", "../x", "/tmp/x", "--junitxml=/tmp/x",
                       "p1", "sw", "baseline", "env.NSA_DDP_BUCKET_MB", "args.steps", "NSA_DDP_BUCKET_MB",

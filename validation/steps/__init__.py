@@ -19,9 +19,8 @@ from validation.steps.base import StepKind
 
 # The order of the kinds in names(), `nsa-validate kinds` and README's table: these first, in the order a validation
 # goes, then the others as their modules register them (by module name). Not the list of kinds: the registry has
-# those from its modules. (runbook.STEP_KINDS reads this order under its old name, BUILTIN_KINDS.)
+# those from its modules.
 FIRST_KINDS = ("snapshot", "train", "sweep", "ab", "pytest", "bench", "profile", "longrun")
-BUILTIN_KINDS = FIRST_KINDS
 
 _REGISTRY: dict[str, StepKind] = {}
 _loaded = False

@@ -44,7 +44,8 @@ uint16 (wrong results on the CPU test path).
     buffer [B, G, rows, n_blocks] of at most IMP_CHUNK_ELEMS (64 MB) per chunk of query rows (chunk count from the
     shape), then choose_blocks per chunk (torch.sort: ~6x the buffer transiently). Tiles whose tokens have at most
     n_sel started blocks, or have not started the tile's blocks, return at once (the buffer is zero-filled).
-select_method: "fused" for n_sel <= 16 (the model: 16), "tiled" above (a 32-key running list spills on sm_90);
+select_method: "tiled" at every n_sel (the default since the fused kernel faulted on an H100, "Known fault"
+below); method="fused" takes n_sel <= FUSED_MAX_N_SEL = 16 (a 32-key running list spills on sm_90);
 block_importance (tests, diagnostics) always uses (a)'s kernel.
 
 Launch configuration (block_config, shape only): hpg 1: BM 64 token rows, no head sum, 4 warps; hpg 2-3: BM 64
@@ -443,8 +444,13 @@ def _select_fused(q, k_cmp, lse_cmp, l, d, l_sel, n_sel):
 
 
 def select_method(n_sel: int) -> str:
-    """Which path select_blocks takes: "fused" while the running top list fits in registers, else "tiled"."""
-    return "fused" if n_sel <= FUSED_MAX_N_SEL else "tiled"
+    """Which path select_blocks takes by default: "tiled", at every n_sel.
+
+    The fused kernel (method="fused", n_sel <= FUSED_MAX_N_SEL) faulted on an H100 in bf16 and fp16 at
+    S = 2,048-8,192 and 65,536 (illegal memory access; "Known fault" above): it is not the default until a
+    compute-sanitizer run on a GPU qualifies it. The tiled path ran every length without a fault there.
+    """
+    return "tiled"
 
 
 @torch.library.custom_op("nsa::select_blocks", mutates_args=())
@@ -470,8 +476,8 @@ def select_blocks(q, k_cmp, lse_cmp, l: int, d: int, l_sel: int, n_sel: int, met
     q [B, H, S, d_k] (bf16/fp16/fp32, any strides); k_cmp [B, G, n_cmp, d_k] compressed keys; lse_cmp [B, H, S]
     fp32 log-sum-exp of the scaled compressed scores over the visible blocks (-inf where none). Equals
     choose_blocks(importance, arange(S), n_sel, l_sel) of the Eq. 9-10 importance, up to the order of summation.
-    method: "fused" (one kernel, running top list) or "tiled" (importance buffer + choose_blocks); default
-    select_method(n_sel).
+    method: "fused" (one kernel, running top list; not qualified on a GPU, see "Known fault") or "tiled"
+    (importance buffer + choose_blocks); default select_method(n_sel), i.e. "tiled".
     """
     _check(q, k_cmp, lse_cmp, l, d, l_sel)
     if n_sel < 1:

@@ -32,8 +32,6 @@ fused_selection = pytest.mark.skipif(not RUN_FUSED_SELECTION,
 SELECTION_METHODS = [pytest.param("fused", marks=fused_selection), "tiled"]
 
 
-
-
 def _max_abs(x: torch.Tensor) -> float:
     return x.double().abs().max().item() if x.numel() else 0.0
 
@@ -77,9 +75,8 @@ def _uniform_reads_writes(text: str) -> tuple[set[int], set[int]]:
         reads.update(int(n) for n in re.findall(r"\bUR(\d+)", o))
     if dest:
         n = int(dest.group(1))
-        writes.update((n, n + 1) if ".64" in opcode else (n,))
+        writes.update(range(n, n + (4 if ".128" in opcode else 2 if ".64" in opcode else 1)))
     return reads, writes
-
 
 
 def uniform_registers_read_before_written(sass: str) -> list[str]:
@@ -89,7 +86,7 @@ def uniform_registers_read_before_written(sass: str) -> list[str]:
     A uniform register holds a warp-wide value: an address, a loop bound, a wgmma shared-memory descriptor. Read
     before it is written it holds whatever the SM's previous occupant left there: a compiler fault. ptxas 12.8
     (triton 3.6's) builds three of the four wgmma descriptors of _blocksel_topk_kernel's P @ W from an unwritten
-    register pair (issue 21's "Out-of-range shared or local address" on an H100). A 64-bit write ("ULDC.64 UR32")
+    register pair (the "Out-of-range shared or local address" it met on an H100). A 64-bit write ("ULDC.64 UR32")
     writes the pair; a wgmma whose A operand is in registers reads only B's descriptor slot. Address order is the
     program order of straight-line code; a value first written in a block placed after its reader would be
     reported too (nvdisasm's own dataflow, `-plr`, agreed on the kernels checked). Ordinary registers are not

@@ -32,6 +32,8 @@ pytestmark = needs_triton
 DTYPE = torch.bfloat16 if ON_GPU else torch.float32
 # the dtypes the selection is checked at: the model's (bf16) on a GPU and fp32 (Q K^T at input_precision "ieee")
 DTYPES = [torch.bfloat16, torch.float32] if ON_GPU else [torch.float32]
+# importance against float64 and the layer path: fp32 throughout (the fp16 hi/lo splits keep ~2^-22)
+IMPORTANCE_TOL = dict(atol=1e-4, rtol=1e-4) if ON_GPU else dict(atol=2e-6, rtol=2e-6)
 # the methods a test loops over in this process (the fused one on a GPU only when asked for)
 METHODS = ("fused", "tiled") if RUN_FUSED_SELECTION else ("tiled",)
 
@@ -112,8 +114,7 @@ def _check_importance(case, dtype=DTYPE):
     imp = _ts().block_importance(q, k, lse, l, d, l_sel)
     assert imp.shape == (b, g, s, -(-s // l_sel)) and imp.dtype == torch.float32
     ref = R.selection_importance(q, k, _cfg(l, d, l_sel, n_sel))
-    # fp32 throughout (the fp16 hi/lo splits keep ~2^-22): tight against float64
-    tol = dict(atol=1e-4, rtol=1e-4) if ON_GPU else dict(atol=2e-6, rtol=2e-6)
+    tol = IMPORTANCE_TOL
     torch.testing.assert_close(imp.double(), ref, **tol)
     torch.testing.assert_close(imp, _layer_importance(q, k, l, d, l_sel), **tol)
     # a window of rows is the same rows of the whole (tiled differently: summation order only)
@@ -122,7 +123,7 @@ def _check_importance(case, dtype=DTYPE):
                                **tol)
 
 
-def near_tie_tolerance(importance, reference):
+def _near_tie_tolerance(importance, reference):
     """3 x the largest difference between the kernels' importance and a reference's (a choice can flip where two
     blocks' reference importances differ by less than 2 x that); exact ties still go to the lower index."""
     return 3.0 * (importance.double() - reference.double()).abs().max().item() if importance.numel() else 0.0
@@ -137,8 +138,10 @@ def _check_selection(case, method, dtype=DTYPE):
     importance = _ts().block_importance(q, k, lse, l, d, l_sel)
     for name, ref in (("float64", R.selection_importance(q, k, cfg)),
                       ("layer path", _layer_importance(q, k, l, d, l_sel))):
-        tol = near_tie_tolerance(importance, ref)
-        assert tol < 1e-3, f"{name}: importance differs by {tol / 3:.3g}"
+        tol = _near_tie_tolerance(importance, ref)
+        # the measured error itself within the importance test's bound (a broken tile cannot widen the ties)
+        bound = IMPORTANCE_TOL["atol"] + IMPORTANCE_TOL["rtol"] * ref.abs().max().item()
+        assert tol <= 3 * bound, f"{name}: importance differs by {tol / 3:.3g} > {bound:.3g}"
         problems = R.selection_discrepancies(blocks, ref, cfg, tol)
         assert not problems, f"{name} (near-tie tolerance {tol:.3g}):\n" + "\n".join(problems[:10])
     return blocks
@@ -331,10 +334,12 @@ import json, os, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from nsa.attention.kernels import triton_selection as ts
-from nsa.attention.kernels.aot import _alignment_attrs
 # the model's geometry, each kernel, bf16 (the fused kernel's fault) and fp16; integer arguments that are multiples
 # of 16 at S = 2,048 specialised as the JIT does
 nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+if not os.path.exists(nvdisasm):
+    print(json.dumps({"triton": triton.__version__, "missing": nvdisasm}))
+    sys.exit(0)
 divisible = set("S d_k l d l_sel n_sel sqb sqh sqs skb skg skn slb slh sob sog sot".split())
 out = {}
 for kernel, dtype in (("sel", "bf16"), ("sel", "fp16"), ("imp", "bf16")):
@@ -368,6 +373,8 @@ def test_compiled_selection_kernels_read_no_uniform_register_before_writing_it()
     proc = subprocess.run([sys.executable, "-c", _SASS_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "missing" in result:
+        pytest.skip(f"triton {result['triton']} ships no nvdisasm ({result['missing']})")
     assert len(result["sass"]) == 3
     for name, sass in result["sass"].items():
         assert "HGMMA" in sass, f"{name}: no wgmma in the sm_90 code (the check would be vacuous)"

@@ -334,15 +334,15 @@ import json, os, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from nsa.attention.kernels import triton_selection as ts
-# the model's geometry, each kernel, bf16 (the fused kernel's fault) and fp16; integer arguments that are multiples
-# of 16 at S = 2,048 specialised as the JIT does
+# the model's geometry, each kernel, bf16 (the fused kernel's fault; fp16 compiles to the same schedule); integer
+# arguments that are multiples of 16 at S = 2,048 specialised as the JIT does
 nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
 if not os.path.exists(nvdisasm):
     print(json.dumps({"triton": triton.__version__, "missing": nvdisasm}))
     sys.exit(0)
 divisible = set("S d_k l d l_sel n_sel sqb sqh sqs skb skg skn slb slh sob sog sot".split())
 out = {}
-for kernel, dtype in (("sel", "bf16"), ("sel", "fp16"), ("imp", "bf16")):
+for kernel, dtype in (("sel", "bf16"), ("imp", "bf16")):
     cfg = ts.block_config(6, 64, 32, 16, 64)
     sig, consts = ts._aot_signature(kernel, dtype, cfg)
     fn = ts._blocksel_topk_kernel if kernel == "sel" else ts._blocksel_importance_kernel
@@ -375,7 +375,7 @@ def test_compiled_selection_kernels_read_no_uniform_register_before_writing_it()
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     if "missing" in result:
         pytest.skip(f"triton {result['triton']} ships no nvdisasm ({result['missing']})")
-    assert len(result["sass"]) == 3
+    assert len(result["sass"]) == 2
     for name, sass in result["sass"].items():
         assert "HGMMA" in sass, f"{name}: no wgmma in the sm_90 code (the check would be vacuous)"
         problems = uniform_registers_read_before_written(sass)

@@ -92,6 +92,10 @@ TOGGLES: dict[str, Toggle] = {
         Toggle("NSA_AOT_FULL", "bool", False, "nsa.attention.kernels.aot",
                "1: compile every Triton kernel configuration ahead of time (all head groups, head dims, selection "
                "blocks and dtypes), not only one of each axis value.", affects_run=False),
+        Toggle("NSA_TEST_FUSED_SELECTION", "bool", False, "tests (kernels)",
+               "1: on a GPU, the kernel tests also run the fused top-k selection (not the default path until a "
+               "compute-sanitizer run qualifies it; runbooks/gpu_kernels.yaml runs them in processes of their own).",
+               affects_run=False),
         Toggle("NSA_FUZZ_COUNTS_OUT", "text", None, "tests (fuzz)",
                "A JSON file the fuzz tests merge the number of examples they tried into.", affects_run=False),
     )

@@ -44,7 +44,8 @@ uint16 (wrong results on the CPU test path).
     buffer [B, G, rows, n_blocks] of at most IMP_CHUNK_ELEMS (64 MB) per chunk of query rows (chunk count from the
     shape), then choose_blocks per chunk (torch.sort: ~6x the buffer transiently). Tiles whose tokens have at most
     n_sel started blocks, or have not started the tile's blocks, return at once (the buffer is zero-filled).
-select_method: "fused" for n_sel <= 16 (the model: 16), "tiled" above (a 32-key running list spills on sm_90);
+select_method: "tiled" at every n_sel (the default since the fused kernel faulted on an H100, "Known fault"
+below); method="fused" takes n_sel <= FUSED_MAX_N_SEL = 16 (a 32-key running list spills on sm_90);
 block_importance (tests, diagnostics) always uses (a)'s kernel.
 
 Launch configuration (block_config, shape only): hpg 1: BM 64 token rows, no head sum, 4 warps; hpg 2-3: BM 64
@@ -65,6 +66,45 @@ To measure on a GPU (H100, bf16, B=1, H=12, G=2, d_k=64, l=32, d=16, l_sel=64, n
   occupancy (1 CTA of 8 warps per SM at >128 registers), and with a counter, the share of merges the skip filter
   avoids on real (trained) inputs. Tuning knobs: BM (64/128), BC (32/64), num_warps (4/8).
 
+Known fault (H100, triton 3.6, bf16/fp16: why the tiled path is the default)
+-----------
+Seen: CUDA illegal memory access in _blocksel_topk_kernel at S = 2,048, 2,560, 3,072, 4,096, 6,144, 8,192 and
+65,536 in bf16 and fp16 (m7c shape, B 1 and 8); none at 1,024, 1,536, 16,384, 32,768; none in fp32. memcheck:
+"Out-of-range shared or local address at _blocksel_topk_kernel+0x4c80 in triton_selection.py:223, thread (0,0,0),
+block (60,0,0)" (bf16, S=2,048, B=1, hpg 6).
+Cause, found without a GPU: compiled as the GPU's JIT compiled it (triton 3.6, sm_90, the integer arguments that
+are multiples of 16 at S=2,048 specialised) and disassembled (the wheel's nvdisasm), the kernel has at +0x4c80 an
+HGMMA.64x16x16: the third of the four k-steps of P @ W (Eq. 9; line 223 then). Its B descriptor is built from
+UR34:UR35, and ptxas 12.8.93 (triton 3.6's) computes UR34:UR35 as UR34:UR35 + 0xC000001000000020 without ever
+writing them first: they are live at the kernel's first instruction (nvdisasm -plr). The PTX is correct (all
+four descriptors from W's shared address, in the loop's preheader) and ptxas 12.9.86 (triton 3.9's) assembles
+it correctly. So three of the four descriptors of W hold what the SM's previous occupant left in two uniform
+registers: a shared address outside the CTA's 32,768 bytes (the fault), or inside them (wrong Eq. 9 sums, wrong
+blocks, no fault).
+What this explains: at S=1,024 no program has more than n_sel = 16 started blocks, none takes the `need` path,
+the wgmma never runs; at other lengths it runs in the programs past t = 1,024 and the stale value decides,
+which depends on what ran on that SM before (earlier programs, the compressed branch's kernel), not on S: hence
+the non-monotone pattern, not reproducible from the source. fp32 (IEEE: Q K^T at input_precision "ieee") is a
+different binary without the unwritten read; bf16 and fp16 share one schedule. Under 3.6 every BC=64 tiling of
+the fused kernel (hpg 1/2/3/6/8, d_k 32/64) has the pattern, BC=32 (d_k 128) does not.
+Ruled out, reading the source and the compiled code: global out-of-bounds (the report is shared/local; every
+store is masked, the output index int64), int32 overflow (in-kernel products stay below 2^31 at S = 65,536), the
+literals (0xFFFFFFFF is uint32 and promotes to int64 against the int64 key, 0x7FFFFFFF is int32), the 9-D
+bitonic reshapes and the reduction/convert_layout scratch in the loop (the faulting instruction is the wgmma,
+not one of their shared loads/stores), local memory (no .local in the PTX, 0 spills).
+The tiled path: _blocksel_importance_kernel (no loop) compiled by the same ptxas writes every descriptor before
+use (hpg 1/2/3/6/8, bf16/fp16/fp32), so _importance_tile's source is not the cause; its compiled code is the same
+PTX before and after the change below (3.6 and 3.9). It has still never run under compute-sanitizer.
+Change, in the fused kernel only: W does not depend on j0 (with c0 = j0*A - (B_ - 1) the weights are
+min(c + 1, (j + 1)*A) - max(c - B_ + 1, j*A)), so the kernel builds it once before its loop (_overlap_tile,
+W_GIVEN) instead of per tile; +2 KB shared. Compiled by triton 3.6 every fused tiling checked (hpg 1/2/3/6/8,
+d_k 32/64/128, bf16/fp16/fp32) then writes every uniform register before reading it. This steps around a
+compiler fault, it does not fix one: test_compiled_selection_kernels_read_no_uniform_register_before_writing_it
+checks the compiled code under whichever triton the tests run with. Not qualified until a GPU run: memcheck of
+both methods (bf16/fp16/fp32, S 1,024-65,536, hpg 1-32, after other kernels have run, repeatedly: the fault
+depended on stale state) and the selection tests with NSA_TEST_FUSED_SELECTION=1; until then it stays off the
+default path.
+
 Measured
 --------
 GPU timings: not measured yet (no GPU in this session).
@@ -72,16 +112,17 @@ AOT compile, triton 3.9 and 3.6 (python -m nsa.attention.kernels.aot): registers
 PTX, shared bytes; 0 spill stores everywhere. On sm_90 Q K^T and P W reach wgmma; the head-sum dot R @ acc (16-32
 rows) stays mma.sync.
   kernel[config]                                        sm_80 3.9   sm_90 3.9   sm_80 3.6   sm_90 3.6  shared
-  topk_kernel[BM=128,BT=32,D=64,BC=64,hpg=6,bf16]          183 m       179 w       221 m       199 w   32768
+  topk_kernel[BM=128,BT=32,D=64,BC=64,hpg=6,bf16]          189 m       174 w       215 m       181 w   34816
   importance_kernel[BM=128,BT=32,D=64,BC=64,hpg=6,bf16]      88 m       127 w        96 m       176 w   32768
-  topk_kernel[BM=64,BT=64,D=32,BC=64,hpg=1,bf16]           190 m       192 w       198 m       181 w    8192
-  topk_kernel[BM=64,BT=32,D=128,BC=32,hpg=3,bf16]          168 m       202 w       254 m       254 w   28672
-  topk_kernel[BM=128,BT=16,D=64,BC=64,hpg=8,fp16]          185 m       173 w       214 m       191 w   28672
-  topk_kernel[BM=128,BT=32,D=128,BC=32,hpg=6,bf16]         174 m       183 w       254 m       255 w   49152
-  topk_kernel[BM=128,BT=32,D=64,BC=128,hpg=6,bf16]         188 m       255 w       255 m       255 w   40960
+  topk_kernel[BM=64,BT=64,D=32,BC=64,hpg=1,bf16]           187 m       156 w       168 m       175 w   10240
+  topk_kernel[BM=64,BT=32,D=128,BC=32,hpg=3,bf16]          168 m       181 w       254 m       254 w   29696
+  topk_kernel[BM=128,BT=16,D=64,BC=64,hpg=8,fp16]          181 m       172 w       187 m       182 w   30720
+  topk_kernel[BM=128,BT=32,D=128,BC=32,hpg=6,bf16]         174 m       182 w       216 m       255 w   50176
+  topk_kernel[BM=128,BT=32,D=64,BC=128,hpg=6,bf16]         229 m       255 w       255 m       255 w   45056
   importance_kernel[BM=64,BT=64,D=128,BC=32,hpg=1,bf16]     106 m       100 w       186 m       168 w   24576
-All 104 NSA_AOT_FULL=1 configurations (both kernels, hpg 1/3/6/8, d_k 32/64/128, l_sel/d 2/4/8, bf16/fp16) compile
-for both targets without spills under both versions. Above 128 registers a SM holds one CTA (8 or 4 warps): the
+(topk_kernel with W built before its loop: +2 KB shared, registers as listed; the importance kernel unchanged.)
+All 104 NSA_AOT_FULL=1 configurations (both kernels, hpg 1/3/6/8, d_k 32/64/128, l_sel/d 2/4/8, bf16/fp16) compiled
+for both targets without spills under both versions before the W change (since then: the 8 above). Above 128 registers a SM holds one CTA (8 or 4 warps): the
 skip filter's branch around the merge (~40 registers under 3.6) changes nothing at that occupancy.
 """
 
@@ -186,9 +227,18 @@ if triton is not None:
         return tl.reshape(h, x.shape)
 
     @triton.jit
+    def _overlap_tile(A, B_, BC: tl.constexpr, K: tl.constexpr):
+        """Eq. 9's weights [BC, K] of a tile: W[c, j] = stride-d chunks shared by compressed key c0 + c and selection
+        block j0 + j. With c0 = j0*A - (B_ - 1) they do not depend on j0: min(c + 1, (j + 1)*A) - max(c - B_ + 1,
+        j*A), clamped at 0 (small integers, exact in fp16)."""
+        c = tl.arange(0, BC)[:, None]
+        j = tl.arange(0, K)[None, :]
+        return tl.maximum(tl.minimum(c + 1, (j + 1) * A) - tl.maximum(c - B_ + 1, j * A), 0).to(tl.float16)
+
+    @triton.jit
     def _importance_tile(q, t_row, lse2, row_ok, R, k_base, stride_kn, stride_kd, n_cmp, d_k, l, d, A, B_, j0,
-                         qk_scale, hs_scale, out_scale, BC: tl.constexpr, D_PAD: tl.constexpr, K: tl.constexpr,
-                         HEAD_SUM: tl.constexpr, IEEE: tl.constexpr):
+                         qk_scale, hs_scale, out_scale, W, BC: tl.constexpr, D_PAD: tl.constexpr, K: tl.constexpr,
+                         HEAD_SUM: tl.constexpr, IEEE: tl.constexpr, W_GIVEN: tl.constexpr):
         """Importance [BT_PAD, K] of selection blocks j0 .. j0 + K - 1 for the program's tokens (Eq. 8-10).
 
         Reads the BC compressed keys c0 = j0*A - (B_ - 1) .. c0 + BC - 1: every key that overlaps selection blocks
@@ -212,10 +262,13 @@ if triton is not None:
         # the number of chunks they share (a small integer, exact in fp16). The tensor-core products keep ~fp32
         # accuracy by splitting their fp32 operand into fp16 hi + lo parts, scaled by powers of two so that
         # neither overflows nor falls into fp16's subnormals (p <= 1: 8192 * p <= 8192).
-        offs_j = j0 + tl.arange(0, K)
-        w = (tl.minimum(offs_c[:, None] + B_, (offs_j[None, :] + 1) * A)
-             - tl.maximum(offs_c[:, None], offs_j[None, :] * A))
-        w = tl.maximum(w, 0).to(tl.float16)
+        if W_GIVEN:  # the caller's loop-invariant _overlap_tile (the fused kernel)
+            w = W
+        else:
+            offs_j = j0 + tl.arange(0, K)
+            w = (tl.minimum(offs_c[:, None] + B_, (offs_j[None, :] + 1) * A)
+                 - tl.maximum(offs_c[:, None], offs_j[None, :] * A))
+            w = tl.maximum(w, 0).to(tl.float16)
         p = p * 8192.0
         p_hi = p.to(tl.float16)
         p_lo = (p - p_hi.to(tl.float32)).to(tl.float16)
@@ -273,7 +326,7 @@ if triton is not None:
                                                 d_k, sqb, sqh, sqs, sqd, slb, slh, sls, BM, BT_PAD, D_PAD, HEAD_SUM)
         k_base = k_ptr + b.to(tl.int64) * skb + g.to(tl.int64) * skg
         imp = _importance_tile(q, t_row, lse2, row_ok, R, k_base, skn, skd, n_cmp, d_k, l, d, A, B_, j0, qk_scale,
-                               hs_scale, out_scale, BC, D_PAD, K, HEAD_SUM, IEEE)
+                               hs_scale, out_scale, 0, BC, D_PAD, K, HEAD_SUM, IEEE, False)
         tt = tl.arange(0, BT_PAD)
         cols = tl.arange(0, K)
         t_tok = t0 + tt
@@ -319,12 +372,13 @@ if triton is not None:
         n_started = t_last // l_sel + 1
         need = n_started > n_sel  # else every started block is kept and importance cannot matter
         top = tl.full([BT_PAD, K], -1, tl.int64)
+        w = _overlap_tile(A, B_, BC, K)
         # a while loop: triton 3.6's interpreter cannot take a runtime bound in range() under numpy 2
         j0 = 0
         while j0 < n_started:
             if need:
                 imp = _importance_tile(q, t_row, lse2, row_ok, R, k_base, skn, skd, n_cmp, d_k, l, d, A, B_, j0,
-                                       qk_scale, hs_scale, out_scale, BC, D_PAD, K, HEAD_SUM, IEEE)
+                                       qk_scale, hs_scale, out_scale, w, BC, D_PAD, K, HEAD_SUM, IEEE, True)
             else:
                 imp = tl.zeros([BT_PAD, K], tl.float32)
             j = j0 + cols[None, :]
@@ -443,8 +497,13 @@ def _select_fused(q, k_cmp, lse_cmp, l, d, l_sel, n_sel):
 
 
 def select_method(n_sel: int) -> str:
-    """Which path select_blocks takes: "fused" while the running top list fits in registers, else "tiled"."""
-    return "fused" if n_sel <= FUSED_MAX_N_SEL else "tiled"
+    """Which path select_blocks takes by default: "tiled", at every n_sel.
+
+    The fused kernel (method="fused", n_sel <= FUSED_MAX_N_SEL) faulted on an H100 in bf16 and fp16 at
+    S = 2,048-8,192 and 65,536 (illegal memory access; the module docstring's "Known fault"): not the default until a
+    compute-sanitizer run on a GPU qualifies it. The tiled path ran every length without a fault there.
+    """
+    return "tiled"
 
 
 @torch.library.custom_op("nsa::select_blocks", mutates_args=())
@@ -470,8 +529,8 @@ def select_blocks(q, k_cmp, lse_cmp, l: int, d: int, l_sel: int, n_sel: int, met
     q [B, H, S, d_k] (bf16/fp16/fp32, any strides); k_cmp [B, G, n_cmp, d_k] compressed keys; lse_cmp [B, H, S]
     fp32 log-sum-exp of the scaled compressed scores over the visible blocks (-inf where none). Equals
     choose_blocks(importance, arange(S), n_sel, l_sel) of the Eq. 9-10 importance, up to the order of summation.
-    method: "fused" (one kernel, running top list) or "tiled" (importance buffer + choose_blocks); default
-    select_method(n_sel).
+    method: "fused" (one kernel, running top list; not qualified on a GPU, see "Known fault") or "tiled"
+    (importance buffer + choose_blocks); default select_method(n_sel), i.e. "tiled".
     """
     _check(q, k_cmp, lse_cmp, l, d, l_sel)
     if n_sel < 1:

@@ -316,10 +316,12 @@ def test_gpu_kernels_plans_on_a_cpu(cli):
     assert proc.returncode == 0, proc.stderr
     assert "kernels / memcheck_tiled (sanitizer)  SKIPPED here: needs 1 GPU(s), found 0" in proc.stdout
     rb = load_runbook(REPO / "runbooks/gpu_kernels.yaml", cwd=REPO)
-    assert [s.name for s in rb.steps()] == ["snapshot", "kernel_tests", "memcheck_tiled", "memcheck_fused",
-                                            "layer_bench", "train_bench"]
+    assert [s.name for s in rb.steps()] == ["snapshot", "kernel_tests", "kernel_tests_fused", "memcheck_tiled",
+                                            "memcheck_fused", "layer_bench", "train_bench"]
     tests = step_launches(rb.step("kernel_tests"))
     assert sorted(s.label for s in tests) == KERNEL_TEST_FILES  # one process per file
+    fused_tests = step_launches(rb.step("kernel_tests_fused"))  # the fused selection's tests, asked for, apart
+    assert [s.env.get("NSA_TEST_FUSED_SELECTION") for s in fused_tests] == ["1"]
     tiled, fused = step_launches(rb.step("memcheck_tiled")), step_launches(rb.step("memcheck_fused"))
     expected = {f"dtype={t} seq-len={s} hpg={h}" for t in ("bf16", "fp16", "fp32") for s in (1024, 2048, 65536)
                 for h in (1, 6)}
@@ -329,15 +331,15 @@ def test_gpu_kernels_plans_on_a_cpu(cli):
     assert all("fused" in s.argv for s in fused)
     deep = load_runbook(REPO / "runbooks/gpu_kernels.yaml", ["steps.memcheck_tiled.grid=deep"])
     assert len(step_launches(deep.step("memcheck_tiled"))) == 3 * 9 * 7
-    assert [c.severity for c in rb.acceptance] == ["fail"] * 5 + ["warn"]
+    assert [c.severity for c in rb.acceptance] == ["fail"] * 6 + ["warn"]
 
 
 def test_h100_single_plans_on_a_cpu_with_gpu_kernels_as_its_first_phase():
     rb = load_runbook(REPO / "runbooks/h100_single.yaml", cwd=REPO)
     assert rb.phases[0].name == "kernels" and rb.phases[1].name == "preflight"
     rows = describe(rb)
-    assert [r["step"] for r in rows[:6]] == ["snapshot", "kernel_tests", "memcheck_tiled", "memcheck_fused",
-                                             "layer_bench", "train_bench"]
+    assert [r["step"] for r in rows[:7]] == ["snapshot", "kernel_tests", "kernel_tests_fused", "memcheck_tiled",
+                                             "memcheck_fused", "layer_bench", "train_bench"]
 
 
 def test_h100_single_includes_gpu_kernels_and_the_two_match():

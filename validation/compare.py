@@ -36,14 +36,15 @@ performance_analysis() is the same comparison of a run against an earlier one (`
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
 
 from validation import metrics, stats
 from validation import steps as step_kinds
-from validation.significance import (ALPHA, RunNoise, StatsError, adjust_family, block_units, compare_series,
-                                     run_noise)
+from validation.significance import (ALPHA, RunNoise, StatsError, Units, adjust_family, block_units,
+                                     compare_units, run_noise)
 from validation.steps.base import StepKind
 
 ENV_KEYS = ("host", "gpu_count", "torch", "cuda", "nccl", "python", "git_sha")
@@ -79,6 +80,30 @@ def _series(run_dir: Path, m: dict, metric: str = METRIC) -> list[float]:
     except (metrics.MetricsError, TypeError, ValueError):
         return []
     return metrics.window_values(Path(run_dir) / m["csv"], metric, win)
+
+
+def window_units(values: list[float], stored: dict | None = None) -> Units:
+    """The block means of one launch's window (significance.block_units) whose `mean` is the window's mean over
+    every step of the window: the figure the report shows for the launch (its summary's toks_per_s.mean, the
+    same numbers through the same numpy mean), never the mean of the steps that fill whole blocks (block_units
+    leaves the earliest steps out, which moved compare's means off the report's: 19,178.7 against 19,214.5).
+    `stored`: the launch's summary statistic ({"mean", "n"}) when at hand; used when it covers these values."""
+    import numpy as np
+
+    units = block_units(values)
+    mean = float(np.asarray(values, dtype="float64").mean())
+    if isinstance(stored, dict) and stored.get("n") == len(values) and isinstance(stored.get("mean"), (int, float)) \
+            and math.isfinite(stored["mean"]):
+        mean = float(stored["mean"])
+    return dataclasses.replace(units, mean=mean)
+
+
+def compare_windows(a: list[float], b: list[float], *, stored_a: dict | None = None, stored_b: dict | None = None,
+                    **kwargs: Any):
+    """b against a, each one launch's window of per-step values: window_units of each, then
+    significance.compare_units (kwargs: higher_is_better, alpha, noise, baseline, variant, metric, run_noise).
+    The Comparison's mean_a/mean_b are the window means the report shows."""
+    return compare_units(window_units(a, stored_a), window_units(b, stored_b), **kwargs)
 
 
 def measured_run_noise(results: dict, run_dir: Path | str, metric: str = METRIC,
@@ -147,8 +172,9 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
             va, vb = _series(Path(dir_a), ma), _series(Path(dir_b), mb)
             if va and vb:
                 try:
-                    c = compare_series(va, vb, higher_is_better=True, alpha=alpha, noise=noise, baseline="A",
-                                       variant="B", metric=METRIC, run_noise=rn)
+                    c = compare_windows(va, vb, stored_a=ma.get(METRIC), stored_b=mb.get(METRIC),
+                                        higher_is_better=True, alpha=alpha, noise=noise, baseline="A",
+                                        variant="B", metric=METRIC, run_noise=rn)
                     tested.append((len(rows), c))
                     rows.append({"step": label, "metric": METRIC, "tested": True})
                 except StatsError as exc:
@@ -263,7 +289,10 @@ def table_lines(out: dict[str, Any]) -> list[str]:
 
 
 def _num(v: Any) -> str:
-    return "n/a" if not isinstance(v, (int, float)) or not math.isfinite(v) else f"{v:,.4g}"
+    """A mean as the report prints it (validation.report.format.fmt_num: 19,214.5, never 1.921e+04)."""
+    from validation.report.format import fmt_num
+
+    return fmt_num(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else "n/a"
 
 
 def _p(v: Any) -> str:

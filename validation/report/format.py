@@ -291,3 +291,36 @@ def shared_context_text(metrics_list: Iterable[Any], per_row: Iterable[str] = ("
     skip = set(per_row)
     return ", ".join(f"{label} {' / '.join(vals)}" for label, vals in values.items()
                      if label not in skip or len(vals) == 1)
+
+
+PLOT_CONTEXT_FIELDS = (("seq_len", "seq_len"), ("micro_batch", "micro-batch"), ("precision", ""),
+                       ("world_size", "world size"), ("device", "device"))
+
+
+def plot_context_text(metrics_list: Iterable[Any]) -> str:
+    """What a plot of one step measured, for its title and caption: 'seq_len 256 · micro-batch 4 · fp32 · world size
+    2 · device cpu' from the runs' metrics "context" (validation.contracts.run_context); a field whose runs differ
+    shows its values 'a / b'; "" when nothing is known."""
+    values: dict[str, list[str]] = {}
+    for metrics in metrics_list:
+        ctx = as_dict(as_dict(metrics).get("context"))
+        for key, _ in PLOT_CONTEXT_FIELDS:
+            value = ctx.get(key)
+            if value is None or value == "":
+                continue
+            text = fmt_num(value) if finite(value) is not None else str(value)
+            seen = values.setdefault(key, [])
+            if text not in seen:
+                seen.append(text)
+    parts = []
+    for key, label in PLOT_CONTEXT_FIELDS:
+        if key in values:
+            parts.append(f"{label} {' / '.join(values[key])}".strip())
+    return " · ".join(parts)
+
+
+def plural(n: Any, word: str, many: str | None = None) -> str:
+    """'1 sample', '2 samples', 'n/a samples' (many: the plural when it is not word + 's')."""
+    v = finite(n)
+    text = fmt_num(int(v)) if v is not None and v == int(v) else fmt_num(n)
+    return f"{text} {word if v == 1 else (many or word + 's')}"

@@ -33,7 +33,7 @@ from validation.report.format import (as_dict, as_list, finite, fmt_num, fmt_p, 
                                       mfu_text, params_text, shared_context_text, stat_of, status_view)
 from validation.schema import NAME_RE, env_vars, mapping, trainer_flags, typed
 from validation.steps import train_report
-from validation.steps.sweep import decision_view
+from validation.steps.sweep import decision_mark, decision_view
 from validation.steps.trainer import TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
 
 _TESTS = {"paired": "paired t on log-ratios of interleaved repeats", "blocks": "Welch t on block means",
@@ -43,7 +43,8 @@ _TESTS = {"paired": "paired t on log-ratios of interleaved repeats", "blocks": "
 def _compare(base: list, variant: list, label: str, metric: str, higher: bool, rn):
     """The variant against the baseline: paired by repeat (2+ repeats with both runs), else block means of the
     single runs' windows with the run-to-run variation `rn`. StatsError when there is not enough data."""
-    from validation.significance import StatsError, compare_paired, compare_series
+    from validation.compare import compare_windows
+    from validation.significance import StatsError, compare_paired
 
     def mean(v):
         if v is None:
@@ -57,8 +58,8 @@ def _compare(base: list, variant: list, label: str, metric: str, higher: bool, r
     if not isinstance(a, list) or not isinstance(b, list):
         raise StatsError("a run without its per-step values" if a is not None and b is not None else
                          "a run without a measurement")
-    return compare_series(a, b, higher_is_better=higher, baseline="baseline", variant=label, metric=metric,
-                          run_noise=rn)
+    return compare_windows(a, b, higher_is_better=higher, baseline="baseline", variant=label, metric=metric,
+                           run_noise=rn)
 
 
 class AB(TrainerKind):
@@ -241,7 +242,7 @@ class AB(TrainerKind):
         runs = [as_dict(r) for r in as_list(result.get("runs"))]
         plotter.bars(bar_points(runs), title=f"A/B: {result.get('title') or name}", xlabel="variant",
                      filename=f"ab_{file_name(name)}.png",
-                     colors=lambda i, label: "tab:blue" if i == 0 else "tab:orange")
+                     colors=lambda i, label: "tab:blue" if i == 0 else "tab:orange", mark=decision_mark(result))
 
 
 def _ignored_settings(ctx, step, runs: list[dict], label: str) -> list[str]:

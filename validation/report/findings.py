@@ -183,10 +183,10 @@ def conclusion(results: dict, problems: list[dict], finding: dict | None) -> dic
         nxt = (f"finish the run: `nsa-validate run {fmt_num(as_dict(results.get('runbook')).get('path'))} --resume "
                f"{fmt_num(results.get('run_dir'))}`")
     elif warns:
-        nxt = (f"use the recommended settings below; read the {plural(len(warns), 'open warning')} under Open "
+        nxt = (f"use the settings under Recommendations; read the {plural(len(warns), 'open warning')} under Open "
                "Problems before relying on the figures")
     else:
-        nxt = "use the recommended settings below (Recommendations); nothing else is open"
+        nxt = "use the settings under Recommendations; nothing else is open"
     if finding and finding.get("record") and not (failed or crit_failed):
         nxt += f"; the setting that mattered most here: {finding['record']['with']} (step `{finding['step']}`)"
     return {"verdict": verdict, "passed": passed_text, "failed": failed_text, "next": nxt}

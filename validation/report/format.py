@@ -231,7 +231,13 @@ def fmt_tflops(value: Any) -> str:
     v = finite(value)
     if v is None:
         return NA
-    return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.3g}"
+    if abs(v) >= 100:
+        return f"{v:,.1f}"
+    if v == 0:
+        return "0"
+    # three significant digits in plain notation (0.0000539, never 5.39e-05)
+    decimals = max(0, 2 - int(math.floor(math.log10(abs(v)))))
+    return f"{v:.{decimals}f}"
 
 
 def mfu_text(metrics: Any, why: bool = True) -> str:

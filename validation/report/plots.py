@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,6 +20,7 @@ from validation.report.format import as_dict, as_list, file_name, finite, fmt_nu
 from validation.report.view import ordered_steps
 
 PLOTS_DIR = "plots"
+TITLE_WIDTH = 90  # characters per title line at the report's figure size
 
 
 def read_toks(csv_path: Path) -> tuple[list, list] | None:
@@ -94,7 +96,8 @@ class Plotter:
         fig = Figure(figsize=(8, 4.5), dpi=100)
         FigureCanvasAgg(fig)
         ax = fig.add_subplot(1, 1, 1)
-        ax.set_title(f"{title}\n{self.context}" if self.context else title, fontsize="medium")
+        wrapped = textwrap.fill(title, TITLE_WIDTH)  # a long step title is wrapped, never cut at the edge
+        ax.set_title(f"{wrapped}\n{self.context}" if self.context else wrapped, fontsize="medium")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
@@ -231,12 +234,12 @@ class Plotter:
                     ax.annotate(mark[1], (x, point[1] + point[2]), textcoords="offset points", xytext=(0, 4),
                                 ha="center", fontweight="bold")
                     marked = (point[3], mark[1])
-        if len(points) and any(p[0].endswith(")") and " (x" in p[0] for p in points):
-            ax.text(0.99, 0.01, "bar: mean of the runs' window means (xN runs); error bar: their stdev",
-                    transform=ax.transAxes, ha="right", va="bottom", fontsize="x-small", color="dimgray")
-        else:
-            ax.text(0.99, 0.01, "bar: window mean; error bar: stdev over the window's steps",
-                    transform=ax.transAxes, ha="right", va="bottom", fontsize="x-small", color="dimgray")
+        pooled = any(p[0].endswith(")") and " (x" in p[0] for p in points)
+        ax.set_xlabel(f"{xlabel}\n" + ("bar: mean of the runs' window means (xN: N runs); error bar: their stdev"
+                                       if pooled else "bar: the run's window mean; error bar: stdev over its steps"))
+        top = max(p[1] + p[2] for p in points)
+        if top > 0:
+            ax.set_ylim(0, top * 1.15)  # room for the mark above the tallest error bar
         self._marked = marked
         self.save(fig, filename, title)
 

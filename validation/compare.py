@@ -2,8 +2,9 @@
 with statistics that hold for autocorrelated, drifting throughput (validation.significance), usable as a CI gate.
 
 Per row (a trainer launch of A and the launch of B with the same step and label):
-- toks_per_s: the block means of each run's window (significance.compare_series: a block length from the series'
-  autocorrelation, so that steps are never taken as independent samples), plus the run-to-run variation of a run's
+- toks_per_s: the block means of each run's window (significance.block_units: a block length from the series'
+  autocorrelation, so that steps are never taken as independent samples) for the standard error, and the mean
+  of the whole window (window_units: the very figure the report shows for that launch) for the difference, plus the run-to-run variation of a run's
   mean measured from repeated runs in the two run directories (measured_run_noise: e.g. cpu_smoke's sweep repeats;
   without repeats it is not measured and a warning says so), giving the relative difference B / A - 1 with its
   confidence interval and p-value;
@@ -41,7 +42,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from validation import metrics, stats
+from validation.report.format import fmt_num
 from validation import steps as step_kinds
 from validation.significance import (ALPHA, RunNoise, StatsError, Units, adjust_family, block_units,
                                      compare_units, run_noise)
@@ -88,8 +92,6 @@ def window_units(values: list[float], stored: dict | None = None) -> Units:
     same numbers through the same numpy mean), never the mean of the steps that fill whole blocks (block_units
     leaves the earliest steps out, which moved compare's means off the report's: 19,178.7 against 19,214.5).
     `stored`: the launch's summary statistic ({"mean", "n"}) when at hand; used when it covers these values."""
-    import numpy as np
-
     units = block_units(values)
     mean = float(np.asarray(values, dtype="float64").mean())
     if isinstance(stored, dict) and stored.get("n") == len(values) and isinstance(stored.get("mean"), (int, float)) \
@@ -290,8 +292,6 @@ def table_lines(out: dict[str, Any]) -> list[str]:
 
 def _num(v: Any) -> str:
     """A mean as the report prints it (validation.report.format.fmt_num: 19,214.5, never 1.921e+04)."""
-    from validation.report.format import fmt_num
-
     return fmt_num(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else "n/a"
 
 

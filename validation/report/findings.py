@@ -13,10 +13,13 @@ the setting: an A/A check, never a finding), "text"}:
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
+from nsa.toggles import TOGGLES
 from validation.report.format import (FAILED_STATUSES, NA, as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct,
                                       params_text, plural)
+from validation.report.view import ordered_steps
 
 
 def _params_of(step: dict, label: Any) -> dict:
@@ -50,8 +53,6 @@ def _record(name: str, kind: str, without: str, with_: str, comp: dict, ignored:
 
 def comparisons(results: dict) -> list[dict]:
     """Every with/without comparison the run's steps recorded, in run order (see the module docstring)."""
-    from validation.report.view import ordered_steps
-
     results = as_dict(results)
     steps = as_dict(results.get("steps"))
     out: list[dict] = []
@@ -197,10 +198,6 @@ def recommendation_rows(results: dict, comps: list[dict]) -> list[dict]:
     "always"), "why"}. "measured": a significant comparison of this run chose it (its effect, with its CI);
     "always": the runbook recommends it always (recommend.env), with what the setting does (nsa.toggles) and
     whether a step of this run ran with it."""
-    import shlex
-
-    from nsa.toggles import TOGGLES
-
     results = as_dict(results)
     env = as_dict(as_dict(results.get("recommendations")).get("env"))
     steps = as_dict(results.get("steps"))

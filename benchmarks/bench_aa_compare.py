@@ -6,10 +6,11 @@ and the share of pairs flagged with its 95% Wilson interval. The goal is at most
     python benchmarks/bench_aa_compare.py --simulate [--pairs 200] [--seed 0]
 
 Without --runbook the small runbook below is used (a 1-process train step and a 2-point sweep repeated twice, so
-that compare measures the run-to-run variation from the repeats, as on cpu_smoke; about 30 s a run on 2 cores):
-20 pairs take about 20 minutes and load the machine. --simulate replaces the runs by synthetic run directories
-(AR(1) throughput with a run-level variation, validation.significance.simulate's cpu_smoke-like model) and runs
-the same compare in-process: a check of the counting and of the gate's rate without the machine.
+that compare measures the run-to-run variation from the repeats, as on cpu_smoke; 5 launches, about a minute a run
+on a loaded 2-core machine): 20 pairs take about 40 minutes and load the machine. --simulate replaces the runs by
+synthetic run directories (AR(1) throughput with a run-level variation, validation.significance.simulate's
+cpu_smoke-like model) and runs the same compare in-process: a check of the counting and of the gate's rate
+without the machine.
 
 Prints one line per pair (exit code, rows flagged), then the share flagged, its Wilson interval and the command
 that reproduces the figure.
@@ -39,13 +40,14 @@ name: aa_small
 requirements: {gpus: 0, backend: gloo}
 defaults:
   config: configs/tiny_cpu.yaml
-  env: {NSA_TB_DISABLE: "1", NSA_PREFILL_BATCHED: "1", NSA_SEL_RANGES_V2: "1"}
-  args: {dataset: synthetic, ddp: 0, steps: 30, save_every: 100000}
+  # one thread: on a shared machine two threads per process wait for cores and the runs slow down erratically
+  env: {NSA_TB_DISABLE: "1", NSA_PREFILL_BATCHED: "1", NSA_SEL_RANGES_V2: "1", OMP_NUM_THREADS: "1"}
+  args: {dataset: synthetic, ddp: 0, steps: 24, save_every: 100000}
   nproc_per_node: 1
   timeout_s: 300
   stall_timeout_s: 60
-  window: 20
-  warmup_steps: 5
+  window: 16
+  warmup_steps: 4
 phases:
   - name: measure
     steps:
@@ -54,7 +56,6 @@ phases:
         kind: sweep
         matrix: {args.batch_size: [2, 4]}
         repeats: 2
-        args: {steps: 25}
 """
 
 

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from validation import metrics, stats
-from validation.report.format import fmt_num
+from validation.report.format import fmt_num, plural
 from validation import steps as step_kinds
 from validation.significance import (ALPHA, RunNoise, StatsError, Units, adjust_family, block_units,
                                      compare_units, run_noise)
@@ -202,7 +202,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     improvements = sum(1 for r in rows if r.get("tested") and r["significant"] and r["verdict"] == "better")
     exit_code = 1 if regressions else 0
     if regressions:
-        gate = (f"{len(regressions)} regression(s) beyond the noise floor, significant after Holm's correction: "
+        gate = (f"{plural(len(regressions), 'regression')} beyond the noise floor, significant after Holm's correction: "
                 + "; ".join(f"{r['step']} {r['metric']} {_pct(r['rel'])}" for r in regressions))
     elif tested:
         gate = "no significant regression"
@@ -246,7 +246,7 @@ def key_finding(out: dict[str, Any]) -> dict[str, Any]:
     significant = [r for r in out["rows"] if r.get("tested") and r.get("significant")]
     if not significant:
         n = out["family"]["family_size"]
-        return {"text": (f"none: no metric changed significantly ({n} comparison(s), Holm-corrected)" if n else
+        return {"text": (f"none: no metric changed significantly ({plural(n, 'comparison')}, Holm-corrected)" if n else
                          "none: no metric could be compared"),
                 "step": None, "metric": None, "rel": None, "verdict": None, "row": None}
     row = max(significant, key=lambda r: abs(r["rel"]))

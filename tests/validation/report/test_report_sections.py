@@ -190,7 +190,7 @@ def test_validated_command_applies_winning_arguments_and_quotes_values(results):
 def test_performance_analysis_section(against):
     view = performance_view(against)
     assert view["against"] == "artifacts/validate/cpu_smoke-20250830T090000Z"
-    assert view["summary"] == "5 metric(s) compared, 4 tested: 1 significantly better, 1 significantly worse"
+    assert view["summary"] == "5 metrics compared, 4 tested: 1 significantly better, 1 significantly worse"
     rows = {(r["step"], r["metric"]): r for r in view["rows"]}
     base = rows[("baseline", "toks_per_s")]
     assert (base["mean_a"], base["mean_b"], base["rel_delta"], base["ci_range"], base["p"], base["verdict"]) == (

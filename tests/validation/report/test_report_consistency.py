@@ -201,7 +201,7 @@ def test_an_ab_whose_variant_was_ignored_states_no_empty_decision(tmp_path):
         assert "not considered" in section and "ignored" in section
 
 
-def test_cpu_smokes_windows_fit_its_steps_and_a_short_window_is_still_a_problem():
+def test_cpu_smokes_windows_fit_its_steps_and_a_short_window_is_still_a_problem(tmp_path):
     """cpu_smoke's own settings cause no "window has N of the M steps asked": every trainer step runs at least
     warmup + window steps. A user's runbook whose window is longer than its steps still gets the open problem."""
     from validation.runbook import load_runbook
@@ -213,9 +213,13 @@ def test_cpu_smokes_windows_fit_its_steps_and_a_short_window_is_still_a_problem(
             steps = launch.args.get("steps") if launch is not None else None
             if steps is not None:
                 assert int(steps) >= launch.warmup_steps + launch.window, step.name
+    from validation import metrics
+
     results = json.loads((FIXTURES / "results_example.json").read_text())
-    results = copy.deepcopy(results)
-    results["steps"]["single"]["metrics"].update(status="short", note="window has 5 of the 20 steps asked "
-                                                                      "(10 rows, warmup 5)")
+    path = tmp_path / "training.csv"
+    _csv(path, [1e4 + i for i in range(10)])  # a user's runbook: 10 steps, window 20 after 5 warm-up steps
+    summary = metrics.summarize(metrics.read_training_csv(path), metrics.Window(last=20, warmup=5))
+    assert summary["status"] == "short"
+    results["steps"]["single"]["metrics"].update(status=summary["status"], note=summary["note"])
     problems = open_problems(results)
     assert any(p["where"] == "step single" and "5 of the 20 steps asked" in p["what"] for p in problems)

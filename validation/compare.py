@@ -198,6 +198,9 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
         warnings.append("run-to-run variation not measured (neither run has repeated runs): rows compare single "
                         "runs by their block means only, so a machine that was busier during one run can make "
                         "rows differ")
+    shift = common_shift(rows)
+    if shift is not None:
+        warnings.append(shift)
     regressions = [r for r in rows if r.get("tested") and r["significant"] and r["verdict"] == "worse"]
     improvements = sum(1 for r in rows if r.get("tested") and r["significant"] and r["verdict"] == "better")
     exit_code = 1 if regressions else 0
@@ -219,6 +222,27 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
             "regressions": [{"step": r["step"], "metric": r["metric"], "rel": r["rel"], "text": r["text"]}
                             for r in regressions],
             "improvements": improvements, "exit_code": exit_code, "gate": gate, "warnings": warnings}
+
+
+COMMON_SHIFT_MIN_ROWS = 3  # a shift of every tested row is told apart from a few rows' change from this many rows
+
+
+def common_shift(rows: list[dict[str, Any]]) -> str | None:
+    """A warning when every tested row moved the same way by more than its noise floor (the median change): a
+    machine that was busier during one run (a shared machine whose load changed between the runs) moves every
+    row together, and `compare` cannot tell that from code that got slower everywhere. None otherwise."""
+    tested = [r for r in rows if r.get("tested") and isinstance(r.get("rel"), (int, float))]
+    if len(tested) < COMMON_SHIFT_MIN_ROWS:
+        return None
+    rels = sorted(float(r["rel"]) for r in tested)
+    if not (all(x < 0 for x in rels) or all(x > 0 for x in rels)):
+        return None
+    median = rels[len(rels) // 2]
+    if abs(median) <= max(float(r.get("noise_floor") or 0.0) for r in tested):
+        return None
+    return (f"every tested row moved the same way (median {_pct(median)} over {len(tested)} rows): a change of the "
+            "machine's load between the runs looks the same as code that got slower or faster everywhere; compare "
+            "the runs' telemetry (CPU of the launch's processes) or run both again on a quiet machine")
 
 
 def performance_analysis(current: dict, earlier: dict, current_dir: Path | str, earlier_dir: Path | str,

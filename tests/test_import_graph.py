@@ -70,10 +70,6 @@ KNOWN_CIRCLES = {
         "item 1 (runbook -> overrides -> steps/base)",
     "validation.includes -> validation.steps.base -> validation.runbook -> validation.includes":
         "item 1 (runbook -> overrides -> steps/base)",
-    "validation.report.command -> validation.report.view -> validation.report.command":
-        "item 1 (report/view <-> report/command, report/problems)",
-    "validation.report.problems -> validation.report.view -> validation.report.problems":
-        "item 1 (report/view <-> report/command, report/problems)",
     "validation.runbook -> validation.steps -> validation.steps.base -> validation.runbook":
         "item 1 (runbook -> overrides -> steps/base)",
     "validation.runbook -> validation.steps.base -> validation.runbook": "item 1 (runbook -> overrides -> steps/base)",
@@ -111,13 +107,12 @@ KNOWN_FUNCTION_IMPORTS: dict[str, tuple[int, int]] = {
     'validation.report.plots': (5, 5),
     'validation.report.problems': (1, 1),
     'validation.report.renderer': (4, 4),
-    'validation.report.view': (4, 4),
     'validation.runbook': (2, 2),
     'validation.runner': (1, 1),
     'validation.schema': (1, 1),
     'validation.steps._parallelism_analysis': (4, 4),
     'validation.steps._parallelism_view': (1, 1),
-    'validation.steps.ab': (7, 7),
+    'validation.steps.ab': (4, 4),
     'validation.steps.base': (5, 5),
     'validation.steps.comm': (2, 2),
     'validation.steps.parallelism': (2, 2),

@@ -2,8 +2,9 @@
 with statistics that hold for autocorrelated, drifting throughput (validation.significance), usable as a CI gate.
 
 Per row (a trainer launch of A and the launch of B with the same step and label):
-- toks_per_s: the block means of each run's window (significance.compare_series: a block length from the series'
-  autocorrelation, so that steps are never taken as independent samples), plus the run-to-run variation of a run's
+- toks_per_s: the block means of each run's window (significance.block_units: a block length from the series'
+  autocorrelation, so that steps are never taken as independent samples) for the standard error, and the mean
+  of the whole window (window_units: the very figure the report shows for that launch) for the difference, plus the run-to-run variation of a run's
   mean measured from repeated runs in the two run directories (measured_run_noise: e.g. cpu_smoke's sweep repeats;
   without repeats it is not measured and a warning says so), giving the relative difference B / A - 1 with its
   confidence interval and p-value;
@@ -36,14 +37,18 @@ performance_analysis() is the same comparison of a run against an earlier one (`
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from validation import metrics, stats
+from validation.report.format import fmt_num, plural
 from validation import steps as step_kinds
-from validation.significance import (ALPHA, RunNoise, StatsError, adjust_family, block_units, compare_series,
-                                     run_noise)
+from validation.significance import (ALPHA, RunNoise, StatsError, Units, adjust_family, block_units,
+                                     compare_units, run_noise)
 from validation.steps.base import StepKind
 
 ENV_KEYS = ("host", "gpu_count", "torch", "cuda", "nccl", "python", "git_sha")
@@ -79,6 +84,28 @@ def _series(run_dir: Path, m: dict, metric: str = METRIC) -> list[float]:
     except (metrics.MetricsError, TypeError, ValueError):
         return []
     return metrics.window_values(Path(run_dir) / m["csv"], metric, win)
+
+
+def window_units(values: list[float], stored: dict | None = None) -> Units:
+    """The block means of one launch's window (significance.block_units) whose `mean` is the window's mean over
+    every step of the window: the figure the report shows for the launch (its summary's toks_per_s.mean, the
+    same numbers through the same numpy mean), never the mean of the steps that fill whole blocks (block_units
+    leaves the earliest steps out, which moved compare's means off the report's: 19,178.7 against 19,214.5).
+    `stored`: the launch's summary statistic ({"mean", "n"}) when at hand; used when it covers these values."""
+    units = block_units(values)
+    mean = float(np.asarray(values, dtype="float64").mean())
+    if isinstance(stored, dict) and stored.get("n") == len(values) and isinstance(stored.get("mean"), (int, float)) \
+            and math.isfinite(stored["mean"]):
+        mean = float(stored["mean"])
+    return dataclasses.replace(units, mean=mean)
+
+
+def compare_windows(a: list[float], b: list[float], *, stored_a: dict | None = None, stored_b: dict | None = None,
+                    **kwargs: Any):
+    """b against a, each one launch's window of per-step values: window_units of each, then
+    significance.compare_units (kwargs: higher_is_better, alpha, noise, baseline, variant, metric, run_noise).
+    The Comparison's mean_a/mean_b are the window means the report shows."""
+    return compare_units(window_units(a, stored_a), window_units(b, stored_b), **kwargs)
 
 
 def measured_run_noise(results: dict, run_dir: Path | str, metric: str = METRIC,
@@ -147,8 +174,9 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
             va, vb = _series(Path(dir_a), ma), _series(Path(dir_b), mb)
             if va and vb:
                 try:
-                    c = compare_series(va, vb, higher_is_better=True, alpha=alpha, noise=noise, baseline="A",
-                                       variant="B", metric=METRIC, run_noise=rn)
+                    c = compare_windows(va, vb, stored_a=ma.get(METRIC), stored_b=mb.get(METRIC),
+                                        higher_is_better=True, alpha=alpha, noise=noise, baseline="A",
+                                        variant="B", metric=METRIC, run_noise=rn)
                     tested.append((len(rows), c))
                     rows.append({"step": label, "metric": METRIC, "tested": True})
                 except StatsError as exc:
@@ -170,11 +198,14 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
         warnings.append("run-to-run variation not measured (neither run has repeated runs): rows compare single "
                         "runs by their block means only, so a machine that was busier during one run can make "
                         "rows differ")
+    shift = common_shift(rows)
+    if shift is not None:
+        warnings.append(shift)
     regressions = [r for r in rows if r.get("tested") and r["significant"] and r["verdict"] == "worse"]
     improvements = sum(1 for r in rows if r.get("tested") and r["significant"] and r["verdict"] == "better")
     exit_code = 1 if regressions else 0
     if regressions:
-        gate = (f"{len(regressions)} regression(s) beyond the noise floor, significant after Holm's correction: "
+        gate = (f"{plural(len(regressions), 'regression')} beyond the noise floor, significant after Holm's correction: "
                 + "; ".join(f"{r['step']} {r['metric']} {_pct(r['rel'])}" for r in regressions))
     elif tested:
         gate = "no significant regression"
@@ -191,6 +222,27 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
             "regressions": [{"step": r["step"], "metric": r["metric"], "rel": r["rel"], "text": r["text"]}
                             for r in regressions],
             "improvements": improvements, "exit_code": exit_code, "gate": gate, "warnings": warnings}
+
+
+COMMON_SHIFT_MIN_ROWS = 3  # a shift of every tested row is told apart from a few rows' change from this many rows
+
+
+def common_shift(rows: list[dict[str, Any]]) -> str | None:
+    """A warning when every tested row moved the same way by more than its noise floor (the median change): a
+    machine that was busier during one run (a shared machine whose load changed between the runs) moves every
+    row together, and `compare` cannot tell that from code that got slower everywhere. None otherwise."""
+    tested = [r for r in rows if r.get("tested") and isinstance(r.get("rel"), (int, float))]
+    if len(tested) < COMMON_SHIFT_MIN_ROWS:
+        return None
+    rels = sorted(float(r["rel"]) for r in tested)
+    if not (all(x < 0 for x in rels) or all(x > 0 for x in rels)):
+        return None
+    median = rels[len(rels) // 2]
+    if abs(median) <= max(float(r.get("noise_floor") or 0.0) for r in tested):
+        return None
+    return (f"every tested row moved the same way (median {_pct(median)} over {len(tested)} rows): a change of the "
+            "machine's load between the runs looks the same as code that got slower or faster everywhere; compare "
+            "the runs' telemetry (CPU of the launch's processes) or run both again on a quiet machine")
 
 
 def performance_analysis(current: dict, earlier: dict, current_dir: Path | str, earlier_dir: Path | str,
@@ -218,7 +270,7 @@ def key_finding(out: dict[str, Any]) -> dict[str, Any]:
     significant = [r for r in out["rows"] if r.get("tested") and r.get("significant")]
     if not significant:
         n = out["family"]["family_size"]
-        return {"text": (f"none: no metric changed significantly ({n} comparison(s), Holm-corrected)" if n else
+        return {"text": (f"none: no metric changed significantly ({plural(n, 'comparison')}, Holm-corrected)" if n else
                          "none: no metric could be compared"),
                 "step": None, "metric": None, "rel": None, "verdict": None, "row": None}
     row = max(significant, key=lambda r: abs(r["rel"]))
@@ -263,7 +315,8 @@ def table_lines(out: dict[str, Any]) -> list[str]:
 
 
 def _num(v: Any) -> str:
-    return "n/a" if not isinstance(v, (int, float)) or not math.isfinite(v) else f"{v:,.4g}"
+    """A mean as the report prints it (validation.report.format.fmt_num: 19,214.5, never 1.921e+04)."""
+    return fmt_num(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else "n/a"
 
 
 def _p(v: Any) -> str:

@@ -44,6 +44,29 @@ def gpus() -> list[dict[str, Any]]:
     return out
 
 
+def _git(args: list[str], cwd: Path | None) -> str | None:
+    """`git ARGS` in cwd (else the current directory): its stripped stdout, or None (no git, not a checkout)."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+    try:
+        proc = subprocess.run([git, *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def git_state(cwd: Path | None = None) -> dict[str, Any]:
+    """{"git_branch": the checked-out branch ("HEAD" when detached), "git_dirty": True when tracked files differ
+    from the commit (`git status --porcelain --untracked-files=no` lists something), "git_changes": how many}; each
+    None outside a git checkout."""
+    branch = _git(["rev-parse", "--abbrev-ref", "HEAD"], cwd)
+    status = _git(["status", "--porcelain", "--untracked-files=no"], cwd)
+    changes = None if status is None else len([line for line in status.splitlines() if line.strip()])
+    return {"git_branch": branch or None, "git_dirty": None if changes is None else changes > 0,
+            "git_changes": changes}
+
+
 def probe(cwd: Path | None = None) -> dict[str, Any]:
     """The environment record stored in results.json."""
     import torch
@@ -56,7 +79,7 @@ def probe(cwd: Path | None = None) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - a build without NCCL
             nccl = None
     return {
-        "git_sha": git_sha(cwd), "host": socket.gethostname(), "platform": platform.platform(),
+        "git_sha": git_sha(cwd), **git_state(cwd), "host": socket.gethostname(), "platform": platform.platform(),
         "python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl,
         "gpus": devices, "gpu_count": len(devices), "cpu_count": os.cpu_count(), "packages": packages(),
     }

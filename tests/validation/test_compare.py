@@ -123,7 +123,7 @@ def test_identical_runs_flag_no_row_and_a_regression_exits_1(cli, tmp_path):
     assert any(line.startswith(LONG) for line in lines)  # never cut, whatever the width
     assert any(line.startswith("baseline ") and "worse (significant)" in line for line in lines)
     assert "Holm's step-down correction over 10 comparisons" in text.stdout
-    assert "Result: 1 regression(s)" in text.stdout and "(exit 1)" in text.stdout
+    assert "Result: 1 regression beyond the noise floor" in text.stdout and "(exit 1)" in text.stdout
     assert cli("compare", tmp_path / "a", tmp_path / "nosuch").returncode == 2
 
 

@@ -4,12 +4,19 @@
     format     formatting helpers (numbers, rates, durations, statuses) the view and the step kinds use
     renderer   Markdown and HTML through Jinja2 (templates are package data), JSON; writing the report files
     junit      JUnit XML: one <testsuite> per phase and an "acceptance" suite
-    plots      PNG plots (tokens/s per step through the metrics loader; each kind's own plots)
+    plots      PNG plots (tokens/s per step through the metrics loader; each kind's own plots), each titled with
+               what it measured (seq_len, micro-batch, precision, world size, device) and shown in its step's section
+    findings   the run's own with/without comparisons (A/B, sweep, triage), the key finding, the recommended
+               settings with their measured effect or reason, the conclusion
+    performance  the comparison with an earlier run (--against)
 
 Formats (FORMATS):
 - md:    Markdown in the shape of the v4 DDP validation report: executive summary with the GO / NO-GO /
-         INCOMPLETE verdict, test environment, one section per runbook phase, acceptance criteria,
-         recommendations (an `export` block), plots and artifacts (templates/report.md.j2).
+         INCOMPLETE verdict and the key finding, test environment (git branch and dirty flag included), one
+         section per runbook phase (each step's plots beside its tables), the performance analysis (the run's
+         own with/without comparisons; the earlier run's with --against), acceptance criteria, open problems,
+         recommendations (an `export` block, each setting with why), the conclusion and artifacts
+         (templates/report.md.j2).
 - html:  the same content as one standalone page, inline CSS, everything escaped (templates/report.html.j2).
 - json:  results.json pretty-printed with sorted keys.
 - junit: JUnit XML.

@@ -231,7 +231,13 @@ def fmt_tflops(value: Any) -> str:
     v = finite(value)
     if v is None:
         return NA
-    return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.3g}"
+    if abs(v) >= 100:
+        return f"{v:,.1f}"
+    if v == 0:
+        return "0"
+    # three significant digits in plain notation (0.0000539, never 5.39e-05)
+    decimals = max(0, 2 - int(math.floor(math.log10(abs(v)))))
+    return f"{v:.{decimals}f}"
 
 
 def mfu_text(metrics: Any, why: bool = True) -> str:
@@ -291,3 +297,52 @@ def shared_context_text(metrics_list: Iterable[Any], per_row: Iterable[str] = ("
     skip = set(per_row)
     return ", ".join(f"{label} {' / '.join(vals)}" for label, vals in values.items()
                      if label not in skip or len(vals) == 1)
+
+
+PLOT_CONTEXT_FIELDS = (("seq_len", "seq_len"), ("micro_batch", "micro-batch"), ("precision", ""),
+                       ("world_size", "world size"), ("device", "device"))
+
+
+def plot_context_text(metrics_list: Iterable[Any]) -> str:
+    """What a plot of one step measured, for its title and caption: 'seq_len 256 · micro-batch 4 · fp32 · world size
+    2 · device cpu' from the runs' metrics "context" (validation.contracts.run_context); a field whose runs differ
+    shows its values 'a / b'; "" when nothing is known."""
+    values: dict[str, list[str]] = {}
+    for metrics in metrics_list:
+        ctx = as_dict(as_dict(metrics).get("context"))
+        for key, _ in PLOT_CONTEXT_FIELDS:
+            value = ctx.get(key)
+            if value is None or value == "":
+                continue
+            text = fmt_num(value) if finite(value) is not None else str(value)
+            seen = values.setdefault(key, [])
+            if text not in seen:
+                seen.append(text)
+    parts = []
+    for key, label in PLOT_CONTEXT_FIELDS:
+        if key in values:
+            parts.append(f"{label} {' / '.join(values[key])}".strip())
+    return " · ".join(parts)
+
+
+def plural(n: Any, word: str, many: str | None = None) -> str:
+    """'1 sample', '2 samples', 'n/a samples' (many: the plural when it is not word + 's')."""
+    v = finite(n)
+    text = fmt_num(int(v)) if v is not None and v == int(v) else fmt_num(n)
+    return f"{text} {word if v == 1 else (many or word + 's')}"
+
+
+def ordered_steps(results: dict) -> list[tuple[dict, list[str]]]:
+    """(phase, [step names]) in runbook order, plus an 'other' phase for steps no phase lists."""
+    steps = as_dict(results.get("steps"))
+    phases = [as_dict(p) for p in as_list(results.get("phases"))]
+    listed: set[str] = set()
+    out = []
+    for phase in phases:
+        names = [str(n) for n in as_list(phase.get("steps"))]
+        listed.update(names)
+        out.append((phase, names))
+    others = sorted(str(n) for n in steps if str(n) not in listed)
+    if others:
+        out.append(({"name": "other", "title": "Other steps", "description": None}, others))
+    return out

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from validation.report.format import NA, as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct
+from validation.report.format import NA, as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct, plural
 
 VERDICT_CSS = {"better": "pass", "worse": "fail", "same": "skip"}
 
@@ -108,7 +108,7 @@ def performance_view(results: dict) -> dict | None:
         "warnings": [str(w) for w in as_list(block.get("warnings"))],
         "rows": rows,
         "notes": list(dict.fromkeys(r["note"] for r in rows if r["note"])),  # why rows were not tested, once each
-        "summary": (f"{len(rows)} metric(s) compared, {tested} tested: {counts['better']} significantly better, "
+        "summary": (f"{plural(len(rows), 'metric')} compared, {tested} tested: {counts['better']} significantly better, "
                     f"{counts['worse']} significantly worse"),
         "key_finding": str(finding),
     }

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from pathlib import Path
 from typing import Any, Callable
 
 from nsa.training.outputs import atomic_write
 from validation import steps as step_kinds
-from validation.report.format import as_dict, as_list, file_name, finite, fmt_num, stat_of
-from validation.report.view import ordered_steps
+from validation.report.format import (as_dict, as_list, file_name, finite, fmt_num, ordered_steps, plot_context_text,
+                                      stat_of)
 
 PLOTS_DIR = "plots"
+TITLE_WIDTH = 90  # characters per title line at the report's figure size
 
 
 def read_toks(csv_path: Path) -> tuple[list, list] | None:
@@ -61,22 +63,41 @@ def bar_points(runs: list[dict], tick_by_param: bool = False) -> list[tuple[str,
     return points
 
 
+def step_context(step: dict) -> str:
+    """plot_context_text of a step's own metrics and its runs' (what its plots measured)."""
+    metrics = [as_dict(step.get("metrics"))] + [as_dict(as_dict(r).get("metrics")) for r in as_list(step.get("runs"))]
+    return plot_context_text(m for m in metrics if m.get("context"))
+
+
 class Plotter:
-    """Draws the plots of one run into run_dir/plots and remembers what it wrote ([{"title", "path"}])."""
+    """Draws the plots of one run into run_dir/plots and remembers what it wrote ([{"title", "path", "step",
+    "context", "caption", "marked", "mark"}]): `step` is the step whose section shows the plot (beside its table),
+    `context` what it measured (seq_len, micro-batch, precision, world size, device), in the title's second line
+    and in the caption; `marked`/`mark` the run label of the bar a bar chart marks and the mark's word (the
+    decision the step's text states: "winner" or "kept")."""
 
     def __init__(self, run_dir: Path):
         self.run_dir = Path(run_dir)
         self.written: list[dict] = []
+        self.step: str | None = None
+        self.context = ""
+        self._marked: tuple[Any, str] | None = None
+
+    def for_step(self, name: str | None, step: dict | None = None) -> None:
+        """The plots that follow belong to step `name` (their context read from `step`)."""
+        self.step = name
+        self.context = step_context(as_dict(step)) if step is not None else ""
 
     def figure(self, title: str, xlabel: str, ylabel: str = "tokens/s"):
-        """A new (figure, axes) of the report's size and style."""
+        """A new (figure, axes) of the report's size and style; the title's second line is the step's context."""
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
         fig = Figure(figsize=(8, 4.5), dpi=100)
         FigureCanvasAgg(fig)
         ax = fig.add_subplot(1, 1, 1)
-        ax.set_title(title)
+        wrapped = textwrap.fill(title, TITLE_WIDTH)  # a long step title is wrapped, never cut at the edge
+        ax.set_title(f"{wrapped}\n{self.context}" if self.context else wrapped, fontsize="medium")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
@@ -92,7 +113,12 @@ class Plotter:
         path = self.run_dir / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, buffer.getvalue())
-        self.written.append({"title": title, "path": rel})
+        entry = {"title": title, "path": rel, "step": self.step, "context": self.context or None,
+                 "caption": f"{title} ({self.context})" if self.context else title}
+        if self._marked is not None:
+            entry.update(marked=self._marked[0], mark=self._marked[1])
+            self._marked = None
+        self.written.append(entry)
 
     def tokens_per_step(self, name: str, step: dict) -> None:
         """Tokens/s per step of the step's training.csv and of each of its runs', the statistics window shaded."""
@@ -113,8 +139,17 @@ class Plotter:
             return
         title = f"Tokens/s per step: {step.get('title') or name}"
         fig, ax = self.figure(title, "step")
+        # one colour and one legend entry per label: the repeats of a label share both ("label (2 runs)")
+        counts: dict[str, int] = {}
+        for label, _, _ in lines:
+            counts[label] = counts.get(label, 0) + 1
+        colors = {label: f"C{i % 10}" for i, label in enumerate(counts)}
+        seen: set[str] = set()
         for label, (xs, ys), _ in lines:
-            ax.plot(xs, ys, label=label, linewidth=1.2)
+            legend = (f"{label} ({counts[label]} runs)" if counts[label] > 1 else label) if label not in seen \
+                else "_nolegend_"
+            seen.add(label)
+            ax.plot(xs, ys, label=legend, linewidth=1.2, color=colors[label], alpha=0.9 if counts[label] == 1 else 0.6)
         window = lines[0][2]
         first = finite(next((window[k] for k in ("first_step", "start") if k in window), None))
         last = finite(next((window[k] for k in ("last_step", "end") if k in window), None))
@@ -181,8 +216,9 @@ class Plotter:
         self.save(fig, f"telemetry_{file_name(name)}.png", title)
 
     def bars(self, points: list[tuple[str, float, float, Any]], *, title: str, xlabel: str, filename: str,
-             colors: Callable[[int, Any], str], best: Any = None) -> None:
-        """A bar chart of bar_points() with error bars; the bar of run label `best` is annotated "best"."""
+             colors: Callable[[int, Any], str], mark: tuple[Any, str] | None = None) -> None:
+        """A bar chart of bar_points() with error bars; `mark` = (run label, word): that bar is annotated with the
+        word (the decision the step's text states, e.g. "winner" or "kept"), and the plot's entry records both."""
         if not points:
             return
         fig, ax = self.figure(title, xlabel)
@@ -191,11 +227,20 @@ class Plotter:
                color=[colors(i, p[3]) for i, p in enumerate(points)], edgecolor="black", linewidth=0.6)
         ax.set_xticks(xs)
         ax.set_xticklabels([p[0] for p in points])
-        if best is not None:
+        marked = None
+        if mark is not None:
             for x, point in zip(xs, points):
-                if point[3] == best:
-                    ax.annotate("best", (x, point[1] + point[2]), textcoords="offset points", xytext=(0, 4),
+                if point[3] == mark[0]:
+                    ax.annotate(mark[1], (x, point[1] + point[2]), textcoords="offset points", xytext=(0, 4),
                                 ha="center", fontweight="bold")
+                    marked = (point[3], mark[1])
+        pooled = any(p[0].endswith(")") and " (x" in p[0] for p in points)
+        ax.set_xlabel(f"{xlabel}\n" + ("bar: mean of the runs' window means (xN: N runs); error bar: their stdev"
+                                       if pooled else "bar: the run's window mean; error bar: stdev over its steps"))
+        top = max(p[1] + p[2] for p in points)
+        if top > 0:
+            ax.set_ylim(0, top * 1.15)  # room for the mark above the tallest error bar
+        self._marked = marked
         self.save(fig, filename, title)
 
 
@@ -211,6 +256,7 @@ def make_plots(results: dict, run_dir: Path) -> list[dict]:
         for _, names in ordered_steps(results):
             for name in names:
                 step = as_dict(steps.get(name))
+                plotter.for_step(name, step)
                 plotter.tokens_per_step(name, step)
                 kind = step_kinds.find(step.get("kind"))
                 if kind is not None:

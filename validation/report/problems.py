@@ -6,6 +6,8 @@ one sentence}. Order: failures (steps that failed, timed out, hung or errored; c
 evaluated for an error), then what is incomplete (interrupted or pending steps), then what was not run (skipped
 steps, criteria not evaluated), then warnings (criteria of severity warn that did not hold, settings the trainer
 ignored, snapshot problems, short or damaged training.csv windows, significant regressions against an earlier run).
+A run whose trainer steps all ran on the CPU of a machine without a GPU does not list the snapshot's missing
+nvidia-smi: that is what such a runbook asks for.
 """
 
 from __future__ import annotations
@@ -13,8 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from validation.report.format import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, as_dict, as_list, fmt_num,
-                                      status_view)
-from validation.report.view import ordered_steps
+                                      ordered_steps, status_view)
 
 _RANK = {"fail": 0, "error": 0, "warn-incomplete": 1, "skip": 2, "warn": 3}
 
@@ -89,6 +90,22 @@ def _regressions(results: dict) -> list[dict]:
     return out
 
 
+NO_GPU_TOOL = "nvidia-smi not found"  # the snapshot's caveat on a machine without the NVIDIA driver
+
+
+def _cpu_only(results: dict) -> bool:
+    """The run found no GPU and no step asked for one (every trainer step ran on the CPU)."""
+    env = as_dict(results.get("environment"))
+    if env.get("gpu_count") != 0:
+        return False
+    devices = {str(as_dict(as_dict(m).get("context")).get("device") or "")
+               for step in as_dict(results.get("steps")).values()
+               for m in [as_dict(step).get("metrics")] + [as_dict(r).get("metrics") for r in
+                                                          as_list(as_dict(step).get("runs"))]
+               if as_dict(as_dict(m).get("context")).get("device")}
+    return bool(devices) and all(d.startswith("cpu") for d in devices)
+
+
 def open_problems(results: dict) -> list[dict]:
     """Every open problem of a run, failures first (see the module docstring); [] when there is none."""
     results = as_dict(results)
@@ -104,6 +121,8 @@ def open_problems(results: dict) -> list[dict]:
     for crit in as_list(results.get("acceptance")):
         items += _criterion_problems(as_dict(crit))
     items += _regressions(results)
+    if _cpu_only(results):  # no GPU on a CPU-only run is what the runbook asked for, not a problem
+        items = [p for p in items if not (p["rank"] == _RANK["warn"] and NO_GPU_TOOL in p["what"])]
     items.sort(key=lambda p: p["rank"])  # stable: run order within a rank
     unique = {(p["where"], p["what"]): p for p in reversed(items)}  # a reason that is also a note: once
     return [{k: v for k, v in p.items() if k != "rank"} for p in items if unique[(p["where"], p["what"])] is p]

@@ -16,24 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from validation import steps as step_kinds
+from validation.report import findings
+from validation.report.command import validated_command
+from validation.report.performance import performance_view
+from validation.report.problems import open_problems
+from validation.results import resume_note
 from validation.report.format import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, VERDICT_LABELS, as_dict,
-                                      as_list, command_text, fence, fmt_duration, fmt_num, status_view)
-
-
-def ordered_steps(results: dict) -> list[tuple[dict, list[str]]]:
-    """(phase, [step names]) in runbook order, plus an 'other' phase for steps no phase lists."""
-    steps = as_dict(results.get("steps"))
-    phases = [as_dict(p) for p in as_list(results.get("phases"))]
-    listed: set[str] = set()
-    out = []
-    for phase in phases:
-        names = [str(n) for n in as_list(phase.get("steps"))]
-        listed.update(names)
-        out.append((phase, names))
-    others = sorted(str(n) for n in steps if str(n) not in listed)
-    if others:
-        out.append(({"name": "other", "title": "Other steps", "description": None}, others))
-    return out
+                                      as_list, command_text, fence, fmt_duration, fmt_num, ordered_steps, plural,
+                                      status_view)
 
 
 
@@ -56,6 +46,7 @@ def _step_view(number: str, name: str, step: dict | None) -> dict:
         "dir": step.get("dir") or None, "failure": None,
         "skipped": status == "skipped", "missing": not known,
         "partial": f"kinds/{kind_name}" if kind is not None else None,
+        "plots": [],  # build_view puts the step's plots here, beside its tables
     }
     if kind is not None:
         view.update(kind.view(step, view))
@@ -87,7 +78,28 @@ def _key_figures(results: dict, ordered: list[tuple[dict, list[str]]]) -> list[d
     steps = as_dict(results.get("steps"))
     in_order = [steps[n] for _, names in ordered for n in names if isinstance(steps.get(n), dict)]
     figures = [fig for kind in step_kinds.kinds() for fig in kind.key_figures(in_order)]
-    return [fig for _, fig in sorted(figures, key=lambda item: item[0])]
+    out = [fig for _, fig in sorted(figures, key=lambda item: item[0])]
+    caveat = _cpu_scaling_caveat(results, in_order)
+    for fig in out:
+        if caveat and fig.get("label") == "Scaling efficiency":
+            fig.update(note=f"{fig['note']}; {caveat}")
+    return out
+
+
+def _cpu_scaling_caveat(results: dict, in_order: list[dict]) -> str | None:
+    """On a CPU-only machine, the cores each rank had: N ranks share the machine's cores, while the single process
+    had all of them, so a scaling efficiency there measures core sharing, not the interconnect."""
+    env = as_dict(results.get("environment"))
+    cpus = env.get("cpu_count")
+    if env.get("gpu_count") not in (0, None) or not isinstance(cpus, int) or cpus < 1:
+        return None
+    worlds = [as_dict(s.get("metrics")).get("world_size") for s in in_order if s.get("status") == "passed"]
+    world = max((w for w in worlds if isinstance(w, int) and not isinstance(w, bool)), default=None)
+    if not world or world < 2:
+        return None
+    per_rank = cpus / world
+    return (f"CPU: {plural(cpus, 'core')} for {world} ranks, {per_rank:g} core{'s' if per_rank != 1 else ''} per "
+            f"rank against {cpus} for the single process, so this measures sharing the cores, not scaling")
 
 
 def key_figure_lines(results: dict) -> list[str]:
@@ -95,6 +107,9 @@ def key_figure_lines(results: dict) -> list[str]:
     ...; at seq_len 256, ..."), inline Markdown removed."""
     figures = _key_figures(as_dict(results), ordered_steps(as_dict(results)))
     lines = [f"{f['label']}: {f['value']} — {f['note']}" for f in figures]
+    finding = findings.key_finding(findings.comparisons(as_dict(results)))
+    if finding:  # the same sentence as the report's executive summary
+        lines.append(f"Key finding: {finding['text']}")
     return [re.sub(r"`+([^`]*)`+", r"\1", line).replace("**", "") for line in lines]
 
 
@@ -133,6 +148,10 @@ def _environment_rows(results: dict) -> list[tuple[str, str]]:
         ("Host", fmt_num(env.get("host"))),
         ("Platform", fmt_num(env.get("platform"))),
         ("Git SHA", fmt_num(env.get("git_sha"))),
+        ("Git branch", fmt_num(env.get("git_branch"))),
+        ("Working tree", NA if env.get("git_dirty") is None else
+         (f"dirty: {plural(env.get('git_changes'), 'tracked file')} changed since the commit"
+          if env.get("git_dirty") else "clean (no tracked file changed since the commit)")),
         ("PyTorch", fmt_num(env.get("torch"))),
         ("CUDA", fmt_num(env.get("cuda"))),
         ("NCCL", fmt_num(env.get("nccl"))),
@@ -230,7 +249,10 @@ def _plot_list(results: dict, run_dir: Path | None, plots: list[dict] | None, in
                 src = "data:image/png;base64," + base64.b64encode(file.read_bytes()).decode("ascii")
             except OSError:
                 continue
-        out.append({"title": str(p.get("title") or path), "path": path, "src": src})
+        title = str(p.get("title") or path)
+        out.append({"title": title, "path": path, "src": src, "step": p.get("step") or None,
+                    "caption": str(p.get("caption") or title),
+                    "marked": p.get("marked"), "mark": p.get("mark")})
     return out
 
 
@@ -238,10 +260,6 @@ def build_view(results: dict, *, run_dir: Path | None = None, plots: list[dict] 
                inline_plots: bool = False) -> dict:
     """Everything the Markdown and HTML templates show, formatted (strings, lists, dicts). inline_plots: each
     plot's "src" is a data: URI of its PNG (read from run_dir; a plot that cannot be read is left out)."""
-    from validation.report.command import validated_command
-    from validation.report.performance import performance_view
-    from validation.report.problems import open_problems
-    from validation.results import resume_note
 
     results = as_dict(results)
     runbook = as_dict(results.get("runbook"))
@@ -258,11 +276,20 @@ def build_view(results: dict, *, run_dir: Path | None = None, plots: list[dict] 
                        "title": title, "heading": title if numbered else f"Phase {index}: {title}",
                        "description": phase.get("description") or None,
                        "status": _phase_status(views), "steps": views})
+    plots = _plot_list(results, run_dir, plots, inline_plots)
+    shown_by_step = {v["name"] for phase in phases for v in phase["steps"]}
+    for phase in phases:  # each plot beside its step's table; plots of no step at the end
+        for v in phase["steps"]:
+            v["plots"] = [p for p in plots if p["step"] == v["name"]]
     verdict = str(results.get("verdict") or "INCOMPLETE")
     css = VERDICT_LABELS.get(verdict, "incomplete")
     step_counts = Counter(str(as_dict(s).get("status")) for s in steps.values())
     crit_counts = Counter(str(as_dict(c).get("status")) for c in as_list(results.get("acceptance")))
     performance = performance_view(results)
+    comps = findings.comparisons(results)
+    finding = findings.key_finding(comps)
+    problems = open_problems(results)
+    rec_rows = findings.recommendation_rows(results, comps)
     recs = as_dict(results.get("recommendations"))
     rec_env = as_dict(recs.get("env"))
     tool = as_dict(results.get("tool"))
@@ -273,9 +300,13 @@ def build_view(results: dict, *, run_dir: Path | None = None, plots: list[dict] 
         "verdict": {"value": verdict, "css": css, "reason": results.get("verdict_reason") or NA},
         "resumed": resume_note(results),  # how the run was interrupted and continued, or None
         "key_figures": _key_figures(results, ordered),
-        "key_finding": performance["key_finding"] if performance else None,
+        "key_finding": finding["text"] if finding else None,
+        "key_finding_against": performance["key_finding"] if performance else None,
         "performance": performance,
-        "problems": open_problems(results),
+        "comparisons": findings.comparison_rows(comps),
+        "conclusion": findings.conclusion(results, problems, finding),
+        "problems": problems,
+        "recommended": rec_rows,
         "run_command": validated_command(results),
         "step_counts": ", ".join(f"{step_counts[k]} {k}" for k in sorted(step_counts)) or "none",
         "step_total": sum(step_counts.values()),
@@ -286,7 +317,7 @@ def build_view(results: dict, *, run_dir: Path | None = None, plots: list[dict] 
         "acceptance": _acceptance_rows(results),
         "exports": [f"export {k}={shlex.quote(str(rec_env[k]))}" for k in sorted(rec_env, key=str)],
         "notes": [str(n) for n in as_list(recs.get("notes"))],
-        "plots": _plot_list(results, run_dir, plots, inline_plots),
+        "plots": [p for p in plots if p["step"] not in shown_by_step],
         "artifacts": _artifacts(results, ordered, run_dir),
         "tool": f"{tool.get('name') or 'nsa-validate'} {tool.get('version') or ''}".strip(),
         "schema_version": fmt_num(results.get("schema_version")),

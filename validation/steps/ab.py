@@ -28,14 +28,16 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from validation import contracts, steps
+from validation import contracts, stats, steps
 from validation.report.format import (as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct, fmt_tflops, mean_pm,
                                       mfu_text, params_text, shared_context_text, stat_of, status_view)
 from validation.schema import NAME_RE, env_vars, mapping, trainer_flags, typed
+from validation.significance import StatsError, adjust_family, compare_paired, decide
 from validation.steps import train_report
-from validation.steps.sweep import decision_view
-from validation.steps.trainer import RUN_METRICS, TRAINER_METRICS, TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.steps.base import with_labels
+from validation.steps.sweep import decision_mark, decision_view
+from validation.steps.trainer import (RUN_METRICS, TRAINER_METRICS, TrainerKind, order_seed, run_each, run_order,
+                                      run_values, trainer_launch)
 
 _TESTS = {"paired": "paired t on log-ratios of interleaved repeats", "blocks": "Welch t on block means",
           "runs": "Welch t on run means"}
@@ -44,7 +46,7 @@ _TESTS = {"paired": "paired t on log-ratios of interleaved repeats", "blocks": "
 def _compare(base: list, variant: list, label: str, metric: str, higher: bool, rn):
     """The variant against the baseline: paired by repeat (2+ repeats with both runs), else block means of the
     single runs' windows with the run-to-run variation `rn`. StatsError when there is not enough data."""
-    from validation.significance import StatsError, compare_paired, compare_series
+    from validation.compare import compare_windows
 
     def mean(v):
         if v is None:
@@ -58,8 +60,8 @@ def _compare(base: list, variant: list, label: str, metric: str, higher: bool, r
     if not isinstance(a, list) or not isinstance(b, list):
         raise StatsError("a run without its per-step values" if a is not None and b is not None else
                          "a run without a measurement")
-    return compare_series(a, b, higher_is_better=higher, baseline="baseline", variant=label, metric=metric,
-                          run_noise=rn)
+    return compare_windows(a, b, higher_is_better=higher, baseline="baseline", variant=label, metric=metric,
+                           run_noise=rn)
 
 
 class AB(TrainerKind):
@@ -111,9 +113,7 @@ class AB(TrainerKind):
         return out
 
     def run(self, step, launches, result, ctx) -> None:
-        from validation import stats
         from validation.compare import measured_run_noise
-        from validation.significance import StatsError, adjust_family
 
         runs, problems = run_each(ctx, step, launches, result)
         labels = ["baseline", *step.variants]
@@ -154,7 +154,6 @@ class AB(TrainerKind):
     def _decide(self, step, runs, data, ignored, higher, rn, seed, result) -> None:
         """The recommendation: significance.decide over the baseline and the variants the trainer honoured, the
         baseline kept without a significant difference; a significant winner that was not stable is not kept."""
-        from validation.significance import StatsError, decide
 
         candidates = {label: values for label, values in data.items() if label == "baseline" or not ignored[label]}
         params = {"baseline": {}}
@@ -250,7 +249,7 @@ class AB(TrainerKind):
         runs = [as_dict(r) for r in as_list(result.get("runs"))]
         plotter.bars(bar_points(runs), title=f"A/B: {result.get('title') or name}", xlabel="variant",
                      filename=f"ab_{file_name(name)}.png",
-                     colors=lambda i, label: "tab:blue" if i == 0 else "tab:orange")
+                     colors=lambda i, label: "tab:blue" if i == 0 else "tab:orange", mark=decision_mark(result))
 
 
 def _ignored_settings(ctx, step, runs: list[dict], label: str) -> list[str]:

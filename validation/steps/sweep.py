@@ -234,32 +234,58 @@ class Sweep(TrainerKind):
         from validation.report.plots import bar_points
 
         runs = [as_dict(r) for r in as_list(result.get("runs"))]
-        chosen = (as_dict(result.get("choice")) or as_dict(result.get("winner"))).get("label")
+        mark = decision_mark(result)
         keys = sorted({str(k) for r in runs for k in as_dict(r.get("params"))})
+        marked_color = "tab:green" if mark and mark[1] == "winner" else "tab:blue"
         plotter.bars(bar_points(runs, tick_by_param=True), title=f"Sweep: {result.get('title') or name}",
                      xlabel=param_name(keys[0]) if len(keys) == 1 else "run", filename=f"sweep_{file_name(name)}.png",
-                     colors=lambda i, label: "tab:green" if label == chosen and chosen is not None else "tab:gray",
-                     best=chosen)
+                     colors=lambda i, label: marked_color if mark and label == mark[0] else "tab:gray", mark=mark)
+
+
+def decision_mark(result: dict) -> tuple[str, str] | None:
+    """(run label, word) of the point a sweep's or an A/B's plot marks: the decision its text states, "winner" for
+    a significant choice, "kept" for the point kept without a significant difference; None without a choice."""
+    choice = as_dict(result.get("choice")) or as_dict(result.get("winner"))
+    if not choice or choice.get("label") is None:
+        return None
+    significant = bool(choice.get("significant", not result.get("decision")))
+    return str(choice["label"]), "winner" if significant else "kept"
 
 
 def decision_view(decision: dict, choice: dict) -> dict[str, Any]:
-    """The report's view of a recorded decision (sweep or ab): a headline, the reason and its figures."""
+    """The report's view of a recorded decision (sweep or ab): a headline, the reason and its figures. "figures"
+    (the noise floor, runs per variant, repeats needed) is None when the decision compared nothing (e.g. an A/B
+    whose only variant the trainer ignored), so that the section never prints "0 run(s) per variant" under a
+    comparison table; "excluded_ignored": the variants left out because the trainer ignored their settings."""
     comp = as_dict(decision.get("comparison"))
+    ignored = [str(x) for x in as_list(decision.get("excluded_ignored"))]
+    name = (params_text(choice.get("params")) if choice and as_dict(choice.get("params")) else
+            str(choice.get("label")) if choice else None)
+    reason = fmt_num(decision.get("reason"))
     if choice and choice.get("significant"):
-        headline = f"{params_text(choice.get('params')) if choice.get('params') else choice.get('label')} " \
-                   "(significant)"
+        headline = f"{name} (significant)"
+    elif choice and ignored and not comp:
+        # nothing was compared for the decision: the only variants were settings the trainer ignored
+        headline = f"{name} kept: {', '.join(ignored)} not considered (the trainer ignored its settings here)"
+        reason = (f"The trainer ignored the settings of {', '.join(ignored)} on this machine, so the table above "
+                  "compares equal settings (an A/A check of the measurement) and no setting is recommended from "
+                  "this step.")
     elif choice:
-        headline = (f"no significant difference: "
-                    f"{params_text(choice.get('params')) if choice.get('params') else choice.get('label')} kept")
+        headline = f"no significant difference: {name} kept"
     else:
         headline = "no decision"
     seed = decision.get("order_seed")
+    measured = bool(comp) or decision.get("method") is not None
+    figures = ({"noise_floor": fmt_pct(decision.get("noise_floor")),
+                "recommended_repeats": fmt_num(decision.get("recommended_repeats")),
+                "repeats": fmt_num(decision.get("repeats")),
+                "runs_word": "run" if decision.get("repeats") == 1 else "runs"} if measured else None)
     return {"headline": headline, "significant": bool(choice and choice.get("significant")),
-            "reason": fmt_num(decision.get("reason")),
+            "kept": (str(choice.get("label")) if choice else None), "reason": reason,
             "comparison": str(comp["text"]) if comp.get("text") else None,
             "noise_floor": fmt_pct(decision.get("noise_floor")),
             "recommended_repeats": fmt_num(decision.get("recommended_repeats")),
-            "repeats": fmt_num(decision.get("repeats")),
+            "repeats": fmt_num(decision.get("repeats")), "figures": figures,
             "order": (f"random within each repeat (seed {seed})" if seed is not None else None)}
 
 

@@ -70,7 +70,7 @@ class Train(TrainerKind):
             window = window_text(metrics.get("window"))
             note = f"step `{baseline.get('name')}`" + (f", {window}" if window != NA else "")
             if finite(per_gpu.get("mean")) is not None:
-                note += f", {fmt_rate(per_gpu.get('mean'))} tokens/s per GPU"
+                note += f", {fmt_rate(per_gpu.get('mean'))} tokens/s per {_unit(metrics)}"
             context = context_text(metrics)
             if context and finite(toks.get("mean")) is not None:
                 note += f"; at {context}"
@@ -92,7 +92,7 @@ class Train(TrainerKind):
             if world is not None and world > 1 and per_gpu is not None and single_mean:
                 both = shared_context_text([base_metrics, as_dict(single.get("metrics"))])
                 scaling = {"value": per_gpu / single_mean,
-                           "note": f"`{baseline.get('name')}` {fmt_rate(per_gpu)} tokens/s per GPU over "
+                           "note": f"`{baseline.get('name')}` {fmt_rate(per_gpu)} tokens/s per {_unit(base_metrics)} over "
                                    f"`{single.get('name')}` {fmt_rate(single_mean)} tokens/s single-process"
                                    + (f"; at {both}" if both else "")}
         if scaling is not None:
@@ -100,6 +100,11 @@ class Train(TrainerKind):
             figures.append((30, {"label": "Scaling efficiency", "value": f"{v:.2f} ({v * 100:.0f}% of linear)",
                                  "note": scaling["note"]}))
         return figures
+
+
+def _unit(metrics: dict) -> str:
+    """What a per-device figure is per: "rank" on a CPU run (no GPU), else "GPU"."""
+    return "rank" if str(as_dict(metrics.get("context")).get("device") or "").startswith("cpu") else "GPU"
 
 
 steps.register(Train())

@@ -38,9 +38,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from validation.report.format import NA, as_dict, finite, fmt_duration, fmt_gb, fmt_num, fmt_pct, fmt_rate
+from validation.report.format import NA, as_dict, finite, fmt_duration, fmt_gb, fmt_num, fmt_pct, fmt_rate, plural
 
 INIT_GROWTH_FACTOR = 2.0
+RATIO_MIN_S = 0.5  # init times below this are shown side by side, never as a ratio
 INIT_GROWTH_MIN_S = 5.0
 
 SUMMARY_KEYS = ("steps", "avg_step_time_s", "min_step_time_s", "max_step_time_s", "avg_step_time_excl_first_s",
@@ -91,8 +92,12 @@ def init_growth(run: dict[str, Any], earlier: list[tuple[str, dict[str, Any]]],
     label, ref_init, ref_params = min(usable, key=lambda u: (u[2], u[1]))
     init_ratio, model_ratio = init / ref_init, params / ref_params
     flagged = init_ratio > factor * model_ratio and init - ref_init >= min_s
-    text = (f"init {init:.1f} s vs {ref_init:.1f} s for `{label}` ({init_ratio:.2f}x) with a model "
-            f"{model_ratio:.2f}x its size")
+    if min(init, ref_init) < RATIO_MIN_S:  # a ratio of times near zero says nothing (0.1 s vs 0.04 s: "2.56x")
+        text = (f"init {init:.1f} s vs {ref_init:.1f} s for `{label}` with a model {model_ratio:.2f}x its size "
+                f"(under {RATIO_MIN_S:g} s: not compared as a ratio)")
+    else:
+        text = (f"init {init:.1f} s vs {ref_init:.1f} s for `{label}` ({init_ratio:.2f}x) with a model "
+                f"{model_ratio:.2f}x its size")
     if flagged:
         text = (f"Init grows faster than the model: {text} (more than {factor:g}x the model's growth and "
                 f"{init - ref_init:.1f} s longer)")
@@ -255,7 +260,7 @@ def telemetry_notes(metrics: dict[str, Any]) -> list[str]:
     def stat(key: str, unit: str) -> str:
         st = as_dict(metrics.get(key))
         return NA if finite(st.get("mean")) is None else f"{st['mean']:.0f}{unit} mean, {st['max']:.0f}{unit} max"
-    notes = [f"Telemetry ({fmt_num(t.get('samples'))} samples over {t.get('period')}; "
+    notes = [f"Telemetry ({plural(t.get('samples'), 'sample')} over {t.get('period')}; "
              f"{', '.join(t.get('files') or [])}): CPU of the launch's processes {stat('cpu_util', '%')}, "
              f"RSS {fmt_gb(as_dict(metrics.get('rss_gb')).get('max'))} max"]
     if metrics.get("gpu_util") is None:

@@ -314,6 +314,9 @@ def train_row(label: str, record: dict) -> dict:
         "cv": fmt_pct(toks.get("cv")),
         "n": fmt_num(toks.get("n")),
         "per_gpu": fmt_rate(per_gpu.get("mean")),
+        # a CPU run has ranks, not GPUs: its column says "Per rank"
+        "per_label": "Per rank" if str(as_dict(metrics.get("context")).get("device") or "").startswith("cpu")
+        else "Per GPU",
         "loss": loss_text(metrics),
         "mem": fmt_gb(metrics.get("mem_peak_gb")),
         "tflops": fmt_tflops(metrics.get("tflops_per_s")),

@@ -427,10 +427,16 @@ def test_write_reports_writes_reports_and_plots(results, tmp_path):
     assert (run_dir / "results.json").read_bytes() == before  # the caller owns results.json
     assert not list(run_dir.rglob("*.tmp"))
     md = (run_dir / "report.md").read_text(encoding="utf-8")
-    assert "## Plots" in md
+    assert "## Plots" not in md  # every plot sits in its step's section, beside its table
     steps = results["steps"]
-    assert f"![Sweep: {steps['bucket_sweep']['title']}](plots/sweep_bucket_sweep.png)" in md
-    assert f"![Tokens/s per step: {steps['baseline']['title']}](plots/toks_per_s_baseline.png)" in md
+    for prefix, path, step in ((f"Sweep: {steps['bucket_sweep']['title']}", "plots/sweep_bucket_sweep.png",
+                                "bucket_sweep"),
+                               (f"Tokens/s per step: {steps['baseline']['title']}", "plots/toks_per_s_baseline.png",
+                                "baseline")):
+        assert re.search(rf"!\[{re.escape(prefix)}[^\]]*\]\({re.escape(path)}\)", md)
+        heading = md.index(f"#### {steps[step]['title']}") if f"#### {steps[step]['title']}" in md else \
+            md.index(f" {steps[step]['title']} — ")
+        assert heading < md.index(f"]({path})") < md.index("## Acceptance Criteria")
     assert "  - training csv: `baseline/out/training.csv`\n" in md  # present: not marked missing
     assert "  - training csv: `single/out/training.csv` (missing)" in md
     html = (run_dir / "report.html").read_text(encoding="utf-8")

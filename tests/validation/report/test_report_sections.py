@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from validation import contracts, metrics
-from validation.report import render
+from validation.report import findings, render
 from validation.report.command import validated_command
 from validation.report.format import context_text, shared_context_text
 from validation.report.performance import performance_view
@@ -190,7 +190,7 @@ def test_validated_command_applies_winning_arguments_and_quotes_values(results):
 def test_performance_analysis_section(against):
     view = performance_view(against)
     assert view["against"] == "artifacts/validate/cpu_smoke-20250830T090000Z"
-    assert view["summary"] == "5 metric(s) compared, 4 tested: 1 significantly better, 1 significantly worse"
+    assert view["summary"] == "5 metrics compared, 4 tested: 1 significantly better, 1 significantly worse"
     rows = {(r["step"], r["metric"]): r for r in view["rows"]}
     base = rows[("baseline", "toks_per_s")]
     assert (base["mean_a"], base["mean_b"], base["rel_delta"], base["ci_range"], base["p"], base["verdict"]) == (
@@ -213,7 +213,12 @@ def test_performance_analysis_section(against):
     html = render(against, "html")
     assert '<h2 id="performance">Performance Analysis</h2>' in html
     assert '<span class="status fail">worse</span> (significant)' in html
-    assert render({k: v for k, v in against.items() if k != "performance_analysis"}, "md").count("Performance") == 0
+    alone = {k: v for k, v in against.items() if k != "performance_analysis"}
+    assert "Against an earlier run" not in render(alone, "md")
+    # the section stays whenever the run itself compared with and without (its A/B and sweep), else it is absent
+    assert ("## Performance Analysis" in render(alone, "md")) == bool(findings.comparisons(alone))
+    bare = {**alone, "steps": {k: v for k, v in alone["steps"].items() if v.get("kind") not in ("ab", "sweep")}}
+    assert "Performance" not in render(bare, "md")
 
 
 def test_key_finding_is_computed_when_absent_and_none_without_significant_rows(against):

@@ -1,0 +1,183 @@
+"""What the run itself measured with and without a setting: the key finding, the Performance analysis of the run's
+own comparisons, each recommended setting with its measured effect or its reason, the conclusion, the environment's
+git branch and dirty flag, and the quiet wording of a healthy run (plurals, near-zero ratios, CPU ranks)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from validation.report import findings, render
+from validation.report.format import plural
+from validation.report.view import build_view, key_figure_lines
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+
+@pytest.fixture
+def results():
+    return json.loads((FIXTURES / "results_example.json").read_text())
+
+
+def _prefill_step(significant: bool = True) -> dict:
+    comp = {"baseline": "baseline", "variant": "batched", "metric": "toks_per_s", "mean_a": 1_271.9,
+            "mean_b": 26_310.3, "rel": 19.686, "rel_delta": 19.686, "ci_low": 17.2, "ci_high": 22.4,
+            "p_value": 1e-6 if significant else 0.4, "significant": significant,
+            "verdict": "better" if significant else "same", "noise_floor": 0.05}
+    runs = [{"label": "baseline", "repeat": 0, "status": "passed", "params": {"env.NSA_PREFILL_BATCHED": "0"},
+             "metrics": {"toks_per_s": {"mean": 1_271.9, "n": 12}}},
+            {"label": "batched", "repeat": 0, "status": "passed", "params": {"env.NSA_PREFILL_BATCHED": "1"},
+             "metrics": {"toks_per_s": {"mean": 26_310.3, "n": 12}}}]
+    choice = {"label": "batched" if significant else "baseline",
+              "params": {"env.NSA_PREFILL_BATCHED": "1"} if significant else {}, "significant": significant,
+              "kept_default": not significant, "explanation": "x"}
+    return {"name": "prefill", "kind": "ab", "title": "Prefill A/B", "status": "passed", "runs": runs,
+            "comparison": [comp], "choice": choice, "winner": choice if significant else None,
+            "decision": {"significant": significant, "comparison": comp, "method": "blocks", "repeats": 1,
+                         "noise_floor": 0.05, "reason": "r", "excluded_ignored": []},
+            "metrics": {}, "env": {"NSA_PREFILL_BATCHED": "1"}}
+
+
+def _with_prefill(results: dict, significant: bool = True) -> dict:
+    out = copy.deepcopy(results)
+    out["steps"]["prefill"] = _prefill_step(significant)
+    out["phases"].append({"name": "prefill", "title": "Prefill", "steps": ["prefill"]})
+    env = out.setdefault("recommendations", {}).setdefault("env", {})
+    env["NSA_PREFILL_BATCHED"] = "1"
+    env["NSA_DDP_COMPRESS"] = "bf16"
+    return out
+
+
+def test_the_key_finding_is_the_largest_significant_with_and_without_effect(results):
+    res = _with_prefill(results)
+    comps = findings.comparisons(res)
+    assert {c["step"] for c in comps} >= {"prefill"}
+    finding = findings.key_finding(comps)
+    assert finding["step"] == "prefill" and finding["rel"] == pytest.approx(19.686)
+    text = finding["text"]
+    assert "NSA_PREFILL_BATCHED=1" in text and "NSA_PREFILL_BATCHED=0" in text
+    assert "26,310.3" in text and "1,271.9" in text and "95% CI" in text and "20.7x" in text
+    md = render(res, "md")
+    assert f"**Key finding** (the largest significant effect this run measured, with and without): {text}" in md
+    assert "## Performance Analysis" in md and "### With and without, measured in this run" in md
+    assert any(line.startswith("Key finding: ") and "NSA_PREFILL_BATCHED=1" in line for line in key_figure_lines(res))
+    html = render(res, "html")
+    assert "With and without, measured in this run" in html and "26,310.3" in html
+
+
+def test_no_significant_effect_is_said_and_an_ignored_setting_is_never_a_finding(results):
+    res = _with_prefill(results, significant=False)
+    fused = res["steps"]["fused_adamw"]
+    fused.setdefault("decision", {})["excluded_ignored"] = ["fused"]
+    for comp in fused.get("comparison") or []:
+        comp["significant"], comp["verdict"] = True, "better"  # even if it looked significant
+    comps = findings.comparisons(res)
+    assert all(not c["significant"] for c in comps if c["step"] == "fused_adamw")
+    assert any(c["ignored"] for c in comps if c["step"] == "fused_adamw")
+    finding = findings.key_finding(comps)
+    assert finding["text"].startswith("none: no significant effect in ")
+    assert findings.key_finding([]) is None
+
+
+def test_each_recommended_setting_says_its_measured_effect_or_why_it_is_always_recommended(results):
+    res = _with_prefill(results)
+    rows = {r["name"]: r for r in findings.recommendation_rows(res, findings.comparisons(res))}
+    assert rows["NSA_PREFILL_BATCHED"]["source"] == "measured"
+    assert rows["NSA_PREFILL_BATCHED"]["why"].startswith("measured in this run: ") and "95% CI" in \
+        rows["NSA_PREFILL_BATCHED"]["why"]
+    compress = rows["NSA_DDP_COMPRESS"]
+    assert compress["source"] == "always" and compress["why"].startswith("always recommended")
+    assert "compression" in compress["why"]  # what the setting does (nsa.toggles)
+    # an --only run that never ran with it says so
+    only = copy.deepcopy(res)
+    for step in only["steps"].values():
+        step.get("env", {}).pop("NSA_DDP_COMPRESS", None)
+    rows = {r["name"]: r for r in findings.recommendation_rows(only, findings.comparisons(only))}
+    assert "No step of this run ran with it: not measured here." in rows["NSA_DDP_COMPRESS"]["why"]
+    md = render(res, "md")
+    assert "- `NSA_DDP_COMPRESS=bf16`: always recommended" in md
+    assert "- `NSA_PREFILL_BATCHED=1`: measured in this run: " in md
+
+
+def test_the_conclusion_names_what_passed_what_failed_and_the_next_action(results):
+    res = _with_prefill(results)
+    failing = [c["name"] for c in res["acceptance"] if c["status"] in ("fail", "error")]
+    c = build_view(res)["conclusion"]
+    assert failing and all(name in c["failed"] for name in failing) and "failed criteria" in c["next"]
+    for crit in res["acceptance"]:
+        crit["status"] = "pass"
+    for step in res["steps"].values():
+        if step.get("status") != "skipped":
+            step["status"] = "passed"
+    res["verdict"] = "GO"
+    c = build_view(res)["conclusion"]
+    assert "prefill" in c["passed"] and c["failed"] == "nothing failed"
+    assert "NSA_PREFILL_BATCHED=1" in c["next"]
+    broken = copy.deepcopy(res)
+    broken["steps"]["longrun"]["status"] = "failed"
+    broken["verdict"] = "NO-GO"
+    c = build_view(broken)["conclusion"]
+    assert "1 step failed (longrun)" in c["failed"] and "`longrun/`" in c["next"] and "--resume" in c["next"]
+    md = render(broken, "md")
+    assert "## Conclusion" in md and "**NO-GO.** Passed: " in md and "Next: fix what failed" in md
+
+
+def test_git_branch_and_dirty_flag_are_recorded_and_shown(tmp_path, results):
+    from validation.environment import git_state
+
+    assert git_state(tmp_path) == {"git_branch": None, "git_dirty": None, "git_changes": None}
+    run = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)  # noqa: E731
+    run("init", "-q", "-b", "work")
+    (tmp_path / "f.txt").write_text("a\n")
+    run("add", "f.txt")
+    run("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x")
+    assert git_state(tmp_path) == {"git_branch": "work", "git_dirty": False, "git_changes": 0}
+    (tmp_path / "f.txt").write_text("b\n")
+    (tmp_path / "untracked.txt").write_text("u\n")  # untracked files do not make a tree dirty
+    assert git_state(tmp_path) == {"git_branch": "work", "git_dirty": True, "git_changes": 1}
+    res = copy.deepcopy(results)
+    res["environment"].update(git_branch="work", git_dirty=True, git_changes=1)
+    md = render(res, "md")
+    assert "| Git branch | work |" in md and "| Working tree | dirty: 1 tracked file changed since the commit |" in md
+
+
+def test_quiet_wording_plurals_near_zero_ratios_and_cpu_ranks(results):
+    from validation.steps.train_report import init_growth, telemetry_notes
+
+    assert plural(1, "sample") == "1 sample" and plural(3, "sample") == "3 samples"
+    note = telemetry_notes({"telemetry": {"samples": 1, "period": "the window", "files": ["telemetry.csv"]}})[0]
+    assert note.startswith("Telemetry (1 sample over the window")
+    small = init_growth({"init_s": 0.1, "n_params": 100}, [("single", {"init_s": 0.039, "n_params": 100})])
+    assert "x)" not in small["text"] and "not compared as a ratio" in small["text"] and not small["flagged"]
+    big = init_growth({"init_s": 20.0, "n_params": 100}, [("single", {"init_s": 4.0, "n_params": 100})])
+    assert "(5.00x)" in big["text"] and big["flagged"]
+    cpu = copy.deepcopy(results)
+    cpu["environment"].update(gpu_count=0, gpus=[], cpu_count=2)
+    for step in cpu["steps"].values():
+        for m in [step.get("metrics") or {}] + [(r.get("metrics") or {}) for r in step.get("runs") or []]:
+            m.setdefault("context", {})["device"] = "cpu"
+    md = render(cpu, "md")
+    assert "| Per GPU |" not in md and "| Per rank |" in md
+    figure = next(f for f in build_view(cpu)["key_figures"] if f["label"] == "Scaling efficiency")
+    assert "1 core per rank against 2 for the single process" in figure["note"]
+    assert "tokens/s per rank" in figure["note"] and "per GPU" not in figure["note"]
+
+
+def test_a_cpu_only_run_does_not_list_the_missing_nvidia_smi(results):
+    from validation.report.problems import open_problems
+
+    cpu = copy.deepcopy(results)
+    cpu["steps"]["snapshot"].update(status="passed", reason="nvidia-smi not found: no GPU inventory XML")
+    assert any("nvidia-smi not found" in p["what"] for p in open_problems(cpu))  # device unknown: still listed
+    for step in cpu["steps"].values():
+        if isinstance(step.get("metrics"), dict) and step["metrics"].get("csv"):
+            step["metrics"].setdefault("context", {})["device"] = "cpu"
+    assert cpu["environment"]["gpu_count"] == 0
+    assert not any("nvidia-smi not found" in p["what"] for p in open_problems(cpu))
+    gpu = copy.deepcopy(cpu)
+    gpu["steps"]["baseline"]["metrics"]["context"]["device"] = "NVIDIA H100"
+    assert any("nvidia-smi not found" in p["what"] for p in open_problems(gpu))

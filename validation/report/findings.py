@@ -1,0 +1,223 @@
+"""What the run itself measured with and without a setting: every comparison an A/B, a sweep or a triage step of
+the run recorded (results.json alone; pure; accepts damaged input), the "Key finding" (the largest significant
+effect among them) and the report's conclusion (what passed, what failed, the next action).
+
+A comparison is {"step", "kind", "without", "with" (what each side ran: settings or a label), "metric",
+"mean_without", "mean_with" (the means the step's own table shows), "rel" (with / without - 1), "ci_low",
+"ci_high", "p" (Holm-adjusted when the step adjusted), "significant", "verdict", "ignored" (the trainer ignored
+the setting: an A/A check, never a finding), "text"}:
+- ab: each variant against the baseline (its "comparison" records);
+- sweep: the decision's best point against each other point (its decision's "comparisons");
+- triage: each suspect changed alone against the configuration (its "suspects").
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from nsa.toggles import TOGGLES
+from validation.report.format import (FAILED_STATUSES, NA, as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct,
+                                      ordered_steps, params_text, plural)
+
+
+def _params_of(step: dict, label: Any) -> dict:
+    for run in (as_dict(r) for r in as_list(step.get("runs"))):
+        if run.get("label") == label and as_dict(run.get("params")):
+            return as_dict(run.get("params"))
+    return as_dict(as_dict(as_dict(step.get("decision")).get("points")).get(label))
+
+
+def _side(step: dict, label: Any) -> str:
+    params = _params_of(step, label)
+    text = params_text(params) if params else None
+    if text and str(label) not in text:
+        return f"{text} ({label})"
+    return text or str(label)
+
+
+def _record(name: str, kind: str, without: str, with_: str, comp: dict, ignored: bool = False,
+            p_key: tuple[str, ...] = ("p_adjusted", "p_value")) -> dict | None:
+    rel = finite(comp.get("rel", comp.get("rel_delta")))
+    if rel is None:
+        return None
+    p = next((comp[k] for k in p_key if finite(comp.get(k)) is not None), None)
+    return {"step": name, "kind": kind, "without": without, "with": with_, "metric": str(comp.get("metric")
+                                                                                           or "toks_per_s"),
+            "mean_without": finite(comp.get("mean_a")), "mean_with": finite(comp.get("mean_b")), "rel": rel,
+            "ci_low": finite(comp.get("ci_low")), "ci_high": finite(comp.get("ci_high")), "p": finite(p),
+            "significant": comp.get("significant") is True and not ignored,
+            "verdict": str(comp.get("verdict") or NA), "ignored": ignored}
+
+
+def comparisons(results: dict) -> list[dict]:
+    """Every with/without comparison the run's steps recorded, in run order (see the module docstring)."""
+    results = as_dict(results)
+    steps = as_dict(results.get("steps"))
+    out: list[dict] = []
+    for _, names in ordered_steps(results):
+        for name in names:
+            step = as_dict(steps.get(name))
+            if step.get("status") != "passed":
+                continue
+            kind = str(step.get("kind"))
+            decision = as_dict(step.get("decision"))
+            if kind == "ab":
+                ignored = {str(x) for x in as_list(decision.get("excluded_ignored"))}
+                ignored |= {str(n).split(":", 1)[0] for n in as_list(step.get("notes")) if "ignored" in str(n)}
+                for comp in (as_dict(c) for c in as_list(step.get("comparison"))):
+                    variant = comp.get("variant")
+                    rec = _record(name, kind, _side(step, comp.get("baseline") or "baseline"), _side(step, variant),
+                                  comp, ignored=str(variant) in ignored)
+                    if rec:
+                        out.append(rec)
+            elif kind == "sweep":
+                for comp in (as_dict(c) for c in as_list(decision.get("comparisons"))):
+                    rec = _record(name, kind, _side(step, comp.get("baseline")), _side(step, comp.get("variant")),
+                                  comp)
+                    if rec:
+                        out.append(rec)
+            elif kind == "triage":
+                metrics = as_dict(step.get("metrics"))
+                for suspect, s in sorted(as_dict(metrics.get("suspects")).items(), key=lambda kv: str(kv[0])):
+                    s = as_dict(s)
+                    ci = as_list(s.get("ci"))
+                    comp = {"rel": s.get("effect"), "ci_low": ci[0] if len(ci) == 2 else None,
+                            "ci_high": ci[1] if len(ci) == 2 else None, "p_adjusted": s.get("p_adjusted"),
+                            "p_value": s.get("p"), "significant": s.get("significant"), "verdict": s.get("verdict"),
+                            "mean_a": metrics.get("config_toks_per_s"), "mean_b": s.get("toks_per_s"),
+                            "metric": "toks_per_s"}
+                    changes = s.get("changes")
+                    with_ = (f"{changes} ({suspect})" if isinstance(changes, str) and changes else
+                             f"{params_text(changes)} ({suspect})" if isinstance(changes, dict) and changes else
+                             str(suspect))
+                    rec = _record(name, kind, "the configuration as given", with_, comp)
+                    if rec:
+                        out.append(rec)
+    for rec in out:
+        rec["text"] = _sentence(rec)
+    return out
+
+
+def _rate(v: float | None) -> str:
+    return NA if v is None else (f"{v:,.1f}" if abs(v) >= 100 else f"{v:.4g}")
+
+
+def _sentence(rec: dict) -> str:
+    ci = (f"95% CI {fmt_pct(rec['ci_low'], signed=True)} to {fmt_pct(rec['ci_high'], signed=True)}"
+          if rec["ci_low"] is not None and rec["ci_high"] is not None else "CI n/a")
+    unit = " tokens/s" if rec["metric"] == "toks_per_s" else f" {rec['metric']}"
+    ratio = ""
+    if rec["mean_without"] and rec["mean_with"] and rec["mean_without"] > 0:
+        factor = rec["mean_with"] / rec["mean_without"]
+        if factor >= 2 or factor <= 0.5:
+            ratio = f", {factor:.1f}x" if factor >= 2 else f", {1 / factor:.1f}x slower"
+    return (f"{rec['with']}: {_rate(rec['mean_with'])}{unit} with, {_rate(rec['mean_without'])} without "
+            f"({rec['without']}): {fmt_pct(rec['rel'], signed=True)}{ratio} ({ci}, p {fmt_p(rec['p'])}), "
+            f"step `{rec['step']}`")
+
+
+def key_finding(comps: list[dict]) -> dict | None:
+    """The largest significant effect (by |relative difference|) of the run's own comparisons: {"text", "step",
+    "rel", "record"}; {"text": "none: ..."} when none is significant; None when the run compared nothing."""
+    if not comps:
+        return None
+    significant = [c for c in comps if c["significant"]]
+    if not significant:
+        measured = [c for c in comps if not c["ignored"]]
+        return {"text": (f"none: no significant effect in {plural(len(measured), 'with/without comparison')} of "
+                         "this run" if measured else "none: the only comparisons were of settings the trainer "
+                         "ignored (A/A checks)"), "step": None, "rel": None, "record": None}
+    top = max(significant, key=lambda c: abs(c["rel"]))
+    return {"text": top["text"], "step": top["step"], "rel": top["rel"], "record": top}
+
+
+def comparison_rows(comps: list[dict]) -> list[dict]:
+    """The Performance analysis table of the run's own comparisons, formatted."""
+    rows = []
+    for c in comps:
+        ci = (f"{fmt_pct(c['ci_low'], signed=True)} to {fmt_pct(c['ci_high'], signed=True)}"
+              if c["ci_low"] is not None and c["ci_high"] is not None else NA)
+        verdict = ("A/A: setting ignored by the trainer" if c["ignored"] else
+                   f"{c['verdict']} (significant)" if c["significant"] else c["verdict"])
+        rows.append({"step": c["step"], "kind": c["kind"], "without": c["without"], "with": c["with"],
+                     "metric": c["metric"], "mean_without": _rate(c["mean_without"]),
+                     "mean_with": _rate(c["mean_with"]), "change": fmt_pct(c["rel"], signed=True), "ci": ci,
+                     "p": fmt_p(c["p"]), "verdict": verdict, "significant": c["significant"]})
+    return rows
+
+
+def conclusion(results: dict, problems: list[dict], finding: dict | None) -> dict:
+    """The report's conclusion: {"verdict", "passed", "failed" (sentences naming the steps and criteria), "next"
+    (the next action, one sentence)}."""
+    results = as_dict(results)
+    steps = as_dict(results.get("steps"))
+    passed = sorted(n for n, s in steps.items() if as_dict(s).get("status") == "passed")
+    failed = sorted(n for n, s in steps.items() if as_dict(s).get("status") in FAILED_STATUSES)
+    unfinished = sorted(n for n, s in steps.items() if as_dict(s).get("status") in ("interrupted", "pending",
+                                                                                     "running"))
+    crits = [as_dict(c) for c in as_list(results.get("acceptance"))]
+    crit_failed = [str(c.get("name")) for c in crits if c.get("status") in ("fail", "error")]
+    crit_warn = [str(c.get("name")) for c in crits if c.get("status") == "warn"]
+    crit_pass = [c for c in crits if c.get("status") == "pass"]
+    verdict = str(results.get("verdict") or "INCOMPLETE")
+    passed_text = (f"{plural(len(passed), 'step')} passed ({', '.join(passed)})" if passed else "no step passed")
+    passed_text += f"; {plural(len(crit_pass), 'criterion', 'criteria')} of {len(crits)} hold" if crits else ""
+    failed_parts = []
+    if failed:
+        failed_parts.append(f"{plural(len(failed), 'step')} failed ({', '.join(failed)})")
+    if unfinished:
+        failed_parts.append(f"{plural(len(unfinished), 'step')} did not finish ({', '.join(unfinished)})")
+    if crit_failed:
+        failed_parts.append(f"{plural(len(crit_failed), 'criterion', 'criteria')} failed ({', '.join(crit_failed)})")
+    if crit_warn:
+        failed_parts.append(f"{plural(len(crit_warn), 'warning')} ({', '.join(crit_warn)})")
+    failed_text = "; ".join(failed_parts) or "nothing failed"
+    warns = [p for p in problems if p.get("severity") == "WARN"]
+    if failed or crit_failed:
+        first = (failed or [None])[0]
+        where = f"`{first}/` (its log and excerpt above)" if first else "the failed criteria above"
+        nxt = (f"fix what failed, starting with {where}, then `nsa-validate run "
+               f"{fmt_num(as_dict(results.get('runbook')).get('path'))} --resume {fmt_num(results.get('run_dir'))}`")
+    elif unfinished or verdict == "INCOMPLETE":
+        nxt = (f"finish the run: `nsa-validate run {fmt_num(as_dict(results.get('runbook')).get('path'))} --resume "
+               f"{fmt_num(results.get('run_dir'))}`")
+    elif warns:
+        nxt = (f"use the settings under Recommendations; read the {plural(len(warns), 'open warning')} under Open "
+               "Problems before relying on the figures")
+    else:
+        nxt = "use the settings under Recommendations; nothing else is open"
+    if finding and finding.get("record") and not (failed or crit_failed):
+        nxt += f"; the setting that mattered most here: {finding['record']['with']} (step `{finding['step']}`)"
+    return {"verdict": verdict, "passed": passed_text, "failed": failed_text, "next": nxt}
+
+
+def recommendation_rows(results: dict, comps: list[dict]) -> list[dict]:
+    """Each recommended environment variable with why: {"name", "value", "export", "source" ("measured" |
+    "always"), "why"}. "measured": a significant comparison of this run chose it (its effect, with its CI);
+    "always": the runbook recommends it always (recommend.env), with what the setting does (nsa.toggles) and
+    whether a step of this run ran with it."""
+    results = as_dict(results)
+    env = as_dict(as_dict(results.get("recommendations")).get("env"))
+    steps = as_dict(results.get("steps"))
+    rows = []
+    for name in sorted(env, key=str):
+        value = str(env[name])
+        setting = f"{name}={value}"
+        measured = [c for c in comps if c["significant"] and c["rel"] > 0 and setting in c["with"]]
+        if measured:
+            top = max(measured, key=lambda c: abs(c["rel"]))
+            why = f"measured in this run: {top['text']}"
+            source = "measured"
+        else:
+            used = sorted(n for n, st in steps.items() if as_dict(st).get("status") == "passed"
+                          and str(as_dict(as_dict(st).get("env")).get(name)) == value)
+            toggle = TOGGLES.get(str(name))
+            what = f": {toggle.help}" if toggle is not None else ""
+            why = (f"always recommended (the runbook's recommend.env){what} "
+                   + (f"Steps of this run that ran with it: {', '.join(used)}." if used else
+                      "No step of this run ran with it: not measured here."))
+            source = "always"
+        rows.append({"name": str(name), "value": value, "export": f"export {name}={shlex.quote(value)}",
+                     "source": source, "why": why})
+    return rows

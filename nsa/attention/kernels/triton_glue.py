@@ -41,7 +41,12 @@ from nsa.attention.kernels.triton_glue_kernels import (_cmp_pool_bwd_kernel, _cm
                                                        _combine_bwd_kernel, _combine_fwd_kernel, _prep_bwd_kernel,
                                                        _prep_fwd_kernel, _rope_rows_kernel)
 
-BLOCK_R = 32  # rows (tokens) per program of the row-parallel kernels
+# Launch configurations (every one is in aot_cases()). The RoPE kernels' precise sin/cos (libdevice, with its
+# large-argument reduction) made ptxas spill a few bytes at 16 and 32 rows for some widths on sm_80 or sm_90
+# (2-8 warps tried); 8 rows and 4 warps compile clean for every width on both.
+BLOCK_R_PROJECT = 8  # token rows per program of project_heads (forward and backward)
+BLOCK_R = 8  # rows per program of rope_add
+ROPE_WARPS = 4
 BLOCK_T = 32  # tokens per program of the pooling backward and the combine
 NUM_WARPS = 4
 
@@ -74,10 +79,10 @@ def _project_op(y: torch.Tensor, b1: torch.Tensor, h: int, g: int, d_k: int, d_v
     q, ks, kw, vs, vw, kr, vr = new(h, d_k), new(g, d_k), new(g, d_k), new(g, d_v), new(g, d_v), new(g, d_k), new(g, d_v)
     a = y.new_empty(r, hidden)
     d_max = max(d_k, d_v)
-    grid = (triton.cdiv(r, BLOCK_R), _prep_slots(h, g, hidden, d_max))
+    grid = (triton.cdiv(r, BLOCK_R_PROJECT), _prep_slots(h, g, hidden, d_max))
     _prep_fwd_kernel[grid](y, b1, _inv_freq(d_k, theta, y.device), q, ks, kw, vs, vw, kr, vr, a,
                            r, s, y.stride(0), h, g, hidden, start,
-                           D_K=d_k, D_V=d_v, D_MAX=d_max, BLOCK_R=BLOCK_R, num_warps=NUM_WARPS)
+                           D_K=d_k, D_V=d_v, D_MAX=d_max, BLOCK_R=BLOCK_R_PROJECT, num_warps=NUM_WARPS)
     return q, ks, kw, vs, vw, kr, vr, a
 
 
@@ -97,12 +102,14 @@ def _project_bwd_op(dq: torch.Tensor, dks: torch.Tensor, dkw: torch.Tensor, dvs:
     r, hidden = y.shape[0], b1.shape[0]
     dy = torch.empty_like(y)
     d_max = max(d_k, d_v)
-    tiles = triton.cdiv(r, BLOCK_R)
+    tiles = triton.cdiv(r, BLOCK_R_PROJECT)
     db1_part = torch.empty(tiles, hidden, dtype=torch.float32, device=y.device)
-    grads = [t.contiguous() for t in (dq, dks, dkw, dvs, dvw, dkr, dvr, da)]
+    heads = [t if t.stride(-1) == 1 else t.contiguous() for t in (dq, dks, dkw, dvs, dvw, dkr, dvr)]
+    strides = [st for t in heads for st in t.stride()[:3]]
     _prep_bwd_kernel[(tiles, _prep_slots(h, g, hidden, d_max))](
-        *grads, y, b1, _inv_freq(d_k, theta, y.device), dy, db1_part, r, s, y.stride(0), dy.stride(0), h, g,
-        hidden, start, D_K=d_k, D_V=d_v, D_MAX=d_max, BLOCK_R=BLOCK_R, num_warps=NUM_WARPS)
+        *heads, da.contiguous(), y, b1, _inv_freq(d_k, theta, y.device), dy, db1_part, r, s, y.stride(0),
+        dy.stride(0), h, g, hidden, start, *strides, D_K=d_k, D_V=d_v, D_MAX=d_max, BLOCK_R=BLOCK_R_PROJECT,
+        num_warps=NUM_WARPS)
     return dy, db1_part.sum(0, dtype=b1.dtype)
 
 
@@ -215,7 +222,7 @@ def _rope_rows_op(a: torch.Tensor, b: Optional[torch.Tensor], n: int, p_mul: int
         _rope_rows_kernel[(triton.cdiv(r, BLOCK_R),)](a, b if b is not None else a, out, _inv_freq(w, theta, a.device),
                                                       r, n, p_mul, p_add, W=w, BLOCK_R=BLOCK_R,
                                                       HAS_B=b is not None, SIGN=-1.0 if inverse else 1.0,
-                                                      num_warps=NUM_WARPS)
+                                                      num_warps=ROPE_WARPS)
     return out
 
 
@@ -331,10 +338,10 @@ def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
     p, f32 = f"*{dtype}", "*fp32"
     cases = []
 
-    def add(name, fn, sig, constexprs):
+    def add(name, fn, sig, constexprs, warps=NUM_WARPS):
         sig = {**sig, **{k: "constexpr" for k in constexprs}}
-        label = f"glue_{name}[" + ",".join(f"{k}={v}" for k, v in constexprs.items()) + f",{dtype}]"
-        cases.append(AotCase(name=label, fn=fn, signature=sig, constexprs=constexprs, num_warps=NUM_WARPS,
+        label = f"glue_{name}[" + ",".join(f"{k}={v}" for k, v in constexprs.items()) + f",warps={warps},{dtype}]"
+        cases.append(AotCase(name=label, fn=fn, signature=sig, constexprs=constexprs, num_warps=warps,
                              num_stages=1, tensor_cores=False))
 
     ints = lambda *names: {n: "i32" for n in names}  # noqa: E731
@@ -343,11 +350,12 @@ def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
         add("project_fwd", _prep_fwd_kernel,
             {"Y": p, "B1": p, "INV_FREQ": f32, **{n: p for n in ("Q", "KS", "KW", "VS", "VW", "KR", "VR", "A")},
              **ints("R", "S", "sy", "H", "G", "HID", "START")},
-            dict(D_K=d_k, D_V=d_v, D_MAX=dm, BLOCK_R=BLOCK_R))
+            dict(D_K=d_k, D_V=d_v, D_MAX=dm, BLOCK_R=BLOCK_R_PROJECT))
         add("project_bwd", _prep_bwd_kernel,
             {**{n: p for n in ("DQ", "DKS", "DKW", "DVS", "DVW", "DKR", "DVR", "DA", "Y", "B1")}, "INV_FREQ": f32,
-             "DY": p, "DB1": f32, **ints("R", "S", "sy", "sdy", "H", "G", "HID", "START")},
-            dict(D_K=d_k, D_V=d_v, D_MAX=dm, BLOCK_R=BLOCK_R))
+             "DY": p, "DB1": f32, **ints("R", "S", "sy", "sdy", "H", "G", "HID", "START"),
+             **ints(*(f"s{t}_{a}" for t in ("q", "ks", "kw", "vs", "vw", "kr", "vr") for a in "bsh"))},
+            dict(D_K=d_k, D_V=d_v, D_MAX=dm, BLOCK_R=BLOCK_R_PROJECT))
         add("combine_fwd", _combine_fwd_kernel,
             {"LOGITS": p, "OC": p, "OS": p, "OW": p, "OUT": p,
              **ints("S", "H", "soc_b", "soc_h", "soc_s", "sos_b", "sos_h", "sos_s", "sow_b", "sow_h", "sow_s")},
@@ -363,5 +371,5 @@ def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
             dict(W=w, BLOCK_T=BLOCK_T, WITH_X=True))
         add("rope_rows", _rope_rows_kernel, {"A": p, "B": p, "OUT": p, "INV_FREQ": f32,
                                              **ints("R", "N", "P_MUL", "P_ADD")},
-            dict(W=w, BLOCK_R=BLOCK_R, HAS_B=True, SIGN=1.0))
+            dict(W=w, BLOCK_R=BLOCK_R, HAS_B=True, SIGN=1.0), warps=ROPE_WARPS)
     return cases

@@ -85,23 +85,28 @@ def _prep_fwd_kernel(Y, B1, INV_FREQ, Q, KS, KW, VS, VW, KR, VR, A,
 @triton.jit
 def _prep_bwd_kernel(DQ, DKS, DKW, DVS, DVW, DKR, DVR, DA, Y, B1, INV_FREQ, DY, DB1,
                      R, S, sy, sdy, H, G, HID, START,
+                     sq_b, sq_s, sq_h, sks_b, sks_s, sks_h, skw_b, skw_s, skw_h, svs_b, svs_s, svs_h,
+                     svw_b, svw_s, svw_h, skr_b, skr_s, skr_h, svr_b, svr_s, svr_h,
                      D_K: tl.constexpr, D_V: tl.constexpr, D_MAX: tl.constexpr, BLOCK_R: tl.constexpr):
     """The forward's slots in reverse: every column of dY [R, N] is written once; the gate slots also store
-    per-row-tile partial sums of dh into DB1 [row tiles, HID] (fp32; summed by the host)."""
+    per-row-tile partial sums of dh into DB1 [row tiles, HID] (fp32; summed by the host). The head gradients are
+    [B, S, n, d] with any strides (b, s, head) of unit last stride, as the attention kernels return them."""
     pid_r = tl.program_id(0)
     slot = tl.program_id(1)
     rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < R
+    bi = rows // S
+    si = rows % S
     n_rope = H + 2 * G
     off_v = n_rope * D_K
     if slot < n_rope:
         half = tl.arange(0, D_K // 2)
         if slot < H:
-            src = DQ + rows[:, None] * (H * D_K) + slot * D_K + half[None, :]
+            src = DQ + (bi * sq_b + si * sq_s + slot * sq_h)[:, None] + half[None, :]
         elif slot < H + G:
-            src = DKS + rows[:, None] * (G * D_K) + (slot - H) * D_K + half[None, :]
+            src = DKS + (bi * sks_b + si * sks_s + (slot - H) * sks_h)[:, None] + half[None, :]
         else:
-            src = DKW + rows[:, None] * (G * D_K) + (slot - H - G) * D_K + half[None, :]
+            src = DKW + (bi * skw_b + si * skw_s + (slot - H - G) * skw_h)[:, None] + half[None, :]
         d1 = tl.load(src, mask=rmask[:, None], other=0.0).to(tl.float32)
         d2 = tl.load(src + D_K // 2, mask=rmask[:, None], other=0.0).to(tl.float32)
         pos = (rows % S + START).to(tl.float32)
@@ -117,19 +122,19 @@ def _prep_bwd_kernel(DQ, DKS, DKW, DVS, DVW, DKR, DVR, DA, Y, B1, INV_FREQ, DY, 
         if seg == 0:
             dst_col = off_v + gi * D_V
             width = gi * 0 + D_V
-            src = DVS + rows[:, None] * (G * D_V) + gi * D_V + cols[None, :]
+            src = DVS + (bi * svs_b + si * svs_s + gi * svs_h)[:, None] + cols[None, :]
         elif seg == 1:
             dst_col = off_v + G * D_V + gi * D_V
             width = gi * 0 + D_V
-            src = DVW + rows[:, None] * (G * D_V) + gi * D_V + cols[None, :]
+            src = DVW + (bi * svw_b + si * svw_s + gi * svw_h)[:, None] + cols[None, :]
         elif seg == 2:
             dst_col = off_v + 2 * G * D_V + gi * D_K
             width = gi * 0 + D_K
-            src = DKR + rows[:, None] * (G * D_K) + gi * D_K + cols[None, :]
+            src = DKR + (bi * skr_b + si * skr_s + gi * skr_h)[:, None] + cols[None, :]
         else:
             dst_col = off_v + 2 * G * D_V + G * D_K + gi * D_V
             width = gi * 0 + D_V
-            src = DVR + rows[:, None] * (G * D_V) + gi * D_V + cols[None, :]
+            src = DVR + (bi * svr_b + si * svr_s + gi * svr_h)[:, None] + cols[None, :]
         m = rmask[:, None] & (cols[None, :] < width)
         x = tl.load(src, mask=m, other=0.0)
         tl.store(DY + rows[:, None] * sdy + dst_col + cols[None, :], x.to(DY.dtype.element_ty), mask=m)

@@ -332,7 +332,8 @@ AOT_DIMS = ((32, 32), (64, 64), (128, 128), (64, 128))
 
 def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
     """Every glue kernel at each (d_k, d_v) the layer may use; block sizes are fixed, the rest runtime arguments.
-    Element-wise passes: no tensor-core instruction expected."""
+    Activations in `dtype`, parameters (gate bias, position embedding) fp32: training runs bf16 autocast over fp32
+    weights. Element-wise passes: no tensor-core instruction expected."""
     from nsa.attention.kernels.aot import AotCase
 
     p, f32 = f"*{dtype}", "*fp32"
@@ -348,11 +349,11 @@ def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
     for d_k, d_v in dims:
         dm = max(d_k, d_v)
         add("project_fwd", _prep_fwd_kernel,
-            {"Y": p, "B1": p, "INV_FREQ": f32, **{n: p for n in ("Q", "KS", "KW", "VS", "VW", "KR", "VR", "A")},
+            {"Y": p, "B1": f32, "INV_FREQ": f32, **{n: p for n in ("Q", "KS", "KW", "VS", "VW", "KR", "VR", "A")},
              **ints("R", "S", "sy", "H", "G", "HID", "START")},
             dict(D_K=d_k, D_V=d_v, D_MAX=dm, BLOCK_R=BLOCK_R_PROJECT))
         add("project_bwd", _prep_bwd_kernel,
-            {**{n: p for n in ("DQ", "DKS", "DKW", "DVS", "DVW", "DKR", "DVR", "DA", "Y", "B1")}, "INV_FREQ": f32,
+            {**{n: p for n in ("DQ", "DKS", "DKW", "DVS", "DVW", "DKR", "DVR", "DA", "Y")}, "B1": f32, "INV_FREQ": f32,
              "DY": p, "DB1": f32, **ints("R", "S", "sy", "sdy", "H", "G", "HID", "START"),
              **ints(*(f"s{t}_{a}" for t in ("q", "ks", "kw", "vs", "vw", "kr", "vr") for a in "bsh"))},
             dict(D_K=d_k, D_V=d_v, D_MAX=dm, BLOCK_R=BLOCK_R_PROJECT))
@@ -365,7 +366,7 @@ def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
              **ints("S", "H", "soc_b", "soc_h", "soc_s", "sos_b", "sos_h", "sos_s", "sow_b", "sow_h", "sow_s")},
             dict(D_V=d_v, BLOCK_T=BLOCK_T, SIGMOID=True))
     for w in sorted({d for pair in dims for d in pair}):
-        add("pool_fwd", _cmp_pool_fwd_kernel, {"RAW": p, "POS": p, "X": p, "MEAN": p, **ints("S", "G", "N", "L", "D")},
+        add("pool_fwd", _cmp_pool_fwd_kernel, {"RAW": p, "POS": f32, "X": p, "MEAN": p, **ints("S", "G", "N", "L", "D")},
             dict(W=w, BLOCK_L=32, WITH_X=True))
         add("pool_bwd", _cmp_pool_bwd_kernel, {"DX": p, "DMEAN": p, "DRAW": p, **ints("S", "G", "N", "L", "D", "NQ")},
             dict(W=w, BLOCK_T=BLOCK_T, WITH_X=True))

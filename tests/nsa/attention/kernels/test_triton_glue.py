@@ -188,3 +188,26 @@ def test_packed_weight_keeps_the_parameters_and_state_dict_separate():
     rows = [attn.q_proj, attn.k_sel, attn.k_win, attn.v_sel, attn.v_win, attn.k_cmp, attn.v_cmp, attn.gate[0]]
     assert torch.equal(packed, torch.cat([m.weight for m in rows]))
     assert "q_proj.weight" in attn.state_dict() and not any("packed" in k for k in attn.state_dict())
+
+
+def test_the_glue_custom_ops_pass_opcheck():
+    """Schema, autograd registration, fake (meta) implementation and AOT dispatch of every glue op: what
+    torch.compile and CUDA-graph capture rely on."""
+    from nsa.attention.kernels import triton_glue as tg
+
+    h, g, d, hid, s, b = 2, 1, 32, 16, 9, 2
+
+    def r(*shape, seed=0):
+        return _rand(*shape, seed=seed).requires_grad_()
+
+    cases = {
+        "project": (tg._project_op, (r(b * s, (h + 2 * g) * d + 4 * g * d + hid), r(hid, seed=1), h, g, d, d, s, 3,
+                                     1e4)),
+        "pool": (tg._pool_op, (r(b, 20, g, 32), r(8, 32, seed=1), 8, 4, True)),
+        "rope": (tg._rope_rows_op, (r(2, 5, 32), r(2, 5, 32, seed=1), 5, 4, 7, 100.0, False)),
+        "combine": (tg._combine_op, (r(b, s, h, 3), *[_rand(b, s, h, d, seed=i).transpose(1, 2).requires_grad_()
+                                                      for i in range(3)], True)),
+    }
+    for name, (op, args) in cases.items():
+        result = torch.library.opcheck(op, args)
+        assert all(v == "SUCCESS" for v in result.values()), (name, result)

@@ -15,6 +15,9 @@ Two prefill paths give the same result: "batched" (vectorized) and "sequential" 
 oracle, which is also the decode step). The batched path has two kernel sets (NSAConfig.kernel / NSA_KERNEL):
 the PyTorch reference (CPU and CUDA) and the Triton GPU kernels (nsa.attention.kernels). Two selection-range
 builders for the PyTorch path: "v2" (vectorized) and "v1" (a loop); the Triton path reads block indices directly.
+The Triton path's forward (_forward_triton) computes the same function in few kernel launches: one GEMM for every
+projection (the weights concatenated per forward; the parameters stay separate) and fused kernels for the glue
+(nsa.attention.kernels.triton_glue); benchmarks/bench_ops.py counts its ops.
 """
 
 from __future__ import annotations

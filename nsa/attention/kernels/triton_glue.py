@@ -49,6 +49,15 @@ BLOCK_R = 8  # rows per program of rope_add
 ROPE_WARPS = 4
 BLOCK_T = 32  # tokens per program of the pooling backward and the combine
 NUM_WARPS = 4
+# Under Triton's interpreter (CPU tests) each program costs ~1 ms of Python whatever its size: the row kernels take
+# 64-row tiles there (the same jit code; masks cover any tile size), 4x fewer programs than the GPU's 8 rows allow.
+INTERPRETER_ROWS = 64
+
+
+def _rows(block: int) -> int:
+    from nsa.attention.kernels import interpreting
+
+    return INTERPRETER_ROWS if interpreting() else block
 
 
 @lru_cache(maxsize=64)
@@ -79,10 +88,11 @@ def _project_op(y: torch.Tensor, b1: torch.Tensor, h: int, g: int, d_k: int, d_v
     q, ks, kw, vs, vw, kr, vr = new(h, d_k), new(g, d_k), new(g, d_k), new(g, d_v), new(g, d_v), new(g, d_k), new(g, d_v)
     a = y.new_empty(r, hidden)
     d_max = max(d_k, d_v)
-    grid = (triton.cdiv(r, BLOCK_R_PROJECT), _prep_slots(h, g, hidden, d_max))
+    rows = _rows(BLOCK_R_PROJECT)
+    grid = (triton.cdiv(r, rows), _prep_slots(h, g, hidden, d_max))
     _prep_fwd_kernel[grid](y, b1, _inv_freq(d_k, theta, y.device), q, ks, kw, vs, vw, kr, vr, a,
                            r, s, y.stride(0), h, g, hidden, start,
-                           D_K=d_k, D_V=d_v, D_MAX=d_max, BLOCK_R=BLOCK_R_PROJECT, num_warps=NUM_WARPS)
+                           D_K=d_k, D_V=d_v, D_MAX=d_max, BLOCK_R=rows, num_warps=NUM_WARPS)
     return q, ks, kw, vs, vw, kr, vr, a
 
 
@@ -102,13 +112,14 @@ def _project_bwd_op(dq: torch.Tensor, dks: torch.Tensor, dkw: torch.Tensor, dvs:
     r, hidden = y.shape[0], b1.shape[0]
     dy = torch.empty_like(y)
     d_max = max(d_k, d_v)
-    tiles = triton.cdiv(r, BLOCK_R_PROJECT)
+    rows = _rows(BLOCK_R_PROJECT)
+    tiles = triton.cdiv(r, rows)
     db1_part = torch.empty(tiles, hidden, dtype=torch.float32, device=y.device)
     heads = [t if t.stride(-1) == 1 else t.contiguous() for t in (dq, dks, dkw, dvs, dvw, dkr, dvr)]
     strides = [st for t in heads for st in t.stride()[:3]]
     _prep_bwd_kernel[(tiles, _prep_slots(h, g, hidden, d_max))](
         *heads, da.contiguous(), y, b1, _inv_freq(d_k, theta, y.device), dy, db1_part, r, s, y.stride(0),
-        dy.stride(0), h, g, hidden, start, *strides, D_K=d_k, D_V=d_v, D_MAX=d_max, BLOCK_R=BLOCK_R_PROJECT,
+        dy.stride(0), h, g, hidden, start, *strides, D_K=d_k, D_V=d_v, D_MAX=d_max, BLOCK_R=rows,
         num_warps=NUM_WARPS)
     return dy, db1_part.sum(0, dtype=b1.dtype)
 
@@ -219,10 +230,11 @@ def _rope_rows_op(a: torch.Tensor, b: Optional[torch.Tensor], n: int, p_mul: int
     a = a.contiguous()
     b = b.contiguous() if b is not None else None
     if r:
-        _rope_rows_kernel[(triton.cdiv(r, BLOCK_R),)](a, b if b is not None else a, out, _inv_freq(w, theta, a.device),
-                                                      r, n, p_mul, p_add, W=w, BLOCK_R=BLOCK_R,
-                                                      HAS_B=b is not None, SIGN=-1.0 if inverse else 1.0,
-                                                      num_warps=ROPE_WARPS)
+        rows = _rows(BLOCK_R)
+        _rope_rows_kernel[(triton.cdiv(r, rows),)](a, b if b is not None else a, out, _inv_freq(w, theta, a.device),
+                                                   r, n, p_mul, p_add, W=w, BLOCK_R=rows,
+                                                   HAS_B=b is not None, SIGN=-1.0 if inverse else 1.0,
+                                                   num_warps=ROPE_WARPS)
     return out
 
 

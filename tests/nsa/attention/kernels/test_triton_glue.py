@@ -131,9 +131,9 @@ def test_gate_combine_mixes_the_branches_with_their_gates(gate):
 
 # ------------------------------------------------------------------------------------------- the whole layer
 LAYER_CASES = {
-    "mlp_sigmoid_hpg6": (dict(n_heads=12, n_kv_groups=2, d_k=32, d_v=32, l=16, d=8, l_sel=16, n_sel=4, w=24), 70),
-    "avg_softmax_dk_ne_dv": (dict(n_heads=4, n_kv_groups=2, d_k=64, d_v=32, l=8, d=4, l_sel=16, n_sel=3, w=16,
-                                  phi="avg", gate="softmax"), 50),
+    "mlp_sigmoid_hpg6": (dict(n_heads=12, n_kv_groups=2, d_k=32, d_v=32, l=8, d=4, l_sel=8, n_sel=3, w=16), 45),
+    "avg_softmax_dk_ne_dv": (dict(n_heads=4, n_kv_groups=2, d_k=64, d_v=32, l=8, d=4, l_sel=8, n_sel=3, w=16,
+                                  phi="avg", gate="softmax"), 37),
 }
 
 

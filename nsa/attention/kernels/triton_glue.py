@@ -49,9 +49,11 @@ BLOCK_R = 8  # rows per program of rope_add
 ROPE_WARPS = 4
 BLOCK_T = 32  # tokens per program of the pooling backward and the combine
 NUM_WARPS = 4
-# Under Triton's interpreter (CPU tests) each program costs ~1 ms of Python whatever its size: the row kernels take
-# 64-row tiles there (the same jit code; masks cover any tile size), 4x fewer programs than the GPU's 8 rows allow.
+# Under Triton's interpreter (CPU tests) each program costs ~1 ms of Python whatever its size: the kernels take
+# 64-row (token) tiles and 8 compression blocks a program there (the same jit code; masks cover any size), several
+# times fewer programs than on a GPU.
 INTERPRETER_ROWS = 64
+INTERPRETER_BLOCKS = 8
 
 
 def _rows(block: int) -> int:
@@ -165,8 +167,10 @@ def _pool_op(raw: torch.Tensor, pos: torch.Tensor, l: int, d: int,
     x = raw.new_empty(b * g * n if with_x else 0, l * w)
     mean = raw.new_empty(b, g, n, w)
     if n:
-        _cmp_pool_fwd_kernel[(n, b * g)](raw, pos, x, mean, s, g, n, l, d, W=w, BLOCK_L=_pow2(l), WITH_X=with_x,
-                                         num_warps=NUM_WARPS)
+        blocks = INTERPRETER_BLOCKS if _rows(1) != 1 else 1  # compression blocks a program
+        _cmp_pool_fwd_kernel[(triton.cdiv(n, blocks), b * g)](raw, pos, x, mean, s, g, n, l, d, W=w,
+                                                              BLOCK_L=_pow2(l), WITH_X=with_x, BLOCKS=blocks,
+                                                              num_warps=NUM_WARPS)
     return x, mean
 
 
@@ -184,8 +188,9 @@ def _pool_bwd_op(dx: torch.Tensor, dmean: torch.Tensor, raw_shape: list[int], l:
     n = dmean.shape[2]
     draw = dmean.new_empty(b, s, g, w)
     dx, dmean = dx.contiguous(), dmean.contiguous()
-    _cmp_pool_bwd_kernel[(triton.cdiv(s, BLOCK_T), b * g)](dx, dmean, draw, s, g, n, l, d, triton.cdiv(l, d), W=w,
-                                                          BLOCK_T=BLOCK_T, WITH_X=with_x, num_warps=NUM_WARPS)
+    tokens = _rows(BLOCK_T)
+    _cmp_pool_bwd_kernel[(triton.cdiv(s, tokens), b * g)](dx, dmean, draw, s, g, n, l, d, triton.cdiv(l, d), W=w,
+                                                         BLOCK_T=tokens, WITH_X=with_x, num_warps=NUM_WARPS)
     return draw
 
 
@@ -276,9 +281,10 @@ def _combine_op(logits: torch.Tensor, o_cmp: torch.Tensor, o_sel: torch.Tensor, 
     b, h, s, d_v = o_cmp.shape
     out = o_cmp.new_empty(b, s, h * d_v)
     logits = logits.contiguous()
-    _combine_fwd_kernel[(triton.cdiv(s, BLOCK_T), b * h)](logits, o_cmp, o_sel, o_win, out, s, h,
-                                                         *_o_strides(o_cmp, o_sel, o_win), D_V=d_v,
-                                                         BLOCK_T=BLOCK_T, SIGMOID=sigmoid, num_warps=NUM_WARPS)
+    tokens = _rows(BLOCK_T)
+    _combine_fwd_kernel[(triton.cdiv(s, tokens), b * h)](logits, o_cmp, o_sel, o_win, out, s, h,
+                                                        *_o_strides(o_cmp, o_sel, o_win), D_V=d_v,
+                                                        BLOCK_T=tokens, SIGMOID=sigmoid, num_warps=NUM_WARPS)
     return out
 
 
@@ -297,9 +303,10 @@ def _combine_bwd_op(dout: torch.Tensor, logits: torch.Tensor, o_cmp: torch.Tenso
     dlogits = torch.empty_like(logits)
     new = lambda: o_cmp.new_empty(b, s, h, d_v)  # noqa: E731
     doc, dos, dow = new(), new(), new()
-    _combine_bwd_kernel[(triton.cdiv(s, BLOCK_T), b * h)](dout, logits, o_cmp, o_sel, o_win, dlogits, doc, dos, dow,
-                                                         s, h, *_o_strides(o_cmp, o_sel, o_win), D_V=d_v,
-                                                         BLOCK_T=BLOCK_T, SIGMOID=sigmoid, num_warps=NUM_WARPS)
+    tokens = _rows(BLOCK_T)
+    _combine_bwd_kernel[(triton.cdiv(s, tokens), b * h)](dout, logits, o_cmp, o_sel, o_win, dlogits, doc, dos, dow,
+                                                        s, h, *_o_strides(o_cmp, o_sel, o_win), D_V=d_v,
+                                                        BLOCK_T=tokens, SIGMOID=sigmoid, num_warps=NUM_WARPS)
     return dlogits, doc.transpose(1, 2), dos.transpose(1, 2), dow.transpose(1, 2)
 
 
@@ -379,7 +386,7 @@ def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
             dict(D_V=d_v, BLOCK_T=BLOCK_T, SIGMOID=True))
     for w in sorted({d for pair in dims for d in pair}):
         add("pool_fwd", _cmp_pool_fwd_kernel, {"RAW": p, "POS": f32, "X": p, "MEAN": p, **ints("S", "G", "N", "L", "D")},
-            dict(W=w, BLOCK_L=32, WITH_X=True))
+            dict(W=w, BLOCK_L=32, WITH_X=True, BLOCKS=1))
         add("pool_bwd", _cmp_pool_bwd_kernel, {"DX": p, "DMEAN": p, "DRAW": p, **ints("S", "G", "N", "L", "D", "NQ")},
             dict(W=w, BLOCK_T=BLOCK_T, WITH_X=True))
         add("rope_rows", _rope_rows_kernel, {"A": p, "B": p, "OUT": p, "INV_FREQ": f32,

@@ -155,26 +155,30 @@ def _prep_bwd_kernel(DQ, DKS, DKW, DVS, DVW, DKR, DVR, DA, Y, B1, INV_FREQ, DY, 
 
 @triton.jit
 def _cmp_pool_fwd_kernel(RAW, POS, X, MEAN, S, G, N, L, D,
-                         W: tl.constexpr, BLOCK_L: tl.constexpr, WITH_X: tl.constexpr):
-    """Program (block i, b * G + g): the l tokens [i*d, i*d + l) of raw [B, S, G, W] -> MEAN [B, G, N, W] (their
-    mean) and X [B*G*N, L*W] (the block plus the intra-block position embedding POS [L, W], flattened (j, c))."""
-    i = tl.program_id(0)
+                         W: tl.constexpr, BLOCK_L: tl.constexpr, WITH_X: tl.constexpr, BLOCKS: tl.constexpr):
+    """Program (BLOCKS blocks from i0, b * G + g): the l tokens [i*d, i*d + l) of raw [B, S, G, W] -> MEAN
+    [B, G, N, W] (their mean) and X [B*G*N, L*W] (the block plus the intra-block position embedding POS [L, W],
+    flattened (j, c))."""
     bg = tl.program_id(1)
     b = bg // G
     g = bg % G
     j = tl.arange(0, BLOCK_L)
     c = tl.arange(0, W)
     jm = j < L
-    t = i * D + j
-    tile = tl.load(RAW + ((b * S + t[:, None]) * G + g) * W + c[None, :], mask=jm[:, None], other=0.0)
-    tile = tile.to(tl.float32)
-    mean = tl.sum(tile, axis=0) / L
-    row = bg * N + i
-    tl.store(MEAN + row * W + c, mean.to(MEAN.dtype.element_ty))
     if WITH_X:
         pos = tl.load(POS + j[:, None] * W + c[None, :], mask=jm[:, None], other=0.0).to(tl.float32)
-        tl.store(X + row * (L * W) + j[:, None] * W + c[None, :], (tile + pos).to(X.dtype.element_ty),
-                 mask=jm[:, None])
+    for ii in range(BLOCKS):
+        i = tl.program_id(0) * BLOCKS + ii
+        okj = jm & (j * 0 + i < N)
+        t = i * D + j
+        tile = tl.load(RAW + ((b * S + t[:, None]) * G + g) * W + c[None, :], mask=okj[:, None], other=0.0)
+        tile = tile.to(tl.float32)
+        mean = tl.sum(tile, axis=0) / L
+        row = bg * N + i
+        tl.store(MEAN + row * W + c, mean.to(MEAN.dtype.element_ty), mask=c * 0 + i < N)
+        if WITH_X:
+            tl.store(X + row * (L * W) + j[:, None] * W + c[None, :], (tile + pos).to(X.dtype.element_ty),
+                     mask=okj[:, None])
 
 
 @triton.jit

@@ -15,6 +15,9 @@ Two prefill paths give the same result: "batched" (vectorized) and "sequential" 
 oracle, which is also the decode step). The batched path has two kernel sets (NSAConfig.kernel / NSA_KERNEL):
 the PyTorch reference (CPU and CUDA) and the Triton GPU kernels (nsa.attention.kernels). Two selection-range
 builders for the PyTorch path: "v2" (vectorized) and "v1" (a loop); the Triton path reads block indices directly.
+The Triton path's forward (_forward_triton) computes the same function in few kernel launches: one GEMM for every
+projection (the weights concatenated per forward; the parameters stay separate) and fused kernels for the glue
+(nsa.attention.kernels.triton_glue); benchmarks/bench_ops.py counts its ops.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ class NSAProjections:
     v_sel: torch.Tensor  # [B, G, S, d_v]
     k_win: torch.Tensor  # [B, G, S, d_k]
     v_win: torch.Tensor  # [B, G, S, d_v]
-    gates: torch.Tensor  # [B, S, H, 3], branch order BRANCHES
+    gates: torch.Tensor | None  # [B, S, H, 3], branch order BRANCHES (None on the Triton path: fused in the combine)
 
 
 @dataclass
@@ -117,8 +120,7 @@ class NSAAttention(nn.Module):
         pos = torch.arange(start, start + x.shape[1], device=x.device)
         rope = lambda t: apply_rope(t, pos, cfg.rope_theta)  # noqa: E731
         g = cfg.n_kv_groups
-        logits = self.gate(x).view(*x.shape[:2], cfg.n_heads, 3)
-        gates = torch.sigmoid(logits) if cfg.gate == "sigmoid" else torch.softmax(logits.float(), -1).to(x.dtype)
+        gates = self._gates_of(self.gate(x).view(*x.shape[:2], cfg.n_heads, 3))
         return _Tokens(
             q=rope(self._heads(self.q_proj(x), cfg.n_heads)),
             k_raw=self._heads(self.k_cmp(x), g), v_raw=self._heads(self.v_cmp(x), g),
@@ -180,7 +182,7 @@ class NSAAttention(nn.Module):
             self._record_stats(p.gates, blocks)
         return out
 
-    def _branches_triton(self, p: NSAProjections) -> dict[str, torch.Tensor]:
+    def _branches_triton(self, p: NSAProjections, logits: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """The GPU path: Triton kernels for every branch and for selection (nsa.attention.kernels), no host sync.
 
         The compressed branch's log-sum-exp gives the compressed attention probabilities exp(s - lse) that rank
@@ -199,7 +201,7 @@ class NSAAttention(nn.Module):
         with span("nsa.win"):
             out["win"] = triton_range.window_attention(p.q, p.k_win, p.v_win, cfg.w)
         if self.record_stats:
-            self._record_stats(p.gates, blocks)
+            self._record_stats(p.gates if logits is None else self._gates_of(logits), blocks)
         return out
 
     def _record_stats(self, gates: torch.Tensor, blocks: torch.Tensor | None) -> None:
@@ -307,8 +309,48 @@ class NSAAttention(nn.Module):
         """x [B, S, dim] -> [B, S, dim]."""
         if x.dim() != 3 or x.shape[-1] != self.cfg.dim or x.shape[1] < 1:
             raise ValueError(f"NSAAttention expects x of shape [B, S>=1, {self.cfg.dim}], got {tuple(x.shape)}")
+        if self.cfg.prefill == "batched" and kernels.resolve(self.cfg.kernel, x.device, self.cfg) == "triton":
+            return self._forward_triton(x)
         p = self.project(x)
         return self._combine(self._branches(p), p.gates)
+
+    # ------------------------------------------------------------------ the Triton path's forward: few ops
+    def packed_weight(self) -> torch.Tensor:
+        """Every projection of x in one [N, dim] matrix, in nsa.attention.kernels.triton_glue's column order:
+        q, k_sel, k_win, v_sel, v_win, k_cmp, v_cmp, then the gate MLP's first layer. The parameters stay separate
+        (state_dict, sharding and checkpoints unchanged); one cat per forward joins them, its backward is views."""
+        return torch.cat([self.q_proj.weight, self.k_sel.weight, self.k_win.weight, self.v_sel.weight,
+                          self.v_win.weight, self.k_cmp.weight, self.v_cmp.weight, self.gate[0].weight])
+
+    def _forward_triton(self, x: torch.Tensor) -> torch.Tensor:
+        """forward() on the Triton path, the same function as the PyTorch path's in fewer ops (issue 21): one GEMM
+        for every projection, fused kernels (triton_glue) for the head split + RoPE + gate activation, the
+        compression pooling, the compressed keys' RoPE and the gate + branch combine; the rest are GEMMs and the
+        attention kernels."""
+        from nsa.attention.kernels import triton_glue
+
+        cfg = self.cfg
+        b, s, dim = x.shape
+        h, g = cfg.n_heads, cfg.n_kv_groups
+        y = torch.mm(x.reshape(b * s, dim), self.packed_weight().t())
+        q, k_sel, k_win, v_sel, v_win, k_raw, v_raw, a = triton_glue.project_heads(
+            y, self.gate[0].bias, h, g, cfg.d_k, cfg.d_v, s, 0, cfg.rope_theta)
+        logits = self.gate[2](a).view(b, s, h, 3)
+        mean_k, mlp_k = self.phi_k.fused_parts(k_raw)
+        mean_v, mlp_v = self.phi_v.fused_parts(v_raw)
+        n_cmp = mean_k.shape[2]
+        # compressed keys rotated at each block's last position i*d + l - 1
+        k_cmp = triton_glue.rope_add(mean_k, mlp_k, max(n_cmp, 1), cfg.d, cfg.l - 1, cfg.rope_theta)
+        v_cmp = mean_v if mlp_v is None else mean_v + mlp_v
+        t = lambda z: z.transpose(1, 2)  # noqa: E731 - [B, S, n, d] storage seen as [B, n, S, d]
+        p = NSAProjections(t(q), k_cmp, v_cmp, t(k_sel), t(v_sel), t(k_win), t(v_win), gates=None)
+        out = self._branches_triton(p, logits=logits)
+        mixed = triton_glue.gate_combine(logits, out["cmp"], out["sel"], out["win"], cfg.gate)
+        return self.o_proj(mixed)
+
+    def _gates_of(self, logits: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
+        return torch.sigmoid(logits) if cfg.gate == "sigmoid" else torch.softmax(logits.float(), -1).to(logits.dtype)
 
     @torch.no_grad()
     def selected_blocks(self, x: torch.Tensor) -> torch.Tensor:

@@ -5,9 +5,14 @@ from __future__ import annotations
 import torch
 
 
+def inv_frequencies(width: int, theta: float, device=None) -> torch.Tensor:
+    """The rotation frequencies 1 / theta^(2j / width), j < width / 2, fp32 (the angle of position p is p * this)."""
+    return 1.0 / (theta ** (torch.arange(0, width, 2, device=device, dtype=torch.float32) / width))
+
+
 def rope_angles(positions: torch.Tensor, width: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin of shape [len(positions), width] for integer positions (computed in fp32)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, width, 2, device=positions.device, dtype=torch.float32) / width))
+    inv_freq = inv_frequencies(width, theta, positions.device)
     angles = positions.to(torch.float32).unsqueeze(-1) * inv_freq
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos(), angles.sin()

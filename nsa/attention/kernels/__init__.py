@@ -7,6 +7,9 @@
     triton_selection.py   Triton: block importance (Eq. 9, 10) and top-n_sel selection
     triton_selected.py    Triton: the selected branch (block-sparse attention over the chosen blocks); its jit
                           code in triton_selected_kernels.py
+    triton_glue.py        Triton: the layer's glue on the Triton path (head split + RoPE + gate activation of the
+                          one packed projection, compression pooling, compressed-key RoPE, gate + branch combine);
+                          its jit code in triton_glue_kernels.py
     aot.py                ahead-of-time compilation of every Triton kernel for sm_80 / sm_90 (no GPU needed)
     qualify.py            every Triton kernel forward and backward once at one shape: what runbooks/gpu_kernels.yaml
                           runs under compute-sanitizer (python -m nsa.attention.kernels.qualify --help)
@@ -43,7 +46,7 @@ def _triton_importable() -> str | None:
     if importlib.util.find_spec("triton") is None:
         return "the triton package is not installed (pip install -e '.[gpu]'; CUDA builds of torch ship it)"
     try:
-        from nsa.attention.kernels import triton_range, triton_selected, triton_selection  # noqa: F401
+        from nsa.attention.kernels import triton_glue, triton_range, triton_selected, triton_selection  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - any import failure means the path cannot run; say which
         return f"the Triton kernels failed to import: {type(exc).__name__}: {exc}"
     return None

@@ -1,0 +1,250 @@
+"""Kernel-launching ops of ONE NSAAttention layer's forward + backward on the Triton path, counted on CPU.
+
+    TRITON_INTERPRET=1 python benchmarks/bench_ops.py [--seq-lens 256,1024] [--check] [--json FILE]
+
+The host cost of a layer is the number of kernels it launches. This counts them at the dispatcher with a
+TorchDispatchMode over one forward + backward of NSAAttention(kernel="triton") under Triton's interpreter
+(fp32, CPU), B = 1. Shape: the m7c heads (H = 12, G = 2, d_k = d_v = 64, l = 32, d = 16, l_sel = 64, n_sel = 16,
+w = 512, phi = mlp, sigmoid gate) at dim = 128 instead of 768: the width changes GEMM sizes only, not the ops.
+
+What is counted
+- every aten op the layer issues, the autograd engine's backward ops included, and every aten op issued INSIDE
+  an nsa:: custom op (its host glue: a custom op may hold Triton launches, not hidden aten work). The custom op
+  itself is not an op (it launches nothing by itself); it is listed in its own column.
+- each Triton kernel launch, separately ("triton launches").
+What is not counted
+- ops that launch no kernel: views and metadata (EXCLUDED below), and pure allocations (empty, empty_like,
+  empty_strided, new_empty, new_empty_strided);
+- the interpreter's own copies of a kernel's arguments between the host and the "device" around a launch (it
+  runs the kernel on numpy copies): the counter is paused while the interpreter runs a launch.
+
+--check exits 1 when a length's total exceeds MAX_OPS or the totals differ between the lengths (a count that
+grows with S means a Python loop over data). Issue 21 measured 232 ops at the GPU's dispatcher before the glue
+was fused (profile at S = 256 and 512).
+
+Measured (this counter, the shape above, S = 256 and 1,024, identical at both):
+    before the fused glue (main at 7b08b84):  270 ops (66 of them inside nsa:: custom ops), 11 Triton launches
+    with the packed projection and triton_glue:  108 ops, 21 Triton launches. Of the 108, 59 are the inverted-index
+        build inside nsa::selected_attention_fwd, 3 zeros inside nsa::selected_attention_bwd and 4 sums inside
+        nsa::range_attention_bwd (the dK/dV partials), and 5 are zero gradients autograd materialises for the
+        non-differentiable outputs of nsa::range_attention (lse) and nsa::selected_attention_fwd; the layer's own
+        37: 21 GEMMs (mm 16, addmm 5), 7 bias / position-embedding gradient sums (+1 inside glue_project_bwd),
+        2 gelu + 2 gelu_backward, 1 cat (the packed weight), 3 add (dq from three branches, v_cmp = mean + mlp).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported (the interpreter is chosen
+                                                # when a kernel is defined)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+MAX_OPS = 80  # issue 21's target: kernel-launching ops per layer forward + backward
+SHAPE = dict(dim=128, n_heads=12, n_kv_groups=2, d_k=64, d_v=64, l=32, d=16, l_sel=64, n_sel=16, w=512,
+             phi="mlp", gate="sigmoid")
+
+# Views and metadata: they launch no kernel.
+VIEWS = frozenset({
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "view_as", "transpose", "permute", "expand", "expand_as",
+    "slice", "select", "as_strided", "detach", "alias", "t", "unsqueeze", "squeeze", "split", "split_with_sizes",
+    "unbind", "chunk", "narrow", "unfold", "diagonal", "movedim", "flatten", "unflatten", "lift_fresh",
+    "is_same_size", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "_has_compatible_shallow_copy_type",
+    "_to_copy_noop", "_conj", "_neg_view", "resolve_conj", "resolve_neg", "real", "imag", "prim::device",
+})
+# Allocations without a fill: they launch no kernel.
+ALLOCATIONS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
+EXCLUDED = VIEWS | ALLOCATIONS
+
+
+def _custom_impl(func):
+    """The Python implementation of a torch.library.custom_op (CPU kernel), or None."""
+    from torch._library.custom_ops import OPDEFS
+
+    opdef = OPDEFS.get(func._schema.name)
+    if opdef is None:
+        return None
+    return opdef._backend_fns.get("cpu") or opdef._init_fn
+
+
+def _composite(func) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts kernel-launching aten ops (see the module docstring), descending into nsa:: custom ops."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: Counter[str] = Counter()
+        self.inside: Counter[str] = Counter()  # of which issued inside an nsa:: custom op
+        self.custom: Counter[str] = Counter()
+        self.launches: Counter[str] = Counter()
+        self.excluded: Counter[str] = Counter()
+        self.by_custom: dict[str, Counter[str]] = {}  # inside ops per custom op
+        self._paused = 0
+        self._stack: list[str] = []
+
+    @contextlib.contextmanager
+    def paused(self):
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self._paused:
+            return func(*args, **kwargs)
+        namespace = func.namespace
+        name = func.__name__.split(".")[0]
+        if namespace == "nsa":
+            impl = _custom_impl(func)
+            if impl is None:
+                raise RuntimeError(f"cannot descend into custom op {func}")
+            self.custom[f"{namespace}::{name}"] += 1
+            self._stack.append(f"{namespace}::{name}")
+            try:
+                with self:  # the op's own aten glue is counted too
+                    return impl(*args, **kwargs)
+            finally:
+                self._stack.pop()
+        if self._stack and _composite(func):
+            # inside a custom op, composite ops (to, reshape, ...) reach this mode undecomposed: count what they
+            # decompose to (nothing for a no-op .to(), a view or a copy for reshape)
+            with self:
+                return func.decompose(*args, **kwargs)
+        key = name if namespace == "aten" else f"{namespace}::{name}"
+        if key in EXCLUDED or name in EXCLUDED:
+            self.excluded[key] += 1
+        else:
+            self.ops[key] += 1
+            if self._stack:
+                self.inside[key] += 1
+                self.by_custom.setdefault(self._stack[-1], Counter())[key] += 1
+        return func(*args, **kwargs)
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+
+@contextlib.contextmanager
+def counting_triton_launches(counter: OpCounter):
+    """Counts every interpreted Triton launch by kernel name, with the op counter paused inside the launch."""
+    from triton.runtime import interpreter
+
+    original = interpreter.GridExecutor.__call__
+
+    def call(self, *args, **kwargs):
+        counter.launches[getattr(self.fn, "__name__", str(self.fn))] += 1
+        with counter.paused():
+            return original(self, *args, **kwargs)
+
+    interpreter.GridExecutor.__call__ = call
+    try:
+        yield
+    finally:
+        interpreter.GridExecutor.__call__ = original
+
+
+def make_layer(seed: int = 0, **overrides):
+    from nsa import NSAAttention, NSAConfig
+
+    torch.manual_seed(seed)
+    return NSAAttention(NSAConfig(**{**SHAPE, **overrides, "kernel": "triton"}))
+
+
+def count_layer(layer, s: int, batch: int = 1, seed: int = 1, warmup: bool = True) -> OpCounter:
+    """One forward + backward of `layer` on x [batch, s, dim], counted (a warm-up pass first fills caches: lazy
+    imports, cached RoPE frequencies; they are shape-independent, so one warm-up per layer is enough)."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, s, layer.cfg.dim, generator=gen).requires_grad_(True)
+    upstream = torch.randn(batch, s, layer.cfg.dim, generator=gen)
+    if warmup:
+        layer(x).backward(upstream)
+    layer.zero_grad(set_to_none=True)  # gradients start empty, as in a training step after zero_grad
+    x.grad = None
+    counter = OpCounter()
+    with counting_triton_launches(counter), counter:
+        layer(x).backward(upstream)
+    return counter
+
+
+def table(counts: dict[int, OpCounter]) -> str:
+    lens = sorted(counts)
+    names = sorted(set().union(*(c.ops for c in counts.values())),
+                   key=lambda n: (-max(counts[s].ops[n] for s in lens), n))
+    head = "| op | " + " | ".join(f"S={s}" for s in lens) + " | inside nsa:: ops |"
+    rows = [head, "|---|" + "---:|" * len(lens) + "---:|"]
+    for n in names:
+        rows.append(f"| {n} | " + " | ".join(str(counts[s].ops[n]) for s in lens)
+                    + f" | {counts[lens[0]].inside[n]} |")
+    rows.append("| **total ops** | " + " | ".join(f"**{counts[s].total}**" for s in lens)
+                + f" | {sum(counts[lens[0]].inside.values())} |")
+    rows.append("| triton launches | " + " | ".join(str(sum(counts[s].launches.values())) for s in lens) + " | |")
+    rows.append("| nsa:: custom op calls | " + " | ".join(str(sum(counts[s].custom.values())) for s in lens)
+                + " | |")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seq-lens", default="256,1024")
+    ap.add_argument("--check", action="store_true", help=f"exit 1 if a total exceeds {MAX_OPS} or differs by S")
+    ap.add_argument("--json", type=Path, help="also write the counts here")
+    args = ap.parse_args(argv)
+    from nsa.attention import kernels
+
+    if not kernels.interpreting():
+        print("TRITON_INTERPRET must be 1 (the counter runs the Triton kernels in the interpreter on CPU)",
+              file=sys.stderr)
+        return 2
+    lens = [int(s) for s in args.seq_lens.split(",")]
+    layer = make_layer()
+    counts = {s: count_layer(layer, s, warmup=i == 0) for i, s in enumerate(lens)}
+    print(f"kernel-launching ops of one NSAAttention layer forward + backward, kernel=triton, TRITON_INTERPRET=1, "
+          f"fp32 CPU, B=1, {SHAPE}")
+    print(table(counts))
+    launches = Counter()
+    for c in counts.values():
+        launches.update(c.launches)
+    print("triton launches per kernel (S=%d): " % lens[0]
+          + ", ".join(f"{k} {v}" for k, v in sorted(counts[lens[0]].launches.items())))
+    print("custom ops (S=%d): " % lens[0] + ", ".join(f"{k} {v}" for k, v in sorted(counts[lens[0]].custom.items())))
+    for op, inner in sorted(counts[lens[0]].by_custom.items()):
+        print(f"  aten ops inside {op}: " + ", ".join(f"{k} {v}" for k, v in inner.most_common()))
+    print(f"not counted: views/metadata {sorted(VIEWS)}; allocations without a fill {sorted(ALLOCATIONS)}; the "
+          "interpreter's own host<->device copies inside a Triton launch")
+    print("excluded ops seen (S=%d): " % lens[0]
+          + ", ".join(f"{k} {v}" for k, v in sorted(counts[lens[0]].excluded.items())))
+    print(f"reproduce: TRITON_INTERPRET=1 PYTHONPATH=. python benchmarks/bench_ops.py --seq-lens "
+          f"{args.seq_lens} --check")
+    if args.json:
+        args.json.write_text(json.dumps({str(s): {"total": c.total, "ops": dict(c.ops), "inside": dict(c.inside),
+                                                  "triton_launches": dict(c.launches), "custom": dict(c.custom)}
+                                         for s, c in counts.items()}, indent=1))
+    totals = {s: counts[s].total for s in lens}
+    problems = [f"S={s}: {t} ops > {MAX_OPS}" for s, t in totals.items() if t > MAX_OPS]
+    if len(set(totals.values())) > 1:
+        problems.append(f"the total grows with S: {totals}")
+    if args.check and problems:
+        print("CHECK FAILED: " + "; ".join(problems), file=sys.stderr)
+        return 1
+    if args.check:
+        print(f"check passed: {max(totals.values())} <= {MAX_OPS} ops at every S, the same at every S")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

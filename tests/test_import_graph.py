@@ -80,10 +80,11 @@ KNOWN_CIRCLES = {
 KNOWN_FUNCTION_IMPORTS: dict[str, tuple[int, int]] = {
     'nsa.attention.kernels': (1, 1),
     'nsa.attention.kernels.aot': (3, 3),
+    'nsa.attention.kernels.triton_glue': (1, 1),
     'nsa.attention.kernels.triton_range': (1, 1),
     'nsa.attention.kernels.triton_selected': (2, 2),
     'nsa.attention.kernels.triton_selection': (2, 2),
-    'nsa.attention.layer': (2, 2),
+    'nsa.attention.layer': (1, 0),
     'nsa.observability': (1, 1),
     'nsa.training.cli': (1, 1),
     'nsa.training.comm_count': (3, 3),

@@ -34,14 +34,3 @@ class Compressor(nn.Module):
             return mean
         flat = (blocks + self.pos).flatten(3)
         return mean + self.fc2(F.gelu(self.fc1(flat)))
-
-    def fused_parts(self, raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The Triton path's forward in two parts: (mean [B, G, n, width], mlp [B, G, n, width] or None for "avg"),
-        forward(x) = mean + mlp for x = raw [B, S, G, width] (contiguous) seen as [B, G, S, width]. The pooling
-        (block mean, block + position embedding) is one fused kernel; what stays in aten is the MLP's GEMMs."""
-        from nsa.attention.kernels import triton_glue
-
-        flat, mean = triton_glue.compress_pool(raw, self.pos if self.kind == "mlp" else None, self.l, self.d)
-        if self.kind == "avg":
-            return mean, None
-        return mean, self.fc2(F.gelu(self.fc1(flat))).view(mean.shape)

@@ -25,9 +25,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from types import SimpleNamespace
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from nsa import toggles
 from nsa.attention import kernels
@@ -41,6 +43,24 @@ from nsa.attention.selection import (RANGE_BUILDERS, choose_blocks, importance_f
                                      selection_ranges_v1)
 
 BRANCHES = ("cmp", "sel", "win")
+
+
+def _triton() -> SimpleNamespace:
+    """The Triton kernel modules (nsa.attention.kernels.triton_*) as one namespace, loaded on first use."""
+    # triton is optional (a CPU install may lack it): its kernel modules load only when the Triton path runs
+    from nsa.attention.kernels import triton_glue, triton_range, triton_selected, triton_selection
+
+    return SimpleNamespace(glue=triton_glue, range=triton_range, selected=triton_selected, selection=triton_selection)
+
+
+def _compress_fused(phi: Compressor, raw: torch.Tensor, tk: SimpleNamespace):
+    """The Triton path's phi(raw) in two parts: (mean [B, G, n, width], mlp [B, G, n, width] or None for "avg"),
+    phi(x) = mean + mlp for x = raw [B, S, G, width] (contiguous) seen as [B, G, S, width]. The pooling (block mean,
+    block + position embedding) is one fused kernel; what stays in aten is the MLP's GEMMs."""
+    flat, mean = tk.glue.compress_pool(raw, phi.pos if phi.kind == "mlp" else None, phi.l, phi.d)
+    if phi.kind == "avg":
+        return mean, None
+    return mean, phi.fc2(F.gelu(phi.fc1(flat))).view(mean.shape)
 
 
 @dataclass
@@ -188,18 +208,17 @@ class NSAAttention(nn.Module):
         The compressed branch's log-sum-exp gives the compressed attention probabilities exp(s - lse) that rank
         the selection blocks, so importance needs no second softmax pass.
         """
-        from nsa.attention.kernels import triton_range, triton_selected, triton_selection
-
+        tk = _triton()
         cfg = self.cfg
         out = {}
         with span("nsa.cmp"):
-            out["cmp"], lse = triton_range.compressed_attention_lse(p.q, p.k_cmp, p.v_cmp, cfg.l, cfg.d)
+            out["cmp"], lse = tk.range.compressed_attention_lse(p.q, p.k_cmp, p.v_cmp, cfg.l, cfg.d)
         with span("nsa.sel"):
             with span("nsa.sel.importance"):
-                blocks = triton_selection.select_blocks(p.q, p.k_cmp, lse, cfg.l, cfg.d, cfg.l_sel, cfg.n_sel)
-            out["sel"] = triton_selected.selected_attention(p.q, p.k_sel, p.v_sel, blocks, cfg.l_sel)
+                blocks = tk.selection.select_blocks(p.q, p.k_cmp, lse, cfg.l, cfg.d, cfg.l_sel, cfg.n_sel)
+            out["sel"] = tk.selected.selected_attention(p.q, p.k_sel, p.v_sel, blocks, cfg.l_sel)
         with span("nsa.win"):
-            out["win"] = triton_range.window_attention(p.q, p.k_win, p.v_win, cfg.w)
+            out["win"] = tk.range.window_attention(p.q, p.k_win, p.v_win, cfg.w)
         if self.record_stats:
             self._record_stats(p.gates if logits is None else self._gates_of(logits), blocks)
         return out
@@ -327,25 +346,24 @@ class NSAAttention(nn.Module):
         for every projection, fused kernels (triton_glue) for the head split + RoPE + gate activation, the
         compression pooling, the compressed keys' RoPE and the gate + branch combine; the rest are GEMMs and the
         attention kernels."""
-        from nsa.attention.kernels import triton_glue
-
+        tk = _triton()
         cfg = self.cfg
         b, s, dim = x.shape
         h, g = cfg.n_heads, cfg.n_kv_groups
         y = torch.mm(x.reshape(b * s, dim), self.packed_weight().t())
-        q, k_sel, k_win, v_sel, v_win, k_raw, v_raw, a = triton_glue.project_heads(
+        q, k_sel, k_win, v_sel, v_win, k_raw, v_raw, a = tk.glue.project_heads(
             y, self.gate[0].bias, h, g, cfg.d_k, cfg.d_v, s, 0, cfg.rope_theta)
         logits = self.gate[2](a).view(b, s, h, 3)
-        mean_k, mlp_k = self.phi_k.fused_parts(k_raw)
-        mean_v, mlp_v = self.phi_v.fused_parts(v_raw)
+        mean_k, mlp_k = _compress_fused(self.phi_k, k_raw, tk)
+        mean_v, mlp_v = _compress_fused(self.phi_v, v_raw, tk)
         n_cmp = mean_k.shape[2]
         # compressed keys rotated at each block's last position i*d + l - 1
-        k_cmp = triton_glue.rope_add(mean_k, mlp_k, max(n_cmp, 1), cfg.d, cfg.l - 1, cfg.rope_theta)
+        k_cmp = tk.glue.rope_add(mean_k, mlp_k, max(n_cmp, 1), cfg.d, cfg.l - 1, cfg.rope_theta)
         v_cmp = mean_v if mlp_v is None else mean_v + mlp_v
         t = lambda z: z.transpose(1, 2)  # noqa: E731 - [B, S, n, d] storage seen as [B, n, S, d]
         p = NSAProjections(t(q), k_cmp, v_cmp, t(k_sel), t(v_sel), t(k_win), t(v_win), gates=None)
         out = self._branches_triton(p, logits=logits)
-        mixed = triton_glue.gate_combine(logits, out["cmp"], out["sel"], out["win"], cfg.gate)
+        mixed = tk.glue.gate_combine(logits, out["cmp"], out["sel"], out["win"], cfg.gate)
         return self.o_proj(mixed)
 
     def _gates_of(self, logits: torch.Tensor) -> torch.Tensor:
@@ -359,11 +377,10 @@ class NSAAttention(nn.Module):
         if self.cfg.prefill == "sequential":
             return self._branches_sequential(p)[1]
         if kernels.resolve(self.cfg.kernel, p.q.device, self.cfg) == "triton":
-            from nsa.attention.kernels import triton_range, triton_selection
-
+            tk = _triton()
             cfg = self.cfg
-            _, lse = triton_range.compressed_attention_lse(p.q, p.k_cmp, p.v_cmp, cfg.l, cfg.d)
-            return triton_selection.select_blocks(p.q, p.k_cmp, lse, cfg.l, cfg.d, cfg.l_sel, cfg.n_sel)
+            _, lse = tk.range.compressed_attention_lse(p.q, p.k_cmp, p.v_cmp, cfg.l, cfg.d)
+            return tk.selection.select_blocks(p.q, p.k_cmp, lse, cfg.l, cfg.d, cfg.l_sel, cfg.n_sel)
         return self._select_batched(p.q, p.k_cmp, x.shape[1])
 
     def new_cache(self, batch_size: int) -> NSACache:

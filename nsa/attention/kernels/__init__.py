@@ -10,6 +10,8 @@
     triton_glue.py        Triton: the layer's glue on the Triton path (head split + RoPE + gate activation of the
                           one packed projection, compression pooling, compressed-key RoPE, gate + branch combine);
                           its jit code in triton_glue_kernels.py
+    common.py             what the kernel modules share: interpreting(), the head widths and heads per group
+                          the Triton kernels are built for
     aot.py                ahead-of-time compilation of every Triton kernel for sm_80 / sm_90 (no GPU needed)
     qualify.py            every Triton kernel forward and backward once at one shape: what runbooks/gpu_kernels.yaml
                           runs under compute-sanitizer (python -m nsa.attention.kernels.qualify --help)
@@ -22,8 +24,8 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 
+from nsa.attention.kernels.common import TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP, interpreting
 from nsa.attention.kernels.reference import (cmp_group_probabilities, compressed_attention, selected_attention,
                                              window_attention)
 
@@ -33,11 +35,6 @@ __all__ = ["KernelUnavailable", "cmp_group_probabilities", "compressed_attention
 
 class KernelUnavailable(RuntimeError):
     """NSA_KERNEL=triton (or model.kernel: triton) where the Triton kernels cannot run."""
-
-
-def interpreting() -> bool:
-    """Triton's interpreter is on (TRITON_INTERPRET=1): kernels run on CPU tensors, slowly, for testing."""
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 @functools.lru_cache(maxsize=1)
@@ -50,12 +47,6 @@ def _triton_importable() -> str | None:
     except Exception as exc:  # noqa: BLE001 - any import failure means the path cannot run; say which
         return f"the Triton kernels failed to import: {type(exc).__name__}: {exc}"
     return None
-
-
-# Head widths the Triton kernels are built for (the range kernels' tiles; the others take more), and the most
-# heads a KV group may have (a range-kernel query tile holds every head of its tokens).
-TRITON_HEAD_DIMS = (32, 64, 128)
-TRITON_MAX_HEADS_PER_GROUP = 32
 
 
 def triton_unsupported(cfg) -> str | None:

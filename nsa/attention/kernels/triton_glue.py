@@ -37,6 +37,8 @@ from typing import Optional
 import torch
 import triton
 
+from nsa.attention.kernels.common import interpreting
+from nsa.attention.rope import inv_frequencies
 from nsa.attention.kernels.triton_glue_kernels import (_cmp_pool_bwd_kernel, _cmp_pool_fwd_kernel,
                                                        _combine_bwd_kernel, _combine_fwd_kernel, _prep_bwd_kernel,
                                                        _prep_fwd_kernel, _rope_rows_kernel)
@@ -57,16 +59,12 @@ INTERPRETER_BLOCKS = 8
 
 
 def _rows(block: int) -> int:
-    from nsa.attention.kernels import interpreting
-
     return INTERPRETER_ROWS if interpreting() else block
 
 
 @lru_cache(maxsize=64)
 def _inv_freq(width: int, theta: float, device: torch.device) -> torch.Tensor:
     """nsa.attention.rope's frequencies for this width and base, computed once per device."""
-    from nsa.attention.rope import inv_frequencies
-
     with torch.no_grad():
         return inv_frequencies(width, theta, device)
 

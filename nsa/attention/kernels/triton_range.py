@@ -136,6 +136,7 @@ from typing import Optional
 import torch
 import triton
 
+from nsa.attention.kernels.common import TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP
 from nsa.attention.kernels.triton_range_kernels import LOG2E
 
 WINDOW, COMPRESSED, BAND = 0, 1, 2
@@ -161,7 +162,8 @@ WIDE_Q = KernelConfig(64, 64, 8)  # max(d_k, d_v) = 128: 128 rows spill on sm_80
 # registers a thread and spill on sm_80) and 8 warps (4 sit at 255 registers on sm_80 under triton 3.6).
 DKDV = KernelConfig(32, 64, 8)
 DKDV_MIXED = KernelConfig(32, 32, 4)  # d_k != d_v: the 64-key tile spills on sm_80
-MAX_HPG = 32  # a query tile holds all heads of its tokens: hpg <= the smallest BLOCK_M (dK/dV's 32)
+# a query tile holds all heads of its tokens: hpg <= the smallest BLOCK_M (dK/dV's 32)
+MAX_HPG = TRITON_MAX_HEADS_PER_GROUP
 
 
 @lru_cache(maxsize=None)
@@ -213,8 +215,9 @@ def _check(q, k, v, mode, p0, p1):
     if g == 0 or h % g:
         raise ValueError(f"range attention: H = {h} is not a multiple of G = {g}")
     for name, d in (("d_k", d_k), ("d_v", v.shape[-1])):
-        if d not in (32, 64, 128):
-            raise ValueError(f"range attention: {name} = {d}; the Triton kernels take 32, 64 or 128")
+        if d not in TRITON_HEAD_DIMS:
+            raise ValueError(f"range attention: {name} = {d}; the Triton kernels take "
+                             f"{', '.join(map(str, TRITON_HEAD_DIMS))}")
     if h // g > MAX_HPG:
         raise ValueError(f"range attention: {h // g} heads per group; the Triton kernels take at most {MAX_HPG}")
     if not (q.dtype == k.dtype == v.dtype):

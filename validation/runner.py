@@ -403,6 +403,11 @@ class StepContext:
         """`path` relative to the run directory (as results.json records paths)."""
         return self._runner._rel(path)
 
+    def winners(self) -> dict[str, dict[str, Any]]:
+        """The winners of the steps finished so far: step name -> the chosen run's params (what `${winner.<step>}`
+        resolves to), for the launches a kind builds while it runs (a bisection point, a batch-size probe)."""
+        return self._runner._winners()
+
 
 
 # ---------------------------------------------------------------------- helpers

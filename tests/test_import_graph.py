@@ -40,7 +40,6 @@ KNOWN_UPWARD = {
     "validation.steps.ab -> validation.report.format": "item 1 (formatting below steps and report)",
     "validation.steps.ab -> validation.report.plots": "item 1 (shared plot helpers below the kinds)",
     "validation.steps.base -> validation.report.format": "item 1 (formatting below steps and report)",
-    "validation.steps.base -> validation.runbook": "item 1 (the runbook circle)",
     "validation.steps.bench -> validation.report.format": "item 1 (formatting below steps and report)",
     "validation.steps.comm -> validation.report.format": "item 1 (formatting below steps and report)",
     "validation.steps.comm -> validation.report.plots": "item 1 (shared plot helpers below the kinds)",
@@ -63,20 +62,10 @@ KNOWN_UPWARD = {
 
 # Circles that exist today (every elementary one, written from its smallest module): the item that removes it.
 KNOWN_CIRCLES = {
-    "validation.overrides -> validation.runbook -> validation.overrides": "item 1 (runbook -> overrides -> steps/base)",
-    "validation.overrides -> validation.steps.base -> validation.runbook -> validation.overrides":
-        "item 1 (runbook -> overrides -> steps/base)",
-    "validation.includes -> validation.steps -> validation.steps.base -> validation.runbook -> validation.includes":
-        "item 1 (runbook -> overrides -> steps/base)",
-    "validation.includes -> validation.steps.base -> validation.runbook -> validation.includes":
-        "item 1 (runbook -> overrides -> steps/base)",
     "validation.report.command -> validation.report.view -> validation.report.command":
         "item 1 (report/view <-> report/command, report/problems)",
     "validation.report.problems -> validation.report.view -> validation.report.problems":
         "item 1 (report/view <-> report/command, report/problems)",
-    "validation.runbook -> validation.steps -> validation.steps.base -> validation.runbook":
-        "item 1 (runbook -> overrides -> steps/base)",
-    "validation.runbook -> validation.steps.base -> validation.runbook": "item 1 (runbook -> overrides -> steps/base)",
 }
 
 # Function-level imports per module: (all of them, those without a one-line reason comment). Item 1 brings the

@@ -41,7 +41,7 @@ from validation.launch.spec import PLAN_RUN_DIR
 
 if TYPE_CHECKING:
     from validation.launch.spec import LaunchSpec
-    from validation.runbook import Step
+    from validation.runbook_model import Step
     from validation.schema import Ctx
 
 # Keys every step takes, whatever its kind.

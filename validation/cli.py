@@ -257,6 +257,8 @@ def _run(runbook, out, only, skip, resume, rerun, set_, against, no_report) -> N
         err.print(f"interrupted ({interrupts.describe(outcome.interrupted)}): every launched process was ended; "
                   f"finished steps are saved in {outcome.run_dir}; continue with nsa-validate run {runbook} "
                   f"--resume {outcome.run_dir}", markup=False, soft_wrap=True)
+        if outcome.report_error:
+            _fail(outcome.report_error)
         raise typer.Exit(interrupts.exit_code(outcome.interrupted))
     _print_summary(outcome.results, outcome.run_dir, list(outcome.report_paths))
     raise typer.Exit(EXIT_CODES.get(outcome.verdict, EXIT_NOGO))

@@ -47,13 +47,14 @@ class RunRequest:
 @dataclass(frozen=True)
 class RunOutcome:
     """How a run ended: its directory, its results (results.json as written), the files the reports wrote, and the
-    interrupt that stopped it (None: it ran to its verdict)."""
+    interrupt that stopped it (None: it ran to its verdict; otherwise `results` holds the finished steps)."""
 
     runbook: Runbook
     run_dir: Path
     results: dict
     report_paths: tuple[Path, ...] = ()
     interrupted: Optional[BaseException] = None
+    report_error: Optional[str] = None  # an interrupted run whose reports could not be written: why (one line)
 
     @property
     def verdict(self) -> Optional[str]:
@@ -102,8 +103,14 @@ def run_runbook(request: RunRequest, display: Callable[[], ContextManager[Report
             with display() as reporter:
                 results = Runner(rb, run_dir, options, reporter, previous=previous).run()
         except KeyboardInterrupt as exc:  # Ctrl-C, SIGINT, SIGTERM, SIGHUP: the processes are already ended
-            saved = read_results(run_dir) if (run_dir / RESULTS_JSON).is_file() else {}
-            paths = write_all_reports(run_dir, saved) if saved and not request.no_report else []
+            saved: dict = {}
+            paths: list[Path] = []
+            try:
+                if (run_dir / RESULTS_JSON).is_file():
+                    saved = read_results(run_dir)
+                    paths = [] if request.no_report else write_all_reports(run_dir, saved)
+            except (RunDirError, ResultsError) as error:  # told after the interrupt itself
+                return RunOutcome(rb, run_dir, saved, interrupted=exc, report_error=str(error))
             return RunOutcome(rb, run_dir, saved, tuple(paths), interrupted=exc)
         if earlier is not None:
             add_performance_analysis(run_dir, results, request.against, earlier)

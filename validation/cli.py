@@ -1,7 +1,7 @@
 """nsa-validate: run validation runbooks and report, with evidence, whether a node trains NSA correctly and fast.
 
-Commands are thin functions over the library (validation.runner, .plan, .report, .compare, .steps); their --help
-is the manual. Exit codes: 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE (a required criterion not evaluated: its
+Commands are thin functions over the library: `run` calls validation.run.run_runbook (the whole run) and prints its
+outcome; the others call validation.plan, .report, .compare and .steps. Their --help is the manual. Exit codes: 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE (a required criterion not evaluated: its
 step did not run), 128 + N interrupted by signal N (130 SIGINT, 129 SIGHUP, 143 SIGTERM). Start-up stays
 light: torch, pandas, matplotlib and jinja2 are imported only by the commands that use them (`--help`, `list`,
 `kinds`, `plan` of a CPU runbook and `report` import none of torch, pandas or matplotlib).
@@ -9,7 +9,11 @@ light: torch, pandas, matplotlib and jinja2 are imported only by the commands th
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import logging
+import math
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -17,13 +21,25 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from validation import environment
+from validation import steps as step_kinds
+from validation.launch import interrupts
+from validation.launch.processes import become_subreaper, end_descendants
+from validation.plan import describe
+from validation.report import FORMATS, ReportError, render
 from validation.report.console import make_console, print_line, print_table
+from validation.report.format import CRITERION_LABELS, fmt_duration, status_view
+from validation.report.view import key_figure_lines
+from validation.results import DEFAULT_RUNS, ResultsError, RunDirError, read_results
+from validation.run import (RunError, RunRequest, add_performance_analysis, read_against, run_runbook,
+                            write_all_reports)
 from validation.runbook import RunbookError, Step, load_runbook
+from validation.version import version_line
 
 EXIT_GO, EXIT_NOGO, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_CODES = {"GO": EXIT_GO, "NO-GO": EXIT_NOGO, "INCOMPLETE": EXIT_INCOMPLETE}
-DEFAULT_RUNS = Path("artifacts/validate")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_show_locals=False,
                   help="Validate that a GPU node (or a CPU machine, with runbooks/cpu_smoke.yaml) trains NSA models "
@@ -36,8 +52,6 @@ err = make_console(stderr=True)
 
 def _print_version(value: bool) -> None:
     if value:
-        from validation.version import version_line
-
         typer.echo(version_line())
         raise typer.Exit(0)
 
@@ -69,12 +83,6 @@ def plan(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/c
     """Dry run: every step with its exact argv, environment and timeout; nothing is launched. Files the runbook
     names (configs, tests, benchmark scripts) are checked to exist; a --set default that a step's own value
     overrides is noted under the step."""
-    import functools
-
-    from validation import environment
-    from validation import steps as step_kinds
-    from validation.plan import describe
-
     rb = _load(runbook, set_, check_files=True)
     env = functools.cache(environment.probe)  # probed (torch imported) only when a step's requirements need it
     skipped = {}
@@ -141,6 +149,9 @@ class _LiveReporter:
         self.trainer_steps: int | None = None
         self.resumed: str | None = None  # a resumed run: what was resumed (validation.results.resume_note)
 
+    def run_resumed(self, note):
+        self.resumed = note
+
     def run_started(self, runbook, run_dir, steps):
         self.console.print(f"[bold]{escape(runbook.name)}[/bold] -> {escape(str(run_dir))}")
         if self.resumed:
@@ -173,8 +184,6 @@ class _LiveReporter:
         self.p.update(self.task, info=" | ".join(parts) or progress.state)
 
     def step_finished(self, step, result):
-        from validation.report.format import fmt_duration
-
         colour = {"passed": "green", "skipped": "yellow"}.get(result["status"], "red")
         reason = f": {result['reason']}" if result.get("reason") else ""
         extra = step.kind_impl.summary_line(result)
@@ -187,12 +196,6 @@ class _LiveReporter:
 
     def run_finished(self, results):
         pass
-
-
-def _run_dir_for(rb_name: str, out: Optional[Path]) -> Path:
-    if out is not None:
-        return out
-    return DEFAULT_RUNS / f"{rb_name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 @app.command()
@@ -213,9 +216,6 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
     """Run every phase of RUNBOOK; write RUN_DIR/results.json, report.md, report.html, junit.xml and plots.
     Exit 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE; SIGINT, SIGTERM or SIGHUP end every launched process,
     keep the finished steps (--resume continues) and exit 130, 143 or 129."""
-    from validation.launch import interrupts
-    from validation.launch.processes import become_subreaper
-
     interrupts.install()  # before anything runs: also a SIGINT a background shell set to "ignore"
     become_subreaper()  # whatever a launch leaves orphaned stays below this process, for the final sweep
     outcome = None
@@ -238,119 +238,40 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
 
 
 def _run(runbook, out, only, skip, resume, rerun, set_, against, no_report) -> None:
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    from validation.launch.interrupts import describe, exit_code
-    from validation.results import ResultsError, RunDirError, read_results, resume_note
-    from validation.runner import ResumeError, RunOptions, Runner, check_resume
-
-    rb = _load(runbook, set_, check_files=True)
-    for warning in rb.notes:
-        err.print(f"warning: {warning}", markup=False, soft_wrap=True)
-    phases = {p.name for p in rb.phases}
-    for name in [*only, *skip]:
-        if name not in phases:
-            _fail(f"no phase {name!r} in {runbook} (phases: {', '.join(p.name for p in rb.phases)})")
-    previous = None
-    if rerun and resume is None:
-        _fail("--rerun needs --resume RUN_DIR: the run whose steps to run again")
-    if resume is not None:
-        try:
-            previous = read_results(resume)
-            check_resume(rb, previous, resume, rerun)
-        except (ResultsError, ResumeError) as exc:
-            _fail(str(exc))
-        if previous["runbook"].get("sha256") != rb.sha256:
-            err.print(f"warning: {runbook} changed since {resume} was started; finished steps are kept as they are",
-                      markup=False)
-        run_dir = resume
-    else:
-        run_dir = _run_dir_for(rb.name, out)
-        if (run_dir / "results.json").exists():
-            _fail(f"{run_dir} already holds a run: use --resume {run_dir} to continue it, or another --out")
-    earlier = _read_against(against)
-    options = RunOptions(only=tuple(only), skip=tuple(skip), overrides=tuple(set_), cwd=Path.cwd(),
-                         rerun=tuple(dict.fromkeys(rerun)))
-    interrupted = None
-    try:  # the run directory cannot be written (disk full, permission) or leads outside itself: one line, exit 2
+    @contextlib.contextmanager
+    def display():  # the live progress, shown while the steps run
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                       TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console,
                       transient=True) as progress:
-            reporter = _LiveReporter(progress, console)
-            try:
-                runner = Runner(rb, run_dir, options, reporter, previous=previous)
-                if previous is not None:
-                    reporter.resumed = resume_note({"resumes": runner.results["resumes"][-1:]})
-                results = runner.run()
-            except KeyboardInterrupt as exc:  # Ctrl-C, SIGINT, SIGTERM, SIGHUP: the processes are already ended
-                interrupted = exc
-        if interrupted is not None:
-            err.print(f"interrupted ({describe(interrupted)}): every launched process was ended; finished steps "
-                      f"are saved in {run_dir}; continue with nsa-validate run {runbook} --resume {run_dir}",
-                      markup=False, soft_wrap=True)
-            if not no_report and (run_dir / "results.json").is_file():
-                _write_all_reports(run_dir, read_results(run_dir))
-            raise typer.Exit(exit_code(interrupted))
-        if earlier is not None:
-            _add_performance_analysis(run_dir, results, against, earlier)
-        paths = [] if no_report else _write_all_reports(run_dir, results)
-    except RunDirError as exc:
+            yield _LiveReporter(progress, console)
+
+    request = RunRequest(runbook=runbook, out=out, only=tuple(only), skip=tuple(skip), resume=resume,
+                         rerun=tuple(rerun), overrides=tuple(set_), against=against, no_report=no_report,
+                         cwd=Path.cwd())
+    try:
+        outcome = run_runbook(request, display,
+                              warn=lambda message: err.print(f"warning: {message}", markup=False, soft_wrap=True))
+    except RunError as exc:
         _fail(str(exc))
-    except ResultsError as exc:
-        _fail(str(exc))
-    _print_summary(results, run_dir, paths)
-    raise typer.Exit(EXIT_CODES.get(results["verdict"], EXIT_NOGO))
+    if outcome.interrupted is not None:
+        err.print(f"interrupted ({interrupts.describe(outcome.interrupted)}): every launched process was ended; "
+                  f"finished steps are saved in {outcome.run_dir}; continue with nsa-validate run {runbook} "
+                  f"--resume {outcome.run_dir}", markup=False, soft_wrap=True)
+        if outcome.report_error:
+            _fail(outcome.report_error)
+        raise typer.Exit(interrupts.exit_code(outcome.interrupted))
+    _print_summary(outcome.results, outcome.run_dir, list(outcome.report_paths))
+    raise typer.Exit(EXIT_CODES.get(outcome.verdict, EXIT_NOGO))
 
 
 def _sweep() -> None:
     """The final sweep: end whatever is still running below this process (nothing, normally)."""
-    from validation.launch.processes import end_descendants
-
     left = end_descendants()
     if left:
         err.print(f"warning: ended {len(left)} process(es) still running after the run: {left}", markup=False)
 
 
-def _read_against(against: Optional[Path]) -> Optional[dict]:
-    """The earlier run of --against (exit 2 when it is not a run directory), or None."""
-    if against is None:
-        return None
-    from validation.results import ResultsError, read_results
-
-    try:
-        return read_results(against)
-    except ResultsError as exc:
-        _fail(f"--against: {exc}")
-
-
-def _add_performance_analysis(run_dir: Path, results: dict, against: Path, earlier: dict) -> None:
-    """results["performance_analysis"]: this run against the earlier one (validation.compare.performance_analysis),
-    written to results.json."""
-    from validation.compare import performance_analysis
-    from validation.results import write_results
-
-    results["performance_analysis"] = performance_analysis(results, earlier, run_dir, against)
-    write_results(run_dir, results)
-
-
-def _write_all_reports(run_dir: Path, results: dict) -> list[Path]:
-    """Plots first, recorded in results.json (so `report` re-renders the same text), then the reports. Raises
-    RunDirError when a file cannot be written."""
-    from validation.report import make_plots, write_reports
-    from validation.results import cannot_write, write_results
-
-    try:
-        results["plots"] = make_plots(results, run_dir)
-        write_results(run_dir, results)
-        return [run_dir / p["path"] for p in results["plots"]] + write_reports(run_dir, results, plots=False)
-    except OSError as exc:
-        raise cannot_write(run_dir, exc) from None
-
-
 def _print_summary(results: dict, run_dir: Path, paths: list[Path]) -> None:
-    from validation.report.format import CRITERION_LABELS, status_view
-    from validation.report.view import key_figure_lines
-
     if results["acceptance"]:
         print_table(console, ("criterion", "target", "actual", "status"),
                     [(c["name"], c["target"], c.get("actual") or "", status_view(c["status"], CRITERION_LABELS)["word"])
@@ -377,22 +298,19 @@ def report(run_dir: Path = typer.Argument(..., help="a run directory holding res
                                                   "comparison with it in results.json (Performance analysis)")) -> None:
     """Re-render a run's report from RUN_DIR/results.json alone (nothing is re-run); with --against, the comparison
     with an earlier run is computed from the two runs' files and stored in RUN_DIR/results.json first."""
-    from validation.report import FORMATS, ReportError, render
-    from validation.results import ResultsError, RunDirError, read_results
-
     if fmt not in FORMATS:
         _fail(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    earlier = _read_against(against)
     try:
+        earlier = read_against(against)
         results = read_results(run_dir)
         if earlier is not None:
-            _add_performance_analysis(run_dir, results, against, earlier)
+            add_performance_analysis(run_dir, results, against, earlier)
         if write:
-            for p in _write_all_reports(run_dir, results):
+            for p in write_all_reports(run_dir, results):
                 console.print(str(p), markup=False)
             return
         text = render(results, fmt, run_dir=run_dir)
-    except (ResultsError, ReportError, RunDirError) as exc:
+    except (RunError, ResultsError, ReportError, RunDirError) as exc:
         _fail(str(exc))
     typer.echo(text, nl=False)
 
@@ -407,10 +325,7 @@ def compare(run_a: Path = typer.Argument(..., help="baseline run directory"),
     and p-value, on block means of each run's window plus the run-to-run variation measured from repeated runs,
     with Holm's correction over all rows; a warning when the two runs' environments differ. A CI gate: exit 1 when
     a metric regresses significantly beyond the noise floor, else 0 (2: invalid input)."""
-    import math
-
-    from validation.compare import compare_runs, table_lines
-    from validation.results import ResultsError, read_results
+    from validation.compare import compare_runs, table_lines  # start-up: pandas only for `compare`
 
     if noise is not None and not (math.isfinite(noise) and noise >= 0):
         _fail(f"--noise {noise!r}: expected a non-negative fraction, e.g. 0.02 for 2%")
@@ -456,8 +371,6 @@ def list_(runbooks_dir: Path = typer.Option(Path("runbooks"), "--runbooks", help
 @app.command()
 def kinds(markdown: bool = typer.Option(False, "--markdown", help="print the Markdown table README.md shows")) -> None:
     """The step kinds a runbook can use (the step registry, validation.steps): what each does and its own keys."""
-    from validation import steps as step_kinds
-
     if markdown:
         typer.echo(step_kinds.table_markdown(), nl=False)
         return
@@ -467,8 +380,6 @@ def kinds(markdown: bool = typer.Option(False, "--markdown", help="print the Mar
 
 
 def main() -> None:  # console script
-    import logging
-
     logging.basicConfig(level=logging.WARNING, format="nsa-validate: %(message)s")
     try:
         app()

@@ -6,28 +6,15 @@ defaults (env and args merge key by key).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Mapping
 
 import yaml
 
 from nsa.training.config import YAML_ERRORS
 from nsa.training.config import brief as _brief
 from validation.schema import Ctx, RunbookError, printable
-from validation.steps.base import LAUNCH_KEYS
-
-if TYPE_CHECKING:
-    from validation.runbook import Runbook
-
-
-@dataclass(frozen=True)
-class Overridden:
-    """A `--set defaults.KEY=...` (item) that step `step` overrides with its own KEY (own: its value, shown)."""
-
-    step: str
-    key: str
-    own: str
-    item: str
+from validation.runbook_model import Overridden
+from validation.steps.base import LAUNCH_KEYS, StepKind
 
 
 
@@ -80,11 +67,11 @@ def apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
     return raw
 
 
-def override_notes(rb: Runbook, file_raw: Any, ctx: Ctx) -> tuple[Overridden, ...]:
+def override_notes(kinds: Mapping[str, StepKind], file_raw: Any, ctx: Ctx) -> tuple[Overridden, ...]:
     """Every `--set defaults.KEY=...` that a step's own KEY overrides. Precedence, highest first: a --set of the
     step's own key (steps.NAME.KEY=, phases.P.steps.NAME.KEY=), the step's own key in the file, a --set of a
     defaults key, the file's defaults. (env and args merge key by key: defaults.args.steps against a step's own
-    args.steps.)"""
+    args.steps.) `kinds`: each step's kind, by the step's name."""
     found = []
     set_paths = [where for where, _ in ctx.overrides]
     phases = file_raw.get("phases") if isinstance(file_raw, dict) else None
@@ -99,12 +86,12 @@ def override_notes(rb: Runbook, file_raw: Any, ctx: Ctx) -> tuple[Overridden, ..
                 step_path = ("phases", i, "steps", j)
                 if own is _MISSING or any(p[:len(step_path) + len(sub)] == step_path + sub for p in set_paths):
                     continue  # the step does not set the key, or a --set of the step's own key is in effect
-                try:
-                    step = rb.step(raw_step.get("name"))
-                except KeyError:
+                name = raw_step.get("name")
+                kind = kinds.get(name) if isinstance(name, str) else None
+                if kind is None:
                     continue
-                if sub[0] in step.kind_impl.launch_keys:
-                    found.append(Overridden(step.name, ".".join(map(str, sub)), _brief(own), printable(item)))
+                if sub[0] in kind.launch_keys:
+                    found.append(Overridden(name, ".".join(map(str, sub)), _brief(own), printable(item)))
     return tuple(found)
 
 

@@ -81,6 +81,7 @@ from nsa.training.outputs import atomic_write
 
 SCHEMA_VERSION = 1
 RESULTS_JSON = "results.json"
+DEFAULT_RUNS = Path("artifacts/validate")  # where a run's directory goes without --out (<runbook>-<time>)
 STEP_STATUSES = ("passed", "failed", "skipped", "hang", "timeout", "error", "pending", "interrupted")
 FINAL_STEP_STATUSES = ("passed", "failed", "skipped", "hang", "timeout", "error")
 FAILED_STEP_STATUSES = ("failed", "hang", "timeout", "error")  # a step that ran and did not pass

@@ -47,18 +47,19 @@ import dataclasses
 import difflib
 import hashlib
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
 from nsa.training.config import YAML_ERRORS
 from nsa.training.config import brief as _brief
 from validation import steps as step_kinds
-from validation.expressions import Expression, ExpressionError, compile_expression
+from validation.expressions import ExpressionError, compile_expression
 from validation.includes import expand_includes
-from validation.overrides import Overridden, apply_override, override_notes
+from validation.overrides import apply_override, override_notes
+from validation.runbook_model import (Criterion, LaunchSettings, Launcher, Overridden, Phase, Requirements, Runbook,
+                                      Step)
 from validation.schema import (NAME_RE, Ctx, RunbookError, compose_lines, env_problem, env_vars, mapping, show,
                                str_list, trainer_flags, typed)
 from validation.steps.base import BASE_KEYS, LAUNCH_KEYS, check_metric_reference
@@ -75,15 +76,7 @@ __all__ = ["RunbookError", "load_runbook", "apply_override", "check_inputs", "Ru
            "LaunchSettings", "resolve_references", "references"]
 
 
-# ---------------------------------------------------------------------- model
-@dataclass(frozen=True)
-class Requirements:
-    gpus: int = 0
-    min_cuda_capability: float | None = None
-    min_gpu_memory_gb: float | None = None
-    backend: str | None = None
-
-
+# ---------------------------------------------------------------------- the model's values (its types: runbook_model)
 LAUNCHERS = ("torchrun", "slurm")
 RDZV_BACKENDS = ("c10d", "static")
 LAUNCHER_KEYS = ("type", "rdzv_backend", "rdzv_endpoint", "partition", "account", "time_limit", "gpus_per_node",
@@ -91,130 +84,6 @@ LAUNCHER_KEYS = ("type", "rdzv_backend", "rdzv_endpoint", "partition", "account"
 _ENDPOINT_RE = re.compile(r"[A-Za-z0-9_.-]+:\d{1,5}")
 _TIME_LIMIT_RE = re.compile(r"\d+|\d+:\d\d(:\d\d)?|\d+-\d+(:\d\d(:\d\d)?)?")
 _SLURM_NAME_RE = re.compile(r"[A-Za-z0-9_.,-]+")
-
-
-@dataclass(frozen=True)
-class Launcher:
-    """How a step's processes start: ``torchrun`` on this machine (nnodes > 1: that many agents here, emulated
-    nodes) or a ``slurm`` job per launch (nnodes nodes, srun + torchrun with c10d rendezvous)."""
-
-    type: str = "torchrun"
-    rdzv_backend: str = "c10d"  # torchrun, nnodes > 1
-    rdzv_endpoint: str | None = None  # torchrun, nnodes > 1: host:port (None: 127.0.0.1 and a free port)
-    partition: str | None = None  # slurm
-    account: str | None = None
-    time_limit: str | None = None
-    gpus_per_node: int = 0
-    cpus_per_task: int | None = None
-    sbatch: tuple[str, ...] = ()  # extra #SBATCH option lines
-
-
-@dataclass(frozen=True)
-class LaunchSettings:
-    """The launch settings a step inherits from `defaults` and may override (what the runbook says; the plan
-    turns them into concrete launches, validation.launch.LaunchSpec)."""
-
-    config: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    args: dict[str, Any] = field(default_factory=dict)
-    nproc_per_node: int = 1
-    master_port: str | int = "auto"
-    port_retries: int = 3
-    timeout_s: float = 3600.0
-    stall_timeout_s: float = 600.0
-    window: int = 50
-    warmup_steps: int = 0
-    launcher: Launcher = field(default_factory=Launcher)
-    nnodes: int = 1
-
-
-@dataclass(frozen=True)
-class Step:
-    """One runbook step. Its kind's own keys are in `options` and read as attributes (step.matrix, step.tests)."""
-
-    name: str
-    kind: str
-    phase: str
-    title: str
-    description: str
-    launch: LaunchSettings
-    requires: Requirements
-    optional: bool = False
-    on_failure: str = "continue"     # "stop": a failed/timeout/hang/error end of this step ends the run
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-    def __getattr__(self, key: str) -> Any:
-        options = self.__dict__.get("options") or {}
-        if key in options:
-            return options[key]
-        raise AttributeError(f"{type(self).__name__} of kind {self.__dict__.get('kind')!r} has no {key!r}")
-
-    @property
-    def kind_impl(self) -> step_kinds.StepKind:
-        """The step's kind (validation.steps)."""
-        return step_kinds.get(self.kind)
-
-    @property
-    def is_training(self) -> bool:
-        """Whether the step launches the trainer (heartbeats, a GPU per rank)."""
-        return self.kind_impl.trainer
-
-
-@dataclass(frozen=True)
-class Phase:
-    name: str
-    title: str
-    description: str
-    steps: list[Step]
-
-
-@dataclass(frozen=True)
-class Criterion:
-    name: str
-    expr: Expression
-    target: str
-    severity: str
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class Runbook:
-    name: str
-    description: str
-    path: str
-    sha256: str
-    requirements: Requirements
-    defaults: LaunchSettings
-    phases: list[Phase]
-    acceptance: list[Criterion]
-    recommend_env: dict[str, str]
-    # a --set of a defaults key that a step's own value overrides (`plan` shows them under the step, `run` warns)
-    overridden: tuple[Overridden, ...] = ()
-
-    def step_notes(self, name: str) -> list[str]:
-        """What `plan` says under step `name`: each --set default its own value overrides."""
-        return [f"its own {o.key} = {o.own} overrides --set {o.item} (a step's own value wins over defaults; "
-                f"change it with --set steps.{name}.{o.key}=...)" for o in self.overridden if o.step == name]
-
-    @property
-    def notes(self) -> list[str]:
-        """One warning per --set of a defaults key that some steps override with their own value."""
-        by_item: dict[str, list[Overridden]] = {}
-        for o in self.overridden:
-            by_item.setdefault(o.item, []).append(o)
-        return [f"--set {item} does not change step(s) {', '.join(f'{o.step} ({o.key} = {o.own})' for o in os_)}: "
-                f"a step's own value wins over defaults (change one with --set steps.STEP.{os_[0].key}=...)"
-                for item, os_ in by_item.items()]
-
-    def steps(self) -> list[Step]:
-        return [s for p in self.phases for s in p.steps]
-
-    def step(self, name: str) -> Step:
-        for s in self.steps():
-            if s.name == name:
-                return s
-        raise KeyError(name)
-
 
 
 # ---------------------------------------------------------------------- reading
@@ -253,7 +122,8 @@ def load_runbook(path: str | Path, overrides: list[str] | None = None, cwd: str 
     rb = _build_runbook(raw, ctx, str(path), sha)
     if cwd is not None:
         check_inputs(rb, Path(cwd), ctx, raw)
-    return dataclasses.replace(rb, overridden=override_notes(rb, file_raw, ctx))
+    kinds = {s.name: s.kind_impl for s in rb.steps()}
+    return dataclasses.replace(rb, overridden=override_notes(kinds, file_raw, ctx))
 
 
 def _launcher(value: Any, path: tuple, ctx: Ctx, base: Launcher) -> Launcher:
@@ -360,7 +230,7 @@ def _step(raw: Any, path: tuple, ctx: Ctx, phase: str, defaults: LaunchSettings,
                 optional=typed(raw.get("optional", False), bool, path + ("optional",), ctx),
                 on_failure=typed(raw.get("on_failure", on_failure), str, path + ("on_failure",), ctx,
                                  choices=ON_FAILURE),
-                options=kind.parse(own, path, ctx))
+                options=kind.parse(own, path, ctx), kind_impl=kind)
 
 
 def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:

@@ -40,7 +40,7 @@ from validation.launch import LaunchResult, LaunchSpec, launch, recorded_env
 from validation.launch.interrupts import describe as describe_interrupt
 from validation.plan import step_launches
 from validation.results import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, RESULTS_JSON, SCHEMA_VERSION, RunDirError,
-                                cannot_write, os_error_text, write_results)
+                                cannot_write, os_error_text, resume_note, write_results)
 from validation.runbook import Runbook, Step, references
 from validation.version import version as tool_version
 
@@ -48,6 +48,7 @@ from validation.version import version as tool_version
 class Reporter:
     """Progress hooks; the default does nothing."""
 
+    def run_resumed(self, note: str) -> None: ...  # before run_started, when the run continues an earlier one
     def run_started(self, runbook: Runbook, run_dir: Path, steps: list[Step]) -> None: ...
     def step_started(self, step: Step, launches: int) -> None: ...
     def launch_started(self, step: Step, planned: LaunchSpec, index: int, total: int) -> None: ...
@@ -138,6 +139,7 @@ class Runner:
         except OSError as exc:
             raise cannot_write(self.run_dir, exc) from None
         self.env_record = environment.probe(options.cwd)
+        self._resuming = previous is not None
         if previous is not None:
             self._continue(previous)
         self.results = previous or self._fresh_results()
@@ -216,6 +218,8 @@ class Runner:
     def run(self) -> dict:
         steps = self.rb.steps()
         self._check_outputs_inside(steps)
+        if self._resuming:
+            self.reporter.run_resumed(resume_note({"resumes": self.results["resumes"][-1:]}) or "")
         self.reporter.run_started(self.rb, self.run_dir, steps)
         t0 = time.time()
         self.save()
@@ -402,6 +406,11 @@ class StepContext:
     def rel(self, path: Path | str | None) -> str | None:
         """`path` relative to the run directory (as results.json records paths)."""
         return self._runner._rel(path)
+
+    def winners(self) -> dict[str, dict[str, Any]]:
+        """The winners of the steps finished so far: step name -> the chosen run's params (what `${winner.<step>}`
+        resolves to), for the launches a kind builds while it runs (a bisection point, a batch-size probe)."""
+        return self._runner._winners()
 
 
 

@@ -316,7 +316,7 @@ def test_search_batches_launches_probes_and_reads_oom(tmp_path, monkeypatch):
 
     monkeypatch.setattr(trainer, "collect", fake_collect)
     ctx = SimpleNamespace(run_dir=tmp_path, launch=lambda spec, i, n: SimpleNamespace(reason="", excerpt=None),
-                          record=lambda *a: None, save=lambda: None)
+                          record=lambda *a: None, save=lambda: None, winners=dict)
     result = {"metrics": {"capacity": {"device": "cuda"}}}
     out = analysis.search_batches(par, [], result, ctx)
     assert out["ddp"]["largest"] == 12 and out["ddp"]["first_oom"] == 13 and out["ddp"]["error"] is None

@@ -150,7 +150,7 @@ def simulated_scan(monkeypatch, tmp_path, cliff_at):
     from validation.plan import step_launches
 
     ctx = SimpleNamespace(run_dir=tmp_path, launch=lambda spec, i, n: SimpleNamespace(argv=spec.argv),
-                          record=lambda *a: None, save=lambda: None)
+                          record=lambda *a: None, save=lambda: None, winners=dict)
     result = {}
     scan_mod.Scan().run(sc, step_launches(sc, {}, tmp_path), result, ctx)
     return result, launched

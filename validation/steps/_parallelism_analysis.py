@@ -209,7 +209,7 @@ def search_batches(step, runs: list[dict], result: dict, ctx) -> dict[str, Any] 
         return None
     if (result.get("metrics") or {}).get("capacity", {}).get("device") != "cuda":
         return {"skipped": CPU_SEARCH_SKIPPED}
-    winners = ctx._runner._winners() if hasattr(ctx, "_runner") else {}
+    winners = ctx.winners()
     out: dict[str, Any] = {}
     for label in step.strategies:
         def fits(batch: int, label=label) -> bool:

@@ -41,7 +41,7 @@ from validation.launch.spec import PLAN_RUN_DIR
 
 if TYPE_CHECKING:
     from validation.launch.spec import LaunchSpec
-    from validation.runbook import Step
+    from validation.runbook_model import Step
     from validation.schema import Ctx
 
 # Keys every step takes, whatever its kind.
@@ -114,7 +114,8 @@ class StepKind:
     def run(self, step: Step, launches: list[LaunchSpec], result: dict[str, Any], ctx) -> None:
         """Run the step and fill `result` (its results.json entry: status, reason, metrics, runs, winner, ...).
         `ctx` is the runner's StepContext: launch(spec, index, total), record(result, spec, launch_result),
-        save(), rel(path), run_dir, cwd, results (the whole run's results so far)."""
+        save(), rel(path), winners() (the earlier steps' winners), run_dir, cwd, results (the whole run's results
+        so far)."""
         raise NotImplementedError(f"step kind {self.name!r} does not run")
 
     def summary_line(self, result: dict[str, Any]) -> str:

@@ -235,7 +235,7 @@ def point_launch(step, label: str, repeat: int, winners, run_dir, *, source: str
 
 def bisect_point(ctx, step, value, result: dict, runs: list[dict]) -> list[float]:
     """Launch `repeats` runs at a bisection point (now, while the step runs); their run means of step time."""
-    winners = ctx._runner._winners() if hasattr(ctx, "_runner") else {}
+    winners = ctx.winners()
     means = []
     for repeat in range(step.repeats):
         spec = point_launch(step, value_label(value), repeat, winners, ctx.run_dir, source="bisect")

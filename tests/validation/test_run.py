@@ -1,0 +1,91 @@
+"""validation.run.run_runbook: one call runs a runbook end to end and returns a RunOutcome; it prints nothing
+(progress goes to the reporter its display opens, warnings to `warn`) and every invalid request is one RunError.
+The CLI's own behaviour over it is covered by test_cli*.py, test_resume_rules.py, test_signals.py and others."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import pytest
+
+from validation.results import read_results
+from validation.run import RunError, RunOutcome, RunRequest, run_runbook
+from validation.runner import Reporter
+
+
+def runbook(tmp_path: Path, marks: Path) -> Path:
+    """Two tiny bench steps in two phases; each leaves a file in `marks` when it runs."""
+    marks.mkdir(exist_ok=True)
+
+    def step(name):
+        code = (f"import json, pathlib, sys; pathlib.Path({str(marks / name)!r}).touch(); "
+                "open(sys.argv[2], 'w').write(json.dumps({'x': 1}))")
+        return f"      - {{name: {name}, kind: bench, command: [-c, {json.dumps(code)}]}}\n"
+
+    path = tmp_path / "rb.yaml"
+    path.write_text("name: thin\nphases:\n  - name: a\n    steps:\n" + step("one")
+                    + "  - name: b\n    steps:\n" + step("two"))
+    return path
+
+
+class Recorder(Reporter):
+    def __init__(self):
+        self.events: list[tuple[str, str]] = []
+
+    def run_resumed(self, note):
+        self.events.append(("resumed", note))
+
+    def step_finished(self, step, result):
+        self.events.append((step.name, result["status"]))
+
+
+def test_a_run_and_its_resume_come_back_as_outcomes(tmp_path):
+    marks, run_dir = tmp_path / "marks", tmp_path / "run"
+    path = runbook(tmp_path, marks)
+    recorder, warnings = Recorder(), []
+    display = lambda: contextlib.nullcontext(recorder)  # noqa: E731
+    outcome = run_runbook(RunRequest(path, out=run_dir, cwd=tmp_path), display, warnings.append)
+    assert isinstance(outcome, RunOutcome) and outcome.interrupted is None and outcome.run_dir == run_dir
+    assert outcome.verdict == "GO" == read_results(run_dir)["verdict"]
+    assert recorder.events == [("one", "passed"), ("two", "passed")] and warnings == []
+    assert run_dir / "report.md" in outcome.report_paths and all(p.is_file() for p in outcome.report_paths)
+    assert sorted(p.name for p in marks.iterdir()) == ["one", "two"]
+
+    for mark in marks.iterdir():
+        mark.unlink()
+    recorder.events.clear()
+    path.write_text(path.read_text() + "# changed\n")
+    again = run_runbook(RunRequest(path, resume=run_dir, rerun=("two",), no_report=True, cwd=tmp_path), display,
+                        warnings.append)
+    assert again.verdict == "GO" and again.report_paths == () and again.run_dir == run_dir
+    assert [m.name for m in marks.iterdir()] == ["two"]  # step one kept, step two run again
+    assert recorder.events[0][0] == "resumed" and "two run again" in recorder.events[0][1]
+    assert recorder.events[1:] == [("two", "passed")]
+    assert warnings == [f"{path} changed since {run_dir} was started; finished steps are kept as they are"]
+
+
+@pytest.mark.parametrize("request_of, message", [
+    (lambda p, d: RunRequest(p, out=d, only=("c",)), "no phase 'c' in {path} (phases: a, b)"),
+    (lambda p, d: RunRequest(p, out=d, rerun=("one",)), "--rerun needs --resume RUN_DIR: the run whose steps to run "
+                                                        "again"),
+    (lambda p, d: RunRequest(p, out=d, against=d / "missing"), "--against: "),
+    (lambda p, d: RunRequest(p, out=d, overrides=("nope.x=1",)), "nope"),
+], ids=["phase", "rerun", "against", "set"])
+def test_an_invalid_request_is_one_run_error_and_runs_nothing(tmp_path, request_of, message):
+    marks, run_dir = tmp_path / "marks", tmp_path / "run"
+    path = runbook(tmp_path, marks)
+    with pytest.raises(RunError) as caught:
+        run_runbook(request_of(path, run_dir))
+    assert message.format(path=path) in str(caught.value) and "\n" not in str(caught.value)
+    assert list(marks.iterdir()) == [] and not (run_dir / "results.json").exists()
+
+
+def test_a_run_directory_holding_a_run_is_refused(tmp_path):
+    marks, run_dir = tmp_path / "marks", tmp_path / "run"
+    path = runbook(tmp_path, marks)
+    run_runbook(RunRequest(path, out=run_dir, only=("a",), no_report=True, cwd=tmp_path))
+    with pytest.raises(RunError, match=f"{run_dir} already holds a run: use --resume {run_dir} to continue it"):
+        run_runbook(RunRequest(path, out=run_dir, cwd=tmp_path))
+    assert [m.name for m in marks.iterdir()] == ["one"]

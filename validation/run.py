@@ -1,0 +1,158 @@
+"""Run orchestration: one runbook run end to end, as one call.
+
+`run_runbook(request, display, warn)` loads and checks the runbook, picks the run directory (a new one, or the
+one --resume continues, after validation.runner.check_resume), runs the steps (validation.runner.Runner), adds
+the comparison with an earlier run (--against, validation.compare.performance_analysis) and writes the reports
+(validation.report), and returns a RunOutcome. Nothing here prints: progress goes to the reporter `display`
+opens, warnings to `warn`, and every error a user can cause is one RunError whose message names the file, key or
+value (the CLI prints it and exits 2). The CLI (validation.cli) parses options, calls this and prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, ContextManager, Optional
+
+from validation import report
+from validation.results import (DEFAULT_RUNS, RESULTS_JSON, ResultsError, RunDirError, cannot_write, read_results,
+                                write_results)
+from validation.runbook import Runbook, RunbookError, load_runbook
+from validation.runner import Reporter, ResumeError, RunOptions, Runner, check_resume
+
+
+class RunError(ValueError):
+    """An invalid request (a bad runbook, phase, --resume, --against, or a run directory that cannot be written):
+    one line naming the file, key or value."""
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What `nsa-validate run` was asked to do (its options, one field each)."""
+
+    runbook: Path
+    out: Optional[Path] = None  # the run directory (default: DEFAULT_RUNS/<name>-<time>)
+    only: tuple[str, ...] = ()  # phases to run
+    skip: tuple[str, ...] = ()  # phases to skip
+    resume: Optional[Path] = None  # an earlier run directory to continue
+    rerun: tuple[str, ...] = ()  # with resume: steps to run again
+    overrides: tuple[str, ...] = ()  # --set key=value
+    against: Optional[Path] = None  # an earlier run directory to compare with
+    no_report: bool = False  # results.json only
+    cwd: Path = field(default_factory=Path.cwd)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a run ended: its directory, its results (results.json as written), the files the reports wrote, and the
+    interrupt that stopped it (None: it ran to its verdict; otherwise `results` holds the finished steps)."""
+
+    runbook: Runbook
+    run_dir: Path
+    results: dict
+    report_paths: tuple[Path, ...] = ()
+    interrupted: Optional[BaseException] = None
+    report_error: Optional[str] = None  # an interrupted run whose reports could not be written: why (one line)
+
+    @property
+    def verdict(self) -> Optional[str]:
+        """GO, NO-GO or INCOMPLETE; None for an interrupted run."""
+        return None if self.interrupted is not None else self.results.get("verdict")
+
+
+def _quiet() -> ContextManager[Reporter]:
+    return contextlib.nullcontext(Reporter())
+
+
+def run_runbook(request: RunRequest, display: Callable[[], ContextManager[Reporter]] = _quiet,
+                warn: Callable[[str], None] = lambda message: None) -> RunOutcome:
+    """Run `request.runbook` end to end; `display()` opens the progress display the runner reports to while the
+    steps run. Raises RunError on invalid input; an interrupt (SIGINT, SIGTERM, SIGHUP) while the steps run ends
+    every launched process and comes back as RunOutcome.interrupted, with the finished steps saved and reported."""
+    rb = load(request.runbook, request.overrides, request.cwd)
+    for note in rb.notes:
+        warn(note)
+    phases = [p.name for p in rb.phases]
+    for name in [*request.only, *request.skip]:
+        if name not in phases:
+            raise RunError(f"no phase {name!r} in {request.runbook} (phases: {', '.join(phases)})")
+    previous = None
+    if request.rerun and request.resume is None:
+        raise RunError("--rerun needs --resume RUN_DIR: the run whose steps to run again")
+    if request.resume is not None:
+        try:
+            previous = read_results(request.resume)
+            check_resume(rb, previous, request.resume, request.rerun)
+        except (ResultsError, ResumeError) as exc:
+            raise RunError(str(exc)) from None
+        if previous["runbook"].get("sha256") != rb.sha256:
+            warn(f"{request.runbook} changed since {request.resume} was started; finished steps are kept as they are")
+        run_dir = request.resume
+    else:
+        run_dir = request.out if request.out is not None else \
+            DEFAULT_RUNS / f"{rb.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        if (run_dir / RESULTS_JSON).exists():
+            raise RunError(f"{run_dir} already holds a run: use --resume {run_dir} to continue it, or another --out")
+    earlier = read_against(request.against)
+    options = RunOptions(only=tuple(request.only), skip=tuple(request.skip), overrides=tuple(request.overrides),
+                         cwd=request.cwd, rerun=tuple(dict.fromkeys(request.rerun)))
+    try:  # the run directory cannot be written (disk full, permission) or leads outside itself: one RunError
+        try:
+            with display() as reporter:
+                results = Runner(rb, run_dir, options, reporter, previous=previous).run()
+        except KeyboardInterrupt as exc:  # Ctrl-C, SIGINT, SIGTERM, SIGHUP: the processes are already ended
+            saved: dict = {}
+            paths: list[Path] = []
+            try:
+                if (run_dir / RESULTS_JSON).is_file():
+                    saved = read_results(run_dir)
+                    paths = [] if request.no_report else write_all_reports(run_dir, saved)
+            except (RunDirError, ResultsError) as error:  # told after the interrupt itself
+                return RunOutcome(rb, run_dir, saved, interrupted=exc, report_error=str(error))
+            return RunOutcome(rb, run_dir, saved, tuple(paths), interrupted=exc)
+        if earlier is not None:
+            add_performance_analysis(run_dir, results, request.against, earlier)
+        paths = [] if request.no_report else write_all_reports(run_dir, results)
+    except (RunDirError, ResultsError) as exc:
+        raise RunError(str(exc)) from None
+    return RunOutcome(rb, run_dir, results, tuple(paths))
+
+
+def load(runbook: Path, overrides: tuple[str, ...] | list[str], cwd: Optional[Path] = None) -> Runbook:
+    """The runbook, validated (with `cwd`: the files it names checked to exist there); RunError otherwise."""
+    try:
+        return load_runbook(runbook, list(overrides), cwd=cwd)
+    except RunbookError as exc:
+        raise RunError(str(exc)) from None
+
+
+def read_against(against: Optional[Path]) -> Optional[dict]:
+    """The earlier run of --against (RunError when it is not a run directory), or None."""
+    if against is None:
+        return None
+    try:
+        return read_results(against)
+    except ResultsError as exc:
+        raise RunError(f"--against: {exc}") from None
+
+
+def add_performance_analysis(run_dir: Path, results: dict, against: Path, earlier: dict) -> None:
+    """results["performance_analysis"]: this run against the earlier one (validation.compare.performance_analysis),
+    written to results.json."""
+    from validation.compare import performance_analysis  # start-up: pandas only for a run compared --against
+
+    results["performance_analysis"] = performance_analysis(results, earlier, run_dir, against)
+    write_results(run_dir, results)
+
+
+def write_all_reports(run_dir: Path, results: dict) -> list[Path]:
+    """Plots first, recorded in results.json (so `report` re-renders the same text), then the reports. Raises
+    RunDirError when a file cannot be written."""
+    try:
+        results["plots"] = report.make_plots(results, run_dir)
+        write_results(run_dir, results)
+        return [run_dir / p["path"] for p in results["plots"]] + report.write_reports(run_dir, results, plots=False)
+    except OSError as exc:
+        raise cannot_write(run_dir, exc) from None

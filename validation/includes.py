@@ -26,11 +26,9 @@ import copy
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
 from nsa.training.config import YAML_ERRORS
 from validation import steps as step_kinds
-from validation.schema import Ctx, RunbookError, compose_lines
+from validation.schema import Ctx, RunbookError, parse_yaml
 from validation.steps.base import LAUNCH_KEYS
 
 KEY = "include"
@@ -104,15 +102,10 @@ def _expand(raw: dict, lines: dict[tuple, int], path: str | Path, validate) -> t
 def _read(file: Path) -> tuple[str, Any, dict[tuple, int]]:
     try:
         text = file.read_text(encoding="utf-8")
-        loader = yaml.SafeLoader(text)
-        try:
-            node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
+        data, lines = parse_yaml(text)
     except (OSError, UnicodeDecodeError, *YAML_ERRORS) as exc:  # validate() has read it: only a race gets here
         raise RunbookError(f"{file}: cannot read ({exc})") from None
-    return text, data, compose_lines(node) if node is not None else {}
+    return text, data, lines
 
 
 def _carry_defaults(phase: Any, included: dict) -> Any:

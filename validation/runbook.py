@@ -50,8 +50,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from nsa.training.config import YAML_ERRORS
 from nsa.training.config import brief as _brief
 from validation import steps as step_kinds
@@ -60,7 +58,7 @@ from validation.includes import expand_includes
 from validation.overrides import apply_override, override_notes
 from validation.runbook_model import (Criterion, LaunchSettings, Launcher, Overridden, Phase, Requirements, Runbook,
                                       Step)
-from validation.schema import (NAME_RE, Ctx, RunbookError, compose_lines, env_problem, env_vars, mapping, show,
+from validation.schema import (NAME_RE, Ctx, RunbookError, env_problem, env_vars, mapping, parse_yaml, show,
                                str_list, trainer_flags, typed)
 from validation.steps.base import BASE_KEYS, LAUNCH_KEYS, check_metric_reference
 
@@ -98,19 +96,13 @@ def load_runbook(path: str | Path, overrides: list[str] | None = None, cwd: str 
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RunbookError(f"{path}: cannot read ({exc})") from None
-    try:  # parsed once: the node tree gives the line of every key, the same tree the values
-        loader = yaml.SafeLoader(text)
-        try:
-            node = loader.get_single_node()
-            raw = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
+    try:
+        raw, lines = parse_yaml(text)
     except YAML_ERRORS as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else "?"
         problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
         raise RunbookError(f"{path}:{line}: not valid YAML ({problem})") from None
-    lines = compose_lines(node) if node is not None else {}
     raw, lines, included = expand_includes(raw, lines, path, load_runbook)  # `- include: FILE` phase items
     ctx = Ctx(str(path), lines)
     file_raw = copy.deepcopy(raw)  # the file's own values, before any --set

@@ -27,6 +27,18 @@ class RunbookError(ValueError):
     """A runbook problem; the message names the file, line and key path."""
 
 
+def parse_yaml(text: str) -> tuple[Any, dict[tuple, int]]:
+    """The YAML document in `text` and the 1-based line of every key path in it (compose_lines), from one parse:
+    the node tree gives the lines, the same tree the values. Raises what PyYAML raises (YAML_ERRORS)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+    return data, compose_lines(node) if node is not None else {}
+
+
 def compose_lines(node, path=(), lines=None, seen=None) -> dict[tuple, int]:
     """Map every key path in a composed YAML node tree to its 1-based line. A node reached again through an
     alias is not walked again (aliases may form cycles or expand exponentially); only scalar keys are mapped."""

@@ -356,9 +356,12 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, o, lse)
     ctx.params = (mode, p0, p1)
     ctx.mark_non_differentiable(lse)
+    ctx.set_materialize_grads(False)  # no zero tensor filled for lse's gradient (one launch per call)
 
 
 def _backward_fn(ctx, do, _dlse):
+    if do is None:  # o took no part in the loss
+        return None, None, None, None, None, None
     q, k, v, o, lse = ctx.saved_tensors
     dq, dk, dv = range_attention_bwd_op(do, q, k, v, lse, o, None, *ctx.params)
     return dq, dk, dv, None, None, None

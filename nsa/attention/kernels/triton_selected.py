@@ -354,9 +354,15 @@ def _setup_context(ctx, inputs, output):
     o, lse, pair_t, tiles = output
     ctx.save_for_backward(q, k, v, o, lse, pair_t, tiles)
     ctx.l_sel, ctx.bwd_tiles = l_sel, bwd_tiles
+    # lse and the index tables carry no gradient: autograd would otherwise fill a zero tensor for each of them
+    # (three launches per step); with materialisation off, an unused output's gradient arrives as None
+    ctx.mark_non_differentiable(lse, pair_t, tiles)
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, do, _dlse, _dpair_t, _dtiles):
+    if do is None:  # o took no part in the loss
+        return None, None, None, None, None, None, None
     q, k, v, o, lse, pair_t, tiles = ctx.saved_tensors
     dq, dk, dv = torch.ops.nsa.selected_attention_bwd(do, q, k, v, o, lse, pair_t, tiles, ctx.l_sel,
                                                       ctx.bwd_tiles)

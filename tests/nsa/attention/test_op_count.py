@@ -58,10 +58,14 @@ def test_the_layers_own_ops_stay_within_budget(counts):
     # whatever stays in aten outside the custom ops is GEMMs and their bias/gelu/cat companions, no RoPE or gates
     for name in ("cos", "sin", "sigmoid", "silu", "neg", "pow", "slice_backward", "unfold_backward"):
         assert c.ops[name] == 0, (name, c.ops)
+    # autograd fills no zero gradient for the custom ops' outputs that carry none (lse, the index tables)
+    zeros_inside = sum(c.by_custom.get(op, {}).get("zeros", 0) for op in c.by_custom)
+    assert c.ops["zeros"] == zeros_inside, (c.ops["zeros"], c.by_custom)
 
 
-@pytest.mark.xfail(strict=True, reason="nsa::selected_attention_fwd builds its inverted index with ~59 aten ops "
-                                       "(triton_selected.py); with them the layer is above 80")
+@pytest.mark.xfail(strict=True, reason="132 ops at S=256 (bench_ops.py): nsa::selected_attention_fwd builds its "
+                                       "inverted index with 59 aten ops (triton_selected.py) and nsa::select_blocks "
+                                       "holds 29 (triton_selection.py); with them the layer is above 80")
 def test_at_most_80_ops_per_layer(counts):
     bench, by_len = counts
     assert all(c.total <= bench.MAX_OPS for c in by_len.values()), {s: c.total for s, c in by_len.items()}

@@ -24,12 +24,17 @@ was fused (profile at S = 256 and 512).
 
 Measured (this counter, the shape above, S = 256 and 1,024, identical at both):
     before the fused glue (main at 7b08b84):  270 ops (66 of them inside nsa:: custom ops), 11 Triton launches
-    with the packed projection and triton_glue:  108 ops, 21 Triton launches. Of the 108, 59 are the inverted-index
+    with the packed projection and triton_glue, the fused selection:  108 ops, 21 Triton launches. Of the 108, 59
+        are the inverted-index
         build inside nsa::selected_attention_fwd, 3 zeros inside nsa::selected_attention_bwd and 4 sums inside
         nsa::range_attention_bwd (the dK/dV partials), and 5 are zero gradients autograd materialises for the
         non-differentiable outputs of nsa::range_attention (lse) and nsa::selected_attention_fwd; the layer's own
         37: 21 GEMMs (mm 16, addmm 5), 7 bias / position-embedding gradient sums (+1 inside glue_project_bwd),
         2 gelu + 2 gelu_backward, 1 cat (the packed weight), 3 add (dq from three branches, v_cmp = mean + mlp).
+    with the tiled selection as the default (2026-11-25; it runs choose_blocks inside nsa::select_blocks: 29 aten
+        ops, and a constant_pad_nd x2 at S = 256 only) and the 5 zero gradients gone: 132 ops at S = 256, 130 at
+        S = 1,024, 21 Triton launches. Still to go under 80: the index build in nsa::selected_attention_fwd (59) and
+        select_blocks' glue (29).
 """
 
 from __future__ import annotations

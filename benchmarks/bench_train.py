@@ -181,16 +181,28 @@ def main(argv=None) -> int:
                   f"(first {warmup} steps excluded)")
         return 0
     runs: dict[tuple[str, int], list[dict]] = {}
+    failed: list[dict] = []
     for rep in range(args.repeats):
         for name, config, flags, steps, warmup, model, mode in cases:
             for nproc in ranks:
                 print(f"running {name} x{nproc} ({steps} steps, run {rep + 1}/{args.repeats}) ...", file=sys.stderr,
                       flush=True)
-                runs.setdefault((name, nproc), []).append(
-                    {**run_case(name, config, flags, steps, warmup, nproc, args.peak_tflops, args.timeout),
-                     "model": model, "mode": mode})
+                try:
+                    run = run_case(name, config, flags, steps, warmup, nproc, args.peak_tflops, args.timeout)
+                except (SystemExit, subprocess.TimeoutExpired, OSError, KeyError, ValueError) as e:
+                    # one case that fails (a crash, its timeout) is reported; the other cases still run
+                    text = str(e) if not isinstance(e, subprocess.TimeoutExpired) else \
+                        f"{name} x{nproc} timed out after {args.timeout:g} s"
+                    failed.append({"case": name, "ranks": nproc, "model": model, "mode": mode, "error": text})
+                    print(f"FAILED {name} x{nproc}: {text.strip()[-2000:]}", file=sys.stderr, flush=True)
+                    continue
+                runs.setdefault((name, nproc), []).append({**run, "model": model, "mode": mode})
+                print(f"  {name} x{nproc}: {run['toks_per_s']:,.0f} tokens/s, peak {run['peak_mem_gb']:.2f} GB, "
+                      f"wall {run['wall_s']:.0f} s", file=sys.stderr, flush=True)
     results = [summarize(r) for r in runs.values()]
     print(table(results))
+    for f in failed:
+        print(f"FAILED {f['case']} x{f['ranks']} ({f['model']}, {f['mode']}): {f['error'].strip().splitlines()[0]}")
     for line in comparisons(results):
         print(line)
     for name, *_ in cases:
@@ -199,8 +211,8 @@ def main(argv=None) -> int:
         if single and ddp:
             print(f"{name}: DDP x2 / single tokens/s = {ddp['toks_per_s'] / single['toks_per_s']:.2f}")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
-    return 0
+        args.json.write_text(json.dumps(results + failed, indent=2) + "\n")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

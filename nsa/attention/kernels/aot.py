@@ -74,7 +74,16 @@ class AotResult:
     wgmma: bool = False
     tensor_cores_expected: bool = True
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
+
+# Spills accepted where the alternative is worse: (case name, target, triton major.minor) -> (at most this many
+# bytes of spill stores, why). They are reported in `notes`; any other spill is a problem.
+ACCEPTED_SPILLS: dict[tuple[str, str, str], tuple[int, str]] = {
+    ("_blocksel_importance_kernel[BM=128,BT=128,D=128,BC=32,hpg=1,bf16]", "sm_90", "3.6"): (
+        64, "triton 3.6's ptxas needs 255 registers here (3.9's: 110); the 64-row tiling that does not spill gave "
+            "wrong bf16 importances on a GPU (triton_selection's GPU findings), and this one passed its tests there"),
+}
 
 _PTXAS_REGS = re.compile(r"Used (\d+) registers")
 _PTXAS_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -130,7 +139,12 @@ def compile_case(case: AotCase, cc: int) -> AotResult:
     if err:
         result.problems.append(f"ptxas failed: {err.strip().splitlines()[-1]}")
     if result.spill_stores:
-        result.problems.append(f"{result.spill_stores} bytes of spill stores")
+        version = ".".join(triton.__version__.split(".")[:2])
+        limit, why = ACCEPTED_SPILLS.get((case.name, result.target, version), (0, ""))
+        if result.spill_stores <= limit:
+            result.notes.append(f"{result.spill_stores} bytes of spill stores accepted under triton {version}: {why}")
+        else:
+            result.problems.append(f"{result.spill_stores} bytes of spill stores")
     if case.tensor_cores and not (result.mma or result.wgmma):
         result.problems.append("no tensor-core instruction (mma/wgmma) in the PTX")
     result.ok = not result.problems
@@ -157,7 +171,7 @@ def _table(results: list[AotResult]) -> str:
     for r in results:
         rows.append(f"| {r.kernel} | {r.target} | {'yes' if r.ok else 'NO'} | {r.registers} | {r.shared_bytes} | "
                     f"{r.spill_stores} | {'yes' if r.mma else 'no'} | {'yes' if r.wgmma else 'no'} | "
-                    f"{'; '.join(r.problems) or '-'}{(' (' + r.error + ')') if r.error else ''} |")
+                    f"{'; '.join(r.problems + r.notes) or '-'}{(' (' + r.error + ')') if r.error else ''} |")
     return "\n".join(rows)
 
 

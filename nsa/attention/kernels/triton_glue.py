@@ -47,6 +47,13 @@ from nsa.attention.kernels.triton_glue_kernels import (_cmp_pool_bwd_kernel, _cm
 # large-argument reduction) made ptxas spill a few bytes at 16 and 32 rows for some widths on sm_80 or sm_90
 # (2-8 warps tried); 8 rows and 4 warps compile clean for every width on both.
 BLOCK_R_PROJECT = 8  # token rows per program of project_heads (forward and backward)
+# ... but 4 rows for the backward at head widths of 128: 8 rows spilled 4 bytes on sm_80 under triton 3.6 (d_k 64,
+# d_v 128, bf16; the GPU run of test_aot_compile, 2026-11-26)
+BLOCK_R_PROJECT_BWD_WIDE = 4
+
+
+def _project_bwd_rows(d_max: int) -> int:
+    return BLOCK_R_PROJECT_BWD_WIDE if d_max >= 128 else BLOCK_R_PROJECT
 BLOCK_R = 8  # rows per program of rope_add
 ROPE_WARPS = 4
 BLOCK_T = 32  # tokens per program of the pooling backward and the combine
@@ -112,7 +119,7 @@ def _project_bwd_op(dq: torch.Tensor, dks: torch.Tensor, dkw: torch.Tensor, dvs:
     r, hidden = y.shape[0], b1.shape[0]
     dy = torch.empty_like(y)
     d_max = max(d_k, d_v)
-    rows = _rows(BLOCK_R_PROJECT)
+    rows = _rows(_project_bwd_rows(d_max))
     tiles = triton.cdiv(r, rows)
     db1_part = torch.empty(tiles, hidden, dtype=torch.float32, device=y.device)
     heads = [t if t.stride(-1) == 1 else t.contiguous() for t in (dq, dks, dkw, dvs, dvw, dkr, dvr)]
@@ -373,7 +380,7 @@ def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
             {**{n: p for n in ("DQ", "DKS", "DKW", "DVS", "DVW", "DKR", "DVR", "DA", "Y")}, "B1": f32, "INV_FREQ": f32,
              "DY": p, "DB1": f32, **ints("R", "S", "sy", "sdy", "H", "G", "HID", "START"),
              **ints(*(f"s{t}_{a}" for t in ("q", "ks", "kw", "vs", "vw", "kr", "vr") for a in "bsh"))},
-            dict(D_K=d_k, D_V=d_v, D_MAX=dm, BLOCK_R=BLOCK_R_PROJECT))
+            dict(D_K=d_k, D_V=d_v, D_MAX=dm, BLOCK_R=_project_bwd_rows(dm)))
         add("combine_fwd", _combine_fwd_kernel,
             {"LOGITS": p, "OC": p, "OS": p, "OW": p, "OUT": p,
              **ints("S", "H", "soc_b", "soc_h", "soc_s", "sos_b", "sos_h", "sos_s", "sow_b", "sow_h", "sow_s")},

@@ -48,8 +48,10 @@ select_method: "tiled" at every n_sel (the default since the fused kernel faulte
 below); method="fused" takes n_sel <= FUSED_MAX_N_SEL = 16 (a 32-key running list spills on sm_90);
 block_importance (tests, diagnostics) always uses (a)'s kernel.
 
-Launch configuration (block_config, shape only): hpg 1: BM 64 token rows, no head sum, 4 warps; hpg 2-3: BM 64
-(21-32 tokens), 4 warps; hpg >= 4: BM 128 (8-32 tokens), 8 warps; BT_PAD = next power of two >= 16 of the tokens
+Launch configuration (block_config, shape and kernel only): the importance kernel (tiled path) takes BM 128 rows
+and 8 warps at every hpg (hpg 1: 128 tokens, no head sum; 2-3: 42-64 tokens); the fused kernel takes hpg 1: BM 64
+token rows, no head sum, 4 warps; hpg 2-3: BM 64 (21-32 tokens), 4 warps; both at hpg >= 4: BM 128 (8-32 tokens),
+8 warps (see "GPU findings" for why they differ); BT_PAD = next power of two >= 16 of the tokens
 (at most 32 but for hpg 1: a 64-token list spills under 3.6); BC from {32, 64, 128} minimising (BC + 32) / BJ (a
 merge guessed to cost about 32 keys of score work: to be measured), at most 32 when d_k > 64 and 64 when d_k > 32
 with BM 64 (the key tile is a dot operand every warp holds whole; larger tiles spill).
@@ -94,7 +96,8 @@ bitonic reshapes and the reduction/convert_layout scratch in the loop (the fault
 not one of their shared loads/stores), local memory (no .local in the PTX, 0 spills).
 The tiled path: _blocksel_importance_kernel (no loop) compiled by the same ptxas writes every descriptor before
 use (hpg 1/2/3/6/8, bf16/fp16/fp32), so _importance_tile's source is not the cause; its compiled code is the same
-PTX before and after the change below (3.6 and 3.9). It has still never run under compute-sanitizer.
+PTX before and after the change below (3.6 and 3.9). (On a GPU it then failed at hpg 1-2 in
+another way: "GPU findings" below.)
 Change, in the fused kernel only: W does not depend on j0 (with c0 = j0*A - (B_ - 1) the weights are
 min(c + 1, (j + 1)*A) - max(c - B_ + 1, j*A)), so the kernel builds it once before its loop (_overlap_tile,
 W_GIVEN) instead of per tile; +2 KB shared. Compiled by triton 3.6 every fused tiling checked (hpg 1/2/3/6/8,
@@ -105,9 +108,33 @@ both methods (bf16/fp16/fp32, S 1,024-65,536, hpg 1-32, after other kernels have
 depended on stale state) and the selection tests with NSA_TEST_FUSED_SELECTION=1; until then it stays off the
 default path.
 
+GPU findings (one NVIDIA H200, driver 580.159.04, torch 2.11.0+cu130, triton 3.6.0, 2026-11-26;
+reports/gpu/2026-11-26/)
+------------
+- The fused kernel with W built before its loop ran without a fault at every length that faulted before (bf16 and
+  fp16, S = 1,024 .. 65,536, B 1 and 8, m7c shape, hpg 6), and compute-sanitizer memcheck of its selection found 0
+  errors (bf16, hpg 6 at S 2,048 and 65,536, hpg 1 at 65,536). Not the default yet: the full qualification
+  (runbooks/gpu_kernels.yaml's memcheck_fused grid and its tests across hpg) has not run; with 128-row tiles at
+  hpg 2-3 it read unwritten uniform registers under 3.6 (the SASS test) and failed selection tests at hpg 3.
+- The importance kernel (the tiled path, the default) with 64 rows and 4 warps (its tiling at hpg 1-3 until then)
+  computed wrong bf16 importances at hpg 1 and 2 (39% and 29% of the elements of the test shapes wrong, by up to
+  2.6; the same wrong values in two runs: a deterministic miscompile, not a race), faulted at hpg 2 (d_k 32) in
+  the tests, and under memcheck at hpg 1 (m7c, S 65,536: "Out-of-range shared or local address" at the P @ W
+  wgmma, line `acc = tl.dot(p_hi, w)`, one program of the last chunk). fp32 (its Q K^T at input_precision "ieee",
+  no bf16 wgmma) was right on the same shapes. Four variants were run side by side: loading the key tile [BC, D]
+  and transposing it in the dot changed nothing; 128 rows and 8 warps at every hpg made every importance and
+  tiled-selection test pass (hpg 1, 2, 3; d_k 32, 64, 128) and memcheck clean (m7c hpg 1 S 65,536; hpg 2 d_k 32
+  S 2,048). The importance kernel now always takes that tiling; hpg >= 4 was already on it (m7c, hpg 6: memcheck
+  clean in bf16 and fp16 at S 2,048 and 65,536, all kernels, forward and backward). The cause inside the 64-row
+  code is not identified (the uniform-register check finds nothing there); triton 3.9 was not run on the GPU.
+
 Measured
 --------
-GPU timings: not measured yet (no GPU in this session).
+GPU timings (H200, bf16, m7c shape, one layer forward + backward, torch.profiler; benchmarks/profile_layer.py,
+reports/gpu/2026-11-26/): at S = 65,536, B = 1 the tiled selection costs 8 launches each of the importance kernel
+(3.9 ms) and torch's radix sort (3.2 ms) plus ~1 ms of `where`, 413 kernel launches per layer in all; the fused
+kernel 7.1 ms in one launch, 165 launches per layer; layer GPU time 43.1 ms (tiled) vs 40.2 ms (fused). At
+S = 2,048, B = 8: 191 launches (tiled) vs 161 (fused), GPU time 4.55 vs 4.43 ms, host issue time 7.1 vs 6.7 ms.
 AOT compile, triton 3.9 and 3.6 (python -m nsa.attention.kernels.aot): registers, m = mma.sync / w = wgmma in the
 PTX, shared bytes; 0 spill stores everywhere. On sm_90 Q K^T and P W reach wgmma; the head-sum dot R @ acc (16-32
 rows) stays mma.sync.
@@ -152,8 +179,15 @@ def _next_pow2(x: int) -> int:
     return 1 << max(x - 1, 0).bit_length()
 
 
-def block_config(hpg: int, d_k: int, l: int, d: int, l_sel: int) -> dict:
-    """Tile sizes for one shape (pure function of the shape, used by both kernels and by aot_cases).
+def block_config(hpg: int, d_k: int, l: int, d: int, l_sel: int, fused: bool = False) -> dict:
+    """Tile sizes for one shape and kernel (pure function of them; used by both kernels and by aot_cases).
+
+    fused False: the importance kernel (the tiled path, block_importance); True: the fused top-k kernel. They
+    differ at hpg < 4 only: the importance kernel always takes BM = 128 rows and 8 warps (on the GPU its 64-row,
+    4-warp tiling gave wrong bf16 importances at hpg 1 and 2 and an out-of-range shared address under
+    compute-sanitizer at hpg 1: the module docstring's "GPU findings"); the fused kernel keeps 64 rows there (its
+    128-row tilings at hpg 2-3 read unwritten uniform registers under triton 3.6's ptxas, and hpg 3 failed the
+    selection tests on the GPU).
 
     BM       query rows per program: BT tokens x hpg heads packed token-major (row r: token r // hpg, head r % hpg)
     BT_PAD   token rows of the importance tile (power of two >= 16; BT = BM // hpg of them are real)
@@ -163,9 +197,10 @@ def block_config(hpg: int, d_k: int, l: int, d: int, l_sel: int) -> dict:
     """
     a, b = l_sel // d, l // d
     if hpg == 1:
-        bm, bt_pad, head_sum = 64, 64, False
-    else:  # at most 32 token rows: the running top list and its merges stay small (64 rows spill under 3.6)
-        bm = 64 if hpg < 4 else max(128, _next_pow2(hpg))
+        bm = 64 if fused else 128
+        bt_pad, head_sum = bm, False
+    else:  # fused: at most 32 token rows: the running top list and its merges stay small (64 rows spill under 3.6)
+        bm = 64 if (hpg < 4 and fused) else max(128, _next_pow2(hpg))
         bt_pad, head_sum = max(16, _next_pow2(bm // hpg)), True
     k = 16
     d_pad = max(16, _next_pow2(d_k))
@@ -486,7 +521,7 @@ def _select_tiled(q, k_cmp, lse_cmp, l, d, l_sel, n_sel):
 def _select_fused(q, k_cmp, lse_cmp, l, d, l_sel, n_sel):
     b, h, s, d_k = q.shape
     g = k_cmp.shape[1]
-    cfg = block_config(h // g, d_k, l, d, l_sel)
+    cfg = block_config(h // g, d_k, l, d, l_sel, fused=True)
     out = torch.empty(b, g, s, n_sel, dtype=torch.long, device=q.device)
     bt = cfg["BM"] // (h // g) if cfg["HEAD_SUM"] else cfg["BM"]
     _blocksel_topk_kernel[(triton.cdiv(s, bt), b * g)](q, k_cmp, lse_cmp, out, n_sel=n_sel,
@@ -500,8 +535,10 @@ def select_method(n_sel: int) -> str:
     """Which path select_blocks takes by default: "tiled", at every n_sel.
 
     The fused kernel (method="fused", n_sel <= FUSED_MAX_N_SEL) faulted on an H100 in bf16 and fp16 at
-    S = 2,048-8,192 and 65,536 (illegal memory access; the module docstring's "Known fault"): not the default until a
-    compute-sanitizer run on a GPU qualifies it. The tiled path ran every length without a fault there.
+    S = 2,048-8,192 and 65,536 (illegal memory access; the module docstring's "Known fault"). Changed since, it ran
+    clean on an H200 at every length and under memcheck at the m7c shape ("GPU findings"), but it is not the
+    default until runbooks/gpu_kernels.yaml qualifies it over its whole grid. The tiled path (its importance
+    kernel on 128-row tiles) passed its tests and memcheck there.
     """
     return "tiled"
 
@@ -590,7 +627,7 @@ def aot_cases():
                   ("sel", 6, 64, 128, "bf16"), ("imp", 1, 128, 64, "bf16")]
     cases, seen = [], set()
     for kernel, hpg, d_k, l_sel, dtype in shapes:
-        cfg = block_config(hpg, d_k, 32, 16, l_sel)
+        cfg = block_config(hpg, d_k, 32, 16, l_sel, fused=kernel == "sel")
         key = (kernel, dtype, *(cfg[k] for k in ("BM", "BT_PAD", "D_PAD", "BC", "HEAD_SUM", "num_warps")))
         if key in seen:
             continue

@@ -127,7 +127,8 @@ def test_mocked_capture_equals_the_eager_run(tmp_path, eager_run, fake_capture, 
     # then the capture (one step's Python), then one replay per step, each over the source's batches (copy_)
     replayed = [x for _, _, x in micro[(warm + 1) * accum:]]
     assert len(replayed) == STEPS * accum == len(seen["handed"])
-    assert all(torch.equal(a, b) for a, b in zip(replayed, seen["handed"]))
+    # (on a GPU machine the run is on CUDA and the spy keeps the source's CPU batches: compare on the CPU)
+    assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(replayed, seen["handed"]))
     events = fake_capture.events
     assert events[:2] == [("side_stream", "enter"), ("side_stream", "exit")]
     assert [e for e in events if e[0] == "capture"] == [("capture", "step"), ("capture", "optimizer")]
@@ -363,8 +364,9 @@ def test_ddp_mocked_capture_equals_eager_ddp(tmp_path):
         argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master-port={free_port()}",
                 str(REPO / "tests" / "nsa" / "training" / "graph_fakes.py"), "--config", _config(tmp_path),
                 "--out-dir", str(out), "--steps", "2", "--seq-len", "64", "--batch-size", "2", "--ddp", "1", *flags]
-        proc = subprocess.run(argv, cwd=REPO, env=clean_env({"NSA_TB_DISABLE": "1"}), capture_output=True,
-                              text=True, timeout=240)
+        # two ranks on CPU (gloo) even where a GPU is present: two NCCL ranks cannot share one GPU
+        proc = subprocess.run(argv, cwd=REPO, env=clean_env({"NSA_TB_DISABLE": "1", "CUDA_VISIBLE_DEVICES": ""}),
+                              capture_output=True, text=True, timeout=240)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return out
 

@@ -169,11 +169,12 @@ def test_bounds_are_token_exact(block_n):
             continue
         n_tok, n_key = triton.next_power_of_2(s), triton.next_power_of_2(t_keys + block_n)
         n_tiles = triton.cdiv(t_keys, block_n)
-        rng = torch.zeros(n_tok, 3, dtype=torch.int32)
-        key = torch.zeros(n_key, 2, dtype=torch.int32)
-        tile = torch.zeros(n_tiles, 4, dtype=torch.int32)
+        # on the kernels' device (a GPU launch needs device pointers), read back on the CPU
+        rng, key, tile = (torch.zeros(n, c, dtype=torch.int32, device=KERNEL_DEVICE)
+                          for n, c in ((n_tok, 3), (n_key, 2), (n_tiles, 4)))
         _probe_bounds[(1,)](rng, key, tile, s, t_keys, mode_id[mode], *params, N_TOK=n_tok, N_KEY=n_key,
                             BLOCK_N=block_n)
+        rng, key, tile = rng.cpu(), key.cpu(), tile.cpu()
         case = f"{mode} S={s} p={p0},{p1} BLOCK_N={block_n}"
         keys = torch.arange(t_keys)
         for t in range(s):  # per token: [0, pre) + [lo, hi), non-decreasing in t

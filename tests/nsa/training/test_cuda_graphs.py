@@ -26,7 +26,7 @@ from nsa.training import graphs
 from nsa.training.comm_count import CommCounter
 from nsa.training.config import ConfigError, UsageError, config_from_dict
 from nsa.training.data import build_source
-from nsa.training.optim import build_adamw, lr_at, make_capturable, set_lr
+from nsa.training.optim import build_adamw, make_capturable, set_lr
 
 STEPS = 3
 SHAPE = {"seq_len": 128, "batch_size": 2, "accum": 2}  # 4 selection blocks of 32, n_sel 4: every branch runs

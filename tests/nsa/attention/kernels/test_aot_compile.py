@@ -41,3 +41,24 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spills():
             base = r["kernel"].split("[")[0]
             if base in WGMMA_ON_SM90:
                 assert r["wgmma"], f"{r['kernel']} does not reach wgmma on sm_90"
+
+
+@needs_triton
+def test_a_spill_is_a_problem_unless_accepted_for_that_kernel_target_and_triton(monkeypatch):
+    """aot.ACCEPTED_SPILLS names (kernel case, target, triton major.minor) -> (at most N bytes, why): within it a
+    spill is a note; above it, or for any other case, target or version, a problem."""
+    import triton
+
+    from nsa.attention.kernels import aot
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    case = min(aot.all_cases(), key=lambda c: len(c.signature))  # a small kernel: a quick real compile
+    version = ".".join(triton.__version__.split(".")[:2])
+    monkeypatch.setattr(aot, "_ptxas_report", lambda ptx, cc: (200, 44, 44, ""))
+    monkeypatch.setattr(aot, "ACCEPTED_SPILLS", {(case.name, "sm_90", version): (64, "a stated reason")})
+    accepted = aot.compile_case(case, 90)
+    assert accepted.ok and accepted.problems == [] and "a stated reason" in accepted.notes[0]
+    other_target = aot.compile_case(case, 80)
+    assert not other_target.ok and other_target.problems == ["44 bytes of spill stores"]
+    monkeypatch.setattr(aot, "ACCEPTED_SPILLS", {(case.name, "sm_90", version): (32, "too few bytes")})
+    assert aot.compile_case(case, 90).problems == ["44 bytes of spill stores"]

@@ -33,8 +33,10 @@ Measured (this counter, the shape above, S = 256 and 1,024, identical at both):
         2 gelu + 2 gelu_backward, 1 cat (the packed weight), 3 add (dq from three branches, v_cmp = mean + mlp).
     with the tiled selection as the default (2026-11-25; it runs choose_blocks inside nsa::select_blocks: 29 aten
         ops, and a constant_pad_nd x2 at S = 256 only) and the 5 zero gradients gone: 132 ops at S = 256, 130 at
-        S = 1,024, 21 Triton launches. Still to go under 80: the index build in nsa::selected_attention_fwd (59) and
-        select_blocks' glue (29).
+        S = 1,024, 21 Triton launches.
+    with choose_blocks padding its result to n_sel columns at every length (a zero-width pad when there are
+        n_sel blocks or more; 2026-11-26): 132 ops at both lengths, 21 Triton launches. Still to go under 80: the
+        index build in nsa::selected_attention_fwd (59) and select_blocks' glue (31).
 """
 
 from __future__ import annotations

@@ -64,11 +64,10 @@ def choose_blocks(importance: torch.Tensor, positions: torch.Tensor, n_sel: int,
     scores = torch.where(forced, torch.full_like(scores, float("inf")), scores)
     scores = torch.where(j > current, torch.full_like(scores, float("-inf")), scores)
     top_scores, top = torch.sort(scores, dim=-1, descending=True, stable=True)
-    top, top_scores = top[..., :n_sel], top_scores[..., :n_sel]
-    if n_blocks < n_sel:
-        pad = (0, n_sel - n_blocks)
-        top = F.pad(top, pad, value=-1)
-        top_scores = F.pad(top_scores, pad, value=float("-inf"))
+    # padded to n_sel columns (a zero-width pad when n_blocks >= n_sel: the same ops at every length)
+    pad = (0, max(0, n_sel - n_blocks))
+    top = F.pad(top[..., :n_sel], pad, value=-1)
+    top_scores = F.pad(top_scores[..., :n_sel], pad, value=float("-inf"))
     top = torch.where(top_scores == float("-inf"), torch.full_like(top, -1), top)
     # ascending, -1 last
     key = torch.where(top < 0, torch.full_like(top, n_blocks), top)

@@ -276,13 +276,15 @@ import json, sys
 # bench_train.py's JSON: a list of rows, one per case, in no order a criterion may rely on; a failed case is a row
 # with an "error" and makes the script exit 1
 rows = [
-    {"case": "m7c_125m_s2048_bf16_dense+graphs", "model": "dense", "mode": "graphs", "ranks": 1, "toks_per_s": 200000.0},
+    {"case": "m7c_125m_s2048_bf16_dense+graphs", "model": "dense", "mode": "graphs", "ranks": 1,
+     "toks_per_s": 200000.0},
     {"case": "m7c_125m_s2048_bf16", "model": "nsa", "mode": "eager", "ranks": 1, "toks_per_s": 90000.0},
     {"case": "m7c_125m_s2048_bf16_dense", "model": "dense", "mode": "eager", "ranks": 1, "toks_per_s": 150000.0},
 ]
 graphs = {"case": "m7c_125m_s2048_bf16+graphs", "model": "nsa", "mode": "graphs", "ranks": 1}
 failed = "--fail" in sys.argv
-rows.append({**graphs, "error": "CUDA error: an illegal memory access"} if failed else {**graphs, "toks_per_s": 120000.0})
+rows.append({**graphs, "error": "CUDA error: an illegal memory access"} if failed
+            else {**graphs, "toks_per_s": 120000.0})
 open(sys.argv[sys.argv.index("--json") + 1], "w").write(json.dumps(rows))
 sys.exit(1 if failed else 0)
 """

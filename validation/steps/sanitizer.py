@@ -27,7 +27,7 @@ case cannot hide the others.
 jobs: N runs up to N cases at a time, each starting as soon as one ends, in grid order: the records, the step's
 entry and its verdict are those of a run one after another (by_case in grid order; results.json saved as each
 case ends, holding the cases ended so far in grid order), each case in its own process and directory; a Ctrl-C /
-SIGTERM ends every running case. Each case's duration_s is then longer than alone (the cases share the cores and
+SIGTERM ends every running case. Each case's duration_s can then be longer than alone (the cases share the cores and
 the GPU).
 
 Metrics: {"tool", "grid", "sanitizer" (the executable's path), "cases", "cases_clean", "errors" (the sum over

@@ -103,6 +103,8 @@ def plan(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/c
         note = step_kinds.get(row["kind"]).plan_note
         if note:
             console.print(f"  {note}", markup=False)
+        if row["jobs"] > 1:
+            console.print(f"  its launches run up to {row['jobs']} at a time (jobs: {row['jobs']})", markup=False)
         for text in row["notes"]:  # a step's own value that overrides a --set default
             console.print(f"  note: {text}", markup=False, soft_wrap=True)
         for launch in row["launches"]:

@@ -28,14 +28,16 @@ def plan(runbook: Runbook) -> list[tuple[Step, list[LaunchSpec]]]:
 
 def describe(runbook: Runbook, skipped: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """A JSON-ready description of the plan (also what `nsa-validate plan --json` prints): per step its phase,
-    kind, why it would be skipped here, `notes` (its own values that override a --set default: precedence is
-    --set of the step's key > the step's own key > --set of a defaults key > the file's defaults) and launches."""
+    kind, why it would be skipped here, `jobs` (how many of its launches run at a time), `notes` (its own values
+    that override a --set default: precedence is --set of the step's key > the step's own key > --set of a
+    defaults key > the file's defaults) and launches."""
     skipped = skipped or {}
     rows = []
     for step, launches in plan(runbook):
         rows.append({
             "phase": step.phase, "step": step.name, "kind": step.kind, "skip": skipped.get(step.name),
             "notes": runbook.step_notes(step.name),
+            "jobs": step.options.get("jobs", 1),  # launches run this many at a time (pytest, sanitizer)
             "launches": [{"label": spec.label, "argv": spec.argv, "wrapper": spec.wrapper, "env": spec.env,
                           "nproc_per_node": spec.nproc_per_node, "nnodes": spec.nnodes, "launcher": spec.launcher,
                           "dir": spec.dir, "timeout_s": spec.timeout_s, "stall_timeout_s": spec.stall_timeout_s,

@@ -30,13 +30,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from validation import environment
 from validation.launch import LaunchResult, LaunchSpec, launch, recorded_env
+from validation.launch.interrupts import Interrupted
 from validation.launch.interrupts import describe as describe_interrupt
 from validation.plan import step_launches
 from validation.results import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, RESULTS_JSON, SCHEMA_VERSION, RunDirError,
@@ -58,17 +61,21 @@ class Reporter:
 
 
 class _SafeReporter:
-    """Progress display must never cost a run its results: reporter errors are logged and dropped."""
+    """Progress display must never cost a run its results: reporter errors are logged and dropped. Calls are
+    serialised (a lock): a step that runs launches side by side (StepContext.launch_all) reports from several
+    threads."""
 
     def __init__(self, inner: Reporter):
         self._inner = inner
+        self._lock = threading.Lock()
 
     def __getattr__(self, name):
         method = getattr(self._inner, name)
 
         def call(*args, **kwargs):
             try:
-                return method(*args, **kwargs)
+                with self._lock:
+                    return method(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - display only
                 logging.getLogger(__name__).warning("progress display failed in %s: %s", name, exc)
                 return None
@@ -344,15 +351,25 @@ class Runner:
             result["duration_s"] = round(time.time() - t0, 3)
         return result
 
-    def _launch(self, step: Step, spec: LaunchSpec, index: int, total: int) -> LaunchResult:
+    def _launch(self, step: Step, spec: LaunchSpec, index: int, total: int,
+                stop: Callable[[], BaseException | None] | None = None) -> LaunchResult:
+        """One launch to its end. `stop` (launches run side by side in threads, StepContext.launch_all): polled
+        with the progress; an exception it returns is raised there, inside the launch, which then ends its
+        processes as it does on Ctrl-C (validation.launch.local.Run.execute) and raises it again."""
         self.reporter.launch_started(step, spec, index, total)
         env = dict(spec.env)
         if ((spec.nproc_per_node > 1 or step.is_training) and spec.launcher == "torchrun"
                 and "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in env):
             # the ranks share this machine's cores (Slurm nodes: torchrun's own default applies there)
             env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, spec.world_size)))
-        return launch(dataclasses.replace(spec, env=env, cwd=self.opt.cwd,
-                                          on_progress=lambda p: self.reporter.launch_progress(step, p)))
+
+        def progress(p) -> None:
+            exc = stop() if stop is not None else None
+            if exc is not None:
+                raise exc
+            self.reporter.launch_progress(step, p)
+
+        return launch(dataclasses.replace(spec, env=env, cwd=self.opt.cwd, on_progress=progress))
 
     def _rel(self, path: Path | str | None) -> str | None:
         if path is None:
@@ -394,6 +411,65 @@ class StepContext:
             if rel:
                 inside_run_dir(self.run_dir, rel)
         return self._runner._launch(self._step, spec, index, total)
+
+    def launch_all(self, specs: list[LaunchSpec], jobs: int,
+                   on_done: Callable[[int, LaunchSpec, LaunchResult], bool | None]) -> None:
+        """Run `specs` (a step's launches, in plan order), up to `jobs` at a time, and call `on_done(index, spec,
+        result)` in this thread as each one ends (with jobs > 1, in the order they end; the index is its place in
+        `specs`, for results kept in plan order). `on_done` returning True starts no further launch (those running
+        still end by themselves and are reported). jobs == 1 is `launch` one after another.
+
+        With jobs > 1 each launch runs in a thread of its own, which starts its process and waits for it to end
+        (it outlives its process, as PR_SET_PDEATHSIG requires: validation.launch.processes.die_with_parent); each
+        keeps its own directory, log, telemetry and process tree. Ctrl-C / SIGTERM / SIGHUP reach this (the main)
+        thread: no further launch starts, every running one ends its processes at its next poll (as a single launch
+        does on Ctrl-C), and once none is left the interrupt is raised again; so is any exception of `on_done`."""
+        if jobs <= 1:
+            for i, spec in enumerate(specs):
+                if on_done(i, spec, self.launch(spec, i, len(specs))):
+                    return
+            return
+        for spec in specs:
+            for rel in (spec.dir, spec.out_dir):
+                if rel:
+                    inside_run_dir(self.run_dir, rel)
+        stopping: list[BaseException] = []  # what ends the running launches (set by this thread only)
+
+        def stop() -> BaseException | None:
+            if not stopping:
+                return None
+            cause = stopping[0]  # a fresh exception for each launch: each ends its own processes
+            return Interrupted(cause.signum) if isinstance(cause, Interrupted) else KeyboardInterrupt()
+
+        def one(i: int, spec: LaunchSpec) -> LaunchResult | None:
+            if stopping:
+                return None
+            return self._runner._launch(self._step, spec, i, len(specs), stop)
+
+        pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix=f"launch-{self._step.name}")
+        running: dict[Future, int] = {}
+        todo = list(enumerate(specs))
+        try:
+            while todo or running:
+                while todo and len(running) < jobs and not stopping:
+                    i, spec = todo.pop(0)
+                    running[pool.submit(one, i, spec)] = i
+                if not running:
+                    break
+                done, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=running.get):
+                    i = running.pop(future)
+                    lr = future.result()  # a launch raises only for an invalid spec: a bug, not a result
+                    if lr is not None and on_done(i, specs[i], lr):
+                        todo.clear()
+        except BaseException as exc:
+            stopping.append(exc)
+            raise
+        finally:
+            todo.clear()
+            if stopping:  # the running launches end their processes within a poll and raise; wait for them
+                wait(list(running))
+            pool.shutdown(wait=True)
 
     def record(self, result: dict, spec: LaunchSpec, lr: LaunchResult) -> None:
         """Record a launch in the step's results entry: command, environment, logs, excerpt, stack dumps."""

@@ -1,27 +1,33 @@
 """`bench`: a benchmark script run with this Python, given `--json PATH`; the JSON it writes is the step's metrics
 (e.g. benchmarks/bench_selection.py: ranges_speedup_min, forward_speedup_min, ...), usable in criteria.
 
-Own key: `command: [script, args...]` (the argv after the python executable; required). Launch keys: env,
-timeout_s, launcher. A benchmark that writes no JSON fails.
-Report: its scalar figures, and a table per list of records (e.g. by_seq_len).
+Own keys: `command: [script, args...]` (the argv after the python executable; required); `best: {by: FIELD, max:
+FIELD}` (or `min: FIELD`), for a benchmark whose JSON is a list of records (metrics "results", e.g.
+benchmarks/bench_train.py's: one row per case with "model", "mode", "toks_per_s", or "error" for a case that failed):
+metrics "best" maps each value of the `by` field to its record with the largest (smallest) number in FIELD, among
+the records that have both fields and no "error"; criteria read it by name, whatever the order or number of rows, e.g.
+`train_bench.best.nsa.toks_per_s >= 0.55 * train_bench.best.dense.toks_per_s`. Launch keys: env, timeout_s,
+launcher. A benchmark that writes no JSON fails.
+Report: its scalar figures, and a table per list of records (e.g. by_seq_len) and for "best".
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any
 
 from validation import steps
 from validation.report.format import as_dict, as_list, fmt_num
-from validation.schema import str_list
+from validation.schema import mapping, str_list, typed
 from validation.steps.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, run_path
 
 
 class Bench(StepKind):
     name = "bench"
     summary = "a benchmark script that writes JSON (`--json`); e.g. selection v2 vs v1 speed"
-    keys = ("command",)
+    keys = ("command", "best")
     metrics = ("*",)  # whatever JSON the benchmark writes
     launch_keys = COMMAND_LAUNCH_KEYS
 
@@ -29,7 +35,15 @@ class Bench(StepKind):
         command = str_list(raw.get("command"), path + ("command",), ctx)
         if not command:
             raise ctx.error(path + ("command",), "a bench step needs command: [script, args...]")
-        return {"command": command}
+        best = None
+        if raw.get("best") is not None:
+            spec = mapping(raw["best"], path + ("best",), ctx, ("by", "max", "min"), required=("by",))
+            if ("max" in spec) == ("min" in spec):
+                raise ctx.error(path + ("best",), "expected {by: FIELD, max: FIELD} or {by: FIELD, min: FIELD}")
+            order = "max" if "max" in spec else "min"
+            best = {"by": typed(spec["by"], str, path + ("best", "by"), ctx),
+                    order: typed(spec[order], str, path + ("best", order), ctx)}
+        return {"command": command, "best": best}
 
     def input_files(self, step):
         script = step.command[0]  # `python SCRIPT ...`; an interpreter option (-m module, -c code) is no file
@@ -48,6 +62,8 @@ class Bench(StepKind):
         except (OSError, ValueError):
             data = {}
         result["metrics"] = data if isinstance(data, dict) else {"results": data}
+        if step.best and isinstance(result["metrics"].get("results"), list):
+            result["metrics"]["best"] = best_records(result["metrics"]["results"], step.best)
         if lr.status != "ok":
             result.update(status=lr.status, reason=lr.reason)
         elif not data:
@@ -62,6 +78,8 @@ class Bench(StepKind):
         scalars, tables = [], []
         for key in sorted(metrics, key=str):
             value = metrics[key]
+            if key == "best" and isinstance(value, dict):  # {group: record}: one row per group
+                value = [{"best of": group, **as_dict(record)} for group, record in value.items()]
             records = [as_dict(v) for v in as_list(value)]
             if records and all(isinstance(v, dict) for v in as_list(value)):
                 columns = sorted({str(k) for r in records for k in r})
@@ -70,6 +88,25 @@ class Bench(StepKind):
             else:
                 scalars.append((str(key), fmt_num(value)))
         return {"bench": {"scalars": scalars, "tables": tables}}
+
+
+def best_records(rows: list, best: dict[str, str]) -> dict[str, dict]:
+    """{value of best["by"]: the row with the largest (best["max"]) or smallest (best["min"]) finite number in that
+    field}, over the rows that are records with the `by` field, such a number and no "error"; groups in the order
+    first seen."""
+    order = "max" if "max" in best else "min"
+    field = best[order]
+    chosen: dict[str, dict] = {}
+    for row in rows:
+        value = row.get(field) if isinstance(row, dict) else None
+        if (not isinstance(row, dict) or "error" in row or best["by"] not in row or isinstance(value, bool)
+                or not isinstance(value, (int, float)) or not math.isfinite(value)):
+            continue
+        group = str(row.get(best["by"]))
+        current = chosen.get(group)
+        if current is None or (value > current[field] if order == "max" else value < current[field]):
+            chosen[group] = row
+    return chosen
 
 
 steps.register(Bench())

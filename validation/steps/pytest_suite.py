@@ -1,29 +1,39 @@
 """`pytest`: named tests (paths or node ids) run with pytest; the verdict from its JUnit counts.
 
 Own keys: `tests: [paths or node ids]` (required), `pytest_args: [...]` (options that choose pytest's output files
-are refused: the JUnit file goes to RUN_DIR/<step>/pytest.xml), `isolate: none | file` (default none).
+are refused: the JUnit file goes to RUN_DIR/<step>/pytest.xml), `isolate: none | file` (default none), `jobs: N`
+(with isolate: file, how many test files run at a time; default 1).
 Launch keys: env, timeout_s, launcher.
 
-isolate: none runs every test in one pytest process. isolate: file runs each test file in its own process, one
-after another (a directory in `tests` stands for its test_*.py / *_test.py files, found from the working
-directory, sorted; node ids of one file run together; an entry starting with "-" is passed to every process), so
-that a process that dies (a CUDA illegal memory access, SIGSEGV, os._exit, its timeout: timeout_s is per file) is
-one failure naming its file, and the test that was running when the plugin validation.steps._pytest_progress
-recorded it, while every other file's results still count. Each file's JUnit, progress record and log go to
-RUN_DIR/<step>/<file as a name>/. A file whose process died is counted from its progress record (the tests that
-finished before it died) plus one failure.
+isolate: none runs every test in one pytest process. isolate: file runs each test file in its own process (a
+directory in `tests` stands for its test_*.py / *_test.py files, found from the working directory, sorted; node ids
+of one file run together; an entry starting with "-" is passed to every process), so that a process that dies (a
+CUDA illegal memory access, SIGSEGV, os._exit, its timeout: timeout_s is per file) is one failure naming its file,
+and the test that was running when the plugin validation.steps._pytest_progress recorded it, while every other
+file's results still count. Each file's JUnit, progress record and log go to RUN_DIR/<step>/<file as a name>/.
+A file whose process died is counted from its progress record (the tests that finished before it died) plus one
+failure.
+
+jobs: N (isolate: file only) runs up to N files' processes at a time, in plan order (the files sorted as above),
+each starting as soon as one ends. The results are those of a run one after another: one record per file in plan
+order, each file in its own process and directory, a death one failure naming its file, results.json saved as each
+file ends (the files that ended so far, in plan order). A Ctrl-C / SIGTERM ends every running process. The
+processes share the machine: their durations (duration_s) are longer than alone (e.g. Triton compiles compete for
+the cores), and a test that measures time should not run beside others.
 
 Metrics: {"passed", "failed", "skipped", "errors", "total", "duration_s"}; with isolate: file also "files" (one
-record per file: file, status passed | failed | died | no tests, the counts, duration_s, returncode, running: the
-test that was running when the process died, reason), "files_failed" (files with a failure, an error or a death)
-and "died" (files whose process died). No test run, a failure, an error or a death fails the step. (This module is
-pytest_suite.py so that it never shadows pytest itself.)
+record per file: file, status passed | failed | died | no tests, the counts, started and ended (seconds since the
+epoch), duration_s, returncode, running: the test that was running when the process died, reason),
+"files_failed" (files with a failure, an error or a death) and "died" (files whose process died); "duration_s" is
+the sum over the files (with jobs > 1, more than the step took). No test run, a failure, an error or a death fails
+the step. (This module is pytest_suite.py so that it never shadows pytest itself.)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -51,7 +61,7 @@ PYTEST_EXIT_CODES = range(0, 6)
 class Pytest(StepKind):
     name = "pytest"
     summary = "named tests with JUnit counts; `isolate: file` runs each test file in its own process"
-    keys = ("tests", "pytest_args", "isolate")
+    keys = ("tests", "pytest_args", "isolate", "jobs")
     metrics = ("passed", "failed", "skipped", "errors", "total", "duration_s", "files.<i>.*", "files_failed", "died")
     launch_keys = COMMAND_LAUNCH_KEYS
     host_only = True  # tests run on any machine (CUDA tests skip themselves); `requires:` makes one need GPUs
@@ -67,7 +77,11 @@ class Pytest(StepKind):
         if not tests:
             raise ctx.error(path + ("tests",), "a pytest step needs tests: [paths or node ids]")
         isolate = typed(raw.get("isolate", "none"), str, path + ("isolate",), ctx, choices=ISOLATE)
-        return {"tests": tests, "pytest_args": args, "isolate": isolate}
+        jobs = typed(raw.get("jobs", 1), int, path + ("jobs",), ctx, minimum=1)
+        if jobs > 1 and isolate != "file":
+            raise ctx.error(path + ("jobs",), f"jobs: {jobs} runs test files side by side: it needs isolate: file "
+                                              "(isolate: none runs every test in one process)")
+        return {"tests": tests, "pytest_args": args, "isolate": isolate, "jobs": jobs}
 
     def input_files(self, step):
         # a node id (path::test) names its file; -k / -m selections are pytest_args, not paths
@@ -93,7 +107,7 @@ class Pytest(StepKind):
 
     def run(self, step, launches, result, ctx) -> None:
         if step.isolate == "file":
-            return self._run_isolated(launches, result, ctx)
+            return self._run_isolated(launches, result, ctx, step.jobs)
         spec = launches[0]
         lr = ctx.launch(spec, 0, 1)
         ctx.record(result, spec, lr)
@@ -110,21 +124,40 @@ class Pytest(StepKind):
         else:
             result.update(status="passed", reason=None)
 
-    def _run_isolated(self, launches, result, ctx) -> None:
-        files: list[dict] = []
-        for i, spec in enumerate(launches):
-            lr = ctx.launch(spec, i, len(launches))
+    def _run_isolated(self, launches, result, ctx, jobs: int = 1) -> None:
+        ended: dict[int, tuple] = {}  # plan index -> (spec, LaunchResult, the file's record or None: interrupted)
+
+        def record(spec, lr) -> None:  # what one file adds to the step's entry (command, logs, artifacts)
             ctx.record(result, spec, lr)
-            if lr.status == "interrupted":
-                result.update(status="interrupted", reason=f"{spec.label}: {lr.reason}")
-                result["metrics"] = isolated_metrics(files)
-                return
-            files.append(file_result(spec.label, ctx.run_dir / spec.dir, lr.status, lr.returncode, lr.reason,
-                                     lr.duration_s))
-            result["artifacts"] += [ctx.rel(ctx.run_dir / spec.dir / name) for name in ("pytest.xml", "progress.jsonl")
-                                    if (ctx.run_dir / spec.dir / name).is_file()]
+            if lr.status != "interrupted":
+                result["artifacts"] += [ctx.rel(ctx.run_dir / spec.dir / name)
+                                        for name in ("pytest.xml", "progress.jsonl")
+                                        if (ctx.run_dir / spec.dir / name).is_file()]
+
+        def done(i, spec, lr) -> bool:
+            now = time.time()
+            file = None if lr.status == "interrupted" else {
+                **file_result(spec.label, ctx.run_dir / spec.dir, lr.status, lr.returncode, lr.reason,
+                              lr.duration_s), "started": round(now - lr.duration_s, 3), "ended": round(now, 3)}
+            ended[i] = (spec, lr, file)
+            record(spec, lr)
+            result["metrics"] = isolated_metrics([ended[j][2] for j in sorted(ended) if ended[j][2] is not None])
+            if file is not None:
+                ctx.save()  # each file's results are on disk as soon as it ends
+            return file is None  # interrupted: no further file starts
+
+        ctx.launch_all(launches, jobs, done)
+        if jobs > 1:  # the step's entry as a run one after another leaves it: launches recorded in plan order
+            result.update(artifacts=[], stack_dumps=[], excerpt=None)
+            for j in sorted(ended):
+                record(*ended[j][:2])
+        files = [ended[j][2] for j in sorted(ended) if ended[j][2] is not None]
+        stopped = next((f"{spec.label}: {lr.reason}" for spec, lr, file in (ended[j] for j in sorted(ended))
+                        if file is None), None)
+        if stopped:
+            result.update(status="interrupted", reason=stopped)
             result["metrics"] = isolated_metrics(files)
-            ctx.save()  # each file's results are on disk before the next file starts
+            return
         result["command"] = [launches[0].argv[0], "-m", "pytest", f"<each of {len(launches)} files>"] if launches \
             else None
         m = isolated_metrics(files)

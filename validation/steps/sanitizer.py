@@ -10,21 +10,33 @@ Own keys:
     grid: NAME                        the grid that runs (default: `default` if there is one, else the first);
                                       e.g. --set steps.memcheck_tiled.grid=deep
     tool: memcheck | racecheck | initcheck | synccheck   (default memcheck)
+    jobs: N                           how many cases run at a time (default 1); see below
 Launch keys: env, timeout_s (per case: every case is its own process), launcher.
 
 compute-sanitizer is looked for on PATH, then in $CUDA_HOME/bin and $CUDA_HOME/compute-sanitizer, then in
 /usr/local/cuda/bin (PATH and CUDA_HOME as the step's env leaves them). Without it the step is skipped, saying where
 it looked: a criterion on the step is then not evaluated and the run ends INCOMPLETE, never GO.
-Each case runs `compute-sanitizer --tool TOOL --target-processes application-only python COMMAND --FLAG value ...`
-in RUN_DIR/<step>/<case>/ with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (PyTorch's caching allocator would hide an access
-past a tensor that lands inside another block of its pool). The case's "ERROR SUMMARY: N errors" line and its first
-error lines are read from its log; a fault in one case cannot hide the others.
+Each case runs `compute-sanitizer --tool TOOL --target-processes application-only --launch-timeout 0 python COMMAND
+--FLAG value ...` in RUN_DIR/<step>/<case>/ with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (PyTorch's caching allocator would
+hide an access past a tensor that lands inside another block of its pool). `--launch-timeout 0`: the sanitizer waits
+as long as the program takes to start instead of its default 10 s (Python + torch + Triton imports on a loaded
+machine take longer: "No attachable process found. compute-sanitizer timed-out."); the step's timeout_s still bounds
+each case. The case's "ERROR SUMMARY: N errors" line and its first error lines are read from its log; a fault in one
+case cannot hide the others.
+
+jobs: N runs up to N cases at a time, each starting as soon as one ends, in grid order: the records, the step's
+entry and its verdict are those of a run one after another (by_case in grid order; results.json saved as each
+case ends, holding the cases ended so far in grid order), each case in its own process and directory; a Ctrl-C /
+SIGTERM ends every running case. Each case's duration_s can then be longer than alone (the cases share the cores and
+the GPU).
 
 Metrics: {"tool", "grid", "sanitizer" (the executable's path), "cases", "cases_clean", "errors" (the sum over
 cases), "by_case": [{"case", each FLAG: its value, "status", "errors", "returncode", "duration_s", "first_error"}]}.
 A case's status: clean (the summary says 0 errors and the program exited 0), errors (N > 0), failed (0 errors but
-the program failed), no summary (the sanitizer printed none: it did not run to its end), timeout. The step passes
-when every case is clean; criteria: `STEP.errors == 0 and STEP.cases_clean == STEP.cases`.
+the program failed), not attached (the sanitizer found no process to attach to: "No attachable process found",
+"compute-sanitizer timed-out"; nothing was checked), no summary (the sanitizer printed none: it did not run to its
+end), timeout. Only clean counts as clean: a case without an ERROR SUMMARY never does. The step passes when every
+case is clean; criteria: `STEP.errors == 0 and STEP.cases_clean == STEP.cases`.
 """
 
 from __future__ import annotations
@@ -48,6 +60,10 @@ SANITIZER = "compute-sanitizer"
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 FALLBACK_DIRS = ("/usr/local/cuda/bin",)  # after PATH and $CUDA_HOME
 NO_CACHING_ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+# no limit on the program's start-up (the default 10 s failed to attach under load); timeout_s bounds each case
+LAUNCH_TIMEOUT_ARGS = ("--launch-timeout", "0")
+# what compute-sanitizer prints (on its "=========" lines) when it never attached to the program: nothing was checked
+_NOT_ATTACHED_RE = re.compile(r"No attachable process found|compute-sanitizer timed-out", re.IGNORECASE)
 _FLAG_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 _SUMMARY_RE = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?")
 _PREFIX = "========="
@@ -57,7 +73,7 @@ FIRST_ERROR_LINES = 4
 class Sanitizer(StepKind):
     name = "sanitizer"
     summary = "a program under compute-sanitizer (memcheck), one process per case of a grid; 0 errors to pass"
-    keys = ("command", "grids", "grid", "tool")
+    keys = ("command", "grids", "grid", "tool", "jobs")
     metrics = ("tool", "grid", "sanitizer", "cases", "cases_clean", "errors", "by_case.<i>.*")
     launch_keys = COMMAND_LAUNCH_KEYS
 
@@ -90,7 +106,8 @@ class Sanitizer(StepKind):
         grid = typed(raw.get("grid", "default" if "default" in grids else next(iter(grids))), str,
                      path + ("grid",), ctx, choices=tuple(grids))
         tool = typed(raw.get("tool", "memcheck"), str, path + ("tool",), ctx, choices=TOOLS)
-        return {"command": command, "grids": grids, "grid": grid, "tool": tool}
+        jobs = typed(raw.get("jobs", 1), int, path + ("jobs",), ctx, minimum=1)
+        return {"command": command, "grids": grids, "grid": grid, "tool": tool, "jobs": jobs}
 
     def input_files(self, step):
         script = step.command[0]  # `python SCRIPT ...`; -m module names no file
@@ -110,7 +127,7 @@ class Sanitizer(StepKind):
             label = case_label(case)
             flags = [part for flag, value in case.items() for part in (f"--{flag}", value)]
             argv = [found or SANITIZER, "--tool", step.tool, "--target-processes", "application-only",
-                    sys.executable, *step.command, *flags]
+                    *LAUNCH_TIMEOUT_ARGS, sys.executable, *step.command, *flags]
             spec = command_launch(step, argv, run_dir, label=label)
             out.append(dataclasses.replace(spec, step_dir=step_dir(run_dir, f"{step.name}/{safe_name(label)}"),
                                            env={**NO_CACHING_ENV, **spec.env}))
@@ -118,20 +135,34 @@ class Sanitizer(StepKind):
 
     def run(self, step, launches, result, ctx) -> None:
         grid = step.grids[step.grid]
-        records: list[dict] = []
+        grid_cases = cases(grid)  # launches() builds them in this order
         base = {"tool": step.tool, "grid": step.grid, "sanitizer": launches[0].argv[0] if launches else None}
-        for i, (spec, case) in enumerate(zip(launches, cases(grid))):  # launches() builds them in this order
-            lr = ctx.launch(spec, i, len(launches))
+        ended: dict[int, tuple] = {}  # plan index -> (spec, LaunchResult, the case's record or None: interrupted)
+
+        def done(i, spec, lr) -> bool:
             ctx.record(result, spec, lr)
-            if lr.status == "interrupted":
-                result["metrics"] = {**base, **totals(records)}
-                result.update(status="interrupted", reason=f"{spec.label}: {lr.reason}")
-                return
-            log = ctx.run_dir / spec.dir / LOG_NAME
-            records.append({"case": spec.label, **case, **read_case(log, lr.status, lr.returncode, lr.reason),
-                            "duration_s": round(lr.duration_s, 3)})
+            record = None if lr.status == "interrupted" else {
+                "case": spec.label, **grid_cases[i],
+                **read_case(ctx.run_dir / spec.dir / LOG_NAME, lr.status, lr.returncode, lr.reason),
+                "duration_s": round(lr.duration_s, 3)}
+            ended[i] = (spec, lr, record)
+            result["metrics"] = {**base, **totals([ended[j][2] for j in sorted(ended) if ended[j][2] is not None])}
+            if record is not None:
+                ctx.save()  # each case's result is on disk as soon as it ends
+            return record is None  # interrupted: no further case starts
+
+        ctx.launch_all(launches, step.jobs, done)
+        if step.jobs > 1:  # the step's entry as a run one after another leaves it: launches recorded in grid order
+            result.update(artifacts=[], stack_dumps=[], excerpt=None)
+            for j in sorted(ended):
+                ctx.record(result, *ended[j][:2])
+        records = [ended[j][2] for j in sorted(ended) if ended[j][2] is not None]
+        stopped = next((f"{spec.label}: {lr.reason}" for spec, lr, record in (ended[j] for j in sorted(ended))
+                        if record is None), None)
+        if stopped:
             result["metrics"] = {**base, **totals(records)}
-            ctx.save()  # each case's result is on disk before the next case starts
+            result.update(status="interrupted", reason=stopped)
+            return
         m = result["metrics"] = {**base, **totals(records)}
         if launches:  # the command without one case's flags
             result["command"] = [*launches[0].argv[:len(launches[0].argv) - 2 * len(grid)],
@@ -216,12 +247,16 @@ def read_case(log: Path, status: str, returncode: int | None, reason: str) -> di
     found = _SUMMARY_RE.findall(text)
     errors = sum(map(int, found)) if found else None  # one summary per tracked process
     first = first_error(text)
+    not_attached = any(line.lstrip().startswith(_PREFIX) and _NOT_ATTACHED_RE.search(line)
+                       for line in text.splitlines())
     if status == "timeout":
         state = "timeout"
+    elif errors:
+        state = "errors"
+    elif not_attached:  # even beside an "ERROR SUMMARY: 0 errors": the program was not checked
+        state = "not attached"
     elif errors is None:
         state = "no summary"
-    elif errors > 0:
-        state = "errors"
     elif returncode != 0:
         state = "failed"
     else:
@@ -258,6 +293,8 @@ def case_problem(record: Mapping[str, Any]) -> str:
         return f"{n} error{'s' if n != 1 else ''}" + (f" ({first})" if first else "")
     if status == "failed":
         return f"0 errors, but the program failed ({record.get('reason')})"
+    if status == "not attached":
+        return f"compute-sanitizer attached to no process: nothing was checked ({record.get('reason')})"
     if status == "no summary":
         return f"no ERROR SUMMARY in its log ({record.get('reason')})"
     if status == "timeout":

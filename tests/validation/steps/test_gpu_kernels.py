@@ -226,7 +226,7 @@ def test_sanitizer_reports_an_error_case_by_case_and_the_run_is_no_go(sanitized,
     specs = step_launches(rb.step("check"))
     assert [s.label for s in specs] == ["dtype=bf16 seq-len=1024", "dtype=bf16 seq-len=2048"]
     assert specs[0].argv == [str(fake), "--tool", "memcheck", "--target-processes", "application-only",
-                             sys.executable, str(tmp_path / "program.py"), "--method", "tiled", "--dtype", "bf16",
+                             "--launch-timeout", "0", sys.executable, str(tmp_path / "program.py"), "--method", "tiled", "--dtype", "bf16",
                              "--seq-len", "1024"]
     assert specs[0].env["PYTORCH_NO_CUDA_MEMORY_CACHING"] == "1"
 

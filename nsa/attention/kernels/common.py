@@ -10,6 +10,9 @@ import os
 TRITON_HEAD_DIMS = (32, 64, 128)
 TRITON_MAX_HEADS_PER_GROUP = 32
 
+# log2(e): the kernels take exp2 of scores scaled by it (and log-sum-exps come back through it)
+LOG2E = 1.4426950408889634
+
 
 def interpreting() -> bool:
     """Triton's interpreter is on (TRITON_INTERPRET=1): kernels run on CPU tensors, slowly, for testing."""

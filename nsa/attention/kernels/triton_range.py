@@ -137,7 +137,7 @@ import torch
 import triton
 
 from nsa.attention.kernels.common import TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP
-from nsa.attention.kernels.triton_range_kernels import LOG2E
+from nsa.attention.kernels.common import LOG2E
 
 WINDOW, COMPRESSED, BAND = 0, 1, 2
 

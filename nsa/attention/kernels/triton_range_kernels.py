@@ -8,7 +8,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634
+from nsa.attention.kernels.common import LOG2E
+
 _LOG2E = tl.constexpr(LOG2E)  # the kernels' copy (jit code reads only constexpr globals)
 # Every [rows, d] pointer tile is written tl.multiple_of(ptrs, [1, 16]) at its load or store (rows start 16-byte
 # aligned, see triton_range._aligned and triton_range's docstring); a jit helper would receive the pointers as

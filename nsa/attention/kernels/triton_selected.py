@@ -134,7 +134,8 @@ import math
 
 import torch
 
-_LOG2E = 1.4426950408889634
+from nsa.attention.kernels.common import LOG2E
+
 _LN2 = 0.6931471805599453
 # Tiles of one key block per backward program (each tile = QPT queries): bounds a popular block's work per program.
 BWD_TILES = 16
@@ -275,7 +276,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
     n_sel = blocks.shape[-1]
     qpt_fwd, qpt_bwd = _per_tile(hpg, d_k, d_v, bwd_tiles)
     order, pair_t, fwd_tiles, bwd_tiles_tab = _build_index(blocks, l_sel, qpt_fwd, qpt_bwd)
-    qk_scale = _LOG2E / math.sqrt(d_k)
+    qk_scale = LOG2E / math.sqrt(d_k)
     if loop == "query":
         o = torch.empty(b, s, h, d_v, dtype=q.dtype, device=q.device).transpose(1, 2)
         lse = torch.empty(b, g, s, hpg, dtype=torch.float32, device=q.device)
@@ -292,7 +293,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
         q, k, part, order, pair_t, fwd_tiles, n_tiles, *q.stride()[:3], *k.stride()[:3], s, g, nb, qk_scale,
         L_SEL=l_sel, HPG=hpg, BLOCK_R=block_r, BLOCK_N=_block_n(l_sel, block_n), D_K=d_k, num_warps=warps,
         num_stages=stages)
-    lse = torch.logsumexp(part.mul_(_LN2), dim=3).mul_(_LOG2E)  # log2-sum-exp2 over the slots
+    lse = torch.logsumexp(part.mul_(_LN2), dim=3).mul_(LOG2E)  # log2-sum-exp2 over the slots
     del part
     o32 = torch.zeros(b, s, h, d_v, dtype=torch.float32, device=q.device).transpose(1, 2)
     block_r, block_n, warps, stages = _config("out", hpg, d_k, d_v)
@@ -335,7 +336,7 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         q, k, v, do, lse, delta, dq, dk, dv, pair_t, tiles, n_tiles,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
         *dq.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
-        s, g, nb, _LOG2E / math.sqrt(d_k), 1.0 / math.sqrt(d_k),
+        s, g, nb, LOG2E / math.sqrt(d_k), 1.0 / math.sqrt(d_k),
         L_SEL=l_sel, BWD_TILES=bwd_tiles, HPG=hpg, BLOCK_R=block_r, BLOCK_N=_block_n(l_sel, block_n), D_K=d_k,
         D_V=d_v, num_warps=warps, num_stages=stages)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)

@@ -160,15 +160,17 @@ import math
 import torch
 
 from nsa.attention.geometry import num_cmp_blocks, num_sel_blocks
+from nsa.attention.kernels.common import LOG2E
 from nsa.attention.selection import choose_blocks
 
 try:
     import triton
     import triton.language as tl
+
+    _LOG2E = tl.constexpr(LOG2E)  # the kernels' copy (jit code reads only constexpr globals)
 except ImportError:  # the module stays importable (and its pure helpers usable) without triton
     triton = None
 
-LOG2E = 1.4426950408889634
 # Importance entries per chunk of the tiled path (16M fp32 = 64 MB; choose_blocks' sort needs ~6x that transiently).
 IMP_CHUNK_ELEMS = 1 << 24
 # Largest n_sel the fused kernel takes: its running list is 16 keys wide (32 spills on sm_90).
@@ -333,7 +335,7 @@ if triton is not None:
                     + offs_d[None, :] * sqd, mask=row_ok[:, None] & (offs_d[None, :] < d_k), other=0.0)
         lse = tl.load(lse_ptr + b.to(tl.int64) * slb + head.to(tl.int64) * slh + t_row.to(tl.int64) * sls, mask=row_ok,
                       other=0.0)
-        lse2 = tl.where(row_ok & (lse > float("-inf")), lse * 1.4426950408889634, 0.0)
+        lse2 = tl.where(row_ok & (lse > float("-inf")), lse * _LOG2E, 0.0)
         tt = tl.arange(0, BT_PAD)  # R[tt, r] = 1 where row r is a head of token tt (unused without HEAD_SUM)
         R = ((tok_r[None, :] == tt[:, None]) & row_ok[None, :]).to(tl.float16)
         return q, t_row, lse2, row_ok, R

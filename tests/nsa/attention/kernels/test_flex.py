@@ -1,0 +1,155 @@
+"""The FlexAttention branches (nsa.attention.kernels.flex) against the PyTorch reference path and an independent
+dense float64 reference (tests/nsa/reference.py), outputs and gradients, at tiny shapes.
+
+PyTorch's FlexAttention refuses backward on CPU at its entry point (flex_attention's device check); the autograd
+implementation underneath is device-agnostic. The gradient tests lift that one check (the `cpu_backward` fixture)
+so that the masks' gradients are checked on CPU; the CUDA test runs the compiled kernels unmodified.
+"""
+
+import pytest
+import torch
+
+from nsa.attention.geometry import num_cmp_blocks
+from nsa.attention.kernels import flex, reference
+from nsa.attention.selection import choose_blocks, selection_ranges_v2
+from reference import masked_attention
+
+pytestmark = [
+    pytest.mark.skipif(flex.unavailable(torch.device("cpu"), needs_grad=False) is not None,
+                       reason=f"FlexAttention unavailable: {flex.unavailable(torch.device('cpu'), False)}"),
+    # eager flex on CPU (the tests' tiny shapes) is what the warning is about; CUDA runs compile it
+    pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile"),
+]
+
+B, H, G, D_K, D_V = 2, 4, 2, 16, 8
+L, D, L_SEL, N_SEL = 8, 4, 8, 3
+
+
+@pytest.fixture
+def cpu_backward(monkeypatch):
+    """Let flex_attention run its (device-agnostic) autograd implementation on CPU."""
+    module = pytest.importorskip("torch.nn.attention.flex_attention")
+    if not hasattr(module, "_validate_device"):
+        pytest.skip("this torch has no flex_attention._validate_device to lift; CPU gradients not checked")
+    original = module._validate_device
+
+    def validate_without_grad(q, k, v):
+        original(q.detach(), k.detach(), v.detach())
+
+    monkeypatch.setattr(module, "_validate_device", validate_without_grad)
+
+
+def _inputs(s, n_kv, dtype=torch.float32, device="cpu", seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, s, D_K, generator=gen, dtype=dtype).to(device)
+    k = torch.randn(B, G, n_kv, D_K, generator=gen, dtype=dtype).to(device)
+    v = torch.randn(B, G, n_kv, D_V, generator=gen, dtype=dtype).to(device)
+    return q, k, v
+
+
+def _grouped(*tensors):
+    return [t.repeat_interleave(H // t.shape[1], dim=1) for t in tensors]
+
+
+def _blocks(s, seed=1, device="cpu"):
+    gen = torch.Generator().manual_seed(seed)
+    n_blocks = -(-s // L_SEL)
+    return choose_blocks(torch.rand(B, G, s, n_blocks, generator=gen), torch.arange(s), N_SEL, L_SEL).to(device)
+
+
+def _case(branch, s, w, device="cpu"):
+    """(flex function, reference-path function, dense mask [B or 1, G or 1, S, T], number of keys) of a branch."""
+    t = torch.arange(s, device=device).view(s, 1)
+    if branch == "cmp":
+        n_cmp = num_cmp_blocks(s, L, D)
+        i = torch.arange(n_cmp, device=device).view(1, n_cmp)
+        return (lambda q, k, v: flex.compressed_attention(q, k, v, L, D),
+                lambda q, k, v: reference.compressed_attention(q, k, v, L, D), i * D + L - 1 <= t, n_cmp)
+    if branch == "win":
+        j = torch.arange(s, device=device).view(1, s)
+        return (lambda q, k, v: flex.window_attention(q, k, v, w),
+                lambda q, k, v: reference.window_attention(q, k, v, w), (j <= t) & (t - j < w), s)
+    blocks = _blocks(s, device=device)
+    ranges = selection_ranges_v2(blocks, torch.arange(s, device=device), L_SEL)
+    key_block = torch.arange(s, device=device) // L_SEL
+    listed = (blocks.unsqueeze(-1) == key_block).any(dim=-2)  # [B, G, S, S]
+    return (lambda q, k, v: flex.selected_attention(q, k, v, blocks, L_SEL),
+            lambda q, k, v: reference.selected_attention(q, k, v, ranges, L_SEL),
+            listed & (torch.arange(s, device=device).view(1, s) <= t), s)
+
+
+def _dense(q, k, v, mask):
+    return masked_attention(q, *_grouped(k, v), mask.expand(B, G, *mask.shape[-2:]).repeat_interleave(H // G, 1),
+                            out_dtype=torch.float64)
+
+
+CASES = [("cmp", 40, 0), ("cmp", 5, 0), ("win", 40, 8), ("win", 20, 64), ("sel", 40, 0)]
+
+
+@pytest.mark.parametrize("branch,s,w", CASES)
+def test_outputs_match_reference_path_and_dense(branch, s, w):
+    fn, ref_fn, mask, n_kv = _case(branch, s, w)
+    q, k, v = _inputs(s, n_kv)
+    with torch.no_grad():
+        out, ref = fn(q, k, v), ref_fn(q, k, v)
+    assert out.shape == ref.shape == (B, H, s, D_V)
+    torch.testing.assert_close(out.double(), _dense(q, k, v, mask), atol=2e-6, rtol=1e-5)
+    torch.testing.assert_close(out, ref, atol=2e-6, rtol=1e-5)
+    if branch == "cmp":  # queries before the first block's end see nothing: exactly 0, as on the reference path
+        assert out[:, :, :L - 1].abs().max().item() == 0.0
+
+
+@pytest.mark.parametrize("branch,s,w", [c for c in CASES if c[1] > L])
+def test_gradients_match_reference_path_and_dense(cpu_backward, branch, s, w):
+    fn, ref_fn, mask, n_kv = _case(branch, s, w)
+    q, k, v = _inputs(s, n_kv)
+    grad_out = torch.randn(B, H, s, D_V, generator=torch.Generator().manual_seed(2))
+
+    def grads(f, dtype):
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+        return torch.autograd.grad(f(*leaves), leaves, grad_out.to(dtype))
+
+    got, ref = grads(fn, torch.float32), grads(ref_fn, torch.float32)
+    dense = grads(lambda *a: _dense(*a, mask), torch.float64)
+    for name, a, r, d64 in zip("qkv", got, ref, dense):
+        torch.testing.assert_close(a.double(), d64, atol=1e-5, rtol=1e-4, msg=lambda m: f"d{name} vs float64: {m}")
+        torch.testing.assert_close(a, r, atol=1e-5, rtol=1e-4, msg=lambda m: f"d{name} vs the reference path: {m}")
+    if branch == "cmp":  # rows that see no block pass no gradient
+        assert got[0][:, :, :L - 1].abs().max().item() == 0.0
+
+
+def test_cpu_backward_is_reported_unavailable():
+    reason = flex.unavailable(torch.device("cpu"), needs_grad=True)
+    assert reason is not None and "no backward on CPU" in reason
+    assert flex.unavailable(torch.device("cpu"), needs_grad=False) is None
+
+
+def test_selection_table_and_shape_check():
+    blocks = torch.tensor([[[[0, 2, -1], [-1, -1, 1]]]])  # [1, 1, 2, 3]
+    table = flex.selection_table(blocks, 3)
+    assert table.tolist() == [[[[True, False, True], [False, True, False]]]]
+    q, k, v = _inputs(16, 16)
+    with pytest.raises(ValueError, match=r"blocks must be \[B, G, S, n_sel\]"):
+        flex.selected_attention(q, k, v, blocks, L_SEL)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the compiled flex kernels)")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("branch,s,w", [("cmp", 300, 0), ("win", 300, 64), ("sel", 300, 0)])
+def test_cuda_compiled_against_float64(branch, s, w, dtype):
+    """The compiled kernels, outputs and gradients: err <= 2 * err_torch + 1e-3 * max|ref| per tensor, where
+    err_torch is the PyTorch reference path's own error at the same dtype (the qualification rule)."""
+    fn, ref_fn, mask, n_kv = _case(branch, s, w, device="cuda")
+    q, k, v = _inputs(s, n_kv, device="cuda")
+    grad_out = torch.randn(B, H, s, D_V, device="cuda")
+
+    def run(f, dt):
+        leaves = [t.detach().to(dt).requires_grad_() for t in (q, k, v)]
+        out = f(*leaves)
+        return (out, *torch.autograd.grad(out, leaves, grad_out.to(dt)))
+
+    got, ref, exact = run(fn, dtype), run(ref_fn, dtype), run(lambda *a: _dense(*a, mask), torch.float64)
+    for name, a, r, e in zip(("out", "dq", "dk", "dv"), got, ref, exact):
+        err, err_torch = (a.double() - e).abs().max().item(), (r.double() - e).abs().max().item()
+        assert err <= 2 * err_torch + 1e-3 * e.abs().max().item(), (name, err, err_torch)

@@ -9,8 +9,10 @@ softmax scale 1/sqrt(d_k)):
                  exactly 0 and passes no gradient, the reference's convention (flex gives fully masked rows 0)
     window       key j visible to query t iff t - w < j <= t
     selected     key j visible to query t iff j // l_sel is among t's selected blocks (per KV group) and j <= t:
-                 a mask_mod reading a [B, G, S, n_blocks] table built from the block indices, so one block mask
-                 per forward (the other two depend only on the lengths and are cached)
+                 a mask_mod reading a [B, G, S, n_blocks] table built from the block indices; its block mask is
+                 built each forward from the same table (the tiles that any query of a 128-row tile selected),
+                 in O(S * n_blocks), never by evaluating the mask_mod over all S x S pairs. The other two masks
+                 depend only on the lengths and are cached
 
 On CUDA, flex_attention and create_block_mask are compiled with torch.compile, as PyTorch recommends (eager flex
 materialises the whole score matrix). PyTorch's FlexAttention has no backward on CPU: there these functions run
@@ -30,6 +32,7 @@ from __future__ import annotations
 import functools
 
 import torch
+import torch.nn.functional as F
 
 try:  # torch >= 2.5 has it; the project's floor (2.6) does, but a stripped build may not
     from torch.nn.attention import flex_attention as _flex_module
@@ -49,6 +52,10 @@ def unavailable(device: torch.device, needs_grad: bool) -> str | None:
     if device.type == "cpu" and needs_grad:
         return f"PyTorch's FlexAttention has no backward on CPU (torch {torch.__version__}); run it on CUDA"
     return None
+
+
+# FlexAttention's default sparse block size (query rows and keys per tile of a block mask).
+BLOCK = 128
 
 
 @functools.lru_cache(maxsize=None)
@@ -127,4 +134,31 @@ def selected_attention(q, k, v, blocks: torch.Tensor, l_sel: int) -> torch.Tenso
     def mask_mod(b_idx, h_idx, q_idx, kv_idx):
         return table[b_idx, h_idx // hpg, q_idx, kv_idx // l_sel] & (kv_idx <= q_idx)
 
-    return _attend(q, k, v, _block_mask(mask_mod, b, h, s, s, q.device))
+    return _attend(q, k, v, selected_block_mask(table, hpg, l_sel, mask_mod))
+
+
+def selected_block_mask(table: torch.Tensor, hpg: int, l_sel: int, mask_mod):
+    """The BlockMask of the selected branch from its [B, G, S, n_blocks] selection table: a (query tile, key tile)
+    pair of BLOCK x BLOCK is visited iff some query of the tile selected a block that overlaps the key tile; every
+    visited tile applies `mask_mod` (no tile is marked full). Heads h of group h // hpg share their group's tiles."""
+    b, g, s, nb = table.shape
+    dev = table.device
+    n_tiles = -(-s // BLOCK)
+    per_tile = F.pad(table, (0, 0, 0, n_tiles * BLOCK - s)).view(b, g, n_tiles, BLOCK, nb).any(dim=3)
+    j = torch.arange(nb, device=dev).view(nb, 1)
+    tile = torch.arange(n_tiles, device=dev).view(1, n_tiles)
+    first, last = j * l_sel // BLOCK, ((j + 1) * l_sel).clamp(max=s).sub(1) // BLOCK
+    overlaps = ((tile >= first) & (tile <= last)).float()  # [n_blocks, n_tiles]: selection block j covers tile
+    visit = (per_tile.float() @ overlaps > 0).repeat_interleave(hpg, dim=1)  # [B, H, n_tiles, n_tiles]
+    kv_num_blocks = visit.sum(-1, dtype=torch.int32)
+    kv_indices = torch.argsort((~visit).to(torch.int32), dim=-1, stable=True).to(torch.int32)  # visited first
+    return _flex_module.BlockMask.from_kv_blocks(kv_num_blocks, kv_indices, BLOCK_SIZE=BLOCK, mask_mod=mask_mod,
+                                                 seq_lengths=(s, s))
+
+
+def branches(p, blocks: torch.Tensor, cfg) -> dict[str, torch.Tensor]:
+    """The layer's three branch outputs {"cmp", "sel", "win"} [B, H, S, d_v] through flex, from its projections
+    `p` (nsa.attention.layer.NSAProjections), the selected blocks [B, G, S, n_sel] and its NSAConfig `cfg`."""
+    return {"cmp": compressed_attention(p.q, p.k_cmp, p.v_cmp, cfg.l, cfg.d),
+            "sel": selected_attention(p.q, p.k_sel, p.v_sel, blocks, cfg.l_sel),
+            "win": window_attention(p.q, p.k_win, p.v_win, cfg.w)}

@@ -4,6 +4,8 @@ dense float64 reference (tests/nsa/reference.py), outputs and gradients, at tiny
 PyTorch's FlexAttention refuses backward on CPU at its entry point (flex_attention's device check); the autograd
 implementation underneath is device-agnostic. The gradient tests lift that one check (the `cpu_backward` fixture)
 so that the masks' gradients are checked on CPU; the CUDA test runs the compiled kernels unmodified.
+Eager flex (CPU) evaluates the mask_mod at every (query, key) pair and ignores which tiles a block mask skips; the
+selected branch's hand-built block mask is therefore checked on its own, tile by tile.
 """
 
 import pytest
@@ -153,3 +155,38 @@ def test_cuda_compiled_against_float64(branch, s, w, dtype):
     for name, a, r, e in zip(("out", "dq", "dk", "dv"), got, ref, exact):
         err, err_torch = (a.double() - e).abs().max().item(), (r.double() - e).abs().max().item()
         assert err <= 2 * err_torch + 1e-3 * e.abs().max().item(), (name, err, err_torch)
+
+
+def test_layer_branches_match_the_pytorch_path():
+    """flex.branches on a layer's own projections and selection = the layer's PyTorch-path branch outputs."""
+    from nsa.attention import NSAAttention
+    from nsa.config import NSAConfig
+
+    cfg = NSAConfig(dim=32, n_heads=H, n_kv_groups=G, d_k=D_K, d_v=D_V, l=L, d=D, l_sel=L_SEL, n_sel=N_SEL, w=16,
+                    kernel="torch")
+    layer = NSAAttention(cfg)
+    x = torch.randn(B, 70, cfg.dim)
+    with torch.no_grad():
+        got = flex.branches(layer.project(x), layer.selected_blocks(x), cfg)
+        want = layer.branch_outputs(x)
+    for name in ("cmp", "sel", "win"):
+        torch.testing.assert_close(got[name], want[name], atol=2e-6, rtol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def test_selected_block_mask_covers_every_visible_pair_and_skips_tiles():
+    """Every visible (query, key) pair lies in a visited tile, and tiles no query of a tile selected are skipped."""
+    s, l_sel = 3 * flex.BLOCK + 5, 32
+    blocks = choose_blocks(torch.rand(1, 2, s, -(-s // l_sel), generator=torch.Generator().manual_seed(3)),
+                           torch.arange(s), 3, l_sel)
+    table = flex.selection_table(blocks, -(-s // l_sel))
+    mask = flex.selected_block_mask(table, 2, l_sel, lambda b, h, q, kv: q >= kv)
+    dense = mask.to_dense().bool()  # [1, H=4, tiles, tiles]
+    t, key = torch.arange(s).view(s, 1), torch.arange(s).view(1, s)
+    needed = table[..., torch.arange(s) // l_sel] & (key <= t)  # [1, G, S, S]: key visible to query
+    tiles = torch.zeros(1, 2, dense.shape[-2], dense.shape[-1], dtype=torch.bool)
+    for qt in range(tiles.shape[2]):
+        for kt in range(tiles.shape[3]):
+            tiles[0, :, qt, kt] = needed[0, :, qt * flex.BLOCK:(qt + 1) * flex.BLOCK,
+                                         kt * flex.BLOCK:(kt + 1) * flex.BLOCK].flatten(1).any(-1)
+    assert torch.equal(dense, tiles.repeat_interleave(2, dim=1))  # exactly the tiles holding a visible pair
+    assert not dense.all()  # the selection skips tiles (here: blocks no query of a tile chose)

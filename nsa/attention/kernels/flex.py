@@ -1,7 +1,7 @@
 """The three NSA branches through PyTorch's FlexAttention (torch.nn.attention.flex_attention), a peer of the
 PyTorch reference path (reference.py) and of the Triton kernels, for measuring against them.
 
-Each branch is one flex_attention call whose block mask (create_block_mask) holds the branch's visibility rule,
+Each branch is one flex_attention call whose block mask and mask_mod hold the branch's visibility rule,
 exactly as reference.py and tests/nsa/reference.py define it (0-based positions, GQA through enable_gqa, the
 softmax scale 1/sqrt(d_k)):
 
@@ -69,9 +69,15 @@ def _attend(q, k, v, block_mask):
     return fn(q, k, v, block_mask=block_mask, enable_gqa=q.shape[1] != k.shape[1])
 
 
+@functools.lru_cache(maxsize=None)
+def _compiled_create_block_mask():
+    return torch.compile(_flex_module.create_block_mask)
+
+
 def _block_mask(mask_mod, b, h, q_len, kv_len, device):
-    return _flex_module.create_block_mask(mask_mod, b, h, q_len, kv_len, device=device,
-                                          _compile=device.type == "cuda")
+    """create_block_mask (compiled on CUDA: eager would build the whole q_len x kv_len mask)."""
+    fn = _compiled_create_block_mask() if device.type == "cuda" else _flex_module.create_block_mask
+    return fn(mask_mod, b, h, q_len, kv_len, device=device)
 
 
 def cmp_mask_mod(l: int, d: int):

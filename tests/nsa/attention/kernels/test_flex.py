@@ -8,6 +8,8 @@ Eager flex (CPU) evaluates the mask_mod at every (query, key) pair and ignores w
 selected branch's hand-built block mask is therefore checked on its own, tile by tile.
 """
 
+import shutil
+
 import pytest
 import torch
 
@@ -15,6 +17,8 @@ from nsa.attention.geometry import num_cmp_blocks
 from nsa.attention.kernels import flex, reference
 from nsa.attention.selection import choose_blocks, selection_ranges_v2
 from reference import masked_attention
+
+flex_api = pytest.importorskip("torch.nn.attention.flex_attention", reason="this torch has no FlexAttention")
 
 pytestmark = [
     pytest.mark.skipif(flex.unavailable(torch.device("cpu"), needs_grad=False) is not None,
@@ -30,7 +34,7 @@ L, D, L_SEL, N_SEL = 8, 4, 8, 3
 @pytest.fixture
 def cpu_backward(monkeypatch):
     """Let flex_attention run its (device-agnostic) autograd implementation on CPU."""
-    module = pytest.importorskip("torch.nn.attention.flex_attention")
+    module = flex_api
     if not hasattr(module, "_validate_device"):
         pytest.skip("this torch has no flex_attention._validate_device to lift; CPU gradients not checked")
     original = module._validate_device
@@ -190,3 +194,31 @@ def test_selected_block_mask_covers_every_visible_pair_and_skips_tiles():
                                          kt * flex.BLOCK:(kt + 1) * flex.BLOCK].flatten(1).any(-1)
     assert torch.equal(dense, tiles.repeat_interleave(2, dim=1))  # exactly the tiles holding a visible pair
     assert not dense.all()  # the selection skips tiles (here: blocks no query of a tile chose)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                    reason="torch.compile on CPU needs a C++ compiler (g++ / c++) on PATH")
+def test_compiled_kernel_honours_the_selected_block_mask():
+    """The compiled flex kernel (inductor's CPU kernel; CUDA's is the same idea) visits only the block mask's tiles:
+    with the hand-built mask it matches the reference path; with the diagonal tiles dropped it does not."""
+    s, l_sel, hpg = 2 * flex.BLOCK + 8, 32, H // G
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, n, s, D_K, generator=gen) for n in (H, G, G))
+    blocks = choose_blocks(torch.rand(1, G, s, -(-s // l_sel), generator=gen), torch.arange(s), 3, l_sel)
+    table = flex.selection_table(blocks, -(-s // l_sel))
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return table[b, h // hpg, q_idx, kv_idx // l_sel] & (kv_idx <= q_idx)
+
+    compiled = torch.compile(flex_api.flex_attention)
+    block_mask = flex.selected_block_mask(table, hpg, l_sel, mask_mod)
+    out = compiled(q, k, v, block_mask=block_mask, enable_gqa=True)
+    ref = reference.selected_attention(q, k, v, selection_ranges_v2(blocks, torch.arange(s), l_sel), l_sel)
+    torch.testing.assert_close(out, ref, atol=2e-6, rtol=1e-5)
+
+    visit = block_mask.to_dense().bool()
+    visit[..., torch.arange(visit.shape[-1]), torch.arange(visit.shape[-1])] = False
+    dropped = flex_api.BlockMask.from_kv_blocks(
+        visit.sum(-1, dtype=torch.int32), torch.argsort((~visit).int(), dim=-1, stable=True).int(),
+        BLOCK_SIZE=flex.BLOCK, mask_mod=mask_mod, seq_lengths=(s, s))
+    assert (compiled(q, k, v, block_mask=dropped, enable_gqa=True) - ref).abs().max() > 0.1

@@ -17,6 +17,7 @@ from nsa.attention.geometry import num_cmp_blocks
 from nsa.attention.kernels import flex, reference
 from nsa.attention.selection import choose_blocks, selection_ranges_v2
 from reference import masked_attention
+from triton_test_utils import assert_within_torch_error
 
 flex_api = pytest.importorskip("torch.nn.attention.flex_attention", reason="this torch has no FlexAttention")
 
@@ -27,7 +28,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile"),
 ]
 
-B, H, G, D_K, D_V = 2, 4, 2, 16, 8
+B, H, G, D_K, D_V = 2, 4, 2, 32, 16  # flex on CUDA needs head widths >= 16
 L, D, L_SEL, N_SEL = 8, 4, 8, 3
 
 
@@ -144,8 +145,8 @@ def test_selection_table_and_shape_check():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("branch,s,w", [("cmp", 300, 0), ("win", 300, 64), ("sel", 300, 0)])
 def test_cuda_compiled_against_float64(branch, s, w, dtype):
-    """The compiled kernels, outputs and gradients: err <= 2 * err_torch + 1e-3 * max|ref| per tensor, where
-    err_torch is the PyTorch reference path's own error at the same dtype (the qualification rule)."""
+    """The compiled kernels, outputs and gradients, by the kernel tests' numerics rule against float64 (the PyTorch
+    reference path's own error at the same dtype sets the scale)."""
     fn, ref_fn, mask, n_kv = _case(branch, s, w, device="cuda")
     q, k, v = _inputs(s, n_kv, device="cuda")
     grad_out = torch.randn(B, H, s, D_V, device="cuda")
@@ -157,8 +158,7 @@ def test_cuda_compiled_against_float64(branch, s, w, dtype):
 
     got, ref, exact = run(fn, dtype), run(ref_fn, dtype), run(lambda *a: _dense(*a, mask), torch.float64)
     for name, a, r, e in zip(("out", "dq", "dk", "dv"), got, ref, exact):
-        err, err_torch = (a.double() - e).abs().max().item(), (r.double() - e).abs().max().item()
-        assert err <= 2 * err_torch + 1e-3 * e.abs().max().item(), (name, err, err_torch)
+        assert_within_torch_error(f"{branch} {name}", a, e, r)
 
 
 def test_layer_branches_match_the_pytorch_path():

@@ -23,8 +23,9 @@ projections, selection and gates and these three branches. It is not a choice of
 and `auto` never picks it. Before `auto` may pick it at a length, a GPU run must show, at that length and the
 production dtype and shape, that it is faster than the path auto picks today (forward+backward medians of
 `python benchmarks/bench_attention.py --device cuda --dtype bf16 --shape m7c --paths nsa-triton,nsa-flex,dense`)
-and that it is qualified like the Triton kernels (runbooks/gpu_kernels.yaml: numerics against float64 within
-err <= 2 * err_torch + 1e-3 * max|ref|, and a clean compute-sanitizer run).
+and that it is qualified like the Triton kernels: tests/nsa/attention/kernels/test_flex.py's CUDA tests (numerics
+against float64 within err <= 2 * err_torch + 1e-3 * max|ref|; runbooks/gpu_kernels.yaml runs every file of that
+folder) and a clean compute-sanitizer run (nsa.attention.kernels.qualify does not run these functions yet).
 """
 
 from __future__ import annotations

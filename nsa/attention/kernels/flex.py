@@ -59,7 +59,7 @@ def unavailable(device: torch.device, needs_grad: bool) -> str | None:
 BLOCK = 128
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled_flex():
     return torch.compile(_flex_module.flex_attention, dynamic=False)
 
@@ -70,7 +70,7 @@ def _attend(q, k, v, block_mask):
     return fn(q, k, v, block_mask=block_mask, enable_gqa=q.shape[1] != k.shape[1])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled_create_block_mask():
     return torch.compile(_flex_module.create_block_mask)
 

@@ -12,12 +12,13 @@ import shutil
 
 import pytest
 import torch
-
-from nsa.attention.geometry import num_cmp_blocks
-from nsa.attention.kernels import flex, reference
-from nsa.attention.selection import choose_blocks, selection_ranges_v2
 from reference import masked_attention
 from triton_test_utils import assert_within_torch_error
+
+from nsa.attention.geometry import num_cmp_blocks
+from nsa.attention.kernels import flex
+from nsa.attention.kernels import reference as torch_path  # the PyTorch reference path
+from nsa.attention.selection import choose_blocks, selection_ranges_v2
 
 flex_api = pytest.importorskip("torch.nn.attention.flex_attention", reason="this torch has no FlexAttention")
 
@@ -71,17 +72,17 @@ def _case(branch, s, w, device="cpu"):
         n_cmp = num_cmp_blocks(s, L, D)
         i = torch.arange(n_cmp, device=device).view(1, n_cmp)
         return (lambda q, k, v: flex.compressed_attention(q, k, v, L, D),
-                lambda q, k, v: reference.compressed_attention(q, k, v, L, D), i * D + L - 1 <= t, n_cmp)
+                lambda q, k, v: torch_path.compressed_attention(q, k, v, L, D), i * D + L - 1 <= t, n_cmp)
     if branch == "win":
         j = torch.arange(s, device=device).view(1, s)
         return (lambda q, k, v: flex.window_attention(q, k, v, w),
-                lambda q, k, v: reference.window_attention(q, k, v, w), (j <= t) & (t - j < w), s)
+                lambda q, k, v: torch_path.window_attention(q, k, v, w), (j <= t) & (t - j < w), s)
     blocks = _blocks(s, device=device)
     ranges = selection_ranges_v2(blocks, torch.arange(s, device=device), L_SEL)
     key_block = torch.arange(s, device=device) // L_SEL
     listed = (blocks.unsqueeze(-1) == key_block).any(dim=-2)  # [B, G, S, S]
     return (lambda q, k, v: flex.selected_attention(q, k, v, blocks, L_SEL),
-            lambda q, k, v: reference.selected_attention(q, k, v, ranges, L_SEL),
+            lambda q, k, v: torch_path.selected_attention(q, k, v, ranges, L_SEL),
             listed & (torch.arange(s, device=device).view(1, s) <= t), s)
 
 
@@ -119,8 +120,10 @@ def test_gradients_match_reference_path_and_dense(cpu_backward, branch, s, w):
     got, ref = grads(fn, torch.float32), grads(ref_fn, torch.float32)
     dense = grads(lambda *a: _dense(*a, mask), torch.float64)
     for name, a, r, d64 in zip("qkv", got, ref, dense):
-        torch.testing.assert_close(a.double(), d64, atol=1e-5, rtol=1e-4, msg=lambda m: f"d{name} vs float64: {m}")
-        torch.testing.assert_close(a, r, atol=1e-5, rtol=1e-4, msg=lambda m: f"d{name} vs the reference path: {m}")
+        torch.testing.assert_close(a.double(), d64, atol=1e-5, rtol=1e-4,
+                                   msg=lambda m, name=name: f"d{name} vs float64: {m}")
+        torch.testing.assert_close(a, r, atol=1e-5, rtol=1e-4,
+                                   msg=lambda m, name=name: f"d{name} vs the reference path: {m}")
     if branch == "cmp":  # rows that see no block pass no gradient
         assert got[0][:, :, :L - 1].abs().max().item() == 0.0
 
@@ -174,7 +177,7 @@ def test_layer_branches_match_the_pytorch_path():
         got = flex.branches(layer.project(x), layer.selected_blocks(x), cfg)
         want = layer.branch_outputs(x)
     for name in ("cmp", "sel", "win"):
-        torch.testing.assert_close(got[name], want[name], atol=2e-6, rtol=1e-5, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(got[name], want[name], atol=2e-6, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_selected_block_mask_covers_every_visible_pair_and_skips_tiles():
@@ -213,7 +216,7 @@ def test_compiled_kernel_honours_the_selected_block_mask():
     compiled = torch.compile(flex_api.flex_attention)
     block_mask = flex.selected_block_mask(table, hpg, l_sel, mask_mod)
     out = compiled(q, k, v, block_mask=block_mask, enable_gqa=True)
-    ref = reference.selected_attention(q, k, v, selection_ranges_v2(blocks, torch.arange(s), l_sel), l_sel)
+    ref = torch_path.selected_attention(q, k, v, selection_ranges_v2(blocks, torch.arange(s), l_sel), l_sel)
     torch.testing.assert_close(out, ref, atol=2e-6, rtol=1e-5)
 
     visit = block_mask.to_dense().bool()

@@ -98,8 +98,13 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
     torch.manual_seed(0)
     shape = SHAPES[shape_name]
     module = build(path, shape, device, dtype)
-    # PyTorch's FlexAttention has no backward on CPU: nsa-flex there times the forward alone, without autograd
-    forward_only = path == "nsa-flex" and device == "cpu"
+    # where FlexAttention has no backward (CPU), nsa-flex times the forward alone, without autograd
+    no_grad_reason = None
+    if path == "nsa-flex":
+        from nsa.attention.kernels import flex
+
+        no_grad_reason = flex.unavailable(torch.device(device), needs_grad=True)
+    forward_only = no_grad_reason is not None
     if forward_only:
         module.requires_grad_(False)
     x = torch.randn(1, seq_len, shape["dim"], device=device, dtype=dtype, requires_grad=not forward_only)
@@ -143,7 +148,7 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
     if not forward_only:
         series.update(bwd=[b for _, b in times], fwdbwd=[f + b for f, b in times])
     stats = {m: {"min": min(v), "median": statistics.median(v), "max": max(v)} for m, v in series.items()}
-    extra = {"note": "forward only, autograd off: PyTorch's FlexAttention has no backward on CPU"} if forward_only else {}
+    extra = {"note": f"forward only, autograd off: {no_grad_reason}"} if forward_only else {}
     return {"path": path, "shape": shape_name, "seq_len": seq_len, "times_s": stats, "repeats": n, **extra,
             "toks_per_s": seq_len / stats["fwdbwd"]["median"] if "fwdbwd" in stats else None,
             "peak_gb": peak_gb, "device": device,

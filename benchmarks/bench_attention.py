@@ -1,10 +1,20 @@
 """Forward, backward and forward+backward time and peak memory of one attention layer: NSA (Triton kernels, PyTorch
-kernels, the sequential oracle) beside its dense twin (causal SDPA with GQA: flash / cuDNN on a GPU).
+kernels, PyTorch's FlexAttention, the sequential oracle) beside its dense twin (causal SDPA with GQA: flash / cuDNN on
+a GPU).
 
     python benchmarks/bench_attention.py                                   # CPU fp32, small shape, S 512..16384
     python benchmarks/bench_attention.py --quick                           # CPU: S = 512, 1024, 2048
     python benchmarks/bench_attention.py --device cuda --dtype bf16 --shape m7c      # GPU: S 2048..65536
     python benchmarks/bench_attention.py --device cuda --dtype bf16 --shape small
+    python benchmarks/bench_attention.py --device cuda --dtype bf16 --shape m7c --paths nsa-triton,nsa-flex,dense
+
+Paths: nsa-triton and nsa-torch are the layer with NSAConfig.kernel "triton" / "torch"; sequential is the per-token
+oracle; dense is the dense twin. nsa-flex is the layer with its three attention branches through PyTorch's
+FlexAttention (nsa/attention/kernels/flex.py: block masks for the compressed, sliding-window and selected branches)
+and the PyTorch path's projections, selection and gates. On CUDA flex_attention and create_block_mask are compiled
+with torch.compile, as PyTorch recommends; one untimed pass compiles before the timing starts. PyTorch's
+FlexAttention has no backward on CPU: there nsa-flex times the forward only, without autograd (bwd and fwd+bwd
+are "-"), which shows that it runs, not how fast it trains.
 
 Every (path, S) case runs in a fresh subprocess, so its peak memory is its own (CPU: peak resident set size;
 CUDA: torch.cuda.max_memory_allocated over the timed passes). Each repeat times a forward pass (autograd on) and
@@ -17,6 +27,11 @@ Targets (the issue's): on CPU (small shape, fp32, torch kernels) >= 7,000 tok/s 
 time(16384) / time(4096) <= 6, peak < 8 GB at 16384. On one H100 (bf16, m7c shape, Triton kernels): at S=65,536
 forward >= 5x faster than dense and forward+backward >= 3x faster, peak memory <= 2x dense; at S=2048
 forward+backward within 1.5x of dense.
+
+`auto` (NSAConfig.kernel) never picks FlexAttention today: nothing has measured it on a GPU. Before auto may pick it
+at a length, the nsa-flex row of the CUDA command above must be faster (forward+backward median) than nsa-triton at
+that length, in bf16 at the m7c shape, and the flex branches must be qualified like the Triton kernels (numerics on
+the GPU against float64: tests/nsa/attention/kernels/test_flex.py's CUDA test; runbooks/gpu_kernels.yaml).
 """
 
 from __future__ import annotations
@@ -37,18 +52,36 @@ SHAPES = {
     "small": dict(dim=256, n_heads=8, n_kv_groups=2, d_k=32, d_v=32),  # the CPU figures' shape
     "m7c": dict(dim=768, n_heads=12, n_kv_groups=2, d_k=64, d_v=64),  # one layer of the 125M model
 }
-PATHS = ("nsa-triton", "nsa-torch", "sequential", "dense")
+PATHS = ("nsa-triton", "nsa-torch", "nsa-flex", "sequential", "dense")
 CPU_SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
 GPU_SEQ_LENS = (2048, 4096, 8192, 16384, 32768, 65536)
 MODES = ("fwd", "bwd", "fwdbwd")
 
 
 def build(path: str, shape: dict, device: str, dtype):
+    import torch
+
     from nsa.attention import DenseAttention, NSAAttention
+    from nsa.attention.kernels import flex
     from nsa.config import NSAConfig
+
+    class FlexLayer(torch.nn.Module):
+        """The NSA layer with its three attention branches through FlexAttention (nsa.attention.kernels.flex)."""
+
+        def __init__(self, layer: NSAAttention):
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x):
+            layer = self.layer
+            p = layer.project(x)
+            blocks = layer._select_batched(p.q, p.k_cmp, x.shape[1])  # the PyTorch path's selection (Eq. 9, 10)
+            return layer._combine(flex.branches(p, blocks, layer.cfg), p.gates)
 
     if path == "dense":
         module = DenseAttention(NSAConfig(**shape))
+    elif path == "nsa-flex":
+        module = FlexLayer(NSAAttention(NSAConfig(**shape, kernel="torch")))
     else:
         prefill = "sequential" if path == "sequential" else "batched"
         kernel = "triton" if path == "nsa-triton" else "torch"
@@ -65,7 +98,16 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
     torch.manual_seed(0)
     shape = SHAPES[shape_name]
     module = build(path, shape, device, dtype)
-    x = torch.randn(1, seq_len, shape["dim"], device=device, dtype=dtype, requires_grad=True)
+    # where FlexAttention has no backward (CPU), nsa-flex times the forward alone, without autograd
+    no_grad_reason = None
+    if path == "nsa-flex":
+        from nsa.attention.kernels import flex
+
+        no_grad_reason = flex.unavailable(torch.device(device), needs_grad=True)
+    forward_only = no_grad_reason is not None
+    if forward_only:
+        module.requires_grad_(False)
+    x = torch.randn(1, seq_len, shape["dim"], device=device, dtype=dtype, requires_grad=not forward_only)
 
     def sync():
         if device == "cuda":
@@ -77,6 +119,8 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
         loss = module(x).float().square().mean()
         sync()
         t1 = time.perf_counter()
+        if forward_only:
+            return t1 - t0, None
         loss.backward()
         sync()
         t2 = time.perf_counter()
@@ -85,9 +129,11 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
             p.grad = None
         return t1 - t0, t2 - t1
 
+    if path == "nsa-flex" and device == "cuda":
+        one()  # torch.compile of flex_attention and create_block_mask: untimed, and not taken for a slow case
     first = one()
     n_warm, n = warmup, repeats
-    if sum(first) > 10:  # a slow case (the oracle, a CPU path at long S): one measured pass is enough
+    if sum(t for t in first if t is not None) > 10:  # a slow case (the oracle, a CPU path at long S): one measured pass is enough
         n_warm, n = 0, 1
     for _ in range(n_warm):
         one()
@@ -98,10 +144,14 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
         peak_gb = torch.cuda.max_memory_allocated() / 2**30
     else:
         peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-    series = {"fwd": [f for f, _ in times], "bwd": [b for _, b in times], "fwdbwd": [f + b for f, b in times]}
+    series = {"fwd": [f for f, _ in times]}
+    if not forward_only:
+        series.update(bwd=[b for _, b in times], fwdbwd=[f + b for f, b in times])
     stats = {m: {"min": min(v), "median": statistics.median(v), "max": max(v)} for m, v in series.items()}
-    return {"path": path, "shape": shape_name, "seq_len": seq_len, "times_s": stats, "repeats": n,
-            "toks_per_s": seq_len / stats["fwdbwd"]["median"], "peak_gb": peak_gb, "device": device,
+    extra = {"note": f"forward only, autograd off: {no_grad_reason}"} if forward_only else {}
+    return {"path": path, "shape": shape_name, "seq_len": seq_len, "times_s": stats, "repeats": n, **extra,
+            "toks_per_s": seq_len / stats["fwdbwd"]["median"] if "fwdbwd" in stats else None,
+            "peak_gb": peak_gb, "device": device,
             "dtype": dtype_name, "threads": torch.get_num_threads(), "torch": torch.__version__,
             "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
 
@@ -230,10 +280,11 @@ def main(argv=None) -> int:
             ratio = ""
             if path != "dense" and dense and "error" not in dense:
                 ratio = "  vs dense (median): " + " ".join(
-                    f"{m} {median(dense, m) / median(case, m):.2f}x" for m in MODES) + " faster"
+                    f"{m} {median(dense, m) / median(case, m):.2f}x" for m in MODES if median(case, m)) + " faster"
             print(f"{s:>6} {path:<11} fwd {ms_triple(case, 'fwd')}  bwd {ms_triple(case, 'bwd')}  "
-                  f"fwd+bwd {ms_triple(case, 'fwdbwd')}  {case['toks_per_s']:>11,.0f} tok/s  "
-                  f"peak {case['peak_gb']:.2f} GB{ratio}", flush=True)
+                  f"fwd+bwd {ms_triple(case, 'fwdbwd')}  {fmt(case['toks_per_s'], ',.0f', 11)} tok/s  "
+                  f"peak {case['peak_gb']:.2f} GB{ratio}" + (f"  ({case['note']})" if "note" in case else ""),
+                  flush=True)
     checks = targets(results, args, paths)
     if checks:
         print("\ntargets:")

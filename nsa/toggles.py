@@ -69,7 +69,9 @@ TOGGLES: dict[str, Toggle] = {
         Toggle("NSA_DISABLE_AUX_STATS", "bool", False, "trainer",
                "1: skip the gate and selection statistics logged with the heartbeats."),
         Toggle("NSA_OPT_FUSED", "bool", False, "trainer",
-               "1: fused AdamW (CUDA only; on CPU the trainer says it is ignored)."),
+               "1: torch's fused AdamW (one kernel per step over all parameters; CUDA and, from torch 2.4, CPU). "
+               "Where this torch has no fused AdamW for the parameters' device or dtype, the trainer says it is "
+               "ignored and runs AdamW unfused; env.json \"optimizer\" records which ran."),
         Toggle("NSA_FAULT", "fault", None, "trainer (testing aid)",
                "Deliberate failure for testing the validation suite: crash@STEP, hang@STEP or nan@STEP, "
                "optionally :RANK (default every rank); or rank 0 damages its own training.csv after writing "

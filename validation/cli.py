@@ -255,6 +255,13 @@ def _run(runbook, out, only, skip, resume, rerun, set_, against, no_report) -> N
                               warn=lambda message: err.print(f"warning: {message}", markup=False, soft_wrap=True))
     except RunError as exc:
         _fail(str(exc))
+    if outcome.interrupted_after_verdict:
+        err.print(f"interrupted ({interrupts.describe(outcome.interrupted)}) after the run reached its verdict "
+                  f"({outcome.results.get('verdict')}): the reports in {outcome.run_dir} were written again from its "
+                  "results.json", markup=False, soft_wrap=True)
+        if outcome.report_error:
+            _fail(outcome.report_error)
+        raise typer.Exit(interrupts.exit_code(outcome.interrupted))
     if outcome.interrupted is not None:
         err.print(f"interrupted ({interrupts.describe(outcome.interrupted)}): every launched process was ended; "
                   f"finished steps are saved in {outcome.run_dir}; continue with nsa-validate run {runbook} "

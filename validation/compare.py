@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from validation import metrics, stats
-from validation.report.format import fmt_num, plural
+from validation.report.format import fmt_num, fmt_pct, plural
 from validation import steps as step_kinds
 from validation.significance import (ALPHA, RunNoise, StatsError, Units, adjust_family, block_units,
                                      compare_units, run_noise)
@@ -206,7 +206,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     exit_code = 1 if regressions else 0
     if regressions:
         gate = (f"{plural(len(regressions), 'regression')} beyond the noise floor, significant after Holm's correction: "
-                + "; ".join(f"{r['step']} {r['metric']} {_pct(r['rel'])}" for r in regressions))
+                + "; ".join(f"{r['step']} {r['metric']} {fmt_pct(r['rel'], signed=True)}" for r in regressions))
     elif tested:
         gate = "no significant regression"
     else:
@@ -240,9 +240,10 @@ def common_shift(rows: list[dict[str, Any]]) -> str | None:
     median = rels[len(rels) // 2]
     if abs(median) <= max(float(r.get("noise_floor") or 0.0) for r in tested):
         return None
-    return (f"every tested row moved the same way (median {_pct(median)} over {len(tested)} rows): a change of the "
-            "machine's load between the runs looks the same as code that got slower or faster everywhere; compare "
-            "the runs' telemetry (CPU of the launch's processes) or run both again on a quiet machine")
+    return (f"every tested row moved the same way (median {fmt_pct(median, signed=True)} over {len(tested)} rows): "
+            "a change of the machine's load between the runs looks the same as code that got slower or faster "
+            "everywhere; compare the runs' telemetry (CPU of the launch's processes) or run both again on a quiet "
+            "machine")
 
 
 def performance_analysis(current: dict, earlier: dict, current_dir: Path | str, earlier_dir: Path | str,
@@ -278,12 +279,6 @@ def key_finding(out: dict[str, Any]) -> dict[str, Any]:
             "metric": row["metric"], "rel": row["rel"], "verdict": row["verdict"], "row": row}
 
 
-def _pct(x: Any, signed: bool = True) -> str:
-    if not isinstance(x, (int, float)) or not math.isfinite(x):
-        return "n/a"
-    return f"{x:+.1%}" if signed else f"{x:.1%}"
-
-
 def table_lines(out: dict[str, Any]) -> list[str]:
     """compare_runs() as plain text lines for a console or a log: a table whose columns are as wide as their
     widest cell (step and metric names are never shortened, whatever the terminal's width), then the correction,
@@ -292,15 +287,15 @@ def table_lines(out: dict[str, Any]) -> list[str]:
     table = [head]
     for r in out["rows"]:
         tested = bool(r.get("tested"))
-        ci = f"{_pct(r.get('ci_low'))} .. {_pct(r.get('ci_high'))}" if tested else "-"
+        ci = f"{fmt_pct(r.get('ci_low'), signed=True)} .. {fmt_pct(r.get('ci_high'), signed=True)}" if tested else "-"
         verdict = str(r.get("verdict"))
         if tested and r.get("significant"):
             verdict += " (significant)"
         elif not tested:
             verdict += " (not tested)"
         table.append((str(r["step"]), str(r["metric"]), _num(r.get("mean_a")), _num(r.get("mean_b")),
-                      _pct(r.get("rel_delta")), ci, _p(r.get("p_value")), _p(r.get("p_adjusted")),
-                      _pct(r.get("noise_floor"), signed=False) if tested else "-", verdict))
+                      fmt_pct(r.get("rel_delta"), signed=True), ci, _p(r.get("p_value")), _p(r.get("p_adjusted")),
+                      fmt_pct(r.get("noise_floor")) if tested else "-", verdict))
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines = [f"B = {out['run_b']} against A = {out['run_a']}"]
     for row in table:

@@ -30,9 +30,10 @@ scaling (the per-rank batch fixed) E = X(n) n0 / (X(n0) n) = T(n0) / T(n). 1.0 i
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
+
+from validation.report.format import fmt_pct
 
 STRATEGIES = {"ddp": "DDP", "fsdp": "FSDP2 full shard", "fsdp_no_reshard": "FSDP2 no-reshard (SHARD_GRAD_OP)"}
 DEFAULT_HEADROOM = 0.2
@@ -101,21 +102,15 @@ def is_oom(*texts: Any) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- recommendation
-def _pct(x: float | None, signed: bool = False) -> str:
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    return f"{x:+.1%}" if signed else f"{x:.1%}"
-
-
 def _comparison_text(comp: Mapping | None) -> str:
     if not comp:
         return "not compared"
     adjusted = comp.get("p_adjusted") is not None
     p = comp.get("p_adjusted") if adjusted else comp.get("p_value")
-    return (f"{_pct(comp.get('rel'), True)} tokens/s (95% CI {_pct(comp.get('ci_low'), True)} .. "
-            f"{_pct(comp.get('ci_high'), True)}, {'Holm-adjusted ' if adjusted else ''}p = {p:.3g}, "
+    return (f"{fmt_pct(comp.get('rel'), True)} tokens/s (95% CI {fmt_pct(comp.get('ci_low'), True)} .. "
+            f"{fmt_pct(comp.get('ci_high'), True)}, {'Holm-adjusted ' if adjusted else ''}p = {p:.3g}, "
             f"{'significant' if comp.get('significant') else 'not significant'})"
-            if isinstance(p, (int, float)) else f"{_pct(comp.get('rel'), True)} tokens/s (no p-value)")
+            if isinstance(p, (int, float)) else f"{fmt_pct(comp.get('rel'), True)} tokens/s (no p-value)")
 
 
 def _faster(comparisons: Mapping[str, Mapping], a: str, b: str) -> int:
@@ -159,7 +154,7 @@ def recommend(evidence: Mapping[str, Mapping], comparisons: Mapping[str, Mapping
                                              if n["headroom"] is not None else " (out of memory)")
         if n["headroom"] is None:
             return f"{name} fits (memory available unknown)"
-        return f"{name} fits with {_pct(n['headroom'])} headroom ({n['peak_gb']:.3g} of {n['capacity_gb']:.3g} GB)"
+        return f"{name} fits with {fmt_pct(n['headroom'])} headroom ({n['peak_gb']:.3g} of {n['capacity_gb']:.3g} GB)"
 
     def speed(a: str, b: str) -> str:
         label, comp = _comp(comparisons, a, b)
@@ -194,7 +189,7 @@ def recommend(evidence: Mapping[str, Mapping], comparisons: Mapping[str, Mapping
     faster_fsdp = [m for m in fitting[1:] if all(_faster(comparisons, m, o) > 0 for o in fitting if o != m)]
     if with_room:
         out["regime"] = "fits_with_headroom"
-        why = [mem("ddp") + f" (>= {_pct(headroom)} asked)" if ddp["headroom"] is not None
+        why = [mem("ddp") + f" (>= {fmt_pct(headroom)} asked)" if ddp["headroom"] is not None
                else mem("ddp") + "; headroom taken as sufficient"]
         why += [speed(m, "ddp") for m in fsdp_modes]
         if faster_fsdp:
@@ -215,7 +210,7 @@ def recommend(evidence: Mapping[str, Mapping], comparisons: Mapping[str, Mapping
         lead = f"{STRATEGIES[choice]}: memory is tight for DDP and {choice} is the significantly faster at this batch"
     else:
         choice = "fsdp" if "fsdp" in fitting else "ddp"
-        lead = (f"{STRATEGIES[choice]}: memory is tight for DDP (less than {_pct(headroom)} headroom) and no "
+        lead = (f"{STRATEGIES[choice]}: memory is tight for DDP (less than {fmt_pct(headroom)} headroom) and no "
                 f"strategy is significantly faster at this batch" + (", so the one with the most headroom"
                                                                      if choice == "fsdp" else ""))
     out.update(strategy=choice, reason=f"{lead}; " + "; ".join(why))

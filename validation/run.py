@@ -3,9 +3,12 @@
 `run_runbook(request, display, warn)` loads and checks the runbook, picks the run directory (a new one, or the
 one --resume continues, after validation.runner.check_resume), runs the steps (validation.runner.Runner), adds
 the comparison with an earlier run (--against, validation.compare.performance_analysis) and writes the reports
-(validation.report), and returns a RunOutcome. Nothing here prints: progress goes to the reporter `display`
-opens, warnings to `warn`, and every error a user can cause is one RunError whose message names the file, key or
-value (the CLI prints it and exits 2). The CLI (validation.cli) parses options, calls this and prints.
+(validation.report), and returns a RunOutcome. The reports always come from one results.json as saved: a resume
+first re-renders the earlier attempt's reports from its first save (INCOMPLETE, not finished), and an interrupt
+at any point after that, even after the verdict while plots and reports are being made, writes them again, whole,
+from the results.json saved last. Nothing here prints: progress goes to the reporter `display` opens, warnings
+to `warn`, and every error a user can cause is one RunError whose message names the file, key or value (the CLI
+prints it and exits 2). The CLI (validation.cli) parses options, calls this and prints.
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ class RunRequest:
 @dataclass(frozen=True)
 class RunOutcome:
     """How a run ended: its directory, its results (results.json as written), the files the reports wrote, and the
-    interrupt that stopped it (None: it ran to its verdict; otherwise `results` holds the finished steps)."""
+    interrupt that stopped it (None: it ran to its verdict and its reports were written; otherwise `results` holds
+    the finished steps, and the verdict too where the interrupt came while the reports were written)."""
 
     runbook: Runbook
     run_dir: Path
@@ -60,6 +64,12 @@ class RunOutcome:
     def verdict(self) -> Optional[str]:
         """GO, NO-GO or INCOMPLETE; None for an interrupted run."""
         return None if self.interrupted is not None else self.results.get("verdict")
+
+    @property
+    def interrupted_after_verdict(self) -> bool:
+        """Interrupted after the run had reached its verdict (while the comparison or the reports were written)."""
+        return (self.interrupted is not None and bool(self.results.get("finished"))
+                and not self.results.get("interrupted_by"))
 
 
 def _quiet() -> ContextManager[Reporter]:
@@ -98,11 +108,18 @@ def run_runbook(request: RunRequest, display: Callable[[], ContextManager[Report
     earlier = read_against(request.against)
     options = RunOptions(only=tuple(request.only), skip=tuple(request.skip), overrides=tuple(request.overrides),
                          cwd=request.cwd, rerun=tuple(dict.fromkeys(request.rerun)))
+    first_saved = None if request.no_report else (lambda saved: replace_earlier_reports(run_dir, saved))
     try:  # the run directory cannot be written (disk full, permission) or leads outside itself: one RunError
         try:
             with display() as reporter:
-                results = Runner(rb, run_dir, options, reporter, previous=previous).run()
-        except KeyboardInterrupt as exc:  # Ctrl-C, SIGINT, SIGTERM, SIGHUP: the processes are already ended
+                results = Runner(rb, run_dir, options, reporter, previous=previous).run(first_saved)
+            if earlier is not None:
+                add_performance_analysis(run_dir, results, request.against, earlier)
+            paths = [] if request.no_report else write_all_reports(run_dir, results)
+        except KeyboardInterrupt as exc:
+            # Ctrl-C, SIGINT, SIGTERM, SIGHUP while the steps ran (the processes are already ended) or after the
+            # verdict, while the comparison or the reports were being written: the reports are written again,
+            # whole, from the results.json saved last, so none is left from before that save
             saved: dict = {}
             paths: list[Path] = []
             try:
@@ -112,9 +129,6 @@ def run_runbook(request: RunRequest, display: Callable[[], ContextManager[Report
             except (RunDirError, ResultsError) as error:  # told after the interrupt itself
                 return RunOutcome(rb, run_dir, saved, interrupted=exc, report_error=str(error))
             return RunOutcome(rb, run_dir, saved, tuple(paths), interrupted=exc)
-        if earlier is not None:
-            add_performance_analysis(run_dir, results, request.against, earlier)
-        paths = [] if request.no_report else write_all_reports(run_dir, results)
     except (RunDirError, ResultsError) as exc:
         raise RunError(str(exc)) from None
     return RunOutcome(rb, run_dir, results, tuple(paths))
@@ -145,6 +159,18 @@ def add_performance_analysis(run_dir: Path, results: dict, against: Path, earlie
 
     results["performance_analysis"] = performance_analysis(results, earlier, run_dir, against)
     write_results(run_dir, results)
+
+
+def replace_earlier_reports(run_dir: Path, results: dict) -> list[Path]:
+    """The reports an earlier attempt left in run_dir (a --resume), rendered again from `results` as just saved
+    (not finished: INCOMPLETE) with the plots already there; nothing when run_dir holds no report. Each file is
+    replaced whole (validation.report.write_reports). Raises RunDirError when a file cannot be written."""
+    if not any((run_dir / name).exists() for name in report.REPORT_FILES.values()):
+        return []
+    try:
+        return report.write_reports(run_dir, results, plots=False)
+    except OSError as exc:
+        raise cannot_write(run_dir, exc) from None
 
 
 def write_all_reports(run_dir: Path, results: dict) -> list[Path]:

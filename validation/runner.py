@@ -222,7 +222,10 @@ class Runner:
         write_results(self.run_dir, self.results)
 
     # ------------------------------------------------------------------ the run
-    def run(self) -> dict:
+    def run(self, first_saved: Callable[[dict], None] | None = None) -> dict:
+        """Run the steps; `first_saved(results)` is called once right after the run's first save (results.json
+        then says INCOMPLETE, not finished): validation.run re-renders an earlier attempt's reports from it, so a
+        resume cut off even by SIGKILL never leaves a report whose verdict results.json no longer holds."""
         steps = self.rb.steps()
         self._check_outputs_inside(steps)
         if self._resuming:
@@ -232,6 +235,8 @@ class Runner:
         self.save()
         stopped_by: Step | None = None  # a step with on_failure: stop that failed
         try:
+            if first_saved is not None:  # inside the try: a signal meanwhile ends the run as during a step
+                first_saved(self.results)
             for step in steps:
                 current = self.results["steps"].get(step.name) or self._pending(step)
                 if current["status"] not in FINAL_STEP_STATUSES:

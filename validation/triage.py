@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from validation.report.format import fmt_pct
 from validation.significance import ALPHA, StatsError, adjust_family, block_units, compare_paired, holm, t_ppf
 from validation.stats import t_sf2
 
@@ -344,5 +345,5 @@ def rank_suspects(baseline: Sequence[float | None], suspects: Mapping[str, Seque
         culprit = None
         top = ranked[0]
         reason = (f"no suspect changes {metric} significantly beyond the noise floor (largest: {top.variant} "
-                  f"{top.rel:+.1%}, Holm-adjusted p = {top.p_adjusted:.2g})")
+                  f"{fmt_pct(top.rel, signed=True)}, Holm-adjusted p = {top.p_adjusted:.2g})")
     return Ranking(comparisons=ranked, culprit=culprit, reason=reason, statement=family.statement)

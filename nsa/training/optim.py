@@ -21,8 +21,27 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def fused_adamw_unsupported(params: list[torch.Tensor]) -> str | None:
+    """Why this torch cannot run a fused AdamW step over `params`, or None where it can. torch checks the same
+    (device type and floating dtype) only at the first step; asking here turns that failure into one message."""
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+    except ImportError:  # torch before 2.2: fused AdamW existed for CUDA only
+        devices = ["cuda"]
+    else:
+        devices = _get_fused_kernels_supported_devices()
+    for p in params:
+        if p.device.type not in devices:
+            return (f"torch {torch.__version__} has no fused AdamW for {p.device.type} "
+                    f"(it has one for {', '.join(devices)})")
+        if not torch.is_floating_point(p):
+            return f"fused AdamW needs floating-point parameters, not {p.dtype}"
+    return None
+
+
 def build_adamw(model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float],
                 fused: bool) -> torch.optim.AdamW:
+    """AdamW over param_groups; fused=True asks for torch's fused kernel (check fused_adamw_unsupported first)."""
     return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, eps=1e-8,
                              fused=True if fused else None)
 

@@ -28,7 +28,7 @@ from nsa.training.data import build_eval_source, build_source
 from nsa.training.distributed import DistInfo
 from nsa.training.heartbeat import HeartbeatWriter
 from nsa.training.metrics import device_name, memory_detail_gb, memory_gb, mfu, peak_flops
-from nsa.training.optim import build_adamw, lr_at, make_capturable, set_lr
+from nsa.training.optim import build_adamw, fused_adamw_unsupported, lr_at, make_capturable, set_lr
 from nsa.training.safety import CSV_FAULTS_STOPPING_WRITER, RunControl, damage_training_csv
 from nsa.training.summary import SummaryAccumulator, format_summary
 from nsa.training.watchdog import HALT_NAME
@@ -111,9 +111,10 @@ class Trainer:
             specs, self.parallel, world_size=info.world_size, reshard_after_forward=tc.fsdp_reshard,
             activations=activation_bytes(cfg.model, tc.batch_size, tc.seq_len, tc.precision))
         self.model: nn.Module = self._wrap(self.net)
-        fused = tg.opt_fused and self.device.type == "cuda"
-        if tg.opt_fused and not fused:
-            self.say("NSA_OPT_FUSED=1 is ignored on CPU (fused AdamW is used on CUDA only)")
+        fused = tg.opt_fused
+        if fused and (why := fused_adamw_unsupported(list(self.net.parameters()))) is not None:
+            self.say(f"NSA_OPT_FUSED=1 is ignored: {why}; AdamW runs unfused")
+            fused = False
         self.optimizer = build_adamw(self.net, tc.lr, tc.weight_decay, (tc.beta1, tc.beta2), fused)
         self.scaler = torch.amp.GradScaler(self.device.type) if tc.precision == "fp16" else None
 
@@ -173,7 +174,8 @@ class Trainer:
                         "peak_flops": self.peak, "resumed_from_step": self.start_step,
                         "toggles": {k: str(v) for k, v in dataclasses.asdict(tg).items()},
                         "attention": cfg.model.attention, "attention_kernel": self._attention_kernel(),
-                        "cuda_graphs": self.graphed.describe() if self.graphed is not None else {"enabled": False}})
+                        "cuda_graphs": self.graphed.describe() if self.graphed is not None else {"enabled": False},
+                        "optimizer": {"name": "AdamW", "fused": bool(self.optimizer.defaults.get("fused"))}})
             outputs.write_json(self.out / outputs.ENV_JSON, env)
             resume_at = self.start_step if resume else None
             self.csv = outputs.CsvLog(self.out / outputs.TRAINING_CSV, columns, resume_step=resume_at)

@@ -67,8 +67,16 @@ def test_cpu_smoke_ends_go_with_every_artifact(smoke):
         chosen if sweep["choice"]["significant"] else None)  # recommended only when significant
     assert results["recommendations"]["env"]["NSA_DDP_COMPRESS"] == "bf16"
     assert {c["status"] for c in results["acceptance"]} <= {"pass", "warn"}
+    # the fused AdamW A/B compares two different settings on a CPU too: the variant's trainer ran torch's fused
+    # AdamW and said nothing was ignored, so the step raises no open problem of its own making
+    fused = results["steps"]["fused_adamw"]
+    for label, want in (("baseline", False), ("fused", True)):
+        env = json.loads((run_dir / "fused_adamw" / label / "out" / "env.json").read_text())
+        assert env["optimizer"] == {"name": "AdamW", "fused": want}, label
+    assert not [n for n in fused.get("notes") or [] if "ignored" in n], fused.get("notes")
     report = (run_dir / "report.md").read_text()
     assert "GO" in report and "Bucket" in report or "bucket" in report
+    assert "ignored NSA_OPT_FUSED" not in report
 
 
 def test_every_trainer_step_has_telemetry_summary_and_time_to_first_step(smoke):

@@ -10,8 +10,10 @@ running):
 - `--rerun two` runs only `two`, and results.json and the report say what was resumed, when and what it replaced;
 - a runbook of the same name that changed warns, and runs only its new step;
 - an orchestrator SIGKILLed during a resume leaves results.json INCOMPLETE with a reason that says so (never the
-  earlier "... required criteria hold") and no acceptance rows of the earlier attempt; a second resume finishes it
-  and the report lists both resumes;
+  earlier "... required criteria hold") and no acceptance rows of the earlier attempt, and reports that say the
+  same; a second resume finishes it and the report lists both resumes;
+- a SIGTERM after a resume saved its verdict, while the plots are made, leaves the reports rendered from that
+  results.json (never the earlier run's);
 - piped (no terminal), a line is printed and flushed when a step starts, while it runs, and when it ends, with its
   elapsed time.
 """
@@ -30,7 +32,10 @@ from pathlib import Path
 
 import pytest
 
+from validation.launch import interrupts
+from validation.report import plots, render
 from validation.results import RESULTS_JSON, read_results
+from validation.run import RunRequest, run_runbook
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -205,6 +210,10 @@ def test_killed_mid_resume_leaves_a_verdict_that_agrees_with_its_reason(cli, cas
             os.killpg(proc.pid, signal.SIGKILL)
         hold.unlink(missing_ok=True)
     cut = read_results(run_dir)
+    # the reports say what results.json says: rendered again from its first save (never the earlier GO)
+    md = (run_dir / "report.md").read_text()
+    assert "### Status: INCOMPLETE" in md and cut["verdict_reason"] in md and "criteria hold" not in md
+    assert "criteria hold" not in (run_dir / "report.html").read_text()
     agrees = cut["verdict"] == "INCOMPLETE" and cut["verdict_reason"].startswith("not finished")
     reliability.record_fault("nsa-validate SIGKILL mid-resume", "INCOMPLETE, reason: not finished",
                              "INCOMPLETE, reason: not finished" if agrees else
@@ -226,6 +235,43 @@ def test_killed_mid_resume_leaves_a_verdict_that_agrees_with_its_reason(cli, cas
     assert second["previous_state"].startswith("stopped without finishing")
     header = next(ln for ln in (run_dir / "report.md").read_text().splitlines() if ln.startswith("- **Resumed**"))
     assert "finished (GO) at" in header and "; then stopped without finishing" in header
+
+
+def test_sigterm_after_the_verdict_writes_the_reports_again_from_results_json(case, monkeypatch):
+    """A SIGTERM that arrives after a resume saved its verdict, while the plots are being made: the interrupted path
+    renders report.md, report.html and junit.xml again, whole, from the results.json saved (never the earlier run's
+    reports), and the outcome is the interrupt."""
+    runbook, run_dir, _, _ = case
+    earlier = (run_dir / "report.md").read_text()
+    assert "Resumed" not in earlier
+    real = plots.make_plots
+    calls = []
+
+    def interrupted_once(results, where):
+        calls.append(results.get("verdict"))
+        if len(calls) == 1:
+            signal.raise_signal(signal.SIGTERM)  # the handler nsa-validate installs raises Interrupted here
+        return real(results, where)
+
+    monkeypatch.setattr(plots, "make_plots", interrupted_once)
+    handlers = {sig: signal.getsignal(sig) for sig in interrupts.HANDLED}
+    try:
+        interrupts.install()
+        outcome = run_runbook(RunRequest(runbook=runbook, resume=run_dir, rerun=("two",), cwd=REPO))
+    except KeyboardInterrupt as exc:  # (not re-raised: pytest would end the whole session)
+        pytest.fail(f"the interrupt ({exc!r}) escaped run_runbook, its reports not written again")
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        interrupts.reset()
+    assert isinstance(outcome.interrupted, interrupts.Interrupted) and outcome.interrupted.name == "SIGTERM"
+    assert outcome.interrupted_after_verdict and outcome.report_error is None
+    assert calls == ["GO", "GO"]  # interrupted while plotting the saved verdict, then plotted again
+    saved = read_results(run_dir)
+    assert saved["verdict"] == "GO" and [e["steps"] for e in saved["resumes"]] == [["two"]]
+    for fmt, name in (("md", "report.md"), ("html", "report.html"), ("junit", "junit.xml")):
+        assert (run_dir / name).read_text() == render(saved, fmt, run_dir=run_dir), name
+    assert "- **Resumed**: finished (GO) at" in (run_dir / "report.md").read_text()
 
 
 def test_piped_output_prints_a_line_when_each_step_starts_and_ends(case, tmp_path):

@@ -82,11 +82,14 @@ def fmt_rate(value: Any) -> str:
     return NA if v is None else f"{v:,.1f}"
 
 
-def fmt_pct(fraction: Any, signed: bool = False) -> str:
+def fmt_pct(fraction: Any, signed: bool = False, digits: int = 1) -> str:
+    """A fraction as a percentage, the one way every report, console line and `compare` table prints one:
+    thousands separators, `digits` decimals, never scientific notation. 14.228 -> '1,422.8%' ('+1,422.8%' signed),
+    -0.05 -> '-5.0%', None / NaN / text -> 'n/a'."""
     v = finite(fraction)
     if v is None:
         return NA
-    return f"{v * 100:+.1f}%" if signed else f"{v * 100:.1f}%"
+    return f"{v * 100:{'+' if signed else ''},.{max(0, int(digits))}f}%"
 
 
 def fmt_gb(value: Any) -> str:
@@ -161,8 +164,8 @@ def loss_text(metrics: dict) -> str:
     if first is not None and last is not None:
         drop = (first - last) / first if first else None
         text = f"{first:.3f} → {last:.3f}"
-        return f"{text} (−{drop * 100:.1f}%)" if drop is not None and drop >= 0 else (
-            f"{text} (+{-drop * 100:.1f}%)" if drop is not None else text)
+        return f"{text} (−{fmt_pct(drop)})" if drop is not None and drop >= 0 else (
+            f"{text} ({fmt_pct(-drop, signed=True)})" if drop is not None else text)
     drop = finite(metrics.get("loss_drop"))
     if drop is not None:
         return f"drop {drop:.3f}"

@@ -36,6 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from validation.report.format import fmt_pct
 from validation.significance.distributions import t_ppf
 from validation.significance.units import Units, block_units
 from validation.stats import StatsError, t_sf2
@@ -90,7 +91,7 @@ class RunNoise:
     source: str = ""
 
     def describe(self) -> str:
-        return (f"run-to-run variation {self.total:.1%} ({self.df:g} df, from {self.runs} runs in {self.groups} "
+        return (f"run-to-run variation {fmt_pct(self.total)} ({self.df:g} df, from {self.runs} runs in {self.groups} "
                 f"group(s) of repeats" + (f": {self.source}" if self.source else "") + ")")
 
     def as_dict(self) -> dict[str, Any]:
@@ -206,9 +207,11 @@ class Comparison:
                "runs": f"means of {self.n_a} and {self.n_b} runs",
                "paired": f"paired over {self.n_a} interleaved repeats"}[self.method]
         if self.run_to_run is not None:
-            how += f", each run's noise at least the run-to-run variation {self.run_to_run:.1%} ({self.run_to_run_df:g} df)"
-        return (f"{_pct(self.rel)} ({self.confidence:.0%} CI {_pct(self.ci_low)} .. {_pct(self.ci_high)}), {p}, "
-                f"noise floor {self.noise_floor:.1%}; {how}")
+            how += (f", each run's noise at least the run-to-run variation {fmt_pct(self.run_to_run)} "
+                    f"({self.run_to_run_df:g} df)")
+        return (f"{fmt_pct(self.rel, signed=True)} ({fmt_pct(self.confidence, digits=0)} CI "
+                f"{fmt_pct(self.ci_low, signed=True)} .. {fmt_pct(self.ci_high, signed=True)}), {p}, "
+                f"noise floor {fmt_pct(self.noise_floor)}; {how}")
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -218,10 +221,6 @@ class Comparison:
         out["confidence"] = self.confidence
         out["text"] = self.describe()
         return out
-
-
-def _pct(x: float) -> str:
-    return "n/a" if not math.isfinite(x) else f"{x:+.1%}"
 
 
 def _fmt_p(p: float) -> str:

@@ -30,6 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from validation.report.format import fmt_pct
 from validation.significance.comparison import (ALPHA, MIN_FLOOR, Comparison, RunNoise, compare_paired,
                                                  compare_units, paired_cv, paired_pairs)
 from validation.significance.power import EFFECT, POWER, recommended_repeats
@@ -267,7 +268,7 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
                   "measured, so this rests on the runs' own noise only")
     else:
         design = f"{n_rep} repeats per variant"
-    advice = (f"detecting a {effect:.0%} difference with {power:.0%} power at this noise (run-mean CV {cv:.1%}"
+    advice = (f"detecting a {effect:.0%} difference with {power:.0%} power at this noise (run-mean CV {fmt_pct(cv)}"
               + (", a lower bound from within the runs" if method == "blocks" and run_noise is None else "")
               + ") needs "
               + (f"{rec} interleaved repeats" if rec else "more than 1000 interleaved repeats"))

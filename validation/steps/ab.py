@@ -10,7 +10,7 @@ hold for autocorrelated, drifting throughput (validation.significance):
 - with `recommend`, the decision of significance.decide: a variant is kept only when it beats the baseline (and
   every other variant) significantly and beyond the noise floor, else the baseline is kept ("no significant
   difference", a passed decision); never a variant whose settings the trainer reported as ignored (e.g.
-  NSA_OPT_FUSED on a CPU: status.json notes), nor one whose throughput was not stable.
+  NSA_DDP_COMPRESS without DDP: status.json notes), nor one whose throughput was not stable.
 
 Own keys: `baseline: {env, args}`, `variants: {label: {env, args}}`, `repeats` (default 1), `metric` (default
 toks_per_s), `recommend` (default false).
@@ -253,7 +253,7 @@ class AB(TrainerKind):
 
 
 def _ignored_settings(ctx, step, runs: list[dict], label: str) -> list[str]:
-    """Variables of a variant that its trainer runs reported as ignored (e.g. NSA_OPT_FUSED on CPU)."""
+    """Variables of a variant that its trainer runs reported as ignored (e.g. NSA_DDP_COMPRESS without DDP)."""
     names = set()
     for r in runs:
         if r["label"] == label:

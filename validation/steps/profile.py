@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from validation import steps
-from validation.report.format import as_dict, as_list, fmt_num
+from validation.report.format import as_dict, as_list, fmt_num, fmt_pct
 from validation.schema import typed
 from validation.steps.base import run_path
 from validation.steps.trainer import TRAINER_METRICS, TrainerKind, run_single, trainer_launch
@@ -98,7 +98,7 @@ def _attribution_text(att: dict) -> str | None:
     shares = {k: v for k, v in as_dict(att.get("categories")).items() if isinstance(v, (int, float)) and v > 0}
     if not shares:
         return None
-    return ", ".join(f"{k} {v * 100:.1f}%" for k, v in sorted(shares.items(), key=lambda kv: -kv[1]))
+    return ", ".join(f"{k} {fmt_pct(v)}" for k, v in sorted(shares.items(), key=lambda kv: -kv[1]))
 
 
 def nsys_available(step) -> bool:

@@ -6,12 +6,16 @@ import json
 import math
 
 import pytest
+import torch
 import yaml
 
 from train_utils import TINY, heartbeats, read_csv
 
+from nsa.model import NSAModel
+from nsa.training import checkpoint, trainer
 from nsa.training import cli as train
-from nsa.training.config import ConfigError, UsageError
+from nsa.training.config import ConfigError, UsageError, load_config
+from nsa.training.optim import fused_adamw_unsupported
 from nsa.training.trainer import parallel_mode
 
 
@@ -115,15 +119,51 @@ def test_sequential_prefill_toggle_reaches_the_model(tmp_path, monkeypatch):
     assert json.loads((seq / "env.json").read_text())["env"]["NSA_PREFILL_BATCHED"] == "0"
 
 
-def test_cpu_notes_for_cuda_only_toggles(tmp_path, monkeypatch):
+def test_notes_for_toggles_this_machine_cannot_honour(tmp_path, monkeypatch):
+    """NSA_DDP_COMPRESS needs DDP; NSA_OPT_FUSED where torch has no fused AdamW for the parameters (simulated: this
+    torch has one for CPU) is reported and the optimizer runs unfused."""
+    monkeypatch.setattr(trainer, "fused_adamw_unsupported", lambda params: "torch 0.0 has no fused AdamW for cpu")
     monkeypatch.setenv("NSA_OPT_FUSED", "1")
     monkeypatch.setenv("NSA_DDP_COMPRESS", "bf16")
     monkeypatch.setenv("NSA_TB_DISABLE", "1")
-    code, out = _run(tmp_path, "--steps", "1")
+    code, out = _run(tmp_path, "--steps", "1", "--seq-len", "64", "--batch-size", "1")
     assert code == 0
     notes = json.loads((out / "status.json").read_text())["notes"]
-    assert any("NSA_OPT_FUSED=1 is ignored on CPU" in n for n in notes)
+    assert any("NSA_OPT_FUSED=1 is ignored: torch 0.0 has no fused AdamW for cpu" in n for n in notes), notes
     assert any("NSA_DDP_COMPRESS=bf16 is ignored" in n for n in notes)
+    assert json.loads((out / "env.json").read_text())["optimizer"] == {"name": "AdamW", "fused": False}
+
+
+def test_fused_adamw_runs_on_cpu_and_takes_the_same_first_step_as_unfused(tmp_path, monkeypatch):
+    """NSA_OPT_FUSED=1 on CPU: torch's fused AdamW is really used (env.json, no 'ignored' note) and its first update
+    equals the unfused one within fp32 rounding."""
+    monkeypatch.setenv("NSA_TB_DISABLE", "1")
+    params = {}
+    for fused in ("0", "1"):
+        monkeypatch.setenv("NSA_OPT_FUSED", fused)
+        code, out = _run(tmp_path / fused, "--steps", "1", "--save-every", "1", "--seq-len", "64",
+                         "--batch-size", "1")
+        assert code == 0
+        assert json.loads((out / "env.json").read_text())["optimizer"] == {"name": "AdamW", "fused": fused == "1"}
+        notes = json.loads((out / "status.json").read_text())["notes"]
+        assert not [n for n in notes if "NSA_OPT_FUSED" in n]
+        found = checkpoint.latest_checkpoint(out)
+        params[fused] = torch.load(found / "model_optim.pt", map_location="cpu", weights_only=False)["model"]
+    cfg = load_config(tmp_path / "1" / "cfg.yaml")
+    torch.manual_seed(cfg.train.seed)  # the trainer's initial weights
+    initial = NSAModel(cfg.model).state_dict()
+    moved = 0
+    for name, before in initial.items():
+        unfused, fused = params["0"][name] - before, params["1"][name] - before
+        torch.testing.assert_close(fused, unfused, rtol=1e-4, atol=1e-7, msg=f"{name}: fused update differs")
+        moved += int(unfused.abs().max() > 0)
+    assert moved > len(initial) // 2  # a real step: most tensors changed
+
+
+def test_fused_adamw_support_check():
+    assert fused_adamw_unsupported([torch.zeros(2, requires_grad=True)]) is None  # this torch fuses on CPU
+    assert "floating-point" in fused_adamw_unsupported([torch.zeros(2, dtype=torch.int64)])
+    assert "no fused AdamW for meta" in fused_adamw_unsupported([torch.zeros(2, device="meta")])
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

@@ -191,3 +191,24 @@ def test_cpu_smoke_recommends_compression_and_no_unproven_bucket():
         "NSA_DDP_BUCKET_MB"] == "50"
     nothing = recommendations(rb, {"steps": {"baseline": {**passed, "status": "skipped"}}})
     assert nothing["env"] == {} and "nothing was measured" in nothing["notes"][0]
+
+
+def test_a_single_run_decision_states_the_ab_tables_comparison_number_for_number():
+    """One run per variant: the decision's comparison (best against the runner-up) is the A/B table's
+    (compare.compare_windows, whose means are each window's mean over every step), not a second estimate of the
+    same effect from the steps that fill whole blocks (it read +0.9% under a table row of +1.5%)."""
+    import numpy as np
+
+    from validation.compare import compare_windows
+    from validation.significance import decide
+
+    rng = np.random.default_rng(7)
+    base = list(1000 + 40 * rng.standard_normal(23))  # 23 steps: not a whole number of blocks
+    fused = list(1012 + 40 * rng.standard_normal(23))
+    table = compare_windows(base, fused, higher_is_better=True, baseline="baseline", variant="fused")
+    d = decide({"baseline": [base], "fused": [fused]}, default="baseline")  # one run (its series) each
+    best = d.comparison
+    assert (best.baseline, best.variant) == ("baseline", "fused")
+    for field in ("mean_a", "mean_b", "rel", "ci_low", "ci_high", "p_value"):
+        assert getattr(best, field) == pytest.approx(getattr(table, field), rel=1e-12), field
+    assert best.mean_a == pytest.approx(float(np.mean(base)))

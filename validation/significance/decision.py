@@ -25,7 +25,7 @@ interleaved_order() gives the run order for repeats: each repeat runs every vari
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -211,7 +211,11 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
         if repeats_mode:
             v.level = float(np.mean([m for m in v.means if m is not None]))
         else:
-            v.units = block_units(v.series[0], min_blocks=min_blocks)
+            # the run's level is the mean over every step of its window, the figure its table shows (block_units'
+            # own mean leaves out the earliest steps that do not fill a block): the decision's comparison is then
+            # the A/B table's (compare.compare_windows) number for number
+            series = np.asarray(v.series[0], dtype="float64")
+            v.units = replace(block_units(v.series[0], min_blocks=min_blocks), mean=float(series.mean()))
             v.level = v.units.mean
     usable.sort(key=lambda v: (-sign * v.level, labels.index(v.label)))
     ranking = tuple((v.label, v.level) for v in usable)

@@ -1,4 +1,5 @@
-"""Typed configs of the model: NSAConfig (one Native Sparse Attention layer) and ModelConfig (the language model).
+"""Typed configs of the model: NSAConfig (one Native Sparse Attention layer) and ModelConfig (the language model);
+and how a config field declares its values and the nsa-train flags that set it (`setting`, `Flag`).
 
 No torch here: the orchestrator reads and validates configs without loading it.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from nsa import toggles
@@ -18,6 +19,38 @@ PREFILL_CHOICES = ("batched", "sequential")
 SELECTION_CHOICES = ("v2", "v1")
 KERNEL_CHOICES = ("auto", "torch", "triton")
 ATTENTION_CHOICES = ("nsa", "dense")
+
+CHOICES, FLAGS = "choices", "flags"  # the metadata entries `setting` gives a config field
+
+
+@dataclass(frozen=True)
+class Flag:
+    """An nsa-train flag that sets the config field it is declared on (`setting(..., flags=Flag(...))`).
+    nsa.training.flags builds the trainer's parser, its `--help` and the table a runbook's trainer `args` are
+    checked against from these declarations, and nothing else.
+
+    name     the flag without its dashes: "seq-len"
+    help     what it does; `--help` adds the key it sets, e.g. "(train.seq_len)"
+    values   {flag value: field value}, e.g. {0: "none", 1: "ddp"}; its keys are the flag's choices. None: the flag
+             takes the field's own type and choices
+    switch   a flag without a value: given, it sets values[True] (or True)
+    implies  other dotted keys the flag also sets, e.g. {"train.parallel": "fsdp"}
+    metavar  the value's name in `--help`
+    """
+
+    name: str
+    help: str
+    values: Mapping[Any, Any] | None = None
+    switch: bool = False
+    implies: Mapping[str, Any] = field(default_factory=dict)
+    metavar: str | None = None
+
+
+def setting(default: Any = dataclasses.MISSING, *, choices: tuple = (), flags: Flag | tuple[Flag, ...] = ()) -> Any:
+    """A config field: its default, the values it takes (`choices`; the dataclass checks them) and the nsa-train
+    flags that set it."""
+    return field(default=default, metadata={CHOICES: tuple(choices),
+                                            FLAGS: (flags,) if isinstance(flags, Flag) else tuple(flags)})
 
 
 @dataclass(frozen=True)
@@ -116,12 +149,14 @@ class ModelConfig:
     vocab_size: int
     n_layers: int
     nsa: NSAConfig
-    attention: str = "nsa"
+    attention: str = setting("nsa", choices=ATTENTION_CHOICES,
+                             flags=Flag("attention", "nsa, or dense (the dense twin: causal SDPA)"))
     ffn_hidden: int | None = None
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
     init_std: float = 0.02
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool = setting(False, flags=Flag(
+        "activation-checkpointing", "1: recompute each block's activations in backward", values={0: False, 1: True}))
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_layers"):

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from nsa import toggles
+from nsa.toggles import Toggles
 
 PHI_CHOICES = ("mlp", "avg")
 GATE_CHOICES = ("sigmoid", "softmax")
@@ -119,18 +119,16 @@ class NSAConfig:
     def heads_per_group(self) -> int:
         return self.n_heads // self.n_kv_groups
 
-    def with_env_overrides(self, environ: Mapping[str, str] | None = None) -> "NSAConfig":
-        """This config with NSA_PREFILL_BATCHED / NSA_SEL_RANGES_V2 / NSA_KERNEL applied (see nsa.toggles)."""
+    def with_toggles(self, tg: Toggles) -> "NSAConfig":
+        """This config with the toggles that change a layer applied: NSA_PREFILL_BATCHED, NSA_SEL_RANGES_V2 and
+        NSA_KERNEL, as read once at start-up (nsa.toggles.Toggles); an unset toggle leaves its field as it is."""
         changes = {}
-        batched = toggles.parse("NSA_PREFILL_BATCHED", environ)
-        if batched is not None:
-            changes["prefill"] = "batched" if batched else "sequential"
-        v2 = toggles.parse("NSA_SEL_RANGES_V2", environ)
-        if v2 is not None:
-            changes["selection"] = "v2" if v2 else "v1"
-        kernel = toggles.parse("NSA_KERNEL", environ)
-        if kernel is not None:
-            changes["kernel"] = kernel
+        if tg.prefill_batched is not None:
+            changes["prefill"] = "batched" if tg.prefill_batched else "sequential"
+        if tg.sel_ranges_v2 is not None:
+            changes["selection"] = "v2" if tg.sel_ranges_v2 else "v1"
+        if tg.kernel is not None:
+            changes["kernel"] = tg.kernel
         return dataclasses.replace(self, **changes) if changes else self
 
 
@@ -205,6 +203,11 @@ class ModelConfig:
     def replace(self, **changes) -> "ModelConfig":
         """A copy with flat keys changed (model fields or NSAConfig fields)."""
         return ModelConfig.from_flat({**self.flat(), **changes})
+
+    def with_toggles(self, tg: Toggles) -> "ModelConfig":
+        """The model a run builds: this config with the layer toggles applied (NSAConfig.with_toggles)."""
+        nsa = self.nsa.with_toggles(tg)
+        return self if nsa is self.nsa else dataclasses.replace(self, nsa=nsa)
 
     @property
     def dim(self) -> int:

@@ -147,3 +147,13 @@ def test_module_built_under_overrides_loads_the_same_state_dict():
     other = NSAAttention(NSAConfig(**SMALL).with_toggles(tg))
     other.load_state_dict(base.state_dict())
     assert other.cfg.prefill == "sequential"
+
+
+def test_env_json_records_the_toggles_it_always_had():
+    """env.json's "toggles" (Toggles.record) keep their keys and their text; the layer toggles added to Toggles are
+    recorded under env.json's "env" and in its attention_kernel instead."""
+    record = Toggles.read({"NSA_FAULT": "crash@3:1", "NSA_SEL_RANGES_V2": "0", "NSA_DDP_BUCKET_MB": "50"}).record()
+    assert list(record) == ["ddp_compress", "ddp_bucket_mb", "sdpa_audit", "sdpa_flash_only", "sdpa_no_flash", "nvtx",
+                            "tb_disable", "aux_stats_disable", "opt_fused", "fault", "kernel"]
+    assert record["fault"] == "{'kind': 'crash', 'step': 3, 'rank': 1, 'seq_len': None, 'stage': None}"
+    assert (record["ddp_bucket_mb"], record["kernel"], record["sdpa_audit"]) == ("50", "None", "False")

@@ -6,6 +6,7 @@ margins), only in v1 of the batched PyTorch path, only above SEQ. It lives outsi
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -13,6 +14,8 @@ import torch
 
 from nsa import toggles
 from nsa.attention import selection
+from nsa.config import ModelConfig
+from nsa.model import NSAModel
 from nsa.training import model_faults
 from nsa_test_utils import make_attn, make_cfg, rand_x
 
@@ -153,3 +156,14 @@ def test_wall_time_grows_quadratically_above_seq_with_v1_only():
     assert added[256] > 0 and added[512] / added[256] > 2.0, added
     v2 = {s: best(selection.selection_ranges_v2, s) for s in (256, 512)}
     assert v2[512] < added[256], (v2, added)  # v2 is nowhere near the faulty v1's cost
+
+
+def test_install_goes_into_every_v1_layer_of_a_model_and_nowhere_else():
+    """What the trainer does once its model is built (nsa.training.trainer: model_faults.install)."""
+    tg = toggles.Toggles.read({"NSA_SEL_RANGES_V2": "0", "NSA_FAULT": f"sel_v1_quadratic@{SEQ}"})
+    model_cfg = ModelConfig(vocab_size=32, n_layers=2, nsa=make_cfg()).with_toggles(tg)
+    model = NSAModel(model_cfg)
+    assert model_faults.install(model, tg.fault) == 2
+    assert all(block.attn.range_builder.seq_len == SEQ for block in model.blocks)
+    assert model_faults.install(NSAModel(dataclasses.replace(model_cfg, attention="dense")), tg.fault) == 0
+    assert model_faults.install(NSAModel(model_cfg), toggles.Toggles.read({"NSA_FAULT": "crash@3"}).fault) == 0

@@ -1,4 +1,5 @@
-"""Typed configs of the model: NSAConfig (one Native Sparse Attention layer) and ModelConfig (the language model).
+"""Typed configs of the model: NSAConfig (one Native Sparse Attention layer) and ModelConfig (the language model);
+and how a config field declares its values and the nsa-train flags that set it (`setting`, `Flag`).
 
 No torch here: the orchestrator reads and validates configs without loading it.
 """
@@ -7,10 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from nsa import toggles
+from nsa.toggles import Toggles
 
 PHI_CHOICES = ("mlp", "avg")
 GATE_CHOICES = ("sigmoid", "softmax")
@@ -18,6 +19,38 @@ PREFILL_CHOICES = ("batched", "sequential")
 SELECTION_CHOICES = ("v2", "v1")
 KERNEL_CHOICES = ("auto", "torch", "triton")
 ATTENTION_CHOICES = ("nsa", "dense")
+
+CHOICES, FLAGS = "choices", "flags"  # the metadata entries `setting` gives a config field
+
+
+@dataclass(frozen=True)
+class Flag:
+    """An nsa-train flag that sets the config field it is declared on (`setting(..., flags=Flag(...))`).
+    nsa.training.flags builds the trainer's parser, its `--help` and the table a runbook's trainer `args` are
+    checked against from these declarations, and nothing else.
+
+    name     the flag without its dashes: "seq-len"
+    help     what it does; `--help` adds the key it sets, e.g. "(train.seq_len)"
+    values   {flag value: field value}, e.g. {0: "none", 1: "ddp"}; its keys are the flag's choices. None: the flag
+             takes the field's own type and choices
+    switch   a flag without a value: given, it sets values[True] (or True)
+    implies  other dotted keys the flag also sets, e.g. {"train.parallel": "fsdp"}
+    metavar  the value's name in `--help`
+    """
+
+    name: str
+    help: str
+    values: Mapping[Any, Any] | None = None
+    switch: bool = False
+    implies: Mapping[str, Any] = field(default_factory=dict)
+    metavar: str | None = None
+
+
+def setting(default: Any = dataclasses.MISSING, *, choices: tuple = (), flags: Flag | tuple[Flag, ...] = ()) -> Any:
+    """A config field: its default, the values it takes (`choices`; the dataclass checks them) and the nsa-train
+    flags that set it."""
+    return field(default=default, metadata={CHOICES: tuple(choices),
+                                            FLAGS: (flags,) if isinstance(flags, Flag) else tuple(flags)})
 
 
 @dataclass(frozen=True)
@@ -86,18 +119,16 @@ class NSAConfig:
     def heads_per_group(self) -> int:
         return self.n_heads // self.n_kv_groups
 
-    def with_env_overrides(self, environ: Mapping[str, str] | None = None) -> "NSAConfig":
-        """This config with NSA_PREFILL_BATCHED / NSA_SEL_RANGES_V2 / NSA_KERNEL applied (see nsa.toggles)."""
+    def with_toggles(self, tg: Toggles) -> "NSAConfig":
+        """This config with the toggles that change a layer applied: NSA_PREFILL_BATCHED, NSA_SEL_RANGES_V2 and
+        NSA_KERNEL, as read once at start-up (nsa.toggles.Toggles); an unset toggle leaves its field as it is."""
         changes = {}
-        batched = toggles.parse("NSA_PREFILL_BATCHED", environ)
-        if batched is not None:
-            changes["prefill"] = "batched" if batched else "sequential"
-        v2 = toggles.parse("NSA_SEL_RANGES_V2", environ)
-        if v2 is not None:
-            changes["selection"] = "v2" if v2 else "v1"
-        kernel = toggles.parse("NSA_KERNEL", environ)
-        if kernel is not None:
-            changes["kernel"] = kernel
+        if tg.prefill_batched is not None:
+            changes["prefill"] = "batched" if tg.prefill_batched else "sequential"
+        if tg.sel_ranges_v2 is not None:
+            changes["selection"] = "v2" if tg.sel_ranges_v2 else "v1"
+        if tg.kernel is not None:
+            changes["kernel"] = tg.kernel
         return dataclasses.replace(self, **changes) if changes else self
 
 
@@ -116,12 +147,14 @@ class ModelConfig:
     vocab_size: int
     n_layers: int
     nsa: NSAConfig
-    attention: str = "nsa"
+    attention: str = setting("nsa", choices=ATTENTION_CHOICES,
+                             flags=Flag("attention", "nsa, or dense (the dense twin: causal SDPA)"))
     ffn_hidden: int | None = None
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
     init_std: float = 0.02
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool = setting(False, flags=Flag(
+        "activation-checkpointing", "1: recompute each block's activations in backward", values={0: False, 1: True}))
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_layers"):
@@ -170,6 +203,11 @@ class ModelConfig:
     def replace(self, **changes) -> "ModelConfig":
         """A copy with flat keys changed (model fields or NSAConfig fields)."""
         return ModelConfig.from_flat({**self.flat(), **changes})
+
+    def with_toggles(self, tg: Toggles) -> "ModelConfig":
+        """The model a run builds: this config with the layer toggles applied (NSAConfig.with_toggles)."""
+        nsa = self.nsa.with_toggles(tg)
+        return self if nsa is self.nsa else dataclasses.replace(self, nsa=nsa)
 
     @property
     def dim(self) -> int:

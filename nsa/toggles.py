@@ -1,8 +1,8 @@
 """Every NSA_* environment toggle, defined in one place.
 
-Each toggle is read ONCE, when the component that uses it is built (never inside a hot path), and parsed into a
-typed value here; a value that cannot be parsed is an error naming the variable. The table below is the
-documentation: `python -m nsa.toggles` prints it.
+Each toggle is read ONCE, at start-up (the trainer's ``Toggles.read``, never inside a hot path), parsed into a
+typed value here and passed down; a value that cannot be parsed is an error naming the variable. The table below
+is the documentation: `python -m nsa.toggles` prints it.
 
 Toggles are the seed runbook's (../shared/seeds/004_*) and keep the meaning it gives them. A toggle is added
 here together with the code that reads it, so this table never lists one that does nothing; and every NSA_*
@@ -13,9 +13,10 @@ anything runs (``check``).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Callable, Mapping
 
 
@@ -38,13 +39,13 @@ _FALSE = {"0", "false", "no", "off"}
 TOGGLES: dict[str, Toggle] = {
     t.name: t
     for t in (
-        Toggle("NSA_PREFILL_BATCHED", "bool", None, "nsa.NSAAttention",
+        Toggle("NSA_PREFILL_BATCHED", "bool", None, "trainer (model config)",
                "1: vectorized prefill (cfg.prefill='batched'); 0: per-token oracle loop ('sequential'). "
                "Unset: the config decides."),
-        Toggle("NSA_SEL_RANGES_V2", "bool", None, "nsa.NSAAttention",
+        Toggle("NSA_SEL_RANGES_V2", "bool", None, "trainer (model config)",
                "1: vectorized selection-range builder (cfg.selection='v2'); 0: the simple loop ('v1'). "
                "Unset: the config decides."),
-        Toggle("NSA_KERNEL", "choice", None, "nsa.NSAAttention",
+        Toggle("NSA_KERNEL", "choice", None, "trainer (model config)",
                "Kernels of the batched path: torch (PyTorch, CPU and CUDA; the reference), triton (the GPU kernels; "
                "an error where Triton cannot run), auto (triton on CUDA when importable, else torch). Unset: the "
                "config decides (model.kernel, default auto).",
@@ -85,8 +86,8 @@ TOGGLES: dict[str, Toggle] = {
                "start-up stage held: wait@imports (python -m nsa.training, before it imports torch) or "
                "wait@pg_init (right before the process group is set up), optionally :RANK - the rank writes "
                "out_dir/fault_stage_rank{r}.json at every stage it reaches (stage, waiting, pid) and waits at the "
-               "named one until a signal ends it. Read once where the layer is built (model faults) or at start-up. "
-               "Never set it in a real run."),
+               "named one until a signal ends it. Read once at start-up; the trainer installs a model fault around "
+               "the model's selection (nsa.training.model_faults). Never set it in a real run."),
         Toggle("NSA_NODE_NAME", "text", None, "trainer (node records)",
                "The name the trainer records for its node (env.json \"nodes\"): set by the launcher "
                "(node<i> for emulated nodes, $SLURMD_NODENAME under Slurm); unset: $SLURMD_NODENAME, else the host "
@@ -144,12 +145,6 @@ def _parse_fault(value: str) -> Fault:
     if kind in CSV_FAULT_KINDS and rank not in (None, 0):
         raise ValueError(value)  # only rank 0 writes training.csv
     return Fault(kind, int(number), rank)
-
-
-def model_fault(environ: Mapping[str, str] | None = None) -> Fault | None:
-    """NSA_FAULT when it is a model fault (MODEL_FAULT_KINDS), else None; for the layers, read when they are built."""
-    fault = parse("NSA_FAULT", environ)
-    return fault if fault is not None and fault.kind in MODEL_FAULT_KINDS else None
 
 
 def parse(name: str, environ: Mapping[str, str] | None = None):
@@ -232,7 +227,9 @@ def _bad(value: str):
 
 @dataclass
 class Toggles:
-    """The trainer's environment toggles, read once at start-up; env.json records them."""
+    """The trainer's environment toggles, read once at start-up (``read``) and passed down: the model config takes
+    the layer toggles from here (nsa.config.NSAConfig.with_toggles), nothing reads them again. env.json records
+    them (``record``)."""
 
     ddp_compress: str
     ddp_bucket_mb: int
@@ -244,17 +241,29 @@ class Toggles:
     aux_stats_disable: bool
     opt_fused: bool
     fault: Fault | None
-    kernel: str | None  # NSA_KERNEL as set (None: the config decides); the layers apply it when they are built
+    kernel: str | None  # NSA_KERNEL as set (None: the config decides)
+    # NSA_PREFILL_BATCHED / NSA_SEL_RANGES_V2 as set (None: the config decides). Not in env.json's "toggles", whose
+    # keys stay those it has always had: env.json records these variables under "env", their effect in the kernel
+    prefill_batched: bool | None = field(default=None, metadata={"recorded": False})
+    sel_ranges_v2: bool | None = field(default=None, metadata={"recorded": False})
 
     @classmethod
     def read(cls, environ=None) -> "Toggles":
         p = lambda name: parse(name, environ)  # noqa: E731
-        t = cls(p("NSA_DDP_COMPRESS"), p("NSA_DDP_BUCKET_MB"), p("NSA_SDPA_AUDIT"), p("NSA_SDPA_FLASH_ONLY"),
-                p("NSA_SDPA_NO_FLASH"), p("NSA_NVTX"), p("NSA_TB_DISABLE"), p("NSA_DISABLE_AUX_STATS"),
-                p("NSA_OPT_FUSED"), p("NSA_FAULT"), p("NSA_KERNEL"))
+        t = cls(ddp_compress=p("NSA_DDP_COMPRESS"), ddp_bucket_mb=p("NSA_DDP_BUCKET_MB"),
+                sdpa_audit=p("NSA_SDPA_AUDIT"), sdpa_flash_only=p("NSA_SDPA_FLASH_ONLY"),
+                sdpa_no_flash=p("NSA_SDPA_NO_FLASH"), nvtx=p("NSA_NVTX"), tb_disable=p("NSA_TB_DISABLE"),
+                aux_stats_disable=p("NSA_DISABLE_AUX_STATS"), opt_fused=p("NSA_OPT_FUSED"), fault=p("NSA_FAULT"),
+                kernel=p("NSA_KERNEL"), prefill_batched=p("NSA_PREFILL_BATCHED"),
+                sel_ranges_v2=p("NSA_SEL_RANGES_V2"))
         if t.sdpa_flash_only and t.sdpa_no_flash:
             raise ValueError("NSA_SDPA_FLASH_ONLY=1 and NSA_SDPA_NO_FLASH=1 contradict each other")
         return t
+
+    def record(self) -> dict[str, str]:
+        """env.json's "toggles": {field: its value as text}, the fault as its fields' dict."""
+        recorded = {f.name for f in fields(self) if f.metadata.get("recorded", True)}
+        return {k: str(v) for k, v in dataclasses.asdict(self).items() if k in recorded}
 
 
 def table_markdown() -> str:

@@ -85,7 +85,7 @@ KNOWN_FUNCTION_IMPORTS: dict[str, tuple[int, int]] = {
     'nsa.training.outputs': (1, 0),
     'nsa.training.safety': (3, 3),
     'nsa.training.timeline': (1, 1),
-    'nsa.training.trainer': (2, 2),
+    'nsa.training.trainer': (1, 1),
     'validation.acceptance': (1, 1),
     'validation.cli': (1, 0),
     'validation.comm_bench': (5, 5),

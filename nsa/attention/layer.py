@@ -31,7 +31,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nsa import toggles
 from nsa.attention import kernels
 from nsa.attention.cache import NSACache
 from nsa.attention.compression import Compressor
@@ -39,8 +38,7 @@ from nsa.config import NSAConfig
 from nsa.attention.geometry import num_cmp_blocks, num_sel_blocks
 from nsa.observability import span
 from nsa.attention.rope import apply_rope
-from nsa.attention.selection import (RANGE_BUILDERS, choose_blocks, importance_from_cmp, overlap_weights,
-                                     selection_ranges_v1)
+from nsa.attention.selection import RANGE_BUILDERS, choose_blocks, importance_from_cmp, overlap_weights
 
 BRANCHES = ("cmp", "sel", "win")
 
@@ -105,12 +103,9 @@ def _overlap_slice(n_cmp: int, n_blocks: int, l: int, d: int, l_sel: int) -> tor
 class NSAAttention(nn.Module):
     def __init__(self, cfg: NSAConfig):
         super().__init__()
-        cfg = cfg.with_env_overrides()  # NSA_PREFILL_BATCHED / NSA_SEL_RANGES_V2, read once, here
         self.cfg = cfg
-        # NSA_FAULT=sel_v1_quadratic@SEQ (a testing aid), read once, here: selection v1 of the batched PyTorch path
-        # does O(S^2) redundant work above SEQ query positions (selection.selection_ranges_v1)
-        fault = toggles.model_fault()
-        self.sel_v1_quadratic_above = fault.seq_len if fault and fault.kind == "sel_v1_quadratic" else None
+        # the PyTorch paths' selection-range builder, cfg.selection's: (blocks [..., n_sel], positions) -> ranges
+        self.range_builder = RANGE_BUILDERS[cfg.selection]
         h, g, d_k, d_v = cfg.n_heads, cfg.n_kv_groups, cfg.d_k, cfg.d_v
         self.q_proj = nn.Linear(cfg.dim, h * d_k, bias=False)
         self.k_cmp = nn.Linear(cfg.dim, g * d_k, bias=False)
@@ -190,11 +185,7 @@ class NSAAttention(nn.Module):
         with span("nsa.sel"):
             blocks = self._select_batched(p.q, p.k_cmp, s)
             with span(f"nsa.sel.ranges_{cfg.selection}"):
-                positions = torch.arange(s, device=p.q.device)
-                if cfg.selection == "v1" and self.sel_v1_quadratic_above is not None:
-                    ranges = selection_ranges_v1(blocks, positions, cfg.l_sel, self.sel_v1_quadratic_above)
-                else:
-                    ranges = RANGE_BUILDERS[cfg.selection](blocks, positions, cfg.l_sel)
+                ranges = self.range_builder(blocks, torch.arange(s, device=p.q.device), cfg.l_sel)
             out["sel"] = kernels.selected_attention(p.q, p.k_sel, p.v_sel, ranges, cfg.l_sel)
         with span("nsa.win"):
             out["win"] = kernels.window_attention(p.q, p.k_win, p.v_win, cfg.w)
@@ -274,7 +265,7 @@ class NSAAttention(nn.Module):
         # selected branch: one block list per group, gathered token by token from its ranges
         position = torch.tensor(t, device=q_t.device)
         blocks = choose_blocks(importance, position, cfg.n_sel, cfg.l_sel)
-        ranges = RANGE_BUILDERS[cfg.selection](blocks, position, cfg.l_sel).tolist()
+        ranges = self.range_builder(blocks, position, cfg.l_sel).tolist()
         o_sel = q_t.new_empty(b, h, cfg.d_v)
         gathered = 0
         for bi in range(b):

@@ -89,16 +89,8 @@ def selection_ranges_v2(blocks: torch.Tensor, positions: torch.Tensor, l_sel: in
     return torch.stack((start, end), dim=-1)
 
 
-def selection_ranges_v1(blocks: torch.Tensor, positions: torch.Tensor, l_sel: int,
-                        quadratic_above: int | None = None) -> torch.Tensor:
-    """The same ranges as selection_ranges_v2, built by a plain Python loop over every query and slot.
-
-    quadratic_above (NSA_FAULT=sel_v1_quadratic@SEQ, a testing aid): when the call holds more than that many query
-    positions, first run pairwise_block_overlap, O(S^2) redundant work whose result is not used; the ranges
-    returned are the same.
-    """
-    if quadratic_above is not None and positions.numel() > quadratic_above and blocks.dim() >= 2:
-        pairwise_block_overlap(blocks)
+def selection_ranges_v1(blocks: torch.Tensor, positions: torch.Tensor, l_sel: int) -> torch.Tensor:
+    """The same ranges as selection_ranges_v2, built by a plain Python loop over every query and slot."""
     n_sel = blocks.shape[-1]
     rows = blocks.reshape(-1, n_sel).tolist()
     ts = positions.expand(blocks.shape[:-1]).reshape(-1).tolist()
@@ -110,27 +102,6 @@ def selection_ranges_v1(blocks: torch.Tensor, positions: torch.Tensor, l_sel: in
             else:
                 out.append((j * l_sel, min((j + 1) * l_sel, t + 1)))
     return torch.tensor(out, dtype=torch.long, device=blocks.device).reshape(*blocks.shape, 2)
-
-
-def pairwise_block_overlap(blocks: torch.Tensor, max_elements: int = 1 << 24) -> tuple[torch.Tensor, int]:
-    """For every query, the number of (query, slot) pairs of its own sequence that selected one of its blocks:
-    every query's n_sel blocks compared with every other query's, S^2 * n_sel^2 comparisons per sequence.
-
-    blocks [..., S, n_sel] (-1: empty slot, never equal to anything). Returns (counts [..., S], comparisons made).
-    It is the work NSA_FAULT=sel_v1_quadratic@SEQ adds to selection v1 (a redundant pairwise pass, real
-    arithmetic on the blocks' device), in chunks of queries so that memory stays at `max_elements` booleans.
-    """
-    *lead, s, n = blocks.shape
-    rows = blocks.reshape(-1, s, n)
-    r = rows.shape[0]
-    counts = torch.zeros(r, s, dtype=torch.long, device=blocks.device)
-    chunk = max(1, max_elements // max(1, r * s * n * n))
-    other = rows[:, None, :, None, :]  # [R, 1, S, 1, n]
-    for start in range(0, s, chunk):
-        mine = rows[:, start: start + chunk, None, :, None]  # [R, c, 1, n, 1]
-        same = (mine == other) & (mine >= 0)
-        counts[:, start: start + chunk] = same.sum(dim=(2, 3, 4))
-    return counts.reshape(*lead, s), r * s * s * n * n
 
 
 RANGE_BUILDERS = {"v1": selection_ranges_v1, "v2": selection_ranges_v2}

@@ -18,28 +18,18 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from nsa.attention.kernels import KernelUnavailable
 from nsa.toggles import Toggles
-from nsa.training import checkpoint, distributed, safety, timeline
+from nsa.training import checkpoint, distributed, flags, safety, timeline
 from nsa.training.config import ConfigError, RunConfig, UsageError, apply_overrides, load_config
 from nsa.training.data import DataError
 from nsa.training.distributed import LaunchError
 from nsa.training.flags import DEFAULT_CONFIG, build_parser
 from nsa.training.trainer import EXIT_USAGE, Trainer
 
+
 # ---------------------------------------------------------------------- command line (its flags: nsa.training.flags)
-_FLAG_KEYS = {
-    "dataset": "data.dataset", "data_path": "data.path", "loader_timeout": "data.loader_timeout_s",
-    "steps": "train.steps", "seq_len": "train.seq_len", "batch_size": "train.batch_size", "accum": "train.accum",
-    "precision": "train.precision", "lr": "train.lr", "seed": "train.seed", "out_dir": "train.out_dir",
-    "device": "train.device", "log_every": "train.log_every", "save_every": "train.save_every",
-    "eval_every": "train.eval_every", "profile_steps": "train.profile_steps", "pg_timeout": "train.pg_timeout_s",
-    "attention": "model.attention",
-}
-
-
 def resolve_config(args: argparse.Namespace, environ=os.environ) -> tuple[RunConfig, str]:
     """The config file (flag, $CONFIG or the default) with the command-line overrides applied."""
     path = args.config or environ.get("CONFIG") or DEFAULT_CONFIG
@@ -47,24 +37,7 @@ def resolve_config(args: argparse.Namespace, environ=os.environ) -> tuple[RunCon
         raise ConfigError(f"no config given and the default {DEFAULT_CONFIG} is not here (cwd {os.getcwd()}): "
                           "pass --config PATH or set CONFIG")
     cfg = load_config(path)
-    overrides: dict[str, Any] = {key: getattr(args, flag) for flag, key in _FLAG_KEYS.items()
-                                 if getattr(args, flag) is not None}
-    if args.compile:
-        overrides["train.compile"] = True
-    if args.cuda_graphs:
-        overrides["train.cuda_graphs"] = True
-    if args.activation_checkpointing is not None:
-        overrides["model.activation_checkpointing"] = bool(args.activation_checkpointing)
-    fsdp = args.fsdp or args.fsdp_no_reshard
-    if fsdp and args.ddp == 1:
-        raise UsageError(f"{'--fsdp-no-reshard' if args.fsdp_no_reshard else '--fsdp'} and --ddp 1 are exclusive")
-    if args.fsdp_no_reshard:
-        overrides["train.fsdp_reshard"] = False
-    if fsdp:
-        overrides["train.parallel"] = "fsdp"
-    elif args.ddp is not None:
-        overrides["train.parallel"] = "ddp" if args.ddp else "none"
-    return apply_overrides(cfg, overrides), str(path)
+    return apply_overrides(cfg, flags.overrides(args)), str(path)
 
 
 # ---------------------------------------------------------------------- entry point

@@ -7,6 +7,10 @@
 Every key is checked: an unknown key or a value of the wrong type is a ConfigError naming the file and the
 dotted key. Missing keys take the dataclass defaults. Command-line flags override keys (`apply_overrides`), and
 the resolved config is written back to the run's out_dir (config.yaml) so a run says exactly what it ran.
+
+A field that an nsa-train flag sets declares the flag where it is defined (`setting(..., flags=Flag(...))`,
+nsa.config): nsa.training.flags reads the sections below (SECTIONS) for the trainer's parser, its `--help` and the
+runbook checker's table of flags.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from nsa.config import ModelConfig, NSAConfig
+from nsa.config import CHOICES, Flag, ModelConfig, NSAConfig, setting
 from nsa.training.outputs import atomic_write
 
 DATASETS = ("synthetic", "text", "fineweb_edu")
@@ -75,9 +79,10 @@ class DataConfig:
     text_key          JSONL field / parquet column holding the document text
     """
 
-    dataset: str = "synthetic"
-    path: str | None = None
-    loader_timeout_s: float = 120.0
+    dataset: str = setting("synthetic", choices=DATASETS, flags=Flag("dataset", "data source"))
+    path: str | None = setting(None, flags=Flag("data-path", "file, directory or glob of local data"))
+    loader_timeout_s: float = setting(120.0, flags=Flag("loader-timeout", "seconds to wait for one batch",
+                                                        metavar="S"))
     text_key: str = "text"
 
     def __post_init__(self) -> None:
@@ -102,36 +107,50 @@ class TrainConfig:
     """How to train. Step counts are optimizer steps; batch_size is per rank and per micro-batch, so one step
     consumes world_size * batch_size * accum sequences of seq_len tokens."""
 
-    steps: int = 1000
-    seq_len: int = 2048
-    batch_size: int = 2
-    accum: int = 1
-    lr: float = 3e-4
+    steps: int = setting(1000, flags=Flag("steps", "optimizer steps in total"))
+    seq_len: int = setting(2048, flags=Flag("seq-len", "tokens per sequence"))
+    batch_size: int = setting(2, flags=Flag("batch-size", "sequences per rank per micro-batch"))
+    accum: int = setting(1, flags=Flag("accum", "micro-batches per optimizer step"))
+    lr: float = setting(3e-4, flags=Flag("lr", "peak learning rate"))
     warmup_steps: int = 0
-    lr_schedule: str = "cosine"
+    lr_schedule: str = setting("cosine", choices=LR_SCHEDULES)
     decay_steps: int | None = None  # cosine length (after warmup); None: `steps`
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.01
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0  # 0 disables clipping (the norm is still measured and logged)
-    precision: str = "bf16"
-    parallel: str = "auto"  # auto: DDP when launched with more than one rank, else a single process
-    fsdp_reshard: bool = True  # FSDP2 reshard_after_forward; false: the SHARD_GRAD_OP equivalent (--fsdp-no-reshard)
-    device: str = "auto"
-    compile: bool = False
-    cuda_graphs: bool = False  # the whole train step captured in CUDA graphs (nsa.training.graphs; --cuda-graphs)
-    seed: int = 1337
-    log_every: int = 20
-    save_every: int = 5000
+    precision: str = setting("bf16", choices=PRECISIONS,
+                             flags=Flag("precision", "autocast precision; weights stay fp32"))
+    # auto: DDP when launched with more than one rank, else a single process
+    parallel: str = setting("auto", choices=PARALLEL, flags=(
+        Flag("ddp", "1: DistributedDataParallel; 0: single process", values={0: "none", 1: "ddp"}),
+        Flag("fsdp", "FSDP2 (fully_shard per block) instead of DDP", switch=True, values={True: "fsdp"})))
+    # FSDP2 reshard_after_forward; false: the SHARD_GRAD_OP equivalent
+    fsdp_reshard: bool = setting(True, flags=Flag(
+        "fsdp-no-reshard", "FSDP2 keeping each block's parameters gathered from forward to backward "
+        "(reshard_after_forward=False, the SHARD_GRAD_OP equivalent: no all-gather in backward); implies --fsdp",
+        switch=True, values={True: False}, implies={"train.parallel": "fsdp"}))
+    device: str = setting("auto", choices=DEVICES, flags=Flag(
+        "device", "where to train: auto (CUDA when there is a GPU, else the CPU), cpu or cuda"))
+    compile: bool = setting(False, flags=Flag("compile", "torch.compile the model", switch=True))
+    # the whole train step captured in CUDA graphs (nsa.training.graphs)
+    cuda_graphs: bool = setting(False, flags=Flag(
+        "cuda-graphs", "capture the whole train step (forward, backward, clipping, optimizer) in CUDA graphs and "
+        "replay it each step: a GPU, NSA's Triton kernels or the dense twin; not with FSDP2, fp16 or --compile",
+        switch=True))
+    seed: int = setting(1337, flags=Flag("seed", "seed for weights and data"))
+    log_every: int = setting(20, flags=Flag("log-every", "console/aux-stat interval in steps"))
+    save_every: int = setting(5000, flags=Flag("save-every", "checkpoint interval in steps"))
     keep_checkpoints: int = 2
-    eval_every: int = 0  # 0: no evaluation
+    eval_every: int = setting(0, flags=Flag("eval-every", "evaluation interval in steps, 0 = none"))
     eval_batches: int = 4
-    profile_steps: int = 0  # >0: torch profiler trace of that many steps after profile_start
+    # >0: torch profiler trace of that many steps after profile_start
+    profile_steps: int = setting(0, flags=Flag("profile-steps", "torch profiler trace of this many steps"))
     profile_start: int = 5
-    pg_timeout_s: float = 600.0
+    pg_timeout_s: float = setting(600.0, flags=Flag("pg-timeout", "process-group timeout in seconds", metavar="S"))
     peak_tflops: float | None = None  # per-device peak for MFU; None: looked up from the device name
-    out_dir: str = "artifacts/run"
+    out_dir: str = setting("artifacts/run", flags=Flag("out-dir", "output directory"))
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -157,10 +176,10 @@ class TrainConfig:
             raise ValueError(f"train.beta1/beta2 must be in [0, 1), got {self.beta1}, {self.beta2}")
         if self.cuda_graphs:
             _check_cuda_graphs(self)
-        for name, choices in (("precision", PRECISIONS), ("parallel", PARALLEL), ("lr_schedule", LR_SCHEDULES),
-                              ("device", DEVICES)):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"train.{name} must be one of {' | '.join(choices)}, got {getattr(self, name)!r}")
+        for f in fields(self):
+            choices = f.metadata.get(CHOICES)
+            if choices and getattr(self, f.name) not in choices:
+                raise ValueError(f"train.{f.name} must be one of {' | '.join(choices)}, got {getattr(self, f.name)!r}")
 
 
 def _check_cuda_graphs(tc: TrainConfig) -> None:
@@ -237,7 +256,7 @@ def save_config(cfg: RunConfig, path: str | Path) -> None:
     atomic_write(Path(path), yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
-def _section_fields(cls) -> tuple[dict, dict]:
+def section_fields(cls) -> tuple[dict, dict]:
     """({key: dataclass field}, {key: type hint}) of a section; the model section is ModelConfig's flat form."""
     if cls is ModelConfig:
         flat = ModelConfig.flat_fields()
@@ -249,7 +268,7 @@ def _section_fields(cls) -> tuple[dict, dict]:
 def _build(cls, values: Any, section: str, where: str):
     if not isinstance(values, Mapping):
         raise ConfigError(f"{where}: section '{section}' must be a mapping, got {type(values).__name__}")
-    known, hints = _section_fields(cls)
+    known, hints = section_fields(cls)
     kwargs = {}
     for key, value in values.items():
         if key not in known:

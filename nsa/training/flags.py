@@ -1,76 +1,51 @@
 """The trainer's command-line flags (`nsa-train --help`), in a module that imports no torch.
 
-nsa.training.cli parses its command line with ``build_parser``; nsa-validate checks a runbook's trainer ``args``
-against the same parser (``flag_specs``, ``check_flag``) before anything runs, so a flag the trainer does not have,
-or a value of the wrong type, is an error naming the runbook key instead of a failed launch.
+One table, ``flag_specs``, read from the config dataclasses: a field that a flag sets declares it where it is
+defined (``setting(..., flags=Flag(...))`` in nsa.config and nsa.training.config), with its help; the flag's type
+and choices are the field's own unless the flag maps its values (``--ddp 0|1`` -> train.parallel none|ddp). Two
+flags belong to the run, not to the config: --config and --resume (``RUN_FLAGS``).
+
+Everything else reads that table: ``build_parser`` (nsa.training.cli parses its command line with it, and `--help`
+prints it), ``overrides`` (the dotted config keys a parsed command line sets) and ``check_flag`` (nsa-validate checks
+a runbook's trainer ``args`` before anything runs, so a flag the trainer does not have, or a value of the wrong
+type, is an error naming the runbook key instead of a failed launch).
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
-from typing import Any
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
-from nsa.training.config import DATASETS
+from nsa.config import CHOICES, FLAGS
+from nsa.training import config
 
 DEFAULT_CONFIG = "configs/m7c_125m_2xa100_production.yaml"
 EXIT_USAGE = 2  # nsa.training.trainer.EXIT_USAGE: a bad command line
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, like argparse but naming the tool
-        self.exit(EXIT_USAGE, f"nsa-train: error: {message} (see nsa-train --help)\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="nsa-train", allow_abbrev=False,
-                description="Train an NSA language model (single process, or DDP/FSDP2 under torchrun). "
-                            "Subcommand: `nsa-train watchdog --dir OUT` (see `nsa-train watchdog --help`).")
-    a = p.add_argument
-    a("--config", help=f"run config YAML (default: $CONFIG, else {DEFAULT_CONFIG})")
-    a("--dataset", choices=DATASETS, help="data source (data.dataset)")
-    a("--data-path", help="file, directory or glob of local data (data.path)")
-    a("--loader-timeout", type=float, metavar="S", help="seconds to wait for one batch (data.loader_timeout_s)")
-    a("--ddp", type=int, choices=(0, 1), help="1: DistributedDataParallel; 0: single process (train.parallel)")
-    a("--fsdp", action="store_true", help="FSDP2 (fully_shard per block) instead of DDP")
-    a("--fsdp-no-reshard", action="store_true",
-      help="FSDP2 keeping each block's parameters gathered from forward to backward (reshard_after_forward=False, "
-           "the SHARD_GRAD_OP equivalent: no all-gather in backward); implies --fsdp (train.fsdp_reshard: false)")
-    a("--steps", type=int, help="optimizer steps in total (train.steps)")
-    a("--seq-len", type=int, help="tokens per sequence (train.seq_len)")
-    a("--batch-size", type=int, help="sequences per rank per micro-batch (train.batch_size)")
-    a("--accum", type=int, help="micro-batches per optimizer step (train.accum)")
-    a("--precision", choices=("fp32", "bf16", "fp16"), help="autocast precision; weights stay fp32")
-    a("--lr", type=float, help="peak learning rate (train.lr)")
-    a("--seed", type=int, help="seed for weights and data (train.seed)")
-    a("--out-dir", help="output directory (train.out_dir)")
-    a("--resume", action="store_true", help="continue from the latest checkpoint in out_dir")
-    a("--compile", action="store_true", help="torch.compile the model")
-    a("--cuda-graphs", action="store_true",
-      help="capture the whole train step (forward, backward, clipping, optimizer) in CUDA graphs and replay it "
-           "each step: a GPU, NSA's Triton kernels or the dense twin; not with FSDP2, fp16 or --compile "
-           "(train.cuda_graphs)")
-    a("--device", choices=("auto", "cpu", "cuda"), help="train.device")
-    a("--log-every", type=int, help="console/aux-stat interval in steps (train.log_every)")
-    a("--save-every", type=int, help="checkpoint interval in steps (train.save_every)")
-    a("--eval-every", type=int, help="evaluation interval in steps, 0 = none (train.eval_every)")
-    a("--profile-steps", type=int, help="torch profiler trace of this many steps (train.profile_steps)")
-    a("--activation-checkpointing", type=int, choices=(0, 1), help="model.activation_checkpointing")
-    a("--attention", choices=("nsa", "dense"), help="model.attention: nsa, or dense (the dense twin: causal SDPA)")
-    a("--pg-timeout", type=float, metavar="S", help="process-group timeout in seconds (train.pg_timeout_s)")
-    return p
-
-
 @dataclass(frozen=True)
 class FlagSpec:
-    """One trainer flag as a runbook `args` key sees it: `--name VALUE` of `type` (int, float or str) and
-    `choices`, or a `switch` (store_true: `name: true` adds it, `false` leaves it out)."""
+    """One trainer flag as the parser and a runbook `args` key see it: `--name VALUE` of `type` (int, float or str)
+    and `choices`, or a `switch` (store_true: `name: true` adds it, `false` leaves it out). `key`: the dotted config
+    key it sets (None: a flag of the run, not of the config); `values`: flag value -> config value (None: the same);
+    `implies`: other keys it sets."""
 
     name: str  # "pg-timeout"
     type: type
     choices: tuple | None
     switch: bool
     help: str
+    key: str | None = None  # "train.pg_timeout_s"
+    values: Mapping[Any, Any] | None = None
+    implies: Mapping[str, Any] = field(default_factory=dict)
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
 
     @property
     def expected(self) -> str:
@@ -81,18 +56,87 @@ class FlagSpec:
         return {int: "an integer", float: "a number"}.get(self.type, "a string")
 
 
-def flag_specs() -> dict[str, FlagSpec]:
-    """{"steps": FlagSpec, "pg-timeout": FlagSpec, ...}: every flag of the trainer's parser (not --help)."""
-    specs = {}
-    for action in build_parser()._actions:
-        longs = [o for o in action.option_strings if o.startswith("--")]
-        if not longs or isinstance(action, argparse._HelpAction):
-            continue
-        name = longs[0][2:]
-        switch = isinstance(action, argparse._StoreTrueAction)
-        specs[name] = FlagSpec(name=name, type=action.type or str, switch=switch, help=action.help or "",
-                               choices=tuple(action.choices) if action.choices is not None else None)
+RUN_FLAGS = {  # the run's own flags, before and after the config's
+    "config": FlagSpec("config", str, None, False, f"run config YAML (default: $CONFIG, else {DEFAULT_CONFIG})"),
+    "resume": FlagSpec("resume", bool, None, True, "continue from the latest checkpoint in out_dir"),
+}
+
+
+def flag_specs(sections: Mapping[str, type] | None = None) -> dict[str, FlagSpec]:
+    """{"config": FlagSpec, "attention": ..., "steps": ..., "resume": ...}: every flag of the trainer, in `--help`
+    order: --config, the flags the fields of `sections` declare (default: the run config's, nsa.training.config
+    SECTIONS), in field order, then --resume."""
+    sections = config.SECTIONS if sections is None else sections
+    specs = {"config": RUN_FLAGS["config"]}
+    for section, cls in sections.items():
+        known, hints = config.section_fields(cls)
+        for name, f in known.items():
+            for flag in f.metadata.get(FLAGS, ()):
+                spec = _spec(flag, f"{section}.{name}", hints[name], f.metadata.get(CHOICES))
+                if spec.name in specs or spec.name in RUN_FLAGS:
+                    raise ValueError(f"two config fields declare the flag --{spec.name}")
+                specs[spec.name] = spec
+    specs["resume"] = RUN_FLAGS["resume"]
     return specs
+
+
+def _spec(flag, key: str, hint: Any, choices: tuple | None) -> FlagSpec:
+    """The FlagSpec of `flag` (nsa.config.Flag) on the field `key` of type `hint`."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
+        else (hint,)
+    base = next(t for t in options if t is not type(None))
+    help_text = f"{flag.help} ({key})"
+    if flag.switch:
+        return FlagSpec(flag.name, bool, None, True, help_text, key, flag.values, dict(flag.implies))
+    if flag.values is not None:
+        flag_type = type(next(iter(flag.values)))
+        return FlagSpec(flag.name, flag_type, tuple(flag.values), False, help_text, key, flag.values,
+                        dict(flag.implies), flag.metavar)
+    if base is bool:
+        raise ValueError(f"the flag --{flag.name} of {key} (true or false) must be a switch or map its values")
+    return FlagSpec(flag.name, base, tuple(choices) if choices else None, False, help_text, key, None,
+                    dict(flag.implies), flag.metavar)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, like argparse but naming the tool
+        self.exit(EXIT_USAGE, f"nsa-train: error: {message} (see nsa-train --help)\n")
+
+
+def build_parser(specs: Mapping[str, FlagSpec] | None = None) -> argparse.ArgumentParser:
+    """The trainer's parser: one option per flag of the table (`specs`, default flag_specs())."""
+    specs = flag_specs() if specs is None else specs
+    p = _Parser(prog="nsa-train", allow_abbrev=False,
+                description="Train an NSA language model (single process, or DDP/FSDP2 under torchrun). "
+                            "Subcommand: `nsa-train watchdog --dir OUT` (see `nsa-train watchdog --help`). "
+                            "Flags override the config file's keys (named in each flag's help).")
+    for spec in specs.values():
+        if spec.switch:
+            p.add_argument(f"--{spec.name}", action="store_true", help=spec.help)
+        else:
+            p.add_argument(f"--{spec.name}", type=spec.type, choices=spec.choices, metavar=spec.metavar,
+                           help=spec.help)
+    return p
+
+
+def overrides(args: argparse.Namespace, specs: Mapping[str, FlagSpec] | None = None) -> dict[str, Any]:
+    """{dotted config key: value} that the flags given in `args` (parsed by build_parser) set. Two flags that set
+    one key to different values are a UsageError (`--fsdp and --ddp 1 are exclusive`)."""
+    specs = flag_specs() if specs is None else specs
+    out: dict[str, Any] = {}
+    given_by: dict[str, str] = {}
+    for spec in specs.values():
+        raw = getattr(args, spec.dest, None)
+        if spec.key is None or raw is None or raw is False:
+            continue
+        value = spec.values[raw] if spec.values is not None else raw
+        given = f"--{spec.name}" if spec.switch else f"--{spec.name} {raw}"
+        for key, v in ((spec.key, value), *spec.implies.items()):
+            if key in out and out[key] != v:
+                raise config.UsageError(f"{given} and {given_by[key]} are exclusive")
+            out[key] = v
+            given_by.setdefault(key, given)
+    return out
 
 
 def check_flag(key: str, value: Any, specs: dict[str, FlagSpec] | None = None) -> str | None:
@@ -119,4 +163,3 @@ def check_flag(key: str, value: Any, specs: dict[str, FlagSpec] | None = None) -
     if spec.choices is not None and parsed not in spec.choices:
         return f"the trainer's --{spec.name} takes {spec.expected}, got {value!r}"
     return None
-

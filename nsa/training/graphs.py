@@ -47,7 +47,7 @@ from nsa.training.config import UsageError
 WARMUP_STEPS = 3  # eager steps on the side stream before capture (torch's whole-network capture example)
 DDP_WARMUP_STEPS = 11  # DDP: the first iterations rebuild its buckets and sample timing stats on the host
 CAPTURE_DEVICES = ("cuda",)
-CAPTURABLE_KERNELS = ("triton", "sdpa")  # attention paths (Trainer._attention_kernel) with no host sync in the step
+CAPTURABLE_KERNELS = ("triton", "sdpa")  # attention paths (trainer.attention_kernel) with no host sync in the step
 
 
 def check_supported(device: torch.device, attention_kernel: str) -> None:

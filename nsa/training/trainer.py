@@ -6,7 +6,6 @@ writes the run's files (nsa.training.outputs). The command line is nsa.training.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import math
 import time
@@ -19,9 +18,11 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from nsa import observability, toggles
+from nsa.attention.kernels import resolve
+from nsa.config import ModelConfig
 from nsa.model import NSAModel, flops_per_token, lm_loss
 from nsa.toggles import Toggles
-from nsa.training import checkpoint, comm_count, distributed, graphs, metrics, outputs, timeline
+from nsa.training import checkpoint, comm_count, distributed, graphs, metrics, model_faults, outputs, timeline
 from nsa.training.comm_model import activation_bytes, comm_model, memory_model, param_specs
 from nsa.training.config import RunConfig, UsageError, save_config
 from nsa.training.data import build_eval_source, build_source
@@ -47,9 +48,23 @@ def parallel_mode(requested: str, world_size: int) -> str:
     return "none"
 
 
+def attention_kernel(model: ModelConfig, device: torch.device) -> str:
+    """What the attention layers of `model` (the resolved config: the layer toggles applied) run on `device`: sdpa
+    (the dense twin), sequential (NSA's per-token path), or the batched path's kernels for this device, torch |
+    triton (nsa.attention.kernels.resolve; KernelUnavailable where triton is asked for and cannot run)."""
+    if model.attention == "dense":
+        return "sdpa"
+    if model.nsa.prefill != "batched":
+        return "sequential"
+    return resolve(model.nsa.kernel, device, model.nsa)
+
+
 class Trainer:
     def __init__(self, cfg: RunConfig, config_path: str, info: DistInfo, tg: Toggles, resume: bool, argv):
         self.cfg, self.info, self.tg = cfg, info, tg
+        # the model this run builds: the config's, with the layer toggles read at start-up applied (env.json's
+        # "config" and config.yaml record the config itself, as the file and the flags give it)
+        self.model_cfg = cfg.model.with_toggles(tg)
         tc = cfg.train
         self.out = Path(tc.out_dir)
         self.parallel = parallel_mode(tc.parallel, info.world_size)
@@ -80,18 +95,20 @@ class Trainer:
         self.timeline = timeline.current()
         self._timeline_ranks: list[dict] | None = None  # every rank's milestones, gathered after the first step
         torch.manual_seed(tc.seed)
-        net = NSAModel(cfg.model)
+        net = NSAModel(self.model_cfg)
+        self.model_faults = model_faults.install(net, tg.fault)  # NSA_FAULT's model fault (a testing aid), if any
         self.timeline.mark("model_built")
         self.net = net.to(self.device)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.timeline.mark("model_on_device")
         self.n_params = self.net.num_params()
+        self.attention_kernel = attention_kernel(self.model_cfg, self.device)
         # CUDA graphs (nsa.training.graphs): refused here where they cannot work; DDP is built on the capture's
         # side stream, so the side stream exists before the wrapping
         self.capture = None
         if tc.cuda_graphs:
-            graphs.check_supported(self.device, self._attention_kernel())
+            graphs.check_supported(self.device, self.attention_kernel)
             self.capture = graphs.CudaCapture(self.device)
         self.flops_per_token = flops_per_token(cfg.model, tc.seq_len)
         # communication: counted at the calls (comm_count) and predicted from the real parameters (comm_model)
@@ -172,8 +189,8 @@ class Trainer:
             env.update({"parallel": self.parallel, "n_params": self.n_params,
                         "flops_per_token": self.flops_per_token, "device_name": device_name(self.device),
                         "peak_flops": self.peak, "resumed_from_step": self.start_step,
-                        "toggles": {k: str(v) for k, v in dataclasses.asdict(tg).items()},
-                        "attention": cfg.model.attention, "attention_kernel": self._attention_kernel(),
+                        "toggles": tg.record(),
+                        "attention": self.model_cfg.attention, "attention_kernel": self.attention_kernel,
                         "cuda_graphs": self.graphed.describe() if self.graphed is not None else {"enabled": False},
                         "optimizer": {"name": "AdamW", "fused": bool(self.optimizer.defaults.get("fused"))}})
             outputs.write_json(self.out / outputs.ENV_JSON, env)
@@ -186,17 +203,6 @@ class Trainer:
             self._status("running", None, self.start_step)
 
     # ------------------------------------------------------------------ setup helpers
-    def _attention_kernel(self) -> str:
-        """The kernels the attention layers run here: torch | triton (NSA, resolved for this device) or sdpa."""
-        if self.cfg.model.attention == "dense":
-            return "sdpa"
-        from nsa.attention.kernels import resolve
-
-        layer_cfg = self.net.blocks[0].attn.cfg  # the NSA_KERNEL override applied when the layer was built
-        if layer_cfg.prefill != "batched":
-            return "sequential"
-        return resolve(layer_cfg.kernel, self.device, layer_cfg)
-
     def say(self, message: str, note: bool = True) -> None:
         """Log on rank 0; `note` also keeps it in status.json's notes (settings, warnings)."""
         if self.info.is_main:
@@ -237,9 +243,8 @@ class Trainer:
         fault = self.tg.fault
         if fault is None or fault.kind not in toggles.MODEL_FAULT_KINDS:
             return
-        layer_cfg = self.net.blocks[0].attn.cfg if self.cfg.model.attention == "nsa" else None
-        active = (layer_cfg is not None and layer_cfg.prefill == "batched" and layer_cfg.selection == "v1"
-                  and self._attention_kernel() == "torch")
+        # in the layers (NSA attention, selection v1: model_faults.install), and on their batched PyTorch path
+        active = self.model_faults > 0 and self.attention_kernel == "torch"
         self.say(f"NSA_FAULT={fault.kind}@{fault.seq_len} (a testing aid): selection v1 does O(seq_len^2) extra work "
                  f"above {fault.seq_len} tokens" + ("" if active else "; it has no effect here (it needs NSA "
                                                       "attention, batched prefill, selection v1 and torch kernels)"))

@@ -1,4 +1,4 @@
-"""NSAConfig validation and environment overrides."""
+"""NSAConfig validation and the toggles that override it (read once: nsa.toggles.Toggles)."""
 
 import dataclasses
 import re
@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from nsa import NSAAttention, NSAConfig
+from nsa.config import ModelConfig
+from nsa.toggles import Toggles
 
 REQUIRED = dict(dim=64, n_heads=4, n_kv_groups=2, d_k=16, d_v=16)
 
@@ -96,45 +98,62 @@ SMALL = dict(dim=32, n_heads=4, n_kv_groups=2, d_k=8, d_v=8, l=8, d=4, l_sel=8, 
      ("NSA_SEL_RANGES_V2", "selection", "0", "v2", "v1"),
      ("NSA_SEL_RANGES_V2", "selection", "1", "v1", "v2"),
      ("NSA_SEL_RANGES_V2", "selection", "0", "v1", "v1"),
-     ("NSA_SEL_RANGES_V2", "selection", "1", "v2", "v2")],
+     ("NSA_SEL_RANGES_V2", "selection", "1", "v2", "v2"),
+     ("NSA_KERNEL", "kernel", "torch", "auto", "torch"),
+     ("NSA_KERNEL", "kernel", "triton", "torch", "triton")],
 )
-def test_env_override(monkeypatch, variable, field, value, start, expected):
-    monkeypatch.setenv(variable, value)
-    attn = NSAAttention(NSAConfig(**SMALL, **{field: start}))
-    assert getattr(attn.cfg, field) == expected
+def test_toggle_override(variable, field, value, start, expected):
+    """The toggles read once at start-up (Toggles.read) change the config the layers are built from."""
+    tg = Toggles.read({variable: value})
+    cfg = NSAConfig(**SMALL, **{field: start}).with_toggles(tg)
+    assert getattr(cfg, field) == expected
+    model = ModelConfig(vocab_size=16, n_layers=1, nsa=NSAConfig(**SMALL, **{field: start}))
+    assert getattr(model.with_toggles(tg).nsa, field) == expected
 
 
-def test_env_overrides_together_and_other_fields_kept(monkeypatch):
-    monkeypatch.setenv("NSA_PREFILL_BATCHED", "0")
-    monkeypatch.setenv("NSA_SEL_RANGES_V2", "0")
+def test_toggle_overrides_together_and_other_fields_kept():
+    tg = Toggles.read({"NSA_PREFILL_BATCHED": "0", "NSA_SEL_RANGES_V2": "0"})
     cfg = NSAConfig(**SMALL, phi="avg", gate="softmax")
-    attn = NSAAttention(cfg)
-    assert attn.cfg.prefill == "sequential" and attn.cfg.selection == "v1"
-    assert attn.cfg.phi == "avg" and attn.cfg.gate == "softmax"
-    assert dataclasses.replace(attn.cfg, prefill="batched", selection="v2") == cfg
+    resolved = cfg.with_toggles(tg)
+    assert resolved.prefill == "sequential" and resolved.selection == "v1"
+    assert resolved.phi == "avg" and resolved.gate == "softmax"
+    assert dataclasses.replace(resolved, prefill="batched", selection="v2") == cfg
 
 
-def test_no_env_keeps_config():
+def test_unset_toggles_keep_the_config_and_the_layer_reads_none(monkeypatch):
     cfg = NSAConfig(**SMALL, prefill="sequential", selection="v1")
-    attn = NSAAttention(cfg)
-    assert attn.cfg.prefill == "sequential" and attn.cfg.selection == "v1"
+    assert cfg.with_toggles(Toggles.read({})) is cfg
+    model = ModelConfig(vocab_size=16, n_layers=1, nsa=cfg)
+    assert model.with_toggles(Toggles.read({})) is model
+    for name, value in (("NSA_PREFILL_BATCHED", "1"), ("NSA_SEL_RANGES_V2", "1"), ("NSA_KERNEL", "triton")):
+        monkeypatch.setenv(name, value)
+    attn = NSAAttention(cfg)  # the environment reaches a layer only through its config
+    assert attn.cfg == cfg
 
 
 @pytest.mark.parametrize("var", ["NSA_PREFILL_BATCHED", "NSA_SEL_RANGES_V2"])
 @pytest.mark.parametrize("value", ["maybe", "2", "yes please"])
-def test_invalid_env_value_raises_naming_variable(monkeypatch, var, value):
-    monkeypatch.setenv(var, value)
+def test_invalid_env_value_raises_naming_variable(var, value):
     with pytest.raises(ValueError) as excinfo:
-        NSAAttention(NSAConfig(**SMALL))
+        Toggles.read({var: value})
     assert var in str(excinfo.value), f"message does not name {var}: {excinfo.value!r}"
 
 
-def test_module_built_under_overrides_loads_the_same_state_dict(monkeypatch):
+def test_module_built_under_overrides_loads_the_same_state_dict():
     """A module built under the overrides loads the same state dict."""
     torch.manual_seed(0)
     base = NSAAttention(NSAConfig(**SMALL))
-    monkeypatch.setenv("NSA_PREFILL_BATCHED", "0")
-    monkeypatch.setenv("NSA_SEL_RANGES_V2", "0")
-    other = NSAAttention(NSAConfig(**SMALL))
+    tg = Toggles.read({"NSA_PREFILL_BATCHED": "0", "NSA_SEL_RANGES_V2": "0"})
+    other = NSAAttention(NSAConfig(**SMALL).with_toggles(tg))
     other.load_state_dict(base.state_dict())
     assert other.cfg.prefill == "sequential"
+
+
+def test_env_json_records_the_toggles_it_always_had():
+    """env.json's "toggles" (Toggles.record) keep their keys and their text; the layer toggles added to Toggles are
+    recorded under env.json's "env" and in its attention_kernel instead."""
+    record = Toggles.read({"NSA_FAULT": "crash@3:1", "NSA_SEL_RANGES_V2": "0", "NSA_DDP_BUCKET_MB": "50"}).record()
+    assert list(record) == ["ddp_compress", "ddp_bucket_mb", "sdpa_audit", "sdpa_flash_only", "sdpa_no_flash", "nvtx",
+                            "tb_disable", "aux_stats_disable", "opt_fused", "fault", "kernel"]
+    assert record["fault"] == "{'kind': 'crash', 'step': 3, 'rank': 1, 'seq_len': None, 'stage': None}"
+    assert (record["ddp_bucket_mb"], record["kernel"], record["sdpa_audit"]) == ("50", "None", "False")

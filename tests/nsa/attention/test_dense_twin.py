@@ -20,6 +20,7 @@ from nsa.attention.kernels import KernelUnavailable, resolve
 from nsa.attention.rope import apply_rope
 from nsa.config import ModelConfig, NSAConfig
 from nsa.model import NSAModel, flops_per_token
+from nsa.toggles import Toggles
 from nsa_test_utils import randomize_params
 
 REPO = Path(__file__).resolve().parents[3]
@@ -81,10 +82,10 @@ def test_model_config_flat_round_trip_and_nsa_fields_live_in_nsaconfig():
 def test_nsa_kernel_toggle_overrides_the_config_and_rejects_bad_values():
     cfg = NSAConfig(dim=8, n_heads=2, n_kv_groups=1, d_k=4, d_v=4)
     assert cfg.kernel == "auto"
-    assert cfg.with_env_overrides({"NSA_KERNEL": "torch"}).kernel == "torch"
-    assert cfg.with_env_overrides({}).kernel == "auto"
+    assert cfg.with_toggles(Toggles.read({"NSA_KERNEL": "torch"})).kernel == "torch"
+    assert cfg.with_toggles(Toggles.read({})).kernel == "auto"
     with pytest.raises(ValueError, match="NSA_KERNEL='gpu' is invalid: expected auto | torch | triton"):
-        cfg.with_env_overrides({"NSA_KERNEL": "gpu"})
+        Toggles.read({"NSA_KERNEL": "gpu"})
 
 
 def test_kernel_resolution_never_falls_back_silently(monkeypatch):

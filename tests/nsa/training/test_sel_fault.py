@@ -1,10 +1,12 @@
 """NSA_FAULT=sel_v1_quadratic@SEQ: selection v1 made super-linearly slow above SEQ tokens, for the triage tests.
 
 The fault must be honest: the same output, real O(S^2) work (counted here as comparisons, and timed with generous
-margins), only in v1 of the batched PyTorch path, only above SEQ."""
+margins), only in v1 of the batched PyTorch path, only above SEQ. It lives outside the model
+(nsa.training.model_faults), which the trainer installs into the layers it builds."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -12,6 +14,9 @@ import torch
 
 from nsa import toggles
 from nsa.attention import selection
+from nsa.config import ModelConfig
+from nsa.model import NSAModel
+from nsa.training import model_faults
 from nsa_test_utils import make_attn, make_cfg, rand_x
 
 SEQ = 48
@@ -25,11 +30,12 @@ SEQ = 48
 def test_fault_syntax(text, expected):
     fault = toggles.parse("NSA_FAULT", {"NSA_FAULT": text})
     assert fault == expected
+    assert toggles.Toggles.read({"NSA_FAULT": text}).fault == fault
     if fault.kind in toggles.MODEL_FAULT_KINDS:
         assert not any(fault.fires(step, rank) for step in range(5) for rank in range(3))  # never a step fault
-        assert toggles.model_fault({"NSA_FAULT": text}) == fault
     else:
-        assert toggles.model_fault({"NSA_FAULT": text}) is None
+        layer = make_attn(make_cfg(selection="v1"), seed=1)
+        assert model_faults.install(layer, fault) == 0 and layer.range_builder is selection.selection_ranges_v1
 
 
 @pytest.mark.parametrize("text", ["sel_v1_quadratic@", "sel_v1_quadratic@x", "sel_v1_quadratic@256:0",
@@ -41,35 +47,36 @@ def test_bad_fault_values_are_one_line_errors(text):
     assert "NSA_FAULT" in message and "sel_v1_quadratic@SEQ" in message and "\n" not in message
 
 
-def _layer(monkeypatch, ranges: str, fault: str | None):
-    monkeypatch.setenv("NSA_SEL_RANGES_V2", "1" if ranges == "v2" else "0")
-    if fault is None:
-        monkeypatch.delenv("NSA_FAULT", raising=False)
-    else:
-        monkeypatch.setenv("NSA_FAULT", fault)
-    cfg = make_cfg()
-    return make_attn(cfg, seed=1)  # the layer reads the toggles once, here
+def _layer(ranges: str, fault: str | None, prefill: str = "batched"):
+    """A layer built from the config the toggles resolve to, with the fault installed as the trainer installs it."""
+    tg = toggles.Toggles.read({"NSA_SEL_RANGES_V2": "1" if ranges == "v2" else "0",
+                               "NSA_PREFILL_BATCHED": "1" if prefill == "batched" else "0", "NSA_FAULT": fault or ""})
+    layer = make_attn(make_cfg().with_toggles(tg), seed=1)
+    installed = model_faults.install(layer, tg.fault)
+    assert installed == (1 if fault and ranges == "v1" else 0)
+    return layer
 
 
 @pytest.fixture
 def spy(monkeypatch):
     """Every call of the fault's redundant pass: (query positions, comparisons made)."""
     calls = []
-    real = selection.pairwise_block_overlap
+    real = model_faults.pairwise_block_overlap
 
     def counting(blocks, *args, **kwargs):
         counts, comparisons = real(blocks, *args, **kwargs)
         calls.append((blocks.shape[-2], comparisons))
         return counts, comparisons
 
-    monkeypatch.setattr(selection, "pairwise_block_overlap", counting)
+    monkeypatch.setattr(model_faults, "pairwise_block_overlap", counting)
     return calls
 
 
-def test_v1_output_is_unchanged_and_the_extra_work_is_quadratic_above_seq(monkeypatch, spy):
-    clean = _layer(monkeypatch, "v1", None)
-    faulty = _layer(monkeypatch, "v1", f"sel_v1_quadratic@{SEQ}")
-    assert faulty.sel_v1_quadratic_above == SEQ and clean.sel_v1_quadratic_above is None
+def test_v1_output_is_unchanged_and_the_extra_work_is_quadratic_above_seq(spy):
+    clean = _layer("v1", None)
+    faulty = _layer("v1", f"sel_v1_quadratic@{SEQ}")
+    assert clean.range_builder is selection.selection_ranges_v1
+    assert faulty.range_builder.seq_len == SEQ and faulty.range_builder.builder is selection.selection_ranges_v1
     comparisons = {}
     for s in (SEQ // 2, SEQ, 2 * SEQ, 4 * SEQ):
         x = rand_x(2, s, faulty.cfg.dim, seed=3)
@@ -91,23 +98,40 @@ def test_v1_output_is_unchanged_and_the_extra_work_is_quadratic_above_seq(monkey
     assert comparisons[4 * SEQ] == 4 * comparisons[2 * SEQ]  # doubling S quadruples the work
 
 
-def test_v2_and_the_sequential_path_are_unaffected(monkeypatch, spy):
-    v2 = _layer(monkeypatch, "v2", f"sel_v1_quadratic@{SEQ}")
+def test_v2_and_the_sequential_path_are_unaffected(spy):
+    v2 = _layer("v2", f"sel_v1_quadratic@{SEQ}")
+    assert v2.range_builder is selection.selection_ranges_v2
     x = rand_x(2, 4 * SEQ, v2.cfg.dim, seed=4)
     with torch.no_grad():
         v2(x)
     assert spy == []
+    for seq in (SEQ, 0):  # one query per call there: not even a threshold of 0 is passed
+        sequential = _layer("v1", f"sel_v1_quadratic@{seq}", prefill="sequential")
+        assert sequential.cfg.prefill == "sequential"
+        with torch.no_grad():
+            sequential(rand_x(1, 2 * SEQ, v2.cfg.dim, seed=5))
+        assert spy == []
+
+
+def test_the_layer_reads_no_toggle(monkeypatch, spy):
+    """NSA_* variables are read once, at start-up (Toggles.read), and reach a layer only through its config."""
+    monkeypatch.setenv("NSA_SEL_RANGES_V2", "0")
     monkeypatch.setenv("NSA_PREFILL_BATCHED", "0")
-    sequential = _layer(monkeypatch, "v1", f"sel_v1_quadratic@{SEQ}")
-    assert sequential.cfg.prefill == "sequential"
+    monkeypatch.setenv("NSA_KERNEL", "triton")
+    monkeypatch.setenv("NSA_FAULT", f"sel_v1_quadratic@{SEQ}")
+    layer = make_attn(make_cfg(), seed=1)
+    assert (layer.cfg.selection, layer.cfg.prefill, layer.cfg.kernel) == ("v2", "batched", "auto")
+    assert layer.range_builder is selection.selection_ranges_v2
+    v1 = make_attn(make_cfg(selection="v1", kernel="torch"), seed=1)
+    assert v1.range_builder is selection.selection_ranges_v1  # the fault only where the trainer installs it
     with torch.no_grad():
-        sequential(rand_x(1, 2 * SEQ, v2.cfg.dim, seed=5))
-    assert spy == []  # one query per call there: the fault's threshold is never passed
+        v1(rand_x(1, 2 * SEQ, v1.cfg.dim, seed=6))
+    assert spy == []
 
 
 def test_pairwise_block_overlap_counts_shared_blocks():
     blocks = torch.tensor([[[0, 1], [0, -1], [2, 1]]])  # one sequence, 3 queries, n_sel 2
-    counts, comparisons = selection.pairwise_block_overlap(blocks, max_elements=4)  # forces 1-query chunks
+    counts, comparisons = model_faults.pairwise_block_overlap(blocks, max_elements=4)  # forces 1-query chunks
     # query 0 {0,1}: shares 0 and 1 with itself (2), 0 with q1 (1), 1 with q2 (1)
     assert counts.tolist() == [[4, 2, 3]] and comparisons == 3 * 3 * 2 * 2
 
@@ -126,10 +150,20 @@ def test_wall_time_grows_quadratically_above_seq_with_v1_only():
             times.append(time.perf_counter() - t0)
         return min(times)
 
-    def v1_faulty(b, p, l_sel):
-        return selection.selection_ranges_v1(b, p, l_sel, quadratic_above=128)
+    v1_faulty = model_faults.QuadraticAbove(selection.selection_ranges_v1, 128)
 
     added = {s: best(v1_faulty, s) - best(selection.selection_ranges_v1, s) for s in (256, 512)}
     assert added[256] > 0 and added[512] / added[256] > 2.0, added
     v2 = {s: best(selection.selection_ranges_v2, s) for s in (256, 512)}
     assert v2[512] < added[256], (v2, added)  # v2 is nowhere near the faulty v1's cost
+
+
+def test_install_goes_into_every_v1_layer_of_a_model_and_nowhere_else():
+    """What the trainer does once its model is built (nsa.training.trainer: model_faults.install)."""
+    tg = toggles.Toggles.read({"NSA_SEL_RANGES_V2": "0", "NSA_FAULT": f"sel_v1_quadratic@{SEQ}"})
+    model_cfg = ModelConfig(vocab_size=32, n_layers=2, nsa=make_cfg()).with_toggles(tg)
+    model = NSAModel(model_cfg)
+    assert model_faults.install(model, tg.fault) == 2
+    assert all(block.attn.range_builder.seq_len == SEQ for block in model.blocks)
+    assert model_faults.install(NSAModel(dataclasses.replace(model_cfg, attention="dense")), tg.fault) == 0
+    assert model_faults.install(NSAModel(model_cfg), toggles.Toggles.read({"NSA_FAULT": "crash@3"}).fault) == 0

@@ -30,7 +30,7 @@ from validation.launch.processes import become_subreaper, end_descendants
 from validation.plan import describe
 from validation.report import FORMATS, ReportError, render
 from validation.report.console import make_console, print_line, print_table
-from validation.report.format import CRITERION_LABELS, fmt_duration, status_view
+from validation.formatting import CRITERION_LABELS, fmt_duration, status_view
 from validation.report.view import key_figure_lines
 from validation.results import DEFAULT_RUNS, ResultsError, RunDirError, read_results
 from validation.run import (RunError, RunRequest, add_performance_analysis, read_against, run_runbook,

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from validation import metrics, stats
-from validation.report.format import fmt_num, fmt_pct, plural
+from validation.formatting import fmt_num, fmt_pct, plural
 from validation import steps as step_kinds
 from validation.significance import (ALPHA, RunNoise, StatsError, Units, adjust_family, block_units,
                                      compare_units, run_noise)
@@ -310,7 +310,7 @@ def table_lines(out: dict[str, Any]) -> list[str]:
 
 
 def _num(v: Any) -> str:
-    """A mean as the report prints it (validation.report.format.fmt_num: 19,214.5, never 1.921e+04)."""
+    """A mean as the report prints it (validation.formatting.fmt_num: 19,214.5, never 1.921e+04)."""
     return fmt_num(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else "n/a"
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from validation.report.format import fmt_pct
+from validation.formatting import fmt_pct
 
 STRATEGIES = {"ddp": "DDP", "fsdp": "FSDP2 full shard", "fsdp_no_reshard": "FSDP2 no-reshard (SHARD_GRAD_OP)"}
 DEFAULT_HEADROOM = 0.2

@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from validation.report.format import fmt_pct
+from validation.formatting import fmt_pct
 from validation.significance import ALPHA, StatsError, adjust_family, block_units, compare_paired, holm, t_ppf
 from validation.stats import t_sf2
 

@@ -8,6 +8,11 @@ import math
 import torch
 import torch.nn as nn
 
+try:
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices as _fused_devices
+except ImportError:  # torch before 2.2: fused AdamW existed for CUDA only
+    _fused_devices = None
+
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Weight decay on matrices (dim >= 2: projections, embeddings, head); none on norms, biases, vectors."""
@@ -24,12 +29,7 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 def fused_adamw_unsupported(params: list[torch.Tensor]) -> str | None:
     """Why this torch cannot run a fused AdamW step over `params`, or None where it can. torch checks the same
     (device type and floating dtype) only at the first step; asking here turns that failure into one message."""
-    try:
-        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
-    except ImportError:  # torch before 2.2: fused AdamW existed for CUDA only
-        devices = ["cuda"]
-    else:
-        devices = _get_fused_kernels_supported_devices()
+    devices = _fused_devices() if _fused_devices is not None else ["cuda"]
     for p in params:
         if p.device.type not in devices:
             return (f"torch {torch.__version__} has no fused AdamW for {p.device.type} "

@@ -1,7 +1,6 @@
 """Reports of a validation run, rendered from RUN_DIR/results.json alone (validation.results).
 
     view       the view model: everything the templates show, formatted (each step kind adds its own part)
-    format     formatting helpers (numbers, rates, durations, statuses) the view and the step kinds use
     renderer   Markdown and HTML through Jinja2 (templates are package data), JSON; writing the report files
     junit      JUnit XML: one <testsuite> per phase and an "acceptance" suite
     plots      PNG plots (tokens/s per step through the metrics loader; each kind's own plots), each titled with
@@ -22,8 +21,9 @@ Formats (FORMATS):
 - junit: JUnit XML.
 
 Rendering is pure: the same results give byte-identical output. Missing or malformed metrics render as "n/a"; a
-report never fails because a step failed. The names below are imported on first use (a step kind's module reads
-validation.report.format without loading the renderer; matplotlib is imported only when plots are made).
+report never fails because a step failed. Numbers, rates, durations and statuses are formatted by
+validation.formatting (a foundation module: the step kinds use it too). The names below are imported on first use
+(matplotlib only when plots are made).
 """
 
 from __future__ import annotations

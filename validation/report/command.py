@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from validation.report.format import as_dict, as_list, finite, fmt_num, ordered_steps
+from validation.formatting import as_dict, as_list, finite, fmt_num, ordered_steps
 
 TRAINER_MODULES = ("nsa.training", "nsa.train")
 # Flags of a validation launch that point into its run directory: a user's own run chooses them.

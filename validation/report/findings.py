@@ -17,7 +17,7 @@ import shlex
 from typing import Any
 
 from nsa.toggles import TOGGLES
-from validation.report.format import (FAILED_STATUSES, NA, as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct,
+from validation.formatting import (FAILED_STATUSES, NA, as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct,
                                       ordered_steps, params_text, plural)
 
 

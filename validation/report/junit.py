@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from typing import Any
 
-from validation.report.format import FAILED_STATUSES, as_dict, as_list, finite, fmt_num, ordered_steps
+from validation.formatting import FAILED_STATUSES, as_dict, as_list, finite, fmt_num, ordered_steps
 
 _XML_BAD = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 

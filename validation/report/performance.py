@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from validation.report.format import NA, as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct, plural
+from validation.formatting import NA, as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct, plural
 
 VERDICT_CSS = {"better": "pass", "worse": "fail", "same": "skip"}
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from nsa.training.outputs import atomic_write
 from validation import steps as step_kinds
-from validation.report.format import (as_dict, as_list, file_name, finite, fmt_num, ordered_steps, plot_context_text,
+from validation.formatting import (as_dict, as_list, file_name, finite, fmt_num, ordered_steps, plot_context_text,
                                       stat_of)
 
 PLOTS_DIR = "plots"

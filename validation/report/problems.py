@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from validation.report.format import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, as_dict, as_list, fmt_num,
+from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, as_dict, as_list, fmt_num,
                                       ordered_steps, status_view)
 
 _RANK = {"fail": 0, "error": 0, "warn-incomplete": 1, "skip": 2, "warn": 3}

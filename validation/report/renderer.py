@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 from nsa.training.outputs import atomic_write
 from validation import steps as step_kinds
-from validation.report.format import NA
+from validation.formatting import NA
 from validation.report.junit import render_junit
 from validation.report.view import build_view
 from validation.results import read_results

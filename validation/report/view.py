@@ -21,7 +21,7 @@ from validation.report.command import validated_command
 from validation.report.performance import performance_view
 from validation.report.problems import open_problems
 from validation.results import resume_note
-from validation.report.format import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, VERDICT_LABELS, as_dict,
+from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, VERDICT_LABELS, as_dict,
                                       as_list, command_text, fence, fmt_duration, fmt_num, ordered_steps, plural,
                                       status_view)
 

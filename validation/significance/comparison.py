@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from validation.report.format import fmt_pct
+from validation.formatting import fmt_pct
 from validation.significance.distributions import t_ppf
 from validation.significance.units import Units, block_units
 from validation.stats import StatsError, t_sf2

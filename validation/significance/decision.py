@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from validation.report.format import fmt_pct
+from validation.formatting import fmt_pct
 from validation.significance.comparison import (ALPHA, MIN_FLOOR, Comparison, RunNoise, compare_paired,
                                                  compare_units, paired_cv, paired_pairs)
 from validation.significance.power import EFFECT, POWER, recommended_repeats

@@ -29,7 +29,7 @@ from collections import Counter
 from typing import Any
 
 from validation import contracts, stats, steps
-from validation.report.format import (as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct, fmt_tflops, mean_pm,
+from validation.formatting import (as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct, fmt_tflops, mean_pm,
                                       mfu_text, params_text, shared_context_text, stat_of, status_view)
 from validation.schema import NAME_RE, env_vars, mapping, trainer_flags, typed
 from validation.significance import StatsError, adjust_family, compare_paired, decide
@@ -243,7 +243,7 @@ class AB(TrainerKind):
         return f" no significant difference: {chosen.get('label')} kept"
 
     def plots(self, name: str, result: dict, plotter) -> None:
-        from validation.report.format import file_name
+        from validation.formatting import file_name
         from validation.report.plots import bar_points
 
         runs = [as_dict(r) for r in as_list(result.get("runs"))]

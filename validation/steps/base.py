@@ -120,7 +120,7 @@ class StepKind:
 
     def summary_line(self, result: dict[str, Any]) -> str:
         """Extra text of the console line printed when the step ends (e.g. its mean throughput, its winner)."""
-        from validation.report.format import context_text
+        from validation.formatting import context_text
 
         extra = ""
         m = result.get("metrics") or {}
@@ -142,7 +142,7 @@ class StepKind:
 
     # ------------------------------------------------------------------ report
     def view(self, result: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:
-        """What the kind's partials show (formatted with validation.report.format), merged into the step `view`
+        """What the kind's partials show (formatted with validation.formatting), merged into the step `view`
         (which it may also read: name, status, reason, ...). Must accept anything: results may be damaged."""
         return {}
 

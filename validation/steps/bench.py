@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from validation import steps
-from validation.report.format import as_dict, as_list, fmt_num
+from validation.formatting import as_dict, as_list, fmt_num
 from validation.schema import mapping, str_list, typed
 from validation.steps.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, run_path
 

@@ -39,7 +39,7 @@ import sys
 from typing import Any
 
 from validation import nccl_tests, steps
-from validation.report.format import NA, as_dict, as_list, finite, fmt_num
+from validation.formatting import NA, as_dict, as_list, finite, fmt_num
 from validation.schema import typed
 from validation.steps.base import StepKind, launch_identity, run_path, step_dir
 

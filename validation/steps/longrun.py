@@ -8,7 +8,7 @@ or the trainer ended halted), "stalls" (1 when the launch hung), "stack_dumps" (
 from __future__ import annotations
 
 from validation import contracts, steps
-from validation.report.format import as_dict, as_list, fmt_gb, fmt_num
+from validation.formatting import as_dict, as_list, fmt_gb, fmt_num
 from validation.steps.trainer import TRAINER_METRICS, TrainerKind, run_single
 
 

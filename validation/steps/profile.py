@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from validation import steps
-from validation.report.format import as_dict, as_list, fmt_num, fmt_pct
+from validation.formatting import as_dict, as_list, fmt_num, fmt_pct
 from validation.schema import typed
 from validation.steps.base import run_path
 from validation.steps.trainer import TRAINER_METRICS, TrainerKind, run_single, trainer_launch
@@ -81,7 +81,7 @@ class Profile(TrainerKind):
     def plots(self, name: str, result: dict, plotter) -> None:
         """The trainer launch's plots, and the shares of step time by category (validation.attribution)."""
         super().plots(name, result, plotter)
-        from validation.report.format import file_name
+        from validation.formatting import file_name
 
         shares = as_dict(as_dict(as_dict(as_dict(result.get("metrics")).get("profile")).get("attribution"))
                          .get("categories"))

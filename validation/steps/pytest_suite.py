@@ -40,7 +40,7 @@ from typing import Any
 
 from validation import steps
 from validation.launch.diagnosis import _exit_text as exit_text
-from validation.report.format import as_dict, as_list, fmt_duration, fmt_num
+from validation.formatting import as_dict, as_list, fmt_duration, fmt_num
 from validation.schema import str_list, typed
 from validation.steps._pytest_progress import OPTION as PROGRESS_OPTION
 from validation.steps._pytest_progress import read_progress

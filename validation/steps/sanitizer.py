@@ -52,7 +52,7 @@ from typing import Any, Mapping
 
 from validation import steps
 from validation.launch.spec import LOG_NAME, safe_name
-from validation.report.format import as_dict, as_list, fmt_duration, fmt_num
+from validation.formatting import as_dict, as_list, fmt_duration, fmt_num
 from validation.schema import mapping, str_list, typed
 from validation.steps.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, step_dir
 

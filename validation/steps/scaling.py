@@ -28,7 +28,7 @@ from typing import Any
 
 from validation import steps
 from validation.parallelism import scaling_table
-from validation.report.format import as_dict, as_list, finite, fmt_num, fmt_rate
+from validation.formatting import as_dict, as_list, finite, fmt_num, fmt_rate
 from validation.schema import str_list, typed
 from validation.steps.trainer import RUN_METRICS, TrainerKind, order_seed, run_each, run_order, trainer_launch
 
@@ -151,7 +151,7 @@ class Scaling(TrainerKind):
                            "= T(n0) / T(n); 1.0 = perfect")}}
 
     def plots(self, name: str, result: dict, plotter) -> None:
-        from validation.report.format import file_name
+        from validation.formatting import file_name
 
         m = as_dict(result.get("metrics"))
         lines = []

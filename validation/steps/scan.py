@@ -30,7 +30,7 @@ from typing import Any
 
 from validation import steps
 from validation.launch.spec import safe_name
-from validation.report.format import as_dict, as_list, finite, fmt_gb, fmt_num, fmt_rate
+from validation.formatting import as_dict, as_list, finite, fmt_gb, fmt_num, fmt_rate
 from validation.schema import mapping, setting_key, typed
 from validation.steps.trainer import RUN_METRICS, TrainerKind, collect, order_seed, run_each, run_order, run_values, trainer_launch
 
@@ -202,7 +202,7 @@ class Scan(TrainerKind):
         return out
 
     def plots(self, name: str, result: dict, plotter) -> None:
-        from validation.report.format import file_name
+        from validation.formatting import file_name
         from validation.report.plots import scan_loglog
 
         m = as_dict(result.get("metrics"))

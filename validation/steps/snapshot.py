@@ -16,7 +16,7 @@ import json
 import sys
 
 from validation import environment, steps
-from validation.report.format import as_dict, as_list, fmt_num
+from validation.formatting import as_dict, as_list, fmt_num
 from validation.steps.base import StepKind, command_launch, run_path
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from validation import steps
 from validation.launch.spec import safe_name
-from validation.report.format import (as_dict, as_list, context_text, finite, fmt_num, fmt_pct, fmt_rate,
+from validation.formatting import (as_dict, as_list, context_text, finite, fmt_num, fmt_pct, fmt_rate,
                                       fmt_tflops, mfu_text, param_name, params_text, shared_context_text, stat_of,
                                       status_view)
 from validation.schema import mapping, setting_key, typed
@@ -230,7 +230,7 @@ class Sweep(TrainerKind):
         return figures
 
     def plots(self, name: str, result: dict, plotter) -> None:
-        from validation.report.format import file_name
+        from validation.formatting import file_name
         from validation.report.plots import bar_points
 
         runs = [as_dict(r) for r in as_list(result.get("runs"))]

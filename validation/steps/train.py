@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from validation import steps
-from validation.report.format import (NA, as_dict, context_text, finite, fmt_rate, mean_pm, shared_context_text, stat_of,
+from validation.formatting import (NA, as_dict, context_text, finite, fmt_rate, mean_pm, shared_context_text, stat_of,
                                       window_text)
 from validation.schema import NAME_RE, typed
 from validation.steps.base import earlier_step_of_kind

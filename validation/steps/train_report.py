@@ -38,7 +38,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from validation.report.format import NA, as_dict, finite, fmt_duration, fmt_gb, fmt_num, fmt_pct, fmt_rate, plural
+from validation.formatting import NA, as_dict, finite, fmt_duration, fmt_gb, fmt_num, fmt_pct, fmt_rate, plural
 
 INIT_GROWTH_FACTOR = 2.0
 RATIO_MIN_S = 0.5  # init times below this are shown side by side, never as a ratio

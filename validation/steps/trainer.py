@@ -33,7 +33,7 @@ from validation import contracts
 from validation.launch.spec import LaunchSpec
 from validation.metric_names import DERIVED_KEYS, METRIC_COLUMNS, STAT_NAMES
 from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
-from validation.report.format import (NA, as_dict, as_list, context_text, env_text, finite, fmt_gb, fmt_num, fmt_pct,
+from validation.formatting import (NA, as_dict, as_list, context_text, env_text, finite, fmt_gb, fmt_num, fmt_pct,
                                       fmt_rate, fmt_tflops, loss_text, mean_pm, mfu_text, stat_of, status_view,
                                       window_text)
 from validation.runbook import LaunchSettings, Step, references, resolve_references

@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from validation import steps
-from validation.report.format import as_dict, as_list, env_text, finite, fmt_num, fmt_pct, fmt_rate
+from validation.formatting import as_dict, as_list, env_text, finite, fmt_num, fmt_pct, fmt_rate
 from validation.schema import env_vars, mapping, trainer_flags, typed
 from validation.steps.trainer import RUN_METRICS, TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.steps.base import with_labels

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from validation.report import findings, render
-from validation.report.format import plural
+from validation.formatting import plural
 from validation.report.view import build_view, key_figure_lines
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"

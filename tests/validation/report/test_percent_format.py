@@ -1,4 +1,4 @@
-"""Percentages are printed one way everywhere (validation.report.format.fmt_pct): thousands separators, never
+"""Percentages are printed one way everywhere (validation.formatting.fmt_pct): thousands separators, never
 '+1422.8%' - in the report (Markdown and HTML), in a comparison's stored text, and in `compare`'s table."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from validation.compare import table_lines
 from validation.report import render
-from validation.report.format import fmt_pct
+from validation.formatting import fmt_pct
 from validation.significance import compare_paired
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "results_example.json"

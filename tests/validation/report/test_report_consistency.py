@@ -15,7 +15,7 @@ import pytest
 
 from validation.compare import compare_runs, table_lines, window_units
 from validation.report import render
-from validation.report.format import fmt_num, fmt_rate
+from validation.formatting import fmt_num, fmt_rate
 from validation.report.plots import make_plots
 from validation.report.problems import open_problems
 from validation.significance import block_units

@@ -18,7 +18,7 @@ import pytest
 from validation import contracts, metrics
 from validation.report import findings, render
 from validation.report.command import validated_command
-from validation.report.format import context_text, shared_context_text
+from validation.formatting import context_text, shared_context_text
 from validation.report.performance import performance_view
 from validation.report.problems import open_problems
 from validation.steps import get as get_kind

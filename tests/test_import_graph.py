@@ -34,13 +34,11 @@ RULE = ("a module imports only modules of its own layer or of a layer below it, 
 
 # Upward imports that exist today: "importer -> imported": the item of issue 23 that removes it.
 KNOWN_UPWARD = {
-    "validation.environment -> validation.runbook": "item 1 (Requirements below the runbook)",
     "validation.steps.ab -> validation.compare": "item 1 (measured_run_noise into the analyses)",
     "validation.steps.ab -> validation.report.plots": "item 1 (shared plot helpers below the kinds)",
     "validation.steps.comm -> validation.report.plots": "item 1 (shared plot helpers below the kinds)",
     "validation.steps.scan -> validation.report.plots": "item 1 (shared plot helpers below the kinds)",
     "validation.steps.sweep -> validation.report.plots": "item 1 (shared plot helpers below the kinds)",
-    "validation.steps.trainer -> validation.runbook": "item 1 (the kinds take the runbook's types from below)",
 }
 
 # Circles that exist today (every elementary one, written from its smallest module): the item that removes it.

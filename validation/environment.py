@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nsa.training.outputs import git_sha
-from validation.runbook import Requirements
+from validation.runbook_model import Requirements
 
 PACKAGES = ("torch", "numpy", "pandas", "nsa-validate", "typer", "rich", "jinja2", "matplotlib", "pyyaml",
             "tensorboard", "pyarrow", "datasets", "pynvml", "nvidia-ml-py")

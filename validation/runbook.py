@@ -56,8 +56,8 @@ from validation import steps as step_kinds
 from validation.expressions import ExpressionError, compile_expression
 from validation.includes import expand_includes
 from validation.overrides import apply_override, override_notes
-from validation.runbook_model import (Criterion, LaunchSettings, Launcher, Overridden, Phase, Requirements, Runbook,
-                                      Step)
+from validation.runbook_model import (REF_RE, Criterion, LaunchSettings, Launcher, Overridden, Phase, Requirements,
+                                      Runbook, Step, references, resolve_references)
 from validation.schema import (NAME_RE, Ctx, RunbookError, env_problem, env_vars, mapping, parse_yaml, show,
                                str_list, trainer_flags, typed)
 from validation.steps.base import BASE_KEYS, LAUNCH_KEYS, check_metric_reference
@@ -65,7 +65,6 @@ from validation.steps.base import BASE_KEYS, LAUNCH_KEYS, check_metric_reference
 SEVERITIES = ("fail", "warn")
 ON_FAILURE = ("continue", "stop")
 BACKENDS = ("nccl", "gloo")
-REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\.winner\.(env|args)\.([A-Za-z0-9_.-]+)\}")
 # Anything that looks like a reference to a step (${name. ...}), well formed or not: checked before anything runs.
 # A shell-style ${HOME} (no dot) is left alone.
 REF_LIKE_RE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\.[^}\s]*\}?")
@@ -412,22 +411,3 @@ def _locate(raw: dict, spath: tuple, wanted) -> tuple:
         if found is not None:
             return base + found
     return spath
-
-
-def resolve_references(value: Any, winners: dict[str, dict[str, Any]]) -> Any:
-    """Replace ${step.winner.env.X} with the winning value (winners: step -> {"env.X": v, ...})."""
-    if not isinstance(value, str):
-        return value
-
-    def sub(match: re.Match) -> str:
-        ref, section, key = match.groups()
-        won = winners.get(ref)
-        if not won or f"{section}.{key}" not in won:
-            raise LookupError(f"{ref} has no winner for {section}.{key}")
-        return str(won[f"{section}.{key}"])
-
-    return REF_RE.sub(sub, value)
-
-
-def references(value: Any) -> list[str]:
-    return [m[0] for m in REF_RE.findall(value)] if isinstance(value, str) else []

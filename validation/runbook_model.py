@@ -5,6 +5,7 @@ the reader from the registry, validation.steps)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -147,3 +148,26 @@ class Runbook:
             if s.name == name:
                 return s
         raise KeyError(name)
+
+
+# ${step.winner.env.X} / ${step.winner.args.X}: a later step's setting taken from an earlier step's winner
+REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\.winner\.(env|args)\.([A-Za-z0-9_.-]+)\}")
+
+
+def resolve_references(value: Any, winners: dict[str, dict[str, Any]]) -> Any:
+    """Replace ${step.winner.env.X} with the winning value (winners: step -> {"env.X": v, ...})."""
+    if not isinstance(value, str):
+        return value
+
+    def sub(match: re.Match) -> str:
+        ref, section, key = match.groups()
+        won = winners.get(ref)
+        if not won or f"{section}.{key}" not in won:
+            raise LookupError(f"{ref} has no winner for {section}.{key}")
+        return str(won[f"{section}.{key}"])
+
+    return REF_RE.sub(sub, value)
+
+
+def references(value: Any) -> list[str]:
+    return [m[0] for m in REF_RE.findall(value)] if isinstance(value, str) else []

@@ -36,7 +36,7 @@ from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
 from validation.formatting import (NA, as_dict, as_list, context_text, env_text, finite, fmt_gb, fmt_num, fmt_pct,
                                       fmt_rate, fmt_tflops, loss_text, mean_pm, mfu_text, stat_of, status_view,
                                       window_text)
-from validation.runbook import LaunchSettings, Step, references, resolve_references
+from validation.runbook_model import LaunchSettings, Step, references, resolve_references
 from validation.steps import train_report
 from validation.steps.base import StepKind, launch_identity, run_path, step_dir
 

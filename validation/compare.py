@@ -37,25 +37,22 @@ performance_analysis() is the same comparison of a run against an earlier one (`
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from validation import metrics, stats
+from validation import stats
 from validation.formatting import fmt_num, fmt_pct, plural
 from validation import steps as step_kinds
-from validation.significance import (ALPHA, RunNoise, StatsError, Units, adjust_family, block_units,
-                                     compare_units, run_noise)
+from validation.significance import ALPHA, StatsError, adjust_family
+from validation.significance.windows import (METRIC, compare_windows, launch_series as _series,  # noqa: F401
+                                             measured_run_noise, window_units)
 from validation.steps.base import StepKind
 
 ENV_KEYS = ("host", "gpu_count", "torch", "cuda", "nccl", "python", "git_sha")
 # summary metrics shown besides the windowed throughput (one value per run: no test, never gating)
 SUMMARY_METRICS = ("final_loss", "mem_peak_gb")
 SUMMARY_NOISE = 0.02  # their "same" band when no --noise is given
-METRIC = "toks_per_s"
 
 
 def environment_differences(a: dict, b: dict) -> list[str]:
@@ -72,70 +69,6 @@ def _train_runs(step: dict) -> list[tuple[str, dict]]:
     """(label, metrics) of every trainer launch of a step, as its kind lists them (StepKind.trainer_runs)."""
     kind = step_kinds.find(step.get("kind")) or StepKind()
     return kind.trainer_runs(step)
-
-
-def _series(run_dir: Path, m: dict, metric: str = METRIC) -> list[float]:
-    """The window values of `metric` of one launch (its metrics name the csv and the window)."""
-    if not isinstance(m, dict) or not m.get("csv"):
-        return []
-    window = m.get("window") or {}
-    try:
-        win = metrics.Window(last=int(window.get("last", 50)), warmup=int(window.get("warmup", 0)))
-    except (metrics.MetricsError, TypeError, ValueError):
-        return []
-    return metrics.window_values(Path(run_dir) / m["csv"], metric, win)
-
-
-def window_units(values: list[float], stored: dict | None = None) -> Units:
-    """The block means of one launch's window (significance.block_units) whose `mean` is the window's mean over
-    every step of the window: the figure the report shows for the launch (its summary's toks_per_s.mean, the
-    same numbers through the same numpy mean), never the mean of the steps that fill whole blocks (block_units
-    leaves the earliest steps out, which moved compare's means off the report's: 19,178.7 against 19,214.5).
-    `stored`: the launch's summary statistic ({"mean", "n"}) when at hand; used when it covers these values."""
-    units = block_units(values)
-    mean = float(np.asarray(values, dtype="float64").mean())
-    if isinstance(stored, dict) and stored.get("n") == len(values) and isinstance(stored.get("mean"), (int, float)) \
-            and math.isfinite(stored["mean"]):
-        mean = float(stored["mean"])
-    return dataclasses.replace(units, mean=mean)
-
-
-def compare_windows(a: list[float], b: list[float], *, stored_a: dict | None = None, stored_b: dict | None = None,
-                    **kwargs: Any):
-    """b against a, each one launch's window of per-step values: window_units of each, then
-    significance.compare_units (kwargs: higher_is_better, alpha, noise, baseline, variant, metric, run_noise).
-    The Comparison's mean_a/mean_b are the window means the report shows."""
-    return compare_units(window_units(a, stored_a), window_units(b, stored_b), **kwargs)
-
-
-def measured_run_noise(results: dict, run_dir: Path | str, metric: str = METRIC,
-                       extra: list[tuple[dict, Path | str]] = (), names: tuple[str, ...] = ()) -> RunNoise | None:
-    """The run-to-run variation of a run's mean of `metric`, from every label that ran more than once and passed
-    (a sweep's or an A/B's repeats) in `results` (and in the (results, run_dir) pairs of `extra`): each run's
-    window mean and the relative standard error of its block means. None when nothing ran twice. `names` name
-    the runs in the source text (e.g. "A", "B")."""
-    groups, sources = [], []
-    for index, (res, rdir) in enumerate([(results, run_dir), *extra]):
-        where = f"{names[index]}: " if index < len(names) else ""
-        for name, step in (res.get("steps") or {}).items():
-            by_label: dict[str, list[tuple[float, float | None]]] = {}
-            for run in step.get("runs") or []:
-                if not isinstance(run, dict) or run.get("status") != "passed":
-                    continue
-                values = _series(Path(rdir), run.get("metrics") or {}, metric)
-                if not values:
-                    continue
-                mean = sum(values) / len(values)
-                try:
-                    rel_se = block_units(values).rel_se
-                except StatsError:
-                    rel_se = None
-                by_label.setdefault(str(run.get("label")), []).append((mean, rel_se))
-            repeated = [g for g in by_label.values() if len(g) >= 2]
-            if repeated:
-                groups += repeated
-                sources.append(f"{where}{name} ({len(repeated)} x {max(len(g) for g in repeated)} runs)")
-    return run_noise(groups, source="; ".join(sources)) if groups else None
 
 
 def _untested(step: str, metric: str, x: Any, y: Any, threshold: float, note: str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ interleaved_order() gives the run order for repeats: each repeat runs every vari
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -34,7 +34,8 @@ from validation.formatting import fmt_pct
 from validation.significance.comparison import (ALPHA, MIN_FLOOR, Comparison, RunNoise, compare_paired,
                                                  compare_units, paired_cv, paired_pairs)
 from validation.significance.power import EFFECT, POWER, recommended_repeats
-from validation.significance.units import MIN_BLOCKS, Units, block_units, run_units
+from validation.significance.units import MIN_BLOCKS, Units, run_units
+from validation.significance.windows import window_units
 from validation.stats import StatsError
 
 RunData = Sequence[float] | float | None  # one run: its per-step series (after warm-up), its mean, or None (failed)
@@ -211,11 +212,9 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
         if repeats_mode:
             v.level = float(np.mean([m for m in v.means if m is not None]))
         else:
-            # the run's level is the mean over every step of its window, the figure its table shows (block_units'
-            # own mean leaves out the earliest steps that do not fill a block): the decision's comparison is then
-            # the A/B table's (compare.compare_windows) number for number
-            series = np.asarray(v.series[0], dtype="float64")
-            v.units = replace(block_units(v.series[0], min_blocks=min_blocks), mean=float(series.mean()))
+            # the run's level is the mean over every step of its window, the figure its table shows: the
+            # decision's comparison is then the A/B table's (windows.compare_windows) number for number
+            v.units = window_units(v.series[0], min_blocks=min_blocks)
             v.level = v.units.mean
     usable.sort(key=lambda v: (-sign * v.level, labels.index(v.label)))
     ranking = tuple((v.label, v.level) for v in usable)

@@ -33,6 +33,7 @@ from validation.formatting import (as_dict, as_list, finite, fmt_num, fmt_p, fmt
                                       mfu_text, params_text, shared_context_text, stat_of, status_view)
 from validation.schema import NAME_RE, env_vars, mapping, trainer_flags, typed
 from validation.significance import StatsError, adjust_family, compare_paired, decide
+from validation.significance.windows import compare_windows, measured_run_noise
 from validation.steps import train_report
 from validation.steps.base import with_labels
 from validation.steps.sweep import decision_mark, decision_view
@@ -46,8 +47,6 @@ _TESTS = {"paired": "paired t on log-ratios of interleaved repeats", "blocks": "
 def _compare(base: list, variant: list, label: str, metric: str, higher: bool, rn):
     """The variant against the baseline: paired by repeat (2+ repeats with both runs), else block means of the
     single runs' windows with the run-to-run variation `rn`. StatsError when there is not enough data."""
-    from validation.compare import compare_windows
-
     def mean(v):
         if v is None:
             return None
@@ -113,7 +112,6 @@ class AB(TrainerKind):
         return out
 
     def run(self, step, launches, result, ctx) -> None:
-        from validation.compare import measured_run_noise
 
         runs, problems = run_each(ctx, step, launches, result)
         labels = ["baseline", *step.variants]

@@ -39,6 +39,7 @@ from validation.steps.base import with_labels
 from validation.steps.sweep import decision_mark, decision_view
 from validation.steps.trainer import (RUN_METRICS, TRAINER_METRICS, TrainerKind, order_seed, run_each, run_order,
                                       run_values, trainer_launch)
+from validation.steps._plot_helpers import bar_points
 
 _TESTS = {"paired": "paired t on log-ratios of interleaved repeats", "blocks": "Welch t on block means",
           "runs": "Welch t on run means"}
@@ -242,7 +243,6 @@ class AB(TrainerKind):
 
     def plots(self, name: str, result: dict, plotter) -> None:
         from validation.formatting import file_name
-        from validation.report.plots import bar_points
 
         runs = [as_dict(r) for r in as_list(result.get("runs"))]
         plotter.bars(bar_points(runs), title=f"A/B: {result.get('title') or name}", xlabel="variant",

@@ -42,6 +42,7 @@ from validation import nccl_tests, steps
 from validation.formatting import NA, as_dict, as_list, finite, fmt_num
 from validation.schema import typed
 from validation.steps.base import StepKind, launch_identity, run_path, step_dir
+from validation.steps._plot_helpers import loglog_lines
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 SOURCES = ("torch", "nccl-tests", "auto")
@@ -269,7 +270,6 @@ class Comm(StepKind):
         return []
 
     def plots(self, name: str, result: dict, plotter) -> None:
-        from validation.report.plots import loglog_lines
 
         m = as_dict(result.get("metrics"))
         bus = m.get("world_size") != 1

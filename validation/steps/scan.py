@@ -33,6 +33,7 @@ from validation.launch.spec import safe_name
 from validation.formatting import as_dict, as_list, finite, fmt_gb, fmt_num, fmt_rate
 from validation.schema import mapping, setting_key, typed
 from validation.steps.trainer import RUN_METRICS, TrainerKind, collect, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.steps._plot_helpers import scan_loglog
 
 
 class Scan(TrainerKind):
@@ -203,7 +204,6 @@ class Scan(TrainerKind):
 
     def plots(self, name: str, result: dict, plotter) -> None:
         from validation.formatting import file_name
-        from validation.report.plots import scan_loglog
 
         m = as_dict(result.get("metrics"))
         scan_loglog(plotter, [as_dict(p) for p in as_list(m.get("points"))], as_dict(m.get("exponent_fit")),

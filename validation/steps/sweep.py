@@ -40,6 +40,7 @@ from validation.schema import mapping, setting_key, typed
 from validation.steps import train_report
 from validation.steps.trainer import RUN_METRICS, TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.steps.base import with_labels
+from validation.steps._plot_helpers import bar_points
 
 RULE = ("a winner only when the best point beats every other one significantly (p < 0.05, block means of one "
         "run each or paired over interleaved repeats) and by more than the noise floor; otherwise no significant "
@@ -231,7 +232,6 @@ class Sweep(TrainerKind):
 
     def plots(self, name: str, result: dict, plotter) -> None:
         from validation.formatting import file_name
-        from validation.report.plots import bar_points
 
         runs = [as_dict(r) for r in as_list(result.get("runs"))]
         mark = decision_mark(result)

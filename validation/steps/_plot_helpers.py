@@ -1,0 +1,87 @@
+"""Plot helpers that step kinds share with the report (validation.report.plots): bar points of tokens/s per run
+label, log-log lines, a scan's cost law. They draw through the `plotter` they are handed (a
+validation.report.plots.Plotter: figure(title, xlabel, ylabel) -> (fig, ax), save(fig, filename, title)), so this
+module imports no plotting library and sits below both the kinds and the report."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from validation.formatting import as_dict, finite, fmt_num, stat_of
+
+
+def bar_points(runs: list[dict], tick_by_param: bool = False) -> list[tuple[str, float, float, Any]]:
+    """(tick label, mean, error bar, run label) per bar of tokens/s. Repeats of one label are pooled: the mean of
+    their window means, with the stdev of those means as the error bar (a single run: its window stdev).
+    `tick_by_param`: a run varying one parameter is labelled by its value."""
+    grouped: dict[str, list[dict]] = {}
+    for run in runs:
+        toks = stat_of(as_dict(run.get("metrics")), "toks_per_s")
+        if finite(toks.get("mean")) is not None:
+            grouped.setdefault(str(run.get("label")), []).append({"run": run, "toks": toks})
+    points = []
+    for label, members in grouped.items():
+        means = [float(m["toks"]["mean"]) for m in members]
+        mean = sum(means) / len(means)
+        if len(means) == 1:
+            err = finite(members[0]["toks"].get("stdev")) or 0.0
+        else:
+            err = math.sqrt(sum((x - mean) ** 2 for x in means) / len(means))
+        tick = label
+        params = as_dict(members[0]["run"].get("params"))
+        if tick_by_param and len(params) == 1:
+            tick = fmt_num(next(iter(params.values())))
+        if len(means) > 1:
+            tick += f" (x{len(means)})"
+        points.append((tick, mean, err, members[0]["run"].get("label")))
+    return points
+
+
+def loglog_lines(plotter: Any, series: dict[str, list[tuple[float, float]]], *, title: str, xlabel: str,
+                 ylabel: str, filename: str) -> None:
+    """One line with markers per series ({label: [(x, y), ...]}, x and y > 0) on log-log axes (base 2 for x, e.g.
+    message sizes; base 10 for y), in the report's style; nothing when no series has a point."""
+    series = {label: sorted(points) for label, points in series.items() if points}
+    if not series:
+        return
+    fig, ax = plotter.figure(title, xlabel, ylabel)
+    for label, points in series.items():
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, linewidth=1.2, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.legend(loc="lower right", fontsize="small")
+    plotter.save(fig, filename, title)
+
+
+def scan_loglog(plotter: Any, points: list[dict], fit: dict, *, title: str, xlabel: str, filename: str) -> None:
+    """A scan's step time per value on log-log axes: every run's mean (scan points and bisection points apart),
+    the fitted cost law (exp(intercept) * value^slope over the scanned range, its exponent in the legend) and the
+    neighbouring pairs found to be a cliff shaded; nothing without points."""
+    runs = [(float(p["value"]), float(t), p.get("source") or "scan") for p in points
+            if finite(p.get("value")) is not None for t in p.get("run_step_times_s") or [] if finite(t)]
+    if not runs:
+        return
+    fig, ax = plotter.figure(title, xlabel, "step time (s)")
+    for source, marker in (("scan", "o"), ("bisect", "s")):
+        xs = [r[0] for r in runs if r[2] == source]
+        if xs:
+            ax.plot(xs, [r[1] for r in runs if r[2] == source], linestyle="none", marker=marker, markersize=5,
+                    label="scan runs" if source == "scan" else "bisection runs")
+    slope, intercept = finite(fit.get("slope")), finite(fit.get("intercept"))
+    scanned = sorted(r[0] for r in runs if r[2] == "scan")
+    if slope is not None and intercept is not None and scanned:
+        xs = [scanned[0], scanned[-1]]
+        ax.plot(xs, [math.exp(intercept) * x ** slope for x in xs], linewidth=1.2, color="gray",
+                label=f"fit: exponent {slope:.2f}")
+    values = sorted({float(p["value"]) for p in points if finite(p.get("value")) is not None
+                     and (p.get("source") or "scan") == "scan"})
+    for p in points:
+        if p.get("cliff_to_next") and float(p["value"]) in values:
+            i = values.index(float(p["value"]))
+            if i + 1 < len(values):
+                ax.axvspan(values[i], values[i + 1], color="tab:red", alpha=0.08)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.legend(loc="upper left", fontsize="small")
+    plotter.save(fig, filename, title)

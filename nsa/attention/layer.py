@@ -100,6 +100,51 @@ def _overlap_slice(n_cmp: int, n_blocks: int, l: int, d: int, l_sel: int) -> tor
     return _overlap(cap_c, cap_b, l, d, l_sel)[:n_cmp, :n_blocks]
 
 
+
+class _TorchBranches:
+    """The batched path's kernels in PyTorch (nsa.attention.kernels: the reference; CPU and CUDA)."""
+
+    def __init__(self, layer: "NSAAttention"):
+        self.layer, self.cfg = layer, layer.cfg
+
+    def compressed(self, p: NSAProjections) -> tuple[torch.Tensor, None]:
+        return kernels.compressed_attention(p.q, p.k_cmp, p.v_cmp, self.cfg.l, self.cfg.d), None
+
+    def select(self, p: NSAProjections, lse: None) -> torch.Tensor:
+        return self.layer._select_batched(p.q, p.k_cmp, p.q.shape[2])
+
+    def selected(self, p: NSAProjections, blocks: torch.Tensor) -> torch.Tensor:
+        s = p.q.shape[2]
+        with span(f"nsa.sel.ranges_{self.cfg.selection}"):
+            ranges = self.layer.range_builder(blocks, torch.arange(s, device=p.q.device), self.cfg.l_sel)
+        return kernels.selected_attention(p.q, p.k_sel, p.v_sel, ranges, self.cfg.l_sel)
+
+    def window(self, p: NSAProjections) -> torch.Tensor:
+        return kernels.window_attention(p.q, p.k_win, p.v_win, self.cfg.w)
+
+
+class _TritonBranches:
+    """The batched path's kernels in Triton (nsa.attention.kernels.triton_*): every branch and the selection fused,
+    no host synchronisation. The compressed branch's log-sum-exp gives the compressed attention probabilities
+    exp(s - lse) that rank the selection blocks."""
+
+    def __init__(self, layer: "NSAAttention"):
+        self.cfg, self.tk = layer.cfg, _triton()
+
+    def compressed(self, p: NSAProjections) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.tk.range.compressed_attention_lse(p.q, p.k_cmp, p.v_cmp, self.cfg.l, self.cfg.d)
+
+    def select(self, p: NSAProjections, lse: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
+        with span("nsa.sel.importance"):
+            return self.tk.selection.select_blocks(p.q, p.k_cmp, lse, cfg.l, cfg.d, cfg.l_sel, cfg.n_sel)
+
+    def selected(self, p: NSAProjections, blocks: torch.Tensor) -> torch.Tensor:
+        return self.tk.selected.selected_attention(p.q, p.k_sel, p.v_sel, blocks, self.cfg.l_sel)
+
+    def window(self, p: NSAProjections) -> torch.Tensor:
+        return self.tk.range.window_attention(p.q, p.k_win, p.v_win, self.cfg.w)
+
 class NSAAttention(nn.Module):
     def __init__(self, cfg: NSAConfig):
         super().__init__()
@@ -174,42 +219,20 @@ class NSAAttention(nn.Module):
         with span("nsa.sel.topk"):
             return choose_blocks(importance, torch.arange(s, device=q.device), cfg.n_sel, cfg.l_sel)
 
-    def _branches_batched(self, p: NSAProjections) -> dict[str, torch.Tensor]:
-        if kernels.resolve(self.cfg.kernel, p.q.device, self.cfg) == "triton":
-            return self._branches_triton(p)
-        cfg = self.cfg
-        s = p.q.shape[2]
+    def _branches_batched(self, p: NSAProjections, logits: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The batched path's three branches, written once over a backend of kernels (`_TorchBranches`: the PyTorch
+        kernels; `_TritonBranches`: the GPU kernels, no host sync). The compressed branch may return its
+        log-sum-exp, which the Triton selection uses to rank the blocks without a second softmax pass."""
+        backend = (_TritonBranches(self) if kernels.resolve(self.cfg.kernel, p.q.device, self.cfg) == "triton"
+                   else _TorchBranches(self))
         out = {}
         with span("nsa.cmp"):
-            out["cmp"] = kernels.compressed_attention(p.q, p.k_cmp, p.v_cmp, cfg.l, cfg.d)
+            out["cmp"], lse = backend.compressed(p)
         with span("nsa.sel"):
-            blocks = self._select_batched(p.q, p.k_cmp, s)
-            with span(f"nsa.sel.ranges_{cfg.selection}"):
-                ranges = self.range_builder(blocks, torch.arange(s, device=p.q.device), cfg.l_sel)
-            out["sel"] = kernels.selected_attention(p.q, p.k_sel, p.v_sel, ranges, cfg.l_sel)
+            blocks = backend.select(p, lse)
+            out["sel"] = backend.selected(p, blocks)
         with span("nsa.win"):
-            out["win"] = kernels.window_attention(p.q, p.k_win, p.v_win, cfg.w)
-        if self.record_stats:
-            self._record_stats(p.gates, blocks)
-        return out
-
-    def _branches_triton(self, p: NSAProjections, logits: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """The GPU path: Triton kernels for every branch and for selection (nsa.attention.kernels), no host sync.
-
-        The compressed branch's log-sum-exp gives the compressed attention probabilities exp(s - lse) that rank
-        the selection blocks, so importance needs no second softmax pass.
-        """
-        tk = _triton()
-        cfg = self.cfg
-        out = {}
-        with span("nsa.cmp"):
-            out["cmp"], lse = tk.range.compressed_attention_lse(p.q, p.k_cmp, p.v_cmp, cfg.l, cfg.d)
-        with span("nsa.sel"):
-            with span("nsa.sel.importance"):
-                blocks = tk.selection.select_blocks(p.q, p.k_cmp, lse, cfg.l, cfg.d, cfg.l_sel, cfg.n_sel)
-            out["sel"] = tk.selected.selected_attention(p.q, p.k_sel, p.v_sel, blocks, cfg.l_sel)
-        with span("nsa.win"):
-            out["win"] = tk.range.window_attention(p.q, p.k_win, p.v_win, cfg.w)
+            out["win"] = backend.window(p)
         if self.record_stats:
             self._record_stats(p.gates if logits is None else self._gates_of(logits), blocks)
         return out
@@ -353,7 +376,7 @@ class NSAAttention(nn.Module):
         v_cmp = mean_v if mlp_v is None else mean_v + mlp_v
         t = lambda z: z.transpose(1, 2)  # noqa: E731 - [B, S, n, d] storage seen as [B, n, S, d]
         p = NSAProjections(t(q), k_cmp, v_cmp, t(k_sel), t(v_sel), t(k_win), t(v_win), gates=None)
-        out = self._branches_triton(p, logits=logits)
+        out = self._branches_batched(p, logits=logits)
         mixed = tk.glue.gate_combine(logits, out["cmp"], out["sel"], out["win"], cfg.gate)
         return self.o_proj(mixed)
 

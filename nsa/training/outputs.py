@@ -200,19 +200,26 @@ def _check_counts(path: Path, where: str, rows: Any) -> None:
                                     f"got {row.get(key)!r}")
 
 
+def _open_contract(path: str | Path, name: str, schema: Any, fields) -> tuple[Path, dict[str, Any]]:
+    """(the file, its JSON object) of one of the trainer's JSON outputs: `path` is the file or an out_dir holding
+    `name`; the schema must be `schema` and every one of `fields` present. Raises ContractError otherwise."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / name
+    data = _load_json(path, name)
+    if data.get("schema") != schema:
+        raise ContractError(f"{path}: schema {data.get('schema')!r} is not the supported {schema}")
+    missing = [k for k in fields if k not in data]
+    if missing:
+        raise ContractError(f"{path}: missing field(s) {', '.join(missing)}")
+    return path, data
+
+
 def read_summary(path: str | Path) -> dict[str, Any]:
     """summary.json (a file or an out_dir holding one) as a dict, checked against SUMMARY_FIELDS: every field present
     (unknown extra fields are kept), the required ones not null, numbers where numbers belong, comm counts well
     formed. Raises ContractError with a one-line message otherwise."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / SUMMARY_JSON
-    data = _load_json(path, "summary.json")
-    if data.get("schema") != SUMMARY_SCHEMA:
-        raise ContractError(f"{path}: schema {data.get('schema')!r} is not the supported {SUMMARY_SCHEMA}")
-    missing = [k for k in SUMMARY_FIELDS if k not in data]
-    if missing:
-        raise ContractError(f"{path}: missing field(s) {', '.join(missing)}")
+    path, data = _open_contract(path, SUMMARY_JSON, SUMMARY_SCHEMA, SUMMARY_FIELDS)
     nulls = [k for k in SUMMARY_REQUIRED if data[k] is None]
     if nulls:
         raise ContractError(f"{path}: field(s) {', '.join(nulls)} must not be null")
@@ -245,15 +252,7 @@ def read_timeline(path: str | Path) -> dict[str, Any]:
     names with non-negative seconds that do not decrease in TIMELINE_MILESTONES order, per rank too. A run that
     stopped early has fewer milestones; `missing_milestones` in the result lists the required ones it lacks.
     Raises ContractError with a one-line message otherwise."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / TIMELINE_JSON
-    data = _load_json(path, "timeline.json")
-    if data.get("schema") != TIMELINE_SCHEMA:
-        raise ContractError(f"{path}: schema {data.get('schema')!r} is not the supported {TIMELINE_SCHEMA}")
-    missing = [k for k in TIMELINE_FIELDS if k not in data]
-    if missing:
-        raise ContractError(f"{path}: missing field(s) {', '.join(missing)}")
+    path, data = _open_contract(path, TIMELINE_JSON, TIMELINE_SCHEMA, TIMELINE_FIELDS)
 
     def check(marks: Any, where: str) -> None:
         if not isinstance(marks, dict):

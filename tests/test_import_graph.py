@@ -55,7 +55,7 @@ KNOWN_FUNCTION_IMPORTS: dict[str, tuple[int, int]] = {
     'validation.environment': (4, 0),
     'validation.launch.telemetry': (1, 0),
     'validation.metrics': (3, 0),
-    'validation.report.renderer': (4, 0),
+    'validation.report.renderer': (2, 0),
     'validation.run': (1, 0),
 }
 

@@ -13,6 +13,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
+from markupsafe import Markup, escape
+
 from nsa.training.outputs import atomic_write
 from validation import steps as step_kinds
 from validation.formatting import NA
@@ -151,8 +153,6 @@ _STRONG = re.compile(r"\*\*(.+?)\*\*", re.S)
 def html_text(value: Any):
     """A value as HTML text: escaped, with the inline Markdown that free text carries (step names in backticks,
     **bold**) turned into <code> and <strong>, so the page never shows literal Markdown. Markup passes as is."""
-    from markupsafe import Markup, escape  # start-up: the template stack loads when a report is rendered
-
     if isinstance(value, Markup):
         return value
     text = str(escape("" if value is None else value))
@@ -165,8 +165,6 @@ def html_text(value: Any):
 
 def _verbatim(value: Any):
     """Escaped text shown exactly as it is (a traceback, a command): no Markdown turned into HTML."""
-    from markupsafe import Markup, escape  # start-up: as in html_text
-
     return Markup(str(escape("" if value is None else value)))
 
 

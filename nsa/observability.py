@@ -19,6 +19,7 @@ from collections import Counter
 from typing import Callable
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # aten operator -> backend name; a call that dispatches none of these ran the math (composite) path.
@@ -125,8 +126,6 @@ def audited_sdpa(site: str, fn: Callable[..., torch.Tensor], q: torch.Tensor, *a
 
 def sdpa_backends(flash_only: bool, no_flash: bool):
     """Context restricting SDPA backends per NSA_SDPA_FLASH_ONLY / NSA_SDPA_NO_FLASH (no-op when neither)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     if flash_only:
         return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
     if no_flash:

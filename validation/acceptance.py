@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from validation import steps as step_kinds
 from validation.results import FAILED_STEP_STATUSES
 from validation.runbook import Runbook
 
@@ -134,8 +135,6 @@ def recommendations(runbook: Runbook, results: dict) -> dict:
     (a sweep's or an A/B's "choice") that rests on a significant difference; a decision without one (the default
     kept) adds nothing and leaves the runbook's own value in place, and its note says why. Nothing is recommended
     when no training step passed: nothing was measured here."""
-    from validation import steps as step_kinds
-
     measured = any(s.get("status") == "passed" and getattr(step_kinds.find(s.get("kind")), "trainer", False)
                    for s in results["steps"].values())
     if not measured:

@@ -334,7 +334,7 @@ def compare(run_a: Path = typer.Argument(..., help="baseline run directory"),
     and p-value, on block means of each run's window plus the run-to-run variation measured from repeated runs,
     with Holm's correction over all rows; a warning when the two runs' environments differ. A CI gate: exit 1 when
     a metric regresses significantly beyond the noise floor, else 0 (2: invalid input)."""
-    from validation.compare import compare_runs, table_lines  # start-up: pandas only for `compare`
+    from validation.compare import compare_runs, table_lines  # start-up: numpy and the statistics only for `compare`
 
     if noise is not None and not (math.isfinite(noise) and noise >= 0):
         _fail(f"--noise {noise!r}: expected a non-negative fraction, e.g. 0.02 for 2%")

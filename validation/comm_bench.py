@@ -23,9 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
+
+import torch
+import torch.distributed as dist
 
 from validation.collectives import bandwidth_row
 
@@ -58,8 +62,6 @@ def message_bytes(kind: str, count: int, world: int) -> int:
 
 def _call(dist, kind: str, count: int, world: int, device):
     """A zero-argument function issuing one `kind` collective on preallocated buffers."""
-    import torch
-
     if kind == "all_reduce":
         buf = torch.ones(count, dtype=torch.float32, device=device)
         return lambda: dist.all_reduce(buf)
@@ -93,8 +95,6 @@ def measure(dist, kind: str, nbytes: int, world: int, device, iters: int, warmup
     compute_ms 0: nccl-tests' protocol, `iters` calls back to back after a barrier. compute_ms > 0: every timed
     call follows `compute_ms` of computation on every rank and a barrier, and is timed alone (the collective as a
     training step issues it, after its backward: on a CPU the computation leaves the collective's threads cold)."""
-    import torch
-
     count = elements(kind, nbytes, world)
     call = _call(dist, kind, count, world, device)
     cuda = device.type == "cuda"
@@ -130,9 +130,6 @@ def measure(dist, kind: str, nbytes: int, world: int, device, iters: int, warmup
 
 
 def run(args: argparse.Namespace) -> dict:
-    import torch
-    import torch.distributed as dist
-
     backend = args.backend
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -178,8 +175,6 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -34,6 +34,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from nsa.training import outputs
 from nsa.training.outputs import ENV_JSON, SDPA_AUDIT_JSON, STATUS_JSON, ContractError
 from nsa.training.watchdog import HALT_NAME
 
@@ -201,17 +202,13 @@ def _read_checked(out_dir: Path | None, read, name: str) -> dict[str, Any]:
 def read_summary(out_dir: Path | None) -> dict[str, Any]:
     """The trainer's summary.json (the Training Summary, checked by nsa.training.outputs.read_summary); {} when
     missing or not following its contract (then {"problem": the one-line reason} when the file exists)."""
-    from nsa.training.outputs import SUMMARY_JSON, read_summary as read
-
-    return _read_checked(out_dir, read, SUMMARY_JSON)
+    return _read_checked(out_dir, outputs.read_summary, outputs.SUMMARY_JSON)
 
 
 def read_timeline(out_dir: Path | None) -> dict[str, Any]:
     """The trainer's timeline.json (start-up milestones, nsa.training.outputs.read_timeline); {} when missing or
     not following its contract (then {"problem": the reason} when the file exists)."""
-    from nsa.training.outputs import TIMELINE_JSON, read_timeline as read
-
-    return _read_checked(out_dir, read, TIMELINE_JSON)
+    return _read_checked(out_dir, outputs.read_timeline, outputs.TIMELINE_JSON)
 
 
 def telemetry_files(step_dir: Path | None) -> list[Path]:

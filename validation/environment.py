@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import platform
 import shutil
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nsa.training.outputs import git_sha
+from validation.launch import slurm
+from validation.launch.spec import safe_name
 from validation.runbook_model import Requirements
 
 PACKAGES = ("torch", "numpy", "pandas", "nsa-validate", "typer", "rich", "jinja2", "matplotlib", "pyyaml",
@@ -32,7 +35,7 @@ def packages() -> dict[str, str]:
 
 def gpus() -> list[dict[str, Any]]:
     """Visible CUDA devices: index, name, memory_gb, capability (major.minor as a float)."""
-    import torch
+    import torch  # start-up: torch loads when devices are probed, not with nsa-validate --help
 
     if not torch.cuda.is_available():
         return []
@@ -69,7 +72,7 @@ def git_state(cwd: Path | None = None) -> dict[str, Any]:
 
 def probe(cwd: Path | None = None) -> dict[str, Any]:
     """The environment record stored in results.json."""
-    import torch
+    import torch  # start-up: torch only when the environment is probed
 
     devices = gpus()
     nccl = None
@@ -118,8 +121,6 @@ def unmet(req: Requirements, env: dict[str, Any] | Callable[[], dict[str, Any]],
 def unmet_for(step, env: dict[str, Any] | Callable[[], dict[str, Any]]) -> str | None:
     """Why this machine cannot run `step` (a runbook Step), or None. Launcher slurm: the job's nodes are checked by
     Slurm's allocation (gpus_per_node), not here; what this machine needs is the Slurm commands."""
-    from validation.launch import slurm
-
     launch = step.launch
     if launch.launcher.type == "slurm":  # a snapshot step runs here too, without needing this machine's GPUs
         if not slurm.available():
@@ -160,7 +161,6 @@ def snapshot(step_dir: Path, cwd: Path, timeout_s: float = 300) -> tuple[dict[st
             env["nvml"] = _nvml_inventory()
         except Exception as exc:  # noqa: BLE001 - no driver, or NVML refuses
             problems.append(f"pynvml: {exc}")
-    import json
 
     (step_dir / "environment.json").write_text(json.dumps(env, indent=2) + "\n")
     files.append(step_dir / "environment.json")
@@ -168,7 +168,7 @@ def snapshot(step_dir: Path, cwd: Path, timeout_s: float = 300) -> tuple[dict[st
 
 
 def _nvml_inventory() -> list[dict[str, Any]]:
-    import pynvml
+    import pynvml  # optional dependency (checked by find_spec before the call)
 
     pynvml.nvmlInit()
     try:
@@ -188,11 +188,8 @@ def node_snapshot_main(argv: list[str] | None = None) -> int:
     """``python -m validation.environment NODES_DIR``: this node's snapshot into NODES_DIR/<node name> (the name:
     $NSA_NODE_NAME, else $SLURMD_NODENAME, else the host name). Run on every node of a Slurm allocation by a
     snapshot step with launcher slurm."""
-    import os
-    import socket
-
+    # start-up: nsa.training.distributed imports torch; only a node's snapshot (python -m ...) needs its names
     from nsa.training.distributed import NODE_ENV_PREFIXES, NODE_NAME_VARS
-    from validation.launch.spec import safe_name
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
@@ -212,7 +209,6 @@ def node_snapshot_main(argv: list[str] | None = None) -> int:
                 files.append(node_dir / fname)
             except (OSError, subprocess.TimeoutExpired) as exc:
                 problems.append(f"{argv[0]}: {exc}")
-    import json
 
     (node_dir / "environment.json").write_text(json.dumps(env, indent=2) + "\n")
     print(f"[snapshot] {name}: {len(files)} file(s)" + (f"; {'; '.join(problems)}" if problems else ""))

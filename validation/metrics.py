@@ -13,12 +13,14 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from nsa.training.outputs import MFU_COLUMN, TRAINING_COLUMNS
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class MetricsError(ValueError):
@@ -88,6 +90,8 @@ class CsvRead:
 
 
 def _empty_frame() -> pd.DataFrame:
+    import pandas as pd  # start-up: pandas loads when a csv is read, not with the modules that import this one
+
     return pd.DataFrame({STEP_COLUMN: pd.Series([], dtype="int64")})
 
 
@@ -109,6 +113,8 @@ def read_training_csv(path: str | Path) -> CsvRead:
     its last number may be cut short. A row whose field count differs from the header's, whose step is not an
     integer, or with a non-numeric value in a known column is dropped and counted. Blank lines are ignored.
     """
+    import pandas as pd  # start-up: pandas only when a csv is read
+
     path = Path(path)
     empty = _empty_frame()
     if not path.is_file():
@@ -232,6 +238,8 @@ def _read_clean_if_complete(path: Path) -> pd.DataFrame | None:
 
 
 def _read_clean(path: Path, header: list[str], known: set[str]) -> pd.DataFrame | None:
+    import pandas as pd  # start-up: pandas only when a csv is read
+
     try:
         frame = pd.read_csv(path, encoding="utf-8-sig", skipinitialspace=True, engine="c",
                             on_bad_lines="error", skip_blank_lines=True)

@@ -155,7 +155,7 @@ def read_against(against: Optional[Path]) -> Optional[dict]:
 def add_performance_analysis(run_dir: Path, results: dict, against: Path, earlier: dict) -> None:
     """results["performance_analysis"]: this run against the earlier one (validation.compare.performance_analysis),
     written to results.json."""
-    from validation.compare import performance_analysis  # start-up: pandas only for a run compared --against
+    from validation.compare import performance_analysis  # start-up: numpy, statistics only for a run compared --against
 
     results["performance_analysis"] = performance_analysis(results, earlier, run_dir, against)
     write_results(run_dir, results)

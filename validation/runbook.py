@@ -50,11 +50,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from nsa.training.config import YAML_ERRORS
+from nsa.training.config import YAML_ERRORS, ConfigError, load_config
 from nsa.training.config import brief as _brief
 from validation import steps as step_kinds
 from validation.expressions import ExpressionError, compile_expression
 from validation.includes import expand_includes
+from validation.launch.slurm import validate_sbatch_line
 from validation.overrides import apply_override, override_notes
 from validation.runbook_model import (REF_RE, Criterion, LaunchSettings, Launcher, Overridden, Phase, Requirements,
                                       Runbook, Step, references, resolve_references)
@@ -145,8 +146,6 @@ def _launcher(value: Any, path: tuple, ctx: Ctx, base: Launcher) -> Launcher:
         raise ctx.error(path + ("time_limit",), f"{_brief(time_limit)}: Slurm's format, e.g. 30, 01:30:00 or "
                                                 "1-00:00:00")
     sbatch = tuple(str_list(raw["sbatch"], path + ("sbatch",), ctx)) if "sbatch" in raw else base.sbatch
-    if sbatch:
-        from validation.launch.slurm import validate_sbatch_line
     for i, line in enumerate(sbatch):
         problem = validate_sbatch_line(line)
         if problem:
@@ -295,8 +294,6 @@ def check_inputs(rb: Runbook, cwd: Path, ctx: Ctx, raw: dict) -> None:
     """Before anything runs: every file the runbook names exists relative to `cwd` (the run's working directory):
     each trainer config (and it parses: nsa.training.config), each file a kind's own keys name
     (StepKind.input_files: test paths, benchmark scripts). Raises RunbookError naming file, line and key."""
-    from nsa.training.config import ConfigError, load_config
-
     configs_ok: set[str] = set()
     for i, phase in enumerate(rb.phases):
         for j, step in enumerate(phase.steps):

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from validation import environment
+from validation.acceptance import evaluate, recommendations, verdict
 from validation.launch import LaunchResult, LaunchSpec, launch, recorded_env
 from validation.launch.interrupts import Interrupted
 from validation.launch.interrupts import describe as describe_interrupt
@@ -268,8 +269,6 @@ class Runner:
         return self.results
 
     def _finish(self, t0: float, interrupted: bool) -> None:
-        from validation.acceptance import evaluate, recommendations, verdict
-
         self.results["acceptance"] = evaluate(self.rb, self.results, self.run_dir)
         self.results["recommendations"] = recommendations(self.rb, self.results)
         self.results["verdict"], self.results["verdict_reason"] = verdict(

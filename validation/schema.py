@@ -16,6 +16,7 @@ import yaml
 
 from nsa import toggles
 from nsa.training.config import brief
+from nsa.training.flags import check_flag, flag_specs
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Trainer flags a runbook may not set: every launch writes inside RUN_DIR, and a step decides nothing about resume.
@@ -174,8 +175,6 @@ def env_problem(name: str, value: str) -> str | None:
 def trainer_flags(value: Any, path: tuple, ctx: Ctx) -> dict[str, Any]:
     """A step's trainer `args`: each key one of the trainer's flags (nsa.training.flags, the parser nsa-train
     uses) and each value of that flag's type, e.g. `steps: abc` or `stepz: 3` is an error naming the key."""
-    from nsa.training.flags import check_flag, flag_specs
-
     value = mapping(value, path, ctx, tuple(value.keys()) if isinstance(value, dict) else ())
     specs = flag_specs() if value else {}
     for key, v in value.items():

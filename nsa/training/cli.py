@@ -21,7 +21,7 @@ from pathlib import Path
 
 from nsa.attention.kernels import KernelUnavailable
 from nsa.toggles import Toggles
-from nsa.training import checkpoint, distributed, flags, safety, timeline
+from nsa.training import checkpoint, distributed, flags, safety, timeline, watchdog
 from nsa.training.config import ConfigError, RunConfig, UsageError, apply_overrides, load_config
 from nsa.training.data import DataError
 from nsa.training.distributed import LaunchError
@@ -49,8 +49,6 @@ def _setup_logging(rank: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "watchdog":
-        from nsa.training import watchdog
-
         return watchdog.main(argv[1:], prog="nsa-train watchdog")
     marks = timeline.reset()  # start-up milestones (timeline.json), in seconds since this process started
     marks.mark("imports_done")

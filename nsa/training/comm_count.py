@@ -33,6 +33,9 @@ from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
+from torch.distributed.tensor import DTensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from nsa.training.outputs import COMM_KINDS  # the kinds summary.json's comm entries may name
 
@@ -253,8 +256,6 @@ def patch_collectives(counter: CommCounter) -> Iterator[list[str]]:
     attributes of torch.distributed at call time) and restored on exit, even after an error. A collective
     that calls another wrapped one is counted once.
     """
-    from torch.distributed import distributed_c10d as c10d
-
     guard = threading.local()
     modules = (dist, c10d)
     saved: list[tuple[Any, str, Callable]] = []
@@ -288,9 +289,6 @@ _FUNCTIONAL = {"all_reduce": "all_reduce", "all_reduce_": "all_reduce", "broadca
 def functional_collectives(counter: CommCounter, source: str = "trainer") -> Iterator[None]:
     """Count the functional collectives (torch.ops._c10d_functional.*, which DTensor uses) issued inside, as
     `source` traffic. Message sizes as above: all-gather = input x group size."""
-    from torch.distributed.tensor import DTensor
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     class _Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if isinstance(func, torch._ops.HigherOrderOperator):

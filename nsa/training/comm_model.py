@@ -78,11 +78,11 @@ def param_specs(model, probe=None) -> list[ParamSpec]:
     (a layer's gate, say, is registered after its projections but used before them). The probe forward runs
     under no_grad and changes nothing; parameters it does not reach follow in registration order.
     """
-    from nsa.training.distributed import fsdp_unit_of
+    from nsa.training.distributed import fsdp_unit_of  # it imports torch; this module does not (its docstring)
 
     named = list(model.named_parameters())
     if probe is not None:
-        import torch
+        import torch  # only with a probe batch: this module imports no torch (its docstring)
 
         first_use: list[int] = []
         seen: set[int] = set()
@@ -294,7 +294,8 @@ def activation_bytes(model_cfg, batch_size: int, seq_len: int, precision: str = 
     keeps one block input per layer plus one layer's activations during its recomputation. Element size: 2
     under bf16/fp16 autocast, else 4; probabilities and the loss in fp32.
     """
-    from nsa.model import _mean_reads  # per-position average of keys read (the FLOP model's own count)
+    # nsa.model imports torch; this module does not (its docstring). _mean_reads: the FLOP model's own count
+    from nsa.model import _mean_reads
 
     e = 2 if precision in ("bf16", "fp16") else 4
     a, h, g = model_cfg.nsa, model_cfg.n_heads, model_cfg.n_kv_groups

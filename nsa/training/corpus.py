@@ -134,8 +134,8 @@ def _iter_json(file: Path, text_key: str) -> Iterator[bytes]:
 
 def _import_pyarrow(file: Path):
     try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow as pa  # optional dependency: only parquet files need it
+        import pyarrow.parquet as pq  # optional, as above
     except ImportError:
         raise DataError(f"{file}: reading parquet files needs pyarrow: pip install pyarrow") from None
     return pa, pq

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.distributed.fsdp import fully_shard
+
+from nsa.training.comm_count import ddp_hook
 
 COMPRESS_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -112,8 +115,6 @@ def wrap_ddp(model: nn.Module, info: DistInfo, bucket_mb: int, compress: str, co
     in bf16/fp16 when compress is not "none" (nsa.training.comm_count.ddp_hook). The hook counts what it sends
     into `counter` (a comm_count.CommCounter), when given. gradient_as_bucket_view: gradients are views of the
     buckets (fixed addresses; train.cuda_graphs sets it)."""
-    from nsa.training.comm_count import ddp_hook
-
     ddp = nn.parallel.DistributedDataParallel(
         model, device_ids=[info.device.index] if info.device.type == "cuda" else None, bucket_cap_mb=bucket_mb,
         gradient_as_bucket_view=gradient_as_bucket_view)
@@ -138,8 +139,6 @@ def wrap_fsdp(model: nn.Module, reshard_after_forward: bool = True) -> nn.Module
     head). reshard_after_forward=False keeps each block's parameters gathered from forward to backward (no
     all-gather in backward: the SHARD_GRAD_OP equivalent). The root is left to FSDP2's default, which does not
     reshard the root after forward (its parameters would be gathered again at once for backward)."""
-    from torch.distributed.fsdp import fully_shard
-
     for block in model.blocks:
         fully_shard(block, reshard_after_forward=reshard_after_forward)
     fully_shard(model)

@@ -31,8 +31,8 @@ class FineWebStream:
     def __init__(self, *, text_key: str, timeout_s: float, seq_len: int, batch_size: int, rank: int,
                  world_size: int) -> None:
         try:
-            datasets = importlib.import_module("datasets")
-            distributed = importlib.import_module("datasets.distributed")
+            datasets = importlib.import_module("datasets")  # optional dependency: only streaming from the hub
+            distributed = importlib.import_module("datasets.distributed")  # optional, as above
         except ImportError:
             raise DataError("fineweb_edu: streaming from the hub needs the `datasets` library: pip install datasets, "
                             "or pass --data-path to local FineWeb-Edu parquet files") from None

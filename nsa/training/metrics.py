@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import torch
+from torch.profiler import ProfilerActivity, profile, schedule
 
 # Dense (no sparsity) peak TFLOP/s per device: (name substring, bf16/fp16 tensor core, fp32 non-tensor).
 # First match wins, so more specific names come first. Sources: NVIDIA data sheets.
@@ -92,7 +93,6 @@ def profiler(tc, device: torch.device, out: Path, rank: int):
     CPU activity, plus CUDA on a GPU; one Chrome trace per rank in out/profile/trace_rank{r}_step{n}.json."""
     if tc.profile_steps <= 0:
         return None
-    from torch.profiler import ProfilerActivity, profile, schedule
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     trace_dir = out / "profile"

@@ -21,6 +21,7 @@ or non-finite loss stops every rank at the same step.
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import os
 import signal
@@ -30,7 +31,9 @@ import time
 import traceback
 from pathlib import Path
 
+from nsa import toggles
 from nsa.toggles import Fault
+from nsa.training.outputs import write_json
 from nsa.training.watchdog import HALT_NAME
 
 
@@ -82,7 +85,6 @@ def stop_with_launcher() -> None:
     agent is already gone, now. Call it once the SIGTERM handler is installed."""
     if not sys.platform.startswith("linux") or "TORCHELASTIC_RUN_ID" not in os.environ:
         return
-    import ctypes
 
     parent = os.getppid()
     try:
@@ -105,8 +107,6 @@ def wait_at(stage: str, fault: Fault | None, out_dir: str | Path | None, rank: i
         return
     waiting = fault.stage == stage and (fault.rank is None or fault.rank == rank)
     if out_dir is not None:
-        from nsa.training.outputs import write_json
-
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         write_json(Path(out_dir) / FAULT_STAGE_FILE.format(rank=rank),
                    {"stage": stage, "waiting": waiting, "rank": rank, "pid": os.getpid(), "time": time.time()})
@@ -119,8 +119,6 @@ def early_start(argv: list[str] | None = None, environ=os.environ) -> None:
     the agent dies (``stop_with_launcher``: no SIGTERM handler is installed yet, so the rank simply ends; a rank
     that would otherwise install it only after its imports keeps running alone if the agent is killed
     meanwhile), then NSA_FAULT=wait@imports. The out_dir comes from --out-dir in `argv`."""
-    from nsa import toggles
-
     stop_with_launcher()
     try:
         fault = toggles.parse("NSA_FAULT", environ)

@@ -15,6 +15,8 @@ from typing import Any
 
 _IMPORTED = time.monotonic()
 
+from nsa.training import outputs  # noqa: E402 - after _IMPORTED, the fallback process start
+
 
 def _boottime() -> float | None:
     try:
@@ -83,8 +85,6 @@ def reset() -> Timeline:
 def document(tl: Timeline, per_rank: list[dict] | None, world_size: int) -> dict[str, Any]:
     """timeline.json's content: this process's milestones (rank 0), every rank's when `per_rank` was gathered,
     and for each milestone the rank that reached it last (`slowest`). Field names: nsa.training.outputs."""
-    from nsa.training import outputs
-
     marks = dict(tl.marks)
     slowest = None
     if per_rank is not None:

@@ -253,6 +253,7 @@ class Trainer:
         if self.tg.tb_disable:
             return None
         try:
+            # optional dependency (and ~0.2 s of imports): loaded only when TensorBoard scalars are written
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             self.say("TensorBoard scalars skipped: the tensorboard package is not installed "

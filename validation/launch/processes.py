@@ -15,6 +15,7 @@ ends it whatever its environment says, and where its exit status is reaped.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -230,8 +231,6 @@ def parent_death_signal(argv: list[str]) -> int:
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
     """In the child, before exec: `sig` when nsa-validate dies, even by SIGKILL (Linux PR_SET_PDEATHSIG), so a
     killed orchestrator does not leave a training run behind."""
-    import ctypes
-
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # 1 = PR_SET_PDEATHSIG
     except OSError:
@@ -248,7 +247,6 @@ def become_subreaper() -> bool:
     subtree (``descendants``) until it is ended and reaped. False where that is not possible."""
     if not sys.platform.startswith("linux"):
         return False
-    import ctypes
 
     try:
         return ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0

@@ -26,6 +26,7 @@ import socket
 import sys
 import threading
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,7 @@ class GpuProbe:
         self.xid_last: dict[int, int] = {}
         self._events = None
         try:
-            import pynvml
+            import pynvml  # optional dependency: without it, no GPU telemetry (said below)
         except ImportError:
             self.problem = "pynvml is not installed: no GPU telemetry"
             return
@@ -402,8 +403,6 @@ def pcie_links(nvidia_smi_xml: str) -> dict[str, Any]:
     at under load), "pcie_gen_current_min" (the lowest current one: an idle GPU lowers its link to save power, so
     a snapshot's current generation may read low), "pcie_width_min" (the lowest maximum width)}; the figures None
     when the XML names no GPU or is unreadable."""
-    import xml.etree.ElementTree as ET
-
     gpus = []
     try:
         root = ET.fromstring(nvidia_smi_xml)

@@ -14,6 +14,7 @@ from typing import Iterable, Sequence
 
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 # Styles of the words the tables show (status, verdict) on a terminal; plain words elsewhere.
 STYLES = {"PASS": "green", "PASSED": "green", "GO": "green", "better": "green",
@@ -63,7 +64,6 @@ def print_table(console: Console, columns: Sequence[str], rows: Iterable[Sequenc
         for text in table_lines(columns, rows, title):
             console.print(text, markup=False, highlight=False, soft_wrap=True)
         return
-    from rich.table import Table
 
     styles = STYLES if styles is None else styles
     table = Table(title=title)

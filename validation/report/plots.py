@@ -13,7 +13,12 @@ import textwrap
 from pathlib import Path
 from typing import Any, Callable
 
+import matplotlib.style
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
 from nsa.training.outputs import atomic_write
+from validation import contracts, metrics
 from validation import steps as step_kinds
 from validation.steps._plot_helpers import bar_points, loglog_lines, scan_loglog  # noqa: F401 - shared with the kinds
 from validation.formatting import (as_dict, as_list, file_name, finite, ordered_steps, plot_context_text)
@@ -24,8 +29,6 @@ TITLE_WIDTH = 90  # characters per title line at the report's figure size
 
 def read_toks(csv_path: Path) -> tuple[list, list] | None:
     """(steps, toks_per_s) of a training.csv's rows with a tokens/s value, or None when there are none."""
-    from validation import metrics
-
     read = metrics.read_training_csv(csv_path)
     if read.problem is not None or "toks_per_s" not in read.frame.columns or read.frame.empty:
         return None
@@ -62,9 +65,6 @@ class Plotter:
 
     def figure(self, title: str, xlabel: str, ylabel: str = "tokens/s"):
         """A new (figure, axes) of the report's size and style; the title's second line is the step's context."""
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-
         fig = Figure(figsize=(8, 4.5), dpi=100)
         FigureCanvasAgg(fig)
         ax = fig.add_subplot(1, 1, 1)
@@ -135,8 +135,6 @@ class Plotter:
         GPU utilisation per GPU and the CPU utilisation of the launch's processes (percent, left axis), the
         processes' RSS and GPU memory used (GiB, right axis); the statistics window shaded. Only the series
         present are drawn (no GPU columns on CPU)."""
-        from validation import contracts
-
         metrics = as_dict(step.get("metrics"))
         telemetry = as_dict(metrics.get("telemetry"))
         step_dir = self.run_dir / str(step.get("dir") or name)
@@ -219,8 +217,6 @@ class Plotter:
 def make_plots(results: dict, run_dir: Path) -> list[dict]:
     """Write RUN_DIR/plots/*.png and return [{"title", "path" (relative to run_dir)}] for those written: per step
     in run order, its tokens/s per step, then its kind's own plots."""
-    import matplotlib.style
-
     results = as_dict(results)
     steps = as_dict(results.get("steps"))
     plotter = Plotter(run_dir)

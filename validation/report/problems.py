@@ -16,6 +16,7 @@ from typing import Any
 
 from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, as_dict, as_list, fmt_num,
                                       ordered_steps, status_view)
+from validation.report.performance import analysis_rows
 
 _RANK = {"fail": 0, "error": 0, "warn-incomplete": 1, "skip": 2, "warn": 3}
 
@@ -79,8 +80,6 @@ def _criterion_problems(crit: dict) -> list[dict]:
 
 def _regressions(results: dict) -> list[dict]:
     """Significant regressions against an earlier run (the performance_analysis block, validation.report.performance)."""
-    from validation.report.performance import analysis_rows
-
     out = []
     for row in analysis_rows(results):
         if row["significant"] and row["verdict_value"] == "worse":

@@ -13,6 +13,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
+from markupsafe import Markup, escape
+
 from nsa.training.outputs import atomic_write
 from validation import steps as step_kinds
 from validation.formatting import NA
@@ -68,7 +70,7 @@ def write_reports(run_dir: Path, results: dict | None = None, formats: Iterable[
     written: list[Path] = []
     plot_list = None
     if plots:
-        from validation.report.plots import make_plots
+        from validation.report.plots import make_plots  # start-up: matplotlib loads only when plots are drawn
 
         plot_list = make_plots(results, run_dir)
         written += [run_dir / p["path"] for p in plot_list]
@@ -151,8 +153,6 @@ _STRONG = re.compile(r"\*\*(.+?)\*\*", re.S)
 def html_text(value: Any):
     """A value as HTML text: escaped, with the inline Markdown that free text carries (step names in backticks,
     **bold**) turned into <code> and <strong>, so the page never shows literal Markdown. Markup passes as is."""
-    from markupsafe import Markup, escape
-
     if isinstance(value, Markup):
         return value
     text = str(escape("" if value is None else value))
@@ -165,14 +165,12 @@ def html_text(value: Any):
 
 def _verbatim(value: Any):
     """Escaped text shown exactly as it is (a traceback, a command): no Markdown turned into HTML."""
-    from markupsafe import Markup, escape
-
     return Markup(str(escape("" if value is None else value)))
 
 
 def _jinja_env(fmt: str):
     """The Jinja2 environment of fmt: HTML autoescapes and turns inline Markdown in values into HTML (html_text)."""
-    import jinja2
+    import jinja2  # start-up: jinja2 loads when a report is rendered, not with nsa-validate --help
 
     env = jinja2.Environment(
         loader=jinja2.FunctionLoader(_load),

@@ -12,8 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from validation import contracts
+from validation.collectives import predict_seconds
 from validation.parallelism import SearchError, aligned_collectives, batch_search, exposed_comm, is_oom, recommend
+from validation.significance import StatsError, adjust_family, compare_paired, compare_series
 from validation.steps._parallelism_launch import strategy_launch
+from validation.steps import trainer
+from validation.steps.trainer import run_values
 
 CPU_SEARCH_SKIPPED = ("skipped on CPU: a rank's memory (RSS) has no hard limit there, so a batch that does not fit "
                       "swaps the host instead of failing out of memory; the search runs on GPU only")
@@ -81,8 +85,6 @@ def strategy_figures(label: str, spec: dict, runs: list[dict], infos: list[dict]
                      comm_world: Any = None) -> dict:
     """The per-strategy row of the metrics (module doc of validation.steps.parallelism). `comm_world`: the world
     size the comm step measured at; tables of another world size predict nothing here (said so)."""
-    from validation.collectives import predict_seconds
-
     mine = [(r, i) for r, i in zip(runs, infos) if r["label"] == label]
     ok = [(r, i) for r, i in mine if r["status"] == "passed" and i["summary"]]
     sums = [i["summary"] for _, i in ok]
@@ -136,9 +138,6 @@ def strategy_figures(label: str, spec: dict, runs: list[dict], infos: list[dict]
 def compare_strategies(step, runs: list[dict], ctx) -> dict[str, dict]:
     """{"<b>:<a>": Comparison.as_dict()} of tokens/s for every pair of strategies (b listed after a): paired over
     repeats with 2+ repeats, else block means of the one run each; Holm over the pairs."""
-    from validation.significance import StatsError, adjust_family, compare_paired, compare_series
-    from validation.steps.trainer import run_values
-
     labels = list(step.strategies)
     data = {label: [None] * step.repeats for label in labels}
     for r in runs:
@@ -203,8 +202,6 @@ def analyse(step, runs: list[dict], ctx) -> dict[str, Any]:
 
 def search_batches(step, runs: list[dict], result: dict, ctx) -> dict[str, Any] | None:
     """The batch-size search per strategy (GPU only; validation.parallelism.batch_search), or why it was skipped."""
-    from validation.steps.trainer import collect
-
     if not step.batch_search:
         return None
     if (result.get("metrics") or {}).get("capacity", {}).get("device") != "cuda":
@@ -217,7 +214,7 @@ def search_batches(step, runs: list[dict], result: dict, ctx) -> dict[str, Any] 
                                    steps_override=step.batch_search["steps"])
             lr = ctx.launch(spec, 0, 1)
             ctx.record(result, spec, lr)
-            status, reason, _ = collect(ctx, step, spec, lr)
+            status, reason, _ = trainer.collect(ctx, step, spec, lr)
             if status == "passed":
                 return True
             if is_oom(reason, lr.reason, lr.excerpt):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from validation.parallelism import STRATEGIES
-from validation.formatting import as_dict, as_list, finite, fmt_num, fmt_pct, fmt_rate
+from validation.formatting import as_dict, as_list, file_name, finite, fmt_num, fmt_pct, fmt_rate
 
 GIB = 1024 ** 3
 
@@ -114,8 +114,6 @@ def parallelism_view(result: dict) -> dict:
 def draw_plots(name: str, result: dict, plotter) -> None:
     """Tokens/s per strategy (each repeat a dot, the mean a bar) and the communication per step: measured at the
     collective calls over the whole run, predicted, and in the profiled steps their total and exposed part."""
-    from validation.formatting import file_name
-
     strategies = {str(k): as_dict(v) for k, v in as_dict(as_dict(result.get("metrics")).get("strategies")).items()}
     if not strategies:
         return

@@ -29,8 +29,8 @@ from collections import Counter
 from typing import Any
 
 from validation import contracts, stats, steps
-from validation.formatting import (as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct, fmt_tflops, mean_pm,
-                                      mfu_text, params_text, shared_context_text, stat_of, status_view)
+from validation.formatting import (as_dict, as_list, file_name, finite, fmt_num, fmt_p, fmt_pct, fmt_tflops,
+                                      mean_pm, mfu_text, params_text, shared_context_text, stat_of, status_view)
 from validation.schema import NAME_RE, env_vars, mapping, trainer_flags, typed
 from validation.significance import StatsError, adjust_family, compare_paired, decide
 from validation.significance.windows import compare_windows, measured_run_noise
@@ -242,8 +242,6 @@ class AB(TrainerKind):
         return f" no significant difference: {chosen.get('label')} kept"
 
     def plots(self, name: str, result: dict, plotter) -> None:
-        from validation.formatting import file_name
-
         runs = [as_dict(r) for r in as_list(result.get("runs"))]
         plotter.bars(bar_points(runs), title=f"A/B: {result.get('title') or name}", xlabel="variant",
                      filename=f"ab_{file_name(name)}.png",

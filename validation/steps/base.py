@@ -34,13 +34,15 @@ a whole, "nodes" for len()). Besides its metrics, a criterion reads STEP_FIELDS 
 from __future__ import annotations
 
 import difflib
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from validation.launch.spec import PLAN_RUN_DIR
+from validation.formatting import context_text
+from validation.launch.slurm import SlurmOptions
+from validation.launch.spec import PLAN_RUN_DIR, LaunchSpec, safe_name
 
 if TYPE_CHECKING:
-    from validation.launch.spec import LaunchSpec
     from validation.runbook_model import Step
     from validation.schema import Ctx
 
@@ -120,8 +122,6 @@ class StepKind:
 
     def summary_line(self, result: dict[str, Any]) -> str:
         """Extra text of the console line printed when the step ends (e.g. its mean throughput, its winner)."""
-        from validation.formatting import context_text
-
         extra = ""
         m = result.get("metrics") or {}
         if isinstance(m.get("toks_per_s"), dict) and m["toks_per_s"].get("mean") is not None:
@@ -159,7 +159,6 @@ class StepKind:
         """The source of the kind's report partial for `fmt` ("md" or "html"), or None when it has none."""
         if self.templates is not None:
             return self.templates.get(fmt)
-        from importlib import resources
 
         path = resources.files("validation.steps") / "templates" / f"{self.name}.{fmt}.j2"
         return path.read_text(encoding="utf-8") if path.is_file() else None
@@ -178,9 +177,6 @@ def step_dir(run_dir: Path | None, rel: str) -> Path:
 def launch_identity(step: Step, label: str = "") -> dict[str, Any]:
     """The LaunchSpec fields that say where and as what a launch of `step` runs: the runbook's launcher block
     (torchrun rendezvous, Slurm allocation), the Slurm job name, the step and the label."""
-    from validation.launch.slurm import SlurmOptions
-    from validation.launch.spec import safe_name
-
     lc = step.launch.launcher
     return dict(launcher=lc.type, rdzv_backend=lc.rdzv_backend, rdzv_endpoint=lc.rdzv_endpoint,
                 slurm=SlurmOptions(partition=lc.partition, account=lc.account, time_limit=lc.time_limit,
@@ -192,8 +188,6 @@ def launch_identity(step: Step, label: str = "") -> dict[str, Any]:
 def command_launch(step: Step, argv: list[str], run_dir, label: str = "", nnodes: int = 1) -> LaunchSpec:
     """A launch of one command that is not the trainer (a test suite, a benchmark), in RUN_DIR/<step>, with the
     step's own environment variables and timeout."""
-    from validation.launch.spec import LaunchSpec
-
     return LaunchSpec(argv=argv, env=dict(step.launch.env), inherit_env=True, run_dir=run_dir,
                       step_dir=step_dir(run_dir, step.name), timeout_s=step.launch.timeout_s, nnodes=nnodes,
                       **launch_identity(step, label))

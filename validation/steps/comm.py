@@ -40,6 +40,7 @@ from typing import Any
 
 from validation import nccl_tests, steps
 from validation.formatting import NA, as_dict, as_list, finite, fmt_num
+from validation.launch.spec import LaunchSpec
 from validation.schema import typed
 from validation.steps.base import StepKind, launch_identity, run_path, step_dir
 from validation.steps._plot_helpers import loglog_lines
@@ -133,8 +134,6 @@ class Comm(StepKind):
         return "nccl-tests" if usable else "torch"
 
     def launches(self, step, winners, run_dir):
-        from validation.launch.spec import LaunchSpec
-
         launch = step.launch
         common = dict(env=dict(launch.env), inherit_env=True, run_dir=run_dir, timeout_s=launch.timeout_s)
         if self.resolved_source(step) == "nccl-tests":

@@ -32,6 +32,7 @@ from validation.parallelism import STRATEGIES
 from validation.schema import env_vars, mapping, trainer_flags, typed
 from validation.steps._parallelism_analysis import analyse, decide_recommendation, search_batches
 from validation.steps._parallelism_launch import strategy_launch
+from validation.steps._parallelism_view import draw_plots, parallelism_view
 from validation.steps.base import earlier_step_of_kind
 from validation.steps.trainer import RUN_METRICS, TrainerKind, order_seed, run_each, run_order
 
@@ -124,8 +125,6 @@ class Parallelism(TrainerKind):
         return f" recommendation: {m['recommendation']}"
 
     def view(self, result: dict, view: dict) -> dict:
-        from validation.steps._parallelism_view import parallelism_view
-
         return parallelism_view(result)
 
     def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
@@ -138,8 +137,6 @@ class Parallelism(TrainerKind):
         return out
 
     def plots(self, name: str, result: dict, plotter) -> None:
-        from validation.steps._parallelism_view import draw_plots
-
         draw_plots(name, result, plotter)
 
 

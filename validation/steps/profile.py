@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from validation import steps
-from validation.formatting import as_dict, as_list, fmt_num, fmt_pct
+from validation.attribution import attribute_trace
+from validation.formatting import as_dict, as_list, file_name, fmt_num, fmt_pct
 from validation.schema import typed
 from validation.steps.base import run_path
 from validation.steps.trainer import TRAINER_METRICS, TrainerKind, run_single, trainer_launch
@@ -54,7 +55,6 @@ class Profile(TrainerKind):
         prof = {"trace": ctx.rel(traces[-1]) if traces else None, "top_ops": [], "nvtx_ranges": []}
         if traces:
             prof.update(profile_summary(traces[-1]))
-            from validation.attribution import attribute_trace
 
             prof["attribution"] = attribute_trace(traces[-1])
             result["artifacts"].append(ctx.rel(traces[-1]))
@@ -81,7 +81,6 @@ class Profile(TrainerKind):
     def plots(self, name: str, result: dict, plotter) -> None:
         """The trainer launch's plots, and the shares of step time by category (validation.attribution)."""
         super().plots(name, result, plotter)
-        from validation.formatting import file_name
 
         shares = as_dict(as_dict(as_dict(as_dict(result.get("metrics")).get("profile")).get("attribution"))
                          .get("categories"))

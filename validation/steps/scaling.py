@@ -23,12 +23,13 @@ that a rank's resources stay fixed as on a GPU.
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
 from typing import Any
 
 from validation import steps
 from validation.parallelism import scaling_table
-from validation.formatting import as_dict, as_list, finite, fmt_num, fmt_rate
+from validation.formatting import as_dict, as_list, file_name, finite, fmt_num, fmt_rate
 from validation.schema import str_list, typed
 from validation.steps.trainer import RUN_METRICS, TrainerKind, order_seed, run_each, run_order, trainer_launch
 
@@ -95,8 +96,6 @@ class Scaling(TrainerKind):
         return out
 
     def run(self, step, launches, result, ctx) -> None:
-        import os
-
         runs, problems = run_each(ctx, step, launches, result)
         result["order_seed"], result["order"] = order_seed(step, ctx.run_dir), [s.label for s in launches]
         m: dict[str, Any] = {"world_sizes": step.world_sizes, "runs": len(runs),
@@ -151,8 +150,6 @@ class Scaling(TrainerKind):
                            "= T(n0) / T(n); 1.0 = perfect")}}
 
     def plots(self, name: str, result: dict, plotter) -> None:
-        from validation.formatting import file_name
-
         m = as_dict(result.get("metrics"))
         lines = []
         for mode in MODES:
@@ -179,8 +176,6 @@ def same_threads_per_rank(step) -> dict[str, str]:
     the node, so that a rank is like a device whose resources stay fixed (the runner would otherwise give a lone
     rank every core, and a CPU's 'speedup' would be the threads', not the ranks'). The step's or the caller's own
     OMP_NUM_THREADS wins; Slurm nodes keep torchrun's default."""
-    import os
-
     if (step.launch.launcher.type != "torchrun" or "OMP_NUM_THREADS" in step.launch.env
             or "OMP_NUM_THREADS" in os.environ):
         return {}

@@ -29,11 +29,14 @@ import math
 from typing import Any
 
 from validation import steps
+from validation.contracts import read_summary, read_timeline
 from validation.launch.spec import safe_name
-from validation.formatting import as_dict, as_list, finite, fmt_gb, fmt_num, fmt_rate
+from validation.formatting import as_dict, as_list, file_name, finite, fmt_gb, fmt_num, fmt_rate
 from validation.schema import mapping, setting_key, typed
+from validation.significance import StatsError
 from validation.steps.trainer import RUN_METRICS, TrainerKind, collect, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.steps._plot_helpers import scan_loglog
+from validation.triage import bisect, find_cliffs, fit_exponent, local_exponent, point_noise
 
 
 class Scan(TrainerKind):
@@ -85,9 +88,6 @@ class Scan(TrainerKind):
                                                order_seed(step, run_dir))]
 
     def run(self, step, launches, result, ctx) -> None:
-        from validation.significance import StatsError
-        from validation.triage import bisect, find_cliffs, fit_exponent, local_exponent, point_noise
-
         runs, problems = run_each(ctx, step, launches, result)
         for r in runs:
             r["source"] = "scan"
@@ -203,8 +203,6 @@ class Scan(TrainerKind):
         return out
 
     def plots(self, name: str, result: dict, plotter) -> None:
-        from validation.formatting import file_name
-
         m = as_dict(result.get("metrics"))
         scan_loglog(plotter, [as_dict(p) for p in as_list(m.get("points"))], as_dict(m.get("exponent_fit")),
                     title=f"Scan: {result.get('title') or name}", xlabel=_setting(m),
@@ -280,8 +278,6 @@ def point_times(ctx, step, runs: list[dict]) -> tuple[dict[float, list[float]], 
 
 def point_rows(ctx, step, runs: list[dict], times: dict, cliffs) -> list[dict]:
     """One row per value (scan and bisection points, by value): means over its passed runs."""
-    from validation.contracts import read_summary, read_timeline
-
     by_value: dict[float, list[dict]] = {}
     for r in runs:
         by_value.setdefault(float(next(iter(r["params"].values()))), []).append(r)

@@ -17,6 +17,7 @@ import sys
 
 from validation import environment, steps
 from validation.formatting import as_dict, as_list, fmt_num
+from validation.launch.telemetry import pcie_links
 from validation.steps.base import StepKind, command_launch, run_path
 
 
@@ -84,8 +85,6 @@ def pcie_metrics(files: list) -> dict:
     """{"pcie_gen_min", "pcie": {"gpus", "pcie_gen_current_min", "pcie_width_min", "text"}} from the snapshot's
     nvidia_smi.xml (validation.launch.telemetry.pcie_links); without it (no nvidia-smi, a CPU machine)
     pcie_gen_min is None and the text says so."""
-    from validation.launch.telemetry import pcie_links
-
     xml = next((f for f in files if getattr(f, "name", "") == "nvidia_smi.xml"), None)
     try:
         links = pcie_links(xml.read_text(errors="replace")) if xml is not None else None

@@ -33,10 +33,11 @@ from typing import Any
 
 from validation import steps
 from validation.launch.spec import safe_name
-from validation.formatting import (as_dict, as_list, context_text, finite, fmt_num, fmt_pct, fmt_rate,
+from validation.formatting import (as_dict, as_list, context_text, file_name, finite, fmt_num, fmt_pct, fmt_rate,
                                       fmt_tflops, mfu_text, param_name, params_text, shared_context_text, stat_of,
                                       status_view)
 from validation.schema import mapping, setting_key, typed
+from validation.significance import StatsError, decide
 from validation.steps import train_report
 from validation.steps.trainer import RUN_METRICS, TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.steps.base import with_labels
@@ -99,8 +100,6 @@ class Sweep(TrainerKind):
         return out
 
     def run(self, step, launches, result, ctx) -> None:
-        from validation.significance import StatsError, decide
-
         runs, problems = run_each(ctx, step, launches, result)
         points = dict(sweep_points(step))
         data: dict[str, list] = {label: [None] * step.repeats for label in points}
@@ -231,8 +230,6 @@ class Sweep(TrainerKind):
         return figures
 
     def plots(self, name: str, result: dict, plotter) -> None:
-        from validation.formatting import file_name
-
         runs = [as_dict(r) for r in as_list(result.get("runs"))]
         mark = decision_mark(result)
         keys = sorted({str(k) for r in runs for k in as_dict(r.get("params"))})

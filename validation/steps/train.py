@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from validation import steps
+from nsa.training.config import brief
+from validation import metrics, steps
 from validation.formatting import (NA, as_dict, context_text, finite, fmt_rate, mean_pm, shared_context_text, stat_of,
                                       window_text)
 from validation.schema import NAME_RE, typed
@@ -30,8 +31,6 @@ class Train(TrainerKind):
         if raw.get("scaling_baseline") is not None:
             base_name = typed(raw["scaling_baseline"], str, path + ("scaling_baseline",), ctx)
             if not NAME_RE.fullmatch(base_name):
-                from nsa.training.config import brief
-
                 raise ctx.error(path + ("scaling_baseline",), f"{brief(base_name)}: a step name")
         return {"scaling_baseline": base_name}
 
@@ -42,8 +41,6 @@ class Train(TrainerKind):
             raise error(f"scaling_baseline {step.scaling_baseline!r} must name an earlier train step")
 
     def run(self, step, launches, result, ctx) -> None:
-        from validation import metrics
-
         run_single(ctx, step, launches, result)
         if step.scaling_baseline:
             # multi-node scaling: this run's throughput against the baseline step's, per process

@@ -35,10 +35,13 @@ slow initialization").
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from validation import contracts
 from validation.formatting import NA, as_dict, finite, fmt_duration, fmt_gb, fmt_num, fmt_pct, fmt_rate, plural
+from validation.launch import telemetry
 
 INIT_GROWTH_FACTOR = 2.0
 RATIO_MIN_S = 0.5  # init times below this are shown side by side, never as a ratio
@@ -127,9 +130,6 @@ def training_period(startup: dict[str, Any], steps: list[int], step_times: list[
 def telemetry_metrics(step_dir: Path, startup: dict[str, Any], read, window: dict[str, Any],
                       context: dict[str, Any]) -> dict[str, Any]:
     """Telemetry metrics of one launch (see the module docstring); {} without a telemetry file."""
-    from validation import contracts
-    from validation.launch import telemetry
-
     rows = contracts.read_telemetry(step_dir)
     if not rows:
         return {}
@@ -175,8 +175,6 @@ def earlier_startups(results: dict[str, Any], exclude_csv: str | None) -> list[t
 
 def launch_metrics(ctx, spec, out_dir: Path, read, m: dict[str, Any]) -> dict[str, Any]:
     """Everything above for one trainer launch, given its training.csv summary `m` (validation.metrics)."""
-    from validation import contracts
-
     context = as_dict(m.get("context"))
     startup = startup_metrics(contracts.read_timeline(out_dir), context.get("n_params"))
     if startup and "problem" not in startup:
@@ -284,8 +282,6 @@ def telemetry_notes(metrics: dict[str, Any]) -> list[str]:
 def runs_view(runs: list[dict[str, Any]]) -> list[dict[str, str]]:
     """One compact line per run of a sweep or A/B (label, repeat): its Training Summary, time to first step, GPU
     utilisation when measured, and the init-growth flag. [] when no run has any of them."""
-    from collections import Counter
-
     runs = [as_dict(r) for r in runs]
     counts = Counter(str(r.get("label")) for r in runs)
     out = []

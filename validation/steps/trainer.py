@@ -29,14 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from nsa.training.outputs import TRAINING_CSV
-from validation import contracts
+from validation import contracts, metrics
 from validation.launch.spec import LaunchSpec
 from validation.metric_names import DERIVED_KEYS, METRIC_COLUMNS, STAT_NAMES
+from validation.metrics import USABLE_STATUSES
 from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
 from validation.formatting import (NA, as_dict, as_list, context_text, env_text, finite, fmt_gb, fmt_num, fmt_pct,
                                       fmt_rate, fmt_tflops, loss_text, mean_pm, mfu_text, stat_of, status_view,
                                       window_text)
 from validation.runbook_model import LaunchSettings, Step, references, resolve_references
+from validation.significance import interleaved_order
 from validation.steps import train_report
 from validation.steps.base import StepKind, launch_identity, run_path, step_dir
 
@@ -149,8 +151,6 @@ def trainer_launch(step: Step, launch: LaunchSettings, label: str, rel_dir: str,
 # ---------------------------------------------------------------------------------------------- running
 def collect(ctx, step: Step, spec: LaunchSpec, lr) -> tuple[str, str | None, dict]:
     """(status, reason, metrics) of one trainer launch, from the files in its out_dir."""
-    from validation import metrics
-
     out_dir = ctx.run_dir / spec.out_dir
     window = metrics.Window(last=step.launch.window, warmup=step.launch.warmup_steps)
     read = metrics.read_training_csv(out_dir / TRAINING_CSV)
@@ -215,8 +215,6 @@ def order_seed(step: Step, run_dir: Path | None) -> int:
 
 def run_order(labels: list[str], repeats: int, seed: int) -> list[tuple[int, str]]:
     """(repeat, label) in run order: every repeat runs each label once, in a random order drawn per repeat."""
-    from validation.significance import interleaved_order
-
     return interleaved_order(labels, repeats, seed)
 
 
@@ -224,8 +222,6 @@ def run_values(run_dir: Path, step: Step, run: dict, metric: str) -> list[float]
     """What a significance decision needs of one run (validation.significance.decide): the per-step values of
     `metric` over the step's window, else the window mean from the run's summary (a metric that is not a
     training.csv column), else None (a failed run, or no such metric)."""
-    from validation import metrics
-
     if run.get("status") != "passed":
         return None
     m = run.get("metrics") or {}
@@ -262,8 +258,6 @@ def csv_verdict(m: dict, trainer_steps: Any) -> tuple[str, str | None, dict]:
     row: the numbers around it cannot be trusted either), and a file that ends before the trainer's last step
     by more than a cut-off last line (rows were lost). A last line cut off mid-row, what a writer killed while
     writing leaves, passes with that said in the reason."""
-    from validation.metrics import USABLE_STATUSES
-
     if m["status"] not in USABLE_STATUSES:
         reason = str(m.get("reason"))
         if reason.startswith(f"{m['status']}: "):  # "missing: /path" -> "training.csv missing: /path"

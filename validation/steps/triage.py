@@ -24,8 +24,10 @@ from typing import Any
 from validation import steps
 from validation.formatting import as_dict, as_list, env_text, finite, fmt_num, fmt_pct, fmt_rate
 from validation.schema import env_vars, mapping, trainer_flags, typed
+from validation.significance import StatsError
 from validation.steps.trainer import RUN_METRICS, TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.steps.base import with_labels
+from validation.triage import rank_suspects
 
 CONFIG = "config"
 FORBIDDEN_ENV = ("NSA_FAULT",)
@@ -81,9 +83,6 @@ class Triage(TrainerKind):
         return out
 
     def run(self, step, launches, result, ctx) -> None:
-        from validation.significance import StatsError
-        from validation.triage import rank_suspects
-
         runs, problems = run_each(ctx, step, launches, result)
         result["order_seed"], result["order"] = order_seed(step, ctx.run_dir), [s.label for s in launches]
         data: dict[str, list] = {label: [None] * step.repeats for label in [CONFIG, *step.suspects]}

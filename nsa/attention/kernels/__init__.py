@@ -43,6 +43,7 @@ def _triton_importable() -> str | None:
     if importlib.util.find_spec("triton") is None:
         return "the triton package is not installed (pip install -e '.[gpu]'; CUDA builds of torch ship it)"
     try:
+        # triton is optional (a CPU install may lack it): its kernel modules load only here, to see whether they can
         from nsa.attention.kernels import triton_glue, triton_range, triton_selected, triton_selection  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - any import failure means the path cannot run; say which
         return f"the Triton kernels failed to import: {type(exc).__name__}: {exc}"

@@ -37,6 +37,7 @@ from typing import Optional
 import torch
 import triton
 
+from nsa.attention.kernels.aot import AotCase
 from nsa.attention.kernels.common import interpreting
 from nsa.attention.rope import inv_frequencies
 from nsa.attention.kernels.triton_glue_kernels import (_cmp_pool_bwd_kernel, _cmp_pool_fwd_kernel,
@@ -358,8 +359,6 @@ def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
     """Every glue kernel at each (d_k, d_v) the layer may use; block sizes are fixed, the rest runtime arguments.
     Activations in `dtype`, parameters (gate bias, position embedding) fp32: training runs bf16 autocast over fp32
     weights. Element-wise passes: no tensor-core instruction expected."""
-    from nsa.attention.kernels.aot import AotCase
-
     p, f32 = f"*{dtype}", "*fp32"
     cases = []
 

@@ -136,6 +136,7 @@ from typing import Optional
 import torch
 import triton
 
+from nsa.attention.kernels.aot import AotCase
 from nsa.attention.kernels.common import TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP
 from nsa.attention.kernels.common import LOG2E
 
@@ -460,8 +461,6 @@ AOT_DIMS = ((32, 32), (64, 64), (128, 128), (64, 128))
 def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
     """Every kernel at every configuration the launcher can pick. MODE, hpg, the window/block parameters and
     COMPUTE_DELTA are runtime arguments, so they add no cases; d_k and d_v choose the configuration."""
-    from nsa.attention.kernels.aot import AotCase
-
     cases = []
     kernels = {"fwd": _range_fwd_kernel, "dq": _range_bwd_dq_kernel, "dkdv": _range_bwd_dkdv_kernel}
     for d_k, d_v in dims:

@@ -130,10 +130,12 @@ backward 241 | 128, all without spills.
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
 
+from nsa.attention.kernels.aot import AotCase
 from nsa.attention.kernels.common import LOG2E
 
 _LN2 = 0.6931471805599453
@@ -391,10 +393,6 @@ AOT_HPG = (1, 6, 16, 32)  # heads per group compiled ahead of time (HPG is a com
 def aot_cases():
     """Every kernel at every configuration the launcher picks for l_sel = 64 (BLOCK_N = 64), bf16: each d with
     the model's hpg = 6, and the other hpg values (they change the row tiling) at d = 64."""
-    import inspect
-
-    from nsa.attention.kernels.aot import AotCase
-
     bf, f32, i32 = "*bf16", "*fp32", "*i32"
 
     def case(label, fn, ptrs, consts, warps, stages, tensor_cores=True):

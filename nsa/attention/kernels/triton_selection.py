@@ -160,8 +160,10 @@ import math
 import torch
 
 from nsa.attention.geometry import num_cmp_blocks, num_sel_blocks
+from nsa.attention.kernels.aot import AotCase
 from nsa.attention.kernels.common import LOG2E
 from nsa.attention.selection import choose_blocks
+from nsa.toggles import parse
 
 try:
     import triton
@@ -617,9 +619,6 @@ def aot_cases():
     d_k 32 and 128 (BC 32), l_sel = 128 (BC 128), fp16. NSA_AOT_FULL=1: both kernels at hpg {1, 3, 6, 8} x d_k
     {32, 64, 128} x l_sel {32, 64, 128} x {bf16, fp16}.
     """
-    from nsa.attention.kernels.aot import AotCase
-    from nsa.toggles import parse
-
     if parse("NSA_AOT_FULL"):
         shapes = [(kernel, hpg, d_k, l_sel, dtype) for kernel in ("sel", "imp") for hpg in (1, 3, 6, 8)
                   for d_k in (32, 64, 128) for l_sel in (32, 64, 128) for dtype in ("bf16", "fp16")]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU session of 2026-11-26 (one device call of <= 9.5 minutes): what produced the files beside this script.
+# The first GPU run of 2026-11-26 (under 9.5 minutes in all): what produced the files beside this script.
 #
 #     bash reports/gpu/2026-11-26/run.sh      # in the repository root on a GPU machine; outputs under $OUT (or /tmp)
 #
@@ -12,7 +12,7 @@
 # Phase 2 (the GPU alone): bench_attention (NSA Triton vs dense, m7c, bf16), bench_train (the 125M model and its
 # dense twin, eager and CUDA graphs, then --compile if time is left), profile_layer (kernel launches, host and GPU
 # time per layer forward+backward, tiled and fused selection).
-# Every part has its own time limit, so the script ends (and packs its outputs) inside the device call's limit.
+# Every part has its own time limit, so the script ends (and packs its outputs) inside its time limit.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The second device call of 2026-11-26: which change to the selection kernels' code or tiling removes the bf16
+# The second GPU run of 2026-11-26: which change to the selection kernels' code or tiling removes the bf16
 # miscompute / fault of the importance tile at BM = 64 (hpg 1-3) seen in run.sh's results. Variants (environment
 # variables read by an experimental build of nsa/attention/kernels/triton_selection.py; not the committed code):
 #   V0 as committed; KT: compressed keys loaded [BC, D] and transposed in the dot (FlashAttention's layout);

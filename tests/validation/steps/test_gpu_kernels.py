@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_sanitizer import install as install_fake_sanitizer, path_without_real_sanitizer
 from typer.testing import CliRunner
 
 from validation import steps
@@ -140,28 +141,6 @@ def test_progress_record_survives_a_line_cut_short(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ the sanitizer step
-FAKE_SANITIZER = """#!{python}
-# A stand-in for compute-sanitizer: runs the program after its options, reports one memcheck error for any case
-# with --seq-len 2048, and exits with the program's exit code.
-import subprocess, sys
-args = sys.argv[1:]
-i = 0
-while args[i].startswith("--"):
-    i += 2
-print("========= COMPUTE-SANITIZER", flush=True)
-code = subprocess.call(args[i:])
-if "2048" in args[i:]:
-    print("========= Invalid __global__ read of size 4 bytes")
-    print("=========     at fake_topk_kernel+0x4c80 in fake_selection.py:223")
-    print("=========     by thread (0,0,0) in block (60,0,0)")
-    print("=========     Address 0x7f00 is out of bounds")
-    print("=========     Saved host backtrace up to driver entry point")
-    print("=========")
-    print("========= ERROR SUMMARY: 1 error")
-else:
-    print("========= ERROR SUMMARY: 0 errors")
-sys.exit(code)
-"""
 PROGRAM = """
 import os, sys
 print("program", sys.argv[1:], "caching off:", os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING"))
@@ -184,11 +163,6 @@ acceptance:
 """
 
 
-def _no_real_sanitizer_path() -> str:
-    return os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
-                           if d and not (Path(d) / "compute-sanitizer").exists())
-
-
 @pytest.fixture
 def sanitizer():
     """validation.steps.sanitizer, imported after the registry has loaded every kind in its own order (the
@@ -204,24 +178,16 @@ def sanitized(tmp_path, monkeypatch, sanitizer):
     monkeypatch.delenv("CUDA_HOME", raising=False)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    monkeypatch.setenv("PATH", str(bin_dir) + os.pathsep + _no_real_sanitizer_path())
+    monkeypatch.setenv("PATH", str(bin_dir) + os.pathsep + path_without_real_sanitizer())
     (tmp_path / "program.py").write_text(PROGRAM)
     path = tmp_path / "sanitized.yaml"
     path.write_text(SANITIZED.format(program=tmp_path / "program.py"))
     return path, bin_dir
 
 
-def _install_fake(directory: Path) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    fake = directory / "compute-sanitizer"
-    fake.write_text(FAKE_SANITIZER.format(python=sys.executable))
-    fake.chmod(0o755)
-    return fake
-
-
 def test_sanitizer_reports_an_error_case_by_case_and_the_run_is_no_go(sanitized, tmp_path):
     path, bin_dir = sanitized
-    fake = _install_fake(bin_dir)
+    fake = install_fake_sanitizer(bin_dir)
     rb = load_runbook(path, cwd=tmp_path)
     specs = step_launches(rb.step("check"))
     assert [s.label for s in specs] == ["dtype=bf16 seq-len=1024", "dtype=bf16 seq-len=2048"]
@@ -257,8 +223,8 @@ def test_sanitizer_reports_an_error_case_by_case_and_the_run_is_no_go(sanitized,
 
 def test_sanitizer_clean_grid_is_go_and_a_failing_program_is_not_clean(sanitized, tmp_path, monkeypatch):
     path, _ = sanitized
-    monkeypatch.setenv("PATH", _no_real_sanitizer_path())  # found under $CUDA_HOME/bin instead
-    fake = _install_fake(tmp_path / "cuda" / "bin")
+    monkeypatch.setenv("PATH", path_without_real_sanitizer())  # found under $CUDA_HOME/bin instead
+    fake = install_fake_sanitizer(tmp_path / "cuda" / "bin")
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
     rb = load_runbook(path, ["steps.check.grids.default.seq-len=[1024]"], cwd=tmp_path)
     results = Runner(rb, tmp_path / "run", RunOptions(cwd=tmp_path)).run()

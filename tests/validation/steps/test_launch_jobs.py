@@ -11,12 +11,12 @@ import importlib
 import json
 import os
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from fake_sanitizer import install as install_fake_sanitizer, path_without_real_sanitizer
 from typer.testing import CliRunner
 
 from validation import steps
@@ -150,29 +150,6 @@ def test_an_interrupt_ends_every_running_test_file(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------ the sanitizer
-FAKE_SANITIZER = """#!{python}
-# A stand-in for compute-sanitizer: runs the program after its options; one memcheck error for --seq-len 2048;
-# for --seq-len 999 it attaches to nothing, as the real one does when the program starts too slowly.
-import subprocess, sys
-args = sys.argv[1:]
-i = 0
-while args[i].startswith("--"):
-    i += 2
-print("========= COMPUTE-SANITIZER", flush=True)
-if "999" in args[i:]:
-    print("========= Error: No attachable process found. compute-sanitizer timed-out.")
-    print("========= Default timeout can be adjusted with --launch-timeout. Awaiting target completion.")
-    sys.exit(1)
-code = subprocess.call(args[i:])
-if "2048" in args[i:]:
-    print("========= Invalid __global__ read of size 4 bytes")
-    print("=========     at fake_topk_kernel+0x4c80 in fake_selection.py:223")
-    print("=========")
-    print("========= ERROR SUMMARY: 1 error")
-else:
-    print("========= ERROR SUMMARY: 0 errors")
-sys.exit(code)
-"""
 PROGRAM = """
 import sys, time
 time.sleep(0.5)
@@ -207,11 +184,8 @@ def sanitized(tmp_path, monkeypatch, sanitizer):
     monkeypatch.delenv("CUDA_HOME", raising=False)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    fake = bin_dir / "compute-sanitizer"
-    fake.write_text(FAKE_SANITIZER.format(python=sys.executable))
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir)] + [
-        d for d in os.environ.get("PATH", "").split(os.pathsep) if d and not (Path(d) / "compute-sanitizer").exists()]))
+    install_fake_sanitizer(bin_dir)
+    monkeypatch.setenv("PATH", str(bin_dir) + os.pathsep + path_without_real_sanitizer())
     (tmp_path / "program.py").write_text(PROGRAM)
     path = tmp_path / "sanitized.yaml"
     path.write_text(SANITIZED.format(program=tmp_path / "program.py"))

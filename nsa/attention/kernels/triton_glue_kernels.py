@@ -21,6 +21,26 @@ def _rotate(x1, x2, pos, inv_freq, SIGN: tl.constexpr):
 
 
 @triton.jit
+def _copied_segment(seg, gi, off_v, G, D_K: tl.constexpr, D_V: tl.constexpr):
+    """(first column in Y, width) of KV group gi's head in copied segment seg: 0 v_sel, 1 v_win, 2 k_raw, 3 v_raw.
+    Y's columns after the rotated heads (from off_v): v_sel [G * D_V], v_win [G * D_V], k_raw [G * D_K],
+    v_raw [G * D_V], then the gate MLP's hidden layer."""
+    if seg == 0:
+        col = off_v + gi * D_V
+        width = gi * 0 + D_V
+    elif seg == 1:
+        col = off_v + G * D_V + gi * D_V
+        width = gi * 0 + D_V
+    elif seg == 2:
+        col = off_v + 2 * G * D_V + gi * D_K
+        width = gi * 0 + D_K
+    else:
+        col = off_v + 2 * G * D_V + G * D_K + gi * D_V
+        width = gi * 0 + D_V
+    return col, width
+
+
+@triton.jit
 def _prep_fwd_kernel(Y, B1, INV_FREQ, Q, KS, KW, VS, VW, KR, VR, A,
                      R, S, sy, H, G, HID, START,
                      D_K: tl.constexpr, D_V: tl.constexpr, D_MAX: tl.constexpr, BLOCK_R: tl.constexpr):
@@ -52,21 +72,14 @@ def _prep_fwd_kernel(Y, B1, INV_FREQ, Q, KS, KW, VS, VW, KR, VR, A,
         seg = k // G
         gi = k % G
         cols = tl.arange(0, D_MAX)
+        src_col, width = _copied_segment(seg, gi, off_v, G, D_K, D_V)
         if seg == 0:
-            src_col = off_v + gi * D_V
-            width = gi * 0 + D_V
             dst = VS + rows[:, None] * (G * D_V) + gi * D_V + cols[None, :]
         elif seg == 1:
-            src_col = off_v + G * D_V + gi * D_V
-            width = gi * 0 + D_V
             dst = VW + rows[:, None] * (G * D_V) + gi * D_V + cols[None, :]
         elif seg == 2:
-            src_col = off_v + 2 * G * D_V + gi * D_K
-            width = gi * 0 + D_K
             dst = KR + rows[:, None] * (G * D_K) + gi * D_K + cols[None, :]
         else:
-            src_col = off_v + 2 * G * D_V + G * D_K + gi * D_V
-            width = gi * 0 + D_V
             dst = VR + rows[:, None] * (G * D_V) + gi * D_V + cols[None, :]
         m = rmask[:, None] & (cols[None, :] < width)
         x = tl.load(Y + rows[:, None] * sy + src_col + cols[None, :], mask=m, other=0.0)
@@ -119,21 +132,14 @@ def _prep_bwd_kernel(DQ, DKS, DKW, DVS, DVW, DKR, DVR, DA, Y, B1, INV_FREQ, DY, 
         seg = k // G
         gi = k % G
         cols = tl.arange(0, D_MAX)
+        dst_col, width = _copied_segment(seg, gi, off_v, G, D_K, D_V)
         if seg == 0:
-            dst_col = off_v + gi * D_V
-            width = gi * 0 + D_V
             src = DVS + (bi * svs_b + si * svs_s + gi * svs_h)[:, None] + cols[None, :]
         elif seg == 1:
-            dst_col = off_v + G * D_V + gi * D_V
-            width = gi * 0 + D_V
             src = DVW + (bi * svw_b + si * svw_s + gi * svw_h)[:, None] + cols[None, :]
         elif seg == 2:
-            dst_col = off_v + 2 * G * D_V + gi * D_K
-            width = gi * 0 + D_K
             src = DKR + (bi * skr_b + si * skr_s + gi * skr_h)[:, None] + cols[None, :]
         else:
-            dst_col = off_v + 2 * G * D_V + G * D_K + gi * D_V
-            width = gi * 0 + D_V
             src = DVR + (bi * svr_b + si * svr_s + gi * svr_h)[:, None] + cols[None, :]
         m = rmask[:, None] & (cols[None, :] < width)
         x = tl.load(src, mask=m, other=0.0)

@@ -219,12 +219,15 @@ class NSAAttention(nn.Module):
         with span("nsa.sel.topk"):
             return choose_blocks(importance, torch.arange(s, device=q.device), cfg.n_sel, cfg.l_sel)
 
-    def _branches_batched(self, p: NSAProjections, logits: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def _branches_batched(self, p: NSAProjections, logits: torch.Tensor | None = None,
+                          backend: "_TorchBranches | _TritonBranches | None" = None) -> dict[str, torch.Tensor]:
         """The batched path's three branches, written once over a backend of kernels (`_TorchBranches`: the PyTorch
-        kernels; `_TritonBranches`: the GPU kernels, no host sync). The compressed branch may return its
-        log-sum-exp, which the Triton selection uses to rank the blocks without a second softmax pass."""
-        backend = (_TritonBranches(self) if kernels.resolve(self.cfg.kernel, p.q.device, self.cfg) == "triton"
-                   else _TorchBranches(self))
+        kernels; `_TritonBranches`: the GPU kernels, no host sync; by default the one the configured kernel
+        resolves to). The compressed branch may return its log-sum-exp, which the Triton selection uses to rank
+        the blocks without a second softmax pass."""
+        if backend is None:
+            backend = (_TritonBranches(self) if kernels.resolve(self.cfg.kernel, p.q.device, self.cfg) == "triton"
+                       else _TorchBranches(self))
         out = {}
         with span("nsa.cmp"):
             out["cmp"], lse = backend.compressed(p)
@@ -376,7 +379,7 @@ class NSAAttention(nn.Module):
         v_cmp = mean_v if mlp_v is None else mean_v + mlp_v
         t = lambda z: z.transpose(1, 2)  # noqa: E731 - [B, S, n, d] storage seen as [B, n, S, d]
         p = NSAProjections(t(q), k_cmp, v_cmp, t(k_sel), t(v_sel), t(k_win), t(v_win), gates=None)
-        out = self._branches_batched(p, logits=logits)
+        out = self._branches_batched(p, logits=logits, backend=_TritonBranches(self))  # forward() resolved it
         mixed = tk.glue.gate_combine(logits, out["cmp"], out["sel"], out["win"], cfg.gate)
         return self.o_proj(mixed)
 

@@ -428,7 +428,11 @@ def test_forward_backward_capture_in_a_cuda_graph_without_syncs():
 
     def step():
         out = tr.window_attention(q, k, v, w) + tr.compressed_attention(q, kc, vc, l, dd)
-        return (out, *torch.autograd.grad(out, inputs, upstream))
+        # `out` is returned detached: with its graph alive, the leaves' grad accumulators from the eager run (made on
+        # the legacy stream) would outlive it, and the captured backward's end-of-backward sync with their stream
+        # fails the capture ("operation would make the legacy stream depend on a capturing blocking stream", the
+        # first GPU run of gpu_kernels.yaml; pytorch/pytorch#164302)
+        return (out.detach(), *torch.autograd.grad(out, inputs, upstream))
 
     eager = step()
     side = torch.cuda.Stream()

@@ -1,0 +1,48 @@
+"""benchmarks/bench_attention.py's choice of timed passes, on simulated passes: a first pass that only compiled does
+not make a case slow (it did on the GPU run of 2026-11-26: the Triton path at S 2,048 was timed once), a case slow
+on its second pass too is timed once, and a fast one gets its warm-up and repeats after an untimed first pass."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+_spec = importlib.util.spec_from_file_location("bench_attention", REPO / "benchmarks" / "bench_attention.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+class Passes:
+    """`one()` of a case whose passes take the given (fwd, bwd) seconds in turn, the last one repeated."""
+
+    def __init__(self, *durations):
+        self.durations, self.calls, self.reset_at = list(durations), 0, None
+
+    def one(self):
+        self.calls += 1
+        return self.durations[min(self.calls, len(self.durations)) - 1]
+
+    def reset(self):
+        self.reset_at = self.calls
+
+
+def test_a_first_pass_that_compiled_does_not_make_the_case_slow():
+    passes = Passes((14.0, 3.0), (0.004, 0.003))
+    times = bench.timed_passes(passes.one, warmup=2, repeats=10, before_timing=passes.reset)
+    assert times == [(0.004, 0.003)] * 10
+    assert passes.calls == 1 + 1 + 2 + 10  # the compiling pass, the pass that showed it fast, warm-up, repeats
+    assert passes.reset_at == 4  # the peak memory is reset after the warm-up, before the timed passes
+
+
+def test_a_case_slow_on_its_second_pass_is_timed_once_by_that_pass():
+    passes = Passes((30.0, 20.0), (12.0, None))
+    times = bench.timed_passes(passes.one, warmup=2, repeats=10, before_timing=passes.reset)
+    assert times == [(12.0, None)] and passes.calls == 2
+
+
+def test_a_fast_case_is_timed_repeats_times_after_an_untimed_first_pass():
+    passes = Passes((0.5, 0.25), (0.01, 0.02))
+    times = bench.timed_passes(passes.one, warmup=0, repeats=3)
+    assert times == [(0.01, 0.02)] * 3 and passes.calls == 4
+    assert bench.timed_passes(Passes((9.0, 0.5)).one, warmup=0, repeats=2, slow_s=10.0) == [(9.0, 0.5)] * 2

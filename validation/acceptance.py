@@ -134,10 +134,11 @@ def recommendations(runbook: Runbook, results: dict) -> dict:
     """The settings to export: the runbook's always-recommended `recommend.env`, plus the env of each decision
     (a sweep's or an A/B's "choice") that rests on a significant difference; a decision without one (the default
     kept) adds nothing and leaves the runbook's own value in place, and its note says why. Nothing is recommended
-    when no training step passed: nothing was measured here."""
-    measured = any(s.get("status") == "passed" and getattr(step_kinds.find(s.get("kind")), "trainer", False)
-                   for s in results["steps"].values())
-    if not measured:
+    when no training step passed (nothing was measured here) or the runbook has none."""
+    trainers = [s for s in results["steps"].values() if getattr(step_kinds.find(s.get("kind")), "trainer", False)]
+    if not trainers:  # a runbook of tests, sanitizer runs and benchmarks (gpu_kernels): no settings to recommend
+        return {"env": {}, "notes": ["this runbook has no training step: it recommends no settings"]}
+    if not any(s.get("status") == "passed" for s in trainers):
         return {"env": {}, "notes": ["nothing was measured here (no training step passed): no settings are "
                                      "recommended"]}
     env = dict(runbook.recommend_env)

@@ -114,3 +114,20 @@ def test_recommendations_merge_the_runbook_settings_and_every_significant_decisi
     assert rec["env"] == {"NSA_DDP_BUCKET_MB": "25", "NSA_PREFILL_BATCHED": "1"}
     assert rec["notes"] == ["sweep: no significant difference, NSA_DDP_BUCKET_MB=50 kept; NSA_DDP_BUCKET_MB not "
                             "recommended from this step; NSA_DDP_BUCKET_MB=25 (the runbook's recommendation) stays"]
+
+
+def test_recommendations_say_whether_training_failed_or_the_runbook_has_none(tmp_path):
+    """gpu_kernels.yaml (tests, sanitizer, benchmarks) trains in no step: its report said "no training step passed",
+    as if one had failed."""
+    path = tmp_path / "rb.yaml"
+    path.write_text("name: r\nrecommend: {env: {NSA_DDP_BUCKET_MB: '25'}}\n"
+                    "phases:\n  - name: p\n    steps:\n      - {name: s, kind: bench, command: [x.py]}\n")
+    rb = load_runbook(path)
+    no_trainer = {"steps": {"tests": {"kind": "pytest", "status": "passed"}, "b": {"kind": "bench", "status": "passed"}}}
+    assert recommendations(rb, no_trainer) == {"env": {}, "notes": [
+        "this runbook has no training step: it recommends no settings"]}
+    failed = {"steps": {**no_trainer["steps"], "baseline": {"kind": "train", "status": "failed"}}}
+    assert recommendations(rb, failed)["notes"] == [
+        "nothing was measured here (no training step passed): no settings are recommended"]
+    failed["steps"]["baseline"]["status"] = "passed"
+    assert recommendations(rb, failed)["env"] == {"NSA_DDP_BUCKET_MB": "25"}

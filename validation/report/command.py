@@ -62,8 +62,9 @@ def validated_command(results: dict) -> dict:
     argv = [str(a) for a in as_list(as_dict(step).get("command"))]
     parsed = _trainer_args(argv) if step else None
     if step is None or parsed is None:
-        why = ("no training step passed" if step is None else
-               f"step {step.get('name')} recorded no trainer command")
+        has_train = any(as_dict(s).get("kind") == "train" for s in as_dict(results.get("steps")).values())
+        why = (f"step {step.get('name')} recorded no trainer command" if step is not None else
+               "no training step passed" if has_train else "this runbook has no training step")
         return {"lines": [], "text": "", "step": None, "env": {}, "note": f"No validated command: {why}."}
     module, args = parsed
     for flag in RUN_DIR_FLAGS:

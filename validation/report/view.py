@@ -183,6 +183,11 @@ def _environment_rows(results: dict) -> list[tuple[str, str]]:
     return rows
 
 
+# what a criterion's failure does (its `severity`), in the words of the verdict: a column of "fail" beside PASS rows
+# read as a contradiction
+_ON_FAILURE = {"fail": "NO-GO", "warn": "warning"}
+
+
 def _acceptance_rows(results: dict) -> list[dict]:
     rows = []
     for crit in (as_dict(c) for c in as_list(results.get("acceptance"))):
@@ -190,7 +195,8 @@ def _acceptance_rows(results: dict) -> list[dict]:
             "name": fmt_num(crit.get("name")), "expr": crit.get("expr") or None,
             "target": fmt_num(crit.get("target")), "actual": fmt_num(crit.get("actual")),
             "status": status_view(crit.get("status"), CRITERION_LABELS),
-            "severity": fmt_num(crit.get("severity")), "detail": crit.get("detail") or "",
+            "severity": _ON_FAILURE.get(crit.get("severity"), fmt_num(crit.get("severity"))),
+            "detail": crit.get("detail") or "",
         })
     return rows
 

@@ -144,17 +144,17 @@ def test_markdown_bucket_sweep_table_marks_the_winner_best(results):
 
 def test_markdown_acceptance_rows_have_the_right_status_words(results):
     md = render(results, "md")
-    assert "| Criterion | Target | Actual | Status | Severity | Detail |" in md
+    assert "| Criterion | Target | Actual | Status | If it fails | Detail |" in md
     for crit in results["acceptance"]:
         rows = _table_rows(md, crit["name"])
         assert len(rows) == 1, crit["name"]
         cells = [c.strip() for c in rows[0].strip("|").split(" | ")]
         assert cells[3] == CRITERION_WORDS[crit["status"]], rows[0]
-        assert cells[4] == crit["severity"]
+        assert cells[4] == {"fail": "NO-GO", "warn": "warning"}[crit["severity"]]  # never "fail" beside PASS
     assert _table_rows(md, "Throughput floor (CPU)")[0] == (
-        "| Throughput floor (CPU) | >= 2,000 tokens/s | baseline.toks_per_s.mean = 5843.2 | PASS | fail |  |")
+        "| Throughput floor (CPU) | >= 2,000 tokens/s | baseline.toks_per_s.mean = 5843.2 | PASS | NO-GO |  |")
     assert _table_rows(md, "NCCL baseline throughput")[0] == (
-        "| NCCL baseline throughput | >= 2,000 tokens/s | n/a | SKIPPED | fail | "
+        "| NCCL baseline throughput | >= 2,000 tokens/s | n/a | SKIPPED | NO-GO | "
         "not evaluated: ddp_nccl: skipped (needs 2 GPU(s), found 0) |")
 
 
@@ -349,7 +349,7 @@ def test_failed_steps_with_empty_metrics_render(results):
     assert "| 25 | n/a | n/a | n/a | n/a | n/a | n/a | TIMEOUT (no heartbeat for 300 s) |" in md
     assert "**Winner**: none — " in md
     assert "No comparison available." in md
-    assert "| broken_expr | > 1 | n/a | ERROR | fail |" in md
+    assert "| broken_expr | > 1 | n/a | ERROR | NO-GO |" in md
     assert "| Host | n/a |" in md
     html = render(res, "html")
     assert "RuntimeError: shape mismatch" in html

@@ -114,6 +114,8 @@ def test_each_file_in_its_own_process_a_death_is_one_failure_naming_its_file_and
     md = (tmp_path / "run" / "report.md").read_text()
     assert "| suite_tests/test_dies.py | died | 1 | 1 | 0 | 0 | 2 |" in md
     assert "| suite_tests/test_passes.py | passed | 2 | 0 | 1 | 0 | 3 |" in md
+    # the step's time column is the files' sum, and says so (the GPU run's 9m 41s beside a 3m 00s step)
+    assert "| Passed | Failed | Skipped | Errors | Total | Files' time (sum; with jobs > 1 more than the step took) |" in md
 
 
 def test_isolated_files_expands_directories_and_groups_node_ids(tmp_path):

@@ -29,7 +29,8 @@ from pathlib import Path
 
 # The Triton kernel modules (each defines aot_cases()). A module is added here together with its kernels.
 KERNEL_MODULES: tuple[str, ...] = ("nsa.attention.kernels.triton_range", "nsa.attention.kernels.triton_selected",
-                                  "nsa.attention.kernels.triton_selection", "nsa.attention.kernels.triton_glue")
+                                  "nsa.attention.kernels.triton_selection", "nsa.attention.kernels.triton_glue",
+                                  "nsa.attention.kernels.triton_index")
 
 TARGETS = (80, 90)  # compute capabilities: A100, H100
 

@@ -17,6 +17,8 @@ the kernel that made it:
     band       selected branch's local band with its sink (range kernels, mode BAND): forward, backward
     select     block selection, forward only (no gradient): --method tiled (importance kernel + choose_blocks) or
                fused (the top-k kernel); its input lse is the compressed forward's, computed whatever --kernels says
+    index      the selected branch's inverted index of the chosen blocks by its Triton build (triton_index.py,
+               not yet the default), checked equal to the torch build element for element
     sel_kv     selected branch on the chosen blocks, KV-block-outer forward (the default), backward
     sel_query  selected branch, query-outer forward, backward
 Exit 0 when every kernel ran; 1 when one raised (its traceback on stderr, and a last line naming it); 2 for a bad
@@ -37,7 +39,7 @@ from nsa.attention.kernels import (TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP,
                                    triton_selected, triton_selection, triton_status)
 from nsa.attention.kernels.triton_selection import FUSED_MAX_N_SEL
 
-KERNELS = ("cmp", "win", "band", "select", "sel_kv", "sel_query")
+KERNELS = ("cmp", "win", "band", "select", "index", "sel_kv", "sel_query")
 DTYPES = ("bf16", "fp16", "fp32")
 METHODS = ("tiled", "fused")
 
@@ -153,11 +155,24 @@ def main(argv: list[str] | None = None) -> int:
             sync()
         return state["blocks"]
 
+    def index():
+        chosen = blocks().to(torch.int32).contiguous()
+        qpt_fwd, qpt_bwd = triton_selected._per_tile(hpg, args.d_k, args.d_v, triton_selected.BWD_TILES)
+        got = triton_selected._build_index(chosen, args.l_sel, qpt_fwd, qpt_bwd, build="triton")
+        sync()
+        want = triton_selected._build_index(chosen, args.l_sel, qpt_fwd, qpt_bwd, build="torch")
+        for name, a, b_ in zip(("order", "pair_t", "forward tiles", "backward tiles"), got, want):
+            if not torch.equal(a, b_):
+                raise AssertionError(f"the Triton index's {name} differs from the torch build's in "
+                                     f"{int((a != b_).sum())} of {b_.numel()} entries")
+        return "Triton build, equal to the torch build"
+
     runs = {
         "cmp": lambda: fwd_bwd(lambda *x: triton_range.compressed_attention(*x, args.l, args.d), q, k_cmp, v_cmp),
         "win": lambda: fwd_bwd(lambda *x: triton_range.window_attention(*x, args.w), q, k, v),
         "band": lambda: fwd_bwd(lambda *x: triton_range.band_attention(*x, args.l_sel, sink=True), q, k, v),
         "select": lambda: (blocks(), f"forward ({args.method})")[1],
+        "index": index,
         "sel_kv": lambda: fwd_bwd(lambda *x: triton_selected.selected_attention(*x, blocks(), args.l_sel, loop="kv"),
                                   q, k, v),
         "sel_query": lambda: fwd_bwd(

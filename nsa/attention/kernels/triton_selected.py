@@ -23,7 +23,9 @@ sorted pair; `pair_t`: its t). Counts per key by scatter_add_ into a fixed [B*G*
 offsets, then a tile table [3, n_tiles] (key, first sorted pair, pairs): each key's list is cut into tiles of QPT
 queries, and tile i of a grid bounded by shapes alone (ceil(pairs_max / QPT) + B*G*NB) finds its key by
 searchsorted over the cumulative tile counts; tiles past the real count have count 0 and return at once. A fixed
-number of torch ops whatever S; no .item(), nonzero, bincount or data-dependent shape.
+number of torch ops whatever S; no .item(), nonzero, bincount or data-dependent shape. The same index in Triton
+(triton_index.py: a chunked counting sort, 1 aten op and 6 launches instead of ~49 ops, equal element for element)
+is INDEX_BUILD = "triton"; not the default until a GPU run qualifies it.
 
 Tiles are rows of (query, head) pairs: row r of a tile is query r // hpg of the tile's list and head r % hpg (hpg
 is a compile-time constant: the divisions are multiply-shifts), so BLOCK_R = 128 rows hold QPT = 128 // hpg
@@ -135,6 +137,7 @@ import math
 
 import torch
 
+from nsa.attention.kernels import triton_index
 from nsa.attention.kernels.aot import AotCase
 from nsa.attention.kernels.common import LOG2E
 
@@ -206,12 +209,34 @@ def _tile_table(counts, pair_start, per_tile, n_tiles):
     return torch.stack((key, start, cnt)).to(torch.int32)
 
 
-def _build_index(blocks: torch.Tensor, l_sel: int, qpt_fwd: int, qpt_bwd: int):
-    """Sync-free inverted index of blocks [B, G, S, n_sel] (int32).
+# Which build of the inverted index the forward takes: "torch" (~49 aten ops) or "triton" (triton_index: 1 aten op
+# and 6 Triton launches, the same tensors element for element). "torch" stays the default until the Triton build
+# has run clean on a GPU (runbooks/gpu_kernels.yaml: its tests and `qualify --kernels index` under memcheck): it is
+# new since the last GPU run. benchmarks/bench_ops.py --index-build triton counts the layer's ops with it.
+INDEX_BUILDS = ("torch", "triton")
+INDEX_BUILD = "torch"
+
+
+def _build_index(blocks: torch.Tensor, l_sel: int, qpt_fwd: int, qpt_bwd: int, build: str | None = None):
+    """Sync-free inverted index of blocks [B, G, S, n_sel] (int32 contiguous).
 
     Returns order [pairs] int32 (flat pair index ((b*G + g)*S + t)*n_sel + slot of each pair, sorted by key block,
-    empty slots last), pair_t (the query t of each sorted pair) and the forward and backward tile tables.
+    empty slots last), pair_t (the query t of each sorted pair) and the forward and backward tile tables. `build`
+    (default INDEX_BUILD): "torch" or "triton"; shapes the Triton build cannot index take the torch one.
     """
+    build = INDEX_BUILD if build is None else build
+    if build not in INDEX_BUILDS:
+        raise ValueError(f"index build must be one of {INDEX_BUILDS}, got {build!r}")
+    b, g, s, n_sel = blocks.shape
+    if build == "triton" and triton_index.supported(s, n_sel, _cdiv(s, l_sel)) is None:
+        return triton_index.build_index(blocks, l_sel, qpt_fwd, qpt_bwd, _n_tiles(b, g, s, n_sel, l_sel, qpt_fwd),
+                                        _n_tiles(b, g, s, n_sel, l_sel, qpt_bwd))
+    return _build_index_torch(blocks, l_sel, qpt_fwd, qpt_bwd)
+
+
+def _build_index_torch(blocks: torch.Tensor, l_sel: int, qpt_fwd: int, qpt_bwd: int):
+    """_build_index in torch ops: one stable sort of the pairs' keys, scatter_add_ counts, cumsum offsets, and per
+    tile table searchsorted over the cumulative tile counts (see the module docstring)."""
     b, g, s, n_sel = blocks.shape
     nb = _cdiv(s, l_sel)
     n_keys = b * g * nb

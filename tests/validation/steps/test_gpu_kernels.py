@@ -375,9 +375,10 @@ def test_qualify_runs_every_kernel_forward_and_backward_under_the_interpreter():
                     "--d-k", "32", "--l-sel", "32", "--n-sel", "2", "--w", "48")
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("qualify: ok ")]
-    assert [line.split()[2] for line in lines] == ["cmp", "win", "band", "select", "sel_kv", "sel_query"]
-    assert all("forward, backward" in line for i, line in enumerate(lines) if i != 3)
-    assert "forward (tiled)" in lines[3] and "qualify: all 6 kernel(s) ran" in proc.stdout
+    assert [line.split()[2] for line in lines] == ["cmp", "win", "band", "select", "index", "sel_kv", "sel_query"]
+    assert all("forward, backward" in line for i, line in enumerate(lines) if i not in (3, 4))
+    assert "forward (tiled)" in lines[3] and "qualify: all 7 kernel(s) ran" in proc.stdout
+    assert "Triton build, equal to the torch build" in lines[4]
 
 
 def test_qualify_refuses_a_bad_argument_in_one_line():

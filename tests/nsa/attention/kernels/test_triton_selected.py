@@ -219,6 +219,61 @@ def test_inverted_index_covers_every_pair_once(kind, per_tile):
         assert int(((fwd[0] % nb == 1) & (fwd[2] > 0)).sum()) > 2
 
 
+# The Triton build of the index (triton_index.py) against the torch build, element for element: several chunks
+# (more pairs than a chunk holds), S not a multiple of l_sel, S < l_sel, n_sel > blocks (-1 padding), popular blocks that
+# span many tiles, shuffled lists, B x G > 1.
+INDEX_CASES = [
+    pytest.param(2, 2, 150, 16, 5, "model", 3, id="B2-G2"),
+    pytest.param(1, 1, 77, 16, 8, "model", 21, id="nsel>blocks"),
+    pytest.param(1, 2, 40, 64, 4, "model", 7, id="S<l_sel"),
+    pytest.param(2, 1, 200, 16, 8, "popular", 21, id="popular"),
+    pytest.param(1, 3, 100, 8, 6, "shuffled", 1, id="shuffled-per_tile1"),
+]
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Under the interpreter (seconds per 2,048-pair sort), chunks of 64 pairs: the same code at a smaller
+    constexpr, many chunks per group. On a GPU the production chunk (2,048) runs."""
+    if not ON_GPU:
+        from nsa.attention.kernels import triton_index
+
+        monkeypatch.setattr(triton_index, "PAIRS", 64)
+
+
+@pytest.mark.parametrize("b,g,s,l_sel,n_sel,kind,per_tile", INDEX_CASES)
+def test_triton_index_build_equals_the_torch_build(small_chunks, b, g, s, l_sel, n_sel, kind, per_tile):
+    blocks = _selection(kind, b, g, s, l_sel, n_sel, seed=s).to(KERNEL_DEVICE, torch.int32).contiguous()
+    want = ts._build_index(blocks, l_sel, per_tile, 2 * per_tile, build="torch")
+    got = ts._build_index(blocks, l_sel, per_tile, 2 * per_tile, build="triton")
+    for name, g_, w_ in zip(("order", "pair_t", "fwd tiles", "bwd tiles"), got, want):
+        assert g_.dtype == w_.dtype == torch.int32 and g_.shape == w_.shape, name
+        assert torch.equal(g_, w_), f"{name}: {int((g_ != w_).sum())} of {w_.numel()} entries differ"
+
+
+@pytest.mark.parametrize("b,h,g,s,d,l_sel,n_sel,kind,bwd_tiles,loops", [CI_CASES[0], CI_CASES[2], CI_CASES[6]])
+def test_matches_references_with_the_triton_index(small_chunks, monkeypatch, b, h, g, s, d, l_sel, n_sel, kind,
+                                                  bwd_tiles, loops):
+    monkeypatch.setattr(ts, "INDEX_BUILD", "triton")
+    _check_against_references(b, h, g, s, d, d, l_sel, n_sel, kind, ("kv",), bwd_tiles)
+
+
+def test_index_build_choice(monkeypatch):
+    from nsa.attention.kernels import triton_index
+
+    blocks = _selection("model", 1, 1, 50, 16, 3, seed=0).to(KERNEL_DEVICE, torch.int32).contiguous()
+    with pytest.raises(ValueError, match="index build must be one of"):
+        ts._build_index(blocks, 16, 4, 8, build="sorted")
+    assert triton_index.supported(50, 3, 4) is None
+    assert "overflow" in triton_index.supported(2**31, 3, 2**21)
+    assert "n_sel" in triton_index.supported(5000, 4096, 100)
+    # a shape the Triton build cannot index takes the torch build
+    monkeypatch.setattr(triton_index, "supported", lambda *a: "too large")
+    monkeypatch.setattr(triton_index, "build_index", lambda *a: pytest.fail("the Triton build ran"))
+    for got, want in zip(ts._build_index(blocks, 16, 4, 8, build="triton"), ts._build_index_torch(blocks, 16, 4, 8)):
+        assert torch.equal(got, want)
+
+
 # ------------------------------------------------------------------------------------------------ API edges
 def test_rejects_bad_arguments():
     q, k, v, _ = _inputs(1, 2, 1, 20, 16, 16, seed=0)

@@ -14,8 +14,10 @@ from typing import Any, Callable
 
 import pytest
 from results_records import run_record
+from typer.testing import CliRunner
 
 from validation import formatting, results, results_model, runbook
+from validation.cli import app
 from validation.results import RESULTS_JSON, read_results, write_results
 from validation.results_model import RECORDS, ResultsError, check_results
 
@@ -196,6 +198,18 @@ def test_read_results_refuses_a_file_with_nan_naming_it_and_the_key(tmp_path, ex
         read_results(tmp_path)
     assert str(info.value) == (f"{tmp_path / RESULTS_JSON}: steps.baseline.metrics.toks_per_s.mean: nan is not a "
                                "JSON number (results.json holds finite numbers only)")
+
+
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_the_cli_refuses_a_malformed_results_json_in_one_line(command, tmp_path, example):
+    example["steps"]["baseline"]["status"] = "finished"
+    (tmp_path / RESULTS_JSON).write_text(json.dumps(example))
+    args = [command, str(tmp_path)] + ([str(REPO / "reports/examples/cpu_smoke")] if command == "compare" else [])
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (f"nsa-validate: error: {tmp_path / RESULTS_JSON}: steps.baseline.status: "
+                                     "'finished' is not one of passed, failed, skipped, hang, timeout, error, "
+                                     "pending, running, interrupted")
 
 
 def test_write_results_refuses_a_malformed_record_and_keeps_the_previous_file(tmp_path, example):

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from validation import steps as step_kinds
-from validation.results import FAILED_STEP_STATUSES
+from validation.results_model import FAILED_STEP_STATUSES, Criterion, Recommendations, RunResults, StepResult
 from validation.runbook import Runbook
 
 BAD_STEP = FAILED_STEP_STATUSES
 
 
-def _namespace(results: dict) -> dict[str, Any]:
+def _namespace(results: RunResults) -> dict[str, Any]:
     ns = {}
     for name, step in results["steps"].items():
         view = dict(step.get("metrics") or {})
@@ -43,7 +43,7 @@ def _namespace(results: dict) -> dict[str, Any]:
     return ns
 
 
-def _logs(results: dict, run_dir: Path):
+def _logs(results: RunResults, run_dir: Path):
     def read(step_name: str) -> str:
         step = results["steps"].get(step_name, {})
         texts = []
@@ -58,29 +58,30 @@ def _logs(results: dict, run_dir: Path):
     return read
 
 
-def evaluate(runbook: Runbook, results: dict, run_dir: Path) -> list[dict]:
+def evaluate(runbook: Runbook, results: RunResults, run_dir: Path) -> list[Criterion]:
+    """One row per criterion of the runbook, in its order: evaluated, or "skipped" when a step it names did not
+    run."""
     ns = _namespace(results)
     logs = _logs(results, run_dir)
     rows = []
     for c in runbook.acceptance:
-        row = {"name": c.name, "expr": c.expr.text, "target": c.target, "severity": c.severity,
-               "description": c.description}
         not_run = [n for n in sorted(c.expr.names) if results["steps"][n]["status"] in ("skipped", "pending",
                                                                                         "interrupted")]
         if not_run:
             reasons = "; ".join(f"{n}: {results['steps'][n]['status']}"
                                 + (f" ({results['steps'][n]['reason']})" if results['steps'][n].get('reason') else "")
                                 for n in not_run)
-            row.update(status="skipped", actual="n/a", detail=f"not evaluated: {reasons}")
+            status, actual, detail = "skipped", "n/a", f"not evaluated: {reasons}"
         else:
             r = c.expr.evaluate(ns, logs)
             status = {"pass": "pass", "fail": "fail" if c.severity == "fail" else "warn", "error": "error"}[r.status]
-            row.update(status=status, actual=r.actual, detail=r.detail)
-        rows.append(row)
+            actual, detail = r.actual, r.detail
+        rows.append(Criterion(name=c.name, expr=c.expr.text, target=c.target, severity=c.severity,
+                              description=c.description, status=status, actual=actual, detail=detail))
     return rows
 
 
-def verdict(results: dict, interrupted: bool | str) -> tuple[str, str]:
+def verdict(results: RunResults, interrupted: bool | str) -> tuple[str, str]:
     """(verdict, one-sentence reason) of a run (see the module docstring). `interrupted`: False, or True / the
     signal's name ("SIGTERM") when the run was interrupted."""
     steps = results["steps"]
@@ -113,7 +114,7 @@ def verdict(results: dict, interrupted: bool | str) -> tuple[str, str]:
                  f"required criteria hold{note}"
 
 
-def _why_not_run(criteria: list[dict], steps: dict) -> str:
+def _why_not_run(criteria: list[Criterion], steps: dict[str, StepResult]) -> str:
     """"baseline: phase baseline not selected (--only x); gpu: needs 2 GPU(s), found 0" for the steps the criteria
     needed (from the steps' own reasons), each step once."""
     parts = {}
@@ -125,22 +126,22 @@ def _why_not_run(criteria: list[dict], steps: dict) -> str:
     return "; ".join(parts.values()) or "skipped"
 
 
-def _step_names(criterion: dict, steps: dict) -> set[str]:
+def _step_names(criterion: Criterion, steps: dict[str, StepResult]) -> set[str]:
     """The steps a criterion row names (its expression's identifiers that are steps)."""
     return {w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", criterion.get("expr") or "") if w in steps}
 
 
-def recommendations(runbook: Runbook, results: dict) -> dict:
+def recommendations(runbook: Runbook, results: RunResults) -> Recommendations:
     """The settings to export: the runbook's always-recommended `recommend.env`, plus the env of each decision
     (a sweep's or an A/B's "choice") that rests on a significant difference; a decision without one (the default
     kept) adds nothing and leaves the runbook's own value in place, and its note says why. Nothing is recommended
     when no training step passed (nothing was measured here) or the runbook has none."""
     trainers = [s for s in results["steps"].values() if getattr(step_kinds.find(s.get("kind")), "trainer", False)]
     if not trainers:  # a runbook of tests, sanitizer runs and benchmarks (gpu_kernels): no settings to recommend
-        return {"env": {}, "notes": ["this runbook has no training step: it recommends no settings"]}
+        return Recommendations(env={}, notes=["this runbook has no training step: it recommends no settings"])
     if not any(s.get("status") == "passed" for s in trainers):
-        return {"env": {}, "notes": ["nothing was measured here (no training step passed): no settings are "
-                                     "recommended"]}
+        return Recommendations(env={}, notes=["nothing was measured here (no training step passed): no settings "
+                                              "are recommended"])
     env = dict(runbook.recommend_env)
     notes = []
     for name, step in results["steps"].items():
@@ -161,4 +162,4 @@ def recommendations(runbook: Runbook, results: dict) -> dict:
             if str(key).startswith("env."):
                 env[str(key)[4:]] = str(value)
         notes.append(f"{name}: {chosen['label']} ({chosen.get('explanation', '')})")
-    return {"env": dict(sorted(env.items())), "notes": notes}
+    return Recommendations(env=dict(sorted(env.items())), notes=notes)

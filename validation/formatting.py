@@ -8,8 +8,10 @@ import re
 import shlex
 from typing import Any, Iterable
 
+from validation.results_model import FAILED_STEP_STATUSES
+
 NA = "n/a"
-FAILED_STATUSES = ("failed", "hang", "timeout", "error")
+FAILED_STATUSES = FAILED_STEP_STATUSES  # a step that ran and did not pass
 # Statuses in words (reports never rely on emoji, which need a font to appear): (word, css class).
 STATUS_LABELS = {
     "passed": ("PASSED", "pass"),

@@ -57,13 +57,13 @@ from validation.expressions import ExpressionError, compile_expression
 from validation.includes import expand_includes
 from validation.launch.slurm import validate_sbatch_line
 from validation.overrides import apply_override, override_notes
+from validation.results_model import SEVERITIES
 from validation.runbook_model import (REF_RE, Criterion, LaunchSettings, Launcher, Overridden, Phase, Requirements,
                                       Runbook, Step, references, resolve_references)
 from validation.schema import (NAME_RE, Ctx, RunbookError, env_problem, env_vars, mapping, parse_yaml, show,
                                str_list, trainer_flags, typed)
 from validation.steps.base import BASE_KEYS, LAUNCH_KEYS, check_metric_reference
 
-SEVERITIES = ("fail", "warn")
 ON_FAILURE = ("continue", "stop")
 BACKENDS = ("nccl", "gloo")
 # Anything that looks like a reference to a step (${name. ...}), well formed or not: checked before anything runs.

@@ -5,7 +5,7 @@ launches (validation.launch), records them in the step's results entry and saves
 measures and how it passes is its kind's business.
 
 The runner never prints: it reports progress through a `Reporter` (the CLI's is a rich live display) and returns
-the results dict (validation.results documents it).
+the results record (validation.results_model.RunResults).
 
 Steps run in order; a step whose runbook entry says `on_failure: stop` and that ends failed, timeout, hang or
 error ends the run there: the remaining steps are recorded as skipped ("not run: step X failed and on_failure is
@@ -45,6 +45,8 @@ from validation.launch.interrupts import describe as describe_interrupt
 from validation.plan import step_launches
 from validation.results import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, RESULTS_JSON, SCHEMA_VERSION, RunDirError,
                                 cannot_write, os_error_text, resume_note, write_results)
+from validation.results_model import (Choice, Options, PhaseRecord, Recommendations, ReplacedStep, Resume, RunbookRef,
+                                      RunResults, StepResult, Tool)
 from validation.runbook import Runbook, Step, references
 from validation.version import version as tool_version
 
@@ -57,8 +59,8 @@ class Reporter:
     def step_started(self, step: Step, launches: int) -> None: ...
     def launch_started(self, step: Step, planned: LaunchSpec, index: int, total: int) -> None: ...
     def launch_progress(self, step: Step, progress) -> None: ...
-    def step_finished(self, step: Step, result: dict) -> None: ...
-    def run_finished(self, results: dict) -> None: ...
+    def step_finished(self, step: Step, result: StepResult) -> None: ...
+    def run_finished(self, results: RunResults) -> None: ...
 
 
 class _SafeReporter:
@@ -102,7 +104,7 @@ def _now(at: float | None = None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(at))
 
 
-def steps_to_run(runbook: Runbook, results: dict, rerun: tuple[str, ...] | list[str] = ()) -> list[str]:
+def steps_to_run(runbook: Runbook, results: RunResults, rerun: tuple[str, ...] | list[str] = ()) -> list[str]:
     """The steps of `runbook` that a run continuing `results` runs: those without a final status there (pending,
     running, interrupted, or new in the runbook), and those named in `rerun`; in runbook order."""
     done = results.get("steps") or {}
@@ -110,7 +112,7 @@ def steps_to_run(runbook: Runbook, results: dict, rerun: tuple[str, ...] | list[
             if s.name in rerun or (done.get(s.name) or {}).get("status") not in FINAL_STEP_STATUSES]
 
 
-def check_resume(runbook: Runbook, previous: dict, run_dir: Path | str, rerun: tuple[str, ...] | list[str] = ()
+def check_resume(runbook: Runbook, previous: RunResults, run_dir: Path | str, rerun: tuple[str, ...] | list[str] = ()
                  ) -> None:
     """Raise ResumeError unless `runbook` may continue the run `previous` (RUN_DIR/results.json): it must be a run
     of the same runbook (by name; a changed runbook of that name is the caller's warning), every --rerun name a
@@ -132,14 +134,14 @@ def check_resume(runbook: Runbook, previous: dict, run_dir: Path | str, rerun: t
                           f"a new run with --out")
 
 
-def _reached_verdict(results: dict) -> bool:
+def _reached_verdict(results: RunResults) -> bool:
     """Whether a run ended with its verdict computed, not cut off (a signal's verdict counts as cut off)."""
     return bool(results.get("finished")) and not results.get("interrupted_by")
 
 
 class Runner:
     def __init__(self, runbook: Runbook, run_dir: Path, options: RunOptions, reporter: Reporter | None = None,
-                 previous: dict | None = None):
+                 previous: RunResults | None = None):
         self.rb, self.run_dir, self.opt = runbook, Path(run_dir), options
         self.reporter = _SafeReporter(reporter or Reporter())
         try:
@@ -150,13 +152,13 @@ class Runner:
         self._resuming = previous is not None
         if previous is not None:
             self._continue(previous)
-        self.results = previous or self._fresh_results()
+        self.results: RunResults = previous or self._fresh_results()
         self.results["environment"] = {**self.results.get("environment", {}), **self.env_record}
         self.results["finished"] = None
         self.results["interrupted_by"] = None
         # until _finish computes them together: no verdict, and nothing left of an earlier attempt's evaluation
         self.results["acceptance"] = []
-        self.results["recommendations"] = {"env": {}, "notes": []}
+        self.results["recommendations"] = Recommendations(env={}, notes=[])
         self.results["verdict"], self.results["verdict_reason"] = self._unfinished_verdict()
 
     def _unfinished_verdict(self) -> tuple[str, str]:
@@ -165,7 +167,7 @@ class Runner:
         return "INCOMPLETE", (f"not finished: the run ({when}) has not reached its verdict; if it is no longer "
                               "running, `nsa-validate run --resume RUN_DIR` continues it")
 
-    def _continue(self, previous: dict) -> None:
+    def _continue(self, previous: RunResults) -> None:
         """Prepare `previous` (an earlier attempt's results) to be continued: the steps named by --rerun back to
         pending (what they held is kept in the resume record), and the resume recorded in previous["resumes"]."""
         if previous.get("finished"):
@@ -182,48 +184,50 @@ class Runner:
         else:
             how = "stopped without finishing (no signal recorded: the process was killed or the machine went down)"
         todo = steps_to_run(self.rb, previous, self.opt.rerun)
-        entry = {"at": _now(), "previous_end": ended, "previous_state": how, "steps": todo,
-                 "rerun": [n for n in todo if n in self.opt.rerun], "replaced": {},
-                 "runbook_changed": (previous.get("runbook") or {}).get("sha256") != self.rb.sha256}
+        entry = Resume(at=_now(), previous_end=ended, previous_state=how, steps=todo,
+                       rerun=[n for n in todo if n in self.opt.rerun], replaced={},
+                       runbook_changed=(previous.get("runbook") or {}).get("sha256") != self.rb.sha256)
         for step in self.rb.steps():
             if step.name in self.opt.rerun:
                 old = previous["steps"].get(step.name) or {}
-                entry["replaced"][step.name] = {k: old.get(k) for k in ("status", "reason", "started", "duration_s")}
+                entry["replaced"][step.name] = ReplacedStep(status=old.get("status"), reason=old.get("reason"),
+                                                            started=old.get("started"),
+                                                            duration_s=old.get("duration_s"))
                 previous["steps"][step.name] = self._pending(step)
         if self.opt.rerun:  # a comparison with an earlier run measured the steps replaced now
             previous.pop("performance_analysis", None)
         previous["resumes"] = [*(previous.get("resumes") or []), entry]
 
     # ------------------------------------------------------------------ results skeleton
-    def _fresh_results(self) -> dict:
+    def _fresh_results(self) -> RunResults:
         rb = self.rb
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "tool": {"name": "nsa-validate", "version": tool_version()},
-            "runbook": {"name": rb.name, "description": rb.description, "path": rb.path, "sha256": rb.sha256},
-            "run_dir": str(self.run_dir), "started": _now(), "finished": None, "duration_s": None,
-            "verdict": "INCOMPLETE", "verdict_reason": None, "interrupted_by": None,  # set by __init__
-            "environment": {},
-            "options": {"only": list(self.opt.only), "skip": list(self.opt.skip), "set": list(self.opt.overrides)},
-            "phases": [{"name": p.name, "title": p.title, "description": p.description,
-                        "steps": [s.name for s in p.steps]} for p in rb.phases],
-            "steps": {s.name: self._pending(s) for s in rb.steps()},
-            "acceptance": [], "recommendations": {"env": {}, "notes": []}, "plots": [],
-        }
+        return RunResults(
+            schema_version=SCHEMA_VERSION,
+            tool=Tool(name="nsa-validate", version=tool_version()),
+            runbook=RunbookRef(name=rb.name, description=rb.description, path=rb.path, sha256=rb.sha256),
+            run_dir=str(self.run_dir), started=_now(), finished=None, duration_s=None,
+            verdict="INCOMPLETE", verdict_reason="", interrupted_by=None,  # set by __init__
+            environment={},
+            options=Options(only=list(self.opt.only), skip=list(self.opt.skip), set=list(self.opt.overrides)),
+            phases=[PhaseRecord(name=p.name, title=p.title, description=p.description,
+                                steps=[s.name for s in p.steps]) for p in rb.phases],
+            steps={s.name: self._pending(s) for s in rb.steps()},
+            acceptance=[], recommendations=Recommendations(env={}, notes=[]), plots=[],
+        )
 
     @staticmethod
-    def _pending(step: Step) -> dict:
-        return {"name": step.name, "phase": step.phase, "kind": step.kind, "title": step.title,
-                "description": step.description, "status": "pending", "reason": None, "started": None,
-                "duration_s": None, "dir": step.name, "command": None, "env": {}, "metrics": {}, "runs": [],
-                "winner": None, "comparison": [], "artifacts": [], "excerpt": None, "stack_dumps": [],
-                "optional": step.optional}
+    def _pending(step: Step) -> StepResult:
+        return StepResult(name=step.name, phase=step.phase, kind=step.kind, title=step.title,
+                          description=step.description, status="pending", reason=None, started=None,
+                          duration_s=None, dir=step.name, command=None, env={}, metrics={}, runs=[],
+                          winner=None, comparison=[], artifacts=[], excerpt=None, stack_dumps=[],
+                          optional=step.optional)
 
     def save(self) -> None:
         write_results(self.run_dir, self.results)
 
     # ------------------------------------------------------------------ the run
-    def run(self, first_saved: Callable[[dict], None] | None = None) -> dict:
+    def run(self, first_saved: Callable[[RunResults], None] | None = None) -> RunResults:
         """Run the steps; `first_saved(results)` is called once right after the run's first save (results.json
         then says INCOMPLETE, not finished): validation.run re-renders an earlier attempt's reports from it, so a
         resume cut off even by SIGKILL never leaves a report whose verdict results.json no longer holds."""
@@ -278,7 +282,7 @@ class Runner:
         self.save()
         self.reporter.run_finished(self.results)
 
-    def _not_run(self, step: Step, stopped_by: Step) -> dict:
+    def _not_run(self, step: Step, stopped_by: Step) -> StepResult:
         status = self.results["steps"][stopped_by.name]["status"]
         how = {"timeout": "timed out", "hang": "hung", "error": "ended in an error"}.get(status, "failed")
         result = self._pending(step)
@@ -325,7 +329,7 @@ class Runner:
     def _winners(self) -> dict[str, dict[str, Any]]:
         return {name: _chosen(res)["params"] for name, res in self.results["steps"].items() if _chosen(res)}
 
-    def _run_step(self, step: Step) -> dict:
+    def _run_step(self, step: Step) -> StepResult:
         result = self._pending(step)
         result["started"] = _now()
         t0 = time.time()
@@ -383,7 +387,7 @@ class Runner:
         except ValueError:
             return str(path)
 
-    def _record_launch(self, target: dict, spec: LaunchSpec, lr: LaunchResult) -> None:
+    def _record_launch(self, target: StepResult, spec: LaunchSpec, lr: LaunchResult) -> None:
         target["command"] = lr.argv
         target["env"] = recorded_env(spec.env, only_prefixed=True)[0]
         target["artifacts"] = sorted({*target.get("artifacts", []), self._rel(lr.log_path),
@@ -393,7 +397,7 @@ class Runner:
         target["stack_dumps"] = sorted({*target.get("stack_dumps", []), *(self._rel(p) for p in lr.stack_dumps)})
 
 
-def _chosen(result: dict) -> dict | None:
+def _chosen(result: StepResult) -> Choice | None:
     """What ${step.winner.env.X} resolves to: the step's decision ("choice": a significant winner or the point
     kept, validation.steps.sweep), else its "winner" (results written before decisions were recorded)."""
     return result.get("choice") or result.get("winner")
@@ -406,7 +410,7 @@ class StepContext:
         self._runner, self._step = runner, step
         self.run_dir: Path = runner.run_dir
         self.cwd: Path = runner.opt.cwd
-        self.results: dict = runner.results  # the whole run's results so far (other steps, environment)
+        self.results: RunResults = runner.results  # the whole run's results so far (other steps, environment)
 
     def launch(self, spec: LaunchSpec, index: int = 0, total: int = 1) -> LaunchResult:
         """Run one of the step's launches to its end (progress shown, this machine's thread count set). A launch
@@ -475,7 +479,7 @@ class StepContext:
                 wait(list(running))
             pool.shutdown(wait=True)
 
-    def record(self, result: dict, spec: LaunchSpec, lr: LaunchResult) -> None:
+    def record(self, result: StepResult, spec: LaunchSpec, lr: LaunchResult) -> None:
         """Record a launch in the step's results entry: command, environment, logs, excerpt, stack dumps."""
         self._runner._record_launch(result, spec, lr)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from decision_support import ar1_series, write_csv
+from results_records import run_record
 
 from validation.compare import compare_runs, environment_differences, performance_analysis, table_lines
 from validation.significance import adjust_family, block_units, compare_series, run_noise
@@ -89,7 +90,7 @@ def smoke_like(run_dir: Path, seed: int, shift: dict[str, float] | None = None, 
         steps[name] = {"name": name, "kind": "train", "runs": [], "metrics": run(name, name)}
     results = {"runbook": {"name": "cpu_smoke"}, "verdict": "GO", "started": "t", "environment": {},
                "steps": steps}
-    (run_dir / "results.json").write_text(json.dumps({"schema_version": 1, **results}))
+    (run_dir / "results.json").write_text(json.dumps(run_record(results)))  # complete: compare reads it checked
     return results
 
 

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
+from results_records import run_record
 from typer.testing import CliRunner
 
 import nsa.training.outputs
@@ -68,11 +69,11 @@ def no_space(monkeypatch, when=lambda path: True):
 
 # ---------------------------------------------------------------------- the atomic writer
 def test_disk_full_leaves_the_previous_results_and_no_temp_file(tmp_path, monkeypatch, reliability):
-    write_results(tmp_path, {"schema_version": 1, "verdict": "GO", "n": 1})
+    write_results(tmp_path, run_record({"verdict": "GO", "n": 1}))
     before = (tmp_path / RESULTS_JSON).read_bytes()
     no_space(monkeypatch)
     with pytest.raises(RunDirError) as info:
-        write_results(tmp_path, {"schema_version": 1, "verdict": "NO-GO", "n": 2, "big": "x" * 100_000})
+        write_results(tmp_path, run_record({"verdict": "NO-GO", "n": 2, "big": "x" * 100_000}))
     message = str(info.value)
     reliability.record_fault("disk full writing results.json", "RunDirError naming the file and ENOSPC",
                              "RunDirError naming the file and ENOSPC"

@@ -21,6 +21,7 @@ from validation.report.command import validated_command
 from validation.report.performance import performance_view
 from validation.report.problems import open_problems
 from validation.results import resume_note
+from validation.results_model import RunResults
 from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, VERDICT_LABELS, as_dict,
                                       as_list, command_text, fence, fmt_duration, fmt_num, ordered_steps, plural,
                                       status_view)
@@ -262,10 +263,12 @@ def _plot_list(results: dict, run_dir: Path | None, plots: list[dict] | None, in
     return out
 
 
-def build_view(results: dict, *, run_dir: Path | None = None, plots: list[dict] | None = None,
+def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[dict] | None = None,
                inline_plots: bool = False) -> dict:
-    """Everything the Markdown and HTML templates show, formatted (strings, lists, dicts). inline_plots: each
-    plot's "src" is a data: URI of its PNG (read from run_dir; a plot that cannot be read is left out)."""
+    """Everything the Markdown and HTML templates show, formatted (strings, lists, dicts), from a run's results
+    (validation.results.read_results checks a results.json; values are still read defensively, so a record built
+    in memory renders too). inline_plots: each plot's "src" is a data: URI of its PNG (read from run_dir; a plot
+    that cannot be read is left out)."""
 
     results = as_dict(results)
     runbook = as_dict(results.get("runbook"))

@@ -10,7 +10,6 @@ token) the trainer uses for MFU. ModelConfig (nsa.config) gives the shape; `atte
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import torch
 import torch.nn as nn
@@ -18,7 +17,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from nsa.attention import DenseAttention, NSAAttention
-from nsa.attention.geometry import decode_reads, num_cmp_blocks
+from nsa.attention.geometry import mean_reads, num_cmp_blocks
 from nsa.config import ModelConfig, NSAConfig
 
 
@@ -141,17 +140,7 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     if a.phi == "mlp":  # fc1 (l*width -> 2*width) and fc2 (2*width -> width) per block, for keys and values
         per_block = sum(a.l * wd * 2 * wd + 2 * wd * wd for wd in (a.d_k, a.d_v)) * g
         dense += 2.0 * cfg.n_layers * per_block * num_cmp_blocks(seq_len, a.l, a.d) / seq_len
-    reads, cmp_reads = _mean_reads(a, seq_len)
+    reads, cmp_reads = mean_reads(a, seq_len)
     attention = cfg.n_layers * h * (2.0 * (a.d_k + a.d_v) * reads)
     importance = cfg.n_layers * h * 2.0 * a.d_k * cmp_reads
     return 3.0 * (dense + attention) + importance
-
-
-@lru_cache(maxsize=64)
-def _mean_reads(a: NSAConfig, seq_len: int) -> tuple[float, float]:
-    """Mean over positions of (keys read per head, compressed keys read) for a sequence of seq_len tokens."""
-    if seq_len < 1:
-        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
-    total = sum(decode_reads(t, a) for t in range(1, seq_len + 1))
-    cmp_total = sum(num_cmp_blocks(t, a.l, a.d) for t in range(1, seq_len + 1))
-    return total / seq_len, cmp_total / seq_len

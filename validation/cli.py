@@ -13,7 +13,6 @@ import contextlib
 import functools
 import json
 import logging
-import math
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -33,8 +32,8 @@ from validation.report.console import make_console, print_line, print_table
 from validation.formatting import CRITERION_LABELS, fmt_duration, status_view
 from validation.report.view import key_figure_lines
 from validation.results import DEFAULT_RUNS, ResultsError, RunDirError, read_results
-from validation.run import (RunError, RunRequest, add_performance_analysis, read_against, run_runbook,
-                            write_all_reports)
+from validation.run import (RunError, RunRequest, add_performance_analysis, compare_run_dirs, read_against,
+                            run_runbook, write_all_reports)
 from validation.runbook import RunbookError, Step, load_runbook
 from validation.version import version_line
 
@@ -334,23 +333,16 @@ def compare(run_a: Path = typer.Argument(..., help="baseline run directory"),
     and p-value, on block means of each run's window plus the run-to-run variation measured from repeated runs,
     with Holm's correction over all rows; a warning when the two runs' environments differ. A CI gate: exit 1 when
     a metric regresses significantly beyond the noise floor, else 0 (2: invalid input)."""
-    from validation.compare import compare_runs, table_lines  # start-up: numpy and the statistics only for `compare`
-
-    if noise is not None and not (math.isfinite(noise) and noise >= 0):
-        _fail(f"--noise {noise!r}: expected a non-negative fraction, e.g. 0.02 for 2%")
     try:
-        a, b = read_results(run_a), read_results(run_b)
-    except ResultsError as exc:
+        out, lines = compare_run_dirs(run_a, run_b, noise)
+    except RunError as exc:
         _fail(str(exc))
-    out = compare_runs(a, b, run_a, run_b, noise=noise)
-    if not out["rows"]:
-        _fail(f"{run_b} and {run_a} have no trainer run in common (same step and label): nothing to compare")
     if as_json:
         typer.echo(json.dumps(out, indent=2, allow_nan=False))
         raise typer.Exit(out["exit_code"])
     for warning in out["warnings"]:
         err.print(f"warning: {warning}", markup=False, soft_wrap=True)
-    for line in table_lines(out):
+    for line in lines:
         typer.echo(line)
     raise typer.Exit(out["exit_code"])
 

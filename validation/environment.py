@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from nsa.training.outputs import git_sha
-from validation.launch import slurm
+from nsa.training.outputs import NODE_ENV_PREFIXES, NODE_NAME_VARS, git_sha
+from validation.launch import slurm, telemetry
 from validation.launch.spec import safe_name
 from validation.runbook_model import Requirements
 
@@ -33,10 +33,15 @@ def packages() -> dict[str, str]:
     return found
 
 
-def gpus() -> list[dict[str, Any]]:
-    """Visible CUDA devices: index, name, memory_gb, capability (major.minor as a float)."""
+def _torch():
     import torch  # start-up: torch loads when devices are probed, not with nsa-validate --help
 
+    return torch
+
+
+def gpus() -> list[dict[str, Any]]:
+    """Visible CUDA devices: index, name, memory_gb, capability (major.minor as a float)."""
+    torch = _torch()
     if not torch.cuda.is_available():
         return []
     out = []
@@ -72,8 +77,7 @@ def git_state(cwd: Path | None = None) -> dict[str, Any]:
 
 def probe(cwd: Path | None = None) -> dict[str, Any]:
     """The environment record stored in results.json."""
-    import torch  # start-up: torch only when the environment is probed
-
+    torch = _torch()
     devices = gpus()
     nccl = None
     if devices:
@@ -168,8 +172,7 @@ def snapshot(step_dir: Path, cwd: Path, timeout_s: float = 300) -> tuple[dict[st
 
 
 def _nvml_inventory() -> list[dict[str, Any]]:
-    import pynvml  # optional dependency (checked by find_spec before the call)
-
+    pynvml = telemetry.load_nvml()  # installed: checked by find_spec before the call
     pynvml.nvmlInit()
     try:
         out = []
@@ -188,9 +191,6 @@ def node_snapshot_main(argv: list[str] | None = None) -> int:
     """``python -m validation.environment NODES_DIR``: this node's snapshot into NODES_DIR/<node name> (the name:
     $NSA_NODE_NAME, else $SLURMD_NODENAME, else the host name). Run on every node of a Slurm allocation by a
     snapshot step with launcher slurm."""
-    # start-up: nsa.training.distributed imports torch; only a node's snapshot (python -m ...) needs its names
-    from nsa.training.distributed import NODE_ENV_PREFIXES, NODE_NAME_VARS
-
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m validation.environment NODES_DIR", file=sys.stderr)

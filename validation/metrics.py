@@ -89,9 +89,14 @@ class CsvRead:
     first_bad_row: str | None = None
 
 
-def _empty_frame() -> pd.DataFrame:
-    import pandas as pd  # start-up: pandas loads when a csv is read, not with the modules that import this one
+def _pandas():
+    import pandas  # start-up: pandas loads when a csv is read, not with the modules that import this one
 
+    return pandas
+
+
+def _empty_frame() -> pd.DataFrame:
+    pd = _pandas()
     return pd.DataFrame({STEP_COLUMN: pd.Series([], dtype="int64")})
 
 
@@ -113,8 +118,7 @@ def read_training_csv(path: str | Path) -> CsvRead:
     its last number may be cut short. A row whose field count differs from the header's, whose step is not an
     integer, or with a non-numeric value in a known column is dropped and counted. Blank lines are ignored.
     """
-    import pandas as pd  # start-up: pandas only when a csv is read
-
+    pd = _pandas()
     path = Path(path)
     empty = _empty_frame()
     if not path.is_file():
@@ -238,8 +242,7 @@ def _read_clean_if_complete(path: Path) -> pd.DataFrame | None:
 
 
 def _read_clean(path: Path, header: list[str], known: set[str]) -> pd.DataFrame | None:
-    import pandas as pd  # start-up: pandas only when a csv is read
-
+    pd = _pandas()
     try:
         frame = pd.read_csv(path, encoding="utf-8-sig", skipinitialspace=True, engine="c",
                             on_bad_lines="error", skip_blank_lines=True)

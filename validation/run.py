@@ -14,6 +14,7 @@ prints it and exits 2). The CLI (validation.cli) parses options, calls this and 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,12 +153,33 @@ def read_against(against: Optional[Path]) -> Optional[dict]:
         raise RunError(f"--against: {exc}") from None
 
 
+def _compare():
+    import validation.compare  # start-up: numpy and the statistics only for a comparison (compare, --against)
+
+    return validation.compare
+
+
+def compare_run_dirs(run_a: Path, run_b: Path, noise: float | None = None) -> tuple[dict, list[str]]:
+    """`nsa-validate compare RUN_A RUN_B`: (validation.compare.compare_runs of the two runs' results, its table
+    lines). RunError naming what is wrong for a bad --noise, an unreadable results.json, or two runs with no
+    trainer run in common."""
+    if noise is not None and not (math.isfinite(noise) and noise >= 0):
+        raise RunError(f"--noise {noise!r}: expected a non-negative fraction, e.g. 0.02 for 2%")
+    try:
+        a, b = read_results(run_a), read_results(run_b)
+    except ResultsError as exc:
+        raise RunError(str(exc)) from None
+    compare = _compare()
+    out = compare.compare_runs(a, b, run_a, run_b, noise=noise)
+    if not out["rows"]:
+        raise RunError(f"{run_b} and {run_a} have no trainer run in common (same step and label): nothing to compare")
+    return out, compare.table_lines(out)
+
+
 def add_performance_analysis(run_dir: Path, results: dict, against: Path, earlier: dict) -> None:
     """results["performance_analysis"]: this run against the earlier one (validation.compare.performance_analysis),
     written to results.json."""
-    from validation.compare import performance_analysis  # start-up: numpy, statistics only for a run compared --against
-
-    results["performance_analysis"] = performance_analysis(results, earlier, run_dir, against)
+    results["performance_analysis"] = _compare().performance_analysis(results, earlier, run_dir, against)
     write_results(run_dir, results)
 
 

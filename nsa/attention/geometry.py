@@ -7,6 +7,7 @@ started, j <= t // l_sel.
 
 from __future__ import annotations
 
+from functools import lru_cache
 
 from nsa.config import NSAConfig
 
@@ -37,3 +38,14 @@ def decode_reads(context_len: int, cfg: NSAConfig) -> int:
     else:
         selected = (cfg.n_sel - 1) * cfg.l_sel + (context_len - (n_blocks - 1) * cfg.l_sel)
     return n_cmp + selected + min(cfg.w, context_len)
+
+
+@lru_cache(maxsize=64)
+def mean_reads(a: NSAConfig, seq_len: int) -> tuple[float, float]:
+    """Mean over the positions of a sequence of seq_len tokens of (keys read per head, compressed keys read): the
+    FLOP model's (nsa.model) and the activation-memory model's (nsa.training.comm_model) count."""
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    total = sum(decode_reads(t, a) for t in range(1, seq_len + 1))
+    cmp_total = sum(num_cmp_blocks(t, a.l, a.d) for t in range(1, seq_len + 1))
+    return total / seq_len, cmp_total / seq_len

@@ -45,10 +45,7 @@ BRANCHES = ("cmp", "sel", "win")
 
 def _triton() -> SimpleNamespace:
     """The Triton kernel modules (nsa.attention.kernels.triton_*) as one namespace, loaded on first use."""
-    # triton is optional (a CPU install may lack it): its kernel modules load only when the Triton path runs
-    from nsa.attention.kernels import triton_glue, triton_range, triton_selected, triton_selection
-
-    return SimpleNamespace(glue=triton_glue, range=triton_range, selected=triton_selected, selection=triton_selection)
+    return kernels.triton_modules()
 
 
 def _compress_fused(phi: Compressor, raw: torch.Tensor, tk: SimpleNamespace):

@@ -2,7 +2,7 @@
 trainer's settings. The trainer counts what it really sends (nsa.training.comm_count); these predictions must
 equal those counts exactly, for every strategy.
 
-    specs = param_specs(model, probe)                # the real parameters in forward order: shape, bytes, unit
+    specs = param_specs(model, first_use_order(model, probe))  # forward order (nsa.training.distributed): shape, bytes, unit
     comm_model(specs, "ddp", world_size=2, bucket_cap_mb=25, compress="bf16", accum=2)
     comm_model(specs, "fsdp", world_size=2, reshard_after_forward=False, accum=2)
     memory_model(specs, "fsdp", world_size=2, activations=activation_bytes(model_cfg, 4, 2048, "bf16"))
@@ -15,7 +15,7 @@ Strategies (what the trainer does, nsa.training.distributed):
   ready, with caps [first_bucket_cap, bucket_cap] (first_bucket_cap = bucket_cap when bucket_cap_mb is given, as
   the trainer does; 1 MiB under torch's default): a bucket closes as soon as it holds >= its cap. The ready
   order is the reverse of the parameter list's order (`ddp_buckets`), so give the list in forward order
-  (param_specs with a probe batch; in registration order the total bytes are still exact, bucket sizes
+  (param_specs with distributed.first_use_order of a probe batch; in registration order the total bytes are still exact, bucket sizes
   can differ where the two orders do).
 - "fsdp": FSDP2 fully_shard per transformer block, then the root (distributed.wrap_fsdp). Each parameter is
   sharded on dim 0 into world_size chunks of ceil(dim0 / world_size) rows (padded). Per unit: an all-gather in
@@ -38,11 +38,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from nsa.attention.geometry import mean_reads
+
 STRATEGIES = ("none", "ddp", "fsdp")
 COMPRESS_BYTES = {"none": None, "bf16": 2, "fp16": 2}
 MIB = 1024 * 1024
 DDP_DEFAULT_FIRST_BUCKET_BYTES = 1 * MIB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
-ROOT_UNIT = "root"  # the same name as nsa.training.distributed.ROOT_UNIT
+ROOT_UNIT = "root"  # the fully_shard unit of the parameters outside the blocks (embedding, final norm, head)
 
 
 @dataclass(frozen=True)
@@ -68,40 +70,28 @@ class ParamSpec:
         return -(-dim0 // world_size) * rest
 
 
-def param_specs(model, probe=None) -> list[ParamSpec]:
+def fsdp_unit_of(param_name: str) -> str:
+    """The fully_shard unit nsa.training.distributed.wrap_fsdp puts a parameter in: "blocks.<i>" for a transformer
+    block's, else ROOT_UNIT (embedding, final norm, head). Names are NSAModel.named_parameters() names."""
+    parts = param_name.split(".")
+    if len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit():
+        return f"blocks.{parts[1]}"
+    return ROOT_UNIT
+
+
+def param_specs(model, order: Sequence[str] | None = None) -> list[ParamSpec]:
     """The specs of a module's real parameters (a tied weight once), with the FSDP unit
     nsa.training.distributed.wrap_fsdp puts each in.
 
-    Order: registration order; with `probe` (a small batch of token ids on the model's device) the order in
-    which a forward first uses them - module by module as they are called, each module's own parameters in
-    registration order - which is what DDP's bucketing needs: its gradient-ready order is the reverse of that
-    (a layer's gate, say, is registered after its projections but used before them). The probe forward runs
-    under no_grad and changes nothing; parameters it does not reach follow in registration order.
+    Order: registration order; with `order` (parameter names, nsa.training.distributed.first_use_order: the order
+    in which a forward first uses them) that order, which is what DDP's bucketing needs: its gradient-ready order
+    is the reverse of it (a layer's gate, say, is registered after its projections but used before them).
+    Parameters `order` does not name follow in registration order.
     """
-    from nsa.training.distributed import fsdp_unit_of  # it imports torch; this module does not (its docstring)
-
     named = list(model.named_parameters())
-    if probe is not None:
-        import torch  # only with a probe batch: this module imports no torch (its docstring)
-
-        first_use: list[int] = []
-        seen: set[int] = set()
-
-        def pre_hook(module, _args):
-            for p in module.parameters(recurse=False):
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    first_use.append(id(p))
-
-        handles = [m.register_forward_pre_hook(pre_hook) for m in model.modules()]
-        try:
-            with torch.no_grad():
-                model(probe)
-        finally:
-            for h in handles:
-                h.remove()
-        rank = {pid: i for i, pid in enumerate(first_use)}
-        named.sort(key=lambda kv: rank.get(id(kv[1]), len(rank)))  # stable: unreached ones keep their order
+    if order is not None:
+        rank = {name: i for i, name in enumerate(order)}
+        named.sort(key=lambda kv: rank.get(kv[0], len(rank)))  # stable: the unnamed ones keep their order
     return [ParamSpec(name, tuple(int(s) for s in p.shape), int(p.element_size()), fsdp_unit_of(name))
             for name, p in named]
 
@@ -294,9 +284,6 @@ def activation_bytes(model_cfg, batch_size: int, seq_len: int, precision: str = 
     keeps one block input per layer plus one layer's activations during its recomputation. Element size: 2
     under bf16/fp16 autocast, else 4; probabilities and the loss in fp32.
     """
-    # nsa.model imports torch; this module does not (its docstring). _mean_reads: the FLOP model's own count
-    from nsa.model import _mean_reads
-
     e = 2 if precision in ("bf16", "fp16") else 4
     a, h, g = model_cfg.nsa, model_cfg.n_heads, model_cfg.n_kv_groups
     dim, hidden = model_cfg.dim, model_cfg.hidden
@@ -306,7 +293,7 @@ def activation_bytes(model_cfg, batch_size: int, seq_len: int, precision: str = 
         probs, branches = 0.0, h * a.d_v
     else:
         proj = h * a.d_k * 2 + 3 * g * (a.d_k + a.d_v) + 2 * g * a.d_k + gate_hidden + 2 * 3 * h
-        probs, branches = h * _mean_reads(a, seq_len)[0], 4 * h * a.d_v
+        probs, branches = h * mean_reads(a, seq_len)[0], 4 * h * a.d_v
     per_layer = e * (3 * dim + proj + branches + 4 * hidden + dim) + 4 * probs
     head = e * dim + model_cfg.vocab_size * (e + 4 + 4)
     checkpointing = model_cfg.activation_checkpointing if activation_checkpointing is None \

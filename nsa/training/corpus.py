@@ -134,11 +134,10 @@ def _iter_json(file: Path, text_key: str) -> Iterator[bytes]:
 
 def _import_pyarrow(file: Path):
     try:
-        import pyarrow as pa  # optional dependency: only parquet files need it
-        import pyarrow.parquet as pq  # optional, as above
+        import pyarrow.parquet  # optional dependency: only parquet files need it (this binds pyarrow too)
     except ImportError:
         raise DataError(f"{file}: reading parquet files needs pyarrow: pip install pyarrow") from None
-    return pa, pq
+    return pyarrow, pyarrow.parquet
 
 
 def _iter_parquet(file: Path, text_key: str) -> Iterator[bytes]:

@@ -17,6 +17,7 @@ import torch.nn as nn
 from torch.distributed.fsdp import fully_shard
 
 from nsa.training.comm_count import ddp_hook
+from nsa.training.outputs import NODE_ENV_PREFIXES, NODE_NAME_VARS
 
 COMPRESS_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -73,9 +74,6 @@ def init(device: str = "auto", pg_timeout_s: float = 600.0) -> DistInfo:
     return DistInfo(rank=rank, world_size=world, local_rank=local, device=dev, backend=backend)
 
 
-NODE_NAME_VARS = ("NSA_NODE_NAME", "SLURMD_NODENAME")  # the node's name: set by the launcher, else Slurm's, else host
-NODE_ENV_PREFIXES = ("NCCL_", "UCX_", "MLX5_", "IBV_", "FI_", "GLOO_", "SLURM_JOB_ID", "SLURM_NNODES",
-                     "SLURM_JOB_NODELIST", "CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
 
 def _this_node(info: DistInfo) -> dict:
@@ -122,20 +120,33 @@ def wrap_ddp(model: nn.Module, info: DistInfo, bucket_mb: int, compress: str, co
     return ddp
 
 
-ROOT_UNIT = "root"
+def first_use_order(model: nn.Module, probe: torch.Tensor) -> list[str]:
+    """The names of the model's parameters (named_parameters(): a tied weight once) in the order a forward on
+    `probe` (a small batch of token ids on the model's device) first uses them: module by module as they are
+    called, each module's own parameters in registration order; the ones it does not reach are left out. The
+    probe forward runs under no_grad and changes nothing. comm_model.param_specs takes this order."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    order: list[str] = []
+    seen: set[int] = set()
 
+    def pre_hook(module, _args):
+        for p in module.parameters(recurse=False):
+            if id(p) not in seen and id(p) in names:
+                seen.add(id(p))
+                order.append(names[id(p)])
 
-def fsdp_unit_of(param_name: str) -> str:
-    """The fully_shard unit wrap_fsdp puts a parameter in: "blocks.<i>" for a transformer block's, else "root"
-    (embedding, final norm, head). Names are NSAModel.named_parameters() names."""
-    parts = param_name.split(".")
-    if len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit():
-        return f"blocks.{parts[1]}"
-    return ROOT_UNIT
+    handles = [m.register_forward_pre_hook(pre_hook) for m in model.modules()]
+    try:
+        with torch.no_grad():
+            model(probe)
+    finally:
+        for h in handles:
+            h.remove()
+    return order
 
 
 def wrap_fsdp(model: nn.Module, reshard_after_forward: bool = True) -> nn.Module:
-    """FSDP2: every transformer block sharded on its own (fsdp_unit_of), then the root (embedding, final norm,
+    """FSDP2: every transformer block sharded on its own (comm_model.fsdp_unit_of names them), then the root (embedding, final norm,
     head). reshard_after_forward=False keeps each block's parameters gathered from forward to backward (no
     all-gather in backward: the SHARD_GRAD_OP equivalent). The root is left to FSDP2's default, which does not
     reshard the root after forward (its parameters would be gathered again at once for backward)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import queue
+import sys
 import threading
 
 import torch
@@ -31,8 +32,9 @@ class FineWebStream:
     def __init__(self, *, text_key: str, timeout_s: float, seq_len: int, batch_size: int, rank: int,
                  world_size: int) -> None:
         try:
-            datasets = importlib.import_module("datasets")  # optional dependency: only streaming from the hub
-            distributed = importlib.import_module("datasets.distributed")  # optional, as above
+            # optional dependency: only streaming from the hub (importing the submodule binds the package too)
+            distributed = importlib.import_module("datasets.distributed")
+            datasets = sys.modules["datasets"]
         except ImportError:
             raise DataError("fineweb_edu: streaming from the hub needs the `datasets` library: pip install datasets, "
                             "or pass --data-path to local FineWeb-Edu parquet files") from None

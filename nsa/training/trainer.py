@@ -26,7 +26,7 @@ from nsa.training import checkpoint, comm_count, distributed, graphs, metrics, m
 from nsa.training.comm_model import activation_bytes, comm_model, memory_model, param_specs
 from nsa.training.config import RunConfig, UsageError, save_config
 from nsa.training.data import build_eval_source, build_source
-from nsa.training.distributed import DistInfo
+from nsa.training.distributed import DistInfo, first_use_order
 from nsa.training.heartbeat import HeartbeatWriter
 from nsa.training.metrics import device_name, memory_detail_gb, memory_gb, mfu, peak_flops
 from nsa.training.optim import build_adamw, fused_adamw_unsupported, lr_at, make_capturable, set_lr
@@ -119,7 +119,7 @@ class Trainer:
         # forward (no_grad) gives that order; the other strategies need only the registration order
         probe = (torch.zeros(1, min(tc.seq_len, 512), dtype=torch.long, device=self.device)
                  if self.parallel == "ddp" else None)
-        specs = param_specs(self.net, probe)
+        specs = param_specs(self.net, first_use_order(self.net, probe) if probe is not None else None)
         self.comm_prediction = comm_model(
             specs, self.parallel, world_size=info.world_size, accum=tc.accum, bucket_cap_mb=tg.ddp_bucket_mb,
             compress=tg.ddp_compress if self.parallel == "ddp" else "none",

@@ -11,6 +11,7 @@ from nsa.config import ModelConfig
 from nsa.model import NSAModel
 from nsa.training import outputs
 from nsa.training.comm_model import comm_model, param_specs
+from nsa.training.distributed import first_use_order
 from nsa.training.outputs import read_summary, read_timeline
 
 
@@ -68,8 +69,8 @@ def independent_prediction(raw: dict, strategy: str, world_size: int = 2, **sett
     """The byte model computed here, from a freshly built model: not the trainer's own copy of it."""
     model = NSAModel(ModelConfig.from_flat(raw["model"]))
     probe = torch.zeros(1, min(raw["train"]["seq_len"], 512), dtype=torch.long)
-    return comm_model(param_specs(model, probe), strategy, world_size=world_size, accum=raw["train"]["accum"],
-                      **settings)
+    return comm_model(param_specs(model, first_use_order(model, probe)), strategy, world_size=world_size,
+                      accum=raw["train"]["accum"], **settings)
 
 
 def check_counts_equal_model(out_dir, raw: dict, strategy: str, **settings) -> dict:

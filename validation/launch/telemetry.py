@@ -99,6 +99,15 @@ class TreeProbe:
         return {"cpu_util_pct": util, "rss_gb": round(rss_pages * _PAGE / _GIB, 4), "procs": len(ticks)}
 
 
+def load_nvml():
+    """The pynvml module, or None where it is not installed (the node's telemetry and the environment probe)."""
+    try:
+        import pynvml  # optional dependency: without it, no GPU telemetry and no NVML inventory (said where used)
+    except ImportError:
+        return None
+    return pynvml
+
+
 class GpuProbe:
     """Every GPU of the node through NVML (pynvml imported here, lazily). ``available`` is False without pynvml, a
     driver or a GPU; ``problem`` says why."""
@@ -108,9 +117,8 @@ class GpuProbe:
         self.xid_count: dict[int, int] = {}
         self.xid_last: dict[int, int] = {}
         self._events = None
-        try:
-            import pynvml  # optional dependency: without it, no GPU telemetry (said below)
-        except ImportError:
+        pynvml = load_nvml()
+        if pynvml is None:
             self.problem = "pynvml is not installed: no GPU telemetry"
             return
         self.nvml = pynvml

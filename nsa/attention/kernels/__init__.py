@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from types import SimpleNamespace
 
 from nsa.attention.kernels.common import TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP, interpreting
 from nsa.attention.kernels.reference import (cmp_group_probabilities, compressed_attention, selected_attention,
                                              window_attention)
 
 __all__ = ["KernelUnavailable", "cmp_group_probabilities", "compressed_attention", "resolve", "selected_attention",
-           "triton_status", "triton_unsupported", "window_attention"]
+           "triton_modules", "triton_status", "triton_unsupported", "window_attention"]
 
 
 class KernelUnavailable(RuntimeError):
@@ -43,11 +44,19 @@ def _triton_importable() -> str | None:
     if importlib.util.find_spec("triton") is None:
         return "the triton package is not installed (pip install -e '.[gpu]'; CUDA builds of torch ship it)"
     try:
-        # triton is optional (a CPU install may lack it): its kernel modules load only here, to see whether they can
-        from nsa.attention.kernels import triton_glue, triton_range, triton_selected, triton_selection  # noqa: F401
+        triton_modules()
     except Exception as exc:  # noqa: BLE001 - any import failure means the path cannot run; say which
         return f"the Triton kernels failed to import: {type(exc).__name__}: {exc}"
     return None
+
+
+def triton_modules() -> SimpleNamespace:
+    """The Triton kernel modules the layer runs, as one namespace (glue, range, selected, selection), loaded on
+    first use; ImportError without triton."""
+    # triton is optional (a CPU install may lack it): its kernel modules load only when the Triton path runs
+    from nsa.attention.kernels import triton_glue, triton_range, triton_selected, triton_selection
+
+    return SimpleNamespace(glue=triton_glue, range=triton_range, selected=triton_selected, selection=triton_selection)
 
 
 def triton_unsupported(cfg) -> str | None:

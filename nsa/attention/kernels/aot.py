@@ -90,11 +90,17 @@ _PTXAS_REGS = re.compile(r"Used (\d+) registers")
 _PTXAS_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 
 
+def _triton():
+    """The triton package with its compiler backends (GPUTarget, the bundled ptxas) loaded."""
+    # triton is optional: this module (KERNEL_MODULES, the compile test's list) imports without it
+    import triton.backends.compiler, triton.backends.nvidia.compiler  # noqa: E401
+
+    return triton
+
+
 def _ptxas_report(ptx: str, cc: int) -> tuple[int | None, int | None, int | None, str]:
     """(registers, spill stores, spill loads, stderr) from the bundled ptxas -v on this PTX."""
-    from triton.backends.nvidia.compiler import get_ptxas  # triton is optional: this module imports without it
-
-    tool = get_ptxas(cc)
+    tool = _triton().backends.nvidia.compiler.get_ptxas(cc)
     path = tool.path if hasattr(tool, "path") else tool[0]
     arch = f"sm_{cc}a" if cc >= 90 else f"sm_{cc}"
     with tempfile.TemporaryDirectory() as tmp:
@@ -119,14 +125,12 @@ def _alignment_attrs(case: AotCase) -> dict:
 
 
 def compile_case(case: AotCase, cc: int) -> AotResult:
-    import triton  # triton is optional: KERNEL_MODULES (the compile test) imports without it
-    from triton.backends.compiler import GPUTarget  # triton is optional, as above
-
+    triton = _triton()
     result = AotResult(kernel=case.name, target=f"sm_{cc}", ok=False, tensor_cores_expected=case.tensor_cores)
     try:
         src = triton.compiler.ASTSource(fn=case.fn, signature=case.signature, constexprs=case.constexprs,
                                         attrs=_alignment_attrs(case))
-        compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32),
+        compiled = triton.compile(src, target=triton.backends.compiler.GPUTarget("cuda", cc, 32),
                                   options={"num_warps": case.num_warps, "num_stages": case.num_stages})
     except Exception as exc:  # a compile error is the finding: report it, do not stop the other cases
         result.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"

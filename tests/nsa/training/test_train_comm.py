@@ -21,6 +21,7 @@ from nsa.config import ModelConfig
 from nsa.model import NSAModel, lm_loss
 from nsa.training import comm_count
 from nsa.training.comm_model import (ParamSpec, comm_model, ddp_buckets, fsdp_comm, memory_model, param_specs)
+from nsa.training.distributed import first_use_order
 
 MIB = 1024 * 1024
 
@@ -149,7 +150,7 @@ def test_ddp_hook_counts_the_real_buckets_of_real_ddp(one_rank_group):
     for vocab, cap in ((256, 0.05), (512, 0.02)):
         torch.manual_seed(0)
         model = NSAModel(ModelConfig.from_flat({**raw["model"], "vocab_size": vocab}))
-        specs = param_specs(model, torch.zeros(1, 64, dtype=torch.long))
+        specs = param_specs(model, first_use_order(model, torch.zeros(1, 64, dtype=torch.long)))
         counter = comm_count.CommCounter(measure_time=True)
         ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap)
         ddp.register_comm_hook(None, comm_count.ddp_hook(counter))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from validation.results_model import FAILED_STEP_STATUSES
 
@@ -335,6 +335,15 @@ def plural(n: Any, word: str, many: str | None = None) -> str:
     v = finite(n)
     text = fmt_num(int(v)) if v is not None and v == int(v) else fmt_num(n)
     return f"{text} {word if v == 1 else (many or word + 's')}"
+
+
+def steps_in_order(results: dict) -> Iterator[tuple[str, Any]]:
+    """(step name, its record as results.json holds it, None when it has none) of every step in runbook order: the
+    walk the report's plots, findings, open problems and validated command each make."""
+    steps = as_dict(results.get("steps"))
+    for _, names in ordered_steps(results):
+        for name in names:
+            yield name, steps.get(name)
 
 
 def ordered_steps(results: dict) -> list[tuple[dict, list[str]]]:

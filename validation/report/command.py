@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from validation.formatting import as_dict, as_list, finite, fmt_num, ordered_steps
+from validation.formatting import as_dict, as_list, finite, fmt_num, steps_in_order
 
 TRAINER_MODULES = ("nsa.training", "nsa.train")
 # Flags of a validation launch that point into its run directory: a user's own run chooses them.
@@ -20,9 +20,8 @@ RUN_DIR_FLAGS = ("--out-dir",)
 def _baseline_step(results: dict) -> dict | None:
     """The train step the command is built from: one named *baseline* that passed, else the first train step that
     passed, in run order; None when no train step passed."""
-    steps = as_dict(results.get("steps"))
-    passed = [as_dict(steps[n]) for _, names in ordered_steps(results) for n in names
-              if as_dict(steps.get(n)).get("kind") == "train" and as_dict(steps.get(n)).get("status") == "passed"]
+    passed = [s for s in (as_dict(record) for _, record in steps_in_order(results))
+              if s.get("kind") == "train" and s.get("status") == "passed"]
     named = [s for s in passed if "baseline" in str(s.get("name", "")).lower()]
     return (named or passed or [None])[0]
 

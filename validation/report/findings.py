@@ -18,7 +18,7 @@ from typing import Any
 
 from nsa.toggles import TOGGLES
 from validation.formatting import (FAILED_STATUSES, NA, as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct,
-                                      ordered_steps, params_text, plural)
+                                      params_text, plural, steps_in_order)
 
 
 def _params_of(step: dict, label: Any) -> dict:
@@ -53,47 +53,45 @@ def _record(name: str, kind: str, without: str, with_: str, comp: dict, ignored:
 def comparisons(results: dict) -> list[dict]:
     """Every with/without comparison the run's steps recorded, in run order (see the module docstring)."""
     results = as_dict(results)
-    steps = as_dict(results.get("steps"))
     out: list[dict] = []
-    for _, names in ordered_steps(results):
-        for name in names:
-            step = as_dict(steps.get(name))
-            if step.get("status") != "passed":
-                continue
-            kind = str(step.get("kind"))
-            decision = as_dict(step.get("decision"))
-            if kind == "ab":
-                ignored = {str(x) for x in as_list(decision.get("excluded_ignored"))}
-                ignored |= {str(n).split(":", 1)[0] for n in as_list(step.get("notes")) if "ignored" in str(n)}
-                for comp in (as_dict(c) for c in as_list(step.get("comparison"))):
-                    variant = comp.get("variant")
-                    rec = _record(name, kind, _side(step, comp.get("baseline") or "baseline"), _side(step, variant),
-                                  comp, ignored=str(variant) in ignored)
-                    if rec:
-                        out.append(rec)
-            elif kind == "sweep":
-                for comp in (as_dict(c) for c in as_list(decision.get("comparisons"))):
-                    rec = _record(name, kind, _side(step, comp.get("baseline")), _side(step, comp.get("variant")),
-                                  comp)
-                    if rec:
-                        out.append(rec)
-            elif kind == "triage":
-                metrics = as_dict(step.get("metrics"))
-                for suspect, s in sorted(as_dict(metrics.get("suspects")).items(), key=lambda kv: str(kv[0])):
-                    s = as_dict(s)
-                    ci = as_list(s.get("ci"))
-                    comp = {"rel": s.get("effect"), "ci_low": ci[0] if len(ci) == 2 else None,
-                            "ci_high": ci[1] if len(ci) == 2 else None, "p_adjusted": s.get("p_adjusted"),
-                            "p_value": s.get("p"), "significant": s.get("significant"), "verdict": s.get("verdict"),
-                            "mean_a": metrics.get("config_toks_per_s"), "mean_b": s.get("toks_per_s"),
-                            "metric": "toks_per_s"}
-                    changes = s.get("changes")
-                    with_ = (f"{changes} ({suspect})" if isinstance(changes, str) and changes else
-                             f"{params_text(changes)} ({suspect})" if isinstance(changes, dict) and changes else
-                             str(suspect))
-                    rec = _record(name, kind, "the configuration as given", with_, comp)
-                    if rec:
-                        out.append(rec)
+    for name, record in steps_in_order(results):
+        step = as_dict(record)
+        if step.get("status") != "passed":
+            continue
+        kind = str(step.get("kind"))
+        decision = as_dict(step.get("decision"))
+        if kind == "ab":
+            ignored = {str(x) for x in as_list(decision.get("excluded_ignored"))}
+            ignored |= {str(n).split(":", 1)[0] for n in as_list(step.get("notes")) if "ignored" in str(n)}
+            for comp in (as_dict(c) for c in as_list(step.get("comparison"))):
+                variant = comp.get("variant")
+                rec = _record(name, kind, _side(step, comp.get("baseline") or "baseline"), _side(step, variant),
+                              comp, ignored=str(variant) in ignored)
+                if rec:
+                    out.append(rec)
+        elif kind == "sweep":
+            for comp in (as_dict(c) for c in as_list(decision.get("comparisons"))):
+                rec = _record(name, kind, _side(step, comp.get("baseline")), _side(step, comp.get("variant")),
+                              comp)
+                if rec:
+                    out.append(rec)
+        elif kind == "triage":
+            metrics = as_dict(step.get("metrics"))
+            for suspect, s in sorted(as_dict(metrics.get("suspects")).items(), key=lambda kv: str(kv[0])):
+                s = as_dict(s)
+                ci = as_list(s.get("ci"))
+                comp = {"rel": s.get("effect"), "ci_low": ci[0] if len(ci) == 2 else None,
+                        "ci_high": ci[1] if len(ci) == 2 else None, "p_adjusted": s.get("p_adjusted"),
+                        "p_value": s.get("p"), "significant": s.get("significant"), "verdict": s.get("verdict"),
+                        "mean_a": metrics.get("config_toks_per_s"), "mean_b": s.get("toks_per_s"),
+                        "metric": "toks_per_s"}
+                changes = s.get("changes")
+                with_ = (f"{changes} ({suspect})" if isinstance(changes, str) and changes else
+                         f"{params_text(changes)} ({suspect})" if isinstance(changes, dict) and changes else
+                         str(suspect))
+                rec = _record(name, kind, "the configuration as given", with_, comp)
+                if rec:
+                    out.append(rec)
     for rec in out:
         rec["text"] = _sentence(rec)
     return out

@@ -21,7 +21,7 @@ from nsa.training.outputs import atomic_write
 from validation import contracts, metrics
 from validation import steps as step_kinds
 from validation.steps._plot_helpers import bar_points, loglog_lines, scan_loglog  # noqa: F401 - shared with the kinds
-from validation.formatting import (as_dict, as_list, file_name, finite, ordered_steps, plot_context_text)
+from validation.formatting import (as_dict, as_list, file_name, finite, plot_context_text, steps_in_order)
 
 PLOTS_DIR = "plots"
 TITLE_WIDTH = 90  # characters per title line at the report's figure size
@@ -218,15 +218,13 @@ def make_plots(results: dict, run_dir: Path) -> list[dict]:
     """Write RUN_DIR/plots/*.png and return [{"title", "path" (relative to run_dir)}] for those written: per step
     in run order, its tokens/s per step, then its kind's own plots."""
     results = as_dict(results)
-    steps = as_dict(results.get("steps"))
     plotter = Plotter(run_dir)
     with matplotlib.style.context("default"):  # the user's matplotlibrc does not change the pictures
-        for _, names in ordered_steps(results):
-            for name in names:
-                step = as_dict(steps.get(name))
-                plotter.for_step(name, step)
-                plotter.tokens_per_step(name, step)
-                kind = step_kinds.find(step.get("kind"))
-                if kind is not None:
-                    kind.plots(name, step, plotter)
+        for name, record in steps_in_order(results):
+            step = as_dict(record)
+            plotter.for_step(name, step)
+            plotter.tokens_per_step(name, step)
+            kind = step_kinds.find(step.get("kind"))
+            if kind is not None:
+                kind.plots(name, step, plotter)
     return plotter.written

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, as_dict, as_list, fmt_num,
-                                      ordered_steps, status_view)
+                                      status_view, steps_in_order)
 from validation.report.performance import analysis_rows
 
 _RANK = {"fail": 0, "error": 0, "warn-incomplete": 1, "skip": 2, "warn": 3}
@@ -108,15 +108,12 @@ def _cpu_only(results: dict) -> bool:
 def open_problems(results: dict) -> list[dict]:
     """Every open problem of a run, failures first (see the module docstring); [] when there is none."""
     results = as_dict(results)
-    steps = as_dict(results.get("steps"))
     items: list[dict] = []
-    for _, names in ordered_steps(results):
-        for name in names:
-            step = steps.get(name)
-            if isinstance(step, dict):
-                items += _step_problems(name, step)
-            else:
-                items.append(_item("warn-incomplete", "MISSING", "warn", f"step {name}", "no result recorded"))
+    for name, step in steps_in_order(results):
+        if isinstance(step, dict):
+            items += _step_problems(name, step)
+        else:
+            items.append(_item("warn-incomplete", "MISSING", "warn", f"step {name}", "no result recorded"))
     for crit in as_list(results.get("acceptance")):
         items += _criterion_problems(as_dict(crit))
     items += _regressions(results)

@@ -27,13 +27,13 @@ from validation import steps as step_kinds
 from validation.launch import interrupts
 from validation.launch.processes import become_subreaper, end_descendants
 from validation.plan import describe
-from validation.report import FORMATS, ReportError, render
+from validation.report import ReportError
 from validation.report.console import make_console, print_line, print_table
 from validation.formatting import CRITERION_LABELS, fmt_duration, status_view
 from validation.report.view import key_figure_lines
-from validation.results import DEFAULT_RUNS, ResultsError, RunDirError, read_results
-from validation.run import (RunError, RunRequest, add_performance_analysis, compare_run_dirs, read_against,
-                            run_runbook, write_all_reports)
+from validation.results import DEFAULT_RUNS, ResultsError, RunDirError
+from validation.run import (RunError, RunRequest, compare_run_dirs, list_runbooks, list_runs, report_run,
+                            run_runbook)
 from validation.runbook import RunbookError, Step, load_runbook
 from validation.version import version_line
 
@@ -306,20 +306,14 @@ def report(run_dir: Path = typer.Argument(..., help="a run directory holding res
                                                   "comparison with it in results.json (Performance analysis)")) -> None:
     """Re-render a run's report from RUN_DIR/results.json alone (nothing is re-run); with --against, the comparison
     with an earlier run is computed from the two runs' files and stored in RUN_DIR/results.json first."""
-    if fmt not in FORMATS:
-        _fail(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     try:
-        earlier = read_against(against)
-        results = read_results(run_dir)
-        if earlier is not None:
-            add_performance_analysis(run_dir, results, against, earlier)
-        if write:
-            for p in write_all_reports(run_dir, results):
-                console.print(str(p), markup=False)
-            return
-        text = render(results, fmt, run_dir=run_dir)
+        text, written = report_run(run_dir, fmt, write, against)
     except (RunError, ResultsError, ReportError, RunDirError) as exc:
         _fail(str(exc))
+    for p in written:
+        console.print(str(p), markup=False)
+    if text is None:
+        return
     typer.echo(text, nl=False)
 
 
@@ -351,21 +345,8 @@ def compare(run_a: Path = typer.Argument(..., help="baseline run directory"),
 def list_(runbooks_dir: Path = typer.Option(Path("runbooks"), "--runbooks", help="where runbooks live"),
           runs_dir: Path = typer.Option(DEFAULT_RUNS, "--runs", help="where runs live")) -> None:
     """Runbooks available, and past runs with their verdicts."""
-    rows = []
-    for path in sorted(runbooks_dir.glob("*.yaml")):
-        try:
-            rb = load_runbook(path)
-            rows.append((path, rb.name, rb.description))
-        except RunbookError as exc:
-            rows.append((path, "invalid", exc))
-    print_table(console, ("file", "name", "description"), rows, title="runbooks")
-    runs = []
-    for results_path in sorted(runs_dir.glob("*/results.json")):
-        try:
-            data = json.loads(results_path.read_text())
-            runs.append((results_path.parent, data["runbook"]["name"], data["verdict"], data["started"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            runs.append((results_path.parent, "?", "unreadable", ""))
+    print_table(console, ("file", "name", "description"), list_runbooks(runbooks_dir), title="runbooks")
+    runs = list_runs(runs_dir)
     print_table(console, ("run", "runbook", "verdict", "started"), runs, title=f"runs under {runs_dir}")
 
 

@@ -14,6 +14,7 @@ prints it and exits 2). The CLI (validation.cli) parses options, calls this and 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -204,3 +205,44 @@ def write_all_reports(run_dir: Path, results: dict) -> list[Path]:
         return [run_dir / p["path"] for p in results["plots"]] + report.write_reports(run_dir, results, plots=False)
     except OSError as exc:
         raise cannot_write(run_dir, exc) from None
+
+
+def report_run(run_dir: Path, fmt: str = "md", write: bool = False, against: Path | None = None
+               ) -> tuple[str | None, list[Path]]:
+    """`nsa-validate report RUN_DIR`: (the report in `fmt`, []) or with `write` (None, the files (re)written in
+    RUN_DIR); with `against`, the comparison with that earlier run is stored in results.json first. RunError for
+    bad input, ResultsError, ReportError or RunDirError from the files."""
+    if fmt not in report.FORMATS:
+        raise RunError(f"--format {fmt!r}: expected one of {', '.join(report.FORMATS)}")
+    earlier = read_against(against)
+    results = read_results(run_dir)
+    if earlier is not None:
+        add_performance_analysis(run_dir, results, against, earlier)
+    if write:
+        return None, write_all_reports(run_dir, results)
+    return report.render(results, fmt, run_dir=run_dir), []
+
+
+def list_runbooks(runbooks_dir: Path) -> list[tuple]:
+    """(file, name, description) of every runbook in `runbooks_dir`; an invalid one: (file, "invalid", error)."""
+    rows = []
+    for path in sorted(Path(runbooks_dir).glob("*.yaml")):
+        try:
+            rb = load_runbook(path)
+            rows.append((path, rb.name, rb.description))
+        except RunbookError as exc:
+            rows.append((path, "invalid", exc))
+    return rows
+
+
+def list_runs(runs_dir: Path) -> list[tuple]:
+    """(run directory, runbook name, verdict, started) of every run under `runs_dir`, from its results.json as it
+    is (not checked against the schema: a listing shows runs of any version); an unreadable one: "unreadable"."""
+    runs = []
+    for results_path in sorted(Path(runs_dir).glob("*/results.json")):
+        try:
+            data = json.loads(results_path.read_text())
+            runs.append((results_path.parent, data["runbook"]["name"], data["verdict"], data["started"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            runs.append((results_path.parent, "?", "unreadable", ""))
+    return runs

@@ -94,3 +94,29 @@ def test_cli_tables_are_whole_when_piped():
     argv_lines = [ln for ln in plan.stdout.splitlines() if "-m nsa.training" in ln]
     assert argv_lines and all("--out-dir RUN_DIR/" in ln for ln in argv_lines)  # each launch on one line
     assert max(len(ln) for ln in plan.stdout.splitlines()) > 80
+
+
+def test_a_run_interrupted_after_its_verdict_says_so_and_exits_by_its_signal(monkeypatch, tmp_path):
+    """The CLI's message when the signal came after the verdict, while the reports were written (validation.run
+    rewrote them from results.json): the verdict it had, where the reports are, and 128 + the signal as the exit
+    code; with a report that could not be written, that error on its own line and exit 2."""
+    import signal
+
+    from typer.testing import CliRunner
+
+    from validation.launch.interrupts import Interrupted
+    from validation.run import RunOutcome
+
+    results = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    results.update(verdict="GO", finished="2026-11-26T04:00:00+0000", interrupted_by=None)
+    outcomes = [RunOutcome(runbook=None, run_dir=tmp_path, results=results, interrupted=Interrupted(signal.SIGTERM)),
+                RunOutcome(runbook=None, run_dir=tmp_path, results=results, interrupted=Interrupted(signal.SIGHUP),
+                           report_error=f"{tmp_path}/report.html: No space left on device")]
+    assert all(o.interrupted_after_verdict and o.verdict is None for o in outcomes)
+    monkeypatch.setattr(cli, "run_runbook", lambda request, display, warn: outcomes.pop(0))
+    first = CliRunner().invoke(cli.app, ["run", "runbooks/cpu_smoke.yaml"])
+    assert first.exit_code == 143, first.output
+    assert (f"interrupted (SIGTERM) after the run reached its verdict (GO): the reports in {tmp_path} were written "
+            "again from its results.json") in " ".join(first.output.split())
+    second = CliRunner().invoke(cli.app, ["run", "runbooks/cpu_smoke.yaml"])
+    assert second.exit_code == 2 and "No space left on device" in second.output

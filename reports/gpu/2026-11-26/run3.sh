@@ -3,9 +3,10 @@
 # (`nsa-validate run runbooks/gpu_kernels.yaml`, default grid), to measure its real time and verdict. A second
 # call on the same warm machine continues an interrupted run with --resume. Time left over: bench_attention with
 # the FlexAttention path beside the Triton path and dense.
-# Calls made: `BUDGET=480 run3.sh 1` (the CLI could not start: no typer in the image's python; the flex benchmark
-# ran: attn_flex.*), then `SKIP_FLEX=1 BUDGET=510 run3.sh 5` with carry=[artifacts/wheels] (typer 0.19.2 and
-# shellingham wheels, `pip download --no-deps`): gpu_kernels_run/.
+# Calls made: `BUDGET=480 run3.sh 1` (the CLI could not start: /usr/local/bin/nsa-validate is another Python's,
+# without typer; the flex benchmark
+# ran: attn_flex.*), then `SKIP_FLEX=1 BUDGET=510 run3.sh 5` (python3 -m validation.cli; carry=[artifacts/wheels],
+# typer and shellingham wheels from `pip download --no-deps`, not needed in the end): gpu_kernels_run/.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD PATH=$PATH:/usr/local/cuda/bin
 OUT=${OUT:-/tmp/gpu_out3}; mkdir -p "$OUT"; RD=artifacts/validate/gk; BUDGET=${BUDGET:-480}

@@ -248,7 +248,11 @@ def leaves(value, path=()):
         yield path
 
 
-@pytest.mark.parametrize("results", EXAMPLES + [REPO / "tests/validation/fixtures/results_example.json"],
+# the GPU runs too (gpu_kernels.yaml on an H200: the pytest, sanitizer and bench kinds with real GPU figures)
+GPU_RUNS = sorted((REPO / "reports" / "gpu").glob("*/*/results.json"))
+
+
+@pytest.mark.parametrize("results", EXAMPLES + GPU_RUNS + [REPO / "tests/validation/fixtures/results_example.json"],
                          ids=lambda p: p.parent.name if p.name == "results.json" else p.name)
 def test_every_metric_a_real_run_produced_is_declared(results):
     """The declarations are true: each metric of each step (and of each of its runs) in a real run's results.json

@@ -1,0 +1,300 @@
+"""Launch configurations of the kernels that dominate the NSA layer on a GPU, timed against the shipped one.
+
+    python benchmarks/tune_kernels.py --aot                       # no GPU: which candidates compile without spills
+    python benchmarks/tune_kernels.py --device cuda               # GPU: time every candidate that compiles cleanly
+    python benchmarks/tune_kernels.py --device cuda --families range_dkdv,sel_bwd --seq-lens 65536 --batch 1
+
+The profile of one layer (benchmarks/profile_layer.py; reports/gpu/2026-11-26) puts most of the GPU time in four
+kernel families: the range kernels' forward and dQ (`range_q`: nsa.attention.kernels.triton_range.query_config),
+their dK/dV (`range_dkdv`: dkdv_config; 13.6 of 43 ms at S = 65,536), the selected branch's backward (`sel_bwd`:
+triton_selected._config("bwd"); 7.6 ms there, the largest kernel at S = 2,048) and its forward passes (`sel_fwd`:
+_config("stats"/"out")). Their configurations were chosen from the ahead-of-time compile (no spills, tensor cores),
+never from GPU timings. Each family here lists candidate configurations; candidate 0 is the shipped one.
+
+`--aot` compiles every candidate's kernels for sm_80 and sm_90 with the installed triton (no GPU) and reports
+registers and spill stores: a candidate that spills is left out of the timing unless `--all`.
+
+On a GPU each (family, candidate, S) is one subprocess (a candidate that faults loses only its own row): at the m7c
+shape (B x S tokens, H 12, G 2, d 64, bf16; window 512, l 32, d 16, l_sel 64, n_sel 16) it runs the family's
+branches forward and backward with the shipped configuration and with the candidate, alternately (shipped,
+candidate, shipped, ... : drift falls on both), `--warmup` untimed then `--repeats` timed passes each, and reports
+min / median / max of the forward and the backward time of each, the ratio of the medians (candidate / shipped,
+below 1 is faster) and the largest difference of the candidate's outputs and gradients from the shipped
+configuration's, relative to the largest shipped value (configurations change the summation order only: a
+difference above 2e-2 in bf16 marks the row WRONG). The command that reproduces the table is printed first; the
+JSON (`--json`) holds every row. A benchmark, not a test: it reports and changes nothing; adopt a faster
+candidate by editing the configuration function, then rerun runbooks/gpu_kernels.yaml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# (block_m, block_n, num_warps, num_stages) for the range kernels; (block_r, block_n, num_warps, num_stages) for
+# the selected branch's (sel_fwd: both forward passes take it). Candidate 0 of each family (None) is what the
+# launcher ships (range: 128 x 64 rows / keys, 8 warps for forward and dQ, 32 x 64, 8 warps for dK/dV; selected:
+# 128 x 64 with 4 warps for its stats pass and 8 for its output pass, 32 x 64, 8 warps for backward; d = 64).
+FAMILIES: dict[str, tuple] = {
+    "range_q": (None, (64, 64, 4, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 8, 2), (64, 128, 4, 2)),
+    "range_dkdv": (None, (32, 64, 4, 2), (32, 64, 8, 3), (64, 64, 8, 2), (32, 128, 8, 2), (64, 64, 4, 2)),
+    "sel_bwd": (None, (32, 64, 4, 1), (64, 64, 8, 1), (32, 64, 8, 2), (64, 64, 4, 1), (32, 32, 4, 1)),
+    "sel_fwd": (None, (64, 64, 4, 1), (128, 64, 8, 2), (128, 128, 8, 1), (64, 64, 8, 1), (128, 64, 4, 1)),
+}
+SHAPE = dict(h=12, g=2, d=64, w=512, l=32, stride=16, l_sel=64, n_sel=16)
+WRONG = 2e-2  # relative difference from the shipped configuration's outputs above which a row is WRONG (bf16)
+
+
+def _label(cand) -> str:
+    return "shipped" if cand is None else str(list(cand))
+
+
+def _patch(family: str, cand):
+    """Make the launchers pick `cand` for `family` (None: what they ship); returns a function that undoes it."""
+    if cand is None:
+        return lambda: None
+    from nsa.attention.kernels import triton_range as tr
+    from nsa.attention.kernels import triton_selected as ts
+
+    if family in ("range_q", "range_dkdv"):
+        name = "query_config" if family == "range_q" else "dkdv_config"
+        saved = getattr(tr, name)
+        cfg = tr.KernelConfig(*cand)
+        setattr(tr, name, lambda d_k, d_v: cfg)
+        return lambda: setattr(tr, name, saved)
+    saved = ts._config
+    kinds = ("bwd",) if family == "sel_bwd" else ("stats", "out")
+
+    def config(kind, hpg, d_k, d_v):
+        if kind in kinds:
+            return max(cand[0], ts._pow2(hpg)), cand[1], cand[2], cand[3]
+        return saved(kind, hpg, d_k, d_v)
+
+    ts._config = config
+    return lambda: setattr(ts, "_config", saved)
+
+
+def aot_report(families: list[str]) -> list[dict]:
+    """Every candidate's kernels compiled for sm_80 and sm_90 (installed triton, no GPU): registers and spills."""
+    from nsa.attention.kernels import aot, triton_range, triton_selected
+
+    rows = []
+    for family in families:
+        for i, cand in enumerate(FAMILIES[family]):
+            undo = _patch(family, cand)
+            try:
+                if family.startswith("range"):
+                    want = "range_fwd" if family == "range_q" else "range_dkdv"
+                    cases = [c for c in triton_range.aot_cases(dims=((64, 64),)) if c.name.startswith(want)
+                             or (family == "range_q" and c.name.startswith("range_dq"))]
+                else:
+                    want = ("sel_bwd_kv",) if family == "sel_bwd" else ("sel_fwd_kv_stats", "sel_fwd_kv_out")
+                    cases = [c for c in triton_selected.aot_cases() if c.name.startswith(want)
+                             and "hpg=6," in c.name and "d=64," in c.name]
+                results = [aot.compile_case(c, cc) for c in cases for cc in aot.TARGETS]
+            finally:
+                undo()
+            spills = max((r.spill_stores or 0) for r in results) if results else None
+            rows.append({"family": family, "candidate": i, "config": _label(cand), "ok": all(r.ok for r in results),
+                         "max_registers": max((r.registers or 0) for r in results) if results else None,
+                         "spill_stores": spills, "kernels": [r.kernel + "@" + r.target for r in results],
+                         "problems": sorted({p for r in results for p in r.problems})})
+    return rows
+
+
+def _inputs(family: str, b: int, s: int, device: str, dtype):
+    import torch
+
+    from nsa.attention.geometry import num_cmp_blocks
+    from nsa.attention.selection import choose_blocks
+
+    gen = torch.Generator().manual_seed(s + b)
+    h, g, d = SHAPE["h"], SHAPE["g"], SHAPE["d"]
+
+    def t(heads, length):  # [B, heads, length, d] through [B, length, heads, d] storage, as the layer lays it out
+        return torch.randn(b, length, heads, d, generator=gen).to(device, dtype).transpose(1, 2).requires_grad_()
+
+    q, k, v = t(h, s), t(g, s), t(g, s)
+    if family.startswith("range"):
+        n_cmp = num_cmp_blocks(s, SHAPE["l"], SHAPE["stride"])
+        return q, k, v, t(g, n_cmp), t(g, n_cmp)
+    nb = -(-s // SHAPE["l_sel"])
+    blocks = choose_blocks(torch.rand(b, g, s, nb, generator=gen), torch.arange(s), SHAPE["n_sel"], SHAPE["l_sel"])
+    return q, k, v, blocks.to(device)
+
+
+def run_case(family: str, cand_index: int, s: int, b: int, device: str = "cuda", dtype_name: str = "bf16",
+             repeats: int = 10, warmup: int = 3) -> dict:
+    """One (family, candidate, S) in this process: shipped and candidate configurations, alternately."""
+    import torch
+
+    from nsa.attention.kernels import triton_range as tr
+    from nsa.attention.kernels import triton_selected as ts
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
+    inputs = _inputs(family, b, s, device, dtype)
+    leaves = [x for x in inputs if x.is_floating_point()]
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    def forward():
+        if family.startswith("range"):
+            q, k, v, kc, vc = inputs
+            return tr.window_attention(q, k, v, SHAPE["w"]) + tr.compressed_attention(q, kc, vc, SHAPE["l"],
+                                                                                        SHAPE["stride"])
+        q, k, v, blocks = inputs
+        return ts.selected_attention(q, k, v, blocks, SHAPE["l_sel"])
+
+    upstream = torch.randn(forward().shape, generator=torch.Generator().manual_seed(7)).to(device, dtype)
+
+    def one():
+        import time
+
+        sync()
+        t0 = time.perf_counter()
+        out = forward()
+        sync()
+        t1 = time.perf_counter()
+        grads = torch.autograd.grad(out, leaves, upstream)
+        sync()
+        return t1 - t0, time.perf_counter() - t1, [out.detach(), *grads]
+
+    shipped = one()[2]  # compiles the shipped configuration; its outputs are the comparison's reference
+    undo = _patch(family, FAMILIES[family][cand_index])
+    try:
+        got = one()[2]  # compiles the candidate
+    finally:
+        undo()
+    diff = max(float((a.double() - r.double()).abs().max()) / max(float(r.double().abs().max()), 1e-30)
+               for a, r in zip(got, shipped))
+    times = {"shipped": [], "candidate": []}
+    for i in range(warmup + repeats):
+        for which in ("shipped", "candidate"):
+            undo = _patch(family, FAMILIES[family][cand_index]) if which == "candidate" else (lambda: None)
+            try:
+                f, bwd, _ = one()
+            finally:
+                undo()
+            if i >= warmup:
+                times[which].append((f, bwd))
+
+    def stats(pairs, j):
+        vals = [p[j] for p in pairs]
+        return {"min": min(vals), "median": statistics.median(vals), "max": max(vals)}
+
+    out = {"family": family, "candidate": cand_index, "config": _label(FAMILIES[family][cand_index]), "seq_len": s,
+           "batch": b, "dtype": dtype_name, "device": device, "repeats": repeats, "max_rel_diff": diff,
+           "wrong": diff > WRONG}
+    for which, pairs in times.items():
+        out[which] = {"fwd": stats(pairs, 0), "bwd": stats(pairs, 1)}
+    total = {w: statistics.median(f + bw for f, bw in times[w]) for w in times}
+    out["ratio_fwdbwd"] = total["candidate"] / total["shipped"]
+    if device == "cuda":
+        out["device_name"] = torch.cuda.get_device_name()
+    return out
+
+
+def _spawn(family: str, cand: int, s: int, b: int, args) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--case", f"{family}:{cand}", "--seq-lens", str(s),
+           "--batch", str(b), "--device", args.device, "--dtype", args.dtype, "--repeats", str(args.repeats),
+           "--warmup", str(args.warmup)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"family": family, "candidate": cand, "seq_len": s, "batch": b, "error": f"timeout {args.timeout} s"}
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        return {"family": family, "candidate": cand, "seq_len": s, "batch": b,
+                "error": f"exit {proc.returncode}: {(lines or ['no output'])[-1]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _ms(t: dict) -> str:
+    return f"{t['min'] * 1e3:7.3f}/{t['median'] * 1e3:7.3f}/{t['max'] * 1e3:7.3f}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--families", default=",".join(FAMILIES), help=f"subset of {','.join(FAMILIES)}")
+    ap.add_argument("--aot", action="store_true", help="compile the candidates for sm_80/sm_90 (no GPU) and stop")
+    ap.add_argument("--all", action="store_true", help="also time the candidates that spill")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    ap.add_argument("--seq-lens", default="2048,65536")
+    ap.add_argument("--batch", default="8,1", help="B per length (one value: every length)")
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--timeout", type=int, default=300, help="seconds per case")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--case", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    families = [f.strip() for f in args.families.split(",") if f.strip()]
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        ap.error(f"--families: {unknown[0]!r} is not one of {', '.join(FAMILIES)}")
+    lens = [int(x) for x in args.seq_lens.split(",")]
+    batches = [int(x) for x in args.batch.split(",")]
+    if len(batches) == 1:
+        batches *= len(lens)
+    if len(batches) != len(lens) or min(lens + batches) < 1 or args.repeats < 1 or args.warmup < 0:
+        ap.error("--batch needs one value or one per --seq-lens value; lengths, batches and --repeats >= 1")
+    if args.case:
+        family, cand = args.case.split(":")
+        print(json.dumps(run_case(family, int(cand), lens[0], batches[0], args.device, args.dtype, args.repeats,
+                                  args.warmup)))
+        return 0
+    if args.aot:
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            ap.error("--aot compiles the kernels: run it without TRITON_INTERPRET=1")
+        rows = aot_report(families)
+        for r in rows:
+            print(f"{r['family']:<11} #{r['candidate']} {r['config']:<17} ok={r['ok']}  max registers "
+                  f"{r['max_registers']}  spill stores {r['spill_stores']}  {'; '.join(r['problems'])}")
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+        return 0
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("tune_kernels: no CUDA device (use --aot to compile the candidates without one)", file=sys.stderr)
+        return 2
+    print("reproduce: python benchmarks/tune_kernels.py " + shlex.join(sys.argv[1:] if argv is None else argv))
+    clean = {(r["family"], r["candidate"]) for r in aot_report(families) if r["ok"] and not r["spill_stores"]} \
+        if not args.all and args.device == "cuda" else None
+    rows = []
+    for family in families:
+        for s, b in zip(lens, batches):
+            print(f"\n{family} at S {s:,} x B {b} ({args.dtype}); ms min/median/max over {args.repeats}: "
+                  "candidate vs shipped")
+            for cand in range(1, len(FAMILIES[family])):
+                if clean is not None and (family, cand) not in clean:
+                    print(f"  #{cand} {_label(FAMILIES[family][cand])}: skipped (spills or does not compile: --aot)")
+                    continue
+                row = _spawn(family, cand, s, b, args)
+                rows.append(row)
+                if "error" in row:
+                    print(f"  #{cand} {_label(FAMILIES[family][cand])}: {row['error']}")
+                    continue
+                print(f"  #{cand} {row['config']}: fwd {_ms(row['candidate']['fwd'])} vs {_ms(row['shipped']['fwd'])}"
+                      f"  bwd {_ms(row['candidate']['bwd'])} vs {_ms(row['shipped']['bwd'])}  fwd+bwd ratio "
+                      f"{row['ratio_fwdbwd']:.3f}  rel diff {row['max_rel_diff']:.1e}"
+                      + ("  WRONG" if row["wrong"] else ""))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

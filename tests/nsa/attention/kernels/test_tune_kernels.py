@@ -1,0 +1,54 @@
+"""benchmarks/tune_kernels.py's plumbing at a tiny shape (the interpreter on CPU, the GPU where present): a
+candidate configuration really reaches the launcher (its outputs equal the shipped configuration's up to summation
+order), both are timed, and the launchers are left as they were."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+from triton_test_utils import KERNEL_DEVICE, ON_GPU, needs_triton
+
+pytestmark = needs_triton
+
+_spec = importlib.util.spec_from_file_location(
+    "tune_kernels", Path(__file__).resolve().parents[4] / "benchmarks" / "tune_kernels.py")
+tune = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tune)
+
+
+@pytest.mark.parametrize("family,cand", [("range_dkdv", 4), ("sel_bwd", 3)])
+def test_a_candidate_runs_beside_the_shipped_configuration(family, cand):
+    from nsa.attention.kernels import triton_range, triton_selected
+
+    before = (triton_range.query_config, triton_range.dkdv_config, triton_selected._config)
+    row = tune.run_case(family, cand, 48, 1, device=KERNEL_DEVICE.type, dtype_name="bf16" if ON_GPU else "fp32",
+                        repeats=1, warmup=0)
+    assert (triton_range.query_config, triton_range.dkdv_config, triton_selected._config) == before
+    assert row["config"] == str(list(tune.FAMILIES[family][cand])) and not row["wrong"]
+    assert row["max_rel_diff"] < (tune.WRONG if ON_GPU else 1e-5)
+    for which in ("shipped", "candidate"):
+        assert 0 < row[which]["fwd"]["min"] <= row[which]["fwd"]["median"] <= row[which]["fwd"]["max"]
+        assert row[which]["bwd"]["min"] > 0
+    assert math.isfinite(row["ratio_fwdbwd"]) and row["ratio_fwdbwd"] > 0
+
+
+def test_the_patch_reaches_the_launcher():
+    from nsa.attention.kernels import triton_range, triton_selected
+
+    undo = tune._patch("range_q", (64, 128, 4, 3))
+    try:
+        assert triton_range.query_config(64, 64) == triton_range.KernelConfig(64, 128, 4, 3)
+    finally:
+        undo()
+    assert triton_range.query_config(64, 64) == triton_range.LARGE_Q
+    undo = tune._patch("sel_bwd", (64, 32, 4, 2))
+    try:
+        assert triton_selected._config("bwd", 6, 64, 64) == (64, 32, 4, 2)
+        assert triton_selected._config("out", 6, 64, 64) == (128, 64, 8, 1)  # the other kinds as shipped
+    finally:
+        undo()
+    assert triton_selected._config("bwd", 6, 64, 64) == (32, 64, 8, 1)

@@ -10,6 +10,10 @@
     triton_glue.py        Triton: the layer's glue on the Triton path (head split + RoPE + gate activation of the
                           one packed projection, compression pooling, compressed-key RoPE, gate + branch combine);
                           its jit code in triton_glue_kernels.py
+    triton_index.py       Triton: the selected branch's inverted index as a counting sort (triton_selected's
+                          INDEX_BUILD = "triton"; not the default until a GPU run qualifies it)
+    flex.py               the three branches through PyTorch's FlexAttention (a peer path for bench_attention; not
+                          a kernel choice)
     common.py             what the kernel modules share: interpreting(), the head widths and heads per group
                           the Triton kernels are built for
     aot.py                ahead-of-time compilation of every Triton kernel for sm_80 / sm_90 (no GPU needed)

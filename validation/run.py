@@ -196,11 +196,27 @@ def replace_earlier_reports(run_dir: Path, results: dict) -> list[Path]:
         raise cannot_write(run_dir, exc) from None
 
 
-def write_all_reports(run_dir: Path, results: dict) -> list[Path]:
-    """Plots first, recorded in results.json (so `report` re-renders the same text), then the reports. Raises
-    RunDirError when a file cannot be written."""
+def kept_plots(previous: list, drawn: list[dict], run_dir: Path) -> list[dict]:
+    """The plot records of a report re-rendered from a finished run's results.json: each plot it recorded, as drawn
+    again, or as it was where it could not be drawn again (its source, a training.csv say, no longer in the run
+    directory: a copy without its bulky files) but its PNG is still there; then any newly drawn, in their order."""
+    fresh = {p["path"]: p for p in drawn}
+    out = []
+    for old in (p for p in previous if isinstance(p, dict) and isinstance(p.get("path"), str)):
+        if old["path"] in fresh:
+            out.append(fresh.pop(old["path"]))
+        elif (Path(run_dir) / old["path"]).is_file():
+            out.append(old)
+    return out + list(fresh.values())
+
+
+def write_all_reports(run_dir: Path, results: dict, keep_plots: bool = False) -> list[Path]:
+    """Plots first, recorded in results.json (so `report` re-renders the same text), then the reports. With
+    keep_plots (`report --write`: the results are the finished run's), a recorded plot that cannot be drawn again
+    but whose PNG is there is kept (kept_plots). Raises RunDirError when a file cannot be written."""
     try:
-        results["plots"] = report.make_plots(results, run_dir)
+        drawn = report.make_plots(results, run_dir)
+        results["plots"] = kept_plots(results.get("plots") or [], drawn, run_dir) if keep_plots else drawn
         write_results(run_dir, results)
         return [run_dir / p["path"] for p in results["plots"]] + report.write_reports(run_dir, results, plots=False)
     except OSError as exc:
@@ -219,7 +235,7 @@ def report_run(run_dir: Path, fmt: str = "md", write: bool = False, against: Pat
     if earlier is not None:
         add_performance_analysis(run_dir, results, against, earlier)
     if write:
-        return None, write_all_reports(run_dir, results)
+        return None, write_all_reports(run_dir, results, keep_plots=True)
     return report.render(results, fmt, run_dir=run_dir), []
 
 

@@ -89,3 +89,27 @@ def test_a_run_directory_holding_a_run_is_refused(tmp_path):
     with pytest.raises(RunError, match=f"{run_dir} already holds a run: use --resume {run_dir} to continue it"):
         run_runbook(RunRequest(path, out=run_dir, cwd=tmp_path))
     assert [m.name for m in marks.iterdir()] == ["one"]
+
+
+def test_report_write_keeps_the_plots_of_a_copy_without_its_csvs(tmp_path):
+    """`report --write` on a run directory copied without its bulky files (reports/examples keep results.json, the
+    reports and the plots, not the training.csv files): the plots it cannot draw again stay, as recorded; a plot
+    whose PNG is gone too is dropped; a plot drawn again is the new record."""
+    import shutil
+
+    from validation.run import kept_plots, report_run
+
+    example = Path(__file__).resolve().parents[2] / "reports" / "examples" / "cpu_smoke"
+    run_dir = tmp_path / "run"
+    shutil.copytree(example, run_dir)
+    before = read_results(run_dir)["plots"]
+    assert len(before) > 3 and not list(run_dir.rglob("training.csv"))
+    (run_dir / before[0]["path"]).unlink()
+    text, written = report_run(run_dir, write=True)
+    after = read_results(run_dir)["plots"]
+    assert text is None and run_dir / "report.md" in written
+    assert after == before[1:]
+    assert all((run_dir / p["path"]).is_file() for p in after)
+    redrawn = {"title": "new", "path": before[2]["path"], "step": "x"}
+    extra = {"title": "extra", "path": "plots/extra.png", "step": "y"}
+    assert kept_plots(before, [redrawn, extra], run_dir) == [*before[1:2], redrawn, *before[3:], extra]

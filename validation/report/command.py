@@ -63,7 +63,7 @@ def validated_command(results: dict) -> dict:
     if step is None or parsed is None:
         has_train = any(as_dict(s).get("kind") == "train" for s in as_dict(results.get("steps")).values())
         why = (f"step {step.get('name')} recorded no trainer command" if step is not None else
-               "no training step passed" if has_train else "this runbook has no training step")
+               "no training step passed" if has_train else "this runbook has no train step to build it from")
         return {"lines": [], "text": "", "step": None, "env": {}, "note": f"No validated command: {why}."}
     module, args = parsed
     for flag in RUN_DIR_FLAGS:

@@ -184,7 +184,8 @@ def test_validated_command_applies_winning_arguments_and_quotes_values(results):
     assert "No validated command: no training step passed." in render(results, "md")
     for name in [n for n, step in results["steps"].items() if step["kind"] == "train"]:
         del results["steps"][name]  # a runbook that trains in no step (gpu_kernels): nothing failed to train
-    assert validated_command(results)["note"] == "No validated command: this runbook has no training step."
+    assert (validated_command(results)["note"]
+            == "No validated command: this runbook has no train step to build it from.")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ KNOWN_FUNCTION_IMPORTS: dict[str, tuple[int, int]] = {
     'validation.environment': (1, 0),
     'validation.launch.telemetry': (1, 0),
     'validation.metrics': (1, 0),
-    'validation.report.renderer': (2, 0),
+    'validation.report.renderer': (1, 0),
     'validation.run': (1, 0),
 }
 

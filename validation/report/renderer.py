@@ -16,6 +16,7 @@ from typing import Any, Iterable
 from markupsafe import Markup, escape
 
 from nsa.training.outputs import atomic_write
+from validation import report
 from validation import steps as step_kinds
 from validation.formatting import NA
 from validation.report.junit import render_junit
@@ -70,9 +71,7 @@ def write_reports(run_dir: Path, results: dict | None = None, formats: Iterable[
     written: list[Path] = []
     plot_list = None
     if plots:
-        from validation.report.plots import make_plots  # start-up: matplotlib loads only when plots are drawn
-
-        plot_list = make_plots(results, run_dir)
+        plot_list = report.make_plots(results, run_dir)  # the package loads plots (matplotlib) on first use
         written += [run_dir / p["path"] for p in plot_list]
     # every file rendered from the same results before any is replaced, each replaced whole (temp + rename): an
     # interruption leaves each report as it was or as it is now, never half written, and keeps the window in

@@ -2,7 +2,7 @@
 trainer's settings. The trainer counts what it really sends (nsa.training.comm_count); these predictions must
 equal those counts exactly, for every strategy.
 
-    specs = param_specs(model, first_use_order(model, probe))  # forward order (nsa.training.distributed): shape, bytes, unit
+    specs = param_specs(model, first_use_order(model, probe))  # forward order: shape, bytes, unit of each
     comm_model(specs, "ddp", world_size=2, bucket_cap_mb=25, compress="bf16", accum=2)
     comm_model(specs, "fsdp", world_size=2, reshard_after_forward=False, accum=2)
     memory_model(specs, "fsdp", world_size=2, activations=activation_bytes(model_cfg, 4, 2048, "bf16"))
@@ -15,8 +15,8 @@ Strategies (what the trainer does, nsa.training.distributed):
   ready, with caps [first_bucket_cap, bucket_cap] (first_bucket_cap = bucket_cap when bucket_cap_mb is given, as
   the trainer does; 1 MiB under torch's default): a bucket closes as soon as it holds >= its cap. The ready
   order is the reverse of the parameter list's order (`ddp_buckets`), so give the list in forward order
-  (param_specs with distributed.first_use_order of a probe batch; in registration order the total bytes are still exact, bucket sizes
-  can differ where the two orders do).
+  (param_specs with nsa.training.distributed.first_use_order of a probe batch; in registration order the total
+  bytes are still exact, bucket sizes can differ where the two orders do).
 - "fsdp": FSDP2 fully_shard per transformer block, then the root (distributed.wrap_fsdp). Each parameter is
   sharded on dim 0 into world_size chunks of ceil(dim0 / world_size) rows (padded). Per unit: an all-gather in
   forward and, with reshard_after_forward (full shard), another in backward (never for the root: FSDP2 keeps the

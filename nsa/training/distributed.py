@@ -74,8 +74,6 @@ def init(device: str = "auto", pg_timeout_s: float = 600.0) -> DistInfo:
     return DistInfo(rank=rank, world_size=world, local_rank=local, device=dev, backend=backend)
 
 
-
-
 def _this_node(info: DistInfo) -> dict:
     name = next((os.environ[v] for v in NODE_NAME_VARS if os.environ.get(v)), None) or socket.gethostname()
     gpu = torch.cuda.get_device_name(info.device) if info.device.type == "cuda" else None
@@ -146,10 +144,10 @@ def first_use_order(model: nn.Module, probe: torch.Tensor) -> list[str]:
 
 
 def wrap_fsdp(model: nn.Module, reshard_after_forward: bool = True) -> nn.Module:
-    """FSDP2: every transformer block sharded on its own (comm_model.fsdp_unit_of names them), then the root (embedding, final norm,
-    head). reshard_after_forward=False keeps each block's parameters gathered from forward to backward (no
-    all-gather in backward: the SHARD_GRAD_OP equivalent). The root is left to FSDP2's default, which does not
-    reshard the root after forward (its parameters would be gathered again at once for backward)."""
+    """FSDP2: every transformer block sharded on its own (comm_model.fsdp_unit_of names them), then the root
+    (embedding, final norm, head). reshard_after_forward=False keeps each block's parameters gathered from forward
+    to backward (no all-gather in backward: the SHARD_GRAD_OP equivalent). The root is left to FSDP2's default,
+    which does not reshard the root after forward (its parameters would be gathered again at once for backward)."""
     for block in model.blocks:
         fully_shard(block, reshard_after_forward=reshard_after_forward)
     fully_shard(model)

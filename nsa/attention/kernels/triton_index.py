@@ -1,14 +1,15 @@
 """The selected branch's inverted index in Triton: a deterministic counting sort of (query, slot) pairs by key block.
 
-    build_index(blocks, l_sel, qpt_fwd, qpt_bwd) -> (order, pair_t, fwd_tiles, bwd_tiles)
+    build_index(blocks, l_sel, qpt_fwd, qpt_bwd, n_tiles_fwd, n_tiles_bwd) -> (order, pair_t, fwd_tiles, bwd_tiles)
 
 The same four int32 tensors as triton_selected._build_index_torch, equal element for element (the tests compare
 them): `order`, the flat pair index ((b*G + g)*S + t)*n_sel + slot of every pair sorted by key
 (b*G + g)*NB + block, ascending within a key, the empty slots (-1) last; `pair_t`, the query t of each sorted pair;
-and the tile tables [3, n_tiles] (key, first sorted pair, pairs) of QPT-pair tiles. The torch build takes ~49
+and the tile tables [3, n_tiles] (key, first sorted pair, pairs) of QPT-pair tiles. The torch build takes 53
 kernel-launching aten ops (a stable sort, scatter_add_, cumsum, and per table searchsorted and a dozen small ops;
 issue 21's host-overhead target is 80 ops per layer forward + backward); this one takes one aten op (the zeroed
-histogram) and six Triton launches (the tile kernel once per table), with no host synchronisation and a grid bounded by shapes alone.
+histogram) and six Triton launches (the tile kernel once per table), with no host synchronisation and a grid
+bounded by shapes alone.
 
 Design: the pairs of one KV group (b, g) are cut into chunks of CT queries x NS_PAD slots (PAIRS = 2,048 pairs).
 1. _index_hist, one program per chunk: hist[chunk, block] += 1 per pair (NB + 1 columns: the last counts the

@@ -24,7 +24,7 @@ offsets, then a tile table [3, n_tiles] (key, first sorted pair, pairs): each ke
 queries, and tile i of a grid bounded by shapes alone (ceil(pairs_max / QPT) + B*G*NB) finds its key by
 searchsorted over the cumulative tile counts; tiles past the real count have count 0 and return at once. A fixed
 number of torch ops whatever S; no .item(), nonzero, bincount or data-dependent shape. The same index in Triton
-(triton_index.py: a chunked counting sort, 1 aten op and 6 launches instead of ~49 ops, equal element for element)
+(triton_index.py: a chunked counting sort, 1 aten op and 6 launches instead of 53 ops, equal element for element)
 is INDEX_BUILD = "triton"; not the default until a GPU run qualifies it.
 
 Tiles are rows of (query, head) pairs: row r of a tile is query r // hpg of the tile's list and head r % hpg (hpg
@@ -209,7 +209,7 @@ def _tile_table(counts, pair_start, per_tile, n_tiles):
     return torch.stack((key, start, cnt)).to(torch.int32)
 
 
-# Which build of the inverted index the forward takes: "torch" (~49 aten ops) or "triton" (triton_index: 1 aten op
+# Which build of the inverted index the forward takes: "torch" (53 aten ops) or "triton" (triton_index: 1 aten op
 # and 6 Triton launches, the same tensors element for element). "torch" stays the default until the Triton build
 # has run clean on a GPU (runbooks/gpu_kernels.yaml: its tests and `qualify --kernels index` under memcheck): it is
 # new since the last GPU run. benchmarks/bench_ops.py --index-build triton counts the layer's ops with it.

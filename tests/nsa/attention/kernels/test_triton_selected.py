@@ -220,8 +220,8 @@ def test_inverted_index_covers_every_pair_once(kind, per_tile):
 
 
 # The Triton build of the index (triton_index.py) against the torch build, element for element: several chunks
-# (more pairs than a chunk holds), S not a multiple of l_sel, S < l_sel, n_sel > blocks (-1 padding), popular blocks that
-# span many tiles, shuffled lists, B x G > 1.
+# (more pairs than a chunk holds), S not a multiple of l_sel, S < l_sel, n_sel > blocks (-1 padding), popular
+# blocks that span many tiles, shuffled lists, B x G > 1.
 INDEX_CASES = [
     pytest.param(2, 2, 150, 16, 5, "model", 3, id="B2-G2"),
     pytest.param(1, 1, 77, 16, 8, "model", 21, id="nsel>blocks"),

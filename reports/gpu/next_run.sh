@@ -22,7 +22,8 @@ LEFT=$(( BUDGET - 20 - $(el) ))
 if [ $LEFT -gt 60 ]; then
   timeout $LEFT python3 benchmarks/tune_kernels.py --device cuda --families range_dkdv,sel_bwd --json "$OUT/tune.json" \
       > "$OUT/tune.txt" 2>&1
-  echo "[$(el)s] tune_kernels exit $?" >> "$OUT/gk_console.txt"
+  RC=$?
+  echo "[$(el)s] tune_kernels exit $RC" >> "$OUT/gk_console.txt"
 fi
 tar czf "$OUT/gk.tgz" -C artifacts/validate gk 2>/dev/null
 tail -25 "$OUT/gk_console.txt"

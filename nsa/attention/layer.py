@@ -43,11 +43,6 @@ from nsa.attention.selection import RANGE_BUILDERS, choose_blocks, importance_fr
 BRANCHES = ("cmp", "sel", "win")
 
 
-def _triton() -> SimpleNamespace:
-    """The Triton kernel modules (nsa.attention.kernels.triton_*) as one namespace, loaded on first use."""
-    return kernels.triton_modules()
-
-
 def _compress_fused(phi: Compressor, raw: torch.Tensor, tk: SimpleNamespace):
     """The Triton path's phi(raw) in two parts: (mean [B, G, n, width], mlp [B, G, n, width] or None for "avg"),
     phi(x) = mean + mlp for x = raw [B, S, G, width] (contiguous) seen as [B, G, S, width]. The pooling (block mean,
@@ -126,7 +121,7 @@ class _TritonBranches:
     exp(s - lse) that rank the selection blocks."""
 
     def __init__(self, layer: "NSAAttention"):
-        self.cfg, self.tk = layer.cfg, _triton()
+        self.cfg, self.tk = layer.cfg, kernels.triton_modules()
 
     def compressed(self, p: NSAProjections) -> tuple[torch.Tensor, torch.Tensor]:
         return self.tk.range.compressed_attention_lse(p.q, p.k_cmp, p.v_cmp, self.cfg.l, self.cfg.d)
@@ -360,7 +355,7 @@ class NSAAttention(nn.Module):
         for every projection, fused kernels (triton_glue) for the head split + RoPE + gate activation, the
         compression pooling, the compressed keys' RoPE and the gate + branch combine; the rest are GEMMs and the
         attention kernels."""
-        tk = _triton()
+        tk = kernels.triton_modules()
         cfg = self.cfg
         b, s, dim = x.shape
         h, g = cfg.n_heads, cfg.n_kv_groups
@@ -391,7 +386,7 @@ class NSAAttention(nn.Module):
         if self.cfg.prefill == "sequential":
             return self._branches_sequential(p)[1]
         if kernels.resolve(self.cfg.kernel, p.q.device, self.cfg) == "triton":
-            tk = _triton()
+            tk = kernels.triton_modules()
             cfg = self.cfg
             _, lse = tk.range.compressed_attention_lse(p.q, p.k_cmp, p.v_cmp, cfg.l, cfg.d)
             return tk.selection.select_blocks(p.q, p.k_cmp, lse, cfg.l, cfg.d, cfg.l_sel, cfg.n_sel)

@@ -75,18 +75,24 @@ def _run_count(k1, c1, k2, c2):
 
 
 @triton.jit
-def _sorted_chunk(BLOCKS, c, S, NB, CPB, N_SEL: tl.constexpr, NS_PAD: tl.constexpr, PAIRS_: tl.constexpr):
-    """The chunk's pairs sorted by (block, position): (sorted composite keys, their block (NB = empty), the
-    forward run rank from 1, valid mask)."""
+def _chunk_pairs(BLOCKS, c, S, NB, CPB, N_SEL: tl.constexpr, NS_PAD: tl.constexpr, PAIRS_: tl.constexpr):
+    """Chunk c's pairs, position li = query x NS_PAD + slot: (li, valid mask (inside S and n_sel), block (NB for
+    an empty slot))."""
     CT: tl.constexpr = PAIRS_ // NS_PAD
     bg = c // CPB
-    t0 = (c % CPB) * CT
     li = tl.arange(0, PAIRS_)
-    t = t0 + li // NS_PAD
+    t = (c % CPB) * CT + li // NS_PAD
     slot = li % NS_PAD
     valid = (t < S) & (slot < N_SEL)
     blk = tl.load(BLOCKS + (bg.to(tl.int64) * S + t) * N_SEL + slot, mask=valid, other=-1)
-    j = tl.where(blk >= 0, blk, NB)
+    return li, valid, tl.where(blk >= 0, blk, NB)
+
+
+@triton.jit
+def _sorted_chunk(BLOCKS, c, S, NB, CPB, N_SEL: tl.constexpr, NS_PAD: tl.constexpr, PAIRS_: tl.constexpr):
+    """The chunk's pairs sorted by (block, position): (sorted composite keys, their block (NB = empty), the
+    forward run rank from 1, valid mask)."""
+    li, valid, j = _chunk_pairs(BLOCKS, c, S, NB, CPB, N_SEL, NS_PAD, PAIRS_)
     srt = tl.sort(tl.where(valid, j * PAIRS_ + li, 2**31 - 1))
     key = srt // PAIRS_
     ones = tl.full([PAIRS_], 1, tl.int32)
@@ -96,15 +102,8 @@ def _sorted_chunk(BLOCKS, c, S, NB, CPB, N_SEL: tl.constexpr, NS_PAD: tl.constex
 
 @triton.jit
 def _index_hist(BLOCKS, HIST, S, NB, CPB, W, N_SEL: tl.constexpr, NS_PAD: tl.constexpr, PAIRS_: tl.constexpr):
-    CT: tl.constexpr = PAIRS_ // NS_PAD
     c = tl.program_id(0)
-    bg = c // CPB
-    li = tl.arange(0, PAIRS_)
-    t = (c % CPB) * CT + li // NS_PAD
-    slot = li % NS_PAD
-    valid = (t < S) & (slot < N_SEL)
-    blk = tl.load(BLOCKS + (bg.to(tl.int64) * S + t) * N_SEL + slot, mask=valid, other=-1)
-    j = tl.where(blk >= 0, blk, NB)
+    _, valid, j = _chunk_pairs(BLOCKS, c, S, NB, CPB, N_SEL, NS_PAD, PAIRS_)
     tl.atomic_add(HIST + c.to(tl.int64) * W + j, 1, mask=valid, sem="relaxed")  # integer adds: deterministic
 
 

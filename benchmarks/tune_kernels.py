@@ -35,6 +35,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,8 +160,6 @@ def run_case(family: str, cand_index: int, s: int, b: int, device: str = "cuda",
     upstream = torch.randn(forward().shape, generator=torch.Generator().manual_seed(7)).to(device, dtype)
 
     def one():
-        import time
-
         sync()
         t0 = time.perf_counter()
         out = forward()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 # Head widths the Triton kernels are built for (the range kernels' tiles; the others take more), and the most
 # heads a KV group may have (a range-kernel query tile holds every head of its tokens).
 TRITON_HEAD_DIMS = (32, 64, 128)
@@ -17,3 +19,18 @@ LOG2E = 1.4426950408889634
 def interpreting() -> bool:
     """Triton's interpreter is on (TRITON_INTERPRET=1): kernels run on CPU tensors, slowly, for testing."""
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """The input precision of the attention kernels' tl.dot for operands of `dtype` (passed at launch as Triton's
+    `default_dot_input_precision`). Triton multiplies fp32 operands in TF32 unless told otherwise (10 mantissa bits,
+    ~1e-3 relative error: the fp32 layer would be no more accurate than its bf16 one), so fp32 follows PyTorch's own
+    fp32 matmul setting, as FlexAttention does: IEEE fp32 products ("ieee", CUDA cores, slow) under the default
+    precision "highest" (`torch.backends.cuda.matmul.fp32_precision == "ieee"`), TF32 ("tf32") once the user allowed
+    it (`torch.set_float32_matmul_precision("high")`). bf16 and fp16 operands (the model's dtypes on a GPU) always
+    take the tensor cores; the setting only concerns fp32, so their kernels compile as before."""
+    if dtype != torch.float32:
+        return "tf32"
+    setting = getattr(torch.backends.cuda.matmul, "fp32_precision", "none")
+    ieee = setting == "ieee" if setting != "none" else torch.get_float32_matmul_precision() == "highest"
+    return "ieee" if ieee else "tf32"

@@ -137,8 +137,7 @@ import torch
 import triton
 
 from nsa.attention.kernels.aot import AotCase
-from nsa.attention.kernels.common import TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP
-from nsa.attention.kernels.common import LOG2E
+from nsa.attention.kernels.common import LOG2E, TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP, dot_precision
 
 WINDOW, COMPRESSED, BAND = 0, 1, 2
 
@@ -260,13 +259,14 @@ def _forward(q, k, v, mode: int, p0: int, p1: int):
     q, k, v = _aligned(q), _aligned(k), _aligned(v)
     cfg = query_config(d_k, d_v)
     sm_scale = 1.0 / math.sqrt(d_k)
+    prec = dot_precision(q.dtype)
     grid = (triton.cdiv(s, cfg.block_m // hpg), b * g)
     _range_fwd_kernel[grid](
         q, k, v, o, lse, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
         h, g, hpg, s, t, mode, p0, p1, sm_scale * LOG2E,
         D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages)
+        num_stages=cfg.num_stages, default_dot_input_precision=prec)
     return o, lse
 
 
@@ -289,6 +289,7 @@ def _backward(do, q, k, v, lse, o, delta, mode: int, p0: int, p1: int):
         o = do  # not read
         delta = delta.float().contiguous()
     lse = lse.float().contiguous()
+    prec = dot_precision(q.dtype)
     cfg = query_config(d_k, d_v)
     grid = (triton.cdiv(s, cfg.block_m // hpg), b * g)
     _range_bwd_dq_kernel[grid](
@@ -298,7 +299,7 @@ def _backward(do, q, k, v, lse, o, delta, mode: int, p0: int, p1: int):
         dq.stride(0), dq.stride(1), dq.stride(2),
         h, g, hpg, s, t, mode, p0, p1, sm_scale * LOG2E, sm_scale, int(compute_delta),
         D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages)
+        num_stages=cfg.num_stages, default_dot_input_precision=prec)
 
     # dK/dV as fp32 partials [NSPLIT, B, G, T, d] (NSPLIT = 1 for the window), summed and cast by torch: one
     # compiled variant per shape instead of two (the cast costs a pass over B*G*T*d elements, small beside the
@@ -316,7 +317,7 @@ def _backward(do, q, k, v, lse, o, delta, mode: int, p0: int, p1: int):
         dv_part.stride(0), dv_part.stride(1), dv_part.stride(2), dv_part.stride(3),
         h, g, hpg, s, t, mode, p0, p1, sm_scale * LOG2E, sm_scale,
         D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages)
+        num_stages=cfg.num_stages, default_dot_input_precision=prec)
     return dq, dk_part.sum(0).to(k.dtype), dv_part.sum(0).to(v.dtype)
 
 

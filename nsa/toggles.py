@@ -92,6 +92,11 @@ TOGGLES: dict[str, Toggle] = {
                "The name the trainer records for its node (env.json \"nodes\"): set by the launcher "
                "(node<i> for emulated nodes, $SLURMD_NODENAME under Slurm); unset: $SLURMD_NODENAME, else the host "
                "name.", affects_run=False),
+        Toggle("NSA_INDEX_BUILD", "choice", "torch", "nsa.attention.kernels.triton_selected",
+               "Build of the selected branch's inverted index on the Triton path: torch (53 aten ops, the default) or "
+               "triton (a counting sort in 6 Triton launches, the same tensors; qualified on an H100, not the default "
+               "until its speed is measured). triton_selected.INDEX_BUILD, when set, wins.",
+               choices=("torch", "triton")),
         Toggle("NSA_AOT_FULL", "bool", False, "nsa.attention.kernels.aot",
                "1: compile every Triton kernel configuration ahead of time (all head groups, head dims, selection "
                "blocks and dtypes), not only one of each axis value.", affects_run=False),

@@ -11,7 +11,8 @@
                           one packed projection, compression pooling, compressed-key RoPE, gate + branch combine);
                           its jit code in triton_glue_kernels.py
     triton_index.py       Triton: the selected branch's inverted index as a counting sort (triton_selected's
-                          INDEX_BUILD: the default on CUDA tensors, the torch build under the interpreter)
+                          INDEX_BUILD = "triton" or NSA_INDEX_BUILD=triton; qualified on an H100, not the default
+                          until its speed is measured)
     flex.py               the three branches through PyTorch's FlexAttention (a peer path for bench_attention; not
                           a kernel choice)
     common.py             what the kernel modules share: interpreting(), the head widths and heads per group

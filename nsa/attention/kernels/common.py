@@ -22,13 +22,17 @@ def interpreting() -> bool:
 
 
 def dot_precision(dtype: torch.dtype) -> str:
-    """The input precision of the attention kernels' tl.dot for operands of `dtype` (passed at launch as Triton's
-    `default_dot_input_precision`). Triton multiplies fp32 operands in TF32 unless told otherwise (10 mantissa bits,
-    ~1e-3 relative error: the fp32 layer would be no more accurate than its bf16 one), so fp32 follows PyTorch's own
-    fp32 matmul setting, as FlexAttention does: IEEE fp32 products ("ieee", CUDA cores, slow) under the default
-    precision "highest" (`torch.backends.cuda.matmul.fp32_precision == "ieee"`), TF32 ("tf32") once the user allowed
-    it (`torch.set_float32_matmul_precision("high")`). bf16 and fp16 operands (the model's dtypes on a GPU) always
-    take the tensor cores; the setting only concerns fp32, so their kernels compile as before."""
+    """The input precision of the range and selected kernels' tl.dot for operands of `dtype`, passed to them as
+    the constexpr DOT_PREC (each tl.dot's input_precision; Triton's `default_dot_input_precision` launch option does
+    not reach tl.dot, which picks TF32 itself when given no precision).
+
+    Triton multiplies fp32 operands in TF32 unless told otherwise (10 mantissa bits, ~1e-3 relative error), which
+    would make the fp32 layer no more accurate than its bf16 one. fp32 therefore follows PyTorch's fp32 matmul
+    setting, as FlexAttention does: IEEE fp32 products ("ieee": CUDA cores, no tensor cores) under the default
+    precision "highest", TF32 ("tf32") once the user allows it (`torch.set_float32_matmul_precision("high")`). The
+    IEEE kernels use the bf16 tile sizes and spill registers at d >= 64 (fp32 is for checking, bf16 for speed).
+    bf16 and fp16 operands always take the tensor cores: "tf32" is Triton's default, so their kernels are unchanged.
+    """
     if dtype != torch.float32:
         return "tf32"
     setting = getattr(torch.backends.cuda.matmul, "fp32_precision", "none")

@@ -266,7 +266,7 @@ def _forward(q, k, v, mode: int, p0: int, p1: int):
         v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
         h, g, hpg, s, t, mode, p0, p1, sm_scale * LOG2E,
         D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages, default_dot_input_precision=prec)
+        num_stages=cfg.num_stages, DOT_PREC=prec)
     return o, lse
 
 
@@ -299,7 +299,7 @@ def _backward(do, q, k, v, lse, o, delta, mode: int, p0: int, p1: int):
         dq.stride(0), dq.stride(1), dq.stride(2),
         h, g, hpg, s, t, mode, p0, p1, sm_scale * LOG2E, sm_scale, int(compute_delta),
         D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages, default_dot_input_precision=prec)
+        num_stages=cfg.num_stages, DOT_PREC=prec)
 
     # dK/dV as fp32 partials [NSPLIT, B, G, T, d] (NSPLIT = 1 for the window), summed and cast by torch: one
     # compiled variant per shape instead of two (the cast costs a pass over B*G*T*d elements, small beside the
@@ -317,7 +317,7 @@ def _backward(do, q, k, v, lse, o, delta, mode: int, p0: int, p1: int):
         dv_part.stride(0), dv_part.stride(1), dv_part.stride(2), dv_part.stride(3),
         h, g, hpg, s, t, mode, p0, p1, sm_scale * LOG2E, sm_scale,
         D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages, default_dot_input_precision=prec)
+        num_stages=cfg.num_stages, DOT_PREC=prec)
     return dq, dk_part.sum(0).to(k.dtype), dv_part.sum(0).to(v.dtype)
 
 
@@ -467,7 +467,8 @@ def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
     for d_k, d_v in dims:
         for kernel, fn in kernels.items():
             for cfg in [dkdv_config(d_k, d_v) if kernel == "dkdv" else query_config(d_k, d_v)]:
-                constexprs = dict(D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n)
+                constexprs = dict(D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                                  DOT_PREC="ieee" if dtype == "fp32" else "tf32")
                 sig = _signature(kernel, dtype)
                 sig.update({name: "constexpr" for name in constexprs})
                 # a dK/dV tile of 32 keys is below wgmma's 64 rows: mma.sync on sm_90 too, a family of its own

@@ -111,7 +111,8 @@ def _query_tile(T, S, HPG, MODE, P0, P1, BLOCK_M: tl.constexpr, BLOCK_N: tl.cons
 
 @triton.jit
 def _fwd_loop(acc, m_i, l_i, q, K_g, V_g, sks, svs, T, c1, c0, win, blk, sink, qk_scale, offs_n, offs_dk, offs_dv,
-              tok, a_lo, a_n, b_lo, b_n, c_lo, n_tiles, MASKED: tl.constexpr, BLOCK_N: tl.constexpr):
+              tok, a_lo, a_n, b_lo, b_n, c_lo, n_tiles, MASKED: tl.constexpr, BLOCK_N: tl.constexpr,
+              DOT_PREC: tl.constexpr):
     for idx in range(0, n_tiles):
         n0 = _segment(idx, a_lo, a_n, b_lo, b_n, c_lo) * BLOCK_N
         kn = n0 + offs_n
@@ -120,7 +121,7 @@ def _fwd_loop(acc, m_i, l_i, q, K_g, V_g, sks, svs, T, c1, c0, win, blk, sink, q
             k = tl.load(k_ptrs, mask=(kn < T)[:, None], other=0.0)
         else:
             k = tl.load(tl.multiple_of(K_g + kn[:, None] * sks + offs_dk[None, :], [1, 16]))
-        s = tl.dot(q, tl.trans(k)) * qk_scale
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
         if MASKED:
             lo_k, hi_k = _key_bounds(kn, T, c1, c0, win, blk, sink)
             vis = (lo_k[None, :] <= tok[:, None]) & (tok[:, None] < hi_k[None, :])
@@ -139,7 +140,7 @@ def _fwd_loop(acc, m_i, l_i, q, K_g, V_g, sks, svs, T, c1, c0, win, blk, sink, q
         else:
             v = tl.load(tl.multiple_of(V_g + kn[:, None] * svs + offs_dv[None, :], [1, 16]))
         acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(v.dtype), v, acc)
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PREC)
         m_i = m_new
     return acc, m_i, l_i
 
@@ -148,7 +149,8 @@ def _fwd_loop(acc, m_i, l_i, q, K_g, V_g, sks, svs, T, c1, c0, win, blk, sink, q
 def _range_fwd_kernel(Q, K, V, O, LSE,
                       sqb, sqh, sqs, skb, skg, sks, svb, svg, svs, sob, soh, sos,
                       H, G, HPG, S, T, MODE, P0, P1, qk_scale,
-                      D_K: tl.constexpr, D_V: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                      D_K: tl.constexpr, D_V: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      DOT_PREC: tl.constexpr):
     (tok, head_r, row_ok, a_lo, a_n, b_lo, b_n, c_lo, n_masked, u_lo,
      n_unmasked) = _query_tile(T, S, HPG, MODE, P0, P1, BLOCK_M, BLOCK_N)
     c1, c0, win, blk, sink = _mask_params(MODE, P0, P1)
@@ -168,10 +170,11 @@ def _range_fwd_kernel(Q, K, V, O, LSE,
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D_V], tl.float32)
     acc, m_i, l_i = _fwd_loop(acc, m_i, l_i, q, K_g, V_g, sks, svs, T, c1, c0, win, blk, sink, qk_scale,
-                              offs_n, offs_dk, offs_dv, tok, a_lo, a_n, b_lo, b_n, c_lo, n_masked, True, BLOCK_N)
+                              offs_n, offs_dk, offs_dv, tok, a_lo, a_n, b_lo, b_n, c_lo, n_masked, True, BLOCK_N,
+                              DOT_PREC)
     acc, m_i, l_i = _fwd_loop(acc, m_i, l_i, q, K_g, V_g, sks, svs, T, c1, c0, win, blk, sink, qk_scale,
                               offs_n, offs_dk, offs_dv, tok, u_lo, n_unmasked, 0, 0, 0, n_unmasked, False,
-                              BLOCK_N)
+                              BLOCK_N, DOT_PREC)
 
     seen = l_i > 0.0
     o = acc / tl.where(seen, l_i, 1.0)[:, None]
@@ -183,7 +186,8 @@ def _range_fwd_kernel(Q, K, V, O, LSE,
 
 @triton.jit
 def _dq_loop(dq, q, do, lse2, delta, K_g, V_g, sks, svs, T, c1, c0, win, blk, sink, qk_scale, offs_n, offs_dk,
-             offs_dv, tok, a_lo, a_n, b_lo, b_n, c_lo, n_tiles, MASKED: tl.constexpr, BLOCK_N: tl.constexpr):
+             offs_dv, tok, a_lo, a_n, b_lo, b_n, c_lo, n_tiles, MASKED: tl.constexpr, BLOCK_N: tl.constexpr,
+             DOT_PREC: tl.constexpr):
     for idx in range(0, n_tiles):
         n0 = _segment(idx, a_lo, a_n, b_lo, b_n, c_lo) * BLOCK_N
         kn = n0 + offs_n
@@ -195,15 +199,15 @@ def _dq_loop(dq, q, do, lse2, delta, K_g, V_g, sks, svs, T, c1, c0, win, blk, si
         else:
             k = tl.load(tl.multiple_of(K_g + kn[:, None] * sks + offs_dk[None, :], [1, 16]))
             v = tl.load(tl.multiple_of(V_g + kn[:, None] * svs + offs_dv[None, :], [1, 16]))
-        s = tl.dot(q, tl.trans(k)) * qk_scale
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
         p = tl.exp2(s - lse2[:, None])
         if MASKED:
             lo_k, hi_k = _key_bounds(kn, T, c1, c0, win, blk, sink)
             vis = (lo_k[None, :] <= tok[:, None]) & (tok[:, None] < hi_k[None, :])
             p = tl.where(vis, p, 0.0)
-        dp = tl.dot(do, tl.trans(v))
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
         ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(k.dtype), k, dq)
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PREC)
     return dq
 
 
@@ -212,7 +216,8 @@ def _range_bwd_dq_kernel(Q, K, V, O, DO, LSE, DELTA, DQ,
                          sqb, sqh, sqs, skb, skg, sks, svb, svg, svs, sob, soh, sos, sdob, sdoh, sdos,
                          sdqb, sdqh, sdqs,
                          H, G, HPG, S, T, MODE, P0, P1, qk_scale, sm_scale, COMPUTE_DELTA,
-                         D_K: tl.constexpr, D_V: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                         D_K: tl.constexpr, D_V: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         DOT_PREC: tl.constexpr):
     """dQ of a query tile; with COMPUTE_DELTA it also writes delta = rowsum(dO * O) (else it reads DELTA)."""
     (tok, head_r, row_ok, a_lo, a_n, b_lo, b_n, c_lo, n_masked, u_lo,
      n_unmasked) = _query_tile(T, S, HPG, MODE, P0, P1, BLOCK_M, BLOCK_N)
@@ -245,9 +250,10 @@ def _range_bwd_dq_kernel(Q, K, V, O, DO, LSE, DELTA, DQ,
 
     dq = tl.zeros([BLOCK_M, D_K], tl.float32)
     dq = _dq_loop(dq, q, do, lse2, delta, K_g, V_g, sks, svs, T, c1, c0, win, blk, sink, qk_scale,
-                  offs_n, offs_dk, offs_dv, tok, a_lo, a_n, b_lo, b_n, c_lo, n_masked, True, BLOCK_N)
+                  offs_n, offs_dk, offs_dv, tok, a_lo, a_n, b_lo, b_n, c_lo, n_masked, True, BLOCK_N, DOT_PREC)
     dq = _dq_loop(dq, q, do, lse2, delta, K_g, V_g, sks, svs, T, c1, c0, win, blk, sink, qk_scale,
-                  offs_n, offs_dk, offs_dv, tok, u_lo, n_unmasked, 0, 0, 0, n_unmasked, False, BLOCK_N)
+                  offs_n, offs_dk, offs_dv, tok, u_lo, n_unmasked, 0, 0, 0, n_unmasked, False, BLOCK_N,
+                  DOT_PREC)
     dq = dq * sm_scale
     tl.store(tl.multiple_of(DQ + b * sdqb + head[:, None] * sdqh + tok[:, None] * sdqs + offs_dk[None, :], [1, 16]),
              dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
@@ -256,7 +262,7 @@ def _range_bwd_dq_kernel(Q, K, V, O, DO, LSE, DELTA, DQ,
 @triton.jit
 def _dkdv_loop(dk, dv, k, v, Q_b, DO_b, LSE, DELTA, stat_b, head, tok_r, rows, TM, sqh, sqs, sdoh, sdos, S, T,
                qk_scale, lo_k, hi_k, offs_dk, offs_dv, a_lo, a_n, b_lo, n_tiles,
-               MASKED: tl.constexpr):
+               MASKED: tl.constexpr, DOT_PREC: tl.constexpr):
     for idx in range(0, n_tiles):
         i = tl.where(idx < a_n, a_lo + idx, b_lo + idx - a_n)
         tok = i * TM + tok_r
@@ -268,15 +274,15 @@ def _dkdv_loop(dk, dv, k, v, Q_b, DO_b, LSE, DELTA, stat_b, head, tok_r, rows, T
         lse = tl.load(LSE + stat_b + tok, mask=row_ok, other=float("inf"))
         lse2 = tl.where(lse == float("-inf"), float("inf"), lse * _LOG2E)
         delta = tl.load(DELTA + stat_b + tok, mask=row_ok, other=0.0)
-        s_t = tl.dot(k, tl.trans(q)) * qk_scale  # [BLOCK_N keys, BLOCK_M rows]
+        s_t = tl.dot(k, tl.trans(q), input_precision=DOT_PREC) * qk_scale  # [BLOCK_N keys, BLOCK_M rows]
         p_t = tl.exp2(s_t - lse2[None, :])
         if MASKED:
             vis = (lo_k[:, None] <= tok[None, :]) & (tok[None, :] < hi_k[:, None])
             p_t = tl.where(vis, p_t, 0.0)
-        dv = tl.dot(p_t.to(do.dtype), do, dv)
-        dp_t = tl.dot(v, tl.trans(do))
+        dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=DOT_PREC)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
         ds_t = p_t * (dp_t - delta[None, :])
-        dk = tl.dot(ds_t.to(q.dtype), q, dk)
+        dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=DOT_PREC)
     return dk, dv
 
 
@@ -322,7 +328,8 @@ def _range_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
                            sqb, sqh, sqs, skb, skg, sks, svb, svg, svs, sdob, sdoh, sdos,
                            sdk_split, sdkb, sdkg, sdkt, sdv_split, sdvb, sdvg, sdvt,
                            H, G, HPG, S, T, MODE, P0, P1, qk_scale, sm_scale,
-                           D_K: tl.constexpr, D_V: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                           D_K: tl.constexpr, D_V: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           DOT_PREC: tl.constexpr):
     """dK, dV of one key tile (BLOCK_N keys of one group), summed over the query tiles of split program_id(2)."""
     TM = BLOCK_M // HPG
     pid = tl.program_id(0)
@@ -369,10 +376,10 @@ def _range_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
     dv = tl.zeros([BLOCK_N, D_V], tl.float32)
     dk, dv = _dkdv_loop(dk, dv, k, v, Q_b, DO_b, LSE_b, DELTA_b, stat_b, head, tok_r, rows, TM, sqh, sqs, sdoh, sdos,
                         S, T, qk_scale, lo_k, hi_k, offs_dk, offs_dv, c_lo, f_lo - c_lo, f_hi,
-                        (f_lo - c_lo) + (c_hi - f_hi), True)
+                        (f_lo - c_lo) + (c_hi - f_hi), True, DOT_PREC)
     dk, dv = _dkdv_loop(dk, dv, k, v, Q_b, DO_b, LSE_b, DELTA_b, stat_b, head, tok_r, rows, TM, sqh, sqs, sdoh, sdos,
                         S, T, qk_scale, lo_k, hi_k, offs_dk, offs_dv, f_lo, f_hi - f_lo, 0,
-                        f_hi - f_lo, False)
+                        f_hi - f_lo, False, DOT_PREC)
     dk = dk * sm_scale
     DK_t = DK + split * sdk_split + b * sdkb + g * sdkg
     DV_t = DV + split * sdv_split + b * sdvb + g * sdvg

@@ -25,7 +25,8 @@ queries, and tile i of a grid bounded by shapes alone (ceil(pairs_max / QPT) + B
 searchsorted over the cumulative tile counts; tiles past the real count have count 0 and return at once. A fixed
 number of torch ops whatever S; no .item(), nonzero, bincount or data-dependent shape. The same index in Triton
 (triton_index.py: a chunked counting sort, 1 aten op and 6 launches instead of 53 ops, equal element for element)
-is what CUDA tensors take (INDEX_BUILD = "auto"); the interpreter's CPU tensors take the torch build.
+is INDEX_BUILD = "triton" (or NSA_INDEX_BUILD=triton): qualified on an H100, not the default until its speed is
+measured (the comment at INDEX_BUILD).
 
 Tiles are rows of (query, head) pairs: row r of a tile is query r // hpg of the tile's list and head r % hpg (hpg
 is a compile-time constant: the divisions are multiply-shifts), so BLOCK_R = 128 rows hold QPT = 128 // hpg
@@ -134,13 +135,13 @@ from __future__ import annotations
 
 import inspect
 import math
-import os
 
 import torch
 
 from nsa.attention.kernels import triton_index
 from nsa.attention.kernels.aot import AotCase
 from nsa.attention.kernels.common import LOG2E, dot_precision
+from nsa.toggles import parse
 
 _LN2 = 0.6931471805599453
 # Tiles of one key block per backward program (each tile = QPT queries): bounds a popular block's work per program.
@@ -210,23 +211,25 @@ def _tile_table(counts, pair_start, per_tile, n_tiles):
     return torch.stack((key, start, cnt)).to(torch.int32)
 
 
-# Which build of the inverted index the forward takes: "triton" (triton_index: 1 aten op and 6 Triton launches) or
-# "torch" (53 aten ops), the same tensors element for element; "auto" (the default) takes the Triton build for CUDA
-# tensors and the torch one otherwise. The Triton build ran clean on an H100 (runbooks/gpu_kernels.yaml, 2026-11-26:
-# its tests and `qualify --kernels index` under memcheck in 18 of 18 cases); under Triton's interpreter its tl.sort of
-# a 2,048-pair chunk takes seconds a call, so the CPU tests take the torch build (its reference) unless they ask.
-# benchmarks/bench_ops.py counts the layer's ops with the build a GPU takes. INDEX_BUILD None reads the environment
-# variable NSA_INDEX_BUILD (for benchmarks' subprocesses: `NSA_INDEX_BUILD=torch python benchmarks/...`), else "auto".
-INDEX_BUILDS = ("auto", "torch", "triton")
+# Which build of the inverted index the forward takes: "torch" (53 aten ops) or "triton" (triton_index: 1 aten op and
+# 6 Triton launches), the same tensors element for element. The Triton build ran clean on an H100 (gpu_kernels.yaml,
+# 2026-11-26: its tests, `qualify --kernels index` under memcheck in 18 of 18 cases, the 125M trainer with CUDA
+# graphs), but its one speed measurement there was confounded (reports/gpu/2026-11-26-h100, run 5: the layer at
+# S 2,048 took 11.3 ms fwd+bwd with it against 8.1 ms with the torch build, yet the backward, which builds no index,
+# was 1.1 ms slower too); "torch" stays the default until an alternating A/B on a GPU settles it. Under Triton's
+# interpreter its tl.sort of a 2,048-pair chunk takes seconds a call. benchmarks/bench_ops.py counts the layer's ops
+# with either build. INDEX_BUILD None reads the environment variable NSA_INDEX_BUILD (it reaches benchmarks'
+# subprocesses: `NSA_INDEX_BUILD=triton python benchmarks/bench_attention.py ...`), else "torch".
+INDEX_BUILDS = ("torch", "triton")
 INDEX_BUILD_ENV = "NSA_INDEX_BUILD"
 INDEX_BUILD: str | None = None
 
 
 def index_build(build: str | None = None) -> str:
-    """The index build asked for: `build`, else INDEX_BUILD, else $NSA_INDEX_BUILD, else "auto" (validated)."""
+    """The index build asked for: `build`, else INDEX_BUILD, else $NSA_INDEX_BUILD (nsa/toggles.py), else "torch"."""
     if build is None:
-        build = INDEX_BUILD if INDEX_BUILD is not None else (os.environ.get(INDEX_BUILD_ENV) or "auto").strip()
-        where = "triton_selected.INDEX_BUILD" if INDEX_BUILD is not None else f"${INDEX_BUILD_ENV}"
+        build = INDEX_BUILD if INDEX_BUILD is not None else parse(INDEX_BUILD_ENV)
+        where = "triton_selected.INDEX_BUILD" if INDEX_BUILD is not None else INDEX_BUILD_ENV
     else:
         where = "build"
     if build not in INDEX_BUILDS:
@@ -239,11 +242,9 @@ def _build_index(blocks: torch.Tensor, l_sel: int, qpt_fwd: int, qpt_bwd: int, b
 
     Returns order [pairs] int32 (flat pair index ((b*G + g)*S + t)*n_sel + slot of each pair, sorted by key block,
     empty slots last), pair_t (the query t of each sorted pair) and the forward and backward tile tables. `build`
-    (default: index_build()): "auto", "torch" or "triton"; shapes the Triton build cannot index take the torch one.
+    (default: index_build()): "torch" or "triton"; shapes the Triton build cannot index take the torch one.
     """
     build = index_build(build)
-    if build == "auto":
-        build = "triton" if blocks.is_cuda else "torch"
     b, g, s, n_sel = blocks.shape
     if build == "triton" and triton_index.supported(s, n_sel, _cdiv(s, l_sel)) is None:
         return triton_index.build_index(blocks, l_sel, qpt_fwd, qpt_bwd, _n_tiles(b, g, s, n_sel, l_sel, qpt_fwd),
@@ -329,7 +330,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
             q, k, v, blocks, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
             s, g, qk_scale, N_SEL=n_sel, L_SEL=l_sel,
             HPG=hpg, HPG_PAD=_hpg_pad(hpg), BLOCK_N=_block_n(l_sel), D_K=d_k, D_V=d_v,
-            num_warps=_query_warps(d_k, d_v), num_stages=1, default_dot_input_precision=prec)
+            num_warps=_query_warps(d_k, d_v), num_stages=1, DOT_PREC=prec)
         return o, lse, pair_t, bwd_tiles_tab
     block_r, block_n, warps, stages = _config("stats", hpg, d_k, d_v)
     n_tiles = fwd_tiles.shape[1]
@@ -337,7 +338,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
     _sel_fwd_kv_stats[(n_tiles,)](
         q, k, part, order, pair_t, fwd_tiles, n_tiles, *q.stride()[:3], *k.stride()[:3], s, g, nb, qk_scale,
         L_SEL=l_sel, HPG=hpg, BLOCK_R=block_r, BLOCK_N=_block_n(l_sel, block_n), D_K=d_k, num_warps=warps,
-        num_stages=stages, default_dot_input_precision=prec)
+        num_stages=stages, DOT_PREC=prec)
     lse = torch.logsumexp(part.mul_(_LN2), dim=3).mul_(LOG2E)  # log2-sum-exp2 over the slots
     del part
     o32 = torch.zeros(b, s, h, d_v, dtype=torch.float32, device=q.device).transpose(1, 2)
@@ -347,7 +348,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
         q, k, v, lse, o32, pair_t, fwd_tiles, n_tiles,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o32.stride()[:3], s, g, nb, qk_scale,
         L_SEL=l_sel, HPG=hpg, BLOCK_R=block_r, BLOCK_N=block_n, D_K=d_k, D_V=d_v, num_warps=warps, num_stages=stages,
-        default_dot_input_precision=prec)
+        DOT_PREC=prec)
     return o32.to(q.dtype), lse, pair_t, bwd_tiles_tab
 
 
@@ -384,7 +385,7 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         *dq.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
         s, g, nb, LOG2E / math.sqrt(d_k), 1.0 / math.sqrt(d_k),
         L_SEL=l_sel, BWD_TILES=bwd_tiles, HPG=hpg, BLOCK_R=block_r, BLOCK_N=_block_n(l_sel, block_n), D_K=d_k,
-        D_V=d_v, num_warps=warps, num_stages=stages, default_dot_input_precision=dot_precision(q.dtype))
+        D_V=d_v, num_warps=warps, num_stages=stages, DOT_PREC=dot_precision(q.dtype))
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
@@ -452,22 +453,24 @@ def aot_cases():
             tag = f"hpg={hpg},d={d},BLOCK_R={r},BLOCK_N={n}"
             cases.append(case(f"sel_fwd_kv_stats[{tag}]", _sel_fwd_kv_stats,
                               {"Q": bf, "K": bf, "PART": f32, "ORDER": i32, "PAIR_T": i32, "TILES": i32},
-                              {"L_SEL": 64, "HPG": hpg, "BLOCK_R": r, "BLOCK_N": n, "D_K": d}, w, st))
+                              {"L_SEL": 64, "HPG": hpg, "BLOCK_R": r, "BLOCK_N": n, "D_K": d,
+                               "DOT_PREC": "tf32"}, w, st))
             r, n, w, st = _config("out", hpg, d, d)
             cases.append(case(f"sel_fwd_kv_out[{tag}]", _sel_fwd_kv_out,
                               {"Q": bf, "K": bf, "V": bf, "LSE": f32, "O32": f32, "PAIR_T": i32, "TILES": i32},
-                              {"L_SEL": 64, "HPG": hpg, "BLOCK_R": r, "BLOCK_N": n, "D_K": d, "D_V": d}, w, st))
+                              {"L_SEL": 64, "HPG": hpg, "BLOCK_R": r, "BLOCK_N": n, "D_K": d, "D_V": d,
+                               "DOT_PREC": "tf32"}, w, st))
             cases.append(case(f"sel_fwd_query[hpg={hpg},d={d},HPG_PAD={_hpg_pad(hpg)}]", _sel_fwd_query,
                               {"Q": bf, "K": bf, "V": bf, "BLOCKS": i32, "O": bf, "LSE": f32},
                               {"N_SEL": 16, "L_SEL": 64, "HPG": hpg, "HPG_PAD": _hpg_pad(hpg), "BLOCK_N": 64,
-                               "D_K": d, "D_V": d},
+                               "D_K": d, "D_V": d, "DOT_PREC": "tf32"},
                               _query_warps(d, d), 1))
             r, n, w, st = _config("bwd", hpg, d, d)
             cases.append(case(f"sel_bwd_kv[hpg={hpg},d={d},BLOCK_R={r},BLOCK_N={n}]", _sel_bwd_kv,
                               {"Q": bf, "K": bf, "V": bf, "DO": bf, "LSE": f32, "DELTA": f32, "DQ": f32, "DK": f32,
                                "DV": f32, "PAIR_T": i32, "TILES": i32},
                               {"L_SEL": 64, "BWD_TILES": BWD_TILES, "HPG": hpg, "BLOCK_R": r, "BLOCK_N": n,
-                               "D_K": d, "D_V": d}, w, st))
+                               "D_K": d, "D_V": d, "DOT_PREC": "tf32"}, w, st))
         cases.append(case(f"sel_bwd_delta[d={d}]", _sel_bwd_delta, {"O": bf, "DO": bf, "DELTA": f32},
                           {"BLOCK_T": 64, "D_V": d}, 4, 1, tensor_cores=False))
     return cases

@@ -29,7 +29,7 @@ def _sel_fwd_kv_stats(Q, K, PART, ORDER, PAIR_T, TILES, n_tiles,
                       sq_b, sq_h, sq_s, sk_b, sk_g, sk_s,
                       S, G, NB, qk_scale,
                       L_SEL: tl.constexpr, HPG: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
-                      D_K: tl.constexpr):
+                      D_K: tl.constexpr, DOT_PREC: tl.constexpr):
     pid = tl.program_id(0)
     count = tl.load(TILES + 2 * n_tiles + pid)
     if count > 0:
@@ -51,7 +51,7 @@ def _sel_fwd_kv_stats(Q, K, PART, ORDER, PAIR_T, TILES, n_tiles,
             kpos = j * L_SEL + offs_n
             kmask = (offs_n < L_SEL) & (kpos < S)
             k = tl.load(k_base + kpos[:, None] * sk_s + offs_d[None, :], mask=kmask[:, None], other=0.0)
-            s = tl.dot(q, tl.trans(k)) * qk_scale
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
             allowed = valid[:, None] & kmask[None, :] & (kpos[None, :] <= t[:, None])
             s = tl.where(allowed, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -66,7 +66,7 @@ def _sel_fwd_kv_out(Q, K, V, LSE, O32, PAIR_T, TILES, n_tiles,
                     sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, so_b, so_h, so_s,
                     S, G, NB, qk_scale,
                     L_SEL: tl.constexpr, HPG: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
-                    D_K: tl.constexpr, D_V: tl.constexpr):
+                    D_K: tl.constexpr, D_V: tl.constexpr, DOT_PREC: tl.constexpr):
     pid = tl.program_id(0)
     count = tl.load(TILES + 2 * n_tiles + pid)
     if count > 0:
@@ -92,10 +92,10 @@ def _sel_fwd_kv_out(Q, K, V, LSE, O32, PAIR_T, TILES, n_tiles,
             kmask = (offs_n < L_SEL) & (kpos < S)
             k = tl.load(k_base + kpos[:, None] * sk_s + offs_dk[None, :], mask=kmask[:, None], other=0.0)
             v = tl.load(v_base + kpos[:, None] * sv_s + offs_dv[None, :], mask=kmask[:, None], other=0.0)
-            s = tl.dot(q, tl.trans(k)) * qk_scale
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
             allowed = valid[:, None] & kmask[None, :] & (kpos[None, :] <= t[:, None])
             p = tl.exp2(tl.where(allowed, s - lse[:, None], float("-inf")))
-            acc += tl.dot(p.to(v.dtype), v)
+            acc += tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
         o_rows = t * so_s + h * so_h
         tl.atomic_add(O32 + b.to(tl.int64) * so_b + o_rows[:, None] + offs_dv[None, :], acc, mask=valid[:, None],
                       sem="relaxed")
@@ -106,7 +106,7 @@ def _sel_fwd_query(Q, K, V, BLOCKS, O, LSE,
                    sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, so_b, so_h, so_s,
                    S, G, qk_scale,
                    N_SEL: tl.constexpr, L_SEL: tl.constexpr, HPG: tl.constexpr, HPG_PAD: tl.constexpr,
-                   BLOCK_N: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr):
+                   BLOCK_N: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr, DOT_PREC: tl.constexpr):
     pid = tl.program_id(0)  # (b*G + g)*S + t
     bg = pid // S
     t = pid - bg * S
@@ -133,13 +133,13 @@ def _sel_fwd_query(Q, K, V, BLOCKS, O, LSE,
                 kmask = (offs_n < L_SEL) & (kpos <= t)
                 k = tl.load(k_base + kpos[:, None] * sk_s + offs_dk[None, :], mask=kmask[:, None], other=0.0)
                 v = tl.load(v_base + kpos[:, None] * sv_s + offs_dv[None, :], mask=kmask[:, None], other=0.0)
-                s = tl.dot(q, tl.trans(k)) * qk_scale
+                s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
                 s = tl.where(kmask[None, :], s, float("-inf"))
                 m_new = tl.maximum(m_i, tl.max(s, 1))
                 alpha = tl.exp2(m_i - m_new)
                 p = tl.exp2(s - m_new[:, None])
                 l_i = l_i * alpha + tl.sum(p, 1)
-                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
                 m_i = m_new
     has = l_i > 0.0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
@@ -176,7 +176,8 @@ def _sel_bwd_kv(Q, K, V, DO, LSE, DELTA, DQ, DK, DV, PAIR_T, TILES, n_tiles,
                 sdq_b, sdq_h, sdq_s, sdk_b, sdk_g, sdk_s, sdv_b, sdv_g, sdv_s,
                 S, G, NB, qk_scale, sm_scale,
                 L_SEL: tl.constexpr, BWD_TILES: tl.constexpr, HPG: tl.constexpr, BLOCK_R: tl.constexpr,
-                BLOCK_N: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr):
+                BLOCK_N: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr,
+                DOT_PREC: tl.constexpr):
     pid = tl.program_id(0)
     count = tl.load(TILES + 2 * n_tiles + pid)
     if count > 0:
@@ -216,14 +217,14 @@ def _sel_bwd_kv(Q, K, V, DO, LSE, DELTA, DQ, DK, DV, PAIR_T, TILES, n_tiles,
                     lse = tl.load(LSE + row, mask=valid, other=0.0)
                     delta = tl.load(DELTA + row, mask=valid, other=0.0)
                     # transposed products: keys are the M dimension (64 rows: wgmma), the tile's rows are N
-                    s_t = tl.dot(k, tl.trans(q)) * qk_scale
+                    s_t = tl.dot(k, tl.trans(q), input_precision=DOT_PREC) * qk_scale
                     allowed = valid[None, :] & kmask[:, None] & (kpos[:, None] <= t[None, :])
                     p_t = tl.exp2(tl.where(allowed, s_t - lse[None, :], float("-inf")))
-                    dv_acc += tl.dot(p_t.to(do.dtype), do)
-                    dp_t = tl.dot(v, tl.trans(do))
+                    dv_acc += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PREC)
+                    dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
                     ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
-                    dk_acc += tl.dot(ds_t, q)
-                    dq = tl.dot(tl.trans(ds_t), k) * sm_scale
+                    dk_acc += tl.dot(ds_t, q, input_precision=DOT_PREC)
+                    dq = tl.dot(tl.trans(ds_t), k, input_precision=DOT_PREC) * sm_scale
                     tl.atomic_add(dq_base + (t * sdq_s + h * sdq_h)[:, None] + offs_dk[None, :], dq,
                                   mask=valid[:, None], sem="relaxed")
             tl.atomic_add(DK + b64 * sdk_b + g * sdk_g + kpos[:, None] * sdk_s + offs_dk[None, :], dk_acc * sm_scale,

@@ -75,3 +75,35 @@ def test_a_spill_is_a_problem_unless_accepted_for_that_kernel_target_and_triton(
     assert accepted["ok"] and accepted["problems"] == [] and "a stated reason" in accepted["notes"][0]
     assert not out["other_target"]["ok"] and out["other_target"]["problems"] == ["44 bytes of spill stores"]
     assert not out["over"]["ok"] and out["over"]["problems"] == ["44 bytes of spill stores"]
+
+
+_PRECISION_SCRIPT = r"""
+import dataclasses, json
+from nsa.attention.kernels import aot, triton_range, triton_selected
+cases = {"range_fwd": next(c for c in triton_range.aot_cases(dims=((32, 32),), dtype="fp32")
+                          if c.name.startswith("range_fwd")),
+         "sel_fwd_query": next(c for c in triton_selected.aot_cases() if c.name.startswith("sel_fwd_query[hpg=6,d=32"))}
+out = {}
+for name, case in cases.items():
+    sig = {k: "*fp32" if v == "*bf16" else v for k, v in case.signature.items()}
+    for prec in ("ieee", "tf32"):
+        c = dataclasses.replace(case, signature=sig, constexprs={**case.constexprs, "DOT_PREC": prec})
+        r = aot.compile_case(c, 80)
+        assert not r.error, r.error
+        out[f"{name}/{prec}"] = r.mma
+print(json.dumps(out))
+"""
+
+
+@needs_triton
+def test_fp32_products_are_ieee_or_tf32_as_dot_prec_says():
+    """The range and selected kernels' constexpr DOT_PREC reaches every tl.dot: fp32 operands compile to tensor-core
+    mma (TF32) under "tf32" and to none under "ieee" (sm_80, a real compile; nsa.attention.kernels.common.
+    dot_precision picks it at launch, test_dot_precision checks that pick)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", _PRECISION_SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"range_fwd/ieee": False, "range_fwd/tf32": True, "sel_fwd_query/ieee": False,
+                   "sel_fwd_query/tf32": True}, out

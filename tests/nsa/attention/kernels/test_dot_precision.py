@@ -5,7 +5,8 @@ Triton multiplies fp32 operands in TF32 unless told otherwise; on an H100 that m
 less accurate than the PyTorch path at fp32 (test_triton_glue's layer test, 2026-11-26). fp32 now follows PyTorch's
 fp32 matmul setting, as FlexAttention does. The interpreter computes every dot in fp32 whatever the option says, so
 the numerics of the IEEE path are checked on a GPU (test_triton_glue, gpu_kernels.yaml); here the mapping and the
-wiring, with the kernels replaced by recorders (nothing is launched).
+wiring, with the kernels replaced by recorders (nothing is launched). That DOT_PREC reaches the compiled code (no
+tensor-core instruction for fp32 under "ieee") is test_aot_compile's.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def test_every_range_kernel_launch_passes_the_precision(monkeypatch, matmul_prec
     o, lse = triton_range._forward(q, k, v, 0, 16, 0)
     triton_range._backward(torch.randn_like(o), q, k, v, lse.zero_(), o.zero_(), None, 0, 16, 0)
     assert [name for name, _ in calls] == ["_range_fwd_kernel", "_range_bwd_dq_kernel", "_range_bwd_dkdv_kernel"]
-    assert all(kw.get("default_dot_input_precision") == want for _, kw in calls), calls
+    assert all(kw.get("DOT_PREC") == want for _, kw in calls), calls
 
 
 @pytest.mark.parametrize("loop", ["kv", "query"])
@@ -88,4 +89,4 @@ def test_every_selected_kernel_launch_with_a_dot_passes_the_precision(monkeypatc
     launched = [name for name, _ in calls]
     assert launched == (["_sel_fwd_query"] if loop == "query" else ["_sel_fwd_kv_stats", "_sel_fwd_kv_out"]) + \
         ["_sel_bwd_delta", "_sel_bwd_kv"]
-    assert all(kw.get("default_dot_input_precision") == want for name, kw in calls if name in dots), calls
+    assert all(kw.get("DOT_PREC") == want for name, kw in calls if name in dots), calls

@@ -274,6 +274,24 @@ def test_index_build_choice(monkeypatch):
         assert torch.equal(got, want)
 
 
+def test_index_build_default_and_environment(monkeypatch):
+    """INDEX_BUILD None reads $NSA_INDEX_BUILD, else the torch build; an unknown value is an error naming where it
+    came from."""
+    monkeypatch.setattr(ts, "INDEX_BUILD", None)
+    monkeypatch.delenv(ts.INDEX_BUILD_ENV, raising=False)
+    assert ts.index_build() == "torch" and ts.index_build("triton") == "triton"
+    monkeypatch.setenv(ts.INDEX_BUILD_ENV, "triton")
+    assert ts.index_build() == "triton"
+    monkeypatch.setenv(ts.INDEX_BUILD_ENV, "fast")
+    with pytest.raises(ValueError, match="NSA_INDEX_BUILD='fast' is invalid: expected torch [|] triton"):
+        ts.index_build()
+    monkeypatch.setattr(ts, "INDEX_BUILD", "torch")  # the module variable wins over the environment
+    assert ts.index_build() == "torch"
+    monkeypatch.setattr(ts, "INDEX_BUILD", "sorted")
+    with pytest.raises(ValueError, match="triton_selected.INDEX_BUILD: the index build must be one of torch, triton"):
+        ts.index_build()
+
+
 # ------------------------------------------------------------------------------------------------ API edges
 def test_rejects_bad_arguments():
     q, k, v, _ = _inputs(1, 2, 1, 20, 16, 16, seed=0)

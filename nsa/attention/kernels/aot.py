@@ -2,6 +2,7 @@
 
     python -m nsa.attention.kernels.aot            # table: kernel, config, target, registers, shared memory, ...
     python -m nsa.attention.kernels.aot --json     # the same as JSON (the compile test reads this)
+    python -m nsa.attention.kernels.aot --jobs 1   # one compile at a time (default: one process per CPU)
 
 Each Triton module listed in KERNEL_MODULES defines `aot_cases()`: one AotCase per kernel and per block
 configuration its autotuner (or launcher) may pick. Every case is compiled with `triton.compile` for sm_80 (A100)
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import multiprocessing
 import os
 import re
 import subprocess
@@ -163,11 +165,27 @@ def all_cases() -> list[AotCase]:
     return cases
 
 
-def compile_all(targets=TARGETS) -> list[AotResult]:
+_CASES: list[AotCase] = []  # a worker's copy of all_cases() (forked from the parent, which filled it)
+
+
+def _compile_nth(job: tuple[int, int]) -> AotResult:
+    return compile_case(_CASES[job[0]], job[1])
+
+
+def compile_all(targets=TARGETS, jobs: int | None = None) -> list[AotResult]:
+    """Every case for every target, in the order of all_cases(); `jobs` compiles in that many forked processes
+    (default: one per CPU; each compile is one core's work, ~1-10 s)."""
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise RuntimeError("TRITON_INTERPRET is set: interpreted kernels cannot be compiled ahead of time "
                            "(run this in a process without it)")
-    return [compile_case(case, cc) for case in all_cases() for cc in targets]
+    _CASES[:] = all_cases()
+    work = [(i, cc) for i in range(len(_CASES)) for cc in targets]
+    jobs = min(jobs or os.cpu_count() or 1, len(work))
+    if jobs <= 1 or sys.platform != "linux":
+        return [_compile_nth(job) for job in work]
+    # fork: the workers inherit the imported kernel modules and _CASES (no CUDA context exists in this process)
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        return pool.map(_compile_nth, work, chunksize=1)
 
 
 def _table(results: list[AotResult]) -> str:
@@ -185,8 +203,11 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Compile every Triton kernel for sm_80 and sm_90 without a GPU.")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--target", type=int, action="append", help="compute capability (default: 80 and 90)")
+    parser.add_argument("--jobs", type=int, default=None, help="compile processes (default: one per CPU)")
     args = parser.parse_args(argv)
-    results = compile_all(tuple(args.target) if args.target else TARGETS)
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    results = compile_all(tuple(args.target) if args.target else TARGETS, args.jobs)
     print(json.dumps([asdict(r) for r in results], indent=1) if args.json else _table(results))
     return 0 if all(r.ok for r in results) else 1
 

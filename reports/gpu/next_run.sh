@@ -1,29 +1,46 @@
 #!/usr/bin/env bash
-# The next GPU session's script (written 2026-11-26, not run yet): on the device machine, from the repository root,
-#     BUDGET=540 bash reports/gpu/next_run.sh          # one call of up to 10 minutes; outputs under $OUT
-# 1. runbooks/gpu_kernels.yaml whole (default grid; ~8 min on an H200 from a cold Triton cache), through
-#    `python3 -m validation.cli`: the image's nsa-validate script belongs to another Python (no torch, no typer).
-#    A second call on the same warm machine continues it (--resume) if the first was cut.
-# 2. with the time left: benchmarks/tune_kernels.py (candidate launch configurations against the shipped ones).
-# Everything lands in $OUT: env.txt, console logs, the run directory as gk.tgz, tune.json.
+# The next GPU session's script (written 2026-11-26 after runs 4 and 5 on an H100, reports/gpu/2026-11-26-h100; not
+# run yet). On the device machine, from the repository root, two calls of up to 10 minutes (outputs under $OUT):
+#     PART=1 BUDGET=560 bash reports/gpu/next_run.sh   # runbooks/gpu_kernels.yaml whole (~8 min before train_bench
+#                                                      # on an H100 from a cold cache, + ~2 min for it); a second
+#                                                      # PART=1 call on the same warm machine continues it (--resume)
+#     PART=2 BUDGET=560 bash reports/gpu/next_run.sh   # the index builds A B A B, a profile with the Triton build,
+#                                                      # then benchmarks/tune_kernels.py with the time left
+# The runbook runs through `python3 -m validation.cli`: the image's nsa-validate script belongs to another Python.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD PATH=$PATH:/usr/local/cuda/bin
-OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"; RD=artifacts/validate/gk; BUDGET=${BUDGET:-540}
+OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"; RD=artifacts/validate/gk; BUDGET=${BUDGET:-560}; PART=${PART:-1}
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
   git rev-parse HEAD 2>/dev/null; date -u; } > "$OUT/env.txt" 2>&1
-if [ -f $RD/results.json ]; then MODE="--resume $RD"; else MODE="--out $RD"; fi
-timeout -s TERM -k 30 $(( BUDGET - 60 )) python3 -m validation.cli run runbooks/gpu_kernels.yaml $MODE \
-    > "$OUT/gk_console.txt" 2>&1
-RC=$?
-echo "[$(el)s] gpu_kernels exit $RC ($MODE)" | tee -a "$OUT/gk_console.txt"
+if [ "$PART" = 1 ]; then
+  if [ -f $RD/results.json ]; then MODE="--resume $RD"; else MODE="--out $RD"; fi
+  timeout -s TERM -k 30 $(( BUDGET - 40 )) python3 -m validation.cli run runbooks/gpu_kernels.yaml $MODE \
+      > "$OUT/gk_console.txt" 2>&1
+  RC=$?
+  echo "[$(el)s] gpu_kernels exit $RC ($MODE)" | tee -a "$OUT/gk_console.txt"
+  tar czf "$OUT/gk.tgz" -C artifacts/validate gk 2>/dev/null
+  tail -25 "$OUT/gk_console.txt"
+  exit 0
+fi
+# PART 2: the selected branch's index, Triton build against torch build, alternated (run 5's one-shot comparison
+# was confounded), then one profile with the Triton build, then the launch-configuration tuner.
+for round in 1 2; do
+  for build in triton torch; do
+    NSA_INDEX_BUILD=$build timeout 90 python3 benchmarks/bench_attention.py --device cuda --dtype bf16 --shape m7c \
+        --paths nsa-triton --seq-lens 2048,65536 --json "$OUT/attn_index_${build}_$round.json" \
+        > "$OUT/attn_index_${build}_$round.txt" 2>&1
+    RC=$?; echo "[$(el)s] bench_attention NSA_INDEX_BUILD=$build round $round exit $RC" | tee -a "$OUT/log.txt"
+  done
+done
+NSA_INDEX_BUILD=triton timeout 120 python3 benchmarks/profile_layer.py --seq-lens 2048,65536 --batch 8,1 --paths nsa-triton \
+    --json "$OUT/profile_index_triton.json" > "$OUT/profile_index_triton.txt" 2>&1
+RC=$?; echo "[$(el)s] profile_layer NSA_INDEX_BUILD=triton exit $RC" | tee -a "$OUT/log.txt"
 LEFT=$(( BUDGET - 20 - $(el) ))
 if [ $LEFT -gt 60 ]; then
   timeout $LEFT python3 benchmarks/tune_kernels.py --device cuda --families range_dkdv,sel_bwd --json "$OUT/tune.json" \
       > "$OUT/tune.txt" 2>&1
-  RC=$?
-  echo "[$(el)s] tune_kernels exit $RC" >> "$OUT/gk_console.txt"
+  RC=$?; echo "[$(el)s] tune_kernels exit $RC" | tee -a "$OUT/log.txt"
 fi
-tar czf "$OUT/gk.tgz" -C artifacts/validate gk 2>/dev/null
-tail -25 "$OUT/gk_console.txt"
+tail -4 "$OUT"/attn_index_*.txt

@@ -130,8 +130,11 @@ reports/gpu/2026-11-26/)
 - runbooks/gpu_kernels.yaml, run whole (default grid, reports/gpu/2026-11-26/gpu_kernels_run): memcheck clean in
   18 of 18 cases for each method (bf16 / fp16 / fp32 x S 1,024 / 2,048 / 65,536 x hpg 1 / 6; the fused one with
   the selected branch on its blocks), and the fused selection's tests (NSA_TEST_FUSED_SELECTION=1, CI subset) 75
-  passed. That qualifies the fused kernel on the H200 at the default grid; it stays off the default path until
-  the same runbook passes on an H100 (where it faulted, from stale state) and over the deep grid.
+  passed. That qualifies the fused kernel on the H200 at the default grid.
+- The same runbook on an H100 (reports/gpu/2026-11-26-h100, run 4; cut before its trainer step, and NO-GO on a
+  test of the fp32 layer, not of the selection): the fused selection's 75 tests passed and memcheck was clean in
+  18 of 18 cases for each method, including bf16 / fp16 at S 2,048 and 65,536, where it had faulted. It stays off
+  the default path until the deep grid has run (every hpg branch of the launch configurations, 9 lengths).
 
 Measured
 --------
@@ -545,10 +548,10 @@ def select_method(n_sel: int) -> str:
 
     The fused kernel (method="fused", n_sel <= FUSED_MAX_N_SEL) faulted on an H100 in bf16 and fp16 at
     S = 2,048-8,192 and 65,536 (illegal memory access; the module docstring's "Known fault"). Changed since, it ran
-    clean on an H200 at every length, and runbooks/gpu_kernels.yaml's default grid qualified it there (its tests
-    and memcheck: "GPU findings"), but it is not the default until that runbook passes on an H100, where it
-    faulted, and over its deep grid. The tiled path (its importance kernel on 128-row tiles) passed its tests and
-    memcheck there too.
+    clean on an H200 at every length, and runbooks/gpu_kernels.yaml's default grid qualified it there and on an
+    H100, where it had faulted (its tests and memcheck: "GPU findings"), but it is not the default until the
+    runbook's deep grid has run. The tiled path (its importance kernel on 128-row tiles) passed its tests and
+    memcheck on both too.
     """
     return "tiled"
 

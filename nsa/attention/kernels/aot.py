@@ -1,6 +1,7 @@
 """Ahead-of-time compilation of every Triton kernel for the GPUs they target, with no GPU needed.
 
     python -m nsa.attention.kernels.aot            # table: kernel, config, target, registers, shared memory, ...
+                                                   # (reports/aot/triton-<version>.md: this table, committed)
     python -m nsa.attention.kernels.aot --json     # the same as JSON (the compile test reads this)
     python -m nsa.attention.kernels.aot --jobs 1   # one compile at a time (default: one process per CPU)
 
@@ -188,6 +189,21 @@ def compile_all(targets=TARGETS, jobs: int | None = None) -> list[AotResult]:
         return pool.map(_compile_nth, work, chunksize=1)
 
 
+REPORTS = Path(__file__).resolve().parents[3] / "reports" / "aot"  # this table per triton version, committed
+
+
+def report_path(version: str) -> Path:
+    """reports/aot/triton-<major.minor>.md: the table this module prints, as committed for that triton version."""
+    return REPORTS / f"triton-{'.'.join(version.split('.')[:2])}.md"
+
+
+def table(results: list[AotResult], version: str) -> str:
+    """The printed report: a line naming the triton version, then one row per (case, target)."""
+    return (f"Every Triton kernel case compiled ahead of time with triton {version} (`python -m "
+            f"nsa.attention.kernels.aot`; registers and spill stores from its bundled ptxas -v):\n\n"
+            + _table(results) + "\n")
+
+
 def _table(results: list[AotResult]) -> str:
     rows = ["| kernel | target | ok | registers | shared (B) | spill stores | mma | wgmma | problems |",
             "|---|---|---|---:|---:|---:|---|---|---|"]
@@ -208,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     results = compile_all(tuple(args.target) if args.target else TARGETS, args.jobs)
-    print(json.dumps([asdict(r) for r in results], indent=1) if args.json else _table(results))
+    print(json.dumps([asdict(r) for r in results], indent=1) if args.json
+          else table(results, _triton().__version__), end="" if not args.json else "\n")
     return 0 if all(r.ok for r in results) else 1
 
 

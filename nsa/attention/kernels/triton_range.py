@@ -94,36 +94,11 @@ and NSPLIT for cmp's dK/dV at S = 64k (its triangle).
 
 Measured
 --------
-GPU timings: not measured (no GPU in this session).
-AOT compile (python -m nsa.attention.kernels.aot, bf16, MODE/hpg/window/block parameters are runtime arguments
-so one compile covers them): registers, shared bytes, spill stores, tensor-core instruction, triton 3.9 | 3.6.
-All 24 cases compile for sm_80 and sm_90 with 0 spills under both; sm_90 reaches wgmma except the d_k != d_v
-dK/dV (32-key tiles). Tightest: dkdv d = 64 on sm_80 under 3.6 at 255 registers, 0 spills.
-    kernel[BLOCK_M, BLOCK_N, warps, d_k, d_v] target  regs shared spills | (3.6) regs shared spills
-    fwd[M64,N64,w4,dk32,dv32]            sm_80  128  12288 0 mma   | 168  12288 0 mma
-    fwd[M64,N64,w4,dk32,dv32]            sm_90  133  20480 0 wgmma | 128  20480 0 wgmma
-    dq[M64,N64,w4,dk32,dv32]             sm_80  189  16384 0 mma   | 190  16384 0 mma
-    dq[M64,N64,w4,dk32,dv32]             sm_90  124  24576 0 wgmma | 166  24576 0 wgmma
-    dkdv[M32,N64,w8,dk32,dv32]           sm_80  184  12544 0 mma   | 199  12544 0 mma
-    dkdv[M32,N64,w8,dk32,dv32]           sm_90  128  16640 0 wgmma | 160  16640 0 wgmma
-    fwd[M128,N64,w8,dk64,dv64]           sm_80  209  32768 0 mma   | 218  32768 0 mma
-    fwd[M128,N64,w8,dk64,dv64]           sm_90  186  49152 0 wgmma | 165  49152 0 wgmma
-    dq[M128,N64,w8,dk64,dv64]            sm_80  186  49152 0 mma   | 247  49152 0 mma
-    dq[M128,N64,w8,dk64,dv64]            sm_90  162  65536 0 wgmma | 171  65536 0 wgmma
-    dkdv[M32,N64,w8,dk64,dv64]           sm_80  188  24832 0 mma   | 255  24832 0 mma
-    dkdv[M32,N64,w8,dk64,dv64]           sm_90  133  33024 0 wgmma | 174  33024 0 wgmma
-    fwd[M64,N64,w8,dk128,dv128]          sm_80  173  57344 0 mma   | 174  57344 0 mma
-    fwd[M64,N64,w8,dk128,dv128]          sm_90  170  81920 0 wgmma | 168  81920 0 wgmma
-    dq[M64,N64,w8,dk128,dv128]           sm_80  170  73728 0 mma   | 170  73728 0 mma
-    dq[M64,N64,w8,dk128,dv128]           sm_90  175  98304 0 wgmma | 172  98304 0 wgmma
-    dkdv[M32,N64,w8,dk128,dv128]         sm_80  226  53504 0 mma   | 229  53504 0 mma
-    dkdv[M32,N64,w8,dk128,dv128]         sm_90  209  65792 0 wgmma | 230  65792 0 wgmma
-    fwd[M64,N64,w8,dk64,dv128]           sm_80  173  40960 0 mma   | 176  40960 0 mma
-    fwd[M64,N64,w8,dk64,dv128]           sm_90  201  57344 0 wgmma | 163  57344 0 wgmma
-    dq[M64,N64,w8,dk64,dv128]            sm_80  229  49152 0 mma   | 241  49152 0 mma
-    dq[M64,N64,w8,dk64,dv128]            sm_90  158  73728 0 wgmma | 167  73728 0 wgmma
-    dkdv_bn32[M32,N32,w4,dk64,dv128]     sm_80  221  26880 0 mma   | 229  26880 0 mma
-    dkdv_bn32[M32,N32,w4,dk64,dv128]     sm_90  216  26880 0 mma   | 233  26880 0 mma
+On GPUs: reports/gpu/ (the layer and its kernels under torch.profiler: benchmarks/profile_layer.py; candidate launch
+configurations: benchmarks/tune_kernels.py). Ahead of time (python -m nsa.attention.kernels.aot, bf16; MODE, hpg and
+the window/block parameters are runtime arguments, so one compile covers them): every case compiles for sm_80 and
+sm_90 without spills under triton 3.9 and 3.6, and sm_90 reaches wgmma except in the 32-key dK/dV tiles of
+d_k != d_v; the registers and shared memory of each case are in reports/aot/triton-<version>.md.
 """
 
 from __future__ import annotations

@@ -88,47 +88,12 @@ tests/nsa/attention/kernels/test_triton_selected.py runs natively in bf16 when C
 
 Measured
 --------
-GPU timings: NOT MEASURED YET (no GPU in this session).
-
-Ahead-of-time compile (python -m nsa.attention.kernels.aot; registers / shared memory / spill stores / tensor-core
-instructions; bf16, l_sel = 64, bwd_tiles = 16). The AOT compile has no alignment specialisation (it assumes
-2-byte aligned pointers and strides of unknown divisibility), so its loads and atomics are scalar; at run time
-the JIT specialises 16-byte aligned pointers and strides divisible by 16, and the model's kernels then use
-(same ptxas, hpg = 6, d = 64, sm_80 | sm_90): stats 128 | 110 registers, out 171 | 89, query 72 | 70,
-backward 241 | 128, all without spills.
-
-  kernel[config]                                       3.9 sm_80    3.9 sm_90    3.6 sm_80    3.6 sm_90
-  sel_fwd_kv_stats[hpg=6,d=32,BLOCK_R=128,BLOCK_N=64]  96/12/0/m    96/12/0/w    103/12/0/m   96/12/0/w
-  sel_fwd_kv_out[hpg=6,d=32,BLOCK_R=128,BLOCK_N=64]    128/16/0/m   103/16/0/w   128/16/0/m   103/16/0/w
-  sel_fwd_query[hpg=6,d=32,HPG_PAD=16]                 80/7/0/m     95/7/0/m     96/7/0/m     80/7/0/m
-  sel_bwd_kv[hpg=6,d=32,BLOCK_R=32,BLOCK_N=64]         247/10/0/m   148/14/0/w+m 250/14/0/m   146/18/0/w+m
-  sel_bwd_delta[d=32]                                  56/0/0/-     56/0/0/-     56/0/0/-     48/0/0/-
-  sel_fwd_kv_stats[hpg=1,d=64,BLOCK_R=128,BLOCK_N=64]  124/24/0/m   94/24/0/w    104/24/0/m   92/24/0/w
-  sel_fwd_kv_out[hpg=1,d=64,BLOCK_R=128,BLOCK_N=64]    192/32/0/m   153/32/0/w   218/32/0/m   178/32/0/w
-  sel_fwd_query[hpg=1,d=64,HPG_PAD=16]                 128/12/0/m   120/12/0/m   168/12/0/m   127/12/0/m
-  sel_bwd_kv[hpg=1,d=64,BLOCK_R=32,BLOCK_N=64]         253/20/0/m   203/24/0/w+m 198/28/0/m   205/32/0/w+m
-  sel_fwd_kv_stats[hpg=6,d=64,BLOCK_R=128,BLOCK_N=64]  125/24/0/m   96/24/0/w    125/24/0/m   96/24/0/w
-  sel_fwd_kv_out[hpg=6,d=64,BLOCK_R=128,BLOCK_N=64]    193/32/0/m   196/32/0/w   216/32/0/m   200/32/0/w
-  sel_fwd_query[hpg=6,d=64,HPG_PAD=16]                 128/12/0/m   96/12/0/m    168/12/0/m   127/12/0/m
-  sel_bwd_kv[hpg=6,d=64,BLOCK_R=32,BLOCK_N=64]         255/20/0/m   207/24/0/w+m 246/28/0/m   237/32/0/w+m
-  sel_fwd_kv_stats[hpg=16,d=64,BLOCK_R=128,BLOCK_N=64] 128/24/0/m   95/24/0/w    128/24/0/m   96/24/0/w
-  sel_fwd_kv_out[hpg=16,d=64,BLOCK_R=128,BLOCK_N=64]   162/32/0/m   128/32/0/w   157/32/0/m   124/32/0/w
-  sel_fwd_query[hpg=16,d=64,HPG_PAD=16]                128/12/0/m   116/12/0/m   167/12/0/m   127/12/0/m
-  sel_bwd_kv[hpg=16,d=64,BLOCK_R=32,BLOCK_N=64]        253/20/0/m   186/24/0/w+m 192/28/0/m   167/32/0/w+m
-  sel_fwd_kv_stats[hpg=32,d=64,BLOCK_R=128,BLOCK_N=64] 111/24/0/m   94/24/0/w    108/24/0/m   101/24/0/w
-  sel_fwd_kv_out[hpg=32,d=64,BLOCK_R=128,BLOCK_N=64]   160/32/0/m   102/32/0/w   160/32/0/m   89/32/0/w
-  sel_fwd_query[hpg=32,d=64,HPG_PAD=32]                168/16/0/m   168/16/0/m   168/16/0/m   150/16/0/m
-  sel_bwd_kv[hpg=32,d=64,BLOCK_R=32,BLOCK_N=64]        254/20/0/m   174/24/0/w+m 186/28/0/m   151/32/0/w+m
-  sel_bwd_delta[d=64]                                  96/0/0/-     94/0/0/-     80/0/0/-     80/0/0/-
-  sel_fwd_kv_stats[hpg=6,d=128,BLOCK_R=64,BLOCK_N=64]  74/32/0/m    64/32/0/w    71/32/0/m    63/32/0/w
-  sel_fwd_kv_out[hpg=6,d=128,BLOCK_R=64,BLOCK_N=64]    203/32/0/m   186/48/0/w   204/32/0/m   174/48/0/w
-  sel_fwd_query[hpg=6,d=128,HPG_PAD=16]                128/22/0/m   128/22/0/m   171/22/0/m   166/22/0/m
-  sel_bwd_kv[hpg=6,d=128,BLOCK_R=16,BLOCK_N=32]        242/20/0/m   222/20/0/m   214/28/0/m   190/28/0/m
-  sel_bwd_delta[d=128]                                 163/0/0/-    166/0/0/-    155/1/0/-    166/1/0/-
-  (registers/shared KiB/spill-store bytes/tensor-core instructions in the PTX: m = mma.sync, w = wgmma; w+m: the
-  backward's M = 32 dQ product is mma.sync, its four other products wgmma. d = 128's backward uses BLOCK_N = 32
-  and BLOCK_R = 16 to avoid spills, so it stays on mma.sync. hpg > 32 or d = 128 with hpg > 16 are not compiled
-  ahead of time: BLOCK_R grows to pow2(hpg) there and may spill.)
+On GPUs: reports/gpu/ (benchmarks/profile_layer.py, benchmarks/bench_selected_kernel.py). Ahead of time (python -m
+nsa.attention.kernels.aot; bf16, l_sel = 64, bwd_tiles = 16): every case compiles for sm_80 and sm_90 without spills
+under triton 3.9 and 3.6; on sm_90 the forward's products reach wgmma, the backward's M = 32 dQ product stays on
+mma.sync beside four wgmma products, and d = 128's backward (BLOCK_N = 32, BLOCK_R = 16, to avoid spills) stays on
+mma.sync. hpg > 32, or d = 128 with hpg > 16, are not compiled ahead of time: BLOCK_R grows to pow2(hpg) there and
+may spill. Registers and shared memory per case: reports/aot/triton-<version>.md.
 """
 
 from __future__ import annotations

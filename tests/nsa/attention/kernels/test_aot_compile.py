@@ -5,6 +5,7 @@ The compiler runs in a subprocess without TRITON_INTERPRET (this session may hav
 tests). Registers and shared memory per kernel are printed; the kernels' docstrings record them.
 """
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -12,7 +13,8 @@ import sys
 
 import pytest
 
-from triton_test_utils import needs_triton
+from triton_test_utils import ON_GPU, needs_triton
+from nsa.attention.kernels import aot
 from nsa.attention.kernels.aot import KERNEL_MODULES
 
 # Kernels whose main products must compile to Hopper's wgmma on sm_90 (the others use mma.sync there).
@@ -41,6 +43,16 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spills():
             base = r["kernel"].split("[")[0]
             if base in WGMMA_ON_SM90:
                 assert r["wgmma"], f"{r['kernel']} does not reach wgmma on sm_90"
+    # the committed table for this triton version (reports/aot/) is what the compile prints now; checked where CI
+    # runs it (no GPU), so that a stale table never turns a GPU qualification run NO-GO
+    version = importlib.metadata.version("triton")
+    committed = aot.report_path(version)
+    if committed.exists() and not ON_GPU:
+        fresh = aot.table([aot.AotResult(**r) for r in results], version)
+        rows = lambda text: text[text.index("| kernel |"):]  # noqa: E731 - the header line names the patch version
+        assert rows(committed.read_text()) == rows(fresh), (
+            f"{committed} is not what the compile prints now: `python -m nsa.attention.kernels.aot > {committed}` "
+            f"(in an environment with triton {version})")
 
 
 _SPILL_SCRIPT = r"""

@@ -4,9 +4,11 @@ runs under compute-sanitizer (one process per case, validation.steps.sanitizer),
     python -m nsa.attention.kernels.qualify --dtype bf16 --seq-len 2048 --hpg 6 --method tiled
     compute-sanitizer --tool memcheck python -m nsa.attention.kernels.qualify --dtype bf16 --seq-len 65536 --hpg 1
     TRITON_INTERPRET=1 python -m nsa.attention.kernels.qualify --device cpu --dtype fp32 --seq-len 128 --hpg 2
+    python -m nsa.attention.kernels.qualify --dtype fp32 --fp32-dots tf32   # fp32 on the tensor cores (TF32)
 
 The shape defaults to the m7c model's (d_k = d_v = 64, l 32, d 16, l_sel 64, n_sel 16, w 512, G = 2 KV groups) with
-H = G * hpg heads and B = 1: hpg picks the branch of each kernel's launch configuration (selection block_config:
+H = G * hpg heads and B = 1 (with --dtype fp32, --fp32-dots picks IEEE or TF32 products in the range and selected
+kernels: common.dot_precision): hpg picks the branch of each kernel's launch configuration (selection block_config:
 hpg 1, 2-3, >= 4), so the grid varies hpg and keeps G. Inputs are standard normal, laid out as the layer lays them
 out ([B, S, heads, d] storage seen as [B, heads, S, d]); the backward gets a standard normal output gradient.
 
@@ -63,6 +65,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--kernels", default="all", help=f"comma-separated subset of {','.join(KERNELS)} (default all)")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="cuda (default), or cpu with TRITON_INTERPRET=1 (fp32, small shapes)")
+    ap.add_argument("--fp32-dots", default="ieee", choices=("ieee", "tf32"),
+                    help="with --dtype fp32, the range and selected kernels' products: ieee (IEEE fp32, PyTorch's "
+                         "default matmul precision; CUDA cores, and the bf16 tile sizes spill) or tf32 (tensor cores, "
+                         "as under torch.set_float32_matmul_precision('high')); default ieee")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     args.d_v = args.d_k if args.d_v is None else args.d_v
@@ -117,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
 
     dev = torch.device(args.device)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    # the kernels read PyTorch's fp32 matmul precision at launch (nsa.attention.kernels.common.dot_precision)
+    torch.set_float32_matmul_precision("highest" if args.fp32_dots == "ieee" else "high")
     b, g, hpg, s = args.batch, args.groups, args.hpg, args.seq_len
     h, n_cmp = g * hpg, num_cmp_blocks(s, args.l, args.d)
     gen = torch.Generator(device="cpu").manual_seed(args.seed)
@@ -178,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         "sel_query": lambda: fwd_bwd(
             lambda *x: triton_selected.selected_attention(*x, blocks(), args.l_sel, loop="query"), q, k, v),
     }
-    shape = (f"{args.dtype} B={b} S={s} G={g} hpg={hpg} H={h} d_k={args.d_k} d_v={args.d_v} l={args.l} d={args.d} "
+    dots = f" ({args.fp32_dots} dots)" if args.dtype == "fp32" else ""
+    shape = (f"{args.dtype}{dots} B={b} S={s} G={g} hpg={hpg} H={h} d_k={args.d_k} d_v={args.d_v} l={args.l} d={args.d} "
              f"l_sel={args.l_sel} n_sel={args.n_sel} w={args.w} method={args.method} on {args.device}")
     print(f"qualify: {shape}", flush=True)
     for name in args.kernels:

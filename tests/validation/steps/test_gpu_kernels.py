@@ -297,6 +297,8 @@ def test_gpu_kernels_plans_on_a_cpu(cli):
     assert all(s.argv[s.argv.index("-m") + 1:][:3] == ["nsa.attention.kernels.qualify", "--method", "tiled"]
                for s in tiled)
     assert all("fused" in s.argv for s in fused)
+    # fp32 cases sanitise the TF32 products (the IEEE ones spill; the runbook says why)
+    assert all(s.argv[s.argv.index("--fp32-dots") + 1] == "tf32" for s in tiled + fused)
     deep = load_runbook(REPO / "runbooks/gpu_kernels.yaml", ["steps.memcheck_tiled.grid=deep"])
     assert len(step_launches(deep.step("memcheck_tiled"))) == 3 * 9 * 7
     assert [c.severity for c in rb.acceptance] == ["fail"] * 6 + ["warn", "warn"]
@@ -379,6 +381,7 @@ def test_qualify_runs_every_kernel_forward_and_backward_under_the_interpreter():
     assert all("forward, backward" in line for i, line in enumerate(lines) if i not in (3, 4))
     assert "forward (tiled)" in lines[3] and "qualify: all 7 kernel(s) ran" in proc.stdout
     assert "Triton build, equal to the torch build" in lines[4]
+    assert "qualify: fp32 (ieee dots) B=1 S=96" in proc.stdout  # PyTorch's default precision: IEEE products
 
 
 def test_qualify_refuses_a_bad_argument_in_one_line():

@@ -187,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             lambda *x: triton_selected.selected_attention(*x, blocks(), args.l_sel, loop="query"), q, k, v),
     }
     dots = f" ({args.fp32_dots} dots)" if args.dtype == "fp32" else ""
-    shape = (f"{args.dtype}{dots} B={b} S={s} G={g} hpg={hpg} H={h} d_k={args.d_k} d_v={args.d_v} l={args.l} d={args.d} "
-             f"l_sel={args.l_sel} n_sel={args.n_sel} w={args.w} method={args.method} on {args.device}")
+    shape = (f"{args.dtype}{dots} B={b} S={s} G={g} hpg={hpg} H={h} d_k={args.d_k} d_v={args.d_v} l={args.l} "
+             f"d={args.d} l_sel={args.l_sel} n_sel={args.n_sel} w={args.w} method={args.method} on {args.device}")
     print(f"qualify: {shape}", flush=True)
     for name in args.kernels:
         t0 = time.perf_counter()

@@ -5,7 +5,8 @@
 #                                                      # on an H100 from a cold cache, + ~2 min for it); a second
 #                                                      # PART=1 call on the same warm machine continues it (--resume)
 #     PART=2 BUDGET=560 bash reports/gpu/next_run.sh   # the index builds A B A B, a profile with the Triton build,
-#                                                      # then benchmarks/tune_kernels.py with the time left
+#                                                      # one fp32-IEEE case under memcheck, then
+#                                                      # benchmarks/tune_kernels.py with the time left
 # The runbook runs through `python3 -m validation.cli`: the image's nsa-validate script belongs to another Python.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD PATH=$PATH:/usr/local/cuda/bin
@@ -37,6 +38,11 @@ done
 NSA_INDEX_BUILD=triton timeout 120 python3 benchmarks/profile_layer.py --seq-lens 2048,65536 --batch 8,1 --paths nsa-triton \
     --json "$OUT/profile_index_triton.json" > "$OUT/profile_index_triton.txt" 2>&1
 RC=$?; echo "[$(el)s] profile_layer NSA_INDEX_BUILD=triton exit $RC" | tee -a "$OUT/log.txt"
+# one fp32 case with IEEE products under memcheck (the runbook sanitises TF32 ones: the IEEE kernels spill with the
+# bf16 tile sizes, and their time under memcheck is what this measures)
+timeout 240 compute-sanitizer --tool memcheck --launch-timeout 0 python3 -m nsa.attention.kernels.qualify \
+    --dtype fp32 --fp32-dots ieee --seq-len 65536 --hpg 6 > "$OUT/memcheck_fp32_ieee.txt" 2>&1
+RC=$?; echo "[$(el)s] memcheck fp32 ieee S 65,536 hpg 6 exit $RC" | tee -a "$OUT/log.txt"
 LEFT=$(( BUDGET - 20 - $(el) ))
 if [ $LEFT -gt 60 ]; then
   timeout $LEFT python3 benchmarks/tune_kernels.py --device cuda --families range_dkdv,sel_bwd --json "$OUT/tune.json" \

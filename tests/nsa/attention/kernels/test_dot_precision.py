@@ -1,12 +1,11 @@
 """The attention kernels' tl.dot precision (nsa.attention.kernels.common.dot_precision) and that every launch of the
 range and selected kernels passes it.
 
-Triton multiplies fp32 operands in TF32 unless told otherwise; on an H100 that made the fp32 Triton layer ~2,700x
-less accurate than the PyTorch path at fp32 (test_triton_glue's layer test, 2026-11-26). fp32 now follows PyTorch's
-fp32 matmul setting, as FlexAttention does. The interpreter computes every dot in fp32 whatever the option says, so
-the numerics of the IEEE path are checked on a GPU (test_triton_glue, gpu_kernels.yaml); here the mapping and the
-wiring, with the kernels replaced by recorders (nothing is launched). That DOT_PREC reaches the compiled code (no
-tensor-core instruction for fp32 under "ieee") is test_aot_compile's.
+Triton multiplies fp32 operands in TF32 unless told otherwise; on an H100 the fp32 Triton layer was ~2,700x less
+accurate than the PyTorch path at fp32 (test_triton_glue's layer test, 2026-11-26), most likely from that: a TF32
+emulation in the interpreter reproduces it (test_triton_glue). fp32 now follows PyTorch's fp32 matmul setting, as
+FlexAttention does. Here the mapping and the wiring, with the kernels replaced by recorders (nothing is launched);
+that DOT_PREC reaches the compiled code (no tensor-core instruction for fp32 under "ieee") is test_aot_compile's.
 """
 
 from __future__ import annotations

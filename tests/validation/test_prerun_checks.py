@@ -248,7 +248,7 @@ def leaves(value, path=()):
         yield path
 
 
-# the GPU runs too (gpu_kernels.yaml on an H200: the pytest, sanitizer and bench kinds with real GPU figures)
+# the GPU runs too (gpu_kernels.yaml on an H200 and an H100: the pytest, sanitizer and bench kinds with GPU figures)
 GPU_RUNS = sorted((REPO / "reports" / "gpu").glob("*/*/results.json"))
 
 

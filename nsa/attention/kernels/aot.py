@@ -224,8 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     results = compile_all(tuple(args.target) if args.target else TARGETS, args.jobs)
-    print(json.dumps([asdict(r) for r in results], indent=1) if args.json
-          else table(results, _triton().__version__), end="" if not args.json else "\n")
+    sys.stdout.write(json.dumps([asdict(r) for r in results], indent=1) + "\n" if args.json
+                     else table(results, _triton().__version__))
     return 0 if all(r.ok for r in results) else 1
 
 

@@ -30,7 +30,8 @@ def dot_precision(dtype: torch.dtype) -> str:
     would make the fp32 layer no more accurate than its bf16 one. fp32 therefore follows PyTorch's fp32 matmul
     setting, as FlexAttention does: IEEE fp32 products ("ieee": CUDA cores, no tensor cores) under the default
     precision "highest", TF32 ("tf32") once the user allows it (`torch.set_float32_matmul_precision("high")`). The
-    IEEE kernels use the bf16 tile sizes and spill registers at d >= 64 (fp32 is for checking, bf16 for speed).
+    IEEE kernels use the bf16 tile sizes and spill registers, up to 40 KB a thread at d = 128 (the AOT compile):
+    fp32 is for checking, bf16 for speed.
     bf16 and fp16 operands always take the tensor cores: "tf32" is Triton's default, so their kernels are unchanged.
     """
     if dtype != torch.float32:

@@ -58,7 +58,7 @@ GPU_SEQ_LENS = (2048, 4096, 8192, 16384, 32768, 65536)
 MODES = ("fwd", "bwd", "fwdbwd")
 
 
-def build(path: str, shape: dict, device: str, dtype):
+def build(path: str, shape: dict, device: str, dtype, index_build: str = "auto"):
     import torch
 
     from nsa.attention import DenseAttention, NSAAttention
@@ -85,7 +85,7 @@ def build(path: str, shape: dict, device: str, dtype):
     else:
         prefill = "sequential" if path == "sequential" else "batched"
         kernel = "triton" if path == "nsa-triton" else "torch"
-        module = NSAAttention(NSAConfig(**shape, prefill=prefill, kernel=kernel))
+        module = NSAAttention(NSAConfig(**shape, prefill=prefill, kernel=kernel, index_build=index_build))
     return module.to(device=device, dtype=dtype)
 
 
@@ -115,14 +115,14 @@ def timed_passes(one, warmup: int, repeats: int, before_timing=lambda: None, slo
 
 
 def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: str, repeats: int,
-             warmup: int) -> dict:
+             warmup: int, index_build: str = "auto") -> dict:
     """Measure one case in this process; returns a JSON-able dict."""
     import torch
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
     torch.manual_seed(0)
     shape = SHAPES[shape_name]
-    module = build(path, shape, device, dtype)
+    module = build(path, shape, device, dtype, index_build)
     # where FlexAttention has no backward (CPU), nsa-flex times the forward alone, without autograd
     no_grad_reason = None
     if path == "nsa-flex":
@@ -172,6 +172,10 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
         series.update(bwd=[b for _, b in times], fwdbwd=[f + b for f, b in times])
     stats = {m: {"min": min(v), "median": statistics.median(v), "max": max(v)} for m, v in series.items()}
     extra = {"note": f"forward only, autograd off: {no_grad_reason}"} if forward_only else {}
+    if path == "nsa-triton":
+        from nsa.attention.kernels import index_build as resolved_build
+
+        extra["index_build"] = resolved_build(index_build)
     return {"path": path, "shape": shape_name, "seq_len": seq_len, "times_s": stats, "repeats": n, **extra,
             "toks_per_s": seq_len / stats["fwdbwd"]["median"] if "fwdbwd" in stats else None,
             "peak_gb": peak_gb, "device": device,
@@ -182,7 +186,7 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
 def spawn(path: str, seq_len: int, args) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--case", path, "--seq-lens", str(seq_len),
            "--device", args.device, "--dtype", args.dtype, "--shape", args.shape, "--repeats", str(args.repeats),
-           "--warmup", str(args.warmup)]
+           "--warmup", str(args.warmup), "--index-build", args.index_build]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -261,6 +265,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=None, help="untimed passes first (default: 0 CPU, 3 CUDA)")
     ap.add_argument("--json", type=Path, help="also write all results to this file")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    ap.add_argument("--index-build", default="auto", choices=("auto", "torch", "triton"),
+                    help="nsa-triton: the selected branch's inverted index (NSAConfig.index_build; auto: triton on a GPU)")
     ap.add_argument("--case", choices=PATHS, help=argparse.SUPPRESS)  # internal: measure one case
     args = ap.parse_args(argv)
     cuda = args.device == "cuda"
@@ -276,7 +282,7 @@ def main(argv=None) -> int:
         ap.error("--seq-lens values and --repeats must be >= 1, --warmup >= 0")
     if args.case:
         print(json.dumps(run_case(args.case, args.shape, seq_lens[0], args.device, args.dtype, args.repeats,
-                                  args.warmup)))
+                                  args.warmup, args.index_build)))
         return 0
     if args.quick:
         seq_lens = [512, 1024, 2048]

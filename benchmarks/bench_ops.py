@@ -38,10 +38,13 @@ Measured (this counter, the shape above, S = 256 and 1,024, identical at both):
         n_sel blocks or more; 2026-11-26): 132 ops at both lengths, 21 Triton launches. Still to go under 80: the
         index build in nsa::selected_attention_fwd (59) and select_blocks' glue (31).
     with the Triton build of the index (`--index-build triton`, nsa/attention/kernels/triton_index.py; qualified
-        on an H100 2026-11-26, not the default until its speed is measured): 80 ops at both lengths (7 left inside
-        selected_attention_fwd: zeros 2, one of them the index's histogram, mul_ 2, _to_copy, full, logsumexp),
-        27 Triton launches (+6: the index's hist, colscan, keyscan, scatter and two tile tables). The default
-        build still counts 132.
+        on an H100 2026-11-26): 80 ops at both lengths (7 left inside selected_attention_fwd: zeros 2, one of them
+        the index's histogram, mul_ 2, _to_copy, full, logsumexp), 27 Triton launches (+6: the index's hist,
+        colscan, keyscan, scatter and two tile tables). The torch build still counts 132.
+    the Triton build made the default on a GPU (NSAConfig.index_build "auto", 2026-11-26, after an alternating A/B
+        on an H100: reports/gpu/2026-11-26-h100/run6): this benchmark counts it by default, as a GPU runs the layer
+        (`--index-build torch` counts the build "auto" takes under the interpreter). The Triton build's tl.sort is
+        slow in the interpreter: the default count takes about 2 minutes on 2 CPU cores, the torch build's seconds.
 """
 
 from __future__ import annotations
@@ -171,6 +174,7 @@ def counting_triton_launches(counter: OpCounter):
 
 
 def make_layer(seed: int = 0, **overrides):
+    """The counted layer: kernel "triton", SHAPE and `overrides` (NSAConfig fields, e.g. index_build)."""
     from nsa import NSAAttention, NSAConfig
 
     torch.manual_seed(seed)
@@ -215,9 +219,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seq-lens", default="256,1024")
     ap.add_argument("--check", action="store_true", help=f"exit 1 if a total exceeds {MAX_OPS} or differs by S")
     ap.add_argument("--json", type=Path, help="also write the counts here")
-    ap.add_argument("--index-build", choices=("torch", "triton"), default=None,
-                    help="the selected branch's inverted index: its torch build or its Triton build (default: the "
-                         "layer's, triton_selected.index_build(): INDEX_BUILD, $NSA_INDEX_BUILD, else torch)")
+    ap.add_argument("--index-build", choices=("triton", "torch"), default="triton",
+                    help="the selected branch's inverted index (NSAConfig.index_build): triton (default: the build "
+                         "a GPU runs) or torch (the build the interpreter runs by default)")
     args = ap.parse_args(argv)
     from nsa.attention import kernels
 
@@ -226,14 +230,10 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     lens = [int(s) for s in args.seq_lens.split(",")]
-    from nsa.attention.kernels import triton_selected
-
-    if args.index_build:
-        triton_selected.INDEX_BUILD = args.index_build
-    layer = make_layer()
+    layer = make_layer(index_build=args.index_build)
     counts = {s: count_layer(layer, s, warmup=i == 0) for i, s in enumerate(lens)}
     print(f"kernel-launching ops of one NSAAttention layer forward + backward, kernel=triton, index build "
-          f"{triton_selected.index_build()}, TRITON_INTERPRET=1, fp32 CPU, B=1, {SHAPE}")
+          f"{args.index_build}, TRITON_INTERPRET=1, fp32 CPU, B=1, {SHAPE}")
     print(table(counts))
     launches = Counter()
     for c in counts.values():
@@ -248,7 +248,7 @@ def main(argv=None) -> int:
     print("excluded ops seen (S=%d): " % lens[0]
           + ", ".join(f"{k} {v}" for k, v in sorted(counts[lens[0]].excluded.items())))
     print(f"reproduce: TRITON_INTERPRET=1 PYTHONPATH=. python benchmarks/bench_ops.py --seq-lens "
-          f"{args.seq_lens}" + (f" --index-build {args.index_build}" if args.index_build else "") + " --check")
+          f"{args.seq_lens} --index-build {args.index_build} --check")
     if args.json:
         args.json.write_text(json.dumps({str(s): {"total": c.total, "ops": dict(c.ops), "inside": dict(c.inside),
                                                   "triton_launches": dict(c.launches), "custom": dict(c.custom)}

@@ -77,7 +77,11 @@ def _one(s, hpg, groups, d, l_sel, n_sel, bwd_tiles, torch_path, device, dtype) 
     qpt_fwd, qpt_bwd = ts._per_tile(hpg, d, d, ts.BWD_TILES)
     b32 = blocks.to(torch.int32)
     row = {"S": s, "pairs": int((blocks >= 0).sum())}
-    row["index_ms"] = timer(lambda: ts._build_index(b32, l_sel, qpt_fwd, qpt_bwd))
+    # the inverted index alone, each build (on a GPU index_build "auto" takes the Triton one; under the
+    # interpreter the torch one, and the Triton build's tl.sort takes seconds)
+    row["index_ms"] = timer(lambda: ts._build_index(b32, l_sel, qpt_fwd, qpt_bwd, "auto"))
+    if cuda:
+        row["index_torch_ms"] = timer(lambda: ts._build_index(b32, l_sel, qpt_fwd, qpt_bwd, "torch"))
 
     def fwd(loop):
         with torch.no_grad():

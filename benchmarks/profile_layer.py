@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
-def run_case(path: str, seq_len: int, batch: int, select: str, passes: int, warmup: int) -> dict:
+def run_case(path: str, seq_len: int, batch: int, select: str, passes: int, warmup: int,
+             index_build: str = "auto") -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -41,7 +42,7 @@ def run_case(path: str, seq_len: int, batch: int, select: str, passes: int, warm
         triton_selection.select_method = lambda n_sel: select
     torch.manual_seed(0)
     shape = SHAPES["m7c"]
-    module = build(path, shape, "cuda", torch.bfloat16)
+    module = build(path, shape, "cuda", torch.bfloat16, index_build)
     x = torch.randn(batch, seq_len, shape["dim"], device="cuda", dtype=torch.bfloat16, requires_grad=True)
 
     def one():
@@ -85,7 +86,8 @@ def run_case(path: str, seq_len: int, batch: int, select: str, passes: int, warm
     launches = sum(len(v) for v in kernels.values()) / passes
     gpu_us = sum(sum(v) for v in kernels.values()) / passes
     top = sorted(((sum(v) / passes, len(v) / passes, k) for k, v in kernels.items()), reverse=True)[:15]
-    return {"path": path, "seq_len": seq_len, "batch": batch, "select": select, "passes": passes,
+    return {"path": path, "seq_len": seq_len, "batch": batch, "select": select, "index_build": index_build,
+            "passes": passes,
             "kernel_launches": launches, "copies_per_pass": copies / passes,
             "gpu_ms": gpu_us / 1e3, "host_issue_ms": min(h for h, _ in host) * 1e3,
             "wall_ms": min(w for _, w in host) * 1e3,
@@ -100,6 +102,9 @@ def main(argv=None) -> int:
     ap.add_argument("--paths", default="nsa-triton,dense")
     ap.add_argument("--select", default="default", choices=("default", "tiled", "fused"),
                     help="the NSA layer's block selection (default: select_method's choice)")
+    ap.add_argument("--index-build", default="auto", choices=("auto", "torch", "triton"),
+                    help="the NSA layer's inverted index of the selected blocks (NSAConfig.index_build; auto: triton "
+                         "on a GPU)")
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json", default=None)
@@ -112,14 +117,16 @@ def main(argv=None) -> int:
     if len(batches) != len(seq_lens):
         ap.error(f"--batch has {len(batches)} values for {len(seq_lens)} lengths")
     if args.case:
-        print(json.dumps(run_case(args.case, seq_lens[0], batches[0], args.select, args.passes, args.warmup)))
+        print(json.dumps(run_case(args.case, seq_lens[0], batches[0], args.select, args.passes, args.warmup,
+                                  args.index_build)))
         return 0
     print("command:", " ".join([sys.executable, *sys.argv]), flush=True)
     results = []
     for s, b in zip(seq_lens, batches):
         for path in args.paths.split(","):
             cmd = [sys.executable, __file__, "--case", path, "--seq-lens", str(s), "--batch", str(b),
-                   "--select", args.select, "--passes", str(args.passes), "--warmup", str(args.warmup)]
+                   "--select", args.select, "--index-build", args.index_build, "--passes", str(args.passes),
+                   "--warmup", str(args.warmup)]
             proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
             if proc.returncode != 0:
                 tail = (proc.stderr or proc.stdout).strip().splitlines()

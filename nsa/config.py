@@ -18,6 +18,7 @@ GATE_CHOICES = ("sigmoid", "softmax")
 PREFILL_CHOICES = ("batched", "sequential")
 SELECTION_CHOICES = ("v2", "v1")
 KERNEL_CHOICES = ("auto", "torch", "triton")
+INDEX_BUILD_CHOICES = ("auto", "torch", "triton")
 ATTENTION_CHOICES = ("nsa", "dense")
 
 CHOICES, FLAGS = "choices", "flags"  # the metadata entries `setting` gives a config field
@@ -72,6 +73,9 @@ class NSAConfig:
     selection    "v2" (vectorized selection ranges) or "v1" (simple loop)
     kernel       the batched path's kernels: "torch" (PyTorch, CPU and CUDA), "triton" (the GPU kernels), "auto"
                  (triton on CUDA when importable, else torch)
+    index_build  the Triton path's inverted index of the selected blocks: "triton" (a counting sort in 6 Triton
+                 launches), "torch" (53 aten ops, the same tensors) or "auto" (triton, except under Triton's
+                 interpreter, whose tl.sort is slow); nsa.attention.kernels.index_build
     """
 
     dim: int
@@ -90,6 +94,7 @@ class NSAConfig:
     prefill: str = "batched"
     selection: str = "v2"
     kernel: str = "auto"
+    index_build: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("dim", "n_heads", "n_kv_groups", "d_k", "d_v", "l", "d", "l_sel", "n_sel", "w"):
@@ -99,7 +104,8 @@ class NSAConfig:
             if value <= 0:
                 raise ValueError(f"NSAConfig.{name} must be positive, got {value}")
         for name, choices in (("phi", PHI_CHOICES), ("gate", GATE_CHOICES), ("prefill", PREFILL_CHOICES),
-                              ("selection", SELECTION_CHOICES), ("kernel", KERNEL_CHOICES)):
+                              ("selection", SELECTION_CHOICES), ("kernel", KERNEL_CHOICES),
+                              ("index_build", INDEX_BUILD_CHOICES)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"NSAConfig.{name} must be one of {' | '.join(choices)}, got {getattr(self, name)!r}")
         if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) or not self.rope_theta > 0:
@@ -120,8 +126,9 @@ class NSAConfig:
         return self.n_heads // self.n_kv_groups
 
     def with_toggles(self, tg: Toggles) -> "NSAConfig":
-        """This config with the toggles that change a layer applied: NSA_PREFILL_BATCHED, NSA_SEL_RANGES_V2 and
-        NSA_KERNEL, as read once at start-up (nsa.toggles.Toggles); an unset toggle leaves its field as it is."""
+        """This config with the toggles that change a layer applied: NSA_PREFILL_BATCHED, NSA_SEL_RANGES_V2,
+        NSA_KERNEL and NSA_INDEX_BUILD, as read once at start-up (nsa.toggles.Toggles); an unset toggle leaves its
+        field as it is."""
         changes = {}
         if tg.prefill_batched is not None:
             changes["prefill"] = "batched" if tg.prefill_batched else "sequential"
@@ -129,6 +136,8 @@ class NSAConfig:
             changes["selection"] = "v2" if tg.sel_ranges_v2 else "v1"
         if tg.kernel is not None:
             changes["kernel"] = tg.kernel
+        if tg.index_build is not None:
+            changes["index_build"] = tg.index_build
         return dataclasses.replace(self, **changes) if changes else self
 
 

@@ -50,6 +50,11 @@ TOGGLES: dict[str, Toggle] = {
                "an error where Triton cannot run), auto (triton on CUDA when importable, else torch). Unset: the "
                "config decides (model.kernel, default auto).",
                choices=("auto", "torch", "triton")),
+        Toggle("NSA_INDEX_BUILD", "choice", None, "trainer (model config)",
+               "Sets model.index_build, the Triton path's inverted index of the selected blocks: triton (a counting "
+               "sort in 6 Triton launches), torch (53 aten ops, the same tensors) or auto (the config's default: "
+               "triton, except under Triton's interpreter, whose tl.sort is slow); unset: the config decides.",
+               choices=("auto", "torch", "triton")),
         Toggle("NSA_DDP_COMPRESS", "choice", "none", "trainer (DDP)",
                "Gradient all-reduce compression hook: bf16 or fp16 halves the bytes sent (gradients are cast, "
                "averaged, cast back); none: plain fp32 all-reduce. Ignored (with a message) without DDP.",
@@ -92,11 +97,6 @@ TOGGLES: dict[str, Toggle] = {
                "The name the trainer records for its node (env.json \"nodes\"): set by the launcher "
                "(node<i> for emulated nodes, $SLURMD_NODENAME under Slurm); unset: $SLURMD_NODENAME, else the host "
                "name.", affects_run=False),
-        Toggle("NSA_INDEX_BUILD", "choice", "torch", "nsa.attention.kernels.triton_selected",
-               "Build of the selected branch's inverted index on the Triton path: torch (53 aten ops, the default) or "
-               "triton (a counting sort in 6 Triton launches, the same tensors; qualified on an H100, not the default "
-               "until its speed is measured). triton_selected.INDEX_BUILD, when set, wins.",
-               choices=("torch", "triton")),
         Toggle("NSA_AOT_FULL", "bool", False, "nsa.attention.kernels.aot",
                "1: compile every Triton kernel configuration ahead of time (all head groups, head dims, selection "
                "blocks and dtypes), not only one of each axis value.", affects_run=False),
@@ -251,6 +251,7 @@ class Toggles:
     # keys stay those it has always had: env.json records these variables under "env", their effect in the kernel
     prefill_batched: bool | None = field(default=None, metadata={"recorded": False})
     sel_ranges_v2: bool | None = field(default=None, metadata={"recorded": False})
+    index_build: str | None = field(default=None, metadata={"recorded": False})  # NSA_INDEX_BUILD as set
 
     @classmethod
     def read(cls, environ=None) -> "Toggles":
@@ -260,7 +261,7 @@ class Toggles:
                 sdpa_no_flash=p("NSA_SDPA_NO_FLASH"), nvtx=p("NSA_NVTX"), tb_disable=p("NSA_TB_DISABLE"),
                 aux_stats_disable=p("NSA_DISABLE_AUX_STATS"), opt_fused=p("NSA_OPT_FUSED"), fault=p("NSA_FAULT"),
                 kernel=p("NSA_KERNEL"), prefill_batched=p("NSA_PREFILL_BATCHED"),
-                sel_ranges_v2=p("NSA_SEL_RANGES_V2"))
+                sel_ranges_v2=p("NSA_SEL_RANGES_V2"), index_build=p("NSA_INDEX_BUILD"))
         if t.sdpa_flash_only and t.sdpa_no_flash:
             raise ValueError("NSA_SDPA_FLASH_ONLY=1 and NSA_SDPA_NO_FLASH=1 contradict each other")
         return t

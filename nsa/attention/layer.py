@@ -132,7 +132,8 @@ class _TritonBranches:
             return self.tk.selection.select_blocks(p.q, p.k_cmp, lse, cfg.l, cfg.d, cfg.l_sel, cfg.n_sel)
 
     def selected(self, p: NSAProjections, blocks: torch.Tensor) -> torch.Tensor:
-        return self.tk.selected.selected_attention(p.q, p.k_sel, p.v_sel, blocks, self.cfg.l_sel)
+        return self.tk.selected.selected_attention(p.q, p.k_sel, p.v_sel, blocks, self.cfg.l_sel,
+                                                   index_build=self.cfg.index_build)
 
     def window(self, p: NSAProjections) -> torch.Tensor:
         return self.tk.range.window_attention(p.q, p.k_win, p.v_win, self.cfg.w)

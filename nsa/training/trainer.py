@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from nsa import observability, toggles
-from nsa.attention.kernels import resolve
+from nsa.attention.kernels import index_build, resolve
 from nsa.config import ModelConfig
 from nsa.model import NSAModel, flops_per_token, lm_loss
 from nsa.toggles import Toggles
@@ -191,6 +191,9 @@ class Trainer:
                         "peak_flops": self.peak, "resumed_from_step": self.start_step,
                         "toggles": tg.record(),
                         "attention": self.model_cfg.attention, "attention_kernel": self.attention_kernel,
+                        # the selected branch's index build that ran (the Triton path only)
+                        "index_build": (index_build(self.model_cfg.nsa.index_build)
+                                        if self.attention_kernel == "triton" else None),
                         "cuda_graphs": self.graphed.describe() if self.graphed is not None else {"enabled": False},
                         "optimizer": {"name": "AdamW", "fused": bool(self.optimizer.defaults.get("fused"))}})
             outputs.write_json(self.out / outputs.ENV_JSON, env)

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The next GPU session's script (written 2026-11-26 after runs 4 and 5 on an H100, reports/gpu/2026-11-26-h100; not
-# run yet). On the device machine, from the repository root, two calls of up to 10 minutes (outputs under $OUT):
-#     PART=1 BUDGET=560 bash reports/gpu/next_run.sh   # runbooks/gpu_kernels.yaml whole (~8 min before train_bench
-#                                                      # on an H100 from a cold cache, + ~2 min for it); a second
-#                                                      # PART=1 call on the same warm machine continues it (--resume)
-#     PART=2 BUDGET=560 bash reports/gpu/next_run.sh   # the index builds A B A B, a profile with the Triton build,
-#                                                      # one fp32-IEEE case under memcheck, then
+# The next GPU session's script (written 2026-11-26 after run 6 on an H100, reports/gpu/2026-11-26-h100, where the
+# runbook ended GO; not run yet in this form). On the device machine, from the repository root, two calls of up to
+# 10 minutes (outputs under $OUT):
+#     PART=1 BUDGET=590 bash reports/gpu/next_run.sh   # runbooks/gpu_kernels.yaml whole (8 min 12 s on an H100 from a
+#                                                      # cold cache in run 6), now with the Triton index build as
+#                                                      # the default; a second PART=1 call on the same warm machine
+#                                                      # continues it (--resume)
+#     PART=2 BUDGET=300 bash reports/gpu/next_run.sh   # the trainer with --compile (both models), then
 #                                                      # benchmarks/tune_kernels.py with the time left
+# 15 minutes of device time hold PART 1 (~9 min with the start) and a PART 2 of about 5 minutes.
 # The runbook runs through `python3 -m validation.cli`: the image's nsa-validate script belongs to another Python.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD PATH=$PATH:/usr/local/cuda/bin
@@ -25,28 +27,15 @@ if [ "$PART" = 1 ]; then
   tail -25 "$OUT/gk_console.txt"
   exit 0
 fi
-# PART 2: the selected branch's index, Triton build against torch build, alternated (run 5's one-shot comparison
-# was confounded), then one profile with the Triton build, then the launch-configuration tuner.
-for round in 1 2; do
-  for build in triton torch; do
-    NSA_INDEX_BUILD=$build timeout 90 python3 benchmarks/bench_attention.py --device cuda --dtype bf16 --shape m7c \
-        --paths nsa-triton --seq-lens 2048,65536 --json "$OUT/attn_index_${build}_$round.json" \
-        > "$OUT/attn_index_${build}_$round.txt" 2>&1
-    RC=$?; echo "[$(el)s] bench_attention NSA_INDEX_BUILD=$build round $round exit $RC" | tee -a "$OUT/log.txt"
-  done
-done
-NSA_INDEX_BUILD=triton timeout 120 python3 benchmarks/profile_layer.py --seq-lens 2048,65536 --batch 8,1 --paths nsa-triton \
-    --json "$OUT/profile_index_triton.json" > "$OUT/profile_index_triton.txt" 2>&1
-RC=$?; echo "[$(el)s] profile_layer NSA_INDEX_BUILD=triton exit $RC" | tee -a "$OUT/log.txt"
-# one fp32 case with IEEE products under memcheck (the runbook sanitises TF32 ones: the IEEE kernels spill with the
-# bf16 tile sizes, and their time under memcheck is what this measures)
-timeout 240 compute-sanitizer --tool memcheck --launch-timeout 0 python3 -m nsa.attention.kernels.qualify \
-    --dtype fp32 --fp32-dots ieee --seq-len 65536 --hpg 6 > "$OUT/memcheck_fp32_ieee.txt" 2>&1
-RC=$?; echo "[$(el)s] memcheck fp32 ieee S 65,536 hpg 6 exit $RC" | tee -a "$OUT/log.txt"
+# PART 2: the trainer's --compile mode, which the runbook leaves out (on the H200 it was the dense twin's fastest
+# mode), then the launch-configuration tuner of the two kernels that dominate at 65,536 with the time left.
+timeout 200 python3 benchmarks/bench_train.py --device cuda --modes compile --json "$OUT/train_compile.json" \
+    > "$OUT/train_compile.txt" 2>&1
+RC=$?; echo "[$(el)s] bench_train --modes compile exit $RC" | tee -a "$OUT/log.txt"
 LEFT=$(( BUDGET - 20 - $(el) ))
 if [ $LEFT -gt 60 ]; then
   timeout $LEFT python3 benchmarks/tune_kernels.py --device cuda --families range_dkdv,sel_bwd --json "$OUT/tune.json" \
       > "$OUT/tune.txt" 2>&1
   RC=$?; echo "[$(el)s] tune_kernels exit $RC" | tee -a "$OUT/log.txt"
 fi
-tail -4 "$OUT"/attn_index_*.txt
+tail -6 "$OUT/train_compile.txt"; tail -15 "$OUT/tune.txt" 2>/dev/null

@@ -10,9 +10,8 @@
     triton_glue.py        Triton: the layer's glue on the Triton path (head split + RoPE + gate activation of the
                           one packed projection, compression pooling, compressed-key RoPE, gate + branch combine);
                           its jit code in triton_glue_kernels.py
-    triton_index.py       Triton: the selected branch's inverted index as a counting sort (triton_selected's
-                          INDEX_BUILD = "triton" or NSA_INDEX_BUILD=triton; qualified on an H100, not the default
-                          until its speed is measured)
+    triton_index.py       Triton: the selected branch's inverted index as a counting sort (NSAConfig.index_build:
+                          the default on a GPU; the torch build under the interpreter, whose tl.sort is slow)
     flex.py               the three branches through PyTorch's FlexAttention (a peer path for bench_attention; not
                           a kernel choice)
     common.py             what the kernel modules share: interpreting(), the head widths and heads per group
@@ -31,11 +30,12 @@ import functools
 import importlib.util
 from types import SimpleNamespace
 
-from nsa.attention.kernels.common import TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP, interpreting
+from nsa.attention.kernels.common import TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP, index_build, interpreting
 from nsa.attention.kernels.reference import (cmp_group_probabilities, compressed_attention, selected_attention,
                                              window_attention)
 
-__all__ = ["KernelUnavailable", "cmp_group_probabilities", "compressed_attention", "resolve", "selected_attention",
+__all__ = ["KernelUnavailable", "cmp_group_probabilities", "compressed_attention", "index_build", "resolve",
+           "selected_attention",
            "triton_modules", "triton_status", "triton_unsupported", "window_attention"]
 
 

@@ -1,5 +1,5 @@
-"""What every kernel module of nsa.attention.kernels shares: whether Triton's interpreter runs them, and the shapes
-the Triton kernels are built for."""
+"""What every kernel module of nsa.attention.kernels shares: whether Triton's interpreter runs them, the shapes
+the Triton kernels are built for, their tl.dot precision and the build of the selected branch's index."""
 
 from __future__ import annotations
 
@@ -39,3 +39,16 @@ def dot_precision(dtype: torch.dtype) -> str:
     setting = getattr(torch.backends.cuda.matmul, "fp32_precision", "none")
     ieee = setting == "ieee" if setting != "none" else torch.get_float32_matmul_precision() == "highest"
     return "ieee" if ieee else "tf32"
+
+
+INDEX_BUILDS = ("auto", "torch", "triton")  # NSAConfig.index_build's choices (the selected branch's inverted index)
+
+
+def index_build(build: str = "auto") -> str:
+    """The build of the selected branch's inverted index that runs for `build` (NSAConfig.index_build), "torch" or
+    "triton": "auto" is "triton", except under Triton's interpreter, where it is "torch" (its tl.sort is slow)."""
+    if build not in INDEX_BUILDS:
+        raise ValueError(f"index_build must be one of {', '.join(INDEX_BUILDS)}, got {build!r}")
+    if build == "auto":
+        return "torch" if interpreting() else "triton"
+    return build

@@ -25,8 +25,8 @@ queries, and tile i of a grid bounded by shapes alone (ceil(pairs_max / QPT) + B
 searchsorted over the cumulative tile counts; tiles past the real count have count 0 and return at once. A fixed
 number of torch ops whatever S; no .item(), nonzero, bincount or data-dependent shape. The same index in Triton
 (triton_index.py: a chunked counting sort, 1 aten op and 6 launches instead of 53 ops, equal element for element)
-is INDEX_BUILD = "triton" (or NSA_INDEX_BUILD=triton): qualified on an H100, not the default until its speed is
-measured (the comment at INDEX_BUILD).
+is the default on a GPU (NSAConfig.index_build "auto"; the comment above _build_index): qualified on an H100 and
+faster there at S 2,048, the same at 65,536.
 
 Tiles are rows of (query, head) pairs: row r of a tile is query r // hpg of the tile's list and head r % hpg (hpg
 is a compile-time constant: the divisions are multiply-shifts), so BLOCK_R = 128 rows hold QPT = 128 // hpg
@@ -106,7 +106,7 @@ import torch
 from nsa.attention.kernels import triton_index
 from nsa.attention.kernels.aot import AotCase
 from nsa.attention.kernels.common import LOG2E, dot_precision
-from nsa.toggles import parse
+from nsa.attention.kernels.common import index_build as resolve_index_build
 
 _LN2 = 0.6931471805599453
 # Tiles of one key block per backward program (each tile = QPT queries): bounds a popular block's work per program.
@@ -177,39 +177,24 @@ def _tile_table(counts, pair_start, per_tile, n_tiles):
 
 
 # Which build of the inverted index the forward takes: "torch" (53 aten ops) or "triton" (triton_index: 1 aten op and
-# 6 Triton launches), the same tensors element for element. The Triton build ran clean on an H100 (gpu_kernels.yaml,
-# 2026-11-26: its tests, `qualify --kernels index` under memcheck in 18 of 18 cases, the 125M trainer with CUDA
-# graphs), but its one speed measurement there was confounded (reports/gpu/2026-11-26-h100, run 5: the layer at
-# S 2,048 took 11.3 ms fwd+bwd with it against 8.1 ms with the torch build, yet the backward, which builds no index,
-# was 1.1 ms slower too); "torch" stays the default until an alternating A/B on a GPU settles it. Under Triton's
-# interpreter its tl.sort of a 2,048-pair chunk takes seconds a call. benchmarks/bench_ops.py counts the layer's ops
-# with either build. INDEX_BUILD None reads the environment variable NSA_INDEX_BUILD (it reaches benchmarks'
-# subprocesses: `NSA_INDEX_BUILD=triton python benchmarks/bench_attention.py ...`), else "torch".
-INDEX_BUILDS = ("torch", "triton")
-INDEX_BUILD_ENV = "NSA_INDEX_BUILD"
-INDEX_BUILD: str | None = None
+# 6 Triton launches), the same tensors element for element. NSAConfig.index_build chooses it (model.index_build in a
+# config, NSA_INDEX_BUILD at the trainer's start-up: nsa/toggles.py, read once and passed down); "auto", the default,
+# is the Triton build on a GPU and the torch build under Triton's interpreter, where tl.sort of a 2,048-pair chunk
+# takes seconds a call. The Triton build ran clean on an H100 (gpu_kernels.yaml, 2026-11-26: its tests, `qualify
+# --kernels index` under memcheck in 18 of 18 cases, the 125M trainer with CUDA graphs) and, alternated with the
+# torch build (A B A B, reports/gpu/2026-11-26-h100/run6), the layer's forward+backward at S 2,048 took 5.71 and 5.65
+# ms with it against 6.51 and 6.28 ms (medians of 10), the same at 65,536 (46.96 / 46.84 against 46.77 / 46.93 ms).
+# benchmarks/bench_ops.py counts the layer's ops with either build.
 
 
-def index_build(build: str | None = None) -> str:
-    """The index build asked for: `build`, else INDEX_BUILD, else $NSA_INDEX_BUILD (nsa/toggles.py), else "torch"."""
-    if build is None:
-        build = INDEX_BUILD if INDEX_BUILD is not None else parse(INDEX_BUILD_ENV)
-        where = "triton_selected.INDEX_BUILD" if INDEX_BUILD is not None else INDEX_BUILD_ENV
-    else:
-        where = "build"
-    if build not in INDEX_BUILDS:
-        raise ValueError(f"{where}: the index build must be one of {', '.join(INDEX_BUILDS)}, got {build!r}")
-    return build
-
-
-def _build_index(blocks: torch.Tensor, l_sel: int, qpt_fwd: int, qpt_bwd: int, build: str | None = None):
+def _build_index(blocks: torch.Tensor, l_sel: int, qpt_fwd: int, qpt_bwd: int, build: str = "auto"):
     """Sync-free inverted index of blocks [B, G, S, n_sel] (int32 contiguous).
 
     Returns order [pairs] int32 (flat pair index ((b*G + g)*S + t)*n_sel + slot of each pair, sorted by key block,
     empty slots last), pair_t (the query t of each sorted pair) and the forward and backward tile tables. `build`
-    (default: index_build()): "torch" or "triton"; shapes the Triton build cannot index take the torch one.
+    (common.index_build): "auto", "torch" or "triton"; shapes the Triton build cannot index take the torch one.
     """
-    build = index_build(build)
+    build = resolve_index_build(build)
     b, g, s, n_sel = blocks.shape
     if build == "triton" and triton_index.supported(s, n_sel, _cdiv(s, l_sel)) is None:
         return triton_index.build_index(blocks, l_sel, qpt_fwd, qpt_bwd, _n_tiles(b, g, s, n_sel, l_sel, qpt_fwd),
@@ -276,7 +261,7 @@ def _per_tile(hpg, d_k, d_v, bwd_tiles):
 
 @torch.library.custom_op("nsa::selected_attention_fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Tensor, l_sel: int, loop: str,
-            bwd_tiles: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+            bwd_tiles: int, index_build: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(o [B, H, S, d_v], lse [B, G, S, hpg] fp32 in log2 units, pair_t, backward tile table)."""
     b, h, s, d_k = q.shape
     g, d_v = k.shape[1], v.shape[-1]
@@ -285,7 +270,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
     blocks = blocks.to(torch.int32).contiguous()
     n_sel = blocks.shape[-1]
     qpt_fwd, qpt_bwd = _per_tile(hpg, d_k, d_v, bwd_tiles)
-    order, pair_t, fwd_tiles, bwd_tiles_tab = _build_index(blocks, l_sel, qpt_fwd, qpt_bwd)
+    order, pair_t, fwd_tiles, bwd_tiles_tab = _build_index(blocks, l_sel, qpt_fwd, qpt_bwd, index_build)
     qk_scale = LOG2E / math.sqrt(d_k)
     prec = dot_precision(q.dtype)
     if loop == "query":
@@ -318,7 +303,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
 
 
 @_fwd_op.register_fake
-def _(q, k, v, blocks, l_sel, loop, bwd_tiles):
+def _(q, k, v, blocks, l_sel, loop, bwd_tiles, index_build):
     b, h, s, d_k = q.shape
     g, d_v, n_sel = k.shape[1], v.shape[-1], blocks.shape[-1]
     n_tiles = _n_tiles(b, g, s, n_sel, l_sel, _per_tile(h // g, d_k, d_v, bwd_tiles)[1])
@@ -363,7 +348,7 @@ def _(do, q, k, v, o, lse, pair_t, tiles, l_sel, bwd_tiles):
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, _blocks, l_sel, _loop, bwd_tiles = inputs
+    q, k, v, _blocks, l_sel, _loop, bwd_tiles, _index_build = inputs
     o, lse, pair_t, tiles = output
     ctx.save_for_backward(q, k, v, o, lse, pair_t, tiles)
     ctx.l_sel, ctx.bwd_tiles = l_sel, bwd_tiles
@@ -375,25 +360,27 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, do, _dlse, _dpair_t, _dtiles):
     if do is None:  # o took no part in the loss
-        return None, None, None, None, None, None, None
+        return None, None, None, None, None, None, None, None
     q, k, v, o, lse, pair_t, tiles = ctx.saved_tensors
     dq, dk, dv = torch.ops.nsa.selected_attention_bwd(do, q, k, v, o, lse, pair_t, tiles, ctx.l_sel,
                                                       ctx.bwd_tiles)
-    return dq, dk, dv, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None
 
 
 _fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def selected_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Tensor, l_sel: int,
-                       loop: str = "kv", bwd_tiles: int = BWD_TILES) -> torch.Tensor:
+                       loop: str = "kv", bwd_tiles: int = BWD_TILES, index_build: str = "auto") -> torch.Tensor:
     """Selected-branch attention (see the module docstring): o [B, H, S, d_v] in q's dtype.
 
     loop: "kv" (KV-block-outer forward, the default) or "query" (query-outer forward); bwd_tiles: forward tiles
-    of one key block per backward program (bounds the work of a popular block's program).
+    of one key block per backward program (bounds the work of a popular block's program); index_build: the
+    inverted index's build, "auto", "torch" or "triton" (common.index_build; NSAConfig.index_build).
     """
     _check(q, k, v, blocks, l_sel, loop, bwd_tiles)
-    return torch.ops.nsa.selected_attention_fwd(q, k, v, blocks, l_sel, loop, bwd_tiles)[0]
+    build = resolve_index_build(index_build)
+    return torch.ops.nsa.selected_attention_fwd(q, k, v, blocks, l_sel, loop, bwd_tiles, build)[0]
 
 
 # ------------------------------------------------------------------------------------------------ AOT

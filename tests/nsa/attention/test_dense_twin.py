@@ -112,6 +112,7 @@ def test_trainer_records_attention_and_kernel_and_rejects_triton_without_a_gpu(t
         record = json.loads((out / "env.json").read_text())
         assert (record["attention"], record["attention_kernel"]) == (attention, kernel)
         assert record["toggles"]["kernel"] == "None"
+        assert record["index_build"] is None  # the Triton path's index build: recorded where that path runs
     proc = subprocess.run([*base, "--out-dir", str(tmp_path / "t")], cwd=REPO, env={**env, "NSA_KERNEL": "triton"},
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]

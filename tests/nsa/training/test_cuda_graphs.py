@@ -406,6 +406,7 @@ def test_gpu_capture_matches_eager(tmp_path, monkeypatch, attention, precision, 
         runs[name] = read_csv(out / "training.csv")
     env = json.loads((tmp_path / "graphed" / "env.json").read_text())
     assert env["cuda_graphs"]["enabled"] and env["attention_kernel"] == ("triton" if attention == "nsa" else "sdpa")
+    assert env["index_build"] == ("triton" if attention == "nsa" else None)  # "auto" on a GPU
     for e, g in zip(runs["eager"], runs["graphed"]):
         assert math.isfinite(float(g["loss"]))
         assert float(g["loss"]) == pytest.approx(float(e["loss"]), rel=rel), e["step"]

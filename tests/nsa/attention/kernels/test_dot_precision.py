@@ -83,7 +83,7 @@ def test_every_selected_kernel_launch_with_a_dot_passes_the_precision(monkeypatc
     b, h, g, s, d, l_sel, n_sel = 1, 2, 1, 64, 32, 16, 2
     q, k, v = (torch.randn(b, s, n, d, dtype=dtype).transpose(1, 2) for n in (h, g, g))
     blocks = torch.stack([torch.arange(n_sel).expand(s, n_sel)] * g).unsqueeze(0).to(torch.int32).contiguous()
-    o, lse, pair_t, tiles = triton_selected._fwd_op(q, k, v, blocks, l_sel, loop, 1)
+    o, lse, pair_t, tiles = triton_selected._fwd_op(q, k, v, blocks, l_sel, loop, 1, "torch")
     triton_selected._bwd_op(torch.randn_like(o), q, k, v, o, lse, pair_t, tiles, l_sel, 1)
     launched = [name for name, _ in calls]
     assert launched == (["_sel_fwd_query"] if loop == "query" else ["_sel_fwd_kv_stats", "_sel_fwd_kv_out"]) + \

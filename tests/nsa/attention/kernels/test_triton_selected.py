@@ -14,6 +14,7 @@ import torch
 from reference import expand_groups, masked_attention, selection_mask_from_blocks
 from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, assert_within_torch_error, needs_triton
 
+from nsa.attention.kernels import index_build
 from nsa.attention.kernels import reference as torch_kernels
 from nsa.attention.selection import choose_blocks, selection_ranges_v2
 
@@ -91,7 +92,8 @@ def _with_grads(fn, q, k, v, do, dtype=None):
 
 
 def _check_against_references(b, h, g, s, d_k, d_v, l_sel, n_sel, kind, loops=ts.LOOPS if HAVE_TRITON else (),
-                              bwd_tiles=ts.BWD_TILES if HAVE_TRITON else 1, seed=0, scale=1.0, tol=TOL):
+                              bwd_tiles=ts.BWD_TILES if HAVE_TRITON else 1, seed=0, scale=1.0, tol=TOL,
+                              index_build="auto"):
     q, k, v, do = _inputs(b, h, g, s, d_k, d_v, seed, scale)
     blocks = _selection(kind, b, g, s, l_sel, n_sel, seed + 1).to(KERNEL_DEVICE)
     dense, dense_grads = _with_grads(lambda *x: _dense(*x, blocks, l_sel), q, k, v, do, torch.float64)
@@ -104,7 +106,7 @@ def _check_against_references(b, h, g, s, d_k, d_v, l_sel, n_sel, kind, loops=ts
         _close(path, dense, "torch path vs dense (sanity)", 1e-9)
     for loop in loops:
         def kernel(*x, loop=loop):
-            return ts.selected_attention(*x, blocks, l_sel, loop=loop, bwd_tiles=bwd_tiles)
+            return ts.selected_attention(*x, blocks, l_sel, loop=loop, bwd_tiles=bwd_tiles, index_build=index_build)
 
         out, grads = _with_grads(kernel, q, k, v, do)
         assert out.shape == (b, h, s, d_v) and out.dtype == DTYPE
@@ -252,17 +254,17 @@ def test_triton_index_build_equals_the_torch_build(small_chunks, b, g, s, l_sel,
 
 
 @pytest.mark.parametrize("b,h,g,s,d,l_sel,n_sel,kind,bwd_tiles,loops", [CI_CASES[0], CI_CASES[2], CI_CASES[6]])
-def test_matches_references_with_the_triton_index(small_chunks, monkeypatch, b, h, g, s, d, l_sel, n_sel, kind,
-                                                  bwd_tiles, loops):
-    monkeypatch.setattr(ts, "INDEX_BUILD", "triton")
-    _check_against_references(b, h, g, s, d, d, l_sel, n_sel, kind, ("kv",), bwd_tiles)
+def test_matches_references_with_each_index_build(small_chunks, b, h, g, s, d, l_sel, n_sel, kind, bwd_tiles, loops):
+    """The build "auto" does not take here (the torch build under the interpreter, the Triton one on a GPU)."""
+    other = "triton" if index_build() == "torch" else "torch"
+    _check_against_references(b, h, g, s, d, d, l_sel, n_sel, kind, ("kv",), bwd_tiles, index_build=other)
 
 
 def test_index_build_choice(monkeypatch):
     from nsa.attention.kernels import triton_index
 
     blocks = _selection("model", 1, 1, 50, 16, 3, seed=0).to(KERNEL_DEVICE, torch.int32).contiguous()
-    with pytest.raises(ValueError, match="index build must be one of"):
+    with pytest.raises(ValueError, match="index_build must be one of"):
         ts._build_index(blocks, 16, 4, 8, build="sorted")
     assert triton_index.supported(50, 3, 4) is None
     assert "overflow" in triton_index.supported(2**31, 3, 2**21)
@@ -274,22 +276,20 @@ def test_index_build_choice(monkeypatch):
         assert torch.equal(got, want)
 
 
-def test_index_build_default_and_environment(monkeypatch):
-    """INDEX_BUILD None reads $NSA_INDEX_BUILD, else the torch build; an unknown value is an error naming where it
-    came from."""
-    monkeypatch.setattr(ts, "INDEX_BUILD", None)
-    monkeypatch.delenv(ts.INDEX_BUILD_ENV, raising=False)
-    assert ts.index_build() == "torch" and ts.index_build("triton") == "triton"
-    monkeypatch.setenv(ts.INDEX_BUILD_ENV, "triton")
-    assert ts.index_build() == "triton"
-    monkeypatch.setenv(ts.INDEX_BUILD_ENV, "fast")
-    with pytest.raises(ValueError, match="NSA_INDEX_BUILD='fast' is invalid: expected torch [|] triton"):
-        ts.index_build()
-    monkeypatch.setattr(ts, "INDEX_BUILD", "torch")  # the module variable wins over the environment
-    assert ts.index_build() == "torch"
-    monkeypatch.setattr(ts, "INDEX_BUILD", "sorted")
-    with pytest.raises(ValueError, match="triton_selected.INDEX_BUILD: the index build must be one of torch, triton"):
-        ts.index_build()
+def test_index_build_auto_and_bad_names(monkeypatch):
+    """"auto" is the Triton build on a GPU and the torch build under the interpreter; an unknown name is an error
+    naming the choices, from the function and from the public entry point."""
+    assert index_build("auto") == ("triton" if ON_GPU else "torch")
+    with monkeypatch.context() as m:
+        m.setenv("TRITON_INTERPRET", "0")  # what "auto" takes where the kernels are compiled for a GPU
+        assert index_build("auto") == "triton" and index_build() == "triton"
+    assert index_build("torch") == "torch" and index_build("triton") == "triton"
+    with pytest.raises(ValueError, match="index_build must be one of auto, torch, triton, got 'sorted'"):
+        index_build("sorted")
+    q, k, v, _ = _inputs(1, 2, 1, 16, 32, 32, 0, 1.0)
+    blocks = _selection("model", 1, 1, 16, 8, 2, seed=1).to(KERNEL_DEVICE)
+    with pytest.raises(ValueError, match="index_build must be one of"):
+        ts.selected_attention(q, k, v, blocks, 8, index_build="fast")
 
 
 # ------------------------------------------------------------------------------------------------ API edges
@@ -312,7 +312,8 @@ def test_custom_op_registration_opcheck():
     """Schema, fake (meta) kernel and autograd registration are consistent with the real kernels."""
     q, k, v, _ = _inputs(1, 4, 2, 24, 16, 16, seed=1)
     blocks = _selection("model", 1, 2, 24, 8, 3, seed=2).to(KERNEL_DEVICE)
-    args = (q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_(), blocks, 8, "kv", 2)
+    args = (q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_(), blocks, 8, "kv", 2,
+            index_build())
     checks = ("test_schema", "test_faketensor", "test_autograd_registration")
     torch.library.opcheck(torch.ops.nsa.selected_attention_fwd.default, args, test_utils=checks)
     o, lse, pair_t, tiles = torch.ops.nsa.selected_attention_fwd(*[a.detach() if torch.is_tensor(a) else a

@@ -37,7 +37,7 @@ Measured (this counter, the shape above, S = 256 and 1,024, identical at both):
     with choose_blocks padding its result to n_sel columns at every length (a zero-width pad when there are
         n_sel blocks or more; 2026-11-26): 132 ops at both lengths, 21 Triton launches. Still to go under 80: the
         index build in nsa::selected_attention_fwd (59) and select_blocks' glue (31).
-    with the Triton build of the index (`--index-build triton`, nsa/attention/kernels/triton_index.py; qualified
+    with the Triton build of the index (`--index-build triton`, nsa/attention/kernels/selected_attn/index.py; qualified
         on an H100 2026-11-26): 80 ops at both lengths (7 left inside selected_attention_fwd: zeros 2, one of them
         the index's histogram, mul_ 2, _to_copy, full, logsumexp), 27 Triton launches (+6: the index's hist,
         colscan, keyscan, scatter and two tile tables). The torch build still counts 132.

@@ -1,4 +1,4 @@
-"""Timings and peak memory of the selected-branch Triton kernels (nsa.attention.kernels.triton_selected) against
+"""Timings and peak memory of the selected-branch Triton kernels (nsa.attention.kernels.selected_attn.host) against
 the PyTorch path and dense causal SDPA: the measurements its docstring leaves pending.
 
     python benchmarks/bench_selected_kernel.py                         # CUDA, bf16, the model's shape, S 8K..64K
@@ -60,8 +60,8 @@ def _one(s, hpg, groups, d, l_sel, n_sel, bwd_tiles, torch_path, device, dtype) 
     import torch
     import torch.nn.functional as F
 
-    from nsa.attention.kernels import reference
-    from nsa.attention.kernels import triton_selected as ts
+    from nsa.attention import kernels as reference
+    from nsa.attention.kernels.selected_attn import host as ts
     from nsa.attention.selection import choose_blocks, selection_ranges_v2
 
     cuda = device == "cuda"

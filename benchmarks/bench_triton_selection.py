@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from nsa.attention.geometry import num_cmp_blocks, num_sel_blocks  # noqa: E402
-from nsa.attention.kernels.reference import cmp_group_probabilities, compressed_attention  # noqa: E402
+from nsa.attention.kernels import cmp_group_probabilities, compressed_attention  # noqa: E402
 from nsa.attention.selection import choose_blocks, importance_from_cmp  # noqa: E402
 
 B, H, G, D_K, L, D, L_SEL, N_SEL = 1, 12, 2, 64, 32, 16, 64, 16
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
         return 1
     import triton.testing
 
-    from nsa.attention.kernels.triton_selection import select_blocks
+    from nsa.attention.kernels.selection.host import select_blocks
 
     rows = []
     print(f"{'S':>6} | {'fused ms':>9} {'tiled ms':>9} {'torch ms':>9} {'cmp attn ms':>11} | {'differ':>7}")

@@ -38,7 +38,7 @@ def run_case(path: str, seq_len: int, batch: int, select: str, passes: int, warm
     from bench_attention import SHAPES, build
 
     if select != "default":
-        from nsa.attention.kernels import triton_selection
+        from nsa.attention.kernels.selection import host as triton_selection
         triton_selection.select_method = lambda n_sel: select
     torch.manual_seed(0)
     shape = SHAPES["m7c"]

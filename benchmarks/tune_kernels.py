@@ -5,7 +5,7 @@
     python benchmarks/tune_kernels.py --device cuda --families range_dkdv,sel_bwd --seq-lens 65536 --batch 1
 
 The profile of one layer (benchmarks/profile_layer.py; reports/gpu/2026-11-26) puts most of the GPU time in four
-kernel families: the range kernels' forward and dQ (`range_q`: nsa.attention.kernels.triton_range.query_config),
+kernel families: the range kernels' forward and dQ (`range_q`: nsa.attention.kernels.range_attn.host.query_config),
 their dK/dV (`range_dkdv`: dkdv_config; 13.6 of 43 ms at S = 65,536), the selected branch's backward (`sel_bwd`:
 triton_selected._config("bwd"); 7.6 ms there, the largest kernel at S = 2,048) and its forward passes (`sel_fwd`:
 _config("stats"/"out")). Their configurations were chosen from the ahead-of-time compile (no spills, tensor cores),
@@ -63,13 +63,13 @@ def _patch(family: str, cand):
     """Make the launchers pick `cand` for `family` (None: what they ship); returns a function that undoes it."""
     if cand is None:
         return lambda: None
-    from nsa.attention.kernels import triton_range as tr
-    from nsa.attention.kernels import triton_selected as ts
+    from nsa.attention.kernels.range_attn import host as tr
+    from nsa.attention.kernels.selected_attn import host as ts
 
     if family in ("range_q", "range_dkdv"):
         name = "query_config" if family == "range_q" else "dkdv_config"
         saved = getattr(tr, name)
-        cfg = tr.KernelConfig(*cand)
+        cfg = tr.LaunchConfig(*cand)
         setattr(tr, name, lambda d_k, d_v: cfg)
         return lambda: setattr(tr, name, saved)
     saved = ts._config
@@ -86,7 +86,9 @@ def _patch(family: str, cand):
 
 def aot_report(families: list[str]) -> list[dict]:
     """Every candidate's kernels compiled for sm_80 and sm_90 (installed triton, no GPU): registers and spills."""
-    from nsa.attention.kernels import aot, triton_range, triton_selected
+    from nsa.attention.kernels import aot
+    from nsa.attention.kernels.range_attn import host as triton_range
+    from nsa.attention.kernels.selected_attn import host as triton_selected
 
     rows = []
     for family in families:
@@ -138,8 +140,8 @@ def run_case(family: str, cand_index: int, s: int, b: int, device: str = "cuda",
     """One (family, candidate, S) in this process: shipped and candidate configurations, alternately."""
     import torch
 
-    from nsa.attention.kernels import triton_range as tr
-    from nsa.attention.kernels import triton_selected as ts
+    from nsa.attention.kernels.range_attn import host as tr
+    from nsa.attention.kernels.selected_attn import host as ts
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
     inputs = _inputs(family, b, s, device, dtype)

@@ -17,7 +17,7 @@ the PyTorch reference (CPU and CUDA) and the Triton GPU kernels (nsa.attention.k
 builders for the PyTorch path: "v2" (vectorized) and "v1" (a loop); the Triton path reads block indices directly.
 The Triton path's forward (_forward_triton) computes the same function in few kernel launches: one GEMM for every
 projection (the weights concatenated per forward; the parameters stay separate) and fused kernels for the glue
-(nsa.attention.kernels.triton_glue); benchmarks/bench_ops.py counts its ops.
+(nsa.attention.kernels.glue.host); benchmarks/bench_ops.py counts its ops.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from nsa.attention import kernels
 from nsa.attention.cache import NSACache
+from nsa.attention.kernels.backend import Branches, TritonBranches, branches
 from nsa.attention.compression import Compressor
 from nsa.config import NSAConfig
 from nsa.attention.geometry import num_cmp_blocks, num_sel_blocks
@@ -92,51 +93,6 @@ def _overlap_slice(n_cmp: int, n_blocks: int, l: int, d: int, l_sel: int) -> tor
     return _overlap(cap_c, cap_b, l, d, l_sel)[:n_cmp, :n_blocks]
 
 
-
-class _TorchBranches:
-    """The batched path's kernels in PyTorch (nsa.attention.kernels: the reference; CPU and CUDA)."""
-
-    def __init__(self, layer: "NSAAttention"):
-        self.layer, self.cfg = layer, layer.cfg
-
-    def compressed(self, p: NSAProjections) -> tuple[torch.Tensor, None]:
-        return kernels.compressed_attention(p.q, p.k_cmp, p.v_cmp, self.cfg.l, self.cfg.d), None
-
-    def select(self, p: NSAProjections, lse: None) -> torch.Tensor:
-        return self.layer._select_batched(p.q, p.k_cmp, p.q.shape[2])
-
-    def selected(self, p: NSAProjections, blocks: torch.Tensor) -> torch.Tensor:
-        s = p.q.shape[2]
-        with span(f"nsa.sel.ranges_{self.cfg.selection}"):
-            ranges = self.layer.range_builder(blocks, torch.arange(s, device=p.q.device), self.cfg.l_sel)
-        return kernels.selected_attention(p.q, p.k_sel, p.v_sel, ranges, self.cfg.l_sel)
-
-    def window(self, p: NSAProjections) -> torch.Tensor:
-        return kernels.window_attention(p.q, p.k_win, p.v_win, self.cfg.w)
-
-
-class _TritonBranches:
-    """The batched path's kernels in Triton (nsa.attention.kernels.triton_*): every branch and the selection fused,
-    no host synchronisation. The compressed branch's log-sum-exp gives the compressed attention probabilities
-    exp(s - lse) that rank the selection blocks."""
-
-    def __init__(self, layer: "NSAAttention"):
-        self.cfg, self.tk = layer.cfg, kernels.triton_modules()
-
-    def compressed(self, p: NSAProjections) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.tk.range.compressed_attention_lse(p.q, p.k_cmp, p.v_cmp, self.cfg.l, self.cfg.d)
-
-    def select(self, p: NSAProjections, lse: torch.Tensor) -> torch.Tensor:
-        cfg = self.cfg
-        with span("nsa.sel.importance"):
-            return self.tk.selection.select_blocks(p.q, p.k_cmp, lse, cfg.l, cfg.d, cfg.l_sel, cfg.n_sel)
-
-    def selected(self, p: NSAProjections, blocks: torch.Tensor) -> torch.Tensor:
-        return self.tk.selected.selected_attention(p.q, p.k_sel, p.v_sel, blocks, self.cfg.l_sel,
-                                                   index_build=self.cfg.index_build)
-
-    def window(self, p: NSAProjections) -> torch.Tensor:
-        return self.tk.range.window_attention(p.q, p.k_win, p.v_win, self.cfg.w)
 
 class NSAAttention(nn.Module):
     def __init__(self, cfg: NSAConfig):
@@ -213,14 +169,13 @@ class NSAAttention(nn.Module):
             return choose_blocks(importance, torch.arange(s, device=q.device), cfg.n_sel, cfg.l_sel)
 
     def _branches_batched(self, p: NSAProjections, logits: torch.Tensor | None = None,
-                          backend: "_TorchBranches | _TritonBranches | None" = None) -> dict[str, torch.Tensor]:
-        """The batched path's three branches, written once over a backend of kernels (`_TorchBranches`: the PyTorch
-        kernels; `_TritonBranches`: the GPU kernels, no host sync; by default the one the configured kernel
-        resolves to). The compressed branch may return its log-sum-exp, which the Triton selection uses to rank
-        the blocks without a second softmax pass."""
+                          backend: Branches | None = None) -> dict[str, torch.Tensor]:
+        """The batched path's three branches, written once over a backend of kernels (nsa.attention.kernels.backend:
+        TorchBranches, the PyTorch path; TritonBranches, the GPU kernels, no host sync; by default the one the
+        configured kernel resolves to). The compressed branch may return its log-sum-exp, which the Triton
+        selection uses to rank the blocks without a second softmax pass."""
         if backend is None:
-            backend = (_TritonBranches(self) if kernels.resolve(self.cfg.kernel, p.q.device, self.cfg) == "triton"
-                       else _TorchBranches(self))
+            backend = branches(self.cfg, p.q.device, self._select_batched, self.range_builder)
         out = {}
         with span("nsa.cmp"):
             out["cmp"], lse = backend.compressed(p)
@@ -345,7 +300,7 @@ class NSAAttention(nn.Module):
 
     # ------------------------------------------------------------------ the Triton path's forward: few ops
     def packed_weight(self) -> torch.Tensor:
-        """Every projection of x in one [N, dim] matrix, in nsa.attention.kernels.triton_glue's column order:
+        """Every projection of x in one [N, dim] matrix, in nsa.attention.kernels.glue.host's column order:
         q, k_sel, k_win, v_sel, v_win, k_cmp, v_cmp, then the gate MLP's first layer. The parameters stay separate
         (state_dict, sharding and checkpoints unchanged); one cat per forward joins them, its backward is views."""
         return torch.cat([self.q_proj.weight, self.k_sel.weight, self.k_win.weight, self.v_sel.weight,
@@ -353,7 +308,7 @@ class NSAAttention(nn.Module):
 
     def _forward_triton(self, x: torch.Tensor) -> torch.Tensor:
         """forward() on the Triton path, the same function as the PyTorch path's in fewer ops (issue 21): one GEMM
-        for every projection, fused kernels (triton_glue) for the head split + RoPE + gate activation, the
+        for every projection, fused kernels (kernels/glue) for the head split + RoPE + gate activation, the
         compression pooling, the compressed keys' RoPE and the gate + branch combine; the rest are GEMMs and the
         attention kernels."""
         tk = kernels.triton_modules()
@@ -372,7 +327,7 @@ class NSAAttention(nn.Module):
         v_cmp = mean_v if mlp_v is None else mean_v + mlp_v
         t = lambda z: z.transpose(1, 2)  # noqa: E731 - [B, S, n, d] storage seen as [B, n, S, d]
         p = NSAProjections(t(q), k_cmp, v_cmp, t(k_sel), t(v_sel), t(k_win), t(v_win), gates=None)
-        out = self._branches_batched(p, logits=logits, backend=_TritonBranches(self))  # forward() resolved it
+        out = self._branches_batched(p, logits=logits, backend=TritonBranches(cfg))  # forward() resolved it
         mixed = tk.glue.gate_combine(logits, out["cmp"], out["sel"], out["win"], cfg.gate)
         return self.o_proj(mixed)
 
@@ -387,10 +342,8 @@ class NSAAttention(nn.Module):
         if self.cfg.prefill == "sequential":
             return self._branches_sequential(p)[1]
         if kernels.resolve(self.cfg.kernel, p.q.device, self.cfg) == "triton":
-            tk = kernels.triton_modules()
-            cfg = self.cfg
-            _, lse = tk.range.compressed_attention_lse(p.q, p.k_cmp, p.v_cmp, cfg.l, cfg.d)
-            return tk.selection.select_blocks(p.q, p.k_cmp, lse, cfg.l, cfg.d, cfg.l_sel, cfg.n_sel)
+            backend = TritonBranches(self.cfg)
+            return backend.select(p, backend.compressed(p)[1])
         return self._select_batched(p.q, p.k_cmp, x.shape[1])
 
     def new_cache(self, batch_size: int) -> NSACache:

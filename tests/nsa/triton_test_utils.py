@@ -20,7 +20,7 @@ needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="needs the triton pack
 # Where the Triton kernels run in this session: cuda natively, else cpu through the interpreter.
 KERNEL_DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 
-# The fused top-k selection (triton_selection method="fused") faulted on an H100 (its module docstring, "Known
+# The fused top-k selection (selection/host.py, method="fused") faulted on an H100 (its module docstring, "Known
 # fault"): a fault leaves the process's CUDA context unusable, so on a GPU its tests run only when asked for,
 # in a process of their own; through the interpreter they always run.
 FUSED_SELECTION_ENV = "NSA_TEST_FUSED_SELECTION"

@@ -1,24 +1,28 @@
 """Batched-prefill kernels of the three branches, and the choice between the two implementations.
 
-    reference.py          the PyTorch path: vectorized, runs on CPU and CUDA; the reference the Triton kernels are
-                          tested against, and the CPU path
-    triton_range.py       Triton: compressed and sliding-window branches (each query attends a contiguous range);
-                          its jit code in triton_range_kernels.py
-    triton_selection.py   Triton: block importance (Eq. 9, 10) and top-n_sel selection
-    triton_selected.py    Triton: the selected branch (block-sparse attention over the chosen blocks); its jit
-                          code in triton_selected_kernels.py
-    triton_glue.py        Triton: the layer's glue on the Triton path (head split + RoPE + gate activation of the
-                          one packed projection, compression pooling, compressed-key RoPE, gate + branch combine);
-                          its jit code in triton_glue_kernels.py
-    triton_index.py       Triton: the selected branch's inverted index as a counting sort (NSAConfig.index_build:
-                          the default on a GPU; the torch build under the interpreter, whose tl.sort is slow)
-    flex.py               the three branches through PyTorch's FlexAttention (a peer path for bench_attention; not
-                          a kernel choice)
-    common.py             what the kernel modules share: interpreting(), the head widths and heads per group
-                          the Triton kernels are built for
-    aot.py                ahead-of-time compilation of every Triton kernel for sm_80 / sm_90 (no GPU needed)
-    qualify.py            every Triton kernel forward and backward once at one shape: what runbooks/gpu_kernels.yaml
-                          runs under compute-sanitizer (python -m nsa.attention.kernels.qualify --help)
+One package per kernel op, each with its PyTorch path (naive.py: runs on CPU and CUDA, the CPU path and the
+reference its Triton kernels are tested against), the Triton host side (host.py: launch configurations, custom
+ops) and the Triton kernels (jit.py):
+
+    range_attn/     the compressed and sliding-window branches (each query attends a contiguous range of keys)
+    selected_attn/  the selected branch (block-sparse attention over the chosen blocks); index.py: the inverted
+                    index's Triton build (NSAConfig.index_build: the default on a GPU)
+    selection/      block importance (Eq. 9, 10) and top-n_sel selection
+    glue/           the Triton path's glue (head split + RoPE + gate activation of the one packed projection,
+                    compression pooling, compressed-key RoPE, gate + branch combine); no naive.py: the layer's
+                    PyTorch path is its reference
+Beside them:
+    backend.py      the branch pipeline's backends: one interface (compressed, select, selected, window) over
+                    the PyTorch path and the Triton path, so that the layer writes the pipeline once
+    common.py       what the ops share: interpreting(), the head widths and heads per group the Triton kernels are
+                    built for, LOG2E, the PyTorch path's chunk size, one launch-configuration type, the tl.dot
+                    precision and the index build
+    flex.py         the three branches through PyTorch's FlexAttention (a peer path for bench_attention; not
+                    a kernel choice)
+    triton_ops.py   the four host.py modules imported together (triton_modules() loads it on first use)
+    aot.py          ahead-of-time compilation of every Triton kernel for sm_80 / sm_90 (no GPU needed)
+    qualify.py      every Triton kernel forward and backward once at one shape: what runbooks/gpu_kernels.yaml
+                    runs under compute-sanitizer (python -m nsa.attention.kernels.qualify --help)
 
 `resolve(choice, device)` turns the configured kernel (NSAConfig.kernel, NSA_KERNEL: auto | torch | triton) into
 the path a forward on `device` takes. "triton" where Triton cannot run is an error, never a silent fallback.
@@ -31,8 +35,9 @@ import importlib.util
 from types import SimpleNamespace
 
 from nsa.attention.kernels.common import TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP, index_build, interpreting
-from nsa.attention.kernels.reference import (cmp_group_probabilities, compressed_attention, selected_attention,
-                                             window_attention)
+from nsa.attention.kernels.range_attn.naive import compressed_attention, window_attention
+from nsa.attention.kernels.selected_attn.naive import selected_attention
+from nsa.attention.kernels.selection.naive import cmp_group_probabilities
 
 __all__ = ["KernelUnavailable", "cmp_group_probabilities", "compressed_attention", "index_build", "resolve",
            "selected_attention",
@@ -59,9 +64,10 @@ def triton_modules() -> SimpleNamespace:
     """The Triton kernel modules the layer runs, as one namespace (glue, range, selected, selection), loaded on
     first use; ImportError without triton."""
     # triton is optional (a CPU install may lack it): its kernel modules load only when the Triton path runs
-    from nsa.attention.kernels import triton_glue, triton_range, triton_selected, triton_selection
+    from nsa.attention.kernels import triton_ops
 
-    return SimpleNamespace(glue=triton_glue, range=triton_range, selected=triton_selected, selection=triton_selection)
+    return SimpleNamespace(glue=triton_ops.glue, range=triton_ops.range_attn, selected=triton_ops.selected_attn,
+                           selection=triton_ops.selection)
 
 
 def triton_unsupported(cfg) -> str | None:

@@ -31,9 +31,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # The Triton kernel modules (each defines aot_cases()). A module is added here together with its kernels.
-KERNEL_MODULES: tuple[str, ...] = ("nsa.attention.kernels.triton_range", "nsa.attention.kernels.triton_selected",
-                                  "nsa.attention.kernels.triton_selection", "nsa.attention.kernels.triton_glue",
-                                  "nsa.attention.kernels.triton_index")
+KERNEL_MODULES: tuple[str, ...] = ("nsa.attention.kernels.range_attn.host", "nsa.attention.kernels.selected_attn.host",
+                                  "nsa.attention.kernels.selection.host", "nsa.attention.kernels.glue.host",
+                                  "nsa.attention.kernels.selected_attn.index")
 
 TARGETS = (80, 90)  # compute capabilities: A100, H100
 

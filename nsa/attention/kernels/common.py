@@ -1,9 +1,11 @@
-"""What every kernel module of nsa.attention.kernels shares: whether Triton's interpreter runs them, the shapes
-the Triton kernels are built for, their tl.dot precision and the build of the selected branch's index."""
+"""What the kernel ops of nsa.attention.kernels share: whether Triton's interpreter runs them, the shapes the Triton
+kernels are built for, one launch-configuration type, LOG2E, the PyTorch path's chunk size, the tl.dot precision and
+the build of the selected branch's index."""
 
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -12,8 +14,23 @@ import torch
 TRITON_HEAD_DIMS = (32, 64, 128)
 TRITON_MAX_HEADS_PER_GROUP = 32
 
+class LaunchConfig(NamedTuple):
+    """A Triton kernel's launch configuration: its tile and its launch options (each op's host.py picks them;
+    benchmarks/tune_kernels.py times alternatives). Unpacks as (block_m, block_n, num_warps, num_stages)."""
+
+    block_m: int  # rows of a program's tile: tokens x heads of a group (range), (query, head) pairs (selected)
+    block_n: int  # keys of a key tile
+    num_warps: int
+    num_stages: int = 2
+
+
 # log2(e): the kernels take exp2 of scores scaled by it (and log-sum-exps come back through it)
 LOG2E = 1.4426950408889634
+
+# Score entries per chunk of the PyTorch path's chunked kernels (selected_attn/naive.py, selection/naive.py; 4M fp32
+# = 16 MB): large enough for GEMM efficiency, small enough to stay in the allocator's reusable heap instead of fresh
+# memory mappings. Read at each call (common.SCORE_CHUNK), so a test may shrink it.
+SCORE_CHUNK = 1 << 22
 
 
 def interpreting() -> bool:

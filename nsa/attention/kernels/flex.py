@@ -1,8 +1,8 @@
 """The three NSA branches through PyTorch's FlexAttention (torch.nn.attention.flex_attention), a peer of the
-PyTorch reference path (reference.py) and of the Triton kernels, for measuring against them.
+PyTorch reference path (the naive.py modules) and of the Triton kernels, for measuring against them.
 
 Each branch is one flex_attention call whose block mask and mask_mod hold the branch's visibility rule,
-exactly as reference.py and tests/nsa/reference.py define it (0-based positions, GQA through enable_gqa, the
+exactly as the naive.py modules and tests/nsa/reference.py define it (0-based positions, GQA through enable_gqa, the
 softmax scale 1/sqrt(d_k)):
 
     compressed   block i visible to query t iff i*d + l - 1 <= t; a query that sees no block (t < l - 1) gets

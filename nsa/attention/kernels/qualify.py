@@ -19,7 +19,7 @@ the kernel that made it:
     band       selected branch's local band with its sink (range kernels, mode BAND): forward, backward
     select     block selection, forward only (no gradient): --method tiled (importance kernel + choose_blocks) or
                fused (the top-k kernel); its input lse is the compressed forward's, computed whatever --kernels says
-    index      the selected branch's inverted index of the chosen blocks by its Triton build (triton_index.py,
+    index      the selected branch's inverted index of the chosen blocks by its Triton build (selected_attn/index.py,
                not yet the default), checked equal to the torch build element for element
     sel_kv     selected branch on the chosen blocks, KV-block-outer forward (the default), backward
     sel_query  selected branch, query-outer forward, backward
@@ -37,9 +37,11 @@ import traceback
 import torch
 
 from nsa.attention.geometry import num_cmp_blocks
-from nsa.attention.kernels import (TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP, interpreting, triton_range,
-                                   triton_selected, triton_selection, triton_status)
-from nsa.attention.kernels.triton_selection import FUSED_MAX_N_SEL
+from nsa.attention.kernels import TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP, interpreting, triton_status
+from nsa.attention.kernels.range_attn import host as range_attn
+from nsa.attention.kernels.selected_attn import host as selected_attn
+from nsa.attention.kernels.selection import host as selection
+from nsa.attention.kernels.selection.host import FUSED_MAX_N_SEL
 
 KERNELS = ("cmp", "win", "band", "select", "index", "sel_kv", "sel_query")
 DTYPES = ("bf16", "fp16", "fp32")
@@ -152,23 +154,23 @@ def main(argv: list[str] | None = None) -> int:
     def lse():
         if "lse" not in state:
             with torch.no_grad():
-                state["lse"] = triton_range.compressed_attention_lse(q, k_cmp, v_cmp, args.l, args.d)[1]
+                state["lse"] = range_attn.compressed_attention_lse(q, k_cmp, v_cmp, args.l, args.d)[1]
             sync()
         return state["lse"]
 
     def blocks():
         if "blocks" not in state:
-            state["blocks"] = triton_selection.select_blocks(q, k_cmp, lse(), args.l, args.d, args.l_sel, args.n_sel,
+            state["blocks"] = selection.select_blocks(q, k_cmp, lse(), args.l, args.d, args.l_sel, args.n_sel,
                                                              method=args.method)
             sync()
         return state["blocks"]
 
     def index():
         chosen = blocks().to(torch.int32).contiguous()
-        qpt_fwd, qpt_bwd = triton_selected._per_tile(hpg, args.d_k, args.d_v, triton_selected.BWD_TILES)
-        got = triton_selected._build_index(chosen, args.l_sel, qpt_fwd, qpt_bwd, build="triton")
+        qpt_fwd, qpt_bwd = selected_attn._per_tile(hpg, args.d_k, args.d_v, selected_attn.BWD_TILES)
+        got = selected_attn._build_index(chosen, args.l_sel, qpt_fwd, qpt_bwd, build="triton")
         sync()
-        want = triton_selected._build_index(chosen, args.l_sel, qpt_fwd, qpt_bwd, build="torch")
+        want = selected_attn._build_index(chosen, args.l_sel, qpt_fwd, qpt_bwd, build="torch")
         for name, a, b_ in zip(("order", "pair_t", "forward tiles", "backward tiles"), got, want):
             if not torch.equal(a, b_):
                 raise AssertionError(f"the Triton index's {name} differs from the torch build's in "
@@ -176,15 +178,15 @@ def main(argv: list[str] | None = None) -> int:
         return "Triton build, equal to the torch build"
 
     runs = {
-        "cmp": lambda: fwd_bwd(lambda *x: triton_range.compressed_attention(*x, args.l, args.d), q, k_cmp, v_cmp),
-        "win": lambda: fwd_bwd(lambda *x: triton_range.window_attention(*x, args.w), q, k, v),
-        "band": lambda: fwd_bwd(lambda *x: triton_range.band_attention(*x, args.l_sel, sink=True), q, k, v),
+        "cmp": lambda: fwd_bwd(lambda *x: range_attn.compressed_attention(*x, args.l, args.d), q, k_cmp, v_cmp),
+        "win": lambda: fwd_bwd(lambda *x: range_attn.window_attention(*x, args.w), q, k, v),
+        "band": lambda: fwd_bwd(lambda *x: range_attn.band_attention(*x, args.l_sel, sink=True), q, k, v),
         "select": lambda: (blocks(), f"forward ({args.method})")[1],
         "index": index,
-        "sel_kv": lambda: fwd_bwd(lambda *x: triton_selected.selected_attention(*x, blocks(), args.l_sel, loop="kv"),
+        "sel_kv": lambda: fwd_bwd(lambda *x: selected_attn.selected_attention(*x, blocks(), args.l_sel, loop="kv"),
                                   q, k, v),
         "sel_query": lambda: fwd_bwd(
-            lambda *x: triton_selected.selected_attention(*x, blocks(), args.l_sel, loop="query"), q, k, v),
+            lambda *x: selected_attn.selected_attention(*x, blocks(), args.l_sel, loop="query"), q, k, v),
     }
     dots = f" ({args.fp32_dots} dots)" if args.dtype == "fp32" else ""
     shape = (f"{args.dtype}{dots} B={b} S={s} G={g} hpg={hpg} H={h} d_k={args.d_k} d_v={args.d_v} l={args.l} "

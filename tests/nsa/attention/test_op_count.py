@@ -16,7 +16,7 @@ from triton_test_utils import ON_GPU, needs_triton
 
 pytestmark = [needs_triton, pytest.mark.skipif(ON_GPU, reason="counts under the interpreter (CPU)")]
 
-# Custom ops whose internals belong to the selection kernels (nsa.attention.kernels.triton_selected /
+# Custom ops whose internals belong to the selection kernels (nsa.attention.kernels.selected_attn.host /
 # triton_selection / triton_range), outside the layer's own glue.
 ATTENTION_OPS = ("nsa::range_attention", "nsa::range_attention_bwd", "nsa::select_blocks",
                  "nsa::selected_attention_fwd", "nsa::selected_attention_bwd")
@@ -68,7 +68,7 @@ def test_at_most_80_ops_per_layer(monkeypatch):
     """The layer as a GPU runs it: with the Triton build of the index, which index_build "auto" takes there
     (test_triton_selected; under the interpreter "auto" takes the torch build, whose 53 aten ops the `counts`
     above include: 132 in all at S 256)."""
-    from nsa.attention.kernels import triton_index
+    from nsa.attention.kernels.selected_attn import index as triton_index
 
     monkeypatch.setattr(triton_index, "PAIRS", 64)  # the interpreter's sort of 2,048 pairs takes seconds; the ops
     bench = _bench()  # do not depend on the chunk

@@ -91,7 +91,9 @@ def test_a_spill_is_a_problem_unless_accepted_for_that_kernel_target_and_triton(
 
 _PRECISION_SCRIPT = r"""
 import dataclasses, json
-from nsa.attention.kernels import aot, triton_range, triton_selected
+from nsa.attention.kernels import aot
+from nsa.attention.kernels.range_attn import host as triton_range
+from nsa.attention.kernels.selected_attn import host as triton_selected
 cases = {"range_fwd": next(c for c in triton_range.aot_cases(dims=((32, 32),), dtype="fp32")
                           if c.name.startswith("range_fwd")),
          "sel_fwd_query": next(c for c in triton_selected.aot_cases() if c.name.startswith("sel_fwd_query[hpg=6,d=32"))}

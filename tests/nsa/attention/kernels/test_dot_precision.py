@@ -59,7 +59,7 @@ def _record(monkeypatch, module, names):
 @pytest.mark.parametrize("dtype, setting, want", [(torch.float32, "highest", "ieee"), (torch.float32, "high", "tf32"),
                                                   (torch.bfloat16, "highest", "tf32")])
 def test_every_range_kernel_launch_passes_the_precision(monkeypatch, matmul_precision, dtype, setting, want):
-    from nsa.attention.kernels import triton_range
+    from nsa.attention.kernels.range_attn import host as triton_range
 
     matmul_precision(setting)
     calls = _record(monkeypatch, triton_range, ["_range_fwd_kernel", "_range_bwd_dq_kernel", "_range_bwd_dkdv_kernel"])
@@ -75,7 +75,7 @@ def test_every_range_kernel_launch_passes_the_precision(monkeypatch, matmul_prec
 @pytest.mark.parametrize("dtype, want", [(torch.float32, "ieee"), (torch.bfloat16, "tf32")])
 def test_every_selected_kernel_launch_with_a_dot_passes_the_precision(monkeypatch, matmul_precision, loop, dtype,
                                                                        want):
-    from nsa.attention.kernels import triton_selected
+    from nsa.attention.kernels.selected_attn import host as triton_selected
 
     matmul_precision("highest")
     dots = ["_sel_fwd_query", "_sel_fwd_kv_stats", "_sel_fwd_kv_out", "_sel_bwd_kv"]

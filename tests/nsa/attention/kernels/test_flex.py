@@ -17,7 +17,7 @@ from triton_test_utils import assert_within_torch_error
 
 from nsa.attention.geometry import num_cmp_blocks
 from nsa.attention.kernels import flex
-from nsa.attention.kernels import reference as torch_path  # the PyTorch reference path
+from nsa.attention import kernels as torch_path  # the PyTorch reference path
 from nsa.attention.selection import choose_blocks, selection_ranges_v2
 
 flex_api = pytest.importorskip("torch.nn.attention.flex_attention", reason="this torch has no FlexAttention")

@@ -1,6 +1,6 @@
 """The batched kernels and selection helpers on their own, against dense references and the paper's formulas.
 
-These drive nsa.attention.kernels.reference / nsa.attention.selection directly with hand-made inputs (arbitrary
+These drive the PyTorch path (nsa.attention.kernels' naive.py modules) / nsa.attention.selection directly with hand-made inputs (arbitrary
 selections, tiny tiles, huge scores) that the module-level tests cannot reach, and compare with
 reference.masked_attention.
 """
@@ -153,9 +153,9 @@ def test_choose_blocks_forced_and_ties_to_lower_index():
 def test_chunked_kernels_match_dense_reference_across_chunks(monkeypatch, chunk):
     """Many chunks: the online softmax must rescale earlier chunks when a query's maximum grows, and the
     recomputing backward must give the dense gradients. Scores are large so that a wrong rescale shows."""
-    import nsa.attention.kernels.reference as kernels
+    from nsa.attention.kernels import common
 
-    monkeypatch.setattr(kernels, "SCORE_CHUNK", chunk)
+    monkeypatch.setattr(common, "SCORE_CHUNK", chunk)
     torch.manual_seed(7)
     b, h, g, s, l_sel = 2, 4, 2, 75, 8
     q = (torch.randn(b, h, s, 8, dtype=torch.float64) * 6).requires_grad_()
@@ -171,20 +171,20 @@ def test_chunked_kernels_match_dense_reference_across_chunks(monkeypatch, chunk)
 
 def test_chunked_selection_equals_single_chunk(monkeypatch):
     """selected_blocks must not depend on how the importance computation is chunked over queries."""
-    import nsa.attention.kernels.reference as kernels
     from nsa import NSAAttention, NSAConfig
+    from nsa.attention.kernels import common
 
     torch.manual_seed(9)
     attn = NSAAttention(NSAConfig(dim=32, n_heads=4, n_kv_groups=2, d_k=8, d_v=8, l=8, d=4, l_sel=8, n_sel=4, w=16))
     x = torch.randn(2, 90, 32)
     whole = attn.selected_blocks(x)
-    monkeypatch.setattr(kernels, "SCORE_CHUNK", 1)  # one query per chunk
+    monkeypatch.setattr(common, "SCORE_CHUNK", 1)  # one query per chunk
     assert torch.equal(attn.selected_blocks(x), whole)
 
 
 def test_group_probabilities_are_zero_for_queries_that_see_no_compressed_block():
     """Rows t < l - 1 see no compression block: their Eq. 10 probabilities are exactly 0 (not block 0's 1)."""
-    from nsa.attention.kernels.reference import cmp_group_probabilities
+    from nsa.attention.kernels import cmp_group_probabilities
 
     l, d, s = 16, 4, 40
     gen = torch.Generator().manual_seed(0)

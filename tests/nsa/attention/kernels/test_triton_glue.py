@@ -1,4 +1,4 @@
-"""The layer's fused glue kernels (nsa.attention.kernels.triton_glue) and the Triton path's forward built on them.
+"""The layer's fused glue kernels (nsa.attention.kernels.glue.host) and the Triton path's forward built on them.
 
 Each glue op is checked against a float64 PyTorch reference written from its definition (outputs and every
 gradient). The whole layer on the Triton path (one packed projection GEMM + the glue) is checked against the
@@ -54,7 +54,7 @@ def _check_grads(fn_kernel, fn_ref, inputs, upstream_seed=9, atol=2e-5, rtol=2e-
 
 @pytest.mark.parametrize("h,g,d_k,d_v,hidden,start", [(6, 2, 32, 32, 40, 0), (2, 1, 64, 128, 16, 7)])
 def test_project_heads_splits_rotates_and_activates_like_the_torch_path(h, g, d_k, d_v, hidden, start):
-    from nsa.attention.kernels import triton_glue
+    from nsa.attention.kernels.glue import host as triton_glue
 
     b, s, theta = 2, 19, 10000.0
     widths = [h * d_k, g * d_k, g * d_k, g * d_v, g * d_v, g * d_k, g * d_v, hidden]
@@ -72,7 +72,7 @@ def test_project_heads_splits_rotates_and_activates_like_the_torch_path(h, g, d_
 
 @pytest.mark.parametrize("l,d,s,mlp", [(16, 8, 45, True), (12, 5, 40, True), (8, 8, 30, False)])
 def test_compress_pool_gives_block_means_and_mlp_inputs_with_position_embedding(l, d, s, mlp):
-    from nsa.attention.kernels import triton_glue
+    from nsa.attention.kernels.glue import host as triton_glue
 
     b, g, w = 2, 2, 32
     raw, pos = _rand(b, s, g, w, seed=3), _rand(l, w, seed=4)
@@ -90,7 +90,7 @@ def test_compress_pool_gives_block_means_and_mlp_inputs_with_position_embedding(
 
 
 def test_compress_pool_of_a_sequence_shorter_than_a_block_is_empty():
-    from nsa.attention.kernels import triton_glue
+    from nsa.attention.kernels.glue import host as triton_glue
 
     x, mean = triton_glue.compress_pool(_rand(1, 5, 2, 32, seed=5), _rand(8, 32, seed=6), 8, 4)
     assert x.shape == (0, 256) and mean.shape == (1, 2, 0, 32)
@@ -98,7 +98,7 @@ def test_compress_pool_of_a_sequence_shorter_than_a_block_is_empty():
 
 @pytest.mark.parametrize("with_b", [True, False])
 def test_rope_add_rotates_rows_at_affine_positions(with_b):
-    from nsa.attention.kernels import triton_glue
+    from nsa.attention.kernels.glue import host as triton_glue
 
     n, p_mul, p_add, theta = 9, 16, 31, 500.0
     a, b = _rand(2, 3, n, 64, seed=7), _rand(2, 3, n, 64, seed=8)
@@ -115,7 +115,7 @@ def test_rope_add_rotates_rows_at_affine_positions(with_b):
 
 @pytest.mark.parametrize("gate", ["sigmoid", "softmax"])
 def test_gate_combine_mixes_the_branches_with_their_gates(gate):
-    from nsa.attention.kernels import triton_glue
+    from nsa.attention.kernels.glue import host as triton_glue
 
     b, h, s, d_v = 2, 3, 37, 32
     logits = _rand(b, s, h, 3, seed=9) * 2
@@ -166,7 +166,8 @@ def test_emulated_tf32_products_break_the_float64_rule_and_ieee_ones_keep_it(mon
     against the PyTorch path's 5.9e-7); with "ieee" it holds, which also fails if a tl.dot ignores DOT_PREC."""
     from triton.runtime import interpreter
 
-    from nsa.attention.kernels import triton_range, triton_selected
+    from nsa.attention.kernels.range_attn import host as triton_range
+    from nsa.attention.kernels.selected_attn import host as triton_selected
 
     builder = getattr(interpreter, "InterpreterBuilder", None)
     if builder is None or not hasattr(builder, "create_dot"):
@@ -237,7 +238,7 @@ def test_packed_weight_keeps_the_parameters_and_state_dict_separate():
 def test_the_glue_custom_ops_pass_opcheck():
     """Schema, autograd registration, fake (meta) implementation and AOT dispatch of every glue op: what
     torch.compile and CUDA-graph capture rely on."""
-    from nsa.attention.kernels import triton_glue as tg
+    from nsa.attention.kernels.glue import host as tg
 
     h, g, d, hid, s, b = 2, 1, 32, 16, 9, 2
 

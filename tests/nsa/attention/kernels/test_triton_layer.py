@@ -95,7 +95,7 @@ def test_triton_layer_matches_torch_layer_outputs_and_every_gradient(name):
 def test_each_branch_of_the_triton_path_matches_the_torch_path(monkeypatch):
     """Every path gets the same selected blocks (the float64 reference's), so a near-tie of the top-k cannot look
     like a difference of the branches; the selection itself is test_triton_selection's subject."""
-    from nsa.attention.kernels import triton_selection
+    from nsa.attention.kernels.selection import host as triton_selection
 
     cfg, torch_path, triton_path, x = _pair("hpg2_g2_d32")
     reference = _float64(torch_path)

@@ -1,4 +1,4 @@
-"""Triton range attention (nsa.attention.kernels.triton_range): window, compressed and band attention against the
+"""Triton range attention (nsa.attention.kernels.range_attn.host): window, compressed and band attention against the
 PyTorch reference path and an independent dense reference (explicit boolean mask, float64 softmax), outputs and the
 gradients of q, k and v under a random upstream gradient.
 
@@ -18,14 +18,14 @@ import torch
 from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, assert_within_torch_error, needs_triton
 from reference import masked_attention
 
-from nsa.attention.kernels import reference as ref_path
+from nsa.attention import kernels as ref_path
 from nsa.attention.selection import selection_ranges_v2
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from nsa.attention.kernels import triton_range as tr
+    from nsa.attention.kernels.range_attn import host as tr
 
 pytestmark = needs_triton
 

@@ -1,4 +1,4 @@
-"""The Triton selected-branch kernels (nsa.attention.kernels.triton_selected) against the PyTorch reference path and
+"""The Triton selected-branch kernels (nsa.attention.kernels.selected_attn.host) against the PyTorch reference path and
 an independent dense reference (explicit [S, S] mask from the block lists, float64 softmax), outputs and gradients.
 
 Without a GPU the kernels run through Triton's interpreter in fp32 (small shapes, tight tolerances); with one, the
@@ -15,11 +15,11 @@ from reference import expand_groups, masked_attention, selection_mask_from_block
 from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, assert_within_torch_error, needs_triton
 
 from nsa.attention.kernels import index_build
-from nsa.attention.kernels import reference as torch_kernels
+from nsa.attention import kernels as torch_kernels
 from nsa.attention.selection import choose_blocks, selection_ranges_v2
 
 if HAVE_TRITON:
-    from nsa.attention.kernels import triton_selected as ts
+    from nsa.attention.kernels.selected_attn import host as ts
 
 pytestmark = needs_triton
 
@@ -221,7 +221,7 @@ def test_inverted_index_covers_every_pair_once(kind, per_tile):
         assert int(((fwd[0] % nb == 1) & (fwd[2] > 0)).sum()) > 2
 
 
-# The Triton build of the index (triton_index.py) against the torch build, element for element: several chunks
+# The Triton build of the index (selected_attn/index.py) against the torch build, element for element: several chunks
 # (more pairs than a chunk holds), S not a multiple of l_sel, S < l_sel, n_sel > blocks (-1 padding), popular
 # blocks that span many tiles, shuffled lists, B x G > 1.
 INDEX_CASES = [
@@ -238,7 +238,7 @@ def small_chunks(monkeypatch):
     """Under the interpreter (seconds per 2,048-pair sort), chunks of 64 pairs: the same code at a smaller
     constexpr, many chunks per group. On a GPU the production chunk (2,048) runs."""
     if not ON_GPU:
-        from nsa.attention.kernels import triton_index
+        from nsa.attention.kernels.selected_attn import index as triton_index
 
         monkeypatch.setattr(triton_index, "PAIRS", 64)
 
@@ -261,7 +261,7 @@ def test_matches_references_with_each_index_build(small_chunks, b, h, g, s, d, l
 
 
 def test_index_build_choice(monkeypatch):
-    from nsa.attention.kernels import triton_index
+    from nsa.attention.kernels.selected_attn import index as triton_index
 
     blocks = _selection("model", 1, 1, 50, 16, 3, seed=0).to(KERNEL_DEVICE, torch.int32).contiguous()
     with pytest.raises(ValueError, match="index_build must be one of"):

@@ -1,8 +1,8 @@
-"""The Triton block selection (nsa.attention.kernels.triton_selection) against the reference paths.
+"""The Triton block selection (nsa.attention.kernels.selection.host) against the reference paths.
 
 Two references: the float64 importance of tests/nsa/reference.py (explicit overlap counting, a softmax over the
 visible blocks per query, the group's heads summed) with its block-choice checker, and the layer's PyTorch path
-(kernels.reference.cmp_group_probabilities, selection.importance_from_cmp, choose_blocks). A choice may differ
+(kernels.selection.naive.cmp_group_probabilities, selection.importance_from_cmp, choose_blocks). A choice may differ
 from a reference only where the swapped blocks' reference importances differ by less than a measured near-tie
 tolerance: 3 x the largest difference between the kernels' importance (block_importance, the tile both paths
 use) and that reference's on the same inputs (2 x is where summation order can flip a choice). Structure (count,
@@ -40,7 +40,7 @@ METHODS = ("fused", "tiled") if RUN_FUSED_SELECTION else ("tiled",)
 
 
 def _ts():
-    from nsa.attention.kernels import triton_selection
+    from nsa.attention.kernels.selection import host as triton_selection
     return triton_selection
 
 
@@ -67,7 +67,7 @@ def _cfg(l, d, l_sel, n_sel):
 
 def _layer_importance(q, k, l, d, l_sel):
     """The layer's PyTorch path (Eq. 10 then Eq. 9) for every query (rows t < l - 1 see no block: 0)."""
-    from nsa.attention.kernels.reference import cmp_group_probabilities
+    from nsa.attention.kernels import cmp_group_probabilities
     from nsa.attention.selection import importance_from_cmp
 
     b, g, s = q.shape[0], k.shape[1], q.shape[2]
@@ -336,7 +336,7 @@ _SASS_SCRIPT = r"""
 import json, os, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
-from nsa.attention.kernels import triton_selection as ts
+from nsa.attention.kernels.selection import host as ts
 # the model's geometry, each kernel, bf16 (the fused kernel's fault; fp16 compiles to the same schedule); integer
 # arguments that are multiples of 16 at S = 2,048 specialised as the JIT does
 nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")

@@ -22,7 +22,8 @@ _spec.loader.exec_module(tune)
 
 @pytest.mark.parametrize("family,cand", [("range_dkdv", 4), ("sel_bwd", 3)])
 def test_a_candidate_runs_beside_the_shipped_configuration(family, cand):
-    from nsa.attention.kernels import triton_range, triton_selected
+    from nsa.attention.kernels.range_attn import host as triton_range
+    from nsa.attention.kernels.selected_attn import host as triton_selected
 
     before = (triton_range.query_config, triton_range.dkdv_config, triton_selected._config)
     row = tune.run_case(family, cand, 48, 1, device=KERNEL_DEVICE.type, dtype_name="bf16" if ON_GPU else "fp32",
@@ -37,11 +38,12 @@ def test_a_candidate_runs_beside_the_shipped_configuration(family, cand):
 
 
 def test_the_patch_reaches_the_launcher():
-    from nsa.attention.kernels import triton_range, triton_selected
+    from nsa.attention.kernels.range_attn import host as triton_range
+    from nsa.attention.kernels.selected_attn import host as triton_selected
 
     undo = tune._patch("range_q", (64, 128, 4, 3))
     try:
-        assert triton_range.query_config(64, 64) == triton_range.KernelConfig(64, 128, 4, 3)
+        assert triton_range.query_config(64, 64) == triton_range.LaunchConfig(64, 128, 4, 3)
     finally:
         undo()
     assert triton_range.query_config(64, 64) == triton_range.LARGE_Q

@@ -24,7 +24,7 @@ offsets, then a tile table [3, n_tiles] (key, first sorted pair, pairs): each ke
 queries, and tile i of a grid bounded by shapes alone (ceil(pairs_max / QPT) + B*G*NB) finds its key by
 searchsorted over the cumulative tile counts; tiles past the real count have count 0 and return at once. A fixed
 number of torch ops whatever S; no .item(), nonzero, bincount or data-dependent shape. The same index in Triton
-(triton_index.py: a chunked counting sort, 1 aten op and 6 launches instead of 53 ops, equal element for element)
+(index.py: a chunked counting sort, 1 aten op and 6 launches instead of 53 ops, equal element for element)
 is the default on a GPU (NSAConfig.index_build "auto"; the comment above _build_index): qualified on an H100 and
 faster there at S 2,048, the same at 65,536.
 
@@ -70,7 +70,7 @@ Backward (one design for both forward orders; the index is built by both):
   QPT_bwd queries bounds each program's work (hpg = 6, bwd_tiles = 16: 80 queries; block 0 at S = 65,536 becomes
   820 programs) and the fp32 atomics sum the chunks (order-dependent rounding only, not bitwise deterministic).
   Alternative not taken: the forced blocks (0, previous, own) as a dense band plus only the importance-chosen
-  blocks as the sparse part, merged through lse (what reference.py does). Importance-chosen blocks can be just as
+  blocks as the sparse part, merged through lse (what naive.py does). Importance-chosen blocks can be just as
   popular (attention sinks near the start), so the sparse part needs the chunking anyway; one uniform path keeps
   two kernels fewer. The band would save index entries for 3 of 16 blocks and mask work: worth measuring.
 
@@ -103,9 +103,9 @@ import math
 
 import torch
 
-from nsa.attention.kernels import triton_index
+from nsa.attention.kernels.selected_attn import index
 from nsa.attention.kernels.aot import AotCase
-from nsa.attention.kernels.common import LOG2E, dot_precision
+from nsa.attention.kernels.common import LOG2E, LaunchConfig, dot_precision
 from nsa.attention.kernels.common import index_build as resolve_index_build
 
 _LN2 = 0.6931471805599453
@@ -114,7 +114,7 @@ BWD_TILES = 16
 LOOPS = ("kv", "query")
 
 
-from nsa.attention.kernels.triton_selected_kernels import (  # noqa: F401 - the jit code
+from nsa.attention.kernels.selected_attn.jit import (  # noqa: F401 - the jit code
     _tile_rows, _sel_fwd_kv_stats, _sel_fwd_kv_out, _sel_fwd_query, _sel_bwd_delta, _sel_bwd_kv)
 
 
@@ -136,8 +136,9 @@ def _hpg_pad(hpg: int) -> int:
     return max(16, _pow2(hpg))
 
 
-def _config(kind: str, hpg: int, d_k: int, d_v: int) -> tuple[int, int, int, int]:
-    """(BLOCK_R rows of (query, head), BLOCK_N keys, num_warps, num_stages) of a KV-outer kernel.
+def _config(kind: str, hpg: int, d_k: int, d_v: int) -> LaunchConfig:
+    """The launch of a KV-outer kernel: block_m = BLOCK_R rows of (query, head), block_n = BLOCK_N keys, num_warps,
+    num_stages.
 
     kind: 'stats' and 'out' (the forward passes, which share one tile table: same BLOCK_R) or 'bwd'. Chosen from
     the AOT compile (no spills on sm_80 and sm_90, wgmma on sm_90 where M >= 64), not yet from GPU timings.
@@ -148,7 +149,7 @@ def _config(kind: str, hpg: int, d_k: int, d_v: int) -> tuple[int, int, int, int
         warps = 4 if kind == "stats" and d <= 64 else 8
     else:
         block_r, block_n, warps = (32, 64, 8) if d <= 64 else (16, 32, 8)
-    return max(block_r, _pow2(hpg)), block_n, warps, 1
+    return LaunchConfig(max(block_r, _pow2(hpg)), block_n, warps, 1)
 
 
 def _query_warps(d_k: int, d_v: int) -> int:
@@ -176,7 +177,7 @@ def _tile_table(counts, pair_start, per_tile, n_tiles):
     return torch.stack((key, start, cnt)).to(torch.int32)
 
 
-# Which build of the inverted index the forward takes: "torch" (53 aten ops) or "triton" (triton_index: 1 aten op and
+# Which build of the inverted index the forward takes: "torch" (53 aten ops) or "triton" (index.py: 1 aten op and
 # 6 Triton launches), the same tensors element for element. NSAConfig.index_build chooses it (model.index_build in a
 # config, NSA_INDEX_BUILD at the trainer's start-up: nsa/toggles.py, read once and passed down); "auto", the default,
 # is the Triton build on a GPU and the torch build under Triton's interpreter, where tl.sort of a 2,048-pair chunk
@@ -196,8 +197,8 @@ def _build_index(blocks: torch.Tensor, l_sel: int, qpt_fwd: int, qpt_bwd: int, b
     """
     build = resolve_index_build(build)
     b, g, s, n_sel = blocks.shape
-    if build == "triton" and triton_index.supported(s, n_sel, _cdiv(s, l_sel)) is None:
-        return triton_index.build_index(blocks, l_sel, qpt_fwd, qpt_bwd, _n_tiles(b, g, s, n_sel, l_sel, qpt_fwd),
+    if build == "triton" and index.supported(s, n_sel, _cdiv(s, l_sel)) is None:
+        return index.build_index(blocks, l_sel, qpt_fwd, qpt_bwd, _n_tiles(b, g, s, n_sel, l_sel, qpt_fwd),
                                         _n_tiles(b, g, s, n_sel, l_sel, qpt_bwd))
     return _build_index_torch(blocks, l_sel, qpt_fwd, qpt_bwd)
 

@@ -104,7 +104,6 @@ d_k != d_v; the registers and shared memory of each case are in reports/aot/trit
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
@@ -112,31 +111,24 @@ import torch
 import triton
 
 from nsa.attention.kernels.aot import AotCase
-from nsa.attention.kernels.common import LOG2E, TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP, dot_precision
+from nsa.attention.kernels.common import (LOG2E, TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP, LaunchConfig,
+                                         dot_precision)
 
 WINDOW, COMPRESSED, BAND = 0, 1, 2
 
 
-from nsa.attention.kernels.triton_range_kernels import (  # noqa: F401 - the jit code, re-exported for tests
+from nsa.attention.kernels.range_attn.jit import (  # noqa: F401 - the jit code, re-exported for tests
     _ranges, _mask_params, _key_bounds, _segment, _key_tiles, _query_tile, _fwd_loop, _range_fwd_kernel, _dq_loop, _range_bwd_dq_kernel, _dkdv_loop, _key_tile_tokens, _range_bwd_dkdv_kernel)
 
 
 # ----------------------------------------------------------------------------------------------------- launch
-@dataclass(frozen=True)
-class KernelConfig:
-    block_m: int  # rows (tokens x heads of a group) of a query tile
-    block_n: int  # keys of a key tile
-    num_warps: int
-    num_stages: int = 2
-
-
-SMALL_Q = KernelConfig(64, 64, 4)
-LARGE_Q = KernelConfig(128, 64, 8)
-WIDE_Q = KernelConfig(64, 64, 8)  # max(d_k, d_v) = 128: 128 rows spill on sm_80, 4 warps sit at 255 registers
+SMALL_Q = LaunchConfig(64, 64, 4)
+LARGE_Q = LaunchConfig(128, 64, 8)
+WIDE_Q = LaunchConfig(64, 64, 8)  # max(d_k, d_v) = 128: 128 rows spill on sm_80, 4 warps sit at 255 registers
 # dK/dV: 32 query rows a step (the rows' statistics are spread over a key-major tile's columns: 64 rows cost ~70 more
 # registers a thread and spill on sm_80) and 8 warps (4 sit at 255 registers on sm_80 under triton 3.6).
-DKDV = KernelConfig(32, 64, 8)
-DKDV_MIXED = KernelConfig(32, 32, 4)  # d_k != d_v: the 64-key tile spills on sm_80
+DKDV = LaunchConfig(32, 64, 8)
+DKDV_MIXED = LaunchConfig(32, 32, 4)  # d_k != d_v: the 64-key tile spills on sm_80
 # a query tile holds all heads of its tokens: hpg <= the smallest BLOCK_M (dK/dV's 32)
 MAX_HPG = TRITON_MAX_HEADS_PER_GROUP
 
@@ -153,7 +145,7 @@ def num_sms(device: torch.device) -> int:
     return 132
 
 
-def query_config(d_k: int, d_v: int) -> KernelConfig:
+def query_config(d_k: int, d_v: int) -> LaunchConfig:
     """Forward and dQ: 128-row tiles (two m64 warpgroups sharing each key tile) for d = 64; 64 rows for d = 32
     (4 warps) and for max(d) = 128 (8 warps: 128 rows spill on sm_80, 4 warps sit at 255 registers)."""
     if max(d_k, d_v) > 64:
@@ -161,11 +153,11 @@ def query_config(d_k: int, d_v: int) -> KernelConfig:
     return LARGE_Q if d_k == d_v == 64 else SMALL_Q
 
 
-def dkdv_config(d_k: int, d_v: int) -> KernelConfig:
+def dkdv_config(d_k: int, d_v: int) -> LaunchConfig:
     return DKDV if d_k == d_v else DKDV_MIXED
 
 
-def dkdv_splits(mode: int, b: int, g: int, t: int, s: int, hpg: int, n_sm: int, cfg: KernelConfig,
+def dkdv_splits(mode: int, b: int, g: int, t: int, s: int, hpg: int, n_sm: int, cfg: LaunchConfig,
                 sink: int = 0) -> int:
     """Query-range chunks per key tile: 1 for the window (bounded ranges); for cmp and a band with a sink, enough
     for about two programs per SM, at most 16 and at most one per 4 query tiles."""

@@ -1,6 +1,6 @@
-"""The jit code of the selected branch (nsa.attention.kernels.triton_selected, whose docstring explains the two
+"""The jit code of the selected branch (nsa.attention.kernels.selected_attn.host, whose docstring explains the two
 loop orders, the tile table and the launch configurations): the forward kernels of both loop orders and the
-backward kernels. The host side (index, configs, launches, custom ops, the public API) is in triton_selected.
+backward kernels. The host side (index, configs, launches, custom ops, the public API) is in host.py.
 """
 
 from __future__ import annotations

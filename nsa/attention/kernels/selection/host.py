@@ -72,7 +72,7 @@ Known fault (H100, triton 3.6, bf16/fp16: why the tiled path is the default)
 -----------
 Seen: CUDA illegal memory access in _blocksel_topk_kernel at S = 2,048, 2,560, 3,072, 4,096, 6,144, 8,192 and
 65,536 in bf16 and fp16 (m7c shape, B 1 and 8); none at 1,024, 1,536, 16,384, 32,768; none in fp32. memcheck:
-"Out-of-range shared or local address at _blocksel_topk_kernel+0x4c80 in triton_selection.py:223, thread (0,0,0),
+"Out-of-range shared or local address at _blocksel_topk_kernel+0x4c80 in triton_selection.py:223 (now selection/jit.py), thread (0,0,0),
 block (60,0,0)" (bf16, S=2,048, B=1, hpg 6).
 Cause, found without a GPU: compiled as the GPU's JIT compiled it (triton 3.6, sm_90, the integer arguments that
 are multiples of 16 at S=2,048 specialised) and disassembled (the wheel's nvdisasm), the kernel has at +0x4c80 an
@@ -156,20 +156,14 @@ from __future__ import annotations
 import math
 
 import torch
+import triton
 
 from nsa.attention.geometry import num_cmp_blocks, num_sel_blocks
 from nsa.attention.kernels.aot import AotCase
 from nsa.attention.kernels.common import LOG2E
+from nsa.attention.kernels.selection.jit import _blocksel_importance_kernel, _blocksel_topk_kernel
 from nsa.attention.selection import choose_blocks
 from nsa.toggles import parse
-
-try:
-    import triton
-    import triton.language as tl
-
-    _LOG2E = tl.constexpr(LOG2E)  # the kernels' copy (jit code reads only constexpr globals)
-except ImportError:  # the module stays importable (and its pure helpers usable) without triton
-    triton = None
 
 # Importance entries per chunk of the tiled path (16M fp32 = 64 MB; choose_blocks' sort needs ~6x that transiently).
 IMP_CHUNK_ELEMS = 1 << 24
@@ -222,220 +216,6 @@ def block_config(hpg: int, d_k: int, l: int, d: int, l_sel: int, fused: bool = F
     return dict(BM=bm, BT_PAD=bt_pad, D_PAD=d_pad, K=k, BC=bc, BJ=bj, HEAD_SUM=head_sum,
                 num_warps=8 if bm >= 128 else 4, num_stages=1)
 
-
-if triton is not None:
-
-    # Bitonic sorting along the last dimension of a [rows, 2**LOG_N] tensor, viewed as a hypercube [2] * N_DIMS
-    # (tl.sort's network). A compare-and-swap finds each element's partner as (pair sum) - element, a plain sum
-    # reduction over one hypercube axis (wrapping integer arithmetic makes it exact for any int64), where tl.sort
-    # uses an xor reduction: same cost compiled, but only sum/min/max reductions are vectorised by the interpreter.
-    @triton.jit
-    def _indicator(N_DIMS: tl.constexpr, I: tl.constexpr):
-        return tl.reshape(tl.arange(0, 2), [1] * (N_DIMS - I - 1) + [2] + [1] * I)
-
-    @triton.jit
-    def _compare_swap(h, flip, I: tl.constexpr, N_DIMS: tl.constexpr):
-        y = tl.sum(h, axis=N_DIMS - 1 - I, keep_dims=True) - h
-        return tl.where((h > y) != (flip ^ _indicator(N_DIMS, I)), y, h)
-
-    @triton.jit
-    def _merge_hypercube(h, STAGE: tl.constexpr, ORDER: tl.constexpr, N_DIMS: tl.constexpr):
-        """ORDER 0: ascending, 1: descending, 2: alternating between runs of 2**STAGE."""
-        if ORDER == 2:
-            flip = _indicator(N_DIMS, STAGE)
-        else:
-            flip = ORDER
-        for i in tl.static_range(STAGE):
-            h = _compare_swap(h, flip, STAGE - 1 - i, N_DIMS)
-        return h
-
-    @triton.jit
-    def _sort_rows(x, DESCENDING: tl.constexpr, LOG_N: tl.constexpr, N_DIMS: tl.constexpr):
-        h = tl.reshape(x, [2] * N_DIMS)
-        for i in tl.static_range(1, LOG_N + 1):
-            h = _merge_hypercube(h, i, 2 if i < LOG_N else DESCENDING, N_DIMS)
-        return tl.reshape(h, x.shape)
-
-    @triton.jit
-    def _merge_rows(x, DESCENDING: tl.constexpr, LOG_N: tl.constexpr, N_DIMS: tl.constexpr):
-        """Sort rows that are bitonic sequences (one merge pass)."""
-        h = tl.reshape(x, [2] * N_DIMS)
-        h = _merge_hypercube(h, LOG_N, DESCENDING, N_DIMS)
-        return tl.reshape(h, x.shape)
-
-    @triton.jit
-    def _overlap_tile(A, B_, BC: tl.constexpr, K: tl.constexpr):
-        """Eq. 9's weights [BC, K] of a tile: W[c, j] = stride-d chunks shared by compressed key c0 + c and selection
-        block j0 + j. With c0 = j0*A - (B_ - 1) they do not depend on j0: min(c + 1, (j + 1)*A) - max(c - B_ + 1,
-        j*A), clamped at 0 (small integers, exact in fp16)."""
-        c = tl.arange(0, BC)[:, None]
-        j = tl.arange(0, K)[None, :]
-        return tl.maximum(tl.minimum(c + 1, (j + 1) * A) - tl.maximum(c - B_ + 1, j * A), 0).to(tl.float16)
-
-    @triton.jit
-    def _importance_tile(q, t_row, lse2, row_ok, R, k_base, stride_kn, stride_kd, n_cmp, d_k, l, d, A, B_, j0,
-                         qk_scale, hs_scale, out_scale, W, BC: tl.constexpr, D_PAD: tl.constexpr, K: tl.constexpr,
-                         HEAD_SUM: tl.constexpr, IEEE: tl.constexpr, W_GIVEN: tl.constexpr):
-        """Importance [BT_PAD, K] of selection blocks j0 .. j0 + K - 1 for the program's tokens (Eq. 8-10).
-
-        Reads the BC compressed keys c0 = j0*A - (B_ - 1) .. c0 + BC - 1: every key that overlaps selection blocks
-        j0 .. j0 + BJ - 1 (A = l_sel/d chunks of stride d per selection block, B_ = l/d per compression block).
-        Columns past BJ miss some of their keys; the callers drop them.
-        """
-        offs_c = j0 * A - (B_ - 1) + tl.arange(0, BC)
-        offs_d = tl.arange(0, D_PAD)
-        key_ok = (offs_c >= 0) & (offs_c < n_cmp)
-        kt = tl.load(k_base + offs_c[None, :] * stride_kn + offs_d[:, None] * stride_kd,
-                     mask=key_ok[None, :] & (offs_d[:, None] < d_k), other=0.0)
-        if IEEE:
-            s = tl.dot(q, kt, input_precision="ieee")
-        else:
-            s = tl.dot(q, kt)
-        # compressed block i is visible to query t iff i*d + l - 1 <= t; p = exp(s * scale - lse), no second pass
-        vis = (offs_c[None, :] * d + (l - 1) <= t_row[:, None]) & key_ok[None, :] & row_ok[:, None]
-        # p <= 1 given a consistent lse; the clamp at 2 keeps the fp16 split below finite whatever lse_cmp holds
-        p = tl.where(vis, tl.exp2(tl.minimum(s * qk_scale - lse2[:, None], 1.0)), 0.0)
-        # Eq. 9: block i covers stride-d chunks [i, i + B_), selection block j covers [j*A, (j+1)*A); the weight is
-        # the number of chunks they share (a small integer, exact in fp16). The tensor-core products keep ~fp32
-        # accuracy by splitting their fp32 operand into fp16 hi + lo parts, scaled by powers of two so that
-        # neither overflows nor falls into fp16's subnormals (p <= 1: 8192 * p <= 8192).
-        if W_GIVEN:  # the caller's loop-invariant _overlap_tile (the fused kernel)
-            w = W
-        else:
-            offs_j = j0 + tl.arange(0, K)
-            w = (tl.minimum(offs_c[:, None] + B_, (offs_j[None, :] + 1) * A)
-                 - tl.maximum(offs_c[:, None], offs_j[None, :] * A))
-            w = tl.maximum(w, 0).to(tl.float16)
-        p = p * 8192.0
-        p_hi = p.to(tl.float16)
-        p_lo = (p - p_hi.to(tl.float32)).to(tl.float16)
-        acc = tl.dot(p_hi, w)
-        acc = tl.dot(p_lo, w, acc)  # [BM, K]: 8192 * per-head importance, each <= 8192 * min(A, B_)
-        if HEAD_SUM:  # Eq. 10: sum the heads of each token, a dot with the 0/1 token-by-row matrix R
-            acc = acc * hs_scale  # <= 2^15
-            a_hi = acc.to(tl.float16)
-            a_lo = (acc - a_hi.to(tl.float32)).to(tl.float16)
-            imp = tl.dot(R, a_hi)
-            imp = tl.dot(R, a_lo, imp) * out_scale
-        else:
-            imp = acc * (1.0 / 8192.0)
-        return imp
-
-    @triton.jit
-    def _load_rows(q_ptr, lse_ptr, b, g, t0, S, hpg, bt, d_k, sqb, sqh, sqs, sqd, slb, slh, sls,
-                   BM: tl.constexpr, BT_PAD: tl.constexpr, D_PAD: tl.constexpr, HEAD_SUM: tl.constexpr):
-        """The program's query rows (token t0 + r // hpg, head g*hpg + r % hpg), their log2-domain lse, and R."""
-        rows = tl.arange(0, BM)
-        tok_r = rows // hpg
-        t_row = t0 + tok_r
-        row_ok = (tok_r < bt) & (t_row < S)
-        head = g * hpg + rows % hpg
-        offs_d = tl.arange(0, D_PAD)
-        q = tl.load(q_ptr + b.to(tl.int64) * sqb + head[:, None].to(tl.int64) * sqh + t_row[:, None].to(tl.int64) * sqs
-                    + offs_d[None, :] * sqd, mask=row_ok[:, None] & (offs_d[None, :] < d_k), other=0.0)
-        lse = tl.load(lse_ptr + b.to(tl.int64) * slb + head.to(tl.int64) * slh + t_row.to(tl.int64) * sls, mask=row_ok,
-                      other=0.0)
-        lse2 = tl.where(row_ok & (lse > float("-inf")), lse * _LOG2E, 0.0)
-        tt = tl.arange(0, BT_PAD)  # R[tt, r] = 1 where row r is a head of token tt (unused without HEAD_SUM)
-        R = ((tok_r[None, :] == tt[:, None]) & row_ok[None, :]).to(tl.float16)
-        return q, t_row, lse2, row_ok, R
-
-    @triton.jit
-    def _blocksel_importance_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp, n_blocks, d_k, l, d, l_sel, A, B_,
-                           bj, row0, n_rows, skip_n, qk_scale, hs_scale, out_scale,
-                           sqb, sqh, sqs, sqd, skb, skg, skn, skd, slb, slh, sls, sob, sog, sot,
-                           BM: tl.constexpr, BT_PAD: tl.constexpr, D_PAD: tl.constexpr, K: tl.constexpr,
-                           BC: tl.constexpr, HEAD_SUM: tl.constexpr, IEEE: tl.constexpr):
-        """Tiled path: importance of queries row0 .. row0 + n_rows - 1 into a zero-filled [B, G, n_rows, n_blocks].
-
-        Grid (token tiles, selection-block tiles, B*G). Tiles whose tokens have not started any of the blocks, or
-        whose tokens have at most skip_n started blocks (all kept whatever their importance), return at once.
-        """
-        pid_t, pid_j, pid_bg = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        b, g = pid_bg // G, pid_bg % G
-        bt = BM // hpg
-        t0 = row0 + pid_t * bt
-        t_last = tl.minimum(t0 + bt, tl.minimum(row0 + n_rows, S)) - 1
-        j0 = pid_j * bj
-        if (j0 * l_sel > t_last) | (t_last // l_sel + 1 <= skip_n):
-            return
-        q, t_row, lse2, row_ok, R = _load_rows(q_ptr, lse_ptr, b, g, t0, tl.minimum(row0 + n_rows, S), hpg, bt,
-                                                d_k, sqb, sqh, sqs, sqd, slb, slh, sls, BM, BT_PAD, D_PAD, HEAD_SUM)
-        k_base = k_ptr + b.to(tl.int64) * skb + g.to(tl.int64) * skg
-        imp = _importance_tile(q, t_row, lse2, row_ok, R, k_base, skn, skd, n_cmp, d_k, l, d, A, B_, j0, qk_scale,
-                               hs_scale, out_scale, 0, BC, D_PAD, K, HEAD_SUM, IEEE, False)
-        tt = tl.arange(0, BT_PAD)
-        cols = tl.arange(0, K)
-        t_tok = t0 + tt
-        ok = ((tt < bt) & (t_tok <= t_last))[:, None] & ((cols < bj) & (j0 + cols < n_blocks))[None, :]
-        base = out_ptr + b.to(tl.int64) * sob + g.to(tl.int64) * sog
-        tl.store(base + (t_tok - row0)[:, None].to(tl.int64) * sot + (j0 + cols)[None, :], imp, mask=ok)
-
-    @triton.jit
-    def _blocksel_topk_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp, d_k, l, d, l_sel, A, B_, bj, n_sel,
-                       qk_scale, hs_scale, out_scale, sqb, sqh, sqs, sqd, skb, skg, skn, skd, slb, slh, sls,
-                       BM: tl.constexpr, BT_PAD: tl.constexpr, D_PAD: tl.constexpr, K: tl.constexpr,
-                       BC: tl.constexpr, HEAD_SUM: tl.constexpr, IEEE: tl.constexpr, LOG_K: tl.constexpr,
-                       N_DIMS: tl.constexpr):
-        """Fused path: importance tile by tile and a running top-K per token; no importance buffer.
-
-        Grid (token tiles, B*G). Each program walks the selection blocks its tokens have started, BJ at a time in
-        ascending order, and merges every tile into a per-token list of the K best keys, kept sorted descending.
-        A key packs (importance bits << 32) | (2^32 - 1 - j): non-negative fp32 bits order like the floats, so
-        keys order by importance, ties to the lower block index: choose_blocks' order exactly. Forced blocks get
-        +inf's bits, blocks not yet started (and padding) the key -1. The merge is the bitonic top-K step: the
-        new tile sorted ascending, the elementwise max with the descending list is a bitonic sequence holding the
-        K best of both, one bitonic merge sorts it. A tile none of whose keys beats its token's K-th key is
-        skipped. At the end the first n_sel keys' block indices are sorted ascending, -1 last.
-        """
-        pid_t, pid_bg = tl.program_id(0), tl.program_id(1)
-        b, g = pid_bg // G, pid_bg % G
-        if HEAD_SUM:
-            bt = BM // hpg
-        else:
-            bt = BM
-        t0 = pid_t * bt
-        if t0 >= S:
-            return
-        t_last = tl.minimum(t0 + bt, S) - 1
-        q, t_row, lse2, row_ok, R = _load_rows(q_ptr, lse_ptr, b, g, t0, S, hpg, bt, d_k, sqb, sqh, sqs, sqd,
-                                                slb, slh, sls, BM, BT_PAD, D_PAD, HEAD_SUM)
-        k_base = k_ptr + b.to(tl.int64) * skb + g.to(tl.int64) * skg
-        tt = tl.arange(0, BT_PAD)
-        cols = tl.arange(0, K)
-        t_tok = t0 + tt
-        tok_ok = (tt < bt) & (t_tok < S)
-        cur = t_tok // l_sel
-        n_started = t_last // l_sel + 1
-        need = n_started > n_sel  # else every started block is kept and importance cannot matter
-        top = tl.full([BT_PAD, K], -1, tl.int64)
-        w = _overlap_tile(A, B_, BC, K)
-        # a while loop: triton 3.6's interpreter cannot take a runtime bound in range() under numpy 2
-        j0 = 0
-        while j0 < n_started:
-            if need:
-                imp = _importance_tile(q, t_row, lse2, row_ok, R, k_base, skn, skd, n_cmp, d_k, l, d, A, B_, j0,
-                                       qk_scale, hs_scale, out_scale, w, BC, D_PAD, K, HEAD_SUM, IEEE, True)
-            else:
-                imp = tl.zeros([BT_PAD, K], tl.float32)
-            j = j0 + cols[None, :]
-            ok = tok_ok[:, None] & (cols[None, :] < bj) & (j <= cur[:, None])
-            forced = (j == 0) | (j == cur[:, None]) | (j == cur[:, None] - 1)
-            bits = tl.where(imp > 0, imp.to(tl.int32, bitcast=True), 0)  # NaN, -0.0 -> 0
-            bits = tl.where(forced, 0x7F800000, bits)
-            key = (bits.to(tl.int64) << 32) | (0xFFFFFFFF - j.to(tl.int64))
-            key = tl.where(ok, key, -1)
-            thr = tl.min(top, axis=1)
-            if tl.max((key > thr[:, None]).to(tl.int32)) > 0:
-                top = _merge_rows(tl.maximum(top, _sort_rows(key, 0, LOG_K, N_DIMS)), 1, LOG_K, N_DIMS)
-            j0 += bj
-        rank = cols[None, :]
-        idx = (0xFFFFFFFF - (top & 0xFFFFFFFF)).to(tl.int32)
-        idx = tl.where((top >= 0) & (rank < n_sel), idx, 0x7FFFFFFF)
-        idx = _sort_rows(idx, 0, LOG_K, N_DIMS)  # ascending, the empty slots last
-        blocks = tl.where(idx == 0x7FFFFFFF, -1, idx).to(tl.int64)
-        out = out_ptr + ((b * G + g).to(tl.int64) * S + t_tok[:, None]) * n_sel + rank
-        tl.store(out, blocks, mask=tok_ok[:, None] & (rank < n_sel))
 
 
 def _check(q, k_cmp, lse_cmp, l, d, l_sel):

@@ -1,6 +1,6 @@
-"""The jit code of range attention (nsa.attention.kernels.triton_range, whose docstring explains the modes,
+"""The jit code of range attention (nsa.attention.kernels.range_attn.host, whose docstring explains the modes,
 the key ranges and the tiling rules these kernels rest on): the forward kernel, the dq and dk/dv backward kernels
-and their jit helpers. The host side (configs, launches, custom ops, the public API) is in triton_range.
+and their jit helpers. The host side (configs, launches, custom ops, the public API) is in host.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from nsa.attention.kernels.common import LOG2E
 
 _LOG2E = tl.constexpr(LOG2E)  # the kernels' copy (jit code reads only constexpr globals)
 # Every [rows, d] pointer tile is written tl.multiple_of(ptrs, [1, 16]) at its load or store (rows start 16-byte
-# aligned, see triton_range._aligned and triton_range's docstring); a jit helper would receive the pointers as
+# aligned, see host._aligned and host.py's docstring); a jit helper would receive the pointers as
 # arguments, which carry no hint.
 
 

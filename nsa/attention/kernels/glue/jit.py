@@ -1,4 +1,4 @@
-"""The jit code of the layer's fused glue (nsa.attention.kernels.triton_glue, whose docstring gives the layouts and
+"""The jit code of the layer's fused glue (nsa.attention.kernels.glue.host, whose docstring gives the layouts and
 the formulas): projection split + RoPE + gate-MLP activation, compression pooling, RoPE of compressed keys, and
 the gate + branch combine, each forward and backward. No tensor-core products: these kernels are memory-bound
 element-wise passes, one launch where aten needed ten or more ops.

@@ -2,7 +2,7 @@
 
     build_index(blocks, l_sel, qpt_fwd, qpt_bwd, n_tiles_fwd, n_tiles_bwd) -> (order, pair_t, fwd_tiles, bwd_tiles)
 
-The same four int32 tensors as triton_selected._build_index_torch, equal element for element (the tests compare
+The same four int32 tensors as host._build_index_torch, equal element for element (the tests compare
 them): `order`, the flat pair index ((b*G + g)*S + t)*n_sel + slot of every pair sorted by key
 (b*G + g)*NB + block, ascending within a key, the empty slots (-1) last; `pair_t`, the query t of each sorted pair;
 and the tile tables [3, n_tiles] (key, first sorted pair, pairs) of QPT-pair tiles. The torch build takes 53

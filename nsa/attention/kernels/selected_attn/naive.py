@@ -1,8 +1,8 @@
-"""Vectorized attention kernels for the batched prefill path, in plain PyTorch (CPU and CUDA).
+"""The selected branch in plain PyTorch (CPU and CUDA): block-sparse attention of each query over its selected
+token ranges, the CPU path and the reference the Triton kernels (host.py, jit.py) are tested against.
 
-Shapes: queries [B, H, S, d_k]; keys/values [B, G, T, d] with H = G * heads_per_group and head h in group
-h // heads_per_group. No kernel loops in Python over batch, positions, heads or groups; the only loops are over
-fixed-size chunks of work (SCORE_CHUNK scores each) that bound memory, a handful at S=2048.
+Shapes: queries [B, H, S, d_k]; keys/values [B, G, S, d] with H = G * heads_per_group and head h in group
+h // heads_per_group. The only loops are over chunks of at most common.SCORE_CHUNK scores.
 """
 
 from __future__ import annotations
@@ -12,103 +12,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from nsa.attention.geometry import num_cmp_blocks as num_cmp_visible
-from nsa.observability import audited_sdpa
+from nsa.attention.kernels import common
 
-# Query rows per SDPA chunk of the sliding-window kernel. Measured on the 2-core CPU, w=512, S=2048, fwd+bwd:
-# 64 -> 37 ms, 128 -> 40 ms, 256 -> 45 ms, 512 -> 63 ms (smaller chunks waste fewer masked keys).
-WINDOW_CHUNK = 64
 # (query, block) pairs per GEMM tile of the selected-branch kernel.
 SEL_TILE = 64
-# Score entries per chunk of the chunked kernels (4M fp32 = 16 MB): large enough for GEMM efficiency, small enough
-# to stay in the allocator's reusable heap instead of fresh memory mappings.
-SCORE_CHUNK = 1 << 22
-
-
-def _sdpa(site: str, q, k, v, mask=None, causal=False):
-    return audited_sdpa(site, F.scaled_dot_product_attention, q, k, v, attn_mask=mask, is_causal=causal,
-                        enable_gqa=q.shape[1] != k.shape[1])
-
-
-def cmp_mask(s: int, n_cmp: int, l: int, d: int, device) -> torch.Tensor:
-    """[s, n_cmp] bool: compression block i is visible to query t (it ended at or before t)."""
-    t = torch.arange(s, device=device).unsqueeze(1)
-    i = torch.arange(n_cmp, device=device).unsqueeze(0)
-    return i * d + l - 1 <= t
-
-
-def compressed_attention(q, k_cmp, v_cmp, l: int, d: int) -> torch.Tensor:
-    """Attention of every query over the compression blocks it can see; exactly 0 where it sees none.
-
-    Query t = l - 1 + m*d + r (0 <= r < d) sees blocks 0..m. Moving r into the head dimension turns the visibility
-    mask into the square causal mask over (m, block), so SDPA's causal kernel applies (it skips the masked half
-    and needs no mask tensor); queries t < l - 1 see nothing and get 0.
-    """
-    b, h, s, d_k = q.shape
-    n_cmp, d_v = k_cmp.shape[2], v_cmp.shape[-1]
-    if n_cmp == 0:
-        return q.new_zeros(b, h, s, d_v)
-    seen = s - (l - 1)  # queries that see at least one block; n_cmp * d >= seen
-    qg = F.pad(q[:, :, l - 1:], (0, 0, 0, n_cmp * d - seen))
-    qg = qg.view(b, h, n_cmp, d, d_k).transpose(2, 3).reshape(b, h * d, n_cmp, d_k)  # head h*d + r -> group h//hpg
-    out = _sdpa("cmp", qg, k_cmp, v_cmp, causal=True)
-    out = out.view(b, h, d, n_cmp, d_v).transpose(2, 3).reshape(b, h, n_cmp * d, d_v)[:, :, :seen]
-    return F.pad(out, (0, 0, l - 1, 0))
-
-
-def cmp_group_probabilities(q, k_cmp, l: int, d: int, first: int):
-    """Eq. 10's head-summed compressed attention probabilities for queries first..S-1, in query chunks.
-
-    Yields (start, probs) with probs [B, G, rows, n_vis] fp32 (no gradient) for queries start..start+rows-1, where
-    n_vis is the number of blocks the chunk's last query sees: each row is a softmax over the blocks visible to its
-    query (later blocks 0; rows that see none are all 0). Chunks hold at most SCORE_CHUNK scores and read only the
-    blocks they can see, so no S x n_cmp tensor is ever built.
-    """
-    b, h, s, d_k = q.shape
-    g, n_cmp = k_cmp.shape[1], k_cmp.shape[2]
-    hpg = h // g
-    rows_per_chunk = max(1, SCORE_CHUNK // (b * h * max(n_cmp, 1)))
-    with torch.no_grad():
-        kf = k_cmp.float().reshape(b * g, n_cmp, d_k)
-        for r0 in range(first, s, rows_per_chunk):
-            r1 = min(s, r0 + rows_per_chunk)
-            n_vis = num_cmp_visible(r1, l, d)
-            rows = r1 - r0
-            if n_vis == 0:
-                yield r0, torch.zeros(b, g, rows, 0, device=q.device)
-                continue
-            qs = (q[:, :, r0:r1].float() * (1.0 / math.sqrt(d_k))).reshape(b * g, hpg * rows, d_k)
-            scores = torch.bmm(qs, kf[:, :n_vis].transpose(1, 2)).view(b * g, hpg, rows, n_vis)
-            mask = cmp_mask(r1, n_vis, l, d, q.device)[r0:]
-            seen = mask[:, 0].clone()  # block 0 is the first to become visible (a copy: the next line writes it)
-            mask[:, 0] = True  # rows that see nothing: a harmless softmax, zeroed below
-            probs = torch.softmax(scores.masked_fill_(~mask, float("-inf")), dim=-1).sum(dim=1)
-            yield r0, probs.mul_(seen.view(1, rows, 1).to(probs.dtype)).view(b, g, rows, n_vis)
-
-
-def window_attention(q, k, v, w: int, chunk: int = WINDOW_CHUNK) -> torch.Tensor:
-    """Sliding-window attention: query t attends to keys (t - w, t]."""
-    b, h, s, d_k = q.shape
-    g = k.shape[1]
-    if s <= w:
-        return _sdpa("win", q, k, v, causal=True)  # square causal mask: t sees [0, t]
-    c = min(chunk, s)
-    n_chunks = -(-s // c)
-    tail = n_chunks * c - s
-    qp = F.pad(q, (0, 0, 0, tail))
-    # Chunk n holds queries [n*c, n*c + c) and keys [n*c - w, n*c + c) (front padding stands for positions < 0).
-    kw = F.pad(k, (0, 0, w, tail)).unfold(2, w + c, c).transpose(-1, -2)
-    vw = F.pad(v, (0, 0, w, tail)).unfold(2, w + c, c).transpose(-1, -2)
-    qc = qp.view(b, h, n_chunks, c, d_k).transpose(1, 2).reshape(b * n_chunks, h, c, d_k)
-    kw = kw.transpose(1, 2).reshape(b * n_chunks, g, w + c, d_k)
-    vw = vw.transpose(1, 2).reshape(b * n_chunks, g, w + c, v.shape[-1])
-    r = torch.arange(c, device=q.device).view(1, c, 1)
-    j = torch.arange(w + c, device=q.device).view(1, 1, w + c)
-    n = torch.arange(n_chunks, device=q.device).view(n_chunks, 1, 1)
-    mask = (j > r) & (j <= r + w) & (j >= w - n * c)  # key position n*c - w + j in (t - w, t], >= 0
-    out = _sdpa("win", qc, kw, vw, mask.repeat(b, 1, 1).unsqueeze(1))
-    out = out.view(b, n_chunks, h, c, -1).transpose(1, 2).reshape(b, h, n_chunks * c, -1)
-    return out[:, :, :s]
 
 
 class _SparseBlocks(torch.autograd.Function):
@@ -118,7 +25,7 @@ class _SparseBlocks(torch.autograd.Function):
     u[query] += w @ v_block, z[query] += sum(w), where m is the per-query maximum over these scores and `m_floor`
     (the other part's maximum); m is returned, non-differentiable, so the caller stabilises with the same value.
 
-    Flash-style: tiles are processed in chunks of at most SCORE_CHUNK score entries with an online softmax (the
+    Flash-style: tiles are processed in chunks of at most common.SCORE_CHUNK score entries with an online softmax (the
     accumulators are rescaled when a query's maximum grows), and backward recomputes each chunk's scores instead
     of saving them. No (pairs * heads * l_sel)-sized tensor is ever allocated, so memory stays flat in S and the
     allocator never has to map (and the kernel zero-fill) hundreds of MB per step; autograd over the same
@@ -127,7 +34,7 @@ class _SparseBlocks(torch.autograd.Function):
 
     @staticmethod
     def _chunks(tile_block, row_query, tile, per_tile):
-        step = max(1, SCORE_CHUNK // per_tile)
+        step = max(1, common.SCORE_CHUNK // per_tile)
         for c0 in range(0, tile_block.shape[0], step):
             c1 = min(c0 + step, tile_block.shape[0])
             yield tile_block[c0:c1], row_query[c0 * tile: c1 * tile]

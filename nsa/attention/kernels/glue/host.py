@@ -40,7 +40,7 @@ import triton
 from nsa.attention.kernels.aot import AotCase
 from nsa.attention.kernels.common import interpreting
 from nsa.attention.rope import inv_frequencies
-from nsa.attention.kernels.triton_glue_kernels import (_cmp_pool_bwd_kernel, _cmp_pool_fwd_kernel,
+from nsa.attention.kernels.glue.jit import (_cmp_pool_bwd_kernel, _cmp_pool_fwd_kernel,
                                                        _combine_bwd_kernel, _combine_fwd_kernel, _prep_bwd_kernel,
                                                        _prep_fwd_kernel, _rope_rows_kernel)
 

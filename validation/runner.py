@@ -48,6 +48,7 @@ from validation.results import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, RESUL
 from validation.results_model import (Choice, Options, PhaseRecord, Recommendations, ReplacedStep, Resume, RunbookRef,
                                       RunResults, StepResult, Tool)
 from validation.runbook import Runbook, Step, references
+from validation.steps.base import undeclared_metrics
 from validation.version import version as tool_version
 
 
@@ -352,12 +353,23 @@ class Runner:
         self.reporter.step_started(step, max(1, len(planned)))
         try:
             step.kind_impl.run(step, planned, result, StepContext(self, step))
+            self._note_undeclared_metrics(step, result)
         except KeyboardInterrupt as exc:
             result.update(status="interrupted", reason=f"interrupted ({describe_interrupt(exc)})")
             raise
         finally:
             result["duration_s"] = round(time.time() - t0, 3)
         return result
+
+    @staticmethod
+    def _note_undeclared_metrics(step: Step, result: StepResult) -> None:
+        """A note (a WARN in the report's open problems) naming the metrics the step recorded that its kind does
+        not declare (StepKind.metrics): a criterion could not have named them before the run. The metrics stay."""
+        undeclared = undeclared_metrics(step.kind_impl, step, result.get("metrics") or {})
+        if undeclared:
+            shown = ", ".join(undeclared[:6]) + (f" and {len(undeclared) - 6} more" if len(undeclared) > 6 else "")
+            result.setdefault("notes", []).append(
+                f"metrics the {step.kind} kind does not declare: {shown} (its `metrics` should name them)")
 
     def _launch(self, step: Step, spec: LaunchSpec, index: int, total: int,
                 stop: Callable[[], BaseException | None] | None = None) -> LaunchResult:

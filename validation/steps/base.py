@@ -19,7 +19,8 @@ What a kind defines:
     trainer_runs         (label, metrics) of each trainer launch, for `nsa-validate compare`
     metrics              the metric names its steps produce (results.json "metrics"), as dotted patterns
                          (metric_names(step) when they depend on the step's own keys): what acceptance criteria
-                         may read, checked before anything runs (check_metric_reference)
+                         may read, checked before anything runs (check_metric_reference) and after a step ran
+                         (undeclared_metrics: the runner notes what a step recorded beyond them)
     view                 its part of the report's step view (formatted strings); templates: its partials
     key_figures, plots   executive-summary figures and extra plots
 
@@ -243,6 +244,25 @@ def readable_names(kind: StepKind, step: Step | None = None) -> tuple[str, ...] 
 def metric_declared(path: tuple, patterns: tuple[str, ...]) -> bool:
     """Whether key path `path` (("toks_per_s", "mean"), ("runs", "50", "loss")) is, or lies inside, a declared name."""
     return any(_covers(_segments(p), tuple(path)) for p in patterns)
+
+
+def undeclared_metrics(kind: StepKind, step: Step | None, metrics: dict) -> list[str]:
+    """The leaves of a step's recorded `metrics` (a dict of dicts; a list is one leaf) that no name of its kind
+    declares, as dotted names; [] when the kind declares none (kind.metric_names is None)."""
+    names = kind.metric_names(step)
+    if names is None:
+        return []
+    out: list[str] = []
+
+    def walk(value, path: tuple) -> None:
+        if isinstance(value, dict) and value:
+            for key, inner in value.items():
+                walk(inner, path + (key,))
+        elif path and not metric_declared(path, names):
+            out.append(".".join(map(str, path)))
+
+    walk(metrics, ())
+    return out
 
 
 def close_metric_names(path: tuple, patterns: tuple[str, ...], n: int = 4) -> list[str]:

@@ -16,7 +16,7 @@ from validation.report import render, write_reports
 from validation.runbook import RunbookError, load_runbook
 from validation.runner import RunOptions, Runner
 from validation.schema import typed
-from validation.steps.base import StepKind, command_launch, run_path
+from validation.steps.base import StepKind, command_launch, run_path, undeclared_metrics
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -191,3 +191,38 @@ def test_the_registry_knows_its_kinds_from_its_modules():
     finally:
         steps.unregister(guest.name)
     assert "guest_kind" not in steps.names()
+
+
+class Declared(Echo):
+    """Echo with its metrics declared, all but one: `length`."""
+
+    name = "echo_declared"
+    metrics = ("said",)
+
+
+def test_metrics_a_kind_does_not_declare_are_kept_and_named_in_a_note(tmp_path):
+    kind = steps.register(Declared())
+    try:
+        path = tmp_path / "declared.yaml"
+        path.write_text(RUNBOOK.replace("kind: echo", "kind: echo_declared").replace(
+            "expr: \"greet.length == 9 and ", "expr: \""))
+        results = Runner(load_runbook(path), tmp_path / "run", RunOptions(cwd=REPO)).run()
+        step = results["steps"]["greet"]
+        assert step["status"] == "passed" and step["metrics"]["length"] == 9  # kept
+        assert step["notes"] == ["metrics the echo_declared kind does not declare: length (its `metrics` should "
+                                 "name them)"]
+        assert results["steps"]["check"].get("notes") is None  # the bench kind declares what it records
+        write_reports(tmp_path / "run", results)
+        assert "metrics the echo_declared kind does not declare: length" in (tmp_path / "run" / "report.md").read_text()
+    finally:
+        steps.unregister(kind.name)
+    assert undeclared_metrics(Echo(), None, {"anything": 1}) == []  # a kind that declares nothing: not checked
+    assert undeclared_metrics(Declared(), None, {"said": "x", "n": {"a": 1, "b": [1, 2]}}) == ["n.a", "n.b"]
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(REPO)) for p in (REPO / "reports").rglob("results.json")))
+def test_every_committed_run_records_only_declared_metrics(path):
+    """The example and GPU runs under reports/: every metric of every step is one its kind declares."""
+    results = json.loads((REPO / path).read_text())
+    for name, step in results["steps"].items():
+        assert undeclared_metrics(steps.get(step["kind"]), None, step.get("metrics") or {}) == [], name

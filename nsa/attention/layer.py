@@ -93,7 +93,6 @@ def _overlap_slice(n_cmp: int, n_blocks: int, l: int, d: int, l_sel: int) -> tor
     return _overlap(cap_c, cap_b, l, d, l_sel)[:n_cmp, :n_blocks]
 
 
-
 class NSAAttention(nn.Module):
     def __init__(self, cfg: NSAConfig):
         super().__init__()

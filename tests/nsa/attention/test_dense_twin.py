@@ -16,7 +16,7 @@ import torch.nn as nn
 
 import reference as R
 from nsa.attention import DenseAttention
-from nsa.attention.kernels import KernelUnavailable, resolve
+from nsa.attention.kernels import KernelUnavailable, resolve, triton_status
 from nsa.attention.rope import apply_rope
 from nsa.config import ModelConfig, NSAConfig
 from nsa.model import NSAModel, flops_per_token
@@ -92,6 +92,9 @@ def test_kernel_resolution_never_falls_back_silently(monkeypatch):
     cpu = torch.device("cpu")
     assert resolve("torch", cpu) == "torch"
     assert resolve("auto", cpu) == "torch"  # auto: triton on CUDA only
+    # import the kernel modules (once per process) under the interpreter the tests run them in: first imported with
+    # TRITON_INTERPRET=0, their kernels would stay bound to a GPU driver, and later interpreter tests would fail
+    triton_status(cpu)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(KernelUnavailable, match="is 'triton' but"):
         resolve("triton", cpu)

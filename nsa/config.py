@@ -11,14 +11,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from nsa.toggles import Toggles
+from nsa.toggles import TOGGLES, Toggles
 
 PHI_CHOICES = ("mlp", "avg")
 GATE_CHOICES = ("sigmoid", "softmax")
 PREFILL_CHOICES = ("batched", "sequential")
 SELECTION_CHOICES = ("v2", "v1")
 KERNEL_CHOICES = ("auto", "torch", "triton")
-INDEX_BUILD_CHOICES = ("auto", "torch", "triton")
+INDEX_BUILD_CHOICES = TOGGLES["NSA_INDEX_BUILD"].choices  # what model.index_build and NSA_INDEX_BUILD take
 ATTENTION_CHOICES = ("nsa", "dense")
 
 CHOICES, FLAGS = "choices", "flags"  # the metadata entries `setting` gives a config field

@@ -9,6 +9,8 @@ from typing import NamedTuple
 
 import torch
 
+from nsa.config import INDEX_BUILD_CHOICES
+
 # Head widths the Triton kernels are built for (the range kernels' tiles; the others take more), and the most
 # heads a KV group may have (a range-kernel query tile holds every head of its tokens).
 TRITON_HEAD_DIMS = (32, 64, 128)
@@ -58,14 +60,13 @@ def dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if ieee else "tf32"
 
 
-INDEX_BUILDS = ("auto", "torch", "triton")  # NSAConfig.index_build's choices (the selected branch's inverted index)
 
 
 def index_build(build: str = "auto") -> str:
     """The build of the selected branch's inverted index that runs for `build` (NSAConfig.index_build), "torch" or
     "triton": "auto" is "triton", except under Triton's interpreter, where it is "torch" (its tl.sort is slow)."""
-    if build not in INDEX_BUILDS:
-        raise ValueError(f"index_build must be one of {', '.join(INDEX_BUILDS)}, got {build!r}")
+    if build not in INDEX_BUILD_CHOICES:
+        raise ValueError(f"index_build must be one of {', '.join(INDEX_BUILD_CHOICES)}, got {build!r}")
     if build == "auto":
         return "torch" if interpreting() else "triton"
     return build

@@ -6,7 +6,7 @@ the PyTorch path and dense causal SDPA: the measurements its docstring leaves pe
     python benchmarks/bench_selected_kernel.py --json
 
 Per sequence length: the inverted-index build alone; the forward with loop="kv" and loop="query"; forward+backward
-for each bwd_tiles (kv forward); optionally the PyTorch path (reference.selected_attention, slow); dense causal
+for each bwd_tiles (kv forward); optionally the PyTorch path (kernels.selected_attention, slow); dense causal
 SDPA (GQA) forward+backward as the baseline. Times are triton.testing.do_bench medians (ms); peak is
 torch.cuda.max_memory_allocated above what the inputs hold (MB). Selections come from choose_blocks on random
 importance (block 0, own and previous blocks forced). Without CUDA it runs once on the CPU through Triton's
@@ -60,7 +60,7 @@ def _one(s, hpg, groups, d, l_sel, n_sel, bwd_tiles, torch_path, device, dtype) 
     import torch
     import torch.nn.functional as F
 
-    from nsa.attention import kernels as reference
+    from nsa.attention import kernels
     from nsa.attention.kernels.selected_attn import host as ts
     from nsa.attention.selection import choose_blocks, selection_ranges_v2
 
@@ -92,7 +92,7 @@ def _one(s, hpg, groups, d, l_sel, n_sel, bwd_tiles, torch_path, device, dtype) 
         torch.autograd.grad(out, (q, k, v), do)
 
     def path(ranges):
-        out = reference.selected_attention(q, k, v, ranges, l_sel)
+        out = kernels.selected_attention(q, k, v, ranges, l_sel)
         torch.autograd.grad(out, (q, k, v), do)
 
     def dense():
@@ -133,7 +133,7 @@ def main(argv=None) -> int:
     parser.add_argument("--l-sel", type=int, default=64)
     parser.add_argument("--n-sel", type=int, default=16)
     parser.add_argument("--bwd-tiles", type=int, nargs="+", default=[8, 16, 32] if cuda else [16])
-    parser.add_argument("--torch-path", action="store_true", help="also time reference.selected_attention")
+    parser.add_argument("--torch-path", action="store_true", help="also time the PyTorch path (kernels.selected_attention)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     dtype = torch.bfloat16 if cuda else torch.float32

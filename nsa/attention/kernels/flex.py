@@ -106,7 +106,7 @@ def _window_block_mask(s: int, w: int, device: str):
 
 
 def compressed_attention(q, k_cmp, v_cmp, l: int, d: int) -> torch.Tensor:
-    """reference.compressed_attention through flex: q [B, H, S, d_k], k_cmp/v_cmp [B, G, n_cmp, d]."""
+    """range_attn.naive.compressed_attention through flex: q [B, H, S, d_k], k_cmp/v_cmp [B, G, n_cmp, d]."""
     b, h, s, _ = q.shape
     n_cmp = k_cmp.shape[2]
     if n_cmp == 0:
@@ -115,7 +115,7 @@ def compressed_attention(q, k_cmp, v_cmp, l: int, d: int) -> torch.Tensor:
 
 
 def window_attention(q, k, v, w: int) -> torch.Tensor:
-    """reference.window_attention through flex: query t attends to keys (t - w, t]."""
+    """range_attn.naive.window_attention through flex: query t attends to keys (t - w, t]."""
     return _attend(q, k, v, _window_block_mask(q.shape[2], w, str(q.device)))
 
 
@@ -128,7 +128,7 @@ def selection_table(blocks: torch.Tensor, n_blocks: int) -> torch.Tensor:
 
 def selected_attention(q, k, v, blocks: torch.Tensor, l_sel: int) -> torch.Tensor:
     """Selected-branch attention through flex: q [B, H, S, d_k], k/v [B, G, S, d], blocks [B, G, S, n_sel] as
-    nsa.attention.selection.choose_blocks returns them. The same function as reference.selected_attention over
+    nsa.attention.selection.choose_blocks returns them. The same function as selected_attn.naive.selected_attention over
     selection_ranges_v2(blocks): the tokens <= t of each selected block."""
     b, h, s, _ = q.shape
     g = k.shape[1]

@@ -7,7 +7,7 @@ views of [B, S, *, d] storage); blocks [B, G, S, n_sel] integer block indices pe
 an empty slot, as nsa.attention.selection.choose_blocks returns them. Query t of head h (group h // hpg) attends to
 the keys p <= t of its group's listed blocks (block j = keys [j*l_sel, (j+1)*l_sel)); scale 1/sqrt(d_k). Result
 o [B, H, S, d_v] in q's dtype (a transposed view of [B, S, H, d_v] storage), equal to
-reference.selected_attention(q, k, v, selection_ranges_v2(blocks, arange(S), l_sel), l_sel); differentiable in q,
+naive.selected_attention(q, k, v, selection_ranges_v2(blocks, arange(S), l_sel), l_sel); differentiable in q,
 k, v. The kernels need none of choose_blocks' guarantees (order, forced blocks): any list of distinct blocks
 0 <= j <= t // l_sel works, and a query with no block gets 0 (entries >= ceil(S / l_sel) or repeated ones give
 wrong results: checking them would need a host synchronisation). Softmax statistics and accumulation in fp32;

@@ -70,8 +70,9 @@ def test_at_most_80_ops_per_layer(monkeypatch):
     above include: 132 in all at S 256)."""
     from nsa.attention.kernels.selected_attn import index as triton_index
 
-    monkeypatch.setattr(triton_index, "PAIRS", 64)  # the interpreter's sort of 2,048 pairs takes seconds; the ops
-    bench = _bench()  # do not depend on the chunk
+    # the interpreter's sort of 2,048 pairs takes seconds; the ops do not depend on the chunk
+    monkeypatch.setattr(triton_index, "PAIRS", 64)
+    bench = _bench()
     layer = bench.make_layer(**SHAPE, index_build="triton")
     by_len = {s: bench.count_layer(layer, s, warmup=i == 0) for i, s in enumerate(LENGTHS)}
     totals = {s: c.total for s, c in by_len.items()}

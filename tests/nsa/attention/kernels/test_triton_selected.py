@@ -255,7 +255,8 @@ def test_triton_index_build_equals_the_torch_build(small_chunks, b, g, s, l_sel,
 
 @pytest.mark.parametrize("b,h,g,s,d,l_sel,n_sel,kind,bwd_tiles,loops", [CI_CASES[0], CI_CASES[2], CI_CASES[6]])
 def test_matches_references_with_each_index_build(small_chunks, b, h, g, s, d, l_sel, n_sel, kind, bwd_tiles, loops):
-    """The build "auto" does not take here (the torch build under the interpreter, the Triton one on a GPU)."""
+    """With the index build that "auto" does not take here: the Triton one under the interpreter, the torch one on a
+    GPU (each run of the file then covers both builds)."""
     other = "triton" if index_build() == "torch" else "torch"
     _check_against_references(b, h, g, s, d, d, l_sel, n_sel, kind, ("kv",), bwd_tiles, index_build=other)
 

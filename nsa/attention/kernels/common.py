@@ -60,8 +60,6 @@ def dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if ieee else "tf32"
 
 
-
-
 def index_build(build: str = "auto") -> str:
     """The build of the selected branch's inverted index that runs for `build` (NSAConfig.index_build), "torch" or
     "triton": "auto" is "triton", except under Triton's interpreter, where it is "torch" (its tl.sort is slow)."""

@@ -41,7 +41,6 @@ from nsa.attention.kernels import TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP, 
 from nsa.attention.kernels.range_attn import host as range_attn
 from nsa.attention.kernels.selected_attn import host as selected_attn
 from nsa.attention.kernels.selection import host as selection
-from nsa.attention.kernels.selection.host import FUSED_MAX_N_SEL
 
 KERNELS = ("cmp", "win", "band", "select", "index", "sel_kv", "sel_query")
 DTYPES = ("bf16", "fp16", "fp32")
@@ -97,8 +96,8 @@ def check_args(args: argparse.Namespace) -> str | None:
                     f"got {getattr(args, name)}")
     if args.l % args.d or args.l_sel % args.d:
         return f"--d {args.d} must divide --l {args.l} and --l-sel {args.l_sel}"
-    if args.method == "fused" and args.n_sel > FUSED_MAX_N_SEL:
-        return f"--method fused keeps at most {FUSED_MAX_N_SEL} blocks, got --n-sel {args.n_sel}"
+    if args.method == "fused" and args.n_sel > selection.FUSED_MAX_N_SEL:
+        return f"--method fused keeps at most {selection.FUSED_MAX_N_SEL} blocks, got --n-sel {args.n_sel}"
     if args.seq_len < args.l:
         return f"--seq-len {args.seq_len} is shorter than one compression block (--l {args.l})"
     return None

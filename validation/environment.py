@@ -19,7 +19,7 @@ from validation.launch import slurm, telemetry
 from validation.launch.spec import safe_name
 from validation.runbook_model import Requirements
 
-PACKAGES = ("torch", "numpy", "pandas", "nsa-validate", "typer", "rich", "jinja2", "matplotlib", "pyyaml",
+PACKAGES = ("torch", "numpy", "scipy", "pandas", "nsa-validate", "typer", "rich", "jinja2", "matplotlib", "pyyaml",
             "tensorboard", "pyarrow", "datasets", "pynvml", "nvidia-ml-py")
 
 
@@ -164,7 +164,10 @@ def snapshot(step_dir: Path, cwd: Path, timeout_s: float = 300) -> tuple[dict[st
         try:
             env["nvml"] = _nvml_inventory()
         except Exception as exc:  # noqa: BLE001 - no driver, or NVML refuses
-            problems.append(f"pynvml: {exc}")
+            if telemetry.nvml_no_driver(telemetry.load_nvml(), exc):
+                env["nvml"] = []  # a machine without the NVIDIA driver: no GPU, not a problem
+            else:
+                problems.append(f"pynvml: {exc}")
 
     (step_dir / "environment.json").write_text(json.dumps(env, indent=2) + "\n")
     files.append(step_dir / "environment.json")

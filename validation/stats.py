@@ -1,9 +1,8 @@
 """Comparisons between two samples of per-step values (A/B steps, `nsa-validate compare`).
 
-Welch's t-test with the Student t CDF computed from a regularized incomplete beta function (continued fraction
-with the modified Lentz method, Numerical Recipes 6.4): no scipy. A difference counts only when it is both
-statistically significant (p < alpha) and larger than the noise threshold (|relative delta| > noise), as
-asv/pytest-benchmark compare runs.
+Welch's t-test with scipy.special's Student t CDF (stdtr). A difference counts only when it is both statistically
+significant (p < alpha) and larger than the noise threshold (|relative delta| > noise), as asv/pytest-benchmark
+compare runs.
 """
 
 from __future__ import annotations
@@ -33,10 +32,6 @@ METRIC_DIRECTIONS: dict[str, str] = {
 }
 VERDICTS = ("better", "worse", "same")
 
-_CF_MAX_ITER = 10_000
-_CF_EPS = 1e-15
-_FPMIN = 1e-300
-
 
 def higher_is_better(metric: str) -> bool:
     """METRIC_DIRECTIONS[metric] == "higher"; StatsError for a metric without a direction."""
@@ -47,56 +42,10 @@ def higher_is_better(metric: str) -> bool:
                          f"{', '.join(METRIC_DIRECTIONS)}") from None
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c = 1.0
-    d = 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) >= _FPMIN else _FPMIN)
-    h = d
-    for m in range(1, _CF_MAX_ITER + 1):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) >= _FPMIN else _FPMIN)
-        c = 1.0 + aa / c
-        c = c if abs(c) >= _FPMIN else _FPMIN
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) >= _FPMIN else _FPMIN)
-        c = 1.0 + aa / c
-        c = c if abs(c) >= _FPMIN else _FPMIN
-        step = d * c
-        h *= step
-        if abs(step - 1.0) < _CF_EPS:
-            return h
-    raise ArithmeticError(f"incomplete beta continued fraction did not converge (a={a}, b={b}, x={x})")
+def _special():
+    import scipy.special  # start-up: scipy loads with the first statistic, not with `nsa-validate list`
 
-
-def _stirling_tail(z: float) -> float:
-    """lgamma(z) - [(z - 1/2) ln z - z + ln(2 pi)/2], for z >= 1e3 (error < 1e-25)."""
-    z2 = z * z
-    return (1.0 / 12.0 - (1.0 / 360.0 - 1.0 / (1260.0 * z2)) / z2) / z
-
-
-def _log_beta(a: float, b: float) -> float:
-    """ln B(a, b). For a large argument, lgamma(big) - lgamma(big + small) is taken from Stirling's series in a
-    form without cancellation (the plain lgamma difference loses ~ big * 1e-16)."""
-    big, small = max(a, b), min(a, b)
-    if big < 1e3:
-        return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
-    diff = (-(big - 0.5) * math.log1p(small / big) - small * math.log(big + small) + small
-            + _stirling_tail(big) - _stirling_tail(big + small))
-    return math.lgamma(small) + diff
-
-
-def _ibeta(x: float, a: float, b: float, log_x: float, log_1mx: float) -> float:
-    """I_x(a, b) given ln x and ln(1 - x) computed accurately by the caller."""
-    front = math.exp(a * log_x + b * log_1mx - _log_beta(a, b))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+    return scipy.special
 
 
 def regularized_beta(x: float, a: float, b: float) -> float:
@@ -105,32 +54,21 @@ def regularized_beta(x: float, a: float, b: float) -> float:
         raise StatsError(f"regularized_beta: a and b must be positive, got a={a}, b={b}")
     if not 0.0 <= x <= 1.0:
         raise StatsError(f"regularized_beta: x must be in [0, 1], got {x}")
-    if x == 0.0 or x == 1.0:
-        return x
-    return _ibeta(x, a, b, math.log(x), math.log1p(-x))
+    return float(_special().betainc(a, b, x))
 
 
 def t_sf2(t: float, df: float) -> float:
-    """Two-sided tail probability P(|T| >= |t|) of Student's t with df degrees of freedom."""
+    """Two-sided tail probability P(|T| >= |t|) of Student's t with df degrees of freedom (df = inf: the normal)."""
     if not df > 0:
         raise StatsError(f"degrees of freedom must be positive, got {df}")
-    if math.isinf(t):
-        return 0.0
-    if math.isinf(df):
-        return math.erfc(abs(t) / math.sqrt(2.0))
-    if t == 0.0:
-        return 1.0
-    # P(|T| >= |t|) = I_x(df/2, 1/2) with x = df / (df + t^2); ln x and ln(1 - x) without rounding x first
-    # (for a large df, x is within 1e-9 of 1 and (df/2) * ln x would lose digits).
-    t2 = t * t
-    x = df / (df + t2)
-    return _ibeta(x, df / 2.0, 0.5, -math.log1p(t2 / df), math.log(t2) - math.log(df + t2))
+    return float(2.0 * _special().stdtr(df, -abs(t)))
 
 
 def t_cdf(t: float, df: float) -> float:
     """P(T <= t) for Student's t with df degrees of freedom (df may be fractional, as in Welch's test)."""
-    tail = 0.5 * t_sf2(t, df)
-    return 1.0 - tail if t > 0 else tail
+    if not df > 0:
+        raise StatsError(f"degrees of freedom must be positive, got {df}")
+    return float(_special().stdtr(df, t))
 
 
 def _finite(values: Sequence[float], name: str) -> np.ndarray:

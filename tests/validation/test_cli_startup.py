@@ -1,6 +1,6 @@
 """nsa-validate starts light: `import validation.cli` loads no torch, and the commands that need neither the trainer
-nor the statistics (--help, list, kinds, plan of a CPU runbook, report in Markdown) load none of torch, pandas or
-matplotlib. benchmarks/bench_startup.py times them."""
+nor the statistics (--help, list, kinds, plan of a CPU runbook, report in Markdown) load none of torch, pandas,
+matplotlib or scipy. benchmarks/bench_startup.py times them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-HEAVY = ("torch", "pandas", "matplotlib")
+HEAVY = ("torch", "pandas", "matplotlib", "scipy")
 
 AUDIT = """\
 import json, sys

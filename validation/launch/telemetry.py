@@ -108,12 +108,27 @@ def load_nvml():
     return pynvml
 
 
+NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")  # present while the NVIDIA kernel driver is loaded
+NO_DRIVER_NOTE = "no NVIDIA driver: no GPU telemetry"
+
+
+def nvml_no_driver(pynvml, exc: BaseException) -> bool:
+    """Whether `exc`, raised by NVML, means this machine has no NVIDIA driver, hence no GPU (not a problem: pynvml
+    is installed on CPU machines too): NVML's library was not found or its driver is not loaded, and no NVIDIA kernel
+    driver is loaded. Where the driver is loaded (a container without libnvidia-ml, say), the same error is a
+    problem: the GPUs are there and unmeasured."""
+    kinds = tuple(k for k in (getattr(pynvml, "NVMLError_LibraryNotFound", None),
+                              getattr(pynvml, "NVMLError_DriverNotLoaded", None)) if isinstance(k, type))
+    return bool(kinds) and isinstance(exc, kinds) and not NVIDIA_DRIVER.exists()
+
+
 class GpuProbe:
     """Every GPU of the node through NVML (pynvml imported here, lazily). ``available`` is False without pynvml, a
-    driver or a GPU; ``problem`` says why."""
+    driver or a GPU; ``problem`` says why, except on a machine without the NVIDIA driver (``nvml_no_driver``): no
+    GPU there is what the machine is, and ``note`` says so."""
 
     def __init__(self):
-        self.available, self.problem, self.handles = False, None, []
+        self.available, self.problem, self.note, self.handles = False, None, None, []
         self.xid_count: dict[int, int] = {}
         self.xid_last: dict[int, int] = {}
         self._events = None
@@ -126,7 +141,10 @@ class GpuProbe:
             pynvml.nvmlInit()
             self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
         except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-            self.problem = f"NVML: {exc}"
+            if nvml_no_driver(pynvml, exc):
+                self.note = NO_DRIVER_NOTE
+            else:
+                self.problem = f"NVML: {exc}"
             return
         self.available = bool(self.handles)
         if not self.handles:

@@ -26,18 +26,13 @@ from validation.stats import StatsError
 POWER = 0.80
 EFFECT = 0.05
 MAX_REPEATS = 1000
-
-
-def _erfc(x: np.ndarray) -> np.ndarray:
-    """erfc, vectorized: Numerical Recipes' erfcc (Chebyshev fit, fractional error < 1.2e-7 everywhere)."""
-    z = np.abs(x)
-    t = 1.0 / (1.0 + 0.5 * z)
-    poly = (-1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (
-        0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
-    r = t * np.exp(-z * z + poly)
-    return np.where(x >= 0, r, 2.0 - r)
-
 _GRID = 801  # trapezoid nodes over the chi density (error < 1e-4 against the noncentral t)
+
+
+def _special():
+    import scipy.special  # start-up: scipy loads with the first statistic, not with `nsa-validate list`
+
+    return scipy.special
 
 
 def _check(cv: float, effect: float, alpha: float, min_floor: float) -> None:
@@ -75,7 +70,7 @@ def _paired_power(cv: float, effect: float, repeats: int, alpha: float, min_floo
     pdf = np.exp(log_u - u * u / 2.0 - (nu / 2.0 - 1.0) * math.log(2.0) - math.lgamma(nu / 2.0))
     thresh = np.maximum(crit * sigma * u / math.sqrt(nu * repeats), floor)
     z = (mu - thresh) * math.sqrt(repeats) / sigma
-    phi = _erfc(-z / math.sqrt(2.0)) / 2.0
+    phi = _special().ndtr(z)
     du = u[1] - u[0]
     mass = np.sum(pdf) * du - (pdf[0] + pdf[-1]) * du / 2.0
     val = np.sum(phi * pdf) * du - (phi[0] * pdf[0] + phi[-1] * pdf[-1]) * du / 2.0

@@ -57,7 +57,7 @@ def test_sampler_records_cpu_and_rss_of_the_tree_every_interval_and_ends_with_it
     own = float((tmp_path / "cpu.txt").read_text())
     assert 0.5 * own <= sampled <= 1.3 * own + 0.1, (sampled, own)
     assert max(int(r["procs"]) for r in rows) == 2
-    assert all(r["gpu"] == "" and r["gpu_util_pct"] == "" for r in rows)  # no pynvml here: GPU columns empty
+    assert all(r["gpu"] == "" and r["gpu_util_pct"] == "" for r in rows)  # no GPU here: GPU columns empty
     assert all(float(r["rss_gb"]) > 0 for r in rows[:-1]) and {r["node"] for r in rows} == {"n0"}
     assert all(float(r["sampler_cpu_ms"]) >= 0 for r in rows)
 
@@ -205,6 +205,51 @@ def test_gpu_columns_through_nvml_and_the_metrics_for_criteria(tmp_path, monkeyp
     assert m["gpus"] == ["g:0"] and m["gpu_util"]["mean"] == 45 and m["throttled"] is True
     assert m["throttle_reasons"] == ["sw_power_cap"] and m["pcie_gen_min"] == 3 and m["xid_errors"] == 1
     assert m["cpu_util"]["n"] == len(gpu0) - 1  # one CPU figure per sample, not per GPU row
+
+
+NVML_ERRORS = {"NVMLError_LibraryNotFound": "NVML Shared Library Not Found",
+               "NVMLError_DriverNotLoaded": "Driver Not Loaded", "NVMLError_NoPermission": "Insufficient Permissions"}
+
+
+def failing_nvml(error: str) -> types.ModuleType:
+    """A stand-in pynvml whose nvmlInit raises `error`, one of the real module's NVMLError subclasses (by name)."""
+    nv = types.ModuleType("pynvml")
+    nv.NVMLError = type("NVMLError", (Exception,), {})
+    for name, message in NVML_ERRORS.items():
+        setattr(nv, name, type(name, (nv.NVMLError,), {"__str__": lambda self, m=message: m}))
+
+    def init():
+        raise getattr(nv, error)()
+
+    nv.nvmlInit, nv.nvmlShutdown = init, lambda: None
+    return nv
+
+
+@pytest.mark.parametrize("error, driver, problem", [
+    ("NVMLError_LibraryNotFound", False, None),  # a CPU machine (CI) with the gpu extra installed
+    ("NVMLError_DriverNotLoaded", False, None),
+    ("NVMLError_LibraryNotFound", True, "NVML Shared Library Not Found"),  # a driver, no libnvidia-ml
+    ("NVMLError_NoPermission", False, "Insufficient Permissions"),
+], ids=["no-library", "no-driver", "driver-without-library", "other-error"])
+def test_nvml_without_an_nvidia_driver_is_no_gpu_not_a_problem(error, driver, problem, tmp_path, monkeypatch):
+    from validation import environment
+
+    monkeypatch.setitem(sys.modules, "pynvml", failing_nvml(error))
+    monkeypatch.setattr(telemetry, "NVIDIA_DRIVER", tmp_path / "version")
+    if driver:
+        (tmp_path / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04\n")
+    probe = telemetry.GpuProbe()
+    assert not probe.available and probe.sample(set()) == [] and probe.problem == (problem and f"NVML: {problem}")
+    assert probe.note == (None if problem else "no NVIDIA driver: no GPU telemetry")
+    # the snapshot step's NVML inventory: no GPU, or the problem in its list (the report's "Open problems")
+    monkeypatch.setattr(environment, "probe", lambda cwd=None: {"git_sha": None, "gpu_count": 0, "gpus": []})
+    monkeypatch.setattr(environment.shutil, "which", lambda name: None)  # no nvidia-smi (nor git)
+    monkeypatch.setattr(environment.subprocess, "run",
+                        lambda argv, **kw: subprocess.CompletedProcess(argv, 0, "collect_env\n", ""))
+    monkeypatch.setattr(environment.importlib.util, "find_spec", lambda name: object())  # pynvml installed
+    env, _, problems = environment.snapshot(tmp_path / "snapshot", tmp_path)
+    assert problems == ["nvidia-smi not found: no GPU inventory XML"] + ([f"pynvml: {problem}"] if problem else [])
+    assert env.get("nvml") == (None if problem else [])
 
 
 # ------------------------------------------------------------------------------------------------ reader, metrics

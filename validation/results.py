@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from validation.results_model import (CRITERION_STATUSES, FAILED_STEP_STATUSES, 
 
 __all__ = ["CRITERION_STATUSES", "DEFAULT_RUNS", "FAILED_STEP_STATUSES", "FINAL_STEP_STATUSES", "RESULTS_JSON",
            "SCHEMA_VERSION", "STEP_STATUSES", "VERDICTS", "ResultsError", "RunDirError", "RunResults",
-           "cannot_write", "os_error_text", "read_results", "resume_note", "write_results"]
+           "cannot_write", "inside_run_dir", "os_error_text", "read_results", "resume_note", "write_results"]
 
 RESULTS_JSON = "results.json"
 DEFAULT_RUNS = Path("artifacts/validate")  # where a run's directory goes without --out (<runbook>-<time>)
@@ -45,6 +46,44 @@ def cannot_write(path: Path | str, exc: OSError) -> RunDirError:
     """A RunDirError for a failed write of `path` (the OSError's own filename when it names another one)."""
     where = exc.filename if isinstance(exc.filename, str) and exc.filename else str(path)
     return RunDirError(f"cannot write {where}: {os_error_text(exc)}")
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def inside_run_dir(run_dir: Path | str, rel: str | Path) -> Path:
+    """RUN_DIR/rel, once it is known to stay inside RUN_DIR: the one check of every path the suite derives from
+    runbook content (the run directory under DEFAULT_RUNS, step, launch and trainer directories, plots). `rel` is
+    relative and has no `..`, no existing symlink along it leads outside RUN_DIR, and neither does any symlink under
+    it when it is an existing directory (e.g. the files a resumed step would overwrite). Raises RunDirError naming
+    the path; RUN_DIR itself (--out, --resume) is the user's choice and may be anywhere, a link included."""
+    rel_path = Path(rel)
+    if not str(rel) or rel_path.is_absolute() or ".." in rel_path.parts:
+        raise RunDirError(f"output path {str(rel)!r}: must be relative to the run directory {run_dir}, "
+                          "without '..'")
+    root = Path(run_dir).resolve()
+
+    def check(path: Path) -> None:
+        if not path.is_symlink():
+            return
+        try:
+            target = path.resolve()
+        except (OSError, RuntimeError):  # a link loop: nowhere safe
+            target = None
+        if target is None or not _within(target, root):
+            raise RunDirError(f"{path} is a symlink to {os.readlink(path)}, outside the run directory {run_dir}: "
+                              "refusing to write through it")
+
+    current = Path(run_dir)
+    for part in rel_path.parts:
+        current = current / part
+        check(current)
+    if current.is_dir():
+        for dirpath, dirnames, filenames in os.walk(current):  # links are not followed, only checked
+            for name in dirnames + filenames:
+                check(Path(dirpath) / name)
+    return current
 
 
 def write_results(run_dir: Path, results: RunResults | dict[str, Any]) -> Path:

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Callable, ContextManager, Optional
 
 from validation import report
-from validation.results import (DEFAULT_RUNS, RESULTS_JSON, ResultsError, RunDirError, cannot_write, read_results,
-                                write_results)
+from validation.results import (DEFAULT_RUNS, RESULTS_JSON, ResultsError, RunDirError, cannot_write, inside_run_dir,
+                                read_results, write_results)
 from validation.runbook import Runbook, RunbookError, load_runbook
 from validation.runner import Reporter, ResumeError, RunOptions, Runner, check_resume
 
@@ -103,8 +103,7 @@ def run_runbook(request: RunRequest, display: Callable[[], ContextManager[Report
             warn(f"{request.runbook} changed since {request.resume} was started; finished steps are kept as they are")
         run_dir = request.resume
     else:
-        run_dir = request.out if request.out is not None else \
-            DEFAULT_RUNS / f"{rb.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run_dir = request.out if request.out is not None else default_run_dir(rb.name)
         if (run_dir / RESULTS_JSON).exists():
             raise RunError(f"{run_dir} already holds a run: use --resume {run_dir} to continue it, or another --out")
     earlier = read_against(request.against)
@@ -134,6 +133,19 @@ def run_runbook(request: RunRequest, display: Callable[[], ContextManager[Report
     except (RunDirError, ResultsError) as exc:
         raise RunError(str(exc)) from None
     return RunOutcome(rb, run_dir, results, tuple(paths))
+
+
+def default_run_dir(name: str, runs_dir: Path = DEFAULT_RUNS) -> Path:
+    """runs_dir/<name>-<time>, the run directory without --out: one directory directly in runs_dir (DEFAULT_RUNS,
+    where `nsa-validate list` finds it), checked like every path derived from the runbook (inside_run_dir; the
+    runbook's name is checked when it is read: validation.runbook). RunError otherwise."""
+    rel = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        if len(Path(rel).parts) != 1:
+            raise RunDirError(f"{rel!r} would not be one directory in {runs_dir}")
+        return inside_run_dir(runs_dir, rel)
+    except RunDirError as exc:
+        raise RunError(f"runbook name {name!r}: {exc}") from None
 
 
 def load(runbook: Path, overrides: tuple[str, ...] | list[str], cwd: Optional[Path] = None) -> Runbook:

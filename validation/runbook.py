@@ -30,9 +30,10 @@ Every step kind also takes `on_failure: continue | stop` (default from defaults,
 that ends failed, timeout, hang or error ends the run there and the remaining steps are recorded as skipped.
 
 Values may reference an earlier sweep's winner: "${bucket_sweep.winner.env.NSA_DDP_BUCKET_MB}".
-Nothing in a runbook chooses where files are written: every output goes under RUN_DIR/<step name> (names are
-identifiers, so never `..` or an absolute path), the trainer's --out-dir/--resume cannot be set (args or a sweep
-matrix), and pytest_args cannot redirect pytest's own output files.
+Nothing in a runbook chooses where files are written: the run directory is DEFAULT_RUNS/<name>-<time> (the runbook's
+name is one file name: letters, digits, _, - and ., not starting with .), every output goes under RUN_DIR/<step name>
+(names are identifiers, so never `..` or an absolute path), the trainer's --out-dir/--resume cannot be set (args or a
+sweep matrix), and pytest_args cannot redirect pytest's own output files.
 Before anything runs (`plan` and `run`, load_runbook), beyond each key's type: every NSA_* environment name and value
 against nsa.toggles (in env mappings and in every planned launch: sweep and scan values of env.X too), every metric
 a criterion reads against the names its step's kind declares (StepKind.metrics), and every ${...} reference to a
@@ -82,6 +83,9 @@ LAUNCHER_KEYS = ("type", "rdzv_backend", "rdzv_endpoint", "partition", "account"
 _ENDPOINT_RE = re.compile(r"[A-Za-z0-9_.-]+:\d{1,5}")
 _TIME_LIMIT_RE = re.compile(r"\d+|\d+:\d\d(:\d\d)?|\d+-\d+(:\d\d(:\d\d)?)?")
 _SLURM_NAME_RE = re.compile(r"[A-Za-z0-9_.,-]+")
+# A runbook's name names its run directory (DEFAULT_RUNS/<name>-<time>): one path component, never `.`, `..` or hidden
+RUNBOOK_NAME_MAX = 200  # + "-YYYYmmdd-HHMMSS" stays within a file name's 255 bytes
+RUNBOOK_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
 # ---------------------------------------------------------------------- reading
@@ -227,6 +231,10 @@ def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:
     raw = mapping(raw, (), ctx, ("name", "description", "requirements", "defaults", "phases", "acceptance",
                                   "recommend"), required=("name", "phases"))
     name = typed(raw["name"], str, ("name",), ctx)
+    if not RUNBOOK_NAME_RE.fullmatch(name) or len(name) > RUNBOOK_NAME_MAX:
+        raise ctx.error(("name",), f"{_brief(name)}: runbook names are one file name (letters, digits, _, - and ., "
+                                   f"not starting with ., at most {RUNBOOK_NAME_MAX} characters): it names the run "
+                                   "directory, <name>-<time>")
     reqs = _requirements(raw.get("requirements"), ("requirements",), ctx)
     defaults_raw = mapping(raw.get("defaults"), ("defaults",), ctx, LAUNCH_KEYS + ("on_failure",))
     defaults = _launch(defaults_raw, ("defaults",), ctx, LaunchSettings())

@@ -44,7 +44,7 @@ from validation.launch.interrupts import Interrupted
 from validation.launch.interrupts import describe as describe_interrupt
 from validation.plan import step_launches
 from validation.results import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, RESULTS_JSON, SCHEMA_VERSION, RunDirError,
-                                cannot_write, os_error_text, resume_note, write_results)
+                                cannot_write, inside_run_dir, os_error_text, resume_note, write_results)
 from validation.results_model import (Choice, Options, PhaseRecord, Recommendations, ReplacedStep, Resume, RunbookRef,
                                       RunResults, StepResult, Tool)
 from validation.runbook import Runbook, Step, references
@@ -507,41 +507,3 @@ class StepContext:
         """The winners of the steps finished so far: step name -> the chosen run's params (what `${winner.<step>}`
         resolves to), for the launches a kind builds while it runs (a bisection point, a batch-size probe)."""
         return self._runner._winners()
-
-
-
-# ---------------------------------------------------------------------- helpers
-def _within(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
-def inside_run_dir(run_dir: Path, rel: str | Path) -> Path:
-    """RUN_DIR/rel, once it is known to stay inside RUN_DIR: `rel` is relative and has no `..`, no existing
-    symlink along it leads outside RUN_DIR, and neither does any symlink under it when it is an existing
-    directory (e.g. the files a resumed step would overwrite). Raises RunDirError naming the path."""
-    rel_path = Path(rel)
-    if not str(rel) or rel_path.is_absolute() or ".." in rel_path.parts:
-        raise RunDirError(f"output path {str(rel)!r}: must be relative to the run directory {run_dir}, "
-                          "without '..'")
-    root = Path(run_dir).resolve()
-
-    def check(path: Path) -> None:
-        if not path.is_symlink():
-            return
-        try:
-            target = path.resolve()
-        except (OSError, RuntimeError):  # a link loop: nowhere safe
-            target = None
-        if target is None or not _within(target, root):
-            raise RunDirError(f"{path} is a symlink to {os.readlink(path)}, outside the run directory {run_dir}: "
-                              "refusing to write through it")
-
-    current = Path(run_dir)
-    for part in rel_path.parts:
-        current = current / part
-        check(current)
-    if current.is_dir():
-        for dirpath, dirnames, filenames in os.walk(current):  # links are not followed, only checked
-            for name in dirnames + filenames:
-                check(Path(dirpath) / name)
-    return current

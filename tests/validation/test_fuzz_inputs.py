@@ -4,6 +4,10 @@
     validation.expressions.compile_expression -> an Expression or ExpressionError; Expression.evaluate never raises
     validation.metrics.read_training_csv + summarize -> never raise; the summary is strict JSON (no NaN/inf)
 
+and of the paths a runbook's values become (4.): whatever its name, step names, matrix values, variant and suspect
+labels and test files, every file a run would make lies in its run directory, inside the runs directory, and
+nothing appears outside it (a snapshot of the directory around the run root before and after).
+
 Inputs: random YAML documents shaped like the runbook schema, mutations of the shipped runbooks (structure and
 text), random bytes and YAML syntax soup, random --set overrides; random strings, token soups and random syntax
 trees of the allowed constructs evaluated against random data; random bytes and random CSVs.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import errno
 import json
 import math
 import re
@@ -36,8 +41,12 @@ from validation.expressions import (FUNCTIONS, MAX_DEPTH, MAX_INT_BITS, STATUSES
                                     ExpressionError, compile_expression, fmt_value)
 from validation.metrics import STATUSES as SUMMARY_STATUSES
 from validation.metrics import CsvRead, Window, read_training_csv, summarize, window_values
+from validation.formatting import file_name
+from validation.launch.spec import LOG_NAME
 from validation.plan import step_launches
 from validation import steps
+from validation.results import inside_run_dir
+from validation.run import default_run_dir
 from validation.runbook import Runbook, RunbookError, load_runbook
 
 REPO = Path(__file__).resolve().parents[2]
@@ -186,7 +195,8 @@ criteria = mapping_of(
     dict(target=st.text(max_size=8), severity=st.sampled_from(("fail", "warn", "fatal")),
          description=st.text(max_size=8)))
 runbook_docs = mapping_of(
-    dict(name=st.text(max_size=10), phases=st.lists(phases, max_size=3)),
+    dict(name=st.one_of(st.sampled_from(("t", "ddp-2xa100", "v1.2", "../x", "..", ".t", "a/b")), st.text(max_size=10)),
+         phases=st.lists(phases, max_size=3)),
     dict(description=st.text(max_size=10), requirements=mapping_of({}, requirements),
          defaults=mapping_of({}, launch), acceptance=st.lists(criteria, max_size=3),
          recommend=mapping_of({}, dict(env=env_maps))))
@@ -694,3 +704,112 @@ def test_csv_with_byte_order_mark(tmp_path):
     """A BOM (a spreadsheet's export) once made the first column '\\ufeffstep': "missing columns: step"."""
     read = read_training_csv(_csv(tmp_path, "1,1,0,1,1,1,1,1", prefix=b"\xef\xbb\xbf"))
     assert read.problem is None and read.frame["step"].tolist() == [1]
+
+
+# ============================================================================ 4. paths: nothing outside the run root
+# What a runbook value may hold that a path must not: separators, `..`, `.`, hidden and absolute names, NUL, a
+# Windows separator, look-alikes of dots; plus random text. Plausible names keep most examples loading.
+PATH_TEXTS = ("..", ".", "../x", "../../escaped", "/tmp/x", "/", "a/b", "a/../../b", ".hidden", "~", "-x", "", " ",
+              "x\x00y", "a\\..\\b", "...", "%2e%2e", "\u2024\u2024", "x" * 300)
+path_texts = st.one_of(st.sampled_from(PATH_TEXTS), st.text(max_size=12))
+
+
+def mostly(plausible: tuple, anything=path_texts):
+    """A plausible name four times in five (so most runbooks load and their launches are made), else any text."""
+    return st.integers(0, 4).flatmap(lambda i: anything if i == 4 else st.sampled_from(plausible))
+
+
+path_names = mostly(("s1", "s2", "sw", "ab1", "_x", "p"))
+runbook_names = mostly(("paths", "ddp-2xa100", "v1.2", "_x"))
+one_change = st.just({"env": {"SOME_VAR": "1"}})
+path_steps = st.one_of(
+    st.fixed_dictionaries({"name": path_names, "kind": st.just("sweep"),
+                           "matrix": st.dictionaries(st.one_of(st.sampled_from(("env.SWEPT", "args.dataset")),
+                                                               path_texts.map("env.{}".format)),
+                                                     st.lists(path_texts, min_size=1, max_size=3, unique=True),
+                                                     min_size=1, max_size=2)}),
+    st.fixed_dictionaries({"name": path_names, "kind": st.just("ab"),
+                           "variants": st.dictionaries(path_names, one_change, min_size=1, max_size=2)}),
+    st.fixed_dictionaries({"name": path_names, "kind": st.just("triage"),
+                           "suspects": st.dictionaries(path_names, one_change, min_size=1, max_size=2)}),
+    st.fixed_dictionaries({"name": path_names, "kind": st.just("pytest"), "isolate": st.sampled_from(("file", "none")),
+                           # "::t": a node id, never a directory to search for test files
+                           "tests": st.lists(path_texts.map("{}::t".format), min_size=1, max_size=3)}),
+    st.fixed_dictionaries({"name": path_names, "kind": st.sampled_from(("train", "profile", "longrun"))}),
+)
+path_runbooks = st.fixed_dictionaries({
+    "name": runbook_names,
+    "defaults": st.just({"config": "configs/tiny_cpu.yaml", "args": {"steps": 3}}),
+    "phases": st.lists(st.fixed_dictionaries({"name": path_names, "steps": st.lists(path_steps, min_size=1,
+                                                                                      max_size=3)}),
+                       min_size=1, max_size=2)})
+path_overrides = mostly(([],), path_texts.map(lambda text: [f"name={text}"]))  # now and then a --set name=...
+
+
+def tree(root: Path) -> set[str]:
+    """Every path under `root`, recursively (links not followed), relative to it."""
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def write_inside(run_dir: Path, path: Path | str, directory: bool = False) -> None:
+    """Make `path` as a run would, once it is known to lie inside `run_dir` (so a failure writes nothing outside).
+    A name too long for the file system is refused there, as a run's "cannot write" (exit 2) would be."""
+    path = Path(path)
+    assert run_dir.resolve() in path.resolve().parents, (run_dir, path)
+    try:
+        if directory:
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+
+
+@settings(FUZZ, max_examples=300)
+@given(doc=path_runbooks, overrides=path_overrides)
+@example(doc={"name": "../../escaped", "phases": [{"name": "p", "steps": [{"name": "s1", "kind": "train"}]}]},
+         overrides=[])
+@example(doc={"name": "ok", "defaults": {"config": "configs/tiny_cpu.yaml"}, "phases": [{"name": "p", "steps": [
+    {"name": "sw", "kind": "sweep", "matrix": {"env.SWEPT": ["..", "../../x", "/tmp/x", ".hidden"]}},
+    {"name": "t1", "kind": "pytest", "isolate": "file", "tests": ["..::t", ".::t", "/etc/x.py::t"]}]}]},
+    overrides=[])
+def test_runbook_values_write_nothing_outside_the_run_root(work_dir, doc, overrides):
+    """Load the runbook (plan and run read it so), then make what a run makes from it: the run directory under the
+    runs directory (default_run_dir), each launch's directory, trainer output directory, log and every file its
+    command line names under the run directory, and each step's plot. Nothing may appear outside the run
+    directory, and nothing at all when the runbook is refused."""
+    COUNTS["paths"] += 1
+    outer = work_dir / "paths" / f"example{COUNTS['paths']}"  # the parent of the run root, snapshot before and after
+    runs = outer / "runs"  # the run root of the runbook's own name (DEFAULT_RUNS)
+    runs.mkdir(parents=True)
+    path = work_dir / "paths.yaml"
+    path.write_text(dump(doc), encoding="utf-8")
+    before = tree(outer)
+    try:
+        rb = load_runbook(path, overrides)
+    except RunbookError as exc:
+        one_line(str(exc))
+        assert tree(outer) == before
+        return
+    COUNTS["paths_ok"] += 1
+    run_dir = default_run_dir(rb.name, runs)  # a valid runbook's name always gives one directory in runs/
+    assert run_dir.parent == runs
+    write_inside(runs, run_dir, directory=True)
+    for step in rb.steps():
+        specs = step_launches(step, None, run_dir)  # each path checked as it is made (inside_run_dir): none refused
+        write_inside(run_dir, inside_run_dir(run_dir, step.name), directory=True)
+        for spec in specs:
+            write_inside(run_dir, spec.step_dir, directory=True)
+            write_inside(run_dir, Path(spec.step_dir) / LOG_NAME)
+            if spec.trainer_out_dir is not None:
+                write_inside(run_dir, spec.trainer_out_dir, directory=True)
+            for arg in spec.argv:
+                if arg.startswith(f"{run_dir}/"):
+                    write_inside(run_dir, arg)
+        write_inside(run_dir, inside_run_dir(run_dir, f"plots/{step.kind}_{file_name(step.name)}.png"))
+    made = tree(outer) - before
+    prefix = str(run_dir.relative_to(outer))
+    assert made and all(p == prefix or p.startswith(f"{prefix}/") for p in made), sorted(made)
+

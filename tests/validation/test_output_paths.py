@@ -1,21 +1,29 @@
-"""Nothing a runbook says can make nsa-validate write outside RUN_DIR: step names are identifiers (no `..`, no
-`/`), the trainer's --out-dir/--resume cannot be set (args, a sweep matrix, --set), pytest_args cannot redirect
-pytest's output files, every derived output path is checked, and an existing symlink that leads outside RUN_DIR
-(e.g. RUN_DIR/<step> replaced by a link before a --resume) stops the run before anything is written through it.
+"""Nothing a runbook says can make nsa-validate write outside RUN_DIR: the runbook's name (it names the run directory
+under artifacts/validate) is one file name, step names are identifiers (no `..`, no `/`), matrix values and test
+files become one safe file name each (safe_name), the trainer's --out-dir/--resume cannot be set (args, a sweep
+matrix, --set), pytest_args cannot redirect pytest's output files, every derived output path is checked
+(validation.results.inside_run_dir), and an existing symlink that leads outside RUN_DIR (e.g. RUN_DIR/<step>
+replaced by a link before a --resume) stops the run before anything is written through it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from nsa.training.config import brief
+from validation.cli import app
+from validation.launch.spec import safe_name
 from validation.plan import step_launches
-from validation.results import RESULTS_JSON, RunDirError, read_results, write_results
+from validation.report.plots import Plotter
+from validation.results import RESULTS_JSON, RunDirError, inside_run_dir, read_results, write_results
+from validation.run import RunError, default_run_dir
 from validation.runbook import RunbookError, load_runbook
-from validation.runner import inside_run_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,6 +69,8 @@ def step(raw, i):
      "phases[0].steps[2].pytest_args[0]: '--junitxml=/tmp/elsewhere.xml': pytest options that choose output"),
     (lambda r: step(r, 2).update(pytest_args=["-q", "--basetemp", "/"]), "pytest_args[1]: '--basetemp'"),
     (lambda r: step(r, 2).update(pytest_args=["--junit-xml", "../x.xml"]), "pytest_args[0]: '--junit-xml'"),
+    (lambda r: step(r, 2).update(tests=["tests/x.py", "--basetemp=/"]),  # a "-..." test entry goes to pytest as is
+     "phases[0].steps[2].tests[1]: '--basetemp=/': pytest options that choose output"),
 ])
 def test_runbook_values_cannot_name_an_output_path(tmp_path, edit, needle):
     message = load_edited(tmp_path, edit)
@@ -166,3 +176,123 @@ def test_a_fresh_run_refuses_a_plots_directory_linked_outside(cli, tmp_path):
     proc = cli("run", path, "--out", run_dir)
     assert proc.returncode == 2 and "plots is a symlink to" in proc.stderr, proc.stderr
     assert not (run_dir / RESULTS_JSON).exists() and not (run_dir / "one").exists()
+
+
+# ---------------------------------------------------------------------- the runbook's name: its run directory
+def tree(root: Path) -> list[str]:
+    """Every path under `root`, recursively (links not followed), relative to it."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+BAD_RUNBOOK_NAMES = ["../x", "../../escaped", "/tmp/x", "a/b", "a\\b", ".", "..", ".hidden", "", "a b", "a\nb",
+                     "x\x00y", "caf\u00e9", "-rf", pytest.param("x" * 201, id="201-chars")]
+
+
+@pytest.mark.parametrize("name", BAD_RUNBOOK_NAMES)
+def test_a_runbook_name_is_one_file_name(tmp_path, name):
+    message = load_edited(tmp_path, lambda r: r.update(name=name))
+    assert f": name: {brief(name)}: runbook names are one file name (letters, digits, _, - and ., not starting with ." \
+        in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize("name", ["paths", "ddp-2xa100", "v1.2", "_x", "9lives", "a.b-c_d",
+                                  pytest.param("x" * 200, id="200-chars")])
+def test_runbook_names_in_use_stay_valid(tmp_path, name):
+    path = tmp_path / "rb.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "name": name}, sort_keys=False))
+    assert load_runbook(path).name == name
+
+
+def test_shipped_runbooks_and_examples_have_valid_names():
+    names = [load_runbook(p).name for p in sorted((REPO / "runbooks").glob("*.yaml"))]
+    names += [json.loads(p.read_text())["runbook"]["name"] for p in sorted((REPO / "reports").rglob("results.json"))]
+    assert names and all(n and not n.startswith(".") and "/" not in n for n in names), names
+
+
+def test_set_cannot_rename_the_runbook_out_of_the_runs_dir(tmp_path):
+    path = tmp_path / "rb.yaml"
+    path.write_text(yaml.safe_dump(BASE, sort_keys=False))
+    with pytest.raises(RunbookError, match=r"^--set name=\.\./\.\./escaped \(.*\): name: '\.\./\.\./escaped': "
+                                           "runbook names are one file name"):
+        load_runbook(path, ["name=../../escaped"])
+
+
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_plan_and_run_refuse_a_runbook_named_dotdot_before_anything_runs(tmp_path, monkeypatch, command):
+    """A runbook named ../x once passed `plan`, and `run` wrote its run to artifacts/validate/../x-<time>."""
+    work = tmp_path / "box" / "work"  # the working directory: artifacts/validate/ is made under it
+    (work / "artifacts" / "validate").mkdir(parents=True)
+    marker = tmp_path / "ran"
+    code = f"import pathlib; pathlib.Path({str(marker)!r}).touch()"
+    path = tmp_path / "rb.yaml"
+    path.write_text(f"name: ../x\nphases:\n  - name: p\n    steps:\n"
+                    f"      - {{name: one, kind: bench, command: [-c, {json.dumps(code)}]}}\n")
+    before = tree(tmp_path)
+    monkeypatch.chdir(work)
+    result = CliRunner().invoke(app, [command, str(path)])
+    output = result.output
+    errors = [line for line in output.splitlines() if line.startswith("nsa-validate: error:")]
+    assert result.exit_code == 2 and "Traceback" not in output, output
+    assert len(errors) == 1 and errors[0].startswith(f"nsa-validate: error: {path}:1: name: '../x': runbook names "
+                                                     "are one file name"), output
+    assert tree(tmp_path) == before and not marker.exists()  # nothing created, nothing ran
+
+
+def test_the_default_run_dir_is_one_directory_in_the_runs_dir(tmp_path):
+    runs = tmp_path / "runs"
+    run_dir = default_run_dir("cpu_smoke", runs)
+    assert run_dir.parent == runs and run_dir.name.startswith("cpu_smoke-")
+    for name in ("../x", "a/b", "/tmp/x"):  # the runbook refuses these first; this check stands behind it
+        with pytest.raises(RunError, match=f"runbook name {re.escape(repr(name))}: "):
+            default_run_dir(name, runs)
+    assert tree(tmp_path) == []
+
+
+# ---------------------------------------------------------------------- values that become file names
+@pytest.mark.parametrize("text, expected", [
+    ("..", "_."), (".", "_"), ("../../x", "_._.._x"), ("/etc/passwd", "_etc_passwd"), (".hidden", "_hidden"),
+    ("a/../b", "a_.._b"), ("NSA_DDP_BUCKET_MB=25", "NSA_DDP_BUCKET_MB_25"), ("x\x00y", "x_y"), ("", ""),
+])
+def test_safe_name_is_one_file_name_inside_its_directory(text, expected):
+    assert safe_name(text) == expected
+    if expected:
+        assert Path(expected).name == expected and expected not in (".", "..") and not expected.startswith(".")
+
+
+def test_matrix_values_and_test_files_with_slashes_and_dotdot_land_inside_the_run_dir(tmp_path):
+    """Sweep matrix values and pytest files (isolate: file) become directory names: /, .. and a leading . cannot
+    lead out of RUN_DIR/<step>."""
+    raw = json.loads(json.dumps(BASE))
+    values = ["..", ".", "../../escaped", "/tmp/x", "a/../../b", ".hidden"]
+    step(raw, 1)["matrix"] = {"env.SWEPT_VALUE": values}
+    step(raw, 2).update(tests=["..::t", ".::t", "../../x.py", "/tmp/y.py::t"], isolate="file")
+    path = tmp_path / "rb.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    run_dir = tmp_path / "box" / "run"
+    run_dir.mkdir(parents=True)
+    rb = load_runbook(path)
+    seen = {}
+    for s in rb.steps()[1:]:
+        for spec in step_launches(s, None, run_dir):
+            for where in (spec.step_dir, spec.trainer_out_dir):
+                if where is None:
+                    continue
+                assert run_dir.resolve() / s.name in Path(where).resolve().parents, (spec.label, where)
+            seen[spec.label] = spec.dir
+    assert seen["SWEPT_VALUE=.."] == "sweep1/SWEPT_VALUE_.." and seen["SWEPT_VALUE=../../escaped"] == \
+        "sweep1/SWEPT_VALUE_.._.._escaped"
+    assert seen[".."] == "tests1/_." and seen["."] == "tests1/_" and seen["/tmp/y.py"] == "tests1/_tmp_y.py"
+    assert all(len(Path(d).parts) == 2 for d in seen.values()), seen  # one directory each, in the step's
+
+
+def test_a_plot_file_name_cannot_lead_out_of_the_run_dir(tmp_path):
+    """Plot names come from results.json (a step's name, a kind's label): Plotter.save checks each one."""
+    run_dir = tmp_path / "box" / "run"
+    plotter = Plotter(run_dir)
+    fig, _ = plotter.figure("t", "x")
+    with pytest.raises(RunDirError, match="must be relative to the run directory"):
+        plotter.save(fig, "../../escaped.png", "t")
+    assert tree(tmp_path) == [] and plotter.written == []
+    plotter.save(fig, "sub/ok.png", "t")
+    assert (run_dir / "plots" / "sub" / "ok.png").is_file()
+

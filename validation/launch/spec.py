@@ -170,8 +170,11 @@ class LaunchResult:
 
 
 def safe_name(text: str) -> str:
-    """`text` as a file-name and id component: every character but letters, digits and -_. becomes _."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+    """`text` as a file-name and id component: every character but letters, digits and -_. becomes _, and so does a
+    leading `.`, so the result (a matrix value, a test file) is one name inside its directory: never `.` or `..`
+    (nor hidden), never a path."""
+    out = "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+    return "_" + out[1:] if out.startswith(".") else out
 
 
 def recorded_env(env: dict[str, str], *, only_prefixed: bool = False) -> tuple[dict[str, str], list[str]]:

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 
 from nsa.training.outputs import atomic_write
 from validation import contracts, metrics
+from validation.results import inside_run_dir
 from validation import steps as step_kinds
 from validation.steps._plot_helpers import bar_points, loglog_lines, scan_loglog  # noqa: F401 - shared with the kinds
 from validation.formatting import (as_dict, as_list, file_name, finite, plot_context_text, steps_in_order)
@@ -82,7 +83,7 @@ class Plotter:
         rel = f"{PLOTS_DIR}/{filename}"
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
-        path = self.run_dir / rel
+        path = inside_run_dir(self.run_dir, rel)  # a name from the results (a step's) never leads out of RUN_DIR
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, buffer.getvalue())
         entry = {"title": title, "path": rel, "step": self.step, "context": self.context or None,

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 from validation.formatting import context_text
 from validation.launch.slurm import SlurmOptions
 from validation.launch.spec import PLAN_RUN_DIR, LaunchSpec, safe_name
+from validation.results import inside_run_dir
 
 if TYPE_CHECKING:
     from validation.runbook_model import Step
@@ -167,12 +168,12 @@ class StepKind:
 
 def run_path(run_dir: Path | None, rel: str) -> str:
     """A path for a command line: absolute under the run directory, or RUN_DIR/... in plan mode."""
-    return str(Path(run_dir) / rel) if run_dir is not None else str(PLAN_RUN_DIR / rel)
+    return str(step_dir(run_dir, rel))
 
 
 def step_dir(run_dir: Path | None, rel: str) -> Path:
     """Where a launch's files go: run_dir/rel, or RUN_DIR/rel in plan mode (LaunchSpec.dir is then `rel`)."""
-    return (Path(run_dir) if run_dir is not None else PLAN_RUN_DIR) / rel
+    return inside_run_dir(run_dir, rel) if run_dir is not None else PLAN_RUN_DIR / rel  # RunDirError: outside it
 
 
 def launch_identity(step: Step, label: str = "") -> dict[str, Any]:

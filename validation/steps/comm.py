@@ -39,7 +39,7 @@ import sys
 from typing import Any
 
 from validation import nccl_tests, steps
-from validation.formatting import NA, as_dict, as_list, finite, fmt_num
+from validation.formatting import NA, as_dict, as_list, file_name, finite, fmt_num
 from validation.launch.spec import LaunchSpec
 from validation.schema import typed
 from validation.steps.base import StepKind, launch_identity, run_path, step_dir
@@ -281,7 +281,7 @@ class Comm(StepKind):
                 series[kind] = points
         title = f"{'Bus' if bus else 'Algorithm'} bandwidth vs message size: {result.get('title') or name}"
         loglog_lines(plotter, series, title=title, xlabel="message size (bytes)",
-                     ylabel=f"{'busbw' if bus else 'algbw'} (GB/s)", filename=f"comm_{name}.png")
+                     ylabel=f"{'busbw' if bus else 'algbw'} (GB/s)", filename=f"comm_{file_name(name)}.png")
 
 
 def protocol_text(m: dict) -> str:

@@ -69,11 +69,12 @@ class Pytest(StepKind):
     def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
         tests = str_list(raw.get("tests"), path + ("tests",), ctx)
         args = str_list(raw.get("pytest_args"), path + ("pytest_args",), ctx)
-        for i, arg in enumerate(args):
-            if arg.split("=", 1)[0] in RESERVED_PYTEST_ARGS:
-                raise ctx.error(path + ("pytest_args", i), f"{arg!r}: pytest options that choose output files or "
-                                                           "directories are set by nsa-validate itself (outputs go "
-                                                           "under RUN_DIR/<step>)")
+        for key, values in (("tests", tests), ("pytest_args", args)):  # a "-..." test entry goes to pytest as is
+            for i, arg in enumerate(values):
+                if arg.split("=", 1)[0] in RESERVED_PYTEST_ARGS:
+                    raise ctx.error(path + (key, i), f"{arg!r}: pytest options that choose output files or "
+                                                     "directories are set by nsa-validate itself (outputs go under "
+                                                     "RUN_DIR/<step>)")
         if not tests:
             raise ctx.error(path + ("tests",), "a pytest step needs tests: [paths or node ids]")
         isolate = typed(raw.get("isolate", "none"), str, path + ("isolate",), ctx, choices=ISOLATE)

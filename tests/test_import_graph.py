@@ -46,6 +46,7 @@ KNOWN_CIRCLES: dict[str, str] = {}
 KNOWN_FUNCTION_IMPORTS: dict[str, tuple[int, int]] = {
     'nsa.attention.kernels': (1, 0),
     'nsa.attention.kernels.aot': (1, 0),
+    'nsa.training.cli': (2, 0),
     'nsa.training.corpus': (1, 0),
     'nsa.training.fineweb': (1, 0),
     'nsa.training.outputs': (1, 0),

@@ -7,6 +7,9 @@
 Flags override the config file (nsa.training.config); the resolved config is saved as out_dir/config.yaml. Outputs
 are described in nsa.training.outputs; environment toggles in nsa.toggles; stop/dump/fault behaviour in nsa.training.safety.
 
+Start-up stays light: this module imports no torch, so `nsa-train --help`, a bad flag and `nsa-train watchdog` never
+load it; main() imports the trainer (torch, the kernels) once the command line has parsed.
+
 Exit codes: 0 completed, halted (.HALT) or stopped by SIGTERM/SIGINT with a checkpoint; 1 crashed (traceback
 printed, status.json says why); 2 bad command line, config or data; 3 stopped on a non-finite loss or gradient.
 """
@@ -19,14 +22,10 @@ import os
 import sys
 from pathlib import Path
 
-from nsa.attention.kernels import KernelUnavailable
 from nsa.toggles import Toggles
-from nsa.training import checkpoint, distributed, flags, safety, timeline, watchdog
+from nsa.training import flags, safety, timeline, watchdog
 from nsa.training.config import ConfigError, RunConfig, UsageError, apply_overrides, load_config
-from nsa.training.data import DataError
-from nsa.training.distributed import LaunchError
 from nsa.training.flags import DEFAULT_CONFIG, build_parser
-from nsa.training.trainer import EXIT_USAGE, Trainer
 
 
 # ---------------------------------------------------------------------- command line (its flags: nsa.training.flags)
@@ -50,9 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "watchdog":
         return watchdog.main(argv[1:], prog="nsa-train watchdog")
+    args = build_parser().parse_args(argv)  # --help and a bad flag end here, before torch is imported
+    from nsa.attention import kernels  # torch and the kernels (seconds): imported once the command line has parsed
+    from nsa.training import checkpoint, data, distributed, trainer  # torch (seconds): likewise
+
     marks = timeline.reset()  # start-up milestones (timeline.json), in seconds since this process started
     marks.mark("imports_done")
-    args = build_parser().parse_args(argv)
     rank = int(os.environ.get("RANK", "0") or 0)
     _setup_logging(rank)
     try:
@@ -61,22 +63,22 @@ def main(argv: list[str] | None = None) -> int:
         safety.wait_at("pg_init", tg.fault, cfg.train.out_dir, rank)  # NSA_FAULT=wait@pg_init (a testing aid)
         info = distributed.init(cfg.train.device, cfg.train.pg_timeout_s)
         marks.mark("process_group_ready")
-    except (ConfigError, UsageError, LaunchError, ValueError) as exc:
+    except (ConfigError, UsageError, distributed.LaunchError, ValueError) as exc:
         # ValueError: toggles and model configs name the variable or field
         print(f"nsa-train: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return trainer.EXIT_USAGE
     try:
         try:
-            trainer = Trainer(cfg, config_path, info, tg, args.resume, ["nsa-train", *argv])
-        except (ConfigError, UsageError, DataError, LaunchError, checkpoint.CheckpointError,
-                KernelUnavailable) as exc:
+            training = trainer.Trainer(cfg, config_path, info, tg, args.resume, ["nsa-train", *argv])
+        except (ConfigError, UsageError, data.DataError, distributed.LaunchError, checkpoint.CheckpointError,
+                kernels.KernelUnavailable) as exc:
             print(f"nsa-train: error: {'' if rank == 0 else f'[rank {rank}] '}{exc}", file=sys.stderr)
-            return EXIT_USAGE
+            return trainer.EXIT_USAGE
         try:
-            return trainer.run()
-        except DataError as exc:  # e.g. a streaming loader that stopped answering; status.json has it too
+            return training.run()
+        except data.DataError as exc:  # e.g. a streaming loader that stopped answering; status.json has it too
             print(f"nsa-train: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+            return trainer.EXIT_USAGE
     finally:
         distributed.shutdown()
 

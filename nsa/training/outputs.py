@@ -144,7 +144,7 @@ TIMELINE_SCHEMA = 1
 TIMELINE_MILESTONES = {
     "process_start": "0 by definition: the process's start (/proc/self/stat), else the first import of "
                      "nsa.training (see process_start_source)",
-    "imports_done": "nsa-train's main() entered: the interpreter, torch and the trainer's modules are imported",
+    "imports_done": "nsa-train's command line parsed and the trainer's modules (torch with them) imported",
     "process_group_ready": "distributed.init returned: device chosen and, with several ranks, the process group up",
     "model_built": "the model constructed and initialized on the host",
     "model_on_device": "the model moved to its device",

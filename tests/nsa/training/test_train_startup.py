@@ -1,0 +1,57 @@
+"""nsa-train starts light: `nsa-train --help` and `nsa-train watchdog --help` import no torch (the trainer is
+imported once the command line has parsed: nsa.training.cli.main), and the help still lists every flag.
+benchmarks/bench_startup.py times them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nsa.training import flags, watchdog
+
+REPO = Path(__file__).resolve().parents[3]
+HEAVY = ("torch", "triton", "numpy")
+
+AUDIT = """\
+import json, sys
+sys.argv = ["nsa-train", *json.loads(sys.argv[1])]
+from nsa.training.cli import console_main
+try:
+    console_main()
+except SystemExit:
+    pass
+print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)), file=sys.stderr)
+"""
+
+
+def help_run(argv: list[str]) -> tuple[str, list[str]]:
+    """(stdout, heavy modules loaded) of the console entry `nsa-train ARGV` in a fresh process."""
+    proc = subprocess.run([sys.executable, "-c", AUDIT.format(heavy=HEAVY), json.dumps(argv)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    return proc.stdout, json.loads(proc.stderr.strip().splitlines()[-1])
+
+
+def options(parser) -> list[str]:
+    return [o for action in parser._actions for o in action.option_strings]
+
+
+@pytest.mark.parametrize("argv, parser",
+                         [(["--help"], flags.build_parser),
+                          (["watchdog", "--help"], lambda: watchdog.build_parser("nsa-train watchdog"))],
+                         ids=["help", "watchdog-help"])
+def test_help_imports_no_torch_and_lists_every_flag(argv, parser):
+    out, heavy = help_run(argv)
+    assert heavy == []
+    listed = options(parser())
+    assert len(listed) > 3
+    assert [o for o in listed if o not in out] == []  # every option the parser has is in the help text
+
+
+def test_a_bad_flag_is_refused_before_torch_is_imported():
+    out, heavy = help_run(["--stepz", "3"])
+    assert heavy == []

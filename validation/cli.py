@@ -1,26 +1,23 @@
 """nsa-validate: run validation runbooks and report, with evidence, whether a node trains NSA correctly and fast.
 
-Commands are thin functions over the library: `run` calls validation.run.run_runbook (the whole run) and prints its
-outcome; the others call validation.plan, .report, .compare and .steps. Their --help is the manual. Exit codes: 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE (a required criterion not evaluated: its
-step did not run), 128 + N interrupted by signal N (130 SIGINT, 129 SIGHUP, 143 SIGTERM). Start-up stays
-light: torch, pandas, matplotlib and jinja2 are imported only by the commands that use them (`--help`, `list`,
-`kinds`, `plan` of a CPU runbook and `report` import none of torch, pandas or matplotlib).
+Commands are thin functions over the library: `run` calls validation.run.run_runbook (the whole run; its progress on
+the console: validation.report.progress) and prints its outcome; the others call validation.plan, .report, .compare
+and .steps. Their --help is the manual. Exit codes: 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE (a required
+criterion not evaluated: its step did not run), 128 + N interrupted by signal N (130 SIGINT, 129 SIGHUP, 143
+SIGTERM). Start-up stays light: torch, pandas, matplotlib and jinja2 are imported only by the commands that use them
+(`--help`, `list`, `kinds`, `plan` of a CPU runbook and `report` import none of torch, pandas or matplotlib).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
-import time
 from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from validation import environment
 from validation import steps as step_kinds
@@ -29,12 +26,13 @@ from validation.launch.processes import become_subreaper, end_descendants
 from validation.plan import describe
 from validation.report import ReportError
 from validation.report.console import make_console, print_line, print_table
-from validation.formatting import CRITERION_LABELS, fmt_duration, status_view
+from validation.report.progress import display
+from validation.formatting import CRITERION_LABELS, status_view
 from validation.report.view import key_figure_lines
 from validation.results import DEFAULT_RUNS, ResultsError, RunDirError
 from validation.run import (RunError, RunRequest, compare_run_dirs, list_runbooks, list_runs, report_run,
                             run_runbook)
-from validation.runbook import RunbookError, Step, load_runbook
+from validation.runbook import RunbookError, load_runbook
 from validation.version import version_line
 
 EXIT_GO, EXIT_NOGO, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -138,67 +136,6 @@ def plan(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/c
 
 
 # ---------------------------------------------------------------------- run
-class _LiveReporter:
-    """rich progress on a terminal: phase, step, live tokens/s from the heartbeats, elapsed and ETA. Without a
-    terminal (a pipe, `| tee`, a CI log), where no live display shows, one line when each step starts; on both, one
-    line when it ends with its status and elapsed time (rich flushes each line)."""
-
-    def __init__(self, progress, console_: Console):
-        self.p, self.console = progress, console_
-        self.total = self.task = None
-        self.step_t0 = time.time()
-        self.trainer_steps: int | None = None
-        self.resumed: str | None = None  # a resumed run: what was resumed (validation.results.resume_note)
-
-    def run_resumed(self, note):
-        self.resumed = note
-
-    def run_started(self, runbook, run_dir, steps):
-        self.console.print(f"[bold]{escape(runbook.name)}[/bold] -> {escape(str(run_dir))}")
-        if self.resumed:
-            print_line(self.console, f"resumed: {self.resumed}")
-        self.total = self.p.add_task("run", total=len(steps), info="")
-        self.task = self.p.add_task("step", total=None, info="")
-
-    def step_started(self, step: Step, launches: int):
-        self.step_t0 = time.time()
-        steps = step.launch.args.get("steps")
-        self.trainer_steps = int(steps) if isinstance(steps, int) else None
-        self.p.update(self.task, description=f"{step.phase} / {step.name}", completed=0,
-                      total=self.trainer_steps, info=f"{step.kind}")
-        if not self.console.is_terminal:
-            runs = f", {launches} launches" if launches > 1 else ""
-            print_line(self.console, f"  {'STARTED':8} {step.phase} / {step.name} ({step.kind}{runs}) at "
-                                     f"{time.strftime('%H:%M:%S')}")
-
-    def launch_started(self, step, planned, index, total):
-        label = f" [{planned.label}]" if planned.label else ""
-        self.p.update(self.task, completed=0, info=f"{step.kind}{label} {index + 1}/{total}")
-
-    def launch_progress(self, step, progress):
-        parts = []
-        if progress.step is not None:
-            parts.append(f"step {progress.step}")
-            self.p.update(self.task, completed=progress.step)
-        if progress.toks_per_s:
-            parts.append(f"{progress.toks_per_s:,.0f} tok/s")
-        self.p.update(self.task, info=" | ".join(parts) or progress.state)
-
-    def step_finished(self, step, result):
-        colour = {"passed": "green", "skipped": "yellow"}.get(result["status"], "red")
-        reason = f": {result['reason']}" if result.get("reason") else ""
-        extra = step.kind_impl.summary_line(result)
-        took = f" in {fmt_duration(result['duration_s'])}" if result["status"] != "skipped" and \
-            result.get("duration_s") is not None else ""
-        self.console.print(f"  [{colour}]{result['status'].upper():8}[/{colour}] "
-                           + escape(f"{step.phase} / {step.name}{took}{extra}{reason}"), markup=True,
-                           highlight=False, soft_wrap=not self.console.is_terminal)
-        self.p.advance(self.total)
-
-    def run_finished(self, results):
-        pass
-
-
 @app.command()
 def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cpu_smoke.yaml"),
         out: Optional[Path] = typer.Option(None, "--out", help="run directory (default artifacts/validate/<name>-<time>)"),
@@ -239,18 +176,11 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
 
 
 def _run(runbook, out, only, skip, resume, rerun, set_, against, no_report) -> None:
-    @contextlib.contextmanager
-    def display():  # the live progress, shown while the steps run
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                      TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console,
-                      transient=True) as progress:
-            yield _LiveReporter(progress, console)
-
     request = RunRequest(runbook=runbook, out=out, only=tuple(only), skip=tuple(skip), resume=resume,
                          rerun=tuple(rerun), overrides=tuple(set_), against=against, no_report=no_report,
                          cwd=Path.cwd())
     try:
-        outcome = run_runbook(request, display,
+        outcome = run_runbook(request, functools.partial(display, console),
                               warn=lambda message: err.print(f"warning: {message}", markup=False, soft_wrap=True))
     except RunError as exc:
         _fail(str(exc))

@@ -120,3 +120,36 @@ def test_a_run_interrupted_after_its_verdict_says_so_and_exits_by_its_signal(mon
             "again from its results.json") in " ".join(first.output.split())
     second = CliRunner().invoke(cli.app, ["run", "runbooks/cpu_smoke.yaml"])
     assert second.exit_code == 2 and "No space left on device" in second.output
+
+
+QUIET_BENCH = """\
+import json, sys, time
+time.sleep(2.5)
+with open(sys.argv[sys.argv.index("--json") + 1], "w") as f:
+    json.dump({"slept_s": 2.5}, f)
+"""
+# `nsa-validate run` with the progress interval shortened (validation.report.progress.PLAIN_PROGRESS_S) and stdout
+# a pipe, as in `nsa-validate run RUNBOOK | cat`
+PIPED_RUN = ("import sys\nimport validation.report.progress as progress\nprogress.PLAIN_PROGRESS_S = 0.5\n"
+             "sys.argv = ['nsa-validate', *sys.argv[1:]]\nfrom validation.cli import main\nmain()\n")
+
+
+def test_a_piped_run_prints_a_line_while_a_quiet_step_runs(tmp_path):
+    """A step whose launch reports nothing (a benchmark that sleeps) prints RUNNING lines with its elapsed time
+    between STARTED and its status, no ANSI codes, nothing after the step's line but the run's summary."""
+    script = tmp_path / "quiet_bench.py"
+    script.write_text(QUIET_BENCH)
+    runbook = tmp_path / "quiet.yaml"
+    runbook.write_text(f"name: quiet\nrequirements: {{gpus: 0}}\nphases:\n  - name: p\n    steps:\n"
+                       f"      - {{name: quiet, kind: bench, command: [{script}], timeout_s: 60}}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NSA_", "FORCE_COLOR", "TTY_"))}
+    proc = subprocess.run([sys.executable, "-c", PIPED_RUN, "run", str(runbook), "--out", str(tmp_path / "run"),
+                           "--no-report"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    started = next(i for i, ln in enumerate(lines) if ln.startswith("  STARTED  p / quiet (bench)"))
+    passed = next(i for i, ln in enumerate(lines) if ln.startswith("  PASSED   p / quiet in "))
+    running = [ln for ln in lines if ln.startswith("  RUNNING ")]
+    assert len(running) >= 2 and running == lines[started + 1:passed]
+    assert all(ln.startswith("  RUNNING  p / quiet: ") and " s elapsed" in ln for ln in running)
+    assert "\x1b" not in proc.stdout

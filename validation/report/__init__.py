@@ -8,6 +8,7 @@
     findings   the run's own with/without comparisons (A/B, sweep, triage), the key finding, the recommended
                settings with their measured effect or reason, the conclusion
     performance  the comparison with an earlier run (--against)
+    progress   the console while `nsa-validate run` runs: a live bar on a terminal, plain lines in a pipe or log
 
 Formats (FORMATS):
 - md:    Markdown in the shape of the v4 DDP validation report: executive summary with the GO / NO-GO /

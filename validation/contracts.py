@@ -41,6 +41,7 @@ from nsa.training.watchdog import HALT_NAME
 _ERROR_FILE_RE = re.compile(r"^error_rank(\d+)\.txt$")
 _TELEMETRY_RE = re.compile(r"^telemetry(?:-(.+))?\.csv$")
 
+_TEXT_COLUMNS = ("node", "throttle", "other_top")  # telemetry columns read as text; the others are numbers
 TELEMETRY_CSV = "telemetry.csv"  # a local launch's; telemetry-<node>.csv per node of a Slurm job
 # telemetry.csv, written by validation.launch.telemetry (its sampler) and read by read_telemetry: every column and
 # what it means (the one place they are documented).
@@ -67,9 +68,20 @@ TELEMETRY_COLUMNS = {
     "ecc_uncorrected": "volatile uncorrected ECC errors; empty without ECC",
     "xid_errors": "Xid critical-error events NVML delivered since the sampler started",
     "xid_last": "the last Xid code seen (empty: none)",
+    "other_gpu_procs": "compute processes on this GPU that are not the run's (NVML); empty when unknown",
+    "other_gpu_mem_gb": "GPU memory those other processes use, GiB",
     "cpu_util_pct": "CPU time of the launch's process tree over the period, percent of one core",
     "rss_gb": "sum of the resident set sizes of the launch's processes, GiB",
     "procs": "processes in the launch's tree",
+    "ncpu": "CPUs of the machine",
+    "step_cores": "cores the launch is set to use (its ranks on this node times their threads; at most ncpu)",
+    "host_cpu_pct": "CPU time of every process on the machine over the period (user + nice + system), percent of "
+                    "one core",
+    "other_cpu_pct": "CPU time of the processes that are not the run's own (nsa-validate and everything below it) "
+                     "over the period, percent of one core: host_cpu_pct less the run's",
+    "steal_pct": "CPU time the hypervisor gave other guests over the period, percent of one core",
+    "other_top": "the busiest other processes over the period, 'name[pid] percent; ...'; empty unless the others "
+                 "used more than validation.launch.telemetry.OTHER_CPU_SLACK_CORES",
     "sampler_cpu_ms": "CPU time the sampler itself spent on this sample, ms (its cost)",
 }
 
@@ -231,7 +243,7 @@ def read_telemetry(step_dir: Path | None) -> list[dict[str, Any]]:
                 for raw in csv.DictReader(f):
                     if None in raw or any(v is None for v in raw.values()):  # a row cut off by a killed writer
                         continue
-                    row = {key: (raw.get(key) or None) if key in ("node", "throttle") else _number(raw.get(key))
+                    row = {key: (raw.get(key) or None) if key in _TEXT_COLUMNS else _number(raw.get(key))
                            for key in TELEMETRY_COLUMNS}
                     if row["time"] is None:
                         continue

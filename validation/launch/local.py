@@ -96,7 +96,7 @@ class Run:
             return None
         path = Path(self.spec.step_dir) / TELEMETRY_CSV
         set_aside(path, "prev")
-        return Sampler(path, pid, self.spec.telemetry_s).start()
+        return Sampler(path, pid, self.spec.telemetry_s, cores=self.spec.cores()).start()
 
     def _start(self, env: dict[str, str]) -> subprocess.Popen | None:
         """The child, started in a new session with its output on the log; None (and self.error) if it can't be."""

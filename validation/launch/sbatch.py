@@ -55,13 +55,14 @@ def rdzv_port_expr() -> str:
 
 def batch_script(*, job_name: str, nnodes: int, nproc_per_node: int, argv: list[str], env: dict[str, str],
                  cwd: Path, log_path: Path, ranks_dir: Path, options: SlurmOptions, python: str,
-                 torchrun: bool = True, telemetry_s: float | None = None, telemetry_dir: Path | None = None) -> str:
+                 torchrun: bool = True, telemetry_s: float | None = None, telemetry_dir: Path | None = None,
+                 cores: float | None = None) -> str:
     """The bash batch script of one launch. `argv` is the command without torchrun (``python -m nsa.training ...``);
     with `torchrun`, each node's task runs ``python -m torch.distributed.run`` with c10d rendezvous, else `argv`
     itself runs once per node. `env` is exported in the script (values quoted). With `telemetry_s` (torchrun only),
     every node's task first starts its device telemetry sampler in the background (``python -m
     validation.launch.telemetry``, writing `telemetry_dir`/telemetry-<node>.csv, ending with the task) and ends it
-    after the agent."""
+    after the agent; `cores`: the cores the task uses on its node (the sampler's --cores)."""
     for line in options.sbatch:
         problem = validate_sbatch_line(line)
         if problem:
@@ -117,7 +118,8 @@ def batch_script(*, job_name: str, nnodes: int, nproc_per_node: int, argv: list[
                      f"NSAV_PYTHON={q(python)}")
         stem = TELEMETRY_CSV.rsplit(".", 1)[0]
         run = (f'"$NSAV_PYTHON" -m validation.launch.telemetry --root $$ --interval {float(telemetry_s):g} '
-               f'--node "$SLURMD_NODENAME" --out "$NSAV_TELEMETRY_DIR/{stem}-$SLURMD_NODENAME.csv" & nsav_tel=$!; '
+               + (f'--cores {float(cores):g} ' if cores else "")
+               + f'--node "$SLURMD_NODENAME" --out "$NSAV_TELEMETRY_DIR/{stem}-$SLURMD_NODENAME.csv" & nsav_tel=$!; '
                '"$@"; rc=$?; kill -TERM $nsav_tel 2>/dev/null; wait $nsav_tel; exit $rc')
     lines.append("srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c "
                  f"'export {NODE_NAME_VAR}=\"$SLURMD_NODENAME\" PET_LOG_DIR=\"$NSAV_RANKS_DIR/$SLURMD_NODENAME\"; "

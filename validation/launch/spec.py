@@ -117,6 +117,17 @@ class LaunchSpec:
         """The trainer's out_dir relative to the run directory, or None (not a trainer launch)."""
         return None if self.trainer_out_dir is None else _relative(self.trainer_out_dir, self.run_dir)
 
+    def cores(self) -> float | None:
+        """The cores the launch is set to use on one node: its ranks there (nproc_per_node, or one process without
+        torchrun) times each rank's threads (OMP_NUM_THREADS of its environment; torchrun sets 1 for several ranks
+        where it is unset); None (every core) when nothing says."""
+        threads = self.child_env().get("OMP_NUM_THREADS")
+        try:
+            per_rank = int(threads) if threads else (1 if self.uses_torchrun and self.nproc_per_node > 1 else None)
+        except ValueError:
+            per_rank = None
+        return None if not per_rank or per_rank < 1 else float(per_rank * (self.nproc_per_node or 1))
+
     def child_env(self) -> dict[str, str]:
         """The environment the child starts with (before LAUNCH_ID_VAR is added)."""
         return {**os.environ, **self.env} if self.inherit_env else dict(self.env)
@@ -144,7 +155,7 @@ class LaunchSpec:
                                   cwd=Path(self.cwd).resolve(), log_path=where(Path(self.step_dir) / LOG_NAME),
                                   ranks_dir=where(Path(self.step_dir) / RANKS_DIR), options=self.slurm_options(),
                                   python=sys.executable, torchrun=self.uses_torchrun, telemetry_s=self.telemetry_s,
-                                  telemetry_dir=where(Path(self.step_dir)))
+                                  telemetry_dir=where(Path(self.step_dir)), cores=self.cores())
 
 
 def _relative(path: Path, run_dir: Path | None) -> str:

@@ -28,13 +28,25 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from validation.contracts import TELEMETRY_COLUMNS as COLUMNS
 from validation.launch.processes import descendants
 
 INTERVAL_S = 1.0
 LOW_GPU_UTIL_PCT = 80.0  # seed 003, "Low GPU Utilization": GPU utilization < 80%
+
+# Interference: what else used the machine while a launch ran (``interference`` judges the samples). Declared once,
+# each with its reason; the report shows them (``interference_rules``).
+OTHER_CPU_SLACK_CORES = 0.25  # other processes may use this much CPU beyond the cores the launch leaves free: the
+#                               system's daemons, the kernel's threads and the rounding of the kernel's tick counts
+STEAL_SLACK_CORES = 0.10  # a hypervisor that takes more than a tenth of a core from the VM slows whatever runs on it
+DISTURBED_SHARE = 0.20  # a launch is disturbed when at least this share of its samples over the measured period were
+#                         contended: a cron job's second is not, a neighbour busy for a fifth of the window is
+# GPU clock throttles that slow a measurement without the run asking for them; a power cap (sw_power_cap), an idle
+# clock (gpu_idle), application clocks and sync boost are settings of the machine, not interference
+DISTURBING_THROTTLES = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+TOP_OTHERS = 3  # the busiest other processes named in a contended sample
 
 # NVML clock throttle reason bits (nvmlClocksThrottleReason*); "gpu_idle" is not a slowdown.
 THROTTLE_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
@@ -77,10 +89,15 @@ class TreeProbe:
         except (OSError, IndexError):
             return False
 
-    def sample(self) -> dict[str, Any]:
+    def sample(self, table: dict[int, "ProcStat"] | None = None) -> dict[str, Any]:
+        """The tree's CPU and RSS since the last sample; `table` (scan_processes) saves a second scan of /proc."""
         now = time.monotonic()
         ticks, rss_pages = {}, 0
-        pids = self.pids()
+        if table is None:
+            pids = self.pids()
+        else:
+            found = set(descendants(self.root, {p: (st.state, st.ppid, 0, 0, st.start) for p, st in table.items()}))
+            pids = sorted((found | ({self.root} if self.root in table else set())) - self.exclude)
         self.last_pids = set(pids)
         for pid in pids:
             try:
@@ -97,6 +114,176 @@ class TreeProbe:
             util = round(max(100.0 * used / _CLK_TCK / (now - self._t), 0.0), 1)
         self._ticks, self._t, self._primed = ticks, now, True
         return {"cpu_util_pct": util, "rss_gb": round(rss_pages * _PAGE / _GIB, 4), "procs": len(ticks)}
+
+
+class ProcStat(NamedTuple):
+    """One process's line of /proc/PID/stat, the fields the probes read (times in clock ticks)."""
+
+    comm: str
+    state: str
+    ppid: int
+    start: int  # start time, ticks since boot: with the pid, the process's identity
+    user_sys: int  # utime + stime
+    children: int  # cutime + cstime: the CPU of children it has waited for
+
+
+def scan_processes() -> dict[int, ProcStat]:
+    """{pid: ProcStat} of every process (one read of /proc per sample, shared by the probes); {} without /proc."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return {}
+    table = {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+            head, _, rest = data.rpartition(b")")
+            fields = rest.split()
+            table[int(name)] = ProcStat(head.partition(b"(")[2].decode(errors="replace"), fields[0].decode(),
+                                        int(fields[1]), int(fields[19]), int(fields[11]) + int(fields[12]),
+                                        int(fields[13]) + int(fields[14]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return table
+
+
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(busy, steal) ticks of all CPUs from /proc/stat: busy = user + nice + system (a process's utime and stime;
+    interrupt time belongs to no process), steal = what the hypervisor gave other guests; None without /proc."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()
+        user, nice, system = int(fields[1]), int(fields[2]), int(fields[3])
+        return user + nice + system, int(fields[8]) if len(fields) > 8 else 0
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _command(pid: int, comm: str, width: int = 60) -> str:
+    """A process's command line, shortened to `width` characters (its name when the line cannot be read), without
+    the separators other_top uses."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        argv = []
+    text = " ".join([os.path.basename(argv[0]), *argv[1:]]) if argv else comm
+    text = " ".join(text.replace(";", " ").replace("[", "(").replace("]", ")").split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _environ_has(pid: int, marker: tuple[str, str]) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"{marker[0]}={marker[1]}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+class HostProbe:
+    """The machine's CPU beside a launch, from /proc: what all processes used (/proc/stat), what the run's own
+    processes used, and the difference, the CPU of every other process; steal time; and, when the others used more
+    than OTHER_CPU_SLACK_CORES, the busiest of them by name.
+
+    The run's own processes are `own_root` (nsa-validate itself, or a Slurm node's task) and everything below it,
+    plus (a Slurm job whose nodes share one machine) every process whose environment carries `job` (("SLURM_JOB_ID",
+    "123")). Their CPU is counted from each process's own time and the time of the children it waited for, so that
+    a short-lived child (a compiler, a rank that ended) counts as the run's even after it is gone: a child reaped by
+    one of the run's processes adds to that parent's children time; only what a child used after the last sample
+    and before it was reaped by a process outside the run is lost, which counts it as another's (never the reverse).
+    The others' CPU is the machine's total less the run's, so that processes that live less than a sample (a build's
+    compiler jobs) count in full."""
+
+    def __init__(self, own_root: int, job: tuple[str, str] | None = None, ncpu: int | None = None):
+        self.own_root = int(own_root)
+        self.job = job
+        self.ncpu = int(ncpu or os.cpu_count() or 1)
+        self._prev: tuple[float, int, int] | None = None  # (monotonic time, busy ticks, steal ticks)
+        self._own: dict[tuple[int, int], tuple[int, int, int]] = {}  # (pid, start) -> (user_sys, children, ppid)
+        self._all: dict[tuple[int, int], int] = {}  # (pid, start) -> user_sys of every process, for naming others
+        self._members: dict[tuple[int, int], bool] = {}  # (pid, start) -> carries `job` (read once per process)
+        self._boot_ticks: float | None = None
+
+    def _own_pids(self, table: dict[int, ProcStat]) -> set[int]:
+        own = set(descendants(self.own_root, {p: (st.state, st.ppid, 0, 0, st.start) for p, st in table.items()}))
+        if self.own_root in table:
+            own.add(self.own_root)
+        if self.job is not None:
+            for pid, st in table.items():
+                key = (pid, st.start)
+                if pid not in own and key not in self._members:
+                    self._members[key] = _environ_has(pid, self.job)
+                if self._members.get(key):
+                    own.add(pid)
+        return own
+
+    def _since_boot(self) -> float | None:
+        """Ticks since boot now (to tell a process started since the last sample)."""
+        try:
+            with open("/proc/uptime", "rb") as f:
+                return float(f.read().split()[0]) * _CLK_TCK
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def sample(self, table: dict[int, ProcStat]) -> dict[str, Any]:
+        now, ticks = time.monotonic(), _cpu_ticks()
+        boot_now = self._since_boot()
+        own_pids = self._own_pids(table)
+        own = {(p, table[p].start): (table[p].user_sys, table[p].children, table[p].ppid) for p in own_pids}
+        out: dict[str, Any] = {"ncpu": self.ncpu, "host_cpu_pct": None, "other_cpu_pct": None, "steal_pct": None,
+                               "other_top": None}
+        if ticks is not None and self._prev is not None and now > self._prev[0]:
+            dt = now - self._prev[0]
+            busy, steal = ticks[0] - self._prev[1], ticks[1] - self._prev[2]
+            used = self._own_delta(own, boot_now)
+            others = max(busy - used, 0)
+            scale = 100.0 / _CLK_TCK / dt
+            out.update(host_cpu_pct=round(busy * scale, 1), other_cpu_pct=round(others * scale, 1),
+                       steal_pct=round(max(steal, 0) * scale, 1))
+            if others * scale >= 100.0 * OTHER_CPU_SLACK_CORES:
+                out["other_top"] = self._top_others(table, own_pids, boot_now, scale)
+        self._all = {(p, st.start): st.user_sys for p, st in table.items()}
+        self._own, self._boot_ticks = own, boot_now
+        if ticks is not None:
+            self._prev = (now, ticks[0], ticks[1])
+        return out
+
+    def _new(self, start: int, boot_now: float | None) -> bool:
+        """Whether a process that started at `start` (ticks since boot) started after the last sample."""
+        return self._boot_ticks is not None and start >= self._boot_ticks - 1
+
+    def _own_delta(self, own: dict, boot_now: float | None) -> int:
+        """Ticks the run's processes used since the last sample (see the class docstring)."""
+        gone: dict[int, int] = {}  # ppid -> what its children that are gone had used at the last sample
+        for key, (us, ch, ppid) in self._own.items():
+            if key not in own:
+                gone[ppid] = gone.get(ppid, 0) + us + ch
+        used = 0
+        for key, (us, ch, _) in own.items():
+            before = self._own.get(key)
+            if before is not None:
+                used += max(us - before[0], 0) + max(ch - before[1] - gone.get(key[0], 0), 0)
+            elif self._new(key[1], boot_now):
+                used += us + ch
+        return used
+
+    def _top_others(self, table: dict[int, ProcStat], own_pids: set[int], boot_now: float | None,
+                    scale: float) -> str:
+        """The busiest other processes since the last sample: "python3[4242] 98%; cc1[77] 12%"."""
+        busy = []
+        for pid, st in table.items():
+            if pid in own_pids:
+                continue
+            before = self._all.get((pid, st.start))
+            used = st.user_sys - before if before is not None else (st.user_sys if self._new(st.start, boot_now)
+                                                                     else 0)
+            if used > 0:
+                busy.append((used, pid, st.comm))
+        busy.sort(reverse=True)
+        return "; ".join(f"{_command(pid, comm)}[{pid}] {used * scale:.0f}%" for used, pid, comm in busy[:TOP_OTHERS])
 
 
 def load_nvml():
@@ -179,9 +366,12 @@ class GpuProbe:
                 self.xid_count[index] = self.xid_count.get(index, 0) + 1
                 self.xid_last[index] = int(data.eventData)
 
-    def sample(self, pids: set[int]) -> list[dict[str, Any]]:
+    def sample(self, pids: set[int], own: set[int] | None = None) -> list[dict[str, Any]]:
+        """One row per GPU; `pids`: the launch's processes ("ours"), `own`: every process of the run (the others'
+        compute processes and memory are those of any other pid)."""
         if not self.available:
             return []
+        own = set(pids) | set(own or ())
         nv = self.nvml
         self._poll_xids()
         rows = []
@@ -195,9 +385,14 @@ class GpuProbe:
             procs = self._call("nvmlDeviceGetComputeRunningProcesses", h)
             ecc = [self._call("nvmlDeviceGetTotalEccErrors", h, kind, nv.NVML_VOLATILE_ECC)
                    for kind in (nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)]
+            others = None if procs is None else [p for p in procs if p.pid not in own]
+            other_mem = [getattr(p, "usedGpuMemory", None) for p in others or []]
             rows.append({
                 "gpu": index,
                 "ours": None if procs is None else int(any(p.pid in pids for p in procs)),
+                "other_gpu_procs": None if others is None else len(others),
+                "other_gpu_mem_gb": None if others is None else round(
+                    sum(m for m in other_mem if isinstance(m, int)) / _GIB, 3),
                 "gpu_util_pct": None if util is None else util.gpu,
                 "mem_used_gb": None if mem is None else round(mem.used / _GIB, 3),
                 "mem_total_gb": None if mem is None else round(mem.total / _GIB, 3),
@@ -232,12 +427,20 @@ class Sampler:
     ``run()`` samples in the calling thread until the root process is gone or ``stop()``."""
 
     def __init__(self, path: Path, root_pid: int, interval_s: float = INTERVAL_S, node: str | None = None,
-                 gpus: bool = True):
+                 gpus: bool = True, own_root: int | None = None, cores: float | None = None,
+                 job: tuple[str, str] | None = None):
+        """`own_root`: the run's own processes are it and everything below it (default: this process, nsa-validate
+        running the launch; a Slurm node's sampler: its task); `cores`: the cores the launch is set to use (its
+        ranks on this node times their threads; None: every core), what the others may use of the rest before the
+        launch is contended; `job`: an environment variable ("SLURM_JOB_ID", "123") that marks the run's processes
+        outside `own_root` (a job's other node on the same machine)."""
         if not (isinstance(interval_s, (int, float)) and interval_s > 0):
             raise ValueError(f"telemetry interval must be > 0 s, got {interval_s!r}")
         self.path, self.interval_s = Path(path), float(interval_s)
         self.node = node or socket.gethostname()
         self.tree = TreeProbe(root_pid, exclude={os.getpid()})  # a node's sampler runs inside the tree it watches
+        self.host = HostProbe(os.getpid() if own_root is None else own_root, job=job)
+        self.cores = float(min(cores, self.host.ncpu)) if cores else float(self.host.ncpu)
         self._want_gpus = gpus
         self.gpu: GpuProbe | None = None
         self._stop = threading.Event()
@@ -286,13 +489,16 @@ class Sampler:
     def _sample(self, writer, t0: float, extra_cpu: float) -> None:
         c0 = time.thread_time()
         now = time.time()
-        tree = self.tree.sample()
+        table = scan_processes()
+        tree = self.tree.sample(table if table else None)
+        host = self.host.sample(table)
         pids = self.tree.last_pids
-        gpu_rows = self.gpu.sample(pids) if self.gpu is not None else []
+        own = self.host._own_pids(table) if self.gpu is not None and self.gpu.available else set()
+        gpu_rows = self.gpu.sample(pids, own) if self.gpu is not None else []
         cost = time.thread_time() - c0 + extra_cpu
         self.cpu_s += cost
         base = {"time": f"{now:.3f}", "elapsed_s": f"{now - t0:.3f}", "node": self.node, "sample": self.samples,
-                **tree, "sampler_cpu_ms": f"{cost * 1000:.2f}"}
+                **tree, **host, "step_cores": f"{self.cores:g}", "sampler_cpu_ms": f"{cost * 1000:.2f}"}
         for row in gpu_rows or [{}]:
             writer.writerow({k: ("" if v is None else v) for k, v in {**base, **row}.items()})
         self.samples += 1
@@ -368,6 +574,133 @@ def summarize(rows: list[dict[str, Any]], start: float | None = None, end: float
         "cpu_util": _stat([v["cpu_util_pct"] for v in by_number.values() if "cpu_util_pct" in v]),
         "rss_gb": _stat([v["rss_gb"] for v in by_number.values() if "rss_gb" in v]),
     }
+
+
+def interference_rules() -> str:
+    """The thresholds ``interference`` applies, in one sentence (the report shows it beside every verdict it
+    changed)."""
+    return (f"a sample is contended when the processes outside the run use more than the cores the launch leaves "
+            f"free plus {OTHER_CPU_SLACK_CORES:g} core, the hypervisor steals more than {STEAL_SLACK_CORES:g} core, "
+            f"another process computes on one of the launch's GPUs, or a GPU is slowed by "
+            f"{' / '.join(DISTURBING_THROTTLES)} (a power cap or an idle clock is not interference); a launch is "
+            f"disturbed when at least {DISTURBED_SHARE:.0%} of its samples over the measured period are contended")
+
+
+def _periods(rows: list[dict[str, Any]]) -> list[tuple[float | None, float, dict, list[dict]]]:
+    """(start, end, the sample's CPU row, its GPU rows) per sample and node, in time order: a sample's figures cover
+    the period since the node's previous sample (start None for a node's first)."""
+    by_sample: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if isinstance(r.get("time"), (int, float)):
+            by_sample.setdefault((r.get("node"), r.get("sample")), []).append(r)
+    out, last = [], {}
+    for (node, _), group in sorted(by_sample.items(), key=lambda kv: (str(kv[0][0]), kv[1][0]["time"])):
+        t = float(group[0]["time"])
+        out.append((last.get(node), t, group[0], [g for g in group if g.get("gpu") is not None]))
+        last[node] = t
+    return out
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def interference(rows: list[dict[str, Any]], start: float | None = None, end: float | None = None,
+                 use_gpus: bool = True) -> dict[str, Any] | None:
+    """What else used the machine over (start, end] (unix times; None: open), from telemetry rows
+    (validation.contracts.read_telemetry), judged by the thresholds at the top of this module (interference_rules).
+
+    Each sample covers the period since the node's previous one; those whose period overlaps the interval count.
+    A sample is contended when (any of)
+      cpu       the other processes used more than max(ncpu - step_cores, 0) + OTHER_CPU_SLACK_CORES cores;
+      steal     the hypervisor stole more than STEAL_SLACK_CORES;
+      gpu       another process had a compute context on one of the launch's GPUs (only where NVML tells the
+                launch's processes apart: telemetry.summarize's gpu_match "by process");
+      throttle  a GPU of the launch ran under one of DISTURBING_THROTTLES.
+    Returns None when no sample in the interval has the CPU figures (telemetry written before they existed), else
+    {"disturbed": at least DISTURBED_SHARE of the samples contended, "samples", "contended", "share",
+     "causes": {cause: {"samples", ...figures}}, "ncpu", "step_cores", "text": what and how much, in words,
+     "rules": interference_rules()}."""
+    selected = []
+    for begin, t, cpu, gpus in _periods(rows):
+        if begin is None or _num(cpu.get("other_cpu_pct")) is None:
+            continue
+        if (end is not None and begin >= end) or (start is not None and t <= start):
+            continue
+        selected.append((t - begin, cpu, gpus))
+    if not selected:
+        return None
+    matched = use_gpus and any(g.get("ours") == 1 for _, _, gpus in selected for g in gpus)
+    causes: dict[str, dict[str, Any]] = {}
+    contended = 0
+    tops: dict[str, list[str]] = {}
+    ncpu = max((_num(c.get("ncpu")) or 0.0) for _, c, _ in selected) or None
+    cores = max((_num(c.get("step_cores")) or 0.0) for _, c, _ in selected) or ncpu
+    for _, cpu, gpus in selected:
+        hit = False
+        n = _num(cpu.get("ncpu")) or ncpu or 1.0
+        free = max(n - (_num(cpu.get("step_cores")) or n), 0.0)
+        other = (_num(cpu.get("other_cpu_pct")) or 0.0) / 100.0
+        if other > free + OTHER_CPU_SLACK_CORES:
+            c = causes.setdefault("cpu", {"samples": 0, "cores": [], "free": free})
+            c["samples"] += 1
+            c["cores"].append(other)
+            for part in str(cpu.get("other_top") or "").split(";"):
+                name = part.strip().rsplit("[", 1)[0]
+                if name:
+                    tops.setdefault(name, []).append(part.strip())
+            hit = True
+        steal = (_num(cpu.get("steal_pct")) or 0.0) / 100.0
+        if steal > STEAL_SLACK_CORES:
+            c = causes.setdefault("steal", {"samples": 0, "cores": []})
+            c["samples"] += 1
+            c["cores"].append(steal)
+            hit = True
+        mine = [g for g in gpus if g.get("ours") == 1] if matched else (gpus if use_gpus else [])
+        if matched and any((_num(g.get("other_gpu_procs")) or 0) > 0 for g in mine):
+            c = causes.setdefault("gpu", {"samples": 0, "procs": 0.0, "mem_gb": 0.0})
+            c["samples"] += 1
+            c["procs"] = max(c["procs"], max(_num(g.get("other_gpu_procs")) or 0.0 for g in mine))
+            c["mem_gb"] = max(c["mem_gb"], max(_num(g.get("other_gpu_mem_gb")) or 0.0 for g in mine))
+            hit = True
+        throttles = sorted({n for g in mine for n in str(g.get("throttle") or "").split("+")
+                            if n in DISTURBING_THROTTLES})
+        if throttles:
+            c = causes.setdefault("throttle", {"samples": 0, "reasons": []})
+            c["samples"] += 1
+            c["reasons"] = sorted(set(c["reasons"]) | set(throttles))
+            hit = True
+        contended += hit
+    total = len(selected)
+    share = contended / total
+    parts = []
+    for name, c in causes.items():
+        frac = f"in {c['samples']} of {total} samples ({c['samples'] / total:.0%})"
+        if name == "cpu":
+            mean = sum(c["cores"]) / len(c["cores"])
+            c.update(cores_mean=round(mean, 2), cores_max=round(max(c["cores"]), 2))
+            names = sorted(tops.items(), key=lambda kv: -len(kv[1]))[:TOP_OTHERS]
+            c["top"] = [{"command": k, "samples": len(v), "example": v[0]} for k, v in names]
+            parts.append(f"other processes used {mean:.2f} of {ncpu or 0:g} cores on average (the launch uses "
+                         f"{cores or 0:g}, leaving {c['free']:g} free) {frac}"
+                         + (f"; the busiest: {', '.join(repr(k) for k, _ in names)}" if names else ""))
+        elif name == "steal":
+            mean = sum(c["cores"]) / len(c["cores"])
+            c.update(cores_mean=round(mean, 2), cores_max=round(max(c["cores"]), 2))
+            parts.append(f"the hypervisor stole {mean:.2f} cores on average {frac}")
+        elif name == "gpu":
+            parts.append(f"{c['procs']:g} other process(es) computed on the launch's GPU(s), using up to "
+                         f"{c['mem_gb']:.1f} GiB, {frac}")
+        else:
+            parts.append(f"GPU clocks slowed by {', '.join(c['reasons'])} {frac}")
+        c.pop("cores", None)
+    disturbed = share >= DISTURBED_SHARE
+    if parts:
+        text = "; ".join(parts)
+    else:
+        text = f"no interference in {total} sample{'s' if total != 1 else ''}"
+    return {"disturbed": disturbed, "samples": total, "contended": contended, "share": round(share, 3),
+            "causes": causes, "ncpu": ncpu, "step_cores": cores, "text": text, "rules": interference_rules()}
 
 
 def diagnose(t: dict[str, Any], context: dict[str, Any] | None = None,
@@ -461,10 +794,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", required=True, type=int, help="pid whose process tree is sampled; ends with it")
     parser.add_argument("--interval", type=float, default=INTERVAL_S, help="seconds between samples (default 1)")
     parser.add_argument("--node", default=None, help="node name in the file (default: the host name)")
+    parser.add_argument("--cores", type=float, default=None,
+                        help="cores the launch uses on this node (default: all): what other processes may use of the "
+                             "rest before the launch counts as contended")
     args = parser.parse_args(argv)
     if args.interval <= 0:
         parser.error("--interval must be > 0")
-    sampler = Sampler(args.out, args.root, args.interval, args.node)
+    # the run's processes are the task's (--root); a job whose nodes share this machine marks the others' by its id
+    job = ("SLURM_JOB_ID", os.environ["SLURM_JOB_ID"]) if os.environ.get("SLURM_JOB_ID") else None
+    sampler = Sampler(args.out, args.root, args.interval, args.node, own_root=args.root, cores=args.cores, job=job)
 
     def stop(signum, frame):
         sampler._stop.set()

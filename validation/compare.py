@@ -3,30 +3,41 @@ with statistics that hold for autocorrelated, drifting throughput (validation.si
 
 Per row (a trainer launch of A and the launch of B with the same step and label):
 - toks_per_s: the block means of each run's window (significance.block_units: a block length from the series'
-  autocorrelation, so that steps are never taken as independent samples) for the standard error, and the mean
-  of the whole window (window_units: the very figure the report shows for that launch) for the difference, plus the run-to-run variation of a run's
-  mean measured from repeated runs in the two run directories (measured_run_noise: e.g. cpu_smoke's sweep repeats;
-  without repeats it is not measured and a warning says so), giving the relative difference B / A - 1 with its
-  confidence interval and p-value;
+  autocorrelation, so that steps are never taken as independent samples) for the standard error, and the mean of the
+  whole window (window_units: the very figure the report shows for that launch) for the difference, each side's
+  noise held to at least the run-to-run variation of THAT step (measured_run_noise_by_step: the spread of the
+  step's own repeats in the two run directories; steps differ: one thread per process varies more than two ranks
+  sharing the cores), giving the relative difference B / A - 1 with its confidence interval and p-value. A step
+  that ran no repeats has no run-to-run variation to hold its rows to: its rows resolve only a change beyond
+  UNREPEATED_MIN_FLOOR (UNKNOWN_RUN_NOISE). A launch measured while other work used the machine (its telemetry's
+  "interference", on either side) is shown as "inconclusive", never gating and left out of everything else.
+- "all steps (common change)": one log-ratio per step and label (repeats averaged) of every launch measured
+  undisturbed in both runs, a one-sample t over them (significance.compare_shift), its noise floor at least
+  COMMON_MIN_SHIFT: a change of the code that slows every step (a fault that sleeps in each step) is found here
+  even where no single step resolves it, while the whole-machine difference between two quiet runs is not.
 - final_loss and mem_peak_gb: one value per run, so no test: shown with their relative difference, marked
   "tested": false, never gating.
 Holm's step-down correction runs over every tested row (significance.adjust_family): the chance that any row of
-two identical runs is called significant is at most alpha (5%). A row is significant when its Holm-adjusted p is
-below alpha and its difference exceeds the noise floor: `noise` (the user's --noise) when given, else the floor
-measured from the data (the relative half-width of each side's interval, at least 1%). A significant row whose
-verdict is "worse" is a regression; `compare` exits 1 when there is one (exit_code), else 0.
+two identical runs is called significant is at most alpha (5%) where the runs are exchangeable (undisturbed: the
+disturbed ones are left out). A row is significant when its Holm-adjusted p is below alpha and its difference
+exceeds the noise floor: `noise` (the user's --noise) when given, else the floor measured from the data (the
+relative half-width of each side's interval, at least COMMON_MIN_SHIFT). A significant row whose verdict is "worse"
+is a regression; `compare` exits 1 when there is one (exit_code), else 0. A row that is not significant is "same"
+only when its whole interval lies inside its noise floor, else "inconclusive (noise floor X%)".
 
 compare_runs() returns (JSON-ready; `nsa-validate compare --json` prints it):
     {"run_a", "run_b": the run directories,
      "runbooks": {"A", "B"}, "verdicts": {"A", "B"},
      "alpha": 0.05, "noise": the user's threshold or null, "noise_source": "user" | "measured",
-     "run_noise": RunNoise.as_dict() ({"between", "total", "within", "df", "runs", "groups", "source", "text"}) or null,
+     "run_noise": {step: RunNoise.as_dict() ({"between", "total", "within", "df", "runs", "groups", "source",
+                   "text"})} of the steps that ran repeats, or null,
      "family": {"correction": "holm", "alpha", "family_size", "statement", "significant", "regressions"},
      "rows": [row, ...], "regressions": [{"step", "metric", "rel", "text"}], "improvements": int,
      "exit_code": 0 | 1, "gate": one sentence, "warnings": [sentences]}
     row: {"step": "bucket_sweep[NSA_DDP_BUCKET_MB=25, repeat 2]" (never shortened), "metric", "tested": bool,
           "mean_a", "mean_b", "delta", "rel_delta", "higher_is_better", "significant", "verdict": "better" |
-          "worse" | "same", "note": why a row is not tested (or null), and for tested rows every field of
+          "worse" | "same" | "inconclusive", "disturbed" (true for a launch measured under interference), "note":
+          why a row is not tested (or null), and for tested rows every field of
           significance.Comparison.as_dict(): "method", "rel", "ci_low", "ci_high", "confidence", "p_value",
           "p_adjusted", "family_size", "t", "df", "n_a", "n_b", "ess_a", "ess_b", "noise_floor", "floor_source",
           "run_to_run", "run_to_run_df", "alpha", "text" (one line: difference, CI, p, noise floor, method)}
@@ -38,6 +49,7 @@ performance_analysis() is the same comparison of a run against an earlier one (`
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +57,9 @@ from validation import stats
 from validation.formatting import fmt_num, fmt_pct, plural
 from validation import steps as step_kinds
 from validation.significance import ALPHA, StatsError, adjust_family
+from validation.significance.comparison import compare_shift
 from validation.significance.windows import (METRIC, compare_windows, launch_series as _series,  # noqa: F401
-                                             measured_run_noise, window_units)
+                                             measured_run_noise, measured_run_noise_by_step, window_units)
 from validation.steps.base import StepKind
 
 ENV_KEYS = ("host", "gpu_count", "torch", "cuda", "nccl", "python", "git_sha")
@@ -84,6 +97,17 @@ def _untested(step: str, metric: str, x: Any, y: Any, threshold: float, note: st
             "verdict": verdict, "note": note}
 
 
+def _disturbance(m: dict) -> str | None:
+    """What disturbed one launch (its metrics' "interference"), or None."""
+    rec = m.get("interference") if isinstance(m, dict) else None
+    return str(rec.get("text") or "disturbed") if isinstance(rec, dict) and rec.get("disturbed") else None
+
+
+def _group(label: str) -> str:
+    """A row's label without its repeat: "sweep[x=1, repeat 2]" -> "sweep[x=1]" (the unit of the common change)."""
+    return _REPEAT_RE.sub("]", label)
+
+
 def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: float | None = None,
                  alpha: float = ALPHA) -> dict[str, Any]:
     """B against A (see the module docstring for the statistics and the returned dict). `noise`: a relative
@@ -92,48 +116,79 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     name_a, name_b = (a.get("runbook") or {}).get("name"), (b.get("runbook") or {}).get("name")
     if name_a != name_b:
         warnings.append(f"different runbooks: {name_a} vs {name_b}")
-    rn = measured_run_noise(a, dir_a, extra=[(b, dir_b)], names=("A", "B"))
+    noise_by_step = measured_run_noise_by_step(a, dir_a, extra=[(b, dir_b)], names=("A", "B"))
     rows: list[dict[str, Any]] = []
     tested: list[tuple[int, Any]] = []
+    units: dict[str, list[tuple[float, float]]] = {}  # group -> (mean A, mean B) of each undisturbed launch
+    disturbed_rows = 0
     for name, step_a in (a.get("steps") or {}).items():
         step_b = (b.get("steps") or {}).get(name)
         if step_b is None:
             continue
         runs_b = dict(_train_runs(step_b))
+        rn = noise_by_step.get(name)
         for label, ma in _train_runs(step_a):
             mb = runs_b.get(label)
             if not mb:
                 continue
             va, vb = _series(Path(dir_a), ma), _series(Path(dir_b), mb)
-            if va and vb:
-                try:
+            shaken = [f"{side}: {why}" for side, why in (("A", _disturbance(ma)), ("B", _disturbance(mb))) if why]
+            if va and vb and shaken:
+                disturbed_rows += 1
+                row = _untested(label, METRIC, window_units(va, ma.get(METRIC)).mean,
+                                window_units(vb, mb.get(METRIC)).mean, 0.0,
+                                "measured while other work used the machine (" + "; ".join(shaken) + "): decides "
+                                "nothing, never gating")
+                rows.append({**row, "verdict": "inconclusive", "disturbed": True})
+            elif va and vb:
+                try:  # a step without repeats: its run-to-run variation unknown, only a large change resolves
                     c = compare_windows(va, vb, stored_a=ma.get(METRIC), stored_b=mb.get(METRIC),
                                         higher_is_better=True, alpha=alpha, noise=noise, baseline="A",
-                                        variant="B", metric=METRIC, run_noise=rn)
-                    tested.append((len(rows), c))
-                    rows.append({"step": label, "metric": METRIC, "tested": True})
+                                        variant="B", metric=METRIC, run_noise=rn,
+                                        min_floor=COMMON_MIN_SHIFT if rn is not None else UNREPEATED_MIN_FLOOR)
                 except StatsError as exc:
                     mean_a, mean_b = sum(va) / len(va), sum(vb) / len(vb)
                     rows.append(_untested(label, METRIC, mean_a, mean_b, noise if noise is not None else
                                           SUMMARY_NOISE, f"not tested: {exc}"))
+                else:
+                    units.setdefault(_group(label), []).append((c.mean_a, c.mean_b))
+                    tested.append((len(rows), c))
+                    rows.append({"step": label, "metric": METRIC, "tested": True,
+                                 "note_after": None if rn is not None else UNKNOWN_RUN_NOISE})
             for metric in SUMMARY_METRICS:
                 x, y = ma.get(metric), mb.get(metric)
                 if isinstance(x, (int, float)) and isinstance(y, (int, float)):
                     rows.append(_untested(label, metric, x, y, noise if noise is not None else SUMMARY_NOISE,
                                           "one value per run: shown, not tested, never gating"))
+    common = None
+    ratios = [math.log(sum(mb for _, mb in pairs) / sum(ma for ma, _ in pairs)) for pairs in units.values()
+              if all(ma > 0 and mb > 0 for ma, mb in pairs)]
+    if len(ratios) >= COMMON_SHIFT_MIN_ROWS:
+        c = compare_shift(ratios, min_shift=COMMON_MIN_SHIFT, alpha=alpha, noise=noise, baseline="A", variant="B",
+                          metric=METRIC)
+        tested.append((len(rows), c))
+        rows.append({"step": COMMON_ROW, "metric": METRIC, "tested": True})
+        common = len(rows) - 1
     family = None
     if tested:
         family = adjust_family([c for _, c in tested], alpha)
         for (i, _), c in zip(tested, family.comparisons):
             rows[i].update(c.as_dict())
-            rows[i].update(mean_a=c.mean_a, mean_b=c.mean_b, delta=c.mean_b - c.mean_a, rel_delta=c.rel, note=None)
-    if rn is None and tested:
-        warnings.append("run-to-run variation not measured (neither run has repeated runs): rows compare single "
-                        "runs by their block means only, so a machine that was busier during one run can make "
-                        "rows differ")
-    shift = common_shift(rows)
-    if shift is not None:
-        warnings.append(shift)
+            rows[i].update(mean_a=c.mean_a, mean_b=c.mean_b, delta=c.mean_b - c.mean_a, rel_delta=c.rel,
+                           note=rows[i].pop("note_after", None))
+            if rows[i]["note"] == UNKNOWN_RUN_NOISE and rows[i]["verdict"] == "same":
+                rows[i]["verdict"] = "inconclusive"  # its interval leaves out the unknown run-to-run variation
+    if common is not None:
+        rows[common].update(mean_a=None, mean_b=None, delta=None, note=(
+            f"the mean change over {len(ratios)} steps' launches measured undisturbed in both runs (each step's "
+            f"repeats averaged); its noise floor is at least {fmt_pct(COMMON_MIN_SHIFT)}, what two undisturbed runs "
+            "of one configuration on one machine can differ by as a whole"))
+    if disturbed_rows:
+        warnings.append(f"{plural(disturbed_rows, 'launch', 'launches')} measured while other work used the machine "
+                        "(telemetry): shown, never gating; run them again on a quiet machine")
+    if not noise_by_step and tested:
+        warnings.append("run-to-run variation not measured for any step (no step ran repeats): only the change "
+                        "common to every step is tested")
     regressions = [r for r in rows if r.get("tested") and r["significant"] and r["verdict"] == "worse"]
     improvements = sum(1 for r in rows if r.get("tested") and r["significant"] and r["verdict"] == "better")
     exit_code = 1 if regressions else 0
@@ -147,7 +202,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     return {"run_a": str(dir_a), "run_b": str(dir_b), "runbooks": {"A": name_a, "B": name_b},
             "verdicts": {"A": a.get("verdict"), "B": b.get("verdict")},
             "alpha": alpha, "noise": noise, "noise_source": "user" if noise is not None else "measured",
-            "run_noise": rn.as_dict() if rn is not None else None,
+            "run_noise": {k: v.as_dict() for k, v in noise_by_step.items()} or None,
             "family": ({k: v for k, v in family.as_dict().items() if k != "comparisons"} if family else
                        {"correction": "holm", "alpha": alpha, "family_size": 0,
                         "statement": "no tested rows: nothing was corrected", "significant": 0, "regressions": 0}),
@@ -157,26 +212,19 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
             "improvements": improvements, "exit_code": exit_code, "gate": gate, "warnings": warnings}
 
 
-COMMON_SHIFT_MIN_ROWS = 3  # a shift of every tested row is told apart from a few rows' change from this many rows
-
-
-def common_shift(rows: list[dict[str, Any]]) -> str | None:
-    """A warning when every tested row moved the same way by more than its noise floor (the median change): a
-    machine that was busier during one run (a shared machine whose load changed between the runs) moves every
-    row together, and `compare` cannot tell that from code that got slower everywhere. None otherwise."""
-    tested = [r for r in rows if r.get("tested") and isinstance(r.get("rel"), (int, float))]
-    if len(tested) < COMMON_SHIFT_MIN_ROWS:
-        return None
-    rels = sorted(float(r["rel"]) for r in tested)
-    if not (all(x < 0 for x in rels) or all(x > 0 for x in rels)):
-        return None
-    median = rels[len(rels) // 2]
-    if abs(median) <= max(float(r.get("noise_floor") or 0.0) for r in tested):
-        return None
-    return (f"every tested row moved the same way (median {fmt_pct(median, signed=True)} over {len(tested)} rows): "
-            "a change of the machine's load between the runs looks the same as code that got slower or faster "
-            "everywhere; compare the runs' telemetry (CPU of the launch's processes) or run both again on a quiet "
-            "machine")
+COMMON_SHIFT_MIN_ROWS = 3  # the change common to every step is tested from this many steps' launches
+COMMON_ROW = "all steps (common change)"
+# Two undisturbed runs of one configuration on one machine differ as a whole by a few percent (CPU frequency,
+# memory placement, the page cache); a change common to every step smaller than this is not told apart from that
+# (benchmarks/bench_aa_compare.py measures the false alarms this leaves)
+COMMON_MIN_SHIFT = 0.05
+# A step that ran no repeats: its run-to-run variation is unknown, and single runs of one configuration on a quiet
+# machine have differed by up to 37% (one thread per process); only a change beyond this resolves on its own row
+UNREPEATED_MIN_FLOOR = 0.5
+UNKNOWN_RUN_NOISE = (f"one run of this step on each side: its run-to-run variation is unknown (the step ran no "
+                     f"repeats), so this row resolves only a change beyond {UNREPEATED_MIN_FLOOR:.0%}; smaller ones "
+                     "count in the change common to all steps")
+_REPEAT_RE = re.compile(r", repeat \d+\]$")
 
 
 def performance_analysis(current: dict, earlier: dict, current_dir: Path | str, earlier_dir: Path | str,
@@ -235,8 +283,8 @@ def table_lines(out: dict[str, Any]) -> list[str]:
         lines.append("  ".join(cell.ljust(w) if i < 2 or i == len(head) - 1 else cell.rjust(w)
                                for i, (cell, w) in enumerate(zip(row, widths))).rstrip())
     lines.append(out["family"]["statement"])
-    if out.get("run_noise"):
-        lines.append(f"Each run's noise is held to at least the {out['run_noise']['text']}.")
+    for step, rn in sorted((out.get("run_noise") or {}).items()):
+        lines.append(f"{step}: each run's noise is held to at least its {rn['text']}.")
     lines.append("Rows marked 'not tested' have one value per run: shown, never gating.")
     lines.append(f"Result: {out['gate']} (exit {out['exit_code']}).")
     return lines

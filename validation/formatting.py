@@ -30,6 +30,7 @@ CRITERION_LABELS = {
     "warn": ("WARN", "warn"),
     "skipped": ("SKIPPED", "skip"),
     "error": ("ERROR", "error"),
+    "inconclusive": ("INCONCLUSIVE", "warn"),
 }
 VERDICT_LABELS = {  # verdict -> css class
     "GO": "go",

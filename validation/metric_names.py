@@ -9,3 +9,5 @@ STAT_NAMES = ("mean", "median", "stdev", "cv", "min", "max", "n")
 # Summary keys derived from several columns or rows (documented in summarize()); always present in a summary.
 DERIVED_KEYS = ("toks_per_s_per_gpu", "first_loss", "final_loss", "loss_drop", "mem_peak_gb", "mem_plateau",
                 "throughput_stable")
+# throughput_stable (validation.metrics.summarize): the CV of toks_per_s over the window is at most this
+THROUGHPUT_CV_MAX = 0.15

@@ -29,7 +29,7 @@ class MetricsError(ValueError):
 
 # METRIC_COLUMNS (summarized per window), STAT_NAMES (statistics of each), DERIVED_KEYS (always in a summary): their
 # names live in validation.metric_names, which `plan` reads without pandas
-from validation.metric_names import DERIVED_KEYS, METRIC_COLUMNS, STAT_NAMES  # noqa: E402
+from validation.metric_names import DERIVED_KEYS, METRIC_COLUMNS, STAT_NAMES, THROUGHPUT_CV_MAX  # noqa: E402
 # Values of a summary's "status".
 STATUSES = ("ok", "short", "missing", "empty", "corrupt")
 # Statuses whose statistics can be used (short: fewer window rows than asked, but at least one).
@@ -38,7 +38,6 @@ USABLE_STATUSES = ("ok", "short")
 REQUIRED_COLUMNS = tuple(TRAINING_COLUMNS)
 
 STEP_COLUMN = "step"
-THROUGHPUT_CV_MAX = 0.15          # throughput_stable: cv of toks_per_s over the window at most this
 PLATEAU_REL_TOL = 0.05            # mem_plateau: the last quarter may exceed the middle half by 5% ...
 PLATEAU_ABS_TOL_GB = 0.05         # ... or by 0.05 GB, whichever is larger
 PLATEAU_MIN_ROWS = 8              # mem_plateau is None below this many rows

@@ -30,6 +30,9 @@ RunResults: the whole file
     acceptance          list[Criterion]         in runbook order; empty until the verdict is computed
     recommendations     Recommendations
     performance_analysis?  dict[str, JSONValue]  with run/report --against: validation.compare.performance_analysis
+    evidence?           dict[str, JSONValue]    validation.evidence.assess, once the verdict is computed: disturbed
+                                                steps, figures outside their physical range, the measured steps,
+                                                the interference thresholds, the command that runs them again
     plots               list[Plot]
 
 Tool: the program that wrote the file
@@ -102,6 +105,8 @@ and comparison in validation/steps/<kind>.py and declares its metric names in `m
     order_seed?         int                     the seed of the random run order (steps that interleave repeats)
     order?              list[str]               the run labels in the order they ran
     notes?              list[str]               remarks on the runs (e.g. a setting the trainer ignored)
+    interference?       dict[str, JSONValue] | None  what else used the machine while it measured
+                                                (validation.evidence.step_interference: disturbed, launches, text)
 
 LaunchRun: one launch of a multi-launch step
     label               str
@@ -168,7 +173,7 @@ FINAL_STEP_STATUSES = ("passed", "failed", "skipped", "hang", "timeout", "error"
 FAILED_STEP_STATUSES = ("failed", "hang", "timeout", "error")  # a step that ran and did not pass
 Verdict = Literal["GO", "NO-GO", "INCOMPLETE"]
 VERDICTS: tuple[str, ...] = get_args(Verdict)
-CriterionStatus = Literal["pass", "fail", "warn", "error", "skipped"]
+CriterionStatus = Literal["pass", "fail", "warn", "error", "skipped", "inconclusive"]
 CRITERION_STATUSES: tuple[str, ...] = get_args(CriterionStatus)
 Severity = Literal["fail", "warn"]
 SEVERITIES: tuple[str, ...] = get_args(Severity)
@@ -281,6 +286,7 @@ class StepResult(_StepKeys, total=False):
     order_seed: int
     order: list[str]
     notes: list[str]
+    interference: dict[str, JSONValue] | None
 
 
 class Criterion(TypedDict):
@@ -335,6 +341,7 @@ class RunResults(_RunKeys, total=False):
     interrupted_by: str | None
     resumes: list[Resume]
     performance_analysis: dict[str, JSONValue]
+    evidence: dict[str, JSONValue]
 
 
 RECORDS: tuple[type, ...] = (RunResults, Tool, RunbookRef, Options, PhaseRecord, Resume, ReplacedStep, StepResult,

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from validation import environment
+from validation import environment, evidence
 from validation.acceptance import evaluate, recommendations, verdict
 from validation.launch import LaunchResult, LaunchSpec, launch, recorded_env
 from validation.launch.interrupts import Interrupted
@@ -160,6 +160,7 @@ class Runner:
         # until _finish computes them together: no verdict, and nothing left of an earlier attempt's evaluation
         self.results["acceptance"] = []
         self.results["recommendations"] = Recommendations(env={}, notes=[])
+        self.results.pop("evidence", None)
         self.results["verdict"], self.results["verdict_reason"] = self._unfinished_verdict()
 
     def _unfinished_verdict(self) -> tuple[str, str]:
@@ -274,6 +275,7 @@ class Runner:
         return self.results
 
     def _finish(self, t0: float, interrupted: bool) -> None:
+        self.results["evidence"] = evidence.assess(self.rb, self.results, str(self.run_dir))
         self.results["acceptance"] = evaluate(self.rb, self.results, self.run_dir)
         self.results["recommendations"] = recommendations(self.rb, self.results)
         self.results["verdict"], self.results["verdict_reason"] = verdict(
@@ -354,6 +356,9 @@ class Runner:
         try:
             step.kind_impl.run(step, planned, result, StepContext(self, step))
             self._note_undeclared_metrics(step, result)
+            record = evidence.step_interference(result)  # what else used the machine while it measured
+            if record is not None:
+                result["interference"] = record
         except KeyboardInterrupt as exc:
             result.update(status="interrupted", reason=f"interrupted ({describe_interrupt(exc)})")
             raise

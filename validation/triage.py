@@ -34,6 +34,9 @@ from validation.significance import ALPHA, StatsError, adjust_family, block_unit
 from validation.stats import t_sf2
 
 EXPECTED_EXPONENT = 1.5  # above this the cost grows faster than NSA's linear-plus-quadratic-compressed law
+# A culprit explains a slowdown worth triaging: its change moves tokens/s by at least this much (seed 000's cliffs
+# are several-fold; a few percent is a tuning, not the cause of a slow configuration)
+CULPRIT_MIN_EFFECT = 0.10
 
 
 def _json(value: Any) -> Any:
@@ -324,11 +327,12 @@ class Ranking:
 
 def rank_suspects(baseline: Sequence[float | None], suspects: Mapping[str, Sequence[float | None]], *,
                   higher_is_better: bool = True, alpha: float = ALPHA, metric: str = "toks_per_s",
-                  noise: float | None = None) -> Ranking:
+                  noise: float | None = None, min_effect: float = CULPRIT_MIN_EFFECT) -> Ranking:
     """baseline[r], suspects[name][r]: the run means of repeat r (None: failed run). Each suspect is compared with
     the baseline, paired over repeats; Holm over the suspects; ranked by the improvement (rel, signed so that
     better is larger). The culprit: the suspect whose change improves the metric the most among those significant
-    (adjusted p < alpha and beyond the noise floor); None when none is."""
+    (adjusted p < alpha and beyond the noise floor), by at least `min_effect`, and in every repeat (a replicated
+    effect, not one repeat's luck); None when none is."""
     if not suspects:
         raise StatsError("triage needs at least one suspect")
     comps = [compare_paired(baseline, runs, higher_is_better=higher_is_better, alpha=alpha, noise=noise,
@@ -336,14 +340,28 @@ def rank_suspects(baseline: Sequence[float | None], suspects: Mapping[str, Seque
     family = adjust_family(comps, alpha)
     sign = 1.0 if higher_is_better else -1.0
     ranked = tuple(sorted(family.comparisons, key=lambda c: -sign * c.rel))
+
+    def every_repeat(name: str) -> bool:
+        """The suspect's change improves the metric in every repeat where both runs were measured."""
+        pairs = [(a, b) for a, b in zip(baseline, suspects[name]) if a and b and a > 0 and b > 0]
+        return bool(pairs) and all(sign * math.log(b / a) > 0 for a, b in pairs)
+
     better = [c for c in ranked if c.significant and c.verdict == "better"]
-    if better:
-        c = better[0]
-        reason = f"changing {c.variant} alone: {c.describe()}"
+    named = [c for c in better if sign * c.rel >= min_effect and every_repeat(c.variant)]
+    if named:
+        c = named[0]
+        reason = f"changing {c.variant} alone: {c.describe()}; ahead in every repeat"
         culprit = c.variant
     else:
         culprit = None
         top = ranked[0]
-        reason = (f"no suspect changes {metric} significantly beyond the noise floor (largest: {top.variant} "
-                  f"{fmt_pct(top.rel, signed=True)}, Holm-adjusted p = {top.p_adjusted:.2g})")
+        if better:
+            c = better[0]
+            why = (f"below the {min_effect:.0%} a culprit must explain" if sign * c.rel < min_effect
+                   else "not ahead in every repeat")
+            reason = (f"no culprit: {c.variant} changes {metric} significantly ({fmt_pct(c.rel, signed=True)}, "
+                      f"Holm-adjusted p = {c.p_adjusted:.2g}) but {why}")
+        else:
+            reason = (f"no suspect changes {metric} significantly beyond the noise floor (largest: {top.variant} "
+                      f"{fmt_pct(top.rel, signed=True)}, Holm-adjusted p = {top.p_adjusted:.2g})")
     return Ranking(comparisons=ranked, culprit=culprit, reason=reason, statement=family.statement)

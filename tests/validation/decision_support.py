@@ -40,8 +40,10 @@ class FakeTrainer:
     that the data do not depend on the run order. `notes(spec)` gives status.json notes (e.g. an ignored
     setting). Launches are recorded in `self.launched` in order."""
 
-    def __init__(self, level, cv: float = 0.03, run_cv: float = 0.0, notes=None, seed: int = 0):
-        self.level, self.cv, self.run_cv, self.notes, self.seed = level, cv, run_cv, notes, seed
+    def __init__(self, level, cv: float = 0.03, run_cv: float = 0.0, notes=None, seed: int = 0, busy=None):
+        """`busy(spec)`: True for a launch another process disturbed: its telemetry.csv then records one busy
+        neighbour on a 2-core machine the launch uses whole (else a quiet one)."""
+        self.level, self.cv, self.run_cv, self.notes, self.seed, self.busy = level, cv, run_cv, notes, seed, busy
         self.launched = []
 
     def __call__(self, spec) -> LaunchResult:
@@ -59,6 +61,12 @@ class FakeTrainer:
         log = Path(spec.step_dir) / "stdout.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text("fake trainer\n")
+        if self.busy is not None:
+            other = 150.0 if self.busy(spec) else 0.0
+            lines = ["time,node,sample,ncpu,step_cores,host_cpu_pct,other_cpu_pct,steal_pct,other_top"]
+            lines += [f"{1000 + i},n0,{i},2,2,{190 + other:g},{'' if i == 0 else f'{other:g}'},0,"
+                      + ("python -c busy[9] 99%" if other and i else "") for i in range(6)]
+            (Path(spec.step_dir) / "telemetry.csv").write_text("\n".join(lines) + "\n")
         return LaunchResult(status="ok", returncode=0, duration_s=0.01, argv=argv, log_path=log, rank_logs={},
                             reason="exited 0", excerpt=None, stack_dumps=[], attempts=1)
 

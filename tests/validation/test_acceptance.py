@@ -21,17 +21,17 @@ def results(steps: dict[str, str | tuple[str, bool]], criteria: list[tuple[str, 
 def test_all_passed_and_every_required_criterion_holds_is_go():
     got = verdict(results({"a": "passed", "b": "passed"}, [("fast", "fail", "pass"), ("tidy", "warn", "pass")]),
                   interrupted=False)
-    assert got == ("GO", "2 step(s) passed and all 1 required criteria hold")
+    assert got == ("GO", "2 step(s) passed and every required criterion holds")
 
 
 def test_a_warning_keeps_go_and_is_named():
     got = verdict(results({"a": "passed"}, [("fast", "fail", "pass"), ("steady", "warn", "warn")]), False)
-    assert got == ("GO", "1 step(s) passed and all 1 required criteria hold; warnings: steady")
+    assert got == ("GO", "1 step(s) passed and every required criterion holds; warnings: steady")
 
 
 def test_skipped_steps_do_not_count_as_passed_but_do_not_fail_the_run():
     assert verdict(results({"a": "passed", "gpu_only": "skipped"}), False) == \
-        ("GO", "1 step(s) passed and all 0 required criteria hold")
+        ("GO", "1 step(s) passed and every required criterion holds")
 
 
 @pytest.mark.parametrize("status", ["failed", "hang", "timeout", "error"])
@@ -61,7 +61,7 @@ def test_a_fail_criterion_whose_step_was_skipped_makes_the_run_incomplete_not_no
     res["steps"]["a"]["reason"] = "phase p not selected (--only q)"
     res["acceptance"][0]["expr"] = "a.toks_per_s.mean >= 1"
     assert verdict(res, False) == (
-        "INCOMPLETE", "1 required criteria not evaluated: fast; their steps did not run "
+        "INCOMPLETE", "1 required criterion not evaluated: fast; their steps did not run "
                       "(a: phase p not selected (--only q)); nothing evaluated failed")
 
 
@@ -112,8 +112,17 @@ def test_recommendations_merge_the_runbook_settings_and_every_significant_decisi
     res["steps"]["sweep"].update(winner=None, choice=kept, runs=[{"params": {"env.NSA_DDP_BUCKET_MB": "50"}}])
     rec = recommendations(rb, res)  # not significant: the runbook's own 25 stays, 50 is not recommended
     assert rec["env"] == {"NSA_DDP_BUCKET_MB": "25", "NSA_PREFILL_BATCHED": "1"}
-    assert rec["notes"] == ["sweep: no significant difference, NSA_DDP_BUCKET_MB=50 kept; NSA_DDP_BUCKET_MB not "
-                            "recommended from this step; NSA_DDP_BUCKET_MB=25 (the runbook's recommendation) stays"]
+    assert rec["notes"] == ["sweep: no recommendation: no significant difference; NSA_DDP_BUCKET_MB=50 kept, "
+                            "NSA_DDP_BUCKET_MB not recommended from this step; NSA_DDP_BUCKET_MB=25 (the runbook's "
+                            "recommendation) stays"]
+    # significant, but the decision says it is not recommendable (one run per variant, or not replicated)
+    unrep = dict(won)
+    res["steps"]["sweep"].update(winner=unrep, choice=unrep, decision={
+        "significant": True, "recommendable": False,
+        "recommendation": "no recommendation: the difference was not the same in every interleaved block"})
+    rec = recommendations(rb, res)
+    assert rec["env"] == {"NSA_DDP_BUCKET_MB": "25", "NSA_PREFILL_BATCHED": "1"}
+    assert rec["notes"][0].startswith("sweep: no recommendation: the difference was not the same in every")
 
 
 def test_recommendations_say_whether_training_failed_or_the_runbook_has_none(tmp_path):

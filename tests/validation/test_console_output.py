@@ -67,7 +67,8 @@ def test_run_summary_is_whole_when_not_a_terminal(monkeypatch):
     for crit in results["acceptance"]:  # one line per criterion, name, target and actual whole
         line = next(ln for ln in lines if ln.startswith(crit["name"] + "  "))
         assert crit["target"] in line and str(crit["actual"] or "") in line
-    assert any(ln.startswith("Baseline throughput: 5,843.2 ± 112.4 tokens/s — step baseline") and
+    assert any(ln.startswith("Baseline throughput: 5,843.2 ± 112.4 tokens/s (window mean ± stdev, all ranks) — step "
+                             "baseline") and
                ln.endswith("at seq_len 256, micro-batch 4, accum 1, world size 2, global batch 2,048 tokens, params "
                            "186.3K, precision fp32, TFLOP/s n/a, MFU n/a (device peak unknown)") for ln in lines)
     assert f"NO-GO: {results['verdict_reason']}" in lines

@@ -77,13 +77,15 @@ def test_no_true_difference_keeps_the_default_and_passes(monkeypatch, tmp_path):
     # no recommendation from a non-significant decision; the runbook's own value stays, compression too
     rec = results["recommendations"]
     assert rec["env"]["NSA_DDP_BUCKET_MB"] == "25" and rec["env"]["NSA_DDP_COMPRESS"] == "bf16"
-    assert any("sw: no significant difference" in n and "not recommended" in n for n in rec["notes"])
+    assert any("sw: no recommendation: no significant difference" in n and "not recommended" in n
+               for n in rec["notes"])
 
 
 @pytest.mark.parametrize("repeats, method", [(3, "paired"), (1, "blocks")])
 def test_a_large_true_difference_is_the_winner_and_recommended(monkeypatch, tmp_path, repeats, method):
-    """100 MB is 30% faster: it wins (paired over 3 repeats, or block means of single runs), the later step and
-    the recommendations use it."""
+    """100 MB is 30% faster: it wins (paired over 3 repeats, or block means of single runs) and the later step uses
+    it; it is recommended only when it was replicated in interleaved repeats: one run per point chooses what later
+    steps run with, never what a user is told to set."""
     trainer = FakeTrainer(lambda spec: 13_000.0 if bucket(spec) == "100" else 10_000.0, cv=0.02, run_cv=0.005)
     results = run_runbook(monkeypatch, tmp_path, sweep_runbook(repeats), trainer)
     sw = results["steps"]["sw"]
@@ -93,8 +95,47 @@ def test_a_large_true_difference_is_the_winner_and_recommended(monkeypatch, tmp_
     assert d["comparison"]["rel"] > 0.2 and d["comparison"]["verdict"] == "better"
     assert sw["winner"]["params"] == {"env.NSA_DDP_BUCKET_MB": "100"} and sw["winner"]["significant"] is True
     assert results["steps"]["after"]["env"]["NSA_DDP_BUCKET_MB"] == "100"
-    assert results["recommendations"]["env"]["NSA_DDP_BUCKET_MB"] == "100"
+    if method == "paired":
+        assert d["replicated"] is True and d["recommendable"] is True
+        assert results["recommendations"]["env"]["NSA_DDP_BUCKET_MB"] == "100"
+    else:
+        assert d["replicated"] is None and d["recommendable"] is False and "one run per variant" in d["recommendation"]
+        assert "NSA_DDP_BUCKET_MB" not in results["recommendations"]["env"]
+        assert any(n.startswith("sw: no recommendation: one run per variant") for n in
+                   results["recommendations"]["notes"])
     assert len(trainer.launched) == 3 * repeats + 1
+
+
+def test_a_disturbed_run_is_left_out_and_a_decision_it_leaves_unresolved_is_inconclusive(monkeypatch, tmp_path):
+    """100 MB is 30% faster, but another process used the machine during one of its runs: that run decides nothing.
+    With 2 repeats the point is left with one run: no winner, the step's evidence is disturbed, its criterion is
+    inconclusive and the run INCOMPLETE, naming the command that runs the sweep again; with 3 repeats the other
+    two still replicate the effect: the winner stands, recommended, the run GO."""
+    def busy(spec):
+        return bucket(spec) == "100" and spec.repeat == 1
+
+    trainer = FakeTrainer(lambda spec: 13_000.0 if bucket(spec) == "100" else 10_000.0, cv=0.02, run_cv=0.005,
+                          busy=busy)
+    results = run_runbook(monkeypatch, tmp_path, sweep_runbook(2), trainer)
+    sw = results["steps"]["sw"]
+    assert sw["decision"]["disturbed_runs"] == [{"label": "NSA_DDP_BUCKET_MB=100", "repeat": 1}]
+    assert sw["decision"]["winner"] is None
+    assert "left out because other work used the machine" in sw["decision"]["reason"]
+    assert sw["interference"]["disturbed"] is True
+    assert "NSA_DDP_BUCKET_MB=100, repeat 2: other processes used 1.50 of 2 cores" in sw["interference"]["text"]
+    crit = results["acceptance"][0]
+    assert crit["status"] == "inconclusive" and "--rerun sw" in crit["detail"]
+    assert results["verdict"] == "INCOMPLETE" and "--rerun sw" in results["verdict_reason"]
+    assert "NSA_DDP_BUCKET_MB" not in results["recommendations"]["env"]
+
+    trainer = FakeTrainer(lambda spec: 13_000.0 if bucket(spec) == "100" else 10_000.0, cv=0.02, run_cv=0.005,
+                          busy=busy)
+    results = run_runbook(monkeypatch, tmp_path, sweep_runbook(3), trainer, "run3")
+    sw = results["steps"]["sw"]
+    assert sw["decision"]["winner"] == "NSA_DDP_BUCKET_MB=100" and sw["decision"]["recommendable"]
+    assert sw["interference"]["disturbed"] is False and sw["interference"]["left_out"] == 1
+    assert results["acceptance"][0]["status"] == "pass" and results["verdict"] == "GO"
+    assert results["recommendations"]["env"]["NSA_DDP_BUCKET_MB"] == "100"
 
 
 def test_without_prefer_the_runbook_value_then_the_first_point_is_kept(monkeypatch, tmp_path):

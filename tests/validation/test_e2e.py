@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from process_checks import heartbeat_pids, orphans
+from verdicts import assert_go_or_disturbed
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,10 +43,10 @@ def smoke(cli, tmp_path_factory):
 
 
 def test_cpu_smoke_ends_go_with_every_artifact(smoke):
+    """GO; on a busy machine INCOMPLETE, every inconclusive criterion naming its disturbance (verdicts.py)."""
     run_dir, proc = smoke
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     results = json.loads((run_dir / "results.json").read_text())
-    assert results["verdict"] == "GO", results["verdict_reason"]
+    word = assert_go_or_disturbed(proc, results)
     assert all(s["status"] == "passed" for s in results["steps"].values()), \
         {n: (s["status"], s["reason"]) for n, s in results["steps"].items()}
     for name in ("report.md", "report.html", "junit.xml"):
@@ -64,9 +65,18 @@ def test_cpu_smoke_ends_go_with_every_artifact(smoke):
     chosen = sweep["choice"]["params"]["env.NSA_DDP_BUCKET_MB"]
     assert results["steps"]["sdpa_audit"]["env"]["NSA_DDP_BUCKET_MB"] == chosen  # carried into the later step
     assert results["recommendations"]["env"].get("NSA_DDP_BUCKET_MB") == (
-        chosen if sweep["choice"]["significant"] else None)  # recommended only when significant
+        chosen if sweep["decision"].get("recommendable") else None)  # recommended only when replicated
     assert results["recommendations"]["env"]["NSA_DDP_COMPRESS"] == "bf16"
-    assert {c["status"] for c in results["acceptance"]} <= {"pass", "warn"}
+    assert {c["status"] for c in results["acceptance"]} <= {"pass", "warn", "inconclusive"}
+    # the prefill A/B's 14x effect, replicated in its interleaved repeats, is recommended whatever the load (one
+    # thread per process leaves a core to a neighbour); the fused AdamW A/B (one run each) never is
+    prefill = results["steps"]["prefill"]
+    assert prefill["decision"]["recommendable"], prefill["decision"]["reason"]
+    assert results["recommendations"]["env"]["NSA_PREFILL_BATCHED"] == "1"
+    assert "NSA_OPT_FUSED" not in results["recommendations"]["env"]
+    assert not results["steps"]["fused_adamw"]["decision"]["recommendable"]
+    if word == "GO":
+        assert not (results.get("evidence") or {}).get("disturbed")
     # the fused AdamW A/B compares two different settings on a CPU too: the variant's trainer ran torch's fused
     # AdamW and said nothing was ignored, so the step raises no open problem of its own making
     fused = results["steps"]["fused_adamw"]
@@ -75,7 +85,7 @@ def test_cpu_smoke_ends_go_with_every_artifact(smoke):
         assert env["optimizer"] == {"name": "AdamW", "fused": want}, label
     assert not [n for n in fused.get("notes") or [] if "ignored" in n], fused.get("notes")
     report = (run_dir / "report.md").read_text()
-    assert "GO" in report and "Bucket" in report or "bucket" in report
+    assert word in report and "Bucket" in report or "bucket" in report
     assert "ignored NSA_OPT_FUSED" not in report
 
 
@@ -127,14 +137,17 @@ def test_report_rerenders_identically_from_results_json(cli, smoke):
     assert junit.stdout == (run_dir / "junit.xml").read_text()
 
 
-def test_compare_a_run_with_itself_is_all_same(cli, smoke):
+def test_compare_a_run_with_itself_changes_nothing(cli, smoke):
+    """Every row 0%: "same" where its interval lies inside the noise floor, else "inconclusive" (the floor is
+    wider than the interval can show), never better or worse; exit 0."""
     run_dir, _ = smoke
     proc = cli("compare", run_dir, run_dir, "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert out["rows"] and all(r["verdict"] == "same" for r in out["rows"])
-    assert out["warnings"] == [] and out["exit_code"] == 0 and out["family"]["correction"] == "holm"
-    assert out["run_noise"]["runs"] == 12  # the sweep's 3 x 2 repeats in each run
+    assert out["rows"] and all(r["verdict"] in ("same", "inconclusive") for r in out["rows"])
+    assert all(r["rel_delta"] == 0 for r in out["rows"] if r["metric"] == "toks_per_s" and r.get("rel_delta") is not None)
+    assert out["exit_code"] == 0 and out["family"]["correction"] == "holm" and not out["regressions"]
+    assert out["warnings"] == [] or all("other work used the machine" in w for w in out["warnings"])
 
 
 def test_list_shows_runbooks(cli, smoke):

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from verdicts import assert_go_or_disturbed
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,9 +22,9 @@ def run(cli, tmp_path_factory):
 
 
 def test_parallelism_cpu_ends_go(run):
+    """GO; on a busy machine INCOMPLETE, every inconclusive criterion naming its disturbance (verdicts.py)."""
     run_dir, proc, results = run
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert results["verdict"] == "GO", results["verdict_reason"]
+    assert_go_or_disturbed(proc, results)
     assert "recommendation: " in proc.stdout
 
 

@@ -10,7 +10,7 @@ running):
 - `--rerun two` runs only `two`, and results.json and the report say what was resumed, when and what it replaced;
 - a runbook of the same name that changed warns, and runs only its new step;
 - an orchestrator SIGKILLed during a resume leaves results.json INCOMPLETE with a reason that says so (never the
-  earlier "... required criteria hold") and no acceptance rows of the earlier attempt, and reports that say the
+  earlier "... every required criterion holds") and no acceptance rows of the earlier attempt, and reports that say the
   same; a second resume finishes it and the report lists both resumes;
 - a SIGTERM after a resume saved its verdict, while the plots are made, leaves the reports rendered from that
   results.json (never the earlier run's);
@@ -145,7 +145,7 @@ def test_rerun_runs_only_the_named_step_and_records_the_resume(cli, case):
     assert after["steps"]["one"] == before["steps"]["one"]
     assert after["steps"]["two"]["status"] == "passed" and after["steps"]["two"]["started"] >= \
         before["steps"]["two"]["started"]
-    assert after["verdict"] == "GO" and after["verdict_reason"] == "2 step(s) passed and all 1 required criteria hold"
+    assert after["verdict"] == "GO" and after["verdict_reason"] == "2 step(s) passed and every required criterion holds"
     (entry,) = after["resumes"]
     assert entry["steps"] == ["two"] and entry["rerun"] == ["two"] and entry["runbook_changed"] is False
     assert entry["previous_state"] == "finished (GO)" and entry["previous_end"] == before["finished"]
@@ -196,7 +196,7 @@ def _env() -> dict[str, str]:
 def test_killed_mid_resume_leaves_a_verdict_that_agrees_with_its_reason(cli, case, reliability):
     runbook, run_dir, marks, hold = case
     go = read_results(run_dir)
-    assert go["verdict_reason"].endswith("required criteria hold")
+    assert go["verdict_reason"].endswith("every required criterion holds")
     hold.touch()
     proc = subprocess.Popen([sys.executable, "-m", "validation.cli", "run", str(runbook), "--resume", str(run_dir),
                              "--rerun", "two"], cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,

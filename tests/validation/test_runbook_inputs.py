@@ -217,7 +217,7 @@ acceptance:
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert results["verdict"] == "INCOMPLETE"
-    assert results["verdict_reason"].startswith("1 required criteria not evaluated: fast; their steps did not run "
+    assert results["verdict_reason"].startswith("1 required criterion not evaluated: fast; their steps did not run "
                                                 "(train_step: phase b not selected (--only a))")
     assert "INCOMPLETE" in proc.stdout
     # and a failing criterion beside it is still NO-GO, exit 1

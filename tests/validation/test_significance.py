@@ -28,7 +28,8 @@ import pytest
 from validation.significance import (Comparison, StatsError, Units, adjust_family, autocorrelation, block_units,
                                      compare_paired, compare_series, compare_units, decide, detectable_effect, holm,
                                      inefficiency, interleaved_order, lag1_corrected, noise_floor, norm_ppf,
-                                     paired_cv, paired_power, recommended_repeats, run_units, sokal_inefficiency,
+                                     paired_cv, paired_power, decision_power, recommended_repeats, run_units,
+                                     sokal_inefficiency,
                                      t_ppf)
 from validation.significance import simulate as sim
 from validation.significance.units import ar1_kappa
@@ -306,9 +307,23 @@ def test_paired_power_against_scipy_noncentral_t():
         assert paired_power(cv, eff, r, min_floor=0.0) == pytest.approx(exact, abs=2e-4)
 
 
+def test_decision_power_is_a_lower_bound_of_significant_and_replicated():
+    # Monte Carlo: the paired t significant AND every replication block's mean positive (decide's winner rule)
+    from validation.significance.decision import replicated_blocks
+
+    rng = np.random.default_rng(14)
+    for cv, eff, r in ((0.02, 0.03, 3), (0.05, 0.05, 12), (0.1, 0.05, 40)):
+        d = rng.normal(math.log1p(eff), math.sqrt(2) * cv, (20000, r))
+        t = d.mean(1) / (d.std(1, ddof=1) / math.sqrt(r))
+        joint = float(np.mean((t > t_ppf(0.975, r - 1)) & np.array([replicated_blocks(row) for row in d])))
+        bound = decision_power(cv, eff, r, min_floor=0.0)
+        assert bound <= joint + 0.01 and joint - bound < 0.15, (cv, eff, r, bound, joint)  # a lower bound
+        assert bound <= paired_power(cv, eff, r, min_floor=0.0)
+
+
 def test_recommended_repeats():
     r = recommended_repeats(0.03, 0.05)
-    assert paired_power(0.03, 0.05, r) >= 0.8 > paired_power(0.03, 0.05, r - 1)
+    assert decision_power(0.03, 0.05, r) >= 0.8 > decision_power(0.03, 0.05, r - 1)
     assert recommended_repeats(0.03, 0.05, n_variants=3) > r   # must beat two rivals
     assert recommended_repeats(0.06, 0.05) > r                  # noisier
     assert recommended_repeats(0.03, 0.10) < r                  # bigger difference

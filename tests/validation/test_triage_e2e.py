@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from verdicts import assert_go_or_disturbed
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,9 +35,15 @@ def clean(cli, tmp_path_factory):
 
 
 def test_injected_cliff_is_localised_and_its_cause_named(faulted):
+    """GO; on a machine busy beyond the one core each single-thread launch leaves free, INCOMPLETE with every
+    inconclusive criterion naming the disturbance (verdicts.py), and then only what undisturbed runs showed is
+    asserted."""
     run_dir, proc, results = faulted
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert results["verdict"] == "GO", results["verdict_reason"]
+    word = assert_go_or_disturbed(proc, results)
+    disturbed = {d["step"] for d in results["evidence"]["disturbed"]}
+    if "seq_scan" in disturbed or "triage" in disturbed:
+        assert word == "INCOMPLETE"
+        return
     m = step(results, "seq_scan")["metrics"]
     good, bad = m["cliff_interval"]
     assert m["cliff"] and m["cliff_localised"] and 256 <= good < bad <= 512 and bad - good <= 64
@@ -56,8 +63,12 @@ def test_injected_cliff_is_localised_and_its_cause_named(faulted):
 
 
 def test_clean_configuration_finds_no_cliff_and_names_no_culprit(clean):
+    """NO-GO (no cliff, no culprit); never a culprit, disturbed or not: a suspect that changes nothing is named
+    only when significant, at least 10% and ahead in every repeat, from undisturbed runs."""
     run_dir, _, results = clean
-    assert results["verdict"] == "NO-GO"
+    assert results["verdict"] in ("NO-GO", "INCOMPLETE"), results["verdict_reason"]
+    if results["verdict"] == "INCOMPLETE":  # only where the scan and the triage were both disturbed
+        assert {"seq_scan", "triage"} <= {d["step"] for d in results["evidence"]["disturbed"]}
     m = step(results, "seq_scan")["metrics"]
     assert m["cliff"] is False and m["cliff_localised"] is False and m["bisection"] is None
     assert m["exponent"] is not None and m["exponent"] < 1.5

@@ -1,8 +1,9 @@
 """The report's "Run with the validated settings": one copy-paste command line that trains with what the run
 validated: the trainer command of the run's baseline training step (its config and flags, the output directory
-left out) under the launcher it ran with, with the step's environment variables and every recommended one
-(results.json "recommendations": the runbook's `recommend.env` and the winners' settings) in front, and the
-winners' `args.*` settings as flags. Pure; built from results.json alone.
+left out) under the launcher it ran with, with the step's environment variables in front: only settings that ran
+together in that step. A recommended setting the step did not run with (results.json "recommendations": a
+decision of another step) is named beside it ("apart"), never merged in: settings measured in separate steps have
+not been validated together. Pure; built from results.json alone.
 """
 
 from __future__ import annotations
@@ -69,12 +70,8 @@ def validated_command(results: dict) -> dict:
     for flag in RUN_DIR_FLAGS:
         args = _set_flag(args, flag, None)
     recs = as_dict(results.get("recommendations"))
-    env = {str(k): str(v) for k, v in as_dict(step.get("env")).items()}
-    env.update({str(k): str(v) for k, v in as_dict(recs.get("env")).items()})
-    for other in (as_dict(s) for s in as_dict(results.get("steps")).values()):
-        for key, value in as_dict(as_dict(other.get("winner")).get("params")).items():
-            if str(key).startswith("args."):
-                args = _set_flag(args, "--" + str(key)[5:].replace("_", "-"), value)
+    env = {str(k): str(v) for k, v in as_dict(step.get("env")).items()}  # as the step ran: nothing added
+    apart = {str(k): str(v) for k, v in as_dict(recs.get("env")).items() if env.get(str(k)) != str(v)}
     metrics = as_dict(step.get("metrics"))
     world = int(finite(metrics.get("world_size")) or 1)
     nnodes = max(1, int(finite(metrics.get("nnodes")) or 1))
@@ -100,8 +97,12 @@ def validated_command(results: dict) -> dict:
     lines += [f"  {p}" for p in pairs]
     lines = [line + " \\" for line in lines[:-1]] + lines[-1:]
     verdict = str(results.get("verdict") or "INCOMPLETE")
-    note = (f"The trainer command of step {step.get('name')} ({fmt_num(step.get('title'))}) with every recommended "
-            f"environment variable; the run ended {verdict}.")
+    note = (f"The trainer command of step {step.get('name')} ({fmt_num(step.get('title'))}) as it ran, with its "
+            f"environment: settings that ran together; the run ended {verdict}.")
+    if apart:
+        note += (" Recommended but not run together with it (each was measured in its own step; run them together "
+                 "before relying on the combination): " + ", ".join(f"{k}={v}" for k, v in sorted(apart.items())) + ".")
     if verdict != "GO":
         note += " These settings are not validated until a run of them ends GO."
-    return {"lines": lines, "text": "\n".join(lines), "step": str(step.get("name")), "env": env, "note": note}
+    return {"lines": lines, "text": "\n".join(lines), "step": str(step.get("name")), "env": env, "note": note,
+            "apart": apart}

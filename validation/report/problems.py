@@ -3,9 +3,12 @@ one list a reader can work through (results.json alone; pure; accepts damaged in
 
 Each problem is {"severity": word, "css": class, "where": "step X" / "criterion Y" / "X vs earlier run", "what":
 one sentence}. Order: failures (steps that failed, timed out, hung or errored; criteria that failed or could not be
-evaluated for an error), then what is incomplete (interrupted or pending steps), then what was not run (skipped
-steps, criteria not evaluated), then warnings (criteria of severity warn that did not hold, settings the trainer
-ignored, snapshot problems, short or damaged training.csv windows, significant regressions against an earlier run).
+evaluated for an error, figures outside their physical range), then what is incomplete or inconclusive
+(interrupted or pending steps; criteria and steps whose evidence was taken while other work used the machine, with
+the command that runs them again), then what was not run (skipped steps, criteria not evaluated), then warnings
+(criteria of severity warn that did not hold, settings the trainer ignored, snapshot problems, short or damaged
+training.csv windows, measured launches whose throughput was not stable, significant regressions against an
+earlier run).
 A run whose trainer steps all ran on the CPU of a machine without a GPU does not list the snapshot's missing
 nvidia-smi: that is what such a runbook asks for.
 """
@@ -15,10 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, as_dict, as_list, fmt_num,
-                                      status_view, steps_in_order)
+                                      fmt_pct, status_view, steps_in_order)
+from validation.metric_names import THROUGHPUT_CV_MAX
 from validation.report.performance import analysis_rows
 
-_RANK = {"fail": 0, "error": 0, "warn-incomplete": 1, "skip": 2, "warn": 3}
+_RANK = {"fail": 0, "error": 0, "warn-incomplete": 1, "inconclusive": 1, "skip": 2, "warn": 3}
 
 
 def _item(rank: str, severity: str, css: str, where: str, what: Any) -> dict:
@@ -74,7 +78,8 @@ def _criterion_problems(crit: dict) -> list[dict]:
     if detail:
         parts.append(str(detail))
     what = "; ".join(parts) or (f"got {fmt_num(actual)}" if actual not in (None, "", NA) else None)
-    rank = {"fail": "fail", "error": "fail", "warn": "warn", "skipped": "skip"}.get(status, "warn-incomplete")
+    rank = {"fail": "fail", "error": "fail", "warn": "warn", "skipped": "skip",
+            "inconclusive": "inconclusive"}.get(status, "warn-incomplete")
     return [_item(rank, view["word"], view["css"], f"criterion {name}", what)]
 
 
@@ -105,6 +110,44 @@ def _cpu_only(results: dict) -> bool:
     return bool(devices) and all(d.startswith("cpu") for d in devices)
 
 
+def _evidence_problems(results: dict) -> list[dict]:
+    """What the run's evidence record (validation.evidence.assess) found: figures outside their physical range
+    (an error: a bug in the measurement, unless a disturbance explains it), steps measured under interference, and
+    measured launches whose throughput was not stable."""
+    ev = as_dict(results.get("evidence"))
+    out = []
+    for bad in (as_dict(b) for b in as_list(ev.get("implausible"))):
+        where = f"step {fmt_num(bad.get('step'))}"
+        what = (f"{fmt_num(bad.get('metric'))} = {fmt_num(bad.get('value'))} is outside its physical range "
+                f"{fmt_num(bad.get('range'))}: {fmt_num(bad.get('reason'))}")
+        if bad.get("disturbed"):
+            out.append(_item("inconclusive", "INCONCLUSIVE", "warn", where,
+                             f"{what}; measured while other work used the machine, so not a result"))
+        else:
+            out.append(_item("error", "IMPLAUSIBLE", "fail", where, f"{what}: a bug in the measurement, not a result"))
+    rerun = ev.get("rerun")
+    for d in (as_dict(x) for x in as_list(ev.get("disturbed"))):
+        out.append(_item("inconclusive", "DISTURBED", "warn", f"step {fmt_num(d.get('step'))}",
+                         f"measured while other work used the machine: {fmt_num(d.get('text'))}; what it measured "
+                         "decides nothing on its own" + (f"; run it again: {rerun}" if rerun else "")))
+    steps = as_dict(results.get("steps"))
+    for name in (str(n) for n in as_list(ev.get("measured"))):
+        step = as_dict(steps.get(name))
+        if step.get("status") != "passed":
+            continue
+        records = [(f"step {name}", as_dict(step.get("metrics")))] + [
+            (f"step {name} [{fmt_num(as_dict(r).get('label'))}"
+             + (f", repeat {int(as_dict(r)['repeat']) + 1}" if isinstance(as_dict(r).get("repeat"), int) else "")
+             + "]", as_dict(as_dict(r).get("metrics"))) for r in as_list(step.get("runs"))]
+        for where, m in records:
+            if m.get("throughput_stable") is False:
+                cv = as_dict(m.get("toks_per_s")).get("cv")
+                out.append(_item("warn", "WARN", "warn", where,
+                                 f"throughput not stable: tokens/s CV {fmt_pct(cv)} over the window (stable: at most "
+                                 f"{fmt_pct(THROUGHPUT_CV_MAX)}); its mean is a poor summary of the run"))
+    return out
+
+
 def open_problems(results: dict) -> list[dict]:
     """Every open problem of a run, failures first (see the module docstring); [] when there is none."""
     results = as_dict(results)
@@ -117,6 +160,7 @@ def open_problems(results: dict) -> list[dict]:
     for crit in as_list(results.get("acceptance")):
         items += _criterion_problems(as_dict(crit))
     items += _regressions(results)
+    items += _evidence_problems(results)
     if _cpu_only(results):  # no GPU on a CPU-only run is what the runbook asked for, not a problem
         items = [p for p in items if not (p["rank"] == _RANK["warn"] and NO_GPU_TOOL in p["what"])]
     items.sort(key=lambda p: p["rank"])  # stable: run order within a rank

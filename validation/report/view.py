@@ -87,6 +87,16 @@ def _key_figures(results: dict, ordered: list[tuple[dict, list[str]]]) -> list[d
     return out
 
 
+def _criteria_counts(results: dict, counts: Counter) -> str:
+    """"9 required, 3 warnings only; 12 pass": the criteria counted once, by severity, then by outcome."""
+    crits = [as_dict(c) for c in as_list(results.get("acceptance"))]
+    if not crits:
+        return "none"
+    required = sum(c.get("severity") == "fail" for c in crits)
+    split = f"{required} required, {len(crits) - required} warning{'s' if len(crits) - required != 1 else ''} only"
+    return f"{split}; " + ", ".join(f"{counts[k]} {k}" for k in sorted(counts))
+
+
 def _cpu_scaling_caveat(results: dict, in_order: list[dict]) -> str | None:
     """On a CPU-only machine, the cores each rank had: N ranks share the machine's cores, while the single process
     had all of them, so a scaling efficiency there measures core sharing, not the interconnect."""
@@ -319,7 +329,7 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
         "run_command": validated_command(results),
         "step_counts": ", ".join(f"{step_counts[k]} {k}" for k in sorted(step_counts)) or "none",
         "step_total": sum(step_counts.values()),
-        "criteria_counts": ", ".join(f"{crit_counts[k]} {k}" for k in sorted(crit_counts)) or "none",
+        "criteria_counts": _criteria_counts(results, crit_counts),
         "criteria_total": sum(crit_counts.values()),
         "environment": _environment_rows(results),
         "phases": phases,

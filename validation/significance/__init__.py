@@ -13,7 +13,8 @@ from validation.significance.comparison import (ALPHA, MIN_FLOOR, Comparison, Fa
                                                  paired_cv, run_noise)
 from validation.significance.decision import Decision, decide, interleaved_order
 from validation.significance.distributions import norm_cdf, norm_ppf, t_ppf
-from validation.significance.power import EFFECT, POWER, detectable_effect, paired_power, recommended_repeats
+from validation.significance.power import (EFFECT, POWER, decision_power, detectable_effect, paired_power,
+                                           recommended_repeats)
 from validation.significance.units import (MIN_BLOCKS, Units, autocorrelation, block_units, inefficiency,
                                            lag1_corrected, run_units, sokal_inefficiency)
 from validation.stats import StatsError
@@ -22,7 +23,7 @@ __all__ = [
     "ALPHA", "EFFECT", "MIN_BLOCKS", "MIN_FLOOR", "POWER", "Comparison", "Decision", "Family", "Holm", "RunNoise",
     "StatsError",
     "Units", "adjust_family", "autocorrelation", "block_units", "compare_paired", "compare_series", "compare_units",
-    "decide", "detectable_effect", "holm", "inefficiency", "interleaved_order", "lag1_corrected", "noise_floor",
+    "decide", "decision_power", "detectable_effect", "holm", "inefficiency", "interleaved_order", "lag1_corrected", "noise_floor",
     "norm_cdf", "norm_ppf", "paired_cv", "paired_power", "recommended_repeats", "run_noise", "run_units",
     "sokal_inefficiency",
     "t_ppf",

@@ -9,7 +9,10 @@ difference and the interval maps back without going below -100%:
     d_r = log(b_r / a_r) are the units (one-sample t, R - 1 df), so that whatever the machine did during repeat r
     (a slow period, a warm cache) is common to both runs and cancels. rel = exp(mean d) - 1 (ratio of geometric
     means).
-A difference is significant when p < alpha AND |rel| > noise floor. The noise floor of a measurement is the
+A difference is significant when p < alpha AND |rel| > noise floor; then it is "better" or "worse". Otherwise it is
+"same" only when its whole confidence interval lies inside the noise floor (and the floor, at most MAX_USEFUL_FLOOR,
+resolves something): the data show the change is smaller than what matters. Every other row is "inconclusive": the
+measurement cannot tell, and its text names the noise floor that made it so. The noise floor of a measurement is the
 smallest relative change it resolves, the relative half-width of the (1 - alpha) interval of its mean (for a paired
 design, of one variant's mean with the repeat-to-repeat level removed: the sd of d / sqrt(2)), never below
 `min_floor` (default 1%: run-to-run effects of that size are common and rarely worth acting on); a comparison
@@ -43,8 +46,11 @@ from validation.stats import StatsError, t_sf2
 
 ALPHA = 0.05
 MIN_FLOOR = 0.01
-METHODS = ("blocks", "runs", "paired")
-VERDICTS = ("better", "worse", "same")
+# A noise floor wider than this resolves nothing worth saying "same" about: a measurement that cannot tell a change
+# of a quarter (a regression anyone would act on) from no change says "inconclusive", whatever its interval
+MAX_USEFUL_FLOOR = 0.25
+METHODS = ("blocks", "runs", "paired", "common")
+VERDICTS = ("better", "worse", "same", "inconclusive")
 
 
 def _check_alpha(alpha: float) -> None:
@@ -160,7 +166,8 @@ class Comparison:
     alpha:             the significance level
     higher_is_better:  direction of "better"
     significant:       p (p_adjusted after a family correction) < alpha and |rel| > noise_floor
-    verdict:           "better" | "worse" | "same" (b relative to a)
+    verdict:           "better" | "worse" (significant), "same" (the CI inside the noise floor) or "inconclusive"
+                       (b relative to a)
     p_adjusted:        Holm-adjusted p when the comparison is part of a family, else None
     family_size:       comparisons in that family, else None
     run_to_run:        the run-to-run variation (RunNoise.total) each side's noise was held to at least, else None
@@ -205,11 +212,13 @@ class Comparison:
             p += f", Holm-adjusted p = {_fmt_p(self.p_adjusted)} over {self.family_size} comparisons"
         how = {"blocks": f"block means of one run each ({self.n_a} and {self.n_b} blocks)",
                "runs": f"means of {self.n_a} and {self.n_b} runs",
-               "paired": f"paired over {self.n_a} interleaved repeats"}[self.method]
+               "paired": f"paired over {self.n_a} interleaved repeats",
+               "common": f"the change common to {self.n_a} steps (one-sample t over their log-ratios)"}[self.method]
         if self.run_to_run is not None:
             how += (f", each run's noise at least the run-to-run variation {fmt_pct(self.run_to_run)} "
                     f"({self.run_to_run_df:g} df)")
-        return (f"{fmt_pct(self.rel, signed=True)} ({fmt_pct(self.confidence, digits=0)} CI "
+        word = f"inconclusive (noise floor {fmt_pct(self.noise_floor)}): " if self.verdict == "inconclusive" else ""
+        return (f"{word}{fmt_pct(self.rel, signed=True)} ({fmt_pct(self.confidence, digits=0)} CI "
                 f"{fmt_pct(self.ci_low, signed=True)} .. {fmt_pct(self.ci_high, signed=True)}), {p}, "
                 f"noise floor {fmt_pct(self.noise_floor)}; {how}")
 
@@ -227,10 +236,15 @@ def _fmt_p(p: float) -> str:
     return f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
 
 
-def _verdict(significant: bool, rel: float, higher_is_better: bool) -> str:
-    if not significant:
+def _verdict(significant: bool, rel: float, higher_is_better: bool, ci_low: float, ci_high: float,
+             floor: float) -> str:
+    """better / worse when significant; same when the interval lies inside the (useful) noise floor; else
+    inconclusive."""
+    if significant:
+        return "better" if (rel > 0) == bool(higher_is_better) else "worse"
+    if floor <= MAX_USEFUL_FLOOR and -floor <= ci_low and ci_high <= floor:
         return "same"
-    return "better" if (rel > 0) == bool(higher_is_better) else "worse"
+    return "inconclusive"
 
 
 def _finish(*, baseline: str, variant: str, metric: str, method: str, mean_a: float, mean_b: float, log_rel: float,
@@ -247,13 +261,14 @@ def _finish(*, baseline: str, variant: str, metric: str, method: str, mean_a: fl
     threshold = float(noise) if noise is not None else floor
     rel = math.expm1(log_rel)
     significant = bool(p < alpha and abs(rel) > threshold)
+    ci_low, ci_high = math.expm1(log_rel - half), math.expm1(log_rel + half)
     return Comparison(baseline=baseline, variant=variant, metric=metric, method=method, mean_a=float(mean_a),
-                      mean_b=float(mean_b), rel=rel, ci_low=math.expm1(log_rel - half),
-                      ci_high=math.expm1(log_rel + half), p_value=float(p), t=float(t), df=float(df), n_a=int(n_a),
+                      mean_b=float(mean_b), rel=rel, ci_low=ci_low, ci_high=ci_high, p_value=float(p), t=float(t),
+                      df=float(df), n_a=int(n_a),
                       n_b=int(n_b), ess_a=float(ess_a), ess_b=float(ess_b), noise_floor=threshold,
                       floor_source="user" if noise is not None else "data", alpha=float(alpha),
                       higher_is_better=bool(higher_is_better), significant=significant,
-                      verdict=_verdict(significant, rel, higher_is_better),
+                      verdict=_verdict(significant, rel, higher_is_better, ci_low, ci_high, threshold),
                       run_to_run=None if run_to_run is None else float(run_to_run.total),
                       run_to_run_df=None if run_to_run is None else float(run_to_run.df))
 
@@ -334,6 +349,29 @@ def compare_paired(a_runs: Sequence[float | None], b_runs: Sequence[float | None
                    mean_b=float(xb.mean()), log_rel=float(d.mean()), se=se, df=float(r - 1), n_a=r, n_b=r,
                    ess_a=float(r), ess_b=float(r), floor=floor, noise=noise, alpha=alpha,
                    higher_is_better=higher_is_better)
+
+
+def compare_shift(log_ratios: Sequence[float], *, min_shift: float, higher_is_better: bool = True,
+                  alpha: float = ALPHA, noise: float | None = None, baseline: str = "a", variant: str = "b",
+                  metric: str = "toks_per_s") -> Comparison:
+    """The change common to several measurements of b against a (every step of two validation runs): one log-ratio
+    log(mean_b / mean_a) per measurement, a one-sample t over them (n - 1 df), so that each measurement's own noise,
+    whatever it is, enters only through their spread. Its noise floor is at least `min_shift`: two runs of one
+    configuration also differ as a whole (the machine between them), which no spread within them shows. At least 3
+    finite log-ratios."""
+    _check_alpha(alpha)
+    _check_fraction(min_shift, "min_shift")
+    _check_fraction(noise, "noise")
+    d = np.asarray([float(x) for x in log_ratios if x is not None and math.isfinite(float(x))], dtype="float64")
+    if d.size < 3:
+        raise StatsError(f"a common change needs at least 3 measurements, got {d.size}")
+    sd = float(d.std(ddof=1))
+    se = sd / math.sqrt(d.size)
+    floor = max(float(min_shift), t_ppf(1.0 - alpha / 2.0, d.size - 1) * se if se > 0 else 0.0)
+    return _finish(baseline=baseline, variant=variant, metric=metric, method="common", mean_a=1.0,
+                   mean_b=float(math.exp(d.mean())), log_rel=float(d.mean()), se=se, df=float(d.size - 1),
+                   n_a=int(d.size), n_b=int(d.size), ess_a=float(d.size), ess_b=float(d.size), floor=floor,
+                   noise=noise, alpha=alpha, higher_is_better=higher_is_better)
 
 
 def paired_cv(a_runs: Sequence[float | None], b_runs: Sequence[float | None]) -> float:
@@ -429,7 +467,8 @@ def adjust_family(comparisons: Sequence[Comparison], alpha: float | None = None)
     for c, adj in zip(comparisons, h.adjusted):
         significant = bool(adj < alpha and abs(c.rel) > c.noise_floor)
         out.append(replace(c, p_adjusted=adj, family_size=h.m, alpha=float(alpha), significant=significant,
-                           verdict=_verdict(significant, c.rel, c.higher_is_better)))
+                           verdict=_verdict(significant, c.rel, c.higher_is_better, c.ci_low, c.ci_high,
+                                            c.noise_floor)))
     n_sig = sum(c.significant for c in out)
     statement = (f"Holm's step-down correction over {h.m} comparisons: the chance of one or more false "
                  f"'significant' rows is at most {alpha:.0%}; {n_sig} row{'s' if n_sig != 1 else ''} "

@@ -18,6 +18,13 @@ Rule (decide()):
      the default significantly, else to the best, and the decision says so (significant: True).
   5. recommended_repeats says how many interleaved repeats would detect `effect` (5%) with `power` (80%) at the
      noise measured, so that a report can say what it would take.
+  6. Replicated, undisturbed effects only. Runs measured while other work used the machine (`disturbed`) are left
+     out before anything is compared. With interleaved repeats, a difference counts (a winner, the default beaten)
+     only when it goes the same way in every interleaved block (REPLICATION_BLOCKS: each repeat up to three, then
+     the first, middle and last third), not only on average: one odd stretch can make a paired t significant on
+     its own. A decision is `recommendable` (its setting may be exported, validation.acceptance)
+     only when it rests on a significant, replicated difference of interleaved repeats; one run per variant can
+     choose what later steps run with, never what a user is told to set.
 interleaved_order() gives the run order for repeats: each repeat runs every variant once, in a random order
 (plain A B C A B C would give B a constant head start over A under a steady drift; see its docstring).
 """
@@ -33,12 +40,22 @@ import numpy as np
 from validation.formatting import fmt_pct
 from validation.significance.comparison import (ALPHA, MIN_FLOOR, Comparison, RunNoise, compare_paired,
                                                  compare_units, paired_cv, paired_pairs)
-from validation.significance.power import EFFECT, POWER, recommended_repeats
+from validation.significance.power import EFFECT, POWER, REPLICATION_BLOCKS, recommended_repeats
 from validation.significance.units import MIN_BLOCKS, Units, run_units
 from validation.significance.windows import window_units
 from validation.stats import StatsError
 
 RunData = Sequence[float] | float | None  # one run: its per-step series (after warm-up), its mean, or None (failed)
+
+
+
+
+def replicated_blocks(d: Sequence[float] | np.ndarray, blocks: int = REPLICATION_BLOCKS) -> bool:
+    """Whether the per-repeat differences `d` (in run order, signed so that the effect is positive) have a positive
+    mean in each of min(len(d), blocks) consecutive blocks."""
+    d = np.asarray(d, dtype="float64")
+    k = min(int(d.size), int(blocks))
+    return bool(k > 0 and all(part.mean() > 0 for part in np.array_split(d, k)))
 
 
 def interleaved_order(labels: Sequence[str], repeats: int, seed: int | None = None) -> list[tuple[int, str]]:
@@ -86,6 +103,11 @@ class Decision:
     effect, power, alpha: the targets behind recommended_repeats and the significance level
     excluded:            variants without usable data, with the reason
     reason:              the decision in words
+    replicated:          the decisive difference went the same way in every interleaved repeat (None: no repeats,
+                         or nothing significant to replicate)
+    recommendable:       significant, replicated and from interleaved repeats: a setting a user may be told to use
+    recommendation:      why the choice is or is not recommendable, in words
+    disturbed_runs:      (label, repeat) of the runs left out because other work used the machine while they ran
     """
 
     winner: str | None
@@ -106,6 +128,10 @@ class Decision:
     alpha: float
     excluded: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     reason: str = ""
+    replicated: bool | None = None
+    recommendable: bool = False
+    recommendation: str = ""
+    disturbed_runs: tuple[tuple[str, int], ...] = field(default_factory=tuple)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -117,7 +143,9 @@ class Decision:
             "method": self.method, "repeats": self.repeats, "noise_floor": self.noise_floor, "cv": self.cv,
             "recommended_repeats": self.recommended_repeats, "effect": self.effect, "power": self.power,
             "alpha": self.alpha, "excluded": [{"label": k, "reason": v} for k, v in self.excluded],
-            "reason": self.reason,
+            "reason": self.reason, "replicated": self.replicated, "recommendable": self.recommendable,
+            "recommendation": self.recommendation,
+            "disturbed_runs": [{"label": k, "repeat": r} for k, r in self.disturbed_runs],
         }
 
 
@@ -170,7 +198,8 @@ def _unusable(v: _Variant, repeats_mode: bool, min_blocks: int) -> str | None:
 def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | None = None,
            preference: Sequence[str] = (), higher_is_better: bool = True, metric: str = "toks_per_s",
            alpha: float = ALPHA, min_floor: float = MIN_FLOOR, effect: float = EFFECT, power: float = POWER,
-           min_blocks: int = MIN_BLOCKS, min_repeats: int = 1, run_noise: RunNoise | None = None) -> Decision:
+           min_blocks: int = MIN_BLOCKS, min_repeats: int = 1, run_noise: RunNoise | None = None,
+           disturbed: Mapping[str, Sequence[bool]] | None = None) -> Decision:
     """Decide a sweep or an A/B (see the module docstring).
 
     runs: label -> the variant's runs in repeat order; each run is its per-step series of `metric` after
@@ -183,6 +212,8 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
           ignored with repeats, whose paired comparisons include it.
     min_repeats: declare a winner (or leave the default) only with at least this many runs per variant; 2 refuses
           single-run winners, whose significance cannot include drift between the runs.
+    disturbed: label -> per repeat, whether that run was measured under interference (validation.launch.telemetry
+          .interference); those runs are left out as if they had failed, and the decision says so.
     """
     if isinstance(min_repeats, bool) or not isinstance(min_repeats, int) or min_repeats < 1:
         raise StatsError(f"min_repeats: expected a positive integer, got {min_repeats!r}")
@@ -193,6 +224,18 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
         if name is not None and name not in runs:
             raise StatsError(f"decide: {name!r} (default/preference) is not one of the variants "
                              f"{', '.join(map(repr, labels))}")
+    shaken: list[tuple[str, int]] = []
+    if disturbed:
+        cleaned: dict[str, list] = {}
+        for k in labels:
+            listed = list(runs[k]) if isinstance(runs[k], (list, tuple)) else [runs[k]]
+            flags = list(disturbed.get(k) or [])
+            for r, run in enumerate(listed):
+                if r < len(flags) and flags[r] and run is not None:
+                    shaken.append((k, r))
+                    listed[r] = None
+            cleaned[k] = listed
+        runs = cleaned
     variants = [_as_runs(k, runs[k]) for k in labels]
     longest = max(len(v.means) for v in variants)
     repeats_mode = longest >= 2
@@ -218,8 +261,11 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
             v.level = v.units.mean
     usable.sort(key=lambda v: (-sign * v.level, labels.index(v.label)))
     ranking = tuple((v.label, v.level) for v in usable)
-    common = dict(effect=effect, power=power, alpha=alpha, excluded=tuple(excluded))
+    common = dict(effect=effect, power=power, alpha=alpha, excluded=tuple(excluded), disturbed_runs=tuple(shaken))
     excl_text = ("; excluded: " + ", ".join(f"{k} ({why})" for k, why in excluded)) if excluded else ""
+    if shaken:
+        excl_text += ("; left out because other work used the machine while they ran: "
+                      + ", ".join(f"{k} (repeat {r + 1})" for k, r in shaken))
 
     if len(usable) < 2:
         only = usable[0].label if usable else None
@@ -230,7 +276,8 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
         return Decision(winner=None, choice=choice, default=default,
                         kept_default=choice is not None and choice == default, significant=False, comparison=None,
                         comparisons=(), ranking=ranking, method=None, repeats=0, noise_floor=None, cv=None,
-                        recommended_repeats=None, reason=text + excl_text + ".", **common)
+                        recommended_repeats=None, reason=text + excl_text + ".",
+                        recommendation="nothing is recommended: " + text, **common)
 
     kw = dict(higher_is_better=higher_is_better, alpha=alpha, min_floor=min_floor, metric=metric)
 
@@ -250,7 +297,19 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
         comps = tuple(compare(v, best) for v in usable[1:])
     except StatsError as exc:  # e.g. a variant with repeats but fewer than 2 usable runs
         raise StatsError(f"decide: cannot compare the variants: {exc}") from None
-    beaten = {c.baseline for c in comps if c.significant and c.verdict == "better"}
+    def same_way(base: _Variant, var: _Variant) -> bool | None:
+        """Whether `var` is ahead of `base` in every replication block (None without repeats)."""
+        if not repeats_mode:
+            return None
+        xa, xb = paired_pairs(base.means, var.means)
+        if xa.size < 2:
+            return None
+        return replicated_blocks(np.log(xb / xa) * sign)
+
+    by_label = {v.label: v for v in usable}
+    unreplicated = [c.baseline for c in comps if c.significant and c.verdict == "better"
+                    and same_way(by_label[c.baseline], best) is False]
+    beaten = {c.baseline for c in comps if c.significant and c.verdict == "better" and c.baseline not in unreplicated}
     top = [best.label] + [v.label for v in usable[1:] if v.label not in beaten]
     method = comps[0].method
     n_rep = min(sum(m is not None for m in v.means) for v in usable)
@@ -288,7 +347,8 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
                   f"{main.describe()}" + (f"; it beats the other {len(comps) - 1} variant(s) too"
                                           if len(comps) > 1 else "") + f"; {design}")
     elif (default is not None and default not in top and not too_few
-          and next(c for c in comps if c.baseline == default).p_value < alpha / len(comps)):
+          and next(c for c in comps if c.baseline == default).p_value < alpha / len(comps)
+          and same_way(by_label[default], best) is not False):
         # the default is beaten, but the best cannot be separated from some other variant
         main = next(c for c in comps if c.baseline == default)
         significant = True
@@ -313,6 +373,10 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
         if too_few:
             lead = (f"no winner declared with {n_rep} run(s) per variant (at least {min_repeats} required): "
                     f"{best.label} against {runner_up.label} is {main.describe()}")
+        elif unreplicated:
+            lead = (f"no winner: {best.label} is significantly ahead of {', '.join(unreplicated)} on average but not "
+                    f"in every interleaved block of repeats, so the difference is not replicated: {metric} "
+                    f"{main.describe()}")
         else:
             lead = (f"no significant difference between the best, {best.label}, and {runner_up.label}: "
                     f"{metric} {main.describe()}")
@@ -328,7 +392,26 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
         else:
             reason = f"{lead}; the stated preference {choice} is kept"
         reason += f"; {design}"
+    replicated = same_way(by_label[main.baseline], by_label[main.variant]) if significant else None
+    if significant and method == "paired" and replicated:
+        recommendable = True
+        blocks = min(n_rep, REPLICATION_BLOCKS)
+        recommendation = (f"{choice} is recommended: significant and ahead in every one of {blocks} interleaved "
+                          f"block{'s' if blocks != 1 else ''} of its {n_rep} repeats"
+                          + (", from the runs left after the disturbed ones" if shaken else ""))
+    else:
+        recommendable = False
+        if not significant:
+            why = "no significant difference" if not shaken else (
+                "no significant difference among the undisturbed runs")
+        elif method != "paired":
+            why = ("one run per variant: an effect is recommended only when it is replicated in interleaved "
+                   "repeats (set repeats: 2 or more)")
+        else:
+            why = "the difference was not the same in every interleaved block of repeats"
+        recommendation = f"no recommendation: {why}"
     return Decision(winner=winner, choice=choice, default=default, kept_default=kept, significant=significant,
                     comparison=main, comparisons=comps, ranking=ranking, method=method, repeats=n_rep,
                     noise_floor=main.noise_floor, cv=cv, recommended_repeats=rec,
-                    reason=f"{reason}; {advice}{excl_text}.", **common)
+                    reason=f"{reason}; {advice}{excl_text}.", replicated=replicated, recommendable=recommendable,
+                    recommendation=recommendation, **common)

@@ -8,8 +8,10 @@ and exp(mean(d)) - 1 > min_floor. Its power is exact, integrating over the chi d
 (the noncentral t, with the noise-floor condition added):
     power = E_u[ Phi( (mu - max(t_crit * sigma * u / sqrt(nu R), log(1 + floor))) * sqrt(R) / sigma ) ],
 u ~ chi(nu), nu = R - 1, sigma = sqrt(2) cv.
-A winner among k variants must beat all k - 1 others; by Bonferroni's inequality, per-comparison power
-1 - (1 - power) / (k - 1) guarantees the joint power.
+A winner must also be ahead in every replication block (REPLICATION_BLOCKS: the mean of each block of repeats on
+the effect's side): decision_power multiplies the test's power by prod_b Phi(mu sqrt(R_b) / sigma) over the blocks'
+sizes R_b, a lower bound of the joint probability; recommended_repeats and detectable_effect plan with it. A winner among k variants must beat all k - 1 others; by Bonferroni's inequality,
+per-comparison power 1 - (1 - power) / (k - 1) guarantees the joint power.
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ from validation.stats import StatsError
 
 POWER = 0.80
 EFFECT = 0.05
+# Replication (validation.significance.decision): the repeats, in run order, fall into this many consecutive blocks
+# at most (every repeat its own block up to this many repeats), and a difference counts only when it goes the same
+# way in every block's mean. Two or three repeats: ahead in each; twenty: ahead in the first, middle and last third,
+# which a real effect of the size the repeats were planned for passes nearly always (each third's mean is itself
+# an estimate of it), one odd stretch of the machine rarely.
+REPLICATION_BLOCKS = 3
 MAX_REPEATS = 1000
 _GRID = 801  # trapezoid nodes over the chi density (error < 1e-4 against the noncentral t)
 
@@ -77,10 +85,23 @@ def _paired_power(cv: float, effect: float, repeats: int, alpha: float, min_floo
     return float(min(1.0, max(0.0, val / mass)))
 
 
+def decision_power(cv: float, effect: float, repeats: int, alpha: float = ALPHA, min_floor: float = MIN_FLOOR) -> float:
+    """Probability that a decision (validation.significance.decide) finds a true `effect`: paired_power, times the
+    probability that every replication block's mean is on the effect's side (blocks are independent:
+    prod_b Phi(log(1 + effect) sqrt(R_b) / (sqrt(2) cv)) over their sizes R_b). A significant mean makes each block
+    likelier to be on its side, so the product is a lower bound of the joint probability."""
+    _check(cv, effect, alpha, min_floor)
+    base = paired_power(cv, effect, repeats, alpha, min_floor)
+    sizes = [len(b) for b in np.array_split(np.arange(repeats), min(repeats, REPLICATION_BLOCKS))]
+    z = math.log1p(effect) * np.sqrt(np.asarray(sizes, dtype="float64")) / (math.sqrt(2.0) * cv)
+    return float(base * np.prod(_special().ndtr(z)))
+
+
 def recommended_repeats(cv: float, effect: float = EFFECT, alpha: float = ALPHA, power: float = POWER,
                         n_variants: int = 2, min_floor: float = MIN_FLOOR,
                         max_repeats: int = MAX_REPEATS) -> int | None:
-    """The fewest interleaved repeats (>= 2) with which the best of `n_variants` is declared the winner with
+    """The fewest interleaved repeats (>= 2) with which the best of `n_variants` is declared the winner (significant
+    and replicated: decision_power) with
     probability >= `power` when it is `effect` better than each other one, at noise `cv` (see the module
     docstring). None when even max_repeats is not enough (e.g. effect <= min_floor)."""
     _check(cv, effect, alpha, min_floor)
@@ -93,7 +114,7 @@ def recommended_repeats(cv: float, effect: float = EFFECT, alpha: float = ALPHA,
     target = 1.0 - (1.0 - power) / (n_variants - 1)
 
     def ok(r: int) -> bool:
-        return paired_power(cv, effect, r, alpha, min_floor) >= target
+        return decision_power(cv, effect, r, alpha, min_floor) >= target
 
     if not ok(max_repeats):
         return None
@@ -123,11 +144,11 @@ def detectable_effect(cv: float, repeats: int, alpha: float = ALPHA, power: floa
         raise StatsError(f"n_variants: expected an integer >= 2, got {n_variants!r}")
     target = 1.0 - (1.0 - power) / (n_variants - 1)
     lo, hi = 1e-6, 0.05
-    while paired_power(cv, hi, repeats, alpha, min_floor) < target:
+    while decision_power(cv, hi, repeats, alpha, min_floor) < target:
         lo, hi = hi, hi * 2.0
         if hi > 1e6:
             raise StatsError("detectable_effect: no finite effect reaches that power")
     while hi - lo > 1e-4:
         mid = (lo + hi) / 2.0
-        lo, hi = (lo, mid) if paired_power(cv, mid, repeats, alpha, min_floor) >= target else (mid, hi)
+        lo, hi = (lo, mid) if decision_power(cv, mid, repeats, alpha, min_floor) >= target else (mid, hi)
     return hi

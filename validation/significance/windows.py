@@ -59,6 +59,54 @@ def compare_windows(a: list[float], b: list[float], *, stored_a: dict | None = N
     return compare_units(window_units(a, stored_a), window_units(b, stored_b), **kwargs)
 
 
+def _repeated_groups(step: dict, run_dir: Path | str, metric: str) -> list[list[tuple[float, float | None]]]:
+    """(window mean, relative standard error) of each passed, undisturbed run, grouped by label; the labels that ran
+    at least twice."""
+    by_label: dict[str, list[tuple[float, float | None]]] = {}
+    for run in step.get("runs") or []:
+        if not isinstance(run, dict) or run.get("status") != "passed":
+            continue
+        rec = (run.get("metrics") or {}).get("interference")
+        if isinstance(rec, dict) and rec.get("disturbed"):  # its spread is the other work's, not the machine's
+            continue
+        values = launch_series(Path(run_dir), run.get("metrics") or {}, metric)
+        if not values:
+            continue
+        try:
+            rel_se = block_units(values).rel_se
+        except StatsError:
+            rel_se = None
+        by_label.setdefault(str(run.get("label")), []).append((sum(values) / len(values), rel_se))
+    return [g for g in by_label.values() if len(g) >= 2]
+
+
+def measured_run_noise_by_step(results: dict, run_dir: Path | str, metric: str = METRIC,
+                               extra: list[tuple[dict, Path | str]] = (), names: tuple[str, ...] = ()
+                               ) -> dict[str, RunNoise]:
+    """Each step's own run-to-run variation of a run's mean of `metric` (step name -> RunNoise), from its labels
+    that ran more than once, passed and were not disturbed, in `results` and in the (results, run_dir) pairs of
+    `extra`: steps differ (one thread per process varies more than two ranks sharing the cores), so a step's rows
+    are held to its own variation, never to another step's. Steps without repeats are absent."""
+    out: dict[str, RunNoise] = {}
+    sources = [(results, run_dir), *extra]
+    steps = dict.fromkeys(name for res, _ in sources for name in (res.get("steps") or {}))
+    for name in steps:
+        groups, where = [], []
+        for index, (res, rdir) in enumerate(sources):
+            step = (res.get("steps") or {}).get(name)
+            if not isinstance(step, dict):
+                continue
+            found = _repeated_groups(step, rdir, metric)
+            if found:
+                groups += found
+                where.append(f"{names[index] + ': ' if index < len(names) else ''}{len(found)} x "
+                             f"{max(len(g) for g in found)} runs")
+        rn = run_noise(groups, source=f"{name} ({'; '.join(where)})") if groups else None
+        if rn is not None:
+            out[name] = rn
+    return out
+
+
 def measured_run_noise(results: dict, run_dir: Path | str, metric: str = METRIC,
                        extra: list[tuple[dict, Path | str]] = (), names: tuple[str, ...] = ()) -> RunNoise | None:
     """The run-to-run variation of a run's mean of `metric`, from every label that ran more than once and passed

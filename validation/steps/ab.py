@@ -29,6 +29,7 @@ from collections import Counter
 from typing import Any
 
 from validation import contracts, stats, steps
+from validation.interference import decision_record, disturbed_flags
 from validation.formatting import (as_dict, as_list, file_name, finite, fmt_num, fmt_p, fmt_pct, fmt_tflops,
                                       mean_pm, mfu_text, params_text, shared_context_text, stat_of, status_view)
 from validation.schema import NAME_RE, env_vars, mapping, trainer_flags, typed
@@ -37,7 +38,7 @@ from validation.significance.windows import compare_windows, measured_run_noise
 from validation.steps import train_report
 from validation.steps.base import with_labels
 from validation.steps.sweep import decision_mark, decision_view
-from validation.steps.trainer import (RUN_METRICS, TRAINER_METRICS, TrainerKind, order_seed, run_each, run_order,
+from validation.steps.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, order_seed, run_each, run_order,
                                       run_values, trainer_launch)
 from validation.steps._plot_helpers import bar_points
 
@@ -72,6 +73,9 @@ class AB(TrainerKind):
     keys = ("baseline", "variants", "repeats", "metric", "recommend")
     metrics = (("compared", "variants.<variant>.*", "decided", "significant", "choice", "kept_default")
                + tuple(f"<variant>.{m}" for m in TRAINER_METRICS + ("repeats",)) + RUN_METRICS)
+    performance = (("variants", "decided", "significant", "choice", "kept_default")
+                   + tuple(f"<variant>.{m}" for m in TRAINER_PERFORMANCE) + RUN_PERFORMANCE)
+    decides = True
 
     def metric_names(self, step):  # <variant>, runs.<label>: the baseline and the variants, by their labels
         if step is None:
@@ -119,12 +123,15 @@ class AB(TrainerKind):
         data: dict[str, list] = {label: [None] * step.repeats for label in labels}
         for r in runs:
             data[r["label"]][r["repeat"]] = run_values(ctx.run_dir, step, r, step.metric)
+        shaken = disturbed_flags(runs, labels, step.repeats)
+        # the comparisons leave out a run measured under interference, as they would a failed one
+        clean = {k: [None if shaken[k][i] else v for i, v in enumerate(vals)] for k, vals in data.items()}
         higher = stats.METRIC_DIRECTIONS.get(step.metric, "higher") == "higher"
         rn = None if step.repeats > 1 else measured_run_noise(ctx.results, ctx.run_dir, step.metric)
         comps, notes = [], []
         for label in step.variants:
             try:
-                comps.append(_compare(data["baseline"], data[label], label, step.metric, higher, rn))
+                comps.append(_compare(clean["baseline"], clean[label], label, step.metric, higher, rn))
             except StatsError as exc:
                 notes.append(f"{label}: not compared with the baseline ({exc})")
         if len(comps) > 1:
@@ -147,6 +154,10 @@ class AB(TrainerKind):
             result.setdefault("notes", []).extend(notes)
         if step.recommend:
             self._decide(step, runs, data, ignored, higher, rn, seed, result)
+        conclusive = bool(as_dict(result.get("decision")).get("significant")) if step.recommend else False
+        record = decision_record(result, conclusive)
+        if record is not None:
+            result["interference"] = record
         result.update(status="failed" if problems else "passed",
                       reason="; ".join(problems) or "; ".join(result.get("notes", [])) or None)
 
@@ -160,8 +171,10 @@ class AB(TrainerKind):
             params.setdefault(r["label"], r["params"])
         extra = {"order_seed": seed, "order": result["order"],
                  "excluded_ignored": [label for label in data if label not in candidates]}
+        shaken = disturbed_flags(runs, list(data), step.repeats)
         try:
-            d = decide(candidates, default="baseline", higher_is_better=higher, metric=step.metric, run_noise=rn)
+            d = decide(candidates, default="baseline", higher_is_better=higher, metric=step.metric, run_noise=rn,
+                       disturbed={k: v for k, v in shaken.items() if k in candidates})
         except StatsError as exc:
             result["decision"] = {"reason": f"no decision: {exc}", "significant": False, "choice": None, **extra}
             result["choice"] = result["winner"] = None

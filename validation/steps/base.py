@@ -22,7 +22,9 @@ What a kind defines:
                          may read, checked before anything runs (check_metric_reference) and after a step ran
                          (undeclared_metrics: the runner notes what a step recorded beyond them)
     view                 its part of the report's step view (formatted strings); templates: its partials
-    key_figures, plots   executive-summary figures and extra plots
+    key_figures, plots   executive-summary figures and extra plots (key_figure_steps: the steps those figures use)
+    performance, decides the metric names that measure speed (validation.evidence: what interference can change),
+                         and whether every step of the kind decides on speed (a sweep, an A/B, a triage)
 
 Hooks have defaults that do nothing, so a small kind needs `name`, `summary`, `launches`, `run` and `metrics`.
 
@@ -75,6 +77,13 @@ class StepKind:
     # The metric names the kind's steps produce (patterns; see the module docstring). None: not declared, and then
     # criteria on its steps are checked only when they run (tests/validation/test_prerun_checks.py lists such kinds).
     metrics: ClassVar[tuple[str, ...] | None] = None
+    # The metric-name patterns (a subset of `metrics`) that measure speed: what interference can change, so that a
+    # criterion reading one of a disturbed step is inconclusive (validation.evidence); correctness (a loss that
+    # falls, tests that pass) is never among them and decides on a busy machine too.
+    performance: ClassVar[tuple[str, ...]] = ()
+    # True: every step of the kind decides on performance (a sweep, an A/B, a triage, a scan): its runs are measured
+    # evidence whether or not a criterion reads them (validation.evidence.measured_steps).
+    decides: ClassVar[bool] = False
 
     def metric_names(self, step: Step | None) -> tuple[str, ...] | None:
         """The metric-name patterns of `step` (None: of any step of the kind), e.g. with the A/B's own variant
@@ -151,6 +160,10 @@ class StepKind:
     def key_figures(self, steps: list[dict[str, Any]]) -> list[tuple[int, dict[str, str]]]:
         """(order, {"label", "value", "note"}) for the executive summary, from every step's result in run order
         (not only this kind's); figures of all kinds are shown sorted by order."""
+        return []
+
+    def key_figure_steps(self, steps: list[dict[str, Any]]) -> list[str]:
+        """The steps whose performance figures key_figures shows (so that they count as measured evidence)."""
         return []
 
     def plots(self, name: str, result: dict[str, Any], plotter) -> None:

@@ -7,18 +7,23 @@ benchmarks/bench_train.py's: one row per case with "model", "mode", "toks_per_s"
 metrics "best" maps each value of the `by` field to its record with the largest (smallest) number in FIELD, among
 the records that have both fields and no "error"; criteria read it by name, whatever the order or number of rows, e.g.
 `train_bench.best.nsa.toks_per_s >= 0.55 * train_bench.best.dense.toks_per_s`. Launch keys: env, timeout_s,
-launcher. A benchmark that writes no JSON fails.
+launcher. A benchmark that writes no JSON fails. Its launch is sampled like a trainer's (telemetry.csv): what else used the
+machine while it ran is judged over the whole launch (results.json step "interference").
 Report: its scalar figures, and a table per list of records (e.g. by_seq_len) and for "best".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
 from typing import Any
 
-from validation import steps
+from validation import contracts, steps
+from validation.interference import launch_record
+from validation.launch import telemetry
+from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
 from validation.formatting import as_dict, as_list, fmt_num
 from validation.schema import mapping, str_list, typed
 from validation.steps.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, run_path
@@ -29,6 +34,7 @@ class Bench(StepKind):
     summary = "a benchmark script that writes JSON (`--json`); e.g. selection v2 vs v1 speed"
     keys = ("command", "best")
     metrics = ("*",)  # whatever JSON the benchmark writes
+    performance = ("*",)  # a benchmark measures speed
     launch_keys = COMMAND_LAUNCH_KEYS
 
     def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
@@ -51,12 +57,16 @@ class Bench(StepKind):
 
     def launches(self, step, winners, run_dir):
         argv = [sys.executable, *step.command, "--json", run_path(run_dir, f"{step.name}/bench.json")]
-        return [command_launch(step, argv, run_dir)]
+        # sampled like a trainer launch: what else used the machine while the benchmark measured
+        return [dataclasses.replace(command_launch(step, argv, run_dir), telemetry_s=TELEMETRY_INTERVAL_S)]
 
     def run(self, step, launches, result, ctx) -> None:
         spec = launches[0]
         lr = ctx.launch(spec, 0, 1)
         ctx.record(result, spec, lr)
+        record = launch_record(telemetry.interference(contracts.read_telemetry(ctx.run_dir / spec.dir)))
+        if record is not None:
+            result["interference"] = record
         try:
             data = json.loads((ctx.run_dir / spec.dir / "bench.json").read_text())
         except (OSError, ValueError):

@@ -78,6 +78,8 @@ class Comm(StepKind):
                *(f"{k}.{m}" for k in KINDS for m in ("table.<i>.*", "busbw_gbps.max", "busbw_gbps.median",
                                                            "algbw_gbps.max", "algbw_gbps.median", "latency_us",
                                                            "sizes", "avg_busbw_gbps_reported")))
+    performance = tuple(f"{k}.{m}" for k in KINDS for m in ("table", "busbw_gbps", "algbw_gbps", "latency_us",
+                                                             "avg_busbw_gbps_reported"))
     launch_keys = ("env", "nproc_per_node", "nnodes", "launcher", "master_port", "port_retries", "timeout_s")
 
     # ------------------------------------------------------------------ schema

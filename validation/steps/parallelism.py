@@ -34,7 +34,7 @@ from validation.steps._parallelism_analysis import analyse, decide_recommendatio
 from validation.steps._parallelism_launch import strategy_launch
 from validation.steps._parallelism_view import draw_plots, parallelism_view
 from validation.steps.base import earlier_step_of_kind
-from validation.steps.trainer import RUN_METRICS, TrainerKind, order_seed, run_each, run_order
+from validation.steps.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order
 
 
 class Parallelism(TrainerKind):
@@ -54,6 +54,11 @@ class Parallelism(TrainerKind):
                    "aligned_comm_s", "profiled_comm_s", "exposed_source", "per_step.*"))) + RUN_METRICS
     plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
                  "results.json); on GPU a batch-size search per strategy follows (launches decided while it runs)")
+    performance = ("comparisons", "recommendation", "recommendation_reason", "regime", "headroom", "batch_search",
+                   "batch_needed", "recommendation_numbers", "strategies.<strategy>.step_time_s",
+                   "strategies.<strategy>.toks_per_s", "strategies.<strategy>.toks_per_s_runs",
+                   "strategies.<strategy>.comm_time_s", "strategies.<strategy>.comm_share") + RUN_PERFORMANCE
+    decides = True
 
     def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
         value = raw.get("strategies", list(STRATEGIES))

@@ -26,6 +26,7 @@ class Profile(TrainerKind):
     name = "profile"
     summary = "a trainer run with `NSA_NVTX=1` and a torch profiler trace: top operators and the `nsa.*` ranges seen"
     keys = ("profile_steps", "profiler")
+    performance = ()  # a profile's steps run under the profiler: a trace, not a measurement of speed
     metrics = TRAINER_METRICS + ("profile.trace", "profile.top_ops.<i>.*", "profile.nvtx_ranges.<i>",
                                  "profile.attribution.*")
 

@@ -31,7 +31,7 @@ from validation import steps
 from validation.parallelism import scaling_table
 from validation.formatting import as_dict, as_list, file_name, finite, fmt_num, fmt_rate
 from validation.schema import str_list, typed
-from validation.steps.trainer import RUN_METRICS, TrainerKind, order_seed, run_each, run_order, trainer_launch
+from validation.steps.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order, trainer_launch
 
 MODES = ("strong", "weak")
 CPU_NOTE = ("CPU: the ranks share this machine's {cores} core(s), so the efficiency measures core contention as much "
@@ -46,6 +46,8 @@ class Scaling(TrainerKind):
     metrics = ("world_sizes.<i>", "runs", "passed", "repeats", "device", "note",
                *(f"{mode}.{k}" for mode in ("strong", "weak") for k in ("mode", "base", "rows.<i>.*", "efficiency.min",
                                                                         "efficiency.last", "global_batch"))) + RUN_METRICS
+    performance = ("strong", "weak") + RUN_PERFORMANCE
+    decides = True
     plan_note = "runs in a random order within each repeat, drawn for each run directory (the seed is recorded)"
 
     def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from validation.launch.spec import safe_name
 from validation.formatting import as_dict, as_list, file_name, finite, fmt_gb, fmt_num, fmt_rate
 from validation.schema import mapping, setting_key, typed
 from validation.significance import StatsError
-from validation.steps.trainer import RUN_METRICS, TrainerKind, collect, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.steps.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, collect, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.steps._plot_helpers import scan_loglog
 from validation.triage import bisect, find_cliffs, fit_exponent, local_exponent, point_noise
 
@@ -49,6 +49,9 @@ class Scan(TrainerKind):
     metrics = ("setting", "values.<i>", "repeats", "expected_exponent", "exponent", "exponent_ci.<i>", "exponent_fit.*",
                "exponent_reason", "cliff", "cliff_reason", "cliff_pair.*", "pairs.<i>.*", "cliff_interval.<i>",
                "cliff_localised", "bisection.*", "points.<i>.*", "noise_source", "runs", "passed") + RUN_METRICS
+    performance = ("exponent", "exponent_ci", "exponent_fit", "exponent_reason", "cliff", "cliff_reason", "cliff_pair",
+                   "pairs", "cliff_interval", "cliff_localised", "bisection", "points") + RUN_PERFORMANCE
+    decides = True
     plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
                  "results.json); when a cliff is found, bisection points are launched while the step runs")
 

@@ -32,6 +32,7 @@ from collections import Counter
 from typing import Any
 
 from validation import steps
+from validation.interference import decision_record, disturbed_flags
 from validation.launch.spec import safe_name
 from validation.formatting import (as_dict, as_list, context_text, file_name, finite, fmt_num, fmt_pct, fmt_rate,
                                       fmt_tflops, mfu_text, param_name, params_text, shared_context_text, stat_of,
@@ -39,7 +40,7 @@ from validation.formatting import (as_dict, as_list, context_text, file_name, fi
 from validation.schema import mapping, setting_key, typed
 from validation.significance import StatsError, decide
 from validation.steps import train_report
-from validation.steps.trainer import RUN_METRICS, TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.steps.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.steps.base import with_labels
 from validation.steps._plot_helpers import bar_points
 
@@ -56,6 +57,9 @@ class Sweep(TrainerKind):
     keys = ("matrix", "select", "repeats", "prefer")
     metrics = ("points", "runs", "passed", "repeats", "rule", "winner", "method", "noise_floor",
                "recommended_repeats", "decided", "significant", "choice", "kept_default", "selection") + RUN_METRICS
+    performance = ("winner", "method", "noise_floor", "recommended_repeats", "decided", "significant", "choice",
+                   "kept_default", "selection") + RUN_PERFORMANCE
+    decides = True
 
     def metric_names(self, step):  # runs.<label>: the matrix's points, by their labels (NSA_DDP_BUCKET_MB=50)
         return self.metrics if step is None else with_labels(self.metrics, "<label>", dict(sweep_points(step)))
@@ -114,7 +118,7 @@ class Sweep(TrainerKind):
                                     "points": points}
         try:
             d = decide(data, default=keep, preference=preferred, higher_is_better=step.select_goal == "max",
-                       metric=step.select_metric)
+                       metric=step.select_metric, disturbed=disturbed_flags(runs, points, step.repeats))
         except StatsError as exc:
             d = None
             decision.update(reason=f"no decision: {exc}", significant=False, choice=None)
@@ -132,6 +136,9 @@ class Sweep(TrainerKind):
         metrics.setdefault("winner", None)
         result.update(decision=decision, choice=choice, winner=choice if choice and choice["significant"] else None,
                       metrics=metrics)
+        record = decision_record(result, conclusive=bool(d is not None and d.significant))
+        if record is not None:
+            result["interference"] = record
         if problems:
             result.update(status="failed", reason="; ".join(problems))
         elif choice is None:
@@ -283,7 +290,9 @@ def decision_view(decision: dict, choice: dict) -> dict[str, Any]:
             "noise_floor": fmt_pct(decision.get("noise_floor")),
             "recommended_repeats": fmt_num(decision.get("recommended_repeats")),
             "repeats": fmt_num(decision.get("repeats")), "figures": figures,
-            "order": (f"random within each repeat (seed {seed})" if seed is not None else None)}
+            "order": (f"random within each repeat (seed {seed})" if seed is not None else None),
+            # a decision recorded since recommendations need replicated effects says why it is (not) recommended
+            "recommendation": fmt_num(decision["recommendation"]) if decision.get("recommendation") else None}
 
 
 def sweep_points(step) -> list[tuple[str, dict[str, Any]]]:

@@ -19,6 +19,9 @@ Metrics added to a trainer launch's (results.json step or run "metrics"):
     telemetry            {"files", "samples", "nodes", "gpus", "period" (what the figures cover), "sampler_cpu_ms"
                           (the sampler's own CPU time per sample, mean)}
     gpu_diagnosis        validation.launch.telemetry.diagnose: low GPU utilisation and its likely causes, or None
+    interference         validation.launch.telemetry.interference over the same period: what else used the machine
+                         ({"disturbed", "samples", "contended", "share", "causes", "text", "rules", ...}), or None
+                         without the figures (telemetry written before they existed)
 
 The training window in time: the trainer logs its first step at timeline's process_start_unix +
 time_to_first_step_s; every later step ends step_time_s (training.csv) after the one before, so the statistics
@@ -157,6 +160,8 @@ def telemetry_metrics(step_dir: Path, startup: dict[str, Any], read, window: dic
                         "gpu_mem_total_gb": t["gpu_mem_total_gb"], "pcie_gen_max": t["pcie_gen_max"],
                         "pcie_width_max": t["pcie_width_max"], "window_unix": list(period) if period else None}
     out["gpu_diagnosis"] = telemetry.diagnose(t, context)
+    # what else used the machine over the same period (the window's samples, or the whole launch)
+    out["interference"] = telemetry.interference(rows, *(period or (None, None)), use_gpus=on_gpu)
     return out
 
 
@@ -203,7 +208,7 @@ def summary_view(metrics: dict[str, Any]) -> dict[str, Any] | None:
             ("Step time avg / min / max", f"{_s(s.get('avg_step_time_s'))} / {_s(s.get('min_step_time_s'))} / "
                                           f"{_s(s.get('max_step_time_s'))}"),
             ("Samples/s", fmt_rate(s.get("samples_per_s"))),
-            ("Tokens/s", fmt_rate(s.get("tokens_per_s"))),
+            ("Tokens/s over the whole run (all ranks, all steps: tokens / step time)", fmt_rate(s.get("tokens_per_s"))),
             ("Loss avg / final", f"{fmt_num(_round(s.get('avg_loss')))} / {fmt_num(_round(s.get('final_loss')))}"),
             ("Memory allocated peak / avg" + (" (CPU: RSS)" if cpu else ""),
              f"{fmt_gb(s.get('peak_mem_alloc_gb'))} / {fmt_gb(s.get('avg_mem_alloc_gb'))}"),
@@ -276,7 +281,18 @@ def telemetry_notes(metrics: dict[str, Any]) -> list[str]:
     diagnosis = as_dict(metrics.get("gpu_diagnosis"))
     if diagnosis.get("text"):
         notes.append(str(diagnosis["text"]))
+    notes += interference_notes(metrics)
     return notes
+
+
+def interference_notes(metrics: dict[str, Any]) -> list[str]:
+    """What else used the machine over the launch's measured period (validation.launch.telemetry.interference)."""
+    rec = as_dict(metrics.get("interference"))
+    if "disturbed" not in rec:
+        return []
+    if rec.get("disturbed"):
+        return [f"DISTURBED: {rec.get('text')} (rule: {rec.get('rules')})"]
+    return [f"Interference: {rec.get('text')}"]
 
 
 def runs_view(runs: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -294,8 +310,11 @@ def runs_view(runs: list[dict[str, Any]]) -> list[dict[str, str]]:
             label += f" (repeat {int(run['repeat']) + 1})"
         util = finite(as_dict(m.get("gpu_util")).get("mean"))
         growth = as_dict(as_dict(m.get("startup")).get("init_growth"))
+        shaken = as_dict(m.get("interference"))
         out.append({"label": label, "summary": summary_line(m),
                     "ttfs": fmt_duration(m.get("time_to_first_step_s")),
                     "util": f"GPU utilisation {util:.0f}%" if util is not None else "",
-                    "flag": str(growth.get("text")) if growth.get("flagged") else ""})
+                    "flag": "; ".join(t for t in (str(growth.get("text")) if growth.get("flagged") else "",
+                                                  f"DISTURBED: {shaken.get('text')}" if shaken.get("disturbed")
+                                                  else "") if t)})
     return out

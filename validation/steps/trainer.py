@@ -57,12 +57,20 @@ def _trainer_metrics() -> tuple[str, ...]:
             *(f"{k}.{s}" for k in ("gpu_util", "gpu_mem_used_gb", "power_w", "sm_clock_mhz", "temp_c", "cpu_util",
                                    "rss_gb") for s in telemetry_stats),
             "throttled", "throttle_reasons.*", "pcie_gen_min", "pcie_width_min", "ecc_uncorrected", "xid_errors",
-            "telemetry.*", "gpu_diagnosis.*",
+            "telemetry.*", "gpu_diagnosis.*", "interference.*",
             "sdpa_audit.calls", "sdpa_audit.backends.*", "sdpa_audit.fallbacks", "sdpa_audit.by_site.*")
 
 
 TRAINER_METRICS = _trainer_metrics()  # a trainer launch's metrics (a step's, or each run's)
 RUN_METRICS = tuple(f"runs.<label>.{m}" for m in TRAINER_METRICS)  # a multi-run kind's runs, as criteria read them
+# The metrics of a trainer launch that measure speed (validation.evidence): throughput, step and start-up times,
+# utilisation; not the loss, memory or what the run was (its config, its status).
+TRAINER_PERFORMANCE = ("toks_per_s", "toks_per_s_per_gpu", "toks_per_s_per_node", "step_time_s", "mfu",
+                       "tflops_per_s", "throughput_stable", "scaling_efficiency", "time_to_first_step_s", "startup",
+                       "gpu_util", "summary.tokens_per_s", "summary.samples_per_s", "summary.avg_step_time_s",
+                       "summary.min_step_time_s", "summary.max_step_time_s", "summary.avg_step_time_excl_first_s",
+                       "summary.comm_time_s", "summary.comm_share")
+RUN_PERFORMANCE = tuple(f"runs.<label>.{m}" for m in TRAINER_PERFORMANCE)
 
 
 class TrainerKind(StepKind):
@@ -70,6 +78,7 @@ class TrainerKind(StepKind):
 
     trainer = True
     metrics = TRAINER_METRICS
+    performance = TRAINER_PERFORMANCE
 
     def launches(self, step: Step, winners, run_dir) -> list[LaunchSpec]:
         return [trainer_launch(step, step.launch, "", step.name, winners, run_dir)]
@@ -309,8 +318,8 @@ def train_row(label: str, record: dict) -> dict:
         "n": fmt_num(toks.get("n")),
         "per_gpu": fmt_rate(per_gpu.get("mean")),
         # a CPU run has ranks, not GPUs: its column says "Per rank"
-        "per_label": "Per rank" if str(as_dict(metrics.get("context")).get("device") or "").startswith("cpu")
-        else "Per GPU",
+        "per_label": "Per rank, window mean" if str(as_dict(metrics.get("context")).get("device") or "").startswith(
+            "cpu") else "Per GPU, window mean",
         "loss": loss_text(metrics),
         "mem": fmt_gb(metrics.get("mem_peak_gb")),
         "tflops": fmt_tflops(metrics.get("tflops_per_s")),

@@ -22,10 +22,11 @@ import re
 from typing import Any
 
 from validation import steps
+from validation.interference import decision_record, disturbed_flags
 from validation.formatting import as_dict, as_list, env_text, finite, fmt_num, fmt_pct, fmt_rate
 from validation.schema import env_vars, mapping, trainer_flags, typed
 from validation.significance import StatsError
-from validation.steps.trainer import RUN_METRICS, TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.steps.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.steps.base import with_labels
 from validation.triage import rank_suspects
 
@@ -42,6 +43,8 @@ class Triage(TrainerKind):
     metrics = ("culprit", "reason", "statement", "ranking.<i>", "config_toks_per_s", "repeats", "runs", "passed",
                *(f"suspects.<suspect>.{k}" for k in ("effect", "ci.<i>", "p", "p_adjusted", "significant", "verdict",
                                                       "toks_per_s", "changes.*", "noise_floor", "text"))) + RUN_METRICS
+    performance = ("culprit", "reason", "statement", "ranking", "config_toks_per_s", "suspects") + RUN_PERFORMANCE
+    decides = True
 
     def metric_names(self, step):  # runs.<label>: the configuration and the suspects, by their names
         return self.metrics if step is None else with_labels(self.metrics, "<label>", [CONFIG, *step.suspects])
@@ -86,8 +89,9 @@ class Triage(TrainerKind):
         runs, problems = run_each(ctx, step, launches, result)
         result["order_seed"], result["order"] = order_seed(step, ctx.run_dir), [s.label for s in launches]
         data: dict[str, list] = {label: [None] * step.repeats for label in [CONFIG, *step.suspects]}
-        for r in runs:
-            data[r["label"]][r["repeat"]] = run_toks(ctx, step, r)
+        shaken = disturbed_flags(runs, data, step.repeats)
+        for r in runs:  # a run measured under interference is left out, as a failed one would be
+            data[r["label"]][r["repeat"]] = None if shaken[r["label"]][r["repeat"]] else run_toks(ctx, step, r)
         m: dict[str, Any] = {"culprit": None, "repeats": step.repeats, "runs": len(runs),
                              "passed": sum(r["status"] == "passed" for r in runs),
                              "config_toks_per_s": _mean(data[CONFIG]), "suspects": {}, "ranking": []}
@@ -105,6 +109,12 @@ class Triage(TrainerKind):
                     "significant": c.significant, "verdict": c.verdict, "noise_floor": c.noise_floor,
                     "toks_per_s": _mean(data[c.variant]), "changes": _changes(step.suspects[c.variant]),
                     "text": c.describe()}
+        left_out = [f"{k} (repeat {i + 1})" for k, flags in shaken.items() for i, f in enumerate(flags) if f]
+        if left_out and m.get("reason"):
+            m["reason"] += ("; left out because other work used the machine while they ran: " + ", ".join(left_out))
+        record = decision_record(result, conclusive=bool(m.get("culprit")))
+        if record is not None:
+            result["interference"] = record
         ctx.save()
         if problems:
             result.update(status="failed", reason="; ".join(problems))

@@ -161,7 +161,7 @@ def test_quiet_wording_plurals_near_zero_ratios_and_cpu_ranks(results):
         for m in [step.get("metrics") or {}] + [(r.get("metrics") or {}) for r in step.get("runs") or []]:
             m.setdefault("context", {})["device"] = "cpu"
     md = render(cpu, "md")
-    assert "| Per GPU |" not in md and "| Per rank |" in md
+    assert "| Per GPU, window mean |" not in md and "| Per rank, window mean |" in md
     figure = next(f for f in build_view(cpu)["key_figures"] if f["label"] == "Scaling efficiency")
     assert "1 core per rank against 2 for the single process" in figure["note"]
     assert "tokens/s per rank" in figure["note"] and "per GPU" not in figure["note"]

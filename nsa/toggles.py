@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 from dataclasses import dataclass, field, fields
 from typing import Callable, Mapping
@@ -91,8 +92,11 @@ TOGGLES: dict[str, Toggle] = {
                "start-up stage held: wait@imports (python -m nsa.training, before it imports torch) or "
                "wait@pg_init (right before the process group is set up), optionally :RANK - the rank writes "
                "out_dir/fault_stage_rank{r}.json at every stage it reaches (stage, waiting, pid) and waits at the "
-               "named one until a signal ends it. Read once at start-up; the trainer installs a model fault around "
-               "the model's selection (nsa.training.model_faults). Never set it in a real run."),
+               "named one until a signal ends it; or a uniform slowdown: slow_step@SHARE (no step, no rank) makes "
+               "every rank sleep SHARE times its step's own measured time (forward, backward, optimizer) at the end of "
+               "each optimizer step, inside the timed step, so tokens/s drops by SHARE / (1 + SHARE) "
+               "(slow_step@0.25: 20%; SHARE > 0, at most 10). Read once at start-up; the trainer installs a model "
+               "fault around the model's selection (nsa.training.model_faults). Never set it in a real run."),
         Toggle("NSA_NODE_NAME", "text", None, "trainer (node records)",
                "The name the trainer records for its node (env.json \"nodes\"): set by the launcher "
                "(node<i> for emulated nodes, $SLURMD_NODENAME under Slurm); unset: $SLURMD_NODENAME, else the host "
@@ -113,20 +117,25 @@ STEP_FAULT_KINDS = ("crash", "hang", "nan", "csv_missing", "csv_empty", "csv_tru
 CSV_FAULT_KINDS = tuple(k for k in STEP_FAULT_KINDS if k.startswith("csv_"))  # rank 0 only: it writes training.csv
 MODEL_FAULT_KINDS = ("sel_v1_quadratic",)  # KIND@SEQ: the model itself slowed above SEQ tokens (no step, no rank)
 WAIT_STAGES = ("imports", "pg_init")  # wait@STAGE[:RANK]: a start-up stage held (nsa.training.safety.wait_at)
-FAULT_KINDS = STEP_FAULT_KINDS + MODEL_FAULT_KINDS + ("wait",)
+# KIND@SHARE: every step made slower by a share of its own time (no step, no rank: every rank, every step)
+SLOW_FAULT_KINDS = ("slow_step",)
+SLOW_SHARE_MAX = 10.0
+FAULT_KINDS = STEP_FAULT_KINDS + MODEL_FAULT_KINDS + ("wait",) + SLOW_FAULT_KINDS
 
 
 @dataclass(frozen=True)
 class Fault:
     """A deliberate failure (NSA_FAULT): `kind` at optimizer step `step` on `rank` (None: every rank); or a model
     fault (MODEL_FAULT_KINDS) that bites when a sequence is longer than `seq_len` tokens (step is then None); or
-    "wait" at start-up stage `stage` (WAIT_STAGES) on `rank` (step is then None)."""
+    "wait" at start-up stage `stage` (WAIT_STAGES) on `rank` (step is then None); or "slow_step", every step of
+    every rank made slower by `share` of its own time (step is then None)."""
 
     kind: str
     step: int | None
     rank: int | None = None
     seq_len: int | None = None
     stage: str | None = None
+    share: float | None = None
 
     def fires(self, step: int, rank: int) -> bool:
         """Whether a step fault fires at this step on this rank (never for a model fault)."""
@@ -140,6 +149,11 @@ def _parse_fault(value: str) -> Fault:
         if number not in WAIT_STAGES or (rank_text and not rank_text.isdigit()) or rest.count(":") > 1:
             raise ValueError(value)
         return Fault("wait", None, int(rank_text) if rank_text else None, stage=number)
+    if kind in SLOW_FAULT_KINDS:
+        share = float(number) if at and rest == number and number.replace(".", "", 1).isdigit() else math.nan
+        if not 0 < share <= SLOW_SHARE_MAX:  # also NaN: no share, a :RANK, or a share that is not a plain number
+            raise ValueError(value)
+        return Fault(kind, None, share=share)
     if kind not in FAULT_KINDS or not at or not number.isdigit() or (rank_text and not rank_text.isdigit()):
         raise ValueError(value)
     if kind in MODEL_FAULT_KINDS:
@@ -179,7 +193,8 @@ def expected(name: str) -> str:
     return {"bool": "0 or 1", "int": "a positive integer", "choice": " | ".join(toggle.choices),
             "fault": "crash@STEP, hang@STEP or nan@STEP, optionally :RANK; or csv_missing@STEP, "
                      "csv_empty@STEP, csv_truncate@STEP or csv_garble@STEP (rank 0 only); or "
-                     "sel_v1_quadratic@SEQ (no rank); or wait@imports or wait@pg_init, optionally :RANK",
+                     "sel_v1_quadratic@SEQ (no rank); or wait@imports or wait@pg_init, optionally :RANK; or "
+                     f"slow_step@SHARE (a number > 0 and at most {SLOW_SHARE_MAX:g}, no rank)",
             "text": "any value"}[toggle.kind]
 
 
@@ -267,16 +282,20 @@ class Toggles:
         return t
 
     def record(self) -> dict[str, str]:
-        """env.json's "toggles": {field: its value as text}, the fault as its fields' dict."""
+        """env.json's "toggles": {field: its value as text}, the fault as its fields' dict (its "share" only for a
+        slow_step fault, so that the other faults keep the text they always had)."""
         recorded = {f.name for f in fields(self) if f.metadata.get("recorded", True)}
-        return {k: str(v) for k, v in dataclasses.asdict(self).items() if k in recorded}
+        out = dataclasses.asdict(self)
+        if isinstance(out.get("fault"), dict) and out["fault"].get("share") is None:
+            out["fault"].pop("share", None)
+        return {k: str(v) for k, v in out.items() if k in recorded}
 
 
 def table_markdown() -> str:
     rows = ["| variable | values | default | used by | meaning |", "|---|---|---|---|---|"]
     for t in TOGGLES.values():
         values = {"bool": "0/1", "int": "positive integer", "choice": "/".join(t.choices),
-                  "fault": "KIND@STEP[:RANK], KIND@SEQ or wait@STAGE[:RANK]", "text": "text"}[t.kind]
+                  "fault": "KIND@STEP[:RANK], KIND@SEQ, wait@STAGE[:RANK] or slow_step@SHARE", "text": "text"}[t.kind]
         default = "unset" if t.default is None else str(int(t.default)) if t.kind == "bool" else str(t.default)
         rows.append(f"| `{t.name}` | {values} | {default} | {t.consumer} | {t.help} |")
     return "\n".join(rows)

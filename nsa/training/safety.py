@@ -13,7 +13,9 @@
   its own training.csv after writing that step's row (damage_training_csv), as a dying disk or writer would:
   training itself goes on and ends as usual. wait@STAGE[:RANK] holds a rank at a start-up stage (``wait_at``:
   "imports", before `python -m nsa.training` imports torch; "pg_init", right before the process group is set up)
-  so the launcher's signal handling can be tested there; each rank records the stages it reaches.
+  so the launcher's signal handling can be tested there; each rank records the stages it reaches. slow_step@SHARE
+  makes every step of every rank sleep SHARE times its own time before the step's clock stops (RunControl.slow_step):
+  a uniform slowdown of tokens/s by SHARE / (1 + SHARE), for measuring whether a comparison of runs detects it.
 
 All ranks agree on stopping through one small all-reduce per step in the trainer, so one rank's signal, .HALT
 or non-finite loss stops every rank at the same step.
@@ -214,6 +216,18 @@ class RunControl:
         if self.fault is not None and self.fault.fires(step, self.rank):
             return self.fault.kind
         return None
+
+    def slow_step(self, step_s: float, sleep=None) -> float:
+        """NSA_FAULT=slow_step@SHARE (a testing aid): sleep SHARE x `step_s`, the time this step took so far
+        (forward, backward, optimizer), so that the step takes (1 + SHARE) times as long and tokens/s drops by
+        SHARE / (1 + SHARE) (0.25: 20%). The trainer calls it at the end of every optimizer step, on every rank,
+        inside the timed step. Returns the seconds asked of `sleep` (default time.sleep); 0 (no sleep) for any other
+        fault or none."""
+        if self.fault is None or self.fault.kind != "slow_step" or not self.fault.share or step_s <= 0:
+            return 0.0
+        pause = self.fault.share * step_s
+        (sleep or time.sleep)(pause)
+        return pause
 
     def crash(self, step: int) -> None:
         raise InjectedCrash(f"NSA_FAULT injected crash at step {step} on rank {self.rank}")

@@ -242,8 +242,13 @@ class Trainer:
         return model
 
     def _fault_notes(self) -> None:
-        """Say when NSA_FAULT is a model fault (nsa.toggles.MODEL_FAULT_KINDS), and whether it can bite here."""
+        """Say when NSA_FAULT is a model fault (nsa.toggles.MODEL_FAULT_KINDS), and whether it can bite here, or a
+        slowdown of every step (slow_step)."""
         fault = self.tg.fault
+        if fault is not None and fault.kind == "slow_step":
+            self.say(f"NSA_FAULT=slow_step@{fault.share:g} (a testing aid): every step sleeps {fault.share:.0%} of its "
+                     f"own time, so tokens/s is {fault.share / (1 + fault.share):.0%} lower")
+            return
         if fault is None or fault.kind not in toggles.MODEL_FAULT_KINDS:
             return
         # in the layers (NSA attention, selection v1: model_faults.install), and on their batched PyTorch path
@@ -407,6 +412,7 @@ class Trainer:
                             self.optimizer.step()
                             self.optimizer.zero_grad(set_to_none=True)
                     self._sync()
+                    self.control.slow_step(time.perf_counter() - t0)  # NSA_FAULT=slow_step@SHARE (a testing aid)
                     dt = time.perf_counter() - t0
                     self.timeline.mark("first_optimizer_step")
                     comm = self.comm.end_step() if self.comm is not None else None

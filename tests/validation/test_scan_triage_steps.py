@@ -176,3 +176,46 @@ def test_scan_run_without_a_cliff_does_not_bisect(monkeypatch, tmp_path):
     m = result["metrics"]
     assert result["status"] == "passed" and not m["cliff"] and m["bisection"] is None and not m["cliff_localised"]
     assert abs(m["exponent"] - 1.0) < 0.1 and len(launched) == 8  # linear cost: exponent 1
+
+
+def _simulated_triage(monkeypatch, tmp_path, disturbed):
+    """Triage.run over fake launches: the suspect 40% faster in every repeat; `disturbed(spec)` marks the runs
+    another process disturbed (their telemetry's interference)."""
+    from validation.steps import triage as triage_mod
+
+    def fake_run_each(ctx, step, launches, result):
+        runs = [{"label": s.label, "params": s.params, "status": "passed", "reason": None, "dir": s.dir,
+                 "command": s.argv, "repeat": s.repeat,
+                 "metrics": {"interference": {"disturbed": disturbed(s), "text": "other processes used 1.50 of 2 "
+                                              "cores" if disturbed(s) else "no interference", "share": 0.5}}}
+                for s in launches]
+        result["runs"] = runs
+        return runs, []
+
+    monkeypatch.setattr(triage_mod, "run_each", fake_run_each)
+    monkeypatch.setattr(triage_mod, "run_toks",
+                        lambda ctx, step, run: 1400.0 + run["repeat"] if run["label"] == "a" else 1000.0)
+    tr = load(tmp_path, triage=TRIAGE_OK + ", repeats: 3").steps()[1]
+    from validation.plan import step_launches
+
+    result = {}
+    ctx = SimpleNamespace(run_dir=tmp_path, save=lambda: None)
+    triage_mod.Triage().run(tr, step_launches(tr, {}, tmp_path), result, ctx)
+    return result
+
+
+def test_triage_leaves_disturbed_runs_out_and_is_inconclusive_not_failed_when_too_few_remain(monkeypatch, tmp_path):
+    clean = _simulated_triage(monkeypatch, tmp_path, lambda spec: False)
+    assert clean["status"] == "passed" and clean["metrics"]["culprit"] == "a"
+    assert clean["interference"]["disturbed"] is False
+    # one repeat of the suspect disturbed: named from the other two, the record says it was left out
+    one = _simulated_triage(monkeypatch, tmp_path, lambda spec: spec.label == "a" and spec.repeat == 0)
+    assert one["metrics"]["culprit"] == "a" and "left out because other work used the machine" in \
+        one["metrics"]["reason"]
+    assert one["interference"]["disturbed"] is False and one["interference"]["left_out"] == 1
+    # every run disturbed: no ranking; nothing failed, the evidence is missing: passed, and disturbed (criteria on
+    # it inconclusive, the run INCOMPLETE), never NO-GO
+    every = _simulated_triage(monkeypatch, tmp_path, lambda spec: True)
+    assert every["status"] == "passed" and every["metrics"]["culprit"] is None
+    assert every["reason"].startswith("no ranking: ") and "inconclusive" in every["reason"]
+    assert every["interference"]["disturbed"] is True

@@ -35,8 +35,13 @@ def step_interference(result: dict) -> dict[str, Any] | None:
     if not launches:
         return None
     bad = [x for x in launches if x["disturbed"]]
-    text = "; ".join(f"{_launch_name(x)}{x['text']}" for x in bad) if bad else (
-        f"no interference in {len(launches)} launch{'es' if len(launches) != 1 else ''}")
+    if not bad:
+        text = f"no interference in {len(launches)} launch{'es' if len(launches) != 1 else ''}"
+    elif len(launches) == 1:
+        text = bad[0]["text"]
+    else:  # a step of many runs: which were disturbed, and the first one's figures in full
+        text = (f"{len(bad)} of {len(launches)} runs disturbed ("
+                + ", ".join(_launch_name(x).rstrip(": ") for x in bad) + f"); {_launch_name(bad[0])}{bad[0]['text']}")
     return {"disturbed": bool(bad), "measured": len(launches), "launches": launches, "text": text,
             "rules": interference_rules()}
 

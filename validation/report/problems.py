@@ -19,6 +19,7 @@ from typing import Any
 
 from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, as_dict, as_list, fmt_num,
                                       fmt_pct, status_view, steps_in_order)
+from validation.evidence import rerun_command
 from validation.metric_names import THROUGHPUT_CV_MAX
 from validation.report.performance import analysis_rows
 
@@ -125,11 +126,12 @@ def _evidence_problems(results: dict) -> list[dict]:
                              f"{what}; measured while other work used the machine, so not a result"))
         else:
             out.append(_item("error", "IMPLAUSIBLE", "fail", where, f"{what}: a bug in the measurement, not a result"))
-    rerun = ev.get("rerun")
+    runbook, run_dir = as_dict(results.get("runbook")).get("path"), results.get("run_dir")
     for d in (as_dict(x) for x in as_list(ev.get("disturbed"))):
+        again = rerun_command(str(runbook or "RUNBOOK"), str(run_dir or "RUN_DIR"), [str(d.get("step"))])
         out.append(_item("inconclusive", "DISTURBED", "warn", f"step {fmt_num(d.get('step'))}",
                          f"measured while other work used the machine: {fmt_num(d.get('text'))}; what it measured "
-                         "decides nothing on its own" + (f"; run it again: {rerun}" if rerun else "")))
+                         f"decides nothing on its own; run it again: {again}"))
     steps = as_dict(results.get("steps"))
     for name in (str(n) for n in as_list(ev.get("measured"))):
         step = as_dict(steps.get(name))

@@ -133,7 +133,9 @@ class AB(TrainerKind):
             try:
                 comps.append(_compare(clean["baseline"], clean[label], label, step.metric, higher, rn))
             except StatsError as exc:
-                notes.append(f"{label}: not compared with the baseline ({exc})")
+                left_out = any(shaken["baseline"]) or any(shaken[label])
+                notes.append(f"{label}: not compared with the baseline ("
+                             + ("its disturbed runs were left out and too few remain" if left_out else str(exc)) + ")")
         if len(comps) > 1:
             comps = list(adjust_family(comps).comparisons)
         seed = order_seed(step, ctx.run_dir)

@@ -325,6 +325,9 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
         "comparisons": findings.comparison_rows(comps),
         "conclusion": findings.conclusion(results, problems, finding),
         "problems": problems,
+        # the thresholds behind every DISTURBED or inconclusive row, once (results.json "evidence")
+        "interference_rules": (str(as_dict(results.get("evidence")).get("rules") or "")
+                               if as_list(as_dict(results.get("evidence")).get("disturbed")) else None),
         "recommended": rec_rows,
         "run_command": validated_command(results),
         "step_counts": ", ".join(f"{step_counts[k]} {k}" for k in sorted(step_counts)) or "none",

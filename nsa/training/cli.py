@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         # ValueError: toggles and model configs name the variable or field
         print(f"nsa-train: error: {exc}", file=sys.stderr)
         return trainer.EXIT_USAGE
+    training, together = None, False  # together: every rank ended the run at the same step (as the loop stops them)
     try:
         try:
             training = trainer.Trainer(cfg, config_path, info, tg, args.resume, ["nsa-train", *argv])
@@ -75,12 +76,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"nsa-train: error: {'' if rank == 0 else f'[rank {rank}] '}{exc}", file=sys.stderr)
             return trainer.EXIT_USAGE
         try:
-            return training.run()
+            code = training.run()
+            together = True
+            return code
         except data.DataError as exc:  # e.g. a streaming loader that stopped answering; status.json has it too
             print(f"nsa-train: error: {exc}", file=sys.stderr)
             return trainer.EXIT_USAGE
     finally:
-        distributed.shutdown()
+        # the process group and its backend end here, with a barrier first after a run every rank ended
+        # (nsa.training.distributed.shutdown); the trainer goes first: its model holds the process group too
+        training = None
+        distributed.shutdown(synchronize=together)
 
 
 def console_main() -> None:  # console script `nsa-train`

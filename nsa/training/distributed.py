@@ -2,11 +2,23 @@
 
 Launched by torchrun (RANK / WORLD_SIZE / LOCAL_RANK in the environment) or alone (world size 1, no process
 group). Backend: nccl on CUDA, gloo on CPU. The process-group timeout is configurable (train.pg_timeout_s).
+
+Teardown (``shutdown``): the process group's backend is destroyed there, in the main thread, while the interpreter
+is whole: its worker threads are joined and its connections closed before the process exits. For FSDP2 that takes
+one more step than destroy_process_group: the DeviceMesh FSDP2 shards over holds the process group, and torch's
+DTensor caches keep the mesh alive until the interpreter exits, so without it the gloo backend (two worker threads,
+a socket-loop thread, its connections to the other ranks) outlived destroy_process_group and was torn down only by
+the process's own exit, concurrently with the other ranks' exits (in that teardown an FSDP rank of a CI run on a
+loaded machine aborted with "terminate called without an active exception", its run completed). ``wrap_fsdp``
+builds the one mesh itself and ``shutdown`` releases it (tests/nsa/training/test_distributed_shutdown.py checks that
+no gloo thread is left once nsa-train's main() returns).
 """
 
 from __future__ import annotations
 
 import datetime
+import gc
+import logging
 import os
 import socket
 from dataclasses import dataclass
@@ -14,12 +26,18 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from nsa.training.comm_count import ddp_hook
 from nsa.training.outputs import NODE_ENV_PREFIXES, NODE_NAME_VARS
 
+log = logging.getLogger("nsa.training")
+
 COMPRESS_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+# The DeviceMeshes wrap_fsdp built: each holds the process group until shutdown releases it (see the module doc).
+_MESHES: list[DeviceMesh] = []
 
 
 class LaunchError(RuntimeError):
@@ -100,9 +118,38 @@ def node_records(info: DistInfo) -> list[dict]:
     return list(nodes.values())
 
 
-def shutdown() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+def shutdown(synchronize: bool = False) -> None:
+    """End the process group, if there is one, and with it its backend (threads and connections): now, not at exit.
+
+    synchronize: every rank ended the run together (the trainer's loop stops all ranks at the same step) and calls
+    this too: a barrier first, so that no rank closes its connections while another is still in a collective.
+    Leave it False on an error path, where another rank may never get here (the barrier would wait out the
+    process-group timeout). The meshes wrap_fsdp built let go of the process group, so once the caller has let go
+    of the model too (DDP's reducer and FSDP2's state hold the group as well), destroy_process_group destroys the
+    backend here, in the main thread: gloo joins its worker threads and closes its connections to the other ranks."""
+    meshes = list(_MESHES)
+    _MESHES.clear()
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if synchronize:
+        try:
+            dist.barrier()
+        except (RuntimeError, OSError) as exc:  # a rank that left after all (its run failed late): end ours anyway
+            log.warning("barrier before ending the process group failed (%s: %s)", type(exc).__name__, exc)
+    dist.destroy_process_group()
+    for mesh in meshes:
+        _release(mesh)
+    if meshes:
+        gc.collect()  # FSDP2's module state holds reference cycles: the last holders of the backend go with them
+
+
+def _release(mesh: DeviceMesh) -> None:
+    """Drop `mesh`'s references to its process groups (torch 2.x keeps them by name in the mesh's _pg_registry;
+    after destroy_process_group nothing may use them): the mesh itself lives on in torch's DTensor caches until the
+    interpreter exits, the process group must not."""
+    registry = getattr(mesh, "_pg_registry", None)
+    if isinstance(registry, dict):
+        registry.clear()
 
 
 def wrap_ddp(model: nn.Module, info: DistInfo, bucket_mb: int, compress: str, counter=None,
@@ -147,10 +194,15 @@ def wrap_fsdp(model: nn.Module, reshard_after_forward: bool = True) -> nn.Module
     """FSDP2: every transformer block sharded on its own (comm_model.fsdp_unit_of names them), then the root
     (embedding, final norm, head). reshard_after_forward=False keeps each block's parameters gathered from forward
     to backward (no all-gather in backward: the SHARD_GRAD_OP equivalent). The root is left to FSDP2's default,
-    which does not reshard the root after forward (its parameters would be gathered again at once for backward)."""
+    which does not reshard the root after forward (its parameters would be gathered again at once for backward).
+    All of them shard over one 1-D mesh of every rank, built here on the model's device type and released by
+    shutdown (the module doc says why)."""
+    device_type = next(model.parameters()).device.type
+    mesh = init_device_mesh(device_type, (dist.get_world_size() if dist.is_initialized() else 1,))
+    _MESHES.append(mesh)
     for block in model.blocks:
-        fully_shard(block, reshard_after_forward=reshard_after_forward)
-    fully_shard(model)
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=mesh)
     return model
 
 

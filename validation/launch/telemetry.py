@@ -208,7 +208,10 @@ class HostProbe:
         self._boot_ticks: float | None = None
 
     def _own_pids(self, table: dict[int, ProcStat]) -> set[int]:
-        own = set(descendants(self.own_root, {p: (st.state, st.ppid, 0, 0, st.start) for p, st in table.items()}))
+        # zombies too: a child that has exited but is not yet reaped still holds its CPU time, which its parent's
+        # children time takes over only once it waits for it (counted as another's in between, it looked like a
+        # neighbour's burst at the end of every launch)
+        own = set(descendants(self.own_root, {p: ("S", st.ppid, 0, 0, st.start) for p, st in table.items()}))
         if self.own_root in table:
             own.add(self.own_root)
         if self.job is not None:

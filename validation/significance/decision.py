@@ -346,7 +346,7 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
         reason = (f"{winner} is the winner: against the runner-up {runner_up.label}, {metric} "
                   f"{main.describe()}" + (f"; it beats the other {len(comps) - 1} variant(s) too"
                                           if len(comps) > 1 else "") + f"; {design}")
-    elif (default is not None and default not in top and not too_few
+    elif (default in by_label and default not in top and not too_few  # the default measured, and beaten
           and next(c for c in comps if c.baseline == default).p_value < alpha / len(comps)
           and same_way(by_label[default], best) is not False):
         # the default is beaten, but the best cannot be separated from some other variant

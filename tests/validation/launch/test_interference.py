@@ -167,3 +167,22 @@ def test_a_slurm_node_sampler_is_told_the_cores(tmp_path):
                           options=SlurmOptions(), python=sys.executable, telemetry_s=1.0, cores=2.0)
     assert "validation.launch.telemetry --root $$ --interval 1 --cores 2 " in script
     assert Path(tmp_path).is_dir()
+
+
+def test_a_child_that_exited_but_is_not_yet_reaped_is_still_the_runs():
+    """A zombie keeps its CPU time until its parent waits for it; counted as another's in between, the end of every
+    launch looked like a neighbour's burst."""
+    ps = telemetry.ProcStat
+    table = {100: ps("python", "S", 1, 5, 10, 0), 101: ps("torchrun", "S", 100, 6, 10, 0),
+             102: ps("python", "Z", 101, 7, 300, 0), 103: ps("other", "R", 1, 8, 50, 0)}
+    probe = telemetry.HostProbe(100)
+    assert probe._own_pids(table) == {100, 101, 102}
+
+
+def test_a_decision_whose_default_was_left_out_does_not_fail():
+    """The default's runs all left out (disturbed, failed): the other points are compared among themselves."""
+    from validation.significance import decide
+
+    d = decide({"a": [1000.0, 1010.0], "b": [1300.0, 1310.0], "c": [1000.0, 990.0]}, default="a",
+               disturbed={"a": [True, False]})
+    assert d.disturbed_runs == (("a", 0),) and "a" in dict(d.excluded) and d.choice is not None

@@ -7,9 +7,11 @@ Per row (a trainer launch of A and the launch of B with the same step and label)
   whole window (window_units: the very figure the report shows for that launch) for the difference, each side's
   noise held to at least the run-to-run variation of THAT step (measured_run_noise_by_step: the spread of the
   step's own repeats in the two run directories; steps differ: one thread per process varies more than two ranks
-  sharing the cores), giving the relative difference B / A - 1 with its confidence interval and p-value. A step
-  that ran no repeats has no run-to-run variation to hold its rows to: its rows resolve only a change beyond
-  UNREPEATED_MIN_FLOOR (UNKNOWN_RUN_NOISE). A launch measured while other work used the machine (its telemetry's
+  sharing the cores), and to at least the spread of every step's change between the two runs (step_spread: the
+  robust sd of the steps' log-ratios; two validation runs differ step by step by more than the repeats inside each
+  show), giving the relative difference B / A - 1 with its confidence interval and p-value. A step that ran no
+  repeats has no run-to-run variation of its own: its rows resolve only a change beyond UNREPEATED_MIN_FLOOR
+  (UNKNOWN_RUN_NOISE). A launch measured while other work used the machine (its telemetry's
   "interference", on either side) is shown as "inconclusive", never gating and left out of everything else.
 - "all steps (common change)": one log-ratio per step and label (repeats averaged) of every launch measured
   undisturbed in both runs, a one-sample t over them (significance.compare_shift), its noise floor at least
@@ -31,6 +33,7 @@ compare_runs() returns (JSON-ready; `nsa-validate compare --json` prints it):
      "alpha": 0.05, "noise": the user's threshold or null, "noise_source": "user" | "measured",
      "run_noise": {step: RunNoise.as_dict() ({"between", "total", "within", "df", "runs", "groups", "source",
                    "text"})} of the steps that ran repeats, or null,
+     "step_spread": RunNoise.as_dict() of the spread of the steps' changes (step_spread), or null,
      "family": {"correction": "holm", "alpha", "family_size", "statement", "significant", "regressions"},
      "rows": [row, ...], "regressions": [{"step", "metric", "rel", "text"}], "improvements": int,
      "exit_code": 0 | 1, "gate": one sentence, "warnings": [sentences]}
@@ -57,7 +60,7 @@ from validation import stats
 from validation.formatting import fmt_num, fmt_pct, plural
 from validation import steps as step_kinds
 from validation.significance import ALPHA, StatsError, adjust_family
-from validation.significance.comparison import compare_shift
+from validation.significance.comparison import RunNoise, compare_shift
 from validation.significance.windows import (METRIC, compare_windows, launch_series as _series,  # noqa: F401
                                              measured_run_noise, measured_run_noise_by_step, window_units)
 from validation.steps.base import StepKind
@@ -103,6 +106,14 @@ def _disturbance(m: dict) -> str | None:
     return str(rec.get("text") or "disturbed") if isinstance(rec, dict) and rec.get("disturbed") else None
 
 
+def _window_mean(values: list[float], stored: Any) -> float:
+    """A launch's window mean as its report shows it: the stored summary's when it covers these values."""
+    if isinstance(stored, dict) and stored.get("n") == len(values) and isinstance(stored.get("mean"), (int, float)) \
+            and math.isfinite(stored["mean"]):
+        return float(stored["mean"])
+    return sum(values) / len(values)
+
+
 def _group(label: str) -> str:
     """A row's label without its repeat: "sweep[x=1, repeat 2]" -> "sweep[x=1]" (the unit of the common change)."""
     return _REPEAT_RE.sub("]", label)
@@ -120,6 +131,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     rows: list[dict[str, Any]] = []
     tested: list[tuple[int, Any]] = []
     units: dict[str, list[tuple[float, float]]] = {}  # group -> (mean A, mean B) of each undisturbed launch
+    pending: list[tuple] = []  # the undisturbed launches' rows, tested once every step's change is known
     disturbed_rows = 0
     for name, step_a in (a.get("steps") or {}).items():
         step_b = (b.get("steps") or {}).get(name)
@@ -135,34 +147,40 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
             shaken = [f"{side}: {why}" for side, why in (("A", _disturbance(ma)), ("B", _disturbance(mb))) if why]
             if va and vb and shaken:
                 disturbed_rows += 1
-                row = _untested(label, METRIC, window_units(va, ma.get(METRIC)).mean,
-                                window_units(vb, mb.get(METRIC)).mean, 0.0,
+                row = _untested(label, METRIC, _window_mean(va, ma.get(METRIC)), _window_mean(vb, mb.get(METRIC)),
+                                0.0,
                                 "measured while other work used the machine (" + "; ".join(shaken) + "): decides "
                                 "nothing, never gating")
                 rows.append({**row, "verdict": "inconclusive", "disturbed": True})
             elif va and vb:
-                try:  # a step without repeats: its run-to-run variation unknown, only a large change resolves
-                    c = compare_windows(va, vb, stored_a=ma.get(METRIC), stored_b=mb.get(METRIC),
-                                        higher_is_better=True, alpha=alpha, noise=noise, baseline="A",
-                                        variant="B", metric=METRIC, run_noise=rn,
-                                        min_floor=COMMON_MIN_SHIFT if rn is not None else UNREPEATED_MIN_FLOOR)
-                except StatsError as exc:
-                    mean_a, mean_b = sum(va) / len(va), sum(vb) / len(vb)
-                    rows.append(_untested(label, METRIC, mean_a, mean_b, noise if noise is not None else
-                                          SUMMARY_NOISE, f"not tested: {exc}"))
-                else:
-                    units.setdefault(_group(label), []).append((c.mean_a, c.mean_b))
-                    tested.append((len(rows), c))
-                    rows.append({"step": label, "metric": METRIC, "tested": True,
-                                 "note_after": None if rn is not None else UNKNOWN_RUN_NOISE})
+                mean_a, mean_b = _window_mean(va, ma.get(METRIC)), _window_mean(vb, mb.get(METRIC))
+                if mean_a > 0 and mean_b > 0:
+                    units.setdefault(_group(label), []).append((mean_a, mean_b))
+                pending.append((len(rows), label, va, vb, ma, mb, rn))
+                rows.append({"step": label, "metric": METRIC, "tested": True,
+                             "note_after": None if rn is not None else UNKNOWN_RUN_NOISE})
             for metric in SUMMARY_METRICS:
                 x, y = ma.get(metric), mb.get(metric)
                 if isinstance(x, (int, float)) and isinstance(y, (int, float)):
                     rows.append(_untested(label, metric, x, y, noise if noise is not None else SUMMARY_NOISE,
                                           "one value per run: shown, not tested, never gating"))
     common = None
-    ratios = [math.log(sum(mb for _, mb in pairs) / sum(ma for ma, _ in pairs)) for pairs in units.values()
-              if all(ma > 0 and mb > 0 for ma, mb in pairs)]
+    ratios = [math.log(sum(mb for _, mb in pairs) / sum(ma for ma, _ in pairs)) for pairs in units.values()]
+    spread = step_spread(ratios)
+    untestable: list[int] = []
+    for i, label, va, vb, ma, mb, rn in pending:
+        # each row held to the larger of its step's own run-to-run variation and the spread of every step's change
+        held = max((x for x in (rn, spread) if x is not None), key=lambda x: x.total, default=None)
+        try:  # a step without repeats: its run-to-run variation unknown, only a large change resolves on its own
+            c = compare_windows(va, vb, stored_a=ma.get(METRIC), stored_b=mb.get(METRIC), higher_is_better=True,
+                                alpha=alpha, noise=noise, baseline="A", variant="B", metric=METRIC, run_noise=held,
+                                min_floor=COMMON_MIN_SHIFT if rn is not None else UNREPEATED_MIN_FLOOR)
+        except StatsError as exc:
+            rows[i] = _untested(label, METRIC, sum(va) / len(va), sum(vb) / len(vb),
+                                noise if noise is not None else SUMMARY_NOISE, f"not tested: {exc}")
+            untestable.append(i)
+        else:
+            tested.append((i, c))
     if len(ratios) >= COMMON_SHIFT_MIN_ROWS:
         c = compare_shift(ratios, min_shift=COMMON_MIN_SHIFT, alpha=alpha, noise=noise, baseline="A", variant="B",
                           metric=METRIC)
@@ -170,6 +188,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
         rows.append({"step": COMMON_ROW, "metric": METRIC, "tested": True})
         common = len(rows) - 1
     family = None
+    tested.sort(key=lambda item: item[0])
     if tested:
         family = adjust_family([c for _, c in tested], alpha)
         for (i, _), c in zip(tested, family.comparisons):
@@ -203,6 +222,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
             "verdicts": {"A": a.get("verdict"), "B": b.get("verdict")},
             "alpha": alpha, "noise": noise, "noise_source": "user" if noise is not None else "measured",
             "run_noise": {k: v.as_dict() for k, v in noise_by_step.items()} or None,
+            "step_spread": spread.as_dict() if spread is not None else None,
             "family": ({k: v for k, v in family.as_dict().items() if k != "comparisons"} if family else
                        {"correction": "holm", "alpha": alpha, "family_size": 0,
                         "statement": "no tested rows: nothing was corrected", "significant": 0, "regressions": 0}),
@@ -210,6 +230,23 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
             "regressions": [{"step": r["step"], "metric": r["metric"], "rel": r["rel"], "text": r["text"]}
                             for r in regressions],
             "improvements": improvements, "exit_code": exit_code, "gate": gate, "warnings": warnings}
+
+
+def step_spread(ratios: list[float]) -> RunNoise | None:
+    """How much one step's figure moves between the two runs when nothing changed it: the robust spread (1.4826 x
+    the median absolute deviation, so that one step that did change does not widen it) of every step's log-ratio,
+    as the run-to-run variation of one run's mean (sd / sqrt 2: each row's two sides); None with fewer than
+    COMMON_SHIFT_MIN_ROWS steps. Two validation runs differ by more than the repeats inside each show (the machine
+    between them, step by step: one quiet A/A pair had a sweep step +11% against a 2.3% run-to-run variation)."""
+    if len(ratios) < COMMON_SHIFT_MIN_ROWS:
+        return None
+    d = sorted(ratios)
+    med = d[len(d) // 2] if len(d) % 2 else (d[len(d) // 2 - 1] + d[len(d) // 2]) / 2
+    dev = sorted(abs(x - med) for x in d)
+    mad = dev[len(dev) // 2] if len(dev) % 2 else (dev[len(dev) // 2 - 1] + dev[len(dev) // 2]) / 2
+    total = 1.4826 * mad / math.sqrt(2.0)
+    return RunNoise(between=total, total=total, within=0.0, df=float(len(d) - 1), runs=2 * len(d), groups=len(d),
+                    source=f"the spread of {len(d)} steps' changes between the two runs")
 
 
 COMMON_SHIFT_MIN_ROWS = 3  # the change common to every step is tested from this many steps' launches
@@ -285,6 +322,10 @@ def table_lines(out: dict[str, Any]) -> list[str]:
     lines.append(out["family"]["statement"])
     for step, rn in sorted((out.get("run_noise") or {}).items()):
         lines.append(f"{step}: each run's noise is held to at least its {rn['text']}.")
+    if out.get("step_spread"):
+        sp = out["step_spread"]
+        lines.append(f"Every row's noise is held to at least {fmt_pct(sp['total'])} a side: {sp['source']} "
+                     f"(robust sd {fmt_pct(sp['total'] * math.sqrt(2))}, {sp['df']:g} df).")
     lines.append("Rows marked 'not tested' have one value per run: shown, never gating.")
     lines.append(f"Result: {out['gate']} (exit {out['exit_code']}).")
     return lines

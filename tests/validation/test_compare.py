@@ -16,6 +16,7 @@ from decision_support import ar1_series, write_csv
 from results_records import run_record
 
 from validation.compare import (COMMON_MIN_SHIFT, COMMON_ROW, UNKNOWN_RUN_NOISE, UNREPEATED_MIN_FLOOR, compare_runs,
+                                step_spread,
                                 environment_differences, performance_analysis, table_lines)
 from validation.significance import adjust_family, block_units, compare_series, run_noise
 from validation.significance.comparison import compare_shift
@@ -127,11 +128,14 @@ def test_identical_runs_flag_no_row_and_a_regression_exits_1(cli, tmp_path):
     assert list(out["run_noise"]) == ["bucket_sweep"]  # the only step with repeats
     assert out["run_noise"]["bucket_sweep"]["runs"] == 12 and out["run_noise"]["bucket_sweep"]["df"] == 6
     assert {r["step"] for r in tested} >= {"bucket_sweep[NSA_DDP_BUCKET_MB=25, repeat 2]", LONG, COMMON_ROW}
+    # each row held to the larger of its step's own run-to-run variation and the spread of the steps' changes
+    spread = out["step_spread"]["total"]
+    assert out["step_spread"]["groups"] == 7
     sweep_rows = [r for r in tested if r["step"].startswith("bucket_sweep[")]
-    assert len(sweep_rows) == 6 and all(r["run_to_run"] == out["run_noise"]["bucket_sweep"]["total"]
-                                        for r in sweep_rows)
+    assert len(sweep_rows) == 6 and all(
+        r["run_to_run"] == max(out["run_noise"]["bucket_sweep"]["total"], spread) for r in sweep_rows)
     singles = [r for r in tested if r["step"] in ("baseline", "single", "profiling", LONG)]
-    assert all(r["run_to_run"] is None and r["noise_floor"] >= UNREPEATED_MIN_FLOOR for r in singles)
+    assert all(r["run_to_run"] == spread and r["noise_floor"] >= UNREPEATED_MIN_FLOOR for r in singles)
     common = next(r for r in tested if r["step"] == COMMON_ROW)
     assert common["method"] == "common" and common["n_a"] == 7 and common["noise_floor"] >= 0.05
 
@@ -189,12 +193,14 @@ def _simulated_family(rng, shift: float = 0.0):
     y = level[..., None] * (1 + ar1(rng, (2, rows, 15), 0.7, 0.09))
     groups = [[(y[s, 2 * g + r].mean(), block_units(y[s, 2 * g + r]).rel_se) for r in range(2)]
               for s in range(2) for g in range(3)]
-    rn = run_noise(groups)
-    comps = [compare_series(y[0, j], y[1, j], run_noise=rn, min_floor=COMMON_MIN_SHIFT) for j in range(6)]
-    comps += [compare_series(y[0, j], y[1, j], min_floor=UNREPEATED_MIN_FLOOR) for j in range(6, rows)]
     means = y.mean(axis=2)
     ratios = [np.log(means[1, 2 * g:2 * g + 2].sum() / means[0, 2 * g:2 * g + 2].sum()) for g in range(3)]
     ratios += [np.log(means[1, j] / means[0, j]) for j in range(6, rows)]
+    rn, spread = run_noise(groups), step_spread([float(r) for r in ratios])
+    held = max(rn, spread, key=lambda x: x.total)
+    comps = [compare_series(y[0, j], y[1, j], run_noise=held, min_floor=COMMON_MIN_SHIFT) for j in range(6)]
+    comps += [compare_series(y[0, j], y[1, j], run_noise=spread, min_floor=UNREPEATED_MIN_FLOOR)
+              for j in range(6, rows)]
     comps.append(compare_shift(ratios, min_shift=COMMON_MIN_SHIFT))
     return adjust_family(comps)
 
@@ -211,3 +217,22 @@ def test_identical_runs_rarely_flag_a_row_and_a_common_slowdown_is_found():
           f"of every launch found by the common change in {common / 300:.1%} of 300 pairs")
     assert false / REPS <= 0.05
     assert common / 300 >= 0.8
+
+
+def test_a_step_that_moved_between_runs_with_the_machine_is_not_a_change_but_one_that_moved_alone_is(tmp_path):
+    """Two validation runs differ step by step by more than the repeats inside each show: B's sweep 12% faster in
+    every repeat (its repeats agree within 1%) while the other steps moved by up to 12% either way is the machine
+    between the runs, held to the spread of every step's change; one sweep point 45% slower while the rest moved
+    together is a regression."""
+    shifts = {"sw25": 0.12, "sw50": 0.12, "sw100": 0.12, "baseline": -0.08, "single": 0.1, "profiling": -0.12,
+              LONG: 0.06}
+    a = smoke_like(tmp_path / "a", 3, run_cv=0.01)
+    b = smoke_like(tmp_path / "b", 4, shift=shifts, run_cv=0.01)
+    out = compare_runs(a, b, tmp_path / "a", tmp_path / "b")
+    assert out["exit_code"] == 0 and not [r for r in out["rows"] if r.get("significant")], \
+        [(r["step"], r["rel"], r["noise_floor"]) for r in out["rows"] if r.get("significant")]
+    assert out["step_spread"]["total"] > out["run_noise"]["bucket_sweep"]["total"]
+    c = smoke_like(tmp_path / "c", 4, shift={**shifts, "sw50": -0.45}, run_cv=0.01)
+    out = compare_runs(a, c, tmp_path / "a", tmp_path / "c")
+    flagged = {r["step"] for r in out["regressions"]}
+    assert out["exit_code"] == 1 and flagged and all(s.startswith("bucket_sweep[NSA_DDP_BUCKET_MB=50,") for s in flagged)

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from verdicts import assert_go_or_disturbed
 
+from validation.triage import CULPRIT_MIN_EFFECT
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -73,5 +75,8 @@ def test_clean_configuration_finds_no_cliff_and_names_no_culprit(clean):
     assert m["cliff"] is False and m["cliff_localised"] is False and m["bisection"] is None
     assert m["exponent"] is not None and m["exponent"] < 1.5
     t = step(results, "triage")["metrics"]
-    assert t["culprit"] is None and t["suspects"]["sel_v2"]["significant"] is False
+    # the sel_v2 suspect changes nothing here: never named; a paired test over 3 repeats may still call a few
+    # percent significant now and then (its 5% error rate), never the 10% a culprit must explain in every repeat
+    sel = t["suspects"]["sel_v2"]
+    assert t["culprit"] is None and (sel["significant"] is False or abs(sel["effect"]) < CULPRIT_MIN_EFFECT), sel
     assert "Culprit**: none" in (run_dir / "report.md").read_text()

@@ -1,7 +1,7 @@
-"""runbooks/triage_cpu.yaml end to end, as a user runs it (tiny model, single-process launches, about 2 minutes
-each on a 2-core machine): with the injected cliff (NSA_FAULT=sel_v1_quadratic@256, selection v1) the scan finds
-and bisects the cliff and the triage names sel_v2 (GO); on a clean configuration (no fault, selection v2, so that
-the sel_v2 suspect changes nothing) the same runbook finds no cliff and names no culprit (NO-GO)."""
+"""runbooks/triage_cpu.yaml end to end, as a user runs it (tiny model, single-process launches, about 2 minutes on a
+2-core machine): with the injected cliff (NSA_FAULT=sel_v1_quadratic@256, selection v1) the scan finds and bisects
+the cliff and the triage names sel_v2 (GO); on a clean configuration (no fault, selection v2, so that the sel_v2
+suspect changes nothing) its triage phase names no culprit (NO-GO)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,9 @@ def faulted(cli, tmp_path_factory):
 @pytest.fixture(scope="module")
 def clean(cli, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("triage_clean") / "run"
+    # the triage phase only: a scan without a cliff is tested on simulated runs (test_scan_triage_steps.py)
     proc = cli("run", REPO / "runbooks" / "triage_cpu.yaml", "--out", run_dir, "--set", 'defaults.env.NSA_FAULT=""',
-               "--set", 'defaults.env.NSA_SEL_RANGES_V2="1"')
+               "--set", 'defaults.env.NSA_SEL_RANGES_V2="1"', "--only", "triage")
     return run_dir, proc, json.loads((run_dir / "results.json").read_text())
 
 
@@ -58,22 +59,18 @@ def test_injected_cliff_is_localised_and_its_cause_named(faulted):
     t = step(results, "triage")["metrics"]
     assert t["culprit"] == "sel_v2" and t["ranking"][0] == "sel_v2"
     assert t["suspects"]["sel_v2"]["significant"] and t["suspects"]["sel_v2"]["ci"][0] > 0
-    assert not t["suspects"]["prefill_sequential"]["effect"] > 0  # the sequential path is slower: never a culprit
     report = (run_dir / "report.md").read_text()
     assert "**sel_v2 CULPRIT**" in report and "CLIFF" in report and "Bisection:" in report
     assert (run_dir / "plots" / "scan_seq_scan.png").is_file()
 
 
-def test_clean_configuration_finds_no_cliff_and_names_no_culprit(clean):
-    """NO-GO (no cliff, no culprit); never a culprit, disturbed or not: a suspect that changes nothing is named
-    only when significant, at least 10% and ahead in every repeat, from undisturbed runs."""
+def test_clean_configuration_names_no_culprit(clean):
+    """NO-GO (no culprit); never a culprit, disturbed or not: a suspect that changes nothing is named only when
+    significant, at least 10% and ahead in every repeat, from undisturbed runs."""
     run_dir, _, results = clean
     assert results["verdict"] in ("NO-GO", "INCOMPLETE"), results["verdict_reason"]
-    if results["verdict"] == "INCOMPLETE":  # only where the scan and the triage were both disturbed
-        assert {"seq_scan", "triage"} <= {d["step"] for d in results["evidence"]["disturbed"]}
-    m = step(results, "seq_scan")["metrics"]
-    assert m["cliff"] is False and m["cliff_localised"] is False and m["bisection"] is None
-    assert m["exponent"] is not None and m["exponent"] < 1.5
+    if results["verdict"] == "INCOMPLETE":  # only where the triage was disturbed
+        assert "triage" in {d["step"] for d in results["evidence"]["disturbed"]}
     t = step(results, "triage")["metrics"]
     # the sel_v2 suspect changes nothing here: never named; a paired test over 3 repeats may still call a few
     # percent significant now and then (its 5% error rate), never the 10% a culprit must explain in every repeat

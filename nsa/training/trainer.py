@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from nsa import observability, toggles
-from nsa.attention.kernels import index_build, resolve
+from nsa.attention.kernels import index_build, prepare_compile, resolve
 from nsa.config import ModelConfig
 from nsa.model import NSAModel, flops_per_token, lm_loss
 from nsa.toggles import Toggles
@@ -236,6 +236,7 @@ class Trainer:
             self.say("train.fsdp_reshard=false is ignored: the run is not FSDP2")
         self.timeline.mark("model_wrapped")
         if tc.compile:
+            prepare_compile()  # the selected branch's PyTorch path stays eager under torch.compile
             model = torch.compile(model)
             self.timeline.mark("compiled")
             self.say("torch.compile enabled (compilation happens during the first forward)")

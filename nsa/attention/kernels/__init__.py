@@ -36,11 +36,11 @@ from types import SimpleNamespace
 
 from nsa.attention.kernels.common import TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP, index_build, interpreting
 from nsa.attention.kernels.range_attn.naive import compressed_attention, window_attention
-from nsa.attention.kernels.selected_attn.naive import selected_attention
+from nsa.attention.kernels.selected_attn.naive import prepare_compile, selected_attention
 from nsa.attention.kernels.selection.naive import cmp_group_probabilities
 
-__all__ = ["KernelUnavailable", "cmp_group_probabilities", "compressed_attention", "index_build", "resolve",
-           "selected_attention",
+__all__ = ["KernelUnavailable", "cmp_group_probabilities", "compressed_attention", "index_build", "prepare_compile",
+           "resolve", "selected_attention",
            "triton_modules", "triton_status", "triton_unsupported", "window_attention"]
 
 

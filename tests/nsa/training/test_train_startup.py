@@ -55,3 +55,13 @@ def test_help_imports_no_torch_and_lists_every_flag(argv, parser):
 def test_a_bad_flag_is_refused_before_torch_is_imported():
     out, heavy = help_run(["--stepz", "3"])
     assert heavy == []
+
+
+def test_the_trainer_imports_no_torch_dynamo_unless_it_compiles():
+    """torch._dynamo costs about a second at every trainer start-up; only a compiled model needs it (the selected
+    branch's eager wrapper is made by prepare_compile, which the trainer calls before torch.compile)."""
+    code = ("import json, sys\nimport nsa.training.trainer\nimport nsa.model\n"
+            "print(json.dumps('torch._dynamo' in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) is False

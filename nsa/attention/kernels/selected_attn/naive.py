@@ -95,9 +95,29 @@ class _SparseBlocks(torch.autograd.Function):
 
 
 # Eager under torch.compile: its tiling has data-dependent sizes (pairs per key block), which would recompile
-# for nearly every batch. The rest of the model (projections, cmp/win branches, MLP) compiles.
-@torch.compiler.disable
+# for nearly every batch. The rest of the model (projections, cmp/win branches, MLP) compiles. The eager wrapper
+# (torch.compiler.disable) is made by prepare_compile, not at import: making it imports torch._dynamo, about a
+# second at every start-up of a trainer that never compiles.
+_EAGER = None
+
+
+def prepare_compile() -> None:
+    """Make the wrapper that keeps selected_attention eager under torch.compile; call it before compiling a model
+    that uses this path (nsa.training.trainer does). Idempotent."""
+    global _EAGER
+    if _EAGER is None:
+        _EAGER = torch.compiler.disable(_selected_attention)
+
+
 def selected_attention(q, k, v, ranges, l_sel: int, tile: int = SEL_TILE) -> torch.Tensor:
+    """_selected_attention, kept eager under torch.compile (see prepare_compile)."""
+    if torch.compiler.is_compiling():
+        eager = _EAGER if _EAGER is not None else torch.compiler.disable(_selected_attention)
+        return eager(q, k, v, ranges, l_sel, tile)
+    return _selected_attention(q, k, v, ranges, l_sel, tile)
+
+
+def _selected_attention(q, k, v, ranges, l_sel: int, tile: int = SEL_TILE) -> torch.Tensor:
     """Block-sparse attention of each query over its own selected token ranges.
 
     q: [B, H, S, d_k]; k, v: [B, G, S, d]; ranges: [B, G, S, n_sel, 2] of [start, end) per slot (end <= start:

@@ -56,6 +56,6 @@ def test_wheel_renders_an_html_report_outside_the_checkout(tmp_path):
     assert proc.returncode == 0, proc.stderr
     html = proc.stdout
     assert html.startswith("<!DOCTYPE html>") and "Status: NO-GO" in html
-    assert "<th>Mean tokens/s</th>" in html  # the sweep kind's partial
+    assert "<th>Tokens/s, window mean (all ranks)</th>" in html  # the sweep kind's partial
     assert "<th>Baseline</th><th>Variant</th>" in html  # the ab kind's partial
     assert html == render(json.loads(FIXTURE.read_text()), "html", run_dir=run_dir)  # the same as from the checkout

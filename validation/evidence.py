@@ -8,10 +8,10 @@ acceptance criteria, the recommendations, the report and `compare`:
   a performance criterion reading it is *inconclusive*, named among the report's open problems with the command
   that runs just those steps again (rerun_command), and a run whose required criteria are inconclusive ends
   INCOMPLETE, never GO (validation.acceptance). A decision (sweep, A/B, triage) leaves disturbed runs out itself.
-- **plausibility**: every metric with a physical range declares it here once (RANGES): a scaling efficiency above
-  1.1 or at most 0, a tokens/s CV above 50%, an MFU above 100%, a negative time. A figure outside its range is a
-  bug in the measurement, not a result: a criterion reading it is an error (inconclusive when its step was
-  disturbed), and the report lists it among the open problems.
+- **plausibility**: every metric with a physical range declares it once (validation.plausibility.RANGES): a scaling
+  efficiency above 1.1 or at most 0, a tokens/s CV above 50%, an MFU above 100%, a negative time. A figure outside
+  its range is a bug in the measurement, not a result: a criterion reading it is an error (inconclusive when its
+  step was disturbed), and the report lists it among the open problems.
 - **performance metrics**: what a kind measures about speed (StepKind.performance: patterns over its metric
   names), as opposed to correctness (a loss that falls, tests that pass), which still decides on a busy machine.
 
@@ -28,9 +28,9 @@ from typing import Any, Iterable
 
 from validation import steps as step_kinds
 from validation.formatting import as_dict, as_list
-from validation.interference import disturbed, launch_records, step_interference
+from validation.interference import disturbed, launch_records, step_interference  # noqa: F401 - the run's judge
 from validation.launch.telemetry import interference_rules
-from validation.plausibility import implausible
+from validation.plausibility import implausible, range_of
 from validation.steps.base import metric_declared
 
 
@@ -101,12 +101,12 @@ def assess(runbook, results: dict, run_dir: str) -> dict[str, Any]:
     in_order = [as_dict(steps.get(s.name)) for s in runbook.steps()]
     for kind in step_kinds.kinds():
         for fig in kind.key_figures(in_order):
-            problem = as_dict(fig[1]).get("problem")
-            if problem:
-                who = as_dict(fig[1]).get("steps") or []
-                bad.append({"step": ", ".join(map(str, who)) or "run", "metric": as_dict(fig[1]).get("label"),
-                            "value": as_dict(fig[1]).get("raw"), "range": as_dict(fig[1]).get("range"),
-                            "reason": problem,
+            fig = as_dict(fig[1])
+            r = range_of(str(fig.get("figure") or ""))
+            if fig.get("problem") and r is not None:
+                who = fig.get("steps") or []
+                bad.append({"step": ", ".join(map(str, who)) or "run", "metric": fig.get("label"),
+                            "value": fig.get("raw"), "range": r.text(), "reason": r.reason,
                             "disturbed": any(d["step"] in who for d in disturbed_steps)})
     rerun = rerun_command(as_dict(results.get("runbook")).get("path") or "RUNBOOK", run_dir,
                           [d["step"] for d in disturbed_steps] + [b["step"] for b in bad if b["step"] in steps])

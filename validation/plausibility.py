@@ -65,6 +65,11 @@ def _range_for(path: tuple) -> Range | None:
     return None
 
 
+def range_of(name: str) -> Range | None:
+    """The declared range of the metric named `name` ("scaling_efficiency", "toks_per_s.cv"), or None."""
+    return _range_for(tuple(name.split("."))) if name else None
+
+
 def implausible(metrics: Any, at: tuple = (), shown: tuple = ()) -> list[dict[str, Any]]:
     """Every figure in `metrics` outside its declared range: [{"metric" (dotted, after `shown`), "value", "range",
     "reason"}]. `metrics` is a launch's metrics, or the part of them at key path `at` (what a criterion read)."""

@@ -107,7 +107,7 @@ class Train(TrainerKind):
             figures.append((30, {"label": "Scaling efficiency",
                                  "value": f"{value}: NOT A RESULT, outside its physical range" if problem else value,
                                  "note": scaling["note"], "steps": scaling["steps"], "raw": v,
-                                 "problem": problem, "range": "(0, 1.1]" if problem else None}))
+                                 "figure": "scaling_efficiency", "problem": problem}))
         return figures
 
 

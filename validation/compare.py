@@ -17,6 +17,10 @@ Per row (a trainer launch of A and the launch of B with the same step and label)
   undisturbed in both runs, a one-sample t over them (significance.compare_shift), its noise floor at least
   COMMON_MIN_SHIFT: a change of the code that slows every step (a fault that sleeps in each step) is found here
   even where no single step resolves it, while the whole-machine difference between two quiet runs is not.
+- the runbook's declared noise (its `compare` mapping, declared_noise): two runs differ as a whole, and each step
+  by more than its repeats inside one run show (the machine between the runs), by amounts one pair cannot measure;
+  A/A pairs on the runbook's machine can (benchmarks/bench_aa_compare.py). Every launch's noise is held to at least
+  its launch_sd and the common change's standard error to at least its run_sd.
 - final_loss and mem_peak_gb: one value per run, so no test: shown with their relative difference, marked
   "tested": false, never gating.
 Holm's step-down correction runs over every tested row (significance.adjust_family): the chance that any row of
@@ -34,6 +38,7 @@ compare_runs() returns (JSON-ready; `nsa-validate compare --json` prints it):
      "run_noise": {step: RunNoise.as_dict() ({"between", "total", "within", "df", "runs", "groups", "source",
                    "text"})} of the steps that ran repeats, or null,
      "step_spread": RunNoise.as_dict() of the spread of the steps' changes (step_spread), or null,
+     "declared_noise": DeclaredNoise.as_dict() (the runbooks' `compare` noise) or null,
      "family": {"correction": "holm", "alpha", "family_size", "statement", "significant", "regressions"},
      "rows": [row, ...], "regressions": [{"step", "metric", "rel", "text"}], "improvements": int,
      "exit_code": 0 | 1, "gate": one sentence, "warnings": [sentences]}
@@ -53,6 +58,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +134,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     if name_a != name_b:
         warnings.append(f"different runbooks: {name_a} vs {name_b}")
     noise_by_step = measured_run_noise_by_step(a, dir_a, extra=[(b, dir_b)], names=("A", "B"))
+    declared = declared_noise(a, b)
     rows: list[dict[str, Any]] = []
     tested: list[tuple[int, Any]] = []
     units: dict[str, list[tuple[float, float]]] = {}  # group -> (mean A, mean B) of each undisturbed launch
@@ -170,7 +177,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     untestable: list[int] = []
     for i, label, va, vb, ma, mb, rn in pending:
         # each row held to the larger of its step's own run-to-run variation and the spread of every step's change
-        held = max((x for x in (rn, spread) if x is not None), key=lambda x: x.total, default=None)
+        held = max((x for x in (rn, spread, declared.launch) if x is not None), key=lambda x: x.total, default=None)
         try:  # a step without repeats: its run-to-run variation unknown, only a large change resolves on its own
             c = compare_windows(va, vb, stored_a=ma.get(METRIC), stored_b=mb.get(METRIC), higher_is_better=True,
                                 alpha=alpha, noise=noise, baseline="A", variant="B", metric=METRIC, run_noise=held,
@@ -183,6 +190,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
             tested.append((i, c))
     if len(ratios) >= COMMON_SHIFT_MIN_ROWS:
         c = compare_shift(ratios, min_shift=COMMON_MIN_SHIFT, alpha=alpha, noise=noise, baseline="A", variant="B",
+                          min_se=declared.run_sd, min_se_df=declared.df,
                           metric=METRIC)
         tested.append((len(rows), c))
         rows.append({"step": COMMON_ROW, "metric": METRIC, "tested": True})
@@ -201,7 +209,9 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
         rows[common].update(mean_a=None, mean_b=None, delta=None, note=(
             f"the mean change over {len(ratios)} steps' launches measured undisturbed in both runs (each step's "
             f"repeats averaged); its noise floor is at least {fmt_pct(COMMON_MIN_SHIFT)}, what two undisturbed runs "
-            "of one configuration on one machine can differ by as a whole"))
+            "of one configuration on one machine can differ by as a whole"
+            + (f"; its standard error at least the runbook's run_sd {fmt_pct(declared.run_sd)} ({declared.source})"
+               if declared.run_sd else "")))
     if disturbed_rows:
         warnings.append(f"{plural(disturbed_rows, 'launch', 'launches')} measured while other work used the machine "
                         "(telemetry): shown, never gating; run them again on a quiet machine")
@@ -223,6 +233,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
             "alpha": alpha, "noise": noise, "noise_source": "user" if noise is not None else "measured",
             "run_noise": {k: v.as_dict() for k, v in noise_by_step.items()} or None,
             "step_spread": spread.as_dict() if spread is not None else None,
+            "declared_noise": declared.as_dict(),
             "family": ({k: v for k, v in family.as_dict().items() if k != "comparisons"} if family else
                        {"correction": "holm", "alpha": alpha, "family_size": 0,
                         "statement": "no tested rows: nothing was corrected", "significant": 0, "regressions": 0}),
@@ -230,6 +241,51 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
             "regressions": [{"step": r["step"], "metric": r["metric"], "rel": r["rel"], "text": r["text"]}
                             for r in regressions],
             "improvements": improvements, "exit_code": exit_code, "gate": gate, "warnings": warnings}
+
+
+@dataclass(frozen=True)
+class DeclaredNoise:
+    """How two runs of the runbook differ when nothing changed, as its `compare` mapping declares (measured with
+    benchmarks/bench_aa_compare.py on its machine): run_sd, the sd of the change common to every step (log B/A);
+    launch (a RunNoise: one run's share of launch_sd, the sd of one launch's log B/A, so launch_sd / sqrt 2),
+    df (pairs - 1), source (words). The larger of A's and B's; everything None/0 when neither declares one."""
+    run_sd: float | None = None
+    launch: RunNoise | None = None
+    df: float | None = None
+    source: str = ""
+
+    def as_dict(self) -> dict[str, Any] | None:
+        if self.run_sd is None and self.launch is None:
+            return None
+        return {"run_sd": self.run_sd, "launch_sd": None if self.launch is None else self.launch.total * math.sqrt(2),
+                "df": self.df, "source": self.source}
+
+
+def declared_noise(a: dict, b: dict) -> DeclaredNoise:
+    """The runbooks' declared run-to-run noise (results.json's runbook record, key "compare"; see DeclaredNoise).
+    Two runs also differ as a whole, and each step by more than its repeats inside one run show (the machine
+    between the runs, step after step): one pair cannot measure that, A/A pairs can. compare holds the change
+    common to every step to a standard error of at least run_sd, and every launch's noise to at least launch_sd."""
+    found = [((run.get("runbook") or {}).get("compare") or {}, (run.get("runbook") or {}).get("name"))
+             for run in (a, b)]
+    found = [(d, name) for d, name in found if isinstance(d, dict) and d]
+    if not found:
+        return DeclaredNoise()
+
+    def largest(key: str) -> float | None:
+        vals = [float(d[key]) for d, _ in found if isinstance(d.get(key), (int, float)) and d[key] >= 0]
+        return max(vals) if vals else None
+
+    run_sd, launch_sd = largest("run_sd"), largest("launch_sd")
+    pairs = min(float(d["pairs"]) for d, _ in found if isinstance(d.get("pairs"), (int, float))) \
+        if any(isinstance(d.get("pairs"), (int, float)) for d, _ in found) else 2.0
+    df = max(pairs - 1.0, 1.0)
+    names = sorted({str(n) for _, n in found})
+    source = f"declared by runbook {', '.join(names)} from {pairs:g} A/A pairs"
+    launch = None if not launch_sd else RunNoise(
+        between=launch_sd / math.sqrt(2.0), total=launch_sd / math.sqrt(2.0), within=0.0, df=df, runs=int(2 * pairs),
+        groups=int(pairs), source=f"launch_sd {fmt_pct(launch_sd)} {source}")
+    return DeclaredNoise(run_sd=run_sd or None, launch=launch, df=df, source=source)
 
 
 def step_spread(ratios: list[float]) -> RunNoise | None:

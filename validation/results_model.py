@@ -44,6 +44,7 @@ RunbookRef: the runbook the run ran
     description         str
     path                str
     sha256              str                     of the runbook file (a resume says whether it changed)
+    compare             dict | None             its `compare` noise ({"run_sd", "launch_sd", "pairs"}); optional
 
 Options: the command line's selection
     only                list[str]               --only phases
@@ -194,11 +195,15 @@ class Tool(TypedDict):
     version: str
 
 
-class RunbookRef(TypedDict):
+class _RunbookRefKeys(TypedDict):
     name: str
     description: str
     path: str
     sha256: str
+
+
+class RunbookRef(_RunbookRefKeys, total=False):
+    compare: dict[str, float] | None  # absent in runs made before the runbook key existed
 
 
 class Options(TypedDict):

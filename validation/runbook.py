@@ -15,6 +15,7 @@
       warmup_steps: 5              # ... after excluding the first ones
       on_failure: continue         # continue (default) or stop: a failed step ends the run, the rest are skipped
     recommend: {env: {NSA_PREFILL_BATCHED: "1"}}   # settings always recommended (winners are added)
+    compare: {run_sd: 0.06, launch_sd: 0.12, pairs: 30}   # how two runs of it differ when nothing changed
     phases:
       - name: baseline
         title: Baseline DDP throughput
@@ -85,6 +86,7 @@ _TIME_LIMIT_RE = re.compile(r"\d+|\d+:\d\d(:\d\d)?|\d+-\d+(:\d\d(:\d\d)?)?")
 _SLURM_NAME_RE = re.compile(r"[A-Za-z0-9_.,-]+")
 # A runbook's name names its run directory (DEFAULT_RUNS/<name>-<time>): one path component, never `.`, `..` or hidden
 RUNBOOK_NAME_MAX = 200  # + "-YYYYmmdd-HHMMSS" stays within a file name's 255 bytes
+COMPARE_SD_MAX = 1.0  # compare.run_sd / launch_sd: sds of log-ratios; 1.0 (a factor e) already resolves nothing
 RUNBOOK_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
@@ -227,9 +229,30 @@ def _step(raw: Any, path: tuple, ctx: Ctx, phase: str, defaults: LaunchSettings,
                 options=kind.parse(own, path, ctx), kind_impl=kind)
 
 
+def _compare_noise(value: Any, ctx: Ctx) -> dict[str, float] | None:
+    """The runbook's `compare` mapping: how two runs of it on its machine differ when nothing changed, measured with
+    benchmarks/bench_aa_compare.py: run_sd (the sd of the change common to every step, log(B/A)), launch_sd (the sd
+    of one launch's log(B/A)), pairs (the A/A pairs they come from, at least 2). `compare` holds its noise to at
+    least these (validation.compare.declared_noise). None when absent."""
+    if value is None:
+        return None
+    raw = mapping(value, ("compare",), ctx, ("run_sd", "launch_sd", "pairs"), required=("pairs",))
+    if "run_sd" not in raw and "launch_sd" not in raw:
+        raise ctx.error(("compare",), "expected run_sd, launch_sd or both (with pairs)")
+    out: dict[str, float] = {"pairs": float(typed(raw["pairs"], int, ("compare", "pairs"), ctx, minimum=2))}
+    for key in ("run_sd", "launch_sd"):
+        if key in raw:
+            sd = typed(raw[key], float, ("compare", key), ctx, minimum=0.0)
+            if sd >= COMPARE_SD_MAX:
+                raise ctx.error(("compare", key), f"must be below {COMPARE_SD_MAX:g} (the sd of a log-ratio: 0.06 = "
+                                                  f"6%), got {sd:g}")
+            out[key] = sd
+    return out
+
+
 def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:
     raw = mapping(raw, (), ctx, ("name", "description", "requirements", "defaults", "phases", "acceptance",
-                                  "recommend"), required=("name", "phases"))
+                                  "recommend", "compare"), required=("name", "phases"))
     name = typed(raw["name"], str, ("name",), ctx)
     if not RUNBOOK_NAME_RE.fullmatch(name) or len(name) > RUNBOOK_NAME_MAX:
         raise ctx.error(("name",), f"{_brief(name)}: runbook names are one file name (letters, digits, _, - and ., "
@@ -241,6 +264,7 @@ def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:
     on_failure = typed(defaults_raw.get("on_failure", "continue"), str, ("defaults", "on_failure"), ctx,
                         choices=ON_FAILURE)
     recommend = mapping(raw.get("recommend"), ("recommend",), ctx, ("env",))
+    compare_noise = _compare_noise(raw.get("compare"), ctx)
     phases_raw = raw["phases"]
     if not isinstance(phases_raw, list) or not phases_raw:
         raise ctx.error(("phases",), "expected a non-empty list of phases")
@@ -295,7 +319,8 @@ def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:
             description=typed(c.get("description", ""), str, cpath + ("description",), ctx)))
     return Runbook(name=name, description=typed(raw.get("description", ""), str, ("description",), ctx),
                    path=path, sha256=sha, requirements=reqs, defaults=defaults, phases=phases,
-                   acceptance=acceptance, recommend_env=env_vars(recommend.get("env"), ("recommend", "env"), ctx))
+                   acceptance=acceptance, recommend_env=env_vars(recommend.get("env"), ("recommend", "env"), ctx),
+                   compare_noise=compare_noise)
 
 
 def check_inputs(rb: Runbook, cwd: Path, ctx: Ctx, raw: dict) -> None:

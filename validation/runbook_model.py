@@ -122,6 +122,10 @@ class Runbook:
     phases: list[Phase]
     acceptance: list[Criterion]
     recommend_env: dict[str, str]
+    # compare: how two runs of this runbook on its machine differ when nothing changed, measured with
+    # benchmarks/bench_aa_compare.py: {"run_sd", "launch_sd" (either may be absent), "pairs"}; None: not declared.
+    # Stored in results.json's runbook record; `compare` holds its noise to at least these
+    compare_noise: dict[str, float] | None = None
     # a --set of a defaults key that a step's own value overrides (`plan` shows them under the step, `run` warns)
     overridden: tuple[Overridden, ...] = ()
 

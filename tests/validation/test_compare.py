@@ -219,6 +219,34 @@ def test_identical_runs_rarely_flag_a_row_and_a_common_slowdown_is_found():
     assert common / 300 >= 0.8
 
 
+AA_NOISE = {"run_sd": 0.061, "launch_sd": 0.12, "pairs": 30}  # runbooks/aa_cpu.yaml's declaration
+
+
+def test_a_whole_run_shift_within_the_runbooks_declared_noise_is_not_a_regression(tmp_path):
+    """Two runs whose every step moved 12% (with 3% step to step), as two A/A runs on a 2-core machine did: a
+    regression of the common change when nothing says how much runs differ as a whole; not one where the runbook
+    declares its A/A noise (compare.run_sd / launch_sd), which still finds a 25% slowdown of every step."""
+    steps = ("sw25", "sw50", "sw100", "baseline", "single", "profiling", LONG)
+    jitter = dict(zip(steps, (0.0, 0.03, -0.02, 0.02, -0.03, 0.01, -0.01)))
+    a = smoke_like(tmp_path / "a", 3, run_cv=0.01)
+    b = smoke_like(tmp_path / "b", 4, shift={k: -0.12 + v for k, v in jitter.items()}, run_cv=0.01)
+    out = compare_runs(a, b, tmp_path / "a", tmp_path / "b")
+    assert out["exit_code"] == 1 and COMMON_ROW in {r["step"] for r in out["regressions"]}
+    assert out["declared_noise"] is None
+    for run in (a, b):
+        run["runbook"]["compare"] = AA_NOISE
+    out = compare_runs(a, b, tmp_path / "a", tmp_path / "b")
+    assert out["exit_code"] == 0, out["regressions"]
+    declared = out["declared_noise"]
+    assert declared["run_sd"] == 0.061 and abs(declared["launch_sd"] - 0.12) < 1e-12 and declared["df"] == 29
+    common = next(r for r in out["rows"] if r["step"] == COMMON_ROW)
+    assert common["rel"] < -0.1 and common["df"] == 29 and common["noise_floor"] >= 2 * 0.061 and "run_sd 6.1%" in common["note"]
+    c = smoke_like(tmp_path / "c", 4, shift={k: -0.25 + v for k, v in jitter.items()}, run_cv=0.01)
+    c["runbook"]["compare"] = AA_NOISE
+    out = compare_runs(a, c, tmp_path / "a", tmp_path / "c")
+    assert out["exit_code"] == 1 and COMMON_ROW in {r["step"] for r in out["regressions"]}
+
+
 def test_a_step_that_moved_between_runs_with_the_machine_is_not_a_change_but_one_that_moved_alone_is(tmp_path):
     """Two validation runs differ step by step by more than the repeats inside each show: B's sweep 12% faster in
     every repeat (its repeats agree within 1%) while the other steps moved by up to 12% either way is the machine

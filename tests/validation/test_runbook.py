@@ -128,6 +128,13 @@ def test_trainer_args_flags():
     (lambda r: r["defaults"]["args"].update({"out-dir": "../x"}), "defaults.args.out-dir: set by nsa-validate", None),
     (lambda r: r["defaults"].update(timeout_s=float("inf")), "defaults.timeout_s: must be a finite number", None),
     (lambda r: r["phases"][0]["steps"][0].update(name="s1\n"), "step names are identifiers", None),
+    (lambda r: r.update(compare={"run_sd": 0.06}), "compare: missing required key 'pairs'", None),
+    (lambda r: r.update(compare={"pairs": 30}), "compare: expected run_sd, launch_sd or both", None),
+    (lambda r: r.update(compare={"run_sd": -0.1, "pairs": 30}), "compare.run_sd: must be >= 0.0", None),
+    (lambda r: r.update(compare={"launch_sd": 1.5, "pairs": 30}), "compare.launch_sd: must be below 1", None),
+    (lambda r: r.update(compare={"launch_sd": "12%", "pairs": 30}), "compare.launch_sd: must be a number", None),
+    (lambda r: r.update(compare={"run_sd": 0.06, "pairs": 1}), "compare.pairs: must be >= 2", None),
+    (lambda r: r.update(compare={"floor": 0.15, "pairs": 30}), "compare.floor: unknown key", None),
 ])
 def test_schema_errors_name_file_key_and_line(tmp_path, edit, needle, line):
     raw = yaml.safe_load(MINIMAL)
@@ -139,6 +146,14 @@ def test_schema_errors_name_file_key_and_line(tmp_path, edit, needle, line):
     assert reported.isdigit(), message  # a line number, always
     if line is not None:
         assert int(reported) == line
+
+
+def test_declared_compare_noise_is_loaded_and_stored_as_given(tmp_path):
+    raw = yaml.safe_load(MINIMAL)
+    raw["compare"] = {"run_sd": 0.061, "launch_sd": 0.12, "pairs": 30}
+    rb = load_runbook(write(tmp_path, yaml.safe_dump(raw, sort_keys=False)))
+    assert rb.compare_noise == {"run_sd": 0.061, "launch_sd": 0.12, "pairs": 30.0}
+    assert load_runbook(write(tmp_path, MINIMAL)).compare_noise is None
 
 
 def test_error_line_points_at_the_offending_key(tmp_path):

@@ -353,12 +353,14 @@ def compare_paired(a_runs: Sequence[float | None], b_runs: Sequence[float | None
 
 def compare_shift(log_ratios: Sequence[float], *, min_shift: float, higher_is_better: bool = True,
                   alpha: float = ALPHA, noise: float | None = None, baseline: str = "a", variant: str = "b",
-                  metric: str = "toks_per_s") -> Comparison:
+                  metric: str = "toks_per_s", min_se: float | None = None,
+                  min_se_df: float | None = None) -> Comparison:
     """The change common to several measurements of b against a (every step of two validation runs): one log-ratio
     log(mean_b / mean_a) per measurement, a one-sample t over them (n - 1 df), so that each measurement's own noise,
     whatever it is, enters only through their spread. Its noise floor is at least `min_shift`: two runs of one
     configuration also differ as a whole (the machine between them), which no spread within them shows. At least 3
-    finite log-ratios."""
+    finite log-ratios. `min_se`: a standard error the mean change is held to at least (the sd of the whole-run change
+    between two runs when nothing changed, measured from A/A pairs), with `min_se_df` degrees of freedom when taken."""
     _check_alpha(alpha)
     _check_fraction(min_shift, "min_shift")
     _check_fraction(noise, "noise")
@@ -367,9 +369,14 @@ def compare_shift(log_ratios: Sequence[float], *, min_shift: float, higher_is_be
         raise StatsError(f"a common change needs at least 3 measurements, got {d.size}")
     sd = float(d.std(ddof=1))
     se = sd / math.sqrt(d.size)
-    floor = max(float(min_shift), t_ppf(1.0 - alpha / 2.0, d.size - 1) * se if se > 0 else 0.0)
+    df = float(d.size - 1)
+    if min_se is not None and min_se > se:
+        if not math.isfinite(min_se):
+            raise StatsError(f"min_se must be finite, got {min_se!r}")
+        se, df = float(min_se), float(min_se_df if min_se_df is not None else df)
+    floor = max(float(min_shift), t_ppf(1.0 - alpha / 2.0, df) * se if se > 0 else 0.0)
     return _finish(baseline=baseline, variant=variant, metric=metric, method="common", mean_a=1.0,
-                   mean_b=float(math.exp(d.mean())), log_rel=float(d.mean()), se=se, df=float(d.size - 1),
+                   mean_b=float(math.exp(d.mean())), log_rel=float(d.mean()), se=se, df=df,
                    n_a=int(d.size), n_b=int(d.size), ess_a=float(d.size), ess_b=float(d.size), floor=floor,
                    noise=noise, alpha=alpha, higher_is_better=higher_is_better)
 

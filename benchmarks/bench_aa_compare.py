@@ -28,7 +28,8 @@ on a 2-core machine loaded 6 to 9 (measured), so a pair 2.5 to 5 minutes; `--pai
 slowdown pairs in each condition: 80 pairs, 160 runs) takes 4 to 7 hours. Every run directory is kept under --out
 (a pair's record in its pair.json); Ctrl-C ends the run in progress and the busy load, prints the figures of the
 finished pairs and exits 130; `--continue` keeps the finished pairs of an earlier invocation into the same --out and
-runs the rest. --simulate replaces the runs by synthetic run directories
+runs the rest; `--recompare` runs nothing and compares the finished pairs under --out again with the current
+`compare` (and the runbook's current `compare` declaration where a run predates it). --simulate replaces the runs by synthetic run directories
 of the same shape (AR(1) throughput with a run-level variation, validation.significance.simulate's model; the A/B
 and the triage decided by the very functions the steps use, on the simulated runs; under "busy" a quarter of the
 launches marked disturbed) and runs compare in-process: a check of the counting without the machine, never a
@@ -642,6 +643,38 @@ def _earlier_pairs(out: Path, runbook: Path) -> dict:
     return done
 
 
+def recompare(out: Path, runbook: Path, conditions: Sequence[str]) -> list[dict]:
+    """The finished pairs under `out` (their pair.json, whatever runbook path they name; nothing is moved or
+    rewritten), each compared again in-process by the current `compare` (compare_runs). A run recorded before its
+    runbook declared its A/A noise gets the runbook's current `compare` declaration, in memory only: the figures
+    of the same runs under today's compare and declaration. The runs' own figures (verdicts, winners, culprits)
+    are as recorded."""
+    from validation.compare import compare_runs
+    from validation.runbook import load_runbook
+
+    declared = load_runbook(runbook).compare_noise
+    records = []
+    for condition in conditions:
+        for pair_dir in sorted((out / condition).glob("*")) if (out / condition).is_dir() else []:
+            rec = _load_json(pair_dir / "pair.json")
+            if not pair_dir.is_dir() or ".partial-" in pair_dir.name or not isinstance(rec, dict):
+                continue
+            if all(_finished(_d(r)) for r in _d(rec.get("runs")).values()):
+                results = [_load_json(pair_dir / side / "results.json") for side in ("a", "b")]
+                if all(isinstance(r, dict) for r in results):
+                    for r in results:
+                        ref = r.setdefault("runbook", {})
+                        if "compare" not in ref and declared is not None:
+                            ref["compare"] = declared
+                    try:
+                        cmp = compare_runs(results[0], results[1], pair_dir / "a", pair_dir / "b")
+                        rec["compare"] = compare_summary(cmp, cmp["exit_code"])
+                    except Exception as exc:  # a damaged run directory: an error, not a pair
+                        rec["compare"] = compare_summary(None, -1, f"{type(exc).__name__}: {exc}")
+            records.append(rec)
+    return records
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pairs", type=int, default=20, help="A/A pairs per condition (at least 20 for the figures)")
@@ -654,6 +687,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="where the run directories go (default: artifacts/bench_aa_compare)")
     ap.add_argument("--continue", dest="resume", action="store_true",
                     help="keep the finished pairs already in --out and run the rest")
+    ap.add_argument("--recompare", action="store_true",
+                    help="run nothing: compare the finished pairs under --out again with the current compare and "
+                         "the runbook's current `compare` declaration, and print their figures")
     ap.add_argument("--simulate", action="store_true", help="synthetic run directories instead of real runs")
     ap.add_argument("--seed", type=int, default=0, help="the seed of the busy windows, the slowdown pairs' run "
                                                         "order and --simulate")
@@ -674,7 +710,18 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     records: list[dict] = []
     interrupted = False
-    if args.simulate:
+    if args.recompare:
+        if args.simulate:
+            ap.error("--recompare reads real pairs: leave out --simulate")
+        records = recompare(out, args.runbook.resolve(), conditions)
+        if not records:
+            print(f"no finished pairs under {out / conditions[0]}" + (" or " + str(out / conditions[1])
+                                                                       if len(conditions) > 1 else ""))
+            return 2
+        totals = {k: sum(1 for p in records if p.get("kind") == k) for k in ("aa", "slow")}
+        for p in records:
+            print(pair_line(p, totals[p["kind"]]))
+    elif args.simulate:
         import numpy as np
 
         pair = SimulatedPairs(out, np.random.default_rng(args.seed))
@@ -697,6 +744,9 @@ def main(argv: list[str] | None = None) -> int:
                   "with --continue runs the rest)")
     figures = {c: condition_figures([p for p in records if p["condition"] == c]) for c in conditions}
     print()
+    if args.recompare:
+        print(f"(the stored runs under {out}, compared again by this checkout's compare; the runs' own figures as "
+              "recorded)")
     for c in conditions:
         for line in table_lines(c, figures[c]):
             print(line)
@@ -705,6 +755,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         doc = {"command": command, "simulated": args.simulate, "interrupted": interrupted,
                "runbook": None if args.simulate else str(args.runbook), "fault": SLOW_FAULT,
+               "recompared": args.recompare,
                "goals": {"false_alarm_at_most": GOAL, "detection_at_least": DETECT_GOAL},
                "load": args.load, "busy_procs": args.busy_procs, "seed": args.seed, "started": started,
                "finished": time.time(), "conditions": figures, "pairs": records}

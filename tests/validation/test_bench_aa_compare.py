@@ -293,3 +293,31 @@ def test_the_busy_load_and_the_run_end_on_ctrl_c(tmp_path, monkeypatch):
         bench.supervise([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "log", window=(0.0, 30.0))
     assert len(started) == 1 and started[0].returncode is not None and not _alive(started[0].pid)
     assert procs[0].returncode is not None  # the command itself was ended (SIGINT) and reaped
+
+
+def test_recompare_compares_the_stored_pairs_again_with_the_runbooks_current_declaration(tmp_path, capsys):
+    """--recompare runs nothing: each finished pair under --out (its pair.json) is compared again by the current
+    compare, with the runbook's `compare` declaration given to runs that predate it, in memory only. A 20% slowdown
+    is a regression without a declaration, and not under one that says two runs differ by far more."""
+    out = tmp_path / "pairs"
+    rec = bench.SimulatedPairs(out, np.random.default_rng(3))("none", "slow", 0)
+    assert rec["compare"]["exit"] == 1
+    (Path(rec["dir"]) / "pair.json").write_text(json.dumps(rec))
+    stored = {p: p.read_bytes() for p in Path(rec["dir"]).rglob("*.json")}
+    text = (REPO / "runbooks" / "aa_cpu.yaml").read_text()
+    assert "compare: {run_sd: 0.061, launch_sd: 0.12, pairs: 30}" in text
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(text.replace("compare: {run_sd: 0.061, launch_sd: 0.12, pairs: 30}\n", ""))
+    wide = tmp_path / "wide.yaml"
+    wide.write_text(text.replace("run_sd: 0.061, launch_sd: 0.12", "run_sd: 0.5, launch_sd: 0.9"))
+    again = bench.recompare(out, plain, ["none"])
+    assert len(again) == 1 and again[0]["compare"]["exit"] == 1
+    wider = bench.recompare(out, wide, ["none"])
+    assert wider[0]["compare"]["exit"] == 0 and wider[0]["compare"]["common"]["rel"] < -0.1
+    assert {p: p.read_bytes() for p in Path(rec["dir"]).rglob("*.json")} == stored  # nothing rewritten
+    js = tmp_path / "re.json"
+    assert bench.main(["--recompare", "--out", str(out), "--runbook", str(wide), "--json", str(js)]) == 0
+    doc = json.loads(js.read_text())
+    assert doc["recompared"] and doc["conditions"]["none"]["detected"]["k"] == 0
+    assert "slowdown 1/1" in capsys.readouterr().out
+    assert bench.main(["--recompare", "--out", str(tmp_path / "empty")]) == 2

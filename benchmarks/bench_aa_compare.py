@@ -28,8 +28,9 @@ on a 2-core machine loaded 6 to 9 (measured), so a pair 2.5 to 5 minutes; `--pai
 slowdown pairs in each condition: 80 pairs, 160 runs) takes 4 to 7 hours. Every run directory is kept under --out
 (a pair's record in its pair.json); Ctrl-C ends the run in progress and the busy load, prints the figures of the
 finished pairs and exits 130; `--continue` keeps the finished pairs of an earlier invocation into the same --out and
-runs the rest; `--recompare` runs nothing and compares the finished pairs under --out again with the current
-`compare` (and the runbook's current `compare` declaration where a run predates it). --simulate replaces the runs by synthetic run directories
+runs the rest; `--recompare` runs nothing: the finished pairs under --out are compared again, and their A/B and
+triage steps decided again, by the current code (with the runbook's current `compare` declaration where a run
+predates it). --simulate replaces the runs by synthetic run directories
 of the same shape (AR(1) throughput with a run-level variation, validation.significance.simulate's model; the A/B
 and the triage decided by the very functions the steps use, on the simulated runs; under "busy" a quarter of the
 launches marked disturbed) and runs compare in-process: a check of the counting without the machine, never a
@@ -643,16 +644,63 @@ def _earlier_pairs(out: Path, runbook: Path) -> dict:
     return done
 
 
+def redecide(results: dict, run_dir: Path, rb) -> dict[str, dict]:
+    """The runbook `rb`'s `ab` and `triage` steps decided again from one recorded run (results.json and its launches'
+    training.csv), by the functions the steps use, with the run's declared launch noise (results["runbook"]
+    ["compare"]): step name -> {"winner", "decided", "recommendable", "significant", "choice", "reason"} (ab) or
+    {"culprit", "ranked", "reason"} (triage). An A/B winner whose throughput was not stable is not kept, as the step
+    does; a step that cannot be decided again (its runs missing) is left out."""
+    from validation.interference import disturbed_flags
+    from validation.significance import StatsError, decide, pair_noise_from
+    from validation.steps.ab import pooled_summary
+    from validation.steps.trainer import run_values
+    from validation.triage import rank_suspects
+
+    noise = pair_noise_from(_d(results.get("runbook")).get("compare"))
+    out: dict[str, dict] = {}
+    for step in rb.steps():
+        rec = _d(_d(results.get("steps")).get(step.name))
+        if step.kind not in ("ab", "triage") or not rec.get("runs"):
+            continue
+        runs = [_d(r) for r in rec["runs"]]
+        labels = (["baseline", *step.variants] if step.kind == "ab" else ["config", *step.suspects])
+        shaken = disturbed_flags(runs, labels, step.repeats)
+        data: dict[str, list] = {label: [None] * step.repeats for label in labels}
+        for r in runs:
+            label, rep = str(r.get("label")), r.get("repeat")
+            if label in data and isinstance(rep, int) and 0 <= rep < step.repeats and not shaken[label][rep]:
+                values = run_values(run_dir, step, r, "toks_per_s")
+                if step.kind == "triage" and isinstance(values, list):  # the triage step ranks window medians
+                    values = statistics.median(values) if values else None
+                data[label][rep] = values
+        try:
+            if step.kind == "ab":
+                d = decide(data, default="baseline", metric="toks_per_s", pair_noise=noise)
+                winner = d.winner
+                if winner not in (None, "baseline") and not pooled_summary(runs, winner).get("throughput_stable"):
+                    winner = None
+                out[step.name] = {"winner": winner, "decided": d.comparison is not None,
+                                  "recommendable": d.recommendable and bool(winner),
+                                  "significant": winner is not None, "choice": d.choice, "reason": d.reason}
+            else:
+                ranking = rank_suspects(data["config"], {k: data[k] for k in step.suspects}, pair_noise=noise)
+                out[step.name] = {"culprit": ranking.culprit, "ranked": True, "reason": ranking.reason}
+        except StatsError:
+            continue
+    return out
+
+
 def recompare(out: Path, runbook: Path, conditions: Sequence[str]) -> list[dict]:
     """The finished pairs under `out` (their pair.json, whatever runbook path they name; nothing is moved or
-    rewritten), each compared again in-process by the current `compare` (compare_runs). A run recorded before its
-    runbook declared its A/A noise gets the runbook's current `compare` declaration, in memory only: the figures
-    of the same runs under today's compare and declaration. The runs' own figures (verdicts, winners, culprits)
-    are as recorded."""
+    rewritten), each compared again in-process by the current `compare` (compare_runs), and each run's `ab` and
+    `triage` steps decided again by the current decisions (redecide). A run recorded before its runbook declared its
+    A/A noise gets the runbook's current `compare` declaration, in memory only: the figures of the same runs under
+    today's compare, decisions and declaration. Verdicts and disturbances are as recorded."""
     from validation.compare import compare_runs
     from validation.runbook import load_runbook
 
-    declared = load_runbook(runbook).compare_noise
+    rb = load_runbook(runbook)
+    declared = rb.compare_noise
     records = []
     for condition in conditions:
         for pair_dir in sorted((out / condition).glob("*")) if (out / condition).is_dir() else []:
@@ -666,6 +714,11 @@ def recompare(out: Path, runbook: Path, conditions: Sequence[str]) -> list[dict]
                         ref = r.setdefault("runbook", {})
                         if "compare" not in ref and declared is not None:
                             ref["compare"] = declared
+                    for side, r in zip(("a", "b"), results):
+                        again = redecide(r, pair_dir / side, rb)
+                        summary = _d(rec["runs"].get(side))
+                        for key in ("ab", "triage"):
+                            summary[key] = [{**d, **again.get(d.get("step"), {})} for d in summary.get(key) or []]
                     try:
                         cmp = compare_runs(results[0], results[1], pair_dir / "a", pair_dir / "b")
                         rec["compare"] = compare_summary(cmp, cmp["exit_code"])
@@ -688,8 +741,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--continue", dest="resume", action="store_true",
                     help="keep the finished pairs already in --out and run the rest")
     ap.add_argument("--recompare", action="store_true",
-                    help="run nothing: compare the finished pairs under --out again with the current compare and "
-                         "the runbook's current `compare` declaration, and print their figures")
+                    help="run nothing: compare the finished pairs under --out again, and decide their A/B and "
+                         "triage steps again, with the current code and the runbook's current `compare` "
+                         "declaration, and print their figures")
     ap.add_argument("--simulate", action="store_true", help="synthetic run directories instead of real runs")
     ap.add_argument("--seed", type=int, default=0, help="the seed of the busy windows, the slowdown pairs' run "
                                                         "order and --simulate")
@@ -745,8 +799,8 @@ def main(argv: list[str] | None = None) -> int:
     figures = {c: condition_figures([p for p in records if p["condition"] == c]) for c in conditions}
     print()
     if args.recompare:
-        print(f"(the stored runs under {out}, compared again by this checkout's compare; the runs' own figures as "
-              "recorded)")
+        print(f"(the stored runs under {out}, compared and their A/B and triage steps decided again by this checkout; "
+              "verdicts and disturbances as recorded)")
     for c in conditions:
         for line in table_lines(c, figures[c]):
             print(line)

@@ -30,7 +30,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from validation.formatting import fmt_pct
-from validation.significance import ALPHA, StatsError, adjust_family, block_units, compare_paired, holm, t_ppf
+from validation.significance import (ALPHA, PairNoise, StatsError, adjust_family, block_units, compare_paired, holm,
+                                     t_ppf)
 from validation.stats import t_sf2
 
 EXPECTED_EXPONENT = 1.5  # above this the cost grows faster than NSA's linear-plus-quadratic-compressed law
@@ -327,16 +328,19 @@ class Ranking:
 
 def rank_suspects(baseline: Sequence[float | None], suspects: Mapping[str, Sequence[float | None]], *,
                   higher_is_better: bool = True, alpha: float = ALPHA, metric: str = "toks_per_s",
-                  noise: float | None = None, min_effect: float = CULPRIT_MIN_EFFECT) -> Ranking:
+                  noise: float | None = None, min_effect: float = CULPRIT_MIN_EFFECT,
+                  pair_noise: PairNoise | None = None) -> Ranking:
     """baseline[r], suspects[name][r]: the run means of repeat r (None: failed run). Each suspect is compared with
     the baseline, paired over repeats; Holm over the suspects; ranked by the improvement (rel, signed so that
     better is larger). The culprit: the suspect whose change improves the metric the most among those significant
     (adjusted p < alpha and beyond the noise floor), by at least `min_effect`, and in every repeat (a replicated
-    effect, not one repeat's luck); None when none is."""
+    effect, not one repeat's luck); None when none is. `pair_noise`: the least sd of one repeat's log-ratio (the
+    runbook's declared launch noise, significance.PairNoise)."""
     if not suspects:
         raise StatsError("triage needs at least one suspect")
     comps = [compare_paired(baseline, runs, higher_is_better=higher_is_better, alpha=alpha, noise=noise,
-                            baseline="config", variant=name, metric=metric) for name, runs in suspects.items()]
+                            baseline="config", variant=name, metric=metric, pair_noise=pair_noise)
+             for name, runs in suspects.items()]
     family = adjust_family(comps, alpha)
     sign = 1.0 if higher_is_better else -1.0
     ranked = tuple(sorted(family.comparisons, key=lambda c: -sign * c.rel))

@@ -314,6 +314,11 @@ def test_recompare_compares_the_stored_pairs_again_with_the_runbooks_current_dec
     assert len(again) == 1 and again[0]["compare"]["exit"] == 1
     wider = bench.recompare(out, wide, ["none"])
     assert wider[0]["compare"]["exit"] == 0 and wider[0]["compare"]["common"]["rel"] < -0.1
+    # the A/B and the triage decided again by today's functions, under the declared launch noise: nothing decides
+    for run in wider[0]["runs"].values():
+        assert [d["step"] for d in run["ab"]] == ["aa_ab"] and run["ab"][0]["winner"] is None
+        assert "no significant difference" in run["ab"][0]["reason"]
+        assert [t["step"] for t in run["triage"]] == ["aa_triage"] and run["triage"][0]["culprit"] is None
     assert {p: p.read_bytes() for p in Path(rec["dir"]).rglob("*.json")} == stored  # nothing rewritten
     js = tmp_path / "re.json"
     assert bench.main(["--recompare", "--out", str(out), "--runbook", str(wide), "--json", str(js)]) == 0

@@ -253,3 +253,40 @@ def test_a_single_run_decision_states_the_ab_tables_comparison_number_for_number
     for field in ("mean_a", "mean_b", "rel", "ci_low", "ci_high", "p_value"):
         assert getattr(best, field) == pytest.approx(getattr(table, field), rel=1e-12), field
     assert best.mean_a == pytest.approx(float(np.mean(base)))
+
+
+# ------------------------------------------------------------------------------ a runbook's declared launch noise
+def test_two_repeats_that_agree_by_chance_decide_nothing_under_the_runbooks_declared_launch_noise():
+    """Two interleaved repeats +8% and +9% (a paired t with 1 degree of freedom: significant) are within what one
+    launch differs from the next on a 2-core machine (aa_cpu's launch_sd 12% from 30 A/A pairs): no winner, no
+    culprit under the declaration; a 2x change still wins and is named."""
+    from validation.significance import PairNoise, compare_paired, decide, pair_noise_from
+    from validation.steps.trainer import declared_pair_noise
+    from validation.triage import rank_suspects
+
+    declared = {"run_sd": 0.061, "launch_sd": 0.12, "pairs": 30.0}
+    noise = pair_noise_from(declared)
+    assert noise == PairNoise(sd=0.12, df=29.0, source=noise.source) and "12.0%" in noise.source
+    assert pair_noise_from(None) is None and pair_noise_from({"run_sd": 0.06, "pairs": 30}) is None
+    assert pair_noise_from({"launch_sd": 0.0, "pairs": 30}) is None and pair_noise_from("x") is None
+    ctx = type("Ctx", (), {"results": {"runbook": {"name": "aa_cpu", "compare": declared}}})()
+    assert declared_pair_noise(ctx) == noise
+    assert declared_pair_noise(type("Ctx", (), {"results": {"runbook": {"name": "x"}}})()) is None
+
+    base, chance, real = [1000.0, 1010.0], [1080.0, 1100.9], [14000.0, 14700.0]  # real: x14, as batched prefill
+    assert compare_paired(base, chance).significant
+    held = compare_paired(base, chance, pair_noise=noise)
+    assert not held.significant and held.df == 1.0 and held.noise_floor > 0.5  # 1 df: blunter, never sharper
+    assert compare_paired(base, real, pair_noise=noise).significant
+
+    runs = {"baseline": base, "torch": chance}
+    assert decide(runs, default="baseline").winner == "torch"
+    d = decide(runs, default="baseline", pair_noise=noise)
+    assert d.winner is None and d.choice == "baseline" and not d.recommendable
+    assert d.recommended_repeats > decide(runs, default="baseline").recommended_repeats
+    d = decide({"baseline": base, "batched": real}, default="baseline", pair_noise=noise)
+    assert d.winner == "batched" and d.recommendable
+
+    assert rank_suspects(base, {"kernel_torch": chance}, min_effect=0.05).culprit == "kernel_torch"
+    assert rank_suspects(base, {"kernel_torch": chance}, min_effect=0.05, pair_noise=noise).culprit is None
+    assert rank_suspects(base, {"sel_v2": real}, pair_noise=noise).culprit == "sel_v2"

@@ -8,9 +8,9 @@ calculation for the number of repeats (power.py), and the decision rule of a swe
 Pure functions and frozen dataclasses with JSON-ready as_dict(); errors are validation.stats.StatsError.
 """
 
-from validation.significance.comparison import (ALPHA, MIN_FLOOR, Comparison, Family, Holm, RunNoise, adjust_family,
-                                                 compare_paired, compare_series, compare_units, holm, noise_floor,
-                                                 paired_cv, run_noise)
+from validation.significance.comparison import (ALPHA, MIN_FLOOR, Comparison, Family, Holm, PairNoise, RunNoise,
+                                                 adjust_family, compare_paired, compare_series, compare_units, holm,
+                                                 noise_floor, pair_noise_from, paired_cv, run_noise)
 from validation.significance.decision import Decision, decide, interleaved_order
 from validation.significance.distributions import norm_cdf, norm_ppf, t_ppf
 from validation.significance.power import (EFFECT, POWER, decision_power, detectable_effect, paired_power,
@@ -20,11 +20,11 @@ from validation.significance.units import (MIN_BLOCKS, Units, autocorrelation, b
 from validation.stats import StatsError
 
 __all__ = [
-    "ALPHA", "EFFECT", "MIN_BLOCKS", "MIN_FLOOR", "POWER", "Comparison", "Decision", "Family", "Holm", "RunNoise",
+    "ALPHA", "EFFECT", "MIN_BLOCKS", "MIN_FLOOR", "POWER", "Comparison", "Decision", "Family", "Holm", "PairNoise", "RunNoise",
     "StatsError",
     "Units", "adjust_family", "autocorrelation", "block_units", "compare_paired", "compare_series", "compare_units",
     "decide", "decision_power", "detectable_effect", "holm", "inefficiency", "interleaved_order", "lag1_corrected", "noise_floor",
-    "norm_cdf", "norm_ppf", "paired_cv", "paired_power", "recommended_repeats", "run_noise", "run_units",
+    "norm_cdf", "norm_ppf", "pair_noise_from", "paired_cv", "paired_power", "recommended_repeats", "run_noise", "run_units",
     "sokal_inefficiency",
     "t_ppf",
 ]

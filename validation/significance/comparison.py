@@ -106,6 +106,31 @@ class RunNoise:
         return out
 
 
+@dataclass(frozen=True)
+class PairNoise:
+    """The least sd of one repeat's log-ratio between two launches of a paired comparison (sd), the degrees of
+    freedom of its own estimate (df: shown, never used as the test's, which keeps the repeats' own) and where it comes
+    from (source): a runbook's declared launch noise (its `compare` mapping: launch_sd, from `pairs` A/A pairs on its
+    machine; pair_noise_from)."""
+
+    sd: float
+    df: float
+    source: str = ""
+
+
+def pair_noise_from(declared: Any) -> PairNoise | None:
+    """A runbook's `compare` mapping as stored in results.json ({"launch_sd", "pairs", ...}) -> PairNoise, or None
+    when it declares no launch_sd (or is not a mapping)."""
+    if not isinstance(declared, dict):
+        return None
+    sd, pairs = declared.get("launch_sd"), declared.get("pairs")
+    if not isinstance(sd, (int, float)) or isinstance(sd, bool) or not math.isfinite(sd) or sd <= 0:
+        return None
+    pairs = float(pairs) if isinstance(pairs, (int, float)) and not isinstance(pairs, bool) and pairs >= 2 else 2.0
+    return PairNoise(sd=float(sd), df=pairs - 1.0,
+                     source=f"the runbook's launch_sd {fmt_pct(float(sd))}, from {pairs:g} A/A pairs")
+
+
 def run_noise(groups: Sequence[Sequence[tuple[float | None, float | None]]], source: str = "") -> RunNoise | None:
     """The run-to-run variation of run means (RunNoise) from groups of repeated runs of one configuration each;
     every run is (its mean, the relative standard error of that mean within the run, or None when unknown).
@@ -326,10 +351,13 @@ def paired_pairs(a_runs: Sequence[float | None], b_runs: Sequence[float | None])
 
 def compare_paired(a_runs: Sequence[float | None], b_runs: Sequence[float | None], *, higher_is_better: bool = True,
                    alpha: float = ALPHA, min_floor: float = MIN_FLOOR, noise: float | None = None,
-                   baseline: str = "a", variant: str = "b", metric: str = "toks_per_s") -> Comparison:
+                   baseline: str = "a", variant: str = "b", metric: str = "toks_per_s",
+                   pair_noise: PairNoise | None = None) -> Comparison:
     """b against a from interleaved repeats: a_runs[r] and b_runs[r] are the run means of repeat r (None for a
     run that failed; that repeat is left out). One-sample t on the log-ratios; at least 2 complete repeats, all
-    means positive."""
+    means positive. `pair_noise`: the sd of one repeat's log-ratio is held to at least pair_noise.sd, with the
+    repeats' own degrees of freedom (a lower bound makes the test blunter, never sharper than the repeats alone):
+    two repeats that agree by chance do not decide."""
     _check_alpha(alpha)
     _check_fraction(min_floor, "min_floor")
     _check_fraction(noise, "noise")
@@ -341,12 +369,15 @@ def compare_paired(a_runs: Sequence[float | None], b_runs: Sequence[float | None
     d = np.log(xb / xa)
     r = d.size
     sd = float(d.std(ddof=1))
+    df = float(r - 1)
+    if pair_noise is not None and pair_noise.sd > sd:  # blunter, never sharper: the repeats' own df are kept
+        sd = pair_noise.sd
     se = sd / math.sqrt(r)
     floor = float(min_floor)
     if sd > 0:  # one variant's resolution with the repeat level removed: sd(d) / sqrt(2) per run
-        floor = max(floor, t_ppf(1.0 - alpha / 2.0, r - 1) * sd / math.sqrt(2.0 * r))
+        floor = max(floor, t_ppf(1.0 - alpha / 2.0, df) * sd / math.sqrt(2.0 * r))
     return _finish(baseline=baseline, variant=variant, metric=metric, method="paired", mean_a=float(xa.mean()),
-                   mean_b=float(xb.mean()), log_rel=float(d.mean()), se=se, df=float(r - 1), n_a=r, n_b=r,
+                   mean_b=float(xb.mean()), log_rel=float(d.mean()), se=se, df=df, n_a=r, n_b=r,
                    ess_a=float(r), ess_b=float(r), floor=floor, noise=noise, alpha=alpha,
                    higher_is_better=higher_is_better)
 

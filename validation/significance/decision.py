@@ -22,7 +22,10 @@ Rule (decide()):
      out before anything is compared. With interleaved repeats, a difference counts (a winner, the default beaten)
      only when it goes the same way in every interleaved block (REPLICATION_BLOCKS: each repeat up to three, then
      the first, middle and last third), not only on average: one odd stretch can make a paired t significant on
-     its own. A decision is `recommendable` (its setting may be exported, validation.acceptance)
+     its own. Where the runbook declares how much one launch differs from the next when nothing changed
+     (`pair_noise`: its `compare.launch_sd`, measured from A/A pairs), one repeat's noise is held to at least that:
+     two repeats that agree by chance (a paired t with 1 degree of freedom) decide nothing.
+     A decision is `recommendable` (its setting may be exported, validation.acceptance)
      only when it rests on a significant, replicated difference of interleaved repeats; one run per variant can
      choose what later steps run with, never what a user is told to set.
 interleaved_order() gives the run order for repeats: each repeat runs every variant once, in a random order
@@ -38,7 +41,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from validation.formatting import fmt_pct
-from validation.significance.comparison import (ALPHA, MIN_FLOOR, Comparison, RunNoise, compare_paired,
+from validation.significance.comparison import (ALPHA, MIN_FLOOR, Comparison, PairNoise, RunNoise, compare_paired,
                                                  compare_units, paired_cv, paired_pairs)
 from validation.significance.power import EFFECT, POWER, REPLICATION_BLOCKS, recommended_repeats
 from validation.significance.units import MIN_BLOCKS, Units, run_units
@@ -199,7 +202,7 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
            preference: Sequence[str] = (), higher_is_better: bool = True, metric: str = "toks_per_s",
            alpha: float = ALPHA, min_floor: float = MIN_FLOOR, effect: float = EFFECT, power: float = POWER,
            min_blocks: int = MIN_BLOCKS, min_repeats: int = 1, run_noise: RunNoise | None = None,
-           disturbed: Mapping[str, Sequence[bool]] | None = None) -> Decision:
+           disturbed: Mapping[str, Sequence[bool]] | None = None, pair_noise: PairNoise | None = None) -> Decision:
     """Decide a sweep or an A/B (see the module docstring).
 
     runs: label -> the variant's runs in repeat order; each run is its per-step series of `metric` after
@@ -214,6 +217,8 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
           single-run winners, whose significance cannot include drift between the runs.
     disturbed: label -> per repeat, whether that run was measured under interference (validation.launch.telemetry
           .interference); those runs are left out as if they had failed, and the decision says so.
+    pair_noise: with repeats, the least sd of one repeat's log-ratio (comparison.PairNoise: the runbook's declared
+          launch noise), so that a few repeats agreeing by chance do not decide; also behind the repeats advice.
     """
     if isinstance(min_repeats, bool) or not isinstance(min_repeats, int) or min_repeats < 1:
         raise StatsError(f"min_repeats: expected a positive integer, got {min_repeats!r}")
@@ -285,7 +290,8 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
         if repeats_mode:
             xa, _ = paired_pairs(base.means, var.means)
             if xa.size >= 2:
-                return compare_paired(base.means, var.means, baseline=base.label, variant=var.label, **kw)
+                return compare_paired(base.means, var.means, baseline=base.label, variant=var.label,
+                                      pair_noise=pair_noise, **kw)
             ua = run_units([m for m in base.means if m is not None])
             ub = run_units([m for m in var.means if m is not None])
             return compare_units(ua, ub, baseline=base.label, variant=var.label, **kw)
@@ -317,6 +323,8 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
     # the noise of one run mean, behind the repeats advice
     if method == "paired":
         cv = paired_cv(runner_up.means, best.means)
+        if pair_noise is not None:
+            cv = max(cv, pair_noise.sd / math.sqrt(2.0))
     elif method == "runs":
         cv = max(float(np.std([m for m in v.means if m is not None], ddof=1)) / v.level for v in usable)
     else:

@@ -38,7 +38,7 @@ from validation.significance.windows import compare_windows, measured_run_noise
 from validation.steps import train_report
 from validation.steps.base import with_labels
 from validation.steps.sweep import decision_mark, decision_view
-from validation.steps.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, order_seed, run_each, run_order,
+from validation.steps.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed, run_each, run_order,
                                       run_values, trainer_launch)
 from validation.steps._plot_helpers import bar_points
 
@@ -46,7 +46,7 @@ _TESTS = {"paired": "paired t on log-ratios of interleaved repeats", "blocks": "
           "runs": "Welch t on run means"}
 
 
-def _compare(base: list, variant: list, label: str, metric: str, higher: bool, rn):
+def _compare(base: list, variant: list, label: str, metric: str, higher: bool, rn, pair_noise=None):
     """The variant against the baseline: paired by repeat (2+ repeats with both runs), else block means of the
     single runs' windows with the run-to-run variation `rn`. StatsError when there is not enough data."""
     def mean(v):
@@ -56,7 +56,7 @@ def _compare(base: list, variant: list, label: str, metric: str, higher: bool, r
 
     if len(base) >= 2:
         return compare_paired([mean(v) for v in base], [mean(v) for v in variant], higher_is_better=higher,
-                              baseline="baseline", variant=label, metric=metric)
+                              baseline="baseline", variant=label, metric=metric, pair_noise=pair_noise)
     a, b = base[0], variant[0]
     if not isinstance(a, list) or not isinstance(b, list):
         raise StatsError("a run without its per-step values" if a is not None and b is not None else
@@ -131,7 +131,8 @@ class AB(TrainerKind):
         comps, notes = [], []
         for label in step.variants:
             try:
-                comps.append(_compare(clean["baseline"], clean[label], label, step.metric, higher, rn))
+                comps.append(_compare(clean["baseline"], clean[label], label, step.metric, higher, rn,
+                                      declared_pair_noise(ctx)))
             except StatsError as exc:
                 left_out = any(shaken["baseline"]) or any(shaken[label])
                 notes.append(f"{label}: not compared with the baseline ("
@@ -155,7 +156,7 @@ class AB(TrainerKind):
         if notes:
             result.setdefault("notes", []).extend(notes)
         if step.recommend:
-            self._decide(step, runs, data, ignored, higher, rn, seed, result)
+            self._decide(step, runs, data, ignored, higher, rn, seed, result, declared_pair_noise(ctx))
         conclusive = bool(as_dict(result.get("decision")).get("significant")) if step.recommend else False
         record = decision_record(result, conclusive)
         if record is not None:
@@ -163,7 +164,7 @@ class AB(TrainerKind):
         result.update(status="failed" if problems else "passed",
                       reason="; ".join(problems) or "; ".join(result.get("notes", [])) or None)
 
-    def _decide(self, step, runs, data, ignored, higher, rn, seed, result) -> None:
+    def _decide(self, step, runs, data, ignored, higher, rn, seed, result, pair_noise=None) -> None:
         """The recommendation: significance.decide over the baseline and the variants the trainer honoured, the
         baseline kept without a significant difference; a significant winner that was not stable is not kept."""
 
@@ -176,7 +177,7 @@ class AB(TrainerKind):
         shaken = disturbed_flags(runs, list(data), step.repeats)
         try:
             d = decide(candidates, default="baseline", higher_is_better=higher, metric=step.metric, run_noise=rn,
-                       disturbed={k: v for k, v in shaken.items() if k in candidates})
+                       disturbed={k: v for k, v in shaken.items() if k in candidates}, pair_noise=pair_noise)
         except StatsError as exc:
             result["decision"] = {"reason": f"no decision: {exc}", "significant": False, "choice": None, **extra}
             result["choice"] = result["winner"] = None

@@ -40,7 +40,7 @@ from validation.formatting import (as_dict, as_list, context_text, file_name, fi
 from validation.schema import mapping, setting_key, typed
 from validation.significance import StatsError, decide
 from validation.steps import train_report
-from validation.steps.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.steps.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.steps.base import with_labels
 from validation.steps._plot_helpers import bar_points
 
@@ -118,7 +118,8 @@ class Sweep(TrainerKind):
                                     "points": points}
         try:
             d = decide(data, default=keep, preference=preferred, higher_is_better=step.select_goal == "max",
-                       metric=step.select_metric, disturbed=disturbed_flags(runs, points, step.repeats))
+                       metric=step.select_metric, disturbed=disturbed_flags(runs, points, step.repeats),
+                       pair_noise=declared_pair_noise(ctx))
         except StatsError as exc:
             d = None
             decision.update(reason=f"no decision: {exc}", significant=False, choice=None)

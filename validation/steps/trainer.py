@@ -38,7 +38,7 @@ from validation.formatting import (NA, as_dict, as_list, context_text, env_text,
                                       fmt_rate, fmt_tflops, loss_text, mean_pm, mfu_text, stat_of, status_view,
                                       window_text)
 from validation.runbook_model import LaunchSettings, Step, references, resolve_references
-from validation.significance import interleaved_order
+from validation.significance import PairNoise, interleaved_order, pair_noise_from
 from validation.steps import train_report
 from validation.steps.base import StepKind, launch_identity, run_path, step_dir
 
@@ -212,6 +212,15 @@ def run_single(ctx, step: Step, launches: list[LaunchSpec], result: dict):
     status, reason, m = collect(ctx, step, spec, lr)
     result.update(status=status, reason=reason, metrics=m)
     return spec, lr
+
+
+def declared_pair_noise(ctx) -> PairNoise | None:
+    """The least noise of one repeat in a paired decision (A/B, sweep, triage) of this run: the runbook's declared
+    launch noise (its `compare` mapping, stored in results.json's runbook record; significance.pair_noise_from), or
+    None when it declares none."""
+    results = getattr(ctx, "results", None)
+    runbook = results.get("runbook") if isinstance(results, dict) else None
+    return pair_noise_from(runbook.get("compare") if isinstance(runbook, dict) else None)
 
 
 def order_seed(step: Step, run_dir: Path | None) -> int:

@@ -26,7 +26,7 @@ from validation.interference import decision_record, disturbed_flags
 from validation.formatting import as_dict, as_list, env_text, finite, fmt_num, fmt_pct, fmt_rate
 from validation.schema import env_vars, mapping, trainer_flags, typed
 from validation.significance import StatsError
-from validation.steps.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.steps.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.steps.base import with_labels
 from validation.triage import rank_suspects
 
@@ -97,7 +97,8 @@ class Triage(TrainerKind):
                              "config_toks_per_s": _mean(data[CONFIG]), "suspects": {}, "ranking": []}
         result["metrics"] = m
         try:
-            ranking = rank_suspects(data[CONFIG], {k: data[k] for k in step.suspects})
+            ranking = rank_suspects(data[CONFIG], {k: data[k] for k in step.suspects},
+                                    pair_noise=declared_pair_noise(ctx))
         except StatsError as exc:
             m["reason"] = f"no ranking: {exc}"
         else:

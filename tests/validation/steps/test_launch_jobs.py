@@ -123,19 +123,30 @@ def test_an_interrupt_ends_every_running_test_file(tmp_path, monkeypatch):
     path = _suite(tmp_path, {"test_a_waits.py": WAITS, "test_b_waits.py": WAITS, "test_c_waits.py": WAITS}, jobs=2)
     rb = load_runbook(path, cwd=tmp_path)
 
+    # Ctrl-C only while the run is running: the run ending first (its files failing at once) must fail this test,
+    # never interrupt the test session after it
+    ended, lock = threading.Event(), threading.Lock()
+
     def interrupt_once_both_run():
         deadline = time.monotonic() + 60
-        while len(os.listdir(tmp_path / "pids")) < 2 and time.monotonic() < deadline:
+        while len(os.listdir(tmp_path / "pids")) < 2 and time.monotonic() < deadline and not ended.is_set():
             time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: a KeyboardInterrupt in the main thread
+        with lock:
+            if not ended.is_set():
+                os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: a KeyboardInterrupt in the main thread
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Thread(target=interrupt_once_both_run, daemon=True)
     try:
         timer.start()
         with pytest.raises(KeyboardInterrupt):
-            Runner(rb, tmp_path / "run", RunOptions(cwd=tmp_path)).run()
+            try:
+                Runner(rb, tmp_path / "run", RunOptions(cwd=tmp_path)).run()
+            finally:
+                with lock:  # a SIGINT sent before this lands inside pytest.raises
+                    ended.set()
     finally:
+        ended.set()
         timer.join(timeout=70)
         signal.signal(signal.SIGINT, previous)
     pids = [int(p) for p in os.listdir(tmp_path / "pids")]

@@ -44,7 +44,8 @@ RunbookRef: the runbook the run ran
     description         str
     path                str
     sha256              str                     of the runbook file (a resume says whether it changed)
-    compare             dict | None             its `compare` noise ({"run_sd", "launch_sd", "pairs"}); optional
+    compare?            dict[str, float] | None  its `compare` noise ({"run_sd", "launch_sd", "pairs"}); absent in runs
+                                                 made before the key existed
 
 Options: the command line's selection
     only                list[str]               --only phases

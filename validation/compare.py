@@ -66,7 +66,7 @@ from validation import stats
 from validation.formatting import fmt_num, fmt_pct, plural
 from validation import steps as step_kinds
 from validation.significance import ALPHA, StatsError, adjust_family
-from validation.significance.comparison import RunNoise, compare_shift
+from validation.significance.comparison import RunNoise, compare_shift, pair_noise_from
 from validation.significance.windows import (METRIC, compare_windows, launch_series as _series,  # noqa: F401
                                              measured_run_noise, measured_run_noise_by_step, window_units)
 from validation.steps.base import StepKind
@@ -276,7 +276,9 @@ def declared_noise(a: dict, b: dict) -> DeclaredNoise:
         vals = [float(d[key]) for d, _ in found if isinstance(d.get(key), (int, float)) and d[key] >= 0]
         return max(vals) if vals else None
 
-    run_sd, launch_sd = largest("run_sd"), largest("launch_sd")
+    run_sd = largest("run_sd")
+    sides = [pair_noise_from(d) for d, _ in found]  # the one reader of a declared launch noise
+    launch_sd = max((x.sd for x in sides if x is not None), default=None)
     pairs = min(float(d["pairs"]) for d, _ in found if isinstance(d.get("pairs"), (int, float))) \
         if any(isinstance(d.get("pairs"), (int, float)) for d, _ in found) else 2.0
     df = max(pairs - 1.0, 1.0)

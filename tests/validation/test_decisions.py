@@ -266,7 +266,7 @@ def test_two_repeats_that_agree_by_chance_decide_nothing_under_the_runbooks_decl
 
     declared = {"run_sd": 0.061, "launch_sd": 0.12, "pairs": 30.0}
     noise = pair_noise_from(declared)
-    assert noise == PairNoise(sd=0.12, df=29.0, source=noise.source) and "12.0%" in noise.source
+    assert noise == PairNoise(sd=0.12, source=noise.source) and "12.0%" in noise.source and "30 A/A" in noise.source
     assert pair_noise_from(None) is None and pair_noise_from({"run_sd": 0.06, "pairs": 30}) is None
     assert pair_noise_from({"launch_sd": 0.0, "pairs": 30}) is None and pair_noise_from("x") is None
     ctx = type("Ctx", (), {"results": {"runbook": {"name": "aa_cpu", "compare": declared}}})()

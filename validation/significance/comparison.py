@@ -108,13 +108,14 @@ class RunNoise:
 
 @dataclass(frozen=True)
 class PairNoise:
-    """The least sd of one repeat's log-ratio between two launches of a paired comparison (sd), the degrees of
-    freedom of its own estimate (df: shown, never used as the test's, which keeps the repeats' own) and where it comes
+    """The least sd of one repeat's log-ratio between two launches of a paired comparison (sd) and where it comes
     from (source): a runbook's declared launch noise (its `compare` mapping: launch_sd, from `pairs` A/A pairs on its
-    machine; pair_noise_from)."""
+    machine; pair_noise_from). It carries no degrees of freedom on purpose: the repeats measure this very variance
+    themselves (r - 1 df), so the declared value only bounds it from below and the test keeps the repeats' df
+    (compare_paired). compare_shift differs: the change common to every step of two runs is one draw the runs cannot
+    measure at all, so a declared run_sd that sets its standard error brings its own df (pairs - 1)."""
 
     sd: float
-    df: float
     source: str = ""
 
 
@@ -127,7 +128,7 @@ def pair_noise_from(declared: Any) -> PairNoise | None:
     if not isinstance(sd, (int, float)) or isinstance(sd, bool) or not math.isfinite(sd) or sd <= 0:
         return None
     pairs = float(pairs) if isinstance(pairs, (int, float)) and not isinstance(pairs, bool) and pairs >= 2 else 2.0
-    return PairNoise(sd=float(sd), df=pairs - 1.0,
+    return PairNoise(sd=float(sd),
                      source=f"the runbook's launch_sd {fmt_pct(float(sd))}, from {pairs:g} A/A pairs")
 
 

@@ -109,6 +109,9 @@ and comparison in validation/steps/<kind>.py and declares its metric names in `m
     notes?              list[str]               remarks on the runs (e.g. a setting the trainer ignored)
     interference?       dict[str, JSONValue] | None  what else used the machine while it measured
                                                 (validation.evidence.step_interference: disturbed, launches, text)
+    superseded?         list[dict[str, JSONValue]]  runs of a repeat other work disturbed, run again (ab, sweep,
+                                                triage; the runbook's retry_disturbed): each LaunchRun's keys plus
+                                                superseded_by, the directory of the run that replaced it
 
 LaunchRun: one launch of a multi-launch step
     label               str
@@ -293,6 +296,7 @@ class StepResult(_StepKeys, total=False):
     order: list[str]
     notes: list[str]
     interference: dict[str, JSONValue] | None
+    superseded: list[dict[str, JSONValue]]
 
 
 class Criterion(TypedDict):

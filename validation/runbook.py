@@ -14,6 +14,7 @@
       window: 50                   # statistics over the last N steps ...
       warmup_steps: 5              # ... after excluding the first ones
       on_failure: continue         # continue (default) or stop: a failed step ends the run, the rest are skipped
+      retry_disturbed: 1           # ab, sweep, triage: a repeat other work disturbed is run again (0: never)
     recommend: {env: {NSA_PREFILL_BATCHED: "1"}}   # settings always recommended (winners are added)
     compare: {run_sd: 0.06, launch_sd: 0.12, pairs: 30}   # how two runs of it differ when nothing changed
     phases:
@@ -185,6 +186,7 @@ def _launch(raw: dict, path: tuple, ctx: Ctx, base: LaunchSettings) -> LaunchSet
         warmup_steps=get("warmup_steps", int, minimum=0),
         launcher=_launcher(raw.get("launcher"), path + ("launcher",), ctx, base.launcher),
         nnodes=get("nnodes", int, minimum=1),
+        retry_disturbed=get("retry_disturbed", int, minimum=0),
     )
 
 

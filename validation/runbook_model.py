@@ -63,6 +63,7 @@ class LaunchSettings:
     warmup_steps: int = 0
     launcher: Launcher = field(default_factory=Launcher)
     nnodes: int = 1
+    retry_disturbed: int = 1  # ab, sweep, triage: a repeat measured under interference is run again this often
 
 
 @dataclass(frozen=True)

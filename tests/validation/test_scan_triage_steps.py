@@ -134,7 +134,7 @@ def simulated_scan(monkeypatch, tmp_path, cliff_at):
         launched.append(spec)
         return "passed", None, {"toks_per_s": {"mean": 1000.0}}
 
-    def fake_run_each(ctx, step, launches, result):
+    def fake_run_each(ctx, step, launches, result, **_):
         runs = []
         for spec in launches:
             status, reason, m = fake_collect(ctx, step, spec, None)
@@ -183,7 +183,7 @@ def _simulated_triage(monkeypatch, tmp_path, disturbed):
     another process disturbed (their telemetry's interference)."""
     from validation.steps import triage as triage_mod
 
-    def fake_run_each(ctx, step, launches, result):
+    def fake_run_each(ctx, step, launches, result, **_):
         runs = [{"label": s.label, "params": s.params, "status": "passed", "reason": None, "dir": s.dir,
                  "command": s.argv, "repeat": s.repeat,
                  "metrics": {"interference": {"disturbed": disturbed(s), "text": "other processes used 1.50 of 2 "

@@ -274,9 +274,12 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
 
     if len(usable) < 2:
         only = usable[0].label if usable else None
-        choice = only if only is not None else default
-        text = (f"only {only} was measured: nothing to compare" if only else "no variant was measured")
-        if only is None and default is not None:
+        # the default was measured, but its runs were left out as disturbed: nothing was compared, so it is kept
+        default_shaken = default is not None and any(k == default for k, _ in shaken)
+        choice = default if default_shaken or only is None else only
+        how = " undisturbed" if shaken else ""
+        text = (f"only {only} was measured{how}: nothing to compare" if only else f"no variant was measured{how}")
+        if (only is None or default_shaken) and default is not None:
             text += f"; the default {default} is kept"
         return Decision(winner=None, choice=choice, default=default,
                         kept_default=choice is not None and choice == default, significant=False, comparison=None,

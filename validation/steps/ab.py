@@ -118,7 +118,7 @@ class AB(TrainerKind):
 
     def run(self, step, launches, result, ctx) -> None:
 
-        runs, problems = run_each(ctx, step, launches, result)
+        runs, problems = run_each(ctx, step, launches, result, retry_disturbed=True)
         labels = ["baseline", *step.variants]
         data: dict[str, list] = {label: [None] * step.repeats for label in labels}
         for r in runs:
@@ -255,6 +255,9 @@ class AB(TrainerKind):
             return super().summary_line(result)
         if chosen.get("significant"):
             return f" keep: {chosen.get('label')} (significant)"
+        decision = as_dict(result.get("decision"))
+        if decision and not decision.get("comparisons"):  # nothing was compared: no difference was looked for
+            return f" no decision, nothing compared: {chosen.get('label')} kept"
         return f" no significant difference: {chosen.get('label')} kept"
 
     def plots(self, name: str, result: dict, plotter) -> None:
@@ -281,8 +284,8 @@ def pooled_summary(runs: list[dict], label: str) -> dict:
         return {}
     if len(mine) == 1:
         return mine[0]
-    means = [m["toks_per_s"]["mean"] for m in mine if m.get("toks_per_s")]
-    return {"toks_per_s": {"mean": sum(means) / len(means), "n": len(means)},
+    means = [m["toks_per_s"]["mean"] for m in mine if as_dict(m.get("toks_per_s")).get("mean") is not None]
+    return {**({"toks_per_s": {"mean": sum(means) / len(means), "n": len(means)}} if means else {}),
             "throughput_stable": all(m.get("throughput_stable") for m in mine), "repeats": len(mine)}
 
 

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 BASE_KEYS = ("name", "kind", "title", "description", "requires", "optional", "on_failure")
 # Launch settings a step may take (and inherits from `defaults`); validation.runbook parses them.
 LAUNCH_KEYS = ("config", "env", "args", "nproc_per_node", "master_port", "port_retries", "timeout_s",
-               "stall_timeout_s", "window", "warmup_steps", "launcher", "nnodes")
+               "stall_timeout_s", "window", "warmup_steps", "launcher", "nnodes", "retry_disturbed")
 # Launch settings of a step that runs one command and no trainer (a test suite, a benchmark).
 COMMAND_LAUNCH_KEYS = ("env", "timeout_s", "launcher")
 # What a criterion reads of every step besides its metrics (validation.acceptance's namespace): "runs" maps each

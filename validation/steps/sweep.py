@@ -104,7 +104,7 @@ class Sweep(TrainerKind):
         return out
 
     def run(self, step, launches, result, ctx) -> None:
-        runs, problems = run_each(ctx, step, launches, result)
+        runs, problems = run_each(ctx, step, launches, result, retry_disturbed=True)
         points = dict(sweep_points(step))
         data: dict[str, list] = {label: [None] * step.repeats for label in points}
         for r in runs:
@@ -157,6 +157,9 @@ class Sweep(TrainerKind):
         source = as_dict(result.get("decision")).get("default_source")
         how = {"prefer": "preferred", "runbook": "the runbook's value", "first": "the matrix's first point"}.get(
             str(source), "kept") if choice.get("kept_default") else "preferred"
+        decision = as_dict(result.get("decision"))
+        if decision and not decision.get("comparisons"):  # nothing was compared: no difference was looked for
+            return f" no decision, nothing compared: {params} kept ({how})"
         return f" no significant difference: {params} kept ({how})"
 
     def view(self, result: dict, view: dict) -> dict:

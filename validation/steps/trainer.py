@@ -22,6 +22,7 @@ the device telemetry over the window ("gpu_util", "throttled", "cpu_util", "rss_
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import sys
 from collections import Counter
@@ -34,6 +35,7 @@ from validation.launch.spec import LaunchSpec
 from validation.metric_names import DERIVED_KEYS, METRIC_COLUMNS, STAT_NAMES
 from validation.metrics import USABLE_STATUSES
 from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
+from validation.interference import run_disturbed
 from validation.formatting import (NA, as_dict, as_list, context_text, env_text, finite, fmt_gb, fmt_num, fmt_pct,
                                       fmt_rate, fmt_tflops, loss_text, mean_pm, mfu_text, stat_of, status_view,
                                       window_text)
@@ -252,21 +254,69 @@ def run_values(run_dir: Path, step: Step, run: dict, metric: str) -> list[float]
     return mean
 
 
-def run_each(ctx, step: Step, launches: list[LaunchSpec], result: dict) -> tuple[list[dict], list[str]]:
+def run_each(ctx, step: Step, launches: list[LaunchSpec], result: dict,
+             retry_disturbed: bool = False) -> tuple[list[dict], list[str]]:
     """Run every launch in order (a sweep's points, an A/B's variants and repeats), each recorded in
-    result["runs"] and saved as soon as it ends. Returns (runs, problems: "label: reason" of those that failed)."""
+    result["runs"] and saved as soon as it ends. Returns (runs, problems: "label: reason" of those that failed).
+
+    retry_disturbed (the kinds that decide from interleaved repeats: ab, sweep, triage): a repeat in which a launch
+    was measured under interference (validation.interference.run_disturbed) is run again, the whole repeat in its
+    order, up to the step's `retry_disturbed` times (LaunchSettings, default 1), each attempt in <dir>_retry<n>.
+    A decision never stands on disturbed runs; run again, a passing neighbour leaves the decision its evidence.
+    The runs an attempt replaces move to result["superseded"] (with "superseded_by"), their files kept, and a note
+    says what was run again and why."""
     runs, problems = [], []
-    for i, spec in enumerate(launches):
-        lr = ctx.launch(spec, i, len(launches))
+
+    def one(spec: LaunchSpec, index: int, total: int) -> tuple[dict, str | None]:
+        lr = ctx.launch(spec, index, total)
         ctx.record(result, spec, lr)
         status, reason, m = collect(ctx, step, spec, lr)
-        runs.append({"label": spec.label, "params": spec.params, "status": status, "reason": reason,
-                     "dir": spec.dir, "command": lr.argv, "metrics": m, "repeat": spec.repeat})
-        if status != "passed":
-            problems.append(f"{spec.label}: {reason}")
+        run = {"label": spec.label, "params": spec.params, "status": status, "reason": reason,
+               "dir": spec.dir, "command": lr.argv, "metrics": m, "repeat": spec.repeat}
+        return run, (None if status == "passed" else f"{spec.label}: {reason}")
+
+    for i, spec in enumerate(launches):
+        run, problem = one(spec, i, len(launches))
+        runs.append(run)
+        if problem:
+            problems.append(problem)
         result["runs"] = runs
         ctx.save()
+    attempts = step.launch.retry_disturbed if retry_disturbed else 0
+    for attempt in range(1, attempts + 1):
+        again = sorted({r["repeat"] for r in runs if run_disturbed(r) and isinstance(r.get("repeat"), int)})
+        if not again:
+            break
+        block = [(i, spec) for i, spec in enumerate(launches) if spec.repeat in again]
+        shaken = [runs[i]["dir"] for i, _ in block if run_disturbed(runs[i])]
+        for k, (i, spec) in enumerate(block):
+            retry = retry_spec(spec, attempt)
+            run, problem = one(retry, k, len(block))
+            old = {**runs[i], "superseded_by": run["dir"]}
+            result.setdefault("superseded", []).append(old)
+            if old["status"] != "passed":
+                problems.remove(f"{spec.label}: {old['reason']}")
+            if problem:
+                problems.append(problem)
+            runs[i] = run
+            result["runs"] = runs
+            ctx.save()
+        result.setdefault("notes", []).append(
+            f"run again (attempt {attempt + 1} of repeat(s) {', '.join(str(r + 1) for r in again)}, every launch of "
+            f"the repeat): other work used the machine while {', '.join(shaken)} ran; the first attempt's runs are "
+            "kept in superseded")
     return runs, problems
+
+
+def retry_spec(spec: LaunchSpec, attempt: int) -> LaunchSpec:
+    """`spec` run again in <dir>_retry<attempt> (its trainer's --out-dir moved with it)."""
+    rel = f"{spec.dir}_retry{attempt}"
+    new_dir = step_dir(spec.run_dir, rel)
+    out = None if spec.trainer_out_dir is None else new_dir / "out"
+    argv = list(spec.argv)
+    if out is not None and "--out-dir" in argv:
+        argv[argv.index("--out-dir") + 1] = str(out)
+    return dataclasses.replace(spec, argv=argv, step_dir=new_dir, trainer_out_dir=out)
 
 
 def csv_verdict(m: dict, trainer_steps: Any) -> tuple[str, str | None, dict]:

@@ -86,7 +86,7 @@ class Triage(TrainerKind):
         return out
 
     def run(self, step, launches, result, ctx) -> None:
-        runs, problems = run_each(ctx, step, launches, result)
+        runs, problems = run_each(ctx, step, launches, result, retry_disturbed=True)
         result["order_seed"], result["order"] = order_seed(step, ctx.run_dir), [s.label for s in launches]
         data: dict[str, list] = {label: [None] * step.repeats for label in [CONFIG, *step.suspects]}
         shaken = disturbed_flags(runs, data, step.repeats)

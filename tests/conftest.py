@@ -42,10 +42,11 @@ def _cuda_present() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """`slow` tests (the kernels' full grids; end-to-end runs that repeat a covered path) run when selected
-    (`-m slow`) and by default where a CUDA device is present (natively they take seconds); elsewhere (the
-    interpreter on a CPU: minutes) the CI subset runs."""
-    if "slow" in (config.getoption("-m") or "") or not any("slow" in item.keywords for item in items):
+    """`slow` tests (the kernels' full grids; end-to-end runs that repeat a covered path) run when a marker
+    expression selects the tests (`-m slow`; `-m reliability` measures every reliability figure, the slow tests' too)
+    and by default where a CUDA device is present (natively they take seconds); elsewhere (the interpreter on a CPU:
+    minutes) the CI subset runs."""
+    if (config.getoption("-m") or "").strip() or not any("slow" in item.keywords for item in items):
         return
     if _cuda_present():
         return

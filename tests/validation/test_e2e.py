@@ -207,6 +207,7 @@ acceptance:
     assert by_name["gpu"]["status"] == "skipped"
 
 
+@pytest.mark.slow  # the fault matrix (test_faults.py) covers a crash, a hang with its stack dumps and no orphans in CI
 @pytest.mark.reliability
 def test_crashing_and_hanging_steps_are_reported_and_leave_no_process(cli, tmp_path, reliability):
     path = small_runbook(tmp_path, """\
@@ -235,7 +236,8 @@ phases:
     assert orphans(pids, cmdline_contains=str(tmp_path / "r")) == [], "trainer processes left behind"
 
 
-@pytest.mark.reliability
+@pytest.mark.slow  # in CI: SIGINT/SIGTERM/SIGHUP at every stage (test_signals.py, with --resume keeping the finished
+@pytest.mark.reliability  # step) and SIGKILL mid-step then --resume (test_faults.py)
 def test_interrupt_then_resume_skips_finished_steps(cli, tmp_path, reliability):
     path = small_runbook(tmp_path, """\
 phases:

@@ -75,6 +75,8 @@ def test_every_fault_is_classified_and_the_run_is_go(fault_run, reliability):
     assert steps["crash"][0] == "failed" and steps["hang"][0] == "hang" and steps["nan"][0] == "failed"
     assert steps["timeout"][0] == "timeout" and steps["port_clash"][0] == "passed"
     assert "non-finite loss" in steps["nan"][1] and "step 3" in steps["nan"][1]
+    # the hung ranks were asked for their stacks before they were ended, and the report names the crash
+    assert results["steps"]["hang"]["stack_dumps"] and "rank 1" in steps["hang"][1], results["steps"]["hang"]
     # the clash was really met: the first attempt's log is kept next to the successful one
     assert list((run_dir / "port_clash").glob("stdout.attempt1.log"))
     report = (run_dir / "report.md").read_text()

@@ -1,0 +1,79 @@
+"""The A/B's stability rule (validation.steps.ab): one run per variant, a significant winner whose per-step
+throughput varied by more than 15% is not kept and nothing is recommended (its block means assume a steady run);
+with interleaved repeats the run means are what is tested, so a winner ahead in every repeat is kept and recommended
+even where one repeat's 20 ms steps jittered by more than that. The decision record never says "recommended" when
+the step kept the baseline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from validation.plan import step_launches
+from validation.runbook import load_runbook
+from validation.steps import ab as ab_mod
+from validation.steps import trainer as trainer_mod
+
+REPO = Path(__file__).resolve().parents[3]
+RB = """\
+name: t
+requirements: {gpus: 0, backend: gloo}
+defaults: {config: configs/tiny_cpu.yaml, args: {steps: 5}, nproc_per_node: 1}
+phases:
+  - name: p
+    steps:
+      - name: pick
+        kind: ab
+        baseline: {env: {NSA_PREFILL_BATCHED: "0"}}
+        variants: {batched: {env: {NSA_PREFILL_BATCHED: "1"}}}
+        repeats: %d
+        recommend: true
+"""
+
+
+def _run(monkeypatch, tmp_path, repeats):
+    """batched 10x faster; its last repeat's steps jitter (per-step CV 20%: throughput_stable False)."""
+    rng = np.random.default_rng(3)
+    path = tmp_path / "rb.yaml"
+    path.write_text(RB % repeats)
+    step = load_runbook(path, cwd=str(REPO)).steps()[0]
+
+    def jittery(spec):
+        return spec.label == "batched" and spec.repeat == repeats - 1
+
+    def fake_collect(ctx, step, spec, lr):
+        return "passed", None, {"toks_per_s": {"mean": 10000.0 if spec.label == "batched" else 1000.0},
+                                "throughput_stable": not jittery(spec),
+                                "interference": {"disturbed": False, "share": 0.0, "text": "no interference"}}
+
+    def values(run_dir, step, run, metric):
+        base = 10000.0 if run["label"] == "batched" else 1000.0
+        cv = 0.2 if run["label"] == "batched" and run["repeat"] == repeats - 1 else 0.01
+        return list(base * (1 + cv * rng.standard_normal(40)))
+
+    monkeypatch.setattr(trainer_mod, "collect", fake_collect)
+    monkeypatch.setattr(ab_mod, "run_values", values)
+    monkeypatch.setattr(ab_mod, "_ignored_settings", lambda ctx, step, runs, label: [])
+    monkeypatch.setattr(ab_mod, "declared_pair_noise", lambda ctx: None)
+    ctx = SimpleNamespace(run_dir=tmp_path, launch=lambda spec, i, n: SimpleNamespace(argv=spec.argv),
+                          record=lambda *a: None, save=lambda: None, results={"runbook": {"name": "t"}})
+    result = {}
+    ab_mod.AB().run(step, step_launches(step, {}, tmp_path), result, ctx)
+    return result
+
+
+def test_interleaved_repeats_keep_a_winner_ahead_in_every_repeat_despite_per_step_jitter(monkeypatch, tmp_path):
+    result = _run(monkeypatch, tmp_path, repeats=3)
+    d = result["decision"]
+    assert d["method"] == "paired" and d["significant"] and d["recommendable"]
+    assert result["choice"]["label"] == "batched" and "not stable" not in d["reason"]
+
+
+def test_one_run_each_an_unsteady_winner_is_not_kept_and_nothing_is_recommended(monkeypatch, tmp_path):
+    result = _run(monkeypatch, tmp_path, repeats=1)
+    d = result["decision"]
+    assert d["method"] == "blocks" and "not stable, so the baseline is kept" in d["reason"]
+    assert result["choice"]["label"] == "baseline" and not result["choice"]["significant"]
+    assert d["recommendable"] is False and d["recommendation"].startswith("nothing is recommended")

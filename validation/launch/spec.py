@@ -96,6 +96,7 @@ class LaunchSpec:
     params: dict[str, Any] = field(default_factory=dict)  # {"env.X": v, "args.y": w} of a sweep point / variant
     repeat: int = 0
     unresolved: list[str] = field(default_factory=list)  # sweep winners this launch waits for (plan mode)
+    window: int | None = None  # a trainer launch's statistics window (last N steps), when not its step's (an A/B variant)
 
     # ------------------------------------------------------------------ derived, decided here only
     @property

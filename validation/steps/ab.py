@@ -87,9 +87,10 @@ class AB(TrainerKind):
 
     def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
         def variant(value, vpath):
-            v = mapping(value, vpath, ctx, ("env", "args"))
+            v = mapping(value, vpath, ctx, ("env", "args", "window"))
             return {"env": env_vars(v.get("env"), vpath + ("env",), ctx),
-                    "args": trainer_flags(v.get("args"), vpath + ("args",), ctx)}
+                    "args": trainer_flags(v.get("args"), vpath + ("args",), ctx),
+                    "window": typed(v["window"], int, vpath + ("window",), ctx, minimum=1) if "window" in v else None}
 
         variants_raw = raw.get("variants")
         if not isinstance(variants_raw, dict) or not variants_raw:
@@ -113,7 +114,7 @@ class AB(TrainerKind):
                       **{f"args.{k}": v for k, v in variant["args"].items()}}
             out.append(trainer_launch(step, step.launch, label, f"{step.name}/{label}{suffix}", winners, run_dir,
                                       extra_args=variant["args"], extra_env=variant["env"], params=params,
-                                      repeat=repeat))
+                                      repeat=repeat, window=variant["window"]))
         return out
 
     def run(self, step, launches, result, ctx) -> None:

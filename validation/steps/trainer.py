@@ -132,7 +132,7 @@ def trainer_args(args: dict[str, Any]) -> list[str]:
 
 def trainer_launch(step: Step, launch: LaunchSettings, label: str, rel_dir: str, winners, run_dir,
                    extra_args: dict | None = None, extra_env: dict | None = None, params: dict | None = None,
-                   repeat: int = 0) -> LaunchSpec:
+                   repeat: int = 0, window: int | None = None) -> LaunchSpec:
     """One `python -m nsa.training` launch of `step` in RUN_DIR/rel_dir (out_dir rel_dir/out), with the step's
     env/args plus `extra_env`/`extra_args` (a sweep point, an A/B variant); ${x.winner...} references resolved
     from `winners`, or left as text in plan mode (winners None) and listed in `unresolved`."""
@@ -156,14 +156,14 @@ def trainer_launch(step: Step, launch: LaunchSettings, label: str, rel_dir: str,
         expected_ranks=launch.nproc_per_node * launch.nnodes,
         master_port=None if launch.master_port == "auto" else int(launch.master_port),
         port_retries=launch.port_retries, telemetry_s=TELEMETRY_INTERVAL_S, **launch_identity(step, label),
-        params=params or {}, repeat=repeat, unresolved=unresolved)
+        params=params or {}, repeat=repeat, unresolved=unresolved, window=window)
 
 
 # ---------------------------------------------------------------------------------------------- running
 def collect(ctx, step: Step, spec: LaunchSpec, lr) -> tuple[str, str | None, dict]:
     """(status, reason, metrics) of one trainer launch, from the files in its out_dir."""
     out_dir = ctx.run_dir / spec.out_dir
-    window = metrics.Window(last=step.launch.window, warmup=step.launch.warmup_steps)
+    window = metrics.Window(last=spec.window or step.launch.window, warmup=step.launch.warmup_steps)
     read = metrics.read_training_csv(out_dir / TRAINING_CSV)
     m = metrics.summarize(read, window, world_size=spec.world_size)
     m["world_size"] = spec.world_size

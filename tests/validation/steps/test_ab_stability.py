@@ -77,3 +77,38 @@ def test_one_run_each_an_unsteady_winner_is_not_kept_and_nothing_is_recommended(
     assert d["method"] == "blocks" and "not stable, so the baseline is kept" in d["reason"]
     assert result["choice"]["label"] == "baseline" and not result["choice"]["significant"]
     assert d["recommendable"] is False and d["recommendation"].startswith("nothing is recommended")
+
+
+def test_a_variant_may_measure_over_its_own_window(monkeypatch, tmp_path):
+    """cpu_smoke's batched prefill (20 ms steps) runs 40 steps and is measured over 38 of them, the sequential
+    baseline over the step's 8: each launch's statistics use its variant's window; a bad window is one clear error."""
+    from validation.runbook import RunbookError
+    from validation.steps import trainer as trainer_mod
+
+    rb = load_runbook(REPO / "runbooks" / "cpu_smoke.yaml")
+    prefill = next(s for ph in rb.phases for s in ph.steps if s.name == "prefill")
+    specs = step_launches(prefill, {}, tmp_path)
+    assert {s.label: s.window for s in specs} == {"baseline": None, "batched": 38}
+    assert all(trainer_mod.retry_spec(s, 1).window == s.window for s in specs)
+    seen = []
+
+    def summarize(read, window, world_size):
+        seen.append((window.last, window.warmup))
+        raise RuntimeError("enough")
+
+    monkeypatch.setattr(trainer_mod.metrics, "summarize", summarize)
+    for spec in specs[:2]:
+        try:
+            trainer_mod.collect(SimpleNamespace(run_dir=tmp_path), prefill, spec, None)
+        except RuntimeError:
+            pass
+    assert sorted(seen) == [(8, 2), (38, 2)]
+    path = tmp_path / "rb.yaml"
+    path.write_text((RB % 2).replace('variants: {batched: {env: {NSA_PREFILL_BATCHED: "1"}}}',
+                                     'variants: {batched: {env: {NSA_PREFILL_BATCHED: "1"}, window: 0}}'))
+    try:
+        load_runbook(path, cwd=str(REPO))
+    except RunbookError as exc:
+        assert "variants.batched.window" in str(exc)
+    else:
+        raise AssertionError("window: 0 was accepted")

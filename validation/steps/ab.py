@@ -38,7 +38,7 @@ from validation.significance.windows import compare_windows, measured_run_noise
 from validation.steps import train_report
 from validation.steps.base import with_labels
 from validation.steps.sweep import decision_mark, decision_view
-from validation.steps.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed, run_each, run_order,
+from validation.steps.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, declared_pair_noise, nothing_compared, order_seed, run_each, run_order,
                                       run_values, trainer_launch)
 from validation.steps._plot_helpers import bar_points
 
@@ -262,8 +262,7 @@ class AB(TrainerKind):
             return super().summary_line(result)
         if chosen.get("significant"):
             return f" keep: {chosen.get('label')} (significant)"
-        decision = as_dict(result.get("decision"))
-        if decision and not decision.get("comparisons"):  # nothing was compared: no difference was looked for
+        if nothing_compared(result):
             return f" no decision, nothing compared: {chosen.get('label')} kept"
         return f" no significant difference: {chosen.get('label')} kept"
 

@@ -40,7 +40,7 @@ from validation.formatting import (as_dict, as_list, context_text, file_name, fi
 from validation.schema import mapping, setting_key, typed
 from validation.significance import StatsError, decide
 from validation.steps import train_report
-from validation.steps.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.steps.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, nothing_compared, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.steps.base import with_labels
 from validation.steps._plot_helpers import bar_points
 
@@ -157,8 +157,7 @@ class Sweep(TrainerKind):
         source = as_dict(result.get("decision")).get("default_source")
         how = {"prefer": "preferred", "runbook": "the runbook's value", "first": "the matrix's first point"}.get(
             str(source), "kept") if choice.get("kept_default") else "preferred"
-        decision = as_dict(result.get("decision"))
-        if decision and not decision.get("comparisons"):  # nothing was compared: no difference was looked for
+        if nothing_compared(result):
             return f" no decision, nothing compared: {params} kept ({how})"
         return f" no significant difference: {params} kept ({how})"
 

@@ -265,21 +265,17 @@ def run_each(ctx, step: Step, launches: list[LaunchSpec], result: dict,
     A decision never stands on disturbed runs; run again, a passing neighbour leaves the decision its evidence.
     The runs an attempt replaces move to result["superseded"] (with "superseded_by"), their files kept, and a note
     says what was run again and why."""
-    runs, problems = [], []
+    runs: list[dict] = []
 
-    def one(spec: LaunchSpec, index: int, total: int) -> tuple[dict, str | None]:
+    def one(spec: LaunchSpec, index: int, total: int) -> dict:
         lr = ctx.launch(spec, index, total)
         ctx.record(result, spec, lr)
         status, reason, m = collect(ctx, step, spec, lr)
-        run = {"label": spec.label, "params": spec.params, "status": status, "reason": reason,
-               "dir": spec.dir, "command": lr.argv, "metrics": m, "repeat": spec.repeat}
-        return run, (None if status == "passed" else f"{spec.label}: {reason}")
+        return {"label": spec.label, "params": spec.params, "status": status, "reason": reason,
+                "dir": spec.dir, "command": lr.argv, "metrics": m, "repeat": spec.repeat}
 
     for i, spec in enumerate(launches):
-        run, problem = one(spec, i, len(launches))
-        runs.append(run)
-        if problem:
-            problems.append(problem)
+        runs.append(one(spec, i, len(launches)))
         result["runs"] = runs
         ctx.save()
     attempts = step.launch.retry_disturbed if retry_disturbed else 0
@@ -290,22 +286,24 @@ def run_each(ctx, step: Step, launches: list[LaunchSpec], result: dict,
         block = [(i, spec) for i, spec in enumerate(launches) if spec.repeat in again]
         shaken = [runs[i]["dir"] for i, _ in block if run_disturbed(runs[i])]
         for k, (i, spec) in enumerate(block):
-            retry = retry_spec(spec, attempt)
-            run, problem = one(retry, k, len(block))
-            old = {**runs[i], "superseded_by": run["dir"]}
-            result.setdefault("superseded", []).append(old)
-            if old["status"] != "passed":
-                problems.remove(f"{spec.label}: {old['reason']}")
-            if problem:
-                problems.append(problem)
+            run = one(retry_spec(spec, attempt), k, len(block))
+            result.setdefault("superseded", []).append({**runs[i], "superseded_by": run["dir"]})
             runs[i] = run
             result["runs"] = runs
             ctx.save()
         result.setdefault("notes", []).append(
             f"run again (attempt {attempt + 1} of repeat(s) {', '.join(str(r + 1) for r in again)}, every launch of "
-            f"the repeat): other work used the machine while {', '.join(shaken)} ran; the first attempt's runs are "
-            "kept in superseded")
+            f"the repeat): other work used the machine while {', '.join(shaken)} ran; the runs replaced are kept "
+            "in superseded")
+    problems = [f"{r['label']}: {r['reason']}" for r in runs if r["status"] != "passed"]
     return runs, problems
+
+
+def nothing_compared(result: dict) -> bool:
+    """Whether a step's decision compared nothing (every alternative but one left out): its summary line then says
+    "no decision, nothing compared", never "no significant difference"."""
+    decision = as_dict(result.get("decision"))
+    return bool(decision) and not decision.get("comparisons")
 
 
 def retry_spec(spec: LaunchSpec, attempt: int) -> LaunchSpec:

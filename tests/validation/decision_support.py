@@ -86,3 +86,28 @@ def run_runbook(monkeypatch, tmp_path: Path, text: str, trainer: FakeTrainer, ru
     path.write_text(text)
     rb = load_runbook(path)
     return runner.Runner(rb, tmp_path / run_name, runner.RunOptions(cwd=tmp_path)).run()
+
+
+def run_ab_step(monkeypatch, tmp_path: Path, runbook_text: str, collect, values) -> dict:
+    """One `ab` step's AB.run in-process, below the launcher: `collect(spec)` returns the metrics a launch's
+    telemetry and statistics would give (toks_per_s, throughput_stable, interference), `values(run)` the per-step
+    tokens/s of a run record (label, repeat). The step is the runbook's first; returns its result dict."""
+    from types import SimpleNamespace
+
+    from validation.plan import step_launches
+    from validation.runbook import load_runbook
+    from validation.steps import ab as ab_mod
+    from validation.steps import trainer as trainer_mod
+
+    path = tmp_path / "rb.yaml"
+    path.write_text(runbook_text)
+    step = load_runbook(path, cwd=str(Path(__file__).resolve().parents[2])).steps()[0]
+    monkeypatch.setattr(trainer_mod, "collect", lambda ctx, step, spec, lr: ("passed", None, collect(spec)))
+    monkeypatch.setattr(ab_mod, "run_values", lambda run_dir, step, run, metric: values(run))
+    monkeypatch.setattr(ab_mod, "_ignored_settings", lambda ctx, step, runs, label: [])
+    monkeypatch.setattr(ab_mod, "declared_pair_noise", lambda ctx: None)
+    ctx = SimpleNamespace(run_dir=tmp_path, launch=lambda spec, i, n: SimpleNamespace(argv=spec.argv),
+                          record=lambda *a: None, save=lambda: None, results={"runbook": {"name": "t"}})
+    result: dict = {}
+    ab_mod.AB().run(step, step_launches(step, {}, tmp_path), result, ctx)
+    return result

@@ -36,7 +36,7 @@ from validation.schema import NAME_RE, env_vars, mapping, trainer_flags, typed
 from validation.significance import StatsError, adjust_family, compare_paired, decide
 from validation.significance.windows import compare_windows, measured_run_noise
 from validation.steps import train_report
-from validation.steps.base import with_labels
+from validation.steps.base import DECIDING_LAUNCH_KEYS, with_labels
 from validation.steps.sweep import decision_mark, decision_view
 from validation.steps.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, declared_pair_noise, nothing_compared, order_seed, run_each, run_order,
                                       run_values, trainer_launch)
@@ -71,6 +71,7 @@ class AB(TrainerKind):
                "means; with recommend, a variant is kept only when significantly better (ahead in every repeat; one "
                "run each: also stable), else the baseline (never a setting the trainer reports as ignored)")
     keys = ("baseline", "variants", "repeats", "metric", "recommend")
+    launch_keys = DECIDING_LAUNCH_KEYS  # retry_disturbed too: it decides from repeats
     metrics = (("compared", "variants.<variant>.*", "decided", "significant", "choice", "kept_default")
                + tuple(f"<variant>.{m}" for m in TRAINER_METRICS + ("repeats",)) + RUN_METRICS)
     performance = (("variants", "decided", "significant", "choice", "kept_default")

@@ -55,6 +55,11 @@ BASE_KEYS = ("name", "kind", "title", "description", "requires", "optional", "on
 # Launch settings a step may take (and inherits from `defaults`); validation.runbook parses them.
 LAUNCH_KEYS = ("config", "env", "args", "nproc_per_node", "master_port", "port_retries", "timeout_s",
                "stall_timeout_s", "window", "warmup_steps", "launcher", "nnodes", "retry_disturbed")
+# A step of a kind that decides from repeats (ab, sweep, triage) may also set `retry_disturbed` (how often a repeat
+# other work disturbed runs again); `defaults` may set it for the whole runbook, any other step may not (it would
+# be silently ignored there).
+RETRY_KEY = "retry_disturbed"
+DECIDING_LAUNCH_KEYS = LAUNCH_KEYS
 # Launch settings of a step that runs one command and no trainer (a test suite, a benchmark).
 COMMAND_LAUNCH_KEYS = ("env", "timeout_s", "launcher")
 # What a criterion reads of every step besides its metrics (validation.acceptance's namespace): "runs" maps each
@@ -67,7 +72,7 @@ class StepKind:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     keys: ClassVar[tuple[str, ...]] = ()
-    launch_keys: ClassVar[tuple[str, ...]] = LAUNCH_KEYS
+    launch_keys: ClassVar[tuple[str, ...]] = tuple(k for k in LAUNCH_KEYS if k != RETRY_KEY)
     trainer: ClassVar[bool] = False
     host_only: ClassVar[bool] = False  # True: the runbook's requirements do not apply, only the step's `requires`
     plan_note: ClassVar[str | None] = None  # a line `nsa-validate plan` prints under the step (in-process work)

@@ -41,7 +41,7 @@ from validation.schema import mapping, setting_key, typed
 from validation.significance import StatsError, decide
 from validation.steps import train_report
 from validation.steps.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, nothing_compared, order_seed, run_each, run_order, run_values, trainer_launch
-from validation.steps.base import with_labels
+from validation.steps.base import DECIDING_LAUNCH_KEYS, with_labels
 from validation.steps._plot_helpers import bar_points
 
 RULE = ("a winner only when the best point beats every other one significantly (p < 0.05, block means of one "
@@ -55,6 +55,7 @@ class Sweep(TrainerKind):
                "order per repeat; a winner only when it beats every other point significantly, else the runbook's "
                "point (`prefer`) is kept; later steps use it as `${bucket_sweep.winner.env.NSA_DDP_BUCKET_MB}`")
     keys = ("matrix", "select", "repeats", "prefer")
+    launch_keys = DECIDING_LAUNCH_KEYS  # retry_disturbed too: it decides from repeats
     metrics = ("points", "runs", "passed", "repeats", "rule", "winner", "method", "noise_floor",
                "recommended_repeats", "decided", "significant", "choice", "kept_default", "selection") + RUN_METRICS
     performance = ("winner", "method", "noise_floor", "recommended_repeats", "decided", "significant", "choice",

@@ -27,7 +27,7 @@ from validation.formatting import as_dict, as_list, env_text, finite, fmt_num, f
 from validation.schema import env_vars, mapping, trainer_flags, typed
 from validation.significance import StatsError
 from validation.steps.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed, run_each, run_order, run_values, trainer_launch
-from validation.steps.base import with_labels
+from validation.steps.base import DECIDING_LAUNCH_KEYS, with_labels
 from validation.triage import rank_suspects
 
 CONFIG = "config"
@@ -40,6 +40,7 @@ class Triage(TrainerKind):
                "changed alone, interleaved repeats; suspects ranked by their effect on tokens/s with 95% CIs "
                "(paired, Holm over suspects); `triage.culprit` names one only when significant")
     keys = ("suspects", "repeats")
+    launch_keys = DECIDING_LAUNCH_KEYS  # retry_disturbed too: it decides from repeats
     metrics = ("culprit", "reason", "statement", "ranking.<i>", "config_toks_per_s", "repeats", "runs", "passed",
                *(f"suspects.<suspect>.{k}" for k in ("effect", "ci.<i>", "p", "p_adjusted", "significant", "verdict",
                                                       "toks_per_s", "changes.*", "noise_floor", "text"))) + RUN_METRICS

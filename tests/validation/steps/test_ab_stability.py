@@ -11,10 +11,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from decision_support import run_ab_step
 from validation.plan import step_launches
 from validation.runbook import load_runbook
-from validation.steps import ab as ab_mod
-from validation.steps import trainer as trainer_mod
 
 REPO = Path(__file__).resolve().parents[3]
 RB = """\
@@ -36,32 +35,20 @@ phases:
 def _run(monkeypatch, tmp_path, repeats):
     """batched 10x faster; its last repeat's steps jitter (per-step CV 20%: throughput_stable False)."""
     rng = np.random.default_rng(3)
-    path = tmp_path / "rb.yaml"
-    path.write_text(RB % repeats)
-    step = load_runbook(path, cwd=str(REPO)).steps()[0]
 
-    def jittery(spec):
-        return spec.label == "batched" and spec.repeat == repeats - 1
+    def jittery(label, repeat):
+        return label == "batched" and repeat == repeats - 1
 
-    def fake_collect(ctx, step, spec, lr):
-        return "passed", None, {"toks_per_s": {"mean": 10000.0 if spec.label == "batched" else 1000.0},
-                                "throughput_stable": not jittery(spec),
-                                "interference": {"disturbed": False, "share": 0.0, "text": "no interference"}}
+    def collect(spec):
+        return {"toks_per_s": {"mean": 10000.0 if spec.label == "batched" else 1000.0},
+                "throughput_stable": not jittery(spec.label, spec.repeat),
+                "interference": {"disturbed": False, "share": 0.0, "text": "no interference"}}
 
-    def values(run_dir, step, run, metric):
+    def values(run):
         base = 10000.0 if run["label"] == "batched" else 1000.0
-        cv = 0.2 if run["label"] == "batched" and run["repeat"] == repeats - 1 else 0.01
-        return list(base * (1 + cv * rng.standard_normal(40)))
+        return list(base * (1 + (0.2 if jittery(run["label"], run["repeat"]) else 0.01) * rng.standard_normal(40)))
 
-    monkeypatch.setattr(trainer_mod, "collect", fake_collect)
-    monkeypatch.setattr(ab_mod, "run_values", values)
-    monkeypatch.setattr(ab_mod, "_ignored_settings", lambda ctx, step, runs, label: [])
-    monkeypatch.setattr(ab_mod, "declared_pair_noise", lambda ctx: None)
-    ctx = SimpleNamespace(run_dir=tmp_path, launch=lambda spec, i, n: SimpleNamespace(argv=spec.argv),
-                          record=lambda *a: None, save=lambda: None, results={"runbook": {"name": "t"}})
-    result = {}
-    ab_mod.AB().run(step, step_launches(step, {}, tmp_path), result, ctx)
-    return result
+    return run_ab_step(monkeypatch, tmp_path, RB % repeats, collect, values)
 
 
 def test_interleaved_repeats_keep_a_winner_ahead_in_every_repeat_despite_per_step_jitter(monkeypatch, tmp_path):

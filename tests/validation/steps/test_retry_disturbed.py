@@ -7,10 +7,9 @@ from repeats; and an A/B whose baseline stays disturbed keeps its default and sa
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
-
 import pytest
 
+from decision_support import run_ab_step
 from validation.plan import step_launches
 from validation.runbook import RunbookError, load_runbook
 from validation.steps import ab as ab_mod
@@ -44,25 +43,17 @@ def _run(monkeypatch, tmp_path, disturbed, extra=""):
     Returns (result, the directories launched in order)."""
     launched = []
 
-    def fake_collect(ctx, step, spec, lr):
+    def collect(spec):
         launched.append(spec)
         shaken = disturbed(spec)
-        return "passed", None, {"toks_per_s": {"mean": 10000.0 if spec.label == "batched" else 1000.0},
-                                "throughput_stable": True, "interference": {"disturbed": shaken, "share": 0.5 if shaken else 0.0,
-                                                 "text": "other processes used 1.50 of 2 cores" if shaken else
-                                                 "no interference"}}
+        return {"toks_per_s": {"mean": 10000.0 if spec.label == "batched" else 1000.0}, "throughput_stable": True,
+                "interference": {"disturbed": shaken, "share": 0.5 if shaken else 0.0,
+                                 "text": "other processes used 1.50 of 2 cores" if shaken else "no interference"}}
 
-    monkeypatch.setattr(trainer_mod, "collect", fake_collect)
-    monkeypatch.setattr(ab_mod, "run_values",
-                        lambda run_dir, step, run, metric: [10000.0 + run["repeat"]] * 8
-                        if run["label"] == "batched" else [1000.0 + 3 * run["repeat"]] * 8)
-    monkeypatch.setattr(ab_mod, "_ignored_settings", lambda ctx, step, runs, label: [])
-    monkeypatch.setattr(ab_mod, "declared_pair_noise", lambda ctx: None)
-    step = _step(tmp_path, extra)
-    ctx = SimpleNamespace(run_dir=tmp_path, launch=lambda spec, i, n: SimpleNamespace(argv=spec.argv),
-                          record=lambda *a: None, save=lambda: None, results={"runbook": {"name": "t"}})
-    result = {}
-    ab_mod.AB().run(step, step_launches(step, {}, tmp_path), result, ctx)
+    def values(run):
+        return [10000.0 + run["repeat"]] * 8 if run["label"] == "batched" else [1000.0 + 3 * run["repeat"]] * 8
+
+    result = run_ab_step(monkeypatch, tmp_path, RB % extra, collect, values)
     return result, [s.dir for s in launched]
 
 
@@ -107,3 +98,15 @@ def test_no_retry_when_the_runbook_says_0(monkeypatch, tmp_path):
 def test_retry_disturbed_must_be_a_count(tmp_path):
     with pytest.raises(RunbookError, match="retry_disturbed"):
         _step(tmp_path, ", retry_disturbed: -1")
+
+
+def test_only_a_kind_that_decides_from_repeats_takes_retry_disturbed(tmp_path):
+    """In `defaults` it applies to the ab, sweep and triage steps; on a train step it would do nothing, so it is
+    refused there with the file's line, not silently accepted."""
+    assert _step(tmp_path, ", retry_disturbed: 2").launch.retry_disturbed == 2
+    path = tmp_path / "train.yaml"
+    path.write_text(RB.replace("kind: ab", "kind: train").replace("        recommend: true\n", "")
+                    .split("        baseline:")[0].replace("kind: train\n", "kind: train\n        retry_disturbed: 1\n")
+                    % "")
+    with pytest.raises(RunbookError, match=r"train.yaml:\d+: .*retry_disturbed: unknown key"):
+        load_runbook(path, cwd=str(REPO))

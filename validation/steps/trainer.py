@@ -240,14 +240,17 @@ def run_order(labels: list[str], repeats: int, seed: int) -> list[tuple[int, str
 
 def run_values(run_dir: Path, step: Step, run: dict, metric: str) -> list[float] | float | None:
     """What a significance decision needs of one run (validation.significance.decide): the per-step values of
-    `metric` over the step's window, else the window mean from the run's summary (a metric that is not a
-    training.csv column), else None (a failed run, or no such metric)."""
+    `metric` over the window the launch was summarised with (its metrics' window: an A/B variant's own `window`,
+    else the step's; the figures the report shows for it), else the window mean from the run's summary (a metric
+    that is not a training.csv column), else None (a failed run, or no such metric)."""
     if run.get("status") != "passed":
         return None
     m = run.get("metrics") or {}
     if m.get("csv"):
+        window = m.get("window") if isinstance(m.get("window"), dict) else {}
         values = metrics.window_values(Path(run_dir) / m["csv"], metric,
-                                       metrics.Window(step.launch.window, step.launch.warmup_steps))
+                                       metrics.Window(int(window.get("last") or step.launch.window),
+                                                      int(window.get("warmup", step.launch.warmup_steps))))
         if values:
             return values
     mean = finite((m.get(metric) or {}).get("mean") if isinstance(m.get(metric), dict) else m.get(metric))

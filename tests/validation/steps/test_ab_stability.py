@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from decision_support import run_ab_step
+from decision_support import run_ab_step, write_csv
 from validation.plan import step_launches
 from validation.runbook import load_runbook
 
@@ -90,6 +90,16 @@ def test_a_variant_may_measure_over_its_own_window(monkeypatch, tmp_path):
         except RuntimeError:
             pass
     assert sorted(seen) == [(8, 2), (38, 2)]
+    # and the decision reads each run over the window it was summarised with, not the step's 8 (it did: batched
+    # was decided on 0.16 s while its report showed 0.8 s; one level shift in those 8 steps left cpu_smoke's 12x
+    # prefill effect inconclusive on a quiet machine)
+    csv = tmp_path / "prefill" / "batched_r1" / "out" / "training.csv"
+    csv.parent.mkdir(parents=True)
+    write_csv(csv, [9000.0] * 32 + [5000.0] * 8)
+    run = {"status": "passed", "metrics": {"csv": "prefill/batched_r1/out/training.csv",
+                                           "window": {"last": 38, "warmup": 2, "n": 38}}}
+    values = trainer_mod.run_values(tmp_path, prefill, run, "toks_per_s")
+    assert len(values) == 38 and values.count(5000.0) == 8
     path = tmp_path / "rb.yaml"
     path.write_text((RB % 2).replace('variants: {batched: {env: {NSA_PREFILL_BATCHED: "1"}}}',
                                      'variants: {batched: {env: {NSA_PREFILL_BATCHED: "1"}, window: 0}}'))

@@ -50,16 +50,20 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "watchdog":
         return watchdog.main(argv[1:], prog="nsa-train watchdog")
     args = build_parser().parse_args(argv)  # --help and a bad flag end here, before torch is imported
+    rank = int(os.environ.get("RANK", "0") or 0)
+    try:  # a bad config or toggle ends here too, before the seconds of importing torch
+        cfg, config_path = resolve_config(args)
+        tg = Toggles.read()
+    except (ConfigError, UsageError, ValueError) as exc:  # ValueError: toggles name the variable
+        print(f"nsa-train: error: {exc}", file=sys.stderr)
+        return flags.EXIT_USAGE
     from nsa.attention import kernels  # torch and the kernels (seconds): imported once the command line has parsed
     from nsa.training import checkpoint, data, distributed, trainer  # torch (seconds): likewise
 
     marks = timeline.reset()  # start-up milestones (timeline.json), in seconds since this process started
     marks.mark("imports_done")
-    rank = int(os.environ.get("RANK", "0") or 0)
     _setup_logging(rank)
     try:
-        cfg, config_path = resolve_config(args)
-        tg = Toggles.read()
         safety.wait_at("pg_init", tg.fault, cfg.train.out_dir, rank)  # NSA_FAULT=wait@pg_init (a testing aid)
         info = distributed.init(cfg.train.device, cfg.train.pg_timeout_s)
         marks.mark("process_group_ready")

@@ -57,6 +57,20 @@ def test_a_bad_flag_is_refused_before_torch_is_imported():
     assert heavy == []
 
 
+def test_a_bad_config_or_toggle_is_refused_before_torch_is_imported(tmp_path):
+    """The config file and the NSA_* toggles are read before the trainer's imports (seconds), so that a user's
+    mistake is a one-line error at once."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: {stepz: 3}\n")
+    for argv, env in ((["--config", str(bad)], {}), (["--config", str(tmp_path / "none.yaml")], {}),
+                      (["--config", "configs/tiny_cpu.yaml"], {"NSA_PREFILL_BATCHED": "maybe"})):
+        proc = subprocess.run([sys.executable, "-c", AUDIT.format(heavy=HEAVY), json.dumps(argv)], cwd=REPO,
+                              capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+        lines = proc.stderr.strip().splitlines()
+        assert json.loads(lines[-1]) == [], argv
+        assert lines[0].startswith("nsa-train: error: ") and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_the_trainer_imports_no_torch_dynamo_unless_it_compiles():
     """torch._dynamo costs about a second at every trainer start-up; only a compiled model needs it (the selected
     branch's eager wrapper is made by prepare_compile, which the trainer calls before torch.compile)."""

@@ -410,8 +410,11 @@ def supervise(argv: list[str], log_path: Path, window: tuple[float, float] | Non
     t0 = time.monotonic()
     busy = None
     with open(log_path, "w") as log:
+        # SIGINT as Python's default for the child, whatever this process inherited (a shell's background job starts
+        # with SIGINT ignored, and a child still starting up would keep ignoring the SIGINT that _end sends)
         proc = subprocess.Popen(argv, cwd=REPO, env=_env(), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             if window is not None and not _wait(proc, t0 + window[0]):
                 busy = BusyLoad(busy_procs).start()

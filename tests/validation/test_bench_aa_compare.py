@@ -9,6 +9,7 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -290,12 +291,12 @@ def test_the_busy_load_and_the_run_end_on_ctrl_c(tmp_path, monkeypatch):
 
     monkeypatch.setattr(bench.subprocess, "Popen", popen)
     with pytest.raises(KeyboardInterrupt):
-        # the child takes SIGINT whatever it inherited (a shell's background job starts with SIGINT ignored, and
-        # then the command would wait out the 60 s before its SIGKILL)
-        bench.supervise([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, "
-                         "signal.default_int_handler); time.sleep(60)"], tmp_path / "log", window=(0.0, 30.0))
+        bench.supervise([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "log", window=(0.0, 30.0))
     assert len(started) == 1 and started[0].returncode is not None and not _alive(started[0].pid)
-    assert procs[0].returncode == 1  # the command itself was ended by SIGINT (KeyboardInterrupt) and reaped
+    # the command itself was ended by the SIGINT and reaped, not by the SIGKILL 60 s later: whatever SIGINT's
+    # disposition here (ignored under a shell's background job), the child takes it as Python's KeyboardInterrupt
+    # (exit 1), or as the default action while it is still starting (-2)
+    assert procs[0].returncode in (1, -signal.SIGINT)
 
 
 def test_recompare_compares_the_stored_pairs_again_with_the_runbooks_current_declaration(tmp_path, capsys):

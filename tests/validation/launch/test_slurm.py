@@ -295,6 +295,7 @@ def test_a_node_failure_is_a_failure_naming_node_fail(cluster, tmp_path, reliabi
     assert _node_state("nodeB").startswith(("idle", "mixed")), _node_state("nodeB")
 
 
+@pytest.mark.slow  # a minute of Slurm's smallest limit; in CI: TIMEOUT -> timeout above, and the step's timeout below
 @pytest.mark.reliability
 def test_slurms_own_time_limit_is_a_timeout(cluster, tmp_path, reliability):
     """time_limit 1 (minute, Slurm's smallest): the job is ended by Slurm, not by the step's timeout."""
@@ -371,7 +372,10 @@ def _slurm_runbook(tmp_path, steps: int) -> Path:
     return path
 
 
-@pytest.mark.parametrize("job_dies", [False, True], ids=["job-left-running", "job-died"])
+# in CI the job left running (the resume cancels it first); a job that died, as a local run's SIGKILL then resume
+# (test_faults.py), under -m slow
+@pytest.mark.parametrize("job_dies", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["job-left-running", "job-died"])
 @pytest.mark.reliability
 def test_resume_after_the_orchestrator_was_killed_mid_job(cluster, tmp_path, job_dies, reliability):
     rb, out = _slurm_runbook(tmp_path, steps=100_000), tmp_path / "run"
@@ -413,7 +417,8 @@ def test_resume_after_the_orchestrator_was_killed_mid_job(cluster, tmp_path, job
     assert (f"cancelling Slurm job {job_id}" in log) != job_dies
 
 
-@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+# SIGHUP takes the same path as SIGTERM here (and test_signals.py sends it to local runs at two stages): -m slow
+@pytest.mark.parametrize("signame", ["SIGTERM", pytest.param("SIGHUP", marks=pytest.mark.slow)])
 @pytest.mark.reliability
 def test_a_signal_to_the_orchestrator_cancels_the_job(cluster, tmp_path, signame, reliability):
     rb, out = _slurm_runbook(tmp_path, steps=100_000), tmp_path / "run"

@@ -248,9 +248,10 @@ def run_values(run_dir: Path, step: Step, run: dict, metric: str) -> list[float]
     m = run.get("metrics") or {}
     if m.get("csv"):
         window = m.get("window") if isinstance(m.get("window"), dict) else {}
-        values = metrics.window_values(Path(run_dir) / m["csv"], metric,
-                                       metrics.Window(int(window.get("last") or step.launch.window),
-                                                      int(window.get("warmup", step.launch.warmup_steps))))
+        last, warmup = window.get("last"), window.get("warmup")
+        values = metrics.window_values(Path(run_dir) / m["csv"], metric, metrics.Window(
+            last if isinstance(last, int) and last > 0 else step.launch.window,
+            warmup if isinstance(warmup, int) and warmup >= 0 else step.launch.warmup_steps))
         if values:
             return values
     mean = finite((m.get(metric) or {}).get("mean") if isinstance(m.get(metric), dict) else m.get(metric))

@@ -100,6 +100,9 @@ def test_a_variant_may_measure_over_its_own_window(monkeypatch, tmp_path):
                                            "window": {"last": 38, "warmup": 2, "n": 38}}}
     values = trainer_mod.run_values(tmp_path, prefill, run, "toks_per_s")
     assert len(values) == 38 and values.count(5000.0) == 8
+    # a run recorded without its window (a hand-edited or older results.json) falls back to the step's
+    run["metrics"]["window"] = {"last": None}
+    assert len(trainer_mod.run_values(tmp_path, prefill, run, "toks_per_s")) == 8
     path = tmp_path / "rb.yaml"
     path.write_text((RB % 2).replace('variants: {batched: {env: {NSA_PREFILL_BATCHED: "1"}}}',
                                      'variants: {batched: {env: {NSA_PREFILL_BATCHED: "1"}, window: 0}}'))

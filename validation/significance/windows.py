@@ -25,15 +25,21 @@ from validation.stats import StatsError
 METRIC = "toks_per_s"
 
 
-def launch_series(run_dir: Path, m: dict, metric: str = METRIC) -> list[float]:
-    """The window values of `metric` of one launch (its metrics name the csv and the window)."""
+def launch_series(run_dir: Path, m: dict, metric: str = METRIC, default: metrics.Window | None = None) -> list[float]:
+    """The window values of `metric` of one launch (its metrics name the csv and the window it was summarised
+    with). A window that is missing or unusable (an older or hand-edited results.json): `default` (a decision's
+    step window), else the last 50 steps when none is recorded, else nothing."""
     if not isinstance(m, dict) or not m.get("csv"):
         return []
-    window = m.get("window") or {}
+    window = m.get("window") if isinstance(m.get("window"), dict) else {}
     try:
+        if not window and default is not None:
+            raise ValueError("no window recorded")
         win = metrics.Window(last=int(window.get("last", 50)), warmup=int(window.get("warmup", 0)))
     except (metrics.MetricsError, TypeError, ValueError):
-        return []
+        if default is None:
+            return []
+        win = default
     return metrics.window_values(Path(run_dir) / m["csv"], metric, win)
 
 

@@ -41,6 +41,7 @@ from validation.formatting import (NA, as_dict, as_list, context_text, env_text,
                                       window_text)
 from validation.runbook_model import LaunchSettings, Step, references, resolve_references
 from validation.significance import PairNoise, interleaved_order, pair_noise_from
+from validation.significance.windows import launch_series
 from validation.steps import train_report
 from validation.steps.base import StepKind, launch_identity, run_path, step_dir
 
@@ -246,12 +247,9 @@ def run_values(run_dir: Path, step: Step, run: dict, metric: str) -> list[float]
     if run.get("status") != "passed":
         return None
     m = run.get("metrics") or {}
-    if m.get("csv"):
-        window = m.get("window") if isinstance(m.get("window"), dict) else {}
-        last, warmup = window.get("last"), window.get("warmup")
-        values = metrics.window_values(Path(run_dir) / m["csv"], metric, metrics.Window(
-            last if isinstance(last, int) and last > 0 else step.launch.window,
-            warmup if isinstance(warmup, int) and warmup >= 0 else step.launch.warmup_steps))
+    if m.get("csv"):  # the same values compare reads for this launch (significance.windows.launch_series)
+        values = launch_series(Path(run_dir), m, metric,
+                               default=metrics.Window(step.launch.window, step.launch.warmup_steps))
         if values:
             return values
     mean = finite((m.get(metric) or {}).get("mean") if isinstance(m.get(metric), dict) else m.get(metric))

@@ -6,6 +6,9 @@
                                                       # each eager, --compile and --cuda-graphs
     python benchmarks/bench_train.py --device cuda --repeats 3   # interleaved repeats: min / median / max of runs
     python benchmarks/bench_train.py --device cuda --modes eager,graphs --dry-run   # print the cases only
+    python benchmarks/bench_train.py --device cuda --modes graphs --repeats 2 \
+        --variant base:NSA_OPT_FUSED=0 --variant fused:NSA_OPT_FUSED=1          # an A/B, alternated A B A B
+    python benchmarks/bench_train.py --device cuda --modes graphs --contexts 16384,32768   # long context, B 1
 
 Each case launches `python -m nsa.training` (or torchrun with 2 ranks) in its own out_dir under artifacts/bench_train/
 and reads its training.csv: throughput is the mean (and stdev) of toks_per_s over the steps after the warm-up
@@ -15,9 +18,12 @@ core, so ~1.0 is the expected, honest answer there; on GPUs it should approach t
 MFU needs a device peak: known GPUs are looked up (nsa.training.metrics); on CPU pass --peak-tflops to get one.
 On CUDA the NSA model (the Triton kernels: NSA_KERNEL=auto) runs beside its dense twin (`--attention dense`: the
 same model with causal SDPA), and the NSA / dense tokens/s ratio is printed (target >= 0.55, >= 150,000 tok/s on
-one H100). Each model runs in every mode of --modes: eager, `--compile` (torch.compile) and `--cuda-graphs` (the
-whole train step captured in CUDA graphs, nsa.training.graphs); the table reports all of them, then, per model,
-the fastest mode, and the NSA / dense ratio of the fastest of each (and of each mode side by side). With
+one H100). Each model runs in every mode of --modes: eager, `--compile` (torch.compile), `--cuda-graphs` (the
+whole train step captured in CUDA graphs, nsa.training.graphs) and compile+graphs (the compiled model captured);
+the table reports all of them, then, per model, the fastest mode, and the NSA / dense ratio of the fastest of each
+(and of each mode side by side). --contexts adds long-context cases (the same model at B 1 x S). --variant runs
+every case once per set of environment variables (e.g. a toggle off and on); the A/B lines give each variant's
+tokens/s over the first's, as the ratio of the medians and per repeat (the runs of one repeat ran side by side). With
 --repeats N the cases run N times, interleaved (A B A B ...), and the table gives the min / median / max of the
 runs' mean tokens/s: per-step values are autocorrelated, runs are the independent units.
 """
@@ -44,31 +50,65 @@ CPU_CASES = [
      ["--batch-size", "1", "--accum", "1", "--precision", "fp32", "--device", "cpu"], 3, 1),
 ]
 GPU_BASE = ("m7c_125m_s2048_bf16", "configs/m7c_125m_1xh100.yaml", ["--precision", "bf16", "--device", "cuda"], 60, 10)
-MODES = {"eager": [], "compile": ["--compile"], "graphs": ["--cuda-graphs"]}  # trainer flags of each mode
+GPU_LONG_STEPS = (30, 10)  # steps and warm-up of a long-context case (B 1 x S tokens per step)
+MODES = {"eager": [], "compile": ["--compile"], "graphs": ["--cuda-graphs"],  # trainer flags of each mode
+         "compile+graphs": ["--compile", "--cuda-graphs"]}
 MODELS = {"nsa": [], "dense": ["--attention", "dense"]}
 
 
-def gpu_cases(modes: list[str]) -> list[tuple]:
-    """(name, config, flags, steps, warm-up, model, mode) for NSA and its dense twin in each mode; the eager cases
-    keep their earlier names (m7c_125m_s2048_bf16, ..._dense), the others add +compile / +graphs."""
+def parse_variant(text: str) -> tuple[str, dict[str, str]]:
+    """`LABEL` or `LABEL:VAR=VALUE,VAR=VALUE`: a label and the environment its cases run with (e.g.
+    `fused:NSA_OPT_FUSED=1`); a bare label runs with the environment as it is."""
+    label, _, assignments = text.partition(":")
+    label = label.strip()
+    if not label or not label.replace("-", "").replace("_", "").isalnum():
+        raise ValueError(f"--variant {text!r}: the label must be letters, digits, '-' or '_'")
+    env = {}
+    for item in filter(None, (a.strip() for a in assignments.split(","))):
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise ValueError(f"--variant {text!r}: {item!r} is not VAR=VALUE")
+        env[name.strip()] = value.strip()
+    return label, env
+
+
+def gpu_cases(modes: list[str], models: list[str] | None = None, contexts: list[int] | None = None,
+              variants: list[tuple[str, dict[str, str]]] | None = None) -> list[dict]:
+    """The GPU cases: each model (NSA, its dense twin) in each mode at each context length, once per variant.
+    At 2,048 tokens the config's batch (B 8); longer contexts run B 1 x S (the same 125M model). The eager cases of
+    the default run keep their earlier names (m7c_125m_s2048_bf16, ..._dense); other modes add +MODE, other
+    contexts _sN and variants @LABEL. The variants of one (model, mode, context) are adjacent, so that repeats
+    alternate them A B A B."""
     name, config, flags, steps, warmup = GPU_BASE
+    variants = variants or [("", {})]
     cases = []
-    for model, model_flags in MODELS.items():
-        for mode in modes:
-            case = name + ("_dense" if model == "dense" else "") + ("" if mode == "eager" else f"+{mode}")
-            cases.append((case, config, [*flags, *model_flags, *MODES[mode]], steps, warmup, model, mode))
+    for ctx in contexts or [2048]:
+        if ctx < 1:
+            raise ValueError(f"context length must be >= 1, got {ctx}")
+        base = name if ctx == 2048 else name.replace("s2048", f"s{ctx}")
+        ctx_flags = [] if ctx == 2048 else ["--batch-size", "1", "--accum", "1", "--seq-len", str(ctx)]
+        ctx_steps = (steps, warmup) if ctx == 2048 else GPU_LONG_STEPS
+        for model in models or list(MODELS):
+            for mode in modes:
+                for label, env in variants:
+                    case = (base + ("_dense" if model == "dense" else "") + ("" if mode == "eager" else f"+{mode}")
+                            + (f"@{label}" if label else ""))
+                    cases.append({"name": case, "config": config, "flags": [*flags, *MODELS[model], *MODES[mode],
+                                                                            *ctx_flags],
+                                  "steps": ctx_steps[0], "warmup": ctx_steps[1], "model": model, "mode": mode,
+                                  "variant": label, "env": env, "seq_len": ctx, "batch": 8 if ctx == 2048 else 1})
     return cases
 
 
 def run_case(name: str, config: str, flags: list[str], steps: int, warmup: int, nproc: int, peak: float | None,
-             timeout: float) -> dict:
+             timeout: float, case_env: dict[str, str] | None = None) -> dict:
     out_dir = OUT / f"{name}_x{nproc}"
     argv = ["-m", "nsa.training", "--config", config, "--out-dir", str(out_dir), "--steps", str(steps),
             "--save-every", str(10 ** 9), "--log-every", str(max(1, steps // 4)), *flags]
     if nproc > 1:
         argv = ["-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "-m", "nsa.training", *argv[2:],
                 "--ddp", "1"]
-    env = {**os.environ, "NSA_TB_DISABLE": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "NSA_TB_DISABLE": "1", "PYTHONPATH": str(ROOT), **(case_env or {})}
     if out_dir.exists():
         for stale in out_dir.glob("*.csv"):
             stale.unlink()
@@ -124,28 +164,61 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def comparisons(results: list[dict]) -> list[str]:
-    """Single-process lines: NSA / dense per mode, each model's fastest mode, and NSA / dense of the fastest."""
+def _paired_ratios(a: list[dict], b: list[dict]) -> list[float]:
+    """b / a tokens/s of the runs of one repeat (run i of each: measured side by side, A B A B)."""
+    by_rep = {r.get("repeat"): r["toks_per_s"] for r in a}
+    return [r["toks_per_s"] / by_rep[r.get("repeat")] for r in b if r.get("repeat") in by_rep]
+
+
+def comparisons(results: list[dict], runs: dict | None = None) -> list[str]:
+    """Single-process lines, per variant and context length: NSA / dense per mode, each model's fastest mode, and
+    NSA / dense of the fastest; then each variant against the first one, per model, mode and context (the ratio
+    of the medians, and min / median / max of the ratios of the runs of each repeat)."""
     single = [r for r in results if r["ranks"] == 1]
-    by = {(r.get("model", "nsa"), r.get("mode", "eager")): r for r in single}
     lines = []
-    for mode in MODES:
-        nsa, dense = by.get(("nsa", mode)), by.get(("dense", mode))
-        if nsa and dense:
-            lines.append(f"{mode}: NSA / dense twin tokens/s = {nsa['toks_per_s'] / dense['toks_per_s']:.3f} "
-                         f"(medians of {nsa['runs']} and {dense['runs']} runs; NSA kernel "
-                         f"{nsa.get('attention_kernel')})")
-    best = {}
-    for model in MODELS:
-        mine = [r for r in single if r.get("model", "nsa") == model]
-        if mine:
-            best[model] = max(mine, key=lambda r: r["toks_per_s"])
-            modes = ", ".join(f"{r.get('mode', 'eager')} {r['toks_per_s']:,.0f}" for r in mine)
-            lines.append(f"{model}: fastest {best[model].get('mode', 'eager')} "
-                         f"({best[model]['toks_per_s']:,.0f} tokens/s; {modes})")
-    if len(best) == 2 and len({r.get("mode") for r in single}) > 1:
-        lines.append(f"fastest NSA / fastest dense twin = {best['nsa']['toks_per_s'] / best['dense']['toks_per_s']:.3f}"
-                     f" ({best['nsa'].get('mode')} / {best['dense'].get('mode')})")
+    groups: dict[tuple, list[dict]] = {}
+    for r in single:
+        groups.setdefault((r.get("variant", ""), r.get("seq_len", 2048)), []).append(r)
+    for (variant, ctx), rows in groups.items():
+        where = ("" if ctx is None or (ctx == 2048 and len(groups) == 1) else f"S {ctx:,} B {rows[0].get('batch')}") \
+            + (f" @{variant}" if variant else "")
+        prefix = f"[{where.strip()}] " if where.strip() else ""
+        by = {(r.get("model", "nsa"), r.get("mode", "eager")): r for r in rows}
+        for mode in MODES:
+            nsa, dense = by.get(("nsa", mode)), by.get(("dense", mode))
+            if nsa and dense:
+                lines.append(f"{prefix}{mode}: NSA / dense twin tokens/s = "
+                             f"{nsa['toks_per_s'] / dense['toks_per_s']:.3f} (medians of {nsa['runs']} and "
+                             f"{dense['runs']} runs; NSA kernel {nsa.get('attention_kernel')})")
+        best = {}
+        for model in MODELS:
+            mine = [r for r in rows if r.get("model", "nsa") == model]
+            if mine:
+                best[model] = max(mine, key=lambda r: r["toks_per_s"])
+                modes = ", ".join(f"{r.get('mode', 'eager')} {r['toks_per_s']:,.0f}" for r in mine)
+                lines.append(f"{prefix}{model}: fastest {best[model].get('mode', 'eager')} "
+                             f"({best[model]['toks_per_s']:,.0f} tokens/s; {modes})")
+        if len(best) == 2 and len({r.get("mode") for r in rows}) > 1:
+            lines.append(f"{prefix}fastest NSA / fastest dense twin = "
+                         f"{best['nsa']['toks_per_s'] / best['dense']['toks_per_s']:.3f}"
+                         f" ({best['nsa'].get('mode')} / {best['dense'].get('mode')})")
+    variants = list(dict.fromkeys(r.get("variant", "") for r in single))
+    if len(variants) > 1:
+        first = variants[0]
+        for r in single:
+            if r.get("variant", "") == first:
+                continue
+            key = (r.get("model"), r.get("mode"), r.get("seq_len", 2048))
+            base = next((b for b in single if b.get("variant", "") == first
+                         and (b.get("model"), b.get("mode"), b.get("seq_len", 2048)) == key), None)
+            if base is None:
+                continue
+            paired = _paired_ratios((runs or {}).get(base["case"], []), (runs or {}).get(r["case"], []))
+            spread = (f"; per repeat min / median / max {min(paired):.3f} / {statistics.median(paired):.3f} / "
+                      f"{max(paired):.3f} over {len(paired)}") if paired else ""
+            at = f" S {key[2]:,}" if key[2] else ""
+            lines.append(f"A/B {r.get('model')} {r.get('mode')}{at}: @{r['variant']} / @{first or 'base'} "
+                         f"tokens/s = {r['toks_per_s'] / base['toks_per_s']:.3f}{spread}")
     return lines
 
 
@@ -159,6 +232,13 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=1, help="runs per case, interleaved across cases")
     ap.add_argument("--modes", default=",".join(MODES),
                     help=f"GPU: comma-separated modes of each model, of {', '.join(MODES)} (default: all)")
+    ap.add_argument("--models", default=",".join(MODELS), help="GPU: comma-separated models (nsa, dense; default both)")
+    ap.add_argument("--contexts", default="2048",
+                    help="GPU: comma-separated context lengths; 2,048 runs the config's B 8, longer ones B 1 x S "
+                         f"({GPU_LONG_STEPS[0]} steps, the first {GPU_LONG_STEPS[1]} excluded); e.g. 2048,16384,32768")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL[:VAR=VALUE,...]",
+                    help="GPU: run every case once per variant, with these environment variables (repeatable; the "
+                         "first is the baseline of the A/B lines), e.g. --variant base --variant fused:NSA_OPT_FUSED=1")
     ap.add_argument("--dry-run", action="store_true", help="print the cases and their trainer flags, run nothing")
     ap.add_argument("--json", type=Path, help="also write the results to this file")
     args = ap.parse_args(argv)
@@ -169,49 +249,73 @@ def main(argv=None) -> int:
     if unknown or not modes:
         ap.error(f"--modes: {', '.join(unknown) or 'none given'}: expected some of {', '.join(MODES)}")
 
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if not models or any(m not in MODELS for m in models):
+        ap.error(f"--models {args.models!r}: expected some of {', '.join(MODELS)}")
+    try:
+        contexts = [int(c) for c in args.contexts.split(",") if c.strip()]
+        variants = [parse_variant(v) for v in args.variant]
+    except ValueError as e:
+        ap.error(str(e) if "variant" in str(e) else f"--contexts {args.contexts!r}: expected integers, e.g. 2048,32768")
+    if len({label for label, _ in variants}) != len(variants):
+        ap.error("--variant: each label once")
     if args.device == "cuda":
-        cases = gpu_cases(modes)
+        try:
+            cases = gpu_cases(modes, models, contexts, variants)
+        except ValueError as e:
+            ap.error(str(e))
     else:
-        cases = [(*c, "nsa", "eager") for c in (CPU_CASES[:1] if args.quick else CPU_CASES)]
+        cases = [{"name": c[0] + (f"@{label}" if label else ""), "config": c[1], "flags": c[2], "steps": c[3],
+                  "warmup": c[4], "model": "nsa", "mode": "eager", "variant": label, "env": env, "seq_len": None,
+                  "batch": None}
+                 for c in (CPU_CASES[:1] if args.quick else CPU_CASES) for label, env in (variants or [("", {})])]
     ranks = (1,) if args.no_ddp or args.device == "cuda" else (1, 2)
     print("reproduce: python benchmarks/bench_train.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     if args.dry_run:
-        for name, config, flags, steps, warmup, model, mode in cases:
-            print(f"{name}: model {model}, mode {mode}: --config {config} --steps {steps} {' '.join(flags)} "
-                  f"(first {warmup} steps excluded)")
+        for c in cases:
+            env = " ".join(f"{k}={v}" for k, v in c["env"].items())
+            print(f"{c['name']}: model {c['model']}, mode {c['mode']}: {env + ' ' if env else ''}--config {c['config']} "
+                  f"--steps {c['steps']} {' '.join(c['flags'])} (first {c['warmup']} steps excluded)")
         return 0
     runs: dict[tuple[str, int], list[dict]] = {}
     failed: list[dict] = []
     for rep in range(args.repeats):
-        for name, config, flags, steps, warmup, model, mode in cases:
+        for c in cases:
+            name, model, mode = c["name"], c["model"], c["mode"]
             for nproc in ranks:
-                print(f"running {name} x{nproc} ({steps} steps, run {rep + 1}/{args.repeats}) ...", file=sys.stderr,
-                      flush=True)
+                print(f"running {name} x{nproc} ({c['steps']} steps, run {rep + 1}/{args.repeats}) ...",
+                      file=sys.stderr, flush=True)
                 try:
-                    run = run_case(name, config, flags, steps, warmup, nproc, args.peak_tflops, args.timeout)
+                    run = run_case(name, c["config"], c["flags"], c["steps"], c["warmup"], nproc, args.peak_tflops,
+                                   args.timeout, c["env"])
                 except (SystemExit, subprocess.TimeoutExpired, OSError, KeyError, ValueError) as e:
                     # one case that fails (a crash, its timeout) is reported; the other cases still run
                     text = str(e) if not isinstance(e, subprocess.TimeoutExpired) else \
                         f"{name} x{nproc} timed out after {args.timeout:g} s"
-                    failed.append({"case": name, "ranks": nproc, "model": model, "mode": mode, "error": text})
+                    failed.append({"case": name, "ranks": nproc, "model": model, "mode": mode,
+                                   "variant": c["variant"], "seq_len": c["seq_len"], "error": text})
                     print(f"FAILED {name} x{nproc}: {text.strip()[-2000:]}", file=sys.stderr, flush=True)
                     continue
-                runs.setdefault((name, nproc), []).append({**run, "model": model, "mode": mode})
+                runs.setdefault((name, nproc), []).append(
+                    {**run, "model": model, "mode": mode, "variant": c["variant"], "env": c["env"],
+                     "seq_len": c["seq_len"], "batch": c["batch"], "repeat": rep})
                 print(f"  {name} x{nproc}: {run['toks_per_s']:,.0f} tokens/s, peak {run['peak_mem_gb']:.2f} GB, "
                       f"wall {run['wall_s']:.0f} s", file=sys.stderr, flush=True)
     results = [summarize(r) for r in runs.values()]
     print(table(results))
     for f in failed:
         print(f"FAILED {f['case']} x{f['ranks']} ({f['model']}, {f['mode']}): {f['error'].strip().splitlines()[0]}")
-    for line in comparisons(results):
+    for line in comparisons(results, {name: r for (name, nproc), r in runs.items() if nproc == 1}):
         print(line)
-    for name, *_ in cases:
+    for name in (c["name"] for c in cases):
         single = next((r for r in results if r["case"] == name and r["ranks"] == 1), None)
         ddp = next((r for r in results if r["case"] == name and r["ranks"] == 2), None)
         if single and ddp:
             print(f"{name}: DDP x2 / single tokens/s = {ddp['toks_per_s'] / single['toks_per_s']:.2f}")
     if args.json:
         args.json.write_text(json.dumps(results + failed, indent=2) + "\n")
+        args.json.with_suffix(".runs.json").write_text(json.dumps([r for rs in runs.values() for r in rs], indent=2)
+                                                       + "\n")
     return 1 if failed else 0
 
 

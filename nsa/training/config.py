@@ -137,7 +137,8 @@ class TrainConfig:
     # the whole train step captured in CUDA graphs (nsa.training.graphs)
     cuda_graphs: bool = setting(False, flags=Flag(
         "cuda-graphs", "capture the whole train step (forward, backward, clipping, optimizer) in CUDA graphs and "
-        "replay it each step: a GPU, NSA's Triton kernels or the dense twin; not with FSDP2, fp16 or --compile",
+        "replay it each step: a GPU, NSA's Triton kernels or the dense twin; not with FSDP2 or fp16 (with --compile, "
+        "the compiled model is captured after its warm-up steps)",
         switch=True))
     seed: int = setting(1337, flags=Flag("seed", "seed for weights and data"))
     log_every: int = setting(20, flags=Flag("log-every", "console/aux-stat interval in steps"))
@@ -194,8 +195,6 @@ def _check_cuda_graphs(tc: TrainConfig) -> None:
     if tc.precision == "fp16":
         raise ValueError("train.cuda_graphs cannot be combined with precision fp16: the GradScaler decides on the host "
                          "whether to skip each step; use bf16 or fp32")
-    if tc.compile:
-        raise ValueError("train.cuda_graphs and train.compile are exclusive: choose one (--cuda-graphs or --compile)")
 
 
 @dataclass(frozen=True)

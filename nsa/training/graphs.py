@@ -31,7 +31,9 @@ step; they are read on the steps the trainer logs them. The communication counte
 sees DDP's hook calls only while capturing; they are recorded then and counted again at every replay. For the
 same reason NSA_SDPA_AUDIT counts the warm-up's and the capture's calls only, and NVTX ranges (NSA_NVTX) mark
 the warm-up and the capture, not the replays (a profile shows the graphs' kernels under the replay).
-Refused in the config (nsa.training.config): FSDP2, fp16 (the GradScaler decides on the host), --compile.
+Refused in the config (nsa.training.config): FSDP2, fp16 (the GradScaler decides on the host). With --compile the
+compiled model is what is captured: dynamo and inductor compile it during the eager warm-up steps (the same shapes
+as the captured ones, so nothing recompiles under capture), and the capture records the compiled kernels.
 """
 
 from __future__ import annotations

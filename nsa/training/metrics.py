@@ -1,4 +1,5 @@
-"""Per-step measurements: memory, device peak FLOP/s and MFU; the torch profiler of train.profile_steps."""
+"""Per-step measurements: memory, device peaks (FLOP/s for MFU; exp/s and HBM bytes/s for the roofline of
+nsa.attention.cost_model) and MFU; the torch profiler of train.profile_steps."""
 
 from __future__ import annotations
 
@@ -9,19 +10,30 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-# Dense (no sparsity) peak TFLOP/s per device: (name substring, bf16/fp16 tensor core, fp32 non-tensor).
-# First match wins, so more specific names come first. Sources: NVIDIA data sheets.
+from nsa.attention.cost_model import Peaks
+
+# Peaks per device: (name substring, dense bf16/fp16 tensor-core TFLOP/s, fp32 non-tensor TFLOP/s, HBM TB/s,
+# exponentials T/s). First match wins, so more specific names come first (H100 PCIe before H100, GH200 before H200,
+# the A100s by memory). TFLOP/s: NVIDIA data sheets, the DENSE figures (989.4 on an H100 SXM, never the 2:4
+# sparse 1,979). HBM: data sheets (A100 40 GB 1.555, 80 GB SXM 2.039, 80 GB PCIe 1.935; H100 SXM 3.35, PCIe 2.0;
+# H200 4.8; GH200 4.9, its 144 GB HBM3e part: the larger figure, so no efficiency is overstated). Exponentials:
+# SMs x 16 MUFU ex2 a clock per SM x the clock the dense bf16 peak implies (bf16 TFLOP/s / (SMs x tensor FLOPs a
+# clock per SM)): H100 SXM and H200 132 x 16 x 1.83 GHz = 3.86 T/s, H100 PCIe 114 x 16 x 1.62 GHz = 2.95 T/s,
+# A100 108 x 16 x 1.41 GHz = 2.44 T/s. None: not known here (those devices' roofline says "peak unknown").
 DEVICE_PEAKS = (
-    ("H100 PCIe", 756.0, 51.0),
-    ("H100", 989.4, 66.9),
-    ("H200", 989.4, 66.9),
-    ("GH200", 989.4, 66.9),
-    ("B200", 2250.0, 80.0),
-    ("A100", 312.0, 19.5),
-    ("L40S", 362.1, 91.6),
-    ("L4", 121.0, 30.3),
-    ("A10G", 70.0, 31.2),
-    ("V100", 125.0, 15.7),
+    ("H100 PCIe", 756.0, 51.0, 2.0, 114 * 16 * 1.62e-3),
+    ("H100", 989.4, 66.9, 3.35, 132 * 16 * 1.83e-3),
+    ("GH200", 989.4, 66.9, 4.9, 132 * 16 * 1.83e-3),
+    ("H200", 989.4, 66.9, 4.8, 132 * 16 * 1.83e-3),
+    ("B200", 2250.0, 80.0, None, None),
+    ("A100-SXM4-40GB", 312.0, 19.5, 1.555, 108 * 16 * 1.41e-3),
+    ("A100-PCIE-40GB", 312.0, 19.5, 1.555, 108 * 16 * 1.41e-3),
+    ("A100 80GB PCIe", 312.0, 19.5, 1.935, 108 * 16 * 1.41e-3),
+    ("A100", 312.0, 19.5, 2.039, 108 * 16 * 1.41e-3),
+    ("L40S", 362.1, 91.6, None, None),
+    ("L4", 121.0, 30.3, None, None),
+    ("A10G", 70.0, 31.2, None, None),
+    ("V100", 125.0, 15.7, None, None),
 )
 
 GB = 1024 ** 3
@@ -40,10 +52,26 @@ def peak_flops(device: torch.device, precision: str, override_tflops: float | No
     if device.type != "cuda":
         return None
     name = device_name(device)
-    for pattern, low_precision, fp32 in DEVICE_PEAKS:
-        if pattern in name:
-            return (low_precision if precision in ("bf16", "fp16") else fp32) * 1e12
-    return None
+    entry = _device_entry(name)
+    if entry is None:
+        return None
+    return (entry[1] if precision in ("bf16", "fp16") else entry[2]) * 1e12
+
+
+def _device_entry(name: str) -> tuple | None:
+    """The DEVICE_PEAKS entry of a device name: the first whose substring the name holds."""
+    return next((entry for entry in DEVICE_PEAKS if entry[0] in name), None)
+
+
+def roofline_peaks(name: str, precision: str = "bf16") -> Peaks | None:
+    """A device's roofline peaks by its name (torch.cuda.get_device_name): dense matmul FLOP/s at the precision
+    (bf16/fp16: tensor cores; else fp32), exponentials/s and HBM bytes/s; None ("peak unknown") for a device not
+    listed or listed without its bandwidth and exp throughput."""
+    entry = _device_entry(name)
+    if entry is None or entry[3] is None or entry[4] is None:
+        return None
+    flops = entry[1] if precision in ("bf16", "fp16") else entry[2]
+    return Peaks(flops=flops * 1e12, exps=entry[4] * 1e12, bytes=entry[3] * 1e12)
 
 
 def mfu(flops_per_token: float, tokens_per_s: float, world_size: int, peak: float | None) -> float | None:

@@ -1,0 +1,163 @@
+"""nsa.attention.cost_model: its counts against counts it did not produce (the PyTorch path's own masks, the
+geometry's reads, nsa.model's FLOP count), the device peaks it is used with, and a profile's floor arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nsa.attention import cost_model as cm
+from nsa.attention.geometry import decode_reads, mean_reads, num_cmp_blocks, num_sel_blocks
+from nsa.attention.kernels.range_attn import naive as range_naive
+from nsa.attention.kernels.selected_attn import naive as selected_naive
+from nsa.attention.kernels.selection import naive as selection_naive
+from nsa.attention.selection import choose_blocks, selection_ranges_v2
+from nsa.config import ModelConfig, NSAConfig
+from nsa.model import flops_per_token
+from nsa.training.metrics import roofline_peaks
+
+# small, with every regime: S > w, more blocks than n_sel, S not a multiple of l_sel, d < l
+CFG = NSAConfig(dim=16, n_heads=2, n_kv_groups=1, d_k=8, d_v=8, l=8, d=4, l_sel=16, n_sel=4, w=24)
+S = 150
+
+
+def _visited(out: torch.Tensor) -> torch.Tensor:
+    """Keys each query attended: with q = k = 0 every visible key gets the same weight and v = identity makes
+    output column j that weight for key j, so the nonzero columns of a row are its visible keys. [S] per head 0."""
+    return (out[0, 0] > 0).sum(-1)
+
+
+def _identity(n: int) -> torch.Tensor:
+    return torch.eye(n).view(1, 1, n, n)
+
+
+@pytest.fixture(scope="module")
+def counted() -> dict[str, torch.Tensor]:
+    """Keys per query in each branch, counted from the PyTorch path's masks (naive.py of each op)."""
+    torch.manual_seed(0)
+    h, g, dk = CFG.n_heads, CFG.n_kv_groups, CFG.d_k
+    q = torch.zeros(1, h, S, dk)
+    n_cmp = num_cmp_blocks(S, CFG.l, CFG.d)
+    cmp = range_naive.compressed_attention(q, torch.zeros(1, g, n_cmp, dk), _identity(n_cmp), CFG.l, CFG.d)
+    win = range_naive.window_attention(q, torch.zeros(1, g, S, dk), _identity(S), CFG.w)
+    positions = torch.arange(S)
+    blocks = choose_blocks(torch.rand(1, g, S, num_sel_blocks(S, CFG.l_sel)), positions, CFG.n_sel, CFG.l_sel)
+    ranges = selection_ranges_v2(blocks, positions, CFG.l_sel)
+    sel = selected_naive.selected_attention(q, torch.zeros(1, g, S, dk), _identity(S), ranges, CFG.l_sel)
+    # the importance: head-summed compressed probabilities, nonzero where a compressed key was scored
+    probs = torch.zeros(S, n_cmp)
+    for start, p in selection_naive.cmp_group_probabilities(q, torch.zeros(1, g, n_cmp, dk), CFG.l, CFG.d, 0):
+        probs[start:start + p.shape[2], :p.shape[3]] = p[0, 0]
+    return {"cmp": _visited(cmp), "win": _visited(win), "sel": _visited(sel),
+            "importance": (probs > 0).sum(-1), "blocks": (blocks >= 0).sum()}
+
+
+def test_each_branch_visits_the_pairs_the_model_counts(counted):
+    per_query = [cm.keys_visited(CFG, t) for t in range(S)]
+    for branch in ("cmp", "sel", "win"):
+        assert counted[branch].tolist() == [c[branch] for c in per_query], branch
+    assert {b: int(counted[b].sum()) for b in ("cmp", "sel", "win")} == cm.branch_pairs(CFG, S)
+    assert int(counted["blocks"]) == cm.block_pairs(CFG, S)
+
+
+def test_kernel_counts_rest_on_the_masks_pairs(counted):
+    b, h = 3, CFG.n_heads
+    costs = cm.kernel_costs(CFG, S, b)
+    cmp, sel, win = (int(counted[k].sum()) * b * h for k in ("cmp", "sel", "win"))
+    assert costs["range_fwd"].flops == 2 * (CFG.d_k + CFG.d_v) * (cmp + win)
+    assert costs["range_fwd"].exps == cmp + win
+    assert costs["selection_importance"].exps == int(counted["importance"].sum()) * b * h
+    assert costs["selection_importance"].flops == 2 * CFG.d_k * cmp
+    assert costs["sel_fwd_kv_out"].flops == 2 * (CFG.d_k + CFG.d_v) * sel
+    assert costs["sel_bwd_kv"].flops == 2.5 * costs["sel_fwd_query"].flops  # FlashAttention's convention
+    assert costs["range_bwd_dq"].flops + costs["range_bwd_dkdv"].flops == 3.5 * costs["range_fwd"].flops
+    dense = cm.dense_costs(CFG, S, b)
+    assert dense["dense_fwd"].exps == b * h * S * (S + 1) // 2
+
+
+def test_geometry_reads_are_the_sum_of_the_branches():
+    for t in (0, 7, 8, 15, 23, 24, 63, 64, 65, 100, S - 1):
+        assert sum(cm.keys_visited(CFG, t).values()) == decode_reads(t + 1, CFG), t
+    for s in (1, 10, 64, S, 1000):
+        reads, cmp_reads = mean_reads(CFG, s)
+        pairs = cm.branch_pairs(CFG, s)
+        assert sum(pairs.values()) == pytest.approx(reads * s)
+        assert pairs["cmp"] == pytest.approx(cmp_reads * s)
+        assert pairs == {k: sum(cm.keys_visited(CFG, t)[k] for t in range(s)) for k in pairs}
+        assert cm.block_pairs(CFG, s) == sum(min(CFG.n_sel, t // CFG.l_sel + 1) for t in range(s))
+        assert cm.started_blocks(CFG, s) == sum(t // CFG.l_sel + 1 for t in range(s))
+
+
+def test_the_model_flop_count_has_the_same_attention_term():
+    # phi "avg": no compression MLP, so between two lengths only the attention terms of flops_per_token change
+    nsa = NSAConfig(dim=64, n_heads=4, n_kv_groups=2, d_k=16, d_v=16, l=8, d=4, l_sel=16, n_sel=4, w=32, phi="avg")
+    model = ModelConfig(vocab_size=100, n_layers=3, nsa=nsa)
+    a, b = cm.attention_flops_per_token(nsa, 500), cm.attention_flops_per_token(nsa, 120)
+    expected = 3 * (3 * (a["attention"] - b["attention"]) + a["importance"] - b["importance"])
+    assert flops_per_token(model, 500) - flops_per_token(model, 120) == pytest.approx(expected)
+
+
+def test_device_peaks_by_name():
+    h100 = roofline_peaks("NVIDIA H100 80GB HBM3")
+    assert h100.flops == pytest.approx(989.4e12)  # dense bf16, not the 2:4 sparse 1,979
+    assert h100.bytes == pytest.approx(3.35e12)
+    assert h100.exps == pytest.approx(3.9e12, rel=0.02)
+    pcie = roofline_peaks("NVIDIA H100 PCIe")  # PCIe is matched before the SXM part's "H100"
+    assert (pcie.flops, pcie.bytes) == (pytest.approx(756e12), pytest.approx(2.0e12))
+    assert roofline_peaks("NVIDIA H200").bytes == pytest.approx(4.8e12)
+    assert roofline_peaks("NVIDIA A100-SXM4-40GB").bytes == pytest.approx(1.555e12)
+    assert roofline_peaks("NVIDIA A100-SXM4-80GB").bytes == pytest.approx(2.039e12)
+    assert roofline_peaks("NVIDIA H100 80GB HBM3", "fp32").flops == pytest.approx(66.9e12)
+    assert roofline_peaks("Some Future GPU") is None  # peak unknown
+    assert roofline_peaks("NVIDIA L4") is None  # listed for MFU, but without bandwidth and exp figures
+
+
+def test_floor_is_the_slowest_resource():
+    peaks = cm.Peaks(flops=100e12, exps=1e12, bytes=2e12)
+    cost = cm.Cost(flops=1e12, exps=5e9, bytes=4e9)  # 10 ms, 5 ms, 2 ms
+    assert cost.floor_s(peaks) == pytest.approx(0.010)
+    assert cost.bound(peaks) == "flops"
+    assert (cost + cm.Cost(exps=10e9)).bound(peaks) == "exps"
+
+
+def test_efficiency_sums_floors_over_kernels_of_at_least_one_percent():
+    rows = [{"ms": 10.0, "floor_ms": 5.0}, {"ms": 4.0, "floor_ms": None},  # glue: no floor, its time counts
+            {"ms": 1.0, "floor_ms": 1.0}, {"ms": 0.1, "floor_ms": 0.1}]  # 0.1 of 15.1 ms: under 1%, left out
+    got = cm.efficiency(rows)
+    assert got["kernels"] == 3
+    assert got["ms"] == pytest.approx(15.0)
+    assert got["efficiency"] == pytest.approx(6.0 / 15.0)
+    assert cm.efficiency([])["efficiency"] is None
+
+
+def test_profile_kernel_names_map_to_families():
+    names = {
+        "_range_fwd_kernel": "range_fwd", "_range_bwd_dq_kernel": "range_bwd_dq",
+        "_range_bwd_dkdv_kernel": "range_bwd_dkdv", "_sel_fwd_kv_stats": "sel_fwd_kv_stats",
+        "_sel_fwd_kv_out": "sel_fwd_kv_out", "_sel_bwd_kv": "sel_bwd_kv", "_sel_bwd_delta": "sel_bwd_delta",
+        "_blocksel_importance_kernel": "selection_importance", "_combine_bwd_kernel": "combine_bwd",
+        "void at::native::radixSortKVInPlace<2, -1, 32, 32, float, long, unsigned int>(at::cuda::detail::Tensor":
+            "selection_sort",
+        "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT": "gemm",
+        "void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda": "glue",
+        "_prep_bwd_kernel": "glue",
+        "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4": "dense_fwd",
+        "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd": "dense_bwd",
+    }
+    for name, fam in names.items():
+        assert cm.family(name) == fam, name
+    assert set(cm.FAMILY_PASS) == set(cm.all_costs(CFG, S, 1))
+
+
+def test_m7c_floors_near_the_issues_estimates():
+    # H100 SXM, bf16, S 65,536, B 1: the estimates of issue 31 (ms)
+    m7c = NSAConfig(dim=768, n_heads=12, n_kv_groups=2, d_k=64, d_v=64)
+    peaks = roofline_peaks("NVIDIA H100 80GB HBM3")
+    costs = cm.all_costs(m7c, 65536, 1)
+    for fam, ms in {"range_bwd_dkdv": 1.04, "sel_bwd_kv": 0.50, "selection_importance": 0.41,
+                    "selection_sort": 0.64, "sel_fwd_kv_out": 0.20, "range_bwd_dq": 0.78, "range_fwd": 0.52}.items():
+        assert costs[fam].floor_s(peaks) * 1e3 == pytest.approx(ms, rel=0.05), fam
+    nsa, dense = cm.layer_floor_s(costs, peaks), cm.layer_floor_s(costs, peaks, cm.DENSE_FAMILIES)
+    assert nsa["fwd"] * 1e3 == pytest.approx(1.4, rel=0.1) and nsa["bwd"] * 1e3 == pytest.approx(2.3, rel=0.1)
+    assert dense["fwd"] / nsa["fwd"] == pytest.approx(4.9, rel=0.1)
+    assert dense["total"] / nsa["total"] == pytest.approx(6.4, rel=0.1)

@@ -19,6 +19,8 @@ PREFILL_CHOICES = ("batched", "sequential")
 SELECTION_CHOICES = ("v2", "v1")
 KERNEL_CHOICES = ("auto", "torch", "triton")
 INDEX_BUILD_CHOICES = TOGGLES["NSA_INDEX_BUILD"].choices  # what model.index_build and NSA_INDEX_BUILD take
+ROPE_CHOICES = TOGGLES["NSA_ROPE"].choices  # what model.rope and NSA_ROPE take
+LOSS_CHOICES = TOGGLES["NSA_LOSS"].choices  # what model.loss and NSA_LOSS take
 ATTENTION_CHOICES = ("nsa", "dense")
 
 CHOICES, FLAGS = "choices", "flags"  # the metadata entries `setting` gives a config field
@@ -76,6 +78,9 @@ class NSAConfig:
     index_build  the Triton path's inverted index of the selected blocks: "triton" (a counting sort in 6 Triton
                  launches), "torch" (53 aten ops, the same tensors) or "auto" (triton, except under Triton's
                  interpreter, whose tl.sort is slow); nsa.attention.kernels.index_build
+    rope         the RoPE implementation (nsa.attention.rope.rope): "reference", "fused" (on CUDA the Triton path's
+                 fused kernel, elsewhere torch ops on the halves) or "auto" (the reference for now); the dense twin
+                 reads it
     """
 
     dim: int
@@ -95,6 +100,7 @@ class NSAConfig:
     selection: str = "v2"
     kernel: str = "auto"
     index_build: str = "auto"
+    rope: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("dim", "n_heads", "n_kv_groups", "d_k", "d_v", "l", "d", "l_sel", "n_sel", "w"):
@@ -105,7 +111,7 @@ class NSAConfig:
                 raise ValueError(f"NSAConfig.{name} must be positive, got {value}")
         for name, choices in (("phi", PHI_CHOICES), ("gate", GATE_CHOICES), ("prefill", PREFILL_CHOICES),
                               ("selection", SELECTION_CHOICES), ("kernel", KERNEL_CHOICES),
-                              ("index_build", INDEX_BUILD_CHOICES)):
+                              ("index_build", INDEX_BUILD_CHOICES), ("rope", ROPE_CHOICES)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"NSAConfig.{name} must be one of {' | '.join(choices)}, got {getattr(self, name)!r}")
         if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) or not self.rope_theta > 0:
@@ -127,8 +133,8 @@ class NSAConfig:
 
     def with_toggles(self, tg: Toggles) -> "NSAConfig":
         """This config with the toggles that change a layer applied: NSA_PREFILL_BATCHED, NSA_SEL_RANGES_V2,
-        NSA_KERNEL and NSA_INDEX_BUILD, as read once at start-up (nsa.toggles.Toggles); an unset toggle leaves its
-        field as it is."""
+        NSA_KERNEL, NSA_INDEX_BUILD and NSA_ROPE, as read once at start-up (nsa.toggles.Toggles); an unset toggle
+        leaves its field as it is."""
         changes = {}
         if tg.prefill_batched is not None:
             changes["prefill"] = "batched" if tg.prefill_batched else "sequential"
@@ -138,6 +144,8 @@ class NSAConfig:
             changes["kernel"] = tg.kernel
         if tg.index_build is not None:
             changes["index_build"] = tg.index_build
+        if tg.rope is not None:
+            changes["rope"] = tg.rope
         return dataclasses.replace(self, **changes) if changes else self
 
 
@@ -148,6 +156,9 @@ class ModelConfig:
     attention     "nsa" (Native Sparse Attention) or "dense": the dense twin, the same model with causal SDPA
                   (GQA) in place of NSA, i.e. the baseline every NSA figure is compared with
     ffn_hidden    SwiGLU width; None: LLaMA's 8/3 * dim rounded up to a multiple of 64
+    loss          the cross entropy of NSAModel(input_ids, targets) (nsa.loss): "reference" (the whole batch's
+                  logits, then cross entropy on their fp32 copy), "chunked" (the head matmul fused with the cross
+                  entropy over chunks of tokens) or "auto" (the reference for now)
 
     In YAML the `model` section is flat: NSAConfig's fields (dim, n_heads, ..., l, d, l_sel, n_sel, w, phi, ...)
     beside the fields below (`from_flat` / `flat`).
@@ -164,6 +175,7 @@ class ModelConfig:
     init_std: float = 0.02
     activation_checkpointing: bool = setting(False, flags=Flag(
         "activation-checkpointing", "1: recompute each block's activations in backward", values={0: False, 1: True}))
+    loss: str = setting("auto", choices=LOSS_CHOICES)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_layers"):
@@ -182,6 +194,8 @@ class ModelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"ModelConfig.{name} must be a positive number, got {value!r}")
+        if self.loss not in LOSS_CHOICES:
+            raise ValueError(f"ModelConfig.loss must be one of {' | '.join(LOSS_CHOICES)}, got {self.loss!r}")
         for name in ("tie_embeddings", "activation_checkpointing"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ModelConfig.{name} must be true or false, got {getattr(self, name)!r}")
@@ -214,9 +228,15 @@ class ModelConfig:
         return ModelConfig.from_flat({**self.flat(), **changes})
 
     def with_toggles(self, tg: Toggles) -> "ModelConfig":
-        """The model a run builds: this config with the layer toggles applied (NSAConfig.with_toggles)."""
+        """The model a run builds: this config with the layer toggles applied (NSAConfig.with_toggles) and
+        NSA_LOSS (model.loss), as read once at start-up; an unset toggle leaves its field as it is."""
+        changes = {}
         nsa = self.nsa.with_toggles(tg)
-        return self if nsa is self.nsa else dataclasses.replace(self, nsa=nsa)
+        if nsa is not self.nsa:
+            changes["nsa"] = nsa
+        if tg.loss is not None:
+            changes["loss"] = tg.loss
+        return dataclasses.replace(self, **changes) if changes else self
 
     @property
     def dim(self) -> int:

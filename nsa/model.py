@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint
 from nsa.attention import DenseAttention, NSAAttention
 from nsa.attention.geometry import mean_reads, num_cmp_blocks
 from nsa.config import ModelConfig, NSAConfig
+from nsa.loss import IGNORE_INDEX, linear_cross_entropy, resolve_loss
 
 
 class SwiGLU(nn.Module):
@@ -70,8 +71,9 @@ class NSAModel(nn.Module):
             for residual_out in (block.attn.o_proj, block.mlp.w_down):
                 nn.init.normal_(residual_out.weight, 0.0, std / math.sqrt(2 * self.cfg.n_layers))
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """input_ids [B, S] (int64) -> logits [B, S, vocab_size]."""
+    def forward(self, input_ids: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """input_ids [B, S] (int64) -> logits [B, S, vocab_size]; with targets [B, S]: the mean next-token cross
+        entropy instead (`loss`), computed inside forward so that DDP's and FSDP's forward hooks see it."""
         if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"NSAModel expects input_ids of shape [B, S] (integer), "
                              f"got {tuple(input_ids.shape)} {input_ids.dtype}")
@@ -82,11 +84,18 @@ class NSAModel(nn.Module):
                 x = checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)
-        return self.head(self.norm(x))
+        x = self.norm(x)
+        if targets is None:
+            return self.head(x)
+        if resolve_loss(self.cfg.loss) == "chunked":  # the head fused with the loss: no batch-wide logits
+            return linear_cross_entropy(x.flatten(0, 1), self.head.weight, targets.flatten())
+        return lm_loss(self.head(x), targets)
 
     def loss(self, input_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean next-token cross entropy (computed in fp32)."""
-        return lm_loss(self(input_ids), targets)
+        """Mean next-token cross entropy (computed in fp32; targets equal to -100 do not count), as cfg.loss says:
+        the reference (lm_loss of the whole batch's logits) or the head fused with the loss over chunks of tokens
+        (nsa.loss.linear_cross_entropy); the same value and gradients."""
+        return self(input_ids, targets)
 
     # ------------------------------------------------------------------ statistics
     def set_record_stats(self, enabled: bool) -> None:
@@ -110,8 +119,9 @@ class NSAModel(nn.Module):
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross entropy of logits [B, S, V] against targets [B, S], in fp32."""
-    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+    """Mean cross entropy of logits [B, S, V] against targets [B, S], in fp32 (the reference: an fp32 copy of the
+    whole logits; NSAModel(input_ids, targets) with model.loss "chunked" never makes one)."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:

@@ -56,6 +56,18 @@ TOGGLES: dict[str, Toggle] = {
                "sort in 6 Triton launches), torch (53 aten ops, the same tensors) or auto (the config's default: "
                "triton, except under Triton's interpreter, whose tl.sort is slow); unset: the config decides.",
                choices=("auto", "torch", "triton")),
+        Toggle("NSA_ROPE", "choice", None, "trainer (model config)",
+               "Sets model.rope, the RoPE of the dense twin (and of callers of nsa.attention.rope.rope): reference "
+               "(cat of the rotated half, fp32 multiplies, a cast), fused (on CUDA the Triton path's fused RoPE "
+               "kernel, elsewhere torch ops on the halves in the input dtype with cached cos/sin) or auto (the "
+               "reference until a GPU A/B shows the fused one faster); unset: the config decides.",
+               choices=("auto", "reference", "fused")),
+        Toggle("NSA_LOSS", "choice", None, "trainer (model config)",
+               "Sets model.loss, the cross entropy of NSAModel(input_ids, targets): reference (the head's logits "
+               "for the whole batch, then cross entropy on an fp32 copy), chunked (the head matmul fused with the "
+               "cross entropy over chunks of tokens: neither the fp32 nor the full logits are kept) or auto (the "
+               "reference until a GPU A/B shows the chunked one faster); unset: the config decides.",
+               choices=("auto", "reference", "chunked")),
         Toggle("NSA_DDP_COMPRESS", "choice", "none", "trainer (DDP)",
                "Gradient all-reduce compression hook: bf16 or fp16 halves the bytes sent (gradients are cast, "
                "averaged, cast back); none: plain fp32 all-reduce. Ignored (with a message) without DDP.",
@@ -267,6 +279,8 @@ class Toggles:
     prefill_batched: bool | None = field(default=None, metadata={"recorded": False})
     sel_ranges_v2: bool | None = field(default=None, metadata={"recorded": False})
     index_build: str | None = field(default=None, metadata={"recorded": False})  # NSA_INDEX_BUILD as set
+    rope: str | None = field(default=None, metadata={"recorded": False})  # NSA_ROPE as set
+    loss: str | None = field(default=None, metadata={"recorded": False})  # NSA_LOSS as set
 
     @classmethod
     def read(cls, environ=None) -> "Toggles":
@@ -276,7 +290,8 @@ class Toggles:
                 sdpa_no_flash=p("NSA_SDPA_NO_FLASH"), nvtx=p("NSA_NVTX"), tb_disable=p("NSA_TB_DISABLE"),
                 aux_stats_disable=p("NSA_DISABLE_AUX_STATS"), opt_fused=p("NSA_OPT_FUSED"), fault=p("NSA_FAULT"),
                 kernel=p("NSA_KERNEL"), prefill_batched=p("NSA_PREFILL_BATCHED"),
-                sel_ranges_v2=p("NSA_SEL_RANGES_V2"), index_build=p("NSA_INDEX_BUILD"))
+                sel_ranges_v2=p("NSA_SEL_RANGES_V2"), index_build=p("NSA_INDEX_BUILD"),
+                rope=p("NSA_ROPE"), loss=p("NSA_LOSS"))
         if t.sdpa_flash_only and t.sdpa_no_flash:
             raise ValueError("NSA_SDPA_FLASH_ONLY=1 and NSA_SDPA_NO_FLASH=1 contradict each other")
         return t

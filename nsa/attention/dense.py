@@ -2,7 +2,8 @@
 
 Same interface and the same query/key/value/output widths (H query heads, G KV groups, d_k, d_v, RoPE), but one
 key/value projection and causal scaled-dot-product attention over every earlier token (SDPA with GQA: flash or
-cuDNN on a GPU). `ModelConfig(attention="dense")` builds the model with it.
+cuDNN on a GPU). `ModelConfig(attention="dense")` builds the model with it. RoPE as cfg.rope says (nsa.attention.rope:
+the reference, or the fused kernel the NSA path shares).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nsa.attention.rope import apply_rope
+from nsa.attention.rope import rope
 from nsa.config import NSAConfig
 from nsa.observability import audited_sdpa, span
 
@@ -34,10 +35,9 @@ class DenseAttention(nn.Module):
         if x.dim() != 3 or x.shape[-1] != cfg.dim or x.shape[1] < 1:
             raise ValueError(f"DenseAttention expects x of shape [B, S>=1, {cfg.dim}], got {tuple(x.shape)}")
         b, s, _ = x.shape
-        pos = torch.arange(s, device=x.device)
         heads = lambda t, n: t.view(b, s, n, -1).transpose(1, 2)  # noqa: E731
-        q = apply_rope(heads(self.q_proj(x), cfg.n_heads), pos, cfg.rope_theta)
-        k = apply_rope(heads(self.k_proj(x), cfg.n_kv_groups), pos, cfg.rope_theta)
+        q = rope(heads(self.q_proj(x), cfg.n_heads), cfg.rope_theta, cfg.rope)  # positions 0..S-1
+        k = rope(heads(self.k_proj(x), cfg.n_kv_groups), cfg.rope_theta, cfg.rope)
         v = heads(self.v_proj(x), cfg.n_kv_groups)
         with span("nsa.dense"):
             out = audited_sdpa("dense", F.scaled_dot_product_attention, q, k, v, is_causal=True,

@@ -1,8 +1,24 @@
-"""Rotary position embedding (rotate-half convention) at explicit positions."""
+"""Rotary position embedding (rotate-half convention) at explicit positions.
+
+Two implementations of the same rotation, chosen by NSAConfig.rope (NSA_ROPE, read once at start-up):
+
+    reference  `apply_rope`: the formula as written (cat of the rotated half, fp32 multiplies, a cast); the
+               float64 reference of the tests is this formula
+    fused      `rope(..., impl="fused")`: on CUDA the Triton path's fused kernel (nsa.attention.kernels.glue
+               rope_add: one read and one write of x, angles in fp32, backward the rotation by -angle), elsewhere
+               (CPU, a head width the kernel is not built for) torch ops on the two halves in x's dtype with cos/sin
+               cached per shape, device and dtype; both with no host synchronisation (torch.compile, CUDA graphs)
+
+"auto" is the reference until an alternated GPU A/B shows the fused one faster (`resolve_rope`).
+"""
 
 from __future__ import annotations
 
 import torch
+
+from nsa.attention.kernels import TRITON_HEAD_DIMS, triton_modules, triton_status
+
+ROPE_IMPLS = ("reference", "fused")  # what NSAConfig.rope ("auto" | one of these) resolves to
 
 
 def inv_frequencies(width: int, theta: float, device=None) -> torch.Tensor:
@@ -19,8 +35,60 @@ def rope_angles(positions: torch.Tensor, width: int, theta: float) -> tuple[torc
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotate x [..., S, width] so that row s carries position positions[s]."""
+    """Rotate x [..., S, width] so that row s carries position positions[s] (the reference implementation)."""
     cos, sin = rope_angles(positions, x.shape[-1], theta)
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+
+
+def resolve_rope(choice: str) -> str:
+    """The implementation NSAConfig.rope `choice` runs: auto is the reference (the fused one becomes the default
+    on CUDA once a GPU A/B shows it faster)."""
+    if choice == "auto":
+        return "reference"
+    if choice not in ROPE_IMPLS:
+        raise ValueError(f"rope must be one of auto | {' | '.join(ROPE_IMPLS)}, got {choice!r}")
+    return choice
+
+
+def rope(x: torch.Tensor, theta: float, impl: str = "reference", start: int = 0, step: int = 1) -> torch.Tensor:
+    """Rotate x [..., S, width] so that row s carries position start + step * s, by implementation `impl`
+    (NSAConfig.rope: auto | reference | fused)."""
+    impl = resolve_rope(impl)
+    s, width = x.shape[-2], x.shape[-1]
+    if impl == "reference":
+        return apply_rope(x, torch.arange(start, start + step * s, step, device=x.device), theta)
+    if x.device.type == "cuda" and width in TRITON_HEAD_DIMS and triton_status(x.device) is None:
+        return triton_modules().glue.rope_add(x, None, s, step, start, float(theta))
+    cos, sin = _cos_sin(s, width, float(theta), start, step, x.device, x.dtype)
+    half = width // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+_COS_SIN: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+_COS_SIN_MAX = 64  # distinct (S, width, theta, start, step, device, dtype) kept; more are computed per call
+
+
+def _cos_sin(s: int, width: int, theta: float, start: int, step: int, device: torch.device,
+             dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [S, width / 2] of the angles (start + step * s) * inv_freq (fp32; float64 for float64), in `dtype`. Cached, except
+    while torch.compile traces (it fuses them) or a CUDA graph captures (a tensor made there belongs to the
+    graph's pool) or under inference mode: those compute them without storing."""
+    key = (s, width, theta, start, step, str(device), dtype)
+    hit = _COS_SIN.get(key)
+    if hit is not None and not torch.compiler.is_compiling():
+        return hit
+    with torch.no_grad():
+        wide = torch.promote_types(dtype, torch.float32)  # fp32 angles, as the reference (float64 for float64)
+        pos = torch.arange(s, device=device, dtype=wide) * step + start
+        inv_freq = 1.0 / (theta ** (torch.arange(0, width, 2, device=device, dtype=wide) / width))
+        angles = pos.unsqueeze(-1) * inv_freq
+        pair = (angles.cos().to(dtype), angles.sin().to(dtype))
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    # an inference-mode tensor could not be saved for a later backward
+    if (not capturing and not torch.compiler.is_compiling() and not torch.is_inference_mode_enabled()
+            and len(_COS_SIN) < _COS_SIN_MAX):
+        _COS_SIN[key] = pair
+    return pair

@@ -1,0 +1,94 @@
+"""The language model's cross entropy fused with its head: `linear_cross_entropy(hidden, weight, targets)` equals
+`F.cross_entropy((hidden @ weight.T).float(), targets)` (mean over the targets that are not `ignore_index`) and
+its gradients, without the logits of the whole batch: chunks of `chunk` tokens at a time, each chunk's logits
+made in the compute dtype, upcast to fp32 for the log-sum-exp and the softmax, and turned into that chunk's
+gradients at once (w.r.t. the hidden states and the head weight, accumulated in fp32), so that backward only
+scales them. At most one chunk's logits exist (bf16 and fp32); the reference keeps the batch's bf16 logits and
+makes an fp32 copy of them (3.3 GB at B 8 x 2,048 x 50,304).
+
+No host synchronisation and no data-dependent Python (the chunks follow from the shapes): it runs under CUDA graph
+capture and torch.compile. Under autocast the matmuls run in the autocast dtype, as the head's nn.Linear would.
+NSAModel(input_ids, targets) uses it when ModelConfig.loss (NSA_LOSS) is "chunked".
+"""
+
+from __future__ import annotations
+
+import torch
+
+LOSS_IMPLS = ("reference", "chunked")  # what ModelConfig.loss ("auto" | one of these) resolves to
+CHUNK_TOKENS = 8192  # tokens per chunk: at V 50,304 one chunk's logits are 0.8 GB bf16 + 1.6 GB fp32
+IGNORE_INDEX = -100  # F.cross_entropy's default
+
+
+def resolve_loss(choice: str) -> str:
+    """The implementation ModelConfig.loss `choice` runs: auto is the reference (the chunked one becomes the default
+    on CUDA once a GPU A/B shows it faster)."""
+    if choice == "auto":
+        return "reference"
+    if choice not in LOSS_IMPLS:
+        raise ValueError(f"loss must be one of auto | {' | '.join(LOSS_IMPLS)}, got {choice!r}")
+    return choice
+
+
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                         chunk: int | None = None, ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
+    """Mean cross entropy of the logits hidden [N, D] @ weight [V, D].T against targets [N] (entries equal to
+    ignore_index do not count; NaN when none counts, as F.cross_entropy), in fp32, `chunk` tokens at a time
+    (None: CHUNK_TOKENS)."""
+    chunk = CHUNK_TOKENS if chunk is None else chunk
+    if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
+        raise ValueError(f"linear_cross_entropy expects hidden [N, D] and weight [V, D], got "
+                         f"{tuple(hidden.shape)} and {tuple(weight.shape)}")
+    if targets.shape != hidden.shape[:1]:
+        raise ValueError(f"linear_cross_entropy expects targets [{hidden.shape[0]}], got {tuple(targets.shape)}")
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    kind = hidden.device.type
+    if torch.is_autocast_enabled(kind):  # the dtype the head's nn.Linear would compute in
+        dtype = torch.get_autocast_dtype(kind)
+        hidden, weight = hidden.to(dtype), weight.to(dtype)
+    elif weight.dtype != hidden.dtype:
+        weight = weight.to(hidden.dtype)
+    return _LinearCrossEntropy.apply(hidden, weight, targets, chunk, ignore_index)
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, chunk, ignore_index):
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        n = hidden.shape[0]
+        with torch.autocast(hidden.device.type, enabled=False):
+            wide = torch.promote_types(hidden.dtype, torch.float32)  # fp32 (float64 inputs stay float64)
+            valid = targets != ignore_index
+            count = valid.sum().to(wide)  # a tensor: no host synchronisation
+            scale = 1.0 / count
+            total = torch.zeros((), dtype=wide, device=hidden.device)
+            grad_h = torch.empty_like(hidden) if need_h else None
+            grad_w = torch.zeros(weight.shape, dtype=wide, device=weight.device) if need_w else None
+            for lo in range(0, n, chunk):
+                h, t, ok = hidden[lo:lo + chunk], targets[lo:lo + chunk], valid[lo:lo + chunk]
+                logits = (h @ weight.T).to(wide)  # [c, V]: the only full-width fp32 tensor, one chunk's
+                safe = torch.where(ok, t, 0).unsqueeze(1)
+                lse = torch.logsumexp(logits, dim=1)
+                picked = logits.gather(1, safe).squeeze(1)
+                total = total + torch.where(ok, lse - picked, 0.0).sum()
+                if need_h or need_w:
+                    probs = logits.sub_(lse.unsqueeze(1)).exp_()  # softmax, in place of the logits
+                    probs.scatter_add_(1, safe, torch.full_like(picked, -1.0).unsqueeze(1))
+                    probs.mul_((ok.to(wide) * scale).unsqueeze(1))  # d(mean loss) / d logits
+                    g = probs.to(hidden.dtype)
+                    del logits, probs
+                    if need_h:
+                        grad_h[lo:lo + chunk] = g @ weight
+                    if need_w:
+                        grad_w.add_(g.T @ h)  # accumulated over the chunks in fp32
+        ctx.save_for_backward(grad_h, grad_w)
+        ctx.w_dtype = weight.dtype
+        return total * scale
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        grad_h, grad_w = ctx.saved_tensors
+        dh = grad_h * grad_out.to(grad_h.dtype) if grad_h is not None else None
+        dw = (grad_w * grad_out).to(ctx.w_dtype) if grad_w is not None else None
+        return dh, dw, None, None, None

@@ -3,7 +3,7 @@
 its gradients, without the logits of the whole batch: chunks of `chunk` tokens at a time, each chunk's logits
 made in the compute dtype, upcast to fp32 for the log-sum-exp and the softmax, and turned into that chunk's
 gradients at once (w.r.t. the hidden states and the head weight, accumulated in fp32), so that backward only
-scales them. At most one chunk's logits exist (bf16 and fp32); the reference keeps the batch's bf16 logits and
+scales them (by the incoming gradient over the number of counted targets, in fp32). At most one chunk's logits exist (bf16 and fp32); the reference keeps the batch's bf16 logits and
 makes an fp32 copy of them (3.3 GB at B 8 x 2,048 x 50,304).
 
 No host synchronisation and no data-dependent Python (the chunks follow from the shapes): it runs under CUDA graph
@@ -49,13 +49,14 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
         hidden, weight = hidden.to(dtype), weight.to(dtype)
     elif weight.dtype != hidden.dtype:
         weight = weight.to(hidden.dtype)
-    return _LinearCrossEntropy.apply(hidden, weight, targets, chunk, ignore_index)
+    # under no_grad (evaluation) Function.apply still reports needs_input_grad: say it, and no gradient is made
+    return _LinearCrossEntropy.apply(hidden, weight, targets, chunk, ignore_index, torch.is_grad_enabled())
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, targets, chunk, ignore_index):
-        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    def forward(ctx, hidden, weight, targets, chunk, ignore_index, grad_enabled):
+        need_h, need_w = grad_enabled and ctx.needs_input_grad[0], grad_enabled and ctx.needs_input_grad[1]
         n = hidden.shape[0]
         with torch.autocast(hidden.device.type, enabled=False):
             wide = torch.promote_types(hidden.dtype, torch.float32)  # fp32 (float64 inputs stay float64)
@@ -67,7 +68,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_w = torch.zeros(weight.shape, dtype=wide, device=weight.device) if need_w else None
             for lo in range(0, n, chunk):
                 h, t, ok = hidden[lo:lo + chunk], targets[lo:lo + chunk], valid[lo:lo + chunk]
-                logits = (h @ weight.T).to(wide)  # [c, V]: the only full-width fp32 tensor, one chunk's
+                logits = (h @ weight.T).to(wide)  # [c, V] fp32, one chunk's: never the whole batch's
                 safe = torch.where(ok, t, 0).unsqueeze(1)
                 lse = torch.logsumexp(logits, dim=1)
                 picked = logits.gather(1, safe).squeeze(1)
@@ -75,20 +76,23 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 if need_h or need_w:
                     probs = logits.sub_(lse.unsqueeze(1)).exp_()  # softmax, in place of the logits
                     probs.scatter_add_(1, safe, torch.full_like(picked, -1.0).unsqueeze(1))
-                    probs.mul_((ok.to(wide) * scale).unsqueeze(1))  # d(mean loss) / d logits
+                    # d(sum of losses) / d logits, in [-1, 1]; the 1 / count of the mean and the incoming gradient
+                    # are applied in backward, in fp32 (in fp16, p / count would underflow before a loss scale)
+                    probs.mul_(ok.to(wide).unsqueeze(1))
                     g = probs.to(hidden.dtype)
                     del logits, probs
                     if need_h:
                         grad_h[lo:lo + chunk] = g @ weight
                     if need_w:
                         grad_w.add_(g.T @ h)  # accumulated over the chunks in fp32
-        ctx.save_for_backward(grad_h, grad_w)
+        ctx.save_for_backward(grad_h, grad_w, scale)
         ctx.w_dtype = weight.dtype
         return total * scale
 
     @staticmethod
     def backward(ctx, grad_out):
-        grad_h, grad_w = ctx.saved_tensors
-        dh = grad_h * grad_out.to(grad_h.dtype) if grad_h is not None else None
-        dw = (grad_w * grad_out).to(ctx.w_dtype) if grad_w is not None else None
-        return dh, dw, None, None, None
+        grad_h, grad_w, scale = ctx.saved_tensors
+        factor = grad_out.to(scale.dtype) * scale
+        dh = (grad_h.to(scale.dtype) * factor).to(grad_h.dtype) if grad_h is not None else None
+        dw = (grad_w * factor).to(ctx.w_dtype) if grad_w is not None else None
+        return dh, dw, None, None, None, None

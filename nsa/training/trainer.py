@@ -20,6 +20,7 @@ import torch.nn as nn
 from nsa import observability, toggles
 from nsa.attention.kernels import index_build, prepare_compile, resolve
 from nsa.config import ModelConfig
+from nsa.loss import resolve_loss
 from nsa.model import NSAModel, flops_per_token, lm_loss
 from nsa.toggles import Toggles
 from nsa.training import checkpoint, comm_count, distributed, graphs, metrics, model_faults, outputs, timeline
@@ -338,12 +339,19 @@ class Trainer:
         grad_norm = self._grad_norm()
         return {"lr": lr, "loss_sum": loss_sum, "grad_norm": grad_norm}
 
+    def _loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The mean next-token cross entropy as model.loss (NSA_LOSS) says: chunked, the model's forward fuses its
+        head with the loss (nsa.loss); otherwise lm_loss of the logits, outside the (compiled, wrapped) model."""
+        if resolve_loss(self.model_cfg.loss) == "chunked":
+            return self.model(inputs, targets)
+        return lm_loss(self.model(inputs), targets)
+
     def _micro_step(self, inputs: torch.Tensor, targets: torch.Tensor, last: bool, loss_factor=None) -> torch.Tensor:
         """One micro-batch's forward and backward (gradients summed over the step's micro-batches); its detached
         loss. loss_factor: multiplies the loss (NaN: the NSA_FAULT=nan testing aid; a tensor under CUDA graphs)."""
         with self._no_sync(last):
             with self._autocast():
-                loss = lm_loss(self.model(inputs), targets)
+                loss = self._loss(inputs, targets)
             if not self.timeline.has("first_forward"):
                 self._sync()
                 self.timeline.mark("first_forward")
@@ -565,7 +573,7 @@ class Trainer:
         with torch.no_grad(), self._autocast():
             for _ in range(tc.eval_batches):
                 inputs, targets = self.eval_source.next_batch()
-                total += float(lm_loss(self.model(inputs.to(self.device)), targets.to(self.device)))
+                total += float(self._loss(inputs.to(self.device), targets.to(self.device)))
         self.model.train()
         self.eval_source.reset()
         (summed,) = distributed.all_reduce_sum([total], self.info)

@@ -65,6 +65,7 @@ INVALID = (
         pytest.param("prefill", dict(prefill="parallel"), id="prefill"),
         pytest.param("selection", dict(selection="v3"), id="selection"),
         pytest.param("index_build", dict(index_build="sorted"), id="index_build"),
+        pytest.param("rope", dict(rope="triton"), id="rope"),
         pytest.param("rope_theta", dict(rope_theta=0.0), id="rope_theta=0"),
         pytest.param("rope_theta", dict(rope_theta=-1.0), id="rope_theta<0"),
     ]
@@ -104,7 +105,10 @@ SMALL = dict(dim=32, n_heads=4, n_kv_groups=2, d_k=8, d_v=8, l=8, d=4, l_sel=8, 
      ("NSA_KERNEL", "kernel", "triton", "torch", "triton"),
      ("NSA_INDEX_BUILD", "index_build", "torch", "auto", "torch"),
      ("NSA_INDEX_BUILD", "index_build", "triton", "torch", "triton"),
-     ("NSA_INDEX_BUILD", "index_build", "auto", "triton", "auto")],
+     ("NSA_INDEX_BUILD", "index_build", "auto", "triton", "auto"),
+     ("NSA_ROPE", "rope", "fused", "auto", "fused"),
+     ("NSA_ROPE", "rope", "reference", "fused", "reference"),
+     ("NSA_ROPE", "rope", "auto", "reference", "auto")],
 )
 def test_toggle_override(variable, field, value, start, expected):
     """The toggles read once at start-up (Toggles.read) change the config the layers are built from."""

@@ -47,7 +47,9 @@ sys.path.insert(0, str(ROOT))
 # 128 x 64 with 4 warps for its stats pass and 8 for its output pass, 32 x 64, 8 warps for backward; d = 64).
 FAMILIES: dict[str, tuple] = {
     "range_q": (None, (64, 64, 4, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 8, 2), (64, 128, 4, 2)),
-    "range_dkdv": (None, (32, 64, 4, 2), (32, 64, 8, 3), (64, 64, 8, 2), (32, 128, 8, 2), (64, 64, 4, 2)),
+    # after the tuples, names of range_attn.host.DKDV_CHOICES: a tile and the cmp launch's split (issue 31 item 2.1)
+    "range_dkdv": (None, (32, 64, 4, 2), (32, 64, 8, 3), (64, 64, 8, 2), (32, 128, 8, 2), (64, 64, 4, 2),
+                   "w4s1", "w4s1_split", "bn32_w4_split", "split"),
     "sel_bwd": (None, (32, 64, 4, 1), (64, 64, 8, 1), (32, 64, 8, 2), (64, 64, 4, 1), (32, 32, 4, 1)),
     "sel_fwd": (None, (64, 64, 4, 1), (128, 64, 8, 2), (128, 128, 8, 1), (64, 64, 8, 1), (128, 64, 4, 1)),
 }
@@ -55,8 +57,42 @@ SHAPE = dict(h=12, g=2, d=64, w=512, l=32, stride=16, l_sel=64, n_sel=16)
 WRONG = 2e-2  # relative difference from the shipped configuration's outputs above which a row is WRONG (bf16)
 
 
+# Register file and shared memory per SM (bytes usable by CTAs, with the 1 KiB each CTA reserves) of the targets:
+# CTAs per SM = the smallest of what registers (allocated per warp in units of 256: 8 a thread), shared memory,
+# threads (2,048) and the 32-block limit allow.
+REGS_PER_SM = 65536
+SHARED_PER_SM = {80: 167936, 90: 233472}
+SHARED_RESERVED = 1024
+
+
+def ctas_per_sm(registers: int, shared_bytes: int, num_warps: int, cc: int) -> tuple[int, str]:
+    """(CTAs per SM, what limits it) of a kernel using `registers` a thread and `shared_bytes` a CTA."""
+    regs_per_warp = -(-max(registers, 1) // 8) * 8 * 32
+    limits = {"registers": REGS_PER_SM // (regs_per_warp * num_warps),
+              "shared memory": SHARED_PER_SM[cc] // (shared_bytes + SHARED_RESERVED),
+              "threads": 2048 // (32 * num_warps), "blocks": 32}
+    low = min(limits.values())
+    return low, "/".join(k for k, v in limits.items() if v == low)
+
+
 def _label(cand) -> str:
+    if isinstance(cand, str):
+        return cand
     return "shipped" if cand is None else str(list(cand))
+
+
+def _select(cands: str | None, family: str) -> list[int]:
+    """Candidate indices (>= 1) named by --candidates (indices or DKDV_CHOICES names; None: all)."""
+    every = list(range(1, len(FAMILIES[family])))
+    if not cands:
+        return every
+    out = []
+    for c in (x.strip() for x in cands.split(",") if x.strip()):
+        if c.isdigit() and int(c) in every:
+            out.append(int(c))
+        elif c in FAMILIES[family]:
+            out.append(FAMILIES[family].index(c))
+    return out
 
 
 def _patch(family: str, cand):
@@ -66,6 +102,12 @@ def _patch(family: str, cand):
     from nsa.attention.kernels.range_attn import host as tr
     from nsa.attention.kernels.selected_attn import host as ts
 
+    if isinstance(cand, str):  # a named dK/dV choice: the launcher's tile and split
+        saved_choice = tr.DKDV_CHOICE
+        if cand not in tr.DKDV_CHOICES:
+            raise ValueError(f"{family}: {cand!r} is not one of {', '.join(tr.DKDV_CHOICES)}")
+        tr.DKDV_CHOICE = cand
+        return lambda: setattr(tr, "DKDV_CHOICE", saved_choice)
     if family in ("range_q", "range_dkdv"):
         name = "query_config" if family == "range_q" else "dkdv_config"
         saved = getattr(tr, name)
@@ -84,34 +126,61 @@ def _patch(family: str, cand):
     return lambda: setattr(ts, "_config", saved)
 
 
-def aot_report(families: list[str]) -> list[dict]:
-    """Every candidate's kernels compiled for sm_80 and sm_90 (installed triton, no GPU): registers and spills."""
+def aot_report(families: list[str], candidates: str | None = None) -> list[dict]:
+    """Every candidate's kernels (or those --candidates names, and the shipped one) compiled for sm_80 and sm_90
+    (installed triton, no GPU): registers, spills and the CTAs per SM they allow (`kernels`: one entry each)."""
     from nsa.attention.kernels import aot
     from nsa.attention.kernels.range_attn import host as triton_range
     from nsa.attention.kernels.selected_attn import host as triton_selected
 
     rows = []
     for family in families:
-        for i, cand in enumerate(FAMILIES[family]):
+        for i in [0, *_select(candidates, family)]:
+            cand = FAMILIES[family][i]
             undo = _patch(family, cand)
             try:
                 if family.startswith("range"):
-                    want = "range_fwd" if family == "range_q" else "range_dkdv"
+                    want = ("range_fwd", "range_dq") if family == "range_q" else ("range_dkdv",)
+                    cfg = (triton_range.query_config if family == "range_q" else triton_range.dkdv_config)(64, 64)
+                    tag = (f"[BLOCK_M={cfg.block_m},BLOCK_N={cfg.block_n},warps={cfg.num_warps},"
+                           f"stages={cfg.num_stages},")
                     cases = [c for c in triton_range.aot_cases(dims=((64, 64),)) if c.name.startswith(want)
-                             or (family == "range_q" and c.name.startswith("range_dq"))]
+                             and tag in c.name]
                 else:
                     want = ("sel_bwd_kv",) if family == "sel_bwd" else ("sel_fwd_kv_stats", "sel_fwd_kv_out")
                     cases = [c for c in triton_selected.aot_cases() if c.name.startswith(want)
                              and "hpg=6," in c.name and "d=64," in c.name]
-                results = [aot.compile_case(c, cc) for c in cases for cc in aot.TARGETS]
+                results = [(c, aot.compile_case(c, cc)) for c in cases for cc in aot.TARGETS]
             finally:
                 undo()
-            spills = max((r.spill_stores or 0) for r in results) if results else None
-            rows.append({"family": family, "candidate": i, "config": _label(cand), "ok": all(r.ok for r in results),
-                         "max_registers": max((r.registers or 0) for r in results) if results else None,
-                         "spill_stores": spills, "kernels": [r.kernel + "@" + r.target for r in results],
-                         "problems": sorted({p for r in results for p in r.problems})})
+            kernels = []
+            for c, r in results:
+                occ, limit = (ctas_per_sm(r.registers, r.shared_bytes or 0, c.num_warps, int(r.target[3:]))
+                              if r.registers else (None, "does not compile"))
+                kernels.append({"kernel": r.kernel, "target": r.target, "ok": r.ok, "registers": r.registers,
+                                "spill_stores": r.spill_stores, "shared_bytes": r.shared_bytes, "mma": r.mma,
+                                "wgmma": r.wgmma, "num_warps": c.num_warps, "ctas_per_sm": occ, "limit": limit})
+            spills = max((k["spill_stores"] or 0) for k in kernels) if kernels else None
+            sm90 = [k["ctas_per_sm"] or 0 for k in kernels if k["target"] == "sm_90"]
+            rows.append({"family": family, "candidate": i, "config": _label(cand),
+                         "ok": bool(kernels) and all(k["ok"] for k in kernels),
+                         "max_registers": max((k["registers"] or 0) for k in kernels) if kernels else None,
+                         "spill_stores": spills, "ctas_per_sm_sm90": min(sm90) if sm90 else None,
+                         "kernels": kernels, "problems": sorted({p for _, r in results for p in r.problems})})
     return rows
+
+
+def aot_markdown(rows: list[dict]) -> str:
+    """The --aot rows as a Markdown table, one line per (candidate, kernel, target)."""
+    out = ["| family | # | candidate | kernel | target | registers | spill stores | shared (B) | mma | wgmma | "
+           "CTAs/SM | limited by |", "|---|---:|---|---|---|---:|---:|---:|---|---|---:|---|"]
+    for r in rows:
+        for k in r["kernels"]:
+            out.append(f"| {r['family']} | {r['candidate']} | {r['config']} | {k['kernel']} | {k['target']} | "
+                       f"{k['registers']} | {k['spill_stores']} | {k['shared_bytes']} | "
+                       f"{'yes' if k['mma'] else 'no'} | {'yes' if k['wgmma'] else 'no'} | {k['ctas_per_sm']} | "
+                       f"{k['limit']} |")
+    return "\n".join(out)
 
 
 def _inputs(family: str, b: int, s: int, device: str, dtype):
@@ -230,7 +299,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--families", default=",".join(FAMILIES), help=f"subset of {','.join(FAMILIES)}")
     ap.add_argument("--aot", action="store_true", help="compile the candidates for sm_80/sm_90 (no GPU) and stop")
-    ap.add_argument("--all", action="store_true", help="also time the candidates that spill")
+    ap.add_argument("--all", action="store_true", help="also time the candidates that spill (and skip the compile "
+                    "check before timing)")
+    ap.add_argument("--candidates", help="indices or dK/dV choice names to compile/time (default: all)")
+    ap.add_argument("--markdown", action="store_true", help="with --aot: one Markdown row per kernel and target")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     ap.add_argument("--seq-lens", default="2048,65536")
@@ -259,10 +331,13 @@ def main(argv=None) -> int:
     if args.aot:
         if os.environ.get("TRITON_INTERPRET") == "1":
             ap.error("--aot compiles the kernels: run it without TRITON_INTERPRET=1")
-        rows = aot_report(families)
-        for r in rows:
+        rows = aot_report(families, args.candidates)
+        if args.markdown:
+            print(aot_markdown(rows))
+        for r in rows if not args.markdown else []:
             print(f"{r['family']:<11} #{r['candidate']} {r['config']:<17} ok={r['ok']}  max registers "
-                  f"{r['max_registers']}  spill stores {r['spill_stores']}  {'; '.join(r['problems'])}")
+                  f"{r['max_registers']}  spill stores {r['spill_stores']}  CTAs/SM on sm_90 "
+                  f"{r['ctas_per_sm_sm90']}  {'; '.join(r['problems'])}")
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))
         return 0
@@ -272,14 +347,15 @@ def main(argv=None) -> int:
         print("tune_kernels: no CUDA device (use --aot to compile the candidates without one)", file=sys.stderr)
         return 2
     print("reproduce: python benchmarks/tune_kernels.py " + shlex.join(sys.argv[1:] if argv is None else argv))
-    clean = {(r["family"], r["candidate"]) for r in aot_report(families) if r["ok"] and not r["spill_stores"]} \
+    clean = {(r["family"], r["candidate"]) for r in aot_report(families, args.candidates)
+             if r["ok"] and not r["spill_stores"]} \
         if not args.all and args.device == "cuda" else None
     rows = []
     for family in families:
         for s, b in zip(lens, batches):
             print(f"\n{family} at S {s:,} x B {b} ({args.dtype}); ms min/median/max over {args.repeats}: "
                   "candidate vs shipped")
-            for cand in range(1, len(FAMILIES[family])):
+            for cand in _select(args.candidates, family):
                 if clean is not None and (family, cand) not in clean:
                     print(f"  #{cand} {_label(FAMILIES[family][cand])}: skipped (spills or does not compile: --aot)")
                     continue

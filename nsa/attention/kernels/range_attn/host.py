@@ -81,6 +81,12 @@ keys x 32 rows, 4 warps (below wgmma's m64: mma.sync on sm_90, family range_dkdv
 only when it lies in [0, sink) or in the band; with l_sel < BLOCK_N some whole tiles take the masked path
 (correct, slightly slower; the model's l_sel = 64 = BLOCK_N).
 
+dK/dV choices (DKDV_CHOICES, picked by DKDV_CHOICE; "auto" = QUALIFIED_DKDV, the one a GPU run has qualified): the
+shipped 8-warp tile runs one CTA per SM (registers), and its cmp launch has ~3 programs per key tile. Beside it sit
+tiles that fit two or more CTAs per SM on sm_90 without spills (4 warps, one stage: 2; 32 keys x 4 warps,
+mma.sync: 3) and a finer cmp split (DkdvSplit: chunks of at most 512 query tiles), reports/aot/
+range_dkdv_occupancy.md; benchmarks/tune_kernels.py times them against the shipped one on a GPU.
+
 Every [rows, d] pointer tile carries tl.multiple_of(ptrs, [1, 16]) (rows start 16-byte aligned; the launcher
 guarantees it): Triton's JIT infers this from 16-divisible arguments, the ahead-of-time compile (no argument
 attributes) would otherwise see unaligned element-wise loads, twice the registers and spills.
@@ -105,7 +111,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -153,19 +159,73 @@ def query_config(d_k: int, d_v: int) -> LaunchConfig:
     return LARGE_Q if d_k == d_v == 64 else SMALL_Q
 
 
+class DkdvSplit(NamedTuple):
+    """How the cmp (and sink) dK/dV launch cuts each key tile's query range into chunks (grid z): enough chunks for
+    about `programs_per_sm` programs per SM and, with max_steps > 0, enough that no chunk is longer than max_steps
+    query tiles (a bounded serial length at long S); at most max_split chunks and one per 4 query tiles."""
+
+    programs_per_sm: int = 2
+    max_split: int = 16
+    max_steps: int = 0  # 0: no bound on a chunk's length
+
+
+class DkdvChoice(NamedTuple):
+    """A dK/dV launch choice: the tile for d_k = d_v <= 64 (None: DKDV; other head dims keep dkdv_config's pick)
+    and the split of the cmp launch."""
+
+    cfg: Optional[LaunchConfig]
+    split: DkdvSplit
+
+
+# dK/dV choices side by side (issue 31 item 2.1). "shipped" is the configuration the GPU runs have qualified; the
+# others fit two or more CTAs per SM on sm_90 in the ahead-of-time compile (reports/aot/range_dkdv_occupancy.md):
+# 4 warps (one m64 wgmma warpgroup) halve the threads a CTA holds, and the 32-key tile (mma.sync) also cuts the
+# registers. 4 warps keep one stage: with two, the 64-key tile spills on sm_80 (36-48 bytes; on sm_90 it fits,
+# 2 CTAs per SM: tune_kernels' range_dkdv candidate 1). The "_split" ones cut the cmp launch finer: at S = 65,536
+# (m7c) 26 chunks of <= 512 query tiles per key tile (3,328 programs) instead of 3 chunks of up to 4,370 (384
+# programs). None is the default until a GPU A/B (benchmarks/tune_kernels.py --families range_dkdv) qualifies it:
+# then it becomes QUALIFIED_DKDV.
+DKDV_CHOICES: dict[str, DkdvChoice] = {
+    "shipped": DkdvChoice(None, DkdvSplit()),
+    "w4s1": DkdvChoice(LaunchConfig(32, 64, 4, 1), DkdvSplit()),
+    "w4s1_split": DkdvChoice(LaunchConfig(32, 64, 4, 1), DkdvSplit(4, 64, 512)),
+    "bn32_w4_split": DkdvChoice(LaunchConfig(32, 32, 4, 2), DkdvSplit(4, 64, 512)),
+    "split": DkdvChoice(None, DkdvSplit(4, 64, 512)),
+}
+QUALIFIED_DKDV = "shipped"  # what "auto" picks: the choice a GPU run has qualified
+DKDV_CHOICE = "auto"  # the launcher's choice: "auto" or a key of DKDV_CHOICES (tune_kernels sets it for an A/B)
+
+
+def dkdv_choice() -> DkdvChoice:
+    """The dK/dV choice in effect (DKDV_CHOICE, "auto" = QUALIFIED_DKDV), read at each launch."""
+    name = QUALIFIED_DKDV if DKDV_CHOICE == "auto" else DKDV_CHOICE
+    if name not in DKDV_CHOICES:
+        raise ValueError(f"range attention: DKDV_CHOICE = {DKDV_CHOICE!r}; expected 'auto' or one of "
+                         f"{', '.join(DKDV_CHOICES)}")
+    return DKDV_CHOICES[name]
+
+
 def dkdv_config(d_k: int, d_v: int) -> LaunchConfig:
-    return DKDV if d_k == d_v else DKDV_MIXED
+    if d_k != d_v:
+        return DKDV_MIXED
+    cfg = dkdv_choice().cfg
+    return cfg if cfg is not None and d_k <= 64 else DKDV
 
 
 def dkdv_splits(mode: int, b: int, g: int, t: int, s: int, hpg: int, n_sm: int, cfg: LaunchConfig,
-                sink: int = 0) -> int:
-    """Query-range chunks per key tile: 1 for the window (bounded ranges); for cmp and a band with a sink, enough
-    for about two programs per SM, at most 16 and at most one per 4 query tiles."""
+                sink: int = 0, split: Optional[DkdvSplit] = None) -> int:
+    """Query-range chunks per key tile: 1 for the window (bounded ranges); for cmp and a band with a sink, by
+    `split` (default: the choice in effect; shipped: about two programs per SM, at most 16) and at most one per 4
+    query tiles."""
     if not _uses_partials(mode, sink):
         return 1
+    split = dkdv_choice().split if split is None else split
     programs = b * g * triton.cdiv(max(t, 1), cfg.block_n)
     q_tiles = triton.cdiv(s, cfg.block_m // hpg)
-    return max(1, min(16, triton.cdiv(2 * n_sm, programs), triton.cdiv(q_tiles, 4)))
+    want = triton.cdiv(split.programs_per_sm * n_sm, programs)
+    if split.max_steps > 0:
+        want = max(want, triton.cdiv(q_tiles, split.max_steps))
+    return max(1, min(split.max_split, want, triton.cdiv(q_tiles, 4)))
 
 
 def _uses_partials(mode: int, p1: int) -> bool:
@@ -426,6 +486,15 @@ def _signature(kernel: str, dtype: str) -> dict:
 AOT_DIMS = ((32, 32), (64, 64), (128, 128), (64, 128))
 
 
+def _dkdv_configs(d_k: int, d_v: int) -> list:
+    """dkdv_config's pick, then every other tile a DKDV_CHOICES entry gives these head dims."""
+    out = [dkdv_config(d_k, d_v)]
+    for choice in DKDV_CHOICES.values():
+        if d_k == d_v <= 64 and choice.cfg is not None and choice.cfg not in out:
+            out.append(choice.cfg)
+    return out
+
+
 def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
     """Every kernel at every configuration the launcher can pick. MODE, hpg, the window/block parameters and
     COMPUTE_DELTA are runtime arguments, so they add no cases; d_k and d_v choose the configuration."""
@@ -433,7 +502,7 @@ def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
     kernels = {"fwd": _range_fwd_kernel, "dq": _range_bwd_dq_kernel, "dkdv": _range_bwd_dkdv_kernel}
     for d_k, d_v in dims:
         for kernel, fn in kernels.items():
-            for cfg in [dkdv_config(d_k, d_v) if kernel == "dkdv" else query_config(d_k, d_v)]:
+            for cfg in (_dkdv_configs(d_k, d_v) if kernel == "dkdv" else [query_config(d_k, d_v)]):
                 constexprs = dict(D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                                   DOT_PREC="ieee" if dtype == "fp32" else "tf32")
                 sig = _signature(kernel, dtype)

@@ -54,3 +54,24 @@ def test_the_patch_reaches_the_launcher():
     finally:
         undo()
     assert triton_selected._config("bwd", 6, 64, 64) == (32, 64, 8, 1)
+
+
+def test_a_named_dkdv_choice_runs_beside_the_shipped_one_and_is_undone():
+    """The range_dkdv candidates after the tuples are DKDV_CHOICES names (a tile and the cmp launch's split)."""
+    from nsa.attention.kernels.range_attn import host as triton_range
+
+    cand = tune.FAMILIES["range_dkdv"].index("w4s1_split")
+    assert tune._select("w4s1_split,1", "range_dkdv") == [cand, 1]
+    row = tune.run_case("range_dkdv", cand, 48, 1, device=KERNEL_DEVICE.type,
+                        dtype_name="bf16" if ON_GPU else "fp32", repeats=1, warmup=0)
+    assert triton_range.DKDV_CHOICE == "auto"
+    assert row["config"] == "w4s1_split" and not row["wrong"]
+    assert row["max_rel_diff"] < (tune.WRONG if ON_GPU else 1e-5)
+
+
+def test_ctas_per_sm_from_registers_and_shared_memory():
+    assert tune.ctas_per_sm(133, 33024, 8, 90) == (1, "registers")  # 136 x 256 threads > 32,768
+    assert tune.ctas_per_sm(128, 33024, 8, 90) == (2, "registers")
+    assert tune.ctas_per_sm(204, 24576, 4, 90) == (2, "registers")
+    assert tune.ctas_per_sm(64, 120000, 4, 90) == (1, "shared memory")
+    assert tune.ctas_per_sm(24, 1024, 4, 90) == (16, "threads")

@@ -9,10 +9,17 @@ kernel families: the range kernels' forward and dQ (`range_q`: nsa.attention.ker
 their dK/dV (`range_dkdv`: dkdv_config; 13.6 of 43 ms at S = 65,536), the selected branch's backward (`sel_bwd`:
 triton_selected._config("bwd"); 7.6 ms there, the largest kernel at S = 2,048) and its forward passes (`sel_fwd`:
 _config("stats"/"out")). Their configurations were chosen from the ahead-of-time compile (no spills, tensor cores),
-never from GPU timings. Each family here lists candidate configurations; candidate 0 is the shipped one.
+never from GPU timings. Each family here lists candidate configurations; candidate 0 is the shipped one. After
+range_dkdv's tuples come names of range_attn.host.DKDV_CHOICES (a tile and the compressed branch's dK/dV split,
+chosen through DKDV_CHOICE); `--candidates` picks some by index or name, e.g. the A/B of reports/aot/
+range_dkdv_occupancy.md:
+
+    python benchmarks/tune_kernels.py --device cuda --all --families range_dkdv \
+        --candidates w4s1_split,split,bn32_w4_split,w4s1 --seq-lens 65536 --batch 1 --repeats 5 --warmup 1
 
 `--aot` compiles every candidate's kernels for sm_80 and sm_90 with the installed triton (no GPU) and reports
-registers and spill stores: a candidate that spills is left out of the timing unless `--all`.
+registers, spill stores and the CTAs per SM they allow (`--markdown`: one row per kernel and target): a candidate
+that spills is left out of the timing unless `--all`.
 
 On a GPU each (family, candidate, S) is one subprocess (a candidate that faults loses only its own row): at the m7c
 shape (B x S tokens, H 12, G 2, d 64, bf16; window 512, l 32, d 16, l_sel 64, n_sel 16) it runs the family's
@@ -89,9 +96,14 @@ def _select(cands: str | None, family: str) -> list[int]:
     out = []
     for c in (x.strip() for x in cands.split(",") if x.strip()):
         if c.isdigit() and int(c) in every:
-            out.append(int(c))
+            i = int(c)
         elif c in FAMILIES[family]:
-            out.append(FAMILIES[family].index(c))
+            i = FAMILIES[family].index(c)
+        else:
+            raise ValueError(f"--candidates: {c!r} is not a candidate of {family} (1-{len(every)} or a name: "
+                             f"{', '.join(x for x in FAMILIES[family] if isinstance(x, str)) or 'none'})")
+        if i not in out:
+            out.append(i)
     return out
 
 
@@ -317,6 +329,11 @@ def main(argv=None) -> int:
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         ap.error(f"--families: {unknown[0]!r} is not one of {', '.join(FAMILIES)}")
+    try:
+        for family in families:
+            _select(args.candidates, family)
+    except ValueError as exc:
+        ap.error(str(exc))
     lens = [int(x) for x in args.seq_lens.split(",")]
     batches = [int(x) for x in args.batch.split(",")]
     if len(batches) == 1:

@@ -38,7 +38,7 @@ from nsa.attention.compression import Compressor
 from nsa.config import NSAConfig
 from nsa.attention.geometry import num_cmp_blocks, num_sel_blocks
 from nsa.observability import span
-from nsa.attention.rope import apply_rope
+from nsa.attention.rope import rope as rope_fn
 from nsa.attention.selection import RANGE_BUILDERS, choose_blocks, importance_from_cmp, overlap_weights
 
 BRANCHES = ("cmp", "sel", "win")
@@ -125,8 +125,7 @@ class NSAAttention(nn.Module):
 
     def _project_tokens(self, x: torch.Tensor, start: int) -> _Tokens:
         cfg = self.cfg
-        pos = torch.arange(start, start + x.shape[1], device=x.device)
-        rope = lambda t: apply_rope(t, pos, cfg.rope_theta)  # noqa: E731
+        rope = lambda t: rope_fn(t, cfg.rope_theta, cfg.rope, start=start)  # noqa: E731
         g = cfg.n_kv_groups
         gates = self._gates_of(self.gate(x).view(*x.shape[:2], cfg.n_heads, 3))
         return _Tokens(
@@ -141,8 +140,8 @@ class NSAAttention(nn.Module):
         """Compressed keys (rotated at each block's last position) and values of every block in k_raw/v_raw."""
         cfg = self.cfg
         k_cmp, v_cmp = self.phi_k(k_raw), self.phi_v(v_raw)
-        ends = (torch.arange(k_cmp.shape[2], device=k_raw.device) + first_block) * cfg.d + cfg.l - 1
-        return apply_rope(k_cmp, ends, cfg.rope_theta), v_cmp
+        # block i's last position: (first_block + i) * d + l - 1
+        return rope_fn(k_cmp, cfg.rope_theta, cfg.rope, start=first_block * cfg.d + cfg.l - 1, step=cfg.d), v_cmp
 
     def project(self, x: torch.Tensor) -> NSAProjections:
         """Queries, every branch's keys and values, and the gates for x [B, S, dim]."""

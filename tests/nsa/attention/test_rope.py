@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from nsa.attention import DenseAttention
+from nsa.attention import DenseAttention, NSAAttention
 from nsa.attention import rope as rope_mod
 from nsa.attention.rope import apply_rope, resolve_rope, rope
 from nsa.config import NSAConfig
@@ -111,6 +111,28 @@ def test_dense_twin_with_fused_rope_matches_the_reference_rope():
         y = layer(xi)
         y.pow(2).sum().backward()
         out[impl] = (y.detach(), xi.grad, layer.q_proj.weight.grad)
+    for a, b in zip(out["fused"], out["reference"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_nsa_layer_with_fused_rope_matches_the_reference_rope():
+    """NSAAttention's PyTorch path with cfg.rope "fused" (queries, selection and window keys at their positions,
+    compressed keys at each block's last position: start l - 1, step d) against "reference", float64: the outputs,
+    the input's gradient and a compressor's gradient agree, in training and in a decode continuing a prefill."""
+    cfg = NSAConfig(dim=32, n_heads=4, n_kv_groups=2, d_k=16, d_v=8, l=8, d=4, l_sel=8, n_sel=3, w=8)
+    torch.manual_seed(0)
+    x = torch.randn(2, 37, 32, dtype=torch.float64)
+    out = {}
+    for impl in ("reference", "fused"):
+        torch.manual_seed(1)
+        layer = NSAAttention(dataclasses.replace(cfg, rope=impl)).double()
+        xi = x.clone().requires_grad_()
+        y = layer(xi)
+        y.pow(2).sum().backward()
+        grads = [p.grad for p in layer.parameters() if p.grad is not None]
+        cache = layer.new_cache(2)  # token by token: positions t, compressed blocks first_block > 0
+        decoded = torch.cat([layer.decode_step(x[:, t:t + 1], cache) for t in range(x.shape[1])], dim=1)
+        out[impl] = (y.detach(), decoded, xi.grad, *grads)
     for a, b in zip(out["fused"], out["reference"]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 

@@ -39,6 +39,23 @@ def fused_adamw_unsupported(params: list[torch.Tensor]) -> str | None:
     return None
 
 
+# Unset NSA_OPT_FUSED: torch's fused AdamW on CUDA (one kernel per step over all parameters), the foreach one
+# elsewhere (on CPU the fused one is no faster: cpu_smoke's A/B leaves it off)
+FUSED_BY_DEFAULT_ON = ("cuda",)
+
+
+def use_fused_adamw(choice: bool | None, params: list[torch.Tensor]) -> tuple[bool, str | None]:
+    """(fused, why it was refused): NSA_OPT_FUSED 1 asks for the fused AdamW (refused, with the reason, where this
+    torch has none for the parameters), 0 for the unfused one, and unset (None) takes the fused one on the devices
+    of FUSED_BY_DEFAULT_ON where this torch has it, silently the unfused one otherwise."""
+    if choice is False:
+        return False, None
+    why = fused_adamw_unsupported(params)
+    if choice is None:
+        return why is None and bool(params) and all(p.device.type in FUSED_BY_DEFAULT_ON for p in params), None
+    return why is None, why
+
+
 def build_adamw(model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float],
                 fused: bool) -> torch.optim.AdamW:
     """AdamW over param_groups; fused=True asks for torch's fused kernel (check fused_adamw_unsupported first)."""

@@ -30,7 +30,7 @@ from nsa.training.data import build_eval_source, build_source
 from nsa.training.distributed import DistInfo, first_use_order
 from nsa.training.heartbeat import HeartbeatWriter
 from nsa.training.metrics import device_name, memory_detail_gb, memory_gb, mfu, peak_flops
-from nsa.training.optim import build_adamw, fused_adamw_unsupported, lr_at, make_capturable, set_lr
+from nsa.training.optim import build_adamw, lr_at, make_capturable, set_lr, use_fused_adamw
 from nsa.training.safety import CSV_FAULTS_STOPPING_WRITER, RunControl, damage_training_csv
 from nsa.training.summary import SummaryAccumulator, format_summary
 from nsa.training.watchdog import HALT_NAME
@@ -129,10 +129,9 @@ class Trainer:
             specs, self.parallel, world_size=info.world_size, reshard_after_forward=tc.fsdp_reshard,
             activations=activation_bytes(cfg.model, tc.batch_size, tc.seq_len, tc.precision))
         self.model: nn.Module = self._wrap(self.net)
-        fused = tg.opt_fused
-        if fused and (why := fused_adamw_unsupported(list(self.net.parameters()))) is not None:
+        fused, why = use_fused_adamw(tg.opt_fused, list(self.net.parameters()))
+        if why is not None:
             self.say(f"NSA_OPT_FUSED=1 is ignored: {why}; AdamW runs unfused")
-            fused = False
         self.optimizer = build_adamw(self.net, tc.lr, tc.weight_decay, (tc.beta1, tc.beta2), fused)
         self.scaler = torch.amp.GradScaler(self.device.type) if tc.precision == "fp16" else None
 

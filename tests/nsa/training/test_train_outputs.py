@@ -12,7 +12,7 @@ import yaml
 from train_utils import TINY, heartbeats, read_csv
 
 from nsa.model import NSAModel
-from nsa.training import checkpoint, trainer
+from nsa.training import checkpoint, optim, trainer
 from nsa.training import cli as train
 from nsa.training.config import ConfigError, UsageError, load_config
 from nsa.training.optim import fused_adamw_unsupported
@@ -122,7 +122,7 @@ def test_sequential_prefill_toggle_reaches_the_model(tmp_path, monkeypatch):
 def test_notes_for_toggles_this_machine_cannot_honour(tmp_path, monkeypatch):
     """NSA_DDP_COMPRESS needs DDP; NSA_OPT_FUSED where torch has no fused AdamW for the parameters (simulated: this
     torch has one for CPU) is reported and the optimizer runs unfused."""
-    monkeypatch.setattr(trainer, "fused_adamw_unsupported", lambda params: "torch 0.0 has no fused AdamW for cpu")
+    monkeypatch.setattr(optim, "fused_adamw_unsupported", lambda params: "torch 0.0 has no fused AdamW for cpu")
     monkeypatch.setenv("NSA_OPT_FUSED", "1")
     monkeypatch.setenv("NSA_DDP_COMPRESS", "bf16")
     monkeypatch.setenv("NSA_TB_DISABLE", "1")
@@ -132,6 +132,21 @@ def test_notes_for_toggles_this_machine_cannot_honour(tmp_path, monkeypatch):
     assert any("NSA_OPT_FUSED=1 is ignored: torch 0.0 has no fused AdamW for cpu" in n for n in notes), notes
     assert any("NSA_DDP_COMPRESS=bf16 is ignored" in n for n in notes)
     assert json.loads((out / "env.json").read_text())["optimizer"] == {"name": "AdamW", "fused": False}
+
+
+def test_unset_opt_fused_means_fused_on_cuda_only(monkeypatch):
+    """NSA_OPT_FUSED unset: the fused AdamW on the devices of FUSED_BY_DEFAULT_ON (CUDA) where torch has it, without
+    a message where it has not; 0 is always unfused; 1 where torch has none is refused with the reason."""
+    params = [torch.zeros(2, 2, requires_grad=True)]
+    assert optim.use_fused_adamw(None, params) == (False, None)  # CPU: unfused unless asked
+    assert optim.use_fused_adamw(False, params) == (False, None)
+    assert optim.use_fused_adamw(True, params) == (fused_adamw_unsupported(params) is None,
+                                                   fused_adamw_unsupported(params))
+    monkeypatch.setattr(optim, "FUSED_BY_DEFAULT_ON", ("cpu",))  # as CUDA parameters would be taken
+    assert optim.use_fused_adamw(None, params) == (fused_adamw_unsupported(params) is None, None)
+    monkeypatch.setattr(optim, "fused_adamw_unsupported", lambda ps: "no fused AdamW here")
+    assert optim.use_fused_adamw(None, params) == (False, None)  # silently unfused
+    assert optim.use_fused_adamw(True, params) == (False, "no fused AdamW here")
 
 
 def test_fused_adamw_runs_on_cpu_and_takes_the_same_first_step_as_unfused(tmp_path, monkeypatch):

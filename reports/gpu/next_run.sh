@@ -1,41 +1,82 @@
 #!/usr/bin/env bash
-# The next GPU session's script (written 2026-11-26 after run 6 on an H100, reports/gpu/2026-11-26-h100, where the
-# runbook ended GO; not run yet in this form). On the device machine, from the repository root, two calls of up to
-# 10 minutes (outputs under $OUT):
-#     PART=1 BUDGET=590 bash reports/gpu/next_run.sh   # runbooks/gpu_kernels.yaml whole (8 min 12 s on an H100 from a
-#                                                      # cold cache in run 6), now with the Triton index build as
-#                                                      # the default; a second PART=1 call on the same warm machine
-#                                                      # continues it (--resume)
-#     PART=2 BUDGET=300 bash reports/gpu/next_run.sh   # the trainer with --compile (both models), then
-#                                                      # benchmarks/tune_kernels.py with the time left
-# 15 minutes of device time hold PART 1 (~9 min with the start) and a PART 2 of about 5 minutes.
+# The GPU script (rewritten 2026-11-28 for issues 31 and 32). One call of at most 9 minutes on one H100/H200, from
+# the repository root, outputs under $OUT (at most 8 files come back: each part tars its own):
+#     BUDGET=530 bash reports/gpu/next_run.sh            # PART=all: kernels, then trainer, in one call
+#     PART=kernels BUDGET=300 bash reports/gpu/next_run.sh
+#     PART=trainer BUDGET=330 bash reports/gpu/next_run.sh
+# A part starts only when the time it needs is left (never cut short to fit another); what was skipped says so in
+# log.txt. Each kernel case runs in its own process (a fault kills one CUDA context only).
+#
+# PART=kernels (~3 min):
+#   K1  range dK/dV's launch choices (range_attn/host.py DKDV_CHOICES) against float64 on the GPU, bf16;
+#   K2  each choice against the shipped one, alternated, at 65,536 B 1 (benchmarks/tune_kernels.py: min / median /
+#       max of each, the ratio, the outputs' difference);
+#   K3  the layer's profile with the roofline: each kernel's time, forward and backward apart, against its floor;
+#   K4, K5 (after the trainer part, with the time left) the choices at 2,048 B 8, and under memcheck.
+# PART=trainer (~6 min):
+#   T1  the old step against the new one (fused AdamW, chunked loss, fused RoPE), both models, alternated A B A B
+#       (2 repeats, CUDA graphs, B 8 x 2,048);
+#   T2  long context: NSA against the dense twin at 32,768 tokens (B 1), CUDA graphs, the new step;
+#   T3  the dense twin with each change alone against the old step, alternated (2 repeats);
+#   T4  (last, with the time left) the compiled model captured in CUDA graphs against it uncaptured (test).
 # The runbook runs through `python3 -m validation.cli`: the image's nsa-validate script belongs to another Python.
 set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD PATH=$PATH:/usr/local/cuda/bin
-OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"; RD=artifacts/validate/gk; BUDGET=${BUDGET:-560}; PART=${PART:-1}
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD PATH=$PATH:/usr/local/cuda/bin NSA_TB_DISABLE=1
+OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"; BUDGET=${BUDGET:-530}; PART=${PART:-all}
+W=/tmp/nsa_gpu; mkdir -p $W/kernels $W/trainer
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc
+left() { echo $(( BUDGET - $(el) )); }
+log() { echo "[$(el)s] $*" | tee -a "$OUT/log.txt"; }
+# step NAME SECONDS DIR CMD...: run CMD with a timeout of SECONDS (capped by what is left), output in DIR/NAME.txt
+step() {
+  local name=$1 need=$2 dir=$3; shift 3
+  local cap=$(( $(left) - 15 ))
+  if [ $cap -lt $(( need / 2 )) ]; then log "SKIPPED $name: ${cap}s left, it needs about ${need}s"; return 0; fi
+  [ $need -lt $cap ] && cap=$need
+  timeout -s TERM -k 10 $cap "$@" > "$dir/$name.txt" 2>&1
+  log "$name exit $? (limit ${cap}s)"
+  tar czf "$OUT/$(basename $dir).tgz" -C $W "$(basename $dir)"  # after every step: a cut call keeps what ran
+}
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; nproc
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
-  git rev-parse HEAD 2>/dev/null; date -u; } > "$OUT/env.txt" 2>&1
-if [ "$PART" = 1 ]; then
-  if [ -f $RD/results.json ]; then MODE="--resume $RD"; else MODE="--out $RD"; fi
-  timeout -s TERM -k 30 $(( BUDGET - 40 )) python3 -m validation.cli run runbooks/gpu_kernels.yaml $MODE \
-      > "$OUT/gk_console.txt" 2>&1
-  RC=$?
-  echo "[$(el)s] gpu_kernels exit $RC ($MODE)" | tee -a "$OUT/gk_console.txt"
-  tar czf "$OUT/gk.tgz" -C artifacts/validate gk 2>/dev/null
-  tail -25 "$OUT/gk_console.txt"
-  exit 0
+  git rev-parse HEAD 2>/dev/null; git status --short 2>/dev/null | head -20; date -u; } > "$OUT/env.txt" 2>&1
+
+if [ "$PART" = all ] || [ "$PART" = kernels ]; then
+  K=$W/kernels
+  step K1_test_range_dkdv_choices 60 $K python3 -m pytest -q -p no:cacheprovider \
+      tests/nsa/attention/kernels/test_range_dkdv_choices.py
+  step K2_tune_range_dkdv_65536 90 $K python3 benchmarks/tune_kernels.py --device cuda --all --families range_dkdv \
+      --candidates w4s1_split,split,bn32_w4_split,w4s1 --seq-lens 65536 --batch 1 --repeats 5 --warmup 1 \
+      --timeout 60 --json $K/tune_range_dkdv_65536.json
+  step K3_profile_roofline 70 $K python3 benchmarks/profile_layer.py --seq-lens 2048,65536 --batch 8,1 \
+      --json $K/profile_roofline.json
 fi
-# PART 2: the trainer's --compile mode, which the runbook leaves out (on the H200 it was the dense twin's fastest
-# mode), then the launch-configuration tuner of the two kernels that dominate at 65,536 with the time left.
-timeout 200 python3 benchmarks/bench_train.py --device cuda --modes compile --json "$OUT/train_compile.json" \
-    > "$OUT/train_compile.txt" 2>&1
-RC=$?; echo "[$(el)s] bench_train --modes compile exit $RC" | tee -a "$OUT/log.txt"
-LEFT=$(( BUDGET - 20 - $(el) ))
-if [ $LEFT -gt 60 ]; then
-  timeout $LEFT python3 benchmarks/tune_kernels.py --device cuda --families range_dkdv,sel_bwd --json "$OUT/tune.json" \
-      > "$OUT/tune.txt" 2>&1
-  RC=$?; echo "[$(el)s] tune_kernels exit $RC" | tee -a "$OUT/log.txt"
+
+if [ "$PART" = all ] || [ "$PART" = trainer ]; then
+  T=$W/trainer
+  OLD="NSA_OPT_FUSED=0,NSA_LOSS=reference,NSA_ROPE=reference"
+  NEW="NSA_OPT_FUSED=1,NSA_LOSS=chunked,NSA_ROPE=fused"
+  step T1_old_new 200 $T python3 benchmarks/bench_train.py --device cuda --modes graphs --repeats 2 \
+      --variant "old:$OLD" --variant "new:$NEW" --json $T/old_new.json
+  step T2_long_context 80 $T python3 benchmarks/bench_train.py --device cuda --modes graphs --contexts 32768 \
+      --variant "new:$NEW" --json $T/long_context.json
+  step T3_dense_each_change 150 $T python3 benchmarks/bench_train.py --device cuda --models dense --modes graphs \
+      --repeats 2 --variant "old:$OLD" --variant "adam:NSA_OPT_FUSED=1,NSA_LOSS=reference,NSA_ROPE=reference" \
+      --variant "loss:NSA_OPT_FUSED=0,NSA_LOSS=chunked,NSA_ROPE=reference" \
+      --variant "rope:NSA_OPT_FUSED=0,NSA_LOSS=reference,NSA_ROPE=fused" --json $T/dense_each_change.json
 fi
-tail -6 "$OUT/train_compile.txt"; tail -15 "$OUT/tune.txt" 2>/dev/null
+# with the time left: range dK/dV at 2,048 B 8, and the candidates under compute-sanitizer memcheck
+if [ "$PART" = all ] || [ "$PART" = kernels ]; then
+  step K4_tune_range_dkdv_2048 70 $K python3 benchmarks/tune_kernels.py --device cuda --all --families range_dkdv \
+      --candidates w4s1_split,split,bn32_w4_split,w4s1 --seq-lens 2048 --batch 8 --repeats 5 --warmup 1 \
+      --timeout 40 --json $K/tune_range_dkdv_2048.json
+  step K5_memcheck_dkdv_choices 80 $K compute-sanitizer --tool memcheck --launch-timeout 0 python3 -m pytest -q \
+      -p no:cacheprovider tests/nsa/attention/kernels/test_range_dkdv_choices.py -k "float64"
+fi
+if [ "$PART" = all ] || [ "$PART" = trainer ]; then  # --compile with --cuda-graphs against --compile alone
+  step T4_test_compiled_capture 150 $T python3 -m pytest -q -p no:cacheprovider \
+      tests/nsa/training/test_cuda_graphs.py -k compiled_model
+fi
+log "done"
+tail -n 25 $W/kernels/*.txt 2>/dev/null | cut -c1-200
+tail -n 12 $W/trainer/*.txt 2>/dev/null | cut -c1-220

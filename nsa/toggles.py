@@ -89,7 +89,8 @@ TOGGLES: dict[str, Toggle] = {
                "1: skip the gate and selection statistics logged with the heartbeats."),
         Toggle("NSA_OPT_FUSED", "bool", None, "trainer",
                "1: torch's fused AdamW (one kernel per step over all parameters; CUDA and, from torch 2.4, CPU); "
-               "0: the unfused (foreach) AdamW. Unset: fused on CUDA where this torch has it, unfused elsewhere. "
+               "0: the unfused (foreach) AdamW. Unset: unfused, until a GPU A/B qualifies the fused one on CUDA "
+               "(nsa.training.optim.FUSED_BY_DEFAULT_ON). "
                "Where this torch has no fused AdamW for the parameters' device or dtype, NSA_OPT_FUSED=1 is "
                "ignored with a message and AdamW runs unfused; env.json \"optimizer\" records which ran."),
         Toggle("NSA_FAULT", "fault", None, "trainer (testing aid)",
@@ -272,7 +273,7 @@ class Toggles:
     nvtx: bool
     tb_disable: bool
     aux_stats_disable: bool
-    opt_fused: bool | None  # None: fused on CUDA where supported (nsa.training.optim.use_fused_adamw)
+    opt_fused: bool | None  # None: the default of nsa.training.optim.use_fused_adamw
     fault: Fault | None
     kernel: str | None  # NSA_KERNEL as set (None: the config decides)
     # NSA_PREFILL_BATCHED / NSA_SEL_RANGES_V2 as set (None: the config decides). Not in env.json's "toggles", whose

@@ -39,9 +39,10 @@ def fused_adamw_unsupported(params: list[torch.Tensor]) -> str | None:
     return None
 
 
-# Unset NSA_OPT_FUSED: torch's fused AdamW on CUDA (one kernel per step over all parameters), the foreach one
-# elsewhere (on CPU the fused one is no faster: cpu_smoke's A/B leaves it off)
-FUSED_BY_DEFAULT_ON = ("cuda",)
+# The devices where unset NSA_OPT_FUSED takes torch's fused AdamW (one kernel per step over all parameters): none
+# yet. CUDA joins once an alternated GPU A/B shows it faster; the one GPU pair so far (H200, 125M dense twin with
+# CUDA graphs, reports/gpu/2026-11-28-h200) had it at 0.97x the foreach AdamW's tokens/s: not shown faster.
+FUSED_BY_DEFAULT_ON: tuple[str, ...] = ()
 
 
 def use_fused_adamw(choice: bool | None, params: list[torch.Tensor]) -> tuple[bool, str | None]:

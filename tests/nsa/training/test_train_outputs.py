@@ -134,15 +134,16 @@ def test_notes_for_toggles_this_machine_cannot_honour(tmp_path, monkeypatch):
     assert json.loads((out / "env.json").read_text())["optimizer"] == {"name": "AdamW", "fused": False}
 
 
-def test_unset_opt_fused_means_fused_on_cuda_only(monkeypatch):
-    """NSA_OPT_FUSED unset: the fused AdamW on the devices of FUSED_BY_DEFAULT_ON (CUDA) where torch has it, without
-    a message where it has not; 0 is always unfused; 1 where torch has none is refused with the reason."""
+def test_unset_opt_fused_takes_the_fused_adamw_only_where_it_is_the_default(monkeypatch):
+    """NSA_OPT_FUSED unset: the fused AdamW on the devices of FUSED_BY_DEFAULT_ON (none until a GPU A/B qualifies
+    it on CUDA) where torch has it, without a message where it has not; 0 is always unfused; 1 where torch has none
+    is refused with the reason."""
     params = [torch.zeros(2, 2, requires_grad=True)]
     assert optim.use_fused_adamw(None, params) == (False, None)  # CPU: unfused unless asked
     assert optim.use_fused_adamw(False, params) == (False, None)
     assert optim.use_fused_adamw(True, params) == (fused_adamw_unsupported(params) is None,
                                                    fused_adamw_unsupported(params))
-    monkeypatch.setattr(optim, "FUSED_BY_DEFAULT_ON", ("cpu",))  # as CUDA parameters would be taken
+    monkeypatch.setattr(optim, "FUSED_BY_DEFAULT_ON", ("cpu",))  # as CUDA parameters will be once qualified
     assert optim.use_fused_adamw(None, params) == (fused_adamw_unsupported(params) is None, None)
     monkeypatch.setattr(optim, "fused_adamw_unsupported", lambda ps: "no fused AdamW here")
     assert optim.use_fused_adamw(None, params) == (False, None)  # silently unfused

@@ -50,7 +50,9 @@ sys.path.insert(0, str(ROOT))
 
 # (block_m, block_n, num_warps, num_stages) for the range kernels; (block_r, block_n, num_warps, num_stages) for
 # the selected branch's (sel_fwd: both forward passes take it). Candidate 0 of each family (None) is what the
-# launcher ships (range: 128 x 64 rows / keys, 8 warps for forward and dQ, 32 x 64, 8 warps for dK/dV; selected:
+# launcher ships (range: 128 x 64 rows / keys, 8 warps for forward and dQ; dK/dV: the qualified choice of
+# range_attn.host.QUALIFIED_DKDV, since 2026-11-28 w4s1_split: 32 x 64, 4 warps, 1 stage, the finer cmp split, and
+# the tuples below change its tile only; name "shipped" to time the 8-warp tile before it; selected:
 # 128 x 64 with 4 warps for its stats pass and 8 for its output pass, 32 x 64, 8 warps for backward; d = 64).
 FAMILIES: dict[str, tuple] = {
     "range_q": (None, (64, 64, 4, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 8, 2), (64, 128, 4, 2)),

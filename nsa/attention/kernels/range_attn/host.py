@@ -177,14 +177,17 @@ class DkdvChoice(NamedTuple):
     split: DkdvSplit
 
 
-# dK/dV choices side by side (issue 31 item 2.1). "shipped" is the configuration the GPU runs have qualified; the
+# dK/dV choices side by side (issue 31 item 2.1). "shipped" is the configuration of the GPU runs before 2026-11-28; the
 # others fit two or more CTAs per SM on sm_90 in the ahead-of-time compile (reports/aot/range_dkdv_occupancy.md):
 # 4 warps (one m64 wgmma warpgroup) halve the threads a CTA holds, and the 32-key tile (mma.sync) also cuts the
 # registers. 4 warps keep one stage: with two, the 64-key tile spills on sm_80 (36-48 bytes; on sm_90 it fits,
 # 2 CTAs per SM: tune_kernels' range_dkdv candidate 1). The "_split" ones cut the cmp launch finer: at S = 65,536
 # (m7c) 26 chunks of <= 512 query tiles per key tile (3,328 programs) instead of 3 chunks of up to 4,370 (384
-# programs). None is the default until a GPU A/B (benchmarks/tune_kernels.py --families range_dkdv) qualifies it:
-# then it becomes QUALIFIED_DKDV.
+# programs). A choice becomes QUALIFIED_DKDV once a GPU run qualifies it: its tests on the GPU against float64,
+# memcheck clean, and faster than the one before in an alternated A/B (benchmarks/tune_kernels.py --families
+# range_dkdv). w4s1_split did on an H200 (reports/gpu/2026-11-28-h200): the window and cmp branches' fwd+bwd took
+# 0.58x the shipped choice's time at S 65,536 B 1 (backward 8.72 ms against 17.27, medians of 5) and 0.89x at
+# 2,048 B 8; 19 GPU tests passed, memcheck 0 errors.
 DKDV_CHOICES: dict[str, DkdvChoice] = {
     "shipped": DkdvChoice(None, DkdvSplit()),
     "w4s1": DkdvChoice(LaunchConfig(32, 64, 4, 1), DkdvSplit()),
@@ -192,7 +195,7 @@ DKDV_CHOICES: dict[str, DkdvChoice] = {
     "bn32_w4_split": DkdvChoice(LaunchConfig(32, 32, 4, 2), DkdvSplit(4, 64, 512)),
     "split": DkdvChoice(None, DkdvSplit(4, 64, 512)),
 }
-QUALIFIED_DKDV = "shipped"  # what "auto" picks: the choice a GPU run has qualified
+QUALIFIED_DKDV = "w4s1_split"  # what "auto" picks: the choice a GPU run has qualified (2026-11-28, H200)
 DKDV_CHOICE = "auto"  # the launcher's choice: "auto" or a key of DKDV_CHOICES (tune_kernels sets it for an A/B)
 
 
@@ -487,11 +490,13 @@ AOT_DIMS = ((32, 32), (64, 64), (128, 128), (64, 128))
 
 
 def _dkdv_configs(d_k: int, d_v: int) -> list:
-    """dkdv_config's pick, then every other tile a DKDV_CHOICES entry gives these head dims."""
+    """dkdv_config's pick, then every other tile a DKDV_CHOICES entry gives these head dims (the shipped tile,
+    cfg None, included)."""
     out = [dkdv_config(d_k, d_v)]
     for choice in DKDV_CHOICES.values():
-        if d_k == d_v <= 64 and choice.cfg is not None and choice.cfg not in out:
-            out.append(choice.cfg)
+        cfg = choice.cfg if choice.cfg is not None and d_k == d_v <= 64 else (DKDV_MIXED if d_k != d_v else DKDV)
+        if cfg not in out:
+            out.append(cfg)
     return out
 
 

@@ -133,8 +133,10 @@ def test_split_arithmetic_at_the_m7c_shape():
 
 
 def test_auto_picks_the_qualified_choice_and_a_bad_name_is_refused(monkeypatch):
-    assert tr.DKDV_CHOICE == "auto" and tr.QUALIFIED_DKDV == "shipped"
-    assert tr.dkdv_config(64, 64) == tr.DKDV and tr.dkdv_config(64, 128) == tr.DKDV_MIXED
+    assert tr.DKDV_CHOICE == "auto" and tr.QUALIFIED_DKDV == "w4s1_split"  # qualified on an H200, 2026-11-28
+    assert tr.dkdv_config(64, 64) == tr.LaunchConfig(32, 64, 4, 1) and tr.dkdv_config(64, 128) == tr.DKDV_MIXED
+    monkeypatch.setattr(tr, "DKDV_CHOICE", "shipped")
+    assert tr.dkdv_config(64, 64) == tr.DKDV
     monkeypatch.setattr(tr, "DKDV_CHOICE", "w4s1")
     assert tr.dkdv_config(64, 64) == tr.LaunchConfig(32, 64, 4, 1)
     assert tr.dkdv_config(128, 128) == tr.DKDV  # the choices' tiles are for d <= 64 only

@@ -115,9 +115,17 @@ def timed_passes(one, warmup: int, repeats: int, before_timing=lambda: None, slo
 
 
 def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: str, repeats: int,
-             warmup: int, index_build: str = "auto") -> dict:
+             warmup: int, index_build: str = "auto", batch: int = 1, dkdv_choice: str = "auto") -> dict:
     """Measure one case in this process; returns a JSON-able dict."""
     import torch
+
+    if path == "nsa-triton" and dkdv_choice != "auto":  # the range kernels' dK/dV launch choice (an A/B)
+        from nsa.attention.kernels.range_attn import host as range_host
+
+        if dkdv_choice not in range_host.DKDV_CHOICES:
+            raise SystemExit(f"--dkdv-choice {dkdv_choice!r}: expected auto or one of "
+                             f"{', '.join(range_host.DKDV_CHOICES)}")
+        range_host.DKDV_CHOICE = dkdv_choice
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
     torch.manual_seed(0)
@@ -132,7 +140,7 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
     forward_only = no_grad_reason is not None
     if forward_only:
         module.requires_grad_(False)
-    x = torch.randn(1, seq_len, shape["dim"], device=device, dtype=dtype, requires_grad=not forward_only)
+    x = torch.randn(batch, seq_len, shape["dim"], device=device, dtype=dtype, requires_grad=not forward_only)
 
     def sync():
         if device == "cuda":
@@ -175,9 +183,13 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
     if path == "nsa-triton":
         from nsa.attention.kernels import index_build as resolved_build
 
+        from nsa.attention.kernels.range_attn import host as range_host
+
         extra["index_build"] = resolved_build(index_build)
-    return {"path": path, "shape": shape_name, "seq_len": seq_len, "times_s": stats, "repeats": n, **extra,
-            "toks_per_s": seq_len / stats["fwdbwd"]["median"] if "fwdbwd" in stats else None,
+        extra["dkdv_choice"] = range_host.QUALIFIED_DKDV if range_host.DKDV_CHOICE == "auto" else \
+            range_host.DKDV_CHOICE
+    return {"path": path, "shape": shape_name, "seq_len": seq_len, "batch": batch, "times_s": stats, "repeats": n,
+            **extra, "toks_per_s": batch * seq_len / stats["fwdbwd"]["median"] if "fwdbwd" in stats else None,
             "peak_gb": peak_gb, "device": device,
             "dtype": dtype_name, "threads": torch.get_num_threads(), "torch": torch.__version__,
             "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
@@ -186,7 +198,8 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
 def spawn(path: str, seq_len: int, args) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--case", path, "--seq-lens", str(seq_len),
            "--device", args.device, "--dtype", args.dtype, "--shape", args.shape, "--repeats", str(args.repeats),
-           "--warmup", str(args.warmup), "--index-build", args.index_build]
+           "--warmup", str(args.warmup), "--index-build", args.index_build, "--batch", str(args.batch),
+           "--dkdv-choice", args.dkdv_choice]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -267,6 +280,10 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--index-build", default="auto", choices=("auto", "torch", "triton"),
                     help="nsa-triton: the selected branch's inverted index (NSAConfig.index_build; auto: triton on a GPU)")
+    ap.add_argument("--batch", type=int, default=1, help="sequences per pass (B; tokens/s counts B x S)")
+    ap.add_argument("--dkdv-choice", default="auto",
+                    help="nsa-triton: the range kernels' dK/dV launch choice (range_attn.host.DKDV_CHOICES; auto: "
+                         "the qualified one), for an A/B of a choice against another")
     ap.add_argument("--case", choices=PATHS, help=argparse.SUPPRESS)  # internal: measure one case
     args = ap.parse_args(argv)
     cuda = args.device == "cuda"
@@ -278,11 +295,11 @@ def main(argv=None) -> int:
         seq_lens = [int(s) for s in args.seq_lens.split(",") if s.strip()] if args.seq_lens else list(default_lens)
     except ValueError:
         ap.error(f"--seq-lens must be comma-separated integers, got {args.seq_lens!r}")
-    if any(s < 1 for s in seq_lens) or args.repeats < 1 or args.warmup < 0:
-        ap.error("--seq-lens values and --repeats must be >= 1, --warmup >= 0")
+    if any(s < 1 for s in seq_lens) or args.repeats < 1 or args.warmup < 0 or args.batch < 1:
+        ap.error("--seq-lens values, --batch and --repeats must be >= 1, --warmup >= 0")
     if args.case:
         print(json.dumps(run_case(args.case, args.shape, seq_lens[0], args.device, args.dtype, args.repeats,
-                                  args.warmup, args.index_build)))
+                                  args.warmup, args.index_build, args.batch, args.dkdv_choice)))
         return 0
     if args.quick:
         seq_lens = [512, 1024, 2048]
@@ -293,7 +310,7 @@ def main(argv=None) -> int:
         ap.error(f"--paths: unknown {unknown[0]!r} (choose from {', '.join(PATHS)})")
 
     print("reproduce: python benchmarks/bench_attention.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])))
-    print(f"attention layer B=1 {args.shape} {SHAPES[args.shape]}, device={args.device} dtype={args.dtype}, "
+    print(f"attention layer B={args.batch} {args.shape} {SHAPES[args.shape]}, device={args.device} dtype={args.dtype}, "
           f"{args.repeats} timed passes after {args.warmup} warm-up; times in ms as min/median/max")
     results: dict[tuple[str, int], dict] = {}
     for s in seq_lens:

@@ -46,3 +46,10 @@ def test_a_fast_case_is_timed_repeats_times_after_an_untimed_first_pass():
     times = bench.timed_passes(passes.one, warmup=0, repeats=3)
     assert times == [(0.01, 0.02)] * 3 and passes.calls == 4
     assert bench.timed_passes(Passes((9.0, 0.5)).one, warmup=0, repeats=2, slow_s=10.0) == [(9.0, 0.5)] * 2
+
+
+def test_a_batched_case_counts_b_times_s_tokens():
+    """--batch B: the pass runs B sequences and tokens/s counts B x S (issue 31's B 8 targets at 2,048)."""
+    case = bench.run_case("dense", "small", 64, "cpu", "fp32", repeats=1, warmup=0, batch=3)
+    assert case["batch"] == 3
+    assert case["toks_per_s"] == 3 * 64 / case["times_s"]["fwdbwd"]["median"]

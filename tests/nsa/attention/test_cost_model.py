@@ -97,6 +97,26 @@ def test_the_model_flop_count_has_the_same_attention_term():
     assert flops_per_token(model, 500) - flops_per_token(model, 120) == pytest.approx(expected)
 
 
+def test_the_model_flop_count_has_the_cost_models_attention_term_at_the_m7c_shape():
+    """configs/m7c_125m_1xh100.yaml's model (12 layers, 12 heads, 2 groups, d 64, l 32, stride 16, l' 64, n 16,
+    w 512): between two lengths flops_per_token changes by its attention terms alone once the compression MLP is
+    taken out (phi "avg"; phi does not change which keys are read), and those equal the cost model's, x 3 for
+    training (forward + backward) and the importance once (forward only), per layer."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from nsa.training.config import load_config
+
+    model = load_config(Path(__file__).resolve().parents[3] / "configs" / "m7c_125m_1xh100.yaml").model
+    assert (model.n_layers, model.n_heads, model.nsa.l, model.nsa.d, model.nsa.l_sel, model.nsa.n_sel,
+            model.nsa.w) == (12, 12, 32, 16, 64, 16, 512)
+    avg = replace(model, nsa=replace(model.nsa, phi="avg"))
+    for s1, s2 in ((2048, 65536), (4096, 32768)):
+        a, b = cm.attention_flops_per_token(avg.nsa, s2), cm.attention_flops_per_token(avg.nsa, s1)
+        expected = avg.n_layers * (3 * (a["attention"] - b["attention"]) + a["importance"] - b["importance"])
+        assert flops_per_token(avg, s2) - flops_per_token(avg, s1) == pytest.approx(expected, rel=1e-9)
+
+
 def test_device_peaks_by_name():
     h100 = roofline_peaks("NVIDIA H100 80GB HBM3")
     assert h100.flops == pytest.approx(989.4e12)  # dense bf16, not the 2:4 sparse 1,979

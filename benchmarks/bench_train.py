@@ -274,7 +274,8 @@ def main(argv=None) -> int:
     if args.dry_run:
         for c in cases:
             env = " ".join(f"{k}={v}" for k, v in c["env"].items())
-            print(f"{c['name']}: model {c['model']}, mode {c['mode']}: {env + ' ' if env else ''}--config {c['config']} "
+            print(f"{c['name']}: model {c['model']}, mode {c['mode']}: {env + ' ' if env else ''}"
+                  f"--config {c['config']} "
                   f"--steps {c['steps']} {' '.join(c['flags'])} (first {c['warmup']} steps excluded)")
         return 0
     runs: dict[tuple[str, int], list[dict]] = {}

@@ -49,6 +49,16 @@ class Flag:
     metavar: str | None = None
 
 
+def resolve_auto(name: str, choice: str, impls: tuple[str, ...], qualified: str) -> str:
+    """The implementation a config choice runs: "auto" is `qualified` (the one a GPU A/B has shown faster), a name
+    of `impls` is itself; anything else is an error naming the setting."""
+    if choice == "auto":
+        return qualified
+    if choice not in impls:
+        raise ValueError(f"{name} must be one of auto | {' | '.join(impls)}, got {choice!r}")
+    return choice
+
+
 def setting(default: Any = dataclasses.MISSING, *, choices: tuple = (), flags: Flag | tuple[Flag, ...] = ()) -> Any:
     """A config field: its default, the values it takes (`choices`; the dataclass checks them) and the nsa-train
     flags that set it."""

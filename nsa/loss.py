@@ -3,8 +3,9 @@
 its gradients, without the logits of the whole batch: chunks of `chunk` tokens at a time, each chunk's logits
 made in the compute dtype, upcast to fp32 for the log-sum-exp and the softmax, and turned into that chunk's
 gradients at once (w.r.t. the hidden states and the head weight, accumulated in fp32), so that backward only
-scales them (by the incoming gradient over the number of counted targets, in fp32). At most one chunk's logits exist (bf16 and fp32); the reference keeps the batch's bf16 logits and
-makes an fp32 copy of them (3.3 GB at B 8 x 2,048 x 50,304).
+scales them (by the incoming gradient over the number of counted targets, in fp32). At most one chunk's logits
+exist (bf16 and fp32); the reference keeps the batch's bf16 logits and makes an fp32 copy of them (3.3 GB at B 8 x
+2,048 x 50,304).
 
 No host synchronisation and no data-dependent Python (the chunks follow from the shapes): it runs under CUDA graph
 capture and torch.compile. Under autocast the matmuls run in the autocast dtype, as the head's nn.Linear would.
@@ -15,19 +16,19 @@ from __future__ import annotations
 
 import torch
 
+from nsa.config import resolve_auto
+
 LOSS_IMPLS = ("reference", "chunked")  # what ModelConfig.loss ("auto" | one of these) resolves to
 CHUNK_TOKENS = 8192  # tokens per chunk: at V 50,304 one chunk's logits are 0.8 GB bf16 + 1.6 GB fp32
 IGNORE_INDEX = -100  # F.cross_entropy's default
+# what "auto" runs: the reference; the chunked loss, alone, ran at 0.93x its tokens/s on an H200 (dense twin, CUDA
+# graphs, 2 repeats alternated: reports/gpu/2026-11-28-h200), so it is the choice to save memory, not time
+QUALIFIED_LOSS = "reference"
 
 
 def resolve_loss(choice: str) -> str:
-    """The implementation ModelConfig.loss `choice` runs: auto is the reference (the chunked one becomes the default
-    on CUDA once a GPU A/B shows it faster)."""
-    if choice == "auto":
-        return "reference"
-    if choice not in LOSS_IMPLS:
-        raise ValueError(f"loss must be one of auto | {' | '.join(LOSS_IMPLS)}, got {choice!r}")
-    return choice
+    """The implementation ModelConfig.loss `choice` runs: auto is QUALIFIED_LOSS."""
+    return resolve_auto("loss", choice, LOSS_IMPLS, QUALIFIED_LOSS)
 
 
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,

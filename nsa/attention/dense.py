@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nsa.attention.rope import rope
+from nsa.attention.kernels import rotary
 from nsa.config import NSAConfig
 from nsa.observability import audited_sdpa, span
 
@@ -36,8 +36,8 @@ class DenseAttention(nn.Module):
             raise ValueError(f"DenseAttention expects x of shape [B, S>=1, {cfg.dim}], got {tuple(x.shape)}")
         b, s, _ = x.shape
         heads = lambda t, n: t.view(b, s, n, -1).transpose(1, 2)  # noqa: E731
-        q = rope(heads(self.q_proj(x), cfg.n_heads), cfg.rope_theta, cfg.rope)  # positions 0..S-1
-        k = rope(heads(self.k_proj(x), cfg.n_kv_groups), cfg.rope_theta, cfg.rope)
+        q = rotary(heads(self.q_proj(x), cfg.n_heads), cfg.rope_theta, cfg.rope)  # positions 0..S-1
+        k = rotary(heads(self.k_proj(x), cfg.n_kv_groups), cfg.rope_theta, cfg.rope)
         v = heads(self.v_proj(x), cfg.n_kv_groups)
         with span("nsa.dense"):
             out = audited_sdpa("dense", F.scaled_dot_product_attention, q, k, v, is_causal=True,

@@ -38,7 +38,6 @@ from nsa.attention.compression import Compressor
 from nsa.config import NSAConfig
 from nsa.attention.geometry import num_cmp_blocks, num_sel_blocks
 from nsa.observability import span
-from nsa.attention.rope import rope as rope_fn
 from nsa.attention.selection import RANGE_BUILDERS, choose_blocks, importance_from_cmp, overlap_weights
 
 BRANCHES = ("cmp", "sel", "win")
@@ -125,7 +124,7 @@ class NSAAttention(nn.Module):
 
     def _project_tokens(self, x: torch.Tensor, start: int) -> _Tokens:
         cfg = self.cfg
-        rope = lambda t: rope_fn(t, cfg.rope_theta, cfg.rope, start=start)  # noqa: E731
+        rope = lambda t: kernels.rotary(t, cfg.rope_theta, cfg.rope, start=start)  # noqa: E731
         g = cfg.n_kv_groups
         gates = self._gates_of(self.gate(x).view(*x.shape[:2], cfg.n_heads, 3))
         return _Tokens(
@@ -141,7 +140,8 @@ class NSAAttention(nn.Module):
         cfg = self.cfg
         k_cmp, v_cmp = self.phi_k(k_raw), self.phi_v(v_raw)
         # block i's last position: (first_block + i) * d + l - 1
-        return rope_fn(k_cmp, cfg.rope_theta, cfg.rope, start=first_block * cfg.d + cfg.l - 1, step=cfg.d), v_cmp
+        start = first_block * cfg.d + cfg.l - 1
+        return kernels.rotary(k_cmp, cfg.rope_theta, cfg.rope, start=start, step=cfg.d), v_cmp
 
     def project(self, x: torch.Tensor) -> NSAProjections:
         """Queries, every branch's keys and values, and the gates for x [B, S, dim]."""

@@ -4,10 +4,10 @@ Two implementations of the same rotation, chosen by NSAConfig.rope (NSA_ROPE, re
 
     reference  `apply_rope`: the formula as written (cat of the rotated half, fp32 multiplies, a cast); the
                float64 reference of the tests is this formula
-    fused      `rope(..., impl="fused")`: on CUDA the Triton path's fused kernel (nsa.attention.kernels.glue
-               rope_add: one read and one write of x, angles in fp32, backward the rotation by -angle), elsewhere
-               (CPU, a head width the kernel is not built for) torch ops on the two halves in x's dtype with cos/sin
-               cached per shape, device and dtype; both with no host synchronisation (torch.compile, CUDA graphs)
+    fused      `rope(..., impl="fused")` here: torch ops on the two halves in x's dtype with cos/sin cached per
+               shape, device and dtype; the layers call `nsa.attention.kernels.rotary`, which on CUDA takes the
+               Triton path's fused kernel instead (glue rope_add: one read and one write of x, angles in fp32,
+               backward the rotation by -angle); both with no host synchronisation (torch.compile, CUDA graphs)
 
 "auto" is the reference until an alternated GPU A/B shows the fused one faster (`resolve_rope`).
 """
@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import torch
 
-from nsa.attention.kernels import TRITON_HEAD_DIMS, triton_modules, triton_status
+from nsa.config import resolve_auto
 
 ROPE_IMPLS = ("reference", "fused")  # what NSAConfig.rope ("auto" | one of these) resolves to
+# what "auto" runs: the fused RoPE becomes it on CUDA once an alternated GPU A/B shows it faster on its own (not
+# measured alone yet: reports/gpu/2026-11-28-h200)
+QUALIFIED_ROPE = "reference"
 
 
 def inv_frequencies(width: int, theta: float, device=None) -> torch.Tensor:
@@ -43,24 +46,18 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.
 
 
 def resolve_rope(choice: str) -> str:
-    """The implementation NSAConfig.rope `choice` runs: auto is the reference (the fused one becomes the default
-    on CUDA once a GPU A/B shows it faster)."""
-    if choice == "auto":
-        return "reference"
-    if choice not in ROPE_IMPLS:
-        raise ValueError(f"rope must be one of auto | {' | '.join(ROPE_IMPLS)}, got {choice!r}")
-    return choice
+    """The implementation NSAConfig.rope `choice` runs: auto is QUALIFIED_ROPE."""
+    return resolve_auto("rope", choice, ROPE_IMPLS, QUALIFIED_ROPE)
 
 
 def rope(x: torch.Tensor, theta: float, impl: str = "reference", start: int = 0, step: int = 1) -> torch.Tensor:
     """Rotate x [..., S, width] so that row s carries position start + step * s, by implementation `impl`
-    (NSAConfig.rope: auto | reference | fused)."""
+    (NSAConfig.rope: auto | reference | fused), with torch ops (nsa.attention.kernels.rotary adds the Triton kernel
+    on CUDA)."""
     impl = resolve_rope(impl)
     s, width = x.shape[-2], x.shape[-1]
     if impl == "reference":
         return apply_rope(x, torch.arange(start, start + step * s, step, device=x.device), theta)
-    if x.device.type == "cuda" and width in TRITON_HEAD_DIMS and triton_status(x.device) is None:
-        return triton_modules().glue.rope_add(x, None, s, step, start, float(theta))
     cos, sin = _cos_sin(s, width, float(theta), start, step, x.device, x.dtype)
     half = width // 2
     x1, x2 = x[..., :half], x[..., half:]
@@ -73,9 +70,9 @@ _COS_SIN_MAX = 64  # distinct (S, width, theta, start, step, device, dtype) kept
 
 def _cos_sin(s: int, width: int, theta: float, start: int, step: int, device: torch.device,
              dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin [S, width / 2] of the angles (start + step * s) * inv_freq (fp32; float64 for float64), in `dtype`. Cached, except
-    while torch.compile traces (it fuses them) or a CUDA graph captures (a tensor made there belongs to the
-    graph's pool) or under inference mode: those compute them without storing."""
+    """cos, sin [S, width / 2] of the angles (start + step * s) * inv_freq (fp32; float64 for float64), in `dtype`.
+    Cached, except while torch.compile traces (it fuses them) or a CUDA graph captures (a tensor made there belongs
+    to the graph's pool) or under inference mode: those compute them without storing."""
     key = (s, width, theta, start, step, str(device), dtype)
     hit = _COS_SIN.get(key)
     if hit is not None and not torch.compiler.is_compiling():

@@ -38,6 +38,7 @@ from nsa.attention.kernels.common import TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_
 from nsa.attention.kernels.range_attn.naive import compressed_attention, window_attention
 from nsa.attention.kernels.selected_attn.naive import prepare_compile, selected_attention
 from nsa.attention.kernels.selection.naive import cmp_group_probabilities
+from nsa.attention.rope import resolve_rope, rope
 
 __all__ = ["KernelUnavailable", "cmp_group_probabilities", "compressed_attention", "index_build", "prepare_compile",
            "resolve", "selected_attention",
@@ -90,6 +91,15 @@ def triton_status(device, cfg=None) -> str | None:
         return (f"no CUDA device (tensors are on {device.type}); the Triton kernels need a GPU, or "
                 "TRITON_INTERPRET=1 for the interpreter on CPU")
     return triton_unsupported(cfg) if cfg is not None else None
+
+
+def rotary(x, theta: float, impl: str = "reference", start: int = 0, step: int = 1):
+    """RoPE of x [..., S, width] at positions start + step * s by NSAConfig.rope `impl`: the fused one on CUDA is the
+    Triton path's kernel (glue rope_add) where it is built for the width, else nsa.attention.rope.rope."""
+    if resolve_rope(impl) == "fused" and x.device.type == "cuda" and x.shape[-1] in TRITON_HEAD_DIMS \
+            and triton_status(x.device) is None:
+        return triton_modules().glue.rope_add(x, None, x.shape[-2], step, start, float(theta))
+    return rope(x, theta, impl, start=start, step=step)
 
 
 def resolve(choice: str, device, cfg=None) -> str:

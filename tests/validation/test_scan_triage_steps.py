@@ -103,6 +103,9 @@ def test_views_accept_damaged_results_and_format_real_ones():
     assert v["exponent"] == "1.23 (95% CI 1.00 .. 1.50)" and v["setting"] == "seq_len"
     assert v["cliff"].startswith("yes, between 256 and 320 (localised") and v["bisection"] == "384: bad, 320: bad"
     assert v["rows"][0]["step_time"] == "55.2 ms" and v["rows"][0]["cliff"] and v["rows"][0]["ttfs"] == "2.18 s"
+    assert v["rows"][0]["toks"] == "18,593.2"  # no device peak recorded: no MFU
+    scan["metrics"]["points"][0]["mfu"] = 0.2951
+    assert get("scan").view(scan, {"name": "s"})["scan"]["rows"][0]["toks"] == "18,593.2 (MFU 29.5%)"
     assert "cliff between 256 and 320 (localised)" in get("scan").summary_line(scan)
     tri = {"metrics": {"culprit": "a", "reason": "why", "ranking": ["a", "b"], "config_toks_per_s": 1000.0,
                        "suspects": {"a": {"effect": 4.0, "ci": [3.5, 4.5], "p_adjusted": 0.0002, "significant": True,

@@ -19,8 +19,8 @@ Metrics: "setting", "values", "repeats", "expected_exponent", "exponent" (slope)
 "exponent_fit" (validation.triage.Fit), "cliff" (bool), "cliff_reason", "cliff_pair" (the pair found by the scan),
 "pairs" (every neighbouring pair), "cliff_interval" [good, bad] (after bisection) or null, "cliff_localised"
 (interval width <= resolution; false without a cliff), "bisection" (validation.triage.Bisection) or null,
-"points" [{value, source (scan | bisect), runs, passed, step_time_s, toks_per_s, time_to_first_step_s,
-peak_mem_gb, exponent_to_next}], "noise_source" (repeats | blocks | none), "runs", "passed".
+"points" [{value, source (scan | bisect), runs, passed, step_time_s, toks_per_s, mfu (the runs' window mean, where
+the device peak is known), time_to_first_step_s, peak_mem_gb, exponent_to_next}], "noise_source" (repeats | blocks | none), "runs", "passed".
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 from validation import steps
 from validation.contracts import read_summary, read_timeline
 from validation.launch.spec import safe_name
-from validation.formatting import as_dict, as_list, file_name, finite, fmt_gb, fmt_num, fmt_rate
+from validation.formatting import as_dict, as_list, file_name, finite, fmt_gb, fmt_num, fmt_pct, fmt_rate
 from validation.schema import mapping, setting_key, typed
 from validation.significance import StatsError
 from validation.steps.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, collect, order_seed, run_each, run_order, run_values, trainer_launch
@@ -169,7 +169,9 @@ class Scan(TrainerKind):
         for p in (as_dict(p) for p in as_list(m.get("points"))):
             rows.append({"value": fmt_num(p.get("value")), "source": str(p.get("source") or ""),
                          "runs": f"{fmt_num(p.get('passed'))}/{fmt_num(p.get('runs'))}",
-                         "step_time": _ms(p.get("step_time_s")), "toks": fmt_rate(p.get("toks_per_s")),
+                         "step_time": _ms(p.get("step_time_s")),
+                         "toks": fmt_rate(p.get("toks_per_s")) + (f" (MFU {fmt_pct(p['mfu'])})"
+                                                                  if finite(p.get("mfu")) is not None else ""),
                          "ttfs": _secs(p.get("time_to_first_step_s")), "mem": fmt_gb(p.get("peak_mem_gb")),
                          "exponent": _num2(p.get("exponent_to_next")), "cliff": bool(p.get("cliff_to_next"))})
         ci = as_list(m.get("exponent_ci"))
@@ -290,6 +292,7 @@ def point_rows(ctx, step, runs: list[dict], times: dict, cliffs) -> list[dict]:
         group = by_value[value]
         passed = [r for r in group if r["status"] == "passed"]
         toks = [finite(as_dict(as_dict(r["metrics"]).get("toks_per_s")).get("mean")) for r in passed]
+        mfu = [finite(as_dict(as_dict(r["metrics"]).get("mfu")).get("mean")) for r in passed]
         ttfs, mem = [], []
         for r in passed:
             out_dir = ctx.run_dir / r["dir"] / "out"
@@ -300,6 +303,7 @@ def point_rows(ctx, step, runs: list[dict], times: dict, cliffs) -> list[dict]:
         rows.append({"value": int(value) if value.is_integer() else value,
                      "source": group[0].get("source", "scan"), "runs": len(group), "passed": len(passed),
                      "step_time_s": _mean(t), "run_step_times_s": list(t), "toks_per_s": _mean(toks),
+                     "mfu": _mean(mfu),
                      "time_to_first_step_s": _mean(ttfs), "peak_mem_gb": max((x for x in mem if x is not None),
                                                                              default=None),
                      "exponent_to_next": pair.exponent if pair else None,

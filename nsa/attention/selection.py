@@ -49,20 +49,91 @@ def overlap_weights(n_cmp: int, n_blocks: int, l: int, d: int, l_sel: int) -> to
     return weights
 
 
-def choose_blocks(importance: torch.Tensor, positions: torch.Tensor, n_sel: int, l_sel: int) -> torch.Tensor:
-    """Top-n_sel selection blocks per query: [..., n_blocks] importance -> [..., n_sel] block indices.
+# How choose_blocks finds the top n_sel of a row (issue 31 item 2.2), side by side until a GPU run qualifies one:
+#   "sort"  a full stable sort of every row (torch.sort: a radix sort of all n_blocks keys), then a sort of the
+#           n_sel kept indices: the shipped path.
+#   "topk"  packed int64 keys, unique per row and ordered like (score desc, index asc), and torch.topk(n_sel) on
+#           them (no full sort), then the same sort of the n_sel kept indices. The Triton tiled selection
+#           (kernels/selection/host.py) writes these keys from its importance kernel and calls blocks_from_keys.
+# Both give the same blocks (tests/nsa/attention/test_selection_topk.py). A choice becomes QUALIFIED_TOPK once a
+# GPU run qualifies it: its tests on the GPU, memcheck clean, and faster than the other in an alternated A/B
+# (benchmarks/bench_selection.py --topk-ab; benchmarks/bench_ops.py --topk-choice counts its ops).
+TOPK_CHOICES = ("sort", "topk")
+QUALIFIED_TOPK = "sort"  # what "auto" picks: the choice a GPU run has qualified
+TOPK_CHOICE = "auto"  # "auto" or one of TOPK_CHOICES (the benchmarks set it for an A/B), read at each call
 
-    `positions` broadcasts against importance.shape[:-1]. Candidates are blocks that have started (j <= t //
-    l_sel). Block 0, the block holding t and the one before it are always kept; the rest go by importance,
-    ties to the lower index. The result is sorted ascending and padded with -1 when fewer than n_sel blocks exist.
-    """
+# Packed keys: key = (monotone_int32(score) << 32) | (KEY_LOW - j). monotone_int32 maps fp32 order to int32 order
+# (the bits when >= 0, bits ^ 0x7FFFFFFF when negative; -0.0 is made +0.0 and every NaN the one NaN first, so that
+# NaN ranks above +inf as in torch.sort); the low half makes keys unique with ties to the lower index.
+KEY_LOW = 0xFFFFFFFF
+MONO_POS_INF = 0x7F800000  # monotone_int32(+inf): the forced blocks' score
+MONO_NEG_INF = -0x800000 ^ 0x7FFFFFFF  # monotone_int32(-inf): bits(-inf) (int32 -0x800000) ^ 0x7FFFFFFF = -2139095041
+# every key below this one has a -inf score (not started, or -inf importance): an empty slot, -1
+EMPTY_LIMIT = (MONO_NEG_INF + 1) << 32
+
+
+def topk_choice() -> str:
+    """The top-n_sel choice in effect (TOPK_CHOICE, "auto" = QUALIFIED_TOPK)."""
+    name = QUALIFIED_TOPK if TOPK_CHOICE == "auto" else TOPK_CHOICE
+    if name not in TOPK_CHOICES:
+        raise ValueError(f"selection: TOPK_CHOICE = {TOPK_CHOICE!r}; expected 'auto' or one of "
+                         f"{', '.join(TOPK_CHOICES)}")
+    return name
+
+
+def _scores(importance: torch.Tensor, positions: torch.Tensor, l_sel: int) -> torch.Tensor:
+    """fp32 scores: +inf for the forced blocks, -inf for blocks not started, the importance elsewhere."""
     n_blocks = importance.shape[-1]
     j = torch.arange(n_blocks, device=importance.device)
     current = torch.div(positions, l_sel, rounding_mode="floor").unsqueeze(-1)
     scores = importance.float()
     forced = (j == 0) | (j == current) | (j == current - 1)
     scores = torch.where(forced, torch.full_like(scores, float("inf")), scores)
-    scores = torch.where(j > current, torch.full_like(scores, float("-inf")), scores)
+    return torch.where(j > current, torch.full_like(scores, float("-inf")), scores)
+
+
+def packed_keys(importance: torch.Tensor, positions: torch.Tensor, l_sel: int) -> torch.Tensor:
+    """[..., n_blocks] importance -> [..., n_blocks] int64 keys, unique per row, ordered like (score desc, index
+    asc), with choose_blocks' forced (+inf) and not-started (-inf) blocks: the keys its "topk" choice ranks."""
+    n_blocks = importance.shape[-1]
+    scores = _scores(importance, positions, l_sel) + 0.0  # -0.0 -> +0.0
+    scores = torch.where(torch.isnan(scores), float("nan"), scores)  # one NaN (0x7FC00000): above +inf
+    bits = scores.view(torch.int32)
+    mono = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    low = KEY_LOW - torch.arange(n_blocks, device=importance.device, dtype=torch.int64)
+    return (mono.to(torch.int64) << 32) | low
+
+
+def blocks_from_keys(keys: torch.Tensor, n_sel: int) -> torch.Tensor:
+    """[..., n_blocks] packed keys -> [..., n_sel] block indices: the n_sel largest keys (torch.topk, no full sort),
+    ascending, -1 for empty slots (keys below EMPTY_LIMIT, and the padding when n_blocks < n_sel), -1 last."""
+    n_blocks = keys.shape[-1]
+    k = min(n_sel, n_blocks)
+    top, idx = torch.topk(keys, k, dim=-1, sorted=False)
+    idx = torch.where(top >= EMPTY_LIMIT, idx, n_blocks)
+    idx, _ = torch.sort(idx, dim=-1)  # the n_sel kept indices only
+    # padded to n_sel columns (a zero-width pad when n_blocks >= n_sel: the same ops at every length)
+    idx = F.pad(idx, (0, n_sel - k), value=n_blocks)
+    return torch.where(idx == n_blocks, -1, idx)
+
+
+def choose_blocks(importance: torch.Tensor, positions: torch.Tensor, n_sel: int, l_sel: int,
+                  method: str | None = None) -> torch.Tensor:
+    """Top-n_sel selection blocks per query: [..., n_blocks] importance -> [..., n_sel] block indices.
+
+    `positions` broadcasts against importance.shape[:-1]. Candidates are blocks that have started (j <= t //
+    l_sel). Block 0, the block holding t and the one before it are always kept; the rest go by importance,
+    ties to the lower index. The result is sorted ascending and padded with -1 when fewer than n_sel blocks exist.
+    A started block of importance -inf is never kept (-1); NaN ranks above every number, as in torch.sort.
+    method: "sort" or "topk" (TOPK_CHOICES; the same blocks), default topk_choice().
+    """
+    method = method or topk_choice()
+    if method == "topk":
+        return blocks_from_keys(packed_keys(importance, positions, l_sel), n_sel)
+    if method != "sort":
+        raise ValueError(f"choose_blocks: method must be one of {', '.join(TOPK_CHOICES)}, got {method!r}")
+    n_blocks = importance.shape[-1]
+    scores = _scores(importance, positions, l_sel)
     top_scores, top = torch.sort(scores, dim=-1, descending=True, stable=True)
     # padded to n_sel columns (a zero-width pad when n_blocks >= n_sel: the same ops at every length)
     pad = (0, max(0, n_sel - n_blocks))

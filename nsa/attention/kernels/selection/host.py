@@ -44,6 +44,16 @@ uint16 (wrong results on the CPU test path).
     buffer [B, G, rows, n_blocks] of at most IMP_CHUNK_ELEMS (64 MB) per chunk of query rows (chunk count from the
     shape), then choose_blocks per chunk (torch.sort: ~6x the buffer transiently). Tiles whose tokens have at most
     n_sel started blocks, or have not started the tile's blocks, return at once (the buffer is zero-filled).
+    Its top-n_sel choice (nsa.attention.selection.TOPK_CHOICE, "auto" = QUALIFIED_TOPK; issue 31 item 2.2):
+    "sort" as above (the shipped one: at S 65,536 on an H200 the importance kernel 3.9 ms, torch's radix sort
+    3.2 ms, ~1 ms of fill and `where`); "topk": _blocksel_keys_kernel, the same grid and importance tile, writes
+    every entry of an int64 buffer with packed keys (monotone_int32(importance) << 32 | 0xFFFFFFFF - j: unique,
+    ordered like importance desc, index asc; +inf's for the forced blocks, -inf's for blocks not started, tiles
+    skipped as above holding importance 0), so no fill and no `where` pass over the buffer; then torch.topk(n_sel,
+    sorted=False) and a sort of the n_sel kept indices (selection.blocks_from_keys): no full sort. The buffer is
+    int64 (2x the fp32 one per entry, same IMP_CHUNK_ELEMS per chunk; topk needs no copy of it, the sort ~6x).
+    Same blocks as "sort" (the kernels share _importance_tile): tests/nsa/attention/kernels/
+    test_triton_selection_topk.py. Not the default until a GPU run qualifies it (tests, memcheck, alternated A/B).
 select_method: "tiled" at every n_sel (the default since the fused kernel faulted on an H100, "Known fault"
 below); method="fused" takes n_sel <= FUSED_MAX_N_SEL = 16 (a 32-key running list spills on sm_90);
 block_importance (tests, diagnostics) always uses (a)'s kernel.
@@ -56,7 +66,8 @@ token rows, no head sum, 4 warps; hpg 2-3: BM 64 (21-32 tokens), 4 warps; both a
 merge guessed to cost about 32 keys of score work: to be measured), at most 32 when d_k > 64 and 64 when d_k > 32
 with BM 64 (the key tile is a dot operand every warp holds whole; larger tiles spill).
 
-Alternatives considered: importance buffer + torch.topk (ties unspecified, so not choose_blocks' answer); head
+Alternatives considered: importance buffer + torch.topk on the floats (ties unspecified, so not choose_blocks'
+answer: the "topk" choice ranks packed keys, unique per row, instead); head
 sum before Eq. 9 (R @ P costs BC/16 = 4x the R @ acc); carrying each key tile's contribution to the next selection
 tile instead of re-reading the halo key (two more dots per tile, for 1 key in 64); a full bitonic sort per merge.
 
@@ -161,8 +172,9 @@ import triton
 from nsa.attention.geometry import num_cmp_blocks, num_sel_blocks
 from nsa.attention.kernels.aot import AotCase
 from nsa.attention.kernels.common import LOG2E
-from nsa.attention.kernels.selection.jit import _blocksel_importance_kernel, _blocksel_topk_kernel
-from nsa.attention.selection import choose_blocks
+from nsa.attention import selection as choice
+from nsa.attention.kernels.selection.jit import _blocksel_importance_kernel, _blocksel_keys_kernel, _blocksel_topk_kernel
+from nsa.attention.selection import blocks_from_keys, choose_blocks
 from nsa.toggles import parse
 
 # Importance entries per chunk of the tiled path (16M fp32 = 64 MB; choose_blocks' sort needs ~6x that transiently).
@@ -251,17 +263,19 @@ def _launch_args(q, k_cmp, lse_cmp, l, d, l_sel, cfg):
                 num_stages=cfg["num_stages"])
 
 
-def _importance_into(out, q, k_cmp, lse_cmp, l, d, l_sel, row0, skip_n, cfg):
-    """Fill the zeroed out [B, G, rows, n_blocks] with the importance of queries row0 .. row0 + rows - 1."""
+def _importance_into(out, q, k_cmp, lse_cmp, l, d, l_sel, row0, skip_n, cfg, kernel=_blocksel_importance_kernel):
+    """Fill the zeroed out [B, G, rows, n_blocks] with the importance of queries row0 .. row0 + rows - 1; with
+    kernel=_blocksel_keys_kernel, write every entry of the int64 out with the packed keys of that importance
+    (nsa.attention.selection.packed_keys)."""
     b, h = q.shape[:2]
     g, n_rows, n_blocks = k_cmp.shape[1], out.shape[2], out.shape[3]
-    if k_cmp.shape[2] == 0 or n_rows == 0:
+    if n_rows == 0 or (k_cmp.shape[2] == 0 and kernel is _blocksel_importance_kernel):
         return out
     bt = cfg["BM"] // (h // g) if cfg["HEAD_SUM"] else cfg["BM"]
     grid = (triton.cdiv(n_rows, bt), triton.cdiv(n_blocks, cfg["BJ"]), b * g)
-    _blocksel_importance_kernel[grid](q, k_cmp, lse_cmp, out, n_blocks=n_blocks, row0=row0, n_rows=n_rows,
-                                      skip_n=skip_n, sob=out.stride(0), sog=out.stride(1), sot=out.stride(2),
-                                      **_launch_args(q, k_cmp, lse_cmp, l, d, l_sel, cfg))
+    kernel[grid](q, k_cmp, lse_cmp, out, n_blocks=n_blocks, row0=row0, n_rows=n_rows, skip_n=skip_n,
+                 sob=out.stride(0), sog=out.stride(1), sot=out.stride(2),
+                 **_launch_args(q, k_cmp, lse_cmp, l, d, l_sel, cfg))
     return out
 
 
@@ -284,19 +298,26 @@ def block_importance(q, k_cmp, lse_cmp, l: int, d: int, l_sel: int, start: int =
 
 
 def _select_tiled(q, k_cmp, lse_cmp, l, d, l_sel, n_sel):
-    """Path (a): importance per chunk of queries into a bounded buffer, then choose_blocks per chunk."""
+    """Path (a): per chunk of queries, the importance into a bounded buffer and choose_blocks' full sort (choice
+    "sort"), or the packed keys into it and torch.topk (choice "topk": nsa.attention.selection.TOPK_CHOICE)."""
     b, h, s, d_k = q.shape
     g = k_cmp.shape[1]
     n_blocks = num_sel_blocks(s, l_sel)
     cfg = block_config(h // g, d_k, l, d, l_sel)
     rows = max(1, min(s, IMP_CHUNK_ELEMS // max(1, b * g * n_blocks)))
     out = torch.empty(b, g, s, n_sel, dtype=torch.long, device=q.device)
-    positions = torch.arange(s, device=q.device)
+    keys = choice.topk_choice() == "topk"
+    positions = None if keys else torch.arange(s, device=q.device)
     for r0 in range(0, s, rows):
         r1 = min(s, r0 + rows)
+        if keys:  # every entry written by the kernel: no fill, no glue but topk and the n_sel indices' sort
+            buf = torch.empty((b, g, r1 - r0, n_blocks), dtype=torch.int64, device=q.device)
+            _importance_into(buf, q, k_cmp, lse_cmp, l, d, l_sel, r0, n_sel, cfg, kernel=_blocksel_keys_kernel)
+            out[:, :, r0:r1] = blocks_from_keys(buf, n_sel)
+            continue
         imp = torch.full((b, g, r1 - r0, n_blocks), 0.0, device=q.device)  # full: one fill_ at any size
         _importance_into(imp, q, k_cmp, lse_cmp, l, d, l_sel, r0, n_sel, cfg)
-        out[:, :, r0:r1] = choose_blocks(imp, positions[r0:r1], n_sel, l_sel)
+        out[:, :, r0:r1] = choose_blocks(imp, positions[r0:r1], n_sel, l_sel, method="sort")
     return out
 
 
@@ -350,7 +371,8 @@ def select_blocks(q, k_cmp, lse_cmp, l: int, d: int, l_sel: int, n_sel: int, met
     fp32 log-sum-exp of the scaled compressed scores over the visible blocks (-inf where none). Equals
     choose_blocks(importance, arange(S), n_sel, l_sel) of the Eq. 9-10 importance, up to the order of summation.
     method: "fused" (one kernel, running top list; not qualified on a GPU, see "Known fault") or "tiled"
-    (importance buffer + choose_blocks); default select_method(n_sel), i.e. "tiled".
+    (importance buffer + choose_blocks, or with nsa.attention.selection.TOPK_CHOICE "topk" packed keys +
+    torch.topk); default select_method(n_sel), i.e. "tiled".
     """
     _check(q, k_cmp, lse_cmp, l, d, l_sel)
     if n_sel < 1:
@@ -366,7 +388,7 @@ def select_blocks(q, k_cmp, lse_cmp, l: int, d: int, l_sel: int, n_sel: int, met
 def _aot_signature(kernel: str, dtype: str, cfg: dict) -> tuple[dict, dict]:
     ptrs = {"q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "lse_ptr": "*fp32",
             "out_ptr": "*fp32" if kernel == "imp" else "*i64"}
-    if kernel == "imp":
+    if kernel in ("imp", "keys"):
         ints = ("S G hpg n_cmp n_blocks d_k l d l_sel A B_ bj row0 n_rows skip_n").split()
         floats = ("qk_scale", "hs_scale", "out_scale")
         strides = "sqb sqh sqs sqd skb skg skn skd slb slh sls sob sog sot".split()
@@ -393,18 +415,20 @@ def _aot_signature(kernel: str, dtype: str, cfg: dict) -> tuple[dict, dict]:
 def aot_cases():
     """The configurations block_config picks, each axis value at least once (all of them: NSA_AOT_FULL=1).
 
-    Default (kept under a minute): the model's shape (hpg 6, d_k 64, l=32, d=16, l_sel=64) for both kernels, and
+    Default (kept under a minute): the model's shape (hpg 6, d_k 64, l=32, d=16, l_sel=64) for the three kernels,
     for the fused kernel the other tilings: hpg 1 (64 token rows, no head sum), hpg 3 (64 token rows), hpg 8 (16),
-    d_k 32 and 128 (BC 32), l_sel = 128 (BC 128), fp16. NSA_AOT_FULL=1: both kernels at hpg {1, 3, 6, 8} x d_k
+    d_k 32 and 128 (BC 32), l_sel = 128 (BC 128), fp16; the importance kernel at hpg 1, d_k 128 and the keys
+    kernel at hpg 1 (128 token rows, no head sum). NSA_AOT_FULL=1: the three kernels at hpg {1, 3, 6, 8} x d_k
     {32, 64, 128} x l_sel {32, 64, 128} x {bf16, fp16}.
     """
     if parse("NSA_AOT_FULL"):
-        shapes = [(kernel, hpg, d_k, l_sel, dtype) for kernel in ("sel", "imp") for hpg in (1, 3, 6, 8)
+        shapes = [(kernel, hpg, d_k, l_sel, dtype) for kernel in ("sel", "imp", "keys") for hpg in (1, 3, 6, 8)
                   for d_k in (32, 64, 128) for l_sel in (32, 64, 128) for dtype in ("bf16", "fp16")]
     else:
         shapes = [("sel", 6, 64, 64, "bf16"), ("imp", 6, 64, 64, "bf16"), ("sel", 1, 32, 64, "bf16"),
                   ("sel", 3, 128, 64, "bf16"), ("sel", 8, 64, 64, "fp16"), ("sel", 6, 128, 64, "bf16"),
-                  ("sel", 6, 64, 128, "bf16"), ("imp", 1, 128, 64, "bf16")]
+                  ("sel", 6, 64, 128, "bf16"), ("imp", 1, 128, 64, "bf16"), ("keys", 6, 64, 64, "bf16"),
+                  ("keys", 1, 64, 64, "bf16")]
     cases, seen = [], set()
     for kernel, hpg, d_k, l_sel, dtype in shapes:
         cfg = block_config(hpg, d_k, 32, 16, l_sel, fused=kernel == "sel")
@@ -412,7 +436,7 @@ def aot_cases():
         if key in seen:
             continue
         seen.add(key)
-        fn = _blocksel_topk_kernel if kernel == "sel" else _blocksel_importance_kernel
+        fn = {"sel": _blocksel_topk_kernel, "imp": _blocksel_importance_kernel, "keys": _blocksel_keys_kernel}[kernel]
         sig, consts = _aot_signature(kernel, dtype, cfg)
         label = f"BM={cfg['BM']},BT={cfg['BT_PAD']},D={cfg['D_PAD']},BC={cfg['BC']},hpg={hpg},{dtype}"
         cases.append(AotCase(name=f"{fn.__name__}[{label}]", fn=fn, signature=sig, constexprs=consts,

@@ -1,5 +1,5 @@
-"""The jit side of the block selection (host.py): the importance kernel (the tiled path), the fused top-k kernel,
-and the bitonic row sort and importance tile they share. Read host.py's docstring for the design and the GPU
+"""The jit side of the block selection (host.py): the importance kernel (the tiled path), its packed-key twin
+(the tiled path's "topk" choice), the fused top-k kernel, and the bitonic row sort and importance tile they share. Read host.py's docstring for the design and the GPU
 findings."""
 
 import triton
@@ -155,6 +155,50 @@ def _blocksel_importance_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp
     ok = ((tt < bt) & (t_tok <= t_last))[:, None] & ((cols < bj) & (j0 + cols < n_blocks))[None, :]
     base = out_ptr + b.to(tl.int64) * sob + g.to(tl.int64) * sog
     tl.store(base + (t_tok - row0)[:, None].to(tl.int64) * sot + (j0 + cols)[None, :], imp, mask=ok)
+
+@triton.jit
+def _blocksel_keys_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp, n_blocks, d_k, l, d, l_sel, A, B_,
+                          bj, row0, n_rows, skip_n, qk_scale, hs_scale, out_scale,
+                          sqb, sqh, sqs, sqd, skb, skg, skn, skd, slb, slh, sls, sob, sog, sot,
+                          BM: tl.constexpr, BT_PAD: tl.constexpr, D_PAD: tl.constexpr, K: tl.constexpr,
+                          BC: tl.constexpr, HEAD_SUM: tl.constexpr, IEEE: tl.constexpr):
+    """Tiled path, choice "topk": the importance kernel's tile written as packed int64 keys into EVERY entry of
+    [B, G, n_rows, n_blocks] (no fill before it, no `where` after it): nsa.attention.selection.packed_keys of the
+    importance, key = (monotone_int32(score) << 32) | (0xFFFFFFFF - j), +inf's score for the forced blocks (0,
+    t // l_sel and the one before), -inf's for blocks not started. Grid and importance as
+    _blocksel_importance_kernel; tiles whose tokens have not started the tile's blocks, or have at most skip_n
+    started blocks (all kept whatever their importance), skip the importance and write the keys of importance 0.
+    """
+    pid_t, pid_j, pid_bg = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    b, g = pid_bg // G, pid_bg % G
+    bt = BM // hpg
+    t0 = row0 + pid_t * bt
+    t_last = tl.minimum(t0 + bt, tl.minimum(row0 + n_rows, S)) - 1
+    j0 = pid_j * bj
+    if (j0 * l_sel > t_last) | (t_last // l_sel + 1 <= skip_n):
+        imp = tl.zeros([BT_PAD, K], tl.float32)
+    else:
+        q, t_row, lse2, row_ok, R = _load_rows(q_ptr, lse_ptr, b, g, t0, tl.minimum(row0 + n_rows, S), hpg, bt,
+                                                d_k, sqb, sqh, sqs, sqd, slb, slh, sls, BM, BT_PAD, D_PAD, HEAD_SUM)
+        k_base = k_ptr + b.to(tl.int64) * skb + g.to(tl.int64) * skg
+        imp = _importance_tile(q, t_row, lse2, row_ok, R, k_base, skn, skd, n_cmp, d_k, l, d, A, B_, j0, qk_scale,
+                               hs_scale, out_scale, 0, BC, D_PAD, K, HEAD_SUM, IEEE, False)
+    tt = tl.arange(0, BT_PAD)
+    cols = tl.arange(0, K)
+    t_tok = t0 + tt
+    j = (j0 + cols)[None, :]
+    cur = (t_tok // l_sel)[:, None]
+    # monotone int32 of the fp32 score: the bits when >= 0, bits ^ 0x7FFFFFFF when negative; -0.0 as +0.0 and
+    # any NaN as the one NaN 0x7FC00000 (above +inf, as torch.sort ranks it)
+    bits = tl.where(imp == 0.0, 0, imp.to(tl.int32, bitcast=True))
+    bits = tl.where(imp != imp, 0x7FC00000, bits)
+    mono = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    mono = tl.where((j == 0) | (j == cur) | (j == cur - 1), 0x7F800000, mono)  # forced: +inf
+    mono = tl.where(j > cur, -2139095041, mono)  # not started: -inf (0xFF800000 ^ 0x7FFFFFFF)
+    key = (mono.to(tl.int64) << 32) | (0xFFFFFFFF - j.to(tl.int64))
+    ok = ((tt < bt) & (t_tok <= t_last))[:, None] & ((cols < bj) & (j0 + cols < n_blocks))[None, :]
+    base = out_ptr + b.to(tl.int64) * sob + g.to(tl.int64) * sog
+    tl.store(base + (t_tok - row0)[:, None].to(tl.int64) * sot + j, key, mask=ok)
 
 @triton.jit
 def _blocksel_topk_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp, d_k, l, d, l_sel, A, B_, bj, n_sel,

@@ -346,11 +346,12 @@ if not os.path.exists(nvdisasm):
 divisible = set("S d_k l d l_sel n_sel sqb sqh sqs skb skg skn slb slh sob sog sot".split())
 out = {}
 # every branch of block_config at the model's d_k: hpg 1 (no head sum), 2-3, >= 4
-for kernel, hpg in [(k, h) for k in ("sel", "imp") for h in (1, 2, 3, 6)]:
+for kernel, hpg in [(k, h) for k in ("sel", "imp", "keys") for h in (1, 2, 3, 6)]:
     dtype = "bf16"
     cfg = ts.block_config(hpg, 64, 32, 16, 64, fused=kernel == "sel")
     sig, consts = ts._aot_signature(kernel, dtype, cfg)
-    fn = ts._blocksel_topk_kernel if kernel == "sel" else ts._blocksel_importance_kernel
+    fn = {"sel": ts._blocksel_topk_kernel, "imp": ts._blocksel_importance_kernel,
+          "keys": ts._blocksel_keys_kernel}[kernel]
     attrs = {(i,): [["tt.divisibility", 16]] for i, (n, t) in enumerate(sig.items())
              if t != "constexpr" and (t.startswith("*") or n in divisible)}
     src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
@@ -380,7 +381,7 @@ def test_compiled_selection_kernels_read_no_uniform_register_before_writing_it()
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     if "missing" in result:
         pytest.skip(f"triton {result['triton']} ships no nvdisasm ({result['missing']})")
-    assert len(result["sass"]) == 8
+    assert len(result["sass"]) == 12  # fused, importance and keys kernels at hpg 1, 2, 3, 6
     for name, sass in result["sass"].items():
         assert "HGMMA" in sass, f"{name}: no wgmma in the sm_90 code (the check would be vacuous)"
         problems = uniform_registers_read_before_written(sass)

@@ -1,0 +1,111 @@
+"""The Triton tiled selection's two top-n_sel choices side by side (nsa.attention.selection.TOPK_CHOICES): "sort"
+(the importance kernel, then choose_blocks' full sort) and "topk" (_blocksel_keys_kernel writes packed int64 keys,
+then torch.topk). Under the interpreter both compute the same importance, so the keys equal packed_keys of the
+importance kernel's buffer and the blocks are identical; on a GPU the two kernels are compiled separately, and the
+blocks must still agree (the importance tile's code is the same)."""
+
+import math
+
+import pytest
+import torch
+
+import reference as R
+from triton_test_utils import KERNEL_DEVICE, ON_GPU, needs_triton
+
+pytestmark = needs_triton
+
+DTYPES = [torch.bfloat16, torch.float32] if ON_GPU else [torch.float32]
+
+# (B, G, hpg, S, d_k, l, d, l_sel, n_sel): the branches of block_config (hpg 1, 2-3, >= 4), chunking, ties
+CASES = [
+    (1, 2, 6, 256, 64, 32, 16, 64, 3),   # the model's geometry and hpg; S = 4 selection blocks > n_sel
+    (2, 1, 1, 200, 32, 8, 4, 16, 4),     # hpg 1 (no head sum), B = 2, S not a multiple of l_sel
+    (1, 4, 3, 150, 32, 16, 8, 16, 5),    # G = 4, hpg 3, l = l_sel
+    (1, 1, 6, 20, 32, 32, 4, 4, 3),      # S < l: no compressed block at all, yet 5 blocks > n_sel (ties at 0)
+    (1, 2, 3, 40, 64, 8, 4, 16, 4),      # S < n_sel * l_sel: every started block kept, importance irrelevant
+    (1, 1, 1, 7, 16, 8, 4, 16, 3),       # S shorter than one selection block and than l
+    (1, 2, 6, 256, 48, 12, 4, 8, 16),    # n_sel = 16 (the model's), 32 blocks, d_k 48 padded
+]
+
+
+def _ts():
+    from nsa.attention.kernels.selection import host as triton_selection
+    return triton_selection
+
+
+def _inputs(b, g, hpg, s, d_k, l, d, dtype, seed=0, scale=2.0):
+    gen = torch.Generator().manual_seed(seed)
+    n_cmp = R.num_cmp_blocks(s, l, d)
+    q = (torch.randn(b, s, g * hpg, d_k, generator=gen) * scale).to(dtype).to(KERNEL_DEVICE).transpose(1, 2)
+    k = torch.randn(b, g, n_cmp, d_k, generator=gen).to(dtype).to(KERNEL_DEVICE)
+    scores = q.double() @ R.expand_groups(k.double(), g * hpg).transpose(-1, -2) / math.sqrt(d_k)
+    visible = R.cmp_visible_mask(s, n_cmp, l, d, device=q.device)
+    return q, k, scores.masked_fill(~visible, float("-inf")).logsumexp(-1).float()
+
+
+def _select(monkeypatch, choice_name, *args):
+    from nsa.attention import selection
+
+    monkeypatch.setattr(selection, "TOPK_CHOICE", choice_name)
+    return _ts().select_blocks(*args, method="tiled")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "B{}G{}hpg{}S{}dk{}l{}d{}ls{}n{}".format(*c))
+def test_topk_choice_gives_the_sort_choices_blocks(monkeypatch, case, dtype):
+    b, g, hpg, s, d_k, l, d, l_sel, n_sel = case
+    q, k, lse = _inputs(b, g, hpg, s, d_k, l, d, dtype)
+    args = (q, k, lse, l, d, l_sel, n_sel)
+    assert torch.equal(_select(monkeypatch, "topk", *args), _select(monkeypatch, "sort", *args))
+
+
+def test_keys_kernel_writes_packed_keys_of_the_importance_kernels_buffer():
+    """Every entry, skipped tiles included: the keys equal packed_keys of the importance kernel's zero-filled buffer
+    (same skip rule), a row chunk in the middle of the sequence."""
+    from nsa.attention.selection import packed_keys
+
+    ts = _ts()
+    b, g, hpg, s, d_k, l, d, l_sel, n_sel = (1, 2, 3, 300, 32, 16, 8, 16, 5)
+    q, k, lse = _inputs(b, g, hpg, s, d_k, l, d, torch.float32, seed=3)
+    cfg = ts.block_config(hpg, d_k, l, d, l_sel)
+    n_blocks = -(-s // l_sel)
+    r0, r1 = 37, 211
+    imp = torch.zeros(b, g, r1 - r0, n_blocks, device=q.device)
+    ts._importance_into(imp, q, k, lse, l, d, l_sel, r0, n_sel, cfg)
+    keys = torch.full((b, g, r1 - r0, n_blocks), 12345, dtype=torch.int64, device=q.device)  # no entry left
+    ts._importance_into(keys, q, k, lse, l, d, l_sel, r0, n_sel, cfg, kernel=ts._blocksel_keys_kernel)
+    if ON_GPU:  # compiled separately: the same blocks, the keys up to the importance's last bits
+        assert not (keys == 12345).any()
+        return
+    assert torch.equal(keys, packed_keys(imp, torch.arange(r0, r1, device=q.device), l_sel))
+
+
+def test_topk_choice_in_several_chunks(monkeypatch):
+    b, g, hpg, s, d_k, l, d, l_sel, n_sel = CASES[-1]
+    q, k, lse = _inputs(b, g, hpg, s, d_k, l, d, torch.float32)
+    args = (q, k, lse, l, d, l_sel, n_sel)
+    whole = _select(monkeypatch, "sort", *args)
+    monkeypatch.setattr(_ts(), "IMP_CHUNK_ELEMS", 2 * 32 * 37)  # 37 rows of 2 groups x 32 blocks per chunk
+    assert torch.equal(_select(monkeypatch, "topk", *args), whole)
+
+
+def test_topk_choice_matches_the_float64_reference():
+    """The reference's own ties: importance all zero (S < l: no compressed block) and a random case."""
+    from nsa.attention import selection
+    from types import SimpleNamespace
+
+    for case in (CASES[3], CASES[1]):
+        b, g, hpg, s, d_k, l, d, l_sel, n_sel = case
+        q, k, lse = _inputs(b, g, hpg, s, d_k, l, d, torch.float32)
+        cfg = SimpleNamespace(l=l, d=d, l_sel=l_sel, n_sel=n_sel)
+        saved = selection.TOPK_CHOICE
+        try:
+            selection.TOPK_CHOICE = "topk"
+            got = _ts().select_blocks(q, k, lse, l, d, l_sel, n_sel, method="tiled")
+        finally:
+            selection.TOPK_CHOICE = saved
+        want = R.reference_selected_blocks(q, k, cfg)
+        if case is CASES[3]:
+            assert torch.equal(got, want)
+        else:  # near-ties may flip between fp32 kernels and float64: nearly all rows agree
+            assert (got == want).all(-1).float().mean() > 0.9

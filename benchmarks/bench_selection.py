@@ -1,10 +1,21 @@
-"""Selection-range builders v1 (loop) vs v2 (vectorized): time per call and the whole layer's forward with each.
+"""Selection-range builders v1 (loop) vs v2 (vectorized): time per call and the whole layer's forward with each;
+with --topk-ab, the two top-n_sel choices of the block selection side by side instead.
 
-    python benchmarks/bench_selection.py [--seq-lens 1024,2048,4096] [--device cuda]
+    python benchmarks/bench_selection.py [--seq-lens 1024,2048,4096] [--device cuda] [--topk-choice topk]
+    python benchmarks/bench_selection.py --topk-ab --device cuda --seq-lens 2048,16384,65536 [--repeats 11]
 
 The range builders belong to the PyTorch kernels (the Triton path reads block indices), so the layer runs
 kernel="torch". Both builders are checked to give identical ranges before anything is timed. Ratios are v1 time /
-v2 time, measured in the same process.
+v2 time, measured in the same process. --topk-choice sets nsa.attention.selection.TOPK_CHOICE for the layer.
+
+--topk-ab (issue 31 item 2.2): nsa.attention.selection.TOPK_CHOICES "sort" (a full sort of every row) against
+"topk" (packed int64 keys + torch.topk) at the m7c shape (B 1, H 12, G 2, d_k 64, l 32, d 16, l_sel 64, n_sel 16,
+bf16 on cuda; fp32 under TRITON_INTERPRET=1 on cpu, small S only): (1) the Triton tiled selection
+select_blocks(method="tiled") under each choice (importance kernel + sort vs the keys kernel + topk), its lse the
+compressed branch's forward; (2) choose_blocks alone (the PyTorch path) on that importance. The blocks of both
+choices are checked equal before anything is timed (a difference exits 1). Timed alternately, the order swapped
+each round (sort, topk, topk, sort, ...), medians of --repeats calls each, after one warm-up call each; ratio =
+topk / sort (below 1: topk faster). A GPU result, like any timing, is only evidence on a quiet machine.
 """
 
 from __future__ import annotations
@@ -40,14 +51,113 @@ def timed(fn, device: str, repeats: int) -> float:
     return statistics.median(times)
 
 
+TOPK_SHAPE = dict(b=1, h=12, g=2, d_k=64, l=32, d=16, l_sel=64, n_sel=16)  # the m7c model's selection
+
+
+def _alternated(fns: dict, device: str, repeats: int) -> dict:
+    """Median seconds of each fn, called alternately (the order reversed every round) after one warm-up each."""
+    for fn in fns.values():
+        fn()
+    times = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(repeats):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            fns[name]()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def topk_ab(args) -> int:
+    """The --topk-ab comparison (module docstring)."""
+    from nsa.attention import selection
+    from nsa.attention.geometry import num_cmp_blocks
+    from nsa.attention.kernels.range_attn import host as range_attn
+    from nsa.attention.kernels.selection import host as triton_selection
+
+    c = TOPK_SHAPE
+    dev = torch.device(args.device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    saved = selection.TOPK_CHOICE
+    rows = []
+    print(f"top-n_sel choices sort vs topk, {c}, {dtype}, device={args.device}, medians of {args.repeats} "
+          "alternated calls (ms)")
+    print(f"{'S':>6} | {'tiled sort':>10} {'tiled topk':>10} {'topk/sort':>9} | {'choose sort':>11} "
+          f"{'choose topk':>11} {'topk/sort':>9}")
+    try:
+        for s in [int(x) for x in args.seq_lens.split(",")]:
+            gen = torch.Generator().manual_seed(s)
+            n_cmp = num_cmp_blocks(s, c["l"], c["d"])
+
+            def tensor(heads, length):  # [B, heads, length, d] seen through [B, length, heads, d] storage
+                return torch.randn(c["b"], length, heads, c["d_k"], generator=gen).to(dev, dtype).transpose(1, 2)
+
+            q, k_cmp, v_cmp = tensor(c["h"], s), tensor(c["g"], n_cmp), tensor(c["g"], n_cmp)
+            with torch.no_grad():
+                lse = range_attn.compressed_attention_lse(q, k_cmp, v_cmp, c["l"], c["d"])[1]
+
+            def tiled(name):
+                def run():
+                    selection.TOPK_CHOICE = name
+                    return triton_selection.select_blocks(q, k_cmp, lse, c["l"], c["d"], c["l_sel"], c["n_sel"],
+                                                          method="tiled")
+                return run
+
+            blocks = {name: tiled(name)() for name in ("sort", "topk")}
+            if not torch.equal(blocks["sort"], blocks["topk"]):
+                print(f"S={s}: the tiled selection's blocks differ between sort and topk", file=sys.stderr)
+                return 1
+            imp = triton_selection.block_importance(q, k_cmp, lse, c["l"], c["d"], c["l_sel"])
+            pos = torch.arange(s, device=dev)
+            choose = {name: (lambda name=name: selection.choose_blocks(imp, pos, c["n_sel"], c["l_sel"], method=name))
+                      for name in ("sort", "topk")}
+            if not torch.equal(choose["sort"](), choose["topk"]()):
+                print(f"S={s}: choose_blocks differs between sort and topk", file=sys.stderr)
+                return 1
+            t_tiled = _alternated({name: tiled(name) for name in ("sort", "topk")}, args.device, args.repeats)
+            t_choose = _alternated(choose, args.device, args.repeats)
+            del imp
+            row = {"seq_len": s, "tiled_sort_ms": t_tiled["sort"] * 1e3, "tiled_topk_ms": t_tiled["topk"] * 1e3,
+                   "tiled_ratio": t_tiled["topk"] / t_tiled["sort"], "choose_sort_ms": t_choose["sort"] * 1e3,
+                   "choose_topk_ms": t_choose["topk"] * 1e3, "choose_ratio": t_choose["topk"] / t_choose["sort"]}
+            rows.append(row)
+            print(f"{s:>6} | {row['tiled_sort_ms']:10.3f} {row['tiled_topk_ms']:10.3f} {row['tiled_ratio']:9.3f} | "
+                  f"{row['choose_sort_ms']:11.3f} {row['choose_topk_ms']:11.3f} {row['choose_ratio']:9.3f}")
+    finally:
+        selection.TOPK_CHOICE = saved
+    if args.json:
+        import json
+
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"device": args.device, "dtype": str(dtype), "shape": c, "parity": True,
+                                         "repeats": args.repeats, "by_seq_len": rows,
+                                         "tiled_ratio_max": max(r["tiled_ratio"] for r in rows),
+                                         "choose_ratio_max": max(r["choose_ratio"] for r in rows)}, indent=2) + "\n")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seq-lens", default="1024,2048,4096")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", type=Path, help="also write the results here: per S and the minimum speed-ups "
-                                              "(ranges_speedup_min, forward_speedup_min)")
+                                              "(ranges_speedup_min, forward_speedup_min); with --topk-ab per S and "
+                                              "the largest topk/sort ratios (tiled_ratio_max, choose_ratio_max)")
+    ap.add_argument("--topk-choice", choices=("auto", "sort", "topk"), default="auto",
+                    help="the layer's top-n_sel choice (nsa.attention.selection.TOPK_CHOICE; auto: QUALIFIED_TOPK)")
+    ap.add_argument("--topk-ab", action="store_true",
+                    help="time the top-n_sel choices sort and topk side by side instead (module docstring)")
     args = ap.parse_args(argv)
+    if args.topk_ab:
+        return topk_ab(args)
+    from nsa.attention import selection
+
+    selection.TOPK_CHOICE = args.topk_choice
     rows = []
     seq_lens = [int(s) for s in args.seq_lens.split(",")]
     torch.manual_seed(0)

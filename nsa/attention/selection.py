@@ -110,11 +110,11 @@ def blocks_from_keys(keys: torch.Tensor, n_sel: int) -> torch.Tensor:
     n_blocks = keys.shape[-1]
     k = min(n_sel, n_blocks)
     top, idx = torch.topk(keys, k, dim=-1, sorted=False)
-    idx = torch.where(top >= EMPTY_LIMIT, idx, n_blocks)
+    idx.masked_fill_(top < EMPTY_LIMIT, n_blocks)  # in place (topk's own output): one kernel, no scalar tensor
     idx, _ = torch.sort(idx, dim=-1)  # the n_sel kept indices only
     # padded to n_sel columns (a zero-width pad when n_blocks >= n_sel: the same ops at every length)
     idx = F.pad(idx, (0, n_sel - k), value=n_blocks)
-    return torch.where(idx == n_blocks, -1, idx)
+    return idx.masked_fill_(idx == n_blocks, -1)
 
 
 def choose_blocks(importance: torch.Tensor, positions: torch.Tensor, n_sel: int, l_sel: int,

@@ -109,3 +109,33 @@ def test_topk_choice_matches_the_float64_reference():
             assert torch.equal(got, want)
         else:  # near-ties may flip between fp32 kernels and float64: nearly all rows agree
             assert (got == want).all(-1).float().mean() > 0.9
+
+
+@pytest.mark.skipif(ON_GPU, reason="counts under the interpreter (CPU)")
+def test_topk_choice_has_no_full_sort_and_fewer_ops(monkeypatch):
+    """benchmarks/bench_ops.py's counter on nsa::select_blocks alone: "topk" ranks a row with topk and sorts only
+    the n_sel kept indices, "sort" sorts whole rows; neither count depends on S (fewer blocks than n_sel, more)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[4] / "benchmarks" / "bench_ops.py"
+    spec = importlib.util.spec_from_file_location("bench_ops", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    l, d, l_sel, n_sel = 8, 4, 8, 4
+    totals = {}
+    for name in ("sort", "topk"):
+        for s in (20, 100):  # 3 and 13 selection blocks
+            q, k, lse = _inputs(1, 2, 2, s, 16, l, d, torch.float32)
+            counter = bench.OpCounter()
+            with bench.counting_triton_launches(counter), counter:
+                _select(monkeypatch, name, q, k, lse, l, d, l_sel, n_sel)
+            n_blocks = -(-s // l_sel)
+            want = ({f"sort[{n_blocks}]": 1, f"sort[{n_sel}]": 1} if name == "sort"
+                    else {f"topk[{n_blocks}]": 1, f"sort[{min(n_blocks, n_sel)}]": 1})
+            assert dict(counter.sort_widths) == want, (name, s)
+            launches = "_blocksel_keys_kernel" if name == "topk" else "_blocksel_importance_kernel"
+            assert dict(counter.launches) == {launches: 1}
+            totals.setdefault(name, set()).add(counter.total)
+    assert len(totals["sort"]) == len(totals["topk"]) == 1, totals
+    assert max(totals["topk"]) <= 8 < min(totals["sort"]), totals  # topk, lt, 2 masked_fill_, sort, pad, eq, copy_

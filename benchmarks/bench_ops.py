@@ -45,6 +45,15 @@ Measured (this counter, the shape above, S = 256 and 1,024, identical at both):
         on an H100: reports/gpu/2026-11-26-h100/run6): this benchmark counts it by default, as a GPU runs the layer
         (`--index-build torch` counts the build "auto" takes under the interpreter). The Triton build's tl.sort is
         slow in the interpreter: the default count takes about 2 minutes on 2 CPU cores, the torch build's seconds.
+    the selection's top-n_sel choice (`--topk-choice`, nsa.attention.selection.TOPK_CHOICE; issue 31 item 2.2,
+        2026-11-28): "sort" (what "auto" takes until a GPU run qualifies "topk") 80 ops at both lengths, 29 of them
+        inside nsa::select_blocks (eq 5, full_like 5, where 5, arange 2, bitwise_or 2, sort 2, constant_pad_nd 2,
+        full, div, sub, gt, lt, copy_); "topk" 59 ops at both lengths, 8 inside nsa::select_blocks (topk, lt,
+        masked_fill_ 2, sort, constant_pad_nd, eq, copy_: the keys kernel writes every entry of its buffer, so no
+        fill and no where), 27 Triton launches with either. The line "sort and topk ops" gives the width each one
+        ranks: with "sort" a sort of every row's n_blocks and one of the n_sel kept indices, with "topk" a topk of
+        n_blocks and a sort of the n_sel kept indices only (at S 2,048: sort[32] + sort[16] against topk[32] +
+        sort[16]; at the m7c length 65,536 the full sort ranks 1,024 keys a row, topk's sort 16).
 """
 
 from __future__ import annotations
@@ -106,6 +115,7 @@ class OpCounter(TorchDispatchMode):
         self.launches: Counter[str] = Counter()
         self.excluded: Counter[str] = Counter()
         self.by_custom: dict[str, Counter[str]] = {}  # inside ops per custom op
+        self.sort_widths: Counter[int] = Counter()  # sorts and top-k by the width of the dimension they rank
         self._paused = 0
         self._stack: list[str] = []
 
@@ -140,6 +150,10 @@ class OpCounter(TorchDispatchMode):
             with self:
                 return func.decompose(*args, **kwargs)
         key = name if namespace == "aten" else f"{namespace}::{name}"
+        if name in ("sort", "topk") and args and isinstance(args[0], torch.Tensor):
+            dim = kwargs.get("dim", args[2] if name == "topk" and len(args) > 2 else
+                             args[1] if name == "sort" and len(args) > 1 and isinstance(args[1], int) else -1)
+            self.sort_widths[f"{name}[{args[0].shape[dim]}]"] += 1
         if key in EXCLUDED or name in EXCLUDED:
             self.excluded[key] += 1
         else:
@@ -222,8 +236,13 @@ def main(argv=None) -> int:
     ap.add_argument("--index-build", choices=("triton", "torch"), default="triton",
                     help="the selected branch's inverted index (NSAConfig.index_build): triton (default: the build "
                          "a GPU runs) or torch (the build the interpreter runs by default)")
+    ap.add_argument("--topk-choice", choices=("auto", "sort", "topk"), default="auto",
+                    help="the selection's top-n_sel choice (nsa.attention.selection.TOPK_CHOICE; auto: "
+                         "QUALIFIED_TOPK): sort (the full sort) or topk (packed keys + torch.topk)")
     args = ap.parse_args(argv)
-    from nsa.attention import kernels
+    from nsa.attention import kernels, selection
+
+    selection.TOPK_CHOICE = args.topk_choice
 
     if not kernels.interpreting():
         print("TRITON_INTERPRET must be 1 (the counter runs the Triton kernels in the interpreter on CPU)",
@@ -233,7 +252,8 @@ def main(argv=None) -> int:
     layer = make_layer(index_build=args.index_build)
     counts = {s: count_layer(layer, s, warmup=i == 0) for i, s in enumerate(lens)}
     print(f"kernel-launching ops of one NSAAttention layer forward + backward, kernel=triton, index build "
-          f"{args.index_build}, TRITON_INTERPRET=1, fp32 CPU, B=1, {SHAPE}")
+          f"{args.index_build}, top-n_sel choice {selection.topk_choice()} ({args.topk_choice}), TRITON_INTERPRET=1, "
+          f"fp32 CPU, B=1, {SHAPE}")
     print(table(counts))
     launches = Counter()
     for c in counts.values():
@@ -247,11 +267,15 @@ def main(argv=None) -> int:
           "interpreter's own host<->device copies inside a Triton launch")
     print("excluded ops seen (S=%d): " % lens[0]
           + ", ".join(f"{k} {v}" for k, v in sorted(counts[lens[0]].excluded.items())))
+    print("sort and topk ops [width of the ranked dimension]: " + "; ".join(
+        f"S={s}: " + (", ".join(f"{k} {v}" for k, v in sorted(c.sort_widths.items())) or "none")
+        for s, c in counts.items()))
     print(f"reproduce: TRITON_INTERPRET=1 PYTHONPATH=. python benchmarks/bench_ops.py --seq-lens "
-          f"{args.seq_lens} --index-build {args.index_build} --check")
+          f"{args.seq_lens} --index-build {args.index_build} --topk-choice {args.topk_choice} --check")
     if args.json:
         args.json.write_text(json.dumps({str(s): {"total": c.total, "ops": dict(c.ops), "inside": dict(c.inside),
-                                                  "triton_launches": dict(c.launches), "custom": dict(c.custom)}
+                                                  "triton_launches": dict(c.launches), "custom": dict(c.custom),
+                                                  "sort_widths": dict(c.sort_widths)}
                                          for s, c in counts.items()}, indent=1))
     totals = {s: counts[s].total for s in lens}
     problems = [f"S={s}: {t} ops > {MAX_OPS}" for s, t in totals.items() if t > MAX_OPS]

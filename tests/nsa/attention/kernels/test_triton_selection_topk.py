@@ -61,7 +61,7 @@ def test_topk_choice_gives_the_sort_choices_blocks(monkeypatch, case, dtype):
 
 def test_keys_kernel_writes_packed_keys_of_the_importance_kernels_buffer():
     """Every entry, skipped tiles included: the keys equal packed_keys of the importance kernel's zero-filled buffer
-    (same skip rule), a row chunk in the middle of the sequence."""
+    (same skip rule), a row chunk in the middle of the sequence, bit for bit."""
     from nsa.attention.selection import packed_keys
 
     ts = _ts()
@@ -74,9 +74,9 @@ def test_keys_kernel_writes_packed_keys_of_the_importance_kernels_buffer():
     ts._importance_into(imp, q, k, lse, l, d, l_sel, r0, n_sel, cfg)
     keys = torch.full((b, g, r1 - r0, n_blocks), 12345, dtype=torch.int64, device=q.device)  # no entry left
     ts._importance_into(keys, q, k, lse, l, d, l_sel, r0, n_sel, cfg, kernel=ts._blocksel_keys_kernel)
-    if ON_GPU:  # compiled separately: the same blocks, the keys up to the importance's last bits
-        assert not (keys == 12345).any()
-        return
+    assert not (keys == 12345).any()
+    # exact on a GPU too: the two kernels run the same _importance_tile code (a difference here is a finding
+    # about the compiled code, not a tolerance to widen)
     assert torch.equal(keys, packed_keys(imp, torch.arange(r0, r1, device=q.device), l_sel))
 
 

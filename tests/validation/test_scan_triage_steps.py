@@ -106,6 +106,13 @@ def test_views_accept_damaged_results_and_format_real_ones():
     assert v["rows"][0]["toks"] == "18,593.2"  # no device peak recorded: no MFU
     scan["metrics"]["points"][0]["mfu"] = 0.2951
     assert get("scan").view(scan, {"name": "s"})["scan"]["rows"][0]["toks"] == "18,593.2 (MFU 29.5%)"
+    # scaling's rows likewise: MFU beside tokens/s where the runs recorded it
+    scaling = {"metrics": {"weak": {"base": 1, "rows": [
+        {"world_size": 1, "toks_per_s": 1000.0, "speedup": 1.0, "efficiency": 1.0, "batch_per_rank": 4, "mfu": None},
+        {"world_size": 2, "toks_per_s": 1900.0, "speedup": 1.9, "efficiency": 0.95, "batch_per_rank": 4,
+         "mfu": 0.31}]}}}
+    rows = get("scaling").view(scaling, {"name": "w"})["scaling"]["tables"][0]["rows"]
+    assert [r["toks"] for r in rows] == ["1,000.0", "1,900.0 (MFU 31.0%)"]
     assert "cliff between 256 and 320 (localised)" in get("scan").summary_line(scan)
     tri = {"metrics": {"culprit": "a", "reason": "why", "ranking": ["a", "b"], "config_toks_per_s": 1000.0,
                        "suspects": {"a": {"effect": 4.0, "ci": [3.5, 4.5], "p_adjusted": 0.0002, "significant": True,

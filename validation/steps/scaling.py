@@ -13,7 +13,8 @@ Own keys:
                 must divide by every world size
   repeats       runs per point (default 1)
 Metrics: {"world_sizes", "strong"/"weak": {"mode", "base", "rows": [{world_size, toks_per_s, speedup,
-efficiency, batch_per_rank}], "efficiency": {"min", "last"}}, "runs", "passed", "device", "note"} so that
+efficiency, batch_per_rank, mfu (the runs' mean where the device peak is known)}], "efficiency": {"min", "last"}},
+"runs", "passed", "device", "note"} so that
 `scaling.weak.efficiency.min >= 0.8` is a criterion. On a CPU with fewer cores than ranks the ranks share cores:
 the efficiency there measures core contention more than communication, so criteria on CPU should be warnings.
 Every world size of a local step runs with the same OMP_NUM_THREADS per rank (cores / the largest world size), so
@@ -29,7 +30,7 @@ from typing import Any
 
 from validation import steps
 from validation.parallelism import scaling_table
-from validation.formatting import as_dict, as_list, file_name, finite, fmt_num, fmt_rate
+from validation.formatting import as_dict, as_list, file_name, finite, fmt_num, fmt_pct, fmt_rate
 from validation.schema import str_list, typed
 from validation.steps.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order, trainer_launch
 
@@ -107,17 +108,21 @@ class Scaling(TrainerKind):
         if m["device"] == "cpu":
             m["note"] = CPU_NOTE.format(cores=os.cpu_count())
         for mode in step.modes:
-            points, batches = {}, {}
+            points, batches, mfu = {}, {}, {}
             for n in step.world_sizes:
-                vals = [((r.get("metrics") or {}).get("toks_per_s") or {}).get("mean") for r in runs
-                        if r["params"].get("mode") == mode and r["params"].get("world_size") == n
+                mine = [r for r in runs if r["params"].get("mode") == mode and r["params"].get("world_size") == n
                         and r["status"] == "passed"]
+                vals = [((r.get("metrics") or {}).get("toks_per_s") or {}).get("mean") for r in mine]
                 vals = [v for v in vals if isinstance(v, (int, float))]
                 points[n] = statistics.fmean(vals) if vals else None
+                util = [finite(((r.get("metrics") or {}).get("mfu") or {}).get("mean")) for r in mine]
+                util = [u for u in util if u is not None]
+                mfu[n] = statistics.fmean(util) if util else None  # where the device peak is known
                 batches[n] = per_rank_batch(step) if mode == "weak" else global_batch(step) // n
             table = scaling_table(points, mode)
             for row in table["rows"]:
                 row["batch_per_rank"] = batches[row["world_size"]]
+                row["mfu"] = mfu[row["world_size"]]
             if mode == "strong":
                 table["global_batch"] = global_batch(step)
             m[mode] = table
@@ -138,7 +143,8 @@ class Scaling(TrainerKind):
             if not t:
                 continue
             rows = [{"n": fmt_num(r.get("world_size")), "batch": fmt_num(r.get("batch_per_rank")),
-                     "toks": fmt_rate(finite(r.get("toks_per_s"))),
+                     "toks": fmt_rate(finite(r.get("toks_per_s"))) + (f" (MFU {fmt_pct(r['mfu'])})"
+                                                                      if finite(r.get("mfu")) is not None else ""),
                      "speedup": "—" if finite(r.get("speedup")) is None else f"{r['speedup']:.2f}x",
                      "eff": "—" if finite(r.get("efficiency")) is None else f"{r['efficiency']:.0%}"}
                     for r in (as_dict(x) for x in as_list(t.get("rows")))]

@@ -52,8 +52,8 @@ Measured (this counter, the shape above, S = 256 and 1,024, identical at both):
         masked_fill_ 2, sort, constant_pad_nd, eq, copy_: the keys kernel writes every entry of its buffer, so no
         fill and no where), 27 Triton launches with either. The line "sort and topk ops" gives the width each one
         ranks: with "sort" a sort of every row's n_blocks and one of the n_sel kept indices, with "topk" a topk of
-        n_blocks and a sort of the n_sel kept indices only (at S 2,048: sort[32] + sort[16] against topk[32] +
-        sort[16]; at the m7c length 65,536 the full sort ranks 1,024 keys a row, topk's sort 16).
+        n_blocks and a sort of the n_sel kept indices only (`--seq-lens 2048`: sort[32] + sort[16] against topk[32] +
+        sort[16], 80 and 59 ops; at the m7c length 65,536 the full sort ranks 1,024 keys a row, topk's sort 16).
 """
 
 from __future__ import annotations

@@ -115,7 +115,8 @@ def timed_passes(one, warmup: int, repeats: int, before_timing=lambda: None, slo
 
 
 def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: str, repeats: int,
-             warmup: int, index_build: str = "auto", batch: int = 1, dkdv_choice: str = "auto") -> dict:
+             warmup: int, index_build: str = "auto", batch: int = 1, dkdv_choice: str = "auto",
+             topk_choice: str = "auto") -> dict:
     """Measure one case in this process; returns a JSON-able dict."""
     import torch
 
@@ -126,6 +127,13 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
             raise SystemExit(f"--dkdv-choice {dkdv_choice!r}: expected auto or one of "
                              f"{', '.join(range_host.DKDV_CHOICES)}")
         range_host.DKDV_CHOICE = dkdv_choice
+    if path != "dense" and topk_choice != "auto":  # the selection's top-n_sel: full sort or packed-key topk (an A/B)
+        from nsa.attention import selection
+
+        if topk_choice not in selection.TOPK_CHOICES:
+            raise SystemExit(f"--topk-choice {topk_choice!r}: expected auto or one of "
+                             f"{', '.join(selection.TOPK_CHOICES)}")
+        selection.TOPK_CHOICE = topk_choice
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
     torch.manual_seed(0)
@@ -188,6 +196,10 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
         extra["index_build"] = resolved_build(index_build)
         extra["dkdv_choice"] = range_host.QUALIFIED_DKDV if range_host.DKDV_CHOICE == "auto" else \
             range_host.DKDV_CHOICE
+    if path != "dense":
+        from nsa.attention import selection
+
+        extra["topk_choice"] = selection.topk_choice()
     return {"path": path, "shape": shape_name, "seq_len": seq_len, "batch": batch, "times_s": stats, "repeats": n,
             **extra, "toks_per_s": batch * seq_len / stats["fwdbwd"]["median"] if "fwdbwd" in stats else None,
             "peak_gb": peak_gb, "device": device,
@@ -199,7 +211,7 @@ def spawn(path: str, seq_len: int, args) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--case", path, "--seq-lens", str(seq_len),
            "--device", args.device, "--dtype", args.dtype, "--shape", args.shape, "--repeats", str(args.repeats),
            "--warmup", str(args.warmup), "--index-build", args.index_build, "--batch", str(args.batch),
-           "--dkdv-choice", args.dkdv_choice]
+           "--dkdv-choice", args.dkdv_choice, "--topk-choice", args.topk_choice]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -279,11 +291,15 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, help="also write all results to this file")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--index-build", default="auto", choices=("auto", "torch", "triton"),
-                    help="nsa-triton: the selected branch's inverted index (NSAConfig.index_build; auto: triton on a GPU)")
+                    help="nsa-triton: the selected branch's inverted index (NSAConfig.index_build; auto: triton on a "
+                         "GPU)")
     ap.add_argument("--batch", type=int, default=1, help="sequences per pass (B; tokens/s counts B x S)")
     ap.add_argument("--dkdv-choice", default="auto",
                     help="nsa-triton: the range kernels' dK/dV launch choice (range_attn.host.DKDV_CHOICES; auto: "
                          "the qualified one), for an A/B of a choice against another")
+    ap.add_argument("--topk-choice", default="auto",
+                    help="NSA paths: the selection's top-n_sel (nsa.attention.selection.TOPK_CHOICES: sort, the full "
+                         "sort, or topk, packed keys; auto: the qualified one), for an A/B")
     ap.add_argument("--case", choices=PATHS, help=argparse.SUPPRESS)  # internal: measure one case
     args = ap.parse_args(argv)
     cuda = args.device == "cuda"
@@ -299,7 +315,7 @@ def main(argv=None) -> int:
         ap.error("--seq-lens values, --batch and --repeats must be >= 1, --warmup >= 0")
     if args.case:
         print(json.dumps(run_case(args.case, args.shape, seq_lens[0], args.device, args.dtype, args.repeats,
-                                  args.warmup, args.index_build, args.batch, args.dkdv_choice)))
+                                  args.warmup, args.index_build, args.batch, args.dkdv_choice, args.topk_choice)))
         return 0
     if args.quick:
         seq_lens = [512, 1024, 2048]

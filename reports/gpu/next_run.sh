@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The next GPU session's script (rewritten 2026-11-28 after the H200 run of reports/gpu/2026-11-28-h200, for issues
 # 31 and 32). From the repository root, outputs under $OUT (at most 8 files come back: each part tars its folder
-# after every step, so a cut call keeps what ran). Two calls of at most 9 minutes, in this order:
-#     PART=kernels BUDGET=570 bash reports/gpu/next_run.sh   # ~9.5 min from a cold Triton cache (timeout_s 595)
-#     PART=trainer BUDGET=300 bash reports/gpu/next_run.sh   # ~5 min
+# after every step, so a cut call keeps what ran). Calls of at most 10 minutes, in this order:
+#     PART=kernels BUDGET=570 bash reports/gpu/next_run.sh     # ~9.5 min from a cold Triton cache (timeout_s 595)
+#     PART=selection BUDGET=200 bash reports/gpu/next_run.sh   # ~3 min
+#     PART=trainer BUDGET=300 bash reports/gpu/next_run.sh     # ~5 min
 # 15 minutes of device time hold PART=kernels and a start; PART=trainer waits for the next GPU session (or follows
 # on the same warm machine where time is left). A second PART=kernels call on a warm machine
 # continues its runbook (--resume). A step starts only when its time is left (never cut short to fit another);
@@ -17,6 +18,12 @@
 #   K2  runbooks/gpu_kernels.yaml without its trainer phase (--skip trainer_bench): the kernel tests each file in
 #       its own process, memcheck of every kernel, the layer against dense, and the roofline profile, with the new
 #       default. Expected verdict: INCOMPLETE on the skipped trainer criterion alone, every kernel criterion passed.
+# PART=selection (issue 31 item 2.2: the packed-key topk choice, nsa.attention.selection.TOPK_CHOICE, against the
+#       full sort; the default stays "sort" until this qualifies it)
+#   S1  its tests on the GPU (each file in its own process), and test_triton_selection.py under the topk choice;
+#   S2  memcheck of the selection kernels under the topk choice (qualify, bf16, S 2,048 and 65,536, hpg 1 and 6);
+#   S3  the selection alone, alternated (bench_selection.py --topk-ab), then the layer with each choice alternated
+#       (bench_attention.py --topk-choice) at 65,536 B 1.
 # PART=trainer (125M model, bf16, CUDA graphs)
 #   T1  the dense twin with each change alone against the old step, alternated (2 repeats): the fused RoPE and the
 #       fused AdamW (the chunked loss alone was 0.93x on 2026-11-28; not repeated);
@@ -65,6 +72,29 @@ if [ "$PART" = kernels ]; then
   tar czf "$OUT/kernels.tgz" -C $W kernels
 fi
 
+if [ "$PART" = selection ]; then
+  K=$W/selection; mkdir -p $K
+  step S1_test_selection_topk 40 $K python3 -m pytest -q -p no:cacheprovider tests/nsa/attention/test_selection_topk.py
+  step S1_test_triton_selection_topk 60 $K python3 -m pytest -q -p no:cacheprovider \
+      tests/nsa/attention/kernels/test_triton_selection_topk.py
+  step S1_test_triton_selection_under_topk 90 $K python3 -c "import sys, pytest; from nsa.attention import selection; \
+selection.TOPK_CHOICE = 'topk'; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', \
+'tests/nsa/attention/kernels/test_triton_selection.py']))"
+  for s in 2048 65536; do for h in 1 6; do
+    step "S2_memcheck_topk_s${s}_hpg${h}" 40 $K compute-sanitizer --tool memcheck --launch-timeout 0 python3 -c \
+        "import sys; from nsa.attention import selection; selection.TOPK_CHOICE = 'topk'; \
+from nsa.attention.kernels import qualify; sys.exit(qualify.main(['--dtype', 'bf16', '--seq-len', '$s', '--hpg', '$h', \
+'--kernels', 'select,sel_kv']))"
+  done; done
+  step S3_topk_ab 90 $K python3 benchmarks/bench_selection.py --topk-ab --device cuda --seq-lens 2048,16384,65536 \
+      --repeats 11 --json $K/topk_ab.json
+  for round in 1 2; do for choice in sort topk; do
+    step "S3_layer_${choice}_r${round}_65536" 30 $K python3 benchmarks/bench_attention.py --device cuda --dtype bf16 \
+        --shape m7c --paths nsa-triton --seq-lens 65536 --batch 1 --topk-choice $choice --repeats 5 --warmup 2 \
+        --json $K/layer_${choice}_r${round}_65536.json
+  done; done
+fi
+
 if [ "$PART" = trainer ]; then
   T=$W/trainer
   OLD="NSA_OPT_FUSED=0,NSA_LOSS=reference,NSA_ROPE=reference"
@@ -80,4 +110,4 @@ if [ "$PART" = trainer ]; then
 fi
 log "done"
 tail -n 12 $W/kernels/*.txt 2>/dev/null | cut -c1-200
-tail -n 12 $W/trainer/*.txt 2>/dev/null | cut -c1-220
+tail -n 12 $W/selection/*.txt $W/trainer/*.txt 2>/dev/null | cut -c1-220

@@ -44,7 +44,7 @@ from nsa.attention import cost_model as cm  # noqa: E402 - after the path set-up
 from nsa.attention.cost_model import BWD, FWD  # noqa: E402
 from nsa.config import NSAConfig  # noqa: E402
 
-MIN_SHARE = 0.01  # kernels under 1% of the layer's time: summed into one row of the JSON's kernel table
+MIN_SHARE = cm.MIN_SHARE  # kernels under 1% of the layer's time: summed into one row of the JSON's kernel table
 
 
 COPY_MARKERS = ("Memcpy", "Memset", "[memcpy", "[memset")
@@ -202,7 +202,7 @@ def roofline(by_pass: dict, path: str, seq_len: int, batch: int, device: str, sh
         return out
     # the 1% is of the layer's (fwd + bwd) kernel time, whichever pass is summed
     for key, chosen in (("efficiency_fwd", FWD), ("efficiency_bwd", BWD), ("efficiency", None)):
-        kept = [r for r in rows if r["share"] is not None and r["share"] >= 0.01 and chosen in (None, r["pass"])]
+        kept = [r for r in rows if r["share"] is not None and r["share"] >= MIN_SHARE and chosen in (None, r["pass"])]
         out[key] = cm.efficiency(kept, min_share=0.0)["efficiency"]
     families = cm.DENSE_FAMILIES if path == "dense" else cm.LAYER_FAMILIES
     floor = cm.layer_floor_s(costs, peaks, families)

@@ -259,6 +259,11 @@ def mfu_text(metrics: Any, why: bool = True) -> str:
     return NA
 
 
+def rate_with_mfu(toks_per_s: Any, mfu: Any) -> str:
+    """A tokens/s figure with its MFU beside it where one was recorded: '18,593.2 (MFU 29.5%)', else '18,593.2'."""
+    return fmt_rate(toks_per_s) + (f" (MFU {fmt_pct(mfu)})" if finite(mfu) is not None else "")
+
+
 def context_parts(metrics: Any) -> list[tuple[str, str]]:
     """(label, value) of the run shape beside a tokens/s figure: sequence length, micro-batch, accumulation, world
     size, global batch in tokens, model parameters, precision, TFLOP/s, MFU. Unknown fields are left out (results

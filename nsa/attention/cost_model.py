@@ -267,7 +267,10 @@ def family(kernel_name: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- a profile
-def efficiency(rows: Iterable[Mapping], min_share: float = 0.01) -> dict[str, float | None]:
+MIN_SHARE = 0.01  # the layer's efficiency counts the kernels that take at least this share of its time
+
+
+def efficiency(rows: Iterable[Mapping], min_share: float = MIN_SHARE) -> dict[str, float | None]:
     """The layer's efficiency from per-kernel rows {"ms": measured, "floor_ms": floor or None (no model: 0)}:
     sum of the floors over the sum of the measured times, over the rows that take at least min_share of all the
     rows' time (glue included). Returns {"efficiency", "floor_ms", "ms", "kernels"} (efficiency None without time)."""

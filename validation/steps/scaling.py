@@ -30,7 +30,7 @@ from typing import Any
 
 from validation import steps
 from validation.parallelism import scaling_table
-from validation.formatting import as_dict, as_list, file_name, finite, fmt_num, fmt_pct, fmt_rate
+from validation.formatting import as_dict, as_list, file_name, finite, fmt_num, rate_with_mfu
 from validation.schema import str_list, typed
 from validation.steps.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order, trainer_launch
 
@@ -143,8 +143,7 @@ class Scaling(TrainerKind):
             if not t:
                 continue
             rows = [{"n": fmt_num(r.get("world_size")), "batch": fmt_num(r.get("batch_per_rank")),
-                     "toks": fmt_rate(finite(r.get("toks_per_s"))) + (f" (MFU {fmt_pct(r['mfu'])})"
-                                                                      if finite(r.get("mfu")) is not None else ""),
+                     "toks": rate_with_mfu(r.get("toks_per_s"), r.get("mfu")),
                      "speedup": "—" if finite(r.get("speedup")) is None else f"{r['speedup']:.2f}x",
                      "eff": "—" if finite(r.get("efficiency")) is None else f"{r['efficiency']:.0%}"}
                     for r in (as_dict(x) for x in as_list(t.get("rows")))]

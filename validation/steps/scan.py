@@ -31,7 +31,7 @@ from typing import Any
 from validation import steps
 from validation.contracts import read_summary, read_timeline
 from validation.launch.spec import safe_name
-from validation.formatting import as_dict, as_list, file_name, finite, fmt_gb, fmt_num, fmt_pct, fmt_rate
+from validation.formatting import as_dict, as_list, file_name, finite, fmt_gb, fmt_num, rate_with_mfu
 from validation.schema import mapping, setting_key, typed
 from validation.significance import StatsError
 from validation.steps.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, collect, order_seed, run_each, run_order, run_values, trainer_launch
@@ -170,8 +170,7 @@ class Scan(TrainerKind):
             rows.append({"value": fmt_num(p.get("value")), "source": str(p.get("source") or ""),
                          "runs": f"{fmt_num(p.get('passed'))}/{fmt_num(p.get('runs'))}",
                          "step_time": _ms(p.get("step_time_s")),
-                         "toks": fmt_rate(p.get("toks_per_s")) + (f" (MFU {fmt_pct(p['mfu'])})"
-                                                                  if finite(p.get("mfu")) is not None else ""),
+                         "toks": rate_with_mfu(p.get("toks_per_s"), p.get("mfu")),
                          "ttfs": _secs(p.get("time_to_first_step_s")), "mem": fmt_gb(p.get("peak_mem_gb")),
                          "exponent": _num2(p.get("exponent_to_next")), "cliff": bool(p.get("cliff_to_next"))})
         ci = as_list(m.get("exponent_ci"))

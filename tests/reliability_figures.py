@@ -47,6 +47,20 @@ class Recorder:
         self.results_lost += int(lost)
         self.results_checked += int(checked)
 
+    def to_json(self) -> dict:
+        """What a pytest-xdist worker sends its controller at the end of its session (tests/conftest.py)."""
+        return {"faults": [list(f) for f in self.faults], "inputs": dict(self.inputs),
+                "orphans_found": self.orphans_found, "orphans_checked": self.orphans_checked,
+                "orphan_scans": self.orphan_scans, "results_lost": self.results_lost,
+                "results_checked": self.results_checked}
+
+    def merge(self, data: dict) -> None:
+        """Add a worker's figures (to_json) to these: the controller prints the figures of every worker."""
+        self.faults += [tuple(f) for f in data.get("faults", [])]
+        self.inputs.update(data.get("inputs", {}))
+        for name in ("orphans_found", "orphans_checked", "orphan_scans", "results_lost", "results_checked"):
+            setattr(self, name, getattr(self, name) + int(data.get(name, 0)))
+
     def any(self) -> bool:
         return bool(self.faults or self.inputs or self.orphans_checked or self.orphan_scans or self.results_checked)
 

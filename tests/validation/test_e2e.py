@@ -16,6 +16,9 @@ from process_checks import heartbeat_pids, orphans
 from verdicts import assert_go_or_disturbed
 
 REPO = Path(__file__).resolve().parents[2]
+# The README's main job, which must recommend the prefill A/B's replicated effect beside one busy process: another
+# test's two-rank run beside it is more than that (tests/conftest.py runs it alone where tests run side by side).
+pytestmark = pytest.mark.exclusive
 
 
 def small_runbook(tmp_path, body: str, name="small") -> Path:

@@ -45,6 +45,18 @@ def _stat(pid: int):
         return None
 
 
+def _image(pid: int) -> bytes:
+    """What `pid` runs: its command line (b"" when unreadable). It changes when the process calls exec: a process
+    signalled between fork and exec (a worker its agent was just starting) may have lost the signal, since the child
+    of fork runs with its parent's dispositions (SIGTERM ignored, or a Python handler that cannot run before exec),
+    and after exec it is a program that was never asked to stop."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def _proc_table() -> dict[int, tuple] | None:
     """{pid: _stat(pid)} of every process, or None when /proc cannot be read (not Linux)."""
     try:
@@ -149,10 +161,11 @@ class ProcessTree:
     def alive(self) -> bool:
         return self.root.poll() is None or bool(self.refresh())
 
-    def signal(self, sig: int, only_new: set[tuple[int, int]] | None = None) -> set[tuple[int, int]]:
-        """Send `sig` to the run's process groups and members; with `only_new` (the (pid, start) pairs signalled
-        before), only to members not among them (processes that appeared since). Returns the (pid, start) pairs
-        of the members it was sent to."""
+    def signal(self, sig: int, only_new: set[tuple[int, int, bytes]] | None = None) -> set[tuple[int, int, bytes]]:
+        """Send `sig` to the run's process groups and members; with `only_new` (the (pid, start, image) triples
+        signalled before), only to members not among them: processes that appeared since, and processes that ran
+        another program when they were signalled (they called exec since; see _image). Returns the (pid, start,
+        image) triples of the members it was sent to."""
         table = _proc_table()
         if table is None:  # no /proc: the child's process group is all that can be reached
             targets_groups, targets = {self.root.pid}, {}
@@ -162,9 +175,10 @@ class ProcessTree:
             targets = self.members
             if self.root.poll() is None:
                 targets_groups.add(self.root.pid)
+        images = {pid: _image(pid) for pid in targets}  # read before the signal: an exec after it is seen next time
         if only_new is not None:
             targets_groups = set()
-            targets = {pid: start for pid, start in targets.items() if (pid, start) not in only_new}
+            targets = {pid: start for pid, start in targets.items() if (pid, start, images[pid]) not in only_new}
         for group in sorted(targets_groups - self._own):
             try:
                 os.killpg(group, sig)
@@ -177,7 +191,7 @@ class ProcessTree:
                 continue
             try:
                 os.kill(pid, sig)
-                sent.add((pid, start))
+                sent.add((pid, start, images[pid]))
             except (ProcessLookupError, PermissionError):
                 pass
         return sent
@@ -186,7 +200,8 @@ class ProcessTree:
 def end_processes(tree: ProcessTree, grace_s: float) -> str:
     """End every process of the run: SIGTERM, up to `grace_s` to exit, then SIGKILL; reap the child. Returns how
     it ended: "" (nothing was alive), "SIGTERM" or "SIGKILL". A process that appears during the grace period (a
-    worker its agent was just starting) gets its SIGTERM too. A KeyboardInterrupt during the grace period, or a
+    worker its agent was just starting) gets its SIGTERM too, and so does one that called exec after its SIGTERM
+    (which it may have lost between fork and exec). A KeyboardInterrupt during the grace period, or a
     second signal to nsa-validate (interrupts.hurry), skips to SIGKILL; the KeyboardInterrupt is raised again once
     everything is gone."""
     tree.refresh()

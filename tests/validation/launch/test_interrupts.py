@@ -156,3 +156,60 @@ def test_a_process_started_while_the_launch_is_being_ended_gets_sigterm_too(tmp_
         "the late process was not asked to stop before the SIGKILL"
     assert "processes ended (SIGTERM)" in log, log[-2000:]  # every process went on its SIGTERM: none was killed
     assert not any(pid_alive(p) for p in orphans(cmdline_contains=str(marker), timeout=2))
+
+
+# The same late process, with the window in which a SIGTERM is lost held open: the child of fork runs with its
+# parent's dispositions (here SIGTERM ignored) until it calls exec, so the SIGTERM the launcher sends it as a new
+# member is discarded. In CI on a loaded machine that window was long enough for the test above to lose its
+# SIGTERM (then the late process ran until the SIGKILL at the end of the grace period). After exec it runs another
+# program, which the launcher must see as one never asked to stop: it blocks SIGTERM across exec, so the second
+# request waits for its handler.
+FORK_THEN_EXEC = r"""
+import os, signal, sys, time
+marker = sys.argv[1]
+LATE = '''
+import signal, sys, time
+def bye(s, f):
+    open(sys.argv[1], "w").write("SIGTERM")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, bye)
+print("LATE", flush=True)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+time.sleep(600)
+'''
+def on_term(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(1.5)  # between fork and exec: the launcher's SIGTERM to this new member is ignored
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        os.execv(sys.executable, [sys.executable, "-c", LATE, marker])
+    os.waitpid(pid, 0)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print("READY", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_process_that_calls_exec_after_its_sigterm_is_asked_again(tmp_path):
+    marker = tmp_path / "late_got_sigterm"
+    state = {}
+
+    def on_progress(p):
+        if "READY" in (tmp_path / "step" / "stdout.log").read_text() and not state:
+            state["sent"] = True
+            raise KeyboardInterrupt
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    spec = LaunchSpec(argv=[sys.executable, "-c", FORK_THEN_EXEC, str(marker)], env=env, cwd=REPO,
+                      step_dir=tmp_path / "step", timeout_s=600, poll_s=0.1, term_grace_s=30.0,
+                      on_progress=on_progress)
+    with pytest.raises(KeyboardInterrupt):
+        launch(spec)
+    log = (tmp_path / "step" / "stdout.log").read_text()
+    assert "LATE" in log
+    assert marker.is_file() and marker.read_text() == "SIGTERM", \
+        "the process that called exec after its lost SIGTERM was not asked again before the SIGKILL"
+    assert "processes ended (SIGTERM)" in log, log[-2000:]
+    assert not any(pid_alive(p) for p in orphans(cmdline_contains=str(marker), timeout=2))

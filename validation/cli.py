@@ -150,7 +150,11 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
         against: Optional[Path] = typer.Option(None, "--against", help="an earlier run directory: compare this run "
                                                "with it (the statistics of `compare`) in the report's Performance "
                                                "analysis"),
-        no_report: bool = typer.Option(False, "--no-report", help="write results.json only")) -> None:
+        no_report: bool = typer.Option(False, "--no-report", help="write results.json only"),
+        reuse: List[str] = typer.Option([], "--reuse", help="PHASE or PHASE=RUN_DIR: take the phase's results from "
+                                        "an earlier run of this same source (the newest match under reports/, or "
+                                        "RUN_DIR) instead of running it; the report names that run (repeatable)")
+        ) -> None:
     """Run every phase of RUNBOOK; write RUN_DIR/results.json, report.md, report.html, junit.xml and plots.
     Exit 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE; SIGINT, SIGTERM or SIGHUP end every launched process,
     keep the finished steps (--resume continues) and exit 130, 143 or 129."""
@@ -158,7 +162,7 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
     become_subreaper()  # whatever a launch leaves orphaned stays below this process, for the final sweep
     outcome = None
     try:
-        _run(runbook, out, only, skip, resume, rerun, set_, against, no_report)
+        _run(runbook, out, only, skip, resume, rerun, set_, against, no_report, reuse)
     except typer.Exit as exc:
         outcome = exc
     except KeyboardInterrupt as exc:  # before the runner started, or while the reports were written
@@ -175,10 +179,10 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
         raise outcome
 
 
-def _run(runbook, out, only, skip, resume, rerun, set_, against, no_report) -> None:
+def _run(runbook, out, only, skip, resume, rerun, set_, against, no_report, reuse=()) -> None:
     request = RunRequest(runbook=runbook, out=out, only=tuple(only), skip=tuple(skip), resume=resume,
                          rerun=tuple(rerun), overrides=tuple(set_), against=against, no_report=no_report,
-                         cwd=Path.cwd())
+                         cwd=Path.cwd(), reuse=tuple(reuse))
     try:
         outcome = run_runbook(request, functools.partial(display, console),
                               warn=lambda message: err.print(f"warning: {message}", markup=False, soft_wrap=True))

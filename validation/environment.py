@@ -18,6 +18,7 @@ from nsa.training.outputs import NODE_ENV_PREFIXES, NODE_NAME_VARS, git_sha
 from validation.launch import slurm, telemetry
 from validation.launch.spec import safe_name
 from validation.runbook_model import Requirements
+from validation.version import source_digest
 
 PACKAGES = ("torch", "numpy", "scipy", "pandas", "nsa-validate", "typer", "rich", "jinja2", "matplotlib", "pyyaml",
             "tensorboard", "pyarrow", "datasets", "pynvml", "nvidia-ml-py")
@@ -89,6 +90,7 @@ def probe(cwd: Path | None = None) -> dict[str, Any]:
         "git_sha": git_sha(cwd), **git_state(cwd), "host": socket.gethostname(), "platform": platform.platform(),
         "python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl,
         "gpus": devices, "gpu_count": len(devices), "cpu_count": os.cpu_count(), "packages": packages(),
+        "source_digest": source_digest(),  # what `run --reuse` matches a later run's source against
     }
 
 

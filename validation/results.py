@@ -133,3 +133,16 @@ def resume_note(results: RunResults | dict[str, Any]) -> str | None:
         parts.append(f"{r.get('previous_state') or 'stopped'} at {r.get('previous_end') or 'an unknown time'}, "
                      f"resumed at {r.get('at') or 'an unknown time'} {what}{changed}")
     return "; then ".join(parts) or None
+
+
+def reused_note(record: dict[str, Any]) -> str:
+    """One line on a phase taken from an earlier run (a results.json `reused` record, validation.reuse)."""
+    digest = str(record.get("source_digest") or "?")[:12]
+    return (f"phase {record.get('phase')}: its results are those of {record.get('from')} ({record.get('runbook')} "
+            f"run finished {record.get('finished') or 'at an unknown time'} on {record.get('device') or 'an unknown device'}; "
+            f"the same source, digest {digest}); nothing of it ran here")
+
+
+def reused_notes(results: RunResults | dict[str, Any]) -> list[str]:
+    """reused_note of every phase the run took from an earlier run (the report's header shows them)."""
+    return [reused_note(r) for r in results.get("reused") or [] if isinstance(r, dict)]

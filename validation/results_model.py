@@ -33,6 +33,9 @@ RunResults: the whole file
     evidence?           dict[str, JSONValue]    validation.evidence.assess, once the verdict is computed: disturbed
                                                 steps, figures outside their physical range, the measured steps,
                                                 the interference thresholds, the command that runs them again
+    reused?             list[dict[str, JSONValue]]  phases taken from an earlier run of the same source (run
+                                                --reuse; validation.reuse): phase, from, runbook, finished,
+                                                device, source_digest
     plots               list[Plot]
 
 Tool: the program that wrote the file
@@ -112,6 +115,8 @@ and comparison in validation/steps/<kind>.py and declares its metric names in `m
     superseded?         list[dict[str, JSONValue]]  runs of a repeat other work disturbed, run again (ab, sweep,
                                                 triage; the runbook's retry_disturbed): each LaunchRun's keys plus
                                                 superseded_by, the directory of the run that replaced it
+    reused?             dict[str, JSONValue]    taken from an earlier run of the same source (run --reuse): the
+                                                run-level record of its phase; nothing of the step ran here
 
 LaunchRun: one launch of a multi-launch step
     label               str
@@ -297,6 +302,7 @@ class StepResult(_StepKeys, total=False):
     notes: list[str]
     interference: dict[str, JSONValue] | None
     superseded: list[dict[str, JSONValue]]
+    reused: dict[str, JSONValue]  # taken from an earlier run of the same source (validation.reuse)
 
 
 class Criterion(TypedDict):
@@ -352,6 +358,7 @@ class RunResults(_RunKeys, total=False):
     resumes: list[Resume]
     performance_analysis: dict[str, JSONValue]
     evidence: dict[str, JSONValue]
+    reused: list[dict[str, JSONValue]]  # the phases taken from earlier runs (validation.reuse.Reuse.record)
 
 
 RECORDS: tuple[type, ...] = (RunResults, Tool, RunbookRef, Options, PhaseRecord, Resume, ReplacedStep, StepResult,

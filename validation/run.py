@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ContextManager, Optional
 
-from validation import report
+from validation import report, reuse
 from validation.results import (DEFAULT_RUNS, RESULTS_JSON, ResultsError, RunDirError, cannot_write, inside_run_dir,
                                 read_results, write_results)
 from validation.runbook import Runbook, RunbookError, load_runbook
@@ -46,6 +46,7 @@ class RunRequest:
     overrides: tuple[str, ...] = ()  # --set key=value
     against: Optional[Path] = None  # an earlier run directory to compare with
     no_report: bool = False  # results.json only
+    reuse: tuple[str, ...] = ()  # --reuse PHASE[=RUN_DIR]: phases taken from an earlier run of the same source
     cwd: Path = field(default_factory=Path.cwd)
 
 
@@ -107,8 +108,17 @@ def run_runbook(request: RunRequest, display: Callable[[], ContextManager[Report
         if (run_dir / RESULTS_JSON).exists():
             raise RunError(f"{run_dir} already holds a run: use --resume {run_dir} to continue it, or another --out")
     earlier = read_against(request.against)
+    try:
+        reused = reuse.resolve(rb, reuse.parse(request.reuse), request.overrides, request.cwd)
+    except reuse.ReuseError as exc:
+        raise RunError(str(exc)) from None
+    for phase in reused:
+        if phase in request.skip:
+            raise RunError(f"--reuse {phase} and --skip {phase}: a phase is either taken from an earlier run or "
+                           "skipped")
+        warn(reused[phase].note())
     options = RunOptions(only=tuple(request.only), skip=tuple(request.skip), overrides=tuple(request.overrides),
-                         cwd=request.cwd, rerun=tuple(dict.fromkeys(request.rerun)))
+                         cwd=request.cwd, rerun=tuple(dict.fromkeys(request.rerun)), reuse=reused)
     first_saved = None if request.no_report else (lambda saved: replace_earlier_reports(run_dir, saved))
     try:  # the run directory cannot be written (disk full, permission) or leads outside itself: one RunError
         try:

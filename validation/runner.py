@@ -33,7 +33,7 @@ import os
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,6 +47,7 @@ from validation.results import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, RESUL
                                 cannot_write, inside_run_dir, os_error_text, resume_note, write_results)
 from validation.results_model import (Choice, Options, PhaseRecord, Recommendations, ReplacedStep, Resume, RunbookRef,
                                       RunResults, StepResult, Tool)
+from validation.reuse import Reuse
 from validation.runbook import Runbook, Step, references
 from validation.steps.base import undeclared_metrics
 from validation.version import version as tool_version
@@ -94,6 +95,7 @@ class RunOptions:
     overrides: tuple[str, ...] = ()
     cwd: Path = Path(".")
     rerun: tuple[str, ...] = ()  # --rerun: steps of a resumed run to run again, whatever their status
+    reuse: dict[str, Reuse] = field(default_factory=dict)  # --reuse: phases taken from an earlier run (validation.reuse)
 
 
 class ResumeError(ValueError):
@@ -155,6 +157,10 @@ class Runner:
             self._continue(previous)
         self.results: RunResults = previous or self._fresh_results()
         self.results["environment"] = {**self.results.get("environment", {}), **self.env_record}
+        if options.reuse:
+            taken = {r["phase"]: r for r in self.results.get("reused") or []}
+            taken.update({phase: reuse.record() for phase, reuse in options.reuse.items()})
+            self.results["reused"] = list(taken.values())
         self.results["finished"] = None
         self.results["interrupted_by"] = None
         # until _finish computes them together: no verdict, and nothing left of an earlier attempt's evaluation
@@ -337,6 +343,8 @@ class Runner:
         result = self._pending(step)
         result["started"] = _now()
         t0 = time.time()
+        if step.phase in self.opt.reuse:  # nothing is launched: the earlier run's outcome and figures
+            return self.opt.reuse[step.phase].step_result(result)
         skip = self._skip_reason(step)
         if skip:
             result.update(status="skipped", reason=skip, duration_s=0.0)

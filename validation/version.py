@@ -11,13 +11,20 @@ Only the standard library is imported here (the CLI's start-up stays light).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
+import os
 import subprocess
 from pathlib import Path
 
 DISTRIBUTION = "nsa-validate"
 UNKNOWN = "unknown"
 SOURCE_ROOT = Path(__file__).resolve().parent.parent  # the folder holding validation/ (and nsa/)
+# What a run's source digest covers (source_digest): the code, its tests, benchmarks, runbooks and configs, and the
+# project file; not reports/ or the docs, so that committing a run's report leaves the digest of its source as it was.
+DIGEST_DIRS = ("nsa", "validation", "tests", "benchmarks", "runbooks", "configs")
+DIGEST_FILES = ("pyproject.toml",)
+DIGEST_SUFFIXES = (".py", ".yaml", ".yml", ".toml", ".j2", ".json", ".cfg", ".sh", ".txt", ".css", ".js")
 
 
 def version() -> str:
@@ -47,6 +54,26 @@ def source_sha() -> tuple[str, bool]:
         return UNKNOWN, False
     changes = _git("status", "--porcelain", "--untracked-files=no")
     return sha, bool(changes)
+
+
+def source_digest(root: Path | None = None) -> str:
+    """sha256 of the source tree a run runs from: every file under DIGEST_DIRS with a DIGEST_SUFFIXES suffix
+    (caches left out), and DIGEST_FILES, each as its path relative to `root` (SOURCE_ROOT) and its bytes, in path
+    order. Two trees with the same digest run the same code, tests, benchmarks and runbooks, in a git checkout or
+    in a copy without .git (as on a GPU machine): what `nsa-validate run --reuse` compares (validation.reuse)."""
+    root = Path(root or SOURCE_ROOT)
+    files = [root / name for name in DIGEST_FILES if (root / name).is_file()]
+    for top in DIGEST_DIRS:
+        for folder, dirs, names in os.walk(root / top):
+            dirs[:] = [d for d in dirs if d != "__pycache__" and not d.startswith(".")]
+            files += [Path(folder) / n for n in names if n.endswith(DIGEST_SUFFIXES)]
+    digest = hashlib.sha256()
+    for path in sorted(files, key=lambda f: f.relative_to(root).as_posix()):
+        rel = path.relative_to(root).as_posix().encode()
+        data = path.read_bytes()
+        digest.update(b"%d:%s:%d:" % (len(rel), rel, len(data)))
+        digest.update(data)
+    return digest.hexdigest()
 
 
 def version_line() -> str:

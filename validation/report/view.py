@@ -20,7 +20,7 @@ from validation.report import findings
 from validation.report.command import validated_command
 from validation.report.performance import performance_view
 from validation.report.problems import open_problems
-from validation.results import resume_note
+from validation.results import resume_note, reused_notes
 from validation.results_model import RunResults
 from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, VERDICT_LABELS, as_dict,
                                       as_list, command_text, fence, fmt_duration, fmt_num, ordered_steps, plural,
@@ -318,6 +318,7 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
                     "path": fmt_num(runbook.get("path"))},
         "verdict": {"value": verdict, "css": css, "reason": results.get("verdict_reason") or NA},
         "resumed": resume_note(results),  # how the run was interrupted and continued, or None
+        "reused": reused_notes(results),  # the phases taken from an earlier run of the same source
         "key_figures": _key_figures(results, ordered),
         "key_finding": finding["text"] if finding else None,
         "key_finding_against": performance["key_finding"] if performance else None,

@@ -140,6 +140,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(
             f"{len(needs_ci)} test(s) skipped because they need the Slurm test cluster or headless Chromium (reasons "
             f"below); {CI_SETUP} (root, Debian) installs and starts both, then runs every test")
+    figures = [value for status in ("passed", "failed") for r in terminalreporter.stats.get(status, [])
+               for key, value in getattr(r, "user_properties", ()) if key == "figure" and r.when == "call"]
+    if figures:  # a test's record_property("figure", text): a figure of the code the session measured
+        terminalreporter.section("figures")
+        for text in figures:
+            terminalreporter.write_line(text)
     if RECORDER.any():
         terminalreporter.section("reliability figures")
         terminalreporter.write_line("Reliability figures:")

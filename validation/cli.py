@@ -17,13 +17,11 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.markup import escape
 
-from validation import environment
 from validation import steps as step_kinds
 from validation.launch import interrupts
-from validation.launch.processes import become_subreaper, end_descendants
-from validation.plan import describe
+from validation.launch import session
+from validation.plan import describe, skipped_here, text_lines
 from validation.report import ReportError
 from validation.report.console import make_console, print_line, print_table
 from validation.report.progress import display
@@ -81,58 +79,12 @@ def plan(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/c
     names (configs, tests, benchmark scripts) are checked to exist; a --set default that a step's own value
     overrides is noted under the step."""
     rb = _load(runbook, set_, check_files=True)
-    env = functools.cache(environment.probe)  # probed (torch imported) only when a step's requirements need it
-    skipped = {}
-    for step in rb.steps():
-        reason = environment.unmet_for(step, env) or step.kind_impl.skip_reason(step)  # e.g. a tool not found
-        if reason:
-            skipped[step.name] = reason
-    rows = describe(rb, skipped)
+    rows = describe(rb, skipped_here(rb))
     if as_json:
         console.print_json(json.dumps(rows))
         return
-    console.print(f"[bold]{escape(rb.name)}[/bold]: {escape(rb.description)}")
-    for row in rows:
-        head = f"\n[bold]{row['phase']} / {row['step']}[/bold] ({row['kind']})"
-        if row["skip"]:
-            head += f"  [yellow]SKIPPED here: {row['skip']}[/yellow]"
-        console.print(head)
-        note = step_kinds.get(row["kind"]).plan_note
-        if note:
-            console.print(f"  {note}", markup=False)
-        if row["jobs"] > 1:
-            console.print(f"  its launches run up to {row['jobs']} at a time (jobs: {row['jobs']})", markup=False)
-        for text in row["notes"]:  # a step's own value that overrides a --set default
-            console.print(f"  note: {text}", markup=False, soft_wrap=True)
-        for launch in row["launches"]:
-            label = f"[{launch['label']}] " if launch["label"] else ""
-            env_text = " ".join(f"{k}={v}" for k, v in launch["env"].items())
-            argv = launch["argv"]
-            if launch["batch_script"]:  # launcher slurm: the script is what runs
-                console.print(f"  {label}sbatch, {launch['nnodes']} node(s), batch script:", markup=False)
-                console.print("    " + launch["batch_script"].rstrip().replace("\n", "\n    "), markup=False,
-                              soft_wrap=True)
-            else:
-                if launch["nnodes"] > 1:  # one torchrun agent per (emulated) node on this machine
-                    argv = ["torchrun", f"--nnodes={launch['nnodes']}", f"--nproc_per_node={launch['nproc_per_node']}",
-                            "--node-rank=<0..{}>".format(launch["nnodes"] - 1), "--rdzv-endpoint=127.0.0.1:<free>",
-                            *argv[1:]]
-                elif launch["nproc_per_node"] > 1:  # torchrun runs the module itself: python is implied
-                    argv = ["torchrun", f"--nproc_per_node={launch['nproc_per_node']}", "--master-port=<free>",
-                            *argv[1:]]
-                argv = launch["wrapper"] + argv
-                console.print(f"  {label}{env_text + ' ' if env_text else ''}{' '.join(argv)}", markup=False,
-                              soft_wrap=True)
-            extra = f"timeout {launch['timeout_s']:g}s"
-            if launch["stall_timeout_s"]:
-                extra += f", stall after {launch['stall_timeout_s']:g}s"
-            if launch["waits_for"]:
-                extra += f", uses the winner of {', '.join(launch['waits_for'])}"
-            console.print(f"    ({extra})", markup=False)
-    if rb.acceptance:
-        console.print("\n[bold]acceptance[/bold]")
-        for c in rb.acceptance:
-            console.print(f"  [{c.severity}] {c.name}: {c.expr.text}", markup=False)
+    for text, style in text_lines(rb, rows):
+        print_line(console, text, style)
 
 
 # ---------------------------------------------------------------------- run
@@ -158,28 +110,19 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
     """Run every phase of RUNBOOK; write RUN_DIR/results.json, report.md, report.html, junit.xml and plots.
     Exit 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE; SIGINT, SIGTERM or SIGHUP end every launched process,
     keep the finished steps (--resume continues) and exit 130, 143 or 129."""
-    interrupts.install()  # before anything runs: also a SIGINT a background shell set to "ignore"
-    become_subreaper()  # whatever a launch leaves orphaned stays below this process, for the final sweep
-    outcome = None
-    try:
-        _run(runbook, out, only, skip, resume, rerun, set_, against, no_report, reuse)
-    except typer.Exit as exc:
-        outcome = exc
-    except KeyboardInterrupt as exc:  # before the runner started, or while the reports were written
-        err.print(f"interrupted ({interrupts.describe(exc)})", markup=False)
-        outcome = typer.Exit(interrupts.exit_code(exc))
-    finally:
-        for _ in range(2):  # a first signal during the sweep interrupts it: sweep again (later ones do not)
-            try:
-                _sweep()
-                break
-            except KeyboardInterrupt as exc:
-                outcome = typer.Exit(interrupts.exit_code(exc))
-    if outcome is not None:
-        raise outcome
+    def body() -> int:
+        try:
+            return _run(runbook, out, only, skip, resume, rerun, set_, against, no_report, reuse)
+        except typer.Exit as exc:  # _fail: invalid input
+            return exc.exit_code
+
+    raise typer.Exit(session.guarded(
+        body, on_interrupt=lambda exc: err.print(f"interrupted ({interrupts.describe(exc)})", markup=False),
+        on_left=lambda pids: err.print(f"warning: ended {len(pids)} process(es) still running after the run: {pids}",
+                                       markup=False)))
 
 
-def _run(runbook, out, only, skip, resume, rerun, set_, against, no_report, reuse=()) -> None:
+def _run(runbook, out, only, skip, resume, rerun, set_, against, no_report, reuse=()) -> int:
     request = RunRequest(runbook=runbook, out=out, only=tuple(only), skip=tuple(skip), resume=resume,
                          rerun=tuple(rerun), overrides=tuple(set_), against=against, no_report=no_report,
                          cwd=Path.cwd(), reuse=tuple(reuse))
@@ -194,23 +137,16 @@ def _run(runbook, out, only, skip, resume, rerun, set_, against, no_report, reus
                   "results.json", markup=False, soft_wrap=True)
         if outcome.report_error:
             _fail(outcome.report_error)
-        raise typer.Exit(interrupts.exit_code(outcome.interrupted))
+        return interrupts.exit_code(outcome.interrupted)
     if outcome.interrupted is not None:
         err.print(f"interrupted ({interrupts.describe(outcome.interrupted)}): every launched process was ended; "
                   f"finished steps are saved in {outcome.run_dir}; continue with nsa-validate run {runbook} "
                   f"--resume {outcome.run_dir}", markup=False, soft_wrap=True)
         if outcome.report_error:
             _fail(outcome.report_error)
-        raise typer.Exit(interrupts.exit_code(outcome.interrupted))
+        return interrupts.exit_code(outcome.interrupted)
     _print_summary(outcome.results, outcome.run_dir, list(outcome.report_paths))
-    raise typer.Exit(EXIT_CODES.get(outcome.verdict, EXIT_NOGO))
-
-
-def _sweep() -> None:
-    """The final sweep: end whatever is still running below this process (nothing, normally)."""
-    left = end_descendants()
-    if left:
-        err.print(f"warning: ended {len(left)} process(es) still running after the run: {left}", markup=False)
+    return EXIT_CODES.get(outcome.verdict, EXIT_NOGO)
 
 
 def _print_summary(results: dict, run_dir: Path, paths: list[Path]) -> None:
@@ -287,6 +223,8 @@ def list_(runbooks_dir: Path = typer.Option(Path("runbooks"), "--runbooks", help
 @app.command()
 def kinds(markdown: bool = typer.Option(False, "--markdown", help="print the Markdown table README.md shows")) -> None:
     """The step kinds a runbook can use (the step registry, validation.steps): what each does and its own keys."""
+    for why in step_kinds.load_errors().values():  # an installed plugin's kind that did not load
+        err.print(f"warning: {why}", markup=False, soft_wrap=True)
     if markdown:
         typer.echo(step_kinds.table_markdown(), nl=False)
         return

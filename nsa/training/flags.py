@@ -139,6 +139,18 @@ def overrides(args: argparse.Namespace, specs: Mapping[str, FlagSpec] | None = N
     return out
 
 
+def tokens(key: str, value: Any) -> list[str]:
+    """The command-line tokens that give the trainer `key: value` (a runbook's trainer `args` entry; _ or - in
+    `key`): ["--key", "value"], a switch as ["--key"] for True, nothing for False or None (the flag's default).
+    nsa-validate builds a launch's flags with it and rewrites the report's validated command with it."""
+    flag = "--" + key.lstrip("-").replace("_", "-")
+    if value is True:
+        return [flag]
+    if value is False or value is None:
+        return []
+    return [flag, str(value)]
+
+
 def check_flag(key: str, value: Any, specs: dict[str, FlagSpec] | None = None) -> str | None:
     """Why `key: value` in a runbook's trainer `args` would not parse (`steps: abc`, `stepz: 3`, `fsdp: 1`), or
     None. `key` may use _ or - (save_every, pg-timeout); a value holding a ${step.winner...} reference is checked

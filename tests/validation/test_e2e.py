@@ -167,12 +167,24 @@ def test_plan_lists_every_command_and_runs_nothing(cli, tmp_path):
     proc = cli("plan", "runbooks/ddp_2xa100.yaml")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "torchrun --nproc_per_node=2" in out and "-m nsa.training" in out
+    assert "-m torch.distributed.run --nproc_per_node=2 --master-port=<free>" in out and "-m nsa.training" in out
     assert "NSA_DDP_COMPRESS=bf16" in out and "NSA_DDP_BUCKET_MB=100" in out and "--steps 1200" in out
     assert "SKIPPED here: needs 2 GPU(s), found 0" in out
     data = json.loads(cli("plan", "runbooks/cpu_smoke.yaml", "--json").stdout)
     assert [r["step"] for r in data][:3] == ["snapshot", "sanity_tests", "baseline"]
     assert not list(tmp_path.iterdir())
+
+
+def test_the_plan_shows_the_command_the_launcher_ran(cli, smoke):
+    """`plan` prints the launcher's own command lines (validation.launch.torchrun.local_command_lines): the smoke
+    run's two-rank baseline ran exactly the planned command, its port and run directory filled in."""
+    run_dir, _ = smoke
+    rows = {r["step"]: r for r in json.loads(cli("plan", "runbooks/cpu_smoke.yaml", "--json").stdout)}
+    ran = json.loads((run_dir / "baseline" / "command.json").read_text())
+    planned = rows["baseline"]["launches"][0]["commands"]
+    assert len(planned) == 1 and "torch.distributed.run" in " ".join(planned[0])
+    filled = [a.replace("<free>", str(ran["master_port"])).replace("RUN_DIR", str(run_dir)) for a in planned[0]]
+    assert filled == ran["argv"]
 
 
 def test_schema_error_exits_2_naming_key_and_line(cli, tmp_path):

@@ -1,11 +1,13 @@
 """Starting, watching and ending the processes of a step: one launch record, one way to run it.
 
     spec        LaunchSpec (the one launch record, from the plan to the launcher), LaunchResult, Progress
-    torchrun    torchrun argv: one node's prefix, a command under it; the rank-prefix and node-name variables
+    torchrun    torchrun argv: one node's prefix, a command under it; the rank-prefix and node-name variables;
+                local_command_lines: what a local launch runs (the launcher and `nsa-validate plan` both call it)
     attempt     launch(spec): attempts (a port clash retried on a fresh port), step files
     local       one attempt on this machine (Run), the step-directory helpers every attempt shares (note, set_aside)
     processes   the /proc tree of a launch, ending process groups, dying with the orchestrator, the subreaper sweep
     interrupts  SIGINT / SIGTERM / SIGHUP to nsa-validate: Interrupted (a KeyboardInterrupt with the signal), exit codes
+    session     guarded(body): the signal handlers, the subreaper and the final sweep around `nsa-validate run`
     diagnosis   why a launch ended: failing rank, traceback excerpt, stack-dump excerpt
     sbatch      the batch script of a launch and its allocation (SlurmOptions)
     slurm       sbatch/squeue/scontrol/scancel, SlurmRun (one attempt as a Slurm job)

@@ -28,8 +28,7 @@ from pathlib import Path
 from nsa.training.outputs import write_json
 from validation.launch.processes import become_subreaper, die_with_parent, end_descendants
 from validation.launch.spec import LaunchSpec, safe_name
-from validation.launch.torchrun import (NODE_NAME_VAR, PREFIX_TEMPLATE_VAR, RANK_PREFIX_TEMPLATE, torchrun_argv,
-                                        torchrun_prefix)
+from validation.launch.torchrun import agent_commands
 
 POLL_S = 0.2
 STOP_GRACE_S = 15.0  # after a SIGTERM/SIGINT/SIGHUP passed on, the agents that are still there are killed
@@ -38,16 +37,9 @@ AGENTS_GRACE_S = 30.0  # a local agent failed: the others get this long to end b
 
 
 def local_agents_argv(spec: LaunchSpec, port: int, step_dir: Path, ranks_dir: Path) -> list[str]:
-    """`spec.nnodes` torchrun agents on this machine forming one job (validation.launch.agents runs them); each has
-    its own node name (NSA_NODE_NAME=node<i>) and torchrun log directory (ranks/node<i>), and every rank's output
-    is prefixed with its global rank."""
+    """The command that runs agent_commands together (validation.launch.agents), once AGENTS.json is written."""
     rdzv_id = f"nsav-{safe_name(step_dir.name)[:40]}-{uuid.uuid4().hex[:8]}"
-    agents = []
-    for i in range(spec.nnodes):
-        prefix = torchrun_prefix(spec.nproc_per_node, port, ranks_dir / f"node{i}", nnodes=spec.nnodes, node_rank=i,
-                                 rdzv_backend=spec.rdzv_backend, rdzv_endpoint=spec.rdzv_endpoint, rdzv_id=rdzv_id)
-        agents.append({"name": f"node{i}", "argv": list(spec.wrapper) + torchrun_argv(spec.argv, prefix),
-                       "env": {NODE_NAME_VAR: f"node{i}", PREFIX_TEMPLATE_VAR: RANK_PREFIX_TEMPLATE}})
+    agents = agent_commands(spec, port, ranks_dir, rdzv_id)
     path = step_dir / AGENTS_JSON
     write_json(path, {"agents": agents, "grace_s": AGENTS_GRACE_S})
     return [sys.executable, "-m", "validation.launch.agents", str(path)]

@@ -48,7 +48,7 @@ from validation.launch.local import Run, note, set_aside
 from validation.launch.slurm import SlurmRun
 from validation.launch.spec import (CLASH_WINDOW_S, COMMAND_JSON, LOG_NAME, RANKS_DIR, LaunchResult, LaunchSpec,
                                     recorded_env, validate)
-from validation.launch.torchrun import free_port, torchrun_argv, torchrun_prefix
+from validation.launch.torchrun import free_port, local_command_lines
 
 log = logging.getLogger("validation.launch")
 
@@ -81,9 +81,7 @@ def launch(spec: LaunchSpec) -> LaunchResult:
             if spec.nnodes > 1:
                 argv = local_agents_argv(spec, port, step_dir, ranks_dir)
             else:
-                argv = list(spec.wrapper) + (torchrun_argv(spec.argv, torchrun_prefix(spec.nproc_per_node, port,
-                                                                                       ranks_dir))
-                                             if use_torchrun else list(spec.argv))
+                argv = local_command_lines(spec, port, ranks_dir)[0]
             run = Run(spec, argv, log_path, started, deadline)
         _write_command_json(step_dir / COMMAND_JSON, spec, argv, attempts, port if use_torchrun else None)
         attempt_t0 = time.monotonic()

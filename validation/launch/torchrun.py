@@ -23,7 +23,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun_prefix(nproc_per_node: int, master_port: int, log_dir: Path | None = None, *, nnodes: int = 1,
+def _port(port: int | str) -> str:
+    """A port as it goes on a command line: a number, or the placeholder `nsa-validate plan` shows for a port the
+    launcher picks when the launch starts (PLAN_PORT)."""
+    return port if isinstance(port, str) and not port.isdigit() else str(int(port))
+
+
+def torchrun_prefix(nproc_per_node: int, master_port: int | str, log_dir: Path | None = None, *, nnodes: int = 1,
                     node_rank: int = 0, rdzv_backend: str = "c10d", rdzv_endpoint: str | None = None,
                     rdzv_id: str = "nsav") -> list[str]:
     """``python -m torch.distributed.run`` for one node (of `nnodes`); with `log_dir`, every rank's stdout and
@@ -34,9 +40,9 @@ def torchrun_prefix(nproc_per_node: int, master_port: int, log_dir: Path | None 
         raise ValueError(f"nproc_per_node must be a positive int, got {nproc_per_node!r}")
     prefix = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc_per_node}"]
     if nnodes == 1:
-        prefix.append(f"--master-port={int(master_port)}")
+        prefix.append(f"--master-port={_port(master_port)}")
     else:
-        endpoint = rdzv_endpoint or f"127.0.0.1:{int(master_port)}"
+        endpoint = rdzv_endpoint or f"127.0.0.1:{_port(master_port)}"
         if rdzv_backend == "static":
             host, _, port = endpoint.rpartition(":")
             prefix += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--master-addr={host}",
@@ -71,3 +77,33 @@ def torchrun_argv(argv: list[str], prefix: list[str]) -> list[str]:
         if len(argv) >= 2 and not argv[1].startswith("-"):
             return [argv[0], *prefix[1:], *argv[1:]]
     return [*prefix, "--no-python", *argv]
+
+
+PLAN_PORT = "<free>"  # the port of a planned launch: the launcher picks a free one when the launch starts
+PLAN_RDZV_ID = "nsav-<step>-<id>"  # the rendezvous id of a planned multi-node launch (one per launch)
+
+
+def agent_commands(spec, port: int | str, ranks_dir: Path, rdzv_id: str) -> list[dict]:
+    """The `spec.nnodes` torchrun agents on this machine that form one job (a validation.launch.spec.LaunchSpec
+    with nnodes > 1; validation.launch.agents runs them together): {"name", "argv", "env"} each. Each has its own
+    node name (NSA_NODE_NAME=node<i>) and torchrun log directory (ranks/node<i>), and every rank's output is
+    prefixed with its global rank."""
+    agents = []
+    for i in range(spec.nnodes):
+        prefix = torchrun_prefix(spec.nproc_per_node, port, ranks_dir / f"node{i}", nnodes=spec.nnodes, node_rank=i,
+                                 rdzv_backend=spec.rdzv_backend, rdzv_endpoint=spec.rdzv_endpoint, rdzv_id=rdzv_id)
+        agents.append({"name": f"node{i}", "argv": list(spec.wrapper) + torchrun_argv(spec.argv, prefix),
+                       "env": {NODE_NAME_VAR: f"node{i}", PREFIX_TEMPLATE_VAR: RANK_PREFIX_TEMPLATE}})
+    return agents
+
+
+def local_command_lines(spec, port: int | str, ranks_dir: Path, rdzv_id: str = PLAN_RDZV_ID) -> list[list[str]]:
+    """What a launch of `spec` (a validation.launch.spec.LaunchSpec) runs on this machine: its one command (under
+    torchrun when spec.uses_torchrun, under spec.wrapper), or with nnodes > 1 each local agent's
+    (validation.launch.agents runs them together). The launcher runs these (validation.launch.attempt);
+    `nsa-validate plan` prints them, with PLAN_PORT for the port still to pick."""
+    if spec.nnodes > 1:
+        return [agent["argv"] for agent in agent_commands(spec, port, ranks_dir, rdzv_id)]
+    if spec.uses_torchrun:
+        return [list(spec.wrapper) + torchrun_argv(spec.argv, torchrun_prefix(spec.nproc_per_node, port, ranks_dir))]
+    return [list(spec.wrapper) + list(spec.argv)]

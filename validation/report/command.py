@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from nsa.training.flags import tokens as flag_tokens
 from validation.formatting import as_dict, as_list, finite, fmt_num, steps_in_order
 
 TRAINER_MODULES = ("nsa.training", "nsa.train")
@@ -47,11 +48,7 @@ def _set_flag(args: list[str], flag: str, value: Any) -> list[str]:
             continue
         out.append(args[i])
         i += 1
-    if value is True:
-        out.append(flag)
-    elif value not in (False, None):
-        out += [flag, str(value)]
-    return out
+    return out + flag_tokens(flag, value)
 
 
 def validated_command(results: dict) -> dict:

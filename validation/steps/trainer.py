@@ -29,6 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from nsa.training.flags import tokens as flag_tokens
 from nsa.training.outputs import TRAINING_CSV
 from validation import contracts, metrics
 from validation.launch.spec import LaunchSpec
@@ -118,17 +119,9 @@ class TrainerKind(StepKind):
 
 # ---------------------------------------------------------------------------------------------- planning
 def trainer_args(args: dict[str, Any]) -> list[str]:
-    """{"steps": 300, "ddp": 1, "fsdp": True, "compile": False} -> ["--steps", "300", "--ddp", "1", "--fsdp"]."""
-    out: list[str] = []
-    for key, value in args.items():
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            out.append(flag)
-        elif value is False or value is None:
-            continue
-        else:
-            out += [flag, str(value)]
-    return out
+    """{"steps": 300, "ddp": 1, "fsdp": True, "compile": False} -> ["--steps", "300", "--ddp", "1", "--fsdp"]
+    (the trainer's own rule: nsa.training.flags.tokens)."""
+    return [token for key, value in args.items() for token in flag_tokens(key, value)]
 
 
 def trainer_launch(step: Step, launch: LaunchSettings, label: str, rel_dir: str, winners, run_dir,

@@ -213,3 +213,34 @@ def test_a_process_that_calls_exec_after_its_sigterm_is_asked_again(tmp_path):
         "the process that called exec after its lost SIGTERM was not asked again before the SIGKILL"
     assert "processes ended (SIGTERM)" in log, log[-2000:]
     assert not any(pid_alive(p) for p in orphans(cmdline_contains=str(marker), timeout=2))
+
+
+# validation.launch.session.guarded, in a child process (it installs the handlers and becomes a subreaper): the
+# body's exit code, a process the body left running ended by the final sweep and reported, an interrupt before
+# the runner took over turned into its exit code.
+GUARDED = r"""
+import json, os, subprocess, sys, time
+from validation.launch import session
+told = {"left": [], "interrupt": None}
+def body():
+    if sys.argv[1] == "leave":
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        time.sleep(0.3)
+        return 7
+    raise KeyboardInterrupt
+code = session.guarded(body, on_interrupt=lambda exc: told.update(interrupt=type(exc).__name__),
+                       on_left=lambda pids: told["left"].extend(pids))
+print(json.dumps({"code": code, **told}))
+"""
+
+
+@pytest.mark.parametrize("what, code", [("leave", 7), ("interrupt", 130)])
+def test_guarded_returns_the_code_and_sweeps_what_the_body_left(what, code):
+    proc = run_script(GUARDED, what)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert got["code"] == code
+    if what == "leave":
+        assert len(got["left"]) == 1 and not pid_alive(got["left"][0])
+    else:
+        assert got["interrupt"] == "KeyboardInterrupt" and got["left"] == []

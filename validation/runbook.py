@@ -211,7 +211,9 @@ def _step(raw: Any, path: tuple, ctx: Ctx, phase: str, defaults: LaunchSettings,
         raise ctx.error(path, "a step must be a mapping with at least name and kind")
     kind = step_kinds.find(raw.get("kind"))
     if kind is None:
-        raise ctx.error(path + ("kind",), f"{_brief(raw.get('kind'))} is not one of {', '.join(step_kinds.names())}")
+        broken = step_kinds.load_errors().get(raw.get("kind")) if isinstance(raw.get("kind"), str) else None
+        raise ctx.error(path + ("kind",), f"{_brief(raw.get('kind'))} is not one of {', '.join(step_kinds.names())}"
+                        + (f" (a kind of that name did not load: {broken})" if broken else ""))
     mapping(raw, path, ctx, kind.allowed_keys(), required=("name", "kind"))
     name = typed(raw["name"], str, path + ("name",), ctx)
     if not NAME_RE.fullmatch(name):

@@ -13,6 +13,7 @@ module (its analysis, launches or view), which the registry does not import itse
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import pkgutil
 
 from validation.steps.base import StepKind
@@ -22,18 +23,52 @@ from validation.steps.base import StepKind
 # those from its modules.
 FIRST_KINDS = ("snapshot", "train", "sweep", "ab", "pytest", "bench", "profile", "longrun")
 
+# The entry-point group through which an installed distribution adds kinds: each entry point names a StepKind
+# subclass (or instance), e.g. in its pyproject.toml:
+#     [project.entry-points."nsa_validate.kinds"]
+#     shout = "my_package.kinds:Shout"
+# The project's own kinds are declared there too; from a source tree without installed metadata (PYTHONPATH, as on
+# a GPU machine) they register from this package's modules all the same.
+ENTRY_POINT_GROUP = "nsa_validate.kinds"
+
 _REGISTRY: dict[str, StepKind] = {}
+_LOAD_ERRORS: dict[str, str] = {}  # entry-point name -> why it did not load (shown by `kinds` and by a runbook using it)
 _loaded = False
 
 
 def _load_builtins() -> None:
-    """Import every module of this package but the helpers (a leading underscore); each registers its kinds."""
+    """Import every module of this package but the helpers (a leading underscore), each registering its kinds; then
+    the kinds of every ENTRY_POINT_GROUP entry point."""
     global _loaded
     if not _loaded:
         _loaded = True
         for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
             if not info.name.startswith("_"):
                 importlib.import_module(f"{__name__}.{info.name}")
+        _load_entry_points()
+
+
+def _load_entry_points() -> None:
+    """Register the kind each ENTRY_POINT_GROUP entry point names (a class is instantiated). One that fails to load
+    or is not a StepKind is left out, with the reason kept for `load_errors`; a built-in kind declared again (the
+    project's own entry points) is the same kind, not a clash."""
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        where = f"entry point {ep.name} = {ep.value}" + (f" (from {ep.dist.name})" if getattr(ep, "dist", None) else "")
+        try:
+            obj = ep.load()
+            kind = obj() if isinstance(obj, type) and issubclass(obj, StepKind) else obj
+            known = _REGISTRY.get(getattr(kind, "name", None))
+            if known is not None and type(known) is type(kind):
+                continue
+            register(kind)
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not take the others (or the CLI) down
+            _LOAD_ERRORS[ep.name] = f"{where}: {type(exc).__name__}: {exc}"
+
+
+def load_errors() -> dict[str, str]:
+    """{entry-point name: why its kind did not load}: what `nsa-validate kinds` warns about."""
+    _load_builtins()
+    return dict(_LOAD_ERRORS)
 
 
 def built_in(name: str) -> bool:

@@ -5,6 +5,7 @@
 #     PART=kernels BUDGET=570 bash reports/gpu/next_run.sh     # ~9.5 min from a cold Triton cache (timeout_s 595)
 #     PART=selection BUDGET=200 bash reports/gpu/next_run.sh   # ~3 min
 #     PART=trainer BUDGET=300 bash reports/gpu/next_run.sh     # ~5 min
+#     PART=h100 BUDGET=560 bash reports/gpu/next_run.sh        # ~9 min: h100_single whole but its kernel phase
 # 15 minutes of device time hold PART=kernels and a start; PART=trainer waits for the next GPU session (or follows
 # on the same warm machine where time is left). A second PART=kernels call on a warm machine
 # continues its runbook (--resume). A step starts only when its time is left (never cut short to fit another);
@@ -24,6 +25,12 @@
 #   S2  memcheck of the selection kernels under the topk choice (qualify, bf16, S 2,048 and 65,536, hpg 1 and 6);
 #   S3  the selection alone, alternated (bench_selection.py --topk-ab), then the layer with each choice alternated
 #       (bench_attention.py --topk-choice) at 65,536 B 1.
+# PART=h100 (issue 32 item 4): runbooks/h100_single.yaml whole, its kernel phase taken from a gpu_kernels run of
+#       the same source (`--reuse kernels`): PART=kernels' run on this machine when there is one, else a committed
+#       one under reports/ whose source digest is this tree's (results.json records it since 2026-11-28: commit K2's
+#       run as reports/gpu/<date>/gpu_kernels_run, and a later session at the same source can reuse it), else the
+#       phase is skipped (--skip kernels) and the run ends INCOMPLETE on its criteria alone. Its report, HTML and
+#       results.json are the GPU example (reports/examples/h100_single/).
 # PART=trainer (125M model, bf16, CUDA graphs)
 #   T1  the dense twin with each change alone against the old step, alternated (2 repeats): the fused RoPE and the
 #       fused AdamW (the chunked loss alone was 0.93x on 2026-11-28; not repeated);
@@ -49,7 +56,9 @@ step() {
 }
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; nproc
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
-  git rev-parse HEAD 2>/dev/null; git status --short 2>/dev/null | head -20; date -u; } > "$OUT/env.txt" 2>&1
+  git rev-parse HEAD 2>/dev/null; git status --short 2>/dev/null | head -20; date -u
+  python3 -c "from validation.version import source_digest; print('source digest', source_digest())"
+} > "$OUT/env.txt" 2>&1
 
 if [ "$PART" = kernels ]; then
   K=$W/kernels
@@ -93,6 +102,33 @@ from nsa.attention.kernels import qualify; sys.exit(qualify.main(['--dtype', 'bf
         --shape m7c --paths nsa-triton --seq-lens 65536 --batch 1 --topk-choice $choice --repeats 5 --warmup 2 \
         --json $K/layer_${choice}_r${round}_65536.json
   done; done
+fi
+
+if [ "$PART" = h100 ]; then
+  H=$W/h100; mkdir -p $H
+  RD=artifacts/validate/gk; HD=artifacts/validate/h100
+  # the first of: this machine's gpu_kernels run, a committed one of the same source; else the phase is skipped
+  MODE=$(python3 - "$RD" "$HD" <<'PY' 2> $H/reuse_check.txt
+import sys
+from pathlib import Path
+from validation import reuse, runbook
+rd, hd = sys.argv[1], sys.argv[2]
+if Path(hd, "results.json").is_file():
+    print(f"--resume {hd}"); sys.exit()
+rb = runbook.load_runbook(Path("runbooks/h100_single.yaml"))
+for where in ([Path(rd)] if Path(rd, "results.json").is_file() else []) + [None]:
+    try:
+        reuse.resolve(rb, {"kernels": where}, (), Path("."))
+        print(f"--out {hd} --reuse kernels" + (f"={where}" if where else "")); sys.exit()
+    except reuse.ReuseError as exc:
+        print(exc, file=sys.stderr)
+print(f"--out {hd} --skip kernels")
+PY
+)
+  log "h100_single: $MODE"
+  step H1_h100_single 530 $H python3 -m validation.cli run runbooks/h100_single.yaml $MODE
+  for f in report.md report.html results.json junit.xml; do cp $HD/$f $H/ 2>/dev/null; done
+  tar czf "$OUT/h100.tgz" -C $W h100
 fi
 
 if [ "$PART" = trainer ]; then

@@ -135,7 +135,11 @@ time.sleep(600)
 """
 
 
-def test_a_process_started_while_the_launch_is_being_ended_gets_sigterm_too(tmp_path):
+def _end_when_ready(tmp_path: Path, script: str, term_grace_s: float) -> str:
+    """Launch `script` (it prints READY, then on SIGTERM starts a late process that writes "SIGTERM" into the marker
+    file when it gets its own), interrupt the launch once READY is in its log; the log, checked: the late process
+    ran, got its SIGTERM before any SIGKILL, and nothing is left. term_grace_s: a safety net for a launcher that
+    never signals the late process (then the SIGKILL ends both, and the test fails after it)."""
     marker = tmp_path / "late_got_sigterm"
     state = {}
 
@@ -145,9 +149,8 @@ def test_a_process_started_while_the_launch_is_being_ended_gets_sigterm_too(tmp_
             raise KeyboardInterrupt
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    # term_grace_s: a safety net for a launcher that never signals the late process (then the SIGKILL ends both)
-    spec = LaunchSpec(argv=[sys.executable, "-c", LATE, str(marker)], env=env, cwd=REPO, step_dir=tmp_path / "step",
-                      timeout_s=600, poll_s=0.1, term_grace_s=120.0, on_progress=on_progress)
+    spec = LaunchSpec(argv=[sys.executable, "-c", script, str(marker)], env=env, cwd=REPO, step_dir=tmp_path / "step",
+                      timeout_s=600, poll_s=0.1, term_grace_s=term_grace_s, on_progress=on_progress)
     with pytest.raises(KeyboardInterrupt):
         launch(spec)
     log = (tmp_path / "step" / "stdout.log").read_text()
@@ -156,6 +159,11 @@ def test_a_process_started_while_the_launch_is_being_ended_gets_sigterm_too(tmp_
         "the late process was not asked to stop before the SIGKILL"
     assert "processes ended (SIGTERM)" in log, log[-2000:]  # every process went on its SIGTERM: none was killed
     assert not any(pid_alive(p) for p in orphans(cmdline_contains=str(marker), timeout=2))
+    return log
+
+
+def test_a_process_started_while_the_launch_is_being_ended_gets_sigterm_too(tmp_path):
+    _end_when_ready(tmp_path, LATE, term_grace_s=120.0)
 
 
 # The same late process, with the window in which a SIGTERM is lost held open: the child of fork runs with its
@@ -193,26 +201,7 @@ time.sleep(600)
 
 
 def test_a_process_that_calls_exec_after_its_sigterm_is_asked_again(tmp_path):
-    marker = tmp_path / "late_got_sigterm"
-    state = {}
-
-    def on_progress(p):
-        if "READY" in (tmp_path / "step" / "stdout.log").read_text() and not state:
-            state["sent"] = True
-            raise KeyboardInterrupt
-
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    spec = LaunchSpec(argv=[sys.executable, "-c", FORK_THEN_EXEC, str(marker)], env=env, cwd=REPO,
-                      step_dir=tmp_path / "step", timeout_s=600, poll_s=0.1, term_grace_s=30.0,
-                      on_progress=on_progress)
-    with pytest.raises(KeyboardInterrupt):
-        launch(spec)
-    log = (tmp_path / "step" / "stdout.log").read_text()
-    assert "LATE" in log
-    assert marker.is_file() and marker.read_text() == "SIGTERM", \
-        "the process that called exec after its lost SIGTERM was not asked again before the SIGKILL"
-    assert "processes ended (SIGTERM)" in log, log[-2000:]
-    assert not any(pid_alive(p) for p in orphans(cmdline_contains=str(marker), timeout=2))
+    _end_when_ready(tmp_path, FORK_THEN_EXEC, term_grace_s=30.0)
 
 
 # validation.launch.session.guarded, in a child process (it installs the handlers and becomes a subreaper): the

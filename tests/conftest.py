@@ -59,21 +59,16 @@ def _flock(path: str, mode: int):
 @contextlib.contextmanager
 def _side_by_side(config, exclusive: bool):
     where = _lock_dir(config)
-    if where is None:
+    with contextlib.ExitStack() as held:
+        if where is not None:
+            gate, main = os.path.join(where, "nsav-tests.gate"), os.path.join(where, "nsav-tests.lock")
+            if exclusive:  # the gate stays held: no shared test starts until this one is done
+                held.enter_context(_flock(gate, fcntl.LOCK_EX))
+                held.enter_context(_flock(main, fcntl.LOCK_EX))
+            else:  # through the gate (not while an exclusive test waits or runs), then the lock, shared
+                with _flock(gate, fcntl.LOCK_SH):
+                    held.enter_context(_flock(main, fcntl.LOCK_SH))
         yield
-        return
-    gate, main = os.path.join(where, "nsav-tests.gate"), os.path.join(where, "nsav-tests.lock")
-    if exclusive:
-        with _flock(gate, fcntl.LOCK_EX), _flock(main, fcntl.LOCK_EX):
-            yield
-    else:
-        with _flock(gate, fcntl.LOCK_SH):
-            fd = os.open(main, os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(fd, fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            os.close(fd)
 
 
 @pytest.hookimpl(hookwrapper=True)

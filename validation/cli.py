@@ -19,8 +19,7 @@ from typing import List, Optional
 import typer
 
 from validation import steps as step_kinds
-from validation.launch import interrupts
-from validation.launch import session
+from validation.launch import interrupts, session
 from validation.plan import describe, skipped_here, text_lines
 from validation.report import ReportError
 from validation.report.console import make_console, print_line, print_table

@@ -90,11 +90,12 @@ def parse(values: list[str] | tuple[str, ...]) -> dict[str, Path | None]:
     out: dict[str, Path | None] = {}
     for value in values:
         phase, _, where = str(value).partition("=")
-        if not phase.strip():
+        phase = phase.strip()
+        if not phase:
             raise ReuseError(f"--reuse {value!r}: expected PHASE or PHASE=RUN_DIR")
         if phase in out:
             raise ReuseError(f"--reuse {phase}: given twice")
-        out[phase.strip()] = Path(where) if where else None
+        out[phase] = Path(where) if where else None
     return out
 
 
@@ -132,29 +133,33 @@ def refusal(results: Mapping[str, Any], rb: Runbook, phase: str, overrides, dige
     return None
 
 
-def _candidates(where: Path | None, cwd: Path) -> list[Path]:
-    """The results.json files to look at: `where` (a run directory or its results.json), or every one under
-    SEARCH_DIR, newest first (by the time its run finished)."""
+def _candidates(where: Path | None, cwd: Path) -> list[tuple[Path, Any]]:
+    """(results.json path, its content or the exception reading it raised) of every run to look at: `where` (a run
+    directory or its results.json), or every one under SEARCH_DIR, newest first (by the time its run finished).
+    Each file is read once."""
     if where is not None:
         where = where if where.is_absolute() else cwd / where
         path = where / RESULTS_JSON if where.is_dir() else where
         if not path.is_file():
             raise ReuseError(f"{where}: no {RESULTS_JSON} (expected a run directory)")
-        return [path]
+        paths = [path]
+    else:
+        paths = sorted((cwd / SEARCH_DIR).rglob(RESULTS_JSON)) if (cwd / SEARCH_DIR).is_dir() else []
     found = []
-    for path in sorted((cwd / SEARCH_DIR).rglob(RESULTS_JSON)) if (cwd / SEARCH_DIR).is_dir() else []:
+    for path in paths:
         try:
-            finished = str(json.loads(path.read_text()).get("finished") or "")
-        except (OSError, ValueError, AttributeError):
-            finished = ""
-        found.append((finished, path))
-    return [p for _, p in sorted(found, key=lambda fp: fp[0], reverse=True)]
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            data = exc
+        found.append((path, data))
+    finished = lambda pd: str(pd[1].get("finished") or "") if isinstance(pd[1], dict) else ""  # noqa: E731
+    return sorted(found, key=finished, reverse=True)
 
 
 def resolve(rb: Runbook, requests: Mapping[str, Path | None], overrides, cwd: Path, digest: str | None = None
             ) -> dict[str, Reuse]:
-    """{phase: Reuse} for every --reuse request (`overrides`: this run's --set items); ReuseError naming the phase and why each run looked at does not
-    match when one has none."""
+    """{phase: Reuse} for every --reuse request (`overrides`: this run's --set items); ReuseError naming the phase
+    and why each run looked at does not match when one has none."""
     if not requests:
         return {}
     digest = digest or source_digest()
@@ -164,13 +169,13 @@ def resolve(rb: Runbook, requests: Mapping[str, Path | None], overrides, cwd: Pa
         if phase not in phases:
             raise ReuseError(f"--reuse {phase}: no phase {phase!r} in {rb.path} (phases: {', '.join(phases)})")
         why = []
-        for path in _candidates(where, cwd):
-            try:
-                results = json.loads(path.read_text())
-                reason = refusal(results, rb, phase, overrides, digest) if isinstance(results, dict) else \
-                    "not a results.json"
-            except (OSError, ValueError) as exc:
-                reason = f"unreadable ({exc})"
+        for path, results in _candidates(where, cwd):
+            if isinstance(results, Exception):
+                reason = f"unreadable ({results})"
+            elif not isinstance(results, dict):
+                reason = "not a results.json"
+            else:
+                reason = refusal(results, rb, phase, overrides, digest)
             if reason is None:
                 out[phase] = Reuse(phase, path, results)
                 break

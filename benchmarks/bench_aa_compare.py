@@ -31,7 +31,7 @@ finished pairs and exits 130; `--continue` keeps the finished pairs of an earlie
 runs the rest; `--recompare` runs nothing: the finished pairs under --out are compared again, and their A/B and
 triage steps decided again, by the current code (with the runbook's current `compare` declaration where a run
 predates it). --simulate replaces the runs by synthetic run directories
-of the same shape (AR(1) throughput with a run-level variation, validation.significance.simulate's model; the A/B
+of the same shape (AR(1) throughput with a run-level variation, validation.analysis.significance.simulate's model; the A/B
 and the triage decided by the very functions the steps use, on the simulated runs; under "busy" a quarter of the
 launches marked disturbed) and runs compare in-process: a check of the counting without the machine, never a
 measurement of the machine.
@@ -147,7 +147,7 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
     "decided" (its arms were compared), "winner", "recommendable", "significant", "choice", "reason", "left_out"
     (runs left out as disturbed)}], "triage": [{"step", "ranked", "culprit", "reason"}], "error"}: every field read
     defensively (a run that crashed may leave little)."""
-    from validation.interference import step_interference
+    from validation.analysis.interference import step_interference
 
     res = _load_json(Path(run_dir) / "results.json")
     if not isinstance(res, dict):
@@ -503,10 +503,10 @@ def simulated_run(run_dir: Path, rng, slow: bool = False, disturbed_share: float
     `disturbed_share`. The A/B is decided by significance.decide and the triage ranked by triage.rank_suspects, as
     the steps do, on the undisturbed runs; the verdict is INCOMPLETE when a step's evidence is disturbed (the train
     step or the sweep with a disturbed launch; the A/B or triage with one and no significant decision without it),
-    a simplified stand-in for validation.evidence. Returns the results dict (also written to results.json)."""
-    from validation.significance import StatsError, decide
-    from validation.significance.simulate import ar1
-    from validation.triage import rank_suspects
+    a simplified stand-in for validation.execution.evidence. Returns the results dict (also written to results.json)."""
+    from validation.analysis.significance import StatsError, decide
+    from validation.analysis.significance.simulate import ar1
+    from validation.analysis.triage import rank_suspects
 
     factor = 0.8 if slow else 1.0
 
@@ -583,7 +583,7 @@ class SimulatedPairs:
         self.out, self.rng = out, rng
 
     def __call__(self, condition: str, kind: str, index: int) -> dict[str, Any]:
-        from validation.compare import compare_runs
+        from validation.report.compare import compare_runs
 
         pair_dir = self.out / condition / f"{kind}{index:03d}"
         share = SIM_DISTURBED_SHARE if condition == "busy" else 0.0
@@ -653,11 +653,11 @@ def redecide(results: dict, run_dir: Path, rb) -> dict[str, dict]:
     ["compare"]): step name -> {"winner", "decided", "recommendable", "significant", "choice", "reason"} (ab) or
     {"culprit", "ranked", "reason"} (triage). An A/B winner whose throughput was not stable is not kept, as the step
     does; a step that cannot be decided again (its runs missing) is left out."""
-    from validation.interference import disturbed_flags
-    from validation.significance import StatsError, decide, pair_noise_from
-    from validation.steps.ab import pooled_summary
-    from validation.steps.trainer import run_values
-    from validation.triage import rank_suspects
+    from validation.analysis.interference import disturbed_flags
+    from validation.analysis.significance import StatsError, decide, pair_noise_from
+    from validation.kinds.ab import pooled_summary
+    from validation.kinds.trainer import run_values
+    from validation.analysis.triage import rank_suspects
 
     noise = pair_noise_from(_d(results.get("runbook")).get("compare"))
     out: dict[str, dict] = {}
@@ -699,8 +699,8 @@ def recompare(out: Path, runbook: Path, conditions: Sequence[str]) -> list[dict]
     `triage` steps decided again by the current decisions (redecide). A run recorded before its runbook declared its
     A/A noise gets the runbook's current `compare` declaration, in memory only: the figures of the same runs under
     today's compare, decisions and declaration. Verdicts and disturbances are as recorded."""
-    from validation.compare import compare_runs
-    from validation.runbook import load_runbook
+    from validation.report.compare import compare_runs
+    from validation.runbook.loader import load_runbook
 
     rb = load_runbook(runbook)
     declared = rb.compare_noise

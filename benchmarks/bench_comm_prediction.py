@@ -1,4 +1,4 @@
-"""Predicted against measured time of the DDP gradient collectives (issue 16): validation.collectives.predict_seconds
+"""Predicted against measured time of the DDP gradient collectives (issue 16): validation.analysis.collectives.predict_seconds
 over the trainer's counted message sizes and the comm benchmark's table, against the collectives' own time in the
 torch profiler traces of both ranks, on gloo at 2 ranks. The target: measured / predicted within 0.7 .. 1.3.
 
@@ -14,7 +14,7 @@ each timed call after a training step's worth of computation and a barrier (comm
 Back-to-back calls (nccl-tests' protocol) leave the CPU collective's threads hot and measure it 2-10x faster than
 the same call right after a backward on a shared CPU.
 
-A timing, so a benchmark (repeats, min / median / max), not a test: tests/validation/steps/test_comm_prediction.py
+A timing, so a benchmark (repeats, min / median / max), not a test: tests/validation/kinds/test_comm_prediction.py
 runs one attempt and checks what does not depend on the machine's speed.
 
     python benchmarks/bench_comm_prediction.py --repeats 5 [--check]
@@ -30,7 +30,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from validation.collectives import bandwidth_row, predict_seconds
+from validation.analysis.collectives import bandwidth_row, predict_seconds
 from validation.launch.torchrun import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,7 +66,7 @@ def bucket_all_reduces(trace: Path, per_step: int) -> list[tuple[float, float]]:
 
 def bench(tmp_path: Path, name: str, sizes: list[int], compute_ms: int) -> dict[int, float]:
     out = tmp_path / name
-    _torchrun(["-m", "validation.comm_bench", "--out", str(out), "--kinds", "all_reduce", "--sizes",
+    _torchrun(["-m", "validation.analysis.comm_bench", "--out", str(out), "--kinds", "all_reduce", "--sizes",
                ",".join(map(str, sizes)), "--iters", str(PROFILED), "--warmup", "3", "--compute-ms", str(compute_ms)],
               tmp_path / f"{name}.log")
     return {r["bytes"]: r["time_s"] for r in json.loads((out / "comm.json").read_text())["kinds"]["all_reduce"]}

@@ -1,4 +1,4 @@
-"""Error rates of the significance rules on simulated throughput (validation.significance.simulate), side by side.
+"""Error rates of the significance rules on simulated throughput (validation.analysis.significance.simulate), side by side.
 
     python benchmarks/bench_significance.py [--reps 2000] [--seed 0] [--json out.json] [--only TABLE ...]
 
@@ -28,10 +28,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from validation.significance import (adjust_family, block_units, compare_series, decide, holm,  # noqa: E402
+from validation.analysis.significance import (adjust_family, block_units, compare_series, decide, holm,  # noqa: E402
                                      recommended_repeats, run_noise, t_ppf)
-from validation.significance import simulate as sim  # noqa: E402
-from validation.stats import t_sf2, welch_t_test  # noqa: E402
+from validation.analysis.significance import simulate as sim  # noqa: E402
+from validation.analysis.stats import t_sf2, welch_t_test  # noqa: E402
 
 LABELS = ("25", "50", "100")
 TABLES = ("coverage", "orders", "null", "power", "gate")

@@ -60,7 +60,7 @@ def stage(name: str, work: Path, run_dir: Path) -> dict:
     """One stage, timed without its imports (torch, pandas, matplotlib load once per process). csv and report
     read run_dir/results.json; its step "longrun" names the training.csv and the window."""
     from nsa.training.heartbeat import latest_heartbeats, read_heartbeats
-    from validation import metrics
+    from validation.analysis import metrics
     from validation.report import make_plots, render
 
     results = json.loads((run_dir / "results.json").read_text())

@@ -51,14 +51,14 @@ KNOWN_FUNCTION_IMPORTS: dict[str, tuple[int, int]] = {
     'nsa.training.fineweb': (1, 0),
     'nsa.training.outputs': (1, 0),
     'nsa.training.trainer': (1, 0),
-    'validation.environment': (1, 0),
+    'validation.launch.environment': (1, 0),
     'validation.launch.telemetry': (1, 0),
-    'validation.metrics': (1, 0),
+    'validation.analysis.metrics': (1, 0),
     'validation.report.renderer': (1, 0),
     'validation.run': (1, 0),
-    'validation.significance.distributions': (1, 0),
-    'validation.significance.power': (1, 0),
-    'validation.stats': (1, 0),
+    'validation.analysis.significance.distributions': (1, 0),
+    'validation.analysis.significance.power': (1, 0),
+    'validation.analysis.stats': (1, 0),
 }
 
 

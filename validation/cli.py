@@ -1,7 +1,7 @@
 """nsa-validate: run validation runbooks and report, with evidence, whether a node trains NSA correctly and fast.
 
 Commands are thin functions over the library: `run` calls validation.run.run_runbook (the whole run; its progress on
-the console: validation.report.progress) and prints its outcome; the others call validation.plan, .report, .compare
+the console: validation.report.progress) and prints its outcome; the others call validation.runbook.plan, .report, .compare
 and .steps. Their --help is the manual. Exit codes: 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE (a required
 criterion not evaluated: its step did not run), 128 + N interrupted by signal N (130 SIGINT, 129 SIGHUP, 143
 SIGTERM). Start-up stays light: torch, pandas, matplotlib and jinja2 are imported only by the commands that use them
@@ -18,18 +18,18 @@ from typing import List, Optional
 
 import typer
 
-from validation import steps as step_kinds
+from validation import kinds as step_kinds
 from validation.launch import interrupts, session
-from validation.plan import describe, skipped_here, text_lines
+from validation.runbook.plan import describe, skipped_here, text_lines
 from validation.report import ReportError
 from validation.report.console import make_console, print_line, print_table
 from validation.report.progress import display
 from validation.formatting import CRITERION_LABELS, status_view
 from validation.report.view import key_figure_lines
-from validation.results import DEFAULT_RUNS, ResultsError, RunDirError
+from validation.results.store import DEFAULT_RUNS, ResultsError, RunDirError
 from validation.run import (RunError, RunRequest, compare_run_dirs, list_runbooks, list_runs, report_run,
                             run_runbook)
-from validation.runbook import RunbookError, load_runbook
+from validation.runbook.loader import RunbookError, load_runbook
 from validation.version import version_line
 
 EXIT_GO, EXIT_NOGO, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -221,7 +221,7 @@ def list_(runbooks_dir: Path = typer.Option(Path("runbooks"), "--runbooks", help
 
 @app.command()
 def kinds(markdown: bool = typer.Option(False, "--markdown", help="print the Markdown table README.md shows")) -> None:
-    """The step kinds a runbook can use (the step registry, validation.steps): what each does and its own keys."""
+    """The step kinds a runbook can use (the step registry, validation.kinds): what each does and its own keys."""
     for why in step_kinds.load_errors().values():  # an installed plugin's kind that did not load
         err.print(f"warning: {why}", markup=False, soft_wrap=True)
     if markdown:

@@ -4,7 +4,7 @@ Everything nsa-validate learns about a trainer run comes from files the trainer 
 purpose (names from nsa.training.outputs, which documents their content); it never reads a trainer's state out of its
 console log. docs/architecture.md lists every file with its writer and its reader:
 
-    training.csv            validation.metrics.read_training_csv (metrics, plots, A/B samples, compare)
+    training.csv            validation.analysis.metrics.read_training_csv (metrics, plots, A/B samples, compare)
     heartbeat_rank{r}.jsonl nsa.training.watchdog.check (the launcher's progress and stall watch)
     env.json                read_env_json: nodes of the job, the toggles in effect (DDP compression), the run
                             shape beside its throughput (run_context: resolved config, n_params, flops_per_token)
@@ -13,7 +13,7 @@ console log. docs/architecture.md lists every file with its writer and its reade
     error_rank{r}.txt       error_files: the failing rank's traceback (validation.launch.diagnosis)
     stackdump_rank{r}*.txt  stack_dumps: where stalled ranks were (validation.launch.diagnosis, longrun)
     .HALT                   halted: the watchdog stopped the run
-    profile/trace_rank0_*   validation.steps.profile.profile_summary (torch profiler chrome trace)
+    profile/trace_rank0_*   validation.kinds.profile.profile_summary (torch profiler chrome trace)
     summary.json            read_summary: the Training Summary (nsa.training.outputs.read_summary, checked)
     timeline.json           read_timeline: start-up milestones, time to first step (nsa.training.outputs.read_timeline)
 

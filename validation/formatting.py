@@ -8,7 +8,7 @@ import re
 import shlex
 from typing import Any, Iterable, Iterator
 
-from validation.results_model import FAILED_STEP_STATUSES
+from validation.results.model import FAILED_STEP_STATUSES
 
 NA = "n/a"
 FAILED_STATUSES = FAILED_STEP_STATUSES  # a step that ran and did not pass
@@ -216,7 +216,7 @@ def file_name(name: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# What a tokens/s figure means: the run's shape beside it (metrics "context" and "tflops_per_s", validation.steps.trainer)
+# What a tokens/s figure means: the run's shape beside it (metrics "context" and "tflops_per_s", validation.kinds.trainer)
 
 CONTEXT_FIELDS = ("seq_len", "micro_batch", "accum", "world_size", "global_batch_tokens", "n_params", "precision")
 

@@ -1,8 +1,8 @@
 """Run orchestration: one runbook run end to end, as one call.
 
 `run_runbook(request, display, warn)` loads and checks the runbook, picks the run directory (a new one, or the
-one --resume continues, after validation.runner.check_resume), runs the steps (validation.runner.Runner), adds
-the comparison with an earlier run (--against, validation.compare.performance_analysis) and writes the reports
+one --resume continues, after validation.execution.runner.check_resume), runs the steps (validation.execution.runner.Runner), adds
+the comparison with an earlier run (--against, validation.report.compare.performance_analysis) and writes the reports
 (validation.report), and returns a RunOutcome. The reports always come from one results.json as saved: a resume
 first re-renders the earlier attempt's reports from its first save (INCOMPLETE, not finished), and an interrupt
 at any point after that, even after the verdict while plots and reports are being made, writes them again, whole,
@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ContextManager, Optional
 
-from validation import report, reuse
-from validation.results import (DEFAULT_RUNS, RESULTS_JSON, ResultsError, RunDirError, cannot_write, inside_run_dir,
+from validation import report
+from validation.results import reuse
+from validation.results.store import (DEFAULT_RUNS, RESULTS_JSON, ResultsError, RunDirError, cannot_write, inside_run_dir,
                                 read_results, write_results)
-from validation.runbook import Runbook, RunbookError, load_runbook
-from validation.runner import Reporter, ResumeError, RunOptions, Runner, check_resume
+from validation.runbook.loader import Runbook, RunbookError, load_runbook
+from validation.execution.runner import Reporter, ResumeError, RunOptions, Runner, check_resume
 
 
 class RunError(ValueError):
@@ -148,7 +149,7 @@ def run_runbook(request: RunRequest, display: Callable[[], ContextManager[Report
 def default_run_dir(name: str, runs_dir: Path = DEFAULT_RUNS) -> Path:
     """runs_dir/<name>-<time>, the run directory without --out: one directory directly in runs_dir (DEFAULT_RUNS,
     where `nsa-validate list` finds it), checked like every path derived from the runbook (inside_run_dir; the
-    runbook's name is checked when it is read: validation.runbook). RunError otherwise."""
+    runbook's name is checked when it is read: validation.runbook.loader). RunError otherwise."""
     rel = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         if len(Path(rel).parts) != 1:
@@ -177,13 +178,13 @@ def read_against(against: Optional[Path]) -> Optional[dict]:
 
 
 def _compare():
-    import validation.compare  # start-up: numpy and the statistics only for a comparison (compare, --against)
+    import validation.report.compare  # start-up: numpy and the statistics only for a comparison (compare, --against)
 
-    return validation.compare
+    return validation.report.compare
 
 
 def compare_run_dirs(run_a: Path, run_b: Path, noise: float | None = None) -> tuple[dict, list[str]]:
-    """`nsa-validate compare RUN_A RUN_B`: (validation.compare.compare_runs of the two runs' results, its table
+    """`nsa-validate compare RUN_A RUN_B`: (validation.report.compare.compare_runs of the two runs' results, its table
     lines). RunError naming what is wrong for a bad --noise, an unreadable results.json, or two runs with no
     trainer run in common."""
     if noise is not None and not (math.isfinite(noise) and noise >= 0):
@@ -200,7 +201,7 @@ def compare_run_dirs(run_a: Path, run_b: Path, noise: float | None = None) -> tu
 
 
 def add_performance_analysis(run_dir: Path, results: dict, against: Path, earlier: dict) -> None:
-    """results["performance_analysis"]: this run against the earlier one (validation.compare.performance_analysis),
+    """results["performance_analysis"]: this run against the earlier one (validation.report.compare.performance_analysis),
     written to results.json."""
     results["performance_analysis"] = _compare().performance_analysis(results, earlier, run_dir, against)
     write_results(run_dir, results)

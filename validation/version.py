@@ -60,7 +60,7 @@ def source_digest(root: Path | None = None) -> str:
     """sha256 of the source tree a run runs from: every file under DIGEST_DIRS with a DIGEST_SUFFIXES suffix
     (caches left out), and DIGEST_FILES, each as its path relative to `root` (SOURCE_ROOT) and its bytes, in path
     order. Two trees with the same digest run the same code, tests, benchmarks and runbooks, in a git checkout or
-    in a copy without .git (as on a GPU machine): what `nsa-validate run --reuse` compares (validation.reuse)."""
+    in a copy without .git (as on a GPU machine): what `nsa-validate run --reuse` compares (validation.results.reuse)."""
     root = Path(root or SOURCE_ROOT)
     files = [root / name for name in DIGEST_FILES if (root / name).is_file()]
     for top in DIGEST_DIRS:

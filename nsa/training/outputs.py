@@ -69,7 +69,7 @@ VAL_COLUMNS = {"step": "optimizer step", "val_loss": "mean cross entropy over th
 RUN_ARTIFACTS = (TRAINING_CSV, VAL_CSV, ENV_JSON, STATUS_JSON, CONFIG_YAML, SDPA_AUDIT_JSON, SUMMARY_JSON,
                  TIMELINE_JSON, "heartbeat_rank*.jsonl",
                  "stackdump_*.txt", "error_rank*.txt", "checkpoints", "tb", "profile", ".HALT")
-# a node's record in env.json (nsa.training.distributed) and in a snapshot step's nodes/ (validation.environment):
+# a node's record in env.json (nsa.training.distributed) and in a snapshot step's nodes/ (validation.launch.environment):
 NODE_NAME_VARS = ("NSA_NODE_NAME", "SLURMD_NODENAME")  # the node's name: set by the launcher, else Slurm's, else host
 NODE_ENV_PREFIXES = ("NCCL_", "UCX_", "MLX5_", "IBV_", "FI_", "GLOO_", "SLURM_JOB_ID", "SLURM_NNODES",
                      "SLURM_JOB_NODELIST", "CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")

@@ -111,7 +111,8 @@ if [ "$PART" = h100 ]; then
   MODE=$(python3 - "$RD" "$HD" <<'PY' 2> $H/reuse_check.txt
 import sys
 from pathlib import Path
-from validation import reuse, runbook
+from validation.results import reuse
+from validation.runbook import loader as runbook
 rd, hd = sys.argv[1], sys.argv[2]
 if Path(hd, "results.json").is_file():
     print(f"--resume {hd}"); sys.exit()

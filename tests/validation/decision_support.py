@@ -1,5 +1,5 @@
 """Synthetic trainer launches for the tests of decisions (sweep, ab), recommendations and compare: a fake
-`validation.runner.launch` that writes what a trainer run leaves behind (training.csv, status.json, env.json) with
+`validation.execution.runner.launch` that writes what a trainer run leaves behind (training.csv, status.json, env.json) with
 a throughput chosen per launch, so that a whole step runs in-process in milliseconds with a known truth."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def write_csv(path: Path, toks: np.ndarray | list[float]) -> None:
 
 
 class FakeTrainer:
-    """Replaces validation.runner.launch. `level(spec)` gives a launch's true throughput; every launch adds its
+    """Replaces validation.execution.runner.launch. `level(spec)` gives a launch's true throughput; every launch adds its
     own run-level noise (run_cv) and AR(1) step noise (cv), drawn from a seed fixed by the launch's directory, so
     that the data do not depend on the run order. `notes(spec)` gives status.json notes (e.g. an ignored
     setting). Launches are recorded in `self.launched` in order."""
@@ -77,8 +77,9 @@ FAKE_ENV = {"git_sha": "x", "host": "h", "platform": "p", "python": "3", "torch"
 
 def run_runbook(monkeypatch, tmp_path: Path, text: str, trainer: FakeTrainer, run_name: str = "run") -> dict:
     """Write the runbook `text`, run it in-process with `trainer` as the launcher; the results dict."""
-    from validation import environment, runner
-    from validation.runbook import load_runbook
+    from validation.launch import environment
+    from validation.execution import runner
+    from validation.runbook.loader import load_runbook
 
     monkeypatch.setattr(runner, "launch", trainer)
     monkeypatch.setattr(environment, "probe", lambda cwd=None: dict(FAKE_ENV))
@@ -94,10 +95,10 @@ def run_ab_step(monkeypatch, tmp_path: Path, runbook_text: str, collect, values)
     tokens/s of a run record (label, repeat). The step is the runbook's first; returns its result dict."""
     from types import SimpleNamespace
 
-    from validation.plan import step_launches
-    from validation.runbook import load_runbook
-    from validation.steps import ab as ab_mod
-    from validation.steps import trainer as trainer_mod
+    from validation.runbook.plan import step_launches
+    from validation.runbook.loader import load_runbook
+    from validation.kinds import ab as ab_mod
+    from validation.kinds import trainer as trainer_mod
 
     path = tmp_path / "rb.yaml"
     path.write_text(runbook_text)

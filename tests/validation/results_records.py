@@ -1,4 +1,4 @@
-"""Complete results.json records for tests that write a synthetic run (validation.results_model): a test names the
+"""Complete results.json records for tests that write a synthetic run (validation.results.model): a test names the
 keys it cares about and the rest get neutral values, so the record passes check_results as a real run's does."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from validation.results_model import SCHEMA_VERSION
+from validation.results.model import SCHEMA_VERSION
 
 WHEN = "2026-01-01T00:00:00+0000"
 

@@ -1,11 +1,11 @@
-"""validation.acceptance: the GO / NO-GO / INCOMPLETE verdict and its reason, from steps and criteria alone."""
+"""validation.execution.acceptance: the GO / NO-GO / INCOMPLETE verdict and its reason, from steps and criteria alone."""
 
 from __future__ import annotations
 
 import pytest
 
-from validation.acceptance import recommendations, verdict
-from validation.runbook import load_runbook
+from validation.execution.acceptance import recommendations, verdict
+from validation.runbook.loader import load_runbook
 
 
 def results(steps: dict[str, str | tuple[str, bool]], criteria: list[tuple[str, str, str]] = ()) -> dict:

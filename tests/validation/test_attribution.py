@@ -1,6 +1,6 @@
-"""validation.attribution on a synthetic trace with known shares."""
+"""validation.analysis.attribution on a synthetic trace with known shares."""
 
-from validation.attribution import attribute_events
+from validation.analysis.attribution import attribute_events
 
 
 def ev(name, ts, dur, tid=1):

@@ -1,10 +1,10 @@
-"""validation.collectives: the nccl-tests bandwidth conventions and the time prediction, against hand values."""
+"""validation.analysis.collectives: the nccl-tests bandwidth conventions and the time prediction, against hand values."""
 
 import math
 
 import pytest
 
-from validation.collectives import bandwidth_row, bus_factor, predict_seconds, time_at
+from validation.analysis.collectives import bandwidth_row, bus_factor, predict_seconds, time_at
 
 
 @pytest.mark.parametrize("kind, n, factor", [

@@ -15,12 +15,12 @@ import numpy as np
 from decision_support import ar1_series, write_csv
 from results_records import run_record
 
-from validation.compare import (COMMON_MIN_SHIFT, COMMON_ROW, UNKNOWN_RUN_NOISE, UNREPEATED_MIN_FLOOR, compare_runs,
+from validation.report.compare import (COMMON_MIN_SHIFT, COMMON_ROW, UNKNOWN_RUN_NOISE, UNREPEATED_MIN_FLOOR, compare_runs,
                                 step_spread,
                                 environment_differences, performance_analysis, table_lines)
-from validation.significance import adjust_family, block_units, compare_series, run_noise
-from validation.significance.comparison import compare_shift
-from validation.significance.simulate import ar1
+from validation.analysis.significance import adjust_family, block_units, compare_series, run_noise
+from validation.analysis.significance.comparison import compare_shift
+from validation.analysis.significance.simulate import ar1
 
 REPO = Path(__file__).resolve().parents[2]
 REPS = 2000

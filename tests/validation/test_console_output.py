@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from validation import cli
-from validation import steps as step_kinds
+from validation import kinds as step_kinds
 from validation.report.console import make_console, print_table, table_lines
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,7 +84,7 @@ def test_cli_tables_are_whole_when_piped():
     listing = _cli("list", "--runs", str(REPO / "reports" / "examples"))
     assert listing.returncode == 0, listing.stderr
     assert "…" not in listing.stdout
-    from validation.runbook import load_runbook
+    from validation.runbook.loader import load_runbook
 
     cpu = load_runbook(REPO / "runbooks" / "cpu_smoke.yaml")
     line = next(ln for ln in listing.stdout.splitlines() if ln.startswith("runbooks/cpu_smoke.yaml"))

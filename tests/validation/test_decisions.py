@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 from decision_support import FakeTrainer, run_runbook
 
-from validation.acceptance import recommendations
-from validation.runbook import load_runbook
+from validation.execution.acceptance import recommendations
+from validation.runbook.loader import load_runbook
 
 SWEEP = """\
 name: decide
@@ -149,7 +149,7 @@ def test_without_prefer_the_runbook_value_then_the_first_point_is_kept(monkeypat
 
 
 def test_prefer_and_repeats_are_validated(tmp_path):
-    from validation.runbook import RunbookError
+    from validation.runbook.loader import RunbookError
 
     path = tmp_path / "rb.yaml"
     for repeats, prefer, needle in [(2, "prefer: {env.NSA_DDP_BUCKET_MB: 75}", "75 is not one of the matrix values"),
@@ -240,8 +240,8 @@ def test_a_single_run_decision_states_the_ab_tables_comparison_number_for_number
     same effect from the steps that fill whole blocks (it read +0.9% under a table row of +1.5%)."""
     import numpy as np
 
-    from validation.compare import compare_windows
-    from validation.significance import decide
+    from validation.report.compare import compare_windows
+    from validation.analysis.significance import decide
 
     rng = np.random.default_rng(7)
     base = list(1000 + 40 * rng.standard_normal(23))  # 23 steps: not a whole number of blocks
@@ -260,9 +260,9 @@ def test_two_repeats_that_agree_by_chance_decide_nothing_under_the_runbooks_decl
     """Two interleaved repeats +8% and +9% (a paired t with 1 degree of freedom: significant) are within what one
     launch differs from the next on a 2-core machine (aa_cpu's launch_sd 12% from 30 A/A pairs): no winner, no
     culprit under the declaration; a 2x change still wins and is named."""
-    from validation.significance import PairNoise, compare_paired, decide, pair_noise_from
-    from validation.steps.trainer import declared_pair_noise
-    from validation.triage import rank_suspects
+    from validation.analysis.significance import PairNoise, compare_paired, decide, pair_noise_from
+    from validation.kinds.trainer import declared_pair_noise
+    from validation.analysis.triage import rank_suspects
 
     declared = {"run_sd": 0.061, "launch_sd": 0.12, "pairs": 30.0}
     noise = pair_noise_from(declared)

@@ -124,7 +124,7 @@ def test_every_trainer_step_has_telemetry_summary_and_time_to_first_step(smoke):
 
 
 def test_the_profile_step_attributes_step_time_by_category(smoke):
-    """validation.attribution on the profile step's real trace: shares of step time that sum to 1, the attention
+    """validation.analysis.attribution on the profile step's real trace: shares of step time that sum to 1, the attention
     branches and the optimizer (its nsa.optim range) present, a bar chart and a report line."""
     run_dir, _ = smoke
     results = json.loads((run_dir / "results.json").read_text())

@@ -1,4 +1,4 @@
-"""Evidence before verdicts (validation.evidence, validation.plausibility, validation.acceptance): a performance
+"""Evidence before verdicts (validation.execution.evidence, validation.analysis.plausibility, validation.execution.acceptance): a performance
 criterion on a disturbed step is inconclusive whichever way it went, and the run INCOMPLETE with the command that
 runs those steps again; correctness still decides; a figure outside its physical range is an error, never a pass;
 the open problems name both; a decision leaves disturbed runs out and recommends only a replicated effect."""
@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from validation.acceptance import evaluate, verdict
-from validation.evidence import assess, is_performance, rerun_command
-from validation.plausibility import figure_problem, implausible
+from validation.execution.acceptance import evaluate, verdict
+from validation.execution.evidence import assess, is_performance, rerun_command
+from validation.analysis.plausibility import figure_problem, implausible
 from validation.report.problems import open_problems
-from validation.runbook import load_runbook
-from validation.significance import decide
-from validation import steps as step_kinds
+from validation.runbook.loader import load_runbook
+from validation.analysis.significance import decide
+from validation import kinds as step_kinds
 
 RUNBOOK = """\
 name: ev
@@ -46,7 +46,7 @@ def _results(base: dict, single: dict | None = None) -> dict:
              "single": {"name": "single", "kind": "train", "status": "passed", "runs": [],
                         "metrics": single or _metrics(4000.0, QUIET, world=1)}}
     for s in steps.values():
-        from validation.interference import step_interference
+        from validation.analysis.interference import step_interference
         s["interference"] = step_interference(s)
     return {"runbook": {"name": "ev", "path": "runbooks/ev.yaml"}, "run_dir": "artifacts/validate/ev-1",
             "steps": steps, "acceptance": []}

@@ -1,10 +1,10 @@
-"""validation.expressions: acceptance criteria are checked at compile time and evaluated without eval()."""
+"""validation.runbook.expressions: acceptance criteria are checked at compile time and evaluated without eval()."""
 
 from __future__ import annotations
 
 import pytest
 
-from validation.expressions import EvalResult, Expression, ExpressionError, compile_expression
+from validation.runbook.expressions import EvalResult, Expression, ExpressionError, compile_expression
 
 NS = {
     "baseline": {"status": "ok", "toks_per_s": {"mean": 847.2, "stdev": 3.5}, "toks_per_s_per_gpu": 423.6,

@@ -1,8 +1,8 @@
 """Property-based fuzzing of three input parsers: every input either loads or ends in the module's own error.
 
-    validation.runbook.load_runbook          -> a Runbook or RunbookError ("FILE:LINE: ..." / "FILE:?: ...", one line)
-    validation.expressions.compile_expression -> an Expression or ExpressionError; Expression.evaluate never raises
-    validation.metrics.read_training_csv + summarize -> never raise; the summary is strict JSON (no NaN/inf)
+    validation.runbook.loader.load_runbook          -> a Runbook or RunbookError ("FILE:LINE: ..." / "FILE:?: ...", one line)
+    validation.runbook.expressions.compile_expression -> an Expression or ExpressionError; Expression.evaluate never raises
+    validation.analysis.metrics.read_training_csv + summarize -> never raise; the summary is strict JSON (no NaN/inf)
 
 and of the paths a runbook's values become (4.): whatever its name, step names, matrix values, variant and suspect
 labels and test files, every file a run would make lies in its run directory, inside the runs directory, and
@@ -37,17 +37,17 @@ from hypothesis import strategies as st
 
 from fuzz_support import entries as doc_entries, report_counts  # tests/fuzz_support.py
 from nsa.training.outputs import MFU_COLUMN, TRAINING_COLUMNS
-from validation.expressions import (FUNCTIONS, MAX_DEPTH, MAX_INT_BITS, STATUSES, EvalResult, Expression,
+from validation.runbook.expressions import (FUNCTIONS, MAX_DEPTH, MAX_INT_BITS, STATUSES, EvalResult, Expression,
                                     ExpressionError, compile_expression, fmt_value)
-from validation.metrics import STATUSES as SUMMARY_STATUSES
-from validation.metrics import CsvRead, Window, read_training_csv, summarize, window_values
+from validation.analysis.metrics import STATUSES as SUMMARY_STATUSES
+from validation.analysis.metrics import CsvRead, Window, read_training_csv, summarize, window_values
 from validation.formatting import file_name
 from validation.launch.spec import LOG_NAME
-from validation.plan import step_launches
-from validation import steps
-from validation.results import inside_run_dir
+from validation.runbook.plan import step_launches
+from validation import kinds as step_kinds
+from validation.results.store import inside_run_dir
 from validation.run import default_run_dir
-from validation.runbook import Runbook, RunbookError, load_runbook
+from validation.runbook.loader import Runbook, RunbookError, load_runbook
 
 REPO = Path(__file__).resolve().parents[2]
 RUNBOOK_TEXTS = {p.name: p.read_text(encoding="utf-8") for p in sorted((REPO / "runbooks").glob("*.yaml"))}
@@ -82,7 +82,7 @@ SCHEMA_KEYS = ("name", "description", "requirements", "defaults", "phases", "acc
                "master_port", "port_retries", "timeout_s", "stall_timeout_s", "window", "warmup_steps", "gpus",
                "min_cuda_capability", "min_gpu_memory_gb", "backend", "expr", "target", "severity", "optional",
                "requires", "goal", "recommend", "on_failure")
-STEP_KINDS = steps.names()
+STEP_KINDS = step_kinds.names()
 WORDS = STEP_KINDS + ("auto", "nccl", "gloo", "fail", "warn", "max", "min", "toks_per_s", "torch", "nsys", "s1",
                       "stop", "continue", "../x", "/tmp/x", "--junitxml=/tmp/x",
                       "p1", "sw", "baseline", "env.NSA_DDP_BUCKET_MB", "args.steps", "NSA_DDP_BUCKET_MB",

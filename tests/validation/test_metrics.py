@@ -1,4 +1,4 @@
-"""validation.metrics: reading training.csv robustly and reducing it to window statistics."""
+"""validation.analysis.metrics: reading training.csv robustly and reducing it to window statistics."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from nsa.training.outputs import MFU_COLUMN, TRAINING_COLUMNS, CsvLog
-from validation.metrics import (DERIVED_KEYS, METRIC_COLUMNS, STAT_NAMES, CsvRead, MetricsError, Window,
+from validation.analysis.metrics import (DERIVED_KEYS, METRIC_COLUMNS, STAT_NAMES, CsvRead, MetricsError, Window,
                                 read_training_csv, scaling_efficiency, select_best, summarize, window_values)
 
 HEADER = "step,loss,lr,toks_per_s,step_time_s,grad_norm,mem_alloc_gb,mem_reserved_gb"
@@ -399,11 +399,11 @@ def test_fast_and_row_by_row_readers_agree_on_clean_files(tmp_path, monkeypatch)
             f"{'' if s % 3 else f'{rng.random():.4f}'}\n" for s in [*range(1, 300), 150, 151]]  # two duplicates
     path = tmp_path / "training.csv"
     path.write_text(header + "".join(rows))
-    from validation import metrics as m
+    from validation.analysis import metrics as m
 
     assert m._read_clean_if_complete(path) is not None  # the fast path really serves this file
     fast = read_training_csv(path)
-    monkeypatch.setattr("validation.metrics._read_clean_if_complete", lambda p: None)
+    monkeypatch.setattr("validation.analysis.metrics._read_clean_if_complete", lambda p: None)
     slow = read_training_csv(path)
     assert fast.problem is None and slow.problem is None
     assert fast.duplicate_steps == slow.duplicate_steps == 2

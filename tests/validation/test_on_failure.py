@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from validation.results import read_results
-from validation.runbook import RunbookError, load_runbook
-from validation.runner import RunOptions, Runner
+from validation.results.store import read_results
+from validation.runbook.loader import RunbookError, load_runbook
+from validation.execution.runner import RunOptions, Runner
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -2,7 +2,7 @@
 under artifacts/validate) is one file name, step names are identifiers (no `..`, no `/`), matrix values and test
 files become one safe file name each (safe_name), the trainer's --out-dir/--resume cannot be set (args, a sweep
 matrix, --set), pytest_args cannot redirect pytest's output files, every derived output path is checked
-(validation.results.inside_run_dir), and an existing symlink that leads outside RUN_DIR (e.g. RUN_DIR/<step>
+(validation.results.store.inside_run_dir), and an existing symlink that leads outside RUN_DIR (e.g. RUN_DIR/<step>
 replaced by a link before a --resume) stops the run before anything is written through it.
 """
 
@@ -19,11 +19,11 @@ from typer.testing import CliRunner
 from nsa.training.config import brief
 from validation.cli import app
 from validation.launch.spec import safe_name
-from validation.plan import step_launches
+from validation.runbook.plan import step_launches
 from validation.report.plots import Plotter
-from validation.results import RESULTS_JSON, RunDirError, inside_run_dir, read_results, write_results
+from validation.results.store import RESULTS_JSON, RunDirError, inside_run_dir, read_results, write_results
 from validation.run import RunError, default_run_dir
-from validation.runbook import RunbookError, load_runbook
+from validation.runbook.loader import RunbookError, load_runbook
 
 REPO = Path(__file__).resolve().parents[2]
 

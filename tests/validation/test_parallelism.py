@@ -1,4 +1,4 @@
-"""validation.parallelism (the batch-size search, the recommendation rule of seed 003, exposed communication from a
+"""validation.analysis.parallelism (the batch-size search, the recommendation rule of seed 003, exposed communication from a
 profiler trace, scaling efficiency) and what the parallelism/scaling step kinds make of their runs, without
 launching anything: each function against an independent reference (brute force, hand-computed figures)."""
 
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from validation.collectives import bandwidth_row
-from validation.parallelism import (SearchError, batch_search, exposed_comm, is_oom, recommend, scaling_table)
-from validation.runbook import RunbookError, load_runbook
+from validation.analysis.collectives import bandwidth_row
+from validation.analysis.parallelism import (SearchError, batch_search, exposed_comm, is_oom, recommend, scaling_table)
+from validation.runbook.loader import RunbookError, load_runbook
 
 
 # ---------------------------------------------------------------------------------------------- batch search
@@ -185,7 +185,7 @@ def summary(strategy, per_step, model_bytes, comm_time=0.5, steps=10):
 
 
 def test_strategy_figures_predict_from_the_comm_tables():
-    from validation.steps._parallelism_analysis import NOT_AVAILABLE, comm_tables, strategy_figures
+    from validation.kinds._parallelism_analysis import NOT_AVAILABLE, comm_tables, strategy_figures
 
     table = [bandwidth_row("all_reduce", 2, b, t) for b, t in ((1024, 1e-4), (65536, 1e-3), (1 << 20, 1e-2))]
     results = {"steps": {"comm": {"status": "passed", "metrics": {
@@ -217,7 +217,7 @@ def test_strategy_figures_predict_from_the_comm_tables():
 
 
 def test_view_accepts_damaged_results_and_formats_real_ones():
-    from validation.steps import get
+    from validation.kinds import get
 
     for damaged in ({}, {"metrics": None}, {"metrics": {"strategies": [1, 2]}},
                     {"metrics": {"strategies": {"ddp": None}, "comparisons": "x", "batch_search": {"ddp": 3}}}):
@@ -271,7 +271,7 @@ def test_bad_keys_are_one_clear_error(tmp_path, par, scale, needle):
 
 
 def test_plan_of_the_strategies_and_world_sizes(tmp_path):
-    from validation.plan import step_launches
+    from validation.runbook.plan import step_launches
 
     path = tmp_path / "rb.yaml"
     path.write_text(RB % ("strategies: {ddp: {strategy: ddp}, ddp_accum2: {strategy: ddp, args: {accum: 2}}, "
@@ -293,8 +293,8 @@ def test_plan_of_the_strategies_and_world_sizes(tmp_path):
 def test_search_batches_launches_probes_and_reads_oom(tmp_path, monkeypatch):
     """The live part of the search with the launches faked: each probe is a trainer launch at --batch-size b with
     the search's steps; a failure whose reason says out of memory is "does not fit", any other stops the search."""
-    from validation.steps import _parallelism_analysis as analysis
-    from validation.steps import trainer
+    from validation.kinds import _parallelism_analysis as analysis
+    from validation.kinds import trainer
 
     path = tmp_path / "rb.yaml"
     path.write_text(RB % ("strategies: [ddp, fsdp], batch_search: {start: 2, max: 64, steps: 3}", "modes: [weak]"))
@@ -334,7 +334,7 @@ def test_search_batches_launches_probes_and_reads_oom(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------------------------------- across ranks
 def test_aligned_collectives_later_start_to_later_end():
-    from validation.parallelism import aligned_collectives
+    from validation.analysis.parallelism import aligned_collectives
     step = x("ProfilerStep#5", 0, 1000, cat="user_annotation")
     # rank 1 starts each all-reduce 300 us late (its backward was slower); rank 0 waits in flight meanwhile
     r0 = [step, x("gloo:all_reduce", 100, 400), x("gloo:all_reduce", 600, 150), x("gloo:all_gather", 800, 50)]
@@ -348,7 +348,7 @@ def test_aligned_collectives_later_start_to_later_end():
 
 
 def test_aligned_collectives_nccl_kernels_pair_by_order_per_kind():
-    from validation.parallelism import aligned_collectives
+    from validation.analysis.parallelism import aligned_collectives
     k = lambda name, ts, dur: x(name, ts, dur, tid=7, cat="kernel")  # noqa: E731
     r0 = [k("ncclDevKernel_AllGather_RING_LL", 0, 100), k("ncclDevKernel_ReduceScatter_Sum_f32", 200, 100),
           k("ncclDevKernel_AllGather_RING_LL", 400, 100)]
@@ -361,7 +361,7 @@ def test_aligned_collectives_nccl_kernels_pair_by_order_per_kind():
 
 
 def test_prediction_note_over_2x():
-    from validation.steps._parallelism_view import prediction_note
+    from validation.kinds._parallelism_view import prediction_note
     note = prediction_note("ddp", 0.4e-3, 2.6e-3, 11.4e-3)  # aligned wins over rank 0's in-flight time
     assert note and "ranks aligned" in note and "compute_ms" in note and "back to back" in note and "6.5x" in note
     assert prediction_note("ddp", 1.0e-3, 1.9e-3, 20e-3) is None  # within 2x (in-flight time not used)

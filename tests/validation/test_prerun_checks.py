@@ -16,12 +16,12 @@ import yaml
 from typer.testing import CliRunner
 
 from nsa import toggles
-from validation import steps
-from validation.acceptance import _namespace
+from validation import kinds
+from validation.execution.acceptance import _namespace
 from validation.cli import app
-from validation.expressions import compile_expression
-from validation.runbook import RunbookError, load_runbook
-from validation.steps.base import STEP_FIELDS, metric_declared, readable_names
+from validation.runbook.expressions import compile_expression
+from validation.runbook.loader import RunbookError, load_runbook
+from validation.kinds.base import STEP_FIELDS, metric_declared, readable_names
 
 REPO = Path(__file__).resolve().parents[2]
 RUNBOOKS = sorted((REPO / "runbooks").glob("*.yaml"))
@@ -234,7 +234,7 @@ def test_plan_and_run_exit_2_on_a_wrong_metric_name(in_repo, tmp_path):
 
 
 def test_every_kind_declares_its_metrics():
-    undeclared = [k.name for k in steps.kinds() if k.metric_names(None) is None]
+    undeclared = [k.name for k in kinds.kinds() if k.metric_names(None) is None]
     assert not undeclared, (f"step kinds without metric names (StepKind.metrics): {undeclared}; criteria on their "
                             "steps cannot be checked before a run")
 
@@ -260,7 +260,7 @@ def test_every_metric_a_real_run_produced_is_declared(results):
     data = json.loads(results.read_text())
     kinds_seen = set()
     for name, step in data["steps"].items():
-        kind = steps.get(step["kind"])
+        kind = kinds.get(step["kind"])
         kinds_seen.add(kind.name)
         names = readable_names(kind)
         produced = list(leaves(step.get("metrics") or {}))
@@ -281,19 +281,19 @@ def test_step_fields_are_what_a_criterion_reads_of_every_step():
 
 
 def test_a_kind_without_declarations_is_not_checked_but_is_listed(tmp_path):
-    class Quiet(steps.StepKind):
+    class Quiet(kinds.StepKind):
         name = "quiet_probe"
         summary = "a kind that declares nothing"
 
-    steps.register(Quiet())
+    kinds.register(Quiet())
     try:
         def edit(raw):
             raw["phases"][0]["steps"].append({"name": "q", "kind": "quiet_probe"})
             raw["acceptance"] = [{"name": "probe", "expr": "q.anything > 0"}]
         load_runbook(edited(tmp_path, edit))
-        assert "quiet_probe" in [k.name for k in steps.kinds() if k.metric_names(None) is None]
+        assert "quiet_probe" in [k.name for k in kinds.kinds() if k.metric_names(None) is None]
     finally:
-        steps.unregister("quiet_probe")
+        kinds.unregister("quiet_probe")
 
 
 def test_expression_paths_are_what_it_reads():

@@ -1,4 +1,4 @@
-"""results.json's typed records (validation.results_model): every committed results.json holds to them and is
+"""results.json's typed records (validation.results.model): every committed results.json holds to them and is
 written back byte for byte; each kind of malformation is refused naming the file and the key path, on read and on
 write (the previous file kept); the schema written in the module docstring and the TypedDicts are the same, key by
 key; each status list is defined once."""
@@ -16,10 +16,13 @@ import pytest
 from results_records import run_record
 from typer.testing import CliRunner
 
-from validation import formatting, results, results_model, runbook
+from validation import formatting
+from validation.results import store as results
+from validation.results import model as results_model
+from validation.runbook import loader as runbook
 from validation.cli import app
-from validation.results import RESULTS_JSON, read_results, write_results
-from validation.results_model import RECORDS, ResultsError, check_results
+from validation.results.store import RESULTS_JSON, read_results, write_results
+from validation.results.model import RECORDS, ResultsError, check_results
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = sorted([*(REPO / "reports").rglob("results.json"), REPO / "tests/validation/fixtures/results_example.json"])
@@ -245,7 +248,7 @@ _FIELD = re.compile(r"^    ([a-z_][a-z0-9_]*)(\?)?\s{2,}(\S.*?)(?:\s{2,}\S.*)?$"
 
 
 def documented_schema() -> dict[str, dict[str, tuple[bool, str]]]:
-    """{record: {key: (optional, type text)}} as the module docstring of validation.results_model writes them."""
+    """{record: {key: (optional, type text)}} as the module docstring of validation.results.model writes them."""
     schema: dict[str, dict[str, tuple[bool, str]]] = {}
     current = None
     for line in (results_model.__doc__ or "").splitlines():

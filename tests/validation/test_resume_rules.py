@@ -34,7 +34,7 @@ import pytest
 
 from validation.launch import interrupts
 from validation.report import plots, render
-from validation.results import RESULTS_JSON, read_results
+from validation.results.store import RESULTS_JSON, read_results
 from validation.run import RunRequest, run_runbook
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""`nsa-validate run --reuse PHASE[=RUN_DIR]` (validation.reuse): a phase taken from an earlier run of the same source
+"""`nsa-validate run --reuse PHASE[=RUN_DIR]` (validation.results.reuse): a phase taken from an earlier run of the same source
 instead of being run again (h100_single's kernel qualification, where the same source's gpu_kernels run is
 committed). Checked on a small runbook of two phases of benchmark steps (no torch): the reused phase launches
 nothing, carries the earlier run's figures into the criteria and says whose they are; an earlier run of another
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from validation import version
-from validation.reuse import ReuseError, parse
+from validation.results.reuse import ReuseError, parse
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from validation.results import read_results
+from validation.results.store import read_results
 from validation.run import RunError, RunOutcome, RunRequest, run_runbook
-from validation.runner import Reporter
+from validation.execution.runner import Reporter
 
 
 def runbook(tmp_path: Path, marks: Path) -> Path:

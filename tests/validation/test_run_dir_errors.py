@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 import nsa.training.outputs
 from nsa.training.outputs import atomic_write_text
 from validation.cli import app
-from validation.results import RESULTS_JSON, RunDirError, read_results, write_results
+from validation.results.store import RESULTS_JSON, RunDirError, read_results, write_results
 
 REPO = Path(__file__).resolve().parents[2]
 ENOSPC_TEXT = "No space left on device [ENOSPC]"

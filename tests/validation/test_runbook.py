@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from validation.plan import describe, step_launches
-from validation.steps.sweep import sweep_points
-from validation.steps.trainer import trainer_args
-from validation.runbook import RunbookError, load_runbook, resolve_references
+from validation.runbook.plan import describe, step_launches
+from validation.kinds.sweep import sweep_points
+from validation.kinds.trainer import trainer_args
+from validation.runbook.loader import RunbookError, load_runbook, resolve_references
 
 REPO = Path(__file__).resolve().parents[2]
 RUNBOOKS = sorted((REPO / "runbooks").glob("*.yaml"))

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from nsa.training.flags import build_parser, check_flag, flag_specs
-from validation import environment
-from validation.runbook import RunbookError, load_runbook
+from validation.launch import environment
+from validation.runbook.loader import RunbookError, load_runbook
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from validation.runbook import RunbookError, load_runbook
+from validation.runbook.loader import RunbookError, load_runbook
 
 REPO = Path(__file__).resolve().parents[2]
 RB = """\
@@ -66,7 +66,7 @@ def test_a_fault_as_suspect_is_exit_2_naming_the_key(tmp_path, cli):
 
 
 def test_plans_interleave_repeats_and_change_one_thing(tmp_path):
-    from validation.plan import step_launches
+    from validation.runbook.plan import step_launches
 
     sc, tr = load(tmp_path, SCAN_OK + ", repeats: 3",
                   "suspects: {v2: {env: {NSA_SEL_RANGES_V2: '1'}}, acc: {args: {accum: 2}}}, repeats: 2").steps()
@@ -84,7 +84,7 @@ def test_plans_interleave_repeats_and_change_one_thing(tmp_path):
 
 
 def test_views_accept_damaged_results_and_format_real_ones():
-    from validation.steps import get
+    from validation.kinds import get
 
     for damaged in ({}, {"metrics": None}, {"metrics": {"points": [1, None], "exponent_ci": "x", "bisection": 3}},
                     {"metrics": {"suspects": {"a": None}, "ranking": ["a", 2], "culprit": 5}}):
@@ -130,7 +130,7 @@ def simulated_scan(monkeypatch, tmp_path, cliff_at):
     quadratic term above `cliff_at` (None: none), times 3% noise; every launch is collected as passed."""
     import numpy as np
 
-    from validation.steps import scan as scan_mod
+    from validation.kinds import scan as scan_mod
 
     rng = np.random.default_rng(11)
     launched = []
@@ -157,7 +157,7 @@ def simulated_scan(monkeypatch, tmp_path, cliff_at):
     monkeypatch.setattr(scan_mod, "run_values", lambda run_dir, step, run, metric: times(run))
     sc = load(tmp_path, "values: {args.seq_len: [64, 128, 256, 512]}, repeats: 2, "
                         "bisect: {steps: 4, resolution: 32, multiple_of: 32}").steps()[0]
-    from validation.plan import step_launches
+    from validation.runbook.plan import step_launches
 
     ctx = SimpleNamespace(run_dir=tmp_path, launch=lambda spec, i, n: SimpleNamespace(argv=spec.argv),
                           record=lambda *a: None, save=lambda: None, winners=dict)
@@ -191,7 +191,7 @@ def test_scan_run_without_a_cliff_does_not_bisect(monkeypatch, tmp_path):
 def _simulated_triage(monkeypatch, tmp_path, disturbed):
     """Triage.run over fake launches: the suspect 40% faster in every repeat; `disturbed(spec)` marks the runs
     another process disturbed (their telemetry's interference)."""
-    from validation.steps import triage as triage_mod
+    from validation.kinds import triage as triage_mod
 
     def fake_run_each(ctx, step, launches, result, **_):
         runs = [{"label": s.label, "params": s.params, "status": "passed", "reason": None, "dir": s.dir,
@@ -206,7 +206,7 @@ def _simulated_triage(monkeypatch, tmp_path, disturbed):
     monkeypatch.setattr(triage_mod, "run_toks",
                         lambda ctx, step, run: 1400.0 + run["repeat"] if run["label"] == "a" else 1000.0)
     tr = load(tmp_path, triage=TRIAGE_OK + ", repeats: 3").steps()[1]
-    from validation.plan import step_launches
+    from validation.runbook.plan import step_launches
 
     result = {}
     ctx = SimpleNamespace(run_dir=tmp_path, save=lambda: None)

@@ -1,6 +1,6 @@
-"""validation.significance: independent units, comparisons, Holm, power, the sweep decision, and simulation proofs.
+"""validation.analysis.significance: independent units, comparisons, Holm, power, the sweep decision, and simulation proofs.
 
-Calibration (validation/significance/simulate.py has the full table): `nsa-validate run runbooks/cpu_smoke.yaml
+Calibration (validation/analysis/significance/simulate.py has the full table): `nsa-validate run runbooks/cpu_smoke.yaml
 --only bucket_sweep`, run once on the project's 2-core CI machine, gave three 40-step runs whose per-step toks_per_s
 after the 5 warm-up steps had means 8614 / 9191 / 9030, CV 15.7 / 8.1 / 10.0 % (8.9 / 6.9 / 9.3 % around a linear
 trend), lag-1 autocorrelation 0.83 / 0.36 / 0.71 (0.57 / 0.15 / 0.68 around the trend), trends of -1.27 / +0.43 /
@@ -25,15 +25,15 @@ import statistics
 import numpy as np
 import pytest
 
-from validation.significance import (Comparison, StatsError, Units, adjust_family, autocorrelation, block_units,
+from validation.analysis.significance import (Comparison, StatsError, Units, adjust_family, autocorrelation, block_units,
                                      compare_paired, compare_series, compare_units, decide, detectable_effect, holm,
                                      inefficiency, interleaved_order, lag1_corrected, noise_floor, norm_ppf,
                                      paired_cv, paired_power, decision_power, recommended_repeats, run_units,
                                      sokal_inefficiency,
                                      t_ppf)
-from validation.significance import simulate as sim
-from validation.significance.units import ar1_kappa
-from validation.stats import compare_samples, t_cdf, welch_t_test
+from validation.analysis.significance import simulate as sim
+from validation.analysis.significance.units import ar1_kappa
+from validation.analysis.stats import compare_samples, t_cdf, welch_t_test
 
 REPS = 2000
 LABELS = ("25", "50", "100")
@@ -309,7 +309,7 @@ def test_paired_power_against_scipy_noncentral_t():
 
 def test_decision_power_is_a_lower_bound_of_significant_and_replicated():
     # Monte Carlo: the paired t significant AND every replication block's mean positive (decide's winner rule)
-    from validation.significance.decision import replicated_blocks
+    from validation.analysis.significance.decision import replicated_blocks
 
     rng = np.random.default_rng(14)
     for cv, eff, r in ((0.02, 0.03, 3), (0.05, 0.05, 12), (0.1, 0.05, 40)):

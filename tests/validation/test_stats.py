@@ -1,4 +1,4 @@
-"""validation.stats: the t distribution (scipy.special) against closed forms, Welch's t-test, A/B verdicts,
+"""validation.analysis.stats: the t distribution (scipy.special) against closed forms, Welch's t-test, A/B verdicts,
 bootstrap intervals."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import statistics
 import numpy as np
 import pytest
 
-from validation.metrics import DERIVED_KEYS, METRIC_COLUMNS
-from validation.stats import (METRIC_DIRECTIONS, StatsError, bootstrap_ci, compare_samples, higher_is_better,
+from validation.analysis.metrics import DERIVED_KEYS, METRIC_COLUMNS
+from validation.analysis.stats import (METRIC_DIRECTIONS, StatsError, bootstrap_ci, compare_samples, higher_is_better,
                               regularized_beta, t_cdf, t_sf2, welch_t_test)
 
 

@@ -1,4 +1,4 @@
-"""validation.triage: exponent fit, cliff detection, bisection and suspect ranking on simulated measurements with
+"""validation.analysis.triage: exponent fit, cliff detection, bisection and suspect ranking on simulated measurements with
 known truth (independent references: numpy's polyfit, the true exponent of the simulation, the true cliff)."""
 
 import math
@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from validation.significance import StatsError, t_ppf
-from validation.triage import (bisect, find_cliffs, fit_exponent, local_exponent, midpoint, point_noise,
+from validation.analysis.significance import StatsError, t_ppf
+from validation.analysis.triage import (bisect, find_cliffs, fit_exponent, local_exponent, midpoint, point_noise,
                                rank_suspects)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from verdicts import assert_go_or_disturbed
 
-from validation.triage import CULPRIT_MIN_EFFECT
+from validation.analysis.triage import CULPRIT_MIN_EFFECT
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
 """The launch record: ``LaunchSpec``, the one description of a process a step starts, from the plan to the end.
 
-The planner (validation.plan, through each step kind) builds a LaunchSpec per process: argv, the variables the
+The planner (validation.runbook.plan, through each step kind) builds a LaunchSpec per process: argv, the variables the
 step sets (``inherit_env=True``: they are added to this process's environment when it starts), its directory under
 RUN_DIR, timeouts, nodes and launcher. ``nsa-validate plan`` prints these records; the runner hands the same records,
 with the working directory and a progress callback filled in, to ``launch``. Whether a launch goes through torchrun

@@ -1,4 +1,4 @@
-"""Reports of a validation run, rendered from RUN_DIR/results.json alone (validation.results).
+"""Reports of a validation run, rendered from RUN_DIR/results.json alone (validation.results.store).
 
     view       the view model: everything the templates show, formatted (each step kind adds its own part)
     renderer   Markdown and HTML through Jinja2 (templates are package data), JSON; writing the report files

@@ -2,7 +2,7 @@
 `nsa-validate report --against RUN_DIR`), every metric beside the earlier run's with the statistics of `compare`, and
 the key finding the executive summary names (the largest significant change, or none).
 
-Read from results.json's `performance_analysis` block, written by validation.compare.performance_analysis (its
+Read from results.json's `performance_analysis` block, written by validation.report.compare.performance_analysis (its
 docstring documents the block). The keys read here, each optional (a missing one renders as n/a):
 
     against: {run_dir, runbook, started, verdict, git_sha}   the earlier run (a plain string: its directory)

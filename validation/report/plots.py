@@ -2,7 +2,7 @@
 dpi and without a Software/date stamp, so the same results give the same files.
 
 Every step whose results name a training.csv (its own, or its runs') gets a tokens/s-per-step plot, read through
-the same loader as the statistics (validation.metrics.read_training_csv); each step kind adds its own plots
+the same loader as the statistics (validation.analysis.metrics.read_training_csv); each step kind adds its own plots
 through StepKind.plots with the Plotter below (a sweep's and an A/B's bar charts).
 """
 
@@ -18,10 +18,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from nsa.training.outputs import atomic_write
-from validation import contracts, metrics
-from validation.results import inside_run_dir
-from validation import steps as step_kinds
-from validation.steps._plot_helpers import bar_points, loglog_lines, scan_loglog  # noqa: F401 - shared with the kinds
+from validation import contracts
+from validation.analysis import metrics
+from validation.results.store import inside_run_dir
+from validation import kinds as step_kinds
+from validation.kinds._plot_helpers import bar_points, loglog_lines, scan_loglog  # noqa: F401 - shared with the kinds
 from validation.formatting import (as_dict, as_list, file_name, finite, plot_context_text, steps_in_order)
 
 PLOTS_DIR = "plots"

@@ -19,8 +19,8 @@ from typing import Any
 
 from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, as_dict, as_list, fmt_num,
                                       fmt_pct, status_view, steps_in_order)
-from validation.evidence import rerun_command
-from validation.metric_names import THROUGHPUT_CV_MAX
+from validation.execution.evidence import rerun_command
+from validation.analysis.metric_names import THROUGHPUT_CV_MAX
 from validation.report.performance import analysis_rows
 
 _RANK = {"fail": 0, "error": 0, "warn-incomplete": 1, "inconclusive": 1, "skip": 2, "warn": 3}
@@ -112,7 +112,7 @@ def _cpu_only(results: dict) -> bool:
 
 
 def _evidence_problems(results: dict) -> list[dict]:
-    """What the run's evidence record (validation.evidence.assess) found: figures outside their physical range
+    """What the run's evidence record (validation.execution.evidence.assess) found: figures outside their physical range
     (an error: a bug in the measurement, unless a disturbance explains it), steps measured under interference, and
     measured launches whose throughput was not stable."""
     ev = as_dict(results.get("evidence"))

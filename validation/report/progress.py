@@ -1,5 +1,5 @@
 """Progress of `nsa-validate run` on the console while its steps run: the reporters of the runner's hooks
-(validation.runner.Reporter: run_started, step_started, launch_started, launch_progress, step_finished, ...).
+(validation.execution.runner.Reporter: run_started, step_started, launch_started, launch_progress, step_finished, ...).
 
     display(console)  the progress display `run` opens (validation.run.run_runbook's `display`): LiveReporter
                       on a terminal, PlainReporter elsewhere; nothing of it outlives the `with`
@@ -32,7 +32,7 @@ from validation.formatting import fmt_duration
 from validation.report.console import print_line
 
 if TYPE_CHECKING:
-    from validation.runbook_model import Step
+    from validation.runbook.model import Step
 
 # A plain progress line at least this often while a step runs: whoever reads a CI log, a tee'd file or Slurm
 # output sees within half a minute that the step is alive and how far it got (and a CI job that ends silent jobs
@@ -72,7 +72,7 @@ class LiveReporter:
     def __init__(self, progress: Progress, console: Console):
         self.p, self.console = progress, console
         self.total = self.task = None
-        self.resumed: str | None = None  # a resumed run: what was resumed (validation.results.resume_note)
+        self.resumed: str | None = None  # a resumed run: what was resumed (validation.results.store.resume_note)
 
     def run_resumed(self, note: str) -> None:
         self.resumed = note

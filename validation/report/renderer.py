@@ -1,5 +1,5 @@
 """Rendering a run's results into report files: Markdown and HTML through Jinja2 templates shipped as package data
-(validation/report/templates; each step kind's partial from the kind, validation/steps/templates), JSON, JUnit
+(validation/report/templates; each step kind's partial from the kind, validation/kinds/templates), JSON, JUnit
 (validation.report.junit), and writing them with the plots into the run directory.
 
 Rendering is pure: the same results give byte-identical output (nothing about the time of rendering goes in).
@@ -17,17 +17,17 @@ from markupsafe import Markup, escape
 
 from nsa.training.outputs import atomic_write
 from validation import report
-from validation import steps as step_kinds
+from validation import kinds as step_kinds
 from validation.formatting import NA
 from validation.report.junit import render_junit
 from validation.report.view import build_view
-from validation.results import read_results
+from validation.results.store import read_results
 
 FORMATS = ("md", "html", "json", "junit")
 TEMPLATES_DIR = resources.files("validation.report") / "templates"  # package data: found wherever it is installed
 TEMPLATE_NAMES = {"md": "report.md.j2", "html": "report.html.j2"}
 REPORT_FILES = {"md": "report.md", "html": "report.html", "json": "report.json", "junit": "junit.xml"}
-KIND_PREFIX = "kinds/"  # kinds/<kind>.<fmt>.j2: a step kind's partial; kinds/<file>: validation/steps/templates
+KIND_PREFIX = "kinds/"  # kinds/<kind>.<fmt>.j2: a step kind's partial; kinds/<file>: validation/kinds/templates
 
 
 class ReportError(RuntimeError):
@@ -55,7 +55,7 @@ def write_reports(run_dir: Path, results: dict | None = None, formats: Iterable[
                   plots: bool = True) -> list[Path]:
     """Write the reports of a run into run_dir and return the paths written (plots first).
 
-    results defaults to RUN_DIR/results.json (validation.results.read_results); results.json itself is never
+    results defaults to RUN_DIR/results.json (validation.results.store.read_results); results.json itself is never
     written here. With plots=True, plots/*.png are made first and shown in the reports.
     """
     run_dir = Path(run_dir)
@@ -113,7 +113,7 @@ def _template(fmt: str):
 
 
 def _load(name: str) -> str | None:
-    """A template's source: kinds/<kind>.<fmt>.j2 from the step kind, kinds/<file> from validation/steps/templates,
+    """A template's source: kinds/<kind>.<fmt>.j2 from the step kind, kinds/<file> from validation/kinds/templates,
     anything else from TEMPLATES_DIR; None when there is none."""
     if name.startswith(KIND_PREFIX):
         rest = name[len(KIND_PREFIX):]
@@ -121,7 +121,7 @@ def _load(name: str) -> str | None:
         kind = step_kinds.find(kind_name)
         if kind is not None and not rest.startswith("_"):
             return kind.template(fmt)
-        path = resources.files("validation.steps") / "templates" / rest
+        path = resources.files("validation.kinds") / "templates" / rest
     else:
         path = TEMPLATES_DIR / name
     return path.read_text(encoding="utf-8") if path.is_file() else None

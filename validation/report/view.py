@@ -1,6 +1,6 @@
 """The report's view model: everything the Markdown and HTML templates show, already formatted, built from
 results.json alone. Every step's section is the same frame (heading, status, command, failure evidence) around its
-kind's own part (validation.steps: StepKind.view and its partials); summary figures come from the kinds too.
+kind's own part (validation.kinds: StepKind.view and its partials); summary figures come from the kinds too.
 
 Rendering is pure: the same results give the same view (dicts whose order the schema does not fix are iterated
 sorted); missing or malformed values render as "n/a", never as an error.
@@ -15,13 +15,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from validation import steps as step_kinds
+from validation import kinds as step_kinds
 from validation.report import findings
 from validation.report.command import validated_command
 from validation.report.performance import performance_view
 from validation.report.problems import open_problems
-from validation.results import resume_note, reused_notes
-from validation.results_model import RunResults
+from validation.results.store import resume_note, reused_notes
+from validation.results.model import RunResults
 from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, VERDICT_LABELS, as_dict,
                                       as_list, command_text, fence, fmt_duration, fmt_num, ordered_steps, plural,
                                       status_view)
@@ -276,7 +276,7 @@ def _plot_list(results: dict, run_dir: Path | None, plots: list[dict] | None, in
 def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[dict] | None = None,
                inline_plots: bool = False) -> dict:
     """Everything the Markdown and HTML templates show, formatted (strings, lists, dicts), from a run's results
-    (validation.results.read_results checks a results.json; values are still read defensively, so a record built
+    (validation.results.store.read_results checks a results.json; values are still read defensively, so a record built
     in memory renders too). inline_plots: each plot's "src" is a data: URI of its PNG (read from run_dir; a plot
     that cannot be read is left out)."""
 

@@ -1,5 +1,5 @@
 """Run every NSA Triton kernel once, forward and backward, at one shape: the program that runbooks/gpu_kernels.yaml
-runs under compute-sanitizer (one process per case, validation.steps.sanitizer), and a quick check by hand.
+runs under compute-sanitizer (one process per case, validation.kinds.sanitizer), and a quick check by hand.
 
     python -m nsa.attention.kernels.qualify --dtype bf16 --seq-len 2048 --hpg 6 --method tiled
     compute-sanitizer --tool memcheck python -m nsa.attention.kernels.qualify --dtype bf16 --seq-len 65536 --hpg 1

@@ -9,7 +9,7 @@ import pytest
 from nsa import toggles
 from nsa.training.outputs import TRAINING_COLUMNS, CsvLog
 from nsa.training.safety import CSV_FAULTS_STOPPING_WRITER, damage_training_csv
-from validation.metrics import read_training_csv
+from validation.analysis.metrics import read_training_csv
 
 COLUMNS = list(TRAINING_COLUMNS)
 

@@ -12,7 +12,7 @@ from nsa.config import Flag, setting
 from nsa.training import cli, config, flags
 from nsa.training.config import TrainConfig, UsageError
 from train_utils import TINY
-from validation.runbook import RunbookError, load_runbook
+from validation.runbook.loader import RunbookError, load_runbook
 
 # The flags and the keys they set, written out here (an independent record of what the command line meant before
 # the table was derived from the dataclasses): flag -> (argv value, dotted key, config value).

@@ -181,7 +181,7 @@ def test_a_child_that_exited_but_is_not_yet_reaped_is_still_the_runs():
 
 def test_a_decision_whose_default_was_left_out_does_not_fail():
     """The default's runs all left out (disturbed, failed): the other points are compared among themselves."""
-    from validation.significance import decide
+    from validation.analysis.significance import decide
 
     d = decide({"a": [1000.0, 1010.0], "b": [1300.0, 1310.0], "c": [1000.0, 990.0]}, default="a",
                disturbed={"a": [True, False]})

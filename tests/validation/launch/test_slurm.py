@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from validation.launch import LaunchSpec, launch, slurm
-from validation.plan import step_launches
-from validation.runbook import RunbookError, load_runbook
+from validation.runbook.plan import step_launches
+from validation.runbook.loader import RunbookError, load_runbook
 
 ROOT = Path(__file__).resolve().parents[3]
 TRAIN = [sys.executable, "-m", "nsa.training", "--config", "configs/tiny_cpu.yaml", "--ddp", "1", "--save-every",

@@ -232,7 +232,7 @@ def failing_nvml(error: str) -> types.ModuleType:
     ("NVMLError_NoPermission", False, "Insufficient Permissions"),
 ], ids=["no-library", "no-driver", "driver-without-library", "other-error"])
 def test_nvml_without_an_nvidia_driver_is_no_gpu_not_a_problem(error, driver, problem, tmp_path, monkeypatch):
-    from validation import environment
+    from validation.launch import environment
 
     monkeypatch.setitem(sys.modules, "pynvml", failing_nvml(error))
     monkeypatch.setattr(telemetry, "NVIDIA_DRIVER", tmp_path / "version")
@@ -334,7 +334,7 @@ def test_snapshot_pcie_links_from_nvidia_smi_xml(tmp_path):
                                 "width": 16}
     assert telemetry.pcie_links("<nvidia_smi_log/>")["pcie_gen_min"] is None
     assert telemetry.pcie_links("not xml")["gpus"] == []
-    from validation.steps.snapshot import pcie_metrics
+    from validation.kinds.snapshot import pcie_metrics
 
     (tmp_path / "nvidia_smi.xml").write_text(SMI)
     m = pcie_metrics([tmp_path / "git_sha.txt", tmp_path / "nvidia_smi.xml"])

@@ -127,7 +127,7 @@ def test_the_conclusion_names_what_passed_what_failed_and_the_next_action(result
 
 
 def test_git_branch_and_dirty_flag_are_recorded_and_shown(tmp_path, results):
-    from validation.environment import git_state
+    from validation.launch.environment import git_state
 
     assert git_state(tmp_path) == {"git_branch": None, "git_dirty": None, "git_changes": None}
     run = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)  # noqa: E731
@@ -146,7 +146,7 @@ def test_git_branch_and_dirty_flag_are_recorded_and_shown(tmp_path, results):
 
 
 def test_quiet_wording_plurals_near_zero_ratios_and_cpu_ranks(results):
-    from validation.steps.train_report import init_growth, telemetry_notes
+    from validation.kinds.train_report import init_growth, telemetry_notes
 
     assert plural(1, "sample") == "1 sample" and plural(3, "sample") == "3 samples"
     note = telemetry_notes({"telemetry": {"samples": 1, "period": "the window", "files": ["telemetry.csv"]}})[0]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from validation.report import write_reports
-from validation.results import write_results
+from validation.results.store import write_results
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "results_example.json"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -8,10 +8,10 @@ import json
 import re
 from pathlib import Path
 
-from validation.compare import table_lines
+from validation.report.compare import table_lines
 from validation.report import render
 from validation.formatting import fmt_pct
-from validation.significance import compare_paired
+from validation.analysis.significance import compare_paired
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "results_example.json"
 UNSEPARATED = re.compile(r"\d{4}(?:\.\d+)?%")  # four digits before the point: a missing thousands separator

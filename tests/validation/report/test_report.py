@@ -13,7 +13,7 @@ import pytest
 
 from validation.report import renderer
 from validation.report import FORMATS, ReportError, make_plots, render, write_reports
-from validation.results import write_results
+from validation.results.store import write_results
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "results_example.json"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from validation.compare import compare_runs, table_lines, window_units
+from validation.report.compare import compare_runs, table_lines, window_units
 from validation.report import render
 from validation.formatting import fmt_num, fmt_rate
 from validation.report.plots import make_plots
 from validation.report.problems import open_problems
-from validation.significance import block_units
+from validation.analysis.significance import block_units
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -204,7 +204,7 @@ def test_an_ab_whose_variant_was_ignored_states_no_empty_decision(tmp_path):
 def test_cpu_smokes_windows_fit_its_steps_and_a_short_window_is_still_a_problem(tmp_path):
     """cpu_smoke's own settings cause no "window has N of the M steps asked": every trainer step runs at least
     warmup + window steps. A user's runbook whose window is longer than its steps still gets the open problem."""
-    from validation.runbook import load_runbook
+    from validation.runbook.loader import load_runbook
 
     rb = load_runbook(REPO / "runbooks" / "cpu_smoke.yaml")
     for phase in rb.phases:
@@ -216,7 +216,7 @@ def test_cpu_smokes_windows_fit_its_steps_and_a_short_window_is_still_a_problem(
             for label, variant in (getattr(step, "variants", None) or {}).items():  # an A/B variant's own window
                 if variant.get("window") is not None:
                     assert int(variant["args"].get("steps", steps)) >= launch.warmup_steps + variant["window"], label
-    from validation import metrics
+    from validation.analysis import metrics
 
     results = json.loads((FIXTURES / "results_example.json").read_text())
     path = tmp_path / "training.csv"

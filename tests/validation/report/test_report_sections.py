@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from validation import contracts, metrics
+from validation import contracts
+from validation.analysis import metrics
 from validation.report import findings, render
 from validation.report.command import validated_command
 from validation.formatting import context_text, shared_context_text
 from validation.report.performance import performance_view
 from validation.report.problems import open_problems
-from validation.steps import get as get_kind
+from validation.kinds import get as get_kind
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 CONTEXT = {"seq_len": 2048, "micro_batch": 2, "accum": 4, "world_size": 2, "global_batch_tokens": 32768,

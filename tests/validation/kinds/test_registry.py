@@ -1,0 +1,228 @@
+"""The step-kind registry: a kind defined right here, in the test module, goes through the runbook schema, the plan,
+the run, acceptance and the report (its partials, key figure and plot) without any change to validation/ itself;
+and the built-in kinds are what the registry and the README say."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from validation import kinds
+from validation.runbook.plan import describe, step_launches
+from validation.report import render, write_reports
+from validation.runbook.loader import RunbookError, load_runbook
+from validation.execution.runner import RunOptions, Runner
+from validation.runbook.schema import typed
+from validation.kinds.base import StepKind, command_launch, run_path, undeclared_metrics
+
+REPO = Path(__file__).resolve().parents[3]
+
+WRITER = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text(sys.argv[2] * int(sys.argv[3]))"
+
+
+class Echo(StepKind):
+    """A child process writes `message` `times` times into RUN_DIR/<step>/said.txt; the step passes when it did."""
+
+    name = "echo"
+    summary = "a child writes a message into a file; metrics: what it said and its length"
+    keys = ("message", "times")
+    launch_keys = ("env", "timeout_s")
+    templates = {
+        "md": "{% if s.echo %}\n\nEcho said: {{ s.echo.said | code }} ({{ s.echo.length }} characters)\n{% endif %}\n",
+        "html": "{% if s.echo %}\n<p class=\"echo\">Echo said: <code>{{ s.echo.said }}</code></p>\n{% endif %}\n",
+    }
+
+    def parse(self, raw, path, ctx):
+        return {"message": typed(raw.get("message", "hello"), str, path + ("message",), ctx),
+                "times": typed(raw.get("times", 1), int, path + ("times",), ctx, minimum=1)}
+
+    def launches(self, step, winners, run_dir):
+        argv = [sys.executable, "-c", WRITER, run_path(run_dir, f"{step.name}/said.txt"), step.message,
+                str(step.times)]
+        return [command_launch(step, argv, run_dir)]
+
+    def run(self, step, launches, result, ctx):
+        spec = launches[0]
+        lr = ctx.launch(spec, 0, 1)
+        ctx.record(result, spec, lr)
+        said_path = ctx.run_dir / spec.dir / "said.txt"
+        said = said_path.read_text() if said_path.is_file() else None
+        result["metrics"] = {"said": said, "length": len(said or "")}
+        result["artifacts"].append(ctx.rel(said_path))
+        ok = lr.status == "ok" and said == step.message * step.times
+        result.update(status="passed" if ok else "failed", reason=None if ok else f"said {said!r} ({lr.reason})")
+
+    def summary_line(self, result):
+        return f" (said {result['metrics']['length']} characters)"
+
+    def view(self, result, view):
+        metrics = result.get("metrics") or {}
+        return {"echo": {"said": str(metrics.get("said")), "length": metrics.get("length")}}
+
+    def key_figures(self, in_order):
+        return [(40, {"label": "Echo", "value": str((s.get("metrics") or {}).get("said")),
+                      "note": f"step `{s['name']}`"}) for s in in_order if s.get("kind") == self.name]
+
+    def plots(self, name, result, plotter):
+        fig, ax = plotter.figure(f"Echo: {name}", "step", ylabel="characters")
+        ax.bar([0], [(result.get("metrics") or {}).get("length") or 0])
+        plotter.save(fig, f"echo_{name}.png", f"Echo: {name}")
+
+
+RUNBOOK = """\
+name: echoes
+requirements: {gpus: 0}
+phases:
+  - name: talk
+    title: Talk
+    steps:
+      - {name: greet, kind: echo, message: "hi ", times: 3, env: {NSA_TB_DISABLE: "1"}}
+      - {name: check, kind: bench, command: [-c, "import json, sys; json.dump({'x': 1}, open(sys.argv[2], 'w'))"]}
+acceptance:
+  - {name: said it three times, expr: "greet.length == 9 and greet.said == 'hi hi hi '", target: "9 characters"}
+"""
+
+
+@pytest.fixture
+def echo_kind():
+    kind = kinds.register(Echo())
+    yield kind
+    kinds.unregister("echo")
+
+
+def test_a_kind_from_a_test_module_goes_through_plan_run_and_report(echo_kind, tmp_path):
+    path = tmp_path / "echoes.yaml"
+    path.write_text(RUNBOOK)
+    rb = load_runbook(path)
+    greet = rb.step("greet")
+    assert greet.kind_impl is echo_kind and greet.message == "hi " and greet.times == 3 and not greet.is_training
+
+    # plan: the kind's own launch, its directory and environment
+    (spec,) = step_launches(greet)
+    assert spec.argv[-3:] == ["RUN_DIR/greet/said.txt", "hi ", "3"] and spec.dir == "greet"
+    rows = describe(rb)
+    assert rows[0]["kind"] == "echo" and rows[0]["launches"][0]["env"] == {"NSA_TB_DISABLE": "1"}
+
+    # run: results.json, acceptance and the verdict
+    run_dir = tmp_path / "run"
+    results = Runner(rb, run_dir, RunOptions(cwd=REPO)).run()
+    step = results["steps"]["greet"]
+    assert step["status"] == "passed", step["reason"]
+    assert step["metrics"] == {"said": "hi hi hi ", "length": 9} and step["env"] == {"NSA_TB_DISABLE": "1"}
+    assert "greet/said.txt" in step["artifacts"] and "greet/stdout.log" in step["artifacts"]
+    assert [c["status"] for c in results["acceptance"]] == ["pass"] and results["verdict"] == "GO"
+    assert json.loads((run_dir / "results.json").read_text())["steps"]["greet"]["metrics"]["length"] == 9
+    assert echo_kind.summary_line(step) == " (said 9 characters)"
+
+    # report: the kind's partials, key figure and plot
+    written = write_reports(run_dir, results)
+    assert run_dir / "plots" / "echo_greet.png" in written
+    md = (run_dir / "report.md").read_text()
+    assert "Echo said: `hi hi hi ` (9 characters)" in md
+    assert "- **Echo**: hi hi hi  — step `greet`" in md
+    assert "![Echo: greet](plots/echo_greet.png)" in md
+    html = (run_dir / "report.html").read_text()
+    assert '<p class="echo">Echo said: <code>hi hi hi </code></p>' in html
+    assert "| x | 1 |" in md  # the built-in bench kind beside it, unchanged
+
+    # the table of kinds lists it; `kind:` errors name it
+    assert "| `echo` | a child writes a message into a file" in kinds.table_markdown()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(RUNBOOK.replace("kind: echo", "kind: ech0"))
+    with pytest.raises(RunbookError, match=r"'ech0' is not one of snapshot, .*, longrun, (.*, )?echo\b"):
+        load_runbook(bad)
+
+
+def test_a_kind_checks_its_own_keys(echo_kind, tmp_path):
+    path = tmp_path / "echoes.yaml"
+    for old, new, needle in [("times: 3", "times: 0", "phases[0].steps[0].times: must be >= 1, got 0"),
+                             ("times: 3", "times: 3, loud: true", "phases[0].steps[0].loud: unknown key"),
+                             ("env: {NSA_TB_DISABLE: \"1\"}", "nproc_per_node: 2", "phases[0].steps[0].nproc_per_node: "
+                                                                            "unknown key")]:
+        path.write_text(RUNBOOK.replace(old, new))
+        with pytest.raises(RunbookError) as info:
+            load_runbook(path)
+        assert needle in str(info.value) and str(info.value).startswith(f"{path}:7: ")
+
+
+def test_results_of_a_kind_this_process_does_not_know_still_render(tmp_path):
+    results = {"schema_version": 1, "runbook": {"name": "r"}, "verdict": "GO",
+               "phases": [{"name": "p", "title": "P", "steps": ["x"]}],
+               "steps": {"x": {"name": "x", "kind": "from_the_future", "status": "passed",
+                               "metrics": {"csv": None}}}}
+    md = render(results, "md")
+    assert "#### 1.1 x — PASSED" in md and "(from_the_future)" in md
+    assert "<h4>1.1 x" in render(results, "html")
+
+
+def test_built_in_kinds_and_the_readme_table():
+    assert kinds.FIRST_KINDS == ("snapshot", "train", "sweep", "ab", "pytest", "bench", "profile", "longrun")
+    for name in kinds.names():
+        kind = kinds.get(name)
+        assert kind.name == name and kind.summary
+        assert kind.template("md") is not None and kind.template("html") is not None, name
+    assert [k for k in kinds.FIRST_KINDS if kinds.get(k).trainer] == ["train", "sweep", "ab", "profile", "longrun"]
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert kinds.table_markdown() in readme, "README.md's table of step kinds is `nsa-validate kinds --markdown`"
+    with pytest.raises(ValueError, match="already registered"):
+        kinds.register(type("Twin", (StepKind,), {"name": "train"})())
+
+
+def test_the_registry_knows_its_kinds_from_its_modules():
+    """Every public module of validation/kinds that registers a kind makes it one of the package's own kinds (listed,
+    protected from unregister), whether or not FIRST_KINDS names it; a kind from elsewhere is not."""
+    import pkgutil
+
+    modules = {type(kinds.get(n)).__module__ for n in kinds.names() if kinds.built_in(n)}
+    public = {f"validation.kinds.{m.name}" for m in pkgutil.iter_modules(kinds.__path__) if not m.name.startswith("_")}
+    assert modules <= public and len(modules) >= len(kinds.FIRST_KINDS) + 5
+    assert kinds.names()[:len(kinds.FIRST_KINDS)] == kinds.FIRST_KINDS
+    outside = [n for n in kinds.names() if kinds.built_in(n) and n not in kinds.FIRST_KINDS]
+    assert "comm" in outside and "triage" in outside
+    for name in outside:
+        with pytest.raises(ValueError, match="built-in"):
+            kinds.unregister(name)
+    guest = kinds.register(type("Guest", (StepKind,), {"name": "guest_kind"})())
+    try:
+        assert not kinds.built_in("guest_kind") and kinds.names()[-1] == "guest_kind"
+    finally:
+        kinds.unregister(guest.name)
+    assert "guest_kind" not in kinds.names()
+
+
+class Declared(Echo):
+    """Echo with its metrics declared, all but one: `length`."""
+
+    name = "echo_declared"
+    metrics = ("said",)
+
+
+def test_metrics_a_kind_does_not_declare_are_kept_and_named_in_a_note(tmp_path):
+    kind = kinds.register(Declared())
+    try:
+        path = tmp_path / "declared.yaml"
+        path.write_text(RUNBOOK.replace("kind: echo", "kind: echo_declared").replace(
+            "expr: \"greet.length == 9 and ", "expr: \""))
+        results = Runner(load_runbook(path), tmp_path / "run", RunOptions(cwd=REPO)).run()
+        step = results["steps"]["greet"]
+        assert step["status"] == "passed" and step["metrics"]["length"] == 9  # kept
+        assert step["notes"] == ["metrics the echo_declared kind does not declare: length (its `metrics` should "
+                                 "name them)"]
+        assert results["steps"]["check"].get("notes") is None  # the bench kind declares what it records
+        write_reports(tmp_path / "run", results)
+        assert "metrics the echo_declared kind does not declare: length" in (tmp_path / "run" / "report.md").read_text()
+    finally:
+        kinds.unregister(kind.name)
+    assert undeclared_metrics(Echo(), None, {"anything": 1}) == []  # a kind that declares nothing: not checked
+    assert undeclared_metrics(Declared(), None, {"said": "x", "n": {"a": 1, "b": [1, 2]}}) == ["n.a", "n.b"]
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(REPO)) for p in (REPO / "reports").rglob("results.json")))
+def test_every_committed_run_records_only_declared_metrics(path):
+    """The example and GPU runs under reports/: every metric of every step is one its kind declares."""
+    results = json.loads((REPO / path).read_text())
+    for name, step in results["steps"].items():
+        assert undeclared_metrics(kinds.get(step["kind"]), None, step.get("metrics") or {}) == [], name

@@ -1,0 +1,13 @@
+"""The names of a training.csv summary's metrics (validation.analysis.metrics.summarize), apart from the code that computes
+them: the step kinds declare the metric names they produce from these (validation.kinds.trainer), and `plan` checks
+criteria against them without loading pandas."""
+
+# Columns summarized per window, in report order. Every one is a training.csv column (nsa.training.outputs).
+METRIC_COLUMNS = ("toks_per_s", "step_time_s", "loss", "grad_norm", "mem_alloc_gb", "mem_reserved_gb", "mfu")
+# Statistics computed for each metric column over the window (stdev is the population stdev, statistics.pstdev).
+STAT_NAMES = ("mean", "median", "stdev", "cv", "min", "max", "n")
+# Summary keys derived from several columns or rows (documented in summarize()); always present in a summary.
+DERIVED_KEYS = ("toks_per_s_per_gpu", "first_loss", "final_loss", "loss_drop", "mem_peak_gb", "mem_plateau",
+                "throughput_stable")
+# throughput_stable (validation.analysis.metrics.summarize): the CV of toks_per_s over the window is at most this
+THROUGHPUT_CV_MAX = 0.15

@@ -1,0 +1,92 @@
+"""nccl-tests (github.com/NVIDIA/nccl-tests) for the `comm` step: which binary runs which collective, its command
+line, whether it is usable here, and the parser of its output table (torch-free).
+
+The `comm` step runs one single-process `<kind>_perf -b MIN -e MAX -f 2 -g N -n ITERS -w WARMUP` per collective,
+N = the step's nproc_per_node (one process driving N GPUs: nccl-tests needs an MPI build and mpirun/srun to span
+processes, which torchrun does not provide), so source nccl-tests is for one node.
+
+Its output (what `parse` reads): a `# nThread ... nGpus ...` line, one `#  Rank  i Group ... device ...` line per
+rank, a header whose `size count type redop root time algbw busbw #wrong ...` names the columns (older versions
+lack `root` or say `error` for `#wrong`), one data row per size (time in microseconds; the first time/algbw/busbw
+triple is out-of-place, the second in-place), then `# Out of bounds values` and `# Avg bus bandwidth`. The rows
+use the out-of-place figures; algbw and busbw are recomputed from size and time with validation.analysis.collectives (the
+same conventions nccl-tests uses, without its two-decimal rounding).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+from validation.analysis.collectives import bandwidth_row
+
+BINARIES = {"all_reduce": "all_reduce_perf", "all_gather": "all_gather_perf",
+            "reduce_scatter": "reduce_scatter_perf", "broadcast": "broadcast_perf"}
+
+_RANK_RE = re.compile(r"^#\s+Rank\s+\d+\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+\S+\s+device\s+\d+")
+_AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
+
+
+class NcclTestsError(ValueError):
+    """The output is not an nccl-tests table (or holds no row)."""
+
+
+def missing_binaries(kinds, path: str | None = None) -> list[str]:
+    """The `<kind>_perf` binaries of `kinds` not found on PATH (`path`: a PATH value; None: this process's)."""
+    return [BINARIES[k] for k in kinds if shutil.which(BINARIES[k], path=path) is None]
+
+
+def command(kind: str, min_bytes: int, max_bytes: int, gpus: int, iters: int, warmup: int) -> list[str]:
+    """`<kind>_perf` over min..max bytes doubling, `gpus` GPUs in one process, with the step's iterations."""
+    return [BINARIES[kind], "-b", str(min_bytes), "-e", str(max_bytes), "-f", "2", "-g", str(gpus),
+            "-n", str(iters), "-w", str(warmup)]
+
+
+def parse(text: str, kind: str, world_size: int | None = None) -> dict:
+    """{"world_size", "rows": [bandwidth_row(...) + "reported_busbw_gbps"], "avg_busbw_gbps"} of one nccl-tests
+    run's output. world_size: the number of `# Rank` lines (or `world_size` when given). Raises NcclTestsError."""
+    columns: list[str] | None = None
+    ranks = 0
+    rows: dict[int, dict] = {}
+    avg = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if _RANK_RE.match(stripped):
+            ranks += 1
+            continue
+        if stripped.startswith("#"):
+            body = stripped[1:].split()
+            if columns is None and body[:2] == ["size", "count"] and "time" in body and "busbw" in body:
+                columns = body
+            m = _AVG_RE.match(stripped)
+            if m:
+                avg = float(m.group(1))
+            continue
+        if columns is None or not stripped or not stripped[0].isdigit():
+            continue
+        fields = stripped.split()
+        if len(fields) < columns.index("busbw") + 1:
+            continue
+        try:
+            nbytes = int(fields[0])
+            time_us = float(fields[columns.index("time")])
+            reported = float(fields[columns.index("busbw")])
+        except ValueError:
+            continue  # N/A or a line of something else
+        if nbytes <= 0 or time_us <= 0:
+            continue
+        rows[nbytes] = (nbytes, time_us, reported)
+    if columns is None:
+        raise NcclTestsError("no nccl-tests table header (`# size count type ... time algbw busbw`) in the output")
+    world = world_size or ranks
+    if not world:
+        raise NcclTestsError("no `# Rank N Group ...` line: the number of ranks is unknown")
+    if not rows:
+        raise NcclTestsError("the nccl-tests table holds no row")
+    out = []
+    for nbytes in sorted(rows):
+        _, time_us, reported = rows[nbytes]
+        row = bandwidth_row(kind, world, nbytes, time_us * 1e-6)
+        row["reported_busbw_gbps"] = reported
+        out.append(row)
+    return {"world_size": world, "rows": out, "avg_busbw_gbps": avg}

@@ -1,0 +1,362 @@
+"""The parallelism analysis's pure parts (seed 003), torch-free: the batch-size search, the DDP-vs-FSDP
+recommendation rule, exposed communication time from a profiler trace, and the scaling efficiency table.
+The step kinds validation.kinds.parallelism and validation.kinds.scaling feed them what they measured.
+
+Batch-size search (`batch_search`): double the micro-batch from `start` while it fits (never past `maximum`),
+then bisect between the last batch that fit and the first that did not; the largest batch that fits.
+
+Recommendation (`recommend`), the seed's rule applied to the evidence, per strategy at the batch the runbook needs:
+  - DDP fits with headroom (peak memory <= (1 - headroom) x the memory a rank has): DDP, unless an FSDP mode is
+    significantly faster (then that mode: the evidence outranks the rule of thumb);
+  - DDP does not fit (it failed out of memory, or its peak exceeds the memory a rank has): FSDP; no-reshard
+    (SHARD_GRAD_OP: no backward all-gather) when it fits with headroom and is not significantly slower than full
+    shard, else full shard (the most memory saved);
+  - tight (DDP fits, less headroom than asked): the significantly faster strategy among those that fit; without a
+    significant difference FSDP full shard (the headroom for a larger batch).
+"Faster" always means a significant paired comparison (validation.analysis.significance) handed in as a dict with rel,
+ci_low, ci_high, p_value (p_adjusted), significant; the reason states the numbers that decided it.
+
+Exposed communication (`exposed_comm`): collective time not overlapped with compute, from the torch profiler's
+chrome trace of rank 0: the union of the collectives' intervals (gloo's `gloo:*` work on its own threads, NCCL
+kernels on the GPU streams) minus the union of the intervals during which compute ran (CPU: operators on the
+training thread other than collectives and their waits; GPU: kernels other than NCCL's), divided by the profiled
+steps.
+
+Scaling (`scaling_table`): per world size n the throughput X(n) (tokens/s, all ranks). Speedup S(n) =
+X(n) / X(n0) with n0 the smallest world size measured; efficiency E(n) = S(n) x n0 / n. For strong scaling (the
+global batch fixed) X(n) / X(n0) = T(n0) / T(n), the step-time speedup, and E = T(n0) n0 / (T(n) n); for weak
+scaling (the per-rank batch fixed) E = X(n) n0 / (X(n0) n) = T(n0) / T(n). 1.0 is perfect scaling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from validation.formatting import fmt_pct
+
+STRATEGIES = {"ddp": "DDP", "fsdp": "FSDP2 full shard", "fsdp_no_reshard": "FSDP2 no-reshard (SHARD_GRAD_OP)"}
+DEFAULT_HEADROOM = 0.2
+
+
+class SearchError(Exception):
+    """A batch-size search stopped by a failure that is not out of memory."""
+
+
+# ---------------------------------------------------------------------------------------------- batch search
+@dataclass
+class SearchResult:
+    largest: int | None  # the largest batch that fit (None: not even `start`)
+    first_oom: int | None  # the smallest batch that did not fit (None: `maximum` fit)
+    tried: list[tuple[int, bool]] = field(default_factory=list)  # (batch, fit) in the order tried
+    error: str | None = None  # a failure that was not out of memory stopped the search
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"largest": self.largest, "first_oom": self.first_oom, "error": self.error,
+                "tried": [{"batch": b, "fits": f} for b, f in self.tried]}
+
+
+def batch_search(fits: Callable[[int], bool], start: int = 1, maximum: int = 64) -> SearchResult:
+    """The largest micro-batch in [start, maximum] for which fits(batch) is True, assuming that a batch that does
+    not fit means no larger one fits: doubling until the first that does not fit, then bisection. fits raises
+    SearchError for a failure other than out of memory: the search stops and says so, keeping what it found."""
+    if not (isinstance(start, int) and isinstance(maximum, int) and 1 <= start <= maximum):
+        raise ValueError(f"a batch search needs 1 <= start <= max, got start={start!r}, max={maximum!r}")
+    out = SearchResult(largest=None, first_oom=None)
+
+    def probe(b: int) -> bool:
+        ok = bool(fits(b))
+        out.tried.append((b, ok))
+        return ok
+
+    try:
+        b = start
+        while True:
+            if not probe(b):
+                out.first_oom = b
+                break
+            out.largest = b
+            if b >= maximum:
+                return out
+            b = min(2 * b, maximum)
+        if out.largest is None:
+            return out
+        lo, hi = out.largest, out.first_oom
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if probe(mid):
+                lo = out.largest = mid
+            else:
+                hi = out.first_oom = mid
+    except SearchError as exc:
+        out.error = str(exc)
+    return out
+
+
+OOM_MARKERS = ("out of memory", "outofmemoryerror", "cuda error: out of memory", "cublas_status_alloc_failed")
+
+
+def is_oom(*texts: Any) -> bool:
+    """Whether a launch's reason or traceback excerpt says it ran out of memory."""
+    return any(m in str(t).lower() for t in texts if t for m in OOM_MARKERS)
+
+
+# ---------------------------------------------------------------------------------------------- recommendation
+def _comparison_text(comp: Mapping | None) -> str:
+    if not comp:
+        return "not compared"
+    adjusted = comp.get("p_adjusted") is not None
+    p = comp.get("p_adjusted") if adjusted else comp.get("p_value")
+    return (f"{fmt_pct(comp.get('rel'), True)} tokens/s (95% CI {fmt_pct(comp.get('ci_low'), True)} .. "
+            f"{fmt_pct(comp.get('ci_high'), True)}, {'Holm-adjusted ' if adjusted else ''}p = {p:.3g}, "
+            f"{'significant' if comp.get('significant') else 'not significant'})"
+            if isinstance(p, (int, float)) else f"{fmt_pct(comp.get('rel'), True)} tokens/s (no p-value)")
+
+
+def _faster(comparisons: Mapping[str, Mapping], a: str, b: str) -> int:
+    """+1 when a is significantly faster than b, -1 when significantly slower, 0 otherwise. comparisons hold
+    "b_vs_a"-style keys "<variant>:<baseline>" with rel = variant / baseline - 1."""
+    for key, sign in ((f"{a}:{b}", 1), (f"{b}:{a}", -1)):
+        comp = comparisons.get(key)
+        if comp and comp.get("significant") and isinstance(comp.get("rel"), (int, float)):
+            return sign if comp["rel"] > 0 else -sign
+    return 0
+
+
+def _comp(comparisons: Mapping[str, Mapping], a: str, b: str) -> tuple[str, Mapping | None]:
+    """The comparison of a against b, as text with a's label first."""
+    if f"{a}:{b}" in comparisons:
+        return f"{a} vs {b}", comparisons[f"{a}:{b}"]
+    if f"{b}:{a}" in comparisons:
+        return f"{b} vs {a}", comparisons[f"{b}:{a}"]
+    return f"{a} vs {b}", None
+
+
+def recommend(evidence: Mapping[str, Mapping], comparisons: Mapping[str, Mapping], *,
+              headroom: float = DEFAULT_HEADROOM) -> dict[str, Any]:
+    """The seed's rule (module doc) on `evidence` {strategy: {"fits": bool, "peak_gb": float|None, "capacity_gb":
+    float|None, "toks_per_s": float|None, "largest_batch": int|None}} and `comparisons` {"<variant>:<baseline>":
+    {"rel", "ci_low", "ci_high", "p_value", "p_adjusted", "significant"}}. Returns {"strategy", "regime",
+    "reason", "numbers": {strategy: {"headroom", "fits", "toks_per_s"}}}; strategy None when nothing fits or
+    DDP was not measured."""
+    numbers: dict[str, dict[str, Any]] = {}
+    for name, ev in evidence.items():
+        peak, cap = ev.get("peak_gb"), ev.get("capacity_gb")
+        room = 1 - peak / cap if isinstance(peak, (int, float)) and isinstance(cap, (int, float)) and cap > 0 else None
+        fits = bool(ev.get("fits")) and (room is None or room >= 0)
+        numbers[name] = {"fits": fits, "headroom": room, "toks_per_s": ev.get("toks_per_s"),
+                         "peak_gb": peak, "capacity_gb": cap, "largest_batch": ev.get("largest_batch")}
+
+    def mem(name: str) -> str:
+        n = numbers[name]
+        if not n["fits"]:
+            return f"{name} does not fit" + (f" (peak {n['peak_gb']:.3g} GB of {n['capacity_gb']:.3g} GB)"
+                                             if n["headroom"] is not None else " (out of memory)")
+        if n["headroom"] is None:
+            return f"{name} fits (memory available unknown)"
+        return f"{name} fits with {fmt_pct(n['headroom'])} headroom ({n['peak_gb']:.3g} of {n['capacity_gb']:.3g} GB)"
+
+    def speed(a: str, b: str) -> str:
+        label, comp = _comp(comparisons, a, b)
+        return f"{label}: {_comparison_text(comp)}"
+
+    out: dict[str, Any] = {"strategy": None, "regime": None, "reason": None, "numbers": numbers,
+                           "headroom_required": headroom}
+    fsdp_modes = [m for m in ("fsdp", "fsdp_no_reshard") if m in numbers]
+    if "ddp" not in numbers:
+        out["reason"] = "no recommendation: DDP was not measured"
+        return out
+    ddp = numbers["ddp"]
+    if not ddp["fits"]:
+        out["regime"] = "does_not_fit"
+        fitting = [m for m in fsdp_modes if numbers[m]["fits"]]
+        if not fitting:
+            out["reason"] = (f"no strategy fits: {'; '.join(mem(m) for m in numbers)}; reduce the micro-batch (use "
+                             "gradient accumulation for the global batch) or checkpoint activations")
+            return out
+        choice = "fsdp" if "fsdp" in fitting else fitting[0]
+        if "fsdp_no_reshard" in fitting and "fsdp" in fitting:
+            nr = numbers["fsdp_no_reshard"]["headroom"]
+            if _faster(comparisons, "fsdp", "fsdp_no_reshard") <= 0 and (nr is None or nr >= headroom):
+                choice = "fsdp_no_reshard"
+        why = [mem("ddp")] + [mem(m) for m in fsdp_modes]
+        if len(fitting) > 1:
+            why.append(speed("fsdp_no_reshard", "fsdp"))
+        out.update(strategy=choice, reason=f"{STRATEGIES[choice]}: DDP does not fit; " + "; ".join(why))
+        return out
+    fitting = ["ddp"] + [m for m in fsdp_modes if numbers[m]["fits"]]
+    with_room = ddp["headroom"] is None or ddp["headroom"] >= headroom
+    faster_fsdp = [m for m in fitting[1:] if all(_faster(comparisons, m, o) > 0 for o in fitting if o != m)]
+    if with_room:
+        out["regime"] = "fits_with_headroom"
+        why = [mem("ddp") + f" (>= {fmt_pct(headroom)} asked)" if ddp["headroom"] is not None
+               else mem("ddp") + "; headroom taken as sufficient"]
+        why += [speed(m, "ddp") for m in fsdp_modes]
+        if faster_fsdp:
+            choice = faster_fsdp[0]
+            lead = f"{STRATEGIES[choice]}: DDP fits with headroom but {choice} is significantly faster"
+        elif all(_faster(comparisons, "ddp", m) > 0 for m in fitting[1:]) and len(fitting) > 1:
+            choice, lead = "ddp", "DDP: it fits with headroom and is significantly faster"
+        else:
+            choice, lead = "ddp", ("DDP: it fits with headroom and no FSDP mode is significantly faster "
+                                   "(no significant difference: the simpler strategy is kept)")
+        out.update(strategy=choice, reason=f"{lead}; " + "; ".join(why))
+        return out
+    out["regime"] = "tight"
+    why = [mem(m) for m in numbers] + [speed(m, "ddp") for m in fsdp_modes]
+    fastest = [m for m in fitting if all(_faster(comparisons, m, o) > 0 for o in fitting if o != m)]
+    if fastest:
+        choice = fastest[0]
+        lead = f"{STRATEGIES[choice]}: memory is tight for DDP and {choice} is the significantly faster at this batch"
+    else:
+        choice = "fsdp" if "fsdp" in fitting else "ddp"
+        lead = (f"{STRATEGIES[choice]}: memory is tight for DDP (less than {fmt_pct(headroom)} headroom) and no "
+                f"strategy is significantly faster at this batch" + (", so the one with the most headroom"
+                                                                     if choice == "fsdp" else ""))
+    out.update(strategy=choice, reason=f"{lead}; " + "; ".join(why))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- exposed comm
+_COMM_WORDS = ("c10d::", "_c10d_functional", "nccl", "gloo", "record_param_comms", "allreduce", "all_reduce",
+               "allgather", "all_gather", "reduce_scatter", "broadcast", "wait", "fsdp::", "ddp::")
+
+
+def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for s, e in sorted(i for i in intervals if i[1] > i[0]):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """a minus b; both unions (sorted, disjoint)."""
+    out, j = [], 0
+    for s, e in a:
+        cur = s
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < e:
+            if b[k][0] > cur:
+                out.append((cur, b[k][0]))
+            cur = max(cur, b[k][1])
+            k += 1
+        if cur < e:
+            out.append((cur, e))
+    return out
+
+
+def _length(intervals: list[tuple[float, float]]) -> float:
+    return sum(e - s for s, e in intervals)
+
+
+def exposed_comm(events: list[Mapping]) -> dict[str, Any] | None:
+    """{"comm_s", "exposed_s", "steps", "per_step_comm_s", "per_step_exposed_s", "source"} from a chrome trace's
+    traceEvents (module doc), or None when it holds no collective."""
+    xs = [e for e in events if isinstance(e, Mapping) and e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))
+          and isinstance(e.get("ts"), (int, float))]
+    steps = sum(1 for e in xs if str(e.get("name", "")).startswith("ProfilerStep#")) or 1
+    kernels = [e for e in xs if e.get("cat") == "kernel"]
+    if any("nccl" in str(e.get("name", "")).lower() for e in kernels):
+        comm = [e for e in kernels if "nccl" in str(e["name"]).lower()]
+        compute = [e for e in kernels if "nccl" not in str(e["name"]).lower()]
+        comm_u, busy = _union((e["ts"], e["ts"] + e["dur"]) for e in comm), _union(
+            (e["ts"], e["ts"] + e["dur"]) for e in compute)
+        source = "GPU kernels: NCCL kernels minus the time compute kernels ran"
+    else:
+        comm = [e for e in xs if str(e.get("name", "")).startswith("gloo:")]
+        if not comm:
+            return None
+        ops = [e for e in xs if e.get("cat") == "cpu_op"]
+        main = {}
+        for e in ops:
+            key = (e.get("pid"), e.get("tid"))
+            main[key] = main.get(key, 0) + 1
+        thread = max(main, key=main.get) if main else None
+        own = [e for e in xs if (e.get("pid"), e.get("tid")) == thread and e.get("cat") in ("cpu_op", "user_annotation")
+               and not str(e.get("name", "")).startswith("ProfilerStep#")]
+        is_comm = [any(w in str(e.get("name", "")).lower() for w in _COMM_WORDS) for e in own]
+        work = _union((e["ts"], e["ts"] + e["dur"]) for e, c in zip(own, is_comm) if not c and e.get("cat") == "cpu_op")
+        waiting = _union((e["ts"], e["ts"] + e["dur"]) for e, c in zip(own, is_comm) if c)
+        busy = _subtract(work, waiting)
+        comm_u = _union((e["ts"], e["ts"] + e["dur"]) for e in comm)
+        source = ("CPU trace: gloo collective work (its own threads) minus the time the training thread computed "
+                  "(operators other than collectives and their waits)")
+    total, exposed = _length(comm_u) / 1e6, _length(_subtract(comm_u, busy)) / 1e6
+    return {"comm_s": total, "exposed_s": exposed, "steps": steps, "per_step_comm_s": total / steps,
+            "per_step_exposed_s": exposed / steps, "source": source}
+
+
+# ---------------------------------------------------------------------------------------------- scaling
+def scaling_table(points: Mapping[int, float | None], mode: str) -> dict[str, Any]:
+    """{"rows": [{"world_size", "toks_per_s", "speedup", "efficiency"}], "base", "efficiency": {"min", "last"}}
+    from {world_size: tokens/s (all ranks)} (module doc); None throughputs give None rows. efficiency.min and
+    .last are over the world sizes beyond the base (the base's efficiency is 1.0 by definition, so a min that
+    included it could never show a superlinear point); None when only the base was measured."""
+    if mode not in ("strong", "weak"):
+        raise ValueError(f"scaling mode is strong or weak, got {mode!r}")
+    measured = {n: x for n, x in points.items() if isinstance(x, (int, float)) and x > 0}
+    base = min(measured) if measured else None
+    rows, effs = [], []
+    for n in sorted(points):
+        x = measured.get(n)
+        speedup = eff = None
+        if x is not None and base is not None:
+            speedup = x / measured[base]
+            eff = speedup * base / n
+            if n != base:
+                effs.append(eff)
+        rows.append({"world_size": n, "toks_per_s": x, "speedup": speedup, "efficiency": eff})
+    return {"mode": mode, "base": base, "rows": rows,
+            "efficiency": {"min": min(effs) if effs else None, "last": effs[-1] if effs else None}}
+
+
+# ---------------------------------------------------------------------------------------------- across ranks
+def _collective_kind(name: str) -> str | None:
+    """gloo:all_reduce -> all_reduce; ncclDevKernel_AllGather_... / ncclKernel_ReduceScatter_... -> all_gather /
+    reduce_scatter; anything else None."""
+    if name.startswith("gloo:"):
+        return name[5:]
+    for prefix in ("ncclDevKernel_", "ncclKernel_"):
+        if name.startswith(prefix):
+            word = name[len(prefix):].split("_")[0]
+            return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(word))
+    return None
+
+
+def aligned_collectives(ranks: list[list[Mapping]]) -> dict[str, Any] | None:
+    """A collective's own time across ranks, from the Chrome-trace events of every rank of one run: the calls of
+    each kind pair by order across ranks (every rank issues the same collectives in the same order), and a call's
+    own time runs from the LATEST rank's start to the LATEST rank's end (before the last rank joins, the others
+    only wait for it: one rank's in-flight time counts the peers' skew). Returns {"by_kind": {kind: {"calls",
+    "total_s"}}, "total_s", "steps" (rank 0's ProfilerStep ranges), "per_step_s"}, or None with fewer than two
+    ranks or no collective. Traces are clock-aligned as the profiler writes them (one host's wall clock)."""
+    if len(ranks) < 2:
+        return None
+    per_rank: list[dict[str, list[tuple[float, float]]]] = []
+    for events in ranks:
+        calls: dict[str, list[tuple[float, float]]] = {}
+        for e in events:
+            if isinstance(e, Mapping) and e.get("ph") == "X" and isinstance(e.get("dur"), (int, float)):
+                kind = _collective_kind(str(e.get("name", "")))
+                if kind:
+                    calls.setdefault(kind, []).append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+        per_rank.append({k: sorted(v) for k, v in calls.items()})
+    kinds = set.intersection(*(set(c) for c in per_rank))
+    by_kind = {}
+    for kind in sorted(kinds):
+        n = min(len(c[kind]) for c in per_rank)
+        total = sum(max(0.0, max(c[kind][i][1] for c in per_rank) - max(c[kind][i][0] for c in per_rank))
+                    for i in range(n))
+        by_kind[kind] = {"calls": n, "total_s": total / 1e6}
+    if not by_kind:
+        return None
+    steps = sum(1 for e in ranks[0] if isinstance(e, Mapping) and e.get("ph") == "X"
+                and str(e.get("name", "")).startswith("ProfilerStep"))
+    total_s = sum(v["total_s"] for v in by_kind.values())
+    return {"by_kind": by_kind, "total_s": total_s, "steps": steps,
+            "per_step_s": total_s / steps if steps else None}

@@ -1,0 +1,428 @@
+"""The decision of a sweep or an A/B step: a winner only when the data say so, else the default is kept.
+
+Rule (decide()):
+  1. Each variant's runs are reduced to a level: one run each -> block means of its steps (block_units);
+     repeats -> run means, compared pairwise by repeat (compare_paired) so that drift cancels.
+  2. The variants are ranked by mean; the best is compared with every other one (variant = best,
+     baseline = the other).
+  3. The best is the winner only when it beats every other variant significantly (p < alpha) and by more than the
+     noise floor. For two variants that is the two-sided test at level alpha; with more, the best must also be
+     ahead of the others and clear each of them, so a false winner is rarer still: 0.5-0.9% of simulated
+     3-variant sweeps without a true difference, with repeats or without drift; 5% with one run per variant
+     under cpu_smoke's drift, which block means of single runs cannot see (min_repeats=2 refuses those).
+  4. Otherwise there is no winner. The "top group" is the best and every variant it does not beat. The default
+     (or the first stated preference) is kept: "no significant difference", a passed decision. Only when the best
+     beats the default at p < alpha / (k - 1) (Bonferroni over the k - 1 variants that could have beaten it: with
+     no true difference this path leaves the default in at most alpha / 2 of the decisions) but cannot be
+     separated from another variant, the choice moves to the first stated preference in the top group that itself beats
+     the default significantly, else to the best, and the decision says so (significant: True).
+  5. recommended_repeats says how many interleaved repeats would detect `effect` (5%) with `power` (80%) at the
+     noise measured, so that a report can say what it would take.
+  6. Replicated, undisturbed effects only. Runs measured while other work used the machine (`disturbed`) are left
+     out before anything is compared. With interleaved repeats, a difference counts (a winner, the default beaten)
+     only when it goes the same way in every interleaved block (REPLICATION_BLOCKS: each repeat up to three, then
+     the first, middle and last third), not only on average: one odd stretch can make a paired t significant on
+     its own. Where the runbook declares how much one launch differs from the next when nothing changed
+     (`pair_noise`: its `compare.launch_sd`, measured from A/A pairs), one repeat's noise is held to at least that:
+     two repeats that agree by chance (a paired t with 1 degree of freedom) decide nothing.
+     A decision is `recommendable` (its setting may be exported, validation.execution.acceptance)
+     only when it rests on a significant, replicated difference of interleaved repeats; one run per variant can
+     choose what later steps run with, never what a user is told to set.
+interleaved_order() gives the run order for repeats: each repeat runs every variant once, in a random order
+(plain A B C A B C would give B a constant head start over A under a steady drift; see its docstring).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from validation.formatting import fmt_pct
+from validation.analysis.significance.comparison import (ALPHA, MIN_FLOOR, Comparison, PairNoise, RunNoise, compare_paired,
+                                                 compare_units, paired_cv, paired_pairs)
+from validation.analysis.significance.power import EFFECT, POWER, REPLICATION_BLOCKS, recommended_repeats
+from validation.analysis.significance.units import MIN_BLOCKS, Units, run_units
+from validation.analysis.significance.windows import window_units
+from validation.analysis.stats import StatsError
+
+RunData = Sequence[float] | float | None  # one run: its per-step series (after warm-up), its mean, or None (failed)
+
+
+
+
+def replicated_blocks(d: Sequence[float] | np.ndarray, blocks: int = REPLICATION_BLOCKS) -> bool:
+    """Whether the per-repeat differences `d` (in run order, signed so that the effect is positive) have a positive
+    mean in each of min(len(d), blocks) consecutive blocks."""
+    d = np.asarray(d, dtype="float64")
+    k = min(int(d.size), int(blocks))
+    return bool(k > 0 and all(part.mean() > 0 for part in np.array_split(d, k)))
+
+
+def interleaved_order(labels: Sequence[str], repeats: int, seed: int | None = None) -> list[tuple[int, str]]:
+    """(repeat, label) in run order: every repeat runs each variant once, in an order drawn at random for that
+    repeat (a randomized complete block design; `seed` makes it reproducible: derive it from the run, record it).
+
+    Why random: the paired test needs each repeat's log-ratio to carry the drift between its two runs as noise
+    around zero. Simulated with cpu_smoke's noise, 3-10 repeats of 3 variants, no true difference
+    (benchmarks/bench_significance.py, orders): a fixed order (A B C A B C) gives B a constant head start over A
+    under a steady drift of 0.1%/step and its paired test rejects in 10-28% of sweeps; rotations (A B C, B C A,
+    ...) and serpentines (A B C, C B A, ...) cancel a linear drift but not one that turns within a few repeats
+    (10-18% under cpu_smoke's drift); random orders give 4-7% under all three drifts.
+    """
+    labels = list(labels)
+    if not labels or len(set(labels)) != len(labels):
+        raise StatsError(f"interleaved_order: expected distinct labels, got {labels!r}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise StatsError(f"repeats: expected a positive integer, got {repeats!r}")
+    rng = np.random.default_rng(seed)
+    return [(r, labels[i]) for r in range(repeats) for i in rng.permutation(len(labels))]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a sweep or an A/B decided.
+
+    winner:              the variant that beats every other one significantly and beyond the noise floor, else None
+    choice:              the variant to use: the winner; else the default/preference kept; else (the default
+                         beaten) the best of the top group; None when there is no winner and nothing to keep
+    default:             the runbook's default (None when it named none)
+    kept_default:        choice == default without a significant result against it
+    significant:         the choice rests on a significant difference (a winner, or the default beaten)
+    comparison:          the comparison behind the decision: best vs runner-up (or best vs the default when it
+                         was beaten); None with fewer than 2 measured variants
+    comparisons:         best vs each other variant
+    ranking:             measured variants, best first, with their means
+    method:              "blocks" (one run per variant), "paired" (interleaved repeats) or "runs"; None when
+                         nothing was compared
+    repeats:             runs per variant used (the fewest over variants)
+    noise_floor:         the runner-up comparison's noise floor
+    cv:                  noise of one run mean behind recommended_repeats (paired: sd of log-ratios / sqrt 2;
+                         one run each: the largest relative standard error of a run mean, a lower bound)
+    recommended_repeats: interleaved repeats that detect `effect` with `power` at that noise (None: more than
+                         MAX_REPEATS, or no noise estimate)
+    effect, power, alpha: the targets behind recommended_repeats and the significance level
+    excluded:            variants without usable data, with the reason
+    reason:              the decision in words
+    replicated:          the decisive difference went the same way in every interleaved repeat (None: no repeats,
+                         or nothing significant to replicate)
+    recommendable:       significant, replicated and from interleaved repeats: a setting a user may be told to use
+    recommendation:      why the choice is or is not recommendable, in words
+    disturbed_runs:      (label, repeat) of the runs left out because other work used the machine while they ran
+    """
+
+    winner: str | None
+    choice: str | None
+    default: str | None
+    kept_default: bool
+    significant: bool
+    comparison: Comparison | None
+    comparisons: tuple[Comparison, ...]
+    ranking: tuple[tuple[str, float], ...]
+    method: str | None
+    repeats: int
+    noise_floor: float | None
+    cv: float | None
+    recommended_repeats: int | None
+    effect: float
+    power: float
+    alpha: float
+    excluded: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    reason: str = ""
+    replicated: bool | None = None
+    recommendable: bool = False
+    recommendation: str = ""
+    disturbed_runs: tuple[tuple[str, int], ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "winner": self.winner, "choice": self.choice, "default": self.default,
+            "kept_default": self.kept_default, "significant": self.significant,
+            "comparison": self.comparison.as_dict() if self.comparison else None,
+            "comparisons": [c.as_dict() for c in self.comparisons],
+            "ranking": [{"label": k, "mean": v} for k, v in self.ranking],
+            "method": self.method, "repeats": self.repeats, "noise_floor": self.noise_floor, "cv": self.cv,
+            "recommended_repeats": self.recommended_repeats, "effect": self.effect, "power": self.power,
+            "alpha": self.alpha, "excluded": [{"label": k, "reason": v} for k, v in self.excluded],
+            "reason": self.reason, "replicated": self.replicated, "recommendable": self.recommendable,
+            "recommendation": self.recommendation,
+            "disturbed_runs": [{"label": k, "repeat": r} for k, r in self.disturbed_runs],
+        }
+
+
+@dataclass
+class _Variant:
+    label: str
+    means: list[float | None]          # per repeat
+    series: list[np.ndarray | None]    # per repeat (None: a mean was given, or the run failed)
+    level: float = math.nan
+    units: Units | None = None
+
+
+def _as_runs(label: str, data: Sequence[RunData] | RunData) -> _Variant:
+    runs = list(data) if isinstance(data, (list, tuple)) else [data]
+    means: list[float | None] = []
+    series: list[np.ndarray | None] = []
+    for r, run in enumerate(runs):
+        if run is None:
+            means.append(None)
+            series.append(None)
+        elif isinstance(run, (int, float, np.floating, np.integer)) and not isinstance(run, bool):
+            v = float(run)
+            means.append(v if math.isfinite(v) else None)
+            series.append(None)
+        else:
+            x = np.asarray(run, dtype="float64").ravel()
+            x = x[np.isfinite(x)]
+            means.append(float(x.mean()) if x.size else None)
+            series.append(x if x.size else None)
+    return _Variant(label, means, series)
+
+
+def _unusable(v: _Variant, repeats_mode: bool, min_blocks: int) -> str | None:
+    present = [m for m in v.means if m is not None]
+    if not present:
+        return "no measured run"
+    if any(m <= 0 for m in present):
+        return "a run mean is not positive"
+    if repeats_mode and len(present) < 2:
+        return f"{len(present)} of {len(v.means)} runs measured (repeats need 2)"
+    if not repeats_mode:
+        s = v.series[0] if v.series else None
+        if s is None:
+            return "one run without its per-step values"
+        if s.size < 2 * min_blocks:
+            return f"{s.size} steps (block means need {2 * min_blocks})"
+    return None
+
+
+def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | None = None,
+           preference: Sequence[str] = (), higher_is_better: bool = True, metric: str = "toks_per_s",
+           alpha: float = ALPHA, min_floor: float = MIN_FLOOR, effect: float = EFFECT, power: float = POWER,
+           min_blocks: int = MIN_BLOCKS, min_repeats: int = 1, run_noise: RunNoise | None = None,
+           disturbed: Mapping[str, Sequence[bool]] | None = None, pair_noise: PairNoise | None = None) -> Decision:
+    """Decide a sweep or an A/B (see the module docstring).
+
+    runs: label -> the variant's runs in repeat order; each run is its per-step series of `metric` after
+          warm-up (a sequence of floats), its mean (a float; only with repeats), or None (the run failed).
+          One run per variant -> block means; two or more -> paired by repeat index.
+    default: the runbook's default label (kept when there is no significant difference).
+    preference: labels to prefer, in order, among variants that cannot be separated (after the default).
+    run_noise: with one run per variant, the run-to-run variation measured elsewhere (comparison.run_noise, e.g.
+          from repeated runs earlier in the same validation run), the least noise of each side of a block comparison;
+          ignored with repeats, whose paired comparisons include it.
+    min_repeats: declare a winner (or leave the default) only with at least this many runs per variant; 2 refuses
+          single-run winners, whose significance cannot include drift between the runs.
+    disturbed: label -> per repeat, whether that run was measured under interference (validation.launch.telemetry
+          .interference); those runs are left out as if they had failed, and the decision says so.
+    pair_noise: with repeats, the least sd of one repeat's log-ratio (comparison.PairNoise: the runbook's declared
+          launch noise), so that a few repeats agreeing by chance do not decide; also behind the repeats advice.
+    """
+    if isinstance(min_repeats, bool) or not isinstance(min_repeats, int) or min_repeats < 1:
+        raise StatsError(f"min_repeats: expected a positive integer, got {min_repeats!r}")
+    if not runs:
+        raise StatsError("decide: no variants")
+    labels = list(runs)
+    for name in [default, *preference]:
+        if name is not None and name not in runs:
+            raise StatsError(f"decide: {name!r} (default/preference) is not one of the variants "
+                             f"{', '.join(map(repr, labels))}")
+    shaken: list[tuple[str, int]] = []
+    if disturbed:
+        cleaned: dict[str, list] = {}
+        for k in labels:
+            listed = list(runs[k]) if isinstance(runs[k], (list, tuple)) else [runs[k]]
+            flags = list(disturbed.get(k) or [])
+            for r, run in enumerate(listed):
+                if r < len(flags) and flags[r] and run is not None:
+                    shaken.append((k, r))
+                    listed[r] = None
+            cleaned[k] = listed
+        runs = cleaned
+    variants = [_as_runs(k, runs[k]) for k in labels]
+    longest = max(len(v.means) for v in variants)
+    repeats_mode = longest >= 2
+    for v in variants:  # a variant with fewer runs listed lacks the last repeats
+        v.means += [None] * (longest - len(v.means))
+        v.series += [None] * (longest - len(v.series))
+    excluded = []
+    usable = []
+    for v in variants:
+        why = _unusable(v, repeats_mode, min_blocks)
+        if why:
+            excluded.append((v.label, why))
+        else:
+            usable.append(v)
+    sign = 1.0 if higher_is_better else -1.0
+    for v in usable:
+        if repeats_mode:
+            v.level = float(np.mean([m for m in v.means if m is not None]))
+        else:
+            # the run's level is the mean over every step of its window, the figure its table shows: the
+            # decision's comparison is then the A/B table's (windows.compare_windows) number for number
+            v.units = window_units(v.series[0], min_blocks=min_blocks)
+            v.level = v.units.mean
+    usable.sort(key=lambda v: (-sign * v.level, labels.index(v.label)))
+    ranking = tuple((v.label, v.level) for v in usable)
+    common = dict(effect=effect, power=power, alpha=alpha, excluded=tuple(excluded), disturbed_runs=tuple(shaken))
+    excl_text = ("; excluded: " + ", ".join(f"{k} ({why})" for k, why in excluded)) if excluded else ""
+    if shaken:
+        excl_text += ("; left out because other work used the machine while they ran: "
+                      + ", ".join(f"{k} (repeat {r + 1})" for k, r in shaken))
+
+    if len(usable) < 2:
+        only = usable[0].label if usable else None
+        # the default was measured, but its runs were left out as disturbed: nothing was compared, so it is kept
+        default_shaken = default is not None and any(k == default for k, _ in shaken)
+        choice = default if default_shaken or only is None else only
+        how = " undisturbed" if shaken else ""
+        text = (f"only {only} was measured{how}: nothing to compare" if only else f"no variant was measured{how}")
+        if (only is None or default_shaken) and default is not None:
+            text += f"; the default {default} is kept"
+        return Decision(winner=None, choice=choice, default=default,
+                        kept_default=choice is not None and choice == default, significant=False, comparison=None,
+                        comparisons=(), ranking=ranking, method=None, repeats=0, noise_floor=None, cv=None,
+                        recommended_repeats=None, reason=text + excl_text + ".",
+                        recommendation="nothing is recommended: " + text, **common)
+
+    kw = dict(higher_is_better=higher_is_better, alpha=alpha, min_floor=min_floor, metric=metric)
+
+    def compare(base: _Variant, var: _Variant) -> Comparison:
+        if repeats_mode:
+            xa, _ = paired_pairs(base.means, var.means)
+            if xa.size >= 2:
+                return compare_paired(base.means, var.means, baseline=base.label, variant=var.label,
+                                      pair_noise=pair_noise, **kw)
+            ua = run_units([m for m in base.means if m is not None])
+            ub = run_units([m for m in var.means if m is not None])
+            return compare_units(ua, ub, baseline=base.label, variant=var.label, **kw)
+        return compare_units(base.units, var.units, baseline=base.label, variant=var.label, run_noise=run_noise,
+                             **kw)
+
+    best, runner_up = usable[0], usable[1]
+    try:
+        comps = tuple(compare(v, best) for v in usable[1:])
+    except StatsError as exc:  # e.g. a variant with repeats but fewer than 2 usable runs
+        raise StatsError(f"decide: cannot compare the variants: {exc}") from None
+    def same_way(base: _Variant, var: _Variant) -> bool | None:
+        """Whether `var` is ahead of `base` in every replication block (None without repeats)."""
+        if not repeats_mode:
+            return None
+        xa, xb = paired_pairs(base.means, var.means)
+        if xa.size < 2:
+            return None
+        return replicated_blocks(np.log(xb / xa) * sign)
+
+    by_label = {v.label: v for v in usable}
+    unreplicated = [c.baseline for c in comps if c.significant and c.verdict == "better"
+                    and same_way(by_label[c.baseline], best) is False]
+    beaten = {c.baseline for c in comps if c.significant and c.verdict == "better" and c.baseline not in unreplicated}
+    top = [best.label] + [v.label for v in usable[1:] if v.label not in beaten]
+    method = comps[0].method
+    n_rep = min(sum(m is not None for m in v.means) for v in usable)
+
+    # the noise of one run mean, behind the repeats advice
+    if method == "paired":
+        cv = paired_cv(runner_up.means, best.means)
+        if pair_noise is not None:
+            cv = max(cv, pair_noise.sd / math.sqrt(2.0))
+    elif method == "runs":
+        cv = max(float(np.std([m for m in v.means if m is not None], ddof=1)) / v.level for v in usable)
+    else:
+        floor_cv = run_noise.total if run_noise is not None else 0.0
+        cv = max(max(v.units.rel_se, floor_cv) for v in usable)
+    rec = recommended_repeats(cv, effect, alpha, power, len(usable), min_floor) if cv > 0 else 2
+    if method == "blocks" and run_noise is not None:
+        design = (f"one run per variant (block means), each run's noise at least the {run_noise.describe()}")
+    elif method == "blocks":
+        design = ("one run per variant (block means): differences between runs, such as drift, are not "
+                  "measured, so this rests on the runs' own noise only")
+    else:
+        design = f"{n_rep} repeats per variant"
+    advice = (f"detecting a {effect:.0%} difference with {power:.0%} power at this noise (run-mean CV {fmt_pct(cv)}"
+              + (", a lower bound from within the runs" if method == "blocks" and run_noise is None else "")
+              + ") needs "
+              + (f"{rec} interleaved repeats" if rec else "more than 1000 interleaved repeats"))
+
+    main = comps[0]
+    kept = False
+    too_few = n_rep < min_repeats
+    winner = best.label if len(beaten) == len(comps) and not too_few else None
+    significant = winner is not None
+    candidates = [c for c in dict.fromkeys([default, *preference]) if c is not None]
+    if winner is not None:
+        choice = winner
+        reason = (f"{winner} is the winner: against the runner-up {runner_up.label}, {metric} "
+                  f"{main.describe()}" + (f"; it beats the other {len(comps) - 1} variant(s) too"
+                                          if len(comps) > 1 else "") + f"; {design}")
+    elif (default in by_label and default not in top and not too_few  # the default measured, and beaten
+          and next(c for c in comps if c.baseline == default).p_value < alpha / len(comps)
+          and same_way(by_label[default], best) is not False):
+        # the default is beaten, but the best cannot be separated from some other variant
+        main = next(c for c in comps if c.baseline == default)
+        significant = True
+        choice = best.label
+        dv = next(v for v in usable if v.label == default)
+        for p in [c for c in preference if c in top and c != best.label]:
+            against_default = compare(dv, next(v for v in usable if v.label == p))
+            if against_default.significant and against_default.verdict == "better":
+                choice = p
+                break
+        others = [t for t in top if t != best.label]
+        reason = (f"no single winner, but the default {default} is beaten: against it, {best.label} is "
+                  f"{main.describe()}; {best.label} cannot be separated from {', '.join(others)}; {choice} is "
+                  f"chosen ({'the stated preference' if choice != best.label else 'the highest mean'}); {design}")
+    else:
+        if default is not None:
+            choice = default
+        else:
+            in_top = [c for c in candidates if c in top or too_few]
+            choice = in_top[0] if in_top else None
+        kept = choice is not None and choice == default
+        if too_few:
+            lead = (f"no winner declared with {n_rep} run(s) per variant (at least {min_repeats} required): "
+                    f"{best.label} against {runner_up.label} is {main.describe()}")
+        elif unreplicated:
+            lead = (f"no winner: {best.label} is significantly ahead of {', '.join(unreplicated)} on average but not "
+                    f"in every interleaved block of repeats, so the difference is not replicated: {metric} "
+                    f"{main.describe()}")
+        else:
+            lead = (f"no significant difference between the best, {best.label}, and {runner_up.label}: "
+                    f"{metric} {main.describe()}")
+        if choice is None:
+            reason = f"{lead}; there is no default to keep, so nothing is recommended"
+        elif kept and default not in top and not too_few:
+            against = next(c for c in comps if c.baseline == default)
+            reason = (f"{lead}; the default {default} is kept: {best.label} is ahead of it by {against.describe()}, "
+                      f"short of the p < {alpha / len(comps):.3g} needed to leave the default when "
+                      f"{len(comps)} variants could have beaten it")
+        elif kept:
+            reason = f"{lead}; the default {default} is kept"
+        else:
+            reason = f"{lead}; the stated preference {choice} is kept"
+        reason += f"; {design}"
+    replicated = same_way(by_label[main.baseline], by_label[main.variant]) if significant else None
+    if significant and method == "paired" and replicated:
+        recommendable = True
+        blocks = min(n_rep, REPLICATION_BLOCKS)
+        recommendation = (f"{choice} is recommended: significant and ahead in every one of {blocks} interleaved "
+                          f"block{'s' if blocks != 1 else ''} of its {n_rep} repeats"
+                          + (", from the runs left after the disturbed ones" if shaken else ""))
+    else:
+        recommendable = False
+        if not significant:
+            why = "no significant difference" if not shaken else (
+                "no significant difference among the undisturbed runs")
+        elif method != "paired":
+            why = ("one run per variant: an effect is recommended only when it is replicated in interleaved "
+                   "repeats (set repeats: 2 or more)")
+        else:
+            why = "the difference was not the same in every interleaved block of repeats"
+        recommendation = f"no recommendation: {why}"
+    return Decision(winner=winner, choice=choice, default=default, kept_default=kept, significant=significant,
+                    comparison=main, comparisons=comps, ranking=ranking, method=method, repeats=n_rep,
+                    noise_floor=main.noise_floor, cv=cv, recommended_repeats=rec,
+                    reason=f"{reason}; {advice}{excl_text}.", replicated=replicated, recommendable=recommendable,
+                    recommendation=recommendation, **common)

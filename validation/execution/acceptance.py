@@ -1,0 +1,217 @@
+"""Acceptance criteria, the GO/NO-GO verdict and the recommended settings, from a run's results.
+
+A criterion is an expression over step metrics (validation.runbook.expressions), e.g. `baseline.toks_per_s.mean >= 39`.
+Each step is visible under its name as its metrics plus: `status`, `reason`, `excerpt` (the failing rank's
+traceback), `stack_dumps` (how many were collected), `winner` (label/params of a sweep or ab winner, or None),
+`runs` (label -> metrics) and `comparison` (variant -> statistics). `log_contains(step, text)`
+searches the step's logs.
+
+Verdict (``verdict``), in this order:
+
+- INCOMPLETE when the run was interrupted or steps are still pending (`--resume` continues it);
+- NO-GO when a non-optional step that ran did not pass, or a criterion of severity "fail" failed or could not
+  be computed (an error; a figure it reads outside its physical range is one, validation.analysis.plausibility);
+- INCOMPLETE when a "fail" criterion was not evaluated because its step did not run (skipped by --only / --skip,
+  by unmet requirements, ...), or is inconclusive because the performance figures it reads were measured while
+  other work used the machine (validation.execution.evidence: it neither passes nor fails on disturbed evidence alone; its
+  detail names the disturbance and the command that runs those steps again): nothing failed, but the evidence for
+  GO is missing;
+- GO otherwise: every non-optional step that ran passed and every "fail" criterion holds.
+
+The CLI exits 0 GO, 1 NO-GO, 3 INCOMPLETE (validation.cli).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from validation.execution import evidence
+from validation.analysis import plausibility
+from validation import kinds as step_kinds
+from validation.formatting import plural
+from validation.results.model import FAILED_STEP_STATUSES, Criterion, Recommendations, RunResults, StepResult
+from validation.runbook.loader import Runbook
+
+BAD_STEP = FAILED_STEP_STATUSES
+
+
+def _namespace(results: RunResults) -> dict[str, Any]:
+    ns = {}
+    for name, step in results["steps"].items():
+        view = dict(step.get("metrics") or {})
+        view.update(status=step["status"], reason=step.get("reason") or "", excerpt=step.get("excerpt") or "",
+                    stack_dumps=len(step.get("stack_dumps") or []), winner=step.get("winner"),
+                    runs={r["label"]: r.get("metrics", {}) for r in step.get("runs", [])},
+                    comparison={c["variant"]: c for c in step.get("comparison", [])})
+        ns[name] = view
+    return ns
+
+
+def _logs(results: RunResults, run_dir: Path):
+    def read(step_name: str) -> str:
+        step = results["steps"].get(step_name, {})
+        texts = []
+        for rel in step.get("artifacts", []):
+            if rel and rel.endswith(".log"):
+                try:
+                    texts.append((Path(run_dir) / rel).read_text(errors="replace"))
+                except OSError:
+                    continue
+        return "\n".join(texts)
+
+    return read
+
+
+def evaluate(runbook: Runbook, results: RunResults, run_dir: Path) -> list[Criterion]:
+    """One row per criterion of the runbook, in its order: evaluated, or "skipped" when a step it names did not
+    run."""
+    ns = _namespace(results)
+    logs = _logs(results, run_dir)
+    rows = []
+    for c in runbook.acceptance:
+        not_run = [n for n in sorted(c.expr.names) if results["steps"][n]["status"] in ("skipped", "pending",
+                                                                                        "interrupted")]
+        if not_run:
+            reasons = "; ".join(f"{n}: {results['steps'][n]['status']}"
+                                + (f" ({results['steps'][n]['reason']})" if results['steps'][n].get('reason') else "")
+                                for n in not_run)
+            status, actual, detail = "skipped", "n/a", f"not evaluated: {reasons}"
+        else:
+            r = c.expr.evaluate(ns, logs)
+            status = {"pass": "pass", "fail": "fail" if c.severity == "fail" else "warn", "error": "error"}[r.status]
+            actual, detail = r.actual, r.detail
+            if r.status != "error":
+                status, detail = _judge_evidence(runbook, results, ns, c, r.status, status, detail)
+        rows.append(Criterion(name=c.name, expr=c.expr.text, target=c.target, severity=c.severity,
+                              description=c.description, status=status, actual=actual, detail=detail))
+    return rows
+
+
+def _judge_evidence(runbook: Runbook, results: RunResults, ns: dict, criterion, outcome: str, status: str,
+                    detail: str | None) -> tuple[str, str | None]:
+    """(status, detail) of an evaluated criterion once its evidence is judged (validation.execution.evidence): "inconclusive"
+    when a performance figure it reads comes from a disturbed step (it may neither pass nor fail on that alone),
+    "error" when a figure it reads lies outside its physical range (validation.analysis.plausibility) and no disturbance
+    explains it; otherwise as evaluated."""
+    reads = evidence.performance_reads(runbook, criterion)
+    steps = results["steps"]
+    shaken = list(dict.fromkeys(n for n, _ in reads if evidence.disturbed(steps.get(n) or {})))
+    bad = plausibility.implausible_reads(ns, criterion.expr.paths)
+    if shaken:
+        what = "held" if outcome == "pass" else "did not hold"
+        why = "; ".join(f"step {n} was disturbed: {(evidence.step_interference(steps[n]) or {}).get('text')}"
+                        for n in shaken)
+        rerun = evidence.rerun_command(results["runbook"].get("path") or "RUNBOOK", results.get("run_dir") or "RUN_DIR",
+                                       shaken)
+        return "inconclusive", (f"it {what}, but on disturbed evidence: {why}"
+                                + (f"; and {'; '.join(bad)}" if bad else "") + f"; run again: {rerun}")
+    if bad:
+        return "error", ("a figure it reads is outside its physical range, a bug in the measurement, not a result: "
+                         + "; ".join(bad))
+    return status, detail
+
+
+def verdict(results: RunResults, interrupted: bool | str) -> tuple[str, str]:
+    """(verdict, one-sentence reason) of a run (see the module docstring). `interrupted`: False, or True / the
+    signal's name ("SIGTERM") when the run was interrupted."""
+    steps = results["steps"]
+    if interrupted:
+        how = f" ({interrupted})" if isinstance(interrupted, str) else ""
+        return "INCOMPLETE", f"the run was interrupted{how}; `nsa-validate run --resume RUN_DIR` continues it"
+    pending = [n for n, s in steps.items() if s["status"] in ("pending", "running", "interrupted")]
+    if pending:
+        return "INCOMPLETE", f"step(s) not run yet: {', '.join(pending)}"
+    bad = [f"{n} {s['status']}" for n, s in steps.items() if s["status"] in BAD_STEP and not s.get("optional")]
+    failed = [c["name"] for c in results["acceptance"] if c["severity"] == "fail" and c["status"] in ("fail", "error")]
+    unproven = [c for c in results["acceptance"] if c["severity"] == "fail" and c["status"] == "skipped"]
+    shaken = [c for c in results["acceptance"] if c["severity"] == "fail" and c["status"] == "inconclusive"]
+    reasons = []
+    if bad:
+        reasons.append(f"step(s) {', '.join(bad)}")
+    if failed:
+        reasons.append(f"criteria failed: {', '.join(failed)}")
+    if reasons:
+        if unproven:
+            reasons.append(f"criteria not evaluated (steps skipped): {', '.join(c['name'] for c in unproven)}")
+        if shaken:
+            reasons.append(f"criteria inconclusive (disturbed evidence): {', '.join(c['name'] for c in shaken)}")
+        return "NO-GO", "; ".join(reasons)
+    if unproven or shaken:
+        parts = []
+        if unproven:
+            parts.append(f"{plural(len(unproven), 'required criterion', 'required criteria')} not evaluated: "
+                         f"{', '.join(c['name'] for c in unproven)}; their steps did not run "
+                         f"({_why_not_run(unproven, steps)})")
+        if shaken:
+            disturbed = [n for n in dict.fromkeys(n for c in shaken for n in sorted(_step_names(c, steps)))
+                         if evidence.disturbed(steps[n])]
+            parts.append(f"{plural(len(shaken), 'required criterion', 'required criteria')} inconclusive: "
+                         f"{', '.join(c['name'] for c in shaken)}, measured while other work used the machine "
+                         f"(disturbed: {', '.join(disturbed) or 'see the criteria'}); run again: "
+                         + evidence.rerun_command((results.get("runbook") or {}).get("path") or "RUNBOOK",
+                                                  results.get("run_dir") or "RUN_DIR", disturbed))
+        return "INCOMPLETE", "; ".join(parts) + "; nothing evaluated failed"
+    ran = sum(s["status"] == "passed" for s in steps.values())
+    warns = [c["name"] for c in results["acceptance"] if c["status"] in ("warn", "inconclusive")]
+    note = f"; warnings: {', '.join(warns)}" if warns else ""
+    return "GO", f"{ran} step(s) passed and every required criterion holds{note}"
+
+
+def _why_not_run(criteria: list[Criterion], steps: dict[str, StepResult]) -> str:
+    """"baseline: phase baseline not selected (--only x); gpu: needs 2 GPU(s), found 0" for the steps the criteria
+    needed (from the steps' own reasons), each step once."""
+    parts = {}
+    for c in criteria:
+        for name in sorted(_step_names(c, steps)):
+            s = steps[name]
+            if s["status"] in ("skipped", "pending", "interrupted") and name not in parts:
+                parts[name] = f"{name}: {s.get('reason') or s['status']}"
+    return "; ".join(parts.values()) or "skipped"
+
+
+def _step_names(criterion: Criterion, steps: dict[str, StepResult]) -> set[str]:
+    """The steps a criterion row names (its expression's identifiers that are steps)."""
+    return {w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", criterion.get("expr") or "") if w in steps}
+
+
+def recommendations(runbook: Runbook, results: RunResults) -> Recommendations:
+    """The settings to export: the runbook's always-recommended `recommend.env`, plus the env of each decision
+    (a sweep's or an A/B's "choice") that is recommendable: significant after the multiple-comparison control,
+    beyond the noise floor, the same way in every interleaved repeat, from undisturbed runs
+    (validation.analysis.significance.decide); a decision without that (the default kept, one run per variant, an effect
+    that did not replicate) adds nothing and leaves the runbook's own value in place, and its note says why. Nothing is recommended
+    when no training step passed (nothing was measured here) or the runbook has none."""
+    trainers = [s for s in results["steps"].values() if getattr(step_kinds.find(s.get("kind")), "trainer", False)]
+    if not trainers:  # a runbook of tests, sanitizer runs and benchmarks (gpu_kernels): no settings to recommend
+        return Recommendations(env={}, notes=["this runbook has no training step: it recommends no settings"])
+    if not any(s.get("status") == "passed" for s in trainers):
+        return Recommendations(env={}, notes=["nothing was measured here (no training step passed): no settings "
+                                              "are recommended"])
+    env = dict(runbook.recommend_env)
+    notes = []
+    for name, step in results["steps"].items():
+        chosen = step.get("choice") or step.get("winner")
+        if not isinstance(chosen, dict) or not chosen:
+            continue
+        decision = step.get("decision") if isinstance(step.get("decision"), dict) else {}
+        significant = chosen.get("significant", decision.get("significant")) is True
+        # a decision recorded since replication was required says whether its choice may be recommended; an older
+        # one: when it was significant
+        recommendable = decision.get("recommendable", significant) is True
+        swept = sorted({str(k)[4:] for r in step.get("runs") or [] for k in (r.get("params") or {})
+                        if str(k).startswith("env.")})
+        if not recommendable:
+            kept = [f"{k}={env[k]} (the runbook's recommendation)" for k in swept if k in env]
+            why = decision.get("recommendation") or (
+                f"no recommendation: {'not replicated' if significant else 'no significant difference'}")
+            notes.append(f"{name}: {why}; {chosen.get('label')} kept, "
+                         f"{', '.join(swept) or 'its settings'} not recommended from this step"
+                         + (f"; {', '.join(kept)} stays" if kept else ""))
+            continue
+        for key, value in (chosen.get("params") or {}).items():
+            if str(key).startswith("env."):
+                env[str(key)[4:]] = str(value)
+        notes.append(f"{name}: {chosen['label']} ({chosen.get('explanation', '')})")
+    return Recommendations(env=dict(sorted(env.items())), notes=notes)

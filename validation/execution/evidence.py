@@ -1,0 +1,114 @@
+"""How far a run's evidence can be trusted, judged once when the run ends (validation.execution.runner) and read by the
+acceptance criteria, the recommendations, the report and `compare`:
+
+- **interference**: every measured launch records what else used the machine over its measured period
+  (validation.launch.telemetry.interference: other processes' CPU against the cores the launch leaves free, steal,
+  other processes on its GPUs, GPU clock throttles). A step whose evidence was taken under interference is
+  *disturbed* (step_interference); what a disturbed step measured may not pass, fail or win anything on its own:
+  a performance criterion reading it is *inconclusive*, named among the report's open problems with the command
+  that runs just those steps again (rerun_command), and a run whose required criteria are inconclusive ends
+  INCOMPLETE, never GO (validation.execution.acceptance). A decision (sweep, A/B, triage) leaves disturbed runs out itself.
+- **plausibility**: every metric with a physical range declares it once (validation.analysis.plausibility.RANGES): a scaling
+  efficiency above 1.1 or at most 0, a tokens/s CV above 50%, an MFU above 100%, a negative time. A figure outside
+  its range is a bug in the measurement, not a result: a criterion reading it is an error (inconclusive when its
+  step was disturbed), and the report lists it among the open problems.
+- **performance metrics**: what a kind measures about speed (StepKind.performance: patterns over its metric
+  names), as opposed to correctness (a loss that falls, tests that pass), which still decides on a busy machine.
+
+`assess(runbook, results)` returns results.json's "evidence" record:
+    {"disturbed": [{"step", "text", "launches"}], "implausible": [{"step", "metric", "value", "range", "reason",
+     "disturbed"}], "measured": [step names whose performance evidence a criterion, decision or key figure uses],
+     "rules": the interference thresholds in words, "rerun": the command that runs the disturbed steps again}
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Iterable
+
+from validation import kinds as step_kinds
+from validation.formatting import as_dict, as_list
+from validation.analysis.interference import disturbed, launch_records, step_interference  # noqa: F401 - the run's judge
+from validation.launch.telemetry import interference_rules
+from validation.analysis.plausibility import implausible, range_of
+from validation.kinds.base import metric_declared
+
+
+# ------------------------------------------------------------------------------------------------ performance
+def is_performance(step_kind, path: tuple) -> bool:
+    """Whether `path` of a step of `step_kind` is performance evidence: it is, or holds, a name of the kind's
+    `performance` patterns; a bare step (path ()) is when the kind declares any."""
+    patterns = tuple(getattr(step_kind, "performance", ()) or ())
+    below = tuple(p if p.endswith("*") else f"{p}.*" for p in patterns)  # and everything inside each
+    return bool(patterns) and (not path or metric_declared(tuple(path), patterns + below))
+
+
+def performance_reads(runbook, criterion) -> list[tuple[str, tuple]]:
+    """The (step, path) reads of a runbook criterion that are performance evidence."""
+    steps_by_name = {s.name: s for s in runbook.steps()}
+    out = []
+    for name, path in criterion.expr.paths:
+        step = steps_by_name.get(name)
+        if step is not None and is_performance(step.kind_impl, path):
+            out.append((name, path))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ the run
+def rerun_command(runbook_path: str, run_dir: str, step_names: Iterable[str]) -> str:
+    """The command that runs just `step_names` of a finished run again, into it."""
+    names = list(dict.fromkeys(step_names))
+    return " ".join(["nsa-validate", "run", shlex.quote(str(runbook_path)), "--resume", shlex.quote(str(run_dir)),
+                     *[a for n in names for a in ("--rerun", shlex.quote(n))]])
+
+
+def measured_steps(runbook, results: dict) -> list[str]:
+    """The steps whose performance evidence something uses: a criterion's performance read, a kind that decides
+    on performance (StepKind.decides), or a key figure (StepKind.key_figure_steps)."""
+    used: dict[str, None] = {}
+    for c in runbook.acceptance:
+        for name, _ in performance_reads(runbook, c):
+            used[name] = None
+    steps = as_dict(results.get("steps"))
+    in_order = [steps[s.name] for s in runbook.steps() if isinstance(steps.get(s.name), dict)]
+    for s in runbook.steps():
+        if getattr(s.kind_impl, "decides", False):
+            used[s.name] = None
+    for kind in step_kinds.kinds():
+        for name in kind.key_figure_steps(in_order):
+            used[str(name)] = None
+    order = [s.name for s in runbook.steps()]
+    return [n for n in order if n in used]
+
+
+def assess(runbook, results: dict, run_dir: str) -> dict[str, Any]:
+    """results.json's "evidence" (see the module docstring)."""
+    steps = as_dict(results.get("steps"))
+    measured = measured_steps(runbook, results)
+    disturbed_steps, bad = [], []
+    for name in measured:
+        step = as_dict(steps.get(name))
+        if step.get("status") not in ("passed", "failed"):
+            continue
+        rec = step_interference(step)
+        is_disturbed = bool(rec and rec.get("disturbed"))
+        if is_disturbed:
+            disturbed_steps.append({"step": name, "text": rec.get("text"),
+                                    "launches": [x for x in as_list(rec.get("launches")) if as_dict(x).get("disturbed")]})
+        for label, _, m in launch_records(step):
+            for item in implausible(m, (), ("runs", label) if label else ()):
+                bad.append({"step": name, **item, "disturbed": is_disturbed})
+    in_order = [as_dict(steps.get(s.name)) for s in runbook.steps()]
+    for kind in step_kinds.kinds():
+        for fig in kind.key_figures(in_order):
+            fig = as_dict(fig[1])
+            r = range_of(str(fig.get("figure") or ""))
+            if fig.get("problem") and r is not None:
+                who = fig.get("steps") or []
+                bad.append({"step": ", ".join(map(str, who)) or "run", "metric": fig.get("label"),
+                            "value": fig.get("raw"), "range": r.text(), "reason": r.reason,
+                            "disturbed": any(d["step"] in who for d in disturbed_steps)})
+    rerun = rerun_command(as_dict(results.get("runbook")).get("path") or "RUNBOOK", run_dir,
+                          [d["step"] for d in disturbed_steps] + [b["step"] for b in bad if b["step"] in steps])
+    return {"disturbed": disturbed_steps, "implausible": bad, "measured": measured, "rules": interference_rules(),
+            "rerun": rerun if disturbed_steps or bad else None}

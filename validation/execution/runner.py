@@ -1,0 +1,524 @@
+"""Executes a runbook: every step in order, results on disk after each one, acceptance, verdict.
+
+Each step is run by its kind (validation.kinds: StepKind.run) through a StepContext: the runner starts the kind's
+launches (validation.launch), records them in the step's results entry and saves results.json; what a step
+measures and how it passes is its kind's business.
+
+The runner never prints: it reports progress through a `Reporter` (the CLI's is a rich live display) and returns
+the results record (validation.results.model.RunResults).
+
+Steps run in order; a step whose runbook entry says `on_failure: stop` and that ends failed, timeout, hang or
+error ends the run there: the remaining steps are recorded as skipped ("not run: step X failed and on_failure is
+stop") and the verdict is computed as usual.
+
+A run continued with --resume (Runner(previous=...)) runs only the steps without a final status, plus those
+named by --rerun; check_resume first refuses a run directory of another runbook (by name), a finished run with
+nothing to run again, and --rerun names that are no steps. Each resume is recorded in results["resumes"] (when
+the earlier attempt ended and how, what this one runs; validation.results.store). From the moment a run starts until its
+verdict is computed, results.json says INCOMPLETE with a reason saying so, and the acceptance rows and
+recommendations of an earlier attempt are cleared: a run cut off at any point never shows a verdict that
+contradicts its own reason or its steps.
+
+Every file the run writes lies under RUN_DIR: each output path is checked (relative, no `..`) and no existing
+symlink on it or under a step's directory may lead outside RUN_DIR (e.g. RUN_DIR/<step> replaced by a link to
+another directory before a --resume); such a run stops before writing anything with RunDirError, as does a run
+whose directory cannot be written (disk full, permission denied, not a directory).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from validation.launch import environment
+from validation.execution import evidence
+from validation.execution.acceptance import evaluate, recommendations, verdict
+from validation.launch import LaunchResult, LaunchSpec, launch, recorded_env
+from validation.launch.interrupts import Interrupted
+from validation.launch.interrupts import describe as describe_interrupt
+from validation.runbook.plan import step_launches
+from validation.results.store import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, RESULTS_JSON, SCHEMA_VERSION, RunDirError,
+                                cannot_write, inside_run_dir, os_error_text, resume_note, write_results)
+from validation.results.model import (Choice, Options, PhaseRecord, Recommendations, ReplacedStep, Resume, RunbookRef,
+                                      RunResults, StepResult, Tool)
+from validation.results.reuse import Reuse
+from validation.runbook.loader import Runbook, Step, references
+from validation.kinds.base import undeclared_metrics
+from validation.version import version as tool_version
+
+
+class Reporter:
+    """Progress hooks; the default does nothing."""
+
+    def run_resumed(self, note: str) -> None: ...  # before run_started, when the run continues an earlier one
+    def run_started(self, runbook: Runbook, run_dir: Path, steps: list[Step]) -> None: ...
+    def step_started(self, step: Step, launches: int) -> None: ...
+    def launch_started(self, step: Step, planned: LaunchSpec, index: int, total: int) -> None: ...
+    def launch_progress(self, step: Step, progress) -> None: ...
+    def step_finished(self, step: Step, result: StepResult) -> None: ...
+    def run_finished(self, results: RunResults) -> None: ...
+
+
+class _SafeReporter:
+    """Progress display must never cost a run its results: reporter errors are logged and dropped. Calls are
+    serialised (a lock): a step that runs launches side by side (StepContext.launch_all) reports from several
+    threads."""
+
+    def __init__(self, inner: Reporter):
+        self._inner = inner
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name):
+        method = getattr(self._inner, name)
+
+        def call(*args, **kwargs):
+            try:
+                with self._lock:
+                    return method(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - display only
+                logging.getLogger(__name__).warning("progress display failed in %s: %s", name, exc)
+                return None
+
+        return call
+
+
+@dataclass
+class RunOptions:
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+    cwd: Path = Path(".")
+    rerun: tuple[str, ...] = ()  # --rerun: steps of a resumed run to run again, whatever their status
+    reuse: dict[str, Reuse] = field(default_factory=dict)  # --reuse: phases taken from an earlier run (validation.results.reuse)
+
+
+class ResumeError(ValueError):
+    """A --resume (or --rerun) that would overwrite a run or do nothing; the message is one line naming both runs
+    or the step."""
+
+
+def _now(at: float | None = None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(at))
+
+
+def steps_to_run(runbook: Runbook, results: RunResults, rerun: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """The steps of `runbook` that a run continuing `results` runs: those without a final status there (pending,
+    running, interrupted, or new in the runbook), and those named in `rerun`; in runbook order."""
+    done = results.get("steps") or {}
+    return [s.name for s in runbook.steps()
+            if s.name in rerun or (done.get(s.name) or {}).get("status") not in FINAL_STEP_STATUSES]
+
+
+def check_resume(runbook: Runbook, previous: RunResults, run_dir: Path | str, rerun: tuple[str, ...] | list[str] = ()
+                 ) -> None:
+    """Raise ResumeError unless `runbook` may continue the run `previous` (RUN_DIR/results.json): it must be a run
+    of the same runbook (by name; a changed runbook of that name is the caller's warning), every --rerun name a
+    step of the runbook, and there must be something to do: a step still to run, a step to run again, or a
+    verdict the earlier attempt did not reach."""
+    earlier = previous.get("runbook") if isinstance(previous.get("runbook"), dict) else {}
+    names = [s.name for s in runbook.steps()]
+    if earlier.get("name") != runbook.name:
+        raise ResumeError(f"--resume {run_dir}: it holds a run of runbook {earlier.get('name')!r} "
+                          f"({earlier.get('path') or 'path unknown'}), not of {runbook.name!r} ({runbook.path}); "
+                          f"continue it with its own runbook, or start a new run with --out")
+    for name in rerun:
+        if name not in names:
+            raise ResumeError(f"--rerun {name}: no step {name!r} in {runbook.path} (steps: {', '.join(names)})")
+    if not rerun and _reached_verdict(previous) and not steps_to_run(runbook, previous):
+        raise ResumeError(f"--resume {run_dir}: nothing to resume: the run finished ({previous.get('verdict')}, "
+                          f"{previous.get('finished')}) and every step of {runbook.name} has its result; to run "
+                          f"steps again into it name them with --rerun STEP (steps: {', '.join(names)}), or start "
+                          f"a new run with --out")
+
+
+def _reached_verdict(results: RunResults) -> bool:
+    """Whether a run ended with its verdict computed, not cut off (a signal's verdict counts as cut off)."""
+    return bool(results.get("finished")) and not results.get("interrupted_by")
+
+
+class Runner:
+    def __init__(self, runbook: Runbook, run_dir: Path, options: RunOptions, reporter: Reporter | None = None,
+                 previous: RunResults | None = None):
+        self.rb, self.run_dir, self.opt = runbook, Path(run_dir), options
+        self.reporter = _SafeReporter(reporter or Reporter())
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise cannot_write(self.run_dir, exc) from None
+        self.env_record = environment.probe(options.cwd)
+        self._resuming = previous is not None
+        if previous is not None:
+            self._continue(previous)
+        self.results: RunResults = previous or self._fresh_results()
+        self.results["environment"] = {**self.results.get("environment", {}), **self.env_record}
+        if options.reuse:
+            taken = {r["phase"]: r for r in self.results.get("reused") or []}
+            taken.update({phase: reuse.record() for phase, reuse in options.reuse.items()})
+            self.results["reused"] = list(taken.values())
+        self.results["finished"] = None
+        self.results["interrupted_by"] = None
+        # until _finish computes them together: no verdict, and nothing left of an earlier attempt's evaluation
+        self.results["acceptance"] = []
+        self.results["recommendations"] = Recommendations(env={}, notes=[])
+        self.results.pop("evidence", None)
+        self.results["verdict"], self.results["verdict_reason"] = self._unfinished_verdict()
+
+    def _unfinished_verdict(self) -> tuple[str, str]:
+        resumes = self.results.get("resumes") or []
+        when = f"resumed at {resumes[-1]['at']}" if resumes else f"started at {self.results.get('started')}"
+        return "INCOMPLETE", (f"not finished: the run ({when}) has not reached its verdict; if it is no longer "
+                              "running, `nsa-validate run --resume RUN_DIR` continues it")
+
+    def _continue(self, previous: RunResults) -> None:
+        """Prepare `previous` (an earlier attempt's results) to be continued: the steps named by --rerun back to
+        pending (what they held is kept in the resume record), and the resume recorded in previous["resumes"]."""
+        if previous.get("finished"):
+            ended = previous["finished"]
+        else:  # killed before it could record anything: its last save is when it stopped
+            try:
+                ended = _now((self.run_dir / RESULTS_JSON).stat().st_mtime)
+            except OSError:
+                ended = None
+        if previous.get("interrupted_by"):
+            how = f"interrupted by {previous['interrupted_by']}"
+        elif previous.get("finished"):
+            how = f"finished ({previous.get('verdict')})"
+        else:
+            how = "stopped without finishing (no signal recorded: the process was killed or the machine went down)"
+        todo = steps_to_run(self.rb, previous, self.opt.rerun)
+        entry = Resume(at=_now(), previous_end=ended, previous_state=how, steps=todo,
+                       rerun=[n for n in todo if n in self.opt.rerun], replaced={},
+                       runbook_changed=(previous.get("runbook") or {}).get("sha256") != self.rb.sha256)
+        for step in self.rb.steps():
+            if step.name in self.opt.rerun:
+                old = previous["steps"].get(step.name) or {}
+                entry["replaced"][step.name] = ReplacedStep(status=old.get("status"), reason=old.get("reason"),
+                                                            started=old.get("started"),
+                                                            duration_s=old.get("duration_s"))
+                previous["steps"][step.name] = self._pending(step)
+        if self.opt.rerun:  # a comparison with an earlier run measured the steps replaced now
+            previous.pop("performance_analysis", None)
+        previous["resumes"] = [*(previous.get("resumes") or []), entry]
+
+    # ------------------------------------------------------------------ results skeleton
+    def _fresh_results(self) -> RunResults:
+        rb = self.rb
+        return RunResults(
+            schema_version=SCHEMA_VERSION,
+            tool=Tool(name="nsa-validate", version=tool_version()),
+            runbook=RunbookRef(name=rb.name, description=rb.description, path=rb.path, sha256=rb.sha256,
+                                       compare=rb.compare_noise),
+            run_dir=str(self.run_dir), started=_now(), finished=None, duration_s=None,
+            verdict="INCOMPLETE", verdict_reason="", interrupted_by=None,  # set by __init__
+            environment={},
+            options=Options(only=list(self.opt.only), skip=list(self.opt.skip), set=list(self.opt.overrides)),
+            phases=[PhaseRecord(name=p.name, title=p.title, description=p.description,
+                                steps=[s.name for s in p.steps]) for p in rb.phases],
+            steps={s.name: self._pending(s) for s in rb.steps()},
+            acceptance=[], recommendations=Recommendations(env={}, notes=[]), plots=[],
+        )
+
+    @staticmethod
+    def _pending(step: Step) -> StepResult:
+        return StepResult(name=step.name, phase=step.phase, kind=step.kind, title=step.title,
+                          description=step.description, status="pending", reason=None, started=None,
+                          duration_s=None, dir=step.name, command=None, env={}, metrics={}, runs=[],
+                          winner=None, comparison=[], artifacts=[], excerpt=None, stack_dumps=[],
+                          optional=step.optional)
+
+    def save(self) -> None:
+        write_results(self.run_dir, self.results)
+
+    # ------------------------------------------------------------------ the run
+    def run(self, first_saved: Callable[[RunResults], None] | None = None) -> RunResults:
+        """Run the steps; `first_saved(results)` is called once right after the run's first save (results.json
+        then says INCOMPLETE, not finished): validation.run re-renders an earlier attempt's reports from it, so a
+        resume cut off even by SIGKILL never leaves a report whose verdict results.json no longer holds."""
+        steps = self.rb.steps()
+        self._check_outputs_inside(steps)
+        if self._resuming:
+            self.reporter.run_resumed(resume_note({"resumes": self.results["resumes"][-1:]}) or "")
+        self.reporter.run_started(self.rb, self.run_dir, steps)
+        t0 = time.time()
+        self.save()
+        stopped_by: Step | None = None  # a step with on_failure: stop that failed
+        try:
+            if first_saved is not None:  # inside the try: a signal meanwhile ends the run as during a step
+                first_saved(self.results)
+            for step in steps:
+                current = self.results["steps"].get(step.name) or self._pending(step)
+                if current["status"] not in FINAL_STEP_STATUSES:
+                    if stopped_by is not None:
+                        result = self._not_run(step, stopped_by)
+                    else:
+                        try:
+                            result = self._run_step(step)
+                        except OSError as exc:  # writing the step's files (disk full, permission denied)
+                            where = exc.filename if isinstance(exc.filename, str) else self.run_dir / step.name
+                            raise RunDirError(f"step {step.name}: cannot write {where}: {os_error_text(exc)}") \
+                                from None
+                    self.results["steps"][step.name] = result
+                    self.save()
+                    self.reporter.step_finished(step, result)
+                    current = result
+                # a step finished in an earlier, interrupted run (--resume) counts too
+                if stopped_by is None and step.on_failure == "stop" and current["status"] in FAILED_STEP_STATUSES:
+                    stopped_by = step
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (validation.launch.interrupts.Interrupted)
+            how = describe_interrupt(exc)
+            for name, res in self.results["steps"].items():
+                if res["status"] == "running":
+                    res.update(status="interrupted", reason=f"interrupted ({how})")
+            self.results["interrupted_by"] = how
+            self._finish(t0, interrupted=True)
+            raise
+        self._finish(t0, interrupted=False)
+        return self.results
+
+    def _finish(self, t0: float, interrupted: bool) -> None:
+        self.results["evidence"] = evidence.assess(self.rb, self.results, str(self.run_dir))
+        self.results["acceptance"] = evaluate(self.rb, self.results, self.run_dir)
+        self.results["recommendations"] = recommendations(self.rb, self.results)
+        self.results["verdict"], self.results["verdict_reason"] = verdict(
+            self.results, (self.results.get("interrupted_by") or "Ctrl-C") if interrupted else False)
+        self.results["finished"] = _now()
+        self.results["duration_s"] = round(time.time() - t0 + (self.results.get("duration_s") or 0.0), 3)
+        self.save()
+        self.reporter.run_finished(self.results)
+
+    def _not_run(self, step: Step, stopped_by: Step) -> StepResult:
+        status = self.results["steps"][stopped_by.name]["status"]
+        how = {"timeout": "timed out", "hang": "hung", "error": "ended in an error"}.get(status, "failed")
+        result = self._pending(step)
+        result.update(status="skipped", duration_s=0.0,
+                      reason=f"not run: step {stopped_by.name} {how} and on_failure is stop")
+        return result
+
+    # ------------------------------------------------------------------ outputs stay inside RUN_DIR
+    def _step_paths(self, step: Step) -> list[str]:
+        """Every path (relative to RUN_DIR) that `step` writes under."""
+        paths = [step.name]
+        for pl in step_launches(step, None, self.run_dir):
+            paths += [pl.dir] + ([pl.out_dir] if pl.out_dir else [])
+        return paths
+
+    def _check_outputs_inside(self, steps: list[Step]) -> None:
+        """Before anything runs: every output path of the steps still to run, and the plots directory, stays
+        inside RUN_DIR. Raises RunDirError."""
+        inside_run_dir(self.run_dir, "plots")
+        for step in steps:
+            current = self.results["steps"].get(step.name) or {}
+            if current.get("status") not in FINAL_STEP_STATUSES:
+                for rel in self._step_paths(step):
+                    inside_run_dir(self.run_dir, rel)
+
+    # ------------------------------------------------------------------ one step
+    def _skip_reason(self, step: Step) -> str | None:
+        if self.opt.only and step.phase not in self.opt.only:
+            return f"phase {step.phase} not selected (--only {' '.join(self.opt.only)})"
+        if step.phase in self.opt.skip:
+            return f"phase {step.phase} skipped (--skip)"
+        reason = environment.unmet_for(step, self.env_record)
+        if reason:
+            return reason
+        reason = step.kind_impl.skip_reason(step)
+        if reason:
+            return reason
+        for ref in sorted({r for v in list(step.launch.env.values()) + list(step.launch.args.values())
+                           for r in references(v)}):
+            if not _chosen(self.results["steps"].get(ref) or {}):
+                return f"needs the winner of {ref}, which has none ({self.results['steps'][ref]['status']})"
+        return None
+
+    def _winners(self) -> dict[str, dict[str, Any]]:
+        return {name: _chosen(res)["params"] for name, res in self.results["steps"].items() if _chosen(res)}
+
+    def _run_step(self, step: Step) -> StepResult:
+        result = self._pending(step)
+        result["started"] = _now()
+        t0 = time.time()
+        if step.phase in self.opt.reuse:  # nothing is launched: the earlier run's outcome and figures
+            return self.opt.reuse[step.phase].step_result(result)
+        skip = self._skip_reason(step)
+        if skip:
+            result.update(status="skipped", reason=skip, duration_s=0.0)
+            return result
+        planned = step_launches(step, self._winners(), self.run_dir)
+        # checked again right before writing: a link may have appeared since the run started
+        for rel in [step.name] + [p for spec in planned for p in (spec.dir, spec.out_dir) if p]:
+            inside_run_dir(self.run_dir, rel)
+        result["status"] = "running"
+        self.results["steps"][step.name] = result
+        self.save()
+        step_dir = self.run_dir / step.name
+        try:
+            step_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise cannot_write(step_dir, exc) from None
+        self.reporter.step_started(step, max(1, len(planned)))
+        try:
+            step.kind_impl.run(step, planned, result, StepContext(self, step))
+            self._note_undeclared_metrics(step, result)
+            record = evidence.step_interference(result)  # what else used the machine while it measured
+            if record is not None:
+                result["interference"] = record
+        except KeyboardInterrupt as exc:
+            result.update(status="interrupted", reason=f"interrupted ({describe_interrupt(exc)})")
+            raise
+        finally:
+            result["duration_s"] = round(time.time() - t0, 3)
+        return result
+
+    @staticmethod
+    def _note_undeclared_metrics(step: Step, result: StepResult) -> None:
+        """A note (a WARN in the report's open problems) naming the metrics the step recorded that its kind does
+        not declare (StepKind.metrics): a criterion could not have named them before the run. The metrics stay."""
+        undeclared = undeclared_metrics(step.kind_impl, step, result.get("metrics") or {})
+        if undeclared:
+            shown = ", ".join(undeclared[:6]) + (f" and {len(undeclared) - 6} more" if len(undeclared) > 6 else "")
+            result.setdefault("notes", []).append(
+                f"metrics the {step.kind} kind does not declare: {shown} (its `metrics` should name them)")
+
+    def _launch(self, step: Step, spec: LaunchSpec, index: int, total: int,
+                stop: Callable[[], BaseException | None] | None = None) -> LaunchResult:
+        """One launch to its end. `stop` (launches run side by side in threads, StepContext.launch_all): polled
+        with the progress; an exception it returns is raised there, inside the launch, which then ends its
+        processes as it does on Ctrl-C (validation.launch.local.Run.execute) and raises it again."""
+        self.reporter.launch_started(step, spec, index, total)
+        env = dict(spec.env)
+        if ((spec.nproc_per_node > 1 or step.is_training) and spec.launcher == "torchrun"
+                and "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in env):
+            # the ranks share this machine's cores (Slurm nodes: torchrun's own default applies there)
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, spec.world_size)))
+
+        def progress(p) -> None:
+            exc = stop() if stop is not None else None
+            if exc is not None:
+                raise exc
+            self.reporter.launch_progress(step, p)
+
+        return launch(dataclasses.replace(spec, env=env, cwd=self.opt.cwd, on_progress=progress))
+
+    def _rel(self, path: Path | str | None) -> str | None:
+        if path is None:
+            return None
+        try:
+            return str(Path(path).resolve().relative_to(self.run_dir.resolve()))
+        except ValueError:
+            return str(path)
+
+    def _record_launch(self, target: StepResult, spec: LaunchSpec, lr: LaunchResult) -> None:
+        target["command"] = lr.argv
+        target["env"] = recorded_env(spec.env, only_prefixed=True)[0]
+        target["artifacts"] = sorted({*target.get("artifacts", []), self._rel(lr.log_path),
+                                      *(self._rel(p) for p in lr.rank_logs.values())} - {None})
+        if lr.excerpt:
+            target["excerpt"] = lr.excerpt
+        target["stack_dumps"] = sorted({*target.get("stack_dumps", []), *(self._rel(p) for p in lr.stack_dumps)})
+
+
+def _chosen(result: StepResult) -> Choice | None:
+    """What ${step.winner.env.X} resolves to: the step's decision ("choice": a significant winner or the point
+    kept, validation.kinds.sweep), else its "winner" (results written before decisions were recorded)."""
+    return result.get("choice") or result.get("winner")
+
+
+class StepContext:
+    """What a step kind's run() gets from the runner (validation.kinds.base.StepKind.run)."""
+
+    def __init__(self, runner: Runner, step: Step):
+        self._runner, self._step = runner, step
+        self.run_dir: Path = runner.run_dir
+        self.cwd: Path = runner.opt.cwd
+        self.results: RunResults = runner.results  # the whole run's results so far (other steps, environment)
+
+    def launch(self, spec: LaunchSpec, index: int = 0, total: int = 1) -> LaunchResult:
+        """Run one of the step's launches to its end (progress shown, this machine's thread count set). A launch
+        the kind builds while it runs (e.g. a bisection's next point) is checked to write inside RUN_DIR too."""
+        for rel in (spec.dir, spec.out_dir):
+            if rel:
+                inside_run_dir(self.run_dir, rel)
+        return self._runner._launch(self._step, spec, index, total)
+
+    def launch_all(self, specs: list[LaunchSpec], jobs: int,
+                   on_done: Callable[[int, LaunchSpec, LaunchResult], bool | None]) -> None:
+        """Run `specs` (a step's launches, in plan order), up to `jobs` at a time, and call `on_done(index, spec,
+        result)` in this thread as each one ends (with jobs > 1, in the order they end; the index is its place in
+        `specs`, for results kept in plan order). `on_done` returning True starts no further launch (those running
+        still end by themselves and are reported). jobs == 1 is `launch` one after another.
+
+        With jobs > 1 each launch runs in a thread of its own, which starts its process and waits for it to end
+        (it outlives its process, as PR_SET_PDEATHSIG requires: validation.launch.processes.die_with_parent); each
+        keeps its own directory, log, telemetry and process tree. Ctrl-C / SIGTERM / SIGHUP reach this (the main)
+        thread: no further launch starts, every running one ends its processes at its next poll (as a single launch
+        does on Ctrl-C), and once none is left the interrupt is raised again; so is any exception of `on_done`."""
+        if jobs <= 1:
+            for i, spec in enumerate(specs):
+                if on_done(i, spec, self.launch(spec, i, len(specs))):
+                    return
+            return
+        for spec in specs:
+            for rel in (spec.dir, spec.out_dir):
+                if rel:
+                    inside_run_dir(self.run_dir, rel)
+        stopping: list[BaseException] = []  # what ends the running launches (set by this thread only)
+
+        def stop() -> BaseException | None:
+            if not stopping:
+                return None
+            cause = stopping[0]  # a fresh exception for each launch: each ends its own processes
+            return Interrupted(cause.signum) if isinstance(cause, Interrupted) else KeyboardInterrupt()
+
+        def one(i: int, spec: LaunchSpec) -> LaunchResult | None:
+            if stopping:
+                return None
+            return self._runner._launch(self._step, spec, i, len(specs), stop)
+
+        pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix=f"launch-{self._step.name}")
+        running: dict[Future, int] = {}
+        todo = list(enumerate(specs))
+        try:
+            while todo or running:
+                while todo and len(running) < jobs and not stopping:
+                    i, spec = todo.pop(0)
+                    running[pool.submit(one, i, spec)] = i
+                if not running:
+                    break
+                done, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=running.get):
+                    i = running.pop(future)
+                    lr = future.result()  # a launch raises only for an invalid spec: a bug, not a result
+                    if lr is not None and on_done(i, specs[i], lr):
+                        todo.clear()
+        except BaseException as exc:
+            stopping.append(exc)
+            raise
+        finally:
+            todo.clear()
+            if stopping:  # the running launches end their processes within a poll and raise; wait for them
+                wait(list(running))
+            pool.shutdown(wait=True)
+
+    def record(self, result: StepResult, spec: LaunchSpec, lr: LaunchResult) -> None:
+        """Record a launch in the step's results entry: command, environment, logs, excerpt, stack dumps."""
+        self._runner._record_launch(result, spec, lr)
+
+    def save(self) -> None:
+        """Write results.json now (e.g. after each run of a multi-launch step)."""
+        self._runner.save()
+
+    def rel(self, path: Path | str | None) -> str | None:
+        """`path` relative to the run directory (as results.json records paths)."""
+        return self._runner._rel(path)
+
+    def winners(self) -> dict[str, dict[str, Any]]:
+        """The winners of the steps finished so far: step name -> the chosen run's params (what `${winner.<step>}`
+        resolves to), for the launches a kind builds while it runs (a bisection point, a batch-size probe)."""
+        return self._runner._winners()

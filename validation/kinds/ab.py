@@ -1,0 +1,301 @@
+"""`ab`: a baseline and variants of the trainer (env/args), optionally repeated, compared with statistics that
+hold for autocorrelated, drifting throughput (validation.analysis.significance):
+
+- every repeat runs the baseline and each variant once, in a random order drawn per repeat (the seed comes from the
+  run directory and is recorded);
+- with repeats >= 2, each variant against the baseline is paired by repeat (log-ratios of run means: the machine's
+  drift cancels); with one run each, on block means of the runs' windows, plus the run-to-run variation measured in
+  this validation run's earlier repeats (e.g. a sweep's) when there are any; Holm's correction over the variants
+  when there are several;
+- with `recommend`, the decision of significance.decide: a variant is kept only when it beats the baseline (and
+  every other variant) significantly and beyond the noise floor, else the baseline is kept ("no significant
+  difference", a passed decision); never a variant whose settings the trainer reported as ignored (e.g.
+  NSA_DDP_COMPRESS without DDP: status.json notes), nor one whose throughput was not stable.
+
+Own keys: `baseline: {env, args}`, `variants: {label: {env, args}}`, `repeats` (default 1), `metric` (default
+toks_per_s), `recommend` (default false).
+Result: "runs" (a trainer launch's record each, with "repeat"), "comparison": [significance.Comparison.as_dict()
+of each variant against the baseline ("baseline", "variant", "metric", "method", "mean_a", "mean_b", "rel",
+"ci_low", "ci_high", "p_value", "p_adjusted", "noise_floor", "significant", "verdict", "text", ...) plus "delta",
+"rel_delta", "test"], "order_seed", "order"; with recommend: "decision" (Decision.as_dict() plus "order_seed",
+"order", "excluded_ignored"), "choice" {label, params, explanation, significant, kept_default} and "winner" (the
+choice when significant, else null); "metrics": {"compared", "baseline": summary, "<variant>": summary,
+"variants": {variant: comparison}, "decided", "significant", "choice", "kept_default"}.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from validation import contracts
+from validation.analysis import stats
+from validation import kinds
+from validation.analysis.interference import decision_record, disturbed_flags
+from validation.formatting import (as_dict, as_list, file_name, finite, fmt_num, fmt_p, fmt_pct, fmt_tflops,
+                                      mean_pm, mfu_text, params_text, shared_context_text, stat_of, status_view)
+from validation.runbook.schema import NAME_RE, env_vars, mapping, trainer_flags, typed
+from validation.analysis.significance import StatsError, adjust_family, compare_paired, decide
+from validation.analysis.significance.windows import compare_windows, measured_run_noise
+from validation.kinds import train_report
+from validation.kinds.base import DECIDING_LAUNCH_KEYS, with_labels
+from validation.kinds.sweep import decision_mark, decision_view
+from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, declared_pair_noise, nothing_compared, order_seed, run_each, run_order,
+                                      run_values, trainer_launch)
+from validation.kinds._plot_helpers import bar_points
+
+_TESTS = {"paired": "paired t on log-ratios of interleaved repeats", "blocks": "Welch t on block means",
+          "runs": "Welch t on run means"}
+
+
+def _compare(base: list, variant: list, label: str, metric: str, higher: bool, rn, pair_noise=None):
+    """The variant against the baseline: paired by repeat (2+ repeats with both runs), else block means of the
+    single runs' windows with the run-to-run variation `rn`. StatsError when there is not enough data."""
+    def mean(v):
+        if v is None:
+            return None
+        return float(v) if isinstance(v, (int, float)) else sum(v) / len(v)
+
+    if len(base) >= 2:
+        return compare_paired([mean(v) for v in base], [mean(v) for v in variant], higher_is_better=higher,
+                              baseline="baseline", variant=label, metric=metric, pair_noise=pair_noise)
+    a, b = base[0], variant[0]
+    if not isinstance(a, list) or not isinstance(b, list):
+        raise StatsError("a run without its per-step values" if a is not None and b is not None else
+                         "a run without a measurement")
+    return compare_windows(a, b, higher_is_better=higher, baseline="baseline", variant=label, metric=metric,
+                           run_noise=rn)
+
+
+class AB(TrainerKind):
+    name = "ab"
+    summary = ("baseline vs variants, optionally repeated in a random order per repeat; paired by repeat or on block "
+               "means; with recommend, a variant is kept only when significantly better (ahead in every repeat; one "
+               "run each: also stable), else the baseline (never a setting the trainer reports as ignored)")
+    keys = ("baseline", "variants", "repeats", "metric", "recommend")
+    launch_keys = DECIDING_LAUNCH_KEYS  # retry_disturbed too: it decides from repeats
+    metrics = (("compared", "variants.<variant>.*", "decided", "significant", "choice", "kept_default")
+               + tuple(f"<variant>.{m}" for m in TRAINER_METRICS + ("repeats",)) + RUN_METRICS)
+    performance = (("variants", "decided", "significant", "choice", "kept_default")
+                   + tuple(f"<variant>.{m}" for m in TRAINER_PERFORMANCE) + RUN_PERFORMANCE)
+    decides = True
+
+    def metric_names(self, step):  # <variant>, runs.<label>: the baseline and the variants, by their labels
+        if step is None:
+            return self.metrics
+        labels = ("baseline", *step.variants)
+        return with_labels(with_labels(self.metrics, "<variant>", labels), "<label>", labels)
+    plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
+                 "results.json), so the order shown here is an example")
+
+    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+        def variant(value, vpath):
+            v = mapping(value, vpath, ctx, ("env", "args", "window"))
+            return {"env": env_vars(v.get("env"), vpath + ("env",), ctx),
+                    "args": trainer_flags(v.get("args"), vpath + ("args",), ctx),
+                    "window": typed(v["window"], int, vpath + ("window",), ctx, minimum=1) if "window" in v else None}
+
+        variants_raw = raw.get("variants")
+        if not isinstance(variants_raw, dict) or not variants_raw:
+            raise ctx.error(path + ("variants",), "an ab step needs variants: {label: {env: ..., args: ...}}")
+        for label in variants_raw:
+            if not isinstance(label, str) or not NAME_RE.fullmatch(label):
+                raise ctx.error(path + ("variants", label), "variant labels are identifiers")
+        return {"baseline": variant(raw.get("baseline"), path + ("baseline",)),
+                "variants": {k: variant(v, path + ("variants", k)) for k, v in variants_raw.items()},
+                "repeats": typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1),
+                "metric": typed(raw.get("metric", "toks_per_s"), str, path + ("metric",), ctx),
+                "recommend": typed(raw.get("recommend", False), bool, path + ("recommend",), ctx)}
+
+    def launches(self, step, winners, run_dir):
+        variants = {"baseline": step.baseline, **step.variants}
+        out = []
+        for repeat, label in run_order(list(variants), step.repeats, order_seed(step, run_dir)):
+            variant = variants[label]
+            suffix = f"_r{repeat + 1}" if step.repeats > 1 else ""
+            params = {**{f"env.{k}": v for k, v in variant["env"].items()},
+                      **{f"args.{k}": v for k, v in variant["args"].items()}}
+            out.append(trainer_launch(step, step.launch, label, f"{step.name}/{label}{suffix}", winners, run_dir,
+                                      extra_args=variant["args"], extra_env=variant["env"], params=params,
+                                      repeat=repeat, window=variant["window"]))
+        return out
+
+    def run(self, step, launches, result, ctx) -> None:
+
+        runs, problems = run_each(ctx, step, launches, result, retry_disturbed=True)
+        labels = ["baseline", *step.variants]
+        data: dict[str, list] = {label: [None] * step.repeats for label in labels}
+        for r in runs:
+            data[r["label"]][r["repeat"]] = run_values(ctx.run_dir, step, r, step.metric)
+        shaken = disturbed_flags(runs, labels, step.repeats)
+        # the comparisons leave out a run measured under interference, as they would a failed one
+        clean = {k: [None if shaken[k][i] else v for i, v in enumerate(vals)] for k, vals in data.items()}
+        higher = stats.METRIC_DIRECTIONS.get(step.metric, "higher") == "higher"
+        rn = None if step.repeats > 1 else measured_run_noise(ctx.results, ctx.run_dir, step.metric)
+        comps, notes = [], []
+        for label in step.variants:
+            try:
+                comps.append(_compare(clean["baseline"], clean[label], label, step.metric, higher, rn,
+                                      declared_pair_noise(ctx)))
+            except StatsError as exc:
+                left_out = any(shaken["baseline"]) or any(shaken[label])
+                notes.append(f"{label}: not compared with the baseline ("
+                             + ("its disturbed runs were left out and too few remain" if left_out else str(exc)) + ")")
+        if len(comps) > 1:
+            comps = list(adjust_family(comps).comparisons)
+        seed = order_seed(step, ctx.run_dir)
+        result["comparison"] = [{**c.as_dict(), "delta": c.mean_b - c.mean_a, "rel_delta": c.rel,
+                                 "test": _TESTS[c.method] + (", Holm over the variants" if len(comps) > 1 else "")}
+                                for c in comps]
+        result["order_seed"], result["order"] = seed, [spec.label for spec in launches]
+        result["metrics"] = {"compared": step.metric, "variants": {c.variant: c.as_dict() for c in comps},
+                             "baseline": pooled_summary(runs, "baseline")}
+        for label in step.variants:
+            result["metrics"][label] = pooled_summary(runs, label)
+        ignored = {label: _ignored_settings(ctx, step, runs, label) for label in step.variants}
+        for label, names in ignored.items():
+            if names:
+                notes.append(f"{label}: the trainer ignored {', '.join(names)} on this machine, so this A/B compares "
+                             "equal settings and the variant is not recommended")
+        if notes:
+            result.setdefault("notes", []).extend(notes)
+        if step.recommend:
+            self._decide(step, runs, data, ignored, higher, rn, seed, result, declared_pair_noise(ctx))
+        conclusive = bool(as_dict(result.get("decision")).get("significant")) if step.recommend else False
+        record = decision_record(result, conclusive)
+        if record is not None:
+            result["interference"] = record
+        result.update(status="failed" if problems else "passed",
+                      reason="; ".join(problems) or "; ".join(result.get("notes", [])) or None)
+
+    def _decide(self, step, runs, data, ignored, higher, rn, seed, result, pair_noise=None) -> None:
+        """The recommendation: significance.decide over the baseline and the variants the trainer honoured, the
+        baseline kept without a significant difference; a significant winner that was not stable is not kept."""
+
+        candidates = {label: values for label, values in data.items() if label == "baseline" or not ignored[label]}
+        params = {"baseline": {}}
+        for r in runs:
+            params.setdefault(r["label"], r["params"])
+        extra = {"order_seed": seed, "order": result["order"],
+                 "excluded_ignored": [label for label in data if label not in candidates]}
+        shaken = disturbed_flags(runs, list(data), step.repeats)
+        try:
+            d = decide(candidates, default="baseline", higher_is_better=higher, metric=step.metric, run_noise=rn,
+                       disturbed={k: v for k, v in shaken.items() if k in candidates}, pair_noise=pair_noise)
+        except StatsError as exc:
+            result["decision"] = {"reason": f"no decision: {exc}", "significant": False, "choice": None, **extra}
+            result["choice"] = result["winner"] = None
+            result["metrics"].update(decided=False, significant=False, choice=None, kept_default=False)
+            return
+        choice, explanation, significant = d.choice, d.reason, d.significant
+        overridden = {}
+        # one run per variant: block means assume a steady run, so a winner whose per-step throughput varied by
+        # more than 15% is not kept. Interleaved repeats test the run means, and a winner ahead in every repeat is
+        # its own evidence of stability: the per-step spread of a 20 ms step (timer and scheduler jitter) is not.
+        if significant and choice not in (None, "baseline") and d.method != "paired" and not pooled_summary(
+                runs, choice).get("throughput_stable"):
+            explanation = (f"{choice} is faster ({d.reason}) but its throughput was not stable, so the baseline is "
+                           "kept")
+            choice, significant = "baseline", False
+            overridden = {"recommendable": False,
+                          "recommendation": f"nothing is recommended: {explanation}"}
+        if extra["excluded_ignored"]:
+            explanation += (f"; not considered: {', '.join(extra['excluded_ignored'])} (settings the trainer "
+                            "ignored)")
+        result["decision"] = {**d.as_dict(), **extra, "reason": explanation, **overridden}
+        chosen = None
+        if choice is not None:
+            chosen = {"label": choice, "params": params.get(choice, {}), "explanation": explanation,
+                      "significant": significant, "kept_default": choice == "baseline" and not significant}
+        result["choice"] = chosen
+        result["winner"] = chosen if significant else None
+        result["metrics"].update(decided=chosen is not None, significant=significant,
+                                 choice=chosen["label"] if chosen else None,
+                                 kept_default=bool(chosen and chosen["kept_default"]))
+
+    def view(self, result: dict, view: dict) -> dict:
+        runs = [as_dict(r) for r in as_list(result.get("runs"))]
+        label_counts = Counter(str(r.get("label")) for r in runs)
+        rows = []
+        for run in runs:
+            run_metrics = as_dict(run.get("metrics"))
+            toks = stat_of(run_metrics, "toks_per_s")
+            label = fmt_num(run.get("label"))
+            if label_counts[str(run.get("label"))] > 1 and finite(run.get("repeat")) is not None:
+                label = f"{label} (repeat {int(run['repeat']) + 1})"
+            rows.append({"label": label, "params": params_text(run.get("params")),
+                         "repeat": fmt_num(run.get("repeat")), "toks": mean_pm(toks),
+                         "cv": fmt_pct(toks.get("cv")), "n": fmt_num(toks.get("n")),
+                         "tflops": fmt_tflops(run_metrics.get("tflops_per_s")),
+                         "mfu": mfu_text(run_metrics, why=False),
+                         "status": status_view(run.get("status")), "reason": run.get("reason")})
+        comparisons = []
+        for comp in (as_dict(c) for c in as_list(result.get("comparison"))):
+            ci = (f"{fmt_pct(comp.get('ci_low'), signed=True)} .. {fmt_pct(comp.get('ci_high'), signed=True)}"
+                  if finite(comp.get("ci_low")) is not None else "—")
+            p = fmt_p(comp.get("p_value"))
+            if finite(comp.get("p_adjusted")) is not None:
+                p += f" (Holm {fmt_p(comp.get('p_adjusted'))})"
+            comparisons.append({
+                "baseline": fmt_num(comp.get("baseline")), "variant": fmt_num(comp.get("variant")),
+                "metric": fmt_num(comp.get("metric")),
+                "mean_a": fmt_num(comp.get("mean_a")), "mean_b": fmt_num(comp.get("mean_b")),
+                "delta": fmt_num(comp.get("delta")), "rel_delta": fmt_pct(comp.get("rel_delta"), signed=True),
+                "ci": ci, "p_value": p, "significant": fmt_num(comp.get("significant")),
+                "noise_floor": fmt_pct(comp.get("noise_floor")),
+                "verdict": fmt_num(comp.get("verdict")), "test": fmt_num(comp.get("test")),
+                "n": f"{fmt_num(comp.get('n_a'))} / {fmt_num(comp.get('n_b'))}",
+            })
+        decision = as_dict(result.get("decision"))
+        chosen = as_dict(result.get("choice")) or as_dict(result.get("winner"))
+        winner = None
+        if chosen:
+            winner = {"label": fmt_num(chosen.get("label")), "params": params_text(chosen.get("params")),
+                      "explanation": fmt_num(chosen.get("explanation")),
+                      "significant": bool(chosen.get("significant", not decision))}
+        return {"command": "",  # each run has its own
+                "ab": {"rows": rows, "comparisons": comparisons, "winner": winner,
+                       "decision": decision_view(decision, as_dict(result.get("choice"))) if decision else None,
+                       "context": shared_context_text(as_dict(r.get("metrics")) for r in runs)},
+                "runs_summary": train_report.runs_view(runs)}
+
+    def summary_line(self, result: dict) -> str:
+        chosen = as_dict(result.get("choice"))
+        if not chosen:
+            return super().summary_line(result)
+        if chosen.get("significant"):
+            return f" keep: {chosen.get('label')} (significant)"
+        if nothing_compared(result):
+            return f" no decision, nothing compared: {chosen.get('label')} kept"
+        return f" no significant difference: {chosen.get('label')} kept"
+
+    def plots(self, name: str, result: dict, plotter) -> None:
+        runs = [as_dict(r) for r in as_list(result.get("runs"))]
+        plotter.bars(bar_points(runs), title=f"A/B: {result.get('title') or name}", xlabel="variant",
+                     filename=f"ab_{file_name(name)}.png",
+                     colors=lambda i, label: "tab:blue" if i == 0 else "tab:orange", mark=decision_mark(result))
+
+
+def _ignored_settings(ctx, step, runs: list[dict], label: str) -> list[str]:
+    """Variables of a variant that its trainer runs reported as ignored (e.g. NSA_DDP_COMPRESS without DDP)."""
+    names = set()
+    for r in runs:
+        if r["label"] == label:
+            status = contracts.read_status_json(ctx.run_dir / r["dir"] / "out")
+            names.update(contracts.ignored_settings(status, list(step.variants[label]["env"])))
+    return sorted(names)
+
+
+def pooled_summary(runs: list[dict], label: str) -> dict:
+    """Mean over repeats of the per-run summary means (or the single run's summary)."""
+    mine = [r["metrics"] for r in runs if r["label"] == label and r["status"] == "passed"]
+    if not mine:
+        return {}
+    if len(mine) == 1:
+        return mine[0]
+    means = [m["toks_per_s"]["mean"] for m in mine if as_dict(m.get("toks_per_s")).get("mean") is not None]
+    return {**({"toks_per_s": {"mean": sum(means) / len(means), "n": len(means)}} if means else {}),
+            "throughput_stable": all(m.get("throughput_stable") for m in mine), "repeats": len(mine)}
+
+
+kinds.register(AB())

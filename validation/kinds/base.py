@@ -1,0 +1,311 @@
+"""StepKind: everything one kind of runbook step does, in one class. A kind module defines a subclass and registers
+an instance (validation.kinds.register); the runbook, the plan, the runner, the report, compare and the CLI ask the
+registry for the kind of a step and call these hooks, so adding a kind touches its module and its two report
+partials only (docs/architecture.md, "How to add a step kind").
+
+What a kind defines:
+
+    name, summary        the `kind:` value and one line for `nsa-validate kinds` (the README table)
+    keys, launch_keys    its own runbook keys, and which launch settings (config, env, args, ...) it takes
+    trainer              True when it launches the trainer: heartbeats, GPUs per rank, metrics per launch
+    host_only            True when it needs none of the devices the runbook's `requirements` ask for (a
+                         snapshot, a test suite whose CUDA tests skip themselves): only its own `requires` apply
+    parse / check        schema: its own keys -> step.options; cross-step references once every step is read
+    input_files          the files its own keys name (test paths, a benchmark script): checked before a run
+    launches             plan: the LaunchSpecs the step starts (argv, env, directories), in order
+    skip_reason          a reason it cannot run here although the machine meets its requirements
+    run                  run the launches through the runner's context and collect results.json's step entry
+    summary_line         what the console prints after the step
+    trainer_runs         (label, metrics) of each trainer launch, for `nsa-validate compare`
+    metrics              the metric names its steps produce (results.json "metrics"), as dotted patterns
+                         (metric_names(step) when they depend on the step's own keys): what acceptance criteria
+                         may read, checked before anything runs (check_metric_reference) and after a step ran
+                         (undeclared_metrics: the runner notes what a step recorded beyond them)
+    view                 its part of the report's step view (formatted strings); templates: its partials
+    key_figures, plots   executive-summary figures and extra plots (key_figure_steps: the steps those figures use)
+    performance, decides the metric names that measure speed (validation.execution.evidence: what interference can change),
+                         and whether every step of the kind decides on speed (a sweep, an A/B, a triage)
+
+Hooks have defaults that do nothing, so a small kind needs `name`, `summary`, `launches`, `run` and `metrics`.
+
+Metric-name patterns: "toks_per_s.mean" is key "mean" of metric "toks_per_s"; a segment `<word>` stands for any one
+key (a point's label, a collective, a strategy, a variant, a list index); a last segment `*` for anything below (a
+record of free form, e.g. a benchmark's own JSON). A criterion may read a name or any part of one ("toks_per_s" as
+a whole, "nodes" for len()). Besides its metrics, a criterion reads STEP_FIELDS of every step.
+"""
+
+from __future__ import annotations
+
+import difflib
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+from validation.formatting import context_text
+from validation.launch.slurm import SlurmOptions
+from validation.launch.spec import PLAN_RUN_DIR, LaunchSpec, safe_name
+from validation.results.store import inside_run_dir
+
+if TYPE_CHECKING:
+    from validation.runbook.model import Step
+    from validation.runbook.schema import Ctx
+
+# Keys every step takes, whatever its kind.
+BASE_KEYS = ("name", "kind", "title", "description", "requires", "optional", "on_failure")
+# Launch settings a step may take (and inherits from `defaults`); validation.runbook.loader parses them.
+LAUNCH_KEYS = ("config", "env", "args", "nproc_per_node", "master_port", "port_retries", "timeout_s",
+               "stall_timeout_s", "window", "warmup_steps", "launcher", "nnodes", "retry_disturbed")
+# A step of a kind that decides from repeats (ab, sweep, triage) may also set `retry_disturbed` (how often a repeat
+# other work disturbed runs again); `defaults` may set it for the whole runbook, any other step may not (it would
+# be silently ignored there).
+RETRY_KEY = "retry_disturbed"
+DECIDING_LAUNCH_KEYS = LAUNCH_KEYS
+# Launch settings of a step that runs one command and no trainer (a test suite, a benchmark).
+COMMAND_LAUNCH_KEYS = ("env", "timeout_s", "launcher")
+# What a criterion reads of every step besides its metrics (validation.execution.acceptance's namespace): "runs" maps each
+# run's label to its metrics (a kind with runs declares "runs.<label>..." among its metrics), "comparison" each
+# A/B variant to its statistics, "winner" a decision's chosen point.
+STEP_FIELDS = ("status", "reason", "excerpt", "stack_dumps", "winner.*", "runs", "comparison.<variant>.*")
+
+
+class StepKind:
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    keys: ClassVar[tuple[str, ...]] = ()
+    launch_keys: ClassVar[tuple[str, ...]] = tuple(k for k in LAUNCH_KEYS if k != RETRY_KEY)
+    trainer: ClassVar[bool] = False
+    host_only: ClassVar[bool] = False  # True: the runbook's requirements do not apply, only the step's `requires`
+    plan_note: ClassVar[str | None] = None  # a line `nsa-validate plan` prints under the step (in-process work)
+    # Report partials {"md": source, "html": source}; None: package data validation/kinds/templates/<name>.<fmt>.j2.
+    # A partial renders the kind's own part of a step section; `s` is the step view (view() merged into it).
+    templates: ClassVar[dict[str, str] | None] = None
+    # The metric names the kind's steps produce (patterns; see the module docstring). None: not declared, and then
+    # criteria on its steps are checked only when they run (tests/validation/test_prerun_checks.py lists such kinds).
+    metrics: ClassVar[tuple[str, ...] | None] = None
+    # The metric-name patterns (a subset of `metrics`) that measure speed: what interference can change, so that a
+    # criterion reading one of a disturbed step is inconclusive (validation.execution.evidence); correctness (a loss that
+    # falls, tests that pass) is never among them and decides on a busy machine too.
+    performance: ClassVar[tuple[str, ...]] = ()
+    # True: every step of the kind decides on performance (a sweep, an A/B, a triage, a scan): its runs are measured
+    # evidence whether or not a criterion reads them (validation.execution.evidence.measured_steps).
+    decides: ClassVar[bool] = False
+
+    def metric_names(self, step: Step | None) -> tuple[str, ...] | None:
+        """The metric-name patterns of `step` (None: of any step of the kind), e.g. with the A/B's own variant
+        names in place of <variant>; None when the kind declares none."""
+        return self.metrics
+
+    # ------------------------------------------------------------------ schema
+    def allowed_keys(self) -> tuple[str, ...]:
+        return BASE_KEYS + tuple(self.launch_keys) + tuple(self.keys)
+
+    def parse(self, raw: dict[str, Any], path: tuple, ctx: Ctx) -> dict[str, Any]:
+        """The kind's own keys of `raw` (already checked against allowed_keys), validated: step.options.
+        Errors: ``raise ctx.error(path + (key,), "what was expected")``."""
+        return {}
+
+    def check(self, step: Step, order: list[Step], error: Callable[[str], Exception]) -> None:
+        """Cross-step checks once every step is read (`order`: all steps in run order); raise error(message)."""
+
+    def input_files(self, step: Step) -> list[tuple[tuple, str]]:
+        """(key path inside the step, file path) of every file the kind's own keys name, e.g. (("tests", 0),
+        "tests/nsa/test_x.py"): `nsa-validate run` and `plan` check that each exists (relative to the working
+        directory) before anything runs. A trainer config (`config`) is checked for every kind that takes it."""
+        return []
+
+    # ------------------------------------------------------------------ plan
+    def launches(self, step: Step, winners: dict[str, dict[str, Any]] | None,
+                 run_dir: Path | None) -> list[LaunchSpec]:
+        """Every process the step starts, in order. winners None: plan mode (${x.winner...} left as text);
+        run_dir None: paths as RUN_DIR/... (run_path)."""
+        return []
+
+    def skip_reason(self, step: Step) -> str | None:
+        return None
+
+    def winner_params(self, step: Step) -> tuple[str, ...] | None:
+        """The parameters ("env.X", "args.y") a winner of this step can carry, which later steps may use as
+        ${step.winner.env.X}; None: later steps cannot refer to its winner."""
+        return None
+
+    # ------------------------------------------------------------------ run
+    def run(self, step: Step, launches: list[LaunchSpec], result: dict[str, Any], ctx) -> None:
+        """Run the step and fill `result` (its results.json entry: status, reason, metrics, runs, winner, ...).
+        `ctx` is the runner's StepContext: launch(spec, index, total), record(result, spec, launch_result),
+        save(), rel(path), winners() (the earlier steps' winners), run_dir, cwd, results (the whole run's results
+        so far)."""
+        raise NotImplementedError(f"step kind {self.name!r} does not run")
+
+    def summary_line(self, result: dict[str, Any]) -> str:
+        """Extra text of the console line printed when the step ends (e.g. its mean throughput, its winner)."""
+        extra = ""
+        m = result.get("metrics") or {}
+        if isinstance(m.get("toks_per_s"), dict) and m["toks_per_s"].get("mean") is not None:
+            context = context_text(m)
+            extra = (f" ({m['toks_per_s']['mean']:,.0f} tok/s mean, last {m['window']['n']} steps"
+                     + (f"; {context}" if context else "") + ")")
+        if result.get("winner"):
+            extra += f" winner: {result['winner']['label']}"
+        return extra
+
+    def trainer_runs(self, result: dict[str, Any]) -> list[tuple[str, dict]]:
+        """(label, metrics) of every trainer launch of the step: its runs (a sweep's, an A/B's), or the step itself
+        when its metrics name a training.csv."""
+        if result.get("runs"):
+            return [(f"{result['name']}[{r['label']}]", r.get("metrics") or {}) for r in result["runs"]]
+        m = result.get("metrics") or {}
+        return [(result["name"], m)] if m.get("csv") else []
+
+    # ------------------------------------------------------------------ report
+    def view(self, result: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:
+        """What the kind's partials show (formatted with validation.formatting), merged into the step `view`
+        (which it may also read: name, status, reason, ...). Must accept anything: results may be damaged."""
+        return {}
+
+    def key_figures(self, steps: list[dict[str, Any]]) -> list[tuple[int, dict[str, str]]]:
+        """(order, {"label", "value", "note"}) for the executive summary, from every step's result in run order
+        (not only this kind's); figures of all kinds are shown sorted by order."""
+        return []
+
+    def key_figure_steps(self, steps: list[dict[str, Any]]) -> list[str]:
+        """The steps whose performance figures key_figures shows (so that they count as measured evidence)."""
+        return []
+
+    def plots(self, name: str, result: dict[str, Any], plotter) -> None:
+        """Extra plots of the step, drawn with validation.report.plots.Plotter (bars(...), figure(...)); the
+        tokens/s-per-step plot of every step with a training.csv is drawn for every kind."""
+
+    def template(self, fmt: str) -> str | None:
+        """The source of the kind's report partial for `fmt` ("md" or "html"), or None when it has none."""
+        if self.templates is not None:
+            return self.templates.get(fmt)
+
+        path = resources.files("validation.kinds") / "templates" / f"{self.name}.{fmt}.j2"
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def run_path(run_dir: Path | None, rel: str) -> str:
+    """A path for a command line: absolute under the run directory, or RUN_DIR/... in plan mode."""
+    return str(step_dir(run_dir, rel))
+
+
+def step_dir(run_dir: Path | None, rel: str) -> Path:
+    """Where a launch's files go: run_dir/rel, or RUN_DIR/rel in plan mode (LaunchSpec.dir is then `rel`)."""
+    return inside_run_dir(run_dir, rel) if run_dir is not None else PLAN_RUN_DIR / rel  # RunDirError: outside it
+
+
+def launch_identity(step: Step, label: str = "") -> dict[str, Any]:
+    """The LaunchSpec fields that say where and as what a launch of `step` runs: the runbook's launcher block
+    (torchrun rendezvous, Slurm allocation), the Slurm job name, the step and the label."""
+    lc = step.launch.launcher
+    return dict(launcher=lc.type, rdzv_backend=lc.rdzv_backend, rdzv_endpoint=lc.rdzv_endpoint,
+                slurm=SlurmOptions(partition=lc.partition, account=lc.account, time_limit=lc.time_limit,
+                                   gpus_per_node=lc.gpus_per_node, cpus_per_task=lc.cpus_per_task, sbatch=lc.sbatch),
+                job_name="nsav-" + safe_name(f"{step.name}-{label}" if label else step.name), step=step.name,
+                label=label)
+
+
+def command_launch(step: Step, argv: list[str], run_dir, label: str = "", nnodes: int = 1) -> LaunchSpec:
+    """A launch of one command that is not the trainer (a test suite, a benchmark), in RUN_DIR/<step>, with the
+    step's own environment variables and timeout."""
+    return LaunchSpec(argv=argv, env=dict(step.launch.env), inherit_env=True, run_dir=run_dir,
+                      step_dir=step_dir(run_dir, step.name), timeout_s=step.launch.timeout_s, nnodes=nnodes,
+                      **launch_identity(step, label))
+
+
+def earlier_step_of_kind(order, step, name: str, kind: str) -> bool:
+    """Whether `name` is a step of `kind` that runs before `step` in `order` (the runbook's steps in run order):
+    what a key naming another step's results (train's scaling_baseline, parallelism's comm) needs."""
+    position = {s.name: i for i, s in enumerate(order)}
+    base = next((s for s in order if s.name == name), None)
+    return base is not None and base.kind == kind and position[base.name] < position[step.name]
+
+
+# ---------------------------------------------------------------------------------------------- metric names
+def _segments(pattern: str) -> tuple[str, ...]:
+    return tuple(pattern.split("."))
+
+
+def _placeholder(segment: str) -> bool:
+    return segment.startswith("<") and segment.endswith(">")
+
+
+def _covers(pattern: tuple[str, ...], path: tuple) -> bool:
+    """Whether `pattern` names `path` or something inside it (path is a prefix of a name it stands for)."""
+    for i, key in enumerate(path):
+        if i >= len(pattern):
+            return False
+        if pattern[i] == "*":
+            return True
+        if _placeholder(pattern[i]):
+            continue
+        if isinstance(key, int) or str(key) != pattern[i]:
+            return False
+    return True
+
+
+def with_labels(patterns: tuple[str, ...], placeholder: str, labels) -> tuple[str, ...]:
+    """`patterns` with each one that starts "<placeholder>" or "runs.<placeholder>" written once per label (a
+    point's, a variant's, a suspect's): what metric_names(step) returns where the step's own keys name them."""
+    out = []
+    for p in patterns:
+        labelled = p.startswith((f"{placeholder}.", f"runs.{placeholder}."))
+        out += [p.replace(placeholder, str(label), 1) for label in labels] if labelled else [p]
+    return tuple(out)
+
+
+def readable_names(kind: StepKind, step: Step | None = None) -> tuple[str, ...] | None:
+    """Every name a criterion may read of `step` (STEP_FIELDS and its kind's metrics); None when undeclared."""
+    own = kind.metric_names(step)
+    return None if own is None else STEP_FIELDS + tuple(own)
+
+
+def metric_declared(path: tuple, patterns: tuple[str, ...]) -> bool:
+    """Whether key path `path` (("toks_per_s", "mean"), ("runs", "50", "loss")) is, or lies inside, a declared name."""
+    return any(_covers(_segments(p), tuple(path)) for p in patterns)
+
+
+def undeclared_metrics(kind: StepKind, step: Step | None, metrics: dict) -> list[str]:
+    """The leaves of a step's recorded `metrics` (a dict of dicts; a list is one leaf) that no name of its kind
+    declares, as dotted names; [] when the kind declares none (kind.metric_names is None)."""
+    names = kind.metric_names(step)
+    if names is None:
+        return []
+    out: list[str] = []
+
+    def walk(value, path: tuple) -> None:
+        if isinstance(value, dict) and value:
+            for key, inner in value.items():
+                walk(inner, path + (key,))
+        elif path and not metric_declared(path, names):
+            out.append(".".join(map(str, path)))
+
+    walk(metrics, ())
+    return out
+
+
+def close_metric_names(path: tuple, patterns: tuple[str, ...], n: int = 4) -> list[str]:
+    """The declared names closest to `path` where it first goes astray: the names one key deep below its longest
+    declared prefix (e.g. toks_per_s, toks_per_s_per_gpu for toks_per_sec), closest first (difflib)."""
+    path = tuple(path)
+    depth = max((d for d in range(len(path) + 1) if metric_declared(path[:d], patterns)), default=0)
+    prefix, wrong = path[:depth], str(path[depth]) if depth < len(path) else ""
+    below: dict[str, str] = {}  # each key one deeper -> its name
+    for p in patterns:
+        segs = _segments(p)
+        if len(segs) > depth and segs[depth] != "*" and _covers(segs, prefix):
+            below.setdefault(segs[depth], ".".join([*map(str, prefix), segs[depth]]))
+    near = difflib.get_close_matches(wrong, list(below), n=n, cutoff=0.5)
+    return [below[k] for k in near] or list(below.values())[:n * 2]
+
+
+def check_metric_reference(step: Step, path: tuple) -> str | None:
+    """Why a criterion cannot read `path` of `step` (no name its kind declares holds it, with the close names), or
+    None (declared, or the kind declares nothing)."""
+    names = readable_names(step.kind_impl, step)
+    if names is None or metric_declared(path, names):
+        return None
+    shown = ".".join([step.name, *(f"[{k}]" if isinstance(k, int) else str(k) for k in path)]).replace(".[", "[")
+    close = close_metric_names(path, names)
+    return (f"{shown}: the {step.kind} step {step.name} produces no such metric"
+            + (f" (close: {', '.join(f'{step.name}.{c}' for c in close)})" if close else ""))

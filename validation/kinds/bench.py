@@ -1,0 +1,123 @@
+"""`bench`: a benchmark script run with this Python, given `--json PATH`; the JSON it writes is the step's metrics
+(e.g. benchmarks/bench_selection.py: ranges_speedup_min, forward_speedup_min, ...), usable in criteria.
+
+Own keys: `command: [script, args...]` (the argv after the python executable; required); `best: {by: FIELD, max:
+FIELD}` (or `min: FIELD`), for a benchmark whose JSON is a list of records (metrics "results", e.g.
+benchmarks/bench_train.py's: one row per case with "model", "mode", "toks_per_s", or "error" for a case that failed):
+metrics "best" maps each value of the `by` field to its record with the largest (smallest) number in FIELD, among
+the records that have both fields and no "error"; criteria read it by name, whatever the order or number of rows, e.g.
+`train_bench.best.nsa.toks_per_s >= 0.55 * train_bench.best.dense.toks_per_s`. Launch keys: env, timeout_s,
+launcher. A benchmark that writes no JSON fails. Its launch is sampled like a trainer's (telemetry.csv): what else used the
+machine while it ran is judged over the whole launch (results.json step "interference").
+Report: its scalar figures, and a table per list of records (e.g. by_seq_len) and for "best".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from typing import Any
+
+from validation import contracts
+from validation import kinds
+from validation.analysis.interference import launch_record
+from validation.launch import telemetry
+from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
+from validation.formatting import as_dict, as_list, fmt_num
+from validation.runbook.schema import mapping, str_list, typed
+from validation.kinds.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, run_path
+
+
+class Bench(StepKind):
+    name = "bench"
+    summary = "a benchmark script that writes JSON (`--json`); e.g. selection v2 vs v1 speed"
+    keys = ("command", "best")
+    metrics = ("*",)  # whatever JSON the benchmark writes
+    performance = ("*",)  # a benchmark measures speed
+    launch_keys = COMMAND_LAUNCH_KEYS
+
+    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+        command = str_list(raw.get("command"), path + ("command",), ctx)
+        if not command:
+            raise ctx.error(path + ("command",), "a bench step needs command: [script, args...]")
+        best = None
+        if raw.get("best") is not None:
+            spec = mapping(raw["best"], path + ("best",), ctx, ("by", "max", "min"), required=("by",))
+            if ("max" in spec) == ("min" in spec):
+                raise ctx.error(path + ("best",), "expected {by: FIELD, max: FIELD} or {by: FIELD, min: FIELD}")
+            order = "max" if "max" in spec else "min"
+            best = {"by": typed(spec["by"], str, path + ("best", "by"), ctx),
+                    order: typed(spec[order], str, path + ("best", order), ctx)}
+        return {"command": command, "best": best}
+
+    def input_files(self, step):
+        script = step.command[0]  # `python SCRIPT ...`; an interpreter option (-m module, -c code) is no file
+        return [] if script.startswith("-") else [(("command", 0), script)]
+
+    def launches(self, step, winners, run_dir):
+        argv = [sys.executable, *step.command, "--json", run_path(run_dir, f"{step.name}/bench.json")]
+        # sampled like a trainer launch: what else used the machine while the benchmark measured
+        return [dataclasses.replace(command_launch(step, argv, run_dir), telemetry_s=TELEMETRY_INTERVAL_S)]
+
+    def run(self, step, launches, result, ctx) -> None:
+        spec = launches[0]
+        lr = ctx.launch(spec, 0, 1)
+        ctx.record(result, spec, lr)
+        record = launch_record(telemetry.interference(contracts.read_telemetry(ctx.run_dir / spec.dir)))
+        if record is not None:
+            result["interference"] = record
+        try:
+            data = json.loads((ctx.run_dir / spec.dir / "bench.json").read_text())
+        except (OSError, ValueError):
+            data = {}
+        result["metrics"] = data if isinstance(data, dict) else {"results": data}
+        if step.best and isinstance(result["metrics"].get("results"), list):
+            result["metrics"]["best"] = best_records(result["metrics"]["results"], step.best)
+        if lr.status != "ok":
+            result.update(status=lr.status, reason=lr.reason)
+        elif not data:
+            result.update(status="failed", reason="the benchmark wrote no JSON")
+        else:
+            result["artifacts"].append(ctx.rel(ctx.run_dir / spec.dir / "bench.json"))
+            result.update(status="passed", reason=None)
+
+    def view(self, result: dict, view: dict) -> dict:
+        """A benchmark's JSON: its scalar figures, and one table per list of records (e.g. by_seq_len)."""
+        metrics = as_dict(result.get("metrics"))
+        scalars, tables = [], []
+        for key in sorted(metrics, key=str):
+            value = metrics[key]
+            if key == "best" and isinstance(value, dict):  # {group: record}: one row per group
+                value = [{"best of": group, **as_dict(record)} for group, record in value.items()]
+            records = [as_dict(v) for v in as_list(value)]
+            if records and all(isinstance(v, dict) for v in as_list(value)):
+                columns = sorted({str(k) for r in records for k in r})
+                tables.append({"name": str(key), "columns": columns,
+                               "rows": [[fmt_num(r.get(c)) for c in columns] for r in records]})
+            else:
+                scalars.append((str(key), fmt_num(value)))
+        return {"bench": {"scalars": scalars, "tables": tables}}
+
+
+def best_records(rows: list, best: dict[str, str]) -> dict[str, dict]:
+    """{value of best["by"]: the row with the largest (best["max"]) or smallest (best["min"]) finite number in that
+    field}, over the rows that are records with the `by` field, such a number and no "error"; groups in the order
+    first seen."""
+    order = "max" if "max" in best else "min"
+    field = best[order]
+    chosen: dict[str, dict] = {}
+    for row in rows:
+        value = row.get(field) if isinstance(row, dict) else None
+        if (not isinstance(row, dict) or "error" in row or best["by"] not in row or isinstance(value, bool)
+                or not isinstance(value, (int, float)) or not math.isfinite(value)):
+            continue
+        group = str(row.get(best["by"]))
+        current = chosen.get(group)
+        if current is None or (value > current[field] if order == "max" else value < current[field]):
+            chosen[group] = row
+    return chosen
+
+
+kinds.register(Bench())

@@ -1,0 +1,317 @@
+"""`comm`: collective bandwidth over the run's ranks (issue 16): all-reduce, all-gather, reduce-scatter and
+broadcast over doubling message sizes, with nccl-tests' algbw/busbw conventions (validation.analysis.collectives).
+
+Own keys:
+    kinds: [all_reduce, all_gather, reduce_scatter, broadcast]      (default: all four)
+    sizes: [bytes, ...]  or  min_bytes / max_bytes                  (default 8 KiB .. 1 GiB with NCCL, 4 KiB .. 4 MiB
+                                                                      with gloo; doubling)
+    iters: 20, warmup: 5                                             (timed and untimed calls per size)
+    compute_ms: 0                                                    (> 0: each timed call follows this much
+                                                                      computation and a barrier, as a training
+                                                                      step issues it; 0: back to back, nccl-tests)
+    backend: auto | nccl | gloo                                      (auto: NCCL where CUDA is, else gloo)
+    source: torch | nccl-tests | auto                                (auto: nccl-tests when every `<kind>_perf` is
+                                                                      on PATH, nvidia-smi is there, the backend is
+                                                                      not gloo and the step runs on one node)
+Launch keys: env, nproc_per_node, nnodes, launcher (torchrun or Slurm, as the trainer kinds), master_port,
+port_retries, timeout_s.
+
+source torch: one launch of `python -m validation.analysis.comm_bench` under torchrun over nproc_per_node x nnodes ranks
+(also one rank, and under Slurm in every node's task), which writes RUN_DIR/<step>/comm.json. source nccl-tests:
+one single-process `<kind>_perf -g nproc_per_node` launch per collective (validation.analysis.nccl_tests), its table parsed.
+
+Metrics (a fixed interface, used by criteria and by the parallelism step):
+    {"world_size": n, "backend": "gloo"|"nccl", "source": "torch"|"nccl-tests",
+     "<kind>": {"table": [bandwidth_row rows sorted by bytes], "busbw_gbps": {"max", "median"},
+                "algbw_gbps": {"max", "median"}, "latency_us": <time of the smallest size>, "sizes": <count>}, ...}
+plus "note" at one rank (nothing moves: busbw 0, not meaningful) and "iters", "warmup", "threads", "device".
+Criteria: `comm.all_reduce.busbw_gbps.max >= 20`. Tables of a comm step:
+{k: v["table"] for k, v in metrics.items() if isinstance(v, dict) and "table" in v}.
+Report: a table per collective and a bandwidth-vs-size plot; key figure: peak all-reduce busbw.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import sys
+from typing import Any
+
+from validation.analysis import nccl_tests
+from validation import kinds as registry
+from validation.formatting import NA, as_dict, as_list, file_name, finite, fmt_num
+from validation.launch.spec import LaunchSpec
+from validation.runbook.schema import typed
+from validation.kinds.base import StepKind, launch_identity, run_path, step_dir
+from validation.kinds._plot_helpers import loglog_lines
+
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+SOURCES = ("torch", "nccl-tests", "auto")
+BACKENDS = ("auto", "nccl", "gloo")
+OUTPUT = "comm.json"  # validation.analysis.comm_bench.OUTPUT (not imported: that module is the launched program's)
+WORLD_ONE_NOTE = ("one rank: the collectives move nothing between ranks; times are the calls' own overhead, "
+                  "busbw is 0 and not meaningful")
+
+
+def summarize(kind: str, table: list[dict]) -> dict:
+    """The metrics of one collective from its rows (sorted by bytes)."""
+    table = sorted((dict(r) for r in table), key=lambda r: r["bytes"])
+    bus = [r["busbw_gbps"] for r in table]
+    alg = [r["algbw_gbps"] for r in table]
+    return {"table": table,
+            "busbw_gbps": {"max": max(bus), "median": statistics.median(bus)},
+            "algbw_gbps": {"max": max(alg), "median": statistics.median(alg)},
+            "latency_us": table[0]["time_s"] * 1e6, "sizes": len(table)}
+
+
+def tables(metrics: Any) -> dict[str, list[dict]]:
+    """{kind: table} of a comm step's metrics (what validation.analysis.collectives.predict_seconds takes)."""
+    return {k: v["table"] for k, v in as_dict(metrics).items() if isinstance(v, dict) and "table" in v}
+
+
+class Comm(StepKind):
+    name = "comm"
+    summary = ("collective bandwidth over the run's ranks (all-reduce, all-gather, reduce-scatter, broadcast; "
+               "torch or nccl-tests): algbw/busbw per size, latency")
+    keys = ("kinds", "sizes", "min_bytes", "max_bytes", "iters", "warmup", "compute_ms", "backend", "source")
+    metrics = ("world_size", "backend", "source", "device", "iters", "warmup", "compute_ms", "threads", "note",
+               *(f"{k}.{m}" for k in KINDS for m in ("table.<i>.*", "busbw_gbps.max", "busbw_gbps.median",
+                                                           "algbw_gbps.max", "algbw_gbps.median", "latency_us",
+                                                           "sizes", "avg_busbw_gbps_reported")))
+    performance = tuple(f"{k}.{m}" for k in KINDS for m in ("table", "busbw_gbps", "algbw_gbps", "latency_us",
+                                                             "avg_busbw_gbps_reported"))
+    launch_keys = ("env", "nproc_per_node", "nnodes", "launcher", "master_port", "port_retries", "timeout_s")
+
+    # ------------------------------------------------------------------ schema
+    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+        kinds = raw.get("kinds", list(KINDS))
+        if not isinstance(kinds, list) or not kinds:
+            raise ctx.error(path + ("kinds",), f"expected a non-empty list of {', '.join(KINDS)}")
+        for i, k in enumerate(kinds):
+            typed(k, str, path + ("kinds", i), ctx, choices=KINDS)
+        if len(set(kinds)) != len(kinds):
+            raise ctx.error(path + ("kinds",), "a collective is listed twice")
+        sizes = raw.get("sizes")
+        if sizes is not None:
+            if "min_bytes" in raw or "max_bytes" in raw:
+                raise ctx.error(path + ("sizes",), "give either sizes or min_bytes/max_bytes, not both")
+            if not isinstance(sizes, list) or not sizes:
+                raise ctx.error(path + ("sizes",), "expected a non-empty list of message sizes in bytes")
+            sizes = sorted({typed(s, int, path + ("sizes", i), ctx, minimum=4) for i, s in enumerate(sizes)})
+        lo = typed(raw.get("min_bytes"), int, path + ("min_bytes",), ctx, minimum=4, optional=True)
+        hi = typed(raw.get("max_bytes"), int, path + ("max_bytes",), ctx, minimum=4, optional=True)
+        if lo is not None and hi is not None and hi < lo:
+            raise ctx.error(path + ("max_bytes",), f"must be >= min_bytes ({lo}), got {hi}")
+        options = {
+            "kinds": list(kinds), "sizes": sizes, "min_bytes": lo, "max_bytes": hi,
+            "iters": typed(raw.get("iters", 20), int, path + ("iters",), ctx, minimum=1),
+            "warmup": typed(raw.get("warmup", 5), int, path + ("warmup",), ctx, minimum=0),
+            "compute_ms": typed(raw.get("compute_ms", 0), float, path + ("compute_ms",), ctx, minimum=0),
+            "backend": typed(raw.get("backend", "auto"), str, path + ("backend",), ctx, choices=BACKENDS),
+            "source": typed(raw.get("source", "torch"), str, path + ("source",), ctx, choices=SOURCES),
+        }
+        if options["source"] == "nccl-tests":
+            if options["backend"] == "gloo":
+                raise ctx.error(path + ("source",), "nccl-tests measures NCCL; backend gloo needs source torch")
+            if options["compute_ms"]:
+                raise ctx.error(path + ("compute_ms",), "nccl-tests times its calls back to back: source torch")
+            if sizes is not None:
+                raise ctx.error(path + ("sizes",), "nccl-tests takes min_bytes/max_bytes (doubling), not sizes")
+        return options
+
+    def check(self, step, order, error) -> None:
+        if step.source == "nccl-tests" and (step.launch.nnodes > 1 or step.launch.launcher.type == "slurm"):
+            raise error("source nccl-tests runs one process driving nproc_per_node GPUs on this node; several "
+                        "nodes or Slurm need an MPI build of nccl-tests under mpirun/srun: use source torch")
+
+    # ------------------------------------------------------------------ plan
+    def resolved_source(self, step) -> str:
+        """torch or nccl-tests: `auto` picks nccl-tests when it can run here (see the module doc)."""
+        if step.source != "auto":
+            return step.source
+        path = step.launch.env.get("PATH")
+        usable = (step.backend != "gloo" and step.launch.nnodes == 1 and step.launch.launcher.type != "slurm"
+                  and shutil.which("nvidia-smi", path=path) is not None
+                  and not nccl_tests.missing_binaries(step.kinds, path))
+        return "nccl-tests" if usable else "torch"
+
+    def launches(self, step, winners, run_dir):
+        launch = step.launch
+        common = dict(env=dict(launch.env), inherit_env=True, run_dir=run_dir, timeout_s=launch.timeout_s)
+        if self.resolved_source(step) == "nccl-tests":
+            lo, hi = step.min_bytes or 8192, step.max_bytes or (1 << 30)
+            return [LaunchSpec(argv=nccl_tests.command(kind, lo, hi, launch.nproc_per_node, step.iters,
+                                                       step.warmup),
+                               step_dir=step_dir(run_dir, f"{step.name}/{kind}"), **common,
+                               **launch_identity(step, kind))
+                    for kind in step.kinds]
+        argv = [sys.executable, "-m", "validation.analysis.comm_bench", "--out", run_path(run_dir, step.name),
+                "--kinds", ",".join(step.kinds), "--iters", str(step.iters), "--warmup", str(step.warmup),
+                "--backend", step.backend]
+        if step.compute_ms:
+            argv += ["--compute-ms", str(step.compute_ms)]
+        if step.sizes:
+            argv += ["--sizes", ",".join(map(str, step.sizes))]
+        if step.min_bytes:
+            argv += ["--min-bytes", str(step.min_bytes)]
+        if step.max_bytes:
+            argv += ["--max-bytes", str(step.max_bytes)]
+        return [LaunchSpec(argv=argv, step_dir=step_dir(run_dir, step.name), nproc_per_node=launch.nproc_per_node,
+                           nnodes=launch.nnodes, torchrun=True, port_retries=launch.port_retries,
+                           master_port=None if launch.master_port == "auto" else int(launch.master_port),
+                           **common, **launch_identity(step))]
+
+    def skip_reason(self, step) -> str | None:
+        if step.source == "nccl-tests":
+            missing = nccl_tests.missing_binaries(step.kinds, step.launch.env.get("PATH"))
+            if missing:
+                return f"source nccl-tests, but {', '.join(missing)} not on PATH"
+        return None
+
+    # ------------------------------------------------------------------ run
+    def run(self, step, launches, result, ctx) -> None:
+        if launches and launches[0].argv[0] in nccl_tests.BINARIES.values():
+            return self._run_nccl_tests(step, launches, result, ctx)
+        spec = launches[0]
+        lr = ctx.launch(spec, 0, 1)
+        ctx.record(result, spec, lr)
+        path = ctx.run_dir / spec.dir / OUTPUT
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = None
+        if not isinstance(data, dict) or not isinstance(data.get("kinds"), dict):
+            result["metrics"] = {"world_size": spec.world_size, "backend": None, "source": "torch"}
+            if lr.status != "ok":
+                result.update(status=lr.status, reason=lr.reason)
+            else:
+                result.update(status="failed", reason=f"the benchmark wrote no {OUTPUT}")
+            return
+        result["artifacts"].append(ctx.rel(path))
+        m: dict[str, Any] = {"world_size": data.get("world_size"), "backend": data.get("backend"), "source": "torch"}
+        for key in ("device", "iters", "warmup", "compute_ms", "threads"):
+            m[key] = data.get(key)
+        for kind in step.kinds:
+            rows = [r for r in as_list(data["kinds"].get(kind)) if isinstance(r, dict)]
+            if rows:
+                m[kind] = summarize(kind, rows)
+        self._finish(step, m, lr.status, lr.reason, result)
+
+    def _run_nccl_tests(self, step, launches, result, ctx) -> None:
+        m: dict[str, Any] = {"world_size": step.launch.nproc_per_node, "backend": "nccl", "source": "nccl-tests",
+                             "iters": step.iters, "warmup": step.warmup}
+        status, reason = "ok", None
+        for i, (kind, spec) in enumerate(zip(step.kinds, launches)):
+            lr = ctx.launch(spec, i, len(launches))
+            ctx.record(result, spec, lr)
+            try:
+                parsed = nccl_tests.parse(lr.log_path.read_text(errors="replace"), kind,
+                                          world_size=step.launch.nproc_per_node)
+                m[kind] = summarize(kind, parsed["rows"])
+                m[kind]["avg_busbw_gbps_reported"] = parsed["avg_busbw_gbps"]
+            except (OSError, nccl_tests.NcclTestsError) as e:
+                if lr.status == "ok":
+                    status, reason = "failed", f"{nccl_tests.BINARIES[kind]}: {e}"
+            if lr.status != "ok" and status == "ok":
+                status, reason = lr.status, f"{nccl_tests.BINARIES[kind]}: {lr.reason}"
+        self._finish(step, m, status, reason, result)
+
+    def _finish(self, step, m: dict, status: str, reason: str | None, result: dict) -> None:
+        if m.get("world_size") == 1:
+            m["note"] = WORLD_ONE_NOTE
+        result["metrics"] = m
+        missing = [k for k in step.kinds if k not in m]
+        if status != "ok":
+            result.update(status=status, reason=reason)
+        elif missing:
+            result.update(status="failed", reason=f"no measurement of {', '.join(missing)}")
+        else:
+            result.update(status="passed", reason=None)
+
+    def summary_line(self, result: dict) -> str:
+        m = as_dict(result.get("metrics"))
+        ar = as_dict(m.get("all_reduce"))
+        kinds = tables(m)
+        if not kinds:
+            return ""
+        sizes = max(len(t) for t in kinds.values())
+        head = (f"all_reduce peak busbw {fmt_num(as_dict(ar.get('busbw_gbps')).get('max'))} GB/s, "
+                if ar and m.get("world_size") != 1 else "")
+        return (f" ({head}{len(kinds)} collectives x {sizes} sizes, {m.get('backend')}, {m.get('world_size')} "
+                f"rank{'s' if m.get('world_size') != 1 else ''}, {m.get('source')})")
+
+    # ------------------------------------------------------------------ report
+    def view(self, result: dict, view: dict) -> dict:
+        m = as_dict(result.get("metrics"))
+        out = []
+        for kind, table in tables(m).items():
+            stats = as_dict(m.get(kind))
+            rows = [[size_text(r.get("bytes")), fmt_num(_us(r.get("time_s"))), fmt_num(r.get("algbw_gbps")),
+                     fmt_num(r.get("busbw_gbps"))] for r in (as_dict(r) for r in as_list(table))]
+            out.append({"kind": kind, "rows": rows,
+                        "busbw_max": fmt_num(as_dict(stats.get("busbw_gbps")).get("max")),
+                        "latency_us": fmt_num(stats.get("latency_us"))})
+        if not out and not m:
+            return {}
+        return {"comm": {"kinds": out, "world_size": fmt_num(m.get("world_size")),
+                         "backend": str(m.get("backend") or NA), "source": str(m.get("source") or NA),
+                         "note": m.get("note"), "protocol": protocol_text(m)}}
+
+    def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
+        for s in in_order:
+            m = as_dict(s.get("metrics"))
+            peak = finite(as_dict(as_dict(m.get("all_reduce")).get("busbw_gbps")).get("max"))
+            if s.get("kind") == self.name and peak is not None:
+                note = f"step `{s.get('name')}`, {m.get('backend')}, {fmt_num(m.get('world_size'))} ranks"
+                if m.get("world_size") == 1:
+                    return [(25, {"label": "Peak all-reduce bus bandwidth", "value": "n/a (one rank)",
+                                  "note": note + "; nothing moves between ranks"})]
+                return [(25, {"label": "Peak all-reduce bus bandwidth", "value": f"{fmt_num(peak)} GB/s",
+                              "note": note})]
+        return []
+
+    def plots(self, name: str, result: dict, plotter) -> None:
+
+        m = as_dict(result.get("metrics"))
+        bus = m.get("world_size") != 1
+        field = "busbw_gbps" if bus else "algbw_gbps"
+        series = {}
+        for kind, table in tables(m).items():
+            points = [(finite(r.get("bytes")), finite(r.get(field))) for r in (as_dict(r) for r in as_list(table))]
+            points = [(x, y) for x, y in points if x and y and x > 0 and y > 0]
+            if points:
+                series[kind] = points
+        title = f"{'Bus' if bus else 'Algorithm'} bandwidth vs message size: {result.get('title') or name}"
+        loglog_lines(plotter, series, title=title, xlabel="message size (bytes)",
+                     ylabel=f"{'busbw' if bus else 'algbw'} (GB/s)", filename=f"comm_{file_name(name)}.png")
+
+
+def protocol_text(m: dict) -> str:
+    """How the calls were timed, in words."""
+    if m.get("source") == "nccl-tests":
+        return f"nccl-tests' {fmt_num(m.get('iters'))} calls back to back per size"
+    compute = finite(m.get("compute_ms"))
+    if compute:
+        return (f"each of {fmt_num(m.get('iters'))} calls per size timed alone, after {fmt_num(compute)} ms of "
+                f"computation and a barrier")
+    return f"{fmt_num(m.get('iters'))} calls back to back per size after a barrier"
+
+
+def size_text(nbytes: Any) -> str:
+    """4096 -> "4 KiB", 1048576 -> "1 MiB", 1500 -> "1500 B"."""
+    n = finite(nbytes)
+    if n is None:
+        return NA
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{int(n // scale)} {unit}"
+    return f"{int(n)} B"
+
+
+def _us(seconds: Any) -> float | None:
+    s = finite(seconds)
+    return None if s is None else s * 1e6
+
+
+registry.register(Comm())

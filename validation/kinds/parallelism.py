@@ -1,0 +1,148 @@
+"""`parallelism`: the same trainer config under DDP, FSDP2 full shard and FSDP2 no-reshard (seed 003), repeated in
+a random order per repeat, side by side: step time, tokens/s, peak memory beside the memory model, the bytes
+communicated (counted by the trainer) beside the byte model, the collectives' time measured and predicted from a
+`comm` step's bandwidth tables, the exposed communication time from the profiler trace, a batch-size search per
+strategy (GPU only), and the DDP-vs-FSDP recommendation of validation.analysis.parallelism.recommend.
+
+Own keys:
+  strategies    a list of ddp, fsdp, fsdp_no_reshard (default all three), or {label: {strategy, env, args}} for
+                variants (e.g. ddp_accum4: {strategy: ddp, args: {accum: 4}}); labels are identifiers
+  repeats       runs per strategy, interleaved (default 2: comparisons are paired over repeats)
+  comm          the name of an earlier `comm` step whose tables predict the collectives' time; without it the
+                prediction is "not available" (said so in the metrics and the report)
+  batch_search  {start: 1, max: 64, steps: 5}: on GPU, per strategy, double the micro-batch until a launch fails
+                out of memory, then bisect; skipped on CPU (stated)
+  headroom      the memory headroom DDP needs to count as fitting comfortably (default 0.2 = 20%)
+  profile_steps profiler steps per run for the exposed communication time (default 2; 0: not measured). The
+                trainer profiles from step 5 (train.profile_start): keep those steps out of the window
+Metrics: {"strategies": {label: {strategy, runs, passed, step_time_s, toks_per_s, peak_alloc_gb, peak_reserved_gb,
+memory_kind, memory_model, comm_bytes_counted, comm_bytes_model, comm_model_matches, comm_time_s, comm_predicted_s,
+comm_prediction, exposed_comm_s, aligned_comm_s (collective time, ranks aligned), exposed_source, per_step (counts)}}, "all_ran", "comparisons" {"b:a": Comparison},
+"recommendation", "recommendation_reason", "regime", "headroom", "capacity", "batch_search", "comm_step",
+"repeats"}. All times per optimizer step; memory in GB (GiB as the trainer writes it).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from validation import kinds
+from validation.analysis.parallelism import STRATEGIES
+from validation.runbook.schema import env_vars, mapping, trainer_flags, typed
+from validation.kinds._parallelism_analysis import analyse, decide_recommendation, search_batches
+from validation.kinds._parallelism_launch import strategy_launch
+from validation.kinds._parallelism_view import draw_plots, parallelism_view
+from validation.kinds.base import earlier_step_of_kind
+from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order
+
+
+class Parallelism(TrainerKind):
+    name = "parallelism"
+    summary = ("the same config under DDP, FSDP2 full shard and FSDP2 no-reshard, interleaved repeats: step time, "
+               "tokens/s, memory vs the memory model, counted vs modelled bytes, measured/predicted/exposed "
+               "communication, a batch-size search (GPU) and the DDP-vs-FSDP recommendation with its reason")
+    keys = ("strategies", "repeats", "comm", "batch_search", "headroom", "profile_steps")
+    metrics = ("all_ran", "comparisons.<pair>.*", "recommendation", "recommendation_reason", "regime", "headroom",
+               "capacity.*", "batch_search.*", "batch_needed", "comm_step", "comm_source", "repeats",
+               "byte_model_matches", "oom_only", "recommendation_numbers.<strategy>.*",
+               *(f"strategies.<strategy>.{k}" for k in (
+                   "strategy", "runs", "passed", "oom", "step_time_s", "toks_per_s", "toks_per_s_runs.<i>",
+                   "peak_alloc_gb", "peak_reserved_gb", "memory_kind", "memory_model.*", "comm_bytes_counted",
+                   "comm_bytes_model", "comm_counted_by", "comm_model_matches", "comm_time_s", "comm_share",
+                   "comm_predicted_s", "comm_predicted_by_kind.*", "comm_prediction", "exposed_comm_s",
+                   "aligned_comm_s", "profiled_comm_s", "exposed_source", "per_step.*"))) + RUN_METRICS
+    plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
+                 "results.json); on GPU a batch-size search per strategy follows (launches decided while it runs)")
+    performance = ("comparisons", "recommendation", "recommendation_reason", "regime", "headroom", "batch_search",
+                   "batch_needed", "recommendation_numbers", "strategies.<strategy>.step_time_s",
+                   "strategies.<strategy>.toks_per_s", "strategies.<strategy>.toks_per_s_runs",
+                   "strategies.<strategy>.comm_time_s", "strategies.<strategy>.comm_share") + RUN_PERFORMANCE
+    decides = True
+
+    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+        value = raw.get("strategies", list(STRATEGIES))
+        chosen: dict[str, dict] = {}
+        if isinstance(value, list) and value:
+            for i, s in enumerate(value):
+                if not isinstance(s, str) or s not in STRATEGIES:
+                    raise ctx.error(path + ("strategies", i), f"expected one of {', '.join(STRATEGIES)}, got {s!r}")
+                chosen[s] = {"strategy": s, "env": {}, "args": {}}
+            if len(chosen) != len(value):
+                raise ctx.error(path + ("strategies",), "strategies must be distinct")
+        elif isinstance(value, dict) and value:
+            for label, v in value.items():
+                vpath = path + ("strategies", label)
+                if not isinstance(label, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", label):
+                    raise ctx.error(vpath, "strategy labels are identifiers")
+                v = mapping(v, vpath, ctx, ("strategy", "env", "args"), required=("strategy",))
+                chosen[label] = {"strategy": typed(v["strategy"], str, vpath + ("strategy",), ctx,
+                                                   choices=tuple(STRATEGIES)),
+                                 "env": env_vars(v.get("env"), vpath + ("env",), ctx),
+                                 "args": trainer_flags(v.get("args"), vpath + ("args",), ctx)}
+        else:
+            raise ctx.error(path + ("strategies",), f"expected a non-empty list of {', '.join(STRATEGIES)} or a "
+                                                    "mapping {label: {strategy, env, args}}")
+        search = raw.get("batch_search")
+        if search is not None:
+            s = mapping(search, path + ("batch_search",), ctx, ("start", "max", "steps"))
+            search = {"start": typed(s.get("start", 1), int, path + ("batch_search", "start"), ctx, minimum=1),
+                      "max": typed(s.get("max", 64), int, path + ("batch_search", "max"), ctx, minimum=1),
+                      "steps": typed(s.get("steps", 5), int, path + ("batch_search", "steps"), ctx, minimum=1)}
+            if search["max"] < search["start"]:
+                raise ctx.error(path + ("batch_search", "max"), f"must be >= start ({search['start']})")
+        headroom = typed(raw.get("headroom", 0.2), float, path + ("headroom",), ctx, minimum=0)
+        if headroom >= 1:
+            raise ctx.error(path + ("headroom",), f"a fraction below 1 (0.2 = 20%), got {headroom}")
+        return {"strategies": chosen, "repeats": typed(raw.get("repeats", 2), int, path + ("repeats",), ctx, minimum=1),
+                "comm": typed(raw.get("comm"), str, path + ("comm",), ctx, optional=True), "batch_search": search,
+                "headroom": headroom,
+                "profile_steps": typed(raw.get("profile_steps", 2), int, path + ("profile_steps",), ctx, minimum=0)}
+
+    def check(self, step, order, error) -> None:
+        if step.comm is None:
+            return
+        if not earlier_step_of_kind(order, step, step.comm, "comm"):
+            raise error(f"comm {step.comm!r} must name an earlier step of kind comm")
+
+    def launches(self, step, winners, run_dir):
+        out = []
+        for repeat, label in run_order(list(step.strategies), step.repeats, order_seed(step, run_dir)):
+            out.append(strategy_launch(step, label, repeat, winners, run_dir))
+        return out
+
+    def run(self, step, launches, result, ctx) -> None:
+        runs, problems = run_each(ctx, step, launches, result)
+        result["order_seed"], result["order"] = order_seed(step, ctx.run_dir), [s.label for s in launches]
+        m = result["metrics"] = analyse(step, runs, ctx)
+        m["batch_search"] = search_batches(step, runs, result, ctx)
+        decide_recommendation(step, m, runs)
+        ctx.save()
+        if problems and not m.get("oom_only"):
+            result.update(status="failed", reason="; ".join(problems))
+        else:
+            result.update(status="passed", reason="; ".join(problems) or None)
+
+    def summary_line(self, result: dict) -> str:
+        m = result.get("metrics") or {}
+        if not isinstance(m, dict) or not m.get("recommendation"):
+            return ""
+        return f" recommendation: {m['recommendation']}"
+
+    def view(self, result: dict, view: dict) -> dict:
+        return parallelism_view(result)
+
+    def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
+        out = []
+        for s in in_order:
+            m = s.get("metrics") if isinstance(s, dict) else None
+            if s.get("kind") == self.name and isinstance(m, dict) and m.get("recommendation"):
+                out.append((30, {"label": "Parallelism", "value": str(m["recommendation"]),
+                                 "note": f"step `{s.get('name')}`: {m.get('recommendation_reason')}"}))
+        return out
+
+    def plots(self, name: str, result: dict, plotter) -> None:
+        draw_plots(name, result, plotter)
+
+
+kinds.register(Parallelism())

@@ -1,0 +1,130 @@
+"""`profile`: a trainer launch with NSA_NVTX=1 and the torch profiler over `profile_steps` steps (under Nsight
+Systems when `profiler` is nsys, or auto with nsys on PATH): the top operators and the nsa.* ranges seen.
+
+Own keys: `profile_steps` (default 3), `profiler: auto | torch | nsys`.
+Metrics: a trainer launch's (validation.kinds.trainer) plus "profile": {"trace", "top_ops": [{"name", "total_ms",
+"calls"}], "nvtx_ranges": [nsa.* range names seen], "attribution": validation.analysis.attribution's shares of step time
+by category and by nsa.* range}. No trace written fails the step.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from validation import kinds
+from validation.analysis.attribution import attribute_trace
+from validation.formatting import as_dict, as_list, file_name, fmt_num, fmt_pct
+from validation.runbook.schema import typed
+from validation.kinds.base import run_path
+from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, run_single, trainer_launch
+
+
+class Profile(TrainerKind):
+    name = "profile"
+    summary = "a trainer run with `NSA_NVTX=1` and a torch profiler trace: top operators and the `nsa.*` ranges seen"
+    keys = ("profile_steps", "profiler")
+    performance = ()  # a profile's steps run under the profiler: a trace, not a measurement of speed
+    metrics = TRAINER_METRICS + ("profile.trace", "profile.top_ops.<i>.*", "profile.nvtx_ranges.<i>",
+                                 "profile.attribution.*")
+
+    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+        return {"profile_steps": typed(raw.get("profile_steps", 3), int, path + ("profile_steps",), ctx, minimum=1),
+                "profiler": typed(raw.get("profiler", "auto"), str, path + ("profiler",), ctx,
+                                  choices=("auto", "torch", "nsys"))}
+
+    def launches(self, step, winners, run_dir):
+        spec = trainer_launch(step, step.launch, "", step.name, winners, run_dir,
+                              extra_args={"profile_steps": step.profile_steps}, extra_env={"NSA_NVTX": "1"})
+        if nsys_available(step):
+            spec.wrapper = ["nsys", "profile", "-t", "cuda,nvtx,osrt", "--force-overwrite", "true", "-o",
+                            run_path(run_dir, f"{step.name}/nsys_profile")]
+        return [spec]
+
+    def skip_reason(self, step) -> str | None:
+        if step.profiler == "nsys" and not nsys_available(step):
+            return "profiler nsys requested, but nsys is not on PATH"
+        return None
+
+    def run(self, step, launches, result, ctx) -> None:
+        spec, _ = run_single(ctx, step, launches, result)
+        if spec.wrapper:
+            result["artifacts"] += [ctx.rel(p) for p in sorted((ctx.run_dir / spec.dir).glob("nsys_profile*"))]
+        traces = sorted((ctx.run_dir / spec.out_dir / "profile").glob("trace_rank0_*.json"))
+        prof = {"trace": ctx.rel(traces[-1]) if traces else None, "top_ops": [], "nvtx_ranges": []}
+        if traces:
+            prof.update(profile_summary(traces[-1]))
+
+            prof["attribution"] = attribute_trace(traces[-1])
+            result["artifacts"].append(ctx.rel(traces[-1]))
+        elif result["status"] == "passed":
+            result.update(status="failed", reason="no profiler trace was written")
+        result["metrics"]["profile"] = prof
+
+    def view(self, result: dict, view: dict) -> dict:
+        metrics = as_dict(result.get("metrics"))
+        prof = as_dict(metrics.get("profile")) or metrics  # the runner nests it under "profile"
+        ops = [as_dict(o) for o in as_list(prof.get("top_ops"))]
+        return {**super().view(result, view), "profile": {
+            "trace": prof.get("trace") or None,
+            "top_ops": [{"name": fmt_num(o.get("name")),
+                         "time_ms": fmt_num(next((o[k] for k in ("self_time_ms", "total_ms", "time_ms") if k in o),
+                                                 None)),
+                         "calls": fmt_num(o.get("calls"))} for o in ops],
+            "nvtx_ranges": [str(r) for r in as_list(prof.get("nvtx_ranges"))],
+            "attribution": _attribution_text(as_dict(prof.get("attribution"))),
+            "attribution_steps": f"{fmt_num(as_dict(prof.get('attribution')).get('steps'))} profiled step(s), "
+                                 "host side",
+        }}
+
+    def plots(self, name: str, result: dict, plotter) -> None:
+        """The trainer launch's plots, and the shares of step time by category (validation.analysis.attribution)."""
+        super().plots(name, result, plotter)
+
+        shares = as_dict(as_dict(as_dict(as_dict(result.get("metrics")).get("profile")).get("attribution"))
+                         .get("categories"))
+        if not shares:
+            return
+        title = f"Step time by category: {result.get('title') or name}"
+        fig, ax = plotter.figure(title, "share of step time")
+        ax.barh(list(shares), [float(v) for v in shares.values()], color="tab:blue")
+        plotter.save(fig, f"attribution_{file_name(name)}.png", title)
+
+
+def _attribution_text(att: dict) -> str | None:
+    """"attention branches 24.6%, MLP/GEMM 28.9%, ..." (largest first; shares of step time), or None."""
+    shares = {k: v for k, v in as_dict(att.get("categories")).items() if isinstance(v, (int, float)) and v > 0}
+    if not shares:
+        return None
+    return ", ".join(f"{k} {fmt_pct(v)}" for k, v in sorted(shares.items(), key=lambda kv: -kv[1]))
+
+
+def nsys_available(step) -> bool:
+    """Whether a profile step runs under Nsight Systems: profiler nsys, or auto with nsys on PATH."""
+    if step.launch.launcher.type == "slurm":  # nsys here says nothing about the nodes; torch profiler there
+        return False
+    return step.profiler in ("nsys", "auto") and shutil.which("nsys") is not None
+
+
+def profile_summary(trace: Path, top: int = 15) -> dict:
+    """Top operators by self time and the nsa.* ranges seen, from a torch profiler chrome trace (the trainer's
+    out_dir/profile/trace_rank0_*.json; this is its one reader)."""
+    try:
+        data = json.loads(Path(trace).read_text())
+    except (OSError, ValueError):
+        data = {}
+    data = data if isinstance(data, dict) else {}
+    events = [e for e in data.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
+    ranges = sorted({e["name"] for e in events if str(e.get("name", "")).startswith("nsa.")})
+    ops: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("cat") in ("cpu_op", "kernel", "gpu_op") and "dur" in e:
+            ops.setdefault(e["name"], []).append(float(e["dur"]))
+    rows = sorted(({"name": k, "total_ms": round(sum(v) / 1000, 3), "calls": len(v)} for k, v in ops.items()),
+                  key=lambda r: -r["total_ms"])[:top]
+    return {"top_ops": rows, "nvtx_ranges": ranges}
+
+
+kinds.register(Profile())

@@ -1,0 +1,274 @@
+"""`pytest`: named tests (paths or node ids) run with pytest; the verdict from its JUnit counts.
+
+Own keys: `tests: [paths or node ids]` (required), `pytest_args: [...]` (options that choose pytest's output files
+are refused: the JUnit file goes to RUN_DIR/<step>/pytest.xml), `isolate: none | file` (default none), `jobs: N`
+(with isolate: file, how many test files run at a time; default 1).
+Launch keys: env, timeout_s, launcher.
+
+isolate: none runs every test in one pytest process. isolate: file runs each test file in its own process (a
+directory in `tests` stands for its test_*.py / *_test.py files, found from the working directory, sorted; node ids
+of one file run together; an entry starting with "-" is passed to every process), so that a process that dies (a
+CUDA illegal memory access, SIGSEGV, os._exit, its timeout: timeout_s is per file) is one failure naming its file,
+and the test that was running when the plugin validation.kinds._pytest_progress recorded it, while every other
+file's results still count. Each file's JUnit, progress record and log go to RUN_DIR/<step>/<file as a name>/.
+A file whose process died is counted from its progress record (the tests that finished before it died) plus one
+failure.
+
+jobs: N (isolate: file only) runs up to N files' processes at a time, in plan order (the files sorted as above),
+each starting as soon as one ends. The results are those of a run one after another: one record per file in plan
+order, each file in its own process and directory, a death one failure naming its file, results.json saved as each
+file ends (the files that ended so far, in plan order). A Ctrl-C / SIGTERM ends every running process. The
+processes share the machine: their durations (duration_s) are longer than alone (e.g. Triton compiles compete for
+the cores), and a test that measures time should not run beside others.
+
+Metrics: {"passed", "failed", "skipped", "errors", "total", "duration_s"}; with isolate: file also "files" (one
+record per file: file, status passed | failed | died | no tests, the counts, started and ended (seconds since the
+epoch), duration_s, returncode, running: the test that was running when the process died, reason),
+"files_failed" (files with a failure, an error or a death) and "died" (files whose process died); "duration_s" is
+the sum over the files (with jobs > 1, more than the step took). No test run, a failure, an error or a death fails
+the step. (This module is pytest_suite.py so that it never shadows pytest itself.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from validation import kinds
+from validation.launch.diagnosis import _exit_text as exit_text
+from validation.formatting import as_dict, as_list, fmt_duration, fmt_num
+from validation.runbook.schema import str_list, typed
+from validation.kinds._pytest_progress import OPTION as PROGRESS_OPTION
+from validation.kinds._pytest_progress import read_progress
+from validation.launch.spec import safe_name
+from validation.kinds.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, run_path, step_dir
+
+# pytest options that choose where pytest writes: nsa-validate puts pytest.xml under RUN_DIR/<step> itself, and
+# --basetemp would even let pytest empty a directory outside it (pytest refuses abbreviated options).
+RESERVED_PYTEST_ARGS = ("--junitxml", "--junit-xml", "--basetemp", "--result-log", "--resultlog", "--debug",
+                        PROGRESS_OPTION)
+ISOLATE = ("none", "file")
+COUNTS = ("passed", "failed", "skipped", "errors", "total")
+# pytest's exit codes that mean it ran to its end (0 all passed, 1 some failed, 2 interrupted or a collection
+# error, 3 internal error, 4 usage error, 5 no tests collected); anything else, or a signal, is a process that died.
+PYTEST_EXIT_CODES = range(0, 6)
+
+
+class Pytest(StepKind):
+    name = "pytest"
+    summary = "named tests with JUnit counts; `isolate: file` runs each test file in its own process"
+    keys = ("tests", "pytest_args", "isolate", "jobs")
+    metrics = ("passed", "failed", "skipped", "errors", "total", "duration_s", "files.<i>.*", "files_failed", "died")
+    launch_keys = COMMAND_LAUNCH_KEYS
+    host_only = True  # tests run on any machine (CUDA tests skip themselves); `requires:` makes one need GPUs
+
+    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+        tests = str_list(raw.get("tests"), path + ("tests",), ctx)
+        args = str_list(raw.get("pytest_args"), path + ("pytest_args",), ctx)
+        for key, values in (("tests", tests), ("pytest_args", args)):  # a "-..." test entry goes to pytest as is
+            for i, arg in enumerate(values):
+                if arg.split("=", 1)[0] in RESERVED_PYTEST_ARGS:
+                    raise ctx.error(path + (key, i), f"{arg!r}: pytest options that choose output files or "
+                                                     "directories are set by nsa-validate itself (outputs go under "
+                                                     "RUN_DIR/<step>)")
+        if not tests:
+            raise ctx.error(path + ("tests",), "a pytest step needs tests: [paths or node ids]")
+        isolate = typed(raw.get("isolate", "none"), str, path + ("isolate",), ctx, choices=ISOLATE)
+        jobs = typed(raw.get("jobs", 1), int, path + ("jobs",), ctx, minimum=1)
+        if jobs > 1 and isolate != "file":
+            raise ctx.error(path + ("jobs",), f"jobs: {jobs} runs test files side by side: it needs isolate: file "
+                                              "(isolate: none runs every test in one process)")
+        return {"tests": tests, "pytest_args": args, "isolate": isolate, "jobs": jobs}
+
+    def input_files(self, step):
+        # a node id (path::test) names its file; -k / -m selections are pytest_args, not paths
+        return [(("tests", i), test.split("::", 1)[0]) for i, test in enumerate(step.tests)
+                if not test.startswith("-")]
+
+    def launches(self, step, winners, run_dir):
+        if step.isolate == "file":
+            return [self._file_launch(step, file, entries, run_dir) for file, entries in isolated_files(step.tests)]
+        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *step.tests,
+                "--junitxml", run_path(run_dir, f"{step.name}/pytest.xml"), *step.pytest_args]
+        return [command_launch(step, argv, run_dir)]
+
+    @staticmethod
+    def _file_launch(step, file: str, entries: list[str], run_dir):
+        rel = f"{step.name}/{safe_name(file)}"
+        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                "-p", "validation.kinds._pytest_progress", PROGRESS_OPTION, run_path(run_dir, f"{rel}/progress.jsonl"),
+                *entries, "--junitxml", run_path(run_dir, f"{rel}/pytest.xml"), *step.pytest_args]
+        spec = command_launch(step, argv, run_dir, label=file)
+        # unbuffered: the log holds every line written before a process dies
+        return dataclasses.replace(spec, step_dir=step_dir(run_dir, rel), env={**spec.env, "PYTHONUNBUFFERED": "1"})
+
+    def run(self, step, launches, result, ctx) -> None:
+        if step.isolate == "file":
+            return self._run_isolated(launches, result, ctx, step.jobs)
+        spec = launches[0]
+        lr = ctx.launch(spec, 0, 1)
+        ctx.record(result, spec, lr)
+        counts = junit_counts(ctx.run_dir / spec.dir / "pytest.xml")
+        result["metrics"] = counts
+        result["artifacts"].append(ctx.rel(ctx.run_dir / spec.dir / "pytest.xml"))
+        if lr.status in ("timeout", "hang", "error", "interrupted"):
+            result.update(status=lr.status, reason=lr.reason)
+        elif counts.get("total", 0) == 0:
+            result.update(status="failed", reason=f"no tests ran ({lr.reason})")
+        elif counts["failed"] or counts["errors"]:
+            result.update(status="failed", reason=f"{counts['failed']} failed, {counts['errors']} errors "
+                                                  f"of {counts['total']}")
+        else:
+            result.update(status="passed", reason=None)
+
+    def _run_isolated(self, launches, result, ctx, jobs: int = 1) -> None:
+        ended: dict[int, tuple] = {}  # plan index -> (spec, LaunchResult, the file's record or None: interrupted)
+
+        def record(spec, lr) -> None:  # what one file adds to the step's entry (command, logs, artifacts)
+            ctx.record(result, spec, lr)
+            if lr.status != "interrupted":
+                result["artifacts"] += [ctx.rel(ctx.run_dir / spec.dir / name)
+                                        for name in ("pytest.xml", "progress.jsonl")
+                                        if (ctx.run_dir / spec.dir / name).is_file()]
+
+        def done(i, spec, lr) -> bool:
+            now = time.time()
+            file = None if lr.status == "interrupted" else {
+                **file_result(spec.label, ctx.run_dir / spec.dir, lr.status, lr.returncode, lr.reason,
+                              lr.duration_s), "started": round(now - lr.duration_s, 3), "ended": round(now, 3)}
+            ended[i] = (spec, lr, file)
+            record(spec, lr)
+            result["metrics"] = isolated_metrics([ended[j][2] for j in sorted(ended) if ended[j][2] is not None])
+            if file is not None:
+                ctx.save()  # each file's results are on disk as soon as it ends
+            return file is None  # interrupted: no further file starts
+
+        ctx.launch_all(launches, jobs, done)
+        if jobs > 1:  # the step's entry as a run one after another leaves it: launches recorded in plan order
+            result.update(artifacts=[], stack_dumps=[], excerpt=None)
+            for j in sorted(ended):
+                record(*ended[j][:2])
+        files = [ended[j][2] for j in sorted(ended) if ended[j][2] is not None]
+        stopped = next((f"{spec.label}: {lr.reason}" for spec, lr, file in (ended[j] for j in sorted(ended))
+                        if file is None), None)
+        if stopped:
+            result.update(status="interrupted", reason=stopped)
+            result["metrics"] = isolated_metrics(files)
+            return
+        result["command"] = [launches[0].argv[0], "-m", "pytest", f"<each of {len(launches)} files>"] if launches \
+            else None
+        m = isolated_metrics(files)
+        result["metrics"] = m
+        bad = [f for f in files if f["status"] in ("failed", "died")]
+        if m["total"] == 0 and not bad:
+            result.update(status="failed", reason=f"no tests ran in any of {len(files)} file(s)")
+        elif bad:
+            shown = "; ".join(f"{f['file']} ({f['reason']})" for f in bad[:4])
+            more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
+            result.update(status="failed", reason=f"{len(bad)} of {len(files)} test files failed: {shown}{more}; "
+                                                  f"{m['failed']} failed, {m['errors']} errors of {m['total']}")
+        else:
+            result.update(status="passed", reason=None)
+
+    def view(self, result: dict, view: dict) -> dict:
+        metrics = as_dict(result.get("metrics"))
+        counts = {k: fmt_num(metrics.get(k)) for k in COUNTS}
+        counts["duration"] = fmt_duration(metrics.get("duration_s"))
+        counts["files"] = [{"file": str(f.get("file")), "status": str(f.get("status")),
+                            **{k: fmt_num(f.get(k)) for k in COUNTS}, "duration": fmt_duration(f.get("duration_s")),
+                            "note": str(f.get("reason") or "")}
+                           for f in (as_dict(x) for x in as_list(metrics.get("files")))]
+        return {"pytest": counts}
+
+
+def isolated_files(tests: list[str], cwd: Path | None = None) -> list[tuple[str, list[str]]]:
+    """(file, the arguments its process gets) for each test file of `tests`, in order: a directory stands for its
+    test_*.py and *_test.py files (recursively, sorted), node ids of one file go together, an entry starting with
+    "-" goes to every file. Paths relative to `cwd` (default: the working directory)."""
+    base = Path.cwd() if cwd is None else Path(cwd)
+    shared = [t for t in tests if t.startswith("-")]
+    by_file: dict[str, list[str]] = {}
+    for test in tests:
+        if test.startswith("-"):
+            continue
+        path = test.split("::", 1)[0]
+        full = Path(path) if Path(path).is_absolute() else base / path
+        if "::" not in test and full.is_dir():
+            found = sorted({p for pattern in ("test_*.py", "*_test.py") for p in full.rglob(pattern)})
+            for p in found:
+                name = str(Path(path) / p.relative_to(full))
+                by_file.setdefault(name, [name])
+            continue
+        entries = by_file.setdefault(path, [])
+        if path in entries:  # the whole file is already listed: a node id adds nothing
+            continue
+        entries[:] = [path] if "::" not in test else entries + [test]
+    return [(file, entries + shared) for file, entries in by_file.items()]
+
+
+def file_result(file: str, directory: Path, status: str, returncode: int | None, reason: str,
+                duration_s: float) -> dict:
+    """One test file's record (see the module docstring) from its JUnit file, its progress record and how its
+    process ended (the LaunchResult's status, returncode and reason)."""
+    junit = read_junit(directory / "pytest.xml")
+    ended = status in ("ok", "failed") and returncode in PYTEST_EXIT_CODES
+    record: dict[str, Any] = {"file": file, "returncode": returncode, "running": None,
+                              "duration_s": round(duration_s, 3)}
+    if junit is not None and ended:
+        record.update({k: junit[k] for k in COUNTS})
+        if returncode not in (0, 1, 5) and not (junit["failed"] or junit["errors"]):
+            record["errors"] += 1  # interrupted, internal or usage error: no test result says so
+            record["total"] += 1
+        bad = record["failed"] or record["errors"]
+        record["status"] = "failed" if bad else "no tests" if record["total"] == 0 else "passed"
+        record["reason"] = (f"{record['failed']} failed, {record['errors']} errors of {record['total']}" if bad
+                            else None)
+        return record
+    outcomes, running = read_progress(directory / "progress.jsonl")
+    tally = {k: sum(o == k for o in outcomes.values()) for k in ("passed", "failed", "skipped")}
+    tally["errors"] = sum(o == "error" for o in outcomes.values())
+    tally["failed"] += 1  # the death itself
+    tally["total"] = len(outcomes) + 1
+    died = not ended  # a signal, an exit code pytest never uses, or the launch's timeout
+    how = (reason if status in ("timeout", "hang", "error") else f"the process died: {exit_text(returncode)}" if died
+           else f"pytest wrote no JUnit report: {reason}")
+    record.update(tally, status="died" if died else "failed", running=running,
+                  reason=f"{how}" + (f", while running {running}" if running else ", outside any test")
+                         + f"; {len(outcomes)} test(s) finished before")
+    return record
+
+
+def isolated_metrics(files: list[dict]) -> dict[str, Any]:
+    m: dict[str, Any] = {k: sum(int(f.get(k) or 0) for f in files) for k in COUNTS}
+    m["duration_s"] = round(sum(float(f.get("duration_s") or 0.0) for f in files), 3)
+    m["files"] = files
+    m["files_failed"] = sum(f["status"] in ("failed", "died") for f in files)
+    m["died"] = sum(f["status"] == "died" for f in files)
+    return m
+
+
+def junit_counts(path: Path) -> dict[str, int]:
+    """Counts of a JUnit XML file; all zeros when it is missing or unreadable."""
+    return read_junit(path) or {"passed": 0, "failed": 0, "skipped": 0, "errors": 0, "total": 0}
+
+
+def read_junit(path: Path) -> dict[str, Any] | None:
+    """Counts and duration of a JUnit XML file, or None when it is missing or unreadable."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+    total = sum(int(s.get("tests", 0)) for s in suites)
+    failed = sum(int(s.get("failures", 0)) for s in suites)
+    errors = sum(int(s.get("errors", 0)) for s in suites)
+    skipped = sum(int(s.get("skipped", 0)) for s in suites)
+    return {"passed": total - failed - errors - skipped, "failed": failed, "skipped": skipped, "errors": errors,
+            "total": total, "duration_s": round(sum(float(s.get("time", 0)) for s in suites), 3)}
+
+
+kinds.register(Pytest())

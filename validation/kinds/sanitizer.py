@@ -1,0 +1,310 @@
+"""`sanitizer`: a program run under NVIDIA compute-sanitizer (memcheck by default), one process per case of a grid;
+0 errors in every case to pass. runbooks/gpu_kernels.yaml runs every NSA kernel forward and backward this way
+(nsa.attention.kernels.qualify), the "fused" and the "tiled" selection in two steps.
+
+Own keys:
+    command: [args...]                the program after this Python, e.g. [-m, nsa.attention.kernels.qualify,
+                                      --method, tiled] (required)
+    grids: {NAME: {FLAG: [values]}}   named grids (required); a case is one value of each flag, passed as
+                                      `--FLAG value` (the cartesian product, in the order written)
+    grid: NAME                        the grid that runs (default: `default` if there is one, else the first);
+                                      e.g. --set steps.memcheck_tiled.grid=deep
+    tool: memcheck | racecheck | initcheck | synccheck   (default memcheck)
+    jobs: N                           how many cases run at a time (default 1); see below
+Launch keys: env, timeout_s (per case: every case is its own process), launcher.
+
+compute-sanitizer is looked for on PATH, then in $CUDA_HOME/bin and $CUDA_HOME/compute-sanitizer, then in
+/usr/local/cuda/bin (PATH and CUDA_HOME as the step's env leaves them). Without it the step is skipped, saying where
+it looked: a criterion on the step is then not evaluated and the run ends INCOMPLETE, never GO.
+Each case runs `compute-sanitizer --tool TOOL --target-processes application-only --launch-timeout 0 python COMMAND
+--FLAG value ...` in RUN_DIR/<step>/<case>/ with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (PyTorch's caching allocator would
+hide an access past a tensor that lands inside another block of its pool). `--launch-timeout 0`: the sanitizer waits
+as long as the program takes to start instead of its default 10 s (Python + torch + Triton imports on a loaded
+machine take longer: "No attachable process found. compute-sanitizer timed-out."); the step's timeout_s still bounds
+each case. The case's "ERROR SUMMARY: N errors" line and its first error lines are read from its log; a fault in one
+case cannot hide the others.
+
+jobs: N runs up to N cases at a time, each starting as soon as one ends, in grid order: the records, the step's
+entry and its verdict are those of a run one after another (by_case in grid order; results.json saved as each
+case ends, holding the cases ended so far in grid order), each case in its own process and directory; a Ctrl-C /
+SIGTERM ends every running case. Each case's duration_s can then be longer than alone (the cases share the cores and
+the GPU).
+
+Metrics: {"tool", "grid", "sanitizer" (the executable's path), "cases", "cases_clean", "errors" (the sum over
+cases), "by_case": [{"case", each FLAG: its value, "status", "errors", "returncode", "duration_s", "first_error"}]}.
+A case's status: clean (the summary says 0 errors and the program exited 0), errors (N > 0), failed (0 errors but
+the program failed), not attached (the sanitizer found no process to attach to: "No attachable process found",
+"compute-sanitizer timed-out"; nothing was checked), no summary (the sanitizer printed none: it did not run to its
+end), timeout. Only clean counts as clean: a case without an ERROR SUMMARY never does. The step passes when every
+case is clean; criteria: `STEP.errors == 0 and STEP.cases_clean == STEP.cases`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+from validation import kinds
+from validation.launch.spec import LOG_NAME, safe_name
+from validation.formatting import as_dict, as_list, fmt_duration, fmt_num
+from validation.runbook.schema import mapping, str_list, typed
+from validation.kinds.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, step_dir
+
+SANITIZER = "compute-sanitizer"
+TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+FALLBACK_DIRS = ("/usr/local/cuda/bin",)  # after PATH and $CUDA_HOME
+NO_CACHING_ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+# no limit on the program's start-up (the default 10 s failed to attach under load); timeout_s bounds each case
+LAUNCH_TIMEOUT_ARGS = ("--launch-timeout", "0")
+# what compute-sanitizer prints (on its "=========" lines) when it never attached to the program: nothing was checked
+_NOT_ATTACHED_RE = re.compile(r"No attachable process found|compute-sanitizer timed-out", re.IGNORECASE)
+_FLAG_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+_SUMMARY_RE = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?")
+_PREFIX = "========="
+FIRST_ERROR_LINES = 4
+
+
+class Sanitizer(StepKind):
+    name = "sanitizer"
+    summary = "a program under compute-sanitizer (memcheck), one process per case of a grid; 0 errors to pass"
+    keys = ("command", "grids", "grid", "tool", "jobs")
+    metrics = ("tool", "grid", "sanitizer", "cases", "cases_clean", "errors", "by_case.<i>.*")
+    launch_keys = COMMAND_LAUNCH_KEYS
+
+    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+        command = str_list(raw.get("command"), path + ("command",), ctx)
+        if not command:
+            raise ctx.error(path + ("command",), "a sanitizer step needs command: [script or -m module, args...]")
+        if "grids" not in raw:
+            raise ctx.error(path, "a sanitizer step needs grids: {NAME: {FLAG: [values]}}")
+        grids_raw = mapping(raw["grids"], path + ("grids",), ctx,
+                            tuple(raw["grids"]) if isinstance(raw["grids"], dict) else ())
+        if not grids_raw:
+            raise ctx.error(path + ("grids",), "expected at least one grid, e.g. default: {dtype: [bf16]}")
+        grids: dict[str, dict[str, list[str]]] = {}
+        for name, grid in grids_raw.items():
+            gpath = path + ("grids", name)
+            if not isinstance(name, str) or not _FLAG_RE.fullmatch(name):
+                raise ctx.error(gpath, "grid names are words (letters, digits, _ and -)")
+            flags = mapping(grid, gpath, ctx, tuple(grid) if isinstance(grid, dict) else ())
+            if not flags:
+                raise ctx.error(gpath, "expected {FLAG: [values]} with at least one flag")
+            grids[name] = {}
+            for flag, values in flags.items():
+                if not isinstance(flag, str) or not _FLAG_RE.fullmatch(flag):
+                    raise ctx.error(gpath + (flag,), "flags are written without '--' (letters, digits, _ and -)")
+                values = values if isinstance(values, list) else [values]
+                if not values or len(set(map(str, values))) != len(values):
+                    raise ctx.error(gpath + (flag,), "expected a non-empty list of distinct values")
+                grids[name][flag] = str_list(values, gpath + (flag,), ctx)
+        grid = typed(raw.get("grid", "default" if "default" in grids else next(iter(grids))), str,
+                     path + ("grid",), ctx, choices=tuple(grids))
+        tool = typed(raw.get("tool", "memcheck"), str, path + ("tool",), ctx, choices=TOOLS)
+        jobs = typed(raw.get("jobs", 1), int, path + ("jobs",), ctx, minimum=1)
+        return {"command": command, "grids": grids, "grid": grid, "tool": tool, "jobs": jobs}
+
+    def input_files(self, step):
+        script = step.command[0]  # `python SCRIPT ...`; -m module names no file
+        return [] if script.startswith("-") else [(("command", 0), script)]
+
+    def skip_reason(self, step) -> str | None:
+        found, looked = find_sanitizer({**os.environ, **step.launch.env})
+        if found is None:
+            return (f"{SANITIZER} not found (looked on PATH, in {', '.join(looked)}): the kernels cannot be checked "
+                    "here; install the CUDA toolkit's compute-sanitizer or set CUDA_HOME")
+        return None
+
+    def launches(self, step, winners, run_dir):
+        found, _ = find_sanitizer({**os.environ, **step.launch.env})
+        out = []
+        for case in cases(step.grids[step.grid]):
+            label = case_label(case)
+            flags = [part for flag, value in case.items() for part in (f"--{flag}", value)]
+            argv = [found or SANITIZER, "--tool", step.tool, "--target-processes", "application-only",
+                    *LAUNCH_TIMEOUT_ARGS, sys.executable, *step.command, *flags]
+            spec = command_launch(step, argv, run_dir, label=label)
+            out.append(dataclasses.replace(spec, step_dir=step_dir(run_dir, f"{step.name}/{safe_name(label)}"),
+                                           env={**NO_CACHING_ENV, **spec.env}))
+        return out
+
+    def run(self, step, launches, result, ctx) -> None:
+        grid = step.grids[step.grid]
+        grid_cases = cases(grid)  # launches() builds them in this order
+        base = {"tool": step.tool, "grid": step.grid, "sanitizer": launches[0].argv[0] if launches else None}
+        ended: dict[int, tuple] = {}  # plan index -> (spec, LaunchResult, the case's record or None: interrupted)
+
+        def done(i, spec, lr) -> bool:
+            ctx.record(result, spec, lr)
+            record = None if lr.status == "interrupted" else {
+                "case": spec.label, **grid_cases[i],
+                **read_case(ctx.run_dir / spec.dir / LOG_NAME, lr.status, lr.returncode, lr.reason),
+                "duration_s": round(lr.duration_s, 3)}
+            ended[i] = (spec, lr, record)
+            result["metrics"] = {**base, **totals([ended[j][2] for j in sorted(ended) if ended[j][2] is not None])}
+            if record is not None:
+                ctx.save()  # each case's result is on disk as soon as it ends
+            return record is None  # interrupted: no further case starts
+
+        ctx.launch_all(launches, step.jobs, done)
+        if step.jobs > 1:  # the step's entry as a run one after another leaves it: launches recorded in grid order
+            result.update(artifacts=[], stack_dumps=[], excerpt=None)
+            for j in sorted(ended):
+                ctx.record(result, *ended[j][:2])
+        records = [ended[j][2] for j in sorted(ended) if ended[j][2] is not None]
+        stopped = next((f"{spec.label}: {lr.reason}" for spec, lr, record in (ended[j] for j in sorted(ended))
+                        if record is None), None)
+        if stopped:
+            result["metrics"] = {**base, **totals(records)}
+            result.update(status="interrupted", reason=stopped)
+            return
+        m = result["metrics"] = {**base, **totals(records)}
+        if launches:  # the command without one case's flags
+            result["command"] = [*launches[0].argv[:len(launches[0].argv) - 2 * len(grid)],
+                                 f"<each of {len(launches)} cases: {' '.join(f'--{f} X' for f in grid)}>"]
+        bad = [r for r in records if r["status"] != "clean"]
+        if not records:
+            result.update(status="failed", reason="the grid has no case")
+        elif bad:
+            shown = "; ".join(f"{r['case']}: {case_problem(r)}" for r in bad[:4])
+            more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
+            result.update(status="failed", reason=f"{len(bad)} of {m['cases']} cases not clean "
+                                                  f"({step.tool}: {m['errors']} in all): {shown}{more}")
+        else:
+            result.update(status="passed", reason=None)
+
+    def summary_line(self, result: dict) -> str:
+        m = as_dict(result.get("metrics"))
+        if not m.get("cases"):
+            return ""
+        return f" ({m.get('cases_clean')} of {m.get('cases')} cases clean, {m.get('errors')} {m.get('tool')} errors)"
+
+    def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
+        """One line per sanitizer step that ran: cases clean of the grid, errors, the first case that was not."""
+        out = []
+        for s in in_order:
+            m = as_dict(s.get("metrics"))
+            if s.get("kind") != self.name or not m.get("cases"):
+                continue
+            bad = next((as_dict(r) for r in as_list(m.get("by_case")) if as_dict(r).get("status") != "clean"), None)
+            note = f"step `{s.get('name')}`, grid {m.get('grid')}, {fmt_num(m.get('errors'))} errors"
+            out.append((12, {"label": f"compute-sanitizer {m.get('tool')} ({s.get('name')})",
+                             "value": f"{fmt_num(m.get('cases_clean'))} of {fmt_num(m.get('cases'))} cases clean",
+                             "note": note + (f"; first not clean: {bad.get('case')}" if bad else "")}))
+        return out
+
+    def view(self, result: dict, view: dict) -> dict:
+        m = as_dict(result.get("metrics"))
+        if not m:
+            return {}
+        rows = [{"case": str(r.get("case")), "status": str(r.get("status")), "errors": fmt_num(r.get("errors")),
+                 "duration": fmt_duration(r.get("duration_s")),
+                 "note": str(r.get("first_error") or (case_problem(r) if r.get("status") != "clean" else ""))}
+                for r in (as_dict(x) for x in as_list(m.get("by_case")))]
+        return {"sanitizer": {"tool": str(m.get("tool")), "grid": str(m.get("grid")),
+                              "path": str(m.get("sanitizer")), "cases": fmt_num(m.get("cases")),
+                              "clean": fmt_num(m.get("cases_clean")), "errors": fmt_num(m.get("errors")),
+                              "rows": rows}}
+
+
+def find_sanitizer(env: Mapping[str, str]) -> tuple[str | None, list[str]]:
+    """(the compute-sanitizer executable, or None; the directories looked in besides PATH)."""
+    found = shutil.which(SANITIZER, path=env.get("PATH", os.defpath))
+    dirs = []
+    if env.get("CUDA_HOME"):
+        dirs += [str(Path(env["CUDA_HOME"]) / "bin"), str(Path(env["CUDA_HOME"]) / "compute-sanitizer")]
+    dirs += [d for d in FALLBACK_DIRS if d not in dirs]
+    looked = dirs if env.get("CUDA_HOME") else ["$CUDA_HOME (not set)", *dirs]
+    if found:
+        return found, looked
+    for d in dirs:
+        candidate = Path(d) / SANITIZER
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate), looked
+    return None, looked
+
+
+def cases(grid: Mapping[str, list[str]]) -> list[dict[str, str]]:
+    """Every case of a grid: one value per flag, the first flag varying slowest."""
+    return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+
+
+def case_label(case: Mapping[str, str]) -> str:
+    return " ".join(f"{flag}={value}" for flag, value in case.items())
+
+
+def read_case(log: Path, status: str, returncode: int | None, reason: str) -> dict[str, Any]:
+    """status, errors, returncode, first_error and reason of one case from its log and how its process ended."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        text = ""
+    found = _SUMMARY_RE.findall(text)
+    errors = sum(map(int, found)) if found else None  # one summary per tracked process
+    first = first_error(text)
+    not_attached = any(line.lstrip().startswith(_PREFIX) and _NOT_ATTACHED_RE.search(line)
+                       for line in text.splitlines())
+    if status == "timeout":
+        state = "timeout"
+    elif errors:
+        state = "errors"
+    elif not_attached:  # even beside an "ERROR SUMMARY: 0 errors": the program was not checked
+        state = "not attached"
+    elif errors is None:
+        state = "no summary"
+    elif returncode != 0:
+        state = "failed"
+    else:
+        state = "clean"
+    return {"status": state, "errors": errors, "returncode": returncode, "first_error": first,
+            "reason": None if state == "clean" else reason}
+
+
+def first_error(text: str) -> str | None:
+    """The first error the sanitizer reported: its first lines ("Invalid __global__ read ...", "at KERNEL+0x.. in
+    FILE:LINE", "by thread (..) in block (..)"), joined by " | "; None when it reported none."""
+    lines = []
+    for line in text.splitlines():
+        body = line.strip()
+        if not body.startswith(_PREFIX):
+            if lines:
+                break
+            continue
+        body = body[len(_PREFIX):].strip()
+        if not body or body.startswith(("COMPUTE-SANITIZER", "ERROR SUMMARY", "LEAK SUMMARY")):
+            if lines:
+                break
+            continue
+        lines.append(" ".join(body.split()))
+        if len(lines) == FIRST_ERROR_LINES:
+            break
+    return " | ".join(lines) if lines else None
+
+
+def case_problem(record: Mapping[str, Any]) -> str:
+    status = record.get("status")
+    if status == "errors":
+        n, first = record.get("errors"), record.get("first_error")
+        return f"{n} error{'s' if n != 1 else ''}" + (f" ({first})" if first else "")
+    if status == "failed":
+        return f"0 errors, but the program failed ({record.get('reason')})"
+    if status == "not attached":
+        return f"compute-sanitizer attached to no process: nothing was checked ({record.get('reason')})"
+    if status == "no summary":
+        return f"no ERROR SUMMARY in its log ({record.get('reason')})"
+    if status == "timeout":
+        return str(record.get("reason") or "timed out")
+    return str(status)
+
+
+def totals(records: list[dict]) -> dict[str, Any]:
+    return {"cases": len(records), "cases_clean": sum(r["status"] == "clean" for r in records),
+            "errors": sum(int(r["errors"] or 0) for r in records), "by_case": records}
+
+
+kinds.register(Sanitizer())

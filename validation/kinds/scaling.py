@@ -1,0 +1,202 @@
+"""`scaling`: the trainer at several world sizes, strong scaling (the global batch fixed: each rank gets
+global_batch / n sequences) and weak scaling (the per-rank batch fixed), interleaved in a random order per repeat;
+speedup and efficiency per world size (validation.analysis.parallelism.scaling_table: S(n) = X(n) / X(n0),
+E(n) = S(n) n0 / n with X the tokens/s of all ranks and n0 the smallest world size; 1.0 = perfect).
+
+Own keys:
+  world_sizes   the world sizes, e.g. [1, 2] (distinct, >= 1). On one node (nnodes 1) a world size n runs as
+                nproc_per_node n; with nnodes > 1 each node runs nproc_per_node ranks and n must be a multiple of it
+                (nnodes = n / nproc_per_node, the existing launchers)
+  modes         [strong, weak] (default both)
+  batch_size    the per-rank micro-batch of weak scaling (default: the step's args.batch_size)
+  global_batch  the sequences per micro-step of strong scaling, all ranks (default batch_size x max(world_sizes));
+                must divide by every world size
+  repeats       runs per point (default 1)
+Metrics: {"world_sizes", "strong"/"weak": {"mode", "base", "rows": [{world_size, toks_per_s, speedup,
+efficiency, batch_per_rank, mfu (the runs' mean where the device peak is known)}], "efficiency": {"min", "last"}},
+"runs", "passed", "device", "note"} so that
+`scaling.weak.efficiency.min >= 0.8` is a criterion. On a CPU with fewer cores than ranks the ranks share cores:
+the efficiency there measures core contention more than communication, so criteria on CPU should be warnings.
+Every world size of a local step runs with the same OMP_NUM_THREADS per rank (cores / the largest world size), so
+that a rank's resources stay fixed as on a GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+from typing import Any
+
+from validation import kinds
+from validation.analysis.parallelism import scaling_table
+from validation.formatting import as_dict, as_list, file_name, finite, fmt_num, rate_with_mfu
+from validation.runbook.schema import str_list, typed
+from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order, trainer_launch
+
+MODES = ("strong", "weak")
+CPU_NOTE = ("CPU: the ranks share this machine's {cores} core(s), so the efficiency measures core contention as much "
+            "as communication; criteria on it are warnings here")
+
+
+class Scaling(TrainerKind):
+    name = "scaling"
+    summary = ("strong (fixed global batch) and weak (fixed per-rank batch) scaling over `world_sizes`: tokens/s, "
+               "speedup and efficiency per world size, a table and a plot")
+    keys = ("world_sizes", "modes", "batch_size", "global_batch", "repeats")
+    metrics = ("world_sizes.<i>", "runs", "passed", "repeats", "device", "note",
+               *(f"{mode}.{k}" for mode in ("strong", "weak") for k in ("mode", "base", "rows.<i>.*", "efficiency.min",
+                                                                        "efficiency.last", "global_batch"))) + RUN_METRICS
+    performance = ("strong", "weak") + RUN_PERFORMANCE
+    decides = True
+    plan_note = "runs in a random order within each repeat, drawn for each run directory (the seed is recorded)"
+
+    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+        sizes = raw.get("world_sizes")
+        if (not isinstance(sizes, list) or not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1
+                                                            for n in sizes) or len(set(sizes)) != len(sizes)):
+            raise ctx.error(path + ("world_sizes",), f"expected a list of distinct positive integers, e.g. [1, 2], "
+                                                     f"got {sizes!r}")
+        modes = str_list(raw.get("modes", list(MODES)), path + ("modes",), ctx)
+        if not modes or any(m not in MODES for m in modes) or len(set(modes)) != len(modes):
+            raise ctx.error(path + ("modes",), f"expected distinct values of {', '.join(MODES)}, got {modes}")
+        batch = typed(raw.get("batch_size"), int, path + ("batch_size",), ctx, minimum=1, optional=True)
+        global_batch = typed(raw.get("global_batch"), int, path + ("global_batch",), ctx, minimum=1, optional=True)
+        return {"world_sizes": sorted(sizes), "modes": modes, "scale_batch": batch, "global_batch": global_batch,
+                "repeats": typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1)}
+
+    def check(self, step, order, error) -> None:
+        per_rank = per_rank_batch(step)
+        if per_rank is None:
+            raise error("scaling needs the per-rank batch: `batch_size:` or the step's args.batch_size")
+        if "strong" in step.modes:
+            g = global_batch(step)
+            bad = [n for n in step.world_sizes if g % n]
+            if bad:
+                raise error(f"global_batch {g} does not divide by world size(s) {bad}")
+        if step.launch.nnodes > 1:
+            bad = [n for n in step.world_sizes if n % step.launch.nproc_per_node]
+            if bad:
+                raise error(f"with nnodes > 1, world sizes must be multiples of nproc_per_node "
+                            f"({step.launch.nproc_per_node}): {bad}")
+
+    def launches(self, step, winners, run_dir):
+        labels = [f"{mode}_n{n}" for mode in step.modes for n in step.world_sizes]
+        extra_env = same_threads_per_rank(step)
+        out = []
+        for repeat, label in run_order(labels, step.repeats, order_seed(step, run_dir)):
+            mode, n = label.split("_n")
+            n = int(n)
+            if step.launch.nnodes > 1:
+                launch = dataclasses.replace(step.launch, nnodes=n // step.launch.nproc_per_node)
+            else:
+                launch = dataclasses.replace(step.launch, nproc_per_node=n)
+            batch = per_rank_batch(step) if mode == "weak" else global_batch(step) // n
+            suffix = f"_r{repeat + 1}" if step.repeats > 1 else ""
+            out.append(trainer_launch(step, launch, label, f"{step.name}/{label}{suffix}", winners, run_dir,
+                                      extra_args={"batch_size": batch}, extra_env=extra_env, repeat=repeat,
+                                      params={"mode": mode, "world_size": n, "args.batch_size": batch}))
+        return out
+
+    def run(self, step, launches, result, ctx) -> None:
+        runs, problems = run_each(ctx, step, launches, result)
+        result["order_seed"], result["order"] = order_seed(step, ctx.run_dir), [s.label for s in launches]
+        m: dict[str, Any] = {"world_sizes": step.world_sizes, "runs": len(runs),
+                             "passed": sum(r["status"] == "passed" for r in runs), "repeats": step.repeats}
+        devices = {str(((r.get("metrics") or {}).get("context") or {}).get("device")) for r in runs}
+        m["device"] = "cuda" if any(d.startswith("cuda") for d in devices) else "cpu"
+        if m["device"] == "cpu":
+            m["note"] = CPU_NOTE.format(cores=os.cpu_count())
+        for mode in step.modes:
+            points, batches, mfu = {}, {}, {}
+            for n in step.world_sizes:
+                mine = [r for r in runs if r["params"].get("mode") == mode and r["params"].get("world_size") == n
+                        and r["status"] == "passed"]
+                vals = [((r.get("metrics") or {}).get("toks_per_s") or {}).get("mean") for r in mine]
+                vals = [v for v in vals if isinstance(v, (int, float))]
+                points[n] = statistics.fmean(vals) if vals else None
+                util = [finite(((r.get("metrics") or {}).get("mfu") or {}).get("mean")) for r in mine]
+                util = [u for u in util if u is not None]
+                mfu[n] = statistics.fmean(util) if util else None  # where the device peak is known
+                batches[n] = per_rank_batch(step) if mode == "weak" else global_batch(step) // n
+            table = scaling_table(points, mode)
+            for row in table["rows"]:
+                row["batch_per_rank"] = batches[row["world_size"]]
+                row["mfu"] = mfu[row["world_size"]]
+            if mode == "strong":
+                table["global_batch"] = global_batch(step)
+            m[mode] = table
+        result["metrics"] = m
+        result.update(status="failed" if problems else "passed", reason="; ".join(problems) or None)
+
+    def summary_line(self, result: dict) -> str:
+        m = as_dict(result.get("metrics"))
+        parts = [f"{mode} efficiency min {fmt_num(as_dict(as_dict(m.get(mode)).get('efficiency')).get('min'))}"
+                 for mode in MODES if isinstance(m.get(mode), dict)]
+        return f" ({'; '.join(parts)})" if parts else ""
+
+    def view(self, result: dict, view: dict) -> dict:
+        m = as_dict(result.get("metrics"))
+        tables = []
+        for mode in MODES:
+            t = as_dict(m.get(mode))
+            if not t:
+                continue
+            rows = [{"n": fmt_num(r.get("world_size")), "batch": fmt_num(r.get("batch_per_rank")),
+                     "toks": rate_with_mfu(r.get("toks_per_s"), r.get("mfu")),
+                     "speedup": "—" if finite(r.get("speedup")) is None else f"{r['speedup']:.2f}x",
+                     "eff": "—" if finite(r.get("efficiency")) is None else f"{r['efficiency']:.0%}"}
+                    for r in (as_dict(x) for x in as_list(t.get("rows")))]
+            what = (f"global batch {fmt_num(t.get('global_batch'))} sequences fixed" if mode == "strong"
+                    else "per-rank batch fixed")
+            tables.append({"mode": mode, "what": what, "rows": rows, "base": fmt_num(t.get("base"))})
+        return {"command": "", "scaling": {
+            "tables": tables, "note": m.get("note"),
+            "definition": ("speedup S(n) = X(n) / X(n0), efficiency E(n) = S(n) x n0 / n, X = tokens/s of all "
+                           "ranks, n0 the smallest world size measured; strong: = T(n0) n0 / (T(n) n), weak: "
+                           "= T(n0) / T(n); 1.0 = perfect")}}
+
+    def plots(self, name: str, result: dict, plotter) -> None:
+        m = as_dict(result.get("metrics"))
+        lines = []
+        for mode in MODES:
+            rows = [as_dict(r) for r in as_list(as_dict(m.get(mode)).get("rows"))]
+            pts = [(r["world_size"], r["efficiency"]) for r in rows if finite(r.get("efficiency")) is not None]
+            if pts:
+                lines.append((mode, pts))
+        if not lines:
+            return
+        title = f"Scaling efficiency: {result.get('title') or name}"
+        fig, ax = plotter.figure(title, "world size (ranks)", "efficiency")
+        for mode, pts in lines:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"{mode} scaling")
+        sizes = sorted({p[0] for _, pts in lines for p in pts})
+        ax.plot(sizes, [1.0] * len(sizes), "--", color="gray", label="ideal")
+        ax.set_xticks(sizes)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize="small")
+        plotter.save(fig, f"scaling_{file_name(name)}.png", title)
+
+
+def same_threads_per_rank(step) -> dict[str, str]:
+    """OMP_NUM_THREADS for every world size of a local (torchrun) step: the cores / the largest number of ranks on
+    the node, so that a rank is like a device whose resources stay fixed (the runner would otherwise give a lone
+    rank every core, and a CPU's 'speedup' would be the threads', not the ranks'). The step's or the caller's own
+    OMP_NUM_THREADS wins; Slurm nodes keep torchrun's default."""
+    if (step.launch.launcher.type != "torchrun" or "OMP_NUM_THREADS" in step.launch.env
+            or "OMP_NUM_THREADS" in os.environ):
+        return {}
+    most = max(min(n, step.launch.nproc_per_node) if step.launch.nnodes > 1 else n for n in step.world_sizes)
+    return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // most))}
+
+
+def per_rank_batch(step) -> int | None:
+    b = step.scale_batch if step.scale_batch is not None else step.launch.args.get("batch_size")
+    return b if isinstance(b, int) and not isinstance(b, bool) and b >= 1 else None
+
+
+def global_batch(step) -> int:
+    return step.global_batch if step.global_batch is not None else (per_rank_batch(step) or 1) * max(step.world_sizes)
+
+
+kinds.register(Scaling())

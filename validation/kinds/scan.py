@@ -1,0 +1,343 @@
+"""`scan`: the trainer over a list of values of one setting (seq_len, batch size, ...), repeated in a random order
+per repeat; per point tokens/s, step time, time to first step and peak memory; the cost exponent (log step time vs
+log value: ~1 linear, ~2 quadratic) with its 95% interval; cliff detection between neighbouring points (a local
+exponent significantly above `expected_exponent`); and, when a cliff is found and `bisect` is set, a bisection
+between the two points, launched while the step runs, that localises it (seed 000: "binary-search seq_len for
+the cliff"). The statistics are validation.analysis.triage's (run means of the window, pooled repeat noise, Holm).
+
+Own keys:
+  values             {args.seq_len: [64, 128, 256, 512]} or {env.VARIABLE: [...]}: one setting, numeric values
+  repeats            runs per point, interleaved in a random order per repeat (default 2: the noise of a point is
+                     the spread of its runs' step times, each the median of its window; with 1, block means of a window of
+                     >= 8 steps)
+  expected_exponent  the exponent a point-to-point growth may reach before it is a cliff (default 1.5)
+  bisect             {steps: 3, resolution: 64, multiple_of: 32}: after a cliff between a and b, measure midpoints
+                     (rounded to multiple_of, e.g. the model's selection block) until b - a <= resolution or the
+                     steps are spent; each midpoint runs `repeats` times and is "bad" when its local exponent from
+                     a is significantly above expected_exponent
+Metrics: "setting", "values", "repeats", "expected_exponent", "exponent" (slope), "exponent_ci" [low, high],
+"exponent_fit" (validation.analysis.triage.Fit), "cliff" (bool), "cliff_reason", "cliff_pair" (the pair found by the scan),
+"pairs" (every neighbouring pair), "cliff_interval" [good, bad] (after bisection) or null, "cliff_localised"
+(interval width <= resolution; false without a cliff), "bisection" (validation.analysis.triage.Bisection) or null,
+"points" [{value, source (scan | bisect), runs, passed, step_time_s, toks_per_s, mfu (the runs' window mean, where
+the device peak is known), time_to_first_step_s, peak_mem_gb, exponent_to_next}], "noise_source" (repeats | blocks | none), "runs", "passed".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from validation import kinds
+from validation.contracts import read_summary, read_timeline
+from validation.launch.spec import safe_name
+from validation.formatting import as_dict, as_list, file_name, finite, fmt_gb, fmt_num, rate_with_mfu
+from validation.runbook.schema import mapping, setting_key, typed
+from validation.analysis.significance import StatsError
+from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, collect, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.kinds._plot_helpers import scan_loglog
+from validation.analysis.triage import bisect, find_cliffs, fit_exponent, local_exponent, point_noise
+
+
+class Scan(TrainerKind):
+    name = "scan"
+    summary = ("the trainer over the values of one setting (e.g. `args.seq_len: [64, 128, 256, 512]`), interleaved "
+               "repeats: tokens/s, step time, time to first step and peak memory per point, the cost exponent with "
+               "its 95% CI, cliffs (a local exponent significantly above `expected_exponent`) and a bisection that "
+               "localises a cliff (`seq_scan.cliff_localised`, `seq_scan.exponent <= 1.3`)")
+    keys = ("values", "repeats", "expected_exponent", "bisect")
+    metrics = ("setting", "values.<i>", "repeats", "expected_exponent", "exponent", "exponent_ci.<i>", "exponent_fit.*",
+               "exponent_reason", "cliff", "cliff_reason", "cliff_pair.*", "pairs.<i>.*", "cliff_interval.<i>",
+               "cliff_localised", "bisection.*", "points.<i>.*", "noise_source", "runs", "passed") + RUN_METRICS
+    performance = ("exponent", "exponent_ci", "exponent_fit", "exponent_reason", "cliff", "cliff_reason", "cliff_pair",
+                   "pairs", "cliff_interval", "cliff_localised", "bisection", "points") + RUN_PERFORMANCE
+    decides = True
+    plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
+                 "results.json); when a cliff is found, bisection points are launched while the step runs")
+
+    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+        values = raw.get("values")
+        if not isinstance(values, dict) or len(values) != 1:
+            raise ctx.error(path + ("values",), "expected one setting and its values, e.g. "
+                                                "{args.seq_len: [64, 128, 256, 512]}")
+        key, vals = next(iter(values.items()))
+        vpath = path + ("values", key)
+        setting_key(key, vpath, ctx, "the scanned setting is")
+        if (not isinstance(vals, list) or len(vals) < 2
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in vals)):
+            raise ctx.error(vpath, f"expected a list of at least 2 positive numbers, got {vals!r}")
+        if len(set(vals)) != len(vals):
+            raise ctx.error(vpath, f"values must be distinct, got {vals}")
+        bisect = raw.get("bisect")
+        if bisect is not None:
+            b = mapping(bisect, path + ("bisect",), ctx, ("steps", "resolution", "multiple_of"))
+            bpath = path + ("bisect",)
+            multiple = typed(b.get("multiple_of", 1), int, bpath + ("multiple_of",), ctx, minimum=1)
+            bisect = {"steps": typed(b.get("steps", 3), int, bpath + ("steps",), ctx, minimum=1),
+                      "resolution": typed(b.get("resolution", multiple), float, bpath + ("resolution",), ctx),
+                      "multiple_of": multiple}
+            if not bisect["resolution"] > 0:
+                raise ctx.error(bpath + ("resolution",), f"expected a positive number, got {bisect['resolution']}")
+        expected = typed(raw.get("expected_exponent", 1.5), float, path + ("expected_exponent",), ctx)
+        if not expected > 0:
+            raise ctx.error(path + ("expected_exponent",), f"expected a positive number, got {expected}")
+        return {"setting": key, "values": sorted(vals),
+                "repeats": typed(raw.get("repeats", 2), int, path + ("repeats",), ctx, minimum=1),
+                "expected_exponent": float(expected), "bisect": bisect}
+
+    def launches(self, step, winners, run_dir):
+        return [point_launch(step, value, repeat, winners, run_dir)
+                for repeat, value in run_order(list(map(value_label, step.values)), step.repeats,
+                                               order_seed(step, run_dir))]
+
+    def run(self, step, launches, result, ctx) -> None:
+        runs, problems = run_each(ctx, step, launches, result)
+        for r in runs:
+            r["source"] = "scan"
+        result["order_seed"], result["order"] = order_seed(step, ctx.run_dir), [s.label for s in launches]
+        m: dict[str, Any] = {"setting": step.setting, "values": list(step.values), "repeats": step.repeats,
+                             "expected_exponent": step.expected_exponent, "exponent": None, "exponent_ci": None,
+                             "exponent_fit": None, "cliff": False, "cliff_pair": None, "cliff_interval": None,
+                             "cliff_localised": False, "bisection": None, "pairs": []}
+        result["metrics"] = m
+        times, series = point_times(ctx, step, runs)
+        try:
+            fit = fit_exponent([(v, t) for v in step.values for t in times.get(v, [])])
+            m.update(exponent=fit.slope, exponent_ci=[fit.ci_low, fit.ci_high], exponent_fit=fit.as_dict())
+        except StatsError as exc:
+            m["exponent_reason"] = f"no exponent: {exc}"
+        cliffs = None
+        try:
+            noise = point_noise(times, series)
+            cliffs = find_cliffs(noise, step.expected_exponent)
+            m.update(pairs=[p.as_dict() for p in cliffs.pairs], cliff_reason=cliffs.reason,
+                     noise_source=next(iter(noise.values())).source if noise else "none")
+        except StatsError as exc:
+            m["cliff_reason"] = f"no cliff detection: {exc}"
+        if cliffs is not None and cliffs.cliff is not None:
+            pair = cliffs.cliff
+            m.update(cliff=True, cliff_pair=pair.as_dict(), cliff_interval=[_plain(pair.a), _plain(pair.b)])
+            if step.bisect:
+                bis_times: dict[float, list[float]] = {}
+
+                def classify(value):
+                    new = bisect_point(ctx, step, value, result, runs)
+                    if not new:
+                        return None
+                    bis_times[float(value)] = new
+                    both = point_noise({**times, **bis_times}, series)
+                    good = max(v for v in both if v < value and (v in bis_times or v <= pair.a))
+                    test = local_exponent(both[good], both[float(value)], step.expected_exponent)
+                    return None if test.p is None else test.p < 0.05
+
+                b = bisect(classify, pair.a, pair.b, resolution=step.bisect["resolution"],
+                           steps=step.bisect["steps"], multiple_of=step.bisect["multiple_of"])
+                m.update(bisection=b.as_dict(), cliff_interval=[_plain(b.good), _plain(b.bad)],
+                         cliff_localised=b.localised)
+                times.update(bis_times)
+        m["points"] = point_rows(ctx, step, runs, times, cliffs)
+        m["runs"], m["passed"] = len(runs), sum(r["status"] == "passed" for r in runs)
+        result["runs"] = runs
+        ctx.save()
+        scan_problems = [f"{r['label']}: {r['reason']}" for r in runs if r["status"] != "passed"]
+        if problems or scan_problems:
+            result.update(status="failed", reason="; ".join(dict.fromkeys(problems + scan_problems)))
+        elif m["exponent"] is None:
+            result.update(status="failed", reason=m.get("exponent_reason"))
+        else:
+            result.update(status="passed", reason=None)
+
+    def summary_line(self, result: dict) -> str:
+        m = as_dict(result.get("metrics"))
+        if finite(m.get("exponent")) is None:
+            return ""
+        ci = as_list(m.get("exponent_ci"))
+        text = f" exponent {m['exponent']:.2f}"
+        if len(ci) == 2 and finite(ci[0]) is not None:
+            text += f" (95% CI {ci[0]:.2f} .. {ci[1]:.2f})"
+        if m.get("cliff"):
+            lo, hi = (as_list(m.get("cliff_interval")) + [None, None])[:2]
+            text += f"; cliff between {fmt_num(lo)} and {fmt_num(hi)}" + (" (localised)" if m.get("cliff_localised")
+                                                                           else "")
+        else:
+            text += "; no cliff"
+        return text
+
+    def view(self, result: dict, view: dict) -> dict:
+        m = as_dict(result.get("metrics"))
+        rows = []
+        for p in (as_dict(p) for p in as_list(m.get("points"))):
+            rows.append({"value": fmt_num(p.get("value")), "source": str(p.get("source") or ""),
+                         "runs": f"{fmt_num(p.get('passed'))}/{fmt_num(p.get('runs'))}",
+                         "step_time": _ms(p.get("step_time_s")),
+                         "toks": rate_with_mfu(p.get("toks_per_s"), p.get("mfu")),
+                         "ttfs": _secs(p.get("time_to_first_step_s")), "mem": fmt_gb(p.get("peak_mem_gb")),
+                         "exponent": _num2(p.get("exponent_to_next")), "cliff": bool(p.get("cliff_to_next"))})
+        ci = as_list(m.get("exponent_ci"))
+        exponent = (f"{_num2(m.get('exponent'))} (95% CI {_num2(ci[0])} .. {_num2(ci[1])})" if len(ci) == 2
+                    else _num2(m.get("exponent")))
+        bis = as_dict(m.get("bisection"))
+        interval = as_list(m.get("cliff_interval"))
+        if m.get("cliff"):
+            where = f"between {fmt_num(interval[0])} and {fmt_num(interval[1])}" if len(interval) == 2 else "—"
+            cliff = (f"yes, {where}" + (f" (localised to {fmt_num(bis.get('width'))} <= resolution "
+                                        f"{fmt_num(bis.get('resolution'))})" if m.get("cliff_localised") else
+                                        " (not localised)" if bis else ""))
+        else:
+            cliff = "no"
+        return {"scan": {"setting": _setting(m), "rows": rows, "exponent": exponent,
+                         "expected": fmt_num(m.get("expected_exponent")), "cliff": cliff,
+                         "reason": str(m.get("cliff_reason") or m.get("exponent_reason") or ""),
+                         "bisection": ", ".join(f"{fmt_num(v)}: {fmt_num(verdict)}" for v, verdict in
+                                                ((as_list(x) + [None, None])[:2] for x in as_list(bis.get("points"))))
+                         if bis else None, "stopped": str(bis.get("stopped") or "") if bis else None,
+                         "noise": str(m.get("noise_source") or "—")}}
+
+    def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
+        out = []
+        for s in in_order:
+            m = as_dict(s.get("metrics")) if isinstance(s, dict) else {}
+            if s.get("kind") == self.name and finite(m.get("exponent")) is not None:
+                value = f"{m['exponent']:.2f}"
+                if m.get("cliff"):
+                    interval = as_list(m.get("cliff_interval"))
+                    value += f", cliff at {fmt_num(interval[0])}..{fmt_num(interval[1])}" if len(interval) == 2 else ""
+                out.append((25, {"label": f"Cost exponent ({_setting(m)})", "value": value,
+                                 "note": f"step `{s.get('name')}`: log step time vs log value"}))
+        return out
+
+    def plots(self, name: str, result: dict, plotter) -> None:
+        m = as_dict(result.get("metrics"))
+        scan_loglog(plotter, [as_dict(p) for p in as_list(m.get("points"))], as_dict(m.get("exponent_fit")),
+                    title=f"Scan: {result.get('title') or name}", xlabel=_setting(m),
+                    filename=f"scan_{file_name(name)}.png")
+
+
+def _setting(m: dict) -> str:
+    """The scanned setting without its env./args. prefix ("seq_len", "NSA_X")."""
+    return str(m.get("setting") or "value").split(".", 1)[-1]
+
+
+def value_label(value) -> str:
+    return fmt_num(value).replace(",", "")
+
+
+def point_launch(step, label: str, repeat: int, winners, run_dir, *, source: str = "scan"):
+    """The trainer launch of scan value `label` (repeat `repeat`); bisection points go to bisect_<value>."""
+    value = float(label)
+    value = int(value) if value.is_integer() else value
+    key = step.setting
+    args = {key[5:]: value} if key.startswith("args.") else {}
+    env = {key[4:]: str(value)} if key.startswith("env.") else {}
+    prefix = "bisect_" if source == "bisect" else ""
+    rel = f"{step.name}/{prefix}{safe_name(label)}" + (f"_r{repeat + 1}" if step.repeats > 1 else "")
+    return trainer_launch(step, step.launch, label, rel, winners, run_dir, extra_args=args, extra_env=env,
+                          params={key: value}, repeat=repeat)
+
+
+def bisect_point(ctx, step, value, result: dict, runs: list[dict]) -> list[float]:
+    """Launch `repeats` runs at a bisection point (now, while the step runs); their run means of step time."""
+    winners = ctx.winners()
+    means = []
+    for repeat in range(step.repeats):
+        spec = point_launch(step, value_label(value), repeat, winners, ctx.run_dir, source="bisect")
+        lr = ctx.launch(spec, repeat, step.repeats)
+        ctx.record(result, spec, lr)
+        status, reason, metrics = collect(ctx, step, spec, lr)
+        run = {"label": spec.label, "params": spec.params, "status": status, "reason": reason, "dir": spec.dir,
+               "command": lr.argv, "metrics": metrics, "repeat": repeat, "source": "bisect"}
+        runs.append(run)
+        result["runs"] = runs
+        ctx.save()
+        mean = _run_mean(ctx, step, run)
+        if mean is not None:
+            means.append(mean)
+    return means
+
+
+def _run_mean(ctx, step, run: dict) -> float | None:
+    values = run_values(ctx.run_dir, step, run, "step_time_s")
+    if isinstance(values, list):
+        return _median(values) if values else None
+    return finite(values)
+
+
+def point_times(ctx, step, runs: list[dict]) -> tuple[dict[float, list[float]], dict[float, list[float]]]:
+    """{value: [each run's step time, ...]} (a run's step time: the median of its window, robust to a step that
+    another process on the machine slowed; each run is one unit, never its steps) and, for values with one run, {value: the window's per-step times}."""
+    times: dict[float, list[float]] = {}
+    series: dict[float, list[float]] = {}
+    for r in runs:
+        if r["status"] != "passed":
+            continue
+        value = float(next(iter(r["params"].values())))
+        values = run_values(ctx.run_dir, step, r, "step_time_s")
+        if isinstance(values, list) and values:
+            times.setdefault(value, []).append(_median(values))
+            series[value] = values
+        elif finite(values) is not None:
+            times.setdefault(value, []).append(float(values))
+    return times, {v: s for v, s in series.items() if len(times.get(v, [])) == 1}
+
+
+def point_rows(ctx, step, runs: list[dict], times: dict, cliffs) -> list[dict]:
+    """One row per value (scan and bisection points, by value): means over its passed runs."""
+    by_value: dict[float, list[dict]] = {}
+    for r in runs:
+        by_value.setdefault(float(next(iter(r["params"].values()))), []).append(r)
+    pairs = {p.a: p for p in cliffs.pairs} if cliffs is not None else {}
+    rows = []
+    for value in sorted(by_value):
+        group = by_value[value]
+        passed = [r for r in group if r["status"] == "passed"]
+        toks = [finite(as_dict(as_dict(r["metrics"]).get("toks_per_s")).get("mean")) for r in passed]
+        mfu = [finite(as_dict(as_dict(r["metrics"]).get("mfu")).get("mean")) for r in passed]
+        ttfs, mem = [], []
+        for r in passed:
+            out_dir = ctx.run_dir / r["dir"] / "out"
+            ttfs.append(finite(read_timeline(out_dir).get("time_to_first_step_s")))
+            mem.append(finite(read_summary(out_dir).get("peak_mem_alloc_gb")))
+        t = times.get(value) or []
+        pair = pairs.get(value)
+        rows.append({"value": int(value) if value.is_integer() else value,
+                     "source": group[0].get("source", "scan"), "runs": len(group), "passed": len(passed),
+                     "step_time_s": _mean(t), "run_step_times_s": list(t), "toks_per_s": _mean(toks),
+                     "mfu": _mean(mfu),
+                     "time_to_first_step_s": _mean(ttfs), "peak_mem_gb": max((x for x in mem if x is not None),
+                                                                             default=None),
+                     "exponent_to_next": pair.exponent if pair else None,
+                     "cliff_to_next": bool(pair and pair.cliff)})
+    return rows
+
+
+def _plain(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def _median(values: list[float]) -> float:
+    xs = sorted(values)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2.0
+
+
+def _mean(values) -> float | None:
+    xs = [float(v) for v in values if finite(v) is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _ms(value) -> str:
+    v = finite(value)
+    return "—" if v is None else f"{v * 1000:,.1f} ms"
+
+
+def _secs(value) -> str:
+    v = finite(value)
+    return "—" if v is None else f"{v:,.2f} s"
+
+
+def _num2(value) -> str:
+    v = finite(value)
+    return "—" if v is None or not math.isfinite(v) else f"{v:.2f}"
+
+
+kinds.register(Scan())

@@ -1,0 +1,104 @@
+"""`snapshot`: the node's environment before anything runs: git sha, `python -m torch.utils.collect_env`,
+`nvidia-smi -q -x` (and pynvml) when present, package versions (validation.launch.environment.snapshot), in-process. With
+`launcher: slurm`, every node of an `nnodes` allocation also snapshots itself into RUN_DIR/<step>/nodes/<node>/
+(`python -m validation.launch.environment`, one task per node), and each node's record joins results' environment.
+
+Own keys: none. Launch keys: launcher, nnodes, timeout_s (each external tool's limit).
+Metrics: {"git_sha", "gpu_count", "files": [...], "problems": [...], "nodes": [node names] (launcher slurm),
+"pcie_gen_min" (the lowest maximum PCIe link generation of the GPUs, from nvidia_smi.xml; None without a GPU),
+"pcie": {"gpus", "pcie_gen_current_min", "pcie_width_min", "text"}}.
+A missing tool is a problem noted, not a failure; a node without its snapshot fails the step.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from validation.launch import environment
+from validation import kinds
+from validation.formatting import as_dict, as_list, fmt_num
+from validation.launch.telemetry import pcie_links
+from validation.kinds.base import StepKind, command_launch, run_path
+
+
+class Snapshot(StepKind):
+    name = "snapshot"
+    summary = ("git sha, `python -m torch.utils.collect_env`, `nvidia-smi -q -x` (and pynvml) when present, package "
+               "versions")
+    launch_keys = ("launcher", "nnodes", "timeout_s")
+    metrics = ("git_sha", "gpu_count", "files.<i>", "problems.<i>", "nodes.<i>", "pcie_gen_min", "pcie.*")
+    host_only = True  # a machine without the runbook's GPUs is still snapshotted (that is what it shows)
+    plan_note = "in-process: git sha, python -m torch.utils.collect_env, nvidia-smi -q -x, packages"
+
+    def launches(self, step, winners, run_dir):
+        if step.launch.launcher.type != "slurm":
+            return []  # runs in-process
+        # the submitting machine runs in-process; every node of a job gets its own snapshot (nodes/<name>/)
+        argv = [sys.executable, "-m", "validation.launch.environment", run_path(run_dir, f"{step.name}/nodes")]
+        return [command_launch(step, argv, run_dir, label="nodes", nnodes=step.launch.nnodes)]
+
+    def run(self, step, launches, result, ctx) -> None:
+        env, files, problems = environment.snapshot(ctx.run_dir / step.name, ctx.cwd, timeout_s=step.launch.timeout_s)
+        ctx.results["environment"].update(env)
+        result["artifacts"] = [ctx.rel(f) for f in files]
+        result["metrics"] = {"git_sha": env.get("git_sha"), "gpu_count": env.get("gpu_count"),
+                             "files": result["artifacts"], "problems": problems, **pcie_metrics(files)}
+        status = "passed"
+        if launches:  # launcher slurm: a snapshot of every node of an allocation
+            lr = ctx.launch(launches[0], 0, 1)
+            ctx.record(result, launches[0], lr)
+            known = ctx.results["environment"].setdefault("nodes", {})
+            names = []
+            nodes_dir = ctx.run_dir / step.name / "nodes"
+            for node_dir in sorted(d for d in (nodes_dir.iterdir() if nodes_dir.is_dir() else []) if d.is_dir()):
+                try:
+                    node_env = json.loads((node_dir / "environment.json").read_text())
+                except (OSError, ValueError):
+                    node_env = {}
+                node_env = node_env if isinstance(node_env, dict) else {}
+                names.append(node_dir.name)
+                known.setdefault(node_dir.name, {}).update(snapshot={"gpu_count": node_env.get("gpu_count"),
+                                                                     "gpus": node_env.get("gpus"),
+                                                                     "torch": node_env.get("torch"),
+                                                                     "host": node_env.get("host"),
+                                                                     "comm_env": node_env.get("comm_env")})
+                result["artifacts"] += [ctx.rel(f) for f in sorted(node_dir.iterdir())]
+            result["metrics"]["nodes"] = names
+            if lr.status != "ok" or len(names) < launches[0].nnodes:
+                status = "failed"
+                problems = problems + [f"node snapshots: {len(names)} of {launches[0].nnodes} ({lr.reason})"]
+        result.update(status=status, reason="; ".join(problems) or None)
+
+    def view(self, result: dict, view: dict) -> dict:
+        metrics = as_dict(result.get("metrics"))
+        files = [str(f) for f in as_list(metrics.get("files"))] or [str(f) for f in as_list(result.get("artifacts"))]
+        problems = [str(p) for p in as_list(metrics.get("problems"))]
+        out = {"snapshot": {"git_sha": fmt_num(metrics.get("git_sha")), "gpu_count": fmt_num(metrics.get("gpu_count")),
+                            "files": files, "problems": problems,
+                            "pcie": str(as_dict(metrics.get("pcie")).get("text") or "") or None}}
+        if view["reason"] in as_list(metrics.get("problems")) or view["reason"] == "; ".join(problems):
+            out["reason"] = None  # shown as the problems below
+        return out
+
+
+def pcie_metrics(files: list) -> dict:
+    """{"pcie_gen_min", "pcie": {"gpus", "pcie_gen_current_min", "pcie_width_min", "text"}} from the snapshot's
+    nvidia_smi.xml (validation.launch.telemetry.pcie_links); without it (no nvidia-smi, a CPU machine)
+    pcie_gen_min is None and the text says so."""
+    xml = next((f for f in files if getattr(f, "name", "") == "nvidia_smi.xml"), None)
+    try:
+        links = pcie_links(xml.read_text(errors="replace")) if xml is not None else None
+    except OSError:
+        links = None
+    if not links or not links["gpus"]:
+        return {"pcie_gen_min": None, "pcie": {"gpus": [], "text": "PCIe: not measured (no GPU in nvidia-smi's "
+                                                                    "inventory, or no nvidia-smi)"}}
+    per_gpu = ", ".join(f"GPU {g['gpu']} Gen{fmt_num(g['gen'])} x{fmt_num(g['width'])} (max Gen{fmt_num(g['gen_max'])} "
+                        f"x{fmt_num(g['width_max'])})" for g in links["gpus"])
+    text = (f"PCIe: lowest maximum link Gen{fmt_num(links['pcie_gen_min'])} x{fmt_num(links['pcie_width_min'])}; "
+            f"now {per_gpu} (an idle GPU lowers its link)")
+    return {"pcie_gen_min": links["pcie_gen_min"], "pcie": {**links, "text": text}}
+
+
+kinds.register(Snapshot())

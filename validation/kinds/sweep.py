@@ -1,0 +1,369 @@
+"""`sweep`: the trainer over a matrix of env/args values (every combination), optionally repeated, and a decision
+that only names a winner when the data say so (validation.analysis.significance.decide):
+
+- every repeat runs each point once, in a random order drawn per repeat (significance.interleaved_order; the
+  seed comes from the run directory and is recorded), so that a machine's drift does not favour a point;
+- one run per point: the points are compared on block means of their windows; repeats: paired by repeat;
+- the best point is the winner only when it beats every other point significantly (p < 0.05) and by more than
+  the noise floor; otherwise "no significant difference" and the point to keep is kept: `prefer:` when the runbook
+  states one, else the runbook's own value of the swept keys (the step's env/args or `defaults`), else the matrix's
+  first point. Keeping it is a passed decision, not a failure.
+
+Later steps use the decision's point (the winner, or the point kept) as ${<step>.winner.env.NSA_DDP_BUCKET_MB}.
+Only a significant decision is recommended (validation.execution.acceptance.recommendations).
+
+Own keys: `matrix: {"env.NSA_DDP_BUCKET_MB": [25, 50, 100], "args.batch_size": [...]}`, `select: {metric, goal}`
+(default toks_per_s, max), `repeats` (default 1), `prefer` (the point to keep without a significant difference:
+`{env.NSA_DDP_BUCKET_MB: 50}`, a list of such points in order of preference, or one value for a one-key matrix).
+Result: "runs" (one per launch, each a trainer launch's record with its "repeat"),
+"decision": validation.analysis.significance.Decision.as_dict() plus "order_seed", "order" (labels in run order),
+"default_source" ("prefer", "runbook" or "first") and "points" {label: params};
+"choice": {label, params, explanation, significant, kept_default} (the point later steps use) or null;
+"winner": the choice when it rests on a significant difference, else null;
+"metrics": {"points", "runs", "passed", "repeats", "decided", "significant", "winner" (label or null), "choice",
+"kept_default", "method", "noise_floor", "recommended_repeats", "selection" (the decision in words), "rule"}.
+Report: a row per run (the chosen point marked), the decision and its statistics; a bar chart of the means.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+from validation import kinds
+from validation.analysis.interference import decision_record, disturbed_flags
+from validation.launch.spec import safe_name
+from validation.formatting import (as_dict, as_list, context_text, file_name, finite, fmt_num, fmt_pct, fmt_rate,
+                                      fmt_tflops, mfu_text, param_name, params_text, shared_context_text, stat_of,
+                                      status_view)
+from validation.runbook.schema import mapping, setting_key, typed
+from validation.analysis.significance import StatsError, decide
+from validation.kinds import train_report
+from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, nothing_compared, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.kinds.base import DECIDING_LAUNCH_KEYS, with_labels
+from validation.kinds._plot_helpers import bar_points
+
+RULE = ("a winner only when the best point beats every other one significantly (p < 0.05, block means of one "
+        "run each or paired over interleaved repeats) and by more than the noise floor; otherwise no significant "
+        "difference and the runbook's point is kept")
+
+
+class Sweep(TrainerKind):
+    name = "sweep"
+    summary = ("a matrix over env/args (e.g. `env.NSA_DDP_BUCKET_MB: [25, 50, 100]`), optionally repeated in a random "
+               "order per repeat; a winner only when it beats every other point significantly, else the runbook's "
+               "point (`prefer`) is kept; later steps use it as `${bucket_sweep.winner.env.NSA_DDP_BUCKET_MB}`")
+    keys = ("matrix", "select", "repeats", "prefer")
+    launch_keys = DECIDING_LAUNCH_KEYS  # retry_disturbed too: it decides from repeats
+    metrics = ("points", "runs", "passed", "repeats", "rule", "winner", "method", "noise_floor",
+               "recommended_repeats", "decided", "significant", "choice", "kept_default", "selection") + RUN_METRICS
+    performance = ("winner", "method", "noise_floor", "recommended_repeats", "decided", "significant", "choice",
+                   "kept_default", "selection") + RUN_PERFORMANCE
+    decides = True
+
+    def metric_names(self, step):  # runs.<label>: the matrix's points, by their labels (NSA_DDP_BUCKET_MB=50)
+        return self.metrics if step is None else with_labels(self.metrics, "<label>", dict(sweep_points(step)))
+    plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
+                 "results.json), so the order shown here is an example")
+
+    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+        matrix = mapping(raw.get("matrix"), path + ("matrix",), ctx,
+                         tuple(raw["matrix"].keys()) if isinstance(raw.get("matrix"), dict) else ())
+        if not matrix:
+            raise ctx.error(path + ("matrix",), "a sweep needs a matrix, e.g. {env.NSA_DDP_BUCKET_MB: [25, 50]}")
+        clean = {}
+        for key, values in matrix.items():
+            setting_key(key, path + ("matrix", key), ctx, "matrix keys are")
+            if not isinstance(values, list) or not values:
+                raise ctx.error(path + ("matrix", key), "expected a non-empty list of values")
+            clean[key] = [str(v) if key.startswith("env.") else v for v in values]
+            shown = [str(v) for v in clean[key]]
+            if len(set(shown)) != len(shown):
+                raise ctx.error(path + ("matrix", key), f"values must be distinct, got {shown}")
+        select = mapping(raw.get("select"), path + ("select",), ctx, ("metric", "goal"))
+        return {"matrix": clean,
+                "select_metric": typed(select.get("metric", "toks_per_s"), str, path + ("select", "metric"), ctx),
+                "select_goal": typed(select.get("goal", "max"), str, path + ("select", "goal"), ctx,
+                                     choices=("max", "min")),
+                "repeats": typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1),
+                "prefer": _parse_prefer(raw.get("prefer"), clean, path + ("prefer",), ctx)}
+
+    def winner_params(self, step) -> tuple[str, ...]:
+        return tuple(step.matrix)
+
+    def launches(self, step, winners, run_dir):
+        points = dict(sweep_points(step))
+        out = []
+        for repeat, label in run_order(list(points), step.repeats, order_seed(step, run_dir)):
+            params = points[label]
+            env = {k[4:]: str(v) for k, v in params.items() if k.startswith("env.")}
+            args = {k[5:]: v for k, v in params.items() if k.startswith("args.")}
+            suffix = f"_r{repeat + 1}" if step.repeats > 1 else ""
+            out.append(trainer_launch(step, step.launch, label, f"{step.name}/{safe_name(label)}{suffix}", winners,
+                                      run_dir, extra_args=args, extra_env=env, params=params, repeat=repeat))
+        return out
+
+    def run(self, step, launches, result, ctx) -> None:
+        runs, problems = run_each(ctx, step, launches, result, retry_disturbed=True)
+        points = dict(sweep_points(step))
+        data: dict[str, list] = {label: [None] * step.repeats for label in points}
+        for r in runs:
+            data[r["label"]][r["repeat"]] = run_values(ctx.run_dir, step, r, step.select_metric)
+        keep, source = keep_point(step)
+        preferred = [label for label in preferred_points(step)[1:] if label != keep]
+        metrics = {"points": len(points), "runs": len(runs), "passed": sum(r["status"] == "passed" for r in runs),
+                   "repeats": step.repeats, "rule": RULE}
+        decision: dict[str, Any] = {"order_seed": order_seed(step, ctx.run_dir),
+                                    "order": [spec.label for spec in launches], "default_source": source,
+                                    "points": points}
+        try:
+            d = decide(data, default=keep, preference=preferred, higher_is_better=step.select_goal == "max",
+                       metric=step.select_metric, disturbed=disturbed_flags(runs, points, step.repeats),
+                       pair_noise=declared_pair_noise(ctx))
+        except StatsError as exc:
+            d = None
+            decision.update(reason=f"no decision: {exc}", significant=False, choice=None)
+        choice = None
+        if d is not None:
+            decision = {**d.as_dict(), **decision}
+            if d.choice is not None:
+                choice = {"label": d.choice, "params": points[d.choice], "explanation": d.reason,
+                          "significant": d.significant, "kept_default": d.kept_default}
+            metrics.update(winner=d.winner, method=d.method, noise_floor=d.noise_floor,
+                           recommended_repeats=d.recommended_repeats)
+        metrics.update(decided=choice is not None, significant=bool(choice and choice["significant"]),
+                       choice=choice["label"] if choice else None, kept_default=bool(choice and choice["kept_default"]),
+                       selection=decision.get("reason"))
+        metrics.setdefault("winner", None)
+        result.update(decision=decision, choice=choice, winner=choice if choice and choice["significant"] else None,
+                      metrics=metrics)
+        record = decision_record(result, conclusive=bool(d is not None and d.significant))
+        if record is not None:
+            result["interference"] = record
+        if problems:
+            result.update(status="failed", reason="; ".join(problems))
+        elif choice is None:
+            result.update(status="failed", reason=str(decision.get("reason") or "no decision"))
+        else:
+            result.update(status="passed", reason=None)
+
+    def summary_line(self, result: dict) -> str:
+        choice = as_dict(result.get("choice"))
+        if not choice:
+            return ""
+        params = params_text(choice.get("params"))
+        if choice.get("significant"):
+            return f" winner: {params} (significant)"
+        source = as_dict(result.get("decision")).get("default_source")
+        how = {"prefer": "preferred", "runbook": "the runbook's value", "first": "the matrix's first point"}.get(
+            str(source), "kept") if choice.get("kept_default") else "preferred"
+        if nothing_compared(result):
+            return f" no decision, nothing compared: {params} kept ({how})"
+        return f" no significant difference: {params} kept ({how})"
+
+    def view(self, result: dict, view: dict) -> dict:
+        runs = [as_dict(r) for r in as_list(result.get("runs"))]
+        choice = as_dict(result.get("choice")) or as_dict(result.get("winner"))
+        keys = sorted({str(k) for r in runs for k in as_dict(r.get("params"))})
+        header = param_name(keys[0]) if len(keys) == 1 else "value"
+        label_counts = Counter(str(r.get("label")) for r in runs)
+        decision_rec = as_dict(result.get("decision"))
+        rows = []
+        for run in runs:
+            params = as_dict(run.get("params"))
+            if len(keys) == 1 and keys[0] in params:
+                value = fmt_num(params[keys[0]])
+            else:
+                value = params_text(params) if params else fmt_num(run.get("label"))
+            if label_counts[str(run.get("label"))] > 1 and finite(run.get("repeat")) is not None:
+                value = f"{value} (repeat {int(run['repeat']) + 1})"
+            run_metrics = as_dict(run.get("metrics"))
+            toks = stat_of(run_metrics, "toks_per_s")
+            best = bool(choice) and run.get("label") == choice.get("label")
+            rows.append({
+                "value": value, "label": fmt_num(run.get("label")), "best": best,
+                "mark": ("BEST" if not decision_rec else "WINNER" if choice.get("significant") else "KEPT"),
+                "mean": fmt_rate(toks.get("mean")), "stdev": fmt_rate(toks.get("stdev")),
+                "cv": fmt_pct(toks.get("cv")), "n": fmt_num(toks.get("n")),
+                "tflops": fmt_tflops(run_metrics.get("tflops_per_s")), "mfu": mfu_text(run_metrics, why=False),
+                "status": status_view(run.get("status")), "reason": run.get("reason"),
+            })
+        metrics = as_dict(result.get("metrics"))
+        decision = as_dict(result.get("decision"))
+        winner_view = None
+        if choice and not decision:  # results written before decisions were recorded
+            winner_view = {"label": fmt_num(choice.get("label")), "params": params_text(choice.get("params")),
+                           "explanation": fmt_num(choice.get("explanation"))}
+        rule = metrics.get("rule") or metrics.get("selection_rule")
+        no_winner = None if (choice or decision) else (metrics.get("selection")
+                                                         or "no run finished with a throughput figure")
+        return {"command": "",  # each run has its own
+                "sweep": {"header": header, "rows": rows, "winner": winner_view,
+                          "decision": decision_view(decision, as_dict(result.get("choice"))) if decision else None,
+                          "context": shared_context_text(as_dict(r.get("metrics")) for r in runs),
+                          "no_winner": str(no_winner) if no_winner else None, "rule": str(rule) if rule else None},
+                "runs_summary": train_report.runs_view(runs)}
+
+    def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
+        """Each sweep's decision ("Best bucket" for a significant bucket-size winner, "Bucket" for the point kept),
+        after the baseline throughput."""
+        figures = []
+        for step in in_order:
+            if step.get("kind") != self.name:
+                continue
+            choice = as_dict(step.get("choice")) or as_dict(step.get("winner"))
+            if not choice:
+                continue
+            significant = bool(choice.get("significant", not step.get("decision")))
+            params = as_dict(choice.get("params"))
+            if len(params) == 1:
+                key = param_name(str(next(iter(params))))
+                value = fmt_num(next(iter(params.values())))
+                is_bucket = "BUCKET" in key.upper()
+                label = ("Best bucket" if significant else "Bucket") if is_bucket else (
+                    f"Best {key}" if significant else key)
+                value = f"{value} MB ({key})" if is_bucket and key.upper().endswith("_MB") else (
+                    f"{value} ({key})" if is_bucket else value)
+            else:
+                label = "Sweep winner" if significant else "Sweep point kept"
+                value = params_text(params) if params else fmt_num(choice.get("label"))
+            if not significant:
+                value += ", kept: no significant difference"
+            chosen_runs = [as_dict(r) for r in as_list(step.get("runs")) if as_dict(r).get("label") == choice.get("label")]
+            means = [stat_of(as_dict(r.get("metrics")), "toks_per_s").get("mean") for r in chosen_runs]
+            means = [m for m in (finite(v) for v in means) if m is not None]
+            mean = sum(means) / len(means) if means else None
+            note = f"step `{step.get('name')}`" + (f", {fmt_rate(mean)} tokens/s" if mean is not None else "")
+            context = context_text(chosen_runs[0].get("metrics")) if chosen_runs else None
+            note += f" at {context}" if context and mean is not None else ""
+            figures.append((20, {"label": label, "value": value, "note": note}))
+        return figures
+
+    def plots(self, name: str, result: dict, plotter) -> None:
+        runs = [as_dict(r) for r in as_list(result.get("runs"))]
+        mark = decision_mark(result)
+        keys = sorted({str(k) for r in runs for k in as_dict(r.get("params"))})
+        marked_color = "tab:green" if mark and mark[1] == "winner" else "tab:blue"
+        plotter.bars(bar_points(runs, tick_by_param=True), title=f"Sweep: {result.get('title') or name}",
+                     xlabel=param_name(keys[0]) if len(keys) == 1 else "run", filename=f"sweep_{file_name(name)}.png",
+                     colors=lambda i, label: marked_color if mark and label == mark[0] else "tab:gray", mark=mark)
+
+
+def decision_mark(result: dict) -> tuple[str, str] | None:
+    """(run label, word) of the point a sweep's or an A/B's plot marks: the decision its text states, "winner" for
+    a significant choice, "kept" for the point kept without a significant difference; None without a choice."""
+    choice = as_dict(result.get("choice")) or as_dict(result.get("winner"))
+    if not choice or choice.get("label") is None:
+        return None
+    significant = bool(choice.get("significant", not result.get("decision")))
+    return str(choice["label"]), "winner" if significant else "kept"
+
+
+def decision_view(decision: dict, choice: dict) -> dict[str, Any]:
+    """The report's view of a recorded decision (sweep or ab): a headline, the reason and its figures. "figures"
+    (the noise floor, runs per variant, repeats needed) is None when the decision compared nothing (e.g. an A/B
+    whose only variant the trainer ignored), so that the section never prints "0 run(s) per variant" under a
+    comparison table; "excluded_ignored": the variants left out because the trainer ignored their settings."""
+    comp = as_dict(decision.get("comparison"))
+    ignored = [str(x) for x in as_list(decision.get("excluded_ignored"))]
+    name = (params_text(choice.get("params")) if choice and as_dict(choice.get("params")) else
+            str(choice.get("label")) if choice else None)
+    reason = fmt_num(decision.get("reason"))
+    if choice and choice.get("significant"):
+        headline = f"{name} (significant)"
+    elif choice and ignored and not comp:
+        # nothing was compared for the decision: the only variants were settings the trainer ignored
+        headline = f"{name} kept: {', '.join(ignored)} not considered (the trainer ignored its settings here)"
+        reason = (f"The trainer ignored the settings of {', '.join(ignored)} on this machine, so the table above "
+                  "compares equal settings (an A/A check of the measurement) and no setting is recommended from "
+                  "this step.")
+    elif choice:
+        headline = f"no significant difference: {name} kept"
+    else:
+        headline = "no decision"
+    seed = decision.get("order_seed")
+    measured = bool(comp) or decision.get("method") is not None
+    figures = ({"noise_floor": fmt_pct(decision.get("noise_floor")),
+                "recommended_repeats": fmt_num(decision.get("recommended_repeats")),
+                "repeats": fmt_num(decision.get("repeats")),
+                "runs_word": "run" if decision.get("repeats") == 1 else "runs"} if measured else None)
+    return {"headline": headline, "significant": bool(choice and choice.get("significant")),
+            "kept": (str(choice.get("label")) if choice else None), "reason": reason,
+            "comparison": str(comp["text"]) if comp.get("text") else None,
+            "noise_floor": fmt_pct(decision.get("noise_floor")),
+            "recommended_repeats": fmt_num(decision.get("recommended_repeats")),
+            "repeats": fmt_num(decision.get("repeats")), "figures": figures,
+            "order": (f"random within each repeat (seed {seed})" if seed is not None else None),
+            # a decision recorded since recommendations need replicated effects says why it is (not) recommended
+            "recommendation": fmt_num(decision["recommendation"]) if decision.get("recommendation") else None}
+
+
+def sweep_points(step) -> list[tuple[str, dict[str, Any]]]:
+    """(label, {"env.X": v, "args.y": w}) for every point of the step's matrix, in order."""
+    keys = list(step.matrix)
+    points = []
+    for values in itertools.product(*(step.matrix[k] for k in keys)):
+        params = dict(zip(keys, values))
+        points.append((point_label(params), params))
+    return points
+
+
+def point_label(params: dict[str, Any]) -> str:
+    return ",".join(f"{k.split('.', 1)[1]}={v}" for k, v in params.items())
+
+
+def _parse_prefer(value: Any, matrix: dict[str, list], path: tuple, ctx) -> list[dict[str, Any]]:
+    """`prefer`: a point ({key: value} for every matrix key), a list of points, or one value (one-key matrix);
+    each must be a point of the matrix. Returns the points as matrix params, in order."""
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise ctx.error(path, "expected a point of the matrix, e.g. {env.NSA_DDP_BUCKET_MB: 50}")
+    keys = list(matrix)
+    out = []
+    for i, item in enumerate(items):
+        ipath = path + ((i,) if isinstance(value, list) else ())
+        if not isinstance(item, dict):
+            if len(keys) != 1:
+                raise ctx.error(ipath, f"expected a mapping of {', '.join(keys)} to values, got {item!r}")
+            item = {keys[0]: item}
+        if set(item) != set(keys):
+            raise ctx.error(ipath, f"a preferred point gives a value for every matrix key ({', '.join(keys)}), "
+                                   f"got {', '.join(map(str, item)) or 'none'}")
+        point = {}
+        for key in keys:
+            match = [v for v in matrix[key] if str(v) == str(item[key])]
+            if not match:
+                raise ctx.error(ipath + (key,), f"{item[key]!r} is not one of the matrix values "
+                                                f"{', '.join(str(v) for v in matrix[key])}")
+            point[key] = match[0]
+        out.append(point)
+    return out
+
+
+def preferred_points(step) -> list[str]:
+    """Labels of the `prefer` points, in order."""
+    return [point_label(p) for p in step.prefer]
+
+
+def keep_point(step) -> tuple[str, str]:
+    """(label, source) of the point kept without a significant difference: the first `prefer` point ("prefer"),
+    else the runbook's own values of the swept keys in the step's env/args (with defaults) when they form a point
+    of the matrix ("runbook"), else the matrix's first point ("first": the runbook names no default)."""
+    preferred = preferred_points(step)
+    if preferred:
+        return preferred[0], "prefer"
+    point = {}
+    for key in step.matrix:
+        section, name = key.split(".", 1)
+        own = (step.launch.env if section == "env" else step.launch.args).get(name)
+        match = [v for v in step.matrix[key] if own is not None and str(v) == str(own)]
+        if not match:
+            return sweep_points(step)[0][0], "first"
+        point[key] = match[0]
+    return point_label(point), "runbook"
+
+
+kinds.register(Sweep())

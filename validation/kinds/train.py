@@ -1,0 +1,133 @@
+"""`train`: one trainer launch (the step's env/args over the defaults); statistics over the last N steps of its
+training.csv.
+
+Own key: `scaling_baseline: <an earlier train step>`: scaling_efficiency = tokens/s / (world-size ratio x the
+baseline's tokens/s), e.g. two nodes against one.
+Metrics: a trainer launch's (validation.kinds.trainer), plus "scaling_baseline" and "scaling_efficiency".
+Report: the run table and notes; the executive summary's baseline throughput and scaling efficiency.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nsa.training.config import brief
+from validation.analysis import metrics
+from validation import kinds
+from validation.formatting import (NA, as_dict, context_text, finite, fmt_rate, mean_pm, shared_context_text, stat_of,
+                                      window_text)
+from validation.runbook.schema import NAME_RE, typed
+from validation.analysis.plausibility import figure_problem
+from validation.kinds.base import earlier_step_of_kind
+from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, run_single
+
+
+class Train(TrainerKind):
+    name = "train"
+    summary = "one trainer launch (env/args overrides); statistics over the last N steps of its training.csv"
+    keys = ("scaling_baseline",)
+    metrics = TRAINER_METRICS + ("scaling_baseline", "scaling_efficiency")
+
+    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+        base_name = None
+        if raw.get("scaling_baseline") is not None:
+            base_name = typed(raw["scaling_baseline"], str, path + ("scaling_baseline",), ctx)
+            if not NAME_RE.fullmatch(base_name):
+                raise ctx.error(path + ("scaling_baseline",), f"{brief(base_name)}: a step name")
+        return {"scaling_baseline": base_name}
+
+    def check(self, step, order, error) -> None:
+        if step.scaling_baseline is None:
+            return
+        if not earlier_step_of_kind(order, step, step.scaling_baseline, "train"):
+            raise error(f"scaling_baseline {step.scaling_baseline!r} must name an earlier train step")
+
+    def run(self, step, launches, result, ctx) -> None:
+        run_single(ctx, step, launches, result)
+        if step.scaling_baseline:
+            # multi-node scaling: this run's throughput against the baseline step's, per process
+            m = result["metrics"]
+            base = (ctx.results["steps"].get(step.scaling_baseline) or {}).get("metrics") or {}
+            multi, single = (m.get("toks_per_s") or {}).get("mean"), (base.get("toks_per_s") or {}).get("mean")
+            ratio = m.get("world_size", 1) / max(1, base.get("world_size") or 1)
+            m["scaling_baseline"] = step.scaling_baseline
+            m["scaling_efficiency"] = metrics.scaling_efficiency(multi, single, ratio)
+
+    def key_figure_steps(self, in_order: list[dict]) -> list[str]:
+        """The baseline step and, for the scaling efficiency, the step whose figure it is or the single-process
+        step it divides by."""
+        baseline, single, own = _figure_steps(in_order)
+        return [str(s.get("name")) for s in (baseline, single, own) if s is not None]
+
+    def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
+        """Baseline throughput (the train step named *baseline*, else the first that passed) first, scaling
+        efficiency last (a step's own, else the multi-rank baseline per GPU over a single-process train step).
+        A scaling efficiency outside its physical range (validation.execution.evidence.figure_problem) carries "problem"."""
+        figures = []
+        train_steps = [s for s in in_order if s.get("kind") == "train"]
+        baseline = _figure_steps(in_order)[0]
+        if baseline is not None:
+            metrics = as_dict(baseline.get("metrics"))
+            toks = stat_of(metrics, "toks_per_s")
+            per_gpu = stat_of(metrics, "toks_per_s_per_gpu")
+            value = (f"{mean_pm(toks)} tokens/s (window mean ± stdev, all ranks)" if finite(toks.get("mean")) is not None
+                     else f"{NA} (step {baseline.get('status') or 'has no result'})")
+            window = window_text(metrics.get("window"))
+            note = f"step `{baseline.get('name')}`" + (f", {window}" if window != NA else "")
+            if finite(per_gpu.get("mean")) is not None:
+                note += f", {fmt_rate(per_gpu.get('mean'))} tokens/s per {_unit(metrics)} (window mean)"
+            context = context_text(metrics)
+            if context and finite(toks.get("mean")) is not None:
+                note += f"; at {context}"
+            figures.append((10, {"label": "Baseline throughput", "value": value, "note": note}))
+        scaling = None
+        for step in in_order:
+            v = finite(as_dict(step.get("metrics")).get("scaling_efficiency"))
+            if v is not None:
+                scaling = {"value": v, "note": f"step `{step.get('name')}`", "steps": [str(step.get("name"))]}
+                break
+        if scaling is None and baseline is not None:
+            # per-GPU throughput of the multi-rank baseline over the throughput of a single-process train step
+            base_metrics = as_dict(baseline.get("metrics"))
+            world = finite(base_metrics.get("world_size"))
+            per_gpu = finite(stat_of(base_metrics, "toks_per_s_per_gpu").get("mean"))
+            single = next((s for s in train_steps if s.get("status") == "passed"
+                           and finite(as_dict(s.get("metrics")).get("world_size")) == 1), None)
+            single_mean = finite(stat_of(as_dict(as_dict(single).get("metrics")), "toks_per_s").get("mean"))
+            if world is not None and world > 1 and per_gpu is not None and single_mean:
+                both = shared_context_text([base_metrics, as_dict(single.get("metrics"))])
+                scaling = {"value": per_gpu / single_mean,
+                           "steps": [str(baseline.get("name")), str(single.get("name"))],
+                           "note": f"`{baseline.get('name')}` {fmt_rate(per_gpu)} tokens/s per {_unit(base_metrics)} over "
+                                   f"`{single.get('name')}` {fmt_rate(single_mean)} tokens/s single-process"
+                                   + (f"; at {both}" if both else "")}
+        if scaling is not None:
+            v = scaling["value"]
+            problem = figure_problem("scaling_efficiency", v)
+            value = f"{v:.2f} ({v * 100:.0f}% of linear)"
+            figures.append((30, {"label": "Scaling efficiency",
+                                 "value": f"{value}: NOT A RESULT, outside its physical range" if problem else value,
+                                 "note": scaling["note"], "steps": scaling["steps"], "raw": v,
+                                 "figure": "scaling_efficiency", "problem": problem}))
+        return figures
+
+
+def _figure_steps(in_order: list[dict]) -> tuple[dict | None, dict | None, dict | None]:
+    """(the baseline train step, the single-process train step the scaling efficiency divides by, the step with its
+    own scaling efficiency), each None when there is none."""
+    train_steps = [s for s in in_order if isinstance(s, dict) and s.get("kind") == "train"]
+    baseline = next((s for s in train_steps if "baseline" in str(s.get("name", "")).lower()), None)
+    baseline = baseline or next((s for s in train_steps if s.get("status") == "passed"), None)
+    own = next((s for s in in_order if isinstance(s, dict)
+                and finite(as_dict(s.get("metrics")).get("scaling_efficiency")) is not None), None)
+    single = next((s for s in train_steps if s.get("status") == "passed"
+                   and finite(as_dict(s.get("metrics")).get("world_size")) == 1), None)
+    return baseline, (single if own is None else None), own
+
+
+def _unit(metrics: dict) -> str:
+    """What a per-device figure is per: "rank" on a CPU run (no GPU), else "GPU"."""
+    return "rank" if str(as_dict(metrics.get("context")).get("device") or "").startswith("cpu") else "GPU"
+
+
+kinds.register(Train())

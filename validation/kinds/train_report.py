@@ -1,0 +1,320 @@
+"""What a trainer launch shows beyond its training.csv: the Training Summary (summary.json), the start-up timeline
+(timeline.json) and the device telemetry beside it (telemetry.csv), as metrics (collected with every trainer launch
+by validation.kinds.trainer.collect) and as the report's view of them. No step kind lives here.
+
+Metrics added to a trainer launch's (results.json step or run "metrics"):
+
+    summary              the Training Summary: steps, avg/min/max step time (s), samples/s, tokens/s, avg and final
+                         loss, peak and average allocated / reserved memory (GiB; memory_kind cuda or cpu_rss),
+                         comm_time_s and comm_share (CPU/gloo), parallel, world_size; {} without summary.json
+    time_to_first_step_s rank 0's first logged step, seconds after its process started (timeline.json)
+    startup              {"milestones": {name: s}, "imports_s" (process start -> imports_done: the interpreter,
+                          torch and the trainer's modules), "init_s" (imports_done -> setup_done: process group,
+                          model build, move to device, wrapping, optimizer, data), "first_step_s" (the first step
+                          itself: first_logged_step - setup_done), "slowest", "n_params", "init_growth" (below)}
+    gpu_util, gpu_mem_used_gb, power_w, sm_clock_mhz, temp_c   {mean, min, max, n} over the training window, or None
+                         without GPU figures (no pynvml, no GPU)
+    throttled, throttle_reasons, pcie_gen_min, pcie_width_min, ecc_uncorrected, xid_errors   (None without them)
+    cpu_util, rss_gb     {mean, min, max, n}: the launch's process tree (percent of one core; GiB)
+    telemetry            {"files", "samples", "nodes", "gpus", "period" (what the figures cover), "sampler_cpu_ms"
+                          (the sampler's own CPU time per sample, mean)}
+    gpu_diagnosis        validation.launch.telemetry.diagnose: low GPU utilisation and its likely causes, or None
+    interference         validation.launch.telemetry.interference over the same period: what else used the machine
+                         ({"disturbed", "samples", "contended", "share", "causes", "text", "rules", ...}), or None
+                         without the figures (telemetry written before they existed)
+
+The training window in time: the trainer logs its first step at timeline's process_start_unix +
+time_to_first_step_s; every later step ends step_time_s (training.csv) after the one before, so the statistics
+window's steps [first, last] span (end of step first-1, end of step last]. Without a timeline, the whole launch.
+
+"Init grows faster than the model" (``init_growth``): a run is flagged against the earlier trainer run of the same
+validation run with the smallest model (the reference; of equal models, the fastest init) when its init time
+(``init_s``: after the imports, which do not depend on the model and swing most with the machine's load) is
+more than INIT_GROWTH_FACTOR times the reference's scaled by the model-size ratio
+(init / init_ref > INIT_GROWTH_FACTOR x n_params / n_params_ref) AND at least INIT_GROWTH_MIN_S longer: start-up
+should grow at most like the model (building, moving, broadcasting parameters), not faster (seed 000's "extremely
+slow initialization").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from validation import contracts
+from validation.formatting import NA, as_dict, finite, fmt_duration, fmt_gb, fmt_num, fmt_pct, fmt_rate, plural
+from validation.launch import telemetry
+
+INIT_GROWTH_FACTOR = 2.0
+RATIO_MIN_S = 0.5  # init times below this are shown side by side, never as a ratio
+INIT_GROWTH_MIN_S = 5.0
+
+SUMMARY_KEYS = ("steps", "avg_step_time_s", "min_step_time_s", "max_step_time_s", "avg_step_time_excl_first_s",
+                "samples_per_s", "tokens_per_s", "avg_loss", "final_loss", "memory_kind", "peak_mem_alloc_gb",
+                "avg_mem_alloc_gb", "peak_mem_reserved_gb", "avg_mem_reserved_gb", "comm_time_s", "comm_share",
+                "comm_time_method", "parallel", "world_size", "status")
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def summary_metrics(summary: dict[str, Any]) -> dict[str, Any]:
+    """The Training Summary fields the report shows, from validation.contracts.read_summary ({} without one)."""
+    if not summary:
+        return {}
+    if "problem" in summary and len(summary) == 1:
+        return {"problem": summary["problem"]}
+    return {k: summary.get(k) for k in SUMMARY_KEYS}
+
+
+def startup_metrics(timeline: dict[str, Any], n_params: Any = None) -> dict[str, Any]:
+    """{"milestones", "imports_s", "init_s", "first_step_s", "time_to_first_step_s", "slowest", "n_params"} from
+    timeline.json
+    (validation.contracts.read_timeline); {} without one."""
+    if not timeline or "milestones" not in timeline:
+        return {"problem": timeline["problem"]} if timeline.get("problem") else {}
+    marks = as_dict(timeline.get("milestones"))
+    ttfs = finite(timeline.get("time_to_first_step_s"))
+    imports, setup = finite(marks.get("imports_done")), finite(marks.get("setup_done"))
+    init = setup - imports if setup is not None and imports is not None else setup
+    first = ttfs - setup if ttfs is not None and setup is not None else None
+    return {"milestones": {k: v for k, v in marks.items() if finite(v) is not None}, "imports_s": imports,
+            "init_s": init, "first_step_s": first, "time_to_first_step_s": ttfs, "slowest": timeline.get("slowest"),
+            "n_params": finite(n_params), "process_start_unix": finite(timeline.get("process_start_unix")),
+            "missing": list(timeline.get("missing_milestones") or [])}
+
+
+def init_growth(run: dict[str, Any], earlier: list[tuple[str, dict[str, Any]]],
+                factor: float = INIT_GROWTH_FACTOR, min_s: float = INIT_GROWTH_MIN_S) -> dict[str, Any] | None:
+    """The "init grows faster than the model" flag of one run (see the module docstring). `run` and each of
+    `earlier`'s (label, startup) carry "init_s" and "n_params" (startup_metrics). None when there is nothing to
+    compare with; else {"flagged", "reference", "init_ratio", "model_ratio", "text"}."""
+    init, params = finite(run.get("init_s")), finite(run.get("n_params"))
+    if init is None or not params:
+        return None
+    usable = [(label, finite(s.get("init_s")), finite(s.get("n_params"))) for label, s in earlier]
+    usable = [u for u in usable if u[1] is not None and u[1] > 0 and u[2]]
+    if not usable:
+        return None
+    label, ref_init, ref_params = min(usable, key=lambda u: (u[2], u[1]))
+    init_ratio, model_ratio = init / ref_init, params / ref_params
+    flagged = init_ratio > factor * model_ratio and init - ref_init >= min_s
+    if min(init, ref_init) < RATIO_MIN_S:  # a ratio of times near zero says nothing (0.1 s vs 0.04 s: "2.56x")
+        text = (f"init {init:.1f} s vs {ref_init:.1f} s for `{label}` with a model {model_ratio:.2f}x its size "
+                f"(under {RATIO_MIN_S:g} s: not compared as a ratio)")
+    else:
+        text = (f"init {init:.1f} s vs {ref_init:.1f} s for `{label}` ({init_ratio:.2f}x) with a model "
+                f"{model_ratio:.2f}x its size")
+    if flagged:
+        text = (f"Init grows faster than the model: {text} (more than {factor:g}x the model's growth and "
+                f"{init - ref_init:.1f} s longer)")
+    return {"flagged": flagged, "reference": label, "init_ratio": init_ratio, "model_ratio": model_ratio,
+            "text": text}
+
+
+def training_period(startup: dict[str, Any], steps: list[int], step_times: list[float],
+                    first: int | None, last: int | None) -> tuple[float, float] | None:
+    """(start, end) unix times of the window's steps [first, last] (see the module docstring), or None."""
+    t0, ttfs = finite(startup.get("process_start_unix")), finite(startup.get("time_to_first_step_s"))
+    if t0 is None or ttfs is None or not steps or first is None or last is None:
+        return None
+    ends, t = {}, t0 + ttfs
+    for i, (step, dt) in enumerate(zip(steps, step_times)):
+        if i > 0:
+            t += dt if finite(dt) is not None else 0.0
+        ends[step] = t
+    if last not in ends:
+        return None
+    prev = [s for s in ends if s < first]
+    start = ends[max(prev)] if prev else (ends[first] - (finite(step_times[steps.index(first)]) or 0.0)
+                                          if first in ends else None)
+    return (start, ends[last]) if start is not None else None
+
+
+def telemetry_metrics(step_dir: Path, startup: dict[str, Any], read, window: dict[str, Any],
+                      context: dict[str, Any]) -> dict[str, Any]:
+    """Telemetry metrics of one launch (see the module docstring); {} without a telemetry file."""
+    rows = contracts.read_telemetry(step_dir)
+    if not rows:
+        return {}
+    period, what = None, "the whole launch (no timeline.json or training.csv to place the window)"
+    frame = getattr(read, "frame", None)
+    if frame is not None and not frame.empty and "step_time_s" in frame.columns:
+        period = training_period(startup, [int(s) for s in frame["step"].to_list()],
+                                 [float(x) for x in frame["step_time_s"].to_list()],
+                                 window.get("first_step"), window.get("last_step"))
+        if period is not None:
+            what = f"the statistics window, steps {window['first_step']}-{window['last_step']}"
+    on_gpu = not str(context.get("device") or "").lower().startswith("cpu")  # a CPU run on a GPU node: no GPU
+    t = telemetry.summarize(rows, *(period or (None, None)), use_gpus=on_gpu)
+    if t["samples"] == 0 and period is not None:  # a window shorter than one sample: a second either side
+        period = (period[0] - 1.0, period[1] + 1.0)
+        t = telemetry.summarize(rows, *period, use_gpus=on_gpu)
+    costs = [r["sampler_cpu_ms"] for r in rows if finite(r.get("sampler_cpu_ms")) is not None]
+    files = [p.name for p in contracts.telemetry_files(step_dir)]
+    out = {k: t[k] for k in ("gpu_util", "gpu_mem_used_gb", "power_w", "sm_clock_mhz", "temp_c", "throttled",
+                             "throttle_reasons", "pcie_gen_min", "pcie_width_min", "ecc_uncorrected", "xid_errors",
+                             "cpu_util", "rss_gb")}
+    out["telemetry"] = {"files": files, "samples": t["samples"], "nodes": t["nodes"], "gpus": t["gpus"],
+                        "gpu_match": t["gpu_match"],
+                        "period": what, "sampler_cpu_ms": round(sum(costs) / len(costs), 3) if costs else None,
+                        "gpu_mem_total_gb": t["gpu_mem_total_gb"], "pcie_gen_max": t["pcie_gen_max"],
+                        "pcie_width_max": t["pcie_width_max"], "window_unix": list(period) if period else None}
+    out["gpu_diagnosis"] = telemetry.diagnose(t, context)
+    # what else used the machine over the same period (the window's samples, or the whole launch)
+    out["interference"] = telemetry.interference(rows, *(period or (None, None)), use_gpus=on_gpu)
+    return out
+
+
+def earlier_startups(results: dict[str, Any], exclude_csv: str | None) -> list[tuple[str, dict]]:
+    """(label, startup) of every trainer run recorded so far in results.json (steps and their runs)."""
+    found = []
+    for name, step in as_dict(results.get("steps")).items():
+        candidates = [(name, as_dict(step.get("metrics")))]
+        candidates += [(f"{name}[{r.get('label')}]", as_dict(as_dict(r).get("metrics")))
+                       for r in (step.get("runs") or []) if isinstance(r, dict)]
+        for label, m in candidates:
+            if isinstance(m.get("startup"), dict) and m.get("csv") != exclude_csv:
+                found.append((label, m["startup"]))
+    return found
+
+
+def launch_metrics(ctx, spec, out_dir: Path, read, m: dict[str, Any]) -> dict[str, Any]:
+    """Everything above for one trainer launch, given its training.csv summary `m` (validation.analysis.metrics)."""
+    context = as_dict(m.get("context"))
+    startup = startup_metrics(contracts.read_timeline(out_dir), context.get("n_params"))
+    if startup and "problem" not in startup:
+        startup["init_growth"] = init_growth(startup, earlier_startups(ctx.results, m.get("csv")))
+    out = {"summary": summary_metrics(contracts.read_summary(out_dir)), "startup": startup,
+           "time_to_first_step_s": startup.get("time_to_first_step_s")}
+    out.update(telemetry_metrics(Path(spec.step_dir), startup, read, as_dict(m.get("window")), context))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- report
+def _s(value: Any) -> str:
+    v = finite(value)
+    return NA if v is None else (f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s")
+
+
+def summary_view(metrics: dict[str, Any]) -> dict[str, Any] | None:
+    """The Training Summary block: [(label, value)] rows, formatted; None without a summary."""
+    s = as_dict(metrics.get("summary"))
+    if not s:
+        return None
+    if s.get("problem"):
+        return {"rows": [], "problem": str(s["problem"])}
+    cpu = s.get("memory_kind") == "cpu_rss"
+    rows = [("Steps", fmt_num(s.get("steps"))),
+            ("Step time avg / min / max", f"{_s(s.get('avg_step_time_s'))} / {_s(s.get('min_step_time_s'))} / "
+                                          f"{_s(s.get('max_step_time_s'))}"),
+            ("Samples/s", fmt_rate(s.get("samples_per_s"))),
+            ("Tokens/s over the whole run (all ranks, all steps: tokens / step time)", fmt_rate(s.get("tokens_per_s"))),
+            ("Loss avg / final", f"{fmt_num(_round(s.get('avg_loss')))} / {fmt_num(_round(s.get('final_loss')))}"),
+            ("Memory allocated peak / avg" + (" (CPU: RSS)" if cpu else ""),
+             f"{fmt_gb(s.get('peak_mem_alloc_gb'))} / {fmt_gb(s.get('avg_mem_alloc_gb'))}"),
+            ("Memory reserved peak / avg", "— (nothing is reserved on CPU)" if cpu else
+             f"{fmt_gb(s.get('peak_mem_reserved_gb'))} / {fmt_gb(s.get('avg_mem_reserved_gb'))}")]
+    share = finite(s.get("comm_share"))
+    rows.append(("Communication share", fmt_pct(share) + (f" ({_s(s.get('comm_time_s'))} in collectives)"
+                                                          if share is not None else
+                                                          f" ({s.get('comm_time_method') or 'not measured'})")))
+    return {"rows": [{"label": k, "value": v} for k, v in rows], "problem": None}
+
+
+def _round(value: Any, digits: int = 4) -> Any:
+    v = finite(value)
+    return None if v is None else round(v, digits)
+
+
+def summary_line(metrics: dict[str, Any]) -> str:
+    """One compact line of the Training Summary (a sweep's or A/B's run)."""
+    s = as_dict(metrics.get("summary"))
+    if not s or s.get("problem"):
+        return NA
+    share = finite(s.get("comm_share"))
+    return (f"{fmt_num(s.get('steps'))} steps, {_s(s.get('avg_step_time_s'))}/step, "
+            f"{fmt_rate(s.get('tokens_per_s'))} tok/s, loss {fmt_num(_round(s.get('final_loss')))}, "
+            f"peak {fmt_gb(s.get('peak_mem_alloc_gb'))}" + (f", comm {fmt_pct(share)}" if share is not None else ""))
+
+
+def startup_view(metrics: dict[str, Any]) -> dict[str, Any] | None:
+    """Time to first step, init and first step, the milestones, and the init-growth flag; None without a
+    timeline."""
+    st = as_dict(metrics.get("startup"))
+    if not st:
+        return None
+    if st.get("problem"):
+        return {"ttfs": NA, "problem": str(st["problem"]), "milestones": "", "flag": None, "growth": None}
+    marks = as_dict(st.get("milestones"))
+    growth = as_dict(st.get("init_growth"))
+    return {"ttfs": fmt_duration(st.get("time_to_first_step_s")), "imports": fmt_duration(st.get("imports_s")),
+            "init": fmt_duration(st.get("init_s")),
+            "first_step": fmt_duration(st.get("first_step_s")),
+            "milestones": ", ".join(f"{k} {fmt_num(_round(v, 2))} s" for k, v in marks.items() if k != "process_start"),
+            "flag": growth.get("text") if growth.get("flagged") else None,
+            "growth": growth.get("text") if growth and not growth.get("flagged") else None, "problem": None}
+
+
+def telemetry_notes(metrics: dict[str, Any]) -> list[str]:
+    """The step's notes on its telemetry: what was sampled and over what, the figures, a throttle, the diagnosis."""
+    t = as_dict(metrics.get("telemetry"))
+    if not t:
+        return []
+    def stat(key: str, unit: str) -> str:
+        st = as_dict(metrics.get(key))
+        return NA if finite(st.get("mean")) is None else f"{st['mean']:.0f}{unit} mean, {st['max']:.0f}{unit} max"
+    notes = [f"Telemetry ({plural(t.get('samples'), 'sample')} over {t.get('period')}; "
+             f"{', '.join(t.get('files') or [])}): CPU of the launch's processes {stat('cpu_util', '%')}, "
+             f"RSS {fmt_gb(as_dict(metrics.get('rss_gb')).get('max'))} max"]
+    if metrics.get("gpu_util") is None:
+        notes.append("GPU telemetry: none (no GPU, or pynvml not installed): the GPU columns are empty")
+    else:
+        gen = metrics.get("pcie_gen_min")
+        notes.append(f"GPU ({', '.join(t.get('gpus') or [])}): utilisation {stat('gpu_util', '%')}, power "
+                     f"{stat('power_w', ' W')}, SM clock {stat('sm_clock_mhz', ' MHz')}, temperature "
+                     f"{stat('temp_c', ' °C')}, PCIe Gen{fmt_num(gen)} x{fmt_num(metrics.get('pcie_width_min'))} "
+                     f"(max Gen{fmt_num(t.get('pcie_gen_max'))} x{fmt_num(t.get('pcie_width_max'))}); throttled: "
+                     f"{fmt_num(metrics.get('throttled'))}"
+                     + (f" ({', '.join(metrics.get('throttle_reasons') or [])})" if metrics.get("throttled") else "")
+                     + f"; ECC uncorrected: {fmt_num(metrics.get('ecc_uncorrected'))}; Xid errors: "
+                       f"{fmt_num(metrics.get('xid_errors'))}")
+    diagnosis = as_dict(metrics.get("gpu_diagnosis"))
+    if diagnosis.get("text"):
+        notes.append(str(diagnosis["text"]))
+    notes += interference_notes(metrics)
+    return notes
+
+
+def interference_notes(metrics: dict[str, Any]) -> list[str]:
+    """What else used the machine over the launch's measured period (validation.launch.telemetry.interference)."""
+    rec = as_dict(metrics.get("interference"))
+    if "disturbed" not in rec:
+        return []
+    if rec.get("disturbed"):
+        return [f"DISTURBED: {rec.get('text')} (rule: {rec.get('rules')})"]
+    return [f"Interference: {rec.get('text')}"]
+
+
+def runs_view(runs: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """One compact line per run of a sweep or A/B (label, repeat): its Training Summary, time to first step, GPU
+    utilisation when measured, and the init-growth flag. [] when no run has any of them."""
+    runs = [as_dict(r) for r in runs]
+    counts = Counter(str(r.get("label")) for r in runs)
+    out = []
+    for run in runs:
+        m = as_dict(run.get("metrics"))
+        if not (m.get("summary") or m.get("startup") or m.get("telemetry")):
+            continue
+        label = str(run.get("label"))
+        if counts[label] > 1 and finite(run.get("repeat")) is not None:
+            label += f" (repeat {int(run['repeat']) + 1})"
+        util = finite(as_dict(m.get("gpu_util")).get("mean"))
+        growth = as_dict(as_dict(m.get("startup")).get("init_growth"))
+        shaken = as_dict(m.get("interference"))
+        out.append({"label": label, "summary": summary_line(m),
+                    "ttfs": fmt_duration(m.get("time_to_first_step_s")),
+                    "util": f"GPU utilisation {util:.0f}%" if util is not None else "",
+                    "flag": "; ".join(t for t in (str(growth.get("text")) if growth.get("flagged") else "",
+                                                  f"DISTURBED: {shaken.get('text')}" if shaken.get("disturbed")
+                                                  else "") if t)})
+    return out

@@ -1,0 +1,425 @@
+"""What the step kinds that launch the trainer share (train, longrun, profile, sweep, ab): the trainer's command
+line, collecting one trainer launch into metrics, running a list of launches (a sweep's points, an A/B's variants),
+and the report's run table and notes. TrainerKind is their base class: one trainer launch, its metrics, its table.
+
+A trainer launch writes into RUN_DIR/<dir>/out (--out-dir): training.csv, heartbeats, env.json, status.json, ...
+(nsa.training.outputs); everything the step learns about the run comes from those files (validation.contracts,
+validation.analysis.metrics), never from the trainer's console log.
+
+Metrics of one trainer launch (results.json step or run "metrics"): the validation.analysis.metrics.summarize() dict (status,
+window, toks_per_s {mean, median, stdev, cv, min, max, n}, toks_per_s_per_gpu, loss..., mem_peak_gb, mem_plateau,
+throughput_stable, final_loss, ...) plus "world_size", "csv" (path), "trainer_status" (status.json), "compression"
+(the DDP gradient compression in effect: env.json toggles, or null), "launcher", "nnodes", "nodes", "gpus",
+"slurm_job", "toks_per_s_per_node", "context" (what the tokens/s means, from env.json: seq_len, micro_batch,
+accum, world_size, global_batch_tokens, n_params, precision, flops_per_token, peak_flops, device;
+validation.contracts.run_context), "tflops_per_s" (achieved model TFLOP/s, all ranks: flops_per_token x mean
+tokens/s; the training.csv "mfu" column, when the device peak is known, is summarized as "mfu"), and with
+NSA_SDPA_AUDIT=1 "sdpa_audit": {"calls", "backends", "fallbacks", "by_site"} (fallbacks: math-backend calls on a GPU),
+and validation.kinds.train_report's: "summary" (summary.json), "time_to_first_step_s" and "startup" (timeline.json),
+the device telemetry over the window ("gpu_util", "throttled", "cpu_util", "rss_gb", "pcie_gen_min", ...,
+"telemetry") and "gpu_diagnosis". Every trainer launch runs with the telemetry sampler (LaunchSpec.telemetry_s).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from nsa.training.flags import tokens as flag_tokens
+from nsa.training.outputs import TRAINING_CSV
+from validation import contracts
+from validation.analysis import metrics
+from validation.launch.spec import LaunchSpec
+from validation.analysis.metric_names import DERIVED_KEYS, METRIC_COLUMNS, STAT_NAMES
+from validation.analysis.metrics import USABLE_STATUSES
+from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
+from validation.analysis.interference import run_disturbed
+from validation.formatting import (NA, as_dict, as_list, context_text, env_text, finite, fmt_gb, fmt_num, fmt_pct,
+                                      fmt_rate, fmt_tflops, loss_text, mean_pm, mfu_text, stat_of, status_view,
+                                      window_text)
+from validation.runbook.model import LaunchSettings, Step, references, resolve_references
+from validation.analysis.significance import PairNoise, interleaved_order, pair_noise_from
+from validation.analysis.significance.windows import launch_series
+from validation.kinds import train_report
+from validation.kinds.base import StepKind, launch_identity, run_path, step_dir
+
+
+def _trainer_metrics() -> tuple[str, ...]:
+    """The metric names of one trainer launch (collect(): the module docstring), as patterns."""
+    telemetry_stats = ("mean", "min", "max", "n")
+    return ("status", "reason", "note", "steps", "last_step", "dropped_rows", "cut_last_line", "first_bad_row",
+            *(f"window.{k}" for k in ("last", "warmup", "n", "first_step", "last_step")),
+            *(f"{c}.{s}" for c in METRIC_COLUMNS for s in STAT_NAMES), *DERIVED_KEYS,
+            "world_size", "csv", "tflops_per_s", "trainer_status", "compression",
+            *(f"context.{k}" for k in ("seq_len", "micro_batch", "accum", "world_size", "global_batch_tokens",
+                                       "n_params", "precision", "flops_per_token", "peak_flops", "device")),
+            "launcher", "nnodes", "nodes.<i>", "slurm_job", "gpus.<i>", "toks_per_s_per_node",
+            "summary.*", "startup.*", "time_to_first_step_s",
+            *(f"{k}.{s}" for k in ("gpu_util", "gpu_mem_used_gb", "power_w", "sm_clock_mhz", "temp_c", "cpu_util",
+                                   "rss_gb") for s in telemetry_stats),
+            "throttled", "throttle_reasons.*", "pcie_gen_min", "pcie_width_min", "ecc_uncorrected", "xid_errors",
+            "telemetry.*", "gpu_diagnosis.*", "interference.*",
+            "sdpa_audit.calls", "sdpa_audit.backends.*", "sdpa_audit.fallbacks", "sdpa_audit.by_site.*")
+
+
+TRAINER_METRICS = _trainer_metrics()  # a trainer launch's metrics (a step's, or each run's)
+RUN_METRICS = tuple(f"runs.<label>.{m}" for m in TRAINER_METRICS)  # a multi-run kind's runs, as criteria read them
+# The metrics of a trainer launch that measure speed (validation.execution.evidence): throughput, step and start-up times,
+# utilisation; not the loss, memory or what the run was (its config, its status).
+TRAINER_PERFORMANCE = ("toks_per_s", "toks_per_s_per_gpu", "toks_per_s_per_node", "step_time_s", "mfu",
+                       "tflops_per_s", "throughput_stable", "scaling_efficiency", "time_to_first_step_s", "startup",
+                       "gpu_util", "summary.tokens_per_s", "summary.samples_per_s", "summary.avg_step_time_s",
+                       "summary.min_step_time_s", "summary.max_step_time_s", "summary.avg_step_time_excl_first_s",
+                       "summary.comm_time_s", "summary.comm_share")
+RUN_PERFORMANCE = tuple(f"runs.<label>.{m}" for m in TRAINER_PERFORMANCE)
+
+
+class TrainerKind(StepKind):
+    """A kind whose step is one trainer launch (train, longrun, profile); sweep and ab reuse its helpers."""
+
+    trainer = True
+    metrics = TRAINER_METRICS
+    performance = TRAINER_PERFORMANCE
+
+    def launches(self, step: Step, winners, run_dir) -> list[LaunchSpec]:
+        return [trainer_launch(step, step.launch, "", step.name, winners, run_dir)]
+
+    def run(self, step: Step, launches: list[LaunchSpec], result: dict, ctx) -> None:
+        run_single(ctx, step, launches, result)
+
+    def view(self, result: dict, view: dict) -> dict:
+        metrics = as_dict(result.get("metrics"))
+        return {"train": train_row(view["name"], result),
+                "notes": train_notes(metrics) + train_report.telemetry_notes(metrics),
+                "training_summary": train_report.summary_view(metrics),
+                "startup": train_report.startup_view(metrics)}
+
+    def plots(self, name: str, result: dict, plotter) -> None:
+        """The launch's device telemetry over time (GPU utilisation and power where present, CPU and RSS)."""
+        plotter.telemetry(name, result)
+
+    def trainer_runs(self, result: dict[str, Any]) -> list[tuple[str, dict]]:
+        """(label, metrics) per trainer launch: "step[label]", or "step[label, repeat N]" for a label that ran more
+        than once (a sweep's or an A/B's repeats), so that every run has its own row in `compare`."""
+        runs = [r for r in as_list(result.get("runs")) if isinstance(r, dict)]
+        if not runs:
+            return super().trainer_runs(result)
+        counts = Counter(str(r.get("label")) for r in runs)
+        out = []
+        for r in runs:
+            label = str(r.get("label"))
+            if counts[label] > 1 and isinstance(r.get("repeat"), int):
+                label = f"{label}, repeat {r['repeat'] + 1}"
+            out.append((f"{result.get('name')}[{label}]", r.get("metrics") or {}))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- planning
+def trainer_args(args: dict[str, Any]) -> list[str]:
+    """{"steps": 300, "ddp": 1, "fsdp": True, "compile": False} -> ["--steps", "300", "--ddp", "1", "--fsdp"]
+    (the trainer's own rule: nsa.training.flags.tokens)."""
+    return [token for key, value in args.items() for token in flag_tokens(key, value)]
+
+
+def trainer_launch(step: Step, launch: LaunchSettings, label: str, rel_dir: str, winners, run_dir,
+                   extra_args: dict | None = None, extra_env: dict | None = None, params: dict | None = None,
+                   repeat: int = 0, window: int | None = None) -> LaunchSpec:
+    """One `python -m nsa.training` launch of `step` in RUN_DIR/rel_dir (out_dir rel_dir/out), with the step's
+    env/args plus `extra_env`/`extra_args` (a sweep point, an A/B variant); ${x.winner...} references resolved
+    from `winners`, or left as text in plan mode (winners None) and listed in `unresolved`."""
+    env = {**launch.env, **(extra_env or {})}
+    args = {**launch.args, **(extra_args or {})}
+    unresolved = sorted({r for v in list(env.values()) + list(args.values()) for r in references(v)})
+    if winners is not None:
+        env = {k: resolve_references(v, winners) for k, v in env.items()}
+        args = {k: resolve_references(v, winners) for k, v in args.items()}
+        unresolved = []
+    argv = [sys.executable, "-m", "nsa.training"]
+    if launch.config:
+        argv += ["--config", launch.config]
+    out_dir = f"{rel_dir}/out"
+    argv += trainer_args(args) + ["--out-dir", run_path(run_dir, out_dir)]
+    return LaunchSpec(
+        argv=argv, env=env, inherit_env=True, run_dir=run_dir, step_dir=step_dir(run_dir, rel_dir),
+        trainer_out_dir=step_dir(run_dir, out_dir), nproc_per_node=launch.nproc_per_node, nnodes=launch.nnodes,
+        torchrun=launch.launcher.type == "slurm",  # a one-rank Slurm job too (LaunchSpec.uses_torchrun decides)
+        timeout_s=launch.timeout_s, stall_timeout_s=launch.stall_timeout_s,
+        expected_ranks=launch.nproc_per_node * launch.nnodes,
+        master_port=None if launch.master_port == "auto" else int(launch.master_port),
+        port_retries=launch.port_retries, telemetry_s=TELEMETRY_INTERVAL_S, **launch_identity(step, label),
+        params=params or {}, repeat=repeat, unresolved=unresolved, window=window)
+
+
+# ---------------------------------------------------------------------------------------------- running
+def collect(ctx, step: Step, spec: LaunchSpec, lr) -> tuple[str, str | None, dict]:
+    """(status, reason, metrics) of one trainer launch, from the files in its out_dir."""
+    out_dir = ctx.run_dir / spec.out_dir
+    window = metrics.Window(last=spec.window or step.launch.window, warmup=step.launch.warmup_steps)
+    read = metrics.read_training_csv(out_dir / TRAINING_CSV)
+    m = metrics.summarize(read, window, world_size=spec.world_size)
+    m["world_size"] = spec.world_size
+    m["csv"] = ctx.rel(out_dir / TRAINING_CSV)
+    env = contracts.read_env_json(out_dir)
+    m["context"] = contracts.run_context(env)
+    m["tflops_per_s"] = metrics.model_tflops(m["context"].get("flops_per_token"),
+                                             (m.get("toks_per_s") or {}).get("mean"))
+    m.update(_node_metrics(ctx, spec, lr, env, m))
+    m.update(train_report.launch_metrics(ctx, spec, out_dir, read, m))  # summary, startup, telemetry
+    trainer_status = contracts.read_status_json(out_dir) or {}
+    m["trainer_status"] = trainer_status.get("status")
+    m["compression"] = contracts.ddp_compression(env)
+    audit = contracts.read_sdpa_audit(out_dir)
+    if audit:
+        gpu = [r for r in audit.get("by_site", []) if r.get("device") == "cuda"]
+        m["sdpa_audit"] = {"calls": audit.get("calls", 0), "backends": audit.get("backends", []),
+                           "fallbacks": sum(r["calls"] for r in gpu if r.get("backend") == "math"),
+                           "by_site": audit.get("by_site", [])}
+    if lr.status != "ok":
+        return lr.status, lr.reason, m
+    if m["trainer_status"] != "completed":
+        return "failed", f"trainer ended {m['trainer_status']}: {trainer_status.get('reason')}", m
+    return csv_verdict(m, trainer_status.get("step"))
+
+
+def _node_metrics(ctx, spec: LaunchSpec, lr, env: dict, m: dict) -> dict:
+    """Launcher, nodes (from the trainer's env.json: every node of the job), per-node throughput; every node's
+    record (host, GPUs, NCCL/IB/Slurm environment) is added to the run's environment["nodes"]."""
+    nodes = env.get("nodes") or []
+    known = ctx.results["environment"].setdefault("nodes", {})
+    for node in nodes:
+        if isinstance(node, dict) and node.get("node"):
+            known.setdefault(str(node["node"]), {}).update({k: node.get(k) for k in ("host", "gpus", "env")})
+    mean = (m.get("toks_per_s") or {}).get("mean")
+    return {"launcher": spec.launcher, "nnodes": spec.nnodes,
+            "nodes": [str(n.get("node")) for n in nodes if isinstance(n, dict)] or list(lr.nodes),
+            "slurm_job": lr.job_id,
+            "gpus": [str(g) for n in nodes if isinstance(n, dict) for g in (n.get("gpus") or [])],
+            "toks_per_s_per_node": mean / spec.nnodes if isinstance(mean, (int, float)) else None}
+
+
+def run_single(ctx, step: Step, launches: list[LaunchSpec], result: dict):
+    """Run the step's one trainer launch; its status, reason and metrics become the step's. Returns (spec, lr)."""
+    spec = launches[0]
+    lr = ctx.launch(spec, 0, 1)
+    ctx.record(result, spec, lr)
+    status, reason, m = collect(ctx, step, spec, lr)
+    result.update(status=status, reason=reason, metrics=m)
+    return spec, lr
+
+
+def declared_pair_noise(ctx) -> PairNoise | None:
+    """The least noise of one repeat in a paired decision (A/B, sweep, triage) of this run: the runbook's declared
+    launch noise (its `compare` mapping, stored in results.json's runbook record; significance.pair_noise_from), or
+    None when it declares none."""
+    results = getattr(ctx, "results", None)
+    runbook = results.get("runbook") if isinstance(results, dict) else None
+    return pair_noise_from(runbook.get("compare") if isinstance(runbook, dict) else None)
+
+
+def order_seed(step: Step, run_dir: Path | None) -> int:
+    """The seed of a multi-run step's random run order (validation.analysis.significance.interleaved_order): from the run
+    directory's absolute path and the step's name, so that it differs between runs and stays the same when a run
+    is resumed; "RUN_DIR" in plan mode. 0 .. 2**31 - 1."""
+    base = str(Path(run_dir).resolve()) if run_dir is not None else "RUN_DIR"
+    return int.from_bytes(hashlib.sha256(f"{base}:{step.name}".encode()).digest()[:4], "big") >> 1
+
+
+def run_order(labels: list[str], repeats: int, seed: int) -> list[tuple[int, str]]:
+    """(repeat, label) in run order: every repeat runs each label once, in a random order drawn per repeat."""
+    return interleaved_order(labels, repeats, seed)
+
+
+def run_values(run_dir: Path, step: Step, run: dict, metric: str) -> list[float] | float | None:
+    """What a significance decision needs of one run (validation.analysis.significance.decide): the per-step values of
+    `metric` over the window the launch was summarised with (its metrics' window: an A/B variant's own `window`,
+    else the step's; the figures the report shows for it), else the window mean from the run's summary (a metric
+    that is not a training.csv column), else None (a failed run, or no such metric)."""
+    if run.get("status") != "passed":
+        return None
+    m = run.get("metrics") or {}
+    if m.get("csv"):  # the same values compare reads for this launch (significance.windows.launch_series)
+        values = launch_series(Path(run_dir), m, metric,
+                               default=metrics.Window(step.launch.window, step.launch.warmup_steps))
+        if values:
+            return values
+    mean = finite((m.get(metric) or {}).get("mean") if isinstance(m.get(metric), dict) else m.get(metric))
+    return mean
+
+
+def run_each(ctx, step: Step, launches: list[LaunchSpec], result: dict,
+             retry_disturbed: bool = False) -> tuple[list[dict], list[str]]:
+    """Run every launch in order (a sweep's points, an A/B's variants and repeats), each recorded in
+    result["runs"] and saved as soon as it ends. Returns (runs, problems: "label: reason" of those that failed).
+
+    retry_disturbed (the kinds that decide from interleaved repeats: ab, sweep, triage): a repeat in which a launch
+    was measured under interference (validation.analysis.interference.run_disturbed) is run again, the whole repeat in its
+    order, up to the step's `retry_disturbed` times (LaunchSettings, default 1), each attempt in <dir>_retry<n>.
+    A decision never stands on disturbed runs; run again, a passing neighbour leaves the decision its evidence.
+    The runs an attempt replaces move to result["superseded"] (with "superseded_by"), their files kept, and a note
+    says what was run again and why."""
+    runs: list[dict] = []
+
+    def one(spec: LaunchSpec, index: int, total: int) -> dict:
+        lr = ctx.launch(spec, index, total)
+        ctx.record(result, spec, lr)
+        status, reason, m = collect(ctx, step, spec, lr)
+        return {"label": spec.label, "params": spec.params, "status": status, "reason": reason,
+                "dir": spec.dir, "command": lr.argv, "metrics": m, "repeat": spec.repeat}
+
+    for i, spec in enumerate(launches):
+        runs.append(one(spec, i, len(launches)))
+        result["runs"] = runs
+        ctx.save()
+    attempts = step.launch.retry_disturbed if retry_disturbed else 0
+    for attempt in range(1, attempts + 1):
+        again = sorted({r["repeat"] for r in runs if run_disturbed(r) and isinstance(r.get("repeat"), int)})
+        if not again:
+            break
+        block = [(i, spec) for i, spec in enumerate(launches) if spec.repeat in again]
+        shaken = [runs[i]["dir"] for i, _ in block if run_disturbed(runs[i])]
+        for k, (i, spec) in enumerate(block):
+            run = one(retry_spec(spec, attempt), k, len(block))
+            result.setdefault("superseded", []).append({**runs[i], "superseded_by": run["dir"]})
+            runs[i] = run
+            result["runs"] = runs
+            ctx.save()
+        result.setdefault("notes", []).append(
+            f"run again (attempt {attempt + 1} of repeat(s) {', '.join(str(r + 1) for r in again)}, every launch of "
+            f"the repeat): other work used the machine while {', '.join(shaken)} ran; the runs replaced are kept "
+            "in superseded")
+    problems = [f"{r['label']}: {r['reason']}" for r in runs if r["status"] != "passed"]
+    return runs, problems
+
+
+def nothing_compared(result: dict) -> bool:
+    """Whether a step's decision compared nothing (every alternative but one left out): its summary line then says
+    "no decision, nothing compared", never "no significant difference"."""
+    decision = as_dict(result.get("decision"))
+    return bool(decision) and not decision.get("comparisons")
+
+
+def retry_spec(spec: LaunchSpec, attempt: int) -> LaunchSpec:
+    """`spec` run again in <dir>_retry<attempt> (its trainer's --out-dir moved with it)."""
+    rel = f"{spec.dir}_retry{attempt}"
+    new_dir = step_dir(spec.run_dir, rel)
+    out = None if spec.trainer_out_dir is None else new_dir / "out"
+    argv = list(spec.argv)
+    if out is not None and "--out-dir" in argv:
+        argv[argv.index("--out-dir") + 1] = str(out)
+    return dataclasses.replace(spec, argv=argv, step_dir=new_dir, trainer_out_dir=out)
+
+
+def csv_verdict(m: dict, trainer_steps: Any) -> tuple[str, str | None, dict]:
+    """(status, reason, m) of a launch whose trainer completed, from its training.csv summary `m`.
+
+    A missing, empty or unparseable file fails. So does a row left out anywhere but at the very end (a damaged
+    row: the numbers around it cannot be trusted either), and a file that ends before the trainer's last step
+    by more than a cut-off last line (rows were lost). A last line cut off mid-row, what a writer killed while
+    writing leaves, passes with that said in the reason."""
+    if m["status"] not in USABLE_STATUSES:
+        reason = str(m.get("reason"))
+        if reason.startswith(f"{m['status']}: "):  # "missing: /path" -> "training.csv missing: /path"
+            reason = reason[len(m["status"]) + 2:]
+        return "failed", f"training.csv {m['status']}: {reason}", m
+    dropped, cut = m.get("dropped_rows") or 0, bool(m.get("cut_last_line"))
+    if dropped > (1 if cut else 0):
+        return "failed", (f"training.csv damaged: {dropped} unparseable row(s) left out (first at "
+                          f"{m.get('first_bad_row')})"), m
+    last = m.get("last_step")
+    if isinstance(trainer_steps, int) and last is not None and last + (1 if cut else 0) < trainer_steps:
+        return "failed", (f"training.csv ends at step {last} but the trainer completed step {trainer_steps}: "
+                          f"{trainer_steps - last - (1 if cut else 0)} row(s) lost"), m
+    if cut:
+        return "passed", (f"training.csv: the last line was cut off mid-row and left out (1 row); statistics use "
+                          f"steps {m['window']['first_step']}-{m['window']['last_step']}"), m
+    return "passed", None, m
+
+
+# ---------------------------------------------------------------------------------------------- report
+def config_path(record: dict) -> str:
+    """The model/training config of a launch: CONFIG in its env, else --config in its command."""
+    env = as_dict(record.get("env"))
+    if env.get("CONFIG"):
+        return str(env["CONFIG"])
+    argv = [str(a) for a in as_list(record.get("command"))]
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return "—"
+
+
+def train_row(label: str, record: dict) -> dict:
+    metrics = as_dict(record.get("metrics"))
+    env = as_dict(record.get("env"))
+    toks = stat_of(metrics, "toks_per_s")
+    per_gpu = stat_of(metrics, "toks_per_s_per_gpu")
+    world = metrics.get("world_size")
+    return {
+        "label": label,
+        "config": config_path(record),
+        "env": env_text(env),
+        "ranks": fmt_num(world),
+        "window": window_text(metrics.get("window")),
+        "toks": mean_pm(toks),
+        "cv": fmt_pct(toks.get("cv")),
+        "n": fmt_num(toks.get("n")),
+        "per_gpu": fmt_rate(per_gpu.get("mean")),
+        # a CPU run has ranks, not GPUs: its column says "Per rank"
+        "per_label": "Per rank, window mean" if str(as_dict(metrics.get("context")).get("device") or "").startswith(
+            "cpu") else "Per GPU, window mean",
+        "loss": loss_text(metrics),
+        "mem": fmt_gb(metrics.get("mem_peak_gb")),
+        "tflops": fmt_tflops(metrics.get("tflops_per_s")),
+        "mfu": mfu_text(metrics),
+        "context": context_text(metrics),
+        "status": status_view(record.get("status")),
+        "csv": str(metrics["csv"]) if metrics.get("csv") else None,
+    }
+
+
+def train_notes(metrics: dict) -> list[str]:
+    notes = []
+    csv_status = metrics.get("status")
+    if csv_status not in (None, "ok"):
+        detail = str(metrics.get("reason") or metrics.get("note") or NA)
+        if detail.startswith(f"{csv_status}: "):  # the reader's reason already names the status
+            detail = detail[len(csv_status) + 2:]
+        notes.append(f"training.csv {csv_status}: {detail}")
+    elif metrics.get("note"):
+        notes.append(f"training.csv: {metrics['note']}")
+    if "compression" in metrics:
+        notes.append(f"DDP gradient compression: {metrics['compression'] or 'none'}")
+    if "trainer_status" in metrics:
+        notes.append(f"Trainer status: {fmt_num(metrics['trainer_status'])}")
+    if "throughput_stable" in metrics:
+        notes.append(f"Throughput stable: {fmt_num(metrics['throughput_stable'])}")
+    audit = metrics.get("sdpa_audit")
+    if isinstance(audit, dict):
+        per_backend: Counter = Counter()
+        for row in (as_dict(r) for r in as_list(audit.get("by_site"))):
+            calls = finite(row.get("calls"))
+            per_backend[f"{row.get('backend')} on {row.get('device')}"] += int(calls) if calls is not None else 0
+        if per_backend:
+            backend_text = ", ".join(f"{k}={per_backend[k]:,}" for k in sorted(per_backend))
+        elif isinstance(audit.get("backends"), dict):
+            backends = audit["backends"]
+            backend_text = ", ".join(f"{k}={fmt_num(backends[k])}" for k in sorted(backends, key=str)) or NA
+        else:
+            backend_text = fmt_num(sorted(str(b) for b in as_list(audit.get("backends"))))
+        notes.append(f"SDPA audit: {fmt_num(audit.get('calls'))} calls; backends: {backend_text}; "
+                     f"fallbacks to math on GPU: {fmt_num(audit.get('fallbacks'))}")
+    if len(as_list(metrics.get("nodes"))) > 1 or finite(metrics.get("nnodes")) not in (None, 1):
+        job = f", Slurm job {metrics['slurm_job']}" if metrics.get("slurm_job") else ""
+        notes.append(f"Nodes: {', '.join(map(str, as_list(metrics.get('nodes')))) or '—'} ({metrics.get('launcher')}{job}); "
+                     f"{fmt_rate(finite(metrics.get('toks_per_s_per_node')))} tokens/s per node")
+    if finite(metrics.get("scaling_efficiency")) is not None:
+        notes.append(f"Scaling efficiency: {fmt_num(metrics['scaling_efficiency'])}")
+    return notes
+
+

@@ -1,0 +1,224 @@
+"""What machine this is: the environment record of a run, the snapshot step's artifacts, and requirement checks."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from nsa.training.outputs import NODE_ENV_PREFIXES, NODE_NAME_VARS, git_sha
+from validation.launch import slurm, telemetry
+from validation.launch.spec import safe_name
+from validation.runbook.model import Requirements
+from validation.version import source_digest
+
+PACKAGES = ("torch", "numpy", "scipy", "pandas", "nsa-validate", "typer", "rich", "jinja2", "matplotlib", "pyyaml",
+            "tensorboard", "pyarrow", "datasets", "pynvml", "nvidia-ml-py")
+
+
+def packages() -> dict[str, str]:
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def _torch():
+    import torch  # start-up: torch loads when devices are probed, not with nsa-validate --help
+
+    return torch
+
+
+def gpus() -> list[dict[str, Any]]:
+    """Visible CUDA devices: index, name, memory_gb, capability (major.minor as a float)."""
+    torch = _torch()
+    if not torch.cuda.is_available():
+        return []
+    out = []
+    for i in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(i)
+        out.append({"index": i, "name": props.name, "memory_gb": round(props.total_memory / 1024 ** 3, 2),
+                    "capability": float(f"{props.major}.{props.minor}")})
+    return out
+
+
+def _git(args: list[str], cwd: Path | None) -> str | None:
+    """`git ARGS` in cwd (else the current directory): its stripped stdout, or None (no git, not a checkout)."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+    try:
+        proc = subprocess.run([git, *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def git_state(cwd: Path | None = None) -> dict[str, Any]:
+    """{"git_branch": the checked-out branch ("HEAD" when detached), "git_dirty": True when tracked files differ
+    from the commit (`git status --porcelain --untracked-files=no` lists something), "git_changes": how many}; each
+    None outside a git checkout."""
+    branch = _git(["rev-parse", "--abbrev-ref", "HEAD"], cwd)
+    status = _git(["status", "--porcelain", "--untracked-files=no"], cwd)
+    changes = None if status is None else len([line for line in status.splitlines() if line.strip()])
+    return {"git_branch": branch or None, "git_dirty": None if changes is None else changes > 0,
+            "git_changes": changes}
+
+
+def probe(cwd: Path | None = None) -> dict[str, Any]:
+    """The environment record stored in results.json."""
+    torch = _torch()
+    devices = gpus()
+    nccl = None
+    if devices:
+        try:
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # noqa: BLE001 - a build without NCCL
+            nccl = None
+    return {
+        "git_sha": git_sha(cwd), **git_state(cwd), "host": socket.gethostname(), "platform": platform.platform(),
+        "python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl,
+        "gpus": devices, "gpu_count": len(devices), "cpu_count": os.cpu_count(), "packages": packages(),
+        "source_digest": source_digest(),  # what `run --reuse` matches a later run's source against
+    }
+
+
+def unmet(req: Requirements, env: dict[str, Any] | Callable[[], dict[str, Any]], nproc_per_node: int = 1) -> str | None:
+    """Why this machine cannot run a step with these requirements, or None. `env` is the probe() record, or a
+    function returning it: called only when a requirement needs it (a CPU runbook is planned without torch)."""
+    gpus_needed = max(req.gpus, nproc_per_node if req.backend == "nccl" else 0)
+    needs_probe = gpus_needed or req.min_cuda_capability is not None or req.min_gpu_memory_gb is not None \
+        or req.backend == "nccl"
+    if not needs_probe:
+        return None
+    env = env() if callable(env) else env
+    have = env.get("gpu_count", 0)
+    if gpus_needed and have < gpus_needed:
+        return f"needs {gpus_needed} GPU(s), found {have}"
+    devices = env.get("gpus", [])[:max(gpus_needed, 1)] if gpus_needed else []
+    if req.min_cuda_capability is not None:
+        if not devices:
+            return f"needs CUDA capability >= {req.min_cuda_capability:g}, found no GPU"
+        low = min(d["capability"] for d in devices)
+        if low < req.min_cuda_capability:
+            return f"needs CUDA capability >= {req.min_cuda_capability:g}, found {low:g}"
+    if req.min_gpu_memory_gb is not None:
+        if not devices:
+            return f"needs GPUs with >= {req.min_gpu_memory_gb:g} GB, found no GPU"
+        low = min(d["memory_gb"] for d in devices)
+        if low < req.min_gpu_memory_gb:
+            return f"needs GPUs with >= {req.min_gpu_memory_gb:g} GB, found {low:g} GB"
+    if req.backend == "nccl" and env.get("nccl") is None:
+        return "needs the NCCL backend (CUDA build of torch with NCCL), not available here"
+    return None
+
+
+def unmet_for(step, env: dict[str, Any] | Callable[[], dict[str, Any]]) -> str | None:
+    """Why this machine cannot run `step` (a runbook Step), or None. Launcher slurm: the job's nodes are checked by
+    Slurm's allocation (gpus_per_node), not here; what this machine needs is the Slurm commands."""
+    launch = step.launch
+    if launch.launcher.type == "slurm":  # a snapshot step runs here too, without needing this machine's GPUs
+        if not slurm.available():
+            return "launcher slurm: sbatch, squeue, scontrol and scancel must be on PATH"
+        if step.requires.gpus and launch.launcher.gpus_per_node < min(step.requires.gpus, launch.nproc_per_node):
+            return (f"needs {step.requires.gpus} GPU(s) but the Slurm job asks for gpus_per_node="
+                    f"{launch.launcher.gpus_per_node}")
+        return None
+    nproc = launch.nproc_per_node * launch.nnodes if step.is_training else 1
+    return unmet(step.requires, env, nproc)
+
+
+def snapshot(step_dir: Path, cwd: Path, timeout_s: float = 300) -> tuple[dict[str, Any], list[Path], list[str]]:
+    """The runbook's preflight: git sha, collect_env, nvidia-smi XML, package versions. Returns (environment,
+    files written, problems) — a tool that is absent or fails is a problem noted, not a failure."""
+    step_dir.mkdir(parents=True, exist_ok=True)
+    env = probe(cwd)
+    files, problems = [], []
+    (step_dir / "git_sha.txt").write_text((env["git_sha"] or "unknown (not a git checkout)") + "\n")
+    files.append(step_dir / "git_sha.txt")
+    commands = [("collect_env.txt", [sys.executable, "-m", "torch.utils.collect_env"])]
+    if shutil.which("nvidia-smi"):
+        commands.append(("nvidia_smi.xml", ["nvidia-smi", "-q", "-x"]))
+    else:
+        problems.append("nvidia-smi not found: no GPU inventory XML")
+    for name, argv in commands:
+        try:
+            out = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            problems.append(f"{' '.join(argv[:3])}: {exc}")
+            continue
+        (step_dir / name).write_text(out.stdout + (f"\n# stderr\n{out.stderr}" if out.returncode else ""))
+        files.append(step_dir / name)
+        if out.returncode:
+            problems.append(f"{' '.join(argv[:3])} exited {out.returncode}")
+    if importlib.util.find_spec("pynvml") is not None:  # optional: a richer inventory
+        try:
+            env["nvml"] = _nvml_inventory()
+        except Exception as exc:  # noqa: BLE001 - no driver, or NVML refuses
+            if telemetry.nvml_no_driver(telemetry.load_nvml(), exc):
+                env["nvml"] = []  # a machine without the NVIDIA driver: no GPU, not a problem
+            else:
+                problems.append(f"pynvml: {exc}")
+
+    (step_dir / "environment.json").write_text(json.dumps(env, indent=2) + "\n")
+    files.append(step_dir / "environment.json")
+    return env, files, problems
+
+
+def _nvml_inventory() -> list[dict[str, Any]]:
+    pynvml = telemetry.load_nvml()  # installed: checked by find_spec before the call
+    pynvml.nvmlInit()
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            out.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
+                        "memory_gb": round(pynvml.nvmlDeviceGetMemoryInfo(h).total / 1024 ** 3, 2),
+                        "driver": pynvml.nvmlSystemGetDriverVersion()})
+        return out
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def node_snapshot_main(argv: list[str] | None = None) -> int:
+    """``python -m validation.launch.environment NODES_DIR``: this node's snapshot into NODES_DIR/<node name> (the name:
+    $NSA_NODE_NAME, else $SLURMD_NODENAME, else the host name). Run on every node of a Slurm allocation by a
+    snapshot step with launcher slurm."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m validation.launch.environment NODES_DIR", file=sys.stderr)
+        return 2
+    name = next((os.environ[v] for v in NODE_NAME_VARS if os.environ.get(v)), None) or socket.gethostname()
+    name = safe_name(name) or "node"
+    node_dir = Path(args[0]) / name
+    env, files, problems = snapshot(node_dir, Path.cwd())
+    # what decides multi-node communication: the NCCL/IB/Slurm variables, the GPU topology and the IB devices
+    env.update(node=name, comm_env={k: v for k, v in sorted(os.environ.items()) if k.startswith(NODE_ENV_PREFIXES)})
+    for fname, argv in (("nvidia_topo.txt", ["nvidia-smi", "topo", "-m"]), ("ibv_devinfo.txt", ["ibv_devinfo"])):
+        if shutil.which(argv[0]):
+            try:
+                out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+                (node_dir / fname).write_text(out.stdout + out.stderr)
+                files.append(node_dir / fname)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                problems.append(f"{argv[0]}: {exc}")
+
+    (node_dir / "environment.json").write_text(json.dumps(env, indent=2) + "\n")
+    print(f"[snapshot] {name}: {len(files)} file(s)" + (f"; {'; '.join(problems)}" if problems else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(node_snapshot_main())

@@ -1,0 +1,400 @@
+"""Compare two validation runs: every trainer launch both ran (per step, sweep point and repeat), B against A,
+with statistics that hold for autocorrelated, drifting throughput (validation.analysis.significance), usable as a CI gate.
+
+Per row (a trainer launch of A and the launch of B with the same step and label):
+- toks_per_s: the block means of each run's window (significance.block_units: a block length from the series'
+  autocorrelation, so that steps are never taken as independent samples) for the standard error, and the mean of the
+  whole window (window_units: the very figure the report shows for that launch) for the difference, each side's
+  noise held to at least the run-to-run variation of THAT step (measured_run_noise_by_step: the spread of the
+  step's own repeats in the two run directories; steps differ: one thread per process varies more than two ranks
+  sharing the cores), and to at least the spread of every step's change between the two runs (step_spread: the
+  robust sd of the steps' log-ratios; two validation runs differ step by step by more than the repeats inside each
+  show), giving the relative difference B / A - 1 with its confidence interval and p-value. A step that ran no
+  repeats has no run-to-run variation of its own: its rows resolve only a change beyond UNREPEATED_MIN_FLOOR
+  (UNKNOWN_RUN_NOISE). A launch measured while other work used the machine (its telemetry's
+  "interference", on either side) is shown as "inconclusive", never gating and left out of everything else.
+- "all steps (common change)": one log-ratio per step and label (repeats averaged) of every launch measured
+  undisturbed in both runs, a one-sample t over them (significance.compare_shift), its noise floor at least
+  COMMON_MIN_SHIFT: a change of the code that slows every step (a fault that sleeps in each step) is found here
+  even where no single step resolves it, while the whole-machine difference between two quiet runs is not.
+- the runbook's declared noise (its `compare` mapping, declared_noise): two runs differ as a whole, and each step
+  by more than its repeats inside one run show (the machine between the runs), by amounts one pair cannot measure;
+  A/A pairs on the runbook's machine can (benchmarks/bench_aa_compare.py). Every launch's noise is held to at least
+  its launch_sd and the common change's standard error to at least its run_sd.
+- final_loss and mem_peak_gb: one value per run, so no test: shown with their relative difference, marked
+  "tested": false, never gating.
+Holm's step-down correction runs over every tested row (significance.adjust_family): the chance that any row of
+two identical runs is called significant is at most alpha (5%) where the runs are exchangeable (undisturbed: the
+disturbed ones are left out). A row is significant when its Holm-adjusted p is below alpha and its difference
+exceeds the noise floor: `noise` (the user's --noise) when given, else the floor measured from the data (the
+relative half-width of each side's interval, at least COMMON_MIN_SHIFT). A significant row whose verdict is "worse"
+is a regression; `compare` exits 1 when there is one (exit_code), else 0. A row that is not significant is "same"
+only when its whole interval lies inside its noise floor, else "inconclusive (noise floor X%)".
+
+compare_runs() returns (JSON-ready; `nsa-validate compare --json` prints it):
+    {"run_a", "run_b": the run directories,
+     "runbooks": {"A", "B"}, "verdicts": {"A", "B"},
+     "alpha": 0.05, "noise": the user's threshold or null, "noise_source": "user" | "measured",
+     "run_noise": {step: RunNoise.as_dict() ({"between", "total", "within", "df", "runs", "groups", "source",
+                   "text"})} of the steps that ran repeats, or null,
+     "step_spread": RunNoise.as_dict() of the spread of the steps' changes (step_spread), or null,
+     "declared_noise": DeclaredNoise.as_dict() (the runbooks' `compare` noise) or null,
+     "family": {"correction": "holm", "alpha", "family_size", "statement", "significant", "regressions"},
+     "rows": [row, ...], "regressions": [{"step", "metric", "rel", "text"}], "improvements": int,
+     "exit_code": 0 | 1, "gate": one sentence, "warnings": [sentences]}
+    row: {"step": "bucket_sweep[NSA_DDP_BUCKET_MB=25, repeat 2]" (never shortened), "metric", "tested": bool,
+          "mean_a", "mean_b", "delta", "rel_delta", "higher_is_better", "significant", "verdict": "better" |
+          "worse" | "same" | "inconclusive", "disturbed" (true for a launch measured under interference), "note":
+          why a row is not tested (or null), and for tested rows every field of
+          significance.Comparison.as_dict(): "method", "rel", "ci_low", "ci_high", "confidence", "p_value",
+          "p_adjusted", "family_size", "t", "df", "n_a", "n_b", "ess_a", "ess_b", "noise_floor", "floor_source",
+          "run_to_run", "run_to_run_df", "alpha", "text" (one line: difference, CI, p, noise floor, method)}
+
+performance_analysis() is the same comparison of a run against an earlier one (`nsa-validate run/report
+--against RUN_DIR`), stored in the run's results.json as "performance_analysis" (see its docstring).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from validation.analysis import stats
+from validation.formatting import fmt_num, fmt_pct, plural
+from validation import kinds as step_kinds
+from validation.analysis.significance import ALPHA, StatsError, adjust_family
+from validation.analysis.significance.comparison import RunNoise, compare_shift, pair_noise_from
+from validation.analysis.significance.windows import (METRIC, compare_windows, launch_series as _series,  # noqa: F401
+                                             measured_run_noise, measured_run_noise_by_step, window_units)
+from validation.kinds.base import StepKind
+
+ENV_KEYS = ("host", "gpu_count", "torch", "cuda", "nccl", "python", "git_sha")
+# summary metrics shown besides the windowed throughput (one value per run: no test, never gating)
+SUMMARY_METRICS = ("final_loss", "mem_peak_gb")
+SUMMARY_NOISE = 0.02  # their "same" band when no --noise is given
+
+
+def environment_differences(a: dict, b: dict) -> list[str]:
+    ea, eb = a.get("environment", {}), b.get("environment", {})
+    out = [f"{k} differs: {ea.get(k)!r} vs {eb.get(k)!r}" for k in ENV_KEYS if ea.get(k) != eb.get(k)]
+    names_a = [g.get("name") for g in ea.get("gpus", [])]
+    names_b = [g.get("name") for g in eb.get("gpus", [])]
+    if names_a != names_b:
+        out.append(f"GPUs differ: {names_a} vs {names_b}")
+    return out
+
+
+def _train_runs(step: dict) -> list[tuple[str, dict]]:
+    """(label, metrics) of every trainer launch of a step, as its kind lists them (StepKind.trainer_runs)."""
+    kind = step_kinds.find(step.get("kind")) or StepKind()
+    return kind.trainer_runs(step)
+
+
+def _untested(step: str, metric: str, x: Any, y: Any, threshold: float, note: str) -> dict[str, Any]:
+    rel = (y - x) / abs(x) if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x else None
+    higher = stats.METRIC_DIRECTIONS.get(metric, "higher") == "higher"
+    if rel is None or abs(rel) <= threshold:
+        verdict = "same"
+    else:
+        verdict = "better" if (rel > 0) == higher else "worse"
+    delta = y - x if isinstance(x, (int, float)) and isinstance(y, (int, float)) else None
+    return {"step": step, "metric": metric, "tested": False, "mean_a": x, "mean_b": y, "delta": delta,
+            "rel_delta": rel, "higher_is_better": higher, "p_value": None, "p_adjusted": None, "significant": None,
+            "verdict": verdict, "note": note}
+
+
+def _disturbance(m: dict) -> str | None:
+    """What disturbed one launch (its metrics' "interference"), or None."""
+    rec = m.get("interference") if isinstance(m, dict) else None
+    return str(rec.get("text") or "disturbed") if isinstance(rec, dict) and rec.get("disturbed") else None
+
+
+def _window_mean(values: list[float], stored: Any) -> float:
+    """A launch's window mean as its report shows it: the stored summary's when it covers these values."""
+    if isinstance(stored, dict) and stored.get("n") == len(values) and isinstance(stored.get("mean"), (int, float)) \
+            and math.isfinite(stored["mean"]):
+        return float(stored["mean"])
+    return sum(values) / len(values)
+
+
+def _group(label: str) -> str:
+    """A row's label without its repeat: "sweep[x=1, repeat 2]" -> "sweep[x=1]" (the unit of the common change)."""
+    return _REPEAT_RE.sub("]", label)
+
+
+def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: float | None = None,
+                 alpha: float = ALPHA) -> dict[str, Any]:
+    """B against A (see the module docstring for the statistics and the returned dict). `noise`: a relative
+    threshold replacing the measured noise floor (0.02 = 2%), or None."""
+    warnings = environment_differences(a, b)
+    name_a, name_b = (a.get("runbook") or {}).get("name"), (b.get("runbook") or {}).get("name")
+    if name_a != name_b:
+        warnings.append(f"different runbooks: {name_a} vs {name_b}")
+    noise_by_step = measured_run_noise_by_step(a, dir_a, extra=[(b, dir_b)], names=("A", "B"))
+    declared = declared_noise(a, b)
+    rows: list[dict[str, Any]] = []
+    tested: list[tuple[int, Any]] = []
+    units: dict[str, list[tuple[float, float]]] = {}  # group -> (mean A, mean B) of each undisturbed launch
+    pending: list[tuple] = []  # the undisturbed launches' rows, tested once every step's change is known
+    disturbed_rows = 0
+    for name, step_a in (a.get("steps") or {}).items():
+        step_b = (b.get("steps") or {}).get(name)
+        if step_b is None:
+            continue
+        runs_b = dict(_train_runs(step_b))
+        rn = noise_by_step.get(name)
+        for label, ma in _train_runs(step_a):
+            mb = runs_b.get(label)
+            if not mb:
+                continue
+            va, vb = _series(Path(dir_a), ma), _series(Path(dir_b), mb)
+            shaken = [f"{side}: {why}" for side, why in (("A", _disturbance(ma)), ("B", _disturbance(mb))) if why]
+            if va and vb and shaken:
+                disturbed_rows += 1
+                row = _untested(label, METRIC, _window_mean(va, ma.get(METRIC)), _window_mean(vb, mb.get(METRIC)),
+                                0.0,
+                                "measured while other work used the machine (" + "; ".join(shaken) + "): decides "
+                                "nothing, never gating")
+                rows.append({**row, "verdict": "inconclusive", "disturbed": True})
+            elif va and vb:
+                mean_a, mean_b = _window_mean(va, ma.get(METRIC)), _window_mean(vb, mb.get(METRIC))
+                if mean_a > 0 and mean_b > 0:
+                    units.setdefault(_group(label), []).append((mean_a, mean_b))
+                pending.append((len(rows), label, va, vb, ma, mb, rn))
+                rows.append({"step": label, "metric": METRIC, "tested": True,
+                             "note_after": None if rn is not None else UNKNOWN_RUN_NOISE})
+            for metric in SUMMARY_METRICS:
+                x, y = ma.get(metric), mb.get(metric)
+                if isinstance(x, (int, float)) and isinstance(y, (int, float)):
+                    rows.append(_untested(label, metric, x, y, noise if noise is not None else SUMMARY_NOISE,
+                                          "one value per run: shown, not tested, never gating"))
+    common = None
+    ratios = [math.log(sum(mb for _, mb in pairs) / sum(ma for ma, _ in pairs)) for pairs in units.values()]
+    spread = step_spread(ratios)
+    untestable: list[int] = []
+    for i, label, va, vb, ma, mb, rn in pending:
+        # each row held to the larger of its step's own run-to-run variation and the spread of every step's change
+        held = max((x for x in (rn, spread, declared.launch) if x is not None), key=lambda x: x.total, default=None)
+        try:  # a step without repeats: its run-to-run variation unknown, only a large change resolves on its own
+            c = compare_windows(va, vb, stored_a=ma.get(METRIC), stored_b=mb.get(METRIC), higher_is_better=True,
+                                alpha=alpha, noise=noise, baseline="A", variant="B", metric=METRIC, run_noise=held,
+                                min_floor=COMMON_MIN_SHIFT if rn is not None else UNREPEATED_MIN_FLOOR)
+        except StatsError as exc:
+            rows[i] = _untested(label, METRIC, sum(va) / len(va), sum(vb) / len(vb),
+                                noise if noise is not None else SUMMARY_NOISE, f"not tested: {exc}")
+            untestable.append(i)
+        else:
+            tested.append((i, c))
+    if len(ratios) >= COMMON_SHIFT_MIN_ROWS:
+        c = compare_shift(ratios, min_shift=COMMON_MIN_SHIFT, alpha=alpha, noise=noise, baseline="A", variant="B",
+                          min_se=declared.run_sd, min_se_df=declared.df,
+                          metric=METRIC)
+        tested.append((len(rows), c))
+        rows.append({"step": COMMON_ROW, "metric": METRIC, "tested": True})
+        common = len(rows) - 1
+    family = None
+    tested.sort(key=lambda item: item[0])
+    if tested:
+        family = adjust_family([c for _, c in tested], alpha)
+        for (i, _), c in zip(tested, family.comparisons):
+            rows[i].update(c.as_dict())
+            rows[i].update(mean_a=c.mean_a, mean_b=c.mean_b, delta=c.mean_b - c.mean_a, rel_delta=c.rel,
+                           note=rows[i].pop("note_after", None))
+            if rows[i]["note"] == UNKNOWN_RUN_NOISE and rows[i]["verdict"] == "same":
+                rows[i]["verdict"] = "inconclusive"  # its interval leaves out the unknown run-to-run variation
+    if common is not None:
+        rows[common].update(mean_a=None, mean_b=None, delta=None, note=(
+            f"the mean change over {len(ratios)} steps' launches measured undisturbed in both runs (each step's "
+            f"repeats averaged); its noise floor is at least {fmt_pct(COMMON_MIN_SHIFT)}, what two undisturbed runs "
+            "of one configuration on one machine can differ by as a whole"
+            + (f"; its standard error at least the runbook's run_sd {fmt_pct(declared.run_sd)} ({declared.source})"
+               if declared.run_sd else "")))
+    if disturbed_rows:
+        warnings.append(f"{plural(disturbed_rows, 'launch', 'launches')} measured while other work used the machine "
+                        "(telemetry): shown, never gating; run them again on a quiet machine")
+    if not noise_by_step and tested:
+        warnings.append("run-to-run variation not measured for any step (no step ran repeats): only the change "
+                        "common to every step is tested")
+    regressions = [r for r in rows if r.get("tested") and r["significant"] and r["verdict"] == "worse"]
+    improvements = sum(1 for r in rows if r.get("tested") and r["significant"] and r["verdict"] == "better")
+    exit_code = 1 if regressions else 0
+    if regressions:
+        gate = (f"{plural(len(regressions), 'regression')} beyond the noise floor, significant after Holm's correction: "
+                + "; ".join(f"{r['step']} {r['metric']} {fmt_pct(r['rel'], signed=True)}" for r in regressions))
+    elif tested:
+        gate = "no significant regression"
+    else:
+        gate = "no row could be tested: nothing to gate on"
+    return {"run_a": str(dir_a), "run_b": str(dir_b), "runbooks": {"A": name_a, "B": name_b},
+            "verdicts": {"A": a.get("verdict"), "B": b.get("verdict")},
+            "alpha": alpha, "noise": noise, "noise_source": "user" if noise is not None else "measured",
+            "run_noise": {k: v.as_dict() for k, v in noise_by_step.items()} or None,
+            "step_spread": spread.as_dict() if spread is not None else None,
+            "declared_noise": declared.as_dict(),
+            "family": ({k: v for k, v in family.as_dict().items() if k != "comparisons"} if family else
+                       {"correction": "holm", "alpha": alpha, "family_size": 0,
+                        "statement": "no tested rows: nothing was corrected", "significant": 0, "regressions": 0}),
+            "rows": rows,
+            "regressions": [{"step": r["step"], "metric": r["metric"], "rel": r["rel"], "text": r["text"]}
+                            for r in regressions],
+            "improvements": improvements, "exit_code": exit_code, "gate": gate, "warnings": warnings}
+
+
+@dataclass(frozen=True)
+class DeclaredNoise:
+    """How two runs of the runbook differ when nothing changed, as its `compare` mapping declares (measured with
+    benchmarks/bench_aa_compare.py on its machine): run_sd, the sd of the change common to every step (log B/A);
+    launch (a RunNoise: one run's share of launch_sd, the sd of one launch's log B/A, so launch_sd / sqrt 2),
+    df (pairs - 1), source (words). The larger of A's and B's; everything None/0 when neither declares one."""
+    run_sd: float | None = None
+    launch: RunNoise | None = None
+    df: float | None = None
+    source: str = ""
+
+    def as_dict(self) -> dict[str, Any] | None:
+        if self.run_sd is None and self.launch is None:
+            return None
+        return {"run_sd": self.run_sd, "launch_sd": None if self.launch is None else self.launch.total * math.sqrt(2),
+                "df": self.df, "source": self.source}
+
+
+def declared_noise(a: dict, b: dict) -> DeclaredNoise:
+    """The runbooks' declared run-to-run noise (results.json's runbook record, key "compare"; see DeclaredNoise).
+    Two runs also differ as a whole, and each step by more than its repeats inside one run show (the machine
+    between the runs, step after step): one pair cannot measure that, A/A pairs can. compare holds the change
+    common to every step to a standard error of at least run_sd, and every launch's noise to at least launch_sd."""
+    found = [((run.get("runbook") or {}).get("compare") or {}, (run.get("runbook") or {}).get("name"))
+             for run in (a, b)]
+    found = [(d, name) for d, name in found if isinstance(d, dict) and d]
+    if not found:
+        return DeclaredNoise()
+
+    def largest(key: str) -> float | None:
+        vals = [float(d[key]) for d, _ in found if isinstance(d.get(key), (int, float)) and d[key] >= 0]
+        return max(vals) if vals else None
+
+    run_sd = largest("run_sd")
+    sides = [pair_noise_from(d) for d, _ in found]  # the one reader of a declared launch noise
+    launch_sd = max((x.sd for x in sides if x is not None), default=None)
+    pairs = min(float(d["pairs"]) for d, _ in found if isinstance(d.get("pairs"), (int, float))) \
+        if any(isinstance(d.get("pairs"), (int, float)) for d, _ in found) else 2.0
+    df = max(pairs - 1.0, 1.0)
+    names = sorted({str(n) for _, n in found})
+    source = f"declared by runbook {', '.join(names)} from {pairs:g} A/A pairs"
+    launch = None if not launch_sd else RunNoise(
+        between=launch_sd / math.sqrt(2.0), total=launch_sd / math.sqrt(2.0), within=0.0, df=df, runs=int(2 * pairs),
+        groups=int(pairs), source=f"launch_sd {fmt_pct(launch_sd)} {source}")
+    return DeclaredNoise(run_sd=run_sd or None, launch=launch, df=df, source=source)
+
+
+def step_spread(ratios: list[float]) -> RunNoise | None:
+    """How much one step's figure moves between the two runs when nothing changed it: the robust spread (1.4826 x
+    the median absolute deviation, so that one step that did change does not widen it) of every step's log-ratio,
+    as the run-to-run variation of one run's mean (sd / sqrt 2: each row's two sides); None with fewer than
+    COMMON_SHIFT_MIN_ROWS steps. Two validation runs differ by more than the repeats inside each show (the machine
+    between them, step by step: one quiet A/A pair had a sweep step +11% against a 2.3% run-to-run variation)."""
+    if len(ratios) < COMMON_SHIFT_MIN_ROWS:
+        return None
+    d = sorted(ratios)
+    med = d[len(d) // 2] if len(d) % 2 else (d[len(d) // 2 - 1] + d[len(d) // 2]) / 2
+    dev = sorted(abs(x - med) for x in d)
+    mad = dev[len(dev) // 2] if len(dev) % 2 else (dev[len(dev) // 2 - 1] + dev[len(dev) // 2]) / 2
+    total = 1.4826 * mad / math.sqrt(2.0)
+    return RunNoise(between=total, total=total, within=0.0, df=float(len(d) - 1), runs=2 * len(d), groups=len(d),
+                    source=f"the spread of {len(d)} steps' changes between the two runs")
+
+
+COMMON_SHIFT_MIN_ROWS = 3  # the change common to every step is tested from this many steps' launches
+COMMON_ROW = "all steps (common change)"
+# Two undisturbed runs of one configuration on one machine differ as a whole by a few percent (CPU frequency,
+# memory placement, the page cache); a change common to every step smaller than this is not told apart from that
+# (benchmarks/bench_aa_compare.py measures the false alarms this leaves)
+COMMON_MIN_SHIFT = 0.05
+# A step that ran no repeats: its run-to-run variation is unknown, and single runs of one configuration on a quiet
+# machine have differed by up to 37% (one thread per process); only a change beyond this resolves on its own row
+UNREPEATED_MIN_FLOOR = 0.5
+UNKNOWN_RUN_NOISE = (f"one run of this step on each side: its run-to-run variation is unknown (the step ran no "
+                     f"repeats), so this row resolves only a change beyond {UNREPEATED_MIN_FLOOR:.0%}; smaller ones "
+                     "count in the change common to all steps")
+_REPEAT_RE = re.compile(r", repeat \d+\]$")
+
+
+def performance_analysis(current: dict, earlier: dict, current_dir: Path | str, earlier_dir: Path | str,
+                         noise: float | None = None, alpha: float = ALPHA) -> dict[str, Any]:
+    """This run against an earlier one (`--against RUN_DIR`): compare_runs(earlier, current) (A = the earlier
+    run, B = this one) plus what the report's "Performance analysis" section and executive summary show.
+
+    Returns (stored as results.json "performance_analysis"):
+        {"against": {"run_dir", "runbook", "started", "verdict", "git_sha"},   # the earlier run
+         ...every key of compare_runs() (rows: mean_a = the earlier run's value, mean_b = this run's),
+         "key_finding": {"text": one sentence, "step", "metric", "rel", "verdict", "row": the row} -- the largest
+                        significant change; with none: {"text": "none: ...", "step": None, "metric": None,
+                        "rel": None, "verdict": None, "row": None}}
+    """
+    out = compare_runs(earlier, current, earlier_dir, current_dir, noise=noise, alpha=alpha)
+    out["against"] = {"run_dir": str(earlier_dir), "runbook": (earlier.get("runbook") or {}).get("name"),
+                      "started": earlier.get("started"), "verdict": earlier.get("verdict"),
+                      "git_sha": (earlier.get("environment") or {}).get("git_sha")}
+    out["key_finding"] = key_finding(out)
+    return out
+
+
+def key_finding(out: dict[str, Any]) -> dict[str, Any]:
+    """The largest significant change of a comparison (by |relative difference|), or "none"."""
+    significant = [r for r in out["rows"] if r.get("tested") and r.get("significant")]
+    if not significant:
+        n = out["family"]["family_size"]
+        return {"text": (f"none: no metric changed significantly ({plural(n, 'comparison')}, Holm-corrected)" if n else
+                         "none: no metric could be compared"),
+                "step": None, "metric": None, "rel": None, "verdict": None, "row": None}
+    row = max(significant, key=lambda r: abs(r["rel"]))
+    return {"text": f"{row['step']} {row['metric']} {row['verdict']}: {row['text']}", "step": row["step"],
+            "metric": row["metric"], "rel": row["rel"], "verdict": row["verdict"], "row": row}
+
+
+def table_lines(out: dict[str, Any]) -> list[str]:
+    """compare_runs() as plain text lines for a console or a log: a table whose columns are as wide as their
+    widest cell (step and metric names are never shortened, whatever the terminal's width), then the correction,
+    the run-to-run variation and the gate's result."""
+    head = ("step", "metric", "A", "B", "change", "95% CI", "p", "Holm p", "noise floor", "verdict")
+    table = [head]
+    for r in out["rows"]:
+        tested = bool(r.get("tested"))
+        ci = f"{fmt_pct(r.get('ci_low'), signed=True)} .. {fmt_pct(r.get('ci_high'), signed=True)}" if tested else "-"
+        verdict = str(r.get("verdict"))
+        if tested and r.get("significant"):
+            verdict += " (significant)"
+        elif not tested:
+            verdict += " (not tested)"
+        table.append((str(r["step"]), str(r["metric"]), _num(r.get("mean_a")), _num(r.get("mean_b")),
+                      fmt_pct(r.get("rel_delta"), signed=True), ci, _p(r.get("p_value")), _p(r.get("p_adjusted")),
+                      fmt_pct(r.get("noise_floor")) if tested else "-", verdict))
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    lines = [f"B = {out['run_b']} against A = {out['run_a']}"]
+    for row in table:
+        lines.append("  ".join(cell.ljust(w) if i < 2 or i == len(head) - 1 else cell.rjust(w)
+                               for i, (cell, w) in enumerate(zip(row, widths))).rstrip())
+    lines.append(out["family"]["statement"])
+    for step, rn in sorted((out.get("run_noise") or {}).items()):
+        lines.append(f"{step}: each run's noise is held to at least its {rn['text']}.")
+    if out.get("step_spread"):
+        sp = out["step_spread"]
+        lines.append(f"Every row's noise is held to at least {fmt_pct(sp['total'])} a side: {sp['source']} "
+                     f"(robust sd {fmt_pct(sp['total'] * math.sqrt(2))}, {sp['df']:g} df).")
+    lines.append("Rows marked 'not tested' have one value per run: shown, never gating.")
+    lines.append(f"Result: {out['gate']} (exit {out['exit_code']}).")
+    return lines
+
+
+def _num(v: Any) -> str:
+    """A mean as the report prints it (validation.formatting.fmt_num: 19,214.5, never 1.921e+04)."""
+    return fmt_num(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else "n/a"
+
+
+def _p(v: Any) -> str:
+    if not isinstance(v, (int, float)) or not math.isfinite(v):
+        return "-"
+    return f"{v:.2g}" if v >= 1e-4 else f"{v:.1e}"

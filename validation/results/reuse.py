@@ -1,0 +1,188 @@
+"""A phase taken from an earlier run of the same source instead of being run again: `nsa-validate run RUNBOOK
+--reuse PHASE` (the newest matching run under reports/, where runs are committed) or `--reuse PHASE=RUN_DIR`.
+
+What it is for: h100_single.yaml includes gpu_kernels.yaml's kernel qualification (about 7 minutes on one H100).
+Where a run of that phase at the same source is committed, the rest of the runbook can run without it, and the
+report says whose results the phase shows.
+
+An earlier run matches a phase when (and the error names, for each run looked at, the first of these it fails):
+- it recorded the digest of its source tree (validation.version.source_digest: the code, tests, benchmarks,
+  runbooks and configs, not reports/ or the docs) and that digest is this tree's: the same code ran the same steps.
+  Committing a run's report into reports/ leaves the digest as it was, so a run at commit C matches at C + its
+  report;
+- it has a phase of that name with the same steps (names and kinds, in order), each of which passed;
+- the `--set` overrides that reach those steps (steps.<one of them>.*, defaults.*, requirements.*) are the same.
+The phase's steps are then recorded with the earlier run's status, metrics and decisions (acceptance criteria read
+them as if they had run here), under a `reused` record naming the run, its runbook, when it finished and on which
+device; the files they wrote stay in that run's directory. Nothing of a reused phase is launched.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from validation.results.store import RESULTS_JSON, reused_note
+from validation.runbook.model import Runbook
+from validation.version import source_digest
+
+SEARCH_DIR = Path("reports")  # where `--reuse PHASE` looks for runs (relative to the working directory)
+# What a reused step keeps of the earlier run's record: its outcome and figures, not the files it wrote there.
+KEPT_KEYS = ("status", "reason", "duration_s", "metrics", "runs", "winner", "comparison", "excerpt", "decision",
+             "choice", "order_seed", "order", "notes", "interference", "env", "command")
+
+
+class ReuseError(ValueError):
+    """A --reuse that cannot be honoured; the message names the phase and, for each run looked at, why not."""
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """Phase `phase`, taken from the run whose results.json is `source`."""
+
+    phase: str
+    source: Path
+    results: Mapping[str, Any]
+
+    @property
+    def device(self) -> str:
+        env = self.results.get("environment") or {}
+        gpus = [g.get("name") for g in env.get("gpus") or [] if isinstance(g, dict) and g.get("name")]
+        return (f"{len(gpus)} x {gpus[0]}" if len(gpus) > 1 else gpus[0]) if gpus else "no GPU"
+
+    def record(self) -> dict[str, Any]:
+        """What results.json keeps of the reuse: run-level `reused` entries and each step's `reused`."""
+        rb = self.results.get("runbook") or {}
+        return {"phase": self.phase, "from": str(self.source), "runbook": rb.get("name"),
+                "finished": self.results.get("finished"), "device": self.device,
+                "source_digest": (self.results.get("environment") or {}).get("source_digest")}
+
+    def note(self) -> str:
+        return reused_note(self.record())
+
+    def step_result(self, pending: dict[str, Any]) -> dict[str, Any]:
+        """`pending` (this run's empty record of the step) with the earlier run's outcome and figures."""
+        earlier = self.results["steps"][pending["name"]]
+        out = dict(pending)
+        for key in KEPT_KEYS:
+            if key in earlier:
+                out[key] = copy.deepcopy(earlier[key])
+        out["reason"] = "; ".join(x for x in (earlier.get("reason"), f"not run here: {self.note()}") if x)
+        out["reused"] = self.record()
+        _drop_files(out)
+        return out
+
+
+def _drop_files(result: dict[str, Any]) -> None:
+    """The paths a reused record would carry into this run's directory, where those files are not: the
+    training.csv of its metrics and runs (relative to the earlier run's directory)."""
+    for metrics in [result.get("metrics")] + [r.get("metrics") for r in result.get("runs") or []
+                                              if isinstance(r, dict)]:
+        if isinstance(metrics, dict) and "csv" in metrics:
+            metrics["csv"] = None
+
+
+def parse(values: list[str] | tuple[str, ...]) -> dict[str, Path | None]:
+    """--reuse values -> {phase: run directory or results.json, or None to search SEARCH_DIR}."""
+    out: dict[str, Path | None] = {}
+    for value in values:
+        phase, _, where = str(value).partition("=")
+        phase = phase.strip()
+        if not phase:
+            raise ReuseError(f"--reuse {value!r}: expected PHASE or PHASE=RUN_DIR")
+        if phase in out:
+            raise ReuseError(f"--reuse {phase}: given twice")
+        out[phase] = Path(where) if where else None
+    return out
+
+
+def _relevant(overrides, steps: list[str]) -> list[str]:
+    """The --set items that can change steps `steps`: their own keys, defaults and requirements."""
+    heads = tuple(f"steps.{s}." for s in steps) + ("defaults.", "requirements.")
+    return sorted(str(o) for o in overrides or [] if str(o).partition("=")[0].strip().startswith(heads))
+
+
+def refusal(results: Mapping[str, Any], rb: Runbook, phase: str, overrides, digest: str) -> str | None:
+    """Why the run of `results` cannot stand for phase `phase` of `rb` (None: it can)."""
+    env = results.get("environment") if isinstance(results.get("environment"), dict) else {}
+    theirs = env.get("source_digest")
+    if not theirs:
+        return "it recorded no source digest (a run of a version before --reuse)"
+    if theirs != digest:
+        return f"it ran another source (digest {theirs[:12]}, this tree {digest[:12]})"
+    mine = next(p for p in rb.phases if p.name == phase)
+    recorded = {p.get("name"): p for p in results.get("phases") or [] if isinstance(p, dict)}
+    if phase not in recorded:
+        return f"it has no phase {phase} (its phases: {', '.join(map(str, recorded)) or 'none'})"
+    names = [s.name for s in mine.steps]
+    if list(recorded[phase].get("steps") or []) != names:
+        return f"its phase {phase} has other steps ({', '.join(map(str, recorded[phase].get('steps') or []))})"
+    steps = results.get("steps") or {}
+    for step in mine.steps:
+        theirs_step = steps.get(step.name) or {}
+        if theirs_step.get("kind") != step.kind:
+            return f"its step {step.name} is a {theirs_step.get('kind')} step, here a {step.kind} step"
+        if theirs_step.get("status") != "passed":
+            return f"its step {step.name} ended {theirs_step.get('status')}"
+    ours, recorded_set = _relevant(overrides, names), _relevant((results.get("options") or {}).get("set"), names)
+    if ours != recorded_set:
+        return f"other --set for its steps ({', '.join(recorded_set) or 'none'}; here {', '.join(ours) or 'none'})"
+    return None
+
+
+def _candidates(where: Path | None, cwd: Path) -> list[tuple[Path, Any]]:
+    """(results.json path, its content or the exception reading it raised) of every run to look at: `where` (a run
+    directory or its results.json), or every one under SEARCH_DIR, newest first (by the time its run finished).
+    Each file is read once."""
+    if where is not None:
+        where = where if where.is_absolute() else cwd / where
+        path = where / RESULTS_JSON if where.is_dir() else where
+        if not path.is_file():
+            raise ReuseError(f"{where}: no {RESULTS_JSON} (expected a run directory)")
+        paths = [path]
+    else:
+        paths = sorted((cwd / SEARCH_DIR).rglob(RESULTS_JSON)) if (cwd / SEARCH_DIR).is_dir() else []
+    found = []
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            data = exc
+        found.append((path, data))
+    finished = lambda pd: str(pd[1].get("finished") or "") if isinstance(pd[1], dict) else ""  # noqa: E731
+    return sorted(found, key=finished, reverse=True)
+
+
+def resolve(rb: Runbook, requests: Mapping[str, Path | None], overrides, cwd: Path, digest: str | None = None
+            ) -> dict[str, Reuse]:
+    """{phase: Reuse} for every --reuse request (`overrides`: this run's --set items); ReuseError naming the phase
+    and why each run looked at does not match when one has none."""
+    if not requests:
+        return {}
+    digest = digest or source_digest()
+    phases = [p.name for p in rb.phases]
+    out = {}
+    for phase, where in requests.items():
+        if phase not in phases:
+            raise ReuseError(f"--reuse {phase}: no phase {phase!r} in {rb.path} (phases: {', '.join(phases)})")
+        why = []
+        for path, results in _candidates(where, cwd):
+            if isinstance(results, Exception):
+                reason = f"unreadable ({results})"
+            elif not isinstance(results, dict):
+                reason = "not a results.json"
+            else:
+                reason = refusal(results, rb, phase, overrides, digest)
+            if reason is None:
+                out[phase] = Reuse(phase, path, results)
+                break
+            why.append(f"{path}: {reason}")
+        else:
+            looked = (f"; ".join(why[:6]) + (f"; and {len(why) - 6} more" if len(why) > 6 else "")) if why else \
+                f"no {RESULTS_JSON} under {cwd / SEARCH_DIR}"
+            raise ReuseError(f"--reuse {phase}: no run of this source's phase {phase} to take its results from "
+                             f"({looked}); run it, or leave --reuse out")
+    return out

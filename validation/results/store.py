@@ -1,0 +1,148 @@
+"""RUN_DIR/results.json: everything a validation run found, the one input of every report. Its schema (version
+SCHEMA_VERSION) is written as typed records in validation.results.model, key by key; every write and every read
+goes through results_model.check_results.
+
+Writes are atomic (temp file, fsync, rename: nsa.training.outputs.atomic_write) and happen after every step, so an
+interrupted run keeps every finished step and `nsa-validate run --resume RUN_DIR` continues from it. A record that
+does not hold to the schema is not written: write_results raises ResultsError naming the key path and what is
+wrong, and the previous results.json stays as it was. A write that fails (disk full, permission denied, RUN_DIR
+not a directory) raises RunDirError naming the path and the OS error; the previous results.json stays as it was and
+no temp file is left behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from nsa.training.outputs import atomic_write
+from validation.results.model import (CRITERION_STATUSES, FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, SCHEMA_VERSION,
+                                      STEP_STATUSES, VERDICTS, ResultsError, RunResults, check_results)
+
+__all__ = ["CRITERION_STATUSES", "DEFAULT_RUNS", "FAILED_STEP_STATUSES", "FINAL_STEP_STATUSES", "RESULTS_JSON",
+           "SCHEMA_VERSION", "STEP_STATUSES", "VERDICTS", "ResultsError", "RunDirError", "RunResults",
+           "cannot_write", "inside_run_dir", "os_error_text", "read_results", "resume_note", "write_results"]
+
+RESULTS_JSON = "results.json"
+DEFAULT_RUNS = Path("artifacts/validate")  # where a run's directory goes without --out (<runbook>-<time>)
+
+
+class RunDirError(RuntimeError):
+    """The run directory cannot be written (disk full, permission denied, not a directory), or a path in it
+    leads outside it. The message is one line naming the path and the reason."""
+
+
+def os_error_text(exc: OSError) -> str:
+    """"No space left on device [ENOSPC]" for an OSError (its strerror and errno name), else str(exc)."""
+    name = errno.errorcode.get(exc.errno) if isinstance(exc.errno, int) else None
+    text = exc.strerror or str(exc) or type(exc).__name__
+    return f"{text} [{name}]" if name else text
+
+
+def cannot_write(path: Path | str, exc: OSError) -> RunDirError:
+    """A RunDirError for a failed write of `path` (the OSError's own filename when it names another one)."""
+    where = exc.filename if isinstance(exc.filename, str) and exc.filename else str(path)
+    return RunDirError(f"cannot write {where}: {os_error_text(exc)}")
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def inside_run_dir(run_dir: Path | str, rel: str | Path) -> Path:
+    """RUN_DIR/rel, once it is known to stay inside RUN_DIR: the one check of every path the suite derives from
+    runbook content (the run directory under DEFAULT_RUNS, step, launch and trainer directories, plots). `rel` is
+    relative and has no `..`, no existing symlink along it leads outside RUN_DIR, and neither does any symlink under
+    it when it is an existing directory (e.g. the files a resumed step would overwrite). Raises RunDirError naming
+    the path; RUN_DIR itself (--out, --resume) is the user's choice and may be anywhere, a link included."""
+    rel_path = Path(rel)
+    if not str(rel) or rel_path.is_absolute() or ".." in rel_path.parts:
+        raise RunDirError(f"output path {str(rel)!r}: must be relative to the run directory {run_dir}, "
+                          "without '..'")
+    root = Path(run_dir).resolve()
+
+    def check(path: Path) -> None:
+        if not path.is_symlink():
+            return
+        try:
+            target = path.resolve()
+        except (OSError, RuntimeError):  # a link loop: nowhere safe
+            target = None
+        if target is None or not _within(target, root):
+            raise RunDirError(f"{path} is a symlink to {os.readlink(path)}, outside the run directory {run_dir}: "
+                              "refusing to write through it")
+
+    current = Path(run_dir)
+    for part in rel_path.parts:
+        current = current / part
+        check(current)
+    if current.is_dir():
+        for dirpath, dirnames, filenames in os.walk(current):  # links are not followed, only checked
+            for name in dirnames + filenames:
+                check(Path(dirpath) / name)
+    return current
+
+
+def write_results(run_dir: Path, results: RunResults | dict[str, Any]) -> Path:
+    """Write RUN_DIR/results.json atomically, once `results` holds to the schema (check_results). Raises
+    ResultsError for a malformed record (naming the key path; nothing is written) and RunDirError when the file
+    cannot be written; either way the old file stays intact."""
+    path = Path(run_dir) / RESULTS_JSON
+    try:
+        check_results(results, str(path))
+    except ResultsError as exc:
+        raise ResultsError(f"{exc}; not written (the previous {RESULTS_JSON}, if any, is unchanged)") from None
+    text = json.dumps(results, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    try:
+        return atomic_write(path, text)
+    except OSError as exc:
+        raise RunDirError(f"cannot write {path}: {os_error_text(exc)} (the previous {RESULTS_JSON}, if any, is "
+                          "unchanged)") from None
+
+
+def read_results(run_dir: Path) -> RunResults:
+    """RUN_DIR/results.json, checked (check_results). Raises ResultsError naming the file (and the key path)."""
+    path = Path(run_dir) / RESULTS_JSON
+    if not path.is_file():
+        raise ResultsError(f"{path}: not found (is {run_dir} a validation run directory?)")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"{path}: unreadable ({exc})") from None
+    return check_results(data, str(path))
+
+
+def resume_note(results: RunResults | dict[str, Any]) -> str | None:
+    """One line on how the run was interrupted and continued (results["resumes"]), e.g. "interrupted by SIGINT
+    at T1, resumed at T2 with step second"; None for a run never resumed. The report's header and the console show
+    it."""
+    entries = [r for r in results.get("resumes") or [] if isinstance(r, dict)]
+    parts = []
+    for r in entries:
+        steps = [str(n) for n in r.get("steps") or []]
+        rerun = {str(n) for n in r.get("rerun") or []}
+        replaced = r.get("replaced") if isinstance(r.get("replaced"), dict) else {}
+        named = [f"{n} run again (it had {(replaced.get(n) or {}).get('status') or 'no result'})" if n in rerun else n
+                 for n in steps]
+        what = (f"with step{'s' if len(named) > 1 else ''} {', '.join(named)}" if named
+                else "with no step left to run (its verdict computed)")
+        changed = "; the runbook had changed since the run started" if r.get("runbook_changed") else ""
+        parts.append(f"{r.get('previous_state') or 'stopped'} at {r.get('previous_end') or 'an unknown time'}, "
+                     f"resumed at {r.get('at') or 'an unknown time'} {what}{changed}")
+    return "; then ".join(parts) or None
+
+
+def reused_note(record: dict[str, Any]) -> str:
+    """One line on a phase taken from an earlier run (a results.json `reused` record, validation.results.reuse)."""
+    digest = str(record.get("source_digest") or "?")[:12]
+    return (f"phase {record.get('phase')}: its results are those of {record.get('from')} ({record.get('runbook')} "
+            f"run finished {record.get('finished') or 'at an unknown time'} on {record.get('device') or 'an unknown device'}; "
+            f"the same source, digest {digest}); nothing of it ran here")
+
+
+def reused_notes(results: RunResults | dict[str, Any]) -> list[str]:
+    """reused_note of every phase the run took from an earlier run (the report's header shows them)."""
+    return [reused_note(r) for r in results.get("reused") or [] if isinstance(r, dict)]

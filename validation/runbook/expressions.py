@@ -1,0 +1,557 @@
+"""Acceptance criteria: small Python-like expressions over step results, checked safely.
+
+    baseline.toks_per_s.mean >= 39
+    ddp.toks_per_s_per_gpu / single.toks_per_s.mean >= 0.8
+    parity.failed == 0 and parity.passed > 0
+    bucket_sweep.winner is not None
+    sweep.runs["NSA_DDP_BUCKET_MB=50"].toks_per_s.mean > 40
+    between(baseline.toks_per_s.mean, 45, 55)
+    not log_contains(longrun, "Traceback")
+
+An expression is parsed with `ast` and checked against a whitelist when it is compiled (a runbook with a bad
+expression is rejected at load time, and so is one reading a metric its step's kind does not produce: `paths`,
+validation.kinds.base.check_metric_reference); it is then evaluated by walking the tree: nothing is ever passed to
+eval(), and attribute access only reads keys of mappings. Allowed:
+
+    and, or, not, unary -, + - * / // % ** (numbers only; |exponent| <= MAX_EXPONENT; integer results up to
+    MAX_INT_BITS bits), nested at most MAX_DEPTH levels
+    == != < <= > >= in, not in, is None, is not None
+    names (step names), a.b (key "b" of mapping a), a["k"] / a[0] (constant keys), tuple/list literals
+    numbers, strings, True, False, None
+    FUNCTIONS: abs, min, max, round, len, between(x, lo, hi), log_contains(step, "text"), log_count(step, "text")
+
+Evaluation never raises for data: a missing name or key, None in arithmetic or in a comparison other than
+is/is not, a division by zero or a type mismatch gives status "error" with a detail sentence.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import re
+import reprlib
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+
+class ExpressionError(ValueError):
+    """An expression that cannot be compiled: a syntax error or a construct that is not allowed."""
+
+
+MAX_EXPONENT = 100
+MAX_LENGTH = 2000
+MAX_DEPTH = 100        # syntax-tree depth: bounds the evaluator's and the report's recursion
+MAX_INT_BITS = 10_000  # an integer result larger than this is an error (x ** 99 ** ... would never finish)
+
+# name -> (min args, max args or None); the one list of callable functions.
+FUNCTIONS: dict[str, tuple[int, int | None]] = {
+    "abs": (1, 1), "min": (1, None), "max": (1, None), "round": (1, 2), "len": (1, 1),
+    "between": (3, 3), "log_contains": (2, 2), "log_count": (2, 2),
+}
+LOG_FUNCTIONS = ("log_contains", "log_count")
+STATUSES = ("pass", "fail", "error")
+
+_BINOPS: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {
+    ast.Add: ("+", operator.add), ast.Sub: ("-", operator.sub), ast.Mult: ("*", operator.mul),
+    ast.Div: ("/", operator.truediv), ast.FloorDiv: ("//", operator.floordiv), ast.Mod: ("%", operator.mod),
+    ast.Pow: ("**", operator.pow),
+}
+_CMPOPS: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {
+    ast.Eq: ("==", operator.eq), ast.NotEq: ("!=", operator.ne), ast.Lt: ("<", operator.lt),
+    ast.LtE: ("<=", operator.le), ast.Gt: (">", operator.gt), ast.GtE: (">=", operator.ge),
+    ast.Is: ("is", operator.is_), ast.IsNot: ("is not", operator.is_not),
+    ast.In: ("in", lambda a, b: a in b), ast.NotIn: ("not in", lambda a, b: a not in b),
+}
+_OP_WORDS = {"Invert": "~", "UAdd": "unary +", "MatMult": "@", "BitAnd": "&", "BitOr": "|", "BitXor": "^",
+             "LShift": "<<", "RShift": ">>"}
+_NODE_WORDS = {
+    "Lambda": "a lambda", "ListComp": "a comprehension", "SetComp": "a comprehension",
+    "DictComp": "a comprehension", "GeneratorExp": "a comprehension", "IfExp": "a conditional expression",
+    "NamedExpr": "an assignment (:=)", "JoinedStr": "an f-string", "Starred": "a starred argument",
+    "Await": "await", "Yield": "yield", "YieldFrom": "yield", "Slice": "a slice", "Dict": "a dict literal",
+    "Set": "a set literal",
+}
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """The outcome of one evaluation.
+
+    value:  the expression's value (None on error)
+    status: "pass" (truthy), "fail" (falsy) or "error" (could not be evaluated; see detail)
+    detail: why it is an error, None otherwise
+    actual: the values behind the verdict for a report's "Actual" column, e.g. "baseline.toks_per_s.mean = 847.2"
+    """
+
+    value: Any
+    status: str
+    detail: str | None
+    actual: str
+
+
+class _EvalError(Exception):
+    """Internal: evaluation cannot go on; the message is the detail."""
+
+
+def _src(node: ast.AST) -> str:
+    return ast.unparse(node)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_brief_repr = reprlib.Repr()
+_brief_repr.maxlevel, _brief_repr.maxstring, _brief_repr.maxother = 3, 40, 40
+
+
+def fmt_value(v: Any) -> str:
+    """A value as the report shows it (4 significant digits; one decimal from 10,000)."""
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, int):
+        return str(v) if v.bit_length() <= MAX_INT_BITS else f"<integer of {v.bit_length()} bits>"
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return str(v)
+        return f"{v:.1f}" if abs(v) >= 1e4 else f"{v:.4g}"
+    if isinstance(v, str):
+        return repr(v) if len(v) <= 60 else repr(v[:57] + "...")
+    if isinstance(v, (dict, list, tuple)):  # key=value and comma lists, as the reports show data (not reprs)
+        text = _plain(v, 3)
+        return text if len(text) <= 160 else text[:157] + "..."
+    try:
+        text = _brief_repr.repr(v)  # bounded: data may be huge or self-referencing
+    except ValueError:  # an int too long for str()
+        text = f"<{type(v).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _plain(v: Any, depth: int) -> str:
+    """A dict as {k=v, ...}, a list as [a, b, ...], strings unquoted inside; bounded in depth and length."""
+    if isinstance(v, str):
+        return v if len(v) <= 40 else v[:37] + "..."
+    if not isinstance(v, (dict, list, tuple)):
+        return fmt_value(v)
+    if depth <= 0:
+        return "{...}" if isinstance(v, dict) else "[...]"
+    items = list(v.items())[:8] if isinstance(v, dict) else list(v)[:8]
+    more = len(v) > 8
+    if isinstance(v, dict):
+        body = ", ".join(f"{_plain(k, depth - 1)}={_plain(x, depth - 1)}" for k, x in items)
+        return "{" + body + (", ..." if more else "") + "}"
+    body = ", ".join(_plain(x, depth - 1) for x in items)
+    return "[" + body + (", ..." if more else "") + "]"
+
+
+class _Checker:
+    """Compile-time whitelist check; collects the step names read."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.names: set[str] = set()
+        self.log_names: set[str] = set()
+
+    def fail(self, node: ast.AST, what: str) -> None:
+        col = getattr(node, "col_offset", 0) + 1
+        raise ExpressionError(f"{what} is not allowed in an acceptance expression (column {col}): {self.text}")
+
+    def check(self, node: ast.AST) -> None:
+        kind = type(node).__name__
+        if isinstance(node, ast.Expression):
+            self.check(node.body)
+        elif isinstance(node, ast.BoolOp):
+            for v in node.values:
+                self.check(v)
+        elif isinstance(node, ast.UnaryOp):
+            if not isinstance(node.op, (ast.Not, ast.USub)):
+                self.fail(node, f"the unary operator {_OP_WORDS.get(type(node.op).__name__, type(node.op).__name__)}")
+            self.check(node.operand)
+        elif isinstance(node, ast.BinOp):
+            if type(node.op) not in _BINOPS:
+                self.fail(node, f"the operator {_OP_WORDS.get(type(node.op).__name__, type(node.op).__name__)}")
+            self.check(node.left)
+            self.check(node.right)
+        elif isinstance(node, ast.Compare):
+            self.check(node.left)
+            for op, right in zip(node.ops, node.comparators):
+                if isinstance(op, (ast.Is, ast.IsNot)) and not (isinstance(right, ast.Constant)
+                                                                 and right.value is None):
+                    self.fail(right, "'is' / 'is not' with anything but None")
+                self.check(right)
+        elif isinstance(node, ast.Name):
+            if node.id in FUNCTIONS:
+                self.fail(node, f"the function name {node.id!r} used as a value")
+            if node.id.startswith("_"):
+                self.fail(node, f"the name {node.id!r} (starts with '_')")
+            self.names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            if node.attr.startswith("_"):
+                self.fail(node, f"the attribute {node.attr!r} (starts with '_')")
+            self.check(node.value)
+        elif isinstance(node, ast.Subscript):
+            key = node.slice
+            negative_int = (isinstance(key, ast.UnaryOp) and isinstance(key.op, ast.USub)
+                            and isinstance(key.operand, ast.Constant) and _is_int(key.operand.value))
+            if not negative_int and not (isinstance(key, ast.Constant)
+                                         and (isinstance(key.value, str) or _is_int(key.value))):
+                self.fail(node.slice, "a subscript that is not a constant string or integer")
+            self.check(node.value)
+        elif isinstance(node, ast.Constant):
+            v = node.value
+            if not (v is None or isinstance(v, (bool, int, float, str))):
+                self.fail(node, f"the constant {v!r}")
+        elif isinstance(node, (ast.Tuple, ast.List)):
+            for e in node.elts:
+                self.check(e)
+        elif isinstance(node, ast.Call):
+            self.check_call(node)
+        else:
+            self.fail(node, _NODE_WORDS.get(kind, f"{kind}"))
+
+    def check_call(self, node: ast.Call) -> None:
+        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
+            what = node.func.id if isinstance(node.func, ast.Name) else _src(node.func)
+            self.fail(node, f"calling {what!r} (functions: {', '.join(FUNCTIONS)})")
+        name = node.func.id
+        if node.keywords:
+            self.fail(node.keywords[0].value, f"a keyword argument to {name}()")
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                self.fail(a, "a starred argument")
+        lo, hi = FUNCTIONS[name]
+        n = len(node.args)
+        if n < lo or (hi is not None and n > hi):
+            want = str(lo) if lo == hi else f"{lo} or more" if hi is None else f"{lo} to {hi}"
+            raise ExpressionError(f"{name}() takes {want} argument(s), got {n} (column {node.col_offset + 1}): "
+                                  f"{self.text}")
+        if name in LOG_FUNCTIONS:
+            step, text = node.args
+            if not isinstance(step, ast.Name) or step.id.startswith("_"):
+                self.fail(step, f"a first argument of {name}() that is not a bare step name")
+            if not (isinstance(text, ast.Constant) and isinstance(text.value, str)):
+                self.fail(text, f"a second argument of {name}() that is not a string constant")
+            self.names.add(step.id)
+            self.log_names.add(step.id)
+            return
+        for a in node.args:
+            self.check(a)
+
+
+def compile_expression(text: str) -> "Expression":
+    """Parse and check an acceptance expression; raises ExpressionError naming what is wrong and where."""
+    if not isinstance(text, str):
+        raise ExpressionError(f"expected an expression string, got {type(text).__name__}: {text!r}")
+    flat = " ".join(text.strip().splitlines())
+    if not flat:
+        raise ExpressionError("empty expression")
+    if len(flat) > MAX_LENGTH:
+        raise ExpressionError(f"expression longer than {MAX_LENGTH} characters: {flat[:60]}...")
+    try:
+        tree = ast.parse(flat, mode="eval")
+    except SyntaxError as exc:
+        where = f"column {exc.offset}" if exc.offset and exc.offset <= len(flat) else "the end"
+        raise ExpressionError(f"syntax error at {where}: {exc.msg}: {flat}") from None
+    except (RecursionError, MemoryError, ValueError) as exc:
+        raise ExpressionError(f"expression cannot be parsed ({type(exc).__name__}): {flat[:60]}") from None
+    if _depth(tree) > MAX_DEPTH:
+        raise ExpressionError(f"expression nested too deeply (more than {MAX_DEPTH} levels): {flat[:60]}")
+    checker = _Checker(flat)
+    try:
+        checker.check(tree)
+    except RecursionError:
+        raise ExpressionError(f"expression nested too deeply: {flat[:60]}") from None
+    return Expression(flat, tree, frozenset(checker.names), frozenset(checker.log_names))
+
+
+def _depth(tree: ast.AST) -> int:
+    """The depth of a syntax tree (iterative: the tree may be deeper than Python's recursion limit)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
+class Expression:
+    """A compiled acceptance expression.
+
+    text:      the expression (multi-line YAML text joined into one line)
+    names:     the top-level names (step names) it reads, including the steps whose logs it reads
+    log_names: the steps whose logs it reads (log_contains / log_count)
+    """
+
+    def __init__(self, text: str, tree: ast.Expression, names: frozenset[str], log_names: frozenset[str]):
+        self.text, self._tree, self.names, self.log_names = text, tree, names, log_names
+
+    def __repr__(self) -> str:
+        return f"Expression({self.text!r})"
+
+    @property
+    def paths(self) -> list[tuple[str, tuple]]:
+        """(step, key path) of every value the expression reads from a step, in order, e.g. `sweep.runs["x=5"].
+        toks_per_s.mean` -> ("sweep", ("runs", "x=5", "toks_per_s", "mean")); a bare step name reads ()."""
+        return _read_paths(self._tree.body)
+
+    def evaluate(self, namespace: Mapping[str, Any], logs: Callable[[str], str] | None = None) -> EvalResult:
+        """Evaluate against step results: namespace maps step names to nested mappings; logs(step) returns the
+        step's combined log text (for log_contains / log_count). Never raises for missing or bad data."""
+        ev = _Evaluator(namespace, logs)
+        try:
+            value = ev.eval(self._tree.body)
+        except _EvalError as exc:
+            return EvalResult(None, "error", str(exc), ev.actual(self._tree.body) or "n/a")
+        except RecursionError:
+            return EvalResult(None, "error", "expression nested too deeply", "n/a")
+        return EvalResult(value, "pass" if value else "fail", None, ev.actual(self._tree.body) or fmt_value(value))
+
+
+class _Evaluator:
+    def __init__(self, namespace: Mapping[str, Any], logs: Callable[[str], str] | None):
+        self.ns, self.logs = namespace, logs
+        self.values: dict[int, Any] = {}   # id(node) -> value, for the "actual" text
+
+    def eval(self, node: ast.AST) -> Any:
+        value = self._eval(node)
+        self.values[id(node)] = value
+        return value
+
+    def _eval(self, node: ast.AST) -> Any:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in self.ns:
+                raise _EvalError(f"{node.id}: no result (step skipped or failed?)")
+            return self.ns[node.id]
+        if isinstance(node, ast.Attribute):
+            return self._lookup(node, self.eval(node.value), node.attr)
+        if isinstance(node, ast.Subscript):
+            key = node.slice
+            k = -key.operand.value if isinstance(key, ast.UnaryOp) else key.value
+            return self._lookup(node, self.eval(node.value), k)
+        if isinstance(node, ast.BoolOp):
+            is_and = isinstance(node.op, ast.And)
+            value = None
+            for v in node.values:
+                value = self.eval(v)
+                if bool(value) != is_and:
+                    return value
+            return value
+        if isinstance(node, ast.UnaryOp):
+            v = self.eval(node.operand)
+            if isinstance(node.op, ast.Not):
+                return not v
+            self._need_numbers(node, "-", v)
+            return -v
+        if isinstance(node, ast.BinOp):
+            return self._binop(node)
+        if isinstance(node, ast.Compare):
+            return self._compare(node)
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return tuple(self.eval(e) for e in node.elts)
+        if isinstance(node, ast.Call):
+            return self._call(node)
+        raise AssertionError(f"unchecked node {type(node).__name__}")  # compile_expression rejects it
+
+    def _lookup(self, node: ast.AST, container: Any, key: Any) -> Any:
+        where = _src(node)
+        parent = _src(node.value)  # type: ignore[attr-defined]
+        if container is None:
+            raise _EvalError(f"{where}: {parent} is None")
+        if isinstance(container, Mapping):
+            if key in container:
+                return container[key]
+            alt = (str(key) if isinstance(key, int) else
+                   int(key) if isinstance(key, str) and re.fullmatch(r"-?[0-9]{1,100}", key) else None)
+            if alt is not None and alt in container:
+                return container[alt]
+            raise _EvalError(f"{where}: no such key (step skipped or failed?)")
+        if isinstance(container, (list, tuple)) and isinstance(key, int):
+            if -len(container) <= key < len(container):
+                return container[key]
+            raise _EvalError(f"{where}: index {key} out of range (length {len(container)})")
+        raise _EvalError(f"{where}: {parent} is a {type(container).__name__}, not a mapping")
+
+    def _need_numbers(self, node: ast.AST, op: str, *values: Any) -> None:
+        for v in values:
+            if v is None:
+                where = f"argument to {op}()" if isinstance(node, ast.Call) else "in arithmetic"
+                raise _EvalError(f"None {where}: {self._described(node)}")
+            if not _is_number(v):
+                raise _EvalError(f"'{op}' needs numbers, got {type(v).__name__} {fmt_value(v)} in {_src(node)}")
+
+    def _described(self, node: ast.AST) -> str:
+        operands = [n for a in node.args for n in _leaves(a)] if isinstance(node, ast.Call) else _leaves(node)
+        leaves = [f"{_src(n)} = {fmt_value(self.values[id(n)])}" for n in operands if id(n) in self.values]
+        return f"{_src(node)}" + (f" ({', '.join(leaves)})" if leaves else "")
+
+    def _binop(self, node: ast.BinOp) -> Any:
+        sym, fn = _BINOPS[type(node.op)]
+        a, b = self.eval(node.left), self.eval(node.right)
+        self._need_numbers(node, sym, a, b)
+        if sym == "**" and abs(b) > MAX_EXPONENT:
+            raise _EvalError(f"exponent {fmt_value(b)} larger than {MAX_EXPONENT} in {_src(node)}")
+        if sym == "**" and _is_int(a) and _is_int(b) and abs(a).bit_length() * b > MAX_INT_BITS:
+            raise _EvalError(f"integer result larger than {MAX_INT_BITS} bits in {_src(node)}")
+        try:
+            result = fn(a, b)
+        except ZeroDivisionError:
+            raise _EvalError(f"division by zero: {self._described(node)}") from None
+        except (OverflowError, ValueError) as exc:
+            raise _EvalError(f"{exc} in {self._described(node)}") from None
+        if isinstance(result, complex):
+            raise _EvalError(f"complex result in {self._described(node)}")
+        if _is_int(result) and result.bit_length() > MAX_INT_BITS:
+            raise _EvalError(f"integer result larger than {MAX_INT_BITS} bits in {_src(node)}")
+        return result
+
+    def _compare(self, node: ast.Compare) -> Any:
+        left = self.eval(node.left)
+        for op, right_node in zip(node.ops, node.comparators):
+            right = self.eval(right_node)
+            sym, fn = _CMPOPS[type(op)]
+            if sym not in ("is", "is not") and (left is None or right is None):
+                raise _EvalError(f"None in comparison '{sym}': {self._described(node)}")
+            try:
+                ok = fn(left, right)
+            except TypeError:
+                raise _EvalError(f"cannot compare {type(left).__name__} {fmt_value(left)} {sym} "
+                                 f"{type(right).__name__} {fmt_value(right)} in {_src(node)}") from None
+            if not ok:
+                return False
+            left = right
+        return True
+
+    def _call(self, node: ast.Call) -> Any:
+        name = node.func.id  # type: ignore[attr-defined]
+        if name in LOG_FUNCTIONS:
+            step = node.args[0].id  # type: ignore[attr-defined]
+            text = node.args[1].value  # type: ignore[attr-defined]
+            if self.logs is None:
+                raise _EvalError(f"{name}({step}, ...): no logs available")
+            try:
+                log = self.logs(step)
+            except (OSError, LookupError, ValueError) as exc:
+                raise _EvalError(f"{name}({step}, ...): log of step {step} unavailable ({exc})") from None
+            if log is None:
+                raise _EvalError(f"{name}({step}, ...): no log for step {step} (step skipped or failed?)")
+            return (text in log) if name == "log_contains" else log.count(text)
+        args = [self.eval(a) for a in node.args]
+        if name == "len":
+            if not isinstance(args[0], (str, list, tuple, Mapping)):
+                raise _EvalError(f"len() of {type(args[0]).__name__} {fmt_value(args[0])} in {_src(node)}")
+            return len(args[0])
+        if name in ("min", "max"):
+            items = args
+            if len(args) == 1:
+                if not isinstance(args[0], (list, tuple)):
+                    raise _EvalError(f"{name}() of one value needs a list, got {fmt_value(args[0])} in {_src(node)}")
+                items = list(args[0])
+                if not items:
+                    raise _EvalError(f"{name}() of an empty list in {_src(node)}")
+            self._need_numbers(node, name, *items)
+            return min(items) if name == "min" else max(items)
+        if name == "abs":
+            self._need_numbers(node, name, *args)
+            return abs(args[0])
+        if name == "round":
+            self._need_numbers(node, name, *args)
+            if len(args) == 2 and (not isinstance(args[1], int) or abs(args[1]) > MAX_EXPONENT):
+                raise _EvalError(f"round() digits must be an integer from -{MAX_EXPONENT} to {MAX_EXPONENT} "
+                                 f"in {_src(node)}")
+            try:
+                return round(*args)
+            except (OverflowError, ValueError) as exc:
+                raise _EvalError(f"{exc} in {_src(node)}") from None
+        if name == "between":
+            self._need_numbers(node, name, *args)
+            x, lo, hi = args
+            return lo <= x <= hi
+        raise AssertionError(name)
+
+    def actual(self, node: ast.AST) -> str:
+        """The values a reader needs to judge the verdict: each non-constant side of a comparison (a computed
+        side with its operands), a function call's result, the evaluated parts of and/or."""
+        parts = self._actual_parts(node)
+        return "; ".join(dict.fromkeys(p for p in parts if p))
+
+    def _actual_parts(self, node: ast.AST) -> list[str]:
+        if isinstance(node, ast.BoolOp):
+            return [p for v in node.values if id(v) in self.values for p in self._actual_parts(v)]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return self._actual_parts(node.operand)
+        if isinstance(node, ast.Compare):
+            return [p for n in [node.left, *node.comparators] if not _constant(n) for p in self._describe(n)]
+        if isinstance(node, ast.Call) and node.func.id == "between":  # type: ignore[attr-defined]
+            return self._describe(node.args[0])
+        return self._describe(node)
+
+    def _describe(self, node: ast.AST) -> list[str]:
+        if _constant(node):
+            return []
+        if id(node) not in self.values:  # evaluation stopped inside it: show the operands that were read
+            return [f"{_src(n)} = {fmt_value(self.values[id(n)])}" for n in _leaves(node)
+                    if n is not node and id(n) in self.values]
+        text = f"{_src(node)} = {fmt_value(self.values[id(node)])}"
+        if isinstance(node, (ast.BinOp, ast.UnaryOp)) or (isinstance(node, ast.Call)
+                                                          and node.func.id in ("abs", "min", "max", "round")):
+            leaves = [f"{_src(n)} = {fmt_value(self.values[id(n)])}" for n in _leaves(node)
+                      if id(n) in self.values]
+            if leaves:
+                text += f" ({', '.join(leaves)})"
+        return [text]
+
+
+def _read_paths(root: ast.AST) -> list[tuple[str, tuple]]:
+    """The longest attribute / constant-subscript chains rooted at a step name (see Expression.paths)."""
+    found: list[tuple[str, tuple]] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        keys: list[Any] = []
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            if isinstance(node, ast.Attribute):
+                keys.append(node.attr)
+            else:
+                key = node.slice
+                keys.append(-key.operand.value if isinstance(key, ast.UnaryOp) else key.value)
+            node = node.value
+        if isinstance(node, ast.Name):
+            found.append((node.id, tuple(reversed(keys))))
+        elif isinstance(node, ast.Call):  # a function's arguments (keys read from its result are not a step's)
+            if node.func.id not in LOG_FUNCTIONS:  # type: ignore[attr-defined]  # a log is no result
+                stack.extend(reversed(node.args))
+        else:
+            stack.extend(reversed(list(ast.iter_child_nodes(node))))
+    return found
+
+
+def _constant(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return _constant(node.operand)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(_constant(e) for e in node.elts)
+    return False
+
+
+def _leaves(node: ast.AST) -> list[ast.AST]:
+    """The data operands of a computed value: names, keys and function calls inside arithmetic."""
+    if isinstance(node, ast.BinOp):
+        return _leaves(node.left) + _leaves(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return _leaves(node.operand)
+    if isinstance(node, ast.Call) and node.func.id in ("abs", "min", "max", "round"):  # type: ignore[attr-defined]
+        return [n for a in node.args for n in _leaves(a)]
+    if isinstance(node, ast.Compare):
+        return [n for x in [node.left, *node.comparators] for n in _leaves(x)]
+    if _constant(node):
+        return []
+    return [node]

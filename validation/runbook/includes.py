@@ -1,0 +1,155 @@
+"""Runbook includes: a phase list item `- include: FILE` stands for every phase of another runbook, so that one
+runbook can be the first phase of another from one source (runbooks/gpu_kernels.yaml in h100_single.yaml).
+
+    phases:
+      - include: gpu_kernels.yaml      # a path relative to this runbook's directory
+      - name: throughput
+        steps: [...]
+
+The included runbook is read and validated on its own first (an error in it names its own file and line). Then,
+before any --set is applied (so --set steps.NAME... reaches its steps too):
+- its phases take the item's place, in order;
+- its acceptance criteria come first, before this runbook's own; its `recommend.env` is added under this one's;
+- each of its steps carries what its own runbook gave it: every launch setting of its `defaults` that the step
+  does not set and its kind takes (env and args merged key by key, the step's own keys winning), and, for a kind
+  that uses the runbook's devices (not host_only), its runbook's `requirements` as the step's `requires`. So a
+  step runs the same command, with the same timeout and requirements, in both runbooks; what its own runbook
+  leaves unset comes from the including runbook's defaults as for its own steps (env keys the step does not set
+  are added: the one difference, which tests/validation/kinds/test_gpu_kernels.py checks is the only one).
+Its name, description and any key but phases, acceptance, recommend, defaults and requirements are not used.
+Includes nest; a runbook that includes itself, directly or not, is an error.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Callable
+
+from nsa.training.config import YAML_ERRORS
+from validation import kinds as step_kinds
+from validation.runbook.schema import Ctx, RunbookError, parse_yaml
+from validation.kinds.base import LAUNCH_KEYS
+
+KEY = "include"
+REQUIREMENT_KEYS = ("gpus", "min_cuda_capability", "min_gpu_memory_gb", "backend")
+_loading: list[Path] = []  # the runbooks being expanded, outermost first (a cycle check across nested loads)
+
+
+def expand_includes(raw: Any, lines: dict[tuple, int], path: str | Path,
+                    validate: Callable[[Path], Any]) -> tuple[Any, dict[tuple, int], list[str]]:
+    """(raw with every `- include: FILE` phase item replaced, the key-path -> line map moved to match, the texts
+    of the files included, for the runbook's hash). `validate(file)` reads and checks an included runbook on its
+    own (validation.runbook.loader.load_runbook); `lines` maps key paths of `raw` to lines of `path`."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("phases"), list) \
+            or not any(_is_include(p) for p in raw["phases"]):
+        return raw, lines, []
+    here = Path(path).resolve()
+    if here in _loading:
+        chain = " -> ".join(str(p) for p in [*_loading[_loading.index(here):], here])
+        raise RunbookError(f"{path}: runbooks include each other in a cycle: {chain}")
+    _loading.append(here)
+    try:
+        return _expand(raw, lines, path, validate)
+    finally:
+        _loading.pop()
+
+
+def _is_include(item: Any) -> bool:
+    return isinstance(item, dict) and KEY in item
+
+
+def _expand(raw: dict, lines: dict[tuple, int], path: str | Path, validate) -> tuple[dict, dict, list[str]]:
+    ctx = Ctx(str(path), lines)
+    raw = dict(raw)
+    phases, criteria, texts, recommend = [], [], [], {}
+    moves: list[tuple[int, int, int, bool]] = []  # (old phase index, new index, phases it became, an include)
+    for i, item in enumerate(raw["phases"]):
+        if not _is_include(item):
+            moves.append((i, len(phases), 1, False))
+            phases.append(item)
+            continue
+        where = ("phases", i, KEY)
+        extra = sorted(str(k) for k in item if k != KEY)
+        if extra:
+            raise ctx.error(("phases", i, extra[0]), f"an include item has only `{KEY}: FILE`")
+        name = item[KEY]
+        if not isinstance(name, str) or not name:
+            raise ctx.error(where, "expected the path of a runbook, relative to this one's directory")
+        file = Path(name) if Path(name).is_absolute() else Path(path).parent / name
+        if not file.is_file():
+            raise ctx.error(where, f"{name}: no such runbook (looked for {file})")
+        validate(file)  # its own errors name its own file and line
+        text, included, included_lines = _read(file)
+        included, _, nested = expand_includes(included, included_lines, file, validate)
+        texts += [text, *nested]
+        own = included.get("phases") or []
+        moves.append((i, len(phases), len(own), True))
+        phases += [_carry_defaults(p, included) for p in copy.deepcopy(own)]
+        criteria += copy.deepcopy(included.get("acceptance") or [])
+        recommend.update((included.get("recommend") or {}).get("env") or {})
+    raw["phases"] = phases
+    own_criteria, own_recommend = raw.get("acceptance") or [], raw.get("recommend") or {}
+    if not isinstance(own_criteria, list):  # left for the runbook's own check to report
+        criteria = []
+    if criteria:
+        raw["acceptance"] = criteria + own_criteria
+    if recommend and isinstance(own_recommend, dict) and isinstance(own_recommend.get("env") or {}, dict):
+        raw["recommend"] = {**own_recommend, "env": {**recommend, **(own_recommend.get("env") or {})}}
+    return raw, _move_lines(lines, moves, len(criteria)), texts
+
+
+def _read(file: Path) -> tuple[str, Any, dict[tuple, int]]:
+    try:
+        text = file.read_text(encoding="utf-8")
+        data, lines = parse_yaml(text)
+    except (OSError, UnicodeDecodeError, *YAML_ERRORS) as exc:  # validate() has read it: only a race gets here
+        raise RunbookError(f"{file}: cannot read ({exc})") from None
+    return text, data, lines
+
+
+def _carry_defaults(phase: Any, included: dict) -> Any:
+    """The phase with each step carrying its own runbook's defaults and requirements (see the module docstring)."""
+    defaults = included.get("defaults") or {}
+    requirements = included.get("requirements") or {}
+    if not isinstance(phase, dict) or not isinstance(phase.get("steps"), list):
+        return phase
+    for step in phase["steps"]:
+        kind = step_kinds.find(step.get("kind")) if isinstance(step, dict) else None
+        if kind is None:
+            continue
+        for key in (*LAUNCH_KEYS, "on_failure"):
+            if key not in defaults or key not in kind.allowed_keys():
+                continue
+            if key in ("env", "args") and isinstance(defaults[key], dict):
+                step[key] = {**defaults[key], **(step.get(key) or {})}
+            else:
+                step.setdefault(key, copy.deepcopy(defaults[key]))
+        if not kind.host_only and isinstance(requirements, dict):
+            own = step.get("requires") or {}
+            step["requires"] = {**{k: requirements.get(k, 0 if k == "gpus" else None) for k in REQUIREMENT_KEYS},
+                                **(own if isinstance(own, dict) else {})}
+    return phase
+
+
+def _move_lines(lines: dict[tuple, int], moves: list[tuple[int, int, int, bool]],
+                n_criteria: int) -> dict[tuple, int]:
+    """The line map of the expanded document: a phase of this runbook keeps its lines at its new index; the phases
+    an include item became (and everything in them) point at the item's line; this runbook's criteria move down
+    past the included ones, which point at the `acceptance` key (or the top of the file)."""
+    where = {old: (new, count, included) for old, new, count, included in moves}
+    out: dict[tuple, int] = {}
+    for key, line in lines.items():
+        if len(key) >= 2 and key[0] == "phases" and key[1] in where:
+            new, count, included = where[key[1]]
+            if not included:
+                out[("phases", new) + key[2:]] = line
+            elif len(key) == 2:
+                out.update({("phases", new + j): line for j in range(count)})
+        elif len(key) >= 2 and key[0] == "acceptance" and isinstance(key[1], int):
+            out[("acceptance", key[1] + n_criteria) + key[2:]] = line
+        else:
+            out[key] = line
+    for j in range(n_criteria):
+        out[("acceptance", j)] = lines.get(("acceptance",), lines.get((), 1))
+    return out

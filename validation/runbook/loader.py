@@ -1,0 +1,447 @@
+"""Runbook YAML: the declarative form of a validation runbook, validated completely before anything runs.
+
+    name: ddp_2xa100
+    description: ...
+    requirements: {gpus: 2, min_cuda_capability: 8.0, min_gpu_memory_gb: 70, backend: nccl}
+    defaults:                      # every step inherits these (a step's own values win; env/args are merged)
+      config: configs/m7c_125m_2xa100_production.yaml
+      env: {NSA_PREFILL_BATCHED: "1"}
+      args: {dataset: synthetic}
+      nproc_per_node: 2
+      master_port: auto            # auto (a free port, retried on a clash) or a number
+      timeout_s: 3600
+      stall_timeout_s: 600         # heartbeat silence that makes a step a HANG
+      window: 50                   # statistics over the last N steps ...
+      warmup_steps: 5              # ... after excluding the first ones
+      on_failure: continue         # continue (default) or stop: a failed step ends the run, the rest are skipped
+      retry_disturbed: 1           # ab, sweep, triage: a repeat other work disturbed is run again (0: never)
+    recommend: {env: {NSA_PREFILL_BATCHED: "1"}}   # settings always recommended (winners are added)
+    compare: {run_sd: 0.06, launch_sd: 0.12, pairs: 30}   # how two runs of it differ when nothing changed
+    phases:
+      - name: baseline
+        title: Baseline DDP throughput
+        steps:
+          - {name: baseline, kind: train, env: {NSA_DDP_COMPRESS: bf16}, args: {ddp: 1, steps: 300}}
+    acceptance:
+      - {name: throughput, expr: "baseline.toks_per_s.mean >= 39", target: ">= 39 tokens/s", severity: fail}
+
+Step kinds and their own keys come from the step registry (validation.kinds; `nsa-validate kinds` prints the
+table): each kind module validates its own keys into `step.options` (read as attributes: `step.matrix`).
+
+Every step kind also takes `on_failure: continue | stop` (default from defaults, else continue): with stop, a step
+that ends failed, timeout, hang or error ends the run there and the remaining steps are recorded as skipped.
+
+Values may reference an earlier sweep's winner: "${bucket_sweep.winner.env.NSA_DDP_BUCKET_MB}".
+Nothing in a runbook chooses where files are written: the run directory is DEFAULT_RUNS/<name>-<time> (the runbook's
+name is one file name: letters, digits, _, - and ., not starting with .), every output goes under RUN_DIR/<step name>
+(names are identifiers, so never `..` or an absolute path), the trainer's --out-dir/--resume cannot be set (args or a
+sweep matrix), and pytest_args cannot redirect pytest's own output files.
+Before anything runs (`plan` and `run`, load_runbook), beyond each key's type: every NSA_* environment name and value
+against nsa.toggles (in env mappings and in every planned launch: sweep and scan values of env.X too), every metric
+a criterion reads against the names its step's kind declares (StepKind.metrics), and every ${...} reference to a
+step (reference_problem).
+Every error names the file, the key path and the line (validation.runbook.schema), e.g.
+    runbooks/x.yaml:14: phases[1].steps[0].kind: 'trian' is not one of snapshot, train, ...
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+from nsa.training.config import YAML_ERRORS, ConfigError, load_config
+from nsa.training.config import brief as _brief
+from validation import kinds as step_kinds
+from validation.runbook.expressions import ExpressionError, compile_expression
+from validation.runbook.includes import expand_includes
+from validation.launch.slurm import validate_sbatch_line
+from validation.runbook.overrides import apply_override, override_notes
+from validation.results.model import SEVERITIES
+from validation.runbook.model import (REF_RE, Criterion, LaunchSettings, Launcher, Overridden, Phase, Requirements,
+                                      Runbook, Step, references, resolve_references)
+from validation.runbook.schema import (NAME_RE, Ctx, RunbookError, env_problem, env_vars, mapping, parse_yaml, show,
+                               str_list, trainer_flags, typed)
+from validation.kinds.base import BASE_KEYS, LAUNCH_KEYS, check_metric_reference
+
+ON_FAILURE = ("continue", "stop")
+BACKENDS = ("nccl", "gloo")
+# Anything that looks like a reference to a step (${name. ...}), well formed or not: checked before anything runs.
+# A shell-style ${HOME} (no dot) is left alone.
+REF_LIKE_RE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\.[^}\s]*\}?")
+
+__all__ = ["RunbookError", "load_runbook", "apply_override", "check_inputs", "Runbook", "Overridden", "Step", "Phase", "Criterion", "Requirements", "Launcher",
+           "LaunchSettings", "resolve_references", "references"]
+
+
+# ---------------------------------------------------------------------- the model's values (its types: runbook_model)
+LAUNCHERS = ("torchrun", "slurm")
+RDZV_BACKENDS = ("c10d", "static")
+LAUNCHER_KEYS = ("type", "rdzv_backend", "rdzv_endpoint", "partition", "account", "time_limit", "gpus_per_node",
+                 "cpus_per_task", "sbatch")
+_ENDPOINT_RE = re.compile(r"[A-Za-z0-9_.-]+:\d{1,5}")
+_TIME_LIMIT_RE = re.compile(r"\d+|\d+:\d\d(:\d\d)?|\d+-\d+(:\d\d(:\d\d)?)?")
+_SLURM_NAME_RE = re.compile(r"[A-Za-z0-9_.,-]+")
+# A runbook's name names its run directory (DEFAULT_RUNS/<name>-<time>): one path component, never `.`, `..` or hidden
+RUNBOOK_NAME_MAX = 200  # + "-YYYYmmdd-HHMMSS" stays within a file name's 255 bytes
+COMPARE_SD_MAX = 1.0  # compare.run_sd / launch_sd: sds of log-ratios; 1.0 (a factor e) already resolves nothing
+RUNBOOK_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+# ---------------------------------------------------------------------- reading
+def load_runbook(path: str | Path, overrides: list[str] | None = None, cwd: str | Path | None = None) -> Runbook:
+    """Read, override (--set key=value, see ``apply_override``) and validate a runbook file. With `cwd` (the
+    directory the run starts in), every file the runbook names is checked to exist there too: trainer configs
+    (which must also parse), test paths, benchmark scripts (``check_inputs``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise RunbookError(f"{path}: runbook file not found")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunbookError(f"{path}: cannot read ({exc})") from None
+    try:
+        raw, lines = parse_yaml(text)
+    except YAML_ERRORS as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else "?"
+        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise RunbookError(f"{path}:{line}: not valid YAML ({problem})") from None
+    raw, lines, included = expand_includes(raw, lines, path, load_runbook)  # `- include: FILE` phase items
+    ctx = Ctx(str(path), lines)
+    file_raw = copy.deepcopy(raw)  # the file's own values, before any --set
+    for item in overrides or []:
+        raw = apply_override(raw, item, ctx)
+    # surrogatepass: a --set value from a non-UTF-8 command line holds lone surrogates
+    sha = hashlib.sha256(text.encode() + "".join(included).encode()
+                         + "\n".join(overrides or []).encode(errors="surrogatepass")).hexdigest()
+    rb = _build_runbook(raw, ctx, str(path), sha)
+    if cwd is not None:
+        check_inputs(rb, Path(cwd), ctx, raw)
+    kinds = {s.name: s.kind_impl for s in rb.steps()}
+    return dataclasses.replace(rb, overridden=override_notes(kinds, file_raw, ctx))
+
+
+def _launcher(value: Any, path: tuple, ctx: Ctx, base: Launcher) -> Launcher:
+    """`launcher: slurm` or `launcher: {type: slurm, partition: ..., ...}`; keys not given are inherited."""
+    if value is None:
+        return base
+    if isinstance(value, str):
+        value = {"type": value}
+    raw = mapping(value, path, ctx, LAUNCHER_KEYS)
+
+    def get(key, kind, **kw):
+        return typed(raw[key], kind, path + (key,), ctx, **kw) if key in raw else getattr(base, key)
+
+    def name(key):
+        v = get(key, str, optional=True)
+        if v is not None and not _SLURM_NAME_RE.fullmatch(v):
+            raise ctx.error(path + (key,), f"{_brief(v)}: letters, digits and _.,- only")
+        return v
+
+    endpoint = get("rdzv_endpoint", str, optional=True)
+    if endpoint is not None and not _ENDPOINT_RE.fullmatch(endpoint):
+        raise ctx.error(path + ("rdzv_endpoint",), f"expected host:port, got {_brief(endpoint)}")
+    if isinstance(raw.get("time_limit"), (int, float)) and not isinstance(raw.get("time_limit"), bool):
+        raise ctx.error(path + ("time_limit",), f"quote it, e.g. \"30\" (minutes) or \"01:30:00\": YAML reads an "
+                                                f"unquoted 1:30:00 as the number 5400, got {_brief(raw['time_limit'])}")
+    time_limit = get("time_limit", str, optional=True)
+    if time_limit is not None and not _TIME_LIMIT_RE.fullmatch(time_limit):
+        raise ctx.error(path + ("time_limit",), f"{_brief(time_limit)}: Slurm's format, e.g. 30, 01:30:00 or "
+                                                "1-00:00:00")
+    sbatch = tuple(str_list(raw["sbatch"], path + ("sbatch",), ctx)) if "sbatch" in raw else base.sbatch
+    for i, line in enumerate(sbatch):
+        problem = validate_sbatch_line(line)
+        if problem:
+            raise ctx.error(path + ("sbatch", i), f"{_brief(line)}: {problem}")
+    return Launcher(type=get("type", str, choices=LAUNCHERS), rdzv_backend=get("rdzv_backend", str,
+                                                                                 choices=RDZV_BACKENDS),
+                    rdzv_endpoint=endpoint, partition=name("partition"), account=name("account"),
+                    time_limit=time_limit, gpus_per_node=get("gpus_per_node", int, minimum=0),
+                    cpus_per_task=get("cpus_per_task", int, minimum=1, optional=True), sbatch=sbatch)
+
+
+def _launch(raw: dict, path: tuple, ctx: Ctx, base: LaunchSettings) -> LaunchSettings:
+    def get(key, kind, **kw):
+        return typed(raw[key], kind, path + (key,), ctx, **kw) if key in raw else getattr(base, key)
+
+    master_port = raw.get("master_port", base.master_port)
+    if master_port != "auto" and (isinstance(master_port, bool) or not isinstance(master_port, int)
+                                  or not 1024 <= master_port <= 65535):
+        raise ctx.error(path + ("master_port",), f"must be 'auto' or a port number 1024-65535, "
+                                                 f"got {_brief(master_port)}")
+    return LaunchSettings(
+        config=get("config", str, optional=True),
+        env={**base.env, **env_vars(raw.get("env"), path + ("env",), ctx)},
+        args={**base.args, **trainer_flags(raw.get("args"), path + ("args",), ctx)},
+        nproc_per_node=get("nproc_per_node", int, minimum=1),
+        master_port=master_port,
+        port_retries=get("port_retries", int, minimum=0),
+        timeout_s=get("timeout_s", float, minimum=1),
+        stall_timeout_s=get("stall_timeout_s", float, minimum=1),
+        window=get("window", int, minimum=1),
+        warmup_steps=get("warmup_steps", int, minimum=0),
+        launcher=_launcher(raw.get("launcher"), path + ("launcher",), ctx, base.launcher),
+        nnodes=get("nnodes", int, minimum=1),
+        retry_disturbed=get("retry_disturbed", int, minimum=0),
+    )
+
+
+def _requirements(raw: Any, path: tuple, ctx: Ctx, base: Requirements | None = None) -> Requirements:
+    raw = mapping(raw, path, ctx, ("gpus", "min_cuda_capability", "min_gpu_memory_gb", "backend"))
+    base = base or Requirements()
+
+    def get(key, kind, **kw):
+        return typed(raw[key], kind, path + (key,), ctx, **kw) if key in raw else getattr(base, key)
+
+    return Requirements(gpus=get("gpus", int, minimum=0),
+                        min_cuda_capability=get("min_cuda_capability", float, minimum=0, optional=True),
+                        min_gpu_memory_gb=get("min_gpu_memory_gb", float, minimum=0, optional=True),
+                        backend=get("backend", str, choices=BACKENDS, optional=True))
+
+
+
+
+def _step(raw: Any, path: tuple, ctx: Ctx, phase: str, defaults: LaunchSettings, reqs: Requirements,
+          on_failure: str = "continue") -> Step:
+    if not isinstance(raw, dict):
+        raise ctx.error(path, "a step must be a mapping with at least name and kind")
+    kind = step_kinds.find(raw.get("kind"))
+    if kind is None:
+        broken = step_kinds.load_errors().get(raw.get("kind")) if isinstance(raw.get("kind"), str) else None
+        raise ctx.error(path + ("kind",), f"{_brief(raw.get('kind'))} is not one of {', '.join(step_kinds.names())}"
+                        + (f" (a kind of that name did not load: {broken})" if broken else ""))
+    mapping(raw, path, ctx, kind.allowed_keys(), required=("name", "kind"))
+    name = typed(raw["name"], str, path + ("name",), ctx)
+    if not NAME_RE.fullmatch(name):
+        raise ctx.error(path + ("name",), f"{name!r}: step names are identifiers (letters, digits, _) so "
+                                          "acceptance expressions can use them")
+    own = {k: v for k, v in raw.items() if k not in BASE_KEYS and k not in LAUNCH_KEYS}
+    return Step(name=name, kind=kind.name, phase=phase,
+                title=typed(raw.get("title", name), str, path + ("title",), ctx),
+                description=typed(raw.get("description", ""), str, path + ("description",), ctx),
+                launch=_launch(raw, path, ctx, defaults),
+                # a host-only kind (snapshot, tests) needs none of the runbook's devices: only its own `requires`
+                requires=_requirements(raw.get("requires"), path + ("requires",), ctx,
+                                       Requirements() if kind.host_only else reqs),
+                optional=typed(raw.get("optional", False), bool, path + ("optional",), ctx),
+                on_failure=typed(raw.get("on_failure", on_failure), str, path + ("on_failure",), ctx,
+                                 choices=ON_FAILURE),
+                options=kind.parse(own, path, ctx), kind_impl=kind)
+
+
+def _compare_noise(value: Any, ctx: Ctx) -> dict[str, float] | None:
+    """The runbook's `compare` mapping: how two runs of it on its machine differ when nothing changed, measured with
+    benchmarks/bench_aa_compare.py: run_sd (the sd of the change common to every step, log(B/A)), launch_sd (the sd
+    of one launch's log(B/A)), pairs (the A/A pairs they come from, at least 2). `compare` holds its noise to at
+    least these (validation.report.compare.declared_noise). None when absent."""
+    if value is None:
+        return None
+    raw = mapping(value, ("compare",), ctx, ("run_sd", "launch_sd", "pairs"), required=("pairs",))
+    if "run_sd" not in raw and "launch_sd" not in raw:
+        raise ctx.error(("compare",), "expected run_sd, launch_sd or both (with pairs)")
+    out: dict[str, float] = {"pairs": float(typed(raw["pairs"], int, ("compare", "pairs"), ctx, minimum=2))}
+    for key in ("run_sd", "launch_sd"):
+        if key in raw:
+            sd = typed(raw[key], float, ("compare", key), ctx, minimum=0.0)
+            if sd >= COMPARE_SD_MAX:
+                raise ctx.error(("compare", key), f"must be below {COMPARE_SD_MAX:g} (the sd of a log-ratio: 0.06 = "
+                                                  f"6%), got {sd:g}")
+            out[key] = sd
+    return out
+
+
+def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:
+    raw = mapping(raw, (), ctx, ("name", "description", "requirements", "defaults", "phases", "acceptance",
+                                  "recommend", "compare"), required=("name", "phases"))
+    name = typed(raw["name"], str, ("name",), ctx)
+    if not RUNBOOK_NAME_RE.fullmatch(name) or len(name) > RUNBOOK_NAME_MAX:
+        raise ctx.error(("name",), f"{_brief(name)}: runbook names are one file name (letters, digits, _, - and ., "
+                                   f"not starting with ., at most {RUNBOOK_NAME_MAX} characters): it names the run "
+                                   "directory, <name>-<time>")
+    reqs = _requirements(raw.get("requirements"), ("requirements",), ctx)
+    defaults_raw = mapping(raw.get("defaults"), ("defaults",), ctx, LAUNCH_KEYS + ("on_failure",))
+    defaults = _launch(defaults_raw, ("defaults",), ctx, LaunchSettings())
+    on_failure = typed(defaults_raw.get("on_failure", "continue"), str, ("defaults", "on_failure"), ctx,
+                        choices=ON_FAILURE)
+    recommend = mapping(raw.get("recommend"), ("recommend",), ctx, ("env",))
+    compare_noise = _compare_noise(raw.get("compare"), ctx)
+    phases_raw = raw["phases"]
+    if not isinstance(phases_raw, list) or not phases_raw:
+        raise ctx.error(("phases",), "expected a non-empty list of phases")
+    phases, seen = [], {}
+    for i, praw in enumerate(phases_raw):
+        ppath = ("phases", i)
+        p = mapping(praw, ppath, ctx, ("name", "title", "description", "steps"), required=("name", "steps"))
+        pname = typed(p["name"], str, ppath + ("name",), ctx)
+        if not NAME_RE.fullmatch(pname):
+            raise ctx.error(ppath + ("name",), f"{pname!r}: phase names are identifiers")
+        if not isinstance(p["steps"], list) or not p["steps"]:
+            raise ctx.error(ppath + ("steps",), "expected a non-empty list of steps")
+        steps = []
+        for j, sraw in enumerate(p["steps"]):
+            step = _step(sraw, ppath + ("steps", j), ctx, pname, defaults, reqs, on_failure)
+            if step.name in seen:
+                raise ctx.error(ppath + ("steps", j, "name"), f"duplicate step name {step.name!r} "
+                                                              f"(first at {show(seen[step.name])})")
+            seen[step.name] = ppath + ("steps", j)
+            steps.append(step)
+        phases.append(Phase(pname, typed(p.get("title", pname), str, ppath + ("title",), ctx),
+                            typed(p.get("description", ""), str, ppath + ("description",), ctx), steps))
+    if len({p.name for p in phases}) != len(phases):
+        raise ctx.error(("phases",), "phase names must be unique")
+    _check_references(phases, ctx, seen)
+    _check_launches(phases, ctx, seen, raw)
+    steps_by_name = {s.name: s for p in phases for s in p.steps}
+    acceptance = []
+    if not isinstance(raw.get("acceptance") or [], list):
+        raise ctx.error(("acceptance",), f"expected a list of criteria, got {type(raw['acceptance']).__name__}")
+    for i, craw in enumerate(raw.get("acceptance") or []):
+        cpath = ("acceptance", i)
+        c = mapping(craw, cpath, ctx, ("name", "expr", "target", "severity", "description"),
+                     required=("name", "expr"))
+        expr_text = typed(c["expr"], str, cpath + ("expr",), ctx)
+        try:
+            expr = compile_expression(expr_text)
+        except ExpressionError as exc:
+            raise ctx.error(cpath + ("expr",), str(exc)) from None
+        unknown = sorted(n for n in expr.names if n not in seen)
+        if unknown:
+            raise ctx.error(cpath + ("expr",), f"refers to unknown step(s) {', '.join(unknown)} "
+                                               f"(steps: {', '.join(seen)})")
+        for step_name, key_path in expr.paths:  # each metric it reads is one its step's kind produces
+            problem = check_metric_reference(steps_by_name[step_name], key_path)
+            if problem:
+                raise ctx.error(cpath + ("expr",), problem)
+        acceptance.append(Criterion(
+            name=typed(c["name"], str, cpath + ("name",), ctx), expr=expr,
+            target=typed(c.get("target", expr_text), str, cpath + ("target",), ctx),
+            severity=typed(c.get("severity", "fail"), str, cpath + ("severity",), ctx, choices=SEVERITIES),
+            description=typed(c.get("description", ""), str, cpath + ("description",), ctx)))
+    return Runbook(name=name, description=typed(raw.get("description", ""), str, ("description",), ctx),
+                   path=path, sha256=sha, requirements=reqs, defaults=defaults, phases=phases,
+                   acceptance=acceptance, recommend_env=env_vars(recommend.get("env"), ("recommend", "env"), ctx),
+                   compare_noise=compare_noise)
+
+
+def check_inputs(rb: Runbook, cwd: Path, ctx: Ctx, raw: dict) -> None:
+    """Before anything runs: every file the runbook names exists relative to `cwd` (the run's working directory):
+    each trainer config (and it parses: nsa.training.config), each file a kind's own keys name
+    (StepKind.input_files: test paths, benchmark scripts). Raises RunbookError naming file, line and key."""
+    configs_ok: set[str] = set()
+    for i, phase in enumerate(rb.phases):
+        for j, step in enumerate(phase.steps):
+            spath = ("phases", i, "steps", j)
+            own = raw["phases"][i]["steps"][j]
+            if "config" in step.kind_impl.launch_keys and step.launch.config and step.launch.config not in configs_ok:
+                where = spath + ("config",) if "config" in own else ("defaults", "config")
+                config = Path(step.launch.config)
+                full = config if config.is_absolute() else Path(cwd) / config
+                if not full.is_file():
+                    raise ctx.error(where, f"config file {step.launch.config} not found (in {cwd})")
+                try:
+                    load_config(full)
+                except (ConfigError, OSError, ValueError) as exc:
+                    raise ctx.error(where, f"config file {step.launch.config} is invalid: {exc}") from None
+                configs_ok.add(step.launch.config)
+            for key_path, name in step.kind_impl.input_files(step):
+                file = Path(name)
+                if not (file if file.is_absolute() else Path(cwd) / file).exists():
+                    raise ctx.error(spath + tuple(key_path), f"{name}: no such file or directory (in {cwd})")
+
+
+def _check_references(phases: list[Phase], ctx: Ctx, steps_at: dict[str, tuple]) -> None:
+    """Each kind's own cross-step checks (e.g. a train step's scaling_baseline), once every step is read; the
+    ${step.winner...} references are checked with the launches (_check_launches)."""
+    order = [s for p in phases for s in p.steps]
+    for step in order:
+        where = str(ctx.error(steps_at[step.name], ""))[:-2]  # "file:line: phases[i].steps[j]"
+        step.kind_impl.check(step, order, lambda message: RunbookError(f"{where}: {message}"))
+
+
+def reference_problem(text: str, step: Step, order: list[Step]) -> str | None:
+    """Why `text` (one "${...}" of a value of `step`) cannot be resolved when the step launches, or None: it must
+    read ${STEP.winner.env.VARIABLE} or ${STEP.winner.args.flag} of an earlier step whose winner carries that key."""
+    match = REF_RE.fullmatch(text)
+    if match is None:
+        parts = text[2:].rstrip("}").split(".")
+        names = [s.name for s in order]
+        if not text.endswith("}"):
+            hint = "it has no closing }"
+        elif parts[0] not in names:
+            near = difflib.get_close_matches(parts[0], names, n=3)
+            hint = f"no step is named {parts[0]}" + (f" (did you mean {' or '.join(near)}?)" if near else "")
+        elif len(parts) < 2 or parts[1] != "winner":
+            hint = f"{parts[1] if len(parts) > 1 else 'nothing'} after the step name, where winner belongs"
+        else:
+            hint = "after winner comes env.VARIABLE or args.flag"
+        return (f"{text} is not a reference nsa-validate can resolve ({hint}); references read "
+                "${STEP.winner.env.VARIABLE} or ${STEP.winner.args.flag}")
+    ref, section, key = match.groups()
+    position = {s.name: i for i, s in enumerate(order)}
+    target = next((s for s in order if s.name == ref), None)
+    winner_keys = target.kind_impl.winner_params(target) if target is not None else None
+    if target is None:
+        near = difflib.get_close_matches(ref, list(position), n=3)
+        return (f"${{{ref}.winner...}} must name a sweep step: no step is named {ref}"
+                + (f" (did you mean {' or '.join(near)}?)" if near else ""))
+    if winner_keys is None:
+        return f"${{{ref}.winner...}} must name a sweep step ({ref} is a {target.kind} step)"
+    if position[ref] >= position[step.name]:
+        return f"refers to {ref}, which runs later"
+    if f"{section}.{key}" not in winner_keys:
+        return f"{ref} does not sweep {section}.{key}"
+    return None
+
+
+def _check_launches(phases: list[Phase], ctx: Ctx, steps_at: dict[str, tuple], raw: dict) -> None:
+    """Before anything runs, every launch of every step as the plan builds it (what runs): first each environment
+    variable (an NSA_* name and its value against nsa.toggles, so also a sweep's or a scan's values of env.X and
+    what a kind sets), then each ${...} reference to a step in a launch's environment and command line: it must
+    read ${STEP.winner.env.X} of an earlier sweep that sweeps X (reference_problem). The error names the runbook
+    key the value comes from."""
+    order = [s for p in phases for s in p.steps]
+    launches = [(step, spec) for step in order for spec in step.kind_impl.launches(step, None, None)]
+    for step, spec in launches:
+        for name, value in spec.env.items():
+            problem = env_problem(name, value)
+            if problem:
+                where = _locate(raw, steps_at[step.name],
+                                lambda path, node: bool(path) and path[-1] in (name, f"env.{name}"))
+                raise ctx.error(where, (f"launch {spec.label}: " if spec.label else "") + problem)
+    for step, spec in launches:
+        for value in [*spec.env.values(), *spec.argv]:
+            for ref in REF_LIKE_RE.findall(str(value)):
+                problem = reference_problem(ref, step, order)
+                if problem:
+                    where = _locate(raw, steps_at[step.name], lambda path, node: isinstance(node, str) and ref in node)
+                    raise ctx.error(where, problem)
+
+
+def _locate(raw: dict, spath: tuple, wanted) -> tuple:
+    """The key path of the first value under step `spath` (then under `defaults`) that `wanted(path, value)`
+    accepts; the step's own path when none does."""
+    def walk(node, path):
+        if wanted(path, node):
+            return path
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in items:
+            found = walk(value, path + (key,))
+            if found is not None:
+                return found
+        return None
+
+    for base in (spath, ("defaults",)):
+        node = raw
+        try:
+            for key in base:
+                node = node[key]
+        except (KeyError, IndexError, TypeError):
+            continue
+        found = walk(node, ())
+        if found is not None:
+            return base + found
+    return spath

@@ -1,0 +1,106 @@
+"""--set KEY=VALUE on a runbook: applied to the parsed YAML before it is validated (`apply_override`), and the
+notes on `--set defaults.KEY=...` values that a step's own KEY overrides (`override_notes`). Precedence, highest
+first: a --set of the step's own key, the step's own key in the file, a --set of a defaults key, the file's
+defaults (env and args merge key by key).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import yaml
+
+from nsa.training.config import YAML_ERRORS
+from nsa.training.config import brief as _brief
+from validation.runbook.schema import Ctx, RunbookError, printable
+from validation.runbook.model import Overridden
+from validation.kinds.base import LAUNCH_KEYS, StepKind
+
+
+
+def apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
+    """--set a.b.c=value: a dotted path into the YAML, list items of phases and steps by their name
+    (phases.baseline.steps.baseline.args.steps=30), or steps.NAME.... for a step wherever it is
+    (steps.baseline.args.steps=30). The value is read as YAML (30 is a number, "30" a string). The path and
+    the value are validated like the file's own text; an error names the --set (Ctx.overrides)."""
+    key, sep, value_text = item.partition("=")
+    if not sep or not key:
+        raise RunbookError(f"--set {printable(item)}: expected KEY=VALUE, e.g. steps.baseline.args.steps=20")
+    shown = printable(key)
+    try:
+        value = yaml.safe_load(value_text)
+    except YAML_ERRORS:
+        value = value_text
+    if not isinstance(raw, dict):
+        raise ctx.error((), "expected a mapping at the top level")
+    parts = key.split(".")
+    if parts[0] == "steps" and "steps" not in raw:  # steps.NAME...: the step of that name, in whichever phase
+        if len(parts) < 3:
+            raise RunbookError(f"--set {shown}: expected steps.STEP.KEY=VALUE, e.g. steps.baseline.args.steps=20")
+        where = [(p.get("name"), s.get("name")) for p in raw.get("phases") or [] if isinstance(p, dict)
+                 for s in p.get("steps") or [] if isinstance(s, dict)]
+        phase = next((ph for ph, st in where if st == parts[1]), None)
+        if phase is None:
+            raise RunbookError(f"--set {shown}: no step named {printable(parts[1])} (steps: "
+                               f"{', '.join(str(st) for _, st in where)})")
+        parts = ["phases", str(phase), "steps"] + parts[1:]
+    node, path = raw, ()
+    for i, part in enumerate(parts[:-1]):
+        if isinstance(node, list):
+            match = [j for j, x in enumerate(node) if isinstance(x, dict) and x.get("name") == part]
+            if not match:
+                raise RunbookError(f"--set {shown}: no item named {part!r} under "
+                                   f"{printable('.'.join(parts[:i])) or 'top'}")
+            node, path = node[match[0]], path + (match[0],)
+        elif isinstance(node, dict):
+            path = path + (part,)
+            if part not in node:
+                node[part] = {}
+                ctx.overrides.append((path, item))  # a key the file does not have: an error there names the --set
+            node = node[part]
+        else:
+            raise RunbookError(f"--set {shown}: {printable('.'.join(parts[:i]))} is not a mapping")
+    if not isinstance(node, dict):
+        raise RunbookError(f"--set {shown}: {printable('.'.join(parts[:-1]))} is not a mapping")
+    node[parts[-1]] = value
+    ctx.overrides.append((path + (parts[-1],), item))
+    return raw
+
+
+def override_notes(kinds: Mapping[str, StepKind], file_raw: Any, ctx: Ctx) -> tuple[Overridden, ...]:
+    """Every `--set defaults.KEY=...` that a step's own KEY overrides. Precedence, highest first: a --set of the
+    step's own key (steps.NAME.KEY=, phases.P.steps.NAME.KEY=), the step's own key in the file, a --set of a
+    defaults key, the file's defaults. (env and args merge key by key: defaults.args.steps against a step's own
+    args.steps.) `kinds`: each step's kind, by the step's name."""
+    found = []
+    set_paths = [where for where, _ in ctx.overrides]
+    phases = file_raw.get("phases") if isinstance(file_raw, dict) else None
+    for where, item in ctx.overrides:
+        if len(where) < 2 or where[0] != "defaults" or where[1] not in LAUNCH_KEYS:
+            continue
+        sub = where[1:]
+        for i, phase in enumerate(phases if isinstance(phases, list) else []):
+            steps = phase.get("steps") if isinstance(phase, dict) else None
+            for j, raw_step in enumerate(steps if isinstance(steps, list) else []):
+                own = _lookup(raw_step, sub)
+                step_path = ("phases", i, "steps", j)
+                if own is _MISSING or any(p[:len(step_path) + len(sub)] == step_path + sub for p in set_paths):
+                    continue  # the step does not set the key, or a --set of the step's own key is in effect
+                name = raw_step.get("name")
+                kind = kinds.get(name) if isinstance(name, str) else None
+                if kind is None:
+                    continue
+                if sub[0] in kind.launch_keys:
+                    found.append(Overridden(name, ".".join(map(str, sub)), _brief(own), printable(item)))
+    return tuple(found)
+
+
+_MISSING = object()
+
+
+def _lookup(raw: Any, path: tuple) -> Any:
+    for part in path:
+        if not isinstance(raw, dict) or part not in raw:
+            return _MISSING
+        raw = raw[part]
+    return raw

@@ -1,0 +1,217 @@
+"""Validation helpers for YAML documents read with line numbers: every error names the file, the line and the key
+path, e.g. ``runbooks/x.yaml:14: phases[1].steps[0].kind: 'trian' is not one of snapshot, train, ...``.
+
+The runbook (validation.runbook.loader) and every step kind's own keys (validation.kinds) are checked with these, so a
+kind's schema reads like the runbook's: ``mapping`` (known keys, required keys), ``typed`` (type, minimum,
+choices), ``env_vars`` (NSA_* names and values against nsa.toggles), ``trainer_flags``, ``str_list``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import yaml
+
+from nsa import toggles
+from nsa.training.config import brief
+from nsa.training.flags import check_flag, flag_specs
+
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Trainer flags a runbook may not set: every launch writes inside RUN_DIR, and a step decides nothing about resume.
+RESERVED_ARGS = {"out-dir": "every launch writes into its own directory under RUN_DIR",
+                 "resume": "use nsa-validate run --resume RUN_DIR"}
+
+
+class RunbookError(ValueError):
+    """A runbook problem; the message names the file, line and key path."""
+
+
+def parse_yaml(text: str) -> tuple[Any, dict[tuple, int]]:
+    """The YAML document in `text` and the 1-based line of every key path in it (compose_lines), from one parse:
+    the node tree gives the lines, the same tree the values. Raises what PyYAML raises (YAML_ERRORS)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+    return data, compose_lines(node) if node is not None else {}
+
+
+def compose_lines(node, path=(), lines=None, seen=None) -> dict[tuple, int]:
+    """Map every key path in a composed YAML node tree to its 1-based line. A node reached again through an
+    alias is not walked again (aliases may form cycles or expand exponentially); only scalar keys are mapped."""
+    lines = {} if lines is None else lines
+    seen = set() if seen is None else seen
+    lines.setdefault(path, node.start_mark.line + 1)
+    if id(node) in seen:
+        return lines
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = key_node.value
+            lines[path + (key,)] = key_node.start_mark.line + 1
+            compose_lines(value_node, path + (key,), lines, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            compose_lines(item, path + (i,), lines, seen)
+    return lines
+
+
+class Ctx:
+    """Where we are in the file, for error messages. `overrides` lists the key paths a `--set KEY=VALUE` wrote or
+    created (path tuple with list indices, the --set text): an error about such a key, or inside it, names the
+    --set, not a line of the file."""
+
+    def __init__(self, where: str, lines: dict[tuple, int]):
+        self.where, self.lines = where, lines
+        self.overrides: list[tuple[tuple, str]] = []
+
+    def override_for(self, path: tuple) -> str | None:
+        """The --set text that wrote or created `path` (or a key it lies in); None when the file is at fault."""
+        for where, item in reversed(self.overrides):  # the last --set of a key is the one in effect
+            if path[:len(where)] == where:
+                return item
+        return None
+
+    def error(self, path: tuple, message: str) -> RunbookError:
+        item = self.override_for(path)
+        if item is not None:
+            text = printable(item)
+            text = text if len(text) <= 80 else text[:77] + "..."
+            return RunbookError(f"--set {text} ({self.where}): {show(path) or '(top level)'}: {message}")
+        line = None
+        for n in range(len(path), -1, -1):
+            if path[:n] in self.lines:
+                line = self.lines[path[:n]]
+                break
+        shown = show(path) or "(top level)"
+        return RunbookError(f"{self.where}:{line if line is not None else '?'}: {shown}: {message}")
+
+
+def show(path: tuple) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{printable(part)}" if out else printable(part))
+    return out
+
+
+def printable(part: Any) -> str:
+    """str(part), or its repr when it holds a newline or another control character (messages are one line)."""
+    return str(part) if str(part).isprintable() else repr(part)
+
+
+def mapping(value: Any, path: tuple, ctx: Ctx, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict:
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise ctx.error(path, f"expected a mapping, got {type(value).__name__}")
+    for key in value:
+        if key not in allowed:
+            raise ctx.error(path + (key,), f"unknown key (expected one of: {', '.join(allowed)})")
+    for key in required:
+        if key not in value:
+            raise ctx.error(path, f"missing required key {key!r}")
+    return value
+
+
+def typed(value: Any, kind, path: tuple, ctx: Ctx, *, minimum=None, choices=None, optional=False):
+    if value is None and optional:
+        return None
+    ok = {
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, (int, float)) and not isinstance(value, bool),
+        str: isinstance(value, str),
+        bool: isinstance(value, bool),
+    }[kind]
+    if not ok:
+        expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[kind]
+        raise ctx.error(path, f"must be {expected}, got {brief(value)}")
+    if choices is not None and value not in choices:
+        raise ctx.error(path, f"{value!r} is not one of {', '.join(map(str, choices))}")
+    if kind is float and isinstance(value, float) and not math.isfinite(value):
+        raise ctx.error(path, f"must be a finite number, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ctx.error(path, f"must be >= {minimum}, got {value!r}")
+    if kind is float:
+        try:
+            return float(value)
+        except OverflowError:
+            raise ctx.error(path, f"number too large, got {brief(value)}") from None
+    return value
+
+
+def env_vars(value: Any, path: tuple, ctx: Ctx) -> dict[str, str]:
+    value = mapping(value, path, ctx, tuple(value.keys()) if isinstance(value, dict) else ())
+    out = {}
+    for key, v in value.items():
+        if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise ctx.error(path + (key,), "not a valid environment variable name")
+        if isinstance(v, bool):
+            v = "1" if v else "0"
+        if not isinstance(v, (str, int, float)):
+            raise ctx.error(path + (key,), f"environment values must be strings or numbers, got {brief(v)}")
+        out[key] = str(v)
+        problem = env_problem(key, out[key])
+        if problem:
+            raise ctx.error(path + (key,), problem)
+    return out
+
+
+def env_problem(name: str, value: str) -> str | None:
+    """Why `name=value` cannot be a launch's environment variable, or None: an NSA_* name that is not in the table
+    of toggles (nsa.toggles, with the closest known names) or a value that does not parse for its type. Other names
+    (NCCL_*, TORCH_*, ...) pass, and so does a value holding a ${step.winner...} reference (it is checked where
+    the winner is measured)."""
+    if "${" in value:
+        value = ""  # the name is still checked; the value is the winner's
+    return toggles.check(name, value)
+
+
+def trainer_flags(value: Any, path: tuple, ctx: Ctx) -> dict[str, Any]:
+    """A step's trainer `args`: each key one of the trainer's flags (nsa.training.flags, the parser nsa-train
+    uses) and each value of that flag's type, e.g. `steps: abc` or `stepz: 3` is an error naming the key."""
+    value = mapping(value, path, ctx, tuple(value.keys()) if isinstance(value, dict) else ())
+    specs = flag_specs() if value else {}
+    for key, v in value.items():
+        if not isinstance(key, str) or not re.match(r"^[a-z][a-z0-9_-]*$", key):
+            raise ctx.error(path + (key,), "trainer argument names are lower-case flags without '--', e.g. steps")
+        if reserved_arg(key):
+            raise ctx.error(path + (key,), f"set by nsa-validate itself ({reserved_arg(key)})")
+        if key == "config":
+            raise ctx.error(path + (key,), "the trainer's config file is the step's own `config` key, not an arg")
+        if not isinstance(v, (str, int, float, bool)) or v is None:
+            raise ctx.error(path + (key,), f"argument values must be scalars, got {brief(v)}")
+        problem = check_flag(key, v, specs)
+        if problem:
+            raise ctx.error(path + (key,), problem)
+    return dict(value)
+
+
+def setting_key(key: Any, path: tuple, ctx: Ctx, what: str) -> str:
+    """A trainer setting a sweep or scan varies: env.VARIABLE or args.flag, never a flag nsa-validate sets itself.
+    `what` starts the error, e.g. "matrix keys are" -> "matrix keys are env.VARIABLE or args.flag"."""
+    if not isinstance(key, str) or not re.match(r"^(env|args)\.[A-Za-z0-9_-]+$", key):
+        raise ctx.error(path, f"{what} env.VARIABLE or args.flag")
+    if key.startswith("args.") and reserved_arg(key[5:]):
+        raise ctx.error(path, f"set by nsa-validate itself ({reserved_arg(key[5:])})")
+    return key
+
+
+def reserved_arg(key: str) -> str | None:
+    """Why nsa-validate itself owns trainer flag `key` (e.g. out_dir, out-dir), or None."""
+    return RESERVED_ARGS.get(key.replace("_", "-"))
+
+
+def str_list(value: Any, path: tuple, ctx: Ctx) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(x, (str, int, float)) for x in value):
+        raise ctx.error(path, "expected a list of strings")
+    return [str(x) for x in value]
+
+

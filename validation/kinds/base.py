@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from validation.formatting import context_text
+from validation.kinds.blocks import Block
 from validation.launch.slurm import SlurmOptions
 from validation.launch.spec import PLAN_RUN_DIR, LaunchSpec, safe_name
 from validation.results.store import inside_run_dir
@@ -161,6 +162,12 @@ class StepKind:
         """What the kind's partials show (formatted with validation.formatting), merged into the step `view`
         (which it may also read: name, status, reason, ...). Must accept anything: results may be damaged."""
         return {}
+
+    def blocks(self, result: dict[str, Any]) -> list[Block]:
+        """The kind's part of the step section as report blocks (validation.kinds.blocks: paragraphs, lists,
+        tables), which the report renders to Markdown and to HTML alike. Must accept anything: results may be
+        damaged. A kind with blocks needs no partials."""
+        return []
 
     def key_figures(self, steps: list[dict[str, Any]]) -> list[tuple[int, dict[str, str]]]:
         """(order, {"label", "value", "note"}) for the executive summary, from every step's result in run order

@@ -9,7 +9,7 @@ the records that have both fields and no "error"; criteria read it by name, what
 `train_bench.best.nsa.toks_per_s >= 0.55 * train_bench.best.dense.toks_per_s`. Launch keys: env, timeout_s,
 launcher. A benchmark that writes no JSON fails. Its launch is sampled like a trainer's (telemetry.csv): what else used the
 machine while it ran is judged over the whole launch (results.json step "interference").
-Report: its scalar figures, and a table per list of records (e.g. by_seq_len) and for "best".
+Report (blocks): its scalar figures, and a table per list of records (e.g. by_seq_len) and for "best".
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
 from validation.formatting import as_dict, as_list, fmt_num
 from validation.runbook.schema import mapping, str_list, typed
 from validation.kinds.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, run_path
+from validation.kinds.blocks import Block, Column, Paragraph, Table, code
 
 
 class Bench(StepKind):
@@ -83,10 +84,11 @@ class Bench(StepKind):
             result["artifacts"].append(ctx.rel(ctx.run_dir / spec.dir / "bench.json"))
             result.update(status="passed", reason=None)
 
-    def view(self, result: dict, view: dict) -> dict:
+    def blocks(self, result: dict) -> list[Block]:
         """A benchmark's JSON: its scalar figures, and one table per list of records (e.g. by_seq_len)."""
         metrics = as_dict(result.get("metrics"))
-        scalars, tables = [], []
+        scalars: list[tuple[str, str]] = []
+        tables: list[Block] = []
         for key in sorted(metrics, key=str):
             value = metrics[key]
             if key == "best" and isinstance(value, dict):  # {group: record}: one row per group
@@ -94,11 +96,13 @@ class Bench(StepKind):
             records = [as_dict(v) for v in as_list(value)]
             if records and all(isinstance(v, dict) for v in as_list(value)):
                 columns = sorted({str(k) for r in records for k in r})
-                tables.append({"name": str(key), "columns": columns,
-                               "rows": [[fmt_num(r.get(c)) for c in columns] for r in records]})
+                tables += [Paragraph(f"{code(key)}:"),
+                           Table(tuple(Column(c, numeric=True) for c in columns),
+                                 tuple(tuple(fmt_num(r.get(c)) for c in columns) for r in records))]
             else:
-                scalars.append((str(key), fmt_num(value)))
-        return {"bench": {"scalars": scalars, "tables": tables}}
+                scalars.append((code(key), fmt_num(value)))
+        head = [Table((Column("Figure"), Column("Value", numeric=True)), tuple(scalars))] if scalars else []
+        return head + tables
 
 
 def best_records(rows: list, best: dict[str, str]) -> dict[str, dict]:

@@ -19,6 +19,7 @@ from nsa.training.outputs import atomic_write
 from validation import report
 from validation import kinds as step_kinds
 from validation.formatting import NA
+from validation.kinds.blocks import Block, Bullets, Paragraph, Table, code
 from validation.report.junit import render_junit
 from validation.report.view import build_view
 from validation.results.store import read_results
@@ -91,15 +92,6 @@ def _md_cell(value: Any) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", "").replace("\n", " ") or NA
 
 
-def _md_code(value: Any) -> str:
-    """Inline code span that survives backticks inside the value."""
-    text = str(value)
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    ticks = "`" * (longest + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{ticks}{pad}{text}{pad}{ticks}"
-
-
 def _template(fmt: str):
     """The Jinja2 template of fmt ("md" or "html"); ReportError naming the folder when it is not there."""
     path = TEMPLATES_DIR / TEMPLATE_NAMES[fmt]
@@ -162,6 +154,44 @@ def html_text(value: Any):
     return Markup(text)
 
 
+def blocks_markdown(blocks: Iterable[Block]) -> str:
+    """A kind's blocks (validation.kinds.blocks) as Markdown, each after a blank line (a cell of None: n/a; an
+    empty one stays empty)."""
+    out: list[str] = []
+    for block in blocks:
+        out.append("")
+        if isinstance(block, Paragraph):
+            out.append(str(block.text))
+        elif isinstance(block, Bullets):
+            out.extend(f"- {item}" for item in block.items)
+        elif isinstance(block, Table):
+            out.append("| " + " | ".join(_md_cell(c.label) for c in block.columns) + " |")
+            out.append("|" + "---|" * len(block.columns))
+            out.extend("| " + " | ".join(_md_cell(v) if v != "" else "" for v in row) + " |" for row in block.rows)
+        else:
+            raise TypeError(f"not a report block: {block!r}")
+    return "\n".join(out) + "\n"
+
+
+def blocks_html(blocks: Iterable[Block]) -> Markup:
+    """A kind's blocks as HTML (escaped; inline Markdown as <code> and <strong>)."""
+    out: list[str] = []
+    for block in blocks:
+        if isinstance(block, Paragraph):
+            out.append(f"<p>{html_text(block.text)}</p>")
+        elif isinstance(block, Bullets):
+            out.append("<ul>" + "".join(f"\n  <li>{html_text(item)}</li>" for item in block.items) + "\n</ul>")
+        elif isinstance(block, Table):
+            cls = [' class="num"' if c.numeric else "" for c in block.columns]
+            head = "".join(f"<th>{html_text(c.label)}</th>" for c in block.columns)
+            body = "".join("\n  <tr>" + "".join(f"<td{k}>{html_text(NA if v is None else v)}</td>"
+                                                for k, v in zip(cls, row)) + "</tr>" for row in block.rows)
+            out.append(f'<div class="table-wrap"><table>\n  <tr>{head}</tr>{body}\n</table></div>')
+        else:
+            raise TypeError(f"not a report block: {block!r}")
+    return Markup("\n".join(out))
+
+
 def _verbatim(value: Any):
     """Escaped text shown exactly as it is (a traceback, a command): no Markdown turned into HTML."""
     return Markup(str(escape("" if value is None else value)))
@@ -181,6 +211,7 @@ def _jinja_env(fmt: str):
         finalize=html_text if fmt == "html" else None,
     )
     env.filters["cell"] = _md_cell
-    env.filters["code"] = _md_code
+    env.filters["code"] = code
+    env.filters["blocks"] = blocks_markdown if fmt == "md" else blocks_html
     env.filters["verbatim"] = _verbatim
     return env

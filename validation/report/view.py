@@ -48,6 +48,7 @@ def _step_view(number: str, name: str, step: dict | None) -> dict:
         "skipped": status == "skipped", "missing": not known,
         "partial": f"kinds/{kind_name}" if kind is not None else None,
         "plots": [],  # build_view puts the step's plots here, beside its tables
+        "blocks": kind.blocks(step) if kind is not None else [],
     }
     if kind is not None:
         view.update(kind.view(step, view))

@@ -218,11 +218,13 @@ def test_strategy_figures_predict_from_the_comm_tables():
 
 def test_view_accepts_damaged_results_and_formats_real_ones():
     from validation.kinds import get
+    from validation.report.renderer import blocks_html, blocks_markdown
 
     for damaged in ({}, {"metrics": None}, {"metrics": {"strategies": [1, 2]}},
                     {"metrics": {"strategies": {"ddp": None}, "comparisons": "x", "batch_search": {"ddp": 3}}}):
         for kind in ("parallelism", "scaling"):
             get(kind).view(damaged, {"name": "p"})
+            blocks_markdown(get(kind).blocks(damaged)), blocks_html(get(kind).blocks(damaged))
     result = {"order_seed": 7, "metrics": {
         "repeats": 2, "recommendation": "ddp", "regime": "fits_with_headroom", "recommendation_reason": "because",
         "capacity": {"gb": 8.0, "source": "host"}, "headroom": 0.2, "batch_search": {"skipped": "CPU"},
@@ -231,11 +233,12 @@ def test_view_accepts_damaged_results_and_formats_real_ones():
                                "toks_per_s_runs": [900.0, 1100.0], "step_time_s": 0.25,
                                "comm_bytes_counted": 745184, "comm_bytes_model": 745184, "comm_model_matches": True,
                                "memory_model": {"total": 1024 ** 3 * 2}, "comm_time_s": 0.0143}}}}
-    p = get("parallelism").view(result, {"name": "p"})["parallelism"]
-    assert p["rows"][0]["toks"].startswith("1,000") and "900" in p["rows"][0]["toks"]
-    assert p["comm"][0]["counted"] == "745,184 B" and p["comm"][0]["matches"] == "yes"
-    assert p["comm"][0]["measured"] == "14.3 ms" and p["memory"][0]["total"] == "2.000 GB"
-    assert p["search"]["skipped"] == "CPU" and p["recommendation"] == "ddp" and "seed 7" in p["order"]
+    md = blocks_markdown(get("parallelism").blocks(result))
+    assert "| ddp | DDP | 2/2 | 250.0 ms | 1,000.0 (900.0 .. 1,100.0) | n/a |" in md
+    assert "| ddp | 745,184 B | 745,184 B | yes | 14.3 ms |" in md
+    assert md.count("2.000 GB") == 1  # the model's total
+    assert "**Batch-size search**: CPU" in md and "**Recommendation**: ddp (fits_with_headroom) — because" in md
+    assert "seed 7" in md
 
 
 # ---------------------------------------------------------------------------------------------- runbook keys

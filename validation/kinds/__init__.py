@@ -3,9 +3,9 @@
 A kind is a validation.kinds.base.StepKind subclass; its module registers an instance with ``register``. Every
 module of this package is imported on first use of the registry, so the kinds are whatever its modules register:
 ``names()`` lists them (``nsa-validate kinds`` prints them, and README's table of kinds is its ``--markdown``
-output), and adding one is a new module here (plus its partials in templates/). A kind may also be registered from
-anywhere else (a plugin, a test) before the runbook that uses it is read. Modules that register no kind hold what
-kinds share: base.py (the StepKind interface), trainer.py (the trainer's argv, collecting a launch into metrics, the
+output), and adding one is a new module here. A kind may also be registered from anywhere else (a plugin by entry
+point, a test) before the runbook that uses it is read. Modules that register no kind hold what kinds share: base.py
+(the StepKind interface), blocks.py (what a kind's part of the report is made of), trainer.py (the trainer's argv, collecting a launch into metrics, the
 loop over a sweep's points or an A/B's variants), train_report.py; a leading underscore marks a kind's helper
 module (its analysis, launches or view), which the registry does not import itself.
 """

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from validation.analysis.parallelism import STRATEGIES
+from validation.kinds.blocks import Block, Bullets, Column, Paragraph, Table
 from validation.formatting import as_dict, as_list, file_name, finite, fmt_num, fmt_pct, fmt_rate
 
 GIB = 1024 ** 3
@@ -46,69 +47,78 @@ def prediction_note(label: Any, predicted: Any, aligned: Any, in_flight: Any) ->
             "the ranks-aligned column.")
 
 
-def parallelism_view(result: dict) -> dict:
+def parallelism_blocks(result: dict) -> list[Block]:
+    """The strategies side by side (the recommended one marked), communication, memory, the comparisons, the
+    batch-size search and the recommendation with its reason."""
     m = as_dict(result.get("metrics"))
-    strategies = as_dict(m.get("strategies"))
+    strategies = {str(k): as_dict(s) for k, s in as_dict(m.get("strategies")).items()}
+    recommendation = fmt_num(m.get("recommendation")) if m.get("recommendation") else "none"
     rows, memory, comm, notes = [], [], [], []
     for label, s in strategies.items():
-        s = as_dict(s)
-        name = STRATEGIES.get(str(s.get("strategy")), fmt_num(s.get("strategy")))
-        toks = [finite(t) for t in as_list(s.get("toks_per_s_runs"))]
-        spread = ""
-        if len([t for t in toks if t is not None]) > 1:
-            vals = [t for t in toks if t is not None]
-            spread = f" ({fmt_rate(min(vals))} .. {fmt_rate(max(vals))})"
-        rows.append({"label": str(label), "strategy": name, "runs": f"{fmt_num(s.get('passed'))}/{fmt_num(s.get('runs'))}",
-                     "step_time": _ms(s.get("step_time_s")), "toks": fmt_rate(finite(s.get("toks_per_s"))) + spread,
-                     "oom": fmt_num(s.get("oom"))})
+        toks = [t for t in (finite(t) for t in as_list(s.get("toks_per_s_runs"))) if t is not None]
+        spread = f" ({fmt_rate(min(toks))} .. {fmt_rate(max(toks))})" if len(toks) > 1 else ""
+        rows.append((label, STRATEGIES.get(str(s.get("strategy")), fmt_num(s.get("strategy"))),
+                     f"{fmt_num(s.get('passed'))}/{fmt_num(s.get('runs'))}", _ms(s.get("step_time_s")),
+                     fmt_rate(finite(s.get("toks_per_s"))) + spread, fmt_num(s.get("oom"))))
         mm = as_dict(s.get("memory_model"))
         mem_kind = "RSS" if s.get("memory_kind") == "cpu_rss" else "allocated"
-        memory.append({"label": str(label), "peak": f"{_gb(s.get('peak_alloc_gb'))} ({mem_kind})",
-                       "reserved": _gb(s.get("peak_reserved_gb")),
-                       "params": _gb(finite(mm.get("params")) and mm["params"] / GIB),
-                       "grads": _gb(finite(mm.get("grads")) and mm["grads"] / GIB),
-                       "optim": _gb(finite(mm.get("optimizer_state")) and mm["optimizer_state"] / GIB),
-                       "acts": _gb(finite(mm.get("activations")) and mm["activations"] / GIB),
-                       "total": _gb(finite(mm.get("total")) and mm["total"] / GIB)})
+        memory.append((label, f"{_gb(s.get('peak_alloc_gb'))} ({mem_kind})", _gb(s.get("peak_reserved_gb")),
+                       *(_gb(finite(mm.get(k)) and mm[k] / GIB)
+                         for k in ("params", "grads", "optimizer_state", "activations", "total"))))
         matches = s.get("comm_model_matches")
         comm_note = prediction_note(label, s.get("comm_predicted_s"), s.get("aligned_comm_s"), s.get("comm_time_s"))
         if comm_note:
             notes.append(comm_note)
-        comm.append({"label": str(label), "counted": _bytes(s.get("comm_bytes_counted")),
-                     "model": _bytes(s.get("comm_bytes_model")),
-                     "matches": "yes" if matches is True else "NO" if matches is False else "—",
-                     "measured": _ms(s.get("comm_time_s")), "predicted": _ms(s.get("comm_predicted_s")),
-                     "profiled": _ms(s.get("profiled_comm_s")), "exposed": _ms(s.get("exposed_comm_s")),
-                     "aligned": _ms(s.get("aligned_comm_s")),
-                     "share": fmt_pct(s.get("comm_share")), "counted_by": fmt_num(s.get("comm_counted_by"))})
-    comparisons = []
-    for key, c in as_dict(m.get("comparisons")).items():
-        c = as_dict(c)
-        comparisons.append({"pair": str(key).replace(":", " vs "), "text": fmt_num(c.get("text")),
-                            "verdict": fmt_num(c.get("verdict")) if c.get("verdict") else "—"})
-    search = m.get("batch_search")
-    search_view = None
-    if isinstance(search, dict):
-        if search.get("skipped"):
-            search_view = {"skipped": str(search["skipped"]), "rows": []}
-        else:
-            search_view = {"skipped": None, "rows": [
-                {"label": str(k), "largest": fmt_num(as_dict(v).get("largest")),
-                 "first_oom": fmt_num(as_dict(v).get("first_oom")), "error": as_dict(v).get("error"),
-                 "tried": ", ".join(f"{t.get('batch')}{'' if t.get('fits') else ' (OOM)'}"
-                                    for t in (as_dict(x) for x in as_list(as_dict(v).get("tried"))))}
-                for k, v in search.items()]}
-    first = next((as_dict(s) for s in strategies.values()), {})
+        comm.append((label, _bytes(s.get("comm_bytes_counted")), _bytes(s.get("comm_bytes_model")),
+                     "yes" if matches is True else "NO" if matches is False else "—", _ms(s.get("comm_time_s")),
+                     _ms(s.get("comm_predicted_s")), _ms(s.get("aligned_comm_s")), _ms(s.get("profiled_comm_s")),
+                     _ms(s.get("exposed_comm_s")), fmt_pct(s.get("comm_share"))))
+    first = next(iter(strategies.values()), {})
     cap = as_dict(m.get("capacity"))
-    return {"command": "", "parallelism": {
-        "rows": rows, "memory": memory, "comm": comm, "comm_notes": notes, "comparisons": comparisons, "search": search_view,
-        "recommendation": fmt_num(m.get("recommendation")) if m.get("recommendation") else "none",
-        "regime": fmt_num(m.get("regime")), "reason": fmt_num(m.get("recommendation_reason")),
-        "capacity": f"{_gb(cap.get('gb'))} per rank ({fmt_num(cap.get('source'))})" if cap else "—",
-        "headroom": fmt_pct(m.get("headroom")), "comm_source": fmt_num(m.get("comm_source")),
-        "prediction": fmt_num(first.get("comm_prediction")), "exposed_source": fmt_num(first.get("exposed_source")),
-        "order": (f"random within each repeat (seed {result['order_seed']})" if result.get("order_seed") is not None
-                  else None), "repeats": fmt_num(m.get("repeats"))}}
+    capacity = f"{_gb(cap.get('gb'))} per rank ({fmt_num(cap.get('source'))})" if cap else "—"
+    seed = result.get("order_seed")
+    out: list[Block] = [
+        Table((Column("Strategy"), Column(""), *(Column(c, numeric=True) for c in (
+            "Runs passed", "Step time", "Tokens/s, window mean (all ranks; over repeats)", "OOM"))), rows,
+            marked={i for i, label in enumerate(strategies) if label == recommendation}),
+        Paragraph("**Communication per step** (bytes counted by the trainer at its collective calls vs the byte model. "
+                  "Times per step: *Rank 0 in flight* = from rank 0 issuing each collective until it completed, over the "
+                  "whole run, including waiting for slower peers; *Predicted* from the comm step's tables; *Collective "
+                  "(ranks aligned)* = each call from the later rank's start to the last rank's end, from every rank's "
+                  "profiler trace (the collective's own time, comparable with the prediction); *Rank 0 in profile* = "
+                  "rank 0's collective time in the profiled steps; *Exposed* = the part of it not overlapped with rank "
+                  "0's compute):"),
+        Table((Column("Strategy"), Column("Counted", numeric=True), Column("Byte model", numeric=True), Column("Match"),
+               *(Column(c, numeric=True) for c in ("Rank 0 in flight", "Predicted", "Collective (ranks aligned)",
+                                                   "Rank 0 in profile", "Exposed", "Share of step"))), comm),
+        Paragraph(f"Prediction: {fmt_num(first.get('comm_prediction'))}. Exposed time: "
+                  f"{fmt_num(first.get('exposed_source'))}.", style="muted"),
+        *(Paragraph(f"Note: {n}", style="muted") for n in notes),
+        Paragraph("**Memory** (measured peak beside the memory model per rank):"),
+        Table((Column("Strategy"), *(Column(c, numeric=True) for c in (
+            "Peak measured", "Peak reserved", "Model: params", "grads", "optimizer", "activations", "total"))), memory),
+        Paragraph(f"Memory per rank: {capacity}; headroom asked for DDP: {fmt_pct(m.get('headroom'))}.", style="muted"),
+        Paragraph(f"**Comparisons** (tokens/s, {fmt_num(m.get('repeats'))} repeat(s)"
+                  + (f", run order random within each repeat (seed {seed})" if seed is not None else "") + "):")]
+    comparisons = [f"{str(k).replace(':', ' vs ')}: {fmt_num(as_dict(c).get('text'))}"
+                   for k, c in as_dict(m.get("comparisons")).items()]
+    if comparisons:
+        out.append(Bullets(comparisons))
+    search = m.get("batch_search")
+    if isinstance(search, dict) and search.get("skipped"):
+        out.append(Paragraph(f"**Batch-size search**: {search['skipped']}"))
+    elif isinstance(search, dict):
+        out += [Paragraph("**Batch-size search**:"),
+                Table((Column("Strategy"), Column("Largest batch that fits", numeric=True),
+                       Column("First OOM", numeric=True), Column("Tried")),
+                      [(str(k), fmt_num(v.get("largest")), fmt_num(v.get("first_oom")),
+                        ", ".join(f"{t.get('batch')}{'' if t.get('fits') else ' (OOM)'}"
+                                  for t in (as_dict(x) for x in as_list(v.get("tried"))))
+                        + (f" (stopped: {v['error']})" if v.get("error") else ""))
+                       for k, v in ((k, as_dict(v)) for k, v in search.items())])]
+    out.append(Paragraph(f"**Recommendation**: {recommendation} ({fmt_num(m.get('regime'))}) — "
+                         f"{fmt_num(m.get('recommendation_reason'))}"))
+    return out
 
 
 def draw_plots(name: str, result: dict, plotter) -> None:

@@ -38,8 +38,9 @@ from validation.runbook.schema import NAME_RE, env_vars, mapping, trainer_flags,
 from validation.analysis.significance import StatsError, adjust_family, compare_paired, decide
 from validation.analysis.significance.windows import compare_windows, measured_run_noise
 from validation.kinds import train_report
+from validation.kinds.blocks import Badge, Block, Column, Paragraph, Table
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, with_labels
-from validation.kinds.sweep import decision_mark, decision_view
+from validation.kinds.sweep import decision_blocks, decision_mark
 from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, declared_pair_noise, nothing_compared, order_seed, run_each, run_order,
                                       run_values, trainer_launch)
 from validation.kinds._plot_helpers import bar_points
@@ -214,6 +215,10 @@ class AB(TrainerKind):
                                  kept_default=bool(chosen and chosen["kept_default"]))
 
     def view(self, result: dict, view: dict) -> dict:
+        return {"command": ""}  # each run has its own
+
+    def blocks(self, result: dict) -> list[Block]:
+        """One row per run, the comparisons with the baseline, the decision, and each run's summary."""
         runs = [as_dict(r) for r in as_list(result.get("runs"))]
         label_counts = Counter(str(r.get("label")) for r in runs)
         rows = []
@@ -223,12 +228,17 @@ class AB(TrainerKind):
             label = fmt_num(run.get("label"))
             if label_counts[str(run.get("label"))] > 1 and finite(run.get("repeat")) is not None:
                 label = f"{label} (repeat {int(run['repeat']) + 1})"
-            rows.append({"label": label, "params": params_text(run.get("params")),
-                         "repeat": fmt_num(run.get("repeat")), "toks": mean_pm(toks),
-                         "cv": fmt_pct(toks.get("cv")), "n": fmt_num(toks.get("n")),
-                         "tflops": fmt_tflops(run_metrics.get("tflops_per_s")),
-                         "mfu": mfu_text(run_metrics, why=False),
-                         "status": status_view(run.get("status")), "reason": run.get("reason")})
+            status = status_view(run.get("status"))
+            rows.append((label, params_text(run.get("params")), mean_pm(toks), fmt_pct(toks.get("cv")),
+                         fmt_num(toks.get("n")), fmt_tflops(run_metrics.get("tflops_per_s")),
+                         mfu_text(run_metrics, why=False),
+                         Badge(status["label"], status["css"], after=str(run["reason"]) if run.get("reason") else None)))
+        out: list[Block] = [Table(
+            (Column("Variant"), Column("Params"), *(Column(c, numeric=True) for c in (
+                "Tokens/s, window mean ± stdev (all ranks)", "CV", "n", "TFLOP/s", "MFU")), Column("Status")), rows)]
+        context = shared_context_text(as_dict(r.get("metrics")) for r in runs)
+        if context:
+            out.append(Paragraph(f"Context of the tokens/s: {context}", style="context"))
         comparisons = []
         for comp in (as_dict(c) for c in as_list(result.get("comparison"))):
             ci = (f"{fmt_pct(comp.get('ci_low'), signed=True)} .. {fmt_pct(comp.get('ci_high'), signed=True)}"
@@ -236,28 +246,27 @@ class AB(TrainerKind):
             p = fmt_p(comp.get("p_value"))
             if finite(comp.get("p_adjusted")) is not None:
                 p += f" (Holm {fmt_p(comp.get('p_adjusted'))})"
-            comparisons.append({
-                "baseline": fmt_num(comp.get("baseline")), "variant": fmt_num(comp.get("variant")),
-                "metric": fmt_num(comp.get("metric")),
-                "mean_a": fmt_num(comp.get("mean_a")), "mean_b": fmt_num(comp.get("mean_b")),
-                "delta": fmt_num(comp.get("delta")), "rel_delta": fmt_pct(comp.get("rel_delta"), signed=True),
-                "ci": ci, "p_value": p, "significant": fmt_num(comp.get("significant")),
-                "noise_floor": fmt_pct(comp.get("noise_floor")),
-                "verdict": fmt_num(comp.get("verdict")), "test": fmt_num(comp.get("test")),
-                "n": f"{fmt_num(comp.get('n_a'))} / {fmt_num(comp.get('n_b'))}",
-            })
+            comparisons.append((fmt_num(comp.get("baseline")), fmt_num(comp.get("variant")), fmt_num(comp.get("metric")),
+                                fmt_num(comp.get("mean_a")), fmt_num(comp.get("mean_b")),
+                                fmt_pct(comp.get("rel_delta"), signed=True), ci,
+                                f"{fmt_num(comp.get('n_a'))} / {fmt_num(comp.get('n_b'))}", fmt_num(comp.get("test")),
+                                p, fmt_pct(comp.get("noise_floor")), fmt_num(comp.get("verdict"))))
+        if comparisons:
+            out.append(Table((Column("Baseline"), Column("Variant"), Column("Metric"),
+                              *(Column(c, numeric=True) for c in ("Mean A", "Mean B", "Delta %", "95% CI", "n (A / B)")),
+                              Column("Test"), Column("p-value", numeric=True), Column("Noise floor", numeric=True),
+                              Column("Verdict")), comparisons))
+        else:
+            out.append(Paragraph("No comparison available."))
         decision = as_dict(result.get("decision"))
         chosen = as_dict(result.get("choice")) or as_dict(result.get("winner"))
-        winner = None
-        if chosen:
-            winner = {"label": fmt_num(chosen.get("label")), "params": params_text(chosen.get("params")),
-                      "explanation": fmt_num(chosen.get("explanation")),
-                      "significant": bool(chosen.get("significant", not decision))}
-        return {"command": "",  # each run has its own
-                "ab": {"rows": rows, "comparisons": comparisons, "winner": winner,
-                       "decision": decision_view(decision, as_dict(result.get("choice"))) if decision else None,
-                       "context": shared_context_text(as_dict(r.get("metrics")) for r in runs)},
-                "runs_summary": train_report.runs_view(runs)}
+        if decision:
+            out += decision_blocks(decision, as_dict(result.get("choice")))
+        elif chosen:
+            params = params_text(chosen.get("params"))
+            out.append(Paragraph(f"**Keep**: {fmt_num(chosen.get('label'))}" + (f" ({params})" if params != "—" else "")
+                                 + f" — {fmt_num(chosen.get('explanation'))}"))
+        return out + train_report.runs_blocks(runs)
 
     def summary_line(self, result: dict) -> str:
         chosen = as_dict(result.get("choice"))

@@ -1,7 +1,7 @@
 """StepKind: everything one kind of runbook step does, in one class. A kind module defines a subclass and registers
 an instance (validation.kinds.register); the runbook, the plan, the runner, the report, compare and the CLI ask the
-registry for the kind of a step and call these hooks, so adding a kind touches its module and its two report
-partials only (docs/architecture.md, "How to add a step kind").
+registry for the kind of a step and call these hooks, so adding a kind touches its module only (docs/architecture.md,
+"How to add a step kind").
 
 What a kind defines:
 
@@ -21,7 +21,10 @@ What a kind defines:
                          (metric_names(step) when they depend on the step's own keys): what acceptance criteria
                          may read, checked before anything runs (check_metric_reference) and after a step ran
                          (undeclared_metrics: the runner notes what a step recorded beyond them)
-    view                 its part of the report's step view (formatted strings); templates: its partials
+    blocks               its part of the report's step section: paragraphs, lists and tables (validation.kinds.blocks),
+                         which the report renders to Markdown and HTML alike
+    view                 changes to the fields every step section shows (a command hidden where each run shows its
+                         own, a reason already shown as problems)
     key_figures, plots   executive-summary figures and extra plots (key_figure_steps: the steps those figures use)
     performance, decides the metric names that measure speed (validation.execution.evidence: what interference can change),
                          and whether every step of the kind decides on speed (a sweep, an A/B, a triage)
@@ -37,7 +40,6 @@ a whole, "nodes" for len()). Besides its metrics, a criterion reads STEP_FIELDS 
 from __future__ import annotations
 
 import difflib
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
@@ -77,9 +79,6 @@ class StepKind:
     trainer: ClassVar[bool] = False
     host_only: ClassVar[bool] = False  # True: the runbook's requirements do not apply, only the step's `requires`
     plan_note: ClassVar[str | None] = None  # a line `nsa-validate plan` prints under the step (in-process work)
-    # Report partials {"md": source, "html": source}; None: package data validation/kinds/templates/<name>.<fmt>.j2.
-    # A partial renders the kind's own part of a step section; `s` is the step view (view() merged into it).
-    templates: ClassVar[dict[str, str] | None] = None
     # The metric names the kind's steps produce (patterns; see the module docstring). None: not declared, and then
     # criteria on its steps are checked only when they run (tests/validation/test_prerun_checks.py lists such kinds).
     metrics: ClassVar[tuple[str, ...] | None] = None
@@ -159,14 +158,15 @@ class StepKind:
 
     # ------------------------------------------------------------------ report
     def view(self, result: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:
-        """What the kind's partials show (formatted with validation.formatting), merged into the step `view`
-        (which it may also read: name, status, reason, ...). Must accept anything: results may be damaged."""
+        """Changes to the fields every step section shows, merged into the step `view` (which it may read: name,
+        status, reason, command, ...): e.g. {"command": ""} where each run shows its own. Must accept anything:
+        results may be damaged."""
         return {}
 
     def blocks(self, result: dict[str, Any]) -> list[Block]:
         """The kind's part of the step section as report blocks (validation.kinds.blocks: paragraphs, lists,
         tables), which the report renders to Markdown and to HTML alike. Must accept anything: results may be
-        damaged. A kind with blocks needs no partials."""
+        damaged."""
         return []
 
     def key_figures(self, steps: list[dict[str, Any]]) -> list[tuple[int, dict[str, str]]]:
@@ -181,14 +181,6 @@ class StepKind:
     def plots(self, name: str, result: dict[str, Any], plotter) -> None:
         """Extra plots of the step, drawn with validation.report.plots.Plotter (bars(...), figure(...)); the
         tokens/s-per-step plot of every step with a training.csv is drawn for every kind."""
-
-    def template(self, fmt: str) -> str | None:
-        """The source of the kind's report partial for `fmt` ("md" or "html"), or None when it has none."""
-        if self.templates is not None:
-            return self.templates.get(fmt)
-
-        path = resources.files("validation.kinds") / "templates" / f"{self.name}.{fmt}.j2"
-        return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
 def run_path(run_dir: Path | None, rel: str) -> str:

@@ -43,6 +43,7 @@ from validation import kinds as registry
 from validation.formatting import NA, as_dict, as_list, file_name, finite, fmt_num
 from validation.launch.spec import LaunchSpec
 from validation.runbook.schema import typed
+from validation.kinds.blocks import Block, Column, Paragraph, Table, code
 from validation.kinds.base import StepKind, launch_identity, run_path, step_dir
 from validation.kinds._plot_helpers import loglog_lines
 
@@ -242,21 +243,25 @@ class Comm(StepKind):
                 f"rank{'s' if m.get('world_size') != 1 else ''}, {m.get('source')})")
 
     # ------------------------------------------------------------------ report
-    def view(self, result: dict, view: dict) -> dict:
+    def blocks(self, result: dict) -> list[Block]:
+        """How the collectives were measured, then per collective its peak bus bandwidth and a table over sizes."""
         m = as_dict(result.get("metrics"))
-        out = []
+        if not m:
+            return []
+        out: list[Block] = [Paragraph(
+            f"Collectives over {fmt_num(m.get('world_size'))} rank(s), backend {m.get('backend') or NA}, measured with "
+            f"{m.get('source') or NA}: {protocol_text(m)} (message sizes and bus bandwidth in the nccl-tests "
+            "conventions; GB/s = 10^9 bytes/s).")]
+        if m.get("note"):
+            out.append(Paragraph(f"Note: {m['note']}.", style="muted"))
         for kind, table in tables(m).items():
             stats = as_dict(m.get(kind))
-            rows = [[size_text(r.get("bytes")), fmt_num(_us(r.get("time_s"))), fmt_num(r.get("algbw_gbps")),
-                     fmt_num(r.get("busbw_gbps"))] for r in (as_dict(r) for r in as_list(table))]
-            out.append({"kind": kind, "rows": rows,
-                        "busbw_max": fmt_num(as_dict(stats.get("busbw_gbps")).get("max")),
-                        "latency_us": fmt_num(stats.get("latency_us"))})
-        if not out and not m:
-            return {}
-        return {"comm": {"kinds": out, "world_size": fmt_num(m.get("world_size")),
-                         "backend": str(m.get("backend") or NA), "source": str(m.get("source") or NA),
-                         "note": m.get("note"), "protocol": protocol_text(m)}}
+            out += [Paragraph(f"{code(kind)}: peak busbw {fmt_num(as_dict(stats.get('busbw_gbps')).get('max'))} GB/s, "
+                              f"latency {fmt_num(stats.get('latency_us'))} us (smallest size)."),
+                    Table(tuple(Column(c, numeric=True) for c in ("size", "time (us)", "algbw (GB/s)", "busbw (GB/s)")),
+                          [(size_text(r.get("bytes")), fmt_num(_us(r.get("time_s"))), fmt_num(r.get("algbw_gbps")),
+                            fmt_num(r.get("busbw_gbps"))) for r in (as_dict(r) for r in as_list(table))])]
+        return out
 
     def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
         for s in in_order:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from validation import contracts
 from validation import kinds
 from validation.formatting import as_dict, as_list, fmt_gb, fmt_num
+from validation.kinds.blocks import Block, Column, Table
 from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, run_single
 
 
@@ -28,18 +29,17 @@ class Longrun(TrainerKind):
         if result["status"] == "passed" and m["halted"]:
             result.update(status="failed", reason="the run was halted (.HALT)")
 
-    def view(self, result: dict, view: dict) -> dict:
+    def blocks(self, result: dict) -> list[Block]:
+        """The trainer launch's blocks, then stability: throughput, memory plateau, halts, stalls, stack dumps."""
         metrics = as_dict(result.get("metrics"))
         stalls = metrics.get("stalls")
-        dumps = sorted({str(p) for p in as_list(metrics.get("stack_dumps")) + as_list(result.get("stack_dumps"))})
-        return {**super().view(result, view), "longrun": {
-            "throughput_stable": fmt_num(metrics.get("throughput_stable")),
-            "mem_plateau": fmt_num(metrics.get("mem_plateau")),
-            "mem_peak": fmt_gb(metrics.get("mem_peak_gb")),
-            "halted": fmt_num(metrics.get("halted")),
-            "stalls": fmt_num(len(stalls) if isinstance(stalls, list) else stalls),
-            "stack_dumps": dumps,
-        }}
+        dumps = {str(p) for p in as_list(metrics.get("stack_dumps")) + as_list(result.get("stack_dumps"))}
+        return super().blocks(result) + [Table(
+            (Column("Throughput stable"), Column("Memory plateau"), Column("Peak mem", numeric=True), Column("Halted"),
+             Column("Stalls", numeric=True), Column("Stack dumps", numeric=True)),
+            [(fmt_num(metrics.get("throughput_stable")), fmt_num(metrics.get("mem_plateau")),
+              fmt_gb(metrics.get("mem_peak_gb")), fmt_num(metrics.get("halted")),
+              fmt_num(len(stalls) if isinstance(stalls, list) else stalls), str(len(dumps)))])]
 
 
 kinds.register(Longrun())

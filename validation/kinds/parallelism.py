@@ -32,7 +32,8 @@ from validation.analysis.parallelism import STRATEGIES
 from validation.runbook.schema import env_vars, mapping, trainer_flags, typed
 from validation.kinds._parallelism_analysis import analyse, decide_recommendation, search_batches
 from validation.kinds._parallelism_launch import strategy_launch
-from validation.kinds._parallelism_view import draw_plots, parallelism_view
+from validation.kinds._parallelism_view import draw_plots, parallelism_blocks
+from validation.kinds.blocks import Block
 from validation.kinds.base import earlier_step_of_kind
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order
 
@@ -130,7 +131,10 @@ class Parallelism(TrainerKind):
         return f" recommendation: {m['recommendation']}"
 
     def view(self, result: dict, view: dict) -> dict:
-        return parallelism_view(result)
+        return {"command": ""}  # each run has its own
+
+    def blocks(self, result: dict) -> list[Block]:
+        return parallelism_blocks(result)
 
     def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
         out = []

@@ -18,6 +18,7 @@ from validation import kinds
 from validation.analysis.attribution import attribute_trace
 from validation.formatting import as_dict, as_list, file_name, fmt_num, fmt_pct
 from validation.runbook.schema import typed
+from validation.kinds.blocks import Block, Bullets, Column, Paragraph, Table, code
 from validation.kinds.base import run_path
 from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, run_single, trainer_launch
 
@@ -63,21 +64,28 @@ class Profile(TrainerKind):
             result.update(status="failed", reason="no profiler trace was written")
         result["metrics"]["profile"] = prof
 
-    def view(self, result: dict, view: dict) -> dict:
+    def blocks(self, result: dict) -> list[Block]:
+        """The trainer launch's blocks, then the top operators, the NVTX ranges, the attribution and the trace."""
         metrics = as_dict(result.get("metrics"))
         prof = as_dict(metrics.get("profile")) or metrics  # the runner nests it under "profile"
         ops = [as_dict(o) for o in as_list(prof.get("top_ops"))]
-        return {**super().view(result, view), "profile": {
-            "trace": prof.get("trace") or None,
-            "top_ops": [{"name": fmt_num(o.get("name")),
-                         "time_ms": fmt_num(next((o[k] for k in ("self_time_ms", "total_ms", "time_ms") if k in o),
-                                                 None)),
-                         "calls": fmt_num(o.get("calls"))} for o in ops],
-            "nvtx_ranges": [str(r) for r in as_list(prof.get("nvtx_ranges"))],
-            "attribution": _attribution_text(as_dict(prof.get("attribution"))),
-            "attribution_steps": f"{fmt_num(as_dict(prof.get('attribution')).get('steps'))} profiled step(s), "
-                                 "host side",
-        }}
+        out = super().blocks(result)
+        if ops:
+            out.append(Table((Column("Operator"), Column("Time (ms)", numeric=True), Column("Calls", numeric=True)),
+                             [(code(fmt_num(o.get("name"))),
+                               fmt_num(next((o[k] for k in ("self_time_ms", "total_ms", "time_ms") if k in o), None)),
+                               fmt_num(o.get("calls"))) for o in ops]))
+        else:
+            out.append(Paragraph("No operator table recorded."))
+        ranges = [code(r) for r in as_list(prof.get("nvtx_ranges"))]
+        items = ["NVTX ranges seen: " + (", ".join(ranges) or "none")]
+        attribution = _attribution_text(as_dict(prof.get("attribution")))
+        if attribution:
+            items.append(f"Step time by category ({fmt_num(as_dict(prof.get('attribution')).get('steps'))} profiled "
+                         f"step(s), host side): {attribution}")
+        if prof.get("trace"):
+            items.append(f"Trace: {code(prof['trace'])}")
+        return out + [Bullets(items)]
 
     def plots(self, name: str, result: dict, plotter) -> None:
         """The trainer launch's plots, and the shares of step time by category (validation.analysis.attribution)."""

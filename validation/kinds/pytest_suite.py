@@ -46,6 +46,7 @@ from validation.kinds._pytest_progress import OPTION as PROGRESS_OPTION
 from validation.kinds._pytest_progress import read_progress
 from validation.launch.spec import safe_name
 from validation.kinds.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, run_path, step_dir
+from validation.kinds.blocks import Block, Column, Paragraph, Table
 
 # pytest options that choose where pytest writes: nsa-validate puts pytest.xml under RUN_DIR/<step> itself, and
 # --basetemp would even let pytest empty a directory outside it (pytest refuses abbreviated options).
@@ -174,15 +175,20 @@ class Pytest(StepKind):
         else:
             result.update(status="passed", reason=None)
 
-    def view(self, result: dict, view: dict) -> dict:
+    def blocks(self, result: dict) -> list[Block]:
+        """The counts of the whole step, then (a test file per process) one row per file."""
         metrics = as_dict(result.get("metrics"))
-        counts = {k: fmt_num(metrics.get(k)) for k in COUNTS}
-        counts["duration"] = fmt_duration(metrics.get("duration_s"))
-        counts["files"] = [{"file": str(f.get("file")), "status": str(f.get("status")),
-                            **{k: fmt_num(f.get(k)) for k in COUNTS}, "duration": fmt_duration(f.get("duration_s")),
-                            "note": str(f.get("reason") or "")}
-                           for f in (as_dict(x) for x in as_list(metrics.get("files")))]
-        return {"pytest": counts}
+        files = [as_dict(x) for x in as_list(metrics.get("files"))]
+        counts = tuple(Column(k.capitalize(), numeric=True) for k in COUNTS)
+        last = "Files' time (sum; with jobs > 1 more than the step took)" if files else "Duration"
+        out: list[Block] = [Table((*counts, Column(last, numeric=True)),
+                                  [(*(fmt_num(metrics.get(k)) for k in COUNTS), fmt_duration(metrics.get("duration_s")))])]
+        if files:
+            out += [Paragraph("Each test file in its own process:"),
+                    Table((Column("File"), Column("Result"), *counts, Column("Duration", numeric=True), Column("Note")),
+                          [(str(f.get("file")), str(f.get("status")), *(fmt_num(f.get(k)) for k in COUNTS),
+                            fmt_duration(f.get("duration_s")), str(f.get("reason") or "")) for f in files])]
+        return out
 
 
 def isolated_files(tests: list[str], cwd: Path | None = None) -> list[tuple[str, list[str]]]:

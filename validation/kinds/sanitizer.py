@@ -54,6 +54,7 @@ from validation import kinds
 from validation.launch.spec import LOG_NAME, safe_name
 from validation.formatting import as_dict, as_list, fmt_duration, fmt_num
 from validation.runbook.schema import mapping, str_list, typed
+from validation.kinds.blocks import Block, Column, Paragraph, Table, code
 from validation.kinds.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, step_dir
 
 SANITIZER = "compute-sanitizer"
@@ -198,18 +199,19 @@ class Sanitizer(StepKind):
                              "note": note + (f"; first not clean: {bad.get('case')}" if bad else "")}))
         return out
 
-    def view(self, result: dict, view: dict) -> dict:
+    def blocks(self, result: dict) -> list[Block]:
+        """The tool and grid, how many cases ran clean, and one row per case with its first error."""
         m = as_dict(result.get("metrics"))
         if not m:
-            return {}
-        rows = [{"case": str(r.get("case")), "status": str(r.get("status")), "errors": fmt_num(r.get("errors")),
-                 "duration": fmt_duration(r.get("duration_s")),
-                 "note": str(r.get("first_error") or (case_problem(r) if r.get("status") != "clean" else ""))}
-                for r in (as_dict(x) for x in as_list(m.get("by_case")))]
-        return {"sanitizer": {"tool": str(m.get("tool")), "grid": str(m.get("grid")),
-                              "path": str(m.get("sanitizer")), "cases": fmt_num(m.get("cases")),
-                              "clean": fmt_num(m.get("cases_clean")), "errors": fmt_num(m.get("errors")),
-                              "rows": rows}}
+            return []
+        return [Paragraph(f"{m.get('tool')} ({m.get('sanitizer')}), grid {code(m.get('grid'))}: "
+                          f"{fmt_num(m.get('cases_clean'))} of {fmt_num(m.get('cases'))} cases clean; errors in all: "
+                          f"{fmt_num(m.get('errors'))}."),
+                Table((Column("Case"), Column("Result"), Column("Errors", numeric=True), Column("Duration", numeric=True),
+                       Column("First error / note")),
+                      [(str(r.get("case")), str(r.get("status")), fmt_num(r.get("errors")), fmt_duration(r.get("duration_s")),
+                        str(r.get("first_error") or (case_problem(r) if r.get("status") != "clean" else "")))
+                       for r in (as_dict(x) for x in as_list(m.get("by_case")))])]
 
 
 def find_sanitizer(env: Mapping[str, str]) -> tuple[str | None, list[str]]:

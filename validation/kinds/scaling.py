@@ -32,6 +32,7 @@ from validation import kinds
 from validation.analysis.parallelism import scaling_table
 from validation.formatting import as_dict, as_list, file_name, finite, fmt_num, rate_with_mfu
 from validation.runbook.schema import str_list, typed
+from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order, trainer_launch
 
 MODES = ("strong", "weak")
@@ -136,25 +137,34 @@ class Scaling(TrainerKind):
         return f" ({'; '.join(parts)})" if parts else ""
 
     def view(self, result: dict, view: dict) -> dict:
+        return {"command": ""}  # one command per launch: shown with each run
+
+    def blocks(self, result: dict) -> list[Block]:
+        """A table per mode (strong, weak): speedup and efficiency against the smallest world size."""
         m = as_dict(result.get("metrics"))
-        tables = []
+        out: list[Block] = []
         for mode in MODES:
             t = as_dict(m.get(mode))
             if not t:
                 continue
-            rows = [{"n": fmt_num(r.get("world_size")), "batch": fmt_num(r.get("batch_per_rank")),
-                     "toks": rate_with_mfu(r.get("toks_per_s"), r.get("mfu")),
-                     "speedup": "—" if finite(r.get("speedup")) is None else f"{r['speedup']:.2f}x",
-                     "eff": "—" if finite(r.get("efficiency")) is None else f"{r['efficiency']:.0%}"}
-                    for r in (as_dict(x) for x in as_list(t.get("rows")))]
             what = (f"global batch {fmt_num(t.get('global_batch'))} sequences fixed" if mode == "strong"
                     else "per-rank batch fixed")
-            tables.append({"mode": mode, "what": what, "rows": rows, "base": fmt_num(t.get("base"))})
-        return {"command": "", "scaling": {
-            "tables": tables, "note": m.get("note"),
-            "definition": ("speedup S(n) = X(n) / X(n0), efficiency E(n) = S(n) x n0 / n, X = tokens/s of all "
-                           "ranks, n0 the smallest world size measured; strong: = T(n0) n0 / (T(n) n), weak: "
-                           "= T(n0) / T(n); 1.0 = perfect")}}
+            out += [Paragraph(f"{strong(mode.capitalize() + ' scaling')} ({what}; base world size "
+                              f"{fmt_num(t.get('base'))}):"),
+                    Table(tuple(Column(c, numeric=True) for c in ("World size", "Batch per rank",
+                                                                  "Tokens/s, window mean (all ranks)", "Speedup",
+                                                                  "Efficiency")),
+                          [(fmt_num(r.get("world_size")), fmt_num(r.get("batch_per_rank")),
+                            rate_with_mfu(r.get("toks_per_s"), r.get("mfu")),
+                            "—" if finite(r.get("speedup")) is None else f"{r['speedup']:.2f}x",
+                            "—" if finite(r.get("efficiency")) is None else f"{r['efficiency']:.0%}")
+                           for r in (as_dict(x) for x in as_list(t.get("rows")))])]
+        out.append(Paragraph("Definition: speedup S(n) = X(n) / X(n0), efficiency E(n) = S(n) x n0 / n, X = tokens/s "
+                             "of all ranks, n0 the smallest world size measured; strong: = T(n0) n0 / (T(n) n), weak: "
+                             "= T(n0) / T(n); 1.0 = perfect.", style="muted"))
+        if m.get("note"):
+            out.append(Paragraph(f"Note: {m['note']}.", style="muted"))
+        return out
 
     def plots(self, name: str, result: dict, plotter) -> None:
         m = as_dict(result.get("metrics"))

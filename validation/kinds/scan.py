@@ -36,6 +36,7 @@ from validation.runbook.schema import mapping, setting_key, typed
 from validation.analysis.significance import StatsError
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, collect, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.kinds._plot_helpers import scan_loglog
+from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
 from validation.analysis.triage import bisect, find_cliffs, fit_exponent, local_exponent, point_noise
 
 
@@ -163,16 +164,19 @@ class Scan(TrainerKind):
             text += "; no cliff"
         return text
 
-    def view(self, result: dict, view: dict) -> dict:
+    def blocks(self, result: dict) -> list[Block]:
+        """One row per point (a cliff to the next point marked), the cost exponent, the cliff, the bisection."""
         m = as_dict(result.get("metrics"))
-        rows = []
-        for p in (as_dict(p) for p in as_list(m.get("points"))):
-            rows.append({"value": fmt_num(p.get("value")), "source": str(p.get("source") or ""),
-                         "runs": f"{fmt_num(p.get('passed'))}/{fmt_num(p.get('runs'))}",
-                         "step_time": _ms(p.get("step_time_s")),
-                         "toks": rate_with_mfu(p.get("toks_per_s"), p.get("mfu")),
-                         "ttfs": _secs(p.get("time_to_first_step_s")), "mem": fmt_gb(p.get("peak_mem_gb")),
-                         "exponent": _num2(p.get("exponent_to_next")), "cliff": bool(p.get("cliff_to_next"))})
+        setting = _setting(m)
+        points = [as_dict(p) for p in as_list(m.get("points"))]
+        rows = [(fmt_num(p.get("value")), str(p.get("source") or ""), f"{fmt_num(p.get('passed'))}/{fmt_num(p.get('runs'))}",
+                 _ms(p.get("step_time_s")), rate_with_mfu(p.get("toks_per_s"), p.get("mfu")),
+                 _secs(p.get("time_to_first_step_s")), fmt_gb(p.get("peak_mem_gb")),
+                 strong(f"{_num2(p.get('exponent_to_next'))} CLIFF") if p.get("cliff_to_next")
+                 else _num2(p.get("exponent_to_next"))) for p in points]
+        table = Table((Column(setting), Column("Points"), *(Column(c, numeric=True) for c in (
+            "Runs passed", "Step time", "Tokens/s, window mean (over repeats)", "Time to first step", "Peak memory",
+            "Exponent to next"))), rows, marked={i for i, p in enumerate(points) if p.get("cliff_to_next")})
         ci = as_list(m.get("exponent_ci"))
         exponent = (f"{_num2(m.get('exponent'))} (95% CI {_num2(ci[0])} .. {_num2(ci[1])})" if len(ci) == 2
                     else _num2(m.get("exponent")))
@@ -185,13 +189,20 @@ class Scan(TrainerKind):
                                         " (not localised)" if bis else ""))
         else:
             cliff = "no"
-        return {"scan": {"setting": _setting(m), "rows": rows, "exponent": exponent,
-                         "expected": fmt_num(m.get("expected_exponent")), "cliff": cliff,
-                         "reason": str(m.get("cliff_reason") or m.get("exponent_reason") or ""),
-                         "bisection": ", ".join(f"{fmt_num(v)}: {fmt_num(verdict)}" for v, verdict in
-                                                ((as_list(x) + [None, None])[:2] for x in as_list(bis.get("points"))))
-                         if bis else None, "stopped": str(bis.get("stopped") or "") if bis else None,
-                         "noise": str(m.get("noise_source") or "—")}}
+        reason = str(m.get("cliff_reason") or m.get("exponent_reason") or "")
+        out: list[Block] = [
+            table,
+            Paragraph(f"{strong('Cost exponent')} (log step time vs log {setting}): {exponent} · expected at most "
+                      f"{fmt_num(m.get('expected_exponent'))}"),
+            Paragraph(f"{strong('Cliff')}: {cliff}" + (f" — {reason}" if reason else ""))]
+        if bis:
+            bisection = ", ".join(f"{fmt_num(v)}: {fmt_num(verdict)}" for v, verdict in
+                                  ((as_list(x) + [None, None])[:2] for x in as_list(bis.get("points"))))
+            if bisection:
+                out.append(Paragraph(f"Bisection: {bisection} ({bis.get('stopped') or ''})"))
+        out.append(Paragraph(f"Noise of a point: {m.get('noise_source') or '—'} (each run one unit: the median step "
+                             "time of its window; never per-step samples)", style="muted"))
+        return out
 
     def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
         out = []

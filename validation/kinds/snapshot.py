@@ -19,6 +19,7 @@ from validation.launch import environment
 from validation import kinds
 from validation.formatting import as_dict, as_list, fmt_num
 from validation.launch.telemetry import pcie_links
+from validation.kinds.blocks import Block, Bullets, code
 from validation.kinds.base import StepKind, command_launch, run_path
 
 
@@ -72,14 +73,20 @@ class Snapshot(StepKind):
 
     def view(self, result: dict, view: dict) -> dict:
         metrics = as_dict(result.get("metrics"))
-        files = [str(f) for f in as_list(metrics.get("files"))] or [str(f) for f in as_list(result.get("artifacts"))]
         problems = [str(p) for p in as_list(metrics.get("problems"))]
-        out = {"snapshot": {"git_sha": fmt_num(metrics.get("git_sha")), "gpu_count": fmt_num(metrics.get("gpu_count")),
-                            "files": files, "problems": problems,
-                            "pcie": str(as_dict(metrics.get("pcie")).get("text") or "") or None}}
         if view["reason"] in as_list(metrics.get("problems")) or view["reason"] == "; ".join(problems):
-            out["reason"] = None  # shown as the problems below
-        return out
+            return {"reason": None}  # shown as the problems below
+        return {}
+
+    def blocks(self, result: dict) -> list[Block]:
+        """The commit, the GPUs, the PCIe links, every problem the snapshot found and the files it wrote."""
+        metrics = as_dict(result.get("metrics"))
+        files = [str(f) for f in as_list(metrics.get("files"))] or [str(f) for f in as_list(result.get("artifacts"))]
+        pcie = str(as_dict(metrics.get("pcie")).get("text") or "")
+        return [Bullets([f"Git SHA: {code(fmt_num(metrics.get('git_sha')))}; GPUs: {fmt_num(metrics.get('gpu_count'))}",
+                         *([pcie] if pcie else []),
+                         *(f"Problem: {p}" for p in as_list(metrics.get("problems"))),
+                         "Artifacts: " + (", ".join(code(f) for f in files) or "none")])]
 
 
 def pcie_metrics(files: list) -> dict:

@@ -40,6 +40,7 @@ from validation.formatting import (as_dict, as_list, context_text, file_name, fi
 from validation.runbook.schema import mapping, setting_key, typed
 from validation.analysis.significance import StatsError, decide
 from validation.kinds import train_report
+from validation.kinds.blocks import Badge, Block, Column, Paragraph, Table
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, nothing_compared, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, with_labels
 from validation.kinds._plot_helpers import bar_points
@@ -163,14 +164,18 @@ class Sweep(TrainerKind):
         return f" no significant difference: {params} kept ({how})"
 
     def view(self, result: dict, view: dict) -> dict:
+        return {"command": ""}  # each run has its own
+
+    def blocks(self, result: dict) -> list[Block]:
+        """One row per run (the chosen one marked), the decision with its figures, and each run's summary."""
         runs = [as_dict(r) for r in as_list(result.get("runs"))]
         choice = as_dict(result.get("choice")) or as_dict(result.get("winner"))
         keys = sorted({str(k) for r in runs for k in as_dict(r.get("params"))})
-        header = param_name(keys[0]) if len(keys) == 1 else "value"
         label_counts = Counter(str(r.get("label")) for r in runs)
-        decision_rec = as_dict(result.get("decision"))
-        rows = []
-        for run in runs:
+        decision = as_dict(result.get("decision"))
+        mark = "BEST" if not decision else "WINNER" if choice.get("significant") else "KEPT"
+        rows, marked = [], set()
+        for i, run in enumerate(runs):
             params = as_dict(run.get("params"))
             if len(keys) == 1 and keys[0] in params:
                 value = fmt_num(params[keys[0]])
@@ -181,29 +186,33 @@ class Sweep(TrainerKind):
             run_metrics = as_dict(run.get("metrics"))
             toks = stat_of(run_metrics, "toks_per_s")
             best = bool(choice) and run.get("label") == choice.get("label")
-            rows.append({
-                "value": value, "label": fmt_num(run.get("label")), "best": best,
-                "mark": ("BEST" if not decision_rec else "WINNER" if choice.get("significant") else "KEPT"),
-                "mean": fmt_rate(toks.get("mean")), "stdev": fmt_rate(toks.get("stdev")),
-                "cv": fmt_pct(toks.get("cv")), "n": fmt_num(toks.get("n")),
-                "tflops": fmt_tflops(run_metrics.get("tflops_per_s")), "mfu": mfu_text(run_metrics, why=False),
-                "status": status_view(run.get("status")), "reason": run.get("reason"),
-            })
+            if best:
+                marked.add(i)
+            status = status_view(run.get("status"))
+            rows.append((value, fmt_rate(toks.get("mean")), fmt_rate(toks.get("stdev")), fmt_pct(toks.get("cv")),
+                         fmt_num(toks.get("n")), fmt_tflops(run_metrics.get("tflops_per_s")),
+                         mfu_text(run_metrics, why=False),
+                         Badge(mark if best else status["word"], status["css"], bold=best,
+                               after=str(run["reason"]) if run.get("reason") else None)))
+        out: list[Block] = [Table(
+            (Column(param_name(keys[0]) if len(keys) == 1 else "value"),
+             *(Column(c, numeric=True) for c in ("Tokens/s, window mean (all ranks)", "Stdev", "CV", "n", "TFLOP/s",
+                                                 "MFU")), Column("Status")), rows, marked=marked)]
+        context = shared_context_text(as_dict(r.get("metrics")) for r in runs)
+        if context:
+            out.append(Paragraph(f"Context of the tokens/s: {context}", style="context"))
         metrics = as_dict(result.get("metrics"))
-        decision = as_dict(result.get("decision"))
-        winner_view = None
-        if choice and not decision:  # results written before decisions were recorded
-            winner_view = {"label": fmt_num(choice.get("label")), "params": params_text(choice.get("params")),
-                           "explanation": fmt_num(choice.get("explanation"))}
+        if decision:
+            out += decision_blocks(decision, as_dict(result.get("choice")))
+        elif choice:  # results written before decisions were recorded
+            out.append(Paragraph(f"**Winner**: {params_text(choice.get('params'))} — {fmt_num(choice.get('explanation'))}"))
+        else:
+            out.append(Paragraph(f"**Winner**: none — "
+                                 f"{metrics.get('selection') or 'no run finished with a throughput figure'}"))
         rule = metrics.get("rule") or metrics.get("selection_rule")
-        no_winner = None if (choice or decision) else (metrics.get("selection")
-                                                         or "no run finished with a throughput figure")
-        return {"command": "",  # each run has its own
-                "sweep": {"header": header, "rows": rows, "winner": winner_view,
-                          "decision": decision_view(decision, as_dict(result.get("choice"))) if decision else None,
-                          "context": shared_context_text(as_dict(r.get("metrics")) for r in runs),
-                          "no_winner": str(no_winner) if no_winner else None, "rule": str(rule) if rule else None},
-                "runs_summary": train_report.runs_view(runs)}
+        if rule:
+            out.append(Paragraph(f"Rule: {rule}", style="muted"))
+        return out + train_report.runs_blocks(runs)
 
     def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
         """Each sweep's decision ("Best bucket" for a significant bucket-size winner, "Bucket" for the point kept),
@@ -260,11 +269,11 @@ def decision_mark(result: dict) -> tuple[str, str] | None:
     return str(choice["label"]), "winner" if significant else "kept"
 
 
-def decision_view(decision: dict, choice: dict) -> dict[str, Any]:
-    """The report's view of a recorded decision (sweep or ab): a headline, the reason and its figures. "figures"
-    (the noise floor, runs per variant, repeats needed) is None when the decision compared nothing (e.g. an A/B
+def decision_blocks(decision: dict, choice: dict) -> list[Block]:
+    """A recorded decision (sweep or ab): a headline, the reason, the recommendation and the figures. The figures
+    (the noise floor, runs per variant, repeats needed) are left out when the decision compared nothing (e.g. an A/B
     whose only variant the trainer ignored), so that the section never prints "0 run(s) per variant" under a
-    comparison table; "excluded_ignored": the variants left out because the trainer ignored their settings."""
+    comparison table."""
     comp = as_dict(decision.get("comparison"))
     ignored = [str(x) for x in as_list(decision.get("excluded_ignored"))]
     name = (params_text(choice.get("params")) if choice and as_dict(choice.get("params")) else
@@ -282,21 +291,21 @@ def decision_view(decision: dict, choice: dict) -> dict[str, Any]:
         headline = f"no significant difference: {name} kept"
     else:
         headline = "no decision"
+    out: list[Block] = [Paragraph(f"**Decision**: {headline}"), Paragraph(reason)]
+    # a decision recorded since recommendations need replicated effects says why it is (not) recommended
+    if decision.get("recommendation"):
+        out.append(Paragraph(f"**Recommendation**: {fmt_num(decision['recommendation'])}"))
     seed = decision.get("order_seed")
-    measured = bool(comp) or decision.get("method") is not None
-    figures = ({"noise_floor": fmt_pct(decision.get("noise_floor")),
-                "recommended_repeats": fmt_num(decision.get("recommended_repeats")),
-                "repeats": fmt_num(decision.get("repeats")),
-                "runs_word": "run" if decision.get("repeats") == 1 else "runs"} if measured else None)
-    return {"headline": headline, "significant": bool(choice and choice.get("significant")),
-            "kept": (str(choice.get("label")) if choice else None), "reason": reason,
-            "comparison": str(comp["text"]) if comp.get("text") else None,
-            "noise_floor": fmt_pct(decision.get("noise_floor")),
-            "recommended_repeats": fmt_num(decision.get("recommended_repeats")),
-            "repeats": fmt_num(decision.get("repeats")), "figures": figures,
-            "order": (f"random within each repeat (seed {seed})" if seed is not None else None),
-            # a decision recorded since recommendations need replicated effects says why it is (not) recommended
-            "recommendation": fmt_num(decision["recommendation"]) if decision.get("recommendation") else None}
+    order = f"random within each repeat (seed {seed})" if seed is not None else None
+    if comp or decision.get("method") is not None:  # measured
+        repeats = decision.get("repeats")
+        out.append(Paragraph(f"Noise floor {fmt_pct(decision.get('noise_floor'))} · {fmt_num(repeats)} "
+                             f"{'run' if repeats == 1 else 'runs'} per variant · repeats needed to detect a 5% "
+                             f"difference: {fmt_num(decision.get('recommended_repeats'))}"
+                             + (f" · run order {order}" if order else ""), style="muted"))
+    elif order:
+        out.append(Paragraph(f"Run order {order}", style="muted"))
+    return out
 
 
 def sweep_points(step) -> list[tuple[str, dict[str, Any]]]:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from validation import contracts
+from validation.kinds.blocks import Block, Bullets, Heading, Pairs, Paragraph
 from validation.formatting import NA, as_dict, finite, fmt_duration, fmt_gb, fmt_num, fmt_pct, fmt_rate, plural
 from validation.launch import telemetry
 
@@ -196,13 +197,13 @@ def _s(value: Any) -> str:
     return NA if v is None else (f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s")
 
 
-def summary_view(metrics: dict[str, Any]) -> dict[str, Any] | None:
-    """The Training Summary block: [(label, value)] rows, formatted; None without a summary."""
+def summary_blocks(metrics: dict[str, Any]) -> list[Block]:
+    """The Training Summary: its problem, or a heading and its rows; [] without a summary."""
     s = as_dict(metrics.get("summary"))
     if not s:
-        return None
+        return []
     if s.get("problem"):
-        return {"rows": [], "problem": str(s["problem"])}
+        return [Paragraph(f"**Training Summary**: {s['problem']}")]
     cpu = s.get("memory_kind") == "cpu_rss"
     rows = [("Steps", fmt_num(s.get("steps"))),
             ("Step time avg / min / max", f"{_s(s.get('avg_step_time_s'))} / {_s(s.get('min_step_time_s'))} / "
@@ -218,7 +219,31 @@ def summary_view(metrics: dict[str, Any]) -> dict[str, Any] | None:
     rows.append(("Communication share", fmt_pct(share) + (f" ({_s(s.get('comm_time_s'))} in collectives)"
                                                           if share is not None else
                                                           f" ({s.get('comm_time_method') or 'not measured'})")))
-    return {"rows": [{"label": k, "value": v} for k, v in rows], "problem": None}
+    return [Heading("Training Summary"), Pairs(rows)]
+
+
+def startup_blocks(metrics: dict[str, Any]) -> list[Block]:
+    """Time to first step (imports, init, first step), the milestones, and the init-growth flag or figure; []
+    without a timeline."""
+    st = as_dict(metrics.get("startup"))
+    if not st:
+        return []
+    if st.get("problem"):
+        return [Paragraph(f"**Time to first step**: {NA} ({st['problem']})")]
+    marks = ", ".join(f"{k} {fmt_num(_round(v, 2))} s" for k, v in as_dict(st.get("milestones")).items()
+                      if k != "process_start")
+    growth = as_dict(st.get("init_growth"))
+    out: list[Block] = [Paragraph(
+        f"**Time to first step**: {fmt_duration(st.get('time_to_first_step_s'))} (imports "
+        f"{fmt_duration(st.get('imports_s'))}, init {fmt_duration(st.get('init_s'))}, first step "
+        f"{fmt_duration(st.get('first_step_s'))})")]
+    if marks:
+        out.append(Paragraph(f"Start-up milestones (seconds since the process started): {marks}", style="context"))
+    if growth.get("flagged"):
+        out.append(Paragraph(f"**Flag**: {growth.get('text')}", style="flag"))
+    elif growth:
+        out.append(Paragraph(f"Init against the model size: {growth.get('text')}", style="context"))
+    return out
 
 
 def _round(value: Any, digits: int = 4) -> Any:
@@ -235,24 +260,6 @@ def summary_line(metrics: dict[str, Any]) -> str:
     return (f"{fmt_num(s.get('steps'))} steps, {_s(s.get('avg_step_time_s'))}/step, "
             f"{fmt_rate(s.get('tokens_per_s'))} tok/s, loss {fmt_num(_round(s.get('final_loss')))}, "
             f"peak {fmt_gb(s.get('peak_mem_alloc_gb'))}" + (f", comm {fmt_pct(share)}" if share is not None else ""))
-
-
-def startup_view(metrics: dict[str, Any]) -> dict[str, Any] | None:
-    """Time to first step, init and first step, the milestones, and the init-growth flag; None without a
-    timeline."""
-    st = as_dict(metrics.get("startup"))
-    if not st:
-        return None
-    if st.get("problem"):
-        return {"ttfs": NA, "problem": str(st["problem"]), "milestones": "", "flag": None, "growth": None}
-    marks = as_dict(st.get("milestones"))
-    growth = as_dict(st.get("init_growth"))
-    return {"ttfs": fmt_duration(st.get("time_to_first_step_s")), "imports": fmt_duration(st.get("imports_s")),
-            "init": fmt_duration(st.get("init_s")),
-            "first_step": fmt_duration(st.get("first_step_s")),
-            "milestones": ", ".join(f"{k} {fmt_num(_round(v, 2))} s" for k, v in marks.items() if k != "process_start"),
-            "flag": growth.get("text") if growth.get("flagged") else None,
-            "growth": growth.get("text") if growth and not growth.get("flagged") else None, "problem": None}
 
 
 def telemetry_notes(metrics: dict[str, Any]) -> list[str]:
@@ -295,12 +302,12 @@ def interference_notes(metrics: dict[str, Any]) -> list[str]:
     return [f"Interference: {rec.get('text')}"]
 
 
-def runs_view(runs: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """One compact line per run of a sweep or A/B (label, repeat): its Training Summary, time to first step, GPU
-    utilisation when measured, and the init-growth flag. [] when no run has any of them."""
+def runs_blocks(runs: list[dict[str, Any]]) -> list[Block]:
+    """The Training Summary of each run of a sweep or A/B, a line per run (label and repeat): its summary, time to
+    first step, GPU utilisation when measured, and the init-growth and disturbance flags; [] when no run has any."""
     runs = [as_dict(r) for r in runs]
     counts = Counter(str(r.get("label")) for r in runs)
-    out = []
+    lines = []
     for run in runs:
         m = as_dict(run.get("metrics"))
         if not (m.get("summary") or m.get("startup") or m.get("telemetry")):
@@ -311,10 +318,8 @@ def runs_view(runs: list[dict[str, Any]]) -> list[dict[str, str]]:
         util = finite(as_dict(m.get("gpu_util")).get("mean"))
         growth = as_dict(as_dict(m.get("startup")).get("init_growth"))
         shaken = as_dict(m.get("interference"))
-        out.append({"label": label, "summary": summary_line(m),
-                    "ttfs": fmt_duration(m.get("time_to_first_step_s")),
-                    "util": f"GPU utilisation {util:.0f}%" if util is not None else "",
-                    "flag": "; ".join(t for t in (str(growth.get("text")) if growth.get("flagged") else "",
-                                                  f"DISTURBED: {shaken.get('text')}" if shaken.get("disturbed")
-                                                  else "") if t)})
-    return out
+        flag = "; ".join(t for t in (str(growth.get("text")) if growth.get("flagged") else "",
+                                     f"DISTURBED: {shaken.get('text')}" if shaken.get("disturbed") else "") if t)
+        lines.append(f"{label}: {summary_line(m)}; time to first step {fmt_duration(m.get('time_to_first_step_s'))}"
+                     + (f"; GPU utilisation {util:.0f}%" if util is not None else "") + (f"; **{flag}**" if flag else ""))
+    return [Paragraph("Training Summary per run:"), Bullets(lines)] if lines else []

@@ -39,12 +39,12 @@ from validation.analysis.metrics import USABLE_STATUSES
 from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
 from validation.analysis.interference import run_disturbed
 from validation.formatting import (NA, as_dict, as_list, context_text, env_text, finite, fmt_gb, fmt_num, fmt_pct,
-                                      fmt_rate, fmt_tflops, loss_text, mean_pm, mfu_text, stat_of, status_view,
-                                      window_text)
+                                      fmt_rate, loss_text, mean_pm, stat_of, status_view, window_text)
 from validation.runbook.model import LaunchSettings, Step, references, resolve_references
 from validation.analysis.significance import PairNoise, interleaved_order, pair_noise_from
 from validation.analysis.significance.windows import launch_series
 from validation.kinds import train_report
+from validation.kinds.blocks import Badge, Block, Bullets, Column, Paragraph, Table, code
 from validation.kinds.base import StepKind, launch_identity, run_path, step_dir
 
 
@@ -91,12 +91,10 @@ class TrainerKind(StepKind):
     def run(self, step: Step, launches: list[LaunchSpec], result: dict, ctx) -> None:
         run_single(ctx, step, launches, result)
 
-    def view(self, result: dict, view: dict) -> dict:
-        metrics = as_dict(result.get("metrics"))
-        return {"train": train_row(view["name"], result),
-                "notes": train_notes(metrics) + train_report.telemetry_notes(metrics),
-                "training_summary": train_report.summary_view(metrics),
-                "startup": train_report.startup_view(metrics)}
+    def blocks(self, result: dict) -> list[Block]:
+        """The launch's row (tokens/s, loss, memory, status), its environment and notes, its Training Summary and
+        its start-up."""
+        return trainer_blocks(str(result.get("name")), result)
 
     def plots(self, name: str, result: dict, plotter) -> None:
         """The launch's device telemetry over time (GPU utilisation and power where present, CPU and RSS)."""
@@ -354,33 +352,32 @@ def config_path(record: dict) -> str:
     return "—"
 
 
-def train_row(label: str, record: dict) -> dict:
+def trainer_blocks(label: str, record: dict) -> list[Block]:
+    """A trainer launch's part of a step section (train, longrun, profile): its row (tokens/s over the window, per
+    GPU or rank, loss, memory, status), its environment, the context of the tokens/s, its notes, its Training Summary
+    and its start-up."""
     metrics = as_dict(record.get("metrics"))
-    env = as_dict(record.get("env"))
     toks = stat_of(metrics, "toks_per_s")
-    per_gpu = stat_of(metrics, "toks_per_s_per_gpu")
-    world = metrics.get("world_size")
-    return {
-        "label": label,
-        "config": config_path(record),
-        "env": env_text(env),
-        "ranks": fmt_num(world),
-        "window": window_text(metrics.get("window")),
-        "toks": mean_pm(toks),
-        "cv": fmt_pct(toks.get("cv")),
-        "n": fmt_num(toks.get("n")),
-        "per_gpu": fmt_rate(per_gpu.get("mean")),
-        # a CPU run has ranks, not GPUs: its column says "Per rank"
-        "per_label": "Per rank, window mean" if str(as_dict(metrics.get("context")).get("device") or "").startswith(
-            "cpu") else "Per GPU, window mean",
-        "loss": loss_text(metrics),
-        "mem": fmt_gb(metrics.get("mem_peak_gb")),
-        "tflops": fmt_tflops(metrics.get("tflops_per_s")),
-        "mfu": mfu_text(metrics),
-        "context": context_text(metrics),
-        "status": status_view(record.get("status")),
-        "csv": str(metrics["csv"]) if metrics.get("csv") else None,
-    }
+    # a CPU run has ranks, not GPUs: its column says "Per rank"
+    cpu = str(as_dict(metrics.get("context")).get("device") or "").startswith("cpu")
+    status = status_view(record.get("status"))
+    out: list[Block] = [
+        Table((Column("Run"), Column("Config"), Column("Ranks", numeric=True), Column("Window"),
+               Column("Tokens/s, window mean ± stdev (all ranks)", numeric=True, wrap=True),
+               Column("Per rank, window mean" if cpu else "Per GPU, window mean", numeric=True),
+               Column("CV", numeric=True), Column("Loss"), Column("Peak mem", numeric=True), Column("Status")),
+              [(label, code(config_path(record)), fmt_num(metrics.get("world_size")),
+                window_text(metrics.get("window")), mean_pm(toks),
+                fmt_rate(stat_of(metrics, "toks_per_s_per_gpu").get("mean")), fmt_pct(toks.get("cv")),
+                loss_text(metrics), fmt_gb(metrics.get("mem_peak_gb")), Badge(status["label"], status["css"]))]),
+        Paragraph(f"Environment: {env_text(as_dict(record.get('env')))}", style="context")]
+    context = context_text(metrics)
+    if context:
+        out.append(Paragraph(f"Context of the tokens/s: {context}", style="context"))
+    notes = train_notes(metrics) + train_report.telemetry_notes(metrics)
+    if notes:
+        out.append(Bullets(notes))
+    return out + train_report.summary_blocks(metrics) + train_report.startup_blocks(metrics)
 
 
 def train_notes(metrics: dict) -> list[str]:

@@ -26,6 +26,7 @@ from validation.analysis.interference import decision_record, disturbed_flags
 from validation.formatting import as_dict, as_list, env_text, finite, fmt_num, fmt_pct, fmt_rate
 from validation.runbook.schema import env_vars, mapping, trainer_flags, typed
 from validation.analysis.significance import StatsError
+from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, with_labels
 from validation.analysis.triage import rank_suspects
@@ -136,22 +137,30 @@ class Triage(TrainerKind):
             return f" culprit: {m['culprit']} ({fmt_pct(finite(s.get('effect')), signed=True)} tokens/s)"
         return " no culprit (no suspect significant)"
 
-    def view(self, result: dict, view: dict) -> dict:
+    def blocks(self, result: dict) -> list[Block]:
+        """The configuration's tokens/s, one row per suspect in ranking order (the culprit marked), the culprit."""
         m = as_dict(result.get("metrics"))
         suspects = as_dict(m.get("suspects"))
+        ranking = [str(n) for n in as_list(m.get("ranking"))]
         rows = []
-        for name in [str(n) for n in as_list(m.get("ranking"))]:
+        for name in ranking:
             s = as_dict(suspects.get(name))
             ci = (as_list(s.get("ci")) + [None, None])[:2]
-            rows.append({"name": name, "changes": str(s.get("changes") or "—"),
-                         "effect": fmt_pct(finite(s.get("effect")), signed=True),
-                         "ci": f"{fmt_pct(finite(ci[0]), signed=True)} .. {fmt_pct(finite(ci[1]), signed=True)}",
-                         "p": _p(s.get("p_adjusted")), "toks": fmt_rate(s.get("toks_per_s")),
-                         "significant": "yes" if s.get("significant") else "no",
-                         "culprit": name == m.get("culprit")})
-        return {"triage": {"rows": rows, "config_toks": fmt_rate(m.get("config_toks_per_s")),
-                           "culprit": str(m.get("culprit") or "none"), "reason": str(m.get("reason") or ""),
-                           "statement": str(m.get("statement") or ""), "repeats": fmt_num(m.get("repeats"))}}
+            rows.append((strong(f"{name} CULPRIT") if name == m.get("culprit") else name, str(s.get("changes") or "—"),
+                         fmt_rate(s.get("toks_per_s")), fmt_pct(finite(s.get("effect")), signed=True),
+                         f"{fmt_pct(finite(ci[0]), signed=True)} .. {fmt_pct(finite(ci[1]), signed=True)}",
+                         _p(s.get("p_adjusted")), "yes" if s.get("significant") else "no"))
+        out: list[Block] = [
+            Paragraph(f"The configuration as it is: {fmt_rate(m.get('config_toks_per_s'))} tokens/s; each suspect "
+                      f"changed alone, {fmt_num(m.get('repeats'))} interleaved repeats, ranked by effect."),
+            Table((Column("Suspect"), Column("Change"), *(Column(c, numeric=True) for c in (
+                "Tokens/s, mean over repeats of each run's window median", "Effect on tokens/s", "95% CI",
+                "p (Holm)")), Column("Significant")), rows,
+                marked={i for i, name in enumerate(ranking) if name == m.get("culprit")}),
+            Paragraph(f"{strong('Culprit')}: {m.get('culprit') or 'none'} — {m.get('reason') or ''}")]
+        if m.get("statement"):
+            out.append(Paragraph(str(m["statement"]), style="muted"))
+        return out
 
     def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
         out = []

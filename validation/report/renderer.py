@@ -1,6 +1,6 @@
 """Rendering a run's results into report files: Markdown and HTML through Jinja2 templates shipped as package data
-(validation/report/templates; each step kind's partial from the kind, validation/kinds/templates), JSON, JUnit
-(validation.report.junit), and writing them with the plots into the run directory.
+(validation/report/templates; each step kind's own part as blocks, validation.kinds.blocks, rendered here to both),
+JSON, JUnit (validation.report.junit), and writing them with the plots into the run directory.
 
 Rendering is pure: the same results give byte-identical output (nothing about the time of rendering goes in).
 """
@@ -17,9 +17,8 @@ from markupsafe import Markup, escape
 
 from nsa.training.outputs import atomic_write
 from validation import report
-from validation import kinds as step_kinds
 from validation.formatting import NA
-from validation.kinds.blocks import Block, Bullets, Paragraph, Table, code
+from validation.kinds.blocks import Badge, Block, Bullets, Heading, Pairs, Paragraph, Table, code
 from validation.report.junit import render_junit
 from validation.report.view import build_view
 from validation.results.store import read_results
@@ -28,7 +27,6 @@ FORMATS = ("md", "html", "json", "junit")
 TEMPLATES_DIR = resources.files("validation.report") / "templates"  # package data: found wherever it is installed
 TEMPLATE_NAMES = {"md": "report.md.j2", "html": "report.html.j2"}
 REPORT_FILES = {"md": "report.md", "html": "report.html", "json": "report.json", "junit": "junit.xml"}
-KIND_PREFIX = "kinds/"  # kinds/<kind>.<fmt>.j2: a step kind's partial; kinds/<file>: validation/kinds/templates
 
 
 class ReportError(RuntimeError):
@@ -105,17 +103,8 @@ def _template(fmt: str):
 
 
 def _load(name: str) -> str | None:
-    """A template's source: kinds/<kind>.<fmt>.j2 from the step kind, kinds/<file> from validation/kinds/templates,
-    anything else from TEMPLATES_DIR; None when there is none."""
-    if name.startswith(KIND_PREFIX):
-        rest = name[len(KIND_PREFIX):]
-        kind_name, _, fmt = rest.removesuffix(".j2").rpartition(".")
-        kind = step_kinds.find(kind_name)
-        if kind is not None and not rest.startswith("_"):
-            return kind.template(fmt)
-        path = resources.files("validation.kinds") / "templates" / rest
-    else:
-        path = TEMPLATES_DIR / name
+    """A template's source from TEMPLATES_DIR; None when there is none."""
+    path = TEMPLATES_DIR / name
     return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
@@ -157,17 +146,26 @@ def html_text(value: Any):
 def blocks_markdown(blocks: Iterable[Block]) -> str:
     """A kind's blocks (validation.kinds.blocks) as Markdown, each after a blank line (a cell of None: n/a; an
     empty one stays empty)."""
+    def cell(v: Any) -> str:
+        if isinstance(v, Badge):
+            return _md_cell((f"**{v.label}**" if v.bold else v.label) + (f" ({v.after})" if v.after else ""))
+        return _md_cell(v) if v != "" else ""
+
     out: list[str] = []
     for block in blocks:
         out.append("")
         if isinstance(block, Paragraph):
             out.append(str(block.text))
+        elif isinstance(block, Heading):
+            out.append(f"**{block.text}**")
         elif isinstance(block, Bullets):
             out.extend(f"- {item}" for item in block.items)
         elif isinstance(block, Table):
-            out.append("| " + " | ".join(_md_cell(c.label) for c in block.columns) + " |")
+            out.append("| " + " | ".join(_md_cell(c.label) if c.label else "" for c in block.columns) + " |")
             out.append("|" + "---|" * len(block.columns))
-            out.extend("| " + " | ".join(_md_cell(v) if v != "" else "" for v in row) + " |" for row in block.rows)
+            out.extend("| " + " | ".join(cell(v) for v in row) + " |" for row in block.rows)
+        elif isinstance(block, Pairs):
+            out += ["| | |", "|---|---|"] + [f"| {cell(k)} | {cell(v)} |" for k, v in block.rows]
         else:
             raise TypeError(f"not a report block: {block!r}")
     return "\n".join(out) + "\n"
@@ -175,21 +173,47 @@ def blocks_markdown(blocks: Iterable[Block]) -> str:
 
 def blocks_html(blocks: Iterable[Block]) -> Markup:
     """A kind's blocks as HTML (escaped; inline Markdown as <code> and <strong>)."""
+    def cell(v: Any) -> Markup:
+        if isinstance(v, Badge):
+            label = Markup(f"<strong>{escape(v.label)}</strong>") if v.bold else escape(v.label)
+            after = Markup(" (") + _inline(v.after) + Markup(")") if v.after else ""
+            return Markup(f'<span class="status {escape(v.css)}">{label}</span>{after}')
+        return _inline(NA if v is None else v)
+
     out: list[str] = []
     for block in blocks:
         if isinstance(block, Paragraph):
-            out.append(f"<p>{html_text(block.text)}</p>")
+            out.append(f"<p{_class(block.style)}>{_inline(block.text)}</p>")
+        elif isinstance(block, Heading):
+            out.append(f"<h5>{_inline(block.text)}</h5>")
         elif isinstance(block, Bullets):
-            out.append("<ul>" + "".join(f"\n  <li>{html_text(item)}</li>" for item in block.items) + "\n</ul>")
+            out.append("<ul>" + "".join(f"\n  <li>{_inline(item)}</li>" for item in block.items) + "\n</ul>")
         elif isinstance(block, Table):
-            cls = [' class="num"' if c.numeric else "" for c in block.columns]
-            head = "".join(f"<th>{html_text(c.label)}</th>" for c in block.columns)
-            body = "".join("\n  <tr>" + "".join(f"<td{k}>{html_text(NA if v is None else v)}</td>"
-                                                for k, v in zip(cls, row)) + "</tr>" for row in block.rows)
+            classes = [_class(" ".join(k for k, on in (("num", c.numeric), ("wrap", c.wrap)) if on))
+                       for c in block.columns]
+            head = "".join(f"<th>{_inline(c.label)}</th>" for c in block.columns)
+            body = "".join(f"\n  <tr{_class('best') if i in block.marked else ''}>"
+                           + "".join(f"<td{k}>{cell(v)}</td>" for k, v in zip(classes, row)) + "</tr>"
+                           for i, row in enumerate(block.rows))
             out.append(f'<div class="table-wrap"><table>\n  <tr>{head}</tr>{body}\n</table></div>')
+        elif isinstance(block, Pairs):
+            body = "".join(f'\n  <tr><th>{_inline(k)}</th><td class="num">{cell(v)}</td></tr>' for k, v in block.rows)
+            out.append(f'<div class="table-wrap"><table class="summary">{body}\n</table></div>')
         else:
             raise TypeError(f"not a report block: {block!r}")
     return Markup("\n".join(out))
+
+
+_EMPHASIS = re.compile(r"(?<![\w*])\*(?=[A-Za-z])([^*\n]+?)(?<=[\w)])\*(?![\w*])")
+
+
+def _inline(value: Any) -> Markup:
+    """html_text, and *emphasis* as <em> (a block's text only: a word's own asterisks, as in char*, stay)."""
+    return Markup(_EMPHASIS.sub(lambda m: f"<em>{m.group(1)}</em>", str(html_text(value))))
+
+
+def _class(name: str) -> str:
+    return f' class="{name}"' if name else ""
 
 
 def _verbatim(value: Any):

@@ -1,6 +1,6 @@
 """The report's view model: everything the Markdown and HTML templates show, already formatted, built from
 results.json alone. Every step's section is the same frame (heading, status, command, failure evidence) around its
-kind's own part (validation.kinds: StepKind.view and its partials); summary figures come from the kinds too.
+kind's own part (validation.kinds: StepKind.blocks, rendered to both formats); summary figures come from the kinds too.
 
 Rendering is pure: the same results give the same view (dicts whose order the schema does not fix are iterated
 sorted); missing or malformed values render as "n/a", never as an error.
@@ -31,7 +31,7 @@ from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS
 
 def _step_view(number: str, name: str, step: dict | None) -> dict:
     """The view of one step: what every step shows (heading, status, command, failure evidence), plus its kind's
-    own part (StepKind.view) and the partial that renders it (kinds/<kind>.<fmt>.j2)."""
+    own part (StepKind.blocks) and its changes to the common fields (StepKind.view)."""
     known = step is not None
     step = as_dict(step)
     kind_name = str(step.get("kind") or "unknown")
@@ -46,9 +46,8 @@ def _step_view(number: str, name: str, step: dict | None) -> dict:
         "command": command_text(step.get("command")),
         "dir": step.get("dir") or None, "failure": None,
         "skipped": status == "skipped", "missing": not known,
-        "partial": f"kinds/{kind_name}" if kind is not None else None,
         "plots": [],  # build_view puts the step's plots here, beside its tables
-        "blocks": kind.blocks(step) if kind is not None else [],
+        "blocks": kind.blocks({**step, "name": name}) if kind is not None else [],
     }
     if kind is not None:
         view.update(kind.view(step, view))

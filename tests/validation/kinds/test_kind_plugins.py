@@ -24,6 +24,7 @@ PLUGIN = '''
 import sys
 from validation.runbook.schema import typed
 from validation.kinds.base import StepKind, command_launch, run_path
+from validation.kinds.blocks import Paragraph
 
 WRITER = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text(sys.argv[2].upper())"
 
@@ -36,8 +37,6 @@ class Shout(StepKind):
     keys = ("words",)
     launch_keys = ("env", "timeout_s")
     metrics = ("shouted", "length")
-    templates = {"md": "{% if s.shout %}\\n\\nShouted: {{ s.shout }}\\n{% endif %}\\n",
-                 "html": "{% if s.shout %}<p class=\\"shout\\">Shouted: {{ s.shout }}</p>{% endif %}\\n"}
 
     def parse(self, raw, path, ctx):
         return {"words": typed(raw.get("words", "hello"), str, path + ("words",), ctx)}
@@ -56,8 +55,8 @@ class Shout(StepKind):
         ok = lr.status == "ok" and said == step.words.upper()
         result.update(status="passed" if ok else "failed", reason=None if ok else f"shouted {said!r}")
 
-    def view(self, result, view):
-        return {"shout": (result.get("metrics") or {}).get("shouted")}
+    def blocks(self, result):
+        return [Paragraph(f"Shouted: {(result.get('metrics') or {}).get('shouted')}")]
 '''
 
 RUNBOOK = """\

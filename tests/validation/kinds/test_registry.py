@@ -1,5 +1,5 @@
 """The step-kind registry: a kind defined right here, in the test module, goes through the runbook schema, the plan,
-the run, acceptance and the report (its partials, key figure and plot) without any change to validation/ itself;
+the run, acceptance and the report (its blocks, key figure and plot) without any change to validation/ itself;
 and the built-in kinds are what the registry and the README say."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from validation.report import render, write_reports
 from validation.runbook.loader import RunbookError, load_runbook
 from validation.execution.runner import RunOptions, Runner
 from validation.runbook.schema import typed
+from validation.kinds.blocks import Paragraph, code
 from validation.kinds.base import StepKind, command_launch, run_path, undeclared_metrics
 
 REPO = Path(__file__).resolve().parents[3]
@@ -30,10 +31,6 @@ class Echo(StepKind):
     summary = "a child writes a message into a file; metrics: what it said and its length"
     keys = ("message", "times")
     launch_keys = ("env", "timeout_s")
-    templates = {
-        "md": "{% if s.echo %}\n\nEcho said: {{ s.echo.said | code }} ({{ s.echo.length }} characters)\n{% endif %}\n",
-        "html": "{% if s.echo %}\n<p class=\"echo\">Echo said: <code>{{ s.echo.said }}</code></p>\n{% endif %}\n",
-    }
 
     def parse(self, raw, path, ctx):
         return {"message": typed(raw.get("message", "hello"), str, path + ("message",), ctx),
@@ -57,6 +54,10 @@ class Echo(StepKind):
 
     def summary_line(self, result):
         return f" (said {result['metrics']['length']} characters)"
+
+    def blocks(self, result):
+        m = result.get("metrics") or {}
+        return [Paragraph(f"Echo said: {code(m.get('said'))} ({m.get('length')} characters)")]
 
     def view(self, result, view):
         metrics = result.get("metrics") or {}
@@ -117,7 +118,7 @@ def test_a_kind_from_a_test_module_goes_through_plan_run_and_report(echo_kind, t
     assert json.loads((run_dir / "results.json").read_text())["steps"]["greet"]["metrics"]["length"] == 9
     assert echo_kind.summary_line(step) == " (said 9 characters)"
 
-    # report: the kind's partials, key figure and plot
+    # report: the kind's blocks, key figure and plot
     written = write_reports(run_dir, results)
     assert run_dir / "plots" / "echo_greet.png" in written
     md = (run_dir / "report.md").read_text()
@@ -125,8 +126,8 @@ def test_a_kind_from_a_test_module_goes_through_plan_run_and_report(echo_kind, t
     assert "- **Echo**: hi hi hi  — step `greet`" in md
     assert "![Echo: greet](plots/echo_greet.png)" in md
     html = (run_dir / "report.html").read_text()
-    assert '<p class="echo">Echo said: <code>hi hi hi </code></p>' in html
-    assert "| x | 1 |" in md  # the built-in bench kind beside it, unchanged
+    assert "<p>Echo said: <code>hi hi hi</code> (9 characters)</p>" in html
+    assert "| `x` | 1 |" in md  # the built-in bench kind beside it, unchanged
 
     # the table of kinds lists it; `kind:` errors name it
     assert "| `echo` | a child writes a message into a file" in kinds.table_markdown()
@@ -163,7 +164,7 @@ def test_built_in_kinds_and_the_readme_table():
     for name in kinds.names():
         kind = kinds.get(name)
         assert kind.name == name and kind.summary
-        assert kind.template("md") is not None and kind.template("html") is not None, name
+        assert type(kind).blocks is not StepKind.blocks, f"{name} shows nothing of its own in the report"
     assert [k for k in kinds.FIRST_KINDS if kinds.get(k).trainer] == ["train", "sweep", "ab", "profile", "longrun"]
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert kinds.table_markdown() in readme, "README.md's table of step kinds is `nsa-validate kinds --markdown`"

@@ -181,7 +181,7 @@ def test_markdown_step_kinds(results):
     assert f"**SKIPPED**: {skipped['reason']}" in md
     assert "needs 2 GPU(s), found 0" in md
     # train table: config (from --config), env, ranks, window, mean ± stdev, per GPU, loss drop, peak mem
-    baseline = _table_rows(md, "baseline | configs/tiny_cpu.yaml")
+    baseline = _table_rows(md, "baseline | `configs/tiny_cpu.yaml`")
     assert len(baseline) == 1
     cells = [c.strip() for c in baseline[0].strip("|").split(" | ")]
     assert cells[2:] == ["2", "steps 41–60 (n=20)", "5,843.2 ± 112.4", "2,921.6", "1.9%", "10.412 → 6.873 (−34.0%)",
@@ -200,10 +200,10 @@ def test_markdown_step_kinds(results):
     assert "| 46 | 0 | 6 | 0 | 52 | 38.2 s |" in md
     assert "| 18 | 0 | 2 | 0 | 20 | 17.9 s |" in md
     # bench: scalar figures and the per-S table
-    assert "| ranges_speedup_min | 0.871 |" in md
+    assert "| `ranges_speedup_min` | 0.871 |" in md
     assert "| 1.013 | 61.2 | 60.4 | 0.871 | 3.91 | 4.49 | 1,024 |" in md
     # profile: operators and NVTX ranges
-    assert "| aten::mm | 812.4 | 4,800 |" in md
+    assert "| `aten::mm` | 812.4 | 4,800 |" in md
     assert "NVTX ranges seen: `nsa.attn`, `nsa.cmp`, `nsa.gate`, `nsa.sel.ranges_v2`, `nsa.win`" in md
     assert "- Trace: `profiling/out/profile/trace_rank0_step2.json`" in md
     # longrun
@@ -340,7 +340,7 @@ def test_failed_steps_with_empty_metrics_render(results):
     steps = res["steps"]
     assert f"#### {steps['baseline']['title']} — FAILED" in md
     assert "**FAILED**: trainer exited with code 1 on rank 1" in md
-    assert _table_rows(md, "baseline | configs/tiny_cpu.yaml")[0].count("n/a") >= 7
+    assert _table_rows(md, "baseline | `configs/tiny_cpu.yaml`")[0].count("n/a") >= 7
     # the excerpt in a fence longer than the backticks inside it, then the stack dump
     assert "````text\nTraceback (most recent call last):" in md
     assert "RuntimeError: shape mismatch in ```selection``` branch\n````" in md

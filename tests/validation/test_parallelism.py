@@ -186,6 +186,7 @@ def summary(strategy, per_step, model_bytes, comm_time=0.5, steps=10):
 
 def test_strategy_figures_predict_from_the_comm_tables():
     from validation.kinds._parallelism_analysis import NOT_AVAILABLE, comm_tables, strategy_figures
+    from validation.kinds.parallelism import Strategy
 
     table = [bandwidth_row("all_reduce", 2, b, t) for b, t in ((1024, 1e-4), (65536, 1e-3), (1 << 20, 1e-2))]
     results = {"steps": {"comm": {"status": "passed", "metrics": {
@@ -197,23 +198,23 @@ def test_strategy_figures_predict_from_the_comm_tables():
     per_step = [{"kind": "all_reduce", "calls": 2, "bytes": 66560, "sizes": [65536, 1024]}]
     runs = [{"label": "ddp", "status": "passed", "metrics": {"toks_per_s": {"mean": m}}} for m in (100.0, 110.0)]
     infos = [{"summary": summary("ddp", per_step, {"all_reduce": 66560}), "trace": None}] * 2
-    s = strategy_figures("ddp", {"strategy": "ddp"}, runs, infos, tables, why)
+    s = strategy_figures("ddp", Strategy(strategy="ddp"), runs, infos, tables, why)
     assert s["comm_predicted_s"] == pytest.approx(1e-3 + 1e-4)  # the two sizes are table rows
     assert s["comm_time_s"] == pytest.approx(0.05) and s["toks_per_s"] == pytest.approx(105.0)
     assert s["comm_model_matches"] is True and s["comm_bytes_counted"] == s["comm_bytes_model"] == 66560
     # tables measured at another world size predict nothing here
-    s8 = strategy_figures("ddp", {"strategy": "ddp"}, runs, infos, tables, why, 8)
+    s8 = strategy_figures("ddp", Strategy(strategy="ddp"), runs, infos, tables, why, 8)
     assert s8["comm_predicted_s"] is None and "measured at world size 8, these runs ran at 2" in s8["comm_prediction"]
-    assert strategy_figures("ddp", {"strategy": "ddp"}, runs, infos, tables, why, 2)["comm_predicted_s"] > 0
+    assert strategy_figures("ddp", Strategy(strategy="ddp"), runs, infos, tables, why, 2)["comm_predicted_s"] > 0
     # no comm step: prediction not available, said so
-    s = strategy_figures("ddp", {"strategy": "ddp"}, runs, infos, *comm_tables(SimpleNamespace(comm=None), {}))
+    s = strategy_figures("ddp", Strategy(strategy="ddp"), runs, infos, *comm_tables(SimpleNamespace(comm=None), {}))
     assert s["comm_predicted_s"] is None and s["comm_prediction"] == NOT_AVAILABLE
     # a comm step that was skipped: not available, with the reason
     skipped = {"steps": {"comm": {"status": "skipped", "reason": "phase comm skipped (--skip)"}}}
     assert comm_tables(step, skipped)[1].startswith("not available: comm step 'comm' skipped (phase comm skipped")
     # a mismatch in one run makes the strategy's flag false
     bad = [infos[0], {"summary": summary("ddp", per_step, {"all_reduce": 1}), "trace": None}]
-    assert strategy_figures("ddp", {"strategy": "ddp"}, runs, bad, None, "n/a")["comm_model_matches"] is False
+    assert strategy_figures("ddp", Strategy(strategy="ddp"), runs, bad, None, "n/a")["comm_model_matches"] is False
 
 
 def test_view_accepts_damaged_results_and_formats_real_ones():

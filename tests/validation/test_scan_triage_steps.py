@@ -85,11 +85,16 @@ def test_plans_interleave_repeats_and_change_one_thing(tmp_path):
 
 def test_views_accept_damaged_results_and_format_real_ones():
     from validation.kinds import get
+    from validation.report.renderer import blocks_html, blocks_markdown
+
+    def md(kind, result):
+        return blocks_markdown(get(kind).blocks(result))
 
     for damaged in ({}, {"metrics": None}, {"metrics": {"points": [1, None], "exponent_ci": "x", "bisection": 3}},
                     {"metrics": {"suspects": {"a": None}, "ranking": ["a", 2], "culprit": 5}}):
         for kind in ("scan", "triage"):
             get(kind).view(damaged, {"name": "s"})
+            md(kind, damaged), blocks_html(get(kind).blocks(damaged))
             get(kind).summary_line(damaged)
             get(kind).key_figures([{"kind": kind, **damaged}])
     scan = {"metrics": {"setting": "args.seq_len", "exponent": 1.234, "exponent_ci": [1.0, 1.5], "cliff": True,
@@ -99,29 +104,29 @@ def test_views_accept_damaged_results_and_format_real_ones():
                         "points": [{"value": 256, "source": "scan", "runs": 2, "passed": 2, "step_time_s": 0.0552,
                                     "toks_per_s": 18593.2, "time_to_first_step_s": 2.18, "peak_mem_gb": 0.43,
                                     "exponent_to_next": 3.83, "cliff_to_next": True}]}}
-    v = get("scan").view(scan, {"name": "s"})["scan"]
-    assert v["exponent"] == "1.23 (95% CI 1.00 .. 1.50)" and v["setting"] == "seq_len"
-    assert v["cliff"].startswith("yes, between 256 and 320 (localised") and v["bisection"] == "384: bad, 320: bad"
-    assert v["rows"][0]["step_time"] == "55.2 ms" and v["rows"][0]["cliff"] and v["rows"][0]["ttfs"] == "2.18 s"
-    assert v["rows"][0]["toks"] == "18,593.2"  # no device peak recorded: no MFU
+    text = md("scan", scan)
+    assert "**Cost exponent** (log step time vs log seq_len): 1.23 (95% CI 1.00 .. 1.50)" in text
+    assert "**Cliff**: yes, between 256 and 320 (localised" in text and "Bisection: 384: bad, 320: bad" in text
+    # no device peak recorded: no MFU
+    assert "| 256 | scan | 2/2 | 55.2 ms | 18,593.2 | 2.18 s | 0.43 GB | **3.83 CLIFF** |" in text
     scan["metrics"]["points"][0]["mfu"] = 0.2951
-    assert get("scan").view(scan, {"name": "s"})["scan"]["rows"][0]["toks"] == "18,593.2 (MFU 29.5%)"
+    assert "| 18,593.2 (MFU 29.5%) |" in md("scan", scan)
     # scaling's rows likewise: MFU beside tokens/s where the runs recorded it
     scaling = {"metrics": {"weak": {"base": 1, "rows": [
         {"world_size": 1, "toks_per_s": 1000.0, "speedup": 1.0, "efficiency": 1.0, "batch_per_rank": 4, "mfu": None},
         {"world_size": 2, "toks_per_s": 1900.0, "speedup": 1.9, "efficiency": 0.95, "batch_per_rank": 4,
          "mfu": 0.31}]}}}
-    rows = get("scaling").view(scaling, {"name": "w"})["scaling"]["tables"][0]["rows"]
-    assert [r["toks"] for r in rows] == ["1,000.0", "1,900.0 (MFU 31.0%)"]
+    text = md("scaling", scaling)
+    assert "| 1 | 4 | 1,000.0 | 1.00x | 100% |" in text and "| 2 | 4 | 1,900.0 (MFU 31.0%) | 1.90x | 95% |" in text
     assert "cliff between 256 and 320 (localised)" in get("scan").summary_line(scan)
     tri = {"metrics": {"culprit": "a", "reason": "why", "ranking": ["a", "b"], "config_toks_per_s": 1000.0,
                        "suspects": {"a": {"effect": 4.0, "ci": [3.5, 4.5], "p_adjusted": 0.0002, "significant": True,
                                           "toks_per_s": 5000.0, "changes": "NSA_SEL_RANGES_V2=1"},
                                     "b": {"effect": -0.5, "ci": [-0.6, -0.4], "p_adjusted": 0.01,
                                           "significant": True, "toks_per_s": 500.0}}}}
-    rows = get("triage").view(tri, {"name": "t"})["triage"]["rows"]
-    assert [r["name"] for r in rows] == ["a", "b"] and rows[0]["culprit"] and not rows[1]["culprit"]
-    assert rows[0]["effect"].startswith("+400") and rows[0]["p"] == "0.0002"
+    text = md("triage", tri)
+    assert text.index("| **a CULPRIT** | NSA_SEL_RANGES_V2=1 | 5,000.0 | +400") < text.index("| b | — | 500.0 |")
+    assert "| 0.0002 | yes |" in text and "**Culprit**: a — why" in text
     assert "culprit: a" in get("triage").summary_line(tri)
 
 

@@ -81,14 +81,14 @@ def _sizes(per_step: Any) -> dict[str, list[int]]:
     return out
 
 
-def strategy_figures(label: str, spec: dict, runs: list[dict], infos: list[dict], tables, why_no_tables,
+def strategy_figures(label: str, spec, runs: list[dict], infos: list[dict], tables, why_no_tables,
                      comm_world: Any = None) -> dict:
     """The per-strategy row of the metrics (module doc of validation.kinds.parallelism). `comm_world`: the world
     size the comm step measured at; tables of another world size predict nothing here (said so)."""
     mine = [(r, i) for r, i in zip(runs, infos) if r["label"] == label]
     ok = [(r, i) for r, i in mine if r["status"] == "passed" and i["summary"]]
     sums = [i["summary"] for _, i in ok]
-    out: dict[str, Any] = {"strategy": spec["strategy"], "runs": len(mine), "passed": len(ok),
+    out: dict[str, Any] = {"strategy": spec.strategy, "runs": len(mine), "passed": len(ok),
                            "oom": sum(is_oom(r.get("reason")) for r, _ in mine)}
     toks = [((r.get("metrics") or {}).get("toks_per_s") or {}).get("mean") for r, _ in ok]
     out["toks_per_s"] = _mean(toks)
@@ -211,7 +211,7 @@ def search_batches(step, runs: list[dict], result: dict, ctx) -> dict[str, Any] 
     for label in step.strategies:
         def fits(batch: int, label=label) -> bool:
             spec = strategy_launch(step, label, 0, winners, ctx.run_dir, batch=batch,
-                                   steps_override=step.batch_search["steps"])
+                                   steps_override=step.batch_search.steps)
             lr = ctx.launch(spec, 0, 1)
             ctx.record(result, spec, lr)
             status, reason, _ = trainer.collect(ctx, step, spec, lr)
@@ -221,7 +221,7 @@ def search_batches(step, runs: list[dict], result: dict, ctx) -> dict[str, Any] 
                 return False
             raise SearchError(f"batch {batch}: {reason}")
 
-        found = batch_search(fits, step.batch_search["start"], step.batch_search["max"])
+        found = batch_search(fits, step.batch_search.start, step.batch_search.max)
         out[label] = found.as_dict()
         ctx.save()
     return out

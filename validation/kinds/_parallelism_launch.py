@@ -18,7 +18,7 @@ def strategy_launch(step, label: str, repeat: int, winners, run_dir, *, batch: i
                     steps_override: int | None = None):
     """The trainer launch of strategy `label` (repeat `repeat`), or of a batch-search probe at micro-batch `batch`."""
     spec = step.strategies[label]
-    args = {**STRATEGY_ARGS[spec["strategy"]], **spec["args"]}
+    args = {**STRATEGY_ARGS[spec.strategy], **spec.args}
     if step.profile_steps and batch is None:
         args["profile_steps"] = step.profile_steps
     if batch is not None:
@@ -26,9 +26,9 @@ def strategy_launch(step, label: str, repeat: int, winners, run_dir, *, batch: i
         rel = f"{step.name}/search_{label}_b{batch}"
     else:
         rel = f"{step.name}/{label}" + (f"_r{repeat + 1}" if step.repeats > 1 else "")
-    params = {"strategy": spec["strategy"], **{f"args.{k}": v for k, v in spec["args"].items()},
-              **{f"env.{k}": v for k, v in spec["env"].items()}}
+    params = {"strategy": spec.strategy, **{f"args.{k}": v for k, v in spec.args.items()},
+              **{f"env.{k}": v for k, v in spec.env.items()}}
     if batch is not None:
         params["args.batch_size"] = batch
     return trainer_launch(step, step.launch, label if batch is None else f"{label}@b{batch}", rel, winners, run_dir,
-                          extra_args=args, extra_env=spec["env"], params=params, repeat=repeat)
+                          extra_args=args, extra_env=spec.env, params=params, repeat=repeat)

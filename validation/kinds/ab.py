@@ -25,8 +25,9 @@ choice when significant, else null); "metrics": {"compared", "baseline": summary
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
-from typing import Any
+from typing import Mapping
 
 from validation import contracts
 from validation.analysis import stats
@@ -39,11 +40,26 @@ from validation.analysis.significance import StatsError, adjust_family, compare_
 from validation.analysis.significance.windows import compare_windows, measured_run_noise
 from validation.kinds import train_report
 from validation.kinds.blocks import Badge, Block, Column, Paragraph, Table
-from validation.kinds.base import DECIDING_LAUNCH_KEYS, with_labels
+from validation.kinds.base import DECIDING_LAUNCH_KEYS, Settings, with_labels
 from validation.kinds.sweep import decision_blocks, decision_mark
 from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, declared_pair_noise, nothing_compared, order_seed, run_each, run_order,
                                       run_values, trainer_launch)
 from validation.kinds._plot_helpers import bar_points
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant(Settings):
+    """The baseline or a variant: its env and args, and its own throughput window (None: the step's)."""
+    window: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    baseline: Variant
+    variants: Mapping[str, Variant]
+    repeats: int = 1
+    metric: str = "toks_per_s"
+    recommend: bool = False
 
 _TESTS = {"paired": "paired t on log-ratios of interleaved repeats", "blocks": "Welch t on block means",
           "runs": "Welch t on run means"}
@@ -89,12 +105,12 @@ class AB(TrainerKind):
     plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
                  "results.json), so the order shown here is an example")
 
-    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+    def parse(self, raw: dict, path: tuple, ctx) -> Options:
         def variant(value, vpath):
             v = mapping(value, vpath, ctx, ("env", "args", "window"))
-            return {"env": env_vars(v.get("env"), vpath + ("env",), ctx),
-                    "args": trainer_flags(v.get("args"), vpath + ("args",), ctx),
-                    "window": typed(v["window"], int, vpath + ("window",), ctx, minimum=1) if "window" in v else None}
+            return Variant(env_vars(v.get("env"), vpath + ("env",), ctx),
+                           trainer_flags(v.get("args"), vpath + ("args",), ctx),
+                           typed(v["window"], int, vpath + ("window",), ctx, minimum=1) if "window" in v else None)
 
         variants_raw = raw.get("variants")
         if not isinstance(variants_raw, dict) or not variants_raw:
@@ -102,11 +118,11 @@ class AB(TrainerKind):
         for label in variants_raw:
             if not isinstance(label, str) or not NAME_RE.fullmatch(label):
                 raise ctx.error(path + ("variants", label), "variant labels are identifiers")
-        return {"baseline": variant(raw.get("baseline"), path + ("baseline",)),
-                "variants": {k: variant(v, path + ("variants", k)) for k, v in variants_raw.items()},
-                "repeats": typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1),
-                "metric": typed(raw.get("metric", "toks_per_s"), str, path + ("metric",), ctx),
-                "recommend": typed(raw.get("recommend", False), bool, path + ("recommend",), ctx)}
+        return Options(baseline=variant(raw.get("baseline"), path + ("baseline",)),
+                       variants={k: variant(v, path + ("variants", k)) for k, v in variants_raw.items()},
+                       repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1),
+                       metric=typed(raw.get("metric", "toks_per_s"), str, path + ("metric",), ctx),
+                       recommend=typed(raw.get("recommend", False), bool, path + ("recommend",), ctx))
 
     def launches(self, step, winners, run_dir):
         variants = {"baseline": step.baseline, **step.variants}
@@ -114,11 +130,9 @@ class AB(TrainerKind):
         for repeat, label in run_order(list(variants), step.repeats, order_seed(step, run_dir)):
             variant = variants[label]
             suffix = f"_r{repeat + 1}" if step.repeats > 1 else ""
-            params = {**{f"env.{k}": v for k, v in variant["env"].items()},
-                      **{f"args.{k}": v for k, v in variant["args"].items()}}
             out.append(trainer_launch(step, step.launch, label, f"{step.name}/{label}{suffix}", winners, run_dir,
-                                      extra_args=variant["args"], extra_env=variant["env"], params=params,
-                                      repeat=repeat, window=variant["window"]))
+                                      extra_args=variant.args, extra_env=variant.env, params=variant.params(),
+                                      repeat=repeat, window=variant.window))
         return out
 
     def run(self, step, launches, result, ctx) -> None:
@@ -291,7 +305,7 @@ def _ignored_settings(ctx, step, runs: list[dict], label: str) -> list[str]:
     for r in runs:
         if r["label"] == label:
             status = contracts.read_status_json(ctx.run_dir / r["dir"] / "out")
-            names.update(contracts.ignored_settings(status, list(step.variants[label]["env"])))
+            names.update(contracts.ignored_settings(status, list(step.variants[label].env)))
     return sorted(names)
 
 

@@ -10,7 +10,8 @@ What a kind defines:
     trainer              True when it launches the trainer: heartbeats, GPUs per rank, metrics per launch
     host_only            True when it needs none of the devices the runbook's `requirements` ask for (a
                          snapshot, a test suite whose CUDA tests skip themselves): only its own `requires` apply
-    parse / check        schema: its own keys -> step.options; cross-step references once every step is read
+    parse / check        schema: its own keys -> step.options (its Options dataclass); cross-step references once
+                         every step is read
     input_files          the files its own keys name (test paths, a benchmark script): checked before a run
     launches             plan: the LaunchSpecs the step starts (argv, env, directories), in order
     skip_reason          a reason it cannot run here although the machine meets its requirements
@@ -39,9 +40,10 @@ a whole, "nodes" for len()). Besides its metrics, a criterion reads STEP_FIELDS 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from validation.formatting import context_text
 from validation.kinds.blocks import Block
@@ -69,6 +71,24 @@ COMMAND_LAUNCH_KEYS = ("env", "timeout_s", "launcher")
 # run's label to its metrics (a kind with runs declares "runs.<label>..." among its metrics), "comparison" each
 # A/B variant to its statistics, "winner" a decision's chosen point.
 STEP_FIELDS = ("status", "reason", "excerpt", "stack_dumps", "winner.*", "runs", "comparison.<variant>.*")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Env variables and trainer args that a launch adds to its step's own: an A/B variant, a triage suspect, a
+    parallelism strategy."""
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def params(self) -> dict[str, Any]:
+        """{"env.X": v, "args.y": w}: the run's params as results.json records them."""
+        return {**{f"env.{k}": v for k, v in self.env.items()}, **{f"args.{k}": v for k, v in self.args.items()}}
+
+
+
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+    """The Options of a kind without keys of its own (snapshot, longrun)."""
 
 
 class StepKind:
@@ -99,10 +119,15 @@ class StepKind:
     def allowed_keys(self) -> tuple[str, ...]:
         return BASE_KEYS + tuple(self.launch_keys) + tuple(self.keys)
 
-    def parse(self, raw: dict[str, Any], path: tuple, ctx: Ctx) -> dict[str, Any]:
-        """The kind's own keys of `raw` (already checked against allowed_keys), validated: step.options.
-        Errors: ``raise ctx.error(path + (key,), "what was expected")``."""
-        return {}
+    def parse(self, raw: dict[str, Any], path: tuple, ctx: Ctx) -> Any:
+        """The kind's own keys of `raw` (already checked against allowed_keys), validated into the kind's Options (a
+        frozen dataclass; read as step.<field>): step.options. Errors: ``raise ctx.error(path + (key,), "what was
+        expected")``."""
+        return NoOptions()
+
+    def concurrency(self, step: Step) -> int:
+        """How many of the step's launches run at a time (`plan` says so when more than one)."""
+        return 1
 
     def check(self, step: Step, order: list[Step], error: Callable[[str], Exception]) -> None:
         """Cross-step checks once every step is read (`order`: all steps in run order); raise error(message)."""

@@ -18,7 +18,6 @@ import dataclasses
 import json
 import math
 import sys
-from typing import Any
 
 from validation import contracts
 from validation import kinds
@@ -31,6 +30,20 @@ from validation.kinds.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch,
 from validation.kinds.blocks import Block, Column, Paragraph, Table, code
 
 
+@dataclasses.dataclass(frozen=True)
+class Best:
+    """`best: {by: FIELD, max: FIELD}` (or min): per value of `by`, the record with the largest (smallest) `field`."""
+    by: str
+    field: str
+    largest: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    command: list[str]  # the argv after the python executable
+    best: Best | None = None
+
+
 class Bench(StepKind):
     name = "bench"
     summary = "a benchmark script that writes JSON (`--json`); e.g. selection v2 vs v1 speed"
@@ -39,7 +52,7 @@ class Bench(StepKind):
     performance = ("*",)  # a benchmark measures speed
     launch_keys = COMMAND_LAUNCH_KEYS
 
-    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+    def parse(self, raw: dict, path: tuple, ctx) -> Options:
         command = str_list(raw.get("command"), path + ("command",), ctx)
         if not command:
             raise ctx.error(path + ("command",), "a bench step needs command: [script, args...]")
@@ -49,9 +62,9 @@ class Bench(StepKind):
             if ("max" in spec) == ("min" in spec):
                 raise ctx.error(path + ("best",), "expected {by: FIELD, max: FIELD} or {by: FIELD, min: FIELD}")
             order = "max" if "max" in spec else "min"
-            best = {"by": typed(spec["by"], str, path + ("best", "by"), ctx),
-                    order: typed(spec[order], str, path + ("best", order), ctx)}
-        return {"command": command, "best": best}
+            best = Best(by=typed(spec["by"], str, path + ("best", "by"), ctx),
+                        field=typed(spec[order], str, path + ("best", order), ctx), largest=order == "max")
+        return Options(command=command, best=best)
 
     def input_files(self, step):
         script = step.command[0]  # `python SCRIPT ...`; an interpreter option (-m module, -c code) is no file
@@ -105,21 +118,19 @@ class Bench(StepKind):
         return head + tables
 
 
-def best_records(rows: list, best: dict[str, str]) -> dict[str, dict]:
-    """{value of best["by"]: the row with the largest (best["max"]) or smallest (best["min"]) finite number in that
-    field}, over the rows that are records with the `by` field, such a number and no "error"; groups in the order
-    first seen."""
-    order = "max" if "max" in best else "min"
-    field = best[order]
+def best_records(rows: list, best: Best) -> dict[str, dict]:
+    """{value of best.by: the row with the largest (best.largest) or smallest finite number in best.field}, over the
+    rows that are records with the `by` field, such a number and no "error"; groups in the order first seen."""
+    field = best.field
     chosen: dict[str, dict] = {}
     for row in rows:
         value = row.get(field) if isinstance(row, dict) else None
-        if (not isinstance(row, dict) or "error" in row or best["by"] not in row or isinstance(value, bool)
+        if (not isinstance(row, dict) or "error" in row or best.by not in row or isinstance(value, bool)
                 or not isinstance(value, (int, float)) or not math.isfinite(value)):
             continue
-        group = str(row.get(best["by"]))
+        group = str(row.get(best.by))
         current = chosen.get(group)
-        if current is None or (value > current[field] if order == "max" else value < current[field]):
+        if current is None or (value > current[field] if best.largest else value < current[field]):
             chosen[group] = row
     return chosen
 

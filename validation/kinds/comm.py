@@ -32,6 +32,7 @@ Report: a table per collective and a bandwidth-vs-size plot; key figure: peak al
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import statistics
@@ -46,6 +47,19 @@ from validation.runbook.schema import typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, code
 from validation.kinds.base import StepKind, launch_identity, run_path, step_dir
 from validation.kinds._plot_helpers import loglog_lines
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    kinds: list[str]  # the collectives
+    sizes: list[int] | None = None  # message sizes in bytes; else min_bytes..max_bytes doubling
+    min_bytes: int | None = None
+    max_bytes: int | None = None
+    iters: int = 20
+    warmup: int = 5
+    compute_ms: float = 0.0  # computation before each timed call (as in training)
+    backend: str = "auto"
+    source: str = "torch"  # or "nccl-tests", "auto"
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 SOURCES = ("torch", "nccl-tests", "auto")
@@ -85,7 +99,7 @@ class Comm(StepKind):
     launch_keys = ("env", "nproc_per_node", "nnodes", "launcher", "master_port", "port_retries", "timeout_s")
 
     # ------------------------------------------------------------------ schema
-    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+    def parse(self, raw: dict, path: tuple, ctx) -> Options:
         kinds = raw.get("kinds", list(KINDS))
         if not isinstance(kinds, list) or not kinds:
             raise ctx.error(path + ("kinds",), f"expected a non-empty list of {', '.join(KINDS)}")
@@ -104,18 +118,17 @@ class Comm(StepKind):
         hi = typed(raw.get("max_bytes"), int, path + ("max_bytes",), ctx, minimum=4, optional=True)
         if lo is not None and hi is not None and hi < lo:
             raise ctx.error(path + ("max_bytes",), f"must be >= min_bytes ({lo}), got {hi}")
-        options = {
-            "kinds": list(kinds), "sizes": sizes, "min_bytes": lo, "max_bytes": hi,
-            "iters": typed(raw.get("iters", 20), int, path + ("iters",), ctx, minimum=1),
-            "warmup": typed(raw.get("warmup", 5), int, path + ("warmup",), ctx, minimum=0),
-            "compute_ms": typed(raw.get("compute_ms", 0), float, path + ("compute_ms",), ctx, minimum=0),
-            "backend": typed(raw.get("backend", "auto"), str, path + ("backend",), ctx, choices=BACKENDS),
-            "source": typed(raw.get("source", "torch"), str, path + ("source",), ctx, choices=SOURCES),
-        }
-        if options["source"] == "nccl-tests":
-            if options["backend"] == "gloo":
+        options = Options(
+            kinds=list(kinds), sizes=sizes, min_bytes=lo, max_bytes=hi,
+            iters=typed(raw.get("iters", 20), int, path + ("iters",), ctx, minimum=1),
+            warmup=typed(raw.get("warmup", 5), int, path + ("warmup",), ctx, minimum=0),
+            compute_ms=typed(raw.get("compute_ms", 0), float, path + ("compute_ms",), ctx, minimum=0),
+            backend=typed(raw.get("backend", "auto"), str, path + ("backend",), ctx, choices=BACKENDS),
+            source=typed(raw.get("source", "torch"), str, path + ("source",), ctx, choices=SOURCES))
+        if options.source == "nccl-tests":
+            if options.backend == "gloo":
                 raise ctx.error(path + ("source",), "nccl-tests measures NCCL; backend gloo needs source torch")
-            if options["compute_ms"]:
+            if options.compute_ms:
                 raise ctx.error(path + ("compute_ms",), "nccl-tests times its calls back to back: source torch")
             if sizes is not None:
                 raise ctx.error(path + ("sizes",), "nccl-tests takes min_bytes/max_bytes (doubling), not sizes")

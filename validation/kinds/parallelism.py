@@ -24,8 +24,9 @@ comm_prediction, exposed_comm_s, aligned_comm_s (collective time, ranks aligned)
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Any
+from typing import Mapping
 
 from validation import kinds
 from validation.analysis.parallelism import STRATEGIES
@@ -34,8 +35,31 @@ from validation.kinds._parallelism_analysis import analyse, decide_recommendatio
 from validation.kinds._parallelism_launch import strategy_launch
 from validation.kinds._parallelism_view import draw_plots, parallelism_blocks
 from validation.kinds.blocks import Block
-from validation.kinds.base import earlier_step_of_kind
+from validation.kinds.base import Settings, earlier_step_of_kind
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategy(Settings):
+    """A strategy to run (ddp, fsdp, ...) with its own env and args."""
+    strategy: str = "ddp"
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchSearch:
+    start: int = 1
+    max: int = 64
+    steps: int = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    strategies: Mapping[str, Strategy]  # by label
+    repeats: int = 2
+    comm: str | None = None  # the comm step whose tables predict the collectives
+    batch_search: BatchSearch | None = None
+    headroom: float = 0.2
+    profile_steps: int = 2
 
 
 class Parallelism(TrainerKind):
@@ -61,14 +85,14 @@ class Parallelism(TrainerKind):
                    "strategies.<strategy>.comm_time_s", "strategies.<strategy>.comm_share") + RUN_PERFORMANCE
     decides = True
 
-    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+    def parse(self, raw: dict, path: tuple, ctx) -> Options:
         value = raw.get("strategies", list(STRATEGIES))
-        chosen: dict[str, dict] = {}
+        chosen: dict[str, Strategy] = {}
         if isinstance(value, list) and value:
             for i, s in enumerate(value):
                 if not isinstance(s, str) or s not in STRATEGIES:
                     raise ctx.error(path + ("strategies", i), f"expected one of {', '.join(STRATEGIES)}, got {s!r}")
-                chosen[s] = {"strategy": s, "env": {}, "args": {}}
+                chosen[s] = Strategy(strategy=s)
             if len(chosen) != len(value):
                 raise ctx.error(path + ("strategies",), "strategies must be distinct")
         elif isinstance(value, dict) and value:
@@ -77,28 +101,29 @@ class Parallelism(TrainerKind):
                 if not isinstance(label, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", label):
                     raise ctx.error(vpath, "strategy labels are identifiers")
                 v = mapping(v, vpath, ctx, ("strategy", "env", "args"), required=("strategy",))
-                chosen[label] = {"strategy": typed(v["strategy"], str, vpath + ("strategy",), ctx,
-                                                   choices=tuple(STRATEGIES)),
-                                 "env": env_vars(v.get("env"), vpath + ("env",), ctx),
-                                 "args": trainer_flags(v.get("args"), vpath + ("args",), ctx)}
+                chosen[label] = Strategy(env=env_vars(v.get("env"), vpath + ("env",), ctx),
+                                         args=trainer_flags(v.get("args"), vpath + ("args",), ctx),
+                                         strategy=typed(v["strategy"], str, vpath + ("strategy",), ctx,
+                                                        choices=tuple(STRATEGIES)))
         else:
             raise ctx.error(path + ("strategies",), f"expected a non-empty list of {', '.join(STRATEGIES)} or a "
                                                     "mapping {label: {strategy, env, args}}")
         search = raw.get("batch_search")
         if search is not None:
             s = mapping(search, path + ("batch_search",), ctx, ("start", "max", "steps"))
-            search = {"start": typed(s.get("start", 1), int, path + ("batch_search", "start"), ctx, minimum=1),
-                      "max": typed(s.get("max", 64), int, path + ("batch_search", "max"), ctx, minimum=1),
-                      "steps": typed(s.get("steps", 5), int, path + ("batch_search", "steps"), ctx, minimum=1)}
-            if search["max"] < search["start"]:
-                raise ctx.error(path + ("batch_search", "max"), f"must be >= start ({search['start']})")
+            search = BatchSearch(start=typed(s.get("start", 1), int, path + ("batch_search", "start"), ctx, minimum=1),
+                                 max=typed(s.get("max", 64), int, path + ("batch_search", "max"), ctx, minimum=1),
+                                 steps=typed(s.get("steps", 5), int, path + ("batch_search", "steps"), ctx, minimum=1))
+            if search.max < search.start:
+                raise ctx.error(path + ("batch_search", "max"), f"must be >= start ({search.start})")
         headroom = typed(raw.get("headroom", 0.2), float, path + ("headroom",), ctx, minimum=0)
         if headroom >= 1:
             raise ctx.error(path + ("headroom",), f"a fraction below 1 (0.2 = 20%), got {headroom}")
-        return {"strategies": chosen, "repeats": typed(raw.get("repeats", 2), int, path + ("repeats",), ctx, minimum=1),
-                "comm": typed(raw.get("comm"), str, path + ("comm",), ctx, optional=True), "batch_search": search,
-                "headroom": headroom,
-                "profile_steps": typed(raw.get("profile_steps", 2), int, path + ("profile_steps",), ctx, minimum=0)}
+        return Options(strategies=chosen,
+                       repeats=typed(raw.get("repeats", 2), int, path + ("repeats",), ctx, minimum=1),
+                       comm=typed(raw.get("comm"), str, path + ("comm",), ctx, optional=True), batch_search=search,
+                       headroom=headroom,
+                       profile_steps=typed(raw.get("profile_steps", 2), int, path + ("profile_steps",), ctx, minimum=0))
 
     def check(self, step, order, error) -> None:
         if step.comm is None:

@@ -9,10 +9,10 @@ by category and by nsa.* range}. No trace written fails the step.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 from validation import kinds
 from validation.analysis.attribution import attribute_trace
@@ -23,6 +23,12 @@ from validation.kinds.base import run_path
 from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, run_single, trainer_launch
 
 
+@dataclasses.dataclass(frozen=True)
+class Options:
+    profile_steps: int = 3
+    profiler: str = "auto"  # torch, nsys
+
+
 class Profile(TrainerKind):
     name = "profile"
     summary = "a trainer run with `NSA_NVTX=1` and a torch profiler trace: top operators and the `nsa.*` ranges seen"
@@ -31,10 +37,10 @@ class Profile(TrainerKind):
     metrics = TRAINER_METRICS + ("profile.trace", "profile.top_ops.<i>.*", "profile.nvtx_ranges.<i>",
                                  "profile.attribution.*")
 
-    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
-        return {"profile_steps": typed(raw.get("profile_steps", 3), int, path + ("profile_steps",), ctx, minimum=1),
-                "profiler": typed(raw.get("profiler", "auto"), str, path + ("profiler",), ctx,
-                                  choices=("auto", "torch", "nsys"))}
+    def parse(self, raw: dict, path: tuple, ctx) -> Options:
+        return Options(profile_steps=typed(raw.get("profile_steps", 3), int, path + ("profile_steps",), ctx, minimum=1),
+                       profiler=typed(raw.get("profiler", "auto"), str, path + ("profiler",), ctx,
+                                      choices=("auto", "torch", "nsys")))
 
     def launches(self, step, winners, run_dir):
         spec = trainer_launch(step, step.launch, "", step.name, winners, run_dir,

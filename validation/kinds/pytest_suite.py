@@ -36,17 +36,57 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
 
 from validation import kinds
 from validation.launch.diagnosis import _exit_text as exit_text
-from validation.formatting import as_dict, as_list, fmt_duration, fmt_num
+from validation.formatting import fmt_duration, fmt_num
 from validation.runbook.schema import str_list, typed
 from validation.kinds._pytest_progress import OPTION as PROGRESS_OPTION
 from validation.kinds._pytest_progress import read_progress
 from validation.launch.spec import safe_name
 from validation.kinds.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, run_path, step_dir
 from validation.kinds.blocks import Block, Column, Paragraph, Table
+from validation.results.codec import absent, decode, encode
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    tests: list[str]  # paths or node ids (an entry starting with "-" goes to pytest as is)
+    pytest_args: list[str] = dataclasses.field(default_factory=list)
+    isolate: str = "none"  # or "file": a process per test file
+    jobs: int = 1  # test files' processes at a time (isolate: file)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileResult:
+    """One test file run in its own process (isolate: file)."""
+    file: str
+    status: str  # passed, failed, no tests, died
+    returncode: int | None = None
+    running: str | None = None  # the test that was running when the process died
+    duration_s: float | None = None
+    passed: int | None = None  # None: not known (a damaged record)
+    failed: int | None = None
+    skipped: int | None = None
+    errors: int | None = None
+    total: int | None = None
+    reason: str | None = None
+    started: float | None = absent()  # epoch seconds (jobs > 1: when the files ran side by side)
+    ended: float | None = absent()
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """The step's metrics: the counts of the whole run, and with isolate: file each file's record."""
+    passed: int | None = None  # None: not known (a damaged record; a run writes every count)
+    failed: int | None = None
+    skipped: int | None = None
+    errors: int | None = None
+    total: int | None = None
+    duration_s: float | None = absent()  # the JUnit report's time; with isolate: file the files' sum
+    files: list[FileResult] = absent([])
+    files_failed: int | None = absent()
+    died: int | None = absent()
 
 # pytest options that choose where pytest writes: nsa-validate puts pytest.xml under RUN_DIR/<step> itself, and
 # --basetemp would even let pytest empty a directory outside it (pytest refuses abbreviated options).
@@ -67,7 +107,7 @@ class Pytest(StepKind):
     launch_keys = COMMAND_LAUNCH_KEYS
     host_only = True  # tests run on any machine (CUDA tests skip themselves); `requires:` makes one need GPUs
 
-    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+    def parse(self, raw: dict, path: tuple, ctx) -> Options:
         tests = str_list(raw.get("tests"), path + ("tests",), ctx)
         args = str_list(raw.get("pytest_args"), path + ("pytest_args",), ctx)
         for key, values in (("tests", tests), ("pytest_args", args)):  # a "-..." test entry goes to pytest as is
@@ -83,7 +123,10 @@ class Pytest(StepKind):
         if jobs > 1 and isolate != "file":
             raise ctx.error(path + ("jobs",), f"jobs: {jobs} runs test files side by side: it needs isolate: file "
                                               "(isolate: none runs every test in one process)")
-        return {"tests": tests, "pytest_args": args, "isolate": isolate, "jobs": jobs}
+        return Options(tests=tests, pytest_args=args, isolate=isolate, jobs=jobs)
+
+    def concurrency(self, step) -> int:
+        return step.jobs
 
     def input_files(self, step):
         # a node id (path::test) names its file; -k / -m selections are pytest_args, not paths
@@ -114,15 +157,14 @@ class Pytest(StepKind):
         lr = ctx.launch(spec, 0, 1)
         ctx.record(result, spec, lr)
         counts = junit_counts(ctx.run_dir / spec.dir / "pytest.xml")
-        result["metrics"] = counts
+        result["metrics"] = encode(counts)
         result["artifacts"].append(ctx.rel(ctx.run_dir / spec.dir / "pytest.xml"))
         if lr.status in ("timeout", "hang", "error", "interrupted"):
             result.update(status=lr.status, reason=lr.reason)
-        elif counts.get("total", 0) == 0:
+        elif counts.total == 0:
             result.update(status="failed", reason=f"no tests ran ({lr.reason})")
-        elif counts["failed"] or counts["errors"]:
-            result.update(status="failed", reason=f"{counts['failed']} failed, {counts['errors']} errors "
-                                                  f"of {counts['total']}")
+        elif counts.failed or counts.errors:
+            result.update(status="failed", reason=f"{counts.failed} failed, {counts.errors} errors of {counts.total}")
         else:
             result.update(status="passed", reason=None)
 
@@ -138,12 +180,12 @@ class Pytest(StepKind):
 
         def done(i, spec, lr) -> bool:
             now = time.time()
-            file = None if lr.status == "interrupted" else {
-                **file_result(spec.label, ctx.run_dir / spec.dir, lr.status, lr.returncode, lr.reason,
-                              lr.duration_s), "started": round(now - lr.duration_s, 3), "ended": round(now, 3)}
+            file = None if lr.status == "interrupted" else file_result(
+                spec.label, ctx.run_dir / spec.dir, lr.status, lr.returncode, lr.reason, lr.duration_s,
+                started=round(now - lr.duration_s, 3), ended=round(now, 3))
             ended[i] = (spec, lr, file)
             record(spec, lr)
-            result["metrics"] = isolated_metrics([ended[j][2] for j in sorted(ended) if ended[j][2] is not None])
+            result["metrics"] = encode(isolated_metrics([ended[j][2] for j in sorted(ended) if ended[j][2] is not None]))
             if file is not None:
                 ctx.save()  # each file's results are on disk as soon as it ends
             return file is None  # interrupted: no further file starts
@@ -158,37 +200,40 @@ class Pytest(StepKind):
                         if file is None), None)
         if stopped:
             result.update(status="interrupted", reason=stopped)
-            result["metrics"] = isolated_metrics(files)
+            result["metrics"] = encode(isolated_metrics(files))
             return
         result["command"] = [launches[0].argv[0], "-m", "pytest", f"<each of {len(launches)} files>"] if launches \
             else None
         m = isolated_metrics(files)
-        result["metrics"] = m
-        bad = [f for f in files if f["status"] in ("failed", "died")]
-        if m["total"] == 0 and not bad:
+        result["metrics"] = encode(m)
+        bad = [f for f in files if f.status in ("failed", "died")]
+        if m.total == 0 and not bad:
             result.update(status="failed", reason=f"no tests ran in any of {len(files)} file(s)")
         elif bad:
-            shown = "; ".join(f"{f['file']} ({f['reason']})" for f in bad[:4])
+            shown = "; ".join(f"{f.file} ({f.reason})" for f in bad[:4])
             more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
             result.update(status="failed", reason=f"{len(bad)} of {len(files)} test files failed: {shown}{more}; "
-                                                  f"{m['failed']} failed, {m['errors']} errors of {m['total']}")
+                                                  f"{m.failed} failed, {m.errors} errors of {m.total}")
         else:
             result.update(status="passed", reason=None)
 
     def blocks(self, result: dict) -> list[Block]:
         """The counts of the whole step, then (a test file per process) one row per file."""
-        metrics = as_dict(result.get("metrics"))
-        files = [as_dict(x) for x in as_list(metrics.get("files"))]
+        m = decode(Result, result.get("metrics"), lenient=True)
         counts = tuple(Column(k.capitalize(), numeric=True) for k in COUNTS)
-        last = "Files' time (sum; with jobs > 1 more than the step took)" if files else "Duration"
+        last = "Files' time (sum; with jobs > 1 more than the step took)" if m.files else "Duration"
         out: list[Block] = [Table((*counts, Column(last, numeric=True)),
-                                  [(*(fmt_num(metrics.get(k)) for k in COUNTS), fmt_duration(metrics.get("duration_s")))])]
-        if files:
+                                  [(*map(fmt_num, _counts(m)), fmt_duration(m.duration_s))])]
+        if m.files:
             out += [Paragraph("Each test file in its own process:"),
                     Table((Column("File"), Column("Result"), *counts, Column("Duration", numeric=True), Column("Note")),
-                          [(str(f.get("file")), str(f.get("status")), *(fmt_num(f.get(k)) for k in COUNTS),
-                            fmt_duration(f.get("duration_s")), str(f.get("reason") or "")) for f in files])]
+                          [(str(f.file), str(f.status), *map(fmt_num, _counts(f)), fmt_duration(f.duration_s),
+                            str(f.reason or "")) for f in m.files])]
         return out
+
+
+def _counts(r: Result | FileResult) -> tuple:
+    return r.passed, r.failed, r.skipped, r.errors, r.total
 
 
 def isolated_files(tests: list[str], cwd: Path | None = None) -> list[tuple[str, list[str]]]:
@@ -217,52 +262,48 @@ def isolated_files(tests: list[str], cwd: Path | None = None) -> list[tuple[str,
 
 
 def file_result(file: str, directory: Path, status: str, returncode: int | None, reason: str,
-                duration_s: float) -> dict:
+                duration_s: float, **times: float) -> FileResult:
     """One test file's record (see the module docstring) from its JUnit file, its progress record and how its
     process ended (the LaunchResult's status, returncode and reason)."""
     junit = read_junit(directory / "pytest.xml")
     ended = status in ("ok", "failed") and returncode in PYTEST_EXIT_CODES
-    record: dict[str, Any] = {"file": file, "returncode": returncode, "running": None,
-                              "duration_s": round(duration_s, 3)}
+    base = FileResult(file=file, status="", returncode=returncode, duration_s=round(duration_s, 3), **times)
     if junit is not None and ended:
-        record.update({k: junit[k] for k in COUNTS})
-        if returncode not in (0, 1, 5) and not (junit["failed"] or junit["errors"]):
-            record["errors"] += 1  # interrupted, internal or usage error: no test result says so
-            record["total"] += 1
-        bad = record["failed"] or record["errors"]
-        record["status"] = "failed" if bad else "no tests" if record["total"] == 0 else "passed"
-        record["reason"] = (f"{record['failed']} failed, {record['errors']} errors of {record['total']}" if bad
-                            else None)
-        return record
+        counts = junit
+        if returncode not in (0, 1, 5) and not (junit.failed or junit.errors):
+            # interrupted, internal or usage error: no test result says so
+            counts = dataclasses.replace(junit, errors=junit.errors + 1, total=junit.total + 1)
+        bad = counts.failed or counts.errors
+        return dataclasses.replace(
+            base, passed=counts.passed, failed=counts.failed, skipped=counts.skipped, errors=counts.errors,
+            total=counts.total, status="failed" if bad else "no tests" if counts.total == 0 else "passed",
+            reason=f"{counts.failed} failed, {counts.errors} errors of {counts.total}" if bad else None)
     outcomes, running = read_progress(directory / "progress.jsonl")
-    tally = {k: sum(o == k for o in outcomes.values()) for k in ("passed", "failed", "skipped")}
-    tally["errors"] = sum(o == "error" for o in outcomes.values())
-    tally["failed"] += 1  # the death itself
-    tally["total"] = len(outcomes) + 1
     died = not ended  # a signal, an exit code pytest never uses, or the launch's timeout
     how = (reason if status in ("timeout", "hang", "error") else f"the process died: {exit_text(returncode)}" if died
            else f"pytest wrote no JUnit report: {reason}")
-    record.update(tally, status="died" if died else "failed", running=running,
-                  reason=f"{how}" + (f", while running {running}" if running else ", outside any test")
-                         + f"; {len(outcomes)} test(s) finished before")
-    return record
+    values = list(outcomes.values())
+    return dataclasses.replace(
+        base, passed=values.count("passed"), failed=values.count("failed") + 1,  # the death itself
+        skipped=values.count("skipped"), errors=values.count("error"), total=len(outcomes) + 1,
+        status="died" if died else "failed", running=running,
+        reason=f"{how}" + (f", while running {running}" if running else ", outside any test")
+               + f"; {len(outcomes)} test(s) finished before")
 
 
-def isolated_metrics(files: list[dict]) -> dict[str, Any]:
-    m: dict[str, Any] = {k: sum(int(f.get(k) or 0) for f in files) for k in COUNTS}
-    m["duration_s"] = round(sum(float(f.get("duration_s") or 0.0) for f in files), 3)
-    m["files"] = files
-    m["files_failed"] = sum(f["status"] in ("failed", "died") for f in files)
-    m["died"] = sum(f["status"] == "died" for f in files)
-    return m
+def isolated_metrics(files: list[FileResult]) -> Result:
+    return Result(*(sum(getattr(f, k) or 0 for f in files) for k in COUNTS),
+                  duration_s=round(sum(f.duration_s or 0.0 for f in files), 3), files=list(files),
+                  files_failed=sum(f.status in ("failed", "died") for f in files),
+                  died=sum(f.status == "died" for f in files))
 
 
-def junit_counts(path: Path) -> dict[str, int]:
+def junit_counts(path: Path) -> Result:
     """Counts of a JUnit XML file; all zeros when it is missing or unreadable."""
-    return read_junit(path) or {"passed": 0, "failed": 0, "skipped": 0, "errors": 0, "total": 0}
+    return read_junit(path) or Result(0, 0, 0, 0, 0)
 
 
-def read_junit(path: Path) -> dict[str, Any] | None:
+def read_junit(path: Path) -> Result | None:
     """Counts and duration of a JUnit XML file, or None when it is missing or unreadable."""
     try:
         root = ET.parse(path).getroot()
@@ -273,8 +314,8 @@ def read_junit(path: Path) -> dict[str, Any] | None:
     failed = sum(int(s.get("failures", 0)) for s in suites)
     errors = sum(int(s.get("errors", 0)) for s in suites)
     skipped = sum(int(s.get("skipped", 0)) for s in suites)
-    return {"passed": total - failed - errors - skipped, "failed": failed, "skipped": skipped, "errors": errors,
-            "total": total, "duration_s": round(sum(float(s.get("time", 0)) for s in suites), 3)}
+    return Result(passed=total - failed - errors - skipped, failed=failed, skipped=skipped, errors=errors,
+                  total=total, duration_s=round(sum(float(s.get("time", 0)) for s in suites), 3))
 
 
 kinds.register(Pytest())

@@ -57,6 +57,15 @@ from validation.runbook.schema import mapping, str_list, typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, code
 from validation.kinds.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, step_dir
 
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    command: list[str]  # script or -m module, and its args
+    grids: Mapping[str, Mapping[str, list[str]]]  # {name: {flag: values}}: every combination is a case
+    grid: str  # the grid to run
+    tool: str = "memcheck"
+    jobs: int = 1  # cases run at a time
+
 SANITIZER = "compute-sanitizer"
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 FALLBACK_DIRS = ("/usr/local/cuda/bin",)  # after PATH and $CUDA_HOME
@@ -78,7 +87,7 @@ class Sanitizer(StepKind):
     metrics = ("tool", "grid", "sanitizer", "cases", "cases_clean", "errors", "by_case.<i>.*")
     launch_keys = COMMAND_LAUNCH_KEYS
 
-    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+    def parse(self, raw: dict, path: tuple, ctx) -> Options:
         command = str_list(raw.get("command"), path + ("command",), ctx)
         if not command:
             raise ctx.error(path + ("command",), "a sanitizer step needs command: [script or -m module, args...]")
@@ -108,7 +117,10 @@ class Sanitizer(StepKind):
                      path + ("grid",), ctx, choices=tuple(grids))
         tool = typed(raw.get("tool", "memcheck"), str, path + ("tool",), ctx, choices=TOOLS)
         jobs = typed(raw.get("jobs", 1), int, path + ("jobs",), ctx, minimum=1)
-        return {"command": command, "grids": grids, "grid": grid, "tool": tool, "jobs": jobs}
+        return Options(command=command, grids=grids, grid=grid, tool=tool, jobs=jobs)
+
+    def concurrency(self, step) -> int:
+        return step.jobs
 
     def input_files(self, step):
         script = step.command[0]  # `python SCRIPT ...`; -m module names no file

@@ -35,6 +35,15 @@ from validation.runbook.schema import str_list, typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order, trainer_launch
 
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    world_sizes: list[int]  # ascending
+    modes: list[str]  # strong, weak
+    scale_batch: int | None = None  # `batch_size`: the per-rank batch of weak scaling
+    global_batch: int | None = None  # the global batch of strong scaling
+    repeats: int = 1
+
 MODES = ("strong", "weak")
 CPU_NOTE = ("CPU: the ranks share this machine's {cores} core(s), so the efficiency measures core contention as much "
             "as communication; criteria on it are warnings here")
@@ -52,7 +61,7 @@ class Scaling(TrainerKind):
     decides = True
     plan_note = "runs in a random order within each repeat, drawn for each run directory (the seed is recorded)"
 
-    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+    def parse(self, raw: dict, path: tuple, ctx) -> Options:
         sizes = raw.get("world_sizes")
         if (not isinstance(sizes, list) or not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1
                                                             for n in sizes) or len(set(sizes)) != len(sizes)):
@@ -63,8 +72,8 @@ class Scaling(TrainerKind):
             raise ctx.error(path + ("modes",), f"expected distinct values of {', '.join(MODES)}, got {modes}")
         batch = typed(raw.get("batch_size"), int, path + ("batch_size",), ctx, minimum=1, optional=True)
         global_batch = typed(raw.get("global_batch"), int, path + ("global_batch",), ctx, minimum=1, optional=True)
-        return {"world_sizes": sorted(sizes), "modes": modes, "scale_batch": batch, "global_batch": global_batch,
-                "repeats": typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1)}
+        return Options(world_sizes=sorted(sizes), modes=modes, scale_batch=batch, global_batch=global_batch,
+                       repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1))
 
     def check(self, step, order, error) -> None:
         per_rank = per_rank_batch(step)

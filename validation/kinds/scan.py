@@ -25,6 +25,7 @@ the device peak is known), time_to_first_step_s, peak_mem_gb, exponent_to_next}]
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -38,6 +39,22 @@ from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, 
 from validation.kinds._plot_helpers import scan_loglog
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
 from validation.analysis.triage import bisect, find_cliffs, fit_exponent, local_exponent, point_noise
+
+
+@dataclasses.dataclass(frozen=True)
+class Bisect:
+    steps: int = 3  # bisection points at most
+    resolution: float = 1.0  # stop when the interval is no wider
+    multiple_of: int = 1  # every point a multiple of this
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    setting: str  # "env.X" or "args.y"
+    values: list  # its values, ascending
+    repeats: int = 2
+    expected_exponent: float = 1.5
+    bisect: Bisect | None = None
 
 
 class Scan(TrainerKind):
@@ -56,7 +73,7 @@ class Scan(TrainerKind):
     plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
                  "results.json); when a cliff is found, bisection points are launched while the step runs")
 
-    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+    def parse(self, raw: dict, path: tuple, ctx) -> Options:
         values = raw.get("values")
         if not isinstance(values, dict) or len(values) != 1:
             raise ctx.error(path + ("values",), "expected one setting and its values, e.g. "
@@ -74,17 +91,17 @@ class Scan(TrainerKind):
             b = mapping(bisect, path + ("bisect",), ctx, ("steps", "resolution", "multiple_of"))
             bpath = path + ("bisect",)
             multiple = typed(b.get("multiple_of", 1), int, bpath + ("multiple_of",), ctx, minimum=1)
-            bisect = {"steps": typed(b.get("steps", 3), int, bpath + ("steps",), ctx, minimum=1),
-                      "resolution": typed(b.get("resolution", multiple), float, bpath + ("resolution",), ctx),
-                      "multiple_of": multiple}
-            if not bisect["resolution"] > 0:
-                raise ctx.error(bpath + ("resolution",), f"expected a positive number, got {bisect['resolution']}")
+            bisect = Bisect(steps=typed(b.get("steps", 3), int, bpath + ("steps",), ctx, minimum=1),
+                            resolution=typed(b.get("resolution", multiple), float, bpath + ("resolution",), ctx),
+                            multiple_of=multiple)
+            if not bisect.resolution > 0:
+                raise ctx.error(bpath + ("resolution",), f"expected a positive number, got {bisect.resolution}")
         expected = typed(raw.get("expected_exponent", 1.5), float, path + ("expected_exponent",), ctx)
         if not expected > 0:
             raise ctx.error(path + ("expected_exponent",), f"expected a positive number, got {expected}")
-        return {"setting": key, "values": sorted(vals),
-                "repeats": typed(raw.get("repeats", 2), int, path + ("repeats",), ctx, minimum=1),
-                "expected_exponent": float(expected), "bisect": bisect}
+        return Options(setting=key, values=sorted(vals),
+                       repeats=typed(raw.get("repeats", 2), int, path + ("repeats",), ctx, minimum=1),
+                       expected_exponent=float(expected), bisect=bisect)
 
     def launches(self, step, winners, run_dir):
         return [point_launch(step, value, repeat, winners, run_dir)
@@ -131,8 +148,8 @@ class Scan(TrainerKind):
                     test = local_exponent(both[good], both[float(value)], step.expected_exponent)
                     return None if test.p is None else test.p < 0.05
 
-                b = bisect(classify, pair.a, pair.b, resolution=step.bisect["resolution"],
-                           steps=step.bisect["steps"], multiple_of=step.bisect["multiple_of"])
+                b = bisect(classify, pair.a, pair.b, resolution=step.bisect.resolution,
+                           steps=step.bisect.steps, multiple_of=step.bisect.multiple_of)
                 m.update(bisection=b.as_dict(), cliff_interval=[_plain(b.good), _plain(b.bad)],
                          cliff_localised=b.localised)
                 times.update(bis_times)

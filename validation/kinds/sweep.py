@@ -27,9 +27,10 @@ Report: a row per run (the chosen point marked), the decision and its statistics
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import Counter
-from typing import Any
+from typing import Any, Mapping
 
 from validation import kinds
 from validation.analysis.interference import decision_record, disturbed_flags
@@ -44,6 +45,15 @@ from validation.kinds.blocks import Badge, Block, Column, Paragraph, Table
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, nothing_compared, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, with_labels
 from validation.kinds._plot_helpers import bar_points
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    matrix: Mapping[str, list]  # {"env.X" | "args.y": values}: every combination is a point
+    select_metric: str = "toks_per_s"
+    select_goal: str = "max"  # or "min"
+    repeats: int = 1
+    prefer: list = dataclasses.field(default_factory=list)  # the points to keep without a significant winner
 
 RULE = ("a winner only when the best point beats every other one significantly (p < 0.05, block means of one "
         "run each or paired over interleaved repeats) and by more than the noise floor; otherwise no significant "
@@ -68,7 +78,7 @@ class Sweep(TrainerKind):
     plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
                  "results.json), so the order shown here is an example")
 
-    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+    def parse(self, raw: dict, path: tuple, ctx) -> Options:
         matrix = mapping(raw.get("matrix"), path + ("matrix",), ctx,
                          tuple(raw["matrix"].keys()) if isinstance(raw.get("matrix"), dict) else ())
         if not matrix:
@@ -83,12 +93,12 @@ class Sweep(TrainerKind):
             if len(set(shown)) != len(shown):
                 raise ctx.error(path + ("matrix", key), f"values must be distinct, got {shown}")
         select = mapping(raw.get("select"), path + ("select",), ctx, ("metric", "goal"))
-        return {"matrix": clean,
-                "select_metric": typed(select.get("metric", "toks_per_s"), str, path + ("select", "metric"), ctx),
-                "select_goal": typed(select.get("goal", "max"), str, path + ("select", "goal"), ctx,
-                                     choices=("max", "min")),
-                "repeats": typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1),
-                "prefer": _parse_prefer(raw.get("prefer"), clean, path + ("prefer",), ctx)}
+        return Options(matrix=clean,
+                       select_metric=typed(select.get("metric", "toks_per_s"), str, path + ("select", "metric"), ctx),
+                       select_goal=typed(select.get("goal", "max"), str, path + ("select", "goal"), ctx,
+                                         choices=("max", "min")),
+                       repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1),
+                       prefer=_parse_prefer(raw.get("prefer"), clean, path + ("prefer",), ctx))
 
     def winner_params(self, step) -> tuple[str, ...]:
         return tuple(step.matrix)

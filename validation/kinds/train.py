@@ -9,7 +9,7 @@ Report: the run table and notes; the executive summary's baseline throughput and
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 from nsa.training.config import brief
 from validation.analysis import metrics
@@ -22,19 +22,24 @@ from validation.kinds.base import earlier_step_of_kind
 from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, run_single
 
 
+@dataclasses.dataclass(frozen=True)
+class Options:
+    scaling_baseline: str | None = None  # an earlier train step: this one's scaling efficiency against it
+
+
 class Train(TrainerKind):
     name = "train"
     summary = "one trainer launch (env/args overrides); statistics over the last N steps of its training.csv"
     keys = ("scaling_baseline",)
     metrics = TRAINER_METRICS + ("scaling_baseline", "scaling_efficiency")
 
-    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+    def parse(self, raw: dict, path: tuple, ctx) -> Options:
         base_name = None
         if raw.get("scaling_baseline") is not None:
             base_name = typed(raw["scaling_baseline"], str, path + ("scaling_baseline",), ctx)
             if not NAME_RE.fullmatch(base_name):
                 raise ctx.error(path + ("scaling_baseline",), f"{brief(base_name)}: a step name")
-        return {"scaling_baseline": base_name}
+        return Options(scaling_baseline=base_name)
 
     def check(self, step, order, error) -> None:
         if step.scaling_baseline is None:

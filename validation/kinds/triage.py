@@ -18,8 +18,9 @@ significant, verdict, toks_per_s, changes}}, "config_toks_per_s", "repeats", "ru
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Any
+from typing import Any, Mapping
 
 from validation import kinds
 from validation.analysis.interference import decision_record, disturbed_flags
@@ -28,8 +29,14 @@ from validation.runbook.schema import env_vars, mapping, trainer_flags, typed
 from validation.analysis.significance import StatsError
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed, run_each, run_order, run_values, trainer_launch
-from validation.kinds.base import DECIDING_LAUNCH_KEYS, with_labels
+from validation.kinds.base import DECIDING_LAUNCH_KEYS, Settings, with_labels
 from validation.analysis.triage import rank_suspects
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    suspects: Mapping[str, Settings]  # each suspect's change to the configuration, by name
+    repeats: int = 3
 
 CONFIG = "config"
 FORBIDDEN_ENV = ("NSA_FAULT",)
@@ -53,7 +60,7 @@ class Triage(TrainerKind):
     plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
                  "results.json)")
 
-    def parse(self, raw: dict, path: tuple, ctx) -> dict[str, Any]:
+    def parse(self, raw: dict, path: tuple, ctx) -> Options:
         value = raw.get("suspects")
         if not isinstance(value, dict) or not value:
             raise ctx.error(path + ("suspects",), "expected a mapping {name: {env: {...}, args: {...}}} of at least "
@@ -72,18 +79,16 @@ class Triage(TrainerKind):
             args = trainer_flags(spec.get("args"), spath + ("args",), ctx)
             if not env and not args:
                 raise ctx.error(spath, "a suspect changes at least one env variable or trainer arg")
-            suspects[name] = {"env": env, "args": args}
+            suspects[name] = Settings(env, args)
         repeats = typed(raw.get("repeats", 3), int, path + ("repeats",), ctx, minimum=2)
-        return {"suspects": suspects, "repeats": repeats}
+        return Options(suspects=suspects, repeats=repeats)
 
     def launches(self, step, winners, run_dir):
         out = []
         for repeat, label in run_order([CONFIG, *step.suspects], step.repeats, order_seed(step, run_dir)):
-            spec = step.suspects.get(label, {"env": {}, "args": {}})
-            params = {**{f"env.{k}": v for k, v in spec["env"].items()},
-                      **{f"args.{k}": v for k, v in spec["args"].items()}}
+            spec = step.suspects.get(label, Settings())
             out.append(trainer_launch(step, step.launch, label, f"{step.name}/{label}_r{repeat + 1}", winners,
-                                      run_dir, extra_args=spec["args"], extra_env=spec["env"], params=params,
+                                      run_dir, extra_args=spec.args, extra_env=spec.env, params=spec.params(),
                                       repeat=repeat))
         return out
 
@@ -184,9 +189,9 @@ def run_toks(ctx, step, run: dict) -> float | None:
     return finite(values)
 
 
-def _changes(spec: dict) -> str:
-    parts = [env_text(spec.get("env") or {})] if spec.get("env") else []
-    parts += [f"--{k.replace('_', '-')} {v}" for k, v in (spec.get("args") or {}).items()]
+def _changes(spec: Settings) -> str:
+    parts = [env_text(spec.env)] if spec.env else []
+    parts += [f"--{k.replace('_', '-')} {v}" for k, v in spec.args.items()]
     return "; ".join(p for p in parts if p) or "—"
 
 

@@ -5,6 +5,8 @@ the reader from the registry, validation.kinds)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -68,7 +70,8 @@ class LaunchSettings:
 
 @dataclass(frozen=True)
 class Step:
-    """One runbook step. Its kind's own keys are in `options` and read as attributes (step.matrix, step.tests)."""
+    """One runbook step. Its kind's own keys are in `options`, the kind's Options dataclass (a plugin's kind may still
+    give a mapping), and read as attributes (step.matrix, step.tests)."""
 
     name: str
     kind: str
@@ -79,14 +82,17 @@ class Step:
     requires: Requirements
     optional: bool = False
     on_failure: str = "continue"     # "stop": a failed/timeout/hang/error end of this step ends the run
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Any = field(default_factory=dict)  # the kind's Options (a frozen dataclass), or a mapping
     # the step's kind (a validation.kinds.StepKind), set by the runbook's reader from the registry
     kind_impl: Any = field(default=None, repr=False, compare=False)
 
     def __getattr__(self, key: str) -> Any:
-        options = self.__dict__.get("options") or {}
-        if key in options:
-            return options[key]
+        options = self.__dict__.get("options")
+        if isinstance(options, Mapping):
+            if key in options:
+                return options[key]
+        elif dataclasses.is_dataclass(options) and key in {f.name for f in dataclasses.fields(options)}:
+            return getattr(options, key)
         raise AttributeError(f"{type(self).__name__} of kind {self.__dict__.get('kind')!r} has no {key!r}")
 
     @property

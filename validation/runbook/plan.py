@@ -41,7 +41,7 @@ def describe(runbook: Runbook, skipped: dict[str, str] | None = None) -> list[di
         rows.append({
             "phase": step.phase, "step": step.name, "kind": step.kind, "skip": skipped.get(step.name),
             "notes": runbook.step_notes(step.name),
-            "jobs": step.options.get("jobs", 1),  # launches run this many at a time (pytest, sanitizer)
+            "jobs": step.kind_impl.concurrency(step),  # launches run this many at a time (pytest, sanitizer)
             "launches": [{"label": spec.label, "argv": spec.argv, "wrapper": spec.wrapper, "env": spec.env,
                           # what the launcher runs (launch.torchrun.local_command_lines), the port still to pick
                           "commands": ([] if spec.launcher == "slurm" else

@@ -321,9 +321,9 @@ def test_h100_single_includes_gpu_kernels_and_the_two_match():
         [(p.name, p.title, [s.name for s in p.steps]) for p in h1.phases[:len(gk.phases)]]
     for mine in gk.steps():
         theirs = h1.step(mine.name)
-        assert (theirs.kind, theirs.title, theirs.phase, dict(theirs.options), theirs.requires,
+        assert (theirs.kind, theirs.title, theirs.phase, theirs.options, theirs.requires,
                 theirs.launch.timeout_s) == \
-            (mine.kind, mine.title, mine.phase, dict(mine.options), mine.requires, mine.launch.timeout_s), mine.name
+            (mine.kind, mine.title, mine.phase, mine.options, mine.requires, mine.launch.timeout_s), mine.name
         for a, b in zip(step_launches(mine), step_launches(theirs), strict=True):
             assert (a.argv, a.dir, a.label, a.timeout_s) == (b.argv, b.dir, b.label, b.timeout_s)
             assert b.env == {**h1.defaults.env, **a.env}, mine.name

@@ -25,6 +25,7 @@ from validation.runbook.plan import describe
 from validation.report import write_reports
 from validation.runbook.loader import RunbookError, load_runbook
 from validation.execution.runner import RunOptions, Runner
+from validation.kinds.bench import Best
 
 SLEEPS = """
 import time
@@ -279,14 +280,14 @@ def test_the_trainer_criteria_find_each_models_fastest_row_by_its_fields(tmp_pat
     """gpu_kernels.yaml's train_bench criteria, on rows in another order and with a failed case."""
     repo = Path(__file__).resolve().parents[3]
     real = load_runbook(repo / "runbooks/gpu_kernels.yaml")
-    assert real.step("train_bench").best == {"by": "model", "max": "toks_per_s"}
+    assert real.step("train_bench").best == Best(by="model", field="toks_per_s", largest=True)
     assert real.step("train_bench").command[-2:] == ["--modes", "eager,graphs"]
     criteria = [c for c in real.acceptance if "train_bench" in c.expr.names]
     assert len(criteria) == 2
     (tmp_path / "fake_bench_train.py").write_text(FAKE_BENCH_TRAIN)
     runbook = {"name": "trainer", "phases": [{"name": "bench", "steps": [
         {"name": "train_bench", "kind": "bench", "command": ["fake_bench_train.py"],
-         "best": real.step("train_bench").best}]}],
+         "best": {"by": "model", "max": "toks_per_s"}}]}],
         "acceptance": [{"name": c.name, "expr": c.expr.text, "severity": c.severity} for c in criteria]}
     path = tmp_path / "trainer.yaml"
     path.write_text(json.dumps(runbook))

@@ -214,8 +214,8 @@ def test_cpu_smokes_windows_fit_its_steps_and_a_short_window_is_still_a_problem(
             if steps is not None:
                 assert int(steps) >= launch.warmup_steps + launch.window, step.name
             for label, variant in (getattr(step, "variants", None) or {}).items():  # an A/B variant's own window
-                if variant.get("window") is not None:
-                    assert int(variant["args"].get("steps", steps)) >= launch.warmup_steps + variant["window"], label
+                if variant.window is not None:
+                    assert int(variant.args.get("steps", steps)) >= launch.warmup_steps + variant.window, label
     from validation.analysis import metrics
 
     results = json.loads((FIXTURES / "results_example.json").read_text())

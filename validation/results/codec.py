@@ -1,0 +1,162 @@
+"""One codec between results.json's JSON and typed records: frozen dataclasses, decoded by their type hints and
+encoded back, so that what a step kind records (its Result) is read as attributes, not by string keys.
+
+    decode(Result, data, "steps.x.metrics")      a Result, its values checked against the field types; a
+                                                 malformed value raises ResultsError naming its key path
+    decode(Result, data, lenient=True)           the same, but a missing or malformed value takes the field's
+                                                 default (None when it has none): what a report reads, since
+                                                 results may be damaged and a report still renders
+    encode(result)                               the JSON value: a dict per dataclass, its fields in order
+
+The types a field may have: str, int, float (an int is one too), bool, None, Any (any JSON value), a dataclass,
+list[X], tuple[X, ...], dict[str, X], X | None and Literal[...]. A dataclass with a field named ``extra`` (a dict)
+keeps there the keys it does not declare, and encode writes them back after its own fields; without one such keys
+are dropped on decode. A field made with ``absent()`` is left out of the JSON while it holds its default (a key
+written only when it applies), every other field is always written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any, Literal, TypeVar, Union
+
+from validation.results.model import ResultsError
+
+T = TypeVar("T")
+EXTRA = "extra"
+_ABSENT = "absent"
+
+
+def absent(default: Any = None, **kwargs: Any) -> Any:
+    """A dataclass field left out of the JSON while it holds `default` (a `?` key of results.json)."""
+    if isinstance(default, (list, dict)):
+        factory = type(default)
+        return dataclasses.field(default_factory=factory, metadata={_ABSENT: True}, **kwargs)
+    return dataclasses.field(default=default, metadata={_ABSENT: True}, **kwargs)
+
+
+
+
+def decode(cls: type[T], value: Any, path: str = "", *, lenient: bool = False) -> T:
+    """`value` (parsed JSON) as an instance of dataclass `cls`; ResultsError naming the key path when it does not
+    fit (lenient: the field's default instead)."""
+    return _decode(cls, value, path or cls.__name__, lenient)
+
+
+def encode(obj: Any) -> Any:
+    """A record (dataclass), or a structure of them, as JSON: dicts in field order, absent() fields at their default
+    left out, `extra` merged after the declared fields."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if f.name == EXTRA and isinstance(value, dict):
+                extra = value
+            elif not (f.metadata.get(_ABSENT) and value == _default_of(f)):
+                out[f.name] = encode(value)
+        out.update({k: encode(v) for k, v in extra.items() if k not in out})
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [encode(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): encode(v) for k, v in obj.items()}
+    if isinstance(obj, float) and not math.isfinite(obj):
+        raise ResultsError(f"{obj!r} is not JSON (results.json holds no NaN or infinity)")
+    return obj
+
+
+def _default_of(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _decode(hint: Any, value: Any, path: str, lenient: bool) -> Any:
+    if dataclasses.is_dataclass(hint):
+        return _decode_record(hint, value, path, lenient)
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if hint is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return _decode(option, value, path, False)
+            except ResultsError:
+                continue
+        return _wrong(path, value, hint)
+    if origin is Literal:
+        return value if value in args else _wrong(path, value, hint)
+    if origin in (list, tuple):
+        if not isinstance(value, list):
+            return _wrong(path, value, hint)
+        item = args[0] if args else Any
+        out = [_decode(item, v, f"{path}[{i}]", lenient) for i, v in enumerate(value)]
+        return tuple(out) if origin is tuple else out
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            return _wrong(path, value, hint)
+        item = args[1] if len(args) == 2 else Any
+        return {k: _decode(item, v, f"{path}.{k}", lenient) for k, v in value.items()}
+    if hint is list:
+        return value if isinstance(value, list) else _wrong(path, value, hint)
+    if hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return float(value) if ok else _wrong(path, value, hint)
+    if hint is int:
+        return value if isinstance(value, int) and not isinstance(value, bool) else _wrong(path, value, hint)
+    if hint in (str, bool):
+        return value if isinstance(value, hint) else _wrong(path, value, hint)
+    if hint is type(None):
+        return value if value is None else _wrong(path, value, hint)
+    raise TypeError(f"{path}: the codec has no rule for {hint!r}")
+
+
+def _decode_record(cls: type, value: Any, path: str, lenient: bool) -> Any:
+    if not isinstance(value, dict):
+        if lenient:
+            value = {}
+        else:
+            _wrong(path, value, cls)
+    hints = _hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for name, f in fields.items():
+        if name == EXTRA:
+            continue
+        where = f"{path}.{name}"
+        if name not in value:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and not lenient:
+                raise ResultsError(f"{where}: missing")
+            kwargs[name] = _default_of(f)
+            continue
+        try:
+            kwargs[name] = _decode(hints[name], value[name], where, lenient)
+        except ResultsError:
+            if not lenient:
+                raise
+            kwargs[name] = _default_of(f)
+    if EXTRA in fields:
+        kwargs[EXTRA] = {k: v for k, v in value.items() if k not in fields}
+    return cls(**kwargs)
+
+
+def _wrong(path: str, value: Any, hint: Any) -> Any:
+    shown = "null" if value is None else type(value).__name__
+    if typing.get_origin(hint) is Literal:
+        name, shown = "one of " + ", ".join(map(repr, typing.get_args(hint))), repr(value)
+    else:
+        name = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+    raise ResultsError(f"{path}: expected {name}, got {shown}")

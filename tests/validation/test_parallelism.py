@@ -185,7 +185,7 @@ def summary(strategy, per_step, model_bytes, comm_time=0.5, steps=10):
 
 
 def test_strategy_figures_predict_from_the_comm_tables():
-    from validation.kinds._parallelism_analysis import NOT_AVAILABLE, comm_tables, strategy_figures
+    from validation.kinds.parallelism.analysis import NOT_AVAILABLE, comm_tables, strategy_figures
     from validation.kinds.parallelism import Strategy
 
     table = [bandwidth_row("all_reduce", 2, b, t) for b, t in ((1024, 1e-4), (65536, 1e-3), (1 << 20, 1e-2))]
@@ -297,7 +297,7 @@ def test_plan_of_the_strategies_and_world_sizes(tmp_path):
 def test_search_batches_launches_probes_and_reads_oom(tmp_path, monkeypatch):
     """The live part of the search with the launches faked: each probe is a trainer launch at --batch-size b with
     the search's steps; a failure whose reason says out of memory is "does not fit", any other stops the search."""
-    from validation.kinds import _parallelism_analysis as analysis
+    from validation.kinds.parallelism import analysis
     from validation.kinds import trainer
 
     path = tmp_path / "rb.yaml"
@@ -365,7 +365,7 @@ def test_aligned_collectives_nccl_kernels_pair_by_order_per_kind():
 
 
 def test_prediction_note_over_2x():
-    from validation.kinds._parallelism_view import prediction_note
+    from validation.kinds.parallelism.view import prediction_note
     note = prediction_note("ddp", 0.4e-3, 2.6e-3, 11.4e-3)  # aligned wins over rank 0's in-flight time
     assert note and "ranks aligned" in note and "compute_ms" in note and "back to back" in note and "6.5x" in note
     assert prediction_note("ddp", 1.0e-3, 1.9e-3, 20e-3) is None  # within 2x (in-flight time not used)

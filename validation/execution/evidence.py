@@ -101,13 +101,11 @@ def assess(runbook, results: dict, run_dir: str) -> dict[str, Any]:
     in_order = [as_dict(steps.get(s.name)) for s in runbook.steps()]
     for kind in step_kinds.kinds():
         for fig in kind.key_figures(in_order):
-            fig = as_dict(fig[1])
-            r = range_of(str(fig.get("figure") or ""))
-            if fig.get("problem") and r is not None:
-                who = fig.get("steps") or []
-                bad.append({"step": ", ".join(map(str, who)) or "run", "metric": fig.get("label"),
-                            "value": fig.get("raw"), "range": r.text(), "reason": r.reason,
-                            "disturbed": any(d["step"] in who for d in disturbed_steps)})
+            r = range_of(fig.metric or "")
+            if fig.problem and r is not None:
+                bad.append({"step": ", ".join(fig.steps) or "run", "metric": fig.label, "value": fig.raw,
+                            "range": r.text(), "reason": r.reason,
+                            "disturbed": any(d["step"] in fig.steps for d in disturbed_steps)})
     rerun = rerun_command(as_dict(results.get("runbook")).get("path") or "RUNBOOK", run_dir,
                           [d["step"] for d in disturbed_steps] + [b["step"] for b in bad if b["step"] in steps])
     return {"disturbed": disturbed_steps, "implausible": bad, "measured": measured, "rules": interference_rules(),

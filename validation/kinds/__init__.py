@@ -6,8 +6,9 @@ module of this package is imported on first use of the registry, so the kinds ar
 output), and adding one is a new module here. A kind may also be registered from anywhere else (a plugin by entry
 point, a test) before the runbook that uses it is read. Modules that register no kind hold what kinds share: base.py
 (the StepKind interface), blocks.py (what a kind's part of the report is made of), trainer.py (the trainer's argv, collecting a launch into metrics, the
-loop over a sweep's points or an A/B's variants), train_report.py; a leading underscore marks a kind's helper
-module (its analysis, launches or view), which the registry does not import itself.
+loop over a sweep's points or an A/B's variants), train_report.py. A kind with parts of its own is a package
+(parallelism/: its analysis, launches and view beside the kind); a leading underscore marks a helper module the
+registry does not import itself (_plot_helpers, _pytest_progress).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import pkgutil
 from validation.kinds.base import StepKind
 
 # The order of the kinds in names(), `nsa-validate kinds` and README's table: these first, in the order a validation
-# goes, then the others as their modules register them (by module name). Not the list of kinds: the registry has
-# those from its modules.
+# goes, then this package's others by module name, then plugins'. Not the list of kinds: the registry has those from
+# its modules.
 FIRST_KINDS = ("snapshot", "train", "sweep", "ab", "pytest", "bench", "profile", "longrun")
 
 # The entry-point group through which an installed distribution adds kinds: each entry point names a StepKind
@@ -96,9 +97,13 @@ def unregister(name: str) -> None:
 
 
 def names() -> tuple[str, ...]:
-    """Every registered kind: FIRST_KINDS first, in that order, then the others as registered."""
+    """Every registered kind: FIRST_KINDS first, in that order, then this package's other kinds by module name, then
+    the others (plugins, tests) as registered; the same order whichever module was imported first."""
     _load_builtins()
-    return tuple(n for n in FIRST_KINDS if n in _REGISTRY) + tuple(n for n in _REGISTRY if n not in FIRST_KINDS)
+    rest = [n for n in _REGISTRY if n not in FIRST_KINDS]
+    own = sorted((n for n in rest if built_in(n)), key=lambda n: (type(_REGISTRY[n]).__module__, n))
+    return (tuple(n for n in FIRST_KINDS if n in _REGISTRY) + tuple(own)
+            + tuple(n for n in rest if not built_in(n)))
 
 
 def get(name: str) -> StepKind:

@@ -40,7 +40,7 @@ from validation.analysis.significance import StatsError, adjust_family, compare_
 from validation.analysis.significance.windows import compare_windows, measured_run_noise
 from validation.kinds import train_report
 from validation.kinds.blocks import Badge, Block, Column, Paragraph, Table
-from validation.kinds.base import DECIDING_LAUNCH_KEYS, Settings, with_labels
+from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, Settings, effect_of, run_side, with_labels
 from validation.kinds.sweep import decision_blocks, decision_mark
 from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, declared_pair_noise, nothing_compared, order_seed, run_each, run_order,
                                       run_values, trainer_launch)
@@ -281,6 +281,19 @@ class AB(TrainerKind):
             out.append(Paragraph(f"**Keep**: {fmt_num(chosen.get('label'))}" + (f" ({params})" if params != "—" else "")
                                  + f" — {fmt_num(chosen.get('explanation'))}"))
         return out + train_report.runs_blocks(runs)
+
+    def comparisons(self, result: dict) -> list[Effect]:
+        """Each variant against the baseline; a variant whose settings the trainer ignored is an A/A check."""
+        ignored = {str(x) for x in as_list(as_dict(result.get("decision")).get("excluded_ignored"))}
+        ignored |= {str(n).split(":", 1)[0] for n in as_list(result.get("notes")) if "ignored" in str(n)}
+        out = []
+        for comp in (as_dict(c) for c in as_list(result.get("comparison"))):
+            variant = comp.get("variant")
+            effect = effect_of(comp, run_side(result, comp.get("baseline") or "baseline"), run_side(result, variant),
+                               ignored=str(variant) in ignored)
+            if effect:
+                out.append(effect)
+        return out
 
     def summary_line(self, result: dict) -> str:
         chosen = as_dict(result.get("choice"))

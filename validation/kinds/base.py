@@ -26,7 +26,11 @@ What a kind defines:
                          which the report renders to Markdown and HTML alike
     view                 changes to the fields every step section shows (a command hidden where each run shows its
                          own, a reason already shown as problems)
-    key_figures, plots   executive-summary figures and extra plots (key_figure_steps: the steps those figures use)
+    key_figures, plots   executive-summary figures (KeyFigure: an id, never matched by label) and extra plots
+                         (key_figure_steps: the steps those figures use)
+    comparisons          the with/without comparisons a passed step measured (Effect): the report's findings and
+                         its Key finding
+    repeatable           a passed step is a trainer run a user can repeat: the report's validated command
     performance, decides the metric names that measure speed (validation.execution.evidence: what interference can change),
                          and whether every step of the kind decides on speed (a sweep, an A/B, a triage)
 
@@ -45,7 +49,7 @@ import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
-from validation.formatting import context_text
+from validation.formatting import as_dict, as_list, context_text, finite, params_text
 from validation.kinds.blocks import Block
 from validation.launch.slurm import SlurmOptions
 from validation.launch.spec import PLAN_RUN_DIR, LaunchSpec, safe_name
@@ -87,6 +91,66 @@ class Settings:
 
 
 @dataclasses.dataclass(frozen=True)
+class KeyFigure:
+    """A figure of the report's executive summary (StepKind.key_figures)."""
+    id: str  # what it is, for code: e.g. "baseline_throughput"; the report never matches a label
+    label: str  # what the reader sees
+    value: str
+    note: str
+    order: int = 50  # its place among the figures of every kind (lower first)
+    steps: tuple[str, ...] = ()  # the steps it comes from
+    metric: str | None = None  # the metric name of `raw` (its physical range: validation.analysis.plausibility)
+    raw: float | None = None
+    problem: str | None = None  # why `raw` cannot be a result (outside its physical range)
+    # it divides one rank's throughput of a multi-rank run by a single process's: where the ranks share a CPU's
+    # cores that measures the sharing, and the report says so
+    shared_cores: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Effect:
+    """One with/without comparison a step measured (StepKind.comparisons): the report's findings and its Key
+    finding. `ignored`: the trainer ignored the setting, so the comparison is an A/A check, never a finding."""
+    without: str  # what the side without ran: settings or a label
+    with_: str
+    rel: float  # with / without - 1
+    metric: str = "toks_per_s"
+    mean_without: float | None = None
+    mean_with: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p: float | None = None  # Holm-adjusted when the step adjusted
+    significant: bool = False
+    verdict: str | None = None
+    ignored: bool = False
+
+
+def effect_of(comp: Mapping[str, Any], without: str, with_: str, ignored: bool = False) -> Effect | None:
+    """An Effect from a recorded comparison (validation.analysis.significance.Comparison's record: rel or
+    rel_delta, ci_low, ci_high, p_adjusted or p_value, mean_a, mean_b, ...); None without a relative difference."""
+    rel = finite(comp.get("rel", comp.get("rel_delta")))
+    if rel is None:
+        return None
+    p = next((finite(comp[k]) for k in ("p_adjusted", "p_value") if finite(comp.get(k)) is not None), None)
+    return Effect(without, with_, rel, metric=str(comp.get("metric") or "toks_per_s"),
+                  mean_without=finite(comp.get("mean_a")), mean_with=finite(comp.get("mean_b")),
+                  ci_low=finite(comp.get("ci_low")), ci_high=finite(comp.get("ci_high")), p=p,
+                  significant=comp.get("significant") is True,
+                  verdict=str(v) if (v := comp.get("verdict")) else None, ignored=ignored)
+
+
+def run_side(result: Mapping[str, Any], label: Any) -> str:
+    """What a run of a multi-run step ran, for a sentence: its params ("NSA_X=1 (fused)"), else its label."""
+    params = next((as_dict(r.get("params")) for r in (as_dict(r) for r in as_list(result.get("runs")))
+                   if r.get("label") == label and as_dict(r.get("params"))), None)
+    params = params or as_dict(as_dict(as_dict(result.get("decision")).get("points")).get(label))
+    text = params_text(params) if params else None
+    if text and str(label) not in text:
+        return f"{text} ({label})"
+    return text or str(label)
+
+
+@dataclasses.dataclass(frozen=True)
 class NoOptions:
     """The Options of a kind without keys of its own (snapshot, longrun)."""
 
@@ -98,6 +162,9 @@ class StepKind:
     launch_keys: ClassVar[tuple[str, ...]] = tuple(k for k in LAUNCH_KEYS if k != RETRY_KEY)
     trainer: ClassVar[bool] = False
     host_only: ClassVar[bool] = False  # True: the runbook's requirements do not apply, only the step's `requires`
+    # True: a passed step is one trainer run that a user can repeat as it is: the report's validated command is built
+    # from such a step (the one named *baseline*, else the first)
+    repeatable: ClassVar[bool] = False
     plan_note: ClassVar[str | None] = None  # a line `nsa-validate plan` prints under the step (in-process work)
     # The metric names the kind's steps produce (patterns; see the module docstring). None: not declared, and then
     # criteria on its steps are checked only when they run (tests/validation/test_prerun_checks.py lists such kinds).
@@ -194,9 +261,15 @@ class StepKind:
         damaged."""
         return []
 
-    def key_figures(self, steps: list[dict[str, Any]]) -> list[tuple[int, dict[str, str]]]:
-        """(order, {"label", "value", "note"}) for the executive summary, from every step's result in run order
-        (not only this kind's); figures of all kinds are shown sorted by order."""
+    def key_figures(self, steps: list[dict[str, Any]]) -> list[KeyFigure]:
+        """Figures for the executive summary, from every step's result in run order (not only this kind's); the
+        figures of all kinds are shown sorted by their order."""
+        return []
+
+    def comparisons(self, result: dict[str, Any]) -> list[Effect]:
+        """The with/without comparisons a passed step of the kind measured (an A/B's variants against its baseline,
+        a sweep's best point against the others, a triage's suspects against the configuration), for the report's
+        findings; must accept anything."""
         return []
 
     def key_figure_steps(self, steps: list[dict[str, Any]]) -> list[str]:

@@ -45,7 +45,7 @@ from validation.formatting import NA, as_dict, as_list, file_name, finite, fmt_n
 from validation.launch.spec import LaunchSpec
 from validation.runbook.schema import typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, code
-from validation.kinds.base import StepKind, launch_identity, run_path, step_dir
+from validation.kinds.base import KeyFigure, StepKind, launch_identity, run_path, step_dir
 from validation.kinds._plot_helpers import loglog_lines
 
 
@@ -276,17 +276,17 @@ class Comm(StepKind):
                             fmt_num(r.get("busbw_gbps"))) for r in (as_dict(r) for r in as_list(table))])]
         return out
 
-    def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
+    def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
         for s in in_order:
             m = as_dict(s.get("metrics"))
             peak = finite(as_dict(as_dict(m.get("all_reduce")).get("busbw_gbps")).get("max"))
             if s.get("kind") == self.name and peak is not None:
                 note = f"step `{s.get('name')}`, {m.get('backend')}, {fmt_num(m.get('world_size'))} ranks"
-                if m.get("world_size") == 1:
-                    return [(25, {"label": "Peak all-reduce bus bandwidth", "value": "n/a (one rank)",
-                                  "note": note + "; nothing moves between ranks"})]
-                return [(25, {"label": "Peak all-reduce bus bandwidth", "value": f"{fmt_num(peak)} GB/s",
-                              "note": note})]
+                one = m.get("world_size") == 1
+                return [KeyFigure("peak_all_reduce_busbw", "Peak all-reduce bus bandwidth",
+                                  "n/a (one rank)" if one else f"{fmt_num(peak)} GB/s",
+                                  note + "; nothing moves between ranks" if one else note, order=25,
+                                  steps=(str(s.get("name")),))]
         return []
 
     def plots(self, name: str, result: dict, plotter) -> None:

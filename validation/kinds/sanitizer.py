@@ -55,7 +55,7 @@ from validation.launch.spec import LOG_NAME, safe_name
 from validation.formatting import as_dict, as_list, fmt_duration, fmt_num
 from validation.runbook.schema import mapping, str_list, typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, code
-from validation.kinds.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, step_dir
+from validation.kinds.base import COMMAND_LAUNCH_KEYS, KeyFigure, StepKind, command_launch, step_dir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +197,7 @@ class Sanitizer(StepKind):
             return ""
         return f" ({m.get('cases_clean')} of {m.get('cases')} cases clean, {m.get('errors')} {m.get('tool')} errors)"
 
-    def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
+    def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
         """One line per sanitizer step that ran: cases clean of the grid, errors, the first case that was not."""
         out = []
         for s in in_order:
@@ -206,9 +206,10 @@ class Sanitizer(StepKind):
                 continue
             bad = next((as_dict(r) for r in as_list(m.get("by_case")) if as_dict(r).get("status") != "clean"), None)
             note = f"step `{s.get('name')}`, grid {m.get('grid')}, {fmt_num(m.get('errors'))} errors"
-            out.append((12, {"label": f"compute-sanitizer {m.get('tool')} ({s.get('name')})",
-                             "value": f"{fmt_num(m.get('cases_clean'))} of {fmt_num(m.get('cases'))} cases clean",
-                             "note": note + (f"; first not clean: {bad.get('case')}" if bad else "")}))
+            out.append(KeyFigure("sanitizer_cases_clean", f"compute-sanitizer {m.get('tool')} ({s.get('name')})",
+                                 f"{fmt_num(m.get('cases_clean'))} of {fmt_num(m.get('cases'))} cases clean",
+                                 note + (f"; first not clean: {bad.get('case')}" if bad else ""), order=12,
+                                 steps=(str(s.get("name")),)))
         return out
 
     def blocks(self, result: dict) -> list[Block]:

@@ -35,6 +35,7 @@ from validation.launch.spec import safe_name
 from validation.formatting import as_dict, as_list, file_name, finite, fmt_gb, fmt_num, rate_with_mfu
 from validation.runbook.schema import mapping, setting_key, typed
 from validation.analysis.significance import StatsError
+from validation.kinds.base import KeyFigure
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, collect, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.kinds._plot_helpers import scan_loglog
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
@@ -221,7 +222,7 @@ class Scan(TrainerKind):
                              "time of its window; never per-step samples)", style="muted"))
         return out
 
-    def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
+    def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
         out = []
         for s in in_order:
             m = as_dict(s.get("metrics")) if isinstance(s, dict) else {}
@@ -230,8 +231,9 @@ class Scan(TrainerKind):
                 if m.get("cliff"):
                     interval = as_list(m.get("cliff_interval"))
                     value += f", cliff at {fmt_num(interval[0])}..{fmt_num(interval[1])}" if len(interval) == 2 else ""
-                out.append((25, {"label": f"Cost exponent ({_setting(m)})", "value": value,
-                                 "note": f"step `{s.get('name')}`: log step time vs log value"}))
+                out.append(KeyFigure("cost_exponent", f"Cost exponent ({_setting(m)})", value,
+                                     f"step `{s.get('name')}`: log step time vs log value", order=25,
+                                     steps=(str(s.get("name")),)))
         return out
 
     def plots(self, name: str, result: dict, plotter) -> None:

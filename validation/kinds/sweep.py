@@ -43,7 +43,7 @@ from validation.analysis.significance import StatsError, decide
 from validation.kinds import train_report
 from validation.kinds.blocks import Badge, Block, Column, Paragraph, Table
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, nothing_compared, order_seed, run_each, run_order, run_values, trainer_launch
-from validation.kinds.base import DECIDING_LAUNCH_KEYS, with_labels
+from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, KeyFigure, effect_of, run_side, with_labels
 from validation.kinds._plot_helpers import bar_points
 
 
@@ -224,7 +224,13 @@ class Sweep(TrainerKind):
             out.append(Paragraph(f"Rule: {rule}", style="muted"))
         return out + train_report.runs_blocks(runs)
 
-    def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
+    def comparisons(self, result: dict) -> list[Effect]:
+        """The decision's best point against each other point."""
+        effects = (effect_of(comp, run_side(result, comp.get("baseline")), run_side(result, comp.get("variant")))
+                   for comp in (as_dict(c) for c in as_list(as_dict(result.get("decision")).get("comparisons"))))
+        return [e for e in effects if e]
+
+    def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
         """Each sweep's decision ("Best bucket" for a significant bucket-size winner, "Bucket" for the point kept),
         after the baseline throughput."""
         figures = []
@@ -256,7 +262,7 @@ class Sweep(TrainerKind):
             note = f"step `{step.get('name')}`" + (f", {fmt_rate(mean)} tokens/s" if mean is not None else "")
             context = context_text(chosen_runs[0].get("metrics")) if chosen_runs else None
             note += f" at {context}" if context and mean is not None else ""
-            figures.append((20, {"label": label, "value": value, "note": note}))
+            figures.append(KeyFigure("sweep_choice", label, value, note, order=20, steps=(str(step.get("name")),)))
         return figures
 
     def plots(self, name: str, result: dict, plotter) -> None:

@@ -18,7 +18,7 @@ from validation.formatting import (NA, as_dict, context_text, finite, fmt_rate, 
                                       window_text)
 from validation.runbook.schema import NAME_RE, typed
 from validation.analysis.plausibility import figure_problem
-from validation.kinds.base import earlier_step_of_kind
+from validation.kinds.base import KeyFigure, earlier_step_of_kind
 from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, run_single
 
 
@@ -29,6 +29,7 @@ class Options:
 
 class Train(TrainerKind):
     name = "train"
+    repeatable = True
     summary = "one trainer launch (env/args overrides); statistics over the last N steps of its training.csv"
     keys = ("scaling_baseline",)
     metrics = TRAINER_METRICS + ("scaling_baseline", "scaling_efficiency")
@@ -64,7 +65,7 @@ class Train(TrainerKind):
         baseline, single, own = _figure_steps(in_order)
         return [str(s.get("name")) for s in (baseline, single, own) if s is not None]
 
-    def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
+    def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
         """Baseline throughput (the train step named *baseline*, else the first that passed) first, scaling
         efficiency last (a step's own, else the multi-rank baseline per GPU over a single-process train step).
         A scaling efficiency outside its physical range (validation.execution.evidence.figure_problem) carries "problem"."""
@@ -84,7 +85,8 @@ class Train(TrainerKind):
             context = context_text(metrics)
             if context and finite(toks.get("mean")) is not None:
                 note += f"; at {context}"
-            figures.append((10, {"label": "Baseline throughput", "value": value, "note": note}))
+            figures.append(KeyFigure("baseline_throughput", "Baseline throughput", value, note, order=10,
+                                     steps=(str(baseline.get("name")),)))
         scaling = None
         for step in in_order:
             v = finite(as_dict(step.get("metrics")).get("scaling_efficiency"))
@@ -110,10 +112,10 @@ class Train(TrainerKind):
             v = scaling["value"]
             problem = figure_problem("scaling_efficiency", v)
             value = f"{v:.2f} ({v * 100:.0f}% of linear)"
-            figures.append((30, {"label": "Scaling efficiency",
-                                 "value": f"{value}: NOT A RESULT, outside its physical range" if problem else value,
-                                 "note": scaling["note"], "steps": scaling["steps"], "raw": v,
-                                 "figure": "scaling_efficiency", "problem": problem}))
+            figures.append(KeyFigure("scaling_efficiency", "Scaling efficiency",
+                                     f"{value}: NOT A RESULT, outside its physical range" if problem else value,
+                                     scaling["note"], order=30, steps=tuple(scaling["steps"]),
+                                     metric="scaling_efficiency", raw=v, problem=problem, shared_cores=True))
         return figures
 
 

@@ -24,12 +24,12 @@ from typing import Any, Mapping
 
 from validation import kinds
 from validation.analysis.interference import decision_record, disturbed_flags
-from validation.formatting import as_dict, as_list, env_text, finite, fmt_num, fmt_pct, fmt_rate
+from validation.formatting import as_dict, as_list, env_text, finite, fmt_num, fmt_pct, fmt_rate, params_text
 from validation.runbook.schema import env_vars, mapping, trainer_flags, typed
 from validation.analysis.significance import StatsError
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed, run_each, run_order, run_values, trainer_launch
-from validation.kinds.base import DECIDING_LAUNCH_KEYS, Settings, with_labels
+from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, KeyFigure, Settings, effect_of, with_labels
 from validation.analysis.triage import rank_suspects
 
 
@@ -167,13 +167,33 @@ class Triage(TrainerKind):
             out.append(Paragraph(str(m["statement"]), style="muted"))
         return out
 
-    def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
+    def comparisons(self, result: dict) -> list[Effect]:
+        """Each suspect changed alone against the configuration as given."""
+        metrics = as_dict(result.get("metrics"))
+        out = []
+        for suspect, s in sorted(as_dict(metrics.get("suspects")).items(), key=lambda kv: str(kv[0])):
+            s = as_dict(s)
+            ci = as_list(s.get("ci"))
+            changes = s.get("changes")
+            with_ = (f"{changes} ({suspect})" if isinstance(changes, str) and changes else
+                     f"{params_text(changes)} ({suspect})" if isinstance(changes, dict) and changes else str(suspect))
+            effect = effect_of({"rel": s.get("effect"), "ci_low": ci[0] if len(ci) == 2 else None,
+                                "ci_high": ci[1] if len(ci) == 2 else None, "p_adjusted": s.get("p_adjusted"),
+                                "p_value": s.get("p"), "significant": s.get("significant"),
+                                "verdict": s.get("verdict"), "mean_a": metrics.get("config_toks_per_s"),
+                                "mean_b": s.get("toks_per_s")}, "the configuration as given", with_)
+            if effect:
+                out.append(effect)
+        return out
+
+    def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
         out = []
         for s in in_order:
             m = as_dict(s.get("metrics")) if isinstance(s, dict) else {}
             if s.get("kind") == self.name and "culprit" in m and m.get("reason"):
-                out.append((26, {"label": "Culprit", "value": str(m.get("culprit") or "none named"),
-                                 "note": f"step `{s.get('name')}`: {m.get('reason')}"}))
+                out.append(KeyFigure("culprit", "Culprit", str(m.get("culprit") or "none named"),
+                                     f"step `{s.get('name')}`: {m.get('reason')}", order=26,
+                                     steps=(str(s.get("name")),)))
         return out
 
 

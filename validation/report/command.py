@@ -12,6 +12,7 @@ import shlex
 from typing import Any
 
 from nsa.training.flags import tokens as flag_tokens
+from validation import kinds as step_kinds
 from validation.formatting import as_dict, as_list, finite, fmt_num, steps_in_order
 
 TRAINER_MODULES = ("nsa.training", "nsa.train")
@@ -19,11 +20,16 @@ TRAINER_MODULES = ("nsa.training", "nsa.train")
 RUN_DIR_FLAGS = ("--out-dir",)
 
 
+def _repeatable(step: dict) -> bool:
+    kind = step_kinds.find(step.get("kind"))
+    return kind is not None and kind.repeatable
+
+
 def _baseline_step(results: dict) -> dict | None:
     """The train step the command is built from: one named *baseline* that passed, else the first train step that
     passed, in run order; None when no train step passed."""
     passed = [s for s in (as_dict(record) for _, record in steps_in_order(results))
-              if s.get("kind") == "train" and s.get("status") == "passed"]
+              if _repeatable(s) and s.get("status") == "passed"]
     named = [s for s in passed if "baseline" in str(s.get("name", "")).lower()]
     return (named or passed or [None])[0]
 
@@ -59,7 +65,7 @@ def validated_command(results: dict) -> dict:
     argv = [str(a) for a in as_list(as_dict(step).get("command"))]
     parsed = _trainer_args(argv) if step else None
     if step is None or parsed is None:
-        has_train = any(as_dict(s).get("kind") == "train" for s in as_dict(results.get("steps")).values())
+        has_train = any(_repeatable(as_dict(s)) for s in as_dict(results.get("steps")).values())
         why = (f"step {step.get('name')} recorded no trainer command" if step is not None else
                "no training step passed" if has_train else "this runbook has no train step to build it from")
         return {"lines": [], "text": "", "step": None, "env": {}, "note": f"No validated command: {why}."}

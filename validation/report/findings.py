@@ -5,95 +5,34 @@ effect among them) and the report's conclusion (what passed, what failed, the ne
 A comparison is {"step", "kind", "without", "with" (what each side ran: settings or a label), "metric",
 "mean_without", "mean_with" (the means the step's own table shows), "rel" (with / without - 1), "ci_low",
 "ci_high", "p" (Holm-adjusted when the step adjusted), "significant", "verdict", "ignored" (the trainer ignored
-the setting: an A/A check, never a finding), "text"}:
-- ab: each variant against the baseline (its "comparison" records);
-- sweep: the decision's best point against each other point (its decision's "comparisons");
-- triage: each suspect changed alone against the configuration (its "suspects").
+the setting: an A/A check, never a finding), "text"}: each kind says what its steps compared (StepKind.comparisons,
+validation.kinds.base.Effect), e.g. an A/B's variants against its baseline.
 """
 
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
 from nsa.toggles import TOGGLES
-from validation.formatting import (FAILED_STATUSES, NA, as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct,
-                                      params_text, plural, steps_in_order)
-
-
-def _params_of(step: dict, label: Any) -> dict:
-    for run in (as_dict(r) for r in as_list(step.get("runs"))):
-        if run.get("label") == label and as_dict(run.get("params")):
-            return as_dict(run.get("params"))
-    return as_dict(as_dict(as_dict(step.get("decision")).get("points")).get(label))
-
-
-def _side(step: dict, label: Any) -> str:
-    params = _params_of(step, label)
-    text = params_text(params) if params else None
-    if text and str(label) not in text:
-        return f"{text} ({label})"
-    return text or str(label)
-
-
-def _record(name: str, kind: str, without: str, with_: str, comp: dict, ignored: bool = False,
-            p_key: tuple[str, ...] = ("p_adjusted", "p_value")) -> dict | None:
-    rel = finite(comp.get("rel", comp.get("rel_delta")))
-    if rel is None:
-        return None
-    p = next((comp[k] for k in p_key if finite(comp.get(k)) is not None), None)
-    return {"step": name, "kind": kind, "without": without, "with": with_, "metric": str(comp.get("metric")
-                                                                                           or "toks_per_s"),
-            "mean_without": finite(comp.get("mean_a")), "mean_with": finite(comp.get("mean_b")), "rel": rel,
-            "ci_low": finite(comp.get("ci_low")), "ci_high": finite(comp.get("ci_high")), "p": finite(p),
-            "significant": comp.get("significant") is True and not ignored,
-            "verdict": str(comp.get("verdict") or NA), "ignored": ignored}
+from validation import kinds as step_kinds
+from validation.formatting import FAILED_STATUSES, NA, as_dict, as_list, fmt_num, fmt_p, fmt_pct, plural, steps_in_order
 
 
 def comparisons(results: dict) -> list[dict]:
-    """Every with/without comparison the run's steps recorded, in run order (see the module docstring)."""
-    results = as_dict(results)
+    """Every with/without comparison the run's passed steps recorded (StepKind.comparisons), in run order (see the
+    module docstring)."""
     out: list[dict] = []
-    for name, record in steps_in_order(results):
+    for name, record in steps_in_order(as_dict(results)):
         step = as_dict(record)
-        if step.get("status") != "passed":
+        kind = step_kinds.find(step.get("kind"))
+        if step.get("status") != "passed" or kind is None:
             continue
-        kind = str(step.get("kind"))
-        decision = as_dict(step.get("decision"))
-        if kind == "ab":
-            ignored = {str(x) for x in as_list(decision.get("excluded_ignored"))}
-            ignored |= {str(n).split(":", 1)[0] for n in as_list(step.get("notes")) if "ignored" in str(n)}
-            for comp in (as_dict(c) for c in as_list(step.get("comparison"))):
-                variant = comp.get("variant")
-                rec = _record(name, kind, _side(step, comp.get("baseline") or "baseline"), _side(step, variant),
-                              comp, ignored=str(variant) in ignored)
-                if rec:
-                    out.append(rec)
-        elif kind == "sweep":
-            for comp in (as_dict(c) for c in as_list(decision.get("comparisons"))):
-                rec = _record(name, kind, _side(step, comp.get("baseline")), _side(step, comp.get("variant")),
-                              comp)
-                if rec:
-                    out.append(rec)
-        elif kind == "triage":
-            metrics = as_dict(step.get("metrics"))
-            for suspect, s in sorted(as_dict(metrics.get("suspects")).items(), key=lambda kv: str(kv[0])):
-                s = as_dict(s)
-                ci = as_list(s.get("ci"))
-                comp = {"rel": s.get("effect"), "ci_low": ci[0] if len(ci) == 2 else None,
-                        "ci_high": ci[1] if len(ci) == 2 else None, "p_adjusted": s.get("p_adjusted"),
-                        "p_value": s.get("p"), "significant": s.get("significant"), "verdict": s.get("verdict"),
-                        "mean_a": metrics.get("config_toks_per_s"), "mean_b": s.get("toks_per_s"),
-                        "metric": "toks_per_s"}
-                changes = s.get("changes")
-                with_ = (f"{changes} ({suspect})" if isinstance(changes, str) and changes else
-                         f"{params_text(changes)} ({suspect})" if isinstance(changes, dict) and changes else
-                         str(suspect))
-                rec = _record(name, kind, "the configuration as given", with_, comp)
-                if rec:
-                    out.append(rec)
-    for rec in out:
-        rec["text"] = _sentence(rec)
+        for e in kind.comparisons(step):
+            rec = {"step": name, "kind": kind.name, "without": e.without, "with": e.with_, "metric": e.metric,
+                   "mean_without": e.mean_without, "mean_with": e.mean_with, "rel": e.rel, "ci_low": e.ci_low,
+                   "ci_high": e.ci_high, "p": e.p, "significant": e.significant and not e.ignored,
+                   "verdict": e.verdict or NA, "ignored": e.ignored}
+            out.append({**rec, "text": _sentence(rec)})
     return out
 
 

@@ -78,13 +78,11 @@ def _key_figures(results: dict, ordered: list[tuple[dict, list[str]]]) -> list[d
     """The executive summary's figures: every kind's key_figures over the steps in run order, sorted by order."""
     steps = as_dict(results.get("steps"))
     in_order = [steps[n] for _, names in ordered for n in names if isinstance(steps.get(n), dict)]
-    figures = [fig for kind in step_kinds.kinds() for fig in kind.key_figures(in_order)]
-    out = [fig for _, fig in sorted(figures, key=lambda item: item[0])]
+    figures = sorted((fig for kind in step_kinds.kinds() for fig in kind.key_figures(in_order)),
+                     key=lambda fig: fig.order)
     caveat = _cpu_scaling_caveat(results, in_order)
-    for fig in out:
-        if caveat and fig.get("label") == "Scaling efficiency":
-            fig.update(note=f"{fig['note']}; {caveat}")
-    return out
+    return [{"id": fig.id, "label": fig.label, "value": fig.value,
+             "note": f"{fig.note}; {caveat}" if caveat and fig.shared_cores else fig.note} for fig in figures]
 
 
 def _criteria_counts(results: dict, counts: Counter) -> str:
@@ -99,7 +97,8 @@ def _criteria_counts(results: dict, counts: Counter) -> str:
 
 def _cpu_scaling_caveat(results: dict, in_order: list[dict]) -> str | None:
     """On a CPU-only machine, the cores each rank had: N ranks share the machine's cores, while the single process
-    had all of them, so a scaling efficiency there measures core sharing, not the interconnect."""
+    had all of them, so a figure that divides the two (KeyFigure.shared_cores) measures core sharing there, not the
+    interconnect."""
     env = as_dict(results.get("environment"))
     cpus = env.get("cpu_count")
     if env.get("gpu_count") not in (0, None) or not isinstance(cpus, int) or cpus < 1:

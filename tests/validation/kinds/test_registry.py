@@ -17,7 +17,7 @@ from validation.runbook.loader import RunbookError, load_runbook
 from validation.execution.runner import RunOptions, Runner
 from validation.runbook.schema import typed
 from validation.kinds.blocks import Paragraph, code
-from validation.kinds.base import StepKind, command_launch, run_path, undeclared_metrics
+from validation.kinds.base import KeyFigure, StepKind, command_launch, run_path, undeclared_metrics
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -64,8 +64,8 @@ class Echo(StepKind):
         return {"echo": {"said": str(metrics.get("said")), "length": metrics.get("length")}}
 
     def key_figures(self, in_order):
-        return [(40, {"label": "Echo", "value": str((s.get("metrics") or {}).get("said")),
-                      "note": f"step `{s['name']}`"}) for s in in_order if s.get("kind") == self.name]
+        return [KeyFigure("echo", "Echo", str((s.get("metrics") or {}).get("said")), f"step `{s['name']}`", order=40)
+                for s in in_order if s.get("kind") == self.name]
 
     def plots(self, name, result, plotter):
         fig, ax = plotter.figure(f"Echo: {name}", "step", ylabel="characters")

@@ -1,5 +1,5 @@
 """The launches of the `parallelism` step (validation.kinds.parallelism): one trainer launch per strategy and repeat,
-and the batch-size search's probes (validation.kinds._parallelism_analysis.search_batches). Not a step kind (the
+and the batch-size search's probes (validation.kinds.parallelism.analysis.search_batches). Not a step kind (the
 leading underscore keeps the registry from treating it as one); it imports neither of those modules.
 """
 

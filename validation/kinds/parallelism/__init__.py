@@ -31,11 +31,11 @@ from typing import Mapping
 from validation import kinds
 from validation.analysis.parallelism import STRATEGIES
 from validation.runbook.schema import env_vars, mapping, trainer_flags, typed
-from validation.kinds._parallelism_analysis import analyse, decide_recommendation, search_batches
-from validation.kinds._parallelism_launch import strategy_launch
-from validation.kinds._parallelism_view import draw_plots, parallelism_blocks
+from validation.kinds.parallelism.analysis import analyse, decide_recommendation, search_batches
+from validation.kinds.parallelism.launch import strategy_launch
+from validation.kinds.parallelism.view import draw_plots, parallelism_blocks
 from validation.kinds.blocks import Block
-from validation.kinds.base import Settings, earlier_step_of_kind
+from validation.kinds.base import KeyFigure, Settings, earlier_step_of_kind
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order
 
 
@@ -161,13 +161,14 @@ class Parallelism(TrainerKind):
     def blocks(self, result: dict) -> list[Block]:
         return parallelism_blocks(result)
 
-    def key_figures(self, in_order: list[dict]) -> list[tuple[int, dict]]:
+    def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
         out = []
         for s in in_order:
             m = s.get("metrics") if isinstance(s, dict) else None
             if s.get("kind") == self.name and isinstance(m, dict) and m.get("recommendation"):
-                out.append((30, {"label": "Parallelism", "value": str(m["recommendation"]),
-                                 "note": f"step `{s.get('name')}`: {m.get('recommendation_reason')}"}))
+                out.append(KeyFigure("parallelism", "Parallelism", str(m["recommendation"]),
+                                     f"step `{s.get('name')}`: {m.get('recommendation_reason')}", order=30,
+                                     steps=(str(s.get("name")),)))
         return out
 
     def plots(self, name: str, result: dict, plotter) -> None:

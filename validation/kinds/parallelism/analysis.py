@@ -15,7 +15,7 @@ from validation import contracts
 from validation.analysis.collectives import predict_seconds
 from validation.analysis.parallelism import SearchError, aligned_collectives, batch_search, exposed_comm, is_oom, recommend
 from validation.analysis.significance import StatsError, adjust_family, compare_paired, compare_series
-from validation.kinds._parallelism_launch import strategy_launch
+from validation.kinds.parallelism.launch import strategy_launch
 from validation.kinds import trainer
 from validation.kinds.trainer import run_values
 

@@ -10,6 +10,8 @@ from typing import Any, Literal
 import pytest
 
 from validation.kinds.pytest_suite import Result as PytestResult
+from validation.kinds.sanitizer import Result as SanitizerResult
+from validation.kinds.snapshot import Result as SnapshotResult
 from validation.results.codec import absent, decode, encode
 from validation.results.model import ResultsError
 
@@ -69,15 +71,17 @@ def test_encode_refuses_what_json_cannot_hold():
         encode(Row("x", float("nan")))
 
 
-def test_the_pytest_kind_reads_and_writes_its_committed_results_through_the_codec():
-    """Every pytest step of the committed runs decodes strictly into the kind's Result and encodes back to the same
-    record (key order aside)."""
+@pytest.mark.parametrize("kind, result_type", [("pytest", PytestResult), ("sanitizer", SanitizerResult),
+                                               ("snapshot", SnapshotResult)])
+def test_a_kind_reads_and_writes_its_committed_results_through_the_codec(kind, result_type):
+    """Every step of the kind in the committed runs decodes strictly into the kind's Result and encodes back to the
+    same record (key order aside)."""
     seen = 0
     for path in sorted(REPO.glob("reports/**/results.json")):
         for name, step in json.loads(path.read_text()).get("steps", {}).items():
-            if step.get("kind") != "pytest" or not step.get("metrics"):
+            if step.get("kind") != kind or not step.get("metrics"):
                 continue
-            result = decode(PytestResult, step["metrics"], f"{path}: steps.{name}.metrics")
+            result = decode(result_type, step["metrics"], f"{path}: steps.{name}.metrics")
             assert encode(result) == step["metrics"], (path, name)
             seen += 1
     assert seen >= 3

@@ -52,9 +52,10 @@ from typing import Any, Mapping
 
 from validation import kinds
 from validation.launch.spec import LOG_NAME, safe_name
-from validation.formatting import as_dict, as_list, fmt_duration, fmt_num
+from validation.formatting import as_dict, fmt_duration, fmt_num
 from validation.runbook.schema import mapping, str_list, typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, code
+from validation.results.codec import decode, encode
 from validation.kinds.base import COMMAND_LAUNCH_KEYS, KeyFigure, StepKind, command_launch, step_dir
 
 
@@ -65,6 +66,31 @@ class Options:
     grid: str  # the grid to run
     tool: str = "memcheck"
     jobs: int = 1  # cases run at a time
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseResult:
+    """One case of the grid (its flags' values are kept in `extra`): how the sanitizer judged it."""
+    case: str
+    status: str  # clean, errors, failed, not attached, no summary, timeout
+    errors: int | None = None  # the ERROR SUMMARY's count; None: no summary
+    returncode: int | None = None
+    first_error: str | None = None
+    reason: str | None = None  # how the process ended, unless clean
+    duration_s: float | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """The step's metrics (the module docstring)."""
+    tool: str | None = None
+    grid: str | None = None
+    sanitizer: str | None = None  # the executable's path
+    cases: int | None = None
+    cases_clean: int | None = None
+    errors: int | None = None  # over the cases
+    by_case: list[CaseResult] = dataclasses.field(default_factory=list)
 
 SANITIZER = "compute-sanitizer"
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
@@ -149,17 +175,16 @@ class Sanitizer(StepKind):
     def run(self, step, launches, result, ctx) -> None:
         grid = step.grids[step.grid]
         grid_cases = cases(grid)  # launches() builds them in this order
-        base = {"tool": step.tool, "grid": step.grid, "sanitizer": launches[0].argv[0] if launches else None}
+        base = Result(tool=step.tool, grid=step.grid, sanitizer=launches[0].argv[0] if launches else None)
         ended: dict[int, tuple] = {}  # plan index -> (spec, LaunchResult, the case's record or None: interrupted)
 
         def done(i, spec, lr) -> bool:
             ctx.record(result, spec, lr)
-            record = None if lr.status == "interrupted" else {
-                "case": spec.label, **grid_cases[i],
-                **read_case(ctx.run_dir / spec.dir / LOG_NAME, lr.status, lr.returncode, lr.reason),
-                "duration_s": round(lr.duration_s, 3)}
+            record = None if lr.status == "interrupted" else dataclasses.replace(
+                read_case(ctx.run_dir / spec.dir / LOG_NAME, lr.status, lr.returncode, lr.reason),
+                case=spec.label, duration_s=round(lr.duration_s, 3), extra=dict(grid_cases[i]))
             ended[i] = (spec, lr, record)
-            result["metrics"] = {**base, **totals([ended[j][2] for j in sorted(ended) if ended[j][2] is not None])}
+            result["metrics"] = encode(totals(base, [ended[j][2] for j in sorted(ended) if ended[j][2] is not None]))
             if record is not None:
                 ctx.save()  # each case's result is on disk as soon as it ends
             return record is None  # interrupted: no further case starts
@@ -173,58 +198,57 @@ class Sanitizer(StepKind):
         stopped = next((f"{spec.label}: {lr.reason}" for spec, lr, record in (ended[j] for j in sorted(ended))
                         if record is None), None)
         if stopped:
-            result["metrics"] = {**base, **totals(records)}
+            result["metrics"] = encode(totals(base, records))
             result.update(status="interrupted", reason=stopped)
             return
-        m = result["metrics"] = {**base, **totals(records)}
+        m = totals(base, records)
+        result["metrics"] = encode(m)
         if launches:  # the command without one case's flags
             result["command"] = [*launches[0].argv[:len(launches[0].argv) - 2 * len(grid)],
                                  f"<each of {len(launches)} cases: {' '.join(f'--{f} X' for f in grid)}>"]
-        bad = [r for r in records if r["status"] != "clean"]
+        bad = [r for r in records if r.status != "clean"]
         if not records:
             result.update(status="failed", reason="the grid has no case")
         elif bad:
-            shown = "; ".join(f"{r['case']}: {case_problem(r)}" for r in bad[:4])
+            shown = "; ".join(f"{r.case}: {case_problem(r)}" for r in bad[:4])
             more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
-            result.update(status="failed", reason=f"{len(bad)} of {m['cases']} cases not clean "
-                                                  f"({step.tool}: {m['errors']} in all): {shown}{more}")
+            result.update(status="failed", reason=f"{len(bad)} of {m.cases} cases not clean "
+                                                  f"({step.tool}: {m.errors} in all): {shown}{more}")
         else:
             result.update(status="passed", reason=None)
 
     def summary_line(self, result: dict) -> str:
-        m = as_dict(result.get("metrics"))
-        if not m.get("cases"):
+        m = decode(Result, result.get("metrics"), lenient=True)
+        if not m.cases:
             return ""
-        return f" ({m.get('cases_clean')} of {m.get('cases')} cases clean, {m.get('errors')} {m.get('tool')} errors)"
+        return f" ({m.cases_clean} of {m.cases} cases clean, {m.errors} {m.tool} errors)"
 
     def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
         """One line per sanitizer step that ran: cases clean of the grid, errors, the first case that was not."""
         out = []
         for s in in_order:
-            m = as_dict(s.get("metrics"))
-            if s.get("kind") != self.name or not m.get("cases"):
+            m = decode(Result, as_dict(s).get("metrics"), lenient=True)
+            if s.get("kind") != self.name or not m.cases:
                 continue
-            bad = next((as_dict(r) for r in as_list(m.get("by_case")) if as_dict(r).get("status") != "clean"), None)
-            note = f"step `{s.get('name')}`, grid {m.get('grid')}, {fmt_num(m.get('errors'))} errors"
-            out.append(KeyFigure("sanitizer_cases_clean", f"compute-sanitizer {m.get('tool')} ({s.get('name')})",
-                                 f"{fmt_num(m.get('cases_clean'))} of {fmt_num(m.get('cases'))} cases clean",
-                                 note + (f"; first not clean: {bad.get('case')}" if bad else ""), order=12,
+            bad = next((r for r in m.by_case if r.status != "clean"), None)
+            note = f"step `{s.get('name')}`, grid {m.grid}, {fmt_num(m.errors)} errors"
+            out.append(KeyFigure("sanitizer_cases_clean", f"compute-sanitizer {m.tool} ({s.get('name')})",
+                                 f"{fmt_num(m.cases_clean)} of {fmt_num(m.cases)} cases clean",
+                                 note + (f"; first not clean: {bad.case}" if bad else ""), order=12,
                                  steps=(str(s.get("name")),)))
         return out
 
     def blocks(self, result: dict) -> list[Block]:
         """The tool and grid, how many cases ran clean, and one row per case with its first error."""
-        m = as_dict(result.get("metrics"))
-        if not m:
+        if not as_dict(result.get("metrics")):
             return []
-        return [Paragraph(f"{m.get('tool')} ({m.get('sanitizer')}), grid {code(m.get('grid'))}: "
-                          f"{fmt_num(m.get('cases_clean'))} of {fmt_num(m.get('cases'))} cases clean; errors in all: "
-                          f"{fmt_num(m.get('errors'))}."),
+        m = decode(Result, result.get("metrics"), lenient=True)
+        return [Paragraph(f"{m.tool} ({m.sanitizer}), grid {code(m.grid)}: {fmt_num(m.cases_clean)} of "
+                          f"{fmt_num(m.cases)} cases clean; errors in all: {fmt_num(m.errors)}."),
                 Table((Column("Case"), Column("Result"), Column("Errors", numeric=True), Column("Duration", numeric=True),
                        Column("First error / note")),
-                      [(str(r.get("case")), str(r.get("status")), fmt_num(r.get("errors")), fmt_duration(r.get("duration_s")),
-                        str(r.get("first_error") or (case_problem(r) if r.get("status") != "clean" else "")))
-                       for r in (as_dict(x) for x in as_list(m.get("by_case")))])]
+                      [(str(r.case), str(r.status), fmt_num(r.errors), fmt_duration(r.duration_s),
+                        str(r.first_error or (case_problem(r) if r.status != "clean" else ""))) for r in m.by_case])]
 
 
 def find_sanitizer(env: Mapping[str, str]) -> tuple[str | None, list[str]]:
@@ -253,7 +277,7 @@ def case_label(case: Mapping[str, str]) -> str:
     return " ".join(f"{flag}={value}" for flag, value in case.items())
 
 
-def read_case(log: Path, status: str, returncode: int | None, reason: str) -> dict[str, Any]:
+def read_case(log: Path, status: str, returncode: int | None, reason: str) -> CaseResult:
     """status, errors, returncode, first_error and reason of one case from its log and how its process ended."""
     try:
         text = log.read_text(errors="replace")
@@ -276,8 +300,8 @@ def read_case(log: Path, status: str, returncode: int | None, reason: str) -> di
         state = "failed"
     else:
         state = "clean"
-    return {"status": state, "errors": errors, "returncode": returncode, "first_error": first,
-            "reason": None if state == "clean" else reason}
+    return CaseResult(case="", status=state, errors=errors, returncode=returncode, first_error=first,
+                      reason=None if state == "clean" else reason)
 
 
 def first_error(text: str) -> str | None:
@@ -301,25 +325,25 @@ def first_error(text: str) -> str | None:
     return " | ".join(lines) if lines else None
 
 
-def case_problem(record: Mapping[str, Any]) -> str:
-    status = record.get("status")
+def case_problem(record: CaseResult) -> str:
+    status = record.status
     if status == "errors":
-        n, first = record.get("errors"), record.get("first_error")
+        n, first = record.errors, record.first_error
         return f"{n} error{'s' if n != 1 else ''}" + (f" ({first})" if first else "")
     if status == "failed":
-        return f"0 errors, but the program failed ({record.get('reason')})"
+        return f"0 errors, but the program failed ({record.reason})"
     if status == "not attached":
-        return f"compute-sanitizer attached to no process: nothing was checked ({record.get('reason')})"
+        return f"compute-sanitizer attached to no process: nothing was checked ({record.reason})"
     if status == "no summary":
-        return f"no ERROR SUMMARY in its log ({record.get('reason')})"
+        return f"no ERROR SUMMARY in its log ({record.reason})"
     if status == "timeout":
-        return str(record.get("reason") or "timed out")
+        return str(record.reason or "timed out")
     return str(status)
 
 
-def totals(records: list[dict]) -> dict[str, Any]:
-    return {"cases": len(records), "cases_clean": sum(r["status"] == "clean" for r in records),
-            "errors": sum(int(r["errors"] or 0) for r in records), "by_case": records}
+def totals(base: Result, records: list[CaseResult]) -> Result:
+    return dataclasses.replace(base, cases=len(records), cases_clean=sum(r.status == "clean" for r in records),
+                               errors=sum(int(r.errors or 0) for r in records), by_case=list(records))
 
 
 kinds.register(Sanitizer())

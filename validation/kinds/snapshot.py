@@ -12,15 +12,38 @@ A missing tool is a problem noted, not a failure; a node without its snapshot fa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+from typing import Any
 
 from validation.launch import environment
 from validation import kinds
-from validation.formatting import as_dict, as_list, fmt_num
+from validation.formatting import as_list, fmt_num
 from validation.launch.telemetry import pcie_links
 from validation.kinds.blocks import Block, Bullets, code
 from validation.kinds.base import StepKind, command_launch, run_path
+from validation.results.codec import absent, decode, encode
+
+
+@dataclasses.dataclass(frozen=True)
+class Pcie:
+    """The GPUs' PCIe links (validation.launch.telemetry.pcie_links: gpus, pcie_gen_min, pcie_width_min, ...; kept
+    in `extra`), and a sentence for the report."""
+    text: str | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """The step's metrics (the module docstring)."""
+    git_sha: str | None = None
+    gpu_count: int | None = None
+    files: list[str] = dataclasses.field(default_factory=list)
+    problems: list[str] = dataclasses.field(default_factory=list)
+    pcie_gen_min: int | None = None
+    pcie: Pcie = dataclasses.field(default_factory=Pcie)
+    nodes: list[str] = absent([])  # launcher slurm: the nodes that snapshotted themselves
 
 
 class Snapshot(StepKind):
@@ -43,8 +66,9 @@ class Snapshot(StepKind):
         env, files, problems = environment.snapshot(ctx.run_dir / step.name, ctx.cwd, timeout_s=step.launch.timeout_s)
         ctx.results["environment"].update(env)
         result["artifacts"] = [ctx.rel(f) for f in files]
-        result["metrics"] = {"git_sha": env.get("git_sha"), "gpu_count": env.get("gpu_count"),
-                             "files": result["artifacts"], "problems": problems, **pcie_metrics(files)}
+        m = dataclasses.replace(pcie_metrics(files), git_sha=env.get("git_sha"), gpu_count=env.get("gpu_count"),
+                                files=list(result["artifacts"]), problems=list(problems))
+        result["metrics"] = encode(m)
         status = "passed"
         if launches:  # launcher slurm: a snapshot of every node of an allocation
             lr = ctx.launch(launches[0], 0, 1)
@@ -65,47 +89,44 @@ class Snapshot(StepKind):
                                                                      "host": node_env.get("host"),
                                                                      "comm_env": node_env.get("comm_env")})
                 result["artifacts"] += [ctx.rel(f) for f in sorted(node_dir.iterdir())]
-            result["metrics"]["nodes"] = names
+            result["metrics"] = encode(dataclasses.replace(m, nodes=names))
             if lr.status != "ok" or len(names) < launches[0].nnodes:
                 status = "failed"
                 problems = problems + [f"node snapshots: {len(names)} of {launches[0].nnodes} ({lr.reason})"]
         result.update(status=status, reason="; ".join(problems) or None)
 
     def view(self, result: dict, view: dict) -> dict:
-        metrics = as_dict(result.get("metrics"))
-        problems = [str(p) for p in as_list(metrics.get("problems"))]
-        if view["reason"] in as_list(metrics.get("problems")) or view["reason"] == "; ".join(problems):
+        problems = decode(Result, result.get("metrics"), lenient=True).problems
+        if view["reason"] in problems or view["reason"] == "; ".join(problems):
             return {"reason": None}  # shown as the problems below
         return {}
 
     def blocks(self, result: dict) -> list[Block]:
         """The commit, the GPUs, the PCIe links, every problem the snapshot found and the files it wrote."""
-        metrics = as_dict(result.get("metrics"))
-        files = [str(f) for f in as_list(metrics.get("files"))] or [str(f) for f in as_list(result.get("artifacts"))]
-        pcie = str(as_dict(metrics.get("pcie")).get("text") or "")
-        return [Bullets([f"Git SHA: {code(fmt_num(metrics.get('git_sha')))}; GPUs: {fmt_num(metrics.get('gpu_count'))}",
-                         *([pcie] if pcie else []),
-                         *(f"Problem: {p}" for p in as_list(metrics.get("problems"))),
+        m = decode(Result, result.get("metrics"), lenient=True)
+        files = m.files or [str(f) for f in as_list(result.get("artifacts"))]
+        return [Bullets([f"Git SHA: {code(fmt_num(m.git_sha))}; GPUs: {fmt_num(m.gpu_count)}",
+                         *([m.pcie.text] if m.pcie.text else []), *(f"Problem: {p}" for p in m.problems),
                          "Artifacts: " + (", ".join(code(f) for f in files) or "none")])]
 
 
-def pcie_metrics(files: list) -> dict:
-    """{"pcie_gen_min", "pcie": {"gpus", "pcie_gen_current_min", "pcie_width_min", "text"}} from the snapshot's
-    nvidia_smi.xml (validation.launch.telemetry.pcie_links); without it (no nvidia-smi, a CPU machine)
-    pcie_gen_min is None and the text says so."""
+def pcie_metrics(files: list) -> Result:
+    """pcie_gen_min and pcie (the gpus' links, the lowest current generation and width, a sentence) from the
+    snapshot's nvidia_smi.xml (validation.launch.telemetry.pcie_links); without it (no nvidia-smi, a CPU machine)
+    pcie_gen_min is None and the sentence says so."""
     xml = next((f for f in files if getattr(f, "name", "") == "nvidia_smi.xml"), None)
     try:
         links = pcie_links(xml.read_text(errors="replace")) if xml is not None else None
     except OSError:
         links = None
     if not links or not links["gpus"]:
-        return {"pcie_gen_min": None, "pcie": {"gpus": [], "text": "PCIe: not measured (no GPU in nvidia-smi's "
-                                                                    "inventory, or no nvidia-smi)"}}
+        return Result(pcie=Pcie("PCIe: not measured (no GPU in nvidia-smi's inventory, or no nvidia-smi)",
+                                {"gpus": []}))
     per_gpu = ", ".join(f"GPU {g['gpu']} Gen{fmt_num(g['gen'])} x{fmt_num(g['width'])} (max Gen{fmt_num(g['gen_max'])} "
                         f"x{fmt_num(g['width_max'])})" for g in links["gpus"])
     text = (f"PCIe: lowest maximum link Gen{fmt_num(links['pcie_gen_min'])} x{fmt_num(links['pcie_width_min'])}; "
             f"now {per_gpu} (an idle GPU lowers its link)")
-    return {"pcie_gen_min": links["pcie_gen_min"], "pcie": {**links, "text": text}}
+    return Result(pcie_gen_min=links["pcie_gen_min"], pcie=Pcie(text, dict(links)))
 
 
 kinds.register(Snapshot())

@@ -257,9 +257,9 @@ def test_without_a_sanitizer_the_run_is_incomplete_naming_why_never_go(sanitized
 
 
 def test_sanitizer_logs_read_case_by_case(sanitizer):
-    assert sanitizer.read_case(Path("/nonexistent/stdout.log"), "failed", -9, "killed by SIGKILL")["status"] == \
+    assert sanitizer.read_case(Path("/nonexistent/stdout.log"), "failed", -9, "killed by SIGKILL").status == \
         "no summary"
-    assert sanitizer.read_case(Path("/nonexistent/stdout.log"), "timeout", None, "timed out")["status"] == "timeout"
+    assert sanitizer.read_case(Path("/nonexistent/stdout.log"), "timeout", None, "timed out").status == "timeout"
     text = "x\n========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 3 errors\n"
     assert sanitizer.first_error(text) is None
     assert sanitizer.cases({"a": ["1", "2"], "b": ["x"]}) == [{"a": "1", "b": "x"}, {"a": "2", "b": "x"}]

@@ -230,12 +230,12 @@ def test_sanitizer_cases_side_by_side_give_the_records_of_one_after_another(sani
 def test_a_case_without_a_summary_or_not_attached_is_never_clean(sanitizer, tmp_path):
     log = tmp_path / "stdout.log"
     log.write_text("========= COMPUTE-SANITIZER\nprogram ran\n")
-    assert sanitizer.read_case(log, "ok", 0, "exit code 0")["status"] == "no summary"
+    assert sanitizer.read_case(log, "ok", 0, "exit code 0").status == "no summary"
     log.write_text("========= COMPUTE-SANITIZER\n========= Error: No attachable process found. compute-sanitizer "
                    "timed-out.\n========= ERROR SUMMARY: 0 errors\n")
-    assert sanitizer.read_case(log, "ok", 0, "exit code 0")["status"] == "not attached"
+    assert sanitizer.read_case(log, "ok", 0, "exit code 0").status == "not attached"
     log.write_text("program says: compute-sanitizer timed-out\n========= ERROR SUMMARY: 0 errors\n")
-    assert sanitizer.read_case(log, "ok", 0, "exit code 0")["status"] == "clean"  # the program's own words
+    assert sanitizer.read_case(log, "ok", 0, "exit code 0").status == "clean"  # the program's own words
 
 
 def test_jobs_is_checked_when_the_runbook_is_loaded(tmp_path, monkeypatch):

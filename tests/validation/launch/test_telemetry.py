@@ -338,6 +338,6 @@ def test_snapshot_pcie_links_from_nvidia_smi_xml(tmp_path):
 
     (tmp_path / "nvidia_smi.xml").write_text(SMI)
     m = pcie_metrics([tmp_path / "git_sha.txt", tmp_path / "nvidia_smi.xml"])
-    assert m["pcie_gen_min"] == 3 and "Gen3 x8" in m["pcie"]["text"]
+    assert m.pcie_gen_min == 3 and "Gen3 x8" in m.pcie.text and m.pcie.extra["pcie_width_min"] == 8
     cpu = pcie_metrics([tmp_path / "git_sha.txt"])
-    assert cpu["pcie_gen_min"] is None and "not measured" in cpu["pcie"]["text"]
+    assert cpu.pcie_gen_min is None and "not measured" in cpu.pcie.text

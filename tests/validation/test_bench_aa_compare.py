@@ -309,11 +309,11 @@ def test_recompare_compares_the_stored_pairs_again_with_the_runbooks_current_dec
     (Path(rec["dir"]) / "pair.json").write_text(json.dumps(rec))
     stored = {p: p.read_bytes() for p in Path(rec["dir"]).rglob("*.json")}
     text = (REPO / "runbooks" / "aa_cpu.yaml").read_text()
-    assert "compare: {run_sd: 0.061, launch_sd: 0.12, pairs: 30}" in text
+    assert "compare: {run_sd: 0.073, launch_sd: 0.12, pairs: 70}" in text
     plain = tmp_path / "plain.yaml"
-    plain.write_text(text.replace("compare: {run_sd: 0.061, launch_sd: 0.12, pairs: 30}\n", ""))
+    plain.write_text(text.replace("compare: {run_sd: 0.073, launch_sd: 0.12, pairs: 70}\n", ""))
     wide = tmp_path / "wide.yaml"
-    wide.write_text(text.replace("run_sd: 0.061, launch_sd: 0.12", "run_sd: 0.5, launch_sd: 0.9"))
+    wide.write_text(text.replace("run_sd: 0.073, launch_sd: 0.12", "run_sd: 0.5, launch_sd: 0.9"))
     again = bench.recompare(out, plain, ["none"])
     assert len(again) == 1 and again[0]["compare"]["exit"] == 1
     wider = bench.recompare(out, wide, ["none"])

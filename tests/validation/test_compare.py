@@ -219,7 +219,7 @@ def test_identical_runs_rarely_flag_a_row_and_a_common_slowdown_is_found():
     assert common / 300 >= 0.8
 
 
-AA_NOISE = {"run_sd": 0.061, "launch_sd": 0.12, "pairs": 30}  # runbooks/aa_cpu.yaml's declaration
+AA_NOISE = {"run_sd": 0.073, "launch_sd": 0.12, "pairs": 70}  # runbooks/aa_cpu.yaml's declaration
 
 
 def test_a_whole_run_shift_within_the_runbooks_declared_noise_is_not_a_regression(tmp_path):
@@ -238,10 +238,10 @@ def test_a_whole_run_shift_within_the_runbooks_declared_noise_is_not_a_regressio
     out = compare_runs(a, b, tmp_path / "a", tmp_path / "b")
     assert out["exit_code"] == 0, out["regressions"]
     declared = out["declared_noise"]
-    assert declared["run_sd"] == 0.061 and abs(declared["launch_sd"] - 0.12) < 1e-12 and declared["df"] == 29
+    assert declared["run_sd"] == 0.073 and abs(declared["launch_sd"] - 0.12) < 1e-12 and declared["df"] == 69
     common = next(r for r in out["rows"] if r["step"] == COMMON_ROW)
-    assert common["rel"] < -0.1 and common["df"] == 29 and common["noise_floor"] >= 2 * 0.061
-    assert "run_sd 6.1%" in common["note"]
+    assert common["rel"] < -0.1 and common["df"] == 69 and common["noise_floor"] >= 1.96 * 0.073
+    assert "run_sd 7.3%" in common["note"]
     c = smoke_like(tmp_path / "c", 4, shift={k: -0.25 + v for k, v in jitter.items()}, run_cv=0.01)
     c["runbook"]["compare"] = AA_NOISE
     out = compare_runs(a, c, tmp_path / "a", tmp_path / "c")

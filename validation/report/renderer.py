@@ -207,9 +207,15 @@ def blocks_html(blocks: Iterable[Block]) -> Markup:
 _EMPHASIS = re.compile(r"(?<![\w*])\*(?=[A-Za-z])([^*\n]+?)(?<=[\w)])\*(?![\w*])")
 
 
+_CODE_TAGS = re.compile(r"(<code>.*?</code>)", re.S)
+
+
 def _inline(value: Any) -> Markup:
-    """html_text, and *emphasis* as <em> (a block's text only: a word's own asterisks, as in char*, stay)."""
-    return Markup(_EMPHASIS.sub(lambda m: f"<em>{m.group(1)}</em>", str(html_text(value))))
+    """html_text, and *emphasis* as <em> (a block's text only, outside code: a word's own asterisks, as in char*,
+    and those inside `code` stay)."""
+    parts = _CODE_TAGS.split(str(html_text(value)))
+    return Markup("".join(part if i % 2 else _EMPHASIS.sub(lambda m: f"<em>{m.group(1)}</em>", part)
+                          for i, part in enumerate(parts)))
 
 
 def _class(name: str) -> str:

@@ -36,3 +36,8 @@ def test_anything_else_is_refused():
         blocks_markdown(["text"])
     with pytest.raises(TypeError, match="not a report block"):
         blocks_html([{"table": 1}])
+
+
+def test_emphasis_in_html_but_not_inside_code_or_a_word():
+    html = str(blocks_html([Paragraph("*Exposed* = the part; " + code("*x*") + "; char* p, 2 * 3 * 4")]))
+    assert "<em>Exposed</em> = the part; <code>*x*</code>; char* p, 2 * 3 * 4" in html

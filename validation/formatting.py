@@ -336,6 +336,13 @@ def plot_context_text(metrics_list: Iterable[Any]) -> str:
     return " · ".join(parts)
 
 
+def first_of(items: Iterable[Any], most: int, sep: str = "; ") -> str:
+    """The first `most` items joined by `sep`, then "and N more" for the rest: "a; b; and 3 more"."""
+    items = [str(i) for i in items]
+    more = f"{sep}and {len(items) - most} more" if len(items) > most else ""
+    return sep.join(items[:most]) + more
+
+
 def plural(n: Any, word: str, many: str | None = None) -> str:
     """'1 sample', '2 samples', 'n/a samples' (many: the plural when it is not word + 's')."""
     v = finite(n)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from validation.formatting import first_of
 from validation.launch import environment
 from validation.execution import evidence
 from validation.execution.acceptance import evaluate, recommendations, verdict
@@ -382,7 +383,7 @@ class Runner:
         not declare (StepKind.metrics): a criterion could not have named them before the run. The metrics stay."""
         undeclared = undeclared_metrics(step.kind_impl, step, result.get("metrics") or {})
         if undeclared:
-            shown = ", ".join(undeclared[:6]) + (f" and {len(undeclared) - 6} more" if len(undeclared) > 6 else "")
+            shown = first_of(undeclared, 6, sep=", ")
             result.setdefault("notes", []).append(
                 f"metrics the {step.kind} kind does not declare: {shown} (its `metrics` should name them)")
 

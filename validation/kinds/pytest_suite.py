@@ -39,7 +39,7 @@ from pathlib import Path
 
 from validation import kinds
 from validation.launch.diagnosis import _exit_text as exit_text
-from validation.formatting import fmt_duration, fmt_num
+from validation.formatting import first_of, fmt_duration, fmt_num
 from validation.runbook.schema import str_list, typed
 from validation.kinds._pytest_progress import OPTION as PROGRESS_OPTION
 from validation.kinds._pytest_progress import read_progress
@@ -210,9 +210,8 @@ class Pytest(StepKind):
         if m.total == 0 and not bad:
             result.update(status="failed", reason=f"no tests ran in any of {len(files)} file(s)")
         elif bad:
-            shown = "; ".join(f"{f.file} ({f.reason})" for f in bad[:4])
-            more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
-            result.update(status="failed", reason=f"{len(bad)} of {len(files)} test files failed: {shown}{more}; "
+            shown = first_of((f"{f.file} ({f.reason})" for f in bad), 4)
+            result.update(status="failed", reason=f"{len(bad)} of {len(files)} test files failed: {shown}; "
                                                   f"{m.failed} failed, {m.errors} errors of {m.total}")
         else:
             result.update(status="passed", reason=None)

@@ -52,7 +52,7 @@ from typing import Any, Mapping
 
 from validation import kinds
 from validation.launch.spec import LOG_NAME, safe_name
-from validation.formatting import as_dict, fmt_duration, fmt_num
+from validation.formatting import as_dict, first_of, fmt_duration, fmt_num
 from validation.runbook.schema import mapping, str_list, typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, code
 from validation.results.codec import decode, encode
@@ -210,10 +210,9 @@ class Sanitizer(StepKind):
         if not records:
             result.update(status="failed", reason="the grid has no case")
         elif bad:
-            shown = "; ".join(f"{r.case}: {case_problem(r)}" for r in bad[:4])
-            more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
+            shown = first_of((f"{r.case}: {case_problem(r)}" for r in bad), 4)
             result.update(status="failed", reason=f"{len(bad)} of {m.cases} cases not clean "
-                                                  f"({step.tool}: {m.errors} in all): {shown}{more}")
+                                                  f"({step.tool}: {m.errors} in all): {shown}")
         else:
             result.update(status="passed", reason=None)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from validation.formatting import first_of
 from validation.results.store import RESULTS_JSON, reused_note
 from validation.runbook.model import Runbook
 from validation.version import source_digest
@@ -181,7 +182,7 @@ def resolve(rb: Runbook, requests: Mapping[str, Path | None], overrides, cwd: Pa
                 break
             why.append(f"{path}: {reason}")
         else:
-            looked = (f"; ".join(why[:6]) + (f"; and {len(why) - 6} more" if len(why) > 6 else "")) if why else \
+            looked = first_of(why, 6) if why else \
                 f"no {RESULTS_JSON} under {cwd / SEARCH_DIR}"
             raise ReuseError(f"--reuse {phase}: no run of this source's phase {phase} to take its results from "
                              f"({looked}); run it, or leave --reuse out")

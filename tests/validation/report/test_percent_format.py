@@ -56,3 +56,11 @@ def test_report_prints_large_changes_with_separators():
         text = render(big, fmt)
         assert "+1,422.8%" in text, fmt
         assert not UNSEPARATED.search(text), (fmt, UNSEPARATED.findall(text))
+
+
+def test_first_of_lists_a_few_and_counts_the_rest():
+    from validation.formatting import first_of
+
+    assert first_of(["a", "b"], 4) == "a; b"
+    assert first_of(iter("abcdef"), 4) == "a; b; c; d; and 2 more"
+    assert first_of([1, 2, 3], 2, sep=", ") == "1, 2, and 1 more" and first_of([], 3) == ""

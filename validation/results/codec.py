@@ -18,6 +18,7 @@ written only when it applies), every other field is always written.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -77,7 +78,10 @@ def _default_of(f: dataclasses.Field) -> Any:
     return None
 
 
+@functools.cache
 def _hints(cls: type) -> dict[str, Any]:
+    """A record's field types, resolved once per class (its annotations are strings: evaluating them for every
+    record of a list, a file per pytest step, is the decoder's main cost)."""
     return typing.get_type_hints(cls)
 
 

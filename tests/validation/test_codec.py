@@ -12,8 +12,9 @@ import pytest
 from validation.kinds.pytest_suite import Result as PytestResult
 from validation.kinds.sanitizer import Result as SanitizerResult
 from validation.kinds.snapshot import Result as SnapshotResult
-from validation.results.codec import absent, decode, encode
+from validation.results.codec import absent, blank, decode, encode
 from validation.results.model import ResultsError
+from validation.results.trainer_launch import LaunchMetrics, Problem, Startup, TrainingSummary
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,6 +60,22 @@ def test_a_malformed_record_names_the_key_path(data, message):
         decode(Record, data)
 
 
+@dataclasses.dataclass(frozen=True)
+class Grouped:
+    anchor: Row | None = absent()
+    member: int | None = absent(beside="anchor")
+    inner: Row | None = blank()
+
+
+def test_a_field_beside_another_is_written_with_it_and_a_blank_record_is_an_empty_object():
+    assert encode(Grouped()) == {"inner": {}}
+    assert encode(Grouped(anchor=Row("x"))) == {"anchor": {"name": "x", "value": None}, "member": None, "inner": {}}
+    assert encode(Grouped(member=3, inner=Row("y"))) == {"member": 3, "inner": {"name": "y", "value": None}}
+    assert decode(Grouped, {"inner": {}}) == Grouped()
+    grouped = {"anchor": {"name": "x", "value": None}, "member": None, "inner": {}}
+    assert encode(decode(Grouped, grouped)) == grouped
+
+
 def test_lenient_decoding_takes_the_defaults_of_what_is_malformed():
     record = decode(Record, {"kind": "z", "count": "x", "rows": [{"name": 1, "value": "v"}], "by_name": 3},
                     lenient=True)
@@ -85,3 +102,46 @@ def test_a_kind_reads_and_writes_its_committed_results_through_the_codec(kind, r
             assert encode(result) == step["metrics"], (path, name)
             seen += 1
     assert seen >= 3
+
+
+TRAINER_KINDS = ("train", "longrun", "profile", "sweep", "ab", "scan", "triage", "parallelism", "scaling")
+
+
+def _trainer_launches():
+    """(where, metrics) of every trainer launch in the committed runs: a single-launch step's metrics, and every run
+    (and superseded run) of a multi-launch step."""
+    for path in sorted(REPO.glob("reports/**/results.json")):
+        for name, step in json.loads(path.read_text()).get("steps", {}).items():
+            if step.get("kind") not in TRAINER_KINDS:
+                continue
+            if step.get("kind") in ("train", "longrun", "profile") and step.get("metrics"):
+                yield f"{path}: steps.{name}.metrics", step["metrics"]
+            for key in ("runs", "superseded"):
+                for i, run in enumerate(step.get(key) or []):
+                    if isinstance(run, dict) and isinstance(run.get("metrics"), dict):
+                        yield f"{path}: steps.{name}.{key}[{i}].metrics", run["metrics"]
+
+
+def test_every_committed_trainer_launch_decodes_into_launch_metrics_and_encodes_back_unchanged():
+    """Strictly decoded, and written back with the same keys in the same order, the same values and the same JSON
+    number types (an int stays an int)."""
+    seen = 0
+    for where, m in _trainer_launches():
+        record = decode(LaunchMetrics, m, where)
+        assert json.dumps(encode(record)) == json.dumps(m), where
+        seen += 1
+    assert seen >= 40
+
+
+def test_launch_metrics_keep_a_missing_file_a_problem_and_undeclared_keys():
+    data = {"status": "missing", "window": {"last": 20}, "context": {}, "summary": {"problem": "not JSON"},
+            "startup": {}, "halted": True}
+    m = decode(LaunchMetrics, data, lenient=True)
+    assert m.context is None and m.summary == Problem("not JSON") and m.startup is None
+    assert m.toks_per_s is None and m.telemetry is None and m.extra == {"halted": True}
+    out = encode(m)
+    assert out["context"] == {} and out["summary"] == {"problem": "not JSON"} and out["startup"] == {}
+    assert "toks_per_s" not in out and "gpu_util" not in out and out["halted"] is True
+    full = decode(LaunchMetrics, {"summary": {"steps": 3, "memory_kind": "cuda"}, "startup": {"init_s": 1.5}})
+    assert isinstance(full.summary, TrainingSummary) and full.summary.steps == 3
+    assert isinstance(full.startup, Startup) and full.startup.init_s == 1.5

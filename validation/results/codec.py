@@ -12,7 +12,9 @@ The types a field may have: str, int, float (an int is one too), bool, None, Any
 list[X], tuple[X, ...], dict[str, X], X | None and Literal[...]. A dataclass with a field named ``extra`` (a dict)
 keeps there the keys it does not declare, and encode writes them back after its own fields; without one such keys
 are dropped on decode. A field made with ``absent()`` is left out of the JSON while it holds its default (a key
-written only when it applies), every other field is always written.
+written only when it applies), unless its ``beside`` field is written (keys written together, a null among them:
+``absent(beside="telemetry")``); every other field is always written. A record field made with ``blank()`` holds
+None where its JSON is ``{}`` (a record that is all or nothing), and is written as ``{}`` while None.
 """
 
 from __future__ import annotations
@@ -29,16 +31,23 @@ from validation.results.model import ResultsError
 T = TypeVar("T")
 EXTRA = "extra"
 _ABSENT = "absent"
+_BESIDE = "beside"
+_BLANK = "blank"
 
 
-def absent(default: Any = None, **kwargs: Any) -> Any:
-    """A dataclass field left out of the JSON while it holds `default` (a `?` key of results.json)."""
+def absent(default: Any = None, beside: str | None = None, **kwargs: Any) -> Any:
+    """A dataclass field left out of the JSON while it holds `default` (a `?` key of results.json); with `beside`,
+    written whenever that field of the same record is written (a group of keys one writer adds together)."""
+    metadata = {_ABSENT: True, _BESIDE: beside}
     if isinstance(default, (list, dict)):
         factory = type(default)
-        return dataclasses.field(default_factory=factory, metadata={_ABSENT: True}, **kwargs)
-    return dataclasses.field(default=default, metadata={_ABSENT: True}, **kwargs)
+        return dataclasses.field(default_factory=factory, metadata=metadata, **kwargs)
+    return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
+def blank(**kwargs: Any) -> Any:
+    """A record field (`Record | None`) that is None where the JSON holds `{}`, and written as `{}` while None."""
+    return dataclasses.field(default=None, metadata={_BLANK: True}, **kwargs)
 
 
 def decode(cls: type[T], value: Any, path: str = "", *, lenient: bool = False) -> T:
@@ -53,11 +62,14 @@ def encode(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out: dict[str, Any] = {}
         extra: dict[str, Any] = {}
-        for f in dataclasses.fields(obj):
+        fields = {f.name: f for f in dataclasses.fields(obj)}
+        for f in fields.values():
             value = getattr(obj, f.name)
             if f.name == EXTRA and isinstance(value, dict):
                 extra = value
-            elif not (f.metadata.get(_ABSENT) and value == _default_of(f)):
+            elif f.metadata.get(_BLANK) and value is None:
+                out[f.name] = {}
+            elif not _left_out(obj, f, fields):
                 out[f.name] = encode(value)
         out.update({k: encode(v) for k, v in extra.items() if k not in out})
         return out
@@ -68,6 +80,15 @@ def encode(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         raise ResultsError(f"{obj!r} is not JSON (results.json holds no NaN or infinity)")
     return obj
+
+
+def _left_out(obj: Any, f: dataclasses.Field, fields: dict[str, dataclasses.Field]) -> bool:
+    """Whether encode leaves field `f` of `obj` out: an absent() field at its default, its `beside` field (if any)
+    left out too."""
+    if not (f.metadata.get(_ABSENT) and getattr(obj, f.name) == _default_of(f)):
+        return False
+    beside = f.metadata.get(_BESIDE)
+    return beside is None or _left_out(obj, fields[beside], fields)
 
 
 def _default_of(f: dataclasses.Field) -> Any:
@@ -145,6 +166,9 @@ def _decode_record(cls: type, value: Any, path: str, lenient: bool) -> Any:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and not lenient:
                 raise ResultsError(f"{where}: missing")
             kwargs[name] = _default_of(f)
+            continue
+        if f.metadata.get(_BLANK) and value[name] == {}:
+            kwargs[name] = None
             continue
         try:
             kwargs[name] = _decode(hints[name], value[name], where, lenient)

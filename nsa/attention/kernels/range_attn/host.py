@@ -73,7 +73,7 @@ The key-major dK/dV tiles hold the query rows' statistics (lse, delta, token) al
 64-row vector costs 16 registers a thread: with 64 rows the kernel spilled on sm_80, so dK/dV steps 32 query rows
 at a time (30 of 32 rows used at hpg = 6), which also bounds hpg <= 32.
 
-Configurations (query_config, dkdv_config; every one is in aot_cases()): forward and dQ use 64-key tiles with
+Configurations (query_config, dkdv_config; every shipped one is in aot_cases()): forward and dQ use 64-key tiles with
 128 rows / 8 warps for d = 64 (two m64 warpgroups share each key tile), 64 rows / 4 warps for d = 32 and 64 rows /
 8 warps when max(d_k, d_v) = 128 (128 rows spill on sm_80). dK/dV: 64 keys x 32 rows, 8 warps; for d_k != d_v 32
 keys x 32 rows, 4 warps (below wgmma's m64: mma.sync on sm_90, family range_dkdv_bn32). num_stages = 2. BLOCK_N =
@@ -86,6 +86,12 @@ shipped 8-warp tile runs one CTA per SM (registers), and its cmp launch has ~3 p
 tiles that fit two or more CTAs per SM on sm_90 without spills (4 warps, one stage: 2; 32 keys x 4 warps,
 mma.sync: 3) and a finer cmp split (DkdvSplit: chunks of at most 512 query tiles), reports/aot/
 range_dkdv_occupancy.md; benchmarks/tune_kernels.py times them against the shipped one on a GPU.
+
+Forward / dQ choices (QUERY_CHOICES, picked by QUERY_CHOICE; "auto" = QUALIFIED_QUERY, still the shipped
+query_config): the 128 x 64, 8-warp tile runs one CTA per SM on sm_90 (registers). Beside it sit 32-key tiles that
+fit two or more CTAs per SM on sm_90 without spills, wgmma kept (128 rows x 8 warps: 2; 64 rows x 4 warps: 4),
+reports/aot/range_query_occupancy.md; each choice names the forward tile and the dQ tile apart (fwd_config,
+dq_config), for d_k = d_v = 64 only. aot_cases() holds the launcher's pick; tune_kernels --aot compiles the rest.
 
 Every [rows, d] pointer tile carries tl.multiple_of(ptrs, [1, 16]) (rows start 16-byte aligned; the launcher
 guarantees it): Triton's JIT infers this from 16-divisible arguments, the ahead-of-time compile (no argument
@@ -152,11 +158,60 @@ def num_sms(device: torch.device) -> int:
 
 
 def query_config(d_k: int, d_v: int) -> LaunchConfig:
-    """Forward and dQ: 128-row tiles (two m64 warpgroups sharing each key tile) for d = 64; 64 rows for d = 32
-    (4 warps) and for max(d) = 128 (8 warps: 128 rows spill on sm_80, 4 warps sit at 255 registers)."""
+    """Forward and dQ as shipped: 128-row tiles (two m64 warpgroups sharing each key tile) for d = 64; 64 rows for
+    d = 32 (4 warps) and for max(d) = 128 (8 warps: 128 rows spill on sm_80, 4 warps sit at 255 registers). The
+    launcher asks fwd_config / dq_config, which take a QUERY_CHOICES tile at d = 64 instead."""
     if max(d_k, d_v) > 64:
         return WIDE_Q
     return LARGE_Q if d_k == d_v == 64 else SMALL_Q
+
+
+class QueryChoice(NamedTuple):
+    """A forward / dQ launch choice: the forward kernel's tile and the dQ kernel's for d_k = d_v = 64 (None:
+    query_config's pick; other head dims always keep query_config's)."""
+
+    fwd: Optional[LaunchConfig]
+    dq: Optional[LaunchConfig]
+
+
+# Forward / dQ choices side by side (issue 31 item 2.5). The shipped 128 x 64 tile, 8 warps, runs one CTA per SM on
+# sm_90 (registers: 186 forward, 162 dQ under triton 3.9). The others fit two or more CTAs per SM on sm_90 in the
+# ahead-of-time compile, without spills on sm_80 or sm_90 and with wgmma (reports/aot/range_query_occupancy.md):
+# a 32-key tile halves the score, probability and dP tiles a thread holds (128 x 32 fp32 over 256 threads: 16
+# registers each instead of 32), so the 128-row tile (21 tokens x 6 heads, the same key reads per token) drops to
+# ~125 registers: 2 CTAs of 8 warps; with 64 rows and 4 warps (10 tokens a tile, twice the key tiles read per
+# token) 4 CTAs. A choice becomes QUALIFIED_QUERY once a GPU run qualifies it: its tests on the GPU in bf16 against
+# float64 (test_range_query_choices.py), memcheck clean, and faster than the one before in an alternated A/B
+# (benchmarks/tune_kernels.py --families range_q; bench_attention.py --query-choice). No GPU has timed them yet.
+QUERY_CHOICES: dict[str, QueryChoice] = {
+    "shipped": QueryChoice(None, None),
+    "bn32": QueryChoice(LaunchConfig(128, 32, 8, 2), LaunchConfig(128, 32, 8, 2)),
+    "bn32_s3": QueryChoice(LaunchConfig(128, 32, 8, 3), LaunchConfig(128, 32, 8, 3)),
+    "m64_bn32": QueryChoice(LaunchConfig(64, 32, 4, 2), LaunchConfig(64, 32, 4, 2)),
+}
+QUALIFIED_QUERY = "shipped"  # what "auto" picks: the choice a GPU run has qualified (none other has run on a GPU)
+QUERY_CHOICE = "auto"  # the launcher's choice: "auto" or a key of QUERY_CHOICES (tune_kernels sets it for an A/B)
+
+
+def query_choice() -> QueryChoice:
+    """The forward / dQ choice in effect (QUERY_CHOICE, "auto" = QUALIFIED_QUERY), read at each launch."""
+    name = QUALIFIED_QUERY if QUERY_CHOICE == "auto" else QUERY_CHOICE
+    if name not in QUERY_CHOICES:
+        raise ValueError(f"range attention: QUERY_CHOICE = {QUERY_CHOICE!r}; expected 'auto' or one of "
+                         f"{', '.join(QUERY_CHOICES)}")
+    return QUERY_CHOICES[name]
+
+
+def fwd_config(d_k: int, d_v: int) -> LaunchConfig:
+    """The forward kernel's launch: the choice's tile at d_k = d_v = 64, else query_config's."""
+    cfg = query_choice().fwd
+    return cfg if cfg is not None and d_k == d_v == 64 else query_config(d_k, d_v)
+
+
+def dq_config(d_k: int, d_v: int) -> LaunchConfig:
+    """The dQ kernel's launch: the choice's tile at d_k = d_v = 64, else query_config's."""
+    cfg = query_choice().dq
+    return cfg if cfg is not None and d_k == d_v == 64 else query_config(d_k, d_v)
 
 
 class DkdvSplit(NamedTuple):
@@ -287,7 +342,7 @@ def _forward(q, k, v, mode: int, p0: int, p1: int):
     if t == 0:  # nothing is visible anywhere
         return o.zero_(), lse.fill_(float("-inf"))
     q, k, v = _aligned(q), _aligned(k), _aligned(v)
-    cfg = query_config(d_k, d_v)
+    cfg = fwd_config(d_k, d_v)
     sm_scale = 1.0 / math.sqrt(d_k)
     prec = dot_precision(q.dtype)
     grid = (triton.cdiv(s, cfg.block_m // hpg), b * g)
@@ -320,7 +375,7 @@ def _backward(do, q, k, v, lse, o, delta, mode: int, p0: int, p1: int):
         delta = delta.float().contiguous()
     lse = lse.float().contiguous()
     prec = dot_precision(q.dtype)
-    cfg = query_config(d_k, d_v)
+    cfg = dq_config(d_k, d_v)
     grid = (triton.cdiv(s, cfg.block_m // hpg), b * g)
     _range_bwd_dq_kernel[grid](
         q, k, v, o, do, lse, delta, dq,
@@ -507,7 +562,10 @@ def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
     kernels = {"fwd": _range_fwd_kernel, "dq": _range_bwd_dq_kernel, "dkdv": _range_bwd_dkdv_kernel}
     for d_k, d_v in dims:
         for kernel, fn in kernels.items():
-            for cfg in (_dkdv_configs(d_k, d_v) if kernel == "dkdv" else [query_config(d_k, d_v)]):
+            # forward and dQ: the launcher's pick only (the other QUERY_CHOICES tiles are compiled by
+            # benchmarks/tune_kernels.py --aot --families range_q, reports/aot/range_query_occupancy.md)
+            picks = {"fwd": [fwd_config(d_k, d_v)], "dq": [dq_config(d_k, d_v)]}
+            for cfg in (_dkdv_configs(d_k, d_v) if kernel == "dkdv" else picks[kernel]):
                 constexprs = dict(D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                                   DOT_PREC="ieee" if dtype == "fp32" else "tf32")
                 sig = _signature(kernel, dtype)

@@ -46,6 +46,8 @@ from validation import contracts
 from validation.kinds.blocks import Block, Bullets, Heading, Pairs, Paragraph
 from validation.formatting import NA, as_dict, finite, fmt_duration, fmt_gb, fmt_num, fmt_pct, fmt_rate, plural
 from validation.launch import telemetry
+from validation.results.codec import decode
+from validation.results.trainer_launch import Gauge, LaunchMetrics, Problem, Startup, Telemetry
 
 INIT_GROWTH_FACTOR = 2.0
 RATIO_MIN_S = 0.5  # init times below this are shown side by side, never as a ratio
@@ -197,52 +199,51 @@ def _s(value: Any) -> str:
     return NA if v is None else (f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s")
 
 
-def summary_blocks(metrics: dict[str, Any]) -> list[Block]:
+def summary_blocks(m: LaunchMetrics) -> list[Block]:
     """The Training Summary: its problem, or a heading and its rows; [] without a summary."""
-    s = as_dict(metrics.get("summary"))
-    if not s:
+    s = m.summary
+    if s is None:
         return []
-    if s.get("problem"):
-        return [Paragraph(f"**Training Summary**: {s['problem']}")]
-    cpu = s.get("memory_kind") == "cpu_rss"
-    rows = [("Steps", fmt_num(s.get("steps"))),
-            ("Step time avg / min / max", f"{_s(s.get('avg_step_time_s'))} / {_s(s.get('min_step_time_s'))} / "
-                                          f"{_s(s.get('max_step_time_s'))}"),
-            ("Samples/s", fmt_rate(s.get("samples_per_s"))),
-            ("Tokens/s over the whole run (all ranks, all steps: tokens / step time)", fmt_rate(s.get("tokens_per_s"))),
-            ("Loss avg / final", f"{fmt_num(_round(s.get('avg_loss')))} / {fmt_num(_round(s.get('final_loss')))}"),
+    if isinstance(s, Problem):
+        return [Paragraph(f"**Training Summary**: {s.problem}")]
+    cpu = s.memory_kind == "cpu_rss"
+    rows = [("Steps", fmt_num(s.steps)),
+            ("Step time avg / min / max", f"{_s(s.avg_step_time_s)} / {_s(s.min_step_time_s)} / "
+                                          f"{_s(s.max_step_time_s)}"),
+            ("Samples/s", fmt_rate(s.samples_per_s)),
+            ("Tokens/s over the whole run (all ranks, all steps: tokens / step time)", fmt_rate(s.tokens_per_s)),
+            ("Loss avg / final", f"{fmt_num(_round(s.avg_loss))} / {fmt_num(_round(s.final_loss))}"),
             ("Memory allocated peak / avg" + (" (CPU: RSS)" if cpu else ""),
-             f"{fmt_gb(s.get('peak_mem_alloc_gb'))} / {fmt_gb(s.get('avg_mem_alloc_gb'))}"),
+             f"{fmt_gb(s.peak_mem_alloc_gb)} / {fmt_gb(s.avg_mem_alloc_gb)}"),
             ("Memory reserved peak / avg", "— (nothing is reserved on CPU)" if cpu else
-             f"{fmt_gb(s.get('peak_mem_reserved_gb'))} / {fmt_gb(s.get('avg_mem_reserved_gb'))}")]
-    share = finite(s.get("comm_share"))
-    rows.append(("Communication share", fmt_pct(share) + (f" ({_s(s.get('comm_time_s'))} in collectives)"
+             f"{fmt_gb(s.peak_mem_reserved_gb)} / {fmt_gb(s.avg_mem_reserved_gb)}")]
+    share = finite(s.comm_share)
+    rows.append(("Communication share", fmt_pct(share) + (f" ({_s(s.comm_time_s)} in collectives)"
                                                           if share is not None else
-                                                          f" ({s.get('comm_time_method') or 'not measured'})")))
+                                                          f" ({s.comm_time_method or 'not measured'})")))
     return [Heading("Training Summary"), Pairs(rows)]
 
 
-def startup_blocks(metrics: dict[str, Any]) -> list[Block]:
+def startup_blocks(m: LaunchMetrics) -> list[Block]:
     """Time to first step (imports, init, first step), the milestones, and the init-growth flag or figure; []
     without a timeline."""
-    st = as_dict(metrics.get("startup"))
-    if not st:
+    st = m.startup
+    if st is None:
         return []
-    if st.get("problem"):
-        return [Paragraph(f"**Time to first step**: {NA} ({st['problem']})")]
-    marks = ", ".join(f"{k} {fmt_num(_round(v, 2))} s" for k, v in as_dict(st.get("milestones")).items()
-                      if k != "process_start")
-    growth = as_dict(st.get("init_growth"))
+    if isinstance(st, Problem):
+        return [Paragraph(f"**Time to first step**: {NA} ({st.problem})")]
+    marks = ", ".join(f"{k} {fmt_num(_round(v, 2))} s" for k, v in st.milestones.items() if k != "process_start")
+    growth = st.init_growth
     out: list[Block] = [Paragraph(
-        f"**Time to first step**: {fmt_duration(st.get('time_to_first_step_s'))} (imports "
-        f"{fmt_duration(st.get('imports_s'))}, init {fmt_duration(st.get('init_s'))}, first step "
-        f"{fmt_duration(st.get('first_step_s'))})")]
+        f"**Time to first step**: {fmt_duration(st.time_to_first_step_s)} (imports "
+        f"{fmt_duration(st.imports_s)}, init {fmt_duration(st.init_s)}, first step "
+        f"{fmt_duration(st.first_step_s)})")]
     if marks:
         out.append(Paragraph(f"Start-up milestones (seconds since the process started): {marks}", style="context"))
-    if growth.get("flagged"):
-        out.append(Paragraph(f"**Flag**: {growth.get('text')}", style="flag"))
-    elif growth:
-        out.append(Paragraph(f"Init against the model size: {growth.get('text')}", style="context"))
+    if growth is not None and growth.flagged:
+        out.append(Paragraph(f"**Flag**: {growth.text}", style="flag"))
+    elif growth is not None:
+        out.append(Paragraph(f"Init against the model size: {growth.text}", style="context"))
     return out
 
 
@@ -251,50 +252,48 @@ def _round(value: Any, digits: int = 4) -> Any:
     return None if v is None else round(v, digits)
 
 
-def summary_line(metrics: dict[str, Any]) -> str:
+def summary_line(m: LaunchMetrics) -> str:
     """One compact line of the Training Summary (a sweep's or A/B's run)."""
-    s = as_dict(metrics.get("summary"))
-    if not s or s.get("problem"):
+    s = m.summary
+    if s is None or isinstance(s, Problem):
         return NA
-    share = finite(s.get("comm_share"))
-    return (f"{fmt_num(s.get('steps'))} steps, {_s(s.get('avg_step_time_s'))}/step, "
-            f"{fmt_rate(s.get('tokens_per_s'))} tok/s, loss {fmt_num(_round(s.get('final_loss')))}, "
-            f"peak {fmt_gb(s.get('peak_mem_alloc_gb'))}" + (f", comm {fmt_pct(share)}" if share is not None else ""))
+    share = finite(s.comm_share)
+    return (f"{fmt_num(s.steps)} steps, {_s(s.avg_step_time_s)}/step, "
+            f"{fmt_rate(s.tokens_per_s)} tok/s, loss {fmt_num(_round(s.final_loss))}, "
+            f"peak {fmt_gb(s.peak_mem_alloc_gb)}" + (f", comm {fmt_pct(share)}" if share is not None else ""))
 
 
-def telemetry_notes(metrics: dict[str, Any]) -> list[str]:
+def telemetry_notes(m: LaunchMetrics) -> list[str]:
     """The step's notes on its telemetry: what was sampled and over what, the figures, a throttle, the diagnosis."""
-    t = as_dict(metrics.get("telemetry"))
-    if not t:
+    t = m.telemetry
+    if t is None or t == Telemetry():
         return []
-    def stat(key: str, unit: str) -> str:
-        st = as_dict(metrics.get(key))
-        return NA if finite(st.get("mean")) is None else f"{st['mean']:.0f}{unit} mean, {st['max']:.0f}{unit} max"
-    notes = [f"Telemetry ({plural(t.get('samples'), 'sample')} over {t.get('period')}; "
-             f"{', '.join(t.get('files') or [])}): CPU of the launch's processes {stat('cpu_util', '%')}, "
-             f"RSS {fmt_gb(as_dict(metrics.get('rss_gb')).get('max'))} max"]
-    if metrics.get("gpu_util") is None:
+    def stat(g: Gauge | None, unit: str) -> str:
+        g = g or Gauge()
+        return NA if finite(g.mean) is None else f"{g.mean:.0f}{unit} mean, {g.max:.0f}{unit} max"
+    notes = [f"Telemetry ({plural(t.samples, 'sample')} over {t.period}; "
+             f"{', '.join(t.files)}): CPU of the launch's processes {stat(m.cpu_util, '%')}, "
+             f"RSS {fmt_gb((m.rss_gb or Gauge()).max)} max"]
+    if m.gpu_util is None:
         notes.append("GPU telemetry: none (no GPU, or pynvml not installed): the GPU columns are empty")
     else:
-        gen = metrics.get("pcie_gen_min")
-        notes.append(f"GPU ({', '.join(t.get('gpus') or [])}): utilisation {stat('gpu_util', '%')}, power "
-                     f"{stat('power_w', ' W')}, SM clock {stat('sm_clock_mhz', ' MHz')}, temperature "
-                     f"{stat('temp_c', ' °C')}, PCIe Gen{fmt_num(gen)} x{fmt_num(metrics.get('pcie_width_min'))} "
-                     f"(max Gen{fmt_num(t.get('pcie_gen_max'))} x{fmt_num(t.get('pcie_width_max'))}); throttled: "
-                     f"{fmt_num(metrics.get('throttled'))}"
-                     + (f" ({', '.join(metrics.get('throttle_reasons') or [])})" if metrics.get("throttled") else "")
-                     + f"; ECC uncorrected: {fmt_num(metrics.get('ecc_uncorrected'))}; Xid errors: "
-                       f"{fmt_num(metrics.get('xid_errors'))}")
-    diagnosis = as_dict(metrics.get("gpu_diagnosis"))
-    if diagnosis.get("text"):
-        notes.append(str(diagnosis["text"]))
-    notes += interference_notes(metrics)
+        notes.append(f"GPU ({', '.join(t.gpus)}): utilisation {stat(m.gpu_util, '%')}, power "
+                     f"{stat(m.power_w, ' W')}, SM clock {stat(m.sm_clock_mhz, ' MHz')}, temperature "
+                     f"{stat(m.temp_c, ' °C')}, PCIe Gen{fmt_num(m.pcie_gen_min)} x{fmt_num(m.pcie_width_min)} "
+                     f"(max Gen{fmt_num(t.pcie_gen_max)} x{fmt_num(t.pcie_width_max)}); throttled: "
+                     f"{fmt_num(m.throttled)}"
+                     + (f" ({', '.join(m.throttle_reasons)})" if m.throttled else "")
+                     + f"; ECC uncorrected: {fmt_num(m.ecc_uncorrected)}; Xid errors: "
+                       f"{fmt_num(m.xid_errors)}")
+    if m.gpu_diagnosis is not None and m.gpu_diagnosis.text:
+        notes.append(str(m.gpu_diagnosis.text))
+    notes += interference_notes(m)
     return notes
 
 
-def interference_notes(metrics: dict[str, Any]) -> list[str]:
+def interference_notes(m: LaunchMetrics) -> list[str]:
     """What else used the machine over the launch's measured period (validation.launch.telemetry.interference)."""
-    rec = as_dict(metrics.get("interference"))
+    rec = as_dict(m.extra.get("interference"))
     if "disturbed" not in rec:
         return []
     if rec.get("disturbed"):
@@ -309,17 +308,17 @@ def runs_blocks(runs: list[dict[str, Any]]) -> list[Block]:
     counts = Counter(str(r.get("label")) for r in runs)
     lines = []
     for run in runs:
-        m = as_dict(run.get("metrics"))
-        if not (m.get("summary") or m.get("startup") or m.get("telemetry")):
+        m = decode(LaunchMetrics, run.get("metrics"), lenient=True)
+        if m.summary is None and m.startup is None and m.telemetry in (None, Telemetry()):
             continue
         label = str(run.get("label"))
         if counts[label] > 1 and finite(run.get("repeat")) is not None:
             label += f" (repeat {int(run['repeat']) + 1})"
-        util = finite(as_dict(m.get("gpu_util")).get("mean"))
-        growth = as_dict(as_dict(m.get("startup")).get("init_growth"))
-        shaken = as_dict(m.get("interference"))
-        flag = "; ".join(t for t in (str(growth.get("text")) if growth.get("flagged") else "",
+        util = finite((m.gpu_util or Gauge()).mean)
+        growth = m.startup.init_growth if isinstance(m.startup, Startup) else None
+        shaken = as_dict(m.extra.get("interference"))
+        flag = "; ".join(t for t in (str(growth.text) if growth is not None and growth.flagged else "",
                                      f"DISTURBED: {shaken.get('text')}" if shaken.get("disturbed") else "") if t)
-        lines.append(f"{label}: {summary_line(m)}; time to first step {fmt_duration(m.get('time_to_first_step_s'))}"
+        lines.append(f"{label}: {summary_line(m)}; time to first step {fmt_duration(m.time_to_first_step_s)}"
                      + (f"; GPU utilisation {util:.0f}%" if util is not None else "") + (f"; **{flag}**" if flag else ""))
     return [Paragraph("Training Summary per run:"), Bullets(lines)] if lines else []

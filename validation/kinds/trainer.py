@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import sys
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +40,15 @@ from validation.analysis.metrics import USABLE_STATUSES
 from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
 from validation.analysis.interference import run_disturbed
 from validation.formatting import (NA, as_dict, as_list, context_text, env_text, finite, fmt_gb, fmt_num, fmt_pct,
-                                      fmt_rate, loss_text, mean_pm, stat_of, status_view, window_text)
+                                      fmt_rate, loss_text, mean_pm, status_view)
 from validation.runbook.model import LaunchSettings, Step, references, resolve_references
 from validation.analysis.significance import PairNoise, interleaved_order, pair_noise_from
 from validation.analysis.significance.windows import launch_series
 from validation.kinds import train_report
 from validation.kinds.blocks import Badge, Block, Bullets, Column, Paragraph, Table, code
 from validation.kinds.base import StepKind, launch_identity, run_path, step_dir
+from validation.results.codec import decode
+from validation.results.trainer_launch import LaunchMetrics, RunContext, Stat, Window
 
 
 def _trainer_metrics() -> tuple[str, ...]:
@@ -356,67 +359,78 @@ def trainer_blocks(label: str, record: dict) -> list[Block]:
     """A trainer launch's part of a step section (train, longrun, profile): its row (tokens/s over the window, per
     GPU or rank, loss, memory, status), its environment, the context of the tokens/s, its notes, its Training Summary
     and its start-up."""
-    metrics = as_dict(record.get("metrics"))
-    toks = stat_of(metrics, "toks_per_s")
+    raw = as_dict(record.get("metrics"))
+    m = decode(LaunchMetrics, raw, lenient=True)
+    toks = m.toks_per_s or Stat()
     # a CPU run has ranks, not GPUs: its column says "Per rank"
-    cpu = str(as_dict(metrics.get("context")).get("device") or "").startswith("cpu")
+    cpu = str((m.context or RunContext()).device or "").startswith("cpu")
     status = status_view(record.get("status"))
     out: list[Block] = [
         Table((Column("Run"), Column("Config"), Column("Ranks", numeric=True), Column("Window"),
                Column("Tokens/s, window mean ± stdev (all ranks)", numeric=True, wrap=True),
                Column("Per rank, window mean" if cpu else "Per GPU, window mean", numeric=True),
                Column("CV", numeric=True), Column("Loss"), Column("Peak mem", numeric=True), Column("Status")),
-              [(label, code(config_path(record)), fmt_num(metrics.get("world_size")),
-                window_text(metrics.get("window")), mean_pm(toks),
-                fmt_rate(stat_of(metrics, "toks_per_s_per_gpu").get("mean")), fmt_pct(toks.get("cv")),
-                loss_text(metrics), fmt_gb(metrics.get("mem_peak_gb")), Badge(status["label"], status["css"]))]),
+              [(label, code(config_path(record)), fmt_num(m.world_size), launch_window_text(m.window),
+                mean_pm({"mean": toks.mean, "stdev": toks.stdev}), fmt_rate(m.toks_per_s_per_gpu), fmt_pct(toks.cv),
+                loss_text({"first_loss": m.first_loss, "final_loss": m.final_loss, "loss_drop": m.loss_drop}),
+                fmt_gb(m.mem_peak_gb), Badge(status["label"], status["css"]))]),
         Paragraph(f"Environment: {env_text(as_dict(record.get('env')))}", style="context")]
-    context = context_text(metrics)
+    context = context_text(raw)
     if context:
         out.append(Paragraph(f"Context of the tokens/s: {context}", style="context"))
-    notes = train_notes(metrics) + train_report.telemetry_notes(metrics)
+    notes = train_notes(m, recorded=raw.keys()) + train_report.telemetry_notes(m)
     if notes:
         out.append(Bullets(notes))
-    return out + train_report.summary_blocks(metrics) + train_report.startup_blocks(metrics)
+    return out + train_report.summary_blocks(m) + train_report.startup_blocks(m)
 
 
-def train_notes(metrics: dict) -> list[str]:
+def launch_window_text(w: Window) -> str:
+    """The statistics window of a launch: "steps 41–60 (n=20)", "last 0 steps" (no row in it), or n/a."""
+    if w.first_step is not None and w.last_step is not None:
+        text = f"steps {fmt_num(w.first_step)}–{fmt_num(w.last_step)}"
+        return f"{text} (n={fmt_num(w.n)})" if w.n is not None else text
+    return f"last {fmt_num(w.n)} steps" if w.n is not None else NA
+
+
+def train_notes(m: LaunchMetrics, recorded: Collection[str]) -> list[str]:
+    """The notes under a launch's row: its training.csv's state, the compression, trainer status and stability
+    (each where the launch's `recorded` keys have it), the SDPA audit, its nodes, its scaling efficiency."""
     notes = []
-    csv_status = metrics.get("status")
+    csv_status = m.status
     if csv_status not in (None, "ok"):
-        detail = str(metrics.get("reason") or metrics.get("note") or NA)
+        detail = str(m.reason or m.note or NA)
         if detail.startswith(f"{csv_status}: "):  # the reader's reason already names the status
             detail = detail[len(csv_status) + 2:]
         notes.append(f"training.csv {csv_status}: {detail}")
-    elif metrics.get("note"):
-        notes.append(f"training.csv: {metrics['note']}")
-    if "compression" in metrics:
-        notes.append(f"DDP gradient compression: {metrics['compression'] or 'none'}")
-    if "trainer_status" in metrics:
-        notes.append(f"Trainer status: {fmt_num(metrics['trainer_status'])}")
-    if "throughput_stable" in metrics:
-        notes.append(f"Throughput stable: {fmt_num(metrics['throughput_stable'])}")
-    audit = metrics.get("sdpa_audit")
-    if isinstance(audit, dict):
+    elif m.note:
+        notes.append(f"training.csv: {m.note}")
+    if "compression" in recorded:
+        notes.append(f"DDP gradient compression: {m.compression or 'none'}")
+    if "trainer_status" in recorded:
+        notes.append(f"Trainer status: {fmt_num(m.trainer_status)}")
+    if "throughput_stable" in recorded:
+        notes.append(f"Throughput stable: {fmt_num(m.throughput_stable)}")
+    audit = m.sdpa_audit
+    if audit is not None:
         per_backend: Counter = Counter()
-        for row in (as_dict(r) for r in as_list(audit.get("by_site"))):
-            calls = finite(row.get("calls"))
-            per_backend[f"{row.get('backend')} on {row.get('device')}"] += int(calls) if calls is not None else 0
+        for row in audit.by_site:
+            calls = finite(row.calls)
+            per_backend[f"{row.backend} on {row.device}"] += int(calls) if calls is not None else 0
         if per_backend:
             backend_text = ", ".join(f"{k}={per_backend[k]:,}" for k in sorted(per_backend))
-        elif isinstance(audit.get("backends"), dict):
-            backends = audit["backends"]
+        elif isinstance(audit.backends, dict):
+            backends = audit.backends
             backend_text = ", ".join(f"{k}={fmt_num(backends[k])}" for k in sorted(backends, key=str)) or NA
         else:
-            backend_text = fmt_num(sorted(str(b) for b in as_list(audit.get("backends"))))
-        notes.append(f"SDPA audit: {fmt_num(audit.get('calls'))} calls; backends: {backend_text}; "
-                     f"fallbacks to math on GPU: {fmt_num(audit.get('fallbacks'))}")
-    if len(as_list(metrics.get("nodes"))) > 1 or finite(metrics.get("nnodes")) not in (None, 1):
-        job = f", Slurm job {metrics['slurm_job']}" if metrics.get("slurm_job") else ""
-        notes.append(f"Nodes: {', '.join(map(str, as_list(metrics.get('nodes')))) or '—'} ({metrics.get('launcher')}{job}); "
-                     f"{fmt_rate(finite(metrics.get('toks_per_s_per_node')))} tokens/s per node")
-    if finite(metrics.get("scaling_efficiency")) is not None:
-        notes.append(f"Scaling efficiency: {fmt_num(metrics['scaling_efficiency'])}")
+            backend_text = fmt_num(sorted(str(b) for b in as_list(audit.backends)))
+        notes.append(f"SDPA audit: {fmt_num(audit.calls)} calls; backends: {backend_text}; "
+                     f"fallbacks to math on GPU: {fmt_num(audit.fallbacks)}")
+    if len(m.nodes) > 1 or finite(m.nnodes) not in (None, 1):
+        job = f", Slurm job {m.slurm_job}" if m.slurm_job else ""
+        notes.append(f"Nodes: {', '.join(map(str, m.nodes)) or '—'} ({m.launcher}{job}); "
+                     f"{fmt_rate(finite(m.toks_per_s_per_node))} tokens/s per node")
+    if finite(m.scaling_efficiency) is not None:
+        notes.append(f"Scaling efficiency: {fmt_num(m.scaling_efficiency)}")
     return notes
 
 

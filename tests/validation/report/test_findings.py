@@ -147,9 +147,12 @@ def test_git_branch_and_dirty_flag_are_recorded_and_shown(tmp_path, results):
 
 def test_quiet_wording_plurals_near_zero_ratios_and_cpu_ranks(results):
     from validation.kinds.train_report import init_growth, telemetry_notes
+    from validation.results.codec import decode
+    from validation.results.trainer_launch import LaunchMetrics
 
     assert plural(1, "sample") == "1 sample" and plural(3, "sample") == "3 samples"
-    note = telemetry_notes({"telemetry": {"samples": 1, "period": "the window", "files": ["telemetry.csv"]}})[0]
+    launch = {"telemetry": {"samples": 1, "period": "the window", "files": ["telemetry.csv"]}}
+    note = telemetry_notes(decode(LaunchMetrics, launch, lenient=True))[0]
     assert note.startswith("Telemetry (1 sample over the window")
     small = init_growth({"init_s": 0.1, "n_params": 100}, [("single", {"init_s": 0.039, "n_params": 100})])
     assert "x)" not in small["text"] and "not compared as a ratio" in small["text"] and not small["flagged"]

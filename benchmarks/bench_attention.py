@@ -116,7 +116,7 @@ def timed_passes(one, warmup: int, repeats: int, before_timing=lambda: None, slo
 
 def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: str, repeats: int,
              warmup: int, index_build: str = "auto", batch: int = 1, dkdv_choice: str = "auto",
-             topk_choice: str = "auto") -> dict:
+             topk_choice: str = "auto", query_choice: str = "auto") -> dict:
     """Measure one case in this process; returns a JSON-able dict."""
     import torch
 
@@ -127,6 +127,13 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
             raise SystemExit(f"--dkdv-choice {dkdv_choice!r}: expected auto or one of "
                              f"{', '.join(range_host.DKDV_CHOICES)}")
         range_host.DKDV_CHOICE = dkdv_choice
+    if path == "nsa-triton" and query_choice != "auto":  # the range kernels' forward / dQ launch choice (an A/B)
+        from nsa.attention.kernels.range_attn import host as range_host
+
+        if query_choice not in range_host.QUERY_CHOICES:
+            raise SystemExit(f"--query-choice {query_choice!r}: expected auto or one of "
+                             f"{', '.join(range_host.QUERY_CHOICES)}")
+        range_host.QUERY_CHOICE = query_choice
     if path != "dense" and topk_choice != "auto":  # the selection's top-n_sel: full sort or packed-key topk (an A/B)
         from nsa.attention import selection
 
@@ -196,6 +203,8 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
         extra["index_build"] = resolved_build(index_build)
         extra["dkdv_choice"] = range_host.QUALIFIED_DKDV if range_host.DKDV_CHOICE == "auto" else \
             range_host.DKDV_CHOICE
+        extra["query_choice"] = range_host.QUALIFIED_QUERY if range_host.QUERY_CHOICE == "auto" else \
+            range_host.QUERY_CHOICE
     if path != "dense":
         from nsa.attention import selection
 
@@ -211,7 +220,7 @@ def spawn(path: str, seq_len: int, args) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--case", path, "--seq-lens", str(seq_len),
            "--device", args.device, "--dtype", args.dtype, "--shape", args.shape, "--repeats", str(args.repeats),
            "--warmup", str(args.warmup), "--index-build", args.index_build, "--batch", str(args.batch),
-           "--dkdv-choice", args.dkdv_choice, "--topk-choice", args.topk_choice]
+           "--dkdv-choice", args.dkdv_choice, "--topk-choice", args.topk_choice, "--query-choice", args.query_choice]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -297,6 +306,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dkdv-choice", default="auto",
                     help="nsa-triton: the range kernels' dK/dV launch choice (range_attn.host.DKDV_CHOICES; auto: "
                          "the qualified one), for an A/B of a choice against another")
+    ap.add_argument("--query-choice", default="auto",
+                    help="nsa-triton: the range kernels' forward / dQ launch choice (range_attn.host.QUERY_CHOICES; "
+                         "auto: the qualified one), for an A/B of a choice against another")
     ap.add_argument("--topk-choice", default="auto",
                     help="NSA paths: the selection's top-n_sel (nsa.attention.selection.TOPK_CHOICES: sort, the full "
                          "sort, or topk, packed keys; auto: the qualified one), for an A/B")
@@ -315,7 +327,8 @@ def main(argv=None) -> int:
         ap.error("--seq-lens values, --batch and --repeats must be >= 1, --warmup >= 0")
     if args.case:
         print(json.dumps(run_case(args.case, args.shape, seq_lens[0], args.device, args.dtype, args.repeats,
-                                  args.warmup, args.index_build, args.batch, args.dkdv_choice, args.topk_choice)))
+                                  args.warmup, args.index_build, args.batch, args.dkdv_choice, args.topk_choice,
+                                  args.query_choice)))
         return 0
     if args.quick:
         seq_lens = [512, 1024, 2048]

@@ -5,17 +5,20 @@
     python benchmarks/tune_kernels.py --device cuda --families range_dkdv,sel_bwd --seq-lens 65536 --batch 1
 
 The profile of one layer (benchmarks/profile_layer.py; reports/gpu/2026-11-26) puts most of the GPU time in four
-kernel families: the range kernels' forward and dQ (`range_q`: nsa.attention.kernels.range_attn.host.query_config),
-their dK/dV (`range_dkdv`: dkdv_config; 13.6 of 43 ms at S = 65,536), the selected branch's backward (`sel_bwd`:
-triton_selected._config("bwd"); 7.6 ms there, the largest kernel at S = 2,048) and its forward passes (`sel_fwd`:
-_config("stats"/"out")). Their configurations were chosen from the ahead-of-time compile (no spills, tensor cores),
-never from GPU timings. Each family here lists candidate configurations; candidate 0 is the shipped one. After
-range_dkdv's tuples come names of range_attn.host.DKDV_CHOICES (a tile and the compressed branch's dK/dV split,
-chosen through DKDV_CHOICE); `--candidates` picks some by index or name, e.g. the A/B of reports/aot/
-range_dkdv_occupancy.md:
+kernel families: the range kernels' forward and dQ (`range_q`: nsa.attention.kernels.range_attn.host.fwd_config /
+dq_config), their dK/dV (`range_dkdv`: dkdv_config; 13.6 of 43 ms at S = 65,536), the selected branch's backward
+(`sel_bwd`: triton_selected._config("bwd"); 7.6 ms there, the largest kernel at S = 2,048) and its forward passes
+(`sel_fwd`: _config("stats"/"out")). Their configurations were chosen from the ahead-of-time compile (no spills,
+tensor cores), never from GPU timings. Each family here lists candidate configurations; candidate 0 is the shipped
+one. After range_dkdv's tuples come names of range_attn.host.DKDV_CHOICES (a tile and the compressed branch's dK/dV
+split, chosen through DKDV_CHOICE), after range_q's names of QUERY_CHOICES (the forward and the dQ tile, chosen
+through QUERY_CHOICE); `--candidates` picks some by index or name, e.g. the A/Bs of reports/aot/
+range_dkdv_occupancy.md and reports/aot/range_query_occupancy.md:
 
     python benchmarks/tune_kernels.py --device cuda --all --families range_dkdv \
         --candidates w4s1_split,split,bn32_w4_split,w4s1 --seq-lens 65536 --batch 1 --repeats 5 --warmup 1
+    python benchmarks/tune_kernels.py --device cuda --all --families range_q \
+        --candidates bn32,bn32_s3,m64_bn32,1 --seq-lens 65536,2048 --batch 1,8 --repeats 5 --warmup 1
 
 `--aot` compiles every candidate's kernels for sm_80 and sm_90 with the installed triton (no GPU) and reports
 registers, spill stores and the CTAs per SM they allow (`--markdown`: one row per kernel and target): a candidate
@@ -50,12 +53,15 @@ sys.path.insert(0, str(ROOT))
 
 # (block_m, block_n, num_warps, num_stages) for the range kernels; (block_r, block_n, num_warps, num_stages) for
 # the selected branch's (sel_fwd: both forward passes take it). Candidate 0 of each family (None) is what the
-# launcher ships (range: 128 x 64 rows / keys, 8 warps for forward and dQ; dK/dV: the qualified choice of
+# launcher ships (range: 128 x 64 rows / keys, 8 warps for forward and dQ, QUALIFIED_QUERY "shipped", and the tuples
+# replace both kernels' tile; dK/dV: the qualified choice of
 # range_attn.host.QUALIFIED_DKDV, since 2026-11-28 w4s1_split: 32 x 64, 4 warps, 1 stage, the finer cmp split, and
 # the tuples below change its tile only; name "shipped" to time the 8-warp tile before it; selected:
 # 128 x 64 with 4 warps for its stats pass and 8 for its output pass, 32 x 64, 8 warps for backward; d = 64).
 FAMILIES: dict[str, tuple] = {
-    "range_q": (None, (64, 64, 4, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 8, 2), (64, 128, 4, 2)),
+    # after the tuples, names of range_attn.host.QUERY_CHOICES: the forward and the dQ tile (issue 31 item 2.5)
+    "range_q": (None, (64, 64, 4, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 8, 2), (64, 128, 4, 2),
+                "bn32", "bn32_s3", "m64_bn32"),
     # after the tuples, names of range_attn.host.DKDV_CHOICES: a tile and the cmp launch's split (issue 31 item 2.1)
     "range_dkdv": (None, (32, 64, 4, 2), (32, 64, 8, 3), (64, 64, 8, 2), (32, 128, 8, 2), (64, 64, 4, 2),
                    "w4s1", "w4s1_split", "bn32_w4_split", "split"),
@@ -91,7 +97,7 @@ def _label(cand) -> str:
 
 
 def _select(cands: str | None, family: str) -> list[int]:
-    """Candidate indices (>= 1) named by --candidates (indices or DKDV_CHOICES names; None: all)."""
+    """Candidate indices (>= 1) named by --candidates (indices or the family's choice names; None: all)."""
     every = list(range(1, len(FAMILIES[family])))
     if not cands:
         return every
@@ -116,18 +122,21 @@ def _patch(family: str, cand):
     from nsa.attention.kernels.range_attn import host as tr
     from nsa.attention.kernels.selected_attn import host as ts
 
-    if isinstance(cand, str):  # a named dK/dV choice: the launcher's tile and split
-        saved_choice = tr.DKDV_CHOICE
-        if cand not in tr.DKDV_CHOICES:
-            raise ValueError(f"{family}: {cand!r} is not one of {', '.join(tr.DKDV_CHOICES)}")
-        tr.DKDV_CHOICE = cand
-        return lambda: setattr(tr, "DKDV_CHOICE", saved_choice)
+    if isinstance(cand, str):  # a named choice: dK/dV's tile and split, or the forward and dQ tiles
+        attr, choices = ("QUERY_CHOICE", tr.QUERY_CHOICES) if family == "range_q" else ("DKDV_CHOICE", tr.DKDV_CHOICES)
+        saved_choice = getattr(tr, attr)
+        if cand not in choices:
+            raise ValueError(f"{family}: {cand!r} is not one of {', '.join(choices)}")
+        setattr(tr, attr, cand)
+        return lambda: setattr(tr, attr, saved_choice)
     if family in ("range_q", "range_dkdv"):
-        name = "query_config" if family == "range_q" else "dkdv_config"
-        saved = getattr(tr, name)
+        # a tuple: the forward and dQ launches both take it (fwd_config, dq_config; query_config too)
+        names = ("query_config", "fwd_config", "dq_config") if family == "range_q" else ("dkdv_config",)
+        saved = {name: getattr(tr, name) for name in names}
         cfg = tr.LaunchConfig(*cand)
-        setattr(tr, name, lambda d_k, d_v: cfg)
-        return lambda: setattr(tr, name, saved)
+        for name in names:
+            setattr(tr, name, lambda d_k, d_v: cfg)
+        return lambda: [setattr(tr, name, fn) for name, fn in saved.items()]
     saved = ts._config
     kinds = ("bwd",) if family == "sel_bwd" else ("stats", "out")
 
@@ -153,12 +162,14 @@ def aot_report(families: list[str], candidates: str | None = None) -> list[dict]
             cand = FAMILIES[family][i]
             undo = _patch(family, cand)
             try:
-                if family.startswith("range"):
-                    want = ("range_fwd", "range_dq") if family == "range_q" else ("range_dkdv",)
-                    cfg = (triton_range.query_config if family == "range_q" else triton_range.dkdv_config)(64, 64)
+                if family == "range_q":  # aot_cases holds the launcher's forward and dQ pick: one case each
+                    cases = [c for c in triton_range.aot_cases(dims=((64, 64),))
+                             if c.name.startswith(("range_fwd[", "range_dq["))]
+                elif family == "range_dkdv":
+                    cfg = triton_range.dkdv_config(64, 64)
                     tag = (f"[BLOCK_M={cfg.block_m},BLOCK_N={cfg.block_n},warps={cfg.num_warps},"
                            f"stages={cfg.num_stages},")
-                    cases = [c for c in triton_range.aot_cases(dims=((64, 64),)) if c.name.startswith(want)
+                    cases = [c for c in triton_range.aot_cases(dims=((64, 64),)) if c.name.startswith("range_dkdv")
                              and tag in c.name]
                 else:
                     want = ("sel_bwd_kv",) if family == "sel_bwd" else ("sel_fwd_kv_stats", "sel_fwd_kv_out")
@@ -315,7 +326,8 @@ def main(argv=None) -> int:
     ap.add_argument("--aot", action="store_true", help="compile the candidates for sm_80/sm_90 (no GPU) and stop")
     ap.add_argument("--all", action="store_true", help="also time the candidates that spill (and skip the compile "
                     "check before timing)")
-    ap.add_argument("--candidates", help="indices or dK/dV choice names to compile/time (default: all)")
+    ap.add_argument("--candidates", help="indices or choice names (DKDV_CHOICES, QUERY_CHOICES) to compile/time "
+                    "(default: all)")
     ap.add_argument("--markdown", action="store_true", help="with --aot: one Markdown row per kernel and target")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))

@@ -75,3 +75,28 @@ def test_ctas_per_sm_from_registers_and_shared_memory():
     assert tune.ctas_per_sm(204, 24576, 4, 90) == (2, "registers")
     assert tune.ctas_per_sm(64, 120000, 4, 90) == (1, "shared memory")
     assert tune.ctas_per_sm(24, 1024, 4, 90) == (16, "threads")
+
+
+def test_a_named_query_choice_reaches_both_launches_and_is_undone():
+    """The range_q candidates after the tuples are QUERY_CHOICES names (the forward and the dQ tile); a tuple
+    reaches both launches too."""
+    from nsa.attention.kernels.range_attn import host as triton_range
+
+    names = tune.FAMILIES["range_q"]
+    assert [n for n in names if isinstance(n, str)] == [n for n in triton_range.QUERY_CHOICES if n != "shipped"]
+    assert tune._select("m64_bn32,bn32,1,bn32", "range_q") == [names.index("m64_bn32"), names.index("bn32"), 1]
+    with pytest.raises(ValueError, match="bn32_s3"):
+        tune._select("nope", "range_q")
+    undo = tune._patch("range_q", "m64_bn32")
+    try:
+        assert triton_range.QUERY_CHOICE == "m64_bn32"
+        assert triton_range.fwd_config(64, 64) == triton_range.dq_config(64, 64) == triton_range.LaunchConfig(64, 32, 4)
+    finally:
+        undo()
+    assert triton_range.QUERY_CHOICE == "auto" and triton_range.fwd_config(64, 64) == triton_range.LARGE_Q
+    undo = tune._patch("range_q", (64, 64, 8, 2))
+    try:
+        assert triton_range.fwd_config(64, 64) == triton_range.dq_config(64, 64) == triton_range.LaunchConfig(64, 64, 8)
+    finally:
+        undo()
+    assert triton_range.dq_config(64, 64) == triton_range.query_config(64, 64) == triton_range.LARGE_Q

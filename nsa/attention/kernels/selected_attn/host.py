@@ -73,6 +73,17 @@ Backward (one design for both forward orders; the index is built by both):
   blocks as the sparse part, merged through lse (what naive.py does). Importance-chosen blocks can be just as
   popular (attention sinks near the start), so the sparse part needs the chunking anyway; one uniform path keeps
   two kernels fewer. The band would save index entries for 3 of 16 blocks and mask work: worth measuring.
+  dQ choices (DQ_CHOICES, picked by DQ_CHOICE; "auto" = QUALIFIED_DQ, "atomic" until a GPU run qualifies another):
+  "atomic" is the above. "query" (issue 31 item 2.3: on an H100 at S = 65,536 _sel_bwd_kv took 7.59 ms against a
+  0.50 ms floor, its per-step fp32 dQ atomics the suspect) splits the backward as fla's parallel_nsa and
+  XunhaoLai/native-sparse-attention-triton do: _sel_bwd_kv with WITH_DQ = False (dK and dV only), and
+  _sel_bwd_dq_query, one program per (sequence, group, query) with the hpg heads as rows (as _sel_fwd_query),
+  walking the query's listed blocks (the forward's `blocks`, saved for backward): s = Q K^T, p = exp2(s - lse),
+  dp = dO V^T, ds = p (dp - delta), dQ += ds K, stored once in q's dtype. No atomics and no fp32 dQ buffer, but
+  two products per pair recomputed (seven instead of five), M = HPG_PAD products (mma.sync on sm_90, wgmma needs
+  64 rows), and each block's K and V re-read by every query that lists it (at S = 65,536, B 1, G 2, n_sel 16,
+  d 64: ~34 GB of mostly-L2 reads against ~3.2 GB of fp32 atomics). Which is faster is the GPU A/B's question
+  (benchmarks/bench_attention.py --sel-dq-choice; reports/aot/selected_bwd_dq.md, registers and CTAs per SM).
 
 Expected bottleneck (arithmetic only, to be checked): at S = 65,536 (B = 1, G = 2, hpg = 6, d = 64, n_sel = 16:
 2.1M pairs) the kv forward does 3.1e11 flops (< 1 ms of tensor cores) but adds 3.2 GB of fp32 atomics into the
@@ -100,6 +111,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from typing import Optional
 
 import torch
 
@@ -115,7 +127,28 @@ LOOPS = ("kv", "query")
 
 
 from nsa.attention.kernels.selected_attn.jit import (  # noqa: F401 - the jit code
-    _tile_rows, _sel_fwd_kv_stats, _sel_fwd_kv_out, _sel_fwd_query, _sel_bwd_delta, _sel_bwd_kv)
+    _tile_rows, _sel_fwd_kv_stats, _sel_fwd_kv_out, _sel_fwd_query, _sel_bwd_delta, _sel_bwd_kv, _sel_bwd_dq_query)
+
+
+# dQ choices side by side (issue 31 item 2.3; the module docstring, "Backward"). "atomic": _sel_bwd_kv adds every
+# pair's dQ term into an fp32 dQ with atomics (the shipped backward). "query": _sel_bwd_kv computes dK and dV only
+# (WITH_DQ = False) and _sel_bwd_dq_query, one program per (sequence, group, query), sums its query's dQ over the
+# listed blocks in registers and stores it once. A choice becomes QUALIFIED_DQ once a GPU run qualifies it: its
+# tests on the GPU against float64 (test_selected_dq_choices.py, test_triton_selected.py), memcheck clean, and
+# faster than the one before in an alternated A/B of the layer (benchmarks/bench_attention.py --sel-dq-choice).
+# "query" has no GPU timing yet (reports/aot/selected_bwd_dq.md: its ahead-of-time compile only).
+DQ_CHOICES = ("atomic", "query")
+QUALIFIED_DQ = "atomic"  # what "auto" picks: the choice a GPU run has qualified
+DQ_CHOICE = "auto"  # the launcher's choice: "auto" or one of DQ_CHOICES (bench_attention sets it for an A/B)
+
+
+def dq_choice() -> str:
+    """The dQ choice in effect (DQ_CHOICE, "auto" = QUALIFIED_DQ), read at each backward launch."""
+    name = QUALIFIED_DQ if DQ_CHOICE == "auto" else DQ_CHOICE
+    if name not in DQ_CHOICES:
+        raise ValueError(f"selected attention: DQ_CHOICE = {DQ_CHOICE!r}; expected 'auto' or one of "
+                         f"{', '.join(DQ_CHOICES)}")
+    return name
 
 
 # ------------------------------------------------------------------------------------------------ launch configs
@@ -154,6 +187,15 @@ def _config(kind: str, hpg: int, d_k: int, d_v: int) -> LaunchConfig:
 
 def _query_warps(d_k: int, d_v: int) -> int:
     return 4 if max(d_k, d_v) <= 64 else 8
+
+
+def _dq_query_config(l_sel: int, d_k: int, d_v: int) -> tuple[int, int]:
+    """_sel_bwd_dq_query's (BLOCK_N, num_warps), from the AOT compile (reports/aot/selected_bwd_dq.md), not from GPU
+    timings: d <= 64, 64 keys and 8 warps (with 4, hpg 6 d 64 spills 4 bytes on sm_80 under triton 3.9); d = 128,
+    32 keys and 4 warps (64 keys spill or take 255 registers)."""
+    if max(d_k, d_v) <= 64:
+        return _block_n(l_sel, 64), 8
+    return _block_n(l_sel, 32), 4
 
 
 # ------------------------------------------------------------------------------------------------ index
@@ -314,9 +356,14 @@ def _(q, k, v, blocks, l_sel, loop, bwd_tiles, index_build):
 
 @torch.library.custom_op("nsa::selected_attention_bwd", mutates_args=())
 def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-            lse: torch.Tensor, pair_t: torch.Tensor, tiles: torch.Tensor, l_sel: int,
-            bwd_tiles: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv) in the inputs' dtypes, as transposed views of [B, S, *, d] storage."""
+            lse: torch.Tensor, pair_t: torch.Tensor, tiles: torch.Tensor, l_sel: int, bwd_tiles: int,
+            blocks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) in the inputs' dtypes, as transposed views of [B, S, *, d] storage; dQ as dq_choice() says
+    ("atomic": in _sel_bwd_kv; "query": _sel_bwd_dq_query over `blocks`, the forward's block lists, which that
+    choice needs)."""
+    choice = dq_choice()
+    if choice == "query" and blocks is None:
+        raise ValueError("selected attention: the 'query' dQ choice needs the forward's blocks")
     b, h, s, d_k = q.shape
     g, d_v = k.shape[1], v.shape[-1]
     hpg, nb = h // g, _cdiv(s, l_sel)
@@ -325,7 +372,19 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     block_t = 64
     _sel_bwd_delta[(_cdiv(s, block_t), b * h)](o, do, delta, *o.stride()[:3], *do.stride()[:3], s, h, hpg,
                                                BLOCK_T=block_t, D_V=d_v, num_warps=4)
-    dq = torch.zeros(b, s, h, d_k, dtype=torch.float32, device=q.device).transpose(1, 2)
+    qk_scale, sm_scale, prec = LOG2E / math.sqrt(d_k), 1.0 / math.sqrt(d_k), dot_precision(q.dtype)
+    with_dq = choice == "atomic"
+    if with_dq:
+        dq = torch.zeros(b, s, h, d_k, dtype=torch.float32, device=q.device).transpose(1, 2)
+    else:  # every (query, head) row is stored once, in q's dtype
+        dq = torch.empty(b, s, h, d_k, dtype=q.dtype, device=q.device).transpose(1, 2)
+        blocks = blocks.to(torch.int32).contiguous()
+        dq_block_n, dq_warps = _dq_query_config(l_sel, d_k, d_v)
+        _sel_bwd_dq_query[(b * g * s,)](
+            q, k, v, do, lse, delta, blocks, dq, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            *do.stride()[:3], *dq.stride()[:3], s, g, qk_scale, sm_scale,
+            N_SEL=blocks.shape[-1], L_SEL=l_sel, HPG=hpg, HPG_PAD=_hpg_pad(hpg), BLOCK_N=dq_block_n, D_K=d_k,
+            D_V=d_v, DOT_PREC=prec, num_warps=dq_warps, num_stages=1)
     dk = torch.zeros(b, s, g, d_k, dtype=torch.float32, device=q.device).transpose(1, 2)
     dv = torch.zeros(b, s, g, d_v, dtype=torch.float32, device=q.device).transpose(1, 2)
     block_r, block_n, warps, stages = _config("bwd", hpg, d_k, d_v)
@@ -334,14 +393,14 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         q, k, v, do, lse, delta, dq, dk, dv, pair_t, tiles, n_tiles,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
         *dq.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
-        s, g, nb, LOG2E / math.sqrt(d_k), 1.0 / math.sqrt(d_k),
+        s, g, nb, qk_scale, sm_scale,
         L_SEL=l_sel, BWD_TILES=bwd_tiles, HPG=hpg, BLOCK_R=block_r, BLOCK_N=_block_n(l_sel, block_n), D_K=d_k,
-        D_V=d_v, num_warps=warps, num_stages=stages, DOT_PREC=dot_precision(q.dtype))
+        D_V=d_v, num_warps=warps, num_stages=stages, DOT_PREC=prec, WITH_DQ=with_dq)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 @_bwd_op.register_fake
-def _(do, q, k, v, o, lse, pair_t, tiles, l_sel, bwd_tiles):
+def _(do, q, k, v, o, lse, pair_t, tiles, l_sel, bwd_tiles, blocks=None):
     b, h, s, d_k = q.shape
     g, d_v = k.shape[1], v.shape[-1]
     return (q.new_empty(b, s, h, d_k).transpose(1, 2), k.new_empty(b, s, g, d_k).transpose(1, 2),
@@ -349,9 +408,10 @@ def _(do, q, k, v, o, lse, pair_t, tiles, l_sel, bwd_tiles):
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, _blocks, l_sel, _loop, bwd_tiles, _index_build = inputs
+    q, k, v, blocks, l_sel, _loop, bwd_tiles, _index_build = inputs
     o, lse, pair_t, tiles = output
-    ctx.save_for_backward(q, k, v, o, lse, pair_t, tiles)
+    # blocks: the "query" dQ choice walks each query's list (dq_choice() is read when the backward launches)
+    ctx.save_for_backward(q, k, v, o, lse, pair_t, tiles, blocks)
     ctx.l_sel, ctx.bwd_tiles = l_sel, bwd_tiles
     # lse and the index tables carry no gradient: autograd would otherwise fill a zero tensor for each of them
     # (three launches per step); with materialisation off, an unused output's gradient arrives as None
@@ -362,9 +422,9 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, do, _dlse, _dpair_t, _dtiles):
     if do is None:  # o took no part in the loss
         return None, None, None, None, None, None, None, None
-    q, k, v, o, lse, pair_t, tiles = ctx.saved_tensors
+    q, k, v, o, lse, pair_t, tiles, blocks = ctx.saved_tensors
     dq, dk, dv = torch.ops.nsa.selected_attention_bwd(do, q, k, v, o, lse, pair_t, tiles, ctx.l_sel,
-                                                      ctx.bwd_tiles)
+                                                      ctx.bwd_tiles, blocks)
     return dq, dk, dv, None, None, None, None, None
 
 
@@ -380,6 +440,7 @@ def selected_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks
     inverted index's build, "auto", "torch" or "triton" (common.index_build; NSAConfig.index_build).
     """
     _check(q, k, v, blocks, l_sel, loop, bwd_tiles)
+    dq_choice()  # an unknown DQ_CHOICE fails here, before the forward runs
     build = resolve_index_build(index_build)
     return torch.ops.nsa.selected_attention_fwd(q, k, v, blocks, l_sel, loop, bwd_tiles, build)[0]
 
@@ -388,17 +449,40 @@ def selected_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks
 AOT_HPG = (1, 6, 16, 32)  # heads per group compiled ahead of time (HPG is a compile-time constant)
 
 
+def _aot_case(label, fn, ptrs, consts, warps, stages, tensor_cores=True):
+    sig = {}
+    for n in inspect.signature(fn.fn).parameters:
+        sig[n] = ptrs.get(n) or ("constexpr" if n in consts else "fp32" if n.endswith("scale") else "i32")
+    return AotCase(label, fn, sig, consts, warps, stages, tensor_cores)
+
+
+def bwd_aot_cases(hpg: int, d: int, choice: str) -> list:
+    """The backward's dQ-carrying kernels of one dQ choice (DQ_CHOICES) at l_sel = 64, n_sel = 16, bf16: "atomic",
+    _sel_bwd_kv with dQ; "query", _sel_bwd_kv without it and _sel_bwd_dq_query (reports/aot/selected_bwd_dq.md)."""
+    bf, f32, i32 = "*bf16", "*fp32", "*i32"
+    r, n, w, st = _config("bwd", hpg, d, d)
+    with_dq = choice == "atomic"
+    kv = _aot_case(f"sel_bwd_kv[hpg={hpg},d={d},BLOCK_R={r},BLOCK_N={n}{'' if with_dq else ',WITH_DQ=False'}]",
+                   _sel_bwd_kv, {"Q": bf, "K": bf, "V": bf, "DO": bf, "LSE": f32, "DELTA": f32, "DQ": f32, "DK": f32,
+                                 "DV": f32, "PAIR_T": i32, "TILES": i32},
+                   {"L_SEL": 64, "BWD_TILES": BWD_TILES, "HPG": hpg, "BLOCK_R": r, "BLOCK_N": n, "D_K": d, "D_V": d,
+                    "DOT_PREC": "tf32", "WITH_DQ": with_dq}, w, st)
+    if with_dq:
+        return [kv]
+    bn, w = _dq_query_config(64, d, d)
+    dq = _aot_case(f"sel_bwd_dq_query[hpg={hpg},d={d},HPG_PAD={_hpg_pad(hpg)},BLOCK_N={bn}]", _sel_bwd_dq_query,
+                   {"Q": bf, "K": bf, "V": bf, "DO": bf, "LSE": f32, "DELTA": f32, "BLOCKS": i32, "DQ": bf},
+                   {"N_SEL": 16, "L_SEL": 64, "HPG": hpg, "HPG_PAD": _hpg_pad(hpg), "BLOCK_N": bn, "D_K": d,
+                    "D_V": d, "DOT_PREC": "tf32"}, w, 1)
+    return [kv, dq]
+
+
 def aot_cases():
     """Every kernel at every configuration the launcher picks for l_sel = 64 (BLOCK_N = 64), bf16: each d with
-    the model's hpg = 6, and the other hpg values (they change the row tiling) at d = 64."""
+    the model's hpg = 6, and the other hpg values (they change the row tiling) at d = 64; the "query" dQ choice's
+    kernels at the m7c shape alone (hpg = 6, d = 64; other shapes: bwd_aot_cases)."""
     bf, f32, i32 = "*bf16", "*fp32", "*i32"
-
-    def case(label, fn, ptrs, consts, warps, stages, tensor_cores=True):
-        sig = {}
-        for n in inspect.signature(fn.fn).parameters:
-            sig[n] = ptrs.get(n) or ("constexpr" if n in consts else "fp32" if n.endswith("scale") else "i32")
-        return AotCase(label, fn, sig, consts, warps, stages, tensor_cores)
-
+    case = _aot_case
     cases = []
     for d in (32, 64, 128):
         for hpg in (AOT_HPG if d == 64 else (6,)):
@@ -418,12 +502,9 @@ def aot_cases():
                               {"N_SEL": 16, "L_SEL": 64, "HPG": hpg, "HPG_PAD": _hpg_pad(hpg), "BLOCK_N": 64,
                                "D_K": d, "D_V": d, "DOT_PREC": "tf32"},
                               _query_warps(d, d), 1))
-            r, n, w, st = _config("bwd", hpg, d, d)
-            cases.append(case(f"sel_bwd_kv[hpg={hpg},d={d},BLOCK_R={r},BLOCK_N={n}]", _sel_bwd_kv,
-                              {"Q": bf, "K": bf, "V": bf, "DO": bf, "LSE": f32, "DELTA": f32, "DQ": f32, "DK": f32,
-                               "DV": f32, "PAIR_T": i32, "TILES": i32},
-                              {"L_SEL": 64, "BWD_TILES": BWD_TILES, "HPG": hpg, "BLOCK_R": r, "BLOCK_N": n,
-                               "D_K": d, "D_V": d, "DOT_PREC": "tf32"}, w, st))
+            cases += bwd_aot_cases(hpg, d, "atomic")
+            if (hpg, d) == (6, 64):
+                cases += bwd_aot_cases(hpg, d, "query")
         cases.append(case(f"sel_bwd_delta[d={d}]", _sel_bwd_delta, {"O": bf, "DO": bf, "DELTA": f32},
                           {"BLOCK_T": 64, "D_V": d}, 4, 1, tensor_cores=False))
     return cases

@@ -177,7 +177,10 @@ def _sel_bwd_kv(Q, K, V, DO, LSE, DELTA, DQ, DK, DV, PAIR_T, TILES, n_tiles,
                 S, G, NB, qk_scale, sm_scale,
                 L_SEL: tl.constexpr, BWD_TILES: tl.constexpr, HPG: tl.constexpr, BLOCK_R: tl.constexpr,
                 BLOCK_N: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr,
-                DOT_PREC: tl.constexpr):
+                DOT_PREC: tl.constexpr, WITH_DQ: tl.constexpr = True):
+    """dK, dV (and with WITH_DQ each pair's dQ term, by fp32 atomics into DQ) of one chunk of one key block.
+    WITH_DQ = False (the "query" dQ choice, host.DQ_CHOICES): dK and dV only; _sel_bwd_dq_query writes dQ and DQ
+    is not touched."""
     pid = tl.program_id(0)
     count = tl.load(TILES + 2 * n_tiles + pid)
     if count > 0:
@@ -224,10 +227,62 @@ def _sel_bwd_kv(Q, K, V, DO, LSE, DELTA, DQ, DK, DV, PAIR_T, TILES, n_tiles,
                     dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
                     ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
                     dk_acc += tl.dot(ds_t, q, input_precision=DOT_PREC)
-                    dq = tl.dot(tl.trans(ds_t), k, input_precision=DOT_PREC) * sm_scale
-                    tl.atomic_add(dq_base + (t * sdq_s + h * sdq_h)[:, None] + offs_dk[None, :], dq,
-                                  mask=valid[:, None], sem="relaxed")
+                    if WITH_DQ:
+                        dq = tl.dot(tl.trans(ds_t), k, input_precision=DOT_PREC) * sm_scale
+                        tl.atomic_add(dq_base + (t * sdq_s + h * sdq_h)[:, None] + offs_dk[None, :], dq,
+                                      mask=valid[:, None], sem="relaxed")
             tl.atomic_add(DK + b64 * sdk_b + g * sdk_g + kpos[:, None] * sdk_s + offs_dk[None, :], dk_acc * sm_scale,
                           mask=kmask[:, None], sem="relaxed")
             tl.atomic_add(DV + b64 * sdv_b + g * sdv_g + kpos[:, None] * sdv_s + offs_dv[None, :], dv_acc,
                           mask=kmask[:, None], sem="relaxed")
+
+
+@triton.jit
+def _sel_bwd_dq_query(Q, K, V, DO, LSE, DELTA, BLOCKS, DQ,
+                      sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, sdo_b, sdo_h, sdo_s,
+                      sdq_b, sdq_h, sdq_s,
+                      S, G, qk_scale, sm_scale,
+                      N_SEL: tl.constexpr, L_SEL: tl.constexpr, HPG: tl.constexpr, HPG_PAD: tl.constexpr,
+                      BLOCK_N: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr, DOT_PREC: tl.constexpr):
+    """dQ of one (sequence, group, query) over its listed blocks, query-outer (the "query" dQ choice): the group's
+    hpg heads are the rows (padded to HPG_PAD, as _sel_fwd_query); per block p = exp2(s - lse) from the forward's
+    lse, dp = dO V^T, ds = p (dp - delta), dQ += ds K in registers; one store of dQ in its dtype, no atomics (the
+    program holds every term of its query's dQ). Keys p > t are masked (only the own block, or a block past the
+    query, has any); a listed block is walked once per listing."""
+    pid = tl.program_id(0)  # (b*G + g)*S + t
+    bg = pid // S
+    t = pid - bg * S
+    b = bg // G
+    g = bg - b * G
+    hh = tl.arange(0, HPG_PAD)
+    hvalid = hh < HPG
+    h = g * HPG + hh
+    offs_dk = tl.arange(0, D_K)
+    offs_dv = tl.arange(0, D_V)
+    b64 = b.to(tl.int64)
+    q = tl.load(Q + b64 * sq_b + t * sq_s + (h * sq_h)[:, None] + offs_dk[None, :], mask=hvalid[:, None], other=0.0)
+    do = tl.load(DO + b64 * sdo_b + t * sdo_s + (h * sdo_h)[:, None] + offs_dv[None, :], mask=hvalid[:, None],
+                 other=0.0)
+    row = pid.to(tl.int64) * HPG + hh
+    lse = tl.load(LSE + row, mask=hvalid, other=0.0)
+    delta = tl.load(DELTA + row, mask=hvalid, other=0.0)
+    k_base = K + b64 * sk_b + g * sk_g
+    v_base = V + b64 * sv_b + g * sv_g
+    acc = tl.zeros([HPG_PAD, D_K], tl.float32)
+    for slot in range(N_SEL):
+        j = tl.load(BLOCKS + pid.to(tl.int64) * N_SEL + slot)
+        if j >= 0:
+            for n0 in range(0, L_SEL, BLOCK_N):
+                offs_n = n0 + tl.arange(0, BLOCK_N)
+                kpos = j * L_SEL + offs_n
+                kmask = (offs_n < L_SEL) & (kpos <= t)
+                k = tl.load(k_base + kpos[:, None] * sk_s + offs_dk[None, :], mask=kmask[:, None], other=0.0)
+                v = tl.load(v_base + kpos[:, None] * sv_s + offs_dv[None, :], mask=kmask[:, None], other=0.0)
+                s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
+                allowed = hvalid[:, None] & kmask[None, :]
+                p = tl.exp2(tl.where(allowed, s - lse[:, None], float("-inf")))
+                dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
+                ds = (p * (dp - delta[:, None])).to(k.dtype)
+                acc += tl.dot(ds, k, input_precision=DOT_PREC)
+    tl.store(DQ + b64 * sdq_b + t * sdq_s + (h * sdq_h)[:, None] + offs_dk[None, :],
+             (acc * sm_scale).to(DQ.dtype.element_ty), mask=hvalid[:, None])

@@ -1,0 +1,208 @@
+"""The selected branch's dQ choices side by side (nsa.attention.kernels.selected_attn.host.DQ_CHOICES): "atomic"
+(the KV-block-outer _sel_bwd_kv adds each pair's dQ term with fp32 atomics) and "query" (_sel_bwd_kv computes dK/dV
+only; _sel_bwd_dq_query walks each query's listed blocks and stores its dQ once). Every choice's o, dq, dk, dv
+against an independent float64 dense reference with an explicit mask: the keys p <= t of the listed blocks, a block
+counted as often as it is listed (a repeated block weighs twice in the softmax, which is what both choices compute,
+see host.py's docstring), a block past the query masked whole.
+
+Without a GPU the kernels run in Triton's interpreter (fp32, small shapes, tight tolerances); with one, natively in
+bf16, each tensor judged by triton_test_utils.assert_within_torch_error with the same reference evaluated in bf16
+as the scale of the rule.
+"""
+
+import math
+
+import pytest
+import torch
+
+from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, assert_within_torch_error, needs_triton
+
+from nsa.attention.selection import choose_blocks
+
+if HAVE_TRITON:
+    from nsa.attention.kernels.selected_attn import host as ts
+
+# a block past its query has no key: the kv forward's per-block log-sum-exp is log2(0) = -inf there, by design
+pytestmark = [needs_triton, pytest.mark.filterwarnings("ignore:divide by zero encountered in log2")]
+
+DTYPE = torch.bfloat16 if ON_GPU else torch.float32
+TOL = 3e-2 if ON_GPU else 2e-5  # |got - want| <= TOL * max|want| + TOL per tensor (the interpreter's fp32)
+CHOICES = ("atomic", "query")
+
+
+def _inputs(b, h, g, s, d, seed):
+    gen = torch.Generator().manual_seed(seed)
+    # transposed views of [B, S, heads, d] storage, as the layer's projections lay them out
+    q, k, v = (torch.randn(b, s, n, d, generator=gen).transpose(1, 2) for n in (h, g, g))
+    do = torch.randn(b, h, s, d, generator=gen)
+    return [t.to(KERNEL_DEVICE, DTYPE) for t in (q, k, v, do)]
+
+
+def _blocks(b, g, s, l_sel, n_sel, seed, edits=()):
+    """choose_blocks on random importance (block 0, the previous and the own block forced; -1 padding), then
+    `edits`: (t, slot, block) entries written into every (sequence, group)'s list of query t."""
+    gen = torch.Generator().manual_seed(seed)
+    nb = -(-s // l_sel)
+    blocks = choose_blocks(torch.rand(b, g, s, nb, generator=gen), torch.arange(s), n_sel, l_sel).clone()
+    for t, slot, block in edits:
+        assert (blocks[:, :, t, slot] == -1).all(), (t, slot)  # an empty slot: the other listings stay
+        blocks[:, :, t, slot] = block
+    return blocks.to(KERNEL_DEVICE)
+
+
+def _reference(q, k, v, blocks, l_sel, dtype):
+    """softmax(q k^T / sqrt(d) + log(count)) v in `dtype`, count[t, p] = how often key p's block is listed for
+    query t, 0 where p > t; a query with no key gets 0."""
+    h, s, d = q.shape[1], q.shape[2], q.shape[3]
+    hpg = h // k.shape[1]
+    pos = torch.arange(s, device=q.device)
+    listed = blocks.long()[..., :, None] == (pos // l_sel)[None, None, None, None, :]  # [B, G, t, slot, p]
+    count = listed.sum(-2) * (pos[None, :] <= pos[:, None])  # [B, G, t, p]
+    count = count.repeat_interleave(hpg, dim=1).to(dtype)
+    q, k, v = q.to(dtype), k.to(dtype).repeat_interleave(hpg, dim=1), v.to(dtype).repeat_interleave(hpg, dim=1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(d) + torch.log(count)
+    has = (count > 0).any(-1, keepdim=True)
+    p = torch.softmax(torch.where(has, scores, torch.zeros_like(scores)), dim=-1) * has
+    return p @ v
+
+
+def _grads(fn, q, k, v, do, dtype=None):
+    leaves = [t.detach().to(dtype or t.dtype).requires_grad_() for t in (q, k, v)]
+    out = fn(*leaves)
+    return out, leaves
+
+
+def _close(what, got, want, low):
+    assert torch.isfinite(got).all(), f"{what}: not finite"
+    if ON_GPU:
+        assert_within_torch_error(what, got, want, low)
+        return
+    got, want = got.double(), want.double()
+    err = (got - want).abs().max().item()
+    bound = TOL * want.abs().max().item() + TOL
+    assert err <= bound, f"{what}: max error {err:.3g} > {bound:.3g}"
+
+
+def _check(b, h, g, s, d, l_sel, n_sel, seed, edits=(), loop="kv", bwd_tiles=2):
+    q, k, v, do = _inputs(b, h, g, s, d, seed)
+    blocks = _blocks(b, g, s, l_sel, n_sel, seed + 1, edits)
+    refs = {}
+    for dtype in (torch.float64, DTYPE):
+        out, leaves = _grads(lambda *x: _reference(*x, blocks, l_sel, x[0].dtype), q, k, v, do, dtype)
+        refs[dtype] = (out, torch.autograd.grad(out, leaves, do.to(dtype)))
+    (want, want_grads), (low, low_grads) = refs[torch.float64], refs[DTYPE]
+    # one forward; each backward reads the dQ choice when it launches
+    out, leaves = _grads(lambda *x: ts.selected_attention(*x, blocks, l_sel, loop=loop, bwd_tiles=bwd_tiles), q, k,
+                         v, do)
+    _close(f"{loop}: o", out, want, low)
+    got = {}
+    for choice in CHOICES:
+        ts.DQ_CHOICE = choice
+        got[choice] = torch.autograd.grad(out, leaves, do, retain_graph=True)
+        for name, x, w, lo in zip(("dq", "dk", "dv"), got[choice], want_grads, low_grads):
+            assert x.shape == w.shape and x.dtype == DTYPE
+            _close(f"{loop}, {choice}: {name}", x, w, lo)
+    if not ON_GPU:  # the same terms summed in another order: the choices agree to fp32 rounding
+        for name, a, c in zip(("dq", "dk", "dv"), got["atomic"], got["query"]):
+            assert (a - c).abs().max().item() <= 1e-5 * (1.0 + a.abs().max().item()), name
+
+
+@pytest.fixture(autouse=True)
+def _restore_choice():
+    yield
+    ts.DQ_CHOICE = "auto"
+
+
+# (b, h, g, s, d, l_sel, n_sel, seed, edits): S not a multiple of l_sel; edits put a repeated block (the own one,
+# partly masked, or block 0) and a block past the query (masked whole) into -1 slots of some queries' lists.
+CI_CASES = [
+    pytest.param(1, 3, 1, 40, 32, 16, 4, 0, ((36, 3, 2), (20, 3, 2), (9, 2, 0)), id="hpg3-S40-dup-past"),
+    pytest.param(1, 2, 2, 37, 32, 8, 3, 3, ((12, 2, 0), (5, 1, 3)), id="hpg1-G2-S37-dup0-past"),
+]
+
+
+@pytest.mark.parametrize("b,h,g,s,d,l_sel,n_sel,seed,edits", CI_CASES)
+def test_every_dq_choice_matches_float64(b, h, g, s, d, l_sel, n_sel, seed, edits):
+    _check(b, h, g, s, d, l_sel, n_sel, seed, edits)
+
+
+def test_query_dq_after_the_query_outer_forward():
+    """The query-outer forward writes lse itself (_sel_fwd_query); the dQ pass reads it in the same layout."""
+    _check(1, 6, 1, 24, 16, 8, 3, 7, ((10, 2, 2),), loop="query")
+
+
+SLOW_CASES = [
+    pytest.param(2, 12, 2, 70, 64, 16, 5, 11, ((33, 3, 2), (33, 4, 3)), 1, id="hpg6-B2-d64-chunk1"),
+    pytest.param(1, 16, 1, 90, 32, 64, 3, 12, ((10, 1, 0), (10, 2, 1)), 3, id="hpg16-l_sel64"),
+    pytest.param(1, 2, 1, 150, 16, 128, 2, 13, (), 8, id="hpg2-l_sel128-stepped"),
+    pytest.param(1, 4, 2, 40, 128, 8, 6, 14, ((39, 5, 4),), 2, id="hpg2-d128"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("b,h,g,s,d,l_sel,n_sel,seed,edits,bwd_tiles", SLOW_CASES)
+def test_every_dq_choice_matches_float64_more_shapes(b, h, g, s, d, l_sel, n_sel, seed, edits, bwd_tiles):
+    _check(b, h, g, s, d, l_sel, n_sel, seed, edits, bwd_tiles=bwd_tiles)
+
+
+# ------------------------------------------------------------------------------------------------ the choice itself
+def test_auto_is_the_qualified_choice_and_an_unknown_name_is_refused():
+    assert ts.DQ_CHOICES == CHOICES and ts.QUALIFIED_DQ in CHOICES
+    assert ts.DQ_CHOICE == "auto" and ts.dq_choice() == ts.QUALIFIED_DQ
+    ts.DQ_CHOICE = "query"
+    assert ts.dq_choice() == "query"
+    ts.DQ_CHOICE = "rows"
+    with pytest.raises(ValueError, match="DQ_CHOICE = 'rows'; expected 'auto' or one of atomic, query"):
+        ts.dq_choice()
+    q, k, v, _ = _inputs(1, 2, 1, 16, 16, 0)
+    with pytest.raises(ValueError, match="DQ_CHOICE"):  # before the forward runs
+        ts.selected_attention(q, k, v, _blocks(1, 1, 16, 8, 2, 1), 8)
+
+
+class _Recorder:
+    """Stands in for a @triton.jit kernel: kernel[grid](*args, **kwargs) records its name and keyword arguments."""
+
+    def __init__(self, name, calls):
+        self.name, self.calls = name, calls
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append((self.name, kwargs))
+
+
+@pytest.mark.parametrize("choice", CHOICES)
+def test_each_choice_launches_its_kernels(monkeypatch, choice):
+    """"atomic": _sel_bwd_kv with WITH_DQ; "query": _sel_bwd_dq_query, then _sel_bwd_kv without dQ; every product
+    at the launch's precision. The query choice needs the forward's blocks (nothing launched here)."""
+    calls = []
+    for name in ("_sel_bwd_delta", "_sel_bwd_kv", "_sel_bwd_dq_query"):
+        monkeypatch.setattr(ts, name, _Recorder(name, calls))
+    ts.DQ_CHOICE = choice
+    b, h, g, s, d, l_sel = 1, 4, 2, 32, 16, 8
+    q, k, v, do = (torch.randn(b, s, n, d).transpose(1, 2) for n in (h, g, g, h))
+    blocks = _blocks(b, g, s, l_sel, 3, 0).cpu()
+    lse = torch.zeros(b, g, s, h // g)
+    _, _, pair_t, tiles = ts._build_index(blocks.to(torch.int32).contiguous(), l_sel, 4, 8, "torch")
+    dq, dk, dv = ts._bwd_op(do, q, k, v, do, lse, pair_t, tiles, l_sel, 2, blocks)
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+    names = [n for n, _ in calls]
+    kw = dict(calls)
+    if choice == "query":
+        assert names == ["_sel_bwd_delta", "_sel_bwd_dq_query", "_sel_bwd_kv"]
+        assert kw["_sel_bwd_dq_query"]["N_SEL"] == 3 and kw["_sel_bwd_dq_query"]["HPG_PAD"] == 16
+        assert kw["_sel_bwd_kv"]["WITH_DQ"] is False
+        with pytest.raises(ValueError, match="needs the forward's blocks"):
+            ts._bwd_op(do, q, k, v, do, lse, pair_t, tiles, l_sel, 2)
+    else:
+        assert names == ["_sel_bwd_delta", "_sel_bwd_kv"] and kw["_sel_bwd_kv"]["WITH_DQ"] is True
+    assert all(kw[n]["DOT_PREC"] for n in names if n != "_sel_bwd_delta")
+
+
+def test_backward_op_with_blocks_opcheck():
+    """The backward op's schema and fake registration with the blocks argument, under the query choice."""
+    ts.DQ_CHOICE = "query"
+    q, k, v, do = _inputs(1, 4, 2, 24, 16, seed=1)
+    blocks = _blocks(1, 2, 24, 8, 3, 2)
+    o, lse, pair_t, tiles = torch.ops.nsa.selected_attention_fwd(q, k, v, blocks, 8, "kv", 2, "torch")
+    torch.library.opcheck(torch.ops.nsa.selected_attention_bwd.default,
+                          (do, q, k, v, o, lse, pair_t, tiles, 8, 2, blocks), test_utils=("test_schema",
+                                                                                          "test_faketensor"))

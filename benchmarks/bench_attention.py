@@ -116,9 +116,17 @@ def timed_passes(one, warmup: int, repeats: int, before_timing=lambda: None, slo
 
 def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: str, repeats: int,
              warmup: int, index_build: str = "auto", batch: int = 1, dkdv_choice: str = "auto",
-             topk_choice: str = "auto", query_choice: str = "auto") -> dict:
+             topk_choice: str = "auto", query_choice: str = "auto", sel_dq_choice: str = "auto") -> dict:
     """Measure one case in this process; returns a JSON-able dict."""
     import torch
+
+    if path == "nsa-triton" and sel_dq_choice != "auto":  # the selected backward's dQ: atomic or query (an A/B)
+        from nsa.attention.kernels.selected_attn import host as selected_host
+
+        if sel_dq_choice not in selected_host.DQ_CHOICES:
+            raise SystemExit(f"--sel-dq-choice {sel_dq_choice!r}: expected auto or one of "
+                             f"{', '.join(selected_host.DQ_CHOICES)}")
+        selected_host.DQ_CHOICE = sel_dq_choice
 
     if path == "nsa-triton" and dkdv_choice != "auto":  # the range kernels' dK/dV launch choice (an A/B)
         from nsa.attention.kernels.range_attn import host as range_host
@@ -205,6 +213,9 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
             range_host.DKDV_CHOICE
         extra["query_choice"] = range_host.QUALIFIED_QUERY if range_host.QUERY_CHOICE == "auto" else \
             range_host.QUERY_CHOICE
+        from nsa.attention.kernels.selected_attn import host as selected_host
+
+        extra["sel_dq_choice"] = selected_host.dq_choice()
     if path != "dense":
         from nsa.attention import selection
 
@@ -220,7 +231,8 @@ def spawn(path: str, seq_len: int, args) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--case", path, "--seq-lens", str(seq_len),
            "--device", args.device, "--dtype", args.dtype, "--shape", args.shape, "--repeats", str(args.repeats),
            "--warmup", str(args.warmup), "--index-build", args.index_build, "--batch", str(args.batch),
-           "--dkdv-choice", args.dkdv_choice, "--topk-choice", args.topk_choice, "--query-choice", args.query_choice]
+           "--dkdv-choice", args.dkdv_choice, "--topk-choice", args.topk_choice, "--query-choice", args.query_choice,
+           "--sel-dq-choice", args.sel_dq_choice]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -309,6 +321,10 @@ def main(argv=None) -> int:
     ap.add_argument("--query-choice", default="auto",
                     help="nsa-triton: the range kernels' forward / dQ launch choice (range_attn.host.QUERY_CHOICES; "
                          "auto: the qualified one), for an A/B of a choice against another")
+    ap.add_argument("--sel-dq-choice", default="auto",
+                    help="nsa-triton: the selected branch's backward dQ (selected_attn.host.DQ_CHOICES: atomic, the "
+                         "KV-outer kernel's fp32 atomics, or query, a query-outer pass; auto: the qualified one), for "
+                         "an A/B")
     ap.add_argument("--topk-choice", default="auto",
                     help="NSA paths: the selection's top-n_sel (nsa.attention.selection.TOPK_CHOICES: sort, the full "
                          "sort, or topk, packed keys; auto: the qualified one), for an A/B")
@@ -328,7 +344,7 @@ def main(argv=None) -> int:
     if args.case:
         print(json.dumps(run_case(args.case, args.shape, seq_lens[0], args.device, args.dtype, args.repeats,
                                   args.warmup, args.index_build, args.batch, args.dkdv_choice, args.topk_choice,
-                                  args.query_choice)))
+                                  args.query_choice, sel_dq_choice=args.sel_dq_choice)))
         return 0
     if args.quick:
         seq_lens = [512, 1024, 2048]

@@ -47,7 +47,7 @@ from validation.kinds.blocks import Block, Bullets, Heading, Pairs, Paragraph
 from validation.formatting import NA, as_dict, finite, fmt_duration, fmt_gb, fmt_num, fmt_pct, fmt_rate, plural
 from validation.launch import telemetry
 from validation.results.codec import decode
-from validation.results.trainer_launch import Gauge, LaunchMetrics, Problem, Startup, Telemetry
+from validation.results.trainer_launch import Gauge, LaunchMetrics, Problem, RunContext, Startup, Telemetry, Window
 
 INIT_GROWTH_FACTOR = 2.0
 RATIO_MIN_S = 0.5  # init times below this are shown side by side, never as a ratio
@@ -133,7 +133,7 @@ def training_period(startup: dict[str, Any], steps: list[int], step_times: list[
     return (start, ends[last]) if start is not None else None
 
 
-def telemetry_metrics(step_dir: Path, startup: dict[str, Any], read, window: dict[str, Any],
+def telemetry_metrics(step_dir: Path, startup: dict[str, Any], read, window: Window,
                       context: dict[str, Any]) -> dict[str, Any]:
     """Telemetry metrics of one launch (see the module docstring); {} without a telemetry file."""
     rows = contracts.read_telemetry(step_dir)
@@ -144,9 +144,9 @@ def telemetry_metrics(step_dir: Path, startup: dict[str, Any], read, window: dic
     if frame is not None and not frame.empty and "step_time_s" in frame.columns:
         period = training_period(startup, [int(s) for s in frame["step"].to_list()],
                                  [float(x) for x in frame["step_time_s"].to_list()],
-                                 window.get("first_step"), window.get("last_step"))
+                                 window.first_step, window.last_step)
         if period is not None:
-            what = f"the statistics window, steps {window['first_step']}-{window['last_step']}"
+            what = f"the statistics window, steps {window.first_step}-{window.last_step}"
     on_gpu = not str(context.get("device") or "").lower().startswith("cpu")  # a CPU run on a GPU node: no GPU
     t = telemetry.summarize(rows, *(period or (None, None)), use_gpus=on_gpu)
     if t["samples"] == 0 and period is not None:  # a window shorter than one sample: a second either side
@@ -183,13 +183,14 @@ def earlier_startups(results: dict[str, Any], exclude_csv: str | None) -> list[t
 
 def launch_metrics(ctx, spec, out_dir: Path, read, m: dict[str, Any]) -> dict[str, Any]:
     """Everything above for one trainer launch, given its training.csv summary `m` (validation.analysis.metrics)."""
-    context = as_dict(m.get("context"))
-    startup = startup_metrics(contracts.read_timeline(out_dir), context.get("n_params"))
+    so_far = decode(LaunchMetrics, m, "metrics")
+    context = so_far.context or RunContext()
+    startup = startup_metrics(contracts.read_timeline(out_dir), context.n_params)
     if startup and "problem" not in startup:
-        startup["init_growth"] = init_growth(startup, earlier_startups(ctx.results, m.get("csv")))
+        startup["init_growth"] = init_growth(startup, earlier_startups(ctx.results, so_far.csv))
     out = {"summary": summary_metrics(contracts.read_summary(out_dir)), "startup": startup,
            "time_to_first_step_s": startup.get("time_to_first_step_s")}
-    out.update(telemetry_metrics(Path(spec.step_dir), startup, read, as_dict(m.get("window")), context))
+    out.update(telemetry_metrics(Path(spec.step_dir), startup, read, so_far.window, as_dict(m.get("context"))))
     return out
 
 

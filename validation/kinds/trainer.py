@@ -166,12 +166,13 @@ def collect(ctx, step: Step, spec: LaunchSpec, lr) -> tuple[str, str | None, dic
     m["csv"] = ctx.rel(out_dir / TRAINING_CSV)
     env = contracts.read_env_json(out_dir)
     m["context"] = contracts.run_context(env)
-    m["tflops_per_s"] = metrics.model_tflops(m["context"].get("flops_per_token"),
-                                             (m.get("toks_per_s") or {}).get("mean"))
-    m.update(_node_metrics(ctx, spec, lr, env, m))
+    so_far = decode(LaunchMetrics, m, "metrics")
+    mean = (so_far.toks_per_s or Stat()).mean
+    m["tflops_per_s"] = metrics.model_tflops((so_far.context or RunContext()).flops_per_token, mean)
+    m.update(_node_metrics(ctx, spec, lr, env, mean))
     m.update(train_report.launch_metrics(ctx, spec, out_dir, read, m))  # summary, startup, telemetry
     trainer_status = contracts.read_status_json(out_dir) or {}
-    m["trainer_status"] = trainer_status.get("status")
+    ended = m["trainer_status"] = trainer_status.get("status")
     m["compression"] = contracts.ddp_compression(env)
     audit = contracts.read_sdpa_audit(out_dir)
     if audit:
@@ -181,20 +182,20 @@ def collect(ctx, step: Step, spec: LaunchSpec, lr) -> tuple[str, str | None, dic
                            "by_site": audit.get("by_site", [])}
     if lr.status != "ok":
         return lr.status, lr.reason, m
-    if m["trainer_status"] != "completed":
-        return "failed", f"trainer ended {m['trainer_status']}: {trainer_status.get('reason')}", m
+    if ended != "completed":
+        return "failed", f"trainer ended {ended}: {trainer_status.get('reason')}", m
     return csv_verdict(m, trainer_status.get("step"))
 
 
-def _node_metrics(ctx, spec: LaunchSpec, lr, env: dict, m: dict) -> dict:
-    """Launcher, nodes (from the trainer's env.json: every node of the job), per-node throughput; every node's
-    record (host, GPUs, NCCL/IB/Slurm environment) is added to the run's environment["nodes"]."""
+def _node_metrics(ctx, spec: LaunchSpec, lr, env: dict, mean: Any) -> dict:
+    """Launcher, nodes (from the trainer's env.json: every node of the job), per-node throughput (`mean`: the
+    window's mean tokens/s, all nodes); every node's record (host, GPUs, NCCL/IB/Slurm environment) is added to the
+    run's environment["nodes"]."""
     nodes = env.get("nodes") or []
     known = ctx.results["environment"].setdefault("nodes", {})
     for node in nodes:
         if isinstance(node, dict) and node.get("node"):
             known.setdefault(str(node["node"]), {}).update({k: node.get(k) for k in ("host", "gpus", "env")})
-    mean = (m.get("toks_per_s") or {}).get("mean")
     return {"launcher": spec.launcher, "nnodes": spec.nnodes,
             "nodes": [str(n.get("node")) for n in nodes if isinstance(n, dict)] or list(lr.nodes),
             "slurm_job": lr.job_id,
@@ -321,22 +322,23 @@ def csv_verdict(m: dict, trainer_steps: Any) -> tuple[str, str | None, dict]:
     row: the numbers around it cannot be trusted either), and a file that ends before the trainer's last step
     by more than a cut-off last line (rows were lost). A last line cut off mid-row, what a writer killed while
     writing leaves, passes with that said in the reason."""
-    if m["status"] not in USABLE_STATUSES:
-        reason = str(m.get("reason"))
-        if reason.startswith(f"{m['status']}: "):  # "missing: /path" -> "training.csv missing: /path"
-            reason = reason[len(m["status"]) + 2:]
-        return "failed", f"training.csv {m['status']}: {reason}", m
-    dropped, cut = m.get("dropped_rows") or 0, bool(m.get("cut_last_line"))
+    csv = decode(LaunchMetrics, m, "metrics")
+    if csv.status not in USABLE_STATUSES:
+        reason = str(csv.reason)
+        if reason.startswith(f"{csv.status}: "):  # "missing: /path" -> "training.csv missing: /path"
+            reason = reason[len(str(csv.status)) + 2:]
+        return "failed", f"training.csv {csv.status}: {reason}", m
+    dropped, cut = csv.dropped_rows or 0, bool(csv.cut_last_line)
     if dropped > (1 if cut else 0):
         return "failed", (f"training.csv damaged: {dropped} unparseable row(s) left out (first at "
-                          f"{m.get('first_bad_row')})"), m
-    last = m.get("last_step")
+                          f"{csv.first_bad_row})"), m
+    last = csv.last_step
     if isinstance(trainer_steps, int) and last is not None and last + (1 if cut else 0) < trainer_steps:
         return "failed", (f"training.csv ends at step {last} but the trainer completed step {trainer_steps}: "
                           f"{trainer_steps - last - (1 if cut else 0)} row(s) lost"), m
     if cut:
         return "passed", (f"training.csv: the last line was cut off mid-row and left out (1 row); statistics use "
-                          f"steps {m['window']['first_step']}-{m['window']['last_step']}"), m
+                          f"steps {csv.window.first_step}-{csv.window.last_step}"), m
     return "passed", None, m
 
 

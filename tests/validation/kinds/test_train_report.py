@@ -15,6 +15,7 @@ from validation.launch import telemetry
 from validation.report import render
 from validation.report.plots import make_plots
 from validation.kinds import train_report
+from validation.results.trainer_launch import Window
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -92,7 +93,7 @@ def results_with_telemetry(tmp_path):
                "init_growth": train_report.init_growth({"init_s": 30.0, "n_params": 1e8},
                                                        [("single", {"init_s": 3.0, "n_params": 1e8})])}
     m.update(summary=train_report.summary_metrics(_summary()), startup=startup, time_to_first_step_s=4.0)
-    m.update(train_report.telemetry_metrics(step_dir, {}, None, {}, m.get("context") or {}))
+    m.update(train_report.telemetry_metrics(step_dir, {}, None, Window(), m.get("context") or {}))
     return results, tmp_path
 
 

@@ -104,7 +104,8 @@ nsa.attention.kernels.aot; bf16, l_sel = 64, bwd_tiles = 16): every case compile
 under triton 3.9 and 3.6; on sm_90 the forward's products reach wgmma, the backward's M = 32 dQ product stays on
 mma.sync beside four wgmma products, and d = 128's backward (BLOCK_N = 32, BLOCK_R = 16, to avoid spills) stays on
 mma.sync. hpg > 32, or d = 128 with hpg > 16, are not compiled ahead of time: BLOCK_R grows to pow2(hpg) there and
-may spill. Registers and shared memory per case: reports/aot/triton-<version>.md.
+may spill. Registers and shared memory per case: reports/aot/triton-<version>.md; the dQ choices side by side
+(registers, CTAs per SM): reports/aot/selected_bwd_dq.md.
 """
 
 from __future__ import annotations

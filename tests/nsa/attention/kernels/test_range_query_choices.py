@@ -110,10 +110,10 @@ def _check(choice, mode, seed, b=1, h=6, g=1, d=64):
                                    msg=lambda m, label=label: f"{choice} {mode} {label}: {m}")
 
 
-# in the interpreter: bn32 (128 x 32) in every mode, m64_bn32 (64 x 32) in every mode but the partial band (its
-# masks are band-sink's, the partial dQ path is bn32's); the shipped tile is test_triton_range.py's, and bn32_s3
-# differs from bn32 in stages only (the GPU's concern)
-FAST = [(c, m) for c in ("bn32", "m64_bn32") for m in MODES if (c, m) != ("m64_bn32", "band")]
+# in the interpreter (about 1-2 s a case): bn32 (128 x 32) in every mode, m64_bn32 (64 x 32) in the window and cmp
+# (the band's masks and its partial dQ path are bn32's cases); the shipped tile is test_triton_range.py's, and
+# bn32_s3 differs from bn32 in stages only (the GPU's concern). The rest runs with -m slow and on a GPU.
+FAST = [("bn32", m) for m in MODES] + [("m64_bn32", "window"), ("m64_bn32", "cmp")]
 PAIRS = [pytest.param(c, m, id=f"{m}-{c}", marks=() if (c, m) in FAST else pytest.mark.slow)
          for m in MODES for c in CHOICES]
 

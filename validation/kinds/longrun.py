@@ -7,11 +7,24 @@ or the trainer ended halted), "stalls" (1 when the launch hung), "stack_dumps" (
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from validation import contracts
 from validation import kinds
-from validation.formatting import as_dict, as_list, fmt_gb, fmt_num
+from validation.formatting import as_list, fmt_gb, fmt_num
 from validation.kinds.blocks import Block, Column, Table
 from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, run_single
+from validation.results.codec import decode
+from validation.results.trainer_launch import LaunchMetrics
+
+
+@dataclasses.dataclass(frozen=True)
+class Result(LaunchMetrics):
+    """The step's metrics: its trainer launch's, then what the watchdog found."""
+    halted: bool | None = None
+    stalls: Any = None  # 1 when the launch hung, else 0
+    stack_dumps: list[Any] = dataclasses.field(default_factory=list)
 
 
 class Longrun(TrainerKind):
@@ -23,23 +36,22 @@ class Longrun(TrainerKind):
         spec, lr = run_single(ctx, step, launches, result)
         out_dir = ctx.run_dir / spec.out_dir
         m = result["metrics"]
-        m["halted"] = contracts.halted(out_dir) or m.get("trainer_status") == "halted"
+        halted = contracts.halted(out_dir) or decode(LaunchMetrics, m, "metrics").trainer_status == "halted"
+        m["halted"] = halted
         m["stalls"] = 1 if lr.status == "hang" else 0
         m["stack_dumps"] = [ctx.rel(p) for p in contracts.stack_dumps(out_dir)]
-        if result["status"] == "passed" and m["halted"]:
+        if result["status"] == "passed" and halted:
             result.update(status="failed", reason="the run was halted (.HALT)")
 
     def blocks(self, result: dict) -> list[Block]:
         """The trainer launch's blocks, then stability: throughput, memory plateau, halts, stalls, stack dumps."""
-        metrics = as_dict(result.get("metrics"))
-        stalls = metrics.get("stalls")
-        dumps = {str(p) for p in as_list(metrics.get("stack_dumps")) + as_list(result.get("stack_dumps"))}
+        m = decode(Result, result.get("metrics"), lenient=True)
+        dumps = {str(p) for p in m.stack_dumps + as_list(result.get("stack_dumps"))}
         return super().blocks(result) + [Table(
             (Column("Throughput stable"), Column("Memory plateau"), Column("Peak mem", numeric=True), Column("Halted"),
              Column("Stalls", numeric=True), Column("Stack dumps", numeric=True)),
-            [(fmt_num(metrics.get("throughput_stable")), fmt_num(metrics.get("mem_plateau")),
-              fmt_gb(metrics.get("mem_peak_gb")), fmt_num(metrics.get("halted")),
-              fmt_num(len(stalls) if isinstance(stalls, list) else stalls), str(len(dumps)))])]
+            [(fmt_num(m.throughput_stable), fmt_num(m.mem_plateau), fmt_gb(m.mem_peak_gb), fmt_num(m.halted),
+              fmt_num(len(m.stalls) if isinstance(m.stalls, list) else m.stalls), str(len(dumps)))])]
 
 
 kinds.register(Longrun())

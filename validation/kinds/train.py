@@ -14,12 +14,13 @@ import dataclasses
 from nsa.training.config import brief
 from validation.analysis import metrics
 from validation import kinds
-from validation.formatting import (NA, as_dict, context_text, finite, fmt_rate, mean_pm, shared_context_text, stat_of,
-                                      window_text)
+from validation.formatting import NA, as_dict, context_text, finite, fmt_rate, mean_pm, shared_context_text
 from validation.runbook.schema import NAME_RE, typed
 from validation.analysis.plausibility import figure_problem
 from validation.kinds.base import KeyFigure, earlier_step_of_kind
-from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, run_single
+from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, launch_window_text, run_single
+from validation.results.codec import decode
+from validation.results.trainer_launch import LaunchMetrics, RunContext, Stat
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,9 +54,11 @@ class Train(TrainerKind):
         if step.scaling_baseline:
             # multi-node scaling: this run's throughput against the baseline step's, per process
             m = result["metrics"]
-            base = (ctx.results["steps"].get(step.scaling_baseline) or {}).get("metrics") or {}
-            multi, single = (m.get("toks_per_s") or {}).get("mean"), (base.get("toks_per_s") or {}).get("mean")
-            ratio = m.get("world_size", 1) / max(1, base.get("world_size") or 1)
+            own = decode(LaunchMetrics, m, f"steps.{step.name}.metrics")
+            base = decode(LaunchMetrics, (ctx.results["steps"].get(step.scaling_baseline) or {}).get("metrics") or {},
+                          f"steps.{step.scaling_baseline}.metrics")
+            multi, single = (own.toks_per_s or Stat()).mean, (base.toks_per_s or Stat()).mean
+            ratio = (1 if own.world_size is None else own.world_size) / max(1, base.world_size or 1)
             m["scaling_baseline"] = step.scaling_baseline
             m["scaling_efficiency"] = metrics.scaling_efficiency(multi, single, ratio)
 
@@ -74,16 +77,16 @@ class Train(TrainerKind):
         baseline = _figure_steps(in_order)[0]
         if baseline is not None:
             metrics = as_dict(baseline.get("metrics"))
-            toks = stat_of(metrics, "toks_per_s")
-            per_gpu = stat_of(metrics, "toks_per_s_per_gpu")
-            value = (f"{mean_pm(toks)} tokens/s (window mean ± stdev, all ranks)" if finite(toks.get("mean")) is not None
-                     else f"{NA} (step {baseline.get('status') or 'has no result'})")
-            window = window_text(metrics.get("window"))
+            m = decode(LaunchMetrics, metrics, lenient=True)
+            toks = m.toks_per_s or Stat()
+            value = (f"{mean_pm({'mean': toks.mean, 'stdev': toks.stdev})} tokens/s (window mean ± stdev, all ranks)"
+                     if finite(toks.mean) is not None else f"{NA} (step {baseline.get('status') or 'has no result'})")
+            window = launch_window_text(m.window)
             note = f"step `{baseline.get('name')}`" + (f", {window}" if window != NA else "")
-            if finite(per_gpu.get("mean")) is not None:
-                note += f", {fmt_rate(per_gpu.get('mean'))} tokens/s per {_unit(metrics)} (window mean)"
+            if finite(m.toks_per_s_per_gpu) is not None:
+                note += f", {fmt_rate(m.toks_per_s_per_gpu)} tokens/s per {_unit(m)} (window mean)"
             context = context_text(metrics)
-            if context and finite(toks.get("mean")) is not None:
+            if context and finite(toks.mean) is not None:
                 note += f"; at {context}"
             figures.append(KeyFigure("baseline_throughput", "Baseline throughput", value, note, order=10,
                                      steps=(str(baseline.get("name")),)))
@@ -96,16 +99,16 @@ class Train(TrainerKind):
         if scaling is None and baseline is not None:
             # per-GPU throughput of the multi-rank baseline over the throughput of a single-process train step
             base_metrics = as_dict(baseline.get("metrics"))
-            world = finite(base_metrics.get("world_size"))
-            per_gpu = finite(stat_of(base_metrics, "toks_per_s_per_gpu").get("mean"))
-            single = next((s for s in train_steps if s.get("status") == "passed"
-                           and finite(as_dict(s.get("metrics")).get("world_size")) == 1), None)
-            single_mean = finite(stat_of(as_dict(as_dict(single).get("metrics")), "toks_per_s").get("mean"))
+            base = decode(LaunchMetrics, base_metrics, lenient=True)
+            world, per_gpu = finite(base.world_size), finite(base.toks_per_s_per_gpu)
+            single = next((s for s in train_steps if s.get("status") == "passed" and _world_size(s) == 1), None)
+            single_m = decode(LaunchMetrics, as_dict(single).get("metrics"), lenient=True)
+            single_mean = finite((single_m.toks_per_s or Stat()).mean)
             if world is not None and world > 1 and per_gpu is not None and single_mean:
                 both = shared_context_text([base_metrics, as_dict(single.get("metrics"))])
                 scaling = {"value": per_gpu / single_mean,
                            "steps": [str(baseline.get("name")), str(single.get("name"))],
-                           "note": f"`{baseline.get('name')}` {fmt_rate(per_gpu)} tokens/s per {_unit(base_metrics)} over "
+                           "note": f"`{baseline.get('name')}` {fmt_rate(per_gpu)} tokens/s per {_unit(base)} over "
                                    f"`{single.get('name')}` {fmt_rate(single_mean)} tokens/s single-process"
                                    + (f"; at {both}" if both else "")}
         if scaling is not None:
@@ -127,14 +130,18 @@ def _figure_steps(in_order: list[dict]) -> tuple[dict | None, dict | None, dict 
     baseline = baseline or next((s for s in train_steps if s.get("status") == "passed"), None)
     own = next((s for s in in_order if isinstance(s, dict)
                 and finite(as_dict(s.get("metrics")).get("scaling_efficiency")) is not None), None)
-    single = next((s for s in train_steps if s.get("status") == "passed"
-                   and finite(as_dict(s.get("metrics")).get("world_size")) == 1), None)
+    single = next((s for s in train_steps if s.get("status") == "passed" and _world_size(s) == 1), None)
     return baseline, (single if own is None else None), own
 
 
-def _unit(metrics: dict) -> str:
+def _world_size(step: dict) -> float | None:
+    """A train step's world size (its launch's metrics), None when not known."""
+    return finite(decode(LaunchMetrics, step.get("metrics"), lenient=True).world_size)
+
+
+def _unit(m: LaunchMetrics) -> str:
     """What a per-device figure is per: "rank" on a CPU run (no GPU), else "GPU"."""
-    return "rank" if str(as_dict(metrics.get("context")).get("device") or "").startswith("cpu") else "GPU"
+    return "rank" if str((m.context or RunContext()).device or "").startswith("cpu") else "GPU"
 
 
 kinds.register(Train())

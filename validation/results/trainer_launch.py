@@ -252,5 +252,6 @@ class LaunchMetrics:
     trainer_status: str | None = None
     compression: str | None = None
     sdpa_audit: SdpaAudit | None = absent()
-    scaling_efficiency: Num | None = absent()  # the train kind's scaling_baseline
+    scaling_baseline: str | None = absent()  # the train kind's: the step it is measured against
+    scaling_efficiency: Num | None = absent()
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)

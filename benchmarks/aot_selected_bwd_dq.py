@@ -4,6 +4,7 @@ atomics) beside "query" (_sel_bwd_kv without dQ and _sel_bwd_dq_query), for sm_8
 triton (nsa.attention.kernels.selected_attn.host.DQ_CHOICES, bwd_aot_cases).
 
     python benchmarks/aot_selected_bwd_dq.py                        # markdown rows for this triton
+    python benchmarks/aot_selected_bwd_dq.py --part fwd             # the kv forward's output choices (OUT_CHOICES)
     PYTHONPATH=/tmp/t36 python benchmarks/aot_selected_bwd_dq.py    # triton 3.6.0 installed on its own
 
 Nothing here is a GPU timing. reports/aot/selected_bwd_dq.md holds the output under triton 3.9 and 3.6.
@@ -24,30 +25,40 @@ sys.path.insert(0, str(HERE))
 SHAPES = ((6, 64), (1, 64), (16, 64), (6, 32), (6, 128))
 
 
-def rows(shapes=SHAPES) -> list[dict]:
+def _cases(part: str, shapes):
+    """(hpg, d, choice, case) of the backward's dQ choices ("bwd") or of the kv forward's output choices at the
+    m7c shape ("fwd": sel_fwd_kv_out, the shipped "atomic", beside "partial")."""
+    from nsa.attention.kernels.selected_attn import host as ts
+
+    if part == "bwd":
+        return [(hpg, d, choice, case) for hpg, d in shapes for choice in ts.DQ_CHOICES
+                for case in ts.bwd_aot_cases(hpg, d, choice)]
+    hpg, d = shapes[0]
+    shipped = [c for c in ts.aot_cases() if c.name.startswith(f"sel_fwd_kv_out[hpg={hpg},d={d},")]
+    return [(hpg, d, "atomic", c) for c in shipped] + [(hpg, d, "partial", c) for c in ts.fwd_out_aot_cases(hpg, d)]
+
+
+def rows(shapes=SHAPES, part: str = "bwd") -> list[dict]:
     from tune_kernels import ctas_per_sm
 
     from nsa.attention.kernels import aot
-    from nsa.attention.kernels.selected_attn import host as ts
 
     out = []
-    for hpg, d in shapes:
-        for choice in ts.DQ_CHOICES:
-            for case in ts.bwd_aot_cases(hpg, d, choice):
-                for cc in aot.TARGETS:
-                    r = aot.compile_case(case, cc)
-                    ctas, limit = ctas_per_sm(r.registers or 255, r.shared_bytes or 0, case.num_warps, cc) \
-                        if r.registers else (None, "-")
-                    out.append(dict(hpg=hpg, d=d, choice=choice, kernel=case.name, warps=case.num_warps,
-                                    stages=case.num_stages, target=r.target, ok=r.ok, registers=r.registers,
-                                    spills=r.spill_stores, shared=r.shared_bytes, ctas=ctas, limit=limit,
-                                    cores=" + ".join(n for n, on in (("wgmma", r.wgmma), ("mma.sync", r.mma)) if on) or "none",
-                                    problems="; ".join(r.problems) + (f" ({r.error})" if r.error else "")))
+    for hpg, d, choice, case in _cases(part, shapes):
+        for cc in aot.TARGETS:
+            r = aot.compile_case(case, cc)
+            ctas, limit = ctas_per_sm(r.registers, r.shared_bytes or 0, case.num_warps, cc) if r.registers \
+                else (None, "-")
+            cores = " + ".join(n for n, on in (("wgmma", r.wgmma), ("mma.sync", r.mma)) if on) or "none"
+            out.append(dict(hpg=hpg, d=d, choice=choice, kernel=case.name, warps=case.num_warps,
+                            stages=case.num_stages, target=r.target, ok=r.ok, registers=r.registers,
+                            spills=r.spill_stores, shared=r.shared_bytes, ctas=ctas, limit=limit, cores=cores,
+                            problems="; ".join(r.problems) + (f" ({r.error})" if r.error else "")))
     return out
 
 
-def markdown(found: list[dict], version: str) -> str:
-    lines = [f"### triton {version}", "",
+def markdown(found: list[dict], version: str, title: str = "") -> str:
+    lines = [f"### triton {version}{title}", "",
              "| hpg, d | choice | kernel | warps, stages | target | registers | spill stores | CTAs/SM (limited by) "
              "| shared (B) | tensor cores | problems |",
              "|---|---|---|---|---|---:|---:|---|---:|---|---|"]
@@ -60,13 +71,15 @@ def markdown(found: list[dict], version: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.parse_args(argv)
+    ap.add_argument("--part", choices=("bwd", "fwd"), default="bwd",
+                    help="bwd: the backward's dQ choices (default); fwd: the kv forward's output choices, m7c shape")
+    args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise SystemExit("TRITON_INTERPRET is set: the kernels cannot be compiled ahead of time")
     import triton
 
-    found = rows()
-    sys.stdout.write(markdown(found, triton.__version__))
+    found = rows(part=args.part)
+    sys.stdout.write(markdown(found, triton.__version__, ", kv forward output choices" if args.part == "fwd" else ""))
     return 0 if all(r["ok"] for r in found) else 1
 
 

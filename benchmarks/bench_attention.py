@@ -116,7 +116,8 @@ def timed_passes(one, warmup: int, repeats: int, before_timing=lambda: None, slo
 
 def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: str, repeats: int,
              warmup: int, index_build: str = "auto", batch: int = 1, dkdv_choice: str = "auto",
-             topk_choice: str = "auto", query_choice: str = "auto", sel_dq_choice: str = "auto") -> dict:
+             topk_choice: str = "auto", query_choice: str = "auto", sel_dq_choice: str = "auto",
+             sel_out_choice: str = "auto") -> dict:
     """Measure one case in this process; returns a JSON-able dict."""
     import torch
 
@@ -127,6 +128,13 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
             raise SystemExit(f"--sel-dq-choice {sel_dq_choice!r}: expected auto or one of "
                              f"{', '.join(selected_host.DQ_CHOICES)}")
         selected_host.DQ_CHOICE = sel_dq_choice
+    if path == "nsa-triton" and sel_out_choice != "auto":  # the selected kv forward's output: atomic or partial (A/B)
+        from nsa.attention.kernels.selected_attn import host as selected_host
+
+        if sel_out_choice not in selected_host.OUT_CHOICES:
+            raise SystemExit(f"--sel-out-choice {sel_out_choice!r}: expected auto or one of "
+                             f"{', '.join(selected_host.OUT_CHOICES)}")
+        selected_host.OUT_CHOICE = sel_out_choice
 
     if path == "nsa-triton" and dkdv_choice != "auto":  # the range kernels' dK/dV launch choice (an A/B)
         from nsa.attention.kernels.range_attn import host as range_host
@@ -216,6 +224,7 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
         from nsa.attention.kernels.selected_attn import host as selected_host
 
         extra["sel_dq_choice"] = selected_host.dq_choice()
+        extra["sel_out_choice"] = selected_host.out_choice()
     if path != "dense":
         from nsa.attention import selection
 
@@ -232,7 +241,7 @@ def spawn(path: str, seq_len: int, args) -> dict:
            "--device", args.device, "--dtype", args.dtype, "--shape", args.shape, "--repeats", str(args.repeats),
            "--warmup", str(args.warmup), "--index-build", args.index_build, "--batch", str(args.batch),
            "--dkdv-choice", args.dkdv_choice, "--topk-choice", args.topk_choice, "--query-choice", args.query_choice,
-           "--sel-dq-choice", args.sel_dq_choice]
+           "--sel-dq-choice", args.sel_dq_choice, "--sel-out-choice", args.sel_out_choice]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -325,6 +334,10 @@ def main(argv=None) -> int:
                     help="nsa-triton: the selected branch's backward dQ (selected_attn.host.DQ_CHOICES: atomic, the "
                          "KV-outer kernel's fp32 atomics, or query, a query-outer pass; auto: the qualified one), for "
                          "an A/B")
+    ap.add_argument("--sel-out-choice", default="auto",
+                    help="nsa-triton: the selected kv forward's output (selected_attn.host.OUT_CHOICES: atomic, fp32 "
+                         "atomics into one output, or partial, per-pair outputs summed after; auto: the qualified "
+                         "one), for an A/B")
     ap.add_argument("--topk-choice", default="auto",
                     help="NSA paths: the selection's top-n_sel (nsa.attention.selection.TOPK_CHOICES: sort, the full "
                          "sort, or topk, packed keys; auto: the qualified one), for an A/B")
@@ -344,7 +357,8 @@ def main(argv=None) -> int:
     if args.case:
         print(json.dumps(run_case(args.case, args.shape, seq_lens[0], args.device, args.dtype, args.repeats,
                                   args.warmup, args.index_build, args.batch, args.dkdv_choice, args.topk_choice,
-                                  args.query_choice, sel_dq_choice=args.sel_dq_choice)))
+                                  args.query_choice, sel_dq_choice=args.sel_dq_choice,
+                                  sel_out_choice=args.sel_out_choice)))
         return 0
     if args.quick:
         seq_lens = [512, 1024, 2048]

@@ -47,6 +47,9 @@ Forward, loop="kv" (the default; KV-block-outer, FSA-style):
   product is a >= 64-row tensor-core tile. Peak extra memory: part (pairs * hpg fp32: 50 MB at S = 65,536,
   B = 1, G = 2, n_sel = 16, hpg = 6; freed before the output pass), the fp32 output (2x the bf16 output), the
   index (2 int32 per pair, 17 MB there): about 2x dense attention's forward, far from a [pairs, hpg, d_v] buffer.
+  Output choices (OUT_CHOICES; "auto" = QUALIFIED_OUT, "atomic" = step 3 above): "partial" (issue 31 item 2.4,
+  FSA's way) replaces step 3 by _sel_fwd_kv_part, storing each pair's p V without atomics into exactly that
+  [pairs, hpg, d_v] fp32 buffer (3.2 GB there), and _sel_fwd_reduce, summing each query's slots into o. Untimed.
 Forward, loop="query" (the public NSA kernels' order: fla parallel_nsa, XunhaoLai/native-sparse-attention-triton):
   _sel_fwd_query, one program per (sequence, group, query) with the hpg heads as rows, padded to
   HPG_PAD = max(16, pow2(hpg)) for tl.dot (hpg = 6 uses 6 of 16 rows), walks its n_sel blocks with an online
@@ -128,7 +131,8 @@ LOOPS = ("kv", "query")
 
 
 from nsa.attention.kernels.selected_attn.jit import (  # noqa: F401 - the jit code
-    _tile_rows, _sel_fwd_kv_stats, _sel_fwd_kv_out, _sel_fwd_query, _sel_bwd_delta, _sel_bwd_kv, _sel_bwd_dq_query)
+    _tile_rows, _sel_fwd_kv_stats, _sel_fwd_kv_out, _sel_fwd_query, _sel_bwd_delta, _sel_bwd_kv, _sel_bwd_dq_query,
+    _sel_fwd_kv_part, _sel_fwd_reduce)
 
 
 # dQ choices side by side (issue 31 item 2.3; the module docstring, "Backward"). "atomic": _sel_bwd_kv adds every
@@ -149,6 +153,26 @@ def dq_choice() -> str:
     if name not in DQ_CHOICES:
         raise ValueError(f"selected attention: DQ_CHOICE = {DQ_CHOICE!r}; expected 'auto' or one of "
                          f"{', '.join(DQ_CHOICES)}")
+    return name
+
+
+# Output choices of the kv forward (issue 31 item 2.4, first part). "atomic": _sel_fwd_kv_out adds each pair's p V
+# into an fp32 [B, S, H, d_v] output with atomics (the shipped forward; that accumulator is larger than L2 at long S).
+# "partial" (FSA's way): _sel_fwd_kv_part stores each pair's p V at the pair's place in a [pairs, hpg, d_v] fp32
+# buffer (no atomics; pairs * hpg * d_v * 4 bytes, ~3.2 GB at S = 65,536, B 1, G 2, n_sel 16, hpg 6, d 64, against
+# the 0.2 GB fp32 output) and _sel_fwd_reduce sums each query's slots into o. Same qualification rule as DQ_CHOICES
+# (GPU tests, memcheck, an alternated A/B: bench_attention.py --sel-out-choice); no GPU timing yet.
+OUT_CHOICES = ("atomic", "partial")
+QUALIFIED_OUT = "atomic"  # what "auto" picks: the choice a GPU run has qualified
+OUT_CHOICE = "auto"  # the launcher's choice: "auto" or one of OUT_CHOICES
+
+
+def out_choice() -> str:
+    """The kv forward's output choice in effect (OUT_CHOICE, "auto" = QUALIFIED_OUT), read at each forward launch."""
+    name = QUALIFIED_OUT if OUT_CHOICE == "auto" else OUT_CHOICE
+    if name not in OUT_CHOICES:
+        raise ValueError(f"selected attention: OUT_CHOICE = {OUT_CHOICE!r}; expected 'auto' or one of "
+                         f"{', '.join(OUT_CHOICES)}")
     return name
 
 
@@ -184,6 +208,12 @@ def _config(kind: str, hpg: int, d_k: int, d_v: int) -> LaunchConfig:
     else:
         block_r, block_n, warps = (32, 64, 8) if d <= 64 else (16, 32, 8)
     return LaunchConfig(max(block_r, _pow2(hpg)), block_n, warps, 1)
+
+
+def _reduce_tile(hpg: int) -> tuple[int, int]:
+    """_sel_fwd_reduce's (HPG_PAD, BLOCK_T): heads padded to a power of two, 64 rows of (query, head) a program."""
+    hpg_pad = _pow2(hpg)
+    return hpg_pad, max(1, 64 // hpg_pad)
 
 
 def _query_warps(d_k: int, d_v: int) -> int:
@@ -335,6 +365,20 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
         num_stages=stages, DOT_PREC=prec)
     lse = torch.logsumexp(part.mul_(_LN2), dim=3).mul_(LOG2E)  # log2-sum-exp2 over the slots
     del part
+    if out_choice() == "partial":
+        block_r, block_n, warps, stages = _config("out", hpg, d_k, d_v)
+        op = torch.empty(b * g * s * n_sel, hpg, d_v, dtype=torch.float32, device=q.device)
+        _sel_fwd_kv_part[(n_tiles,)](
+            q, k, v, lse, op, order, pair_t, fwd_tiles, n_tiles,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], s, g, nb, qk_scale,
+            L_SEL=l_sel, HPG=hpg, BLOCK_R=block_r, BLOCK_N=_block_n(l_sel, block_n), D_K=d_k, D_V=d_v,
+            num_warps=warps, num_stages=stages, DOT_PREC=prec)
+        o = torch.empty(b, s, h, d_v, dtype=q.dtype, device=q.device).transpose(1, 2)
+        hpg_pad, block_t = _reduce_tile(hpg)
+        _sel_fwd_reduce[(_cdiv(s, block_t), b * g)](
+            op, blocks, o, *o.stride()[:3], s, g, N_SEL=n_sel, HPG=hpg, HPG_PAD=hpg_pad, BLOCK_T=block_t, D_V=d_v,
+            num_warps=4)
+        return o, lse, pair_t, bwd_tiles_tab
     o32 = torch.zeros(b, s, h, d_v, dtype=torch.float32, device=q.device).transpose(1, 2)
     block_r, block_n, warps, stages = _config("out", hpg, d_k, d_v)
     block_n = _block_n(l_sel, block_n)
@@ -441,7 +485,7 @@ def selected_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks
     inverted index's build, "auto", "torch" or "triton" (common.index_build; NSAConfig.index_build).
     """
     _check(q, k, v, blocks, l_sel, loop, bwd_tiles)
-    dq_choice()  # an unknown DQ_CHOICE fails here, before the forward runs
+    dq_choice(), out_choice()  # an unknown DQ_CHOICE or OUT_CHOICE fails here, before the forward runs
     build = resolve_index_build(index_build)
     return torch.ops.nsa.selected_attention_fwd(q, k, v, blocks, l_sel, loop, bwd_tiles, build)[0]
 
@@ -476,6 +520,22 @@ def bwd_aot_cases(hpg: int, d: int, choice: str) -> list:
                    {"N_SEL": 16, "L_SEL": 64, "HPG": hpg, "HPG_PAD": _hpg_pad(hpg), "BLOCK_N": bn, "D_K": d,
                     "D_V": d, "DOT_PREC": "tf32"}, w, 1)
     return [kv, dq]
+
+
+def fwd_out_aot_cases(hpg: int, d: int) -> list:
+    """The "partial" output choice's kernels (OUT_CHOICES) at l_sel = 64, n_sel = 16, bf16: _sel_fwd_kv_part at the
+    "out" pass's tile, _sel_fwd_reduce (no products); "atomic" is aot_cases()' sel_fwd_kv_out."""
+    bf, f32, i32 = "*bf16", "*fp32", "*i32"
+    r, n, w, st = _config("out", hpg, d, d)
+    hpg_pad, block_t = _reduce_tile(hpg)
+    return [_aot_case(f"sel_fwd_kv_part[hpg={hpg},d={d},BLOCK_R={r},BLOCK_N={n}]", _sel_fwd_kv_part,
+                      {"Q": bf, "K": bf, "V": bf, "LSE": f32, "OP": f32, "ORDER": i32, "PAIR_T": i32, "TILES": i32},
+                      {"L_SEL": 64, "HPG": hpg, "BLOCK_R": r, "BLOCK_N": n, "D_K": d, "D_V": d, "DOT_PREC": "tf32"},
+                      w, st),
+            _aot_case(f"sel_fwd_reduce[hpg={hpg},d={d},HPG_PAD={hpg_pad},BLOCK_T={block_t}]", _sel_fwd_reduce,
+                      {"OP": f32, "BLOCKS": i32, "O": bf},
+                      {"N_SEL": 16, "HPG": hpg, "HPG_PAD": hpg_pad, "BLOCK_T": block_t, "D_V": d}, 4, 1,
+                      tensor_cores=False)]
 
 
 def aot_cases():

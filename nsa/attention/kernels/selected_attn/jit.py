@@ -286,3 +286,74 @@ def _sel_bwd_dq_query(Q, K, V, DO, LSE, DELTA, BLOCKS, DQ,
                 acc += tl.dot(ds, k, input_precision=DOT_PREC)
     tl.store(DQ + b64 * sdq_b + t * sdq_s + (h * sdq_h)[:, None] + offs_dk[None, :],
              (acc * sm_scale).to(DQ.dtype.element_ty), mask=hvalid[:, None])
+
+
+@triton.jit
+def _sel_fwd_kv_part(Q, K, V, LSE, OP, ORDER, PAIR_T, TILES, n_tiles,
+                     sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s,
+                     S, G, NB, qk_scale,
+                     L_SEL: tl.constexpr, HPG: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                     D_K: tl.constexpr, D_V: tl.constexpr, DOT_PREC: tl.constexpr):
+    """_sel_fwd_kv_out's pass for the "partial" output choice (host.OUT_CHOICES): each pair's p V (p already
+    normalised by the final lse) stored, not added, at the pair's place in OP [B*G*S*n_sel, HPG, D_V] fp32 (the flat
+    pair index from ORDER); _sel_fwd_reduce sums a query's slots after. No atomics: a pair lies in one tile."""
+    pid = tl.program_id(0)
+    count = tl.load(TILES + 2 * n_tiles + pid)
+    if count > 0:
+        key = tl.load(TILES + pid)
+        pos0 = tl.load(TILES + n_tiles + pid)
+        bg = key // NB
+        j = key - bg * NB
+        b = bg // G
+        g = bg - b * G
+        qi, t, hh, valid = _tile_rows(PAIR_T, pos0, count, HPG, BLOCK_R)
+        h = g * HPG + hh
+        offs_dk = tl.arange(0, D_K)
+        offs_dv = tl.arange(0, D_V)
+        q_rows = t * sq_s + h * sq_h
+        q = tl.load(Q + b.to(tl.int64) * sq_b + q_rows[:, None] + offs_dk[None, :], mask=valid[:, None], other=0.0)
+        lse = tl.load(LSE + (bg * S + t).to(tl.int64) * HPG + hh, mask=valid, other=0.0)
+        k_base = K + b.to(tl.int64) * sk_b + g * sk_g
+        v_base = V + b.to(tl.int64) * sv_b + g * sv_g
+        acc = tl.zeros([BLOCK_R, D_V], tl.float32)
+        for n0 in range(0, L_SEL, BLOCK_N):
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            kpos = j * L_SEL + offs_n
+            kmask = (offs_n < L_SEL) & (kpos < S)
+            k = tl.load(k_base + kpos[:, None] * sk_s + offs_dk[None, :], mask=kmask[:, None], other=0.0)
+            v = tl.load(v_base + kpos[:, None] * sv_s + offs_dv[None, :], mask=kmask[:, None], other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
+            allowed = valid[:, None] & kmask[None, :] & (kpos[None, :] <= t[:, None])
+            p = tl.exp2(tl.where(allowed, s - lse[:, None], float("-inf")))
+            acc += tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+        flat = tl.load(ORDER + pos0 + qi, mask=valid, other=0)  # ((b*G + g)*S + t)*n_sel + slot
+        rows = (flat.to(tl.int64) * HPG + hh) * D_V
+        tl.store(OP + rows[:, None] + offs_dv[None, :], acc, mask=valid[:, None])
+
+
+@triton.jit
+def _sel_fwd_reduce(OP, BLOCKS, O, so_b, so_h, so_s, S, G,
+                    N_SEL: tl.constexpr, HPG: tl.constexpr, HPG_PAD: tl.constexpr, BLOCK_T: tl.constexpr,
+                    D_V: tl.constexpr):
+    """o of BLOCK_T queries of one (sequence, group) for the "partial" output choice: the sum over each query's
+    non-empty slots of its pairs' partial outputs (OP, _sel_fwd_kv_part), in fp32, stored once in O's dtype; a
+    query with no block gets 0. Empty slots (-1) were never written and are not read."""
+    pid_t = tl.program_id(0)
+    bg = tl.program_id(1)
+    b = bg // G
+    g = bg - b * G
+    r = tl.arange(0, BLOCK_T * HPG_PAD)  # rows (query, head): query r // HPG_PAD, head r % HPG_PAD
+    t = pid_t * BLOCK_T + r // HPG_PAD
+    hh = r % HPG_PAD
+    valid = (t < S) & (hh < HPG)
+    offs_dv = tl.arange(0, D_V)
+    pair0 = (bg * S + t).to(tl.int64) * N_SEL
+    acc = tl.zeros([BLOCK_T * HPG_PAD, D_V], tl.float32)
+    for slot in range(N_SEL):
+        j = tl.load(BLOCKS + pair0 + slot, mask=valid, other=-1)
+        use = valid & (j >= 0)
+        rows = ((pair0 + slot) * HPG + hh) * D_V
+        acc += tl.load(OP + rows[:, None] + offs_dv[None, :], mask=use[:, None], other=0.0)
+    h = g * HPG + hh
+    tl.store(O + b.to(tl.int64) * so_b + (t * so_s + h * so_h)[:, None] + offs_dv[None, :], acc.to(O.dtype.element_ty),
+             mask=valid[:, None])

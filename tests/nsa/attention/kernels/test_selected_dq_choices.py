@@ -3,7 +3,8 @@
 only; _sel_bwd_dq_query walks each query's listed blocks and stores its dQ once). Every choice's o, dq, dk, dv
 against an independent float64 dense reference with an explicit mask: the keys p <= t of the listed blocks, a block
 counted as often as it is listed (a repeated block weighs twice in the softmax, which is what both choices compute,
-see host.py's docstring), a block past the query masked whole.
+see host.py's docstring), a block past the query masked whole. Also the kv forward's output choices (host.OUT_CHOICES:
+fp32 atomics into one output, or per-pair partial outputs summed after).
 
 Without a GPU the kernels run in Triton's interpreter (fp32, small shapes, tight tolerances); with one, natively in
 bf16, each tensor judged by triton_test_utils.assert_within_torch_error with the same reference evaluated in bf16
@@ -111,6 +112,7 @@ def _check(b, h, g, s, d, l_sel, n_sel, seed, edits=(), loop="kv", bwd_tiles=2):
 def _restore_choice():
     yield
     ts.DQ_CHOICE = "auto"
+    ts.OUT_CHOICE = "auto"
 
 
 # (b, h, g, s, d, l_sel, n_sel, seed, edits): S not a multiple of l_sel; edits put a repeated block (the own one,
@@ -206,3 +208,39 @@ def test_backward_op_with_blocks_opcheck():
     torch.library.opcheck(torch.ops.nsa.selected_attention_bwd.default,
                           (do, q, k, v, o, lse, pair_t, tiles, 8, 2, blocks), test_utils=("test_schema",
                                                                                           "test_faketensor"))
+
+
+# ------------------------------------------------------------------------------------------------ the kv forward's output
+@pytest.mark.parametrize("b,h,g,s,d,l_sel,n_sel,seed,edits", [
+    pytest.param(1, 3, 1, 28, 16, 8, 3, 0, ((10, 2, 2), (5, 1, 0)), id="hpg3-S28-dup-past"),
+    pytest.param(1, 3, 1, 40, 32, 16, 4, 0, ((36, 3, 2), (20, 3, 2), (9, 2, 0)), id="hpg3-S40-dup-past",
+                 marks=pytest.mark.slow),
+    pytest.param(2, 2, 2, 37, 16, 8, 3, 3, ((12, 2, 0), (5, 1, 3)), id="hpg1-B2-G2-S37-dup0-past",
+                 marks=pytest.mark.slow),
+])
+def test_every_output_choice_matches_float64(b, h, g, s, d, l_sel, n_sel, seed, edits):
+    """The kv forward's output choices (host.OUT_CHOICES): "atomic" (fp32 atomics into one output) and "partial"
+    (each pair's p V stored at its place, _sel_fwd_reduce sums a query's slots); a query with no block gets 0."""
+    q, k, v, _ = _inputs(b, h, g, s, d, seed)
+    blocks = _blocks(b, g, s, l_sel, n_sel, seed + 1, edits)
+    blocks[:, :, 2] = -1  # no block at all
+    want, low = (_reference(q, k, v, blocks, l_sel, dtype) for dtype in (torch.float64, DTYPE))
+    got = {}
+    for choice in ts.OUT_CHOICES:
+        ts.OUT_CHOICE = choice
+        got[choice] = ts.selected_attention(q, k, v, blocks, l_sel, loop="kv")
+        assert got[choice].shape == want.shape and got[choice].dtype == DTYPE
+        assert (got[choice][:, :, 2] == 0).all()
+        _close(f"{choice}: o", got[choice], want, low)
+    if not ON_GPU:
+        assert (got["atomic"] - got["partial"]).abs().max().item() <= 1e-5
+
+
+def test_partial_output_choice_backward_and_unknown_name():
+    """The backward reads the forward's lse, which both output choices compute alike; an unknown name is refused."""
+    ts.OUT_CHOICE = "partial"
+    _check(1, 2, 1, 24, 16, 8, 3, 7, ((10, 2, 2),))
+    ts.OUT_CHOICE = "sum"
+    with pytest.raises(ValueError, match="OUT_CHOICE = 'sum'; expected 'auto' or one of atomic, partial"):
+        ts.out_choice()
+    assert ts.QUALIFIED_OUT in ts.OUT_CHOICES

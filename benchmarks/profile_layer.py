@@ -172,13 +172,14 @@ def roofline(by_pass: dict, path: str, seq_len: int, batch: int, device: str, sh
     peaks = roofline_peaks(device, precision)
     costs = cm.all_costs(cfg, seq_len, batch, elem)
     total_ms = sum(ms for found in by_pass.values() for ms, _ in found.values())
+    fams = cm.families(name for found in by_pass.values() for name in found)
     rows = []
     for p, found in by_pass.items():
         fam_ms: dict[str, float] = {}
         for name, (ms, _) in found.items():
-            fam_ms[cm.family(name)] = fam_ms.get(cm.family(name), 0.0) + ms
+            fam_ms[fams[name]] = fam_ms.get(fams[name], 0.0) + ms
         for name, (ms, n) in sorted(found.items(), key=lambda kv: -kv[1][0]):
-            fam = cm.family(name)
+            fam = fams[name]
             row = {"pass": p, "name": name[:120], "family": fam, "ms": ms, "per_pass": n,
                    "share": ms / total_ms if total_ms > 0 else None,
                    "flops": None, "exps": None, "bytes": None, "floor_ms": None, "bound": None, "efficiency": None}

@@ -25,6 +25,15 @@ nsa/attention/kernels/*/host.py), recomputation included where the design recomp
   exp; dK/dV (recompute S, dV += P^T dO, dP, dK += dS^T Q) 2 * (2 d_k + 2 d_v), one exp: 3.5x forward in all.
 - _sel_bwd_kv, one kernel: S, dV, dP, dK, dQ = 2 * (3 d_k + 2 d_v) (2.5x forward, the FlashAttention convention),
   one exp.
+- the selected backward's "query" dQ choice (selected_attn.host.DQ_CHOICES) splits it FA2-style in two kernels:
+  _sel_bwd_dq_query (recompute S, dP = dO V^T, dQ = dS K) 2 * (2 d_k + d_v), one exp, and _sel_bwd_kv launched
+  without dQ (family sel_bwd_kv_dkdv: S, dV, dP, dK) 2 * (2 d_k + 2 d_v), one exp: together S and dP twice, the
+  unsplit kernel's products plus 2 * (d_k + d_v) and one exp more per pair. A profile names both _sel_bwd_kv
+  launches alike: `families` tells them apart by the presence of _sel_bwd_dq_query.
+- the kv forward's "partial" output choice (selected_attn.host.OUT_CHOICES): _sel_fwd_kv_part does
+  _sel_fwd_kv_out's products and exp (2 * (d_k + d_v), one exp) and stores each pair's p V in fp32 instead of
+  adding it; _sel_fwd_reduce sums a query's slots (no products, no exps): the same FLOPs and exps as the atomic
+  output, other bytes.
 - selection importance (Eq. 8-10, _blocksel_importance_kernel / _blocksel_topk_kernel): Q K_cmp^T for every
   visible compressed key and head, 2 * d_k, and p = exp(s - lse), one exp; the small P @ W and head-sum products
   (Eq. 9, 10) are not counted. This is flops_per_token's forward-only "importance" term.
@@ -35,7 +44,9 @@ Minimal HBM bytes: compulsory traffic of each kernel as designed, every tensor i
 tensor it must write written once (no re-reads of a tile from HBM; L2 is assumed to hold what is shared):
 activations q [B, S, H, d_k], o [B, S, H, d_v], keys/values [B, G, S, d] (window, selected) or [B, G, n_cmp, d]
 (compressed) in the element size; softmax statistics (lse, delta) fp32; where the design accumulates in fp32
-(selected output and dQ/dK/dV through atomics), those buffers in fp32. torch's radix sort of the tiled
+(selected output and dQ/dK/dV through atomics), those buffers in fp32; the partial output choice's per-pair
+buffer [(query, selection block) pairs, hpg, d_v] fp32, written by _sel_fwd_kv_part and read by _sel_fwd_reduce.
+The selected branch's index (block lists, pair_t, tile tables) is not counted. torch's radix sort of the tiled
 selection's importance rows reads fp32 keys and writes fp32 keys and int64 indices: 16 bytes a (query, group,
 selection block) element. Exps and FLOPs of memory-bound glue are 0.
 
@@ -142,7 +153,9 @@ FAMILY_PASS = {
     "range_fwd": FWD, "selection_importance": FWD, "selection_topk": FWD, "selection_sort": FWD,
     "selection_sort_blocks": FWD, "sel_fwd_kv_stats": FWD, "sel_fwd_kv_out": FWD, "sel_fwd_query": FWD,
     "combine_fwd": FWD,
+    "sel_fwd_kv_part": FWD, "sel_fwd_reduce": FWD,
     "range_bwd_dq": BWD, "range_bwd_dkdv": BWD, "sel_bwd_delta": BWD, "sel_bwd_kv": BWD, "combine_bwd": BWD,
+    "sel_bwd_dq_query": BWD, "sel_bwd_kv_dkdv": BWD,
     "dense_fwd": FWD, "dense_bwd": BWD,
 }
 LAYER_FAMILIES = {FWD: ("range_fwd", "selection_topk", "sel_fwd_kv_stats", "sel_fwd_kv_out"),
@@ -182,9 +195,16 @@ def kernel_costs(cfg: NSAConfig, seq_len: int, batch: int, elem: int = 2) -> dic
         "sel_fwd_kv_stats": Cost(2 * dk * sel, sel, q + k_tok + qb * hpg * FP32),
         "sel_fwd_kv_out": Cost(2 * (dk + dv) * sel, sel, q + k_tok + v_tok + stat + b * s * h * dv * FP32),
         "sel_fwd_query": Cost(2 * (dk + dv) * sel, sel, q + k_tok + v_tok + o + stat),
+        # the partial output choice: every pair's p V stored in fp32 ([pairs, hpg, d_v]), then summed per query
+        "sel_fwd_kv_part": Cost(2 * (dk + dv) * sel, sel, q + k_tok + v_tok + stat + qb * hpg * dv * FP32),
+        "sel_fwd_reduce": Cost(0, 0, qb * hpg * dv * FP32 + o),
         "sel_bwd_delta": Cost(0, 0, 2 * o + stat),
         "sel_bwd_kv": Cost(2 * (3 * dk + 2 * dv) * sel, sel,
                            q + k_tok + v_tok + o + 2 * stat + (b * s * h * dk + b * g * s * (dk + dv)) * FP32),
+        # the query dQ choice: dQ query-outer, stored once in q's dtype; _sel_bwd_kv without dQ (fp32 dK, dV atomics)
+        "sel_bwd_dq_query": Cost(2 * (2 * dk + dv) * sel, sel, 2 * q + k_tok + v_tok + o + 2 * stat),
+        "sel_bwd_kv_dkdv": Cost(2 * (2 * dk + 2 * dv) * sel, sel,
+                                q + k_tok + v_tok + o + 2 * stat + b * g * s * (dk + dv) * FP32),
         # the gates: three branch outputs and three logits per (query, head) in, one output out; backward twice that
         "combine_fwd": Cost(0, 0, 4 * o + b * s * h * 3 * elem),
         "combine_bwd": Cost(0, 0, 7 * o + 2 * b * s * h * 3 * elem),
@@ -235,8 +255,11 @@ KERNEL_FAMILIES = (
     ("_sel_fwd_kv_stats", "sel_fwd_kv_stats"),
     ("_sel_fwd_kv_out", "sel_fwd_kv_out"),
     ("_sel_fwd_query", "sel_fwd_query"),
+    ("_sel_fwd_kv_part", "sel_fwd_kv_part"),
+    ("_sel_fwd_reduce", "sel_fwd_reduce"),
     ("_sel_bwd_delta", "sel_bwd_delta"),
-    ("_sel_bwd_kv", "sel_bwd_kv"),
+    ("_sel_bwd_dq_query", "sel_bwd_dq_query"),
+    ("_sel_bwd_kv", "sel_bwd_kv"),  # with dQ; without it (the query dQ choice) "sel_bwd_kv_dkdv": see `families`
     ("_combine_fwd_kernel", "combine_fwd"),
     ("_combine_bwd_kernel", "combine_bwd"),
     ("flash_fwd", "dense_fwd"),
@@ -264,6 +287,17 @@ def family(kernel_name: str) -> str:
     if any(m in kernel_name.lower() for m in GEMM_MARKERS):
         return "gemm"
     return "glue"
+
+
+def families(kernel_names: Iterable[str]) -> dict[str, str]:
+    """{name: family} of the kernels of one profile: `family` of each, except that _sel_bwd_kv is "sel_bwd_kv_dkdv"
+    (dK and dV only) where the profile also has _sel_bwd_dq_query: the query dQ choice launches _sel_bwd_kv without
+    its dQ under the same name."""
+    names = list(kernel_names)
+    fams = {name: family(name) for name in names}
+    if "sel_bwd_dq_query" in fams.values():
+        fams = {name: "sel_bwd_kv_dkdv" if fam == "sel_bwd_kv" else fam for name, fam in fams.items()}
+    return fams
 
 
 # ----------------------------------------------------------------------------------------------- a profile

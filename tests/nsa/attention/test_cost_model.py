@@ -169,6 +169,56 @@ def test_profile_kernel_names_map_to_families():
     assert set(cm.FAMILY_PASS) == set(cm.all_costs(CFG, S, 1))
 
 
+def test_the_launch_choices_kernels_map_to_their_families():
+    """The selected branch's launch choices (selected_attn.host DQ_CHOICES "query", OUT_CHOICES "partial"): their
+    kernels by name, and _sel_bwd_kv as dK/dV only in a profile where _sel_bwd_dq_query computes dQ."""
+    new = {"_sel_bwd_dq_query": "sel_bwd_dq_query", "_sel_fwd_kv_part": "sel_fwd_kv_part",
+           "_sel_fwd_reduce": "sel_fwd_reduce"}
+    for name, fam in new.items():
+        assert cm.family(name) == fam, name
+    from nsa.attention.kernels.selected_attn import jit
+    for name in new:  # the names a profiler shows are the jit functions' names
+        assert getattr(jit, name).fn.__name__ == name
+    atomic = cm.families(["_sel_bwd_delta", "_sel_bwd_kv", "_sel_fwd_kv_out"])
+    assert atomic == {"_sel_bwd_delta": "sel_bwd_delta", "_sel_bwd_kv": "sel_bwd_kv",
+                      "_sel_fwd_kv_out": "sel_fwd_kv_out"}
+    query = cm.families(["_sel_bwd_delta", "_sel_bwd_kv", "_sel_bwd_dq_query", "_sel_fwd_kv_part", "_sel_fwd_reduce"])
+    assert query == {"_sel_bwd_delta": "sel_bwd_delta", "_sel_bwd_kv": "sel_bwd_kv_dkdv",
+                     "_sel_bwd_dq_query": "sel_bwd_dq_query", "_sel_fwd_kv_part": "sel_fwd_kv_part",
+                     "_sel_fwd_reduce": "sel_fwd_reduce"}
+    assert {cm.FAMILY_PASS[f] for f in query.values()} == {cm.FWD, cm.BWD}
+    assert cm.FAMILY_PASS["sel_bwd_dq_query"] == cm.FAMILY_PASS["sel_bwd_kv_dkdv"] == cm.BWD
+    assert cm.FAMILY_PASS["sel_fwd_kv_part"] == cm.FAMILY_PASS["sel_fwd_reduce"] == cm.FWD
+
+
+@pytest.mark.parametrize("shape", ["small", "m7c"])
+def test_split_families_add_up_to_the_unsplit_ones(shape):
+    """The partial output's two kernels do the atomic output's products and exps; the query dQ choice's two
+    kernels do the fused backward's plus S and dP recomputed (2 (d_k + d_v) FLOPs and one exp per pair), and their
+    bytes trade the fp32 dQ buffer for a dQ store in q's dtype and a second read of q, K, V, dO, lse and delta."""
+    cfg, s, b = (CFG, S, 3) if shape == "small" else (NSAConfig(dim=768, n_heads=12, n_kv_groups=2, d_k=64, d_v=64),
+                                                      65536, 1)
+    costs = cm.kernel_costs(cfg, s, b)
+    sel = cm.branch_pairs(cfg, s)["sel"] * b * cfg.n_heads
+    dk, dv, h, g, hpg = cfg.d_k, cfg.d_v, cfg.n_heads, cfg.n_kv_groups, cfg.n_heads // cfg.n_kv_groups
+    part, red, out = costs["sel_fwd_kv_part"], costs["sel_fwd_reduce"], costs["sel_fwd_kv_out"]
+    assert (part.flops + red.flops, part.exps + red.exps) == (out.flops, out.exps)
+    assert red.flops == red.exps == 0
+    pair_buf = cm.block_pairs(cfg, s) * b * g * hpg * dv * cm.FP32  # [pairs, hpg, d_v] fp32: written, read back
+    o, o32 = b * s * h * dv * 2, b * s * h * dv * cm.FP32
+    assert part.bytes + red.bytes == out.bytes - o32 + 2 * pair_buf + o
+    dq, kv, fused = costs["sel_bwd_dq_query"], costs["sel_bwd_kv_dkdv"], costs["sel_bwd_kv"]
+    assert dq.flops == 2 * (2 * dk + dv) * sel and kv.flops == 2 * (2 * dk + 2 * dv) * sel
+    assert dq.flops + kv.flops == fused.flops + 2 * (dk + dv) * sel
+    assert dq.exps + kv.exps == fused.exps + sel
+    q, k_tok, v_tok = b * s * h * dk * 2, b * g * s * dk * 2, b * g * s * dv * 2
+    stat, dq32 = b * h * s * cm.FP32, b * s * h * dk * cm.FP32
+    assert dq.bytes + kv.bytes == fused.bytes - dq32 + (2 * q + k_tok + v_tok + o + 2 * stat)
+    assert kv.bytes == fused.bytes - dq32
+    if shape == "m7c":  # the layer's floor stays the shipped kernels'
+        assert "sel_bwd_kv" in cm.LAYER_FAMILIES[cm.BWD] and "sel_fwd_kv_out" in cm.LAYER_FAMILIES[cm.FWD]
+
+
 def test_m7c_floors_near_the_issues_estimates():
     # H100 SXM, bf16, S 65,536, B 1: the estimates of issue 31 (ms)
     m7c = NSAConfig(dim=768, n_heads=12, n_kv_groups=2, d_k=64, d_v=64)

@@ -76,3 +76,18 @@ def test_an_unknown_device_gets_the_counts_only():
     rng = next(k for k in r["kernels"] if k["name"] == "_range_fwd_kernel")
     assert rng["flops"] > 0 and rng["floor_ms"] is None
     assert any("peak unknown" in line for line in pl.describe({**r, "device_name": "Some Future GPU"}))
+
+
+def test_a_profile_of_the_query_dq_choice_counts_sel_bwd_kv_as_dkdv_only():
+    """The query dQ choice launches _sel_bwd_kv without dQ under the same name: beside _sel_bwd_dq_query it gets the
+    dK/dV-only family's floor, and the partial output's kernels get theirs."""
+    prof = {"fwd": {"_sel_fwd_kv_stats": [1.0, 1], "_sel_fwd_kv_part": [2.0, 1], "_sel_fwd_reduce": [0.5, 1]},
+            "bwd": {"_sel_bwd_kv": [3.0, 1], "_sel_bwd_dq_query": [2.0, 1]}}
+    r = pl.roofline(prof, "nsa-triton", 65536, 1, H100, SHAPE)
+    rows = {k["name"]: k for k in r["kernels"]}
+    costs = cm.kernel_costs(NSAConfig(**SHAPE), 65536, 1)
+    for name, fam in {"_sel_bwd_kv": "sel_bwd_kv_dkdv", "_sel_bwd_dq_query": "sel_bwd_dq_query",
+                      "_sel_fwd_kv_part": "sel_fwd_kv_part", "_sel_fwd_reduce": "sel_fwd_reduce"}.items():
+        assert rows[name]["family"] == fam and rows[name]["flops"] == costs[fam].flops, name
+    shipped = pl.roofline({"bwd": {"_sel_bwd_kv": [3.0, 1]}}, "nsa-triton", 65536, 1, H100, SHAPE)
+    assert shipped["kernels"][0]["family"] == "sel_bwd_kv"

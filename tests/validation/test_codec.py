@@ -13,9 +13,12 @@ from validation.kinds.longrun import Result as LongrunResult
 from validation.kinds.pytest_suite import Result as PytestResult
 from validation.kinds.sanitizer import Result as SanitizerResult
 from validation.kinds.snapshot import Result as SnapshotResult
+from validation.kinds.sweep import Result as SweepResult
+from validation.analysis.significance import compare_paired, decide
 from validation.results.codec import absent, blank, decode, encode
 from validation.results.model import ResultsError
-from validation.results.trainer_launch import LaunchMetrics, Problem, Startup, TrainingSummary
+from validation.results.decision import ComparisonRecord, DecisionRecord
+from validation.results.trainer_launch import LaunchMetrics, LaunchRun, Problem, Startup, TrainingSummary
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -146,3 +149,52 @@ def test_launch_metrics_keep_a_missing_file_a_problem_and_undeclared_keys():
     full = decode(LaunchMetrics, {"summary": {"steps": 3, "memory_kind": "cuda"}, "startup": {"init_s": 1.5}})
     assert isinstance(full.summary, TrainingSummary) and full.summary.steps == 3
     assert isinstance(full.startup, Startup) and full.startup.init_s == 1.5
+
+
+def _steps(kind):
+    for path in sorted(REPO.glob("reports/**/results.json")):
+        for name, step in json.loads(path.read_text()).get("steps", {}).items():
+            if step.get("kind") == kind:
+                yield f"{path}: steps.{name}", step
+
+
+@pytest.mark.parametrize("kind, result_type", [("sweep", SweepResult)])
+def test_a_deciding_kind_reads_and_writes_its_committed_step_records_through_the_codec(kind, result_type):
+    """Every committed step of the kind decodes strictly into the kind's Result (its metrics, runs, decision, choice,
+    ...) and encodes back to the same parts of the step record, each part with its keys in the same order."""
+    seen = 0
+    for where, step in _steps(kind):
+        result = decode(result_type, step, where)
+        out = encode(result)
+        assert set(out) == {f.name for f in dataclasses.fields(result_type) if f.name in step}, where
+        for key, value in out.items():
+            assert json.dumps(value) == json.dumps(step[key]), (where, key)
+        seen += 1
+    assert seen >= 1
+
+
+def test_every_committed_run_of_a_multi_launch_step_decodes_as_a_launch_run_and_encodes_back_unchanged():
+    seen = 0
+    for path in sorted(REPO.glob("reports/**/results.json")):
+        for name, step in json.loads(path.read_text()).get("steps", {}).items():
+            for key in ("runs", "superseded"):
+                for i, run in enumerate(step.get(key) or []):
+                    where = f"{path}: steps.{name}.{key}[{i}]"
+                    assert json.dumps(encode(decode(LaunchRun, run, where))) == json.dumps(run), where
+                    seen += 1
+    assert seen >= 40
+
+
+def test_the_decision_records_name_the_keys_the_analysis_writes_in_its_order():
+    """ComparisonRecord and DecisionRecord are the JSON form of significance.Comparison.as_dict() and
+    Decision.as_dict(): the same keys in the same order, and a decision as written encodes back unchanged."""
+    comp = compare_paired([100.0, 102.0, 99.0], [110.0, 111.0, 108.0], baseline="a", variant="b")
+    record_keys = [f.name for f in dataclasses.fields(ComparisonRecord) if f.name != "extra"]
+    assert list(comp.as_dict()) == record_keys
+    d = decide({"a": [100.0, 102.0, 99.0], "b": [110.0, 111.0, 108.0]}, default="a")
+    written = d.as_dict()
+    declared = [f.name for f in dataclasses.fields(DecisionRecord)]
+    assert list(written) == declared[:len(written)]
+    assert json.dumps(encode(decode(DecisionRecord, written))) == json.dumps(written)
+    undecided = {"reason": "no decision: too few runs", "significant": False, "choice": None}
+    assert encode(decode(DecisionRecord, undecided)) == undecided

@@ -41,10 +41,12 @@ from validation.analysis.significance.windows import compare_windows, measured_r
 from validation.kinds import train_report
 from validation.kinds.blocks import Badge, Block, Column, Paragraph, Table
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, Settings, effect_of, run_side, with_labels
-from validation.kinds.sweep import decision_blocks, decision_mark
+from validation.kinds.sweep import decision_blocks, decision_mark, given
 from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, declared_pair_noise, nothing_compared, order_seed, run_each, run_order,
                                       run_values, trainer_launch)
 from validation.kinds._plot_helpers import bar_points
+from validation.results.codec import decode
+from validation.results.decision import Choice, DecisionRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,7 +277,8 @@ class AB(TrainerKind):
         decision = as_dict(result.get("decision"))
         chosen = as_dict(result.get("choice")) or as_dict(result.get("winner"))
         if decision:
-            out += decision_blocks(decision, as_dict(result.get("choice")))
+            out += decision_blocks(decode(DecisionRecord, decision, lenient=True),
+                                   given(decode(Choice, result.get("choice"), lenient=True)))
         elif chosen:
             params = params_text(chosen.get("params"))
             out.append(Paragraph(f"**Keep**: {fmt_num(chosen.get('label'))}" + (f" ({params})" if params != "—" else "")

@@ -22,6 +22,8 @@ Result: "runs" (one per launch, each a trainer launch's record with its "repeat"
 "winner": the choice when it rests on a significant difference, else null;
 "metrics": {"points", "runs", "passed", "repeats", "decided", "significant", "winner" (label or null), "choice",
 "kept_default", "method", "noise_floor", "recommended_repeats", "selection" (the decision in words), "rule"}.
+The kind's Result is these parts as typed records (Decided: winner, decision, choice; Metrics; a LaunchRun per run),
+decoded strictly where the decision is computed and leniently where the report reads them.
 Report: a row per run (the chosen point marked), the decision and its statistics; a bar chart of the means.
 """
 
@@ -30,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections import Counter
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 from validation import kinds
 from validation.analysis.interference import decision_record, disturbed_flags
@@ -45,6 +47,9 @@ from validation.kinds.blocks import Badge, Block, Column, Paragraph, Table
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, nothing_compared, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, KeyFigure, effect_of, run_side, with_labels
 from validation.kinds._plot_helpers import bar_points
+from validation.results.codec import absent, decode, encode
+from validation.results.decision import Choice, DecisionRecord
+from validation.results.trainer_launch import LaunchRun, Stat
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +59,53 @@ class Options:
     select_goal: str = "max"  # or "min"
     repeats: int = 1
     prefer: list = dataclasses.field(default_factory=list)  # the points to keep without a significant winner
+
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+    """The step's own metrics (the module docstring); method, noise_floor and recommended_repeats only when a
+    decision was computed."""
+    points: int | None = None
+    runs: int | None = None
+    passed: int | None = None
+    repeats: int | None = None
+    rule: str | None = absent()
+    selection_rule: str | None = absent()  # "rule" in results written before it was renamed
+    winner: str | None = None
+    method: str | None = absent()
+    noise_floor: int | float | None = absent(beside="method")
+    recommended_repeats: int | None = absent(beside="method")
+    decided: bool | None = None
+    significant: bool | None = None
+    choice: str | None = None
+    kept_default: bool | None = None
+    selection: str | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decided:
+    """What a deciding step (sweep, ab) records of its decision: the choice (the winner when significant), the
+    winner and the decision; "decision" and "choice" are absent from results written before decisions were."""
+    winner: Choice | None = None
+    decision: DecisionRecord | None = absent()
+    choice: Choice | None = absent(beside="decision")
+
+
+@dataclasses.dataclass(frozen=True)
+class Result(Decided):
+    """The parts of a sweep step's record the kind writes: the decision (Decided), its metrics, a record per run."""
+    metrics: Metrics = dataclasses.field(default_factory=Metrics)
+    runs: list[LaunchRun] = dataclasses.field(default_factory=list)
+
+
+R = TypeVar("R")
+
+
+def given(record: R | None) -> R | None:
+    """A decoded record, or None where it is missing or blank ({}, or not a mapping: decoded leniently as its
+    defaults), as a report treats an empty record."""
+    return None if record is None or record == type(record)() else record
+
 
 RULE = ("a winner only when the best point beats every other one significantly (p < 0.05, block means of one "
         "run each or paired over interleaved repeats) and by more than the noise floor; otherwise no significant "
@@ -117,13 +169,14 @@ class Sweep(TrainerKind):
 
     def run(self, step, launches, result, ctx) -> None:
         runs, problems = run_each(ctx, step, launches, result, retry_disturbed=True)
+        records = [decode(LaunchRun, r, f"runs[{i}]") for i, r in enumerate(runs)]
         points = dict(sweep_points(step))
         data: dict[str, list] = {label: [None] * step.repeats for label in points}
-        for r in runs:
-            data[r["label"]][r["repeat"]] = run_values(ctx.run_dir, step, r, step.select_metric)
+        for raw, r in zip(runs, records):
+            data[r.label][r.repeat] = run_values(ctx.run_dir, step, raw, step.select_metric)
         keep, source = keep_point(step)
         preferred = [label for label in preferred_points(step)[1:] if label != keep]
-        metrics = {"points": len(points), "runs": len(runs), "passed": sum(r["status"] == "passed" for r in runs),
+        metrics = {"points": len(points), "runs": len(runs), "passed": sum(r.status == "passed" for r in records),
                    "repeats": step.repeats, "rule": RULE}
         decision: dict[str, Any] = {"order_seed": order_seed(step, ctx.run_dir),
                                     "order": [spec.label for spec in launches], "default_source": source,
@@ -134,41 +187,44 @@ class Sweep(TrainerKind):
                        pair_noise=declared_pair_noise(ctx))
         except StatsError as exc:
             d = None
-            decision.update(reason=f"no decision: {exc}", significant=False, choice=None)
+            reason = f"no decision: {exc}"
+            decision.update(reason=reason, significant=False, choice=None)
         choice = None
         if d is not None:
-            decision = {**d.as_dict(), **decision}
+            decision, reason = {**d.as_dict(), **decision}, d.reason
             if d.choice is not None:
-                choice = {"label": d.choice, "params": points[d.choice], "explanation": d.reason,
-                          "significant": d.significant, "kept_default": d.kept_default}
+                choice = Choice(d.choice, points[d.choice], d.reason, significant=d.significant,
+                                kept_default=d.kept_default)
             metrics.update(winner=d.winner, method=d.method, noise_floor=d.noise_floor,
                            recommended_repeats=d.recommended_repeats)
-        metrics.update(decided=choice is not None, significant=bool(choice and choice["significant"]),
-                       choice=choice["label"] if choice else None, kept_default=bool(choice and choice["kept_default"]),
-                       selection=decision.get("reason"))
+        significant = bool(choice and choice.significant)
+        metrics.update(decided=choice is not None, significant=significant,
+                       choice=choice.label if choice else None, kept_default=bool(choice and choice.kept_default),
+                       selection=reason)
         metrics.setdefault("winner", None)
-        result.update(decision=decision, choice=choice, winner=choice if choice and choice["significant"] else None,
-                      metrics=metrics)
+        chosen = encode(choice) if choice else None
+        result.update(decision=decision, choice=chosen, winner=chosen if significant else None, metrics=metrics)
         record = decision_record(result, conclusive=bool(d is not None and d.significant))
         if record is not None:
             result["interference"] = record
         if problems:
             result.update(status="failed", reason="; ".join(problems))
         elif choice is None:
-            result.update(status="failed", reason=str(decision.get("reason") or "no decision"))
+            result.update(status="failed", reason=str(reason or "no decision"))
         else:
             result.update(status="passed", reason=None)
 
     def summary_line(self, result: dict) -> str:
-        choice = as_dict(result.get("choice"))
-        if not choice:
+        decided = decode(Decided, result, lenient=True)
+        choice = given(decided.choice)
+        if choice is None:
             return ""
-        params = params_text(choice.get("params"))
-        if choice.get("significant"):
+        params = params_text(choice.params)
+        if choice.significant:
             return f" winner: {params} (significant)"
-        source = as_dict(result.get("decision")).get("default_source")
+        source = decided.decision.default_source if decided.decision else None
         how = {"prefer": "preferred", "runbook": "the runbook's value", "first": "the matrix's first point"}.get(
-            str(source), "kept") if choice.get("kept_default") else "preferred"
+            str(source), "kept") if choice.kept_default else "preferred"
         if nothing_compared(result):
             return f" no decision, nothing compared: {params} kept ({how})"
         return f" no significant difference: {params} kept ({how})"
@@ -178,56 +234,55 @@ class Sweep(TrainerKind):
 
     def blocks(self, result: dict) -> list[Block]:
         """One row per run (the chosen one marked), the decision with its figures, and each run's summary."""
-        runs = [as_dict(r) for r in as_list(result.get("runs"))]
-        choice = as_dict(result.get("choice")) or as_dict(result.get("winner"))
-        keys = sorted({str(k) for r in runs for k in as_dict(r.get("params"))})
-        label_counts = Counter(str(r.get("label")) for r in runs)
-        decision = as_dict(result.get("decision"))
-        mark = "BEST" if not decision else "WINNER" if choice.get("significant") else "KEPT"
+        r = decode(Result, result, lenient=True)
+        runs = r.runs
+        choice = given(r.choice) or given(r.winner)
+        keys = sorted({str(k) for run in runs for k in run.params})
+        label_counts = Counter(str(run.label) for run in runs)
+        decision = given(r.decision)
+        mark = "BEST" if not decision else "WINNER" if choice and choice.significant else "KEPT"
         rows, marked = [], set()
         for i, run in enumerate(runs):
-            params = as_dict(run.get("params"))
+            params = run.params
             if len(keys) == 1 and keys[0] in params:
                 value = fmt_num(params[keys[0]])
             else:
-                value = params_text(params) if params else fmt_num(run.get("label"))
-            if label_counts[str(run.get("label"))] > 1 and finite(run.get("repeat")) is not None:
-                value = f"{value} (repeat {int(run['repeat']) + 1})"
-            run_metrics = as_dict(run.get("metrics"))
-            toks = stat_of(run_metrics, "toks_per_s")
-            best = bool(choice) and run.get("label") == choice.get("label")
+                value = params_text(params) if params else fmt_num(run.label)
+            if label_counts[str(run.label)] > 1 and run.repeat is not None:
+                value = f"{value} (repeat {run.repeat + 1})"
+            toks = run.metrics.toks_per_s or Stat()
+            best = choice is not None and run.label == choice.label
             if best:
                 marked.add(i)
-            status = status_view(run.get("status"))
-            rows.append((value, fmt_rate(toks.get("mean")), fmt_rate(toks.get("stdev")), fmt_pct(toks.get("cv")),
-                         fmt_num(toks.get("n")), fmt_tflops(run_metrics.get("tflops_per_s")),
-                         mfu_text(run_metrics, why=False),
+            status = status_view(run.status)
+            rows.append((value, fmt_rate(toks.mean), fmt_rate(toks.stdev), fmt_pct(toks.cv), fmt_num(toks.n),
+                         fmt_tflops(run.metrics.tflops_per_s), mfu_text(encode(run.metrics), why=False),
                          Badge(mark if best else status["word"], status["css"], bold=best,
-                               after=str(run["reason"]) if run.get("reason") else None)))
+                               after=str(run.reason) if run.reason else None)))
         out: list[Block] = [Table(
             (Column(param_name(keys[0]) if len(keys) == 1 else "value"),
              *(Column(c, numeric=True) for c in ("Tokens/s, window mean (all ranks)", "Stdev", "CV", "n", "TFLOP/s",
                                                  "MFU")), Column("Status")), rows, marked=marked)]
-        context = shared_context_text(as_dict(r.get("metrics")) for r in runs)
+        context = shared_context_text(encode(run.metrics) for run in runs)
         if context:
             out.append(Paragraph(f"Context of the tokens/s: {context}", style="context"))
-        metrics = as_dict(result.get("metrics"))
         if decision:
-            out += decision_blocks(decision, as_dict(result.get("choice")))
+            out += decision_blocks(decision, given(r.choice))
         elif choice:  # results written before decisions were recorded
-            out.append(Paragraph(f"**Winner**: {params_text(choice.get('params'))} — {fmt_num(choice.get('explanation'))}"))
+            out.append(Paragraph(f"**Winner**: {params_text(choice.params)} — {fmt_num(choice.explanation)}"))
         else:
             out.append(Paragraph(f"**Winner**: none — "
-                                 f"{metrics.get('selection') or 'no run finished with a throughput figure'}"))
-        rule = metrics.get("rule") or metrics.get("selection_rule")
+                                 f"{r.metrics.selection or 'no run finished with a throughput figure'}"))
+        rule = r.metrics.rule or r.metrics.selection_rule
         if rule:
             out.append(Paragraph(f"Rule: {rule}", style="muted"))
-        return out + train_report.runs_blocks(runs)
+        return out + train_report.runs_blocks([encode(run) for run in runs])
 
     def comparisons(self, result: dict) -> list[Effect]:
         """The decision's best point against each other point."""
-        effects = (effect_of(comp, run_side(result, comp.get("baseline")), run_side(result, comp.get("variant")))
-                   for comp in (as_dict(c) for c in as_list(as_dict(result.get("decision")).get("comparisons"))))
+        decision = decode(Decided, result, lenient=True).decision
+        effects = (effect_of(encode(comp), run_side(result, comp.baseline), run_side(result, comp.variant))
+                   for comp in (decision.comparisons or [] if decision else []))
         return [e for e in effects if e]
 
     def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
@@ -237,11 +292,12 @@ class Sweep(TrainerKind):
         for step in in_order:
             if step.get("kind") != self.name:
                 continue
-            choice = as_dict(step.get("choice")) or as_dict(step.get("winner"))
+            r = decode(Result, step, lenient=True)
+            choice = given(r.choice) or given(r.winner)
             if not choice:
                 continue
-            significant = bool(choice.get("significant", not step.get("decision")))
-            params = as_dict(choice.get("params"))
+            significant = bool(choice.significant if choice.significant is not None else not given(r.decision))
+            params = choice.params
             if len(params) == 1:
                 key = param_name(str(next(iter(params))))
                 value = fmt_num(next(iter(params.values())))
@@ -252,25 +308,27 @@ class Sweep(TrainerKind):
                     f"{value} ({key})" if is_bucket else value)
             else:
                 label = "Sweep winner" if significant else "Sweep point kept"
-                value = params_text(params) if params else fmt_num(choice.get("label"))
+                value = params_text(params) if params else fmt_num(choice.label)
             if not significant:
                 value += ", kept: no significant difference"
-            chosen_runs = [as_dict(r) for r in as_list(step.get("runs")) if as_dict(r).get("label") == choice.get("label")]
-            means = [stat_of(as_dict(r.get("metrics")), "toks_per_s").get("mean") for r in chosen_runs]
-            means = [m for m in (finite(v) for v in means) if m is not None]
+            chosen_runs = [run for run in r.runs if run.label == choice.label]
+            means = [finite((run.metrics.toks_per_s or Stat()).mean) for run in chosen_runs]
+            means = [m for m in means if m is not None]
             mean = sum(means) / len(means) if means else None
-            note = f"step `{step.get('name')}`" + (f", {fmt_rate(mean)} tokens/s" if mean is not None else "")
-            context = context_text(chosen_runs[0].get("metrics")) if chosen_runs else None
+            name = step.get("name")
+            note = f"step `{name}`" + (f", {fmt_rate(mean)} tokens/s" if mean is not None else "")
+            context = context_text(encode(chosen_runs[0].metrics)) if chosen_runs else None
             note += f" at {context}" if context and mean is not None else ""
-            figures.append(KeyFigure("sweep_choice", label, value, note, order=20, steps=(str(step.get("name")),)))
+            figures.append(KeyFigure("sweep_choice", label, value, note, order=20, steps=(str(name),)))
         return figures
 
     def plots(self, name: str, result: dict, plotter) -> None:
-        runs = [as_dict(r) for r in as_list(result.get("runs"))]
+        runs = decode(Result, result, lenient=True).runs
         mark = decision_mark(result)
-        keys = sorted({str(k) for r in runs for k in as_dict(r.get("params"))})
+        keys = sorted({str(k) for r in runs for k in r.params})
         marked_color = "tab:green" if mark and mark[1] == "winner" else "tab:blue"
-        plotter.bars(bar_points(runs, tick_by_param=True), title=f"Sweep: {result.get('title') or name}",
+        plotter.bars(bar_points([encode(r) for r in runs], tick_by_param=True),
+                     title=f"Sweep: {result.get('title') or name}",
                      xlabel=param_name(keys[0]) if len(keys) == 1 else "run", filename=f"sweep_{file_name(name)}.png",
                      colors=lambda i, label: marked_color if mark and label == mark[0] else "tab:gray", mark=mark)
 
@@ -278,24 +336,24 @@ class Sweep(TrainerKind):
 def decision_mark(result: dict) -> tuple[str, str] | None:
     """(run label, word) of the point a sweep's or an A/B's plot marks: the decision its text states, "winner" for
     a significant choice, "kept" for the point kept without a significant difference; None without a choice."""
-    choice = as_dict(result.get("choice")) or as_dict(result.get("winner"))
-    if not choice or choice.get("label") is None:
+    decided = decode(Decided, result, lenient=True)
+    choice = given(decided.choice) or given(decided.winner)
+    if not choice or choice.label is None:
         return None
-    significant = bool(choice.get("significant", not result.get("decision")))
-    return str(choice["label"]), "winner" if significant else "kept"
+    significant = bool(choice.significant if choice.significant is not None else not given(decided.decision))
+    return choice.label, "winner" if significant else "kept"
 
 
-def decision_blocks(decision: dict, choice: dict) -> list[Block]:
+def decision_blocks(decision: DecisionRecord, choice: Choice | None) -> list[Block]:
     """A recorded decision (sweep or ab): a headline, the reason, the recommendation and the figures. The figures
     (the noise floor, runs per variant, repeats needed) are left out when the decision compared nothing (e.g. an A/B
     whose only variant the trainer ignored), so that the section never prints "0 run(s) per variant" under a
     comparison table."""
-    comp = as_dict(decision.get("comparison"))
-    ignored = [str(x) for x in as_list(decision.get("excluded_ignored"))]
-    name = (params_text(choice.get("params")) if choice and as_dict(choice.get("params")) else
-            str(choice.get("label")) if choice else None)
-    reason = fmt_num(decision.get("reason"))
-    if choice and choice.get("significant"):
+    comp = given(decision.comparison)
+    ignored = [str(x) for x in decision.excluded_ignored or []]
+    name = (params_text(choice.params) if choice and choice.params else str(choice.label) if choice else None)
+    reason = fmt_num(decision.reason)
+    if choice and choice.significant:
         headline = f"{name} (significant)"
     elif choice and ignored and not comp:
         # nothing was compared for the decision: the only variants were settings the trainer ignored
@@ -309,15 +367,15 @@ def decision_blocks(decision: dict, choice: dict) -> list[Block]:
         headline = "no decision"
     out: list[Block] = [Paragraph(f"**Decision**: {headline}"), Paragraph(reason)]
     # a decision recorded since recommendations need replicated effects says why it is (not) recommended
-    if decision.get("recommendation"):
-        out.append(Paragraph(f"**Recommendation**: {fmt_num(decision['recommendation'])}"))
-    seed = decision.get("order_seed")
+    if decision.recommendation:
+        out.append(Paragraph(f"**Recommendation**: {fmt_num(decision.recommendation)}"))
+    seed = decision.order_seed
     order = f"random within each repeat (seed {seed})" if seed is not None else None
-    if comp or decision.get("method") is not None:  # measured
-        repeats = decision.get("repeats")
-        out.append(Paragraph(f"Noise floor {fmt_pct(decision.get('noise_floor'))} · {fmt_num(repeats)} "
+    if comp or decision.method is not None:  # measured
+        repeats = decision.repeats
+        out.append(Paragraph(f"Noise floor {fmt_pct(decision.noise_floor)} · {fmt_num(repeats)} "
                              f"{'run' if repeats == 1 else 'runs'} per variant · repeats needed to detect a 5% "
-                             f"difference: {fmt_num(decision.get('recommended_repeats'))}"
+                             f"difference: {fmt_num(decision.recommended_repeats)}"
                              + (f" · run order {order}" if order else ""), style="muted"))
     elif order:
         out.append(Paragraph(f"Run order {order}", style="muted"))

@@ -255,3 +255,20 @@ class LaunchMetrics:
     scaling_baseline: str | None = absent()  # the train kind's: the step it is measured against
     scaling_efficiency: Num | None = absent()
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchRun:
+    """One trainer launch of a step that runs several (validation.kinds.trainer.run_each: a sweep's points, an A/B's
+    variants, a scan's values, ...), each an entry of the step's "runs" (and of "superseded" once run again)."""
+    label: str | None = None
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    status: str | None = None  # the run's status: passed, failed, ...
+    reason: str | None = None
+    dir: str | None = None
+    command: list[str] | None = None
+    metrics: LaunchMetrics = dataclasses.field(default_factory=LaunchMetrics)
+    repeat: int | None = None
+    source: str | None = absent()  # a scan's: scan or bisect
+    superseded_by: str | None = absent()  # a superseded run's: the directory of the run that replaced it
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -388,7 +388,8 @@ def _backward(do, q, k, v, lse, o, delta, mode: int, p0: int, p1: int):
 
     # dK/dV as fp32 partials [NSPLIT, B, G, T, d] (NSPLIT = 1 for the window), summed and cast by torch: one
     # compiled variant per shape instead of two (the cast costs a pass over B*G*T*d elements, small beside the
-    # attention itself)
+    # attention itself). With one partial (the window) there is nothing to sum: its only slice is cast (no op at
+    # all in fp32), the same values as sum(0) without its launch.
     cfg = dkdv_config(d_k, d_v)
     n_split = dkdv_splits(mode, b, g, t, s, hpg, n_sm, cfg, p1)
     dk_part = torch.empty(n_split, b, g, t, d_k, dtype=torch.float32, device=q.device)
@@ -403,6 +404,8 @@ def _backward(do, q, k, v, lse, o, delta, mode: int, p0: int, p1: int):
         h, g, hpg, s, t, mode, p0, p1, sm_scale * LOG2E, sm_scale,
         D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages, DOT_PREC=prec)
+    if n_split == 1:
+        return dq, dk_part[0].to(k.dtype), dv_part[0].to(v.dtype)
     return dq, dk_part.sum(0).to(k.dtype), dv_part.sum(0).to(v.dtype)
 
 

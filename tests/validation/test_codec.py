@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import pytest
 
+from validation.kinds.ab import Result as ABResult
 from validation.kinds.longrun import Result as LongrunResult
 from validation.kinds.pytest_suite import Result as PytestResult
 from validation.kinds.sanitizer import Result as SanitizerResult
@@ -158,7 +159,7 @@ def _steps(kind):
                 yield f"{path}: steps.{name}", step
 
 
-@pytest.mark.parametrize("kind, result_type", [("sweep", SweepResult)])
+@pytest.mark.parametrize("kind, result_type", [("sweep", SweepResult), ("ab", ABResult)])
 def test_a_deciding_kind_reads_and_writes_its_committed_step_records_through_the_codec(kind, result_type):
     """Every committed step of the kind decodes strictly into the kind's Result (its metrics, runs, decision, choice,
     ...) and encodes back to the same parts of the step record, each part with its keys in the same order."""

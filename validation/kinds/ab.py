@@ -21,32 +21,35 @@ of each variant against the baseline ("baseline", "variant", "metric", "method",
 "order", "excluded_ignored"), "choice" {label, params, explanation, significant, kept_default} and "winner" (the
 choice when significant, else null); "metrics": {"compared", "baseline": summary, "<variant>": summary,
 "variants": {variant: comparison}, "decided", "significant", "choice", "kept_default"}.
+The kind's Result is these parts as typed records (sweep.Decided, Metrics, a LaunchRun per run, a Comparison per
+variant), decoded strictly where the decision is computed and leniently where the report reads them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Mapping
+from typing import Any, Mapping
 
 from validation import contracts
 from validation.analysis import stats
 from validation import kinds
 from validation.analysis.interference import decision_record, disturbed_flags
-from validation.formatting import (as_dict, as_list, file_name, finite, fmt_num, fmt_p, fmt_pct, fmt_tflops,
-                                      mean_pm, mfu_text, params_text, shared_context_text, stat_of, status_view)
+from validation.formatting import (as_dict, file_name, finite, fmt_num, fmt_p, fmt_pct, fmt_tflops,
+                                      mean_pm, mfu_text, params_text, shared_context_text, status_view)
 from validation.runbook.schema import NAME_RE, env_vars, mapping, trainer_flags, typed
 from validation.analysis.significance import StatsError, adjust_family, compare_paired, decide
 from validation.analysis.significance.windows import compare_windows, measured_run_noise
 from validation.kinds import train_report
 from validation.kinds.blocks import Badge, Block, Column, Paragraph, Table
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, Settings, effect_of, run_side, with_labels
-from validation.kinds.sweep import decision_blocks, decision_mark, given
-from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, declared_pair_noise, nothing_compared, order_seed, run_each, run_order,
-                                      run_values, trainer_launch)
+from validation.kinds.sweep import Decided, decision_blocks, decision_mark, given
+from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, declared_pair_noise, metrics_as_written, nothing_compared, order_seed, run_each, run_order,
+                                      run_values, runs_as_written, trainer_launch)
 from validation.kinds._plot_helpers import bar_points
-from validation.results.codec import decode
-from validation.results.decision import Choice, DecisionRecord
+from validation.results.codec import absent, decode, encode
+from validation.results.decision import Choice, ComparisonRecord
+from validation.results.trainer_launch import LaunchMetrics, LaunchRun, Num, Stat
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +65,38 @@ class Options:
     repeats: int = 1
     metric: str = "toks_per_s"
     recommend: bool = False
+
+@dataclasses.dataclass(frozen=True)
+class Comparison(ComparisonRecord):
+    """A variant against the baseline, as the step's "comparison" lists it: significance.Comparison's record, then
+    the difference of the means, the relative difference and the test in words."""
+    delta: Num | None = None
+    rel_delta: Num | None = None
+    test: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+    """The step's own metrics: the metric compared and each variant's comparison with the baseline; the pooled
+    summary of the baseline's runs, then (in `extra`) each variant's under its label and, with recommend, "decided",
+    "significant", "choice" and "kept_default"."""
+    compared: str | None = None
+    variants: dict[str, ComparisonRecord] = dataclasses.field(default_factory=dict)
+    baseline: Any = None  # pooled_summary: a run's metrics, or the mean over repeats
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result(Decided):
+    """The parts of an A/B step's record the kind writes: the decision (Decided; with recommend), its metrics, a
+    record per run, the comparisons with the baseline, the run order and the notes."""
+    metrics: Metrics = dataclasses.field(default_factory=Metrics)
+    runs: list[LaunchRun] = dataclasses.field(default_factory=list)
+    comparison: list[Comparison] = dataclasses.field(default_factory=list)
+    order_seed: int | None = absent()
+    order: list[str] | None = absent()
+    notes: list[str] = absent([])
+
 
 _TESTS = {"paired": "paired t on log-ratios of interleaved repeats", "blocks": "Welch t on block means",
           "runs": "Welch t on run means"}
@@ -140,10 +175,11 @@ class AB(TrainerKind):
     def run(self, step, launches, result, ctx) -> None:
 
         runs, problems = run_each(ctx, step, launches, result, retry_disturbed=True)
+        records = [decode(LaunchRun, r, f"runs[{i}]") for i, r in enumerate(runs)]
         labels = ["baseline", *step.variants]
         data: dict[str, list] = {label: [None] * step.repeats for label in labels}
-        for r in runs:
-            data[r["label"]][r["repeat"]] = run_values(ctx.run_dir, step, r, step.metric)
+        for raw, r in zip(runs, records):
+            data[r.label][r.repeat] = run_values(ctx.run_dir, step, raw, step.metric)
         shaken = disturbed_flags(runs, labels, step.repeats)
         # the comparisons leave out a run measured under interference, as they would a failed one
         clean = {k: [None if shaken[k][i] else v for i, v in enumerate(vals)] for k, vals in data.items()}
@@ -164,37 +200,43 @@ class AB(TrainerKind):
         result["comparison"] = [{**c.as_dict(), "delta": c.mean_b - c.mean_a, "rel_delta": c.rel,
                                  "test": _TESTS[c.method] + (", Holm over the variants" if len(comps) > 1 else "")}
                                 for c in comps]
-        result["order_seed"], result["order"] = seed, [spec.label for spec in launches]
-        result["metrics"] = {"compared": step.metric, "variants": {c.variant: c.as_dict() for c in comps},
-                             "baseline": pooled_summary(runs, "baseline")}
+        order = [spec.label for spec in launches]
+        result["order_seed"], result["order"] = seed, order
+        metrics = {"compared": step.metric, "variants": {c.variant: c.as_dict() for c in comps},
+                   "baseline": pooled_summary(runs, "baseline")}
         for label in step.variants:
-            result["metrics"][label] = pooled_summary(runs, label)
-        ignored = {label: _ignored_settings(ctx, step, runs, label) for label in step.variants}
+            metrics[label] = pooled_summary(runs, label)
+        result["metrics"] = metrics
+        ignored = {label: _ignored_settings(ctx, step, records, label) for label in step.variants}
         for label, names in ignored.items():
             if names:
                 notes.append(f"{label}: the trainer ignored {', '.join(names)} on this machine, so this A/B compares "
                              "equal settings and the variant is not recommended")
         if notes:
             result.setdefault("notes", []).extend(notes)
+        conclusive = False
         if step.recommend:
-            self._decide(step, runs, data, ignored, higher, rn, seed, result, declared_pair_noise(ctx))
-        conclusive = bool(as_dict(result.get("decision")).get("significant")) if step.recommend else False
+            conclusive = self._decide(step, runs, records, data, ignored, higher, rn, (seed, order), result, metrics,
+                                      declared_pair_noise(ctx))
         record = decision_record(result, conclusive)
         if record is not None:
             result["interference"] = record
         result.update(status="failed" if problems else "passed",
                       reason="; ".join(problems) or "; ".join(result.get("notes", [])) or None)
 
-    def _decide(self, step, runs, data, ignored, higher, rn, seed, result, pair_noise=None) -> None:
+    def _decide(self, step, runs, records, data, ignored, higher, rn, order, result, metrics,
+                pair_noise=None) -> bool:
         """The recommendation: significance.decide over the baseline and the variants the trainer honoured, the
-        baseline kept without a significant difference; a significant winner that was not stable is not kept."""
+        baseline kept without a significant difference; a significant winner that was not stable is not kept.
+        `order`: (the run order's seed, the labels in run order); `metrics`: the step's, which gain the decision's.
+        Returns whether the decision is significant."""
 
         candidates = {label: values for label, values in data.items() if label == "baseline" or not ignored[label]}
         params = {"baseline": {}}
-        for r in runs:
-            params.setdefault(r["label"], r["params"])
-        extra = {"order_seed": seed, "order": result["order"],
-                 "excluded_ignored": [label for label in data if label not in candidates]}
+        for r in records:
+            params.setdefault(r.label, r.params)
+        excluded = [label for label in data if label not in candidates]
+        extra = {"order_seed": order[0], "order": order[1], "excluded_ignored": excluded}
         shaken = disturbed_flags(runs, list(data), step.repeats)
         try:
             d = decide(candidates, default="baseline", higher_is_better=higher, metric=step.metric, run_noise=rn,
@@ -202,71 +244,69 @@ class AB(TrainerKind):
         except StatsError as exc:
             result["decision"] = {"reason": f"no decision: {exc}", "significant": False, "choice": None, **extra}
             result["choice"] = result["winner"] = None
-            result["metrics"].update(decided=False, significant=False, choice=None, kept_default=False)
-            return
+            metrics.update(decided=False, significant=False, choice=None, kept_default=False)
+            return False
         choice, explanation, significant = d.choice, d.reason, d.significant
         overridden = {}
         # one run per variant: block means assume a steady run, so a winner whose per-step throughput varied by
         # more than 15% is not kept. Interleaved repeats test the run means, and a winner ahead in every repeat is
         # its own evidence of stability: the per-step spread of a 20 ms step (timer and scheduler jitter) is not.
-        if significant and choice not in (None, "baseline") and d.method != "paired" and not pooled_summary(
-                runs, choice).get("throughput_stable"):
+        if significant and choice not in (None, "baseline") and d.method != "paired" and not decode(
+                LaunchMetrics, pooled_summary(runs, choice), lenient=True).throughput_stable:
             explanation = (f"{choice} is faster ({d.reason}) but its throughput was not stable, so the baseline is "
                            "kept")
             choice, significant = "baseline", False
             overridden = {"recommendable": False,
                           "recommendation": f"nothing is recommended: {explanation}"}
-        if extra["excluded_ignored"]:
-            explanation += (f"; not considered: {', '.join(extra['excluded_ignored'])} (settings the trainer "
-                            "ignored)")
+        if excluded:
+            explanation += f"; not considered: {', '.join(excluded)} (settings the trainer ignored)"
         result["decision"] = {**d.as_dict(), **extra, "reason": explanation, **overridden}
         chosen = None
         if choice is not None:
-            chosen = {"label": choice, "params": params.get(choice, {}), "explanation": explanation,
-                      "significant": significant, "kept_default": choice == "baseline" and not significant}
-        result["choice"] = chosen
-        result["winner"] = chosen if significant else None
-        result["metrics"].update(decided=chosen is not None, significant=significant,
-                                 choice=chosen["label"] if chosen else None,
-                                 kept_default=bool(chosen and chosen["kept_default"]))
+            chosen = Choice(choice, params.get(choice, {}), explanation, significant=significant,
+                            kept_default=choice == "baseline" and not significant)
+        written = encode(chosen) if chosen else None
+        result["choice"], result["winner"] = written, written if significant else None
+        metrics.update(decided=chosen is not None, significant=significant, choice=chosen.label if chosen else None,
+                       kept_default=bool(chosen and chosen.kept_default))
+        return d.significant
 
     def view(self, result: dict, view: dict) -> dict:
         return {"command": ""}  # each run has its own
 
     def blocks(self, result: dict) -> list[Block]:
         """One row per run, the comparisons with the baseline, the decision, and each run's summary."""
-        runs = [as_dict(r) for r in as_list(result.get("runs"))]
-        label_counts = Counter(str(r.get("label")) for r in runs)
+        r = decode(Result, result, lenient=True)
+        written = metrics_as_written(result)
+        label_counts = Counter(str(run.label) for run in r.runs)
         rows = []
-        for run in runs:
-            run_metrics = as_dict(run.get("metrics"))
-            toks = stat_of(run_metrics, "toks_per_s")
-            label = fmt_num(run.get("label"))
-            if label_counts[str(run.get("label"))] > 1 and finite(run.get("repeat")) is not None:
-                label = f"{label} (repeat {int(run['repeat']) + 1})"
-            status = status_view(run.get("status"))
-            rows.append((label, params_text(run.get("params")), mean_pm(toks), fmt_pct(toks.get("cv")),
-                         fmt_num(toks.get("n")), fmt_tflops(run_metrics.get("tflops_per_s")),
-                         mfu_text(run_metrics, why=False),
-                         Badge(status["label"], status["css"], after=str(run["reason"]) if run.get("reason") else None)))
+        for i, run in enumerate(r.runs):
+            toks = run.metrics.toks_per_s or Stat()
+            label = fmt_num(run.label)
+            if label_counts[str(run.label)] > 1 and run.repeat is not None:
+                label = f"{label} (repeat {run.repeat + 1})"
+            status = status_view(run.status)
+            rows.append((label, params_text(run.params), mean_pm({"mean": toks.mean, "stdev": toks.stdev}),
+                         fmt_pct(toks.cv), fmt_num(toks.n), fmt_tflops(run.metrics.tflops_per_s),
+                         mfu_text(written[i], why=False),
+                         Badge(status["label"], status["css"], after=str(run.reason) if run.reason else None)))
         out: list[Block] = [Table(
             (Column("Variant"), Column("Params"), *(Column(c, numeric=True) for c in (
                 "Tokens/s, window mean ± stdev (all ranks)", "CV", "n", "TFLOP/s", "MFU")), Column("Status")), rows)]
-        context = shared_context_text(as_dict(r.get("metrics")) for r in runs)
+        context = shared_context_text(written)
         if context:
             out.append(Paragraph(f"Context of the tokens/s: {context}", style="context"))
         comparisons = []
-        for comp in (as_dict(c) for c in as_list(result.get("comparison"))):
-            ci = (f"{fmt_pct(comp.get('ci_low'), signed=True)} .. {fmt_pct(comp.get('ci_high'), signed=True)}"
-                  if finite(comp.get("ci_low")) is not None else "—")
-            p = fmt_p(comp.get("p_value"))
-            if finite(comp.get("p_adjusted")) is not None:
-                p += f" (Holm {fmt_p(comp.get('p_adjusted'))})"
-            comparisons.append((fmt_num(comp.get("baseline")), fmt_num(comp.get("variant")), fmt_num(comp.get("metric")),
-                                fmt_num(comp.get("mean_a")), fmt_num(comp.get("mean_b")),
-                                fmt_pct(comp.get("rel_delta"), signed=True), ci,
-                                f"{fmt_num(comp.get('n_a'))} / {fmt_num(comp.get('n_b'))}", fmt_num(comp.get("test")),
-                                p, fmt_pct(comp.get("noise_floor")), fmt_num(comp.get("verdict"))))
+        for comp in r.comparison:
+            ci = (f"{fmt_pct(comp.ci_low, signed=True)} .. {fmt_pct(comp.ci_high, signed=True)}"
+                  if finite(comp.ci_low) is not None else "—")
+            p = fmt_p(comp.p_value)
+            if finite(comp.p_adjusted) is not None:
+                p += f" (Holm {fmt_p(comp.p_adjusted)})"
+            comparisons.append((fmt_num(comp.baseline), fmt_num(comp.variant), fmt_num(comp.metric),
+                                fmt_num(comp.mean_a), fmt_num(comp.mean_b), fmt_pct(comp.rel_delta, signed=True), ci,
+                                f"{fmt_num(comp.n_a)} / {fmt_num(comp.n_b)}", fmt_num(comp.test), p,
+                                fmt_pct(comp.noise_floor), fmt_num(comp.verdict)))
         if comparisons:
             out.append(Table((Column("Baseline"), Column("Variant"), Column("Metric"),
                               *(Column(c, numeric=True) for c in ("Mean A", "Mean B", "Delta %", "95% CI", "n (A / B)")),
@@ -274,67 +314,68 @@ class AB(TrainerKind):
                               Column("Verdict")), comparisons))
         else:
             out.append(Paragraph("No comparison available."))
-        decision = as_dict(result.get("decision"))
-        chosen = as_dict(result.get("choice")) or as_dict(result.get("winner"))
+        decision = given(r.decision)
+        chosen = given(r.choice) or given(r.winner)
         if decision:
-            out += decision_blocks(decode(DecisionRecord, decision, lenient=True),
-                                   given(decode(Choice, result.get("choice"), lenient=True)))
+            out += decision_blocks(decision, given(r.choice))
         elif chosen:
-            params = params_text(chosen.get("params"))
-            out.append(Paragraph(f"**Keep**: {fmt_num(chosen.get('label'))}" + (f" ({params})" if params != "—" else "")
-                                 + f" — {fmt_num(chosen.get('explanation'))}"))
-        return out + train_report.runs_blocks(runs)
+            params = params_text(chosen.params)
+            out.append(Paragraph(f"**Keep**: {fmt_num(chosen.label)}" + (f" ({params})" if params != "—" else "")
+                                 + f" — {fmt_num(chosen.explanation)}"))
+        return out + train_report.runs_blocks(runs_as_written(result))
 
     def comparisons(self, result: dict) -> list[Effect]:
         """Each variant against the baseline; a variant whose settings the trainer ignored is an A/A check."""
-        ignored = {str(x) for x in as_list(as_dict(result.get("decision")).get("excluded_ignored"))}
-        ignored |= {str(n).split(":", 1)[0] for n in as_list(result.get("notes")) if "ignored" in str(n)}
+        r = decode(Result, result, lenient=True)
+        ignored = {str(x) for x in (r.decision.excluded_ignored or [] if r.decision else [])}
+        ignored |= {str(n).split(":", 1)[0] for n in r.notes if "ignored" in str(n)}
         out = []
-        for comp in (as_dict(c) for c in as_list(result.get("comparison"))):
-            variant = comp.get("variant")
-            effect = effect_of(comp, run_side(result, comp.get("baseline") or "baseline"), run_side(result, variant),
-                               ignored=str(variant) in ignored)
+        for comp in r.comparison:
+            variant = comp.variant
+            effect = effect_of(comp, run_side(result, comp.baseline or "baseline"), run_side(result, variant),
+                               ignored=str(variant) in ignored, rel_delta=comp.rel_delta)
             if effect:
                 out.append(effect)
         return out
 
     def summary_line(self, result: dict) -> str:
-        chosen = as_dict(result.get("choice"))
+        chosen = given(decode(Decided, result, lenient=True).choice)
         if not chosen:
             return super().summary_line(result)
-        if chosen.get("significant"):
-            return f" keep: {chosen.get('label')} (significant)"
+        if chosen.significant:
+            return f" keep: {chosen.label} (significant)"
         if nothing_compared(result):
-            return f" no decision, nothing compared: {chosen.get('label')} kept"
-        return f" no significant difference: {chosen.get('label')} kept"
+            return f" no decision, nothing compared: {chosen.label} kept"
+        return f" no significant difference: {chosen.label} kept"
 
     def plots(self, name: str, result: dict, plotter) -> None:
-        runs = [as_dict(r) for r in as_list(result.get("runs"))]
-        plotter.bars(bar_points(runs), title=f"A/B: {result.get('title') or name}", xlabel="variant",
-                     filename=f"ab_{file_name(name)}.png",
+        runs = decode(Result, result, lenient=True).runs
+        plotter.bars(bar_points(runs_as_written(result)), title=f"A/B: {result.get('title') or name}",
+                     xlabel="variant", filename=f"ab_{file_name(name)}.png",
                      colors=lambda i, label: "tab:blue" if i == 0 else "tab:orange", mark=decision_mark(result))
 
 
-def _ignored_settings(ctx, step, runs: list[dict], label: str) -> list[str]:
+def _ignored_settings(ctx, step, runs: list[LaunchRun], label: str) -> list[str]:
     """Variables of a variant that its trainer runs reported as ignored (e.g. NSA_DDP_COMPRESS without DDP)."""
     names = set()
     for r in runs:
-        if r["label"] == label:
-            status = contracts.read_status_json(ctx.run_dir / r["dir"] / "out")
+        if r.label == label:
+            status = contracts.read_status_json(ctx.run_dir / str(r.dir) / "out")
             names.update(contracts.ignored_settings(status, list(step.variants[label].env)))
     return sorted(names)
 
 
 def pooled_summary(runs: list[dict], label: str) -> dict:
     """Mean over repeats of the per-run summary means (or the single run's summary)."""
-    mine = [r["metrics"] for r in runs if r["label"] == label and r["status"] == "passed"]
+    mine = [(raw, decode(LaunchRun, raw, lenient=True)) for raw in runs]
+    mine = [(raw, r.metrics) for raw, r in mine if r.label == label and r.status == "passed"]
     if not mine:
         return {}
     if len(mine) == 1:
-        return mine[0]
-    means = [m["toks_per_s"]["mean"] for m in mine if as_dict(m.get("toks_per_s")).get("mean") is not None]
+        return as_dict(mine[0][0]["metrics"])  # the run's own metrics, as written
+    means = [m.toks_per_s.mean for _, m in mine if m.toks_per_s is not None and m.toks_per_s.mean is not None]
     return {**({"toks_per_s": {"mean": sum(means) / len(means), "n": len(means)}} if means else {}),
-            "throughput_stable": all(m.get("throughput_stable") for m in mine), "repeats": len(mine)}
+            "throughput_stable": all(m.throughput_stable for _, m in mine), "repeats": len(mine)}
 
 
 kinds.register(AB())

@@ -53,6 +53,8 @@ from validation.formatting import as_dict, as_list, context_text, finite, params
 from validation.kinds.blocks import Block
 from validation.launch.slurm import SlurmOptions
 from validation.launch.spec import PLAN_RUN_DIR, LaunchSpec, safe_name
+from validation.results.codec import decode
+from validation.results.decision import ComparisonRecord
 from validation.results.store import inside_run_dir
 
 if TYPE_CHECKING:
@@ -125,18 +127,21 @@ class Effect:
     ignored: bool = False
 
 
-def effect_of(comp: Mapping[str, Any], without: str, with_: str, ignored: bool = False) -> Effect | None:
-    """An Effect from a recorded comparison (validation.analysis.significance.Comparison's record: rel or
-    rel_delta, ci_low, ci_high, p_adjusted or p_value, mean_a, mean_b, ...); None without a relative difference."""
-    rel = finite(comp.get("rel", comp.get("rel_delta")))
+def effect_of(comp: ComparisonRecord | Mapping[str, Any], without: str, with_: str, ignored: bool = False,
+              rel_delta: Any = None) -> Effect | None:
+    """An Effect from a recorded comparison (validation.results.decision.ComparisonRecord, significance.Comparison's
+    record, or a mapping of its keys: rel, ci_low, ci_high, p_adjusted or p_value, mean_a, mean_b, ...); `rel_delta`
+    stands for rel where the record has none (an A/B's comparisons written before rel was). None without a relative
+    difference."""
+    c = comp if isinstance(comp, ComparisonRecord) else decode(ComparisonRecord, comp, lenient=True)
+    rel = finite(c.rel if c.rel is not None else rel_delta)
     if rel is None:
         return None
-    p = next((finite(comp[k]) for k in ("p_adjusted", "p_value") if finite(comp.get(k)) is not None), None)
-    return Effect(without, with_, rel, metric=str(comp.get("metric") or "toks_per_s"),
-                  mean_without=finite(comp.get("mean_a")), mean_with=finite(comp.get("mean_b")),
-                  ci_low=finite(comp.get("ci_low")), ci_high=finite(comp.get("ci_high")), p=p,
-                  significant=comp.get("significant") is True,
-                  verdict=str(v) if (v := comp.get("verdict")) else None, ignored=ignored)
+    p = finite(c.p_adjusted) if finite(c.p_adjusted) is not None else finite(c.p_value)
+    return Effect(without, with_, rel, metric=str(c.metric or "toks_per_s"),
+                  mean_without=finite(c.mean_a), mean_with=finite(c.mean_b),
+                  ci_low=finite(c.ci_low), ci_high=finite(c.ci_high), p=p, significant=c.significant is True,
+                  verdict=str(c.verdict) if c.verdict else None, ignored=ignored)
 
 
 def run_side(result: Mapping[str, Any], label: Any) -> str:

@@ -37,14 +37,14 @@ from typing import Any, Mapping, TypeVar
 from validation import kinds
 from validation.analysis.interference import decision_record, disturbed_flags
 from validation.launch.spec import safe_name
-from validation.formatting import (as_dict, as_list, context_text, file_name, finite, fmt_num, fmt_pct, fmt_rate,
-                                      fmt_tflops, mfu_text, param_name, params_text, shared_context_text, stat_of,
+from validation.formatting import (context_text, file_name, finite, fmt_num, fmt_pct, fmt_rate,
+                                      fmt_tflops, mfu_text, param_name, params_text, shared_context_text,
                                       status_view)
 from validation.runbook.schema import mapping, setting_key, typed
 from validation.analysis.significance import StatsError, decide
 from validation.kinds import train_report
 from validation.kinds.blocks import Badge, Block, Column, Paragraph, Table
-from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, nothing_compared, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, metrics_as_written, nothing_compared, order_seed, run_each, run_order, run_values, runs_as_written, trainer_launch
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, KeyFigure, effect_of, run_side, with_labels
 from validation.kinds._plot_helpers import bar_points
 from validation.results.codec import absent, decode, encode
@@ -235,7 +235,7 @@ class Sweep(TrainerKind):
     def blocks(self, result: dict) -> list[Block]:
         """One row per run (the chosen one marked), the decision with its figures, and each run's summary."""
         r = decode(Result, result, lenient=True)
-        runs = r.runs
+        runs, written = r.runs, metrics_as_written(result)
         choice = given(r.choice) or given(r.winner)
         keys = sorted({str(k) for run in runs for k in run.params})
         label_counts = Counter(str(run.label) for run in runs)
@@ -256,14 +256,14 @@ class Sweep(TrainerKind):
                 marked.add(i)
             status = status_view(run.status)
             rows.append((value, fmt_rate(toks.mean), fmt_rate(toks.stdev), fmt_pct(toks.cv), fmt_num(toks.n),
-                         fmt_tflops(run.metrics.tflops_per_s), mfu_text(encode(run.metrics), why=False),
+                         fmt_tflops(run.metrics.tflops_per_s), mfu_text(written[i], why=False),
                          Badge(mark if best else status["word"], status["css"], bold=best,
                                after=str(run.reason) if run.reason else None)))
         out: list[Block] = [Table(
             (Column(param_name(keys[0]) if len(keys) == 1 else "value"),
              *(Column(c, numeric=True) for c in ("Tokens/s, window mean (all ranks)", "Stdev", "CV", "n", "TFLOP/s",
                                                  "MFU")), Column("Status")), rows, marked=marked)]
-        context = shared_context_text(encode(run.metrics) for run in runs)
+        context = shared_context_text(written)
         if context:
             out.append(Paragraph(f"Context of the tokens/s: {context}", style="context"))
         if decision:
@@ -276,12 +276,12 @@ class Sweep(TrainerKind):
         rule = r.metrics.rule or r.metrics.selection_rule
         if rule:
             out.append(Paragraph(f"Rule: {rule}", style="muted"))
-        return out + train_report.runs_blocks([encode(run) for run in runs])
+        return out + train_report.runs_blocks(runs_as_written(result))
 
     def comparisons(self, result: dict) -> list[Effect]:
         """The decision's best point against each other point."""
         decision = decode(Decided, result, lenient=True).decision
-        effects = (effect_of(encode(comp), run_side(result, comp.baseline), run_side(result, comp.variant))
+        effects = (effect_of(comp, run_side(result, comp.baseline), run_side(result, comp.variant))
                    for comp in (decision.comparisons or [] if decision else []))
         return [e for e in effects if e]
 
@@ -311,13 +311,14 @@ class Sweep(TrainerKind):
                 value = params_text(params) if params else fmt_num(choice.label)
             if not significant:
                 value += ", kept: no significant difference"
-            chosen_runs = [run for run in r.runs if run.label == choice.label]
-            means = [finite((run.metrics.toks_per_s or Stat()).mean) for run in chosen_runs]
+            written = metrics_as_written(step)
+            chosen_runs = [(run, written[i]) for i, run in enumerate(r.runs) if run.label == choice.label]
+            means = [finite((run.metrics.toks_per_s or Stat()).mean) for run, _ in chosen_runs]
             means = [m for m in means if m is not None]
             mean = sum(means) / len(means) if means else None
             name = step.get("name")
             note = f"step `{name}`" + (f", {fmt_rate(mean)} tokens/s" if mean is not None else "")
-            context = context_text(encode(chosen_runs[0].metrics)) if chosen_runs else None
+            context = context_text(chosen_runs[0][1]) if chosen_runs else None
             note += f" at {context}" if context and mean is not None else ""
             figures.append(KeyFigure("sweep_choice", label, value, note, order=20, steps=(str(name),)))
         return figures
@@ -327,7 +328,7 @@ class Sweep(TrainerKind):
         mark = decision_mark(result)
         keys = sorted({str(k) for r in runs for k in r.params})
         marked_color = "tab:green" if mark and mark[1] == "winner" else "tab:blue"
-        plotter.bars(bar_points([encode(r) for r in runs], tick_by_param=True),
+        plotter.bars(bar_points(runs_as_written(result), tick_by_param=True),
                      title=f"Sweep: {result.get('title') or name}",
                      xlabel=param_name(keys[0]) if len(keys) == 1 else "run", filename=f"sweep_{file_name(name)}.png",
                      colors=lambda i, label: marked_color if mark and label == mark[0] else "tab:gray", mark=mark)

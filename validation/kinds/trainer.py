@@ -297,6 +297,17 @@ def run_each(ctx, step: Step, launches: list[LaunchSpec], result: dict,
     return runs, problems
 
 
+def runs_as_written(result: dict) -> list[dict]:
+    """A multi-launch step's runs as results.json holds them, in run order (a run that is not a mapping: {}): what
+    the formatting helpers, the runs' summaries and the plots read, beside the runs a kind decodes as LaunchRun."""
+    return [as_dict(r) for r in as_list(result.get("runs"))]
+
+
+def metrics_as_written(result: dict) -> list[dict]:
+    """Each run's metrics as runs_as_written gives the runs ({} for a run without)."""
+    return [as_dict(r.get("metrics")) for r in runs_as_written(result)]
+
+
 def nothing_compared(result: dict) -> bool:
     """Whether a step's decision compared nothing (every alternative but one left out): its summary line then says
     "no decision, nothing compared", never "no significant difference"."""

@@ -117,7 +117,7 @@ def timed_passes(one, warmup: int, repeats: int, before_timing=lambda: None, slo
 def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: str, repeats: int,
              warmup: int, index_build: str = "auto", batch: int = 1, dkdv_choice: str = "auto",
              topk_choice: str = "auto", query_choice: str = "auto", sel_dq_choice: str = "auto",
-             sel_out_choice: str = "auto") -> dict:
+             sel_out_choice: str = "auto", sel_host_choice: str = "auto") -> dict:
     """Measure one case in this process; returns a JSON-able dict."""
     import torch
 
@@ -135,6 +135,13 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
             raise SystemExit(f"--sel-out-choice {sel_out_choice!r}: expected auto or one of "
                              f"{', '.join(selected_host.OUT_CHOICES)}")
         selected_host.OUT_CHOICE = sel_out_choice
+    if path == "nsa-triton" and sel_host_choice != "auto":  # the selected branch's host glue: torch or fused (A/B)
+        from nsa.attention.kernels.selected_attn import host as selected_host
+
+        if sel_host_choice not in selected_host.HOST_CHOICES:
+            raise SystemExit(f"--sel-host-choice {sel_host_choice!r}: expected auto or one of "
+                             f"{', '.join(selected_host.HOST_CHOICES)}")
+        selected_host.HOST_CHOICE = sel_host_choice
 
     if path == "nsa-triton" and dkdv_choice != "auto":  # the range kernels' dK/dV launch choice (an A/B)
         from nsa.attention.kernels.range_attn import host as range_host
@@ -225,6 +232,7 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
 
         extra["sel_dq_choice"] = selected_host.dq_choice()
         extra["sel_out_choice"] = selected_host.out_choice()
+        extra["sel_host_choice"] = selected_host.host_choice()
     if path != "dense":
         from nsa.attention import selection
 
@@ -241,7 +249,8 @@ def spawn(path: str, seq_len: int, args) -> dict:
            "--device", args.device, "--dtype", args.dtype, "--shape", args.shape, "--repeats", str(args.repeats),
            "--warmup", str(args.warmup), "--index-build", args.index_build, "--batch", str(args.batch),
            "--dkdv-choice", args.dkdv_choice, "--topk-choice", args.topk_choice, "--query-choice", args.query_choice,
-           "--sel-dq-choice", args.sel_dq_choice, "--sel-out-choice", args.sel_out_choice]
+           "--sel-dq-choice", args.sel_dq_choice, "--sel-out-choice", args.sel_out_choice,
+           "--sel-host-choice", args.sel_host_choice]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -338,6 +347,10 @@ def main(argv=None) -> int:
                     help="nsa-triton: the selected kv forward's output (selected_attn.host.OUT_CHOICES: atomic, fp32 "
                          "atomics into one output, or partial, per-pair outputs summed after; auto: the qualified "
                          "one), for an A/B")
+    ap.add_argument("--sel-host-choice", default="auto",
+                    help="nsa-triton: the selected branch's host glue (selected_attn.host.HOST_CHOICES: torch, the "
+                         "lse reduction and the atomics' zero fills in aten ops, or fused, folded into _sel_fwd_lse "
+                         "and _sel_bwd_delta_zero; auto: the qualified one), for an A/B")
     ap.add_argument("--topk-choice", default="auto",
                     help="NSA paths: the selection's top-n_sel (nsa.attention.selection.TOPK_CHOICES: sort, the full "
                          "sort, or topk, packed keys; auto: the qualified one), for an A/B")
@@ -358,7 +371,7 @@ def main(argv=None) -> int:
         print(json.dumps(run_case(args.case, args.shape, seq_lens[0], args.device, args.dtype, args.repeats,
                                   args.warmup, args.index_build, args.batch, args.dkdv_choice, args.topk_choice,
                                   args.query_choice, sel_dq_choice=args.sel_dq_choice,
-                                  sel_out_choice=args.sel_out_choice)))
+                                  sel_out_choice=args.sel_out_choice, sel_host_choice=args.sel_host_choice)))
         return 0
     if args.quick:
         seq_lens = [512, 1024, 2048]

@@ -54,6 +54,15 @@ Measured (this counter, the shape above, S = 256 and 1,024, identical at both):
         ranks: with "sort" a sort of every row's n_blocks and one of the n_sel kept indices, with "topk" a topk of
         n_blocks and a sort of the n_sel kept indices only (`--seq-lens 2048`: sort[32] + sort[16] against topk[32] +
         sort[16], 80 and 59 ops; at the m7c length 65,536 the full sort ranks 1,024 keys a row, topk's sort 16).
+    issue 31 item 2.6 (2026-11-29), S = 256, the default build and choices: the window's single dK/dV partial cast
+        instead of summed (range_attn.host, a pure host change): 78 ops (sum 2 fewer inside nsa::range_attention_bwd),
+        27 Triton launches. The selected branch's host glue choice (`--sel-host-choice`, selected_attn.host.
+        HOST_CHOICE; "auto" = "torch" until a GPU run qualifies "fused"): "fused" 70 ops, 28 Triton launches (the lse
+        reduction and the atomics' zero fills in _sel_fwd_lse and _sel_bwd_delta_zero: full, mul_ 2, logsumexp and
+        zeros gone from nsa::selected_attention_fwd, which keeps _to_copy (the blocks' int32 copy) and the index's
+        zeros, and zeros 3 from nsa::selected_attention_bwd, which has none left). In bf16 on a GPU the casts of
+        fp32 accumulators also launch (not seen here: fp32 casts are no-ops): the selected output, dQ, dK, dV and
+        the range dK/dV (4).
 """
 
 from __future__ import annotations
@@ -239,10 +248,15 @@ def main(argv=None) -> int:
     ap.add_argument("--topk-choice", choices=("auto", "sort", "topk"), default="auto",
                     help="the selection's top-n_sel choice (nsa.attention.selection.TOPK_CHOICE; auto: "
                          "QUALIFIED_TOPK): sort (the full sort) or topk (packed keys + torch.topk)")
+    ap.add_argument("--sel-host-choice", choices=("auto", "torch", "fused"), default="auto",
+                    help="the selected branch's host glue (selected_attn.host.HOST_CHOICE; auto: QUALIFIED_HOST): "
+                         "torch (the lse reduction and zero fills in aten ops) or fused (folded into kernels)")
     args = ap.parse_args(argv)
     from nsa.attention import kernels, selection
+    from nsa.attention.kernels.selected_attn import host as selected_host
 
     selection.TOPK_CHOICE = args.topk_choice
+    selected_host.HOST_CHOICE = args.sel_host_choice
 
     if not kernels.interpreting():
         print("TRITON_INTERPRET must be 1 (the counter runs the Triton kernels in the interpreter on CPU)",
@@ -252,7 +266,8 @@ def main(argv=None) -> int:
     layer = make_layer(index_build=args.index_build)
     counts = {s: count_layer(layer, s, warmup=i == 0) for i, s in enumerate(lens)}
     print(f"kernel-launching ops of one NSAAttention layer forward + backward, kernel=triton, index build "
-          f"{args.index_build}, top-n_sel choice {selection.topk_choice()} ({args.topk_choice}), TRITON_INTERPRET=1, "
+          f"{args.index_build}, top-n_sel choice {selection.topk_choice()} ({args.topk_choice}), selected host glue "
+          f"{selected_host.host_choice()} ({args.sel_host_choice}), TRITON_INTERPRET=1, "
           f"fp32 CPU, B=1, {SHAPE}")
     print(table(counts))
     launches = Counter()
@@ -271,7 +286,8 @@ def main(argv=None) -> int:
         f"S={s}: " + (", ".join(f"{k} {v}" for k, v in sorted(c.sort_widths.items())) or "none")
         for s, c in counts.items()))
     print(f"reproduce: TRITON_INTERPRET=1 PYTHONPATH=. python benchmarks/bench_ops.py --seq-lens "
-          f"{args.seq_lens} --index-build {args.index_build} --topk-choice {args.topk_choice} --check")
+          f"{args.seq_lens} --index-build {args.index_build} --topk-choice {args.topk_choice} --sel-host-choice "
+          f"{args.sel_host_choice} --check")
     if args.json:
         args.json.write_text(json.dumps({str(s): {"total": c.total, "ops": dict(c.ops), "inside": dict(c.inside),
                                                   "triton_launches": dict(c.launches), "custom": dict(c.custom),

@@ -50,6 +50,10 @@ Forward, loop="kv" (the default; KV-block-outer, FSA-style):
   Output choices (OUT_CHOICES; "auto" = QUALIFIED_OUT, "atomic" = step 3 above): "partial" (issue 31 item 2.4,
   FSA's way) replaces step 3 by _sel_fwd_kv_part, storing each pair's p V without atomics into exactly that
   [pairs, hpg, d_v] fp32 buffer (3.2 GB there), and _sel_fwd_reduce, summing each query's slots into o. Untimed.
+  Host glue choices (HOST_CHOICES; "auto" = QUALIFIED_HOST = "torch", steps 1-3 above; issue 31 item 2.6): "fused"
+  allocates part without its -inf fill and replaces step 2 (and the output's zero fill) by _sel_fwd_lse, one
+  program per 64 (query, head) rows: the log2-sum-exp2 of each row's listed slots (blocks >= 0; the others were
+  never written and are not read) and, for the atomic output, zeroes of its fp32 output rows. Untimed.
 Forward, loop="query" (the public NSA kernels' order: fla parallel_nsa, XunhaoLai/native-sparse-attention-triton):
   _sel_fwd_query, one program per (sequence, group, query) with the hpg heads as rows, padded to
   HPG_PAD = max(16, pow2(hpg)) for tl.dot (hpg = 6 uses 6 of 16 rows), walks its n_sel blocks with an online
@@ -87,6 +91,9 @@ Backward (one design for both forward orders; the index is built by both):
   64 rows), and each block's K and V re-read by every query that lists it (at S = 65,536, B 1, G 2, n_sel 16,
   d 64: ~34 GB of mostly-L2 reads against ~3.2 GB of fp32 atomics). Which is faster is the GPU A/B's question
   (benchmarks/bench_attention.py --sel-dq-choice; reports/aot/selected_bwd_dq.md, registers and CTAs per SM).
+  Host glue choice "fused" (HOST_CHOICES): _sel_bwd_delta_zero writes delta and zeroes the fp32 buffers the
+  atomics add into (dQ with the atomic dQ choice; dK and dV from the programs of each group's first head) instead
+  of three torch.zeros before the kernels: the backward's glue is then the final casts alone (none in fp32).
 
 Expected bottleneck (arithmetic only, to be checked): at S = 65,536 (B = 1, G = 2, hpg = 6, d = 64, n_sel = 16:
 2.1M pairs) the kv forward does 3.1e11 flops (< 1 ms of tensor cores) but adds 3.2 GB of fp32 atomics into the
@@ -132,7 +139,7 @@ LOOPS = ("kv", "query")
 
 from nsa.attention.kernels.selected_attn.jit import (  # noqa: F401 - the jit code
     _tile_rows, _sel_fwd_kv_stats, _sel_fwd_kv_out, _sel_fwd_query, _sel_bwd_delta, _sel_bwd_kv, _sel_bwd_dq_query,
-    _sel_fwd_kv_part, _sel_fwd_reduce)
+    _sel_fwd_kv_part, _sel_fwd_reduce, _sel_fwd_lse, _sel_bwd_delta_zero)
 
 
 # dQ choices side by side (issue 31 item 2.3; the module docstring, "Backward"). "atomic": _sel_bwd_kv adds every
@@ -173,6 +180,29 @@ def out_choice() -> str:
     if name not in OUT_CHOICES:
         raise ValueError(f"selected attention: OUT_CHOICE = {OUT_CHOICE!r}; expected 'auto' or one of "
                          f"{', '.join(OUT_CHOICES)}")
+    return name
+
+
+# Host glue choices (issue 31 item 2.6: fold zero fills and partial sums into the kernels). "torch": the shipped
+# glue, in aten ops around the kernels: the kv forward fills part with -inf, reduces it to lse in torch (logsumexp
+# and two scalings: 4 ops) and zeroes the fp32 output for the atomics (1 op); the backward zeroes its fp32 dQ (atomic
+# dQ choice), dK and dV (3 ops). "fused": _sel_fwd_lse reduces part to lse over each query's listed slots (so part
+# needs no fill) and zeroes the output rows the atomics add into; _sel_bwd_delta_zero writes delta and zeroes dQ, dK
+# and dV. 8 aten ops fewer, one launch more (the lse), the same function (lse to rounding: log2-sum-exp2 in one
+# pass instead of torch's natural-log logsumexp). Same qualification rule as DQ_CHOICES (GPU tests against float64,
+# memcheck, an alternated A/B of the layer: bench_attention.py --sel-host-choice); no GPU timing yet.
+HOST_CHOICES = ("torch", "fused")
+QUALIFIED_HOST = "torch"  # what "auto" picks: the choice a GPU run has qualified
+HOST_CHOICE = "auto"  # the launcher's choice: "auto" or one of HOST_CHOICES
+
+
+def host_choice() -> str:
+    """The host glue choice in effect (HOST_CHOICE, "auto" = QUALIFIED_HOST), read at each forward and backward
+    launch."""
+    name = QUALIFIED_HOST if HOST_CHOICE == "auto" else HOST_CHOICE
+    if name not in HOST_CHOICES:
+        raise ValueError(f"selected attention: HOST_CHOICE = {HOST_CHOICE!r}; expected 'auto' or one of "
+                         f"{', '.join(HOST_CHOICES)}")
     return name
 
 
@@ -358,14 +388,29 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
         return o, lse, pair_t, bwd_tiles_tab
     block_r, block_n, warps, stages = _config("stats", hpg, d_k, d_v)
     n_tiles = fwd_tiles.shape[1]
-    part = torch.full((b, g, s, n_sel, hpg), float("-inf"), dtype=torch.float32, device=q.device)
+    fused, partial = host_choice() == "fused", out_choice() == "partial"
+    if fused:  # _sel_fwd_lse reads the listed slots only: no fill
+        part = torch.empty((b, g, s, n_sel, hpg), dtype=torch.float32, device=q.device)
+    else:
+        part = torch.full((b, g, s, n_sel, hpg), float("-inf"), dtype=torch.float32, device=q.device)
     _sel_fwd_kv_stats[(n_tiles,)](
         q, k, part, order, pair_t, fwd_tiles, n_tiles, *q.stride()[:3], *k.stride()[:3], s, g, nb, qk_scale,
         L_SEL=l_sel, HPG=hpg, BLOCK_R=block_r, BLOCK_N=_block_n(l_sel, block_n), D_K=d_k, num_warps=warps,
         num_stages=stages, DOT_PREC=prec)
-    lse = torch.logsumexp(part.mul_(_LN2), dim=3).mul_(LOG2E)  # log2-sum-exp2 over the slots
+    o32 = None
+    if fused:  # lse, and the zeroed fp32 output of the atomic choice, in one launch
+        lse = torch.empty(b, g, s, hpg, dtype=torch.float32, device=q.device)
+        if not partial:
+            o32 = torch.empty(b, s, h, d_v, dtype=torch.float32, device=q.device).transpose(1, 2)
+        hpg_pad, block_t = _reduce_tile(hpg)
+        _sel_fwd_lse[(_cdiv(s, block_t), b * g)](
+            part, blocks, lse, lse if o32 is None else o32, *(o32.stride()[:3] if o32 is not None else (0, 0, 0)),
+            s, g, N_SEL=n_sel, HPG=hpg, HPG_PAD=hpg_pad, BLOCK_T=block_t, D_V=d_v, ZERO_O=o32 is not None,
+            num_warps=4)
+    else:
+        lse = torch.logsumexp(part.mul_(_LN2), dim=3).mul_(LOG2E)  # log2-sum-exp2 over the slots
     del part
-    if out_choice() == "partial":
+    if partial:
         block_r, block_n, warps, stages = _config("out", hpg, d_k, d_v)
         op = torch.empty(b * g * s * n_sel, hpg, d_v, dtype=torch.float32, device=q.device)
         _sel_fwd_kv_part[(n_tiles,)](
@@ -379,7 +424,8 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
             op, blocks, o, *o.stride()[:3], s, g, N_SEL=n_sel, HPG=hpg, HPG_PAD=hpg_pad, BLOCK_T=block_t, D_V=d_v,
             num_warps=4)
         return o, lse, pair_t, bwd_tiles_tab
-    o32 = torch.zeros(b, s, h, d_v, dtype=torch.float32, device=q.device).transpose(1, 2)
+    if o32 is None:
+        o32 = torch.zeros(b, s, h, d_v, dtype=torch.float32, device=q.device).transpose(1, 2)
     block_r, block_n, warps, stages = _config("out", hpg, d_k, d_v)
     block_n = _block_n(l_sel, block_n)
     _sel_fwd_kv_out[(n_tiles,)](
@@ -415,14 +461,25 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     q, k, v, o, do = _unit_last(q), _unit_last(k), _unit_last(v), _unit_last(o), _unit_last(do)
     delta = torch.empty(b, g, s, hpg, dtype=torch.float32, device=q.device)
     block_t = 64
-    _sel_bwd_delta[(_cdiv(s, block_t), b * h)](o, do, delta, *o.stride()[:3], *do.stride()[:3], s, h, hpg,
-                                               BLOCK_T=block_t, D_V=d_v, num_warps=4)
     qk_scale, sm_scale, prec = LOG2E / math.sqrt(d_k), 1.0 / math.sqrt(d_k), dot_precision(q.dtype)
     with_dq = choice == "atomic"
+    # the fp32 buffers _sel_bwd_kv's atomics add into: zeroed by torch ("torch" host choice) or by the delta kernel
+    fused = host_choice() == "fused"
+    new32 = torch.empty if fused else torch.zeros
     if with_dq:
-        dq = torch.zeros(b, s, h, d_k, dtype=torch.float32, device=q.device).transpose(1, 2)
+        dq = new32(b, s, h, d_k, dtype=torch.float32, device=q.device).transpose(1, 2)
     else:  # every (query, head) row is stored once, in q's dtype
         dq = torch.empty(b, s, h, d_k, dtype=q.dtype, device=q.device).transpose(1, 2)
+    dk = new32(b, s, g, d_k, dtype=torch.float32, device=q.device).transpose(1, 2)
+    dv = new32(b, s, g, d_v, dtype=torch.float32, device=q.device).transpose(1, 2)
+    if fused:
+        _sel_bwd_delta_zero[(_cdiv(s, block_t), b * h)](
+            o, do, delta, dq, dk, dv, *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3], *dk.stride()[:3],
+            *dv.stride()[:3], s, h, hpg, BLOCK_T=block_t, D_K=d_k, D_V=d_v, ZERO_DQ=with_dq, num_warps=4)
+    else:
+        _sel_bwd_delta[(_cdiv(s, block_t), b * h)](o, do, delta, *o.stride()[:3], *do.stride()[:3], s, h, hpg,
+                                                   BLOCK_T=block_t, D_V=d_v, num_warps=4)
+    if not with_dq:
         blocks = blocks.to(torch.int32).contiguous()
         dq_block_n, dq_warps = _dq_query_config(l_sel, d_k, d_v)
         _sel_bwd_dq_query[(b * g * s,)](
@@ -430,8 +487,6 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             *do.stride()[:3], *dq.stride()[:3], s, g, qk_scale, sm_scale,
             N_SEL=blocks.shape[-1], L_SEL=l_sel, HPG=hpg, HPG_PAD=_hpg_pad(hpg), BLOCK_N=dq_block_n, D_K=d_k,
             D_V=d_v, DOT_PREC=prec, num_warps=dq_warps, num_stages=1)
-    dk = torch.zeros(b, s, g, d_k, dtype=torch.float32, device=q.device).transpose(1, 2)
-    dv = torch.zeros(b, s, g, d_v, dtype=torch.float32, device=q.device).transpose(1, 2)
     block_r, block_n, warps, stages = _config("bwd", hpg, d_k, d_v)
     n_tiles = tiles.shape[1]
     _sel_bwd_kv[(n_tiles,)](
@@ -485,7 +540,7 @@ def selected_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks
     inverted index's build, "auto", "torch" or "triton" (common.index_build; NSAConfig.index_build).
     """
     _check(q, k, v, blocks, l_sel, loop, bwd_tiles)
-    dq_choice(), out_choice()  # an unknown DQ_CHOICE or OUT_CHOICE fails here, before the forward runs
+    dq_choice(), out_choice(), host_choice()  # an unknown choice fails here, before the forward runs
     build = resolve_index_build(index_build)
     return torch.ops.nsa.selected_attention_fwd(q, k, v, blocks, l_sel, loop, bwd_tiles, build)[0]
 

@@ -357,3 +357,76 @@ def _sel_fwd_reduce(OP, BLOCKS, O, so_b, so_h, so_s, S, G,
     h = g * HPG + hh
     tl.store(O + b.to(tl.int64) * so_b + (t * so_s + h * so_h)[:, None] + offs_dv[None, :], acc.to(O.dtype.element_ty),
              mask=valid[:, None])
+
+
+@triton.jit
+def _sel_fwd_lse(PART, BLOCKS, LSE, O32, so_b, so_h, so_s, S, G,
+                 N_SEL: tl.constexpr, HPG: tl.constexpr, HPG_PAD: tl.constexpr, BLOCK_T: tl.constexpr,
+                 D_V: tl.constexpr, ZERO_O: tl.constexpr):
+    """lse of BLOCK_T queries of one (sequence, group) for the "fused" host choice (host.HOST_CHOICES), in place of
+    torch's fill of PART, logsumexp and two scalings: each (query, head) row's log2-sum-exp2 over its query's
+    non-empty slots of PART (_sel_fwd_kv_stats' per-pair statistics, log2 units), -inf for a query with no block.
+    Empty slots (-1) were never written and are not read, so PART needs no fill. With ZERO_O it also zeroes the
+    rows' fp32 output O32, which _sel_fwd_kv_out's atomics then accumulate into (no torch.zeros)."""
+    pid_t = tl.program_id(0)
+    bg = tl.program_id(1)
+    b = bg // G
+    g = bg - b * G
+    r = tl.arange(0, BLOCK_T * HPG_PAD)  # rows (query, head): query r // HPG_PAD, head r % HPG_PAD
+    t = pid_t * BLOCK_T + r // HPG_PAD
+    hh = r % HPG_PAD
+    valid = (t < S) & (hh < HPG)
+    pair0 = (bg * S + t).to(tl.int64) * N_SEL
+    m = tl.full([BLOCK_T * HPG_PAD], float("-inf"), tl.float32)
+    for slot in range(N_SEL):
+        j = tl.load(BLOCKS + pair0 + slot, mask=valid, other=-1)
+        x = tl.load(PART + (pair0 + slot) * HPG + hh, mask=valid & (j >= 0), other=float("-inf"))
+        m = tl.maximum(m, x)
+    finite = m > float("-inf")
+    m0 = tl.where(finite, m, 0.0)
+    acc = tl.zeros([BLOCK_T * HPG_PAD], tl.float32)
+    for slot in range(N_SEL):
+        j = tl.load(BLOCKS + pair0 + slot, mask=valid, other=-1)
+        x = tl.load(PART + (pair0 + slot) * HPG + hh, mask=valid & (j >= 0), other=float("-inf"))
+        acc += tl.exp2(x - m0)
+    lse = tl.where(finite, m0 + tl.log2(tl.where(finite, acc, 1.0)), float("-inf"))
+    tl.store(LSE + (bg * S + t).to(tl.int64) * HPG + hh, lse, mask=valid)
+    if ZERO_O:
+        h = g * HPG + hh
+        offs_dv = tl.arange(0, D_V)
+        tl.store(O32 + b.to(tl.int64) * so_b + (t * so_s + h * so_h)[:, None] + offs_dv[None, :],
+                 tl.zeros([BLOCK_T * HPG_PAD, D_V], tl.float32), mask=valid[:, None])
+
+
+@triton.jit
+def _sel_bwd_delta_zero(O, DO, DELTA, DQ, DK, DV, so_b, so_h, so_s, sdo_b, sdo_h, sdo_s,
+                        sdq_b, sdq_h, sdq_s, sdk_b, sdk_g, sdk_s, sdv_b, sdv_g, sdv_s, S, H, HPG,
+                        BLOCK_T: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr, ZERO_DQ: tl.constexpr):
+    """_sel_bwd_delta for the "fused" host choice (host.HOST_CHOICES): delta = rowsum(dO * O) (fp32) of BLOCK_T
+    queries of one (sequence, head), and the zeros _sel_bwd_kv's fp32 atomics accumulate into, in place of
+    torch.zeros: the rows' dQ (ZERO_DQ: the atomic dQ choice) and, in the group's first head's programs, the
+    group's dK and dV rows."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh - b * H
+    t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_d = tl.arange(0, D_V)
+    tm = (t < S)[:, None]
+    b64 = b.to(tl.int64)
+    o = tl.load(O + b64 * so_b + h * so_h + (t * so_s)[:, None] + offs_d[None, :], mask=tm, other=0.0)
+    do = tl.load(DO + b64 * sdo_b + h * sdo_h + (t * sdo_s)[:, None] + offs_d[None, :], mask=tm, other=0.0)
+    g = h // HPG
+    hh = h - g * HPG
+    G = H // HPG
+    tl.store(DELTA + ((b * G + g).to(tl.int64) * S + t) * HPG + hh,
+             tl.sum(o.to(tl.float32) * do.to(tl.float32), 1), mask=t < S)
+    offs_dk = tl.arange(0, D_K)
+    if ZERO_DQ:
+        tl.store(DQ + b64 * sdq_b + h * sdq_h + (t * sdq_s)[:, None] + offs_dk[None, :],
+                 tl.zeros([BLOCK_T, D_K], tl.float32), mask=tm)
+    if hh == 0:
+        tl.store(DK + b64 * sdk_b + g * sdk_g + (t * sdk_s)[:, None] + offs_dk[None, :],
+                 tl.zeros([BLOCK_T, D_K], tl.float32), mask=tm)
+        tl.store(DV + b64 * sdv_b + g * sdv_g + (t * sdv_s)[:, None] + offs_d[None, :],
+                 tl.zeros([BLOCK_T, D_V], tl.float32), mask=tm)

@@ -4,7 +4,8 @@ only; _sel_bwd_dq_query walks each query's listed blocks and stores its dQ once)
 against an independent float64 dense reference with an explicit mask: the keys p <= t of the listed blocks, a block
 counted as often as it is listed (a repeated block weighs twice in the softmax, which is what both choices compute,
 see host.py's docstring), a block past the query masked whole. Also the kv forward's output choices (host.OUT_CHOICES:
-fp32 atomics into one output, or per-pair partial outputs summed after).
+fp32 atomics into one output, or per-pair partial outputs summed after) and the host glue choices (host.HOST_CHOICES:
+the lse reduction and the atomics' zero fills in torch, or folded into _sel_fwd_lse and _sel_bwd_delta_zero).
 
 Without a GPU the kernels run in Triton's interpreter (fp32, small shapes, tight tolerances); with one, natively in
 bf16, each tensor judged by triton_test_utils.assert_within_torch_error with the same reference evaluated in bf16
@@ -113,6 +114,7 @@ def _restore_choice():
     yield
     ts.DQ_CHOICE = "auto"
     ts.OUT_CHOICE = "auto"
+    ts.HOST_CHOICE = "auto"
 
 
 # (b, h, g, s, d, l_sel, n_sel, seed, edits): S not a multiple of l_sel; edits put a repeated block (the own one,
@@ -244,3 +246,128 @@ def test_partial_output_choice_backward_and_unknown_name():
     with pytest.raises(ValueError, match="OUT_CHOICE = 'sum'; expected 'auto' or one of atomic, partial"):
         ts.out_choice()
     assert ts.QUALIFIED_OUT in ts.OUT_CHOICES
+
+
+# ------------------------------------------------------------------------------------------------ the host glue
+def test_fused_host_choice_matches_float64_and_the_torch_glue():
+    """"fused" (host.HOST_CHOICES): lse reduced by _sel_fwd_lse over the listed slots (part unfilled), the atomic
+    output zeroed there, dQ/dK/dV zeroed by _sel_bwd_delta_zero; with each output choice and (in _check) each dQ
+    choice (the backward after the atomic output); a query with no block gets 0 and lse -inf, as with the torch
+    glue."""
+    q, k, v, _ = _inputs(1, 3, 1, 28, 16, 0)
+    blocks = _blocks(1, 1, 28, 8, 3, 1, ((10, 2, 2), (5, 1, 0)))
+    blocks[:, :, 2] = -1  # no block at all
+    got = {}
+    for host in ts.HOST_CHOICES:
+        ts.HOST_CHOICE = host
+        for out in ts.OUT_CHOICES:
+            ts.OUT_CHOICE = out
+            got[host, out] = torch.ops.nsa.selected_attention_fwd(q, k, v, blocks, 8, "kv", 2, "torch")[:2]
+    o_ref, lse_ref = got["torch", "atomic"]
+    assert torch.isinf(lse_ref[:, :, 2]).all() and (o_ref[:, :, 2] == 0).all()
+    for (host, out), (o, lse) in got.items():
+        assert torch.equal(torch.isinf(lse), torch.isinf(lse_ref)), (host, out)
+        fin = torch.isfinite(lse_ref)
+        assert (lse[fin] - lse_ref[fin]).abs().max().item() <= (3e-2 if ON_GPU else 1e-5), (host, out)
+        _close(f"{host}, {out}: o", o, o_ref.double(), o_ref)
+    ts.HOST_CHOICE, ts.OUT_CHOICE = "fused", "auto"
+    _check(1, 3, 1, 28, 16, 8, 3, 0, ((10, 2, 2), (5, 1, 0)))
+
+
+def test_fused_kernels_read_the_listed_slots_only_and_zero_every_row():
+    """_sel_fwd_lse and _sel_bwd_delta_zero on buffers poisoned with NaN: lse is the log2-sum-exp2 of the listed
+    slots alone (an unlisted slot is never read, a listed block past its query is -inf), and every row of the fp32
+    output, dQ, dK and dV the atomics will add into is zeroed (dQ only under ZERO_DQ)."""
+    b, h, g, s, n_sel, d = 2, 6, 2, 21, 4, 16  # hpg 3: rows padded to 4 heads
+    hpg, dev = h // g, KERNEL_DEVICE
+    gen = torch.Generator().manual_seed(5)
+    blocks = torch.randint(-1, 3, (b, g, s, n_sel), generator=gen, dtype=torch.int32)
+    blocks[0, 0, 4] = -1  # a query with no block
+    listed = (blocks >= 0)[..., None].expand(b, g, s, n_sel, hpg)
+    part = torch.randn(b, g, s, n_sel, hpg, generator=gen) * 4
+    part[0, 1, 7, 1] = float("-inf")  # a listed block past its query
+    blocks[0, 1, 7, 1] = 2
+    listed = (blocks >= 0)[..., None].expand(b, g, s, n_sel, hpg)
+    want = torch.logsumexp(torch.where(listed, part, float("-inf")).double() * math.log(2), 3) / math.log(2)
+    part = torch.where(listed, part, float("nan")).to(dev)
+    blocks = blocks.to(dev)
+    lse = torch.full((b, g, s, hpg), float("nan"), device=dev)
+    o32 = torch.full((b, s, h, d), float("nan"), device=dev).transpose(1, 2)
+    hpg_pad, block_t = ts._reduce_tile(hpg)
+    ts._sel_fwd_lse[(ts._cdiv(s, block_t), b * g)](
+        part, blocks, lse, o32, *o32.stride()[:3], s, g, N_SEL=n_sel, HPG=hpg, HPG_PAD=hpg_pad, BLOCK_T=block_t,
+        D_V=d, ZERO_O=True, num_warps=4)
+    lse = lse.cpu().double()
+    assert torch.equal(torch.isinf(lse), torch.isinf(want)) and torch.isinf(lse[0, 0, 4]).all()
+    assert torch.isinf(want[0, 0, 4]).all() and not torch.isnan(lse).any()
+    fin = torch.isfinite(want)
+    assert (lse[fin] - want[fin]).abs().max().item() <= 1e-5
+    assert (o32 == 0).all()
+    o, do = (torch.randn(b, s, h, d, generator=gen).to(dev).transpose(1, 2) for _ in range(2))
+    delta_want = (o.double() * do.double()).sum(-1).view(b, g, hpg, s).transpose(2, 3)
+    for zero_dq in (True, False):
+        delta = torch.empty(b, g, s, hpg, device=dev)
+        dq = torch.full((b, s, h, d), float("nan"), device=dev).transpose(1, 2)
+        dk, dv = (torch.full((b, s, g, d), float("nan"), device=dev).transpose(1, 2) for _ in range(2))
+        ts._sel_bwd_delta_zero[(ts._cdiv(s, 8), b * h)](
+            o, do, delta, dq, dk, dv, *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3], *dk.stride()[:3],
+            *dv.stride()[:3], s, h, hpg, BLOCK_T=8, D_K=d, D_V=d, ZERO_DQ=zero_dq, num_warps=4)
+        assert (delta.double() - delta_want).abs().max().item() <= 1e-5
+        assert (dk == 0).all() and (dv == 0).all()
+        assert (dq == 0).all() if zero_dq else torch.isnan(dq).all()
+
+
+@pytest.mark.parametrize("choice", CHOICES)
+def test_fused_host_choice_launches_the_zeroing_delta(monkeypatch, choice):
+    """The fused backward launches _sel_bwd_delta_zero (ZERO_DQ with the atomic dQ choice) instead of
+    _sel_bwd_delta, then the dQ choice's kernels; an unknown name is refused before the forward runs."""
+    calls = []
+    for name in ("_sel_bwd_delta", "_sel_bwd_delta_zero", "_sel_bwd_kv", "_sel_bwd_dq_query"):
+        monkeypatch.setattr(ts, name, _Recorder(name, calls))
+    ts.DQ_CHOICE, ts.HOST_CHOICE = choice, "fused"
+    b, h, g, s, d, l_sel = 1, 4, 2, 32, 16, 8
+    q, k, v, do = (torch.randn(b, s, n, d).transpose(1, 2) for n in (h, g, g, h))
+    blocks = _blocks(b, g, s, l_sel, 3, 0).cpu()
+    _, _, pair_t, tiles = ts._build_index(blocks.to(torch.int32).contiguous(), l_sel, 4, 8, "torch")
+    ts._bwd_op(do, q, k, v, do, torch.zeros(b, g, s, h // g), pair_t, tiles, l_sel, 2, blocks)
+    names = [n for n, _ in calls]
+    assert names == ["_sel_bwd_delta_zero"] + (["_sel_bwd_kv"] if choice == "atomic" else
+                                               ["_sel_bwd_dq_query", "_sel_bwd_kv"])
+    assert dict(calls)["_sel_bwd_delta_zero"]["ZERO_DQ"] is (choice == "atomic")
+    ts.HOST_CHOICE = "aten"
+    with pytest.raises(ValueError, match="HOST_CHOICE = 'aten'; expected 'auto' or one of torch, fused"):
+        ts.selected_attention(q, k, v, blocks, l_sel)
+    assert ts.QUALIFIED_HOST in ts.HOST_CHOICES
+
+
+@pytest.mark.skipif(ON_GPU, reason="counts under the interpreter (CPU)")
+def test_fused_host_choice_issues_eight_aten_ops_fewer():
+    """benchmarks/bench_ops.py's counter over the selected op's forward + backward (atomic output and dQ): the fused
+    glue drops full, mul_ x2, logsumexp and zeros (forward), zeros x3 (backward), and launches _sel_fwd_lse and
+    _sel_bwd_delta_zero (for _sel_bwd_delta)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[4] / "benchmarks" / "bench_ops.py"
+    spec = importlib.util.spec_from_file_location("bench_ops", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    q, k, v, do = _inputs(1, 2, 1, 24, 16, 3)
+    blocks = _blocks(1, 1, 24, 8, 3, 4)
+    counts = {}
+    for host in ts.HOST_CHOICES:
+        ts.HOST_CHOICE = host
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        counter = bench.OpCounter()
+        with bench.counting_triton_launches(counter), counter:
+            torch.autograd.grad(ts.selected_attention(*leaves, blocks, 8, index_build="torch"), leaves, do)
+        counts[host] = counter
+    torch_ops, fused_ops = (dict(counts[h].ops) for h in ("torch", "fused"))
+    assert counts["torch"].total - counts["fused"].total == 8, (torch_ops, fused_ops)
+    for name, n in {"full": 1, "mul_": 2, "logsumexp": 1, "zeros": 4}.items():
+        assert torch_ops.get(name, 0) - fused_ops.get(name, 0) == n, name
+    assert not {"logsumexp", "mul_"} & set(fused_ops)
+    launches = {h: dict(counts[h].launches) for h in counts}
+    assert launches["fused"]["_sel_fwd_lse"] == 1 and launches["fused"]["_sel_bwd_delta_zero"] == 1
+    assert "_sel_bwd_delta" not in launches["fused"] and launches["torch"]["_sel_bwd_delta"] == 1
+    assert sum(launches["fused"].values()) == sum(launches["torch"].values()) + 1

@@ -34,6 +34,8 @@ nsa/attention/kernels/*/host.py), recomputation included where the design recomp
   _sel_fwd_kv_out's products and exp (2 * (d_k + d_v), one exp) and stores each pair's p V in fp32 instead of
   adding it; _sel_fwd_reduce sums a query's slots (no products, no exps): the same FLOPs and exps as the atomic
   output, other bytes.
+- the fused host glue (selected_attn.host.HOST_CHOICES): _sel_fwd_lse (the slots' log-sum-exp, zero fills) and
+  _sel_bwd_delta_zero (delta, zero fills) are memory-bound glue: bytes only.
 - selection importance (Eq. 8-10, _blocksel_importance_kernel / _blocksel_topk_kernel): Q K_cmp^T for every
   visible compressed key and head, 2 * d_k, and p = exp(s - lse), one exp; the small P @ W and head-sum products
   (Eq. 9, 10) are not counted. This is flops_per_token's forward-only "importance" term.
@@ -153,9 +155,9 @@ FAMILY_PASS = {
     "range_fwd": FWD, "selection_importance": FWD, "selection_topk": FWD, "selection_sort": FWD,
     "selection_sort_blocks": FWD, "sel_fwd_kv_stats": FWD, "sel_fwd_kv_out": FWD, "sel_fwd_query": FWD,
     "combine_fwd": FWD,
-    "sel_fwd_kv_part": FWD, "sel_fwd_reduce": FWD,
+    "sel_fwd_kv_part": FWD, "sel_fwd_reduce": FWD, "sel_fwd_lse": FWD,
     "range_bwd_dq": BWD, "range_bwd_dkdv": BWD, "sel_bwd_delta": BWD, "sel_bwd_kv": BWD, "combine_bwd": BWD,
-    "sel_bwd_dq_query": BWD, "sel_bwd_kv_dkdv": BWD,
+    "sel_bwd_dq_query": BWD, "sel_bwd_kv_dkdv": BWD, "sel_bwd_delta_zero": BWD,
     "dense_fwd": FWD, "dense_bwd": BWD,
 }
 LAYER_FAMILIES = {FWD: ("range_fwd", "selection_topk", "sel_fwd_kv_stats", "sel_fwd_kv_out"),
@@ -198,6 +200,10 @@ def kernel_costs(cfg: NSAConfig, seq_len: int, batch: int, elem: int = 2) -> dic
         # the partial output choice: every pair's p V stored in fp32 ([pairs, hpg, d_v]), then summed per query
         "sel_fwd_kv_part": Cost(2 * (dk + dv) * sel, sel, q + k_tok + v_tok + stat + qb * hpg * dv * FP32),
         "sel_fwd_reduce": Cost(0, 0, qb * hpg * dv * FP32 + o),
+        # the fused host glue (selected_attn.host.HOST_CHOICES): the per-pair statistics in, lse and the zeroed fp32
+        # output out; delta with the zeroed fp32 dQ, dK and dV the backward's atomics add into
+        "sel_fwd_lse": Cost(0, 0, qb * hpg * FP32 + stat + b * s * h * dv * FP32),
+        "sel_bwd_delta_zero": Cost(0, 0, 2 * o + stat + (b * s * h * dk + b * g * s * (dk + dv)) * FP32),
         "sel_bwd_delta": Cost(0, 0, 2 * o + stat),
         "sel_bwd_kv": Cost(2 * (3 * dk + 2 * dv) * sel, sel,
                            q + k_tok + v_tok + o + 2 * stat + (b * s * h * dk + b * g * s * (dk + dv)) * FP32),
@@ -257,6 +263,8 @@ KERNEL_FAMILIES = (
     ("_sel_fwd_query", "sel_fwd_query"),
     ("_sel_fwd_kv_part", "sel_fwd_kv_part"),
     ("_sel_fwd_reduce", "sel_fwd_reduce"),
+    ("_sel_fwd_lse", "sel_fwd_lse"),
+    ("_sel_bwd_delta_zero", "sel_bwd_delta_zero"),
     ("_sel_bwd_delta", "sel_bwd_delta"),
     ("_sel_bwd_dq_query", "sel_bwd_dq_query"),
     ("_sel_bwd_kv", "sel_bwd_kv"),  # with dQ; without it (the query dQ choice) "sel_bwd_kv_dkdv": see `families`

@@ -173,7 +173,8 @@ def test_the_launch_choices_kernels_map_to_their_families():
     """The selected branch's launch choices (selected_attn.host DQ_CHOICES "query", OUT_CHOICES "partial"): their
     kernels by name, and _sel_bwd_kv as dK/dV only in a profile where _sel_bwd_dq_query computes dQ."""
     new = {"_sel_bwd_dq_query": "sel_bwd_dq_query", "_sel_fwd_kv_part": "sel_fwd_kv_part",
-           "_sel_fwd_reduce": "sel_fwd_reduce"}
+           "_sel_fwd_reduce": "sel_fwd_reduce", "_sel_fwd_lse": "sel_fwd_lse",
+           "_sel_bwd_delta_zero": "sel_bwd_delta_zero"}
     for name, fam in new.items():
         assert cm.family(name) == fam, name
     from nsa.attention.kernels.selected_attn import jit
@@ -189,6 +190,11 @@ def test_the_launch_choices_kernels_map_to_their_families():
     assert {cm.FAMILY_PASS[f] for f in query.values()} == {cm.FWD, cm.BWD}
     assert cm.FAMILY_PASS["sel_bwd_dq_query"] == cm.FAMILY_PASS["sel_bwd_kv_dkdv"] == cm.BWD
     assert cm.FAMILY_PASS["sel_fwd_kv_part"] == cm.FAMILY_PASS["sel_fwd_reduce"] == cm.FWD
+    # the fused host glue: memory-bound, its delta writes what _sel_bwd_delta writes and the zeroed fp32 buffers
+    costs = cm.kernel_costs(CFG, S, 2)
+    assert costs["sel_fwd_lse"].flops == costs["sel_bwd_delta_zero"].exps == 0
+    assert costs["sel_bwd_delta_zero"].bytes > costs["sel_bwd_delta"].bytes
+    assert (cm.FAMILY_PASS["sel_fwd_lse"], cm.FAMILY_PASS["sel_bwd_delta_zero"]) == (cm.FWD, cm.BWD)
 
 
 @pytest.mark.parametrize("shape", ["small", "m7c"])

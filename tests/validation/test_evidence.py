@@ -97,6 +97,25 @@ def test_a_disturbed_step_neither_passes_nor_fails_a_performance_criterion(rb, t
     assert "Interference (what makes a step DISTURBED): a sample is contended when" in md
 
 
+def test_a_figure_a_disturbed_step_left_undecided_is_inconclusive_not_an_error(rb):
+    """A performance figure that is None because the step's disturbed launches left it undecided (a triage naming no
+    culprit, an A/B with nothing left to compare): the criterion cannot be evaluated, and the disturbance, not a
+    fault of the suite, says why; the same None from an undisturbed step is an error."""
+    base = _metrics(5000.0, BUSY)
+    base["toks_per_s"]["mean"] = None
+    crits, (word, reason) = _judge(rb, _results(base))
+    floor = crits["Throughput floor"]
+    assert floor["status"] == "inconclusive", floor
+    assert floor["detail"].startswith("it could not be evaluated (") and "None" in floor["detail"]
+    assert "step baseline was disturbed: other processes used 1.40 of 2 cores" in floor["detail"]
+    assert "run again: nsa-validate run runbooks/ev.yaml" in floor["detail"]
+    assert word == "INCOMPLETE" and "inconclusive: Throughput floor" in reason
+    quiet = _metrics(5000.0, QUIET)
+    quiet["toks_per_s"]["mean"] = None
+    crits, (word, _) = _judge(rb, _results(quiet))
+    assert crits["Throughput floor"]["status"] == "error" and word == "NO-GO"
+
+
 def test_a_failed_correctness_criterion_is_no_go_even_when_disturbed(rb):
     base = _metrics(5000.0, BUSY)
     base["loss_drop"] = 0.1

@@ -82,8 +82,7 @@ def evaluate(runbook: Runbook, results: RunResults, run_dir: Path) -> list[Crite
             r = c.expr.evaluate(ns, logs)
             status = {"pass": "pass", "fail": "fail" if c.severity == "fail" else "warn", "error": "error"}[r.status]
             actual, detail = r.actual, r.detail
-            if r.status != "error":
-                status, detail = _judge_evidence(runbook, results, ns, c, r.status, status, detail)
+            status, detail = _judge_evidence(runbook, results, ns, c, r.status, status, detail)
         rows.append(Criterion(name=c.name, expr=c.expr.text, target=c.target, severity=c.severity,
                               description=c.description, status=status, actual=actual, detail=detail))
     return rows
@@ -92,21 +91,24 @@ def evaluate(runbook: Runbook, results: RunResults, run_dir: Path) -> list[Crite
 def _judge_evidence(runbook: Runbook, results: RunResults, ns: dict, criterion, outcome: str, status: str,
                     detail: str | None) -> tuple[str, str | None]:
     """(status, detail) of an evaluated criterion once its evidence is judged (validation.execution.evidence): "inconclusive"
-    when a performance figure it reads comes from a disturbed step (it may neither pass nor fail on that alone),
-    "error" when a figure it reads lies outside its physical range (validation.analysis.plausibility) and no disturbance
-    explains it; otherwise as evaluated."""
+    when a performance figure it reads comes from a disturbed step (it may neither pass nor fail on that alone, nor
+    err on it: a triage whose disturbed launches left it undecided names no culprit, so `culprit == 'x'` cannot be
+    evaluated); "error" when a figure it reads lies outside its physical range (validation.analysis.plausibility)
+    and no disturbance explains it; otherwise as evaluated."""
     reads = evidence.performance_reads(runbook, criterion)
     steps = results["steps"]
     shaken = list(dict.fromkeys(n for n, _ in reads if evidence.disturbed(steps.get(n) or {})))
     bad = plausibility.implausible_reads(ns, criterion.expr.paths)
-    if shaken:
-        what = "held" if outcome == "pass" else "did not hold"
+    if shaken:  # an expression that could not be evaluated (a figure a disturbed step left undecided: None) too
+        what = {"pass": "held", "error": f"could not be evaluated ({detail})"}.get(outcome, "did not hold")
         why = "; ".join(f"step {n} was disturbed: {(evidence.step_interference(steps[n]) or {}).get('text')}"
                         for n in shaken)
         rerun = evidence.rerun_command(results["runbook"].get("path") or "RUNBOOK", results.get("run_dir") or "RUN_DIR",
                                        shaken)
         return "inconclusive", (f"it {what}, but on disturbed evidence: {why}"
                                 + (f"; and {'; '.join(bad)}" if bad else "") + f"; run again: {rerun}")
+    if outcome == "error":
+        return status, detail
     if bad:
         return "error", ("a figure it reads is outside its physical range, a bug in the measurement, not a result: "
                          + "; ".join(bad))

@@ -8,8 +8,6 @@ way to run every test).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import sys
 
@@ -26,55 +24,6 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "reliability: measures a reliability figure (faults classified, generated inputs, orphans, "
                    "results lost); `python -m pytest -m reliability` prints them")
-    config.addinivalue_line(
-        "markers", "exclusive: runs with no other test of this suite beside it, where pytest-xdist runs tests side "
-                   "by side (the README's test command): an end-to-end run whose recommendations or interference "
-                   "record a neighbouring test would change")
-
-
-# ------------------------------------------------------------------------------------- tests side by side (xdist)
-# The README's test command runs the tests in two pytest-xdist workers, a file per worker at a time (--dist
-# loadfile: a module's fixtures, such as an end-to-end run that several tests read, run once). A test marked
-# `exclusive` (its module's `pytestmark`) runs alone: its worker takes a file lock exclusively around the test's
-# setup, call and teardown (its module fixtures' set-up included), every other test takes it shared. An exclusive
-# test first takes a gate that shared tests pass through, so that the other worker cannot keep it waiting.
-def _lock_dir(config) -> str | None:
-    """The directory both workers' temporary directories share (None outside pytest-xdist: nothing to lock)."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return None
-    factory = getattr(config, "_tmp_path_factory", None)
-    return str(factory.getbasetemp().parent) if factory is not None else None
-
-
-@contextlib.contextmanager
-def _flock(path: str, mode: int):
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, mode)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-@contextlib.contextmanager
-def _side_by_side(config, exclusive: bool):
-    where = _lock_dir(config)
-    with contextlib.ExitStack() as held:
-        if where is not None:
-            gate, main = os.path.join(where, "nsav-tests.gate"), os.path.join(where, "nsav-tests.lock")
-            if exclusive:  # the gate stays held: no shared test starts until this one is done
-                held.enter_context(_flock(gate, fcntl.LOCK_EX))
-                held.enter_context(_flock(main, fcntl.LOCK_EX))
-            else:  # through the gate (not while an exclusive test waits or runs), then the lock, shared
-                with _flock(gate, fcntl.LOCK_SH):
-                    held.enter_context(_flock(main, fcntl.LOCK_SH))
-        yield
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    with _side_by_side(item.config, item.get_closest_marker("exclusive") is not None):
-        yield
 
 
 def pytest_sessionfinish(session):

@@ -16,9 +16,9 @@ from process_checks import heartbeat_pids, orphans
 from verdicts import assert_go_or_disturbed
 
 REPO = Path(__file__).resolve().parents[2]
-# The README's main job, which must recommend the prefill A/B's replicated effect beside one busy process: another
-# test's two-rank run beside it is more than that (tests/conftest.py runs it alone where tests run side by side).
-pytestmark = pytest.mark.exclusive
+# The README's main job runs beside other tests (pytest-xdist): on a machine that busy its verdict may be INCOMPLETE
+# naming the disturbance (verdicts.py), and its prefill A/B may leave disturbed runs out. That the A/B recommends its
+# replicated effect beside one busy process is test_prefill_recommendation.py's, which runs alone.
 
 
 def small_runbook(tmp_path, body: str, name="small") -> Path:
@@ -72,11 +72,16 @@ def test_cpu_smoke_ends_go_with_every_artifact(smoke):
         chosen if sweep["decision"].get("recommendable") else None)  # recommended only when replicated
     assert results["recommendations"]["env"]["NSA_DDP_COMPRESS"] == "bf16"
     assert {c["status"] for c in results["acceptance"]} <= {"pass", "warn", "inconclusive"}
-    # the prefill A/B's 14x effect, replicated in its interleaved repeats, is recommended whatever the load (one
-    # thread per process leaves a core to a neighbour); the fused AdamW A/B (one run each) never is
+    # the prefill A/B's 14x effect, replicated in its interleaved repeats, is recommended unless other work left
+    # its runs out (a neighbouring test's ranks: more than the one busy process the A/B is made to stand, which
+    # test_prefill_recommendation.py checks); the fused AdamW A/B (one run each) never is
     prefill = results["steps"]["prefill"]
-    assert prefill["decision"]["recommendable"], prefill["decision"]["reason"]
-    assert results["recommendations"]["env"]["NSA_PREFILL_BATCHED"] == "1"
+    if prefill["decision"]["recommendable"]:
+        assert results["recommendations"]["env"]["NSA_PREFILL_BATCHED"] == "1"
+    else:
+        assert "left out because other work used the machine" in prefill["decision"]["reason"], \
+            prefill["decision"]["reason"]
+        assert "NSA_PREFILL_BATCHED" not in results["recommendations"]["env"]
     assert "NSA_OPT_FUSED" not in results["recommendations"]["env"]
     assert not results["steps"]["fused_adamw"]["decision"]["recommendable"]
     if word == "GO":

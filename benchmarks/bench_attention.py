@@ -37,6 +37,7 @@ the GPU against float64: tests/nsa/attention/kernels/test_flex.py's CUDA test; r
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import resource
@@ -310,6 +311,20 @@ def targets(results: dict, args, paths: list[str]) -> list[tuple[str, str, bool]
     return checks
 
 
+# --FLAG -> "module:attribute" of the names it takes besides auto (imported only when a flag is given)
+_CHOICE_FLAGS = {"dkdv-choice": "nsa.attention.kernels.range_attn.host:DKDV_CHOICES",
+                 "query-choice": "nsa.attention.kernels.range_attn.host:QUERY_CHOICES",
+                 "sel-dq-choice": "nsa.attention.kernels.selected_attn.host:DQ_CHOICES",
+                 "sel-out-choice": "nsa.attention.kernels.selected_attn.host:OUT_CHOICES",
+                 "sel-host-choice": "nsa.attention.kernels.selected_attn.host:HOST_CHOICES",
+                 "topk-choice": "nsa.attention.selection:TOPK_CHOICES"}
+
+
+def _choices(name: str) -> tuple[str, ...]:
+    module, attribute = name.split(":")
+    return tuple(getattr(importlib.import_module(module), attribute))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seq-lens", help="comma-separated sequence lengths (default: 512..16384 on CPU, "
@@ -367,6 +382,10 @@ def main(argv=None) -> int:
         ap.error(f"--seq-lens must be comma-separated integers, got {args.seq_lens!r}")
     if any(s < 1 for s in seq_lens) or args.repeats < 1 or args.warmup < 0 or args.batch < 1:
         ap.error("--seq-lens values, --batch and --repeats must be >= 1, --warmup >= 0")
+    for flag, name in _CHOICE_FLAGS.items():  # an unknown choice is refused here, before any case runs
+        value = getattr(args, flag.replace("-", "_"))
+        if value != "auto" and value not in (known := _choices(name)):
+            ap.error(f"--{flag} {value!r}: expected auto or one of {', '.join(known)}")
     if args.case:
         print(json.dumps(run_case(args.case, args.shape, seq_lens[0], args.device, args.dtype, args.repeats,
                                   args.warmup, args.index_build, args.batch, args.dkdv_choice, args.topk_choice,

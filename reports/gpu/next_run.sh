@@ -6,6 +6,7 @@
 #     PART=selection BUDGET=200 bash reports/gpu/next_run.sh   # ~3 min
 #     PART=trainer BUDGET=300 bash reports/gpu/next_run.sh     # ~5 min
 #     PART=h100 BUDGET=560 bash reports/gpu/next_run.sh        # ~9 min: h100_single whole but its kernel phase
+#     PART=choices BUDGET=560 bash reports/gpu/next_run.sh     # ~9 min: issue 31 items 2.3-2.6's launch choices
 # 15 minutes of device time hold PART=kernels and a start; PART=trainer waits for the next GPU session (or follows
 # on the same warm machine where time is left). A second PART=kernels call on a warm machine
 # continues its runbook (--resume). A step starts only when its time is left (never cut short to fit another);
@@ -31,6 +32,18 @@
 #       run as reports/gpu/<date>/gpu_kernels_run, and a later session at the same source can reuse it), else the
 #       phase is skipped (--skip kernels) and the run ends INCOMPLETE on its criteria alone. Its report, HTML and
 #       results.json are the GPU example (reports/examples/h100_single/).
+# PART=choices (issue 31 items 2.3-2.6, written 2026-11-29 without a GPU: each new choice sits beside the shipped
+#       kernel and 'auto' keeps the shipped one until this qualifies it; reports/aot/range_query_occupancy.md and
+#       selected_bwd_dq.md hold their ahead-of-time registers and CTAs per SM)
+#   C1  numerics of every choice on the GPU in bf16 against float64, each test file in its own process (the slow
+#       cases run by default there): range forward/dQ tiles (QUERY_CHOICES), the selected backward's query-outer
+#       dQ (DQ_CHOICES), its per-pair partial output (OUT_CHOICES) and the fused host glue (HOST_CHOICES);
+#   C2  memcheck of the layer's kernels under each new choice (qualify.py, bf16, S 2,048, hpg 6);
+#   C3  the layer with each new choice against the shipped one, alternated A B A B, one process per case, at S 65,536
+#       B 1 (forward and backward), then at 2,048 B 8 with the time left;
+#   C4  (time left) the range forward/dQ tiles timed on their own (tune_kernels --families range_q).
+#   A choice becomes the default ('auto': QUALIFIED_QUERY, QUALIFIED_DQ, QUALIFIED_OUT, QUALIFIED_HOST) only where
+#   C1 and C2 are clean and C3 shows it faster in both rounds.
 # PART=trainer (125M model, bf16, CUDA graphs)
 #   T1  the dense twin with each change alone against the old step, alternated (2 repeats): the fused RoPE and the
 #       fused AdamW (the chunked loss alone was 0.93x on 2026-11-28; not repeated);
@@ -132,6 +145,42 @@ PY
   tar czf "$OUT/h100.tgz" -C $W h100
 fi
 
+if [ "$PART" = choices ]; then
+  C=$W/choices; mkdir -p $C
+  for f in test_range_query_choices test_selected_dq_choices; do
+    step "C1_$f" 120 $C python3 -m pytest -q -p no:cacheprovider tests/nsa/attention/kernels/$f.py
+  done
+  # (option module constant value): the process-wide choice each memcheck sets before the layer's kernels run
+  for sel in "range_attn.host QUERY_CHOICE bn32" "range_attn.host QUERY_CHOICE m64_bn32" \
+             "selected_attn.host DQ_CHOICE query" "selected_attn.host OUT_CHOICE partial" \
+             "selected_attn.host HOST_CHOICE fused"; do
+    set -- $sel
+    step "C2_memcheck_${2}_${3}" 60 $C compute-sanitizer --tool memcheck --launch-timeout 0 python3 -c \
+        "import sys, importlib; setattr(importlib.import_module('nsa.attention.kernels.$1'), '$2', '$3'); \
+from nsa.attention.kernels import qualify; \
+sys.exit(qualify.main(['--dtype', 'bf16', '--seq-len', '2048', '--hpg', '6']))"
+  done
+  for shape in "65536 1" "2048 8"; do
+    set -- $shape
+    for round in 1 2; do
+      for opt in "query-choice bn32" "query-choice m64_bn32" "sel-dq-choice query" "sel-out-choice partial" \
+                 "sel-host-choice fused"; do
+        o=${opt% *}; v=${opt#* }
+        for arm in shipped new; do
+          [ $arm = shipped ] && val=auto || val=$v
+          step "C3_${o}_${v}_${arm}_r${round}_$1b$2" 30 $C python3 benchmarks/bench_attention.py --device cuda \
+              --dtype bf16 --shape m7c --paths nsa-triton --seq-lens $1 --batch $2 --$o $val --repeats 5 --warmup 2 \
+              --json $C/${o}_${v}_${arm}_r${round}_$1b$2.json
+        done
+      done
+    done
+  done
+  step C4_range_q_tiles 150 $C python3 benchmarks/tune_kernels.py --device cuda --all --families range_q \
+      --candidates bn32,bn32_s3,m64_bn32,1 --seq-lens 65536,2048 --batch 1,8 --repeats 5 --warmup 1 --timeout 120 \
+      --json $C/range_q_tiles.json
+  tar czf "$OUT/choices.tgz" -C $W choices
+fi
+
 if [ "$PART" = trainer ]; then
   T=$W/trainer
   OLD="NSA_OPT_FUSED=0,NSA_LOSS=reference,NSA_ROPE=reference"
@@ -147,4 +196,4 @@ if [ "$PART" = trainer ]; then
 fi
 log "done"
 tail -n 12 $W/kernels/*.txt 2>/dev/null | cut -c1-200
-tail -n 12 $W/selection/*.txt $W/trainer/*.txt 2>/dev/null | cut -c1-220
+tail -n 12 $W/selection/*.txt $W/choices/*.txt $W/trainer/*.txt 2>/dev/null | cut -c1-220

@@ -53,3 +53,18 @@ def test_a_batched_case_counts_b_times_s_tokens():
     case = bench.run_case("dense", "small", 64, "cpu", "fp32", repeats=1, warmup=0, batch=3)
     assert case["batch"] == 3
     assert case["toks_per_s"] == 3 * 64 / case["times_s"]["fwdbwd"]["median"]
+
+
+def test_an_unknown_launch_choice_is_refused_before_any_case_runs(capsys):
+    """Every --*-choice flag takes auto or a name its module declares; a typo exits 2 naming the flag and the names
+    (it used to start the CPU cases and fail, if at all, inside the nsa-triton case's subprocess)."""
+    import pytest
+
+    for flag in bench._CHOICE_FLAGS:
+        known = bench._choices(bench._CHOICE_FLAGS[flag])
+        assert known and all(isinstance(k, str) for k in known), flag
+        with pytest.raises(SystemExit) as stop:
+            bench.main([f"--{flag}", "nosuch", "--device", "cpu"])
+        assert stop.value.code == 2, flag
+        err = capsys.readouterr().err
+        assert f"--{flag} 'nosuch': expected auto or one of {', '.join(known)}" in err, err

@@ -17,13 +17,32 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
+from file_order import file_seconds, ordered  # noqa: E402
 from reliability_figures import RECORDER  # noqa: E402
 
 
 def pytest_configure(config):
+    # pytest-xdist's --dist loadfile hands out files in the order pytest_collection_modifyitems leaves them (longest
+    # first, file_order.py), not reordered by their number of tests
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _one_intra_op_thread()
     config.addinivalue_line(
         "markers", "reliability: measures a reliability figure (faults classified, generated inputs, orphans, "
                    "results lost); `python -m pytest -m reliability` prints them")
+
+
+def _one_intra_op_thread() -> None:
+    """In a pytest-xdist worker, torch computes on one thread. The README's test command runs two workers on a
+    2-core machine; with torch's default of a thread per core each, the cores are oversubscribed and torch's many
+    small ops wait for one (tests/nsa/test_model.py beside one busy process: 8.6 s on two threads, 4.5 s on one).
+    This process only: the runs a test launches keep their own settings (OMP_NUM_THREADS, torchrun's)."""
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(1)
 
 
 def pytest_sessionfinish(session):
@@ -59,7 +78,10 @@ def pytest_collection_modifyitems(config, items):
     """`slow` tests (the kernels' full grids; end-to-end runs that repeat a covered path) run when a marker
     expression selects the tests (`-m slow`; `-m reliability` measures every reliability figure, the slow tests' too)
     and by default where a CUDA device is present (natively they take seconds); elsewhere (the interpreter on a CPU:
-    minutes) the CI subset runs."""
+    minutes) the CI subset runs. The files go longest first (file_order.py), each file's tests in their order."""
+    files = ordered(list(dict.fromkeys(item.nodeid.split("::")[0] for item in items)), file_seconds())
+    rank = {path: i for i, path in enumerate(files)}
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: a file's tests keep their order
     if (config.getoption("-m") or "").strip() or not any("slow" in item.keywords for item in items):
         return
     if _cuda_present():

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from nsa.config import resolve_auto
+
 
 def importance_from_cmp(p_cmp_group: torch.Tensor, n_blocks: int, l: int, d: int, l_sel: int) -> torch.Tensor:
     """Eq. 9 for every query at once: [..., n_cmp] compressed probabilities -> [..., n_blocks] block importance.
@@ -74,10 +76,7 @@ EMPTY_LIMIT = (MONO_NEG_INF + 1) << 32
 
 def topk_choice() -> str:
     """The top-n_sel choice in effect (TOPK_CHOICE, "auto" = QUALIFIED_TOPK)."""
-    name = QUALIFIED_TOPK if TOPK_CHOICE == "auto" else TOPK_CHOICE
-    if name not in TOPK_CHOICES:
-        raise ValueError(f"selection: TOPK_CHOICE = {TOPK_CHOICE!r}; expected 'auto' or one of "
-                         f"{', '.join(TOPK_CHOICES)}")
+    name = resolve_auto("selection: TOPK_CHOICE", TOPK_CHOICE, tuple(TOPK_CHOICES), QUALIFIED_TOPK)
     return name
 
 

@@ -129,6 +129,7 @@ from nsa.attention.kernels.common import (LOG2E, TRITON_HEAD_DIMS, TRITON_MAX_HE
 WINDOW, COMPRESSED, BAND = 0, 1, 2
 
 
+from nsa.config import resolve_auto
 from nsa.attention.kernels.range_attn.jit import (  # noqa: F401 - the jit code, re-exported for tests
     _ranges, _mask_params, _key_bounds, _segment, _key_tiles, _query_tile, _fwd_loop, _range_fwd_kernel, _dq_loop, _range_bwd_dq_kernel, _dkdv_loop, _key_tile_tokens, _range_bwd_dkdv_kernel)
 
@@ -195,10 +196,7 @@ QUERY_CHOICE = "auto"  # the launcher's choice: "auto" or a key of QUERY_CHOICES
 
 def query_choice() -> QueryChoice:
     """The forward / dQ choice in effect (QUERY_CHOICE, "auto" = QUALIFIED_QUERY), read at each launch."""
-    name = QUALIFIED_QUERY if QUERY_CHOICE == "auto" else QUERY_CHOICE
-    if name not in QUERY_CHOICES:
-        raise ValueError(f"range attention: QUERY_CHOICE = {QUERY_CHOICE!r}; expected 'auto' or one of "
-                         f"{', '.join(QUERY_CHOICES)}")
+    name = resolve_auto("range attention: QUERY_CHOICE", QUERY_CHOICE, tuple(QUERY_CHOICES), QUALIFIED_QUERY)
     return QUERY_CHOICES[name]
 
 
@@ -256,10 +254,7 @@ DKDV_CHOICE = "auto"  # the launcher's choice: "auto" or a key of DKDV_CHOICES (
 
 def dkdv_choice() -> DkdvChoice:
     """The dK/dV choice in effect (DKDV_CHOICE, "auto" = QUALIFIED_DKDV), read at each launch."""
-    name = QUALIFIED_DKDV if DKDV_CHOICE == "auto" else DKDV_CHOICE
-    if name not in DKDV_CHOICES:
-        raise ValueError(f"range attention: DKDV_CHOICE = {DKDV_CHOICE!r}; expected 'auto' or one of "
-                         f"{', '.join(DKDV_CHOICES)}")
+    name = resolve_auto("range attention: DKDV_CHOICE", DKDV_CHOICE, tuple(DKDV_CHOICES), QUALIFIED_DKDV)
     return DKDV_CHOICES[name]
 
 

@@ -137,6 +137,7 @@ BWD_TILES = 16
 LOOPS = ("kv", "query")
 
 
+from nsa.config import resolve_auto
 from nsa.attention.kernels.selected_attn.jit import (  # noqa: F401 - the jit code
     _tile_rows, _sel_fwd_kv_stats, _sel_fwd_kv_out, _sel_fwd_query, _sel_bwd_delta, _sel_bwd_kv, _sel_bwd_dq_query,
     _sel_fwd_kv_part, _sel_fwd_reduce, _sel_fwd_lse, _sel_bwd_delta_zero)
@@ -156,10 +157,7 @@ DQ_CHOICE = "auto"  # the launcher's choice: "auto" or one of DQ_CHOICES (bench_
 
 def dq_choice() -> str:
     """The dQ choice in effect (DQ_CHOICE, "auto" = QUALIFIED_DQ), read at each backward launch."""
-    name = QUALIFIED_DQ if DQ_CHOICE == "auto" else DQ_CHOICE
-    if name not in DQ_CHOICES:
-        raise ValueError(f"selected attention: DQ_CHOICE = {DQ_CHOICE!r}; expected 'auto' or one of "
-                         f"{', '.join(DQ_CHOICES)}")
+    name = resolve_auto("selected attention: DQ_CHOICE", DQ_CHOICE, tuple(DQ_CHOICES), QUALIFIED_DQ)
     return name
 
 
@@ -176,10 +174,7 @@ OUT_CHOICE = "auto"  # the launcher's choice: "auto" or one of OUT_CHOICES
 
 def out_choice() -> str:
     """The kv forward's output choice in effect (OUT_CHOICE, "auto" = QUALIFIED_OUT), read at each forward launch."""
-    name = QUALIFIED_OUT if OUT_CHOICE == "auto" else OUT_CHOICE
-    if name not in OUT_CHOICES:
-        raise ValueError(f"selected attention: OUT_CHOICE = {OUT_CHOICE!r}; expected 'auto' or one of "
-                         f"{', '.join(OUT_CHOICES)}")
+    name = resolve_auto("selected attention: OUT_CHOICE", OUT_CHOICE, tuple(OUT_CHOICES), QUALIFIED_OUT)
     return name
 
 
@@ -199,10 +194,7 @@ HOST_CHOICE = "auto"  # the launcher's choice: "auto" or one of HOST_CHOICES
 def host_choice() -> str:
     """The host glue choice in effect (HOST_CHOICE, "auto" = QUALIFIED_HOST), read at each forward and backward
     launch."""
-    name = QUALIFIED_HOST if HOST_CHOICE == "auto" else HOST_CHOICE
-    if name not in HOST_CHOICES:
-        raise ValueError(f"selected attention: HOST_CHOICE = {HOST_CHOICE!r}; expected 'auto' or one of "
-                         f"{', '.join(HOST_CHOICES)}")
+    name = resolve_auto("selected attention: HOST_CHOICE", HOST_CHOICE, tuple(HOST_CHOICES), QUALIFIED_HOST)
     return name
 
 

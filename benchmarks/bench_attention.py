@@ -122,49 +122,11 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
     """Measure one case in this process; returns a JSON-able dict."""
     import torch
 
-    if path == "nsa-triton" and sel_dq_choice != "auto":  # the selected backward's dQ: atomic or query (an A/B)
-        from nsa.attention.kernels.selected_attn import host as selected_host
-
-        if sel_dq_choice not in selected_host.DQ_CHOICES:
-            raise SystemExit(f"--sel-dq-choice {sel_dq_choice!r}: expected auto or one of "
-                             f"{', '.join(selected_host.DQ_CHOICES)}")
-        selected_host.DQ_CHOICE = sel_dq_choice
-    if path == "nsa-triton" and sel_out_choice != "auto":  # the selected kv forward's output: atomic or partial (A/B)
-        from nsa.attention.kernels.selected_attn import host as selected_host
-
-        if sel_out_choice not in selected_host.OUT_CHOICES:
-            raise SystemExit(f"--sel-out-choice {sel_out_choice!r}: expected auto or one of "
-                             f"{', '.join(selected_host.OUT_CHOICES)}")
-        selected_host.OUT_CHOICE = sel_out_choice
-    if path == "nsa-triton" and sel_host_choice != "auto":  # the selected branch's host glue: torch or fused (A/B)
-        from nsa.attention.kernels.selected_attn import host as selected_host
-
-        if sel_host_choice not in selected_host.HOST_CHOICES:
-            raise SystemExit(f"--sel-host-choice {sel_host_choice!r}: expected auto or one of "
-                             f"{', '.join(selected_host.HOST_CHOICES)}")
-        selected_host.HOST_CHOICE = sel_host_choice
-
-    if path == "nsa-triton" and dkdv_choice != "auto":  # the range kernels' dK/dV launch choice (an A/B)
-        from nsa.attention.kernels.range_attn import host as range_host
-
-        if dkdv_choice not in range_host.DKDV_CHOICES:
-            raise SystemExit(f"--dkdv-choice {dkdv_choice!r}: expected auto or one of "
-                             f"{', '.join(range_host.DKDV_CHOICES)}")
-        range_host.DKDV_CHOICE = dkdv_choice
-    if path == "nsa-triton" and query_choice != "auto":  # the range kernels' forward / dQ launch choice (an A/B)
-        from nsa.attention.kernels.range_attn import host as range_host
-
-        if query_choice not in range_host.QUERY_CHOICES:
-            raise SystemExit(f"--query-choice {query_choice!r}: expected auto or one of "
-                             f"{', '.join(range_host.QUERY_CHOICES)}")
-        range_host.QUERY_CHOICE = query_choice
-    if path != "dense" and topk_choice != "auto":  # the selection's top-n_sel: full sort or packed-key topk (an A/B)
-        from nsa.attention import selection
-
-        if topk_choice not in selection.TOPK_CHOICES:
-            raise SystemExit(f"--topk-choice {topk_choice!r}: expected auto or one of "
-                             f"{', '.join(selection.TOPK_CHOICES)}")
-        selection.TOPK_CHOICE = topk_choice
+    chosen = {"sel-dq-choice": sel_dq_choice, "sel-out-choice": sel_out_choice, "sel-host-choice": sel_host_choice,
+              "dkdv-choice": dkdv_choice, "query-choice": query_choice, "topk-choice": topk_choice}
+    for flag, value in chosen.items():  # the kernels' choices on the Triton path, the top-n_sel on every NSA path
+        if value != "auto" and (path == "nsa-triton" or (flag == "topk-choice" and path != "dense")):
+            _set_choice(flag, value)
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
     torch.manual_seed(0)
@@ -323,6 +285,14 @@ _CHOICE_FLAGS = {"dkdv-choice": "nsa.attention.kernels.range_attn.host:DKDV_CHOI
 def _choices(name: str) -> tuple[str, ...]:
     module, attribute = name.split(":")
     return tuple(getattr(importlib.import_module(module), attribute))
+
+
+def _set_choice(flag: str, value: str) -> None:
+    """Set the process-wide choice a --FLAG names (X_CHOICE beside its X_CHOICES) to `value`, for an A/B."""
+    module, attribute = _CHOICE_FLAGS[flag].split(":")
+    if value not in (known := _choices(_CHOICE_FLAGS[flag])):
+        raise SystemExit(f"--{flag} {value!r}: expected auto or one of {', '.join(known)}")
+    setattr(importlib.import_module(module), attribute.removesuffix("S"), value)
 
 
 def main(argv=None) -> int:

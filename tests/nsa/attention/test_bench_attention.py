@@ -68,3 +68,21 @@ def test_an_unknown_launch_choice_is_refused_before_any_case_runs(capsys):
         assert stop.value.code == 2, flag
         err = capsys.readouterr().err
         assert f"--{flag} 'nosuch': expected auto or one of {', '.join(known)}" in err, err
+
+
+def test_a_case_sets_the_choice_each_flag_names(monkeypatch):
+    """run_case sets the module constant beside each flag's names (DQ_CHOICES -> DQ_CHOICE) for the A/B."""
+    import importlib
+
+    import pytest
+
+    for flag, name in bench._CHOICE_FLAGS.items():
+        module, attribute = name.split(":")
+        mod = importlib.import_module(module)
+        setting = attribute.removesuffix("S")
+        monkeypatch.setattr(mod, setting, getattr(mod, setting))  # restored after the test
+        value = bench._choices(name)[-1]
+        bench._set_choice(flag, value)
+        assert getattr(mod, setting) == value, flag
+        with pytest.raises(SystemExit, match=f"--{flag} 'nosuch': expected auto or one of"):
+            bench._set_choice(flag, "nosuch")

@@ -82,6 +82,14 @@ class Verdict:
     reason: str = ""
     latest: dict[int, dict] = field(default_factory=dict, repr=False)
 
+    @property
+    def dump_ranks(self) -> list[int]:
+        """The ranks to ask for stack dumps on a stall: the stalled ones and every other rank not yet finished. A
+        hang spreads: the rank that stopped is stalled first, the others follow once they wait for it in a
+        collective, and where they wait is half the diagnosis; how far behind the threshold they are when the
+        first is caught depends on the machine's load. A SIGUSR1 dump does not stop a rank."""
+        return sorted(set(self.stalled_ranks) | {r for r, rec in self.latest.items() if not is_finished(rec)})
+
 
 def _check_expected_ranks(expected_ranks) -> None:
     if expected_ranks is not None and (isinstance(expected_ranks, bool) or not isinstance(expected_ranks, int)
@@ -190,7 +198,7 @@ def _process_start_time(pid: int) -> float | None:
 
 
 def signal_stack_dumps(latest: dict[int, dict]) -> list[int]:
-    """Send SIGUSR1 to the process of each record in `latest` (pass the stalled ranks' latest records) when it
+    """Send SIGUSR1 to the process of each record in `latest` (pass those of Verdict.dump_ranks) when it
     runs on this host and still exists; returns the pids signalled.
 
     Skipped without error: records from another host (or with no ``host``), pids that no longer exist or belong
@@ -224,7 +232,7 @@ def _act_on_stall(cfg: WatchdogConfig, verdict: Verdict, emit) -> None:
     halt_path = write_halt(cfg.out_dir, verdict.reason) if cfg.halt else None
     pids = []
     if cfg.dump_stacks:
-        pids = signal_stack_dumps({r: verdict.latest[r] for r in verdict.stalled_ranks if r in verdict.latest})
+        pids = signal_stack_dumps({r: verdict.latest[r] for r in verdict.dump_ranks if r in verdict.latest})
     emit("stalled", {"verdict": verdict, "halt_path": halt_path, "signalled_pids": pids})
 
 
@@ -301,7 +309,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--max-wait-start", type=_non_negative_float, default=600.0, metavar="S",
                         help="give up (exit 3) when no heartbeat appears within this many seconds (default 600)")
     parser.add_argument("--no-dump", action="store_true",
-                        help="do not send SIGUSR1 (stack dump request) to stalled processes")
+                        help="do not send SIGUSR1 (stack dump request) to the stalled processes and the "
+                             "unfinished ones that may wait on them")
     parser.add_argument("--include-earlier", action="store_true",
                         help="also judge heartbeat records written before the watchdog started (by default they are "
                              "ignored, so a previous run's last records are not taken for this run's)")

@@ -21,8 +21,8 @@ How a run ends (``LaunchResult.status``; the reason and excerpt: validation.laun
 
 - ``ok`` / ``failed``: the child exited by itself with 0 / anything else.
 - ``timeout``: ``timeout_s`` passed. ``hang``: a rank of the trainer wrote no heartbeat for ``stall_timeout_s``
-  (``nsa.training.watchdog.check``, counting only records written after the launch): its processes are asked for
-  stack dumps (SIGUSR1), given ``DUMP_WAIT_S`` to write them, then ended; ``stack_dumps`` lists them.
+  (``nsa.training.watchdog.check``, counting only records written after the launch): its processes, and those of
+  every other rank not yet finished (they may wait on it in a collective), are asked for stack dumps (SIGUSR1), given ``DUMP_WAIT_S`` to write them, then ended; ``stack_dumps`` lists them.
 - ``interrupted``: the child died of SIGINT (exit -2 or 130). A Ctrl-C, SIGTERM or SIGHUP to the caller
   (KeyboardInterrupt, or validation.launch.interrupts.Interrupted, while waiting) is not a result: the processes
   are ended and the exception is raised again.

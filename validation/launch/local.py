@@ -175,13 +175,13 @@ class Run:
                     since: float | None = None) -> None:
         """Ask the stalled ranks for stack dumps (with `local`, SIGUSR1 to those on this host), wait for them and
         for those of the ranks `waiting` (asked another way, since `since`), then `end()`."""
-        stalled = {r: verdict.latest[r] for r in verdict.stalled_ranks if r in verdict.latest}
+        stalled = {r: verdict.latest[r] for r in verdict.dump_ranks if r in verdict.latest}
         t_sig = time.time()
         self.signalled = []
         if local:
-            log.warning("stall: %s; asking rank(s) %s for stack dumps", verdict.reason, sorted(stalled))
-            note(self.log_path, f"stall: {verdict.reason}; sending SIGUSR1 (stack dumps) to rank(s) "
-                                 f"{sorted(stalled)}")
+            asked = _asked(verdict)
+            log.warning("stall: %s; asking %s for stack dumps", verdict.reason, asked)
+            note(self.log_path, f"stall: {verdict.reason}; sending SIGUSR1 (stack dumps) to {asked}")
             self.signalled = signal_stack_dumps(stalled)
         ranks = sorted({r for r, rec in stalled.items() if rec.get("pid") in self.signalled} | set(waiting))
         self._wait_for_dumps(ranks, (t_sig if since is None else since) - 1.0, alive)
@@ -198,6 +198,13 @@ class Run:
                 time.sleep(0.5)  # let the other dump of each rank (Python level / C level) finish too
                 return
             time.sleep(0.2)
+
+
+def _asked(verdict) -> str:
+    """'rank(s) [1] (stalled) and [0] (not yet stalled: may wait on them)' for the launch log."""
+    others = [r for r in verdict.dump_ranks if r not in verdict.stalled_ranks]
+    text = f"rank(s) {verdict.stalled_ranks} (stalled)"
+    return text + (f" and {others} (not yet stalled: may wait on them)" if others else "")
 
 
 def set_aside(path: Path, tag: str) -> None:

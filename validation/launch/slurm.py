@@ -267,10 +267,11 @@ class SlurmRun(Run):
             time.sleep(spec.poll_s)
 
     def _remote_dumps(self, verdict) -> list[int]:
-        """Stalled ranks on other hosts (every stalled rank with remote_dumps=True) are asked for stack dumps by
+        """Stalled ranks on other hosts (every stalled rank with remote_dumps=True), and the ranks there not yet
+        stalled (Verdict.dump_ranks), are asked for stack dumps by
         the trainer's watchdog, run once on every node of the job (srun --overlap); returns those ranks."""
         host = socket.gethostname()
-        ranks = [r for r in verdict.stalled_ranks
+        ranks = [r for r in verdict.dump_ranks
                  if self.spec.remote_dumps or verdict.latest.get(r, {}).get("host") not in (None, host)]
         if not ranks or self.out_dir is None:
             return []

@@ -235,6 +235,19 @@ def test_check_waiting_running_stalled_finished(tmp_path):
         assert f"rank 1: {msg} at step 100" in v.reason
 
 
+def test_a_stall_asks_every_unfinished_rank_for_dumps_not_only_the_stalled(tmp_path):
+    """The hung rank crosses the threshold first; a rank waiting on it in a collective follows seconds later (how
+    many depends on the load: a CI run caught rank 1 alone). Where that rank waits is half the diagnosis, so the
+    dumps go to every rank not yet finished; a finished one has no stack to show."""
+    append_record(tmp_path, 0, T0 + 5, 3, "step")   # entered the collective later: 1 s old at the check
+    append_record(tmp_path, 1, T0, 3, "fault")      # hung: 6 s old
+    append_record(tmp_path, 2, T0, 9, "done")
+    v = check(tmp_path, 3, now=T0 + 6)
+    assert v.state == "stalled" and v.stalled_ranks == [1]
+    assert v.dump_ranks == [0, 1]
+    assert check(tmp_path, 3, now=T0 + 9).dump_ranks == [0, 1]  # both stalled now: the same ranks
+
+
 def test_check_one_rank_finished_other_alive_is_running(tmp_path):
     append_record(tmp_path, 0, T0, 100, "done")
     append_record(tmp_path, 1, T0 + 500, 99, "step")
@@ -448,18 +461,42 @@ def test_main_usage_errors(tmp_path, capsys):
     assert "--stall-after" in capsys.readouterr().out
 
 
+RANK_WAITING = """
+import signal, sys, time
+from pathlib import Path
+signal.signal(signal.SIGUSR1, lambda *a: Path(sys.argv[1]).write_text("1"))
+print("ready", flush=True)
+deadline = time.time() + 30
+while not Path(sys.argv[1]).exists() and time.time() < deadline:
+    time.sleep(0.02)
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="no SIGUSR1 on this platform")
 def test_cli_subprocess_halts_a_stale_run(tmp_path):
-    append_record(tmp_path, 0, time.time(), 120, "step", pid=os.getpid(), host=socket.gethostname())
-    append_record(tmp_path, 1, time.time() - 900, 118, "step")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "nsa.training.watchdog", "--dir", str(tmp_path), "--halt", "1",
-                           "--interval", "30", "--stall-after", "300", "--include-earlier"],
-                          capture_output=True, text=True, timeout=60, env=env)
-    assert proc.returncode == 1, proc.stderr
-    body = json.loads((tmp_path / HALT_NAME).read_text())
-    assert body["by"] == "watchdog" and "rank 1" in body["reason"] and "step 118" in body["reason"]
-    lines = proc.stdout.splitlines()
-    assert len(lines) == 2 and "stalled: rank 1" in lines[0] and "STALLED: wrote" in lines[1]
+    """Rank 1 is stale; rank 0 (a live process on this host, its heartbeat fresh: as a rank waiting on rank 1 in a
+    collective) is asked for a stack dump too."""
+    got = tmp_path / "rank0_got_usr1"
+    rank0 = subprocess.Popen([sys.executable, "-c", RANK_WAITING, str(got)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert rank0.stdout.readline().strip() == "ready"
+        append_record(tmp_path, 0, time.time(), 120, "step", pid=rank0.pid, host=socket.gethostname())
+        append_record(tmp_path, 1, time.time() - 900, 118, "step")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+        proc = subprocess.run([sys.executable, "-m", "nsa.training.watchdog", "--dir", str(tmp_path), "--halt", "1",
+                               "--interval", "30", "--stall-after", "300", "--include-earlier"],
+                              capture_output=True, text=True, timeout=60, env=env)
+        assert proc.returncode == 1, proc.stderr
+        body = json.loads((tmp_path / HALT_NAME).read_text())
+        assert body["by"] == "watchdog" and "rank 1" in body["reason"] and "step 118" in body["reason"]
+        lines = proc.stdout.splitlines()
+        assert len(lines) == 2 and "stalled: rank 1" in lines[0] and "STALLED: wrote" in lines[1]
+        assert f"stack dumps requested from pid(s) {rank0.pid}" in lines[1], lines[1]
+        assert rank0.wait(timeout=20) == 0 and got.read_text() == "1"
+    finally:
+        if rank0.poll() is None:
+            rank0.kill()
+            rank0.wait()
 
 
 def test_watchdog_started_before_a_run_ignores_the_previous_runs_records(tmp_path):

@@ -1,0 +1,42 @@
+"""The run record (validation.results.run): every committed results.json decodes strictly into Run and encodes back to
+the same JSON; a damaged one decodes leniently."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from validation.results.codec import decode, encode
+from validation.results.run import Run, Step, read_run
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED = sorted(REPO.glob("reports/**/results.json"))
+
+
+def _same(a, b) -> str:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_committed_run_decodes_strictly_and_encodes_back_unchanged(path):
+    data = json.loads(path.read_text())
+    run = decode(Run, data, str(path))
+    assert _same(encode(run), data)
+    assert read_run(data) == run  # lenient reading of a sound record: the same record
+    assert all(isinstance(s, Step) for s in run.steps.values())
+
+
+def test_the_committed_runs_are_there():
+    assert len(COMMITTED) >= 6
+
+
+def test_a_damaged_run_reads_leniently():
+    run = read_run({"verdict": 3, "steps": {"a": None, "b": {"status": "odd", "runs": [None], "metrics": [1]}},
+                    "acceptance": [{}], "recommendations": {"env": None}, "environment": {"gpus": [{"name": "H"}]}})
+    assert run.verdict is None and run.steps["a"] is None
+    assert run.steps["b"].status == "odd" and run.steps["b"].metrics == {} and len(run.steps["b"].runs) == 1
+    assert run.recommendations.env == {} and run.environment.gpus[0].name == "H"
+    assert read_run(None) == Run() and read_run(run) is run
+    assert read_run({}).environment.gpus is None

@@ -1,0 +1,314 @@
+"""A whole validation run (RUN_DIR/results.json) as typed records, read with validation.results.codec:
+
+    run = read_run(results)                      once, leniently: a damaged results.json still renders
+    run.verdict, run.runbook.path, run.environment.gpus[0].name, run.steps["baseline"].status,
+    run.acceptance[0].status, run.recommendations.env, run.plots[0].caption, run.evidence.disturbed, ...
+
+The keys and what they mean are validation.results.model's module docstring (its TypedDicts are the schema the
+writers are checked against; these records name the same keys). A step's `metrics` stay the JSON dict: each step kind
+decodes its own (validation.kinds.<kind>.Result); a step's runs are validation.results.trainer_launch.LaunchRun,
+its decision and choice validation.results.decision's records. The records are wide where the report is: a value
+the report shows as text (a criterion's name, a note) keeps whatever JSON it holds.
+
+Every committed results.json decodes strictly into Run and encodes back to the same JSON (key order aside;
+tests/validation/test_run_records.py): a key a writer adds only when it applies is an absent() field, and keys
+not declared here are kept in `extra`.
+
+This is a foundation module: the report, the comparison of runs and the run's execution read it alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from validation.results.codec import absent, decode
+from validation.results.decision import Choice, DecisionRecord
+from validation.results.trainer_launch import LaunchRun
+
+Num = int | float  # a figure as its writer gave it (an int stays an int: the JSON is written back unchanged)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tool:
+    """The program that wrote the file."""
+    name: str | None = None
+    version: str | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunbookRef:
+    """The runbook the run ran; `compare` its declared noise ({"run_sd", "launch_sd", "pairs"})."""
+    name: str | None = None
+    description: str | None = None
+    path: str | None = None
+    sha256: str | None = None
+    compare: dict[str, Any] | None = absent()
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+    """One GPU of the machine (validation.launch.environment.probe)."""
+    index: int | None = None
+    name: str | None = None
+    memory_gb: Num | None = None
+    capability: Any = None  # [major, minor] (a string in some records)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """A node a training step ran on (its trainers' env.json): host, GPU names, the node's NCCL_/UCX_/... variables."""
+    host: str | None = None
+    gpus: list[Any] = dataclasses.field(default_factory=list)
+    env: dict[str, Any] = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+    """The machine and software the run ran on (validation.launch.environment.probe); `gpus` is None where the
+    record has no such key (an older or hand-made record), [] on a machine without a GPU."""
+    git_sha: str | None = None
+    git_branch: str | None = None
+    git_dirty: bool | None = None
+    git_changes: int | None = None
+    host: str | None = None
+    platform: str | None = None
+    python: str | None = None
+    torch: str | None = None
+    cuda: str | None = None
+    nccl: str | None = None
+    gpus: list[Gpu] | None = absent()
+    gpu_count: int | None = None
+    cpu_count: int | None = None
+    packages: dict[str, Any] = dataclasses.field(default_factory=dict)
+    nodes: dict[str, Node] = absent({})
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """The command line's selection: --only, --skip and --set (a {key: value} mapping in some records)."""
+    only: list[Any] = dataclasses.field(default_factory=list)
+    skip: list[Any] = dataclasses.field(default_factory=list)
+    set: list[Any] | dict[str, Any] = dataclasses.field(default_factory=list)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseRecord:
+    """A phase of the runbook: its step names in order."""
+    name: str | None = None
+    title: str | None = None
+    description: str | None = None
+    steps: list[Any] = dataclasses.field(default_factory=list)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplacedStep:
+    """What a step held before --rerun ran it again."""
+    status: str | None = None
+    reason: str | None = None
+    started: str | None = None
+    duration_s: Num | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Resume:
+    """One --resume of the run."""
+    at: str | None = None
+    previous_end: str | None = None
+    previous_state: str | None = None
+    steps: list[str] = dataclasses.field(default_factory=list)
+    rerun: list[str] = dataclasses.field(default_factory=list)
+    replaced: dict[str, ReplacedStep] = dataclasses.field(default_factory=dict)
+    runbook_changed: bool | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One step's record: what every step holds (its frame: kind, status, reason, command, failure evidence), its
+    kind's metrics as JSON (the kind decodes them), its runs, and what a deciding or measuring step adds. `status`
+    is any string (a report shows an unknown one as it is)."""
+    name: str | None = None
+    phase: str | None = None
+    kind: str | None = None
+    title: str | None = None
+    description: str | None = None
+    status: str | None = None
+    reason: str | None = None
+    started: str | None = None
+    duration_s: Num | None = None
+    dir: str | None = None
+    command: list[Any] | None = None
+    env: dict[str, Any] = dataclasses.field(default_factory=dict)
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
+    runs: list[LaunchRun] = dataclasses.field(default_factory=list)
+    winner: Choice | None = None
+    comparison: list[Any] = dataclasses.field(default_factory=list)  # the kind's (ab: its Comparison records)
+    artifacts: list[Any] = dataclasses.field(default_factory=list)
+    excerpt: str | None = None
+    stack_dumps: list[Any] = dataclasses.field(default_factory=list)
+    optional: bool | None = None
+    decision: DecisionRecord | None = absent()
+    choice: Choice | None = absent(beside="decision")
+    order_seed: int | None = absent()
+    order: list[str] | None = absent()
+    notes: list[Any] | None = absent()
+    interference: dict[str, Any] | None = absent()  # validation.analysis.interference.step_interference
+    superseded: list[LaunchRun] | None = absent()
+    reused: dict[str, Any] | None = absent()  # validation.results.reuse.Reuse.record
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Criterion:
+    """One acceptance criterion's row; `status` and `severity` any string (a report shows an unknown one)."""
+    name: Any = None
+    expr: str | None = None
+    target: Any = None
+    severity: str | None = None
+    description: str | None = None
+    status: str | None = None
+    actual: Any = None
+    detail: Any = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Recommendations:
+    """The settings to export and the notes beside them."""
+    env: dict[str, Any] = dataclasses.field(default_factory=dict)
+    notes: list[Any] = dataclasses.field(default_factory=list)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plot:
+    """A plot the report shows (validation.report.plots): path relative to run_dir, the step whose section shows it,
+    and the bar a bar chart marks."""
+    title: str | None = None
+    path: str | None = None
+    step: str | None = None
+    context: str | None = None
+    caption: str | None = None
+    marked: Any = absent()
+    mark: str | None = absent(beside="marked")
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class DisturbedStep:
+    """A measured step other work disturbed (validation.execution.evidence.assess): its launches that were."""
+    step: str | None = None
+    text: str | None = None
+    launches: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Implausible:
+    """A figure outside its physical range (validation.analysis.plausibility.implausible, or a kind's key figure)."""
+    step: Any = None
+    metric: Any = None
+    value: Any = None
+    range: Any = None
+    reason: Any = None
+    disturbed: bool | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    """results.json's "evidence" (validation.execution.evidence.assess)."""
+    disturbed: list[DisturbedStep] = dataclasses.field(default_factory=list)
+    implausible: list[Implausible] = dataclasses.field(default_factory=list)
+    measured: list[Any] = dataclasses.field(default_factory=list)
+    rules: Any = None
+    rerun: str | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalysisRow:
+    """One row of a comparison with an earlier run (validation.report.compare.compare_runs' docstring)."""
+    step: Any = None
+    metric: Any = None
+    tested: Any = None
+    mean_a: Any = None
+    mean_b: Any = None
+    rel_delta: Any = None
+    rel: Any = absent()
+    ci_low: Any = absent()
+    ci_high: Any = absent()
+    confidence: Any = absent()
+    p_value: Any = None
+    p_adjusted: Any = None
+    significant: Any = None
+    verdict: Any = None
+    note: Any = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class PerformanceAnalysis:
+    """results.json's "performance_analysis" (validation.report.compare.performance_analysis): this run against an
+    earlier one. `against` is the earlier run's record (a plain string, its directory, in some records)."""
+    against: dict[str, Any] | str | None = None
+    alpha: Any = None
+    noise: Any = None
+    noise_source: str | None = None
+    family: dict[str, Any] = dataclasses.field(default_factory=dict)
+    run_noise: dict[str, Any] | None = None
+    gate: Any = None
+    warnings: list[Any] = dataclasses.field(default_factory=list)
+    key_finding: dict[str, Any] | None = None
+    rows: list[AnalysisRow] = dataclasses.field(default_factory=list)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """RUN_DIR/results.json: everything a validation run found. `steps` by name in runbook order; a step whose record
+    is not an object is None there (read_run)."""
+    schema_version: int | None = None
+    tool: Tool = dataclasses.field(default_factory=Tool)
+    runbook: RunbookRef = dataclasses.field(default_factory=RunbookRef)
+    run_dir: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    duration_s: Num | None = None
+    verdict: str | None = None
+    verdict_reason: str | None = None
+    interrupted_by: str | None = None
+    resumes: list[Resume] = absent([])
+    environment: Environment = dataclasses.field(default_factory=Environment)
+    options: RunOptions = dataclasses.field(default_factory=RunOptions)
+    phases: list[PhaseRecord] = dataclasses.field(default_factory=list)
+    steps: dict[str, Step | None] = dataclasses.field(default_factory=dict)
+    acceptance: list[Criterion] = dataclasses.field(default_factory=list)
+    recommendations: Recommendations = dataclasses.field(default_factory=Recommendations)
+    performance_analysis: PerformanceAnalysis | None = absent()
+    evidence: Evidence | None = absent()
+    reused: list[dict[str, Any]] | None = absent()  # validation.results.reuse.Reuse.record per phase taken
+    plots: list[Plot] = dataclasses.field(default_factory=list)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def read_run(results: Any) -> Run:
+    """A parsed results.json (or a record built in memory) as a Run, decoded leniently: a missing or malformed value
+    takes its field's default, a step whose record is not an object is None. A Run is returned as it is."""
+    if isinstance(results, Run):
+        return results
+    data = results if isinstance(results, dict) else {}
+    raw_steps = data.get("steps")
+    run = decode(Run, {**data, "steps": {}}, "results", lenient=True)
+    steps = {str(name): decode(Step, step, f"results.steps.{name}", lenient=True) if isinstance(step, dict) else None
+             for name, step in (raw_steps.items() if isinstance(raw_steps, dict) else ())}
+    return dataclasses.replace(run, steps=steps)

@@ -21,6 +21,8 @@ Metrics: "setting", "values", "repeats", "expected_exponent", "exponent" (slope)
 (interval width <= resolution; false without a cliff), "bisection" (validation.analysis.triage.Bisection) or null,
 "points" [{value, source (scan | bisect), runs, passed, step_time_s, toks_per_s, mfu (the runs' window mean, where
 the device peak is known), time_to_first_step_s, peak_mem_gb, exponent_to_next}], "noise_source" (repeats | blocks | none), "runs", "passed".
+The kind's Result is the step's metrics, runs (a LaunchRun each, its "source" scan or bisect) and run order as typed
+records: run() reads the runs it launched as LaunchRun, the report parts decode the step leniently.
 """
 
 from __future__ import annotations
@@ -30,16 +32,18 @@ import math
 from typing import Any
 
 from validation import kinds
-from validation.contracts import read_summary, read_timeline
 from validation.launch.spec import safe_name
-from validation.formatting import as_dict, as_list, file_name, finite, fmt_gb, fmt_num, rate_with_mfu
+from validation.formatting import file_name, finite, fmt_gb, fmt_num, rate_with_mfu
 from validation.runbook.schema import mapping, setting_key, typed
 from validation.analysis.significance import StatsError
 from validation.kinds.base import KeyFigure
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, collect, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.kinds._plot_helpers import scan_loglog
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
+from validation.kinds.sweep import given
 from validation.analysis.triage import bisect, find_cliffs, fit_exponent, local_exponent, point_noise
+from validation.results.codec import absent, decode, encode
+from validation.results.trainer_launch import LaunchRun, Num, TrainingSummary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +60,105 @@ class Options:
     repeats: int = 2
     expected_exponent: float = 1.5
     bisect: Bisect | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ExponentFit:
+    """The cost exponent's fit as results.json holds it (validation.analysis.triage.Fit.as_dict: a non-finite figure
+    is null)."""
+    slope: Num | None = None
+    intercept: Num | None = None
+    se: Num | None = None
+    df: int | None = None
+    ci_low: Num | None = None
+    ci_high: Num | None = None
+    n: int | None = None
+    values: int | None = None
+    r2: Num | None = None
+    alpha: Num | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class PairRecord:
+    """Neighbouring points a < b and their local exponent (validation.analysis.triage.Pair.as_dict)."""
+    a: Num | None = None
+    b: Num | None = None
+    exponent: Num | None = None
+    ci_low: Num | None = None
+    ci_high: Num | None = None
+    p: Num | None = None
+    p_adjusted: Num | None = None
+    cliff: bool | None = None
+    time_ratio: Num | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class BisectionRecord:
+    """The bisection of a cliff (validation.analysis.triage.Bisection.as_dict): the interval [good, bad] it ended
+    with, its width, the resolution asked for, whether it is localised, the points measured [value, verdict] and why
+    it stopped."""
+    interval: list[Num] = dataclasses.field(default_factory=list)
+    width: Num | None = None
+    resolution: Num | None = None
+    localised: bool | None = None
+    points: list[list[Any]] = dataclasses.field(default_factory=list)
+    stopped: str | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One value of the scan (point_rows): means over its passed runs."""
+    value: Num | None = None
+    source: str | None = None  # scan or bisect
+    runs: int | None = None
+    passed: int | None = None
+    step_time_s: Num | None = None
+    run_step_times_s: list[Num] = dataclasses.field(default_factory=list)
+    toks_per_s: Num | None = None
+    mfu: Num | None = absent()  # recorded since points carry the MFU (null where the device peak is unknown)
+    time_to_first_step_s: Num | None = None
+    peak_mem_gb: Num | None = None
+    exponent_to_next: Num | None = None
+    cliff_to_next: bool | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+    """The step's metrics (the module docstring), in the order run() writes them; the reasons and the noise source
+    are written only when they apply."""
+    setting: str | None = None
+    values: list[Num] = dataclasses.field(default_factory=list)
+    repeats: int | None = None
+    expected_exponent: Num | None = None
+    exponent: Num | None = None
+    exponent_ci: list[Num | None] | None = None
+    exponent_fit: ExponentFit | None = None
+    cliff: bool | None = None
+    cliff_pair: PairRecord | None = None
+    cliff_interval: list[Num] | None = None
+    cliff_localised: bool | None = None
+    bisection: BisectionRecord | None = None
+    pairs: list[PairRecord] = dataclasses.field(default_factory=list)
+    exponent_reason: str | None = absent()
+    cliff_reason: str | None = absent()
+    noise_source: str | None = absent()
+    points: list[Point] = dataclasses.field(default_factory=list)
+    runs: int | None = None
+    passed: int | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """The parts of a scan step's record the kind writes: its metrics, a record per run and the run order."""
+    metrics: Metrics = dataclasses.field(default_factory=Metrics)
+    runs: list[LaunchRun] = dataclasses.field(default_factory=list)
+    order_seed: int | None = absent()
+    order: list[str] | None = absent()
 
 
 class Scan(TrainerKind):
@@ -120,11 +223,12 @@ class Scan(TrainerKind):
                              "cliff_localised": False, "bisection": None, "pairs": []}
         result["metrics"] = m
         times, series = point_times(ctx, step, runs)
+        exponent_reason = None
         try:
             fit = fit_exponent([(v, t) for v in step.values for t in times.get(v, [])])
             m.update(exponent=fit.slope, exponent_ci=[fit.ci_low, fit.ci_high], exponent_fit=fit.as_dict())
         except StatsError as exc:
-            m["exponent_reason"] = f"no exponent: {exc}"
+            m["exponent_reason"] = exponent_reason = f"no exponent: {exc}"
         cliffs = None
         try:
             noise = point_noise(times, series)
@@ -154,29 +258,30 @@ class Scan(TrainerKind):
                 m.update(bisection=b.as_dict(), cliff_interval=[_plain(b.good), _plain(b.bad)],
                          cliff_localised=b.localised)
                 times.update(bis_times)
-        m["points"] = point_rows(ctx, step, runs, times, cliffs)
-        m["runs"], m["passed"] = len(runs), sum(r["status"] == "passed" for r in runs)
+        records = [decode(LaunchRun, r, f"runs[{i}]") for i, r in enumerate(runs)]
+        m["points"] = point_rows(records, times, cliffs)
+        m["runs"], m["passed"] = len(runs), sum(r.status == "passed" for r in records)
         result["runs"] = runs
         ctx.save()
-        scan_problems = [f"{r['label']}: {r['reason']}" for r in runs if r["status"] != "passed"]
+        scan_problems = [f"{r.label}: {r.reason}" for r in records if r.status != "passed"]
         if problems or scan_problems:
             result.update(status="failed", reason="; ".join(dict.fromkeys(problems + scan_problems)))
-        elif m["exponent"] is None:
-            result.update(status="failed", reason=m.get("exponent_reason"))
+        elif exponent_reason is not None:
+            result.update(status="failed", reason=exponent_reason)
         else:
             result.update(status="passed", reason=None)
 
     def summary_line(self, result: dict) -> str:
-        m = as_dict(result.get("metrics"))
-        if finite(m.get("exponent")) is None:
+        m = decode(Result, result, lenient=True).metrics
+        if finite(m.exponent) is None:
             return ""
-        ci = as_list(m.get("exponent_ci"))
-        text = f" exponent {m['exponent']:.2f}"
+        ci = m.exponent_ci or []
+        text = f" exponent {m.exponent:.2f}"
         if len(ci) == 2 and finite(ci[0]) is not None:
             text += f" (95% CI {ci[0]:.2f} .. {ci[1]:.2f})"
-        if m.get("cliff"):
-            lo, hi = (as_list(m.get("cliff_interval")) + [None, None])[:2]
-            text += f"; cliff between {fmt_num(lo)} and {fmt_num(hi)}" + (" (localised)" if m.get("cliff_localised")
+        if m.cliff:
+            lo, hi = ((m.cliff_interval or []) + [None, None])[:2]
+            text += f"; cliff between {fmt_num(lo)} and {fmt_num(hi)}" + (" (localised)" if m.cliff_localised
                                                                            else "")
         else:
             text += "; no cliff"
@@ -184,52 +289,54 @@ class Scan(TrainerKind):
 
     def blocks(self, result: dict) -> list[Block]:
         """One row per point (a cliff to the next point marked), the cost exponent, the cliff, the bisection."""
-        m = as_dict(result.get("metrics"))
+        m = decode(Result, result, lenient=True).metrics
         setting = _setting(m)
-        points = [as_dict(p) for p in as_list(m.get("points"))]
-        rows = [(fmt_num(p.get("value")), str(p.get("source") or ""), f"{fmt_num(p.get('passed'))}/{fmt_num(p.get('runs'))}",
-                 _ms(p.get("step_time_s")), rate_with_mfu(p.get("toks_per_s"), p.get("mfu")),
-                 _secs(p.get("time_to_first_step_s")), fmt_gb(p.get("peak_mem_gb")),
-                 strong(f"{_num2(p.get('exponent_to_next'))} CLIFF") if p.get("cliff_to_next")
-                 else _num2(p.get("exponent_to_next"))) for p in points]
+        points = m.points
+        rows = [(fmt_num(p.value), str(p.source or ""), f"{fmt_num(p.passed)}/{fmt_num(p.runs)}",
+                 _ms(p.step_time_s), rate_with_mfu(p.toks_per_s, p.mfu),
+                 _secs(p.time_to_first_step_s), fmt_gb(p.peak_mem_gb),
+                 strong(f"{_num2(p.exponent_to_next)} CLIFF") if p.cliff_to_next
+                 else _num2(p.exponent_to_next)) for p in points]
         table = Table((Column(setting), Column("Points"), *(Column(c, numeric=True) for c in (
             "Runs passed", "Step time", "Tokens/s, window mean (over repeats)", "Time to first step", "Peak memory",
-            "Exponent to next"))), rows, marked={i for i, p in enumerate(points) if p.get("cliff_to_next")})
-        ci = as_list(m.get("exponent_ci"))
-        exponent = (f"{_num2(m.get('exponent'))} (95% CI {_num2(ci[0])} .. {_num2(ci[1])})" if len(ci) == 2
-                    else _num2(m.get("exponent")))
-        bis = as_dict(m.get("bisection"))
-        interval = as_list(m.get("cliff_interval"))
-        if m.get("cliff"):
+            "Exponent to next"))), rows, marked={i for i, p in enumerate(points) if p.cliff_to_next})
+        ci = m.exponent_ci or []
+        exponent = (f"{_num2(m.exponent)} (95% CI {_num2(ci[0])} .. {_num2(ci[1])})" if len(ci) == 2
+                    else _num2(m.exponent))
+        bis = given(m.bisection)
+        interval = m.cliff_interval or []
+        if m.cliff:
             where = f"between {fmt_num(interval[0])} and {fmt_num(interval[1])}" if len(interval) == 2 else "—"
-            cliff = (f"yes, {where}" + (f" (localised to {fmt_num(bis.get('width'))} <= resolution "
-                                        f"{fmt_num(bis.get('resolution'))})" if m.get("cliff_localised") else
+            cliff = (f"yes, {where}" + (f" (localised to {fmt_num(bis.width if bis else None)} <= resolution "
+                                        f"{fmt_num(bis.resolution if bis else None)})" if m.cliff_localised else
                                         " (not localised)" if bis else ""))
         else:
             cliff = "no"
-        reason = str(m.get("cliff_reason") or m.get("exponent_reason") or "")
+        reason = str(m.cliff_reason or m.exponent_reason or "")
         out: list[Block] = [
             table,
             Paragraph(f"{strong('Cost exponent')} (log step time vs log {setting}): {exponent} · expected at most "
-                      f"{fmt_num(m.get('expected_exponent'))}"),
+                      f"{fmt_num(m.expected_exponent)}"),
             Paragraph(f"{strong('Cliff')}: {cliff}" + (f" — {reason}" if reason else ""))]
         if bis:
             bisection = ", ".join(f"{fmt_num(v)}: {fmt_num(verdict)}" for v, verdict in
-                                  ((as_list(x) + [None, None])[:2] for x in as_list(bis.get("points"))))
+                                  ((list(x) + [None, None])[:2] for x in bis.points))
             if bisection:
-                out.append(Paragraph(f"Bisection: {bisection} ({bis.get('stopped') or ''})"))
-        out.append(Paragraph(f"Noise of a point: {m.get('noise_source') or '—'} (each run one unit: the median step "
+                out.append(Paragraph(f"Bisection: {bisection} ({bis.stopped or ''})"))
+        out.append(Paragraph(f"Noise of a point: {m.noise_source or '—'} (each run one unit: the median step "
                              "time of its window; never per-step samples)", style="muted"))
         return out
 
     def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
         out = []
         for s in in_order:
-            m = as_dict(s.get("metrics")) if isinstance(s, dict) else {}
-            if s.get("kind") == self.name and finite(m.get("exponent")) is not None:
-                value = f"{m['exponent']:.2f}"
-                if m.get("cliff"):
-                    interval = as_list(m.get("cliff_interval"))
+            if not isinstance(s, dict) or s.get("kind") != self.name:
+                continue
+            m = decode(Result, s, lenient=True).metrics
+            if finite(m.exponent) is not None:
+                value = f"{m.exponent:.2f}"
+                if m.cliff:
+                    interval = m.cliff_interval or []
                     value += f", cliff at {fmt_num(interval[0])}..{fmt_num(interval[1])}" if len(interval) == 2 else ""
                 out.append(KeyFigure("cost_exponent", f"Cost exponent ({_setting(m)})", value,
                                      f"step `{s.get('name')}`: log step time vs log value", order=25,
@@ -237,15 +344,15 @@ class Scan(TrainerKind):
         return out
 
     def plots(self, name: str, result: dict, plotter) -> None:
-        m = as_dict(result.get("metrics"))
-        scan_loglog(plotter, [as_dict(p) for p in as_list(m.get("points"))], as_dict(m.get("exponent_fit")),
+        m = decode(Result, result, lenient=True).metrics
+        scan_loglog(plotter, [encode(p) for p in m.points], encode(m.exponent_fit) if m.exponent_fit else {},
                     title=f"Scan: {result.get('title') or name}", xlabel=_setting(m),
                     filename=f"scan_{file_name(name)}.png")
 
 
-def _setting(m: dict) -> str:
+def _setting(m: Metrics) -> str:
     """The scanned setting without its env./args. prefix ("seq_len", "NSA_X")."""
-    return str(m.get("setting") or "value").split(".", 1)[-1]
+    return str(m.setting or "value").split(".", 1)[-1]
 
 
 def value_label(value) -> str:
@@ -297,10 +404,11 @@ def point_times(ctx, step, runs: list[dict]) -> tuple[dict[float, list[float]], 
     another process on the machine slowed; each run is one unit, never its steps) and, for values with one run, {value: the window's per-step times}."""
     times: dict[float, list[float]] = {}
     series: dict[float, list[float]] = {}
-    for r in runs:
-        if r["status"] != "passed":
+    for i, r in enumerate(runs):
+        run = decode(LaunchRun, r, f"runs[{i}]")
+        if run.status != "passed":
             continue
-        value = float(next(iter(r["params"].values())))
+        value = float(next(iter(run.params.values())))
         values = run_values(ctx.run_dir, step, r, "step_time_s")
         if isinstance(values, list) and values:
             times.setdefault(value, []).append(_median(values))
@@ -310,27 +418,26 @@ def point_times(ctx, step, runs: list[dict]) -> tuple[dict[float, list[float]], 
     return times, {v: s for v, s in series.items() if len(times.get(v, [])) == 1}
 
 
-def point_rows(ctx, step, runs: list[dict], times: dict, cliffs) -> list[dict]:
-    """One row per value (scan and bisection points, by value): means over its passed runs."""
-    by_value: dict[float, list[dict]] = {}
+def point_rows(runs: list[LaunchRun], times: dict, cliffs) -> list[dict]:
+    """One row per value (scan and bisection points, by value): means over its passed runs; a run's time to first
+    step and peak memory are those its metrics recorded from its timeline.json and summary.json."""
+    by_value: dict[float, list[LaunchRun]] = {}
     for r in runs:
-        by_value.setdefault(float(next(iter(r["params"].values()))), []).append(r)
+        by_value.setdefault(float(next(iter(r.params.values()))), []).append(r)
     pairs = {p.a: p for p in cliffs.pairs} if cliffs is not None else {}
     rows = []
     for value in sorted(by_value):
         group = by_value[value]
-        passed = [r for r in group if r["status"] == "passed"]
-        toks = [finite(as_dict(as_dict(r["metrics"]).get("toks_per_s")).get("mean")) for r in passed]
-        mfu = [finite(as_dict(as_dict(r["metrics"]).get("mfu")).get("mean")) for r in passed]
-        ttfs, mem = [], []
-        for r in passed:
-            out_dir = ctx.run_dir / r["dir"] / "out"
-            ttfs.append(finite(read_timeline(out_dir).get("time_to_first_step_s")))
-            mem.append(finite(read_summary(out_dir).get("peak_mem_alloc_gb")))
+        passed = [r for r in group if r.status == "passed"]
+        toks = [finite(r.metrics.toks_per_s.mean) if r.metrics.toks_per_s else None for r in passed]
+        mfu = [finite(r.metrics.mfu.mean) if r.metrics.mfu else None for r in passed]
+        ttfs = [finite(r.metrics.time_to_first_step_s) for r in passed]
+        mem = [finite(r.metrics.summary.peak_mem_alloc_gb) if isinstance(r.metrics.summary, TrainingSummary)
+               else None for r in passed]
         t = times.get(value) or []
         pair = pairs.get(value)
         rows.append({"value": int(value) if value.is_integer() else value,
-                     "source": group[0].get("source", "scan"), "runs": len(group), "passed": len(passed),
+                     "source": group[0].source or "scan", "runs": len(group), "passed": len(passed),
                      "step_time_s": _mean(t), "run_step_times_s": list(t), "toks_per_s": _mean(toks),
                      "mfu": _mean(mfu),
                      "time_to_first_step_s": _mean(ttfs), "peak_mem_gb": max((x for x in mem if x is not None),

@@ -1,0 +1,43 @@
+"""The scan, triage, scaling, comm and profile kinds read their step records as typed Results: every committed step of
+each decodes strictly into its Result (validation.results.codec) and encodes back to the same parts of the step
+record, each with its keys in the same order and its numbers of the same JSON type."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from validation.kinds.scan import Result as ScanResult
+from validation.results.codec import decode, encode
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _steps(kind):
+    for path in sorted(REPO.glob("reports/**/results.json")):
+        for name, step in json.loads(path.read_text()).get("steps", {}).items():
+            if step.get("kind") == kind:
+                yield f"{path}: steps.{name}", step
+
+
+@pytest.mark.parametrize("kind, result_type", [("scan", ScanResult)])
+def test_a_kind_reads_and_writes_its_committed_step_records_through_the_codec(kind, result_type):
+    seen = 0
+    for where, step in _steps(kind):
+        result = decode(result_type, step, where)
+        out = encode(result)
+        assert set(out) == {f.name for f in dataclasses.fields(result_type) if f.name in step}, where
+        for key, value in out.items():
+            assert json.dumps(value) == json.dumps(step[key]), (where, key)
+        seen += 1
+    assert seen >= 1
+
+
+def test_a_damaged_scan_record_still_reads_with_its_defaults():
+    r = decode(ScanResult, {"metrics": {"exponent": "x", "points": [1, {"value": 64, "runs": "two"}],
+                                        "bisection": [], "exponent_ci": "no"}, "runs": None}, lenient=True)
+    assert r.metrics.exponent is None and r.metrics.exponent_ci is None and r.metrics.bisection is None
+    assert [p.value for p in r.metrics.points] == [None, 64] and r.metrics.points[1].runs is None and r.runs == []

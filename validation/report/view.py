@@ -20,42 +20,45 @@ from validation.report import findings
 from validation.report.command import validated_command
 from validation.report.performance import performance_view
 from validation.report.problems import open_problems
+from validation.results.codec import decode
+from validation.results.run import Evidence, Plot, Run, Step, read_run
 from validation.results.store import resume_note, reused_notes
 from validation.results.model import RunResults
+from validation.results.trainer_launch import LaunchMetrics
 from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, VERDICT_LABELS, as_dict,
-                                      as_list, command_text, fence, fmt_duration, fmt_num, ordered_steps, plural,
-                                      status_view)
+                                      as_list, command_text, fence, fmt_duration, fmt_num, plural, status_view)
 
 
 
 
-def _step_view(number: str, name: str, step: dict | None) -> dict:
+def _step_view(number: str, name: str, record: Step | None, raw: Any) -> dict:
     """The view of one step: what every step shows (heading, status, command, failure evidence), plus its kind's
-    own part (StepKind.blocks) and its changes to the common fields (StepKind.view)."""
-    known = step is not None
-    step = as_dict(step)
-    kind_name = str(step.get("kind") or "unknown")
+    own part (StepKind.blocks) and its changes to the common fields (StepKind.view); `raw` is the step's record as
+    results.json holds it, which its kind reads."""
+    known = record is not None
+    step = record or Step()
+    raw = as_dict(raw)
+    kind_name = str(step.kind or "unknown")
     kind = step_kinds.find(kind_name)
-    status = step.get("status") if known else "missing"
+    status = step.status if known else "missing"
     view: dict[str, Any] = {
         "number": number, "name": name, "kind": kind_name,
-        "title": str(step.get("title") or name),
-        "description": step.get("description") or None,
-        "status": status_view(status), "reason": step.get("reason") or None,
-        "duration": fmt_duration(step.get("duration_s")),
-        "command": command_text(step.get("command")),
-        "dir": step.get("dir") or None, "failure": None,
+        "title": str(step.title or name),
+        "description": step.description or None,
+        "status": status_view(status), "reason": step.reason or None,
+        "duration": fmt_duration(step.duration_s),
+        "command": command_text(step.command),
+        "dir": step.dir or None, "failure": None,
         "skipped": status == "skipped", "missing": not known,
         "plots": [],  # build_view puts the step's plots here, beside its tables
-        "blocks": kind.blocks({**step, "name": name}) if kind is not None else [],
+        "blocks": kind.blocks({**raw, "name": name}) if kind is not None else [],
     }
     if kind is not None:
-        view.update(kind.view(step, view))
-    if status in FAILED_STATUSES or step.get("excerpt") or as_list(step.get("stack_dumps")):
-        excerpt = step.get("excerpt")
-        excerpt = str(excerpt) if excerpt else None
+        view.update(kind.view(raw, view))
+    if status in FAILED_STATUSES or step.excerpt or step.stack_dumps:
+        excerpt = step.excerpt or None
         view["failure"] = {"failed": status in FAILED_STATUSES, "excerpt": excerpt, "fence": fence(excerpt or ""),
-                           "stack_dumps": [str(p) for p in as_list(step.get("stack_dumps"))]}
+                           "stack_dumps": [str(p) for p in step.stack_dumps]}
     return view
 
 
@@ -74,37 +77,37 @@ def _phase_status(step_views: list[dict]) -> dict:
 
 
 
-def _key_figures(results: dict, ordered: list[tuple[dict, list[str]]]) -> list[dict]:
-    """The executive summary's figures: every kind's key_figures over the steps in run order, sorted by order."""
-    steps = as_dict(results.get("steps"))
-    in_order = [steps[n] for _, names in ordered for n in names if isinstance(steps.get(n), dict)]
-    figures = sorted((fig for kind in step_kinds.kinds() for fig in kind.key_figures(in_order)),
+def _key_figures(run: Run, raw_steps: dict) -> list[dict]:
+    """The executive summary's figures: every kind's key_figures over the steps in run order (their records as
+    results.json holds them, `raw_steps`), sorted by order."""
+    names = [n for n, step in run.steps_in_order() if step is not None]
+    figures = sorted((fig for kind in step_kinds.kinds() for fig in kind.key_figures([raw_steps[n] for n in names])),
                      key=lambda fig: fig.order)
-    caveat = _cpu_scaling_caveat(results, in_order)
+    caveat = _cpu_scaling_caveat(run, [run.steps[n] for n in names])
     return [{"id": fig.id, "label": fig.label, "value": fig.value,
              "note": f"{fig.note}; {caveat}" if caveat and fig.shared_cores else fig.note} for fig in figures]
 
 
-def _criteria_counts(results: dict, counts: Counter) -> str:
+def _criteria_counts(run: Run, counts: Counter) -> str:
     """"9 required, 3 warnings only; 12 pass": the criteria counted once, by severity, then by outcome."""
-    crits = [as_dict(c) for c in as_list(results.get("acceptance"))]
+    crits = run.acceptance
     if not crits:
         return "none"
-    required = sum(c.get("severity") == "fail" for c in crits)
+    required = sum(c.severity == "fail" for c in crits)
     split = f"{required} required, {len(crits) - required} warning{'s' if len(crits) - required != 1 else ''} only"
     return f"{split}; " + ", ".join(f"{counts[k]} {k}" for k in sorted(counts))
 
 
-def _cpu_scaling_caveat(results: dict, in_order: list[dict]) -> str | None:
+def _cpu_scaling_caveat(run: Run, in_order: list[Step]) -> str | None:
     """On a CPU-only machine, the cores each rank had: N ranks share the machine's cores, while the single process
     had all of them, so a figure that divides the two (KeyFigure.shared_cores) measures core sharing there, not the
     interconnect."""
-    env = as_dict(results.get("environment"))
-    cpus = env.get("cpu_count")
-    if env.get("gpu_count") not in (0, None) or not isinstance(cpus, int) or cpus < 1:
+    env = run.environment
+    cpus = env.cpu_count
+    if env.gpu_count not in (0, None) or cpus is None or cpus < 1:
         return None
-    worlds = [as_dict(s.get("metrics")).get("world_size") for s in in_order if s.get("status") == "passed"]
-    world = max((w for w in worlds if isinstance(w, int) and not isinstance(w, bool)), default=None)
+    worlds = [_launch(s.metrics).world_size for s in in_order if s.status == "passed"]
+    world = max((w for w in worlds if w is not None), default=None)
     if not world or world < 2:
         return None
     per_rank = cpus / world
@@ -112,10 +115,20 @@ def _cpu_scaling_caveat(results: dict, in_order: list[dict]) -> str | None:
             f"rank against {cpus} for the single process, so this measures sharing the cores, not scaling")
 
 
+def _launch(metrics: dict) -> LaunchMetrics:
+    """A step's metrics as a trainer launch's (a step of another kind: the keys it shares with one)."""
+    return decode(LaunchMetrics, metrics, lenient=True)
+
+
+def _raw_steps(results: Any) -> dict:
+    """The step records as results.json holds them: what the kinds read."""
+    return as_dict(as_dict(results).get("steps"))
+
+
 def key_figure_lines(results: dict) -> list[str]:
     """The executive summary's figures as plain lines for the console ("Baseline throughput: ... — step baseline,
     ...; at seq_len 256, ..."), inline Markdown removed."""
-    figures = _key_figures(as_dict(results), ordered_steps(as_dict(results)))
+    figures = _key_figures(read_run(results), _raw_steps(results))
     lines = [f"{f['label']}: {f['value']} — {f['note']}" for f in figures]
     finding = findings.key_finding(findings.comparisons(as_dict(results)))
     if finding:  # the same sentence as the report's executive summary
@@ -123,73 +136,67 @@ def key_figure_lines(results: dict) -> list[str]:
     return [re.sub(r"`+([^`]*)`+", r"\1", line).replace("**", "") for line in lines]
 
 
-def _environment_rows(results: dict) -> list[tuple[str, str]]:
-    env = as_dict(results.get("environment"))
-    runbook = as_dict(results.get("runbook"))
-    gpus = [as_dict(g) for g in as_list(env.get("gpus"))]
-    if gpus:
+def _environment_rows(run: Run) -> list[tuple[str, str]]:
+    env = run.environment
+    runbook = run.runbook
+    if env.gpus:
         groups: Counter = Counter()
-        for g in gpus:
-            cap = g.get("capability")
+        for g in env.gpus:
+            cap = g.capability
             cap = ".".join(str(c) for c in cap) if isinstance(cap, (list, tuple)) else cap
-            detail = ", ".join(x for x in (f"{fmt_num(g.get('memory_gb'))} GB" if g.get("memory_gb") is not None
+            detail = ", ".join(x for x in (f"{fmt_num(g.memory_gb)} GB" if g.memory_gb is not None
                                            else "", f"sm {cap}" if cap else "") if x)
-            groups[(str(g.get("name") or "GPU"), detail)] += 1
+            groups[(str(g.name or "GPU"), detail)] += 1
         gpu_text = "; ".join(f"{n}× {name}" + (f" ({detail})" if detail else "")
                              for (name, detail), n in sorted(groups.items()))
-    elif env.get("gpu_count") in (0, None) and "gpus" in env:
+    elif env.gpu_count in (0, None) and env.gpus is not None:
         gpu_text = "none (CPU only)"
     else:
-        gpu_text = fmt_num(env.get("gpu_count"))
-    packages = as_dict(env.get("packages"))
-    started, finished = results.get("started"), results.get("finished")
+        gpu_text = fmt_num(env.gpu_count)
+    started, finished = run.started, run.finished
     date = fmt_num(started) + (f" → {finished}" if finished else " (not finished)")
-    options = as_dict(results.get("options"))
     option_parts = []
-    for key in ("only", "skip"):
-        if as_list(options.get(key)):
-            option_parts.append(f"--{key} " + ",".join(str(x) for x in options[key]))
-    overrides = options.get("set")
+    for flag, values in (("only", run.options.only), ("skip", run.options.skip)):
+        if values:
+            option_parts.append(f"--{flag} " + ",".join(str(x) for x in values))
+    overrides = run.options.set
     if isinstance(overrides, dict):
         overrides = [f"{k}={overrides[k]}" for k in sorted(overrides, key=str)]
-    option_parts += [f"--set {item}" for item in as_list(overrides)]
-    tool = as_dict(results.get("tool"))
+    option_parts += [f"--set {item}" for item in overrides]
+    tool = run.tool
     rows = [
-        ("Host", fmt_num(env.get("host"))),
-        ("Platform", fmt_num(env.get("platform"))),
-        ("Git SHA", fmt_num(env.get("git_sha"))),
-        ("Git branch", fmt_num(env.get("git_branch"))),
-        ("Working tree", NA if env.get("git_dirty") is None else
-         (f"dirty: {plural(env.get('git_changes'), 'tracked file')} changed since the commit"
-          if env.get("git_dirty") else "clean (no tracked file changed since the commit)")),
-        ("PyTorch", fmt_num(env.get("torch"))),
-        ("CUDA", fmt_num(env.get("cuda"))),
-        ("NCCL", fmt_num(env.get("nccl"))),
+        ("Host", fmt_num(env.host)),
+        ("Platform", fmt_num(env.platform)),
+        ("Git SHA", fmt_num(env.git_sha)),
+        ("Git branch", fmt_num(env.git_branch)),
+        ("Working tree", NA if env.git_dirty is None else
+         (f"dirty: {plural(env.git_changes, 'tracked file')} changed since the commit"
+          if env.git_dirty else "clean (no tracked file changed since the commit)")),
+        ("PyTorch", fmt_num(env.torch)),
+        ("CUDA", fmt_num(env.cuda)),
+        ("NCCL", fmt_num(env.nccl)),
         ("GPUs", gpu_text),
-        ("CPUs", fmt_num(env.get("cpu_count"))),
-        ("Python", fmt_num(env.get("python"))),
+        ("CPUs", fmt_num(env.cpu_count)),
+        ("Python", fmt_num(env.python)),
         ("Date", date),
-        ("Duration", fmt_duration(results.get("duration_s"))),
-        ("Runbook", fmt_num(runbook.get("path")) + (f" (sha256 {str(runbook['sha256'])[:12]})"
-                                                    if runbook.get("sha256") else "")),
-        ("Run directory", fmt_num(results.get("run_dir"))),
-        ("Tool", f"{tool.get('name') or 'nsa-validate'} {tool.get('version') or ''}".strip()),
+        ("Duration", fmt_duration(run.duration_s)),
+        ("Runbook", fmt_num(runbook.path) + (f" (sha256 {str(runbook.sha256)[:12]})" if runbook.sha256 else "")),
+        ("Run directory", fmt_num(run.run_dir)),
+        ("Tool", f"{tool.name or 'nsa-validate'} {tool.version or ''}".strip()),
     ]
     if option_parts:
         rows.append(("Options", " ".join(option_parts)))
-    if packages:
-        rows.append(("Packages", ", ".join(f"{k} {packages[k]}" for k in sorted(packages, key=str))))
-    nodes = as_dict(env.get("nodes"))
-    if nodes:  # every node a training step ran on (the trainers' env.json)
+    if env.packages:
+        rows.append(("Packages", ", ".join(f"{k} {env.packages[k]}" for k in sorted(env.packages, key=str))))
+    if env.nodes:  # every node a training step ran on (the trainers' env.json)
         parts = []
-        for name in sorted(nodes, key=str):
-            node = as_dict(nodes[name])
-            gpus = as_list(node.get("gpus"))
-            nccl = sorted(k for k in as_dict(node.get("env")) if str(k).startswith(("NCCL_", "UCX_", "IBV_", "MLX5_")))
-            parts.append(f"{name} (host {fmt_num(node.get('host'))}"
-                         + (f", {len(gpus)}x {gpus[0]}" if gpus else "")
+        for name in sorted(env.nodes, key=str):
+            node = env.nodes[name]
+            nccl = sorted(k for k in node.env if str(k).startswith(("NCCL_", "UCX_", "IBV_", "MLX5_")))
+            parts.append(f"{name} (host {fmt_num(node.host)}"
+                         + (f", {len(node.gpus)}x {node.gpus[0]}" if node.gpus else "")
                          + (f", {' '.join(nccl)}" if nccl else "") + ")")
-        rows.append((f"Nodes ({len(nodes)})", "; ".join(parts)))
+        rows.append((f"Nodes ({len(env.nodes)})", "; ".join(parts)))
     return rows
 
 
@@ -198,62 +205,59 @@ def _environment_rows(results: dict) -> list[tuple[str, str]]:
 _ON_FAILURE = {"fail": "NO-GO", "warn": "warning"}
 
 
-def _acceptance_rows(results: dict) -> list[dict]:
+def _acceptance_rows(run: Run) -> list[dict]:
     rows = []
-    for crit in (as_dict(c) for c in as_list(results.get("acceptance"))):
+    for crit in run.acceptance:
         rows.append({
-            "name": fmt_num(crit.get("name")), "expr": crit.get("expr") or None,
-            "target": fmt_num(crit.get("target")), "actual": fmt_num(crit.get("actual")),
-            "status": status_view(crit.get("status"), CRITERION_LABELS),
-            "severity": _ON_FAILURE.get(crit.get("severity"), fmt_num(crit.get("severity"))),
-            "detail": crit.get("detail") or "",
+            "name": fmt_num(crit.name), "expr": crit.expr or None,
+            "target": fmt_num(crit.target), "actual": fmt_num(crit.actual),
+            "status": status_view(crit.status, CRITERION_LABELS),
+            "severity": _ON_FAILURE.get(crit.severity, fmt_num(crit.severity)),
+            "detail": crit.detail or "",
         })
     return rows
 
 
-def _artifacts(results: dict, ordered: list[tuple[dict, list[str]]], run_dir: Path | None) -> list[dict]:
-    steps = as_dict(results.get("steps"))
-
+def _artifacts(run: Run, run_dir: Path | None) -> list[dict]:
     def item(path: Any, what: str) -> dict:
         text = str(path)
         missing = run_dir is not None and not (Path(run_dir) / text).exists()
         return {"path": text, "what": what, "missing": missing}
 
     out = []
-    for _, names in ordered:
-        for name in names:
-            step = steps.get(name)
-            if not isinstance(step, dict):
-                continue
-            items, seen = [], set()
+    for name, step in run.steps_in_order():
+        if step is None:
+            continue
+        items, seen = [], set()
 
-            def add(path: Any, what: str) -> None:
-                if path and str(path) not in seen:
-                    seen.add(str(path))
-                    items.append(item(path, what))
+        def add(path: Any, what: str) -> None:
+            if path and str(path) not in seen:
+                seen.add(str(path))
+                items.append(item(path, what))
 
-            metrics = as_dict(step.get("metrics"))
-            add(metrics.get("csv"), "training csv")
-            for run in (as_dict(r) for r in as_list(step.get("runs"))):
-                add(as_dict(run.get("metrics")).get("csv"), f"training csv ({fmt_num(run.get('label'))})")
-            add(metrics.get("trace"), "profiler trace")
-            for path in as_list(step.get("artifacts")):
-                add(path, "artifact")
-            for path in as_list(step.get("stack_dumps")) + as_list(metrics.get("stack_dumps")):
-                add(path, "stack dump")
-            if step.get("dir") or items:
-                out.append({"step": name, "dir": step.get("dir") or None, "files": items})
+        metrics = step.metrics
+        add(_launch(metrics).csv, "training csv")
+        for launch in step.runs:
+            add(launch.metrics.csv, f"training csv ({fmt_num(launch.label)})")
+        add(metrics.get("trace"), "profiler trace")  # the profile kind's
+        for path in step.artifacts:
+            add(path, "artifact")
+        for path in step.stack_dumps + as_list(metrics.get("stack_dumps")):  # the longrun kind's
+            add(path, "stack dump")
+        if step.dir or items:
+            out.append({"step": name, "dir": step.dir or None, "files": items})
     return out
 
 
-def _plot_list(results: dict, run_dir: Path | None, plots: list[dict] | None, inline: bool) -> list[dict]:
+def _plot_list(run: Run, run_dir: Path | None, plots: list[dict] | None, inline: bool) -> list[dict]:
     """[{"title", "path", "src"}] of the plots whose PNG is there (all of them without run_dir, unless inline):
     src is the path (Markdown links it) or, with inline, a data: URI of the PNG (the HTML page carries it)."""
     out = []
-    for p in (as_dict(p) for p in (plots if plots is not None else as_list(results.get("plots")))):
-        if not p.get("path"):
+    records = run.plots if plots is None else [decode(Plot, p, "plots", lenient=True) for p in plots]
+    for p in records:
+        if not p.path:
             continue
-        path = str(p["path"])
+        path = str(p.path)
         file = Path(run_dir) / path if run_dir is not None else None
         if file is not None and not file.is_file():
             continue
@@ -265,10 +269,9 @@ def _plot_list(results: dict, run_dir: Path | None, plots: list[dict] | None, in
                 src = "data:image/png;base64," + base64.b64encode(file.read_bytes()).decode("ascii")
             except OSError:
                 continue
-        title = str(p.get("title") or path)
-        out.append({"title": title, "path": path, "src": src, "step": p.get("step") or None,
-                    "caption": str(p.get("caption") or title),
-                    "marked": p.get("marked"), "mark": p.get("mark")})
+        title = str(p.title or path)
+        out.append({"title": title, "path": path, "src": src, "step": p.step or None,
+                    "caption": str(p.caption or title), "marked": p.marked, "mark": p.mark})
     return out
 
 
@@ -280,45 +283,43 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
     that cannot be read is left out)."""
 
     results = as_dict(results)
-    runbook = as_dict(results.get("runbook"))
-    steps = as_dict(results.get("steps"))
-    ordered = ordered_steps(results)
+    run = read_run(results)
+    raw_steps = _raw_steps(results)
+    runbook = run.runbook
     phases = []
-    for index, (phase, names) in enumerate(ordered, start=1):
-        title = str(phase.get("title") or phase.get("name") or f"Phase {index}")
+    for index, (phase, names) in enumerate(run.phases_in_order(), start=1):
+        title = str(phase.title or phase.name or f"Phase {index}")
         numbered = re.match(r"^phase\b", title, re.I) is not None  # the runbook numbers its phases itself
-        views = [_step_view("" if numbered else f"{index}.{i}", name,
-                            steps.get(name) if isinstance(steps.get(name), dict) else None)
+        views = [_step_view("" if numbered else f"{index}.{i}", name, run.steps.get(name), raw_steps.get(name))
                  for i, name in enumerate(names, start=1)]
-        phases.append({"number": index, "name": str(phase.get("name") or f"phase{index}"),
+        phases.append({"number": index, "name": str(phase.name or f"phase{index}"),
                        "title": title, "heading": title if numbered else f"Phase {index}: {title}",
-                       "description": phase.get("description") or None,
+                       "description": phase.description or None,
                        "status": _phase_status(views), "steps": views})
-    plots = _plot_list(results, run_dir, plots, inline_plots)
+    plots = _plot_list(run, run_dir, plots, inline_plots)
     shown_by_step = {v["name"] for phase in phases for v in phase["steps"]}
     for phase in phases:  # each plot beside its step's table; plots of no step at the end
         for v in phase["steps"]:
             v["plots"] = [p for p in plots if p["step"] == v["name"]]
-    verdict = str(results.get("verdict") or "INCOMPLETE")
+    verdict = str(run.verdict or "INCOMPLETE")
     css = VERDICT_LABELS.get(verdict, "incomplete")
-    step_counts = Counter(str(as_dict(s).get("status")) for s in steps.values())
-    crit_counts = Counter(str(as_dict(c).get("status")) for c in as_list(results.get("acceptance")))
+    step_counts = Counter(str(s.status if s is not None else None) for s in run.steps.values())
+    crit_counts = Counter(str(c.status) for c in run.acceptance)
     performance = performance_view(results)
     comps = findings.comparisons(results)
     finding = findings.key_finding(comps)
     problems = open_problems(results)
     rec_rows = findings.recommendation_rows(results, comps)
-    recs = as_dict(results.get("recommendations"))
-    rec_env = as_dict(recs.get("env"))
-    tool = as_dict(results.get("tool"))
+    rec_env = run.recommendations.env
+    evidence = run.evidence or Evidence()
     return {
-        "title": f"{runbook.get('name') or 'nsa-validate'} validation report",
-        "runbook": {"name": fmt_num(runbook.get("name")), "description": runbook.get("description") or None,
-                    "path": fmt_num(runbook.get("path"))},
-        "verdict": {"value": verdict, "css": css, "reason": results.get("verdict_reason") or NA},
+        "title": f"{runbook.name or 'nsa-validate'} validation report",
+        "runbook": {"name": fmt_num(runbook.name), "description": runbook.description or None,
+                    "path": fmt_num(runbook.path)},
+        "verdict": {"value": verdict, "css": css, "reason": run.verdict_reason or NA},
         "resumed": resume_note(results),  # how the run was interrupted and continued, or None
         "reused": reused_notes(results),  # the phases taken from an earlier run of the same source
-        "key_figures": _key_figures(results, ordered),
+        "key_figures": _key_figures(run, raw_steps),
         "key_finding": finding["text"] if finding else None,
         "key_finding_against": performance["key_finding"] if performance else None,
         "performance": performance,
@@ -326,23 +327,22 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
         "conclusion": findings.conclusion(results, problems, finding),
         "problems": problems,
         # the thresholds behind every DISTURBED or inconclusive row, once (results.json "evidence")
-        "interference_rules": (str(as_dict(results.get("evidence")).get("rules") or "")
-                               if as_list(as_dict(results.get("evidence")).get("disturbed")) else None),
+        "interference_rules": str(evidence.rules or "") if evidence.disturbed else None,
         "recommended": rec_rows,
         "run_command": validated_command(results),
         "step_counts": ", ".join(f"{step_counts[k]} {k}" for k in sorted(step_counts)) or "none",
         "step_total": sum(step_counts.values()),
-        "criteria_counts": _criteria_counts(results, crit_counts),
+        "criteria_counts": _criteria_counts(run, crit_counts),
         "criteria_total": sum(crit_counts.values()),
-        "environment": _environment_rows(results),
+        "environment": _environment_rows(run),
         "phases": phases,
-        "acceptance": _acceptance_rows(results),
+        "acceptance": _acceptance_rows(run),
         "exports": [f"export {k}={shlex.quote(str(rec_env[k]))}" for k in sorted(rec_env, key=str)],
-        "notes": [str(n) for n in as_list(recs.get("notes"))],
+        "notes": [str(n) for n in run.recommendations.notes],
         "plots": [p for p in plots if p["step"] not in shown_by_step],
-        "artifacts": _artifacts(results, ordered, run_dir),
-        "tool": f"{tool.get('name') or 'nsa-validate'} {tool.get('version') or ''}".strip(),
-        "schema_version": fmt_num(results.get("schema_version")),
+        "artifacts": _artifacts(run, run_dir),
+        "tool": f"{run.tool.name or 'nsa-validate'} {run.tool.version or ''}".strip(),
+        "schema_version": fmt_num(run.schema_version),
     }
 
 

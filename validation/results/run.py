@@ -300,6 +300,23 @@ class Run:
     plots: list[Plot] = dataclasses.field(default_factory=list)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
+    def phases_in_order(self) -> list[tuple[PhaseRecord, list[str]]]:
+        """(phase, [step names]) in runbook order, plus an "other" phase for the steps no phase lists."""
+        listed: set[str] = set()
+        out = []
+        for phase in self.phases:
+            names = [str(n) for n in phase.steps]
+            listed.update(names)
+            out.append((phase, names))
+        others = sorted(n for n in self.steps if n not in listed)
+        if others:
+            out.append((PhaseRecord(name="other", title="Other steps"), others))
+        return out
+
+    def steps_in_order(self) -> list[tuple[str, Step | None]]:
+        """(step name, its record, None when it has none) of every step in runbook order."""
+        return [(name, self.steps.get(name)) for _, names in self.phases_in_order() for name in names]
+
 
 def read_run(results: Any) -> Run:
     """A parsed results.json (or a record built in memory) as a Run, decoded leniently: a missing or malformed value

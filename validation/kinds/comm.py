@@ -28,6 +28,8 @@ plus "note" at one rank (nothing moves: busbw 0, not meaningful) and "iters", "w
 Criteria: `comm.all_reduce.busbw_gbps.max >= 20`. Tables of a comm step:
 {k: v["table"] for k, v in metrics.items() if isinstance(v, dict) and "table" in v}.
 Report: a table per collective and a bandwidth-vs-size plot; key figure: peak all-reduce busbw.
+The kind's Result is these metrics as a typed record (a Collective per collective measured, a Row per size), decoded
+leniently by the report parts; the benchmark's comm.json is read as a BenchFile.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from typing import Any
 from validation.analysis import nccl_tests
 from validation import kinds as registry
 from validation.formatting import NA, as_dict, as_list, file_name, finite, fmt_num
+from validation.results.codec import absent, decode, encode
+from validation.results.trainer_launch import Num
 from validation.launch.spec import LaunchSpec
 from validation.runbook.schema import typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, code
@@ -69,20 +73,105 @@ WORLD_ONE_NOTE = ("one rank: the collectives move nothing between ranks; times a
                   "busbw is 0 and not meaningful")
 
 
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One message size of a collective (validation.analysis.collectives.bandwidth_row; nccl-tests' rows add the
+    busbw it reported itself)."""
+    bytes: Num
+    time_s: Num
+    algbw_gbps: Num
+    busbw_gbps: Num
+    reported_busbw_gbps: Num | None = absent()
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    max: Num | None = None
+    median: Num | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """One collective's metrics (summarize): its rows by size, peak and median bandwidths, the latency (the smallest
+    size's time), the number of sizes and, from nccl-tests, the average busbw it reported. `table` is None where
+    the record has none."""
+    table: list[Row] | None = None
+    busbw_gbps: Spread | None = None
+    algbw_gbps: Spread | None = None
+    latency_us: Num | None = None
+    sizes: int | None = None
+    avg_busbw_gbps_reported: Num | None = absent()
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """A comm step's metrics (the module docstring): what was measured how, a Collective per collective and the
+    one-rank note. The torch benchmark's keys (device, ..., threads) and the collectives are written only when they
+    apply; encode writes the collectives in KINDS order (run() writes them in the step's `kinds` order)."""
+    world_size: Any = None  # comm.json's, as the benchmark wrote it
+    backend: str | None = None
+    source: str | None = None
+    device: Any = absent()  # the torch benchmark's comm.json, as written
+    iters: Any = absent()
+    warmup: Any = absent()
+    compute_ms: Any = absent()
+    threads: Any = absent()
+    all_reduce: Collective | None = absent()
+    all_gather: Collective | None = absent()
+    reduce_scatter: Collective | None = absent()
+    broadcast: Collective | None = absent()
+    note: str | None = absent()
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def collectives(self, order: Any = KINDS) -> dict[str, Collective]:
+        """{kind: its record} of each collective with a table, in `order` (the metrics' own keys: the step's
+        `kinds` order)."""
+        measured = {"all_reduce": self.all_reduce, "all_gather": self.all_gather,
+                    "reduce_scatter": self.reduce_scatter, "broadcast": self.broadcast}
+        return {k: measured[k] for k in order if k in measured and measured[k] is not None
+                and measured[k].table is not None}
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchFile:
+    """The torch benchmark's comm.json (validation.analysis.comm_bench): its values copied into the metrics as
+    written; `kinds` {kind: rows}, None where it is not a mapping."""
+    world_size: Any = None
+    backend: Any = None
+    device: Any = None
+    dtype: Any = None
+    iters: Any = None
+    warmup: Any = None
+    compute_ms: Any = None
+    threads: Any = None
+    kinds: dict[str, Any] | None = None
+
+
 def summarize(kind: str, table: list[dict]) -> dict:
     """The metrics of one collective from its rows (sorted by bytes)."""
-    table = sorted((dict(r) for r in table), key=lambda r: r["bytes"])
-    bus = [r["busbw_gbps"] for r in table]
-    alg = [r["algbw_gbps"] for r in table]
-    return {"table": table,
+    rows = sorted(((dict(r), decode(Row, r, f"{kind}[{i}]")) for i, r in enumerate(table)),
+                  key=lambda pair: pair[1].bytes)
+    bus = [r.busbw_gbps for _, r in rows]
+    alg = [r.algbw_gbps for _, r in rows]
+    return {"table": [raw for raw, _ in rows],
             "busbw_gbps": {"max": max(bus), "median": statistics.median(bus)},
             "algbw_gbps": {"max": max(alg), "median": statistics.median(alg)},
-            "latency_us": table[0]["time_s"] * 1e6, "sizes": len(table)}
+            "latency_us": rows[0][1].time_s * 1e6, "sizes": len(rows)}
+
+
+def measured(metrics: Any) -> tuple[Result, dict[str, Collective]]:
+    """A comm step's metrics as its Result (decoded leniently) and its collectives in the order they were written."""
+    metrics = as_dict(metrics)
+    r = decode(Result, metrics, lenient=True)
+    return r, r.collectives(order=list(metrics))
 
 
 def tables(metrics: Any) -> dict[str, list[dict]]:
     """{kind: table} of a comm step's metrics (what validation.analysis.collectives.predict_seconds takes)."""
-    return {k: v["table"] for k, v in as_dict(metrics).items() if isinstance(v, dict) and "table" in v}
+    return {k: [encode(row) for row in c.table or []] for k, c in measured(metrics)[1].items()}
 
 
 class Comm(StepKind):
@@ -195,7 +284,8 @@ class Comm(StepKind):
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             data = None
-        if not isinstance(data, dict) or not isinstance(data.get("kinds"), dict):
+        bench = decode(BenchFile, data, OUTPUT, lenient=True) if isinstance(data, dict) else None
+        if bench is None or bench.kinds is None:
             result["metrics"] = {"world_size": spec.world_size, "backend": None, "source": "torch"}
             if lr.status != "ok":
                 result.update(status=lr.status, reason=lr.reason)
@@ -203,14 +293,14 @@ class Comm(StepKind):
                 result.update(status="failed", reason=f"the benchmark wrote no {OUTPUT}")
             return
         result["artifacts"].append(ctx.rel(path))
-        m: dict[str, Any] = {"world_size": data.get("world_size"), "backend": data.get("backend"), "source": "torch"}
-        for key in ("device", "iters", "warmup", "compute_ms", "threads"):
-            m[key] = data.get(key)
+        m: dict[str, Any] = {"world_size": bench.world_size, "backend": bench.backend, "source": "torch",
+                             "device": bench.device, "iters": bench.iters, "warmup": bench.warmup,
+                             "compute_ms": bench.compute_ms, "threads": bench.threads}
         for kind in step.kinds:
-            rows = [r for r in as_list(data["kinds"].get(kind)) if isinstance(r, dict)]
+            rows = [r for r in as_list(bench.kinds.get(kind)) if isinstance(r, dict)]
             if rows:
                 m[kind] = summarize(kind, rows)
-        self._finish(step, m, lr.status, lr.reason, result)
+        self._finish(step, m, bench.world_size, lr.status, lr.reason, result)
 
     def _run_nccl_tests(self, step, launches, result, ctx) -> None:
         m: dict[str, Any] = {"world_size": step.launch.nproc_per_node, "backend": "nccl", "source": "nccl-tests",
@@ -229,10 +319,10 @@ class Comm(StepKind):
                     status, reason = "failed", f"{nccl_tests.BINARIES[kind]}: {e}"
             if lr.status != "ok" and status == "ok":
                 status, reason = lr.status, f"{nccl_tests.BINARIES[kind]}: {lr.reason}"
-        self._finish(step, m, status, reason, result)
+        self._finish(step, m, step.launch.nproc_per_node, status, reason, result)
 
-    def _finish(self, step, m: dict, status: str, reason: str | None, result: dict) -> None:
-        if m.get("world_size") == 1:
+    def _finish(self, step, m: dict, world_size: Any, status: str, reason: str | None, result: dict) -> None:
+        if world_size == 1:
             m["note"] = WORLD_ONE_NOTE
         result["metrics"] = m
         missing = [k for k in step.kinds if k not in m]
@@ -244,45 +334,46 @@ class Comm(StepKind):
             result.update(status="passed", reason=None)
 
     def summary_line(self, result: dict) -> str:
-        m = as_dict(result.get("metrics"))
-        ar = as_dict(m.get("all_reduce"))
-        kinds = tables(m)
+        m, kinds = measured(result.get("metrics"))
         if not kinds:
             return ""
-        sizes = max(len(t) for t in kinds.values())
-        head = (f"all_reduce peak busbw {fmt_num(as_dict(ar.get('busbw_gbps')).get('max'))} GB/s, "
-                if ar and m.get("world_size") != 1 else "")
-        return (f" ({head}{len(kinds)} collectives x {sizes} sizes, {m.get('backend')}, {m.get('world_size')} "
-                f"rank{'s' if m.get('world_size') != 1 else ''}, {m.get('source')})")
+        sizes = max(len(c.table or []) for c in kinds.values())
+        ar = m.all_reduce
+        head = (f"all_reduce peak busbw {fmt_num(ar.busbw_gbps.max if ar.busbw_gbps else None)} GB/s, "
+                if ar is not None and m.world_size != 1 else "")
+        return (f" ({head}{len(kinds)} collectives x {sizes} sizes, {m.backend}, {m.world_size} "
+                f"rank{'s' if m.world_size != 1 else ''}, {m.source})")
 
     # ------------------------------------------------------------------ report
     def blocks(self, result: dict) -> list[Block]:
         """How the collectives were measured, then per collective its peak bus bandwidth and a table over sizes."""
-        m = as_dict(result.get("metrics"))
-        if not m:
+        metrics = as_dict(result.get("metrics"))
+        if not metrics:
             return []
+        m, kinds = measured(metrics)
         out: list[Block] = [Paragraph(
-            f"Collectives over {fmt_num(m.get('world_size'))} rank(s), backend {m.get('backend') or NA}, measured with "
-            f"{m.get('source') or NA}: {protocol_text(m)} (message sizes and bus bandwidth in the nccl-tests "
+            f"Collectives over {fmt_num(m.world_size)} rank(s), backend {m.backend or NA}, measured with "
+            f"{m.source or NA}: {protocol_text(m)} (message sizes and bus bandwidth in the nccl-tests "
             "conventions; GB/s = 10^9 bytes/s).")]
-        if m.get("note"):
-            out.append(Paragraph(f"Note: {m['note']}.", style="muted"))
-        for kind, table in tables(m).items():
-            stats = as_dict(m.get(kind))
-            out += [Paragraph(f"{code(kind)}: peak busbw {fmt_num(as_dict(stats.get('busbw_gbps')).get('max'))} GB/s, "
-                              f"latency {fmt_num(stats.get('latency_us'))} us (smallest size)."),
+        if m.note:
+            out.append(Paragraph(f"Note: {m.note}.", style="muted"))
+        for kind, stats in kinds.items():
+            out += [Paragraph(f"{code(kind)}: peak busbw {fmt_num(stats.busbw_gbps.max if stats.busbw_gbps else None)}"
+                              f" GB/s, latency {fmt_num(stats.latency_us)} us (smallest size)."),
                     Table(tuple(Column(c, numeric=True) for c in ("size", "time (us)", "algbw (GB/s)", "busbw (GB/s)")),
-                          [(size_text(r.get("bytes")), fmt_num(_us(r.get("time_s"))), fmt_num(r.get("algbw_gbps")),
-                            fmt_num(r.get("busbw_gbps"))) for r in (as_dict(r) for r in as_list(table))])]
+                          [(size_text(r.bytes), fmt_num(_us(r.time_s)), fmt_num(r.algbw_gbps),
+                            fmt_num(r.busbw_gbps)) for r in stats.table or []])]
         return out
 
     def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
         for s in in_order:
-            m = as_dict(s.get("metrics"))
-            peak = finite(as_dict(as_dict(m.get("all_reduce")).get("busbw_gbps")).get("max"))
-            if s.get("kind") == self.name and peak is not None:
-                note = f"step `{s.get('name')}`, {m.get('backend')}, {fmt_num(m.get('world_size'))} ranks"
-                one = m.get("world_size") == 1
+            if s.get("kind") != self.name:
+                continue
+            m, _ = measured(s.get("metrics"))
+            peak = finite(m.all_reduce.busbw_gbps.max) if m.all_reduce and m.all_reduce.busbw_gbps else None
+            if peak is not None:
+                note = f"step `{s.get('name')}`, {m.backend}, {fmt_num(m.world_size)} ranks"
+                one = m.world_size == 1
                 return [KeyFigure("peak_all_reduce_busbw", "Peak all-reduce bus bandwidth",
                                   "n/a (one rank)" if one else f"{fmt_num(peak)} GB/s",
                                   note + "; nothing moves between ranks" if one else note, order=25,
@@ -291,12 +382,11 @@ class Comm(StepKind):
 
     def plots(self, name: str, result: dict, plotter) -> None:
 
-        m = as_dict(result.get("metrics"))
-        bus = m.get("world_size") != 1
-        field = "busbw_gbps" if bus else "algbw_gbps"
+        m, kinds = measured(result.get("metrics"))
+        bus = m.world_size != 1
         series = {}
-        for kind, table in tables(m).items():
-            points = [(finite(r.get("bytes")), finite(r.get(field))) for r in (as_dict(r) for r in as_list(table))]
+        for kind, stats in kinds.items():
+            points = [(finite(r.bytes), finite(r.busbw_gbps if bus else r.algbw_gbps)) for r in stats.table or []]
             points = [(x, y) for x, y in points if x and y and x > 0 and y > 0]
             if points:
                 series[kind] = points
@@ -305,15 +395,15 @@ class Comm(StepKind):
                      ylabel=f"{'busbw' if bus else 'algbw'} (GB/s)", filename=f"comm_{file_name(name)}.png")
 
 
-def protocol_text(m: dict) -> str:
+def protocol_text(m: Result) -> str:
     """How the calls were timed, in words."""
-    if m.get("source") == "nccl-tests":
-        return f"nccl-tests' {fmt_num(m.get('iters'))} calls back to back per size"
-    compute = finite(m.get("compute_ms"))
+    if m.source == "nccl-tests":
+        return f"nccl-tests' {fmt_num(m.iters)} calls back to back per size"
+    compute = finite(m.compute_ms)
     if compute:
-        return (f"each of {fmt_num(m.get('iters'))} calls per size timed alone, after {fmt_num(compute)} ms of "
+        return (f"each of {fmt_num(m.iters)} calls per size timed alone, after {fmt_num(compute)} ms of "
                 f"computation and a barrier")
-    return f"{fmt_num(m.get('iters'))} calls back to back per size after a barrier"
+    return f"{fmt_num(m.iters)} calls back to back per size after a barrier"
 
 
 def size_text(nbytes: Any) -> str:

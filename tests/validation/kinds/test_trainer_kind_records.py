@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from validation.kinds.comm import Result as CommResult
 from validation.kinds.scan import Result as ScanResult
 from validation.results.codec import decode, encode
 
@@ -25,6 +26,7 @@ def _steps(kind):
 
 @pytest.mark.parametrize("kind, result_type", [("scan", ScanResult)])
 def test_a_kind_reads_and_writes_its_committed_step_records_through_the_codec(kind, result_type):
+    """A Result of the parts of the step record the kind writes (its metrics, runs, ...)."""
     seen = 0
     for where, step in _steps(kind):
         result = decode(result_type, step, where)
@@ -36,8 +38,30 @@ def test_a_kind_reads_and_writes_its_committed_step_records_through_the_codec(ki
     assert seen >= 1
 
 
+@pytest.mark.parametrize("kind, result_type", [("comm", CommResult)])
+def test_a_kind_reads_and_writes_its_committed_metrics_through_the_codec(kind, result_type):
+    """A Result of the step's metrics only (the kind writes nothing else of the record)."""
+    seen = 0
+    for where, step in _steps(kind):
+        result = decode(result_type, step["metrics"], f"{where}.metrics")
+        assert json.dumps(encode(result)) == json.dumps(step["metrics"]), where
+        seen += 1
+    assert seen >= 1
+
+
 def test_a_damaged_scan_record_still_reads_with_its_defaults():
     r = decode(ScanResult, {"metrics": {"exponent": "x", "points": [1, {"value": 64, "runs": "two"}],
                                         "bisection": [], "exponent_ci": "no"}, "runs": None}, lenient=True)
     assert r.metrics.exponent is None and r.metrics.exponent_ci is None and r.metrics.bisection is None
     assert [p.value for p in r.metrics.points] == [None, 64] and r.metrics.points[1].runs is None and r.runs == []
+
+
+def test_a_comm_record_keeps_the_order_its_collectives_were_measured_in():
+    from validation.kinds.comm import measured, tables
+
+    row = {"bytes": 4096, "time_s": 0.001, "algbw_gbps": 0.004, "busbw_gbps": 0.004}
+    metrics = {"world_size": 2, "backend": "gloo", "source": "torch", "broadcast": {"table": [row]},
+               "all_reduce": {"table": [row], "busbw_gbps": {"max": 0.004}}, "all_gather": "damaged"}
+    r, kinds = measured(metrics)
+    assert list(kinds) == ["broadcast", "all_reduce"] and r.all_reduce.busbw_gbps.max == 0.004
+    assert tables(metrics) == {"broadcast": [row], "all_reduce": [row]}

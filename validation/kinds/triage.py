@@ -14,6 +14,8 @@ A run's tokens/s is the median of its window (one unit per run, robust to a step
 Metrics: "culprit" (a suspect's name or null), "reason", "statement" (Holm), "ranking" (names, largest
 improvement first), "suspects" {name: {effect (relative change of tokens/s), ci [low, high], p, p_adjusted,
 significant, verdict, toks_per_s, changes}}, "config_toks_per_s", "repeats", "runs", "passed".
+The kind's Result is the step's metrics (a Suspect per suspect), runs (a LaunchRun each) and run order as typed
+records: run() reads the runs it launched as LaunchRun, the report parts decode the step leniently.
 """
 
 from __future__ import annotations
@@ -24,19 +26,74 @@ from typing import Any, Mapping
 
 from validation import kinds
 from validation.analysis.interference import decision_record, disturbed_flags
-from validation.formatting import as_dict, as_list, env_text, finite, fmt_num, fmt_pct, fmt_rate, params_text
+from validation.formatting import as_dict, env_text, finite, fmt_num, fmt_pct, fmt_rate, params_text
 from validation.runbook.schema import env_vars, mapping, trainer_flags, typed
 from validation.analysis.significance import StatsError
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, KeyFigure, Settings, effect_of, with_labels
 from validation.analysis.triage import rank_suspects
+from validation.results.codec import absent, decode
+from validation.results.decision import ComparisonRecord
+from validation.results.trainer_launch import LaunchRun, Num
 
 
 @dataclasses.dataclass(frozen=True)
 class Options:
     suspects: Mapping[str, Settings]  # each suspect's change to the configuration, by name
     repeats: int = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Suspect:
+    """One suspect changed alone against the configuration (a significance.Comparison of its runs' tokens/s with
+    the configuration's, paired over the repeats): the relative effect, its 95% interval, p and Holm-adjusted p,
+    whether it is significant, the verdict, the noise floor, the suspect's mean tokens/s, its change in words and
+    the comparison in words."""
+    effect: Num | None = None
+    ci: list[Num | None] = dataclasses.field(default_factory=list)
+    p: Num | None = None
+    p_adjusted: Num | None = None
+    significant: bool | None = None
+    verdict: str | None = None
+    noise_floor: Num | None = absent()
+    toks_per_s: Num | None = None
+    changes: Any = None  # "NSA_X=1; --flag v" (a mapping in older records)
+    text: str | None = absent()
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+    """The step's metrics (the module docstring), in the order run() writes them: the statement only where the
+    suspects were ranked."""
+    culprit: str | None = None
+    repeats: int | None = None
+    runs: int | None = None
+    passed: int | None = None
+    config_toks_per_s: Num | None = None
+    suspects: dict[str, Suspect] = dataclasses.field(default_factory=dict)
+    ranking: list[str] = dataclasses.field(default_factory=list)
+    reason: str | None = None
+    statement: str | None = absent()
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """The parts of a triage step's record the kind writes: its metrics, a record per run and the run order."""
+    metrics: Metrics = dataclasses.field(default_factory=Metrics)
+    runs: list[LaunchRun] = dataclasses.field(default_factory=list)
+    order_seed: int | None = absent()
+    order: list[str] | None = absent()
+
+
+def ranked(step: Any) -> Metrics | None:
+    """A triage step's metrics (decoded leniently) where they hold its verdict (a "culprit", named or null), else
+    None (the step never got as far as ranking)."""
+    metrics = as_dict(as_dict(step).get("metrics"))
+    return decode(Metrics, metrics, "metrics", lenient=True) if "culprit" in metrics else None
+
 
 CONFIG = "config"
 FORBIDDEN_ENV = ("NSA_FAULT",)
@@ -94,94 +151,97 @@ class Triage(TrainerKind):
 
     def run(self, step, launches, result, ctx) -> None:
         runs, problems = run_each(ctx, step, launches, result, retry_disturbed=True)
+        records = [decode(LaunchRun, r, f"runs[{i}]") for i, r in enumerate(runs)]
         result["order_seed"], result["order"] = order_seed(step, ctx.run_dir), [s.label for s in launches]
         data: dict[str, list] = {label: [None] * step.repeats for label in [CONFIG, *step.suspects]}
         shaken = disturbed_flags(runs, data, step.repeats)
-        for r in runs:  # a run measured under interference is left out, as a failed one would be
-            data[r["label"]][r["repeat"]] = None if shaken[r["label"]][r["repeat"]] else run_toks(ctx, step, r)
+        for raw, r in zip(runs, records):  # a run measured under interference is left out, as a failed one would be
+            data[r.label][r.repeat] = None if shaken[r.label][r.repeat] else run_toks(ctx, step, raw)
+        suspects: dict[str, dict] = {}
         m: dict[str, Any] = {"culprit": None, "repeats": step.repeats, "runs": len(runs),
-                             "passed": sum(r["status"] == "passed" for r in runs),
-                             "config_toks_per_s": _mean(data[CONFIG]), "suspects": {}, "ranking": []}
+                             "passed": sum(r.status == "passed" for r in records),
+                             "config_toks_per_s": _mean(data[CONFIG]), "suspects": suspects, "ranking": []}
         result["metrics"] = m
+        culprit, ranked_ = None, False
         try:
             ranking = rank_suspects(data[CONFIG], {k: data[k] for k in step.suspects},
                                     pair_noise=declared_pair_noise(ctx))
         except StatsError as exc:
-            m["reason"] = f"no ranking: {exc}"
+            reason = m["reason"] = f"no ranking: {exc}"
         else:
-            m.update(culprit=ranking.culprit, reason=ranking.reason, statement=ranking.statement,
+            culprit, reason, ranked_ = ranking.culprit, ranking.reason, True
+            m.update(culprit=culprit, reason=reason, statement=ranking.statement,
                      ranking=[c.variant for c in ranking.comparisons])
             for c in ranking.comparisons:
-                m["suspects"][c.variant] = {
+                suspects[c.variant] = {
                     "effect": c.rel, "ci": [c.ci_low, c.ci_high], "p": c.p_value, "p_adjusted": c.p_adjusted,
                     "significant": c.significant, "verdict": c.verdict, "noise_floor": c.noise_floor,
                     "toks_per_s": _mean(data[c.variant]), "changes": _changes(step.suspects[c.variant]),
                     "text": c.describe()}
         left_out = [f"{k} (repeat {i + 1})" for k, flags in shaken.items() for i, f in enumerate(flags) if f]
-        if left_out and m.get("reason"):
-            m["reason"] += ("; left out because other work used the machine while they ran: " + ", ".join(left_out))
-        record = decision_record(result, conclusive=bool(m.get("culprit")))
+        if left_out and reason:
+            reason = m["reason"] = (reason + "; left out because other work used the machine while they ran: "
+                                    + ", ".join(left_out))
+        record = decision_record(result, conclusive=bool(culprit))
         if record is not None:
             result["interference"] = record
         ctx.save()
         if problems:
             result.update(status="failed", reason="; ".join(problems))
-        elif "statement" not in m and not left_out:
-            result.update(status="failed", reason=m["reason"])
-        elif "statement" not in m:  # the disturbed runs left too few: nothing failed, the evidence is missing
-            result.update(status="passed", reason=f"{m['reason']}: inconclusive, run it again on a quiet machine")
+        elif not ranked_ and not left_out:
+            result.update(status="failed", reason=reason)
+        elif not ranked_:  # the disturbed runs left too few: nothing failed, the evidence is missing
+            result.update(status="passed", reason=f"{reason}: inconclusive, run it again on a quiet machine")
         else:
             result.update(status="passed", reason=None)
 
     def summary_line(self, result: dict) -> str:
-        m = as_dict(result.get("metrics"))
-        if "culprit" not in m:
+        m = ranked(result)
+        if m is None:
             return ""
-        if m.get("culprit"):
-            s = as_dict(as_dict(m.get("suspects")).get(m["culprit"]))
-            return f" culprit: {m['culprit']} ({fmt_pct(finite(s.get('effect')), signed=True)} tokens/s)"
+        if m.culprit:
+            s = m.suspects.get(m.culprit) or Suspect()
+            return f" culprit: {m.culprit} ({fmt_pct(finite(s.effect), signed=True)} tokens/s)"
         return " no culprit (no suspect significant)"
 
     def blocks(self, result: dict) -> list[Block]:
         """The configuration's tokens/s, one row per suspect in ranking order (the culprit marked), the culprit."""
-        m = as_dict(result.get("metrics"))
-        suspects = as_dict(m.get("suspects"))
-        ranking = [str(n) for n in as_list(m.get("ranking"))]
+        m = decode(Result, result, lenient=True).metrics
+        ranking = [str(n) for n in m.ranking]
         rows = []
         for name in ranking:
-            s = as_dict(suspects.get(name))
-            ci = (as_list(s.get("ci")) + [None, None])[:2]
-            rows.append((strong(f"{name} CULPRIT") if name == m.get("culprit") else name, str(s.get("changes") or "—"),
-                         fmt_rate(s.get("toks_per_s")), fmt_pct(finite(s.get("effect")), signed=True),
+            s = m.suspects.get(name) or Suspect()
+            ci = (list(s.ci) + [None, None])[:2]
+            rows.append((strong(f"{name} CULPRIT") if name == m.culprit else name, str(s.changes or "—"),
+                         fmt_rate(s.toks_per_s), fmt_pct(finite(s.effect), signed=True),
                          f"{fmt_pct(finite(ci[0]), signed=True)} .. {fmt_pct(finite(ci[1]), signed=True)}",
-                         _p(s.get("p_adjusted")), "yes" if s.get("significant") else "no"))
+                         _p(s.p_adjusted), "yes" if s.significant else "no"))
         out: list[Block] = [
-            Paragraph(f"The configuration as it is: {fmt_rate(m.get('config_toks_per_s'))} tokens/s; each suspect "
-                      f"changed alone, {fmt_num(m.get('repeats'))} interleaved repeats, ranked by effect."),
+            Paragraph(f"The configuration as it is: {fmt_rate(m.config_toks_per_s)} tokens/s; each suspect "
+                      f"changed alone, {fmt_num(m.repeats)} interleaved repeats, ranked by effect."),
             Table((Column("Suspect"), Column("Change"), *(Column(c, numeric=True) for c in (
                 "Tokens/s, mean over repeats of each run's window median", "Effect on tokens/s", "95% CI",
                 "p (Holm)")), Column("Significant")), rows,
-                marked={i for i, name in enumerate(ranking) if name == m.get("culprit")}),
-            Paragraph(f"{strong('Culprit')}: {m.get('culprit') or 'none'} — {m.get('reason') or ''}")]
-        if m.get("statement"):
-            out.append(Paragraph(str(m["statement"]), style="muted"))
+                marked={i for i, name in enumerate(ranking) if name == m.culprit}),
+            Paragraph(f"{strong('Culprit')}: {m.culprit or 'none'} — {m.reason or ''}")]
+        if m.statement:
+            out.append(Paragraph(str(m.statement), style="muted"))
         return out
 
     def comparisons(self, result: dict) -> list[Effect]:
         """Each suspect changed alone against the configuration as given."""
-        metrics = as_dict(result.get("metrics"))
+        metrics = decode(Result, result, lenient=True).metrics
         out = []
-        for suspect, s in sorted(as_dict(metrics.get("suspects")).items(), key=lambda kv: str(kv[0])):
-            s = as_dict(s)
-            ci = as_list(s.get("ci"))
-            changes = s.get("changes")
+        for suspect, s in sorted(metrics.suspects.items(), key=lambda kv: str(kv[0])):
+            ci = s.ci
+            changes = s.changes
             with_ = (f"{changes} ({suspect})" if isinstance(changes, str) and changes else
                      f"{params_text(changes)} ({suspect})" if isinstance(changes, dict) and changes else str(suspect))
-            effect = effect_of({"rel": s.get("effect"), "ci_low": ci[0] if len(ci) == 2 else None,
-                                "ci_high": ci[1] if len(ci) == 2 else None, "p_adjusted": s.get("p_adjusted"),
-                                "p_value": s.get("p"), "significant": s.get("significant"),
-                                "verdict": s.get("verdict"), "mean_a": metrics.get("config_toks_per_s"),
-                                "mean_b": s.get("toks_per_s")}, "the configuration as given", with_)
+            effect = effect_of(ComparisonRecord(rel=s.effect, ci_low=ci[0] if len(ci) == 2 else None,
+                                                ci_high=ci[1] if len(ci) == 2 else None, p_adjusted=s.p_adjusted,
+                                                p_value=s.p, significant=s.significant, verdict=s.verdict,
+                                                mean_a=metrics.config_toks_per_s, mean_b=s.toks_per_s),
+                               "the configuration as given", with_)
             if effect:
                 out.append(effect)
         return out
@@ -189,10 +249,12 @@ class Triage(TrainerKind):
     def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
         out = []
         for s in in_order:
-            m = as_dict(s.get("metrics")) if isinstance(s, dict) else {}
-            if s.get("kind") == self.name and "culprit" in m and m.get("reason"):
-                out.append(KeyFigure("culprit", "Culprit", str(m.get("culprit") or "none named"),
-                                     f"step `{s.get('name')}`: {m.get('reason')}", order=26,
+            if not isinstance(s, dict) or s.get("kind") != self.name:
+                continue
+            m = ranked(s)
+            if m is not None and m.reason:
+                out.append(KeyFigure("culprit", "Culprit", str(m.culprit or "none named"),
+                                     f"step `{s.get('name')}`: {m.reason}", order=26,
                                      steps=(str(s.get("name")),)))
         return out
 

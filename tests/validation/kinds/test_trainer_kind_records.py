@@ -12,6 +12,7 @@ import pytest
 
 from validation.kinds.comm import Result as CommResult
 from validation.kinds.scan import Result as ScanResult
+from validation.kinds.triage import Result as TriageResult
 from validation.results.codec import decode, encode
 
 REPO = Path(__file__).resolve().parents[3]
@@ -24,7 +25,7 @@ def _steps(kind):
                 yield f"{path}: steps.{name}", step
 
 
-@pytest.mark.parametrize("kind, result_type", [("scan", ScanResult)])
+@pytest.mark.parametrize("kind, result_type", [("scan", ScanResult), ("triage", TriageResult)])
 def test_a_kind_reads_and_writes_its_committed_step_records_through_the_codec(kind, result_type):
     """A Result of the parts of the step record the kind writes (its metrics, runs, ...)."""
     seen = 0
@@ -65,3 +66,11 @@ def test_a_comm_record_keeps_the_order_its_collectives_were_measured_in():
     r, kinds = measured(metrics)
     assert list(kinds) == ["broadcast", "all_reduce"] and r.all_reduce.busbw_gbps.max == 0.004
     assert tables(metrics) == {"broadcast": [row], "all_reduce": [row]}
+
+
+def test_a_triage_step_without_a_verdict_has_no_ranked_metrics():
+    from validation.kinds.triage import ranked
+
+    assert ranked({"metrics": {}}) is None and ranked({"metrics": {"reason": "x"}}) is None and ranked([]) is None
+    m = ranked({"metrics": {"culprit": None, "reason": "no ranking: too few runs", "suspects": {"a": "damaged"}}})
+    assert m is not None and m.culprit is None and m.suspects["a"].effect is None

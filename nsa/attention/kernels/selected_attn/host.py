@@ -585,10 +585,29 @@ def fwd_out_aot_cases(hpg: int, d: int) -> list:
                       tensor_cores=False)]
 
 
+def host_aot_cases(hpg: int, d: int) -> list:
+    """The "fused" host glue's kernels (HOST_CHOICES) at n_sel = 16, bf16, each with its zero fill on and off as
+    the other choices launch them: _sel_fwd_lse (ZERO_O: the atomic output choice; off: "partial") and
+    _sel_bwd_delta_zero (ZERO_DQ: the atomic dQ choice; off: "query"). No products: no tensor cores expected."""
+    bf, f32, i32 = "*bf16", "*fp32", "*i32"
+    hpg_pad, block_t = _reduce_tile(hpg)
+    cases = []
+    for zero in (True, False):
+        cases.append(_aot_case(f"sel_fwd_lse[hpg={hpg},d={d},HPG_PAD={hpg_pad},BLOCK_T={block_t},ZERO_O={zero}]",
+                               _sel_fwd_lse, {"PART": f32, "BLOCKS": i32, "LSE": f32, "O32": f32},
+                               {"N_SEL": 16, "HPG": hpg, "HPG_PAD": hpg_pad, "BLOCK_T": block_t, "D_V": d,
+                                "ZERO_O": zero}, 4, 1, tensor_cores=False))
+        cases.append(_aot_case(f"sel_bwd_delta_zero[d={d},BLOCK_T=64,ZERO_DQ={zero}]", _sel_bwd_delta_zero,
+                               {"O": bf, "DO": bf, "DELTA": f32, "DQ": f32 if zero else bf, "DK": f32, "DV": f32},
+                               {"BLOCK_T": 64, "D_K": d, "D_V": d, "ZERO_DQ": zero}, 4, 1, tensor_cores=False))
+    return cases
+
+
 def aot_cases():
     """Every kernel at every configuration the launcher picks for l_sel = 64 (BLOCK_N = 64), bf16: each d with
-    the model's hpg = 6, and the other hpg values (they change the row tiling) at d = 64; the "query" dQ choice's
-    kernels at the m7c shape alone (hpg = 6, d = 64; other shapes: bwd_aot_cases)."""
+    the model's hpg = 6, and the other hpg values (they change the row tiling) at d = 64; the kernels of the other
+    launch choices ("query" dQ, "partial" output, "fused" host glue) at the m7c shape alone (hpg = 6, d = 64;
+    other shapes: bwd_aot_cases, fwd_out_aot_cases, host_aot_cases)."""
     bf, f32, i32 = "*bf16", "*fp32", "*i32"
     case = _aot_case
     cases = []
@@ -612,7 +631,7 @@ def aot_cases():
                               _query_warps(d, d), 1))
             cases += bwd_aot_cases(hpg, d, "atomic")
             if (hpg, d) == (6, 64):
-                cases += bwd_aot_cases(hpg, d, "query")
+                cases += bwd_aot_cases(hpg, d, "query") + fwd_out_aot_cases(hpg, d) + host_aot_cases(hpg, d)
         cases.append(case(f"sel_bwd_delta[d={d}]", _sel_bwd_delta, {"O": bf, "DO": bf, "DELTA": f32},
                           {"BLOCK_T": 64, "D_V": d}, 4, 1, tensor_cores=False))
     return cases

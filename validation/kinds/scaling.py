@@ -19,6 +19,8 @@ efficiency, batch_per_rank, mfu (the runs' mean where the device peak is known)}
 the efficiency there measures core contention more than communication, so criteria on CPU should be warnings.
 Every world size of a local step runs with the same OMP_NUM_THREADS per rank (cores / the largest world size), so
 that a rank's resources stay fixed as on a GPU.
+The kind's Result is the step's metrics (a ScalingTable per mode), runs (a LaunchRun each) and run order as typed
+records: run() reads the runs it launched as LaunchRun, the report parts decode the step leniently.
 """
 
 from __future__ import annotations
@@ -30,10 +32,13 @@ from typing import Any
 
 from validation import kinds
 from validation.analysis.parallelism import scaling_table
-from validation.formatting import as_dict, as_list, file_name, finite, fmt_num, rate_with_mfu
+from validation.formatting import file_name, finite, fmt_num, rate_with_mfu
 from validation.runbook.schema import str_list, typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
+from validation.kinds.sweep import given
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order, trainer_launch
+from validation.results.codec import absent, decode
+from validation.results.trainer_launch import LaunchRun, Num, RunContext
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +48,68 @@ class Options:
     scale_batch: int | None = None  # `batch_size`: the per-rank batch of weak scaling
     global_batch: int | None = None  # the global batch of strong scaling
     repeats: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalingRow:
+    """One world size of a mode (validation.analysis.parallelism.scaling_table's row, then the kind's per-rank
+    batch and, in records since points carry it, the runs' mean MFU)."""
+    world_size: int | None = None
+    toks_per_s: Num | None = None
+    speedup: Num | None = None
+    efficiency: Num | None = None
+    batch_per_rank: int | None = None
+    mfu: Num | None = absent()
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Efficiency:
+    """The efficiency over the world sizes beyond the base: the lowest and the largest world size's."""
+    min: Num | None = None
+    last: Num | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalingTable:
+    """One mode's table (validation.analysis.parallelism.scaling_table), strong scaling's with its global batch."""
+    mode: str | None = None
+    base: int | None = None
+    rows: list[ScalingRow] = dataclasses.field(default_factory=list)
+    efficiency: Efficiency | None = None
+    global_batch: int | None = absent()
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+    """The step's metrics (the module docstring): the CPU note where the ranks shared a CPU, a table per mode
+    measured (encode writes strong before weak; run() writes them in the step's `modes` order)."""
+    world_sizes: list[int] = dataclasses.field(default_factory=list)
+    runs: int | None = None
+    passed: int | None = None
+    repeats: int | None = None
+    device: str | None = None
+    note: str | None = absent()
+    strong: ScalingTable | None = absent()
+    weak: ScalingTable | None = absent()
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def tables(self) -> dict[str, ScalingTable]:
+        """{mode: its table} of the modes measured (strong, then weak), a blank table left out."""
+        found = {"strong": given(self.strong), "weak": given(self.weak)}
+        return {mode: table for mode, table in found.items() if table is not None}
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """The parts of a scaling step's record the kind writes: its metrics, a record per run and the run order."""
+    metrics: Metrics = dataclasses.field(default_factory=Metrics)
+    runs: list[LaunchRun] = dataclasses.field(default_factory=list)
+    order_seed: int | None = absent()
+    order: list[str] | None = absent()
+
 
 MODES = ("strong", "weak")
 CPU_NOTE = ("CPU: the ranks share this machine's {cores} core(s), so the efficiency measures core contention as much "
@@ -110,29 +177,30 @@ class Scaling(TrainerKind):
 
     def run(self, step, launches, result, ctx) -> None:
         runs, problems = run_each(ctx, step, launches, result)
+        records = [decode(LaunchRun, r, f"runs[{i}]") for i, r in enumerate(runs)]
         result["order_seed"], result["order"] = order_seed(step, ctx.run_dir), [s.label for s in launches]
         m: dict[str, Any] = {"world_sizes": step.world_sizes, "runs": len(runs),
-                             "passed": sum(r["status"] == "passed" for r in runs), "repeats": step.repeats}
-        devices = {str(((r.get("metrics") or {}).get("context") or {}).get("device")) for r in runs}
-        m["device"] = "cuda" if any(d.startswith("cuda") for d in devices) else "cpu"
-        if m["device"] == "cpu":
+                             "passed": sum(r.status == "passed" for r in records), "repeats": step.repeats}
+        devices = {str((r.metrics.context or RunContext()).device) for r in records}
+        device = m["device"] = "cuda" if any(d.startswith("cuda") for d in devices) else "cpu"
+        if device == "cpu":
             m["note"] = CPU_NOTE.format(cores=os.cpu_count())
         for mode in step.modes:
             points, batches, mfu = {}, {}, {}
             for n in step.world_sizes:
-                mine = [r for r in runs if r["params"].get("mode") == mode and r["params"].get("world_size") == n
-                        and r["status"] == "passed"]
-                vals = [((r.get("metrics") or {}).get("toks_per_s") or {}).get("mean") for r in mine]
+                # a run's label is its mode and world size (launches)
+                mine = [r.metrics for r in records if r.label == f"{mode}_n{n}" and r.status == "passed"]
+                vals = [x.toks_per_s.mean for x in mine if x.toks_per_s is not None]
                 vals = [v for v in vals if isinstance(v, (int, float))]
                 points[n] = statistics.fmean(vals) if vals else None
-                util = [finite(((r.get("metrics") or {}).get("mfu") or {}).get("mean")) for r in mine]
+                util = [finite(x.mfu.mean) for x in mine if x.mfu is not None]
                 util = [u for u in util if u is not None]
                 mfu[n] = statistics.fmean(util) if util else None  # where the device peak is known
                 batches[n] = per_rank_batch(step) if mode == "weak" else global_batch(step) // n
             table = scaling_table(points, mode)
             for row in table["rows"]:
-                row["batch_per_rank"] = batches[row["world_size"]]
-                row["mfu"] = mfu[row["world_size"]]
+                n = row["world_size"]
+                row["batch_per_rank"], row["mfu"] = batches[n], mfu[n]
             if mode == "strong":
                 table["global_batch"] = global_batch(step)
             m[mode] = table
@@ -140,9 +208,9 @@ class Scaling(TrainerKind):
         result.update(status="failed" if problems else "passed", reason="; ".join(problems) or None)
 
     def summary_line(self, result: dict) -> str:
-        m = as_dict(result.get("metrics"))
-        parts = [f"{mode} efficiency min {fmt_num(as_dict(as_dict(m.get(mode)).get('efficiency')).get('min'))}"
-                 for mode in MODES if isinstance(m.get(mode), dict)]
+        tables = decode(Result, result, lenient=True).metrics.tables()
+        parts = [f"{mode} efficiency min {fmt_num(t.efficiency.min if t.efficiency else None)}"
+                 for mode, t in tables.items()]
         return f" ({'; '.join(parts)})" if parts else ""
 
     def view(self, result: dict, view: dict) -> dict:
@@ -150,37 +218,32 @@ class Scaling(TrainerKind):
 
     def blocks(self, result: dict) -> list[Block]:
         """A table per mode (strong, weak): speedup and efficiency against the smallest world size."""
-        m = as_dict(result.get("metrics"))
+        m = decode(Result, result, lenient=True).metrics
         out: list[Block] = []
-        for mode in MODES:
-            t = as_dict(m.get(mode))
-            if not t:
-                continue
-            what = (f"global batch {fmt_num(t.get('global_batch'))} sequences fixed" if mode == "strong"
+        for mode, t in m.tables().items():
+            what = (f"global batch {fmt_num(t.global_batch)} sequences fixed" if mode == "strong"
                     else "per-rank batch fixed")
             out += [Paragraph(f"{strong(mode.capitalize() + ' scaling')} ({what}; base world size "
-                              f"{fmt_num(t.get('base'))}):"),
+                              f"{fmt_num(t.base)}):"),
                     Table(tuple(Column(c, numeric=True) for c in ("World size", "Batch per rank",
                                                                   "Tokens/s, window mean (all ranks)", "Speedup",
                                                                   "Efficiency")),
-                          [(fmt_num(r.get("world_size")), fmt_num(r.get("batch_per_rank")),
-                            rate_with_mfu(r.get("toks_per_s"), r.get("mfu")),
-                            "—" if finite(r.get("speedup")) is None else f"{r['speedup']:.2f}x",
-                            "—" if finite(r.get("efficiency")) is None else f"{r['efficiency']:.0%}")
-                           for r in (as_dict(x) for x in as_list(t.get("rows")))])]
+                          [(fmt_num(r.world_size), fmt_num(r.batch_per_rank), rate_with_mfu(r.toks_per_s, r.mfu),
+                            "—" if finite(r.speedup) is None else f"{r.speedup:.2f}x",
+                            "—" if finite(r.efficiency) is None else f"{r.efficiency:.0%}")
+                           for r in t.rows])]
         out.append(Paragraph("Definition: speedup S(n) = X(n) / X(n0), efficiency E(n) = S(n) x n0 / n, X = tokens/s "
                              "of all ranks, n0 the smallest world size measured; strong: = T(n0) n0 / (T(n) n), weak: "
                              "= T(n0) / T(n); 1.0 = perfect.", style="muted"))
-        if m.get("note"):
-            out.append(Paragraph(f"Note: {m['note']}.", style="muted"))
+        if m.note:
+            out.append(Paragraph(f"Note: {m.note}.", style="muted"))
         return out
 
     def plots(self, name: str, result: dict, plotter) -> None:
-        m = as_dict(result.get("metrics"))
+        m = decode(Result, result, lenient=True).metrics
         lines = []
-        for mode in MODES:
-            rows = [as_dict(r) for r in as_list(as_dict(m.get(mode)).get("rows"))]
-            pts = [(r["world_size"], r["efficiency"]) for r in rows if finite(r.get("efficiency")) is not None]
+        for mode, t in m.tables().items():
+            pts = [(r.world_size, r.efficiency) for r in t.rows if finite(r.efficiency) is not None]
             if pts:
                 lines.append((mode, pts))
         if not lines:

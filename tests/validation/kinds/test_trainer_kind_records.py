@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from validation.kinds.comm import Result as CommResult
+from validation.kinds.scaling import Result as ScalingResult
 from validation.kinds.scan import Result as ScanResult
 from validation.kinds.triage import Result as TriageResult
 from validation.results.codec import decode, encode
@@ -25,7 +26,8 @@ def _steps(kind):
                 yield f"{path}: steps.{name}", step
 
 
-@pytest.mark.parametrize("kind, result_type", [("scan", ScanResult), ("triage", TriageResult)])
+@pytest.mark.parametrize("kind, result_type", [("scan", ScanResult), ("triage", TriageResult),
+                                               ("scaling", ScalingResult)])
 def test_a_kind_reads_and_writes_its_committed_step_records_through_the_codec(kind, result_type):
     """A Result of the parts of the step record the kind writes (its metrics, runs, ...)."""
     seen = 0

@@ -40,3 +40,21 @@ def test_a_damaged_run_reads_leniently():
     assert run.recommendations.env == {} and run.environment.gpus[0].name == "H"
     assert read_run(None) == Run() and read_run(run) is run
     assert read_run({}).environment.gpus is None
+
+
+def test_a_performance_analysis_and_an_evidence_record_round_trip():
+    """The blocks a committed run lacks: a comparison with an earlier run (as compare.performance_analysis writes it)
+    and the evidence record (evidence.assess's keys)."""
+    block = json.loads((REPO / "tests/validation/fixtures/performance_analysis.json").read_text("utf-8"))
+    evidence = {"disturbed": [{"step": "baseline", "text": "another process used 40% CPU",
+                               "launches": [{"label": "", "repeat": None, "disturbed": True, "share": 0.4,
+                                             "text": "another process used 40% CPU"}]}],
+                "implausible": [{"metric": "toks_per_s.cv", "value": 3.5, "range": "[0, 1]", "reason": "a CV",
+                                 "step": "baseline", "disturbed": True}],
+                "measured": ["baseline"], "rules": "disturbed when ...", "rerun": "nsa-validate run r.yaml --resume d"}
+    data = {"performance_analysis": block, "evidence": evidence}
+    run = decode(Run, data, "results")
+    assert _same(encode(run), {**encode(Run()), **data})
+    assert run.performance_analysis.rows and run.performance_analysis.family.statement
+    assert run.evidence.disturbed[0].launches[0]["share"] == 0.4 and run.evidence.implausible[0].disturbed
+    assert "performance_analysis" not in encode(Run()) and "evidence" not in encode(Run())

@@ -15,19 +15,20 @@ import shlex
 
 from nsa.toggles import TOGGLES
 from validation import kinds as step_kinds
-from validation.formatting import FAILED_STATUSES, NA, as_dict, as_list, fmt_num, fmt_p, fmt_pct, plural, steps_in_order
+from validation.formatting import FAILED_STATUSES, NA, as_dict, fmt_num, fmt_p, fmt_pct, plural
+from validation.results.run import Run, read_run
 
 
 def comparisons(results: dict) -> list[dict]:
-    """Every with/without comparison the run's passed steps recorded (StepKind.comparisons), in run order (see the
-    module docstring)."""
+    """Every with/without comparison the run's passed steps recorded (StepKind.comparisons: each kind reads its step
+    record as results.json holds it), in run order (see the module docstring)."""
     out: list[dict] = []
-    for name, record in steps_in_order(as_dict(results)):
-        step = as_dict(record)
-        kind = step_kinds.find(step.get("kind"))
-        if step.get("status") != "passed" or kind is None:
+    raw_steps = as_dict(as_dict(results).get("steps"))
+    for name, step in read_run(results).steps_in_order():
+        kind = step_kinds.find(step.kind) if step is not None else None
+        if step is None or step.status != "passed" or kind is None:
             continue
-        for e in kind.comparisons(step):
+        for e in kind.comparisons(raw_steps[name]):
             rec = {"step": name, "kind": kind.name, "without": e.without, "with": e.with_, "metric": e.metric,
                    "mean_without": e.mean_without, "mean_with": e.mean_with, "rel": e.rel, "ci_low": e.ci_low,
                    "ci_high": e.ci_high, "p": e.p, "significant": e.significant and not e.ignored,
@@ -84,20 +85,19 @@ def comparison_rows(comps: list[dict]) -> list[dict]:
     return rows
 
 
-def conclusion(results: dict, problems: list[dict], finding: dict | None) -> dict:
+def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) -> dict:
     """The report's conclusion: {"verdict", "passed", "failed" (sentences naming the steps and criteria), "next"
     (the next action, one sentence)}."""
-    results = as_dict(results)
-    steps = as_dict(results.get("steps"))
-    passed = sorted(n for n, s in steps.items() if as_dict(s).get("status") == "passed")
-    failed = sorted(n for n, s in steps.items() if as_dict(s).get("status") in FAILED_STATUSES)
-    unfinished = sorted(n for n, s in steps.items() if as_dict(s).get("status") in ("interrupted", "pending",
-                                                                                     "running"))
-    crits = [as_dict(c) for c in as_list(results.get("acceptance"))]
-    crit_failed = [str(c.get("name")) for c in crits if c.get("status") in ("fail", "error")]
-    crit_warn = [str(c.get("name")) for c in crits if c.get("status") == "warn"]
-    crit_pass = [c for c in crits if c.get("status") == "pass"]
-    verdict = str(results.get("verdict") or "INCOMPLETE")
+    run = read_run(results)
+    statuses = {n: s.status for n, s in run.steps.items() if s is not None}
+    passed = sorted(n for n, s in statuses.items() if s == "passed")
+    failed = sorted(n for n, s in statuses.items() if s in FAILED_STATUSES)
+    unfinished = sorted(n for n, s in statuses.items() if s in ("interrupted", "pending", "running"))
+    crits = run.acceptance
+    crit_failed = [str(c.name) for c in crits if c.status in ("fail", "error")]
+    crit_warn = [str(c.name) for c in crits if c.status == "warn"]
+    crit_pass = [c for c in crits if c.status == "pass"]
+    verdict = str(run.verdict or "INCOMPLETE")
     passed_text = (f"{plural(len(passed), 'step')} passed ({', '.join(passed)})" if passed else "no step passed")
     passed_text += f"; {plural(len(crit_pass), 'criterion', 'criteria')} of {len(crits)} hold" if crits else ""
     failed_parts = []
@@ -115,10 +115,9 @@ def conclusion(results: dict, problems: list[dict], finding: dict | None) -> dic
         first = (failed or [None])[0]
         where = f"`{first}/` (its log and excerpt above)" if first else "the failed criteria above"
         nxt = (f"fix what failed, starting with {where}, then `nsa-validate run "
-               f"{fmt_num(as_dict(results.get('runbook')).get('path'))} --resume {fmt_num(results.get('run_dir'))}`")
+               f"{fmt_num(run.runbook.path)} --resume {fmt_num(run.run_dir)}`")
     elif unfinished or verdict == "INCOMPLETE":
-        nxt = (f"finish the run: `nsa-validate run {fmt_num(as_dict(results.get('runbook')).get('path'))} --resume "
-               f"{fmt_num(results.get('run_dir'))}`")
+        nxt = f"finish the run: `nsa-validate run {fmt_num(run.runbook.path)} --resume {fmt_num(run.run_dir)}`"
     elif warns:
         nxt = (f"use the settings under Recommendations; read the {plural(len(warns), 'open warning')} under Open "
                "Problems before relying on the figures")
@@ -129,14 +128,13 @@ def conclusion(results: dict, problems: list[dict], finding: dict | None) -> dic
     return {"verdict": verdict, "passed": passed_text, "failed": failed_text, "next": nxt}
 
 
-def recommendation_rows(results: dict, comps: list[dict]) -> list[dict]:
+def recommendation_rows(results: Run | dict, comps: list[dict]) -> list[dict]:
     """Each recommended environment variable with why: {"name", "value", "export", "source" ("measured" |
     "always"), "why"}. "measured": a significant comparison of this run chose it (its effect, with its CI);
     "always": the runbook recommends it always (recommend.env), with what the setting does (nsa.toggles) and
     whether a step of this run ran with it."""
-    results = as_dict(results)
-    env = as_dict(as_dict(results.get("recommendations")).get("env"))
-    steps = as_dict(results.get("steps"))
+    run = read_run(results)
+    env = run.recommendations.env
     rows = []
     for name in sorted(env, key=str):
         value = str(env[name])
@@ -147,8 +145,8 @@ def recommendation_rows(results: dict, comps: list[dict]) -> list[dict]:
             why = f"measured in this run: {top['text']}"
             source = "measured"
         else:
-            used = sorted(n for n, st in steps.items() if as_dict(st).get("status") == "passed"
-                          and str(as_dict(as_dict(st).get("env")).get(name)) == value)
+            used = sorted(n for n, st in run.steps.items() if st is not None and st.status == "passed"
+                          and str(st.env.get(name)) == value)
             toggle = TOGGLES.get(str(name))
             what = f": {toggle.help}" if toggle is not None else ""
             why = (f"always recommended (the runbook's recommend.env){what} "

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from validation.formatting import NA, as_dict, as_list, finite, fmt_num, fmt_p, fmt_pct, plural
+from validation.formatting import NA, as_dict, finite, fmt_num, fmt_p, fmt_pct, plural
+from validation.results.run import AgainstRun, PerformanceAnalysis, Run, read_run
 
 VERDICT_CSS = {"better": "pass", "worse": "fail", "same": "skip"}
 
@@ -34,33 +35,32 @@ def _value(value: Any) -> str:
     return NA if v is None else (f"{v:,.1f}" if abs(v) >= 100 else f"{v:.4g}")
 
 
-def analysis_rows(results: dict) -> list[dict]:
+def analysis_rows(results: Run | dict) -> list[dict]:
     """The performance_analysis rows, formatted: step, metric, mean_a, mean_b, rel_delta, ci (a sentence),
     ci_range, p, significant ("yes" / "no" / "not tested"), verdict, verdict_value, css, note, and `change`
     (|relative difference| for ordering, None when unknown)."""
-    block = as_dict(as_dict(results).get("performance_analysis"))
     rows = []
-    for row in (as_dict(r) for r in as_list(block.get("rows"))):
-        low, high = finite(row.get("ci_low")), finite(row.get("ci_high"))
-        rel = finite(row.get("rel_delta"))
-        rel = finite(row.get("rel")) if rel is None else rel
-        p = next((row[k] for k in ("p_adjusted", "p_value") if finite(row.get(k)) is not None), None)
-        confidence = finite(row.get("confidence")) or 0.95
-        tested = row.get("tested") is not False
-        significant = tested and row.get("significant") is True
-        verdict = str(row.get("verdict") or NA)
+    for row in read_run(results).performance_analysis.rows:
+        low, high = finite(row.ci_low), finite(row.ci_high)
+        rel = finite(row.rel_delta)
+        rel = finite(row.rel) if rel is None else rel
+        p = next((v for v in (row.p_adjusted, row.p_value) if finite(v) is not None), None)
+        confidence = finite(row.confidence) or 0.95
+        tested = row.tested is not False
+        significant = tested and row.significant is True
+        verdict = str(row.verdict or NA)
         ci_range = (f"{fmt_pct(low, signed=True)} to {fmt_pct(high, signed=True)}"
                     if low is not None and high is not None else NA)
         rows.append({
-            "step": fmt_num(row.get("step")), "metric": fmt_num(row.get("metric")),
-            "mean_a": _value(row.get("mean_a")), "mean_b": _value(row.get("mean_b")),
+            "step": fmt_num(row.step), "metric": fmt_num(row.metric),
+            "mean_a": _value(row.mean_a), "mean_b": _value(row.mean_b),
             "rel_delta": fmt_pct(rel, signed=True), "ci_range": ci_range,
             "ci": f"{confidence:.0%} CI {ci_range}" if ci_range != NA else f"CI {NA}",
             "p": fmt_p(p) if tested else "not tested",
             "significant": ("yes" if significant else "no") if tested else "not tested",
             "verdict": verdict, "verdict_value": verdict.lower(),
             "css": VERDICT_CSS.get(verdict.lower(), "unknown") if (significant or verdict.lower() == "same") else "skip",
-            "note": str(row["note"]) if row.get("note") else None,
+            "note": str(row.note) if row.note else None,
             "change": abs(rel) if rel is not None else None,
         })
     return rows
@@ -77,35 +77,35 @@ def key_finding(rows: list[dict]) -> str:
             f"{top['p']}): {top['mean_a']} before, {top['mean_b']} now")
 
 
-def performance_view(results: dict) -> dict | None:
+def performance_view(results: Run | dict) -> dict | None:
     """What the Performance analysis section shows, or None when results.json has no performance_analysis block."""
-    block = as_dict(as_dict(results).get("performance_analysis"))
-    if not block:
+    run = read_run(results)
+    block = run.performance_analysis
+    if block == PerformanceAnalysis():
         return None
-    rows = analysis_rows(results)
-    against = block.get("against")
-    against = as_dict(against) if isinstance(against, dict) else {"run_dir": against}
+    rows = analysis_rows(run)
+    against = block.against if isinstance(block.against, AgainstRun) else AgainstRun(run_dir=block.against)
     counts = {v: sum(r["significant"] == "yes" and r["verdict_value"] == v for r in rows) for v in ("better", "worse")}
     tested = sum(r["significant"] != "not tested" for r in rows)
     settings = []
-    if finite(block.get("alpha")) is not None:
-        settings.append(f"alpha {fmt_num(block['alpha'])}")
-    if finite(block.get("noise")) is not None:
-        settings.append(f"noise threshold {fmt_pct(block['noise'])} (given)")
-    elif block.get("noise_source") == "measured":
+    if finite(block.alpha) is not None:
+        settings.append(f"alpha {fmt_num(block.alpha)}")
+    if finite(block.noise) is not None:
+        settings.append(f"noise threshold {fmt_pct(block.noise)} (given)")
+    elif block.noise_source == "measured":
         settings.append("noise floor measured from the data")
-    finding = as_dict(block.get("key_finding")).get("text") or key_finding(rows)
-    about = [str(x) for x in (as_dict(block.get("family")).get("statement"), as_dict(block.get("run_noise")).get("text"))
-             if x]
+    finding = (block.key_finding.text if block.key_finding else None) or key_finding(rows)
+    # run_noise: {"text"} in the records this section was written for ({step: RunNoise} since: no "text")
+    about = [str(x) for x in (block.family.statement, as_dict(block.run_noise).get("text")) if x]
     return {
-        "against": fmt_num(against.get("run_dir")),
-        "against_verdict": fmt_num(against["verdict"]) if against.get("verdict") else None,
-        "against_started": fmt_num(against["started"]) if against.get("started") else None,
-        "against_sha": str(against["git_sha"])[:12] if against.get("git_sha") else None,
+        "against": fmt_num(against.run_dir),
+        "against_verdict": fmt_num(against.verdict) if against.verdict else None,
+        "against_started": fmt_num(against.started) if against.started else None,
+        "against_sha": str(against.git_sha)[:12] if against.git_sha else None,
         "method": "; ".join(about) or None,
         "settings": ", ".join(settings) or None,
-        "gate": str(block["gate"]) if block.get("gate") else None,
-        "warnings": [str(w) for w in as_list(block.get("warnings"))],
+        "gate": str(block.gate) if block.gate else None,
+        "warnings": [str(w) for w in block.warnings],
         "rows": rows,
         "notes": list(dict.fromkeys(r["note"] for r in rows if r["note"])),  # why rows were not tested, once each
         "summary": (f"{plural(len(rows), 'metric')} compared, {tested} tested: {counts['better']} significantly better, "

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, as_dict, as_list, fmt_num,
-                                      fmt_pct, status_view, steps_in_order)
+from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, as_list, fmt_num, fmt_pct,
+                                      status_view)
 from validation.execution.evidence import rerun_command
 from validation.analysis.metric_names import THROUGHPUT_CV_MAX
 from validation.report.performance import analysis_rows
+from validation.results.codec import decode
+from validation.results.run import Criterion, Run, Step, read_run
+from validation.results.trainer_launch import LaunchMetrics
 
 _RANK = {"fail": 0, "error": 0, "warn-incomplete": 1, "inconclusive": 1, "skip": 2, "warn": 3}
 
@@ -31,11 +34,16 @@ def _item(rank: str, severity: str, css: str, where: str, what: Any) -> dict:
     return {"rank": _RANK[rank], "severity": severity, "css": css, "where": where, "what": text}
 
 
-def _step_problems(name: str, step: dict) -> list[dict]:
+def _launch(metrics: dict) -> LaunchMetrics:
+    """A step's metrics as a trainer launch's (a step of another kind: the keys it shares with one)."""
+    return decode(LaunchMetrics, metrics, lenient=True)
+
+
+def _step_problems(name: str, step: Step) -> list[dict]:
     out = []
-    status = str(step.get("status"))
+    status = str(step.status)
     view = status_view(status)
-    reason = step.get("reason")
+    reason = step.reason
     if status in FAILED_STATUSES:
         out.append(_item("fail", view["word"], view["css"], f"step {name}", reason))
     elif status in ("interrupted", "pending", "running"):
@@ -46,36 +54,35 @@ def _step_problems(name: str, step: dict) -> list[dict]:
         out.append(_item("warn-incomplete", view["word"], "warn", f"step {name}", reason or "no result recorded"))
     if status in FAILED_STATUSES or status == "skipped":
         return out  # the reason already says why; what the step measured is not evidence either way
-    metrics = as_dict(step.get("metrics"))
+    metrics = step.metrics
     if status == "passed" and reason:  # passed with a caveat (a snapshot tool missing, a cut-off csv line)
         out.append(_item("warn", "WARN", "warn", f"step {name}", reason))
-    for note in as_list(step.get("notes")):  # e.g. an A/B whose setting the trainer ignored
+    for note in step.notes or []:  # e.g. an A/B whose setting the trainer ignored
         out.append(_item("warn", "WARN", "warn", f"step {name}", note))
-    for setting in as_list(metrics.get("ignored_settings")):
+    for setting in as_list(metrics.get("ignored_settings")):  # the ab kind's
         out.append(_item("warn", "WARN", "warn", f"step {name}", f"the trainer ignored {fmt_num(setting)}"))
-    for problem in as_list(metrics.get("problems")):  # snapshot: a tool missing, a file not written
+    for problem in as_list(metrics.get("problems")):  # the snapshot kind's: a tool missing, a file not written
         if str(problem) not in str(reason or ""):  # not said already
             out.append(_item("warn", "WARN", "warn", f"step {name}", problem))
-    records = [(f"step {name}", metrics)] + [(f"step {name} [{fmt_num(as_dict(r).get('label'))}]",
-                                              as_dict(as_dict(r).get("metrics"))) for r in as_list(step.get("runs"))]
+    records = [(f"step {name}", _launch(metrics))] + [(f"step {name} [{fmt_num(r.label)}]", r.metrics)
+                                                      for r in step.runs]
     for where, m in records:
-        csv_status = m.get("status")
-        if csv_status == "short" or (csv_status == "ok" and m.get("note")):
-            out.append(_item("warn", "WARN", "warn", where, f"training.csv: {m.get('note') or csv_status}"))
+        if m.status == "short" or (m.status == "ok" and m.note):
+            out.append(_item("warn", "WARN", "warn", where, f"training.csv: {m.note or m.status}"))
     return out
 
 
-def _criterion_problems(crit: dict) -> list[dict]:
-    status = str(crit.get("status"))
+def _criterion_problems(crit: Criterion) -> list[dict]:
+    status = str(crit.status)
     if status == "pass":
         return []
     view = status_view(status, CRITERION_LABELS)
-    name = fmt_num(crit.get("name"))
-    detail = crit.get("detail")
-    actual = crit.get("actual")
+    name = fmt_num(crit.name)
+    detail = crit.detail
+    actual = crit.actual
     parts = []
     if status in ("fail", "warn"):
-        parts.append(f"expected {fmt_num(crit.get('target'))}, got {fmt_num(actual)}")
+        parts.append(f"expected {fmt_num(crit.target)}, got {fmt_num(actual)}")
     if detail:
         parts.append(str(detail))
     what = "; ".join(parts) or (f"got {fmt_num(actual)}" if actual not in (None, "", NA) else None)
@@ -84,10 +91,10 @@ def _criterion_problems(crit: dict) -> list[dict]:
     return [_item(rank, view["word"], view["css"], f"criterion {name}", what)]
 
 
-def _regressions(results: dict) -> list[dict]:
+def _regressions(run: Run) -> list[dict]:
     """Significant regressions against an earlier run (the performance_analysis block, validation.report.performance)."""
     out = []
-    for row in analysis_rows(results):
+    for row in analysis_rows(run):
         if row["significant"] and row["verdict_value"] == "worse":
             out.append(_item("warn", "WARN", "warn", f"{row['step']} {row['metric']} vs earlier run",
                              f"worse by {row['rel_delta']} ({row['ci']}, p {row['p']}): {row['mean_a']} -> "
@@ -98,72 +105,67 @@ def _regressions(results: dict) -> list[dict]:
 NO_GPU_TOOL = "nvidia-smi not found"  # the snapshot's caveat on a machine without the NVIDIA driver
 
 
-def _cpu_only(results: dict) -> bool:
+def _cpu_only(run: Run) -> bool:
     """The run found no GPU and no step asked for one (every trainer step ran on the CPU)."""
-    env = as_dict(results.get("environment"))
-    if env.get("gpu_count") != 0:
+    if run.environment.gpu_count != 0:
         return False
-    devices = {str(as_dict(as_dict(m).get("context")).get("device") or "")
-               for step in as_dict(results.get("steps")).values()
-               for m in [as_dict(step).get("metrics")] + [as_dict(r).get("metrics") for r in
-                                                          as_list(as_dict(step).get("runs"))]
-               if as_dict(as_dict(m).get("context")).get("device")}
+    launches = [m for step in run.steps.values() if step is not None
+                for m in [_launch(step.metrics)] + [r.metrics for r in step.runs]]
+    devices = {m.context.device for m in launches if m.context is not None and m.context.device}
     return bool(devices) and all(d.startswith("cpu") for d in devices)
 
 
-def _evidence_problems(results: dict) -> list[dict]:
+def _evidence_problems(run: Run) -> list[dict]:
     """What the run's evidence record (validation.execution.evidence.assess) found: figures outside their physical range
     (an error: a bug in the measurement, unless a disturbance explains it), steps measured under interference, and
     measured launches whose throughput was not stable."""
-    ev = as_dict(results.get("evidence"))
+    ev = run.evidence
     out = []
-    for bad in (as_dict(b) for b in as_list(ev.get("implausible"))):
-        where = f"step {fmt_num(bad.get('step'))}"
-        what = (f"{fmt_num(bad.get('metric'))} = {fmt_num(bad.get('value'))} is outside its physical range "
-                f"{fmt_num(bad.get('range'))}: {fmt_num(bad.get('reason'))}")
-        if bad.get("disturbed"):
+    for bad in ev.implausible:
+        where = f"step {fmt_num(bad.step)}"
+        what = (f"{fmt_num(bad.metric)} = {fmt_num(bad.value)} is outside its physical range "
+                f"{fmt_num(bad.range)}: {fmt_num(bad.reason)}")
+        if bad.disturbed:
             out.append(_item("inconclusive", "INCONCLUSIVE", "warn", where,
                              f"{what}; measured while other work used the machine, so not a result"))
         else:
             out.append(_item("error", "IMPLAUSIBLE", "fail", where, f"{what}: a bug in the measurement, not a result"))
-    runbook, run_dir = as_dict(results.get("runbook")).get("path"), results.get("run_dir")
-    for d in (as_dict(x) for x in as_list(ev.get("disturbed"))):
-        again = rerun_command(str(runbook or "RUNBOOK"), str(run_dir or "RUN_DIR"), [str(d.get("step"))])
-        out.append(_item("inconclusive", "DISTURBED", "warn", f"step {fmt_num(d.get('step'))}",
-                         f"measured while other work used the machine: {fmt_num(d.get('text'))}; what it measured "
+    runbook, run_dir = run.runbook.path, run.run_dir
+    for d in ev.disturbed:
+        again = rerun_command(str(runbook or "RUNBOOK"), str(run_dir or "RUN_DIR"), [str(d.step)])
+        out.append(_item("inconclusive", "DISTURBED", "warn", f"step {fmt_num(d.step)}",
+                         f"measured while other work used the machine: {fmt_num(d.text)}; what it measured "
                          f"decides nothing on its own; run it again: {again}"))
-    steps = as_dict(results.get("steps"))
-    for name in (str(n) for n in as_list(ev.get("measured"))):
-        step = as_dict(steps.get(name))
-        if step.get("status") != "passed":
+    for name in (str(n) for n in ev.measured):
+        step = run.steps.get(name)
+        if step is None or step.status != "passed":
             continue
-        records = [(f"step {name}", as_dict(step.get("metrics")))] + [
-            (f"step {name} [{fmt_num(as_dict(r).get('label'))}"
-             + (f", repeat {int(as_dict(r)['repeat']) + 1}" if isinstance(as_dict(r).get("repeat"), int) else "")
-             + "]", as_dict(as_dict(r).get("metrics"))) for r in as_list(step.get("runs"))]
+        records = [(f"step {name}", _launch(step.metrics))] + [
+            (f"step {name} [{fmt_num(r.label)}" + (f", repeat {r.repeat + 1}" if r.repeat is not None else "") + "]",
+             r.metrics) for r in step.runs]
         for where, m in records:
-            if m.get("throughput_stable") is False:
-                cv = as_dict(m.get("toks_per_s")).get("cv")
+            if m.throughput_stable is False:
+                cv = m.toks_per_s.cv if m.toks_per_s is not None else None
                 out.append(_item("warn", "WARN", "warn", where,
                                  f"throughput not stable: tokens/s CV {fmt_pct(cv)} over the window (stable: at most "
                                  f"{fmt_pct(THROUGHPUT_CV_MAX)}); its mean is a poor summary of the run"))
     return out
 
 
-def open_problems(results: dict) -> list[dict]:
+def open_problems(results: Run | dict) -> list[dict]:
     """Every open problem of a run, failures first (see the module docstring); [] when there is none."""
-    results = as_dict(results)
+    run = read_run(results)
     items: list[dict] = []
-    for name, step in steps_in_order(results):
-        if isinstance(step, dict):
+    for name, step in run.steps_in_order():
+        if step is not None:
             items += _step_problems(name, step)
         else:
             items.append(_item("warn-incomplete", "MISSING", "warn", f"step {name}", "no result recorded"))
-    for crit in as_list(results.get("acceptance")):
-        items += _criterion_problems(as_dict(crit))
-    items += _regressions(results)
-    items += _evidence_problems(results)
-    if _cpu_only(results):  # no GPU on a CPU-only run is what the runbook asked for, not a problem
+    for crit in run.acceptance:
+        items += _criterion_problems(crit)
+    items += _regressions(run)
+    items += _evidence_problems(run)
+    if _cpu_only(run):  # no GPU on a CPU-only run is what the runbook asked for, not a problem
         items = [p for p in items if not (p["rank"] == _RANK["warn"] and NO_GPU_TOOL in p["what"])]
     items.sort(key=lambda p: p["rank"])  # stable: run order within a rank
     unique = {(p["where"], p["what"]): p for p in reversed(items)}  # a reason that is also a note: once

@@ -21,7 +21,7 @@ from validation.report.command import validated_command
 from validation.report.performance import performance_view
 from validation.report.problems import open_problems
 from validation.results.codec import decode
-from validation.results.run import Evidence, Plot, Run, Step, read_run
+from validation.results.run import Plot, Run, Step, read_run
 from validation.results.store import resume_note, reused_notes
 from validation.results.model import RunResults
 from validation.results.trainer_launch import LaunchMetrics
@@ -305,13 +305,12 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
     css = VERDICT_LABELS.get(verdict, "incomplete")
     step_counts = Counter(str(s.status if s is not None else None) for s in run.steps.values())
     crit_counts = Counter(str(c.status) for c in run.acceptance)
-    performance = performance_view(results)
+    performance = performance_view(run)
     comps = findings.comparisons(results)
     finding = findings.key_finding(comps)
-    problems = open_problems(results)
-    rec_rows = findings.recommendation_rows(results, comps)
+    problems = open_problems(run)
+    rec_rows = findings.recommendation_rows(run, comps)
     rec_env = run.recommendations.env
-    evidence = run.evidence or Evidence()
     return {
         "title": f"{runbook.name or 'nsa-validate'} validation report",
         "runbook": {"name": fmt_num(runbook.name), "description": runbook.description or None,
@@ -324,10 +323,10 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
         "key_finding_against": performance["key_finding"] if performance else None,
         "performance": performance,
         "comparisons": findings.comparison_rows(comps),
-        "conclusion": findings.conclusion(results, problems, finding),
+        "conclusion": findings.conclusion(run, problems, finding),
         "problems": problems,
         # the thresholds behind every DISTURBED or inconclusive row, once (results.json "evidence")
-        "interference_rules": str(evidence.rules or "") if evidence.disturbed else None,
+        "interference_rules": str(run.evidence.rules or "") if run.evidence.disturbed else None,
         "recommended": rec_rows,
         "run_command": validated_command(results),
         "step_counts": ", ".join(f"{step_counts[k]} {k}" for k in sorted(step_counts)) or "none",

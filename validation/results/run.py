@@ -257,18 +257,54 @@ class AnalysisRow:
 
 
 @dataclasses.dataclass(frozen=True)
+class AgainstRun:
+    """The earlier run a run was compared with."""
+    run_dir: Any = None
+    runbook: Any = None
+    started: Any = None
+    verdict: Any = None
+    git_sha: Any = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """How the family-wise error of a comparison's tested rows was controlled (significance.adjust_family)."""
+    correction: Any = None
+    alpha: Any = None
+    family_size: Any = None
+    statement: Any = None
+    significant: Any = None
+    regressions: Any = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyFinding:
+    """The largest significant change of a comparison with an earlier run, or "none: ..." (its `text`)."""
+    text: Any = None
+    step: Any = None
+    metric: Any = None
+    rel: Any = None
+    verdict: Any = None
+    row: Any = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
 class PerformanceAnalysis:
     """results.json's "performance_analysis" (validation.report.compare.performance_analysis): this run against an
-    earlier one. `against` is the earlier run's record (a plain string, its directory, in some records)."""
-    against: dict[str, Any] | str | None = None
+    earlier one, compare_runs' keys plus `against` (the earlier run; a plain string, its directory, in some
+    records) and `key_finding`."""
+    against: AgainstRun | str | None = None
     alpha: Any = None
     noise: Any = None
-    noise_source: str | None = None
-    family: dict[str, Any] = dataclasses.field(default_factory=dict)
-    run_noise: dict[str, Any] | None = None
+    noise_source: Any = None
+    family: Family = dataclasses.field(default_factory=Family)
+    run_noise: Any = None  # {step: RunNoise.as_dict()}
     gate: Any = None
     warnings: list[Any] = dataclasses.field(default_factory=list)
-    key_finding: dict[str, Any] | None = None
+    key_finding: KeyFinding | None = None
     rows: list[AnalysisRow] = dataclasses.field(default_factory=list)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -294,8 +330,8 @@ class Run:
     steps: dict[str, Step | None] = dataclasses.field(default_factory=dict)
     acceptance: list[Criterion] = dataclasses.field(default_factory=list)
     recommendations: Recommendations = dataclasses.field(default_factory=Recommendations)
-    performance_analysis: PerformanceAnalysis | None = absent()
-    evidence: Evidence | None = absent()
+    performance_analysis: PerformanceAnalysis = absent(PerformanceAnalysis())  # PerformanceAnalysis() when absent
+    evidence: Evidence = absent(Evidence())  # Evidence() when absent
     reused: list[dict[str, Any]] | None = absent()  # validation.results.reuse.Reuse.record per phase taken
     plots: list[Plot] = dataclasses.field(default_factory=list)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -13,8 +13,10 @@ Recommendation (`recommend`), the seed's rule applied to the evidence, per strat
     shard, else full shard (the most memory saved);
   - tight (DDP fits, less headroom than asked): the significantly faster strategy among those that fit; without a
     significant difference FSDP full shard (the headroom for a larger batch).
-"Faster" always means a significant paired comparison (validation.analysis.significance) handed in as a dict with rel,
-ci_low, ci_high, p_value (p_adjusted), significant; the reason states the numbers that decided it.
+"Faster" always means a significant paired comparison (validation.analysis.significance) handed in as its record
+(validation.results.decision.ComparisonRecord, or its JSON form): rel, ci_low, ci_high, p_value (p_adjusted),
+significant; the reason states the numbers that decided it. `recommendation` returns a typed Recommendation,
+`recommend` its JSON form.
 
 Exposed communication (`exposed_comm`): collective time not overlapped with compute, from the torch profiler's
 chrome trace of rank 0: the union of the collectives' intervals (gloo's `gloo:*` work on its own threads, NCCL
@@ -30,10 +32,12 @@ scaling (the per-rank batch fixed) E = X(n) n0 / (X(n0) n) = T(n0) / T(n). 1.0 i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from validation.formatting import fmt_pct
+from validation.results.codec import decode
+from validation.results.decision import ComparisonRecord
 
 STRATEGIES = {"ddp": "DDP", "fsdp": "FSDP2 full shard", "fsdp_no_reshard": "FSDP2 no-reshard (SHARD_GRAD_OP)"}
 DEFAULT_HEADROOM = 0.2
@@ -102,28 +106,72 @@ def is_oom(*texts: Any) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- recommendation
-def _comparison_text(comp: Mapping | None) -> str:
+Num = int | float
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What was measured of one strategy at the batch the runbook needs."""
+    fits: bool | None = None  # a run passed and none ran out of memory (and the batch search reached the batch)
+    peak_gb: Num | None = None
+    capacity_gb: Num | None = None
+    toks_per_s: Num | None = None
+    largest_batch: int | None = None
+
+
+@dataclass(frozen=True)
+class Numbers:
+    """The figures the rule weighed for one strategy (a parallelism step's "recommendation_numbers"): whether it fits
+    (its evidence, and a peak within the memory a rank has), its headroom (1 - peak / capacity; None unknown)."""
+    fits: bool | None = None
+    headroom: Num | None = None
+    toks_per_s: Num | None = None
+    peak_gb: Num | None = None
+    capacity_gb: Num | None = None
+    largest_batch: int | None = None
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The strategy the rule recommends (None when nothing fits or DDP was not measured), the memory regime
+    (fits_with_headroom, tight or does_not_fit), the reason with the numbers that decided it, the numbers."""
+    strategy: str | None = None
+    regime: str | None = None
+    reason: str | None = None
+    numbers: dict[str, Numbers] = field(default_factory=dict)
+    headroom_required: Num | None = None
+
+
+def _comparison(comp: ComparisonRecord | Mapping | None) -> ComparisonRecord | None:
+    if isinstance(comp, ComparisonRecord):
+        return comp
+    if not comp:
+        return None
+    return decode(ComparisonRecord, comp, lenient=True)
+
+
+def _comparison_text(comp: ComparisonRecord | None) -> str:
     if not comp:
         return "not compared"
-    adjusted = comp.get("p_adjusted") is not None
-    p = comp.get("p_adjusted") if adjusted else comp.get("p_value")
-    return (f"{fmt_pct(comp.get('rel'), True)} tokens/s (95% CI {fmt_pct(comp.get('ci_low'), True)} .. "
-            f"{fmt_pct(comp.get('ci_high'), True)}, {'Holm-adjusted ' if adjusted else ''}p = {p:.3g}, "
-            f"{'significant' if comp.get('significant') else 'not significant'})"
-            if isinstance(p, (int, float)) else f"{fmt_pct(comp.get('rel'), True)} tokens/s (no p-value)")
+    adjusted = comp.p_adjusted is not None
+    p = comp.p_adjusted if adjusted else comp.p_value
+    return (f"{fmt_pct(comp.rel, True)} tokens/s (95% CI {fmt_pct(comp.ci_low, True)} .. "
+            f"{fmt_pct(comp.ci_high, True)}, {'Holm-adjusted ' if adjusted else ''}p = {p:.3g}, "
+            f"{'significant' if comp.significant else 'not significant'})"
+            if isinstance(p, (int, float)) else f"{fmt_pct(comp.rel, True)} tokens/s (no p-value)")
 
 
-def _faster(comparisons: Mapping[str, Mapping], a: str, b: str) -> int:
+def _faster(comparisons: Mapping[str, ComparisonRecord], a: str, b: str) -> int:
     """+1 when a is significantly faster than b, -1 when significantly slower, 0 otherwise. comparisons hold
     "b_vs_a"-style keys "<variant>:<baseline>" with rel = variant / baseline - 1."""
     for key, sign in ((f"{a}:{b}", 1), (f"{b}:{a}", -1)):
         comp = comparisons.get(key)
-        if comp and comp.get("significant") and isinstance(comp.get("rel"), (int, float)):
-            return sign if comp["rel"] > 0 else -sign
+        if comp and comp.significant and isinstance(comp.rel, (int, float)):
+            return sign if comp.rel > 0 else -sign
     return 0
 
 
-def _comp(comparisons: Mapping[str, Mapping], a: str, b: str) -> tuple[str, Mapping | None]:
+def _comp(comparisons: Mapping[str, ComparisonRecord], a: str, b: str) -> tuple[str, ComparisonRecord | None]:
     """The comparison of a against b, as text with a's label first."""
     if f"{a}:{b}" in comparisons:
         return f"{a} vs {b}", comparisons[f"{a}:{b}"]
@@ -132,64 +180,69 @@ def _comp(comparisons: Mapping[str, Mapping], a: str, b: str) -> tuple[str, Mapp
     return f"{a} vs {b}", None
 
 
-def recommend(evidence: Mapping[str, Mapping], comparisons: Mapping[str, Mapping], *,
+def recommend(evidence: Mapping[str, Evidence | Mapping], comparisons: Mapping[str, ComparisonRecord | Mapping], *,
               headroom: float = DEFAULT_HEADROOM) -> dict[str, Any]:
-    """The seed's rule (module doc) on `evidence` {strategy: {"fits": bool, "peak_gb": float|None, "capacity_gb":
-    float|None, "toks_per_s": float|None, "largest_batch": int|None}} and `comparisons` {"<variant>:<baseline>":
-    {"rel", "ci_low", "ci_high", "p_value", "p_adjusted", "significant"}}. Returns {"strategy", "regime",
-    "reason", "numbers": {strategy: {"headroom", "fits", "toks_per_s"}}}; strategy None when nothing fits or
-    DDP was not measured."""
-    numbers: dict[str, dict[str, Any]] = {}
+    """recommendation() as a dict: {"strategy", "regime", "reason", "numbers": {strategy: {"fits", "headroom",
+    "toks_per_s", "peak_gb", "capacity_gb", "largest_batch"}}, "headroom_required"}."""
+    return asdict(recommendation(evidence, comparisons, headroom=headroom))
+
+
+def recommendation(evidence: Mapping[str, Evidence | Mapping],
+                   comparisons: Mapping[str, ComparisonRecord | Mapping], *,
+                   headroom: float = DEFAULT_HEADROOM) -> Recommendation:
+    """The seed's rule (module doc) on `evidence` {strategy: Evidence} and `comparisons` {"<variant>:<baseline>":
+    significance.Comparison's record (rel, ci_low, ci_high, p_value, p_adjusted, significant)}, either given as
+    records or as their JSON form."""
+    comparisons = {k: _comparison(c) for k, c in comparisons.items()}
+    numbers: dict[str, Numbers] = {}
     for name, ev in evidence.items():
-        peak, cap = ev.get("peak_gb"), ev.get("capacity_gb")
+        ev = ev if isinstance(ev, Evidence) else decode(Evidence, ev, lenient=True)
+        peak, cap = ev.peak_gb, ev.capacity_gb
         room = 1 - peak / cap if isinstance(peak, (int, float)) and isinstance(cap, (int, float)) and cap > 0 else None
-        fits = bool(ev.get("fits")) and (room is None or room >= 0)
-        numbers[name] = {"fits": fits, "headroom": room, "toks_per_s": ev.get("toks_per_s"),
-                         "peak_gb": peak, "capacity_gb": cap, "largest_batch": ev.get("largest_batch")}
+        fits = bool(ev.fits) and (room is None or room >= 0)
+        numbers[name] = Numbers(fits=fits, headroom=room, toks_per_s=ev.toks_per_s, peak_gb=peak, capacity_gb=cap,
+                                largest_batch=ev.largest_batch)
 
     def mem(name: str) -> str:
         n = numbers[name]
-        if not n["fits"]:
-            return f"{name} does not fit" + (f" (peak {n['peak_gb']:.3g} GB of {n['capacity_gb']:.3g} GB)"
-                                             if n["headroom"] is not None else " (out of memory)")
-        if n["headroom"] is None:
+        if not n.fits:
+            return f"{name} does not fit" + (f" (peak {n.peak_gb:.3g} GB of {n.capacity_gb:.3g} GB)"
+                                             if n.headroom is not None else " (out of memory)")
+        if n.headroom is None:
             return f"{name} fits (memory available unknown)"
-        return f"{name} fits with {fmt_pct(n['headroom'])} headroom ({n['peak_gb']:.3g} of {n['capacity_gb']:.3g} GB)"
+        return f"{name} fits with {fmt_pct(n.headroom)} headroom ({n.peak_gb:.3g} of {n.capacity_gb:.3g} GB)"
 
     def speed(a: str, b: str) -> str:
         label, comp = _comp(comparisons, a, b)
         return f"{label}: {_comparison_text(comp)}"
 
-    out: dict[str, Any] = {"strategy": None, "regime": None, "reason": None, "numbers": numbers,
-                           "headroom_required": headroom}
+    def out(strategy: str | None = None, regime: str | None = None, reason: str | None = None) -> Recommendation:
+        return Recommendation(strategy, regime, reason, numbers, headroom)
+
     fsdp_modes = [m for m in ("fsdp", "fsdp_no_reshard") if m in numbers]
     if "ddp" not in numbers:
-        out["reason"] = "no recommendation: DDP was not measured"
-        return out
+        return out(reason="no recommendation: DDP was not measured")
     ddp = numbers["ddp"]
-    if not ddp["fits"]:
-        out["regime"] = "does_not_fit"
-        fitting = [m for m in fsdp_modes if numbers[m]["fits"]]
+    if not ddp.fits:
+        fitting = [m for m in fsdp_modes if numbers[m].fits]
         if not fitting:
-            out["reason"] = (f"no strategy fits: {'; '.join(mem(m) for m in numbers)}; reduce the micro-batch (use "
-                             "gradient accumulation for the global batch) or checkpoint activations")
-            return out
+            return out(regime="does_not_fit",
+                       reason=(f"no strategy fits: {'; '.join(mem(m) for m in numbers)}; reduce the micro-batch (use "
+                               "gradient accumulation for the global batch) or checkpoint activations"))
         choice = "fsdp" if "fsdp" in fitting else fitting[0]
         if "fsdp_no_reshard" in fitting and "fsdp" in fitting:
-            nr = numbers["fsdp_no_reshard"]["headroom"]
+            nr = numbers["fsdp_no_reshard"].headroom
             if _faster(comparisons, "fsdp", "fsdp_no_reshard") <= 0 and (nr is None or nr >= headroom):
                 choice = "fsdp_no_reshard"
         why = [mem("ddp")] + [mem(m) for m in fsdp_modes]
         if len(fitting) > 1:
             why.append(speed("fsdp_no_reshard", "fsdp"))
-        out.update(strategy=choice, reason=f"{STRATEGIES[choice]}: DDP does not fit; " + "; ".join(why))
-        return out
-    fitting = ["ddp"] + [m for m in fsdp_modes if numbers[m]["fits"]]
-    with_room = ddp["headroom"] is None or ddp["headroom"] >= headroom
+        return out(choice, "does_not_fit", f"{STRATEGIES[choice]}: DDP does not fit; " + "; ".join(why))
+    fitting = ["ddp"] + [m for m in fsdp_modes if numbers[m].fits]
+    with_room = ddp.headroom is None or ddp.headroom >= headroom
     faster_fsdp = [m for m in fitting[1:] if all(_faster(comparisons, m, o) > 0 for o in fitting if o != m)]
     if with_room:
-        out["regime"] = "fits_with_headroom"
-        why = [mem("ddp") + f" (>= {fmt_pct(headroom)} asked)" if ddp["headroom"] is not None
+        why = [mem("ddp") + f" (>= {fmt_pct(headroom)} asked)" if ddp.headroom is not None
                else mem("ddp") + "; headroom taken as sufficient"]
         why += [speed(m, "ddp") for m in fsdp_modes]
         if faster_fsdp:
@@ -200,9 +253,7 @@ def recommend(evidence: Mapping[str, Mapping], comparisons: Mapping[str, Mapping
         else:
             choice, lead = "ddp", ("DDP: it fits with headroom and no FSDP mode is significantly faster "
                                    "(no significant difference: the simpler strategy is kept)")
-        out.update(strategy=choice, reason=f"{lead}; " + "; ".join(why))
-        return out
-    out["regime"] = "tight"
+        return out(choice, "fits_with_headroom", f"{lead}; " + "; ".join(why))
     why = [mem(m) for m in numbers] + [speed(m, "ddp") for m in fsdp_modes]
     fastest = [m for m in fitting if all(_faster(comparisons, m, o) > 0 for o in fitting if o != m)]
     if fastest:
@@ -213,8 +264,7 @@ def recommend(evidence: Mapping[str, Mapping], comparisons: Mapping[str, Mapping
         lead = (f"{STRATEGIES[choice]}: memory is tight for DDP (less than {fmt_pct(headroom)} headroom) and no "
                 f"strategy is significantly faster at this batch" + (", so the one with the most headroom"
                                                                      if choice == "fsdp" else ""))
-    out.update(strategy=choice, reason=f"{lead}; " + "; ".join(why))
-    return out
+    return out(choice, "tight", f"{lead}; " + "; ".join(why))
 
 
 # ---------------------------------------------------------------------------------------------- exposed comm
@@ -254,41 +304,71 @@ def _length(intervals: list[tuple[float, float]]) -> float:
     return sum(e - s for s, e in intervals)
 
 
+class Event(NamedTuple):
+    """A complete ("X") event of a chrome trace: its name, category, start and duration (us), process and thread."""
+    name: str
+    cat: Any
+    ts: float
+    dur: float
+    pid: Any
+    tid: Any
+
+
+def complete_events(events: Iterable[Any]) -> list[Event]:
+    """The complete events of a chrome trace's traceEvents that have a numeric start and duration, in order."""
+    out = []
+    for e in events:
+        if not isinstance(e, Mapping) or e.get("ph") != "X":
+            continue
+        ts, dur = e.get("ts"), e.get("dur")
+        if isinstance(ts, (int, float)) and isinstance(dur, (int, float)):
+            out.append(Event(str(e.get("name", "")), e.get("cat"), ts, dur, e.get("pid"), e.get("tid")))
+    return out
+
+
+@dataclass(frozen=True)
+class ExposedComm:
+    """Collective time in rank 0's profiled steps and the part of it not overlapped with compute (seconds)."""
+    comm_s: Num
+    exposed_s: Num
+    steps: int
+    per_step_comm_s: Num
+    per_step_exposed_s: Num
+    source: str
+
+
 def exposed_comm(events: list[Mapping]) -> dict[str, Any] | None:
-    """{"comm_s", "exposed_s", "steps", "per_step_comm_s", "per_step_exposed_s", "source"} from a chrome trace's
-    traceEvents (module doc), or None when it holds no collective."""
-    xs = [e for e in events if isinstance(e, Mapping) and e.get("ph") == "X" and isinstance(e.get("dur"), (int, float))
-          and isinstance(e.get("ts"), (int, float))]
-    steps = sum(1 for e in xs if str(e.get("name", "")).startswith("ProfilerStep#")) or 1
-    kernels = [e for e in xs if e.get("cat") == "kernel"]
-    if any("nccl" in str(e.get("name", "")).lower() for e in kernels):
-        comm = [e for e in kernels if "nccl" in str(e["name"]).lower()]
-        compute = [e for e in kernels if "nccl" not in str(e["name"]).lower()]
-        comm_u, busy = _union((e["ts"], e["ts"] + e["dur"]) for e in comm), _union(
-            (e["ts"], e["ts"] + e["dur"]) for e in compute)
+    """ExposedComm as a dict ({"comm_s", "exposed_s", "steps", "per_step_comm_s", "per_step_exposed_s", "source"})
+    from a chrome trace's traceEvents (module doc), or None when it holds no collective."""
+    xs = complete_events(events)
+    steps = sum(1 for e in xs if e.name.startswith("ProfilerStep#")) or 1
+    kernels = [e for e in xs if e.cat == "kernel"]
+    if any("nccl" in e.name.lower() for e in kernels):
+        comm = [e for e in kernels if "nccl" in e.name.lower()]
+        compute = [e for e in kernels if "nccl" not in e.name.lower()]
+        comm_u, busy = _union((e.ts, e.ts + e.dur) for e in comm), _union((e.ts, e.ts + e.dur) for e in compute)
         source = "GPU kernels: NCCL kernels minus the time compute kernels ran"
     else:
-        comm = [e for e in xs if str(e.get("name", "")).startswith("gloo:")]
+        comm = [e for e in xs if e.name.startswith("gloo:")]
         if not comm:
             return None
-        ops = [e for e in xs if e.get("cat") == "cpu_op"]
+        ops = [e for e in xs if e.cat == "cpu_op"]
         main = {}
         for e in ops:
-            key = (e.get("pid"), e.get("tid"))
+            key = (e.pid, e.tid)
             main[key] = main.get(key, 0) + 1
         thread = max(main, key=main.get) if main else None
-        own = [e for e in xs if (e.get("pid"), e.get("tid")) == thread and e.get("cat") in ("cpu_op", "user_annotation")
-               and not str(e.get("name", "")).startswith("ProfilerStep#")]
-        is_comm = [any(w in str(e.get("name", "")).lower() for w in _COMM_WORDS) for e in own]
-        work = _union((e["ts"], e["ts"] + e["dur"]) for e, c in zip(own, is_comm) if not c and e.get("cat") == "cpu_op")
-        waiting = _union((e["ts"], e["ts"] + e["dur"]) for e, c in zip(own, is_comm) if c)
+        own = [e for e in xs if (e.pid, e.tid) == thread and e.cat in ("cpu_op", "user_annotation")
+               and not e.name.startswith("ProfilerStep#")]
+        is_comm = [any(w in e.name.lower() for w in _COMM_WORDS) for e in own]
+        work = _union((e.ts, e.ts + e.dur) for e, c in zip(own, is_comm) if not c and e.cat == "cpu_op")
+        waiting = _union((e.ts, e.ts + e.dur) for e, c in zip(own, is_comm) if c)
         busy = _subtract(work, waiting)
-        comm_u = _union((e["ts"], e["ts"] + e["dur"]) for e in comm)
+        comm_u = _union((e.ts, e.ts + e.dur) for e in comm)
         source = ("CPU trace: gloo collective work (its own threads) minus the time the training thread computed "
                   "(operators other than collectives and their waits)")
     total, exposed = _length(comm_u) / 1e6, _length(_subtract(comm_u, busy)) / 1e6
-    return {"comm_s": total, "exposed_s": exposed, "steps": steps, "per_step_comm_s": total / steps,
-            "per_step_exposed_s": exposed / steps, "source": source}
+    return asdict(ExposedComm(total, exposed, steps, total / steps, exposed / steps, source))
 
 
 # ---------------------------------------------------------------------------------------------- scaling
@@ -328,23 +408,38 @@ def _collective_kind(name: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class KindTime:
+    calls: int
+    total_s: Num
+
+
+@dataclass(frozen=True)
+class AlignedComm:
+    """The collectives' own time across ranks: per kind, in all, the profiled steps and per step (seconds)."""
+    by_kind: dict[str, KindTime]
+    total_s: Num
+    steps: int
+    per_step_s: Num | None
+
+
 def aligned_collectives(ranks: list[list[Mapping]]) -> dict[str, Any] | None:
     """A collective's own time across ranks, from the Chrome-trace events of every rank of one run: the calls of
     each kind pair by order across ranks (every rank issues the same collectives in the same order), and a call's
     own time runs from the LATEST rank's start to the LATEST rank's end (before the last rank joins, the others
-    only wait for it: one rank's in-flight time counts the peers' skew). Returns {"by_kind": {kind: {"calls",
-    "total_s"}}, "total_s", "steps" (rank 0's ProfilerStep ranges), "per_step_s"}, or None with fewer than two
-    ranks or no collective. Traces are clock-aligned as the profiler writes them (one host's wall clock)."""
+    only wait for it: one rank's in-flight time counts the peers' skew). Returns AlignedComm as a dict
+    ({"by_kind": {kind: {"calls", "total_s"}}, "total_s", "steps" (rank 0's ProfilerStep ranges), "per_step_s"}),
+    or None with fewer than two ranks or no collective. Traces are clock-aligned as the profiler writes them (one
+    host's wall clock)."""
     if len(ranks) < 2:
         return None
     per_rank: list[dict[str, list[tuple[float, float]]]] = []
     for events in ranks:
         calls: dict[str, list[tuple[float, float]]] = {}
-        for e in events:
-            if isinstance(e, Mapping) and e.get("ph") == "X" and isinstance(e.get("dur"), (int, float)):
-                kind = _collective_kind(str(e.get("name", "")))
-                if kind:
-                    calls.setdefault(kind, []).append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+        for e in complete_events(events):
+            kind = _collective_kind(e.name)
+            if kind:
+                calls.setdefault(kind, []).append((float(e.ts), float(e.ts) + float(e.dur)))
         per_rank.append({k: sorted(v) for k, v in calls.items()})
     kinds = set.intersection(*(set(c) for c in per_rank))
     by_kind = {}
@@ -352,11 +447,9 @@ def aligned_collectives(ranks: list[list[Mapping]]) -> dict[str, Any] | None:
         n = min(len(c[kind]) for c in per_rank)
         total = sum(max(0.0, max(c[kind][i][1] for c in per_rank) - max(c[kind][i][0] for c in per_rank))
                     for i in range(n))
-        by_kind[kind] = {"calls": n, "total_s": total / 1e6}
+        by_kind[kind] = KindTime(n, total / 1e6)
     if not by_kind:
         return None
-    steps = sum(1 for e in ranks[0] if isinstance(e, Mapping) and e.get("ph") == "X"
-                and str(e.get("name", "")).startswith("ProfilerStep"))
-    total_s = sum(v["total_s"] for v in by_kind.values())
-    return {"by_kind": by_kind, "total_s": total_s, "steps": steps,
-            "per_step_s": total_s / steps if steps else None}
+    steps = sum(1 for e in complete_events(ranks[0]) if e.name.startswith("ProfilerStep"))
+    total_s = sum(v.total_s for v in by_kind.values())
+    return asdict(AlignedComm(by_kind, total_s, steps, total_s / steps if steps else None))

@@ -20,6 +20,8 @@ memory_kind, memory_model, comm_bytes_counted, comm_bytes_model, comm_model_matc
 comm_prediction, exposed_comm_s, aligned_comm_s (collective time, ranks aligned), exposed_source, per_step (counts)}}, "all_ran", "comparisons" {"b:a": Comparison},
 "recommendation", "recommendation_reason", "regime", "headroom", "capacity", "batch_search", "comm_step",
 "repeats"}. All times per optimizer step; memory in GB (GiB as the trainer writes it).
+The kind's Result (validation.kinds.parallelism.records) is these metrics, a LaunchRun per run and the run order as
+typed records: decoded strictly where run() reads what it built, leniently where the report reads them.
 """
 
 from __future__ import annotations
@@ -33,10 +35,12 @@ from validation.analysis.parallelism import STRATEGIES
 from validation.runbook.schema import env_vars, mapping, trainer_flags, typed
 from validation.kinds.parallelism.analysis import analyse, decide_recommendation, search_batches
 from validation.kinds.parallelism.launch import strategy_launch
+from validation.kinds.parallelism.records import Metrics, Result
 from validation.kinds.parallelism.view import draw_plots, parallelism_blocks
 from validation.kinds.blocks import Block
 from validation.kinds.base import KeyFigure, Settings, earlier_step_of_kind
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order
+from validation.results.codec import decode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,16 +148,14 @@ class Parallelism(TrainerKind):
         m["batch_search"] = search_batches(step, runs, result, ctx)
         decide_recommendation(step, m, runs)
         ctx.save()
-        if problems and not m.get("oom_only"):
+        if problems and not decode(Metrics, m, f"steps.{step.name}.metrics").oom_only:
             result.update(status="failed", reason="; ".join(problems))
         else:
             result.update(status="passed", reason="; ".join(problems) or None)
 
     def summary_line(self, result: dict) -> str:
-        m = result.get("metrics") or {}
-        if not isinstance(m, dict) or not m.get("recommendation"):
-            return ""
-        return f" recommendation: {m['recommendation']}"
+        recommendation = decode(Result, result, lenient=True).metrics.recommendation
+        return f" recommendation: {recommendation}" if recommendation else ""
 
     def view(self, result: dict, view: dict) -> dict:
         return {"command": ""}  # each run has its own
@@ -164,11 +166,13 @@ class Parallelism(TrainerKind):
     def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
         out = []
         for s in in_order:
-            m = s.get("metrics") if isinstance(s, dict) else None
-            if s.get("kind") == self.name and isinstance(m, dict) and m.get("recommendation"):
-                out.append(KeyFigure("parallelism", "Parallelism", str(m["recommendation"]),
-                                     f"step `{s.get('name')}`: {m.get('recommendation_reason')}", order=30,
-                                     steps=(str(s.get("name")),)))
+            if s.get("kind") != self.name:
+                continue
+            m = decode(Result, s, lenient=True).metrics
+            if m.recommendation:
+                name = s.get("name")
+                out.append(KeyFigure("parallelism", "Parallelism", str(m.recommendation),
+                                     f"step `{name}`: {m.recommendation_reason}", order=30, steps=(str(name),)))
         return out
 
     def plots(self, name: str, result: dict, plotter) -> None:

@@ -1,27 +1,35 @@
 """What the `parallelism` step makes of its runs (validation.kinds.parallelism): per-strategy figures from each
 run's summary.json (validation.contracts.read_summary) and profiler trace, the paired comparisons between the
 strategies, the batch-size search on GPU and the recommendation. Not a step kind (the leading underscore keeps the
-registry from treating it as one)."""
+registry from treating it as one). The runs are read as LaunchRun records and each run's files as a RunInfo
+(validation.kinds.parallelism.records); what is written into the metrics is results.json's JSON."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence, TypeVar
 
 from validation import contracts
 from validation.analysis.collectives import predict_seconds
-from validation.analysis.parallelism import SearchError, aligned_collectives, batch_search, exposed_comm, is_oom, recommend
+from validation.analysis.parallelism import (Evidence, SearchError, aligned_collectives, batch_search, exposed_comm,
+                                             is_oom, recommendation)
 from validation.analysis.significance import StatsError, adjust_family, compare_paired, compare_series
+from validation.formatting import as_dict
 from validation.kinds.parallelism.launch import strategy_launch
+from validation.kinds.parallelism.records import CommCount, Metrics, Result, RunInfo, StrategyFigures
 from validation.kinds import trainer
 from validation.kinds.trainer import run_values
+from validation.results.codec import decode, encode
+from validation.results.trainer_launch import LaunchRun
 
 CPU_SEARCH_SKIPPED = ("skipped on CPU: a rank's memory (RSS) has no hard limit there, so a batch that does not fit "
                       "swaps the host instead of failing out of memory; the search runs on GPU only")
 NOT_AVAILABLE = "not available: the step names no `comm` step (key `comm:`) whose bandwidth tables would predict it"
+T = TypeVar("T")
 
 
 def _mean(values) -> float | None:
@@ -29,29 +37,42 @@ def _mean(values) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def _record(cls: type[T], value: Any) -> T:
+    """`value` as a `cls` record: given as one, or its JSON form (read leniently)."""
+    return value if isinstance(value, cls) else decode(cls, value, lenient=True)
+
+
+def _comm_step(results: dict, name: str | None) -> tuple[dict, dict]:
+    """The record of the `comm` step `name` in the run's results and its metrics ({} where missing)."""
+    comm = as_dict(as_dict(results.get("steps")).get(name))
+    return comm, as_dict(comm.get("metrics"))
+
+
 def comm_tables(step, results: dict) -> tuple[dict | None, str]:
     """The bandwidth tables of the step's `comm` step ({kind: table}) and where they come from, or (None, why)."""
     if not step.comm:
         return None, NOT_AVAILABLE
-    comm = (results.get("steps") or {}).get(step.comm) or {}
-    metrics = comm.get("metrics") if isinstance(comm.get("metrics"), dict) else {}
+    comm, metrics = _comm_step(results, step.comm)
     tables = {k: v["table"] for k, v in metrics.items() if isinstance(v, dict) and v.get("table")}
-    if comm.get("status") != "passed" or not tables:
-        return None, (f"not available: comm step {step.comm!r} {comm.get('status') or 'did not run'}"
-                      + (f" ({comm.get('reason')})" if comm.get("reason") else "") + ", so no bandwidth table")
+    status, reason = comm.get("status"), comm.get("reason")
+    if status != "passed" or not tables:
+        return None, (f"not available: comm step {step.comm!r} {status or 'did not run'}"
+                      + (f" ({reason})" if reason else "") + ", so no bandwidth table")
     return tables, (f"comm step {step.comm!r} ({metrics.get('backend')}, {metrics.get('source')}, world size "
                     f"{metrics.get('world_size')})")
 
 
-def read_run(ctx, run: dict) -> dict[str, Any]:
-    """summary.json, the exposed communication of the rank-0 trace and the env.json of one run (or their errors)."""
-    out_dir = Path(ctx.run_dir) / run["dir"] / "out"
+def read_run(ctx, run: LaunchRun) -> dict[str, Any]:
+    """summary.json, the exposed communication of the rank-0 trace and the env.json of one run (or their errors):
+    a RunInfo's JSON form."""
+    out_dir = Path(ctx.run_dir) / str(run.dir) / "out"
     info: dict[str, Any] = {"summary": None, "trace": None, "env": contracts.read_env_json(out_dir)}
     summary = contracts.read_summary(out_dir)  # {} when a failed run has none; {"problem"} when damaged
-    if summary and "problem" not in summary:
+    problem = summary.get("problem")
+    if summary and problem is None:
         info["summary"] = summary
     else:
-        info["summary_error"] = summary.get("problem") or f"no summary.json in {out_dir}"
+        info["summary_error"] = problem or f"no summary.json in {out_dir}"
     traces = sorted((out_dir / "profile").glob("trace_rank0_*.json"))
     if traces:
         try:
@@ -72,76 +93,79 @@ def read_run(ctx, run: dict) -> dict[str, Any]:
     return info
 
 
-def _sizes(per_step: Any) -> dict[str, list[int]]:
+def _sizes(per_step: list[CommCount] | None) -> dict[str, list[int]]:
     """{kind: [bytes of each call]} of one optimizer step, from summary.json's comm.per_step (a list of rows)."""
     out: dict[str, list[int]] = {}
-    for row in per_step if isinstance(per_step, list) else []:
-        if isinstance(row, dict) and row.get("kind"):
-            out.setdefault(str(row["kind"]), []).extend(int(s) for s in row.get("sizes") or [])
+    for row in per_step or []:
+        if row.kind:
+            out.setdefault(str(row.kind), []).extend(int(s) for s in row.sizes or [])
     return out
 
 
-def strategy_figures(label: str, spec, runs: list[dict], infos: list[dict], tables, why_no_tables,
-                     comm_world: Any = None) -> dict:
+def strategy_figures(label: str, spec, runs: Sequence[LaunchRun | dict], infos: Sequence[RunInfo | dict], tables,
+                     why_no_tables, comm_world: Any = None) -> dict:
+    """figures() as results.json holds them (runs and infos as records or their JSON form)."""
+    return encode(figures(label, spec, [_record(LaunchRun, r) for r in runs], [_record(RunInfo, i) for i in infos],
+                          tables, why_no_tables, comm_world))
+
+
+def figures(label: str, spec, runs: Sequence[LaunchRun], infos: Sequence[RunInfo], tables, why_no_tables,
+            comm_world: Any = None) -> StrategyFigures:
     """The per-strategy row of the metrics (module doc of validation.kinds.parallelism). `comm_world`: the world
     size the comm step measured at; tables of another world size predict nothing here (said so)."""
-    mine = [(r, i) for r, i in zip(runs, infos) if r["label"] == label]
-    ok = [(r, i) for r, i in mine if r["status"] == "passed" and i["summary"]]
-    sums = [i["summary"] for _, i in ok]
-    out: dict[str, Any] = {"strategy": spec.strategy, "runs": len(mine), "passed": len(ok),
-                           "oom": sum(is_oom(r.get("reason")) for r, _ in mine)}
-    toks = [((r.get("metrics") or {}).get("toks_per_s") or {}).get("mean") for r, _ in ok]
-    out["toks_per_s"] = _mean(toks)
-    out["toks_per_s_runs"] = toks
-    out["step_time_s"] = _mean(s.get("avg_step_time_excl_first_s") or s.get("avg_step_time_s") for s in sums)
-    out["peak_alloc_gb"] = max((s["peak_mem_alloc_gb"] for s in sums if s.get("peak_mem_alloc_gb") is not None),
-                               default=None)
-    out["peak_reserved_gb"] = max((s["peak_mem_reserved_gb"] for s in sums if s.get("peak_mem_reserved_gb")
-                                   is not None), default=None)
-    out["memory_kind"] = sums[0].get("memory_kind") if sums else None
-    out["memory_model"] = sums[0].get("memory_model") if sums else None
-    counted = [sum(int(r.get("bytes") or 0) for r in (s.get("comm") or {}).get("per_step") or []) for s in sums]
-    model = [sum(int(v.get("bytes") or 0) for v in ((s.get("comm_model") or {}).get("per_step") or {}).values())
-             for s in sums]
-    out["comm_bytes_counted"] = counted[0] if counted and len(set(counted)) == 1 else (counted or None)
-    out["comm_bytes_model"] = model[0] if model and len(set(model)) == 1 else (model or None)
-    out["comm_model_matches"] = bool(sums) and all(s.get("comm_model_matches") is True for s in sums) and len(
-        sums) == len(mine)
-    out["comm_counted_by"] = (sums[0].get("comm") or {}).get("counted_by") if sums else None
-    out["per_step"] = (sums[0].get("comm") or {}).get("per_step") if sums else None
-    out["comm_time_s"] = _mean(s["comm_time_s"] / s["steps"] for s in sums
-                               if isinstance(s.get("comm_time_s"), (int, float)) and s.get("steps"))
-    out["comm_share"] = _mean(s.get("comm_share") for s in sums)
-    out["comm_predicted_s"], out["comm_prediction"] = None, why_no_tables
-    world = sums[0].get("world_size") if sums else None
-    if sums and tables is not None and comm_world is not None and comm_world != world:
-        out["comm_prediction"] = (f"not available: {why_no_tables} measured at world size {comm_world}, these runs "
-                                  f"ran at {world}")
-    elif sums and tables is not None:
-        pred = predict_seconds(_sizes((sums[0].get("comm") or {}).get("per_step")), tables, int(sums[0]["world_size"]))
+    mine = [(r, i) for r, i in zip(runs, infos) if r.label == label]
+    ok = [(r, i) for r, i in mine if r.status == "passed" and i.summary is not None]
+    sums = [i.summary for _, i in ok]
+    first = sums[0] if sums else None
+    toks = [r.metrics.toks_per_s.mean if r.metrics.toks_per_s else None for r, _ in ok]
+    counted = [sum(int(c.bytes or 0) for c in (s.comm and s.comm.per_step) or []) for s in sums]
+    model = [sum(int(c.bytes or 0) for c in (s.comm_model.per_step if s.comm_model else {}).values()) for s in sums]
+    predicted = by_kind = None
+    prediction = why_no_tables
+    if first is not None and tables is not None and comm_world is not None and comm_world != first.world_size:
+        prediction = (f"not available: {why_no_tables} measured at world size {comm_world}, these runs ran at "
+                      f"{first.world_size}")
+    elif first is not None and tables is not None:
+        pred = predict_seconds(_sizes(first.comm and first.comm.per_step), tables, int(first.world_size))
         if pred["missing"]:
-            out["comm_prediction"] = f"partial: no table for {', '.join(pred['missing'])} in {why_no_tables}"
+            prediction = f"partial: no table for {', '.join(pred['missing'])} in {why_no_tables}"
         else:
-            out["comm_prediction"] = f"from {why_no_tables}"
-        out["comm_predicted_s"] = pred["total_s"]
-        out["comm_predicted_by_kind"] = pred["by_kind"]
-    traces = [i["trace"] for _, i in ok if i.get("trace")]
-    out["exposed_comm_s"] = _mean(t["per_step_exposed_s"] for t in traces)
-    out["profiled_comm_s"] = _mean(t["per_step_comm_s"] for t in traces)
-    aligned = [i["aligned"] for _, i in ok if i.get("aligned") and i["aligned"].get("per_step_s") is not None]
-    out["aligned_comm_s"] = _mean(a["per_step_s"] for a in aligned)
-    out["exposed_source"] = (traces[0]["source"] + f"; {len(traces)} run(s), {traces[0]['steps']} profiled step(s) "
-                             "each") if traces else "not measured (no profiler trace with a collective)"
-    return out
+            prediction = f"from {why_no_tables}"
+        predicted, by_kind = pred["total_s"], pred["by_kind"]
+    traces = [i.trace for _, i in ok if i.trace]
+    aligned = [i.aligned for _, i in ok if i.aligned and i.aligned.per_step_s is not None]
+    return StrategyFigures(
+        strategy=spec.strategy, runs=len(mine), passed=len(ok), oom=sum(is_oom(r.reason) for r, _ in mine),
+        toks_per_s=_mean(toks), toks_per_s_runs=toks,
+        step_time_s=_mean(s.avg_step_time_excl_first_s or s.avg_step_time_s for s in sums),
+        peak_alloc_gb=max((s.peak_mem_alloc_gb for s in sums if s.peak_mem_alloc_gb is not None), default=None),
+        peak_reserved_gb=max((s.peak_mem_reserved_gb for s in sums if s.peak_mem_reserved_gb is not None),
+                             default=None),
+        memory_kind=first.memory_kind if first else None, memory_model=first.memory_model if first else None,
+        comm_bytes_counted=counted[0] if counted and len(set(counted)) == 1 else (counted or None),
+        comm_bytes_model=model[0] if model and len(set(model)) == 1 else (model or None),
+        comm_model_matches=bool(sums) and all(s.comm_model_matches is True for s in sums) and len(sums) == len(mine),
+        comm_counted_by=first.comm.counted_by if first and first.comm else None,
+        per_step=first.comm.per_step if first and first.comm else None,
+        comm_time_s=_mean(s.comm_time_s / s.steps for s in sums if isinstance(s.comm_time_s, (int, float)) and s.steps),
+        comm_share=_mean(s.comm_share for s in sums), comm_predicted_s=predicted, comm_prediction=prediction,
+        comm_predicted_by_kind=by_kind,
+        exposed_comm_s=_mean(t.per_step_exposed_s for t in traces),
+        profiled_comm_s=_mean(t.per_step_comm_s for t in traces),
+        aligned_comm_s=_mean(a.per_step_s for a in aligned),
+        exposed_source=(f"{traces[0].source}; {len(traces)} run(s), {traces[0].steps} profiled step(s) each"
+                        if traces else "not measured (no profiler trace with a collective)"))
 
 
 def compare_strategies(step, runs: list[dict], ctx) -> dict[str, dict]:
     """{"<b>:<a>": Comparison.as_dict()} of tokens/s for every pair of strategies (b listed after a): paired over
-    repeats with 2+ repeats, else block means of the one run each; Holm over the pairs."""
+    repeats with 2+ repeats, else block means of the one run each; Holm over the pairs. `runs` as run_each wrote
+    them."""
     labels = list(step.strategies)
     data = {label: [None] * step.repeats for label in labels}
-    for r in runs:
-        data[r["label"]][r["repeat"]] = run_values(ctx.run_dir, step, r, "toks_per_s")
+    for raw in runs:
+        r = decode(LaunchRun, raw, "runs[]")
+        data[r.label][r.repeat] = run_values(ctx.run_dir, step, raw, "toks_per_s")
 
     def mean(v):
         return None if v is None else (float(v) if isinstance(v, (int, float)) else sum(v) / len(v))
@@ -172,11 +196,10 @@ def host_memory_gb() -> float | None:
         return None
 
 
-def capacity(step, infos: list[dict]) -> dict[str, Any]:
+def capacity(step, infos: Sequence[RunInfo]) -> dict[str, Any]:
     """The memory one rank has: the GPU's (env.json devices), else this host's memory / ranks per node."""
     for info in infos:
-        devices = (info.get("env") or {}).get("devices") or []
-        gb = next((d.get("memory_gb") for d in devices if isinstance(d, dict) and d.get("memory_gb")), None)
+        gb = next((d.memory_gb for d in info.env.devices if d.memory_gb), None)
         if gb:
             return {"gb": float(gb), "source": "GPU memory (env.json devices)", "device": "cuda"}
     host = host_memory_gb()
@@ -186,25 +209,28 @@ def capacity(step, infos: list[dict]) -> dict[str, Any]:
 
 
 def analyse(step, runs: list[dict], ctx) -> dict[str, Any]:
-    infos = [read_run(ctx, r) for r in runs]
+    """The step's metrics up to the batch-size search (Metrics' strategies .. oom_only), as results.json holds them;
+    `runs` as run_each wrote them."""
+    records = [decode(LaunchRun, r, f"runs[{i}]") for i, r in enumerate(runs)]
+    infos = [decode(RunInfo, read_run(ctx, r), lenient=True) for r in records]
     tables, why = comm_tables(step, ctx.results)
-    comm_world = (((ctx.results.get("steps") or {}).get(step.comm) or {}).get("metrics") or {}).get(
-        "world_size") if step.comm else None
-    strategies = {label: strategy_figures(label, spec, runs, infos, tables, why, comm_world)
+    comm_world = _comm_step(ctx.results, step.comm)[1].get("world_size") if step.comm else None
+    strategies = {label: figures(label, spec, records, infos, tables, why, comm_world)
                   for label, spec in step.strategies.items()}
-    failed = [r for r in runs if r["status"] != "passed"]
-    return {"strategies": strategies, "repeats": step.repeats, "comm_step": step.comm, "comm_source": why,
-            "all_ran": all(s["passed"] == s["runs"] and s["runs"] > 0 for s in strategies.values()),
-            "byte_model_matches": all(s["comm_model_matches"] for s in strategies.values()),
+    failed = [r for r in records if r.status != "passed"]
+    return {"strategies": {label: encode(s) for label, s in strategies.items()}, "repeats": step.repeats,
+            "comm_step": step.comm, "comm_source": why,
+            "all_ran": all(s.passed == s.runs and s.runs > 0 for s in strategies.values()),
+            "byte_model_matches": all(s.comm_model_matches for s in strategies.values()),
             "comparisons": compare_strategies(step, runs, ctx), "capacity": capacity(step, infos),
-            "headroom": step.headroom, "oom_only": bool(failed) and all(is_oom(r.get("reason")) for r in failed)}
+            "headroom": step.headroom, "oom_only": bool(failed) and all(is_oom(r.reason) for r in failed)}
 
 
 def search_batches(step, runs: list[dict], result: dict, ctx) -> dict[str, Any] | None:
     """The batch-size search per strategy (GPU only; validation.analysis.parallelism.batch_search), or why it was skipped."""
     if not step.batch_search:
         return None
-    if (result.get("metrics") or {}).get("capacity", {}).get("device") != "cuda":
+    if decode(Result, result, "result").metrics.capacity.device != "cuda":
         return {"skipped": CPU_SEARCH_SKIPPED}
     winners = ctx.winners()
     out: dict[str, Any] = {}
@@ -232,27 +258,28 @@ def decide_recommendation(step, m: dict, runs: list[dict] | None = None) -> None
     runbook needs is the step's args.batch_size, else the micro-batch its runs used (env.json, the config's)."""
     need = step.launch.args.get("batch_size")
     if not isinstance(need, int):
-        need = next((c.get("micro_batch") for c in (((r.get("metrics") or {}).get("context") or {})
-                                                    for r in runs or []) if isinstance(c.get("micro_batch"), int)),
-                    None)
+        contexts = (decode(LaunchRun, r, "runs[]").metrics.context for r in runs or [])
+        need = next((c.micro_batch for c in contexts if c is not None and isinstance(c.micro_batch, int)), None)
     m["batch_needed"] = need
-    search = m.get("batch_search") if isinstance(m.get("batch_search"), dict) else {}
+    metrics = decode(Metrics, m, "metrics")
+    search = metrics.batch_search if isinstance(metrics.batch_search, dict) else {}
     evidence, unmeasured = {}, []
-    for label, s in m["strategies"].items():
+    for label, s in metrics.strategies.items():
         if label not in ("ddp", "fsdp", "fsdp_no_reshard"):
             continue  # variants (accumulation) are shown, the rule compares the three strategies
-        if s["passed"] == 0 and s["oom"] == 0:
+        if s.passed == 0 and s.oom == 0:
             unmeasured.append(label)  # failed for another reason: no evidence either way
             continue
-        peak = s["peak_reserved_gb"] if s.get("peak_reserved_gb") is not None else s.get("peak_alloc_gb")
-        largest = (search.get(label) or {}).get("largest") if isinstance(search.get(label), dict) else None
-        fits = s["passed"] > 0 and s["oom"] == 0
+        peak = s.peak_reserved_gb if s.peak_reserved_gb is not None else s.peak_alloc_gb
+        largest = search[label].largest if label in search else None
+        fits = s.passed > 0 and s.oom == 0
         if largest is not None and isinstance(need, int):
             fits = fits and largest >= need
-        evidence[label] = {"fits": fits, "peak_gb": peak, "capacity_gb": m["capacity"].get("gb"),
-                           "toks_per_s": s.get("toks_per_s"), "largest_batch": largest}
-    rec = recommend(evidence, m["comparisons"], headroom=step.headroom)
-    if unmeasured and rec["reason"]:
-        rec["reason"] += f"; not considered: {', '.join(unmeasured)} (no run passed, none ran out of memory)"
-    m.update(recommendation=rec["strategy"], recommendation_reason=rec["reason"], regime=rec["regime"],
-             recommendation_numbers=rec["numbers"])
+        evidence[label] = Evidence(fits=fits, peak_gb=peak, capacity_gb=metrics.capacity.gb,
+                                   toks_per_s=s.toks_per_s, largest_batch=largest)
+    rec = recommendation(evidence, metrics.comparisons, headroom=step.headroom)
+    reason = rec.reason
+    if unmeasured and reason:
+        reason += f"; not considered: {', '.join(unmeasured)} (no run passed, none ran out of memory)"
+    m.update(recommendation=rec.strategy, recommendation_reason=reason, regime=rec.regime,
+             recommendation_numbers={label: dataclasses.asdict(n) for label, n in rec.numbers.items()})

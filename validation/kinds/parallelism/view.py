@@ -1,14 +1,17 @@
 """The report's view and plots of a `parallelism` step (validation.kinds.parallelism): the strategies side by side,
 the memory table (measured peaks beside the memory model), predicted vs measured communication, the comparisons,
-the batch-size search and the recommendation with its reason. Accepts anything: results may be damaged."""
+the batch-size search and the recommendation with its reason. Accepts anything: results may be damaged (the
+step record is decoded leniently as the kind's Result)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from validation.analysis.parallelism import STRATEGIES
 from validation.kinds.blocks import Block, Bullets, Column, Paragraph, Table
-from validation.formatting import as_dict, as_list, file_name, finite, fmt_num, fmt_pct, fmt_rate
+from validation.kinds.parallelism.records import Capacity, MemoryModel, Result, Skipped, StrategyFigures
+from validation.formatting import file_name, finite, fmt_num, fmt_pct, fmt_rate
+from validation.results.codec import decode
 
 GIB = 1024 ** 3
 
@@ -50,33 +53,34 @@ def prediction_note(label: Any, predicted: Any, aligned: Any, in_flight: Any) ->
 def parallelism_blocks(result: dict) -> list[Block]:
     """The strategies side by side (the recommended one marked), communication, memory, the comparisons, the
     batch-size search and the recommendation with its reason."""
-    m = as_dict(result.get("metrics"))
-    strategies = {str(k): as_dict(s) for k, s in as_dict(m.get("strategies")).items()}
-    recommendation = fmt_num(m.get("recommendation")) if m.get("recommendation") else "none"
+    r = decode(Result, result, lenient=True)
+    m = r.metrics
+    strategies = {str(k): s for k, s in m.strategies.items()}
+    recommendation = fmt_num(m.recommendation) if m.recommendation else "none"
     rows, memory, comm, notes = [], [], [], []
     for label, s in strategies.items():
-        toks = [t for t in (finite(t) for t in as_list(s.get("toks_per_s_runs"))) if t is not None]
+        toks = [t for t in (finite(t) for t in s.toks_per_s_runs) if t is not None]
         spread = f" ({fmt_rate(min(toks))} .. {fmt_rate(max(toks))})" if len(toks) > 1 else ""
-        rows.append((label, STRATEGIES.get(str(s.get("strategy")), fmt_num(s.get("strategy"))),
-                     f"{fmt_num(s.get('passed'))}/{fmt_num(s.get('runs'))}", _ms(s.get("step_time_s")),
-                     fmt_rate(finite(s.get("toks_per_s"))) + spread, fmt_num(s.get("oom"))))
-        mm = as_dict(s.get("memory_model"))
-        mem_kind = "RSS" if s.get("memory_kind") == "cpu_rss" else "allocated"
-        memory.append((label, f"{_gb(s.get('peak_alloc_gb'))} ({mem_kind})", _gb(s.get("peak_reserved_gb")),
-                       *(_gb(finite(mm.get(k)) and mm[k] / GIB)
-                         for k in ("params", "grads", "optimizer_state", "activations", "total"))))
-        matches = s.get("comm_model_matches")
-        comm_note = prediction_note(label, s.get("comm_predicted_s"), s.get("aligned_comm_s"), s.get("comm_time_s"))
+        rows.append((label, STRATEGIES.get(str(s.strategy), fmt_num(s.strategy)),
+                     f"{fmt_num(s.passed)}/{fmt_num(s.runs)}", _ms(s.step_time_s),
+                     fmt_rate(finite(s.toks_per_s)) + spread, fmt_num(s.oom)))
+        mm = s.memory_model or MemoryModel()
+        mem_kind = "RSS" if s.memory_kind == "cpu_rss" else "allocated"
+        memory.append((label, f"{_gb(s.peak_alloc_gb)} ({mem_kind})", _gb(s.peak_reserved_gb),
+                       *(_gb(finite(v) and v / GIB) for v in (mm.params, mm.grads, mm.optimizer_state, mm.activations,
+                                                             mm.total))))
+        matches = s.comm_model_matches
+        comm_note = prediction_note(label, s.comm_predicted_s, s.aligned_comm_s, s.comm_time_s)
         if comm_note:
             notes.append(comm_note)
-        comm.append((label, _bytes(s.get("comm_bytes_counted")), _bytes(s.get("comm_bytes_model")),
-                     "yes" if matches is True else "NO" if matches is False else "—", _ms(s.get("comm_time_s")),
-                     _ms(s.get("comm_predicted_s")), _ms(s.get("aligned_comm_s")), _ms(s.get("profiled_comm_s")),
-                     _ms(s.get("exposed_comm_s")), fmt_pct(s.get("comm_share"))))
-    first = next(iter(strategies.values()), {})
-    cap = as_dict(m.get("capacity"))
-    capacity = f"{_gb(cap.get('gb'))} per rank ({fmt_num(cap.get('source'))})" if cap else "—"
-    seed = result.get("order_seed")
+        comm.append((label, _bytes(s.comm_bytes_counted), _bytes(s.comm_bytes_model),
+                     "yes" if matches is True else "NO" if matches is False else "—", _ms(s.comm_time_s),
+                     _ms(s.comm_predicted_s), _ms(s.aligned_comm_s), _ms(s.profiled_comm_s), _ms(s.exposed_comm_s),
+                     fmt_pct(s.comm_share)))
+    first = next(iter(strategies.values()), StrategyFigures())
+    cap = m.capacity
+    capacity = (f"{_gb(cap.gb)} per rank ({fmt_num(cap.source)})" if cap != Capacity() else "—")
+    seed = r.order_seed
     out: list[Block] = [
         Table((Column("Strategy"), Column(""), *(Column(c, numeric=True) for c in (
             "Runs passed", "Step time", "Tokens/s, window mean (all ranks; over repeats)", "OOM"))), rows,
@@ -91,66 +95,67 @@ def parallelism_blocks(result: dict) -> list[Block]:
         Table((Column("Strategy"), Column("Counted", numeric=True), Column("Byte model", numeric=True), Column("Match"),
                *(Column(c, numeric=True) for c in ("Rank 0 in flight", "Predicted", "Collective (ranks aligned)",
                                                    "Rank 0 in profile", "Exposed", "Share of step"))), comm),
-        Paragraph(f"Prediction: {fmt_num(first.get('comm_prediction'))}. Exposed time: "
-                  f"{fmt_num(first.get('exposed_source'))}.", style="muted"),
+        Paragraph(f"Prediction: {fmt_num(first.comm_prediction)}. Exposed time: {fmt_num(first.exposed_source)}.",
+                  style="muted"),
         *(Paragraph(f"Note: {n}", style="muted") for n in notes),
         Paragraph("**Memory** (measured peak beside the memory model per rank):"),
         Table((Column("Strategy"), *(Column(c, numeric=True) for c in (
             "Peak measured", "Peak reserved", "Model: params", "grads", "optimizer", "activations", "total"))), memory),
-        Paragraph(f"Memory per rank: {capacity}; headroom asked for DDP: {fmt_pct(m.get('headroom'))}.", style="muted"),
-        Paragraph(f"**Comparisons** (tokens/s, {fmt_num(m.get('repeats'))} repeat(s)"
+        Paragraph(f"Memory per rank: {capacity}; headroom asked for DDP: {fmt_pct(m.headroom)}.", style="muted"),
+        Paragraph(f"**Comparisons** (tokens/s, {fmt_num(m.repeats)} repeat(s)"
                   + (f", run order random within each repeat (seed {seed})" if seed is not None else "") + "):")]
-    comparisons = [f"{str(k).replace(':', ' vs ')}: {fmt_num(as_dict(c).get('text'))}"
-                   for k, c in as_dict(m.get("comparisons")).items()]
+    comparisons = [f"{str(k).replace(':', ' vs ')}: {fmt_num(c.text)}" for k, c in m.comparisons.items()]
     if comparisons:
         out.append(Bullets(comparisons))
-    search = m.get("batch_search")
-    if isinstance(search, dict) and search.get("skipped"):
-        out.append(Paragraph(f"**Batch-size search**: {search['skipped']}"))
+    search = m.batch_search
+    if isinstance(search, Skipped) and search.skipped:
+        out.append(Paragraph(f"**Batch-size search**: {search.skipped}"))
     elif isinstance(search, dict):
         out += [Paragraph("**Batch-size search**:"),
                 Table((Column("Strategy"), Column("Largest batch that fits", numeric=True),
                        Column("First OOM", numeric=True), Column("Tried")),
-                      [(str(k), fmt_num(v.get("largest")), fmt_num(v.get("first_oom")),
-                        ", ".join(f"{t.get('batch')}{'' if t.get('fits') else ' (OOM)'}"
-                                  for t in (as_dict(x) for x in as_list(v.get("tried"))))
-                        + (f" (stopped: {v['error']})" if v.get("error") else ""))
-                       for k, v in ((k, as_dict(v)) for k, v in search.items())])]
-    out.append(Paragraph(f"**Recommendation**: {recommendation} ({fmt_num(m.get('regime'))}) — "
-                         f"{fmt_num(m.get('recommendation_reason'))}"))
+                      [(str(k), fmt_num(v.largest), fmt_num(v.first_oom),
+                        ", ".join(f"{t.batch}{'' if t.fits else ' (OOM)'}" for t in v.tried)
+                        + (f" (stopped: {v.error})" if v.error else ""))
+                       for k, v in search.items()])]
+    out.append(Paragraph(f"**Recommendation**: {recommendation} ({fmt_num(m.regime)}) — "
+                         f"{fmt_num(m.recommendation_reason)}"))
     return out
 
 
 def draw_plots(name: str, result: dict, plotter) -> None:
     """Tokens/s per strategy (each repeat a dot, the mean a bar) and the communication per step: measured at the
     collective calls over the whole run, predicted, and in the profiled steps their total and exposed part."""
-    strategies = {str(k): as_dict(v) for k, v in as_dict(as_dict(result.get("metrics")).get("strategies")).items()}
+    strategies = {str(k): s for k, s in decode(Result, result, lenient=True).metrics.strategies.items()}
     if not strategies:
         return
     labels = list(strategies)
     title = f"Parallelism: {result.get('title') or name}"
     fig, ax = plotter.figure(title, "strategy")
-    means = [finite(strategies[k].get("toks_per_s")) or 0.0 for k in labels]
+    means = [finite(strategies[k].toks_per_s) or 0.0 for k in labels]
     ax.bar(range(len(labels)), means, color="tab:blue", alpha=0.6, edgecolor="black", linewidth=0.6)
     for i, k in enumerate(labels):
-        pts = [finite(t) for t in as_list(strategies[k].get("toks_per_s_runs"))]
+        pts = [finite(t) for t in strategies[k].toks_per_s_runs]
         pts = [p for p in pts if p is not None]
         ax.plot([i] * len(pts), pts, "o", color="black", markersize=4)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels)
     plotter.save(fig, f"parallelism_{file_name(name)}.png", title)
-    series = [("measured (collective calls)", "comm_time_s"), ("predicted (comm tables)", "comm_predicted_s"),
-              ("in the profiled steps", "profiled_comm_s"), ("exposed (profiled steps)", "exposed_comm_s")]
-    if not any(finite(strategies[k].get(key)) is not None for k in labels for _, key in series):
+    series: list[tuple[str, Callable[[StrategyFigures], Any]]] = [
+        ("measured (collective calls)", lambda s: s.comm_time_s),
+        ("predicted (comm tables)", lambda s: s.comm_predicted_s),
+        ("in the profiled steps", lambda s: s.profiled_comm_s),
+        ("exposed (profiled steps)", lambda s: s.exposed_comm_s)]
+    if not any(finite(figure(strategies[k])) is not None for k in labels for _, figure in series):
         return
-    if all(finite(strategies[k].get("comm_predicted_s")) is None for k in labels):
-        series[1] = ("predicted: not available (no comm step)", "comm_predicted_s")
+    if all(finite(strategies[k].comm_predicted_s) is None for k in labels):
+        series[1] = ("predicted: not available (no comm step)", series[1][1])
     title = f"Communication per step: {name}"
     fig, ax = plotter.figure(title, "strategy", "seconds per step")
     width = 0.8 / len(series)
-    for j, (what, key) in enumerate(series):
+    for j, (what, figure) in enumerate(series):
         ax.bar([i + (j - (len(series) - 1) / 2) * width for i in range(len(labels))],
-               [finite(strategies[k].get(key)) or 0.0 for k in labels], width, label=what)
+               [finite(figure(strategies[k])) or 0.0 for k in labels], width, label=what)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels)
     ax.legend(fontsize="small")

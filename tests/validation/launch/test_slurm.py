@@ -453,9 +453,12 @@ def test_a_signal_to_the_orchestrator_cancels_the_job(cluster, tmp_path, signame
 
 def test_slurm_cpu_runbook_is_go_with_two_node_names(cluster, tmp_path):
     out = tmp_path / "run"
+    # the Slurm node runs a test file of a tenth of a second (the runbook's own, test_causality.py, takes ~15 s of a
+    # core: CI runs it in its own worker already); what is tested here is the pytest step as a Slurm job
     proc = subprocess.run([sys.executable, "-m", "validation.cli", "run", "runbooks/slurm_cpu.yaml", "--out", str(out),
                            "--set", "defaults.args.steps=12", "--set", "defaults.window=6",
-                           "--set", "defaults.warmup_steps=2"],
+                           "--set", "defaults.warmup_steps=2",
+                           "--set", "steps.sanity_tests.tests=[tests/nsa/attention/test_reference.py]"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     results = json.loads((out / "results.json").read_text())
     assert proc.returncode == 0 and results["verdict"] == "GO", proc.stdout[-4000:]
@@ -465,6 +468,7 @@ def test_slurm_cpu_runbook_is_go_with_two_node_names(cluster, tmp_path):
     assert two["scaling_efficiency"] == pytest.approx(two["toks_per_s"]["mean"] / one["toks_per_s"]["mean"])
     assert two["toks_per_s_per_node"] == pytest.approx(two["toks_per_s"]["mean"] / 2)
     assert {"nodeA", "nodeB", "node0", "node1"} <= set(results["environment"]["nodes"])
+    assert results["steps"]["sanity_tests"]["metrics"]["passed"] >= 3  # test_reference.py ran on the node
     assert sorted(results["steps"]["snapshot"]["metrics"]["nodes"]) == ["nodeA", "nodeB"]  # a snapshot per node
     assert (out / "snapshot" / "nodes" / "nodeB" / "environment.json").is_file()
     report = (out / "report.md").read_text()

@@ -5,6 +5,8 @@ Own keys: `profile_steps` (default 3), `profiler: auto | torch | nsys`.
 Metrics: a trainer launch's (validation.kinds.trainer) plus "profile": {"trace", "top_ops": [{"name", "total_ms",
 "calls"}], "nvtx_ranges": [nsa.* range names seen], "attribution": validation.analysis.attribution's shares of step time
 by category and by nsa.* range}. No trace written fails the step.
+The kind's Result is these metrics as a typed record: LaunchMetrics and its ProfileRecord, decoded leniently by the
+report parts.
 """
 
 from __future__ import annotations
@@ -13,20 +15,69 @@ import dataclasses
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from validation import kinds
 from validation.analysis.attribution import attribute_trace
-from validation.formatting import as_dict, as_list, file_name, fmt_num, fmt_pct
+from validation.formatting import as_dict, file_name, fmt_num, fmt_pct
 from validation.runbook.schema import typed
 from validation.kinds.blocks import Block, Bullets, Column, Paragraph, Table, code
 from validation.kinds.base import run_path
+from validation.kinds.sweep import given
 from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, run_single, trainer_launch
+from validation.results.codec import absent, decode
+from validation.results.trainer_launch import LaunchMetrics, Num
 
 
 @dataclasses.dataclass(frozen=True)
 class Options:
     profile_steps: int = 3
     profiler: str = "auto"  # torch, nsys
+
+
+@dataclasses.dataclass(frozen=True)
+class TopOp:
+    """One operator of the trace (profile_summary): its name, its time and its calls; older records named the time
+    self_time_ms or time_ms."""
+    name: Any = None
+    self_time_ms: Num | None = absent()
+    total_ms: Num | None = absent()
+    time_ms: Num | None = absent()
+    calls: Num | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def ms(self) -> Num | None:
+        """The operator's time, under whichever name its record has."""
+        return next((t for t in (self.self_time_ms, self.total_ms, self.time_ms) if t is not None), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Attribution:
+    """Shares of step time (validation.analysis.attribution.attribute_events): the profiled steps, their mean time,
+    the shares by category and by nsa.* range."""
+    steps: int | None = None
+    step_time_ms: Num | None = None
+    categories: dict[str, Any] = dataclasses.field(default_factory=dict)  # category: share, as written
+    ranges: dict[str, Any] = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileRecord:
+    """The step's "profile": the trace (relative to the run directory), the top operators, the nsa.* ranges seen
+    and, where a trace was written, the attribution."""
+    trace: str | None = None
+    top_ops: list[TopOp] = dataclasses.field(default_factory=list)
+    nvtx_ranges: list[Any] = dataclasses.field(default_factory=list)
+    attribution: Attribution | None = absent()
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result(LaunchMetrics):
+    """The step's metrics: its trainer launch's, then its profile (absent where the step ran none)."""
+    profile: ProfileRecord = absent(ProfileRecord())
 
 
 class Profile(TrainerKind):
@@ -73,32 +124,30 @@ class Profile(TrainerKind):
     def blocks(self, result: dict) -> list[Block]:
         """The trainer launch's blocks, then the top operators, the NVTX ranges, the attribution and the trace."""
         metrics = as_dict(result.get("metrics"))
-        prof = as_dict(metrics.get("profile")) or metrics  # the runner nests it under "profile"
-        ops = [as_dict(o) for o in as_list(prof.get("top_ops"))]
+        # the runner nests it under "profile"; a record without one holds its keys at the top
+        prof = given(decode(Result, metrics, lenient=True).profile) or decode(ProfileRecord, metrics, lenient=True)
         out = super().blocks(result)
-        if ops:
+        if prof.top_ops:
             out.append(Table((Column("Operator"), Column("Time (ms)", numeric=True), Column("Calls", numeric=True)),
-                             [(code(fmt_num(o.get("name"))),
-                               fmt_num(next((o[k] for k in ("self_time_ms", "total_ms", "time_ms") if k in o), None)),
-                               fmt_num(o.get("calls"))) for o in ops]))
+                             [(code(fmt_num(o.name)), fmt_num(o.ms), fmt_num(o.calls)) for o in prof.top_ops]))
         else:
             out.append(Paragraph("No operator table recorded."))
-        ranges = [code(r) for r in as_list(prof.get("nvtx_ranges"))]
+        ranges = [code(r) for r in prof.nvtx_ranges]
         items = ["NVTX ranges seen: " + (", ".join(ranges) or "none")]
-        attribution = _attribution_text(as_dict(prof.get("attribution")))
+        attribution = _attribution_text(prof.attribution)
         if attribution:
-            items.append(f"Step time by category ({fmt_num(as_dict(prof.get('attribution')).get('steps'))} profiled "
+            items.append(f"Step time by category ({fmt_num(prof.attribution.steps)} profiled "
                          f"step(s), host side): {attribution}")
-        if prof.get("trace"):
-            items.append(f"Trace: {code(prof['trace'])}")
+        if prof.trace:
+            items.append(f"Trace: {code(prof.trace)}")
         return out + [Bullets(items)]
 
     def plots(self, name: str, result: dict, plotter) -> None:
         """The trainer launch's plots, and the shares of step time by category (validation.analysis.attribution)."""
         super().plots(name, result, plotter)
 
-        shares = as_dict(as_dict(as_dict(as_dict(result.get("metrics")).get("profile")).get("attribution"))
-                         .get("categories"))
+        attribution = decode(Result, result.get("metrics"), lenient=True).profile.attribution
+        shares = attribution.categories if attribution else {}
         if not shares:
             return
         title = f"Step time by category: {result.get('title') or name}"
@@ -107,9 +156,9 @@ class Profile(TrainerKind):
         plotter.save(fig, f"attribution_{file_name(name)}.png", title)
 
 
-def _attribution_text(att: dict) -> str | None:
+def _attribution_text(att: Attribution | None) -> str | None:
     """"attention branches 24.6%, MLP/GEMM 28.9%, ..." (largest first; shares of step time), or None."""
-    shares = {k: v for k, v in as_dict(att.get("categories")).items() if isinstance(v, (int, float)) and v > 0}
+    shares = {k: v for k, v in (att.categories if att else {}).items() if isinstance(v, (int, float)) and v > 0}
     if not shares:
         return None
     return ", ".join(f"{k} {fmt_pct(v)}" for k, v in sorted(shares.items(), key=lambda kv: -kv[1]))

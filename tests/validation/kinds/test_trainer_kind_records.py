@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from validation.kinds.comm import Result as CommResult
+from validation.kinds.profile import Result as ProfileResult
 from validation.kinds.scaling import Result as ScalingResult
 from validation.kinds.scan import Result as ScanResult
 from validation.kinds.triage import Result as TriageResult
@@ -41,7 +42,7 @@ def test_a_kind_reads_and_writes_its_committed_step_records_through_the_codec(ki
     assert seen >= 1
 
 
-@pytest.mark.parametrize("kind, result_type", [("comm", CommResult)])
+@pytest.mark.parametrize("kind, result_type", [("comm", CommResult), ("profile", ProfileResult)])
 def test_a_kind_reads_and_writes_its_committed_metrics_through_the_codec(kind, result_type):
     """A Result of the step's metrics only (the kind writes nothing else of the record)."""
     seen = 0
@@ -76,3 +77,13 @@ def test_a_triage_step_without_a_verdict_has_no_ranked_metrics():
     assert ranked({"metrics": {}}) is None and ranked({"metrics": {"reason": "x"}}) is None and ranked([]) is None
     m = ranked({"metrics": {"culprit": None, "reason": "no ranking: too few runs", "suspects": {"a": "damaged"}}})
     assert m is not None and m.culprit is None and m.suspects["a"].effect is None
+
+
+def test_a_profile_record_without_a_profile_reads_its_keys_from_the_top_and_older_operator_times():
+    from validation.kinds import get
+
+    top = {"status": "ok", "top_ops": [{"name": "aten::mm", "self_time_ms": 2.5, "calls": 3}], "trace": "t.json"}
+    text = "\n".join(str(b) for b in get("profile").blocks({"name": "p", "metrics": top}))
+    assert "aten::mm" in text and "2.5" in text and "t.json" in text
+    r = decode(ProfileResult, {"status": "ok"})
+    assert r.profile.top_ops == [] and "profile" not in encode(r)

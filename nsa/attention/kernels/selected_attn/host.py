@@ -467,7 +467,8 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if fused:
         _sel_bwd_delta_zero[(_cdiv(s, block_t), b * h)](
             o, do, delta, dq, dk, dv, *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3], *dk.stride()[:3],
-            *dv.stride()[:3], s, h, hpg, BLOCK_T=block_t, D_K=d_k, D_V=d_v, ZERO_DQ=with_dq, num_warps=4)
+            *dv.stride()[:3], s, h, hpg, BLOCK_T=block_t, D_K=d_k, D_V=d_v, ZERO_DQ=with_dq,
+            num_warps=DELTA_ZERO_WARPS)
     else:
         _sel_bwd_delta[(_cdiv(s, block_t), b * h)](o, do, delta, *o.stride()[:3], *do.stride()[:3], s, h, hpg,
                                                    BLOCK_T=block_t, D_V=d_v, num_warps=4)
@@ -585,6 +586,12 @@ def fwd_out_aot_cases(hpg: int, d: int) -> list:
                       tensor_cores=False)]
 
 
+# _sel_bwd_delta_zero's warps, from the AOT compile (d = 64, BLOCK_T = 64): with 4 it takes 149-156 registers (its
+# [64, 64] fp32 zero tiles live beside O and dO: 3 CTAs, 12 warps per SM on sm_90), with 8, 52-64 (4 CTAs, 32 warps
+# per SM) for a kernel that only moves bytes. Not timed on a GPU.
+DELTA_ZERO_WARPS = 8
+
+
 def host_aot_cases(hpg: int, d: int) -> list:
     """The "fused" host glue's kernels (HOST_CHOICES) at n_sel = 16, bf16, each with its zero fill on and off as
     the other choices launch them: _sel_fwd_lse (ZERO_O: the atomic output choice; off: "partial") and
@@ -599,7 +606,8 @@ def host_aot_cases(hpg: int, d: int) -> list:
                                 "ZERO_O": zero}, 4, 1, tensor_cores=False))
         cases.append(_aot_case(f"sel_bwd_delta_zero[d={d},BLOCK_T=64,ZERO_DQ={zero}]", _sel_bwd_delta_zero,
                                {"O": bf, "DO": bf, "DELTA": f32, "DQ": f32 if zero else bf, "DK": f32, "DV": f32},
-                               {"BLOCK_T": 64, "D_K": d, "D_V": d, "ZERO_DQ": zero}, 4, 1, tensor_cores=False))
+                               {"BLOCK_T": 64, "D_K": d, "D_V": d, "ZERO_DQ": zero}, DELTA_ZERO_WARPS, 1,
+                               tensor_cores=False))
     return cases
 
 

@@ -41,6 +41,7 @@ from validation.kinds.blocks import Block
 from validation.kinds.base import KeyFigure, Settings, earlier_step_of_kind
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order
 from validation.results.codec import decode
+from validation.results.run import Step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,13 +167,14 @@ class Parallelism(TrainerKind):
     def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
         out = []
         for s in in_order:
-            if s.get("kind") != self.name:
+            frame = decode(Step, s, lenient=True)
+            if frame.kind != self.name:
                 continue
             m = decode(Result, s, lenient=True).metrics
             if m.recommendation:
-                name = s.get("name")
                 out.append(KeyFigure("parallelism", "Parallelism", str(m.recommendation),
-                                     f"step `{name}`: {m.recommendation_reason}", order=30, steps=(str(name),)))
+                                     f"step `{frame.name}`: {m.recommendation_reason}", order=30,
+                                     steps=(str(frame.name),)))
         return out
 
     def plots(self, name: str, result: dict, plotter) -> None:

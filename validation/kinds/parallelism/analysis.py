@@ -24,6 +24,7 @@ from validation.kinds.parallelism.records import CommCount, Metrics, Result, Run
 from validation.kinds import trainer
 from validation.kinds.trainer import run_values
 from validation.results.codec import decode, encode
+from validation.results.run import Step
 from validation.results.trainer_launch import LaunchRun
 
 CPU_SEARCH_SKIPPED = ("skipped on CPU: a rank's memory (RSS) has no hard limit there, so a batch that does not fit "
@@ -42,22 +43,22 @@ def _record(cls: type[T], value: Any) -> T:
     return value if isinstance(value, cls) else decode(cls, value, lenient=True)
 
 
-def _comm_step(results: dict, name: str | None) -> tuple[dict, dict]:
-    """The record of the `comm` step `name` in the run's results and its metrics ({} where missing)."""
-    comm = as_dict(as_dict(results.get("steps")).get(name))
-    return comm, as_dict(comm.get("metrics"))
+def _comm_step(results: dict, name: str | None) -> Step:
+    """The record of the `comm` step `name` in the run's results (blank where missing); its metrics are the comm
+    kind's JSON, read here only for its tables and what they were measured with."""
+    return decode(Step, as_dict(results.get("steps")).get(name), lenient=True)
 
 
 def comm_tables(step, results: dict) -> tuple[dict | None, str]:
     """The bandwidth tables of the step's `comm` step ({kind: table}) and where they come from, or (None, why)."""
     if not step.comm:
         return None, NOT_AVAILABLE
-    comm, metrics = _comm_step(results, step.comm)
+    comm = _comm_step(results, step.comm)
+    metrics = comm.metrics
     tables = {k: v["table"] for k, v in metrics.items() if isinstance(v, dict) and v.get("table")}
-    status, reason = comm.get("status"), comm.get("reason")
-    if status != "passed" or not tables:
-        return None, (f"not available: comm step {step.comm!r} {status or 'did not run'}"
-                      + (f" ({reason})" if reason else "") + ", so no bandwidth table")
+    if comm.status != "passed" or not tables:
+        return None, (f"not available: comm step {step.comm!r} {comm.status or 'did not run'}"
+                      + (f" ({comm.reason})" if comm.reason else "") + ", so no bandwidth table")
     return tables, (f"comm step {step.comm!r} ({metrics.get('backend')}, {metrics.get('source')}, world size "
                     f"{metrics.get('world_size')})")
 
@@ -214,7 +215,7 @@ def analyse(step, runs: list[dict], ctx) -> dict[str, Any]:
     records = [decode(LaunchRun, r, f"runs[{i}]") for i, r in enumerate(runs)]
     infos = [decode(RunInfo, read_run(ctx, r), lenient=True) for r in records]
     tables, why = comm_tables(step, ctx.results)
-    comm_world = _comm_step(ctx.results, step.comm)[1].get("world_size") if step.comm else None
+    comm_world = _comm_step(ctx.results, step.comm).metrics.get("world_size") if step.comm else None
     strategies = {label: figures(label, spec, records, infos, tables, why, comm_world)
                   for label, spec in step.strategies.items()}
     failed = [r for r in records if r.status != "passed"]

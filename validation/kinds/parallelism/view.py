@@ -12,6 +12,7 @@ from validation.kinds.blocks import Block, Bullets, Column, Paragraph, Table
 from validation.kinds.parallelism.records import Capacity, MemoryModel, Result, Skipped, StrategyFigures
 from validation.formatting import file_name, finite, fmt_num, fmt_pct, fmt_rate
 from validation.results.codec import decode
+from validation.results.run import Step
 
 GIB = 1024 ** 3
 
@@ -130,7 +131,7 @@ def draw_plots(name: str, result: dict, plotter) -> None:
     if not strategies:
         return
     labels = list(strategies)
-    title = f"Parallelism: {result.get('title') or name}"
+    title = f"Parallelism: {decode(Step, result, lenient=True).title or name}"
     fig, ax = plotter.figure(title, "strategy")
     means = [finite(strategies[k].toks_per_s) or 0.0 for k in labels]
     ax.bar(range(len(labels)), means, color="tab:blue", alpha=0.6, edgecolor="black", linewidth=0.6)

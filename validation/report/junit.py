@@ -9,7 +9,8 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from typing import Any
 
-from validation.formatting import FAILED_STATUSES, as_dict, as_list, finite, fmt_num, ordered_steps
+from validation.formatting import FAILED_STATUSES, finite, fmt_num
+from validation.results.run import Run, Step, read_run
 
 _XML_BAD = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -36,28 +37,26 @@ def _suite(parent: ET.Element, name: str, cases: list[tuple[ET.Element, str]], *
     return suite
 
 
-def render_junit(results: dict) -> str:
+def render_junit(results: Run | dict) -> str:
     """JUnit XML: a testsuite per phase (a testcase per step) and an "acceptance" testsuite."""
-    results = as_dict(results)
-    runbook = str(as_dict(results.get("runbook")).get("name") or "nsa-validate")
-    steps = as_dict(results.get("steps"))
-    host = _xml_text(as_dict(results.get("environment")).get("host") or "")
+    run = read_run(results)
+    runbook = str(run.runbook.name or "nsa-validate")
+    host = _xml_text(run.environment.host or "")
     root = ET.Element("testsuites", {"name": _xml_text(runbook)})
-    for phase, names in ordered_steps(results):
-        phase_name = str(phase.get("name") or "phase")
+    for phase, names in run.phases_in_order():
+        phase_name = str(phase.name or "phase")
         cases = []
         for name in names:
-            step = steps.get(name)
-            known = isinstance(step, dict)
-            step = as_dict(step)
-            status = str(step.get("status")) if known else "missing"
+            record = run.steps.get(name)
+            step = record or Step()
+            status = str(step.status) if record is not None else "missing"
             case = ET.Element("testcase", {"classname": _xml_text(f"{runbook}.{phase_name}"),
-                                           "name": _xml_text(name), "time": _junit_time(step.get("duration_s"))})
-            reason = step.get("reason")
+                                           "name": _xml_text(name), "time": _junit_time(step.duration_s)})
+            reason = step.reason
             if status in FAILED_STATUSES:
                 failure = ET.SubElement(case, "failure", {"message": _xml_text(reason or status), "type": status})
-                body = [str(step["excerpt"])] if step.get("excerpt") else []
-                body += [f"stack dump: {p}" for p in as_list(step.get("stack_dumps"))]
+                body = [step.excerpt] if step.excerpt else []
+                body += [f"stack dump: {p}" for p in step.stack_dumps]
                 failure.text = _xml_text("\n".join(body) or reason or status)
                 outcome = "failure"
             elif status == "passed":
@@ -68,28 +67,28 @@ def render_junit(results: dict) -> str:
                 text = message if status == "skipped" else f"{status}: {message}"
                 ET.SubElement(case, "skipped", {"message": _xml_text(text)})
                 outcome = "skipped"
-            if step.get("dir"):
-                ET.SubElement(case, "system-out").text = _xml_text(f"step directory: {step['dir']}")
+            if step.dir:
+                ET.SubElement(case, "system-out").text = _xml_text(f"step directory: {step.dir}")
             cases.append((case, outcome))
         _suite(root, phase_name, cases, hostname=host)
     cases = []
-    for crit in (as_dict(c) for c in as_list(results.get("acceptance"))):
-        status = str(crit.get("status"))
-        name = str(crit.get("name") or "criterion")
+    for crit in run.acceptance:
+        status = str(crit.status)
+        name = str(crit.name or "criterion")
         case = ET.Element("testcase", {"classname": _xml_text(f"{runbook}.acceptance"), "name": _xml_text(name),
                                        "time": "0.000"})
-        summary = (f"target {fmt_num(crit.get('target'))}, actual {fmt_num(crit.get('actual'))}"
-                   + (f": {crit['detail']}" if crit.get("detail") else ""))
+        summary = (f"target {fmt_num(crit.target)}, actual {fmt_num(crit.actual)}"
+                   + (f": {crit.detail}" if crit.detail else ""))
         if status == "fail":
-            ET.SubElement(case, "failure", {"message": _xml_text(summary), "type": str(crit.get("severity") or "fail")}
-                          ).text = _xml_text(crit.get("expr") or summary)
+            ET.SubElement(case, "failure", {"message": _xml_text(summary), "type": str(crit.severity or "fail")}
+                          ).text = _xml_text(crit.expr or summary)
             outcome = "failure"
         elif status == "error":
             ET.SubElement(case, "error", {"message": _xml_text(summary), "type": "error"}
-                          ).text = _xml_text(crit.get("expr") or summary)
+                          ).text = _xml_text(crit.expr or summary)
             outcome = "error"
         elif status == "skipped":
-            ET.SubElement(case, "skipped", {"message": _xml_text(crit.get("detail") or summary)})
+            ET.SubElement(case, "skipped", {"message": _xml_text(crit.detail or summary)})
             outcome = "skipped"
         else:
             prefix = "WARN: " if status == "warn" else ""
@@ -98,8 +97,8 @@ def render_junit(results: dict) -> str:
         cases.append((case, outcome))
     suite = _suite(root, "acceptance", cases, hostname=host)
     props = ET.Element("properties")
-    for key in ("verdict", "verdict_reason"):
-        ET.SubElement(props, "property", {"name": key, "value": _xml_text(results.get(key) or "")})
+    for key, value in (("verdict", run.verdict), ("verdict_reason", run.verdict_reason)):
+        ET.SubElement(props, "property", {"name": key, "value": _xml_text(value or "")})
     suite.insert(0, props)
     totals = Counter()
     for s in root.findall("testsuite"):
@@ -107,7 +106,7 @@ def render_junit(results: dict) -> str:
             totals[key] += int(s.get(key))
     for key in ("tests", "failures", "errors", "skipped"):
         root.set(key, str(totals[key]))
-    root.set("time", _junit_time(results.get("duration_s")))
+    root.set("time", _junit_time(run.duration_s))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 

@@ -164,8 +164,8 @@ def compare_strategies(step, runs: list[dict], ctx) -> dict[str, dict]:
     them."""
     labels = list(step.strategies)
     data = {label: [None] * step.repeats for label in labels}
-    for raw in runs:
-        r = decode(LaunchRun, raw, "runs[]")
+    for i, raw in enumerate(runs):
+        r = decode(LaunchRun, raw, f"runs[{i}]")
         data[r.label][r.repeat] = run_values(ctx.run_dir, step, raw, "toks_per_s")
 
     def mean(v):
@@ -259,7 +259,7 @@ def decide_recommendation(step, m: dict, runs: list[dict] | None = None) -> None
     runbook needs is the step's args.batch_size, else the micro-batch its runs used (env.json, the config's)."""
     need = step.launch.args.get("batch_size")
     if not isinstance(need, int):
-        contexts = (decode(LaunchRun, r, "runs[]").metrics.context for r in runs or [])
+        contexts = (decode(LaunchRun, r, f"runs[{i}]").metrics.context for i, r in enumerate(runs or []))
         need = next((c.micro_batch for c in contexts if c is not None and isinstance(c.micro_batch, int)), None)
     m["batch_needed"] = need
     metrics = decode(Metrics, m, "metrics")

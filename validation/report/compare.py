@@ -70,6 +70,8 @@ from validation.analysis.significance.comparison import RunNoise, compare_shift,
 from validation.analysis.significance.windows import (METRIC, compare_windows, launch_series as _series,  # noqa: F401
                                              measured_run_noise, measured_run_noise_by_step, window_units)
 from validation.kinds.base import StepKind
+from validation.results.codec import decode
+from validation.results.run import AnalysisRow, Noise, PerformanceAnalysis, Run, read_run
 
 ENV_KEYS = ("host", "gpu_count", "torch", "cuda", "nccl", "python", "git_sha")
 # summary metrics shown besides the windowed throughput (one value per run: no test, never gating)
@@ -77,11 +79,14 @@ SUMMARY_METRICS = ("final_loss", "mem_peak_gb")
 SUMMARY_NOISE = 0.02  # their "same" band when no --noise is given
 
 
-def environment_differences(a: dict, b: dict) -> list[str]:
-    ea, eb = a.get("environment", {}), b.get("environment", {})
-    out = [f"{k} differs: {ea.get(k)!r} vs {eb.get(k)!r}" for k in ENV_KEYS if ea.get(k) != eb.get(k)]
-    names_a = [g.get("name") for g in ea.get("gpus", [])]
-    names_b = [g.get("name") for g in eb.get("gpus", [])]
+def environment_differences(a: Run | dict, b: Run | dict) -> list[str]:
+    ea, eb = read_run(a).environment, read_run(b).environment
+    pairs = {"host": (ea.host, eb.host), "gpu_count": (ea.gpu_count, eb.gpu_count), "torch": (ea.torch, eb.torch),
+             "cuda": (ea.cuda, eb.cuda), "nccl": (ea.nccl, eb.nccl), "python": (ea.python, eb.python),
+             "git_sha": (ea.git_sha, eb.git_sha)}
+    out = [f"{k} differs: {pairs[k][0]!r} vs {pairs[k][1]!r}" for k in ENV_KEYS if pairs[k][0] != pairs[k][1]]
+    names_a = [g.name for g in ea.gpus or []]
+    names_b = [g.name for g in eb.gpus or []]
     if names_a != names_b:
         out.append(f"GPUs differ: {names_a} vs {names_b}")
     return out
@@ -129,19 +134,21 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
                  alpha: float = ALPHA) -> dict[str, Any]:
     """B against A (see the module docstring for the statistics and the returned dict). `noise`: a relative
     threshold replacing the measured noise floor (0.02 = 2%), or None."""
-    warnings = environment_differences(a, b)
-    name_a, name_b = (a.get("runbook") or {}).get("name"), (b.get("runbook") or {}).get("name")
+    run_a, run_b = read_run(a), read_run(b)
+    warnings = environment_differences(run_a, run_b)
+    name_a, name_b = run_a.runbook.name, run_b.runbook.name
     if name_a != name_b:
         warnings.append(f"different runbooks: {name_a} vs {name_b}")
     noise_by_step = measured_run_noise_by_step(a, dir_a, extra=[(b, dir_b)], names=("A", "B"))
-    declared = declared_noise(a, b)
+    declared = declared_noise(run_a, run_b)
     rows: list[dict[str, Any]] = []
     tested: list[tuple[int, Any]] = []
     units: dict[str, list[tuple[float, float]]] = {}  # group -> (mean A, mean B) of each undisturbed launch
     pending: list[tuple] = []  # the undisturbed launches' rows, tested once every step's change is known
     disturbed_rows = 0
-    for name, step_a in (a.get("steps") or {}).items():
-        step_b = (b.get("steps") or {}).get(name)
+    steps_a, steps_b = _raw_steps(a), _raw_steps(b)  # what the kinds read
+    for name, step_a in steps_a.items():
+        step_b = steps_b.get(name)
         if step_b is None:
             continue
         runs_b = dict(_train_runs(step_b))
@@ -218,18 +225,19 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     if not noise_by_step and tested:
         warnings.append("run-to-run variation not measured for any step (no step ran repeats): only the change "
                         "common to every step is tested")
-    regressions = [r for r in rows if r.get("tested") and r["significant"] and r["verdict"] == "worse"]
-    improvements = sum(1 for r in rows if r.get("tested") and r["significant"] and r["verdict"] == "better")
+    records = [decode(AnalysisRow, r, f"rows[{i}]") for i, r in enumerate(rows)]
+    regressions = [r for r in records if r.tested and r.significant and r.verdict == "worse"]
+    improvements = sum(1 for r in records if r.tested and r.significant and r.verdict == "better")
     exit_code = 1 if regressions else 0
     if regressions:
         gate = (f"{plural(len(regressions), 'regression')} beyond the noise floor, significant after Holm's correction: "
-                + "; ".join(f"{r['step']} {r['metric']} {fmt_pct(r['rel'], signed=True)}" for r in regressions))
+                + "; ".join(f"{r.step} {r.metric} {fmt_pct(r.rel, signed=True)}" for r in regressions))
     elif tested:
         gate = "no significant regression"
     else:
         gate = "no row could be tested: nothing to gate on"
     return {"run_a": str(dir_a), "run_b": str(dir_b), "runbooks": {"A": name_a, "B": name_b},
-            "verdicts": {"A": a.get("verdict"), "B": b.get("verdict")},
+            "verdicts": {"A": run_a.verdict, "B": run_b.verdict},
             "alpha": alpha, "noise": noise, "noise_source": "user" if noise is not None else "measured",
             "run_noise": {k: v.as_dict() for k, v in noise_by_step.items()} or None,
             "step_spread": spread.as_dict() if spread is not None else None,
@@ -238,8 +246,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
                        {"correction": "holm", "alpha": alpha, "family_size": 0,
                         "statement": "no tested rows: nothing was corrected", "significant": 0, "regressions": 0}),
             "rows": rows,
-            "regressions": [{"step": r["step"], "metric": r["metric"], "rel": r["rel"], "text": r["text"]}
-                            for r in regressions],
+            "regressions": [{"step": r.step, "metric": r.metric, "rel": r.rel, "text": r.text} for r in regressions],
             "improvements": improvements, "exit_code": exit_code, "gate": gate, "warnings": warnings}
 
 
@@ -261,13 +268,17 @@ class DeclaredNoise:
                 "df": self.df, "source": self.source}
 
 
-def declared_noise(a: dict, b: dict) -> DeclaredNoise:
+def _raw_steps(results: dict) -> dict:
+    """A run's step records as results.json holds them (what each step's kind reads)."""
+    return results.get("steps") or {}
+
+
+def declared_noise(a: Run | dict, b: Run | dict) -> DeclaredNoise:
     """The runbooks' declared run-to-run noise (results.json's runbook record, key "compare"; see DeclaredNoise).
     Two runs also differ as a whole, and each step by more than its repeats inside one run show (the machine
     between the runs, step after step): one pair cannot measure that, A/A pairs can. compare holds the change
     common to every step to a standard error of at least run_sd, and every launch's noise to at least launch_sd."""
-    found = [((run.get("runbook") or {}).get("compare") or {}, (run.get("runbook") or {}).get("name"))
-             for run in (a, b)]
+    found = [(run.runbook.compare or {}, run.runbook.name) for run in (read_run(a), read_run(b))]
     found = [(d, name) for d, name in found if isinstance(d, dict) and d]
     if not found:
         return DeclaredNoise()
@@ -335,57 +346,59 @@ def performance_analysis(current: dict, earlier: dict, current_dir: Path | str, 
                         "rel": None, "verdict": None, "row": None}}
     """
     out = compare_runs(earlier, current, earlier_dir, current_dir, noise=noise, alpha=alpha)
-    out["against"] = {"run_dir": str(earlier_dir), "runbook": (earlier.get("runbook") or {}).get("name"),
-                      "started": earlier.get("started"), "verdict": earlier.get("verdict"),
-                      "git_sha": (earlier.get("environment") or {}).get("git_sha")}
+    before = read_run(earlier)
+    out["against"] = {"run_dir": str(earlier_dir), "runbook": before.runbook.name, "started": before.started,
+                      "verdict": before.verdict, "git_sha": before.environment.git_sha}
     out["key_finding"] = key_finding(out)
     return out
 
 
 def key_finding(out: dict[str, Any]) -> dict[str, Any]:
-    """The largest significant change of a comparison (by |relative difference|), or "none"."""
-    significant = [r for r in out["rows"] if r.get("tested") and r.get("significant")]
+    """The largest significant change of a comparison (by |relative difference|), or "none"; its "row" is the row of
+    `out` itself."""
+    compared = decode(PerformanceAnalysis, out, "compare")
+    significant = [(i, r) for i, r in enumerate(compared.rows) if r.tested and r.significant]
     if not significant:
-        n = out["family"]["family_size"]
+        n = compared.family.family_size
         return {"text": (f"none: no metric changed significantly ({plural(n, 'comparison')}, Holm-corrected)" if n else
                          "none: no metric could be compared"),
                 "step": None, "metric": None, "rel": None, "verdict": None, "row": None}
-    row = max(significant, key=lambda r: abs(r["rel"]))
-    return {"text": f"{row['step']} {row['metric']} {row['verdict']}: {row['text']}", "step": row["step"],
-            "metric": row["metric"], "rel": row["rel"], "verdict": row["verdict"], "row": row}
+    i, row = max(significant, key=lambda item: abs(item[1].rel))
+    return {"text": f"{row.step} {row.metric} {row.verdict}: {row.text}", "step": row.step, "metric": row.metric,
+            "rel": row.rel, "verdict": row.verdict, "row": out["rows"][i]}
 
 
 def table_lines(out: dict[str, Any]) -> list[str]:
     """compare_runs() as plain text lines for a console or a log: a table whose columns are as wide as their
     widest cell (step and metric names are never shortened, whatever the terminal's width), then the correction,
     the run-to-run variation and the gate's result."""
+    compared = decode(PerformanceAnalysis, out, "compare")
     head = ("step", "metric", "A", "B", "change", "95% CI", "p", "Holm p", "noise floor", "verdict")
     table = [head]
-    for r in out["rows"]:
-        tested = bool(r.get("tested"))
-        ci = f"{fmt_pct(r.get('ci_low'), signed=True)} .. {fmt_pct(r.get('ci_high'), signed=True)}" if tested else "-"
-        verdict = str(r.get("verdict"))
-        if tested and r.get("significant"):
+    for r in compared.rows:
+        tested = bool(r.tested)
+        ci = f"{fmt_pct(r.ci_low, signed=True)} .. {fmt_pct(r.ci_high, signed=True)}" if tested else "-"
+        verdict = str(r.verdict)
+        if tested and r.significant:
             verdict += " (significant)"
         elif not tested:
             verdict += " (not tested)"
-        table.append((str(r["step"]), str(r["metric"]), _num(r.get("mean_a")), _num(r.get("mean_b")),
-                      fmt_pct(r.get("rel_delta"), signed=True), ci, _p(r.get("p_value")), _p(r.get("p_adjusted")),
-                      fmt_pct(r.get("noise_floor")) if tested else "-", verdict))
+        table.append((str(r.step), str(r.metric), _num(r.mean_a), _num(r.mean_b), fmt_pct(r.rel_delta, signed=True),
+                      ci, _p(r.p_value), _p(r.p_adjusted), fmt_pct(r.noise_floor) if tested else "-", verdict))
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-    lines = [f"B = {out['run_b']} against A = {out['run_a']}"]
+    lines = [f"B = {compared.run_b} against A = {compared.run_a}"]
     for row in table:
         lines.append("  ".join(cell.ljust(w) if i < 2 or i == len(head) - 1 else cell.rjust(w)
                                for i, (cell, w) in enumerate(zip(row, widths))).rstrip())
-    lines.append(out["family"]["statement"])
-    for step, rn in sorted((out.get("run_noise") or {}).items()):
-        lines.append(f"{step}: each run's noise is held to at least its {rn['text']}.")
-    if out.get("step_spread"):
-        sp = out["step_spread"]
-        lines.append(f"Every row's noise is held to at least {fmt_pct(sp['total'])} a side: {sp['source']} "
-                     f"(robust sd {fmt_pct(sp['total'] * math.sqrt(2))}, {sp['df']:g} df).")
+    lines.append(compared.family.statement)
+    for step, rn in sorted((compared.run_noise or {}).items()):  # {step: RunNoise.as_dict()}
+        lines.append(f"{step}: each run's noise is held to at least its {decode(Noise, rn, 'run_noise').text}.")
+    sp = compared.step_spread
+    if sp:
+        lines.append(f"Every row's noise is held to at least {fmt_pct(sp.total)} a side: {sp.source} "
+                     f"(robust sd {fmt_pct(sp.total * math.sqrt(2))}, {sp.df:g} df).")
     lines.append("Rows marked 'not tested' have one value per run: shown, never gating.")
-    lines.append(f"Result: {out['gate']} (exit {out['exit_code']}).")
+    lines.append(f"Result: {compared.gate} (exit {compared.exit_code}).")
     return lines
 
 

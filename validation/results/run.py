@@ -237,7 +237,8 @@ class Evidence:
 
 @dataclasses.dataclass(frozen=True)
 class AnalysisRow:
-    """One row of a comparison with an earlier run (validation.report.compare.compare_runs' docstring)."""
+    """One row of a comparison of two runs (validation.report.compare.compare_runs' docstring): a tested row has
+    significance.Comparison's keys too (rel, ci_low, ci_high, confidence, noise_floor, text, ...)."""
     step: Any = None
     metric: Any = None
     tested: Any = None
@@ -250,9 +251,25 @@ class AnalysisRow:
     confidence: Any = absent()
     p_value: Any = None
     p_adjusted: Any = None
+    noise_floor: Any = absent()
     significant: Any = None
     verdict: Any = None
     note: Any = None
+    text: Any = absent()
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Noise:
+    """A run-to-run variation (significance.RunNoise.as_dict)."""
+    between: Any = None
+    total: Any = None
+    within: Any = None
+    df: Any = None
+    runs: Any = None
+    groups: Any = None
+    source: Any = None
+    text: Any = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -293,19 +310,28 @@ class KeyFinding:
 
 @dataclasses.dataclass(frozen=True)
 class PerformanceAnalysis:
-    """results.json's "performance_analysis" (validation.report.compare.performance_analysis): this run against an
-    earlier one, compare_runs' keys plus `against` (the earlier run; a plain string, its directory, in some
-    records) and `key_finding`."""
-    against: AgainstRun | str | None = None
+    """What validation.report.compare.compare_runs returns (two runs compared), and results.json's
+    "performance_analysis" (compare.performance_analysis: this run against an earlier one), which adds `against` (the
+    earlier run; a plain string, its directory, in some records) and `key_finding`."""
+    against: AgainstRun | str | None = absent()
+    run_a: Any = None
+    run_b: Any = None
+    runbooks: Any = None
+    verdicts: Any = None
     alpha: Any = None
     noise: Any = None
     noise_source: Any = None
+    run_noise: Any = None  # {step: RunNoise.as_dict()} (one RunNoise.as_dict() in older records)
+    step_spread: Noise | None = absent()
+    declared_noise: Any = absent()
     family: Family = dataclasses.field(default_factory=Family)
-    run_noise: Any = None  # {step: RunNoise.as_dict()}
+    rows: list[AnalysisRow] = dataclasses.field(default_factory=list)
+    regressions: list[Any] = dataclasses.field(default_factory=list)
+    improvements: Any = None
+    exit_code: Any = None
     gate: Any = None
     warnings: list[Any] = dataclasses.field(default_factory=list)
-    key_finding: KeyFinding | None = None
-    rows: list[AnalysisRow] = dataclasses.field(default_factory=list)
+    key_finding: KeyFinding | None = absent()
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 

@@ -5,9 +5,11 @@ triton (nsa.attention.kernels.selected_attn.host.DQ_CHOICES, bwd_aot_cases).
 
     python benchmarks/aot_selected_bwd_dq.py                        # markdown rows for this triton
     python benchmarks/aot_selected_bwd_dq.py --part fwd             # the kv forward's output choices (OUT_CHOICES)
+    python benchmarks/aot_selected_bwd_dq.py --part tile            # its tile choices (FWD_TILE_CHOICES), d 64
     PYTHONPATH=/tmp/t36 python benchmarks/aot_selected_bwd_dq.py    # triton 3.6.0 installed on its own
 
-Nothing here is a GPU timing. reports/aot/selected_bwd_dq.md holds the output under triton 3.9 and 3.6.
+Nothing here is a GPU timing. reports/aot/selected_bwd_dq.md holds the output under triton 3.9 and 3.6 (--part tile:
+reports/aot/selected_fwd_occupancy.md).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ def _cases(part: str, shapes):
     if part == "bwd":
         return [(hpg, d, choice, case) for hpg, d in shapes for choice in ts.DQ_CHOICES
                 for case in ts.bwd_aot_cases(hpg, d, choice)]
+    if part == "tile":  # the kv forward's tile choices, at d = 64 (the choices' head dim) for each hpg
+        return [(hpg, d, choice, case) for hpg, d in (*shapes, (32, 64)) if d == 64 for choice in ts.FWD_TILE_CHOICES
+                for case in ts.fwd_tile_aot_cases(hpg, d, choice)]
     hpg, d = shapes[0]
     shipped = [c for c in ts.aot_cases() if c.name.startswith(f"sel_fwd_kv_out[hpg={hpg},d={d},")]
     return [(hpg, d, "atomic", c) for c in shipped] + [(hpg, d, "partial", c) for c in ts.fwd_out_aot_cases(hpg, d)]
@@ -71,15 +76,17 @@ def markdown(found: list[dict], version: str, title: str = "") -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=("bwd", "fwd"), default="bwd",
-                    help="bwd: the backward's dQ choices (default); fwd: the kv forward's output choices, m7c shape")
+    ap.add_argument("--part", choices=("bwd", "fwd", "tile"), default="bwd",
+                    help="bwd: the backward's dQ choices (default); fwd: the kv forward's output choices, m7c shape; "
+                         "tile: the kv forward's tile choices (FWD_TILE_CHOICES), d 64")
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise SystemExit("TRITON_INTERPRET is set: the kernels cannot be compiled ahead of time")
     import triton
 
     found = rows(part=args.part)
-    sys.stdout.write(markdown(found, triton.__version__, ", kv forward output choices" if args.part == "fwd" else ""))
+    title = {"bwd": "", "fwd": ", kv forward output choices", "tile": ", kv forward tile choices"}[args.part]
+    sys.stdout.write(markdown(found, triton.__version__, title))
     return 0 if all(r["ok"] for r in found) else 1
 
 

@@ -54,6 +54,12 @@ Forward, loop="kv" (the default; KV-block-outer, FSA-style):
   allocates part without its -inf fill and replaces step 2 (and the output's zero fill) by _sel_fwd_lse, one
   program per 64 (query, head) rows: the log2-sum-exp2 of each row's listed slots (blocks >= 0; the others were
   never written and are not read) and, for the atomic output, zeroes of its fp32 output rows. Untimed.
+  Tile choices (FWD_TILE_CHOICES; "auto" = QUALIFIED_FWD_TILE = "shipped", the tiles above; issue 31 item 2.4,
+  "fewer registers"): "m64_w4" cuts the tile table into 64-row tiles (10 queries x 6 heads at hpg 6) for the three
+  passes and runs step 3 as _sel_fwd_kv_out_lean on 4 warps (one m64 wgmma warpgroup), its row pointers stated
+  16-byte aligned (inputs whose rows are not are copied first, _aligned16): 94 registers on sm_90 ahead of time, 5
+  CTAs per SM, against the shipped kernel's 196 (89 with the strides' attributes a launch gives: 2 CTAs of 8 warps);
+  d_k = d_v = 64 only. Twice the tiles: each key block's K and V are read by twice the programs. Untimed.
 Forward, loop="query" (the public NSA kernels' order: fla parallel_nsa, XunhaoLai/native-sparse-attention-triton):
   _sel_fwd_query, one program per (sequence, group, query) with the hpg heads as rows, padded to
   HPG_PAD = max(16, pow2(hpg)) for tl.dot (hpg = 6 uses 6 of 16 rows), walks its n_sel blocks with an online
@@ -115,11 +121,13 @@ under triton 3.9 and 3.6; on sm_90 the forward's products reach wgmma, the backw
 mma.sync beside four wgmma products, and d = 128's backward (BLOCK_N = 32, BLOCK_R = 16, to avoid spills) stays on
 mma.sync. hpg > 32, or d = 128 with hpg > 16, are not compiled ahead of time: BLOCK_R grows to pow2(hpg) there and
 may spill. Registers and shared memory per case: reports/aot/triton-<version>.md; the dQ choices side by side
-(registers, CTAs per SM): reports/aot/selected_bwd_dq.md.
+(registers, CTAs per SM): reports/aot/selected_bwd_dq.md; the forward's tile choices: reports/aot/
+selected_fwd_occupancy.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from typing import Optional
@@ -140,7 +148,7 @@ LOOPS = ("kv", "query")
 from nsa.config import resolve_auto
 from nsa.attention.kernels.selected_attn.jit import (  # noqa: F401 - the jit code
     _tile_rows, _sel_fwd_kv_stats, _sel_fwd_kv_out, _sel_fwd_query, _sel_bwd_delta, _sel_bwd_kv, _sel_bwd_dq_query,
-    _sel_fwd_kv_part, _sel_fwd_reduce, _sel_fwd_lse, _sel_bwd_delta_zero)
+    _sel_fwd_kv_part, _sel_fwd_reduce, _sel_fwd_lse, _sel_bwd_delta_zero, _sel_fwd_kv_out_lean)
 
 
 # dQ choices side by side (issue 31 item 2.3; the module docstring, "Backward"). "atomic": _sel_bwd_kv adds every
@@ -198,6 +206,42 @@ def host_choice() -> str:
     return name
 
 
+# Forward tile choices of the kv forward (issue 31 item 2.4, "fewer registers"). "shipped": _config's tile (128 rows
+# of (query, head), 8 warps for the output pass) and _sel_fwd_kv_out. The others launch _sel_fwd_kv_out_lean (the
+# same products and atomics, its row pointers stated 16-byte aligned as Triton's JIT infers them, so that its compile
+# ahead of time is the one a GPU launch gets) on a 64-row tile and 4 warps, one m64 wgmma warpgroup: "m64_w4" (10
+# queries x 6 heads at hpg 6: twice the tiles, each key block's K and V read by twice as many programs), for all
+# three forward kernels, since the stats and output passes share one tile table. For d_k = d_v = 64 only (other head
+# dims keep _config's). Ahead of time (bf16, hpg 6, d 64, reports/aot/selected_fwd_occupancy.md, triton 3.9):
+# _sel_fwd_kv_out compiles to 196 registers on sm_90 (1 CTA per SM) without the argument attributes a launch gives,
+# and to 89 (2 CTAs of 8 warps) with the strides' 16-divisibility the JIT infers; the lean kernel takes 94 (5 CTAs
+# of 4 warps; sm_80: 167, 3 CTAs against 1), no spills on sm_80 or sm_90, wgmma on sm_90. (128 rows on 4 warps, 122
+# registers on sm_90, spills on sm_80 at hpg 16: not offered.) Same qualification rule as DQ_CHOICES (its tests on
+# the GPU, memcheck, an alternated A/B: bench_attention.py --sel-tile-choice); no GPU has run it.
+FWD_TILE_CHOICES: dict[str, Optional[LaunchConfig]] = {
+    "shipped": None,
+    "m64_w4": LaunchConfig(64, 64, 4, 1),
+}
+QUALIFIED_FWD_TILE = "shipped"  # what "auto" picks: the choice a GPU run has qualified
+FWD_TILE_CHOICE = "auto"  # the launcher's choice: "auto" or a key of FWD_TILE_CHOICES
+
+
+def fwd_tile_choice() -> str:
+    """The kv forward's tile choice in effect (FWD_TILE_CHOICE, "auto" = QUALIFIED_FWD_TILE), read at each forward
+    launch."""
+    return resolve_auto("selected attention: FWD_TILE_CHOICE", FWD_TILE_CHOICE, tuple(FWD_TILE_CHOICES),
+                        QUALIFIED_FWD_TILE)
+
+
+def _lean_tile(hpg: int, d_k: int, d_v: int) -> Optional[LaunchConfig]:
+    """The lean output pass's launch (_sel_fwd_kv_out_lean) under the tile choice in effect, None where the shipped
+    kernel runs (the "shipped" choice, or head dims other than 64)."""
+    cfg = FWD_TILE_CHOICES[fwd_tile_choice()]
+    if cfg is None or not d_k == d_v == 64:
+        return None
+    return cfg._replace(block_m=max(cfg.block_m, _pow2(hpg)))
+
+
 # ------------------------------------------------------------------------------------------------ launch configs
 def _pow2(x: int) -> int:
     return 1 << max(0, (int(x) - 1).bit_length())
@@ -220,13 +264,17 @@ def _config(kind: str, hpg: int, d_k: int, d_v: int) -> LaunchConfig:
     """The launch of a KV-outer kernel: block_m = BLOCK_R rows of (query, head), block_n = BLOCK_N keys, num_warps,
     num_stages.
 
-    kind: 'stats' and 'out' (the forward passes, which share one tile table: same BLOCK_R) or 'bwd'. Chosen from
-    the AOT compile (no spills on sm_80 and sm_90, wgmma on sm_90 where M >= 64), not yet from GPU timings.
+    kind: 'stats' and 'out' (the forward passes, which share one tile table: same BLOCK_R, the tile choice's rows
+    under FWD_TILE_CHOICES) or 'bwd'. Chosen from the AOT compile (no spills on sm_80 and sm_90, wgmma on sm_90 where
+    M >= 64), not yet from GPU timings.
     """
     d = max(d_k, d_v)
     if kind in ("stats", "out"):
         block_r, block_n = (128, 64) if d <= 64 else (64, 64)
         warps = 4 if kind == "stats" and d <= 64 else 8
+        lean = _lean_tile(hpg, d_k, d_v)
+        if lean is not None:  # the tile choice's rows: the passes share one tile table (the output's launch: lean)
+            block_r = lean.block_m
     else:
         block_r, block_n, warps = (32, 64, 8) if d <= 64 else (16, 32, 8)
     return LaunchConfig(max(block_r, _pow2(hpg)), block_n, warps, 1)
@@ -349,6 +397,16 @@ def _unit_last(t):
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+def _aligned16(x: torch.Tensor) -> torch.Tensor:
+    """x itself when every row of its last dimension starts 16-byte aligned (what _sel_fwd_kv_out_lean's
+    tl.multiple_of hints state; the layer's [B, S, heads, d] storage always does), else an aligned contiguous copy.
+    Reads metadata only (no device sync); range_attn.host._aligned's rule."""
+    size = x.element_size()
+    ok = x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all(
+        (st * size) % 16 == 0 for st, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1)
+    return x if ok else x.clone(memory_format=torch.contiguous_format)
+
+
 # ------------------------------------------------------------------------------------------------ custom ops
 def _per_tile(hpg, d_k, d_v, bwd_tiles):
     """Queries per forward tile and per backward program."""
@@ -418,6 +476,15 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
         return o, lse, pair_t, bwd_tiles_tab
     if o32 is None:
         o32 = torch.zeros(b, s, h, d_v, dtype=torch.float32, device=q.device).transpose(1, 2)
+    lean = _lean_tile(hpg, d_k, d_v)
+    if lean is not None:  # the tile choice's kernel (FWD_TILE_CHOICES): its row pointers are stated 16-byte aligned
+        q, k, v = _aligned16(q), _aligned16(k), _aligned16(v)
+        _sel_fwd_kv_out_lean[(n_tiles,)](
+            q, k, v, lse, o32, pair_t, fwd_tiles, n_tiles,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o32.stride()[:3], s, g, nb, qk_scale,
+            L_SEL=l_sel, HPG=hpg, BLOCK_R=lean.block_m, BLOCK_N=_block_n(l_sel, lean.block_n), D_K=d_k, D_V=d_v,
+            num_warps=lean.num_warps, num_stages=lean.num_stages, DOT_PREC=prec)
+        return o32.to(q.dtype), lse, pair_t, bwd_tiles_tab
     block_r, block_n, warps, stages = _config("out", hpg, d_k, d_v)
     block_n = _block_n(l_sel, block_n)
     _sel_fwd_kv_out[(n_tiles,)](
@@ -533,7 +600,7 @@ def selected_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks
     inverted index's build, "auto", "torch" or "triton" (common.index_build; NSAConfig.index_build).
     """
     _check(q, k, v, blocks, l_sel, loop, bwd_tiles)
-    dq_choice(), out_choice(), host_choice()  # an unknown choice fails here, before the forward runs
+    dq_choice(), out_choice(), host_choice(), fwd_tile_choice()  # an unknown choice fails here, before the forward
     build = resolve_index_build(index_build)
     return torch.ops.nsa.selected_attention_fwd(q, k, v, blocks, l_sel, loop, bwd_tiles, build)[0]
 
@@ -590,6 +657,43 @@ def fwd_out_aot_cases(hpg: int, d: int) -> list:
 # [64, 64] fp32 zero tiles live beside O and dO: 3 CTAs, 12 warps per SM on sm_90), with 8, 52-64 (4 CTAs, 32 warps
 # per SM) for a kernel that only moves bytes. Not timed on a GPU.
 DELTA_ZERO_WARPS = 8
+
+
+_STRIDES = ("sq_b", "sq_h", "sq_s", "sk_b", "sk_g", "sk_s", "sv_b", "sv_g", "sv_s", "so_b", "so_h", "so_s")
+
+
+def fwd_tile_aot_cases(hpg: int, d: int, choice: str) -> list:
+    """The kv forward's kernels of one tile choice (FWD_TILE_CHOICES) at l_sel = 64, bf16 (d = 64: the choices' head
+    dim). "shipped": aot_cases()' sel_fwd_kv_out, then the same kernel told that its strides are multiples of 16
+    (AotCase.divisible: what Triton's JIT infers at a launch of the layer's tensors, the argument attributes
+    aot_cases() does not give). A lean choice: _sel_fwd_kv_out_lean at its tile and, where its rows are not the
+    shipped 128, _sel_fwd_kv_stats and _sel_fwd_kv_part at those rows (the passes share one tile table; their
+    warps are _config's). reports/aot/selected_fwd_occupancy.md."""
+    bf, f32, i32 = "*bf16", "*fp32", "*i32"
+    out_ptrs = {"Q": bf, "K": bf, "V": bf, "LSE": f32, "O32": f32, "PAIR_T": i32, "TILES": i32}
+    if d != 64:
+        raise ValueError(f"the tile choices are for d = 64 (other head dims keep _config's tile), got d = {d}")
+    r, n, w, st = max(128, _pow2(hpg)), 64, 8, 1  # _config("out", hpg, 64, 64) under the shipped choice
+    consts = {"L_SEL": 64, "HPG": hpg, "BLOCK_N": 64, "D_K": d, "D_V": d, "DOT_PREC": "tf32"}
+    if FWD_TILE_CHOICES[choice] is None:
+        tag = f"hpg={hpg},d={d},BLOCK_R={r},BLOCK_N={n}"
+        shipped = _aot_case(f"sel_fwd_kv_out[{tag}]", _sel_fwd_kv_out, out_ptrs, {**consts, "BLOCK_R": r}, w, st)
+        return [shipped, dataclasses.replace(shipped, name=f"sel_fwd_kv_out[{tag}] (strides 16-divisible)",
+                                             divisible=_STRIDES)]
+    cfg = FWD_TILE_CHOICES[choice]
+    rows = max(cfg.block_m, _pow2(hpg))
+    cases = [_aot_case(f"sel_fwd_kv_out_lean[hpg={hpg},d={d},BLOCK_R={rows},BLOCK_N={cfg.block_n}]",
+                       _sel_fwd_kv_out_lean, out_ptrs, {**consts, "BLOCK_R": rows, "BLOCK_N": cfg.block_n},
+                       cfg.num_warps, cfg.num_stages)]
+    if rows != r:
+        cases.append(_aot_case(f"sel_fwd_kv_stats[hpg={hpg},d={d},BLOCK_R={rows},BLOCK_N=64]", _sel_fwd_kv_stats,
+                               {"Q": bf, "K": bf, "PART": f32, "ORDER": i32, "PAIR_T": i32, "TILES": i32},
+                               {"L_SEL": 64, "HPG": hpg, "BLOCK_R": rows, "BLOCK_N": 64, "D_K": d,
+                                "DOT_PREC": "tf32"}, 4 if d <= 64 else 8, 1))
+        cases.append(_aot_case(f"sel_fwd_kv_part[hpg={hpg},d={d},BLOCK_R={rows},BLOCK_N=64]", _sel_fwd_kv_part,
+                               {"Q": bf, "K": bf, "V": bf, "LSE": f32, "OP": f32, "ORDER": i32, "PAIR_T": i32,
+                                "TILES": i32}, {**consts, "BLOCK_R": rows}, 8, 1))
+    return cases
 
 
 def host_aot_cases(hpg: int, d: int) -> list:

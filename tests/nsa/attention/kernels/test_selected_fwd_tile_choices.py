@@ -1,0 +1,217 @@
+"""The selected kv forward's tile choices side by side (nsa.attention.kernels.selected_attn.host.FWD_TILE_CHOICES:
+"shipped", _config's 128-row tile and _sel_fwd_kv_out on 8 warps, beside "m64_w4", a 64-row tile table for the
+three forward passes and _sel_fwd_kv_out_lean on 4 warps, its row pointers stated 16-byte aligned). Every choice's
+output against an independent float64 dense reference with an explicit mask (the keys p <= t of the listed blocks,
+a repeated block counted twice, a block past the query masked whole, a query with no block 0), the lse it leaves
+for the backward, the copy that keeps the alignment promise, the launches, and the choice's plumbing.
+
+Without a GPU the kernels run in Triton's interpreter (fp32, small shapes, tight tolerances; it ignores warps and
+alignment hints, so it checks the lean kernel's tiling and masks); with one, natively in bf16, each tensor judged by
+triton_test_utils.assert_within_torch_error with the same reference evaluated in bf16 as the scale of the rule.
+reports/aot/selected_fwd_occupancy.md holds the ahead-of-time registers and CTAs per SM.
+"""
+
+import math
+import re
+
+import pytest
+import torch
+
+from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, assert_within_torch_error, needs_triton
+
+from nsa.attention.selection import choose_blocks
+
+if HAVE_TRITON:
+    from nsa.attention.kernels.selected_attn import host as ts
+
+# a block past its query has no key: the kv forward's per-block log-sum-exp is log2(0) = -inf there, by design
+pytestmark = [needs_triton, pytest.mark.filterwarnings("ignore:divide by zero encountered in log2")]
+
+DTYPE = torch.bfloat16 if ON_GPU else torch.float32
+TOL = 3e-2 if ON_GPU else 2e-5  # |got - want| <= TOL * max|want| + TOL per tensor (the interpreter's fp32)
+CHOICES = ("shipped", "m64_w4")
+
+
+@pytest.fixture(autouse=True)
+def _restore_choice():
+    yield
+    ts.FWD_TILE_CHOICE = "auto"
+    ts.OUT_CHOICE = "auto"
+
+
+def _inputs(b, h, g, s, d, seed, pad=0):
+    """q, k, v, do as transposed views of [B, S, heads, d + pad] storage (pad > 0: rows 4(d + pad) bytes apart,
+    not 16-byte aligned for an odd pad, the last `pad` columns unused)."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, s, n, d + pad, generator=gen)[..., :d].transpose(1, 2) for n in (h, g, g))
+    do = torch.randn(b, h, s, d, generator=gen)
+    return [t.to(KERNEL_DEVICE, DTYPE) if pad == 0 else t.to(DTYPE) for t in (q, k, v, do)]
+
+
+def _blocks(b, g, s, l_sel, n_sel, seed, edits=()):
+    """choose_blocks on random importance, then `edits` (t, slot, block) written into -1 slots, and query 2 with
+    no block at all."""
+    gen = torch.Generator().manual_seed(seed)
+    nb = -(-s // l_sel)
+    blocks = choose_blocks(torch.rand(b, g, s, nb, generator=gen), torch.arange(s), n_sel, l_sel).clone()
+    for t, slot, block in edits:
+        assert (blocks[:, :, t, slot] == -1).all(), (t, slot)
+        blocks[:, :, t, slot] = block
+    blocks[:, :, 2] = -1
+    return blocks.to(KERNEL_DEVICE)
+
+
+def _reference(q, k, v, blocks, l_sel, dtype):
+    """softmax(q k^T / sqrt(d) + log(count)) v in `dtype`, count[t, p] = how often key p's block is listed for
+    query t, 0 where p > t; a query with no key gets 0."""
+    s, d = q.shape[2], q.shape[3]
+    hpg = q.shape[1] // k.shape[1]
+    pos = torch.arange(s, device=q.device)
+    listed = blocks.long()[..., :, None] == (pos // l_sel)[None, None, None, None, :]  # [B, G, t, slot, p]
+    count = (listed.sum(-2) * (pos[None, :] <= pos[:, None])).repeat_interleave(hpg, dim=1).to(dtype)
+    q, k, v = q.to(dtype), k.to(dtype).repeat_interleave(hpg, dim=1), v.to(dtype).repeat_interleave(hpg, dim=1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(d) + torch.log(count)
+    has = (count > 0).any(-1, keepdim=True)
+    return torch.softmax(torch.where(has, scores, torch.zeros_like(scores)), dim=-1) * has @ v
+
+
+def _close(what, got, want, low):
+    assert torch.isfinite(got).all(), f"{what}: not finite"
+    if ON_GPU:
+        assert_within_torch_error(what, got, want, low)
+        return
+    err = (got.double() - want.double()).abs().max().item()
+    bound = TOL * want.abs().max().item() + TOL
+    assert err <= bound, f"{what}: max error {err:.3g} > {bound:.3g}"
+
+
+def _forward_each_choice(q, k, v, blocks, l_sel):
+    """{choice: (o, lse)} of the kv forward (the fwd op, the torch index build)."""
+    got = {}
+    for choice in CHOICES:
+        ts.FWD_TILE_CHOICE = choice
+        o, lse = torch.ops.nsa.selected_attention_fwd(q, k, v, blocks, l_sel, "kv", 2, "torch")[:2]
+        got[choice] = (o, lse)
+    return got
+
+
+def _check_forward(b, h, g, s, d, l_sel, n_sel, seed, edits):
+    q, k, v, _ = _inputs(b, h, g, s, d, seed)
+    blocks = _blocks(b, g, s, l_sel, n_sel, seed + 1, edits)
+    want, low = (_reference(q, k, v, blocks, l_sel, dtype) for dtype in (torch.float64, DTYPE))
+    got = _forward_each_choice(q, k, v, blocks, l_sel)
+    lse_ref = got["shipped"][1]
+    for choice, (o, lse) in got.items():
+        assert o.shape == want.shape and o.dtype == DTYPE
+        assert (o[:, :, 2] == 0).all(), choice
+        _close(f"{choice}: o", o, want, low)
+        # the lse the backward reads: the same statistics whatever the forward's tiles
+        assert torch.equal(torch.isinf(lse), torch.isinf(lse_ref)), choice
+        fin = torch.isfinite(lse_ref)
+        assert (lse[fin] - lse_ref[fin]).abs().max().item() <= (3e-2 if ON_GPU else 1e-5), choice
+    if not ON_GPU:  # the same pairs summed in another order: fp32 rounding only
+        assert (got["shipped"][0] - got["m64_w4"][0]).abs().max().item() <= 1e-5
+
+
+def test_every_tile_choice_matches_float64():
+    """hpg 6, d 64 (the choices' head dim; the model's hpg): S 40 not a multiple of l_sel 16, a repeated block (the
+    own one, partly masked; block 0) and a block past its query in -1 slots, a query with no block. 64-row tiles
+    hold 10 queries of 6 heads (60 of 64 rows), 128-row tiles 21."""
+    _check_forward(1, 6, 1, 40, 64, 16, 4, 0, ((36, 3, 2), (20, 3, 2), (9, 2, 0)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("b,h,g,s,d,l_sel,n_sel,seed,edits", [
+    pytest.param(2, 12, 2, 70, 64, 16, 5, 11, ((33, 4, 2),), id="hpg6-B2-G2"),
+    pytest.param(1, 16, 1, 90, 64, 64, 3, 12, ((10, 1, 0),), id="hpg16-l_sel64"),
+    pytest.param(1, 2, 1, 150, 64, 128, 2, 13, (), id="hpg2-l_sel128-stepped"),
+])
+def test_every_tile_choice_matches_float64_more_shapes(b, h, g, s, d, l_sel, n_sel, seed, edits):
+    _check_forward(b, h, g, s, d, l_sel, n_sel, seed, edits)
+
+
+@pytest.mark.slow
+def test_backward_after_the_lean_forward():
+    """The backward (its own tile table, the shipped kernels) reads the lean forward's lse and o: q, k, v gradients
+    against float64."""
+    b, h, g, s, d, l_sel = 1, 6, 2, 36, 64, 8
+    q, k, v, do = _inputs(b, h, g, s, d, 5)
+    blocks = _blocks(b, g, s, l_sel, 3, 6, ((5, 1, 0), (5, 2, 3)))
+    grads = {}
+    for dtype in (torch.float64, DTYPE):
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+        grads[dtype] = torch.autograd.grad(_reference(*leaves, blocks, l_sel, dtype), leaves, do.to(dtype))
+    ts.FWD_TILE_CHOICE = "m64_w4"
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    got = torch.autograd.grad(ts.selected_attention(*leaves, blocks, l_sel, bwd_tiles=2), leaves, do)
+    for name, x, w, lo in zip(("dq", "dk", "dv"), got, grads[torch.float64], grads[DTYPE]):
+        _close(f"m64_w4: {name}", x, w, lo)
+
+
+@pytest.mark.skipif(ON_GPU, reason="strided views of host memory (the interpreter's CPU tensors)")
+def test_rows_that_are_not_16_byte_aligned_are_copied_for_the_lean_kernel():
+    """The lean kernel states its row pointers 16-byte aligned: rows 4 * 65 bytes apart are copied first
+    (_aligned16), so it computes what it does on contiguous inputs; the layer's layout is used in place."""
+    q, k, v, _ = _inputs(1, 6, 1, 24, 64, 3, pad=1)
+    assert q.stride(2) == 6 * 65 and ts._aligned16(q) is not q
+    blocks = _blocks(1, 1, 24, 8, 3, 4).cpu()
+    ts.FWD_TILE_CHOICE = "m64_w4"
+    o = ts.selected_attention(q, k, v, blocks, 8)
+    o_contiguous = ts.selected_attention(q.contiguous(), k.contiguous(), v.contiguous(), blocks, 8)
+    assert torch.equal(o, o_contiguous)
+    layer = torch.randn(1, 24, 6, 64).transpose(1, 2)  # [B, S, H, d] storage
+    assert ts._aligned16(layer) is layer
+
+
+class _Recorder:
+    """Stands in for a @triton.jit kernel: kernel[grid](*args, **kwargs) records its name and keyword arguments."""
+
+    def __init__(self, name, calls):
+        self.name, self.calls = name, calls
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append((self.name, kwargs))
+
+
+@pytest.mark.parametrize("choice,d,out,want", [
+    ("shipped", 64, "atomic", [("_sel_fwd_kv_stats", 128, 4), ("_sel_fwd_kv_out", 128, 8)]),
+    ("m64_w4", 64, "atomic", [("_sel_fwd_kv_stats", 64, 4), ("_sel_fwd_kv_out_lean", 64, 4)]),
+    ("m64_w4", 32, "atomic", [("_sel_fwd_kv_stats", 128, 4), ("_sel_fwd_kv_out", 128, 8)]),  # d 64 only
+    ("m64_w4", 64, "partial", [("_sel_fwd_kv_stats", 64, 4), ("_sel_fwd_kv_part", 64, 8),
+                               ("_sel_fwd_reduce", None, 4)]),
+])
+def test_each_choice_launches_its_kernels(monkeypatch, choice, d, out, want):
+    """The tile choice sets the rows of all the forward's passes (one tile table: queries per tile = rows // hpg)
+    and, with the atomic output, the output pass's kernel and warps; other head dims keep the shipped tile."""
+    calls = []
+    for name in ("_sel_fwd_kv_stats", "_sel_fwd_kv_out", "_sel_fwd_kv_out_lean", "_sel_fwd_kv_part",
+                 "_sel_fwd_reduce"):
+        monkeypatch.setattr(ts, name, _Recorder(name, calls))
+    ts.FWD_TILE_CHOICE, ts.OUT_CHOICE = choice, out
+    b, h, g, s, l_sel = 1, 6, 1, 32, 8
+    q, k, v = (torch.randn(b, s, n, d).transpose(1, 2) for n in (h, g, g))
+    ts._fwd_op(q, k, v, _blocks(b, g, s, l_sel, 3, 0).cpu(), l_sel, "kv", 2, "torch")
+    assert [(n, kw.get("BLOCK_R"), kw["num_warps"]) for n, kw in calls] == want
+    assert ts._per_tile(h // g, d, d, 2)[0] == want[0][1] // (h // g)
+
+
+def test_auto_is_the_qualified_choice_and_an_unknown_name_is_refused():
+    assert tuple(ts.FWD_TILE_CHOICES) == CHOICES and ts.QUALIFIED_FWD_TILE == "shipped"
+    assert ts.FWD_TILE_CHOICE == "auto" and ts.fwd_tile_choice() == "shipped"
+    ts.FWD_TILE_CHOICE = "m64_w4"
+    assert ts.fwd_tile_choice() == "m64_w4" and ts._lean_tile(6, 64, 64).block_m == 64
+    assert ts._lean_tile(6, 32, 32) is None and ts._lean_tile(128, 64, 64).block_m == 128  # rows hold all heads
+    ts.FWD_TILE_CHOICE = "wide"
+    with pytest.raises(ValueError, match=re.escape("FWD_TILE_CHOICE must be one of auto | shipped | m64_w4, got "
+                                                   "'wide'")):
+        ts.fwd_tile_choice()
+    q, k, v, _ = _inputs(1, 2, 1, 16, 16, 0)
+    with pytest.raises(ValueError, match="FWD_TILE_CHOICE"):  # before the forward runs
+        ts.selected_attention(q, k, v, _blocks(1, 1, 16, 8, 2, 1), 8)
+
+
+def test_the_lean_kernel_is_costed_as_the_output_pass():
+    """A profile's _sel_fwd_kv_out_lean is the output pass's family (same products, exps and minimal bytes)."""
+    from nsa.attention import cost_model
+
+    assert cost_model.family("_sel_fwd_kv_out_lean") == cost_model.family("_sel_fwd_kv_out") == "sel_fwd_kv_out"

@@ -31,10 +31,18 @@ from validation.execution import evidence
 from validation.analysis import plausibility
 from validation import kinds as step_kinds
 from validation.formatting import plural
-from validation.results.model import FAILED_STEP_STATUSES, Criterion, Recommendations, RunResults, StepResult
+from validation.results.codec import decode
+from validation.results.decision import Choice, DecisionRecord
+from validation.results.model import FAILED_STEP_STATUSES, Criterion, Recommendations, RunResults
+from validation.results.run import Criterion as CriterionRow, Run, Step
 from validation.runbook.loader import Runbook
 
 BAD_STEP = FAILED_STEP_STATUSES
+
+
+def _run(results: RunResults) -> Run:
+    """The run record of what the run has built so far (strictly: a value of the wrong type is a bug here)."""
+    return decode(Run, results, "results")
 
 
 def _namespace(results: RunResults) -> dict[str, Any]:
@@ -69,32 +77,33 @@ def evaluate(runbook: Runbook, results: RunResults, run_dir: Path) -> list[Crite
     run."""
     ns = _namespace(results)
     logs = _logs(results, run_dir)
+    run = _run(results)
+    steps: dict[str, Step] = run.steps  # type: ignore[assignment]  # every step has a record while the run runs
     rows = []
     for c in runbook.acceptance:
-        not_run = [n for n in sorted(c.expr.names) if results["steps"][n]["status"] in ("skipped", "pending",
-                                                                                        "interrupted")]
+        not_run = [n for n in sorted(c.expr.names) if steps[n].status in ("skipped", "pending", "interrupted")]
         if not_run:
-            reasons = "; ".join(f"{n}: {results['steps'][n]['status']}"
-                                + (f" ({results['steps'][n]['reason']})" if results['steps'][n].get('reason') else "")
+            reasons = "; ".join(f"{n}: {steps[n].status}" + (f" ({steps[n].reason})" if steps[n].reason else "")
                                 for n in not_run)
             status, actual, detail = "skipped", "n/a", f"not evaluated: {reasons}"
         else:
             r = c.expr.evaluate(ns, logs)
             status = {"pass": "pass", "fail": "fail" if c.severity == "fail" else "warn", "error": "error"}[r.status]
             actual, detail = r.actual, r.detail
-            status, detail = _judge_evidence(runbook, results, ns, c, r.status, status, detail)
+            status, detail = _judge_evidence(runbook, run, results, ns, c, r.status, status, detail)
         rows.append(Criterion(name=c.name, expr=c.expr.text, target=c.target, severity=c.severity,
                               description=c.description, status=status, actual=actual, detail=detail))
     return rows
 
 
-def _judge_evidence(runbook: Runbook, results: RunResults, ns: dict, criterion, outcome: str, status: str,
+def _judge_evidence(runbook: Runbook, run: Run, results: RunResults, ns: dict, criterion, outcome: str, status: str,
                     detail: str | None) -> tuple[str, str | None]:
     """(status, detail) of an evaluated criterion once its evidence is judged (validation.execution.evidence): "inconclusive"
     when a performance figure it reads comes from a disturbed step (it may neither pass nor fail on that alone, nor
     err on it: a triage whose disturbed launches left it undecided names no culprit, so `culprit == 'x'` cannot be
     evaluated); "error" when a figure it reads lies outside its physical range (validation.analysis.plausibility)
-    and no disturbance explains it; otherwise as evaluated."""
+    and no disturbance explains it; otherwise as evaluated. `results`: the run as results.json holds it, which the
+    interference records are read from."""
     reads = evidence.performance_reads(runbook, criterion)
     steps = results["steps"]
     shaken = list(dict.fromkeys(n for n, _ in reads if evidence.disturbed(steps.get(n) or {})))
@@ -103,8 +112,7 @@ def _judge_evidence(runbook: Runbook, results: RunResults, ns: dict, criterion, 
         what = {"pass": "held", "error": f"could not be evaluated ({detail})"}.get(outcome, "did not hold")
         why = "; ".join(f"step {n} was disturbed: {(evidence.step_interference(steps[n]) or {}).get('text')}"
                         for n in shaken)
-        rerun = evidence.rerun_command(results["runbook"].get("path") or "RUNBOOK", results.get("run_dir") or "RUN_DIR",
-                                       shaken)
+        rerun = evidence.rerun_command(run.runbook.path or "RUNBOOK", run.run_dir or "RUN_DIR", shaken)
         return "inconclusive", (f"it {what}, but on disturbed evidence: {why}"
                                 + (f"; and {'; '.join(bad)}" if bad else "") + f"; run again: {rerun}")
     if outcome == "error":
@@ -118,17 +126,19 @@ def _judge_evidence(runbook: Runbook, results: RunResults, ns: dict, criterion, 
 def verdict(results: RunResults, interrupted: bool | str) -> tuple[str, str]:
     """(verdict, one-sentence reason) of a run (see the module docstring). `interrupted`: False, or True / the
     signal's name ("SIGTERM") when the run was interrupted."""
-    steps = results["steps"]
     if interrupted:
         how = f" ({interrupted})" if isinstance(interrupted, str) else ""
         return "INCOMPLETE", f"the run was interrupted{how}; `nsa-validate run --resume RUN_DIR` continues it"
-    pending = [n for n, s in steps.items() if s["status"] in ("pending", "running", "interrupted")]
+    run = _run(results)
+    steps: dict[str, Step] = run.steps  # type: ignore[assignment]  # every step has a record while the run runs
+    pending = [n for n, s in steps.items() if s.status in ("pending", "running", "interrupted")]
     if pending:
         return "INCOMPLETE", f"step(s) not run yet: {', '.join(pending)}"
-    bad = [f"{n} {s['status']}" for n, s in steps.items() if s["status"] in BAD_STEP and not s.get("optional")]
-    failed = [c["name"] for c in results["acceptance"] if c["severity"] == "fail" and c["status"] in ("fail", "error")]
-    unproven = [c for c in results["acceptance"] if c["severity"] == "fail" and c["status"] == "skipped"]
-    shaken = [c for c in results["acceptance"] if c["severity"] == "fail" and c["status"] == "inconclusive"]
+    bad = [f"{n} {s.status}" for n, s in steps.items() if s.status in BAD_STEP and not s.optional]
+    required = [c for c in run.acceptance if c.severity == "fail"]
+    failed = [c.name for c in required if c.status in ("fail", "error")]
+    unproven = [c for c in required if c.status == "skipped"]
+    shaken = [c for c in required if c.status == "inconclusive"]
     reasons = []
     if bad:
         reasons.append(f"step(s) {', '.join(bad)}")
@@ -136,46 +146,50 @@ def verdict(results: RunResults, interrupted: bool | str) -> tuple[str, str]:
         reasons.append(f"criteria failed: {', '.join(failed)}")
     if reasons:
         if unproven:
-            reasons.append(f"criteria not evaluated (steps skipped): {', '.join(c['name'] for c in unproven)}")
+            reasons.append(f"criteria not evaluated (steps skipped): {', '.join(c.name for c in unproven)}")
         if shaken:
-            reasons.append(f"criteria inconclusive (disturbed evidence): {', '.join(c['name'] for c in shaken)}")
+            reasons.append(f"criteria inconclusive (disturbed evidence): {', '.join(c.name for c in shaken)}")
         return "NO-GO", "; ".join(reasons)
     if unproven or shaken:
         parts = []
         if unproven:
             parts.append(f"{plural(len(unproven), 'required criterion', 'required criteria')} not evaluated: "
-                         f"{', '.join(c['name'] for c in unproven)}; their steps did not run "
+                         f"{', '.join(c.name for c in unproven)}; their steps did not run "
                          f"({_why_not_run(unproven, steps)})")
         if shaken:
             disturbed = [n for n in dict.fromkeys(n for c in shaken for n in sorted(_step_names(c, steps)))
-                         if evidence.disturbed(steps[n])]
+                         if evidence.disturbed(results["steps"][n])]  # its interference record as written
             parts.append(f"{plural(len(shaken), 'required criterion', 'required criteria')} inconclusive: "
-                         f"{', '.join(c['name'] for c in shaken)}, measured while other work used the machine "
+                         f"{', '.join(c.name for c in shaken)}, measured while other work used the machine "
                          f"(disturbed: {', '.join(disturbed) or 'see the criteria'}); run again: "
-                         + evidence.rerun_command((results.get("runbook") or {}).get("path") or "RUNBOOK",
-                                                  results.get("run_dir") or "RUN_DIR", disturbed))
+                         + evidence.rerun_command(run.runbook.path or "RUNBOOK", run.run_dir or "RUN_DIR", disturbed))
         return "INCOMPLETE", "; ".join(parts) + "; nothing evaluated failed"
-    ran = sum(s["status"] == "passed" for s in steps.values())
-    warns = [c["name"] for c in results["acceptance"] if c["status"] in ("warn", "inconclusive")]
+    ran = sum(s.status == "passed" for s in steps.values())
+    warns = [c.name for c in run.acceptance if c.status in ("warn", "inconclusive")]
     note = f"; warnings: {', '.join(warns)}" if warns else ""
     return "GO", f"{ran} step(s) passed and every required criterion holds{note}"
 
 
-def _why_not_run(criteria: list[Criterion], steps: dict[str, StepResult]) -> str:
+def _why_not_run(criteria: list[CriterionRow], steps: dict[str, Step]) -> str:
     """"baseline: phase baseline not selected (--only x); gpu: needs 2 GPU(s), found 0" for the steps the criteria
     needed (from the steps' own reasons), each step once."""
     parts = {}
     for c in criteria:
         for name in sorted(_step_names(c, steps)):
             s = steps[name]
-            if s["status"] in ("skipped", "pending", "interrupted") and name not in parts:
-                parts[name] = f"{name}: {s.get('reason') or s['status']}"
+            if s.status in ("skipped", "pending", "interrupted") and name not in parts:
+                parts[name] = f"{name}: {s.reason or s.status}"
     return "; ".join(parts.values()) or "skipped"
 
 
-def _step_names(criterion: Criterion, steps: dict[str, StepResult]) -> set[str]:
+def _step_names(criterion: CriterionRow, steps: dict[str, Step]) -> set[str]:
     """The steps a criterion row names (its expression's identifiers that are steps)."""
-    return {w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", criterion.get("expr") or "") if w in steps}
+    return {w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", criterion.expr or "") if w in steps}
+
+
+def _given(choice: Choice | None) -> Choice | None:
+    """A step's choice or winner, None where it has none (null, or an empty record)."""
+    return None if choice is None or choice == Choice() else choice
 
 
 def recommendations(runbook: Runbook, results: RunResults) -> Recommendations:
@@ -185,35 +199,35 @@ def recommendations(runbook: Runbook, results: RunResults) -> Recommendations:
     (validation.analysis.significance.decide); a decision without that (the default kept, one run per variant, an effect
     that did not replicate) adds nothing and leaves the runbook's own value in place, and its note says why. Nothing is recommended
     when no training step passed (nothing was measured here) or the runbook has none."""
-    trainers = [s for s in results["steps"].values() if getattr(step_kinds.find(s.get("kind")), "trainer", False)]
+    steps: dict[str, Step] = _run(results).steps  # type: ignore[assignment]  # every step has a record
+    trainers = [s for s in steps.values() if getattr(step_kinds.find(s.kind), "trainer", False)]
     if not trainers:  # a runbook of tests, sanitizer runs and benchmarks (gpu_kernels): no settings to recommend
         return Recommendations(env={}, notes=["this runbook has no training step: it recommends no settings"])
-    if not any(s.get("status") == "passed" for s in trainers):
+    if not any(s.status == "passed" for s in trainers):
         return Recommendations(env={}, notes=["nothing was measured here (no training step passed): no settings "
                                               "are recommended"])
     env = dict(runbook.recommend_env)
     notes = []
-    for name, step in results["steps"].items():
-        chosen = step.get("choice") or step.get("winner")
-        if not isinstance(chosen, dict) or not chosen:
+    for name, step in steps.items():
+        chosen = _given(step.choice) or _given(step.winner)
+        if chosen is None:
             continue
-        decision = step.get("decision") if isinstance(step.get("decision"), dict) else {}
-        significant = chosen.get("significant", decision.get("significant")) is True
+        decision = step.decision or DecisionRecord()
+        significant = (decision.significant if chosen.significant is None else chosen.significant) is True
         # a decision recorded since replication was required says whether its choice may be recommended; an older
         # one: when it was significant
-        recommendable = decision.get("recommendable", significant) is True
-        swept = sorted({str(k)[4:] for r in step.get("runs") or [] for k in (r.get("params") or {})
-                        if str(k).startswith("env.")})
+        recommendable = (significant if decision.recommendable is None else decision.recommendable) is True
+        swept = sorted({str(k)[4:] for r in step.runs for k in r.params if str(k).startswith("env.")})
         if not recommendable:
             kept = [f"{k}={env[k]} (the runbook's recommendation)" for k in swept if k in env]
-            why = decision.get("recommendation") or (
+            why = decision.recommendation or (
                 f"no recommendation: {'not replicated' if significant else 'no significant difference'}")
-            notes.append(f"{name}: {why}; {chosen.get('label')} kept, "
+            notes.append(f"{name}: {why}; {chosen.label} kept, "
                          f"{', '.join(swept) or 'its settings'} not recommended from this step"
                          + (f"; {', '.join(kept)} stays" if kept else ""))
             continue
-        for key, value in (chosen.get("params") or {}).items():
+        for key, value in chosen.params.items():
             if str(key).startswith("env."):
                 env[str(key)[4:]] = str(value)
-        notes.append(f"{name}: {chosen['label']} ({chosen.get('explanation', '')})")
+        notes.append(f"{name}: {chosen.label} ({chosen.explanation or ''})")
     return Recommendations(env=dict(sorted(env.items())), notes=notes)

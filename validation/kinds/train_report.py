@@ -46,7 +46,7 @@ from validation import contracts
 from validation.kinds.blocks import Block, Bullets, Heading, Pairs, Paragraph
 from validation.formatting import NA, as_dict, finite, fmt_duration, fmt_gb, fmt_num, fmt_pct, fmt_rate, plural
 from validation.launch import telemetry
-from validation.results.codec import decode
+from validation.results.codec import decode, encode
 from validation.results.trainer_launch import Gauge, LaunchMetrics, Problem, RunContext, Startup, Telemetry, Window
 
 INIT_GROWTH_FACTOR = 2.0
@@ -149,22 +149,20 @@ def telemetry_metrics(step_dir: Path, startup: dict[str, Any], read, window: Win
             what = f"the statistics window, steps {window.first_step}-{window.last_step}"
     on_gpu = not str(context.get("device") or "").lower().startswith("cpu")  # a CPU run on a GPU node: no GPU
     t = telemetry.summarize(rows, *(period or (None, None)), use_gpus=on_gpu)
-    if t["samples"] == 0 and period is not None:  # a window shorter than one sample: a second either side
+    if t.samples == 0 and period is not None:  # a window shorter than one sample: a second either side
         period = (period[0] - 1.0, period[1] + 1.0)
         t = telemetry.summarize(rows, *period, use_gpus=on_gpu)
     costs = [r["sampler_cpu_ms"] for r in rows if finite(r.get("sampler_cpu_ms")) is not None]
     files = [p.name for p in contracts.telemetry_files(step_dir)]
-    out = {k: t[k] for k in ("gpu_util", "gpu_mem_used_gb", "power_w", "sm_clock_mhz", "temp_c", "throttled",
-                             "throttle_reasons", "pcie_gen_min", "pcie_width_min", "ecc_uncorrected", "xid_errors",
-                             "cpu_util", "rss_gb")}
-    out["telemetry"] = {"files": files, "samples": t["samples"], "nodes": t["nodes"], "gpus": t["gpus"],
-                        "gpu_match": t["gpu_match"],
+    out = t.criteria_metrics()
+    out["telemetry"] = {"files": files, "samples": t.samples, "nodes": t.nodes, "gpus": t.gpus,
+                        "gpu_match": t.gpu_match,
                         "period": what, "sampler_cpu_ms": round(sum(costs) / len(costs), 3) if costs else None,
-                        "gpu_mem_total_gb": t["gpu_mem_total_gb"], "pcie_gen_max": t["pcie_gen_max"],
-                        "pcie_width_max": t["pcie_width_max"], "window_unix": list(period) if period else None}
-    out["gpu_diagnosis"] = telemetry.diagnose(t, context)
+                        "gpu_mem_total_gb": t.gpu_mem_total_gb, "pcie_gen_max": t.pcie_gen_max,
+                        "pcie_width_max": t.pcie_width_max, "window_unix": list(period) if period else None}
+    out["gpu_diagnosis"] = encode(telemetry.diagnose(t, context))
     # what else used the machine over the same period (the window's samples, or the whole launch)
-    out["interference"] = telemetry.interference(rows, *(period or (None, None)), use_gpus=on_gpu)
+    out["interference"] = encode(telemetry.interference(rows, *(period or (None, None)), use_gpus=on_gpu))
     return out
 
 

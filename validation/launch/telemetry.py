@@ -26,12 +26,18 @@ import socket
 import sys
 import threading
 import time
+import dataclasses
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from validation.contracts import TELEMETRY_COLUMNS as COLUMNS
 from validation.launch.processes import descendants
+from validation.results.codec import encode
+from validation.results.interference import Cause, LaunchInterference, OtherCommand
+from validation.results.trainer_launch import Cause as Diagnosed
+from validation.results.trainer_launch import Gauge, GpuDiagnosis, Num
 
 INTERVAL_S = 1.0
 LOW_GPU_UTIL_PCT = 80.0  # seed 003, "Low GPU Utilization": GPU utilization < 80%
@@ -508,75 +514,159 @@ class Sampler:
 
 
 # ------------------------------------------------------------------------------------------- metrics
-def _stat(values: list[float]) -> dict[str, Any] | None:
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One row of telemetry.csv as validation.contracts.read_telemetry reads it: a field per column of
+    ``COLUMNS`` (validation.contracts.TELEMETRY_COLUMNS, where each is documented), numbers as int/float, an empty
+    cell (or a column a row lacks) None; "node", "throttle" and "other_top" as text."""
+    time: Num | None = None
+    elapsed_s: Num | None = None
+    node: str | None = None
+    sample: Num | None = None
+    gpu: Num | None = None
+    ours: Num | None = None
+    gpu_util_pct: Num | None = None
+    mem_used_gb: Num | None = None
+    mem_total_gb: Num | None = None
+    power_w: Num | None = None
+    sm_clock_mhz: Num | None = None
+    temp_c: Num | None = None
+    throttle: str | None = None
+    pcie_gen: Num | None = None
+    pcie_gen_max: Num | None = None
+    pcie_width: Num | None = None
+    pcie_width_max: Num | None = None
+    ecc_corrected: Num | None = None
+    ecc_uncorrected: Num | None = None
+    xid_errors: Num | None = None
+    xid_last: Num | None = None
+    other_gpu_procs: Num | None = None
+    other_gpu_mem_gb: Num | None = None
+    cpu_util_pct: Num | None = None
+    rss_gb: Num | None = None
+    procs: Num | None = None
+    ncpu: Num | None = None
+    step_cores: Num | None = None
+    host_cpu_pct: Num | None = None
+    other_cpu_pct: Num | None = None
+    steal_pct: Num | None = None
+    other_top: str | None = None
+    sampler_cpu_ms: Num | None = None
+
+    @classmethod
+    def of(cls, row: "Sample | Mapping[str, Any]") -> "Sample":
+        """A row of read_telemetry (a dict by column) as a Sample; a Sample as it is."""
+        if isinstance(row, Sample):
+            return row
+        return cls(**{name: row.get(name) for name in _SAMPLE_FIELDS})
+
+
+_SAMPLE_FIELDS = tuple(f.name for f in dataclasses.fields(Sample))
+
+
+@dataclasses.dataclass(frozen=True)
+class TelemetrySummary:
+    """Telemetry over a period (``summarize``): the samples, nodes and GPUs counted, how the launch's GPUs were told
+    apart (gpu_match), each GPU figure as a Gauge over the samples (None without GPU figures), the throttle reasons
+    seen, the PCIe links, ECC and Xid counts, and the launch's CPU and RSS per sample (all nodes summed)."""
+    samples: int = 0
+    nodes: list[str] = dataclasses.field(default_factory=list)
+    gpus: list[str] = dataclasses.field(default_factory=list)
+    gpu_match: str | None = None
+    gpu_util: Gauge | None = None
+    gpu_mem_used_gb: Gauge | None = None
+    gpu_mem_total_gb: Num | None = None
+    power_w: Gauge | None = None
+    sm_clock_mhz: Gauge | None = None
+    temp_c: Gauge | None = None
+    throttled: bool | None = None
+    throttle_reasons: list[str] = dataclasses.field(default_factory=list)
+    pcie_gen_min: Num | None = None
+    pcie_gen_max: Num | None = None
+    pcie_width_min: Num | None = None
+    pcie_width_max: Num | None = None
+    ecc_uncorrected: Num | None = None
+    xid_errors: Num | None = None
+    cpu_util: Gauge | None = None
+    rss_gb: Gauge | None = None
+
+    def criteria_metrics(self) -> dict[str, Any]:
+        """The figures a launch's metrics record for criteria (validation.kinds.train_report), as JSON."""
+        return encode({"gpu_util": self.gpu_util, "gpu_mem_used_gb": self.gpu_mem_used_gb, "power_w": self.power_w,
+                       "sm_clock_mhz": self.sm_clock_mhz, "temp_c": self.temp_c, "throttled": self.throttled,
+                       "throttle_reasons": self.throttle_reasons, "pcie_gen_min": self.pcie_gen_min,
+                       "pcie_width_min": self.pcie_width_min, "ecc_uncorrected": self.ecc_uncorrected,
+                       "xid_errors": self.xid_errors, "cpu_util": self.cpu_util, "rss_gb": self.rss_gb})
+
+
+def _stat(values: list[float]) -> Gauge | None:
     if not values:
         return None
-    return {"mean": round(sum(values) / len(values), 3), "min": min(values), "max": max(values), "n": len(values)}
+    return Gauge(mean=round(sum(values) / len(values), 3), min=min(values), max=max(values), n=len(values))
 
 
-def summarize(rows: list[dict[str, Any]], start: float | None = None, end: float | None = None,
-              use_gpus: bool = True) -> dict[str, Any]:
-    """Metrics for criteria from telemetry rows (validation.contracts.read_telemetry) between unix times `start` and
-    `end` (None: open): {"gpu_util": {mean, min, max, n} (percent, over the launch's GPUs, every sample) or None
-    without GPU figures, "gpu_mem_used_gb", "power_w", "sm_clock_mhz", "temp_c" (same shape or None), "throttled"
-    (any throttle reason other than gpu_idle in any sample; None without GPU figures), "throttle_reasons" (those
-    seen, sorted), "pcie_gen_min" / "pcie_width_min" (the lowest current link during the period) with their
-    maxima, "ecc_uncorrected" (the largest count seen), "xid_errors" (events seen), "cpu_util" {mean, min, max, n}
-    (percent of one core, per sample), "rss_gb" {mean, min, max, n} (per sample, all nodes summed), "samples",
-    "nodes", "gpus" ("node:index" of the GPUs counted), "gpu_match"}. The launch's GPUs are those a process of the
-    launch used (``ours``, gpu_match "by process"); when no GPU shows one of its processes (NVML unable to say, or
-    a container whose PIDs NVML does not see), every GPU of the node (gpu_match "all GPUs"). `use_gpus` False (a CPU
-    run on a GPU node) leaves the GPU figures out."""
-    def within(r):
-        t = r.get("time")
-        return t is not None and (start is None or t >= start) and (end is None or t <= end)
+def _numbers(values) -> list[float]:
+    """The values that are numbers, as floats."""
+    return [float(v) for v in values if isinstance(v, (int, float))]
 
-    rows = [r for r in rows if within(r)]
-    gpu_rows = [r for r in rows if r.get("gpu") is not None and use_gpus]
-    matched = any(r.get("ours") == 1 for r in gpu_rows)
+
+def summarize(rows: "list[Sample | Mapping[str, Any]]", start: float | None = None, end: float | None = None,
+              use_gpus: bool = True) -> TelemetrySummary:
+    """Metrics for criteria from telemetry rows (validation.contracts.read_telemetry, or Samples) between unix times
+    `start` and `end` (None: open): the TelemetrySummary's gpu_util {mean, min, max, n} (percent, over the launch's
+    GPUs, every sample) or None without GPU figures, gpu_mem_used_gb, power_w, sm_clock_mhz, temp_c (same shape or
+    None), throttled (any throttle reason other than gpu_idle in any sample; None without GPU figures),
+    throttle_reasons (those seen, sorted), pcie_gen_min / pcie_width_min (the lowest current link during the period)
+    with their maxima, ecc_uncorrected (the largest count seen), xid_errors (events seen), cpu_util {mean, min, max,
+    n} (percent of one core, per sample), rss_gb {mean, min, max, n} (per sample, all nodes summed), samples, nodes,
+    gpus ("node:index" of the GPUs counted), gpu_match. The launch's GPUs are those a process of the launch used
+    (``ours``, gpu_match "by process"); when no GPU shows one of its processes (NVML unable to say, or a container
+    whose PIDs NVML does not see), every GPU of the node (gpu_match "all GPUs"). `use_gpus` False (a CPU run on a GPU
+    node) leaves the GPU figures out."""
+    samples = [s for s in map(Sample.of, rows)
+               if s.time is not None and (start is None or s.time >= start) and (end is None or s.time <= end)]
+    gpu_rows = [s for s in samples if s.gpu is not None and use_gpus]
+    matched = any(s.ours == 1 for s in gpu_rows)
     if matched:
-        gpu_rows = [r for r in gpu_rows if r.get("ours") == 1]
-
-    def col(name, source=gpu_rows):
-        return [float(r[name]) for r in source if isinstance(r.get(name), (int, float))]
+        gpu_rows = [s for s in gpu_rows if s.ours == 1]
 
     # CPU figures: one value per (node, sample); a multi-node job's nodes summed per sample number
-    per_sample: dict[tuple, dict] = {}
-    for r in rows:
-        per_sample.setdefault((r.get("node"), r.get("sample")), r)
-    by_number: dict[Any, dict[str, float]] = {}
-    for (_, number), r in per_sample.items():
-        acc = by_number.setdefault(number, {})
-        for name in ("cpu_util_pct", "rss_gb"):
-            if isinstance(r.get(name), (int, float)):
-                acc[name] = acc.get(name, 0.0) + float(r[name])
-    reasons = sorted({n for r in gpu_rows for n in str(r.get("throttle") or "").split("+") if n and n != "none"})
+    per_sample: dict[tuple, Sample] = {}
+    for s in samples:
+        per_sample.setdefault((s.node, s.sample), s)
+    by_number: dict[Any, list[float | None]] = {}  # sample number -> [CPU, RSS] summed over the nodes
+    for (_, number), s in per_sample.items():
+        acc = by_number.setdefault(number, [None, None])
+        for i, value in enumerate((s.cpu_util_pct, s.rss_gb)):
+            if isinstance(value, (int, float)):
+                acc[i] = (0.0 if acc[i] is None else acc[i]) + float(value)
+    reasons = sorted({n for s in gpu_rows for n in str(s.throttle or "").split("+") if n and n != "none"})
     throttled = (any(n not in NOT_THROTTLED for n in reasons)
-                 if any(r.get("throttle") is not None for r in gpu_rows) else None)
-    gens, widths = col("pcie_gen"), col("pcie_width")
-    return {
-        "samples": len(per_sample),
-        "nodes": sorted({str(r.get("node")) for r in rows if r.get("node")}),
-        "gpus": sorted({f"{r.get('node')}:{int(r['gpu'])}" for r in gpu_rows}),
-        "gpu_match": ("by process" if matched else "all GPUs") if gpu_rows else None,
-        "gpu_util": _stat(col("gpu_util_pct")),
-        "gpu_mem_used_gb": _stat(col("mem_used_gb")),
-        "gpu_mem_total_gb": max(col("mem_total_gb"), default=None),
-        "power_w": _stat(col("power_w")),
-        "sm_clock_mhz": _stat(col("sm_clock_mhz")),
-        "temp_c": _stat(col("temp_c")),
-        "throttled": throttled,
-        "throttle_reasons": reasons,
-        "pcie_gen_min": min(gens) if gens else None,
-        "pcie_gen_max": max(col("pcie_gen_max"), default=None),
-        "pcie_width_min": min(widths) if widths else None,
-        "pcie_width_max": max(col("pcie_width_max"), default=None),
-        "ecc_uncorrected": max(col("ecc_uncorrected"), default=None),
-        "xid_errors": sum({(r.get("node"), r.get("gpu")): r["xid_errors"] for r in gpu_rows
-                           if isinstance(r.get("xid_errors"), (int, float))}.values()) if gpu_rows else None,
-        "cpu_util": _stat([v["cpu_util_pct"] for v in by_number.values() if "cpu_util_pct" in v]),
-        "rss_gb": _stat([v["rss_gb"] for v in by_number.values() if "rss_gb" in v]),
-    }
+                 if any(s.throttle is not None for s in gpu_rows) else None)
+    gens, widths = _numbers(s.pcie_gen for s in gpu_rows), _numbers(s.pcie_width for s in gpu_rows)
+    return TelemetrySummary(
+        samples=len(per_sample),
+        nodes=sorted({str(s.node) for s in samples if s.node}),
+        gpus=sorted({f"{s.node}:{int(s.gpu)}" for s in gpu_rows}),
+        gpu_match=("by process" if matched else "all GPUs") if gpu_rows else None,
+        gpu_util=_stat(_numbers(s.gpu_util_pct for s in gpu_rows)),
+        gpu_mem_used_gb=_stat(_numbers(s.mem_used_gb for s in gpu_rows)),
+        gpu_mem_total_gb=max(_numbers(s.mem_total_gb for s in gpu_rows), default=None),
+        power_w=_stat(_numbers(s.power_w for s in gpu_rows)),
+        sm_clock_mhz=_stat(_numbers(s.sm_clock_mhz for s in gpu_rows)),
+        temp_c=_stat(_numbers(s.temp_c for s in gpu_rows)),
+        throttled=throttled,
+        throttle_reasons=reasons,
+        pcie_gen_min=min(gens) if gens else None,
+        pcie_gen_max=max(_numbers(s.pcie_gen_max for s in gpu_rows), default=None),
+        pcie_width_min=min(widths) if widths else None,
+        pcie_width_max=max(_numbers(s.pcie_width_max for s in gpu_rows), default=None),
+        ecc_uncorrected=max(_numbers(s.ecc_uncorrected for s in gpu_rows), default=None),
+        xid_errors=sum({(s.node, s.gpu): s.xid_errors for s in gpu_rows
+                        if isinstance(s.xid_errors, (int, float))}.values()) if gpu_rows else None,
+        cpu_util=_stat([cpu for cpu, _ in by_number.values() if cpu is not None]),
+        rss_gb=_stat([rss for _, rss in by_number.values() if rss is not None]),
+    )
 
 
 def interference_rules() -> str:
@@ -589,17 +679,17 @@ def interference_rules() -> str:
             f"disturbed when at least {DISTURBED_SHARE:.0%} of its samples over the measured period are contended")
 
 
-def _periods(rows: list[dict[str, Any]]) -> list[tuple[float | None, float, dict, list[dict]]]:
+def _periods(samples: list[Sample]) -> list[tuple[float | None, float, Sample, list[Sample]]]:
     """(start, end, the sample's CPU row, its GPU rows) per sample and node, in time order: a sample's figures cover
     the period since the node's previous sample (start None for a node's first)."""
-    by_sample: dict[tuple, list[dict]] = {}
-    for r in rows:
-        if isinstance(r.get("time"), (int, float)):
-            by_sample.setdefault((r.get("node"), r.get("sample")), []).append(r)
+    by_sample: dict[tuple, list[Sample]] = {}
+    for s in samples:
+        if isinstance(s.time, (int, float)):
+            by_sample.setdefault((s.node, s.sample), []).append(s)
     out, last = [], {}
-    for (node, _), group in sorted(by_sample.items(), key=lambda kv: (str(kv[0][0]), kv[1][0]["time"])):
-        t = float(group[0]["time"])
-        out.append((last.get(node), t, group[0], [g for g in group if g.get("gpu") is not None]))
+    for (node, _), group in sorted(by_sample.items(), key=lambda kv: (str(kv[0][0]), kv[1][0].time)):
+        t = float(group[0].time)
+        out.append((last.get(node), t, group[0], [g for g in group if g.gpu is not None]))
         last[node] = t
     return out
 
@@ -608,10 +698,11 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def interference(rows: list[dict[str, Any]], start: float | None = None, end: float | None = None,
-                 use_gpus: bool = True) -> dict[str, Any] | None:
+def interference(rows: "list[Sample | Mapping[str, Any]]", start: float | None = None, end: float | None = None,
+                 use_gpus: bool = True) -> LaunchInterference | None:
     """What else used the machine over (start, end] (unix times; None: open), from telemetry rows
-    (validation.contracts.read_telemetry), judged by the thresholds at the top of this module (interference_rules).
+    (validation.contracts.read_telemetry, or Samples), judged by the thresholds at the top of this module
+    (interference_rules).
 
     Each sample covers the period since the node's previous one; those whose period overlaps the interval count.
     A sample is contended when (any of)
@@ -620,98 +711,105 @@ def interference(rows: list[dict[str, Any]], start: float | None = None, end: fl
       gpu       another process had a compute context on one of the launch's GPUs (only where NVML tells the
                 launch's processes apart: telemetry.summarize's gpu_match "by process");
       throttle  a GPU of the launch ran under one of DISTURBING_THROTTLES.
-    Returns None when no sample in the interval has the CPU figures (telemetry written before they existed), else
-    {"disturbed": at least DISTURBED_SHARE of the samples contended, "samples", "contended", "share",
-     "causes": {cause: {"samples", ...figures}}, "ncpu", "step_cores", "text": what and how much, in words,
-     "rules": interference_rules()}."""
+    Returns None when no sample in the interval has the CPU figures (telemetry written before they existed), else a
+    LaunchInterference (validation.results.interference): disturbed (at least DISTURBED_SHARE of the samples
+    contended), samples, contended, share, causes {cause: Cause (its samples and figures)}, ncpu, step_cores, text
+    (what and how much, in words), rules (interference_rules())."""
     selected = []
-    for begin, t, cpu, gpus in _periods(rows):
-        if begin is None or _num(cpu.get("other_cpu_pct")) is None:
+    for begin, t, cpu, gpus in _periods([Sample.of(r) for r in rows]):
+        if begin is None or _num(cpu.other_cpu_pct) is None:
             continue
         if (end is not None and begin >= end) or (start is not None and t <= start):
             continue
         selected.append((t - begin, cpu, gpus))
     if not selected:
         return None
-    matched = use_gpus and any(g.get("ours") == 1 for _, _, gpus in selected for g in gpus)
-    causes: dict[str, dict[str, Any]] = {}
+    matched = use_gpus and any(g.ours == 1 for _, _, gpus in selected for g in gpus)
+    seen: list[str] = []  # the causes in the order first seen
+    hits = {"cpu": 0, "steal": 0, "gpu": 0, "throttle": 0}  # samples per cause
+    cpu_cores: list[float] = []
+    cpu_free: float | None = None  # the free cores of the first sample the other processes contended
+    steal_cores: list[float] = []
+    gpu_procs = gpu_mem = 0.0
+    reasons: set[str] = set()
     contended = 0
     tops: dict[str, list[str]] = {}
-    ncpu = max((_num(c.get("ncpu")) or 0.0) for _, c, _ in selected) or None
-    cores = max((_num(c.get("step_cores")) or 0.0) for _, c, _ in selected) or ncpu
+    ncpu = max((_num(c.ncpu) or 0.0) for _, c, _ in selected) or None
+    cores = max((_num(c.step_cores) or 0.0) for _, c, _ in selected) or ncpu
+
+    def hit(cause: str) -> None:
+        if not hits[cause]:
+            seen.append(cause)
+        hits[cause] += 1
+
     for _, cpu, gpus in selected:
-        hit = False
-        n = _num(cpu.get("ncpu")) or ncpu or 1.0
-        free = max(n - (_num(cpu.get("step_cores")) or n), 0.0)
-        other = (_num(cpu.get("other_cpu_pct")) or 0.0) / 100.0
+        n = _num(cpu.ncpu) or ncpu or 1.0
+        free = max(n - (_num(cpu.step_cores) or n), 0.0)
+        other = (_num(cpu.other_cpu_pct) or 0.0) / 100.0
+        contended_before = sum(hits.values())
         if other > free + OTHER_CPU_SLACK_CORES:
-            c = causes.setdefault("cpu", {"samples": 0, "cores": [], "free": free})
-            c["samples"] += 1
-            c["cores"].append(other)
-            for part in str(cpu.get("other_top") or "").split(";"):
+            hit("cpu")
+            cpu_free = free if cpu_free is None else cpu_free
+            cpu_cores.append(other)
+            for part in str(cpu.other_top or "").split(";"):
                 name = part.strip().rsplit("[", 1)[0]
                 if name:
                     tops.setdefault(name, []).append(part.strip())
-            hit = True
-        steal = (_num(cpu.get("steal_pct")) or 0.0) / 100.0
+        steal = (_num(cpu.steal_pct) or 0.0) / 100.0
         if steal > STEAL_SLACK_CORES:
-            c = causes.setdefault("steal", {"samples": 0, "cores": []})
-            c["samples"] += 1
-            c["cores"].append(steal)
-            hit = True
-        mine = [g for g in gpus if g.get("ours") == 1] if matched else (gpus if use_gpus else [])
-        if matched and any((_num(g.get("other_gpu_procs")) or 0) > 0 for g in mine):
-            c = causes.setdefault("gpu", {"samples": 0, "procs": 0.0, "mem_gb": 0.0})
-            c["samples"] += 1
-            c["procs"] = max(c["procs"], max(_num(g.get("other_gpu_procs")) or 0.0 for g in mine))
-            c["mem_gb"] = max(c["mem_gb"], max(_num(g.get("other_gpu_mem_gb")) or 0.0 for g in mine))
-            hit = True
-        throttles = sorted({n for g in mine for n in str(g.get("throttle") or "").split("+")
-                            if n in DISTURBING_THROTTLES})
+            hit("steal")
+            steal_cores.append(steal)
+        mine = [g for g in gpus if g.ours == 1] if matched else (gpus if use_gpus else [])
+        if matched and any((_num(g.other_gpu_procs) or 0) > 0 for g in mine):
+            hit("gpu")
+            gpu_procs = max(gpu_procs, max(_num(g.other_gpu_procs) or 0.0 for g in mine))
+            gpu_mem = max(gpu_mem, max(_num(g.other_gpu_mem_gb) or 0.0 for g in mine))
+        throttles = {n for g in mine for n in str(g.throttle or "").split("+") if n in DISTURBING_THROTTLES}
         if throttles:
-            c = causes.setdefault("throttle", {"samples": 0, "reasons": []})
-            c["samples"] += 1
-            c["reasons"] = sorted(set(c["reasons"]) | set(throttles))
-            hit = True
-        contended += hit
+            hit("throttle")
+            reasons |= throttles
+        contended += sum(hits.values()) > contended_before
     total = len(selected)
     share = contended / total
     parts = []
-    for name, c in causes.items():
-        frac = f"in {c['samples']} of {total} samples ({c['samples'] / total:.0%})"
+    causes: dict[str, Cause] = {}
+    for name in seen:
+        frac = f"in {hits[name]} of {total} samples ({hits[name] / total:.0%})"
         if name == "cpu":
-            mean = sum(c["cores"]) / len(c["cores"])
-            c.update(cores_mean=round(mean, 2), cores_max=round(max(c["cores"]), 2))
+            mean = sum(cpu_cores) / len(cpu_cores)
             names = sorted(tops.items(), key=lambda kv: -len(kv[1]))[:TOP_OTHERS]
-            c["top"] = [{"command": k, "samples": len(v), "example": v[0]} for k, v in names]
+            causes[name] = Cause(samples=hits[name], free=cpu_free, cores_mean=round(mean, 2),
+                                 cores_max=round(max(cpu_cores), 2),
+                                 top=[OtherCommand(command=k, samples=len(v), example=v[0]) for k, v in names])
             parts.append(f"other processes used {mean:.2f} of {ncpu or 0:g} cores on average (the launch uses "
-                         f"{cores or 0:g}, leaving {c['free']:g} free) {frac}"
+                         f"{cores or 0:g}, leaving {cpu_free:g} free) {frac}"
                          + (f"; the busiest: {', '.join(repr(k) for k, _ in names)}" if names else ""))
         elif name == "steal":
-            mean = sum(c["cores"]) / len(c["cores"])
-            c.update(cores_mean=round(mean, 2), cores_max=round(max(c["cores"]), 2))
+            mean = sum(steal_cores) / len(steal_cores)
+            causes[name] = Cause(samples=hits[name], cores_mean=round(mean, 2), cores_max=round(max(steal_cores), 2))
             parts.append(f"the hypervisor stole {mean:.2f} cores on average {frac}")
         elif name == "gpu":
-            parts.append(f"{c['procs']:g} other process(es) computed on the launch's GPU(s), using up to "
-                         f"{c['mem_gb']:.1f} GiB, {frac}")
+            causes[name] = Cause(samples=hits[name], procs=gpu_procs, mem_gb=gpu_mem)
+            parts.append(f"{gpu_procs:g} other process(es) computed on the launch's GPU(s), using up to "
+                         f"{gpu_mem:.1f} GiB, {frac}")
         else:
-            parts.append(f"GPU clocks slowed by {', '.join(c['reasons'])} {frac}")
-        c.pop("cores", None)
-    disturbed = share >= DISTURBED_SHARE
+            causes[name] = Cause(samples=hits[name], reasons=sorted(reasons))
+            parts.append(f"GPU clocks slowed by {', '.join(sorted(reasons))} {frac}")
     if parts:
         text = "; ".join(parts)
     else:
         text = f"no interference in {total} sample{'s' if total != 1 else ''}"
-    return {"disturbed": disturbed, "samples": total, "contended": contended, "share": round(share, 3),
-            "causes": causes, "ncpu": ncpu, "step_cores": cores, "text": text, "rules": interference_rules()}
+    return LaunchInterference(disturbed=share >= DISTURBED_SHARE, samples=total, contended=contended,
+                              share=round(share, 3), causes=causes, ncpu=ncpu, step_cores=cores, text=text,
+                              rules=interference_rules())
 
 
-def diagnose(t: dict[str, Any], context: dict[str, Any] | None = None,
-             threshold: float = LOW_GPU_UTIL_PCT) -> dict[str, Any] | None:
+def diagnose(t: TelemetrySummary, context: Mapping[str, Any] | None = None,
+             threshold: float = LOW_GPU_UTIL_PCT) -> GpuDiagnosis | None:
     """Seed 003's "Low GPU Utilization" applied to `t` (summarize()'s metrics over the training window) and the run's
     context (validation.contracts.run_context): None unless the mean GPU utilisation is below `threshold` percent.
-    Otherwise {"gpu_util_mean", "threshold", "causes": [{"cause", "evidence"}] (the seed's causes the evidence
-    points to, most likely first), "text"}:
+    Otherwise a GpuDiagnosis: gpu_util_mean, threshold, causes [Cause(cause, evidence)] (the seed's causes the
+    evidence points to, most likely first), text:
 
     - batch too small: GPU memory used (max) below half of the GPU's memory -> room to raise the micro-batch;
     - data loading / host-bound: the launch's processes busy >= 90% of one core per GPU on average (the host,
@@ -719,38 +817,38 @@ def diagnose(t: dict[str, Any], context: dict[str, Any] | None = None,
     - host-device transfers: the PCIe link below its maximum generation or width during training.
 
     When no evidence points anywhere, all three are listed as the seed's candidates, unranked."""
-    util = (t.get("gpu_util") or {}).get("mean")
+    util = t.gpu_util.mean if t.gpu_util else None
     if not isinstance(util, (int, float)) or util >= threshold:
         return None
     context = context or {}
     causes = []
-    mem, total = (t.get("gpu_mem_used_gb") or {}).get("max"), t.get("gpu_mem_total_gb")
+    mem, total = t.gpu_mem_used_gb.max if t.gpu_mem_used_gb else None, t.gpu_mem_total_gb
     micro, seq = context.get("micro_batch"), context.get("seq_len")
     shape = f" (micro-batch {micro} x seq_len {seq})" if micro and seq else ""
     if isinstance(mem, (int, float)) and isinstance(total, (int, float)) and total > 0 and mem < 0.5 * total:
-        causes.append({"cause": "batch too small",
-                       "evidence": f"GPU memory used at most {mem:.1f} of {total:.1f} GiB{shape}: raise the "
-                                   "batch size"})
-    cpu, n_gpus = (t.get("cpu_util") or {}).get("mean"), max(len(t.get("gpus") or []), 1)
+        causes.append(Diagnosed(cause="batch too small",
+                                evidence=f"GPU memory used at most {mem:.1f} of {total:.1f} GiB{shape}: raise the "
+                                         "batch size"))
+    cpu, n_gpus = t.cpu_util.mean if t.cpu_util else None, max(len(t.gpus or []), 1)
     if isinstance(cpu, (int, float)) and cpu >= 90.0 * n_gpus:
-        causes.append({"cause": "data loading / host-bound",
-                       "evidence": f"the launch's processes used {cpu:.0f}% CPU (>= 90% of a core per GPU): the "
-                                   "host sets the pace (data loading, Python overhead); pin_memory, more loader "
-                                   "workers, or profile the host side"})
-    gen, gmax = t.get("pcie_gen_min"), t.get("pcie_gen_max")
-    width, wmax = t.get("pcie_width_min"), t.get("pcie_width_max")
+        causes.append(Diagnosed(cause="data loading / host-bound",
+                                evidence=f"the launch's processes used {cpu:.0f}% CPU (>= 90% of a core per GPU): "
+                                         "the host sets the pace (data loading, Python overhead); pin_memory, more "
+                                         "loader workers, or profile the host side"))
+    gen, gmax = t.pcie_gen_min, t.pcie_gen_max
+    width, wmax = t.pcie_width_min, t.pcie_width_max
     if (isinstance(gen, (int, float)) and isinstance(gmax, (int, float)) and gen < gmax) or \
             (isinstance(width, (int, float)) and isinstance(wmax, (int, float)) and width < wmax):
-        causes.append({"cause": "host-device transfers",
-                       "evidence": f"PCIe link at Gen{gen:g} x{width:g} during training, the GPU and slot allow "
-                                   f"Gen{gmax:g} x{wmax:g}" if None not in (gen, width, gmax, wmax)
-                                   else "PCIe link below its maximum during training"})
+        causes.append(Diagnosed(cause="host-device transfers",
+                                evidence=f"PCIe link at Gen{gen:g} x{width:g} during training, the GPU and slot "
+                                         f"allow Gen{gmax:g} x{wmax:g}" if None not in (gen, width, gmax, wmax)
+                                         else "PCIe link below its maximum during training"))
     if not causes:
-        causes = [{"cause": c, "evidence": "no telemetry singles it out"}
+        causes = [Diagnosed(cause=c, evidence="no telemetry singles it out")
                   for c in ("batch too small", "data loading", "host-device transfers")]
     text = (f"Low GPU utilisation: {util:.0f}% on average over the training window (< {threshold:.0f}%, seed 003); "
-            + "; ".join(f"{c['cause']}: {c['evidence']}" for c in causes))
-    return {"gpu_util_mean": util, "threshold": threshold, "causes": causes, "text": text}
+            + "; ".join(f"{c.cause}: {c.evidence}" for c in causes))
+    return GpuDiagnosis(gpu_util_mean=util, threshold=threshold, causes=causes, text=text)
 
 
 # ------------------------------------------------------------------------------------------- a snapshot's PCIe links

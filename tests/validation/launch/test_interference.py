@@ -54,9 +54,9 @@ def test_a_neighbour_busy_for_the_middle_half_of_a_step_marks_it_disturbed(tmp_p
             _kill(neighbour)
     rows = contracts.read_telemetry(tmp_path)
     got = telemetry.interference(rows)
-    assert got is not None and got["disturbed"], got
-    assert got["share"] >= telemetry.DISTURBED_SHARE and got["causes"]["cpu"]["cores_mean"] > 0.5, got
-    assert f"of {ncpu:g} cores" in got["text"] and "while time.time()" in got["text"], got["text"]
+    assert got is not None and got.disturbed, got
+    assert got.share >= telemetry.DISTURBED_SHARE and got.causes["cpu"].cores_mean > 0.5, got
+    assert f"of {ncpu:g} cores" in got.text and "while time.time()" in got.text, got.text
     # while the neighbour ran, it was named among the busiest others
     named = [r for r in rows if f"[{neighbour}]" in str(r.get("other_top") or "")]
     assert named, [r.get("other_top") for r in rows]
@@ -102,9 +102,9 @@ def _rows(others: list[float], *, ncpu: int = 2, cores: float = 2, steal: float 
 
 def test_a_quiet_run_is_not_marked_and_the_rules_are_stated():
     got = telemetry.interference(_rows([0.0, 3.0, 12.0, 5.0, 20.0, 8.0, 4.0, 2.0]))
-    assert got["disturbed"] is False and got["contended"] == 0 and got["samples"] == 7
-    assert got["text"] == "no interference in 7 samples"
-    assert f"plus {telemetry.OTHER_CPU_SLACK_CORES:g} core" in got["rules"]
+    assert got.disturbed is False and got.contended == 0 and got.samples == 7
+    assert got.text == "no interference in 7 samples"
+    assert f"plus {telemetry.OTHER_CPU_SLACK_CORES:g} core" in got.rules
     assert telemetry.interference([]) is None
     # telemetry written before the CPU figures existed: no judgment
     assert telemetry.interference([{k: v for k, v in r.items() if k != "other_cpu_pct"}
@@ -114,38 +114,38 @@ def test_a_quiet_run_is_not_marked_and_the_rules_are_stated():
 def test_a_neighbour_for_half_the_window_is_named_with_what_and_how_much():
     rows = _rows([0.0, 2.0, 2.0, 140.0, 140.0, 140.0, 140.0, 3.0, 2.0])
     got = telemetry.interference(rows)
-    assert got["disturbed"] and got["contended"] == 4 and got["share"] == 0.5
-    assert got["text"].startswith("other processes used 1.40 of 2 cores on average (the launch uses 2, leaving 0 "
+    assert got.disturbed and got.contended == 4 and got.share == 0.5
+    assert got.text.startswith("other processes used 1.40 of 2 cores on average (the launch uses 2, leaving 0 "
                                   "free) in 4 of 8 samples (50%)")
-    assert got["causes"]["cpu"]["top"][0]["command"] == "python -c busy"
+    assert got.causes["cpu"].top[0].command == "python -c busy"
     # the same samples outside the measured period decide nothing: only those whose period overlaps it count
     quiet = telemetry.interference(rows, start=1000.5, end=1002.0)
-    assert quiet["samples"] == 2 and not quiet["disturbed"]
+    assert quiet.samples == 2 and not quiet.disturbed
     # a short burst (one sample of ten) is below the disturbed share
-    assert not telemetry.interference(_rows([0.0] * 5 + [150.0] + [0.0] * 5))["disturbed"]
+    assert not telemetry.interference(_rows([0.0] * 5 + [150.0] + [0.0] * 5)).disturbed
 
 
 def test_free_cores_steal_gpu_neighbours_and_throttles():
     # a launch that uses 1 of 2 cores leaves one free: a neighbour busy on it does not contend
-    assert not telemetry.interference(_rows([100.0] * 6, cores=1))["disturbed"]
-    assert telemetry.interference(_rows([140.0] * 6, cores=1))["disturbed"]
+    assert not telemetry.interference(_rows([100.0] * 6, cores=1)).disturbed
+    assert telemetry.interference(_rows([140.0] * 6, cores=1)).disturbed
     # the hypervisor taking 30% of a core does
     stolen = telemetry.interference(_rows([0.0] * 6, steal=30.0))
-    assert stolen["disturbed"] and "hypervisor stole 0.30 cores" in stolen["text"]
+    assert stolen.disturbed and "hypervisor stole 0.30 cores" in stolen.text
     # GPUs: another process on the launch's GPU, a thermal slowdown; a power cap is a setting, not interference
     ours = {"gpu": 0, "ours": 1, "other_gpu_procs": 0, "other_gpu_mem_gb": 0.0, "throttle": "sw_power_cap"}
-    assert not telemetry.interference(_rows([0.0] * 6, gpu=ours))["disturbed"]
+    assert not telemetry.interference(_rows([0.0] * 6, gpu=ours)).disturbed
     crowded = telemetry.interference(_rows([0.0] * 6, gpu={**ours, "other_gpu_procs": 1, "other_gpu_mem_gb": 7.5}))
-    assert crowded["disturbed"] and "1 other process(es) computed on the launch's GPU(s), using up to 7.5 GiB" in \
-        crowded["text"]
+    assert crowded.disturbed and "1 other process(es) computed on the launch's GPU(s), using up to 7.5 GiB" in \
+        crowded.text
     hot = telemetry.interference(_rows([0.0] * 6, gpu={**ours, "throttle": "sw_power_cap+hw_thermal_slowdown"}))
-    assert hot["disturbed"] and "hw_thermal_slowdown" in hot["text"]
+    assert hot.disturbed and "hw_thermal_slowdown" in hot.text
     # NVML that cannot tell the launch's processes apart (no GPU row is "ours"): its process list decides nothing
     blind = {**ours, "ours": 0, "other_gpu_procs": 3}
-    assert not telemetry.interference(_rows([0.0] * 6, gpu=blind))["disturbed"]
+    assert not telemetry.interference(_rows([0.0] * 6, gpu=blind)).disturbed
     # a CPU run on a GPU node: the GPUs are not its evidence
-    assert not telemetry.interference(_rows([0.0] * 6, gpu={**ours, "other_gpu_procs": 2}), use_gpus=False)[
-        "disturbed"]
+    assert not telemetry.interference(_rows([0.0] * 6, gpu={**ours, "other_gpu_procs": 2}),
+                                      use_gpus=False).disturbed
 
 
 @pytest.mark.parametrize("env, nproc, torchrun, want", [

@@ -202,9 +202,9 @@ def test_gpu_columns_through_nvml_and_the_metrics_for_criteria(tmp_path, monkeyp
                                                                                 if x["gpu"] == 1} == {0}
     m = telemetry.summarize(rows)
     # only the GPU the launch used counts: the idle one would halve the utilisation
-    assert m["gpus"] == ["g:0"] and m["gpu_util"]["mean"] == 45 and m["throttled"] is True
-    assert m["throttle_reasons"] == ["sw_power_cap"] and m["pcie_gen_min"] == 3 and m["xid_errors"] == 1
-    assert m["cpu_util"]["n"] == len(gpu0) - 1  # one CPU figure per sample, not per GPU row
+    assert m.gpus == ["g:0"] and m.gpu_util.mean == 45 and m.throttled is True
+    assert m.throttle_reasons == ["sw_power_cap"] and m.pcie_gen_min == 3 and m.xid_errors == 1
+    assert m.cpu_util.n == len(gpu0) - 1  # one CPU figure per sample, not per GPU row
 
 
 NVML_ERRORS = {"NVMLError_LibraryNotFound": "NVML Shared Library Not Found",
@@ -283,36 +283,36 @@ def test_reader_skips_a_cut_off_row_and_set_aside_files(tmp_path):
 def test_summarize_window_throttle_rule_and_multi_node_sums():
     rows = gpu_rows([10, 10, 95, 95, 95, 10], throttle="gpu_idle")
     m = telemetry.summarize(rows, start=1002.0, end=1004.0)  # the training window only
-    assert m["gpu_util"] == {"mean": 95, "min": 95, "max": 95, "n": 3} and m["throttled"] is False
+    assert m.gpu_util == telemetry.Gauge(mean=95, min=95, max=95, n=3) and m.throttled is False
     rows[3]["throttle"] = "hw_slowdown+sw_thermal_slowdown"
-    assert telemetry.summarize(rows, 1002.0, 1004.0)["throttled"] is True
-    assert telemetry.summarize(rows, 1005.0, None)["throttled"] is False  # outside the window
+    assert telemetry.summarize(rows, 1002.0, 1004.0).throttled is True
+    assert telemetry.summarize(rows, 1005.0, None).throttled is False  # outside the window
     other = [{**r, "node": "m"} for r in gpu_rows([50] * 6, cpu=20)]
     both = telemetry.summarize(gpu_rows([50] * 6, cpu=30) + other)
-    assert both["cpu_util"]["mean"] == 50 and both["rss_gb"]["max"] == 6.0  # the nodes summed per sample
-    assert both["gpus"] == ["m:0", "n:0"]
+    assert both.cpu_util.mean == 50 and both.rss_gb.max == 6.0  # the nodes summed per sample
+    assert both.gpus == ["m:0", "n:0"]
     # no GPU shows a process of the launch (a container NVML cannot match): every GPU counts, and it says so
     unmatched = telemetry.summarize([{**r, "ours": 0} for r in gpu_rows([50] * 3)])
-    assert unmatched["gpu_util"]["mean"] == 50 and unmatched["gpu_match"] == "all GPUs"
-    assert telemetry.summarize(gpu_rows([50] * 3))["gpu_match"] == "by process"
+    assert unmatched.gpu_util.mean == 50 and unmatched.gpu_match == "all GPUs"
+    assert telemetry.summarize(gpu_rows([50] * 3)).gpu_match == "by process"
     cpu_run = telemetry.summarize(gpu_rows([0] * 3), use_gpus=False)  # a CPU run on a GPU node
-    assert cpu_run["gpu_util"] is None and cpu_run["cpu_util"]["mean"] == 50
+    assert cpu_run.gpu_util is None and cpu_run.cpu_util.mean == 50
     cpu_only = telemetry.summarize([{"time": 1.0, "node": "n", "sample": 0, "gpu": None, "cpu_util_pct": 100.0,
                                      "rss_gb": 1.0}])
-    assert cpu_only["gpu_util"] is None and cpu_only["throttled"] is None and cpu_only["pcie_gen_min"] is None
+    assert cpu_only.gpu_util is None and cpu_only.throttled is None and cpu_only.pcie_gen_min is None
 
 
 def test_low_gpu_utilisation_is_diagnosed_with_its_evidence():
     assert telemetry.diagnose(telemetry.summarize(gpu_rows([90] * 5))) is None
     small = telemetry.diagnose(telemetry.summarize(gpu_rows([40] * 5, mem=6.0)), {"micro_batch": 1, "seq_len": 512})
-    assert small["causes"][0]["cause"] == "batch too small" and "6.0 of 80.0 GiB" in small["text"]
-    assert "micro-batch 1 x seq_len 512" in small["text"] and len(small["causes"]) == 1
+    assert small.causes[0].cause == "batch too small" and "6.0 of 80.0 GiB" in small.text
+    assert "micro-batch 1 x seq_len 512" in small.text and len(small.causes) == 1
     host = telemetry.diagnose(telemetry.summarize(gpu_rows([40] * 5, mem=60.0, cpu=99.0)))
-    assert [c["cause"] for c in host["causes"]] == ["data loading / host-bound"]
+    assert [c.cause for c in host.causes] == ["data loading / host-bound"]
     link = telemetry.diagnose(telemetry.summarize(gpu_rows([40] * 5, mem=60.0, gen=3)))
-    assert [c["cause"] for c in link["causes"]] == ["host-device transfers"] and "Gen3" in link["text"]
+    assert [c.cause for c in link.causes] == ["host-device transfers"] and "Gen3" in link.text
     unknown = telemetry.diagnose(telemetry.summarize(gpu_rows([40] * 5, mem=60.0)))
-    assert len(unknown["causes"]) == 3 and unknown["gpu_util_mean"] == 40
+    assert len(unknown.causes) == 3 and unknown.gpu_util_mean == 40
     assert telemetry.diagnose(telemetry.summarize(gpu_rows([70] * 5, mem=60.0)), threshold=60) is None
 
 

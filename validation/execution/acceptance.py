@@ -31,18 +31,19 @@ from validation.execution import evidence
 from validation.analysis import plausibility
 from validation import kinds as step_kinds
 from validation.formatting import plural
-from validation.results.codec import decode
 from validation.results.decision import Choice, DecisionRecord
 from validation.results.model import FAILED_STEP_STATUSES, Criterion, Recommendations, RunResults
-from validation.results.run import Criterion as CriterionRow, Run, Step
+from validation.results.run import Criterion as CriterionRow, Run, Step, read_run
 from validation.runbook.loader import Runbook
 
 BAD_STEP = FAILED_STEP_STATUSES
 
 
 def _run(results: RunResults) -> Run:
-    """The run record of what the run has built so far (strictly: a value of the wrong type is a bug here)."""
-    return decode(Run, results, "results")
+    """The run record of what the run holds now. Decoded leniently: steps may come from an earlier attempt's
+    results.json (--resume), checked when read against validation.results.model's schema, which leaves a launch's
+    metrics freer than the records do; what is read here (statuses, reasons, criteria, choices) the schema checks."""
+    return read_run(results)
 
 
 def _namespace(results: RunResults) -> dict[str, Any]:

@@ -47,9 +47,12 @@ from validation.launch.interrupts import describe as describe_interrupt
 from validation.runbook.plan import step_launches
 from validation.results.store import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, RESULTS_JSON, SCHEMA_VERSION, RunDirError,
                                 cannot_write, inside_run_dir, os_error_text, resume_note, write_results)
-from validation.results.model import (Choice, Options, PhaseRecord, Recommendations, ReplacedStep, Resume, RunbookRef,
+from validation.results.model import (Options, PhaseRecord, Recommendations, ReplacedStep, Resume, RunbookRef,
                                       RunResults, StepResult, Tool)
+from validation.results.codec import decode
+from validation.results.decision import Choice as ChoiceRecord
 from validation.results.reuse import Reuse
+from validation.results.run import Step as StepRecord, read_run
 from validation.runbook.loader import Runbook, Step, references
 from validation.kinds.base import undeclared_metrics
 from validation.version import version as tool_version
@@ -112,9 +115,9 @@ def _now(at: float | None = None) -> str:
 def steps_to_run(runbook: Runbook, results: RunResults, rerun: tuple[str, ...] | list[str] = ()) -> list[str]:
     """The steps of `runbook` that a run continuing `results` runs: those without a final status there (pending,
     running, interrupted, or new in the runbook), and those named in `rerun`; in runbook order."""
-    done = results.get("steps") or {}
+    done = read_run(results).steps
     return [s.name for s in runbook.steps()
-            if s.name in rerun or (done.get(s.name) or {}).get("status") not in FINAL_STEP_STATUSES]
+            if s.name in rerun or (done.get(s.name) or StepRecord()).status not in FINAL_STEP_STATUSES]
 
 
 def check_resume(runbook: Runbook, previous: RunResults, run_dir: Path | str, rerun: tuple[str, ...] | list[str] = ()
@@ -123,25 +126,27 @@ def check_resume(runbook: Runbook, previous: RunResults, run_dir: Path | str, re
     of the same runbook (by name; a changed runbook of that name is the caller's warning), every --rerun name a
     step of the runbook, and there must be something to do: a step still to run, a step to run again, or a
     verdict the earlier attempt did not reach."""
-    earlier = previous.get("runbook") if isinstance(previous.get("runbook"), dict) else {}
+    before = read_run(previous)
+    earlier = before.runbook
     names = [s.name for s in runbook.steps()]
-    if earlier.get("name") != runbook.name:
-        raise ResumeError(f"--resume {run_dir}: it holds a run of runbook {earlier.get('name')!r} "
-                          f"({earlier.get('path') or 'path unknown'}), not of {runbook.name!r} ({runbook.path}); "
+    if earlier.name != runbook.name:
+        raise ResumeError(f"--resume {run_dir}: it holds a run of runbook {earlier.name!r} "
+                          f"({earlier.path or 'path unknown'}), not of {runbook.name!r} ({runbook.path}); "
                           f"continue it with its own runbook, or start a new run with --out")
     for name in rerun:
         if name not in names:
             raise ResumeError(f"--rerun {name}: no step {name!r} in {runbook.path} (steps: {', '.join(names)})")
     if not rerun and _reached_verdict(previous) and not steps_to_run(runbook, previous):
-        raise ResumeError(f"--resume {run_dir}: nothing to resume: the run finished ({previous.get('verdict')}, "
-                          f"{previous.get('finished')}) and every step of {runbook.name} has its result; to run "
+        raise ResumeError(f"--resume {run_dir}: nothing to resume: the run finished ({before.verdict}, "
+                          f"{before.finished}) and every step of {runbook.name} has its result; to run "
                           f"steps again into it name them with --rerun STEP (steps: {', '.join(names)}), or start "
                           f"a new run with --out")
 
 
 def _reached_verdict(results: RunResults) -> bool:
     """Whether a run ended with its verdict computed, not cut off (a signal's verdict counts as cut off)."""
-    return bool(results.get("finished")) and not results.get("interrupted_by")
+    run = read_run(results)
+    return bool(run.finished) and not run.interrupted_by
 
 
 class Runner:
@@ -172,37 +177,37 @@ class Runner:
         self.results["verdict"], self.results["verdict_reason"] = self._unfinished_verdict()
 
     def _unfinished_verdict(self) -> tuple[str, str]:
-        resumes = self.results.get("resumes") or []
-        when = f"resumed at {resumes[-1]['at']}" if resumes else f"started at {self.results.get('started')}"
+        run = read_run(self.results)
+        when = f"resumed at {run.resumes[-1].at}" if run.resumes else f"started at {run.started}"
         return "INCOMPLETE", (f"not finished: the run ({when}) has not reached its verdict; if it is no longer "
                               "running, `nsa-validate run --resume RUN_DIR` continues it")
 
     def _continue(self, previous: RunResults) -> None:
         """Prepare `previous` (an earlier attempt's results) to be continued: the steps named by --rerun back to
         pending (what they held is kept in the resume record), and the resume recorded in previous["resumes"]."""
-        if previous.get("finished"):
-            ended = previous["finished"]
+        before = read_run(previous)
+        if before.finished:
+            ended = before.finished
         else:  # killed before it could record anything: its last save is when it stopped
             try:
                 ended = _now((self.run_dir / RESULTS_JSON).stat().st_mtime)
             except OSError:
                 ended = None
-        if previous.get("interrupted_by"):
-            how = f"interrupted by {previous['interrupted_by']}"
-        elif previous.get("finished"):
-            how = f"finished ({previous.get('verdict')})"
+        if before.interrupted_by:
+            how = f"interrupted by {before.interrupted_by}"
+        elif before.finished:
+            how = f"finished ({before.verdict})"
         else:
             how = "stopped without finishing (no signal recorded: the process was killed or the machine went down)"
         todo = steps_to_run(self.rb, previous, self.opt.rerun)
         entry = Resume(at=_now(), previous_end=ended, previous_state=how, steps=todo,
                        rerun=[n for n in todo if n in self.opt.rerun], replaced={},
-                       runbook_changed=(previous.get("runbook") or {}).get("sha256") != self.rb.sha256)
+                       runbook_changed=before.runbook.sha256 != self.rb.sha256)
         for step in self.rb.steps():
             if step.name in self.opt.rerun:
-                old = previous["steps"].get(step.name) or {}
-                entry["replaced"][step.name] = ReplacedStep(status=old.get("status"), reason=old.get("reason"),
-                                                            started=old.get("started"),
-                                                            duration_s=old.get("duration_s"))
+                old = before.steps.get(step.name) or StepRecord()
+                entry["replaced"][step.name] = ReplacedStep(status=old.status, reason=old.reason,  # type: ignore
+                                                            started=old.started, duration_s=old.duration_s)
                 previous["steps"][step.name] = self._pending(step)
         if self.opt.rerun:  # a comparison with an earlier run measured the steps replaced now
             previous.pop("performance_analysis", None)
@@ -254,8 +259,7 @@ class Runner:
             if first_saved is not None:  # inside the try: a signal meanwhile ends the run as during a step
                 first_saved(self.results)
             for step in steps:
-                current = self.results["steps"].get(step.name) or self._pending(step)
-                if current["status"] not in FINAL_STEP_STATUSES:
+                if self._status(step.name) not in FINAL_STEP_STATUSES:
                     if stopped_by is not None:
                         result = self._not_run(step, stopped_by)
                     else:
@@ -268,9 +272,8 @@ class Runner:
                     self.results["steps"][step.name] = result
                     self.save()
                     self.reporter.step_finished(step, result)
-                    current = result
                 # a step finished in an earlier, interrupted run (--resume) counts too
-                if stopped_by is None and step.on_failure == "stop" and current["status"] in FAILED_STEP_STATUSES:
+                if stopped_by is None and step.on_failure == "stop" and self._status(step.name) in FAILED_STEP_STATUSES:
                     stopped_by = step
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (validation.launch.interrupts.Interrupted)
             how = describe_interrupt(exc)
@@ -295,7 +298,7 @@ class Runner:
         self.reporter.run_finished(self.results)
 
     def _not_run(self, step: Step, stopped_by: Step) -> StepResult:
-        status = self.results["steps"][stopped_by.name]["status"]
+        status = self._status(stopped_by.name)
         how = {"timeout": "timed out", "hang": "hung", "error": "ended in an error"}.get(status, "failed")
         result = self._pending(step)
         result.update(status="skipped", duration_s=0.0,
@@ -315,8 +318,7 @@ class Runner:
         inside RUN_DIR. Raises RunDirError."""
         inside_run_dir(self.run_dir, "plots")
         for step in steps:
-            current = self.results["steps"].get(step.name) or {}
-            if current.get("status") not in FINAL_STEP_STATUSES:
+            if self._status(step.name) not in FINAL_STEP_STATUSES:
                 for rel in self._step_paths(step):
                     inside_run_dir(self.run_dir, rel)
 
@@ -334,12 +336,25 @@ class Runner:
             return reason
         for ref in sorted({r for v in list(step.launch.env.values()) + list(step.launch.args.values())
                            for r in references(v)}):
-            if not _chosen(self.results["steps"].get(ref) or {}):
-                return f"needs the winner of {ref}, which has none ({self.results['steps'][ref]['status']})"
+            if _chosen(self._step(ref)) is None:
+                return f"needs the winner of {ref}, which has none ({self._status(ref)})"
         return None
 
     def _winners(self) -> dict[str, dict[str, Any]]:
-        return {name: _chosen(res)["params"] for name, res in self.results["steps"].items() if _chosen(res)}
+        chosen = {name: _chosen(self._step(name)) for name in self.results["steps"]}
+        return {name: c.params for name, c in chosen.items() if c is not None}
+
+    def _step(self, name: str) -> StepRecord | None:
+        """Step `name`'s record as the run holds it now, None before it has one. Decoded leniently: a step may come
+        from an earlier attempt's results.json (--resume), checked when read against validation.results.model's
+        schema, which leaves a launch's metrics freer than the records do; what is read here (status, choice,
+        winner) the schema checks."""
+        record = self.results["steps"].get(name)
+        return decode(StepRecord, record, f"steps.{name}", lenient=True) if record else None
+
+    def _status(self, name: str) -> str | None:
+        """Step `name`'s status now: None before it has a record."""
+        return (self._step(name) or StepRecord()).status
 
     def _run_step(self, step: Step) -> StepResult:
         result = self._pending(step)
@@ -425,10 +440,13 @@ class Runner:
         target["stack_dumps"] = sorted({*target.get("stack_dumps", []), *(self._rel(p) for p in lr.stack_dumps)})
 
 
-def _chosen(result: StepResult) -> Choice | None:
+def _chosen(step: StepRecord | None) -> ChoiceRecord | None:
     """What ${step.winner.env.X} resolves to: the step's decision ("choice": a significant winner or the point
-    kept, validation.kinds.sweep), else its "winner" (results written before decisions were recorded)."""
-    return result.get("choice") or result.get("winner")
+    kept, validation.kinds.sweep), else its "winner" (results written before decisions were recorded); None where
+    it has neither (null, or an empty record)."""
+    if step is None:
+        return None
+    return next((c for c in (step.choice, step.winner) if c is not None and c != ChoiceRecord()), None)
 
 
 class StepContext:

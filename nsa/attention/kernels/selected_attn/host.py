@@ -130,6 +130,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import re
 from typing import Optional
 
 import torch
@@ -609,11 +610,19 @@ def selected_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks
 AOT_HPG = (1, 6, 16, 32)  # heads per group compiled ahead of time (HPG is a compile-time constant)
 
 
+# The strides of the [.., d] tensors (q, k, v, o, do, dq, dk, dv: sq_b, sdo_h, ...): multiples of d (>= 32) at
+# every shape the layer launches, so Triton's JIT compiles each launch with their 16-divisibility; the AOT cases are
+# told the same (AotCase.divisible). Without it the compile sees scalar loads and atomics and overstates registers
+# (sel_fwd_kv_out at hpg 6, d 64 on sm_90: 196 without, 89 with; reports/aot/selected_fwd_occupancy.md).
+_ROW_STRIDE = re.compile(r"s(q|k|v|o|do|dq|dk|dv)_[bhgs]")
+
+
 def _aot_case(label, fn, ptrs, consts, warps, stages, tensor_cores=True):
     sig = {}
     for n in inspect.signature(fn.fn).parameters:
         sig[n] = ptrs.get(n) or ("constexpr" if n in consts else "fp32" if n.endswith("scale") else "i32")
-    return AotCase(label, fn, sig, consts, warps, stages, tensor_cores)
+    strides = tuple(n for n, kind in sig.items() if kind == "i32" and _ROW_STRIDE.fullmatch(n))
+    return AotCase(label, fn, sig, consts, warps, stages, tensor_cores, divisible=strides)
 
 
 def bwd_aot_cases(hpg: int, d: int, choice: str) -> list:
@@ -659,14 +668,11 @@ def fwd_out_aot_cases(hpg: int, d: int) -> list:
 DELTA_ZERO_WARPS = 8
 
 
-_STRIDES = ("sq_b", "sq_h", "sq_s", "sk_b", "sk_g", "sk_s", "sv_b", "sv_g", "sv_s", "so_b", "so_h", "so_s")
-
-
 def fwd_tile_aot_cases(hpg: int, d: int, choice: str) -> list:
     """The kv forward's kernels of one tile choice (FWD_TILE_CHOICES) at l_sel = 64, bf16 (d = 64: the choices' head
-    dim). "shipped": aot_cases()' sel_fwd_kv_out, then the same kernel told that its strides are multiples of 16
-    (AotCase.divisible: what Triton's JIT infers at a launch of the layer's tensors, the argument attributes
-    aot_cases() does not give). A lean choice: _sel_fwd_kv_out_lean at its tile and, where its rows are not the
+    dim). "shipped": aot_cases()' sel_fwd_kv_out (its strides 16-divisible, as Triton's JIT sees them at a launch of
+    the layer's tensors: _ROW_STRIDE), then the same kernel compiled without that hint (AotCase.divisible empty: what
+    the committed tables showed before they gave it). A lean choice: _sel_fwd_kv_out_lean at its tile and, where its rows are not the
     shipped 128, _sel_fwd_kv_stats and _sel_fwd_kv_part at those rows (the passes share one tile table; their
     warps are _config's). reports/aot/selected_fwd_occupancy.md."""
     bf, f32, i32 = "*bf16", "*fp32", "*i32"
@@ -678,8 +684,7 @@ def fwd_tile_aot_cases(hpg: int, d: int, choice: str) -> list:
     if FWD_TILE_CHOICES[choice] is None:
         tag = f"hpg={hpg},d={d},BLOCK_R={r},BLOCK_N={n}"
         shipped = _aot_case(f"sel_fwd_kv_out[{tag}]", _sel_fwd_kv_out, out_ptrs, {**consts, "BLOCK_R": r}, w, st)
-        return [shipped, dataclasses.replace(shipped, name=f"sel_fwd_kv_out[{tag}] (strides 16-divisible)",
-                                             divisible=_STRIDES)]
+        return [shipped, dataclasses.replace(shipped, name=f"sel_fwd_kv_out[{tag}] (no stride hints)", divisible=())]
     cfg = FWD_TILE_CHOICES[choice]
     rows = max(cfg.block_m, _pow2(hpg))
     cases = [_aot_case(f"sel_fwd_kv_out_lean[hpg={hpg},d={d},BLOCK_R={rows},BLOCK_N={cfg.block_n}]",

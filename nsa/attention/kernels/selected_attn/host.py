@@ -662,10 +662,10 @@ def fwd_out_aot_cases(hpg: int, d: int) -> list:
                       tensor_cores=False)]
 
 
-# _sel_bwd_delta_zero's warps, from the AOT compile (d = 64, BLOCK_T = 64): with 4 it takes 149-156 registers (its
-# [64, 64] fp32 zero tiles live beside O and dO: 3 CTAs, 12 warps per SM on sm_90), with 8, 52-64 (4 CTAs, 32 warps
-# per SM) for a kernel that only moves bytes. Not timed on a GPU.
-DELTA_ZERO_WARPS = 8
+# _sel_bwd_delta_zero's warps, as _sel_bwd_delta's: with its strides' 16-divisibility (a launch's JIT, _ROW_STRIDE)
+# it takes 32-37 registers on 4 warps (d = 64, BLOCK_T = 64; AOT compile, triton 3.9), so occupancy is bound by
+# threads, not registers (without the hint it took 149-156, which had suggested 8 warps). Not timed on a GPU.
+DELTA_ZERO_WARPS = 4
 
 
 def fwd_tile_aot_cases(hpg: int, d: int, choice: str) -> list:

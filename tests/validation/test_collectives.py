@@ -48,5 +48,5 @@ def test_beyond_the_largest_size_time_grows_at_the_largest_sizes_bus_bandwidth()
 
 def test_predicted_seconds_sum_every_call_and_name_kinds_without_a_table():
     out = predict_seconds({"all_reduce": [1 << 20, 1 << 20, 1024], "all_gather": [4096]}, {"all_reduce": TABLE}, 2)
-    assert out["by_kind"]["all_reduce"] == pytest.approx(2e-3 + 1e-4)
-    assert out["total_s"] == pytest.approx(2.1e-3) and out["missing"] == ["all_gather"]
+    assert out.by_kind["all_reduce"] == pytest.approx(2e-3 + 1e-4)
+    assert out.total_s == pytest.approx(2.1e-3) and out.missing == ["all_gather"]

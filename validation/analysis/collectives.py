@@ -22,8 +22,11 @@ bandwidth of the largest.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Iterable, Mapping, Sequence
+
+from validation.results.codec import decode
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 GB = 1e9
@@ -53,40 +56,69 @@ def bandwidth_row(kind: str, world_size: int, nbytes: int, seconds: float) -> di
             "busbw_gbps": algbw * bus_factor(kind, world_size)}
 
 
-def _checked(table: Sequence[Mapping]) -> list[Mapping]:
-    rows = sorted(table, key=lambda r: r["bytes"])
-    if not rows:
+@dataclasses.dataclass(frozen=True)
+class BandwidthRow:
+    """One row of a bandwidth table as the prediction reads it (bandwidth_row's keys; a table's other keys, such as
+    nccl-tests' reported busbw, are not read)."""
+    bytes: int | float
+    time_s: int | float
+    algbw_gbps: int | float | None = None  # read only beyond the largest size
+    busbw_gbps: int | float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """The predicted time of a step's messages (predict_seconds): in all, per collective, and the collectives that
+    had no table."""
+    total_s: float
+    by_kind: dict[str, float]
+    missing: list[str]
+
+
+def _row(row: "BandwidthRow | Mapping") -> BandwidthRow:
+    if isinstance(row, BandwidthRow):
+        return row
+    return decode(BandwidthRow, {k: v for k, v in row.items() if k in _ROW_KEYS}, "bandwidth table row")
+
+
+_ROW_KEYS = tuple(f.name for f in dataclasses.fields(BandwidthRow))
+
+
+def _checked(table: "Sequence[BandwidthRow | Mapping]") -> list[BandwidthRow]:
+    pairs = sorted(((_row(r), r) for r in table), key=lambda pair: pair[0].bytes)
+    if not pairs:
         raise ValueError("an empty bandwidth table")
-    for r in rows:
-        if not (r["bytes"] > 0 and r["time_s"] > 0):
-            raise ValueError(f"a bandwidth row needs bytes > 0 and time_s > 0: {dict(r)}")
-    return rows
+    for r, given in pairs:
+        if not (r.bytes > 0 and r.time_s > 0):
+            shown = dataclasses.asdict(given) if isinstance(given, BandwidthRow) else dict(given)
+            raise ValueError(f"a bandwidth row needs bytes > 0 and time_s > 0: {shown}")
+    return [r for r, _ in pairs]
 
 
-def time_at(table: Sequence[Mapping], kind: str, world_size: int, nbytes: int) -> float:
+def time_at(table: "Sequence[BandwidthRow | Mapping]", kind: str, world_size: int, nbytes: int) -> float:
     """Predicted seconds of one `kind` collective of `nbytes` from its measured table (see the module doc)."""
     rows = _checked(table)
     if nbytes <= 0:
         return 0.0
     lo, hi = rows[0], rows[-1]
-    if nbytes < lo["bytes"]:
-        return lo["time_s"]  # below the smallest size the latency dominates: never faster than it
-    if nbytes > hi["bytes"]:
-        busbw = hi["busbw_gbps"] or hi["algbw_gbps"]
+    if nbytes < lo.bytes:
+        return lo.time_s  # below the smallest size the latency dominates: never faster than it
+    if nbytes > hi.bytes:
+        busbw = hi.busbw_gbps or hi.algbw_gbps
         factor = bus_factor(kind, world_size) or 1.0
-        return hi["time_s"] + (nbytes - hi["bytes"]) * factor / (busbw * GB)
+        return hi.time_s + (nbytes - hi.bytes) * factor / (busbw * GB)
     for a, b in zip(rows, rows[1:]):
-        if a["bytes"] <= nbytes <= b["bytes"]:
-            if a["bytes"] == b["bytes"]:
-                return a["time_s"]
-            w = math.log(nbytes / a["bytes"]) / math.log(b["bytes"] / a["bytes"])
-            return math.exp(math.log(a["time_s"]) + w * (math.log(b["time_s"]) - math.log(a["time_s"])))
-    return lo["time_s"]  # a single row equal to nbytes
+        if a.bytes <= nbytes <= b.bytes:
+            if a.bytes == b.bytes:
+                return a.time_s
+            w = math.log(nbytes / a.bytes) / math.log(b.bytes / a.bytes)
+            return math.exp(math.log(a.time_s) + w * (math.log(b.time_s) - math.log(a.time_s)))
+    return lo.time_s  # a single row equal to nbytes
 
 
-def predict_seconds(sizes: Mapping[str, Iterable[int]], tables: Mapping[str, Sequence[Mapping]],
-                    world_size: int) -> dict:
-    """{"total_s", "by_kind": {kind: seconds}, "missing": [kinds without a table]} for the messages `sizes`
+def predict_seconds(sizes: Mapping[str, Iterable[int]], tables: "Mapping[str, Sequence[BandwidthRow | Mapping]]",
+                    world_size: int) -> Prediction:
+    """The Prediction (total_s, by_kind {kind: seconds}, missing: the kinds without a table) for the messages `sizes`
     ({kind: [bytes of each call]}), each call timed by `time_at` on its kind's table."""
     by_kind, missing = {}, []
     for kind, calls in sizes.items():
@@ -97,5 +129,6 @@ def predict_seconds(sizes: Mapping[str, Iterable[int]], tables: Mapping[str, Seq
         if not table:
             missing.append(kind)
             continue
-        by_kind[kind] = sum(time_at(table, kind, world_size, s) for s in calls)
-    return {"total_s": sum(by_kind.values()), "by_kind": by_kind, "missing": missing}
+        rows = _checked(table)
+        by_kind[kind] = sum(time_at(rows, kind, world_size, s) for s in calls)
+    return Prediction(total_s=sum(by_kind.values()), by_kind=by_kind, missing=missing)

@@ -128,11 +128,11 @@ def figures(label: str, spec, runs: Sequence[LaunchRun], infos: Sequence[RunInfo
                       f"{first.world_size}")
     elif first is not None and tables is not None:
         pred = predict_seconds(_sizes(first.comm and first.comm.per_step), tables, int(first.world_size))
-        if pred["missing"]:
-            prediction = f"partial: no table for {', '.join(pred['missing'])} in {why_no_tables}"
+        if pred.missing:
+            prediction = f"partial: no table for {', '.join(pred.missing)} in {why_no_tables}"
         else:
             prediction = f"from {why_no_tables}"
-        predicted, by_kind = pred["total_s"], pred["by_kind"]
+        predicted, by_kind = pred.total_s, pred.by_kind
     traces = [i.trace for _, i in ok if i.trace]
     aligned = [i.aligned for _, i in ok if i.aligned and i.aligned.per_step_s is not None]
     return StrategyFigures(

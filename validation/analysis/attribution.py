@@ -29,6 +29,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from validation.analysis.parallelism import complete_events
+
 CATEGORIES = ("importance and top-k", "attention branches", "communication", "optimizer", "data", "MLP/GEMM",
               "other", "idle")
 _COMM = ("all_reduce", "allreduce", "all_gather", "reduce_scatter", "broadcast", "nccl", "gloo", "c10d")
@@ -54,23 +56,24 @@ def category(name: str) -> str:
 
 
 def attribute_events(events: list[dict]) -> dict[str, Any]:
-    """Attribution of complete ("X") events: see the module's docstring."""
-    evs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e and "dur" in e]
-    steps = [e for e in evs if e.get("name") == "nsa.step"]
-    windows = [e for e in evs if e.get("name") in WINDOWS]
+    """Attribution of complete ("X") events (validation.analysis.parallelism.complete_events): see the module's
+    docstring."""
+    evs = complete_events(events)
+    steps = [e for e in evs if e.name == "nsa.step"]
+    windows = [e for e in evs if e.name in WINDOWS]
     totals = {c: 0.0 for c in CATEGORIES}
     ranges: dict[str, float] = {}
     step_total = 0.0
     for st in windows:
-        t0, t1 = float(st["ts"]), float(st["ts"]) + float(st["dur"])
+        t0, t1 = float(st.ts), float(st.ts) + float(st.dur)
         step_total += t1 - t0
-        inside = [e for e in evs if e is not st and (e.get("pid"), e.get("tid")) == (st.get("pid"), st.get("tid"))
-                  and float(e["ts"]) < t1 and float(e["ts"]) + float(e["dur"]) > t0]
-        points = [(t0, 1, CATEGORIES.index(category(st["name"])))] if st["name"] != "nsa.step" else []
+        inside = [e for e in evs if e is not st and (e.pid, e.tid) == (st.pid, st.tid)
+                  and float(e.ts) < t1 and float(e.ts) + float(e.dur) > t0]
+        points = [(t0, 1, CATEGORIES.index(category(st.name)))] if st.name != "nsa.step" else []
         points += [(t1, -1, points[0][2])] if points else []
         for e in inside:
-            name = str(e.get("name", ""))
-            a, b = max(t0, float(e["ts"])), min(t1, float(e["ts"]) + float(e["dur"]))
+            name = e.name
+            a, b = max(t0, float(e.ts)), min(t1, float(e.ts) + float(e.dur))
             if name.startswith("nsa.") and name not in WINDOWS:
                 ranges[name] = ranges.get(name, 0.0) + (b - a)
             c = CATEGORIES.index(category(name))

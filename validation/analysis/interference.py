@@ -105,7 +105,12 @@ def _launch_name(x: LaunchEntry) -> str:
 
 def run_disturbed(run: dict) -> bool:
     """Whether one launch (a sweep's, an A/B's, a triage's run record) was measured under interference."""
-    rec = decode(_Measured, decode(_Launch, run, lenient=True).metrics, lenient=True).interference
+    return measured_disturbed(decode(_Launch, run, lenient=True).metrics)
+
+
+def measured_disturbed(metrics: dict) -> bool:
+    """Whether a launch's metrics say it was measured under interference."""
+    rec = decode(_Measured, metrics, lenient=True).interference
     return bool(rec and rec.disturbed)
 
 

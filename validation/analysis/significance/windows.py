@@ -18,29 +18,88 @@ from typing import Any
 import numpy as np
 
 from validation.analysis import metrics
+from validation.analysis.interference import measured_disturbed
 from validation.analysis.significance.comparison import RunNoise, compare_units, run_noise
 from validation.analysis.significance.units import MIN_BLOCKS, Units, block_units
 from validation.analysis.stats import StatsError
+from validation.results.codec import decode
 
 METRIC = "toks_per_s"
+
+
+_NOT_WRITTEN = "not written"  # a window key an older or hand-edited results.json lacks
+
+
+@dataclasses.dataclass(frozen=True)
+class _RecordedWindow:
+    """The window a launch's metrics say it was summarised with (validation.analysis.metrics.summarize's "window"),
+    its values as written: launch_series checks them where it uses them."""
+    last: Any = _NOT_WRITTEN
+    warmup: Any = _NOT_WRITTEN
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def written(self) -> bool:
+        return self.last != _NOT_WRITTEN or self.warmup != _NOT_WRITTEN or bool(self.extra)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Recorded:
+    """What launch_series reads of a launch's metrics: its training.csv and its window."""
+    csv: Any = None
+    window: _RecordedWindow = dataclasses.field(default_factory=_RecordedWindow)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Stored:
+    """A launch's summary statistic of the metric (validation.analysis.metrics' column statistics), the values
+    window_units reads, as written."""
+    mean: Any = None
+    n: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """A run record as the run-to-run variation reads it: label, status, metrics (the launch's, as written)."""
+    label: Any = None
+    status: Any = None
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Step:
+    runs: list[Any] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Results:
+    steps: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _runs(step: Any) -> list[_Run]:
+    """A step's run records (those that are objects), in order."""
+    return [decode(_Run, run, lenient=True) for run in decode(_Step, step, lenient=True).runs if isinstance(run, dict)]
 
 
 def launch_series(run_dir: Path, m: dict, metric: str = METRIC, default: metrics.Window | None = None) -> list[float]:
     """The window values of `metric` of one launch (its metrics name the csv and the window it was summarised
     with). A window that is missing or unusable (an older or hand-edited results.json): `default` (a decision's
     step window), else the last 50 steps when none is recorded, else nothing."""
-    if not isinstance(m, dict) or not m.get("csv"):
+    if not isinstance(m, dict):
         return []
-    window = m.get("window") if isinstance(m.get("window"), dict) else {}
+    recorded = decode(_Recorded, m, lenient=True)
+    if not recorded.csv:
+        return []
+    window = recorded.window
     try:
-        if not window and default is not None:
+        if not window.written() and default is not None:
             raise ValueError("no window recorded")
-        win = metrics.Window(last=int(window.get("last", 50)), warmup=int(window.get("warmup", 0)))
+        win = metrics.Window(last=int(50 if window.last == _NOT_WRITTEN else window.last),
+                             warmup=int(0 if window.warmup == _NOT_WRITTEN else window.warmup))
     except (metrics.MetricsError, TypeError, ValueError):
         if default is None:
             return []
         win = default
-    return metrics.window_values(Path(run_dir) / m["csv"], metric, win)
+    return metrics.window_values(Path(run_dir) / recorded.csv, metric, win)
 
 
 def window_units(values: list[float], stored: dict | None = None, min_blocks: int = MIN_BLOCKS) -> Units:
@@ -51,9 +110,10 @@ def window_units(values: list[float], stored: dict | None = None, min_blocks: in
     `stored`: the launch's summary statistic ({"mean", "n"}) when at hand; used when it covers these values."""
     units = block_units(values, min_blocks=min_blocks)
     mean = float(np.asarray(values, dtype="float64").mean())
-    if isinstance(stored, dict) and stored.get("n") == len(values) and isinstance(stored.get("mean"), (int, float)) \
-            and math.isfinite(stored["mean"]):
-        mean = float(stored["mean"])
+    figure = decode(_Stored, stored, lenient=True) if isinstance(stored, dict) else None
+    if figure is not None and figure.n == len(values) and isinstance(figure.mean, (int, float)) \
+            and math.isfinite(figure.mean):
+        mean = float(figure.mean)
     return dataclasses.replace(units, mean=mean)
 
 
@@ -69,20 +129,19 @@ def _repeated_groups(step: dict, run_dir: Path | str, metric: str) -> list[list[
     """(window mean, relative standard error) of each passed, undisturbed run, grouped by label; the labels that ran
     at least twice."""
     by_label: dict[str, list[tuple[float, float | None]]] = {}
-    for run in step.get("runs") or []:
-        if not isinstance(run, dict) or run.get("status") != "passed":
+    for run in _runs(step):
+        if run.status != "passed":
             continue
-        rec = (run.get("metrics") or {}).get("interference")
-        if isinstance(rec, dict) and rec.get("disturbed"):  # its spread is the other work's, not the machine's
+        if measured_disturbed(run.metrics):  # its spread is the other work's, not the machine's
             continue
-        values = launch_series(Path(run_dir), run.get("metrics") or {}, metric)
+        values = launch_series(Path(run_dir), run.metrics, metric)
         if not values:
             continue
         try:
             rel_se = block_units(values).rel_se
         except StatsError:
             rel_se = None
-        by_label.setdefault(str(run.get("label")), []).append((sum(values) / len(values), rel_se))
+        by_label.setdefault(str(run.label), []).append((sum(values) / len(values), rel_se))
     return [g for g in by_label.values() if len(g) >= 2]
 
 
@@ -95,11 +154,12 @@ def measured_run_noise_by_step(results: dict, run_dir: Path | str, metric: str =
     are held to its own variation, never to another step's. Steps without repeats are absent."""
     out: dict[str, RunNoise] = {}
     sources = [(results, run_dir), *extra]
-    steps = dict.fromkeys(name for res, _ in sources for name in (res.get("steps") or {}))
+    recorded = [decode(_Results, res, lenient=True).steps for res, _ in sources]
+    steps = dict.fromkeys(name for found in recorded for name in found)
     for name in steps:
         groups, where = [], []
-        for index, (res, rdir) in enumerate(sources):
-            step = (res.get("steps") or {}).get(name)
+        for index, (_, rdir) in enumerate(sources):
+            step = recorded[index].get(name)
             if not isinstance(step, dict):
                 continue
             found = _repeated_groups(step, rdir, metric)
@@ -122,12 +182,12 @@ def measured_run_noise(results: dict, run_dir: Path | str, metric: str = METRIC,
     groups, sources = [], []
     for index, (res, rdir) in enumerate([(results, run_dir), *extra]):
         where = f"{names[index]}: " if index < len(names) else ""
-        for name, step in (res.get("steps") or {}).items():
+        for name, step in decode(_Results, res, lenient=True).steps.items():
             by_label: dict[str, list[tuple[float, float | None]]] = {}
-            for run in step.get("runs") or []:
-                if not isinstance(run, dict) or run.get("status") != "passed":
+            for run in _runs(step):
+                if run.status != "passed":
                     continue
-                values = launch_series(Path(rdir), run.get("metrics") or {}, metric)
+                values = launch_series(Path(rdir), run.metrics, metric)
                 if not values:
                     continue
                 mean = sum(values) / len(values)
@@ -135,7 +195,7 @@ def measured_run_noise(results: dict, run_dir: Path | str, metric: str = METRIC,
                     rel_se = block_units(values).rel_se
                 except StatsError:
                     rel_se = None
-                by_label.setdefault(str(run.get("label")), []).append((mean, rel_se))
+                by_label.setdefault(str(run.label), []).append((mean, rel_se))
             repeated = [g for g in by_label.values() if len(g) >= 2]
             if repeated:
                 groups += repeated

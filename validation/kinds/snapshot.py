@@ -46,6 +46,25 @@ class Result:
     nodes: list[str] = absent([])  # launcher slurm: the nodes that snapshotted themselves
 
 
+@dataclasses.dataclass(frozen=True)
+class _Identity:
+    """What the step's metrics take of the environment snapshot (validation.launch.environment.snapshot), as
+    written."""
+    git_sha: Any = None
+    gpu_count: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeSnapshot:
+    """What results' environment keeps of a node's own snapshot (its environment.json), as the node wrote it: the
+    node's entry's "snapshot" (None where the file lacks a key)."""
+    gpu_count: Any = None
+    gpus: Any = None
+    torch: Any = None
+    host: Any = None
+    comm_env: Any = None
+
+
 class Snapshot(StepKind):
     name = "snapshot"
     summary = ("git sha, `python -m torch.utils.collect_env`, `nvidia-smi -q -x` (and pynvml) when present, package "
@@ -65,9 +84,11 @@ class Snapshot(StepKind):
     def run(self, step, launches, result, ctx) -> None:
         env, files, problems = environment.snapshot(ctx.run_dir / step.name, ctx.cwd, timeout_s=step.launch.timeout_s)
         ctx.results["environment"].update(env)
-        result["artifacts"] = [ctx.rel(f) for f in files]
-        m = dataclasses.replace(pcie_metrics(files), git_sha=env.get("git_sha"), gpu_count=env.get("gpu_count"),
-                                files=list(result["artifacts"]), problems=list(problems))
+        artifacts = [ctx.rel(f) for f in files]
+        result["artifacts"] = artifacts
+        this = decode(_Identity, env, "environment", lenient=True)
+        m = dataclasses.replace(pcie_metrics(files), git_sha=this.git_sha, gpu_count=this.gpu_count,
+                                files=list(artifacts), problems=list(problems))
         result["metrics"] = encode(m)
         status = "passed"
         if launches:  # launcher slurm: a snapshot of every node of an allocation
@@ -83,11 +104,8 @@ class Snapshot(StepKind):
                     node_env = {}
                 node_env = node_env if isinstance(node_env, dict) else {}
                 names.append(node_dir.name)
-                known.setdefault(node_dir.name, {}).update(snapshot={"gpu_count": node_env.get("gpu_count"),
-                                                                     "gpus": node_env.get("gpus"),
-                                                                     "torch": node_env.get("torch"),
-                                                                     "host": node_env.get("host"),
-                                                                     "comm_env": node_env.get("comm_env")})
+                known.setdefault(node_dir.name, {}).update(
+                    snapshot=encode(decode(NodeSnapshot, node_env, "environment.json", lenient=True)))
                 result["artifacts"] += [ctx.rel(f) for f in sorted(node_dir.iterdir())]
             result["metrics"] = encode(dataclasses.replace(m, nodes=names))
             if lr.status != "ok" or len(names) < launches[0].nnodes:
@@ -119,14 +137,14 @@ def pcie_metrics(files: list) -> Result:
         links = pcie_links(xml.read_text(errors="replace")) if xml is not None else None
     except OSError:
         links = None
-    if not links or not links["gpus"]:
+    if not links or not links.gpus:
         return Result(pcie=Pcie("PCIe: not measured (no GPU in nvidia-smi's inventory, or no nvidia-smi)",
                                 {"gpus": []}))
-    per_gpu = ", ".join(f"GPU {g['gpu']} Gen{fmt_num(g['gen'])} x{fmt_num(g['width'])} (max Gen{fmt_num(g['gen_max'])} "
-                        f"x{fmt_num(g['width_max'])})" for g in links["gpus"])
-    text = (f"PCIe: lowest maximum link Gen{fmt_num(links['pcie_gen_min'])} x{fmt_num(links['pcie_width_min'])}; "
+    per_gpu = ", ".join(f"GPU {g.gpu} Gen{fmt_num(g.gen)} x{fmt_num(g.width)} (max Gen{fmt_num(g.gen_max)} "
+                        f"x{fmt_num(g.width_max)})" for g in links.gpus)
+    text = (f"PCIe: lowest maximum link Gen{fmt_num(links.pcie_gen_min)} x{fmt_num(links.pcie_width_min)}; "
             f"now {per_gpu} (an idle GPU lowers its link)")
-    return Result(pcie_gen_min=links["pcie_gen_min"], pcie=Pcie(text, dict(links)))
+    return Result(pcie_gen_min=links.pcie_gen_min, pcie=Pcie(text, encode(links)))
 
 
 kinds.register(Snapshot())

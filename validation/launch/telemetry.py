@@ -857,12 +857,33 @@ def _link_number(text: str | None) -> int | None:
     return int(digits) if digits else None
 
 
-def pcie_links(nvidia_smi_xml: str) -> dict[str, Any]:
-    """The PCIe links of every GPU in `nvidia-smi -q -x` output: {"gpus": [{"gpu", "name", "gen_max", "gen",
-    "width_max", "width"}], "pcie_gen_min" (the lowest maximum link generation over the GPUs: what each link runs
-    at under load), "pcie_gen_current_min" (the lowest current one: an idle GPU lowers its link to save power, so
-    a snapshot's current generation may read low), "pcie_width_min" (the lowest maximum width)}; the figures None
-    when the XML names no GPU or is unreadable."""
+@dataclasses.dataclass(frozen=True)
+class GpuLink:
+    """One GPU's PCIe link in `nvidia-smi -q -x` output: its index, product name, maximum and current generation and
+    width (None where the XML does not say)."""
+    gpu: int
+    name: str | None = None
+    gen_max: int | None = None
+    gen: int | None = None
+    width_max: int | None = None
+    width: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PcieLinks:
+    """The PCIe links of every GPU (pcie_links)."""
+    gpus: list[GpuLink] = dataclasses.field(default_factory=list)
+    pcie_gen_min: int | None = None
+    pcie_gen_current_min: int | None = None
+    pcie_width_min: int | None = None
+
+
+def pcie_links(nvidia_smi_xml: str) -> PcieLinks:
+    """The PCIe links of every GPU in `nvidia-smi -q -x` output: gpus (a GpuLink per GPU: gpu, name, gen_max, gen,
+    width_max, width), pcie_gen_min (the lowest maximum link generation over the GPUs: what each link runs at under
+    load), pcie_gen_current_min (the lowest current one: an idle GPU lowers its link to save power, so a snapshot's
+    current generation may read low), pcie_width_min (the lowest maximum width); the figures None when the XML names
+    no GPU or is unreadable."""
     gpus = []
     try:
         root = ET.fromstring(nvidia_smi_xml)
@@ -871,18 +892,18 @@ def pcie_links(nvidia_smi_xml: str) -> dict[str, Any]:
     for i, gpu in enumerate(root.findall("gpu") if root is not None else []):
         gen = gpu.find("pci/pci_gpu_link_info/pcie_gen")
         width = gpu.find("pci/pci_gpu_link_info/link_widths")
-        gpus.append({"gpu": i, "name": (gpu.findtext("product_name") or "").strip() or None,
-                     "gen_max": _link_number(gen.findtext("max_link_gen")) if gen is not None else None,
-                     "gen": _link_number(gen.findtext("current_link_gen")) if gen is not None else None,
-                     "width_max": _link_number(width.findtext("max_link_width")) if width is not None else None,
-                     "width": _link_number(width.findtext("current_link_width")) if width is not None else None})
+        gpus.append(GpuLink(gpu=i, name=(gpu.findtext("product_name") or "").strip() or None,
+                            gen_max=_link_number(gen.findtext("max_link_gen")) if gen is not None else None,
+                            gen=_link_number(gen.findtext("current_link_gen")) if gen is not None else None,
+                            width_max=_link_number(width.findtext("max_link_width")) if width is not None else None,
+                            width=_link_number(width.findtext("current_link_width")) if width is not None else None))
 
-    def low(key):
-        values = [g[key] for g in gpus if g[key] is not None]
+    def low(values):
+        values = [v for v in values if v is not None]
         return min(values) if values else None
 
-    return {"gpus": gpus, "pcie_gen_min": low("gen_max"), "pcie_gen_current_min": low("gen"),
-            "pcie_width_min": low("width_max")}
+    return PcieLinks(gpus=gpus, pcie_gen_min=low(g.gen_max for g in gpus),
+                     pcie_gen_current_min=low(g.gen for g in gpus), pcie_width_min=low(g.width_max for g in gpus))
 
 
 # ------------------------------------------------------------------------------------------- command line

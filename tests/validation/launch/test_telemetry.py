@@ -329,11 +329,11 @@ SMI = """<?xml version="1.0" ?><nvidia_smi_log>
 
 def test_snapshot_pcie_links_from_nvidia_smi_xml(tmp_path):
     links = telemetry.pcie_links(SMI)
-    assert (links["pcie_gen_min"], links["pcie_gen_current_min"], links["pcie_width_min"]) == (3, 1, 8)
-    assert links["gpus"][0] == {"gpu": 0, "name": "NVIDIA A100 80GB PCIe", "gen_max": 4, "gen": 1, "width_max": 16,
-                                "width": 16}
-    assert telemetry.pcie_links("<nvidia_smi_log/>")["pcie_gen_min"] is None
-    assert telemetry.pcie_links("not xml")["gpus"] == []
+    assert (links.pcie_gen_min, links.pcie_gen_current_min, links.pcie_width_min) == (3, 1, 8)
+    assert links.gpus[0] == telemetry.GpuLink(gpu=0, name="NVIDIA A100 80GB PCIe", gen_max=4, gen=1, width_max=16,
+                                              width=16)
+    assert telemetry.pcie_links("<nvidia_smi_log/>").pcie_gen_min is None
+    assert telemetry.pcie_links("not xml").gpus == []
     from validation.kinds.snapshot import pcie_metrics
 
     (tmp_path / "nvidia_smi.xml").write_text(SMI)

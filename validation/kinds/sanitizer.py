@@ -56,6 +56,7 @@ from validation.formatting import as_dict, first_of, fmt_duration, fmt_num
 from validation.runbook.schema import mapping, str_list, typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, code
 from validation.results.codec import decode, encode
+from validation.results.run import Step
 from validation.kinds.base import COMMAND_LAUNCH_KEYS, KeyFigure, StepKind, command_launch, step_dir
 
 
@@ -226,15 +227,16 @@ class Sanitizer(StepKind):
         """One line per sanitizer step that ran: cases clean of the grid, errors, the first case that was not."""
         out = []
         for s in in_order:
-            m = decode(Result, as_dict(s).get("metrics"), lenient=True)
-            if s.get("kind") != self.name or not m.cases:
+            frame = decode(Step, s, lenient=True)
+            m = decode(Result, frame.metrics, lenient=True)
+            if frame.kind != self.name or not m.cases:
                 continue
             bad = next((r for r in m.by_case if r.status != "clean"), None)
-            note = f"step `{s.get('name')}`, grid {m.grid}, {fmt_num(m.errors)} errors"
-            out.append(KeyFigure("sanitizer_cases_clean", f"compute-sanitizer {m.tool} ({s.get('name')})",
+            note = f"step `{frame.name}`, grid {m.grid}, {fmt_num(m.errors)} errors"
+            out.append(KeyFigure("sanitizer_cases_clean", f"compute-sanitizer {m.tool} ({frame.name})",
                                  f"{fmt_num(m.cases_clean)} of {fmt_num(m.cases)} cases clean",
                                  note + (f"; first not clean: {bad.case}" if bad else ""), order=12,
-                                 steps=(str(s.get("name")),)))
+                                 steps=(str(frame.name),)))
         return out
 
     def blocks(self, result: dict) -> list[Block]:
@@ -253,11 +255,12 @@ class Sanitizer(StepKind):
 def find_sanitizer(env: Mapping[str, str]) -> tuple[str | None, list[str]]:
     """(the compute-sanitizer executable, or None; the directories looked in besides PATH)."""
     found = shutil.which(SANITIZER, path=env.get("PATH", os.defpath))
+    cuda_home = env.get("CUDA_HOME")
     dirs = []
-    if env.get("CUDA_HOME"):
-        dirs += [str(Path(env["CUDA_HOME"]) / "bin"), str(Path(env["CUDA_HOME"]) / "compute-sanitizer")]
+    if cuda_home:
+        dirs += [str(Path(cuda_home) / "bin"), str(Path(cuda_home) / "compute-sanitizer")]
     dirs += [d for d in FALLBACK_DIRS if d not in dirs]
-    looked = dirs if env.get("CUDA_HOME") else ["$CUDA_HOME (not set)", *dirs]
+    looked = dirs if cuda_home else ["$CUDA_HOME (not set)", *dirs]
     if found:
         return found, looked
     for d in dirs:

@@ -81,7 +81,10 @@ def test_cpu_smoke_ends_go_with_every_artifact(smoke):
     else:
         assert "left out because other work used the machine" in prefill["decision"]["reason"], \
             prefill["decision"]["reason"]
-        assert "NSA_PREFILL_BATCHED" not in results["recommendations"]["env"]
+        # the runbook's own `recommend` (NSA_PREFILL_BATCHED=1) stays, and the note says it is not this step's
+        note = next(n for n in results["recommendations"]["notes"] if n.startswith("prefill: "))
+        assert "not recommended from this step" in note and \
+            "NSA_PREFILL_BATCHED=1 (the runbook's recommendation) stays" in note, note
     assert "NSA_OPT_FUSED" not in results["recommendations"]["env"]
     assert not results["steps"]["fused_adamw"]["decision"]["recommendable"]
     if word == "GO":

@@ -56,8 +56,10 @@ def test_a_neighbour_busy_for_the_middle_half_of_a_step_marks_it_disturbed(tmp_p
     got = telemetry.interference(rows)
     assert got is not None and got.disturbed, got
     assert got.share >= telemetry.DISTURBED_SHARE and got.causes["cpu"].cores_mean > 0.5, got
-    assert f"of {ncpu:g} cores" in got.text and "while time.time()" in got.text, got.text
-    # while the neighbour ran, it was named among the busiest others
+    # the text names the step's busiest others over the whole step: the neighbour here, unless other work on the
+    # machine used more (a CI run with other busy workers beside it named a trainer and a compiler instead)
+    assert f"of {ncpu:g} cores" in got.text and "; the busiest: " in got.text, got.text
+    # while the neighbour ran, it was named among the busiest others of each sample
     named = [r for r in rows if f"[{neighbour}]" in str(r.get("other_top") or "")]
     assert named, [r.get("other_top") for r in rows]
 

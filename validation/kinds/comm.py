@@ -51,6 +51,7 @@ from validation.runbook.schema import typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, code
 from validation.kinds.base import KeyFigure, StepKind, launch_identity, run_path, step_dir
 from validation.kinds._plot_helpers import loglog_lines
+from validation.kinds.sweep import given
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,11 +96,10 @@ class Spread:
 @dataclasses.dataclass(frozen=True)
 class Collective:
     """One collective's metrics (summarize): its rows by size, peak and median bandwidths, the latency (the smallest
-    size's time), the number of sizes and, from nccl-tests, the average busbw it reported. `table` is None where
-    the record has none."""
-    table: list[Row] | None = None
-    busbw_gbps: Spread | None = None
-    algbw_gbps: Spread | None = None
+    size's time), the number of sizes and, from nccl-tests, the average busbw it reported."""
+    table: list[Row] = dataclasses.field(default_factory=list)
+    busbw_gbps: Spread = dataclasses.field(default_factory=Spread)
+    algbw_gbps: Spread = dataclasses.field(default_factory=Spread)
     latency_us: Num | None = None
     sizes: int | None = None
     avg_busbw_gbps_reported: Num | None = absent()
@@ -110,7 +110,8 @@ class Collective:
 class Result:
     """A comm step's metrics (the module docstring): what was measured how, a Collective per collective and the
     one-rank note. The torch benchmark's keys (device, ..., threads) and the collectives are written only when they
-    apply; encode writes the collectives in KINDS order (run() writes them in the step's `kinds` order)."""
+    apply (a collective not measured is a blank Collective); encode writes the collectives in KINDS order (run()
+    writes them in the step's `kinds` order)."""
     world_size: Any = None  # comm.json's, as the benchmark wrote it
     backend: str | None = None
     source: str | None = None
@@ -119,20 +120,18 @@ class Result:
     warmup: Any = absent()
     compute_ms: Any = absent()
     threads: Any = absent()
-    all_reduce: Collective | None = absent()
-    all_gather: Collective | None = absent()
-    reduce_scatter: Collective | None = absent()
-    broadcast: Collective | None = absent()
+    all_reduce: Collective = absent(Collective())
+    all_gather: Collective = absent(Collective())
+    reduce_scatter: Collective = absent(Collective())
+    broadcast: Collective = absent(Collective())
     note: str | None = absent()
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def collectives(self, order: Any = KINDS) -> dict[str, Collective]:
-        """{kind: its record} of each collective with a table, in `order` (the metrics' own keys: the step's
-        `kinds` order)."""
+        """{kind: its record} of the collectives named in `order`, in that order."""
         measured = {"all_reduce": self.all_reduce, "all_gather": self.all_gather,
                     "reduce_scatter": self.reduce_scatter, "broadcast": self.broadcast}
-        return {k: measured[k] for k in order if k in measured and measured[k] is not None
-                and measured[k].table is not None}
+        return {k: measured[k] for k in order if k in measured}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,15 +162,16 @@ def summarize(kind: str, table: list[dict]) -> dict:
 
 
 def measured(metrics: Any) -> tuple[Result, dict[str, Collective]]:
-    """A comm step's metrics as its Result (decoded leniently) and its collectives in the order they were written."""
+    """A comm step's metrics as its Result (decoded leniently) and the collectives that hold a table, in the order
+    they were written."""
     metrics = as_dict(metrics)
     r = decode(Result, metrics, lenient=True)
-    return r, r.collectives(order=list(metrics))
+    return r, r.collectives(order=[k for k, v in metrics.items() if isinstance(v, dict) and "table" in v])
 
 
 def tables(metrics: Any) -> dict[str, list[dict]]:
     """{kind: table} of a comm step's metrics (what validation.analysis.collectives.predict_seconds takes)."""
-    return {k: [encode(row) for row in c.table or []] for k, c in measured(metrics)[1].items()}
+    return {k: [encode(row) for row in c.table] for k, c in measured(metrics)[1].items()}
 
 
 class Comm(StepKind):
@@ -337,10 +337,9 @@ class Comm(StepKind):
         m, kinds = measured(result.get("metrics"))
         if not kinds:
             return ""
-        sizes = max(len(c.table or []) for c in kinds.values())
-        ar = m.all_reduce
-        head = (f"all_reduce peak busbw {fmt_num(ar.busbw_gbps.max if ar.busbw_gbps else None)} GB/s, "
-                if ar is not None and m.world_size != 1 else "")
+        sizes = max(len(c.table) for c in kinds.values())
+        head = (f"all_reduce peak busbw {fmt_num(m.all_reduce.busbw_gbps.max)} GB/s, "
+                if given(m.all_reduce) and m.world_size != 1 else "")
         return (f" ({head}{len(kinds)} collectives x {sizes} sizes, {m.backend}, {m.world_size} "
                 f"rank{'s' if m.world_size != 1 else ''}, {m.source})")
 
@@ -358,11 +357,11 @@ class Comm(StepKind):
         if m.note:
             out.append(Paragraph(f"Note: {m.note}.", style="muted"))
         for kind, stats in kinds.items():
-            out += [Paragraph(f"{code(kind)}: peak busbw {fmt_num(stats.busbw_gbps.max if stats.busbw_gbps else None)}"
-                              f" GB/s, latency {fmt_num(stats.latency_us)} us (smallest size)."),
+            out += [Paragraph(f"{code(kind)}: peak busbw {fmt_num(stats.busbw_gbps.max)} GB/s, "
+                              f"latency {fmt_num(stats.latency_us)} us (smallest size)."),
                     Table(tuple(Column(c, numeric=True) for c in ("size", "time (us)", "algbw (GB/s)", "busbw (GB/s)")),
                           [(size_text(r.bytes), fmt_num(_us(r.time_s)), fmt_num(r.algbw_gbps),
-                            fmt_num(r.busbw_gbps)) for r in stats.table or []])]
+                            fmt_num(r.busbw_gbps)) for r in stats.table])]
         return out
 
     def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
@@ -370,7 +369,7 @@ class Comm(StepKind):
             if s.get("kind") != self.name:
                 continue
             m, _ = measured(s.get("metrics"))
-            peak = finite(m.all_reduce.busbw_gbps.max) if m.all_reduce and m.all_reduce.busbw_gbps else None
+            peak = finite(m.all_reduce.busbw_gbps.max)
             if peak is not None:
                 note = f"step `{s.get('name')}`, {m.backend}, {fmt_num(m.world_size)} ranks"
                 one = m.world_size == 1
@@ -386,7 +385,7 @@ class Comm(StepKind):
         bus = m.world_size != 1
         series = {}
         for kind, stats in kinds.items():
-            points = [(finite(r.bytes), finite(r.busbw_gbps if bus else r.algbw_gbps)) for r in stats.table or []]
+            points = [(finite(r.bytes), finite(r.busbw_gbps if bus else r.algbw_gbps)) for r in stats.table]
             points = [(x, y) for x, y in points if x and y and x > 0 and y > 0]
             if points:
                 series[kind] = points

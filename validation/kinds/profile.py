@@ -70,7 +70,7 @@ class ProfileRecord:
     trace: str | None = None
     top_ops: list[TopOp] = dataclasses.field(default_factory=list)
     nvtx_ranges: list[Any] = dataclasses.field(default_factory=list)
-    attribution: Attribution | None = absent()
+    attribution: Attribution = absent(Attribution())  # none without a trace: a blank Attribution
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -147,7 +147,7 @@ class Profile(TrainerKind):
         super().plots(name, result, plotter)
 
         attribution = decode(Result, result.get("metrics"), lenient=True).profile.attribution
-        shares = attribution.categories if attribution else {}
+        shares = attribution.categories
         if not shares:
             return
         title = f"Step time by category: {result.get('title') or name}"
@@ -156,9 +156,9 @@ class Profile(TrainerKind):
         plotter.save(fig, f"attribution_{file_name(name)}.png", title)
 
 
-def _attribution_text(att: Attribution | None) -> str | None:
+def _attribution_text(att: Attribution) -> str | None:
     """"attention branches 24.6%, MLP/GEMM 28.9%, ..." (largest first; shares of step time), or None."""
-    shares = {k: v for k, v in (att.categories if att else {}).items() if isinstance(v, (int, float)) and v > 0}
+    shares = {k: v for k, v in att.categories.items() if isinstance(v, (int, float)) and v > 0}
     if not shares:
         return None
     return ", ".join(f"{k} {fmt_pct(v)}" for k, v in sorted(shares.items(), key=lambda kv: -kv[1]))

@@ -77,7 +77,7 @@ class ScalingTable:
     mode: str | None = None
     base: int | None = None
     rows: list[ScalingRow] = dataclasses.field(default_factory=list)
-    efficiency: Efficiency | None = None
+    efficiency: Efficiency = dataclasses.field(default_factory=Efficiency)
     global_batch: int | None = absent()
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -92,8 +92,8 @@ class Metrics:
     repeats: int | None = None
     device: str | None = None
     note: str | None = absent()
-    strong: ScalingTable | None = absent()
-    weak: ScalingTable | None = absent()
+    strong: ScalingTable = absent(ScalingTable())  # a mode not measured: a blank table
+    weak: ScalingTable = absent(ScalingTable())
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def tables(self) -> dict[str, ScalingTable]:
@@ -209,7 +209,7 @@ class Scaling(TrainerKind):
 
     def summary_line(self, result: dict) -> str:
         tables = decode(Result, result, lenient=True).metrics.tables()
-        parts = [f"{mode} efficiency min {fmt_num(t.efficiency.min if t.efficiency else None)}"
+        parts = [f"{mode} efficiency min {fmt_num(t.efficiency.min)}"
                  for mode, t in tables.items()]
         return f" ({'; '.join(parts)})" if parts else ""
 
@@ -243,7 +243,8 @@ class Scaling(TrainerKind):
         m = decode(Result, result, lenient=True).metrics
         lines = []
         for mode, t in m.tables().items():
-            pts = [(r.world_size, r.efficiency) for r in t.rows if finite(r.efficiency) is not None]
+            pts = [(r.world_size, r.efficiency) for r in t.rows
+                   if r.world_size is not None and finite(r.efficiency) is not None]
             if pts:
                 lines.append((mode, pts))
         if not lines:

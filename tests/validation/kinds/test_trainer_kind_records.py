@@ -87,3 +87,18 @@ def test_a_profile_record_without_a_profile_reads_its_keys_from_the_top_and_olde
     assert "aten::mm" in text and "2.5" in text and "t.json" in text
     r = decode(ProfileResult, {"status": "ok"})
     assert r.profile.top_ops == [] and "profile" not in encode(r)
+
+
+def test_a_damaged_value_leaves_the_rest_of_its_table_in_the_report():
+    """A collective, a scaling mode or an attribution whose record is never null decodes field by field: one
+    malformed value is read as missing, its neighbours still shown."""
+    from validation.kinds import get
+
+    row = {"bytes": 4096, "time_s": "x", "algbw_gbps": 0.004, "busbw_gbps": 0.004}
+    comm = {"metrics": {"world_size": 2, "backend": "gloo", "source": "torch", "all_reduce": {"table": [row]}}}
+    assert "4 KiB" in "\n".join(str(b) for b in get("comm").blocks(comm))
+    strong = {"mode": "strong", "base": "one", "rows": [{"world_size": 2, "toks_per_s": 10.0, "efficiency": 0.5}],
+              "efficiency": {"min": 0.5}}
+    scaling = {"metrics": {"strong": strong}}
+    assert "strong efficiency min 0.5" in get("scaling").summary_line(scaling)
+    assert "50%" in "\n".join(str(b) for b in get("scaling").blocks(scaling))

@@ -19,6 +19,7 @@ from typing import Any
 
 from validation import kinds
 from validation.analysis.attribution import attribute_trace
+from validation.analysis.parallelism import complete_events
 from validation.formatting import as_dict, file_name, fmt_num, fmt_pct
 from validation.runbook.schema import typed
 from validation.kinds.blocks import Block, Bullets, Column, Paragraph, Table, code
@@ -173,21 +174,21 @@ def nsys_available(step) -> bool:
 
 def profile_summary(trace: Path, top: int = 15) -> dict:
     """Top operators by self time and the nsa.* ranges seen, from a torch profiler chrome trace (the trainer's
-    out_dir/profile/trace_rank0_*.json; this is its one reader)."""
+    out_dir/profile/trace_rank0_*.json; this is its one reader): its complete events
+    (validation.analysis.parallelism.complete_events)."""
     try:
         data = json.loads(Path(trace).read_text())
     except (OSError, ValueError):
         data = {}
-    data = data if isinstance(data, dict) else {}
-    events = [e for e in data.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
-    ranges = sorted({e["name"] for e in events if str(e.get("name", "")).startswith("nsa.")})
+    events = complete_events(data.get("traceEvents", []) if isinstance(data, dict) else [])
+    ranges = sorted({e.name for e in events if e.name.startswith("nsa.")})
     ops: dict[str, list[float]] = {}
     for e in events:
-        if e.get("cat") in ("cpu_op", "kernel", "gpu_op") and "dur" in e:
-            ops.setdefault(e["name"], []).append(float(e["dur"]))
-    rows = sorted(({"name": k, "total_ms": round(sum(v) / 1000, 3), "calls": len(v)} for k, v in ops.items()),
-                  key=lambda r: -r["total_ms"])[:top]
-    return {"top_ops": rows, "nvtx_ranges": ranges}
+        if e.cat in ("cpu_op", "kernel", "gpu_op"):
+            ops.setdefault(e.name, []).append(float(e.dur))
+    rows = sorted(((k, round(sum(v) / 1000, 3), len(v)) for k, v in ops.items()), key=lambda r: -r[1])[:top]
+    return {"top_ops": [{"name": name, "total_ms": ms, "calls": calls} for name, ms, calls in rows],
+            "nvtx_ranges": ranges}
 
 
 kinds.register(Profile())

@@ -102,3 +102,20 @@ def test_a_damaged_value_leaves_the_rest_of_its_table_in_the_report():
     scaling = {"metrics": {"strong": strong}}
     assert "strong efficiency min 0.5" in get("scaling").summary_line(scaling)
     assert "50%" in "\n".join(str(b) for b in get("scaling").blocks(scaling))
+
+
+def test_profile_summary_reads_the_complete_events_of_a_trace(tmp_path):
+    from validation.kinds.profile import profile_summary
+
+    events = [{"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 0, "dur": 1500},
+              {"ph": "X", "name": "aten::mm", "cat": "kernel", "ts": 10, "dur": 500.5},
+              {"ph": "X", "name": "aten::add", "cat": "cpu_op", "ts": 20, "dur": 3000},
+              {"ph": "X", "name": "nsa.sel", "cat": "user_annotation", "ts": 0, "dur": 9000},
+              {"ph": "i", "name": "nsa.marker", "cat": "cpu_op", "ts": 5}, "not an event"]
+    trace = tmp_path / "trace_rank0_step2.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    assert profile_summary(trace) == {"top_ops": [{"name": "aten::add", "total_ms": 3.0, "calls": 1},
+                                                  {"name": "aten::mm", "total_ms": 2.001, "calls": 2}],
+                                      "nvtx_ranges": ["nsa.sel"]}
+    trace.write_text("[not json")
+    assert profile_summary(trace) == {"top_ops": [], "nvtx_ranges": []}

@@ -7,8 +7,8 @@
 
 Each Triton module listed in KERNEL_MODULES defines `aot_cases()`: one AotCase per kernel and per block
 configuration its autotuner (or launcher) may pick. Every case is compiled with `triton.compile` for sm_80 (A100)
-and sm_90 (H100); its PTX is then assembled by the ptxas that ships in the triton wheel with `-v`, which reports
-registers and spill stores. A compile error, a spill, or (where a case says it needs them) missing tensor-core
+and sm_90 (H100), always compiled (never from triton's cache), with the log of the ptxas -v that triton runs itself
+(the one bundled in its wheel, with triton's own options) captured: registers and spill stores. A compile error, a spill, or (where a case says it needs them) missing tensor-core
 instructions is a failure. The interpreter (TRITON_INTERPRET=1) accepts things the compiler rejects (tl.dot on
 dimensions below 16, aranges that are not powers of two); this is what catches them on a CPU-only machine.
 
@@ -19,14 +19,14 @@ interpreted functions, which cannot be compiled.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 import json
 import multiprocessing
 import os
 import re
-import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -101,21 +101,30 @@ def _triton():
     return triton
 
 
-def _ptxas_report(ptx: str, cc: int) -> tuple[int | None, int | None, int | None, str]:
-    """(registers, spill stores, spill loads, stderr) from the bundled ptxas -v on this PTX."""
-    tool = _triton().backends.nvidia.compiler.get_ptxas(cc)
-    path = tool.path if hasattr(tool, "path") else tool[0]
-    arch = f"sm_{cc}a" if cc >= 90 else f"sm_{cc}"
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "k.ptx"
-        src.write_text(ptx)
-        proc = subprocess.run([path, "-v", "--gpu-name", arch, str(src), "-o", str(Path(tmp) / "k.cubin")],
-                              capture_output=True, text=True)
-    text = proc.stderr + proc.stdout
-    regs = _PTXAS_REGS.search(text)
-    spill = _PTXAS_SPILL.search(text)
+def _compile(case: AotCase, cc: int):
+    """(the compiled kernel, triton's ptxas -v log): triton.compile always compiles here (never from its cache) and
+    prints the log of the ptxas it runs itself (knobs.nvidia.dump_ptxas_log), so that the registers and spills are
+    those of the cubin triton builds, with its own ptxas options (triton 3.9 adds --regAllocOptLevel=2), from one
+    ptxas run per compile."""
+    triton = _triton()
+    src = triton.compiler.ASTSource(fn=case.fn, signature=case.signature, constexprs=case.constexprs,
+                                    attrs=_alignment_attrs(case))
+    log = io.StringIO()
+    with triton.knobs.nvidia.scope(), triton.knobs.compilation.scope():
+        triton.knobs.nvidia.dump_ptxas_log = True
+        triton.knobs.compilation.always_compile = True
+        with contextlib.redirect_stdout(log):
+            compiled = triton.compile(src, target=triton.backends.compiler.GPUTarget("cuda", cc, 32),
+                                      options={"num_warps": case.num_warps, "num_stages": case.num_stages})
+    return compiled, log.getvalue()
+
+
+def _ptxas_figures(log: str) -> tuple[int | None, int | None, int | None]:
+    """(registers, spill stores, spill loads) from a ptxas -v log (None where the log does not say)."""
+    regs = _PTXAS_REGS.search(log)
+    spill = _PTXAS_SPILL.search(log)
     return (int(regs.group(1)) if regs else None, int(spill.group(1)) if spill else None,
-            int(spill.group(2)) if spill else None, text if proc.returncode else "")
+            int(spill.group(2)) if spill else None)
 
 
 def _alignment_attrs(case: AotCase) -> dict:
@@ -131,21 +140,20 @@ def compile_case(case: AotCase, cc: int) -> AotResult:
     triton = _triton()
     result = AotResult(kernel=case.name, target=f"sm_{cc}", ok=False, tensor_cores_expected=case.tensor_cores)
     try:
-        src = triton.compiler.ASTSource(fn=case.fn, signature=case.signature, constexprs=case.constexprs,
-                                        attrs=_alignment_attrs(case))
-        compiled = triton.compile(src, target=triton.backends.compiler.GPUTarget("cuda", cc, 32),
-                                  options={"num_warps": case.num_warps, "num_stages": case.num_stages})
-    except Exception as exc:  # a compile error is the finding: report it, do not stop the other cases
-        result.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
-        result.problems.append("compile error")
+        compiled, log = _compile(case, cc)
+    except Exception as exc:  # a compile error (ptxas's included) is the finding: report it, go on with the others
+        lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+        ptxas = next((line for line in lines if "ptxas" in line and ("error" in line or "fatal" in line)), None)
+        result.error = f"{type(exc).__name__}: {(ptxas or (lines[-1] if lines else '')).strip()}"
+        result.problems.append("ptxas failed" if ptxas or "ptxas" in str(exc) else "compile error")
         return result
     ptx = compiled.asm["ptx"]
     result.shared_bytes = int(getattr(compiled.metadata, "shared", 0))
     result.mma = bool(re.search(r"\bmma\.sync", ptx))
     result.wgmma = "wgmma.mma_async" in ptx
-    result.registers, result.spill_stores, result.spill_loads, err = _ptxas_report(ptx, cc)
-    if err:
-        result.problems.append(f"ptxas failed: {err.strip().splitlines()[-1]}")
+    result.registers, result.spill_stores, result.spill_loads = _ptxas_figures(log)
+    if result.registers is None:
+        result.problems.append("no ptxas -v figures in triton's ptxas log")
     if result.spill_stores:
         version = ".".join(triton.__version__.split(".")[:2])
         limit, why = ACCEPTED_SPILLS.get((case.name, result.target, version), (0, ""))
@@ -200,7 +208,7 @@ def report_path(version: str) -> Path:
 def table(results: list[AotResult], version: str) -> str:
     """The printed report: a line naming the triton version, then one row per (case, target)."""
     return (f"Every Triton kernel case compiled ahead of time with triton {version} (`python -m "
-            f"nsa.attention.kernels.aot`; registers and spill stores from its bundled ptxas -v):\n\n"
+            f"nsa.attention.kernels.aot`; registers and spill stores from the log of the ptxas -v triton runs):\n\n"
             + _table(results) + "\n")
 
 

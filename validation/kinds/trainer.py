@@ -47,8 +47,10 @@ from validation.analysis.significance.windows import launch_series
 from validation.kinds import train_report
 from validation.kinds.blocks import Badge, Block, Bullets, Column, Paragraph, Table, code
 from validation.kinds.base import StepKind, launch_identity, run_path, step_dir
-from validation.results.codec import decode
-from validation.results.trainer_launch import LaunchMetrics, RunContext, Stat, Window
+from validation.results.codec import decode, encode
+from validation.results.run import Step as StepRecord, read_run
+from validation.results.trainer_launch import (LaunchMetrics, LaunchRun, RunContext, SdpaAudit, Stat, TrainerEnv,
+                                               TrainerStatus, Window)
 
 
 def _trainer_metrics() -> tuple[str, ...]:
@@ -97,7 +99,7 @@ class TrainerKind(StepKind):
     def blocks(self, result: dict) -> list[Block]:
         """The launch's row (tokens/s, loss, memory, status), its environment and notes, its Training Summary and
         its start-up."""
-        return trainer_blocks(str(result.get("name")), result)
+        return trainer_blocks(str(decode(StepRecord, result, "step", lenient=True).name), result)
 
     def plots(self, name: str, result: dict, plotter) -> None:
         """The launch's device telemetry over time (GPU utilisation and power where present, CPU and RSS)."""
@@ -106,16 +108,18 @@ class TrainerKind(StepKind):
     def trainer_runs(self, result: dict[str, Any]) -> list[tuple[str, dict]]:
         """(label, metrics) per trainer launch: "step[label]", or "step[label, repeat N]" for a label that ran more
         than once (a sweep's or an A/B's repeats), so that every run has its own row in `compare`."""
-        runs = [r for r in as_list(result.get("runs")) if isinstance(r, dict)]
-        if not runs:
+        step = decode(StepRecord, result, "step", lenient=True)
+        written = [r for r in as_list(result.get("runs")) if isinstance(r, dict)]
+        if not written:
             return super().trainer_runs(result)
-        counts = Counter(str(r.get("label")) for r in runs)
+        runs = [decode(LaunchRun, r, "run", lenient=True) for r in written]
+        counts = Counter(str(r.label) for r in runs)
         out = []
-        for r in runs:
-            label = str(r.get("label"))
-            if counts[label] > 1 and isinstance(r.get("repeat"), int):
-                label = f"{label}, repeat {r['repeat'] + 1}"
-            out.append((f"{result.get('name')}[{label}]", r.get("metrics") or {}))
+        for run, r in zip(runs, written):
+            label = str(run.label)
+            if counts[label] > 1 and run.repeat is not None:
+                label = f"{label}, repeat {run.repeat + 1}"
+            out.append((f"{step.name}[{label}]", r.get("metrics") or {}))
         return out
 
 
@@ -171,35 +175,36 @@ def collect(ctx, step: Step, spec: LaunchSpec, lr) -> tuple[str, str | None, dic
     m["tflops_per_s"] = metrics.model_tflops((so_far.context or RunContext()).flops_per_token, mean)
     m.update(_node_metrics(ctx, spec, lr, env, mean))
     m.update(train_report.launch_metrics(ctx, spec, out_dir, read, m))  # summary, startup, telemetry
-    trainer_status = contracts.read_status_json(out_dir) or {}
-    ended = m["trainer_status"] = trainer_status.get("status")
+    trainer_status = decode(TrainerStatus, contracts.read_status_json(out_dir) or {}, "status.json", lenient=True)
+    ended = m["trainer_status"] = trainer_status.status
     m["compression"] = contracts.ddp_compression(env)
-    audit = contracts.read_sdpa_audit(out_dir)
-    if audit:
-        gpu = [r for r in audit.get("by_site", []) if r.get("device") == "cuda"]
-        m["sdpa_audit"] = {"calls": audit.get("calls", 0), "backends": audit.get("backends", []),
-                           "fallbacks": sum(r["calls"] for r in gpu if r.get("backend") == "math"),
-                           "by_site": audit.get("by_site", [])}
+    written = contracts.read_sdpa_audit(out_dir)
+    if written:
+        audit = decode(SdpaAudit, written, "sdpa_audit.json", lenient=True)
+        m["sdpa_audit"] = encode(SdpaAudit(
+            calls=0 if audit.calls is None else audit.calls, backends=[] if audit.backends is None else audit.backends,
+            fallbacks=sum(r.calls for r in audit.by_site if r.device == "cuda" and r.backend == "math"),
+            by_site=audit.by_site))
     if lr.status != "ok":
         return lr.status, lr.reason, m
     if ended != "completed":
-        return "failed", f"trainer ended {ended}: {trainer_status.get('reason')}", m
-    return csv_verdict(m, trainer_status.get("step"))
+        return "failed", f"trainer ended {ended}: {trainer_status.reason}", m
+    return csv_verdict(m, trainer_status.step)
 
 
 def _node_metrics(ctx, spec: LaunchSpec, lr, env: dict, mean: Any) -> dict:
     """Launcher, nodes (from the trainer's env.json: every node of the job), per-node throughput (`mean`: the
     window's mean tokens/s, all nodes); every node's record (host, GPUs, NCCL/IB/Slurm environment) is added to the
     run's environment["nodes"]."""
-    nodes = env.get("nodes") or []
+    nodes = decode(TrainerEnv, env, "env.json", lenient=True).job_nodes()
     known = ctx.results["environment"].setdefault("nodes", {})
     for node in nodes:
-        if isinstance(node, dict) and node.get("node"):
-            known.setdefault(str(node["node"]), {}).update({k: node.get(k) for k in ("host", "gpus", "env")})
+        if node.node:
+            known.setdefault(str(node.node), {}).update({"host": node.host, "gpus": node.gpus, "env": node.env})
     return {"launcher": spec.launcher, "nnodes": spec.nnodes,
-            "nodes": [str(n.get("node")) for n in nodes if isinstance(n, dict)] or list(lr.nodes),
+            "nodes": [str(n.node) for n in nodes] or list(lr.nodes),
             "slurm_job": lr.job_id,
-            "gpus": [str(g) for n in nodes if isinstance(n, dict) for g in (n.get("gpus") or [])],
+            "gpus": [str(g) for n in nodes for g in (n.gpus or [])],
             "toks_per_s_per_node": mean / spec.nnodes if isinstance(mean, (int, float)) else None}
 
 
@@ -217,9 +222,7 @@ def declared_pair_noise(ctx) -> PairNoise | None:
     """The least noise of one repeat in a paired decision (A/B, sweep, triage) of this run: the runbook's declared
     launch noise (its `compare` mapping, stored in results.json's runbook record; significance.pair_noise_from), or
     None when it declares none."""
-    results = getattr(ctx, "results", None)
-    runbook = results.get("runbook") if isinstance(results, dict) else None
-    return pair_noise_from(runbook.get("compare") if isinstance(runbook, dict) else None)
+    return pair_noise_from(read_run(getattr(ctx, "results", None)).runbook.compare)
 
 
 def order_seed(step: Step, run_dir: Path | None) -> int:
@@ -240,10 +243,10 @@ def run_values(run_dir: Path, step: Step, run: dict, metric: str) -> list[float]
     `metric` over the window the launch was summarised with (its metrics' window: an A/B variant's own `window`,
     else the step's; the figures the report shows for it), else the window mean from the run's summary (a metric
     that is not a training.csv column), else None (a failed run, or no such metric)."""
-    if run.get("status") != "passed":
+    if decode(LaunchRun, run, "run", lenient=True).status != "passed":
         return None
     m = run.get("metrics") or {}
-    if m.get("csv"):  # the same values compare reads for this launch (significance.windows.launch_series)
+    if decode(LaunchMetrics, m, "run.metrics", lenient=True).csv:  # the same values compare reads for this launch (significance.windows.launch_series)
         values = launch_series(Path(run_dir), m, metric,
                                default=metrics.Window(step.launch.window, step.launch.warmup_steps))
         if values:
@@ -278,14 +281,16 @@ def run_each(ctx, step: Step, launches: list[LaunchSpec], result: dict,
         ctx.save()
     attempts = step.launch.retry_disturbed if retry_disturbed else 0
     for attempt in range(1, attempts + 1):
-        again = sorted({r["repeat"] for r in runs if run_disturbed(r) and isinstance(r.get("repeat"), int)})
+        again = sorted({r.repeat for r, raw in zip(_as_runs(runs), runs)
+                        if run_disturbed(raw) and r.repeat is not None})
         if not again:
             break
         block = [(i, spec) for i, spec in enumerate(launches) if spec.repeat in again]
-        shaken = [runs[i]["dir"] for i, _ in block if run_disturbed(runs[i])]
+        shaken = [str(_as_runs(runs)[i].dir) for i, _ in block if run_disturbed(runs[i])]
         for k, (i, spec) in enumerate(block):
-            run = one(retry_spec(spec, attempt), k, len(block))
-            result.setdefault("superseded", []).append({**runs[i], "superseded_by": run["dir"]})
+            again_spec = retry_spec(spec, attempt)
+            run = one(again_spec, k, len(block))
+            result.setdefault("superseded", []).append({**runs[i], "superseded_by": again_spec.dir})
             runs[i] = run
             result["runs"] = runs
             ctx.save()
@@ -293,8 +298,13 @@ def run_each(ctx, step: Step, launches: list[LaunchSpec], result: dict,
             f"run again (attempt {attempt + 1} of repeat(s) {', '.join(str(r + 1) for r in again)}, every launch of "
             f"the repeat): other work used the machine while {', '.join(shaken)} ran; the runs replaced are kept "
             "in superseded")
-    problems = [f"{r['label']}: {r['reason']}" for r in runs if r["status"] != "passed"]
+    problems = [f"{r.label}: {r.reason}" for r in _as_runs(runs) if r.status != "passed"]
     return runs, problems
+
+
+def _as_runs(runs: list[dict]) -> list[LaunchRun]:
+    """The runs run_each has just built, as records (strictly: a value of the wrong type is a bug)."""
+    return [decode(LaunchRun, r, f"runs[{i}]") for i, r in enumerate(runs)]
 
 
 def runs_as_written(result: dict) -> list[dict]:
@@ -311,8 +321,8 @@ def metrics_as_written(result: dict) -> list[dict]:
 def nothing_compared(result: dict) -> bool:
     """Whether a step's decision compared nothing (every alternative but one left out): its summary line then says
     "no decision, nothing compared", never "no significant difference"."""
-    decision = as_dict(result.get("decision"))
-    return bool(decision) and not decision.get("comparisons")
+    decision = decode(StepRecord, result, "step", lenient=True).decision
+    return decision is not None and not decision.comparisons
 
 
 def retry_spec(spec: LaunchSpec, attempt: int) -> LaunchSpec:
@@ -354,12 +364,12 @@ def csv_verdict(m: dict, trainer_steps: Any) -> tuple[str, str | None, dict]:
 
 
 # ---------------------------------------------------------------------------------------------- report
-def config_path(record: dict) -> str:
+def config_path(step: StepRecord) -> str:
     """The model/training config of a launch: CONFIG in its env, else --config in its command."""
-    env = as_dict(record.get("env"))
+    env = step.env
     if env.get("CONFIG"):
         return str(env["CONFIG"])
-    argv = [str(a) for a in as_list(record.get("command"))]
+    argv = [str(a) for a in as_list(step.command)]
     for i, arg in enumerate(argv):
         if arg == "--config" and i + 1 < len(argv):
             return argv[i + 1]
@@ -372,22 +382,23 @@ def trainer_blocks(label: str, record: dict) -> list[Block]:
     """A trainer launch's part of a step section (train, longrun, profile): its row (tokens/s over the window, per
     GPU or rank, loss, memory, status), its environment, the context of the tokens/s, its notes, its Training Summary
     and its start-up."""
-    raw = as_dict(record.get("metrics"))
+    step = decode(StepRecord, record, "step", lenient=True)
+    raw = step.metrics
     m = decode(LaunchMetrics, raw, lenient=True)
     toks = m.toks_per_s or Stat()
     # a CPU run has ranks, not GPUs: its column says "Per rank"
     cpu = str((m.context or RunContext()).device or "").startswith("cpu")
-    status = status_view(record.get("status"))
+    status = status_view(step.status)
     out: list[Block] = [
         Table((Column("Run"), Column("Config"), Column("Ranks", numeric=True), Column("Window"),
                Column("Tokens/s, window mean ± stdev (all ranks)", numeric=True, wrap=True),
                Column("Per rank, window mean" if cpu else "Per GPU, window mean", numeric=True),
                Column("CV", numeric=True), Column("Loss"), Column("Peak mem", numeric=True), Column("Status")),
-              [(label, code(config_path(record)), fmt_num(m.world_size), launch_window_text(m.window),
+              [(label, code(config_path(step)), fmt_num(m.world_size), launch_window_text(m.window),
                 mean_pm({"mean": toks.mean, "stdev": toks.stdev}), fmt_rate(m.toks_per_s_per_gpu), fmt_pct(toks.cv),
                 loss_text({"first_loss": m.first_loss, "final_loss": m.final_loss, "loss_drop": m.loss_drop}),
                 fmt_gb(m.mem_peak_gb), Badge(status["label"], status["css"]))]),
-        Paragraph(f"Environment: {env_text(as_dict(record.get('env')))}", style="context")]
+        Paragraph(f"Environment: {env_text(step.env)}", style="context")]
     context = context_text(raw)
     if context:
         out.append(Paragraph(f"Context of the tokens/s: {context}", style="context"))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from validation.results.codec import absent, blank
+from validation.results.codec import absent, blank, decode
 
 Num = int | float  # a figure as its writer gave it (an int stays an int: the JSON is written back unchanged)
 
@@ -255,6 +255,38 @@ class LaunchMetrics:
     scaling_baseline: str | None = absent()  # the train kind's: the step it is measured against
     scaling_efficiency: Num | None = absent()
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerStatus:
+    """The trainer's status.json (validation.contracts.read_status_json): how the run ended ("completed", "failed",
+    ...; as written), why, and the last step it completed."""
+    status: Any = None
+    reason: Any = None
+    step: int | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobNode:
+    """A node of the trainer's job as its env.json lists it: the node's name, host, GPU names and its NCCL_/UCX_/
+    Slurm variables, as written (they are copied into the run's environment as they are)."""
+    node: Any = None
+    host: Any = None
+    gpus: Any = None
+    env: Any = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerEnv:
+    """The trainer's env.json (validation.contracts.read_env_json), the part a launch's metrics read beside
+    validation.contracts.run_context: the job's nodes (an entry that is not an object is left out)."""
+    nodes: list[Any] = dataclasses.field(default_factory=list)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def job_nodes(self) -> list[JobNode]:
+        return [decode(JobNode, n, "env.json.nodes", lenient=True) for n in self.nodes if isinstance(n, dict)]
 
 
 @dataclasses.dataclass(frozen=True)

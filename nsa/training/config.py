@@ -35,6 +35,9 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 PARALLEL = ("auto", "none", "ddp", "fsdp")
 LR_SCHEDULES = ("cosine", "constant")
 DEVICES = ("auto", "cpu", "cuda")
+# torch.compile's backend: inductor (generated kernels), aot_eager (Dynamo's graphs and AOTAutograd's forward and
+# backward, run by eager kernels: what traces, without code generation) or eager (Dynamo's graphs alone)
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 
 
 class ConfigError(ValueError):
@@ -134,6 +137,9 @@ class TrainConfig:
     device: str = setting("auto", choices=DEVICES, flags=Flag(
         "device", "where to train: auto (CUDA when there is a GPU, else the CPU), cpu or cuda"))
     compile: bool = setting(False, flags=Flag("compile", "torch.compile the model", switch=True))
+    compile_backend: str = setting("inductor", choices=COMPILE_BACKENDS, flags=Flag(
+        "compile-backend", "torch.compile's backend with --compile: inductor (generated kernels), aot_eager (the "
+        "traced forward and backward graphs run by eager kernels: the tracing without code generation) or eager"))
     # the whole train step captured in CUDA graphs (nsa.training.graphs)
     cuda_graphs: bool = setting(False, flags=Flag(
         "cuda-graphs", "capture the whole train step (forward, backward, clipping, optimizer) in CUDA graphs and "

@@ -237,9 +237,12 @@ class Trainer:
         self.timeline.mark("model_wrapped")
         if tc.compile:
             prepare_compile()  # the selected branch's PyTorch path stays eager under torch.compile
-            model = torch.compile(model)
+            model = torch.compile(model, backend=tc.compile_backend)
             self.timeline.mark("compiled")
-            self.say("torch.compile enabled (compilation happens during the first forward)")
+            self.say(f"torch.compile enabled, backend {tc.compile_backend} (compilation happens during the first "
+                     f"forward)")
+        elif tc.compile_backend != "inductor":
+            self.say(f"train.compile_backend={tc.compile_backend} is ignored: the model is not compiled (--compile)")
         return model
 
     def _fault_notes(self) -> None:

@@ -27,7 +27,8 @@ EXPECTED = {
     "profile-steps": ("2", "train.profile_steps", 2), "pg-timeout": ("30", "train.pg_timeout_s", 30.0),
     "attention": ("dense", "model.attention", "dense"), "ddp": ("0", "train.parallel", "none"),
     "activation-checkpointing": ("1", "model.activation_checkpointing", True),
-    "compile": (None, "train.compile", True), "cuda-graphs": (None, "train.cuda_graphs", True),
+    "compile": (None, "train.compile", True), "compile-backend": ("aot_eager", "train.compile_backend", "aot_eager"),
+    "cuda-graphs": (None, "train.cuda_graphs", True),
     "fsdp": (None, "train.parallel", "fsdp"), "fsdp-no-reshard": (None, "train.fsdp_reshard", False),
 }
 

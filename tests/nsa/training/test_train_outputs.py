@@ -225,15 +225,29 @@ def test_parallel_mode_and_config_resolution(tmp_path, monkeypatch):
         train.resolve_config(parser.parse_args(["--fsdp", "--ddp", "1", "--config", str(TINY)]))
 
 
-def test_compile_trains_like_eager(tmp_path, monkeypatch):
+@pytest.mark.parametrize("backend", [
+    # Dynamo's graphs of the model and AOTAutograd's forward and backward, run by eager kernels: the tracing, in
+    # seconds; inductor's CPU code generation (C++, not the GPU's Triton) takes a minute or more on a fresh machine
+    "aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_compile_trains_like_eager(tmp_path, monkeypatch, backend):
     monkeypatch.setenv("NSA_TB_DISABLE", "1")
     code, eager = _run(tmp_path / "eager", "--steps", "3", "--seq-len", "128")
-    code2, compiled = _run(tmp_path / "compiled", "--steps", "3", "--seq-len", "128", "--compile")
+    code2, compiled = _run(tmp_path / "compiled", "--steps", "3", "--seq-len", "128", "--compile",
+                           "--compile-backend", backend)
     assert code == code2 == 0
-    assert "torch.compile enabled" in " ".join(json.loads((compiled / "status.json").read_text())["notes"])
+    notes = " ".join(json.loads((compiled / "status.json").read_text())["notes"])
+    assert f"torch.compile enabled, backend {backend}" in notes
     la = [float(r["loss"]) for r in read_csv(eager / "training.csv")]
     lb = [float(r["loss"]) for r in read_csv(compiled / "training.csv")]
     assert lb == pytest.approx(la, rel=1e-4)
+
+
+def test_a_compile_backend_without_compile_is_named_as_ignored(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSA_TB_DISABLE", "1")
+    code, out = _run(tmp_path, "--steps", "1", "--seq-len", "128", "--compile-backend", "aot_eager")
+    assert code == 0
+    notes = " ".join(json.loads((out / "status.json").read_text())["notes"])
+    assert "train.compile_backend=aot_eager is ignored" in notes and "torch.compile enabled" not in notes
 
 
 def test_a_fresh_run_archives_the_previous_runs_files(tmp_path, monkeypatch):

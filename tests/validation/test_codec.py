@@ -88,6 +88,22 @@ def test_lenient_decoding_takes_the_defaults_of_what_is_malformed():
     assert decode(Record, None, lenient=True) == Record(None, None)
 
 
+@dataclasses.dataclass(frozen=True)
+class Holder:
+    row: Row | None = None
+
+
+def test_a_damaged_record_in_an_optional_field_keeps_its_good_fields_when_lenient():
+    """One malformed value inside a `Row | None` field: a report (lenient) keeps the row's other fields instead of
+    losing the whole row; strict decoding still names the bad key; null stays None."""
+    data = {"row": {"name": "a", "value": "not a number"}}
+    assert decode(Holder, data, lenient=True) == Holder(Row("a", None))
+    with pytest.raises(ResultsError, match="row"):
+        decode(Holder, data)
+    assert decode(Holder, {"row": None}, lenient=True) == Holder(None)
+    assert decode(Holder, {"row": 3}, lenient=True) == Holder(None)  # not a record at all: the default
+
+
 def test_encode_refuses_what_json_cannot_hold():
     with pytest.raises(ResultsError, match="NaN"):
         encode(Row("x", float("nan")))

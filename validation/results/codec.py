@@ -5,7 +5,9 @@ encoded back, so that what a step kind records (its Result) is read as attribute
                                                  malformed value raises ResultsError naming its key path
     decode(Result, data, lenient=True)           the same, but a missing or malformed value takes the field's
                                                  default (None when it has none): what a report reads, since
-                                                 results may be damaged and a report still renders
+                                                 results may be damaged and a report still renders; a
+                                                 damaged record in a `Record | None` field keeps its good
+                                                 fields (one bad value does not drop the record)
     encode(result)                               the JSON value: a dict per dataclass, its fields in order
 
 The types a field may have: str, int, float (an int is one too), bool, None, Any (any JSON value), a dataclass,
@@ -116,11 +118,16 @@ def _decode(hint: Any, value: Any, path: str, lenient: bool) -> Any:
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        for option in (a for a in args if a is not type(None)):
+        options = [a for a in args if a is not type(None)]
+        for option in options:
             try:
                 return _decode(option, value, path, False)
             except ResultsError:
                 continue
+        if lenient and isinstance(value, dict):  # a damaged record: its other fields kept, not the whole of it lost
+            record = next((a for a in options if dataclasses.is_dataclass(a)), None)
+            if record is not None:
+                return _decode_record(record, value, path, True)
         return _wrong(path, value, hint)
     if origin is Literal:
         return value if value in args else _wrong(path, value, hint)

@@ -124,10 +124,8 @@ def _decode(hint: Any, value: Any, path: str, lenient: bool) -> Any:
                 return _decode(option, value, path, False)
             except ResultsError:
                 continue
-        if lenient and isinstance(value, dict):  # a damaged record: its other fields kept, not the whole of it lost
-            record = next((a for a in options if dataclasses.is_dataclass(a)), None)
-            if record is not None:
-                return _decode_record(record, value, path, True)
+        if lenient and isinstance(value, dict) and len(options) == 1 and dataclasses.is_dataclass(options[0]):
+            return _decode_record(options[0], value, path, True)  # a damaged record: its good fields kept
         return _wrong(path, value, hint)
     if origin is Literal:
         return value if value in args else _wrong(path, value, hint)

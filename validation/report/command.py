@@ -13,24 +13,26 @@ from typing import Any
 
 from nsa.training.flags import tokens as flag_tokens
 from validation import kinds as step_kinds
-from validation.formatting import as_dict, as_list, finite, fmt_num, steps_in_order
+from validation.formatting import finite, fmt_num
+from validation.results.codec import decode
+from validation.results.run import Run, Step, read_run
+from validation.results.trainer_launch import LaunchMetrics
 
 TRAINER_MODULES = ("nsa.training", "nsa.train")
 # Flags of a validation launch that point into its run directory: a user's own run chooses them.
 RUN_DIR_FLAGS = ("--out-dir",)
 
 
-def _repeatable(step: dict) -> bool:
-    kind = step_kinds.find(step.get("kind"))
+def _repeatable(step: Step) -> bool:
+    kind = step_kinds.find(step.kind)
     return kind is not None and kind.repeatable
 
 
-def _baseline_step(results: dict) -> dict | None:
+def _baseline_step(run: Run) -> Step | None:
     """The train step the command is built from: one named *baseline* that passed, else the first train step that
     passed, in run order; None when no train step passed."""
-    passed = [s for s in (as_dict(record) for _, record in steps_in_order(results))
-              if _repeatable(s) and s.get("status") == "passed"]
-    named = [s for s in passed if "baseline" in str(s.get("name", "")).lower()]
+    passed = [s for _, s in run.steps_in_order() if s is not None and _repeatable(s) and s.status == "passed"]
+    named = [s for s in passed if "baseline" in str(s.name or "").lower()]
     return (named or passed or [None])[0]
 
 
@@ -60,24 +62,23 @@ def _set_flag(args: list[str], flag: str, value: Any) -> list[str]:
 def validated_command(results: dict) -> dict:
     """{"lines": [command lines joined by ' \\\\'], "text": the command, "step": its source step or None, "env":
     {name: value}, "note": what it is (or why there is none)}."""
-    results = as_dict(results)
-    step = _baseline_step(results)
-    argv = [str(a) for a in as_list(as_dict(step).get("command"))]
+    run = read_run(results)
+    step = _baseline_step(run)
+    argv = [str(a) for a in (step.command or [] if step is not None else [])]
     parsed = _trainer_args(argv) if step else None
     if step is None or parsed is None:
-        has_train = any(_repeatable(as_dict(s)) for s in as_dict(results.get("steps")).values())
-        why = (f"step {step.get('name')} recorded no trainer command" if step is not None else
+        has_train = any(_repeatable(s) for s in run.steps.values() if s is not None)
+        why = (f"step {step.name} recorded no trainer command" if step is not None else
                "no training step passed" if has_train else "this runbook has no train step to build it from")
         return {"lines": [], "text": "", "step": None, "env": {}, "note": f"No validated command: {why}."}
     module, args = parsed
     for flag in RUN_DIR_FLAGS:
         args = _set_flag(args, flag, None)
-    recs = as_dict(results.get("recommendations"))
-    env = {str(k): str(v) for k, v in as_dict(step.get("env")).items()}  # as the step ran: nothing added
-    apart = {str(k): str(v) for k, v in as_dict(recs.get("env")).items() if env.get(str(k)) != str(v)}
-    metrics = as_dict(step.get("metrics"))
-    world = int(finite(metrics.get("world_size")) or 1)
-    nnodes = max(1, int(finite(metrics.get("nnodes")) or 1))
+    env = {str(k): str(v) for k, v in step.env.items()}  # as the step ran: nothing added
+    apart = {str(k): str(v) for k, v in run.recommendations.env.items() if env.get(str(k)) != str(v)}
+    metrics = decode(LaunchMetrics, step.metrics, lenient=True)
+    world = int(finite(metrics.world_size) or 1)
+    nnodes = max(1, int(finite(metrics.nnodes) or 1))
     torchrun = any(a in ("torch.distributed.run", "torchrun") or a.endswith("/torchrun") for a in argv) or world > 1
     if nnodes > 1:
         launcher = ["torchrun", f"--nnodes={nnodes}", f"--nproc_per_node={world // nnodes}", "--rdzv-backend=c10d",
@@ -99,13 +100,13 @@ def validated_command(results: dict) -> dict:
             i += 1
     lines += [f"  {p}" for p in pairs]
     lines = [line + " \\" for line in lines[:-1]] + lines[-1:]
-    verdict = str(results.get("verdict") or "INCOMPLETE")
-    note = (f"The trainer command of step {step.get('name')} ({fmt_num(step.get('title'))}) as it ran, with its "
+    verdict = str(run.verdict or "INCOMPLETE")
+    note = (f"The trainer command of step {step.name} ({fmt_num(step.title)}) as it ran, with its "
             f"environment: settings that ran together; the run ended {verdict}.")
     if apart:
         note += (" Recommended but not run together with it (each was measured in its own step; run them together "
                  "before relying on the combination): " + ", ".join(f"{k}={v}" for k, v in sorted(apart.items())) + ".")
     if verdict != "GO":
         note += " These settings are not validated until a run of them ends GO."
-    return {"lines": lines, "text": "\n".join(lines), "step": str(step.get("name")), "env": env, "note": note,
+    return {"lines": lines, "text": "\n".join(lines), "step": str(step.name), "env": env, "note": note,
             "apart": apart}

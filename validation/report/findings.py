@@ -15,6 +15,7 @@ import shlex
 
 from nsa.toggles import TOGGLES
 from validation import kinds as step_kinds
+from validation.kinds.base import Effect
 from validation.formatting import FAILED_STATUSES, NA, as_dict, fmt_num, fmt_p, fmt_pct, plural
 from validation.results.run import Run, read_run
 
@@ -33,7 +34,7 @@ def comparisons(results: dict) -> list[dict]:
                    "mean_without": e.mean_without, "mean_with": e.mean_with, "rel": e.rel, "ci_low": e.ci_low,
                    "ci_high": e.ci_high, "p": e.p, "significant": e.significant and not e.ignored,
                    "verdict": e.verdict or NA, "ignored": e.ignored}
-            out.append({**rec, "text": _sentence(rec)})
+            out.append({**rec, "text": _sentence(name, e)})
     return out
 
 
@@ -41,18 +42,18 @@ def _rate(v: float | None) -> str:
     return NA if v is None else (f"{v:,.1f}" if abs(v) >= 100 else f"{v:.4g}")
 
 
-def _sentence(rec: dict) -> str:
-    ci = (f"95% CI {fmt_pct(rec['ci_low'], signed=True)} to {fmt_pct(rec['ci_high'], signed=True)}"
-          if rec["ci_low"] is not None and rec["ci_high"] is not None else "CI n/a")
-    unit = " tokens/s" if rec["metric"] == "toks_per_s" else f" {rec['metric']}"
+def _sentence(step: str, e: Effect) -> str:
+    """One comparison of step `step` in a sentence: the means with and without, the change, its CI and p."""
+    ci = (f"95% CI {fmt_pct(e.ci_low, signed=True)} to {fmt_pct(e.ci_high, signed=True)}"
+          if e.ci_low is not None and e.ci_high is not None else "CI n/a")
+    unit = " tokens/s" if e.metric == "toks_per_s" else f" {e.metric}"
     ratio = ""
-    if rec["mean_without"] and rec["mean_with"] and rec["mean_without"] > 0:
-        factor = rec["mean_with"] / rec["mean_without"]
+    if e.mean_without and e.mean_with and e.mean_without > 0:
+        factor = e.mean_with / e.mean_without
         if factor >= 2 or factor <= 0.5:
             ratio = f", {factor:.1f}x" if factor >= 2 else f", {1 / factor:.1f}x slower"
-    return (f"{rec['with']}: {_rate(rec['mean_with'])}{unit} with, {_rate(rec['mean_without'])} without "
-            f"({rec['without']}): {fmt_pct(rec['rel'], signed=True)}{ratio} ({ci}, p {fmt_p(rec['p'])}), "
-            f"step `{rec['step']}`")
+    return (f"{e.with_}: {_rate(e.mean_with)}{unit} with, {_rate(e.mean_without)} without "
+            f"({e.without}): {fmt_pct(e.rel, signed=True)}{ratio} ({ci}, p {fmt_p(e.p)}), step `{step}`")
 
 
 def key_finding(comps: list[dict]) -> dict | None:

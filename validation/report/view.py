@@ -316,7 +316,7 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
         "runbook": {"name": fmt_num(runbook.name), "description": runbook.description or None,
                     "path": fmt_num(runbook.path)},
         "verdict": {"value": verdict, "css": css, "reason": run.verdict_reason or NA},
-        "resumed": resume_note(results),  # how the run was interrupted and continued, or None
+        "resumed": resume_note(run),  # how the run was interrupted and continued, or None
         "reused": reused_notes(results),  # the phases taken from an earlier run of the same source
         "key_figures": _key_figures(run, raw_steps),
         "key_finding": finding["text"] if finding else None,
@@ -328,7 +328,7 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
         # the thresholds behind every DISTURBED or inconclusive row, once (results.json "evidence")
         "interference_rules": str(run.evidence.rules or "") if run.evidence.disturbed else None,
         "recommended": rec_rows,
-        "run_command": validated_command(results),
+        "run_command": validated_command(run),
         "step_counts": ", ".join(f"{step_counts[k]} {k}" for k in sorted(step_counts)) or "none",
         "step_total": sum(step_counts.values()),
         "criteria_counts": _criteria_counts(run, crit_counts),

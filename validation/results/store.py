@@ -21,6 +21,7 @@ from typing import Any
 from nsa.training.outputs import atomic_write
 from validation.results.model import (CRITERION_STATUSES, FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, SCHEMA_VERSION,
                                       STEP_STATUSES, VERDICTS, ResultsError, RunResults, check_results)
+from validation.results.run import ReplacedStep, Resume, read_run
 
 __all__ = ["CRITERION_STATUSES", "DEFAULT_RUNS", "FAILED_STEP_STATUSES", "FINAL_STEP_STATUSES", "RESULTS_JSON",
            "SCHEMA_VERSION", "STEP_STATUSES", "VERDICTS", "ResultsError", "RunDirError", "RunResults",
@@ -119,19 +120,18 @@ def resume_note(results: RunResults | dict[str, Any]) -> str | None:
     """One line on how the run was interrupted and continued (results["resumes"]), e.g. "interrupted by SIGINT
     at T1, resumed at T2 with step second"; None for a run never resumed. The report's header and the console show
     it."""
-    entries = [r for r in results.get("resumes") or [] if isinstance(r, dict)]
+    entries = [r for r in read_run(results).resumes if r != Resume()]  # an entry that is not an object: none
     parts = []
     for r in entries:
-        steps = [str(n) for n in r.get("steps") or []]
-        rerun = {str(n) for n in r.get("rerun") or []}
-        replaced = r.get("replaced") if isinstance(r.get("replaced"), dict) else {}
-        named = [f"{n} run again (it had {(replaced.get(n) or {}).get('status') or 'no result'})" if n in rerun else n
-                 for n in steps]
+        steps = [str(n) for n in r.steps]
+        rerun = {str(n) for n in r.rerun}
+        named = [f"{n} run again (it had {(r.replaced.get(n) or ReplacedStep()).status or 'no result'})"
+                 if n in rerun else n for n in steps]
         what = (f"with step{'s' if len(named) > 1 else ''} {', '.join(named)}" if named
                 else "with no step left to run (its verdict computed)")
-        changed = "; the runbook had changed since the run started" if r.get("runbook_changed") else ""
-        parts.append(f"{r.get('previous_state') or 'stopped'} at {r.get('previous_end') or 'an unknown time'}, "
-                     f"resumed at {r.get('at') or 'an unknown time'} {what}{changed}")
+        changed = "; the runbook had changed since the run started" if r.runbook_changed else ""
+        parts.append(f"{r.previous_state or 'stopped'} at {r.previous_end or 'an unknown time'}, "
+                     f"resumed at {r.at or 'an unknown time'} {what}{changed}")
     return "; then ".join(parts) or None
 
 

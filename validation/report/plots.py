@@ -23,10 +23,18 @@ from validation.analysis import metrics
 from validation.results.store import inside_run_dir
 from validation import kinds as step_kinds
 from validation.kinds._plot_helpers import bar_points, loglog_lines, scan_loglog  # noqa: F401 - shared with the kinds
-from validation.formatting import (as_dict, as_list, file_name, finite, plot_context_text, steps_in_order)
+from validation.formatting import as_dict, as_list, file_name, finite, plot_context_text
+from validation.results.codec import decode
+from validation.results.run import Step as StepRecord, read_run
+from validation.results.trainer_launch import LaunchMetrics, Telemetry
 
 PLOTS_DIR = "plots"
 TITLE_WIDTH = 90  # characters per title line at the report's figure size
+
+
+def _launch(metrics: dict) -> LaunchMetrics:
+    """A step's metrics as a trainer launch's (a step of another kind: the keys it shares with one)."""
+    return decode(LaunchMetrics, metrics, lenient=True)
 
 
 def read_toks(csv_path: Path) -> tuple[list, list] | None:
@@ -94,24 +102,22 @@ class Plotter:
             self._marked = None
         self.written.append(entry)
 
-    def tokens_per_step(self, name: str, step: dict) -> None:
-        """Tokens/s per step of the step's training.csv and of each of its runs', the statistics window shaded."""
-        series = []
-        metrics = as_dict(step.get("metrics"))
-        if metrics.get("csv"):
-            series.append((name, metrics["csv"], metrics.get("window")))
-        for run in (as_dict(r) for r in as_list(step.get("runs"))):
-            metrics = as_dict(run.get("metrics"))
-            if metrics.get("csv"):
-                series.append((str(run.get("label")), metrics["csv"], metrics.get("window")))
+    def tokens_per_step(self, name: str, step: StepRecord | dict) -> None:
+        """Tokens/s per step of the step's training.csv and of each of its runs', the statistics window shaded
+        (`step`: its record, or as results.json holds it)."""
+        if not isinstance(step, StepRecord):
+            step = decode(StepRecord, step, f"steps.{name}", lenient=True)
+        own = _launch(step.metrics)
+        series = [(name, own)] if own.csv else []
+        series += [(str(run.label), run.metrics) for run in step.runs if run.metrics.csv]
         lines = []
-        for label, csv, window in series:
-            data = read_toks(self.run_dir / str(csv))
+        for label, m in series:
+            data = read_toks(self.run_dir / str(m.csv))
             if data is not None:
-                lines.append((label, data, as_dict(window)))
+                lines.append((label, data, m.window))
         if not lines:
             return
-        title = f"Tokens/s per step: {step.get('title') or name}"
+        title = f"Tokens/s per step: {step.title or name}"
         fig, ax = self.figure(title, "step")
         # one colour and one legend entry per label: the repeats of a label share both ("label (2 runs)")
         counts: dict[str, int] = {}
@@ -124,9 +130,9 @@ class Plotter:
                 else "_nolegend_"
             seen.add(label)
             ax.plot(xs, ys, label=legend, linewidth=1.2, color=colors[label], alpha=0.9 if counts[label] == 1 else 0.6)
-        window = lines[0][2]
-        first = finite(next((window[k] for k in ("first_step", "start") if k in window), None))
-        last = finite(next((window[k] for k in ("last_step", "end") if k in window), None))
+        window = lines[0][2]  # "start" and "end" in records written before first_step and last_step
+        first = finite(window.first_step if window.first_step is not None else window.extra.get("start"))
+        last = finite(window.last_step if window.last_step is not None else window.extra.get("end"))
         if first is not None and last is not None and last >= first:
             ax.axvspan(first, last, color="tab:green", alpha=0.08, label="statistics window")
         ax.legend(loc="lower right", fontsize="small")
@@ -137,14 +143,14 @@ class Plotter:
         GPU utilisation per GPU and the CPU utilisation of the launch's processes (percent, left axis), the
         processes' RSS and GPU memory used (GiB, right axis); the statistics window shaded. Only the series
         present are drawn (no GPU columns on CPU)."""
-        metrics = as_dict(step.get("metrics"))
-        telemetry = as_dict(metrics.get("telemetry"))
-        step_dir = self.run_dir / str(step.get("dir") or name)
-        rows = contracts.read_telemetry(step_dir) if telemetry else []
+        record = decode(StepRecord, step, f"steps.{name}", lenient=True)
+        telemetry = _launch(record.metrics).telemetry
+        step_dir = self.run_dir / str(record.dir or name)
+        rows = contracts.read_telemetry(step_dir) if telemetry not in (None, Telemetry()) else []
         if not rows:
             return
         t0 = min(r["time"] for r in rows)
-        title = f"Telemetry: {step.get('title') or name}"
+        title = f"Telemetry: {record.title or name}"
         fig, ax = self.figure(title, "seconds since the launch started", ylabel="percent")
         right = ax.twinx()
         right.set_ylabel("GiB")
@@ -177,8 +183,8 @@ class Plotter:
                     drawn += 1
         if not drawn:
             return
-        window = telemetry.get("window_unix")
-        if isinstance(window, list) and len(window) == 2 and all(finite(w) is not None for w in window):
+        window = telemetry.window_unix
+        if window is not None and len(window) == 2 and all(finite(w) is not None for w in window):
             ax.axvspan(window[0] - t0, window[1] - t0, color="tab:green", alpha=0.08, label="statistics window")
         ax.set_ylim(bottom=0)
         right.set_ylim(bottom=0)
@@ -219,14 +225,15 @@ class Plotter:
 def make_plots(results: dict, run_dir: Path) -> list[dict]:
     """Write RUN_DIR/plots/*.png and return [{"title", "path" (relative to run_dir)}] for those written: per step
     in run order, its tokens/s per step, then its kind's own plots."""
-    results = as_dict(results)
+    raw_steps = as_dict(as_dict(results).get("steps"))  # what the kinds read
     plotter = Plotter(run_dir)
     with matplotlib.style.context("default"):  # the user's matplotlibrc does not change the pictures
-        for name, record in steps_in_order(results):
-            step = as_dict(record)
+        for name, record in read_run(results).steps_in_order():
+            step = as_dict(raw_steps.get(name))
+            record = record or StepRecord()
             plotter.for_step(name, step)
-            plotter.tokens_per_step(name, step)
-            kind = step_kinds.find(step.get("kind"))
+            plotter.tokens_per_step(name, record)
+            kind = step_kinds.find(record.kind)
             if kind is not None:
                 kind.plots(name, step, plotter)
     return plotter.written

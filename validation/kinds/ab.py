@@ -43,11 +43,11 @@ from validation.analysis.significance.windows import compare_windows, measured_r
 from validation.kinds import train_report
 from validation.kinds.blocks import Badge, Block, Column, Paragraph, Table
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, Settings, effect_of, run_side, with_labels
-from validation.kinds.sweep import Decided, decision_blocks, decision_mark, given
+from validation.kinds.sweep import Decided, decision_blocks, decision_mark
 from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, declared_pair_noise, metrics_as_written, nothing_compared, order_seed, run_each, run_order,
                                       run_values, runs_as_written, trainer_launch)
 from validation.kinds._plot_helpers import bar_points
-from validation.results.codec import absent, decode, encode
+from validation.results.codec import absent, decode, encode, given
 from validation.results.decision import Choice, ComparisonRecord
 from validation.results.trainer_launch import LaunchMetrics, LaunchRun, Num, Stat
 

@@ -44,14 +44,13 @@ from typing import Any
 from validation.analysis import nccl_tests
 from validation import kinds as registry
 from validation.formatting import NA, as_dict, as_list, file_name, finite, fmt_num
-from validation.results.codec import absent, decode, encode
+from validation.results.codec import absent, decode, encode, given
 from validation.results.trainer_launch import Num
 from validation.launch.spec import LaunchSpec
 from validation.runbook.schema import typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, code
 from validation.kinds.base import KeyFigure, StepKind, launch_identity, run_path, step_dir
 from validation.kinds._plot_helpers import loglog_lines
-from validation.kinds.sweep import given
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,9 +24,8 @@ from validation.formatting import as_dict, file_name, fmt_num, fmt_pct
 from validation.runbook.schema import typed
 from validation.kinds.blocks import Block, Bullets, Column, Paragraph, Table, code
 from validation.kinds.base import run_path
-from validation.kinds.sweep import given
 from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, run_single, trainer_launch
-from validation.results.codec import absent, decode
+from validation.results.codec import absent, decode, given
 from validation.results.trainer_launch import LaunchMetrics, Num
 
 

@@ -35,9 +35,8 @@ from validation.analysis.parallelism import scaling_table
 from validation.formatting import file_name, finite, fmt_num, rate_with_mfu
 from validation.runbook.schema import str_list, typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
-from validation.kinds.sweep import given
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order, trainer_launch
-from validation.results.codec import absent, decode
+from validation.results.codec import absent, decode, given
 from validation.results.trainer_launch import LaunchRun, Num, RunContext
 
 

@@ -40,9 +40,8 @@ from validation.kinds.base import KeyFigure
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, collect, order_seed, run_each, run_order, run_values, trainer_launch
 from validation.kinds._plot_helpers import scan_loglog
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
-from validation.kinds.sweep import given
 from validation.analysis.triage import bisect, find_cliffs, fit_exponent, local_exponent, point_noise
-from validation.results.codec import absent, decode, encode
+from validation.results.codec import absent, decode, encode, given
 from validation.results.trainer_launch import LaunchRun, Num, TrainingSummary
 
 

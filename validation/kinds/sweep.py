@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections import Counter
-from typing import Any, Mapping, TypeVar
+from typing import Any, Mapping
 
 from validation import kinds
 from validation.analysis.interference import decision_record, disturbed_flags
@@ -47,7 +47,7 @@ from validation.kinds.blocks import Badge, Block, Column, Paragraph, Table
 from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, metrics_as_written, nothing_compared, order_seed, run_each, run_order, run_values, runs_as_written, trainer_launch
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, KeyFigure, effect_of, run_side, with_labels
 from validation.kinds._plot_helpers import bar_points
-from validation.results.codec import absent, decode, encode
+from validation.results.codec import absent, decode, encode, given
 from validation.results.decision import Choice, DecisionRecord
 from validation.results.trainer_launch import LaunchRun, Stat
 
@@ -96,15 +96,6 @@ class Result(Decided):
     """The parts of a sweep step's record the kind writes: the decision (Decided), its metrics, a record per run."""
     metrics: Metrics = dataclasses.field(default_factory=Metrics)
     runs: list[LaunchRun] = dataclasses.field(default_factory=list)
-
-
-R = TypeVar("R")
-
-
-def given(record: R | None) -> R | None:
-    """A decoded record, or None where it is missing or blank ({}, or not a mapping: decoded leniently as its
-    defaults), as a report treats an empty record."""
-    return None if record is None or record == type(record)() else record
 
 
 RULE = ("a winner only when the best point beats every other one significantly (p < 0.05, block means of one "

@@ -193,3 +193,9 @@ def _wrong(path: str, value: Any, hint: Any) -> Any:
     else:
         name = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
     raise ResultsError(f"{path}: expected {name}, got {shown}")
+
+
+def given(record: T | None) -> T | None:
+    """A decoded record, or None where it is missing or blank ({}, or not a mapping: decoded leniently as its
+    defaults), as a report treats an empty record."""
+    return None if record is None or record == type(record)() else record

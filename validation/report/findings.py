@@ -20,12 +20,13 @@ from validation.formatting import FAILED_STATUSES, NA, as_dict, fmt_num, fmt_p, 
 from validation.results.run import Run, read_run
 
 
-def comparisons(results: dict) -> list[dict]:
+def comparisons(results: dict, run: Run | None = None) -> list[dict]:
     """Every with/without comparison the run's passed steps recorded (StepKind.comparisons: each kind reads its step
-    record as results.json holds it), in run order (see the module docstring)."""
+    record as results.json holds it), in run order (see the module docstring); `run`: read_run(results), where the
+    caller has it."""
     out: list[dict] = []
     raw_steps = as_dict(as_dict(results).get("steps"))
-    for name, step in read_run(results).steps_in_order():
+    for name, step in (run or read_run(results)).steps_in_order():
         kind = step_kinds.find(step.kind) if step is not None else None
         if step is None or step.status != "passed" or kind is None:
             continue

@@ -58,12 +58,12 @@ def _namespace(results: RunResults) -> dict[str, Any]:
     return ns
 
 
-def _logs(results: RunResults, run_dir: Path):
+def _logs(run: Run, run_dir: Path):
     def read(step_name: str) -> str:
-        step = results["steps"].get(step_name, {})
+        step = run.steps.get(step_name) or Step()
         texts = []
-        for rel in step.get("artifacts", []):
-            if rel and rel.endswith(".log"):
+        for rel in step.artifacts:
+            if isinstance(rel, str) and rel.endswith(".log"):
                 try:
                     texts.append((Path(run_dir) / rel).read_text(errors="replace"))
                 except OSError:
@@ -77,8 +77,8 @@ def evaluate(runbook: Runbook, results: RunResults, run_dir: Path) -> list[Crite
     """One row per criterion of the runbook, in its order: evaluated, or "skipped" when a step it names did not
     run."""
     ns = _namespace(results)
-    logs = _logs(results, run_dir)
     run = _run(results)
+    logs = _logs(run, run_dir)
     steps: dict[str, Step] = run.steps  # type: ignore[assignment]  # every step has a record while the run runs
     rows = []
     for c in runbook.acceptance:

@@ -72,6 +72,7 @@ from validation.analysis.significance.windows import (METRIC, compare_windows, l
 from validation.kinds.base import StepKind
 from validation.results.codec import decode
 from validation.results.run import AnalysisRow, Noise, PerformanceAnalysis, Run, read_run
+from validation.results.trainer_launch import Stat
 
 ENV_KEYS = ("host", "gpu_count", "torch", "cuda", "nccl", "python", "git_sha")
 # summary metrics shown besides the windowed throughput (one value per run: no test, never gating)
@@ -119,9 +120,9 @@ def _disturbance(m: dict) -> str | None:
 
 def _window_mean(values: list[float], stored: Any) -> float:
     """A launch's window mean as its report shows it: the stored summary's when it covers these values."""
-    if isinstance(stored, dict) and stored.get("n") == len(values) and isinstance(stored.get("mean"), (int, float)) \
-            and math.isfinite(stored["mean"]):
-        return float(stored["mean"])
+    stat = decode(Stat, stored, "stored", lenient=True) if isinstance(stored, dict) else Stat()
+    if stat.n == len(values) and stat.mean is not None and math.isfinite(stat.mean):
+        return float(stat.mean)
     return sum(values) / len(values)
 
 

@@ -49,7 +49,7 @@ def launch_records(result: dict) -> list[tuple[str, Any, dict]]:
     return _launches(decode(_Frame, result, lenient=True))
 
 
-def _measured(metrics: dict) -> LaunchInterference | None:
+def launch_interference(metrics: dict) -> LaunchInterference | None:
     """A launch's interference from its metrics; None where it has no judgement."""
     rec = decode(_Measured, metrics, lenient=True).interference
     return rec if rec is not None and rec.disturbed is not None else None
@@ -58,7 +58,7 @@ def _measured(metrics: dict) -> LaunchInterference | None:
 def _from_launches(frame: _Frame) -> StepInterference | None:
     launches = []
     for label, repeat, m in _launches(frame):
-        rec = _measured(m)
+        rec = launch_interference(m)
         if rec is not None:
             launches.append(LaunchEntry(label=label, repeat=repeat, disturbed=bool(rec.disturbed), share=rec.share,
                                         text=str(rec.text or "")))

@@ -45,9 +45,12 @@ from typing import Any
 from validation import contracts
 from validation.kinds.blocks import Block, Bullets, Heading, Pairs, Paragraph
 from validation.formatting import NA, as_dict, finite, fmt_duration, fmt_gb, fmt_num, fmt_pct, fmt_rate, plural
+from validation.analysis.interference import launch_interference
 from validation.launch import telemetry
 from validation.results.codec import decode, encode
-from validation.results.trainer_launch import Gauge, LaunchMetrics, Problem, RunContext, Startup, Telemetry, Window
+from validation.results.run import read_run
+from validation.results.trainer_launch import (Gauge, LaunchMetrics, LaunchRun, Problem, RunContext, Startup,
+                                               Telemetry, Timeline, Window)
 
 INIT_GROWTH_FACTOR = 2.0
 RATIO_MIN_S = 0.5  # init times below this are shown side by side, never as a ratio
@@ -65,7 +68,7 @@ def summary_metrics(summary: dict[str, Any]) -> dict[str, Any]:
     if not summary:
         return {}
     if "problem" in summary and len(summary) == 1:
-        return {"problem": summary["problem"]}
+        return encode(decode(Problem, summary, "summary.json", lenient=True))
     return {k: summary.get(k) for k in SUMMARY_KEYS}
 
 
@@ -73,28 +76,30 @@ def startup_metrics(timeline: dict[str, Any], n_params: Any = None) -> dict[str,
     """{"milestones", "imports_s", "init_s", "first_step_s", "time_to_first_step_s", "slowest", "n_params"} from
     timeline.json
     (validation.contracts.read_timeline); {} without one."""
-    if not timeline or "milestones" not in timeline:
-        return {"problem": timeline["problem"]} if timeline.get("problem") else {}
-    marks = as_dict(timeline.get("milestones"))
-    ttfs = finite(timeline.get("time_to_first_step_s"))
+    read = decode(Timeline, timeline, "timeline.json", lenient=True)
+    if read.milestones is None:
+        return {"problem": read.problem} if read.problem else {}
+    marks = read.milestones
+    ttfs = finite(read.time_to_first_step_s)
     imports, setup = finite(marks.get("imports_done")), finite(marks.get("setup_done"))
     init = setup - imports if setup is not None and imports is not None else setup
     first = ttfs - setup if ttfs is not None and setup is not None else None
     return {"milestones": {k: v for k, v in marks.items() if finite(v) is not None}, "imports_s": imports,
-            "init_s": init, "first_step_s": first, "time_to_first_step_s": ttfs, "slowest": timeline.get("slowest"),
-            "n_params": finite(n_params), "process_start_unix": finite(timeline.get("process_start_unix")),
-            "missing": list(timeline.get("missing_milestones") or [])}
+            "init_s": init, "first_step_s": first, "time_to_first_step_s": ttfs, "slowest": read.slowest,
+            "n_params": finite(n_params), "process_start_unix": finite(read.process_start_unix),
+            "missing": list(read.missing_milestones)}
 
 
-def init_growth(run: dict[str, Any], earlier: list[tuple[str, dict[str, Any]]],
+def init_growth(run: dict[str, Any] | Startup, earlier: list[tuple[str, dict[str, Any] | Startup]],
                 factor: float = INIT_GROWTH_FACTOR, min_s: float = INIT_GROWTH_MIN_S) -> dict[str, Any] | None:
     """The "init grows faster than the model" flag of one run (see the module docstring). `run` and each of
     `earlier`'s (label, startup) carry "init_s" and "n_params" (startup_metrics). None when there is nothing to
     compare with; else {"flagged", "reference", "init_ratio", "model_ratio", "text"}."""
-    init, params = finite(run.get("init_s")), finite(run.get("n_params"))
+    own = _startup(run)
+    init, params = finite(own.init_s), finite(own.n_params)
     if init is None or not params:
         return None
-    usable = [(label, finite(s.get("init_s")), finite(s.get("n_params"))) for label, s in earlier]
+    usable = [(label, finite(s.init_s), finite(s.n_params)) for label, s in ((k, _startup(v)) for k, v in earlier)]
     usable = [u for u in usable if u[1] is not None and u[1] > 0 and u[2]]
     if not usable:
         return None
@@ -114,10 +119,17 @@ def init_growth(run: dict[str, Any], earlier: list[tuple[str, dict[str, Any]]],
             "text": text}
 
 
-def training_period(startup: dict[str, Any], steps: list[int], step_times: list[float],
+def _startup(startup: dict[str, Any] | Startup) -> Startup:
+    """A launch's start-up metrics (startup_metrics') as a record, read leniently: they come from the trainer's
+    timeline.json; a Startup as it is."""
+    return startup if isinstance(startup, Startup) else decode(Startup, startup, "startup", lenient=True)
+
+
+def training_period(startup: dict[str, Any] | Startup, steps: list[int], step_times: list[float],
                     first: int | None, last: int | None) -> tuple[float, float] | None:
     """(start, end) unix times of the window's steps [first, last] (see the module docstring), or None."""
-    t0, ttfs = finite(startup.get("process_start_unix")), finite(startup.get("time_to_first_step_s"))
+    st = _startup(startup)
+    t0, ttfs = finite(st.process_start_unix), finite(st.time_to_first_step_s)
     if t0 is None or ttfs is None or not steps or first is None or last is None:
         return None
     ends, t = {}, t0 + ttfs
@@ -147,12 +159,13 @@ def telemetry_metrics(step_dir: Path, startup: dict[str, Any], read, window: Win
                                  window.first_step, window.last_step)
         if period is not None:
             what = f"the statistics window, steps {window.first_step}-{window.last_step}"
-    on_gpu = not str(context.get("device") or "").lower().startswith("cpu")  # a CPU run on a GPU node: no GPU
+    device = decode(RunContext, context, "context", lenient=True).device
+    on_gpu = not str(device or "").lower().startswith("cpu")  # a CPU run on a GPU node: no GPU
     t = telemetry.summarize(rows, *(period or (None, None)), use_gpus=on_gpu)
     if t.samples == 0 and period is not None:  # a window shorter than one sample: a second either side
         period = (period[0] - 1.0, period[1] + 1.0)
         t = telemetry.summarize(rows, *period, use_gpus=on_gpu)
-    costs = [r["sampler_cpu_ms"] for r in rows if finite(r.get("sampler_cpu_ms")) is not None]
+    costs = [s.sampler_cpu_ms for s in map(telemetry.Sample.of, rows) if finite(s.sampler_cpu_ms) is not None]
     files = [p.name for p in contracts.telemetry_files(step_dir)]
     out = t.criteria_metrics()
     out["telemetry"] = {"files": files, "samples": t.samples, "nodes": t.nodes, "gpus": t.gpus,
@@ -166,16 +179,18 @@ def telemetry_metrics(step_dir: Path, startup: dict[str, Any], read, window: Win
     return out
 
 
-def earlier_startups(results: dict[str, Any], exclude_csv: str | None) -> list[tuple[str, dict]]:
-    """(label, startup) of every trainer run recorded so far in results.json (steps and their runs)."""
+def earlier_startups(results: dict[str, Any], exclude_csv: str | None) -> list[tuple[str, Startup]]:
+    """(label, startup) of every trainer run recorded so far in results.json (steps and their runs) that has a
+    start-up timeline (read leniently: the steps of a resumed run come from an earlier attempt's results.json)."""
     found = []
-    for name, step in as_dict(results.get("steps")).items():
-        candidates = [(name, as_dict(step.get("metrics")))]
-        candidates += [(f"{name}[{r.get('label')}]", as_dict(as_dict(r).get("metrics")))
-                       for r in (step.get("runs") or []) if isinstance(r, dict)]
+    for name, step in read_run(results).steps.items():
+        if step is None:
+            continue
+        candidates = [(name, decode(LaunchMetrics, step.metrics, f"steps.{name}.metrics", lenient=True))]
+        candidates += [(f"{name}[{r.label}]", r.metrics) for r in step.runs]
         for label, m in candidates:
-            if isinstance(m.get("startup"), dict) and m.get("csv") != exclude_csv:
-                found.append((label, m["startup"]))
+            if isinstance(m.startup, Startup) and m.csv != exclude_csv:
+                found.append((label, m.startup))
     return found
 
 
@@ -187,7 +202,7 @@ def launch_metrics(ctx, spec, out_dir: Path, read, m: dict[str, Any]) -> dict[st
     if startup and "problem" not in startup:
         startup["init_growth"] = init_growth(startup, earlier_startups(ctx.results, so_far.csv))
     out = {"summary": summary_metrics(contracts.read_summary(out_dir)), "startup": startup,
-           "time_to_first_step_s": startup.get("time_to_first_step_s")}
+           "time_to_first_step_s": _startup(startup).time_to_first_step_s}
     out.update(telemetry_metrics(Path(spec.step_dir), startup, read, so_far.window, as_dict(m.get("context"))))
     return out
 
@@ -292,32 +307,33 @@ def telemetry_notes(m: LaunchMetrics) -> list[str]:
 
 def interference_notes(m: LaunchMetrics) -> list[str]:
     """What else used the machine over the launch's measured period (validation.launch.telemetry.interference)."""
-    rec = as_dict(m.extra.get("interference"))
-    if "disturbed" not in rec:
+    rec = launch_interference(m.extra)
+    if rec is None:
         return []
-    if rec.get("disturbed"):
-        return [f"DISTURBED: {rec.get('text')} (rule: {rec.get('rules')})"]
-    return [f"Interference: {rec.get('text')}"]
+    if rec.disturbed:
+        return [f"DISTURBED: {rec.text} (rule: {rec.rules})"]
+    return [f"Interference: {rec.text}"]
 
 
 def runs_blocks(runs: list[dict[str, Any]]) -> list[Block]:
     """The Training Summary of each run of a sweep or A/B, a line per run (label and repeat): its summary, time to
     first step, GPU utilisation when measured, and the init-growth and disturbance flags; [] when no run has any."""
-    runs = [as_dict(r) for r in runs]
-    counts = Counter(str(r.get("label")) for r in runs)
+    records = [decode(LaunchRun, as_dict(r), f"runs[{i}]", lenient=True) for i, r in enumerate(runs)]
+    counts = Counter(str(r.label) for r in records)
     lines = []
-    for run in runs:
-        m = decode(LaunchMetrics, run.get("metrics"), lenient=True)
+    for run in records:
+        m = run.metrics
         if m.summary is None and m.startup is None and m.telemetry in (None, Telemetry()):
             continue
-        label = str(run.get("label"))
-        if counts[label] > 1 and finite(run.get("repeat")) is not None:
-            label += f" (repeat {int(run['repeat']) + 1})"
+        label = str(run.label)
+        if counts[label] > 1 and run.repeat is not None:
+            label += f" (repeat {run.repeat + 1})"
         util = finite((m.gpu_util or Gauge()).mean)
         growth = m.startup.init_growth if isinstance(m.startup, Startup) else None
-        shaken = as_dict(m.extra.get("interference"))
+        shaken = launch_interference(m.extra)
         flag = "; ".join(t for t in (str(growth.text) if growth is not None and growth.flagged else "",
-                                     f"DISTURBED: {shaken.get('text')}" if shaken.get("disturbed") else "") if t)
+                                     f"DISTURBED: {shaken.text}" if shaken is not None and shaken.disturbed else "")
+                         if t)
         lines.append(f"{label}: {summary_line(m)}; time to first step {fmt_duration(m.time_to_first_step_s)}"
                      + (f"; GPU utilisation {util:.0f}%" if util is not None else "") + (f"; **{flag}**" if flag else ""))
     return [Paragraph("Training Summary per run:"), Bullets(lines)] if lines else []

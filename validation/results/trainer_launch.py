@@ -138,6 +138,21 @@ class Startup:
 
 
 @dataclasses.dataclass(frozen=True)
+class Timeline:
+    """The trainer's timeline.json as validation.contracts.read_timeline gives it (nsa.training.outputs.read_timeline:
+    the milestones, rank 0's time to first step and process start, the rank that reached each milestone last, the
+    required milestones it lacks), or {"problem": the reason} where the file breaks its contract. `milestones` is None
+    where the file has none."""
+    milestones: dict[str, Any] | None = None
+    time_to_first_step_s: Num | None = None
+    slowest: Any = None
+    process_start_unix: Num | None = None
+    missing_milestones: list[Any] = dataclasses.field(default_factory=list)
+    problem: Any = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
 class Telemetry:
     """What the launch's device telemetry covers (validation.kinds.train_report.telemetry_metrics)."""
     files: list[str] = dataclasses.field(default_factory=list)

@@ -112,3 +112,49 @@ def test_collect_records_the_sdpa_audit_as_the_string_key_code_did(audit, tmp_pa
 def test_status_json_reads_as_a_trainer_status(written, expected):
     s = decode(TrainerStatus, written, "status.json", lenient=True)
     assert (s.status, s.reason, s.step) == expected
+
+
+def _parent_earlier_startups(results: dict, exclude_csv) -> list[tuple[str, dict]]:
+    """validation.kinds.train_report.earlier_startups before the records (the parent's code)."""
+    found = []
+    for name, step in results.get("steps", {}).items():
+        candidates = [(name, step.get("metrics") or {})]
+        candidates += [(f"{name}[{r.get('label')}]", r.get("metrics") or {})
+                       for r in (step.get("runs") or []) if isinstance(r, dict)]
+        for label, m in candidates:
+            if isinstance(m.get("startup"), dict) and m.get("csv") != exclude_csv:
+                found.append((label, m["startup"]))
+    return found
+
+
+def test_earlier_startups_and_init_growth_read_the_committed_runs_as_the_string_key_code_did():
+    from validation.kinds import train_report
+    seen = 0
+    for path in sorted(REPO.glob("reports/**/results.json")):
+        results = json.loads(path.read_text())
+        parent = [(label, s) for label, s in _parent_earlier_startups(results, None)
+                  if "milestones" in s]  # the start-ups init_growth can use (a problem or {} has no init_s)
+        got = train_report.earlier_startups(results, None)
+        assert [(label, encode(s)) for label, s in got] == parent, path
+        for own in ({"init_s": 30.0, "n_params": 1e9}, {"init_s": 0.2, "n_params": 1e5}):
+            assert train_report.init_growth(own, got) == train_report.init_growth(own, parent), path
+        seen += len(got)
+    assert seen > 0
+
+
+TIMELINE = {"milestones": {"process_start": 0.0, "imports_done": 1.5, "setup_done": 3.25, "first_logged_step": 4.0},
+            "time_to_first_step_s": 4.0, "slowest": {"setup_done": {"rank": 1, "s": 3.3}},
+            "process_start_unix": 1000.5, "missing_milestones": ["first_forward"]}
+
+
+@pytest.mark.parametrize("timeline, expected", [
+    ({}, {}),
+    ({"problem": "timeline.json: milestones must be an object"},
+     {"problem": "timeline.json: milestones must be an object"}),
+    (TIMELINE, {"milestones": TIMELINE["milestones"], "imports_s": 1.5, "init_s": 1.75, "first_step_s": 0.75,
+                "time_to_first_step_s": 4.0, "slowest": TIMELINE["slowest"], "n_params": 1000.0,
+                "process_start_unix": 1000.5, "missing": ["first_forward"]}),
+])
+def test_startup_metrics_read_timeline_json_as_a_timeline(timeline, expected):
+    from validation.kinds import train_report
+    assert train_report.startup_metrics(timeline, 1000) == expected

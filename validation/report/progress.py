@@ -30,6 +30,8 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from validation.formatting import fmt_duration
 from validation.report.console import print_line
+from validation.results.codec import decode
+from validation.results.run import Step as StepRecord
 
 if TYPE_CHECKING:
     from validation.runbook.model import Step
@@ -55,12 +57,13 @@ def _trainer_steps(step: Step) -> int | None:
 
 def _print_finished(console: Console, step: Step, result) -> None:
     """The line that ends a step: its status (coloured on a terminal), name, elapsed time, summary and reason."""
-    colour = {"passed": "green", "skipped": "yellow"}.get(result["status"], "red")
-    reason = f": {result['reason']}" if result.get("reason") else ""
-    extra = step.kind_impl.summary_line(result)
-    took = f" in {fmt_duration(result['duration_s'])}" if result["status"] != "skipped" and \
-        result.get("duration_s") is not None else ""
-    console.print(f"  [{colour}]{result['status'].upper():8}[/{colour}] "
+    record = decode(StepRecord, result, f"steps.{step.name}", lenient=True)
+    colour = {"passed": "green", "skipped": "yellow"}.get(str(record.status), "red")
+    reason = f": {record.reason}" if record.reason else ""
+    extra = step.kind_impl.summary_line(result)  # the kind reads its step as results.json holds it
+    took = f" in {fmt_duration(record.duration_s)}" if record.status != "skipped" and \
+        record.duration_s is not None else ""
+    console.print(f"  [{colour}]{str(record.status).upper():8}[/{colour}] "
                   + escape(f"{step.phase} / {step.name}{took}{extra}{reason}"), markup=True,
                   highlight=False, soft_wrap=not console.is_terminal)
 

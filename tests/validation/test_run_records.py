@@ -58,3 +58,17 @@ def test_a_performance_analysis_and_an_evidence_record_round_trip():
     assert run.performance_analysis.rows and run.performance_analysis.family.statement
     assert run.evidence.disturbed[0].launches[0]["share"] == 0.4 and run.evidence.implausible[0].disturbed
     assert "performance_analysis" not in encode(Run()) and "evidence" not in encode(Run())
+
+
+@pytest.mark.parametrize("data", [json.loads(p.read_text()) for p in COMMITTED] + [
+    {}, {"phases": [{"name": "p", "steps": ["ghost", 3]}], "steps": {"orphan": {"kind": "train"}, "bad": None}},
+    {"phases": [None, {"steps": "x"}], "steps": {"b": {}, "a": {}}}])
+def test_the_steps_in_runbook_order_are_formatting_s(data):
+    """Run.phases_in_order and steps_in_order walk the steps as validation.formatting.ordered_steps does (the
+    phases' step names, then the steps no phase lists, sorted), a step that is not an object as None."""
+    from validation.formatting import ordered_steps, steps_in_order
+
+    run = read_run(data)
+    assert [names for _, names in run.phases_in_order()] == [names for _, names in ordered_steps(data)]
+    assert [(n, s is None) for n, s in run.steps_in_order()] == [(n, not isinstance(s, dict))
+                                                                 for n, s in steps_in_order(data)]

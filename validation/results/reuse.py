@@ -20,12 +20,15 @@ device; the files they wrote stay in that run's directory. Nothing of a reused p
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from validation.formatting import first_of
+from validation.results.codec import decode
+from validation.results.run import Run, Step, read_run
 from validation.results.store import RESULTS_JSON, reused_note
 from validation.runbook.model import Runbook
 from validation.version import source_digest
@@ -48,30 +51,35 @@ class Reuse:
     source: Path
     results: Mapping[str, Any]
 
+    @functools.cached_property
+    def run(self) -> Run:
+        """The earlier run as a record (read leniently: a results.json of another run)."""
+        return read_run(self.results)
+
     @property
     def device(self) -> str:
-        env = self.results.get("environment") or {}
-        gpus = [g.get("name") for g in env.get("gpus") or [] if isinstance(g, dict) and g.get("name")]
+        gpus = [g.name for g in self.run.environment.gpus or [] if g.name]
         return (f"{len(gpus)} x {gpus[0]}" if len(gpus) > 1 else gpus[0]) if gpus else "no GPU"
 
     def record(self) -> dict[str, Any]:
         """What results.json keeps of the reuse: run-level `reused` entries and each step's `reused`."""
-        rb = self.results.get("runbook") or {}
-        return {"phase": self.phase, "from": str(self.source), "runbook": rb.get("name"),
-                "finished": self.results.get("finished"), "device": self.device,
-                "source_digest": (self.results.get("environment") or {}).get("source_digest")}
+        run = self.run
+        return {"phase": self.phase, "from": str(self.source), "runbook": run.runbook.name,
+                "finished": run.finished, "device": self.device, "source_digest": run.environment.source_digest}
 
     def note(self) -> str:
         return reused_note(self.record())
 
     def step_result(self, pending: dict[str, Any]) -> dict[str, Any]:
         """`pending` (this run's empty record of the step) with the earlier run's outcome and figures."""
-        earlier = self.results["steps"][pending["name"]]
+        name = str(decode(Step, pending, "step").name)
+        earlier = self.results["steps"][name]  # copied as written
         out = dict(pending)
         for key in KEPT_KEYS:
             if key in earlier:
                 out[key] = copy.deepcopy(earlier[key])
-        out["reason"] = "; ".join(x for x in (earlier.get("reason"), f"not run here: {self.note()}") if x)
+        reason = (self.run.steps.get(name) or Step()).reason
+        out["reason"] = "; ".join(x for x in (reason, f"not run here: {self.note()}") if x)
         out["reused"] = self.record()
         _drop_files(out)
         return out
@@ -106,29 +114,28 @@ def _relevant(overrides, steps: list[str]) -> list[str]:
     return sorted(str(o) for o in overrides or [] if str(o).partition("=")[0].strip().startswith(heads))
 
 
-def refusal(results: Mapping[str, Any], rb: Runbook, phase: str, overrides, digest: str) -> str | None:
+def refusal(results: Mapping[str, Any] | Run, rb: Runbook, phase: str, overrides, digest: str) -> str | None:
     """Why the run of `results` cannot stand for phase `phase` of `rb` (None: it can)."""
-    env = results.get("environment") if isinstance(results.get("environment"), dict) else {}
-    theirs = env.get("source_digest")
+    run = read_run(results)
+    theirs = run.environment.source_digest
     if not theirs:
         return "it recorded no source digest (a run of a version before --reuse)"
     if theirs != digest:
         return f"it ran another source (digest {theirs[:12]}, this tree {digest[:12]})"
     mine = next(p for p in rb.phases if p.name == phase)
-    recorded = {p.get("name"): p for p in results.get("phases") or [] if isinstance(p, dict)}
+    recorded = {p.name: p for p in run.phases}
     if phase not in recorded:
         return f"it has no phase {phase} (its phases: {', '.join(map(str, recorded)) or 'none'})"
     names = [s.name for s in mine.steps]
-    if list(recorded[phase].get("steps") or []) != names:
-        return f"its phase {phase} has other steps ({', '.join(map(str, recorded[phase].get('steps') or []))})"
-    steps = results.get("steps") or {}
+    if list(recorded[phase].steps) != names:
+        return f"its phase {phase} has other steps ({', '.join(map(str, recorded[phase].steps))})"
     for step in mine.steps:
-        theirs_step = steps.get(step.name) or {}
-        if theirs_step.get("kind") != step.kind:
-            return f"its step {step.name} is a {theirs_step.get('kind')} step, here a {step.kind} step"
-        if theirs_step.get("status") != "passed":
-            return f"its step {step.name} ended {theirs_step.get('status')}"
-    ours, recorded_set = _relevant(overrides, names), _relevant((results.get("options") or {}).get("set"), names)
+        theirs_step = run.steps.get(step.name) or Step()
+        if theirs_step.kind != step.kind:
+            return f"its step {step.name} is a {theirs_step.kind} step, here a {step.kind} step"
+        if theirs_step.status != "passed":
+            return f"its step {step.name} ended {theirs_step.status}"
+    ours, recorded_set = _relevant(overrides, names), _relevant(run.options.set, names)
     if ours != recorded_set:
         return f"other --set for its steps ({', '.join(recorded_set) or 'none'}; here {', '.join(ours) or 'none'})"
     return None
@@ -153,7 +160,7 @@ def _candidates(where: Path | None, cwd: Path) -> list[tuple[Path, Any]]:
         except (OSError, ValueError) as exc:
             data = exc
         found.append((path, data))
-    finished = lambda pd: str(pd[1].get("finished") or "") if isinstance(pd[1], dict) else ""  # noqa: E731
+    finished = lambda pd: str(read_run(pd[1]).finished or "") if isinstance(pd[1], dict) else ""  # noqa: E731
     return sorted(found, key=finished, reverse=True)
 
 

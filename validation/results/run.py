@@ -85,6 +85,7 @@ class Environment:
     gpu_count: int | None = None
     cpu_count: int | None = None
     packages: dict[str, Any] = dataclasses.field(default_factory=dict)
+    source_digest: str | None = absent()  # validation.version.source_digest: what `run --reuse` matches against
     nodes: dict[str, Node] = absent({})
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 

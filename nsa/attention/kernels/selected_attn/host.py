@@ -58,8 +58,9 @@ Forward, loop="kv" (the default; KV-block-outer, FSA-style):
   "fewer registers"): "m64_w4" cuts the tile table into 64-row tiles (10 queries x 6 heads at hpg 6) for the three
   passes and runs step 3 as _sel_fwd_kv_out_lean on 4 warps (one m64 wgmma warpgroup), its row pointers stated
   16-byte aligned (inputs whose rows are not are copied first, _aligned16): 94 registers on sm_90 ahead of time, 5
-  CTAs per SM, against the shipped kernel's 196 (89 with the strides' attributes a launch gives: 2 CTAs of 8 warps);
-  d_k = d_v = 64 only. Twice the tiles: each key block's K and V are read by twice the programs. Untimed.
+  CTAs of 4 warps per SM, against the shipped kernel's 90 (compiled with the strides' 16-divisibility a launch
+  gives: 2 CTAs of 8 warps); d_k = d_v = 64 only. Twice the tiles: each key block's K and V are read by twice the
+  programs. Untimed.
 Forward, loop="query" (the public NSA kernels' order: fla parallel_nsa, XunhaoLai/native-sparse-attention-triton):
   _sel_fwd_query, one program per (sequence, group, query) with the hpg heads as rows, padded to
   HPG_PAD = max(16, pow2(hpg)) for tl.dot (hpg = 6 uses 6 of 16 rows), walks its n_sel blocks with an online
@@ -214,11 +215,12 @@ def host_choice() -> str:
 # queries x 6 heads at hpg 6: twice the tiles, each key block's K and V read by twice as many programs), for all
 # three forward kernels, since the stats and output passes share one tile table. For d_k = d_v = 64 only (other head
 # dims keep _config's). Ahead of time (bf16, hpg 6, d 64, reports/aot/selected_fwd_occupancy.md, triton 3.9):
-# _sel_fwd_kv_out compiles to 196 registers on sm_90 (1 CTA per SM) without the argument attributes a launch gives,
-# and to 89 (2 CTAs of 8 warps) with the strides' 16-divisibility the JIT infers; the lean kernel takes 94 (5 CTAs
-# of 4 warps; sm_80: 167, 3 CTAs against 1), no spills on sm_80 or sm_90, wgmma on sm_90. (128 rows on 4 warps, 122
-# registers on sm_90, spills on sm_80 at hpg 16: not offered.) Same qualification rule as DQ_CHOICES (its tests on
-# the GPU, memcheck, an alternated A/B: bench_attention.py --sel-tile-choice); no GPU has run it.
+# _sel_fwd_kv_out compiles to 90 registers on sm_90 (2 CTAs of 8 warps: 16 warps an SM) with the strides'
+# 16-divisibility the JIT infers (162 and 1 CTA without it); the lean kernel takes 94 (5 CTAs of 4 warps: 20 warps;
+# sm_80: 167, 3 CTAs against the shipped kernel's 171 and 1), no spills on sm_80 or sm_90, wgmma on sm_90. (128 rows
+# on 4 warps, 122 registers on sm_90, spills on sm_80 at hpg 16: not offered.) Same qualification rule as
+# DQ_CHOICES (its tests on the GPU, memcheck, an alternated A/B: bench_attention.py --sel-tile-choice); no GPU has
+# run it.
 FWD_TILE_CHOICES: dict[str, Optional[LaunchConfig]] = {
     "shipped": None,
     "m64_w4": LaunchConfig(64, 64, 4, 1),
@@ -293,8 +295,10 @@ def _query_warps(d_k: int, d_v: int) -> int:
 
 def _dq_query_config(l_sel: int, d_k: int, d_v: int) -> tuple[int, int]:
     """_sel_bwd_dq_query's (BLOCK_N, num_warps), from the AOT compile (reports/aot/selected_bwd_dq.md), not from GPU
-    timings: d <= 64, 64 keys and 8 warps (with 4, hpg 6 d 64 spills 4 bytes on sm_80 under triton 3.9); d = 128,
-    32 keys and 4 warps (64 keys spill or take 255 registers)."""
+    timings: d <= 64, 64 keys and 8 warps (hpg 6 d 64: 64 registers, 4 CTAs per SM); d = 128, 32 keys and 4 warps
+    (94-96 registers). Both were picked from the compile without the strides' 16-divisibility, where 4 warps at d 64
+    spilled 4 bytes on sm_80 and 64 keys at d 128 took 255 registers; with it (what a launch compiles) neither holds:
+    4 warps at d 64 take 86-94 registers, 64 keys at d 128 80-140, no spills. Kept until a GPU timing decides."""
     if max(d_k, d_v) <= 64:
         return _block_n(l_sel, 64), 8
     return _block_n(l_sel, 32), 4
@@ -613,7 +617,7 @@ AOT_HPG = (1, 6, 16, 32)  # heads per group compiled ahead of time (HPG is a com
 # The strides of the [.., d] tensors (q, k, v, o, do, dq, dk, dv: sq_b, sdo_h, ...): multiples of d (>= 32) at
 # every shape the layer launches, so Triton's JIT compiles each launch with their 16-divisibility; the AOT cases are
 # told the same (AotCase.divisible). Without it the compile sees scalar loads and atomics and overstates registers
-# (sel_fwd_kv_out at hpg 6, d 64 on sm_90: 196 without, 89 with; reports/aot/selected_fwd_occupancy.md).
+# (sel_fwd_kv_out at hpg 6, d 64 on sm_90, triton 3.9: 162 without, 90 with; reports/aot/selected_fwd_occupancy.md).
 _ROW_STRIDE = re.compile(r"s(q|k|v|o|do|dq|dk|dv)_[bhgs]")
 
 

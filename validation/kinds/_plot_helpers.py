@@ -8,33 +8,37 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from validation.formatting import as_dict, finite, fmt_num, stat_of
+from validation.formatting import finite, fmt_num
+from validation.results.codec import decode
+from validation.results.trainer_launch import LaunchRun, Stat
 
 
-def bar_points(runs: list[dict], tick_by_param: bool = False) -> list[tuple[str, float, float, Any]]:
+def bar_points(runs: list[dict] | list[LaunchRun], tick_by_param: bool = False) -> list[tuple[str, float, float, Any]]:
     """(tick label, mean, error bar, run label) per bar of tokens/s. Repeats of one label are pooled: the mean of
     their window means, with the stdev of those means as the error bar (a single run: its window stdev).
-    `tick_by_param`: a run varying one parameter is labelled by its value."""
-    grouped: dict[str, list[dict]] = {}
-    for run in runs:
-        toks = stat_of(as_dict(run.get("metrics")), "toks_per_s")
-        if finite(toks.get("mean")) is not None:
-            grouped.setdefault(str(run.get("label")), []).append({"run": run, "toks": toks})
+    `tick_by_param`: a run varying one parameter is labelled by its value. A run as written is read leniently."""
+    grouped: dict[str, list[tuple[LaunchRun, float, Stat]]] = {}
+    for i, written in enumerate(runs):
+        run = written if isinstance(written, LaunchRun) else decode(LaunchRun, written, f"runs[{i}]", lenient=True)
+        toks = run.metrics.toks_per_s or Stat()
+        mean = finite(toks.mean)
+        if mean is not None:
+            grouped.setdefault(str(run.label), []).append((run, mean, toks))
     points = []
     for label, members in grouped.items():
-        means = [float(m["toks"]["mean"]) for m in members]
+        means = [m for _, m, _ in members]
         mean = sum(means) / len(means)
         if len(means) == 1:
-            err = finite(members[0]["toks"].get("stdev")) or 0.0
+            err = finite(members[0][2].stdev) or 0.0
         else:
             err = math.sqrt(sum((x - mean) ** 2 for x in means) / len(means))
         tick = label
-        params = as_dict(members[0]["run"].get("params"))
-        if tick_by_param and len(params) == 1:
-            tick = fmt_num(next(iter(params.values())))
+        first = members[0][0]
+        if tick_by_param and len(first.params) == 1:
+            tick = fmt_num(next(iter(first.params.values())))
         if len(means) > 1:
             tick += f" (x{len(means)})"
-        points.append((tick, mean, err, members[0]["run"].get("label")))
+        points.append((tick, mean, err, first.label))
     return points
 
 

@@ -21,7 +21,7 @@ of each variant against the baseline ("baseline", "variant", "metric", "method",
 "order", "excluded_ignored"), "choice" {label, params, explanation, significant, kept_default} and "winner" (the
 choice when significant, else null); "metrics": {"compared", "baseline": summary, "<variant>": summary,
 "variants": {variant: comparison}, "decided", "significant", "choice", "kept_default"}.
-The kind's Result is these parts as typed records (sweep.Decided, Metrics, a LaunchRun per run, a Comparison per
+The kind's Result is these parts as typed records (Decided, Metrics, a LaunchRun per run, a Comparison per
 variant), decoded strictly where the decision is computed and leniently where the report reads them.
 """
 
@@ -43,12 +43,13 @@ from validation.analysis.significance.windows import compare_windows, measured_r
 from validation.kinds import train_report
 from validation.kinds.blocks import Badge, Block, Column, Paragraph, Table
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, Settings, effect_of, run_side, with_labels
-from validation.kinds.sweep import Decided, decision_blocks, decision_mark
+from validation.kinds._decision_view import decision_blocks, decision_mark
 from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, declared_pair_noise, metrics_as_written, nothing_compared, order_seed, run_each, run_order,
                                       run_values, runs_as_written, trainer_launch)
 from validation.kinds._plot_helpers import bar_points
 from validation.results.codec import absent, decode, encode, given
-from validation.results.decision import Choice, ComparisonRecord
+from validation.results.decision import Choice, ComparisonRecord, Decided
+from validation.results.run import Step as StepRecord
 from validation.results.trainer_launch import LaunchMetrics, LaunchRun, Num, Stat
 
 
@@ -350,7 +351,8 @@ class AB(TrainerKind):
 
     def plots(self, name: str, result: dict, plotter) -> None:
         runs = decode(Result, result, lenient=True).runs
-        plotter.bars(bar_points(runs_as_written(result)), title=f"A/B: {result.get('title') or name}",
+        title = decode(StepRecord, result, "step", lenient=True).title
+        plotter.bars(bar_points(runs_as_written(result)), title=f"A/B: {title or name}",
                      xlabel="variant", filename=f"ab_{file_name(name)}.png",
                      colors=lambda i, label: "tab:blue" if i == 0 else "tab:orange", mark=decision_mark(result))
 

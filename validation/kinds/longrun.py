@@ -12,10 +12,11 @@ from typing import Any
 
 from validation import contracts
 from validation import kinds
-from validation.formatting import as_list, fmt_gb, fmt_num
+from validation.formatting import fmt_gb, fmt_num
 from validation.kinds.blocks import Block, Column, Table
 from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, run_single
 from validation.results.codec import decode
+from validation.results.run import Step as StepRecord
 from validation.results.trainer_launch import LaunchMetrics
 
 
@@ -45,8 +46,9 @@ class Longrun(TrainerKind):
 
     def blocks(self, result: dict) -> list[Block]:
         """The trainer launch's blocks, then stability: throughput, memory plateau, halts, stalls, stack dumps."""
-        m = decode(Result, result.get("metrics"), lenient=True)
-        dumps = {str(p) for p in m.stack_dumps + as_list(result.get("stack_dumps"))}
+        step = decode(StepRecord, result, "step", lenient=True)
+        m = decode(Result, step.metrics, lenient=True)
+        dumps = {str(p) for p in m.stack_dumps + step.stack_dumps}
         return super().blocks(result) + [Table(
             (Column("Throughput stable"), Column("Memory plateau"), Column("Peak mem", numeric=True), Column("Halted"),
              Column("Stalls", numeric=True), Column("Stack dumps", numeric=True)),

@@ -48,7 +48,9 @@ from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, 
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, KeyFigure, effect_of, run_side, with_labels
 from validation.kinds._plot_helpers import bar_points
 from validation.results.codec import absent, decode, encode, given
-from validation.results.decision import Choice, DecisionRecord
+from validation.kinds._decision_view import decision_blocks, decision_mark
+from validation.results.decision import Choice, Decided
+from validation.results.run import Step as StepRecord
 from validation.results.trainer_launch import LaunchRun, Stat
 
 
@@ -80,15 +82,6 @@ class Metrics:
     kept_default: bool | None = None
     selection: str | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True)
-class Decided:
-    """What a deciding step (sweep, ab) records of its decision: the choice (the winner when significant), the
-    winner and the decision; "decision" and "choice" are absent from results written before decisions were."""
-    winner: Choice | None = None
-    decision: DecisionRecord | None = absent()
-    choice: Choice | None = absent(beside="decision")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,7 +274,8 @@ class Sweep(TrainerKind):
         after the baseline throughput."""
         figures = []
         for step in in_order:
-            if step.get("kind") != self.name:
+            frame = decode(StepRecord, step, "step", lenient=True)
+            if frame.kind != self.name:
                 continue
             r = decode(Result, step, lenient=True)
             choice = given(r.choice) or given(r.winner)
@@ -307,7 +301,7 @@ class Sweep(TrainerKind):
             means = [finite((run.metrics.toks_per_s or Stat()).mean) for run, _ in chosen_runs]
             means = [m for m in means if m is not None]
             mean = sum(means) / len(means) if means else None
-            name = step.get("name")
+            name = frame.name
             note = f"step `{name}`" + (f", {fmt_rate(mean)} tokens/s" if mean is not None else "")
             context = context_text(chosen_runs[0][1]) if chosen_runs else None
             note += f" at {context}" if context and mean is not None else ""
@@ -320,58 +314,9 @@ class Sweep(TrainerKind):
         keys = sorted({str(k) for r in runs for k in r.params})
         marked_color = "tab:green" if mark and mark[1] == "winner" else "tab:blue"
         plotter.bars(bar_points(runs_as_written(result), tick_by_param=True),
-                     title=f"Sweep: {result.get('title') or name}",
+                     title=f"Sweep: {decode(StepRecord, result, 'step', lenient=True).title or name}",
                      xlabel=param_name(keys[0]) if len(keys) == 1 else "run", filename=f"sweep_{file_name(name)}.png",
                      colors=lambda i, label: marked_color if mark and label == mark[0] else "tab:gray", mark=mark)
-
-
-def decision_mark(result: dict) -> tuple[str, str] | None:
-    """(run label, word) of the point a sweep's or an A/B's plot marks: the decision its text states, "winner" for
-    a significant choice, "kept" for the point kept without a significant difference; None without a choice."""
-    decided = decode(Decided, result, lenient=True)
-    choice = given(decided.choice) or given(decided.winner)
-    if not choice or choice.label is None:
-        return None
-    significant = bool(choice.significant if choice.significant is not None else not given(decided.decision))
-    return choice.label, "winner" if significant else "kept"
-
-
-def decision_blocks(decision: DecisionRecord, choice: Choice | None) -> list[Block]:
-    """A recorded decision (sweep or ab): a headline, the reason, the recommendation and the figures. The figures
-    (the noise floor, runs per variant, repeats needed) are left out when the decision compared nothing (e.g. an A/B
-    whose only variant the trainer ignored), so that the section never prints "0 run(s) per variant" under a
-    comparison table."""
-    comp = given(decision.comparison)
-    ignored = [str(x) for x in decision.excluded_ignored or []]
-    name = (params_text(choice.params) if choice and choice.params else str(choice.label) if choice else None)
-    reason = fmt_num(decision.reason)
-    if choice and choice.significant:
-        headline = f"{name} (significant)"
-    elif choice and ignored and not comp:
-        # nothing was compared for the decision: the only variants were settings the trainer ignored
-        headline = f"{name} kept: {', '.join(ignored)} not considered (the trainer ignored its settings here)"
-        reason = (f"The trainer ignored the settings of {', '.join(ignored)} on this machine, so the table above "
-                  "compares equal settings (an A/A check of the measurement) and no setting is recommended from "
-                  "this step.")
-    elif choice:
-        headline = f"no significant difference: {name} kept"
-    else:
-        headline = "no decision"
-    out: list[Block] = [Paragraph(f"**Decision**: {headline}"), Paragraph(reason)]
-    # a decision recorded since recommendations need replicated effects says why it is (not) recommended
-    if decision.recommendation:
-        out.append(Paragraph(f"**Recommendation**: {fmt_num(decision.recommendation)}"))
-    seed = decision.order_seed
-    order = f"random within each repeat (seed {seed})" if seed is not None else None
-    if comp or decision.method is not None:  # measured
-        repeats = decision.repeats
-        out.append(Paragraph(f"Noise floor {fmt_pct(decision.noise_floor)} · {fmt_num(repeats)} "
-                             f"{'run' if repeats == 1 else 'runs'} per variant · repeats needed to detect a 5% "
-                             f"difference: {fmt_num(decision.recommended_repeats)}"
-                             + (f" · run order {order}" if order else ""), style="muted"))
-    elif order:
-        out.append(Paragraph(f"Run order {order}", style="muted"))
-    return out
 
 
 def sweep_points(step) -> list[tuple[str, dict[str, Any]]]:

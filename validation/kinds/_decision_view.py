@@ -1,0 +1,58 @@
+"""The report part of a decision that the deciding kinds (sweep, ab) share: the sentence block of a recorded decision
+and the point a plot marks. Not a kind: kinds import it, as they import _plot_helpers."""
+
+from __future__ import annotations
+
+from validation.formatting import fmt_num, fmt_pct, params_text
+from validation.kinds.blocks import Block, Paragraph
+from validation.results.codec import decode, given
+from validation.results.decision import Choice, Decided, DecisionRecord
+
+
+def decision_mark(result: dict) -> tuple[str, str] | None:
+    """(run label, word) of the point a sweep's or an A/B's plot marks: the decision its text states, "winner" for
+    a significant choice, "kept" for the point kept without a significant difference; None without a choice."""
+    decided = decode(Decided, result, lenient=True)
+    choice = given(decided.choice) or given(decided.winner)
+    if not choice or choice.label is None:
+        return None
+    significant = bool(choice.significant if choice.significant is not None else not given(decided.decision))
+    return choice.label, "winner" if significant else "kept"
+
+
+def decision_blocks(decision: DecisionRecord, choice: Choice | None) -> list[Block]:
+    """A recorded decision (sweep or ab): a headline, the reason, the recommendation and the figures. The figures
+    (the noise floor, runs per variant, repeats needed) are left out when the decision compared nothing (e.g. an A/B
+    whose only variant the trainer ignored), so that the section never prints "0 run(s) per variant" under a
+    comparison table."""
+    comp = given(decision.comparison)
+    ignored = [str(x) for x in decision.excluded_ignored or []]
+    name = (params_text(choice.params) if choice and choice.params else str(choice.label) if choice else None)
+    reason = fmt_num(decision.reason)
+    if choice and choice.significant:
+        headline = f"{name} (significant)"
+    elif choice and ignored and not comp:
+        # nothing was compared for the decision: the only variants were settings the trainer ignored
+        headline = f"{name} kept: {', '.join(ignored)} not considered (the trainer ignored its settings here)"
+        reason = (f"The trainer ignored the settings of {', '.join(ignored)} on this machine, so the table above "
+                  "compares equal settings (an A/A check of the measurement) and no setting is recommended from "
+                  "this step.")
+    elif choice:
+        headline = f"no significant difference: {name} kept"
+    else:
+        headline = "no decision"
+    out: list[Block] = [Paragraph(f"**Decision**: {headline}"), Paragraph(reason)]
+    # a decision recorded since recommendations need replicated effects says why it is (not) recommended
+    if decision.recommendation:
+        out.append(Paragraph(f"**Recommendation**: {fmt_num(decision.recommendation)}"))
+    seed = decision.order_seed
+    order = f"random within each repeat (seed {seed})" if seed is not None else None
+    if comp or decision.method is not None:  # measured
+        repeats = decision.repeats
+        out.append(Paragraph(f"Noise floor {fmt_pct(decision.noise_floor)} · {fmt_num(repeats)} "
+                             f"{'run' if repeats == 1 else 'runs'} per variant · repeats needed to detect a 5% "
+                             f"difference: {fmt_num(decision.recommended_repeats)}"
+                             + (f" · run order {order}" if order else ""), style="muted"))
+    elif order:
+        out.append(Paragraph(f"Run order {order}", style="muted"))
+    return out

@@ -49,12 +49,14 @@ import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
-from validation.formatting import as_dict, as_list, context_text, finite, params_text
+from validation.formatting import as_dict, context_text, finite, params_text
 from validation.kinds.blocks import Block
 from validation.launch.slurm import SlurmOptions
 from validation.launch.spec import PLAN_RUN_DIR, LaunchSpec, safe_name
-from validation.results.codec import decode
+from validation.results.codec import decode, given
 from validation.results.decision import ComparisonRecord
+from validation.results.run import Step as StepRecord
+from validation.results.trainer_launch import LaunchMetrics
 from validation.results.store import inside_run_dir
 
 if TYPE_CHECKING:
@@ -146,9 +148,10 @@ def effect_of(comp: ComparisonRecord | Mapping[str, Any], without: str, with_: s
 
 def run_side(result: Mapping[str, Any], label: Any) -> str:
     """What a run of a multi-run step ran, for a sentence: its params ("NSA_X=1 (fused)"), else its label."""
-    params = next((as_dict(r.get("params")) for r in (as_dict(r) for r in as_list(result.get("runs")))
-                   if r.get("label") == label and as_dict(r.get("params"))), None)
-    params = params or as_dict(as_dict(as_dict(result.get("decision")).get("points")).get(label))
+    step = decode(StepRecord, result, "step", lenient=True)
+    params = next((r.params for r in step.runs if r.label == label and r.params), None)
+    points = (step.decision.points if step.decision is not None else None) or {}
+    params = params or as_dict(points.get(label) if isinstance(label, str) else None)  # JSON keys are text
     text = params_text(params) if params else None
     if text and str(label) not in text:
         return f"{text} ({label})"
@@ -236,13 +239,15 @@ class StepKind:
     def summary_line(self, result: dict[str, Any]) -> str:
         """Extra text of the console line printed when the step ends (e.g. its mean throughput, its winner)."""
         extra = ""
-        m = result.get("metrics") or {}
-        if isinstance(m.get("toks_per_s"), dict) and m["toks_per_s"].get("mean") is not None:
-            context = context_text(m)
-            extra = (f" ({m['toks_per_s']['mean']:,.0f} tok/s mean, last {m['window']['n']} steps"
+        step = decode(StepRecord, result, "step", lenient=True)
+        m = decode(LaunchMetrics, step.metrics, "step.metrics", lenient=True)
+        if m.toks_per_s is not None and m.toks_per_s.mean is not None:
+            context = context_text(step.metrics)
+            extra = (f" ({m.toks_per_s.mean:,.0f} tok/s mean, last {m.window.n} steps"
                      + (f"; {context}" if context else "") + ")")
-        if result.get("winner"):
-            extra += f" winner: {result['winner']['label']}"
+        winner = given(step.winner)
+        if winner is not None:
+            extra += f" winner: {winner.label}"
         return extra
 
     def trainer_runs(self, result: dict[str, Any]) -> list[tuple[str, dict]]:

@@ -37,6 +37,8 @@ from typing import Any
 from nsa.training import outputs
 from nsa.training.outputs import ENV_JSON, SDPA_AUDIT_JSON, STATUS_JSON, ContractError
 from nsa.training.watchdog import HALT_NAME
+from validation.results.codec import decode
+from validation.results.trainer_launch import TrainerEnv, TrainerStatus
 
 _ERROR_FILE_RE = re.compile(r"^error_rank(\d+)\.txt$")
 _TELEMETRY_RE = re.compile(r"^telemetry(?:-(.+))?\.csv$")
@@ -123,9 +125,9 @@ def read_sdpa_audit(out_dir: Path) -> dict[str, Any]:
 def ddp_compression(env: dict[str, Any]) -> str | None:
     """The DDP gradient compression a run used, from its env.json: the NSA_DDP_COMPRESS toggle in effect when the
     run was DDP (the trainer applies it to DDP only), else None."""
-    toggles = env.get("toggles") if isinstance(env.get("toggles"), dict) else {}
-    value = toggles.get("ddp_compress")
-    if env.get("parallel") != "ddp" or value in (None, "", "none"):
+    read = decode(TrainerEnv, env, "env.json", lenient=True)
+    value = read.toggles.get("ddp_compress")
+    if read.parallel != "ddp" or value in (None, "", "none"):
         return None
     return str(value)
 
@@ -144,23 +146,23 @@ def run_context(env: dict[str, Any]) -> dict[str, Any]:
     "device"}. A field the file lacks is None; {} without an env.json."""
     if not isinstance(env, dict) or not env:
         return {}
-    config = env.get("config") if isinstance(env.get("config"), dict) else {}
-    train = config.get("train") if isinstance(config.get("train"), dict) else {}
-    seq_len, micro, accum = (_positive(train.get(k)) for k in ("seq_len", "batch_size", "accum"))
-    world = _positive(env.get("world_size"))
+    read = decode(TrainerEnv, env, "env.json", lenient=True)
+    train = read.config.train
+    seq_len, micro, accum = _positive(train.seq_len), _positive(train.batch_size), _positive(train.accum)
+    world = _positive(read.world_size)
     tokens = seq_len * micro * accum * world if None not in (seq_len, micro, accum, world) else None
-    precision = train.get("precision")
+    precision = train.precision
     return {"seq_len": seq_len, "micro_batch": micro, "accum": accum, "world_size": world,
-            "global_batch_tokens": tokens, "n_params": _positive(env.get("n_params")),
+            "global_batch_tokens": tokens, "n_params": _positive(read.n_params),
             "precision": str(precision) if precision else None,
-            "flops_per_token": _positive(env.get("flops_per_token")), "peak_flops": _positive(env.get("peak_flops")),
-            "device": str(env.get("device_name") or env.get("device") or "") or None}
+            "flops_per_token": _positive(read.flops_per_token), "peak_flops": _positive(read.peak_flops),
+            "device": str(read.device_name or read.device or "") or None}
 
 
 def ignored_settings(status: dict[str, Any] | None, names: list[str]) -> list[str]:
     """Which of the environment variables `names` the trainer reported as ignored (status.json notes, e.g.
     "NSA_OPT_FUSED=1 is ignored: ..."), sorted."""
-    notes = (status or {}).get("notes") or []
+    notes = decode(TrainerStatus, status or {}, "status.json", lenient=True).notes
     return sorted({var for var in names for n in notes if isinstance(n, str) and var in n and "ignored" in n})
 
 

@@ -279,6 +279,7 @@ class TrainerStatus:
     status: Any = None
     reason: Any = None
     step: int | None = None
+    notes: list[Any] = dataclasses.field(default_factory=list)  # e.g. settings it ignored ("NSA_X=1 is ignored: ...")
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -294,9 +295,37 @@ class JobNode:
 
 
 @dataclasses.dataclass(frozen=True)
+class TrainSettings:
+    """The `train` part of the resolved config in env.json that says what a token/s means."""
+    seq_len: Num | None = None
+    batch_size: Num | None = None  # sequences per rank per micro-step
+    accum: Num | None = None
+    precision: Any = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedConfig:
+    """The resolved config in env.json (after every flag and override), the part the orchestrator reads."""
+    train: TrainSettings = dataclasses.field(default_factory=TrainSettings)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainerEnv:
-    """The trainer's env.json (validation.contracts.read_env_json), the part a launch's metrics read beside
-    validation.contracts.run_context: the job's nodes (an entry that is not an object is left out)."""
+    """The trainer's env.json (validation.contracts.read_env_json), the parts the orchestrator reads: the resolved
+    config, world size, model size and FLOPs per token, the device's peak and name (validation.contracts.run_context),
+    the parallelism and the toggles in effect (ddp_compression), the job's nodes (an entry that is not an object is
+    left out)."""
+    config: ResolvedConfig = dataclasses.field(default_factory=ResolvedConfig)
+    world_size: Num | None = None
+    n_params: Num | None = None
+    flops_per_token: Num | None = None
+    peak_flops: Num | None = None
+    device_name: Any = None  # shown as text, as written
+    device: Any = None
+    parallel: str | None = None
+    toggles: dict[str, Any] = dataclasses.field(default_factory=dict)  # nsa.toggles' record: {toggle: value}
     nodes: list[Any] = dataclasses.field(default_factory=list)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 

@@ -8,6 +8,7 @@ way to run every test).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -57,6 +58,25 @@ def pytest_testnodedown(node, error):
     data = getattr(node, "workeroutput", None) or {}
     if data.get("reliability"):
         RECORDER.merge(data["reliability"])
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_put_back():
+    """The root logger's handlers and level as they were before each test. A test that runs a command's main() in
+    its own process (nsa-train's sets logging.basicConfig(force=True) on sys.stdout at INFO) leaves a root handler
+    on that test's captured stream, which pytest closes after it; a later test in the same worker that logs at
+    INFO (the launcher's "launching ...") then got "--- Logging error --- ValueError: I/O operation on closed
+    file" in the output it checks (a CI run, when the file order put the two in one worker)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers and type(handler) is logging.StreamHandler:  # basicConfig's, not pytest's own
+            root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers and type(handler) is logging.StreamHandler:
+            root.addHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

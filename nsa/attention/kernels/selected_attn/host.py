@@ -56,10 +56,9 @@ Forward, loop="kv" (the default; KV-block-outer, FSA-style):
   never written and are not read) and, for the atomic output, zeroes of its fp32 output rows. Untimed.
   Tile choices (FWD_TILE_CHOICES; "auto" = QUALIFIED_FWD_TILE = "shipped", the tiles above; issue 31 item 2.4,
   "fewer registers"): "m64_w4" cuts the tile table into 64-row tiles (10 queries x 6 heads at hpg 6) for the three
-  passes and runs step 3 as _sel_fwd_kv_out_lean on 4 warps (one m64 wgmma warpgroup), its row pointers stated
-  16-byte aligned (inputs whose rows are not are copied first, _aligned16): 94 registers on sm_90 ahead of time, 5
-  CTAs of 4 warps per SM, against the shipped kernel's 90 (compiled with the strides' 16-divisibility a launch
-  gives: 2 CTAs of 8 warps); d_k = d_v = 64 only. Twice the tiles: each key block's K and V are read by twice the
+  passes and runs step 3 (_sel_fwd_kv_out) at that tile on 4 warps (one m64 wgmma warpgroup): 94-95 registers on
+  sm_90 ahead of time, 5 CTAs of 4 warps per SM, against 90 and 2 CTAs of 8 warps at the shipped tile (both compiled
+  with the strides' 16-divisibility a launch's JIT gives); d_k = d_v = 64 only. Twice the tiles: each key block's K and V are read by twice the
   programs. Untimed.
 Forward, loop="query" (the public NSA kernels' order: fla parallel_nsa, XunhaoLai/native-sparse-attention-triton):
   _sel_fwd_query, one program per (sequence, group, query) with the hpg heads as rows, padded to
@@ -150,7 +149,7 @@ LOOPS = ("kv", "query")
 from nsa.config import resolve_auto
 from nsa.attention.kernels.selected_attn.jit import (  # noqa: F401 - the jit code
     _tile_rows, _sel_fwd_kv_stats, _sel_fwd_kv_out, _sel_fwd_query, _sel_bwd_delta, _sel_bwd_kv, _sel_bwd_dq_query,
-    _sel_fwd_kv_part, _sel_fwd_reduce, _sel_fwd_lse, _sel_bwd_delta_zero, _sel_fwd_kv_out_lean)
+    _sel_fwd_kv_part, _sel_fwd_reduce, _sel_fwd_lse, _sel_bwd_delta_zero)
 
 
 # dQ choices side by side (issue 31 item 2.3; the module docstring, "Backward"). "atomic": _sel_bwd_kv adds every
@@ -209,16 +208,15 @@ def host_choice() -> str:
 
 
 # Forward tile choices of the kv forward (issue 31 item 2.4, "fewer registers"). "shipped": _config's tile (128 rows
-# of (query, head), 8 warps for the output pass) and _sel_fwd_kv_out. The others launch _sel_fwd_kv_out_lean (the
-# same products and atomics, its row pointers stated 16-byte aligned as Triton's JIT infers them, so that its compile
-# ahead of time is the one a GPU launch gets) on a 64-row tile and 4 warps, one m64 wgmma warpgroup: "m64_w4" (10
-# queries x 6 heads at hpg 6: twice the tiles, each key block's K and V read by twice as many programs), for all
-# three forward kernels, since the stats and output passes share one tile table. For d_k = d_v = 64 only (other head
-# dims keep _config's). Ahead of time (bf16, hpg 6, d 64, reports/aot/selected_fwd_occupancy.md, triton 3.9):
-# _sel_fwd_kv_out compiles to 90 registers on sm_90 (2 CTAs of 8 warps: 16 warps an SM) with the strides'
-# 16-divisibility the JIT infers (162 and 1 CTA without it); the lean kernel takes 94 (5 CTAs of 4 warps: 20 warps;
-# sm_80: 167, 3 CTAs against the shipped kernel's 171 and 1), no spills on sm_80 or sm_90, wgmma on sm_90. (128 rows
-# on 4 warps, 122 registers on sm_90, spills on sm_80 at hpg 16: not offered.) Same qualification rule as
+# of (query, head), 8 warps for the output pass). "m64_w4": a 64-row tile (10 queries x 6 heads at hpg 6: twice the
+# tiles, each key block's K and V read by twice as many programs) for all three forward kernels, since the stats and
+# output passes share one tile table, and the output pass on 4 warps, one m64 wgmma warpgroup. For d_k = d_v = 64
+# only (other head dims keep _config's). Ahead of time (bf16, hpg 6, d 64, reports/aot/selected_fwd_occupancy.md,
+# triton 3.9, the strides' 16-divisibility stated as the JIT infers it): _sel_fwd_kv_out takes 90 registers on sm_90
+# at the shipped tile (2 CTAs of 8 warps: 16 warps an SM; 162 and 1 CTA without the hint) and 94-95 at m64_w4's (5
+# CTAs of 4 warps: 20 warps), no spills on sm_80 or sm_90, wgmma on sm_90. (A kernel of its own stating its rows'
+# alignment with tl.multiple_of compiled the same, once the AOT cases gave the hint: one kernel serves both.) (128
+# rows on 4 warps, 122 registers on sm_90, spills on sm_80 at hpg 16: not offered.) Same qualification rule as
 # DQ_CHOICES (its tests on the GPU, memcheck, an alternated A/B: bench_attention.py --sel-tile-choice); no GPU has
 # run it.
 FWD_TILE_CHOICES: dict[str, Optional[LaunchConfig]] = {
@@ -237,8 +235,8 @@ def fwd_tile_choice() -> str:
 
 
 def _lean_tile(hpg: int, d_k: int, d_v: int) -> Optional[LaunchConfig]:
-    """The lean output pass's launch (_sel_fwd_kv_out_lean) under the tile choice in effect, None where the shipped
-    kernel runs (the "shipped" choice, or head dims other than 64)."""
+    """The output pass's launch under the tile choice in effect, None where _config's shipped tile runs (the
+    "shipped" choice, or head dims other than 64)."""
     cfg = FWD_TILE_CHOICES[fwd_tile_choice()]
     if cfg is None or not d_k == d_v == 64:
         return None
@@ -402,16 +400,6 @@ def _unit_last(t):
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def _aligned16(x: torch.Tensor) -> torch.Tensor:
-    """x itself when every row of its last dimension starts 16-byte aligned (what _sel_fwd_kv_out_lean's
-    tl.multiple_of hints state; the layer's [B, S, heads, d] storage always does), else an aligned contiguous copy.
-    Reads metadata only (no device sync); range_attn.host._aligned's rule."""
-    size = x.element_size()
-    ok = x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all(
-        (st * size) % 16 == 0 for st, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1)
-    return x if ok else x.clone(memory_format=torch.contiguous_format)
-
-
 # ------------------------------------------------------------------------------------------------ custom ops
 def _per_tile(hpg, d_k, d_v, bwd_tiles):
     """Queries per forward tile and per backward program."""
@@ -481,16 +469,8 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
         return o, lse, pair_t, bwd_tiles_tab
     if o32 is None:
         o32 = torch.zeros(b, s, h, d_v, dtype=torch.float32, device=q.device).transpose(1, 2)
-    lean = _lean_tile(hpg, d_k, d_v)
-    if lean is not None:  # the tile choice's kernel (FWD_TILE_CHOICES): its row pointers are stated 16-byte aligned
-        q, k, v = _aligned16(q), _aligned16(k), _aligned16(v)
-        _sel_fwd_kv_out_lean[(n_tiles,)](
-            q, k, v, lse, o32, pair_t, fwd_tiles, n_tiles,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o32.stride()[:3], s, g, nb, qk_scale,
-            L_SEL=l_sel, HPG=hpg, BLOCK_R=lean.block_m, BLOCK_N=_block_n(l_sel, lean.block_n), D_K=d_k, D_V=d_v,
-            num_warps=lean.num_warps, num_stages=lean.num_stages, DOT_PREC=prec)
-        return o32.to(q.dtype), lse, pair_t, bwd_tiles_tab
-    block_r, block_n, warps, stages = _config("out", hpg, d_k, d_v)
+    lean = _lean_tile(hpg, d_k, d_v)  # the tile choice's output pass (FWD_TILE_CHOICES), else _config's
+    block_r, block_n, warps, stages = lean if lean is not None else _config("out", hpg, d_k, d_v)
     block_n = _block_n(l_sel, block_n)
     _sel_fwd_kv_out[(n_tiles,)](
         q, k, v, lse, o32, pair_t, fwd_tiles, n_tiles,
@@ -676,9 +656,9 @@ def fwd_tile_aot_cases(hpg: int, d: int, choice: str) -> list:
     """The kv forward's kernels of one tile choice (FWD_TILE_CHOICES) at l_sel = 64, bf16 (d = 64: the choices' head
     dim). "shipped": aot_cases()' sel_fwd_kv_out (its strides 16-divisible, as Triton's JIT sees them at a launch of
     the layer's tensors: _ROW_STRIDE), then the same kernel compiled without that hint (AotCase.divisible empty: what
-    the committed tables showed before they gave it). A lean choice: _sel_fwd_kv_out_lean at its tile and, where its rows are not the
-    shipped 128, _sel_fwd_kv_stats and _sel_fwd_kv_part at those rows (the passes share one tile table; their
-    warps are _config's). reports/aot/selected_fwd_occupancy.md."""
+    the committed tables showed before they gave it). A lean choice: _sel_fwd_kv_out at its tile and warps and,
+    where its rows are not the shipped 128, _sel_fwd_kv_stats and _sel_fwd_kv_part at those rows (the passes share
+    one tile table; their warps are _config's). reports/aot/selected_fwd_occupancy.md."""
     bf, f32, i32 = "*bf16", "*fp32", "*i32"
     out_ptrs = {"Q": bf, "K": bf, "V": bf, "LSE": f32, "O32": f32, "PAIR_T": i32, "TILES": i32}
     if d != 64:
@@ -691,8 +671,8 @@ def fwd_tile_aot_cases(hpg: int, d: int, choice: str) -> list:
         return [shipped, dataclasses.replace(shipped, name=f"sel_fwd_kv_out[{tag}] (no stride hints)", divisible=())]
     cfg = FWD_TILE_CHOICES[choice]
     rows = max(cfg.block_m, _pow2(hpg))
-    cases = [_aot_case(f"sel_fwd_kv_out_lean[hpg={hpg},d={d},BLOCK_R={rows},BLOCK_N={cfg.block_n}]",
-                       _sel_fwd_kv_out_lean, out_ptrs, {**consts, "BLOCK_R": rows, "BLOCK_N": cfg.block_n},
+    cases = [_aot_case(f"sel_fwd_kv_out[hpg={hpg},d={d},BLOCK_R={rows},BLOCK_N={cfg.block_n},warps={cfg.num_warps}]",
+                       _sel_fwd_kv_out, out_ptrs, {**consts, "BLOCK_R": rows, "BLOCK_N": cfg.block_n},
                        cfg.num_warps, cfg.num_stages)]
     if rows != r:
         cases.append(_aot_case(f"sel_fwd_kv_stats[hpg={hpg},d={d},BLOCK_R={rows},BLOCK_N=64]", _sel_fwd_kv_stats,

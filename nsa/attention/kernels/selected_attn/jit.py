@@ -102,55 +102,6 @@ def _sel_fwd_kv_out(Q, K, V, LSE, O32, PAIR_T, TILES, n_tiles,
 
 
 @triton.jit
-def _sel_fwd_kv_out_lean(Q, K, V, LSE, O32, PAIR_T, TILES, n_tiles,
-                         sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, so_b, so_h, so_s,
-                         S, G, NB, qk_scale,
-                         L_SEL: tl.constexpr, HPG: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
-                         D_K: tl.constexpr, D_V: tl.constexpr, DOT_PREC: tl.constexpr):
-    """_sel_fwd_kv_out for the lean tile choice (host.FWD_TILE_CHOICES: 64 rows, 4 warps): the same
-    products, masks and atomics, and every [rows, d] pointer tile stated tl.multiple_of(ptrs, [1, 16]) at its load
-    or atomic (rows start 16-byte aligned: the launcher copies a tensor where they do not, host._aligned16), as
-    Triton's JIT infers from 16-divisible arguments. The compile ahead of time (no argument attributes) is then the
-    one a GPU launch gets: 16-byte loads and v4 atomics, not one 64-bit address a value (the shipped kernel's
-    ahead-of-time row is that per-element form; reports/aot/selected_fwd_occupancy.md)."""
-    pid = tl.program_id(0)
-    count = tl.load(TILES + 2 * n_tiles + pid)
-    if count > 0:
-        key = tl.load(TILES + pid)
-        pos0 = tl.load(TILES + n_tiles + pid)
-        bg = key // NB
-        j = key - bg * NB
-        b = bg // G
-        g = bg - b * G
-        _, t, hh, valid = _tile_rows(PAIR_T, pos0, count, HPG, BLOCK_R)
-        h = g * HPG + hh
-        offs_dk = tl.arange(0, D_K)
-        offs_dv = tl.arange(0, D_V)
-        q_rows = t * sq_s + h * sq_h
-        q_ptrs = tl.multiple_of(Q + b.to(tl.int64) * sq_b + q_rows[:, None] + offs_dk[None, :], [1, 16])
-        q = tl.load(q_ptrs, mask=valid[:, None], other=0.0)
-        lse = tl.load(LSE + (bg * S + t).to(tl.int64) * HPG + hh, mask=valid, other=0.0)
-        k_base = K + b.to(tl.int64) * sk_b + g * sk_g
-        v_base = V + b.to(tl.int64) * sv_b + g * sv_g
-        acc = tl.zeros([BLOCK_R, D_V], tl.float32)
-        for n0 in range(0, L_SEL, BLOCK_N):
-            offs_n = n0 + tl.arange(0, BLOCK_N)
-            kpos = j * L_SEL + offs_n
-            kmask = (offs_n < L_SEL) & (kpos < S)
-            k_ptrs = tl.multiple_of(k_base + kpos[:, None] * sk_s + offs_dk[None, :], [1, 16])
-            v_ptrs = tl.multiple_of(v_base + kpos[:, None] * sv_s + offs_dv[None, :], [1, 16])
-            k = tl.load(k_ptrs, mask=kmask[:, None], other=0.0)
-            v = tl.load(v_ptrs, mask=kmask[:, None], other=0.0)
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
-            allowed = valid[:, None] & kmask[None, :] & (kpos[None, :] <= t[:, None])
-            p = tl.exp2(tl.where(allowed, s - lse[:, None], float("-inf")))
-            acc += tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
-        o_rows = t * so_s + h * so_h
-        o_ptrs = tl.multiple_of(O32 + b.to(tl.int64) * so_b + o_rows[:, None] + offs_dv[None, :], [1, 16])
-        tl.atomic_add(o_ptrs, acc, mask=valid[:, None], sem="relaxed")
-
-
-@triton.jit
 def _sel_fwd_query(Q, K, V, BLOCKS, O, LSE,
                    sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, so_b, so_h, so_s,
                    S, G, qk_scale,

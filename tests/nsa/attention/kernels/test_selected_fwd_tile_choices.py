@@ -1,12 +1,12 @@
 """The selected kv forward's tile choices side by side (nsa.attention.kernels.selected_attn.host.FWD_TILE_CHOICES:
 "shipped", _config's 128-row tile and _sel_fwd_kv_out on 8 warps, beside "m64_w4", a 64-row tile table for the
-three forward passes and _sel_fwd_kv_out_lean on 4 warps, its row pointers stated 16-byte aligned). Every choice's
-output against an independent float64 dense reference with an explicit mask (the keys p <= t of the listed blocks,
-a repeated block counted twice, a block past the query masked whole, a query with no block 0), the lse it leaves
-for the backward, the copy that keeps the alignment promise, the launches, and the choice's plumbing.
+three forward passes and _sel_fwd_kv_out on 4 warps). Every choice's output against an independent float64 dense
+reference with an explicit mask (the keys p <= t of the listed blocks, a repeated block counted twice, a block past
+the query masked whole, a query with no block 0), the lse it leaves for the backward, rows that are not 16-byte
+aligned, the launches, and the choice's plumbing.
 
 Without a GPU the kernels run in Triton's interpreter (fp32, small shapes, tight tolerances; it ignores warps and
-alignment hints, so it checks the lean kernel's tiling and masks); with one, natively in bf16, each tensor judged by
+alignment, so it checks the lean tile's tiling and masks); with one, natively in bf16, each tensor judged by
 triton_test_utils.assert_within_torch_error with the same reference evaluated in bf16 as the scale of the rule.
 reports/aot/selected_fwd_occupancy.md holds the ahead-of-time registers and CTAs per SM.
 """
@@ -149,18 +149,16 @@ def test_backward_after_the_lean_forward():
 
 
 @pytest.mark.skipif(ON_GPU, reason="strided views of host memory (the interpreter's CPU tensors)")
-def test_rows_that_are_not_16_byte_aligned_are_copied_for_the_lean_kernel():
-    """The lean kernel states its row pointers 16-byte aligned: rows 4 * 65 bytes apart are copied first
-    (_aligned16), so it computes what it does on contiguous inputs; the layer's layout is used in place."""
+def test_rows_that_are_not_16_byte_aligned_compute_what_contiguous_ones_do():
+    """Rows 4 * 65 bytes apart (strides no multiple of 16, so a launch's JIT specialises nothing): the lean tile
+    computes what it does on contiguous inputs."""
     q, k, v, _ = _inputs(1, 6, 1, 24, 64, 3, pad=1)
-    assert q.stride(2) == 6 * 65 and ts._aligned16(q) is not q
+    assert q.stride(2) == 6 * 65
     blocks = _blocks(1, 1, 24, 8, 3, 4).cpu()
     ts.FWD_TILE_CHOICE = "m64_w4"
     o = ts.selected_attention(q, k, v, blocks, 8)
     o_contiguous = ts.selected_attention(q.contiguous(), k.contiguous(), v.contiguous(), blocks, 8)
     assert torch.equal(o, o_contiguous)
-    layer = torch.randn(1, 24, 6, 64).transpose(1, 2)  # [B, S, H, d] storage
-    assert ts._aligned16(layer) is layer
 
 
 class _Recorder:
@@ -175,7 +173,7 @@ class _Recorder:
 
 @pytest.mark.parametrize("choice,d,out,want", [
     ("shipped", 64, "atomic", [("_sel_fwd_kv_stats", 128, 4), ("_sel_fwd_kv_out", 128, 8)]),
-    ("m64_w4", 64, "atomic", [("_sel_fwd_kv_stats", 64, 4), ("_sel_fwd_kv_out_lean", 64, 4)]),
+    ("m64_w4", 64, "atomic", [("_sel_fwd_kv_stats", 64, 4), ("_sel_fwd_kv_out", 64, 4)]),
     ("m64_w4", 32, "atomic", [("_sel_fwd_kv_stats", 128, 4), ("_sel_fwd_kv_out", 128, 8)]),  # d 64 only
     ("m64_w4", 64, "partial", [("_sel_fwd_kv_stats", 64, 4), ("_sel_fwd_kv_part", 64, 8),
                                ("_sel_fwd_reduce", None, 4)]),
@@ -184,7 +182,7 @@ def test_each_choice_launches_its_kernels(monkeypatch, choice, d, out, want):
     """The tile choice sets the rows of all the forward's passes (one tile table: queries per tile = rows // hpg)
     and, with the atomic output, the output pass's kernel and warps; other head dims keep the shipped tile."""
     calls = []
-    for name in ("_sel_fwd_kv_stats", "_sel_fwd_kv_out", "_sel_fwd_kv_out_lean", "_sel_fwd_kv_part",
+    for name in ("_sel_fwd_kv_stats", "_sel_fwd_kv_out", "_sel_fwd_kv_part",
                  "_sel_fwd_reduce"):
         monkeypatch.setattr(ts, name, _Recorder(name, calls))
     ts.FWD_TILE_CHOICE, ts.OUT_CHOICE = choice, out
@@ -208,10 +206,3 @@ def test_auto_is_the_qualified_choice_and_an_unknown_name_is_refused():
     q, k, v, _ = _inputs(1, 2, 1, 16, 16, 0)
     with pytest.raises(ValueError, match="FWD_TILE_CHOICE"):  # before the forward runs
         ts.selected_attention(q, k, v, _blocks(1, 1, 16, 8, 2, 1), 8)
-
-
-def test_the_lean_kernel_is_costed_as_the_output_pass():
-    """A profile's _sel_fwd_kv_out_lean is the output pass's family (same products, exps and minimal bytes)."""
-    from nsa.attention import cost_model
-
-    assert cost_model.family("_sel_fwd_kv_out_lean") == cost_model.family("_sel_fwd_kv_out") == "sel_fwd_kv_out"

@@ -21,6 +21,5 @@ def test_the_next_test_logs_without_an_error_on_the_closed_stream(capsys):
     root = logging.getLogger()
     closed = [h for h in root.handlers if getattr(getattr(h, "stream", None), "closed", False)]
     assert closed == [], closed
-    assert root.level != logging.INFO or not any(type(h) is logging.StreamHandler for h in root.handlers)
     logging.getLogger("validation.launch").info("launching")
     assert "Logging error" not in capsys.readouterr().err

@@ -454,23 +454,28 @@ class Trainer:
             self.heartbeat.write(step, "error", error=f"{type(exc).__name__}: {exc}")
             self.heartbeat.close()
             (self.out / f"error_rank{info.rank}.txt").write_text(traceback.format_exc())
+            self.control.uninstall()
             raise
         finally:
-            self.control.uninstall()
             self._close()
-        if self.audit is not None:
-            summary = self.audit.summary()
-            outputs.write_json(self.out / outputs.SDPA_AUDIT_JSON, summary)
-            sites = "; ".join(f"{r['site']}: {r['backend']} x{r['calls']} ({r['device']}, {r['dtype']})"
-                              for r in summary["by_site"])
-            self.say(f"[sdpa-audit] {summary['calls']} calls: {sites or 'none'}", note=False)
-        self._status(status, reason, step)
-        self._finish_files(status)
-        if status != "nonfinite":
-            digest = checkpoint.param_digest(self.net) if self.parallel != "fsdp" else None  # FSDP: shards differ by design
-            self.heartbeat.write(step, "done" if status == "completed" else "stop", status=status,
-                                 params_sha256=digest)
-        self.heartbeat.close()
+        # the signal handlers stay until the run's last record is written: a second SIGTERM (or SIGHUP) during
+        # these writes is absorbed, where the default action would end the rank with status.json still "running"
+        try:
+            if self.audit is not None:
+                summary = self.audit.summary()
+                outputs.write_json(self.out / outputs.SDPA_AUDIT_JSON, summary)
+                sites = "; ".join(f"{r['site']}: {r['backend']} x{r['calls']} ({r['device']}, {r['dtype']})"
+                                  for r in summary["by_site"])
+                self.say(f"[sdpa-audit] {summary['calls']} calls: {sites or 'none'}", note=False)
+            self._status(status, reason, step)
+            self._finish_files(status)
+            if status != "nonfinite":
+                digest = checkpoint.param_digest(self.net) if self.parallel != "fsdp" else None  # FSDP: shards differ
+                self.heartbeat.write(step, "done" if status == "completed" else "stop", status=status,
+                                     params_sha256=digest)
+            self.heartbeat.close()
+        finally:
+            self.control.uninstall()
         self.say(f"{status} at step {step}" + (f": {reason}" if reason else ""))
         return code
 

@@ -12,9 +12,12 @@ import pytest
 from validation.kinds.ab import Result as ABResult
 from validation.kinds.longrun import Result as LongrunResult
 from validation.kinds.pytest_suite import Result as PytestResult
+from validation.kinds.scaling import Result as ScalingResult
+from validation.kinds.scan import Result as ScanResult
 from validation.kinds.sanitizer import Result as SanitizerResult
 from validation.kinds.snapshot import Result as SnapshotResult
 from validation.kinds.sweep import Result as SweepResult
+from validation.kinds.triage import Result as TriageResult
 from validation.analysis.significance import compare_paired, decide
 from validation.results.codec import absent, blank, decode, encode
 from validation.results.model import ResultsError
@@ -175,10 +178,12 @@ def _steps(kind):
                 yield f"{path}: steps.{name}", step
 
 
-@pytest.mark.parametrize("kind, result_type", [("sweep", SweepResult), ("ab", ABResult)])
-def test_a_deciding_kind_reads_and_writes_its_committed_step_records_through_the_codec(kind, result_type):
-    """Every committed step of the kind decodes strictly into the kind's Result (its metrics, runs, decision, choice,
-    ...) and encodes back to the same parts of the step record, each part with its keys in the same order."""
+@pytest.mark.parametrize("kind, result_type", [("sweep", SweepResult), ("ab", ABResult), ("scan", ScanResult),
+                                               ("triage", TriageResult), ("scaling", ScalingResult)])
+def test_a_kind_reads_and_writes_its_committed_step_records_through_the_codec(kind, result_type):
+    """Every committed step of the kind decodes strictly into the kind's Result (the parts of the step record it
+    writes: its metrics, runs, decision, choice, run order, ...) and encodes back to the same parts, each part with its
+    keys in the same order."""
     seen = 0
     for where, step in _steps(kind):
         result = decode(result_type, step, where)

@@ -326,11 +326,13 @@ def _like_bshd(b, h, s, d, dtype, device) -> torch.Tensor:
     return torch.empty(b, s, h, d, dtype=dtype, device=device).transpose(1, 2)
 
 
-def _forward(q, k, v, mode: int, p0: int, p1: int):
+def _forward(q, k, v, mode: int, p0: int, p1: int, o_dtype: Optional[torch.dtype] = None):
+    """(o, lse); o in o_dtype (default q's: the kernel casts at its store; the selected branch's "band" forced choice
+    asks fp32, which it merges with its sparse part before the one cast)."""
     b, h, s, d_k = q.shape
     g, t, d_v = k.shape[1], k.shape[2], v.shape[-1]
     hpg = h // g
-    o = _like_bshd(b, h, s, d_v, q.dtype, q.device)
+    o = _like_bshd(b, h, s, d_v, o_dtype or q.dtype, q.device)
     lse = torch.empty(b, h, s, dtype=torch.float32, device=q.device)
     if s == 0:
         return o, lse
@@ -350,14 +352,15 @@ def _forward(q, k, v, mode: int, p0: int, p1: int):
     return o, lse
 
 
-def _backward(do, q, k, v, lse, o, delta, mode: int, p0: int, p1: int):
-    """(dq, dk, dv). Exactly one of o (delta = rowsum(dO * O) is computed) and delta (given) is not None."""
+def _backward(do, q, k, v, lse, o, delta, mode: int, p0: int, p1: int, fp32: bool = False):
+    """(dq, dk, dv). Exactly one of o (delta = rowsum(dO * O) is computed) and delta (given) is not None. fp32: all
+    three in fp32, uncast (the selected branch's "band" forced choice adds its sparse part's before one cast)."""
     b, h, s, d_k = q.shape
     g, t, d_v = k.shape[1], k.shape[2], v.shape[-1]
     hpg = h // g
-    dq = _like_bshd(b, h, s, d_k, q.dtype, q.device)
+    dq = _like_bshd(b, h, s, d_k, torch.float32 if fp32 else q.dtype, q.device)
     if s == 0 or t == 0:
-        return dq.zero_(), k.new_zeros(k.shape), v.new_zeros(v.shape)
+        return dq.zero_(), *(x.new_zeros(x.shape, dtype=torch.float32 if fp32 else x.dtype) for x in (k, v))
     q, k, v, do = _aligned(q), _aligned(k), _aligned(v), _aligned(do)
     n_sm = num_sms(q.device)
     sm_scale = 1.0 / math.sqrt(d_k)
@@ -399,6 +402,8 @@ def _backward(do, q, k, v, lse, o, delta, mode: int, p0: int, p1: int):
         h, g, hpg, s, t, mode, p0, p1, sm_scale * LOG2E, sm_scale,
         D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages, DOT_PREC=prec)
+    if fp32:
+        return (dq, dk_part[0], dv_part[0]) if n_split == 1 else (dq, dk_part.sum(0), dv_part.sum(0))
     if n_split == 1:
         return dq, dk_part[0].to(k.dtype), dv_part[0].to(v.dtype)
     return dq, dk_part.sum(0).to(k.dtype), dv_part.sum(0).to(v.dtype)

@@ -82,10 +82,16 @@ Backward (one design for both forward orders; the index is built by both):
   queries in one program (S = 65,536: 13,000 tile steps). Cutting every list into chunks of bwd_tiles *
   QPT_bwd queries bounds each program's work (hpg = 6, bwd_tiles = 16: 80 queries; block 0 at S = 65,536 becomes
   820 programs) and the fp32 atomics sum the chunks (order-dependent rounding only, not bitwise deterministic).
-  Alternative not taken: the forced blocks (0, previous, own) as a dense band plus only the importance-chosen
-  blocks as the sparse part, merged through lse (what naive.py does). Importance-chosen blocks can be just as
-  popular (attention sinks near the start), so the sparse part needs the chunking anyway; one uniform path keeps
-  two kernels fewer. The band would save index entries for 3 of 16 blocks and mask work: worth measuring.
+  The forced blocks (0, previous, own) as a dense band plus only the importance-chosen blocks as the sparse part,
+  merged through lse (what naive.py does), is the "band" forced choice (FORCED_CHOICES, beside the shipped
+  "sparse", the uniform path above; issue 31 item 2.4): range attention's band kernel (mode BAND with the sink)
+  takes the forced blocks, _sel_band_rest packs each query's other listed blocks into min(n_sel, NB) - 3 slots for
+  the selected kernels (index, part and tiles 3 of 16 slots smaller), _sel_band_merge merges the two fp32 parts
+  through their lse, and each part's backward runs from the merged O and lse. Importance-chosen blocks can be just
+  as popular (attention sinks near the start), so the sparse part keeps the chunking; the band saves index entries
+  and the per-pair work of 3 of 16 blocks, for 3 launches more forward (the lists' packing, the band, the merge)
+  and 2 backward (the band's dQ and dK/dV) plus 3 fp32 sums. Checked on CPU (interpreter, AOT compile, op count);
+  not timed on a GPU.
   dQ choices (DQ_CHOICES, picked by DQ_CHOICE; "auto" = QUALIFIED_DQ, "atomic" until a GPU run qualifies another):
   "atomic" is the above. "query" (issue 31 item 2.3: on an H100 at S = 65,536 _sel_bwd_kv took 7.59 ms against a
   0.50 ms floor, its per-step fp32 dQ atomics the suspect) splits the backward as fla's parallel_nsa and
@@ -137,7 +143,7 @@ import torch
 
 from nsa.attention.kernels.selected_attn import index
 from nsa.attention.kernels.aot import AotCase
-from nsa.attention.kernels.common import LOG2E, LaunchConfig, dot_precision
+from nsa.attention.kernels.common import LOG2E, TRITON_HEAD_DIMS, LaunchConfig, dot_precision
 from nsa.attention.kernels.common import index_build as resolve_index_build
 
 _LN2 = 0.6931471805599453
@@ -149,7 +155,8 @@ LOOPS = ("kv", "query")
 from nsa.config import resolve_auto
 from nsa.attention.kernels.selected_attn.jit import (  # noqa: F401 - the jit code
     _tile_rows, _sel_fwd_kv_stats, _sel_fwd_kv_out, _sel_fwd_query, _sel_bwd_delta, _sel_bwd_kv, _sel_bwd_dq_query,
-    _sel_fwd_kv_part, _sel_fwd_reduce, _sel_fwd_lse, _sel_bwd_delta_zero)
+    _sel_fwd_kv_part, _sel_fwd_reduce, _sel_fwd_lse, _sel_bwd_delta_zero, _sel_band_rest, _sel_band_merge)
+from nsa.attention.kernels.range_attn import host as range_host
 
 
 # dQ choices side by side (issue 31 item 2.3; the module docstring, "Backward"). "atomic": _sel_bwd_kv adds every
@@ -241,6 +248,40 @@ def _lean_tile(hpg: int, d_k: int, d_v: int) -> Optional[LaunchConfig]:
     if cfg is None or not d_k == d_v == 64:
         return None
     return cfg._replace(block_m=max(cfg.block_m, _pow2(hpg)))
+
+
+# Forced-block choices (issue 31 item 2.4, "the forced blocks through the band kernel"; the module docstring's
+# "Alternative not taken"). "sparse": every listed block, forced or chosen, goes through the selected kernels (the
+# shipped path). "band": the forced blocks (block 0, the previous and the own block: choose_blocks' +inf scores) go
+# through range attention's band kernel (mode BAND with the sink: keys [0, l_sel) and [(t // l_sel - 1) * l_sel,
+# t]), and only the other listed blocks through the selected kernels (_sel_band_rest packs them into
+# min(n_sel, NB) - 3 slots, so the index, part and the tiles shrink by 3 of n_sel); the two parts are merged exactly
+# through their log-sum-exp (_sel_band_merge) and each part's backward reads the merged O and lse, so its gradient
+# is its exact share; the fp32 parts are summed before one cast. A block is counted once: a forced block listed by
+# importance too is dropped from the sparse list. It requires every forced block in the list (choose_blocks' lists
+# with n_sel >= 3: the choice refuses n_sel < 3) and the range kernels' shapes (d in 32/64/128, hpg <= 32); for a
+# list without a forced block it differs from "sparse" (the band attends it anyway). Where no block can be other
+# than forced (n_sel = 3, or S <= 3 * l_sel) the band kernel alone runs. Checked on CPU only (Triton's interpreter in
+# fp32 against float64, tests/nsa/attention/kernels/test_selected_band_choice.py; the AOT compile, reports/aot/
+# selected_band.md; the op count, benchmarks/bench_ops.py --sel-forced-choice); no GPU has run it, so nothing is
+# known of its speed. Same qualification rule as DQ_CHOICES (bench_attention.py --sel-forced-choice).
+FORCED_CHOICES = ("sparse", "band")
+QUALIFIED_FORCED = "sparse"  # what "auto" picks: the choice a GPU run has qualified
+FORCED_CHOICE = "auto"  # the launcher's choice: "auto" or one of FORCED_CHOICES
+
+
+def forced_choice() -> str:
+    """The forced-block choice in effect (FORCED_CHOICE, "auto" = QUALIFIED_FORCED), read at each forward launch."""
+    return resolve_auto("selected attention: FORCED_CHOICE", FORCED_CHOICE, tuple(FORCED_CHOICES), QUALIFIED_FORCED)
+
+
+FORCED_BLOCKS = 3  # block 0, the previous and the own block (nsa.attention.selection._scores)
+
+
+def _n_rest(n_sel: int, s: int, l_sel: int) -> int:
+    """Slots of the "band" choice's sparse list: the blocks a list of distinct blocks holding its forced ones can
+    list besides them (0: the band kernel alone)."""
+    return max(0, min(n_sel, _cdiv(s, l_sel)) - FORCED_BLOCKS)
 
 
 # ------------------------------------------------------------------------------------------------ launch configs
@@ -410,6 +451,12 @@ def _per_tile(hpg, d_k, d_v, bwd_tiles):
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Tensor, l_sel: int, loop: str,
             bwd_tiles: int, index_build: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(o [B, H, S, d_v], lse [B, G, S, hpg] fp32 in log2 units, pair_t, backward tile table)."""
+    return _forward(q, k, v, blocks, l_sel, loop, bwd_tiles, index_build)
+
+
+def _forward(q, k, v, blocks, l_sel, loop, bwd_tiles, index_build, o_fp32: bool = False):
+    """_fwd_op's work; o_fp32: o in fp32, uncast (the "band" forced choice merges it with its band part first)."""
+    o_dtype = torch.float32 if o_fp32 else q.dtype
     b, h, s, d_k = q.shape
     g, d_v = k.shape[1], v.shape[-1]
     hpg, nb = h // g, _cdiv(s, l_sel)
@@ -421,7 +468,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
     qk_scale = LOG2E / math.sqrt(d_k)
     prec = dot_precision(q.dtype)
     if loop == "query":
-        o = torch.empty(b, s, h, d_v, dtype=q.dtype, device=q.device).transpose(1, 2)
+        o = torch.empty(b, s, h, d_v, dtype=o_dtype, device=q.device).transpose(1, 2)
         lse = torch.empty(b, g, s, hpg, dtype=torch.float32, device=q.device)
         _sel_fwd_query[(b * g * s,)](
             q, k, v, blocks, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
@@ -461,7 +508,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], s, g, nb, qk_scale,
             L_SEL=l_sel, HPG=hpg, BLOCK_R=block_r, BLOCK_N=_block_n(l_sel, block_n), D_K=d_k, D_V=d_v,
             num_warps=warps, num_stages=stages, DOT_PREC=prec)
-        o = torch.empty(b, s, h, d_v, dtype=q.dtype, device=q.device).transpose(1, 2)
+        o = torch.empty(b, s, h, d_v, dtype=o_dtype, device=q.device).transpose(1, 2)
         hpg_pad, block_t = _reduce_tile(hpg)
         _sel_fwd_reduce[(_cdiv(s, block_t), b * g)](
             op, blocks, o, *o.stride()[:3], s, g, N_SEL=n_sel, HPG=hpg, HPG_PAD=hpg_pad, BLOCK_T=block_t, D_V=d_v,
@@ -477,7 +524,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Ten
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o32.stride()[:3], s, g, nb, qk_scale,
         L_SEL=l_sel, HPG=hpg, BLOCK_R=block_r, BLOCK_N=block_n, D_K=d_k, D_V=d_v, num_warps=warps, num_stages=stages,
         DOT_PREC=prec)
-    return o32.to(q.dtype), lse, pair_t, bwd_tiles_tab
+    return o32.to(o_dtype), lse, pair_t, bwd_tiles_tab
 
 
 @_fwd_op.register_fake
@@ -496,6 +543,11 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """(dq, dk, dv) in the inputs' dtypes, as transposed views of [B, S, *, d] storage; dQ as dq_choice() says
     ("atomic": in _sel_bwd_kv; "query": _sel_bwd_dq_query over `blocks`, the forward's block lists, which that
     choice needs)."""
+    return _backward_grads(do, q, k, v, o, lse, pair_t, tiles, l_sel, bwd_tiles, blocks)
+
+
+def _backward_grads(do, q, k, v, o, lse, pair_t, tiles, l_sel, bwd_tiles, blocks, fp32: bool = False):
+    """_bwd_op's work; fp32: dq, dk, dv in fp32, uncast (the "band" forced choice adds its band part's first)."""
     choice = dq_choice()
     if choice == "query" and blocks is None:
         raise ValueError("selected attention: the 'query' dQ choice needs the forward's blocks")
@@ -512,8 +564,8 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     new32 = torch.empty if fused else torch.zeros
     if with_dq:
         dq = new32(b, s, h, d_k, dtype=torch.float32, device=q.device).transpose(1, 2)
-    else:  # every (query, head) row is stored once, in q's dtype
-        dq = torch.empty(b, s, h, d_k, dtype=q.dtype, device=q.device).transpose(1, 2)
+    else:  # every (query, head) row is stored once, in q's dtype (fp32 when asked)
+        dq = torch.empty(b, s, h, d_k, dtype=torch.float32 if fp32 else q.dtype, device=q.device).transpose(1, 2)
     dk = new32(b, s, g, d_k, dtype=torch.float32, device=q.device).transpose(1, 2)
     dv = new32(b, s, g, d_v, dtype=torch.float32, device=q.device).transpose(1, 2)
     if fused:
@@ -541,6 +593,8 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         s, g, nb, qk_scale, sm_scale,
         L_SEL=l_sel, BWD_TILES=bwd_tiles, HPG=hpg, BLOCK_R=block_r, BLOCK_N=_block_n(l_sel, block_n), D_K=d_k,
         D_V=d_v, num_warps=warps, num_stages=stages, DOT_PREC=prec, WITH_DQ=with_dq)
+    if fp32:
+        return dq, dk, dv
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
@@ -576,6 +630,106 @@ def _backward(ctx, do, _dlse, _dpair_t, _dtiles):
 _fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+# ------------------------------------------------------------------------------------------------ the band choice
+BAND_ROWS = 64  # rows of _sel_band_rest and queries of _sel_band_merge a program (no products)
+
+
+def _rest_blocks(blocks: torch.Tensor, l_sel: int, n_rest: int) -> torch.Tensor:
+    """[B, G, S, n_rest] int32: each query's listed blocks other than its forced ones, packed, -1 after them
+    (_sel_band_rest; one launch)."""
+    b, g, s, n_sel = blocks.shape
+    rest = torch.empty(b, g, s, n_rest, dtype=torch.int32, device=blocks.device)
+    rows = b * g * s
+    _sel_band_rest[(_cdiv(rows, BAND_ROWS),)](
+        blocks, rest, rows, s, L_SEL=l_sel, N_SEL=n_sel, N_SEL_PAD=_pow2(n_sel), N_REST=n_rest,
+        N_REST_PAD=_pow2(n_rest), BLOCK_T=BAND_ROWS, num_warps=4)
+    return rest
+
+
+@torch.library.custom_op("nsa::selected_band_attention_fwd", mutates_args=())
+def _band_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Tensor, l_sel: int, loop: str,
+                 bwd_tiles: int, index_build: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                            torch.Tensor, torch.Tensor]:
+    """The "band" forced choice (FORCED_CHOICES): (o [B, H, S, d_v], lse natural [B, H, S] and log2 [B, G, S, hpg]
+    of the merged softmax, fp32, the sparse list [B, G, S, n_rest] int32, its pair_t and backward tile table)."""
+    b, h, s, _ = q.shape
+    g, d_v = k.shape[1], v.shape[-1]
+    hpg = h // g
+    rest = _rest_blocks(blocks.to(torch.int32).contiguous(), l_sel, _n_rest(blocks.shape[-1], s, l_sel))
+    o_s, lse_s, pair_t, tiles = _forward(q, k, v, rest, l_sel, loop, bwd_tiles, index_build, o_fp32=True)
+    o_b, lse_b = range_host._forward(q, k, v, range_host.BAND, l_sel, l_sel, o_dtype=torch.float32)
+    o = torch.empty(b, s, h, d_v, dtype=q.dtype, device=q.device).transpose(1, 2)
+    lse_h = torch.empty(b, h, s, dtype=torch.float32, device=q.device)
+    lse_g = torch.empty(b, g, s, hpg, dtype=torch.float32, device=q.device)
+    _sel_band_merge[(_cdiv(s, BAND_ROWS), b * h)](
+        o_b, lse_b, o_s, lse_s, o, lse_h, lse_g, *o_b.stride()[:3], *o_s.stride()[:3], *o.stride()[:3], s, h, hpg,
+        BLOCK_T=BAND_ROWS, D_V=d_v, num_warps=4)
+    return o, lse_h, lse_g, rest, pair_t, tiles
+
+
+@_band_fwd_op.register_fake
+def _(q, k, v, blocks, l_sel, loop, bwd_tiles, index_build):
+    b, h, s, d_k = q.shape
+    g, d_v = k.shape[1], v.shape[-1]
+    n_rest = _n_rest(blocks.shape[-1], s, l_sel)
+    n_tiles = _n_tiles(b, g, s, n_rest, l_sel, _per_tile(h // g, d_k, d_v, bwd_tiles)[1])
+    return (q.new_empty(b, s, h, d_v).transpose(1, 2), q.new_empty(b, h, s, dtype=torch.float32),
+            q.new_empty(b, g, s, h // g, dtype=torch.float32), q.new_empty(b, g, s, n_rest, dtype=torch.int32),
+            q.new_empty(b * g * s * n_rest, dtype=torch.int32), q.new_empty(3, n_tiles, dtype=torch.int32))
+
+
+@torch.library.custom_op("nsa::selected_band_attention_bwd", mutates_args=())
+def _band_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                 lse_h: torch.Tensor, lse_g: torch.Tensor, rest: torch.Tensor, pair_t: torch.Tensor,
+                 tiles: torch.Tensor, l_sel: int, bwd_tiles: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of the "band" choice: the sparse part's share (the selected backward under the dQ and host choices
+    in effect, p = exp2(s - lse) of the merged lse, delta of the merged O) plus the band's (range attention's
+    backward, mode BAND with the sink, from the same O and lse), summed in fp32, cast once."""
+    dq, dk, dv = _backward_grads(do, q, k, v, o, lse_g, pair_t, tiles, l_sel, bwd_tiles, rest, fp32=True)
+    dq_b, dk_b, dv_b = range_host._backward(do, q, k, v, lse_h, o, None, range_host.BAND, l_sel, l_sel, fp32=True)
+    return dq.add_(dq_b).to(q.dtype), dk.add_(dk_b).to(k.dtype), dv.add_(dv_b).to(v.dtype)
+
+
+@_band_bwd_op.register_fake
+def _(do, q, k, v, o, lse_h, lse_g, rest, pair_t, tiles, l_sel, bwd_tiles):
+    b, h, s, d_k = q.shape
+    g, d_v = k.shape[1], v.shape[-1]
+    return (q.new_empty(b, s, h, d_k).transpose(1, 2), k.new_empty(b, s, g, d_k).transpose(1, 2),
+            v.new_empty(b, s, g, d_v).transpose(1, 2))
+
+
+def _band_setup_context(ctx, inputs, output):
+    q, k, v, _blocks, l_sel, _loop, bwd_tiles, _index_build = inputs
+    o, lse_h, lse_g, rest, pair_t, tiles = output
+    ctx.save_for_backward(q, k, v, o, lse_h, lse_g, rest, pair_t, tiles)
+    ctx.l_sel, ctx.bwd_tiles = l_sel, bwd_tiles
+    ctx.mark_non_differentiable(lse_h, lse_g, rest, pair_t, tiles)
+    ctx.set_materialize_grads(False)
+
+
+def _band_backward(ctx, do, *_unused):
+    if do is None:  # o took no part in the loss
+        return None, None, None, None, None, None, None, None
+    q, k, v, o, lse_h, lse_g, rest, pair_t, tiles = ctx.saved_tensors
+    dq, dk, dv = torch.ops.nsa.selected_band_attention_bwd(do, q, k, v, o, lse_h, lse_g, rest, pair_t, tiles,
+                                                           ctx.l_sel, ctx.bwd_tiles)
+    return dq, dk, dv, None, None, None, None, None
+
+
+_band_fwd_op.register_autograd(_band_backward, setup_context=_band_setup_context)
+
+
+def _check_band(q, k, v, n_sel):
+    if n_sel < FORCED_BLOCKS:
+        raise ValueError(f"selected attention: FORCED_CHOICE 'band' needs n_sel >= {FORCED_BLOCKS} (every forced "
+                         f"block listed), got {n_sel}")
+    h, g, d_k, d_v = q.shape[1], k.shape[1], q.shape[-1], v.shape[-1]
+    if d_k not in TRITON_HEAD_DIMS or d_v not in TRITON_HEAD_DIMS or h // g > range_host.MAX_HPG:
+        raise ValueError(f"selected attention: FORCED_CHOICE 'band' runs the range kernels' band: d_k, d_v in "
+                         f"{TRITON_HEAD_DIMS} and at most {range_host.MAX_HPG} heads per group, got d_k {d_k}, "
+                         f"d_v {d_v}, {h // g} heads per group")
+
+
 def selected_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Tensor, l_sel: int,
                        loop: str = "kv", bwd_tiles: int = BWD_TILES, index_build: str = "auto") -> torch.Tensor:
     """Selected-branch attention (see the module docstring): o [B, H, S, d_v] in q's dtype.
@@ -587,6 +741,11 @@ def selected_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks
     _check(q, k, v, blocks, l_sel, loop, bwd_tiles)
     dq_choice(), out_choice(), host_choice(), fwd_tile_choice()  # an unknown choice fails here, before the forward
     build = resolve_index_build(index_build)
+    if forced_choice() == "band":
+        _check_band(q, k, v, blocks.shape[-1])
+        if _n_rest(blocks.shape[-1], q.shape[2], l_sel) == 0:  # every listable block is forced: the band alone
+            return range_host.range_attention_op(q, k, v, range_host.BAND, l_sel, l_sel)[0]
+        return torch.ops.nsa.selected_band_attention_fwd(q, k, v, blocks, l_sel, loop, bwd_tiles, build)[0]
     return torch.ops.nsa.selected_attention_fwd(q, k, v, blocks, l_sel, loop, bwd_tiles, build)[0]
 
 
@@ -704,11 +863,40 @@ def host_aot_cases(hpg: int, d: int) -> list:
     return cases
 
 
+def band_aot_cases(hpg: int, d: int) -> list:
+    """The "band" forced choice's own launches (FORCED_CHOICES) at l_sel = 64, n_sel = 16 (13 other slots), bf16:
+    _sel_band_rest and _sel_band_merge (no products), and the range kernels it launches with fp32 outputs (the band's
+    forward into an fp32 O, its dQ into an fp32 dQ: other compiles than the cmp/win branches' bf16 ones; the
+    shipped tiles, fwd_config / dq_config). Its dK/dV and the sparse part's kernels are the shipped compiles."""
+    bf, f32, i32 = "*bf16", "*fp32", "*i32"
+    rest = AotCase(f"sel_band_rest[N_SEL=16,N_REST=13,BLOCK_T={BAND_ROWS}]", _sel_band_rest,
+                   {"BLOCKS": i32, "REST": i32, "R": "i32", "S": "i32", "L_SEL": "constexpr", "N_SEL": "constexpr",
+                    "N_SEL_PAD": "constexpr", "N_REST": "constexpr", "N_REST_PAD": "constexpr",
+                    "BLOCK_T": "constexpr"},
+                   {"L_SEL": 64, "N_SEL": 16, "N_SEL_PAD": 16, "N_REST": 13, "N_REST_PAD": 16, "BLOCK_T": BAND_ROWS},
+                   4, 1, tensor_cores=False)
+    strides = ("sob_b", "sob_h", "sob_s", "sos_b", "sos_h", "sos_s", "so_b", "so_h", "so_s")
+    merge_sig = {"OB": f32, "LSEB": f32, "OS": f32, "LSES": f32, "O": bf, "LSEH": f32, "LSEG": f32,
+                 **{n: "i32" for n in strides}, "S": "i32", "H": "i32", "HPG": "i32", "BLOCK_T": "constexpr",
+                 "D_V": "constexpr"}
+    merge = AotCase(f"sel_band_merge[d={d},BLOCK_T={BAND_ROWS}]", _sel_band_merge, merge_sig,
+                    {"BLOCK_T": BAND_ROWS, "D_V": d}, 4, 1, tensor_cores=False, divisible=strides)
+    cases = [rest, merge]
+    for kernel, fn, out, cfg in (("fwd", range_host._range_fwd_kernel, "O", range_host.fwd_config(d, d)),
+                                 ("dq", range_host._range_bwd_dq_kernel, "DQ", range_host.dq_config(d, d))):
+        consts = dict(D_K=d, D_V=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, DOT_PREC="tf32")
+        sig = {**range_host._signature(kernel, "bf16"), out: f32, **{n: "constexpr" for n in consts}}
+        cases.append(AotCase(f"range_{kernel}[BLOCK_M={cfg.block_m},BLOCK_N={cfg.block_n},warps={cfg.num_warps},"
+                             f"stages={cfg.num_stages},d_k={d},d_v={d},bf16,{out}=fp32]", fn, sig, consts,
+                             cfg.num_warps, cfg.num_stages))
+    return cases
+
+
 def aot_cases():
     """Every kernel at every configuration the launcher picks for l_sel = 64 (BLOCK_N = 64), bf16: each d with
     the model's hpg = 6, and the other hpg values (they change the row tiling) at d = 64; the kernels of the other
-    launch choices ("query" dQ, "partial" output, "fused" host glue) at the m7c shape alone (hpg = 6, d = 64;
-    other shapes: bwd_aot_cases, fwd_out_aot_cases, host_aot_cases)."""
+    launch choices ("query" dQ, "partial" output, "fused" host glue, "band" forced blocks) at the m7c shape alone
+    (hpg = 6, d = 64; other shapes: bwd_aot_cases, fwd_out_aot_cases, host_aot_cases, band_aot_cases)."""
     bf, f32, i32 = "*bf16", "*fp32", "*i32"
     case = _aot_case
     cases = []

@@ -430,3 +430,66 @@ def _sel_bwd_delta_zero(O, DO, DELTA, DQ, DK, DV, so_b, so_h, so_s, sdo_b, sdo_h
                  tl.zeros([BLOCK_T, D_K], tl.float32), mask=tm)
         tl.store(DV + b64 * sdv_b + g * sdv_g + (t * sdv_s)[:, None] + offs_d[None, :],
                  tl.zeros([BLOCK_T, D_V], tl.float32), mask=tm)
+
+
+# ------------------------------------------------------------------------------------------------ forced band choice
+@triton.jit
+def _sel_band_rest(BLOCKS, REST, R, S,
+                   L_SEL: tl.constexpr, N_SEL: tl.constexpr, N_SEL_PAD: tl.constexpr, N_REST: tl.constexpr,
+                   N_REST_PAD: tl.constexpr, BLOCK_T: tl.constexpr):
+    """The "band" forced choice's sparse list (host.FORCED_CHOICES): for BLOCK_T of the R = B*G*S rows of BLOCKS
+    [R, N_SEL], the listed blocks that are not forced for the row's query t (block 0, t // L_SEL - 1, t // L_SEL:
+    those go through the band kernel), in their listed order, packed into the first slots of REST [R, N_REST] and
+    -1 after them. A kept block past slot N_REST is dropped: N_REST = min(n_sel, NB) - 3 holds every other block of
+    a list that lists its forced blocks once (choose_blocks' lists), which the choice requires."""
+    r = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    ok = r < R
+    cur = (r % S) // L_SEL
+    c = tl.arange(0, N_SEL_PAD)
+    row = r.to(tl.int64)
+    blk = tl.load(BLOCKS + row[:, None] * N_SEL + c[None, :], mask=ok[:, None] & (c < N_SEL)[None, :], other=-1)
+    keep = (blk > 0) & (blk != cur[:, None]) & (blk != cur[:, None] - 1)
+    k32 = keep.to(tl.int32)
+    pos = tl.cumsum(k32, 1) - 1
+    tl.store(REST + row[:, None] * N_REST + pos, blk, mask=keep & (pos < N_REST) & ok[:, None])
+    count = tl.sum(k32, 1)
+    cr = tl.arange(0, N_REST_PAD)
+    tl.store(REST + row[:, None] * N_REST + cr[None, :], tl.full([BLOCK_T, N_REST_PAD], -1, tl.int32),
+             mask=ok[:, None] & (cr[None, :] >= count[:, None]) & (cr < N_REST)[None, :])
+
+
+@triton.jit
+def _sel_band_merge(OB, LSEB, OS, LSES, O, LSEH, LSEG, sob_b, sob_h, sob_s, sos_b, sos_h, sos_s, so_b, so_h, so_s,
+                    S, H, HPG, BLOCK_T: tl.constexpr, D_V: tl.constexpr):
+    """The "band" forced choice's merge of its two parts (host.FORCED_CHOICES), BLOCK_T queries of one (sequence,
+    head): the band's fp32 output OB and natural-log lse LSEB [B, H, S] (range attention, mode BAND with the
+    sink), the sparse part's fp32 output OS and log2 lse LSES [B, G, S, HPG] (-inf where a query lists no
+    other block; OS is 0 there). lse = log2(2^lse_band + 2^lse_sparse), O = OB 2^(lse_band - lse) + OS
+    2^(lse_sparse - lse) in O's dtype; the combined lse stored in both layouts (LSEH natural [B, H, S] for the
+    band's backward, LSEG log2 [B, G, S, HPG] for the sparse one). The band always holds the query's own key, so
+    lse_band and lse are finite."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh - b * H
+    g = h // HPG
+    hh = h - g * HPG
+    t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    tm = t < S
+    offs_d = tl.arange(0, D_V)
+    b64 = b.to(tl.int64)
+    stat_h = b64 * H * S + h * S + t
+    stat_g = (b64 * H + g * HPG) * S + t * HPG + hh  # ((b*G + g)*S + t)*HPG + hh
+    lb = tl.load(LSEB + stat_h, mask=tm, other=0.0) * 1.4426950408889634
+    ls = tl.load(LSES + stat_g, mask=tm, other=float("-inf"))
+    m = tl.maximum(lb, ls)
+    lse = m + tl.log2(tl.exp2(lb - m) + tl.exp2(ls - m))
+    wb = tl.exp2(lb - lse)
+    ws = tl.exp2(ls - lse)
+    ob = tl.load(OB + b64 * sob_b + h * sob_h + (t * sob_s)[:, None] + offs_d[None, :], mask=tm[:, None], other=0.0)
+    os = tl.load(OS + b64 * sos_b + h * sos_h + (t * sos_s)[:, None] + offs_d[None, :], mask=tm[:, None], other=0.0)
+    o = ob * wb[:, None] + os * ws[:, None]
+    tl.store(O + b64 * so_b + h * so_h + (t * so_s)[:, None] + offs_d[None, :], o.to(O.dtype.element_ty),
+             mask=tm[:, None])
+    tl.store(LSEH + stat_h, lse * 0.6931471805599453, mask=tm)
+    tl.store(LSEG + stat_g, lse, mask=tm)

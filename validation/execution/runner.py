@@ -49,7 +49,7 @@ from validation.results.store import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES,
                                 cannot_write, inside_run_dir, os_error_text, resume_note, write_results)
 from validation.results.model import (Options, PhaseRecord, Recommendations, ReplacedStep, Resume, RunbookRef,
                                       RunResults, StepResult, Tool)
-from validation.results.codec import decode
+from validation.results.codec import decode, encode
 from validation.results.decision import Choice as ChoiceRecord
 from validation.results.reuse import Reuse
 from validation.results.run import Step as StepRecord, read_run
@@ -379,13 +379,19 @@ class Runner:
         except OSError as exc:
             raise cannot_write(step_dir, exc) from None
         self.reporter.step_started(step, max(1, len(planned)))
+        ctx = StepContext(self, step, planned, result)
         try:
-            step.kind_impl.run(step, planned, result, StepContext(self, step))
+            if step.kind_impl.typed:
+                ctx.merge(step.kind_impl.run(step.options, ctx), final=True)
+            else:
+                step.kind_impl.run(step, planned, result, ctx)
             self._note_undeclared_metrics(step, result)
             record = evidence.step_interference(result)  # what else used the machine while it measured
             if record is not None:
                 result["interference"] = record
         except KeyboardInterrupt as exc:
+            if step.kind_impl.typed:
+                ctx.record_launched()
             result.update(status="interrupted", reason=f"interrupted ({describe_interrupt(exc)})")
             raise
         finally:
@@ -449,14 +455,70 @@ def _chosen(step: StepRecord | None) -> ChoiceRecord | None:
     return next((c for c in (step.choice, step.winner) if c is not None and c != ChoiceRecord()), None)
 
 
-class StepContext:
-    """What a step kind's run() gets from the runner (validation.kinds.base.StepKind.run)."""
+# The keys of a step's entry that the runner writes, whatever its kind returns: what the step is and when it ran.
+FRAME_KEYS = ("name", "phase", "kind", "title", "description", "started", "duration_s", "dir", "optional")
 
-    def __init__(self, runner: Runner, step: Step):
+
+@dataclass
+class Launched:
+    """What a step's launches left, as each ended: the last one's command and recorded environment, every log
+    (relative to RUN_DIR), the last excerpt and every stack dump."""
+    command: list[str] | None = None
+    env: dict[str, Any] = field(default_factory=dict)
+    artifacts: list[str] = field(default_factory=list)
+    excerpt: str | None = None
+    stack_dumps: list[str] = field(default_factory=list)
+
+    def add(self, runner: Runner, spec: LaunchSpec, lr: LaunchResult) -> None:
+        self.command = list(lr.argv)
+        self.env = recorded_env(spec.env, only_prefixed=True)[0]
+        logs = {runner._rel(lr.log_path), *(runner._rel(p) for p in lr.rank_logs.values())} - {None}
+        self.artifacts = sorted({*self.artifacts, *logs})
+        self.excerpt = lr.excerpt or self.excerpt
+        self.stack_dumps = sorted({*self.stack_dumps, *(runner._rel(p) for p in lr.stack_dumps)})
+
+    def into(self, step: StepRecord) -> dict[str, Any]:
+        """The step's command, env, artifacts, excerpt and stack dumps with these added: the command, environment
+        and excerpt the step's own record names win; its own artifacts follow the logs."""
+        return {"command": step.command if step.command is not None else self.command,
+                "env": step.env or self.env,
+                "artifacts": self.artifacts + [a for a in step.artifacts if a not in self.artifacts],
+                "excerpt": step.excerpt or self.excerpt,
+                "stack_dumps": sorted({*self.stack_dumps, *step.stack_dumps})}
+
+
+class StepContext:
+    """What a step kind's run() gets from the runner (validation.kinds.base.StepKind.run): the step, its planned
+    launches, the means to launch them, and the run so far. Every launch's command, environment, logs, excerpt and
+    stack dumps are recorded as it ends, into the step's entry (merge)."""
+
+    def __init__(self, runner: Runner, step: Step, launches: list[LaunchSpec] | None = None,
+                 entry: StepResult | None = None):
         self._runner, self._step = runner, step
+        self.step: Step = step  # the runbook's step: name, kind, launch settings, options
+        self.launches: list[LaunchSpec] = list(launches or [])  # what plan shows, in order
         self.run_dir: Path = runner.run_dir
         self.cwd: Path = runner.opt.cwd
         self.results: RunResults = runner.results  # the whole run's results so far (other steps, environment)
+        self._entry: StepResult = entry if entry is not None else {}  # the step's results.json entry, live
+        self._launched = Launched()
+
+    def _ended(self, spec: LaunchSpec, lr: LaunchResult) -> None:
+        self._launched.add(self._runner, spec, lr)
+
+    def merge(self, record: StepRecord, final: bool = False) -> None:
+        """Put a kind's Result (or a partial one: final False) into the step's entry: every key but the frame
+        (FRAME_KEYS, the runner's), a partial one's status only when it has one (the step stays "running"), and
+        what the launches so far left (Launched.into)."""
+        for key, value in encode(record).items():
+            if key in FRAME_KEYS or (key == "status" and value is None and not final):
+                continue
+            self._entry[key] = value
+        self._entry.update(self._launched.into(record))
+
+    def record_launched(self) -> None:
+        """What the launches so far left, into the step's entry (on an interrupt, where the kind returned nothing)."""
+        self._entry.update(self._launched.into(decode(StepRecord, self._entry, "step", lenient=True)))
 
     def launch(self, spec: LaunchSpec, index: int = 0, total: int = 1) -> LaunchResult:
         """Run one of the step's launches to its end (progress shown, this machine's thread count set). A launch
@@ -464,7 +526,9 @@ class StepContext:
         for rel in (spec.dir, spec.out_dir):
             if rel:
                 inside_run_dir(self.run_dir, rel)
-        return self._runner._launch(self._step, spec, index, total)
+        lr = self._runner._launch(self._step, spec, index, total)
+        self._ended(spec, lr)
+        return lr
 
     def launch_all(self, specs: list[LaunchSpec], jobs: int,
                    on_done: Callable[[int, LaunchSpec, LaunchResult], bool | None]) -> None:
@@ -514,6 +578,8 @@ class StepContext:
                 for future in sorted(done, key=running.get):
                     i = running.pop(future)
                     lr = future.result()  # a launch raises only for an invalid spec: a bug, not a result
+                    if lr is not None:
+                        self._ended(specs[i], lr)
                     if lr is not None and on_done(i, specs[i], lr):
                         todo.clear()
         except BaseException as exc:
@@ -529,8 +595,11 @@ class StepContext:
         """Record a launch in the step's results entry: command, environment, logs, excerpt, stack dumps."""
         self._runner._record_launch(result, spec, lr)
 
-    def save(self) -> None:
-        """Write results.json now (e.g. after each run of a multi-launch step)."""
+    def save(self, partial: StepRecord | None = None) -> None:
+        """Write results.json now (e.g. after each run of a multi-launch step), with `partial` (the kind's Result
+        so far: its runs until now) merged into the step's entry first."""
+        if partial is not None:
+            self.merge(partial)
         self._runner.save()
 
     def rel(self, path: Path | str | None) -> str | None:

@@ -17,7 +17,11 @@ import importlib
 import importlib.metadata
 import pkgutil
 
+from typing import Any, Iterable
+
 from validation.kinds.base import StepKind
+from validation.results.codec import decode
+from validation.results.run import Step as StepRecord
 
 # The order of the kinds in names(), `nsa-validate kinds` and README's table: these first, in the order a validation
 # goes, then this package's others by module name, then plugins'. Not the list of kinds: the registry has those from
@@ -129,3 +133,18 @@ def table_markdown() -> str:
         own = ", ".join(f"`{k}`" for k in kind.keys) or "—"
         rows.append(f"| `{kind.name}` | {kind.summary} | {own} |")
     return "\n".join(rows) + "\n"
+
+
+def read_step(entry: Any) -> StepRecord:
+    """A step's results.json entry as its kind's Result (StepKind.read: leniently), or as the common step record
+    where its kind is unknown to this process."""
+    if isinstance(entry, StepRecord):
+        return entry
+    kind = find(entry.get("kind") if isinstance(entry, dict) else None)
+    return kind.read(entry) if kind is not None else decode(StepRecord, entry, "step", lenient=True)
+
+
+def hook_steps(kind: StepKind, entries: Iterable[Any]) -> list[Any]:
+    """Every step's entry in run order as `kind`'s key_figures and key_figure_steps take them: each step decoded by
+    its own kind (read_step) for a typed kind, else as results.json holds them."""
+    return [read_step(e) for e in entries] if kind.typed else list(entries)

@@ -123,6 +123,7 @@ def _compare(base: list, variant: list, label: str, metric: str, higher: bool, r
 
 
 class AB(TrainerKind):
+    typed = False  # still the dict interface (validation.kinds.base.StepKind.typed)
     name = "ab"
     summary = ("baseline vs variants, optionally repeated in a random order per repeat; paired by repeat or on block "
                "means; with recommend, a variant is kept only when significantly better (ahead in every repeat; one "

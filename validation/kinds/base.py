@@ -15,7 +15,12 @@ What a kind defines:
     input_files          the files its own keys name (test paths, a benchmark script): checked before a run
     launches             plan: the LaunchSpecs the step starts (argv, env, directories), in order
     skip_reason          a reason it cannot run here although the machine meets its requirements
-    run                  run the launches through the runner's context and collect results.json's step entry
+    Result               its step record: a frozen dataclass subclass of validation.results.run.Step (status, reason,
+                         runs, ...) whose `metrics` (and any key of its own) are typed fields; results.json's step
+                         entry is its encoding (validation.results.codec), and every hook below reads it decoded
+    run                  run(options, ctx) -> Result: run the launches (ctx.launches) through the runner's context and
+                         return the step's record; the runner adds the step's frame (name, phase, timing) and what
+                         every launch left (command, logs, excerpt, stack dumps)
     summary_line         what the console prints after the step
     trainer_runs         (label, metrics) of each trainer launch, for `nsa-validate compare`
     metrics              the metric names its steps produce (results.json "metrics"), as dotted patterns
@@ -34,7 +39,9 @@ What a kind defines:
     performance, decides the metric names that measure speed (validation.execution.evidence: what interference can change),
                          and whether every step of the kind decides on speed (a sweep, an A/B, a triage)
 
-Hooks have defaults that do nothing, so a small kind needs `name`, `summary`, `launches`, `run` and `metrics`.
+Hooks have defaults that do nothing, so a small kind needs `name`, `summary`, `launches`, `run` and `metrics`. The
+report hooks (summary_line, trainer_runs, view, blocks, key_figures, comparisons, key_figure_steps, plots) get the
+step as its kind's Result, decoded leniently (read): results may be damaged, and a report still renders.
 
 Metric-name patterns: "toks_per_s.mean" is key "mean" of metric "toks_per_s"; a segment `<word>` stands for any one
 key (a point's label, a collective, a strategy, a variant, a list index); a last segment `*` for anything below (a
@@ -53,10 +60,10 @@ from validation.formatting import as_dict, context_text, finite, params_text
 from validation.kinds.blocks import Block
 from validation.launch.slurm import SlurmOptions
 from validation.launch.spec import PLAN_RUN_DIR, LaunchSpec, safe_name
-from validation.results.codec import decode, given
+from validation.results.codec import decode, given, written
 from validation.results.decision import ComparisonRecord
 from validation.results.run import Step as StepRecord
-from validation.results.trainer_launch import LaunchMetrics
+from validation.results.trainer_launch import LaunchMetrics, as_launch
 from validation.results.store import inside_run_dir
 
 if TYPE_CHECKING:
@@ -184,6 +191,23 @@ class StepKind:
     # True: every step of the kind decides on performance (a sweep, an A/B, a triage, a scan): its runs are measured
     # evidence whether or not a criterion reads them (validation.execution.evidence.measured_steps).
     decides: ClassVar[bool] = False
+    # The kind's step record (see the module docstring): what run() returns and what the report hooks read.
+    result_type: ClassVar[type[StepRecord]] = StepRecord
+    # False: a kind still written against the dict interface (run(step, launches, result, ctx) filling the entry;
+    # hooks reading results.json's dict); the runner and the report call it as such.
+    typed: ClassVar[bool] = False
+
+    def read(self, entry: Any) -> StepRecord:
+        """A step's results.json entry as this kind's Result, decoded leniently (a damaged value takes its field's
+        default); a record already decoded is returned as it is."""
+        if isinstance(entry, StepRecord):
+            return entry
+        return decode(self.result_type, entry, f"steps.{as_dict(entry).get('name') or self.name}", lenient=True)
+
+    def hook_input(self, entry: Any) -> Any:
+        """What the report hooks of this kind take: its Result (typed kinds), else the entry as results.json holds
+        it."""
+        return self.read(entry) if self.typed else entry
 
     def metric_names(self, step: Step | None) -> tuple[str, ...] | None:
         """The metric-name patterns of `step` (None: of any step of the kind), e.g. with the A/B's own variant
@@ -229,20 +253,22 @@ class StepKind:
         return None
 
     # ------------------------------------------------------------------ run
-    def run(self, step: Step, launches: list[LaunchSpec], result: dict[str, Any], ctx) -> None:
-        """Run the step and fill `result` (its results.json entry: status, reason, metrics, runs, winner, ...).
-        `ctx` is the runner's StepContext: launch(spec, index, total), record(result, spec, launch_result),
-        save(), rel(path), winners() (the earlier steps' winners), run_dir, cwd, results (the whole run's results
-        so far)."""
+    def run(self, options: Any, ctx) -> StepRecord:
+        """Run the step and return its Result (status, reason, metrics, runs, winner, ...). `options` is the step's
+        Options (what parse returned); `ctx` is the runner's StepContext: step (the runbook's Step: name, launch
+        settings), launches (the planned LaunchSpecs), launch(spec, index, total) and launch_all(specs, jobs,
+        on_done), each launch's command, logs, excerpt and stack dumps recorded in the step's entry by the runner;
+        save(partial) (write results.json now with a partial Result: a multi-launch step's runs so far), rel(path),
+        winners() (the earlier steps' winners), run_dir, cwd, results (the whole run's results so far)."""
         raise NotImplementedError(f"step kind {self.name!r} does not run")
 
-    def summary_line(self, result: dict[str, Any]) -> str:
+    def summary_line(self, result: StepRecord) -> str:
         """Extra text of the console line printed when the step ends (e.g. its mean throughput, its winner)."""
         extra = ""
-        step = decode(StepRecord, result, "step", lenient=True)
-        m = decode(LaunchMetrics, step.metrics, "step.metrics", lenient=True)
+        step = self.read(result)
+        m = as_launch(step.metrics)
         if m.toks_per_s is not None and m.toks_per_s.mean is not None:
-            context = context_text(step.metrics)
+            context = context_text(written(step.metrics))
             extra = (f" ({m.toks_per_s.mean:,.0f} tok/s mean, last {m.window.n} steps"
                      + (f"; {context}" if context else "") + ")")
         winner = given(step.winner)
@@ -250,13 +276,14 @@ class StepKind:
             extra += f" winner: {winner.label}"
         return extra
 
-    def trainer_runs(self, result: dict[str, Any]) -> list[tuple[str, dict]]:
-        """(label, metrics) of every trainer launch of the step: its runs (a sweep's, an A/B's), or the step itself
-        when its metrics name a training.csv."""
-        if result.get("runs"):
-            return [(f"{result['name']}[{r['label']}]", r.get("metrics") or {}) for r in result["runs"]]
-        m = result.get("metrics") or {}
-        return [(result["name"], m)] if m.get("csv") else []
+    def trainer_runs(self, result: StepRecord) -> list[tuple[str, dict]]:
+        """(label, metrics as results.json holds them) of every trainer launch of the step: its runs (a sweep's, an
+        A/B's), or the step itself when its metrics name a training.csv."""
+        step = self.read(result)
+        if step.runs:
+            return [(f"{step.name}[{r.label}]", written(r.metrics)) for r in step.runs]
+        m = written(step.metrics)
+        return [(str(step.name), m)] if decode(LaunchMetrics, m, "metrics", lenient=True).csv else []
 
     # ------------------------------------------------------------------ report
     def view(self, result: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:

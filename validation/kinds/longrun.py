@@ -29,6 +29,7 @@ class Result(LaunchMetrics):
 
 
 class Longrun(TrainerKind):
+    typed = False  # still the dict interface (validation.kinds.base.StepKind.typed)
     name = "longrun"
     metrics = TRAINER_METRICS + ("halted", "stalls", "stack_dumps.<i>")
     summary = "a long run under the heartbeat watchdog: stalls, .HALT, throughput stability, memory plateau"

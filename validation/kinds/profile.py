@@ -81,6 +81,7 @@ class Result(LaunchMetrics):
 
 
 class Profile(TrainerKind):
+    typed = False  # still the dict interface (validation.kinds.base.StepKind.typed)
     name = "profile"
     summary = "a trainer run with `NSA_NVTX=1` and a torch profiler trace: top operators and the `nsa.*` ranges seen"
     keys = ("profile_steps", "profiler")

@@ -116,6 +116,7 @@ CPU_NOTE = ("CPU: the ranks share this machine's {cores} core(s), so the efficie
 
 
 class Scaling(TrainerKind):
+    typed = False  # still the dict interface (validation.kinds.base.StepKind.typed)
     name = "scaling"
     summary = ("strong (fixed global batch) and weak (fixed per-rank batch) scaling over `world_sizes`: tokens/s, "
                "speedup and efficiency per world size, a table and a plot")

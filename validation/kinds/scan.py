@@ -161,6 +161,7 @@ class Result:
 
 
 class Scan(TrainerKind):
+    typed = False  # still the dict interface (validation.kinds.base.StepKind.typed)
     name = "scan"
     summary = ("the trainer over the values of one setting (e.g. `args.seq_len: [64, 128, 256, 512]`), interleaved "
                "repeats: tokens/s, step time, time to first step and peak memory per point, the cost exponent with "

@@ -30,6 +30,7 @@ class Options:
 
 
 class Train(TrainerKind):
+    typed = False  # still the dict interface (validation.kinds.base.StepKind.typed)
     name = "train"
     repeatable = True
     summary = "one trainer launch (env/args overrides); statistics over the last N steps of its training.csv"

@@ -47,10 +47,10 @@ from validation.analysis.significance.windows import launch_series
 from validation.kinds import train_report
 from validation.kinds.blocks import Badge, Block, Bullets, Column, Paragraph, Table, code
 from validation.kinds.base import StepKind, launch_identity, run_path, step_dir
-from validation.results.codec import decode, encode
+from validation.results.codec import decode, encode, written
 from validation.results.run import Step as StepRecord, read_run
 from validation.results.trainer_launch import (LaunchMetrics, LaunchRun, RunContext, SdpaAudit, Stat, TrainerEnv,
-                                               TrainerStatus, Window)
+                                               TrainerStatus, Window, as_launch)
 
 
 def _trainer_metrics() -> tuple[str, ...]:
@@ -83,43 +83,61 @@ TRAINER_PERFORMANCE = ("toks_per_s", "toks_per_s_per_gpu", "toks_per_s_per_node"
 RUN_PERFORMANCE = tuple(f"runs.<label>.{m}" for m in TRAINER_PERFORMANCE)
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainerResult(StepRecord):
+    """The step record of a kind whose step is one trainer launch: its metrics are the launch's (collect())."""
+    metrics: LaunchMetrics = dataclasses.field(default_factory=LaunchMetrics)
+
+
+@dataclasses.dataclass(frozen=True)
+class Launched:
+    """One trainer launch run to its end (launch_one): what it was, how it ended, and its metrics (collect())."""
+    spec: LaunchSpec
+    lr: Any  # validation.launch.LaunchResult
+    status: str
+    reason: str | None
+    metrics: LaunchMetrics
+
+
 class TrainerKind(StepKind):
     """A kind whose step is one trainer launch (train, longrun, profile); sweep and ab reuse its helpers."""
 
     trainer = True
     metrics = TRAINER_METRICS
     performance = TRAINER_PERFORMANCE
+    result_type = TrainerResult
+    typed = True
 
     def launches(self, step: Step, winners, run_dir) -> list[LaunchSpec]:
         return [trainer_launch(step, step.launch, "", step.name, winners, run_dir)]
 
-    def run(self, step: Step, launches: list[LaunchSpec], result: dict, ctx) -> None:
-        run_single(ctx, step, launches, result)
+    def run(self, options, ctx) -> TrainerResult:
+        one = launch_one(ctx)
+        return TrainerResult(status=one.status, reason=one.reason, metrics=one.metrics)
 
-    def blocks(self, result: dict) -> list[Block]:
+    def blocks(self, result: StepRecord) -> list[Block]:
         """The launch's row (tokens/s, loss, memory, status), its environment and notes, its Training Summary and
         its start-up."""
-        return trainer_blocks(str(decode(StepRecord, result, "step", lenient=True).name), result)
+        step = self.read(result)
+        return trainer_blocks(str(step.name), step)
 
-    def plots(self, name: str, result: dict, plotter) -> None:
+    def plots(self, name: str, result: StepRecord, plotter) -> None:
         """The launch's device telemetry over time (GPU utilisation and power where present, CPU and RSS)."""
-        plotter.telemetry(name, result)
+        plotter.telemetry(name, self.read(result))
 
-    def trainer_runs(self, result: dict[str, Any]) -> list[tuple[str, dict]]:
+    def trainer_runs(self, result: StepRecord) -> list[tuple[str, dict]]:
         """(label, metrics) per trainer launch: "step[label]", or "step[label, repeat N]" for a label that ran more
         than once (a sweep's or an A/B's repeats), so that every run has its own row in `compare`."""
-        step = decode(StepRecord, result, "step", lenient=True)
-        written = [r for r in as_list(result.get("runs")) if isinstance(r, dict)]
-        if not written:
-            return super().trainer_runs(result)
-        runs = [decode(LaunchRun, r, "run", lenient=True) for r in written]
-        counts = Counter(str(r.label) for r in runs)
+        step = self.read(result)
+        if not step.runs:
+            return super().trainer_runs(step)
+        counts = Counter(str(r.label) for r in step.runs)
         out = []
-        for run, r in zip(runs, written):
+        for run in step.runs:
             label = str(run.label)
             if counts[label] > 1 and run.repeat is not None:
                 label = f"{label}, repeat {run.repeat + 1}"
-            out.append((f"{step.name}[{label}]", r.get("metrics") or {}))
+            out.append((f"{step.name}[{label}]", written(run.metrics)))
         return out
 
 
@@ -208,6 +226,14 @@ def _node_metrics(ctx, spec: LaunchSpec, lr, env: dict, mean: Any) -> dict:
             "toks_per_s_per_node": mean / spec.nnodes if isinstance(mean, (int, float)) else None}
 
 
+def launch_one(ctx) -> Launched:
+    """Run the step's one trainer launch (ctx.launches[0]) to its end and collect it."""
+    spec = ctx.launches[0]
+    lr = ctx.launch(spec, 0, 1)
+    status, reason, m = collect(ctx, ctx.step, spec, lr)
+    return Launched(spec, lr, status, reason, decode(LaunchMetrics, m, "metrics"))
+
+
 def run_single(ctx, step: Step, launches: list[LaunchSpec], result: dict):
     """Run the step's one trainer launch; its status, reason and metrics become the step's. Returns (spec, lr)."""
     spec = launches[0]
@@ -255,51 +281,95 @@ def run_values(run_dir: Path, step: Step, run: dict, metric: str) -> list[float]
     return mean
 
 
-def run_each(ctx, step: Step, launches: list[LaunchSpec], result: dict,
-             retry_disturbed: bool = False) -> tuple[list[dict], list[str]]:
-    """Run every launch in order (a sweep's points, an A/B's variants and repeats), each recorded in
-    result["runs"] and saved as soon as it ends. Returns (runs, problems: "label: reason" of those that failed).
+@dataclasses.dataclass(frozen=True)
+class Runs:
+    """What run_all ran: every run in run order (a repeat run again in place of the one it replaced), the runs
+    replaced (superseded, with superseded_by), the notes saying what was run again and why, and the problems
+    ("label: reason" of the runs that did not pass)."""
+    runs: list[LaunchRun]
+    superseded: list[LaunchRun] | None = None
+    notes: list[str] | None = None
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+    def partial(self) -> StepRecord:
+        """The step record so far (what ctx.save writes while the step runs)."""
+        return StepRecord(runs=self.runs, superseded=self.superseded, notes=self.notes)
+
+
+def run_all(ctx, retry_disturbed: bool = False, launches: list[LaunchSpec] | None = None,
+            on_progress: Any = None, step: Step | None = None) -> Runs:
+    """Run every launch in order (ctx.launches, or `launches`: a sweep's points, an A/B's variants and repeats),
+    each collected into a LaunchRun and saved as soon as it ends (`on_progress(Runs)`, by default
+    ctx.save(runs.partial())).
 
     retry_disturbed (the kinds that decide from interleaved repeats: ab, sweep, triage): a repeat in which a launch
     was measured under interference (validation.analysis.interference.run_disturbed) is run again, the whole repeat in its
     order, up to the step's `retry_disturbed` times (LaunchSettings, default 1), each attempt in <dir>_retry<n>.
     A decision never stands on disturbed runs; run again, a passing neighbour leaves the decision its evidence.
-    The runs an attempt replaces move to result["superseded"] (with "superseded_by"), their files kept, and a note
-    says what was run again and why."""
-    runs: list[dict] = []
+    The runs an attempt replaces move to superseded (with superseded_by), their files kept, and a note says what
+    was run again and why."""
+    step = ctx.step if step is None else step
+    launches = ctx.launches if launches is None else launches
+    save = on_progress or (lambda so_far: ctx.save(so_far.partial()))
+    runs: list[LaunchRun] = []
+    superseded: list[LaunchRun] = []
+    notes: list[str] = []
 
-    def one(spec: LaunchSpec, index: int, total: int) -> dict:
+    def so_far() -> Runs:
+        return Runs(list(runs), list(superseded) or None, list(notes) or None)
+
+    def one(spec: LaunchSpec, index: int, total: int) -> LaunchRun:
         lr = ctx.launch(spec, index, total)
-        ctx.record(result, spec, lr)
         status, reason, m = collect(ctx, step, spec, lr)
-        return {"label": spec.label, "params": spec.params, "status": status, "reason": reason,
-                "dir": spec.dir, "command": lr.argv, "metrics": m, "repeat": spec.repeat}
+        return LaunchRun(label=spec.label, params=dict(spec.params), status=status, reason=reason, dir=spec.dir,
+                         command=list(lr.argv), metrics=decode(LaunchMetrics, m, "metrics"), repeat=spec.repeat)
 
     for i, spec in enumerate(launches):
         runs.append(one(spec, i, len(launches)))
-        result["runs"] = runs
-        ctx.save()
+        save(so_far())
     attempts = step.launch.retry_disturbed if retry_disturbed else 0
     for attempt in range(1, attempts + 1):
-        again = sorted({r.repeat for r, raw in zip(_as_runs(runs), runs)
-                        if run_disturbed(raw) and r.repeat is not None})
+        again = sorted({r.repeat for r in runs if run_disturbed(encode(r)) and r.repeat is not None})
         if not again:
             break
         block = [(i, spec) for i, spec in enumerate(launches) if spec.repeat in again]
-        shaken = [str(_as_runs(runs)[i].dir) for i, _ in block if run_disturbed(runs[i])]
+        shaken = [str(runs[i].dir) for i, _ in block if run_disturbed(encode(runs[i]))]
         for k, (i, spec) in enumerate(block):
             again_spec = retry_spec(spec, attempt)
             run = one(again_spec, k, len(block))
-            result.setdefault("superseded", []).append({**runs[i], "superseded_by": again_spec.dir})
+            superseded.append(dataclasses.replace(runs[i], superseded_by=again_spec.dir))
             runs[i] = run
-            result["runs"] = runs
-            ctx.save()
-        result.setdefault("notes", []).append(
+            save(so_far())
+        notes.append(
             f"run again (attempt {attempt + 1} of repeat(s) {', '.join(str(r + 1) for r in again)}, every launch of "
             f"the repeat): other work used the machine while {', '.join(shaken)} ran; the runs replaced are kept "
             "in superseded")
-    problems = [f"{r.label}: {r.reason}" for r in _as_runs(runs) if r.status != "passed"]
-    return runs, problems
+    problems = [f"{r.label}: {r.reason}" for r in runs if r.status != "passed"]
+    return Runs(runs, superseded or None, notes or None, problems)
+
+
+def run_each(ctx, step: Step, launches: list[LaunchSpec], result: dict,
+             retry_disturbed: bool = False) -> tuple[list[dict], list[str]]:
+    """run_all for a kind still on the dict interface: each run recorded in result["runs"] (the runs replaced in
+    result["superseded"], the notes in result["notes"]) and saved as it ends. Returns (runs as written, problems)."""
+
+    def progress(so_far: Runs) -> None:
+        _into(result, so_far)
+        ctx.save()
+
+    done = run_all(ctx, retry_disturbed, launches=launches, on_progress=progress, step=step)
+    _into(result, done)
+    if hasattr(ctx, "record_launched"):  # the runner's context (a test's stand-in records nothing)
+        ctx.record_launched()
+    return result["runs"], done.problems
+
+
+def _into(result: dict, runs: Runs) -> None:
+    result["runs"] = [encode(r) for r in runs.runs]
+    if runs.superseded:
+        result["superseded"] = [encode(r) for r in runs.superseded]
+    if runs.notes:
+        result["notes"] = [*[n for n in result.get("notes") or [] if n not in runs.notes], *runs.notes]
 
 
 def _as_runs(runs: list[dict]) -> list[LaunchRun]:
@@ -378,13 +448,13 @@ def config_path(step: StepRecord) -> str:
     return "—"
 
 
-def trainer_blocks(label: str, record: dict) -> list[Block]:
+def trainer_blocks(label: str, record: StepRecord | dict) -> list[Block]:
     """A trainer launch's part of a step section (train, longrun, profile): its row (tokens/s over the window, per
     GPU or rank, loss, memory, status), its environment, the context of the tokens/s, its notes, its Training Summary
     and its start-up."""
-    step = decode(StepRecord, record, "step", lenient=True)
-    raw = step.metrics
-    m = decode(LaunchMetrics, raw, lenient=True)
+    step = record if isinstance(record, StepRecord) else decode(StepRecord, record, "step", lenient=True)
+    raw = written(step.metrics)
+    m = as_launch(step.metrics)
     toks = m.toks_per_s or Stat()
     # a CPU run has ranks, not GPUs: its column says "Per rank"
     cpu = str((m.context or RunContext()).device or "").startswith("cpu")

@@ -100,6 +100,7 @@ FORBIDDEN_ENV = ("NSA_FAULT",)
 
 
 class Triage(TrainerKind):
+    typed = False  # still the dict interface (validation.kinds.base.StepKind.typed)
     name = "triage"
     summary = ("a slow configuration with each suspect (`suspects: {sel_v2: {env: {NSA_SEL_RANGES_V2: '1'}}}`) "
                "changed alone, interleaved repeats; suspects ranked by their effect on tokens/s with 95% CIs "

@@ -26,15 +26,10 @@ from validation.kinds._plot_helpers import bar_points, loglog_lines, scan_loglog
 from validation.formatting import as_dict, as_list, file_name, finite, plot_context_text
 from validation.results.codec import decode
 from validation.results.run import Step as StepRecord, read_run
-from validation.results.trainer_launch import LaunchMetrics, Telemetry
+from validation.results.trainer_launch import LaunchMetrics, Telemetry, as_launch
 
 PLOTS_DIR = "plots"
 TITLE_WIDTH = 90  # characters per title line at the report's figure size
-
-
-def _launch(metrics: dict) -> LaunchMetrics:
-    """A step's metrics as a trainer launch's (a step of another kind: the keys it shares with one)."""
-    return decode(LaunchMetrics, metrics, lenient=True)
 
 
 def read_toks(csv_path: Path) -> tuple[list, list] | None:
@@ -107,7 +102,7 @@ class Plotter:
         (`step`: its record, or as results.json holds it)."""
         if not isinstance(step, StepRecord):
             step = decode(StepRecord, step, f"steps.{name}", lenient=True)
-        own = _launch(step.metrics)
+        own = as_launch(step.metrics)
         series = [(name, own)] if own.csv else []
         series += [(str(run.label), run.metrics) for run in step.runs if run.metrics.csv]
         lines = []
@@ -138,13 +133,13 @@ class Plotter:
         ax.legend(loc="lower right", fontsize="small")
         self.save(fig, f"toks_per_s_{file_name(name)}.png", title)
 
-    def telemetry(self, name: str, step: dict) -> None:
+    def telemetry(self, name: str, step: StepRecord | dict) -> None:
         """Device telemetry of a trainer step over time (its telemetry files, validation.contracts.read_telemetry):
         GPU utilisation per GPU and the CPU utilisation of the launch's processes (percent, left axis), the
         processes' RSS and GPU memory used (GiB, right axis); the statistics window shaded. Only the series
         present are drawn (no GPU columns on CPU)."""
-        record = decode(StepRecord, step, f"steps.{name}", lenient=True)
-        telemetry = _launch(record.metrics).telemetry
+        record = step if isinstance(step, StepRecord) else decode(StepRecord, step, f"steps.{name}", lenient=True)
+        telemetry = as_launch(record.metrics).telemetry
         step_dir = self.run_dir / str(record.dir or name)
         rows = contracts.read_telemetry(step_dir) if telemetry not in (None, Telemetry()) else []
         if not rows:
@@ -235,5 +230,5 @@ def make_plots(results: dict, run_dir: Path) -> list[dict]:
             plotter.tokens_per_step(name, record)
             kind = step_kinds.find(record.kind)
             if kind is not None:
-                kind.plots(name, step, plotter)
+                kind.plots(name, kind.hook_input({**step, "name": name}), plotter)
     return plotter.written

@@ -9,6 +9,8 @@ encoded back, so that what a step kind records (its Result) is read as attribute
                                                  damaged record in a `Record | None` field keeps its good
                                                  fields (one bad value does not drop the record)
     encode(result)                               the JSON value: a dict per dataclass, its fields in order
+    written(record)                              a record's JSON mapping, {} for a record of defaults (what a
+                                                 writer that had nothing to say left): a mapping as it is
 
 The types a field may have: str, int, float (an int is one too), bool, None, Any (any JSON value), a dataclass,
 list[X], tuple[X, ...], dict[str, X], X | None and Literal[...]. A dataclass with a field named ``extra`` (a dict)
@@ -82,6 +84,14 @@ def encode(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         raise ResultsError(f"{obj!r} is not JSON (results.json holds no NaN or infinity)")
     return obj
+
+
+def written(record: Any) -> dict[str, Any]:
+    """A record (or a mapping) as results.json would hold it: {} for a record of its defaults only, or for a value
+    that is neither."""
+    if dataclasses.is_dataclass(record) and not isinstance(record, type):
+        return {} if record == type(record)() else encode(record)
+    return dict(record) if isinstance(record, dict) else {}
 
 
 def _left_out(obj: Any, f: dataclasses.Field, fields: dict[str, dataclasses.Field]) -> bool:

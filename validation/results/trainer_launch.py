@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from validation.results.codec import absent, blank, decode
+from validation.results.codec import absent, blank, decode, written
 
 Num = int | float  # a figure as its writer gave it (an int stays an int: the JSON is written back unchanged)
 
@@ -270,6 +270,12 @@ class LaunchMetrics:
     scaling_baseline: str | None = absent()  # the train kind's: the step it is measured against
     scaling_efficiency: Num | None = absent()
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def as_launch(metrics: Any) -> LaunchMetrics:
+    """A step's or run's metrics as a trainer launch's: the record itself, or its JSON decoded leniently (a step of
+    another kind: the keys it shares with one)."""
+    return metrics if isinstance(metrics, LaunchMetrics) else decode(LaunchMetrics, written(metrics), lenient=True)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,9 @@ the records that have both fields and no "error"; criteria read it by name, what
 launcher. A benchmark that writes no JSON fails. Its launch is sampled like a trainer's (telemetry.csv): what else used the
 machine while it ran is judged over the whole launch (results.json step "interference").
 Report (blocks): its scalar figures, and a table per list of records (e.g. by_seq_len) and for "best".
+
+Options: the keys above. Result: the step record, its metrics the benchmark's JSON as written (a mapping; a list of
+records becomes {"results": [...]}, with "best" beside it).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from validation.formatting import as_dict, as_list, fmt_num
 from validation.runbook.schema import mapping, str_list, typed
 from validation.kinds.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, run_path
 from validation.kinds.blocks import Block, Column, Paragraph, Table, code
+from validation.results.run import Step as StepRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +48,11 @@ class Options:
     best: Best | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class Result(StepRecord):
+    """A bench step's record: its metrics are the benchmark's own JSON (free form: metrics "*")."""
+
+
 class Bench(StepKind):
     name = "bench"
     summary = "a benchmark script that writes JSON (`--json`); e.g. selection v2 vs v1 speed"
@@ -51,6 +60,8 @@ class Bench(StepKind):
     metrics = ("*",)  # whatever JSON the benchmark writes
     performance = ("*",)  # a benchmark measures speed
     launch_keys = COMMAND_LAUNCH_KEYS
+    result_type = Result
+    typed = True
 
     def parse(self, raw: dict, path: tuple, ctx) -> Options:
         command = str_list(raw.get("command"), path + ("command",), ctx)
@@ -75,31 +86,30 @@ class Bench(StepKind):
         # sampled like a trainer launch: what else used the machine while the benchmark measured
         return [dataclasses.replace(command_launch(step, argv, run_dir), telemetry_s=TELEMETRY_INTERVAL_S)]
 
-    def run(self, step, launches, result, ctx) -> None:
-        spec = launches[0]
+    def run(self, options: Options, ctx) -> Result:
+        spec = ctx.launches[0]
         lr = ctx.launch(spec, 0, 1)
-        ctx.record(result, spec, lr)
-        record = launch_record(telemetry.interference(contracts.read_telemetry(ctx.run_dir / spec.dir)))
-        if record is not None:
-            result["interference"] = record
+        interference = launch_record(telemetry.interference(contracts.read_telemetry(ctx.run_dir / spec.dir)))
+        written = ctx.run_dir / spec.dir / "bench.json"
         try:
-            data = json.loads((ctx.run_dir / spec.dir / "bench.json").read_text())
+            data = json.loads(written.read_text())
         except (OSError, ValueError):
             data = {}
-        result["metrics"] = data if isinstance(data, dict) else {"results": data}
-        if step.best and isinstance(result["metrics"].get("results"), list):
-            result["metrics"]["best"] = best_records(result["metrics"]["results"], step.best)
+        metrics = dict(data) if isinstance(data, dict) else {"results": data}
+        if options.best and isinstance(metrics.get("results"), list):
+            metrics["best"] = best_records(metrics["results"], options.best)
         if lr.status != "ok":
-            result.update(status=lr.status, reason=lr.reason)
+            status, reason = lr.status, lr.reason
         elif not data:
-            result.update(status="failed", reason="the benchmark wrote no JSON")
+            status, reason = "failed", "the benchmark wrote no JSON"
         else:
-            result["artifacts"].append(ctx.rel(ctx.run_dir / spec.dir / "bench.json"))
-            result.update(status="passed", reason=None)
+            status, reason = "passed", None
+        return Result(status=status, reason=reason, metrics=metrics, interference=interference,
+                      artifacts=[ctx.rel(written)] if status == "passed" else [])
 
-    def blocks(self, result: dict) -> list[Block]:
+    def blocks(self, result: Result) -> list[Block]:
         """A benchmark's JSON: its scalar figures, and one table per list of records (e.g. by_seq_len)."""
-        metrics = as_dict(result.get("metrics"))
+        metrics = as_dict(result.metrics)
         scalars: list[tuple[str, str]] = []
         tables: list[Block] = []
         for key in sorted(metrics, key=str):

@@ -68,6 +68,7 @@ class Options:
 
 
 class Parallelism(TrainerKind):
+    typed = False  # still the dict interface (validation.kinds.base.StepKind.typed)
     name = "parallelism"
     summary = ("the same config under DDP, FSDP2 full shard and FSDP2 no-reshard, interleaved repeats: step time, "
                "tokens/s, memory vs the memory model, counted vs modelled bytes, measured/predicted/exposed "

@@ -268,7 +268,7 @@ class LaunchMetrics:
     compression: str | None = None
     sdpa_audit: SdpaAudit | None = absent()
     scaling_baseline: str | None = absent()  # the train kind's: the step it is measured against
-    scaling_efficiency: Num | None = absent()
+    scaling_efficiency: Num | None = absent(beside="scaling_baseline")  # written with it, null where not computable
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 

@@ -5,6 +5,10 @@ Own key: `scaling_baseline: <an earlier train step>`: scaling_efficiency = token
 baseline's tokens/s), e.g. two nodes against one.
 Metrics: a trainer launch's (validation.kinds.trainer), plus "scaling_baseline" and "scaling_efficiency".
 Report: the run table and notes; the executive summary's baseline throughput and scaling efficiency.
+
+Options: the key above. Result: the step record of one trainer launch (validation.kinds.trainer.TrainerResult), its
+metrics a LaunchMetrics (whose scaling_baseline and scaling_efficiency are written only by this kind). The key
+figures read every step of the run as its own kind's Result, and a step's metrics as a trainer launch's (as_launch).
 """
 
 from __future__ import annotations
@@ -18,10 +22,10 @@ from validation.formatting import NA, context_text, finite, fmt_rate, mean_pm, s
 from validation.runbook.schema import NAME_RE, typed
 from validation.analysis.plausibility import figure_problem
 from validation.kinds.base import KeyFigure, earlier_step_of_kind
-from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, launch_window_text, run_single
-from validation.results.codec import decode
+from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, TrainerResult, launch_one, launch_window_text
+from validation.results.codec import written
 from validation.results.run import Step as StepRecord, read_run
-from validation.results.trainer_launch import LaunchMetrics, RunContext, Stat
+from validation.results.trainer_launch import LaunchMetrics, RunContext, Stat, as_launch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,13 +33,19 @@ class Options:
     scaling_baseline: str | None = None  # an earlier train step: this one's scaling efficiency against it
 
 
+@dataclasses.dataclass(frozen=True)
+class Result(TrainerResult):
+    """A train step's record: its one trainer launch's (metrics: LaunchMetrics, with the scaling efficiency against
+    `scaling_baseline` where the step names one)."""
+
+
 class Train(TrainerKind):
-    typed = False  # still the dict interface (validation.kinds.base.StepKind.typed)
     name = "train"
     repeatable = True
     summary = "one trainer launch (env/args overrides); statistics over the last N steps of its training.csv"
     keys = ("scaling_baseline",)
     metrics = TRAINER_METRICS + ("scaling_baseline", "scaling_efficiency")
+    result_type = Result
 
     def parse(self, raw: dict, path: tuple, ctx) -> Options:
         base_name = None
@@ -51,32 +61,31 @@ class Train(TrainerKind):
         if not earlier_step_of_kind(order, step, step.scaling_baseline, "train"):
             raise error(f"scaling_baseline {step.scaling_baseline!r} must name an earlier train step")
 
-    def run(self, step, launches, result, ctx) -> None:
-        run_single(ctx, step, launches, result)
-        if step.scaling_baseline:
+    def run(self, options: Options, ctx) -> Result:
+        one = launch_one(ctx)
+        m = one.metrics
+        if options.scaling_baseline:
             # multi-node scaling: this run's throughput against the baseline step's, per process
-            m = result["metrics"]
-            own = decode(LaunchMetrics, m, f"steps.{step.name}.metrics")
-            base_step = read_run(ctx.results).steps.get(step.scaling_baseline)
-            base = decode(LaunchMetrics, base_step.metrics if base_step is not None else {},
-                          f"steps.{step.scaling_baseline}.metrics")
-            multi, single = (own.toks_per_s or Stat()).mean, (base.toks_per_s or Stat()).mean
-            ratio = (1 if own.world_size is None else own.world_size) / max(1, base.world_size or 1)
-            m["scaling_baseline"] = step.scaling_baseline
-            m["scaling_efficiency"] = metrics.scaling_efficiency(multi, single, ratio)
+            base_step = read_run(ctx.results).steps.get(options.scaling_baseline)
+            base = as_launch(base_step.metrics if base_step is not None else {})
+            multi, single = (m.toks_per_s or Stat()).mean, (base.toks_per_s or Stat()).mean
+            ratio = (1 if m.world_size is None else m.world_size) / max(1, base.world_size or 1)
+            m = dataclasses.replace(m, scaling_baseline=options.scaling_baseline,
+                                    scaling_efficiency=metrics.scaling_efficiency(multi, single, ratio))
+        return Result(status=one.status, reason=one.reason, metrics=m)
 
-    def key_figure_steps(self, in_order: list[dict]) -> list[str]:
+    def key_figure_steps(self, in_order: list[StepRecord]) -> list[str]:
         """The baseline step and, for the scaling efficiency, the step whose figure it is or the single-process
-        step it divides by."""
-        baseline, single, own = _figure_steps(_records(in_order))
+        step it divides by (every step of the run, each its own kind's Result)."""
+        baseline, single, own = _figure_steps(in_order)
         return [str(s.name) for s in (baseline, single, own) if s is not None]
 
-    def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
+    def key_figures(self, in_order: list[StepRecord]) -> list[KeyFigure]:
         """Baseline throughput (the train step named *baseline*, else the first that passed) first, scaling
         efficiency last (a step's own, else the multi-rank baseline per GPU over a single-process train step).
         A scaling efficiency outside its physical range (validation.execution.evidence.figure_problem) carries "problem"."""
         figures = []
-        steps = _records(in_order)
+        steps = list(in_order)
         train_steps = [s for s in steps if s.kind == "train"]
         baseline = _figure_steps(steps)[0]
         if baseline is not None:
@@ -88,7 +97,7 @@ class Train(TrainerKind):
             note = f"step `{baseline.name}`" + (f", {window}" if window != NA else "")
             if finite(m.toks_per_s_per_gpu) is not None:
                 note += f", {fmt_rate(m.toks_per_s_per_gpu)} tokens/s per {_unit(m)} (window mean)"
-            context = context_text(baseline.metrics)
+            context = context_text(written(baseline.metrics))
             if context and finite(toks.mean) is not None:
                 note += f"; at {context}"
             figures.append(KeyFigure("baseline_throughput", "Baseline throughput", value, note, order=10,
@@ -106,7 +115,7 @@ class Train(TrainerKind):
             single = next((s for s in train_steps if s.status == "passed" and _world_size(s) == 1), None)
             single_mean = finite((_launch(single).toks_per_s or Stat()).mean) if single is not None else None
             if world is not None and world > 1 and per_gpu is not None and single_mean and single is not None:
-                both = shared_context_text([baseline.metrics, single.metrics])
+                both = shared_context_text([written(baseline.metrics), written(single.metrics)])
                 scaling = (per_gpu / single_mean,
                            f"`{baseline.name}` {fmt_rate(per_gpu)} tokens/s per {_unit(base)} over "
                            f"`{single.name}` {fmt_rate(single_mean)} tokens/s single-process"
@@ -123,14 +132,9 @@ class Train(TrainerKind):
         return figures
 
 
-def _records(in_order: list[dict]) -> list[StepRecord]:
-    """The steps' records as the report reads them (leniently); a step that is not an object is left out."""
-    return [decode(StepRecord, s, f"steps.{i}", lenient=True) for i, s in enumerate(in_order) if isinstance(s, dict)]
-
-
 def _launch(step: StepRecord) -> LaunchMetrics:
-    """A train step's launch metrics (leniently)."""
-    return decode(LaunchMetrics, step.metrics, f"steps.{step.name}.metrics", lenient=True)
+    """A step's metrics as a trainer launch's (a train step's own; another kind's decoded leniently)."""
+    return as_launch(step.metrics)
 
 
 def _figure_steps(steps: list[StepRecord]) -> tuple[StepRecord | None, StepRecord | None, StepRecord | None]:

@@ -55,9 +55,9 @@ def test_parser_reads_the_out_of_place_columns_of_the_format_sample():
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * 7 / 8)
         assert abs(r["busbw_gbps"] - r["reported_busbw_gbps"]) <= 0.006
     summary = comm_kind.summarize("all_reduce", list(reversed(rows)))
-    assert summary["sizes"] == 14 and summary["latency_us"] == pytest.approx(40.0)
-    assert summary["busbw_gbps"]["max"] == pytest.approx(rows[-1]["busbw_gbps"])
-    assert [r["bytes"] for r in summary["table"]] == sorted(r["bytes"] for r in rows)
+    assert summary.sizes == 14 and summary.latency_us == pytest.approx(40.0)
+    assert summary.busbw_gbps.max == pytest.approx(rows[-1]["busbw_gbps"])
+    assert [r.bytes for r in summary.table] == sorted(r["bytes"] for r in rows)
 
 
 def test_parser_older_layout_without_root_and_with_unparsable_rows():
@@ -194,7 +194,8 @@ def test_torch_benchmark_two_ranks_and_one_rank(tmp_path):
     assert m1["world_size"] == 1 and "nothing between ranks" in m1["note"]
     assert all(r["busbw_gbps"] == 0 for r in m1["all_reduce"]["table"])
     assert [r["bytes"] for r in m1["broadcast"]["table"]] == [4096, 65536] and m1["compute_ms"] == 5
-    assert comm_kind.Comm().summary_line(one).startswith(" (2 collectives x 2 sizes, gloo, 1 rank")
+    kind = comm_kind.Comm()
+    assert kind.summary_line(kind.read(one)).startswith(" (2 collectives x 2 sizes, gloo, 1 rank")
 
     written = write_reports(run_dir, results)
     assert run_dir / "plots" / "comm_c2.png" in written and run_dir / "plots" / "comm_c1.png" in written

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from validation.kinds.comm import Result as CommResult
+from validation.kinds.comm import Metrics as CommMetrics
 from validation.kinds.profile import Result as ProfileResult
 from validation.kinds.scan import Result as ScanResult
 from validation.results.codec import decode, encode
@@ -24,7 +24,7 @@ def _steps(kind):
                 yield f"{path}: steps.{name}", step
 
 
-@pytest.mark.parametrize("kind, result_type", [("comm", CommResult), ("profile", ProfileResult)])
+@pytest.mark.parametrize("kind, result_type", [("comm", CommMetrics), ("profile", ProfileResult)])
 def test_a_kind_reads_and_writes_its_committed_metrics_through_the_codec(kind, result_type):
     """A Result of the step's metrics only (the kind writes nothing else of the record)."""
     seen = 0
@@ -42,15 +42,17 @@ def test_a_damaged_scan_record_still_reads_with_its_defaults():
     assert [p.value for p in r.metrics.points] == [None, 64] and r.metrics.points[1].runs is None and r.runs == []
 
 
-def test_a_comm_record_keeps_the_order_its_collectives_were_measured_in():
+def test_a_comm_record_reads_its_collectives_in_the_order_of_kinds():
+    """The collectives measured, in the order the comm kind lists them (KINDS: the order its metrics are written
+    in), a damaged one left out."""
     from validation.kinds.comm import measured, tables
 
     row = {"bytes": 4096, "time_s": 0.001, "algbw_gbps": 0.004, "busbw_gbps": 0.004}
     metrics = {"world_size": 2, "backend": "gloo", "source": "torch", "broadcast": {"table": [row]},
                "all_reduce": {"table": [row], "busbw_gbps": {"max": 0.004}}, "all_gather": "damaged"}
     r, kinds = measured(metrics)
-    assert list(kinds) == ["broadcast", "all_reduce"] and r.all_reduce.busbw_gbps.max == 0.004
-    assert tables(metrics) == {"broadcast": [row], "all_reduce": [row]}
+    assert list(kinds) == ["all_reduce", "broadcast"] and r.all_reduce.busbw_gbps.max == 0.004
+    assert tables(metrics) == {"all_reduce": [row], "broadcast": [row]} and tables(r) == tables(metrics)
 
 
 def test_a_triage_step_without_a_verdict_has_no_ranked_metrics():
@@ -78,7 +80,7 @@ def test_a_damaged_value_leaves_the_rest_of_its_table_in_the_report():
 
     row = {"bytes": 4096, "time_s": "x", "algbw_gbps": 0.004, "busbw_gbps": 0.004}
     comm = {"metrics": {"world_size": 2, "backend": "gloo", "source": "torch", "all_reduce": {"table": [row]}}}
-    assert "4 KiB" in "\n".join(str(b) for b in get("comm").blocks(comm))
+    assert "4 KiB" in "\n".join(str(b) for b in get("comm").blocks(get("comm").read(comm)))
     strong = {"mode": "strong", "base": "one", "rows": [{"world_size": 2, "toks_per_s": 10.0, "efficiency": 0.5}],
               "efficiency": {"min": 0.5}}
     scaling = {"metrics": {"strong": strong}}

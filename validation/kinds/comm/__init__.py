@@ -28,8 +28,9 @@ plus "note" at one rank (nothing moves: busbw 0, not meaningful) and "iters", "w
 Criteria: `comm.all_reduce.busbw_gbps.max >= 20`. Tables of a comm step:
 {k: v["table"] for k, v in metrics.items() if isinstance(v, dict) and "table" in v}.
 Report: a table per collective and a bandwidth-vs-size plot; key figure: peak all-reduce busbw.
-The kind's Result is these metrics as a typed record (a Collective per collective measured, a Row per size), decoded
-leniently by the report parts; the benchmark's comm.json is read as a BenchFile.
+Options: the keys above. Result: the step record, its metrics these as a typed record (Metrics: a Collective per
+collective measured, a Row per size; the collectives written in the order of KINDS), decoded leniently by the report
+parts; the benchmark's comm.json is read as a BenchFile, nccl-tests' table as a ParsedTable.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ from typing import Any
 
 from validation.analysis import nccl_tests
 from validation import kinds as registry
-from validation.formatting import NA, as_dict, as_list, file_name, finite, fmt_num
+from validation.formatting import NA, as_list, file_name, finite, fmt_num
 from validation.results.codec import absent, decode, encode, given
+from validation.results.run import Step as StepRecord
 from validation.results.trainer_launch import Num
 from validation.launch.spec import LaunchSpec
 from validation.runbook.schema import typed
@@ -106,14 +108,14 @@ class Collective:
 
 
 @dataclasses.dataclass(frozen=True)
-class Result:
+class Metrics:
     """A comm step's metrics (the module docstring): what was measured how, a Collective per collective and the
     one-rank note. The torch benchmark's keys (device, ..., threads) and the collectives are written only when they
-    apply (a collective not measured is a blank Collective); encode writes the collectives in KINDS order (run()
-    writes them in the step's `kinds` order)."""
-    world_size: Any = None  # comm.json's, as the benchmark wrote it
-    backend: str | None = None
-    source: str | None = None
+    apply (a collective not measured is a blank Collective), the collectives in KINDS order; world size, backend
+    and source are written together whenever a run wrote any (a step that never ran has none)."""
+    world_size: Any = absent(beside="source")  # comm.json's, as the benchmark wrote it
+    backend: str | None = absent(beside="source")
+    source: str | None = absent()
     device: Any = absent()  # the torch benchmark's comm.json, as written
     iters: Any = absent()
     warmup: Any = absent()
@@ -126,11 +128,26 @@ class Result:
     note: str | None = absent()
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def collectives(self, order: Any = KINDS) -> dict[str, Collective]:
-        """{kind: its record} of the collectives named in `order`, in that order."""
-        measured = {"all_reduce": self.all_reduce, "all_gather": self.all_gather,
-                    "reduce_scatter": self.reduce_scatter, "broadcast": self.broadcast}
-        return {k: measured[k] for k in order if k in measured}
+    def collectives(self) -> dict[str, Collective]:
+        """{kind: its record} of the collectives measured (a table or figures recorded), in KINDS order."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name in KINDS and given(getattr(self, f.name)) is not None}
+
+
+@dataclasses.dataclass(frozen=True)
+class Result(StepRecord):
+    """A comm step's record: its metrics are the Metrics above."""
+    metrics: Metrics = dataclasses.field(default_factory=Metrics)
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedTable:
+    """One nccl-tests output as validation.analysis.nccl_tests.parse reads it: its rows (bandwidth_row's keys and
+    the busbw it reported) and the average busbw it reported."""
+    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    avg_busbw_gbps: Num | None = None
+    world_size: Any = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,29 +165,25 @@ class BenchFile:
     kinds: dict[str, Any] | None = None
 
 
-def summarize(kind: str, table: list[dict]) -> dict:
-    """The metrics of one collective from its rows (sorted by bytes)."""
-    rows = sorted(((dict(r), decode(Row, r, f"{kind}[{i}]")) for i, r in enumerate(table)),
-                  key=lambda pair: pair[1].bytes)
-    bus = [r.busbw_gbps for _, r in rows]
-    alg = [r.algbw_gbps for _, r in rows]
-    return {"table": [raw for raw, _ in rows],
-            "busbw_gbps": {"max": max(bus), "median": statistics.median(bus)},
-            "algbw_gbps": {"max": max(alg), "median": statistics.median(alg)},
-            "latency_us": rows[0][1].time_s * 1e6, "sizes": len(rows)}
+def summarize(kind: str, table: list[dict]) -> Collective:
+    """The metrics of one collective from its rows (bandwidth_row's JSON; sorted here by bytes)."""
+    rows = sorted((decode(Row, r, f"{kind}[{i}]") for i, r in enumerate(table)), key=lambda r: r.bytes)
+    bus = [r.busbw_gbps for r in rows]
+    alg = [r.algbw_gbps for r in rows]
+    return Collective(table=rows, busbw_gbps=Spread(max=max(bus), median=statistics.median(bus)),
+                      algbw_gbps=Spread(max=max(alg), median=statistics.median(alg)),
+                      latency_us=rows[0].time_s * 1e6, sizes=len(rows))
 
 
-def measured(metrics: Any) -> tuple[Result, dict[str, Collective]]:
-    """A comm step's metrics as its Result (decoded leniently) and the collectives that hold a table, in the order
-    they were written."""
-    metrics = as_dict(metrics)
-    r = decode(Result, metrics, lenient=True)
-    return r, r.collectives(order=[k for k, v in metrics.items() if isinstance(v, dict) and "table" in v])
+def measured(metrics: Metrics | Any) -> tuple[Metrics, dict[str, Collective]]:
+    """A comm step's metrics (a Metrics, or its JSON decoded leniently) and the collectives it measured."""
+    m = metrics if isinstance(metrics, Metrics) else decode(Metrics, metrics, lenient=True)
+    return m, m.collectives()
 
 
-def tables(metrics: Any) -> dict[str, list[dict]]:
+def tables(metrics: Metrics | Any) -> dict[str, list[dict]]:
     """{kind: table} of a comm step's metrics (what validation.analysis.collectives.predict_seconds takes)."""
-    return {k: [encode(row) for row in c.table] for k, c in measured(metrics)[1].items()}
+    return {k: [encode(row) for row in c.table] for k, c in measured(metrics)[1].items() if c.table}
 
 
 class Comm(StepKind):
@@ -185,6 +198,9 @@ class Comm(StepKind):
     performance = tuple(f"{k}.{m}" for k in KINDS for m in ("table", "busbw_gbps", "algbw_gbps", "latency_us",
                                                              "avg_busbw_gbps_reported"))
     launch_keys = ("env", "nproc_per_node", "nnodes", "launcher", "master_port", "port_retries", "timeout_s")
+
+    result_type = Result
+    typed = True
 
     # ------------------------------------------------------------------ schema
     def parse(self, raw: dict, path: tuple, ctx) -> Options:
@@ -272,12 +288,11 @@ class Comm(StepKind):
         return None
 
     # ------------------------------------------------------------------ run
-    def run(self, step, launches, result, ctx) -> None:
-        if launches and launches[0].argv[0] in nccl_tests.BINARIES.values():
-            return self._run_nccl_tests(step, launches, result, ctx)
-        spec = launches[0]
+    def run(self, options: Options, ctx) -> Result:
+        if ctx.launches and ctx.launches[0].argv[0] in nccl_tests.BINARIES.values():
+            return self._run_nccl_tests(options, ctx)
+        spec = ctx.launches[0]
         lr = ctx.launch(spec, 0, 1)
-        ctx.record(result, spec, lr)
         path = ctx.run_dir / spec.dir / OUTPUT
         try:
             data = json.loads(path.read_text())
@@ -285,55 +300,50 @@ class Comm(StepKind):
             data = None
         bench = decode(BenchFile, data, OUTPUT, lenient=True) if isinstance(data, dict) else None
         if bench is None or bench.kinds is None:
-            result["metrics"] = {"world_size": spec.world_size, "backend": None, "source": "torch"}
+            metrics = Metrics(world_size=spec.world_size, backend=None, source="torch")
             if lr.status != "ok":
-                result.update(status=lr.status, reason=lr.reason)
-            else:
-                result.update(status="failed", reason=f"the benchmark wrote no {OUTPUT}")
-            return
-        result["artifacts"].append(ctx.rel(path))
-        m: dict[str, Any] = {"world_size": bench.world_size, "backend": bench.backend, "source": "torch",
-                             "device": bench.device, "iters": bench.iters, "warmup": bench.warmup,
-                             "compute_ms": bench.compute_ms, "threads": bench.threads}
-        for kind in step.kinds:
-            rows = [r for r in as_list(bench.kinds.get(kind)) if isinstance(r, dict)]
-            if rows:
-                m[kind] = summarize(kind, rows)
-        self._finish(step, m, bench.world_size, lr.status, lr.reason, result)
+                return Result(status=lr.status, reason=lr.reason, metrics=metrics)
+            return Result(status="failed", reason=f"the benchmark wrote no {OUTPUT}", metrics=metrics)
+        measured = {kind: summarize(kind, rows) for kind in options.kinds
+                    if (rows := [r for r in as_list(bench.kinds.get(kind)) if isinstance(r, dict)])}
+        metrics = Metrics(world_size=bench.world_size, backend=bench.backend, source="torch", device=bench.device,
+                          iters=bench.iters, warmup=bench.warmup, compute_ms=bench.compute_ms, threads=bench.threads,
+                          **measured)
+        return dataclasses.replace(self._finish(options, metrics, lr.status, lr.reason),
+                                   artifacts=[ctx.rel(path)])
 
-    def _run_nccl_tests(self, step, launches, result, ctx) -> None:
-        m: dict[str, Any] = {"world_size": step.launch.nproc_per_node, "backend": "nccl", "source": "nccl-tests",
-                             "iters": step.iters, "warmup": step.warmup}
+    def _run_nccl_tests(self, options: Options, ctx) -> Result:
+        world = ctx.step.launch.nproc_per_node
+        measured: dict[str, Collective] = {}
         status, reason = "ok", None
-        for i, (kind, spec) in enumerate(zip(step.kinds, launches)):
-            lr = ctx.launch(spec, i, len(launches))
-            ctx.record(result, spec, lr)
+        for i, (kind, spec) in enumerate(zip(options.kinds, ctx.launches)):
+            lr = ctx.launch(spec, i, len(ctx.launches))
             try:
-                parsed = nccl_tests.parse(lr.log_path.read_text(errors="replace"), kind,
-                                          world_size=step.launch.nproc_per_node)
-                m[kind] = summarize(kind, parsed["rows"])
-                m[kind]["avg_busbw_gbps_reported"] = parsed["avg_busbw_gbps"]
+                parsed = decode(ParsedTable, nccl_tests.parse(lr.log_path.read_text(errors="replace"), kind,
+                                                              world_size=world), kind)
+                measured[kind] = dataclasses.replace(summarize(kind, parsed.rows),
+                                                     avg_busbw_gbps_reported=parsed.avg_busbw_gbps)
             except (OSError, nccl_tests.NcclTestsError) as e:
                 if lr.status == "ok":
                     status, reason = "failed", f"{nccl_tests.BINARIES[kind]}: {e}"
             if lr.status != "ok" and status == "ok":
                 status, reason = lr.status, f"{nccl_tests.BINARIES[kind]}: {lr.reason}"
-        self._finish(step, m, step.launch.nproc_per_node, status, reason, result)
+        metrics = Metrics(world_size=world, backend="nccl", source="nccl-tests", iters=options.iters,
+                          warmup=options.warmup, **measured)
+        return self._finish(options, metrics, status, reason)
 
-    def _finish(self, step, m: dict, world_size: Any, status: str, reason: str | None, result: dict) -> None:
-        if world_size == 1:
-            m["note"] = WORLD_ONE_NOTE
-        result["metrics"] = m
-        missing = [k for k in step.kinds if k not in m]
+    def _finish(self, options: Options, m: Metrics, status: str, reason: str | None) -> Result:
+        if m.world_size == 1:
+            m = dataclasses.replace(m, note=WORLD_ONE_NOTE)
+        missing = [k for k in options.kinds if k not in m.collectives()]
         if status != "ok":
-            result.update(status=status, reason=reason)
-        elif missing:
-            result.update(status="failed", reason=f"no measurement of {', '.join(missing)}")
-        else:
-            result.update(status="passed", reason=None)
+            return Result(status=status, reason=reason, metrics=m)
+        if missing:
+            return Result(status="failed", reason=f"no measurement of {', '.join(missing)}", metrics=m)
+        return Result(status="passed", reason=None, metrics=m)
 
-    def summary_line(self, result: dict) -> str:
-        m, kinds = measured(result.get("metrics"))
+    def summary_line(self, result: Result) -> str:
+        m, kinds = measured(self.read(result).metrics)
         if not kinds:
             return ""
         sizes = max(len(c.table) for c in kinds.values())
@@ -343,12 +353,11 @@ class Comm(StepKind):
                 f"rank{'s' if m.world_size != 1 else ''}, {m.source})")
 
     # ------------------------------------------------------------------ report
-    def blocks(self, result: dict) -> list[Block]:
+    def blocks(self, result: Result) -> list[Block]:
         """How the collectives were measured, then per collective its peak bus bandwidth and a table over sizes."""
-        metrics = as_dict(result.get("metrics"))
-        if not metrics:
+        m, kinds = measured(self.read(result).metrics)
+        if m == Metrics():
             return []
-        m, kinds = measured(metrics)
         out: list[Block] = [Paragraph(
             f"Collectives over {fmt_num(m.world_size)} rank(s), backend {m.backend or NA}, measured with "
             f"{m.source or NA}: {protocol_text(m)} (message sizes and bus bandwidth in the nccl-tests "
@@ -363,24 +372,24 @@ class Comm(StepKind):
                             fmt_num(r.busbw_gbps)) for r in stats.table])]
         return out
 
-    def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
+    def key_figures(self, in_order: list[StepRecord]) -> list[KeyFigure]:
         for s in in_order:
-            if s.get("kind") != self.name:
+            if not isinstance(s, Result):
                 continue
-            m, _ = measured(s.get("metrics"))
+            m = s.metrics
             peak = finite(m.all_reduce.busbw_gbps.max)
             if peak is not None:
-                note = f"step `{s.get('name')}`, {m.backend}, {fmt_num(m.world_size)} ranks"
+                note = f"step `{s.name}`, {m.backend}, {fmt_num(m.world_size)} ranks"
                 one = m.world_size == 1
                 return [KeyFigure("peak_all_reduce_busbw", "Peak all-reduce bus bandwidth",
                                   "n/a (one rank)" if one else f"{fmt_num(peak)} GB/s",
                                   note + "; nothing moves between ranks" if one else note, order=25,
-                                  steps=(str(s.get("name")),))]
+                                  steps=(str(s.name),))]
         return []
 
-    def plots(self, name: str, result: dict, plotter) -> None:
-
-        m, kinds = measured(result.get("metrics"))
+    def plots(self, name: str, result: Result, plotter) -> None:
+        step = self.read(result)
+        m, kinds = measured(step.metrics)
         bus = m.world_size != 1
         series = {}
         for kind, stats in kinds.items():
@@ -388,12 +397,12 @@ class Comm(StepKind):
             points = [(x, y) for x, y in points if x and y and x > 0 and y > 0]
             if points:
                 series[kind] = points
-        title = f"{'Bus' if bus else 'Algorithm'} bandwidth vs message size: {result.get('title') or name}"
+        title = f"{'Bus' if bus else 'Algorithm'} bandwidth vs message size: {step.title or name}"
         loglog_lines(plotter, series, title=title, xlabel="message size (bytes)",
                      ylabel=f"{'busbw' if bus else 'algbw'} (GB/s)", filename=f"comm_{file_name(name)}.png")
 
 
-def protocol_text(m: Result) -> str:
+def protocol_text(m: Metrics) -> str:
     """How the calls were timed, in words."""
     if m.source == "nccl-tests":
         return f"nccl-tests' {fmt_num(m.iters)} calls back to back per size"

@@ -17,7 +17,7 @@ from validation.results.codec import decode, encode
 REPO = Path(__file__).resolve().parents[3]
 COMMITTED = sorted(REPO.glob("reports/**/results.json"))
 FIXTURES = sorted(REPO.glob("tests/validation/fixtures/*.json"))
-KINDS = ("train", "longrun")
+KINDS = ("train", "longrun", "profile")
 
 
 def _steps(kind: str, paths=COMMITTED):

@@ -5,8 +5,8 @@ Own keys: `profile_steps` (default 3), `profiler: auto | torch | nsys`.
 Metrics: a trainer launch's (validation.kinds.trainer) plus "profile": {"trace", "top_ops": [{"name", "total_ms",
 "calls"}], "nvtx_ranges": [nsa.* range names seen], "attribution": validation.analysis.attribution's shares of step time
 by category and by nsa.* range}. No trace written fails the step.
-The kind's Result is these metrics as a typed record: LaunchMetrics and its ProfileRecord, decoded leniently by the
-report parts.
+Options: the keys above. Result: the step record of one trainer launch (validation.kinds.trainer.TrainerResult), its
+metrics the launch's LaunchMetrics with its ProfileRecord (Metrics); the report hooks read it decoded leniently.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from typing import Any
 from validation import kinds
 from validation.analysis.attribution import attribute_trace
 from validation.analysis.parallelism import complete_events
-from validation.formatting import as_dict, file_name, fmt_num, fmt_pct
+from validation.formatting import file_name, fmt_num, fmt_pct
 from validation.runbook.schema import typed
 from validation.kinds.blocks import Block, Bullets, Column, Paragraph, Table, code
 from validation.kinds.base import run_path
-from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, run_single, trainer_launch
+from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, TrainerResult, launch_one, trainer_launch
 from validation.results.codec import absent, decode, given
 from validation.results.trainer_launch import LaunchMetrics, Num
 
@@ -75,19 +75,26 @@ class ProfileRecord:
 
 
 @dataclasses.dataclass(frozen=True)
-class Result(LaunchMetrics):
-    """The step's metrics: its trainer launch's, then its profile (absent where the step ran none)."""
-    profile: ProfileRecord = absent(ProfileRecord())
+class Metrics(LaunchMetrics):
+    """The step's metrics: its trainer launch's, then its profile (run() always writes one; a hand-made record may
+    hold its keys at the top instead: then they are in `extra`)."""
+    profile: ProfileRecord = dataclasses.field(default_factory=ProfileRecord)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result(TrainerResult):
+    """A profile step's record: its one trainer launch's, its metrics with the profile."""
+    metrics: Metrics = dataclasses.field(default_factory=Metrics)
 
 
 class Profile(TrainerKind):
-    typed = False  # still the dict interface (validation.kinds.base.StepKind.typed)
     name = "profile"
     summary = "a trainer run with `NSA_NVTX=1` and a torch profiler trace: top operators and the `nsa.*` ranges seen"
     keys = ("profile_steps", "profiler")
     performance = ()  # a profile's steps run under the profiler: a trace, not a measurement of speed
     metrics = TRAINER_METRICS + ("profile.trace", "profile.top_ops.<i>.*", "profile.nvtx_ranges.<i>",
                                  "profile.attribution.*")
+    result_type = Result
 
     def parse(self, raw: dict, path: tuple, ctx) -> Options:
         return Options(profile_steps=typed(raw.get("profile_steps", 3), int, path + ("profile_steps",), ctx, minimum=1),
@@ -107,26 +114,27 @@ class Profile(TrainerKind):
             return "profiler nsys requested, but nsys is not on PATH"
         return None
 
-    def run(self, step, launches, result, ctx) -> None:
-        spec, _ = run_single(ctx, step, launches, result)
-        if spec.wrapper:
-            result["artifacts"] += [ctx.rel(p) for p in sorted((ctx.run_dir / spec.dir).glob("nsys_profile*"))]
+    def run(self, options: Options, ctx) -> Result:
+        one = launch_one(ctx)
+        spec = one.spec
+        artifacts = [ctx.rel(p) for p in sorted((ctx.run_dir / spec.dir).glob("nsys_profile*"))] if spec.wrapper else []
         traces = sorted((ctx.run_dir / spec.out_dir / "profile").glob("trace_rank0_*.json"))
-        prof = {"trace": ctx.rel(traces[-1]) if traces else None, "top_ops": [], "nvtx_ranges": []}
+        status, reason = one.status, one.reason
+        prof = ProfileRecord()
         if traces:
-            prof.update(profile_summary(traces[-1]))
+            prof = decode(ProfileRecord, {"trace": ctx.rel(traces[-1]), **profile_summary(traces[-1]),
+                                          "attribution": attribute_trace(traces[-1])}, "metrics.profile")
+            artifacts.append(ctx.rel(traces[-1]))
+        elif status == "passed":
+            status, reason = "failed", "no profiler trace was written"
+        launch = {f.name: getattr(one.metrics, f.name) for f in dataclasses.fields(LaunchMetrics)}
+        return Result(status=status, reason=reason, metrics=Metrics(**launch, profile=prof), artifacts=artifacts)
 
-            prof["attribution"] = attribute_trace(traces[-1])
-            result["artifacts"].append(ctx.rel(traces[-1]))
-        elif result["status"] == "passed":
-            result.update(status="failed", reason="no profiler trace was written")
-        result["metrics"]["profile"] = prof
-
-    def blocks(self, result: dict) -> list[Block]:
+    def blocks(self, result: Result) -> list[Block]:
         """The trainer launch's blocks, then the top operators, the NVTX ranges, the attribution and the trace."""
-        metrics = as_dict(result.get("metrics"))
-        # the runner nests it under "profile"; a record without one holds its keys at the top
-        prof = given(decode(Result, metrics, lenient=True).profile) or decode(ProfileRecord, metrics, lenient=True)
+        m = result.metrics
+        # run() nests them under "profile"; a record without one holds its keys at the top (in `extra`)
+        prof = given(m.profile) or decode(ProfileRecord, m.extra, lenient=True)
         out = super().blocks(result)
         if prof.top_ops:
             out.append(Table((Column("Operator"), Column("Time (ms)", numeric=True), Column("Calls", numeric=True)),
@@ -143,15 +151,13 @@ class Profile(TrainerKind):
             items.append(f"Trace: {code(prof.trace)}")
         return out + [Bullets(items)]
 
-    def plots(self, name: str, result: dict, plotter) -> None:
+    def plots(self, name: str, result: Result, plotter) -> None:
         """The trainer launch's plots, and the shares of step time by category (validation.analysis.attribution)."""
         super().plots(name, result, plotter)
-
-        attribution = decode(Result, result.get("metrics"), lenient=True).profile.attribution
-        shares = attribution.categories
+        shares = result.metrics.profile.attribution.categories
         if not shares:
             return
-        title = f"Step time by category: {result.get('title') or name}"
+        title = f"Step time by category: {result.title or name}"
         fig, ax = plotter.figure(title, "share of step time")
         ax.barh(list(shares), [float(v) for v in shares.values()], color="tab:blue")
         plotter.save(fig, f"attribution_{file_name(name)}.png", title)

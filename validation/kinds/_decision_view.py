@@ -1,23 +1,36 @@
-"""The report part of a decision that the deciding kinds (sweep, ab) share: the sentence block of a recorded decision
-and the point a plot marks. Not a kind: kinds import it, as they import _plot_helpers."""
+"""The report part of a decision that the deciding kinds (sweep, ab) share: the sentence block of a recorded decision,
+the point a plot marks, whether a decision compared anything, and a run's status cell. Not a kind: kinds import it,
+as they import _plot_helpers. Each reads the step's typed record (validation.results.run.Step: a kind's Result)."""
 
 from __future__ import annotations
 
-from validation.formatting import fmt_num, fmt_pct, params_text
-from validation.kinds.blocks import Block, Paragraph
-from validation.results.codec import decode, given
-from validation.results.decision import Choice, Decided, DecisionRecord
+from validation.formatting import fmt_num, fmt_pct, params_text, status_view
+from validation.kinds.blocks import Badge, Block, Paragraph
+from validation.results.codec import given
+from validation.results.decision import Choice, DecisionRecord
+from validation.results.run import Step as StepRecord
 
 
-def decision_mark(result: dict) -> tuple[str, str] | None:
+def decision_mark(step: StepRecord) -> tuple[str, str] | None:
     """(run label, word) of the point a sweep's or an A/B's plot marks: the decision its text states, "winner" for
     a significant choice, "kept" for the point kept without a significant difference; None without a choice."""
-    decided = decode(Decided, result, lenient=True)
-    choice = given(decided.choice) or given(decided.winner)
+    choice = given(step.choice) or given(step.winner)
     if not choice or choice.label is None:
         return None
-    significant = bool(choice.significant if choice.significant is not None else not given(decided.decision))
+    significant = bool(choice.significant if choice.significant is not None else not given(step.decision))
     return choice.label, "winner" if significant else "kept"
+
+
+def compared_nothing(step: StepRecord) -> bool:
+    """Whether a step's decision compared nothing (every alternative but one left out): its summary line then says
+    "no decision, nothing compared", never "no significant difference"."""
+    return step.decision is not None and not step.decision.comparisons
+
+
+def status_badge(status: str | None, reason: str | None, mark: str | None = None) -> Badge:
+    """A run's status cell: its status word, or `mark` in bold (the chosen point's row), with its reason after it."""
+    view = status_view(status)
+    return Badge(mark or view["word"], view["css"], bold=mark is not None, after=str(reason) if reason else None)
 
 
 def decision_blocks(decision: DecisionRecord, choice: Choice | None) -> list[Block]:

@@ -355,7 +355,8 @@ class AB(TrainerKind):
         title = decode(StepRecord, result, "step", lenient=True).title
         plotter.bars(bar_points(runs_as_written(result)), title=f"A/B: {title or name}",
                      xlabel="variant", filename=f"ab_{file_name(name)}.png",
-                     colors=lambda i, label: "tab:blue" if i == 0 else "tab:orange", mark=decision_mark(result))
+                     colors=lambda i, label: "tab:blue" if i == 0 else "tab:orange",
+                     mark=decision_mark(decode(StepRecord, result, "step", lenient=True)))
 
 
 def _ignored_settings(ctx, step, runs: list[LaunchRun], label: str) -> list[str]:

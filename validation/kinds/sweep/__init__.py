@@ -22,8 +22,10 @@ Result: "runs" (one per launch, each a trainer launch's record with its "repeat"
 "winner": the choice when it rests on a significant difference, else null;
 "metrics": {"points", "runs", "passed", "repeats", "decided", "significant", "winner" (label or null), "choice",
 "kept_default", "method", "noise_floor", "recommended_repeats", "selection" (the decision in words), "rule"}.
-The kind's Result is these parts as typed records (Decided: winner, decision, choice; Metrics; a LaunchRun per run),
-decoded strictly where the decision is computed and leniently where the report reads them.
+
+Options: the keys above. Result: the step record (validation.results.run.Step: its runs a LaunchRun each, its
+decision a DecisionRecord, its choice and winner a Choice), its metrics a Metrics; run() builds it, the report hooks
+read it (decoded leniently).
 Report: a row per run (the chosen point marked), the decision and its statistics; a bar chart of the means.
 """
 
@@ -38,20 +40,20 @@ from validation import kinds
 from validation.analysis.interference import decision_record, disturbed_flags
 from validation.launch.spec import safe_name
 from validation.formatting import (context_text, file_name, finite, fmt_num, fmt_pct, fmt_rate,
-                                      fmt_tflops, mfu_text, param_name, params_text, shared_context_text,
-                                      status_view)
+                                      fmt_tflops, mfu_text, param_name, params_text, shared_context_text)
 from validation.runbook.schema import mapping, setting_key, typed
 from validation.analysis.significance import StatsError, decide
 from validation.kinds import train_report
-from validation.kinds.blocks import Badge, Block, Column, Paragraph, Table
-from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, metrics_as_written, nothing_compared, order_seed, run_each, run_order, run_values, runs_as_written, trainer_launch
+from validation.kinds.blocks import Block, Column, Paragraph, Table
+from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed,
+                                      run_all, run_order, run_values, trainer_launch)
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, KeyFigure, effect_of, run_side, with_labels
 from validation.kinds._plot_helpers import bar_points
-from validation.results.codec import absent, decode, encode, given
-from validation.kinds._decision_view import decision_blocks, decision_mark
-from validation.results.decision import Choice, Decided
+from validation.results.codec import absent, decode, encode, given, written
+from validation.kinds._decision_view import compared_nothing, decision_blocks, decision_mark, status_badge
+from validation.results.decision import Choice, DecisionRecord
 from validation.results.run import Step as StepRecord
-from validation.results.trainer_launch import LaunchRun, Stat
+from validation.results.trainer_launch import Stat
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,33 +64,38 @@ class Options:
     repeats: int = 1
     prefer: list = dataclasses.field(default_factory=list)  # the points to keep without a significant winner
 
+
+UNDECIDED = ""  # Metrics.method where no decision was computed: method, noise_floor and recommended_repeats absent
+
+
 @dataclasses.dataclass(frozen=True)
 class Metrics:
     """The step's own metrics (the module docstring); method, noise_floor and recommended_repeats only when a
-    decision was computed."""
+    decision was computed (method null where it compared nothing; UNDECIDED, the keys left out, where none was).
+    Results written before decisions were recorded have neither runs nor repeats, decided, significant, choice and
+    kept_default."""
     points: int | None = None
-    runs: int | None = None
+    runs: int | None = absent()
     passed: int | None = None
-    repeats: int | None = None
+    repeats: int | None = absent()
     rule: str | None = absent()
     selection_rule: str | None = absent()  # "rule" in results written before it was renamed
     winner: str | None = None
-    method: str | None = absent()
+    method: str | None = absent(UNDECIDED)
     noise_floor: int | float | None = absent(beside="method")
     recommended_repeats: int | None = absent(beside="method")
-    decided: bool | None = None
-    significant: bool | None = None
-    choice: str | None = None
-    kept_default: bool | None = None
+    decided: bool | None = absent()
+    significant: bool | None = absent(beside="decided")
+    choice: str | None = absent(beside="decided")
+    kept_default: bool | None = absent(beside="decided")
     selection: str | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
-class Result(Decided):
-    """The parts of a sweep step's record the kind writes: the decision (Decided), its metrics, a record per run."""
+class Result(StepRecord):
+    """A sweep step's record: its runs, decision, choice and winner (the step record's), and its metrics."""
     metrics: Metrics = dataclasses.field(default_factory=Metrics)
-    runs: list[LaunchRun] = dataclasses.field(default_factory=list)
 
 
 RULE = ("a winner only when the best point beats every other one significantly (p < 0.05, block means of one "
@@ -97,7 +104,6 @@ RULE = ("a winner only when the best point beats every other one significantly (
 
 
 class Sweep(TrainerKind):
-    typed = False  # still the dict interface (validation.kinds.base.StepKind.typed)
     name = "sweep"
     summary = ("a matrix over env/args (e.g. `env.NSA_DDP_BUCKET_MB: [25, 50, 100]`), optionally repeated in a random "
                "order per repeat; a winner only when it beats every other point significantly, else the runbook's "
@@ -109,6 +115,7 @@ class Sweep(TrainerKind):
     performance = ("winner", "method", "noise_floor", "recommended_repeats", "decided", "significant", "choice",
                    "kept_default", "selection") + RUN_PERFORMANCE
     decides = True
+    result_type = Result
 
     def metric_names(self, step):  # runs.<label>: the matrix's points, by their labels (NSA_DDP_BUCKET_MB=50)
         return self.metrics if step is None else with_labels(self.metrics, "<label>", dict(sweep_points(step)))
@@ -152,75 +159,78 @@ class Sweep(TrainerKind):
                                       run_dir, extra_args=args, extra_env=env, params=params, repeat=repeat))
         return out
 
-    def run(self, step, launches, result, ctx) -> None:
-        runs, problems = run_each(ctx, step, launches, result, retry_disturbed=True)
-        records = [decode(LaunchRun, r, f"runs[{i}]") for i, r in enumerate(runs)]
-        points = dict(sweep_points(step))
-        data: dict[str, list] = {label: [None] * step.repeats for label in points}
-        for raw, r in zip(runs, records):
-            data[r.label][r.repeat] = run_values(ctx.run_dir, step, raw, step.select_metric)
+    def run(self, options: Options, ctx) -> Result:
+        """Every point in every repeat (a disturbed repeat run again), then the decision over the points."""
+        step = ctx.step
+        done = run_all(ctx, retry_disturbed=True)
+        runs = done.runs
+        points = dict(sweep_points(options))
+        data: dict[str, list] = {label: [None] * options.repeats for label in points}
+        for r in runs:
+            data[r.label][r.repeat] = run_values(ctx.run_dir, step, encode(r), options.select_metric)
         keep, source = keep_point(step)
-        preferred = [label for label in preferred_points(step)[1:] if label != keep]
-        metrics = {"points": len(points), "runs": len(runs), "passed": sum(r.status == "passed" for r in records),
-                   "repeats": step.repeats, "rule": RULE}
-        decision: dict[str, Any] = {"order_seed": order_seed(step, ctx.run_dir),
-                                    "order": [spec.label for spec in launches], "default_source": source,
-                                    "points": points}
+        preferred = [label for label in preferred_points(options)[1:] if label != keep]
+        ours = DecisionRecord(order_seed=order_seed(step, ctx.run_dir), order=[spec.label for spec in ctx.launches],
+                              default_source=source, points=points)
         try:
-            d = decide(data, default=keep, preference=preferred, higher_is_better=step.select_goal == "max",
-                       metric=step.select_metric, disturbed=disturbed_flags(runs, points, step.repeats),
+            d = decide(data, default=keep, preference=preferred, higher_is_better=options.select_goal == "max",
+                       metric=options.select_metric,
+                       disturbed=disturbed_flags([encode(r) for r in runs], points, options.repeats),
                        pair_noise=declared_pair_noise(ctx))
         except StatsError as exc:
             d = None
             reason = f"no decision: {exc}"
-            decision.update(reason=reason, significant=False, choice=None)
+            decision = dataclasses.replace(ours, reason=reason, significant=False, choice=None)
         choice = None
+        computed: dict[str, Any] = {}
         if d is not None:
-            decision, reason = {**d.as_dict(), **decision}, d.reason
+            reason = d.reason
+            decision = dataclasses.replace(decode(DecisionRecord, d.as_dict(), "decision"), order_seed=ours.order_seed,
+                                           order=ours.order, default_source=source, points=points)
             if d.choice is not None:
                 choice = Choice(d.choice, points[d.choice], d.reason, significant=d.significant,
                                 kept_default=d.kept_default)
-            metrics.update(winner=d.winner, method=d.method, noise_floor=d.noise_floor,
-                           recommended_repeats=d.recommended_repeats)
+            computed = dict(winner=d.winner, method=d.method, noise_floor=d.noise_floor,
+                            recommended_repeats=d.recommended_repeats)
         significant = bool(choice and choice.significant)
-        metrics.update(decided=choice is not None, significant=significant,
-                       choice=choice.label if choice else None, kept_default=bool(choice and choice.kept_default),
-                       selection=reason)
-        metrics.setdefault("winner", None)
-        chosen = encode(choice) if choice else None
-        result.update(decision=decision, choice=chosen, winner=chosen if significant else None, metrics=metrics)
-        record = decision_record(result, conclusive=bool(d is not None and d.significant))
-        if record is not None:
-            result["interference"] = record
-        if problems:
-            result.update(status="failed", reason="; ".join(problems))
+        metrics = Metrics(points=len(points), runs=len(runs), passed=sum(r.status == "passed" for r in runs),
+                          repeats=options.repeats, rule=RULE, **computed, decided=choice is not None,
+                          significant=significant, choice=choice.label if choice else None,
+                          kept_default=bool(choice and choice.kept_default), selection=reason)
+        if done.problems:
+            status, reason = "failed", "; ".join(done.problems)
         elif choice is None:
-            result.update(status="failed", reason=str(reason or "no decision"))
+            status, reason = "failed", str(reason or "no decision")
         else:
-            result.update(status="passed", reason=None)
+            status, reason = "passed", None
+        return Result(status=status, reason=reason, metrics=metrics, runs=runs, superseded=done.superseded,
+                      notes=done.notes, decision=decision, choice=choice, winner=choice if significant else None,
+                      interference=decision_record(encode(StepRecord(runs=runs)),
+                                                   conclusive=bool(d is not None and d.significant)))
 
-    def summary_line(self, result: dict) -> str:
-        decided = decode(Decided, result, lenient=True)
-        choice = given(decided.choice)
+    def summary_line(self, result: Result) -> str:
+        r = self.read(result)
+        choice = given(r.choice)
         if choice is None:
             return ""
         params = params_text(choice.params)
         if choice.significant:
             return f" winner: {params} (significant)"
-        source = decided.decision.default_source if decided.decision else None
+        source = r.decision.default_source if r.decision else None
         how = {"prefer": "preferred", "runbook": "the runbook's value", "first": "the matrix's first point"}.get(
             str(source), "kept") if choice.kept_default else "preferred"
-        if nothing_compared(result):
+        if compared_nothing(r):
             return f" no decision, nothing compared: {params} kept ({how})"
         return f" no significant difference: {params} kept ({how})"
 
-    def view(self, result: dict, view: dict) -> dict:
+    def view(self, result: Result, view: dict) -> dict:
         return {"command": ""}  # each run has its own
 
-    def blocks(self, result: dict) -> list[Block]:
+    def blocks(self, result: Result) -> list[Block]:
         """One row per run (the chosen one marked), the decision with its figures, and each run's summary."""
-        r = decode(Result, result, lenient=True)
-        runs, written = r.runs, metrics_as_written(result)
+        r = self.read(result)
+        runs = r.runs
+        metrics = [written(run.metrics) for run in runs]
         choice = given(r.choice) or given(r.winner)
         keys = sorted({str(k) for run in runs for k in run.params})
         label_counts = Counter(str(run.label) for run in runs)
@@ -239,16 +249,14 @@ class Sweep(TrainerKind):
             best = choice is not None and run.label == choice.label
             if best:
                 marked.add(i)
-            status = status_view(run.status)
             rows.append((value, fmt_rate(toks.mean), fmt_rate(toks.stdev), fmt_pct(toks.cv), fmt_num(toks.n),
-                         fmt_tflops(run.metrics.tflops_per_s), mfu_text(written[i], why=False),
-                         Badge(mark if best else status["word"], status["css"], bold=best,
-                               after=str(run.reason) if run.reason else None)))
+                         fmt_tflops(run.metrics.tflops_per_s), mfu_text(metrics[i], why=False),
+                         status_badge(run.status, run.reason, mark if best else None)))
         out: list[Block] = [Table(
             (Column(param_name(keys[0]) if len(keys) == 1 else "value"),
              *(Column(c, numeric=True) for c in ("Tokens/s, window mean (all ranks)", "Stdev", "CV", "n", "TFLOP/s",
                                                  "MFU")), Column("Status")), rows, marked=marked)]
-        context = shared_context_text(written)
+        context = shared_context_text(metrics)
         if context:
             out.append(Paragraph(f"Context of the tokens/s: {context}", style="context"))
         if decision:
@@ -261,24 +269,22 @@ class Sweep(TrainerKind):
         rule = r.metrics.rule or r.metrics.selection_rule
         if rule:
             out.append(Paragraph(f"Rule: {rule}", style="muted"))
-        return out + train_report.runs_blocks(runs_as_written(result))
+        return out + train_report.runs_blocks([encode(run) for run in runs])
 
-    def comparisons(self, result: dict) -> list[Effect]:
+    def comparisons(self, result: Result) -> list[Effect]:
         """The decision's best point against each other point."""
-        decision = decode(Decided, result, lenient=True).decision
-        effects = (effect_of(comp, run_side(result, comp.baseline), run_side(result, comp.variant))
-                   for comp in (decision.comparisons or [] if decision else []))
+        r = self.read(result)
+        effects = (effect_of(comp, run_side(r, comp.baseline), run_side(r, comp.variant))
+                   for comp in (r.decision.comparisons or [] if r.decision else []))
         return [e for e in effects if e]
 
-    def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
+    def key_figures(self, in_order: list[StepRecord]) -> list[KeyFigure]:
         """Each sweep's decision ("Best bucket" for a significant bucket-size winner, "Bucket" for the point kept),
         after the baseline throughput."""
         figures = []
-        for step in in_order:
-            frame = decode(StepRecord, step, "step", lenient=True)
-            if frame.kind != self.name:
+        for r in in_order:
+            if not isinstance(r, Result):
                 continue
-            r = decode(Result, step, lenient=True)
             choice = given(r.choice) or given(r.winner)
             if not choice:
                 continue
@@ -297,25 +303,23 @@ class Sweep(TrainerKind):
                 value = params_text(params) if params else fmt_num(choice.label)
             if not significant:
                 value += ", kept: no significant difference"
-            written = metrics_as_written(step)
-            chosen_runs = [(run, written[i]) for i, run in enumerate(r.runs) if run.label == choice.label]
-            means = [finite((run.metrics.toks_per_s or Stat()).mean) for run, _ in chosen_runs]
+            chosen_runs = [run for run in r.runs if run.label == choice.label]
+            means = [finite((run.metrics.toks_per_s or Stat()).mean) for run in chosen_runs]
             means = [m for m in means if m is not None]
             mean = sum(means) / len(means) if means else None
-            name = frame.name
+            name = r.name
             note = f"step `{name}`" + (f", {fmt_rate(mean)} tokens/s" if mean is not None else "")
-            context = context_text(chosen_runs[0][1]) if chosen_runs else None
+            context = context_text(written(chosen_runs[0].metrics)) if chosen_runs else None
             note += f" at {context}" if context and mean is not None else ""
             figures.append(KeyFigure("sweep_choice", label, value, note, order=20, steps=(str(name),)))
         return figures
 
-    def plots(self, name: str, result: dict, plotter) -> None:
-        runs = decode(Result, result, lenient=True).runs
-        mark = decision_mark(result)
-        keys = sorted({str(k) for r in runs for k in r.params})
+    def plots(self, name: str, result: Result, plotter) -> None:
+        r = self.read(result)
+        mark = decision_mark(r)
+        keys = sorted({str(k) for run in r.runs for k in run.params})
         marked_color = "tab:green" if mark and mark[1] == "winner" else "tab:blue"
-        plotter.bars(bar_points(runs_as_written(result), tick_by_param=True),
-                     title=f"Sweep: {decode(StepRecord, result, 'step', lenient=True).title or name}",
+        plotter.bars(bar_points(r.runs, tick_by_param=True), title=f"Sweep: {r.title or name}",
                      xlabel=param_name(keys[0]) if len(keys) == 1 else "run", filename=f"sweep_{file_name(name)}.png",
                      colors=lambda i, label: marked_color if mark and label == mark[0] else "tab:gray", mark=mark)
 

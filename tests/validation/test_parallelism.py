@@ -224,8 +224,9 @@ def test_view_accepts_damaged_results_and_formats_real_ones():
     for damaged in ({}, {"metrics": None}, {"metrics": {"strategies": [1, 2]}},
                     {"metrics": {"strategies": {"ddp": None}, "comparisons": "x", "batch_search": {"ddp": 3}}}):
         for kind in ("parallelism", "scaling"):
-            get(kind).view(damaged, {"name": "p"})
-            blocks_markdown(get(kind).blocks(damaged)), blocks_html(get(kind).blocks(damaged))
+            step = get(kind).hook_input(damaged)  # as the report hands it: the kind's Result, read leniently
+            get(kind).view(step, {"name": "p"})
+            blocks_markdown(get(kind).blocks(step)), blocks_html(get(kind).blocks(step))
     result = {"order_seed": 7, "metrics": {
         "repeats": 2, "recommendation": "ddp", "regime": "fits_with_headroom", "recommendation_reason": "because",
         "capacity": {"gb": 8.0, "source": "host"}, "headroom": 0.2, "batch_search": {"skipped": "CPU"},
@@ -234,7 +235,7 @@ def test_view_accepts_damaged_results_and_formats_real_ones():
                                "toks_per_s_runs": [900.0, 1100.0], "step_time_s": 0.25,
                                "comm_bytes_counted": 745184, "comm_bytes_model": 745184, "comm_model_matches": True,
                                "memory_model": {"total": 1024 ** 3 * 2}, "comm_time_s": 0.0143}}}}
-    md = blocks_markdown(get("parallelism").blocks(result))
+    md = blocks_markdown(get("parallelism").blocks(get("parallelism").read(result)))
     assert "| ddp | DDP | 2/2 | 250.0 ms | 1,000.0 (900.0 .. 1,100.0) | n/a |" in md
     assert "| ddp | 745,184 B | 745,184 B | yes | 14.3 ms |" in md
     assert md.count("2.000 GB") == 1  # the model's total
@@ -298,7 +299,9 @@ def test_search_batches_launches_probes_and_reads_oom(tmp_path, monkeypatch):
     """The live part of the search with the launches faked: each probe is a trainer launch at --batch-size b with
     the search's steps; a failure whose reason says out of memory is "does not fit", any other stops the search."""
     from validation.kinds.parallelism import analysis
+    from validation.kinds.parallelism.records import Capacity, Metrics
     from validation.kinds import trainer
+    from validation.results.codec import decode
 
     path = tmp_path / "rb.yaml"
     path.write_text(RB % ("strategies: [ddp, fsdp], batch_search: {start: 2, max: 64, steps: 3}", "modes: [weak]"))
@@ -320,20 +323,21 @@ def test_search_batches_launches_probes_and_reads_oom(tmp_path, monkeypatch):
 
     monkeypatch.setattr(trainer, "collect", fake_collect)
     ctx = SimpleNamespace(run_dir=tmp_path, launch=lambda spec, i, n: SimpleNamespace(reason="", excerpt=None),
-                          record=lambda *a: None, save=lambda: None, winners=dict)
-    result = {"metrics": {"capacity": {"device": "cuda"}}}
-    out = analysis.search_batches(par, [], result, ctx)
-    assert out["ddp"]["largest"] == 12 and out["ddp"]["first_oom"] == 13 and out["ddp"]["error"] is None
-    assert out["fsdp"]["largest"] == 16 and out["fsdp"]["error"].startswith("batch 32: exit code 1 (rank 0: NaN")
+                          winners=dict)
+    saved = []
+    out = analysis.search_batches(par, Metrics(capacity=Capacity(device="cuda")), ctx, on_progress=saved.append)
+    assert out["ddp"].largest == 12 and out["ddp"].first_oom == 13 and out["ddp"].error is None
+    assert out["fsdp"].largest == 16 and out["fsdp"].error.startswith("batch 32: exit code 1 (rank 0: NaN")
+    assert [list(s) for s in saved] == [["ddp"], ["ddp", "fsdp"]]  # saved as each strategy's search ends
     assert len({d for _, _, d in launched}) == len(launched), "every probe has its own directory"
-    assert analysis.search_batches(par, [], {"metrics": {"capacity": {"device": "cpu"}}}, ctx)["skipped"].startswith(
+    assert analysis.search_batches(par, Metrics(capacity=Capacity(device="cpu")), ctx).skipped.startswith(
         "skipped on CPU")
     # the recommendation uses what the search found: DDP's largest batch below the batch needed -> does not fit
     m = {"strategies": {k: {"passed": 2, "oom": 0, "peak_alloc_gb": 10.0, "peak_reserved_gb": None,
                             "toks_per_s": 1.0} for k in ("ddp", "fsdp")},
          "capacity": {"gb": 80.0}, "comparisons": {}, "batch_search": {"ddp": {"largest": 2}, "fsdp": {"largest": 16}}}
-    analysis.decide_recommendation(par, m)  # args.batch_size 4
-    assert m["batch_needed"] == 4 and m["regime"] == "does_not_fit" and m["recommendation"] == "fsdp"
+    m = analysis.decide_recommendation(par, decode(Metrics, m, "metrics"))  # args.batch_size 4
+    assert m.batch_needed == 4 and m.regime == "does_not_fit" and m.recommendation == "fsdp"
 
 
 # ---------------------------------------------------------------------------------------------- across ranks

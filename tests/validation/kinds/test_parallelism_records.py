@@ -16,7 +16,7 @@ from validation.analysis.parallelism import (Evidence, aligned_collectives, expo
                                              recommendation)
 from validation.kinds.parallelism import Strategy
 from validation.kinds.parallelism.analysis import decide_recommendation, figures, strategy_figures
-from validation.kinds.parallelism.records import Result, RunInfo, Searched, Skipped, StrategyFigures
+from validation.kinds.parallelism.records import Metrics, Result, RunInfo, Searched, Skipped, StrategyFigures
 from validation.results.codec import decode, encode
 from validation.results.decision import ComparisonRecord
 from validation.results.model import ResultsError
@@ -61,8 +61,8 @@ def test_the_recommendation_read_through_the_records_writes_what_the_committed_m
         for key in RECOMMENDATION_KEYS:
             m.pop(key)
         par = SimpleNamespace(launch=SimpleNamespace(args={}), headroom=step["metrics"]["headroom"])
-        decide_recommendation(par, m, step["runs"])
-        assert json.dumps(m) == json.dumps(step["metrics"]), where
+        out = decide_recommendation(par, decode(Metrics, m, where), [decode(LaunchRun, r) for r in step["runs"]])
+        assert json.dumps(encode(out)) == json.dumps(step["metrics"]), where
         seen += 1
     assert seen >= 1
 

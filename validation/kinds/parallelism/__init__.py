@@ -20,8 +20,9 @@ memory_kind, memory_model, comm_bytes_counted, comm_bytes_model, comm_model_matc
 comm_prediction, exposed_comm_s, aligned_comm_s (collective time, ranks aligned), exposed_source, per_step (counts)}}, "all_ran", "comparisons" {"b:a": Comparison},
 "recommendation", "recommendation_reason", "regime", "headroom", "capacity", "batch_search", "comm_step",
 "repeats"}. All times per optimizer step; memory in GB (GiB as the trainer writes it).
-The kind's Result (validation.kinds.parallelism.records) is these metrics, a LaunchRun per run and the run order as
-typed records: decoded strictly where run() reads what it built, leniently where the report reads them.
+Options: the keys above. Result (validation.kinds.parallelism.records): the step record with these metrics as typed
+records (Metrics), a LaunchRun per run and the run order: what run() returns, decoded leniently where the report
+reads it.
 """
 
 from __future__ import annotations
@@ -35,12 +36,11 @@ from validation.analysis.parallelism import STRATEGIES
 from validation.runbook.schema import env_vars, mapping, trainer_flags, typed
 from validation.kinds.parallelism.analysis import analyse, decide_recommendation, search_batches
 from validation.kinds.parallelism.launch import strategy_launch
-from validation.kinds.parallelism.records import Metrics, Result
+from validation.kinds.parallelism.records import Result
 from validation.kinds.parallelism.view import draw_plots, parallelism_blocks
 from validation.kinds.blocks import Block
 from validation.kinds.base import KeyFigure, Settings, earlier_step_of_kind
-from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order
-from validation.results.codec import decode
+from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_all, run_order
 from validation.results.run import Step
 
 
@@ -68,7 +68,6 @@ class Options:
 
 
 class Parallelism(TrainerKind):
-    typed = False  # still the dict interface (validation.kinds.base.StepKind.typed)
     name = "parallelism"
     summary = ("the same config under DDP, FSDP2 full shard and FSDP2 no-reshard, interleaved repeats: step time, "
                "tokens/s, memory vs the memory model, counted vs modelled bytes, measured/predicted/exposed "
@@ -90,6 +89,7 @@ class Parallelism(TrainerKind):
                    "strategies.<strategy>.toks_per_s", "strategies.<strategy>.toks_per_s_runs",
                    "strategies.<strategy>.comm_time_s", "strategies.<strategy>.comm_share") + RUN_PERFORMANCE
     decides = True
+    result_type = Result
 
     def parse(self, raw: dict, path: tuple, ctx) -> Options:
         value = raw.get("strategies", list(STRATEGIES))
@@ -143,43 +143,44 @@ class Parallelism(TrainerKind):
             out.append(strategy_launch(step, label, repeat, winners, run_dir))
         return out
 
-    def run(self, step, launches, result, ctx) -> None:
-        runs, problems = run_each(ctx, step, launches, result)
-        result["order_seed"], result["order"] = order_seed(step, ctx.run_dir), [s.label for s in launches]
-        m = result["metrics"] = analyse(step, runs, ctx)
-        m["batch_search"] = search_batches(step, runs, result, ctx)
-        decide_recommendation(step, m, runs)
-        ctx.save()
-        if problems and not decode(Metrics, m, f"steps.{step.name}.metrics").oom_only:
-            result.update(status="failed", reason="; ".join(problems))
+    def run(self, options: Options, ctx) -> Result:
+        step = ctx.step
+        done = run_all(ctx)
+        frame = Result(runs=done.runs, superseded=done.superseded, notes=done.notes,
+                       order_seed=order_seed(step, ctx.run_dir), order=[s.label for s in ctx.launches])
+        m = analyse(step, done.runs, ctx)
+        # each strategy's search saved as it ends, the metrics without the search until it has ended
+        search = search_batches(step, m, ctx, on_progress=lambda _: ctx.save(dataclasses.replace(frame, metrics=m)))
+        m = decide_recommendation(step, dataclasses.replace(m, batch_search=search), done.runs)
+        if done.problems and not m.oom_only:
+            status, reason = "failed", "; ".join(done.problems)
         else:
-            result.update(status="passed", reason="; ".join(problems) or None)
+            status, reason = "passed", "; ".join(done.problems) or None
+        return dataclasses.replace(frame, status=status, reason=reason, metrics=m)
 
-    def summary_line(self, result: dict) -> str:
-        recommendation = decode(Result, result, lenient=True).metrics.recommendation
+    def summary_line(self, result: Result) -> str:
+        recommendation = self.read(result).metrics.recommendation
         return f" recommendation: {recommendation}" if recommendation else ""
 
-    def view(self, result: dict, view: dict) -> dict:
+    def view(self, result: Result, view: dict) -> dict:
         return {"command": ""}  # each run has its own
 
-    def blocks(self, result: dict) -> list[Block]:
-        return parallelism_blocks(result)
+    def blocks(self, result: Result) -> list[Block]:
+        return parallelism_blocks(self.read(result))
 
-    def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
+    def key_figures(self, in_order: list[Step]) -> list[KeyFigure]:
         out = []
         for s in in_order:
-            frame = decode(Step, s, lenient=True)
-            if frame.kind != self.name:
+            if not isinstance(s, Result):
                 continue
-            m = decode(Result, s, lenient=True).metrics
+            m = s.metrics
             if m.recommendation:
                 out.append(KeyFigure("parallelism", "Parallelism", str(m.recommendation),
-                                     f"step `{frame.name}`: {m.recommendation_reason}", order=30,
-                                     steps=(str(frame.name),)))
+                                     f"step `{s.name}`: {m.recommendation_reason}", order=30, steps=(str(s.name),)))
         return out
 
-    def plots(self, name: str, result: dict, plotter) -> None:
-        draw_plots(name, result, plotter)
+    def plots(self, name: str, result: Result, plotter) -> None:
+        draw_plots(name, self.read(result), plotter)
 
 
 kinds.register(Parallelism())

@@ -1,8 +1,8 @@
 """What the `parallelism` step makes of its runs (validation.kinds.parallelism): per-strategy figures from each
 run's summary.json (validation.contracts.read_summary) and profiler trace, the paired comparisons between the
 strategies, the batch-size search on GPU and the recommendation. Not a step kind (the leading underscore keeps the
-registry from treating it as one). The runs are read as LaunchRun records and each run's files as a RunInfo
-(validation.kinds.parallelism.records); what is written into the metrics is results.json's JSON."""
+registry from treating it as one). The runs are LaunchRun records, each run's files read as a RunInfo and the
+metrics built as the Metrics record (validation.kinds.parallelism.records)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,20 @@ import json
 import os
 import statistics
 from pathlib import Path
-from typing import Any, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from validation import contracts
 from validation.analysis.collectives import predict_seconds
 from validation.analysis.parallelism import (Evidence, SearchError, aligned_collectives, batch_search, exposed_comm,
                                              is_oom, recommendation)
 from validation.analysis.significance import StatsError, adjust_family, compare_paired, compare_series
-from validation.formatting import as_dict
 from validation.kinds.parallelism.launch import strategy_launch
-from validation.kinds.parallelism.records import CommCount, Metrics, Result, RunInfo, StrategyFigures
+from validation.kinds.parallelism.records import (Capacity, CommCount, CommMeasured, Compared, Metrics, NotCompared,
+                                                  RunInfo, Searched, Skipped, StrategyFigures)
 from validation.kinds import trainer
 from validation.kinds.trainer import run_values
 from validation.results.codec import decode, encode
-from validation.results.run import Step
+from validation.results.run import Step, read_run as read_results
 from validation.results.trainer_launch import LaunchRun
 
 CPU_SEARCH_SKIPPED = ("skipped on CPU: a rank's memory (RSS) has no hard limit there, so a batch that does not fit "
@@ -43,24 +43,24 @@ def _record(cls: type[T], value: Any) -> T:
     return value if isinstance(value, cls) else decode(cls, value, lenient=True)
 
 
-def _comm_step(results: dict, name: str | None) -> Step:
-    """The record of the `comm` step `name` in the run's results (blank where missing); its metrics are the comm
-    kind's JSON, read here only for its tables and what they were measured with."""
-    return decode(Step, as_dict(results.get("steps")).get(name), lenient=True)
+def _comm_step(results: dict, name: str | None) -> tuple[Step, CommMeasured]:
+    """The record of the `comm` step `name` in the run's results (blank where missing) and what its metrics say of
+    its tables."""
+    comm = read_results(results).steps.get(name) or Step()
+    return comm, decode(CommMeasured, comm.metrics, lenient=True)
 
 
 def comm_tables(step, results: dict) -> tuple[dict | None, str]:
     """The bandwidth tables of the step's `comm` step ({kind: table}) and where they come from, or (None, why)."""
     if not step.comm:
         return None, NOT_AVAILABLE
-    comm = _comm_step(results, step.comm)
-    metrics = comm.metrics
-    tables = {k: v["table"] for k, v in metrics.items() if isinstance(v, dict) and v.get("table")}
+    comm, measured = _comm_step(results, step.comm)
+    tables = measured.tables()
     if comm.status != "passed" or not tables:
         return None, (f"not available: comm step {step.comm!r} {comm.status or 'did not run'}"
                       + (f" ({comm.reason})" if comm.reason else "") + ", so no bandwidth table")
-    return tables, (f"comm step {step.comm!r} ({metrics.get('backend')}, {metrics.get('source')}, world size "
-                    f"{metrics.get('world_size')})")
+    return tables, (f"comm step {step.comm!r} ({measured.backend}, {measured.source}, world size "
+                    f"{measured.world_size})")
 
 
 def read_run(ctx, run: LaunchRun) -> dict[str, Any]:
@@ -158,15 +158,14 @@ def figures(label: str, spec, runs: Sequence[LaunchRun], infos: Sequence[RunInfo
                         if traces else "not measured (no profiler trace with a collective)"))
 
 
-def compare_strategies(step, runs: list[dict], ctx) -> dict[str, dict]:
-    """{"<b>:<a>": Comparison.as_dict()} of tokens/s for every pair of strategies (b listed after a): paired over
-    repeats with 2+ repeats, else block means of the one run each; Holm over the pairs. `runs` as run_each wrote
-    them."""
+def compare_strategies(step, runs: list[LaunchRun], ctx) -> dict[str, Compared | NotCompared]:
+    """{"<b>:<a>": the comparison} of tokens/s for every pair of strategies (b listed after a): paired over repeats
+    with 2+ repeats, else block means of the one run each; Holm over the pairs. A pair that could not be compared
+    has a NotCompared saying why."""
     labels = list(step.strategies)
     data = {label: [None] * step.repeats for label in labels}
-    for i, raw in enumerate(runs):
-        r = decode(LaunchRun, raw, f"runs[{i}]")
-        data[r.label][r.repeat] = run_values(ctx.run_dir, step, raw, "toks_per_s")
+    for r in runs:
+        data[r.label][r.repeat] = run_values(ctx.run_dir, step, encode(r), "toks_per_s")
 
     def mean(v):
         return None if v is None else (float(v) if isinstance(v, (int, float)) else sum(v) / len(v))
@@ -181,12 +180,13 @@ def compare_strategies(step, runs: list[dict], ctx) -> dict[str, dict]:
                 elif isinstance(data[a][0], list) and isinstance(data[b][0], list):
                     comps.append(compare_series(data[a][0], data[b][0], baseline=a, variant=b, metric="toks_per_s"))
                 else:
-                    notes[f"{b}:{a}"] = {"text": "not compared: a run without a measurement", "significant": False}
+                    notes[f"{b}:{a}"] = NotCompared("not compared: a run without a measurement", False)
             except StatsError as exc:
-                notes[f"{b}:{a}"] = {"text": f"not compared: {exc}", "significant": False}
+                notes[f"{b}:{a}"] = NotCompared(f"not compared: {exc}", False)
     if len(comps) > 1:
         comps = list(adjust_family(comps).comparisons)
-    return {**{f"{c.variant}:{c.baseline}": c.as_dict() for c in comps}, **notes}
+    return {**{f"{c.variant}:{c.baseline}": decode(Compared, c.as_dict(), f"{c.variant}:{c.baseline}")
+               for c in comps}, **notes}
 
 
 def host_memory_gb() -> float | None:
@@ -197,50 +197,48 @@ def host_memory_gb() -> float | None:
         return None
 
 
-def capacity(step, infos: Sequence[RunInfo]) -> dict[str, Any]:
+def capacity(step, infos: Sequence[RunInfo]) -> Capacity:
     """The memory one rank has: the GPU's (env.json devices), else this host's memory / ranks per node."""
     for info in infos:
         gb = next((d.memory_gb for d in info.env.devices if d.memory_gb), None)
         if gb:
-            return {"gb": float(gb), "source": "GPU memory (env.json devices)", "device": "cuda"}
+            return Capacity(gb=float(gb), device="cuda", source="GPU memory (env.json devices)")
     host = host_memory_gb()
     ranks = max(1, step.launch.nproc_per_node)
-    return {"gb": host / ranks if host else None, "device": "cpu",
-            "source": f"host memory / {ranks} rank(s) per node (CPU: peak is the resident set size)"}
+    return Capacity(gb=host / ranks if host else None, device="cpu",
+                    source=f"host memory / {ranks} rank(s) per node (CPU: peak is the resident set size)")
 
 
-def analyse(step, runs: list[dict], ctx) -> dict[str, Any]:
-    """The step's metrics up to the batch-size search (Metrics' strategies .. oom_only), as results.json holds them;
-    `runs` as run_each wrote them."""
-    records = [decode(LaunchRun, r, f"runs[{i}]") for i, r in enumerate(runs)]
-    infos = [decode(RunInfo, read_run(ctx, r), lenient=True) for r in records]
+def analyse(step, runs: list[LaunchRun], ctx) -> Metrics:
+    """The step's metrics up to the batch-size search (Metrics' strategies .. oom_only)."""
+    infos = [decode(RunInfo, read_run(ctx, r), lenient=True) for r in runs]
     tables, why = comm_tables(step, ctx.results)
-    comm_world = _comm_step(ctx.results, step.comm).metrics.get("world_size") if step.comm else None
-    strategies = {label: figures(label, spec, records, infos, tables, why, comm_world)
+    comm_world = _comm_step(ctx.results, step.comm)[1].world_size if step.comm else None
+    strategies = {label: figures(label, spec, runs, infos, tables, why, comm_world)
                   for label, spec in step.strategies.items()}
-    failed = [r for r in records if r.status != "passed"]
-    return {"strategies": {label: encode(s) for label, s in strategies.items()}, "repeats": step.repeats,
-            "comm_step": step.comm, "comm_source": why,
-            "all_ran": all(s.passed == s.runs and s.runs > 0 for s in strategies.values()),
-            "byte_model_matches": all(s.comm_model_matches for s in strategies.values()),
-            "comparisons": compare_strategies(step, runs, ctx), "capacity": capacity(step, infos),
-            "headroom": step.headroom, "oom_only": bool(failed) and all(is_oom(r.reason) for r in failed)}
+    failed = [r for r in runs if r.status != "passed"]
+    return Metrics(strategies=strategies, repeats=step.repeats, comm_step=step.comm, comm_source=why,
+                   all_ran=all(s.passed == s.runs and s.runs > 0 for s in strategies.values()),
+                   byte_model_matches=all(s.comm_model_matches for s in strategies.values()),
+                   comparisons=compare_strategies(step, runs, ctx), capacity=capacity(step, infos),
+                   headroom=step.headroom, oom_only=bool(failed) and all(is_oom(r.reason) for r in failed))
 
 
-def search_batches(step, runs: list[dict], result: dict, ctx) -> dict[str, Any] | None:
-    """The batch-size search per strategy (GPU only; validation.analysis.parallelism.batch_search), or why it was skipped."""
+def search_batches(step, metrics: Metrics, ctx, on_progress: Callable[[dict[str, Searched]], None] | None = None,
+                   ) -> Skipped | dict[str, Searched] | None:
+    """The batch-size search per strategy (GPU only; validation.analysis.parallelism.batch_search), or why it was
+    skipped; `on_progress(found so far)` after each strategy's search."""
     if not step.batch_search:
         return None
-    if decode(Result, result, "result").metrics.capacity.device != "cuda":
-        return {"skipped": CPU_SEARCH_SKIPPED}
+    if metrics.capacity.device != "cuda":
+        return Skipped(CPU_SEARCH_SKIPPED)
     winners = ctx.winners()
-    out: dict[str, Any] = {}
+    out: dict[str, Searched] = {}
     for label in step.strategies:
         def fits(batch: int, label=label) -> bool:
             spec = strategy_launch(step, label, 0, winners, ctx.run_dir, batch=batch,
                                    steps_override=step.batch_search.steps)
             lr = ctx.launch(spec, 0, 1)
-            ctx.record(result, spec, lr)
             status, reason, _ = trainer.collect(ctx, step, spec, lr)
             if status == "passed":
                 return True
@@ -249,20 +247,19 @@ def search_batches(step, runs: list[dict], result: dict, ctx) -> dict[str, Any] 
             raise SearchError(f"batch {batch}: {reason}")
 
         found = batch_search(fits, step.batch_search.start, step.batch_search.max)
-        out[label] = found.as_dict()
-        ctx.save()
+        out[label] = decode(Searched, found.as_dict(), f"batch_search.{label}")
+        if on_progress is not None:
+            on_progress(dict(out))
     return out
 
 
-def decide_recommendation(step, m: dict, runs: list[dict] | None = None) -> None:
-    """The recommendation (validation.analysis.parallelism.recommend) from the metrics, written into them. The batch the
+def decide_recommendation(step, metrics: Metrics, runs: list[LaunchRun] | None = None) -> Metrics:
+    """`metrics` with the recommendation (validation.analysis.parallelism.recommend) and what it weighed. The batch the
     runbook needs is the step's args.batch_size, else the micro-batch its runs used (env.json, the config's)."""
     need = step.launch.args.get("batch_size")
     if not isinstance(need, int):
-        contexts = (decode(LaunchRun, r, f"runs[{i}]").metrics.context for i, r in enumerate(runs or []))
+        contexts = (r.metrics.context for r in runs or [])
         need = next((c.micro_batch for c in contexts if c is not None and isinstance(c.micro_batch, int)), None)
-    m["batch_needed"] = need
-    metrics = decode(Metrics, m, "metrics")
     search = metrics.batch_search if isinstance(metrics.batch_search, dict) else {}
     evidence, unmeasured = {}, []
     for label, s in metrics.strategies.items():
@@ -278,9 +275,10 @@ def decide_recommendation(step, m: dict, runs: list[dict] | None = None) -> None
             fits = fits and largest >= need
         evidence[label] = Evidence(fits=fits, peak_gb=peak, capacity_gb=metrics.capacity.gb,
                                    toks_per_s=s.toks_per_s, largest_batch=largest)
-    rec = recommendation(evidence, metrics.comparisons, headroom=step.headroom)
+    comparisons = {k: c if isinstance(c, Compared) else encode(c) for k, c in metrics.comparisons.items()}
+    rec = recommendation(evidence, comparisons, headroom=step.headroom)
     reason = rec.reason
     if unmeasured and reason:
         reason += f"; not considered: {', '.join(unmeasured)} (no run passed, none ran out of memory)"
-    m.update(recommendation=rec.strategy, recommendation_reason=reason, regime=rec.regime,
-             recommendation_numbers={label: dataclasses.asdict(n) for label, n in rec.numbers.items()})
+    return dataclasses.replace(metrics, batch_needed=need, recommendation=rec.strategy, recommendation_reason=reason,
+                               regime=rec.regime, recommendation_numbers=dict(rec.numbers))

@@ -5,8 +5,12 @@ validation.results.codec, and what it reads of each run's trainer files to get t
     r.metrics.strategies["ddp"].toks_per_s, r.metrics.comparisons["fsdp:ddp"].rel, r.metrics.capacity.gb,
     r.metrics.batch_search (Skipped, or {label: Searched}), r.metrics.recommendation_numbers["ddp"].headroom, r.runs
 
+The Result is the whole step record (a validation.results.run.Step: status, reason, runs, run order, ...) with its
+metrics typed: what run() returns and what the report hooks read.
+
 The metrics' keys and what they mean are the kind's module docstring (validation.kinds.parallelism); a comparison is
-validation.results.decision.ComparisonRecord (significance.Comparison's record), each run a
+a Compared (validation.results.decision.ComparisonRecord, significance.Comparison's record), or a NotCompared (why
+a pair was not compared), each run a
 validation.results.trainer_launch.LaunchRun. Encoding a decoded record gives back the same JSON: a key written only
 when it applies is an absent() field, and every key not declared here is kept in `extra`.
 
@@ -22,8 +26,9 @@ import dataclasses
 from typing import Any
 
 from validation.analysis.parallelism import AlignedComm, ExposedComm, Numbers
-from validation.results.codec import absent
+from validation.results.codec import absent, decode
 from validation.results.decision import ComparisonRecord
+from validation.results.run import Step
 from validation.results.trainer_launch import LaunchRun, Num, TrainingSummary
 
 
@@ -105,6 +110,29 @@ class RunInfo:
     aligned: AlignedComm | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class CommTable:
+    """One collective of a `comm` step's metrics: its bandwidth table (validation.analysis.collectives.bandwidth_row
+    rows), the rest of its figures unread here."""
+    table: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class CommMeasured:
+    """What the step reads of its `comm` step's metrics (that kind's documented interface; the step does not import
+    the kind): what its tables were measured with, and every collective's table."""
+    world_size: Any = None
+    backend: Any = None
+    source: Any = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def tables(self) -> dict[str, list[dict[str, Any]]]:
+        """{collective: its table} of the collectives with a table, in the order they were written."""
+        read = {k: decode(CommTable, v, k, lenient=True) for k, v in self.extra.items() if isinstance(v, dict)}
+        return {k: c.table for k, c in read.items() if c.table}
+
+
 # ---------------------------------------------------------------------------------------------- results.json
 @dataclasses.dataclass(frozen=True)
 class StrategyFigures:
@@ -134,6 +162,21 @@ class StrategyFigures:
     profiled_comm_s: Num | None = None
     aligned_comm_s: Num | None = None
     exposed_source: str | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Compared(ComparisonRecord):
+    """A pair of strategies compared (significance.Comparison.as_dict): its baseline is always there, which tells it
+    from a NotCompared."""
+    baseline: str = dataclasses.field(default=dataclasses.MISSING)  # required here: ComparisonRecord's is optional
+
+
+@dataclasses.dataclass(frozen=True)
+class NotCompared:
+    """A pair that was not compared, and why (a run without a measurement, too few values)."""
+    text: str | None = None
+    significant: bool | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -177,7 +220,7 @@ class Metrics:
     comm_source: str | None = None
     all_ran: bool | None = None
     byte_model_matches: bool | None = None
-    comparisons: dict[str, ComparisonRecord] = dataclasses.field(default_factory=dict)  # "<b>:<a>"; or a note
+    comparisons: dict[str, Compared | NotCompared] = dataclasses.field(default_factory=dict)  # "<b>:<a>"
     capacity: Capacity = dataclasses.field(default_factory=Capacity)
     headroom: Num | None = None
     oom_only: bool | None = None
@@ -191,9 +234,6 @@ class Metrics:
 
 
 @dataclasses.dataclass(frozen=True)
-class Result:
-    """The parts of a parallelism step's record the kind writes: its metrics, a record per run, the run order."""
+class Result(Step):
+    """A parallelism step's record: the step record (a LaunchRun per run, the run order, ...) with its metrics."""
     metrics: Metrics = dataclasses.field(default_factory=Metrics)
-    runs: list[LaunchRun] = dataclasses.field(default_factory=list)
-    order_seed: int | None = absent()
-    order: list[str] | None = absent()

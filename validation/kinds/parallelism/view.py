@@ -1,7 +1,7 @@
 """The report's view and plots of a `parallelism` step (validation.kinds.parallelism): the strategies side by side,
 the memory table (measured peaks beside the memory model), predicted vs measured communication, the comparisons,
-the batch-size search and the recommendation with its reason. Accepts anything: results may be damaged (the
-step record is decoded leniently as the kind's Result)."""
+the batch-size search and the recommendation with its reason, from the kind's Result (the report decodes it
+leniently: results may be damaged)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from validation.analysis.parallelism import STRATEGIES
 from validation.kinds.blocks import Block, Bullets, Column, Paragraph, Table
 from validation.kinds.parallelism.records import Capacity, MemoryModel, Result, Skipped, StrategyFigures
 from validation.formatting import file_name, finite, fmt_num, fmt_pct, fmt_rate
-from validation.results.codec import decode
-from validation.results.run import Step
 
 GIB = 1024 ** 3
 
@@ -51,10 +49,9 @@ def prediction_note(label: Any, predicted: Any, aligned: Any, in_flight: Any) ->
             "the ranks-aligned column.")
 
 
-def parallelism_blocks(result: dict) -> list[Block]:
+def parallelism_blocks(r: Result) -> list[Block]:
     """The strategies side by side (the recommended one marked), communication, memory, the comparisons, the
     batch-size search and the recommendation with its reason."""
-    r = decode(Result, result, lenient=True)
     m = r.metrics
     strategies = {str(k): s for k, s in m.strategies.items()}
     recommendation = fmt_num(m.recommendation) if m.recommendation else "none"
@@ -124,14 +121,14 @@ def parallelism_blocks(result: dict) -> list[Block]:
     return out
 
 
-def draw_plots(name: str, result: dict, plotter) -> None:
+def draw_plots(name: str, result: Result, plotter) -> None:
     """Tokens/s per strategy (each repeat a dot, the mean a bar) and the communication per step: measured at the
     collective calls over the whole run, predicted, and in the profiled steps their total and exposed part."""
-    strategies = {str(k): s for k, s in decode(Result, result, lenient=True).metrics.strategies.items()}
+    strategies = {str(k): s for k, s in result.metrics.strategies.items()}
     if not strategies:
         return
     labels = list(strategies)
-    title = f"Parallelism: {decode(Step, result, lenient=True).title or name}"
+    title = f"Parallelism: {result.title or name}"
     fig, ax = plotter.figure(title, "strategy")
     means = [finite(strategies[k].toks_per_s) or 0.0 for k in labels]
     ax.bar(range(len(labels)), means, color="tab:blue", alpha=0.6, edgecolor="black", linewidth=0.6)

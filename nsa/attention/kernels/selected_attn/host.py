@@ -128,7 +128,9 @@ mma.sync beside four wgmma products, and d = 128's backward (BLOCK_N = 32, BLOCK
 mma.sync. hpg > 32, or d = 128 with hpg > 16, are not compiled ahead of time: BLOCK_R grows to pow2(hpg) there and
 may spill. Registers and shared memory per case: reports/aot/triton-<version>.md; the dQ choices side by side
 (registers, CTAs per SM): reports/aot/selected_bwd_dq.md; the forward's tile choices: reports/aot/
-selected_fwd_occupancy.md.
+selected_fwd_occupancy.md; the "band" forced choice's own compiles (_sel_band_rest, _sel_band_merge, the band's
+range forward and dQ with fp32 outputs: no spills, 40-70 registers for the two small kernels, 168 and 161 for the
+band's forward and dQ on sm_90 under 3.9) and its op count: reports/aot/selected_band.md.
 """
 
 from __future__ import annotations
@@ -921,6 +923,7 @@ def aot_cases():
             cases += bwd_aot_cases(hpg, d, "atomic")
             if (hpg, d) == (6, 64):
                 cases += bwd_aot_cases(hpg, d, "query") + fwd_out_aot_cases(hpg, d) + host_aot_cases(hpg, d)
+                cases += band_aot_cases(hpg, d)
         cases.append(case(f"sel_bwd_delta[d={d}]", _sel_bwd_delta, {"O": bf, "DO": bf, "DELTA": f32},
                           {"BLOCK_T": 64, "D_V": d}, 4, 1, tensor_cores=False))
     return cases

@@ -92,13 +92,15 @@ def run_runbook(monkeypatch, tmp_path: Path, text: str, trainer: FakeTrainer, ru
 def run_ab_step(monkeypatch, tmp_path: Path, runbook_text: str, collect, values) -> dict:
     """One `ab` step's AB.run in-process, below the launcher: `collect(spec)` returns the metrics a launch's
     telemetry and statistics would give (toks_per_s, throughput_stable, interference), `values(run)` the per-step
-    tokens/s of a run record (label, repeat). The step is the runbook's first; returns its result dict."""
+    tokens/s of a run record as written (label, repeat). The step is the runbook's first; returns its Result as
+    results.json would hold it (the step's entry, less what the runner adds)."""
     from types import SimpleNamespace
 
     from validation.runbook.plan import step_launches
     from validation.runbook.loader import load_runbook
     from validation.kinds import ab as ab_mod
     from validation.kinds import trainer as trainer_mod
+    from validation.results.codec import encode
 
     path = tmp_path / "rb.yaml"
     path.write_text(runbook_text)
@@ -108,7 +110,6 @@ def run_ab_step(monkeypatch, tmp_path: Path, runbook_text: str, collect, values)
     monkeypatch.setattr(ab_mod, "_ignored_settings", lambda ctx, step, runs, label: [])
     monkeypatch.setattr(ab_mod, "declared_pair_noise", lambda ctx: None)
     ctx = SimpleNamespace(run_dir=tmp_path, launch=lambda spec, i, n: SimpleNamespace(argv=spec.argv),
-                          record=lambda *a: None, save=lambda: None, results={"runbook": {"name": "t"}})
-    result: dict = {}
-    ab_mod.AB().run(step, step_launches(step, {}, tmp_path), result, ctx)
-    return result
+                          save=lambda partial=None: None, results={"runbook": {"name": "t"}}, step=step,
+                          launches=step_launches(step, {}, tmp_path))
+    return encode(ab_mod.AB().run(step.options, ctx))

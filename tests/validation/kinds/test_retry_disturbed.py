@@ -1,4 +1,4 @@
-"""A repeat measured under interference is run again before a step decides (validation.kinds.trainer.run_each,
+"""A repeat measured under interference is run again before a step decides (validation.kinds.trainer.run_all,
 the runbook's `retry_disturbed`): the ab, sweep and triage kinds. Over fake launches whose telemetry says which were
 disturbed: the whole repeat runs again in <dir>_retry<n>, the first attempt's runs move to `superseded` with what
 replaced them, at most `retry_disturbed` attempts, none with `retry_disturbed: 0` or for a kind that does not decide
@@ -85,7 +85,7 @@ def test_attempts_are_bounded_and_a_baseline_still_disturbed_keeps_the_default(m
     d = result["decision"]
     assert not d["significant"] and d["choice"] == "baseline" and d["kept_default"]
     assert "only batched was measured undisturbed" in d["reason"] and "the default baseline is kept" in d["reason"]
-    assert ab_mod.AB().summary_line(result) == " no decision, nothing compared: baseline kept"
+    assert ab_mod.AB().summary_line(ab_mod.AB().read(result)) == " no decision, nothing compared: baseline kept"
 
 
 def test_no_retry_when_the_runbook_says_0(monkeypatch, tmp_path):

@@ -21,8 +21,11 @@ of each variant against the baseline ("baseline", "variant", "metric", "method",
 "order", "excluded_ignored"), "choice" {label, params, explanation, significant, kept_default} and "winner" (the
 choice when significant, else null); "metrics": {"compared", "baseline": summary, "<variant>": summary,
 "variants": {variant: comparison}, "decided", "significant", "choice", "kept_default"}.
-The kind's Result is these parts as typed records (Decided, Metrics, a LaunchRun per run, a Comparison per
-variant), decoded strictly where the decision is computed and leniently where the report reads them.
+
+Options: the keys above (the baseline and each variant a Variant). Result: the step record (validation.results.run.Step:
+its runs a LaunchRun each, its decision a DecisionRecord, its choice and winner a Choice, the run order, the notes),
+its metrics a Metrics and its comparisons a Comparison each; run() builds it, the report hooks read it (decoded
+leniently).
 """
 
 from __future__ import annotations
@@ -35,22 +38,23 @@ from validation import contracts
 from validation.analysis import stats
 from validation import kinds
 from validation.analysis.interference import decision_record, disturbed_flags
-from validation.formatting import (as_dict, file_name, finite, fmt_num, fmt_p, fmt_pct, fmt_tflops,
-                                      mean_pm, mfu_text, params_text, shared_context_text, status_view)
+from validation.formatting import (file_name, finite, fmt_num, fmt_p, fmt_pct, fmt_tflops, mean_pm, mfu_text,
+                                      params_text, shared_context_text)
 from validation.runbook.schema import NAME_RE, env_vars, mapping, trainer_flags, typed
 from validation.analysis.significance import StatsError, adjust_family, compare_paired, decide
 from validation.analysis.significance.windows import compare_windows, measured_run_noise
 from validation.kinds import train_report
-from validation.kinds.blocks import Badge, Block, Column, Paragraph, Table
+from validation.kinds.blocks import Block, Column, Paragraph, Table
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, Settings, effect_of, run_side, with_labels
-from validation.kinds._decision_view import decision_blocks, decision_mark
-from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, declared_pair_noise, metrics_as_written, nothing_compared, order_seed, run_each, run_order,
-                                      run_values, runs_as_written, trainer_launch)
+from validation.kinds._decision_view import compared_nothing, decision_blocks, decision_mark, status_badge
+from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE,
+                                      TrainerKind, declared_pair_noise, order_seed, run_all, run_order, run_values,
+                                      trainer_launch)
 from validation.kinds._plot_helpers import bar_points
-from validation.results.codec import absent, decode, encode, given
-from validation.results.decision import Choice, ComparisonRecord, Decided
+from validation.results.codec import absent, decode, encode, given, written
+from validation.results.decision import Choice, ComparisonRecord, DecisionRecord
 from validation.results.run import Step as StepRecord
-from validation.results.trainer_launch import LaunchMetrics, LaunchRun, Num, Stat
+from validation.results.trainer_launch import LaunchRun, Num, Stat, as_launch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,13 +71,41 @@ class Options:
     metric: str = "toks_per_s"
     recommend: bool = False
 
+
+def _computed() -> Any:
+    """A key of the comparison that results written before it had a method may lack: written whenever the method
+    is (significance.Comparison always has one)."""
+    return absent(beside="method")
+
+
 @dataclasses.dataclass(frozen=True)
 class Comparison(ComparisonRecord):
-    """A variant against the baseline, as the step's "comparison" lists it: significance.Comparison's record, then
-    the difference of the means, the relative difference and the test in words."""
-    delta: Num | None = None
-    rel_delta: Num | None = None
-    test: str | None = None
+    """A variant against the baseline: significance.Comparison's record (the metrics' "variants"), and in the step's
+    "comparison" the difference of the means, the relative difference and the test in words after it. Results
+    written before the comparison had a method lack it and the keys that came with it (_computed)."""
+    baseline: str | None = _computed()
+    variant: str | None = _computed()
+    metric: str | None = _computed()
+    method: str | None = absent()
+    rel: Num | None = _computed()
+    ci_low: Num | None = _computed()
+    ci_high: Num | None = _computed()
+    df: Num | None = _computed()
+    ess_a: Num | None = _computed()
+    ess_b: Num | None = _computed()
+    noise_floor: Num | None = _computed()
+    floor_source: str | None = _computed()
+    alpha: Num | None = _computed()
+    higher_is_better: bool | None = _computed()
+    p_adjusted: Num | None = _computed()
+    family_size: int | None = _computed()
+    run_to_run: Num | None = _computed()
+    run_to_run_df: Num | None = _computed()
+    confidence: Num | None = _computed()
+    text: str | None = _computed()
+    delta: Num | None = absent(beside="test")
+    rel_delta: Num | None = absent(beside="test")
+    test: str | None = absent()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,22 +114,20 @@ class Metrics:
     summary of the baseline's runs, then (in `extra`) each variant's under its label and, with recommend, "decided",
     "significant", "choice" and "kept_default"."""
     compared: str | None = None
-    variants: dict[str, ComparisonRecord] = dataclasses.field(default_factory=dict)
+    variants: dict[str, Comparison] = dataclasses.field(default_factory=dict)
     baseline: Any = None  # pooled_summary: a run's metrics, or the mean over repeats
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
-class Result(Decided):
-    """The parts of an A/B step's record the kind writes: the decision (Decided; with recommend), its metrics, a
-    record per run, the comparisons with the baseline, the run order and the notes."""
+class Result(StepRecord):
+    """An A/B step's record: its runs, run order, notes and (with recommend) decision, choice and winner (the step
+    record's), its metrics and its comparisons with the baseline."""
     metrics: Metrics = dataclasses.field(default_factory=Metrics)
-    runs: list[LaunchRun] = dataclasses.field(default_factory=list)
     comparison: list[Comparison] = dataclasses.field(default_factory=list)
-    order_seed: int | None = absent()
-    order: list[str] | None = absent()
-    notes: list[str] = absent([])
 
+
+BASELINE = "baseline"  # the baseline's label: its runs', its launches' directory and the decision's default
 
 _TESTS = {"paired": "paired t on log-ratios of interleaved repeats", "blocks": "Welch t on block means",
           "runs": "Welch t on run means"}
@@ -113,17 +143,16 @@ def _compare(base: list, variant: list, label: str, metric: str, higher: bool, r
 
     if len(base) >= 2:
         return compare_paired([mean(v) for v in base], [mean(v) for v in variant], higher_is_better=higher,
-                              baseline="baseline", variant=label, metric=metric, pair_noise=pair_noise)
+                              baseline=BASELINE, variant=label, metric=metric, pair_noise=pair_noise)
     a, b = base[0], variant[0]
     if not isinstance(a, list) or not isinstance(b, list):
         raise StatsError("a run without its per-step values" if a is not None and b is not None else
                          "a run without a measurement")
-    return compare_windows(a, b, higher_is_better=higher, baseline="baseline", variant=label, metric=metric,
+    return compare_windows(a, b, higher_is_better=higher, baseline=BASELINE, variant=label, metric=metric,
                            run_noise=rn)
 
 
 class AB(TrainerKind):
-    typed = False  # still the dict interface (validation.kinds.base.StepKind.typed)
     name = "ab"
     summary = ("baseline vs variants, optionally repeated in a random order per repeat; paired by repeat or on block "
                "means; with recommend, a variant is kept only when significantly better (ahead in every repeat; one "
@@ -135,11 +164,12 @@ class AB(TrainerKind):
     performance = (("variants", "decided", "significant", "choice", "kept_default")
                    + tuple(f"<variant>.{m}" for m in TRAINER_PERFORMANCE) + RUN_PERFORMANCE)
     decides = True
+    result_type = Result
 
     def metric_names(self, step):  # <variant>, runs.<label>: the baseline and the variants, by their labels
         if step is None:
             return self.metrics
-        labels = ("baseline", *step.variants)
+        labels = (BASELINE, *step.variants)
         return with_labels(with_labels(self.metrics, "<variant>", labels), "<label>", labels)
     plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
                  "results.json), so the order shown here is an example")
@@ -164,7 +194,7 @@ class AB(TrainerKind):
                        recommend=typed(raw.get("recommend", False), bool, path + ("recommend",), ctx))
 
     def launches(self, step, winners, run_dir):
-        variants = {"baseline": step.baseline, **step.variants}
+        variants = {BASELINE: step.baseline, **step.variants}
         out = []
         for repeat, label in run_order(list(variants), step.repeats, order_seed(step, run_dir)):
             variant = variants[label]
@@ -174,112 +204,105 @@ class AB(TrainerKind):
                                       repeat=repeat, window=variant.window))
         return out
 
-    def run(self, step, launches, result, ctx) -> None:
-
-        runs, problems = run_each(ctx, step, launches, result, retry_disturbed=True)
-        records = [decode(LaunchRun, r, f"runs[{i}]") for i, r in enumerate(runs)]
-        labels = ["baseline", *step.variants]
-        data: dict[str, list] = {label: [None] * step.repeats for label in labels}
-        for raw, r in zip(runs, records):
-            data[r.label][r.repeat] = run_values(ctx.run_dir, step, raw, step.metric)
-        shaken = disturbed_flags(runs, labels, step.repeats)
+    def run(self, options: Options, ctx) -> Result:
+        """Every variant in every repeat (a disturbed repeat run again), each variant compared with the baseline and,
+        with recommend, the decision."""
+        step = ctx.step
+        done = run_all(ctx, retry_disturbed=True)
+        runs = done.runs
+        as_written = [encode(r) for r in runs]
+        labels = [BASELINE, *options.variants]
+        data: dict[str, list] = {label: [None] * options.repeats for label in labels}
+        for r, raw in zip(runs, as_written):
+            data[r.label][r.repeat] = run_values(ctx.run_dir, step, raw, options.metric)
+        shaken = disturbed_flags(as_written, labels, options.repeats)
         # the comparisons leave out a run measured under interference, as they would a failed one
         clean = {k: [None if shaken[k][i] else v for i, v in enumerate(vals)] for k, vals in data.items()}
-        higher = stats.METRIC_DIRECTIONS.get(step.metric, "higher") == "higher"
-        rn = None if step.repeats > 1 else measured_run_noise(ctx.results, ctx.run_dir, step.metric)
+        higher = stats.METRIC_DIRECTIONS.get(options.metric, "higher") == "higher"
+        rn = None if options.repeats > 1 else measured_run_noise(ctx.results, ctx.run_dir, options.metric)
         comps, notes = [], []
-        for label in step.variants:
+        for label in options.variants:
             try:
-                comps.append(_compare(clean["baseline"], clean[label], label, step.metric, higher, rn,
+                comps.append(_compare(clean[BASELINE], clean[label], label, options.metric, higher, rn,
                                       declared_pair_noise(ctx)))
             except StatsError as exc:
-                left_out = any(shaken["baseline"]) or any(shaken[label])
+                left_out = any(shaken[BASELINE]) or any(shaken[label])
                 notes.append(f"{label}: not compared with the baseline ("
                              + ("its disturbed runs were left out and too few remain" if left_out else str(exc)) + ")")
         if len(comps) > 1:
             comps = list(adjust_family(comps).comparisons)
-        seed = order_seed(step, ctx.run_dir)
-        result["comparison"] = [{**c.as_dict(), "delta": c.mean_b - c.mean_a, "rel_delta": c.rel,
-                                 "test": _TESTS[c.method] + (", Holm over the variants" if len(comps) > 1 else "")}
-                                for c in comps]
-        order = [spec.label for spec in launches]
-        result["order_seed"], result["order"] = seed, order
-        metrics = {"compared": step.metric, "variants": {c.variant: c.as_dict() for c in comps},
-                   "baseline": pooled_summary(runs, "baseline")}
-        for label in step.variants:
-            metrics[label] = pooled_summary(runs, label)
-        result["metrics"] = metrics
-        ignored = {label: _ignored_settings(ctx, step, records, label) for label in step.variants}
+        comparison = [dataclasses.replace(
+            decode(Comparison, c.as_dict(), "comparison"), delta=c.mean_b - c.mean_a, rel_delta=c.rel,
+            test=_TESTS[c.method] + (", Holm over the variants" if len(comps) > 1 else "")) for c in comps]
+        ignored = {label: _ignored_settings(ctx, options, runs, label) for label in options.variants}
         for label, names in ignored.items():
             if names:
                 notes.append(f"{label}: the trainer ignored {', '.join(names)} on this machine, so this A/B compares "
                              "equal settings and the variant is not recommended")
-        if notes:
-            result.setdefault("notes", []).extend(notes)
-        conclusive = False
-        if step.recommend:
-            conclusive = self._decide(step, runs, records, data, ignored, higher, rn, (seed, order), result, metrics,
-                                      declared_pair_noise(ctx))
-        record = decision_record(result, conclusive)
-        if record is not None:
-            result["interference"] = record
-        result.update(status="failed" if problems else "passed",
-                      reason="; ".join(problems) or "; ".join(result.get("notes", [])) or None)
+        notes = [*(done.notes or []), *notes]
+        order = DecisionRecord(order_seed=order_seed(step, ctx.run_dir), order=[spec.label for spec in ctx.launches])
+        summaries = {label: pooled_summary(runs, label) for label in options.variants}
+        decided = Decision()
+        if options.recommend:
+            decided = self._decide(options, runs, data, ignored, higher, rn, order, declared_pair_noise(ctx))
+        metrics = Metrics(compared=options.metric,
+                          variants={c.variant: decode(Comparison, c.as_dict(), "variants") for c in comps},
+                          baseline=pooled_summary(runs, BASELINE), extra={**summaries, **decided.metrics})
+        return Result(status="failed" if done.problems else "passed",
+                      reason="; ".join(done.problems) or "; ".join(notes) or None, metrics=metrics, runs=runs,
+                      superseded=done.superseded, notes=notes or None, comparison=comparison,
+                      order_seed=order.order_seed, order=order.order, decision=decided.decision,
+                      choice=decided.choice, winner=decided.choice if decided.significant else None,
+                      interference=decision_record(encode(StepRecord(runs=runs)), decided.conclusive))
 
-    def _decide(self, step, runs, records, data, ignored, higher, rn, order, result, metrics,
-                pair_noise=None) -> bool:
+    def _decide(self, options: Options, runs: list[LaunchRun], data: dict[str, list], ignored: dict[str, list[str]],
+                higher: bool, rn, order: DecisionRecord, pair_noise=None) -> Decision:
         """The recommendation: significance.decide over the baseline and the variants the trainer honoured, the
         baseline kept without a significant difference; a significant winner that was not stable is not kept.
-        `order`: (the run order's seed, the labels in run order); `metrics`: the step's, which gain the decision's.
-        Returns whether the decision is significant."""
-
-        candidates = {label: values for label, values in data.items() if label == "baseline" or not ignored[label]}
-        params = {"baseline": {}}
-        for r in records:
-            params.setdefault(r.label, r.params)
+        `order`: the run order (its seed and labels), which the decision records."""
+        candidates = {label: values for label, values in data.items() if label == BASELINE or not ignored[label]}
+        params: dict[str, dict[str, Any]] = {BASELINE: {}}
+        for r in runs:
+            params.setdefault(str(r.label), r.params)
         excluded = [label for label in data if label not in candidates]
-        extra = {"order_seed": order[0], "order": order[1], "excluded_ignored": excluded}
-        shaken = disturbed_flags(runs, list(data), step.repeats)
+        ours = dataclasses.replace(order, excluded_ignored=excluded)
+        shaken = disturbed_flags([encode(r) for r in runs], list(data), options.repeats)
         try:
-            d = decide(candidates, default="baseline", higher_is_better=higher, metric=step.metric, run_noise=rn,
+            d = decide(candidates, default=BASELINE, higher_is_better=higher, metric=options.metric, run_noise=rn,
                        disturbed={k: v for k, v in shaken.items() if k in candidates}, pair_noise=pair_noise)
         except StatsError as exc:
-            result["decision"] = {"reason": f"no decision: {exc}", "significant": False, "choice": None, **extra}
-            result["choice"] = result["winner"] = None
-            metrics.update(decided=False, significant=False, choice=None, kept_default=False)
-            return False
+            return Decision(dataclasses.replace(ours, reason=f"no decision: {exc}", significant=False, choice=None),
+                            metrics=dict(decided=False, significant=False, choice=None, kept_default=False))
         choice, explanation, significant = d.choice, d.reason, d.significant
-        overridden = {}
+        overridden: dict[str, Any] = {}
         # one run per variant: block means assume a steady run, so a winner whose per-step throughput varied by
         # more than 15% is not kept. Interleaved repeats test the run means, and a winner ahead in every repeat is
         # its own evidence of stability: the per-step spread of a 20 ms step (timer and scheduler jitter) is not.
-        if significant and choice not in (None, "baseline") and d.method != "paired" and not decode(
-                LaunchMetrics, pooled_summary(runs, choice), lenient=True).throughput_stable:
+        if significant and choice not in (None, BASELINE) and d.method != "paired" and not as_launch(
+                pooled_summary(runs, choice)).throughput_stable:
             explanation = (f"{choice} is faster ({d.reason}) but its throughput was not stable, so the baseline is "
                            "kept")
-            choice, significant = "baseline", False
-            overridden = {"recommendable": False,
-                          "recommendation": f"nothing is recommended: {explanation}"}
+            choice, significant = BASELINE, False
+            overridden = dict(recommendable=False, recommendation=f"nothing is recommended: {explanation}")
         if excluded:
             explanation += f"; not considered: {', '.join(excluded)} (settings the trainer ignored)"
-        result["decision"] = {**d.as_dict(), **extra, "reason": explanation, **overridden}
+        decision = dataclasses.replace(decode(DecisionRecord, d.as_dict(), "decision"), order_seed=ours.order_seed,
+                                       order=ours.order, excluded_ignored=excluded, reason=explanation, **overridden)
         chosen = None
         if choice is not None:
             chosen = Choice(choice, params.get(choice, {}), explanation, significant=significant,
-                            kept_default=choice == "baseline" and not significant)
-        written = encode(chosen) if chosen else None
-        result["choice"], result["winner"] = written, written if significant else None
-        metrics.update(decided=chosen is not None, significant=significant, choice=chosen.label if chosen else None,
-                       kept_default=bool(chosen and chosen.kept_default))
-        return d.significant
+                            kept_default=choice == BASELINE and not significant)
+        return Decision(decision, chosen, significant, d.significant,
+                        dict(decided=chosen is not None, significant=significant,
+                             choice=chosen.label if chosen else None, kept_default=bool(chosen and chosen.kept_default)))
 
-    def view(self, result: dict, view: dict) -> dict:
+    def view(self, result: Result, view: dict) -> dict:
         return {"command": ""}  # each run has its own
 
-    def blocks(self, result: dict) -> list[Block]:
+    def blocks(self, result: Result) -> list[Block]:
         """One row per run, the comparisons with the baseline, the decision, and each run's summary."""
-        r = decode(Result, result, lenient=True)
-        written = metrics_as_written(result)
+        r = self.read(result)
+        metrics = [written(run.metrics) for run in r.runs]
         label_counts = Counter(str(run.label) for run in r.runs)
         rows = []
         for i, run in enumerate(r.runs):
@@ -287,15 +310,13 @@ class AB(TrainerKind):
             label = fmt_num(run.label)
             if label_counts[str(run.label)] > 1 and run.repeat is not None:
                 label = f"{label} (repeat {run.repeat + 1})"
-            status = status_view(run.status)
             rows.append((label, params_text(run.params), mean_pm({"mean": toks.mean, "stdev": toks.stdev}),
                          fmt_pct(toks.cv), fmt_num(toks.n), fmt_tflops(run.metrics.tflops_per_s),
-                         mfu_text(written[i], why=False),
-                         Badge(status["label"], status["css"], after=str(run.reason) if run.reason else None)))
+                         mfu_text(metrics[i], why=False), status_badge(run.status, run.reason)))
         out: list[Block] = [Table(
             (Column("Variant"), Column("Params"), *(Column(c, numeric=True) for c in (
                 "Tokens/s, window mean ± stdev (all ranks)", "CV", "n", "TFLOP/s", "MFU")), Column("Status")), rows)]
-        context = shared_context_text(written)
+        context = shared_context_text(metrics)
         if context:
             out.append(Paragraph(f"Context of the tokens/s: {context}", style="context"))
         comparisons = []
@@ -324,62 +345,74 @@ class AB(TrainerKind):
             params = params_text(chosen.params)
             out.append(Paragraph(f"**Keep**: {fmt_num(chosen.label)}" + (f" ({params})" if params != "—" else "")
                                  + f" — {fmt_num(chosen.explanation)}"))
-        return out + train_report.runs_blocks(runs_as_written(result))
+        return out + train_report.runs_blocks([encode(run) for run in r.runs])
 
-    def comparisons(self, result: dict) -> list[Effect]:
+    def comparisons(self, result: Result) -> list[Effect]:
         """Each variant against the baseline; a variant whose settings the trainer ignored is an A/A check."""
-        r = decode(Result, result, lenient=True)
+        r = self.read(result)
         ignored = {str(x) for x in (r.decision.excluded_ignored or [] if r.decision else [])}
-        ignored |= {str(n).split(":", 1)[0] for n in r.notes if "ignored" in str(n)}
+        ignored |= {str(n).split(":", 1)[0] for n in r.notes or [] if "ignored" in str(n)}
         out = []
         for comp in r.comparison:
             variant = comp.variant
-            effect = effect_of(comp, run_side(result, comp.baseline or "baseline"), run_side(result, variant),
+            effect = effect_of(comp, run_side(r, comp.baseline or BASELINE), run_side(r, variant),
                                ignored=str(variant) in ignored, rel_delta=comp.rel_delta)
             if effect:
                 out.append(effect)
         return out
 
-    def summary_line(self, result: dict) -> str:
-        chosen = given(decode(Decided, result, lenient=True).choice)
+    def summary_line(self, result: Result) -> str:
+        r = self.read(result)
+        chosen = given(r.choice)
         if not chosen:
-            return super().summary_line(result)
+            return super().summary_line(r)
         if chosen.significant:
             return f" keep: {chosen.label} (significant)"
-        if nothing_compared(result):
+        if compared_nothing(r):
             return f" no decision, nothing compared: {chosen.label} kept"
         return f" no significant difference: {chosen.label} kept"
 
-    def plots(self, name: str, result: dict, plotter) -> None:
-        runs = decode(Result, result, lenient=True).runs
-        title = decode(StepRecord, result, "step", lenient=True).title
-        plotter.bars(bar_points(runs_as_written(result)), title=f"A/B: {title or name}",
-                     xlabel="variant", filename=f"ab_{file_name(name)}.png",
-                     colors=lambda i, label: "tab:blue" if i == 0 else "tab:orange",
-                     mark=decision_mark(decode(StepRecord, result, "step", lenient=True)))
+    def plots(self, name: str, result: Result, plotter) -> None:
+        r = self.read(result)
+        plotter.bars(bar_points(r.runs), title=f"A/B: {r.title or name}", xlabel="variant",
+                     filename=f"ab_{file_name(name)}.png",
+                     colors=lambda i, label: "tab:blue" if i == 0 else "tab:orange", mark=decision_mark(r))
 
 
-def _ignored_settings(ctx, step, runs: list[LaunchRun], label: str) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What _decide concluded (with recommend): the decision's record, the variant kept (None: no decision),
+    whether that choice is significant, whether the decision is (conclusive: significant before the stability rule),
+    and the step's metrics it adds ("decided", "significant", "choice", "kept_default"; none without recommend)."""
+    decision: DecisionRecord | None = None
+    choice: Choice | None = None
+    significant: bool = False
+    conclusive: bool = False
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _ignored_settings(ctx, options: Options, runs: list[LaunchRun], label: str) -> list[str]:
     """Variables of a variant that its trainer runs reported as ignored (e.g. NSA_DDP_COMPRESS without DDP)."""
     names = set()
     for r in runs:
         if r.label == label:
             status = contracts.read_status_json(ctx.run_dir / str(r.dir) / "out")
-            names.update(contracts.ignored_settings(status, list(step.variants[label].env)))
+            names.update(contracts.ignored_settings(status, list(options.variants[label].env)))
     return sorted(names)
 
 
-def pooled_summary(runs: list[dict], label: str) -> dict:
-    """Mean over repeats of the per-run summary means (or the single run's summary)."""
-    mine = [(raw, decode(LaunchRun, raw, lenient=True)) for raw in runs]
-    mine = [(raw, r.metrics) for raw, r in mine if r.label == label and r.status == "passed"]
+def pooled_summary(runs: list[LaunchRun] | list[dict], label: str) -> dict[str, Any]:
+    """Mean over repeats of the per-run summary means (or the single run's summary, as written); runs as written are
+    read leniently."""
+    records = [r if isinstance(r, LaunchRun) else decode(LaunchRun, r, "run", lenient=True) for r in runs]
+    mine = [r.metrics for r in records if r.label == label and r.status == "passed"]
     if not mine:
         return {}
     if len(mine) == 1:
-        return as_dict(mine[0][0]["metrics"])  # the run's own metrics, as written
-    means = [m.toks_per_s.mean for _, m in mine if m.toks_per_s is not None and m.toks_per_s.mean is not None]
+        return written(mine[0])  # the run's own metrics, as written
+    means = [m.toks_per_s.mean for m in mine if m.toks_per_s is not None and m.toks_per_s.mean is not None]
     return {**({"toks_per_s": {"mean": sum(means) / len(means), "n": len(means)}} if means else {}),
-            "throughput_stable": all(m.throughput_stable for _, m in mine), "repeats": len(mine)}
+            "throughput_stable": all(m.throughput_stable for m in mine), "repeats": len(mine)}
 
 
 kinds.register(AB())

@@ -123,8 +123,9 @@ class Sweep(TrainerKind):
                  "results.json), so the order shown here is an example")
 
     def parse(self, raw: dict, path: tuple, ctx) -> Options:
-        matrix = mapping(raw.get("matrix"), path + ("matrix",), ctx,
-                         tuple(raw["matrix"].keys()) if isinstance(raw.get("matrix"), dict) else ())
+        raw_matrix = raw.get("matrix")
+        matrix = mapping(raw_matrix, path + ("matrix",), ctx,
+                         tuple(raw_matrix) if isinstance(raw_matrix, dict) else ())
         if not matrix:
             raise ctx.error(path + ("matrix",), "a sweep needs a matrix, e.g. {env.NSA_DDP_BUCKET_MB: [25, 50]}")
         clean = {}

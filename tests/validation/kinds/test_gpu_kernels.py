@@ -23,8 +23,8 @@ from validation.runbook.plan import describe, step_launches
 from validation.report import write_reports
 from validation.runbook.loader import RunbookError, load_runbook
 from validation.execution.runner import RunOptions, Runner
-from validation.kinds._pytest_progress import read_progress
-from validation.kinds.pytest_suite import isolated_files
+from validation.kinds.pytest.progress import read_progress
+from validation.kinds.pytest import isolated_files
 
 REPO = Path(__file__).resolve().parents[3]
 KERNEL_TEST_FILES = sorted([*(p.relative_to(REPO).as_posix() for p in (REPO / "tests/nsa/attention/kernels")

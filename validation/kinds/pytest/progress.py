@@ -1,4 +1,4 @@
-"""A pytest plugin the `pytest` step loads (``-p validation.kinds._pytest_progress --nsav-progress FILE``) when it
+"""A pytest plugin the `pytest` step loads (``-p validation.kinds.pytest.progress --nsav-progress FILE``) when it
 runs each test file in its own process (`isolate: file`): one JSON line per event, written as it happens, so that a
 process that dies (an illegal memory access, SIGSEGV, os._exit) leaves behind which tests had passed and which one
 was running. JUnit XML is only written at the end of a session, so it says nothing about a process that died.
@@ -12,8 +12,11 @@ was running. JUnit XML is only written at the end of a session, so it says nothi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+
+from validation.results.codec import decode
 
 OPTION = "--nsav-progress"
 _file = None
@@ -42,6 +45,15 @@ def _write(record: dict) -> None:
         _file.write(json.dumps(record) + "\n")
 
 
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One line of the file, as read back (leniently: a damaged value is None)."""
+    event: str | None = None  # "start" or "report"
+    nodeid: str | None = None
+    when: str | None = None  # a report's phase: setup, call, teardown
+    outcome: str | None = None  # a report's: passed, failed, skipped
+
+
 def pytest_runtest_logstart(nodeid, location):
     _write({"event": "start", "nodeid": nodeid})
 
@@ -61,16 +73,16 @@ def read_progress(path: Path) -> tuple[dict[str, str], str | None]:
         return {}, None
     for line in lines:
         try:
-            event = json.loads(line)
+            event = decode(Event, json.loads(line), "progress", lenient=True)
         except ValueError:
             continue  # a line cut short by the process dying
-        if not isinstance(event, dict) or not isinstance(event.get("nodeid"), str):
+        nodeid = event.nodeid
+        if nodeid is None:
             continue
-        nodeid = event["nodeid"]
-        if event.get("event") == "start":
+        if event.event == "start":
             running = nodeid
             continue
-        when, outcome = event.get("when"), event.get("outcome")
+        when, outcome = event.when, event.outcome
         if outcome == "failed":
             outcomes[nodeid] = "failed" if when == "call" else "error"
         elif outcome == "skipped" and outcomes.get(nodeid) not in ("failed", "error"):

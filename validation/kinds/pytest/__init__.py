@@ -9,7 +9,7 @@ isolate: none runs every test in one pytest process. isolate: file runs each tes
 directory in `tests` stands for its test_*.py / *_test.py files, found from the working directory, sorted; node ids
 of one file run together; an entry starting with "-" is passed to every process), so that a process that dies (a
 CUDA illegal memory access, SIGSEGV, os._exit, its timeout: timeout_s is per file) is one failure naming its file,
-and the test that was running when the plugin validation.kinds._pytest_progress recorded it, while every other
+and the test that was running when the plugin validation.kinds.pytest.progress recorded it, while every other
 file's results still count. Each file's JUnit, progress record and log go to RUN_DIR/<step>/<file as a name>/.
 A file whose process died is counted from its progress record (the tests that finished before it died) plus one
 failure.
@@ -26,7 +26,11 @@ record per file: file, status passed | failed | died | no tests, the counts, sta
 epoch), duration_s, returncode, running: the test that was running when the process died, reason),
 "files_failed" (files with a failure, an error or a death) and "died" (files whose process died); "duration_s" is
 the sum over the files (with jobs > 1, more than the step took). No test run, a failure, an error or a death fails
-the step. (This module is pytest_suite.py so that it never shadows pytest itself.)
+the step.
+
+Options: the keys above. Result: the step record, its metrics a Metrics (the counts; with isolate: file a
+FileResult per file). The package is validation.kinds.pytest: an absolute `import pytest` anywhere still finds pytest
+itself (nothing puts validation/kinds on sys.path); progress.py is the plugin an isolated file's process loads.
 """
 
 from __future__ import annotations
@@ -41,12 +45,13 @@ from validation import kinds
 from validation.launch.diagnosis import _exit_text as exit_text
 from validation.formatting import first_of, fmt_duration, fmt_num
 from validation.runbook.schema import str_list, typed
-from validation.kinds._pytest_progress import OPTION as PROGRESS_OPTION
-from validation.kinds._pytest_progress import read_progress
-from validation.launch.spec import safe_name
+from validation.kinds.pytest.progress import OPTION as PROGRESS_OPTION
+from validation.kinds.pytest.progress import read_progress
+from validation.launch.spec import LaunchResult, LaunchSpec, safe_name
 from validation.kinds.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, run_path, step_dir
 from validation.kinds.blocks import Block, Column, Paragraph, Table
-from validation.results.codec import absent, decode, encode
+from validation.results.codec import absent, blank
+from validation.results.run import Step as StepRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +81,7 @@ class FileResult:
 
 
 @dataclasses.dataclass(frozen=True)
-class Result:
+class Metrics:
     """The step's metrics: the counts of the whole run, and with isolate: file each file's record."""
     passed: int | None = None  # None: not known (a damaged record; a run writes every count)
     failed: int | None = None
@@ -87,6 +92,13 @@ class Result:
     files: list[FileResult] = absent([])
     files_failed: int | None = absent()
     died: int | None = absent()
+
+
+@dataclasses.dataclass(frozen=True)
+class Result(StepRecord):
+    """A pytest step's record: its metrics the counts (None: {}, a step that never ran)."""
+    metrics: Metrics | None = blank()
+
 
 # pytest options that choose where pytest writes: nsa-validate puts pytest.xml under RUN_DIR/<step> itself, and
 # --basetemp would even let pytest empty a directory outside it (pytest refuses abbreviated options).
@@ -106,6 +118,8 @@ class Pytest(StepKind):
     metrics = ("passed", "failed", "skipped", "errors", "total", "duration_s", "files.<i>.*", "files_failed", "died")
     launch_keys = COMMAND_LAUNCH_KEYS
     host_only = True  # tests run on any machine (CUDA tests skip themselves); `requires:` makes one need GPUs
+    result_type = Result
+    typed = True
 
     def parse(self, raw: dict, path: tuple, ctx) -> Options:
         tests = str_list(raw.get("tests"), path + ("tests",), ctx)
@@ -144,81 +158,79 @@ class Pytest(StepKind):
     def _file_launch(step, file: str, entries: list[str], run_dir):
         rel = f"{step.name}/{safe_name(file)}"
         argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                "-p", "validation.kinds._pytest_progress", PROGRESS_OPTION, run_path(run_dir, f"{rel}/progress.jsonl"),
+                "-p", "validation.kinds.pytest.progress", PROGRESS_OPTION, run_path(run_dir, f"{rel}/progress.jsonl"),
                 *entries, "--junitxml", run_path(run_dir, f"{rel}/pytest.xml"), *step.pytest_args]
         spec = command_launch(step, argv, run_dir, label=file)
         # unbuffered: the log holds every line written before a process dies
         return dataclasses.replace(spec, step_dir=step_dir(run_dir, rel), env={**spec.env, "PYTHONUNBUFFERED": "1"})
 
-    def run(self, step, launches, result, ctx) -> None:
-        if step.isolate == "file":
-            return self._run_isolated(launches, result, ctx, step.jobs)
-        spec = launches[0]
+    def run(self, options: Options, ctx) -> Result:
+        if options.isolate == "file":
+            return self._run_isolated(options, ctx)
+        spec = ctx.launches[0]
         lr = ctx.launch(spec, 0, 1)
-        ctx.record(result, spec, lr)
-        counts = junit_counts(ctx.run_dir / spec.dir / "pytest.xml")
-        result["metrics"] = encode(counts)
-        result["artifacts"].append(ctx.rel(ctx.run_dir / spec.dir / "pytest.xml"))
+        xml = ctx.run_dir / spec.dir / "pytest.xml"
+        counts = junit_counts(xml)
         if lr.status in ("timeout", "hang", "error", "interrupted"):
-            result.update(status=lr.status, reason=lr.reason)
+            status, reason = lr.status, lr.reason
         elif counts.total == 0:
-            result.update(status="failed", reason=f"no tests ran ({lr.reason})")
+            status, reason = "failed", f"no tests ran ({lr.reason})"
         elif counts.failed or counts.errors:
-            result.update(status="failed", reason=f"{counts.failed} failed, {counts.errors} errors of {counts.total}")
+            status, reason = "failed", f"{counts.failed} failed, {counts.errors} errors of {counts.total}"
         else:
-            result.update(status="passed", reason=None)
+            status, reason = "passed", None
+        return Result(status=status, reason=reason, metrics=counts, artifacts=[ctx.rel(xml)])
 
-    def _run_isolated(self, launches, result, ctx, jobs: int = 1) -> None:
-        ended: dict[int, tuple] = {}  # plan index -> (spec, LaunchResult, the file's record or None: interrupted)
+    def _run_isolated(self, options: Options, ctx) -> Result:
+        """Each test file in its own process (up to options.jobs at a time); the record is that of a run one after
+        another: the files in plan order, the excerpt (and, when stopped, the command) of the last in plan order."""
+        launches = ctx.launches
+        ended: dict[int, Ended] = {}  # plan index -> the file's launch and record
 
-        def record(spec, lr) -> None:  # what one file adds to the step's entry (command, logs, artifacts)
-            ctx.record(result, spec, lr)
-            if lr.status != "interrupted":
-                result["artifacts"] += [ctx.rel(ctx.run_dir / spec.dir / name)
-                                        for name in ("pytest.xml", "progress.jsonl")
-                                        if (ctx.run_dir / spec.dir / name).is_file()]
+        def in_order() -> list[Ended]:
+            return [ended[j] for j in sorted(ended)]
 
-        def done(i, spec, lr) -> bool:
+        def so_far() -> Result:  # the files that ended, in plan order: their metrics, JUnit files and progress records
+            done = in_order()
+            return Result(metrics=isolated_metrics([e.file for e in done if e.file is not None]),
+                          artifacts=[ctx.rel(ctx.run_dir / e.spec.dir / name) for e in done if e.file is not None
+                                     for name in ("pytest.xml", "progress.jsonl")
+                                     if (ctx.run_dir / e.spec.dir / name).is_file()],
+                          excerpt=next((e.lr.excerpt for e in reversed(done) if e.lr.excerpt), None))
+
+        def done(i: int, spec: LaunchSpec, lr: LaunchResult) -> bool:
             now = time.time()
             file = None if lr.status == "interrupted" else file_result(
                 spec.label, ctx.run_dir / spec.dir, lr.status, lr.returncode, lr.reason, lr.duration_s,
                 started=round(now - lr.duration_s, 3), ended=round(now, 3))
-            ended[i] = (spec, lr, file)
-            record(spec, lr)
-            result["metrics"] = encode(isolated_metrics([ended[j][2] for j in sorted(ended) if ended[j][2] is not None]))
+            ended[i] = Ended(spec, lr, file)
             if file is not None:
-                ctx.save()  # each file's results are on disk as soon as it ends
+                ctx.save(so_far())  # each file's results are on disk as soon as it ends
             return file is None  # interrupted: no further file starts
 
-        ctx.launch_all(launches, jobs, done)
-        if jobs > 1:  # the step's entry as a run one after another leaves it: launches recorded in plan order
-            result.update(artifacts=[], stack_dumps=[], excerpt=None)
-            for j in sorted(ended):
-                record(*ended[j][:2])
-        files = [ended[j][2] for j in sorted(ended) if ended[j][2] is not None]
-        stopped = next((f"{spec.label}: {lr.reason}" for spec, lr, file in (ended[j] for j in sorted(ended))
-                        if file is None), None)
-        if stopped:
-            result.update(status="interrupted", reason=stopped)
-            result["metrics"] = encode(isolated_metrics(files))
-            return
-        result["command"] = [launches[0].argv[0], "-m", "pytest", f"<each of {len(launches)} files>"] if launches \
-            else None
-        m = isolated_metrics(files)
-        result["metrics"] = encode(m)
+        ctx.launch_all(launches, options.jobs, done)
+        record = so_far()
+        stopped = next((e for e in in_order() if e.file is None), None)
+        if stopped is not None:
+            return dataclasses.replace(record, status="interrupted", command=list(in_order()[-1].lr.argv),
+                                       reason=f"{stopped.spec.label}: {stopped.lr.reason}")
+        files = [e.file for e in in_order() if e.file is not None]
+        m = record.metrics or Metrics()
+        command = [launches[0].argv[0], "-m", "pytest", f"<each of {len(launches)} files>"] if launches else None
         bad = [f for f in files if f.status in ("failed", "died")]
         if m.total == 0 and not bad:
-            result.update(status="failed", reason=f"no tests ran in any of {len(files)} file(s)")
+            status, reason = "failed", f"no tests ran in any of {len(files)} file(s)"
         elif bad:
             shown = first_of((f"{f.file} ({f.reason})" for f in bad), 4)
-            result.update(status="failed", reason=f"{len(bad)} of {len(files)} test files failed: {shown}; "
-                                                  f"{m.failed} failed, {m.errors} errors of {m.total}")
+            status, reason = "failed", (f"{len(bad)} of {len(files)} test files failed: {shown}; "
+                                        f"{m.failed} failed, {m.errors} errors of {m.total}")
         else:
-            result.update(status="passed", reason=None)
+            status, reason = "passed", None
+        return dataclasses.replace(record, status=status, reason=reason, command=command)
 
-    def blocks(self, result: dict) -> list[Block]:
+    def blocks(self, result: Result) -> list[Block]:
         """The counts of the whole step, then (a test file per process) one row per file."""
-        m = decode(Result, result.get("metrics"), lenient=True)
+        m = result.metrics or Metrics()
         counts = tuple(Column(k.capitalize(), numeric=True) for k in COUNTS)
         last = "Files' time (sum; with jobs > 1 more than the step took)" if m.files else "Duration"
         out: list[Block] = [Table((*counts, Column(last, numeric=True)),
@@ -231,7 +243,16 @@ class Pytest(StepKind):
         return out
 
 
-def _counts(r: Result | FileResult) -> tuple:
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """One test file's launch that ended (isolate: file): its spec, how its process ended and its record (None: the
+    launch was interrupted)."""
+    spec: LaunchSpec
+    lr: LaunchResult
+    file: FileResult | None
+
+
+def _counts(r: Metrics | FileResult) -> tuple:
     return r.passed, r.failed, r.skipped, r.errors, r.total
 
 
@@ -290,19 +311,19 @@ def file_result(file: str, directory: Path, status: str, returncode: int | None,
                + f"; {len(outcomes)} test(s) finished before")
 
 
-def isolated_metrics(files: list[FileResult]) -> Result:
-    return Result(*(sum(getattr(f, k) or 0 for f in files) for k in COUNTS),
+def isolated_metrics(files: list[FileResult]) -> Metrics:
+    return Metrics(*(sum(getattr(f, k) or 0 for f in files) for k in COUNTS),
                   duration_s=round(sum(f.duration_s or 0.0 for f in files), 3), files=list(files),
                   files_failed=sum(f.status in ("failed", "died") for f in files),
                   died=sum(f.status == "died" for f in files))
 
 
-def junit_counts(path: Path) -> Result:
+def junit_counts(path: Path) -> Metrics:
     """Counts of a JUnit XML file; all zeros when it is missing or unreadable."""
-    return read_junit(path) or Result(0, 0, 0, 0, 0)
+    return read_junit(path) or Metrics(0, 0, 0, 0, 0)
 
 
-def read_junit(path: Path) -> Result | None:
+def read_junit(path: Path) -> Metrics | None:
     """Counts and duration of a JUnit XML file, or None when it is missing or unreadable."""
     try:
         root = ET.parse(path).getroot()
@@ -313,7 +334,7 @@ def read_junit(path: Path) -> Result | None:
     failed = sum(int(s.get("failures", 0)) for s in suites)
     errors = sum(int(s.get("errors", 0)) for s in suites)
     skipped = sum(int(s.get("skipped", 0)) for s in suites)
-    return Result(passed=total - failed - errors - skipped, failed=failed, skipped=skipped, errors=errors,
+    return Metrics(passed=total - failed - errors - skipped, failed=failed, skipped=skipped, errors=errors,
                   total=total, duration_s=round(sum(float(s.get("time", 0)) for s in suites), 3))
 
 

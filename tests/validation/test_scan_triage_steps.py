@@ -195,28 +195,28 @@ def test_scan_run_without_a_cliff_does_not_bisect(monkeypatch, tmp_path):
 
 def _simulated_triage(monkeypatch, tmp_path, disturbed):
     """Triage.run over fake launches: the suspect 40% faster in every repeat; `disturbed(spec)` marks the runs
-    another process disturbed (their telemetry's interference)."""
+    another process disturbed (their telemetry's interference). Returns the Result as results.json would hold it."""
     from validation.kinds import triage as triage_mod
+    from validation.kinds.trainer import Runs
+    from validation.results.codec import decode, encode
+    from validation.results.trainer_launch import LaunchMetrics, LaunchRun
 
-    def fake_run_each(ctx, step, launches, result, **_):
-        runs = [{"label": s.label, "params": s.params, "status": "passed", "reason": None, "dir": s.dir,
-                 "command": s.argv, "repeat": s.repeat,
-                 "metrics": {"interference": {"disturbed": disturbed(s), "text": "other processes used 1.50 of 2 "
-                                              "cores" if disturbed(s) else "no interference", "share": 0.5}}}
-                for s in launches]
-        result["runs"] = runs
-        return runs, []
+    def fake_run_all(ctx, retry_disturbed=False, **_):
+        return Runs([LaunchRun(label=s.label, params=dict(s.params), status="passed", dir=s.dir, command=list(s.argv),
+                               repeat=s.repeat, metrics=decode(LaunchMetrics, {"interference": {
+                                   "disturbed": disturbed(s), "share": 0.5,
+                                   "text": "other processes used 1.50 of 2 cores" if disturbed(s) else "no interference"}}))
+                     for s in ctx.launches])
 
-    monkeypatch.setattr(triage_mod, "run_each", fake_run_each)
+    monkeypatch.setattr(triage_mod, "run_all", fake_run_all)
     monkeypatch.setattr(triage_mod, "run_toks",
-                        lambda ctx, step, run: 1400.0 + run["repeat"] if run["label"] == "a" else 1000.0)
+                        lambda ctx, step, run: 1400.0 + run.repeat if run.label == "a" else 1000.0)
     tr = load(tmp_path, triage=TRIAGE_OK + ", repeats: 3").steps()[1]
     from validation.runbook.plan import step_launches
 
-    result = {}
-    ctx = SimpleNamespace(run_dir=tmp_path, save=lambda: None)
-    triage_mod.Triage().run(tr, step_launches(tr, {}, tmp_path), result, ctx)
-    return result
+    ctx = SimpleNamespace(run_dir=tmp_path, save=lambda partial=None: None, step=tr,
+                          launches=step_launches(tr, {}, tmp_path))
+    return encode(triage_mod.Triage().run(tr.options, ctx))
 
 
 def test_triage_leaves_disturbed_runs_out_and_is_inconclusive_not_failed_when_too_few_remain(monkeypatch, tmp_path):

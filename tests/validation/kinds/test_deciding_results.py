@@ -15,7 +15,7 @@ from validation.kinds import get
 from validation.results.codec import decode, encode, written
 
 REPO = Path(__file__).resolve().parents[3]
-KINDS = ("sweep", "ab")
+KINDS = ("sweep", "ab", "triage")
 RECORDS = sorted(REPO.glob("reports/**/results.json")) + sorted(REPO.glob("tests/validation/fixtures/*.json"))
 
 
@@ -73,3 +73,13 @@ def test_a_decision_that_was_never_computed_leaves_its_figures_out_of_the_sweeps
     assert encode(decode(Metrics, undecided)) == undecided
     nothing_compared = {**undecided, "method": None, "noise_floor": None, "recommended_repeats": None}
     assert written(decode(Metrics, nothing_compared)) == nothing_compared
+
+
+def test_a_triage_that_never_ranked_has_no_verdict_and_one_that_did_names_or_nulls_its_culprit():
+    from validation.kinds.triage import Metrics, Result, UNRANKED, ranked
+
+    assert "culprit" not in encode(Metrics()) and Metrics().culprit == UNRANKED
+    assert ranked(Result()) is None and ranked(decode(Result, {"metrics": {"reason": "x"}}, lenient=True)) is None
+    unnamed = Result(metrics=Metrics(culprit=None, reason="no ranking: too few runs"))
+    assert ranked(unnamed) == unnamed.metrics and encode(unnamed.metrics)["culprit"] is None
+    assert get("triage").summary_line(unnamed) == " no culprit (no suspect significant)"

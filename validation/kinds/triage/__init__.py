@@ -14,8 +14,9 @@ A run's tokens/s is the median of its window (one unit per run, robust to a step
 Metrics: "culprit" (a suspect's name or null), "reason", "statement" (Holm), "ranking" (names, largest
 improvement first), "suspects" {name: {effect (relative change of tokens/s), ci [low, high], p, p_adjusted,
 significant, verdict, toks_per_s, changes}}, "config_toks_per_s", "repeats", "runs", "passed".
-The kind's Result is the step's metrics (a Suspect per suspect), runs (a LaunchRun each) and run order as typed
-records: run() reads the runs it launched as LaunchRun, the report parts decode the step leniently.
+Options: the keys above (each suspect's change a Settings). Result: the step record (validation.results.run.Step: its
+runs a LaunchRun each, the run order, superseded runs and notes), its metrics a Metrics (a Suspect per suspect); run()
+builds it, the report hooks read it (decoded leniently).
 """
 
 from __future__ import annotations
@@ -26,15 +27,17 @@ from typing import Any, Mapping
 
 from validation import kinds
 from validation.analysis.interference import decision_record, disturbed_flags
-from validation.formatting import as_dict, env_text, finite, fmt_num, fmt_pct, fmt_rate, params_text
+from validation.formatting import env_text, finite, fmt_num, fmt_pct, fmt_rate, params_text
 from validation.runbook.schema import env_vars, mapping, trainer_flags, typed
 from validation.analysis.significance import StatsError
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
-from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed,
+                                      run_all, run_order, run_values, trainer_launch)
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, KeyFigure, Settings, effect_of, with_labels
 from validation.analysis.triage import rank_suspects
-from validation.results.codec import absent, decode
+from validation.results.codec import absent, decode, encode
 from validation.results.decision import ComparisonRecord
+from validation.results.run import Step as StepRecord
 from validation.results.trainer_launch import LaunchRun, Num
 
 
@@ -63,11 +66,15 @@ class Suspect:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
+UNRANKED = ""  # Metrics.culprit of a step whose run never got as far as its verdict: the key absent
+
+
 @dataclasses.dataclass(frozen=True)
 class Metrics:
-    """The step's metrics (the module docstring), in the order run() writes them: the statement only where the
+    """The step's metrics (the module docstring), in the order run() writes them: the culprit (null where none is
+    named; UNRANKED, the key absent, where the run never got as far as a verdict), the statement only where the
     suspects were ranked."""
-    culprit: str | None = None
+    culprit: str | None = absent(UNRANKED)
     repeats: int | None = None
     runs: int | None = None
     passed: int | None = None
@@ -80,19 +87,16 @@ class Metrics:
 
 
 @dataclasses.dataclass(frozen=True)
-class Result:
-    """The parts of a triage step's record the kind writes: its metrics, a record per run and the run order."""
+class Result(StepRecord):
+    """A triage step's record: its runs and run order (the step record's) and its metrics."""
     metrics: Metrics = dataclasses.field(default_factory=Metrics)
-    runs: list[LaunchRun] = dataclasses.field(default_factory=list)
-    order_seed: int | None = absent()
-    order: list[str] | None = absent()
 
 
 def ranked(step: Any) -> Metrics | None:
-    """A triage step's metrics (decoded leniently) where they hold its verdict (a "culprit", named or null), else
-    None (the step never got as far as ranking)."""
-    metrics = as_dict(as_dict(step).get("metrics"))
-    return decode(Metrics, metrics, "metrics", lenient=True) if "culprit" in metrics else None
+    """A triage step's metrics where they hold its verdict (a culprit, named or null), else None (the step never got
+    as far as ranking). `step`: its Result, or its entry as results.json holds it (read leniently)."""
+    r = step if isinstance(step, Result) else decode(Result, step, "step", lenient=True)
+    return r.metrics if r.metrics.culprit != UNRANKED else None
 
 
 CONFIG = "config"
@@ -100,7 +104,6 @@ FORBIDDEN_ENV = ("NSA_FAULT",)
 
 
 class Triage(TrainerKind):
-    typed = False  # still the dict interface (validation.kinds.base.StepKind.typed)
     name = "triage"
     summary = ("a slow configuration with each suspect (`suspects: {sel_v2: {env: {NSA_SEL_RANGES_V2: '1'}}}`) "
                "changed alone, interleaved repeats; suspects ranked by their effect on tokens/s with 95% CIs "
@@ -112,6 +115,7 @@ class Triage(TrainerKind):
                                                       "toks_per_s", "changes.*", "noise_floor", "text"))) + RUN_METRICS
     performance = ("culprit", "reason", "statement", "ranking", "config_toks_per_s", "suspects") + RUN_PERFORMANCE
     decides = True
+    result_type = Result
 
     def metric_names(self, step):  # runs.<label>: the configuration and the suspects, by their names
         return self.metrics if step is None else with_labels(self.metrics, "<label>", [CONFIG, *step.suspects])
@@ -150,54 +154,51 @@ class Triage(TrainerKind):
                                       repeat=repeat))
         return out
 
-    def run(self, step, launches, result, ctx) -> None:
-        runs, problems = run_each(ctx, step, launches, result, retry_disturbed=True)
-        records = [decode(LaunchRun, r, f"runs[{i}]") for i, r in enumerate(runs)]
-        result["order_seed"], result["order"] = order_seed(step, ctx.run_dir), [s.label for s in launches]
-        data: dict[str, list] = {label: [None] * step.repeats for label in [CONFIG, *step.suspects]}
-        shaken = disturbed_flags(runs, data, step.repeats)
-        for raw, r in zip(runs, records):  # a run measured under interference is left out, as a failed one would be
-            data[r.label][r.repeat] = None if shaken[r.label][r.repeat] else run_toks(ctx, step, raw)
-        suspects: dict[str, dict] = {}
-        m: dict[str, Any] = {"culprit": None, "repeats": step.repeats, "runs": len(runs),
-                             "passed": sum(r.status == "passed" for r in records),
-                             "config_toks_per_s": _mean(data[CONFIG]), "suspects": suspects, "ranking": []}
-        result["metrics"] = m
-        culprit, ranked_ = None, False
+    def run(self, options: Options, ctx) -> Result:
+        """The configuration and every suspect in every repeat (a disturbed repeat run again), then the suspects
+        ranked against the configuration, the disturbed runs left out."""
+        step = ctx.step
+        done = run_all(ctx, retry_disturbed=True)
+        runs = done.runs
+        data: dict[str, list] = {label: [None] * options.repeats for label in [CONFIG, *options.suspects]}
+        shaken = disturbed_flags([encode(r) for r in runs], data, options.repeats)
+        for r in runs:  # a run measured under interference is left out, as a failed one would be
+            data[r.label][r.repeat] = None if shaken[r.label][r.repeat] else run_toks(ctx, step, r)
+        counted = Metrics(culprit=None, repeats=options.repeats, runs=len(runs),
+                          passed=sum(r.status == "passed" for r in runs), config_toks_per_s=_mean(data[CONFIG]))
         try:
-            ranking = rank_suspects(data[CONFIG], {k: data[k] for k in step.suspects},
+            ranking = rank_suspects(data[CONFIG], {k: data[k] for k in options.suspects},
                                     pair_noise=declared_pair_noise(ctx))
         except StatsError as exc:
-            reason = m["reason"] = f"no ranking: {exc}"
+            culprit, reason, ranked_ = None, f"no ranking: {exc}", False
+            metrics = counted
         else:
             culprit, reason, ranked_ = ranking.culprit, ranking.reason, True
-            m.update(culprit=culprit, reason=reason, statement=ranking.statement,
-                     ranking=[c.variant for c in ranking.comparisons])
-            for c in ranking.comparisons:
-                suspects[c.variant] = {
-                    "effect": c.rel, "ci": [c.ci_low, c.ci_high], "p": c.p_value, "p_adjusted": c.p_adjusted,
-                    "significant": c.significant, "verdict": c.verdict, "noise_floor": c.noise_floor,
-                    "toks_per_s": _mean(data[c.variant]), "changes": _changes(step.suspects[c.variant]),
-                    "text": c.describe()}
+            suspects = {c.variant: Suspect(
+                effect=c.rel, ci=[c.ci_low, c.ci_high], p=c.p_value, p_adjusted=c.p_adjusted, significant=c.significant,
+                verdict=c.verdict, noise_floor=c.noise_floor, toks_per_s=_mean(data[c.variant]),
+                changes=_changes(options.suspects[c.variant]), text=c.describe()) for c in ranking.comparisons}
+            metrics = dataclasses.replace(counted, culprit=culprit, suspects=suspects,
+                                          ranking=[c.variant for c in ranking.comparisons], statement=ranking.statement)
         left_out = [f"{k} (repeat {i + 1})" for k, flags in shaken.items() for i, f in enumerate(flags) if f]
         if left_out and reason:
-            reason = m["reason"] = (reason + "; left out because other work used the machine while they ran: "
-                                    + ", ".join(left_out))
-        record = decision_record(result, conclusive=bool(culprit))
-        if record is not None:
-            result["interference"] = record
-        ctx.save()
-        if problems:
-            result.update(status="failed", reason="; ".join(problems))
+            reason += "; left out because other work used the machine while they ran: " + ", ".join(left_out)
+        metrics = dataclasses.replace(metrics, reason=reason)
+        if done.problems:
+            status, why = "failed", "; ".join(done.problems)
         elif not ranked_ and not left_out:
-            result.update(status="failed", reason=reason)
+            status, why = "failed", reason
         elif not ranked_:  # the disturbed runs left too few: nothing failed, the evidence is missing
-            result.update(status="passed", reason=f"{reason}: inconclusive, run it again on a quiet machine")
+            status, why = "passed", f"{reason}: inconclusive, run it again on a quiet machine"
         else:
-            result.update(status="passed", reason=None)
+            status, why = "passed", None
+        return Result(status=status, reason=why, metrics=metrics, runs=runs, superseded=done.superseded,
+                      notes=done.notes, order_seed=order_seed(step, ctx.run_dir),
+                      order=[spec.label for spec in ctx.launches],
+                      interference=decision_record(encode(StepRecord(runs=runs)), conclusive=bool(culprit)))
 
-    def summary_line(self, result: dict) -> str:
-        m = ranked(result)
+    def summary_line(self, result: Result) -> str:
+        m = ranked(self.read(result))
         if m is None:
             return ""
         if m.culprit:
@@ -205,9 +206,9 @@ class Triage(TrainerKind):
             return f" culprit: {m.culprit} ({fmt_pct(finite(s.effect), signed=True)} tokens/s)"
         return " no culprit (no suspect significant)"
 
-    def blocks(self, result: dict) -> list[Block]:
+    def blocks(self, result: Result) -> list[Block]:
         """The configuration's tokens/s, one row per suspect in ranking order (the culprit marked), the culprit."""
-        m = decode(Result, result, lenient=True).metrics
+        m = self.read(result).metrics
         ranking = [str(n) for n in m.ranking]
         rows = []
         for name in ranking:
@@ -229,9 +230,9 @@ class Triage(TrainerKind):
             out.append(Paragraph(str(m.statement), style="muted"))
         return out
 
-    def comparisons(self, result: dict) -> list[Effect]:
+    def comparisons(self, result: Result) -> list[Effect]:
         """Each suspect changed alone against the configuration as given."""
-        metrics = decode(Result, result, lenient=True).metrics
+        metrics = self.read(result).metrics
         out = []
         for suspect, s in sorted(metrics.suspects.items(), key=lambda kv: str(kv[0])):
             ci = s.ci
@@ -247,22 +248,20 @@ class Triage(TrainerKind):
                 out.append(effect)
         return out
 
-    def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
+    def key_figures(self, in_order: list[StepRecord]) -> list[KeyFigure]:
+        """Each triage's culprit (or "none named") and why."""
         out = []
-        for s in in_order:
-            if not isinstance(s, dict) or s.get("kind") != self.name:
-                continue
-            m = ranked(s)
+        for r in in_order:
+            m = ranked(r) if isinstance(r, Result) else None
             if m is not None and m.reason:
                 out.append(KeyFigure("culprit", "Culprit", str(m.culprit or "none named"),
-                                     f"step `{s.get('name')}`: {m.reason}", order=26,
-                                     steps=(str(s.get("name")),)))
+                                     f"step `{r.name}`: {m.reason}", order=26, steps=(str(r.name),)))
         return out
 
 
-def run_toks(ctx, step, run: dict) -> float | None:
+def run_toks(ctx, step, run: LaunchRun) -> float | None:
     """A run's tokens/s: the median of its window's per-step values (None for a failed run)."""
-    values = run_values(ctx.run_dir, step, run, "toks_per_s")
+    values = run_values(ctx.run_dir, step, encode(run), "toks_per_s")
     if isinstance(values, list):
         if not values:
             return None

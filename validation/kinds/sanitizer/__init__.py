@@ -37,6 +37,9 @@ the program failed), not attached (the sanitizer found no process to attach to: 
 "compute-sanitizer timed-out"; nothing was checked), no summary (the sanitizer printed none: it did not run to its
 end), timeout. Only clean counts as clean: a case without an ERROR SUMMARY never does. The step passes when every
 case is clean; criteria: `STEP.errors == 0 and STEP.cases_clean == STEP.cases`.
+
+Options: the keys above. Result: the step record, its metrics a Metrics (the keys above; a CaseResult per case, its
+flags' values kept in `extra`).
 """
 
 from __future__ import annotations
@@ -51,12 +54,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from validation import kinds
-from validation.launch.spec import LOG_NAME, safe_name
-from validation.formatting import as_dict, first_of, fmt_duration, fmt_num
+from validation.launch.spec import LOG_NAME, LaunchResult, LaunchSpec, safe_name
+from validation.formatting import first_of, fmt_duration, fmt_num
 from validation.runbook.schema import mapping, str_list, typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, code
-from validation.results.codec import decode, encode
-from validation.results.run import Step
+from validation.results.codec import blank
+from validation.results.run import Step as StepRecord
 from validation.kinds.base import COMMAND_LAUNCH_KEYS, KeyFigure, StepKind, command_launch, step_dir
 
 
@@ -83,7 +86,7 @@ class CaseResult:
 
 
 @dataclasses.dataclass(frozen=True)
-class Result:
+class Metrics:
     """The step's metrics (the module docstring)."""
     tool: str | None = None
     grid: str | None = None
@@ -92,6 +95,22 @@ class Result:
     cases_clean: int | None = None
     errors: int | None = None  # over the cases
     by_case: list[CaseResult] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result(StepRecord):
+    """A sanitizer step's record: its metrics the grid's cases (None: {}, a step that never ran)."""
+    metrics: Metrics | None = blank()
+
+
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """One case's launch that ended: its spec, how its process ended and its record (None: the launch was
+    interrupted)."""
+    spec: LaunchSpec
+    lr: LaunchResult
+    case: CaseResult | None
+
 
 SANITIZER = "compute-sanitizer"
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
@@ -113,6 +132,8 @@ class Sanitizer(StepKind):
     keys = ("command", "grids", "grid", "tool", "jobs")
     metrics = ("tool", "grid", "sanitizer", "cases", "cases_clean", "errors", "by_case.<i>.*")
     launch_keys = COMMAND_LAUNCH_KEYS
+    result_type = Result
+    typed = True
 
     def parse(self, raw: dict, path: tuple, ctx) -> Options:
         command = str_list(raw.get("command"), path + ("command",), ctx)
@@ -173,77 +194,80 @@ class Sanitizer(StepKind):
                                            env={**NO_CACHING_ENV, **spec.env}))
         return out
 
-    def run(self, step, launches, result, ctx) -> None:
-        grid = step.grids[step.grid]
+    def run(self, options: Options, ctx) -> Result:
+        """Every case of the grid (up to options.jobs at a time); the record is that of a run one after another: the
+        cases in grid order, the excerpt (and, when stopped, the command) of the last in grid order."""
+        launches = ctx.launches
+        grid = options.grids[options.grid]
         grid_cases = cases(grid)  # launches() builds them in this order
-        base = Result(tool=step.tool, grid=step.grid, sanitizer=launches[0].argv[0] if launches else None)
-        ended: dict[int, tuple] = {}  # plan index -> (spec, LaunchResult, the case's record or None: interrupted)
+        base = Metrics(tool=options.tool, grid=options.grid, sanitizer=launches[0].argv[0] if launches else None)
+        ended: dict[int, Ended] = {}  # plan index -> the case's launch and record
 
-        def done(i, spec, lr) -> bool:
-            ctx.record(result, spec, lr)
-            record = None if lr.status == "interrupted" else dataclasses.replace(
+        def in_order() -> list[Ended]:
+            return [ended[j] for j in sorted(ended)]
+
+        def so_far() -> Result:  # the cases that ended, in grid order
+            done = in_order()
+            return Result(metrics=totals(base, [e.case for e in done if e.case is not None]),
+                          excerpt=next((e.lr.excerpt for e in reversed(done) if e.lr.excerpt), None))
+
+        def done(i: int, spec: LaunchSpec, lr: LaunchResult) -> bool:
+            case = None if lr.status == "interrupted" else dataclasses.replace(
                 read_case(ctx.run_dir / spec.dir / LOG_NAME, lr.status, lr.returncode, lr.reason),
                 case=spec.label, duration_s=round(lr.duration_s, 3), extra=dict(grid_cases[i]))
-            ended[i] = (spec, lr, record)
-            result["metrics"] = encode(totals(base, [ended[j][2] for j in sorted(ended) if ended[j][2] is not None]))
-            if record is not None:
-                ctx.save()  # each case's result is on disk as soon as it ends
-            return record is None  # interrupted: no further case starts
+            ended[i] = Ended(spec, lr, case)
+            if case is not None:
+                ctx.save(so_far())  # each case's result is on disk as soon as it ends
+            return case is None  # interrupted: no further case starts
 
-        ctx.launch_all(launches, step.jobs, done)
-        if step.jobs > 1:  # the step's entry as a run one after another leaves it: launches recorded in grid order
-            result.update(artifacts=[], stack_dumps=[], excerpt=None)
-            for j in sorted(ended):
-                ctx.record(result, *ended[j][:2])
-        records = [ended[j][2] for j in sorted(ended) if ended[j][2] is not None]
-        stopped = next((f"{spec.label}: {lr.reason}" for spec, lr, record in (ended[j] for j in sorted(ended))
-                        if record is None), None)
-        if stopped:
-            result["metrics"] = encode(totals(base, records))
-            result.update(status="interrupted", reason=stopped)
-            return
-        m = totals(base, records)
-        result["metrics"] = encode(m)
-        if launches:  # the command without one case's flags
-            result["command"] = [*launches[0].argv[:len(launches[0].argv) - 2 * len(grid)],
-                                 f"<each of {len(launches)} cases: {' '.join(f'--{f} X' for f in grid)}>"]
+        ctx.launch_all(launches, options.jobs, done)
+        record = so_far()
+        stopped = next((e for e in in_order() if e.case is None), None)
+        if stopped is not None:
+            return dataclasses.replace(record, status="interrupted", command=list(in_order()[-1].lr.argv),
+                                       reason=f"{stopped.spec.label}: {stopped.lr.reason}")
+        m = record.metrics or base
+        records = m.by_case
+        # the command without one case's flags
+        command = [*launches[0].argv[:len(launches[0].argv) - 2 * len(grid)],
+                   f"<each of {len(launches)} cases: {' '.join(f'--{f} X' for f in grid)}>"] if launches else None
         bad = [r for r in records if r.status != "clean"]
         if not records:
-            result.update(status="failed", reason="the grid has no case")
+            status, reason = "failed", "the grid has no case"
         elif bad:
             shown = first_of((f"{r.case}: {case_problem(r)}" for r in bad), 4)
-            result.update(status="failed", reason=f"{len(bad)} of {m.cases} cases not clean "
-                                                  f"({step.tool}: {m.errors} in all): {shown}")
+            status, reason = "failed", (f"{len(bad)} of {m.cases} cases not clean ({options.tool}: {m.errors} in "
+                                        f"all): {shown}")
         else:
-            result.update(status="passed", reason=None)
+            status, reason = "passed", None
+        return dataclasses.replace(record, status=status, reason=reason, command=command)
 
-    def summary_line(self, result: dict) -> str:
-        m = decode(Result, result.get("metrics"), lenient=True)
+    def summary_line(self, result: Result) -> str:
+        m = result.metrics or Metrics()
         if not m.cases:
             return ""
         return f" ({m.cases_clean} of {m.cases} cases clean, {m.errors} {m.tool} errors)"
 
-    def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
+    def key_figures(self, steps: list) -> list[KeyFigure]:
         """One line per sanitizer step that ran: cases clean of the grid, errors, the first case that was not."""
         out = []
-        for s in in_order:
-            frame = decode(Step, s, lenient=True)
-            m = decode(Result, frame.metrics, lenient=True)
-            if frame.kind != self.name or not m.cases:
+        for step in steps:
+            m = step.metrics if isinstance(step, Result) else None
+            if m is None or not m.cases:
                 continue
             bad = next((r for r in m.by_case if r.status != "clean"), None)
-            note = f"step `{frame.name}`, grid {m.grid}, {fmt_num(m.errors)} errors"
-            out.append(KeyFigure("sanitizer_cases_clean", f"compute-sanitizer {m.tool} ({frame.name})",
+            note = f"step `{step.name}`, grid {m.grid}, {fmt_num(m.errors)} errors"
+            out.append(KeyFigure("sanitizer_cases_clean", f"compute-sanitizer {m.tool} ({step.name})",
                                  f"{fmt_num(m.cases_clean)} of {fmt_num(m.cases)} cases clean",
                                  note + (f"; first not clean: {bad.case}" if bad else ""), order=12,
-                                 steps=(str(frame.name),)))
+                                 steps=(str(step.name),)))
         return out
 
-    def blocks(self, result: dict) -> list[Block]:
+    def blocks(self, result: Result) -> list[Block]:
         """The tool and grid, how many cases ran clean, and one row per case with its first error."""
-        if not as_dict(result.get("metrics")):
+        m = result.metrics
+        if m is None:
             return []
-        m = decode(Result, result.get("metrics"), lenient=True)
         return [Paragraph(f"{m.tool} ({m.sanitizer}), grid {code(m.grid)}: {fmt_num(m.cases_clean)} of "
                           f"{fmt_num(m.cases)} cases clean; errors in all: {fmt_num(m.errors)}."),
                 Table((Column("Case"), Column("Result"), Column("Errors", numeric=True), Column("Duration", numeric=True),
@@ -343,7 +367,7 @@ def case_problem(record: CaseResult) -> str:
     return str(status)
 
 
-def totals(base: Result, records: list[CaseResult]) -> Result:
+def totals(base: Metrics, records: list[CaseResult]) -> Metrics:
     return dataclasses.replace(base, cases=len(records), cases_clean=sum(r.status == "clean" for r in records),
                                errors=sum(int(r.errors or 0) for r in records), by_case=list(records))
 

@@ -87,16 +87,19 @@ def test_views_accept_damaged_results_and_format_real_ones():
     from validation.kinds import get
     from validation.report.renderer import blocks_html, blocks_markdown
 
+    from validation.kinds import hook_steps
+
     def md(kind, result):
-        return blocks_markdown(get(kind).blocks(result))
+        return blocks_markdown(get(kind).blocks(get(kind).hook_input(result)))
 
     for damaged in ({}, {"metrics": None}, {"metrics": {"points": [1, None], "exponent_ci": "x", "bisection": 3}},
                     {"metrics": {"suspects": {"a": None}, "ranking": ["a", 2], "culprit": 5}}):
         for kind in ("scan", "triage"):
-            get(kind).view(damaged, {"name": "s"})
-            md(kind, damaged), blocks_html(get(kind).blocks(damaged))
-            get(kind).summary_line(damaged)
-            get(kind).key_figures([{"kind": kind, **damaged}])
+            step = get(kind).hook_input(damaged)  # as the report hands it: the kind's Result, read leniently
+            get(kind).view(step, {"name": "s"})
+            md(kind, damaged), blocks_html(get(kind).blocks(step))
+            get(kind).summary_line(step)
+            get(kind).key_figures(hook_steps(get(kind), [{"kind": kind, **damaged}]))
     scan = {"metrics": {"setting": "args.seq_len", "exponent": 1.234, "exponent_ci": [1.0, 1.5], "cliff": True,
                         "cliff_interval": [256, 320], "cliff_localised": True, "expected_exponent": 1.5,
                         "bisection": {"points": [[384, "bad"], [320, "bad"]], "width": 64, "resolution": 64,
@@ -118,7 +121,7 @@ def test_views_accept_damaged_results_and_format_real_ones():
          "mfu": 0.31}]}}}
     text = md("scaling", scaling)
     assert "| 1 | 4 | 1,000.0 | 1.00x | 100% |" in text and "| 2 | 4 | 1,900.0 (MFU 31.0%) | 1.90x | 95% |" in text
-    assert "cliff between 256 and 320 (localised)" in get("scan").summary_line(scan)
+    assert "cliff between 256 and 320 (localised)" in get("scan").summary_line(get("scan").read(scan))
     tri = {"metrics": {"culprit": "a", "reason": "why", "ranking": ["a", "b"], "config_toks_per_s": 1000.0,
                        "suspects": {"a": {"effect": 4.0, "ci": [3.5, 4.5], "p_adjusted": 0.0002, "significant": True,
                                           "toks_per_s": 5000.0, "changes": "NSA_SEL_RANGES_V2=1"},
@@ -136,6 +139,9 @@ def simulated_scan(monkeypatch, tmp_path, cliff_at):
     import numpy as np
 
     from validation.kinds import scan as scan_mod
+    from validation.kinds.trainer import Runs
+    from validation.results.codec import decode, encode
+    from validation.results.trainer_launch import LaunchMetrics, LaunchRun
 
     rng = np.random.default_rng(11)
     launched = []
@@ -145,30 +151,30 @@ def simulated_scan(monkeypatch, tmp_path, cliff_at):
         t = v / 32000 + (1e-5 * v * v if cliff_at is not None and v > cliff_at else 0.0)
         return list(t * np.exp(rng.normal(0, 0.03, 5)))
 
-    def fake_collect(ctx, step, spec, lr):
-        launched.append(spec)
-        return "passed", None, {"toks_per_s": {"mean": 1000.0}}
-
-    def fake_run_each(ctx, step, launches, result, **_):
+    def fake_run_all(ctx, retry_disturbed=False, launches=None, on_progress=None, step=None):
+        """run_all with every launch collected as passed, each run saved as it ends."""
         runs = []
-        for spec in launches:
-            status, reason, m = fake_collect(ctx, step, spec, None)
-            runs.append({"label": spec.label, "params": spec.params, "status": status, "reason": reason,
-                         "dir": spec.dir, "command": spec.argv, "metrics": m, "repeat": spec.repeat})
-        return runs, []
+        for spec in ctx.launches if launches is None else launches:
+            launched.append(spec)
+            runs.append(LaunchRun(label=spec.label, params=dict(spec.params), status="passed", dir=spec.dir,
+                                  command=list(spec.argv), repeat=spec.repeat,
+                                  metrics=decode(LaunchMetrics, {"toks_per_s": {"mean": 1000.0}})))
+            (on_progress or (lambda so_far: ctx.save(so_far.partial())))(Runs(list(runs)))
+        return Runs(runs)
 
-    monkeypatch.setattr(scan_mod, "collect", fake_collect)
-    monkeypatch.setattr(scan_mod, "run_each", fake_run_each)
+    monkeypatch.setattr(scan_mod, "run_all", fake_run_all)
     monkeypatch.setattr(scan_mod, "run_values", lambda run_dir, step, run, metric: times(run))
     sc = load(tmp_path, "values: {args.seq_len: [64, 128, 256, 512]}, repeats: 2, "
                         "bisect: {steps: 4, resolution: 32, multiple_of: 32}").steps()[0]
     from validation.runbook.plan import step_launches
 
-    ctx = SimpleNamespace(run_dir=tmp_path, launch=lambda spec, i, n: SimpleNamespace(argv=spec.argv),
-                          record=lambda *a: None, save=lambda: None, winners=dict)
-    result = {}
-    scan_mod.Scan().run(sc, step_launches(sc, {}, tmp_path), result, ctx)
-    return result, launched
+    saved = []
+    ctx = SimpleNamespace(run_dir=tmp_path, step=sc, launches=step_launches(sc, {}, tmp_path), winners=dict,
+                          save=lambda partial=None: saved.append(partial))
+    result = scan_mod.Scan().run(sc.options, ctx)
+    assert len(saved) == len(launched)  # every run saved as it ended
+    assert [r.dir for r in saved[-1].runs] == [r.dir for r in result.runs[:len(saved[-1].runs)]]
+    return encode(result), launched
 
 
 def test_scan_run_bisects_a_simulated_cliff(monkeypatch, tmp_path):

@@ -58,12 +58,12 @@ def loglog_lines(plotter: Any, series: dict[str, list[tuple[float, float]]], *, 
     plotter.save(fig, filename, title)
 
 
-def scan_loglog(plotter: Any, points: list[dict], fit: dict, *, title: str, xlabel: str, filename: str) -> None:
-    """A scan's step time per value on log-log axes: every run's mean (scan points and bisection points apart),
-    the fitted cost law (exp(intercept) * value^slope over the scanned range, its exponent in the legend) and the
-    neighbouring pairs found to be a cliff shaded; nothing without points."""
-    runs = [(float(p["value"]), float(t), p.get("source") or "scan") for p in points
-            if finite(p.get("value")) is not None for t in p.get("run_step_times_s") or [] if finite(t)]
+def scan_loglog(plotter: Any, runs: list[tuple[float, float, str]], fit: tuple[float | None, float | None],
+                cliffs: list[tuple[float, float]], *, title: str, xlabel: str, filename: str) -> None:
+    """A scan's step time per value on log-log axes: every run's (value, step time, source: scan or bisect), scan
+    points and bisection points apart, the fitted cost law (slope, intercept: exp(intercept) * value^slope over the
+    scanned range, its exponent in the legend) and the neighbouring pairs (low, high) found to be a cliff shaded;
+    nothing without runs."""
     if not runs:
         return
     fig, ax = plotter.figure(title, xlabel, "step time (s)")
@@ -72,19 +72,14 @@ def scan_loglog(plotter: Any, points: list[dict], fit: dict, *, title: str, xlab
         if xs:
             ax.plot(xs, [r[1] for r in runs if r[2] == source], linestyle="none", marker=marker, markersize=5,
                     label="scan runs" if source == "scan" else "bisection runs")
-    slope, intercept = finite(fit.get("slope")), finite(fit.get("intercept"))
+    slope, intercept = fit
     scanned = sorted(r[0] for r in runs if r[2] == "scan")
     if slope is not None and intercept is not None and scanned:
         xs = [scanned[0], scanned[-1]]
         ax.plot(xs, [math.exp(intercept) * x ** slope for x in xs], linewidth=1.2, color="gray",
                 label=f"fit: exponent {slope:.2f}")
-    values = sorted({float(p["value"]) for p in points if finite(p.get("value")) is not None
-                     and (p.get("source") or "scan") == "scan"})
-    for p in points:
-        if p.get("cliff_to_next") and float(p["value"]) in values:
-            i = values.index(float(p["value"]))
-            if i + 1 < len(values):
-                ax.axvspan(values[i], values[i + 1], color="tab:red", alpha=0.08)
+    for low, high in cliffs:
+        ax.axvspan(low, high, color="tab:red", alpha=0.08)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.legend(loc="upper left", fontsize="small")

@@ -21,15 +21,17 @@ Metrics: "setting", "values", "repeats", "expected_exponent", "exponent" (slope)
 (interval width <= resolution; false without a cliff), "bisection" (validation.analysis.triage.Bisection) or null,
 "points" [{value, source (scan | bisect), runs, passed, step_time_s, toks_per_s, mfu (the runs' window mean, where
 the device peak is known), time_to_first_step_s, peak_mem_gb, exponent_to_next}], "noise_source" (repeats | blocks | none), "runs", "passed".
-The kind's Result is the step's metrics, runs (a LaunchRun each, its "source" scan or bisect) and run order as typed
-records: run() reads the runs it launched as LaunchRun, the report parts decode the step leniently.
+Options: the keys above. Result: the step record (validation.results.run.Step: runs, a LaunchRun each with its
+"source" scan or bisect, run order, ...) with these metrics as the Metrics record: what run() returns, built from
+the LaunchRun records run_all gives and the analysis's records (Fit, Pair, Bisection), and what the report hooks read
+(decoded leniently).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable
 
 from validation import kinds
 from validation.launch.spec import safe_name
@@ -37,11 +39,13 @@ from validation.formatting import file_name, finite, fmt_gb, fmt_num, rate_with_
 from validation.runbook.schema import mapping, setting_key, typed
 from validation.analysis.significance import StatsError
 from validation.kinds.base import KeyFigure
-from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, collect, order_seed, run_each, run_order, run_values, trainer_launch
+from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_all, run_order,
+                                      run_values, trainer_launch)
 from validation.kinds._plot_helpers import scan_loglog
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
 from validation.analysis.triage import bisect, find_cliffs, fit_exponent, local_exponent, point_noise
 from validation.results.codec import absent, decode, encode, given
+from validation.results.run import Step as StepRecord
 from validation.results.trainer_launch import LaunchRun, Num, TrainingSummary
 
 
@@ -152,16 +156,12 @@ class Metrics:
 
 
 @dataclasses.dataclass(frozen=True)
-class Result:
-    """The parts of a scan step's record the kind writes: its metrics, a record per run and the run order."""
+class Result(StepRecord):
+    """A scan step's record: the step record (runs, run order, ...) with its metrics."""
     metrics: Metrics = dataclasses.field(default_factory=Metrics)
-    runs: list[LaunchRun] = dataclasses.field(default_factory=list)
-    order_seed: int | None = absent()
-    order: list[str] | None = absent()
 
 
 class Scan(TrainerKind):
-    typed = False  # still the dict interface (validation.kinds.base.StepKind.typed)
     name = "scan"
     summary = ("the trainer over the values of one setting (e.g. `args.seq_len: [64, 128, 256, 512]`), interleaved "
                "repeats: tokens/s, step time, time to first step and peak memory per point, the cost exponent with "
@@ -174,6 +174,7 @@ class Scan(TrainerKind):
     performance = ("exponent", "exponent_ci", "exponent_fit", "exponent_reason", "cliff", "cliff_reason", "cliff_pair",
                    "pairs", "cliff_interval", "cliff_localised", "bisection", "points") + RUN_PERFORMANCE
     decides = True
+    result_type = Result
     plan_note = ("runs in a random order within each repeat, drawn for each run directory (the seed is recorded in "
                  "results.json); when a cliff is found, bisection points are launched while the step runs")
 
@@ -212,67 +213,73 @@ class Scan(TrainerKind):
                 for repeat, value in run_order(list(map(value_label, step.values)), step.repeats,
                                                order_seed(step, run_dir))]
 
-    def run(self, step, launches, result, ctx) -> None:
-        runs, problems = run_each(ctx, step, launches, result)
-        for r in runs:
-            r["source"] = "scan"
-        result["order_seed"], result["order"] = order_seed(step, ctx.run_dir), [s.label for s in launches]
-        m: dict[str, Any] = {"setting": step.setting, "values": list(step.values), "repeats": step.repeats,
-                             "expected_exponent": step.expected_exponent, "exponent": None, "exponent_ci": None,
-                             "exponent_fit": None, "cliff": False, "cliff_pair": None, "cliff_interval": None,
-                             "cliff_localised": False, "bisection": None, "pairs": []}
-        result["metrics"] = m
+    def run(self, options: Options, ctx) -> Result:
+        step = ctx.step
+        done = run_all(ctx)
+        runs = [dataclasses.replace(r, source="scan") for r in done.runs]
+        frame = Result(runs=runs, superseded=done.superseded, notes=done.notes,
+                       order_seed=order_seed(step, ctx.run_dir), order=[s.label for s in ctx.launches])
+        m = Metrics(setting=options.setting, values=list(options.values), repeats=options.repeats,
+                    expected_exponent=options.expected_exponent, cliff=False, cliff_localised=False)
         times, series = point_times(ctx, step, runs)
         exponent_reason = None
         try:
-            fit = fit_exponent([(v, t) for v in step.values for t in times.get(v, [])])
-            m.update(exponent=fit.slope, exponent_ci=[fit.ci_low, fit.ci_high], exponent_fit=fit.as_dict())
+            fit = fit_exponent([(v, t) for v in options.values for t in times.get(v, [])])
+            m = dataclasses.replace(m, exponent=fit.slope, exponent_ci=[fit.ci_low, fit.ci_high],
+                                    exponent_fit=decode(ExponentFit, fit.as_dict(), "exponent_fit"))
         except StatsError as exc:
-            m["exponent_reason"] = exponent_reason = f"no exponent: {exc}"
+            exponent_reason = f"no exponent: {exc}"
+            m = dataclasses.replace(m, exponent_reason=exponent_reason)
         cliffs = None
         try:
             noise = point_noise(times, series)
-            cliffs = find_cliffs(noise, step.expected_exponent)
-            m.update(pairs=[p.as_dict() for p in cliffs.pairs], cliff_reason=cliffs.reason,
-                     noise_source=next(iter(noise.values())).source if noise else "none")
+            cliffs = find_cliffs(noise, options.expected_exponent)
+            m = dataclasses.replace(m, pairs=[decode(PairRecord, p.as_dict(), "pairs") for p in cliffs.pairs],
+                                    cliff_reason=cliffs.reason,
+                                    noise_source=next(iter(noise.values())).source if noise else "none")
         except StatsError as exc:
-            m["cliff_reason"] = f"no cliff detection: {exc}"
+            m = dataclasses.replace(m, cliff_reason=f"no cliff detection: {exc}")
+        bisected: list[LaunchRun] = []
         if cliffs is not None and cliffs.cliff is not None:
             pair = cliffs.cliff
-            m.update(cliff=True, cliff_pair=pair.as_dict(), cliff_interval=[_plain(pair.a), _plain(pair.b)])
-            if step.bisect:
+            m = dataclasses.replace(m, cliff=True, cliff_pair=decode(PairRecord, pair.as_dict(), "cliff_pair"),
+                                    cliff_interval=[_plain(pair.a), _plain(pair.b)])
+            if options.bisect:
                 bis_times: dict[float, list[float]] = {}
 
+                def save(point_runs: list[LaunchRun]) -> None:
+                    ctx.save(dataclasses.replace(frame, runs=runs + bisected + point_runs, metrics=m))
+
                 def classify(value):
-                    new = bisect_point(ctx, step, value, result, runs)
+                    point_runs, new = bisect_point(ctx, step, value, save)
+                    bisected.extend(point_runs)
                     if not new:
                         return None
                     bis_times[float(value)] = new
                     both = point_noise({**times, **bis_times}, series)
                     good = max(v for v in both if v < value and (v in bis_times or v <= pair.a))
-                    test = local_exponent(both[good], both[float(value)], step.expected_exponent)
+                    test = local_exponent(both[good], both[float(value)], options.expected_exponent)
                     return None if test.p is None else test.p < 0.05
 
-                b = bisect(classify, pair.a, pair.b, resolution=step.bisect.resolution,
-                           steps=step.bisect.steps, multiple_of=step.bisect.multiple_of)
-                m.update(bisection=b.as_dict(), cliff_interval=[_plain(b.good), _plain(b.bad)],
-                         cliff_localised=b.localised)
+                b = bisect(classify, pair.a, pair.b, resolution=options.bisect.resolution,
+                           steps=options.bisect.steps, multiple_of=options.bisect.multiple_of)
+                m = dataclasses.replace(m, bisection=decode(BisectionRecord, b.as_dict(), "bisection"),
+                                        cliff_interval=[_plain(b.good), _plain(b.bad)], cliff_localised=b.localised)
                 times.update(bis_times)
-        records = [decode(LaunchRun, r, f"runs[{i}]") for i, r in enumerate(runs)]
-        m["points"] = point_rows(records, times, cliffs)
-        m["runs"], m["passed"] = len(runs), sum(r.status == "passed" for r in records)
-        result["runs"] = runs
-        ctx.save()
-        scan_problems = [f"{r.label}: {r.reason}" for r in records if r.status != "passed"]
-        if problems or scan_problems:
-            result.update(status="failed", reason="; ".join(dict.fromkeys(problems + scan_problems)))
+        every = runs + bisected
+        m = dataclasses.replace(m, points=point_rows(every, times, cliffs), runs=len(every),
+                                passed=sum(r.status == "passed" for r in every))
+        problems = done.problems + [f"{r.label}: {r.reason}" for r in every if r.status != "passed"]
+        if problems:
+            status, reason = "failed", "; ".join(dict.fromkeys(problems))
         elif exponent_reason is not None:
-            result.update(status="failed", reason=exponent_reason)
+            status, reason = "failed", exponent_reason
         else:
-            result.update(status="passed", reason=None)
+            status, reason = "passed", None
+        return dataclasses.replace(frame, status=status, reason=reason, metrics=m, runs=every)
 
-    def summary_line(self, result: dict) -> str:
-        m = decode(Result, result, lenient=True).metrics
+    def summary_line(self, result: Result) -> str:
+        m = self.read(result).metrics
         if finite(m.exponent) is None:
             return ""
         ci = m.exponent_ci or []
@@ -287,9 +294,9 @@ class Scan(TrainerKind):
             text += "; no cliff"
         return text
 
-    def blocks(self, result: dict) -> list[Block]:
+    def blocks(self, result: Result) -> list[Block]:
         """One row per point (a cliff to the next point marked), the cost exponent, the cliff, the bisection."""
-        m = decode(Result, result, lenient=True).metrics
+        m = self.read(result).metrics
         setting = _setting(m)
         points = m.points
         rows = [(fmt_num(p.value), str(p.source or ""), f"{fmt_num(p.passed)}/{fmt_num(p.runs)}",
@@ -327,27 +334,35 @@ class Scan(TrainerKind):
                              "time of its window; never per-step samples)", style="muted"))
         return out
 
-    def key_figures(self, in_order: list[dict]) -> list[KeyFigure]:
+    def key_figures(self, in_order: list[StepRecord]) -> list[KeyFigure]:
         out = []
         for s in in_order:
-            if not isinstance(s, dict) or s.get("kind") != self.name:
+            if not isinstance(s, Result):
                 continue
-            m = decode(Result, s, lenient=True).metrics
+            m = s.metrics
             if finite(m.exponent) is not None:
                 value = f"{m.exponent:.2f}"
                 if m.cliff:
                     interval = m.cliff_interval or []
                     value += f", cliff at {fmt_num(interval[0])}..{fmt_num(interval[1])}" if len(interval) == 2 else ""
                 out.append(KeyFigure("cost_exponent", f"Cost exponent ({_setting(m)})", value,
-                                     f"step `{s.get('name')}`: log step time vs log value", order=25,
-                                     steps=(str(s.get("name")),)))
+                                     f"step `{s.name}`: log step time vs log value", order=25, steps=(str(s.name),)))
         return out
 
-    def plots(self, name: str, result: dict, plotter) -> None:
-        m = decode(Result, result, lenient=True).metrics
-        scan_loglog(plotter, [encode(p) for p in m.points], encode(m.exponent_fit) if m.exponent_fit else {},
-                    title=f"Scan: {result.get('title') or name}", xlabel=_setting(m),
-                    filename=f"scan_{file_name(name)}.png")
+    def plots(self, name: str, result: Result, plotter) -> None:
+        """Step time per value on log-log axes: every run, the fitted cost law and the cliffs found."""
+        step = self.read(result)
+        m = step.metrics
+        runs = [(float(p.value), float(t), p.source or "scan") for p in m.points if finite(p.value) is not None
+                for t in p.run_step_times_s if finite(t)]
+        values = sorted({float(p.value) for p in m.points
+                         if finite(p.value) is not None and (p.source or "scan") == "scan"})
+        cliffs = [(values[i], values[i + 1]) for p in m.points
+                  if p.cliff_to_next and finite(p.value) is not None and float(p.value) in values
+                  for i in [values.index(float(p.value))] if i + 1 < len(values)]
+        fit = m.exponent_fit or ExponentFit()
+        scan_loglog(plotter, runs, (finite(fit.slope), finite(fit.intercept)), cliffs,
+                    title=f"Scan: {step.title or name}", xlabel=_setting(m), filename=f"scan_{file_name(name)}.png")
 
 
 def _setting(m: Metrics) -> str:
@@ -372,44 +387,38 @@ def point_launch(step, label: str, repeat: int, winners, run_dir, *, source: str
                           params={key: value}, repeat=repeat)
 
 
-def bisect_point(ctx, step, value, result: dict, runs: list[dict]) -> list[float]:
-    """Launch `repeats` runs at a bisection point (now, while the step runs); their run means of step time."""
+def bisect_point(ctx, step, value, save: Callable[[list[LaunchRun]], None]) -> tuple[list[LaunchRun], list[float]]:
+    """Launch `repeats` runs at a bisection point (now, while the step runs), each saved as it ends (`save(this
+    point's runs so far)`): the runs and their run means of step time."""
     winners = ctx.winners()
-    means = []
-    for repeat in range(step.repeats):
-        spec = point_launch(step, value_label(value), repeat, winners, ctx.run_dir, source="bisect")
-        lr = ctx.launch(spec, repeat, step.repeats)
-        ctx.record(result, spec, lr)
-        status, reason, metrics = collect(ctx, step, spec, lr)
-        run = {"label": spec.label, "params": spec.params, "status": status, "reason": reason, "dir": spec.dir,
-               "command": lr.argv, "metrics": metrics, "repeat": repeat, "source": "bisect"}
-        runs.append(run)
-        result["runs"] = runs
-        ctx.save()
-        mean = _run_mean(ctx, step, run)
-        if mean is not None:
-            means.append(mean)
-    return means
+    specs = [point_launch(step, value_label(value), repeat, winners, ctx.run_dir, source="bisect")
+             for repeat in range(step.repeats)]
+
+    def as_bisect(runs: list[LaunchRun]) -> list[LaunchRun]:
+        return [dataclasses.replace(r, source="bisect") for r in runs]
+
+    done = run_all(ctx, launches=specs, on_progress=lambda so_far: save(as_bisect(so_far.runs)))
+    runs = as_bisect(done.runs)
+    return runs, [mean for r in runs if (mean := _run_mean(ctx, step, r)) is not None]
 
 
-def _run_mean(ctx, step, run: dict) -> float | None:
-    values = run_values(ctx.run_dir, step, run, "step_time_s")
+def _run_mean(ctx, step, run: LaunchRun) -> float | None:
+    values = run_values(ctx.run_dir, step, encode(run), "step_time_s")
     if isinstance(values, list):
         return _median(values) if values else None
     return finite(values)
 
 
-def point_times(ctx, step, runs: list[dict]) -> tuple[dict[float, list[float]], dict[float, list[float]]]:
+def point_times(ctx, step, runs: list[LaunchRun]) -> tuple[dict[float, list[float]], dict[float, list[float]]]:
     """{value: [each run's step time, ...]} (a run's step time: the median of its window, robust to a step that
     another process on the machine slowed; each run is one unit, never its steps) and, for values with one run, {value: the window's per-step times}."""
     times: dict[float, list[float]] = {}
     series: dict[float, list[float]] = {}
-    for i, r in enumerate(runs):
-        run = decode(LaunchRun, r, f"runs[{i}]")
+    for run in runs:
         if run.status != "passed":
             continue
         value = float(next(iter(run.params.values())))
-        values = run_values(ctx.run_dir, step, r, "step_time_s")
+        values = run_values(ctx.run_dir, step, encode(run), "step_time_s")
         if isinstance(values, list) and values:
             times.setdefault(value, []).append(_median(values))
             series[value] = values
@@ -418,7 +427,7 @@ def point_times(ctx, step, runs: list[dict]) -> tuple[dict[float, list[float]], 
     return times, {v: s for v, s in series.items() if len(times.get(v, [])) == 1}
 
 
-def point_rows(runs: list[LaunchRun], times: dict, cliffs) -> list[dict]:
+def point_rows(runs: list[LaunchRun], times: dict, cliffs) -> list[Point]:
     """One row per value (scan and bisection points, by value): means over its passed runs; a run's time to first
     step and peak memory are those its metrics recorded from its timeline.json and summary.json."""
     by_value: dict[float, list[LaunchRun]] = {}
@@ -436,14 +445,11 @@ def point_rows(runs: list[LaunchRun], times: dict, cliffs) -> list[dict]:
                else None for r in passed]
         t = times.get(value) or []
         pair = pairs.get(value)
-        rows.append({"value": int(value) if value.is_integer() else value,
-                     "source": group[0].source or "scan", "runs": len(group), "passed": len(passed),
-                     "step_time_s": _mean(t), "run_step_times_s": list(t), "toks_per_s": _mean(toks),
-                     "mfu": _mean(mfu),
-                     "time_to_first_step_s": _mean(ttfs), "peak_mem_gb": max((x for x in mem if x is not None),
-                                                                             default=None),
-                     "exponent_to_next": pair.exponent if pair else None,
-                     "cliff_to_next": bool(pair and pair.cliff)})
+        rows.append(Point(value=int(value) if value.is_integer() else value, source=group[0].source or "scan",
+                          runs=len(group), passed=len(passed), step_time_s=_mean(t), run_step_times_s=list(t),
+                          toks_per_s=_mean(toks), mfu=_mean(mfu), time_to_first_step_s=_mean(ttfs),
+                          peak_mem_gb=max((x for x in mem if x is not None), default=None),
+                          exponent_to_next=pair.exponent if pair else None, cliff_to_next=bool(pair and pair.cliff)))
     return rows
 
 

@@ -47,7 +47,7 @@ from validation.kinds.blocks import Block, Bullets, Heading, Pairs, Paragraph
 from validation.formatting import NA, as_dict, finite, fmt_duration, fmt_gb, fmt_num, fmt_pct, fmt_rate, plural
 from validation.analysis.interference import launch_interference
 from validation.launch import telemetry
-from validation.results.codec import decode, encode
+from validation.results.codec import decode, encode, written
 from validation.results.run import read_run
 from validation.results.trainer_launch import (Gauge, LaunchMetrics, LaunchRun, Problem, RunContext, Startup,
                                                Telemetry, Timeline, Window)
@@ -203,7 +203,7 @@ def launch_metrics(ctx, spec, out_dir: Path, read, m: dict[str, Any]) -> dict[st
         startup["init_growth"] = init_growth(startup, earlier_startups(ctx.results, so_far.csv))
     out = {"summary": summary_metrics(contracts.read_summary(out_dir)), "startup": startup,
            "time_to_first_step_s": _startup(startup).time_to_first_step_s}
-    out.update(telemetry_metrics(Path(spec.step_dir), startup, read, so_far.window, as_dict(m.get("context"))))
+    out.update(telemetry_metrics(Path(spec.step_dir), startup, read, so_far.window, written(so_far.context)))
     return out
 
 
@@ -315,10 +315,12 @@ def interference_notes(m: LaunchMetrics) -> list[str]:
     return [f"Interference: {rec.text}"]
 
 
-def runs_blocks(runs: list[dict[str, Any]]) -> list[Block]:
+def runs_blocks(runs: list[LaunchRun] | list[dict[str, Any]]) -> list[Block]:
     """The Training Summary of each run of a sweep or A/B, a line per run (label and repeat): its summary, time to
-    first step, GPU utilisation when measured, and the init-growth and disturbance flags; [] when no run has any."""
-    records = [decode(LaunchRun, as_dict(r), f"runs[{i}]", lenient=True) for i, r in enumerate(runs)]
+    first step, GPU utilisation when measured, and the init-growth and disturbance flags; [] when no run has any.
+    `runs`: the step's LaunchRun records, or its runs as results.json holds them (read leniently)."""
+    records = [r if isinstance(r, LaunchRun) else decode(LaunchRun, as_dict(r), f"runs[{i}]", lenient=True)
+               for i, r in enumerate(runs)]
     counts = Counter(str(r.label) for r in records)
     lines = []
     for run in records:

@@ -84,7 +84,7 @@ def test_a_damaged_value_leaves_the_rest_of_its_table_in_the_report():
     assert "4 KiB" in "\n".join(str(b) for b in get("comm").blocks(get("comm").read(comm)))
     strong = {"mode": "strong", "base": "one", "rows": [{"world_size": 2, "toks_per_s": 10.0, "efficiency": 0.5}],
               "efficiency": {"min": 0.5}}
-    scaling = {"metrics": {"strong": strong}}
+    scaling = get("scaling").read({"metrics": {"strong": strong}})
     assert "strong efficiency min 0.5" in get("scaling").summary_line(scaling)
     assert "50%" in "\n".join(str(b) for b in get("scaling").blocks(scaling))
 

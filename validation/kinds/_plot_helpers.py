@@ -58,24 +58,24 @@ def loglog_lines(plotter: Any, series: dict[str, list[tuple[float, float]]], *, 
     plotter.save(fig, filename, title)
 
 
-def scan_loglog(plotter: Any, runs: list[tuple[float, float, str]], fit: tuple[float | None, float | None],
-                cliffs: list[tuple[float, float]], *, title: str, xlabel: str, filename: str) -> None:
-    """A scan's step time per value on log-log axes: every run's (value, step time, source: scan or bisect), scan
-    points and bisection points apart, the fitted cost law (slope, intercept: exp(intercept) * value^slope over the
-    scanned range, its exponent in the legend) and the neighbouring pairs (low, high) found to be a cliff shaded;
-    nothing without runs."""
-    if not runs:
+def scan_loglog(plotter: Any, scanned: list[tuple[float, float]], bisected: list[tuple[float, float]],
+                fit: tuple[float | None, float | None], cliffs: list[tuple[float, float]], *, title: str, xlabel: str,
+                filename: str) -> None:
+    """A scan's step time per value on log-log axes: every run's (value, step time), the scanned points' and the
+    bisection points' apart, the fitted cost law (slope, intercept: exp(intercept) * value^slope over the scanned
+    range, its exponent in the legend) and the neighbouring pairs (low, high) found to be a cliff shaded; nothing
+    without runs."""
+    if not scanned and not bisected:
         return
     fig, ax = plotter.figure(title, xlabel, "step time (s)")
-    for source, marker in (("scan", "o"), ("bisect", "s")):
-        xs = [r[0] for r in runs if r[2] == source]
-        if xs:
-            ax.plot(xs, [r[1] for r in runs if r[2] == source], linestyle="none", marker=marker, markersize=5,
-                    label="scan runs" if source == "scan" else "bisection runs")
+    for runs, marker, label in ((scanned, "o", "scan runs"), (bisected, "s", "bisection runs")):
+        if runs:
+            ax.plot([x for x, _ in runs], [y for _, y in runs], linestyle="none", marker=marker, markersize=5,
+                    label=label)
     slope, intercept = fit
-    scanned = sorted(r[0] for r in runs if r[2] == "scan")
-    if slope is not None and intercept is not None and scanned:
-        xs = [scanned[0], scanned[-1]]
+    values = sorted(x for x, _ in scanned)
+    if slope is not None and intercept is not None and values:
+        xs = [values[0], values[-1]]
         ax.plot(xs, [math.exp(intercept) * x ** slope for x in xs], linewidth=1.2, color="gray",
                 label=f"fit: exponent {slope:.2f}")
     for low, high in cliffs:

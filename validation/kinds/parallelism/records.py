@@ -29,7 +29,7 @@ from validation.analysis.parallelism import AlignedComm, ExposedComm, Numbers
 from validation.results.codec import absent, decode
 from validation.results.decision import ComparisonRecord
 from validation.results.run import Step
-from validation.results.trainer_launch import LaunchRun, Num, TrainingSummary
+from validation.results.trainer_launch import Num, TrainingSummary
 
 
 # ---------------------------------------------------------------------------------------------- the trainer's files

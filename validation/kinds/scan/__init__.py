@@ -24,14 +24,14 @@ the device peak is known), time_to_first_step_s, peak_mem_gb, exponent_to_next}]
 Options: the keys above. Result: the step record (validation.results.run.Step: runs, a LaunchRun each with its
 "source" scan or bisect, run order, ...) with these metrics as the Metrics record: what run() returns, built from
 the LaunchRun records run_all gives and the analysis's records (Fit, Pair, Bisection), and what the report hooks read
-(decoded leniently).
+(decoded leniently). The records are validation.kinds.scan.result's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from typing import Callable
 
 from validation import kinds
 from validation.launch.spec import safe_name
@@ -44,9 +44,10 @@ from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind,
 from validation.kinds._plot_helpers import scan_loglog
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
 from validation.analysis.triage import bisect, find_cliffs, fit_exponent, local_exponent, point_noise
-from validation.results.codec import absent, decode, encode, given
+from validation.kinds.scan.result import BisectionRecord, ExponentFit, Metrics, PairRecord, Point, Result
+from validation.results.codec import decode, encode, given
 from validation.results.run import Step as StepRecord
-from validation.results.trainer_launch import LaunchRun, Num, TrainingSummary
+from validation.results.trainer_launch import LaunchRun, TrainingSummary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,102 +64,6 @@ class Options:
     repeats: int = 2
     expected_exponent: float = 1.5
     bisect: Bisect | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class ExponentFit:
-    """The cost exponent's fit as results.json holds it (validation.analysis.triage.Fit.as_dict: a non-finite figure
-    is null)."""
-    slope: Num | None = None
-    intercept: Num | None = None
-    se: Num | None = None
-    df: int | None = None
-    ci_low: Num | None = None
-    ci_high: Num | None = None
-    n: int | None = None
-    values: int | None = None
-    r2: Num | None = None
-    alpha: Num | None = None
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True)
-class PairRecord:
-    """Neighbouring points a < b and their local exponent (validation.analysis.triage.Pair.as_dict)."""
-    a: Num | None = None
-    b: Num | None = None
-    exponent: Num | None = None
-    ci_low: Num | None = None
-    ci_high: Num | None = None
-    p: Num | None = None
-    p_adjusted: Num | None = None
-    cliff: bool | None = None
-    time_ratio: Num | None = None
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True)
-class BisectionRecord:
-    """The bisection of a cliff (validation.analysis.triage.Bisection.as_dict): the interval [good, bad] it ended
-    with, its width, the resolution asked for, whether it is localised, the points measured [value, verdict] and why
-    it stopped."""
-    interval: list[Num] = dataclasses.field(default_factory=list)
-    width: Num | None = None
-    resolution: Num | None = None
-    localised: bool | None = None
-    points: list[list[Any]] = dataclasses.field(default_factory=list)
-    stopped: str | None = None
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True)
-class Point:
-    """One value of the scan (point_rows): means over its passed runs."""
-    value: Num | None = None
-    source: str | None = None  # scan or bisect
-    runs: int | None = None
-    passed: int | None = None
-    step_time_s: Num | None = None
-    run_step_times_s: list[Num] = dataclasses.field(default_factory=list)
-    toks_per_s: Num | None = None
-    mfu: Num | None = absent()  # recorded since points carry the MFU (null where the device peak is unknown)
-    time_to_first_step_s: Num | None = None
-    peak_mem_gb: Num | None = None
-    exponent_to_next: Num | None = None
-    cliff_to_next: bool | None = None
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True)
-class Metrics:
-    """The step's metrics (the module docstring), in the order run() writes them; the reasons and the noise source
-    are written only when they apply."""
-    setting: str | None = None
-    values: list[Num] = dataclasses.field(default_factory=list)
-    repeats: int | None = None
-    expected_exponent: Num | None = None
-    exponent: Num | None = None
-    exponent_ci: list[Num | None] | None = None
-    exponent_fit: ExponentFit | None = None
-    cliff: bool | None = None
-    cliff_pair: PairRecord | None = None
-    cliff_interval: list[Num] | None = None
-    cliff_localised: bool | None = None
-    bisection: BisectionRecord | None = None
-    pairs: list[PairRecord] = dataclasses.field(default_factory=list)
-    exponent_reason: str | None = absent()
-    cliff_reason: str | None = absent()
-    noise_source: str | None = absent()
-    points: list[Point] = dataclasses.field(default_factory=list)
-    runs: int | None = None
-    passed: int | None = None
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True)
-class Result(StepRecord):
-    """A scan step's record: the step record (runs, run order, ...) with its metrics."""
-    metrics: Metrics = dataclasses.field(default_factory=Metrics)
 
 
 class Scan(TrainerKind):
@@ -357,11 +262,13 @@ class Scan(TrainerKind):
                 for t in p.run_step_times_s if finite(t)]
         values = sorted({float(p.value) for p in m.points
                          if finite(p.value) is not None and (p.source or "scan") == "scan"})
+        scanned = [(x, y) for x, y, source in runs if source == "scan"]
+        bisected = [(x, y) for x, y, source in runs if source == "bisect"]
         cliffs = [(values[i], values[i + 1]) for p in m.points
                   if p.cliff_to_next and finite(p.value) is not None and float(p.value) in values
                   for i in [values.index(float(p.value))] if i + 1 < len(values)]
         fit = m.exponent_fit or ExponentFit()
-        scan_loglog(plotter, runs, (finite(fit.slope), finite(fit.intercept)), cliffs,
+        scan_loglog(plotter, scanned, bisected, (finite(fit.slope), finite(fit.intercept)), cliffs,
                     title=f"Scan: {step.title or name}", xlabel=_setting(m), filename=f"scan_{file_name(name)}.png")
 
 
@@ -387,7 +294,8 @@ def point_launch(step, label: str, repeat: int, winners, run_dir, *, source: str
                           params={key: value}, repeat=repeat)
 
 
-def bisect_point(ctx, step, value, save: Callable[[list[LaunchRun]], None]) -> tuple[list[LaunchRun], list[float]]:
+def bisect_point(ctx, step, value,
+                 save: Callable[[list[LaunchRun]], None]) -> tuple[list[LaunchRun], list[float]]:
     """Launch `repeats` runs at a bisection point (now, while the step runs), each saved as it ends (`save(this
     point's runs so far)`): the runs and their run means of step time."""
     winners = ctx.winners()

@@ -7,7 +7,10 @@ Own keys: none. Launch keys: launcher, nnodes, timeout_s (each external tool's l
 Metrics: {"git_sha", "gpu_count", "files": [...], "problems": [...], "nodes": [node names] (launcher slurm),
 "pcie_gen_min" (the lowest maximum PCIe link generation of the GPUs, from nvidia_smi.xml; None without a GPU),
 "pcie": {"gpus", "pcie_gen_current_min", "pcie_width_min", "text"}}.
-A missing tool is a problem noted, not a failure; a node without its snapshot fails the step.
+A missing tool is a problem noted, not a failure; a node without its snapshot fails the step. The snapshot is the
+writer of results' environment: run() puts this machine's record there (and each node's under "nodes").
+
+Options: none. Result: the step record, its metrics a Metrics (the keys above; pcie a Pcie).
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from typing import Any
 
 from validation.launch import environment
 from validation import kinds
-from validation.formatting import as_list, fmt_num
+from validation.formatting import fmt_num
 from validation.launch.telemetry import pcie_links
 from validation.kinds.blocks import Block, Bullets, code
-from validation.kinds.base import StepKind, command_launch, run_path
-from validation.results.codec import absent, decode, encode
+from validation.kinds.base import NoOptions, StepKind, command_launch, run_path
+from validation.results.codec import absent, blank, decode, encode
+from validation.results.run import Step as StepRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,15 +39,22 @@ class Pcie:
 
 
 @dataclasses.dataclass(frozen=True)
-class Result:
-    """The step's metrics (the module docstring)."""
+class Metrics:
+    """The step's metrics (the module docstring). pcie_gen_min and pcie are written together, by every snapshot
+    since they were added (a record from before has neither)."""
     git_sha: str | None = None
     gpu_count: int | None = None
     files: list[str] = dataclasses.field(default_factory=list)
     problems: list[str] = dataclasses.field(default_factory=list)
-    pcie_gen_min: int | None = None
-    pcie: Pcie = dataclasses.field(default_factory=Pcie)
+    pcie_gen_min: int | None = absent(beside="pcie")
+    pcie: Pcie | None = absent()
     nodes: list[str] = absent([])  # launcher slurm: the nodes that snapshotted themselves
+
+
+@dataclasses.dataclass(frozen=True)
+class Result(StepRecord):
+    """A snapshot step's record: its metrics (None: {}, a step that never ran)."""
+    metrics: Metrics | None = blank()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +84,8 @@ class Snapshot(StepKind):
     metrics = ("git_sha", "gpu_count", "files.<i>", "problems.<i>", "nodes.<i>", "pcie_gen_min", "pcie.*")
     host_only = True  # a machine without the runbook's GPUs is still snapshotted (that is what it shows)
     plan_note = "in-process: git sha, python -m torch.utils.collect_env, nvidia-smi -q -x, packages"
+    result_type = Result
+    typed = True
 
     def launches(self, step, winners, run_dir):
         if step.launch.launcher.type != "slurm":
@@ -81,54 +94,57 @@ class Snapshot(StepKind):
         argv = [sys.executable, "-m", "validation.launch.environment", run_path(run_dir, f"{step.name}/nodes")]
         return [command_launch(step, argv, run_dir, label="nodes", nnodes=step.launch.nnodes)]
 
-    def run(self, step, launches, result, ctx) -> None:
+    def run(self, options: NoOptions, ctx) -> Result:
+        step = ctx.step
         env, files, problems = environment.snapshot(ctx.run_dir / step.name, ctx.cwd, timeout_s=step.launch.timeout_s)
-        ctx.results["environment"].update(env)
+        run_env = ctx.results["environment"]  # results' environment: this machine's record, and each node's
+        run_env.update(env)
         artifacts = [ctx.rel(f) for f in files]
-        result["artifacts"] = artifacts
         this = decode(_Identity, env, "environment", lenient=True)
         m = dataclasses.replace(pcie_metrics(files), git_sha=this.git_sha, gpu_count=this.gpu_count,
                                 files=list(artifacts), problems=list(problems))
-        result["metrics"] = encode(m)
+        if not ctx.launches:
+            return Result(status="passed", reason="; ".join(problems) or None, metrics=m, artifacts=artifacts)
+        # launcher slurm: a snapshot of every node of an allocation
+        spec = ctx.launches[0]
+        lr = ctx.launch(spec, 0, 1)
+        known = run_env.setdefault("nodes", {})
+        names = []
+        nodes_dir = ctx.run_dir / step.name / "nodes"
+        for node_dir in sorted(d for d in (nodes_dir.iterdir() if nodes_dir.is_dir() else []) if d.is_dir()):
+            try:
+                node_env = json.loads((node_dir / "environment.json").read_text())
+            except (OSError, ValueError):
+                node_env = {}
+            names.append(node_dir.name)
+            known.setdefault(node_dir.name, {}).update(
+                snapshot=encode(decode(NodeSnapshot, node_env, "environment.json", lenient=True)))
+            artifacts += [ctx.rel(f) for f in sorted(node_dir.iterdir())]
         status = "passed"
-        if launches:  # launcher slurm: a snapshot of every node of an allocation
-            lr = ctx.launch(launches[0], 0, 1)
-            ctx.record(result, launches[0], lr)
-            known = ctx.results["environment"].setdefault("nodes", {})
-            names = []
-            nodes_dir = ctx.run_dir / step.name / "nodes"
-            for node_dir in sorted(d for d in (nodes_dir.iterdir() if nodes_dir.is_dir() else []) if d.is_dir()):
-                try:
-                    node_env = json.loads((node_dir / "environment.json").read_text())
-                except (OSError, ValueError):
-                    node_env = {}
-                node_env = node_env if isinstance(node_env, dict) else {}
-                names.append(node_dir.name)
-                known.setdefault(node_dir.name, {}).update(
-                    snapshot=encode(decode(NodeSnapshot, node_env, "environment.json", lenient=True)))
-                result["artifacts"] += [ctx.rel(f) for f in sorted(node_dir.iterdir())]
-            result["metrics"] = encode(dataclasses.replace(m, nodes=names))
-            if lr.status != "ok" or len(names) < launches[0].nnodes:
-                status = "failed"
-                problems = problems + [f"node snapshots: {len(names)} of {launches[0].nnodes} ({lr.reason})"]
-        result.update(status=status, reason="; ".join(problems) or None)
+        if lr.status != "ok" or len(names) < spec.nnodes:
+            status = "failed"
+            problems = problems + [f"node snapshots: {len(names)} of {spec.nnodes} ({lr.reason})"]
+        return Result(status=status, reason="; ".join(problems) or None, metrics=dataclasses.replace(m, nodes=names),
+                      artifacts=artifacts)
 
-    def view(self, result: dict, view: dict) -> dict:
-        problems = decode(Result, result.get("metrics"), lenient=True).problems
-        if view["reason"] in problems or view["reason"] == "; ".join(problems):
+    def view(self, result: Result, view: dict) -> dict:
+        problems = (result.metrics or Metrics()).problems
+        reason = result.reason or None  # what the step section shows (view's "reason")
+        if reason in problems or reason == "; ".join(problems):
             return {"reason": None}  # shown as the problems below
         return {}
 
-    def blocks(self, result: dict) -> list[Block]:
+    def blocks(self, result: Result) -> list[Block]:
         """The commit, the GPUs, the PCIe links, every problem the snapshot found and the files it wrote."""
-        m = decode(Result, result.get("metrics"), lenient=True)
-        files = m.files or [str(f) for f in as_list(result.get("artifacts"))]
+        m = result.metrics or Metrics()
+        files = m.files or [str(f) for f in result.artifacts]
+        text = m.pcie.text if m.pcie is not None else None
         return [Bullets([f"Git SHA: {code(fmt_num(m.git_sha))}; GPUs: {fmt_num(m.gpu_count)}",
-                         *([m.pcie.text] if m.pcie.text else []), *(f"Problem: {p}" for p in m.problems),
+                         *([text] if text else []), *(f"Problem: {p}" for p in m.problems),
                          "Artifacts: " + (", ".join(code(f) for f in files) or "none")])]
 
 
-def pcie_metrics(files: list) -> Result:
+def pcie_metrics(files: list) -> Metrics:
     """pcie_gen_min and pcie (the gpus' links, the lowest current generation and width, a sentence) from the
     snapshot's nvidia_smi.xml (validation.launch.telemetry.pcie_links); without it (no nvidia-smi, a CPU machine)
     pcie_gen_min is None and the sentence says so."""
@@ -138,13 +154,13 @@ def pcie_metrics(files: list) -> Result:
     except OSError:
         links = None
     if not links or not links.gpus:
-        return Result(pcie=Pcie("PCIe: not measured (no GPU in nvidia-smi's inventory, or no nvidia-smi)",
+        return Metrics(pcie=Pcie("PCIe: not measured (no GPU in nvidia-smi's inventory, or no nvidia-smi)",
                                 {"gpus": []}))
     per_gpu = ", ".join(f"GPU {g.gpu} Gen{fmt_num(g.gen)} x{fmt_num(g.width)} (max Gen{fmt_num(g.gen_max)} "
                         f"x{fmt_num(g.width_max)})" for g in links.gpus)
     text = (f"PCIe: lowest maximum link Gen{fmt_num(links.pcie_gen_min)} x{fmt_num(links.pcie_width_min)}; "
             f"now {per_gpu} (an idle GPU lowers its link)")
-    return Result(pcie_gen_min=links.pcie_gen_min, pcie=Pcie(text, encode(links)))
+    return Metrics(pcie_gen_min=links.pcie_gen_min, pcie=Pcie(text, encode(links)))
 
 
 kinds.register(Snapshot())

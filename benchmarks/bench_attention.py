@@ -118,12 +118,13 @@ def timed_passes(one, warmup: int, repeats: int, before_timing=lambda: None, slo
 def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: str, repeats: int,
              warmup: int, index_build: str = "auto", batch: int = 1, dkdv_choice: str = "auto",
              topk_choice: str = "auto", query_choice: str = "auto", sel_dq_choice: str = "auto",
-             sel_out_choice: str = "auto", sel_host_choice: str = "auto", sel_tile_choice: str = "auto") -> dict:
+             sel_out_choice: str = "auto", sel_host_choice: str = "auto", sel_tile_choice: str = "auto",
+             sel_forced_choice: str = "auto") -> dict:
     """Measure one case in this process; returns a JSON-able dict."""
     import torch
 
     chosen = {"sel-dq-choice": sel_dq_choice, "sel-out-choice": sel_out_choice, "sel-host-choice": sel_host_choice,
-              "sel-tile-choice": sel_tile_choice,
+              "sel-tile-choice": sel_tile_choice, "sel-forced-choice": sel_forced_choice,
               "dkdv-choice": dkdv_choice, "query-choice": query_choice, "topk-choice": topk_choice}
     for flag, value in chosen.items():  # the kernels' choices on the Triton path, the top-n_sel on every NSA path
         if value != "auto" and (path == "nsa-triton" or (flag == "topk-choice" and path != "dense")):
@@ -198,6 +199,7 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
         extra["sel_out_choice"] = selected_host.out_choice()
         extra["sel_host_choice"] = selected_host.host_choice()
         extra["sel_tile_choice"] = selected_host.fwd_tile_choice()
+        extra["sel_forced_choice"] = selected_host.forced_choice()
     if path != "dense":
         from nsa.attention import selection
 
@@ -215,7 +217,8 @@ def spawn(path: str, seq_len: int, args) -> dict:
            "--warmup", str(args.warmup), "--index-build", args.index_build, "--batch", str(args.batch),
            "--dkdv-choice", args.dkdv_choice, "--topk-choice", args.topk_choice, "--query-choice", args.query_choice,
            "--sel-dq-choice", args.sel_dq_choice, "--sel-out-choice", args.sel_out_choice,
-           "--sel-host-choice", args.sel_host_choice, "--sel-tile-choice", args.sel_tile_choice]
+           "--sel-host-choice", args.sel_host_choice, "--sel-tile-choice", args.sel_tile_choice,
+           "--sel-forced-choice", args.sel_forced_choice]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -282,6 +285,7 @@ _CHOICE_FLAGS = {"dkdv-choice": "nsa.attention.kernels.range_attn.host:DKDV_CHOI
                  "sel-out-choice": "nsa.attention.kernels.selected_attn.host:OUT_CHOICES",
                  "sel-host-choice": "nsa.attention.kernels.selected_attn.host:HOST_CHOICES",
                  "sel-tile-choice": "nsa.attention.kernels.selected_attn.host:FWD_TILE_CHOICES",
+                 "sel-forced-choice": "nsa.attention.kernels.selected_attn.host:FORCED_CHOICES",
                  "topk-choice": "nsa.attention.selection:TOPK_CHOICES"}
 
 
@@ -343,6 +347,11 @@ def main(argv=None) -> int:
                     help="nsa-triton: the selected kv forward's tile (selected_attn.host.FWD_TILE_CHOICES: shipped, "
                          "128 rows and 8 warps, or m64_w4, 64 rows and the 4-warp lean output kernel; auto: the "
                          "qualified one), for an A/B")
+    ap.add_argument("--sel-forced-choice", default="auto",
+                    help="nsa-triton: the selected branch's forced blocks (selected_attn.host.FORCED_CHOICES: sparse, "
+                         "every listed block through the selected kernels, or band, block 0, the previous and the own "
+                         "block through the range kernels' band and the rest through the selected kernels, merged "
+                         "by lse; auto: the qualified one), for an A/B")
     ap.add_argument("--topk-choice", default="auto",
                     help="NSA paths: the selection's top-n_sel (nsa.attention.selection.TOPK_CHOICES: sort, the full "
                          "sort, or topk, packed keys; auto: the qualified one), for an A/B")
@@ -368,7 +377,8 @@ def main(argv=None) -> int:
                                   args.warmup, args.index_build, args.batch, args.dkdv_choice, args.topk_choice,
                                   args.query_choice, sel_dq_choice=args.sel_dq_choice,
                                   sel_out_choice=args.sel_out_choice, sel_host_choice=args.sel_host_choice,
-                                  sel_tile_choice=args.sel_tile_choice)))
+                                  sel_tile_choice=args.sel_tile_choice,
+                                  sel_forced_choice=args.sel_forced_choice)))
         return 0
     if args.quick:
         seq_lens = [512, 1024, 2048]

@@ -63,6 +63,16 @@ Measured (this counter, the shape above, S = 256 and 1,024, identical at both):
         zeros, and zeros 3 from nsa::selected_attention_bwd, which has none left). In bf16 on a GPU the casts of
         fp32 accumulators also launch (not seen here: fp32 casts are no-ops): the selected output, dQ, dK, dV and
         the range dK/dV (4).
+    the selected branch's forced-block choice (`--sel-forced-choice`, selected_attn.host.FORCED_CHOICE; issue 31
+        item 2.4, 2026-11-29; "auto" = "sparse" until a GPU run qualifies "band"), S 256 and 1,024 (the same at both):
+        "band" 83 ops and 32 Triton launches against "sparse"'s 78 and 27 with the Triton index build (135 and 26
+        against 130 and 21 with the torch build). +5 ops, all inside nsa::selected_band_attention_bwd: add_ 3 (the
+        two parts' fp32 dQ, dK, dV summed) and sum 2 (the band's dK/dV split partials, as the cmp branch's); +5
+        launches: _sel_band_rest, _sel_band_merge and the band's _range_fwd_kernel, _range_bwd_dq_kernel,
+        _range_bwd_dkdv_kernel. In bf16 on a GPU the band forward also saves the selected output's cast (the merge
+        writes o in q's dtype). The torch index build sorts 13 of 16 pairs a query (sort[26624] against
+        sort[32768] at S 1,024); the Triton build pads a query's slots to a power of two (NS_PAD 16), so its
+        chunked sort does the same work with either choice.
 """
 
 from __future__ import annotations
@@ -251,12 +261,17 @@ def main(argv=None) -> int:
     ap.add_argument("--sel-host-choice", choices=("auto", "torch", "fused"), default="auto",
                     help="the selected branch's host glue (selected_attn.host.HOST_CHOICE; auto: QUALIFIED_HOST): "
                          "torch (the lse reduction and zero fills in aten ops) or fused (folded into kernels)")
+    ap.add_argument("--sel-forced-choice", choices=("auto", "sparse", "band"), default="auto",
+                    help="the selected branch's forced blocks (selected_attn.host.FORCED_CHOICE; auto: "
+                         "QUALIFIED_FORCED): sparse (every listed block through the selected kernels) or band (the "
+                         "forced blocks through the range kernels' band, merged by lse)")
     args = ap.parse_args(argv)
     from nsa.attention import kernels, selection
     from nsa.attention.kernels.selected_attn import host as selected_host
 
     selection.TOPK_CHOICE = args.topk_choice
     selected_host.HOST_CHOICE = args.sel_host_choice
+    selected_host.FORCED_CHOICE = args.sel_forced_choice
 
     if not kernels.interpreting():
         print("TRITON_INTERPRET must be 1 (the counter runs the Triton kernels in the interpreter on CPU)",
@@ -267,7 +282,8 @@ def main(argv=None) -> int:
     counts = {s: count_layer(layer, s, warmup=i == 0) for i, s in enumerate(lens)}
     print(f"kernel-launching ops of one NSAAttention layer forward + backward, kernel=triton, index build "
           f"{args.index_build}, top-n_sel choice {selection.topk_choice()} ({args.topk_choice}), selected host glue "
-          f"{selected_host.host_choice()} ({args.sel_host_choice}), TRITON_INTERPRET=1, "
+          f"{selected_host.host_choice()} ({args.sel_host_choice}), forced blocks "
+          f"{selected_host.forced_choice()} ({args.sel_forced_choice}), TRITON_INTERPRET=1, "
           f"fp32 CPU, B=1, {SHAPE}")
     print(table(counts))
     launches = Counter()
@@ -287,7 +303,7 @@ def main(argv=None) -> int:
         for s, c in counts.items()))
     print(f"reproduce: TRITON_INTERPRET=1 PYTHONPATH=. python benchmarks/bench_ops.py --seq-lens "
           f"{args.seq_lens} --index-build {args.index_build} --topk-choice {args.topk_choice} --sel-host-choice "
-          f"{args.sel_host_choice} --check")
+          f"{args.sel_host_choice} --sel-forced-choice {args.sel_forced_choice} --check")
     if args.json:
         args.json.write_text(json.dumps({str(s): {"total": c.total, "ops": dict(c.ops), "inside": dict(c.inside),
                                                   "triton_launches": dict(c.launches), "custom": dict(c.custom),

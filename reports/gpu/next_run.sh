@@ -7,6 +7,7 @@
 #     PART=trainer BUDGET=300 bash reports/gpu/next_run.sh     # ~5 min
 #     PART=h100 BUDGET=560 bash reports/gpu/next_run.sh        # ~9 min: h100_single whole but its kernel phase
 #     PART=choices BUDGET=560 bash reports/gpu/next_run.sh     # ~9 min: issue 31 items 2.3-2.6's launch choices
+#                                                              # (what does not fit in BUDGET is skipped and logged)
 # 15 minutes of device time hold PART=kernels and a start; PART=trainer waits for the next GPU session (or follows
 # on the same warm machine where time is left). A second PART=kernels call on a warm machine
 # continues its runbook (--resume). A step starts only when its time is left (never cut short to fit another);
@@ -34,17 +35,21 @@
 #       results.json are the GPU example (reports/examples/h100_single/).
 # PART=choices (issue 31 items 2.3-2.6, written 2026-11-29 without a GPU: each new choice sits beside the shipped
 #       kernel and 'auto' keeps the shipped one until this qualifies it; reports/aot/range_query_occupancy.md,
-#       selected_bwd_dq.md and selected_fwd_occupancy.md hold their ahead-of-time registers and CTAs per SM)
+#       selected_bwd_dq.md, selected_fwd_occupancy.md and selected_band.md hold their ahead-of-time registers and
+#       CTAs per SM)
 #   C1  numerics of every choice on the GPU in bf16 against float64, each test file in its own process (the slow
 #       cases run by default there): range forward/dQ tiles (QUERY_CHOICES), the selected backward's query-outer
-#       dQ (DQ_CHOICES), its per-pair partial output (OUT_CHOICES), the fused host glue (HOST_CHOICES) and the
-#       kv forward's register-lean 64-row tile (FWD_TILE_CHOICES m64_w4);
+#       dQ (DQ_CHOICES), its per-pair partial output (OUT_CHOICES), the fused host glue (HOST_CHOICES), the
+#       kv forward's register-lean 64-row tile (FWD_TILE_CHOICES m64_w4) and, last, the forced blocks through the
+#       range kernels' band merged by lse (FORCED_CHOICES band, 2026-11-29);
 #   C2  memcheck of the layer's kernels under each new choice (qualify.py, bf16, S 2,048, hpg 6);
 #   C3  the layer with each new choice against the shipped one, alternated A B A B, one process per case, at S 65,536
 #       B 1 (forward and backward), then at 2,048 B 8 with the time left;
 #   C4  (time left) the range forward/dQ tiles timed on their own (tune_kernels --families range_q).
 #   A choice becomes the default ('auto': QUALIFIED_QUERY, QUALIFIED_DQ, QUALIFIED_OUT, QUALIFIED_HOST,
-#   QUALIFIED_FWD_TILE) only where C1 and C2 are clean and C3 shows it faster in both rounds.
+#   QUALIFIED_FWD_TILE, QUALIFIED_FORCED) only where C1 and C2 are clean and C3 shows it faster in both rounds.
+#   The band choice comes last in each of C1, C2 and C3's rounds, so the earlier choices' steps keep their place
+#   in the budget; at 65,536 each round runs every choice before the next round starts.
 # PART=trainer (125M model, bf16, CUDA graphs)
 #   T1  the dense twin with each change alone against the old step, alternated (2 repeats): the fused RoPE and the
 #       fused AdamW (the chunked loss alone was 0.93x on 2026-11-28; not repeated);
@@ -148,13 +153,15 @@ fi
 
 if [ "$PART" = choices ]; then
   C=$W/choices; mkdir -p $C
-  for f in test_range_query_choices test_selected_dq_choices test_selected_fwd_tile_choices; do
+  for f in test_range_query_choices test_selected_dq_choices test_selected_fwd_tile_choices \
+           test_selected_band_choice; do
     step "C1_$f" 120 $C python3 -m pytest -q -p no:cacheprovider tests/nsa/attention/kernels/$f.py
   done
   # (option module constant value): the process-wide choice each memcheck sets before the layer's kernels run
   for sel in "range_attn.host QUERY_CHOICE bn32" "range_attn.host QUERY_CHOICE m64_bn32" \
              "selected_attn.host DQ_CHOICE query" "selected_attn.host OUT_CHOICE partial" \
-             "selected_attn.host HOST_CHOICE fused" "selected_attn.host FWD_TILE_CHOICE m64_w4"; do
+             "selected_attn.host HOST_CHOICE fused" "selected_attn.host FWD_TILE_CHOICE m64_w4" \
+             "selected_attn.host FORCED_CHOICE band"; do
     set -- $sel
     step "C2_memcheck_${2}_${3}" 60 $C compute-sanitizer --tool memcheck --launch-timeout 0 python3 -c \
         "import sys, importlib; setattr(importlib.import_module('nsa.attention.kernels.$1'), '$2', '$3'); \
@@ -165,7 +172,7 @@ sys.exit(qualify.main(['--dtype', 'bf16', '--seq-len', '2048', '--hpg', '6']))"
     set -- $shape
     for round in 1 2; do
       for opt in "query-choice bn32" "query-choice m64_bn32" "sel-dq-choice query" "sel-out-choice partial" \
-                 "sel-host-choice fused" "sel-tile-choice m64_w4"; do
+                 "sel-host-choice fused" "sel-tile-choice m64_w4" "sel-forced-choice band"; do
         o=${opt% *}; v=${opt#* }
         for arm in shipped new; do
           [ $arm = shipped ] && val=auto || val=$v

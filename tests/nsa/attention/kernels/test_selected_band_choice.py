@@ -215,3 +215,36 @@ def test_band_choice_with_the_other_choices(dq, out, host, tile, loop):
 ])
 def test_band_choice_matches_float64_more_shapes(b, h, g, s, d, l_sel, n_sel, seed):
     _check(b, h, g, s, d, l_sel, n_sel, seed)
+
+
+@pytest.mark.skipif(ON_GPU, reason="counts under the interpreter (CPU)")
+def test_band_choice_launches_five_kernels_more_and_adds_only_the_sums():
+    """benchmarks/bench_ops.py's counter over the selected branch's forward + backward: the band choice launches
+    _sel_band_rest, _sel_band_merge and the band's three range kernels besides the shipped choice's kernels, and its
+    aten ops beyond the shipped ones are the fp32 gradients' add_ (3) and the band's dK/dV partial sums."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[4] / "benchmarks" / "bench_ops.py"
+    spec = importlib.util.spec_from_file_location("bench_ops", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    q, k, v, do = _inputs(1, 4, 2, 40, 32, 3)
+    blocks = _blocks(1, 2, 40, 8, 5, 4)
+    counts = {}
+    for choice in ts.FORCED_CHOICES:
+        ts.FORCED_CHOICE = choice
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        counter = bench.OpCounter()
+        with bench.counting_triton_launches(counter), counter:
+            torch.autograd.grad(ts.selected_attention(*leaves, blocks, 8, index_build="torch"), leaves, do)
+        counts[choice] = counter
+    sparse, band = (dict(counts[c].launches) for c in ts.FORCED_CHOICES)
+    new = {"_sel_band_rest": 1, "_sel_band_merge": 1, "_range_fwd_kernel": 1, "_range_bwd_dq_kernel": 1,
+           "_range_bwd_dkdv_kernel": 1}
+    assert band == {**sparse, **new}, (sparse, band)
+    more = dict(counts["band"].ops)
+    for name, n in counts["sparse"].ops.items():
+        assert more.get(name, 0) == n, name
+        more.pop(name)
+    assert more.pop("add_") == 3 and set(more) <= {"sum"}, more

@@ -126,12 +126,3 @@ class Choice:
     significant: bool | None = absent()
     kept_default: bool | None = absent()
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True)
-class Decided:
-    """What a deciding step (sweep, ab) records of its decision: the choice (the winner when significant), the
-    winner and the decision; "decision" and "choice" are absent from results written before decisions were."""
-    winner: Choice | None = None
-    decision: DecisionRecord | None = absent()
-    choice: Choice | None = absent(beside="decision")

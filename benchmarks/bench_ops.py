@@ -65,14 +65,14 @@ Measured (this counter, the shape above, S = 256 and 1,024, identical at both):
         the range dK/dV (4).
     the selected branch's forced-block choice (`--sel-forced-choice`, selected_attn.host.FORCED_CHOICE; issue 31
         item 2.4, 2026-11-29; "auto" = "sparse" until a GPU run qualifies "band"), S 256 and 1,024 (the same at both):
-        "band" 83 ops and 32 Triton launches against "sparse"'s 78 and 27 with the Triton index build (135 and 26
-        against 130 and 21 with the torch build). +5 ops, all inside nsa::selected_band_attention_bwd: add_ 3 (the
-        two parts' fp32 dQ, dK, dV summed) and sum 2 (the band's dK/dV split partials, as the cmp branch's); +5
-        launches: _sel_band_rest, _sel_band_merge and the band's _range_fwd_kernel, _range_bwd_dq_kernel,
-        _range_bwd_dkdv_kernel. In bf16 on a GPU the band forward also saves the selected output's cast (the merge
-        writes o in q's dtype). The torch index build sorts 13 of 16 pairs a query (sort[26624] against
-        sort[32768] at S 1,024); the Triton build pads a query's slots to a power of two (NS_PAD 16), so its
-        chunked sort does the same work with either choice.
+        "band" 77 ops and 32 Triton launches against "sparse"'s 78 and 27 with the Triton index build (129 and 26
+        against 130 and 21 with the torch build). Inside nsa::selected_band_attention_bwd the selected backward's
+        atomics add onto the band's fp32 gradients, so its 3 zero fills go, and sum 2 (the band's dK/dV split
+        partials, as the cmp branch's) come; +5 launches: _sel_band_rest, _sel_band_merge and the band's
+        _range_fwd_kernel, _range_bwd_dq_kernel, _range_bwd_dkdv_kernel. In bf16 on a GPU the band forward also
+        saves the selected output's cast (the merge writes o in q's dtype). The torch index build sorts 13 of 16
+        pairs a query (sort[26624] against sort[32768] at S 1,024); the Triton build pads a query's slots to a power
+        of two (NS_PAD 16), so its chunked sort does the same work with either choice.
 """
 
 from __future__ import annotations

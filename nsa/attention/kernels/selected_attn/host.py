@@ -87,11 +87,12 @@ Backward (one design for both forward orders; the index is built by both):
   "sparse", the uniform path above; issue 31 item 2.4): range attention's band kernel (mode BAND with the sink)
   takes the forced blocks, _sel_band_rest packs each query's other listed blocks into min(n_sel, NB) - 3 slots for
   the selected kernels (index, part and tiles 3 of 16 slots smaller), _sel_band_merge merges the two fp32 parts
-  through their lse, and each part's backward runs from the merged O and lse. Importance-chosen blocks can be just
-  as popular (attention sinks near the start), so the sparse part keeps the chunking; the band saves index entries
-  and the per-pair work of 3 of 16 blocks, for 3 launches more forward (the lists' packing, the band, the merge)
-  and 2 backward (the band's dQ and dK/dV) plus 3 fp32 sums. Checked on CPU (interpreter, AOT compile, op count);
-  not timed on a GPU.
+  through their lse, and each part's backward runs from the merged O and lse (the selected backward's atomics add
+  onto the band's fp32 gradients instead of zero-filled buffers). Importance-chosen blocks can be just as popular
+  (attention sinks near the start), so the sparse part keeps the chunking; the band saves the per-pair work, index
+  entries and atomics of 3 of 16 blocks, for 3 launches more forward (the lists' packing, the band, the merge) and
+  2 backward (the band's dQ and dK/dV, whose split partials are summed: 2 ops; the 3 zero fills go). Checked on CPU
+  (interpreter, AOT compile, op count); not timed on a GPU.
   dQ choices (DQ_CHOICES, picked by DQ_CHOICE; "auto" = QUALIFIED_DQ, "atomic" until a GPU run qualifies another):
   "atomic" is the above. "query" (issue 31 item 2.3: on an H100 at S = 65,536 _sel_bwd_kv took 7.59 ms against a
   0.50 ms floor, its per-step fp32 dQ atomics the suspect) splits the backward as fla's parallel_nsa and
@@ -253,20 +254,21 @@ def _lean_tile(hpg: int, d_k: int, d_v: int) -> Optional[LaunchConfig]:
 
 
 # Forced-block choices (issue 31 item 2.4, "the forced blocks through the band kernel"; the module docstring's
-# "Alternative not taken"). "sparse": every listed block, forced or chosen, goes through the selected kernels (the
-# shipped path). "band": the forced blocks (block 0, the previous and the own block: choose_blocks' +inf scores) go
-# through range attention's band kernel (mode BAND with the sink: keys [0, l_sel) and [(t // l_sel - 1) * l_sel,
-# t]), and only the other listed blocks through the selected kernels (_sel_band_rest packs them into
-# min(n_sel, NB) - 3 slots, so the index, part and the tiles shrink by 3 of n_sel); the two parts are merged exactly
-# through their log-sum-exp (_sel_band_merge) and each part's backward reads the merged O and lse, so its gradient
-# is its exact share; the fp32 parts are summed before one cast. A block is counted once: a forced block listed by
-# importance too is dropped from the sparse list. It requires every forced block in the list (choose_blocks' lists
-# with n_sel >= 3: the choice refuses n_sel < 3) and the range kernels' shapes (d in 32/64/128, hpg <= 32); for a
-# list without a forced block it differs from "sparse" (the band attends it anyway). Where no block can be other
-# than forced (n_sel = 3, or S <= 3 * l_sel) the band kernel alone runs. Checked on CPU only (Triton's interpreter in
-# fp32 against float64, tests/nsa/attention/kernels/test_selected_band_choice.py; the AOT compile, reports/aot/
-# selected_band.md; the op count, benchmarks/bench_ops.py --sel-forced-choice); no GPU has run it, so nothing is
-# known of its speed. Same qualification rule as DQ_CHOICES (bench_attention.py --sel-forced-choice).
+# "Backward" section). "sparse": every listed block, forced or chosen, goes through the selected kernels (the shipped
+# path). "band": the forced blocks (block 0, the previous and the own block: choose_blocks' +inf scores) go through
+# range attention's band kernel (mode BAND with the sink: keys [0, l_sel) and [(t // l_sel - 1) * l_sel, t]), and
+# only the other listed blocks through the selected kernels (_sel_band_rest packs them into min(n_sel, NB) - 3 slots:
+# 3 of n_sel fewer pairs in the tile tables, the kernels and the atomics); the two parts are merged exactly through
+# their log-sum-exp (_sel_band_merge) and each part's backward reads the merged O and lse, so its gradient is its
+# exact share (the selected backward's atomics add onto the band's fp32 gradients, cast once). A block is counted
+# once: a forced block listed by importance too is dropped from the sparse list. It requires every forced block in
+# the list (choose_blocks' lists with n_sel >= 3: the choice refuses n_sel < 3) and the range kernels' shapes (d in
+# 32/64/128, hpg <= 32); for a list without a forced block it differs from "sparse" (the band attends it anyway).
+# Where no block can be other than forced (n_sel = 3, or S <= 3 * l_sel) the band kernel alone runs. Checked on CPU
+# only (Triton's interpreter in fp32 against float64, tests/nsa/attention/kernels/test_selected_band_choice.py; the
+# AOT compile, reports/aot/selected_band.md; the op count, benchmarks/bench_ops.py --sel-forced-choice); no GPU has
+# run it, so nothing is known of its speed. Same qualification rule as DQ_CHOICES (bench_attention.py
+# --sel-forced-choice).
 FORCED_CHOICES = ("sparse", "band")
 QUALIFIED_FORCED = "sparse"  # what "auto" picks: the choice a GPU run has qualified
 FORCED_CHOICE = "auto"  # the launcher's choice: "auto" or one of FORCED_CHOICES
@@ -548,8 +550,11 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return _backward_grads(do, q, k, v, o, lse, pair_t, tiles, l_sel, bwd_tiles, blocks)
 
 
-def _backward_grads(do, q, k, v, o, lse, pair_t, tiles, l_sel, bwd_tiles, blocks, fp32: bool = False):
-    """_bwd_op's work; fp32: dq, dk, dv in fp32, uncast (the "band" forced choice adds its band part's first)."""
+def _backward_grads(do, q, k, v, o, lse, pair_t, tiles, l_sel, bwd_tiles, blocks, seed=None):
+    """_bwd_op's work. seed: (dq, dk, dv) fp32 gradients of another part of the same softmax (the "band" forced
+    choice's band) that this backward adds into instead of zero-filled buffers (the atomics' starting values; under
+    the query dQ choice its stored dQ is added to seed's after), returned in fp32, uncast; the host choice's zero fill
+    is then not needed (_sel_bwd_delta runs)."""
     choice = dq_choice()
     if choice == "query" and blocks is None:
         raise ValueError("selected attention: the 'query' dQ choice needs the forward's blocks")
@@ -561,15 +566,20 @@ def _backward_grads(do, q, k, v, o, lse, pair_t, tiles, l_sel, bwd_tiles, blocks
     block_t = 64
     qk_scale, sm_scale, prec = LOG2E / math.sqrt(d_k), 1.0 / math.sqrt(d_k), dot_precision(q.dtype)
     with_dq = choice == "atomic"
-    # the fp32 buffers _sel_bwd_kv's atomics add into: zeroed by torch ("torch" host choice) or by the delta kernel
-    fused = host_choice() == "fused"
+    # the fp32 buffers _sel_bwd_kv's atomics add into: zeroed by torch ("torch" host choice) or by the delta kernel,
+    # or the seed's gradients
+    fused = host_choice() == "fused" and seed is None
     new32 = torch.empty if fused else torch.zeros
-    if with_dq:
-        dq = new32(b, s, h, d_k, dtype=torch.float32, device=q.device).transpose(1, 2)
-    else:  # every (query, head) row is stored once, in q's dtype (fp32 when asked)
-        dq = torch.empty(b, s, h, d_k, dtype=torch.float32 if fp32 else q.dtype, device=q.device).transpose(1, 2)
-    dk = new32(b, s, g, d_k, dtype=torch.float32, device=q.device).transpose(1, 2)
-    dv = new32(b, s, g, d_v, dtype=torch.float32, device=q.device).transpose(1, 2)
+    if seed is not None:
+        dq_seed, dk, dv = seed
+        dq = dq_seed if with_dq else torch.empty_like(dq_seed)  # the query choice stores every row once
+    else:
+        if with_dq:
+            dq = new32(b, s, h, d_k, dtype=torch.float32, device=q.device).transpose(1, 2)
+        else:  # every (query, head) row is stored once, in q's dtype
+            dq = torch.empty(b, s, h, d_k, dtype=q.dtype, device=q.device).transpose(1, 2)
+        dk = new32(b, s, g, d_k, dtype=torch.float32, device=q.device).transpose(1, 2)
+        dv = new32(b, s, g, d_v, dtype=torch.float32, device=q.device).transpose(1, 2)
     if fused:
         _sel_bwd_delta_zero[(_cdiv(s, block_t), b * h)](
             o, do, delta, dq, dk, dv, *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3], *dk.stride()[:3],
@@ -595,8 +605,8 @@ def _backward_grads(do, q, k, v, o, lse, pair_t, tiles, l_sel, bwd_tiles, blocks
         s, g, nb, qk_scale, sm_scale,
         L_SEL=l_sel, BWD_TILES=bwd_tiles, HPG=hpg, BLOCK_R=block_r, BLOCK_N=_block_n(l_sel, block_n), D_K=d_k,
         D_V=d_v, num_warps=warps, num_stages=stages, DOT_PREC=prec, WITH_DQ=with_dq)
-    if fp32:
-        return dq, dk, dv
+    if seed is not None:
+        return (dq if with_dq else dq.add_(seed[0])), dk, dv
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
@@ -684,20 +694,20 @@ def _(q, k, v, blocks, l_sel, loop, bwd_tiles, index_build):
 def _band_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                  lse_h: torch.Tensor, lse_g: torch.Tensor, rest: torch.Tensor, pair_t: torch.Tensor,
                  tiles: torch.Tensor, l_sel: int, bwd_tiles: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv) of the "band" choice: the sparse part's share (the selected backward under the dQ and host choices
-    in effect, p = exp2(s - lse) of the merged lse, delta of the merged O) plus the band's (range attention's
-    backward, mode BAND with the sink, from the same O and lse), summed in fp32, cast once."""
-    dq, dk, dv = _backward_grads(do, q, k, v, o, lse_g, pair_t, tiles, l_sel, bwd_tiles, rest, fp32=True)
-    dq_b, dk_b, dv_b = range_host._backward(do, q, k, v, lse_h, o, None, range_host.BAND, l_sel, l_sel, fp32=True)
-    return dq.add_(dq_b).to(q.dtype), dk.add_(dk_b).to(k.dtype), dv.add_(dv_b).to(v.dtype)
+    """(dq, dk, dv) of the "band" choice: the band's share (range attention's backward, mode BAND with the sink, from
+    the merged O and lse) in fp32, then the sparse part's (the selected backward under the dQ choice in effect, p =
+    exp2(s - lse) of the merged lse, delta of the merged O) added onto it by its atomics (no zero fill, no sums),
+    cast once. dK and dV come back contiguous ([B, G, S, d], the band's layout)."""
+    band = range_host._backward(do, q, k, v, lse_h, o, None, range_host.BAND, l_sel, l_sel, fp32=True)
+    dq, dk, dv = _backward_grads(do, q, k, v, o, lse_g, pair_t, tiles, l_sel, bwd_tiles, rest, seed=band)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 @_band_bwd_op.register_fake
 def _(do, q, k, v, o, lse_h, lse_g, rest, pair_t, tiles, l_sel, bwd_tiles):
     b, h, s, d_k = q.shape
     g, d_v = k.shape[1], v.shape[-1]
-    return (q.new_empty(b, s, h, d_k).transpose(1, 2), k.new_empty(b, s, g, d_k).transpose(1, 2),
-            v.new_empty(b, s, g, d_v).transpose(1, 2))
+    return q.new_empty(b, s, h, d_k).transpose(1, 2), k.new_empty(b, g, s, d_k), v.new_empty(b, g, s, d_v)
 
 
 def _band_setup_context(ctx, inputs, output):

@@ -224,7 +224,7 @@ def test_view_accepts_damaged_results_and_formats_real_ones():
     for damaged in ({}, {"metrics": None}, {"metrics": {"strategies": [1, 2]}},
                     {"metrics": {"strategies": {"ddp": None}, "comparisons": "x", "batch_search": {"ddp": 3}}}):
         for kind in ("parallelism", "scaling"):
-            step = get(kind).hook_input(damaged)  # as the report hands it: the kind's Result, read leniently
+            step = get(kind).read(damaged)  # as the report hands it: the kind's Result, read leniently
             get(kind).view(step, {"name": "p"})
             blocks_markdown(get(kind).blocks(step)), blocks_html(get(kind).blocks(step))
     result = {"order_seed": 7, "metrics": {

@@ -87,19 +87,19 @@ def test_views_accept_damaged_results_and_format_real_ones():
     from validation.kinds import get
     from validation.report.renderer import blocks_html, blocks_markdown
 
-    from validation.kinds import hook_steps
+    from validation.kinds import read_steps
 
     def md(kind, result):
-        return blocks_markdown(get(kind).blocks(get(kind).hook_input(result)))
+        return blocks_markdown(get(kind).blocks(get(kind).read(result)))
 
     for damaged in ({}, {"metrics": None}, {"metrics": {"points": [1, None], "exponent_ci": "x", "bisection": 3}},
                     {"metrics": {"suspects": {"a": None}, "ranking": ["a", 2], "culprit": 5}}):
         for kind in ("scan", "triage"):
-            step = get(kind).hook_input(damaged)  # as the report hands it: the kind's Result, read leniently
+            step = get(kind).read(damaged)  # as the report hands it: the kind's Result, read leniently
             get(kind).view(step, {"name": "s"})
             md(kind, damaged), blocks_html(get(kind).blocks(step))
             get(kind).summary_line(step)
-            get(kind).key_figures(hook_steps(get(kind), [{"kind": kind, **damaged}]))
+            get(kind).key_figures(read_steps([{"kind": kind, **damaged}]))
     scan = {"metrics": {"setting": "args.seq_len", "exponent": 1.234, "exponent_ci": [1.0, 1.5], "cliff": True,
                         "cliff_interval": [256, 320], "cliff_localised": True, "expected_exponent": 1.5,
                         "bisection": {"points": [[384, "bad"], [320, "bad"]], "width": 64, "resolution": 64,
@@ -151,7 +151,7 @@ def simulated_scan(monkeypatch, tmp_path, cliff_at):
         t = v / 32000 + (1e-5 * v * v if cliff_at is not None and v > cliff_at else 0.0)
         return list(t * np.exp(rng.normal(0, 0.03, 5)))
 
-    def fake_run_all(ctx, retry_disturbed=False, launches=None, on_progress=None, step=None):
+    def fake_run_all(ctx, retry_disturbed=False, launches=None, on_progress=None):
         """run_all with every launch collected as passed, each run saved as it ends."""
         runs = []
         for spec in ctx.launches if launches is None else launches:

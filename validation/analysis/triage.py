@@ -1,6 +1,6 @@
 """Performance triage analysis (issue 17, seed 000): the cost exponent of a scan, cliffs between neighbouring scan
 points, bisection of a cliff, and the ranking of suspects by their effect. Pure functions, no torch; the `scan` and
-`triage` step kinds (validation/kinds/scan.py, triage.py) measure, this module decides.
+`triage` step kinds (validation/kinds/scan/, triage/) measure, this module decides.
 
 Throughput series are autocorrelated and drift, so nothing here treats per-step values as samples: a scan point is
 the window mean of each of its runs (one per repeat), its noise the spread of those run means (pooled over the

@@ -75,7 +75,7 @@ def measured_steps(runbook, results: dict) -> list[str]:
         if getattr(s.kind_impl, "decides", False):
             used[s.name] = None
     for kind in step_kinds.kinds():
-        for name in kind.key_figure_steps(step_kinds.hook_steps(kind, in_order)):
+        for name in kind.key_figure_steps(step_kinds.read_steps(in_order)):
             used[str(name)] = None
     order = [s.name for s in runbook.steps()]
     return [n for n in order if n in used]
@@ -100,7 +100,7 @@ def assess(runbook, results: dict, run_dir: str) -> dict[str, Any]:
                 bad.append({"step": name, **item, "disturbed": is_disturbed})
     in_order = [as_dict(steps.get(s.name)) for s in runbook.steps()]
     for kind in step_kinds.kinds():
-        for fig in kind.key_figures(step_kinds.hook_steps(kind, in_order)):
+        for fig in kind.key_figures(step_kinds.read_steps(in_order)):
             r = range_of(fig.metric or "")
             if fig.problem and r is not None:
                 bad.append({"step": ", ".join(fig.steps) or "run", "metric": fig.label, "value": fig.raw,

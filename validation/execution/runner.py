@@ -381,17 +381,13 @@ class Runner:
         self.reporter.step_started(step, max(1, len(planned)))
         ctx = StepContext(self, step, planned, result)
         try:
-            if step.kind_impl.typed:
-                ctx.merge(step.kind_impl.run(step.options, ctx), final=True)
-            else:
-                step.kind_impl.run(step, planned, result, ctx)
+            ctx.merge(step.kind_impl.run(step.options, ctx), final=True)
             self._note_undeclared_metrics(step, result)
             record = evidence.step_interference(result)  # what else used the machine while it measured
             if record is not None:
                 result["interference"] = record
         except KeyboardInterrupt as exc:
-            if step.kind_impl.typed:
-                ctx.record_launched()
+            ctx.record_launched()
             result.update(status="interrupted", reason=f"interrupted ({describe_interrupt(exc)})")
             raise
         finally:
@@ -436,14 +432,6 @@ class Runner:
         except ValueError:
             return str(path)
 
-    def _record_launch(self, target: StepResult, spec: LaunchSpec, lr: LaunchResult) -> None:
-        target["command"] = lr.argv
-        target["env"] = recorded_env(spec.env, only_prefixed=True)[0]
-        target["artifacts"] = sorted({*target.get("artifacts", []), self._rel(lr.log_path),
-                                      *(self._rel(p) for p in lr.rank_logs.values())} - {None})
-        if lr.excerpt:
-            target["excerpt"] = lr.excerpt
-        target["stack_dumps"] = sorted({*target.get("stack_dumps", []), *(self._rel(p) for p in lr.stack_dumps)})
 
 
 def _chosen(step: StepRecord | None) -> ChoiceRecord | None:
@@ -590,10 +578,6 @@ class StepContext:
             if stopping:  # the running launches end their processes within a poll and raise; wait for them
                 wait(list(running))
             pool.shutdown(wait=True)
-
-    def record(self, result: StepResult, spec: LaunchSpec, lr: LaunchResult) -> None:
-        """Record a launch in the step's results entry: command, environment, logs, excerpt, stack dumps."""
-        self._runner._record_launch(result, spec, lr)
 
     def save(self, partial: StepRecord | None = None) -> None:
         """Write results.json now (e.g. after each run of a multi-launch step), with `partial` (the kind's Result

@@ -1,14 +1,16 @@
-"""Step kinds: one module per kind of runbook step, and the registry that maps a step's `kind:` to it.
+"""Step kinds: one package per kind of runbook step, and the registry that maps a step's `kind:` to it.
 
-A kind is a validation.kinds.base.StepKind subclass; its module registers an instance with ``register``. Every
-module of this package is imported on first use of the registry, so the kinds are whatever its modules register:
-``names()`` lists them (``nsa-validate kinds`` prints them, and README's table of kinds is its ``--markdown``
-output), and adding one is a new module here. A kind may also be registered from anywhere else (a plugin by entry
-point, a test) before the runbook that uses it is read. Modules that register no kind hold what kinds share: base.py
-(the StepKind interface), blocks.py (what a kind's part of the report is made of), trainer.py (the trainer's argv, collecting a launch into metrics, the
-loop over a sweep's points or an A/B's variants), train_report.py. A kind with parts of its own is a package
-(parallelism/: its analysis, launches and view beside the kind); a leading underscore marks a helper module the
-registry does not import itself (_plot_helpers, _pytest_progress).
+A kind is a validation.kinds.base.StepKind subclass with its Options, its Result (the step's record) and its report
+hooks, in a package of its own here (validation/kinds/<kind>/) that registers an instance with ``register``. Every
+package and module of this package is imported on first use of the registry, so the kinds are whatever they
+register: ``names()`` lists them (``nsa-validate kinds`` prints them, and README's table of kinds is its
+``--markdown`` output), and adding one is a new package here. A kind may also be registered from anywhere else (a
+plugin by entry point, a test) before the runbook that uses it is read. Nothing outside a kind's package names it
+(tests/validation/kinds/test_kind_isolation.py). Modules that register no kind hold what kinds share: base.py (the
+StepKind interface), blocks.py (what a kind's part of the report is made of), trainer.py (the trainer's argv,
+collecting a launch into metrics, the runs of a multi-launch step), train_report.py, _decision_view.py (the
+deciding kinds' report part); a leading underscore marks a helper module the registry does not import itself
+(_plot_helpers, _decision_view).
 """
 
 from __future__ import annotations
@@ -16,17 +18,11 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import pkgutil
-
 from typing import Any, Iterable
 
 from validation.kinds.base import StepKind
 from validation.results.codec import decode
 from validation.results.run import Step as StepRecord
-
-# The order of the kinds in names(), `nsa-validate kinds` and README's table: these first, in the order a validation
-# goes, then this package's others by module name, then plugins'. Not the list of kinds: the registry has those from
-# its modules.
-FIRST_KINDS = ("snapshot", "train", "sweep", "ab", "pytest", "bench", "profile", "longrun")
 
 # The entry-point group through which an installed distribution adds kinds: each entry point names a StepKind
 # subclass (or instance), e.g. in its pyproject.toml:
@@ -101,13 +97,13 @@ def unregister(name: str) -> None:
 
 
 def names() -> tuple[str, ...]:
-    """Every registered kind: FIRST_KINDS first, in that order, then this package's other kinds by module name, then
-    the others (plugins, tests) as registered; the same order whichever module was imported first."""
+    """Every registered kind: this package's kinds by their `listing` (the order a validation goes), then its others
+    by package name, then the others (plugins, tests) as registered; the same order whichever module was imported
+    first."""
     _load_builtins()
-    rest = [n for n in _REGISTRY if n not in FIRST_KINDS]
-    own = sorted((n for n in rest if built_in(n)), key=lambda n: (type(_REGISTRY[n]).__module__, n))
-    return (tuple(n for n in FIRST_KINDS if n in _REGISTRY) + tuple(own)
-            + tuple(n for n in rest if not built_in(n)))
+    own = sorted((n for n in _REGISTRY if built_in(n)),
+                 key=lambda n: (_REGISTRY[n].listing is None, _REGISTRY[n].listing or 0, type(_REGISTRY[n]).__module__, n))
+    return tuple(own) + tuple(n for n in _REGISTRY if not built_in(n))
 
 
 def get(name: str) -> StepKind:
@@ -144,7 +140,7 @@ def read_step(entry: Any) -> StepRecord:
     return kind.read(entry) if kind is not None else decode(StepRecord, entry, "step", lenient=True)
 
 
-def hook_steps(kind: StepKind, entries: Iterable[Any]) -> list[Any]:
-    """Every step's entry in run order as `kind`'s key_figures and key_figure_steps take them: each step decoded by
-    its own kind (read_step) for a typed kind, else as results.json holds them."""
-    return [read_step(e) for e in entries] if kind.typed else list(entries)
+def read_steps(entries: Iterable[Any]) -> list[StepRecord]:
+    """Every step's entry, in the order given, each as its own kind's Result (read_step): what key_figures and
+    key_figure_steps take."""
+    return [read_step(e) for e in entries]

@@ -181,6 +181,9 @@ class StepKind:
     # True: a passed step is one trainer run that a user can repeat as it is: the report's validated command is built
     # from such a step (the one named *baseline*, else the first)
     repeatable: ClassVar[bool] = False
+    # Its place in `nsa-validate kinds` and README's table of kinds (lower first; the order a validation goes); None:
+    # after the kinds that have one, by package name.
+    listing: ClassVar[int | None] = None
     plan_note: ClassVar[str | None] = None  # a line `nsa-validate plan` prints under the step (in-process work)
     # The metric names the kind's steps produce (patterns; see the module docstring). None: not declared, and then
     # criteria on its steps are checked only when they run (tests/validation/test_prerun_checks.py lists such kinds).
@@ -194,9 +197,6 @@ class StepKind:
     decides: ClassVar[bool] = False
     # The kind's step record (see the module docstring): what run() returns and what the report hooks read.
     result_type: ClassVar[type[StepRecord]] = StepRecord
-    # False: a kind still written against the dict interface (run(step, launches, result, ctx) filling the entry;
-    # hooks reading results.json's dict); the runner and the report call it as such.
-    typed: ClassVar[bool] = False
 
     def read(self, entry: Any) -> StepRecord:
         """A step's results.json entry as this kind's Result, decoded leniently (a damaged value takes its field's
@@ -204,11 +204,6 @@ class StepKind:
         if isinstance(entry, StepRecord):
             return entry
         return decode(self.result_type, entry, f"steps.{as_dict(entry).get('name') or self.name}", lenient=True)
-
-    def hook_input(self, entry: Any) -> Any:
-        """What the report hooks of this kind take: its Result (typed kinds), else the entry as results.json holds
-        it."""
-        return self.read(entry) if self.typed else entry
 
     def metric_names(self, step: Step | None) -> tuple[str, ...] | None:
         """The metric-name patterns of `step` (None: of any step of the kind), e.g. with the A/B's own variant

@@ -106,7 +106,6 @@ class TrainerKind(StepKind):
     metrics = TRAINER_METRICS
     performance = TRAINER_PERFORMANCE
     result_type = TrainerResult
-    typed = True
 
     def launches(self, step: Step, winners, run_dir) -> list[LaunchSpec]:
         return [trainer_launch(step, step.launch, "", step.name, winners, run_dir)]
@@ -234,16 +233,6 @@ def launch_one(ctx) -> Launched:
     return Launched(spec, lr, status, reason, decode(LaunchMetrics, m, "metrics"))
 
 
-def run_single(ctx, step: Step, launches: list[LaunchSpec], result: dict):
-    """Run the step's one trainer launch; its status, reason and metrics become the step's. Returns (spec, lr)."""
-    spec = launches[0]
-    lr = ctx.launch(spec, 0, 1)
-    ctx.record(result, spec, lr)
-    status, reason, m = collect(ctx, step, spec, lr)
-    result.update(status=status, reason=reason, metrics=m)
-    return spec, lr
-
-
 def declared_pair_noise(ctx) -> PairNoise | None:
     """The least noise of one repeat in a paired decision (A/B, sweep, triage) of this run: the runbook's declared
     launch noise (its `compare` mapping, stored in results.json's runbook record; significance.pair_noise_from), or
@@ -297,7 +286,7 @@ class Runs:
 
 
 def run_all(ctx, retry_disturbed: bool = False, launches: list[LaunchSpec] | None = None,
-            on_progress: Any = None, step: Step | None = None) -> Runs:
+            on_progress: Any = None) -> Runs:
     """Run every launch in order (ctx.launches, or `launches`: a sweep's points, an A/B's variants and repeats),
     each collected into a LaunchRun and saved as soon as it ends (`on_progress(Runs)`, by default
     ctx.save(runs.partial())).
@@ -308,7 +297,7 @@ def run_all(ctx, retry_disturbed: bool = False, launches: list[LaunchSpec] | Non
     A decision never stands on disturbed runs; run again, a passing neighbour leaves the decision its evidence.
     The runs an attempt replaces move to superseded (with superseded_by), their files kept, and a note says what
     was run again and why."""
-    step = ctx.step if step is None else step
+    step = ctx.step
     launches = ctx.launches if launches is None else launches
     save = on_progress or (lambda so_far: ctx.save(so_far.partial()))
     runs: list[LaunchRun] = []
@@ -346,53 +335,6 @@ def run_all(ctx, retry_disturbed: bool = False, launches: list[LaunchSpec] | Non
             "in superseded")
     problems = [f"{r.label}: {r.reason}" for r in runs if r.status != "passed"]
     return Runs(runs, superseded or None, notes or None, problems)
-
-
-def run_each(ctx, step: Step, launches: list[LaunchSpec], result: dict,
-             retry_disturbed: bool = False) -> tuple[list[dict], list[str]]:
-    """run_all for a kind still on the dict interface: each run recorded in result["runs"] (the runs replaced in
-    result["superseded"], the notes in result["notes"]) and saved as it ends. Returns (runs as written, problems)."""
-
-    def progress(so_far: Runs) -> None:
-        _into(result, so_far)
-        ctx.save()
-
-    done = run_all(ctx, retry_disturbed, launches=launches, on_progress=progress, step=step)
-    _into(result, done)
-    if hasattr(ctx, "record_launched"):  # the runner's context (a test's stand-in records nothing)
-        ctx.record_launched()
-    return result["runs"], done.problems
-
-
-def _into(result: dict, runs: Runs) -> None:
-    result["runs"] = [encode(r) for r in runs.runs]
-    if runs.superseded:
-        result["superseded"] = [encode(r) for r in runs.superseded]
-    if runs.notes:
-        result["notes"] = [*[n for n in result.get("notes") or [] if n not in runs.notes], *runs.notes]
-
-
-def _as_runs(runs: list[dict]) -> list[LaunchRun]:
-    """The runs run_each has just built, as records (strictly: a value of the wrong type is a bug)."""
-    return [decode(LaunchRun, r, f"runs[{i}]") for i, r in enumerate(runs)]
-
-
-def runs_as_written(result: dict) -> list[dict]:
-    """A multi-launch step's runs as results.json holds them, in run order (a run that is not a mapping: {}): what
-    the formatting helpers, the runs' summaries and the plots read, beside the runs a kind decodes as LaunchRun."""
-    return [as_dict(r) for r in as_list(result.get("runs"))]
-
-
-def metrics_as_written(result: dict) -> list[dict]:
-    """Each run's metrics as runs_as_written gives the runs ({} for a run without)."""
-    return [as_dict(r.get("metrics")) for r in runs_as_written(result)]
-
-
-def nothing_compared(result: dict) -> bool:
-    """Whether a step's decision compared nothing (every alternative but one left out): its summary line then says
-    "no decision, nothing compared", never "no significant difference"."""
-    decision = decode(StepRecord, result, "step", lenient=True).decision
-    return decision is not None and not decision.comparisons
 
 
 def retry_spec(spec: LaunchSpec, attempt: int) -> LaunchSpec:

@@ -96,7 +96,7 @@ def environment_differences(a: Run | dict, b: Run | dict) -> list[str]:
 def _train_runs(step: dict) -> list[tuple[str, dict]]:
     """(label, metrics) of every trainer launch of a step, as its kind lists them (StepKind.trainer_runs)."""
     kind = step_kinds.find(step.get("kind")) or StepKind()
-    return kind.trainer_runs(kind.hook_input(step))
+    return kind.trainer_runs(kind.read(step))
 
 
 def _untested(step: str, metric: str, x: Any, y: Any, threshold: float, note: str) -> dict[str, Any]:

@@ -30,7 +30,7 @@ def comparisons(results: dict, run: Run | None = None) -> list[dict]:
         kind = step_kinds.find(step.kind) if step is not None else None
         if step is None or step.status != "passed" or kind is None:
             continue
-        for e in kind.comparisons(kind.hook_input(raw_steps[name])):
+        for e in kind.comparisons(kind.read(raw_steps[name])):
             rec = {"step": name, "kind": kind.name, "without": e.without, "with": e.with_, "metric": e.metric,
                    "mean_without": e.mean_without, "mean_with": e.mean_with, "rel": e.rel, "ci_low": e.ci_low,
                    "ci_high": e.ci_high, "p": e.p, "significant": e.significant and not e.ignored,

@@ -230,5 +230,5 @@ def make_plots(results: dict, run_dir: Path) -> list[dict]:
             plotter.tokens_per_step(name, record)
             kind = step_kinds.find(record.kind)
             if kind is not None:
-                kind.plots(name, kind.hook_input({**step, "name": name}), plotter)
+                kind.plots(name, kind.read({**step, "name": name}), plotter)
     return plotter.written

@@ -60,7 +60,7 @@ def _print_finished(console: Console, step: Step, result) -> None:
     record = decode(StepRecord, result, f"steps.{step.name}", lenient=True)
     colour = {"passed": "green", "skipped": "yellow"}.get(str(record.status), "red")
     reason = f": {record.reason}" if record.reason else ""
-    extra = step.kind_impl.summary_line(step.kind_impl.hook_input(result))
+    extra = step.kind_impl.summary_line(step.kind_impl.read(result))
     took = f" in {fmt_duration(record.duration_s)}" if record.status != "skipped" and \
         record.duration_s is not None else ""
     console.print(f"  [{colour}]{str(record.status).upper():8}[/{colour}] "

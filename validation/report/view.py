@@ -51,10 +51,10 @@ def _step_view(number: str, name: str, record: Step | None, raw: Any) -> dict:
         "dir": step.dir or None, "failure": None,
         "skipped": status == "skipped", "missing": not known,
         "plots": [],  # build_view puts the step's plots here, beside its tables
-        "blocks": kind.blocks(kind.hook_input({**raw, "name": name})) if kind is not None else [],
+        "blocks": kind.blocks(kind.read({**raw, "name": name})) if kind is not None else [],
     }
     if kind is not None:
-        view.update(kind.view(kind.hook_input({**raw, "name": name}), view))
+        view.update(kind.view(kind.read({**raw, "name": name}), view))
     if status in FAILED_STATUSES or step.excerpt or step.stack_dumps:
         excerpt = step.excerpt or None
         view["failure"] = {"failed": status in FAILED_STATUSES, "excerpt": excerpt, "fence": fence(excerpt or ""),
@@ -82,7 +82,7 @@ def _key_figures(run: Run, raw_steps: dict) -> list[dict]:
     results.json holds them, `raw_steps`), sorted by order."""
     names = [n for n, step in run.steps_in_order() if step is not None]
     figures = sorted((fig for kind in step_kinds.kinds()
-                      for fig in kind.key_figures(step_kinds.hook_steps(kind, [raw_steps[n] for n in names]))),
+                      for fig in kind.key_figures(step_kinds.read_steps([raw_steps[n] for n in names]))),
                      key=lambda fig: fig.order)
     caveat = _cpu_scaling_caveat(run, [run.steps[n] for n in names])
     return [{"id": fig.id, "label": fig.label, "value": fig.value,

@@ -341,7 +341,7 @@ class TrainerEnv:
 
 @dataclasses.dataclass(frozen=True)
 class LaunchRun:
-    """One trainer launch of a step that runs several (validation.kinds.trainer.run_each: a sweep's points, an A/B's
+    """One trainer launch of a step that runs several (validation.kinds.trainer.run_all: a sweep's points, an A/B's
     variants, a scan's values, ...), each an entry of the step's "runs" (and of "superseded" once run again)."""
     label: str | None = None
     params: dict[str, Any] = dataclasses.field(default_factory=dict)

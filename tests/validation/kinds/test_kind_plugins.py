@@ -21,10 +21,28 @@ from validation import kinds
 REPO = Path(__file__).resolve().parents[3]
 
 PLUGIN = '''
+import dataclasses
 import sys
 from validation.runbook.schema import typed
 from validation.kinds.base import StepKind, command_launch, run_path
 from validation.kinds.blocks import Paragraph
+from validation.results.run import Step
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    words: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+    shouted: str = ""
+    length: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Result(Step):
+    metrics: Metrics = dataclasses.field(default_factory=Metrics)
 
 WRITER = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text(sys.argv[2].upper())"
 
@@ -37,26 +55,26 @@ class Shout(StepKind):
     keys = ("words",)
     launch_keys = ("env", "timeout_s")
     metrics = ("shouted", "length")
+    result_type = Result
 
     def parse(self, raw, path, ctx):
-        return {"words": typed(raw.get("words", "hello"), str, path + ("words",), ctx)}
+        return Options(words=typed(raw.get("words", "hello"), str, path + ("words",), ctx))
 
     def launches(self, step, winners, run_dir):
         return [command_launch(step, [sys.executable, "-c", WRITER, run_path(run_dir, f"{step.name}/shout.txt"),
                                       step.words], run_dir)]
 
-    def run(self, step, launches, result, ctx):
-        spec = launches[0]
+    def run(self, options, ctx):
+        spec = ctx.launches[0]
         lr = ctx.launch(spec, 0, 1)
-        ctx.record(result, spec, lr)
         path = ctx.run_dir / spec.dir / "shout.txt"
         said = path.read_text() if path.is_file() else ""
-        result["metrics"] = {"shouted": said, "length": len(said)}
-        ok = lr.status == "ok" and said == step.words.upper()
-        result.update(status="passed" if ok else "failed", reason=None if ok else f"shouted {said!r}")
+        ok = lr.status == "ok" and said == options.words.upper()
+        return Result(status="passed" if ok else "failed", reason=None if ok else f"shouted {said!r}",
+                      metrics=Metrics(shouted=said, length=len(said)))
 
     def blocks(self, result):
-        return [Paragraph(f"Shouted: {(result.get('metrics') or {}).get('shouted')}")]
+        return [Paragraph(f"Shouted: {result.metrics.shouted}")]
 '''
 
 RUNBOOK = """\

@@ -4,6 +4,7 @@ and the built-in kinds are what the registry and the README say."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -18,10 +19,28 @@ from validation.execution.runner import RunOptions, Runner
 from validation.runbook.schema import typed
 from validation.kinds.blocks import Paragraph, code
 from validation.kinds.base import KeyFigure, StepKind, command_launch, run_path, undeclared_metrics
+from validation.results.run import Step as StepRecord
 
 REPO = Path(__file__).resolve().parents[3]
 
 WRITER = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text(sys.argv[2] * int(sys.argv[3]))"
+
+
+@dataclasses.dataclass(frozen=True)
+class EchoOptions:
+    message: str
+    times: int
+
+
+@dataclasses.dataclass(frozen=True)
+class EchoMetrics:
+    said: str | None = None
+    length: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class EchoResult(StepRecord):
+    metrics: EchoMetrics = dataclasses.field(default_factory=EchoMetrics)
 
 
 class Echo(StepKind):
@@ -31,45 +50,42 @@ class Echo(StepKind):
     summary = "a child writes a message into a file; metrics: what it said and its length"
     keys = ("message", "times")
     launch_keys = ("env", "timeout_s")
+    result_type = EchoResult
 
     def parse(self, raw, path, ctx):
-        return {"message": typed(raw.get("message", "hello"), str, path + ("message",), ctx),
-                "times": typed(raw.get("times", 1), int, path + ("times",), ctx, minimum=1)}
+        return EchoOptions(message=typed(raw.get("message", "hello"), str, path + ("message",), ctx),
+                           times=typed(raw.get("times", 1), int, path + ("times",), ctx, minimum=1))
 
     def launches(self, step, winners, run_dir):
         argv = [sys.executable, "-c", WRITER, run_path(run_dir, f"{step.name}/said.txt"), step.message,
                 str(step.times)]
         return [command_launch(step, argv, run_dir)]
 
-    def run(self, step, launches, result, ctx):
-        spec = launches[0]
+    def run(self, options, ctx):
+        spec = ctx.launches[0]
         lr = ctx.launch(spec, 0, 1)
-        ctx.record(result, spec, lr)
         said_path = ctx.run_dir / spec.dir / "said.txt"
         said = said_path.read_text() if said_path.is_file() else None
-        result["metrics"] = {"said": said, "length": len(said or "")}
-        result["artifacts"].append(ctx.rel(said_path))
-        ok = lr.status == "ok" and said == step.message * step.times
-        result.update(status="passed" if ok else "failed", reason=None if ok else f"said {said!r} ({lr.reason})")
+        ok = lr.status == "ok" and said == options.message * options.times
+        return EchoResult(status="passed" if ok else "failed", reason=None if ok else f"said {said!r} ({lr.reason})",
+                          metrics=EchoMetrics(said=said, length=len(said or "")), artifacts=[ctx.rel(said_path)])
 
     def summary_line(self, result):
-        return f" (said {result['metrics']['length']} characters)"
+        return f" (said {result.metrics.length} characters)"
 
     def blocks(self, result):
-        m = result.get("metrics") or {}
-        return [Paragraph(f"Echo said: {code(m.get('said'))} ({m.get('length')} characters)")]
+        return [Paragraph(f"Echo said: {code(result.metrics.said)} ({result.metrics.length} characters)")]
 
     def view(self, result, view):
-        metrics = result.get("metrics") or {}
-        return {"echo": {"said": str(metrics.get("said")), "length": metrics.get("length")}}
+        return {"echo": {"said": str(result.metrics.said), "length": result.metrics.length}}
 
     def key_figures(self, in_order):
-        return [KeyFigure("echo", "Echo", str((s.get("metrics") or {}).get("said")), f"step `{s['name']}`", order=40)
-                for s in in_order if s.get("kind") == self.name]
+        return [KeyFigure("echo", "Echo", str(s.metrics.said), f"step `{s.name}`", order=40)
+                for s in in_order if isinstance(s, EchoResult)]
 
     def plots(self, name, result, plotter):
         fig, ax = plotter.figure(f"Echo: {name}", "step", ylabel="characters")
-        ax.bar([0], [(result.get("metrics") or {}).get("length") or 0])
+        ax.bar([0], [result.metrics.length or 0])
         plotter.save(fig, f"echo_{name}.png", f"Echo: {name}")
 
 
@@ -116,7 +132,7 @@ def test_a_kind_from_a_test_module_goes_through_plan_run_and_report(echo_kind, t
     assert "greet/said.txt" in step["artifacts"] and "greet/stdout.log" in step["artifacts"]
     assert [c["status"] for c in results["acceptance"]] == ["pass"] and results["verdict"] == "GO"
     assert json.loads((run_dir / "results.json").read_text())["steps"]["greet"]["metrics"]["length"] == 9
-    assert echo_kind.summary_line(step) == " (said 9 characters)"
+    assert echo_kind.summary_line(echo_kind.read(step)) == " (said 9 characters)"
 
     # report: the kind's blocks, key figure and plot
     written = write_reports(run_dir, results)
@@ -160,12 +176,15 @@ def test_results_of_a_kind_this_process_does_not_know_still_render(tmp_path):
 
 
 def test_built_in_kinds_and_the_readme_table():
-    assert kinds.FIRST_KINDS == ("snapshot", "train", "sweep", "ab", "pytest", "bench", "profile", "longrun")
+    first = ("snapshot", "train", "sweep", "ab", "pytest", "bench", "profile", "longrun")  # the order a validation goes
+    assert kinds.names()[:len(first)] == first
+    assert all(kinds.get(n).listing is not None for n in first)
+    assert all(kinds.get(n).listing is None for n in kinds.names()[len(first):])
     for name in kinds.names():
         kind = kinds.get(name)
         assert kind.name == name and kind.summary
         assert type(kind).blocks is not StepKind.blocks, f"{name} shows nothing of its own in the report"
-    assert [k for k in kinds.FIRST_KINDS if kinds.get(k).trainer] == ["train", "sweep", "ab", "profile", "longrun"]
+    assert [k for k in first if kinds.get(k).trainer] == ["train", "sweep", "ab", "profile", "longrun"]
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert kinds.table_markdown() in readme, "README.md's table of step kinds is `nsa-validate kinds --markdown`"
     with pytest.raises(ValueError, match="already registered"):
@@ -173,15 +192,17 @@ def test_built_in_kinds_and_the_readme_table():
 
 
 def test_the_registry_knows_its_kinds_from_its_modules():
-    """Every public module of validation/kinds that registers a kind makes it one of the package's own kinds (listed,
-    protected from unregister), whether or not FIRST_KINDS names it; a kind from elsewhere is not."""
+    """Every public package of validation/kinds that registers a kind makes it one of the package's own kinds (listed,
+    protected from unregister), whether or not it has a `listing` place; a kind from elsewhere is not."""
     import pkgutil
 
     modules = {type(kinds.get(n)).__module__ for n in kinds.names() if kinds.built_in(n)}
     public = {f"validation.kinds.{m.name}" for m in pkgutil.iter_modules(kinds.__path__) if not m.name.startswith("_")}
-    assert modules <= public and len(modules) >= len(kinds.FIRST_KINDS) + 5
-    assert kinds.names()[:len(kinds.FIRST_KINDS)] == kinds.FIRST_KINDS
-    outside = [n for n in kinds.names() if kinds.built_in(n) and n not in kinds.FIRST_KINDS]
+    assert modules <= public and len(modules) >= 13
+    listed = [n for n in kinds.names() if kinds.get(n).listing is not None]
+    assert listed == sorted(listed, key=lambda n: kinds.get(n).listing)
+    outside = [n for n in kinds.names() if kinds.built_in(n) and kinds.get(n).listing is None]
+    assert outside == sorted(outside, key=lambda n: type(kinds.get(n)).__module__)
     assert "comm" in outside and "triage" in outside
     for name in outside:
         with pytest.raises(ValueError, match="built-in"):

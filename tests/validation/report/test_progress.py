@@ -21,7 +21,7 @@ ANSI = re.compile(r"\x1b\[")
 def _step(steps=100, name="baseline"):
     return SimpleNamespace(phase="train", name=name, kind="train", launch=SimpleNamespace(args={"steps": steps}),
                            kind_impl=SimpleNamespace(summary_line=lambda result: " (1,234 tok/s mean)",
-                                                     hook_input=lambda result: result))
+                                                     read=lambda result: result))
 
 
 def _plain() -> tuple[Console, io.StringIO]:

@@ -154,6 +154,7 @@ def _compare(base: list, variant: list, label: str, metric: str, higher: bool, r
 
 class AB(TrainerKind):
     name = "ab"
+    listing = 40
     summary = ("baseline vs variants, optionally repeated in a random order per repeat; paired by repeat or on block "
                "means; with recommend, a variant is kept only when significantly better (ahead in every repeat; one "
                "run each: also stable), else the baseline (never a setting the trainer reports as ignored)")

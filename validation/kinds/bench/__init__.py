@@ -55,13 +55,13 @@ class Result(StepRecord):
 
 class Bench(StepKind):
     name = "bench"
+    listing = 60
     summary = "a benchmark script that writes JSON (`--json`); e.g. selection v2 vs v1 speed"
     keys = ("command", "best")
     metrics = ("*",)  # whatever JSON the benchmark writes
     performance = ("*",)  # a benchmark measures speed
     launch_keys = COMMAND_LAUNCH_KEYS
     result_type = Result
-    typed = True
 
     def parse(self, raw: dict, path: tuple, ctx) -> Options:
         command = str_list(raw.get("command"), path + ("command",), ctx)

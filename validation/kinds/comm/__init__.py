@@ -90,7 +90,6 @@ class Comm(StepKind):
     launch_keys = ("env", "nproc_per_node", "nnodes", "launcher", "master_port", "port_retries", "timeout_s")
 
     result_type = Result
-    typed = True
 
     # ------------------------------------------------------------------ schema
     def parse(self, raw: dict, path: tuple, ctx) -> Options:

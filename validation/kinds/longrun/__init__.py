@@ -37,6 +37,7 @@ class Result(TrainerResult):
 
 class Longrun(TrainerKind):
     name = "longrun"
+    listing = 80
     metrics = TRAINER_METRICS + ("halted", "stalls", "stack_dumps.<i>")
     summary = "a long run under the heartbeat watchdog: stalls, .HALT, throughput stability, memory plateau"
     result_type = Result

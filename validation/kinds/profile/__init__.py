@@ -89,6 +89,7 @@ class Result(TrainerResult):
 
 class Profile(TrainerKind):
     name = "profile"
+    listing = 70
     summary = "a trainer run with `NSA_NVTX=1` and a torch profiler trace: top operators and the `nsa.*` ranges seen"
     keys = ("profile_steps", "profiler")
     performance = ()  # a profile's steps run under the profiler: a trace, not a measurement of speed

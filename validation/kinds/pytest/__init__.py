@@ -113,13 +113,13 @@ PYTEST_EXIT_CODES = range(0, 6)
 
 class Pytest(StepKind):
     name = "pytest"
+    listing = 50
     summary = "named tests with JUnit counts; `isolate: file` runs each test file in its own process"
     keys = ("tests", "pytest_args", "isolate", "jobs")
     metrics = ("passed", "failed", "skipped", "errors", "total", "duration_s", "files.<i>.*", "files_failed", "died")
     launch_keys = COMMAND_LAUNCH_KEYS
     host_only = True  # tests run on any machine (CUDA tests skip themselves); `requires:` makes one need GPUs
     result_type = Result
-    typed = True
 
     def parse(self, raw: dict, path: tuple, ctx) -> Options:
         tests = str_list(raw.get("tests"), path + ("tests",), ctx)

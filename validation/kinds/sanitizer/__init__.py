@@ -133,7 +133,6 @@ class Sanitizer(StepKind):
     metrics = ("tool", "grid", "sanitizer", "cases", "cases_clean", "errors", "by_case.<i>.*")
     launch_keys = COMMAND_LAUNCH_KEYS
     result_type = Result
-    typed = True
 
     def parse(self, raw: dict, path: tuple, ctx) -> Options:
         command = str_list(raw.get("command"), path + ("command",), ctx)

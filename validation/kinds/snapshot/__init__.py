@@ -78,6 +78,7 @@ class NodeSnapshot:
 
 class Snapshot(StepKind):
     name = "snapshot"
+    listing = 10
     summary = ("git sha, `python -m torch.utils.collect_env`, `nvidia-smi -q -x` (and pynvml) when present, package "
                "versions")
     launch_keys = ("launcher", "nnodes", "timeout_s")
@@ -85,7 +86,6 @@ class Snapshot(StepKind):
     host_only = True  # a machine without the runbook's GPUs is still snapshotted (that is what it shows)
     plan_note = "in-process: git sha, python -m torch.utils.collect_env, nvidia-smi -q -x, packages"
     result_type = Result
-    typed = True
 
     def launches(self, step, winners, run_dir):
         if step.launch.launcher.type != "slurm":

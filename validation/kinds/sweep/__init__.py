@@ -105,6 +105,7 @@ RULE = ("a winner only when the best point beats every other one significantly (
 
 class Sweep(TrainerKind):
     name = "sweep"
+    listing = 30
     summary = ("a matrix over env/args (e.g. `env.NSA_DDP_BUCKET_MB: [25, 50, 100]`), optionally repeated in a random "
                "order per repeat; a winner only when it beats every other point significantly, else the runbook's "
                "point (`prefer`) is kept; later steps use it as `${bucket_sweep.winner.env.NSA_DDP_BUCKET_MB}`")

@@ -41,6 +41,7 @@ class Result(TrainerResult):
 
 class Train(TrainerKind):
     name = "train"
+    listing = 20
     repeatable = True
     summary = "one trainer launch (env/args overrides); statistics over the last N steps of its training.csv"
     keys = ("scaling_baseline",)

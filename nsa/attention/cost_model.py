@@ -36,6 +36,12 @@ nsa/attention/kernels/*/host.py), recomputation included where the design recomp
   output, other bytes.
 - the fused host glue (selected_attn.host.HOST_CHOICES): _sel_fwd_lse (the slots' log-sum-exp, zero fills) and
   _sel_bwd_delta_zero (delta, zero fills) are memory-bound glue: bytes only.
+- the band forced choice (selected_attn.host.FORCED_CHOICES): _sel_band_rest (each row's listed blocks without its
+  forced ones, packed: int32 lists in and out) and _sel_band_merge (the band's and the sparse part's fp32 outputs
+  and lse in, the output and the lse in two layouts out) are memory-bound glue: bytes only. The forced pairs it
+  sends through a third range launch are not moved from the selected families to the range ones: profile_layer
+  profiles the shipped choices, so a profile under "band" would show its band launch under range_fwd /
+  range_bwd_* above their floors.
 - selection importance (Eq. 8-10, _blocksel_importance_kernel / _blocksel_topk_kernel): Q K_cmp^T for every
   visible compressed key and head, 2 * d_k, and p = exp(s - lse), one exp; the small P @ W and head-sum products
   (Eq. 9, 10) are not counted. This is flops_per_token's forward-only "importance" term.
@@ -155,7 +161,7 @@ FAMILY_PASS = {
     "range_fwd": FWD, "selection_importance": FWD, "selection_topk": FWD, "selection_sort": FWD,
     "selection_sort_blocks": FWD, "sel_fwd_kv_stats": FWD, "sel_fwd_kv_out": FWD, "sel_fwd_query": FWD,
     "combine_fwd": FWD,
-    "sel_fwd_kv_part": FWD, "sel_fwd_reduce": FWD, "sel_fwd_lse": FWD,
+    "sel_fwd_kv_part": FWD, "sel_fwd_reduce": FWD, "sel_fwd_lse": FWD, "sel_band_rest": FWD, "sel_band_merge": FWD,
     "range_bwd_dq": BWD, "range_bwd_dkdv": BWD, "sel_bwd_delta": BWD, "sel_bwd_kv": BWD, "combine_bwd": BWD,
     "sel_bwd_dq_query": BWD, "sel_bwd_kv_dkdv": BWD, "sel_bwd_delta_zero": BWD,
     "dense_fwd": FWD, "dense_bwd": BWD,
@@ -205,6 +211,10 @@ def kernel_costs(cfg: NSAConfig, seq_len: int, batch: int, elem: int = 2) -> dic
         "sel_fwd_lse": Cost(0, 0, qb * hpg * FP32 + stat + b * s * h * dv * FP32),
         "sel_bwd_delta_zero": Cost(0, 0, 2 * o + stat + (b * s * h * dk + b * g * s * (dk + dv)) * FP32),
         "sel_bwd_delta": Cost(0, 0, 2 * o + stat),
+        # the band forced choice: the block lists [B*G*S, n_sel] in, the other blocks' [B*G*S, n_sel - 3] out (int32);
+        # the merge: two fp32 outputs and two lse in, the output and the lse in two layouts out
+        "sel_band_rest": Cost(0, 0, b * g * s * (2 * cfg.n_sel - 3) * 4),
+        "sel_band_merge": Cost(0, 0, 2 * b * s * h * dv * FP32 + o + 4 * stat),
         "sel_bwd_kv": Cost(2 * (3 * dk + 2 * dv) * sel, sel,
                            q + k_tok + v_tok + o + 2 * stat + (b * s * h * dk + b * g * s * (dk + dv)) * FP32),
         # the query dQ choice: dQ query-outer, stored once in q's dtype; _sel_bwd_kv without dQ (fp32 dK, dV atomics)
@@ -265,6 +275,8 @@ KERNEL_FAMILIES = (
     ("_sel_fwd_reduce", "sel_fwd_reduce"),
     ("_sel_fwd_lse", "sel_fwd_lse"),
     ("_sel_bwd_delta_zero", "sel_bwd_delta_zero"),
+    ("_sel_band_rest", "sel_band_rest"),
+    ("_sel_band_merge", "sel_band_merge"),
     ("_sel_bwd_delta", "sel_bwd_delta"),
     ("_sel_bwd_dq_query", "sel_bwd_dq_query"),
     ("_sel_bwd_kv", "sel_bwd_kv"),  # with dQ; without it (the query dQ choice) "sel_bwd_kv_dkdv": see `families`

@@ -174,7 +174,8 @@ def test_the_launch_choices_kernels_map_to_their_families():
     kernels by name, and _sel_bwd_kv as dK/dV only in a profile where _sel_bwd_dq_query computes dQ."""
     new = {"_sel_bwd_dq_query": "sel_bwd_dq_query", "_sel_fwd_kv_part": "sel_fwd_kv_part",
            "_sel_fwd_reduce": "sel_fwd_reduce", "_sel_fwd_lse": "sel_fwd_lse",
-           "_sel_bwd_delta_zero": "sel_bwd_delta_zero"}
+           "_sel_bwd_delta_zero": "sel_bwd_delta_zero", "_sel_band_rest": "sel_band_rest",
+           "_sel_band_merge": "sel_band_merge"}
     for name, fam in new.items():
         assert cm.family(name) == fam, name
     from nsa.attention.kernels.selected_attn import jit
@@ -195,6 +196,10 @@ def test_the_launch_choices_kernels_map_to_their_families():
     assert costs["sel_fwd_lse"].flops == costs["sel_bwd_delta_zero"].exps == 0
     assert costs["sel_bwd_delta_zero"].bytes > costs["sel_bwd_delta"].bytes
     assert (cm.FAMILY_PASS["sel_fwd_lse"], cm.FAMILY_PASS["sel_bwd_delta_zero"]) == (cm.FWD, cm.BWD)
+    # the band forced choice's glue: bytes only, the merge reading two fp32 outputs and writing one
+    assert costs["sel_band_rest"].flops == costs["sel_band_merge"].exps == 0
+    assert costs["sel_band_merge"].bytes > 2 * 2 * S * CFG.n_heads * CFG.d_v * 4
+    assert cm.FAMILY_PASS["sel_band_rest"] == cm.FAMILY_PASS["sel_band_merge"] == cm.FWD
 
 
 @pytest.mark.parametrize("shape", ["small", "m7c"])

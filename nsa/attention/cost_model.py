@@ -34,8 +34,9 @@ nsa/attention/kernels/*/host.py), recomputation included where the design recomp
   _sel_fwd_kv_out's products and exp (2 * (d_k + d_v), one exp) and stores each pair's p V in fp32 instead of
   adding it; _sel_fwd_reduce sums a query's slots (no products, no exps): the same FLOPs and exps as the atomic
   output, other bytes.
-- the fused host glue (selected_attn.host.HOST_CHOICES): _sel_fwd_lse (the slots' log-sum-exp, zero fills) and
-  _sel_bwd_delta_zero (delta, zero fills) are memory-bound glue: bytes only.
+- the fused host glue (selected_attn.host.HOST_CHOICES): _sel_fwd_lse (the slots' log-sum-exp, zero fills),
+  _sel_bwd_delta_zero (delta, zero fills) and _sel_cast (the backward's fp32 dQ, dK and dV read, written in the
+  activation dtype: the casts torch would launch one by one) are memory-bound glue: bytes only.
 - the band forced choice (selected_attn.host.FORCED_CHOICES): _sel_band_rest (each row's listed blocks without its
   forced ones, packed: int32 lists in and out) and _sel_band_merge (the band's and the sparse part's fp32 outputs
   and lse in, the output and the lse in two layouts out) are memory-bound glue: bytes only. The forced pairs it
@@ -163,7 +164,7 @@ FAMILY_PASS = {
     "combine_fwd": FWD,
     "sel_fwd_kv_part": FWD, "sel_fwd_reduce": FWD, "sel_fwd_lse": FWD, "sel_band_rest": FWD, "sel_band_merge": FWD,
     "range_bwd_dq": BWD, "range_bwd_dkdv": BWD, "sel_bwd_delta": BWD, "sel_bwd_kv": BWD, "combine_bwd": BWD,
-    "sel_bwd_dq_query": BWD, "sel_bwd_kv_dkdv": BWD, "sel_bwd_delta_zero": BWD,
+    "sel_bwd_dq_query": BWD, "sel_bwd_kv_dkdv": BWD, "sel_bwd_delta_zero": BWD, "sel_cast": BWD,
     "dense_fwd": FWD, "dense_bwd": BWD,
 }
 LAYER_FAMILIES = {FWD: ("range_fwd", "selection_topk", "sel_fwd_kv_stats", "sel_fwd_kv_out"),
@@ -211,6 +212,9 @@ def kernel_costs(cfg: NSAConfig, seq_len: int, batch: int, elem: int = 2) -> dic
         "sel_fwd_lse": Cost(0, 0, qb * hpg * FP32 + stat + b * s * h * dv * FP32),
         "sel_bwd_delta_zero": Cost(0, 0, 2 * o + stat + (b * s * h * dk + b * g * s * (dk + dv)) * FP32),
         "sel_bwd_delta": Cost(0, 0, 2 * o + stat),
+        # ... and the one launch that casts the fp32 dQ, dK and dV to the activation dtype (under the query dQ choice
+        # dQ is stored in q's dtype already and only dK, dV are cast: the atomic choice's bytes are the upper bound)
+        "sel_cast": Cost(0, 0, (b * s * h * dk + b * g * s * (dk + dv)) * (FP32 + elem)),
         # the band forced choice: the block lists [B*G*S, n_sel] in, the other blocks' [B*G*S, n_sel - 3] out (int32);
         # the merge: two fp32 outputs and two lse in, the output and the lse in two layouts out
         "sel_band_rest": Cost(0, 0, b * g * s * (2 * cfg.n_sel - 3) * 4),
@@ -275,6 +279,7 @@ KERNEL_FAMILIES = (
     ("_sel_fwd_reduce", "sel_fwd_reduce"),
     ("_sel_fwd_lse", "sel_fwd_lse"),
     ("_sel_bwd_delta_zero", "sel_bwd_delta_zero"),
+    ("_sel_cast", "sel_cast"),
     ("_sel_band_rest", "sel_band_rest"),
     ("_sel_band_merge", "sel_band_merge"),
     ("_sel_bwd_delta", "sel_bwd_delta"),

@@ -175,7 +175,7 @@ def test_the_launch_choices_kernels_map_to_their_families():
     new = {"_sel_bwd_dq_query": "sel_bwd_dq_query", "_sel_fwd_kv_part": "sel_fwd_kv_part",
            "_sel_fwd_reduce": "sel_fwd_reduce", "_sel_fwd_lse": "sel_fwd_lse",
            "_sel_bwd_delta_zero": "sel_bwd_delta_zero", "_sel_band_rest": "sel_band_rest",
-           "_sel_band_merge": "sel_band_merge"}
+           "_sel_band_merge": "sel_band_merge", "_sel_cast": "sel_cast"}
     for name, fam in new.items():
         assert cm.family(name) == fam, name
     from nsa.attention.kernels.selected_attn import jit
@@ -196,6 +196,9 @@ def test_the_launch_choices_kernels_map_to_their_families():
     assert costs["sel_fwd_lse"].flops == costs["sel_bwd_delta_zero"].exps == 0
     assert costs["sel_bwd_delta_zero"].bytes > costs["sel_bwd_delta"].bytes
     assert (cm.FAMILY_PASS["sel_fwd_lse"], cm.FAMILY_PASS["sel_bwd_delta_zero"]) == (cm.FWD, cm.BWD)
+    # its cast of the backward's fp32 dQ, dK, dV: read in fp32, written in the element size, bytes only
+    grads = 2 * S * (CFG.n_heads * CFG.d_k + CFG.n_kv_groups * (CFG.d_k + CFG.d_v))
+    assert costs["sel_cast"] == cm.Cost(0, 0, grads * (4 + 2)) and cm.FAMILY_PASS["sel_cast"] == cm.BWD
     # the band forced choice's glue: bytes only, the merge reading two fp32 outputs and writing one
     assert costs["sel_band_rest"].flops == costs["sel_band_merge"].exps == 0
     assert costs["sel_band_merge"].bytes > 2 * 2 * S * CFG.n_heads * CFG.d_v * 4

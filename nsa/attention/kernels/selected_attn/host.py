@@ -53,7 +53,10 @@ Forward, loop="kv" (the default; KV-block-outer, FSA-style):
   Host glue choices (HOST_CHOICES; "auto" = QUALIFIED_HOST = "torch", steps 1-3 above; issue 31 item 2.6): "fused"
   allocates part without its -inf fill and replaces step 2 (and the output's zero fill) by _sel_fwd_lse, one
   program per 64 (query, head) rows: the log2-sum-exp2 of each row's listed slots (blocks >= 0; the others were
-  never written and are not read) and, for the atomic output, zeroes of its fp32 output rows. Untimed.
+  never written and are not read) and, for the atomic output, zeroes of its fp32 output rows; and the kernels read
+  choose_blocks' int64 lists as they are, with no int32 copy (each kernel that reads BLOCKS, the Triton index
+  build's included, converts a loaded index to int32: a no-op on the int32 lists the torch choice hands them, whose
+  compiles are unchanged). Untimed.
   Tile choices (FWD_TILE_CHOICES; "auto" = QUALIFIED_FWD_TILE = "shipped", the tiles above; issue 31 item 2.4,
   "fewer registers"): "m64_w4" cuts the tile table into 64-row tiles (10 queries x 6 heads at hpg 6) for the three
   passes and runs step 3 (_sel_fwd_kv_out) at that tile on 4 warps (one m64 wgmma warpgroup): 94-95 registers on
@@ -106,7 +109,10 @@ Backward (one design for both forward orders; the index is built by both):
   (benchmarks/bench_attention.py --sel-dq-choice; reports/aot/selected_bwd_dq.md, registers and CTAs per SM).
   Host glue choice "fused" (HOST_CHOICES): _sel_bwd_delta_zero writes delta and zeroes the fp32 buffers the
   atomics add into (dQ with the atomic dQ choice; dK and dV from the programs of each group's first head) instead
-  of three torch.zeros before the kernels: the backward's glue is then the final casts alone (none in fp32).
+  of three torch.zeros before the kernels, and _sel_cast casts the fp32 dQ, dK and dV to the activation dtype in
+  one launch instead of three aten casts (bf16 and fp16 only: in fp32 nothing is cast; the band choice's backward
+  likewise): the backward's glue is then that one launch (none in fp32). The forward's fp32 output is still cast
+  by torch (one launch, as a kernel of its own would be: nothing reads the output after _sel_fwd_kv_out).
 
 Expected bottleneck (arithmetic only, to be checked): at S = 65,536 (B = 1, G = 2, hpg = 6, d = 64, n_sel = 16:
 2.1M pairs) the kv forward does 3.1e11 flops (< 1 ms of tensor cores) but adds 3.2 GB of fp32 atomics into the
@@ -158,7 +164,7 @@ LOOPS = ("kv", "query")
 from nsa.config import resolve_auto
 from nsa.attention.kernels.selected_attn.jit import (  # noqa: F401 - the jit code
     _tile_rows, _sel_fwd_kv_stats, _sel_fwd_kv_out, _sel_fwd_query, _sel_bwd_delta, _sel_bwd_kv, _sel_bwd_dq_query,
-    _sel_fwd_kv_part, _sel_fwd_reduce, _sel_fwd_lse, _sel_bwd_delta_zero, _sel_band_rest, _sel_band_merge)
+    _sel_fwd_kv_part, _sel_fwd_reduce, _sel_fwd_lse, _sel_bwd_delta_zero, _sel_band_rest, _sel_band_merge, _sel_cast)
 from nsa.attention.kernels.range_attn import host as range_host
 
 
@@ -199,12 +205,17 @@ def out_choice() -> str:
 
 # Host glue choices (issue 31 item 2.6: fold zero fills and partial sums into the kernels). "torch": the shipped
 # glue, in aten ops around the kernels: the kv forward fills part with -inf, reduces it to lse in torch (logsumexp
-# and two scalings: 4 ops) and zeroes the fp32 output for the atomics (1 op); the backward zeroes its fp32 dQ (atomic
-# dQ choice), dK and dV (3 ops). "fused": _sel_fwd_lse reduces part to lse over each query's listed slots (so part
-# needs no fill) and zeroes the output rows the atomics add into; _sel_bwd_delta_zero writes delta and zeroes dQ, dK
-# and dV. 8 aten ops fewer, one launch more (the lse), the same function (lse to rounding: log2-sum-exp2 in one
-# pass instead of torch's natural-log logsumexp). Same qualification rule as DQ_CHOICES (GPU tests against float64,
-# memcheck, an alternated A/B of the layer: bench_attention.py --sel-host-choice); no GPU timing yet.
+# and two scalings: 4 ops) and zeroes the fp32 output for the atomics (1 op), copies the block lists to int32 (1 op)
+# and the Triton index build zeroes its histogram (1 op); the backward zeroes its fp32 dQ (atomic dQ choice), dK and
+# dV (3 ops) and casts them to a bf16/fp16 activation dtype (3 ops; none in fp32). "fused": _sel_fwd_lse reduces
+# part to lse over each query's listed slots (so part needs no fill) and zeroes the output rows the atomics add
+# into; the kernels read choose_blocks' int64 lists as they are (_block_lists); _index_hist zeroes its own rows
+# (ZERO_ROW); _sel_bwd_delta_zero writes delta and zeroes dQ, dK and dV; _sel_cast casts dQ, dK and dV in one launch
+# (_cast_fp32). 10 aten ops fewer in fp32 with the Triton index build (13 in bf16), one launch more (the lse; two in
+# bf16: the cast), the same function (lse to rounding: log2-sum-exp2 in one pass instead of torch's natural-log
+# logsumexp; the casts bit for bit, round to nearest even, checked in the interpreter). Same qualification rule as
+# DQ_CHOICES (GPU tests against float64, memcheck, an alternated A/B of the layer: bench_attention.py
+# --sel-host-choice); no GPU timing yet.
 HOST_CHOICES = ("torch", "fused")
 QUALIFIED_HOST = "torch"  # what "auto" picks: the choice a GPU run has qualified
 HOST_CHOICE = "auto"  # the launcher's choice: "auto" or one of HOST_CHOICES
@@ -215,6 +226,51 @@ def host_choice() -> str:
     launch."""
     name = resolve_auto("selected attention: HOST_CHOICE", HOST_CHOICE, tuple(HOST_CHOICES), QUALIFIED_HOST)
     return name
+
+
+def _block_lists(blocks: torch.Tensor) -> torch.Tensor:
+    """blocks as the kernels read them: an int32 copy ("torch" host choice: the shipped _to_copy), or, under "fused",
+    the int32 or int64 list as given (choose_blocks' int64: every kernel that reads BLOCKS, the index build's
+    included, converts each loaded index to int32, so no copy launches); contiguous either way."""
+    if host_choice() == "fused" and blocks.dtype in (torch.int32, torch.int64):
+        return blocks.contiguous()
+    return blocks.to(torch.int32).contiguous()
+
+
+CAST_BLOCK = 1024  # elements per program of _sel_cast (no products: memory-bound)
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """t's elements fill one span of memory without gaps or overlaps, in some order of its dims."""
+    expected = 1
+    for size, stride in sorted(zip(t.shape, t.stride()), key=lambda p: p[1]):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _cast_fp32(bufs, dtype: torch.dtype) -> tuple:
+    """The fp32 buffers `bufs` (at most three) in `dtype`, cast by one _sel_cast launch ("fused" host choice) in
+    place of one aten cast each; a buffer already in `dtype` is returned as it is (in fp32 nothing launches, as
+    .to() launches nothing). Each result has its buffer's strides; a buffer that is not dense takes .to()."""
+    todo = [i for i, x in enumerate(bufs) if x.dtype != dtype]
+    out = list(bufs)
+    for i in list(todo):
+        if bufs[i].dtype != torch.float32 or not _dense(bufs[i]):
+            out[i] = bufs[i].to(dtype)
+            todo.remove(i)
+    if not todo:
+        return tuple(out)
+    for i in todo:
+        out[i] = torch.empty_like(bufs[i], dtype=dtype)
+    bf16 = dtype == torch.bfloat16
+    args = []
+    for i in todo + [todo[0]] * (3 - len(todo)):  # unused slots repeat the first buffer (never launched: grid)
+        args += [bufs[i], out[i].view(torch.int16) if bf16 else out[i], bufs[i].numel()]
+    n = max(bufs[i].numel() for i in todo)
+    _sel_cast[(max(1, _cdiv(n, CAST_BLOCK)), len(todo))](*args, BLOCK=CAST_BLOCK, BF16_RNE=bf16, num_warps=4)
+    return tuple(out)
 
 
 # Forward tile choices of the kv forward (issue 31 item 2.4, "fewer registers"). "shipped": _config's tile (128 rows
@@ -380,7 +436,7 @@ def _tile_table(counts, pair_start, per_tile, n_tiles):
 
 
 def _build_index(blocks: torch.Tensor, l_sel: int, qpt_fwd: int, qpt_bwd: int, build: str = "auto"):
-    """Sync-free inverted index of blocks [B, G, S, n_sel] (int32 contiguous).
+    """Sync-free inverted index of blocks [B, G, S, n_sel] (int32 or int64, contiguous).
 
     Returns order [pairs] int32 (flat pair index ((b*G + g)*S + t)*n_sel + slot of each pair, sorted by key block,
     empty slots last), pair_t (the query t of each sorted pair) and the forward and backward tile tables. `build`
@@ -390,7 +446,7 @@ def _build_index(blocks: torch.Tensor, l_sel: int, qpt_fwd: int, qpt_bwd: int, b
     b, g, s, n_sel = blocks.shape
     if build == "triton" and index.supported(s, n_sel, _cdiv(s, l_sel)) is None:
         return index.build_index(blocks, l_sel, qpt_fwd, qpt_bwd, _n_tiles(b, g, s, n_sel, l_sel, qpt_fwd),
-                                        _n_tiles(b, g, s, n_sel, l_sel, qpt_bwd))
+                                 _n_tiles(b, g, s, n_sel, l_sel, qpt_bwd), zero_in_kernel=host_choice() == "fused")
     return _build_index_torch(blocks, l_sel, qpt_fwd, qpt_bwd)
 
 
@@ -465,7 +521,7 @@ def _forward(q, k, v, blocks, l_sel, loop, bwd_tiles, index_build, o_fp32: bool 
     g, d_v = k.shape[1], v.shape[-1]
     hpg, nb = h // g, _cdiv(s, l_sel)
     q, k, v = _unit_last(q), _unit_last(k), _unit_last(v)
-    blocks = blocks.to(torch.int32).contiguous()
+    blocks = _block_lists(blocks)
     n_sel = blocks.shape[-1]
     qpt_fwd, qpt_bwd = _per_tile(hpg, d_k, d_v, bwd_tiles)
     order, pair_t, fwd_tiles, bwd_tiles_tab = _build_index(blocks, l_sel, qpt_fwd, qpt_bwd, index_build)
@@ -589,7 +645,7 @@ def _backward_grads(do, q, k, v, o, lse, pair_t, tiles, l_sel, bwd_tiles, blocks
         _sel_bwd_delta[(_cdiv(s, block_t), b * h)](o, do, delta, *o.stride()[:3], *do.stride()[:3], s, h, hpg,
                                                    BLOCK_T=block_t, D_V=d_v, num_warps=4)
     if not with_dq:
-        blocks = blocks.to(torch.int32).contiguous()
+        blocks = _block_lists(blocks)
         dq_block_n, dq_warps = _dq_query_config(l_sel, d_k, d_v)
         _sel_bwd_dq_query[(b * g * s,)](
             q, k, v, do, lse, delta, blocks, dq, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
@@ -607,6 +663,8 @@ def _backward_grads(do, q, k, v, o, lse, pair_t, tiles, l_sel, bwd_tiles, blocks
         D_V=d_v, num_warps=warps, num_stages=stages, DOT_PREC=prec, WITH_DQ=with_dq)
     if seed is not None:
         return (dq if with_dq else dq.add_(seed[0])), dk, dv
+    if fused:  # one launch for the three casts (none in fp32)
+        return _cast_fp32((dq, dk, dv), q.dtype)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
@@ -667,7 +725,7 @@ def _band_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torc
     b, h, s, _ = q.shape
     g, d_v = k.shape[1], v.shape[-1]
     hpg = h // g
-    rest = _rest_blocks(blocks.to(torch.int32).contiguous(), l_sel, _n_rest(blocks.shape[-1], s, l_sel))
+    rest = _rest_blocks(_block_lists(blocks), l_sel, _n_rest(blocks.shape[-1], s, l_sel))
     o_s, lse_s, pair_t, tiles = _forward(q, k, v, rest, l_sel, loop, bwd_tiles, index_build, o_fp32=True)
     o_b, lse_b = range_host._forward(q, k, v, range_host.BAND, l_sel, l_sel, o_dtype=torch.float32)
     o = torch.empty(b, s, h, d_v, dtype=q.dtype, device=q.device).transpose(1, 2)
@@ -700,6 +758,8 @@ def _band_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Te
     cast once. dK and dV come back contiguous ([B, G, S, d], the band's layout)."""
     band = range_host._backward(do, q, k, v, lse_h, o, None, range_host.BAND, l_sel, l_sel, fp32=True)
     dq, dk, dv = _backward_grads(do, q, k, v, o, lse_g, pair_t, tiles, l_sel, bwd_tiles, rest, seed=band)
+    if host_choice() == "fused":  # one launch for the three casts (none in fp32)
+        return _cast_fp32((dq, dk, dv), q.dtype)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
@@ -856,22 +916,35 @@ def fwd_tile_aot_cases(hpg: int, d: int, choice: str) -> list:
     return cases
 
 
+def _i64_blocks(case) -> AotCase:
+    """`case` with int64 block lists (BLOCKS "*i64"): what the "fused" host choice launches (_block_lists)."""
+    return dataclasses.replace(case, name=case.name.replace("[", "[BLOCKS=i64,", 1),
+                               signature={**case.signature, "BLOCKS": "*i64"})
+
+
 def host_aot_cases(hpg: int, d: int) -> list:
     """The "fused" host glue's kernels (HOST_CHOICES) at n_sel = 16, bf16, each with its zero fill on and off as
-    the other choices launch them: _sel_fwd_lse (ZERO_O: the atomic output choice; off: "partial") and
-    _sel_bwd_delta_zero (ZERO_DQ: the atomic dQ choice; off: "query"). No products: no tensor cores expected."""
+    the other choices launch them: _sel_fwd_lse (ZERO_O: the atomic output choice; off: "partial"; int64 block
+    lists, which only this choice hands it) and _sel_bwd_delta_zero (ZERO_DQ: the atomic dQ choice; off: "query");
+    _sel_cast for bf16 (its rounding written out on int16 bits) and fp16. No products: no tensor cores expected.
+    The other kernels' int64-list compiles: aot_cases() (_i64_blocks) and index.aot_cases()."""
     bf, f32, i32 = "*bf16", "*fp32", "*i32"
     hpg_pad, block_t = _reduce_tile(hpg)
     cases = []
     for zero in (True, False):
         cases.append(_aot_case(f"sel_fwd_lse[hpg={hpg},d={d},HPG_PAD={hpg_pad},BLOCK_T={block_t},ZERO_O={zero}]",
-                               _sel_fwd_lse, {"PART": f32, "BLOCKS": i32, "LSE": f32, "O32": f32},
+                               _sel_fwd_lse, {"PART": f32, "BLOCKS": "*i64", "LSE": f32, "O32": f32},
                                {"N_SEL": 16, "HPG": hpg, "HPG_PAD": hpg_pad, "BLOCK_T": block_t, "D_V": d,
                                 "ZERO_O": zero}, 4, 1, tensor_cores=False))
         cases.append(_aot_case(f"sel_bwd_delta_zero[d={d},BLOCK_T=64,ZERO_DQ={zero}]", _sel_bwd_delta_zero,
                                {"O": bf, "DO": bf, "DELTA": f32, "DQ": f32 if zero else bf, "DK": f32, "DV": f32},
                                {"BLOCK_T": 64, "D_K": d, "D_V": d, "ZERO_DQ": zero}, DELTA_ZERO_WARPS, 1,
                                tensor_cores=False))
+    for out, rne in (("*i16", True), ("*fp16", False)):
+        sig = {n: kind for i in range(3) for n, kind in ((f"X{i}", f32), (f"Y{i}", out), (f"N{i}", "i32"))}
+        cases.append(AotCase(f"sel_cast[{'bf16' if rne else 'fp16'},BLOCK={CAST_BLOCK}]", _sel_cast,
+                             {**sig, "BLOCK": "constexpr", "BF16_RNE": "constexpr"},
+                             {"BLOCK": CAST_BLOCK, "BF16_RNE": rne}, 4, 1, tensor_cores=False))
     return cases
 
 
@@ -934,6 +1007,10 @@ def aot_cases():
             if (hpg, d) == (6, 64):
                 cases += bwd_aot_cases(hpg, d, "query") + fwd_out_aot_cases(hpg, d) + host_aot_cases(hpg, d)
                 cases += band_aot_cases(hpg, d)
+                # the "fused" host choice hands these kernels choose_blocks' int64 lists (_block_lists)
+                cases += [_i64_blocks(c) for c in cases if c.name.startswith((
+                    "sel_fwd_query[hpg=6,d=64,", "sel_bwd_dq_query[hpg=6,d=64,", "sel_fwd_reduce[hpg=6,d=64,",
+                    "sel_band_rest["))]
         cases.append(case(f"sel_bwd_delta[d={d}]", _sel_bwd_delta, {"O": bf, "DO": bf, "DELTA": f32},
                           {"BLOCK_T": 64, "D_V": d}, 4, 1, tensor_cores=False))
     return cases

@@ -13,7 +13,10 @@ bounded by shapes alone.
 
 Design: the pairs of one KV group (b, g) are cut into chunks of CT queries x NS_PAD slots (PAIRS = 2,048 pairs).
 1. _index_hist, one program per chunk: hist[chunk, block] += 1 per pair (NB + 1 columns: the last counts the
-   empty slots), integer atomics into the zeroed histogram (deterministic: integer adds commute).
+   empty slots), integer atomics into the zeroed histogram (deterministic: integer adds commute). Under the
+   selected branch's "fused" host choice (host.HOST_CHOICES) each program zeroes its own row first (ZERO_ROW) and
+   the build issues no aten op at all; it also reads the int64 block lists as given (each index converted to
+   int32 on load). Checked in the interpreter and compiled ahead of time; not run on a GPU.
 2. _index_colscan, one program per (group, BK keys): an exclusive scan of hist down the group's chunks, in place
    (each chunk's offset within each key), and the per-key totals.
 3. _index_keyscan, one program: the exclusive scan of the totals in key order (the sorted position where each
@@ -84,7 +87,7 @@ def _chunk_pairs(BLOCKS, c, S, NB, CPB, N_SEL: tl.constexpr, NS_PAD: tl.constexp
     t = (c % CPB) * CT + li // NS_PAD
     slot = li % NS_PAD
     valid = (t < S) & (slot < N_SEL)
-    blk = tl.load(BLOCKS + (bg.to(tl.int64) * S + t) * N_SEL + slot, mask=valid, other=-1)
+    blk = tl.load(BLOCKS + (bg.to(tl.int64) * S + t) * N_SEL + slot, mask=valid, other=-1).to(tl.int32)
     return li, valid, tl.where(blk >= 0, blk, NB)
 
 
@@ -101,9 +104,18 @@ def _sorted_chunk(BLOCKS, c, S, NB, CPB, N_SEL: tl.constexpr, NS_PAD: tl.constex
 
 
 @triton.jit
-def _index_hist(BLOCKS, HIST, S, NB, CPB, W, N_SEL: tl.constexpr, NS_PAD: tl.constexpr, PAIRS_: tl.constexpr):
+def _index_hist(BLOCKS, HIST, S, NB, CPB, W, N_SEL: tl.constexpr, NS_PAD: tl.constexpr, PAIRS_: tl.constexpr,
+                ZERO_ROW: tl.constexpr = False, BK: tl.constexpr = 1024):
+    """Chunk c's histogram, row c of HIST (this program's alone). ZERO_ROW (the selected branch's "fused" host
+    choice): the program zeroes its row first, BK columns a step, then a barrier orders those stores before its
+    atomics (bar.sync orders a CTA's global memory accesses among its threads), in place of a zero-filled HIST."""
     c = tl.program_id(0)
     _, valid, j = _chunk_pairs(BLOCKS, c, S, NB, CPB, N_SEL, NS_PAD, PAIRS_)
+    if ZERO_ROW:
+        for w0 in range(0, W, BK):
+            cols = w0 + tl.arange(0, BK)
+            tl.store(HIST + c.to(tl.int64) * W + cols, tl.zeros([BK], tl.int32), mask=cols < W)
+        tl.debug_barrier()
     tl.atomic_add(HIST + c.to(tl.int64) * W + j, 1, mask=valid, sem="relaxed")  # integer adds: deterministic
 
 
@@ -191,9 +203,12 @@ def _index_tiles(COUNTS, START, TEND, TAB, n_keys, NB, W, n_tiles, per_tile, n_s
 
 
 # ------------------------------------------------------------------------------------------------ host side
-def build_index(blocks: torch.Tensor, l_sel: int, qpt_fwd: int, qpt_bwd: int, n_tiles_fwd: int, n_tiles_bwd: int):
-    """(order, pair_t, fwd tile table, bwd tile table) of blocks [B, G, S, n_sel] int32 contiguous; see the module
-    docstring. The caller checks `supported` first."""
+def build_index(blocks: torch.Tensor, l_sel: int, qpt_fwd: int, qpt_bwd: int, n_tiles_fwd: int, n_tiles_bwd: int,
+                zero_in_kernel: bool = False):
+    """(order, pair_t, fwd tile table, bwd tile table) of blocks [B, G, S, n_sel] int32 or int64 (_chunk_pairs
+    converts each loaded index to int32), contiguous; see the module docstring. The caller checks `supported`
+    first. zero_in_kernel (the selected branch's "fused" host choice): _index_hist zeroes its own row of the
+    histogram (ZERO_ROW) instead of torch.zeros: no aten op at all."""
     b, g, s, n_sel = blocks.shape
     nb = _cdiv(s, l_sel)
     nbg, n_keys = b * g, b * g * nb
@@ -201,14 +216,17 @@ def build_index(blocks: torch.Tensor, l_sel: int, qpt_fwd: int, qpt_bwd: int, n_
     cpb = _cdiv(s, PAIRS // ns_pad)
     w = nb + 1
     dev = blocks.device
-    hist = torch.zeros(nbg * cpb, w, dtype=torch.int32, device=dev)
+    hist = (torch.empty if zero_in_kernel else torch.zeros)(nbg * cpb, w, dtype=torch.int32, device=dev)
     counts = torch.empty(nbg, w, dtype=torch.int32, device=dev)
     start = torch.empty(nbg, w, dtype=torch.int32, device=dev)
     tend = torch.empty(2, n_keys, dtype=torch.int32, device=dev)
     order = torch.empty(blocks.numel(), dtype=torch.int32, device=dev)
     pair_t = torch.empty(blocks.numel(), dtype=torch.int32, device=dev)
     consts = dict(N_SEL=n_sel, NS_PAD=ns_pad, PAIRS_=PAIRS, num_warps=NUM_WARPS)
-    _index_hist[(nbg * cpb,)](blocks, hist, s, nb, cpb, w, **consts)
+    if zero_in_kernel:
+        _index_hist[(nbg * cpb,)](blocks, hist, s, nb, cpb, w, ZERO_ROW=True, BK=BLOCK_KEYS, **consts)
+    else:
+        _index_hist[(nbg * cpb,)](blocks, hist, s, nb, cpb, w, **consts)
     _index_colscan[(nbg, _cdiv(w, BLOCK_KEYS))](hist, counts, cpb, w, BK=BLOCK_KEYS, num_warps=NUM_WARPS)
     _index_keyscan[(1,)](counts, start, tend[0], tend[1], nbg, nb, w, qpt_fwd, qpt_bwd, BK=BLOCK_KEYS,
                          num_warps=NUM_WARPS)
@@ -223,23 +241,29 @@ def build_index(blocks: torch.Tensor, l_sel: int, qpt_fwd: int, qpt_bwd: int, n_
 
 
 def aot_cases() -> list:
-    """Every index kernel at the model's n_sel (16) and the tests' (3); block sizes are fixed. Integer work only:
-    no tensor-core instruction expected."""
+    """Every index kernel at the model's n_sel (16) and the tests' (3), and the two that read the block lists with
+    int64 lists at 16; block sizes are fixed. Integer work only: no tensor-core instruction expected."""
     i32 = "*i32"
     cases = []
 
-    def add(name, fn, sig, constexprs):
-        sig = {**sig, **{k: "constexpr" for k in constexprs}}
+    def add(name, fn, sig, constexprs, hidden=None):  # hidden: constexprs at their defaults, left out of the label
         label = f"index_{name}[" + ",".join(f"{k}={v}" for k, v in constexprs.items()) + "]"
+        constexprs = {**constexprs, **(hidden or {})}
+        sig = {**sig, **{k: "constexpr" for k in constexprs}}
         cases.append(AotCase(name=label, fn=fn, signature=sig, constexprs=constexprs, num_warps=NUM_WARPS,
                              num_stages=1, tensor_cores=False))
 
     ints = lambda *names: {n: "i32" for n in names}  # noqa: E731
-    for n_sel in (16, 3):
+    # int64 block lists at the model's n_sel: what the selected branch's "fused" host choice hands the build
+    for n_sel, blocks in ((16, i32), (3, i32), (16, "*i64")):
         consts = dict(N_SEL=n_sel, NS_PAD=_ns_pad(n_sel), PAIRS_=PAIRS)
-        add("hist", _index_hist, {"BLOCKS": i32, "HIST": i32, **ints("S", "NB", "CPB", "W")}, consts)
-        add("scatter", _index_scatter, {"BLOCKS": i32, "OFF": i32, "START": i32, "ORDER": i32, "PAIR_T": i32,
-                                        **ints("S", "NB", "CPB", "W")}, consts)
+        tag = "" if blocks == i32 else "_i64"
+        # the fused choice's build (int64 lists) zeroes its histogram rows in _index_hist
+        zero = {"ZERO_ROW": True, "BK": BLOCK_KEYS} if tag else {}
+        add("hist" + tag, _index_hist, {"BLOCKS": blocks, "HIST": i32, **ints("S", "NB", "CPB", "W")},
+            {**consts, **zero}, hidden=None if tag else {"ZERO_ROW": False, "BK": BLOCK_KEYS})
+        add("scatter" + tag, _index_scatter, {"BLOCKS": blocks, "OFF": i32, "START": i32, "ORDER": i32,
+                                              "PAIR_T": i32, **ints("S", "NB", "CPB", "W")}, consts)
     add("colscan", _index_colscan, {"HIST": i32, "COUNTS": i32, **ints("CPB", "W")}, dict(BK=BLOCK_KEYS))
     add("keyscan", _index_keyscan, {"COUNTS": i32, "START": i32, "TEND_F": i32, "TEND_B": i32,
                                     **ints("NBG", "NB", "W", "QPT_F", "QPT_B")}, dict(BK=BLOCK_KEYS))

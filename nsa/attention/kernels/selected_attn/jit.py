@@ -10,9 +10,11 @@ import triton.language as tl
 
 
 # ------------------------------------------------------------------------------------------------ kernels
-# Offsets inside one (sequence, group) or (sequence, head) slice are int32 (the wrapper checks that every tensor
-# has fewer than 2**31 elements); the per-sequence base offsets are int64. d_k and d_v are powers of two >= 16, so
-# feature columns need no mask.
+# BLOCKS (the block lists) may be int32 or int64 (choose_blocks' own dtype, which the "fused" host choice hands over
+# without a copy): every kernel converts a loaded index to int32 at once (a no-op for int32), so the rest of its code
+# is the same for both. Offsets inside one (sequence, group) or (sequence, head) slice are int32 (the wrapper checks
+# that every tensor has fewer than 2**31 elements); the per-sequence base offsets are int64. d_k and d_v are powers
+# of two >= 16, so feature columns need no mask.
 @triton.jit
 def _tile_rows(PAIR_T, pos0, remaining, HPG: tl.constexpr, BLOCK_R: tl.constexpr):
     """Rows of one tile: (local query index, query t, head within the group, valid) of its BLOCK_R rows."""
@@ -125,7 +127,7 @@ def _sel_fwd_query(Q, K, V, BLOCKS, O, LSE,
     l_i = tl.zeros([HPG_PAD], tl.float32)
     acc = tl.zeros([HPG_PAD, D_V], tl.float32)
     for slot in range(N_SEL):
-        j = tl.load(BLOCKS + pid.to(tl.int64) * N_SEL + slot)
+        j = tl.load(BLOCKS + pid.to(tl.int64) * N_SEL + slot).to(tl.int32)
         if j >= 0:
             for n0 in range(0, L_SEL, BLOCK_N):
                 offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -270,7 +272,7 @@ def _sel_bwd_dq_query(Q, K, V, DO, LSE, DELTA, BLOCKS, DQ,
     v_base = V + b64 * sv_b + g * sv_g
     acc = tl.zeros([HPG_PAD, D_K], tl.float32)
     for slot in range(N_SEL):
-        j = tl.load(BLOCKS + pid.to(tl.int64) * N_SEL + slot)
+        j = tl.load(BLOCKS + pid.to(tl.int64) * N_SEL + slot).to(tl.int32)
         if j >= 0:
             for n0 in range(0, L_SEL, BLOCK_N):
                 offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -350,7 +352,7 @@ def _sel_fwd_reduce(OP, BLOCKS, O, so_b, so_h, so_s, S, G,
     pair0 = (bg * S + t).to(tl.int64) * N_SEL
     acc = tl.zeros([BLOCK_T * HPG_PAD, D_V], tl.float32)
     for slot in range(N_SEL):
-        j = tl.load(BLOCKS + pair0 + slot, mask=valid, other=-1)
+        j = tl.load(BLOCKS + pair0 + slot, mask=valid, other=-1).to(tl.int32)
         use = valid & (j >= 0)
         rows = ((pair0 + slot) * HPG + hh) * D_V
         acc += tl.load(OP + rows[:, None] + offs_dv[None, :], mask=use[:, None], other=0.0)
@@ -379,14 +381,14 @@ def _sel_fwd_lse(PART, BLOCKS, LSE, O32, so_b, so_h, so_s, S, G,
     pair0 = (bg * S + t).to(tl.int64) * N_SEL
     m = tl.full([BLOCK_T * HPG_PAD], float("-inf"), tl.float32)
     for slot in range(N_SEL):
-        j = tl.load(BLOCKS + pair0 + slot, mask=valid, other=-1)
+        j = tl.load(BLOCKS + pair0 + slot, mask=valid, other=-1).to(tl.int32)
         x = tl.load(PART + (pair0 + slot) * HPG + hh, mask=valid & (j >= 0), other=float("-inf"))
         m = tl.maximum(m, x)
     finite = m > float("-inf")
     m0 = tl.where(finite, m, 0.0)
     acc = tl.zeros([BLOCK_T * HPG_PAD], tl.float32)
     for slot in range(N_SEL):
-        j = tl.load(BLOCKS + pair0 + slot, mask=valid, other=-1)
+        j = tl.load(BLOCKS + pair0 + slot, mask=valid, other=-1).to(tl.int32)
         x = tl.load(PART + (pair0 + slot) * HPG + hh, mask=valid & (j >= 0), other=float("-inf"))
         acc += tl.exp2(x - m0)
     lse = tl.where(finite, m0 + tl.log2(tl.where(finite, acc, 1.0)), float("-inf"))
@@ -447,7 +449,8 @@ def _sel_band_rest(BLOCKS, REST, R, S,
     cur = (r % S) // L_SEL
     c = tl.arange(0, N_SEL_PAD)
     row = r.to(tl.int64)
-    blk = tl.load(BLOCKS + row[:, None] * N_SEL + c[None, :], mask=ok[:, None] & (c < N_SEL)[None, :], other=-1)
+    blk = tl.load(BLOCKS + row[:, None] * N_SEL + c[None, :], mask=ok[:, None] & (c < N_SEL)[None, :],
+                  other=-1).to(tl.int32)
     keep = (blk > 0) & (blk != cur[:, None]) & (blk != cur[:, None] - 1)
     k32 = keep.to(tl.int32)
     pos = tl.cumsum(k32, 1) - 1
@@ -493,3 +496,37 @@ def _sel_band_merge(OB, LSEB, OS, LSES, O, LSEH, LSEG, sob_b, sob_h, sob_s, sos_
              mask=tm[:, None])
     tl.store(LSEH + stat_h, lse * 0.6931471805599453, mask=tm)
     tl.store(LSEG + stat_g, lse, mask=tm)
+
+
+# ------------------------------------------------------------------------------------------------ casts
+@triton.jit
+def _cast_span(X, Y, N, pid, BLOCK: tl.constexpr, BF16_RNE: tl.constexpr):
+    """BLOCK elements of one flat fp32 buffer X [N] cast into Y [N]. BF16_RNE: Y is the int16 view of a bf16 buffer
+    and the rounding is written out (round to nearest even on the bits, NaN -> 0x7FC0), as torch's CPU cast does
+    it, so that Triton's interpreter (whose own bf16 cast does not round to nearest) gives torch's bits too; on a
+    GPU it is the same rounding as cvt.rn.bf16.f32. Otherwise Y's dtype, by Triton's cast."""
+    i = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = i < N
+    x = tl.load(X + i, mask=m, other=0.0)
+    if BF16_RNE:
+        u = x.to(tl.uint32, bitcast=True)
+        r = (u + (0x7FFF + ((u >> 16) & 1))) >> 16
+        tl.store(Y + i, tl.where(x != x, 0x7FC0, r).to(tl.int16), mask=m)
+    else:
+        tl.store(Y + i, x.to(Y.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _sel_cast(X0, Y0, N0, X1, Y1, N1, X2, Y2, N2, BLOCK: tl.constexpr, BF16_RNE: tl.constexpr):
+    """Up to three dense fp32 buffers cast to the activation dtype in one launch (host.HOST_CHOICES "fused": the
+    selected backward's dQ, dK and dV, in place of one aten cast each): grid (blocks of the largest, buffers),
+    program_id(1) picks the buffer. Each buffer is flat: X and Y have the same strides and no gaps (host._cast_fp32
+    checks it), so element i of X's memory is element i of Y's."""
+    pid = tl.program_id(0)
+    which = tl.program_id(1)
+    if which == 0:
+        _cast_span(X0, Y0, N0, pid, BLOCK, BF16_RNE)
+    elif which == 1:
+        _cast_span(X1, Y1, N1, pid, BLOCK, BF16_RNE)
+    else:
+        _cast_span(X2, Y2, N2, pid, BLOCK, BF16_RNE)

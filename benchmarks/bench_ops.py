@@ -63,6 +63,21 @@ Measured (this counter, the shape above, S = 256 and 1,024, identical at both):
         zeros, and zeros 3 from nsa::selected_attention_bwd, which has none left). In bf16 on a GPU the casts of
         fp32 accumulators also launch (not seen here: fp32 casts are no-ops): the selected output, dQ, dK, dV and
         the range dK/dV (4).
+    issue 31 item 2.6, second part (2026-11-29), S 256 and 1,024 (the same at both), the Triton index build: the
+        default ("auto": selected host glue "torch", range glue "torch") is unchanged, 78 ops and 27 Triton launches
+        before and after. `--sel-host-choice fused` 70 ops, 28 launches -> 68 ops, 28 launches: the kernels read
+        choose_blocks' int64 block lists as they are (each kernel that reads them converts a loaded index to int32;
+        the blocks' _to_copy goes) and _index_hist zeroes its own histogram rows (the index's zeros goes), so
+        nsa::selected_attention_fwd and _bwd issue no aten op at all. The range backward's glue choice
+        (`--range-glue-choice`, range_attn.host.GLUE_CHOICE; "auto" = "torch" until a GPU run qualifies "fused"):
+        with both fused, 66 ops and 29 launches (_range_dkdv_sum sums the cmp branch's dK/dV partials and casts them
+        in one launch: sum 2 gone from nsa::range_attention_bwd, which has none left). In bf16 on a GPU (not seen
+        here: fp32 casts are no-ops, and the window's single partial launches nothing in fp32) the fused choices
+        also fold the casts: the selected backward's dQ, dK, dV (3 aten casts) into one _sel_cast launch, the cmp
+        branch's 2 sums + 2 casts and the window's 2 casts into one _range_dkdv_sum launch each: 9 cast/sum launches
+        become 3. Left: the selected forward's output cast in bf16 (nothing reads the fp32 output after
+        _sel_fwd_kv_out's atomics, so a kernel of its own would be one launch too), glue_project_bwd's db1 sum (1),
+        and select_blocks' glue (29 ops under "sort", 8 under "topk"). Not timed: counted on CPU only.
     the selected branch's forced-block choice (`--sel-forced-choice`, selected_attn.host.FORCED_CHOICE; issue 31
         item 2.4, 2026-11-29; "auto" = "sparse" until a GPU run qualifies "band"), S 256 and 1,024 (the same at both):
         "band" 77 ops and 32 Triton launches against "sparse"'s 78 and 27 with the Triton index build (129 and 26
@@ -261,17 +276,22 @@ def main(argv=None) -> int:
     ap.add_argument("--sel-host-choice", choices=("auto", "torch", "fused"), default="auto",
                     help="the selected branch's host glue (selected_attn.host.HOST_CHOICE; auto: QUALIFIED_HOST): "
                          "torch (the lse reduction and zero fills in aten ops) or fused (folded into kernels)")
+    ap.add_argument("--range-glue-choice", choices=("auto", "torch", "fused"), default="auto",
+                    help="the range backward's glue (range_attn.host.GLUE_CHOICE; auto: QUALIFIED_GLUE): torch (dK/dV "
+                         "partials summed and cast in aten ops) or fused (one _range_dkdv_sum launch)")
     ap.add_argument("--sel-forced-choice", choices=("auto", "sparse", "band"), default="auto",
                     help="the selected branch's forced blocks (selected_attn.host.FORCED_CHOICE; auto: "
                          "QUALIFIED_FORCED): sparse (every listed block through the selected kernels) or band (the "
                          "forced blocks through the range kernels' band, merged by lse)")
     args = ap.parse_args(argv)
     from nsa.attention import kernels, selection
+    from nsa.attention.kernels.range_attn import host as range_host
     from nsa.attention.kernels.selected_attn import host as selected_host
 
     selection.TOPK_CHOICE = args.topk_choice
     selected_host.HOST_CHOICE = args.sel_host_choice
     selected_host.FORCED_CHOICE = args.sel_forced_choice
+    range_host.GLUE_CHOICE = args.range_glue_choice
 
     if not kernels.interpreting():
         print("TRITON_INTERPRET must be 1 (the counter runs the Triton kernels in the interpreter on CPU)",
@@ -283,7 +303,8 @@ def main(argv=None) -> int:
     print(f"kernel-launching ops of one NSAAttention layer forward + backward, kernel=triton, index build "
           f"{args.index_build}, top-n_sel choice {selection.topk_choice()} ({args.topk_choice}), selected host glue "
           f"{selected_host.host_choice()} ({args.sel_host_choice}), forced blocks "
-          f"{selected_host.forced_choice()} ({args.sel_forced_choice}), TRITON_INTERPRET=1, "
+          f"{selected_host.forced_choice()} ({args.sel_forced_choice}), range glue {range_host.glue_choice()} "
+          f"({args.range_glue_choice}), TRITON_INTERPRET=1, "
           f"fp32 CPU, B=1, {SHAPE}")
     print(table(counts))
     launches = Counter()
@@ -303,7 +324,8 @@ def main(argv=None) -> int:
         for s, c in counts.items()))
     print(f"reproduce: TRITON_INTERPRET=1 PYTHONPATH=. python benchmarks/bench_ops.py --seq-lens "
           f"{args.seq_lens} --index-build {args.index_build} --topk-choice {args.topk_choice} --sel-host-choice "
-          f"{args.sel_host_choice} --sel-forced-choice {args.sel_forced_choice} --check")
+          f"{args.sel_host_choice} --sel-forced-choice {args.sel_forced_choice} --range-glue-choice "
+          f"{args.range_glue_choice} --check")
     if args.json:
         args.json.write_text(json.dumps({str(s): {"total": c.total, "ops": dict(c.ops), "inside": dict(c.inside),
                                                   "triton_launches": dict(c.launches), "custom": dict(c.custom),

@@ -36,7 +36,10 @@ nsa/attention/kernels/*/host.py), recomputation included where the design recomp
   output, other bytes.
 - the fused host glue (selected_attn.host.HOST_CHOICES): _sel_fwd_lse (the slots' log-sum-exp, zero fills),
   _sel_bwd_delta_zero (delta, zero fills) and _sel_cast (the backward's fp32 dQ, dK and dV read, written in the
-  activation dtype: the casts torch would launch one by one) are memory-bound glue: bytes only.
+  activation dtype: the casts torch would launch one by one) are memory-bound glue: bytes only; so is the range
+  backward's fused glue (range_attn.host.GLUE_CHOICES), _range_dkdv_sum: dK/dV's fp32 partials summed and written
+  in the activation dtype (counted as one partial read: the split's other partials are the tiling's, not the
+  function's).
 - the band forced choice (selected_attn.host.FORCED_CHOICES): _sel_band_rest (each row's listed blocks without its
   forced ones, packed: int32 lists in and out) and _sel_band_merge (the band's and the sparse part's fp32 outputs
   and lse in, the output and the lse in two layouts out) are memory-bound glue: bytes only. The forced pairs it
@@ -165,6 +168,7 @@ FAMILY_PASS = {
     "sel_fwd_kv_part": FWD, "sel_fwd_reduce": FWD, "sel_fwd_lse": FWD, "sel_band_rest": FWD, "sel_band_merge": FWD,
     "range_bwd_dq": BWD, "range_bwd_dkdv": BWD, "sel_bwd_delta": BWD, "sel_bwd_kv": BWD, "combine_bwd": BWD,
     "sel_bwd_dq_query": BWD, "sel_bwd_kv_dkdv": BWD, "sel_bwd_delta_zero": BWD, "sel_cast": BWD,
+    "range_dkdv_sum": BWD,
     "dense_fwd": FWD, "dense_bwd": BWD,
 }
 LAYER_FAMILIES = {FWD: ("range_fwd", "selection_topk", "sel_fwd_kv_stats", "sel_fwd_kv_out"),
@@ -215,6 +219,8 @@ def kernel_costs(cfg: NSAConfig, seq_len: int, batch: int, elem: int = 2) -> dic
         # ... and the one launch that casts the fp32 dQ, dK and dV to the activation dtype (under the query dQ choice
         # dQ is stored in q's dtype already and only dK, dV are cast: the atomic choice's bytes are the upper bound)
         "sel_cast": Cost(0, 0, (b * s * h * dk + b * g * s * (dk + dv)) * (FP32 + elem)),
+        # the range backward's fused glue, both branches: dK/dV read in fp32 (one partial), written in elem
+        "range_dkdv_sum": Cost(0, 0, (k_cmp + v_cmp + k_tok + v_tok) // elem * (FP32 + elem)),
         # the band forced choice: the block lists [B*G*S, n_sel] in, the other blocks' [B*G*S, n_sel - 3] out (int32);
         # the merge: two fp32 outputs and two lse in, the output and the lse in two layouts out
         "sel_band_rest": Cost(0, 0, b * g * s * (2 * cfg.n_sel - 3) * 4),
@@ -270,6 +276,7 @@ KERNEL_FAMILIES = (
     ("_range_fwd_kernel", "range_fwd"),
     ("_range_bwd_dq_kernel", "range_bwd_dq"),
     ("_range_bwd_dkdv_kernel", "range_bwd_dkdv"),
+    ("_range_dkdv_sum", "range_dkdv_sum"),
     ("_blocksel_importance_kernel", "selection_importance"),
     ("_blocksel_topk_kernel", "selection_topk"),
     ("_sel_fwd_kv_stats", "sel_fwd_kv_stats"),

@@ -199,6 +199,10 @@ def test_the_launch_choices_kernels_map_to_their_families():
     # its cast of the backward's fp32 dQ, dK, dV: read in fp32, written in the element size, bytes only
     grads = 2 * S * (CFG.n_heads * CFG.d_k + CFG.n_kv_groups * (CFG.d_k + CFG.d_v))
     assert costs["sel_cast"] == cm.Cost(0, 0, grads * (4 + 2)) and cm.FAMILY_PASS["sel_cast"] == cm.BWD
+    # the range backward's fused glue: dK/dV of both branches (window: S keys, cmp: its blocks), fp32 in, bf16 out
+    keys = 2 * CFG.n_kv_groups * (S + cm.num_cmp_blocks(S, CFG.l, CFG.d)) * (CFG.d_k + CFG.d_v)
+    assert cm.family("_range_dkdv_sum") == "range_dkdv_sum" and cm.FAMILY_PASS["range_dkdv_sum"] == cm.BWD
+    assert costs["range_dkdv_sum"] == cm.Cost(0, 0, keys * (4 + 2))
     # the band forced choice's glue: bytes only, the merge reading two fp32 outputs and writing one
     assert costs["sel_band_rest"].flops == costs["sel_band_merge"].exps == 0
     assert costs["sel_band_merge"].bytes > 2 * 2 * S * CFG.n_heads * CFG.d_v * 4

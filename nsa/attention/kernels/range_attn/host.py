@@ -67,6 +67,8 @@ a triangle with only n_cmp / 64 key tiles: each key tile's query range is cut in
 z), written as fp32 partials [NSPLIT, B, G, T, d] and summed by torch (deterministic); NSPLIT (dkdv_splits) gives
 about two programs per SM. The window's query range per key tile is bounded (BLOCK_N + w - 1 tokens): NSPLIT = 1.
 dK/dV are always fp32 partials then cast (one compiled variant instead of two; the cast is one pass over B*G*T*d).
+Under the glue choice "fused" (GLUE_CHOICES; not the default) _range_dkdv_sum sums the partials and casts them in one
+launch instead of torch's sum and cast of each (checked on CPU only: interpreter, AOT compile, op count).
 In backward, lse = -inf rows (nothing visible) use +inf, so p = 0 exactly.
 
 The key-major dK/dV tiles hold the query rows' statistics (lse, delta, token) along their columns, where a
@@ -131,7 +133,8 @@ WINDOW, COMPRESSED, BAND = 0, 1, 2
 
 from nsa.config import resolve_auto
 from nsa.attention.kernels.range_attn.jit import (  # noqa: F401 - the jit code, re-exported for tests
-    _ranges, _mask_params, _key_bounds, _segment, _key_tiles, _query_tile, _fwd_loop, _range_fwd_kernel, _dq_loop, _range_bwd_dq_kernel, _dkdv_loop, _key_tile_tokens, _range_bwd_dkdv_kernel)
+    _ranges, _mask_params, _key_bounds, _segment, _key_tiles, _query_tile, _fwd_loop, _range_fwd_kernel, _dq_loop,
+    _range_bwd_dq_kernel, _dkdv_loop, _key_tile_tokens, _range_bwd_dkdv_kernel, _range_dkdv_sum)
 
 
 # ----------------------------------------------------------------------------------------------------- launch
@@ -256,6 +259,39 @@ def dkdv_choice() -> DkdvChoice:
     """The dK/dV choice in effect (DKDV_CHOICE, "auto" = QUALIFIED_DKDV), read at each launch."""
     name = resolve_auto("range attention: DKDV_CHOICE", DKDV_CHOICE, tuple(DKDV_CHOICES), QUALIFIED_DKDV)
     return DKDV_CHOICES[name]
+
+
+# Glue choices of the backward (issue 31 item 2.6, "fold partial sums and casts into the kernels"). "torch": dK/dV's
+# fp32 partials [NSPLIT, B, G, T, d] are summed by torch where NSPLIT > 1 (the cmp branch: 2 ops) and cast to a
+# bf16/fp16 activation dtype (2 ops; none in fp32; the window's one partial is cast alone). "fused": _range_dkdv_sum
+# sums both partials in split order and stores them in the activation dtype in one launch (the bf16 rounding written
+# out on the bits, round to nearest even: torch's bits, checked in the interpreter), wherever torch would launch
+# anything (NSPLIT > 1, or a cast): 2 ops fewer and one launch more for the cmp branch in fp32; 4 ops for 1 launch
+# (cmp) and 2 for 1 (window) in bf16. The sum's order is torch's on a CPU (sequential over the splits), so the fp32
+# result is the same bit for bit there; on a GPU torch's reduction order may differ by rounding. Same qualification
+# rule as DKDV_CHOICES (GPU tests against float64, memcheck, an alternated A/B); no GPU has run it.
+GLUE_CHOICES = ("torch", "fused")
+QUALIFIED_GLUE = "torch"  # what "auto" picks: the choice a GPU run has qualified
+GLUE_CHOICE = "auto"  # the launcher's choice: "auto" or one of GLUE_CHOICES
+SUM_BLOCK = 1024  # elements per program of _range_dkdv_sum (no products: memory-bound)
+
+
+def glue_choice() -> str:
+    """The backward's glue choice in effect (GLUE_CHOICE, "auto" = QUALIFIED_GLUE), read at each backward."""
+    return resolve_auto("range attention: GLUE_CHOICE", GLUE_CHOICE, tuple(GLUE_CHOICES), QUALIFIED_GLUE)
+
+
+def _sum_cast(dk_part: torch.Tensor, dv_part: torch.Tensor, dtype: torch.dtype):
+    """(dk, dv) [B, G, T, d] contiguous in `dtype`: the sums over dim 0 of the fp32 partials, in one _range_dkdv_sum
+    launch."""
+    dk = torch.empty(dk_part.shape[1:], dtype=dtype, device=dk_part.device)
+    dv = torch.empty(dv_part.shape[1:], dtype=dtype, device=dv_part.device)
+    bf16 = dtype == torch.bfloat16
+    nk, nv = dk.numel(), dv.numel()
+    _range_dkdv_sum[(max(1, triton.cdiv(max(nk, nv), SUM_BLOCK)), 2)](
+        dk_part, dv_part, dk.view(torch.int16) if bf16 else dk, dv.view(torch.int16) if bf16 else dv, nk, nv,
+        dk_part.shape[0], BLOCK=SUM_BLOCK, BF16_RNE=bf16, num_warps=4)
+    return dk, dv
 
 
 def dkdv_config(d_k: int, d_v: int) -> LaunchConfig:
@@ -404,6 +440,8 @@ def _backward(do, q, k, v, lse, o, delta, mode: int, p0: int, p1: int, fp32: boo
         num_stages=cfg.num_stages, DOT_PREC=prec)
     if fp32:
         return (dq, dk_part[0], dv_part[0]) if n_split == 1 else (dq, dk_part.sum(0), dv_part.sum(0))
+    if glue_choice() == "fused" and (n_split > 1 or k.dtype != torch.float32) and k.dtype == v.dtype:
+        return (dq, *_sum_cast(dk_part, dv_part, k.dtype))
     if n_split == 1:
         return dq, dk_part[0].to(k.dtype), dv_part[0].to(v.dtype)
     return dq, dk_part.sum(0).to(k.dtype), dv_part.sum(0).to(v.dtype)
@@ -579,4 +617,20 @@ def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
                        f"stages={cfg.num_stages},d_k={d_k},d_v={d_v},{dtype}]")
                 cases.append(AotCase(name=tag, fn=fn, signature=sig, constexprs=constexprs,
                                      num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+    if dims == AOT_DIMS and dtype == "bf16":  # the default list (the compile test's): the glue choice's kernel too
+        cases += glue_aot_cases()
+    return cases
+
+
+def glue_aot_cases() -> list:
+    """_range_dkdv_sum (GLUE_CHOICES "fused") into each activation dtype: bf16 (its rounding on int16 bits), fp16 and
+    fp32 (a GPU run in fp32 sums the cmp branch's partials too). No products: no tensor cores expected."""
+    cases = []
+    for out, rne in (("*i16", True), ("*fp16", False), ("*fp32", False)):
+        sig = {"DKP": "*fp32", "DVP": "*fp32", "DK": out, "DV": out, "NK": "i32", "NV": "i32", "NSPLIT": "i32",
+               "BLOCK": "constexpr", "BF16_RNE": "constexpr"}
+        label = "bf16" if rne else out[1:]
+        cases.append(AotCase(name=f"range_dkdv_sum[{label},BLOCK={SUM_BLOCK}]", fn=_range_dkdv_sum, signature=sig,
+                             constexprs={"BLOCK": SUM_BLOCK, "BF16_RNE": rne}, num_warps=4, num_stages=1,
+                             tensor_cores=False))
     return cases

@@ -387,3 +387,39 @@ def _range_bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
     tl.store(dk_ptrs, dk.to(DK.dtype.element_ty), mask=k_in[:, None])
     dv_ptrs = tl.multiple_of(DV_t + kn[:, None] * sdvt + offs_dv[None, :], [1, 16])
     tl.store(dv_ptrs, dv.to(DV.dtype.element_ty), mask=k_in[:, None])
+
+
+# ------------------------------------------------------------------------------------------------ glue
+@triton.jit
+def _store_cast(Y, i, x, m, BF16_RNE: tl.constexpr):
+    """Store fp32 x at Y + i (mask m) in Y's dtype. BF16_RNE: Y is the int16 view of a bf16 buffer and the rounding
+    is written out (round to nearest even on the bits, NaN -> 0x7FC0), as torch's CPU cast does it, so that Triton's
+    interpreter (whose own bf16 cast does not round to nearest) gives torch's bits too; on a GPU it is the same
+    rounding as cvt.rn.bf16.f32. Otherwise Triton's cast to Y's dtype (a plain store for fp32)."""
+    if BF16_RNE:
+        u = x.to(tl.uint32, bitcast=True)
+        r = (u + (0x7FFF + ((u >> 16) & 1))) >> 16
+        tl.store(Y + i, tl.where(x != x, 0x7FC0, r).to(tl.int16), mask=m)
+    else:
+        tl.store(Y + i, x.to(Y.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _range_dkdv_sum(DKP, DVP, DK, DV, NK, NV, NSPLIT, BLOCK: tl.constexpr, BF16_RNE: tl.constexpr):
+    """dK and dV of one range backward from their fp32 partials (host.GLUE_CHOICES "fused"): DKP [NSPLIT, NK] and
+    DVP [NSPLIT, NV] (the dK/dV kernel's query-range chunks) summed in split order in fp32 and stored once in DK's /
+    DV's dtype (_store_cast), in place of torch's sum(0) and cast of each: grid (blocks of the larger, 2),
+    program_id(1) picks dK or dV."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    if tl.program_id(1) == 0:
+        m = i < NK
+        acc = tl.load(DKP + i, mask=m, other=0.0)
+        for sp in range(1, NSPLIT):
+            acc += tl.load(DKP + sp * NK + i, mask=m, other=0.0)
+        _store_cast(DK, i, acc, m, BF16_RNE)
+    else:
+        m = i < NV
+        acc = tl.load(DVP + i, mask=m, other=0.0)
+        for sp in range(1, NSPLIT):
+            acc += tl.load(DVP + sp * NV + i, mask=m, other=0.0)
+        _store_cast(DV, i, acc, m, BF16_RNE)

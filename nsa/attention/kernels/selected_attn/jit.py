@@ -8,6 +8,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from nsa.attention.kernels.range_attn.jit import _store_cast
+
 
 # ------------------------------------------------------------------------------------------------ kernels
 # BLOCKS (the block lists) may be int32 or int64 (choose_blocks' own dtype, which the "fused" host choice hands over
@@ -501,19 +503,11 @@ def _sel_band_merge(OB, LSEB, OS, LSES, O, LSEH, LSEG, sob_b, sob_h, sob_s, sos_
 # ------------------------------------------------------------------------------------------------ casts
 @triton.jit
 def _cast_span(X, Y, N, pid, BLOCK: tl.constexpr, BF16_RNE: tl.constexpr):
-    """BLOCK elements of one flat fp32 buffer X [N] cast into Y [N]. BF16_RNE: Y is the int16 view of a bf16 buffer
-    and the rounding is written out (round to nearest even on the bits, NaN -> 0x7FC0), as torch's CPU cast does
-    it, so that Triton's interpreter (whose own bf16 cast does not round to nearest) gives torch's bits too; on a
-    GPU it is the same rounding as cvt.rn.bf16.f32. Otherwise Y's dtype, by Triton's cast."""
+    """BLOCK elements of one flat fp32 buffer X [N] cast into Y [N] (range_attn.jit._store_cast: BF16_RNE, Y the
+    int16 view of a bf16 buffer, rounds to nearest even on the bits as torch does; otherwise Triton's cast)."""
     i = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = i < N
-    x = tl.load(X + i, mask=m, other=0.0)
-    if BF16_RNE:
-        u = x.to(tl.uint32, bitcast=True)
-        r = (u + (0x7FFF + ((u >> 16) & 1))) >> 16
-        tl.store(Y + i, tl.where(x != x, 0x7FC0, r).to(tl.int16), mask=m)
-    else:
-        tl.store(Y + i, x.to(Y.dtype.element_ty), mask=m)
+    _store_cast(Y, i, tl.load(X + i, mask=m, other=0.0), m, BF16_RNE)
 
 
 @triton.jit

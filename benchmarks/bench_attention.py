@@ -119,13 +119,14 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
              warmup: int, index_build: str = "auto", batch: int = 1, dkdv_choice: str = "auto",
              topk_choice: str = "auto", query_choice: str = "auto", sel_dq_choice: str = "auto",
              sel_out_choice: str = "auto", sel_host_choice: str = "auto", sel_tile_choice: str = "auto",
-             sel_forced_choice: str = "auto") -> dict:
+             sel_forced_choice: str = "auto", range_glue_choice: str = "auto") -> dict:
     """Measure one case in this process; returns a JSON-able dict."""
     import torch
 
     chosen = {"sel-dq-choice": sel_dq_choice, "sel-out-choice": sel_out_choice, "sel-host-choice": sel_host_choice,
               "sel-tile-choice": sel_tile_choice, "sel-forced-choice": sel_forced_choice,
-              "dkdv-choice": dkdv_choice, "query-choice": query_choice, "topk-choice": topk_choice}
+              "dkdv-choice": dkdv_choice, "query-choice": query_choice, "topk-choice": topk_choice,
+              "range-glue-choice": range_glue_choice}
     for flag, value in chosen.items():  # the kernels' choices on the Triton path, the top-n_sel on every NSA path
         if value != "auto" and (path == "nsa-triton" or (flag == "topk-choice" and path != "dense")):
             _set_choice(flag, value)
@@ -193,6 +194,7 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
             range_host.DKDV_CHOICE
         extra["query_choice"] = range_host.QUALIFIED_QUERY if range_host.QUERY_CHOICE == "auto" else \
             range_host.QUERY_CHOICE
+        extra["range_glue_choice"] = range_host.glue_choice()
         from nsa.attention.kernels.selected_attn import host as selected_host
 
         extra["sel_dq_choice"] = selected_host.dq_choice()
@@ -218,7 +220,7 @@ def spawn(path: str, seq_len: int, args) -> dict:
            "--dkdv-choice", args.dkdv_choice, "--topk-choice", args.topk_choice, "--query-choice", args.query_choice,
            "--sel-dq-choice", args.sel_dq_choice, "--sel-out-choice", args.sel_out_choice,
            "--sel-host-choice", args.sel_host_choice, "--sel-tile-choice", args.sel_tile_choice,
-           "--sel-forced-choice", args.sel_forced_choice]
+           "--sel-forced-choice", args.sel_forced_choice, "--range-glue-choice", args.range_glue_choice]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -281,6 +283,7 @@ def targets(results: dict, args, paths: list[str]) -> list[tuple[str, str, bool]
 # --FLAG -> "module:attribute" of the names it takes besides auto (imported only when a flag is given)
 _CHOICE_FLAGS = {"dkdv-choice": "nsa.attention.kernels.range_attn.host:DKDV_CHOICES",
                  "query-choice": "nsa.attention.kernels.range_attn.host:QUERY_CHOICES",
+                 "range-glue-choice": "nsa.attention.kernels.range_attn.host:GLUE_CHOICES",
                  "sel-dq-choice": "nsa.attention.kernels.selected_attn.host:DQ_CHOICES",
                  "sel-out-choice": "nsa.attention.kernels.selected_attn.host:OUT_CHOICES",
                  "sel-host-choice": "nsa.attention.kernels.selected_attn.host:HOST_CHOICES",
@@ -352,6 +355,10 @@ def main(argv=None) -> int:
                          "every listed block through the selected kernels, or band, block 0, the previous and the own "
                          "block through the range kernels' band and the rest through the selected kernels, merged "
                          "by lse; auto: the qualified one), for an A/B")
+    ap.add_argument("--range-glue-choice", default="auto",
+                    help="nsa-triton: the range backward's glue (range_attn.host.GLUE_CHOICES: torch, dK/dV's partials "
+                         "summed and cast in aten ops, or fused, one _range_dkdv_sum launch; auto: the qualified one), "
+                         "for an A/B")
     ap.add_argument("--topk-choice", default="auto",
                     help="NSA paths: the selection's top-n_sel (nsa.attention.selection.TOPK_CHOICES: sort, the full "
                          "sort, or topk, packed keys; auto: the qualified one), for an A/B")
@@ -378,7 +385,8 @@ def main(argv=None) -> int:
                                   args.query_choice, sel_dq_choice=args.sel_dq_choice,
                                   sel_out_choice=args.sel_out_choice, sel_host_choice=args.sel_host_choice,
                                   sel_tile_choice=args.sel_tile_choice,
-                                  sel_forced_choice=args.sel_forced_choice)))
+                                  sel_forced_choice=args.sel_forced_choice,
+                                  range_glue_choice=args.range_glue_choice)))
         return 0
     if args.quick:
         seq_lens = [512, 1024, 2048]

@@ -154,14 +154,14 @@ fi
 if [ "$PART" = choices ]; then
   C=$W/choices; mkdir -p $C
   for f in test_range_query_choices test_selected_dq_choices test_selected_fwd_tile_choices \
-           test_selected_band_choice; do
+           test_selected_band_choice test_selected_fused_casts test_range_glue_choice; do
     step "C1_$f" 120 $C python3 -m pytest -q -p no:cacheprovider tests/nsa/attention/kernels/$f.py
   done
   # (option module constant value): the process-wide choice each memcheck sets before the layer's kernels run
   for sel in "range_attn.host QUERY_CHOICE bn32" "range_attn.host QUERY_CHOICE m64_bn32" \
              "selected_attn.host DQ_CHOICE query" "selected_attn.host OUT_CHOICE partial" \
              "selected_attn.host HOST_CHOICE fused" "selected_attn.host FWD_TILE_CHOICE m64_w4" \
-             "selected_attn.host FORCED_CHOICE band"; do
+             "selected_attn.host FORCED_CHOICE band" "range_attn.host GLUE_CHOICE fused"; do
     set -- $sel
     step "C2_memcheck_${2}_${3}" 60 $C compute-sanitizer --tool memcheck --launch-timeout 0 python3 -c \
         "import sys, importlib; setattr(importlib.import_module('nsa.attention.kernels.$1'), '$2', '$3'); \
@@ -172,7 +172,8 @@ sys.exit(qualify.main(['--dtype', 'bf16', '--seq-len', '2048', '--hpg', '6']))"
     set -- $shape
     for round in 1 2; do
       for opt in "query-choice bn32" "query-choice m64_bn32" "sel-dq-choice query" "sel-out-choice partial" \
-                 "sel-host-choice fused" "sel-tile-choice m64_w4" "sel-forced-choice band"; do
+                 "sel-host-choice fused" "sel-tile-choice m64_w4" "sel-forced-choice band" \
+                 "range-glue-choice fused"; do
         o=${opt% *}; v=${opt#* }
         for arm in shipped new; do
           [ $arm = shipped ] && val=auto || val=$v

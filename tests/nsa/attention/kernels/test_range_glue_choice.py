@@ -6,19 +6,21 @@ Checked here on CPU, in Triton's interpreter: _sum_cast gives torch's sum(0) the
 bf16 (the rounding written out on the bits, as the interpreter's own bf16 cast does not round to nearest; NaN stays
 NaN) and fp16, with one split and several; the cmp and window backwards give the "torch" choice's gradients bit for
 bit (fp32), which test_range_dkdv_choices / test_triton_range hold against float64; the op count of the cmp backward
-drops its two sums. Not checked: anything on a GPU, where torch's own sum may add in another order (rounding only);
-the AOT compile is in reports/aot/triton-<version>.md.
+drops its two sums. On a GPU (written for reports/gpu/next_run.sh PART=choices, never run yet): the cmp backward in
+bf16 under both choices, equal to one bf16 rounding step (torch's own sum there may add in another order). The AOT
+compile is in reports/aot/triton-<version>.md.
 """
 
 import pytest
 import torch
 
-from triton_test_utils import HAVE_TRITON, ON_GPU, needs_triton
+from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, needs_triton
 
 if HAVE_TRITON:
     from nsa.attention.kernels.range_attn import host as tr
 
-pytestmark = [needs_triton, pytest.mark.skipif(ON_GPU, reason="interpreter comparisons (CPU tensors)")]
+pytestmark = needs_triton
+cpu_only = pytest.mark.skipif(ON_GPU, reason="interpreter comparisons (CPU tensors)")
 
 
 @pytest.fixture(autouse=True)
@@ -27,6 +29,7 @@ def _restore_choice():
     tr.GLUE_CHOICE = "auto"
 
 
+@cpu_only
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("n_split", [1, 3])
 def test_sum_cast_is_torchs_sum_and_cast_bit_for_bit(dtype, n_split):
@@ -56,6 +59,7 @@ def _grads(fn, s, t, seed):
     return out
 
 
+@cpu_only
 @pytest.mark.parametrize("mode", ["cmp", "window"])
 def test_fused_glue_gives_the_torch_glues_gradients(mode, monkeypatch):
     """cmp with its dK/dV split (several partials: the split forced finer here so that the sum has work) and the
@@ -79,6 +83,7 @@ def test_fused_glue_gives_the_torch_glues_gradients(mode, monkeypatch):
     assert len(calls) == (1 if mode == "cmp" else 0)
 
 
+@cpu_only
 def test_fused_glue_drops_the_cmp_backwards_sums(monkeypatch):
     """benchmarks/bench_ops.py's counter over the cmp backward with a split: sum x2 gone, one launch more."""
     import importlib.util
@@ -103,3 +108,24 @@ def test_fused_glue_drops_the_cmp_backwards_sums(monkeypatch):
     assert counts["torch"].total - counts["fused"].total == 2
     assert counts["fused"].launches["_range_dkdv_sum"] == 1
     assert sum(counts["fused"].launches.values()) == sum(counts["torch"].launches.values()) + 1
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the compiled kernel in bf16 (the CPU tests above cover the interpreter)")
+def test_fused_glue_on_the_gpu_is_the_torch_glue_to_bf16_rounding():
+    """On a GPU in bf16: the cmp backward (its real split) under both choices; torch's sum on the GPU may add in
+    another order, so dK and dV may differ by the rounding of one bf16 step, dQ not at all."""
+    gen = torch.Generator().manual_seed(4)
+    s, n_cmp = 4096, (4096 - 32) // 16 + 1
+    q, k, v = (torch.randn(1, length, n, 64, generator=gen).to(KERNEL_DEVICE, torch.bfloat16).transpose(1, 2)
+               for n, length in ((12, s), (2, n_cmp), (2, n_cmp)))
+    upstream = torch.randn(1, 12, s, 64, generator=gen).to(KERNEL_DEVICE, torch.bfloat16)
+    got = {}
+    for choice in tr.GLUE_CHOICES:
+        tr.GLUE_CHOICE = choice
+        leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+        got[choice] = torch.autograd.grad(tr.compressed_attention(*leaves, 32, 16), leaves, upstream)
+    for name, x, w in zip(("dq", "dk", "dv"), got["fused"], got["torch"]):
+        assert x.dtype == w.dtype == torch.bfloat16 and x.shape == w.shape, name
+        x, w = x.float(), w.float()
+        assert torch.isfinite(x).all(), name
+        assert ((x - w).abs() <= w.abs() * 2.0 ** -7 + 1e-6).all(), name

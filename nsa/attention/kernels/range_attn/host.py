@@ -267,7 +267,8 @@ def dkdv_choice() -> DkdvChoice:
 # sums both partials in split order and stores them in the activation dtype in one launch (the bf16 rounding written
 # out on the bits, round to nearest even: torch's bits, checked in the interpreter), wherever torch would launch
 # anything (NSPLIT > 1, or a cast): 2 ops fewer and one launch more for the cmp branch in fp32; 4 ops for 1 launch
-# (cmp) and 2 for 1 (window) in bf16. The sum's order is torch's on a CPU (sequential over the splits), so the fp32
+# (cmp) and 2 for 1 (window) in bf16; the band forced choice's fp32 band backward (fp32=True) sums its split in
+# that launch too (2 ops for 1). The sum's order is torch's on a CPU (sequential over the splits), so the fp32
 # result is the same bit for bit there; on a GPU torch's reduction order may differ by rounding. Same qualification
 # rule as DKDV_CHOICES (GPU tests against float64, memcheck, an alternated A/B); no GPU has run it.
 GLUE_CHOICES = ("torch", "fused")
@@ -438,9 +439,12 @@ def _backward(do, q, k, v, lse, o, delta, mode: int, p0: int, p1: int, fp32: boo
         h, g, hpg, s, t, mode, p0, p1, sm_scale * LOG2E, sm_scale,
         D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages, DOT_PREC=prec)
+    fused = glue_choice() == "fused"
     if fp32:
-        return (dq, dk_part[0], dv_part[0]) if n_split == 1 else (dq, dk_part.sum(0), dv_part.sum(0))
-    if glue_choice() == "fused" and (n_split > 1 or k.dtype != torch.float32) and k.dtype == v.dtype:
+        if n_split == 1:
+            return dq, dk_part[0], dv_part[0]
+        return (dq, *_sum_cast(dk_part, dv_part, torch.float32)) if fused else (dq, dk_part.sum(0), dv_part.sum(0))
+    if fused and (n_split > 1 or k.dtype != torch.float32) and k.dtype == v.dtype:
         return (dq, *_sum_cast(dk_part, dv_part, k.dtype))
     if n_split == 1:
         return dq, dk_part[0].to(k.dtype), dv_part[0].to(v.dtype)

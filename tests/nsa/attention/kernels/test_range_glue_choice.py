@@ -5,8 +5,9 @@ in one _range_dkdv_sum launch.
 Checked here on CPU, in Triton's interpreter: _sum_cast gives torch's sum(0) then .to(dtype) bit for bit in fp32,
 bf16 (the rounding written out on the bits, as the interpreter's own bf16 cast does not round to nearest; NaN stays
 NaN) and fp16, with one split and several; the cmp and window backwards give the "torch" choice's gradients bit for
-bit (fp32), which test_range_dkdv_choices / test_triton_range hold against float64; the op count of the cmp backward
-drops its two sums. On a GPU (written for reports/gpu/next_run.sh PART=choices, never run yet): the cmp backward in
+bit (fp32), which test_range_dkdv_choices / test_triton_range hold against float64, and so does the fp32 backward
+the selected band choice runs (its split summed in the same launch); the op count of the cmp backward drops its two
+sums. On a GPU (written for reports/gpu/next_run.sh PART=choices, never run yet): the cmp backward in
 bf16 under both choices, equal to one bf16 rounding step (torch's own sum there may add in another order). The AOT
 compile is in reports/aot/triton-<version>.md.
 """
@@ -81,6 +82,23 @@ def test_fused_glue_gives_the_torch_glues_gradients(mode, monkeypatch):
     for name, x, w in zip(("dq", "dk", "dv"), got["fused"], got["torch"]):
         assert torch.equal(x, w), name
     assert len(calls) == (1 if mode == "cmp" else 0)
+
+
+@cpu_only
+def test_fp32_backward_sums_its_split_in_one_launch(monkeypatch):
+    """The fp32 backward (the selected band choice's band: fp32=True) with a split: the same dk, dv in fp32 as
+    torch's sum(0), through one _range_dkdv_sum launch."""
+    monkeypatch.setattr(tr, "dkdv_splits", lambda *a, **kw: 3)
+    gen = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(1, 40, n, 32, generator=gen).transpose(1, 2) for n in (2, 1, 1))
+    do = torch.randn(1, 2, 40, 32, generator=gen)
+    o, lse = tr._forward(q, k, v, tr.BAND, 8, 8)
+    got = {}
+    for choice in tr.GLUE_CHOICES:
+        tr.GLUE_CHOICE = choice
+        got[choice] = tr._backward(do, q, k, v, lse, o, None, tr.BAND, 8, 8, fp32=True)
+    for name, x, w in zip(("dq", "dk", "dv"), got["fused"], got["torch"]):
+        assert x.dtype == torch.float32 and torch.equal(x, w), name
 
 
 @cpu_only

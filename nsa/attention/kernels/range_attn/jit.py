@@ -414,12 +414,16 @@ def _range_dkdv_sum(DKP, DVP, DK, DV, NK, NV, NSPLIT, BLOCK: tl.constexpr, BF16_
     if tl.program_id(1) == 0:
         m = i < NK
         acc = tl.load(DKP + i, mask=m, other=0.0)
-        for sp in range(1, NSPLIT):
-            acc += tl.load(DKP + sp * NK + i, mask=m, other=0.0)
+        off = i  # int64: NSPLIT * NK may pass 2**31
+        for _ in range(1, NSPLIT):
+            off += NK
+            acc += tl.load(DKP + off, mask=m, other=0.0)
         _store_cast(DK, i, acc, m, BF16_RNE)
     else:
         m = i < NV
         acc = tl.load(DVP + i, mask=m, other=0.0)
-        for sp in range(1, NSPLIT):
-            acc += tl.load(DVP + sp * NV + i, mask=m, other=0.0)
+        off = i  # int64: NSPLIT * NV may pass 2**31
+        for _ in range(1, NSPLIT):
+            off += NV
+            acc += tl.load(DVP + off, mask=m, other=0.0)
         _store_cast(DV, i, acc, m, BF16_RNE)

@@ -4,11 +4,27 @@ keys it cares about and the rest get neutral values, so the record passes check_
 from __future__ import annotations
 
 import copy
-from typing import Any
+import json
+from pathlib import Path
+from typing import Any, Iterator
 
 from validation.results.model import SCHEMA_VERSION
 
 WHEN = "2026-01-01T00:00:00+0000"
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED_RUNS = sorted(REPO.glob("reports/**/results.json"))  # the runs committed under reports/
+FIXTURE_RUNS = sorted(REPO.glob("tests/validation/fixtures/*.json"))  # the tests' hand-made runs
+
+
+def committed_steps(kind: str, paths: list[Path] = COMMITTED_RUNS + FIXTURE_RUNS) -> Iterator[tuple[str, dict]]:
+    """("<file>: steps.<name>", step) of every step of `kind` in the runs at `paths` (by default the committed runs
+    and the fixtures), in file order."""
+    for path in paths:
+        data = json.loads(path.read_text())
+        steps = data.get("steps") if isinstance(data, dict) else None
+        for name, step in (steps or {}).items():
+            if isinstance(step, dict) and step.get("kind") == kind:
+                yield f"{path.relative_to(REPO)}: steps.{name}", step
 
 
 def launch_run(partial: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import pytest
 
+from results_records import COMMITTED_RUNS, committed_steps
 from validation import kinds
 from validation.analysis.significance import compare_paired, decide
 from validation.results.codec import absent, blank, decode, encode
@@ -104,13 +105,6 @@ def test_encode_refuses_what_json_cannot_hold():
         encode(Row("x", float("nan")))
 
 
-def _committed_steps():
-    """(where, step) of every step of the committed runs."""
-    for path in sorted(REPO.glob("reports/**/results.json")):
-        for name, step in json.loads(path.read_text()).get("steps", {}).items():
-            yield f"{path}: steps.{name}", step
-
-
 @pytest.mark.parametrize("kind", [k.name for k in kinds.kinds()])
 def test_every_committed_step_decodes_strictly_into_its_kinds_result_and_encodes_back_equal(kind):
     """A kind's Result is its whole step record: every committed step of the kind decodes strictly into it (no value
@@ -118,10 +112,9 @@ def test_every_committed_step_decodes_strictly_into_its_kinds_result_and_encodes
     order aside: tests/validation/kinds/test_<kind>_result.py files check the orders each kind keeps)."""
     result_type = kinds.get(kind).result_type
     seen = 0
-    for where, step in _committed_steps():
-        if step.get("kind") == kind:
-            assert encode(decode(result_type, step, where)) == step, where
-            seen += 1
+    for where, step in committed_steps(kind, COMMITTED_RUNS):
+        assert encode(decode(result_type, step, where)) == step, where
+        seen += 1
     assert seen >= 1, f"no committed run has a {kind} step"
 
 

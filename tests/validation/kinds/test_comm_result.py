@@ -5,28 +5,16 @@ the same JSON type); the metrics are typed (a Collective per collective, a Row p
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from validation.kinds import get
 from validation.kinds.comm import Collective, Metrics, Result, Row, WORLD_ONE_NOTE, summarize
 from validation.results.codec import decode, encode
-
-REPO = Path(__file__).resolve().parents[3]
-COMMITTED = sorted(REPO.glob("reports/**/results.json")) + sorted(REPO.glob("tests/validation/fixtures/*.json"))
-
-
-def _steps(kind: str):
-    for path in COMMITTED:
-        data = json.loads(path.read_text())
-        steps = data.get("steps") if isinstance(data, dict) else None
-        for name, step in (steps or {}).items():
-            if isinstance(step, dict) and step.get("kind") == kind:
-                yield f"{path.relative_to(REPO)}: steps.{name}", step
+from results_records import committed_steps
 
 
 def test_every_committed_comm_step_decodes_strictly_and_encodes_back_unchanged():
     seen = 0
-    for where, step in _steps("comm"):
+    for where, step in committed_steps("comm"):
         result = decode(Result, step, where)
         assert json.dumps(encode(result)) == json.dumps(step), where
         assert isinstance(result.metrics, Metrics) and result.metrics.collectives(), where

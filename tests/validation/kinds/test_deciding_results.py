@@ -7,25 +7,14 @@ kind's report hooks read the Result as they read the step's JSON."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from validation.kinds import get
 from validation.results.codec import decode, encode, written
+from results_records import committed_steps
 
-REPO = Path(__file__).resolve().parents[3]
 KINDS = ("sweep", "ab", "triage")
-RECORDS = sorted(REPO.glob("reports/**/results.json")) + sorted(REPO.glob("tests/validation/fixtures/*.json"))
-
-
-def _steps(kind: str):
-    for path in RECORDS:
-        data = json.loads(path.read_text())
-        steps = data.get("steps") if isinstance(data, dict) else None
-        for name, step in (steps or {}).items():
-            if isinstance(step, dict) and step.get("kind") == kind:
-                yield f"{path.relative_to(REPO)}: steps.{name}", step
 
 
 def _sorted(step: dict, where: str) -> str:
@@ -41,7 +30,7 @@ def _sorted(step: dict, where: str) -> str:
 def test_every_committed_step_decodes_strictly_into_the_kinds_result_and_encodes_back_unchanged(kind):
     result_type = get(kind).result_type
     seen = 0
-    for where, step in _steps(kind):
+    for where, step in committed_steps(kind):
         result = decode(result_type, step, where)
         assert isinstance(result.metrics, type(result_type().metrics)), where
         out = encode(result)
@@ -57,7 +46,7 @@ def test_every_committed_step_decodes_strictly_into_the_kinds_result_and_encodes
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_report_hooks_read_a_result_as_they_read_its_json(kind):
     impl = get(kind)
-    for _, step in _steps(kind):
+    for _, step in committed_steps(kind):
         result = impl.read(step)
         assert impl.summary_line(result) == impl.summary_line(step)
         assert [str(b) for b in impl.blocks(result)] == [str(b) for b in impl.blocks(step)]

@@ -7,28 +7,16 @@ with isolate: file)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from validation.kinds import get
 from validation.kinds.pytest import FileResult, Metrics, Result, isolated_metrics, junit_counts
 from validation.results.codec import decode, encode
-
-REPO = Path(__file__).resolve().parents[3]
-COMMITTED = sorted(REPO.glob("reports/**/results.json")) + sorted(REPO.glob("tests/validation/fixtures/*.json"))
-
-
-def _steps(kind: str):
-    for path in COMMITTED:
-        data = json.loads(path.read_text())
-        steps = data.get("steps") if isinstance(data, dict) else None
-        for name, step in (steps or {}).items():
-            if isinstance(step, dict) and step.get("kind") == kind:
-                yield f"{path.relative_to(REPO)}: steps.{name}", step
+from results_records import committed_steps
 
 
 def test_every_committed_pytest_step_decodes_strictly_and_encodes_back_unchanged():
     seen = isolated = 0
-    for where, step in _steps("pytest"):
+    for where, step in committed_steps("pytest"):
         result = decode(Result, step, where)
         out = encode(result)
         assert json.dumps(out, sort_keys=True) == json.dumps(step, sort_keys=True), where

@@ -14,27 +14,17 @@ import pytest
 
 from validation import kinds
 from validation.results.codec import decode, encode
+from results_records import COMMITTED_RUNS, FIXTURE_RUNS, committed_steps
 
 REPO = Path(__file__).resolve().parents[3]
-COMMITTED = sorted(REPO.glob("reports/**/results.json"))
-FIXTURES = sorted(REPO.glob("tests/validation/fixtures/*.json"))
 KINDS = ("train", "longrun", "profile", "scaling")
-
-
-def _steps(kind: str, paths=COMMITTED):
-    for path in paths:
-        data = json.loads(path.read_text())
-        steps = data.get("steps") if isinstance(data, dict) else None
-        for name, step in (steps or {}).items():
-            if isinstance(step, dict) and step.get("kind") == kind:
-                yield f"{path.relative_to(REPO)}: steps.{name}", step
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_committed_step_of_the_kind_decodes_strictly_into_its_result_and_encodes_back_unchanged(kind):
     impl = kinds.get(kind)
     seen = 0
-    for where, step in _steps(kind):
+    for where, step in committed_steps(kind, COMMITTED_RUNS):
         result = decode(impl.result_type, step, where)
         assert json.dumps(encode(result)) == json.dumps(step), where
         assert impl.read(step) == result, where  # the report's lenient reading of a sound record: the same record
@@ -61,7 +51,7 @@ def test_every_step_of_the_kinds_in_the_fixtures_decodes_strictly_and_keeps_its_
     seen = set()
     for kind in KINDS:
         impl = kinds.get(kind)
-        for where, step in _steps(kind, FIXTURES):
+        for where, step in committed_steps(kind, FIXTURE_RUNS):
             _holds(encode(decode(impl.result_type, step, where)), step, where)
             seen.add(kind)
     assert seen >= {"train", "longrun", "profile"}

@@ -87,8 +87,12 @@ def test_cpu_smoke_ends_go_with_every_artifact(smoke):
             "NSA_PREFILL_BATCHED=1 (the runbook's recommendation) stays" in note, note
     assert "NSA_OPT_FUSED" not in results["recommendations"]["env"]
     assert not results["steps"]["fused_adamw"]["decision"]["recommendable"]
-    if word == "GO":
-        assert not (results.get("evidence") or {}).get("disturbed")
+    if word == "GO":  # disturbed evidence may stand beside GO only where no required criterion reads it (a warn
+        # criterion such as "Long run throughput steady" on a disturbed long run is inconclusive, and the run says so)
+        evidence = results.get("evidence") or {}
+        assert all(c["severity"] != "fail" for c in results["acceptance"] if c["status"] != "pass")
+        if evidence.get("disturbed"):
+            assert evidence.get("rerun"), evidence
     # the fused AdamW A/B compares two different settings on a CPU too: the variant's trainer ran torch's fused
     # AdamW and said nothing was ignored, so the step raises no open problem of its own making
     fused = results["steps"]["fused_adamw"]

@@ -77,7 +77,11 @@ Measured (this counter, the shape above, S = 256 and 1,024, identical at both):
         branch's 2 sums + 2 casts and the window's 2 casts into one _range_dkdv_sum launch each: 9 cast/sum launches
         become 3. Left: the selected forward's output cast in bf16 (nothing reads the fp32 output after
         _sel_fwd_kv_out's atomics, so a kernel of its own would be one launch too), glue_project_bwd's db1 sum (1),
-        and select_blocks' glue (29 ops under "sort", 8 under "topk"). Not timed: counted on CPU only.
+        and select_blocks' glue (29 ops under "sort", 8 under "topk"). With the band forced choice too
+        (`--sel-forced-choice band`, both glue choices fused): 66 ops and 35 launches against band's 77 and 32 with
+        the default glue (nsa::selected_band_attention_fwd/_bwd and nsa::range_attention_bwd issue no aten op: the
+        band's fp32 dK/dV split is summed by _range_dkdv_sum too, one launch for the cmp branch's and one for the
+        band's). Not timed: counted on CPU only.
     the selected branch's forced-block choice (`--sel-forced-choice`, selected_attn.host.FORCED_CHOICE; issue 31
         item 2.4, 2026-11-29; "auto" = "sparse" until a GPU run qualifies "band"), S 256 and 1,024 (the same at both):
         "band" 77 ops and 32 Triton launches against "sparse"'s 78 and 27 with the Triton index build (129 and 26

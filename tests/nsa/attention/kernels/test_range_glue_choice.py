@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, needs_triton
+from op_counting import count_choices
 
 if HAVE_TRITON:
     from nsa.attention.kernels.range_attn import host as tr
@@ -104,24 +105,15 @@ def test_fp32_backward_sums_its_split_in_one_launch(monkeypatch):
 @cpu_only
 def test_fused_glue_drops_the_cmp_backwards_sums(monkeypatch):
     """benchmarks/bench_ops.py's counter over the cmp backward with a split: sum x2 gone, one launch more."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[4] / "benchmarks" / "bench_ops.py"
-    spec = importlib.util.spec_from_file_location("bench_ops", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     monkeypatch.setattr(tr, "dkdv_splits", lambda *a, **kw: 2)
     gen = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(1, 2, n, 32, generator=gen) for n in (24, 5, 5))
-    counts = {}
-    for choice in tr.GLUE_CHOICES:
-        tr.GLUE_CHOICE = choice
+
+    def call():
         leaves = [x.detach().requires_grad_() for x in (q, k, v)]
-        counter = bench.OpCounter()
-        with bench.counting_triton_launches(counter), counter:
-            torch.autograd.grad(tr.compressed_attention(*leaves, 8, 4), leaves, torch.ones(1, 2, 24, 32))
-        counts[choice] = counter
+        torch.autograd.grad(tr.compressed_attention(*leaves, 8, 4), leaves, torch.ones(1, 2, 24, 32))
+
+    counts = count_choices(tr, "GLUE_CHOICE", tr.GLUE_CHOICES, call)
     assert counts["torch"].ops["sum"] - counts["fused"].ops["sum"] == 2
     assert counts["torch"].total - counts["fused"].total == 2
     assert counts["fused"].launches["_range_dkdv_sum"] == 1

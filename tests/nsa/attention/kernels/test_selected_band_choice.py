@@ -20,6 +20,7 @@ import torch
 from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, assert_within_torch_error, needs_triton
 
 from nsa.attention.selection import choose_blocks
+from op_counting import count_choices
 
 if HAVE_TRITON:
     from nsa.attention.kernels.selected_attn import host as ts
@@ -223,23 +224,14 @@ def test_band_choice_launches_five_kernels_more_and_no_zero_fills():
     _sel_band_rest, _sel_band_merge and the band's three range kernels besides the shipped choice's kernels; its
     backward's atomics add onto the band's gradients, so the shipped backward's 3 zero fills go, and its only other
     aten ops are the band's dK/dV split partials' sums."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[4] / "benchmarks" / "bench_ops.py"
-    spec = importlib.util.spec_from_file_location("bench_ops", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     q, k, v, do = _inputs(1, 4, 2, 40, 32, 3)
     blocks = _blocks(1, 2, 40, 8, 5, 4)
-    counts = {}
-    for choice in ts.FORCED_CHOICES:
-        ts.FORCED_CHOICE = choice
+
+    def call():
         leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-        counter = bench.OpCounter()
-        with bench.counting_triton_launches(counter), counter:
-            torch.autograd.grad(ts.selected_attention(*leaves, blocks, 8, index_build="torch"), leaves, do)
-        counts[choice] = counter
+        torch.autograd.grad(ts.selected_attention(*leaves, blocks, 8, index_build="torch"), leaves, do)
+
+    counts = count_choices(ts, "FORCED_CHOICE", ts.FORCED_CHOICES, call)
     sparse, band = (dict(counts[c].launches) for c in ts.FORCED_CHOICES)
     new = {"_sel_band_rest": 1, "_sel_band_merge": 1, "_range_fwd_kernel": 1, "_range_bwd_dq_kernel": 1,
            "_range_bwd_dkdv_kernel": 1}

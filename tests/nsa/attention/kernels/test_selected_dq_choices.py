@@ -21,6 +21,7 @@ import torch
 from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, assert_within_torch_error, needs_triton
 
 from nsa.attention.selection import choose_blocks
+from op_counting import count_choices
 
 if HAVE_TRITON:
     from nsa.attention.kernels.selected_attn import host as ts
@@ -347,23 +348,14 @@ def test_fused_host_choice_issues_ten_aten_ops_fewer():
     index build): the fused glue drops full, mul_ x2, logsumexp and zeros (forward), zeros x3 (backward) and the
     blocks' int32 copy (_to_copy: the kernels read choose_blocks' int64 lists; this torch build's key.long() goes
     too, its keys being int64 then), and launches _sel_fwd_lse and _sel_bwd_delta_zero (for _sel_bwd_delta)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[4] / "benchmarks" / "bench_ops.py"
-    spec = importlib.util.spec_from_file_location("bench_ops", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     q, k, v, do = _inputs(1, 2, 1, 24, 16, 3)
     blocks = _blocks(1, 1, 24, 8, 3, 4)
-    counts = {}
-    for host in ts.HOST_CHOICES:
-        ts.HOST_CHOICE = host
+
+    def call():
         leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-        counter = bench.OpCounter()
-        with bench.counting_triton_launches(counter), counter:
-            torch.autograd.grad(ts.selected_attention(*leaves, blocks, 8, index_build="torch"), leaves, do)
-        counts[host] = counter
+        torch.autograd.grad(ts.selected_attention(*leaves, blocks, 8, index_build="torch"), leaves, do)
+
+    counts = count_choices(ts, "HOST_CHOICE", ts.HOST_CHOICES, call)
     torch_ops, fused_ops = (dict(counts[h].ops) for h in ("torch", "fused"))
     assert counts["torch"].total - counts["fused"].total == 10, (torch_ops, fused_ops)
     for name, n in {"full": 1, "mul_": 2, "logsumexp": 1, "zeros": 4, "_to_copy": 2}.items():

@@ -22,6 +22,7 @@ import torch
 from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, needs_triton
 
 from nsa.attention.selection import choose_blocks
+from op_counting import count_choices
 
 if HAVE_TRITON:
     from nsa.attention.kernels.selected_attn import host as ts
@@ -146,21 +147,9 @@ def test_triton_index_build_reads_int64_lists(monkeypatch):
 def test_fused_forward_has_no_blocks_copy():
     """benchmarks/bench_ops.py's counter: the blocks' int32 copy gone from nsa::selected_attention_fwd under "fused"
     (the Triton index build, the GPU's, has no other; bench_ops counts it)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[4] / "benchmarks" / "bench_ops.py"
-    spec = importlib.util.spec_from_file_location("bench_ops", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     q, k, v, do, blocks = _case(1, 2, 1, 24, 16, 8, 3, 4)
-    inside = {}
-    for host in ts.HOST_CHOICES:
-        ts.HOST_CHOICE = host
-        counter = bench.OpCounter()
-        with bench.counting_triton_launches(counter), counter:
-            _run(q, k, v, do, blocks, 8)
-        inside[host] = counter.by_custom["nsa::selected_attention_fwd"]
+    counts = count_choices(ts, "HOST_CHOICE", ts.HOST_CHOICES, lambda: _run(q, k, v, do, blocks, 8))
+    inside = {host: counter.by_custom["nsa::selected_attention_fwd"] for host, counter in counts.items()}
     # the blocks' copy, and (this torch index build's) key.long() for scatter_add_, a no-op on int64 keys; the
     # build's other casts of its own results stay under both choices
     assert inside["torch"]["_to_copy"] - inside["fused"]["_to_copy"] == 2, inside

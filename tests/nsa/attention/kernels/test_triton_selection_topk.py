@@ -11,6 +11,7 @@ import torch
 
 import reference as R
 from triton_test_utils import KERNEL_DEVICE, ON_GPU, needs_triton
+from op_counting import count
 
 pytestmark = needs_triton
 
@@ -115,21 +116,12 @@ def test_topk_choice_matches_the_float64_reference():
 def test_topk_choice_has_no_full_sort_and_fewer_ops(monkeypatch):
     """benchmarks/bench_ops.py's counter on nsa::select_blocks alone: "topk" ranks a row with topk and sorts only
     the n_sel kept indices, "sort" sorts whole rows; neither count depends on S (fewer blocks than n_sel, more)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[4] / "benchmarks" / "bench_ops.py"
-    spec = importlib.util.spec_from_file_location("bench_ops", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     l, d, l_sel, n_sel = 8, 4, 8, 4
     totals = {}
     for name in ("sort", "topk"):
         for s in (20, 100):  # 3 and 13 selection blocks
             q, k, lse = _inputs(1, 2, 2, s, 16, l, d, torch.float32)
-            counter = bench.OpCounter()
-            with bench.counting_triton_launches(counter), counter:
-                _select(monkeypatch, name, q, k, lse, l, d, l_sel, n_sel)
+            counter = count(lambda: _select(monkeypatch, name, q, k, lse, l, d, l_sel, n_sel))
             n_blocks = -(-s // l_sel)
             want = ({f"sort[{n_blocks}]": 1, f"sort[{n_sel}]": 1} if name == "sort"
                     else {f"topk[{n_blocks}]": 1, f"sort[{min(n_blocks, n_sel)}]": 1})

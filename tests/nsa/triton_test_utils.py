@@ -12,6 +12,8 @@ import re
 import pytest
 import torch
 
+from nsa.attention.selection import choose_blocks
+
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 ON_GPU = torch.cuda.is_available()
 
@@ -100,3 +102,42 @@ def uniform_registers_read_before_written(sass: str) -> list[str]:
             problems.append(f"UR{reg} read at 0x{m.group(1)} ({m.group(2).strip()}) before any write")
         seen |= reads | writes
     return problems
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the selected branch's launch-choice tests (test_selected_*_choice*.py): their inputs, block lists and closeness
+CHOICE_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
+CHOICE_TOL = 3e-2 if ON_GPU else 2e-5  # |got - want| <= TOL * max|want| + TOL per tensor (the interpreter's fp32)
+
+
+def choice_inputs(b: int, h: int, g: int, s: int, d: int, seed: int) -> list[torch.Tensor]:
+    """q [B, H, S, d], k, v [B, G, S, d] and dO [B, H, S, d], in CHOICE_DTYPE on the kernel device: q, k and v as
+    transposed views of [B, S, heads, d] storage, as the layer's projections lay them out."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, s, n, d, generator=gen).transpose(1, 2) for n in (h, g, g))
+    do = torch.randn(b, h, s, d, generator=gen)
+    return [t.to(KERNEL_DEVICE, CHOICE_DTYPE) for t in (q, k, v, do)]
+
+
+def choice_blocks(b: int, g: int, s: int, l_sel: int, n_sel: int, seed: int, edits=()) -> torch.Tensor:
+    """choose_blocks on random importance (block 0, the previous and the own block forced; -1 padding), then
+    `edits`: (t, slot, block) entries written into -1 slots of every (sequence, group)'s list of query t."""
+    gen = torch.Generator().manual_seed(seed)
+    nb = -(-s // l_sel)
+    blocks = choose_blocks(torch.rand(b, g, s, nb, generator=gen), torch.arange(s), n_sel, l_sel).clone()
+    for t, slot, block in edits:
+        assert (blocks[:, :, t, slot] == -1).all(), (t, slot)
+        blocks[:, :, t, slot] = block
+    return blocks.to(KERNEL_DEVICE)
+
+
+def assert_choice_close(what: str, got: torch.Tensor, want: torch.Tensor, low: torch.Tensor) -> None:
+    """`got` finite and close to the float64 `want`: on a GPU within a small factor of the PyTorch path's own error
+    `low` at the same dtype (assert_within_torch_error), under the interpreter within CHOICE_TOL."""
+    assert torch.isfinite(got).all(), f"{what}: not finite"
+    if ON_GPU:
+        assert_within_torch_error(what, got, want, low)
+        return
+    err = (got.double() - want.double()).abs().max().item()
+    bound = CHOICE_TOL * want.abs().max().item() + CHOICE_TOL
+    assert err <= bound, f"{what}: max error {err:.3g} > {bound:.3g}"

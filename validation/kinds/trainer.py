@@ -39,7 +39,7 @@ from validation.analysis.metric_names import DERIVED_KEYS, METRIC_COLUMNS, STAT_
 from validation.analysis.metrics import USABLE_STATUSES
 from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
 from validation.analysis.interference import run_disturbed
-from validation.formatting import (NA, as_dict, as_list, context_text, env_text, finite, fmt_gb, fmt_num, fmt_pct,
+from validation.formatting import (NA, as_list, context_text, env_text, finite, fmt_gb, fmt_num, fmt_pct,
                                       fmt_rate, loss_text, mean_pm, status_view)
 from validation.runbook.model import LaunchSettings, Step, references, resolve_references
 from validation.analysis.significance import PairNoise, interleaved_order, pair_noise_from

@@ -26,7 +26,7 @@ from validation.kinds._plot_helpers import bar_points, loglog_lines, scan_loglog
 from validation.formatting import as_dict, as_list, file_name, finite, plot_context_text
 from validation.results.codec import decode
 from validation.results.run import Step as StepRecord, read_run
-from validation.results.trainer_launch import LaunchMetrics, Telemetry, as_launch
+from validation.results.trainer_launch import Telemetry, as_launch
 
 PLOTS_DIR = "plots"
 TITLE_WIDTH = 90  # characters per title line at the report's figure size

@@ -17,9 +17,9 @@ import re
 import pytest
 import torch
 
-from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, assert_within_torch_error, needs_triton
+from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, needs_triton
+from triton_test_utils import choice_inputs as _inputs, choice_blocks as _blocks, assert_choice_close as _close
 
-from nsa.attention.selection import choose_blocks
 from op_counting import count_choices
 
 if HAVE_TRITON:
@@ -37,24 +37,6 @@ def _restore_choices():
     ts.FORCED_CHOICE = ts.DQ_CHOICE = ts.OUT_CHOICE = ts.HOST_CHOICE = "auto"
 
 
-def _inputs(b, h, g, s, d, seed):
-    gen = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(b, s, n, d, generator=gen).transpose(1, 2) for n in (h, g, g))
-    do = torch.randn(b, h, s, d, generator=gen)
-    return [t.to(KERNEL_DEVICE, DTYPE) for t in (q, k, v, do)]
-
-
-def _blocks(b, g, s, l_sel, n_sel, seed, edits=()):
-    """choose_blocks on random importance, then `edits` (t, slot, block) written into -1 slots of every list."""
-    gen = torch.Generator().manual_seed(seed)
-    nb = -(-s // l_sel)
-    blocks = choose_blocks(torch.rand(b, g, s, nb, generator=gen), torch.arange(s), n_sel, l_sel).clone()
-    for t, slot, block in edits:
-        assert (blocks[:, :, t, slot] == -1).all(), (t, slot)
-        blocks[:, :, t, slot] = block
-    return blocks.to(KERNEL_DEVICE)
-
-
 def _reference(q, k, v, blocks, l_sel, dtype):
     """softmax over the keys p <= t of the blocks forced or listed for t (each once) in `dtype`."""
     h, s, d = q.shape[1], q.shape[2], q.shape[3]
@@ -69,16 +51,6 @@ def _reference(q, k, v, blocks, l_sel, dtype):
     q, k, v = q.to(dtype), k.to(dtype).repeat_interleave(hpg, dim=1), v.to(dtype).repeat_interleave(hpg, dim=1)
     scores = (q @ k.transpose(-1, -2) / math.sqrt(d)).masked_fill(~allowed, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
-
-
-def _close(what, got, want, low):
-    assert torch.isfinite(got).all(), f"{what}: not finite"
-    if ON_GPU:
-        assert_within_torch_error(what, got, want, low)
-        return
-    err = (got.double() - want.double()).abs().max().item()
-    bound = TOL * want.abs().max().item() + TOL
-    assert err <= bound, f"{what}: max error {err:.3g} > {bound:.3g}"
 
 
 def _run(choice, q, k, v, do, blocks, l_sel, loop="kv", bwd_tiles=2):

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, assert_within_torch_error, needs_triton
+from triton_test_utils import choice_inputs as _inputs, choice_blocks as _blocks
 
-from nsa.attention.selection import choose_blocks
 from op_counting import count_choices
 
 if HAVE_TRITON:
@@ -32,26 +32,6 @@ pytestmark = [needs_triton, pytest.mark.filterwarnings("ignore:divide by zero en
 DTYPE = torch.bfloat16 if ON_GPU else torch.float32
 TOL = 3e-2 if ON_GPU else 2e-5  # |got - want| <= TOL * max|want| + TOL per tensor (the interpreter's fp32)
 CHOICES = ("atomic", "query")
-
-
-def _inputs(b, h, g, s, d, seed):
-    gen = torch.Generator().manual_seed(seed)
-    # transposed views of [B, S, heads, d] storage, as the layer's projections lay them out
-    q, k, v = (torch.randn(b, s, n, d, generator=gen).transpose(1, 2) for n in (h, g, g))
-    do = torch.randn(b, h, s, d, generator=gen)
-    return [t.to(KERNEL_DEVICE, DTYPE) for t in (q, k, v, do)]
-
-
-def _blocks(b, g, s, l_sel, n_sel, seed, edits=()):
-    """choose_blocks on random importance (block 0, the previous and the own block forced; -1 padding), then
-    `edits`: (t, slot, block) entries written into every (sequence, group)'s list of query t."""
-    gen = torch.Generator().manual_seed(seed)
-    nb = -(-s // l_sel)
-    blocks = choose_blocks(torch.rand(b, g, s, nb, generator=gen), torch.arange(s), n_sel, l_sel).clone()
-    for t, slot, block in edits:
-        assert (blocks[:, :, t, slot] == -1).all(), (t, slot)  # an empty slot: the other listings stay
-        blocks[:, :, t, slot] = block
-    return blocks.to(KERNEL_DEVICE)
 
 
 def _reference(q, k, v, blocks, l_sel, dtype):

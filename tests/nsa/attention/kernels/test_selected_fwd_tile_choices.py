@@ -17,7 +17,8 @@ import re
 import pytest
 import torch
 
-from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, assert_within_torch_error, needs_triton
+from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, needs_triton
+from triton_test_utils import assert_choice_close as _close
 
 from nsa.attention.selection import choose_blocks
 
@@ -73,16 +74,6 @@ def _reference(q, k, v, blocks, l_sel, dtype):
     scores = q @ k.transpose(-1, -2) / math.sqrt(d) + torch.log(count)
     has = (count > 0).any(-1, keepdim=True)
     return torch.softmax(torch.where(has, scores, torch.zeros_like(scores)), dim=-1) * has @ v
-
-
-def _close(what, got, want, low):
-    assert torch.isfinite(got).all(), f"{what}: not finite"
-    if ON_GPU:
-        assert_within_torch_error(what, got, want, low)
-        return
-    err = (got.double() - want.double()).abs().max().item()
-    bound = TOL * want.abs().max().item() + TOL
-    assert err <= bound, f"{what}: max error {err:.3g} > {bound:.3g}"
 
 
 def _forward_each_choice(q, k, v, blocks, l_sel):

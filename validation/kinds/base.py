@@ -314,6 +314,62 @@ class StepKind:
         tokens/s-per-step plot of every step with a training.csv is drawn for every kind."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """One launch of a step whose launches run side by side (launch_each): its spec, how its process ended and the
+    kind's record of it (None: the launch was interrupted)."""
+    spec: LaunchSpec
+    lr: Any  # validation.launch.LaunchResult
+    record: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class EachEnded:
+    """The launches of launch_each that ended, in plan order: what a run one after another would have recorded."""
+    ended: list[Ended]
+
+    @property
+    def records(self) -> list[Any]:
+        """The records of the launches that were not interrupted, in plan order."""
+        return [e.record for e in self.ended if e.record is not None]
+
+    @property
+    def excerpt(self) -> str | None:
+        """The excerpt of the last launch in plan order that has one."""
+        return next((e.lr.excerpt for e in reversed(self.ended) if e.lr.excerpt), None)
+
+    def interrupted(self, result: StepRecord) -> StepRecord | None:
+        """`result` as an interrupted step (the command of the last launch in plan order, the reason of the first
+        interrupted one), or None when no launch was interrupted."""
+        stopped = next((e for e in self.ended if e.record is None), None)
+        if stopped is None:
+            return None
+        return dataclasses.replace(result, status="interrupted", command=list(self.ended[-1].lr.argv),
+                                   reason=f"{stopped.spec.label}: {stopped.lr.reason}")
+
+
+def launch_each(ctx, jobs: int, collect: Callable[[int, LaunchSpec, Any], Any],
+                partial: Callable[[EachEnded], StepRecord]) -> EachEnded:
+    """Run the step's launches (ctx.launches) up to `jobs` at a time (ctx.launch_all), recorded as a run one after
+    another would record them: `collect(index, spec, launch_result)` makes each ended launch's record (not called
+    for an interrupted one, after which no further launch starts), and the step's partial Result, `partial(the
+    launches ended so far, in plan order)`, is saved as each record is made. Returns the launches that ended."""
+    ended: dict[int, Ended] = {}  # plan index -> the launch and its record
+
+    def so_far() -> EachEnded:
+        return EachEnded([ended[j] for j in sorted(ended)])
+
+    def done(i: int, spec: LaunchSpec, lr: Any) -> bool:
+        record = None if lr.status == "interrupted" else collect(i, spec, lr)
+        ended[i] = Ended(spec, lr, record)
+        if record is not None:
+            ctx.save(partial(so_far()))  # each launch's record is on disk as soon as it ends
+        return record is None  # interrupted: no further launch starts
+
+    ctx.launch_all(ctx.launches, jobs, done)
+    return so_far()
+
+
 def run_path(run_dir: Path | None, rel: str) -> str:
     """A path for a command line: absolute under the run directory, or RUN_DIR/... in plan mode."""
     return str(step_dir(run_dir, rel))

@@ -48,7 +48,8 @@ from validation.runbook.schema import str_list, typed
 from validation.kinds.pytest.progress import OPTION as PROGRESS_OPTION
 from validation.kinds.pytest.progress import read_progress
 from validation.launch.spec import LaunchResult, LaunchSpec, safe_name
-from validation.kinds.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, run_path, step_dir
+from validation.kinds.base import (COMMAND_LAUNCH_KEYS, EachEnded, StepKind, command_launch, launch_each, run_path,
+                                   step_dir)
 from validation.kinds.blocks import Block, Column, Paragraph, Table
 from validation.results.codec import absent, blank
 from validation.results.run import Step as StepRecord
@@ -185,36 +186,26 @@ class Pytest(StepKind):
         """Each test file in its own process (up to options.jobs at a time); the record is that of a run one after
         another: the files in plan order, the excerpt (and, when stopped, the command) of the last in plan order."""
         launches = ctx.launches
-        ended: dict[int, Ended] = {}  # plan index -> the file's launch and record
 
-        def in_order() -> list[Ended]:
-            return [ended[j] for j in sorted(ended)]
+        def partial(each: EachEnded) -> Result:
+            """The files that ended, in plan order: their metrics, JUnit files and progress records."""
+            files = [ctx.run_dir / e.spec.dir for e in each.ended if e.record is not None]
+            return Result(metrics=isolated_metrics(each.records),
+                          artifacts=[ctx.rel(d / name) for d in files for name in ("pytest.xml", "progress.jsonl")
+                                     if (d / name).is_file()],
+                          excerpt=each.excerpt)
 
-        def so_far() -> Result:  # the files that ended, in plan order: their metrics, JUnit files and progress records
-            done = in_order()
-            return Result(metrics=isolated_metrics([e.file for e in done if e.file is not None]),
-                          artifacts=[ctx.rel(ctx.run_dir / e.spec.dir / name) for e in done if e.file is not None
-                                     for name in ("pytest.xml", "progress.jsonl")
-                                     if (ctx.run_dir / e.spec.dir / name).is_file()],
-                          excerpt=next((e.lr.excerpt for e in reversed(done) if e.lr.excerpt), None))
-
-        def done(i: int, spec: LaunchSpec, lr: LaunchResult) -> bool:
+        def collect(i: int, spec: LaunchSpec, lr: LaunchResult) -> FileResult:
             now = time.time()
-            file = None if lr.status == "interrupted" else file_result(
-                spec.label, ctx.run_dir / spec.dir, lr.status, lr.returncode, lr.reason, lr.duration_s,
-                started=round(now - lr.duration_s, 3), ended=round(now, 3))
-            ended[i] = Ended(spec, lr, file)
-            if file is not None:
-                ctx.save(so_far())  # each file's results are on disk as soon as it ends
-            return file is None  # interrupted: no further file starts
+            return file_result(spec.label, ctx.run_dir / spec.dir, lr.status, lr.returncode, lr.reason,
+                               lr.duration_s, started=round(now - lr.duration_s, 3), ended=round(now, 3))
 
-        ctx.launch_all(launches, options.jobs, done)
-        record = so_far()
-        stopped = next((e for e in in_order() if e.file is None), None)
+        each = launch_each(ctx, options.jobs, collect, partial)
+        record = partial(each)
+        stopped = each.interrupted(record)
         if stopped is not None:
-            return dataclasses.replace(record, status="interrupted", command=list(in_order()[-1].lr.argv),
-                                       reason=f"{stopped.spec.label}: {stopped.lr.reason}")
-        files = [e.file for e in in_order() if e.file is not None]
+            return stopped
+        files = each.records
         m = record.metrics or Metrics()
         command = [launches[0].argv[0], "-m", "pytest", f"<each of {len(launches)} files>"] if launches else None
         bad = [f for f in files if f.status in ("failed", "died")]
@@ -241,15 +232,6 @@ class Pytest(StepKind):
                           [(str(f.file), str(f.status), *map(fmt_num, _counts(f)), fmt_duration(f.duration_s),
                             str(f.reason or "")) for f in m.files])]
         return out
-
-
-@dataclasses.dataclass(frozen=True)
-class Ended:
-    """One test file's launch that ended (isolate: file): its spec, how its process ended and its record (None: the
-    launch was interrupted)."""
-    spec: LaunchSpec
-    lr: LaunchResult
-    file: FileResult | None
 
 
 def _counts(r: Metrics | FileResult) -> tuple:

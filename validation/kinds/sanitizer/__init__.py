@@ -60,7 +60,8 @@ from validation.runbook.schema import mapping, str_list, typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, code
 from validation.results.codec import blank
 from validation.results.run import Step as StepRecord
-from validation.kinds.base import COMMAND_LAUNCH_KEYS, KeyFigure, StepKind, command_launch, step_dir
+from validation.kinds.base import (COMMAND_LAUNCH_KEYS, EachEnded, KeyFigure, StepKind, command_launch, launch_each,
+                                   step_dir)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,15 +102,6 @@ class Metrics:
 class Result(StepRecord):
     """A sanitizer step's record: its metrics the grid's cases (None: {}, a step that never ran)."""
     metrics: Metrics | None = blank()
-
-
-@dataclasses.dataclass(frozen=True)
-class Ended:
-    """One case's launch that ended: its spec, how its process ended and its record (None: the launch was
-    interrupted)."""
-    spec: LaunchSpec
-    lr: LaunchResult
-    case: CaseResult | None
 
 
 SANITIZER = "compute-sanitizer"
@@ -200,31 +192,20 @@ class Sanitizer(StepKind):
         grid = options.grids[options.grid]
         grid_cases = cases(grid)  # launches() builds them in this order
         base = Metrics(tool=options.tool, grid=options.grid, sanitizer=launches[0].argv[0] if launches else None)
-        ended: dict[int, Ended] = {}  # plan index -> the case's launch and record
 
-        def in_order() -> list[Ended]:
-            return [ended[j] for j in sorted(ended)]
+        def partial(each: EachEnded) -> Result:  # the cases that ended, in grid order
+            return Result(metrics=totals(base, each.records), excerpt=each.excerpt)
 
-        def so_far() -> Result:  # the cases that ended, in grid order
-            done = in_order()
-            return Result(metrics=totals(base, [e.case for e in done if e.case is not None]),
-                          excerpt=next((e.lr.excerpt for e in reversed(done) if e.lr.excerpt), None))
-
-        def done(i: int, spec: LaunchSpec, lr: LaunchResult) -> bool:
-            case = None if lr.status == "interrupted" else dataclasses.replace(
+        def collect(i: int, spec: LaunchSpec, lr: LaunchResult) -> CaseResult:
+            return dataclasses.replace(
                 read_case(ctx.run_dir / spec.dir / LOG_NAME, lr.status, lr.returncode, lr.reason),
                 case=spec.label, duration_s=round(lr.duration_s, 3), extra=dict(grid_cases[i]))
-            ended[i] = Ended(spec, lr, case)
-            if case is not None:
-                ctx.save(so_far())  # each case's result is on disk as soon as it ends
-            return case is None  # interrupted: no further case starts
 
-        ctx.launch_all(launches, options.jobs, done)
-        record = so_far()
-        stopped = next((e for e in in_order() if e.case is None), None)
+        each = launch_each(ctx, options.jobs, collect, partial)
+        record = partial(each)
+        stopped = each.interrupted(record)
         if stopped is not None:
-            return dataclasses.replace(record, status="interrupted", command=list(in_order()[-1].lr.argv),
-                                       reason=f"{stopped.spec.label}: {stopped.lr.reason}")
+            return stopped
         m = record.metrics or base
         records = m.by_case
         # the command without one case's flags

@@ -217,16 +217,11 @@ def test_strategy_figures_predict_from_the_comm_tables():
     assert strategy_figures("ddp", Strategy(strategy="ddp"), runs, bad, None, "n/a")["comm_model_matches"] is False
 
 
-def test_view_accepts_damaged_results_and_formats_real_ones():
+def test_view_formats_real_results():
+    """(A damaged step: tests/validation/kinds/test_registry.py, every kind.)"""
     from validation.kinds import get
-    from validation.report.renderer import blocks_html, blocks_markdown
+    from validation.report.renderer import blocks_markdown
 
-    for damaged in ({}, {"metrics": None}, {"metrics": {"strategies": [1, 2]}},
-                    {"metrics": {"strategies": {"ddp": None}, "comparisons": "x", "batch_search": {"ddp": 3}}}):
-        for kind in ("parallelism", "scaling"):
-            step = get(kind).read(damaged)  # as the report hands it: the kind's Result, read leniently
-            get(kind).view(step, {"name": "p"})
-            blocks_markdown(get(kind).blocks(step)), blocks_html(get(kind).blocks(step))
     result = {"order_seed": 7, "metrics": {
         "repeats": 2, "recommendation": "ddp", "regime": "fits_with_headroom", "recommendation_reason": "because",
         "capacity": {"gb": 8.0, "source": "host"}, "headroom": 0.2, "batch_search": {"skipped": "CPU"},

@@ -248,3 +248,30 @@ def test_every_committed_run_records_only_declared_metrics(path):
     results = json.loads((REPO / path).read_text())
     for name, step in results["steps"].items():
         assert undeclared_metrics(kinds.get(step["kind"]), None, step.get("metrics") or {}) == [], name
+
+
+# Damaged steps every kind's hooks must read (results may be damaged, and a report still renders): keys of the wrong
+# type, records where lists are, lists where records are, for the metrics of each kind (a kind ignores the others).
+DAMAGED = ({}, {"metrics": None}, {"metrics": [1]}, {"status": 3, "runs": "x"},
+           {"metrics": {"toks_per_s": "fast", "window": 2, "summary": [],
+                        "profile": {"top_ops": [None, {"name": 1, "total_ms": "x"}]},
+                        "strong": {"rows": [None, {"world_size": "two"}]}}},
+           {"metrics": {"strategies": [1, 2]}},
+           {"metrics": {"strategies": {"ddp": None}, "comparisons": "x", "batch_search": {"ddp": 3}}},
+           {"metrics": {"points": [1, None], "exponent_ci": "x", "bisection": 3}},
+           {"metrics": {"suspects": {"a": None}, "ranking": ["a", 2], "culprit": 5}})
+
+
+@pytest.mark.parametrize("kind", kinds.names())
+def test_every_hook_of_every_kind_reads_a_damaged_step(kind):
+    """Each damaged step decoded as the report decodes it (StepKind.read: leniently, into the kind's Result) goes
+    through every report hook and both renderings without an error."""
+    from validation.report.renderer import blocks_html, blocks_markdown
+
+    impl = kinds.get(kind)
+    for damaged in DAMAGED:
+        step = impl.read({"name": "s", "kind": kind, **damaged})
+        assert isinstance(step, impl.result_type), damaged
+        blocks_markdown(impl.blocks(step)), blocks_html(impl.blocks(step))
+        impl.view(step, {"name": "s"}), impl.summary_line(step), impl.trainer_runs(step), impl.comparisons(step)
+        impl.key_figures(kinds.read_steps([{"name": "s", "kind": kind, **damaged}])), impl.key_figure_steps([step])

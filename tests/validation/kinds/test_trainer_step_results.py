@@ -57,22 +57,6 @@ def test_every_step_of_the_kinds_in_the_fixtures_decodes_strictly_and_keeps_its_
     assert seen >= {"train", "longrun", "profile"}
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("damaged", [{}, {"metrics": None}, {"metrics": [1]}, {"status": 3, "runs": "x"},
-                                     {"metrics": {"toks_per_s": "fast", "window": 2, "summary": [],
-                                                  "profile": {"top_ops": [None, {"name": 1, "total_ms": "x"}]},
-                                                  "strong": {"rows": [None, {"world_size": "two"}]}}}])
-def test_a_damaged_step_of_the_kind_still_reads_and_renders(kind, damaged):
-    from validation.report.renderer import blocks_markdown
-
-    impl = kinds.get(kind)
-    result = impl.read({"name": "s", "kind": kind, **damaged})
-    assert isinstance(result, impl.result_type)
-    blocks_markdown(impl.blocks(result))
-    impl.summary_line(result), impl.trainer_runs(result), impl.view(result, {"name": "s"})
-    impl.key_figures([result]), impl.key_figure_steps([result])
-
-
 SCALING_RB = """\
 name: t
 requirements: {gpus: 0, backend: gloo}

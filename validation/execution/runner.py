@@ -448,7 +448,7 @@ FRAME_KEYS = ("name", "phase", "kind", "title", "description", "started", "durat
 
 
 @dataclass
-class Launched:
+class StepLaunches:
     """What a step's launches left, as each ended: the last one's command and recorded environment, every log
     (relative to RUN_DIR), the last excerpt and every stack dump."""
     command: list[str] | None = None
@@ -489,7 +489,7 @@ class StepContext:
         self.cwd: Path = runner.opt.cwd
         self.results: RunResults = runner.results  # the whole run's results so far (other steps, environment)
         self._entry: StepResult = entry if entry is not None else {}  # the step's results.json entry, live
-        self._launched = Launched()
+        self._launched = StepLaunches()
 
     def _ended(self, spec: LaunchSpec, lr: LaunchResult) -> None:
         self._launched.add(self._runner, spec, lr)
@@ -497,7 +497,7 @@ class StepContext:
     def merge(self, record: StepRecord, final: bool = False) -> None:
         """Put a kind's Result (or a partial one: final False) into the step's entry: every key but the frame
         (FRAME_KEYS, the runner's), a partial one's status only when it has one (the step stays "running"), and
-        what the launches so far left (Launched.into)."""
+        what the launches so far left (StepLaunches.into)."""
         for key, value in encode(record).items():
             if key in FRAME_KEYS or (key == "status" and value is None and not final):
                 continue

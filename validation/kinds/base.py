@@ -153,10 +153,9 @@ def effect_of(comp: ComparisonRecord | Mapping[str, Any], without: str, with_: s
                   verdict=str(c.verdict) if c.verdict else None, ignored=ignored)
 
 
-def run_side(result: StepRecord | Mapping[str, Any], label: Any) -> str:
-    """What a run of a multi-run step ran, for a sentence: its params ("NSA_X=1 (fused)"), else its label. `result`:
-    the step's record (a typed kind's Result), or its entry as results.json holds it (read leniently)."""
-    step = result if isinstance(result, StepRecord) else decode(StepRecord, result, "step", lenient=True)
+def run_side(step: StepRecord, label: Any) -> str:
+    """What a run of a multi-run step (its record) ran, for a sentence: its params ("NSA_X=1 (fused)"), else its
+    label."""
     params = next((r.params for r in step.runs if r.label == label and r.params), None)
     points = (step.decision.points if step.decision is not None else None) or {}
     params = params or as_dict(points.get(label) if isinstance(label, str) else None)  # JSON keys are text

@@ -44,7 +44,7 @@ from typing import Any
 
 from validation import contracts
 from validation.kinds.blocks import Block, Bullets, Heading, Pairs, Paragraph
-from validation.formatting import NA, as_dict, finite, fmt_duration, fmt_gb, fmt_num, fmt_pct, fmt_rate, plural
+from validation.formatting import NA, finite, fmt_duration, fmt_gb, fmt_num, fmt_pct, fmt_rate, plural
 from validation.analysis.interference import launch_interference
 from validation.launch import telemetry
 from validation.results.codec import decode, encode, written
@@ -315,12 +315,10 @@ def interference_notes(m: LaunchMetrics) -> list[str]:
     return [f"Interference: {rec.text}"]
 
 
-def runs_blocks(runs: list[LaunchRun] | list[dict[str, Any]]) -> list[Block]:
-    """The Training Summary of each run of a sweep or A/B, a line per run (label and repeat): its summary, time to
-    first step, GPU utilisation when measured, and the init-growth and disturbance flags; [] when no run has any.
-    `runs`: the step's LaunchRun records, or its runs as results.json holds them (read leniently)."""
-    records = [r if isinstance(r, LaunchRun) else decode(LaunchRun, as_dict(r), f"runs[{i}]", lenient=True)
-               for i, r in enumerate(runs)]
+def runs_blocks(records: list[LaunchRun]) -> list[Block]:
+    """The Training Summary of each run of a sweep or A/B (the step's LaunchRun records), a line per run (label and
+    repeat): its summary, time to first step, GPU utilisation when measured, and the init-growth and disturbance
+    flags; [] when no run has any."""
     counts = Counter(str(r.label) for r in records)
     lines = []
     for run in records:

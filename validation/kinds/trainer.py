@@ -390,11 +390,10 @@ def config_path(step: StepRecord) -> str:
     return "—"
 
 
-def trainer_blocks(label: str, record: StepRecord | dict) -> list[Block]:
+def trainer_blocks(label: str, step: StepRecord) -> list[Block]:
     """A trainer launch's part of a step section (train, longrun, profile): its row (tokens/s over the window, per
     GPU or rank, loss, memory, status), its environment, the context of the tokens/s, its notes, its Training Summary
     and its start-up."""
-    step = record if isinstance(record, StepRecord) else decode(StepRecord, record, "step", lenient=True)
     raw = written(step.metrics)
     m = as_launch(step.metrics)
     toks = m.toks_per_s or Stat()

@@ -133,12 +133,11 @@ class Plotter:
         ax.legend(loc="lower right", fontsize="small")
         self.save(fig, f"toks_per_s_{file_name(name)}.png", title)
 
-    def telemetry(self, name: str, step: StepRecord | dict) -> None:
+    def telemetry(self, name: str, record: StepRecord) -> None:
         """Device telemetry of a trainer step over time (its telemetry files, validation.contracts.read_telemetry):
         GPU utilisation per GPU and the CPU utilisation of the launch's processes (percent, left axis), the
         processes' RSS and GPU memory used (GiB, right axis); the statistics window shaded. Only the series
         present are drawn (no GPU columns on CPU)."""
-        record = step if isinstance(step, StepRecord) else decode(StepRecord, step, f"steps.{name}", lenient=True)
         telemetry = as_launch(record.metrics).telemetry
         step_dir = self.run_dir / str(record.dir or name)
         rows = contracts.read_telemetry(step_dir) if telemetry not in (None, Telemetry()) else []

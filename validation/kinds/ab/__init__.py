@@ -245,7 +245,7 @@ class AB(TrainerKind):
         summaries = {label: pooled_summary(runs, label) for label in options.variants}
         decided = Decision()
         if options.recommend:
-            decided = self._decide(options, runs, data, ignored, higher, rn, order, declared_pair_noise(ctx))
+            decided = self._decide(options, runs, data, shaken, ignored, higher, rn, order, declared_pair_noise(ctx))
         metrics = Metrics(compared=options.metric,
                           variants={c.variant: decode(Comparison, c.as_dict(), "variants") for c in comps},
                           baseline=pooled_summary(runs, BASELINE), extra={**summaries, **decided.metrics})
@@ -256,18 +256,18 @@ class AB(TrainerKind):
                       choice=decided.choice, winner=decided.choice if decided.significant else None,
                       interference=decision_record(encode(StepRecord(runs=runs)), decided.conclusive))
 
-    def _decide(self, options: Options, runs: list[LaunchRun], data: dict[str, list], ignored: dict[str, list[str]],
-                higher: bool, rn, order: DecisionRecord, pair_noise=None) -> Decision:
+    def _decide(self, options: Options, runs: list[LaunchRun], data: dict[str, list], shaken: dict[str, list],
+                ignored: dict[str, list[str]], higher: bool, rn, order: DecisionRecord, pair_noise=None) -> Decision:
         """The recommendation: significance.decide over the baseline and the variants the trainer honoured, the
         baseline kept without a significant difference; a significant winner that was not stable is not kept.
-        `order`: the run order (its seed and labels), which the decision records."""
+        `shaken`: the runs measured under interference, per label (disturbed_flags); `order`: the run order (its seed
+        and labels), which the decision records."""
         candidates = {label: values for label, values in data.items() if label == BASELINE or not ignored[label]}
         params: dict[str, dict[str, Any]] = {BASELINE: {}}
         for r in runs:
             params.setdefault(str(r.label), r.params)
         excluded = [label for label in data if label not in candidates]
         ours = dataclasses.replace(order, excluded_ignored=excluded)
-        shaken = disturbed_flags([encode(r) for r in runs], list(data), options.repeats)
         try:
             d = decide(candidates, default=BASELINE, higher_is_better=higher, metric=options.metric, run_noise=rn,
                        disturbed={k: v for k, v in shaken.items() if k in candidates}, pair_noise=pair_noise)
@@ -346,7 +346,7 @@ class AB(TrainerKind):
             params = params_text(chosen.params)
             out.append(Paragraph(f"**Keep**: {fmt_num(chosen.label)}" + (f" ({params})" if params != "—" else "")
                                  + f" — {fmt_num(chosen.explanation)}"))
-        return out + train_report.runs_blocks([encode(run) for run in r.runs])
+        return out + train_report.runs_blocks(r.runs)
 
     def comparisons(self, result: Result) -> list[Effect]:
         """Each variant against the baseline; a variant whose settings the trainer ignored is an A/A check."""

@@ -271,7 +271,7 @@ class Sweep(TrainerKind):
         rule = r.metrics.rule or r.metrics.selection_rule
         if rule:
             out.append(Paragraph(f"Rule: {rule}", style="muted"))
-        return out + train_report.runs_blocks([encode(run) for run in runs])
+        return out + train_report.runs_blocks(runs)
 
     def comparisons(self, result: Result) -> list[Effect]:
         """The decision's best point against each other point."""

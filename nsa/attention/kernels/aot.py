@@ -4,6 +4,7 @@
                                                    # (reports/aot/triton-<version>.md: this table, committed)
     python -m nsa.attention.kernels.aot --json     # the same as JSON (the compile test reads this)
     python -m nsa.attention.kernels.aot --jobs 1   # one compile at a time (default: one process per CPU)
+    python -m nsa.attention.kernels.aot --cases default   # the default path's cases only (or: choices)
 
 Each Triton module listed in KERNEL_MODULES defines `aot_cases()`: one AotCase per kernel and per block
 configuration its autotuner (or launcher) may pick. Every case is compiled with `triton.compile` for sm_80 (A100)
@@ -52,6 +53,10 @@ class AotCase:
                 JIT specialises them, so the ahead-of-time compile is told too. Pointer arguments are always
                 compiled as 16-byte aligned, as the JIT specialises every torch allocation; without these hints
                 loads and atomics compile scalar and registers are overstated.
+    choice      the launch choice that alone runs this compile, as "<module constant> <value>" (e.g. "HOST_CHOICE
+                fused"): one a GPU run has not qualified, beside the default path. Empty: the default path's
+                (what `auto` launches). The CI compile test takes the default path's cases; the choices' run
+                under -m slow (`--cases choices`), and the committed tables hold both.
     """
 
     name: str
@@ -62,6 +67,10 @@ class AotCase:
     num_stages: int = 2
     tensor_cores: bool = True
     divisible: tuple[str, ...] = ()
+    choice: str = ""
+
+
+CASE_SETS = ("all", "default", "choices")  # --cases: every case, the default path's (choice ""), the choices'
 
 
 @dataclass
@@ -167,11 +176,17 @@ def compile_case(case: AotCase, cc: int) -> AotResult:
     return result
 
 
-def all_cases() -> list[AotCase]:
+def all_cases(which: str = "all") -> list[AotCase]:
+    """Every module's aot_cases(), in KERNEL_MODULES order; which: "all", "default" (the default path's: no
+    choice) or "choices" (the launch choices' alone; AotCase.choice)."""
+    if which not in CASE_SETS:
+        raise ValueError(f"aot cases: which must be one of {', '.join(CASE_SETS)}, got {which!r}")
     cases: list[AotCase] = []
     for module in KERNEL_MODULES:
         cases.extend(importlib.import_module(module).aot_cases())
-    return cases
+    if which == "all":
+        return cases
+    return [c for c in cases if bool(c.choice) == (which == "choices")]
 
 
 _CASES: list[AotCase] = []  # a worker's copy of all_cases() (forked from the parent, which filled it)
@@ -181,13 +196,13 @@ def _compile_nth(job: tuple[int, int]) -> AotResult:
     return compile_case(_CASES[job[0]], job[1])
 
 
-def compile_all(targets=TARGETS, jobs: int | None = None) -> list[AotResult]:
-    """Every case for every target, in the order of all_cases(); `jobs` compiles in that many forked processes
-    (default: one per CPU; each compile is one core's work, ~1-10 s)."""
+def compile_all(targets=TARGETS, jobs: int | None = None, which: str = "all") -> list[AotResult]:
+    """Every case of all_cases(which) for every target, in that order; `jobs` compiles in that many forked
+    processes (default: one per CPU; each compile is one core's work, ~0.1-5 s)."""
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise RuntimeError("TRITON_INTERPRET is set: interpreted kernels cannot be compiled ahead of time "
                            "(run this in a process without it)")
-    _CASES[:] = all_cases()
+    _CASES[:] = all_cases(which)
     work = [(i, cc) for i in range(len(_CASES)) for cc in targets]
     jobs = min(jobs or os.cpu_count() or 1, len(work))
     if jobs <= 1 or sys.platform != "linux":
@@ -228,10 +243,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--target", type=int, action="append", help="compute capability (default: 80 and 90)")
     parser.add_argument("--jobs", type=int, default=None, help="compile processes (default: one per CPU)")
+    parser.add_argument("--cases", choices=CASE_SETS, default="all",
+                        help="every case (default: the committed tables), the default path's only, or the launch "
+                             "choices' only (AotCase.choice)")
     args = parser.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
-    results = compile_all(tuple(args.target) if args.target else TARGETS, args.jobs)
+    results = compile_all(tuple(args.target) if args.target else TARGETS, args.jobs, args.cases)
     sys.stdout.write(json.dumps([asdict(r) for r in results], indent=1) + "\n" if args.json
                      else table(results, _triton().__version__))
     return 0 if all(r.ok for r in results) else 1

@@ -590,13 +590,13 @@ AOT_DIMS = ((32, 32), (64, 64), (128, 128), (64, 128))
 
 
 def _dkdv_configs(d_k: int, d_v: int) -> list:
-    """dkdv_config's pick, then every other tile a DKDV_CHOICES entry gives these head dims (the shipped tile,
-    cfg None, included)."""
-    out = [dkdv_config(d_k, d_v)]
-    for choice in DKDV_CHOICES.values():
+    """[(tile, choice)]: dkdv_config's pick (choice ""), then every other tile a DKDV_CHOICES entry gives these head
+    dims (the shipped tile, cfg None, included), with the first choice that gives it (AotCase.choice)."""
+    out = [(dkdv_config(d_k, d_v), "")]
+    for name, choice in DKDV_CHOICES.items():
         cfg = choice.cfg if choice.cfg is not None and d_k == d_v <= 64 else (DKDV_MIXED if d_k != d_v else DKDV)
-        if cfg not in out:
-            out.append(cfg)
+        if all(cfg != seen for seen, _ in out):
+            out.append((cfg, f"DKDV_CHOICE {name}"))
     return out
 
 
@@ -609,8 +609,8 @@ def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
         for kernel, fn in kernels.items():
             # forward and dQ: the launcher's pick only (the other QUERY_CHOICES tiles are compiled by
             # benchmarks/tune_kernels.py --aot --families range_q, reports/aot/range_query_occupancy.md)
-            picks = {"fwd": [fwd_config(d_k, d_v)], "dq": [dq_config(d_k, d_v)]}
-            for cfg in (_dkdv_configs(d_k, d_v) if kernel == "dkdv" else picks[kernel]):
+            picks = {"fwd": [(fwd_config(d_k, d_v), "")], "dq": [(dq_config(d_k, d_v), "")]}
+            for cfg, choice in (_dkdv_configs(d_k, d_v) if kernel == "dkdv" else picks[kernel]):
                 constexprs = dict(D_K=d_k, D_V=d_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                                   DOT_PREC="ieee" if dtype == "fp32" else "tf32")
                 sig = _signature(kernel, dtype)
@@ -620,7 +620,7 @@ def aot_cases(dims=AOT_DIMS, dtype: str = "bf16") -> list:
                 tag = (f"{family}[BLOCK_M={cfg.block_m},BLOCK_N={cfg.block_n},warps={cfg.num_warps},"
                        f"stages={cfg.num_stages},d_k={d_k},d_v={d_v},{dtype}]")
                 cases.append(AotCase(name=tag, fn=fn, signature=sig, constexprs=constexprs,
-                                     num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+                                     num_warps=cfg.num_warps, num_stages=cfg.num_stages, choice=choice))
     if dims == AOT_DIMS and dtype == "bf16":  # the default list (the compile test's): the glue choice's kernel too
         cases += glue_aot_cases()
     return cases
@@ -636,5 +636,5 @@ def glue_aot_cases() -> list:
         label = "bf16" if rne else out[1:]
         cases.append(AotCase(name=f"range_dkdv_sum[{label},BLOCK={SUM_BLOCK}]", fn=_range_dkdv_sum, signature=sig,
                              constexprs={"BLOCK": SUM_BLOCK, "BF16_RNE": rne}, num_warps=4, num_stages=1,
-                             tensor_cores=False))
+                             tensor_cores=False, choice="GLUE_CHOICE fused"))
     return cases

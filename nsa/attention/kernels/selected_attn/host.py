@@ -919,7 +919,7 @@ def fwd_tile_aot_cases(hpg: int, d: int, choice: str) -> list:
 def _i64_blocks(case) -> AotCase:
     """`case` with int64 block lists (BLOCKS "*i64"): what the "fused" host choice launches (_block_lists)."""
     return dataclasses.replace(case, name=case.name.replace("[", "[BLOCKS=i64,", 1),
-                               signature={**case.signature, "BLOCKS": "*i64"})
+                               signature={**case.signature, "BLOCKS": "*i64"}, choice="HOST_CHOICE fused")
 
 
 def host_aot_cases(hpg: int, d: int) -> list:
@@ -977,6 +977,11 @@ def band_aot_cases(hpg: int, d: int) -> list:
     return cases
 
 
+def _chose(cases, choice: str) -> list:
+    """cases tagged as compiled for one launch choice alone (AotCase.choice: under -m slow in CI)."""
+    return [dataclasses.replace(c, choice=choice) for c in cases]
+
+
 def aot_cases():
     """Every kernel at every configuration the launcher picks for l_sel = 64 (BLOCK_N = 64), bf16: each d with
     the model's hpg = 6, and the other hpg values (they change the row tiling) at d = 64; the kernels of the other
@@ -1005,8 +1010,10 @@ def aot_cases():
                               _query_warps(d, d), 1))
             cases += bwd_aot_cases(hpg, d, "atomic")
             if (hpg, d) == (6, 64):
-                cases += bwd_aot_cases(hpg, d, "query") + fwd_out_aot_cases(hpg, d) + host_aot_cases(hpg, d)
-                cases += band_aot_cases(hpg, d)
+                cases += _chose(bwd_aot_cases(hpg, d, "query"), "DQ_CHOICE query")
+                cases += _chose(fwd_out_aot_cases(hpg, d), "OUT_CHOICE partial")
+                cases += _chose(host_aot_cases(hpg, d), "HOST_CHOICE fused")
+                cases += _chose(band_aot_cases(hpg, d), "FORCED_CHOICE band")
                 # the "fused" host choice hands these kernels choose_blocks' int64 lists (_block_lists)
                 cases += [_i64_blocks(c) for c in cases if c.name.startswith((
                     "sel_fwd_query[hpg=6,d=64,", "sel_bwd_dq_query[hpg=6,d=64,", "sel_fwd_reduce[hpg=6,d=64,",

@@ -246,12 +246,12 @@ def aot_cases() -> list:
     i32 = "*i32"
     cases = []
 
-    def add(name, fn, sig, constexprs, hidden=None):  # hidden: constexprs at their defaults, left out of the label
+    def add(name, fn, sig, constexprs, hidden=None, choice=""):  # hidden: constexprs at their defaults, unlabelled
         label = f"index_{name}[" + ",".join(f"{k}={v}" for k, v in constexprs.items()) + "]"
         constexprs = {**constexprs, **(hidden or {})}
         sig = {**sig, **{k: "constexpr" for k in constexprs}}
         cases.append(AotCase(name=label, fn=fn, signature=sig, constexprs=constexprs, num_warps=NUM_WARPS,
-                             num_stages=1, tensor_cores=False))
+                             num_stages=1, tensor_cores=False, choice=choice))
 
     ints = lambda *names: {n: "i32" for n in names}  # noqa: E731
     # int64 block lists at the model's n_sel: what the selected branch's "fused" host choice hands the build
@@ -260,10 +260,11 @@ def aot_cases() -> list:
         tag = "" if blocks == i32 else "_i64"
         # the fused choice's build (int64 lists) zeroes its histogram rows in _index_hist
         zero = {"ZERO_ROW": True, "BK": BLOCK_KEYS} if tag else {}
+        choice = "HOST_CHOICE fused" if tag else ""
         add("hist" + tag, _index_hist, {"BLOCKS": blocks, "HIST": i32, **ints("S", "NB", "CPB", "W")},
-            {**consts, **zero}, hidden=None if tag else {"ZERO_ROW": False, "BK": BLOCK_KEYS})
+            {**consts, **zero}, hidden=None if tag else {"ZERO_ROW": False, "BK": BLOCK_KEYS}, choice=choice)
         add("scatter" + tag, _index_scatter, {"BLOCKS": blocks, "OFF": i32, "START": i32, "ORDER": i32,
-                                              "PAIR_T": i32, **ints("S", "NB", "CPB", "W")}, consts)
+                                              "PAIR_T": i32, **ints("S", "NB", "CPB", "W")}, consts, choice=choice)
     add("colscan", _index_colscan, {"HIST": i32, "COUNTS": i32, **ints("CPB", "W")}, dict(BK=BLOCK_KEYS))
     add("keyscan", _index_keyscan, {"COUNTS": i32, "START": i32, "TEND_F": i32, "TEND_B": i32,
                                     **ints("NBG", "NB", "W", "QPT_F", "QPT_B")}, dict(BK=BLOCK_KEYS))

@@ -50,8 +50,11 @@ uint16 (wrong results on the CPU test path).
     every entry of an int64 buffer with packed keys (monotone_int32(importance) << 32 | 0xFFFFFFFF - j: unique,
     ordered like importance desc, index asc; +inf's for the forced blocks, -inf's for blocks not started, tiles
     skipped as above holding importance 0), so no fill and no `where` pass over the buffer; then torch.topk(n_sel,
-    sorted=False) and a sort of the n_sel kept indices (selection.blocks_from_keys): no full sort. The buffer is
-    int64 (2x the fp32 one per entry, same IMP_CHUNK_ELEMS per chunk; topk needs no copy of it, the sort ~6x).
+    sorted=False) and _blocksel_finish_kernel, which decodes the n_sel kept keys, sorts their indices (a bitonic
+    sort of n_sel per row), writes -1 for the empty slots and stores the rows into the output (what
+    selection.blocks_from_keys does in five aten ops and a copy): no full sort, three launches per chunk. The
+    buffer is int64 (2x the fp32 one per entry, same IMP_CHUNK_ELEMS per chunk; topk needs no copy of it, the
+    sort ~6x).
     Same blocks as "sort" (the kernels share _importance_tile): tests/nsa/attention/kernels/
     test_triton_selection_topk.py. Not the default until a GPU run qualifies it (tests, memcheck, alternated A/B).
 select_method: "tiled" at every n_sel (the default since the fused kernel faulted on an H100, "Known fault"
@@ -173,8 +176,9 @@ from nsa.attention.geometry import num_cmp_blocks, num_sel_blocks
 from nsa.attention.kernels.aot import AotCase
 from nsa.attention.kernels.common import LOG2E
 from nsa.attention import selection as choice
-from nsa.attention.kernels.selection.jit import _blocksel_importance_kernel, _blocksel_keys_kernel, _blocksel_topk_kernel
-from nsa.attention.selection import blocks_from_keys, choose_blocks
+from nsa.attention.kernels.selection.jit import (_blocksel_finish_kernel, _blocksel_importance_kernel,
+                                                 _blocksel_keys_kernel, _blocksel_topk_kernel)
+from nsa.attention.selection import choose_blocks
 from nsa.toggles import parse
 
 # Importance entries per chunk of the tiled path (16M fp32 = 64 MB; choose_blocks' sort needs ~6x that transiently).
@@ -310,14 +314,38 @@ def _select_tiled(q, k_cmp, lse_cmp, l, d, l_sel, n_sel):
     positions = None if keys else torch.arange(s, device=q.device)
     for r0 in range(0, s, rows):
         r1 = min(s, r0 + rows)
-        if keys:  # every entry written by the kernel: no fill, no glue but topk and the n_sel indices' sort
+        if keys:  # every entry written by the kernel: no fill; topk, then one launch writes the rows' blocks
             buf = torch.empty((b, g, r1 - r0, n_blocks), dtype=torch.int64, device=q.device)
             _importance_into(buf, q, k_cmp, lse_cmp, l, d, l_sel, r0, n_sel, cfg, kernel=_blocksel_keys_kernel)
-            out[:, :, r0:r1] = blocks_from_keys(buf, n_sel)
+            top, _ = torch.topk(buf, min(n_sel, n_blocks), dim=-1, sorted=False)
+            finish_rows(top, out, r0)
             continue
         imp = torch.full((b, g, r1 - r0, n_blocks), 0.0, device=q.device)  # full: one fill_ at any size
         _importance_into(imp, q, k_cmp, lse_cmp, l, d, l_sel, r0, n_sel, cfg)
         out[:, :, r0:r1] = choose_blocks(imp, positions[r0:r1], n_sel, l_sel, method="sort")
+    return out
+
+
+FINISH_ROWS = 64  # rows per program of _blocksel_finish_kernel (64 x 16 keys: 4 warps)
+
+
+def finish_rows(top: torch.Tensor, out: torch.Tensor, row0: int) -> torch.Tensor:
+    """out[:, :, row0 : row0 + rows] = the blocks of top [B, G, rows, k] (topk's packed keys, any order within a row):
+    ascending, -1 for the empty slots and for the columns k .. n_sel - 1 (blocks_from_keys' result, one launch).
+    out [B, G, S, n_sel] int64, contiguous."""
+    b, g, rows, k = top.shape
+    n_sel = out.shape[-1]
+    if not out.is_contiguous() or out.dtype != torch.int64 or k > n_sel or row0 + rows > out.shape[2]:
+        raise ValueError(f"finish_rows: out {tuple(out.shape)} {out.dtype} (contiguous int64 [B, G, S, n_sel] "
+                         f"needed) does not take {k} keys of rows {row0}..{row0 + rows}")
+    n = b * g * rows
+    if n == 0:
+        return out
+    top = top.contiguous()
+    k_pad = max(2, _next_pow2(n_sel))
+    _blocksel_finish_kernel[(triton.cdiv(n, FINISH_ROWS),)](
+        top, out, n, rows, k, n_sel, out.stride(1), out.stride(2), row0, BLOCK_R=FINISH_ROWS, K_PAD=k_pad,
+        LOG_K=k_pad.bit_length() - 1, N_DIMS=(FINISH_ROWS * k_pad).bit_length() - 1, num_warps=4)
     return out
 
 
@@ -418,7 +446,7 @@ def aot_cases():
     Default (kept under a minute): the model's shape (hpg 6, d_k 64, l=32, d=16, l_sel=64) for the three kernels,
     for the fused kernel the other tilings: hpg 1 (64 token rows, no head sum), hpg 3 (64 token rows), hpg 8 (16),
     d_k 32 and 128 (BC 32), l_sel = 128 (BC 128), fp16; the importance kernel at hpg 1, d_k 128 and the keys
-    kernel at hpg 1 (128 token rows, no head sum). NSA_AOT_FULL=1: the three kernels at hpg {1, 3, 6, 8} x d_k
+    kernel at hpg 1 (128 token rows, no head sum); the "topk" choice's finish kernel at n_sel 16 and 3. NSA_AOT_FULL=1: the three kernels at hpg {1, 3, 6, 8} x d_k
     {32, 64, 128} x l_sel {32, 64, 128} x {bf16, fp16}.
     """
     if parse("NSA_AOT_FULL"):
@@ -439,6 +467,18 @@ def aot_cases():
         fn = {"sel": _blocksel_topk_kernel, "imp": _blocksel_importance_kernel, "keys": _blocksel_keys_kernel}[kernel]
         sig, consts = _aot_signature(kernel, dtype, cfg)
         label = f"BM={cfg['BM']},BT={cfg['BT_PAD']},D={cfg['D_PAD']},BC={cfg['BC']},hpg={hpg},{dtype}"
+        choice = {"sel": "select_blocks method fused", "imp": "", "keys": "TOPK_CHOICE topk"}[kernel]
         cases.append(AotCase(name=f"{fn.__name__}[{label}]", fn=fn, signature=sig, constexprs=consts,
-                             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+                             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], choice=choice))
+    # the "topk" choice's finish (finish_rows: integer work, no products) at the model's n_sel (16) and the tests' 3
+    for n_sel in (16, 3):
+        k_pad = max(2, _next_pow2(n_sel))
+        consts = {"BLOCK_R": FINISH_ROWS, "K_PAD": k_pad, "LOG_K": k_pad.bit_length() - 1,
+                  "N_DIMS": (FINISH_ROWS * k_pad).bit_length() - 1}
+        sig = {"top_ptr": "*i64", "out_ptr": "*i64", **{n: "i32" for n in "n_rows rows k n_sel sog sot row0".split()},
+               **{n: "constexpr" for n in consts}}
+        cases.append(AotCase(name=f"_blocksel_finish_kernel[BLOCK_R={FINISH_ROWS},K_PAD={k_pad}]",
+                             fn=_blocksel_finish_kernel, signature=sig, constexprs=consts, num_warps=4,
+                             num_stages=1, tensor_cores=False, choice="TOPK_CHOICE topk",
+                             divisible=("sog", "sot") if n_sel % 16 == 0 else ()))  # as the JIT sees the strides
     return cases

@@ -265,3 +265,32 @@ def _blocksel_topk_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp, d_k,
     blocks = tl.where(idx == 0x7FFFFFFF, -1, idx).to(tl.int64)
     out = out_ptr + ((b * G + g).to(tl.int64) * S + t_tok[:, None]) * n_sel + rank
     tl.store(out, blocks, mask=tok_ok[:, None] & (rank < n_sel))
+
+
+@triton.jit
+def _blocksel_finish_kernel(top_ptr, out_ptr, n_rows, rows, k, n_sel, sog, sot, row0,
+                            BLOCK_R: tl.constexpr, K_PAD: tl.constexpr, LOG_K: tl.constexpr,
+                            N_DIMS: tl.constexpr):
+    """Tiled path, choice "topk": torch.topk's n_sel best packed keys of each row -> the row's blocks, in one launch
+    (nsa.attention.selection.blocks_from_keys' masked_fill, sort, pad, masked_fill and the copy into the output).
+
+    top [n_rows, k] int64 (topk's values, any order within a row; row r = (bg, t): bg = r // rows, t = r % rows);
+    out [B*G, S, n_sel] int64 with strides (sog, sot, 1), rows row0 .. row0 + rows - 1 written. A key's block is
+    0xFFFFFFFF - its low half; a key whose high half (the monotone score) is -inf's or below is an empty slot, as
+    are the columns k .. n_sel - 1 (fewer blocks than n_sel): the blocks ascending, -1 last. Grid cdiv(n_rows,
+    BLOCK_R); K_PAD = 2**LOG_K >= n_sel, N_DIMS = log2(BLOCK_R * K_PAD) (the bitonic sort's hypercube).
+    """
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    c = tl.arange(0, K_PAD)
+    row_ok = r < n_rows
+    ok = row_ok[:, None] & (c < k)[None, :]
+    key = tl.load(top_ptr + r[:, None].to(tl.int64) * k + c[None, :], mask=ok, other=0)
+    # an empty slot: score -inf (monotone -2139095041: not started, or -inf importance); block indices fit in int32
+    full = ok & ((key >> 32) > -2139095041)
+    idx = (0xFFFFFFFF - (key & 0xFFFFFFFF)).to(tl.int32)
+    big = 0x3FFFFFFF  # above any block index; two of them sum without wrapping in the sort's partner sums
+    idx = _sort_rows(tl.where(full, idx, big), 0, LOG_K, N_DIMS)  # ascending, the empty slots last
+    blocks = tl.where(idx == big, -1, idx).to(tl.int64)
+    bg, t = r // rows, r % rows
+    dst = out_ptr + bg.to(tl.int64)[:, None] * sog + (row0 + t).to(tl.int64)[:, None] * sot + c[None, :]
+    tl.store(dst, blocks, mask=row_ok[:, None] & (c < n_sel)[None, :])

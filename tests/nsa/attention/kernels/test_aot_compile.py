@@ -22,17 +22,25 @@ WGMMA_ON_SM90: set[str] = {"range_fwd", "range_dq", "range_dkdv", "sel_fwd_kv_st
                            "_blocksel_topk_kernel", "_blocksel_importance_kernel", "_blocksel_keys_kernel"}
 
 
-@needs_triton
-@pytest.mark.skipif(not KERNEL_MODULES, reason="no Triton kernel modules registered yet")
-def test_every_kernel_compiles_for_sm80_and_sm90_without_spills():
+def _compile(which: str) -> list[dict]:
+    """`python -m nsa.attention.kernels.aot --json --cases which`, in a process without TRITON_INTERPRET."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-m", "nsa.attention.kernels.aot", "--json"], capture_output=True,
-                          text=True, env=env, timeout=900)
+    proc = subprocess.run([sys.executable, "-m", "nsa.attention.kernels.aot", "--json", "--cases", which],
+                          capture_output=True, text=True, env=env, timeout=900)
     assert proc.stdout.strip(), f"aot printed nothing; stderr:\n{proc.stderr[-3000:]}"
-    results = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+def _table_rows(text: str) -> list[str]:
+    """A table's rows, its header and rule left out."""
+    return [line for line in text[text.index("| kernel |"):].splitlines() if line.startswith("| ")][1:]
+
+
+def _check_compiled(results: list[dict], which: str):
     for r in results:
         print(f"{r['kernel']:<60} {r['target']}: {r['registers']} regs, {r['shared_bytes']} B shared, "
               f"spills {r['spill_stores']}, mma {r['mma']}, wgmma {r['wgmma']} {'; '.join(r['problems'])}")
+    assert len(results) == 2 * len(aot.all_cases(which))
     failed = [f"{r['kernel']} {r['target']}: {'; '.join(r['problems'])} {r['error']}" for r in results if not r["ok"]]
     assert not failed, "\n".join(failed)
     assert {r["target"] for r in results} == {"sm_80", "sm_90"}
@@ -43,16 +51,55 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spills():
             base = r["kernel"].split("[")[0]
             if base in WGMMA_ON_SM90:
                 assert r["wgmma"], f"{r['kernel']} does not reach wgmma on sm_90"
-    # the committed table for this triton version (reports/aot/) is what the compile prints now; checked where CI
-    # runs it (no GPU), so that a stale table never turns a GPU qualification run NO-GO
+    # the committed table for this triton version (reports/aot/) holds what the compile prints now, row for row;
+    # checked where CI runs it (no GPU), so that a stale table never turns a GPU qualification run NO-GO
     version = importlib.metadata.version("triton")
     committed = aot.report_path(version)
     if committed.exists() and not ON_GPU:
-        fresh = aot.table([aot.AotResult(**r) for r in results], version)
-        rows = lambda text: text[text.index("| kernel |"):]  # noqa: E731 - the header line names the patch version
-        assert rows(committed.read_text()) == rows(fresh), (
-            f"{committed} is not what the compile prints now: `python -m nsa.attention.kernels.aot > {committed}` "
-            f"(in an environment with triton {version})")
+        fresh = _table_rows(aot.table([aot.AotResult(**r) for r in results], version))
+        rows = set(_table_rows(committed.read_text()))
+        stale = [row for row in fresh if row not in rows]
+        assert not stale, (
+            f"{committed} is not what the compile prints now ({len(stale)} rows differ, first: {stale[0]}): "
+            f"`python -m nsa.attention.kernels.aot > {committed}` (in an environment with triton {version})")
+
+
+@needs_triton
+@pytest.mark.skipif(not KERNEL_MODULES, reason="no Triton kernel modules registered yet")
+def test_every_kernel_compiles_for_sm80_and_sm90_without_spills():
+    """The default path's cases (AotCase.choice empty): what `auto` launches."""
+    _check_compiled(_compile("default"), "default")
+
+
+@needs_triton
+@pytest.mark.slow
+@pytest.mark.skipif(not KERNEL_MODULES, reason="no Triton kernel modules registered yet")
+def test_every_launch_choices_kernel_compiles_for_sm80_and_sm90_without_spills():
+    """The launch choices' own cases (AotCase.choice: the kernels of choices no GPU run has qualified yet, beside
+    the default path); a third of the compile time, so under -m slow in CI (run by default on a GPU)."""
+    _check_compiled(_compile("choices"), "choices")
+
+
+@needs_triton
+def test_the_committed_tables_list_every_case_for_both_targets():
+    """reports/aot/triton-<version>.md lists every case of all_cases() for sm_80 and sm_90 in order, the choices'
+    included (whose rows the slow compile test checks): a case added or renamed without regenerating the tables is
+    seen without compiling anything."""
+    names = [(c.name, f"sm_{cc}") for c in aot.all_cases() for cc in aot.TARGETS]
+    for path in sorted(aot.REPORTS.glob("triton-*.md")):
+        listed = [tuple(cell.strip() for cell in row.split("|")[1:3]) for row in _table_rows(path.read_text())]
+        assert listed == names, (f"{path.name} lists other cases than all_cases(): regenerate it with "
+                                 f"`python -m nsa.attention.kernels.aot > {path}` under that triton version")
+
+
+def test_case_sets_split_the_cases_by_choice():
+    every = aot.all_cases()
+    default, choices = aot.all_cases("default"), aot.all_cases("choices")
+    assert default and choices and len(default) + len(choices) == len(every)
+    assert all(not c.choice for c in default) and all(c.choice for c in choices)
+    assert {c.name for c in default} | {c.name for c in choices} == {c.name for c in every}
+    with pytest.raises(ValueError, match="which must be one of"):
+        aot.all_cases("some")
 
 
 _SPILL_SCRIPT = r"""

@@ -114,8 +114,9 @@ def test_topk_choice_matches_the_float64_reference():
 
 @pytest.mark.skipif(ON_GPU, reason="counts under the interpreter (CPU)")
 def test_topk_choice_has_no_full_sort_and_fewer_ops(monkeypatch):
-    """benchmarks/bench_ops.py's counter on nsa::select_blocks alone: "topk" ranks a row with topk and sorts only
-    the n_sel kept indices, "sort" sorts whole rows; neither count depends on S (fewer blocks than n_sel, more)."""
+    """benchmarks/bench_ops.py's counter on nsa::select_blocks alone: "topk" ranks a row with topk and one launch
+    (_blocksel_finish_kernel) sorts the n_sel kept indices and writes the rows, "sort" sorts whole rows and then
+    the kept indices in aten; neither count depends on S (fewer blocks than n_sel, more)."""
     l, d, l_sel, n_sel = 8, 4, 8, 4
     totals = {}
     for name in ("sort", "topk"):
@@ -124,10 +125,40 @@ def test_topk_choice_has_no_full_sort_and_fewer_ops(monkeypatch):
             counter = count(lambda: _select(monkeypatch, name, q, k, lse, l, d, l_sel, n_sel))
             n_blocks = -(-s // l_sel)
             want = ({f"sort[{n_blocks}]": 1, f"sort[{n_sel}]": 1} if name == "sort"
-                    else {f"topk[{n_blocks}]": 1, f"sort[{min(n_blocks, n_sel)}]": 1})
+                    else {f"topk[{n_blocks}]": 1})
             assert dict(counter.sort_widths) == want, (name, s)
-            launches = "_blocksel_keys_kernel" if name == "topk" else "_blocksel_importance_kernel"
-            assert dict(counter.launches) == {launches: 1}
+            launches = ({"_blocksel_keys_kernel": 1, "_blocksel_finish_kernel": 1} if name == "topk"
+                        else {"_blocksel_importance_kernel": 1})
+            assert dict(counter.launches) == launches
             totals.setdefault(name, set()).add(counter.total)
     assert len(totals["sort"]) == len(totals["topk"]) == 1, totals
-    assert max(totals["topk"]) <= 8 < min(totals["sort"]), totals  # topk, lt, 2 masked_fill_, sort, pad, eq, copy_
+    assert max(totals["topk"]) <= 3 < min(totals["sort"]), totals  # the keys kernel, topk, the finish kernel
+
+
+def test_finish_kernel_writes_blocks_from_keys_rows():
+    """_blocksel_finish_kernel against selection.blocks_from_keys (the aten path) on keys made to hit every case:
+    empty slots (-inf scores, and below), NaN and +inf scores, fewer blocks than n_sel, a row chunk written in the
+    middle of the output with the rows around it untouched."""
+    from nsa.attention.selection import blocks_from_keys, packed_keys
+
+    ts = _ts()
+    gen = torch.Generator().manual_seed(5)
+    empties = 0
+    for b, g, s, n_blocks, n_sel, r0, r1 in ((2, 3, 70, 37, 16, 9, 70), (1, 2, 90, 3, 5, 0, 90),
+                                              (1, 1, 8, 40, 3, 2, 5)):
+        imp = torch.rand(b, g, r1 - r0, n_blocks, generator=gen)
+        imp[imp < 0.1] = float("-inf")  # started blocks of -inf importance: never kept
+        imp[(imp > 0.1) & (imp < 0.12)] = float("nan")
+        imp[..., :2] = torch.where(torch.rand(b, g, r1 - r0, 1, generator=gen) < 0.5, 0.0, imp[..., :2])  # ties
+        positions = torch.randint(0, n_blocks * 8, (r1 - r0,), generator=gen)
+        keys = packed_keys(imp, positions, 8).to(KERNEL_DEVICE)
+        want = blocks_from_keys(keys, n_sel)
+        top, _ = torch.topk(keys, min(n_sel, n_blocks), dim=-1, sorted=False)
+        out = torch.full((b, g, s, n_sel), 777, dtype=torch.int64, device=keys.device)
+        ts.finish_rows(top[..., torch.randperm(top.shape[-1], generator=gen)], out, r0)  # any order within a row
+        assert torch.equal(out[:, :, r0:r1], want), (b, g, s, n_blocks, n_sel)
+        assert (out[:, :, :r0] == 777).all() and (out[:, :, r1:] == 777).all()
+        empties += int((want == -1).sum())
+    assert empties  # the empty slots were exercised
+    with pytest.raises(ValueError, match="finish_rows"):
+        ts.finish_rows(top, out[..., :2], 0)

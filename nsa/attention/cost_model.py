@@ -60,7 +60,11 @@ activations q [B, S, H, d_k], o [B, S, H, d_v], keys/values [B, G, S, d] (window
 buffer [(query, selection block) pairs, hpg, d_v] fp32, written by _sel_fwd_kv_part and read by _sel_fwd_reduce.
 The selected branch's index (block lists, pair_t, tile tables) is not counted. torch's radix sort of the tiled
 selection's importance rows reads fp32 keys and writes fp32 keys and int64 indices: 16 bytes a (query, group,
-selection block) element. Exps and FLOPs of memory-bound glue are 0.
+selection block) element. The tiled selection's "topk" choice (nsa.attention.selection.TOPK_CHOICES):
+_blocksel_keys_kernel does the importance kernel's products and exps and writes an int64 key for every (query,
+group, selection block) element; torch.topk's kernels (family selection_select) read those keys and write the
+n_sel kept keys and their indices; _blocksel_finish_kernel reads the kept keys and writes the int64 blocks. Exps and
+FLOPs of memory-bound glue are 0.
 
 The layer's floor (`layer_floor_s`) is the sum of the floors of the kernels an ideal implementation of this
 design runs: forward the range forward (cmp and window), the selection importance (fused with its top-n: no sort
@@ -163,7 +167,8 @@ def started_blocks(cfg: NSAConfig, seq_len: int) -> int:
 # family -> pass. The layer's floor sums LAYER_FAMILIES (see the module docstring for what is left out).
 FAMILY_PASS = {
     "range_fwd": FWD, "selection_importance": FWD, "selection_topk": FWD, "selection_sort": FWD,
-    "selection_sort_blocks": FWD, "sel_fwd_kv_stats": FWD, "sel_fwd_kv_out": FWD, "sel_fwd_query": FWD,
+    "selection_sort_blocks": FWD, "selection_keys": FWD, "selection_select": FWD, "selection_finish": FWD,
+    "sel_fwd_kv_stats": FWD, "sel_fwd_kv_out": FWD, "sel_fwd_query": FWD,
     "combine_fwd": FWD,
     "sel_fwd_kv_part": FWD, "sel_fwd_reduce": FWD, "sel_fwd_lse": FWD, "sel_band_rest": FWD, "sel_band_merge": FWD,
     "range_bwd_dq": BWD, "range_bwd_dkdv": BWD, "sel_bwd_delta": BWD, "sel_bwd_kv": BWD, "combine_bwd": BWD,
@@ -191,6 +196,7 @@ def kernel_costs(cfg: NSAConfig, seq_len: int, batch: int, elem: int = 2) -> dic
     stat = b * h * s * FP32  # one fp32 per (query, head): lse, delta
     qb = block_pairs(cfg, s) * b * g  # (query, selection block) pairs
     n_blocks = num_sel_blocks(s, cfg.l_sel)
+    kept = min(cfg.n_sel, n_blocks)  # the keys torch.topk keeps per row under the "topk" choice
     costs = {
         "range_fwd": Cost(2 * (dk + dv) * rng, rng, 2 * (q + o + stat) + k_cmp + v_cmp + k_tok + v_tok),
         "range_bwd_dq": Cost(2 * (2 * dk + dv) * rng, rng,
@@ -205,6 +211,11 @@ def kernel_costs(cfg: NSAConfig, seq_len: int, batch: int, elem: int = 2) -> dic
         # then choose_blocks' sort of the n_sel chosen indices (int64 keys and indices)
         "selection_sort": Cost(0, 0, b * g * s * n_blocks * (FP32 + FP32 + INDEX)),
         "selection_sort_blocks": Cost(0, 0, b * g * s * cfg.n_sel * 3 * INDEX),
+        # the "topk" choice: the importance's work with an int64 key written per element, torch.topk reading every
+        # key and writing the kept keys and indices, the finish reading the kept keys and writing the blocks
+        "selection_keys": Cost(2 * dk * pairs["cmp"], pairs["cmp"], q + k_cmp + stat + b * g * s * n_blocks * INDEX),
+        "selection_select": Cost(0, 0, b * g * s * (n_blocks + 2 * kept) * INDEX),
+        "selection_finish": Cost(0, 0, b * g * s * (kept + cfg.n_sel) * INDEX),
         "sel_fwd_kv_stats": Cost(2 * dk * sel, sel, q + k_tok + qb * hpg * FP32),
         "sel_fwd_kv_out": Cost(2 * (dk + dv) * sel, sel, q + k_tok + v_tok + stat + b * s * h * dv * FP32),
         "sel_fwd_query": Cost(2 * (dk + dv) * sel, sel, q + k_tok + v_tok + o + stat),
@@ -279,6 +290,10 @@ KERNEL_FAMILIES = (
     ("_range_dkdv_sum", "range_dkdv_sum"),
     ("_blocksel_importance_kernel", "selection_importance"),
     ("_blocksel_topk_kernel", "selection_topk"),
+    ("_blocksel_keys_kernel", "selection_keys"),
+    ("_blocksel_finish_kernel", "selection_finish"),
+    ("sbtopk::", "selection_select"),  # torch.topk's single-block and multi-block radix select kernels
+    ("mbtopk::", "selection_select"),
     ("_sel_fwd_kv_stats", "sel_fwd_kv_stats"),
     ("_sel_fwd_kv_out", "sel_fwd_kv_out"),
     ("_sel_fwd_query", "sel_fwd_query"),

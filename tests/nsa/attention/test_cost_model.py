@@ -209,6 +209,34 @@ def test_the_launch_choices_kernels_map_to_their_families():
     assert cm.FAMILY_PASS["sel_band_rest"] == cm.FAMILY_PASS["sel_band_merge"] == cm.FWD
 
 
+def test_the_topk_choices_kernels_map_to_their_families():
+    """The tiled selection's "topk" choice (nsa.attention.selection.TOPK_CHOICES): its two Triton kernels and
+    torch.topk's radix select kernels by name; the keys kernel does the importance kernel's products with an int64
+    key per (query, group, block) element, the select and finish read and write the kept keys (fewer than n_sel
+    where fewer blocks exist)."""
+    from nsa.attention.kernels.selection import jit
+
+    names = {"_blocksel_keys_kernel": "selection_keys", "_blocksel_finish_kernel": "selection_finish",
+             "void at::native::sbtopk::gatherTopK<long, unsigned int, 2, false>(at::cuda::detail::TensorInfo":
+                 "selection_select",
+             "void at::native::mbtopk::radixFindKthValues<long, unsigned int, 2>(at::cuda::detail::TensorInfo":
+                 "selection_select"}
+    for name, fam in names.items():
+        assert cm.family(name) == fam and cm.FAMILY_PASS[fam] == cm.FWD, name
+    for name in ("_blocksel_keys_kernel", "_blocksel_finish_kernel"):  # the jit functions' names, as profiled
+        assert getattr(jit, name).fn.__name__ == name
+    for s in (S, 40):  # 10 selection blocks > n_sel, and 3 < n_sel
+        costs, b = cm.kernel_costs(CFG, s, 2), 2
+        rows, n_blocks = b * CFG.n_kv_groups * s, num_sel_blocks(s, CFG.l_sel)
+        kept = min(CFG.n_sel, n_blocks)
+        imp, keys = costs["selection_importance"], costs["selection_keys"]
+        assert (keys.flops, keys.exps) == (imp.flops, imp.exps) and keys.flops > 0
+        assert keys.bytes - (imp.bytes - b * CFG.n_kv_groups * cm.started_blocks(CFG, s) * cm.FP32) == (
+            rows * n_blocks * 8)
+        assert costs["selection_select"] == cm.Cost(0, 0, rows * (n_blocks + 2 * kept) * 8)
+        assert costs["selection_finish"] == cm.Cost(0, 0, rows * (kept + CFG.n_sel) * 8)
+
+
 @pytest.mark.parametrize("shape", ["small", "m7c"])
 def test_split_families_add_up_to_the_unsplit_ones(shape):
     """The partial output's two kernels do the atomic output's products and exps; the query dQ choice's two

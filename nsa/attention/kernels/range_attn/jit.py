@@ -405,6 +405,17 @@ def _store_cast(Y, i, x, m, BF16_RNE: tl.constexpr):
 
 
 @triton.jit
+def _sum_split(P, Y, i, N, NSPLIT, m, BF16_RNE: tl.constexpr):
+    """Y[i] = sum over the NSPLIT rows of P [NSPLIT, N] at i, in split order in fp32, stored by _store_cast."""
+    acc = tl.load(P + i, mask=m, other=0.0)
+    off = i  # int64: NSPLIT * N may pass 2**31
+    for _ in range(1, NSPLIT):
+        off += N
+        acc += tl.load(P + off, mask=m, other=0.0)
+    _store_cast(Y, i, acc, m, BF16_RNE)
+
+
+@triton.jit
 def _range_dkdv_sum(DKP, DVP, DK, DV, NK, NV, NSPLIT, BLOCK: tl.constexpr, BF16_RNE: tl.constexpr):
     """dK and dV of one range backward from their fp32 partials (host.GLUE_CHOICES "fused"): DKP [NSPLIT, NK] and
     DVP [NSPLIT, NV] (the dK/dV kernel's query-range chunks) summed in split order in fp32 and stored once in DK's /
@@ -412,18 +423,6 @@ def _range_dkdv_sum(DKP, DVP, DK, DV, NK, NV, NSPLIT, BLOCK: tl.constexpr, BF16_
     program_id(1) picks dK or dV."""
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     if tl.program_id(1) == 0:
-        m = i < NK
-        acc = tl.load(DKP + i, mask=m, other=0.0)
-        off = i  # int64: NSPLIT * NK may pass 2**31
-        for _ in range(1, NSPLIT):
-            off += NK
-            acc += tl.load(DKP + off, mask=m, other=0.0)
-        _store_cast(DK, i, acc, m, BF16_RNE)
+        _sum_split(DKP, DK, i, NK, NSPLIT, i < NK, BF16_RNE)
     else:
-        m = i < NV
-        acc = tl.load(DVP + i, mask=m, other=0.0)
-        off = i  # int64: NSPLIT * NV may pass 2**31
-        for _ in range(1, NSPLIT):
-            off += NV
-            acc += tl.load(DVP + off, mask=m, other=0.0)
-        _store_cast(DV, i, acc, m, BF16_RNE)
+        _sum_split(DVP, DV, i, NV, NSPLIT, i < NV, BF16_RNE)

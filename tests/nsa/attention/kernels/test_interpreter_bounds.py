@@ -1,0 +1,74 @@
+"""interpreter_bounds (the address check every interpreted kernel test runs under, tests/nsa/conftest.py): a kernel
+whose mask lets one element past its tensor through is stopped at that access, for loads, stores and atomics, with
+the kernel's line; the same kernels with the right masks, and a kernel reading a view inside a larger storage,
+pass; the check is installed for this session wherever the kernels are interpreted."""
+
+import os
+
+import pytest
+import torch
+
+from triton_test_utils import HAVE_TRITON, ON_GPU
+
+pytestmark = [pytest.mark.skipif(not HAVE_TRITON, reason="needs the triton package"),
+              pytest.mark.skipif(ON_GPU, reason="the interpreter's check (on a GPU: compute-sanitizer)")]
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _copy(X, Y, N, EXTRA: tl.constexpr, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(X + i, mask=i < N + EXTRA, other=0.0)  # EXTRA 1: one element past X
+        tl.store(Y + i, x, mask=i < N)
+
+    @triton.jit
+    def _write(Y, N, EXTRA: tl.constexpr, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(Y + i, tl.full([BLOCK], 1.0, tl.float32), mask=i < N + EXTRA)
+
+    @triton.jit
+    def _add(Y, N, EXTRA: tl.constexpr, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.atomic_add(Y + i, tl.full([BLOCK], 1.0, tl.float32), mask=i < N + EXTRA)
+
+
+def _bounds():
+    import interpreter_bounds
+    if not interpreter_bounds.supported():
+        pytest.skip("this triton's interpreter lacks what the check patches")
+    return interpreter_bounds
+
+
+def test_the_session_runs_under_the_check():
+    if os.environ.get("NSA_TEST_NO_BOUNDS") == "1":
+        pytest.skip("NSA_TEST_NO_BOUNDS=1")
+    assert _bounds().installed()
+
+
+@pytest.mark.parametrize("kernel", ["load", "store", "atomic"])
+def test_one_element_past_a_tensor_is_stopped_at_the_access(kernel):
+    bounds = _bounds()
+    x, y = torch.arange(40, dtype=torch.float32), torch.zeros(40)
+    launch = {"load": lambda extra: _copy[(1,)](x, y, 40, EXTRA=extra, BLOCK=64),
+              "store": lambda extra: _write[(1,)](y, 40, EXTRA=extra, BLOCK=64),
+              "atomic": lambda extra: _add[(1,)](y, 40, EXTRA=extra, BLOCK=64)}[kernel]
+    with bounds.checking():
+        launch(0)  # the right mask
+        if kernel == "load":
+            assert torch.equal(y, x)
+        with pytest.raises(Exception, match=rf"{'atomic' if kernel == 'atomic' else kernel} of 1 element\(s\) of 4 "
+                                            r"bytes outside every tensor argument at test_interpreter_bounds.py"):
+            launch(1)
+
+
+def test_a_view_inside_a_larger_storage_passes():
+    """The check knows storages, not views: reading past a view's end inside its storage is allowed (as memcheck
+    allows it inside an allocation)."""
+    bounds = _bounds()
+    base = torch.arange(64, dtype=torch.float32)
+    y = torch.zeros(40)
+    with bounds.checking():
+        _copy[(1,)](base[:40], y, 40, EXTRA=1, BLOCK=64)
+    assert torch.equal(y, base[:40])

@@ -21,7 +21,8 @@
 #   K2  runbooks/gpu_kernels.yaml without its trainer phase (--skip trainer_bench): the kernel tests each file in
 #       its own process, memcheck of every kernel, the layer against dense, and the roofline profile, with the new
 #       default. Expected verdict: INCOMPLETE on the skipped trainer criterion alone, every kernel criterion passed.
-# PART=selection (issue 31 item 2.2: the packed-key topk choice, nsa.attention.selection.TOPK_CHOICE, against the
+# PART=selection (issue 31 item 2.2: the packed-key topk choice, nsa.attention.selection.TOPK_CHOICE: the keys
+#       kernel, torch.topk and, since 2026-11-29, _blocksel_finish_kernel for the kept indices; against the
 #       full sort; the default stays "sort" until this qualifies it)
 #   S1  its tests on the GPU (each file in its own process), and test_triton_selection.py under the topk choice;
 #   S2  memcheck of the selection kernels under the topk choice (qualify, bf16, S 2,048 and 65,536, hpg 1 and 6);

@@ -97,21 +97,22 @@ def _install() -> None:
         _State.ranges = ranges
         return args_hst, kwargs_hst
 
-    def masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+    # the leading arguments only: the cache / eviction arguments after them differ between triton versions
+    def masked_load(self, ptrs, mask, *rest, **kwargs):
         _check("load", ptrs.data, mask.data, _interp._get_np_dtype(ptrs.get_element_ty()).itemsize)
-        return saved["create_masked_load"](self, ptrs, mask, other, cache_policy, is_volatile)
+        return saved["create_masked_load"](self, ptrs, mask, *rest, **kwargs)
 
-    def masked_store(self, ptrs, value, mask, cache_policy):
+    def masked_store(self, ptrs, value, mask, *rest, **kwargs):
         _check("store", ptrs.data, mask.data, value.data.dtype.itemsize)
-        return saved["create_masked_store"](self, ptrs, value, mask, cache_policy)
+        return saved["create_masked_store"](self, ptrs, value, mask, *rest, **kwargs)
 
-    def atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope):
+    def atomic_rmw(self, rmw_op, ptr, val, mask, *rest, **kwargs):
         _check("atomic", ptr.data, mask.data, val.data.dtype.itemsize)
-        return saved["create_atomic_rmw"](self, rmw_op, ptr, val, mask, sem, scope)
+        return saved["create_atomic_rmw"](self, rmw_op, ptr, val, mask, *rest, **kwargs)
 
-    def atomic_cas(self, ptr, cmp, val, sem, scope):
+    def atomic_cas(self, ptr, cmp, val, *rest, **kwargs):
         _check("atomic_cas", ptr.data, None, val.data.dtype.itemsize)
-        return saved["create_atomic_cas"](self, ptr, cmp, val, sem, scope)
+        return saved["create_atomic_cas"](self, ptr, cmp, val, *rest, **kwargs)
 
     G._init_args_hst = init_args
     B.create_masked_load, B.create_masked_store = masked_load, masked_store

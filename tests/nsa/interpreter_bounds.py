@@ -21,6 +21,7 @@ whether this triton has them.
 
 from __future__ import annotations
 
+import os
 import traceback
 from contextlib import contextmanager
 
@@ -30,6 +31,8 @@ try:
     import triton.runtime.interpreter as _interp
 except ImportError:  # no triton: nothing to check
     _interp = None
+# the triton package's own frames (the interpreter, triton.language) are skipped when naming the kernel's line
+_TRITON_DIR = os.path.dirname(os.path.dirname(_interp.__file__)) + os.sep if _interp is not None else "?"
 
 _PATCHED = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
 
@@ -55,7 +58,8 @@ def _describe(t) -> str:
 
 def _kernel_line() -> str:
     """The innermost frame of the interpreted kernel's own source (nsa/attention/kernels or a test's kernel)."""
-    frames = [f for f in traceback.extract_stack() if "/triton/" not in f.filename and f.filename != __file__]
+    frames = [f for f in traceback.extract_stack()
+              if not f.filename.startswith(_TRITON_DIR) and f.filename != __file__]
     f = frames[-1] if frames else None
     return f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno}: {(f.line or '').strip()}" if f else "?"
 

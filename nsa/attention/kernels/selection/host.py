@@ -446,8 +446,9 @@ def aot_cases():
     Default (kept under a minute): the model's shape (hpg 6, d_k 64, l=32, d=16, l_sel=64) for the three kernels,
     for the fused kernel the other tilings: hpg 1 (64 token rows, no head sum), hpg 3 (64 token rows), hpg 8 (16),
     d_k 32 and 128 (BC 32), l_sel = 128 (BC 128), fp16; the importance kernel at hpg 1, d_k 128 and the keys
-    kernel at hpg 1 (128 token rows, no head sum); the "topk" choice's finish kernel at n_sel 16 and 3. NSA_AOT_FULL=1: the three kernels at hpg {1, 3, 6, 8} x d_k
-    {32, 64, 128} x l_sel {32, 64, 128} x {bf16, fp16}.
+    kernel at hpg 1 (128 token rows, no head sum); the "topk" choice's finish kernel at n_sel 16 and 3.
+    NSA_AOT_FULL=1: the three kernels at hpg {1, 3, 6, 8} x d_k {32, 64, 128} x l_sel {32, 64, 128} x {bf16, fp16}
+    (the finish kernel as by default).
     """
     if parse("NSA_AOT_FULL"):
         shapes = [(kernel, hpg, d_k, l_sel, dtype) for kernel in ("sel", "imp", "keys") for hpg in (1, 3, 6, 8)

@@ -123,7 +123,7 @@ TOGGLES: dict[str, Toggle] = {
                "compute-sanitizer run qualifies it; runbooks/gpu_kernels.yaml runs them in processes of their own).",
                affects_run=False),
         Toggle("NSA_TEST_NO_BOUNDS", "bool", False, "tests (kernels)",
-               "1: the interpreted kernel tests run without the address check (tests/nsa/interpreter_bounds.py), "
+               "1: the interpreted kernel tests run without the address check (nsa.attention.kernels.interpreter_check), "
                "to tell a fault of the check from one of a kernel.", affects_run=False),
         Toggle("NSA_FUZZ_COUNTS_OUT", "text", None, "tests (fuzz)",
                "A JSON file the fuzz tests merge the number of examples they tried into.", affects_run=False),

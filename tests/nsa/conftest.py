@@ -26,15 +26,16 @@ NSA_ENV_VARS = tuple(name for name, toggle in TOGGLES.items() if toggle.affects_
 @pytest.fixture(autouse=True, scope="session")
 def _interpreter_address_check():
     """Through Triton's interpreter every kernel access is checked against its launch's tensors
-    (interpreter_bounds: a kernel's out-of-bounds access raises where it happens instead of corrupting the heap);
+    (nsa.attention.kernels.interpreter_check: a kernel's out-of-bounds access raises where it happens instead of
+    corrupting the heap);
     NSA_TEST_NO_BOUNDS=1 turns the check off."""
     if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1" or \
             os.environ.get("NSA_TEST_NO_BOUNDS") == "1":
         yield
         return
-    import interpreter_bounds
+    from nsa.attention.kernels import interpreter_check
 
-    with interpreter_bounds.checking():
+    with interpreter_check.checking():
         yield
 
 

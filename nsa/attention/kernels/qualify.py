@@ -4,6 +4,8 @@ runs under compute-sanitizer (one process per case, validation.kinds.sanitizer),
     python -m nsa.attention.kernels.qualify --dtype bf16 --seq-len 2048 --hpg 6 --method tiled
     compute-sanitizer --tool memcheck python -m nsa.attention.kernels.qualify --dtype bf16 --seq-len 65536 --hpg 1
     TRITON_INTERPRET=1 python -m nsa.attention.kernels.qualify --device cpu --dtype fp32 --seq-len 128 --hpg 2
+    TRITON_INTERPRET=1 python -m nsa.attention.kernels.qualify --device cpu --dtype fp32 --check-addresses
+                                                   # every access checked against its tensors (interpreter_check)
     python -m nsa.attention.kernels.qualify --dtype fp32 --fp32-dots tf32   # fp32 on the tensor cores (TF32)
 
 The shape defaults to the m7c model's (d_k = d_v = 64, l 32, d 16, l_sel 64, n_sel 16, w 512, G = 2 KV groups) with
@@ -38,6 +40,7 @@ import torch
 
 from nsa.attention.geometry import num_cmp_blocks
 from nsa.attention.kernels import TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP, interpreting, triton_status
+from nsa.attention.kernels import interpreter_check
 from nsa.attention.kernels.range_attn import host as range_attn
 from nsa.attention.kernels.selected_attn import host as selected_attn
 from nsa.attention.kernels.selection import host as selection
@@ -71,6 +74,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "default matmul precision; CUDA cores, and the bf16 tile sizes spill) or tf32 (tensor cores, "
                          "as under torch.set_float32_matmul_precision('high')); default ieee")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--check-addresses", action="store_true",
+                    help="with --device cpu: every load, store and atomic checked against its launch's tensors "
+                         "(nsa.attention.kernels.interpreter_check; on a GPU: compute-sanitizer's memcheck)")
     args = ap.parse_args(argv)
     args.d_v = args.d_k if args.d_v is None else args.d_v
     args.kernels = KERNELS if args.kernels == "all" else tuple(k.strip() for k in args.kernels.split(",") if k.strip())
@@ -104,6 +110,11 @@ def check_args(args: argparse.Namespace) -> str | None:
 
 
 def device_problem(args: argparse.Namespace) -> str | None:
+    if args.check_addresses and args.device != "cpu":
+        return "--check-addresses checks the interpreter's accesses: use it with --device cpu (on a GPU run this " \
+               "program under compute-sanitizer --tool memcheck)"
+    if args.check_addresses and not interpreter_check.supported():
+        return "--check-addresses: this triton's interpreter lacks what the check patches"
     if args.device == "cuda" and not torch.cuda.is_available():
         return ("--device cuda: no CUDA device here; on a CPU use --device cpu with TRITON_INTERPRET=1 (fp32, "
                 "small shapes)")
@@ -121,7 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"qualify: error: {problem}", file=sys.stderr)
         return 2
+    if args.check_addresses:
+        with interpreter_check.checking():
+            return _run(args)
+    return _run(args)
 
+
+def _run(args: argparse.Namespace) -> int:
     dev = torch.device(args.device)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     # the kernels read PyTorch's fp32 matmul precision at launch (nsa.attention.kernels.common.dot_precision)
@@ -190,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     dots = f" ({args.fp32_dots} dots)" if args.dtype == "fp32" else ""
     shape = (f"{args.dtype}{dots} B={b} S={s} G={g} hpg={hpg} H={h} d_k={args.d_k} d_v={args.d_v} l={args.l} "
              f"d={args.d} l_sel={args.l_sel} n_sel={args.n_sel} w={args.w} method={args.method} on {args.device}")
-    print(f"qualify: {shape}", flush=True)
+    print(f"qualify: {shape}{', addresses checked' if args.check_addresses else ''}", flush=True)
     for name in args.kernels:
         t0 = time.perf_counter()
         try:

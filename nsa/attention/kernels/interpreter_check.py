@@ -12,11 +12,12 @@ What it sees: accesses outside every argument's whole storage (what memcheck see
 another view of the same storage from a read of the view passed, nor races). Its cost is a few numpy compares per
 access: about 3% of an interpreted layer forward+backward.
 
-tests/nsa/conftest.py installs it for the whole session wherever the kernels run through the interpreter, so every
-kernel test checks its addresses; NSA_TEST_NO_BOUNDS=1 turns it off (to tell a fault of the check from one of a
-kernel). It patches the interpreter's builder (create_masked_load / create_masked_store / create_atomic_rmw /
-create_atomic_cas) and GridExecutor._init_args_hst, which records the launch's storages: `supported()` says
-whether this triton has them.
+Used by: tests/nsa/conftest.py, for the whole session wherever the kernels run through the interpreter, so every
+kernel test checks its addresses (NSA_TEST_NO_BOUNDS=1 turns it off, to tell a fault of the check from one of a
+kernel); `python -m nsa.attention.kernels.qualify --device cpu --check-addresses` (under TRITON_INTERPRET=1), every
+kernel at a chosen shape. It patches the interpreter's builder (create_masked_load / create_masked_store /
+create_atomic_rmw / create_atomic_cas) and GridExecutor._init_args_hst, which records the launch's storages:
+`supported()` says whether this triton has them.
 """
 
 from __future__ import annotations
@@ -25,13 +26,12 @@ import os
 import traceback
 from contextlib import contextmanager
 
-import numpy as np
-
 try:
+    import numpy as np  # the interpreter's own dependency
     import triton.runtime.interpreter as _interp
 except ImportError:  # no triton: nothing to check
     _interp = None
-# the triton package's own frames (the interpreter, triton.language) are skipped when naming the kernel's line
+# the triton package's directory: its frames are skipped when naming the kernel's line
 _TRITON_DIR = os.path.dirname(os.path.dirname(_interp.__file__)) + os.sep if _interp is not None else "?"
 
 _PATCHED = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
@@ -47,6 +47,7 @@ class _State:
 
 
 def supported() -> bool:
+    """Whether this triton's interpreter has what the check patches (False without triton)."""
     return (_interp is not None and hasattr(_interp, "GridExecutor")
             and hasattr(_interp.GridExecutor, "_init_args_hst")
             and all(hasattr(_interp.InterpreterBuilder, name) for name in _PATCHED))

@@ -1,4 +1,4 @@
-"""interpreter_bounds (the address check every interpreted kernel test runs under, tests/nsa/conftest.py): a kernel
+"""nsa.attention.kernels.interpreter_check (the address check every interpreted kernel test runs under, tests/nsa/conftest.py): a kernel
 whose mask lets one element past its tensor through is stopped at that access, for loads, stores and atomics, with
 the kernel's line; the same kernels with the right masks, and a kernel reading a view inside a larger storage,
 pass; the check is installed for this session wherever the kernels are interpreted."""
@@ -35,10 +35,10 @@ if HAVE_TRITON:
 
 
 def _bounds():
-    import interpreter_bounds
-    if not interpreter_bounds.supported():
+    from nsa.attention.kernels import interpreter_check
+    if not interpreter_check.supported():
         pytest.skip("this triton's interpreter lacks what the check patches")
-    return interpreter_bounds
+    return interpreter_check
 
 
 def test_the_session_runs_under_the_check():
@@ -59,7 +59,7 @@ def test_one_element_past_a_tensor_is_stopped_at_the_access(kernel):
         if kernel == "load":
             assert torch.equal(y, x)
         with pytest.raises(Exception, match=rf"{'atomic' if kernel == 'atomic' else kernel} of 1 element\(s\) of 4 "
-                                            r"bytes outside every tensor argument at test_interpreter_bounds.py"):
+                                            r"bytes outside every tensor argument at test_interpreter_check.py"):
             launch(1)
 
 
@@ -72,3 +72,34 @@ def test_a_view_inside_a_larger_storage_passes():
     with bounds.checking():
         _copy[(1,)](base[:40], y, 40, EXTRA=1, BLOCK=64)
     assert torch.equal(y, base[:40])
+
+
+QUALIFY_SHAPE = ["--device", "cpu", "--dtype", "fp32", "--seq-len", "64", "--hpg", "2", "--d-k", "32", "--l", "8",
+                 "--d", "4", "--l-sel", "16", "--n-sel", "3", "--w", "16"]
+
+
+def test_qualify_checks_addresses_on_cpu(monkeypatch, capsys):
+    """`qualify --device cpu --check-addresses` runs the kernels under the check: they pass, and a kernel swapped
+    for one that writes a float past its tensor fails the run at that kernel, naming the access."""
+    from nsa.attention.kernels import qualify
+
+    _bounds()
+    assert qualify.main(QUALIFY_SHAPE + ["--check-addresses", "--kernels", "cmp,select,sel_kv"]) == 0
+    assert "addresses checked" in capsys.readouterr().out
+
+    def writes_past_its_output(q, k, v, *rest):
+        y = torch.zeros(40)
+        _write[(1,)](y, 40, EXTRA=1, BLOCK=64)
+        return q.sum() * 0 + y.sum()
+
+    monkeypatch.setattr(qualify.range_attn, "window_attention", writes_past_its_output)
+    assert qualify.main(QUALIFY_SHAPE + ["--check-addresses", "--kernels", "win"]) == 1
+    err = capsys.readouterr().err
+    assert "qualify: FAILED win" in err and "store of 1 element(s) of 4 bytes outside every tensor argument" in err
+
+
+def test_qualify_refuses_the_address_check_off_the_interpreter(capsys):
+    from nsa.attention.kernels import qualify
+
+    assert qualify.main(["--device", "cuda", "--check-addresses"]) == 2
+    assert "--check-addresses checks the interpreter's accesses: use it with --device cpu" in capsys.readouterr().err

@@ -7,11 +7,10 @@ loop over data would make it grow), and issue 21 sets at most 80 per layer.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
+from op_counting import bench_ops
 from triton_test_utils import ON_GPU, needs_triton
 
 pytestmark = [needs_triton, pytest.mark.skipif(ON_GPU, reason="counts under the interpreter (CPU)")]
@@ -26,17 +25,9 @@ SHAPE = dict(dim=64, n_heads=4, n_kv_groups=2, d_k=32, d_v=32, l=8, d=4, l_sel=8
 LENGTHS = (16, 64)  # 2 selection blocks (fewer than n_sel: the padded case) and 8
 
 
-def _bench():
-    path = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_ops.py"
-    spec = importlib.util.spec_from_file_location("bench_ops", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def counts():
-    bench = _bench()
+    bench = bench_ops()
     layer = bench.make_layer(**SHAPE)
     return bench, {s: bench.count_layer(layer, s, warmup=i == 0) for i, s in enumerate(LENGTHS)}
 
@@ -72,7 +63,7 @@ def test_at_most_80_ops_per_layer(monkeypatch):
 
     # the interpreter's sort of 2,048 pairs takes seconds; the ops do not depend on the chunk
     monkeypatch.setattr(triton_index, "PAIRS", 64)
-    bench = _bench()
+    bench = bench_ops()
     layer = bench.make_layer(**SHAPE, index_build="triton")
     by_len = {s: bench.count_layer(layer, s, warmup=i == 0) for i, s in enumerate(LENGTHS)}
     totals = {s: c.total for s, c in by_len.items()}

@@ -18,9 +18,8 @@ import pytest
 import torch
 
 from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, needs_triton
-from triton_test_utils import assert_choice_close as _close
+from triton_test_utils import assert_choice_close as _close, choice_blocks
 
-from nsa.attention.selection import choose_blocks
 
 if HAVE_TRITON:
     from nsa.attention.kernels.selected_attn import host as ts
@@ -50,16 +49,10 @@ def _inputs(b, h, g, s, d, seed, pad=0):
 
 
 def _blocks(b, g, s, l_sel, n_sel, seed, edits=()):
-    """choose_blocks on random importance, then `edits` (t, slot, block) written into -1 slots, and query 2 with
-    no block at all."""
-    gen = torch.Generator().manual_seed(seed)
-    nb = -(-s // l_sel)
-    blocks = choose_blocks(torch.rand(b, g, s, nb, generator=gen), torch.arange(s), n_sel, l_sel).clone()
-    for t, slot, block in edits:
-        assert (blocks[:, :, t, slot] == -1).all(), (t, slot)
-        blocks[:, :, t, slot] = block
+    """choice_blocks (random importance, then `edits`), and query 2 with no block at all."""
+    blocks = choice_blocks(b, g, s, l_sel, n_sel, seed, edits)
     blocks[:, :, 2] = -1
-    return blocks.to(KERNEL_DEVICE)
+    return blocks
 
 
 def _reference(q, k, v, blocks, l_sel, dtype):

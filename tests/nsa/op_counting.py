@@ -1,4 +1,4 @@
-"""benchmarks/bench_ops.py's counter for the kernel tests: the module loaded once from its file, and the aten ops
+"""benchmarks/bench_ops.py's counter for the op-count and kernel tests: the module loaded once from its file, and the aten ops
 and Triton launches of one call counted, or of one call under each value of a launch choice."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 @functools.cache
 def bench_ops():
     """benchmarks/bench_ops.py as a module (it is a script, not a package)."""
-    path = Path(__file__).resolve().parents[4] / "benchmarks" / "bench_ops.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_ops.py"
     spec = importlib.util.spec_from_file_location("bench_ops", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -7,6 +7,7 @@ a GPU).
     python benchmarks/bench_attention.py --device cuda --dtype bf16 --shape m7c      # GPU: S 2048..65536
     python benchmarks/bench_attention.py --device cuda --dtype bf16 --shape small
     python benchmarks/bench_attention.py --device cuda --dtype bf16 --shape m7c --paths nsa-triton,nsa-flex,dense
+    python benchmarks/bench_attention.py --device cuda --seq-lens 65536 --dry-run   # check the options, list the cases
 
 Paths: nsa-triton and nsa-torch are the layer with NSAConfig.kernel "triton" / "torch"; sequential is the per-token
 oracle; dense is the dense twin. nsa-flex is the layer with its three attention branches through PyTorch's
@@ -362,6 +363,8 @@ def main(argv=None) -> int:
     ap.add_argument("--topk-choice", default="auto",
                     help="NSA paths: the selection's top-n_sel (nsa.attention.selection.TOPK_CHOICES: sort, the full "
                          "sort, or topk, packed keys; auto: the qualified one), for an A/B")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="check every option and print the cases, run nothing (no device is needed)")
     ap.add_argument("--case", choices=PATHS, help=argparse.SUPPRESS)  # internal: measure one case
     args = ap.parse_args(argv)
     cuda = args.device == "cuda"
@@ -399,25 +402,29 @@ def main(argv=None) -> int:
     print("reproduce: python benchmarks/bench_attention.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])))
     print(f"attention layer B={args.batch} {args.shape} {SHAPES[args.shape]}, device={args.device} dtype={args.dtype}, "
           f"{args.repeats} timed passes after {args.warmup} warm-up; times in ms as min/median/max")
+    cases = [(s, path) for s in seq_lens
+             for path in sorted(paths, key=lambda p: p != "dense")  # dense first: the others print their ratio to it
+             if not ((path == "sequential" and s > args.sequential_max)
+                     or (path == "nsa-torch" and cuda and s > args.torch_max))]
+    if args.dry_run:
+        for s, path in cases:
+            print(f"{s:>6} {path}: one subprocess, {args.warmup} warm-up and {args.repeats} timed passes")
+        return 0
     results: dict[tuple[str, int], dict] = {}
-    for s in seq_lens:
-        for path in sorted(paths, key=lambda p: p != "dense"):  # dense first: the others print their ratio to it
-            if (path == "sequential" and s > args.sequential_max) or (path == "nsa-torch" and cuda
-                                                                      and s > args.torch_max):
-                continue
-            case = results[(path, s)] = spawn(path, s, args)
-            if "error" in case:
-                print(f"{s:>6} {path:<11} failed: {case['error']}", flush=True)
-                continue
-            dense = results.get(("dense", s))
-            ratio = ""
-            if path != "dense" and dense and "error" not in dense:
-                ratio = "  vs dense (median): " + " ".join(
-                    f"{m} {median(dense, m) / median(case, m):.2f}x" for m in MODES if median(case, m)) + " faster"
-            print(f"{s:>6} {path:<11} fwd {ms_triple(case, 'fwd')}  bwd {ms_triple(case, 'bwd')}  "
-                  f"fwd+bwd {ms_triple(case, 'fwdbwd')}  {fmt(case['toks_per_s'], ',.0f', 11)} tok/s  "
-                  f"peak {case['peak_gb']:.2f} GB{ratio}" + (f"  ({case['note']})" if "note" in case else ""),
-                  flush=True)
+    for s, path in cases:
+        case = results[(path, s)] = spawn(path, s, args)
+        if "error" in case:
+            print(f"{s:>6} {path:<11} failed: {case['error']}", flush=True)
+            continue
+        dense = results.get(("dense", s))
+        ratio = ""
+        if path != "dense" and dense and "error" not in dense:
+            ratio = "  vs dense (median): " + " ".join(
+                f"{m} {median(dense, m) / median(case, m):.2f}x" for m in MODES if median(case, m)) + " faster"
+        print(f"{s:>6} {path:<11} fwd {ms_triple(case, 'fwd')}  bwd {ms_triple(case, 'bwd')}  "
+              f"fwd+bwd {ms_triple(case, 'fwdbwd')}  {fmt(case['toks_per_s'], ',.0f', 11)} tok/s  "
+              f"peak {case['peak_gb']:.2f} GB{ratio}" + (f"  ({case['note']})" if "note" in case else ""),
+              flush=True)
     checks = targets(results, args, paths)
     if checks:
         print("\ntargets:")

@@ -3,6 +3,7 @@ with --topk-ab, the two top-n_sel choices of the block selection side by side in
 
     python benchmarks/bench_selection.py [--seq-lens 1024,2048,4096] [--device cuda] [--topk-choice topk]
     python benchmarks/bench_selection.py --topk-ab --device cuda --seq-lens 2048,16384,65536 [--repeats 11]
+    python benchmarks/bench_selection.py ... --dry-run     # check the options and print the lengths, run nothing
 
 The range builders belong to the PyTorch kernels (the Triton path reads block indices), so the layer runs
 kernel="torch". Both builders are checked to give identical ranges before anything is timed. Ratios are v1 time /
@@ -152,14 +153,26 @@ def main(argv=None) -> int:
                     help="the layer's top-n_sel choice (nsa.attention.selection.TOPK_CHOICE; auto: QUALIFIED_TOPK)")
     ap.add_argument("--topk-ab", action="store_true",
                     help="time the top-n_sel choices sort and topk side by side instead (module docstring)")
+    ap.add_argument("--dry-run", action="store_true", help="check the options and print what would be timed, run "
+                                                            "nothing (no device is needed)")
     args = ap.parse_args(argv)
+    try:
+        seq_lens = [int(s) for s in args.seq_lens.split(",") if s.strip()]
+    except ValueError:
+        seq_lens = []
+    if not seq_lens or min(seq_lens) < 1 or args.repeats < 1:
+        ap.error(f"--seq-lens {args.seq_lens!r} must be comma-separated integers >= 1, and --repeats >= 1")
+    if args.dry_run:
+        what = ("the top-n_sel choices sort and topk (tiled selection, then choose_blocks)" if args.topk_ab else
+                f"the range builders v1 and v2 and the layer's forward under each (top-n_sel {args.topk_choice})")
+        print(f"{what} at S {', '.join(map(str, seq_lens))} on {args.device}, {args.repeats} repeats")
+        return 0
     if args.topk_ab:
         return topk_ab(args)
     from nsa.attention import selection
 
     selection.TOPK_CHOICE = args.topk_choice
     rows = []
-    seq_lens = [int(s) for s in args.seq_lens.split(",")]
     torch.manual_seed(0)
     base = NSAAttention(NSAConfig(**SHAPE, kernel="torch")).to(args.device)
     print(f"selection ranges v1 vs v2, B=1 {SHAPE}, device={args.device}")

@@ -42,6 +42,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "artifacts" / "bench_train"
+sys.path.insert(0, str(ROOT))
+
+from nsa import toggles  # noqa: E402  (torch-free: the table of NSA_* variables a --variant may set)
 
 CPU_CASES = [
     # name, config, trainer flags, steps, warm-up steps excluded from the mean
@@ -69,6 +72,9 @@ def parse_variant(text: str) -> tuple[str, dict[str, str]]:
         if not eq or not name.strip():
             raise ValueError(f"--variant {text!r}: {item!r} is not VAR=VALUE")
         env[name.strip()] = value.strip()
+        problem = toggles.check(name.strip(), value.strip())
+        if problem:  # refused here, before any case runs, not by the trainer of every case
+            raise ValueError(f"--variant {text!r}: {problem}")
     return label, env
 
 

@@ -3,6 +3,7 @@
     python benchmarks/tune_kernels.py --aot                       # no GPU: which candidates compile without spills
     python benchmarks/tune_kernels.py --device cuda               # GPU: time every candidate that compiles cleanly
     python benchmarks/tune_kernels.py --device cuda --families range_dkdv,sel_bwd --seq-lens 65536 --batch 1
+    python benchmarks/tune_kernels.py --device cuda --families range_q --dry-run    # check the options, list the cases
 
 The profile of one layer (benchmarks/profile_layer.py; reports/gpu/2026-11-26) puts most of the GPU time in four
 kernel families: the range kernels' forward and dQ (`range_q`: nsa.attention.kernels.range_attn.host.fwd_config /
@@ -337,6 +338,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--timeout", type=int, default=300, help="seconds per case")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--dry-run", action="store_true", help="check the options and print the cases, run nothing (no "
+                                                            "device is needed)")
     ap.add_argument("--case", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     families = [f.strip() for f in args.families.split(",") if f.strip()]
@@ -348,12 +351,22 @@ def main(argv=None) -> int:
             _select(args.candidates, family)
     except ValueError as exc:
         ap.error(str(exc))
-    lens = [int(x) for x in args.seq_lens.split(",")]
-    batches = [int(x) for x in args.batch.split(",")]
+    try:
+        lens = [int(x) for x in args.seq_lens.split(",")]
+        batches = [int(x) for x in args.batch.split(",")]
+    except ValueError:
+        ap.error(f"--seq-lens {args.seq_lens!r} and --batch {args.batch!r} must be comma-separated integers")
     if len(batches) == 1:
         batches *= len(lens)
     if len(batches) != len(lens) or min(lens + batches) < 1 or args.repeats < 1 or args.warmup < 0:
         ap.error("--batch needs one value or one per --seq-lens value; lengths, batches and --repeats >= 1")
+    if args.dry_run:
+        for family in families:
+            for s, b in zip(lens, batches):
+                for cand in _select(args.candidates, family):
+                    print(f"{family} at S {s:,} x B {b}: #{cand} {_label(FAMILIES[family][cand])} vs shipped"
+                          + (" (compile check only)" if args.aot else ""))
+        return 0
     if args.case:
         family, cand = args.case.split(":")
         print(json.dumps(run_case(family, int(cand), lens[0], batches[0], args.device, args.dtype, args.repeats,

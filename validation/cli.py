@@ -27,8 +27,8 @@ from validation.report.progress import display
 from validation.formatting import CRITERION_LABELS, status_view
 from validation.report.view import key_figure_lines
 from validation.results.store import DEFAULT_RUNS, ResultsError, RunDirError
-from validation.run import (RunError, RunRequest, compare_run_dirs, list_runbooks, list_runs, report_run,
-                            run_runbook)
+from validation.run import (RunError, RunRequest, compare_run_dirs, list_runbooks, list_runs, not_run, prepare,
+                            report_run, run_runbook)
 from validation.runbook.loader import RunbookError, load_runbook
 from validation.version import version_line
 
@@ -104,13 +104,21 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
         no_report: bool = typer.Option(False, "--no-report", help="write results.json only"),
         reuse: List[str] = typer.Option([], "--reuse", help="PHASE or PHASE=RUN_DIR: take the phase's results from "
                                         "an earlier run of this same source (the newest match under reports/, or "
-                                        "RUN_DIR) instead of running it; the report names that run (repeatable)")
+                                        "RUN_DIR) instead of running it; the report names that run (repeatable)"),
+        dry_run: bool = typer.Option(False, "--dry-run", help="check everything a run checks before it launches "
+                                     "(the runbook and the files it names, the phases, --resume, --reuse, --out) "
+                                     "and print the plan, each step that would not run saying why; launch nothing, "
+                                     "write nothing")
         ) -> None:
     """Run every phase of RUNBOOK; write RUN_DIR/results.json, report.md, report.html, junit.xml and plots.
     Exit 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE; SIGINT, SIGTERM or SIGHUP end every launched process,
     keep the finished steps (--resume continues) and exit 130, 143 or 129."""
     def body() -> int:
         try:
+            if dry_run:
+                return _dry_run(RunRequest(runbook=runbook, out=out, only=tuple(only), skip=tuple(skip),
+                                           resume=resume, rerun=tuple(rerun), overrides=tuple(set_),
+                                           against=against, no_report=no_report, cwd=Path.cwd(), reuse=tuple(reuse)))
             return _run(runbook, out, only, skip, resume, rerun, set_, against, no_report, reuse)
         except typer.Exit as exc:  # _fail: invalid input
             return exc.exit_code
@@ -119,6 +127,20 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
         body, on_interrupt=lambda exc: err.print(f"interrupted ({interrupts.describe(exc)})", markup=False),
         on_left=lambda pids: err.print(f"warning: ended {len(pids)} process(es) still running after the run: {pids}",
                                        markup=False)))
+
+
+def _dry_run(request: RunRequest) -> int:
+    try:
+        prepared = prepare(request, warn=lambda message: err.print(f"warning: {message}", markup=False,
+                                                                  soft_wrap=True), check_files=True)
+    except RunError as exc:
+        _fail(str(exc))
+    for text, style in text_lines(prepared.runbook, describe(prepared.runbook, not_run(prepared))):
+        print_line(console, text, style)
+    how = "continue" if prepared.previous is not None else "write"
+    console.print(f"\ndry run: nothing launched, nothing written; the run would {how} {prepared.run_dir}",
+                  markup=False, soft_wrap=True)
+    return EXIT_GO
 
 
 def _run(runbook, out, only, skip, resume, rerun, set_, against, no_report, reuse=()) -> int:

@@ -26,7 +26,8 @@ from validation.results import reuse
 from validation.results.store import (DEFAULT_RUNS, RESULTS_JSON, ResultsError, RunDirError, cannot_write, inside_run_dir,
                                 read_results, write_results)
 from validation.runbook.loader import Runbook, RunbookError, load_runbook
-from validation.execution.runner import Reporter, ResumeError, RunOptions, Runner, check_resume
+from validation.execution.runner import Reporter, ResumeError, RunOptions, Runner, check_resume, steps_to_run
+from validation.runbook.plan import skipped_here
 
 
 class RunError(ValueError):
@@ -80,12 +81,24 @@ def _quiet() -> ContextManager[Reporter]:
     return contextlib.nullcontext(Reporter())
 
 
-def run_runbook(request: RunRequest, display: Callable[[], ContextManager[Reporter]] = _quiet,
-                warn: Callable[[str], None] = lambda message: None) -> RunOutcome:
-    """Run `request.runbook` end to end; `display()` opens the progress display the runner reports to while the
-    steps run. Raises RunError on invalid input; an interrupt (SIGINT, SIGTERM, SIGHUP) while the steps run ends
-    every launched process and comes back as RunOutcome.interrupted, with the finished steps saved and reported."""
-    rb = load(request.runbook, request.overrides, request.cwd)
+@dataclass(frozen=True)
+class Prepared:
+    """A request checked and resolved, nothing launched or written yet: the runbook, the run directory, the earlier
+    attempt a --resume continues, the run --against compares with, and the runner's options (--reuse resolved)."""
+
+    runbook: Runbook
+    run_dir: Path
+    previous: Optional[dict]
+    earlier: Optional[dict]
+    options: RunOptions
+
+
+def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: None,
+            check_files: bool = False) -> Prepared:
+    """Every check run_runbook makes before it launches anything (the runbook, --only/--skip, --resume/--rerun,
+    --out, --against, --reuse); RunError naming the first problem. With `check_files`, the files the runbook
+    names (configs, tests, benchmark scripts) must exist too, as `plan` checks them. Reads, never writes."""
+    rb = load(request.runbook, request.overrides, request.cwd if check_files else None)
     for note in rb.notes:
         warn(note)
     phases = [p.name for p in rb.phases]
@@ -120,6 +133,40 @@ def run_runbook(request: RunRequest, display: Callable[[], ContextManager[Report
         warn(reused[phase].note())
     options = RunOptions(only=tuple(request.only), skip=tuple(request.skip), overrides=tuple(request.overrides),
                          cwd=request.cwd, rerun=tuple(dict.fromkeys(request.rerun)), reuse=reused)
+    return Prepared(rb, run_dir, previous, earlier, options)
+
+
+def not_run(prepared: Prepared) -> dict[str, str]:
+    """{step: why a run of `prepared` would not launch it}: its phase left out by --only or --skip, taken from an
+    earlier run by --reuse, with its result in the run --resume continues (and not named by --rerun), or a requirement
+    this machine does not meet (validation.runbook.plan.skipped_here). What `run --dry-run` shows."""
+    rb, opt = prepared.runbook, prepared.options
+    todo = None if prepared.previous is None else set(steps_to_run(rb, prepared.previous, opt.rerun))
+    here = skipped_here(rb)
+    reasons = {}
+    for step in rb.steps():
+        if opt.only and step.phase not in opt.only:
+            reasons[step.name] = f"phase {step.phase} not selected (--only {' '.join(opt.only)})"
+        elif step.phase in opt.skip:
+            reasons[step.name] = f"phase {step.phase} skipped (--skip)"
+        elif step.phase in opt.reuse:
+            reasons[step.name] = f"taken from {opt.reuse[step.phase].source} (--reuse)"
+        elif todo is not None and step.name not in todo:
+            reasons[step.name] = (f"its result in {prepared.run_dir} is kept (--resume; --rerun {step.name} runs it "
+                                  "again)")
+        elif step.name in here:
+            reasons[step.name] = here[step.name]
+    return reasons
+
+
+def run_runbook(request: RunRequest, display: Callable[[], ContextManager[Reporter]] = _quiet,
+                warn: Callable[[str], None] = lambda message: None) -> RunOutcome:
+    """Run `request.runbook` end to end; `display()` opens the progress display the runner reports to while the
+    steps run. Raises RunError on invalid input; an interrupt (SIGINT, SIGTERM, SIGHUP) while the steps run ends
+    every launched process and comes back as RunOutcome.interrupted, with the finished steps saved and reported."""
+    prepared = prepare(request, warn)
+    rb, run_dir, previous, earlier, options = (prepared.runbook, prepared.run_dir, prepared.previous,
+                                               prepared.earlier, prepared.options)
     first_saved = None if request.no_report else (lambda saved: replace_earlier_reports(run_dir, saved))
     try:  # the run directory cannot be written (disk full, permission) or leads outside itself: one RunError
         try:

@@ -91,6 +91,44 @@ def test_a_run_directory_holding_a_run_is_refused(tmp_path):
     assert [m.name for m in marks.iterdir()] == ["one"]
 
 
+def test_a_dry_run_makes_the_checks_of_a_run_says_what_would_not_run_and_writes_nothing(tmp_path, monkeypatch):
+    """`run --dry-run`: the same checks as a run (prepare), then the plan with each step that would not run and why
+    (--skip, --only, its result kept from the run --resume continues); nothing launched, nothing
+    written; an invalid request exits 2 naming it, as run does."""
+    from typer.testing import CliRunner
+
+    from validation.cli import app
+
+    marks, run_dir = tmp_path / "marks", tmp_path / "run"
+    path = runbook(tmp_path, marks)
+    monkeypatch.chdir(tmp_path)
+
+    def dry(*args):
+        result = CliRunner().invoke(app, ["run", str(path), *map(str, args), "--dry-run"])
+        return result.exit_code, result.output
+
+    code, out = dry("--out", run_dir, "--skip", "b")
+    assert code == 0 and "a / one (bench)\n" in out and "b / two (bench)  SKIPPED here: phase b skipped (--skip)" in out
+    assert f"the run would write {run_dir}" in out and "[-c, " not in out
+    assert not run_dir.exists() and list(marks.iterdir()) == []
+    code, out = dry("--out", run_dir, "--only", "b")
+    assert code == 0 and "a / one (bench)  SKIPPED here: phase a not selected (--only b)" in out
+    code, out = dry("--out", run_dir, "--skip", "c")
+    assert code == 2 and "no phase 'c' in" in out and not run_dir.exists()
+
+    run_runbook(RunRequest(path, out=run_dir, only=("a",), no_report=True, cwd=tmp_path))
+    (marks / "one").unlink()
+    before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
+    code, out = dry("--out", run_dir)
+    assert code == 2 and f"{run_dir} already holds a run" in out
+    code, out = dry("--resume", run_dir)
+    assert code == 2 and "nothing to resume: the run finished" in out
+    code, out = dry("--resume", run_dir, "--rerun", "one")
+    assert code == 0 and "a / one (bench)\n" in out and f"the run would continue {run_dir}" in out
+    assert f"b / two (bench)  SKIPPED here: its result in {run_dir} is kept (--resume; --rerun two runs it" in out
+    assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before and list(marks.iterdir()) == []
+
+
 def test_report_write_keeps_the_plots_of_a_copy_without_its_csvs(tmp_path):
     """`report --write` on a run directory copied without its bulky files (reports/examples keep results.json, the
     reports and the plots, not the training.csv files): the plots it cannot draw again stay, as recorded; a plot

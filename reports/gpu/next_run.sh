@@ -57,10 +57,16 @@
 #   T2  NSA against the dense twin at 16,384 and 32,768 tokens (B 1) with the new dK/dV default (issue 32's 2x);
 #   T3  (with the time left) --compile and compile + CUDA graphs, both models, and the GPU test of the compiled
 #       model's capture.
+#
+# DRY=DIR (no GPU needed): run nothing; each step writes its command, NUL-separated, to DIR/NNN_<step>.argv, which
+# tests/test_next_run.py checks on CPU (every benchmark's options through its --dry-run, the runbook through
+# `run --dry-run`, each pytest file and -k collected, each launch choice a module sets, qualify's options), so
+# that a typo costs a CI run, not a GPU session.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD PATH=$PATH:/usr/local/cuda/bin NSA_TB_DISABLE=1
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"; BUDGET=${BUDGET:-570}; PART=${PART:-kernels}
-W=/tmp/nsa_gpu; mkdir -p $W/kernels $W/trainer
+W=${W:-/tmp/nsa_gpu}; mkdir -p $W/kernels $W/trainer; DRY=${DRY:-}; NSTEP=0
+case $PART in kernels|selection|h100|choices|trainer) ;; *) echo "PART=$PART: expected kernels, selection, h100, choices or trainer" >&2; exit 2;; esac
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 left() { echo $(( BUDGET - $(el) )); }
 log() { echo "[$(el)s] $*" | tee -a "$OUT/log.txt"; }
@@ -70,11 +76,14 @@ step() {
   local cap=$(( $(left) - 15 ))
   if [ $cap -lt $(( need / 2 )) ]; then log "SKIPPED $name: ${cap}s left, it needs about ${need}s"; return 0; fi
   [ $need -lt $cap ] && cap=$need
+  if [ -n "$DRY" ]; then
+    NSTEP=$(( NSTEP + 1 )); mkdir -p "$DRY"; printf '%s\0' "$@" > "$DRY/$(printf %03d $NSTEP)_$name.argv"; return 0
+  fi
   timeout -s TERM -k 10 $cap "$@" > "$dir/$name.txt" 2>&1
   log "$name exit $? (limit ${cap}s)"
   tar czf "$OUT/$(basename $dir).tgz" -C $W "$(basename $dir)"  # after every step: a cut call keeps what ran
 }
-{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; nproc
+[ -z "$DRY" ] && { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; nproc
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
   git rev-parse HEAD 2>/dev/null; git status --short 2>/dev/null | head -20; date -u
   python3 -c "from validation.version import source_digest; print('source digest', source_digest())"

@@ -132,7 +132,7 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
 def _dry_run(request: RunRequest) -> int:
     try:
         prepared = prepare(request, warn=lambda message: err.print(f"warning: {message}", markup=False,
-                                                                  soft_wrap=True), check_files=True)
+                                                                  soft_wrap=True))
     except RunError as exc:
         _fail(str(exc))
     for text, style in text_lines(prepared.runbook, describe(prepared.runbook, not_run(prepared))):

@@ -93,12 +93,11 @@ class Prepared:
     options: RunOptions
 
 
-def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: None,
-            check_files: bool = False) -> Prepared:
-    """Every check run_runbook makes before it launches anything (the runbook, --only/--skip, --resume/--rerun,
-    --out, --against, --reuse); RunError naming the first problem. With `check_files`, the files the runbook
-    names (configs, tests, benchmark scripts) must exist too, as `plan` checks them. Reads, never writes."""
-    rb = load(request.runbook, request.overrides, request.cwd if check_files else None)
+def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: None) -> Prepared:
+    """Every check run_runbook makes before it launches anything (the runbook and the files it names: configs,
+    tests, benchmark scripts; --only/--skip, --resume/--rerun, --out, --against, --reuse); RunError naming the first
+    problem. Reads, never writes."""
+    rb = load(request.runbook, request.overrides, request.cwd)
     for note in rb.notes:
         warn(note)
     phases = [p.name for p in rb.phases]

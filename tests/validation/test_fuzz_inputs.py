@@ -775,6 +775,12 @@ def write_inside(run_dir: Path, path: Path | str, directory: bool = False) -> No
     {"name": "sw", "kind": "sweep", "matrix": {"env.SWEPT": ["..", "../../x", "/tmp/x", ".hidden"]}},
     {"name": "t1", "kind": "pytest", "isolate": "file", "tests": ["..::t", ".::t", "/etc/x.py::t"]}]}]},
     overrides=[])
+@example(doc={"name": "paths", "defaults": {"config": "configs/tiny_cpu.yaml"}, "phases": [
+    {"name": "A", "steps": [{"name": "x" * 300, "kind": "train"}]}]},
+    overrides=[])  # found by a run: a 300-character step name raised "File name too long" (now refused, exit 2)
+@example(doc={"name": "paths", "defaults": {"config": "configs/tiny_cpu.yaml"}, "phases": [{"name": "A", "steps": [
+    {"name": "y" * 100, "kind": "sweep", "matrix": {"env.SWEPT": ["..", "v" * 300, "v" * 299 + "w"]}}]}]},
+    overrides=[])  # the longest step name, and matrix values that make names longer than a file system takes
 def test_runbook_values_write_nothing_outside_the_run_root(work_dir, doc, overrides):
     """Load the runbook (plan and run read it so), then make what a run makes from it: the run directory under the
     runs directory (default_run_dir), each launch's directory, trainer output directory, log and every file its

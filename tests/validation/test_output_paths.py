@@ -59,6 +59,8 @@ def step(raw, i):
     (lambda r: step(r, 0).update(name="/tmp/abs"), "phases[0].steps[0].name: '/tmp/abs': step names are identifiers"),
     (lambda r: step(r, 0).update(name="a/b"), "step names are identifiers"),
     (lambda r: step(r, 0).update(name=".."), "step names are identifiers"),
+    (lambda r: step(r, 0).update(name="x" * 101), "step names are identifiers (letters, digits, _) so acceptance "
+     "expressions can use them, of at most 100 characters: a step's name names its directory in the run"),
     (lambda r: r["phases"][0].update(name="../p"), "phases[0].name: '../p': phase names are identifiers"),
     (lambda r: step(r, 1)["matrix"].update({"args.out-dir": ["/tmp/x"]}),
      "phases[0].steps[1].matrix.args.out-dir: set by nsa-validate itself"),
@@ -257,6 +259,24 @@ def test_safe_name_is_one_file_name_inside_its_directory(text, expected):
     assert safe_name(text) == expected
     if expected:
         assert Path(expected).name == expected and expected not in (".", "..") and not expected.startswith(".")
+
+
+def test_a_long_value_is_one_short_name_of_its_own(tmp_path):
+    """A value longer than SAFE_NAME_MAX bytes (a matrix value, a test file) keeps its start and ends with 8 hex
+    digits of its sha256: two such values stay two names, a file system takes it (255 bytes a name), and the
+    longest step name with it and a repeat's suffix still fits. A hypothesis example found a 300-character name
+    raising "File name too long" where RUN_DIR's paths are checked."""
+    from validation.launch.spec import SAFE_NAME_MAX
+    from validation.runbook.loader import STEP_NAME_MAX
+
+    a, b, wide = safe_name("v" * 300 + "a"), safe_name("v" * 300 + "b"), safe_name("é" * 300)
+    assert a != b and a.startswith("v" * 50) and re.fullmatch(r"v+_[0-9a-f]{8}", a)
+    assert len(a.encode()) == SAFE_NAME_MAX and len(wide.encode()) <= SAFE_NAME_MAX and wide.startswith("é")
+    assert safe_name("v" * SAFE_NAME_MAX) == "v" * SAFE_NAME_MAX and safe_name("v" * 300 + "a") == a
+    for name in (a, wide, "s" * STEP_NAME_MAX + "_" + a + "_r10"):
+        (tmp_path / name).mkdir()  # one name each, accepted by the file system
+    with pytest.raises(RunDirError, match="File name too long"):  # behind them: a clear error, never an OSError
+        inside_run_dir(tmp_path, "v" * 300)
 
 
 def test_matrix_values_and_test_files_with_slashes_and_dotdot_land_inside_the_run_dir(tmp_path):

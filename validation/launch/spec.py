@@ -11,6 +11,7 @@ A LaunchSpec built directly (the launcher's own tests, benchmarks) gives the chi
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import sys
@@ -181,12 +182,23 @@ class LaunchResult:
     nodes: list[str] = field(default_factory=list)  # the nodes the job ran on (launcher slurm)
 
 
+SAFE_NAME_MAX = 100  # bytes: a file name holds 255, and a step's names get suffixes (_r2, a prefix of a scan)
+
+
 def safe_name(text: str) -> str:
     """`text` as a file-name and id component: every character but letters, digits and -_. becomes _, and so does a
     leading `.`, so the result (a matrix value, a test file) is one name inside its directory: never `.` or `..`
-    (nor hidden), never a path."""
+    (nor hidden), never a path. A name longer than SAFE_NAME_MAX bytes keeps its start and ends with 8 hex digits of
+    the text's sha256, so that two long values stay two names and no name exceeds a file system's 255 bytes."""
     out = "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
-    return "_" + out[1:] if out.startswith(".") else out
+    out = "_" + out[1:] if out.startswith(".") else out
+    if len(out.encode()) <= SAFE_NAME_MAX:
+        return out
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    head = out[:SAFE_NAME_MAX - 9]
+    while len(head.encode()) > SAFE_NAME_MAX - 9:  # letters of other scripts take several bytes
+        head = head[:-1]
+    return f"{head}_{digest}"
 
 
 def recorded_env(env: dict[str, str], *, only_prefixed: bool = False) -> tuple[dict[str, str], list[str]]:

@@ -66,8 +66,12 @@ def inside_run_dir(run_dir: Path | str, rel: str | Path) -> Path:
     root = Path(run_dir).resolve()
 
     def check(path: Path) -> None:
-        if not path.is_symlink():
-            return
+        try:
+            if not path.is_symlink():
+                return
+        except OSError as exc:  # a name longer than the file system takes (ENAMETOOLONG), a component not a directory
+            raise RunDirError(f"output path {str(rel)!r} in the run directory {run_dir}: {exc.strerror or exc}") \
+                from None
         try:
             target = path.resolve()
         except (OSError, RuntimeError):  # a link loop: nowhere safe

@@ -87,6 +87,7 @@ _TIME_LIMIT_RE = re.compile(r"\d+|\d+:\d\d(:\d\d)?|\d+-\d+(:\d\d(:\d\d)?)?")
 _SLURM_NAME_RE = re.compile(r"[A-Za-z0-9_.,-]+")
 # A runbook's name names its run directory (DEFAULT_RUNS/<name>-<time>): one path component, never `.`, `..` or hidden
 RUNBOOK_NAME_MAX = 200  # + "-YYYYmmdd-HHMMSS" stays within a file name's 255 bytes
+STEP_NAME_MAX = 100  # RUN_DIR/<step>/...: with its launches' suffixes, within a file name's 255 bytes
 COMPARE_SD_MAX = 1.0  # compare.run_sd / launch_sd: sds of log-ratios; 1.0 (a factor e) already resolves nothing
 RUNBOOK_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
@@ -216,9 +217,10 @@ def _step(raw: Any, path: tuple, ctx: Ctx, phase: str, defaults: LaunchSettings,
                         + (f" (a kind of that name did not load: {broken})" if broken else ""))
     mapping(raw, path, ctx, kind.allowed_keys(), required=("name", "kind"))
     name = typed(raw["name"], str, path + ("name",), ctx)
-    if not NAME_RE.fullmatch(name):
-        raise ctx.error(path + ("name",), f"{name!r}: step names are identifiers (letters, digits, _) so "
-                                          "acceptance expressions can use them")
+    if not NAME_RE.fullmatch(name) or len(name) > STEP_NAME_MAX:
+        raise ctx.error(path + ("name",), f"{_brief(name)}: step names are identifiers (letters, digits, _) so "
+                                          f"acceptance expressions can use them, of at most {STEP_NAME_MAX} "
+                                          "characters: a step's name names its directory in the run")
     own = {k: v for k, v in raw.items() if k not in BASE_KEYS and k not in LAUNCH_KEYS}
     return Step(name=name, kind=kind.name, phase=phase,
                 title=typed(raw.get("title", name), str, path + ("title",), ctx),

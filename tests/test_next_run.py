@@ -78,7 +78,6 @@ class Checker:
     def __init__(self, capsys):
         self.capsys = capsys
         self.pytest_runs: list[tuple[str, list[str]]] = []  # (where, pytest arguments)
-        self.qualify_runs: list[tuple[str, list[str]]] = []
 
     def check(self, where: str, argv: list[str]) -> None:
         if argv[:1] == ["compute-sanitizer"]:
@@ -221,7 +220,7 @@ def test_every_command_of_the_script_would_start(commands, capsys):
     for part, steps in commands.items():
         for name, argv in steps:
             checker.check(f"PART={part} {name}", argv)
-    assert checker.pytest_runs and checker.qualify_runs == []  # qualify's runs are checked where they are recorded
+    assert len(checker.pytest_runs) >= 10  # S1's three, C1's six and T3's; qualify's are checked where recorded
     checker.collect()
 
 

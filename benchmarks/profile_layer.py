@@ -244,14 +244,33 @@ def main(argv=None) -> int:
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--dry-run", action="store_true", help="check the options and print the cases, run nothing (no "
+                                                            "device is needed)")
     ap.add_argument("--case", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    seq_lens = [int(s) for s in args.seq_lens.split(",")]
-    batches = [int(b) for b in args.batch.split(",")]
+    try:
+        seq_lens = [int(s) for s in args.seq_lens.split(",")]
+        batches = [int(b) for b in args.batch.split(",")]
+    except ValueError:
+        ap.error(f"--seq-lens {args.seq_lens!r} and --batch {args.batch!r} must be comma-separated integers")
     if len(batches) == 1:
         batches *= len(seq_lens)
     if len(batches) != len(seq_lens):
         ap.error(f"--batch has {len(batches)} values for {len(seq_lens)} lengths")
+    if min(seq_lens + batches) < 1 or args.passes < 1 or args.warmup < 0:
+        ap.error("lengths, batches and --passes must be >= 1, --warmup >= 0")
+    from bench_attention import PATHS  # the layers bench_attention builds (this directory; it imports torch)
+
+    paths = [p for p in args.paths.split(",") if p]
+    unknown = [p for p in paths if p not in PATHS]
+    if unknown or not paths:
+        ap.error(f"--paths {args.paths!r}: expected some of {', '.join(PATHS)}")
+    if args.dry_run:
+        for s, b in zip(seq_lens, batches):
+            for path in paths:
+                print(f"{path} at S {s:,} x B {b}: one subprocess, {args.warmup} warm-up and {args.passes} profiled "
+                      "passes")
+        return 0
     if args.case:
         print(json.dumps(run_case(args.case, seq_lens[0], batches[0], args.select, args.passes, args.warmup,
                                   args.index_build)))
@@ -259,7 +278,7 @@ def main(argv=None) -> int:
     print("command:", " ".join([sys.executable, *sys.argv]), flush=True)
     results = []
     for s, b in zip(seq_lens, batches):
-        for path in args.paths.split(","):
+        for path in paths:
             cmd = [sys.executable, __file__, "--case", path, "--seq-lens", str(s), "--batch", str(b),
                    "--select", args.select, "--index-build", args.index_build, "--passes", str(args.passes),
                    "--warmup", str(args.warmup)]

@@ -13,7 +13,8 @@ of every part is then checked the way it would be read on the GPU machine, short
   "auto" or one of the module's NAME + "S"), then the recorded pytest arguments collected and qualify's parsed;
 - compute-sanitizer: memcheck, with the sanitizer kind's --launch-timeout 0 (a long launch is not cut).
 A command of any other form fails the test, so that a new one gets its check here. The checker's own test feeds
-it broken commands of each form.
+it broken commands of each form. The runbooks' own benchmark and memcheck commands (the bench and sanitizer steps'
+launches, as planned: gpu_kernels.yaml and h100_single.yaml run on the GPU only) go through the same checks.
 """
 
 from __future__ import annotations
@@ -98,6 +99,8 @@ class Checker:
             self._runbook(where, rest[3:])
         elif rest[:2] == ["-m", "pytest"]:
             self.pytest_runs.append((where, rest[2:]))
+        elif rest[:2] == ["-m", "nsa.attention.kernels.qualify"]:
+            self._qualify(where, rest[2:])
         elif rest[:1] == ["-c"] and len(rest) == 2:
             self._inline(where, rest[1])
         else:
@@ -167,11 +170,16 @@ class Checker:
             if what == "pytest":
                 self.pytest_runs.append((where, args))
             else:
-                try:
-                    qualify.parse_args(args)
-                except SystemExit as exc:
-                    raise Problem(f"{where}: qualify {' '.join(args)}: exit {exc.code}\n"
-                                  f"{self.capsys.readouterr().err[-2000:]}") from None
+                self._qualify(where, args)
+
+    def _qualify(self, where: str, args: list[str]) -> None:
+        from nsa.attention.kernels import qualify  # imports torch and the kernels: only where a command runs it
+
+        try:
+            qualify.parse_args(args)
+        except SystemExit as exc:
+            raise Problem(f"{where}: qualify {' '.join(args)}: exit {exc.code}\n"
+                          f"{self.capsys.readouterr().err[-2000:]}") from None
 
     def collect(self) -> None:
         """Every recorded pytest command collected, grouped by its -k: each of its files selects a test."""
@@ -224,6 +232,32 @@ def test_every_command_of_the_script_would_start(commands, capsys):
     checker.collect()
 
 
+def runbook_commands() -> list[tuple[str, list[str]]]:
+    """[(where, argv)]: every launch of every runbook's bench and sanitizer steps, as planned, the interpreter
+    written python3 as in the script."""
+    from validation.runbook.loader import load_runbook
+    from validation.runbook.plan import step_launches
+
+    out = []
+    for path in sorted((ROOT / "runbooks").glob("*.yaml")):
+        for step in load_runbook(path).steps():
+            if step.kind in ("bench", "sanitizer"):
+                out += [(f"{path.name} {step.name}", ["python3" if a == sys.executable else a for a in spec.argv])
+                        for spec in step_launches(step)]
+    return out
+
+
+def test_every_benchmark_and_memcheck_command_of_the_runbooks_would_start(capsys):
+    commands = runbook_commands()
+    kinds = {argv[argv.index("python3") + 1] for _, argv in commands}
+    assert {"benchmarks/bench_attention.py", "benchmarks/profile_layer.py", "benchmarks/bench_train.py",
+            "benchmarks/bench_selection.py", "-m"} <= kinds  # the GPU runbooks' benchmarks, and qualify (-m)
+    checker = Checker(capsys)
+    for where, argv in commands:
+        checker.check(where, argv)
+    assert checker.pytest_runs == []
+
+
 def test_an_unknown_part_is_refused(tmp_path):
     env = {**os.environ, "PART": "kernel", "OUT": str(tmp_path / "out"), "W": str(tmp_path / "w"),
            "DRY": str(tmp_path / "argv")}
@@ -245,6 +279,8 @@ BROKEN = [
                        "'QUERY_CHOIC', 'bn32'); from nsa.attention.kernels import qualify; qualify.main([])"],
      "which the module does not have"),
     (["python3", "-c", "from nsa.attention.kernels import qualify; qualify.main(['--dtype', 'bf8'])"], "exit 2"),
+    (["python3", "-m", "nsa.attention.kernels.qualify", "--kernels", "select,sel_kvv"], "exit 2"),
+    (["python3", "benchmarks/profile_layer.py", "--paths", "nsa-trito"], "exit 2"),
     (["compute-sanitizer", "--tool", "memcheck", "python3", "-c", "pass"], "--launch-timeout 0"),
     (["python3", "-m", "nsa.training", "--steps", "1"], "not a form"),
 ]

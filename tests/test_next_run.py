@@ -38,7 +38,8 @@ PARTS = ("kernels", "selection", "choices", "trainer", "h100")
 def dry_commands(part: str, tmp: Path) -> list[tuple[str, list[str]]]:
     """[(step, argv)] of PART=part in the script's order, from a DRY run in `tmp`."""
     env = {**os.environ, "PART": part, "OUT": str(tmp / "out"), "W": str(tmp / "w"), "DRY": str(tmp / "argv"),
-           "BUDGET": "100000"}
+           "BUDGET": "100000",  # the script's python3 (PART=h100 runs some): this interpreter, as on the GPU machine
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     proc = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"PART={part} DRY: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     files = sorted((tmp / "argv").glob("*.argv"))

@@ -26,7 +26,8 @@ from validation.results import reuse
 from validation.results.store import (DEFAULT_RUNS, RESULTS_JSON, ResultsError, RunDirError, cannot_write, inside_run_dir,
                                 read_results, write_results)
 from validation.runbook.loader import Runbook, RunbookError, load_runbook
-from validation.execution.runner import Reporter, ResumeError, RunOptions, Runner, check_resume, steps_to_run
+from validation.execution.runner import (Reporter, ResumeError, RunOptions, Runner, check_resume, left_out,
+                                         steps_to_run)
 from validation.runbook.plan import skipped_here
 
 
@@ -144,10 +145,8 @@ def not_run(prepared: Prepared) -> dict[str, str]:
     here = skipped_here(rb)
     reasons = {}
     for step in rb.steps():
-        if opt.only and step.phase not in opt.only:
-            reasons[step.name] = f"phase {step.phase} not selected (--only {' '.join(opt.only)})"
-        elif step.phase in opt.skip:
-            reasons[step.name] = f"phase {step.phase} skipped (--skip)"
+        if reason := left_out(step, opt):
+            reasons[step.name] = reason
         elif step.phase in opt.reuse:
             reasons[step.name] = f"taken from {opt.reuse[step.phase].source} (--reuse)"
         elif todo is not None and step.name not in todo:

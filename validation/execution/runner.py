@@ -112,6 +112,16 @@ def _now(at: float | None = None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(at))
 
 
+def left_out(step: Step, options: RunOptions) -> str | None:
+    """Why --only or --skip leave `step` out of the run, or None (the runner's first skip reason, and
+    `run --dry-run`'s: validation.run.not_run)."""
+    if options.only and step.phase not in options.only:
+        return f"phase {step.phase} not selected (--only {' '.join(options.only)})"
+    if step.phase in options.skip:
+        return f"phase {step.phase} skipped (--skip)"
+    return None
+
+
 def steps_to_run(runbook: Runbook, results: RunResults, rerun: tuple[str, ...] | list[str] = ()) -> list[str]:
     """The steps of `runbook` that a run continuing `results` runs: those without a final status there (pending,
     running, interrupted, or new in the runbook), and those named in `rerun`; in runbook order."""
@@ -324,10 +334,9 @@ class Runner:
 
     # ------------------------------------------------------------------ one step
     def _skip_reason(self, step: Step) -> str | None:
-        if self.opt.only and step.phase not in self.opt.only:
-            return f"phase {step.phase} not selected (--only {' '.join(self.opt.only)})"
-        if step.phase in self.opt.skip:
-            return f"phase {step.phase} skipped (--skip)"
+        reason = left_out(step, self.opt)
+        if reason:
+            return reason
         reason = environment.unmet_for(step, self.env_record)
         if reason:
             return reason

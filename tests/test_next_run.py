@@ -19,9 +19,7 @@ launches, as planned: gpu_kernels.yaml and h100_single.yaml run on the GPU only)
 
 from __future__ import annotations
 
-import functools
 import importlib
-import importlib.util
 import os
 import re
 import subprocess
@@ -29,6 +27,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from benchmark_scripts import load
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "reports" / "gpu" / "next_run.sh"
@@ -50,19 +50,11 @@ class Problem(AssertionError):
     """A command of the script that would fail on the GPU machine."""
 
 
-@functools.cache
 def _bench(script: str):
-    path = ROOT / script
-    if not path.is_file() or path.parent.name != "benchmarks":
+    path = Path(script)
+    if path.parent != Path("benchmarks") or path.suffix != ".py" or not (ROOT / path).is_file():
         raise Problem(f"{script}: no such benchmark")
-    spec = importlib.util.spec_from_file_location(f"_next_run_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))  # as when run as a script: its directory first (bench_selection imports
-    try:                                  # bench_attention's shapes)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(path.parent))
-    return module
+    return load(path.stem)
 
 
 def _choice_modules() -> list[str]:

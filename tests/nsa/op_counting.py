@@ -3,20 +3,14 @@ and Triton launches of one call counted, or of one call under each value of a la
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from benchmark_scripts import load
 
-@functools.cache
+
 def bench_ops():
-    """benchmarks/bench_ops.py as a module (it is a script, not a package)."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_ops.py"
-    spec = importlib.util.spec_from_file_location("bench_ops", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """benchmarks/bench_ops.py as a module (benchmark_scripts.load: loaded once)."""
+    return load("bench_ops")
 
 
 def count(call: Callable[[], Any]):

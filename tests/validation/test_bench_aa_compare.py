@@ -5,7 +5,6 @@ from pair records; simulated pairs through the real compare; the busy load alway
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -17,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmark_scripts import load
+
 REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("bench_aa_compare", REPO / "benchmarks" / "bench_aa_compare.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = load("bench_aa_compare")
 
 
 def test_wilson_interval_matches_its_formula_and_known_values():

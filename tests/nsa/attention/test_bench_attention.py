@@ -4,13 +4,9 @@ on its second pass too is timed once, and a fast one gets its warm-up and repeat
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from benchmark_scripts import load
 
-REPO = Path(__file__).resolve().parents[3]
-_spec = importlib.util.spec_from_file_location("bench_attention", REPO / "benchmarks" / "bench_attention.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = load("bench_attention")
 
 
 class Passes:

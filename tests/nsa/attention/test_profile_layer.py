@@ -4,19 +4,15 @@ one, "peak unknown", and the JSON's kernel table."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from nsa.attention import cost_model as cm
 from nsa.config import NSAConfig
 from nsa.training.metrics import roofline_peaks
 
-REPO = Path(__file__).resolve().parents[3]
-_spec = importlib.util.spec_from_file_location("profile_layer", REPO / "benchmarks" / "profile_layer.py")
-pl = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pl)
+from benchmark_scripts import load
+
+pl = load("profile_layer")
 
 SHAPE = dict(dim=768, n_heads=12, n_kv_groups=2, d_k=64, d_v=64)
 H100 = "NVIDIA H100 80GB HBM3"

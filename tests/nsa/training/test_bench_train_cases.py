@@ -3,15 +3,11 @@ it prints from given runs)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-_spec = importlib.util.spec_from_file_location("bench_train", REPO / "benchmarks" / "bench_train.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+from benchmark_scripts import load
+
+bench = load("bench_train")
 
 
 def test_variant_parsing():

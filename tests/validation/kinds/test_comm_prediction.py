@@ -9,17 +9,13 @@ finite and positive.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-_spec = importlib.util.spec_from_file_location("bench_comm_prediction",
-                                              REPO / "benchmarks" / "bench_comm_prediction.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+from benchmark_scripts import load
+
+bench = load("bench_comm_prediction")
 
 
 # Under -m slow (about 30 s): in CI the parallelism e2e (test_parallelism_e2e.py) runs the same path for DDP, FSDP2

@@ -4,20 +4,17 @@ order), both are timed, and the launchers are left as they were."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 
 from triton_test_utils import KERNEL_DEVICE, ON_GPU, needs_triton
 
+from benchmark_scripts import load
+
 pytestmark = needs_triton
 
-_spec = importlib.util.spec_from_file_location(
-    "tune_kernels", Path(__file__).resolve().parents[4] / "benchmarks" / "tune_kernels.py")
-tune = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tune)
+tune = load("tune_kernels")
 
 
 @pytest.mark.parametrize("family,cand", [("range_dkdv", 4), ("sel_bwd", 3)])

@@ -168,7 +168,8 @@ class ModelConfig:
     ffn_hidden    SwiGLU width; None: LLaMA's 8/3 * dim rounded up to a multiple of 64
     loss          the cross entropy of NSAModel(input_ids, targets) (nsa.loss): "reference" (the whole batch's
                   logits, then cross entropy on their fp32 copy), "chunked" (the head matmul fused with the cross
-                  entropy over chunks of tokens) or "auto" (the reference for now)
+                  entropy over chunks of tokens), "fused" (chunked, each chunk's loss and logit gradient in one
+                  Triton kernel; where the Triton kernels run) or "auto" (the reference for now)
 
     In YAML the `model` section is flat: NSAConfig's fields (dim, n_heads, ..., l, d, l_sel, n_sel, w, phi, ...)
     beside the fields below (`from_flat` / `flat`).

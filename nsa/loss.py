@@ -7,22 +7,31 @@ scales them (by the incoming gradient over the number of counted targets, in fp3
 exist (bf16 and fp32); the reference keeps the batch's bf16 logits and makes an fp32 copy of them (3.3 GB at B 8 x
 2,048 x 50,304).
 
+With `fused`, each chunk's loss and logit gradient come from one Triton kernel
+(nsa.attention.kernels.cross_entropy: each row read twice and overwritten once with its gradient, in the logits'
+dtype), where the PyTorch path makes the chunk's fp32 copy and runs about six element-wise passes over it; a chunk
+then holds its logits alone. It runs where the Triton kernels run (CUDA; CPU under TRITON_INTERPRET=1), and is an
+error elsewhere, never a silent fallback. One difference: a target outside [0, V) gives a NaN loss (a kernel cannot
+raise) where the PyTorch path raises an index error.
+
 No host synchronisation and no data-dependent Python (the chunks follow from the shapes): it runs under CUDA graph
 capture and torch.compile. Under autocast the matmuls run in the autocast dtype, as the head's nn.Linear would.
-NSAModel(input_ids, targets) uses it when ModelConfig.loss (NSA_LOSS) is "chunked".
+NSAModel(input_ids, targets) uses it when ModelConfig.loss (NSA_LOSS) is "chunked" (PyTorch) or "fused" (Triton).
 """
 
 from __future__ import annotations
 
 import torch
 
+from nsa.attention.kernels import KernelUnavailable, triton_modules, triton_status
 from nsa.config import resolve_auto
 
-LOSS_IMPLS = ("reference", "chunked")  # what ModelConfig.loss ("auto" | one of these) resolves to
-CHUNK_TOKENS = 8192  # tokens per chunk: at V 50,304 one chunk's logits are 0.8 GB bf16 + 1.6 GB fp32
+LOSS_IMPLS = ("reference", "chunked", "fused")  # what ModelConfig.loss ("auto" | one of these) resolves to
+CHUNK_TOKENS = 8192  # tokens per chunk: at V 50,304 one chunk's logits are 0.8 GB bf16 (+ 1.6 GB fp32 unfused)
 IGNORE_INDEX = -100  # F.cross_entropy's default
 # what "auto" runs: the reference; the chunked loss, alone, ran at 0.93x its tokens/s on an H200 (dense twin, CUDA
-# graphs, 2 repeats alternated: reports/gpu/2026-11-28-h200), so it is the choice to save memory, not time
+# graphs, 2 repeats alternated: reports/gpu/2026-11-28-h200), so it is the choice to save memory, not time; the
+# fused one has not run on a GPU yet
 QUALIFIED_LOSS = "reference"
 
 
@@ -31,11 +40,26 @@ def resolve_loss(choice: str) -> str:
     return resolve_auto("loss", choice, LOSS_IMPLS, QUALIFIED_LOSS)
 
 
-def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                         chunk: int | None = None, ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
+_KERNEL = None  # the fused loss's kernel module (nsa.attention.kernels.cross_entropy.host), once check_loss loaded it
+
+
+def check_loss(choice: str, device) -> None:
+    """Where model.loss `choice` is the fused loss: KernelUnavailable if its Triton kernel cannot run on `device`
+    (naming why), else its kernel module loaded, so that a model compiled after this finds it (nsa-train calls this
+    at start-up). Nothing for the other choices."""
+    global _KERNEL
+    if resolve_loss(choice) == "fused":
+        problem = triton_status(torch.device(device))
+        if problem:
+            raise KernelUnavailable(f"the fused loss (NSA_LOSS / model.loss 'fused') cannot run: {problem}")
+        _KERNEL = triton_modules().cross_entropy
+
+
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int | None = None,
+                         ignore_index: int = IGNORE_INDEX, fused: bool = False) -> torch.Tensor:
     """Mean cross entropy of the logits hidden [N, D] @ weight [V, D].T against targets [N] (entries equal to
     ignore_index do not count; NaN when none counts, as F.cross_entropy), in fp32, `chunk` tokens at a time
-    (None: CHUNK_TOKENS)."""
+    (None: CHUNK_TOKENS); fused: each chunk's loss and logit gradient by the Triton kernel (module docstring)."""
     chunk = CHUNK_TOKENS if chunk is None else chunk
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
         raise ValueError(f"linear_cross_entropy expects hidden [N, D] and weight [V, D], got "
@@ -50,13 +74,23 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
         hidden, weight = hidden.to(dtype), weight.to(dtype)
     elif weight.dtype != hidden.dtype:
         weight = weight.to(hidden.dtype)
+    if fused:
+        if not torch.compiler.is_compiling():  # under torch.compile the check ran before (check_loss), or fails here
+            check_loss("fused", hidden.device)
+        elif _KERNEL is None:
+            raise KernelUnavailable("the fused loss under torch.compile: call nsa.loss.check_loss('fused', device) "
+                                    "before compiling (nsa-train does), or run it once uncompiled")
+        if hidden.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise ValueError(f"the fused loss computes in bf16, fp16 or fp32, got {hidden.dtype} (use the chunked "
+                             f"loss for float64)")
+        targets = targets.long()
     # under no_grad (evaluation) Function.apply still reports needs_input_grad: say it, and no gradient is made
-    return _LinearCrossEntropy.apply(hidden, weight, targets, chunk, ignore_index, torch.is_grad_enabled())
+    return _LinearCrossEntropy.apply(hidden, weight, targets, chunk, ignore_index, torch.is_grad_enabled(), fused)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, targets, chunk, ignore_index, grad_enabled):
+    def forward(ctx, hidden, weight, targets, chunk, ignore_index, grad_enabled, fused):
         need_h, need_w = grad_enabled and ctx.needs_input_grad[0], grad_enabled and ctx.needs_input_grad[1]
         n = hidden.shape[0]
         with torch.autocast(hidden.device.type, enabled=False):
@@ -69,6 +103,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_w = torch.zeros(weight.shape, dtype=wide, device=weight.device) if need_w else None
             for lo in range(0, n, chunk):
                 h, t, ok = hidden[lo:lo + chunk], targets[lo:lo + chunk], valid[lo:lo + chunk]
+                if fused:  # the chunk's loss per row, and its logits overwritten with d(sum of losses) / d logits
+                    g = h @ weight.T
+                    total = total + _KERNEL.cross_entropy_rows(g, t, ignore_index, need_h or need_w).sum()
+                    _chunk_gradients(g, h, weight, grad_h, grad_w, lo, chunk)
+                    continue
                 logits = (h @ weight.T).to(wide)  # [c, V] fp32, one chunk's: never the whole batch's
                 safe = torch.where(ok, t, 0).unsqueeze(1)
                 lse = torch.logsumexp(logits, dim=1)
@@ -82,10 +121,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     probs.mul_(ok.to(wide).unsqueeze(1))
                     g = probs.to(hidden.dtype)
                     del logits, probs
-                    if need_h:
-                        grad_h[lo:lo + chunk] = g @ weight
-                    if need_w:
-                        grad_w.add_(g.T @ h)  # accumulated over the chunks in fp32
+                    _chunk_gradients(g, h, weight, grad_h, grad_w, lo, chunk)
         ctx.save_for_backward(grad_h, grad_w, scale)
         ctx.w_dtype = weight.dtype
         return total * scale
@@ -96,4 +132,13 @@ class _LinearCrossEntropy(torch.autograd.Function):
         factor = grad_out.to(scale.dtype) * scale
         dh = (grad_h.to(scale.dtype) * factor).to(grad_h.dtype) if grad_h is not None else None
         dw = (grad_w * factor).to(ctx.w_dtype) if grad_w is not None else None
-        return dh, dw, None, None, None, None
+        return dh, dw, None, None, None, None, None
+
+
+def _chunk_gradients(g, h, weight, grad_h, grad_w, lo, chunk):
+    """A chunk's share of the gradients from g = d(sum of its losses) / d logits [c, V] (compute dtype): its rows of
+    grad_h, and its term of grad_w, accumulated over the chunks in fp32 (each None when not wanted)."""
+    if grad_h is not None:
+        grad_h[lo:lo + chunk] = g @ weight
+    if grad_w is not None:
+        grad_w.add_(g.T @ h)

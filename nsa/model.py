@@ -87,14 +87,16 @@ class NSAModel(nn.Module):
         x = self.norm(x)
         if targets is None:
             return self.head(x)
-        if resolve_loss(self.cfg.loss) == "chunked":  # the head fused with the loss: no batch-wide logits
-            return linear_cross_entropy(x.flatten(0, 1), self.head.weight, targets.flatten())
+        impl = resolve_loss(self.cfg.loss)
+        if impl != "reference":  # the head fused with the loss (chunked: PyTorch, fused: Triton): no batch-wide logits
+            return linear_cross_entropy(x.flatten(0, 1), self.head.weight, targets.flatten(), fused=impl == "fused")
         return lm_loss(self.head(x), targets)
 
     def loss(self, input_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean next-token cross entropy (computed in fp32; targets equal to -100 do not count), as cfg.loss says:
         the reference (lm_loss of the whole batch's logits) or the head fused with the loss over chunks of tokens
-        (nsa.loss.linear_cross_entropy); the same value and gradients."""
+        (nsa.loss.linear_cross_entropy: "chunked" in PyTorch, "fused" with its Triton kernel); the same value and
+        gradients."""
         return self(input_ids, targets)
 
     # ------------------------------------------------------------------ statistics
@@ -120,7 +122,7 @@ class NSAModel(nn.Module):
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross entropy of logits [B, S, V] against targets [B, S], in fp32 (the reference: an fp32 copy of the
-    whole logits; NSAModel(input_ids, targets) with model.loss "chunked" never makes one)."""
+    whole logits; NSAModel(input_ids, targets) with model.loss "chunked" or "fused" never makes one)."""
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
 
 

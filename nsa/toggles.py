@@ -65,9 +65,10 @@ TOGGLES: dict[str, Toggle] = {
         Toggle("NSA_LOSS", "choice", None, "trainer (model config)",
                "Sets model.loss, the cross entropy of NSAModel(input_ids, targets): reference (the head's logits "
                "for the whole batch, then cross entropy on an fp32 copy), chunked (the head matmul fused with the "
-               "cross entropy over chunks of tokens: neither the fp32 nor the full logits are kept) or auto (the "
-               "reference until a GPU A/B shows the chunked one faster); unset: the config decides.",
-               choices=("auto", "reference", "chunked")),
+               "cross entropy over chunks of tokens: neither the fp32 nor the full logits are kept), fused (chunked, "
+               "each chunk's loss and logit gradient in one Triton kernel; an error where Triton cannot run) or auto "
+               "(the reference until a GPU A/B shows another faster); unset: the config decides.",
+               choices=("auto", "reference", "chunked", "fused")),
         Toggle("NSA_DDP_COMPRESS", "choice", "none", "trainer (DDP)",
                "Gradient all-reduce compression hook: bf16 or fp16 halves the bytes sent (gradients are cast, "
                "averaged, cast back); none: plain fp32 all-reduce. Ignored (with a message) without DDP.",

@@ -20,7 +20,7 @@ import torch.nn as nn
 from nsa import observability, toggles
 from nsa.attention.kernels import index_build, prepare_compile, resolve
 from nsa.config import ModelConfig
-from nsa.loss import resolve_loss
+from nsa.loss import check_loss, resolve_loss
 from nsa.model import NSAModel, flops_per_token, lm_loss
 from nsa.toggles import Toggles
 from nsa.training import checkpoint, comm_count, distributed, graphs, metrics, model_faults, outputs, timeline
@@ -105,6 +105,7 @@ class Trainer:
         self.timeline.mark("model_on_device")
         self.n_params = self.net.num_params()
         self.attention_kernel = attention_kernel(self.model_cfg, self.device)
+        check_loss(self.model_cfg.loss, self.device)  # NSA_LOSS=fused where Triton cannot run: refused here
         # CUDA graphs (nsa.training.graphs): refused here where they cannot work; DDP is built on the capture's
         # side stream, so the side stream exists before the wrapping
         self.capture = None
@@ -342,9 +343,10 @@ class Trainer:
         return {"lr": lr, "loss_sum": loss_sum, "grad_norm": grad_norm}
 
     def _loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """The mean next-token cross entropy as model.loss (NSA_LOSS) says: chunked, the model's forward fuses its
-        head with the loss (nsa.loss); otherwise lm_loss of the logits, outside the (compiled, wrapped) model."""
-        if resolve_loss(self.model_cfg.loss) == "chunked":
+        """The mean next-token cross entropy as model.loss (NSA_LOSS) says: chunked or fused, the model's forward
+        fuses its head with the loss (nsa.loss); the reference, lm_loss of the logits, outside the (compiled,
+        wrapped) model."""
+        if resolve_loss(self.model_cfg.loss) != "reference":
             return self.model(inputs, targets)
         return lm_loss(self.model(inputs), targets)
 

@@ -4,7 +4,7 @@
 # after every step, so a cut call keeps what ran). Calls of at most 10 minutes, in this order:
 #     PART=kernels BUDGET=570 bash reports/gpu/next_run.sh     # ~9.5 min from a cold Triton cache (timeout_s 595)
 #     PART=selection BUDGET=200 bash reports/gpu/next_run.sh   # ~3 min
-#     PART=trainer BUDGET=300 bash reports/gpu/next_run.sh     # ~5 min
+#     PART=trainer BUDGET=480 bash reports/gpu/next_run.sh     # ~8 min
 #     PART=h100 BUDGET=560 bash reports/gpu/next_run.sh        # ~9 min: h100_single whole but its kernel phase
 #     PART=choices BUDGET=560 bash reports/gpu/next_run.sh     # ~9 min: issue 31 items 2.3-2.6's launch choices
 #                                                              # (what does not fit in BUDGET is skipped and logged)
@@ -52,8 +52,12 @@
 #   The band choice comes last in each of C1, C2 and C3's rounds, so the earlier choices' steps keep their place
 #   in the budget; at 65,536 each round runs every choice before the next round starts.
 # PART=trainer (125M model, bf16, CUDA graphs)
-#   T1  the dense twin with each change alone against the old step, alternated (2 repeats): the fused RoPE and the
-#       fused AdamW (the chunked loss alone was 0.93x on 2026-11-28; not repeated);
+#   T0  the fused loss (NSA_LOSS=fused, 2026-11-29: each chunk's loss and logit gradient in one Triton kernel):
+#       its tests on the GPU (bf16 against float64, CUDA graph capture), the fused ones again under memcheck, then
+#       the loss alone at the trainer's head (16,384 tokens x 50,304, bf16 autocast), reference / chunked / fused
+#       alternated (bench_loss.py);
+#   T1  the dense twin with each change alone against the old step, alternated (2 repeats): the fused RoPE, the
+#       fused AdamW and the fused loss (the chunked loss alone was 0.93x on 2026-11-28; not repeated);
 #   T2  NSA against the dense twin at 16,384 and 32,768 tokens (B 1) with the new dK/dV default (issue 32's 2x);
 #   T3  (with the time left) --compile and compile + CUDA graphs, both models, and the GPU test of the compiled
 #       model's capture.
@@ -204,10 +208,15 @@ fi
 
 if [ "$PART" = trainer ]; then
   T=$W/trainer
+  step T0_loss_tests 90 $T python3 -m pytest -q -p no:cacheprovider tests/nsa/test_loss.py
+  step T0_loss_memcheck 120 $T compute-sanitizer --tool memcheck --launch-timeout 0 python3 -m pytest -q \
+      -p no:cacheprovider tests/nsa/test_loss.py -k fused
+  step T0_loss_bench 90 $T python3 benchmarks/bench_loss.py --device cuda --repeats 10 --json $T/loss.json
   OLD="NSA_OPT_FUSED=0,NSA_LOSS=reference,NSA_ROPE=reference"
-  step T1_dense_each_change 150 $T python3 benchmarks/bench_train.py --device cuda --models dense --modes graphs \
+  step T1_dense_each_change 200 $T python3 benchmarks/bench_train.py --device cuda --models dense --modes graphs \
       --repeats 2 --variant "old:$OLD" --variant "rope:NSA_OPT_FUSED=0,NSA_LOSS=reference,NSA_ROPE=fused" \
-      --variant "adam:NSA_OPT_FUSED=1,NSA_LOSS=reference,NSA_ROPE=reference" --json $T/dense_each_change.json
+      --variant "adam:NSA_OPT_FUSED=1,NSA_LOSS=reference,NSA_ROPE=reference" \
+      --variant "loss:NSA_OPT_FUSED=0,NSA_LOSS=fused,NSA_ROPE=reference" --json $T/dense_each_change.json
   step T2_long_context 120 $T python3 benchmarks/bench_train.py --device cuda --modes graphs --contexts 16384,32768 \
       --json $T/long_context.json
   step T3_compile 200 $T python3 benchmarks/bench_train.py --device cuda --modes compile,compile+graphs \

@@ -1,19 +1,24 @@
-"""The head fused with the cross entropy (nsa/loss.py, NSAModel(input_ids, targets) with model.loss "chunked")
-against a float64 reference: F.cross_entropy of the full float64 logits, loss and gradients (hidden states, head
-weight, a tied embedding), with ignored targets and a chunk that does not divide the token count."""
+"""The head fused with the cross entropy (nsa/loss.py, NSAModel(input_ids, targets) with model.loss "chunked" or
+"fused") against a float64 reference: F.cross_entropy of the full float64 logits, loss and gradients (hidden
+states, head weight, a tied embedding), with ignored targets and a chunk that does not divide the token count. The
+fused loss's Triton kernel (nsa.attention.kernels.cross_entropy) runs through Triton's interpreter without a GPU
+(tests/nsa/conftest.py sets TRITON_INTERPRET=1), natively on one."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from nsa.attention.kernels import KernelUnavailable
 from nsa.config import ModelConfig
 from nsa.loss import linear_cross_entropy, resolve_loss
 from nsa.model import NSAModel, lm_loss
 from nsa.toggles import Toggles
+from triton_test_utils import KERNEL_DEVICE, ON_GPU, needs_triton
 
 N, D, V = 37, 12, 29
 
@@ -127,9 +132,10 @@ def test_loss_toggle_flows_into_the_model_config():
     assert cfg.loss == "auto" and resolve_loss(cfg.loss) == "reference"  # until a GPU A/B says otherwise
     assert cfg.with_toggles(Toggles.read({})) is cfg
     assert cfg.with_toggles(Toggles.read({"NSA_LOSS": "chunked"})).loss == "chunked"
+    assert cfg.with_toggles(Toggles.read({"NSA_LOSS": "fused"})).loss == "fused"
     assert cfg.with_toggles(Toggles.read({"NSA_LOSS": "reference", "NSA_ROPE": "fused"})).flat()["rope"] == "fused"
     with pytest.raises(ValueError, match="NSA_LOSS"):
-        Toggles.read({"NSA_LOSS": "fused"})
+        Toggles.read({"NSA_LOSS": "fast"})
     with pytest.raises(ValueError, match="ModelConfig.loss"):
         cfg.replace(loss="fast")
     with pytest.raises(ValueError, match="loss must be one of"):
@@ -138,7 +144,8 @@ def test_loss_toggle_flows_into_the_model_config():
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_chunked_loss_on_cuda_under_bf16_autocast_and_graph_capture():
+@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=needs_triton)], ids=["chunked", "fused"])
+def test_chunked_loss_on_cuda_under_bf16_autocast_and_graph_capture(fused):
     """On CUDA under bf16 autocast: within a few times the reference's own error against float64, and the same
     loss and gradients replayed from a captured CUDA graph (no host synchronisation inside)."""
     torch.manual_seed(0)
@@ -150,7 +157,7 @@ def test_chunked_loss_on_cuda_under_bf16_autocast_and_graph_capture():
     want, gh, gw = reference64(hidden.bfloat16().cpu(), weight.bfloat16().cpu(), targets.cpu())
     with torch.autocast("cuda", dtype=torch.bfloat16):
         ref = F.cross_entropy((hidden @ weight.T).float(), targets)
-        new = linear_cross_entropy(hidden, weight, targets, chunk=384)
+        new = linear_cross_entropy(hidden, weight, targets, chunk=384, fused=fused)
     rh, rw = torch.autograd.grad(ref, (hidden, weight))
     nh, nw = torch.autograd.grad(new, (hidden, weight))
     for got, base, exact in ((new, ref, want), (nh, rh, gh), (nw, rw, gw)):
@@ -160,7 +167,7 @@ def test_chunked_loss_on_cuda_under_bf16_autocast_and_graph_capture():
     def step():
         hidden.grad = weight.grad = None
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = linear_cross_entropy(hidden, weight, targets, chunk=384)
+            loss = linear_cross_entropy(hidden, weight, targets, chunk=384, fused=fused)
         loss.backward()
         return loss.detach()
 
@@ -178,3 +185,180 @@ def test_chunked_loss_on_cuda_under_bf16_autocast_and_graph_capture():
     torch.testing.assert_close(static_loss, new.detach())
     torch.testing.assert_close(hidden.grad, nh)
     torch.testing.assert_close(weight.grad, nw)
+
+
+# ----------------------------------------------------------------------------------------------------- the fused loss
+FUSED_V = 75  # with BLOCK_V 32: two whole blocks and a masked tail of 11 columns
+
+
+@needs_triton
+@pytest.mark.parametrize("block_v", [32, 4096])  # three blocks a row (a masked tail); one block wider than the row
+@pytest.mark.parametrize("chunk", [8, 1000])
+def test_fused_loss_and_gradients_equal_float64_reference(block_v, chunk, monkeypatch):
+    """fp32 through the Triton kernel (interpreted on CPU): loss and gradients within fp32 rounding of the float64
+    reference, ignored targets included; the PyTorch chunked path at fp32 is the scale of that rounding."""
+    monkeypatch.setattr("nsa.attention.kernels.cross_entropy.host.BLOCK_V", block_v)
+    torch.manual_seed(0)
+    hidden = torch.randn(N, D, device=KERNEL_DEVICE, requires_grad=True)
+    weight = (torch.randn(FUSED_V, D, device=KERNEL_DEVICE) * 0.7).requires_grad_()
+    targets = torch.randint(0, FUSED_V, (N,), device=KERNEL_DEVICE)
+    targets[[3, 4, 20]] = -100
+    targets[5] = FUSED_V - 1  # the last column, in the tail block
+    want, gh, gw = reference64(hidden.cpu(), weight.cpu(), targets.cpu())
+    results = {}
+    for fused in (False, True):
+        loss = linear_cross_entropy(hidden, weight, targets, chunk=chunk, fused=fused)
+        gradients = torch.autograd.grad(loss * 3.0, (hidden, weight))
+        results[fused] = (loss.detach(), *gradients)
+    for got, torch_path, exact, what in zip(results[True], results[False], (want, 3.0 * gh, 3.0 * gw),
+                                            ("loss", "grad hidden", "grad weight")):
+        assert got.dtype == torch.float32, what
+        err = (got.double().cpu() - exact).abs().max().item()
+        err_torch = (torch_path.double().cpu() - exact).abs().max().item()
+        assert err <= 4 * err_torch + 1e-6 * exact.abs().max().item(), (what, err, err_torch)
+    assert torch.all(results[True][1][[3, 4, 20]] == 0), "an ignored target gives no gradient"
+
+
+@needs_triton
+def test_fused_kernel_rows_and_in_place_gradient_in_bf16(monkeypatch):
+    """The kernel itself on bf16 logits: each row's loss (fp32) and, in place, softmax - onehot rounded once to
+    bf16, against float64; an ignored row gives 0 and a zero gradient; a target outside [0, V) gives NaN; without
+    the gradient the logits are left as they were."""
+    from nsa.attention.kernels.cross_entropy import host
+
+    monkeypatch.setattr(host, "BLOCK_V", 32)
+    torch.manual_seed(0)
+    logits = (torch.randn(9, FUSED_V) * 3).to(KERNEL_DEVICE, torch.bfloat16)
+    targets = torch.tensor([0, 74, 31, 32, -100, 5, 75, -1, 40], device=KERNEL_DEVICE)
+    x = logits.double().cpu()
+    lse = torch.logsumexp(x, dim=1)
+    t = targets.cpu()
+    inside = (t >= 0) & (t < FUSED_V)
+    want = torch.where(inside, lse - x.gather(1, t.clamp(0, FUSED_V - 1).unsqueeze(1)).squeeze(1), float("nan"))
+    want[4] = 0.0  # ignored
+    want_grad = torch.softmax(x, dim=1) - F.one_hot(t.clamp(0, FUSED_V - 1), FUSED_V).double() * inside[:, None]
+    want_grad[4] = 0.0
+
+    kept = logits.clone()
+    rows = host.cross_entropy_rows(kept, targets, -100, with_grad=False)
+    assert torch.equal(kept, logits), "without the gradient the logits are not written"
+    grad = logits.clone()
+    rows_g = host.cross_entropy_rows(grad, targets, -100, with_grad=True)
+    for got in (rows, rows_g):
+        assert got.dtype == torch.float32 and got.shape == (9,)
+        assert torch.isnan(got[6]) and torch.isnan(got[7]), "a target outside [0, V) gives NaN"
+        ok = inside.clone()
+        torch.testing.assert_close(got.cpu().double()[ok], want[ok], rtol=1e-5, atol=1e-5)
+        assert got[4].item() == 0.0
+    assert grad.dtype == torch.bfloat16
+    # one bf16 rounding of values in [-1, 1]: to nearest on a GPU, within half a bf16 ulp of 1 (2^-9) plus fp32
+    # noise; Triton's interpreter truncates its fp32 -> bf16 casts, within a whole ulp (2^-8)
+    ulps = 0.5 if ON_GPU else 1.0
+    assert (grad.double().cpu() - want_grad).abs().max().item() <= ulps * 2 ** -8 + 1e-6
+    assert torch.all(grad[4] == 0)
+
+
+@needs_triton
+def test_model_loss_fused_equals_reference(monkeypatch):
+    """NSAModel(input_ids, targets) in fp32 with model.loss "fused" against its float64 reference, loss and every
+    parameter's gradient, the head tied to the embedding: within a few times the reference path's own fp32 error."""
+    monkeypatch.setattr("nsa.loss.CHUNK_TOKENS", 8)
+    cfg = ModelConfig.from_flat({**TINY, "tie_embeddings": True})
+    x = torch.randint(0, 53, (2, 11), generator=torch.Generator().manual_seed(0))
+    y = torch.randint(0, 53, (2, 11), generator=torch.Generator().manual_seed(1))
+    y[0, 2] = -100
+    runs = {}
+    for name, loss_impl, dtype in (("exact", "reference", torch.float64), ("reference", "reference", torch.float32),
+                                   ("fused", "fused", torch.float32)):
+        torch.manual_seed(1)
+        model = NSAModel(cfg.replace(loss=loss_impl)).to(KERNEL_DEVICE, dtype)
+        xs, ys = x.to(KERNEL_DEVICE), y.to(KERNEL_DEVICE)
+        loss = F.cross_entropy(model(xs).flatten(0, 1), ys.flatten()) if name == "exact" else model.loss(xs, ys)
+        loss.backward()
+        runs[name] = {"loss": loss.detach(), **{n: p.grad for n, p in model.named_parameters()}}
+    assert "head.weight" not in runs["fused"]
+    for key, exact in runs["exact"].items():
+        err = (runs["fused"][key].double() - exact).abs().max().item()
+        err_ref = (runs["reference"][key].double() - exact).abs().max().item()
+        assert err <= 4 * err_ref + 1e-6 * exact.abs().max().item(), (key, err, err_ref)
+
+
+@needs_triton
+def test_fused_loss_under_torch_compile_equals_it_eager(monkeypatch):
+    """Dynamo traces the fused loss whole (fullgraph; the kernel is an opaque custom op that mutates the chunk's
+    logits): the same loss and gradients as eager. Compiled before the kernel module was ever loaded, it fails
+    naming check_loss."""
+    import nsa.loss
+
+    hidden, weight, targets = (x.to(KERNEL_DEVICE) for x in inputs(torch.float32))
+
+    def loss_fn(h, w, t):
+        return linear_cross_entropy(h, w, t, chunk=8, fused=True)
+
+    eager = loss_fn(hidden, weight, targets)
+    want = torch.autograd.grad(eager, (hidden, weight))
+    compiled = torch.compile(loss_fn, backend="aot_eager", fullgraph=True)
+    got = compiled(hidden, weight, targets)
+    assert torch.equal(got, eager)
+    for a, b in zip(torch.autograd.grad(got, (hidden, weight)), want):
+        assert torch.equal(a, b)
+    torch._dynamo.reset()
+    monkeypatch.setattr(nsa.loss, "_KERNEL", None)
+    with pytest.raises(Exception, match="check_loss"):
+        torch.compile(loss_fn, backend="aot_eager", fullgraph=True)(hidden, weight, targets)
+    torch._dynamo.reset()
+
+
+def test_fused_loss_where_triton_cannot_run_is_an_error_naming_why(monkeypatch):
+    """CPU tensors without Triton's interpreter: an error naming why, before anything is computed (no fallback)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(KernelUnavailable, match="fused loss .*(no CUDA device|triton package is not installed)"):
+        linear_cross_entropy(*inputs(torch.float32), fused=True)
+
+
+@needs_triton
+def test_fused_loss_refuses_float64():
+    hidden, weight, targets = inputs()
+    with pytest.raises(ValueError, match="bf16, fp16 or fp32, got torch.float64"):
+        linear_cross_entropy(hidden.to(KERNEL_DEVICE), weight.to(KERNEL_DEVICE), targets.to(KERNEL_DEVICE), fused=True)
+
+
+# ----------------------------------------------------------------------------------------------------- bench_loss
+@needs_triton
+def test_bench_loss_checks_each_loss_then_times_them_alternated(tmp_path, capsys):
+    """benchmarks/bench_loss.py at a tiny shape (interpreted fused kernel on CPU): every implementation's loss and
+    gradients checked against the reference's, then min / median / max and per-round ratios written."""
+    from benchmark_scripts import load
+
+    bench = load("bench_loss")
+    out = tmp_path / "loss.json"
+    assert bench.main(["--device", KERNEL_DEVICE.type, "--dtype", "fp32", "--tokens", "40", "--vocab", "70",
+                       "--dim", "16", "--chunk", "16", "--repeats", "3", "--warmup", "1", "--impls", "fused,chunked",
+                       "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    rows = data["by_impl"]
+    assert list(rows) == ["reference", "fused", "chunked"]  # the reference first, always
+    assert rows["reference"]["ratio_median"] == 1.0
+    for impl in ("fused", "chunked"):
+        row = rows[impl]
+        assert 0 < row["ms_min"] <= row["ms_median"] <= row["ms_max"]
+        assert 0 < row["ratio_min"] <= row["ratio_median"] <= row["ratio_max"]
+        assert row["loss_rel_diff"] < 1e-5 and row["grad_weight_max_diff"] < 1e-5
+    assert "reproduce: python benchmarks/bench_loss.py --device" in capsys.readouterr().out
+
+
+def test_bench_loss_refuses_a_loss_that_differs_and_bad_options(monkeypatch, capsys):
+    from benchmark_scripts import load
+
+    bench = load("bench_loss")
+    tiny = ["--tokens", "12", "--vocab", "20", "--dim", "8", "--repeats", "1", "--impls", "chunked"]
+    real = bench.linear_cross_entropy
+    monkeypatch.setattr(bench, "linear_cross_entropy", lambda *a, **k: real(*a, **k) * 1.01)
+    with pytest.raises(SystemExit, match="chunked: loss .* differs from the reference's"):
+        bench.main(tiny)
+    for bad in (["--impls", "fast"], ["--tokens", "0"], ["--warmup", "-1"]):
+        with pytest.raises(SystemExit) as exc:
+            bench.parse(bad)
+        assert exc.value.code == 2, bad
+    assert bench.main(tiny[:6] + ["--dry-run"]) == 0
+    assert "reference, chunked, fused; 12 tokens" in capsys.readouterr().out

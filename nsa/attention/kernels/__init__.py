@@ -11,6 +11,9 @@ ops) and the Triton kernels (jit.py):
     glue/           the Triton path's glue (head split + RoPE + gate activation of the one packed projection,
                     compression pooling, compressed-key RoPE, gate + branch combine); no naive.py: the layer's
                     PyTorch path is its reference
+    cross_entropy/  not attention: the language model's cross entropy over a chunk of logits, each row's loss and
+                    its logit gradient in place (nsa.loss's "fused" loss, whose PyTorch chunked path is its
+                    reference); here because it shares the kernels' infrastructure (AOT, interpreter, qualify)
 Beside them:
     backend.py      the branch pipeline's backends: one interface (compressed, select, selected, window) over
                     the PyTorch path and the Triton path, so that the layer writes the pipeline once
@@ -62,13 +65,13 @@ def _triton_importable() -> str | None:
 
 
 def triton_modules() -> SimpleNamespace:
-    """The Triton kernel modules the layer runs, as one namespace (glue, range, selected, selection), loaded on
-    first use; ImportError without triton."""
+    """The Triton kernel modules, as one namespace (glue, range, selected, selection: the layer's; cross_entropy:
+    nsa.loss's), loaded on first use; ImportError without triton."""
     # triton is optional (a CPU install may lack it): its kernel modules load only when the Triton path runs
     from nsa.attention.kernels import triton_ops
 
     return SimpleNamespace(glue=triton_ops.glue, range=triton_ops.range_attn, selected=triton_ops.selected_attn,
-                           selection=triton_ops.selection)
+                           selection=triton_ops.selection, cross_entropy=triton_ops.cross_entropy)
 
 
 def triton_unsupported(cfg) -> str | None:

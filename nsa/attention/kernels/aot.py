@@ -34,7 +34,8 @@ from pathlib import Path
 # The Triton kernel modules (each defines aot_cases()). A module is added here together with its kernels.
 KERNEL_MODULES: tuple[str, ...] = ("nsa.attention.kernels.range_attn.host", "nsa.attention.kernels.selected_attn.host",
                                   "nsa.attention.kernels.selection.host", "nsa.attention.kernels.glue.host",
-                                  "nsa.attention.kernels.selected_attn.index")
+                                  "nsa.attention.kernels.selected_attn.index",
+                                  "nsa.attention.kernels.cross_entropy.host")
 
 TARGETS = (80, 90)  # compute capabilities: A100, H100
 
@@ -54,7 +55,7 @@ class AotCase:
                 compiled as 16-byte aligned, as the JIT specialises every torch allocation; without these hints
                 loads and atomics compile scalar and registers are overstated.
     choice      the launch choice that alone runs this compile, as "<module constant> <value>" (e.g. "HOST_CHOICE
-                fused"): one a GPU run has not qualified, beside the default path. Empty: the default path's
+                fused"), or "<toggle> <value>" for a model setting (e.g. "NSA_LOSS fused"): one a GPU run has not qualified, beside the default path. Empty: the default path's
                 (what `auto` launches). The CI compile test takes the default path's cases; the choices' run
                 under -m slow (`--cases choices`), and the committed tables hold both.
     """

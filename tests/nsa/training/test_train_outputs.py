@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 
@@ -117,6 +118,36 @@ def test_sequential_prefill_toggle_reaches_the_model(tmp_path, monkeypatch):
     lb = [float(r["loss"]) for r in read_csv(seq / "training.csv")]
     assert la == pytest.approx(lb, rel=1e-5)
     assert json.loads((seq / "env.json").read_text())["env"]["NSA_PREFILL_BATCHED"] == "0"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs the triton package")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU trainer interprets the kernel only where no GPU is (the "
+                                                      "interpreter is chosen at import); tests/nsa/test_loss.py runs "
+                                                      "it on the GPU")
+def test_fused_loss_toggle_reaches_the_trainer(tmp_path, monkeypatch, capsys):
+    """NSA_LOSS=fused trains through the fused loss's Triton kernel (interpreted on CPU) to the reference's losses
+    (fp32), eager and compiled; where Triton cannot run the trainer refuses it at start-up, naming why."""
+    from nsa.attention.kernels.cross_entropy import host
+
+    monkeypatch.setenv("NSA_TB_DISABLE", "1")
+    flags = ("--steps", "2", "--seq-len", "64", "--batch-size", "1")
+    code, ref = _run(tmp_path / "a", *flags)
+    calls = []
+    real = host.cross_entropy_rows
+    monkeypatch.setattr(host, "cross_entropy_rows", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setenv("NSA_LOSS", "fused")
+    code2, fused = _run(tmp_path / "b", *flags)
+    assert code == code2 == 0 and len(calls) == 2  # one chunk a step
+    la = [float(r["loss"]) for r in read_csv(ref / "training.csv")]
+    lb = [float(r["loss"]) for r in read_csv(fused / "training.csv")]
+    assert la == pytest.approx(lb, rel=1e-5)
+    code4, compiled = _run(tmp_path / "d", *flags, "--compile", "--compile-backend", "aot_eager")
+    assert code4 == 0 and len(calls) == 4  # the compiled model runs the kernel (an opaque op in its graph)
+    assert [float(r["loss"]) for r in read_csv(compiled / "training.csv")] == pytest.approx(lb, rel=1e-5)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # a CPU without the interpreter: the kernel cannot run
+    code3, _ = _run(tmp_path / "c", *flags)
+    assert code3 == trainer.EXIT_USAGE
+    assert "the fused loss (NSA_LOSS / model.loss 'fused') cannot run: no CUDA device" in capsys.readouterr().err
 
 
 def test_notes_for_toggles_this_machine_cannot_honour(tmp_path, monkeypatch):

@@ -5,6 +5,7 @@ Triton kernel), side by side in one process.
     python benchmarks/bench_loss.py --device cuda                      # the m7c trainer's head: 16,384 tokens
                                                                        # (B 8 x 2,048), vocab 50,304, dim 768, bf16
     python benchmarks/bench_loss.py --device cuda --tokens 32768 --chunk 16384 --repeats 20
+    python benchmarks/bench_loss.py --device cuda --fused-configs 8192x16,16384x32   # the kernel's tile, too
     TRITON_INTERPRET=1 python benchmarks/bench_loss.py --tokens 256 --vocab 1000 --dim 64   # CPU: a smoke run
     python benchmarks/bench_loss.py ... --dry-run     # check the options and print the cases, run nothing
 
@@ -31,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from nsa.attention.kernels import triton_status  # noqa: E402
+from nsa.attention.kernels import triton_modules, triton_status  # noqa: E402
 from nsa.loss import CHUNK_TOKENS, IGNORE_INDEX, LOSS_IMPLS, linear_cross_entropy  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -53,6 +54,9 @@ def parse(argv=None):
     ap.add_argument("--impls", default=",".join(LOSS_IMPLS), help=f"comma-separated, of {', '.join(LOSS_IMPLS)} "
                                                                   "(the reference is always timed)")
     ap.add_argument("--chunk", type=int, default=CHUNK_TOKENS, help="tokens per chunk of chunked and fused")
+    ap.add_argument("--fused-configs", default="", help="comma-separated BLOCK_VxWARPS launch configurations of the "
+                                                        "fused kernel timed beside its shipped one, e.g. 8192x16 "
+                                                        "(each a case 'fused@8192x16')")
     ap.add_argument("--ignore-every", type=int, default=64, help="every n-th target is ignored (0: none)")
     ap.add_argument("--repeats", type=int, default=10, help="alternated rounds")
     ap.add_argument("--warmup", type=int, default=2)
@@ -65,6 +69,15 @@ def parse(argv=None):
     if unknown or not impls:
         ap.error(f"--impls {args.impls!r}: expected comma-separated names of {', '.join(LOSS_IMPLS)}")
     args.impls = ["reference"] + [x for x in dict.fromkeys(impls) if x != "reference"]
+    args.configs = {}
+    for text in (x.strip() for x in args.fused_configs.split(",") if x.strip()):
+        block, _, warps = text.partition("x")
+        if not (block.isdigit() and warps.isdigit()) or int(block) < 16 or int(block) & (int(block) - 1) \
+                or int(warps) not in (1, 2, 4, 8, 16, 32):
+            ap.error(f"--fused-configs {text!r}: expected BLOCK_VxWARPS, BLOCK_V a power of two >= 16 and WARPS one of "
+                     "1, 2, 4, 8, 16, 32 (e.g. 8192x16)")
+        args.configs[f"fused@{text}"] = (int(block), int(warps))
+    args.impls += [name for name in args.configs if name not in args.impls]
     for name in ("tokens", "vocab", "dim", "chunk", "repeats"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -87,6 +100,14 @@ def _inputs(args):
 
 def _step(impl: str, args, hidden, weight, targets):
     """One forward + backward of `impl`: (loss, grad hidden, grad weight)."""
+    if impl in args.configs:  # the fused kernel at another launch configuration, for this call
+        host = triton_modules().cross_entropy
+        saved = host.BLOCK_V, host.NUM_WARPS
+        host.BLOCK_V, host.NUM_WARPS = args.configs[impl]
+        try:
+            return _step("fused", args, hidden, weight, targets)
+        finally:
+            host.BLOCK_V, host.NUM_WARPS = saved
     hidden.grad = weight.grad = None
     with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.dtype == "bf16"):
         if impl == "reference":  # nsa.model.lm_loss on the head's logits, as NSAModel runs it
@@ -158,17 +179,17 @@ def main(argv=None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("--device cuda: no CUDA device here", file=sys.stderr)
         return 2
-    problem = triton_status(torch.device(args.device)) if "fused" in args.impls else None
+    problem = triton_status(torch.device(args.device)) if "fused" in args.impls or args.configs else None
     if problem:
         print(f"bench_loss: the fused loss cannot run: {problem}", file=sys.stderr)
         return 2
     rows = run(args)
-    print(f"{'impl':<10} {'min ms':>8} {'median':>8} {'max ms':>8} {'x ref (median, range)':>24} {'peak GiB':>9} "
+    print(f"{'impl':<16} {'min ms':>8} {'median':>8} {'max ms':>8} {'x ref (median, range)':>24} {'peak GiB':>9} "
           f"{'max |d grad w|':>14}")
     for impl, row in rows.items():
         peak = f"{row['peak_gib']:.2f}" if row["peak_gib"] is not None else "-"
         dgw = f"{row['grad_weight_max_diff']:.2e}" if "grad_weight_max_diff" in row else "-"
-        print(f"{impl:<10} {row['ms_min']:8.2f} {row['ms_median']:8.2f} {row['ms_max']:8.2f} "
+        print(f"{impl:<16} {row['ms_min']:8.2f} {row['ms_median']:8.2f} {row['ms_max']:8.2f} "
               f"{row['ratio_median']:9.3f} ({row['ratio_min']:.3f}-{row['ratio_max']:.3f}) {peak:>9} {dgw:>14}")
     print("reproduce: python benchmarks/bench_loss.py " + " ".join(sys.argv[1:] if argv is None else argv))
     if args.json:

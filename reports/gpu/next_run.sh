@@ -55,7 +55,7 @@
 #   T0  the fused loss (NSA_LOSS=fused, 2026-11-29: each chunk's loss and logit gradient in one Triton kernel):
 #       its tests on the GPU (bf16 against float64, CUDA graph capture), the fused ones again under memcheck, then
 #       the loss alone at the trainer's head (16,384 tokens x 50,304, bf16 autocast), reference / chunked / fused
-#       alternated (bench_loss.py);
+#       (and the kernel at two wider tiles) alternated (bench_loss.py);
 #   T1  the dense twin with each change alone against the old step, alternated (2 repeats): the fused RoPE, the
 #       fused AdamW and the fused loss (the chunked loss alone was 0.93x on 2026-11-28; not repeated);
 #   T2  NSA against the dense twin at 16,384 and 32,768 tokens (B 1) with the new dK/dV default (issue 32's 2x);
@@ -211,7 +211,8 @@ if [ "$PART" = trainer ]; then
   step T0_loss_tests 90 $T python3 -m pytest -q -p no:cacheprovider tests/nsa/test_loss.py
   step T0_loss_memcheck 120 $T compute-sanitizer --tool memcheck --launch-timeout 0 python3 -m pytest -q \
       -p no:cacheprovider tests/nsa/test_loss.py -k fused
-  step T0_loss_bench 90 $T python3 benchmarks/bench_loss.py --device cuda --repeats 10 --json $T/loss.json
+  step T0_loss_bench 90 $T python3 benchmarks/bench_loss.py --device cuda --repeats 10 \
+      --fused-configs 8192x16,16384x32 --json $T/loss.json
   OLD="NSA_OPT_FUSED=0,NSA_LOSS=reference,NSA_ROPE=reference"
   step T1_dense_each_change 200 $T python3 benchmarks/bench_train.py --device cuda --models dense --modes graphs \
       --repeats 2 --variant "old:$OLD" --variant "rope:NSA_OPT_FUSED=0,NSA_LOSS=reference,NSA_ROPE=fused" \

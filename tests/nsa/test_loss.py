@@ -334,12 +334,12 @@ def test_bench_loss_checks_each_loss_then_times_them_alternated(tmp_path, capsys
     out = tmp_path / "loss.json"
     assert bench.main(["--device", KERNEL_DEVICE.type, "--dtype", "fp32", "--tokens", "40", "--vocab", "70",
                        "--dim", "16", "--chunk", "16", "--repeats", "3", "--warmup", "1", "--impls", "fused,chunked",
-                       "--json", str(out)]) == 0
+                       "--fused-configs", "32x1", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     rows = data["by_impl"]
-    assert list(rows) == ["reference", "fused", "chunked"]  # the reference first, always
+    assert list(rows) == ["reference", "fused", "chunked", "fused@32x1"]  # the reference first, always
     assert rows["reference"]["ratio_median"] == 1.0
-    for impl in ("fused", "chunked"):
+    for impl in ("fused", "chunked", "fused@32x1"):
         row = rows[impl]
         assert 0 < row["ms_min"] <= row["ms_median"] <= row["ms_max"]
         assert 0 < row["ratio_min"] <= row["ratio_median"] <= row["ratio_max"]
@@ -356,7 +356,8 @@ def test_bench_loss_refuses_a_loss_that_differs_and_bad_options(monkeypatch, cap
     monkeypatch.setattr(bench, "linear_cross_entropy", lambda *a, **k: real(*a, **k) * 1.01)
     with pytest.raises(SystemExit, match="chunked: loss .* differs from the reference's"):
         bench.main(tiny)
-    for bad in (["--impls", "fast"], ["--tokens", "0"], ["--warmup", "-1"]):
+    for bad in (["--impls", "fast"], ["--tokens", "0"], ["--warmup", "-1"], ["--fused-configs", "100x8"],
+                ["--fused-configs", "4096x3"], ["--fused-configs", "4096"]):
         with pytest.raises(SystemExit) as exc:
             bench.parse(bad)
         assert exc.value.code == 2, bad

@@ -62,6 +62,10 @@
 #   T3  (with the time left) --compile and compile + CUDA graphs, both models, and the GPU test of the compiled
 #       model's capture.
 #
+# After a call: `python3 benchmarks/ab_table.py $W/kernels $W/choices ...` (or the untarred folders with log.txt
+# beside them) prints every A/B of K1, S3 and C3 as one table, each choice "faster in every round" or not, and the
+# steps that failed or were skipped.
+#
 # DRY=DIR (no GPU needed): run nothing; each step writes its command, NUL-separated, to DIR/NNN_<step>.argv, which
 # tests/test_next_run.py checks on CPU (every benchmark's options through its --dry-run, the runbook through
 # `run --dry-run`, each pytest file and -k collected, each launch choice a module sets, qualify's options), so

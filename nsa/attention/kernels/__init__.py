@@ -13,7 +13,7 @@ ops) and the Triton kernels (jit.py):
                     PyTorch path is its reference
     cross_entropy/  not attention: the language model's cross entropy over a chunk of logits, each row's loss and
                     its logit gradient in place (nsa.loss's "fused" loss, whose PyTorch chunked path is its
-                    reference); here because it shares the kernels' infrastructure (AOT, interpreter, qualify)
+                    reference); here because it shares the kernels' ahead-of-time compile and interpreter checks
 Beside them:
     backend.py      the branch pipeline's backends: one interface (compressed, select, selected, window) over
                     the PyTorch path and the Triton path, so that the layer writes the pipeline once

@@ -55,9 +55,10 @@ class AotCase:
                 compiled as 16-byte aligned, as the JIT specialises every torch allocation; without these hints
                 loads and atomics compile scalar and registers are overstated.
     choice      the launch choice that alone runs this compile, as "<module constant> <value>" (e.g. "HOST_CHOICE
-                fused"), or "<toggle> <value>" for a model setting (e.g. "NSA_LOSS fused"): one a GPU run has not qualified, beside the default path. Empty: the default path's
-                (what `auto` launches). The CI compile test takes the default path's cases; the choices' run
-                under -m slow (`--cases choices`), and the committed tables hold both.
+                fused"), or "<toggle> <value>" for a model setting (e.g. "NSA_LOSS fused"): one a GPU run has not
+                qualified, beside the default path. Empty: the default path's (what `auto` launches). The CI
+                compile test takes the default path's cases; the choices' run under -m slow (`--cases choices`),
+                and the committed tables hold both.
     """
 
     name: str

@@ -220,6 +220,22 @@ def test_fused_loss_and_gradients_equal_float64_reference(block_v, chunk, monkey
 
 
 @needs_triton
+def test_fused_loss_under_no_grad_asks_the_kernel_for_no_gradient(monkeypatch):
+    """Evaluation (no_grad): the same loss, the kernel told not to write gradients, and no gradient matmul."""
+    from nsa.attention.kernels.cross_entropy import host
+
+    hidden, weight, targets = (x.to(KERNEL_DEVICE) for x in inputs(torch.float32))
+    with_grad = linear_cross_entropy(hidden, weight, targets, chunk=8, fused=True)
+    asked = []
+    real = host.cross_entropy_rows
+    monkeypatch.setattr(host, "cross_entropy_rows", lambda *a: asked.append(a[3]) or real(*a))
+    with torch.no_grad():
+        loss = linear_cross_entropy(hidden, weight, targets, chunk=8, fused=True)
+    assert asked == [False] * 5  # 37 tokens in chunks of 8
+    torch.testing.assert_close(loss, with_grad.detach(), rtol=0, atol=0)
+
+
+@needs_triton
 def test_fused_kernel_rows_and_in_place_gradient_in_bf16(monkeypatch):
     """The kernel itself on bf16 logits: each row's loss (fp32) and, in place, softmax - onehot rounded once to
     bf16, against float64; an ignored row gives 0 and a zero gradient; a target outside [0, V) gives NaN; without

@@ -116,6 +116,19 @@ def smoke_like(run_dir: Path, seed: int, shift: dict[str, float] | None = None, 
     return results
 
 
+def test_unmeasured_run_noise_says_why(tmp_path):
+    """No step's run-to-run variation measured: the warning says whether no step ran repeats or every repeat was
+    disturbed (a run compared with itself on a busy machine), never "no step ran repeats" when some did."""
+    a = smoke_like(tmp_path / "a", 1)
+    for run in a["steps"]["bucket_sweep"]["runs"]:
+        run["metrics"]["interference"] = {"disturbed": True, "text": "other processes used 1.0 of 2 cores"}
+    out = compare_runs(a, a, tmp_path / "a", tmp_path / "a")
+    unmeasured = [w for w in out["warnings"] if w.startswith("run-to-run variation not measured")]
+    assert out["run_noise"] is None and len(unmeasured) == 1
+    assert "(their repeats were measured while other work used the machine)" in unmeasured[0]
+    assert out["exit_code"] == 0
+
+
 def test_identical_runs_flag_no_row_and_a_regression_exits_1(cli, tmp_path):
     """Two cpu_smoke-like runs with no difference but 8% run-to-run variation: no row flagged, exit 0, Holm and
     each step's own run-to-run variation in the JSON and in the text; a baseline 85% slower in B: exit 1."""

@@ -147,6 +147,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     units: dict[str, list[tuple[float, float]]] = {}  # group -> (mean A, mean B) of each undisturbed launch
     pending: list[tuple] = []  # the undisturbed launches' rows, tested once every step's change is known
     disturbed_rows = 0
+    repeated = False  # a step ran repeats (disturbed or not): what the warning on unmeasured variation says
     steps_a, steps_b = _raw_steps(a), _raw_steps(b)  # what the kinds read
     for name, step_a in steps_a.items():
         step_b = steps_b.get(name)
@@ -155,6 +156,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
         runs_b = dict(_train_runs(step_b))
         rn = noise_by_step.get(name)
         for label, ma in _train_runs(step_a):
+            repeated = repeated or bool(_REPEAT_RE.search(label))
             mb = runs_b.get(label)
             if not mb:
                 continue
@@ -224,8 +226,10 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
         warnings.append(f"{plural(disturbed_rows, 'launch', 'launches')} measured while other work used the machine "
                         "(telemetry): shown, never gating; run them again on a quiet machine")
     if not noise_by_step and tested:
-        warnings.append("run-to-run variation not measured for any step (no step ran repeats): only the change "
-                        "common to every step is tested")
+        why = ("their repeats were measured while other work used the machine" if repeated and disturbed_rows else
+               "no repeat passed undisturbed" if repeated else "no step ran repeats")
+        warnings.append(f"run-to-run variation not measured for any step ({why}): only the change common to every "
+                        "step is tested")
     records = [decode(AnalysisRow, r, f"rows[{i}]") for i, r in enumerate(rows)]
     regressions = [r for r in records if r.tested and r.significant and r.verdict == "worse"]
     improvements = sum(1 for r in records if r.tested and r.significant and r.verdict == "better")

@@ -4,7 +4,7 @@
 # after every step, so a cut call keeps what ran). Calls of at most 10 minutes, in this order:
 #     PART=kernels BUDGET=570 bash reports/gpu/next_run.sh     # ~9.5 min from a cold Triton cache (timeout_s 595)
 #     PART=selection BUDGET=200 bash reports/gpu/next_run.sh   # ~3 min
-#     PART=trainer BUDGET=480 bash reports/gpu/next_run.sh     # ~8 min
+#     PART=trainer BUDGET=540 bash reports/gpu/next_run.sh     # ~9 min
 #     PART=h100 BUDGET=560 bash reports/gpu/next_run.sh        # ~9 min: h100_single whole but its kernel phase
 #     PART=choices BUDGET=560 bash reports/gpu/next_run.sh     # ~9 min: issue 31 items 2.3-2.6's launch choices
 #                                                              # (what does not fit in BUDGET is skipped and logged)
@@ -218,7 +218,7 @@ if [ "$PART" = trainer ]; then
   step T0_loss_bench 90 $T python3 benchmarks/bench_loss.py --device cuda --repeats 10 \
       --fused-configs 8192x16,16384x32 --json $T/loss.json
   OLD="NSA_OPT_FUSED=0,NSA_LOSS=reference,NSA_ROPE=reference"
-  step T1_dense_each_change 200 $T python3 benchmarks/bench_train.py --device cuda --models dense --modes graphs \
+  step T1_dense_each_change 240 $T python3 benchmarks/bench_train.py --device cuda --models dense --modes graphs \
       --repeats 2 --variant "old:$OLD" --variant "rope:NSA_OPT_FUSED=0,NSA_LOSS=reference,NSA_ROPE=fused" \
       --variant "adam:NSA_OPT_FUSED=1,NSA_LOSS=reference,NSA_ROPE=reference" \
       --variant "loss:NSA_OPT_FUSED=0,NSA_LOSS=fused,NSA_ROPE=reference" --json $T/dense_each_change.json

@@ -194,10 +194,11 @@ def main(argv=None) -> int:
     print("reproduce: python benchmarks/bench_loss.py " + " ".join(sys.argv[1:] if argv is None else argv))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"device": args.device, "torch": torch.__version__, "tokens": args.tokens,
-                                         "vocab": args.vocab, "dim": args.dim, "dtype": args.dtype,
-                                         "chunk": args.chunk, "repeats": args.repeats, "by_impl": rows},
-                                        indent=2) + "\n")
+        name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+        args.json.write_text(json.dumps({"device": args.device, "device_name": name, "torch": torch.__version__,
+                                         "tokens": args.tokens, "vocab": args.vocab, "dim": args.dim,
+                                         "dtype": args.dtype, "chunk": args.chunk, "repeats": args.repeats,
+                                         "by_impl": rows}, indent=2) + "\n")
     return 0
 
 

@@ -363,6 +363,7 @@ def test_bench_loss_checks_each_loss_then_times_them_alternated(tmp_path, capsys
                        "--dim", "16", "--chunk", "16", "--repeats", "3", "--warmup", "1", "--impls", "fused,chunked",
                        "--fused-configs", "32x1", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
+    assert data["device_name"] == ("cpu" if KERNEL_DEVICE.type == "cpu" else torch.cuda.get_device_name())
     rows = data["by_impl"]
     assert list(rows) == ["reference", "fused", "chunked", "fused@32x1"]  # the reference first, always
     assert rows["reference"]["ratio_median"] == 1.0

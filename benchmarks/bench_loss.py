@@ -39,10 +39,6 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 LOSS_TOLERANCE = {"bf16": 1e-2, "fp32": 1e-4}  # relative difference of a loss from the reference's
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
 def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))

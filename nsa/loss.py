@@ -80,7 +80,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
         elif _KERNEL is None:
             raise KernelUnavailable("the fused loss under torch.compile: call nsa.loss.check_loss('fused', device) "
                                     "before compiling (nsa-train does), or run it once uncompiled")
-        if hidden.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        if hidden.dtype not in _KERNEL.DTYPES:
             raise ValueError(f"the fused loss computes in bf16, fp16 or fp32, got {hidden.dtype} (use the chunked "
                              f"loss for float64)")
         targets = targets.long()

@@ -18,7 +18,7 @@ from nsa.config import ModelConfig
 from nsa.loss import linear_cross_entropy, resolve_loss
 from nsa.model import NSAModel, lm_loss
 from nsa.toggles import Toggles
-from triton_test_utils import KERNEL_DEVICE, ON_GPU, needs_triton
+from triton_test_utils import KERNEL_DEVICE, ON_GPU, assert_within_torch_error, needs_triton
 
 N, D, V = 37, 12, 29
 
@@ -209,9 +209,7 @@ def _fused_against_float64(n: int, v: int, chunk: int, ignored=(), last=()) -> N
     for got, torch_path, exact, what in zip(results[True], results[False], (want, 3.0 * gh, 3.0 * gw),
                                             ("loss", "grad hidden", "grad weight")):
         assert got.dtype == torch.float32, what
-        err = (got.double().cpu() - exact).abs().max().item()
-        err_torch = (torch_path.double().cpu() - exact).abs().max().item()
-        assert err <= 4 * err_torch + 1e-6 * exact.abs().max().item(), (what, err, err_torch)
+        assert_within_torch_error(what, got.cpu(), exact, torch_path.cpu(), factor=4, rel_floor=1e-6)
     assert torch.all(results[True][1][list(ignored)] == 0), "an ignored target gives no gradient"
 
 
@@ -305,9 +303,8 @@ def test_model_loss_fused_equals_reference(monkeypatch):
         runs[name] = {"loss": loss.detach(), **{n: p.grad for n, p in model.named_parameters()}}
     assert "head.weight" not in runs["fused"]
     for key, exact in runs["exact"].items():
-        err = (runs["fused"][key].double() - exact).abs().max().item()
-        err_ref = (runs["reference"][key].double() - exact).abs().max().item()
-        assert err <= 4 * err_ref + 1e-6 * exact.abs().max().item(), (key, err, err_ref)
+        assert_within_torch_error(key, runs["fused"][key].cpu(), exact.cpu(), runs["reference"][key].cpu(), factor=4,
+                                  rel_floor=1e-6)
 
 
 @needs_triton

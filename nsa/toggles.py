@@ -32,6 +32,7 @@ class Toggle:
     # False: it changes no result of training (a launcher's label, a switch of the test suite); the test suites
     # leave such a variable as the environment sets it, and reset every other toggle before each test
     affects_run: bool = True
+    maximum: int | None = None  # an "int" toggle's largest value (a larger one is refused, naming it)
 
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -74,7 +75,7 @@ TOGGLES: dict[str, Toggle] = {
                "averaged, cast back); none: plain fp32 all-reduce. Ignored (with a message) without DDP.",
                choices=("none", "bf16", "fp16")),
         Toggle("NSA_DDP_BUCKET_MB", "int", 25, "trainer (DDP)",
-               "DDP gradient bucket size in MB (bucket_cap_mb)."),
+               "DDP gradient bucket size in MB (bucket_cap_mb).", maximum=1 << 20),
         Toggle("NSA_SDPA_AUDIT", "bool", False, "trainer",
                "1: record which SDPA backend (flash/efficient/cudnn/math) served each attention call site; "
                "rank 0 writes out_dir/sdpa_audit.json."),
@@ -178,6 +179,8 @@ def _parse_fault(value: str) -> Fault:
         if rank_text or rest != number:
             raise ValueError(value)  # a model fault is in every rank's model: no :RANK
         return Fault(kind, None, None, int(number))
+    if int(number) < 1:
+        raise ValueError(value)  # steps count from 1: a fault at step 0 would never fire
     rank = int(rank_text) if rank_text else None
     if kind in CSV_FAULT_KINDS and rank not in (None, 0):
         raise ValueError(value)  # only rank 0 writes training.csv
@@ -194,7 +197,7 @@ def parse(name: str, environ: Mapping[str, str] | None = None):
     value = raw.strip().lower()
     parsers: dict[str, Callable[[str], object]] = {
         "bool": _parse_bool,
-        "int": _parse_positive_int,
+        "int": lambda v: _parse_positive_int(v, toggle.maximum),
         "choice": lambda v: v if v in toggle.choices else _bad(v),
         "fault": _parse_fault,
         "text": lambda v: raw.strip(),
@@ -208,8 +211,8 @@ def parse(name: str, environ: Mapping[str, str] | None = None):
 def expected(name: str) -> str:
     """The values toggle `name` takes, in words (what an error about it says)."""
     toggle = TOGGLES[name]
-    return {"bool": "0 or 1", "int": "a positive integer", "choice": " | ".join(toggle.choices),
-            "fault": "crash@STEP, hang@STEP or nan@STEP, optionally :RANK; or csv_missing@STEP, "
+    return {"bool": "0 or 1", "int": "a positive integer" + _at_most(toggle), "choice": " | ".join(toggle.choices),
+            "fault": "crash@STEP, hang@STEP or nan@STEP (STEP from 1), optionally :RANK; or csv_missing@STEP, "
                      "csv_empty@STEP, csv_truncate@STEP or csv_garble@STEP (rank 0 only); or "
                      "sel_v1_quadratic@SEQ (no rank); or wait@imports or wait@pg_init, optionally :RANK; or "
                      f"slow_step@SHARE (a number > 0 and at most {SLOW_SHARE_MAX:g}, no rank)",
@@ -252,11 +255,15 @@ def _parse_bool(value: str) -> bool:
     raise ValueError(value)
 
 
-def _parse_positive_int(value: str) -> int:
+def _parse_positive_int(value: str, maximum: int | None = None) -> int:
     number = int(value)
-    if number <= 0:
+    if number <= 0 or (maximum is not None and number > maximum):
         raise ValueError(value)
     return number
+
+
+def _at_most(toggle: Toggle) -> str:
+    return "" if toggle.maximum is None else f" (at most {toggle.maximum:,})"
 
 
 def _bad(value: str):
@@ -315,7 +322,7 @@ class Toggles:
 def table_markdown() -> str:
     rows = ["| variable | values | default | used by | meaning |", "|---|---|---|---|---|"]
     for t in TOGGLES.values():
-        values = {"bool": "0/1", "int": "positive integer", "choice": "/".join(t.choices),
+        values = {"bool": "0/1", "int": "positive integer" + _at_most(t), "choice": "/".join(t.choices),
                   "fault": "KIND@STEP[:RANK], KIND@SEQ, wait@STAGE[:RANK] or slow_step@SHARE", "text": "text"}[t.kind]
         default = "unset" if t.default is None else str(int(t.default)) if t.kind == "bool" else str(t.default)
         rows.append(f"| `{t.name}` | {values} | {default} | {t.consumer} | {t.help} |")

@@ -105,6 +105,10 @@ class DataConfig:
             raise DataError(f"DataConfig.text_key must be a non-empty string, got {self.text_key!r}")
 
 
+# train.pg_timeout_s at most: a week (a hang would go unnoticed for longer; 1e300 overflowed torch's timedelta)
+PG_TIMEOUT_MAX_S = 7 * 24 * 3600
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """How to train. Step counts are optimizer steps; batch_size is per rank and per micro-batch, so one step
@@ -175,6 +179,14 @@ class TrainConfig:
         for name in ("lr", "pg_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"train.{name} must be positive, got {getattr(self, name)}")
+        if self.min_lr_ratio > 1:
+            raise ValueError(f"train.min_lr_ratio must be at most 1 (the floor of the decay, as a share of train.lr), "
+                             f"got {self.min_lr_ratio}")
+        if self.pg_timeout_s > PG_TIMEOUT_MAX_S:
+            raise ValueError(f"train.pg_timeout_s must be at most {PG_TIMEOUT_MAX_S:,} (a week), "
+                             f"got {self.pg_timeout_s}")
+        if not str(self.out_dir).strip():
+            raise ValueError("train.out_dir must name a directory, got an empty string")
         if self.decay_steps is not None and self.decay_steps <= 0:
             raise ValueError(f"train.decay_steps must be positive or null, got {self.decay_steps}")
         if self.peak_tflops is not None and not self.peak_tflops > 0:

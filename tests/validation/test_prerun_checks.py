@@ -101,6 +101,8 @@ def test_the_toggle_table_lists_every_nsa_variable_the_code_reads():
 @pytest.mark.parametrize("name, value, needle", [
     ("NSA_PREFIL_BATCHED", "1", "did you mean NSA_PREFILL_BATCHED?"),
     ("NSA_DDP_BUCKET_MB", "[1,2", "NSA_DDP_BUCKET_MB='[1,2' is invalid: expected a positive integer"),
+    # accepted before, then a TypeError from DDP's constructor in every rank
+    ("NSA_DDP_BUCKET_MB", "9" * 23, "expected a positive integer (at most 1,048,576)"),
     ("NSA_DDP_COMPRESS", "bf17", "expected none | bf16 | fp16"),
     ("NSA_AOT_FULL", "yes please", "expected 0 or 1"),
     ("NSA_FAULT", "crash@", "NSA_FAULT='crash@' is invalid"),

@@ -47,7 +47,8 @@ def test_csv_fault_values_parse(value, fault):
     assert toggles.parse("NSA_FAULT", {"NSA_FAULT": value}) == fault
 
 
-@pytest.mark.parametrize("value", ["csv_missing@3:1", "csv_empty", "csv_gone@3", "csv_truncate@x"])
+@pytest.mark.parametrize("value", ["csv_missing@3:1", "csv_empty", "csv_gone@3", "csv_truncate@x",
+                                   "csv_garble@0", "crash@0", "nan@0:1"])  # steps count from 1: @0 never fires
 def test_bad_csv_fault_values_name_the_variable(value):
     with pytest.raises(ValueError, match="NSA_FAULT=.*csv_missing@STEP"):
         toggles.parse("NSA_FAULT", {"NSA_FAULT": value})

@@ -208,6 +208,10 @@ def test_null_for_an_optional_key_is_none(tmp_path):
     ("train", "parallel", "tp"),
     ("train", "lr_schedule", "linear"),
     ("train", "device", "tpu"),
+    ("train", "min_lr_ratio", 5.0),  # a cosine "decay" up to 5x the peak
+    ("train", "pg_timeout_s", 1e300),  # overflowed torch's timedelta (a traceback, not an error naming it)
+    ("train", "out_dir", ""),  # would write into the working directory
+    ("train", "out_dir", "  "),
 ])
 def test_out_of_range_train_value_names_the_key(tmp_path, section, key, value):
     load_error(write(tmp_path, broken(section, key, value)), f"{section}.{key}")

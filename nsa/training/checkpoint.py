@@ -104,23 +104,76 @@ def save(out_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Opti
 
 def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, info: DistInfo, *,
          scaler: torch.amp.GradScaler | None) -> tuple[int, dict]:
-    """Restore model, optimizer, scaler and this rank's RNG; returns (step, this rank's data state)."""
+    """Restore model, optimizer, scaler and this rank's RNG; returns (step, this rank's data state). A checkpoint
+    that cannot be read (a damaged or missing file) or does not fit this run (another model, another world size)
+    raises CheckpointError naming the file and what is wrong: nothing is restored from it, and nothing falls back
+    silently to an older one (the error names it). The optimizer's param_groups are the checkpoint's afterwards,
+    its settings included: the trainer puts this run's back (nsa.training.optim.keep_settings)."""
     path = Path(path)
     meta_file = path / META
     if not meta_file.is_file():
         raise CheckpointError(f"{path}: not a complete checkpoint (no {META})")
-    meta = json.loads(meta_file.read_text())
-    if meta["world_size"] != info.world_size:
-        raise CheckpointError(f"{path}: written by {meta['world_size']} rank(s), this run has {info.world_size}; "
+    try:
+        meta = json.loads(meta_file.read_text())
+        step, world_size = int(meta["step"]), int(meta["world_size"])
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise _damaged(path, META, exc) from None
+    if world_size != info.world_size:
+        raise CheckpointError(f"{path}: written by {world_size} rank(s), this run has {info.world_size}; "
                               "resume with the same number of ranks")
-    blob = torch.load(path / "model_optim.pt", map_location="cpu", weights_only=False)
-    set_model_state_dict(model, blob["model"], options=StateDictOptions(full_state_dict=True))
-    set_optimizer_state_dict(model, optimizer, blob["optimizer"], options=StateDictOptions(full_state_dict=True))
+    blob = _read(path, "model_optim.pt", ("model", "optimizer"))
+    try:
+        set_model_state_dict(model, blob["model"], options=StateDictOptions(full_state_dict=True))
+    except (RuntimeError, KeyError, ValueError) as exc:
+        raise CheckpointError(f"{path}: its model does not fit this run's model config "
+                              f"({_first_line(exc)}); resume with the config it was written with") from None
+    try:
+        set_optimizer_state_dict(model, optimizer, blob["optimizer"], options=StateDictOptions(full_state_dict=True))
+    except (RuntimeError, KeyError, ValueError) as exc:
+        raise CheckpointError(f"{path}: its optimizer state does not fit this run's parameters "
+                              f"({_first_line(exc)})") from None
     if scaler is not None and blob.get("scaler"):
         scaler.load_state_dict(blob["scaler"])
-    mine = torch.load(path / f"rank{info.rank}.pt", map_location="cpu", weights_only=False)
+    mine = _read(path, f"rank{info.rank}.pt", ("data", "rng"))
     _set_rng_state(mine["rng"])
-    return int(meta["step"]), mine["data"]
+    return step, mine["data"]
+
+
+def _read(path: Path, name: str, keys: tuple[str, ...]) -> dict:
+    """torch.load of one file of checkpoint `path`, which must hold `keys`; CheckpointError where it cannot."""
+    try:
+        blob = torch.load(path / name, map_location="cpu", weights_only=False)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: {name} is missing{_older(path)}") from None
+    except Exception as exc:  # torch.load of a damaged file raises RuntimeError, EOFError, UnpicklingError, ...
+        raise _damaged(path, name, exc) from None
+    if not isinstance(blob, dict) or any(k not in blob for k in keys):
+        raise _damaged(path, name, ValueError(f"expected a mapping with {', '.join(keys)}"))
+    return blob
+
+
+def _damaged(path: Path, name: str, exc: BaseException) -> CheckpointError:
+    return CheckpointError(f"{path}: {name} cannot be read ({type(exc).__name__}: {_first_line(exc)}){_older(path)}")
+
+
+def _older(path: Path) -> str:
+    """Advice for a damaged checkpoint: the complete one before it, if any (resumed from only when the user moves
+    the damaged one aside: a silent fallback would repeat steps without saying so)."""
+    earlier = [p for p in list_checkpoints(path.parent.parent) if p.name < path.name]
+    return (f"; move {path.name} out of {path.parent} to resume from {earlier[-1].name}" if earlier
+            else "; no earlier complete checkpoint")
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (with the next one where it ends in a colon), cut after its first
+    sentence when longer than 200 characters (torch.load's messages go on with advice of their own)."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()] or [""]
+    line = lines[0]
+    if line.endswith(":") and len(lines) > 1:  # "Error(s) in loading state_dict for NSAModel:" and the first error
+        line = f"{line} {lines[1]}"
+    if len(line) > 200 and ". " in line[:200]:
+        line = line[:line.index(". ") + 1]
+    return line if len(line) <= 200 else line[:200] + "..."
 
 
 def param_digest(net: nn.Module) -> str:

@@ -3,6 +3,7 @@ a CUDA graph can replay (set_lr, make_capturable)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -62,6 +63,44 @@ def build_adamw(model: nn.Module, lr: float, weight_decay: float, betas: tuple[f
     """AdamW over param_groups; fused=True asks for torch's fused kernel (check fused_adamw_unsupported first)."""
     return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, eps=1e-8,
                              fused=True if fused else None)
+
+
+# The settings of an AdamW group that a resumed run takes from its own config and toggles, not from the checkpoint
+# (whose param_groups torch's load_state_dict would otherwise restore whole): the hyperparameters, said when they
+# changed, and the implementation (NSA_OPT_FUSED: fused / foreach), set silently. The learning rate is not among
+# them: the schedule sets it before every step.
+HYPERPARAMETERS = ("weight_decay", "betas", "eps")
+IMPLEMENTATION = ("fused", "foreach", "capturable")
+
+
+@contextlib.contextmanager
+def keep_settings(optimizer: torch.optim.Optimizer):
+    """Around a load of `optimizer`'s state (nsa.training.checkpoint.load): afterwards each group has this run's
+    HYPERPARAMETERS and IMPLEMENTATION again, its step counts where that implementation keeps them (on the
+    parameter's device for fused or capturable AdamW, else on the host). Yields a list that holds, after the block,
+    one line per hyperparameter that differed from the checkpoint's ("weight_decay 0.5 (the checkpoint's: 0.01)")."""
+    keys = HYPERPARAMETERS + IMPLEMENTATION
+    mine = [{k: group[k] for k in keys if k in group} for group in optimizer.param_groups]
+    changed: list[str] = []
+    yield changed
+    if len(mine) != len(optimizer.param_groups):
+        return  # not this run's groups: the load itself fails on that (checkpoint.load names it)
+    for i, (group, settings) in enumerate(zip(optimizer.param_groups, mine)):
+        for key, value in settings.items():
+            before = group.get(key)
+            same = (tuple(before) == tuple(value) if key == "betas" and before is not None else before == value)
+            if key in HYPERPARAMETERS and not same:
+                changed.append(f"group {i} {key} {_plain(value)} (the checkpoint's: {_plain(before)})")
+            group[key] = value
+        on_device = bool(group.get("fused") or group.get("capturable"))
+        for p in group["params"]:
+            step = optimizer.state.get(p, {}).get("step")
+            if isinstance(step, torch.Tensor):
+                optimizer.state[p]["step"] = step.to(device=p.device if on_device else "cpu", dtype=torch.float32)
+
+
+def _plain(value):
+    return list(value) if isinstance(value, (tuple, list)) else value
 
 
 def make_capturable(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

@@ -8,7 +8,9 @@
     heartbeat_rank{r}.jsonl every rank, one JSON object per line (nsa.training.heartbeat)
     env.json                versions, devices, world size, resolved config, git sha, NSA_*/NCCL_*/TORCH_* vars
     config.yaml             the resolved run config
-    status.json             how the run ended: completed | halted | terminated | nonfinite | crashed
+    status.json             how the run ended: completed | halted | terminated | nonfinite | crashed ("phase":
+                            "start-up" when it failed before its first step), its notes
+    *.csv.damaged-<time>    a training.csv / val.csv a resume found damaged, as it was (CsvLog)
     checkpoints/step_N/     checkpoints (nsa.training.checkpoint)
     sdpa_audit.json         NSA_SDPA_AUDIT=1: SDPA backend per call site (rank 0)
     stackdump_rank{r}*.txt  SIGUSR1 stack dumps
@@ -19,6 +21,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import platform
@@ -68,7 +71,8 @@ VAL_COLUMNS = {"step": "optimizer step", "val_loss": "mean cross entropy over th
 # What a run leaves in out_dir (archive_previous_run moves these aside for a fresh run).
 RUN_ARTIFACTS = (TRAINING_CSV, VAL_CSV, ENV_JSON, STATUS_JSON, CONFIG_YAML, SDPA_AUDIT_JSON, SUMMARY_JSON,
                  TIMELINE_JSON, "heartbeat_rank*.jsonl",
-                 "stackdump_*.txt", "error_rank*.txt", "checkpoints", "tb", "profile", ".HALT")
+                 "stackdump_*.txt", "error_rank*.txt", "checkpoints", "tb", "profile", ".HALT",
+                 "*.csv.damaged-*")  # a damaged training.csv / val.csv as a resume found it (CsvLog)
 # a node's record in env.json (nsa.training.distributed) and in a snapshot step's nodes/ (validation.launch.environment):
 NODE_NAME_VARS = ("NSA_NODE_NAME", "SLURMD_NODENAME")  # the node's name: set by the launcher, else Slurm's, else host
 NODE_ENV_PREFIXES = ("NCCL_", "UCX_", "MLX5_", "IBV_", "FI_", "GLOO_", "SLURM_JOB_ID", "SLURM_NNODES",
@@ -296,20 +300,27 @@ def columns_markdown() -> str:
 
 class CsvLog:
     """Appends rows to a CSV with a header. On resume from step k, rows after k (written after the checkpoint
-    by a run that then died) are dropped first so the file holds one row per step."""
+    by a run that then died) are dropped first so the file holds one row per step. Rows whose step cannot be read
+    (a damaged file: text, NUL bytes, another header) are dropped too; the file as it was is then kept beside it
+    (`kept_aside`, `dropped` rows), so nothing is lost. The kept rows are rewritten atomically."""
 
     def __init__(self, path: Path, columns: list[str], resume_step: int | None = None):
         self.path, self.columns = Path(path), list(columns)
+        self.dropped, self.kept_aside = 0, None
         existing: list[dict] = []
         if resume_step is not None and self.path.exists():
-            with self.path.open(newline="") as f:
-                existing = [row for row in csv.DictReader(f) if int(row["step"]) <= resume_step]
-        self._file = self.path.open("w", newline="", buffering=1)
-        self._writer = csv.DictWriter(self._file, fieldnames=self.columns, extrasaction="ignore")
-        self._writer.writeheader()
+            existing, self.dropped, damaged = _rows_up_to(self.path, resume_step)
+            if damaged:
+                self.kept_aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+                self.kept_aside.write_bytes(self.path.read_bytes())
+        text = io.StringIO(newline="")
+        head = csv.DictWriter(text, fieldnames=self.columns, extrasaction="ignore")
+        head.writeheader()
         for row in existing:
-            self._writer.writerow(row)
-        self._file.flush()
+            head.writerow(row)
+        atomic_write(self.path, text.getvalue())
+        self._file = self.path.open("a", newline="", buffering=1)
+        self._writer = csv.DictWriter(self._file, fieldnames=self.columns, extrasaction="ignore")
 
     def write(self, row: Mapping[str, Any]) -> None:
         self._writer.writerow({k: _fmt(row.get(k)) for k in self.columns})
@@ -317,6 +328,27 @@ class CsvLog:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _rows_up_to(path: Path, last_step: int) -> tuple[list[dict], int, bool]:
+    """(the rows of CSV `path` up to step `last_step`, how many rows were dropped because their step cannot be read,
+    whether the file was damaged: such rows, bytes that are not UTF-8, NUL bytes or a header without "step")."""
+    raw = path.read_bytes()
+    text = raw.decode("utf-8", errors="replace").replace("\x00", "")
+    damaged = "\ufffd" in text or b"\x00" in raw
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if reader.fieldnames is not None and "step" not in reader.fieldnames:
+        return [], sum(1 for _ in reader), True
+    kept, dropped = [], 0
+    for row in reader:
+        try:
+            step = int(row["step"])
+        except (TypeError, ValueError):
+            dropped += 1
+            continue
+        if step <= last_step:
+            kept.append(row)
+    return kept, dropped, damaged or dropped > 0
 
 
 def _fmt(value: Any) -> Any:

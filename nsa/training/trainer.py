@@ -30,7 +30,7 @@ from nsa.training.data import build_eval_source, build_source
 from nsa.training.distributed import DistInfo, first_use_order
 from nsa.training.heartbeat import HeartbeatWriter
 from nsa.training.metrics import device_name, memory_detail_gb, memory_gb, mfu, peak_flops
-from nsa.training.optim import build_adamw, lr_at, make_capturable, set_lr, use_fused_adamw
+from nsa.training.optim import build_adamw, keep_settings, lr_at, make_capturable, set_lr, use_fused_adamw
 from nsa.training.safety import CSV_FAULTS_STOPPING_WRITER, RunControl, damage_training_csv
 from nsa.training.summary import SummaryAccumulator, format_summary
 from nsa.training.watchdog import HALT_NAME
@@ -78,7 +78,12 @@ class Trainer:
 
         # outputs (rank 0 writes the shared files; every rank its heartbeat)
         if info.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
+            try:
+                self.out.mkdir(parents=True, exist_ok=True)
+            except FileExistsError:
+                raise UsageError(f"train.out_dir {self.out}: it exists and is not a directory") from None
+            except OSError as exc:
+                raise UsageError(f"train.out_dir {self.out}: cannot be created ({exc.strerror or exc})") from None
             stale = self.out / HALT_NAME
             if resume and stale.exists():
                 stale.replace(self.out / (HALT_NAME + ".prev"))
@@ -90,6 +95,17 @@ class Trainer:
         distributed.barrier(info)
         self.heartbeat = HeartbeatWriter(self.out, info.rank)
         self.heartbeat.write(0, "boot", world_size=info.world_size, device=str(self.device))
+        self.start_step = 0
+        try:
+            self._setup(cfg, config_path, resume, argv)
+        except BaseException as exc:
+            self._setup_failed(exc)
+            raise
+
+    def _setup(self, cfg: RunConfig, config_path: str, resume: bool, argv) -> None:
+        """Everything after the boot heartbeat: model, wrapping, optimizer, data, resume, the run's files. A failure
+        here is recorded (heartbeat "error", status.json) by __init__ before it propagates."""
+        info, tg, tc = self.info, self.tg, cfg.train
         self.control = RunControl(self.out, info.rank, tg.fault)
 
         # model, wrapping, optimizer
@@ -143,16 +159,23 @@ class Trainer:
         self.eval_source = build_eval_source(cfg.data, **data_args) if tc.eval_every > 0 else None
 
         # resume
-        self.start_step = 0
         if resume:
             found = checkpoint.latest_checkpoint(self.out)
             if found is None:
                 self.say(f"--resume: no checkpoint in {self.out / checkpoint.CHECKPOINT_DIR}; starting at step 0")
             else:
-                self.start_step, data_state = checkpoint.load(found, self.net, self.optimizer, info,
-                                                              scaler=self.scaler)
+                # the checkpoint's moments and step counts; this run's AdamW settings (config, NSA_OPT_FUSED)
+                with keep_settings(self.optimizer) as changed:
+                    step, data_state = checkpoint.load(found, self.net, self.optimizer, info, scaler=self.scaler)
+                if step > tc.steps:
+                    raise UsageError(f"--resume: the checkpoint {found} is at step {step}, past train.steps "
+                                     f"({tc.steps}); ask for at least {step} steps")
+                self.start_step = step
                 self.source.load_state_dict(data_state)
                 self.say(f"resumed from {found} (step {self.start_step})")
+                if changed:
+                    self.say("resumed with this run's AdamW settings, which differ from the checkpoint's: "
+                             + "; ".join(changed))
         self.last_saved = self.start_step
         self.graphed: graphs.GraphedStep | None = None
         if self.capture is not None:  # after the resume: a loaded optimizer is made capturable too
@@ -170,6 +193,11 @@ class Trainer:
             samples_per_step=info.world_size * tc.batch_size * tc.accum, steps_planned=tc.steps,
             fsdp_reshard=tc.fsdp_reshard if self.parallel == "fsdp" else None)
         self._fault_notes()
+        ran = tc.steps - self.start_step
+        if tc.profile_steps > 0 and ran < tc.profile_start + tc.profile_steps:
+            self.say(f"train.profile_steps={tc.profile_steps}: no profiler trace will be written: it covers steps "
+                     f"{tc.profile_start + 1}-{tc.profile_start + tc.profile_steps} of this process (after "
+                     f"train.profile_start={tc.profile_start}), which runs {ran} step(s)")
 
         # observability
         self.audit = observability.SdpaAudit() if tg.sdpa_audit and info.is_main else None
@@ -179,6 +207,7 @@ class Trainer:
         if (tg.sdpa_flash_only or tg.sdpa_no_flash) and self.device.type != "cuda":
             self.say("SDPA backend restriction applies to the CPU kernels (flash = the fused CPU kernel)")
         self.peak = peak_flops(self.device, tc.precision, tc.peak_tflops)
+        self._impossible_mfu_said = False
         columns = (list(outputs.TRAINING_COLUMNS) + list(outputs.COMM_COLUMNS)
                    + ([outputs.MFU_COLUMN[0]] if self.peak else []))
         self.csv = self.val_csv = self.tb = None
@@ -196,15 +225,34 @@ class Trainer:
                         "index_build": (index_build(self.model_cfg.nsa.index_build)
                                         if self.attention_kernel == "triton" else None),
                         "cuda_graphs": self.graphed.describe() if self.graphed is not None else {"enabled": False},
-                        "optimizer": {"name": "AdamW", "fused": bool(self.optimizer.defaults.get("fused"))}})
+                        "optimizer": {"name": "AdamW",
+                                      "fused": bool(self.optimizer.param_groups[0].get("fused"))}})
             outputs.write_json(self.out / outputs.ENV_JSON, env)
             resume_at = self.start_step if resume else None
             self.csv = outputs.CsvLog(self.out / outputs.TRAINING_CSV, columns, resume_step=resume_at)
             if tc.eval_every > 0:
                 self.val_csv = outputs.CsvLog(self.out / outputs.VAL_CSV, list(outputs.VAL_COLUMNS),
                                               resume_step=resume_at)
+            for log_file in (self.csv, self.val_csv):
+                if log_file is not None and log_file.kept_aside is not None:
+                    self.say(f"--resume: {log_file.path.name} was damaged: {log_file.dropped} row(s) without a "
+                             f"readable step were dropped; the file as it was is {log_file.kept_aside.name}")
             self.tb = self._tensorboard()
             self._status("running", None, self.start_step)
+
+    def _setup_failed(self, exc: BaseException) -> None:
+        """A failure after the boot heartbeat (a damaged checkpoint, a kernel this device cannot run, out of memory):
+        the heartbeat ends with "error" and status.json says "crashed" at start-up, so that a watchdog and the
+        validation suite read a run that ended, not one that stalled at boot (an earlier run's status.json, left
+        for --resume, is replaced). The exception propagates (nsa.training.cli: exit 2 or 1)."""
+        error = f"{type(exc).__name__}: {exc}"
+        with contextlib.suppress(Exception):  # recording the failure must not hide it
+            self.heartbeat.write(self.start_step, "error", error=error, phase="start-up")
+            self.heartbeat.close()
+        with contextlib.suppress(Exception):
+            self._status("crashed", f"start-up: {error}", self.start_step, phase="start-up")
+        with contextlib.suppress(Exception):
+            self.control.uninstall()
 
     # ------------------------------------------------------------------ setup helpers
     def say(self, message: str, note: bool = True) -> None:
@@ -231,6 +279,9 @@ class Trainer:
             model = distributed.wrap_fsdp(net, reshard_after_forward=tc.fsdp_reshard)
             mode = "full shard" if tc.fsdp_reshard else "no reshard after forward (SHARD_GRAD_OP equivalent)"
             self.say(f"[fsdp] fully_shard per block, {mode}, world size {self.info.world_size}")
+        if self.parallel == "none" and tc.parallel in ("ddp", "fsdp"):
+            self.say(f"train.parallel={tc.parallel} is ignored: this is a single process (launch it with torchrun "
+                     f"--nproc_per_node N for {'DDP' if tc.parallel == 'ddp' else 'FSDP2'})")
         if self.parallel != "ddp" and tg.ddp_compress != "none":
             self.say(f"NSA_DDP_COMPRESS={tg.ddp_compress} is ignored: the run is not DDP")
         if self.parallel != "fsdp" and not tc.fsdp_reshard:
@@ -504,6 +555,11 @@ class Trainer:
         util = mfu(self.flops_per_token, tps, self.info.world_size, self.peak)
         if util is not None:
             row["mfu"] = util
+            if util > 1 and not self._impossible_mfu_said:  # once: the figure is written as measured
+                self._impossible_mfu_said = True
+                self.say(f"mfu {util:.2f} at step {step} is above 1, which no device does: the peak it is divided by "
+                         f"({self.peak / 1e12:g} TFLOP/s{', train.peak_tflops' if tc.peak_tflops else ''}) is below "
+                         "this device's; set train.peak_tflops to its dense peak")
         stats = self.net.aux_stats() if aux else {}
         self.heartbeat.write(step, "step", loss=loss, local_loss=local_loss, toks_per_s=tps, step_time_s=dt,
                              grad_norm=grad_norm, mem_alloc_gb=mem_alloc, **stats)

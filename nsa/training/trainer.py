@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+import yaml
 
 from nsa import observability, toggles
 from nsa.attention.kernels import index_build, prepare_compile, resolve
@@ -213,6 +214,8 @@ class Trainer:
         self.csv = self.val_csv = self.tb = None
         nodes = distributed.node_records(info)  # a collective: every rank takes part
         if info.is_main:
+            if self.start_step > 0:
+                self._say_config_changes(cfg)
             save_config(cfg, self.out / outputs.CONFIG_YAML)
             env = outputs.environment(cfg.to_dict(), config_path, info.world_size, self.device, argv)
             env.update({"nodes": nodes, "nnodes": len(nodes)})
@@ -239,6 +242,32 @@ class Trainer:
                              f"readable step were dropped; the file as it was is {log_file.kept_aside.name}")
             self.tb = self._tensorboard()
             self._status("running", None, self.start_step)
+
+    # a resumed run's keys that may differ from the earlier run's without a word: how long it runs, what it records
+    # and where, how long it waits (the others change what is trained or how fast: those are named)
+    RESUME_FREE_KEYS = tuple(f"train.{k}" for k in (
+        "steps", "out_dir", "log_every", "save_every", "keep_checkpoints", "eval_every", "eval_batches",
+        "profile_steps", "profile_start", "pg_timeout_s", "peak_tflops")) + ("data.loader_timeout_s",)
+
+    def _say_config_changes(self, cfg: RunConfig) -> None:
+        """On resume: a note naming every config key whose value differs from the earlier run's config.yaml (a
+        changed batch size, seed or schedule makes the resumed run another run, which a reader of its training.csv
+        should know); nothing where that file is missing or unreadable."""
+        try:
+            earlier = yaml.safe_load((self.out / outputs.CONFIG_YAML).read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            return
+        if not isinstance(earlier, dict):
+            return
+        changes = []
+        for section, values in cfg.to_dict().items():
+            before = earlier.get(section) if isinstance(earlier.get(section), dict) else {}
+            for key, value in values.items():
+                name = f"{section}.{key}"
+                if name not in self.RESUME_FREE_KEYS and key in before and before[key] != value:
+                    changes.append(f"{name} {before[key]!r} -> {value!r}")
+        if changes:
+            self.say("resumed with a config that differs from the earlier run's config.yaml: " + "; ".join(changes))
 
     def _setup_failed(self, exc: BaseException) -> None:
         """A failure after the boot heartbeat (a damaged checkpoint, a kernel this device cannot run, out of memory):

@@ -98,7 +98,7 @@ def _groups(out, step):
 
 
 def test_a_resumed_run_keeps_its_own_adamw_settings_and_says_which_changed(run_copy, tmp_path):
-    changed = _config(tmp_path, weight_decay=0.5, beta1=0.5)
+    changed = _config(tmp_path, weight_decay=0.5, beta1=0.5, seed=7)
     assert _train(run_copy, "--steps", "6", "--resume", config=changed) == 0
     groups = _groups(run_copy, 6)
     assert [g["weight_decay"] for g in groups] == [0.5, 0.0]  # the decay split kept, the config's value taken
@@ -106,6 +106,9 @@ def test_a_resumed_run_keeps_its_own_adamw_settings_and_says_which_changed(run_c
     notes = " ".join(json.loads((run_copy / "status.json").read_text())["notes"])
     assert "group 0 weight_decay 0.5 (the checkpoint's: 0.01)" in notes, notes
     assert "group 0 betas [0.5, 0.95] (the checkpoint's: [0.9, 0.95])" in notes
+    # and every config key that differs from the earlier run's config.yaml, the planned steps and out_dir aside
+    said = notes.split("differs from the earlier run's config.yaml: ")[1].split(";")
+    assert {c.strip().split(" ")[0] for c in said if " -> " in c} == {"train.weight_decay", "train.beta1", "train.seed"}
 
 
 @pytest.mark.parametrize("before, after", [("1", "0"), ("0", "1")])

@@ -306,6 +306,12 @@ def _set_choice(flag: str, value: str) -> None:
     setattr(importlib.import_module(module), attribute.removesuffix("S"), value)
 
 
+def no_cuda_here() -> str | None:
+    """Why --device cuda cannot run on this machine, or None: asked once before the cases, which would all fail."""
+    import torch  # seconds: only a real run on CUDA asks; --help and --dry-run stay torch-free
+    return None if torch.cuda.is_available() else f"no CUDA device here (torch {torch.__version__})"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seq-lens", help="comma-separated sequence lengths (default: 512..16384 on CPU, "
@@ -398,6 +404,8 @@ def main(argv=None) -> int:
     unknown = [p for p in paths if p not in PATHS]
     if unknown:
         ap.error(f"--paths: unknown {unknown[0]!r} (choose from {', '.join(PATHS)})")
+    if cuda and not args.dry_run and (why := no_cuda_here()):
+        ap.error(f"--device cuda: {why}")
 
     print("reproduce: python benchmarks/bench_attention.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])))
     print(f"attention layer B={args.batch} {args.shape} {SHAPES[args.shape]}, device={args.device} dtype={args.dtype}, "
@@ -435,6 +443,8 @@ def main(argv=None) -> int:
         args.json.write_text(json.dumps({"shape": args.shape, "dims": SHAPES[args.shape], "argv": argv or sys.argv[1:],
                                          "results": list(results.values()),
                                          "checks": [dict(name=n, value=v, ok=o) for n, v, o in checks]}, indent=2))
+    if any("error" in case for case in results.values()):
+        return 1  # a case that failed is no figure: the caller (next_run.sh's log, CI) sees it
     return 1 if args.check and not all(ok for _, _, ok in checks) else 0
 
 

@@ -288,6 +288,12 @@ def main(argv=None) -> int:
                          "QUALIFIED_FORCED): sparse (every listed block through the selected kernels) or band (the "
                          "forced blocks through the range kernels' band, merged by lse)")
     args = ap.parse_args(argv)
+    try:
+        seq_lens = [int(s) for s in args.seq_lens.split(",") if s.strip()]
+    except ValueError:
+        seq_lens = []
+    if not seq_lens or min(seq_lens) < 1:
+        ap.error(f"--seq-lens {args.seq_lens!r}: expected comma-separated lengths >= 1, e.g. 256,1024")
     from nsa.attention import kernels, selection
     from nsa.attention.kernels.range_attn import host as range_host
     from nsa.attention.kernels.selected_attn import host as selected_host
@@ -301,9 +307,8 @@ def main(argv=None) -> int:
         print("TRITON_INTERPRET must be 1 (the counter runs the Triton kernels in the interpreter on CPU)",
               file=sys.stderr)
         return 2
-    lens = [int(s) for s in args.seq_lens.split(",")]
     layer = make_layer(index_build=args.index_build)
-    counts = {s: count_layer(layer, s, warmup=i == 0) for i, s in enumerate(lens)}
+    counts = {s: count_layer(layer, s, warmup=i == 0) for i, s in enumerate(seq_lens)}
     print(f"kernel-launching ops of one NSAAttention layer forward + backward, kernel=triton, index build "
           f"{args.index_build}, top-n_sel choice {selection.topk_choice()} ({args.topk_choice}), selected host glue "
           f"{selected_host.host_choice()} ({args.sel_host_choice}), forced blocks "

@@ -228,6 +228,12 @@ def comparisons(results: list[dict], runs: dict | None = None) -> list[str]:
     return lines
 
 
+def no_cuda_here() -> str | None:
+    """Why --device cuda cannot run on this machine, or None: asked once before the cases, which would all fail."""
+    import torch  # seconds: only a real run on CUDA asks; --help and --dry-run stay torch-free
+    return None if torch.cuda.is_available() else f"no CUDA device here (torch {torch.__version__})"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -275,6 +281,8 @@ def main(argv=None) -> int:
                   "warmup": c[4], "model": "nsa", "mode": "eager", "variant": label, "env": env, "seq_len": None,
                   "batch": None}
                  for c in (CPU_CASES[:1] if args.quick else CPU_CASES) for label, env in (variants or [("", {})])]
+    if args.device == "cuda" and not args.dry_run and (why := no_cuda_here()):
+        ap.error(f"--device cuda: {why}")
     ranks = (1,) if args.no_ddp or args.device == "cuda" else (1, 2)
     print("reproduce: python benchmarks/bench_train.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     if args.dry_run:

@@ -319,15 +319,16 @@ def main(argv=None) -> int:
     launches = Counter()
     for c in counts.values():
         launches.update(c.launches)
-    print("triton launches per kernel (S=%d): " % lens[0]
-          + ", ".join(f"{k} {v}" for k, v in sorted(counts[lens[0]].launches.items())))
-    print("custom ops (S=%d): " % lens[0] + ", ".join(f"{k} {v}" for k, v in sorted(counts[lens[0]].custom.items())))
-    for op, inner in sorted(counts[lens[0]].by_custom.items()):
+    print("triton launches per kernel (S=%d): " % seq_lens[0]
+          + ", ".join(f"{k} {v}" for k, v in sorted(counts[seq_lens[0]].launches.items())))
+    print("custom ops (S=%d): " % seq_lens[0]
+          + ", ".join(f"{k} {v}" for k, v in sorted(counts[seq_lens[0]].custom.items())))
+    for op, inner in sorted(counts[seq_lens[0]].by_custom.items()):
         print(f"  aten ops inside {op}: " + ", ".join(f"{k} {v}" for k, v in inner.most_common()))
     print(f"not counted: views/metadata {sorted(VIEWS)}; allocations without a fill {sorted(ALLOCATIONS)}; the "
           "interpreter's own host<->device copies inside a Triton launch")
-    print("excluded ops seen (S=%d): " % lens[0]
-          + ", ".join(f"{k} {v}" for k, v in sorted(counts[lens[0]].excluded.items())))
+    print("excluded ops seen (S=%d): " % seq_lens[0]
+          + ", ".join(f"{k} {v}" for k, v in sorted(counts[seq_lens[0]].excluded.items())))
     print("sort and topk ops [width of the ranked dimension]: " + "; ".join(
         f"S={s}: " + (", ".join(f"{k} {v}" for k, v in sorted(c.sort_widths.items())) or "none")
         for s, c in counts.items()))
@@ -340,7 +341,7 @@ def main(argv=None) -> int:
                                                   "triton_launches": dict(c.launches), "custom": dict(c.custom),
                                                   "sort_widths": dict(c.sort_widths)}
                                          for s, c in counts.items()}, indent=1))
-    totals = {s: counts[s].total for s in lens}
+    totals = {s: counts[s].total for s in seq_lens}
     problems = [f"S={s}: {t} ops > {MAX_OPS}" for s, t in totals.items() if t > MAX_OPS]
     if len(set(totals.values())) > 1:
         problems.append(f"the total grows with S: {totals}")

@@ -290,3 +290,44 @@ def test_two_repeats_that_agree_by_chance_decide_nothing_under_the_runbooks_decl
     assert rank_suspects(base, {"kernel_torch": chance}, min_effect=0.05).culprit == "kernel_torch"
     assert rank_suspects(base, {"kernel_torch": chance}, min_effect=0.05, pair_noise=noise).culprit is None
     assert rank_suspects(base, {"sel_v2": real}, pair_noise=noise).culprit == "sel_v2"
+
+
+def test_a_decision_that_compared_nothing_says_so_is_not_decided_and_its_criterion_never_passes(monkeypatch,
+                                                                                                tmp_path):
+    """A sweep or an A/B whose points were never compared (every run disturbed; windows too short for block means)
+    keeps its default for later steps, but it is no decision: `decided` is false, so `sw.decided` does not hold
+    (inconclusive where the runs were disturbed, failed otherwise), and the report and the console say "no decision,
+    nothing compared", never "no significant difference"."""
+    from validation.kinds import get
+    from validation.report import render
+
+    results = run_runbook(monkeypatch, tmp_path, sweep_runbook(2), FakeTrainer(lambda spec: 10_000.0,
+                                                                               busy=lambda spec: True))
+    sw = results["steps"]["sw"]
+    assert sw["decision"]["comparisons"] == [] and sw["choice"]["label"] == "NSA_DDP_BUCKET_MB=50"
+    assert sw["metrics"]["decided"] is False
+    assert results["acceptance"][0]["status"] == "inconclusive" and results["verdict"] == "INCOMPLETE"
+    md = render(results, "md")
+    section = md[md.index("**Decision**"):]
+    assert section.startswith("**Decision**: no decision, nothing compared: NSA_DDP_BUCKET_MB=50 kept")
+    assert "kept: no decision, nothing compared — step `sw`" in md  # the key figure
+    assert "no significant difference" not in md.replace("otherwise no significant difference", "")
+    assert "nothing compared" in get("sweep").summary_line(get("sweep").read(sw))
+
+    ab = run_runbook(monkeypatch, tmp_path, AB.format(repeats=2), FakeTrainer(lambda spec: 10_000.0,
+                                                                               busy=lambda spec: True), "ab")
+    step = ab["steps"]["fused_adamw"]
+    assert step["decision"]["comparisons"] == [] and step["choice"]["label"] == "baseline"
+    assert step["metrics"]["decided"] is False
+    md = render(ab, "md")
+    assert "**Decision**: no decision, nothing compared: baseline kept" in md
+    assert "no significant difference" not in md.replace("otherwise no significant difference", "")
+
+    # undisturbed, but 6 steps a run cannot be compared on block means: the criterion fails, the run is NO-GO
+    short = sweep_runbook(1).replace("args: {steps: 30}\n  window: 25\n  warmup_steps: 5",
+                                     "args: {steps: 8}\n  window: 6\n  warmup_steps: 2")
+    results = run_runbook(monkeypatch, tmp_path, short, FakeTrainer(lambda spec: 10_000.0), "short")
+    sw = results["steps"]["sw"]
+    assert sw["decision"]["comparisons"] == [] and "block means need" in sw["decision"]["reason"]
+    assert sw["metrics"]["decided"] is False and sw["choice"]["label"] == "NSA_DDP_BUCKET_MB=50"
+    assert results["acceptance"][0]["status"] == "fail" and results["verdict"] == "NO-GO"

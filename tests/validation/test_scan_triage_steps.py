@@ -228,6 +228,36 @@ def test_triage_leaves_disturbed_runs_out_and_is_inconclusive_not_failed_when_to
     # every run disturbed: no ranking; nothing failed, the evidence is missing: passed, and disturbed (criteria on
     # it inconclusive, the run INCOMPLETE), never NO-GO
     every = _simulated_triage(monkeypatch, tmp_path, lambda spec: True)
-    assert every["status"] == "passed" and every["metrics"]["culprit"] is None
+    # nothing compared: no verdict, so no culprit key (a criterion `tr.culprit is None` cannot hold on it)
+    assert every["status"] == "passed" and "culprit" not in every["metrics"]
     assert every["reason"].startswith("no ranking: ") and "inconclusive" in every["reason"]
     assert every["interference"]["disturbed"] is True
+
+
+def test_a_triage_that_compared_nothing_names_no_verdict_and_a_criterion_on_its_culprit_cannot_pass(monkeypatch,
+                                                                                                      tmp_path):
+    """Every run disturbed: no suspect was compared, so the triage has no verdict. Its culprit key is absent (a
+    criterion `tr.culprit is None`, "no false culprit", cannot hold on it: an error, which the disturbance makes
+    inconclusive), and its key figure, section and console line say "nothing compared", never "no culprit" alone;
+    results written before (a null culprit without a ranking) read the same."""
+    from validation import kinds
+    from validation.kinds import get
+    from validation.report.renderer import blocks_markdown
+    from validation.runbook.expressions import compile_expression
+
+    every = {**_simulated_triage(monkeypatch, tmp_path, lambda spec: True), "name": "tr", "kind": "triage"}
+    older = {**every, "metrics": {**every["metrics"], "culprit": None}}
+    triage = get("triage")
+    for step in (every, older):
+        (figure,) = triage.key_figures(kinds.read_steps([step]))
+        assert figure.value == "none, nothing compared" and "no ranking: " in figure.note
+        assert triage.summary_line(triage.read(step)) == " no culprit named, nothing compared"
+        section = blocks_markdown(triage.blocks(triage.read(step)))
+        assert "**Culprit**: none, nothing compared — no ranking: " in section
+    result = compile_expression("tr.culprit is None").evaluate({"tr": every["metrics"]})
+    assert result.status == "error" and "culprit" in result.detail
+    # a triage that ranked its suspects and named none still says so
+    ranked = {**every, "metrics": {**older["metrics"], "ranking": ["a"], "reason": "no suspect changes toks_per_s"}}
+    (figure,) = triage.key_figures(kinds.read_steps([ranked]))
+    assert figure.value == "none named" and triage.summary_line(triage.read(ranked)).startswith(" no culprit (")
+    assert compile_expression("tr.culprit is None").evaluate({"tr": ranked["metrics"]}).status == "pass"

@@ -58,7 +58,7 @@ def test_the_triage_phase_names_the_injected_culprit(faulted_triage):
     if "triage" in {d["step"] for d in (results.get("evidence") or {}).get("disturbed") or []} and \
             named["status"] != "pass":
         assert named["status"] == "inconclusive" and "was disturbed: " in named["detail"], named
-        assert t["culprit"] is None
+        assert t.get("culprit") is None  # none named; absent where nothing was left to compare
         return
     assert named["status"] == "pass", (named, t.get("reason"))
     assert t["culprit"] == "sel_v2" and t["ranking"][0] == "sel_v2" and t["runs"] == t["passed"] == 9

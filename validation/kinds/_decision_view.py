@@ -24,7 +24,14 @@ def decision_mark(step: StepRecord) -> tuple[str, str] | None:
 def compared_nothing(step: StepRecord) -> bool:
     """Whether a step's decision compared nothing (every alternative but one left out): its summary line then says
     "no decision, nothing compared", never "no significant difference"."""
-    return step.decision is not None and not step.decision.comparisons
+    return nothing_compared(step.decision)
+
+
+def nothing_compared(decision: DecisionRecord | None) -> bool:
+    """Whether a recorded decision compared nothing (fewer than two alternatives measured, e.g. every run
+    disturbed): the point it keeps is kept without evidence, so its sentences say "no decision, nothing compared",
+    never "no significant difference", and its step's `decided` is false."""
+    return decision is not None and not decision.comparisons
 
 
 def status_badge(status: str | None, reason: str | None, mark: str | None = None) -> Badge:
@@ -34,7 +41,8 @@ def status_badge(status: str | None, reason: str | None, mark: str | None = None
 
 
 def decision_blocks(decision: DecisionRecord, choice: Choice | None) -> list[Block]:
-    """A recorded decision (sweep or ab): a headline, the reason, the recommendation and the figures. The figures
+    """A recorded decision (sweep or ab): a headline, the reason, the recommendation and the figures. A decision that
+    compared nothing says so in its headline (never "no significant difference"). The figures
     (the noise floor, runs per variant, repeats needed) are left out when the decision compared nothing (e.g. an A/B
     whose only variant the trainer ignored), so that the section never prints "0 run(s) per variant" under a
     comparison table."""
@@ -50,6 +58,8 @@ def decision_blocks(decision: DecisionRecord, choice: Choice | None) -> list[Blo
         reason = (f"The trainer ignored the settings of {', '.join(ignored)} on this machine, so the table above "
                   "compares equal settings (an A/A check of the measurement) and no setting is recommended from "
                   "this step.")
+    elif choice and nothing_compared(decision):
+        headline = f"no decision, nothing compared: {name} kept"
     elif choice:
         headline = f"no significant difference: {name} kept"
     else:

@@ -282,9 +282,14 @@ def telemetry_notes(m: LaunchMetrics) -> list[str]:
     t = m.telemetry
     if t is None or t == Telemetry():
         return []
-    def stat(g: Gauge | None, unit: str) -> str:
+    def stat(g: Gauge | None, unit: str) -> str:  # each figure n/a on its own (a mean without its max, ...)
         g = g or Gauge()
-        return NA if finite(g.mean) is None else f"{g.mean:.0f}{unit} mean, {g.max:.0f}{unit} max"
+        mean, top = finite(g.mean), finite(g.max)
+        if mean is None and top is None:
+            return NA
+        def fig(v: float | None) -> str:
+            return NA if v is None else f"{v:.0f}{unit}"
+        return f"{fig(mean)} mean, {fig(top)} max"
     notes = [f"Telemetry ({plural(t.samples, 'sample')} over {t.period}; "
              f"{', '.join(t.files)}): CPU of the launch's processes {stat(m.cpu_util, '%')}, "
              f"RSS {fmt_gb((m.rss_gb or Gauge()).max)} max"]

@@ -259,7 +259,10 @@ DAMAGED = ({}, {"metrics": None}, {"metrics": [1]}, {"status": 3, "runs": "x"},
            {"metrics": {"strategies": [1, 2]}},
            {"metrics": {"strategies": {"ddp": None}, "comparisons": "x", "batch_search": {"ddp": 3}}},
            {"metrics": {"points": [1, None], "exponent_ci": "x", "bisection": 3}},
-           {"metrics": {"suspects": {"a": None}, "ranking": ["a", 2], "culprit": 5}})
+           {"metrics": {"suspects": {"a": None}, "ranking": ["a", 2], "culprit": 5}},
+           # figures that may be null where the schema allows it: half an interval, a statistic without its max
+           {"metrics": {"exponent": 1.2, "exponent_ci": [1.0, None], "toks_per_s": {"mean": 5.0, "max": None},
+                        "cpu_util": {"mean": 50.0, "max": None}, "telemetry": {"samples": 3, "period": "x"}}})
 
 
 @pytest.mark.parametrize("kind", kinds.names())

@@ -140,3 +140,41 @@ def test_steps_without_the_new_files_render_as_before(results_with_telemetry):
     damaged = copy.deepcopy(results)
     damaged["steps"]["baseline"]["metrics"]["summary"] = {"problem": "out/summary.json: missing field(s) steps"}
     assert "**Training Summary**: out/summary.json: missing field(s) steps" in render(damaged, "md")
+
+
+def _without(value, key: str, drop: bool):
+    """`value` (parsed JSON) with `key` of every statistic in it (a mapping with a "mean" and a "max" or "min") set
+    to null, or left out when `drop`."""
+    if isinstance(value, list):
+        return [_without(v, key, drop) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: _without(v, key, drop) for k, v in value.items()}
+    if "mean" in out and ("max" in out or "min" in out) and key in out:
+        if drop:
+            del out[key]
+        else:
+            out[key] = None
+    return out
+
+
+@pytest.mark.parametrize("key", ["mean", "max", "min"])
+def test_a_statistic_without_one_of_its_figures_renders_n_a_not_a_traceback(results_with_telemetry, key):
+    """results.json may hold a statistic (cpu_util, gpu_util, power_w, toks_per_s, ...) whose mean, max or min is
+    null or missing (the schema allows it): each figure renders n/a on its own and the rest still shows. The whole
+    cpu_smoke example (every trainer kind) too."""
+    results, _ = results_with_telemetry
+    example = json.loads((Path(__file__).parents[3] / "reports" / "examples" / "cpu_smoke" / "results.json")
+                         .read_text(encoding="utf-8"))
+    for drop in (False, True):
+        damaged = _without(results, key, drop)
+        md = render(damaged, "md")
+        render(damaged, "html")
+        if key == "max":
+            assert "CPU of the launch's processes 66% mean, n/a max, RSS n/a max" in md
+            assert "utilisation 23% mean, n/a max" in md
+        if key == "mean":
+            assert "CPU of the launch's processes n/a mean, 71% max" in md
+    for drop in (False, True):
+        render(_without(example, key, drop), "md")
+    render(_without(example, key, False), "html")

@@ -20,7 +20,8 @@ of each variant against the baseline ("baseline", "variant", "metric", "method",
 "rel_delta", "test"], "order_seed", "order"; with recommend: "decision" (Decision.as_dict() plus "order_seed",
 "order", "excluded_ignored"), "choice" {label, params, explanation, significant, kept_default} and "winner" (the
 choice when significant, else null); "metrics": {"compared", "baseline": summary, "<variant>": summary,
-"variants": {variant: comparison}, "decided", "significant", "choice", "kept_default"}.
+"variants": {variant: comparison}, "decided" (a variant chosen by comparing measured ones: false when nothing was
+compared, e.g. every run disturbed, though the baseline is still kept), "significant", "choice", "kept_default"}.
 
 Options: the keys above (the baseline and each variant a Variant). Result: the step record (validation.results.run.Step:
 its runs a LaunchRun each, its decision a DecisionRecord, its choice and winner a Choice, the run order, the notes),
@@ -294,7 +295,7 @@ class AB(TrainerKind):
             chosen = Choice(choice, params.get(choice, {}), explanation, significant=significant,
                             kept_default=choice == BASELINE and not significant)
         return Decision(decision, chosen, significant, d.significant,
-                        dict(decided=chosen is not None, significant=significant,
+                        dict(decided=chosen is not None and bool(d.comparisons), significant=significant,
                              choice=chosen.label if chosen else None, kept_default=bool(chosen and chosen.kept_default)))
 
     def view(self, result: Result, view: dict) -> dict:

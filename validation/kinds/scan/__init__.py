@@ -189,7 +189,7 @@ class Scan(TrainerKind):
             return ""
         ci = m.exponent_ci or []
         text = f" exponent {m.exponent:.2f}"
-        if len(ci) == 2 and finite(ci[0]) is not None:
+        if len(ci) == 2 and finite(ci[0]) is not None and finite(ci[1]) is not None:
             text += f" (95% CI {ci[0]:.2f} .. {ci[1]:.2f})"
         if m.cliff:
             lo, hi = ((m.cliff_interval or []) + [None, None])[:2]

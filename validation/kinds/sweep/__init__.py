@@ -20,8 +20,10 @@ Result: "runs" (one per launch, each a trainer launch's record with its "repeat"
 "default_source" ("prefer", "runbook" or "first") and "points" {label: params};
 "choice": {label, params, explanation, significant, kept_default} (the point later steps use) or null;
 "winner": the choice when it rests on a significant difference, else null;
-"metrics": {"points", "runs", "passed", "repeats", "decided", "significant", "winner" (label or null), "choice",
-"kept_default", "method", "noise_floor", "recommended_repeats", "selection" (the decision in words), "rule"}.
+"metrics": {"points", "runs", "passed", "repeats", "decided" (a point chosen by comparing measured points: false
+without a choice and when nothing was compared, e.g. every run disturbed, though a point is still kept), "significant",
+"winner" (label or null), "choice", "kept_default", "method", "noise_floor", "recommended_repeats", "selection" (the
+decision in words), "rule"}.
 
 Options: the keys above. Result: the step record (validation.results.run.Step: its runs a LaunchRun each, its
 decision a DecisionRecord, its choice and winner a Choice), its metrics a Metrics; run() builds it, the report hooks
@@ -196,7 +198,8 @@ class Sweep(TrainerKind):
                             recommended_repeats=d.recommended_repeats)
         significant = bool(choice and choice.significant)
         metrics = Metrics(points=len(points), runs=len(runs), passed=sum(r.status == "passed" for r in runs),
-                          repeats=options.repeats, rule=RULE, **computed, decided=choice is not None,
+                          repeats=options.repeats, rule=RULE, **computed,
+                          decided=choice is not None and bool(d and d.comparisons),
                           significant=significant, choice=choice.label if choice else None,
                           kept_default=bool(choice and choice.kept_default), selection=reason)
         if done.problems:
@@ -304,7 +307,8 @@ class Sweep(TrainerKind):
                 label = "Sweep winner" if significant else "Sweep point kept"
                 value = params_text(params) if params else fmt_num(choice.label)
             if not significant:
-                value += ", kept: no significant difference"
+                value += ", kept: no decision, nothing compared" if compared_nothing(r) else (
+                    ", kept: no significant difference")
             chosen_runs = [run for run in r.runs if run.label == choice.label]
             means = [finite((run.metrics.toks_per_s or Stat()).mean) for run in chosen_runs]
             means = [m for m in means if m is not None]

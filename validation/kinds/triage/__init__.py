@@ -11,7 +11,8 @@ Own keys:
             configuration under test, not a cause to find)
   repeats   runs of the configuration and of every suspect, interleaved (default 3; at least 2)
 A run's tokens/s is the median of its window (one unit per run, robust to a step another process slowed).
-Metrics: "culprit" (a suspect's name or null), "reason", "statement" (Holm), "ranking" (names, largest
+Metrics: "culprit" (a suspect's name; null when the suspects were ranked and none is named; absent when nothing was
+compared, e.g. every run disturbed), "reason", "statement" (Holm), "ranking" (names, largest
 improvement first), "suspects" {name: {effect (relative change of tokens/s), ci [low, high], p, p_adjusted,
 significant, verdict, toks_per_s, changes}}, "config_toks_per_s", "repeats", "runs", "passed".
 Options: the keys above (each suspect's change a Settings). Result: the step record (validation.results.run.Step: its
@@ -66,14 +67,15 @@ class Suspect:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-UNRANKED = ""  # Metrics.culprit of a step whose run never got as far as its verdict: the key absent
+UNRANKED = ""  # Metrics.culprit of a step without a verdict (never got as far, or compared nothing): the key absent
 
 
 @dataclasses.dataclass(frozen=True)
 class Metrics:
-    """The step's metrics (the module docstring), in the order run() writes them: the culprit (null where none is
-    named; UNRANKED, the key absent, where the run never got as far as a verdict), the statement only where the
-    suspects were ranked."""
+    """The step's metrics (the module docstring), in the order run() writes them: the culprit (null where the
+    suspects were ranked and none is named; UNRANKED, the key absent, where there is no verdict: the run never got as
+    far, or too few runs were left to compare anything, so that a criterion such as `triage.culprit is None` cannot
+    hold on it), the statement only where the suspects were ranked."""
     culprit: str | None = absent(UNRANKED)
     repeats: int | None = None
     runs: int | None = None
@@ -169,9 +171,9 @@ class Triage(TrainerKind):
         try:
             ranking = rank_suspects(data[CONFIG], {k: data[k] for k in options.suspects},
                                     pair_noise=declared_pair_noise(ctx))
-        except StatsError as exc:
+        except StatsError as exc:  # nothing compared: no verdict, so no culprit key (not "none named")
             culprit, reason, ranked_ = None, f"no ranking: {exc}", False
-            metrics = counted
+            metrics = dataclasses.replace(counted, culprit=UNRANKED)
         else:
             culprit, reason, ranked_ = ranking.culprit, ranking.reason, True
             suspects = {c.variant: Suspect(
@@ -198,12 +200,12 @@ class Triage(TrainerKind):
                       interference=decision_record(encode(StepRecord(runs=runs)), conclusive=bool(culprit)))
 
     def summary_line(self, result: Result) -> str:
-        m = ranked(self.read(result))
-        if m is None:
-            return ""
+        m = self.read(result).metrics
         if m.culprit:
             s = m.suspects.get(m.culprit) or Suspect()
             return f" culprit: {m.culprit} ({fmt_pct(finite(s.effect), signed=True)} tokens/s)"
+        if compared_nothing(m):
+            return " no culprit named, nothing compared" if m.reason else ""
         return " no culprit (no suspect significant)"
 
     def blocks(self, result: Result) -> list[Block]:
@@ -225,7 +227,8 @@ class Triage(TrainerKind):
                 "Tokens/s, mean over repeats of each run's window median", "Effect on tokens/s", "95% CI",
                 "p (Holm)")), Column("Significant")), rows,
                 marked={i for i, name in enumerate(ranking) if name == m.culprit}),
-            Paragraph(f"{strong('Culprit')}: {m.culprit or 'none'} — {m.reason or ''}")]
+            Paragraph(f"{strong('Culprit')}: "
+                      f"{m.culprit or ('none, nothing compared' if compared_nothing(m) else 'none')} — {m.reason or ''}")]
         if m.statement:
             out.append(Paragraph(str(m.statement), style="muted"))
         return out
@@ -249,14 +252,21 @@ class Triage(TrainerKind):
         return out
 
     def key_figures(self, in_order: list[StepRecord]) -> list[KeyFigure]:
-        """Each triage's culprit (or "none named") and why."""
+        """Each triage's culprit (or "none named", or "none, nothing compared") and why."""
         out = []
         for r in in_order:
-            m = ranked(r) if isinstance(r, Result) else None
+            m = r.metrics if isinstance(r, Result) else None
             if m is not None and m.reason:
-                out.append(KeyFigure("culprit", "Culprit", str(m.culprit or "none named"),
-                                     f"step `{r.name}`: {m.reason}", order=26, steps=(str(r.name),)))
+                value = m.culprit or ("none, nothing compared" if compared_nothing(m) else "none named")
+                out.append(KeyFigure("culprit", "Culprit", str(value), f"step `{r.name}`: {m.reason}", order=26,
+                                     steps=(str(r.name),)))
         return out
+
+
+def compared_nothing(m: Metrics) -> bool:
+    """Whether a triage's metrics hold no comparison (no suspect ranked, none named): its culprit key is absent, or
+    null in results written before that, and its sentences say "nothing compared", never "no culprit" alone."""
+    return not m.culprit and not m.ranking
 
 
 def run_toks(ctx, step, run: LaunchRun) -> float | None:

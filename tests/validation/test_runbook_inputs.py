@@ -142,6 +142,58 @@ def test_plan_says_when_a_steps_own_value_overrides_a_set_default(cli, tmp_path)
     assert "Traceback" not in bad.stderr
 
 
+# ---------------------------------------------------------------------------------------------- trainer values
+@pytest.mark.parametrize("item, needle", [
+    ("defaults.args.steps=-5", "--set defaults.args.steps=-5 (RB): defaults.args.steps: nsa-train would refuse "
+                               "this (with configs/tiny_cpu.yaml): section 'train': train.steps must be positive, "
+                               "got -5"),
+    ("steps.own.args.steps=0", "--set steps.own.args.steps=0 (RB): phases[1].steps[0].args.steps: nsa-train would "
+                               "refuse this (with configs/tiny_cpu.yaml): section 'train': train.steps must be "
+                               "positive, got 0"),
+    ("defaults.args.lr=0", "defaults.args.lr: nsa-train would refuse this (with configs/tiny_cpu.yaml): section "
+                           "'train': train.lr must be positive, got 0.0"),
+    ("defaults.args.fsdp=true", "--set defaults.args.fsdp=true (RB): defaults.args.fsdp: nsa-train would refuse "
+                                "this (with configs/tiny_cpu.yaml): --fsdp and --ddp 1 are exclusive"),
+    # the statistics window: warmup_steps must leave a step to measure, naming both values
+    ("steps.own.warmup_steps=60", "--set steps.own.warmup_steps=60 (RB): phases[1].steps[0].warmup_steps: "
+                                  "warmup_steps 60 leaves no step to measure: the trainer runs 60 steps "
+                                  "(phases[1].steps[0].args.steps: 60); warmup_steps must be below 60"),
+    ("defaults.warmup_steps=5", "--set defaults.warmup_steps=5 (RB): defaults.warmup_steps: warmup_steps 5 leaves "
+                                "no step to measure: the trainer runs 5 steps (defaults.args.steps: 5)"),
+])
+def test_a_value_the_trainer_would_refuse_is_an_error_naming_the_runbook_key(tmp_path, item, needle):
+    """Values of the right type that nsa-train's own config validation refuses (nsa.training.config: TrainConfig),
+    or a warm-up that leaves no step to measure, are errors before anything runs, not a launch that fails and a
+    NO-GO that blames the node. Checked where the files are (plan, run: cwd), as the trainer resolves its config."""
+    path = write(tmp_path)
+    message = error_of(path, [item], cwd=REPO)
+    assert needle.replace("RB", str(path)) in message, message
+    load_runbook(path, [item])  # without a working directory (nsa-validate list): only the schema
+
+
+def test_a_refused_value_in_a_sweep_point_or_a_variant_names_its_key(tmp_path):
+    sweep = RUNBOOK.replace("{name: plain, kind: train}",
+                            "{name: plain, kind: sweep, matrix: {args.batch_size: [2, 0]}}")
+    message = error_of(write(tmp_path, sweep), cwd=REPO)
+    assert "phases[1].steps[1].matrix.args.batch_size: launch batch_size=0: nsa-train would refuse this" in message
+    assert "train.batch_size must be positive, got 0" in message
+    ab = RUNBOOK.replace("{name: plain, kind: train}",
+                         "{name: plain, kind: ab, baseline: {}, variants: {big: {args: {seq_len: -64}}}}")
+    message = error_of(write(tmp_path, ab), cwd=REPO)
+    assert "phases[1].steps[1].variants.big.args.seq_len: launch big: nsa-train would refuse this" in message
+    # a window longer than the steps left after the warm-up is measured short (the report says so), not refused
+    assert load_runbook(write(tmp_path), ["steps.own.warmup_steps=50", "steps.own.window=100"], cwd=REPO)
+
+
+def test_plan_and_run_exit_2_on_a_value_the_trainer_would_refuse(cli, tmp_path):
+    path = write(tmp_path)
+    for command in (("plan", path), ("run", path, "--out", tmp_path / "run")):
+        proc = cli(*command, "--set", "defaults.args.steps=-5")
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert f"--set defaults.args.steps=-5 ({path}): defaults.args.steps: nsa-train would refuse" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
 # ---------------------------------------------------------------------------------------------- files named
 @pytest.mark.parametrize("old, new, key, line", [
     ("config: configs/tiny_cpu.yaml", "config: configs/no_such.yaml", "defaults.config: config file "

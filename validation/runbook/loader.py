@@ -39,12 +39,14 @@ sweep matrix), and pytest_args cannot redirect pytest's own output files.
 Before anything runs (`plan` and `run`, load_runbook), beyond each key's type: every NSA_* environment name and value
 against nsa.toggles (in env mappings and in every planned launch: sweep and scan values of env.X too), every metric
 a criterion reads against the names its step's kind declares (StepKind.metrics), and every ${...} reference to a
-step (reference_problem).
+step (reference_problem). Where the files are (`cwd`: plan and run), every trainer launch's values as nsa-train
+would resolve them against its config file (check_trainer_values: `steps: -5`, a warm-up longer than the run).
 Every error names the file, the key path and the line (validation.runbook.schema), e.g.
     runbooks/x.yaml:14: phases[1].steps[0].kind: 'trian' is not one of snapshot, train, ...
 """
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
 import difflib
@@ -53,8 +55,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from nsa.training.config import YAML_ERRORS, ConfigError, load_config
+from nsa.training.config import YAML_ERRORS, ConfigError, RunConfig, UsageError, apply_overrides, load_config
 from nsa.training.config import brief as _brief
+from nsa.training.flags import flag_specs, overrides as flag_overrides
 from validation import kinds as step_kinds
 from validation.runbook.expressions import ExpressionError, compile_expression
 from validation.runbook.includes import expand_includes
@@ -332,27 +335,121 @@ def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:
 def check_inputs(rb: Runbook, cwd: Path, ctx: Ctx, raw: dict) -> None:
     """Before anything runs: every file the runbook names exists relative to `cwd` (the run's working directory):
     each trainer config (and it parses: nsa.training.config), each file a kind's own keys name
-    (StepKind.input_files: test paths, benchmark scripts). Raises RunbookError naming file, line and key."""
-    configs_ok: set[str] = set()
+    (StepKind.input_files: test paths, benchmark scripts); then every trainer launch's values as nsa-train would
+    resolve them (check_trainer_values). Raises RunbookError naming file, line and key."""
+    configs: dict[str, RunConfig] = {}
     for i, phase in enumerate(rb.phases):
         for j, step in enumerate(phase.steps):
             spath = ("phases", i, "steps", j)
             own = raw["phases"][i]["steps"][j]
-            if "config" in step.kind_impl.launch_keys and step.launch.config and step.launch.config not in configs_ok:
+            if "config" in step.kind_impl.launch_keys and step.launch.config and step.launch.config not in configs:
                 where = spath + ("config",) if "config" in own else ("defaults", "config")
                 config = Path(step.launch.config)
                 full = config if config.is_absolute() else Path(cwd) / config
                 if not full.is_file():
                     raise ctx.error(where, f"config file {step.launch.config} not found (in {cwd})")
                 try:
-                    load_config(full)
+                    configs[step.launch.config] = load_config(full)
                 except (ConfigError, OSError, ValueError) as exc:
                     raise ctx.error(where, f"config file {step.launch.config} is invalid: {exc}") from None
-                configs_ok.add(step.launch.config)
+            if step.launch.config in configs:
+                check_trainer_values(step, configs[step.launch.config], ctx, raw, spath)
             for key_path, name in step.kind_impl.input_files(step):
                 file = Path(name)
                 if not (file if file.is_absolute() else Path(cwd) / file).exists():
                     raise ctx.error(spath + tuple(key_path), f"{name}: no such file or directory (in {cwd})")
+
+
+TRAINER_MODULE = ("-m", "nsa.training")  # a trainer launch's argv: [python, -m, nsa.training, --config, ...]
+
+
+def check_trainer_values(step: Step, config: RunConfig, ctx: Ctx, raw: dict, spath: tuple) -> None:
+    """Every trainer launch of `step` (its plan: sweep points, A/B variants, scan values, ...) with its flags applied
+    to its config file (`config`, read already) as nsa-train applies them (nsa.training.cli.resolve_config: the flags'
+    config keys, then the config's own validation): a value the trainer would refuse (`steps: -5`, `lr: 0`, two
+    exclusive flags) is a RunbookError naming the runbook key that gives it, not a launch that fails. Then the
+    statistics window: `warmup_steps` must leave at least one of the trainer's steps to measure (a window longer
+    than the steps left is measured short, as the report says). A flag holding a ${step.winner...} reference is
+    left out (its value is known only when the run gets there)."""
+    specs = flag_specs()
+    for spec in step.kind_impl.launches(step, None, None):
+        argv = [str(a) for a in spec.argv]
+        at = next((k for k in range(len(argv) - 1) if tuple(argv[k:k + 2]) == TRAINER_MODULE), None)
+        if at is None:
+            continue
+        given = _trainer_flags(argv[at + 2:], specs)
+        if given.get("config") != step.launch.config:
+            continue  # not the step's config file (a kind's own): nothing read to check against
+        launch = f"launch {spec.label}: " if spec.label else ""
+        try:
+            cfg = apply_overrides(config, flag_overrides(argparse.Namespace(**given), specs), "nsa-train")
+        except (ConfigError, UsageError, ValueError) as exc:
+            problem = str(exc).removeprefix("nsa-train: ")
+            flag = _named_flag(problem, given, specs)
+            where = _locate(raw, spath, _arg_key(flag)) if flag else _locate(raw, spath, _arg_key(None))
+            raise ctx.error(where, f"{launch}nsa-train would refuse this (with {step.launch.config}): {problem}"
+                            ) from None
+        if "window" in step.kind_impl.launch_keys and step.launch.warmup_steps >= cfg.train.steps:
+            source = (f"{show(_locate(raw, spath, _arg_key('steps')))}: {given['steps']}" if "steps" in given else
+                      f"train.steps of {step.launch.config}")
+            where = _locate(raw, spath, lambda path, node: path[-1:] == ("warmup_steps",))
+            raise ctx.error(where, f"{launch}warmup_steps {step.launch.warmup_steps} leaves no step to measure: the "
+                                   f"trainer runs {cfg.train.steps} steps ({source}); warmup_steps must be below "
+                                   f"{cfg.train.steps}")
+
+
+def _trainer_flags(tokens: list[str], specs: dict) -> dict[str, Any]:
+    """{flag dest: value} of a trainer launch's argv after `-m nsa.training`, as nsa-train's parser reads it; a
+    value holding a ${...} reference, or one that does not parse (trainer_flags has said so already), left out."""
+    out: dict[str, Any] = {}
+    k = 0
+    while k < len(tokens):
+        spec = specs.get(tokens[k][2:]) if tokens[k].startswith("--") else None
+        k += 1
+        if spec is None:
+            continue
+        if spec.switch:
+            out[spec.dest] = True
+            continue
+        if k >= len(tokens):
+            break
+        value, k = tokens[k], k + 1
+        if "${" in value:
+            continue
+        try:
+            out[spec.dest] = spec.type(value)
+        except (TypeError, ValueError, OverflowError):
+            continue
+    return out
+
+
+def _named_flag(problem: str, given: dict[str, Any], specs: dict) -> str | None:
+    """The flag of `given` (by dest) that `problem` (nsa-train's refusal of the resolved config) names first: by its
+    config key ("train.steps must be positive" -> steps) or as a flag ("--fsdp and --ddp 1 are exclusive" -> fsdp);
+    None when it names none of them (the config file's own value)."""
+    found = []
+    for dest in given:
+        spec = specs.get(dest.replace("_", "-"))
+        if spec is None:
+            continue
+        patterns = [rf"--{re.escape(spec.name)}(?![\w-])"]
+        for key in ((spec.key,) if spec.key else ()) + tuple(spec.implies):
+            section, _, field = key.partition(".")  # named as "section.field" or "SomeConfig.field"
+            patterns.append(rf"(?<![\w.])(?:{re.escape(section)}|\w*Config)\.{re.escape(field)}(?!\w)")
+        hits = [m.start() for p in patterns for m in [re.search(p, problem)] if m]
+        if hits:
+            found.append((min(hits), dest))
+    return min(found)[1] if found else None
+
+
+def _arg_key(dest: str | None):
+    """A _locate test for the runbook key that gives trainer flag `dest` (args.x, a sweep's or scan's args.x, a
+    variant's x under args); with None, the step's args (or its own key, when none)."""
+    if dest is None:
+        return lambda path, node: path[-1:] == ("args",)
+    names = {dest, dest.replace("_", "-"), f"args.{dest}", f"args.{dest.replace('_', '-')}"}
+    return lambda path, node: bool(path) and path[-1] in names and (path[-1].startswith("args.")
+                                                                     or "args" in path[:-1])
 
 
 def _check_references(phases: list[Phase], ctx: Ctx, steps_at: dict[str, tuple]) -> None:

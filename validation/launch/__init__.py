@@ -7,7 +7,10 @@
     local       one attempt on this machine (Run), the step-directory helpers every attempt shares (note, set_aside)
     processes   the /proc tree of a launch, ending process groups, dying with the orchestrator, the subreaper sweep
     interrupts  SIGINT / SIGTERM / SIGHUP to nsa-validate: Interrupted (a KeyboardInterrupt with the signal), exit codes
-    session     guarded(body): the signal handlers, the subreaper and the final sweep around `nsa-validate run`
+    session     guarded(body): the signal handlers, the subreaper, the sentinel and the final sweep around
+                `nsa-validate run`
+    sentinel    `python -m validation.launch.sentinel`: ends what the launches left running once nsa-validate itself
+                was killed (told each launch's id and session as it starts)
     diagnosis   why a launch ended: failing rank, traceback excerpt, stack-dump excerpt
     sbatch      the batch script of a launch and its allocation (SlurmOptions)
     slurm       sbatch/squeue/scontrol/scancel, SlurmRun (one attempt as a Slurm job)

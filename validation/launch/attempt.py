@@ -7,7 +7,10 @@ never a pipe, so a chatty child can not block), and polls until it ends. It retu
 failure is a result, never an exception. What ``step_dir`` holds afterwards::
 
     command.json            {"argv", "cwd", "env" (what differs from os.environ + NSA_/NCCL_/TORCH_/CUDA_/OMP_/
-                            CONFIG* variables, secrets redacted), "env_unset", "timeout_s", "attempt", "master_port"};
+                            CONFIG* variables, secrets redacted), "env_unset", "timeout_s", "attempt", "master_port",
+                            "launch_id" (LAUNCH_ID_VAR in every process it starts: a --resume ends what an
+                            attempt killed with nsa-validate left running, recorded_launch_ids; null for a Slurm
+                            job, whose processes run on its nodes: the resume cancels the job instead)};
                             written (temp file + rename) BEFORE the child starts
     stdout.log              the child's combined stdout+stderr (torchrun tees every rank into it with a
                             "[defaultN]:" prefix), followed by "[launcher] ..." notes on how it ended
@@ -35,6 +38,7 @@ or raises, none of them is alive.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import time
@@ -83,7 +87,8 @@ def launch(spec: LaunchSpec) -> LaunchResult:
             else:
                 argv = local_command_lines(spec, port, ranks_dir)[0]
             run = Run(spec, argv, log_path, started, deadline)
-        _write_command_json(step_dir / COMMAND_JSON, spec, argv, attempts, port if use_torchrun else None)
+        _write_command_json(step_dir / COMMAND_JSON, spec, argv, attempts, port if use_torchrun else None,
+                            None if spec.launcher == "slurm" else run.launch_id)
         attempt_t0 = time.monotonic()
         run.execute()  # raises KeyboardInterrupt (after ending the processes or cancelling the job)
         clash = (use_torchrun and run.status == "failed" and attempts <= spec.port_retries
@@ -110,11 +115,26 @@ def launch(spec: LaunchSpec) -> LaunchResult:
     return result
 
 
-def _write_command_json(path: Path, spec: LaunchSpec, argv: list[str], attempt: int, port: int | None) -> None:
+def _write_command_json(path: Path, spec: LaunchSpec, argv: list[str], attempt: int, port: int | None,
+                        launch_id: str | None) -> None:
     env, unset = recorded_env(spec.child_env())
     body = {"argv": argv, "cwd": str(spec.cwd), "env": env, "env_unset": unset, "timeout_s": spec.timeout_s,
-            "attempt": attempt, "master_port": port}
+            "attempt": attempt, "master_port": port, "launch_id": launch_id}
     write_json(path, body)
+
+
+def recorded_launch_ids(run_dir: Path) -> list[str]:
+    """The launch ids the command.json files under `run_dir` recorded (every launch's last attempt), in path order:
+    what a --resume looks for in the environment of processes an earlier attempt left running."""
+    ids = []
+    for path in sorted(Path(run_dir).rglob(COMMAND_JSON)):
+        try:
+            launch_id = json.loads(path.read_text()).get("launch_id")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(launch_id, str) and launch_id:
+            ids.append(launch_id)
+    return ids
 
 
 def collect_rank_logs(ranks_dir: Path, log_path: Path) -> dict[int, Path]:

@@ -22,9 +22,10 @@ from pathlib import Path
 from nsa.training.watchdog import STALLED, WAITING, check, signal_stack_dumps
 from validation.contracts import TELEMETRY_CSV, stack_dumps
 from validation.launch.diagnosis import NOTE_PREFIX
+from validation.launch import sentinel
 from validation.launch.interrupts import describe as describe_interrupt
 from validation.launch.processes import (ProcessTree, die_with_parent, end_processes, parent_death_signal,
-                                         signals_deferred)
+                                         signals_deferred, start_ticks)
 from validation.launch.spec import DUMP_WAIT_S, LAUNCH_ID_VAR, LaunchSpec, Progress
 from validation.launch.telemetry import Sampler
 
@@ -50,9 +51,12 @@ class Run:
         self.out_dir = Path(spec.trainer_out_dir) if spec.trainer_out_dir is not None else None
         self.expected_ranks = (spec.expected_ranks if spec.expected_ranks is not None
                                else spec.nproc_per_node * spec.nnodes)
+        # in every launched process's environment (LAUNCH_ID_VAR) and in command.json: what finds them all, also
+        # after nsa-validate was killed (validation.launch.sentinel, and a --resume)
+        self.launch_id = uuid.uuid4().hex
 
     def execute(self) -> None:
-        launch_id = uuid.uuid4().hex
+        launch_id = self.launch_id
         env = self.spec.child_env()
         env[LAUNCH_ID_VAR] = ",".join(filter(None, (env.get(LAUNCH_ID_VAR, ""), launch_id)))  # nested launches
         proc = tree = sampler = None
@@ -64,6 +68,7 @@ class Run:
                     return
                 self.pid = proc.pid
                 tree = ProcessTree(proc, launch_id, self.started)
+                sentinel.watch(launch_id, proc.pid, start_ticks(proc.pid), self.spec.term_grace_s)
             sampler = self._start_telemetry(proc.pid)
             self._wait(proc, tree)
             done = True
@@ -89,6 +94,7 @@ class Run:
             if sampler.error:
                 note(self.log_path, f"telemetry sampler failed: {sampler.error}")
         self.returncode = proc.returncode
+        sentinel.forget(launch_id)
 
     def _start_telemetry(self, pid: int):
         """The device telemetry sampler of this launch (a thread, validation.launch.telemetry), or None."""

@@ -7,6 +7,10 @@ them: SIGTERM, a grace period, then SIGKILL. ``die_with_parent`` (PR_SET_PDEATHS
 nsa-validate itself is killed; ``signals_deferred`` holds a Ctrl-C / SIGTERM / SIGHUP back while a child is being
 started and recorded (validation.launch.interrupts).
 
+``end_launches`` ends the processes of launches known only by their ids (and the sessions their children led),
+wherever they were re-parented: what validation.launch.sentinel does once nsa-validate itself is gone, and what a
+``--resume`` does with the launch ids an earlier attempt recorded in its command.json files.
+
 ``become_subreaper`` (PR_SET_CHILD_SUBREAPER, ``nsa-validate run`` sets it) makes every process a launch leaves
 orphaned (the ranks of a torchrun agent that was killed, a daemon) a child of nsa-validate instead of PID 1: it stays
 in nsa-validate's own subtree, where ``end_descendants`` (the final sweep after a run or an interrupt) finds and
@@ -72,6 +76,21 @@ def _proc_table() -> dict[int, tuple] | None:
     return table
 
 
+def launch_ids_of(pid: int) -> list[bytes]:
+    """The launch ids `pid`'s environment carries in LAUNCH_ID_VAR (a nested launch adds its own after a comma);
+    [] when it carries none or its environment cannot be read (gone, or another user's)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read()
+    except OSError:
+        return []
+    prefix = LAUNCH_ID_VAR.encode() + b"="
+    for item in environ.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix):].split(b",")
+    return []
+
+
 def _boot_time() -> float | None:
     try:
         with open("/proc/stat", "rb") as f:
@@ -99,16 +118,7 @@ class ProcessTree:
         self.refresh()
 
     def _carries_id(self, pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                environ = f.read()
-        except OSError:  # gone, or another user's
-            return False
-        prefix = LAUNCH_ID_VAR.encode() + b"="
-        for item in environ.split(b"\0"):
-            if item.startswith(prefix):
-                return self.launch_id in item[len(prefix):].split(b",")
-        return False
+        return self.launch_id in launch_ids_of(pid)
 
     def refresh(self) -> dict[int, int]:
         """The run's live processes now ({pid: start ticks}); remembers them. Empty without /proc."""
@@ -326,6 +336,65 @@ def end_descendants(grace_s: float = 2.0) -> list[int]:
         time.sleep(0.05)
         reap_children()
         if sig == signal.SIGTERM and (time.monotonic() > deadline or interrupts.hurry()):
+            sig, kill_deadline = signal.SIGKILL, time.monotonic() + KILL_WAIT_S
+        if kill_deadline is not None and time.monotonic() > kill_deadline:
+            log.error("processes %s survived SIGKILL", sorted(live))
+            break
+    reap_children()
+    return sorted(found)
+
+
+def start_ticks(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot, /proc/PID/stat), None when it is gone or /proc is unreadable: with
+    the pid it names one process, whatever pid is reused later."""
+    info = _stat(pid)
+    return None if info is None else info[4]
+
+
+def launch_processes(ids, sessions=(), table: dict[int, tuple] | None = None) -> dict[int, int]:
+    """The live processes of the launches `ids` ({pid: start ticks}): every process whose environment carries one
+    of the ids (LAUNCH_ID_VAR), and every member of a session in `sessions` ((session id, start ticks of its
+    leader); a session whose leader's pid now names another process is not one of them). This process and its own
+    process group and session are never among them."""
+    table = _proc_table() if table is None else table
+    if not table:
+        return {}
+    wanted = {i.encode() if isinstance(i, str) else bytes(i) for i in ids if i}
+    me = os.getpid()
+    valid_sessions = set()
+    for sid, start in sessions:
+        leader = table.get(sid)
+        if leader is None or start is None or leader[4] == start:
+            valid_sessions.add(sid)
+    valid_sessions -= {me, os.getpgrp(), os.getsid(0)}
+    found = {}
+    for pid, (state, _, _, sid, start) in table.items():
+        if state == "Z" or pid == me:
+            continue
+        if sid in valid_sessions or (wanted and wanted.intersection(launch_ids_of(pid))):
+            found[pid] = start
+    return found
+
+
+def end_launches(ids, sessions=(), grace_s: float = 2.0) -> list[int]:
+    """End every process of the launches `ids` (launch_processes): SIGTERM, up to `grace_s`, SIGKILL, repeated until
+    none is left (one that forks meanwhile is caught in the next round). Returns the pids found."""
+    found: dict[int, int] = {}
+    sig, deadline, kill_deadline = signal.SIGTERM, time.monotonic() + grace_s, None
+    while True:
+        live = launch_processes(ids, sessions)
+        live = {p: s for p, s in live.items() if found.get(p, s) == s}
+        if not live:
+            break
+        found.update(live)
+        for pid in live:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.05)
+        reap_children()
+        if sig == signal.SIGTERM and time.monotonic() > deadline:
             sig, kill_deadline = signal.SIGKILL, time.monotonic() + KILL_WAIT_S
         if kill_deadline is not None and time.monotonic() > kill_deadline:
             log.error("processes %s survived SIGKILL", sorted(live))

@@ -21,7 +21,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -193,9 +192,8 @@ class SlurmRun(Run):
     def execute(self) -> None:
         self._cancel_stale()
         self.script.write_text(self.script_text())
-        launch_id = uuid.uuid4().hex
         env = self.spec.child_env()
-        env[LAUNCH_ID_VAR] = ",".join(filter(None, (env.get(LAUNCH_ID_VAR, ""), launch_id)))
+        env[LAUNCH_ID_VAR] = ",".join(filter(None, (env.get(LAUNCH_ID_VAR, ""), self.launch_id)))
         cancelled = ""
         try:
             try:

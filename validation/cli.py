@@ -10,6 +10,10 @@ SIGTERM). Start-up stays light: torch, pandas, matplotlib and jinja2 are importe
 
 from __future__ import annotations
 
+from validation.launch import interrupts  # first, and light (os, signal, threading)
+
+interrupts.catch_early()  # a SIGINT to a background run while the imports below load is kept for `run`, not lost
+
 import functools
 import json
 import logging
@@ -19,7 +23,7 @@ from typing import List, Optional
 import typer
 
 from validation import kinds as step_kinds
-from validation.launch import interrupts, session
+from validation.launch import session
 from validation.runbook.plan import describe, skipped_here, text_lines
 from validation.report import ReportError
 from validation.report.console import make_console, print_line, print_table
@@ -27,9 +31,8 @@ from validation.report.progress import display
 from validation.formatting import CRITERION_LABELS, status_view
 from validation.report.view import key_figure_lines
 from validation.results.store import DEFAULT_RUNS, ResultsError, RunDirError
-from validation.run import (RunError, RunRequest, compare_run_dirs, list_runbooks, list_runs, not_run, prepare,
-                            report_run, run_runbook)
-from validation.runbook.loader import RunbookError, load_runbook
+from validation.run import (RunError, RunRequest, compare_run_dirs, list_runbooks, list_runs, listing_dir, load,
+                            not_run, prepare, report_run, run_runbook)
 from validation.version import version_line
 
 EXIT_GO, EXIT_NOGO, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -64,8 +67,8 @@ def _fail(message: str, code: int = EXIT_USAGE):
 
 def _load(runbook: Path, overrides: list[str], check_files: bool = False):
     try:
-        return load_runbook(runbook, overrides, cwd=Path.cwd() if check_files else None)
-    except RunbookError as exc:
+        return load(runbook, overrides, cwd=Path.cwd() if check_files else None)
+    except RunError as exc:
         _fail(str(exc))
 
 
@@ -94,10 +97,13 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
         skip: List[str] = typer.Option([], "--skip", help="skip this phase (repeatable)"),
         resume: Optional[Path] = typer.Option(None, "--resume", help="continue an interrupted run in RUN_DIR: its "
                                               "finished steps are kept, the others run (a run of another runbook, "
-                                              "or a finished one without --rerun, is refused: exit 2)"),
+                                              "a finished one without --rerun, or --out another directory, is "
+                                              "refused: exit 2); give the run's --set again: a resume runs with "
+                                              "its own (recorded in results.json resumes, warned when they differ)"),
         rerun: List[str] = typer.Option([], "--rerun", help="with --resume: run this step again into RUN_DIR, "
                                         "replacing its result (repeatable)"),
-        set_: List[str] = typer.Option([], "--set", help="override a runbook key, e.g. defaults.args.steps=20"),
+        set_: List[str] = typer.Option([], "--set", help="override a runbook key, e.g. defaults.args.steps=20 "
+                                       "(repeatable; not taken again by --resume: give it again)"),
         against: Optional[Path] = typer.Option(None, "--against", help="an earlier run directory: compare this run "
                                                "with it (the statistics of `compare`) in the report's Performance "
                                                "analysis"),
@@ -152,19 +158,24 @@ def _run(runbook, out, only, skip, resume, rerun, set_, against, no_report, reus
                               warn=lambda message: err.print(f"warning: {message}", markup=False, soft_wrap=True))
     except RunError as exc:
         _fail(str(exc))
-    if outcome.interrupted_after_verdict:
-        err.print(f"interrupted ({interrupts.describe(outcome.interrupted)}) after the run reached its verdict "
-                  f"({outcome.results.get('verdict')}): the reports in {outcome.run_dir} were written again from its "
-                  "results.json", markup=False, soft_wrap=True)
-        if outcome.report_error:
-            _fail(outcome.report_error)
-        return interrupts.exit_code(outcome.interrupted)
     if outcome.interrupted is not None:
-        err.print(f"interrupted ({interrupts.describe(outcome.interrupted)}): every launched process was ended; "
-                  f"finished steps are saved in {outcome.run_dir}; continue with nsa-validate run {runbook} "
-                  f"--resume {outcome.run_dir}", markup=False, soft_wrap=True)
+        how = interrupts.describe(outcome.interrupted)
+        if outcome.interrupted_after_verdict:
+            text = (f"interrupted ({how}) after the run reached its verdict ({outcome.results.get('verdict')}): the "
+                    f"reports in {outcome.run_dir} were written, whole, from its results.json")
+        elif outcome.nothing_saved:
+            where = (f"the empty run directory {outcome.run_dir} was removed" if outcome.run_dir_removed else
+                     f"{outcome.run_dir} holds no results.json")
+            text = (f"interrupted ({how}) before the run saved anything: nothing was saved ({where}); start it again "
+                    f"with {request.command()}")
+        else:
+            text = (f"interrupted ({how}): every launched process was ended; finished steps are saved in "
+                    f"{outcome.run_dir}; continue with {request.command(outcome.run_dir)}")
+        err.print(text, markup=False, soft_wrap=True)
         if outcome.report_error:
             _fail(outcome.report_error)
+        if outcome.reports_unwritten:
+            err.print(f"nsa-validate: error: {outcome.reports_unwritten}", markup=False, soft_wrap=True)
         return interrupts.exit_code(outcome.interrupted)
     _print_summary(outcome.results, outcome.run_dir, list(outcome.report_paths))
     return EXIT_CODES.get(outcome.verdict, EXIT_NOGO)
@@ -233,9 +244,16 @@ def compare(run_a: Path = typer.Argument(..., help="baseline run directory"),
 
 
 @app.command("list")
-def list_(runbooks_dir: Path = typer.Option(Path("runbooks"), "--runbooks", help="where runbooks live"),
-          runs_dir: Path = typer.Option(DEFAULT_RUNS, "--runs", help="where runs live")) -> None:
+def list_(runbooks_dir: Optional[Path] = typer.Option(None, "--runbooks", help="where runbooks live (default "
+                                                      "runbooks; a directory given that is not there: exit 2)"),
+          runs_dir: Optional[Path] = typer.Option(None, "--runs", help=f"where runs live (default {DEFAULT_RUNS}; "
+                                                  "a directory given that is not there: exit 2)")) -> None:
     """Runbooks available, and past runs with their verdicts."""
+    try:
+        runbooks_dir = Path("runbooks") if runbooks_dir is None else listing_dir(runbooks_dir, "--runbooks")
+        runs_dir = DEFAULT_RUNS if runs_dir is None else listing_dir(runs_dir, "--runs")
+    except RunError as exc:
+        _fail(str(exc))
     print_table(console, ("file", "name", "description"), list_runbooks(runbooks_dir), title="runbooks")
     runs = list_runs(runs_dir)
     print_table(console, ("run", "runbook", "verdict", "started"), runs, title=f"runs under {runs_dir}")

@@ -204,6 +204,27 @@ def command_text(argv: Any) -> str:
     return shlex.join(str(a) for a in argv) if argv else ""
 
 
+def run_command(runbook: Any, *, out: Any = None, resume: Any = None, rerun: Iterable[Any] = (),
+                only: Iterable[Any] = (), skip: Iterable[Any] = (), overrides: Iterable[Any] = (),
+                reuse: Iterable[Any] = (), against: Any = None, no_report: bool = False) -> str:
+    """The `nsa-validate run` command line a message or a report suggests, every word shell-quoted: RUNBOOK, then
+    --out or --resume, --rerun, --only, --skip, --set, --reuse, --against and --no-report in that order (each
+    repeated as given, duplicates of --rerun dropped). With the run's own --set (validation.results.run.Run.overrides)
+    it runs what ran."""
+    words = ["nsa-validate", "run", str(runbook)]
+    if out is not None:
+        words += ["--out", str(out)]
+    if resume is not None:
+        words += ["--resume", str(resume)]
+    for flag, values in (("--rerun", dict.fromkeys(map(str, rerun))), ("--only", only), ("--skip", skip),
+                         ("--set", overrides), ("--reuse", reuse)):
+        for value in values:
+            words += [flag, str(value)]
+    if against is not None:
+        words += ["--against", str(against)]
+    return shlex.join(words + (["--no-report"] if no_report else []))
+
+
 def env_text(env: Any, skip: Iterable[str] = ("CONFIG",)) -> str:
     env = as_dict(env)
     items = [f"{k}={env[k]}" for k in sorted(env, key=str) if k not in skip]

@@ -5,24 +5,43 @@ one --resume continues, after validation.execution.runner.check_resume), runs th
 the comparison with an earlier run (--against, validation.report.compare.performance_analysis) and writes the reports
 (validation.report), and returns a RunOutcome. The reports always come from one results.json as saved: a resume
 first re-renders the earlier attempt's reports from its first save (INCOMPLETE, not finished), and an interrupt
-at any point after that, even after the verdict while plots and reports are being made, writes them again, whole,
-from the results.json saved last. Nothing here prints: progress goes to the reporter `display` opens, warnings
-to `warn`, and every error a user can cause is one RunError whose message names the file, key or value (the CLI
-prints it and exits 2). The CLI (validation.cli) parses options, calls this and prints.
+at any point after that writes them again, whole, from the results.json saved last. A signal that comes while the
+reports are being written (after the verdict, or the earlier attempt's at a resume's first save) does not cut them
+short: they are finished (validation.launch.interrupts.held; an exception raised inside an import would leave that
+module half imported, the next report failing on it), and then the run ends as interrupted. An interrupt during a
+step may still have cut an import short: the modules it left half imported are forgotten before the reports are
+written again (forget_half_imported), and a report that still cannot be written is one line saying so and how to
+write it (`nsa-validate report RUN_DIR --write`). An interrupt before the run saved its first results.json leaves
+no empty run directory it created behind (RunOutcome.nothing_saved). A --resume first ends what an earlier attempt
+killed with nsa-validate left running, found by the launch ids in its command.json files. Nothing here prints:
+progress goes to the reporter `display` opens, warnings to `warn`, and every error a user can cause is one
+RunError whose message names the file, key or value (the CLI prints it and exits 2). The CLI (validation.cli)
+parses options, calls this and prints.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
+import os
+import shlex
+import sys
 import time
 from dataclasses import dataclass, field
+from importlib.machinery import ExtensionFileLoader
 from pathlib import Path
 from typing import Callable, ContextManager, Optional
 
 from validation import report
+from validation.formatting import run_command
+from validation.launch import interrupts
+from validation.launch.attempt import recorded_launch_ids
+from validation.launch.processes import end_launches
+from validation.launch.spec import TERM_GRACE_S
 from validation.results import reuse
+from validation.results.run import read_run
 from validation.results.store import (DEFAULT_RUNS, RESULTS_JSON, ResultsError, RunDirError, cannot_write, inside_run_dir,
                                 read_results, write_results)
 from validation.runbook.loader import Runbook, RunbookError, load_runbook
@@ -52,6 +71,17 @@ class RunRequest:
     reuse: tuple[str, ...] = ()  # --reuse PHASE[=RUN_DIR]: phases taken from an earlier run of the same source
     cwd: Path = field(default_factory=Path.cwd)
 
+    def command(self, run_dir: Path | None = None) -> str:
+        """This request as a shell-quoted command line, with --resume RUN_DIR in place of --out when `run_dir` is
+        given: the command that continues the run as it ran (its --only, --skip, --set, --reuse, --against and
+        --no-report; steps named by --rerun are interrupted or pending then, and run without being named)."""
+        if run_dir is not None:
+            return run_command(self.runbook, resume=run_dir, only=self.only, skip=self.skip, overrides=self.overrides,
+                               reuse=self.reuse, against=self.against, no_report=self.no_report)
+        return run_command(self.runbook, out=self.out, resume=self.resume, rerun=self.rerun, only=self.only,
+                           skip=self.skip, overrides=self.overrides, reuse=self.reuse, against=self.against,
+                           no_report=self.no_report)
+
 
 @dataclass(frozen=True)
 class RunOutcome:
@@ -65,6 +95,11 @@ class RunOutcome:
     report_paths: tuple[Path, ...] = ()
     interrupted: Optional[BaseException] = None
     report_error: Optional[str] = None  # an interrupted run whose reports could not be written: why (one line)
+    # what else kept an interrupted run's reports from being written (an import the interrupt cut short): why, and
+    # the command that writes them; unlike report_error, not the run directory's fault (no exit 2)
+    reports_unwritten: Optional[str] = None
+    nothing_saved: bool = False  # interrupted before the run saved its first results.json: nothing to --resume
+    run_dir_removed: bool = False  # ... and the empty run directory it made is gone again
 
     @property
     def verdict(self) -> Optional[str]:
@@ -105,9 +140,16 @@ def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: N
     for name in [*request.only, *request.skip]:
         if name not in phases:
             raise RunError(f"no phase {name!r} in {request.runbook} (phases: {', '.join(phases)})")
+    both = [n for n in request.only if n in request.skip]
+    if both:
+        raise RunError(f"--only {both[0]} and --skip {both[0]}: a phase is either selected or skipped, not both")
     previous = None
     if request.rerun and request.resume is None:
         raise RunError("--rerun needs --resume RUN_DIR: the run whose steps to run again")
+    if request.resume is not None and request.out is not None and not _same_path(request.out, request.resume):
+        raise RunError(f"--out {request.out} and --resume {request.resume}: a resumed run stays in its own "
+                       f"directory; drop --out to continue {request.resume}, or drop --resume to start a new run in "
+                       f"{request.out}")
     if request.resume is not None:
         try:
             previous = read_results(request.resume)
@@ -116,11 +158,16 @@ def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: N
             raise RunError(str(exc)) from None
         if previous["runbook"].get("sha256") != rb.sha256:
             warn(f"{request.runbook} changed since {request.resume} was started; finished steps are kept as they are")
+        ran = read_run(previous).overrides()
+        if ran != list(request.overrides):
+            warn(f"{request.resume} last ran with {_sets(ran)}, this resume with {_sets(request.overrides)}: a resume "
+                 "runs with the --set it is given (give the run's own again to run its steps as they ran)")
         run_dir = request.resume
     else:
         run_dir = request.out if request.out is not None else default_run_dir(rb.name)
         if (run_dir / RESULTS_JSON).exists():
             raise RunError(f"{run_dir} already holds a run: use --resume {run_dir} to continue it, or another --out")
+    check_writable(run_dir)
     earlier = read_against(request.against)
     try:
         reused = reuse.resolve(rb, reuse.parse(request.reuse), request.overrides, request.cwd)
@@ -134,6 +181,38 @@ def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: N
     options = RunOptions(only=tuple(request.only), skip=tuple(request.skip), overrides=tuple(request.overrides),
                          cwd=request.cwd, rerun=tuple(dict.fromkeys(request.rerun)), reuse=reused)
     return Prepared(rb, run_dir, previous, earlier, options)
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, RuntimeError):
+        return False
+
+
+def _sets(overrides) -> str:
+    """"--set 'a=b c' --set d=e" (shell-quoted), or "no --set"."""
+    return " ".join(f"--set {shlex.quote(str(o))}" for o in overrides) or "no --set"
+
+
+def check_writable(run_dir: Path) -> None:
+    """RunError unless the run could make and write `run_dir` as far as can be told without writing: it is a
+    directory, or the nearest path above it that exists is one (not a regular file), and that directory can be
+    written. The message is the one the run itself would end with (`cannot write PATH: Not a directory [ENOTDIR]`)."""
+    path = Path(run_dir)
+    existing = path
+    while not os.path.lexists(existing) and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise RunError(str(cannot_write(path, NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)))))
+    try:
+        read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        read_only = False
+    if read_only:
+        raise RunError(str(cannot_write(existing, OSError(errno.EROFS, os.strerror(errno.EROFS)))))
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RunError(str(cannot_write(existing, PermissionError(errno.EACCES, os.strerror(errno.EACCES)))))
 
 
 def not_run(prepared: Prepared) -> dict[str, str]:
@@ -165,30 +244,106 @@ def run_runbook(request: RunRequest, display: Callable[[], ContextManager[Report
     prepared = prepare(request, warn)
     rb, run_dir, previous, earlier, options = (prepared.runbook, prepared.run_dir, prepared.previous,
                                                prepared.earlier, prepared.options)
-    first_saved = None if request.no_report else (lambda saved: replace_earlier_reports(run_dir, saved))
+    if not request.no_report:  # loaded whole now (matplotlib, jinja2), so no interrupt can leave them half imported
+        _held(lambda: (report.make_plots, report.write_reports))
+    modules = set(sys.modules)
+    if previous is not None:  # an attempt killed with nsa-validate (its sentinel too) may have left some running
+        left = end_launches(recorded_launch_ids(run_dir), grace_s=TERM_GRACE_S)
+        if left:
+            warn(f"ended {len(left)} process(es) an earlier attempt of {run_dir} left running: {left}")
+    first_saved = None if request.no_report else (lambda saved: _held(replace_earlier_reports, run_dir, saved))
+    made = _first_missing(run_dir)  # what the run creates (None: run_dir is there already)
     try:  # the run directory cannot be written (disk full, permission) or leads outside itself: one RunError
         try:
             with display() as reporter:
                 results = Runner(rb, run_dir, options, reporter, previous=previous).run(first_saved)
-            if earlier is not None:
-                add_performance_analysis(run_dir, results, request.against, earlier)
-            paths = [] if request.no_report else write_all_reports(run_dir, results)
+            with interrupts.held() as hold:  # the reports are finished, whole, whatever signal comes meanwhile
+                if earlier is not None:
+                    add_performance_analysis(run_dir, results, request.against, earlier)
+                paths = [] if request.no_report else write_all_reports(run_dir, results)
+            if hold.interrupt is not None:
+                return RunOutcome(rb, run_dir, results, tuple(paths), interrupted=hold.interrupt)
         except KeyboardInterrupt as exc:
             # Ctrl-C, SIGINT, SIGTERM, SIGHUP while the steps ran (the processes are already ended) or after the
-            # verdict, while the comparison or the reports were being written: the reports are written again,
-            # whole, from the results.json saved last, so none is left from before that save
-            saved: dict = {}
-            paths: list[Path] = []
-            try:
-                if (run_dir / RESULTS_JSON).is_file():
-                    saved = read_results(run_dir)
-                    paths = [] if request.no_report else write_all_reports(run_dir, saved)
-            except (RunDirError, ResultsError) as error:  # told after the interrupt itself
-                return RunOutcome(rb, run_dir, saved, interrupted=exc, report_error=str(error))
-            return RunOutcome(rb, run_dir, saved, tuple(paths), interrupted=exc)
+            # verdict, before the reports were begun: the reports are written again, whole, from the results.json
+            # saved last, so none is left from before that save
+            forget_half_imported(modules)
+            if not (run_dir / RESULTS_JSON).is_file():
+                return RunOutcome(rb, run_dir, {}, interrupted=exc, nothing_saved=True,
+                                  run_dir_removed=made is not None and _remove_empty(run_dir, made))
+            return _rewrite_reports(rb, run_dir, request.no_report, exc)
     except (RunDirError, ResultsError) as exc:
         raise RunError(str(exc)) from None
     return RunOutcome(rb, run_dir, results, tuple(paths))
+
+
+def _held(write: Callable, *args):
+    """write(*args) to its end whatever signal comes meanwhile (interrupts.held); then that signal's Interrupted."""
+    with interrupts.held() as hold:
+        out = write(*args)
+    hold.raise_it()
+    return out
+
+
+def _rewrite_reports(rb: Runbook, run_dir: Path, no_report: bool, exc: BaseException) -> RunOutcome:
+    """The outcome of a run interrupted after its first save: its reports written again from results.json."""
+    saved: dict = {}
+    try:
+        with interrupts.held():  # a later signal does not cut these short either
+            saved = read_results(run_dir)
+            paths = [] if no_report else write_all_reports(run_dir, saved)
+    except (RunDirError, ResultsError) as error:  # told after the interrupt itself
+        return RunOutcome(rb, run_dir, saved, interrupted=exc, report_error=str(error))
+    except Exception as error:  # noqa: BLE001 - the interrupt cut something short (an import); results.json is whole
+        return RunOutcome(rb, run_dir, saved, interrupted=exc, reports_unwritten=(
+            f"the reports could not be written after the interrupt ({type(error).__name__}: {error}); "
+            f"{run_dir / RESULTS_JSON} is whole, and `nsa-validate report {shlex.quote(str(run_dir))} --write` "
+            "writes them from it"))
+    return RunOutcome(rb, run_dir, saved, tuple(paths), interrupted=exc)
+
+
+def forget_half_imported(before: set[str]) -> list[str]:
+    """Forget (remove from sys.modules) the modules imported since `before` whose package is no longer there: what
+    an import cut short by an interrupt leaves. Python removes the module that raised, and each package above it
+    that was still being imported, but keeps the submodules they had imported whole, which still refer to the
+    half-built package (`module 'matplotlib' has no attribute 'get_data_path'` on the next use). Forgotten, they
+    are imported again, whole, with their package. Returns their names."""
+    present = set(sys.modules)
+    gone = []
+    for name, module in list(sys.modules.items()):
+        parts = name.split(".")
+        compiled = isinstance(getattr(getattr(module, "__spec__", None), "loader", None), ExtensionFileLoader)
+        if (name not in before and not compiled  # an extension module cannot be loaded twice (numpy's)
+                and any(".".join(parts[:i]) not in present for i in range(1, len(parts)))):
+            gone.append(name)
+    for name in gone:
+        sys.modules.pop(name, None)
+    return gone
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost of `path` and the directories above it that do not exist (what making `path` creates first),
+    or None when `path` exists."""
+    missing = None
+    current = Path(path)
+    while not os.path.lexists(current) and current.parent != current:
+        missing, current = current, current.parent
+    return missing
+
+
+def _remove_empty(path: Path, top: Path) -> bool:
+    """Remove `path` and the directories above it up to `top`, each only while it is empty (what a run interrupted
+    before its first save made); True when `path` is gone."""
+    current = Path(path)
+    try:
+        while True:
+            current.rmdir()
+            if current == top or current.parent == current:
+                break
+            current = current.parent
+    except OSError:
+        pass
+    return not os.path.lexists(path)
 
 
 def default_run_dir(name: str, runs_dir: Path = DEFAULT_RUNS) -> Path:
@@ -205,7 +360,13 @@ def default_run_dir(name: str, runs_dir: Path = DEFAULT_RUNS) -> Path:
 
 
 def load(runbook: Path, overrides: tuple[str, ...] | list[str], cwd: Optional[Path] = None) -> Runbook:
-    """The runbook, validated (with `cwd`: the files it names checked to exist there); RunError otherwise."""
+    """The runbook, validated (with `cwd`: the files it names checked to exist there); RunError otherwise (a path
+    that is there but is not a regular file: a directory, /dev/null, is named as such)."""
+    path = Path(runbook)
+    if path.exists() and not path.is_file():
+        what = "a directory" if path.is_dir() else "a device, pipe or socket"
+        raise RunError(f"runbook {runbook}: not a regular file ({what}); a runbook is a YAML file, e.g. "
+                       "runbooks/cpu_smoke.yaml")
     try:
         return load_runbook(runbook, list(overrides), cwd=cwd)
     except RunbookError as exc:
@@ -305,6 +466,14 @@ def report_run(run_dir: Path, fmt: str = "md", write: bool = False, against: Pat
     if write:
         return None, write_all_reports(run_dir, results, keep_plots=True)
     return report.render(results, fmt, run_dir=run_dir), []
+
+
+def listing_dir(path: Path, option: str) -> Path:
+    """`path` when it is a directory; RunError naming `option` ("--runs") and the path otherwise."""
+    if not Path(path).is_dir():
+        what = "not a directory" if os.path.lexists(path) else "no such directory"
+        raise RunError(f"{option} {path}: {what}")
+    return Path(path)
 
 
 def list_runbooks(runbooks_dir: Path) -> list[tuple]:

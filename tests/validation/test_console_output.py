@@ -117,8 +117,8 @@ def test_a_run_interrupted_after_its_verdict_says_so_and_exits_by_its_signal(mon
     monkeypatch.setattr(cli, "run_runbook", lambda request, display, warn: outcomes.pop(0))
     first = CliRunner().invoke(cli.app, ["run", "runbooks/cpu_smoke.yaml"])
     assert first.exit_code == 143, first.output
-    assert (f"interrupted (SIGTERM) after the run reached its verdict (GO): the reports in {tmp_path} were written "
-            "again from its results.json") in " ".join(first.output.split())
+    assert (f"interrupted (SIGTERM) after the run reached its verdict (GO): the reports in {tmp_path} were written, "
+            "whole, from its results.json") in " ".join(first.output.split())
     second = CliRunner().invoke(cli.app, ["run", "runbooks/cpu_smoke.yaml"])
     assert second.exit_code == 2 and "No space left on device" in second.output
 

@@ -203,3 +203,22 @@ def test_a_decision_leaves_disturbed_runs_out_and_recommends_only_what_replicate
     d = decide({"a": slow, "b": fast}, default="a")
     assert d.winner == "b" and d.replicated is None and not d.recommendable
     assert "one run per variant" in d.recommendation
+
+
+def test_the_command_that_runs_disturbed_steps_again_repeats_the_set_they_ran_with(rb):
+    """"run again:" (the criterion, the verdict's reason and the evidence record) runs the disturbed steps with the
+    --set they ran with, shell-quoted: the run's own, or those of the resume that ran them last."""
+    results = _results(_metrics(5000.0, BUSY))
+    results["options"] = {"only": [], "skip": [], "set": ["defaults.args.steps=14", "steps.baseline.window=6"]}
+    crits, (word, reason) = _judge(rb, results)
+    rerun = ("nsa-validate run runbooks/ev.yaml --resume artifacts/validate/ev-1 --rerun baseline "
+             "--set defaults.args.steps=14 --set steps.baseline.window=6")
+    assert crits["Throughput floor"]["detail"].endswith(f"run again: {rerun}")
+    assert word == "INCOMPLETE" and rerun in reason and results["evidence"]["rerun"] == rerun
+    results["resumes"] = [{"at": "t", "previous_end": None, "previous_state": "interrupted by SIGINT",
+                           "steps": ["baseline"], "rerun": [], "replaced": {}, "runbook_changed": False,
+                           "options": {"only": [], "skip": [], "set": ["defaults.env.NSA_X=a b"]}}]
+    crits, (word, reason) = _judge(rb, results)
+    assert reason.endswith("--rerun baseline --set 'defaults.env.NSA_X=a b'; nothing evaluated failed"), reason
+    assert rerun_command("r b.yaml", "run dir", ["x", "x"], ["k=v w"]) == \
+        "nsa-validate run 'r b.yaml' --resume 'run dir' --rerun x --set 'k=v w'"

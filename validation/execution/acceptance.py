@@ -113,7 +113,8 @@ def _judge_evidence(runbook: Runbook, run: Run, results: RunResults, ns: dict, c
         what = {"pass": "held", "error": f"could not be evaluated ({detail})"}.get(outcome, "did not hold")
         why = "; ".join(f"step {n} was disturbed: {(evidence.step_interference(steps[n]) or {}).get('text')}"
                         for n in shaken)
-        rerun = evidence.rerun_command(run.runbook.path or "RUNBOOK", run.run_dir or "RUN_DIR", shaken)
+        rerun = evidence.rerun_command(run.runbook.path or "RUNBOOK", run.run_dir or "RUN_DIR", shaken,
+                                       run.overrides(shaken))
         return "inconclusive", (f"it {what}, but on disturbed evidence: {why}"
                                 + (f"; and {'; '.join(bad)}" if bad else "") + f"; run again: {rerun}")
     if outcome == "error":
@@ -163,7 +164,8 @@ def verdict(results: RunResults, interrupted: bool | str) -> tuple[str, str]:
             parts.append(f"{plural(len(shaken), 'required criterion', 'required criteria')} inconclusive: "
                          f"{', '.join(c.name for c in shaken)}, measured while other work used the machine "
                          f"(disturbed: {', '.join(disturbed) or 'see the criteria'}); run again: "
-                         + evidence.rerun_command(run.runbook.path or "RUNBOOK", run.run_dir or "RUN_DIR", disturbed))
+                         + evidence.rerun_command(run.runbook.path or "RUNBOOK", run.run_dir or "RUN_DIR", disturbed,
+                                                  run.overrides(disturbed)))
         return "INCOMPLETE", "; ".join(parts) + "; nothing evaluated failed"
     ran = sum(s.status == "passed" for s in steps.values())
     warns = [c.name for c in run.acceptance if c.status in ("warn", "inconclusive")]

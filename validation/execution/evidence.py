@@ -23,15 +23,15 @@ acceptance criteria, the recommendations, the report and `compare`:
 
 from __future__ import annotations
 
-import shlex
 from typing import Any, Iterable
 
 from validation import kinds as step_kinds
-from validation.formatting import as_dict, as_list
+from validation.formatting import as_dict, as_list, run_command
 from validation.analysis.interference import disturbed, launch_records, step_interference  # noqa: F401 - the run's judge
 from validation.launch.telemetry import interference_rules
 from validation.analysis.plausibility import implausible, range_of
 from validation.kinds.base import metric_declared
+from validation.results.run import read_run
 
 
 # ------------------------------------------------------------------------------------------------ performance
@@ -55,11 +55,10 @@ def performance_reads(runbook, criterion) -> list[tuple[str, tuple]]:
 
 
 # ------------------------------------------------------------------------------------------------ the run
-def rerun_command(runbook_path: str, run_dir: str, step_names: Iterable[str]) -> str:
-    """The command that runs just `step_names` of a finished run again, into it."""
-    names = list(dict.fromkeys(step_names))
-    return " ".join(["nsa-validate", "run", shlex.quote(str(runbook_path)), "--resume", shlex.quote(str(run_dir)),
-                     *[a for n in names for a in ("--rerun", shlex.quote(n))]])
+def rerun_command(runbook_path: str, run_dir: str, step_names: Iterable[str], overrides: Iterable[str] = ()) -> str:
+    """The command that runs just `step_names` of a finished run again, into it, with `overrides` (the --set they
+    ran with: validation.results.run.Run.overrides), every word shell-quoted."""
+    return run_command(runbook_path, resume=run_dir, rerun=step_names, overrides=overrides)
 
 
 def measured_steps(runbook, results: dict) -> list[str]:
@@ -106,7 +105,8 @@ def assess(runbook, results: dict, run_dir: str) -> dict[str, Any]:
                 bad.append({"step": ", ".join(fig.steps) or "run", "metric": fig.label, "value": fig.raw,
                             "range": r.text(), "reason": r.reason,
                             "disturbed": any(d["step"] in fig.steps for d in disturbed_steps)})
-    rerun = rerun_command(as_dict(results.get("runbook")).get("path") or "RUNBOOK", run_dir,
-                          [d["step"] for d in disturbed_steps] + [b["step"] for b in bad if b["step"] in steps])
+    again = [d["step"] for d in disturbed_steps] + [b["step"] for b in bad if b["step"] in steps]
+    rerun = rerun_command(as_dict(results.get("runbook")).get("path") or "RUNBOOK", run_dir, again,
+                          read_run(results).overrides(again))
     return {"disturbed": disturbed_steps, "implausible": bad, "measured": measured, "rules": interference_rules(),
             "rerun": rerun if disturbed_steps or bad else None}

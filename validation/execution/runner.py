@@ -14,10 +14,11 @@ stop") and the verdict is computed as usual.
 A run continued with --resume (Runner(previous=...)) runs only the steps without a final status, plus those
 named by --rerun; check_resume first refuses a run directory of another runbook (by name), a finished run with
 nothing to run again, and --rerun names that are no steps. Each resume is recorded in results["resumes"] (when
-the earlier attempt ended and how, what this one runs; validation.results.store). From the moment a run starts until its
-verdict is computed, results.json says INCOMPLETE with a reason saying so, and the acceptance rows and
-recommendations of an earlier attempt are cleared: a run cut off at any point never shows a verdict that
-contradicts its own reason or its steps.
+the earlier attempt ended and how, what this one runs, its own --only, --skip and --set; validation.results.store).
+A resume runs with the --set it is given, not with the run's earlier ones (validation.run warns when they differ).
+From the moment a run starts until its verdict is computed, results.json says INCOMPLETE with a reason saying so,
+and the acceptance rows and recommendations of an earlier attempt are cleared: a run cut off at any point never
+shows a verdict that contradicts its own reason or its steps.
 
 Every file the run writes lies under RUN_DIR: each output path is checked (relative, no `..`) and no existing
 symlink on it or under a step's directory may lead outside RUN_DIR (e.g. RUN_DIR/<step> replaced by a link to
@@ -212,7 +213,9 @@ class Runner:
         todo = steps_to_run(self.rb, previous, self.opt.rerun)
         entry = Resume(at=_now(), previous_end=ended, previous_state=how, steps=todo,
                        rerun=[n for n in todo if n in self.opt.rerun], replaced={},
-                       runbook_changed=before.runbook.sha256 != self.rb.sha256)
+                       runbook_changed=before.runbook.sha256 != self.rb.sha256,
+                       options=Options(only=list(self.opt.only), skip=list(self.opt.skip),
+                                       set=list(self.opt.overrides)))
         for step in self.rb.steps():
             if step.name in self.opt.rerun:
                 old = before.steps.get(step.name) or StepRecord()

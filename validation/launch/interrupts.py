@@ -11,7 +11,13 @@ SIGTERM grace period and SIGKILL at once (``hurry()``). A third ends nsa-validat
 action (the launched processes then go through their parent-death signal).
 
 ``deferred()`` holds the three signals back for a block (starting a child and recording its pid, submitting a Slurm
-job and recording its id), then delivers the ones that came in.
+job and recording its id), then delivers the ones that came in. ``held()`` keeps the handler but lets the block run
+to its end when the first signal comes in (writing the reports: an exception raised inside an import would leave
+that module half imported, and every later use of it failing); the block then says which signal came.
+
+``catch_early()`` (validation.cli calls it first thing, before its own imports) keeps a SIGINT that arrives while
+nsa-validate starts up, before ``install()``, when the shell set SIGINT to "ignore": without it, ``kill -INT`` to a
+background run in its first fraction of a second did nothing. ``install()`` then delivers it.
 """
 
 from __future__ import annotations
@@ -40,14 +46,17 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
-_state = {"first": None, "count": 0}
+_state = {"first": None, "count": 0, "holding": 0}
+_early: list[int] = []  # SIGINTs that came in before install() (catch_early)
 
 
 def _handler(signum, frame):
     _state["count"] += 1
     if _state["first"] is None:
         _state["first"] = signum
-        raise Interrupted(signum)
+        if not _state["holding"]:
+            raise Interrupted(signum)
+        return
     if _state["count"] >= 3:  # the user insists: go now, by the signal's own default action
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
@@ -60,6 +69,22 @@ def install() -> bool:
     reset()
     for sig in HANDLED:
         signal.signal(sig, _handler)
+    early = list(_early)
+    _early.clear()
+    for sig in dict.fromkeys(early):  # a SIGINT sent while nsa-validate started up (catch_early): delivered now
+        signal.raise_signal(sig)
+    return True
+
+
+def catch_early() -> bool:
+    """Keep a SIGINT the shell set to "ignore" (a background job of a non-interactive shell) that arrives before
+    install(): install() delivers it, so the run ends as if it had come just after. Only where SIGINT is ignored
+    (elsewhere Python's own Ctrl-C handler is in place from the start) and in the main thread; True when set."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        return False
+    signal.signal(signal.SIGINT, lambda signum, frame: _early.append(signum))
     return True
 
 
@@ -69,7 +94,7 @@ def installed() -> bool:
 
 def reset() -> None:
     """Forget earlier signals (a new run; the tests)."""
-    _state.update(first=None, count=0)
+    _state.update(first=None, count=0, holding=0)
 
 
 def received() -> int | None:
@@ -113,3 +138,37 @@ def deferred():
             signal.signal(sig, handler)
         for sig in dict.fromkeys(caught):  # each signal once, in the order they came
             signal.raise_signal(sig)
+
+
+class Hold:
+    """What came in during a held() block: `signum` (the first signal, None when none did)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    @property
+    def interrupt(self) -> Interrupted | None:
+        """The Interrupted the signal would have raised, or None."""
+        return None if self.signum is None else Interrupted(self.signum)
+
+    def raise_it(self) -> None:
+        """Raise that Interrupted now (after the block), if a signal came in."""
+        if self.signum is not None:
+            raise Interrupted(self.signum)
+
+
+@contextlib.contextmanager
+def held():
+    """Run the block to its end even when the first SIGINT / SIGTERM / SIGHUP comes in meanwhile: the handler
+    records it (received(), and the yielded Hold's `signum`) instead of raising. A second signal still hurries
+    (hurry()) and a third still ends nsa-validate at once. With no handler installed (install()), nothing changes:
+    Python's own Ctrl-C handler raises as usual."""
+    hold = Hold()
+    before = _state["first"]
+    _state["holding"] += 1
+    try:
+        yield hold
+    finally:
+        _state["holding"] -= 1
+        if before is None and _state["first"] is not None:
+            hold.signum = _state["first"]

@@ -16,7 +16,7 @@ import shlex
 from nsa.toggles import TOGGLES
 from validation import kinds as step_kinds
 from validation.kinds.base import Effect
-from validation.formatting import FAILED_STATUSES, NA, as_dict, fmt_num, fmt_p, fmt_pct, plural
+from validation.formatting import FAILED_STATUSES, NA, as_dict, fmt_p, fmt_pct, plural, run_command
 from validation.results.run import Run, read_run
 
 
@@ -116,10 +116,14 @@ def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) 
     if failed or crit_failed:
         first = (failed or [None])[0]
         where = f"`{first}/` (its log and excerpt above)" if first else "the failed criteria above"
-        nxt = (f"fix what failed, starting with {where}, then `nsa-validate run "
-               f"{fmt_num(run.runbook.path)} --resume {fmt_num(run.run_dir)}`")
+        nxt = f"fix what failed, starting with {where}, then {_next_command(run, failed)}"
     elif unfinished or verdict == "INCOMPLETE":
-        nxt = f"finish the run: `nsa-validate run {fmt_num(run.runbook.path)} --resume {fmt_num(run.run_dir)}`"
+        if _cut_off(run):
+            nxt = f"finish the run: {_command(run, resume=True)}"
+        else:
+            again = _not_run_or_disturbed(run)
+            nxt = (f"run the steps that did not run or were disturbed again: {_command(run, rerun=again)}" if again
+                   else f"start a new run: {_command(run)}")
     elif warns:
         nxt = (f"use the settings under Recommendations; read the {plural(len(warns), 'open warning')} under Open "
                "Problems before relying on the figures")
@@ -128,6 +132,38 @@ def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) 
     if finding and finding.get("record") and not (failed or crit_failed):
         nxt += f"; the setting that mattered most here: {finding['record']['with']} (step `{finding['step']}`)"
     return {"verdict": verdict, "passed": passed_text, "failed": failed_text, "next": nxt}
+
+
+def _cut_off(run: Run) -> bool:
+    """The run did not reach its verdict (interrupted, or killed before it finished): `--resume RUN_DIR` continues
+    it. A run that did is refused by a plain --resume (validation.execution.runner.check_resume)."""
+    return not run.finished or bool(run.interrupted_by)
+
+
+def _command(run: Run, resume: bool = False, rerun: list[str] | tuple = ()) -> str:
+    """`nsa-validate run RUNBOOK ...` as a Markdown code span, every word shell-quoted, with the --set the steps ran
+    with (Run.overrides): --resume RUN_DIR (continue), --resume RUN_DIR --rerun STEP ... (run those again), or
+    neither (a new run in a new directory)."""
+    runbook = run.runbook.path or "RUNBOOK"
+    where = run.run_dir or "RUN_DIR"
+    text = run_command(runbook, resume=where if resume or rerun else None, rerun=rerun, overrides=run.overrides(rerun))
+    return f"`{text}`"
+
+
+def _next_command(run: Run, failed: list[str]) -> str:
+    """After a fix: the failed steps run again into the run (with what else a cut-off run has left to run), else
+    (only criteria failed) the rest of a cut-off run, or a new run."""
+    if failed:
+        return _command(run, rerun=failed)
+    return _command(run, resume=True) if _cut_off(run) else f"start a new run: {_command(run)}"
+
+
+def _not_run_or_disturbed(run: Run) -> list[str]:
+    """The steps of a finished INCOMPLETE run to run again: those skipped and those measured under interference,
+    in run order."""
+    disturbed = {str(d.step) for d in run.evidence.disturbed}
+    return [name for name, step in run.steps_in_order()
+            if step is not None and (step.status == "skipped" or name in disturbed)]
 
 
 def recommendation_rows(results: Run | dict, comps: list[dict]) -> list[dict]:

@@ -132,7 +132,8 @@ def _evidence_problems(run: Run) -> list[dict]:
             out.append(_item("error", "IMPLAUSIBLE", "fail", where, f"{what}: a bug in the measurement, not a result"))
     runbook, run_dir = run.runbook.path, run.run_dir
     for d in ev.disturbed:
-        again = rerun_command(str(runbook or "RUNBOOK"), str(run_dir or "RUN_DIR"), [str(d.step)])
+        again = rerun_command(str(runbook or "RUNBOOK"), str(run_dir or "RUN_DIR"), [str(d.step)],
+                              overrides=run.overrides([str(d.step)]))
         out.append(_item("inconclusive", "DISTURBED", "warn", f"step {fmt_num(d.step)}",
                          f"measured while other work used the machine: {fmt_num(d.text)}; what it measured "
                          f"decides nothing on its own; run it again: {again}"))

@@ -71,6 +71,9 @@ Resume: one --resume of the run
     rerun               list[str]               those of them run again by --rerun
     replaced            dict[str, ReplacedStep]  by step name: what a step run again by --rerun held before
     runbook_changed     bool                    the runbook's sha256 differs from the run's
+    options?            Options                 this resume's own --only, --skip and --set (a resume does not
+                                                take the run's --set again: what it ran with is this); absent in
+                                                resumes recorded before the key existed
 
 ReplacedStep: what a step held before --rerun ran it again
     status              StepStatus | None
@@ -235,7 +238,7 @@ class ReplacedStep(TypedDict):
     duration_s: float | None
 
 
-class Resume(TypedDict):
+class _ResumeKeys(TypedDict):
     at: str
     previous_end: str | None
     previous_state: str
@@ -243,6 +246,10 @@ class Resume(TypedDict):
     rerun: list[str]
     replaced: dict[str, ReplacedStep]
     runbook_changed: bool
+
+
+class Resume(_ResumeKeys, total=False):
+    options: Options  # absent in resumes recorded before the key existed
 
 
 class _ChoiceKeys(TypedDict):

@@ -129,6 +129,7 @@ class Resume:
     rerun: list[str] = dataclasses.field(default_factory=list)
     replaced: dict[str, ReplacedStep] = dataclasses.field(default_factory=dict)
     runbook_changed: bool | None = None
+    options: RunOptions | None = absent()  # this resume's own --only, --skip, --set
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -379,6 +380,23 @@ class Run:
     def steps_in_order(self) -> list[tuple[str, Step | None]]:
         """(step name, its record, None when it has none) of every step in runbook order."""
         return [(name, self.steps.get(name)) for _, names in self.phases_in_order() for name in names]
+
+    def overrides(self, steps=()) -> list[str]:
+        """The --set options (KEY=VALUE) of the attempt that ran any of `steps` last (with none named: of the
+        latest attempt): the first run's `options.set`, or the `options.set` of the last resume that set out to run
+        one of them. A resume recorded before resumes recorded their options counts as the first run's. What a
+        suggested `nsa-validate run` command repeats, so that it runs what ran."""
+        wanted = {str(s) for s in steps}
+        chosen = self.options
+        for resume in self.resumes:
+            if not isinstance(resume, Resume) or resume.options is None:
+                continue
+            if not wanted or wanted & {str(s) for s in resume.steps}:
+                chosen = resume.options
+        values = chosen.set
+        if isinstance(values, dict):  # some early records: {key: value}
+            return [f"{k}={v}" for k, v in values.items()]
+        return [str(v) for v in values or []]
 
 
 def read_run(results: Any) -> Run:

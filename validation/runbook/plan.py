@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -122,12 +123,12 @@ def text_lines(runbook: Runbook, rows: list[dict[str, Any]] | list[PlannedStep])
         out += [(f"  note: {text}", None) for text in row.notes]  # its own value overriding a --set default
         for launch in row.launches:
             label = f"[{launch.label}] " if launch.label else ""
-            env_text = " ".join(f"{k}={v}" for k, v in launch.env.items())
+            env_text = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in launch.env.items())
             if launch.batch_script:  # launcher slurm: the script is what runs
                 out.append((f"  {label}sbatch, {launch.nnodes} node(s), batch script:", None))
                 out += [(f"    {line}", None) for line in launch.batch_script.rstrip().split("\n")]
             else:  # what the launcher runs: one command, or one torchrun agent per (emulated) node
-                out += [(f"  {label}{env_text + ' ' if env_text else ''}{' '.join(argv)}", None)
+                out += [(f"  {label}{env_text + ' ' if env_text else ''}{shlex.join(str(a) for a in argv)}", None)
                         for argv in launch.commands]
             extra = f"timeout {launch.timeout_s:g}s"
             if launch.stall_timeout_s:

@@ -184,3 +184,37 @@ def test_a_cpu_only_run_does_not_list_the_missing_nvidia_smi(results):
     gpu = copy.deepcopy(cpu)
     gpu["steps"]["baseline"]["metrics"]["context"]["device"] = "NVIDIA H100"
     assert any("nvidia-smi not found" in p["what"] for p in open_problems(gpu))
+
+
+def test_the_next_command_is_one_the_cli_takes_with_the_run_s_set_and_quoted_paths():
+    """The conclusion's next action names a command `nsa-validate run` accepts for the run as it ended: a finished
+    run's failed steps run again into it (--rerun; a plain --resume of a finished run is refused), only failed
+    criteria a new run, a finished INCOMPLETE run its skipped and disturbed steps again, a run cut off --resume; each
+    with the --set the steps ran with and every path shell-quoted."""
+    from results_records import run_record
+
+    def nxt(**partial) -> str:
+        base = {"runbook": {"path": "my runbooks/rb.yaml"}, "run_dir": "my runs/r 1", "verdict": "NO-GO",
+                "options": {"only": [], "skip": [], "set": ["defaults.args.steps=14", "defaults.env.X=a b"]},
+                "steps": {"one": {}, "two": {}, "three": {}}}
+        base.update(partial)
+        return findings.conclusion(run_record(base), [], None)["next"]
+
+    head = "nsa-validate run 'my runbooks/rb.yaml'"
+    sets = "--set defaults.args.steps=14 --set 'defaults.env.X=a b'"
+    failed = nxt(steps={"one": {}, "two": {"status": "failed"}, "three": {"status": "timeout"}})
+    assert failed.endswith(f"then `{head} --resume 'my runs/r 1' --rerun three --rerun two {sets}`"), failed
+    crit = nxt(acceptance=[{"name": "Floor", "expr": "one.x >= 1", "target": ">= 1", "severity": "fail",
+                            "description": "", "status": "fail", "actual": "0", "detail": None}])
+    assert crit.endswith(f"then start a new run: `{head} {sets}`"), crit
+    incomplete = nxt(verdict="INCOMPLETE", steps={"one": {}, "two": {"status": "skipped"}, "three": {}},
+                     evidence={"disturbed": [{"step": "three", "text": "busy", "launches": []}]})
+    assert incomplete == ("run the steps that did not run or were disturbed again: "
+                          f"`{head} --resume 'my runs/r 1' --rerun two --rerun three {sets}`"), incomplete
+    cut = nxt(verdict="INCOMPLETE", interrupted_by="SIGINT", steps={"one": {}, "two": {"status": "interrupted"}})
+    assert cut == f"finish the run: `{head} --resume 'my runs/r 1' {sets}`", cut
+    resumed = nxt(verdict="INCOMPLETE", interrupted_by="SIGINT", steps={"one": {}, "two": {"status": "interrupted"}},
+                  resumes=[{"at": "x", "previous_end": None, "previous_state": "interrupted by SIGINT",
+                            "steps": ["two"], "rerun": [], "replaced": {}, "runbook_changed": False,
+                            "options": {"only": [], "skip": [], "set": []}}])
+    assert resumed == f"finish the run: `{head} --resume 'my runs/r 1'`", resumed  # what the last attempt ran with

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from importlib.machinery import ExtensionFileLoader
 from pathlib import Path
+from types import ModuleType
 from typing import Callable, ContextManager, Optional
 
 from validation import report
@@ -312,7 +313,8 @@ def forget_half_imported(before: set[str]) -> list[str]:
     gone = []
     for name, module in list(sys.modules.items()):
         parts = name.split(".")
-        compiled = isinstance(getattr(getattr(module, "__spec__", None), "loader", None), ExtensionFileLoader)
+        spec = module.__spec__ if isinstance(module, ModuleType) else None  # sys.modules may hold other objects
+        compiled = spec is not None and isinstance(spec.loader, ExtensionFileLoader)
         if (name not in before and not compiled  # an extension module cannot be loaded twice (numpy's)
                 and any(".".join(parts[:i]) not in present for i in range(1, len(parts)))):
             gone.append(name)

@@ -182,7 +182,8 @@ def test_plan_lists_every_command_and_runs_nothing(cli, tmp_path):
     proc = cli("plan", "runbooks/ddp_2xa100.yaml")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "-m torch.distributed.run --nproc_per_node=2 --master-port=<free>" in out and "-m nsa.training" in out
+    # shell-quoted, as a shell would run it (an unquoted <free> would be a redirection)
+    assert "-m torch.distributed.run --nproc_per_node=2 '--master-port=<free>'" in out and "-m nsa.training" in out
     assert "NSA_DDP_COMPRESS=bf16" in out and "NSA_DDP_BUCKET_MB=100" in out and "--steps 1200" in out
     assert "SKIPPED here: needs 2 GPU(s), found 0" in out
     data = json.loads(cli("plan", "runbooks/cpu_smoke.yaml", "--json").stdout)

@@ -26,6 +26,7 @@ import contextlib
 import os
 import signal
 import threading
+from types import SimpleNamespace
 
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -46,18 +47,18 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
-_state = {"first": None, "count": 0, "holding": 0}
+_state = SimpleNamespace(first=None, count=0, holding=0)
 _early: list[int] = []  # SIGINTs that came in before install() (catch_early)
 
 
 def _handler(signum, frame):
-    _state["count"] += 1
-    if _state["first"] is None:
-        _state["first"] = signum
-        if not _state["holding"]:
+    _state.count += 1
+    if _state.first is None:
+        _state.first = signum
+        if not _state.holding:
             raise Interrupted(signum)
         return
-    if _state["count"] >= 3:  # the user insists: go now, by the signal's own default action
+    if _state.count >= 3:  # the user insists: go now, by the signal's own default action
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
@@ -94,17 +95,17 @@ def installed() -> bool:
 
 def reset() -> None:
     """Forget earlier signals (a new run; the tests)."""
-    _state.update(first=None, count=0, holding=0)
+    _state.first, _state.count, _state.holding = None, 0, 0
 
 
 def received() -> int | None:
     """The first signal received since install(), or None."""
-    return _state["first"]
+    return _state.first
 
 
 def hurry() -> bool:
     """True once a second signal came in: ending processes should not wait out a grace period."""
-    return _state["count"] >= 2
+    return _state.count >= 2
 
 
 def describe(exc: BaseException | None) -> str:
@@ -164,11 +165,11 @@ def held():
     (hurry()) and a third still ends nsa-validate at once. With no handler installed (install()), nothing changes:
     Python's own Ctrl-C handler raises as usual."""
     hold = Hold()
-    before = _state["first"]
-    _state["holding"] += 1
+    before = _state.first
+    _state.holding += 1
     try:
         yield hold
     finally:
-        _state["holding"] -= 1
-        if before is None and _state["first"] is not None:
-            hold.signum = _state["first"]
+        _state.holding -= 1
+        if before is None and _state.first is not None:
+            hold.signum = _state.first

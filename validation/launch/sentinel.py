@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 from validation.launch.processes import end_launches
 
@@ -69,14 +70,14 @@ class Sentinel:
 
 
 _current: list[Sentinel] = []  # the sentinel of this process's run, while there is one
-_state = {"enabled": False}
+_state = SimpleNamespace(enabled=False)
 _lock = threading.Lock()  # launches side by side start in threads: one sentinel
 
 
 def enable() -> None:
     """This process runs launches that must not outlive it (`nsa-validate run`): the first watch() starts the
     sentinel."""
-    _state["enabled"] = True
+    _state.enabled = True
 
 
 def start() -> Sentinel | None:
@@ -106,7 +107,7 @@ def _start() -> Sentinel | None:
 
 def stop() -> None:
     """Stop the sentinel (nsa-validate exits normally) and start no other; nothing when there is none."""
-    _state["enabled"] = False
+    _state.enabled = False
     while _current:
         _current.pop().stop()
 
@@ -114,7 +115,7 @@ def stop() -> None:
 def watch(launch_id: str, pid: int, start_ticks: int | None, grace_s: float) -> None:
     """Tell the sentinel a launch started: its id and the session its child `pid` leads (the first such call after
     enable() starts the sentinel; without enable(), nothing)."""
-    if _state["enabled"] and not _current:
+    if _state.enabled and not _current:
         start()
     for sentinel in list(_current):
         sentinel.tell(f"+{launch_id} {pid} {-1 if start_ticks is None else start_ticks} {grace_s:g}")

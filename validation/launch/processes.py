@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Callable
 
 from validation.launch import interrupts
 from validation.launch.spec import KILL_WAIT_S, LAUNCH_ID_VAR
@@ -316,15 +317,28 @@ def end_descendants(grace_s: float = 2.0) -> list[int]:
     process any launch started, orphans included, whatever their environment): SIGTERM, up to `grace_s`, SIGKILL,
     repeated until none is left (one that forks while being ended is caught in the next round); zombies reaped.
     Returns the pids that were found. Call it when no launch of this process is running any more."""
-    found: dict[int, int] = {}
-    deadline = time.monotonic() + grace_s
-    sig = signal.SIGTERM
-    kill_deadline = None
-    while True:
+
+    def below() -> dict[int, int] | None:
         table = _proc_table()
-        if table is None:
+        return None if table is None else descendants(None, table)
+
+    return _end_until_gone(below, grace_s, hurry=interrupts.hurry)
+
+
+def _end_until_gone(find: Callable[[], dict[int, int] | None], grace_s: float, *,
+                    hurry: Callable[[], bool] = lambda: False, same_start: bool = False) -> list[int]:
+    """End the processes `find` returns ({pid: start ticks}; None: the process table cannot be read, nothing is
+    done), found afresh each round: SIGTERM, up to `grace_s` (or until `hurry()`), then SIGKILL, until none is left
+    or they outlive SIGKILL by KILL_WAIT_S; zombie children reaped. same_start: a pid found again with another start
+    is another process (its pid reused) and is left alone. Returns the pids found, sorted."""
+    found: dict[int, int] = {}
+    sig, deadline, kill_deadline = signal.SIGTERM, time.monotonic() + grace_s, None
+    while True:
+        live = find()
+        if live is None:
             return []
-        live = descendants(None, table)
+        if same_start:
+            live = {p: t for p, t in live.items() if found.get(p, t) == t}
         if not live:
             break
         found.update(live)
@@ -335,7 +349,7 @@ def end_descendants(grace_s: float = 2.0) -> list[int]:
                 pass
         time.sleep(0.05)
         reap_children()
-        if sig == signal.SIGTERM and (time.monotonic() > deadline or interrupts.hurry()):
+        if sig == signal.SIGTERM and (time.monotonic() > deadline or hurry()):
             sig, kill_deadline = signal.SIGKILL, time.monotonic() + KILL_WAIT_S
         if kill_deadline is not None and time.monotonic() > kill_deadline:
             log.error("processes %s survived SIGKILL", sorted(live))
@@ -379,25 +393,4 @@ def launch_processes(ids, sessions=(), table: dict[int, tuple] | None = None) ->
 def end_launches(ids, sessions=(), grace_s: float = 2.0) -> list[int]:
     """End every process of the launches `ids` (launch_processes): SIGTERM, up to `grace_s`, SIGKILL, repeated until
     none is left (one that forks meanwhile is caught in the next round). Returns the pids found."""
-    found: dict[int, int] = {}
-    sig, deadline, kill_deadline = signal.SIGTERM, time.monotonic() + grace_s, None
-    while True:
-        live = launch_processes(ids, sessions)
-        live = {p: s for p, s in live.items() if found.get(p, s) == s}
-        if not live:
-            break
-        found.update(live)
-        for pid in live:
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.05)
-        reap_children()
-        if sig == signal.SIGTERM and time.monotonic() > deadline:
-            sig, kill_deadline = signal.SIGKILL, time.monotonic() + KILL_WAIT_S
-        if kill_deadline is not None and time.monotonic() > kill_deadline:
-            log.error("processes %s survived SIGKILL", sorted(live))
-            break
-    reap_children()
-    return sorted(found)
+    return _end_until_gone(lambda: launch_processes(ids, sessions), grace_s, same_start=True)

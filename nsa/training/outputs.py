@@ -309,10 +309,11 @@ class CsvLog:
         self.dropped, self.kept_aside = 0, None
         existing: list[dict] = []
         if resume_step is not None and self.path.exists():
-            existing, self.dropped, damaged = _rows_up_to(self.path, resume_step)
+            raw = self.path.read_bytes()
+            existing, self.dropped, damaged = _rows_up_to(raw, resume_step)
             if damaged:
                 self.kept_aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
-                self.kept_aside.write_bytes(self.path.read_bytes())
+                self.kept_aside.write_bytes(raw)
         text = io.StringIO(newline="")
         head = csv.DictWriter(text, fieldnames=self.columns, extrasaction="ignore")
         head.writeheader()
@@ -330,10 +331,9 @@ class CsvLog:
         self._file.close()
 
 
-def _rows_up_to(path: Path, last_step: int) -> tuple[list[dict], int, bool]:
-    """(the rows of CSV `path` up to step `last_step`, how many rows were dropped because their step cannot be read,
+def _rows_up_to(raw: bytes, last_step: int) -> tuple[list[dict], int, bool]:
+    """(the rows of CSV text `raw` up to step `last_step`, how many rows were dropped because their step cannot be read,
     whether the file was damaged: such rows, bytes that are not UTF-8, NUL bytes or a header without "step")."""
-    raw = path.read_bytes()
     text = raw.decode("utf-8", errors="replace").replace("\x00", "")
     damaged = "\ufffd" in text or b"\x00" in raw
     reader = csv.DictReader(io.StringIO(text, newline=""))

@@ -191,8 +191,18 @@ class Run:
             self.signalled = signal_stack_dumps(stalled)
         ranks = sorted({r for r, rec in stalled.items() if rec.get("pid") in self.signalled} | set(waiting))
         self._wait_for_dumps(ranks, (t_sig if since is None else since) - 1.0, alive)
+        self.verdict = self._stall_as_ended(verdict)
         end()
         self.stack_dumps = stack_dumps(self.out_dir, self.started)
+
+    def _stall_as_ended(self, verdict):
+        """The stall as it stands once the dumps are in, before the ranks are ended: the verdict that caught it is
+        the first rank over the threshold, and the ranks of one hang stop within moments of each other (the rank
+        that hung and those that then wait for it in a collective, in either order), so that verdict can name a
+        rank waiting for the culprit and not the culprit. The ranks stalled now are all of them. `verdict` when the
+        heartbeats cannot be read again or show no stall now (the decision to end the run is already made)."""
+        again = self._look_at_heartbeats()
+        return again if again is not None and again.state == STALLED else verdict
 
     def _wait_for_dumps(self, ranks: list[int], since: float, alive=lambda: True) -> None:
         """Up to DUMP_WAIT_S for a stack dump file of each of `ranks` written after `since`."""

@@ -373,6 +373,44 @@ def test_a_stall_asks_for_stack_dumps_then_ends_the_run(tmp_path):
     assert_group_gone(result.pid)
 
 
+TWO_RANKS_ONE_HANG = r"""
+import json, os, socket, sys, time
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+def beat(rank, step, msg):
+    rec = {"ts": time.time(), "rank": rank, "pid": os.getpid(), "host": socket.gethostname(), "step": step, "msg": msg}
+    with open(os.path.join(out, f"heartbeat_rank{rank}.jsonl"), "a") as f:
+        f.write(json.dumps(rec) + "\n")
+def dump(signum, frame):
+    for rank, where in ((0, "allreduce_wait"), (1, "hung_in_data_loader")):
+        with open(os.path.join(out, f"stackdump_rank{rank}_1.txt"), "w") as f:
+            f.write(f"# stack dump: rank {rank}\n\n## thread MainThread (1)\n  File \"fake.py\", line 1, in {where}\n")
+import signal
+signal.signal(signal.SIGUSR1, dump)
+for rank in (0, 1):
+    beat(rank, 0, "boot")
+beat(0, 1, "step")      # rank 0 ends step 1, then waits in step 2's collective
+time.sleep(0.1)
+beat(1, 2, "fault")     # rank 1 writes its last heartbeat a moment later, then hangs
+time.sleep(1000)
+"""
+
+
+def test_a_hang_names_every_rank_stalled_by_the_time_the_dumps_are_in_not_only_the_first_over_the_threshold(
+        tmp_path):
+    """The ranks of one hang stop moments apart, the one that hung last when it wrote a heartbeat before it hung:
+    the first rank over the threshold is then one waiting for it. The result names the stall as it stands once the
+    dumps are in, before the ranks are ended."""
+    out_dir = tmp_path / "out"
+    result = launch(spec(tmp_path, py(TWO_RANKS_ONE_HANG, str(out_dir)), trainer_out_dir=out_dir,
+                         stall_timeout_s=1.0, expected_ranks=2, poll_s=0.05))
+    assert result.status == "hang", result.reason
+    assert "rank 0 last heartbeat" in result.reason and "rank 1 last heartbeat" in result.reason, result.reason
+    assert "msg 'fault'" in result.reason, result.reason
+    assert "allreduce_wait" in result.excerpt and "hung_in_data_loader" in result.excerpt, result.excerpt
+    assert_group_gone(result.pid)
+
+
 # -------------------------------------------------------------------------------------- parsing and argv shapes
 
 

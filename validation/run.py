@@ -403,15 +403,26 @@ def compare_run_dirs(run_a: Path, run_b: Path, noise: float | None = None) -> tu
         raise RunError(str(exc)) from None
     compare = _compare()
     out = compare.compare_runs(a, b, run_a, run_b, noise=noise)
-    if not out["rows"]:
-        raise RunError(f"{run_b} and {run_a} have no trainer run in common (same step and label): nothing to compare")
+    _refuse_nothing_compared(out, f"{run_b} and {run_a}")
     return out, compare.table_lines(out)
 
 
-def add_performance_analysis(run_dir: Path, results: dict, against: Path, earlier: dict) -> None:
+def _refuse_nothing_compared(out: dict, runs: str) -> None:
+    """RunError when the comparison `out` of `runs` has no row (no trainer run in common)."""
+    if not out["rows"]:
+        raise RunError(f"{runs} have no trainer run in common (same step and label): nothing to compare")
+
+
+def add_performance_analysis(run_dir: Path, results: dict, against: Path, earlier: dict,
+                             refuse_empty: bool = False) -> None:
     """results["performance_analysis"]: this run against the earlier one (validation.report.compare.performance_analysis),
-    written to results.json."""
-    results["performance_analysis"] = _compare().performance_analysis(results, earlier, run_dir, against)
+    written to results.json. With `refuse_empty` (`report --against`, where nothing was run), two runs with no
+    trainer run in common are a RunError, as for `compare`, and results.json is left as it was; a run's own
+    --against keeps its comparison of nothing (the report says so) rather than lose the run."""
+    analysis = _compare().performance_analysis(results, earlier, run_dir, against)
+    if refuse_empty:
+        _refuse_nothing_compared(analysis, f"--against {against}: it and {run_dir}")
+    results["performance_analysis"] = analysis
     write_results(run_dir, results)
 
 
@@ -464,7 +475,7 @@ def report_run(run_dir: Path, fmt: str = "md", write: bool = False, against: Pat
     earlier = read_against(against)
     results = read_results(run_dir)
     if earlier is not None:
-        add_performance_analysis(run_dir, results, against, earlier)
+        add_performance_analysis(run_dir, results, against, earlier, refuse_empty=True)
     if write:
         return None, write_all_reports(run_dir, results, keep_plots=True)
     return report.render(results, fmt, run_dir=run_dir), []

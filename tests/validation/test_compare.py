@@ -196,6 +196,21 @@ def test_report_against_stores_the_analysis(cli, tmp_path):
     assert cli("report", tmp_path / "b", "--against", tmp_path / "nosuch").returncode == 2
 
 
+def test_report_against_a_run_with_nothing_in_common_is_refused_as_compare_refuses_it(cli, tmp_path):
+    """`report --against` of a run with no trainer run in common exits 2 as `compare` does, naming both runs, and
+    leaves results.json as it was (it stored a comparison of nothing and exited 0)."""
+    smoke_like(tmp_path / "a", 1)
+    other = smoke_like(tmp_path / "b", 2)
+    other["steps"] = {f"other_{name}": {**step, "name": f"other_{name}"} for name, step in other["steps"].items()}
+    (tmp_path / "b" / "results.json").write_text(json.dumps(run_record(other)))
+    before = (tmp_path / "b" / "results.json").read_bytes()
+    for argv in (("report", tmp_path / "b", "--against", tmp_path / "a"), ("compare", tmp_path / "a", tmp_path / "b")):
+        proc = cli(*argv)
+        assert proc.returncode == 2, (argv, proc.stdout, proc.stderr)
+        assert "no trainer run in common" in proc.stderr and str(tmp_path / "a") in proc.stderr, proc.stderr
+    assert (tmp_path / "b" / "results.json").read_bytes() == before
+
+
 def _simulated_family(rng, shift: float = 0.0):
     """One pair of cpu_smoke-like runs as compare tests them (a 3 x 2 sweep whose rows are held to its own run-to-run
     variation, 6 single-run steps held to UNREPEATED_MIN_FLOOR, the change common to the 9 step labels; every run's

@@ -28,8 +28,7 @@ from validation.runbook.plan import describe, skipped_here, text_lines
 from validation.report import ReportError
 from validation.report.console import make_console, print_line, print_table
 from validation.report.progress import display
-from validation.formatting import CRITERION_LABELS, status_view
-from validation.report.view import key_figure_lines
+from validation.report.view import CONSOLE_ACCEPTANCE_COLUMNS, console_summary
 from validation.results.store import DEFAULT_RUNS, ResultsError, RunDirError
 from validation.run import (RunError, RunRequest, compare_run_dirs, list_runbooks, list_runs, listing_dir, load,
                             not_run, prepare, report_run, run_runbook)
@@ -58,6 +57,10 @@ def _options(version: bool = typer.Option(False, "--version", callback=_print_ve
                                           help="print the version and the git sha of the source tree, then exit")
              ) -> None:
     pass  # the options every command shares (the help text is the app's)
+
+
+def _warn(message: str) -> None:
+    err.print(f"warning: {message}", markup=False, soft_wrap=True)
 
 
 def _fail(message: str, code: int = EXIT_USAGE):
@@ -119,26 +122,24 @@ def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cp
     """Run every phase of RUNBOOK; write RUN_DIR/results.json, report.md, report.html, junit.xml and plots.
     Exit 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE; SIGINT, SIGTERM or SIGHUP end every launched process,
     keep the finished steps (--resume continues) and exit 130, 143 or 129."""
+    request = RunRequest(runbook=runbook, out=out, only=tuple(only), skip=tuple(skip), resume=resume,
+                         rerun=tuple(rerun), overrides=tuple(set_), against=against, no_report=no_report,
+                         cwd=Path.cwd(), reuse=tuple(reuse))
+
     def body() -> int:
         try:
-            if dry_run:
-                return _dry_run(RunRequest(runbook=runbook, out=out, only=tuple(only), skip=tuple(skip),
-                                           resume=resume, rerun=tuple(rerun), overrides=tuple(set_),
-                                           against=against, no_report=no_report, cwd=Path.cwd(), reuse=tuple(reuse)))
-            return _run(runbook, out, only, skip, resume, rerun, set_, against, no_report, reuse)
+            return _dry_run(request) if dry_run else _run(request)
         except typer.Exit as exc:  # _fail: invalid input
             return exc.exit_code
 
     raise typer.Exit(session.guarded(
         body, on_interrupt=lambda exc: err.print(f"interrupted ({interrupts.describe(exc)})", markup=False),
-        on_left=lambda pids: err.print(f"warning: ended {len(pids)} process(es) still running after the run: {pids}",
-                                       markup=False)))
+        on_left=lambda pids: _warn(f"ended {len(pids)} process(es) still running after the run: {pids}")))
 
 
 def _dry_run(request: RunRequest) -> int:
     try:
-        prepared = prepare(request, warn=lambda message: err.print(f"warning: {message}", markup=False,
-                                                                  soft_wrap=True))
+        prepared = prepare(request, warn=_warn)
     except RunError as exc:
         _fail(str(exc))
     for text, style in text_lines(prepared.runbook, describe(prepared.runbook, not_run(prepared))):
@@ -149,29 +150,13 @@ def _dry_run(request: RunRequest) -> int:
     return EXIT_GO
 
 
-def _run(runbook, out, only, skip, resume, rerun, set_, against, no_report, reuse=()) -> int:
-    request = RunRequest(runbook=runbook, out=out, only=tuple(only), skip=tuple(skip), resume=resume,
-                         rerun=tuple(rerun), overrides=tuple(set_), against=against, no_report=no_report,
-                         cwd=Path.cwd(), reuse=tuple(reuse))
+def _run(request: RunRequest) -> int:
     try:
-        outcome = run_runbook(request, functools.partial(display, console),
-                              warn=lambda message: err.print(f"warning: {message}", markup=False, soft_wrap=True))
+        outcome = run_runbook(request, functools.partial(display, console), warn=_warn)
     except RunError as exc:
         _fail(str(exc))
     if outcome.interrupted is not None:
-        how = interrupts.describe(outcome.interrupted)
-        if outcome.interrupted_after_verdict:
-            text = (f"interrupted ({how}) after the run reached its verdict ({outcome.results.get('verdict')}): the "
-                    f"reports in {outcome.run_dir} were written, whole, from its results.json")
-        elif outcome.nothing_saved:
-            where = (f"the empty run directory {outcome.run_dir} was removed" if outcome.run_dir_removed else
-                     f"{outcome.run_dir} holds no results.json")
-            text = (f"interrupted ({how}) before the run saved anything: nothing was saved ({where}); start it again "
-                    f"with {request.command()}")
-        else:
-            text = (f"interrupted ({how}): every launched process was ended; finished steps are saved in "
-                    f"{outcome.run_dir}; continue with {request.command(outcome.run_dir)}")
-        err.print(text, markup=False, soft_wrap=True)
+        err.print(outcome.interrupt_text(request), markup=False, soft_wrap=True)
         if outcome.report_error:
             _fail(outcome.report_error)
         if outcome.reports_unwritten:
@@ -182,20 +167,11 @@ def _run(runbook, out, only, skip, resume, rerun, set_, against, no_report, reus
 
 
 def _print_summary(results: dict, run_dir: Path, paths: list[Path]) -> None:
-    if results["acceptance"]:
-        print_table(console, ("criterion", "target", "actual", "status"),
-                    [(c["name"], c["target"], c.get("actual") or "", status_view(c["status"], CRITERION_LABELS)["word"])
-                     for c in results["acceptance"]], title="acceptance")
-    for line in key_figure_lines(results):  # every tokens/s with what it means (sequence, batch, model, ...)
-        print_line(console, line)
-    colour = {"GO": "green", "NO-GO": "red"}.get(results["verdict"], "yellow")
-    print_line(console, f"{results['verdict']}: {results['verdict_reason']}", style=f"bold {colour}")
-    env = results["recommendations"]["env"]
-    if env:
-        print_line(console, "recommended: " + " ".join(f"{k}={v}" for k, v in env.items()))
-    console.print(f"results: {run_dir / 'results.json'}", markup=False)
-    for p in paths:
-        console.print(f"report:  {p}", markup=False)
+    rows, lines = console_summary(results, run_dir, paths)
+    if rows:
+        print_table(console, CONSOLE_ACCEPTANCE_COLUMNS, rows, title="acceptance")
+    for text, style in lines:
+        print_line(console, text, style)
 
 
 # ---------------------------------------------------------------------- report / compare / list
@@ -237,7 +213,7 @@ def compare(run_a: Path = typer.Argument(..., help="baseline run directory"),
         typer.echo(json.dumps(out, indent=2, allow_nan=False))
         raise typer.Exit(out["exit_code"])
     for warning in out["warnings"]:
-        err.print(f"warning: {warning}", markup=False, soft_wrap=True)
+        _warn(warning)
     for line in lines:
         typer.echo(line)
     raise typer.Exit(out["exit_code"])
@@ -263,7 +239,7 @@ def list_(runbooks_dir: Optional[Path] = typer.Option(None, "--runbooks", help="
 def kinds(markdown: bool = typer.Option(False, "--markdown", help="print the Markdown table README.md shows")) -> None:
     """The step kinds a runbook can use (the step registry, validation.kinds): what each does and its own keys."""
     for why in step_kinds.load_errors().values():  # an installed plugin's kind that did not load
-        err.print(f"warning: {why}", markup=False, soft_wrap=True)
+        _warn(why)
     if markdown:
         typer.echo(step_kinds.table_markdown(), nl=False)
         return

@@ -113,6 +113,20 @@ class RunOutcome:
         return (self.interrupted is not None and bool(self.results.get("finished"))
                 and not self.results.get("interrupted_by"))
 
+    def interrupt_text(self, request: RunRequest) -> str:
+        """What an interrupted run of `request` says on stderr: what was kept, and the command that goes on."""
+        how = interrupts.describe(self.interrupted)
+        if self.interrupted_after_verdict:
+            return (f"interrupted ({how}) after the run reached its verdict ({self.results.get('verdict')}): the "
+                    f"reports in {self.run_dir} were written, whole, from its results.json")
+        if self.nothing_saved:
+            where = (f"the empty run directory {self.run_dir} was removed" if self.run_dir_removed else
+                     f"{self.run_dir} holds no results.json")
+            return (f"interrupted ({how}) before the run saved anything: nothing was saved ({where}); start it again "
+                    f"with {request.command()}")
+        return (f"interrupted ({how}): every launched process was ended; finished steps are saved in "
+                f"{self.run_dir}; continue with {request.command(self.run_dir)}")
+
 
 def _quiet() -> ContextManager[Reporter]:
     return contextlib.nullcontext(Reporter())

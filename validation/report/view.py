@@ -137,6 +137,24 @@ def key_figure_lines(results: dict) -> list[str]:
     return [re.sub(r"`+([^`]*)`+", r"\1", line).replace("**", "") for line in lines]
 
 
+CONSOLE_ACCEPTANCE_COLUMNS = ("criterion", "target", "actual", "status")
+
+
+def console_summary(results: dict, run_dir: Path, paths: list[Path]) -> tuple[list[tuple], list[tuple]]:
+    """What `nsa-validate run` prints at its end: (the acceptance table's rows under CONSOLE_ACCEPTANCE_COLUMNS,
+    then (text, style) lines: the key figures, the verdict, the recommended settings, where the files are)."""
+    run = read_run(results)
+    rows = [(c.name, c.target, c.actual or "", status_view(c.status, CRITERION_LABELS)["word"])
+            for c in run.acceptance]
+    lines: list[tuple] = [(line, None) for line in key_figure_lines(results)]
+    colour = {"GO": "green", "NO-GO": "red"}.get(run.verdict, "yellow")
+    lines.append((f"{run.verdict}: {run.verdict_reason}", f"bold {colour}"))
+    if run.recommendations.env:
+        lines.append(("recommended: " + " ".join(f"{k}={v}" for k, v in run.recommendations.env.items()), None))
+    lines.append((f"results: {run_dir / 'results.json'}", None))
+    return rows, lines + [(f"report:  {p}", None) for p in paths]
+
+
 def _environment_rows(run: Run) -> list[tuple[str, str]]:
     env = run.environment
     runbook = run.runbook

@@ -18,7 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 from nsa.attention import DenseAttention, NSAAttention
 from nsa.attention.geometry import mean_reads, num_cmp_blocks
-from nsa.config import ModelConfig, NSAConfig
+from nsa.config import ModelConfig
 from nsa.loss import IGNORE_INDEX, linear_cross_entropy, resolve_loss
 
 
@@ -77,6 +77,11 @@ class NSAModel(nn.Module):
         if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"NSAModel expects input_ids of shape [B, S] (integer), "
                              f"got {tuple(input_ids.shape)} {input_ids.dtype}")
+        # a [S, B] target (as many elements as input_ids) would otherwise give a finite, wrong loss
+        if targets is not None and (targets.shape != input_ids.shape
+                                    or targets.dtype not in (torch.int64, torch.int32)):
+            raise ValueError(f"NSAModel expects targets of the shape of input_ids {tuple(input_ids.shape)} (integer), "
+                             f"got {tuple(targets.shape)} {targets.dtype}")
         x = self.tok_emb(input_ids)
         for block in self.blocks:
             if self.cfg.activation_checkpointing and torch.is_grad_enabled():
@@ -122,8 +127,12 @@ class NSAModel(nn.Module):
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross entropy of logits [B, S, V] against targets [B, S], in fp32 (the reference: an fp32 copy of the
-    whole logits; NSAModel(input_ids, targets) with model.loss "chunked" or "fused" never makes one)."""
-    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
+    whole logits; NSAModel(input_ids, targets) with model.loss "chunked" or "fused" never makes one). Targets are
+    integer (int64 or int32) of shape logits.shape[:-1]; any other shape is an error, even with as many elements."""
+    if logits.dim() < 2 or targets.shape != logits.shape[:-1] or targets.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"lm_loss expects targets of shape {tuple(logits.shape[:-1])} (integer) for logits "
+                         f"{tuple(logits.shape)}, got {tuple(targets.shape)} {targets.dtype}")
+    return F.cross_entropy(logits.float().flatten(0, -2), targets.flatten().long(), ignore_index=IGNORE_INDEX)
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:

@@ -32,8 +32,8 @@ class DenseAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [B, S, dim] -> [B, S, dim]."""
         cfg = self.cfg
-        if x.dim() != 3 or x.shape[-1] != cfg.dim or x.shape[1] < 1:
-            raise ValueError(f"DenseAttention expects x of shape [B, S>=1, {cfg.dim}], got {tuple(x.shape)}")
+        if x.dim() != 3 or x.shape[-1] != cfg.dim or x.shape[0] < 1 or x.shape[1] < 1:
+            raise ValueError(f"DenseAttention expects x of shape [B>=1, S>=1, {cfg.dim}], got {tuple(x.shape)}")
         b, s, _ = x.shape
         heads = lambda t, n: t.view(b, s, n, -1).transpose(1, 2)  # noqa: E731
         q = rotary(heads(self.q_proj(x), cfg.n_heads), cfg.rope_theta, cfg.rope)  # positions 0..S-1

@@ -270,8 +270,14 @@ class NSAAttention(nn.Module):
         return {name: torch.stack(v, dim=2) for name, v in outs.items()}, torch.stack(blocks, dim=2)
 
     # ------------------------------------------------------------------ public API
+    def _check_input(self, x: torch.Tensor) -> None:
+        """x must be [B>=1, S>=1, dim]: an empty batch or sequence is an error naming the shape, on every path."""
+        if x.dim() != 3 or x.shape[-1] != self.cfg.dim or x.shape[0] < 1 or x.shape[1] < 1:
+            raise ValueError(f"NSAAttention expects x of shape [B>=1, S>=1, {self.cfg.dim}], got {tuple(x.shape)}")
+
     def branch_outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """Each branch's attention output before gating, {"cmp", "sel", "win"}: [B, H, S, d_v]."""
+        self._check_input(x)
         return self._branches(self.project(x))
 
     def _branches(self, p: NSAProjections) -> dict[str, torch.Tensor]:
@@ -289,8 +295,7 @@ class NSAAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [B, S, dim] -> [B, S, dim]."""
-        if x.dim() != 3 or x.shape[-1] != self.cfg.dim or x.shape[1] < 1:
-            raise ValueError(f"NSAAttention expects x of shape [B, S>=1, {self.cfg.dim}], got {tuple(x.shape)}")
+        self._check_input(x)
         if self.cfg.prefill == "batched" and kernels.resolve(self.cfg.kernel, x.device, self.cfg) == "triton":
             return self._forward_triton(x)
         p = self.project(x)
@@ -331,11 +336,15 @@ class NSAAttention(nn.Module):
 
     def _gates_of(self, logits: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
-        return torch.sigmoid(logits) if cfg.gate == "sigmoid" else torch.softmax(logits.float(), -1).to(logits.dtype)
+        if cfg.gate == "sigmoid":
+            return torch.sigmoid(logits)
+        # the softmax in fp32, or float64 for float64 logits (never below their own precision)
+        return torch.softmax(logits, -1, dtype=torch.promote_types(logits.dtype, torch.float32)).to(logits.dtype)
 
     @torch.no_grad()
     def selected_blocks(self, x: torch.Tensor) -> torch.Tensor:
         """[B, G, S, n_sel] selection-block indices forward uses (ascending, -1 where fewer are valid yet)."""
+        self._check_input(x)
         p = self.project(x)
         if self.cfg.prefill == "sequential":
             return self._branches_sequential(p)[1]
@@ -345,6 +354,8 @@ class NSAAttention(nn.Module):
         return self._select_batched(p.q, p.k_cmp, x.shape[1])
 
     def new_cache(self, batch_size: int) -> NSACache:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"new_cache expects a batch size >= 1, got {batch_size!r}")
         return NSACache(batch_size=batch_size, w=self.cfg.w, l=self.cfg.l)
 
     @torch.no_grad()
@@ -354,6 +365,9 @@ class NSAAttention(nn.Module):
         if x_t.dim() != 3 or x_t.shape[1] != 1 or x_t.shape[2] != cfg.dim or x_t.shape[0] != cache.batch_size:
             raise ValueError(f"decode_step expects x_t of shape [{cache.batch_size}, 1, {cfg.dim}], "
                              f"got {tuple(x_t.shape)}")
+        if cache.w < cfg.w or cache.l < cfg.l:  # it would drop window or block tokens this layer still reads
+            raise ValueError(f"decode_step: the cache keeps w={cache.w}, l={cache.l} but this layer needs w={cfg.w}, "
+                             f"l={cfg.l}; make it with this layer's new_cache")
         t = cache.length
         tok = self._project_tokens(x_t, t)
         cache.k_sel.append(tok.k_sel)

@@ -2,8 +2,9 @@
 
 Two implementations of the same rotation, chosen by NSAConfig.rope (NSA_ROPE, read once at start-up):
 
-    reference  `apply_rope`: the formula as written (cat of the rotated half, fp32 multiplies, a cast); the
-               float64 reference of the tests is this formula
+    reference  `apply_rope`: the formula as written (cat of the rotated half, fp32 multiplies, a cast; float64
+               angles and multiplies for a float64 x, so a float64 layer is a float64 reference); the float64
+               reference of the tests is this formula
     fused      `rope(..., impl="fused")` here: torch ops on the two halves in x's dtype with cos/sin cached per
                shape, device and dtype; the layers call `nsa.attention.kernels.rotary`, which on CUDA takes the
                Triton path's fused kernel instead (glue rope_add: one read and one write of x, angles in fp32,
@@ -29,20 +30,24 @@ def inv_frequencies(width: int, theta: float, device=None) -> torch.Tensor:
     return 1.0 / (theta ** (torch.arange(0, width, 2, device=device, dtype=torch.float32) / width))
 
 
-def rope_angles(positions: torch.Tensor, width: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape [len(positions), width] for integer positions (computed in fp32)."""
-    inv_freq = inv_frequencies(width, theta, positions.device)
-    angles = positions.to(torch.float32).unsqueeze(-1) * inv_freq
+def rope_angles(positions: torch.Tensor, width: int, theta: float,
+                dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape [len(positions), width] for integer positions, computed in `dtype` (fp32, or float64 for a
+    float64 x)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, width, 2, device=positions.device, dtype=dtype) / width))
+    angles = positions.to(dtype).unsqueeze(-1) * inv_freq
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos(), angles.sin()
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotate x [..., S, width] so that row s carries position positions[s] (the reference implementation)."""
-    cos, sin = rope_angles(positions, x.shape[-1], theta)
+    """Rotate x [..., S, width] so that row s carries position positions[s] (the reference implementation): angles
+    and multiplies in fp32, or in float64 for a float64 x (never below x's own precision), then a cast to x's dtype."""
+    wide = torch.promote_types(x.dtype, torch.float32)
+    cos, sin = rope_angles(positions, x.shape[-1], theta, wide)
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+    return (x.to(wide) * cos + rotated.to(wide) * sin).to(x.dtype)
 
 
 def resolve_rope(choice: str) -> str:

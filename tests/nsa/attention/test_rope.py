@@ -45,7 +45,7 @@ def test_fused_matches_float64_reference_forward_and_gradient(start, step):
     (gx_want,) = torch.autograd.grad(want, x, grad)
     (gx_got,) = torch.autograd.grad(got, x, grad)
     torch.testing.assert_close(gx_got, gx_want, rtol=1e-12, atol=1e-12)
-    # the reference implementation at the same positions (fp32 inside) agrees to fp32 precision
+    # the reference implementation at the same positions (fp32 inside for an fp32 x) agrees to fp32 precision
     torch.testing.assert_close(rope(x, theta, "reference", start=start, step=step), want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(apply_rope(x, pos, theta), want, rtol=1e-5, atol=1e-5)
 

@@ -193,6 +193,23 @@ def status_view(status: Any, table: dict = STATUS_LABELS) -> dict:
     return {"value": key, "word": word, "label": word, "css": css}
 
 
+# A terminal's escape sequences (colours, cursor moves: CSI and OSC) in captured output, and the characters XML 1.0
+# forbids (C0 controls but tab, newline and carriage return; lone surrogates; U+FFFE/U+FFFF), which HTML calls
+# parse errors too; DEL and the C1 controls, which no report means to show, with them
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_NOT_TEXT = re.compile("[^\u0009\u000a\u000d\u0020-\u007e\u00a0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def printable(value: Any) -> str:
+    """A value as text every report format can hold: a terminal's escape sequences removed (a coloured traceback
+    reads as its text) and every other control character, or one XML 1.0 forbids, as U+FFFD (shown, not silently
+    dropped). Tab, newline and carriage return stay."""
+    text = "" if value is None else str(value)
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    return _NOT_TEXT.sub("\ufffd", text)
+
+
 def fence(text: str) -> str:
     """A Markdown code fence longer than any backtick run inside text."""
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)

@@ -364,9 +364,12 @@ def key_finding(out: dict[str, Any]) -> dict[str, Any]:
     compared = decode(PerformanceAnalysis, out, "compare")
     significant = [(i, r) for i, r in enumerate(compared.rows) if r.tested and r.significant]
     if not significant:
-        n = compared.family.family_size
+        n, shown = compared.family.family_size, len(compared.rows)
+        # rows shown but none tested (one value per run): compared, not testable; "could not be compared" would
+        # contradict the rows the section shows
         return {"text": (f"none: no metric changed significantly ({plural(n, 'comparison')}, Holm-corrected)" if n else
-                         "none: no metric could be compared"),
+                         f"none: no metric could be tested ({plural(shown, 'metric')} compared, none with the "
+                         "values a test needs)" if shown else "none: no metric could be compared"),
                 "step": None, "metric": None, "rel": None, "verdict": None, "row": None}
     i, row = max(significant, key=lambda item: abs(item[1].rel))
     return {"text": f"{row.step} {row.metric} {row.verdict}: {row.text}", "step": row.step, "metric": row.metric,

@@ -1,22 +1,20 @@
 """JUnit XML of a validation run, for CI systems: one <testsuite> per runbook phase (a <testcase> per step: a failed,
 hung, timed-out or errored step is a failure; a skipped, pending or interrupted one is skipped) and one "acceptance"
-suite (a <testcase> per criterion) carrying the verdict as properties."""
+suite (a <testcase> per criterion: a failed one a failure, one that could not be evaluated an error, a skipped or
+inconclusive one skipped, a warning passed with its WARN in system-out) carrying the verdict as properties."""
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from typing import Any
 
-from validation.formatting import FAILED_STATUSES, finite, fmt_num
+from validation.formatting import FAILED_STATUSES, finite, fmt_num, printable
 from validation.results.run import Run, Step, read_run
 
-_XML_BAD = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
 def _xml_text(value: Any) -> str:
-    return _XML_BAD.sub("\ufffd", "" if value is None else str(value))
+    """Text XML 1.0 holds: a terminal's escape sequences removed, every other character it forbids as U+FFFD."""
+    return printable(value)
 
 
 def _junit_time(seconds: Any) -> str:
@@ -89,6 +87,10 @@ def render_junit(results: Run | dict) -> str:
             outcome = "error"
         elif status == "skipped":
             ET.SubElement(case, "skipped", {"message": _xml_text(crit.detail or summary)})
+            outcome = "skipped"
+        elif status == "inconclusive":  # judged on disturbed evidence: neither held nor failed (the verdict is
+            # INCOMPLETE when it is required), so never a passing testcase
+            ET.SubElement(case, "skipped", {"message": _xml_text(f"inconclusive: {summary}")})
             outcome = "skipped"
         else:
             prefix = "WARN: " if status == "warn" else ""

@@ -68,8 +68,12 @@ def analysis_rows(results: Run | dict) -> list[dict]:
 
 def key_finding(rows: list[dict]) -> str:
     """The largest significant change (by |relative difference|) in one sentence, or 'none' with why."""
-    significant = [r for r in rows if r["significant"] == "yes" and r["change"] is not None]
+    states = [r["significant"] for r in rows]
+    significant = [r for r, state in zip(rows, states) if state == "yes" and r["change"] is not None]
     if not significant:
+        if rows and set(states) == {"not tested"}:
+            return (f"none: no metric could be tested against the earlier run ({plural(len(rows), 'metric')} "
+                    "compared, none with the values a test needs)")
         return ("none: no metric changed significantly against the earlier run" if rows else
                 "none: no metric could be compared with the earlier run")
     top = max(significant, key=lambda r: r["change"])

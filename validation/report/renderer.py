@@ -17,7 +17,7 @@ from markupsafe import Markup, escape
 
 from nsa.training.outputs import atomic_write
 from validation import report
-from validation.formatting import NA
+from validation.formatting import NA, printable
 from validation.kinds.blocks import Badge, Block, Bullets, Heading, Pairs, Paragraph, Table, code
 from validation.report.junit import render_junit
 from validation.report.view import build_view
@@ -85,9 +85,67 @@ def write_reports(run_dir: Path, results: dict | None = None, formats: Iterable[
 # Templates
 
 def _md_cell(value: Any) -> str:
-    """Text safe inside a Markdown table cell: no pipes, no line breaks."""
+    """Text safe inside a Markdown table cell: no pipes, no line breaks (md_text is applied after it)."""
     text = NA if value is None else str(value)
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", "").replace("\n", " ") or NA
+
+
+class _MarkdownDone(str):
+    """Markdown the md template shows as it is (a kind's blocks, already made safe; a fenced block's lines): the
+    template's finalize (md_text) leaves it alone but for control characters."""
+
+
+_LINE_BREAK = re.compile(r"[ \t]*(?:\r\n|\r|\n)[ \t]*")
+# an unescaped `<` that can open raw HTML or an autolink in CommonMark (a tag, a closing tag, a comment, a
+# declaration, a processing instruction, <scheme:...>), and an inline link's or image's `](`
+_HTML_START = re.compile(r"(?<!\\)((?:\\\\)*)<(?=[A-Za-z/!?])")
+_LINK_START = re.compile(r"\]\(")
+_BACKTICKS = re.compile(r"`+")
+
+
+def _outside_code(text: str, change) -> str:
+    """text with `change` applied to what lies outside its Markdown code spans (a run of n backticks to the next run
+    of exactly n: CommonMark's rule; an unmatched run is literal text)."""
+    out, start, pos = [], 0, 0
+    while True:
+        opening = _BACKTICKS.search(text, pos)
+        if opening is None:
+            break
+        n = len(opening.group(0))
+        closing = next((m for m in _BACKTICKS.finditer(text, opening.end()) if len(m.group(0)) == n), None)
+        if closing is None:
+            pos = opening.end()
+            continue
+        out += [change(text[start:opening.start()]), text[opening.start():closing.end()]]
+        start = pos = closing.end()
+    return "".join(out + [change(text[start:])])
+
+
+def _md_escape(text: str) -> str:
+    return _LINK_START.sub("]\\(", _HTML_START.sub(lambda m: m.group(1) + "\\<", text))
+
+
+def md_text(value: Any, *, lines: bool = False) -> str:
+    """A value as Markdown text that keeps the report's structure, whatever it holds (a GPU name, a hostname, a
+    branch, a step's title or reason): control characters as printable() shows them, line breaks as spaces (a
+    heading, a list item or a bold label stays one line; `lines`: kept, for a description's paragraphs), and
+    outside code spans no raw HTML or autolink (`<` escaped, so a `<script>` shows as text wherever the Markdown is
+    rendered) and no inline link or image (`](` escaped). Idempotent; the report's own inline Markdown (code spans,
+    **bold**) is kept."""
+    if isinstance(value, _MarkdownDone):
+        return value
+    text = printable(value)
+    if not lines:
+        text = _LINE_BREAK.sub(" ", text)
+    return _outside_code(text, _md_escape) if ("<" in text or "](" in text) else text
+
+
+def _md_finalize(value: Any) -> str:
+    """What every {{ }} of a Markdown template shows: md_text, or printable text where the template marked it done
+    (a kind's blocks, a fenced block's lines: the `verbatim` filter)."""
+    if isinstance(value, _MarkdownDone):
+        return printable(value)
+    return md_text(value)
 
 
 def _template(fmt: str):
@@ -131,11 +189,12 @@ _STRONG = re.compile(r"\*\*(.+?)\*\*", re.S)
 
 
 def html_text(value: Any):
-    """A value as HTML text: escaped, with the inline Markdown that free text carries (step names in backticks,
-    **bold**) turned into <code> and <strong>, so the page never shows literal Markdown. Markup passes as is."""
+    """A value as HTML text: escaped (control characters as printable() shows them), with the inline Markdown that
+    free text carries (step names in backticks, **bold**) turned into <code> and <strong>, so the page never shows
+    literal Markdown. Markup passes as is."""
     if isinstance(value, Markup):
         return value
-    text = str(escape("" if value is None else value))
+    text = str(escape(printable(value)))
     if "`" in text:
         text = _CODE_SPAN.sub(lambda m: f"<code>{m.group(2).strip()}</code>", text)
     if "**" in text:
@@ -148,20 +207,20 @@ def blocks_markdown(blocks: Iterable[Block]) -> str:
     empty one stays empty)."""
     def cell(v: Any) -> str:
         if isinstance(v, Badge):
-            return _md_cell((f"**{v.label}**" if v.bold else v.label) + (f" ({v.after})" if v.after else ""))
-        return _md_cell(v) if v != "" else ""
+            return md_text(_md_cell((f"**{v.label}**" if v.bold else v.label) + (f" ({v.after})" if v.after else "")))
+        return md_text(_md_cell(v)) if v != "" else ""
 
     out: list[str] = []
     for block in blocks:
         out.append("")
         if isinstance(block, Paragraph):
-            out.append(str(block.text))
+            out.append(md_text(block.text))
         elif isinstance(block, Heading):
-            out.append(f"**{block.text}**")
+            out.append(f"**{md_text(block.text)}**")
         elif isinstance(block, Bullets):
-            out.extend(f"- {item}" for item in block.items)
+            out.extend(f"- {md_text(item)}" for item in block.items)
         elif isinstance(block, Table):
-            out.append("| " + " | ".join(_md_cell(c.label) if c.label else "" for c in block.columns) + " |")
+            out.append("| " + " | ".join(cell(c.label) if c.label else "" for c in block.columns) + " |")
             out.append("|" + "---|" * len(block.columns))
             out.extend("| " + " | ".join(cell(v) for v in row) + " |" for row in block.rows)
         elif isinstance(block, Pairs):
@@ -175,7 +234,7 @@ def blocks_html(blocks: Iterable[Block]) -> Markup:
     """A kind's blocks as HTML (escaped; inline Markdown as <code> and <strong>)."""
     def cell(v: Any) -> Markup:
         if isinstance(v, Badge):
-            label = Markup(f"<strong>{escape(v.label)}</strong>") if v.bold else escape(v.label)
+            label = Markup(f"<strong>{escape(printable(v.label))}</strong>") if v.bold else escape(printable(v.label))
             after = Markup(" (") + _inline(v.after) + Markup(")") if v.after else ""
             return Markup(f'<span class="status {escape(v.css)}">{label}</span>{after}')
         return _inline(NA if v is None else v)
@@ -223,8 +282,19 @@ def _class(name: str) -> str:
 
 
 def _verbatim(value: Any):
-    """Escaped text shown exactly as it is (a traceback, a command): no Markdown turned into HTML."""
-    return Markup(str(escape("" if value is None else value)))
+    """Escaped text shown exactly as it is (a traceback, a command): no Markdown turned into HTML (control
+    characters as printable() shows them)."""
+    return Markup(str(escape(printable(value))))
+
+
+def _md_verbatim(value: Any) -> _MarkdownDone:
+    """Text a Markdown template shows as it is: a fenced block's lines (a traceback, a command)."""
+    return _MarkdownDone("" if value is None else str(value))
+
+
+def _md_lines(value: Any) -> _MarkdownDone:
+    """md_text keeping line breaks: a description's paragraphs."""
+    return _MarkdownDone(md_text(value, lines=True))
 
 
 def _jinja_env(fmt: str):
@@ -238,10 +308,11 @@ def _jinja_env(fmt: str):
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
-        finalize=html_text if fmt == "html" else None,
+        finalize=html_text if fmt == "html" else _md_finalize,
     )
     env.filters["cell"] = _md_cell
     env.filters["code"] = code
-    env.filters["blocks"] = blocks_markdown if fmt == "md" else blocks_html
-    env.filters["verbatim"] = _verbatim
+    env.filters["blocks"] = (lambda blocks: _MarkdownDone(blocks_markdown(blocks))) if fmt == "md" else blocks_html
+    env.filters["verbatim"] = _md_verbatim if fmt == "md" else _verbatim
+    env.filters["lines"] = _md_lines if fmt == "md" else html_text
     return env

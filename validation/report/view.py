@@ -16,13 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from validation import kinds as step_kinds
+from validation.analysis.interference import launch_records
+from validation.analysis.plausibility import implausible
 from validation.report import findings
 from validation.report.command import validated_command
 from validation.report.performance import performance_view
 from validation.report.problems import open_problems
 from validation.results.codec import decode
-from validation.results.run import Plot, Run, Step, read_run
-from validation.results.store import resume_note, reused_notes
+from validation.results.run import Implausible, Plot, Run, Step, read_run
+from validation.results.store import RunDirError, inside_run_dir, resume_note, reused_notes
 from validation.results.model import RunResults
 from validation.results.trainer_launch import LaunchMetrics
 from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, VERDICT_LABELS, as_dict,
@@ -85,8 +87,26 @@ def _key_figures(run: Run, raw_steps: dict) -> list[dict]:
                       for fig in kind.key_figures(step_kinds.read_steps([raw_steps[n] for n in names]))),
                      key=lambda fig: fig.order)
     caveat = _cpu_scaling_caveat(run, [run.steps[n] for n in names])
-    return [{"id": fig.id, "label": fig.label, "value": fig.value,
-             "note": f"{fig.note}; {caveat}" if caveat and fig.shared_cores else fig.note} for fig in figures]
+    out = []
+    for fig in figures:
+        value, note = fig.value, f"{fig.note}; {caveat}" if caveat and fig.shared_cores else fig.note
+        bad = [] if fig.problem else [text for n in fig.steps for text in _implausible(raw_steps.get(n))]
+        if bad:  # a figure of a step whose measurement is outside its physical range is not a result either
+            value += ": NOT A RESULT, outside its physical range"
+            note += "; " + "; ".join(bad)
+        out.append({"id": fig.id, "label": fig.label, "value": value, "note": note})
+    return out
+
+
+def _implausible(raw_step: Any) -> list[str]:
+    """"metric = value outside [range]: reason" of every figure of a step (its own launch or its runs') outside its
+    physical range (validation.analysis.plausibility: what the run's evidence records), from its record alone."""
+    out = []
+    for label, _, metrics in launch_records(as_dict(raw_step)):
+        for bad in (decode(Implausible, item, lenient=True) for item in implausible(metrics)):
+            out.append((f"run {label}: " if label else "") + f"{fmt_num(bad.metric)} = {fmt_num(bad.value)} outside "
+                       f"{fmt_num(bad.range)}: {fmt_num(bad.reason)}")
+    return out
 
 
 def _criteria_counts(run: Run, counts: Counter) -> str:
@@ -268,30 +288,52 @@ def _artifacts(run: Run, run_dir: Path | None) -> list[dict]:
     return out
 
 
-def _plot_list(run: Run, run_dir: Path | None, plots: list[dict] | None, inline: bool) -> list[dict]:
-    """[{"title", "path", "src"}] of the plots whose PNG is there (all of them without run_dir, unless inline):
-    src is the path (Markdown links it) or, with inline, a data: URI of the PNG (the HTML page carries it)."""
-    out = []
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"  # the first bytes of every PNG file
+
+
+def _plot_list(run: Run, run_dir: Path | None, plots: list[dict] | None, inline: bool) -> tuple[list[dict], list[dict]]:
+    """([{"title", "path", "src", ...}] of the plots shown, [{"path", "why"}] of those recorded but not shown for a
+    reason the reader should know: outside the run directory, unreadable, or damaged (not a PNG)).
+
+    A plot is shown when its path stays inside the run directory (relative, no `..`, no symlink out of it: a
+    results.json never makes the page carry another file) and, with run_dir, its file is there and is a PNG (one
+    whose file is not there is left out); without run_dir, every plot inside is shown unless inline. src is the path (Markdown links it) or, with
+    inline, a data: URI of the PNG (the HTML page carries it). Markdown and HTML show the same plots."""
+    out, not_shown = [], []
     records = run.plots if plots is None else [decode(Plot, p, "plots", lenient=True) for p in plots]
     for p in records:
         if not p.path:
             continue
         path = str(p.path)
-        file = Path(run_dir) / path if run_dir is not None else None
-        if file is not None and not file.is_file():
+        rel = Path(path)
+        if rel.is_absolute() or ".." in rel.parts:
+            not_shown.append({"path": path, "why": "outside the run directory"})
             continue
-        src = path
-        if inline:
-            if file is None:
+        data = None
+        if run_dir is not None:
+            try:
+                file = inside_run_dir(run_dir, path)
+            except RunDirError:
+                not_shown.append({"path": path, "why": "outside the run directory"})
                 continue
             try:
-                src = "data:image/png;base64," + base64.b64encode(file.read_bytes()).decode("ascii")
-            except OSError:
+                with open(file, "rb") as fh:
+                    data = fh.read() if inline else fh.read(len(PNG_SIGNATURE))
+            except FileNotFoundError:  # not drawn, or not copied with the run: left out, as `report --write` does
                 continue
+            except OSError as exc:
+                not_shown.append({"path": path, "why": f"unreadable ({exc.strerror or type(exc).__name__})"})
+                continue
+            if not data.startswith(PNG_SIGNATURE):
+                not_shown.append({"path": path, "why": "damaged: not a PNG image"})
+                continue
+        elif inline:
+            continue
+        src = "data:image/png;base64," + base64.b64encode(data).decode("ascii") if inline and data else path
         title = str(p.title or path)
         out.append({"title": title, "path": path, "src": src, "step": p.step or None,
                     "caption": str(p.caption or title), "marked": p.marked, "mark": p.mark})
-    return out
+    return out, not_shown
 
 
 def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[dict] | None = None,
@@ -315,7 +357,7 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
                        "title": title, "heading": title if numbered else f"Phase {index}: {title}",
                        "description": phase.description or None,
                        "status": _phase_status(views), "steps": views})
-    plots = _plot_list(run, run_dir, plots, inline_plots)
+    plots, plots_not_shown = _plot_list(run, run_dir, plots, inline_plots)
     shown_by_step = {v["name"] for phase in phases for v in phase["steps"]}
     for phase in phases:  # each plot beside its step's table; plots of no step at the end
         for v in phase["steps"]:
@@ -358,6 +400,7 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
         "exports": [f"export {k}={shlex.quote(str(rec_env[k]))}" for k in sorted(rec_env, key=str)],
         "notes": [str(n) for n in run.recommendations.notes],
         "plots": [p for p in plots if p["step"] not in shown_by_step],
+        "plots_not_shown": plots_not_shown,  # recorded in results.json, not shown: [{"path", "why"}]
         "artifacts": _artifacts(run, run_dir),
         "tool": f"{run.tool.name or 'nsa-validate'} {run.tool.version or ''}".strip(),
         "schema_version": fmt_num(run.schema_version),

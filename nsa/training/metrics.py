@@ -3,6 +3,7 @@ nsa.attention.cost_model) and MFU; the torch profiler of train.profile_steps."""
 
 from __future__ import annotations
 
+import re
 import resource
 import sys
 from pathlib import Path
@@ -16,7 +17,9 @@ from nsa.attention.cost_model import Peaks
 # exponentials T/s). First match wins, so more specific names come first (H100 PCIe before H100, GH200 before H200,
 # the A100s by memory). TFLOP/s: NVIDIA data sheets, the DENSE figures (989.4 on an H100 SXM, never the 2:4
 # sparse 1,979). HBM: data sheets (A100 40 GB 1.555, 80 GB SXM 2.039, 80 GB PCIe 1.935; H100 SXM 3.35, PCIe 2.0;
-# H200 4.8; GH200 4.9, its 144 GB HBM3e part: the larger figure, so no efficiency is overstated). Exponentials:
+# H200 4.8; GH200 4.9, its 144 GB HBM3e part: the larger figure, so no efficiency is overstated). A name matches an
+# entry that it holds not followed by a digit: an "NVIDIA L40" is not an L4 (whose 121 TFLOP/s would overstate its
+# MFU 1.5x), an "NVIDIA RTX A1000" not an A100; such devices are unknown (train.peak_tflops). Exponentials:
 # SMs x 16 MUFU ex2 a clock per SM x the clock the dense bf16 peak implies (bf16 TFLOP/s / (SMs x tensor FLOPs a
 # clock per SM)): H100 SXM and H200 132 x 16 x 1.83 GHz = 3.86 T/s, H100 PCIe 114 x 16 x 1.62 GHz = 2.95 T/s,
 # A100 108 x 16 x 1.41 GHz = 2.44 T/s. None: not known here (those devices' roofline says "peak unknown").
@@ -59,8 +62,9 @@ def peak_flops(device: torch.device, precision: str, override_tflops: float | No
 
 
 def _device_entry(name: str) -> tuple | None:
-    """The DEVICE_PEAKS entry of a device name: the first whose substring the name holds."""
-    return next((entry for entry in DEVICE_PEAKS if entry[0] in name), None)
+    """The DEVICE_PEAKS entry of a device name: the first whose model name the name holds, not followed by a digit
+    (so "L4" is not an "NVIDIA L40", nor "A100" an "NVIDIA RTX A1000": another model, whose peak is not known here)."""
+    return next((entry for entry in DEVICE_PEAKS if re.search(re.escape(entry[0]) + r"(?!\d)", name)), None)
 
 
 def roofline_peaks(name: str, precision: str = "bf16") -> Peaks | None:

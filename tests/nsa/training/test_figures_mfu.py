@@ -1,0 +1,84 @@
+"""MFU's denominator: the device peak looked up from the device's name (nsa.training.metrics), and the FLOPs/token
+it is divided into, checked against counts made here (torch's FlopCounterMode, the model's own Linear layers)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import yaml
+from torch.utils.flop_counter import FlopCounterMode
+
+from train_utils import TINY
+
+from nsa.attention.geometry import mean_reads
+from nsa.config import ModelConfig
+from nsa.model import NSAModel, flops_per_token
+from nsa.training import metrics
+from nsa.training.metrics import peak_flops, roofline_peaks
+
+CUDA = torch.device("cuda")
+
+
+def _peak(monkeypatch, name: str, precision: str = "bf16") -> float | None:
+    monkeypatch.setattr(metrics, "device_name", lambda device: name)
+    return peak_flops(CUDA, precision)
+
+
+@pytest.mark.parametrize("name", [
+    "NVIDIA L40",  # an L4's 121 TFLOP/s would make its MFU 1.5x too high (the L40's dense bf16 peak is 181)
+    "NVIDIA RTX A1000 Laptop GPU",  # not an A100: neither its 312 TFLOP/s nor its 2 TB/s HBM
+    "NVIDIA RTX A1000 6GB",
+])
+def test_another_model_whose_name_extends_a_listed_one_is_unknown_not_that_one(monkeypatch, name):
+    assert _peak(monkeypatch, name) is None
+    assert _peak(monkeypatch, name, "fp32") is None
+    assert roofline_peaks(name) is None
+
+
+@pytest.mark.parametrize("name,bf16", [
+    ("NVIDIA L4", 121.0), ("NVIDIA L40S", 362.1), ("NVIDIA H100 80GB HBM3", 989.4), ("NVIDIA H100 PCIe", 756.0),
+    ("NVIDIA GH200 480GB", 989.4), ("NVIDIA H200", 989.4), ("NVIDIA A100-SXM4-80GB", 312.0),
+    ("NVIDIA A100-SXM4-40GB", 312.0), ("NVIDIA A100 80GB PCIe", 312.0), ("NVIDIA A10G", 70.0),
+    ("Tesla V100-SXM2-16GB", 125.0), ("NVIDIA B200", 2250.0),
+])
+def test_listed_devices_keep_their_peaks(monkeypatch, name, bf16):
+    assert _peak(monkeypatch, name) == pytest.approx(bf16 * 1e12)
+
+
+def _tiny(**changes) -> ModelConfig:
+    raw = yaml.safe_load(TINY.read_text())["model"]
+    return ModelConfig.from_flat({**raw, **changes})
+
+
+@pytest.mark.parametrize("seq_len", [64, 256])
+def test_dense_part_of_flops_per_token_is_three_times_every_matmul_a_token_goes_through(seq_len):
+    """The dense twin's count against torch's own FLOP counter over one forward + backward (its matmuls; the SDPA
+    call is not counted on CPU) plus the causal attention term counted here: QK and PV over t + 1 keys at t."""
+    cfg = _tiny(attention="dense")
+    torch.manual_seed(0)
+    net = NSAModel(cfg)
+    ids = torch.randint(0, cfg.vocab_size, (1, seq_len))
+    counter = FlopCounterMode(display=False)
+    with counter:
+        net(ids, ids).backward()
+    attention_fwd = cfg.n_layers * cfg.n_heads * sum(2 * (16 + 16) * (t + 1) for t in range(seq_len)) / seq_len
+    assert flops_per_token(cfg, seq_len) == pytest.approx(counter.get_total_flops() / seq_len + 3 * attention_fwd)
+
+
+@pytest.mark.parametrize("seq_len", [64, 256])
+def test_nsa_projections_gate_mlp_head_and_compression_mlp_are_counted_once_each(seq_len):
+    """NSA's count minus its attention terms = 3 x (2 x every Linear's weights per token, the compression MLP per
+    block of d tokens), against torch's counter on the forward's addmm/mm (every Linear, the compressors included)."""
+    cfg = _tiny()
+    torch.manual_seed(0)
+    net = NSAModel(cfg)
+    ids = torch.randint(0, cfg.vocab_size, (1, seq_len))
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        net(ids)
+    linear_fwd = sum(v for op, v in counter.get_flop_counts()["Global"].items() if "mm" in str(op)
+                     and "bmm" not in str(op)) / seq_len
+    reads, cmp_reads = mean_reads(cfg.nsa, seq_len)
+    attention = cfg.n_layers * cfg.n_heads * 2.0 * (cfg.nsa.d_k + cfg.nsa.d_v) * reads
+    importance = cfg.n_layers * cfg.n_heads * 2.0 * cfg.nsa.d_k * cmp_reads
+    assert flops_per_token(cfg, seq_len) - 3 * attention - importance == pytest.approx(3 * linear_fwd)

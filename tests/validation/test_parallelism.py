@@ -217,6 +217,24 @@ def test_strategy_figures_predict_from_the_comm_tables():
     assert strategy_figures("ddp", Strategy(strategy="ddp"), runs, bad, None, "n/a")["comm_model_matches"] is False
 
 
+def test_the_step_time_comes_from_the_window_its_tokens_per_s_comes_from():
+    """The strategy's step time beside its tokens/s is the mean of the runs' windowed step_time_s (the profiler's
+    steps, slower, stay outside the window), not the summary's whole-run average that counts them; a run with no
+    windowed step time falls back to its summary."""
+    from validation.kinds.parallelism.analysis import strategy_figures
+    from validation.kinds.parallelism import Strategy
+
+    per_step = [{"kind": "all_reduce", "calls": 1, "bytes": 1024, "sizes": [1024]}]
+    infos = [{"summary": summary("ddp", per_step, {"all_reduce": 1024}), "trace": None}] * 2  # whole run: 0.2 s
+    runs = [{"label": "ddp", "status": "passed",
+             "metrics": {"toks_per_s": {"mean": 100.0}, "step_time_s": {"mean": t}}} for t in (0.1, 0.12)]
+    assert strategy_figures("ddp", Strategy(strategy="ddp"), runs, infos, None, "n/a")["step_time_s"] == \
+        pytest.approx(0.11)
+    runs[1]["metrics"].pop("step_time_s")
+    assert strategy_figures("ddp", Strategy(strategy="ddp"), runs, infos, None, "n/a")["step_time_s"] == \
+        pytest.approx(0.15)
+
+
 def test_view_formats_real_results():
     """(A damaged step: tests/validation/kinds/test_registry.py, every kind.)"""
     from validation.kinds import get

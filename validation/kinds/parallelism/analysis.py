@@ -23,6 +23,7 @@ from validation.kinds.parallelism.records import (Capacity, CommCount, CommMeasu
                                                   RunInfo, Searched, Skipped, StrategyFigures)
 from validation.kinds import trainer
 from validation.kinds.trainer import run_values
+from validation.formatting import finite
 from validation.results.codec import decode, encode
 from validation.results.run import Step, read_run as read_results
 from validation.results.trainer_launch import LaunchRun
@@ -110,6 +111,20 @@ def strategy_figures(label: str, spec, runs: Sequence[LaunchRun | dict], infos: 
                           tables, why_no_tables, comm_world))
 
 
+def _step_time(ok: Sequence[tuple[LaunchRun, RunInfo]]) -> float | None:
+    """The mean step time over the runs, each from the window its tokens/s comes from (training.csv's step_time_s
+    there: the profiler's steps and the warm-up are outside it, as the tokens/s beside it); a run whose window has
+    no step_time_s column falls back to its summary's average without the first step (profiled steps included)."""
+    times = []
+    for r, i in ok:
+        stat = r.metrics.step_time_s if r.metrics is not None else None
+        if stat is not None and finite(stat.mean) is not None:
+            times.append(stat.mean)
+        elif i.summary is not None:
+            times.append(i.summary.avg_step_time_excl_first_s or i.summary.avg_step_time_s)
+    return _mean(times)
+
+
 def figures(label: str, spec, runs: Sequence[LaunchRun], infos: Sequence[RunInfo], tables, why_no_tables,
             comm_world: Any = None) -> StrategyFigures:
     """The per-strategy row of the metrics (module doc of validation.kinds.parallelism). `comm_world`: the world
@@ -138,7 +153,7 @@ def figures(label: str, spec, runs: Sequence[LaunchRun], infos: Sequence[RunInfo
     return StrategyFigures(
         strategy=spec.strategy, runs=len(mine), passed=len(ok), oom=sum(is_oom(r.reason) for r, _ in mine),
         toks_per_s=_mean(toks), toks_per_s_runs=toks,
-        step_time_s=_mean(s.avg_step_time_excl_first_s or s.avg_step_time_s for s in sums),
+        step_time_s=_step_time(ok),
         peak_alloc_gb=max((s.peak_mem_alloc_gb for s in sums if s.peak_mem_alloc_gb is not None), default=None),
         peak_reserved_gb=max((s.peak_mem_reserved_gb for s in sums if s.peak_mem_reserved_gb is not None),
                              default=None),

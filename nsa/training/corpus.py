@@ -216,10 +216,22 @@ class WindowSource:
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
 
     def state_dict(self) -> dict:
-        return {"kind": self.kind, "next_window": self.next_window, "epoch": self.epoch}
+        return {"kind": self.kind, "next_window": self.next_window, "epoch": self.epoch, "seq_len": self.seq_len}
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue where `state` stopped. A state of another seq_len (a resume that changed it) continues at the same
+        place in the token stream: the first window of this seq_len at or after the first token not yet read (less
+        than one window skipped, none read twice; past the epoch's last window, the next epoch's first), where the
+        window index alone would jump elsewhere in the corpus. A state without seq_len (an older checkpoint) is taken
+        as of this seq_len."""
         state = check_state(state, self.kind, ("next_window", "epoch"))
+        then = state.get("seq_len", self.seq_len)
+        if isinstance(then, bool) or not isinstance(then, int) or then < 1:
+            raise DataError(f"data state {self.kind!r}: seq_len must be an integer >= 1, got {then!r}")
+        if then != self.seq_len:
+            at = -(-state["next_window"] * then // self.seq_len)  # ceil: windows of this seq_len before that token
+            past = at >= self.windows_per_epoch  # only the epoch's dropped tail was left: the next epoch
+            state = {**state, "next_window": 0 if past else at, "epoch": state["epoch"] + past}
         if state["next_window"] >= self.windows_per_epoch:
             raise DataError(f"data state {self.kind!r}: next_window={state['next_window']} but this corpus gives "
                             f"rank {self.rank} only {self.windows_per_epoch} windows per epoch; the data or "

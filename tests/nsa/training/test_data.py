@@ -261,7 +261,7 @@ def test_text_ranks_disjoint_and_cover(tmp_path):
             inputs, targets = src.next_batch()
             windows += torch.cat([inputs, targets[:, -1:]], 1).tolist()
         rows[rank] = windows
-        assert src.state_dict() == {"kind": "text", "next_window": 0, "epoch": 1}
+        assert src.state_dict() == {"kind": "text", "next_window": 0, "epoch": 1, "seq_len": seq_len}
     # window w is rank w % 2's (w // 2)-th window; interleaved they tile the stream with stride seq_len
     interleaved = [rows[w % world][w // world] for w in range(world * per_rank)]
     rebuilt = [t for w in interleaved for t in w[:seq_len]] + [interleaved[-1][-1]]
@@ -280,7 +280,7 @@ def test_text_wraps_to_next_epoch_and_resumes(tmp_path):
         src.next_batch()
         seen += 4
     state = src.state_dict()
-    assert state == {"kind": "text", "next_window": seen - per_epoch, "epoch": 1}
+    assert state == {"kind": "text", "next_window": seen - per_epoch, "epoch": 1, "seq_len": 10}
     expected = [src.next_batch() for _ in range(3)]
     # the windows of epoch 1 repeat epoch 0: the batch after the boundary continues with window 0's successors
     fresh = _source(_text_cfg(tmp_path), seq_len=10, batch_size=per_epoch)
@@ -378,6 +378,39 @@ def test_parquet_without_pyarrow(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------------ fineweb_edu
 
 
+@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("then,now", [(8, 12), (12, 8), (8, 8)])
+def test_a_resume_with_another_seq_len_continues_at_the_same_place_in_the_stream(tmp_path, world, then, now):
+    """A data position saved at one seq_len and loaded at another continues where the run stopped in the token
+    stream: every rank's next window starts at or after the first token no rank has read yet, and no more than one
+    window (of all ranks) later; the window index alone would jump backwards (re-reading) or forwards (skipping)."""
+    (tmp_path / "c.txt").write_text("".join(chr(97 + i % 26) for i in range(1200)))
+    stream = read_corpus(str(tmp_path)).tolist()
+    for rank in range(world):
+        src = _source(_text_cfg(tmp_path), seq_len=then, batch_size=3, rank=rank, world_size=world)
+        for _ in range(4):
+            src.next_batch()
+        state = src.state_dict()
+        read_up_to = state["next_window"] * world * then  # every rank read its windows below this token, in lockstep
+        resumed = _source(_text_cfg(tmp_path), seq_len=now, batch_size=1, rank=rank, world_size=world)
+        resumed.load_state_dict(state)
+        start = resumed.window_start(resumed.next_window)
+        assert read_up_to + rank * now <= start < read_up_to + (rank + world) * now, (state, resumed.state_dict())
+        inputs, targets = resumed.next_batch()
+        assert inputs[0].tolist() == stream[start:start + now] and resumed.epoch == state["epoch"]
+
+
+def test_a_resume_with_a_longer_seq_len_past_the_last_window_goes_on_with_the_next_epoch(tmp_path):
+    (tmp_path / "c.txt").write_text("x" * 100)  # 101 tokens: 12 windows of 8, 6 of 16
+    src = _source(_text_cfg(tmp_path), seq_len=8, batch_size=1)
+    src.load_state_dict({"kind": "text", "next_window": 11, "epoch": 2, "seq_len": 8})  # tokens 88.. left
+    resumed = _source(_text_cfg(tmp_path), seq_len=16, batch_size=1)
+    resumed.load_state_dict(src.state_dict())
+    assert resumed.state_dict() == {"kind": "text", "next_window": 0, "epoch": 3, "seq_len": 16}
+    with pytest.raises(DataError, match="seq_len must be an integer >= 1, got 0"):
+        resumed.load_state_dict({"kind": "text", "next_window": 1, "epoch": 0, "seq_len": 0})
+
+
 def test_fineweb_local_parquet(tmp_path):
     docs = [f"document {i}: " + "edu " * (i + 3) for i in range(20)]
     _write_parquet(tmp_path / "000.parquet", docs[:10])
@@ -389,7 +422,7 @@ def test_fineweb_local_parquet(tmp_path):
     _check_batch(inputs, targets, 2, 32, 256)
     stream = _stream_bytes(docs)
     assert torch.cat([inputs[0], targets[0, -1:]]).tolist() == stream[32:65]  # rank 1's first window is window 1
-    assert src.state_dict() == {"kind": "fineweb_edu", "next_window": 2, "epoch": 0}
+    assert src.state_dict() == {"kind": "fineweb_edu", "next_window": 2, "epoch": 0, "seq_len": 32}
     only_txt = tmp_path / "only_txt"
     only_txt.mkdir()
     (only_txt / "x.txt").write_text("txt is not read by fineweb_edu")

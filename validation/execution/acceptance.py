@@ -34,6 +34,7 @@ from validation.formatting import plural
 from validation.results.decision import Choice, DecisionRecord
 from validation.results.model import FAILED_STEP_STATUSES, Criterion, Recommendations, RunResults
 from validation.results.run import Criterion as CriterionRow, Run, Step, read_run
+from validation.runbook.expressions import ExpressionError, compile_expression
 from validation.runbook.loader import Runbook
 
 BAD_STEP = FAILED_STEP_STATUSES
@@ -168,7 +169,8 @@ def verdict(results: RunResults, interrupted: bool | str) -> tuple[str, str]:
                                                   run.overrides(disturbed)))
         return "INCOMPLETE", "; ".join(parts) + "; nothing evaluated failed"
     ran = sum(s.status == "passed" for s in steps.values())
-    warns = [c.name for c in run.acceptance if c.status in ("warn", "inconclusive")]
+    # a warn criterion that could not be evaluated is named too (a "fail" one that errs is NO-GO above)
+    warns = [c.name for c in run.acceptance if c.status in ("warn", "inconclusive", "error")]
     note = f"; warnings: {', '.join(warns)}" if warns else ""
     return "GO", f"{ran} step(s) passed and every required criterion holds{note}"
 
@@ -186,8 +188,13 @@ def _why_not_run(criteria: list[CriterionRow], steps: dict[str, Step]) -> str:
 
 
 def _step_names(criterion: CriterionRow, steps: dict[str, Step]) -> set[str]:
-    """The steps a criterion row names (its expression's identifiers that are steps)."""
-    return {w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", criterion.expr or "") if w in steps}
+    """The steps a criterion row reads (its expression's step names; not a word inside a string or a key:
+    `log_contains(a, "b")` and `a.runs.b` read step a only)."""
+    try:
+        names = compile_expression(criterion.expr or "").names
+    except ExpressionError:  # a results.json from another version: its identifiers that are steps
+        names = frozenset(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", criterion.expr or ""))
+    return {n for n in names if n in steps}
 
 
 def _given(choice: Choice | None) -> Choice | None:

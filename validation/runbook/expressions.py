@@ -20,8 +20,11 @@ eval(), and attribute access only reads keys of mappings. Allowed:
     numbers, strings, True, False, None
     FUNCTIONS: abs, min, max, round, len, between(x, lo, hi), log_contains(step, "text"), log_count(step, "text")
 
-Evaluation never raises for data: a missing name or key, None in arithmetic or in a comparison other than
-is/is not, a division by zero or a type mismatch gives status "error" with a detail sentence.
+Evaluation never raises for data: a missing name or key, None in arithmetic, under `not` or in a comparison other
+than is/is not, a division by zero, a result that is not finite (overflow to infinity), a NaN read from the data or a
+type mismatch gives status "error" with a detail sentence: a figure that is absent or not a number never makes a
+criterion pass (`not x.throttled` with throttled null is an error, not "not throttled"). A list read from the data
+and a list or tuple literal compare as the same kind of sequence (`x.throttle_reasons == []`).
 """
 
 from __future__ import annotations
@@ -206,6 +209,8 @@ class _Checker:
             v = node.value
             if not (v is None or isinstance(v, (bool, int, float, str))):
                 self.fail(node, f"the constant {v!r}")
+            if isinstance(v, float) and not math.isfinite(v):  # 1e999: results hold no infinity, nor may criteria
+                self.fail(node, f"the non-finite constant {_src(node)}")
         elif isinstance(node, (ast.Tuple, ast.List)):
             for e in node.elts:
                 self.check(e)
@@ -299,6 +304,28 @@ class Expression:
         toks_per_s.mean` -> ("sweep", ("runs", "x=5", "toks_per_s", "mean")); a bare step name reads ()."""
         return _read_paths(self._tree.body)
 
+    @property
+    def compared_strings(self) -> list[tuple[str, tuple, str]]:
+        """(step, key path, string) of every string constant a step's value is compared with by ==, !=, in or
+        not in, e.g. `crash.status in ('failed', 'hang')` -> ("crash", ("status",), "failed"), ("crash",
+        ("status",), "hang"): what a runbook's check can hold against the values the key can take."""
+        found = []
+        for node in ast.walk(self._tree):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            for op, a, b in zip(node.ops, operands, operands[1:]):
+                if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
+                    continue
+                pairs = [(a, b), (b, a)] if isinstance(op, (ast.Eq, ast.NotEq)) else [(a, b)]
+                for value, other in pairs:
+                    where = _step_path(value)
+                    consts = other.elts if isinstance(other, (ast.Tuple, ast.List)) else [other]
+                    if where is not None:
+                        found.extend((where[0], where[1], c.value) for c in consts
+                                     if isinstance(c, ast.Constant) and isinstance(c.value, str))
+        return found
+
     def evaluate(self, namespace: Mapping[str, Any], logs: Callable[[str], str] | None = None) -> EvalResult:
         """Evaluate against step results: namespace maps step names to nested mappings; logs(step) returns the
         step's combined log text (for log_contains / log_count). Never raises for missing or bad data."""
@@ -319,6 +346,8 @@ class _Evaluator:
 
     def eval(self, node: ast.AST) -> Any:
         value = self._eval(node)
+        if isinstance(value, float) and not math.isfinite(value):  # NaN compares false both ways: `not (x < 5)`
+            raise _EvalError(f"{_src(node)} is {value} (not a finite number)")  # would pass; results hold no inf
         self.values[id(node)] = value
         return value
 
@@ -346,6 +375,8 @@ class _Evaluator:
         if isinstance(node, ast.UnaryOp):
             v = self.eval(node.operand)
             if isinstance(node.op, ast.Not):
+                if v is None:  # an absent figure is no evidence for "not ...": `not x.throttled` on a null
+                    raise _EvalError(f"None under 'not': {self._described(node)}")
                 return not v
             self._need_numbers(node, "-", v)
             return -v
@@ -385,6 +416,8 @@ class _Evaluator:
                 raise _EvalError(f"None {where}: {self._described(node)}")
             if not _is_number(v):
                 raise _EvalError(f"'{op}' needs numbers, got {type(v).__name__} {fmt_value(v)} in {_src(node)}")
+            if isinstance(v, float) and not math.isfinite(v):  # an item of a list: max([1.0, nan]) is 1.0
+                raise _EvalError(f"'{op}' of {v} (not a finite number) in {_src(node)}")
 
     def _described(self, node: ast.AST) -> str:
         operands = [n for a in node.args for n in _leaves(a)] if isinstance(node, ast.Call) else _leaves(node)
@@ -407,6 +440,8 @@ class _Evaluator:
             raise _EvalError(f"{exc} in {self._described(node)}") from None
         if isinstance(result, complex):
             raise _EvalError(f"complex result in {self._described(node)}")
+        if isinstance(result, float) and not math.isfinite(result):  # 1e308 * 10: overflow, not a figure
+            raise _EvalError(f"result not finite ({result}) in {self._described(node)}")
         if _is_int(result) and result.bit_length() > MAX_INT_BITS:
             raise _EvalError(f"integer result larger than {MAX_INT_BITS} bits in {_src(node)}")
         return result
@@ -419,7 +454,7 @@ class _Evaluator:
             if sym not in ("is", "is not") and (left is None or right is None):
                 raise _EvalError(f"None in comparison '{sym}': {self._described(node)}")
             try:
-                ok = fn(left, right)
+                ok = fn(*_comparable(left, right))
             except TypeError:
                 raise _EvalError(f"cannot compare {type(left).__name__} {fmt_value(left)} {sym} "
                                  f"{type(right).__name__} {fmt_value(right)} in {_src(node)}") from None
@@ -508,6 +543,24 @@ class _Evaluator:
         return [text]
 
 
+def _comparable(left: Any, right: Any) -> tuple[Any, Any]:
+    """Two operands as a comparison takes them: when both are sequences, every list in them (data read from
+    results.json) a tuple, as list and tuple literals evaluate to, so that `x.sizes == [1, 2]` and
+    `[1, 2] in x.pairs` compare elements, not the kind of sequence (in Python [] == () is False)."""
+    seq = (list, tuple)
+    if isinstance(left, seq) and isinstance(right, seq):
+        return _as_tuples(left, MAX_DEPTH), _as_tuples(right, MAX_DEPTH)
+    return left, right
+
+
+def _as_tuples(v: Any, depth: int) -> Any:
+    """`v` with its lists as tuples, `depth` levels down (a literal is nested at most MAX_DEPTH levels; data deeper
+    than that keeps its inner lists)."""
+    if isinstance(v, (list, tuple)) and depth > 0:
+        return tuple(_as_tuples(e, depth - 1) for e in v)
+    return v
+
+
 def _read_paths(root: ast.AST) -> list[tuple[str, tuple]]:
     """The longest attribute / constant-subscript chains rooted at a step name (see Expression.paths)."""
     found: list[tuple[str, tuple]] = []
@@ -530,6 +583,14 @@ def _read_paths(root: ast.AST) -> list[tuple[str, tuple]]:
         else:
             stack.extend(reversed(list(ast.iter_child_nodes(node))))
     return found
+
+
+def _step_path(node: ast.AST) -> tuple[str, tuple] | None:
+    """(step, key path) when `node` is itself a chain of keys read from a step (`a.b["c"]`), else None."""
+    paths = _read_paths(node)
+    if len(paths) != 1 or not isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
+        return None
+    return paths[0]
 
 
 def _constant(node: ast.AST) -> bool:

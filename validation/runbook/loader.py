@@ -38,8 +38,9 @@ name is one file name: letters, digits, _, - and ., not starting with .), every 
 sweep matrix), and pytest_args cannot redirect pytest's own output files.
 Before anything runs (`plan` and `run`, load_runbook), beyond each key's type: every NSA_* environment name and value
 against nsa.toggles (in env mappings and in every planned launch: sweep and scan values of env.X too), every metric
-a criterion reads against the names its step's kind declares (StepKind.metrics), and every ${...} reference to a
-step (reference_problem). Where the files are (`cwd`: plan and run), every trainer launch's values as nsa-train
+a criterion reads against the names its step's kind declares (StepKind.metrics), a step status it compares with a
+string against the statuses a step can have, criterion names unique, and every ${...} reference to a step
+(reference_problem). Where the files are (`cwd`: plan and run), every trainer launch's values as nsa-train
 would resolve them against its config file (check_trainer_values: `steps: -5`, a warm-up longer than the run).
 Every error names the file, the key path and the line (validation.runbook.schema), e.g.
     runbooks/x.yaml:14: phases[1].steps[0].kind: 'trian' is not one of snapshot, train, ...
@@ -63,7 +64,7 @@ from validation.runbook.expressions import ExpressionError, compile_expression
 from validation.runbook.includes import expand_includes
 from validation.launch.slurm import validate_sbatch_line
 from validation.runbook.overrides import apply_override, override_notes
-from validation.results.model import SEVERITIES
+from validation.results.model import SEVERITIES, STEP_STATUSES
 from validation.runbook.model import (REF_RE, Criterion, LaunchSettings, Launcher, Overridden, Phase, Requirements,
                                       Runbook, Step, references, resolve_references)
 from validation.runbook.schema import (NAME_RE, Ctx, RunbookError, env_problem, env_vars, mapping, parse_yaml, show,
@@ -301,7 +302,7 @@ def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:
     _check_references(phases, ctx, seen)
     _check_launches(phases, ctx, seen, raw)
     steps_by_name = {s.name: s for p in phases for s in p.steps}
-    acceptance = []
+    acceptance: list[Criterion] = []
     if not isinstance(raw.get("acceptance") or [], list):
         raise ctx.error(("acceptance",), f"expected a list of criteria, got {type(raw['acceptance']).__name__}")
     for i, craw in enumerate(raw.get("acceptance") or []):
@@ -321,8 +322,19 @@ def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:
             problem = check_metric_reference(steps_by_name[step_name], key_path)
             if problem:
                 raise ctx.error(cpath + ("expr",), problem)
+        for step_name, key_path, text in expr.compared_strings:  # `crash.status != 'faild'` would always hold
+            if key_path == ("status",) and text not in STEP_STATUSES:
+                raise ctx.error(cpath + ("expr",), f"{step_name}.status is never {text!r} (a step's status is one "
+                                                   f"of {', '.join(STEP_STATUSES)})")
+        cname = typed(c["name"], str, cpath + ("name",), ctx)
+        first = next((j for j, other in enumerate(acceptance) if other.name == cname), None)
+        if first is not None:  # the verdict, the report, JUnit and --set acceptance.NAME name criteria by name
+            where, other = cpath + ("name",), ("acceptance", first, "name")
+            if ctx.override_for(other) is not None and ctx.override_for(where) is None:  # the --set made it
+                where, other = other, where
+            raise ctx.error(where, f"duplicate criterion name {cname!r} (also at {show(other[:2])})")
         acceptance.append(Criterion(
-            name=typed(c["name"], str, cpath + ("name",), ctx), expr=expr,
+            name=cname, expr=expr,
             target=typed(c.get("target", expr_text), str, cpath + ("target",), ctx),
             severity=typed(c.get("severity", "fail"), str, cpath + ("severity",), ctx, choices=SEVERITIES),
             description=typed(c.get("description", ""), str, cpath + ("description",), ctx)))

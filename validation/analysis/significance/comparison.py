@@ -307,8 +307,9 @@ def compare_units(a: Units, b: Units, *, higher_is_better: bool = True, alpha: f
 
     run_noise: the run-to-run variation of a run's mean (run_noise()): each side's relative variance is the larger
     of its own and run_noise.total^2 (a and b are single runs of a machine whose level varies between runs), with
-    the degrees of freedom of the one taken, in the Satterthwaite sum and in each side's noise floor. Not for run
-    means (kind "runs"), which include it."""
+    the degrees of freedom of the one taken, in the Satterthwaite sum and in each side's noise floor; when both
+    sides take it, it is one estimate and counts once (its own df, never twice them). Not for run means (kind
+    "runs"), which include it."""
     _check_alpha(alpha)
     _check_fraction(min_floor, "min_floor")
     _check_fraction(noise, "noise")
@@ -316,11 +317,16 @@ def compare_units(a: Units, b: Units, *, higher_is_better: bool = True, alpha: f
         raise StatsError(f"a relative difference needs positive means, got {a.mean!r} ({baseline}) and "
                          f"{b.mean!r} ({variant})")
     sides = [((a.se / a.mean) ** 2, a.df), ((b.se / b.mean) ** 2, b.df)]
+    terms = sides  # the independent variance estimates behind se2, for the Satterthwaite df
     if run_noise is not None:
         rv = (run_noise.total ** 2, run_noise.df)
-        sides = [side if side[0] >= rv[0] else rv for side in sides]
+        held = [side[0] < rv[0] for side in sides]
+        sides = [rv if h else side for side, h in zip(sides, held)]
+        # both sides held: they hold the SAME estimate s^2, one term 2 s^2 with its df; Satterthwaite over two
+        # copies would double the df (2 repeats' 1 df counted as 2: t 4.30 where 12.7 is due)
+        terms = [(2.0 * rv[0], rv[1])] if all(held) else sides
     se2 = sides[0][0] + sides[1][0]
-    df = _satterthwaite(sides)
+    df = _satterthwaite(terms)
     floor = max(_floor([sides[0]], alpha, min_floor), _floor([sides[1]], alpha, min_floor))
     method = "runs" if a.kind == "runs" and b.kind == "runs" else "blocks"
     return _finish(baseline=baseline, variant=variant, metric=metric, method=method, mean_a=a.mean, mean_b=b.mean,

@@ -15,7 +15,8 @@ Rule (decide()):
      beats the default at p < alpha / (k - 1) (Bonferroni over the k - 1 variants that could have beaten it: with
      no true difference this path leaves the default in at most alpha / 2 of the decisions) but cannot be
      separated from another variant, the choice moves to the first stated preference in the top group that itself beats
-     the default significantly, else to the best, and the decision says so (significant: True).
+     the default significantly (and, with repeats, in every replication block: rule 6), else to the best, and the
+     decision says so (significant: True).
   5. recommended_repeats says how many interleaved repeats would detect `effect` (5%) with `power` (80%) at the
      noise measured, so that a report can say what it would take.
   6. Replicated, undisturbed effects only. Runs measured while other work used the machine (`disturbed`) are left
@@ -366,8 +367,12 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
         choice = best.label
         dv = next(v for v in usable if v.label == default)
         for p in [c for c in preference if c in top and c != best.label]:
-            against_default = compare(dv, next(v for v in usable if v.label == p))
-            if against_default.significant and against_default.verdict == "better":
+            pv = next(v for v in usable if v.label == p)
+            against_default = compare(dv, pv)
+            # the preference's own difference from the default must be replicated too (rule 6): else the
+            # recommendation below would rest on best's replication for a variant that was not ahead every time
+            if (against_default.significant and against_default.verdict == "better"
+                    and same_way(dv, pv) is not False):
                 choice = p
                 break
         others = [t for t in top if t != best.label]

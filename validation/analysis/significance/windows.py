@@ -175,10 +175,10 @@ def measured_run_noise_by_step(results: dict, run_dir: Path | str, metric: str =
 
 def measured_run_noise(results: dict, run_dir: Path | str, metric: str = METRIC,
                        extra: list[tuple[dict, Path | str]] = (), names: tuple[str, ...] = ()) -> RunNoise | None:
-    """The run-to-run variation of a run's mean of `metric`, from every label that ran more than once and passed
-    (a sweep's or an A/B's repeats) in `results` (and in the (results, run_dir) pairs of `extra`): each run's
-    window mean and the relative standard error of its block means. None when nothing ran twice. `names` name
-    the runs in the source text (e.g. "A", "B")."""
+    """The run-to-run variation of a run's mean of `metric`, from every label that ran more than once, passed and
+    was not measured under interference (a sweep's or an A/B's repeats) in `results` (and in the (results, run_dir)
+    pairs of `extra`): each run's window mean and the relative standard error of its block means. None when nothing
+    ran twice. `names` name the runs in the source text (e.g. "A", "B")."""
     groups, sources = [], []
     for index, (res, rdir) in enumerate([(results, run_dir), *extra]):
         where = f"{names[index]}: " if index < len(names) else ""
@@ -186,6 +186,8 @@ def measured_run_noise(results: dict, run_dir: Path | str, metric: str = METRIC,
             by_label: dict[str, list[tuple[float, float | None]]] = {}
             for run in _runs(step):
                 if run.status != "passed":
+                    continue
+                if measured_disturbed(run.metrics):  # its spread is the other work's, not the machine's
                     continue
                 values = launch_series(Path(rdir), run.metrics, metric)
                 if not values:

@@ -287,6 +287,18 @@ def test_the_docstring_and_the_typeddict_have_the_same_keys_and_types(record):
     assert documented == typed
 
 
+def test_results_json_is_written_with_its_keys_in_the_documented_order_whatever_order_they_were_added(tmp_path):
+    """RUN_KEY_ORDER is the docstring's order, and write_results writes the top-level keys in it: the evidence, added
+    once the verdict is computed, comes before plots, which the first save already holds (a run wrote it after)."""
+    assert list(results_model.RUN_KEY_ORDER) == list(documented_schema()["RunResults"])
+    data = json.loads((REPO / "reports/examples/cpu_smoke/results.json").read_text())
+    evidence, plots = data.pop("evidence"), data.pop("plots")
+    scrambled = {"plots": plots, **data, "evidence": evidence}
+    write_results(tmp_path, scrambled)
+    written = list(json.loads((tmp_path / "results.json").read_text()))
+    assert written == [k for k in results_model.RUN_KEY_ORDER if k in written] and written.index("evidence") < written.index("plots")
+
+
 def test_a_written_run_has_the_keys_in_the_documented_order():
     """The runner writes the keys in the docstring's order: the examples' keys come in that order (the optional
     ones left out where absent)."""

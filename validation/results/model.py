@@ -368,6 +368,13 @@ class RunResults(_RunKeys, total=False):
     reused: list[dict[str, JSONValue]]  # the phases taken from earlier runs (validation.results.reuse.Reuse.record)
 
 
+# results.json's top-level keys in the order the docstring lists them: write_results writes them so, whenever a key
+# was added (evidence, performance_analysis and reused come after plots, which the first save already holds)
+RUN_KEY_ORDER: tuple[str, ...] = ("schema_version", "tool", "runbook", "run_dir", "started", "finished", "duration_s",
+                                  "verdict", "verdict_reason", "interrupted_by", "resumes", "environment", "options",
+                                  "phases", "steps", "acceptance", "recommendations", "performance_analysis",
+                                  "evidence", "reused", "plots")
+
 RECORDS: tuple[type, ...] = (RunResults, Tool, RunbookRef, Options, PhaseRecord, Resume, ReplacedStep, StepResult,
                              LaunchRun, Choice, Criterion, Recommendations, Plot)
 

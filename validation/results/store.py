@@ -20,7 +20,8 @@ from typing import Any
 
 from nsa.training.outputs import atomic_write
 from validation.results.model import (CRITERION_STATUSES, FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, SCHEMA_VERSION,
-                                      STEP_STATUSES, VERDICTS, ResultsError, RunResults, check_results)
+                                      RUN_KEY_ORDER, STEP_STATUSES, VERDICTS, ResultsError, RunResults,
+                                      check_results)
 from validation.results.run import ReplacedStep, Resume, read_run
 
 __all__ = ["CRITERION_STATUSES", "DEFAULT_RUNS", "FAILED_STEP_STATUSES", "FINAL_STEP_STATUSES", "RESULTS_JSON",
@@ -91,6 +92,13 @@ def inside_run_dir(run_dir: Path | str, rel: str | Path) -> Path:
     return current
 
 
+def in_documented_order(results: RunResults | dict[str, Any]) -> dict[str, Any]:
+    """`results` with its top-level keys in the schema's order (RUN_KEY_ORDER; a key it does not list after them, in
+    its own order), whatever order they were added in."""
+    rank = {key: i for i, key in enumerate(RUN_KEY_ORDER)}
+    return dict(sorted(results.items(), key=lambda item: rank.get(item[0], len(rank))))
+
+
 def write_results(run_dir: Path, results: RunResults | dict[str, Any]) -> Path:
     """Write RUN_DIR/results.json atomically, once `results` holds to the schema (check_results). Raises
     ResultsError for a malformed record (naming the key path; nothing is written) and RunDirError when the file
@@ -100,7 +108,7 @@ def write_results(run_dir: Path, results: RunResults | dict[str, Any]) -> Path:
         check_results(results, str(path))
     except ResultsError as exc:
         raise ResultsError(f"{exc}; not written (the previous {RESULTS_JSON}, if any, is unchanged)") from None
-    text = json.dumps(results, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    text = json.dumps(in_documented_order(results), indent=2, sort_keys=False, allow_nan=False) + "\n"
     try:
         return atomic_write(path, text)
     except OSError as exc:

@@ -16,8 +16,9 @@ with no event open are idle:
     idle                   nothing open on the step's thread (Python overhead, waits)
 
 Host-side only: the events of the thread that runs the step. On CPU that covers the backward too (autograd runs
-CPU work on the calling thread); on a GPU the device's kernels and autograd's device thread are not attributed, so
-GPU attribution is still to be checked against a real trace.
+CPU work on the calling thread); on a GPU the device's kernels and autograd's device thread are not attributed, nor
+are the gpu_user_annotation copies of the ranges that Kineto writes on the GPU's streams (they would count every
+step twice), so GPU attribution is still to be checked against a real trace.
 
 Returns {"steps", "step_time_ms" (mean), "categories": {name: share}, "ranges": {nsa.* name: share of step time
 (inclusive)}}; shares are of the summed step time. Torch-free.
@@ -29,7 +30,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from validation.analysis.parallelism import complete_events
+from validation.analysis.parallelism import GPU_ANNOTATION, complete_events
 
 CATEGORIES = ("importance and top-k", "attention branches", "communication", "optimizer", "data", "MLP/GEMM",
               "other", "idle")
@@ -59,8 +60,10 @@ def attribute_events(events: list[dict]) -> dict[str, Any]:
     """Attribution of complete ("X") events (validation.analysis.parallelism.complete_events): see the module's
     docstring."""
     evs = complete_events(events)
-    steps = [e for e in evs if e.name == "nsa.step"]
-    windows = [e for e in evs if e.name in WINDOWS]
+    # the host's ranges only: on a GPU Kineto writes each range again as a gpu_user_annotation over its kernels
+    host = [e for e in evs if e.cat != GPU_ANNOTATION]
+    steps = [e for e in host if e.name == "nsa.step"]
+    windows = [e for e in host if e.name in WINDOWS]
     totals = {c: 0.0 for c in CATEGORIES}
     ranges: dict[str, float] = {}
     step_total = 0.0

@@ -15,9 +15,11 @@ A bandwidth table is what the `comm` step measures for one collective: rows sort
 
 and `predict_seconds` turns the trainer's message sizes (summary.json comm sizes, or the byte model's) into a
 predicted time: within the measured sizes the time is interpolated log-log between the two neighbouring rows
-(each row's time already holds that size's latency and bandwidth); outside them, the alpha-beta model fitted to
-the table, t(S) = latency + S x factor / busbw, with latency the time of the smallest message and busbw the bus
-bandwidth of the largest.
+(each row's time already holds that size's latency and bandwidth); below the smallest size, the smallest size's
+time (the latency: a smaller message is never faster); above the largest, the largest row's time plus the extra
+bytes at that row's algorithm bandwidth, t(S) = t_max + (S - S_max) / algbw_max = t_max x S / S_max (algbw_max =
+S_max / t_max, the row's own bytes and time: busbw / factor is the same figure). Only a row's bytes and time are
+read: its bandwidth columns, when present, were derived from them.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class BandwidthRow:
     nccl-tests' reported busbw, are not read)."""
     bytes: int | float
     time_s: int | float
-    algbw_gbps: int | float | None = None  # read only beyond the largest size
+    algbw_gbps: int | float | None = None  # not read: derived from bytes and time_s (bandwidth_row)
     busbw_gbps: int | float | None = None
 
 
@@ -103,10 +105,9 @@ def time_at(table: "Sequence[BandwidthRow | Mapping]", kind: str, world_size: in
     lo, hi = rows[0], rows[-1]
     if nbytes < lo.bytes:
         return lo.time_s  # below the smallest size the latency dominates: never faster than it
-    if nbytes > hi.bytes:
-        busbw = hi.busbw_gbps or hi.algbw_gbps
-        factor = bus_factor(kind, world_size) or 1.0
-        return hi.time_s + (nbytes - hi.bytes) * factor / (busbw * GB)
+    if nbytes > hi.bytes:  # the largest row's algbw, from its own bytes and time (module doc)
+        bus_factor(kind, world_size)  # the same checks of kind and world size as inside the table
+        return hi.time_s * nbytes / hi.bytes
     for a, b in zip(rows, rows[1:]):
         if a.bytes <= nbytes <= b.bytes:
             if a.bytes == b.bytes:

@@ -7,12 +7,14 @@ then bisect between the last batch that fit and the first that did not; the larg
 
 Recommendation (`recommend`), the seed's rule applied to the evidence, per strategy at the batch the runbook needs:
   - DDP fits with headroom (peak memory <= (1 - headroom) x the memory a rank has): DDP, unless an FSDP mode is
-    significantly faster (then that mode: the evidence outranks the rule of thumb);
+    significantly faster (then that mode: the evidence outranks the rule of thumb; when both FSDP modes are and
+    neither is significantly faster than the other, no-reshard if it fits with headroom, else full shard);
   - DDP does not fit (it failed out of memory, or its peak exceeds the memory a rank has): FSDP; no-reshard
     (SHARD_GRAD_OP: no backward all-gather) when it fits with headroom and is not significantly slower than full
     shard, else full shard (the most memory saved);
-  - tight (DDP fits, less headroom than asked): the significantly faster strategy among those that fit; without a
-    significant difference FSDP full shard (the headroom for a larger batch).
+  - tight (DDP fits, less headroom than asked): the significantly faster strategy among those that fit (several
+    that no other is significantly faster than: the one that saves more memory, full shard, no-reshard, DDP);
+    without a significant difference FSDP full shard (the headroom for a larger batch).
 "Faster" always means a significant paired comparison (validation.analysis.significance) handed in as its record
 (validation.results.decision.ComparisonRecord, or its JSON form): rel, ci_low, ci_high, p_value (p_adjusted),
 significant; the reason states the numbers that decided it. `recommendation` returns a typed Recommendation,
@@ -240,14 +242,29 @@ def recommendation(evidence: Mapping[str, Evidence | Mapping],
         return out(choice, "does_not_fit", f"{STRATEGIES[choice]}: DDP does not fit; " + "; ".join(why))
     fitting = ["ddp"] + [m for m in fsdp_modes if numbers[m].fits]
     with_room = ddp.headroom is None or ddp.headroom >= headroom
-    faster_fsdp = [m for m in fitting[1:] if all(_faster(comparisons, m, o) > 0 for o in fitting if o != m)]
+
+    def unbeaten(m: str) -> bool:
+        """No other strategy that fits is significantly faster than m."""
+        return all(_faster(comparisons, o, m) <= 0 for o in fitting if o != m)
+
+    def tie_break(modes: list[str]) -> str:
+        """Of FSDP modes not significantly different: no-reshard when it fits with headroom, else full shard."""
+        roomy = [m for m in modes if numbers[m].headroom is None or numbers[m].headroom >= headroom]
+        return ("fsdp_no_reshard" if "fsdp_no_reshard" in roomy else "fsdp" if "fsdp" in modes else modes[0])
+
+    # FSDP modes significantly faster than DDP and not significantly slower than another mode that fits
+    faster_fsdp = [m for m in fitting[1:] if _faster(comparisons, m, "ddp") > 0 and unbeaten(m)]
     if with_room:
         why = [mem("ddp") + f" (>= {fmt_pct(headroom)} asked)" if ddp.headroom is not None
                else mem("ddp") + "; headroom taken as sufficient"]
         why += [speed(m, "ddp") for m in fsdp_modes]
         if faster_fsdp:
-            choice = faster_fsdp[0]
+            choice = tie_break(faster_fsdp)
             lead = f"{STRATEGIES[choice]}: DDP fits with headroom but {choice} is significantly faster"
+            if len(faster_fsdp) > 1:
+                lead += (" (as is " + ", ".join(m for m in faster_fsdp if m != choice) + ", not significantly "
+                         "different from it: no-reshard when it fits with headroom)")
+                why.append(speed("fsdp_no_reshard", "fsdp"))
         elif all(_faster(comparisons, "ddp", m) > 0 for m in fitting[1:]) and len(fitting) > 1:
             choice, lead = "ddp", "DDP: it fits with headroom and is significantly faster"
         else:
@@ -255,10 +272,17 @@ def recommendation(evidence: Mapping[str, Evidence | Mapping],
                                    "(no significant difference: the simpler strategy is kept)")
         return out(choice, "fits_with_headroom", f"{lead}; " + "; ".join(why))
     why = [mem(m) for m in numbers] + [speed(m, "ddp") for m in fsdp_modes]
-    fastest = [m for m in fitting if all(_faster(comparisons, m, o) > 0 for o in fitting if o != m)]
-    if fastest:
-        choice = fastest[0]
+    # where some strategy that fits is significantly slower than another: those no other is significantly faster than
+    fastest = [m for m in fitting if unbeaten(m)]
+    if fastest and len(fastest) < len(fitting):
+        choice = next(m for m in ("fsdp", "fsdp_no_reshard", "ddp") if m in fastest)  # the most memory saved first
         lead = f"{STRATEGIES[choice]}: memory is tight for DDP and {choice} is the significantly faster at this batch"
+        if len(fastest) > 1:
+            slower = [m for m in fitting if m not in fastest]
+            lead = (f"{STRATEGIES[choice]}: memory is tight for DDP and {' and '.join(slower)} significantly slower "
+                    f"at this batch; of {', '.join(fastest)} (no significant difference) the one that saves more memory")
+            if "fsdp_no_reshard" in fitting and "fsdp" in fitting:
+                why.append(speed("fsdp_no_reshard", "fsdp"))
     else:
         choice = "fsdp" if "fsdp" in fitting else "ddp"
         lead = (f"{STRATEGIES[choice]}: memory is tight for DDP (less than {fmt_pct(headroom)} headroom) and no "
@@ -314,6 +338,15 @@ class Event(NamedTuple):
     tid: Any
 
 
+GPU_ANNOTATION = "gpu_user_annotation"  # Kineto's device-side copy of a record_function range (ProfilerStep#N too)
+
+
+def profiler_steps(events: Iterable[Event]) -> int:
+    """The profiled steps of a trace: its host-side ProfilerStep#N ranges (on a GPU Kineto also writes each as a
+    gpu_user_annotation over the step's kernels; counting those too would halve every per-step figure)."""
+    return sum(1 for e in events if e.name.startswith("ProfilerStep#") and e.cat != GPU_ANNOTATION)
+
+
 def complete_events(events: Iterable[Any]) -> list[Event]:
     """The complete events of a chrome trace's traceEvents that have a numeric start and duration, in order."""
     out = []
@@ -341,7 +374,7 @@ def exposed_comm(events: list[Mapping]) -> dict[str, Any] | None:
     """ExposedComm as a dict ({"comm_s", "exposed_s", "steps", "per_step_comm_s", "per_step_exposed_s", "source"})
     from a chrome trace's traceEvents (module doc), or None when it holds no collective."""
     xs = complete_events(events)
-    steps = sum(1 for e in xs if e.name.startswith("ProfilerStep#")) or 1
+    steps = profiler_steps(xs) or 1
     kernels = [e for e in xs if e.cat == "kernel"]
     if any("nccl" in e.name.lower() for e in kernels):
         comm = [e for e in kernels if "nccl" in e.name.lower()]
@@ -428,7 +461,8 @@ def aligned_collectives(ranks: list[list[Mapping]]) -> dict[str, Any] | None:
     each kind pair by order across ranks (every rank issues the same collectives in the same order), and a call's
     own time runs from the LATEST rank's start to the LATEST rank's end (before the last rank joins, the others
     only wait for it: one rank's in-flight time counts the peers' skew). Returns AlignedComm as a dict
-    ({"by_kind": {kind: {"calls", "total_s"}}, "total_s", "steps" (rank 0's ProfilerStep ranges), "per_step_s"}),
+    ({"by_kind": {kind: {"calls", "total_s"}}, "total_s", "steps" (rank 0's ProfilerStep ranges: profiler_steps),
+    "per_step_s"}),
     or None with fewer than two ranks or no collective. Traces are clock-aligned as the profiler writes them (one
     host's wall clock)."""
     if len(ranks) < 2:
@@ -450,6 +484,6 @@ def aligned_collectives(ranks: list[list[Mapping]]) -> dict[str, Any] | None:
         by_kind[kind] = KindTime(n, total / 1e6)
     if not by_kind:
         return None
-    steps = sum(1 for e in complete_events(ranks[0]) if e.name.startswith("ProfilerStep"))
+    steps = profiler_steps(complete_events(ranks[0]))
     total_s = sum(v.total_s for v in by_kind.values())
     return asdict(AlignedComm(by_kind, total_s, steps, total_s / steps if steps else None))

@@ -1,5 +1,7 @@
 """The physical range of every metric that has one, declared once, and the check of figures against it: a
-scaling efficiency above 1.1 or at most 0, a tokens/s CV above 50%, an MFU above 100%, a negative time. A figure
+scaling efficiency above 1.1 or at most 0 (a train step's `scaling_efficiency`, and a `scaling` step's
+`strong`/`weak` efficiencies: `efficiency.min`, `.last` and each row's), a tokens/s CV above 50%, an MFU above
+100%, a negative time. A figure
 outside its range is a bug in the measurement, not a result (validation.execution.evidence: a criterion reading it is an error,
 inconclusive when its step was disturbed; the report lists it among the open problems). Pure; no kind imports.
 """
@@ -17,7 +19,7 @@ class Range:
     """The physical range of a metric: `low` < value (<= with low_closed), value <= `high` (< with not
     high_closed); None: unbounded on that side."""
 
-    pattern: str  # a metric-name pattern (validation.kinds.base): "toks_per_s.cv", "<column>.mean", ...
+    pattern: str  # a dotted metric name, "<i>" standing for a list index: "toks_per_s.cv", "weak.rows.<i>.efficiency"
     low: float | None
     high: float | None
     low_closed: bool = True
@@ -38,11 +40,13 @@ class Range:
                f"{']' if self.high_closed and self.high is not None else ')'}"
 
 
+_EFFICIENCY = "N ranks cannot do more than N times the work of one, beyond a cache effect of a few percent"
 _TIMES = ("step_time_s", "time_to_first_step_s", "startup.imports_s", "startup.init_s", "startup.first_step_s",
           "summary.avg_step_time_s", "summary.min_step_time_s", "summary.max_step_time_s", "summary.comm_time_s")
 RANGES: tuple[Range, ...] = (
-    Range("scaling_efficiency", 0.0, 1.1, low_closed=False,
-          reason="N ranks cannot do more than N times the work of one, beyond a cache effect of a few percent"),
+    Range("scaling_efficiency", 0.0, 1.1, low_closed=False, reason=_EFFICIENCY),
+    *(Range(f"{mode}.{at}", 0.0, 1.1, low_closed=False, reason=_EFFICIENCY)
+      for mode in ("strong", "weak") for at in ("efficiency.min", "efficiency.last", "rows.<i>.efficiency")),
     Range("toks_per_s.cv", 0.0, 0.5,
           reason="a window whose tokens/s vary by more than half their mean measures the machine, not the run"),
     *(Range(f"toks_per_s.{s}", 0.0, None) for s in ("mean", "median", "min", "max")),
@@ -58,11 +62,16 @@ RANGES: tuple[Range, ...] = (
 def _range_for(path: tuple) -> Range | None:
     """The declared range of a metric at `path` (the leading "runs.<label>" or "<variant>" of a multi-run kind's
     record left to the caller), or None."""
-    dotted = tuple(str(k) for k in path)
     for r in RANGES:
-        if tuple(r.pattern.split(".")) == dotted:
+        parts = r.pattern.split(".")
+        if len(parts) == len(path) and all(p == str(k) or (p == "<i>" and _index(k)) for p, k in zip(parts, path)):
             return r
     return None
+
+
+def _index(key: Any) -> bool:
+    """Whether a key of a metric path is a list index (an int, or its digits in a dotted name)."""
+    return (isinstance(key, int) and not isinstance(key, bool)) or (isinstance(key, str) and key.isdigit())
 
 
 def range_of(name: str) -> Range | None:

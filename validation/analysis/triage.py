@@ -366,6 +366,12 @@ def rank_suspects(baseline: Sequence[float | None], suspects: Mapping[str, Seque
             reason = (f"no culprit: {c.variant} changes {metric} significantly ({fmt_pct(c.rel, signed=True)}, "
                       f"Holm-adjusted p = {c.p_adjusted:.2g}) but {why}")
         else:
-            reason = (f"no suspect changes {metric} significantly beyond the noise floor (largest: {top.variant} "
-                      f"{fmt_pct(top.rel, signed=True)}, Holm-adjusted p = {top.p_adjusted:.2g})")
+            worse = [c for c in ranked if c.significant]  # significant, and none better: they make it worse
+            if worse:
+                reason = (f"no suspect improves {metric} significantly beyond the noise floor; significantly worse: "
+                          + ", ".join(f"{c.variant} {fmt_pct(c.rel, signed=True)} (Holm-adjusted p = "
+                                      f"{c.p_adjusted:.2g})" for c in worse))
+            else:
+                reason = (f"no suspect changes {metric} significantly beyond the noise floor (largest: {top.variant} "
+                          f"{fmt_pct(top.rel, signed=True)}, Holm-adjusted p = {top.p_adjusted:.2g})")
     return Ranking(comparisons=ranked, culprit=culprit, reason=reason, statement=family.statement)

@@ -74,4 +74,4 @@ def test_a_triage_that_never_ranked_has_no_verdict_and_one_that_did_names_or_nul
     # a null culprit without a ranking (results written before an unranked triage left the key out) compared nothing
     assert get("triage").summary_line(unnamed) == " no culprit named, nothing compared"
     none_named = Result(metrics=Metrics(culprit=None, ranking=["a"], reason="no suspect changes toks_per_s"))
-    assert get("triage").summary_line(none_named) == " no culprit (no suspect significant)"
+    assert get("triage").summary_line(none_named) == " no culprit (no suspect improves it significantly)"

@@ -206,7 +206,7 @@ class Triage(TrainerKind):
             return f" culprit: {m.culprit} ({fmt_pct(finite(s.effect), signed=True)} tokens/s)"
         if compared_nothing(m):
             return " no culprit named, nothing compared" if m.reason else ""
-        return " no culprit (no suspect significant)"
+        return " no culprit (no suspect improves it significantly)"  # one may make it significantly worse
 
     def blocks(self, result: Result) -> list[Block]:
         """The configuration's tokens/s, one row per suspect in ranking order (the culprit marked), the culprit."""

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from nsa.training.comm_count import ddp_hook
 from nsa.training.outputs import NODE_ENV_PREFIXES, NODE_NAME_VARS
@@ -204,6 +204,18 @@ def wrap_fsdp(model: nn.Module, reshard_after_forward: bool = True) -> nn.Module
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
     fully_shard(model, mesh=mesh)
     return model
+
+
+def reshard_fsdp(model: nn.Module) -> None:
+    """Free the gathered parameters of every FSDP2 module of `model` (nothing for a model without any). A forward
+    outside autograd (evaluation under no_grad) leaves some of them gathered, since only a backward reshards what
+    forward does not: the root (FSDP2 never reshards it after forward) and, with reshard_after_forward=False, every
+    block. Left so, the next training step would skip their all-gathers (its collectives then differ from the
+    strategy's byte model, nsa.training.comm_model, and summary.json says the model DIFFERS) and their full
+    parameters would stay in memory until that step's backward."""
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
 
 
 def all_reduce_sum(values: list[float], info: DistInfo, counter=None) -> list[float]:

@@ -669,6 +669,8 @@ class Trainer:
                 inputs, targets = self.eval_source.next_batch()
                 total += float(self._loss(inputs.to(self.device), targets.to(self.device)))
         self.model.train()
+        if self.parallel == "fsdp":  # as a training step leaves them: sharded (distributed.reshard_fsdp says why)
+            distributed.reshard_fsdp(self.net)
         self.eval_source.reset()
         (summed,) = distributed.all_reduce_sum([total], self.info)
         val = summed / (tc.eval_batches * self.info.world_size)

@@ -12,7 +12,10 @@ arm named in --baseline (the first of its names present) against each other arm,
 forward, backward and forward + backward. A choice is "faster in every round" when its forward + backward median is
 below the baseline's in each round it ran (the rule next_run.sh states for making it the default; the numerics and
 memcheck steps are the other half of that rule: their exits are listed below the table). A round with an arm
-missing or failed makes the comparison "incomplete". Nothing is decided from one round.
+missing or failed makes the comparison "incomplete", and so does a comparison of fewer than two rounds (a round
+skipped for time leaves no file): nothing is decided from one round. The verdict compares the same mode in every
+round (forward + backward, or the forward where a round has no backward); a median that is not a positive finite
+time is no figure ("-"), never a ratio.
 
 Each folder's log.txt (or the one beside it, next_run.sh's $OUT/log.txt) gives the steps' exits: every step that
 did not exit 0, and every step skipped for time, is listed.
@@ -33,8 +36,8 @@ STEP_SKIPPED = re.compile(r"^\[\d+s\] SKIPPED (?P<step>\S+): (?P<why>.*)$")
 
 
 def medians(path: Path) -> dict | None:
-    """{mode: median ms} of a bench_attention JSON's one timed case, or None when it holds no timed case (a case
-    that failed, or a file that is not one)."""
+    """{mode: median ms} of a bench_attention JSON's one timed case (None for a median that is not a positive
+    finite time), or None when it holds no timed case (a case that failed, or a file that is not one)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -43,7 +46,17 @@ def medians(path: Path) -> dict | None:
         if isinstance(data, dict) else []
     if len(cases) != 1:
         return None
-    return {mode: stats["median"] * 1e3 for mode, stats in cases[0]["times_s"].items() if mode in MODES}
+    out = {}
+    for mode, stats in cases[0]["times_s"].items():
+        if mode in MODES:  # a median outside its physical range is kept as None: no figure, never a ratio
+            value = stats.get("median") if isinstance(stats, dict) else None
+            out[mode] = value * 1e3 if _is_time(value) else None
+    return out
+
+
+def _is_time(value) -> bool:
+    """A median in seconds within its physical range: a finite number above 0."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
 
 
 def comparisons(folder: Path, baselines: tuple[str, ...]) -> list[dict]:
@@ -64,11 +77,15 @@ def comparisons(folder: Path, baselines: tuple[str, ...]) -> list[dict]:
             per_round = []
             for r in rounds:
                 a, b = arms[arm].get(r), arms[base].get(r)
-                ratio = {m: a[m] / b[m] for m in MODES if a and b and m in a and m in b and b[m] > 0}
+                ratio = {m: a[m] / b[m] for m in MODES if a and b and a.get(m) and b.get(m)}
                 per_round.append({"round": r, "baseline_ms": b, "choice_ms": a, "ratio": ratio})
-            ratios = [p["ratio"].get("fwdbwd", p["ratio"].get("fwd")) for p in per_round]
-            if not per_round or any(x is None for x in ratios):
-                verdict = "incomplete"
+            # one mode in every round: forward + backward where any file of the comparison times a backward,
+            # else (forward-only paths) the forward
+            timed = [ms for p in per_round for ms in (p["baseline_ms"], p["choice_ms"]) if ms]
+            mode = "fwdbwd" if any("fwdbwd" in ms for ms in timed) else "fwd"
+            ratios = [p["ratio"].get(mode) for p in per_round]
+            if len(per_round) < 2 or any(x is None for x in ratios):
+                verdict = "incomplete"  # a round missing or failed, or one round only: nothing decided
             elif all(x < 1 for x in ratios):
                 verdict = "faster in every round"
             elif all(x > 1 for x in ratios):
@@ -95,7 +112,7 @@ def step_problems(folder: Path) -> list[str]:
 
 
 def _ms(ms: dict | None, mode: str) -> str:
-    return f"{ms[mode]:.3f}" if ms and mode in ms else "-"
+    return f"{ms[mode]:.3f}" if ms and ms.get(mode) is not None else "-"
 
 
 def _ratio(ratio: dict, mode: str) -> str:

@@ -6,8 +6,11 @@ with --topk-ab, the two top-n_sel choices of the block selection side by side in
     python benchmarks/bench_selection.py ... --dry-run     # check the options and print the lengths, run nothing
 
 The range builders belong to the PyTorch kernels (the Triton path reads block indices), so the layer runs
-kernel="torch". Both builders are checked to give identical ranges before anything is timed. Ratios are v1 time /
-v2 time, measured in the same process. --topk-choice sets nsa.attention.selection.TOPK_CHOICE for the layer.
+kernel="torch". Both builders are checked to give identical ranges before anything is timed. v1 and v2 are timed
+alternately (the order reversed every round) after one warm-up call each; ratios are v1 time / v2 time, the ratio of
+the medians (the JSON's figures), and the min / median / max of the rounds' ratios are printed beside the min /
+median / max times. --topk-choice sets nsa.attention.selection.TOPK_CHOICE for the layer. The command that
+reproduces the figures is printed first.
 
 --topk-ab (issue 31 item 2.2): nsa.attention.selection.TOPK_CHOICES "sort" (a full sort of every row) against
 "topk" (packed int64 keys + torch.topk) at the m7c shape (B 1, H 12, G 2, d_k 64, l 32, d 16, l_sel 64, n_sel 16,
@@ -15,13 +18,15 @@ bf16 on cuda; fp32 under TRITON_INTERPRET=1 on cpu, small S only): (1) the Trito
 select_blocks(method="tiled") under each choice (importance kernel + sort vs the keys kernel + topk), its lse the
 compressed branch's forward; (2) choose_blocks alone (the PyTorch path) on that importance. The blocks of both
 choices are checked equal before anything is timed (a difference exits 1). Timed alternately, the order swapped
-each round (sort, topk, topk, sort, ...), medians of --repeats calls each, after one warm-up call each; ratio =
-topk / sort (below 1: topk faster). A GPU result, like any timing, is only evidence on a quiet machine.
+each round (sort, topk, topk, sort, ...), --repeats calls each, after one warm-up call each; min / median / max
+of each, ratio = topk / sort of the medians (below 1: topk faster) and the min / median / max of the rounds' ratios
+(the JSON's *_ratio_min / *_ratio_max per S). A GPU result, like any timing, is only evidence on a quiet machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import statistics
 import sys
 import time
@@ -38,25 +43,12 @@ from nsa import NSAAttention, NSAConfig  # noqa: E402
 from nsa.attention.selection import RANGE_BUILDERS  # noqa: E402
 
 
-def timed(fn, device: str, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 TOPK_SHAPE = dict(b=1, h=12, g=2, d_k=64, l=32, d=16, l_sel=64, n_sel=16)  # the m7c model's selection
 
 
 def _alternated(fns: dict, device: str, repeats: int) -> dict:
-    """Median seconds of each fn, called alternately (the order reversed every round) after one warm-up each."""
+    """Seconds of each fn's calls, {name: [one per round]}: called alternately (the order reversed every round)
+    after one warm-up each."""
     for fn in fns.values():
         fn()
     times = {name: [] for name in fns}
@@ -70,7 +62,27 @@ def _alternated(fns: dict, device: str, repeats: int) -> dict:
             if device == "cuda":
                 torch.cuda.synchronize()
             times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
+
+
+def _figures(times: dict, a: str, b: str) -> dict:
+    """From _alternated's times: min / median / max seconds of each of a and b, b / a of the medians ("ratio") and
+    the min / median / max of the rounds' b / a ("ratio_min", "ratio_rounds_median", "ratio_max")."""
+    rounds = [tb / ta for ta, tb in zip(times[a], times[b])]
+    out = {name: {"min": min(times[name]), "median": statistics.median(times[name]), "max": max(times[name])}
+           for name in (a, b)}
+    out.update(ratio=out[b]["median"] / out[a]["median"], ratio_min=min(rounds),
+               ratio_rounds_median=statistics.median(rounds), ratio_max=max(rounds))
+    return out
+
+
+def _triple(t: dict) -> str:
+    """min/median/max seconds as ms."""
+    return f"{t['min'] * 1e3:.3f}/{t['median'] * 1e3:.3f}/{t['max'] * 1e3:.3f}"
+
+
+def _ratios(f: dict) -> str:
+    return f"{f['ratio']:.3f} (rounds {f['ratio_min']:.3f}/{f['ratio_rounds_median']:.3f}/{f['ratio_max']:.3f})"
 
 
 def topk_ab(args) -> int:
@@ -85,10 +97,8 @@ def topk_ab(args) -> int:
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     saved = selection.TOPK_CHOICE
     rows = []
-    print(f"top-n_sel choices sort vs topk, {c}, {dtype}, device={args.device}, medians of {args.repeats} "
-          "alternated calls (ms)")
-    print(f"{'S':>6} | {'tiled sort':>10} {'tiled topk':>10} {'topk/sort':>9} | {'choose sort':>11} "
-          f"{'choose topk':>11} {'topk/sort':>9}")
+    print(f"top-n_sel choices sort vs topk, {c}, {dtype}, device={args.device}, {args.repeats} alternated calls "
+          "each: ms min/median/max; topk/sort of the medians (the rounds' topk/sort min/median/max)")
     try:
         for s in [int(x) for x in args.seq_lens.split(",")]:
             gen = torch.Generator().manual_seed(s)
@@ -119,15 +129,22 @@ def topk_ab(args) -> int:
             if not torch.equal(choose["sort"](), choose["topk"]()):
                 print(f"S={s}: choose_blocks differs between sort and topk", file=sys.stderr)
                 return 1
-            t_tiled = _alternated({name: tiled(name) for name in ("sort", "topk")}, args.device, args.repeats)
-            t_choose = _alternated(choose, args.device, args.repeats)
-            del imp
-            row = {"seq_len": s, "tiled_sort_ms": t_tiled["sort"] * 1e3, "tiled_topk_ms": t_tiled["topk"] * 1e3,
-                   "tiled_ratio": t_tiled["topk"] / t_tiled["sort"], "choose_sort_ms": t_choose["sort"] * 1e3,
-                   "choose_topk_ms": t_choose["topk"] * 1e3, "choose_ratio": t_choose["topk"] / t_choose["sort"]}
+            f_tiled = _figures(_alternated({name: tiled(name) for name in ("sort", "topk")}, args.device,
+                                           args.repeats), "sort", "topk")
+            f_choose = _figures(_alternated(choose, args.device, args.repeats), "sort", "topk")
+            imp = None  # frees the importance before the next S (choose holds it only through this name)
+            row = {"seq_len": s}
+            for what, f in (("tiled", f_tiled), ("choose", f_choose)):
+                for name in ("sort", "topk"):
+                    row.update({f"{what}_{name}_ms": f[name]["median"] * 1e3,
+                                f"{what}_{name}_ms_min": f[name]["min"] * 1e3,
+                                f"{what}_{name}_ms_max": f[name]["max"] * 1e3})
+                row.update({f"{what}_ratio": f["ratio"], f"{what}_ratio_min": f["ratio_min"],
+                            f"{what}_ratio_max": f["ratio_max"]})
             rows.append(row)
-            print(f"{s:>6} | {row['tiled_sort_ms']:10.3f} {row['tiled_topk_ms']:10.3f} {row['tiled_ratio']:9.3f} | "
-                  f"{row['choose_sort_ms']:11.3f} {row['choose_topk_ms']:11.3f} {row['choose_ratio']:9.3f}")
+            print(f"S {s}: tiled sort {_triple(f_tiled['sort'])} topk {_triple(f_tiled['topk'])} topk/sort "
+                  f"{_ratios(f_tiled)} | choose_blocks sort {_triple(f_choose['sort'])} topk "
+                  f"{_triple(f_choose['topk'])} topk/sort {_ratios(f_choose)}")
     finally:
         selection.TOPK_CHOICE = saved
     if args.json:
@@ -167,6 +184,7 @@ def main(argv=None) -> int:
                 f"the range builders v1 and v2 and the layer's forward under each (top-n_sel {args.topk_choice})")
         print(f"{what} at S {', '.join(map(str, seq_lens))} on {args.device}, {args.repeats} repeats")
         return 0
+    print("reproduce: python benchmarks/bench_selection.py " + shlex.join(sys.argv[1:] if argv is None else argv))
     if args.topk_ab:
         return topk_ab(args)
     from nsa.attention import selection
@@ -176,8 +194,8 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     base = NSAAttention(NSAConfig(**SHAPE, kernel="torch")).to(args.device)
     print(f"selection ranges v1 vs v2, B=1 {SHAPE}, device={args.device}")
-    print(f"{'S':>6} | {'v1 ranges ms':>12} {'v2 ranges ms':>12} {'v1/v2':>8} | {'fwd v1 ms':>9} {'fwd v2 ms':>9} "
-          f"{'v1/v2':>6}")
+    print(f"{args.repeats} alternated calls each: ms min/median/max; v1/v2 of the medians (the rounds' v1/v2 "
+          "min/median/max)")
     for s in seq_lens:
         x = torch.randn(1, s, SHAPE["dim"], device=args.device)
         blocks = base.selected_blocks(x)
@@ -186,19 +204,21 @@ def main(argv=None) -> int:
         if not torch.equal(v1, v2):
             print(f"S={s}: v1 and v2 ranges differ", file=sys.stderr)
             return 1
-        t1 = timed(lambda: RANGE_BUILDERS["v1"](blocks, pos, base.cfg.l_sel), args.device, args.repeats)
-        t2 = timed(lambda: RANGE_BUILDERS["v2"](blocks, pos, base.cfg.l_sel), args.device, args.repeats)
-        fwd = {}
+        ranges = _figures(_alternated({sel: (lambda sel=sel: RANGE_BUILDERS[sel](blocks, pos, base.cfg.l_sel))
+                                       for sel in ("v2", "v1")}, args.device, args.repeats), "v2", "v1")
+        layers = {}
         for sel in ("v1", "v2"):
-            layer = NSAAttention(NSAConfig(**SHAPE, selection=sel, kernel="torch")).to(args.device)
-            layer.load_state_dict(base.state_dict())
-            with torch.no_grad():
-                fwd[sel] = timed(lambda: layer(x), args.device, args.repeats)
-        print(f"{s:>6} | {t1 * 1e3:12.2f} {t2 * 1e3:12.2f} {t1 / t2:8.1f} | {fwd['v1'] * 1e3:9.1f} "
-              f"{fwd['v2'] * 1e3:9.1f} {fwd['v1'] / fwd['v2']:6.2f}")
-        rows.append({"seq_len": s, "ranges_v1_ms": t1 * 1e3, "ranges_v2_ms": t2 * 1e3, "ranges_speedup": t1 / t2,
-                     "forward_v1_ms": fwd["v1"] * 1e3, "forward_v2_ms": fwd["v2"] * 1e3,
-                     "forward_speedup": fwd["v1"] / fwd["v2"]})
+            layers[sel] = NSAAttention(NSAConfig(**SHAPE, selection=sel, kernel="torch")).to(args.device)
+            layers[sel].load_state_dict(base.state_dict())
+        with torch.no_grad():
+            fwd = _figures(_alternated({sel: (lambda sel=sel: layers[sel](x)) for sel in ("v2", "v1")}, args.device,
+                                       args.repeats), "v2", "v1")
+        print(f"S {s}: ranges v1 {_triple(ranges['v1'])} v2 {_triple(ranges['v2'])} v1/v2 {_ratios(ranges)} | "
+              f"forward v1 {_triple(fwd['v1'])} v2 {_triple(fwd['v2'])} v1/v2 {_ratios(fwd)}")
+        rows.append({"seq_len": s, "ranges_v1_ms": ranges["v1"]["median"] * 1e3,
+                     "ranges_v2_ms": ranges["v2"]["median"] * 1e3, "ranges_speedup": ranges["ratio"],
+                     "forward_v1_ms": fwd["v1"]["median"] * 1e3, "forward_v2_ms": fwd["v2"]["median"] * 1e3,
+                     "forward_speedup": fwd["ratio"]})
     if args.json:
         import json
 

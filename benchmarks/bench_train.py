@@ -148,12 +148,20 @@ def fmt(value, spec: str) -> str:
 
 
 def summarize(runs: list[dict]) -> dict:
-    """One row from the repeats of a case: min / median / max of the runs' mean tokens/s, the median run's rest."""
+    """One row from the repeats of a case: min / median / max of the runs' mean tokens/s; the figures derived from
+    tokens/s (per rank, TFLOP/s, MFU) from that median, so that a row's figures agree (with an even number of runs
+    the median is between two runs, and no run's own figures are the median's); the peak memory the largest of the
+    runs', the step stdev the median of the runs'; the rest (loss, wall time, csv) the middle run's."""
     runs = sorted(runs, key=lambda r: r["toks_per_s"])
     mid = runs[len(runs) // 2]
     tps = [r["toks_per_s"] for r in runs]
-    return {**mid, "runs": len(runs), "toks_per_s": statistics.median(tps), "toks_per_s_min": min(tps),
-            "toks_per_s_max": max(tps)}
+    median = statistics.median(tps)
+    scale = median / mid["toks_per_s"] if mid["toks_per_s"] else 0.0
+    return {**mid, "runs": len(runs), "toks_per_s": median, "toks_per_s_min": min(tps), "toks_per_s_max": max(tps),
+            "toks_per_s_per_rank": median / mid["ranks"], "achieved_tflops": mid["achieved_tflops"] * scale,
+            "mfu": None if mid.get("mfu") is None else mid["mfu"] * scale,
+            "peak_mem_gb": max(r["peak_mem_gb"] for r in runs),
+            "toks_per_s_stdev": statistics.median(r["toks_per_s_stdev"] for r in runs)}
 
 
 def table(results: list[dict]) -> str:

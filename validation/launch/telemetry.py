@@ -198,8 +198,11 @@ class HostProbe:
     plus (a Slurm job whose nodes share one machine) every process whose environment carries `job` (("SLURM_JOB_ID",
     "123")). Their CPU is counted from each process's own time and the time of the children it waited for, so that
     a short-lived child (a compiler, a rank that ended) counts as the run's even after it is gone: a child reaped by
-    one of the run's processes adds to that parent's children time; only what a child used after the last sample
-    and before it was reaped by a process outside the run is lost, which counts it as another's (never the reverse).
+    one of the run's processes adds to that parent's children time (a child and the parent that reaped it both gone
+    since the last sample, a rank and its agent: to the children time of the nearest ancestor still here, where what
+    each had used at the last sample is taken off once, never counted twice); only what a child used after the last
+    sample and before it was reaped by a process outside the run is lost, which counts it as another's (never the
+    reverse).
     The others' CPU is the machine's total less the run's, so that processes that live less than a sample (a build's
     compiler jobs) count in full."""
 
@@ -209,9 +212,9 @@ class HostProbe:
         self.ncpu = int(ncpu or os.cpu_count() or 1)
         self._prev: tuple[float, int, int] | None = None  # (monotonic time, busy ticks, steal ticks)
         self._own: dict[tuple[int, int], tuple[int, int, int]] = {}  # (pid, start) -> (user_sys, children, ppid)
-        self._all: dict[tuple[int, int], int] = {}  # (pid, start) -> user_sys of every process, for naming others
+        self._all: dict[tuple[int, int], int] = {}  # (pid, start) -> user_sys of every process at the last sample:
+        #                                             for naming others, and what is new since (not in it)
         self._members: dict[tuple[int, int], bool] = {}  # (pid, start) -> carries `job` (read once per process)
-        self._boot_ticks: float | None = None
 
     def _own_pids(self, table: dict[int, ProcStat]) -> set[int]:
         # zombies too: a child that has exited but is not yet reaped still holds its CPU time, which its parent's
@@ -229,17 +232,8 @@ class HostProbe:
                     own.add(pid)
         return own
 
-    def _since_boot(self) -> float | None:
-        """Ticks since boot now (to tell a process started since the last sample)."""
-        try:
-            with open("/proc/uptime", "rb") as f:
-                return float(f.read().split()[0]) * _CLK_TCK
-        except (OSError, ValueError, IndexError):
-            return None
-
     def sample(self, table: dict[int, ProcStat]) -> dict[str, Any]:
         now, ticks = time.monotonic(), _cpu_ticks()
-        boot_now = self._since_boot()
         own_pids = self._own_pids(table)
         own = {(p, table[p].start): (table[p].user_sys, table[p].children, table[p].ppid) for p in own_pids}
         out: dict[str, Any] = {"ncpu": self.ncpu, "host_cpu_pct": None, "other_cpu_pct": None, "steal_pct": None,
@@ -247,47 +241,58 @@ class HostProbe:
         if ticks is not None and self._prev is not None and now > self._prev[0]:
             dt = now - self._prev[0]
             busy, steal = ticks[0] - self._prev[1], ticks[1] - self._prev[2]
-            used = self._own_delta(own, boot_now)
+            used = self._own_delta(own, {(p, st.start) for p, st in table.items()})
             others = max(busy - used, 0)
             scale = 100.0 / _CLK_TCK / dt
             out.update(host_cpu_pct=round(busy * scale, 1), other_cpu_pct=round(others * scale, 1),
                        steal_pct=round(max(steal, 0) * scale, 1))
             if others * scale >= 100.0 * OTHER_CPU_SLACK_CORES:
-                out["other_top"] = self._top_others(table, own_pids, boot_now, scale)
+                out["other_top"] = self._top_others(table, own_pids, scale)
         self._all = {(p, st.start): st.user_sys for p, st in table.items()}
-        self._own, self._boot_ticks = own, boot_now
+        self._own = own
         if ticks is not None:
             self._prev = (now, ticks[0], ticks[1])
         return out
 
-    def _new(self, start: int, boot_now: float | None) -> bool:
-        """Whether a process that started at `start` (ticks since boot) started after the last sample."""
-        return self._boot_ticks is not None and start >= self._boot_ticks - 1
+    def _new(self, key: tuple[int, int]) -> bool:
+        """Whether the process `key` (pid, start) started since the last sample: it was not in the last sample's
+        table. (Not its start time against the clock read after that table: a process started while the table was
+        read, missing from it, started before that reading and would never count its first period.)"""
+        return bool(self._all) and key not in self._all
 
-    def _own_delta(self, own: dict, boot_now: float | None) -> int:
-        """Ticks the run's processes used since the last sample (see the class docstring)."""
-        gone: dict[int, int] = {}  # ppid -> what its children that are gone had used at the last sample
-        for key, (us, ch, ppid) in self._own.items():
-            if key not in own:
-                gone[ppid] = gone.get(ppid, 0) + us + ch
+    def _own_delta(self, own: dict, present: set[tuple[int, int]]) -> int:
+        """Ticks the run's processes used since the last sample (see the class docstring); `present`: the (pid,
+        start) of every process now, to tell one that exited (and was reaped) from one that left the run's tree."""
+        # a process of the run that exited since the last sample: its time is now in the children time of the one
+        # that reaped it, its parent, or, when the parent exited too (a rank and the agent that waited for it), the
+        # nearest of its ancestors still here; what it had used at the last sample is taken off there, once
+        alive = {pid for pid, _ in own}
+        exited = {key: ppid for key, (_, _, ppid) in self._own.items() if key not in own and key not in present}
+        parent_of = {pid: ppid for (pid, _), ppid in exited.items()}
+        gone: dict[int, int] = {}  # pid -> what its descendants that are gone had used at the last sample
+        for key, ppid in exited.items():
+            hops = 0
+            while ppid not in alive and ppid in parent_of and hops < len(parent_of):
+                ppid, hops = parent_of[ppid], hops + 1
+            us, ch, _ = self._own[key]
+            gone[ppid] = gone.get(ppid, 0) + us + ch
         used = 0
         for key, (us, ch, _) in own.items():
             before = self._own.get(key)
             if before is not None:
                 used += max(us - before[0], 0) + max(ch - before[1] - gone.get(key[0], 0), 0)
-            elif self._new(key[1], boot_now):
+            elif self._new(key):
                 used += us + ch
         return used
 
-    def _top_others(self, table: dict[int, ProcStat], own_pids: set[int], boot_now: float | None,
-                    scale: float) -> str:
+    def _top_others(self, table: dict[int, ProcStat], own_pids: set[int], scale: float) -> str:
         """The busiest other processes since the last sample: "python3[4242] 98%; cc1[77] 12%"."""
         busy = []
         for pid, st in table.items():
             if pid in own_pids:
                 continue
             before = self._all.get((pid, st.start))
-            used = st.user_sys - before if before is not None else (st.user_sys if self._new(st.start, boot_now)
+            used = st.user_sys - before if before is not None else (st.user_sys if self._new((pid, st.start))
                                                                      else 0)
             if used > 0:
                 busy.append((used, pid, st.comm))

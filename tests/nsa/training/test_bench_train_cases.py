@@ -40,7 +40,9 @@ def test_cases_alternate_variants_and_size_long_contexts():
 
 def _run(case, model, variant, rep, tps, seq=2048, mode="graphs"):
     return {"case": case, "ranks": 1, "model": model, "mode": mode, "variant": variant, "seq_len": seq, "batch": 8,
-            "repeat": rep, "toks_per_s": tps, "attention_kernel": "k"}
+            "repeat": rep, "toks_per_s": tps, "attention_kernel": "k",  # and the figures collect() derives:
+            "toks_per_s_stdev": 0.0, "toks_per_s_per_rank": tps, "achieved_tflops": 1e-3 * tps, "mfu": None,
+            "peak_mem_gb": 1.0}
 
 
 def test_ab_lines_pair_the_runs_of_each_repeat():

@@ -25,17 +25,17 @@ ROPE_IMPLS = ("reference", "fused")  # what NSAConfig.rope ("auto" | one of thes
 QUALIFIED_ROPE = "reference"
 
 
-def inv_frequencies(width: int, theta: float, device=None) -> torch.Tensor:
-    """The rotation frequencies 1 / theta^(2j / width), j < width / 2, fp32 (the angle of position p is p * this)."""
-    return 1.0 / (theta ** (torch.arange(0, width, 2, device=device, dtype=torch.float32) / width))
+def inv_frequencies(width: int, theta: float, device=None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The rotation frequencies 1 / theta^(2j / width), j < width / 2, in `dtype` (fp32; float64 for a float64 x):
+    the angle of position p is p * this."""
+    return 1.0 / (theta ** (torch.arange(0, width, 2, device=device, dtype=dtype) / width))
 
 
 def rope_angles(positions: torch.Tensor, width: int, theta: float,
                 dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin of shape [len(positions), width] for integer positions, computed in `dtype` (fp32, or float64 for a
     float64 x)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, width, 2, device=positions.device, dtype=dtype) / width))
-    angles = positions.to(dtype).unsqueeze(-1) * inv_freq
+    angles = positions.to(dtype).unsqueeze(-1) * inv_frequencies(width, theta, positions.device, dtype)
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos(), angles.sin()
 

@@ -23,8 +23,13 @@ from nsa.attention.cost_model import Peaks
 # SMs x 16 MUFU ex2 a clock per SM x the clock the dense bf16 peak implies (bf16 TFLOP/s / (SMs x tensor FLOPs a
 # clock per SM)): H100 SXM and H200 132 x 16 x 1.83 GHz = 3.86 T/s, H100 PCIe 114 x 16 x 1.62 GHz = 2.95 T/s,
 # A100 108 x 16 x 1.41 GHz = 2.44 T/s. None: not known here (those devices' roofline says "peak unknown").
+# The NVL parts (H100 NVL, H200 NVL: 132 SMs held to a lower clock by their power limit) have their own, lower
+# peaks: 835.5 dense bf16 TFLOP/s (1,671 sparse), 60 fp32, HBM 3.9 (H100 NVL) and 4.8 TB/s (H200 NVL), exponentials
+# 132 x 16 x 1.545 GHz = 3.26 T/s; read as an SXM part they would get 989.4 and understate their MFU by 16%.
 DEVICE_PEAKS = (
     ("H100 PCIe", 756.0, 51.0, 2.0, 114 * 16 * 1.62e-3),
+    ("H100 NVL", 835.5, 60.0, 3.9, 132 * 16 * 1.545e-3),
+    ("H200 NVL", 835.5, 60.0, 4.8, 132 * 16 * 1.545e-3),
     ("H100", 989.4, 66.9, 3.35, 132 * 16 * 1.83e-3),
     ("GH200", 989.4, 66.9, 4.9, 132 * 16 * 1.83e-3),
     ("H200", 989.4, 66.9, 4.8, 132 * 16 * 1.83e-3),

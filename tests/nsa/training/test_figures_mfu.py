@@ -40,9 +40,20 @@ def test_another_model_whose_name_extends_a_listed_one_is_unknown_not_that_one(m
     ("NVIDIA GH200 480GB", 989.4), ("NVIDIA H200", 989.4), ("NVIDIA A100-SXM4-80GB", 312.0),
     ("NVIDIA A100-SXM4-40GB", 312.0), ("NVIDIA A100 80GB PCIe", 312.0), ("NVIDIA A10G", 70.0),
     ("Tesla V100-SXM2-16GB", 125.0), ("NVIDIA B200", 2250.0),
+    ("NVIDIA H100 NVL", 835.5), ("NVIDIA H200 NVL", 835.5),  # power-limited parts, not the SXM peak
 ])
 def test_listed_devices_keep_their_peaks(monkeypatch, name, bf16):
     assert _peak(monkeypatch, name) == pytest.approx(bf16 * 1e12)
+
+
+def test_nvl_parts_have_their_own_bandwidth_and_exp_rate():
+    # data sheets: H100 NVL 3.9 TB/s, H200 NVL 4.8 TB/s; exponentials at the clock the dense peak implies
+    # (835.5e12 / (132 SMs x 4,096 tensor FLOPs a clock) = 1.545 GHz, 16 a clock per SM)
+    for name, hbm in [("NVIDIA H100 NVL", 3.9e12), ("NVIDIA H200 NVL", 4.8e12)]:
+        peaks = roofline_peaks(name)
+        assert peaks.bytes == pytest.approx(hbm), name
+        assert peaks.exps == pytest.approx(132 * 16 * 835.5e12 / (132 * 4096), rel=1e-3), name
+        assert peaks.flops == pytest.approx(835.5e12), name
 
 
 def _tiny(**changes) -> ModelConfig:

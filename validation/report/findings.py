@@ -88,13 +88,15 @@ def comparison_rows(comps: list[dict]) -> list[dict]:
 
 
 def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) -> dict:
-    """The report's conclusion: {"verdict", "passed", "failed" (sentences naming the steps and criteria), "next"
-    (the next action, one sentence)}."""
+    """The report's conclusion: {"verdict", "passed", "failed" (what failed), "open" (what neither passed nor failed:
+    steps that did not finish or were skipped, criteria that only warned; "" when none), each a sentence naming the
+    steps and criteria, and "next" (the next action, one sentence)}."""
     run = read_run(results)
     statuses = {n: s.status for n, s in run.steps.items() if s is not None}
     passed = sorted(n for n, s in statuses.items() if s == "passed")
     failed = sorted(n for n, s in statuses.items() if s in FAILED_STATUSES)
     unfinished = sorted(n for n, s in statuses.items() if s in ("interrupted", "pending", "running"))
+    skipped = sorted(n for n, s in statuses.items() if s == "skipped")
     crits = run.acceptance
     crit_failed = [str(c.name) for c in crits if c.status in ("fail", "error")]
     crit_warn = [str(c.name) for c in crits if c.status == "warn"]
@@ -105,13 +107,17 @@ def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) 
     failed_parts = []
     if failed:
         failed_parts.append(f"{plural(len(failed), 'step')} failed ({', '.join(failed)})")
-    if unfinished:
-        failed_parts.append(f"{plural(len(unfinished), 'step')} did not finish ({', '.join(unfinished)})")
     if crit_failed:
         failed_parts.append(f"{plural(len(crit_failed), 'criterion', 'criteria')} failed ({', '.join(crit_failed)})")
-    if crit_warn:
-        failed_parts.append(f"{plural(len(crit_warn), 'warning')} ({', '.join(crit_warn)})")
     failed_text = "; ".join(failed_parts) or "nothing failed"
+    # what neither passed nor failed: steps that did not finish or did not run, criteria that only warn
+    open_parts = []
+    if unfinished:
+        open_parts.append(f"{plural(len(unfinished), 'step')} did not finish ({', '.join(unfinished)})")
+    if skipped:
+        open_parts.append(f"{plural(len(skipped), 'step')} skipped ({', '.join(skipped)})")
+    if crit_warn:
+        open_parts.append(f"{plural(len(crit_warn), 'criterion', 'criteria')} only warned ({', '.join(crit_warn)})")
     warns = [p for p in problems if p.get("severity") == "WARN"]
     if failed or crit_failed:
         first = (failed or [None])[0]
@@ -131,7 +137,8 @@ def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) 
         nxt = "use the settings under Recommendations; nothing else is open"
     if finding and finding.get("record") and not (failed or crit_failed):
         nxt += f"; the setting that mattered most here: {finding['record']['with']} (step `{finding['step']}`)"
-    return {"verdict": verdict, "passed": passed_text, "failed": failed_text, "next": nxt}
+    return {"verdict": verdict, "passed": passed_text, "failed": failed_text, "open": "; ".join(open_parts),
+            "next": nxt}
 
 
 def _cut_off(run: Run) -> bool:

@@ -126,6 +126,32 @@ def test_the_conclusion_names_what_passed_what_failed_and_the_next_action(result
     assert "## Conclusion" in md and "**NO-GO.** Passed: " in md and "Next: fix what failed" in md
 
 
+def test_the_conclusion_keeps_what_did_not_finish_or_only_warned_out_of_failed(results):
+    """An interrupted step, a skipped step and a criterion that only warned neither passed nor failed: the conclusion
+    lists them under Open, and Failed says nothing failed."""
+    res = _with_prefill(results)
+    for crit in res["acceptance"]:
+        crit["status"] = "pass"
+    res["acceptance"][0]["status"] = "warn"
+    warned = res["acceptance"][0]["name"]
+    names = sorted(res["steps"])
+    for name in names:
+        res["steps"][name]["status"] = "passed"
+    res["steps"][names[0]]["status"] = "interrupted"
+    res["steps"][names[1]]["status"] = "skipped"
+    res["verdict"] = "INCOMPLETE"
+    c = build_view(res)["conclusion"]
+    assert c["failed"] == "nothing failed"
+    assert f"1 step did not finish ({names[0]})" in c["open"] and f"1 step skipped ({names[1]})" in c["open"]
+    assert f"1 criterion only warned ({warned})" in c["open"]
+    md = render(res, "md")
+    assert f"Failed: nothing failed. Open: 1 step did not finish ({names[0]})" in md
+    res["steps"][names[0]]["status"] = res["steps"][names[1]]["status"] = "passed"
+    res["acceptance"][0]["status"] = "pass"
+    res["verdict"] = "GO"
+    assert build_view(res)["conclusion"]["open"] == "" and "Open:" not in render(res, "md")
+
+
 def test_git_branch_and_dirty_flag_are_recorded_and_shown(tmp_path, results):
     from validation.launch.environment import git_state
 

@@ -91,3 +91,33 @@ def test_a_slurm_snapshot_returns_every_nodes_record_and_fails_short_of_a_node(t
     ctx.launches = []  # in-process only: passed, its problems the reason
     alone = get("snapshot").run(None, ctx)
     assert (alone.status, alone.reason, alone.metrics.nodes) == ("passed", "nvidia-smi not found", [])
+
+
+def test_a_node_whose_snapshot_is_cut_off_or_missing_has_not_snapshotted_itself(tmp_path, monkeypatch):
+    """Two nodes of two left a directory, but one's environment.json is cut off and the other's missing: neither is
+    counted (0 of 2), the step fails naming each node and what is wrong, and nothing of theirs joins the
+    environment."""
+    from types import SimpleNamespace
+
+    from validation.kinds import snapshot
+    from validation.launch.spec import LaunchResult, LaunchSpec
+
+    monkeypatch.setattr(snapshot.environment, "snapshot", lambda step_dir, cwd, timeout_s: ({"git_sha": "abc"}, [], []))
+    for name in ("nodeA", "nodeB"):
+        (tmp_path / "snap" / "nodes" / name).mkdir(parents=True)
+    (tmp_path / "snap" / "nodes" / "nodeA" / "environment.json").write_text('{"host": "nodeA", "gpu_co')
+    (tmp_path / "snap" / "nodes" / "nodeB" / "stdout.txt").write_text("killed\n")
+    lr = LaunchResult(status="ok", returncode=0, duration_s=1.0, argv=["sbatch"], log_path=tmp_path / "log",
+                      rank_logs={}, reason="exited 0", excerpt=None, stack_dumps=[], attempts=1)
+    results = {"environment": {}}
+    ctx = SimpleNamespace(step=SimpleNamespace(name="snap", launch=SimpleNamespace(timeout_s=10)),
+                          launches=[LaunchSpec(argv=["python"], env={}, nnodes=2, label="nodes")],
+                          run_dir=tmp_path, cwd=tmp_path, results=results, launch=lambda s, i, n: lr,
+                          rel=lambda p: str(Path(p).relative_to(tmp_path)))
+    result = get("snapshot").run(None, ctx)
+    assert result.status == "failed" and result.metrics.nodes == []
+    assert "node nodeA: environment.json is not valid JSON" in result.reason
+    assert "node nodeB: environment.json missing" in result.reason
+    assert result.reason.endswith("node snapshots: 0 of 2 (exited 0)")
+    assert results["environment"].get("nodes") == {}
+    assert "snap/nodes/nodeA/environment.json" in result.artifacts  # the damaged file is kept as evidence

@@ -13,7 +13,8 @@ hold for autocorrelated, drifting throughput (validation.analysis.significance):
   NSA_DDP_COMPRESS without DDP: status.json notes), nor one whose throughput was not stable.
 
 Own keys: `baseline: {env, args}`, `variants: {label: {env, args}}`, `repeats` (default 1), `metric` (default
-toks_per_s), `recommend` (default false).
+toks_per_s; one of validation.analysis.stats.METRIC_DIRECTIONS, whose better direction decides), `recommend`
+(default false).
 Result: "runs" (a trainer launch's record each, with "repeat"), "comparison": [significance.Comparison.as_dict()
 of each variant against the baseline ("baseline", "variant", "metric", "method", "mean_a", "mean_b", "rel",
 "ci_low", "ci_high", "p_value", "p_adjusted", "noise_floor", "significant", "verdict", "text", ...) plus "delta",
@@ -192,7 +193,10 @@ class AB(TrainerKind):
         return Options(baseline=variant(raw.get("baseline"), path + ("baseline",)),
                        variants={k: variant(v, path + ("variants", k)) for k, v in variants_raw.items()},
                        repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1),
-                       metric=typed(raw.get("metric", "toks_per_s"), str, path + ("metric",), ctx),
+                       # a metric with a better direction (a typo would compare nothing and still pass; a
+                       # metric without one, e.g. grad_norm, would be taken as higher is better)
+                       metric=typed(raw.get("metric", "toks_per_s"), str, path + ("metric",), ctx,
+                                    choices=tuple(stats.METRIC_DIRECTIONS)),
                        recommend=typed(raw.get("recommend", False), bool, path + ("recommend",), ctx))
 
     def launches(self, step, winners, run_dir):
@@ -220,7 +224,7 @@ class AB(TrainerKind):
         shaken = disturbed_flags(as_written, labels, options.repeats)
         # the comparisons leave out a run measured under interference, as they would a failed one
         clean = {k: [None if shaken[k][i] else v for i, v in enumerate(vals)] for k, vals in data.items()}
-        higher = stats.METRIC_DIRECTIONS.get(options.metric, "higher") == "higher"
+        higher = stats.higher_is_better(options.metric)
         rn = None if options.repeats > 1 else measured_run_noise(ctx.results, ctx.run_dir, options.metric)
         comps, notes = [], []
         for label in options.variants:

@@ -7,8 +7,9 @@ benchmarks/bench_train.py's: one row per case with "model", "mode", "toks_per_s"
 metrics "best" maps each value of the `by` field to its record with the largest (smallest) number in FIELD, among
 the records that have both fields and no "error"; criteria read it by name, whatever the order or number of rows, e.g.
 `train_bench.best.nsa.toks_per_s >= 0.55 * train_bench.best.dense.toks_per_s`. Launch keys: env, timeout_s,
-launcher. A benchmark that writes no JSON fails. Its launch is sampled like a trainer's (telemetry.csv): what else used the
-machine while it ran is judged over the whole launch (results.json step "interference").
+launcher. A benchmark that writes no JSON, an empty or unparseable file, or an empty record fails, saying which.
+Its launch is sampled like a trainer's (telemetry.csv): what else used the machine while it ran is judged over the
+whole launch (results.json step "interference").
 Report (blocks): its scalar figures, and a table per list of records (e.g. by_seq_len) and for "best".
 
 Options: the keys above. Result: the step record, its metrics the benchmark's JSON as written (a mapping; a list of
@@ -21,11 +22,14 @@ import dataclasses
 import json
 import math
 import sys
+from pathlib import Path
+from typing import Any
 
 from validation import contracts
 from validation import kinds
 from validation.analysis.interference import launch_record
 from validation.launch import telemetry
+from validation.launch.local import set_aside
 from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
 from validation.formatting import as_dict, as_list, fmt_num
 from validation.runbook.schema import mapping, str_list, typed
@@ -88,20 +92,18 @@ class Bench(StepKind):
 
     def run(self, options: Options, ctx) -> Result:
         spec = ctx.launches[0]
+        written = ctx.run_dir / spec.dir / "bench.json"
+        set_aside(written, "prev")  # an earlier attempt's figures (--resume, --rerun) are never this launch's
         lr = ctx.launch(spec, 0, 1)
         interference = launch_record(telemetry.interference(contracts.read_telemetry(ctx.run_dir / spec.dir)))
-        written = ctx.run_dir / spec.dir / "bench.json"
-        try:
-            data = json.loads(written.read_text())
-        except (OSError, ValueError):
-            data = {}
+        data, problem = read_bench_json(written)
         metrics = dict(data) if isinstance(data, dict) else {"results": data}
         if options.best and isinstance(metrics.get("results"), list):
             metrics["best"] = best_records(metrics["results"], options.best)
         if lr.status != "ok":
             status, reason = lr.status, lr.reason
-        elif not data:
-            status, reason = "failed", "the benchmark wrote no JSON"
+        elif problem is not None:
+            status, reason = "failed", problem
         else:
             status, reason = "passed", None
         return Result(status=status, reason=reason, metrics=metrics, interference=interference,
@@ -126,6 +128,24 @@ class Bench(StepKind):
                 scalars.append((code(key), fmt_num(value)))
         head = [Table((Column("Figure"), Column("Value", numeric=True)), tuple(scalars))] if scalars else []
         return head + tables
+
+
+def read_bench_json(path: Path) -> tuple[Any, str | None]:
+    """(the benchmark's JSON, None) or ({}, what is wrong with its file: missing, not JSON (where), or empty)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}, "the benchmark wrote no JSON"
+    except OSError as exc:
+        return {}, f"{path.name} cannot be read: {exc.strerror or exc}"
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        what = "empty" if not text.strip() else f"not valid JSON ({exc})"
+        return {}, f"the benchmark's {path.name} is {what}"
+    if not data:
+        return {}, f"the benchmark's {path.name} holds no figures ({text.strip()[:20]})"
+    return data, None
 
 
 def best_records(rows: list, best: Best) -> dict[str, dict]:

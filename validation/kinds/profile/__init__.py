@@ -4,7 +4,7 @@ Systems when `profiler` is nsys, or auto with nsys on PATH): the top operators a
 Own keys: `profile_steps` (default 3), `profiler: auto | torch | nsys`.
 Metrics: a trainer launch's (validation.kinds.trainer) plus "profile": {"trace", "top_ops": [{"name", "total_ms",
 "calls"}], "nvtx_ranges": [nsa.* range names seen], "attribution": validation.analysis.attribution's shares of step time
-by category and by nsa.* range}. No trace written fails the step.
+by category and by nsa.* range}. No trace written, or one that cannot be read (empty, cut off), fails the step.
 Options: the keys above. Result: the step record of one trainer launch (validation.kinds.trainer.TrainerResult), its
 metrics the launch's LaunchMetrics with its ProfileRecord (Metrics); the report hooks read it decoded leniently.
 """
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -119,13 +121,17 @@ class Profile(TrainerKind):
         one = launch_one(ctx)
         spec = one.spec
         artifacts = [ctx.rel(p) for p in sorted((ctx.run_dir / spec.dir).glob("nsys_profile*"))] if spec.wrapper else []
-        traces = sorted((ctx.run_dir / spec.out_dir / "profile").glob("trace_rank0_*.json"))
+        traces = sorted((ctx.run_dir / spec.out_dir / "profile").glob("trace_rank0_*.json"), key=_trace_order)
         status, reason = one.status, one.reason
         prof = ProfileRecord()
         if traces:
-            prof = decode(ProfileRecord, {"trace": ctx.rel(traces[-1]), **profile_summary(traces[-1]),
-                                          "attribution": attribute_trace(traces[-1])}, "metrics.profile")
-            artifacts.append(ctx.rel(traces[-1]))
+            trace = traces[-1]  # the latest step's
+            prof = decode(ProfileRecord, {"trace": ctx.rel(trace), **profile_summary(trace),
+                                          "attribution": attribute_trace(trace)}, "metrics.profile")
+            artifacts.append(ctx.rel(trace))
+            problem = trace_problem(trace)
+            if problem is not None and status == "passed":
+                status, reason = "failed", f"profiler trace {ctx.rel(trace)}: {problem}"
         elif status == "passed":
             status, reason = "failed", "no profiler trace was written"
         launch = {f.name: getattr(one.metrics, f.name) for f in dataclasses.fields(LaunchMetrics)}
@@ -179,10 +185,36 @@ def nsys_available(step) -> bool:
     return step.profiler in ("nsys", "auto") and shutil.which("nsys") is not None
 
 
+def _trace_order(path: Path) -> tuple[int, str]:
+    """trace_rank0_step<n>.json by its step number (step10 after step9), then by name."""
+    number = re.search(r"_step(\d+)\.json$", path.name)
+    return (int(number.group(1)) if number else -1, path.name)
+
+
+def trace_problem(trace: Path) -> str | None:
+    """Why a profiler trace cannot be read (what a trainer killed while exporting leaves: an empty or cut-off
+    file), or None: "empty", "not valid JSON (...)", "no traceEvents", "unreadable: ..."."""
+    try:
+        text = Path(trace).read_text()
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    if not text.strip():
+        return "empty"
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return f"not valid JSON ({exc})"
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        return "no traceEvents list"
+    return None
+
+
 def profile_summary(trace: Path, top: int = 15) -> dict:
-    """Top operators by self time and the nsa.* ranges seen, from a torch profiler chrome trace (the trainer's
+    """Top operators by their time and the nsa.* ranges seen, from a torch profiler chrome trace (the trainer's
     out_dir/profile/trace_rank0_*.json; this is its one reader): its complete events
-    (validation.analysis.parallelism.complete_events)."""
+    (validation.analysis.parallelism.complete_events). An operator's time is the sum of its events' durations
+    (inclusive: the operators it calls are counted in it too; trace microseconds as ms); an event with a negative or
+    non-finite duration is no time and is left out. An unreadable trace gives empty lists (trace_problem says why)."""
     try:
         data = json.loads(Path(trace).read_text())
     except (OSError, ValueError):
@@ -191,7 +223,7 @@ def profile_summary(trace: Path, top: int = 15) -> dict:
     ranges = sorted({e.name for e in events if e.name.startswith("nsa.")})
     ops: dict[str, list[float]] = {}
     for e in events:
-        if e.cat in ("cpu_op", "kernel", "gpu_op"):
+        if e.cat in ("cpu_op", "kernel", "gpu_op") and math.isfinite(float(e.dur)) and e.dur >= 0:
             ops.setdefault(e.name, []).append(float(e.dur))
     rows = sorted(((k, round(sum(v) / 1000, 3), len(v)) for k, v in ops.items()), key=lambda r: -r[1])[:top]
     return {"top_ops": [{"name": name, "total_ms": ms, "calls": calls} for name, ms, calls in rows],

@@ -43,6 +43,7 @@ from pathlib import Path
 
 from validation import kinds
 from validation.launch.diagnosis import _exit_text as exit_text
+from validation.launch.local import set_aside
 from validation.formatting import first_of, fmt_duration, fmt_num
 from validation.runbook.schema import str_list, typed
 from validation.kinds.pytest.progress import OPTION as PROGRESS_OPTION
@@ -169,15 +170,27 @@ class Pytest(StepKind):
         if options.isolate == "file":
             return self._run_isolated(options, ctx)
         spec = ctx.launches[0]
-        lr = ctx.launch(spec, 0, 1)
         xml = ctx.run_dir / spec.dir / "pytest.xml"
-        counts = junit_counts(xml)
+        set_aside_outputs(ctx.run_dir / spec.dir)
+        lr = ctx.launch(spec, 0, 1)
+        junit = read_junit(xml)
+        counts = junit or Metrics(0, 0, 0, 0, 0)
+        ended = lr.status in ("ok", "failed") and lr.returncode in PYTEST_EXIT_CODES
         if lr.status in ("timeout", "hang", "error", "interrupted"):
             status, reason = lr.status, lr.reason
+        elif not ended:  # a signal or an exit code pytest never uses: whatever its report says, the process died
+            status, reason = "failed", (f"the process died: {exit_text(lr.returncode)}"
+                                        + (f" (its JUnit report: {_count_text(counts)})" if junit is not None
+                                           else "; no JUnit report"))
+        elif junit is None:
+            status, reason = "failed", f"pytest wrote no JUnit report ({xml.name} missing or unreadable): {lr.reason}"
+        elif counts.failed or counts.errors:
+            status, reason = "failed", _count_text(counts)
+        elif lr.returncode not in (0, 1, 5):  # interrupted, internal or usage error: no test result says so
+            status, reason = "failed", (f"pytest ended with exit code {lr.returncode} ({lr.reason}); "
+                                        f"{_count_text(counts)}")
         elif counts.total == 0:
             status, reason = "failed", f"no tests ran ({lr.reason})"
-        elif counts.failed or counts.errors:
-            status, reason = "failed", f"{counts.failed} failed, {counts.errors} errors of {counts.total}"
         else:
             status, reason = "passed", None
         return Result(status=status, reason=reason, metrics=counts, artifacts=[ctx.rel(xml)])
@@ -186,6 +199,8 @@ class Pytest(StepKind):
         """Each test file in its own process (up to options.jobs at a time); the record is that of a run one after
         another: the files in plan order, the excerpt (and, when stopped, the command) of the last in plan order."""
         launches = ctx.launches
+        for spec in launches:
+            set_aside_outputs(ctx.run_dir / spec.dir)
 
         def partial(each: EachEnded) -> Result:
             """The files that ended, in plan order: their metrics, JUnit files and progress records."""
@@ -232,6 +247,18 @@ class Pytest(StepKind):
                           [(str(f.file), str(f.status), *map(fmt_num, _counts(f)), fmt_duration(f.duration_s),
                             str(f.reason or "")) for f in m.files])]
         return out
+
+
+def _count_text(counts: Metrics) -> str:
+    return f"{counts.failed} failed, {counts.errors} errors of {counts.total}"
+
+
+def set_aside_outputs(directory: Path) -> None:
+    """Rename what an earlier attempt of the step left in a launch's directory (its JUnit file and progress record:
+    the step run again by --resume or --rerun) before the launch, so that a process that writes none is never judged
+    by the old ones; the old files are kept (pytest.prev1.xml, ...)."""
+    for name in ("pytest.xml", "progress.jsonl"):
+        set_aside(directory / name, "prev")
 
 
 def _counts(r: Metrics | FileResult) -> tuple:

@@ -30,7 +30,9 @@ def pytest_configure(config):
     global _file
     path = config.getoption(OPTION)
     if path and _file is None:
-        _file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - open for the whole session
+        # "w": a step run again in the same directory (--resume, --rerun) starts a fresh record; an earlier
+        # attempt's lines would count its tests as this run's
+        _file = open(path, "w", buffering=1, encoding="utf-8")  # noqa: SIM115 - open for the whole session
 
 
 def pytest_unconfigure(config):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from validation.launch import environment
@@ -109,21 +110,21 @@ class Snapshot(StepKind):
         spec = ctx.launches[0]
         lr = ctx.launch(spec, 0, 1)
         known = run_env.setdefault("nodes", {})
-        names = []
+        names, unreadable = [], []
         nodes_dir = ctx.run_dir / step.name / "nodes"
         for node_dir in sorted(d for d in (nodes_dir.iterdir() if nodes_dir.is_dir() else []) if d.is_dir()):
-            try:
-                node_env = json.loads((node_dir / "environment.json").read_text())
-            except (OSError, ValueError):
-                node_env = {}
+            artifacts += [ctx.rel(f) for f in sorted(node_dir.iterdir())]
+            node_env, problem = _node_environment(node_dir / "environment.json")
+            if problem is not None:  # a node whose snapshot cannot be read has not snapshotted itself
+                unreadable.append(f"node {node_dir.name}: {problem}")
+                continue
             names.append(node_dir.name)
             known.setdefault(node_dir.name, {}).update(
                 snapshot=encode(decode(NodeSnapshot, node_env, "environment.json", lenient=True)))
-            artifacts += [ctx.rel(f) for f in sorted(node_dir.iterdir())]
         status = "passed"
         if lr.status != "ok" or len(names) < spec.nnodes:
             status = "failed"
-            problems = problems + [f"node snapshots: {len(names)} of {spec.nnodes} ({lr.reason})"]
+            problems = problems + unreadable + [f"node snapshots: {len(names)} of {spec.nnodes} ({lr.reason})"]
         return Result(status=status, reason="; ".join(problems) or None, metrics=dataclasses.replace(m, nodes=names),
                       artifacts=artifacts)
 
@@ -142,6 +143,21 @@ class Snapshot(StepKind):
         return [Bullets([f"Git SHA: {code(fmt_num(m.git_sha))}; GPUs: {fmt_num(m.gpu_count)}",
                          *([text] if text else []), *(f"Problem: {p}" for p in m.problems),
                          "Artifacts: " + (", ".join(code(f) for f in files) or "none")])]
+
+
+def _node_environment(path: Path) -> tuple[dict[str, Any], str | None]:
+    """(a node's snapshot, None), or ({}, why it cannot be read: missing, not valid JSON, not a record)."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}, f"{path.name} missing"
+    except OSError as exc:
+        return {}, f"{path.name} unreadable: {exc.strerror or exc}"
+    except ValueError as exc:
+        return {}, f"{path.name} is not valid JSON ({exc})"
+    if not isinstance(data, dict):
+        return {}, f"{path.name} is not a JSON object"
+    return data, None
 
 
 def pcie_metrics(files: list) -> Metrics:

@@ -13,8 +13,9 @@ Later steps use the decision's point (the winner, or the point kept) as ${<step>
 Only a significant decision is recommended (validation.execution.acceptance.recommendations).
 
 Own keys: `matrix: {"env.NSA_DDP_BUCKET_MB": [25, 50, 100], "args.batch_size": [...]}`, `select: {metric, goal}`
-(default toks_per_s, max), `repeats` (default 1), `prefer` (the point to keep without a significant difference:
-`{env.NSA_DDP_BUCKET_MB: 50}`, a list of such points in order of preference, or one value for a one-key matrix).
+(default toks_per_s, max; the metric a training.csv column or a window figure: SELECT_METRICS), `repeats`
+(default 1), `prefer` (the point to keep without a significant difference: `{env.NSA_DDP_BUCKET_MB: 50}`, a list
+of such points in order of preference, or one value for a one-key matrix).
 Result: "runs" (one per launch, each a trainer launch's record with its "repeat"),
 "decision": validation.analysis.significance.Decision.as_dict() plus "order_seed", "order" (labels in run order),
 "default_source" ("prefer", "runbook" or "first") and "points" {label: params};
@@ -40,6 +41,8 @@ from typing import Any, Mapping
 
 from validation import kinds
 from validation.analysis.interference import decision_record, disturbed_flags
+from validation.analysis.metric_names import METRIC_COLUMNS
+from validation.analysis.stats import METRIC_DIRECTIONS
 from validation.launch.spec import safe_name
 from validation.formatting import (context_text, file_name, finite, fmt_num, fmt_pct, fmt_rate,
                                       fmt_tflops, mfu_text, param_name, params_text, shared_context_text)
@@ -67,6 +70,9 @@ class Options:
     prefer: list = dataclasses.field(default_factory=list)  # the points to keep without a significant winner
 
 
+# what `select: {metric}` can name: a training.csv column (compared per step over the window) or a window figure of
+# every run (compared over repeats); a name outside these measures nothing, and the decision would compare nothing
+SELECT_METRICS = tuple(dict.fromkeys(METRIC_COLUMNS + tuple(METRIC_DIRECTIONS)))
 UNDECIDED = ""  # Metrics.method where no decision was computed: method, noise_floor and recommended_repeats absent
 
 
@@ -142,7 +148,8 @@ class Sweep(TrainerKind):
                 raise ctx.error(path + ("matrix", key), f"values must be distinct, got {shown}")
         select = mapping(raw.get("select"), path + ("select",), ctx, ("metric", "goal"))
         return Options(matrix=clean,
-                       select_metric=typed(select.get("metric", "toks_per_s"), str, path + ("select", "metric"), ctx),
+                       select_metric=typed(select.get("metric", "toks_per_s"), str, path + ("select", "metric"), ctx,
+                                           choices=SELECT_METRICS),
                        select_goal=typed(select.get("goal", "max"), str, path + ("select", "goal"), ctx,
                                          choices=("max", "min")),
                        repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1),

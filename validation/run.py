@@ -46,8 +46,8 @@ from validation.results.run import read_run
 from validation.results.store import (DEFAULT_RUNS, RESULTS_JSON, ResultsError, RunDirError, cannot_write, inside_run_dir,
                                 read_results, write_results)
 from validation.runbook.loader import Runbook, RunbookError, load_runbook
-from validation.execution.runner import (Reporter, ResumeError, RunOptions, Runner, check_resume, left_out,
-                                         steps_to_run)
+from validation.execution.runner import (Reporter, ResumeError, RunOptions, Runner, check_resume, kept_but_changed,
+                                         left_out, steps_to_run)
 from validation.runbook.plan import skipped_here
 
 
@@ -173,6 +173,11 @@ def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: N
             raise RunError(str(exc)) from None
         if previous["runbook"].get("sha256") != rb.sha256:
             warn(f"{request.runbook} changed since {request.resume} was started; finished steps are kept as they are")
+        changed = kept_but_changed(rb, previous, steps_to_run(rb, previous, request.rerun))
+        if changed:
+            warn(f"{request.resume}: kept step(s) measured under other settings than {request.runbook} and this "
+                 f"--set give them now: {'; '.join(f'{n} ({why})' for n, why in changed.items())}; their results "
+                 f"stay as measured (the report says so); --rerun {' --rerun '.join(changed)} measures them again")
         ran = read_run(previous).overrides()
         if ran != list(request.overrides):
             warn(f"{request.resume} last ran with {_sets(ran)}, this resume with {_sets(request.overrides)}: a resume "

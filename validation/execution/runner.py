@@ -45,6 +45,7 @@ from validation.execution.acceptance import evaluate, recommendations, verdict
 from validation.launch import LaunchResult, LaunchSpec, launch, recorded_env
 from validation.launch.interrupts import Interrupted
 from validation.launch.interrupts import describe as describe_interrupt
+from validation.runbook.model import step_definition
 from validation.runbook.plan import step_launches
 from validation.results.store import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, RESULTS_JSON, SCHEMA_VERSION, RunDirError,
                                 cannot_write, inside_run_dir, os_error_text, resume_note, write_results)
@@ -52,7 +53,7 @@ from validation.results.model import (Options, PhaseRecord, Recommendations, Rep
                                       RunResults, StepResult, Tool)
 from validation.results.codec import decode, encode
 from validation.results.decision import Choice as ChoiceRecord
-from validation.results.reuse import Reuse
+from validation.results.reuse import Reuse, definition_differences
 from validation.results.run import Step as StepRecord, read_run
 from validation.runbook.loader import Runbook, Step, references
 from validation.kinds.base import undeclared_metrics
@@ -154,6 +155,41 @@ def check_resume(runbook: Runbook, previous: RunResults, run_dir: Path | str, re
                           f"a new run with --out")
 
 
+def kept_but_changed(runbook: Runbook, previous: RunResults, todo: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """{step: how it differs} of the steps a resume keeps (not in `todo`) whose recorded definition
+    (validation.runbook.plan.step_definition) is not what `runbook`, with this resume's --set, would run: their
+    results were measured under other settings (the resume record and the report say so; --rerun measures them
+    again). A step that recorded no definition (a run of an older version) is not judged."""
+    before = read_run(previous)
+    out = {}
+    for step in runbook.steps():
+        record = before.steps.get(step.name)
+        if step.name in todo or record is None or record.reused:
+            continue
+        if not isinstance(record.definition, dict) or not record.definition:
+            continue
+        differences, _ = definition_differences(step_definition(step), record.definition, {})
+        if differences:
+            more = f" (and {len(differences) - 1} more)" if len(differences) > 1 else ""
+            out[step.name] = differences[0] + more
+    return out
+
+
+def _source_change(before, now: dict[str, Any]) -> dict[str, Any] | None:
+    """The source the earlier attempt ran and the one this resume runs, when they differ (by source digest, else by
+    git sha): {"before": {git_sha, git_dirty, source_digest}, "now": {...}}; None when they are the same or unknown."""
+    keys = ("git_sha", "git_dirty", "source_digest")
+    old = {k: getattr(before, k, None) for k in keys}
+    new = {k: now.get(k) for k in keys}
+    if old["source_digest"] and new["source_digest"]:
+        same = old["source_digest"] == new["source_digest"]
+    elif old["git_sha"] and new["git_sha"]:
+        same = (old["git_sha"], old["git_dirty"]) == (new["git_sha"], new["git_dirty"]) and not new["git_dirty"]
+    else:
+        return None
+    return None if same else {"before": old, "now": new}
+
+
 def _reached_verdict(results: RunResults) -> bool:
     """Whether a run ended with its verdict computed, not cut off (a signal's verdict counts as cut off)."""
     run = read_run(results)
@@ -216,6 +252,12 @@ class Runner:
                        runbook_changed=before.runbook.sha256 != self.rb.sha256,
                        options=Options(only=list(self.opt.only), skip=list(self.opt.skip),
                                        set=list(self.opt.overrides)))
+        changed = kept_but_changed(self.rb, previous, todo)
+        if changed:
+            entry["kept_changed"] = changed
+        source = _source_change(before.environment, self.env_record)
+        if source:
+            entry["source_changed"] = source
         for step in self.rb.steps():
             if step.name in self.opt.rerun:
                 old = before.steps.get(step.name) or StepRecord()
@@ -250,7 +292,7 @@ class Runner:
                           description=step.description, status="pending", reason=None, started=None,
                           duration_s=None, dir=step.name, command=None, env={}, metrics={}, runs=[],
                           winner=None, comparison=[], artifacts=[], excerpt=None, stack_dumps=[],
-                          optional=step.optional)
+                          optional=step.optional, definition=step_definition(step))
 
     def save(self) -> None:
         write_results(self.run_dir, self.results)

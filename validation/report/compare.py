@@ -71,6 +71,7 @@ from validation.analysis.significance.windows import (METRIC, compare_windows, l
                                              measured_run_noise, measured_run_noise_by_step, window_units)
 from validation.kinds.base import StepKind
 from validation.results.codec import decode
+from validation.results.reuse import definition_differences
 from validation.results.run import AnalysisRow, Noise, PerformanceAnalysis, Run, read_run
 from validation.results.trainer_launch import Stat
 
@@ -90,6 +91,39 @@ def environment_differences(a: Run | dict, b: Run | dict) -> list[str]:
     names_b = [g.name for g in eb.gpus or []]
     if names_a != names_b:
         out.append(f"GPUs differ: {names_a} vs {names_b}")
+    return out
+
+
+def setting_differences(a: Run | dict, b: Run | dict) -> list[str]:
+    """What the two runs ran differently beyond the machine (environment_differences): the runbook file of the same
+    name (its sha256 covers the file, its includes and the --set), the --set each step ran with, each common step's
+    recorded definition (validation.runbook.plan.step_definition: its launches' argv, environment, limits), and the
+    source when the git sha alone does not tell (a dirty tree, the source digest). A row of such a step compares two
+    configurations, not two runs of one."""
+    run_a, run_b = read_run(a), read_run(b)
+    out = []
+    ea, eb = run_a.environment, run_b.environment
+    if ea.source_digest and eb.source_digest and ea.source_digest != eb.source_digest and ea.git_sha == eb.git_sha:
+        out.append(f"the source differs at the same git sha (uncommitted changes: {ea.git_dirty!r} vs "
+                   f"{eb.git_dirty!r}; source digest {ea.source_digest[:12]} vs {eb.source_digest[:12]})")
+    elif ea.git_dirty != eb.git_dirty and (ea.git_dirty or eb.git_dirty):
+        out.append(f"git_dirty differs: {ea.git_dirty!r} vs {eb.git_dirty!r} (uncommitted changes ran)")
+    if (run_a.runbook.name == run_b.runbook.name and run_a.runbook.sha256 and run_b.runbook.sha256
+            and run_a.runbook.sha256 != run_b.runbook.sha256):
+        out.append(f"runbook {run_a.runbook.name} differs between the runs (sha256 {run_a.runbook.sha256[:12]} vs "
+                   f"{run_b.runbook.sha256[:12]}: its file, its includes or its --set)")
+    sets_a, sets_b = run_a.overrides(), run_b.overrides()
+    if sorted(sets_a) != sorted(sets_b):
+        out.append(f"different --set: A {' '.join(sets_a) or 'none'}; B {' '.join(sets_b) or 'none'}")
+    for name, step_a in run_a.steps.items():
+        step_b = run_b.steps.get(name)
+        if step_a is None or step_b is None or not step_a.definition or not step_b.definition:
+            continue
+        differ, _ = definition_differences(step_b.definition, step_a.definition, {})
+        if differ:
+            more = f" (and {len(differ) - 1} more)" if len(differ) > 1 else ""
+            first = differ[0].replace(" here, ", " in B, ").replace(" there", " in A")
+            out.append(f"step {name} ran other settings: {first}{more}; its rows compare two configurations")
     return out
 
 
@@ -140,6 +174,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     name_a, name_b = run_a.runbook.name, run_b.runbook.name
     if name_a != name_b:
         warnings.append(f"different runbooks: {name_a} vs {name_b}")
+    warnings += setting_differences(run_a, run_b)
     noise_by_step = measured_run_noise_by_step(a, dir_a, extra=[(b, dir_b)], names=("A", "B"))
     declared = declared_noise(run_a, run_b)
     rows: list[dict[str, Any]] = []

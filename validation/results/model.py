@@ -74,6 +74,12 @@ Resume: one --resume of the run
     options?            Options                 this resume's own --only, --skip and --set (a resume does not
                                                 take the run's --set again: what it ran with is this); absent in
                                                 resumes recorded before the key existed
+    kept_changed?       dict[str, str]          by step name: a step the resume kept whose recorded definition is
+                                                not what the runbook and this resume's --set would run now, and
+                                                the first difference (its result was measured under other
+                                                settings; --rerun STEP measures it again)
+    source_changed?     dict[str, JSONValue]    the earlier attempt ran another source: {"before", "now"}, each
+                                                {git_sha, git_dirty, source_digest} (environment holds the latest)
 
 ReplacedStep: what a step held before --rerun ran it again
     status              StepStatus | None
@@ -120,6 +126,11 @@ and comparison in validation/kinds/<kind>.py and declares its metric names in `m
                                                 superseded_by, the directory of the run that replaced it
     reused?             dict[str, JSONValue]    taken from an earlier run of the same source (run --reuse): the
                                                 run-level record of its phase; nothing of the step ran here
+    definition?         dict[str, JSONValue]    what the step runs as the runbook and --set of the attempt that
+                                                recorded it resolve it (validation.runbook.plan.step_definition:
+                                                kind, requires, optional, on_failure, every launch's label, argv,
+                                                env, limits, ...); a reused step keeps this run's own. Absent in
+                                                runs recorded before the key existed
 
 LaunchRun: one launch of a multi-launch step
     label               str
@@ -250,6 +261,8 @@ class _ResumeKeys(TypedDict):
 
 class Resume(_ResumeKeys, total=False):
     options: Options  # absent in resumes recorded before the key existed
+    kept_changed: dict[str, str]  # steps kept whose definition differs from what would run now
+    source_changed: dict[str, JSONValue]  # the earlier attempt's source and this one's, when they differ
 
 
 class _ChoiceKeys(TypedDict):
@@ -310,6 +323,7 @@ class StepResult(_StepKeys, total=False):
     interference: dict[str, JSONValue] | None
     superseded: list[dict[str, JSONValue]]
     reused: dict[str, JSONValue]  # taken from an earlier run of the same source (validation.results.reuse)
+    definition: dict[str, JSONValue]  # what the step runs (validation.runbook.plan.step_definition)
 
 
 class Criterion(TypedDict):

@@ -11,10 +11,18 @@ An earlier run matches a phase when (and the error names, for each run looked at
   Committing a run's report into reports/ leaves the digest as it was, so a run at commit C matches at C + its
   report;
 - it has a phase of that name with the same steps (names and kinds, in order), each of which passed;
-- the `--set` overrides that reach those steps (steps.<one of them>.*, defaults.*, requirements.*) are the same.
+- each of those steps recorded its definition (validation.runbook.plan.step_definition: what it ran, every launch's
+  argv, environment and limits) and it is the one the step has here. The source digest covers the runbooks under
+  runbooks/, not a runbook file elsewhere, and another runbook may hold a phase of the same name and steps: the same
+  source does not make the same steps. One difference is allowed and stated: environment variables a step has here
+  from this runbook's `defaults.env` that it did not have there (h100_single.yaml's defaults on the steps it
+  includes from gpu_kernels.yaml; validation.runbook.includes);
+- the `--set` overrides that reach those steps (steps.<one of them>.*, phases.<phase>.steps.<one of them>.*,
+  defaults.*, requirements.*), as the attempt that ran them had them (a --resume runs with its own), are the same.
 The phase's steps are then recorded with the earlier run's status, metrics and decisions (acceptance criteria read
-them as if they had run here), under a `reused` record naming the run, its runbook, when it finished and on which
-device; the files they wrote stay in that run's directory. Nothing of a reused phase is launched.
+them as if they had run here), under a `reused` record naming the run, its runbook, when it finished, on which
+device and any environment its steps ran without; the files they wrote stay in that run's directory. Nothing of a
+reused phase is launched.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from validation.formatting import first_of
 from validation.results.codec import decode
 from validation.results.run import Run, Step, read_run
 from validation.results.store import RESULTS_JSON, reused_note
-from validation.runbook.model import Runbook
+from validation.runbook.model import Runbook, step_definition
 from validation.version import source_digest
 
 SEARCH_DIR = Path("reports")  # where `--reuse PHASE` looks for runs (relative to the working directory)
@@ -50,6 +58,7 @@ class Reuse:
     phase: str
     source: Path
     results: Mapping[str, Any]
+    differences: tuple[str, ...] = ()  # what the steps ran without that they have here (definition_differences)
 
     @functools.cached_property
     def run(self) -> Run:
@@ -64,8 +73,11 @@ class Reuse:
     def record(self) -> dict[str, Any]:
         """What results.json keeps of the reuse: run-level `reused` entries and each step's `reused`."""
         run = self.run
-        return {"phase": self.phase, "from": str(self.source), "runbook": run.runbook.name,
-                "finished": run.finished, "device": self.device, "source_digest": run.environment.source_digest}
+        record = {"phase": self.phase, "from": str(self.source), "runbook": run.runbook.name,
+                  "finished": run.finished, "device": self.device, "source_digest": run.environment.source_digest}
+        if self.differences:
+            record["differences"] = list(self.differences)
+        return record
 
     def note(self) -> str:
         return reused_note(self.record())
@@ -108,15 +120,101 @@ def parse(values: list[str] | tuple[str, ...]) -> dict[str, Path | None]:
     return out
 
 
-def _relevant(overrides, steps: list[str]) -> list[str]:
-    """The --set items that can change steps `steps`: their own keys, defaults and requirements."""
+def _relevant(overrides, phase: str, steps: list[str]) -> list[str]:
+    """The --set items that can change steps `steps` of phase `phase`: their own keys (steps.STEP.KEY, or the full
+    path phases.PHASE.steps.STEP.KEY, written here as steps.STEP.KEY), defaults and requirements."""
     heads = tuple(f"steps.{s}." for s in steps) + ("defaults.", "requirements.")
-    return sorted(str(o) for o in overrides or [] if str(o).partition("=")[0].strip().startswith(heads))
+    full = f"phases.{phase}."
+    out = []
+    for item in overrides or []:
+        key, sep, value = str(item).partition("=")
+        key = key.strip()
+        if key.startswith(full + "steps."):
+            key = key[len(full):]
+        if key.startswith(heads):
+            out.append(f"{key}{sep}{value}")
+    return sorted(out)
+
+
+def _flat(value: Any, path: str = "") -> dict[str, Any]:
+    """A step definition as {dotted path: leaf value}: list items by index, beside the list's length
+    ("launches[0].argv[3]", "launches[0].argv.length")."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flat(item, f"{path}.{key}" if path else str(key)))
+        return out
+    if isinstance(value, list):
+        out = {f"{path}.length": len(value)}
+        for i, item in enumerate(value):
+            out.update(_flat(item, f"{path}[{i}]"))
+        return out
+    return {path: value}
+
+
+def definition_differences(here: Mapping[str, Any], there: Mapping[str, Any], defaults_env: Mapping[str, str]
+                           ) -> tuple[list[str], list[str]]:
+    """(differences that make a step another step, differences allowed and stated) between a step's definition here
+    and the one it ran with there (validation.runbook.plan.step_definition), each "KEY: VALUE here, VALUE there".
+    Allowed: an environment variable of a launch here, absent there, whose value is this runbook's defaults.env's
+    (what an including runbook adds to the steps it includes)."""
+    ours, theirs = _flat(dict(here)), _flat(dict(there))
+    refused, stated = [], []
+    for key in sorted(set(ours) | set(theirs), key=lambda k: (k not in ours or k not in theirs, k)):
+        mine, other = ours.get(key, _MISSING), theirs.get(key, _MISSING)
+        if mine == other:
+            continue
+        text = f"{key}: {_shown(mine)} here, {_shown(other)} there"
+        var = key.rpartition(".env.")[2] if ".env." in key else None
+        if var is not None and other is _MISSING and defaults_env.get(var) == mine:
+            stated.append(f"{var}={mine}")
+        else:
+            refused.append(text)
+    return refused, sorted(set(stated))
+
+
+_MISSING = object()
+
+
+def _shown(value: Any) -> str:
+    if value is _MISSING:
+        return "absent"
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _stated(run: Run, rb: Runbook, phase: str) -> tuple[str | None, tuple[str, ...]]:
+    """(why the steps of `phase` that `run` recorded are not the steps of `rb`, or None; the environment they ran
+    without that they have here)."""
+    mine = next(p for p in rb.phases if p.name == phase)
+    stated: list[str] = []
+    for step in mine.steps:
+        there = (run.steps.get(step.name) or Step()).definition
+        if not isinstance(there, dict) or not there:
+            return (f"its step {step.name} recorded no definition (a run of a version before steps recorded what "
+                    "they ran)"), ()
+        refused, allowed = definition_differences(step_definition(step), there, rb.defaults.env)
+        if refused:
+            more = f" (and {len(refused) - 2} more)" if len(refused) > 2 else ""
+            return f"its step {step.name} ran something else: {'; '.join(refused[:2])}{more}", ()
+        stated += [x for x in allowed if x not in stated]
+    return None, tuple(sorted(stated))
 
 
 def refusal(results: Mapping[str, Any] | Run, rb: Runbook, phase: str, overrides, digest: str) -> str | None:
     """Why the run of `results` cannot stand for phase `phase` of `rb` (None: it can)."""
+    return _match(results, rb, phase, overrides, digest)[0]
+
+
+def _match(results: Mapping[str, Any] | Run, rb: Runbook, phase: str, overrides, digest: str
+           ) -> tuple[str | None, tuple[str, ...]]:
+    """(refusal's reason or None, the environment the phase's steps ran without that they have here)."""
     run = read_run(results)
+    why = _refusal(run, rb, phase, overrides, digest)
+    return (why, ()) if why is not None else _stated(run, rb, phase)
+
+
+def _refusal(run: Run, rb: Runbook, phase: str, overrides, digest: str) -> str | None:
     theirs = run.environment.source_digest
     if not theirs:
         return "it recorded no source digest (a run of a version before --reuse)"
@@ -131,11 +229,22 @@ def refusal(results: Mapping[str, Any] | Run, rb: Runbook, phase: str, overrides
         return f"its phase {phase} has other steps ({', '.join(map(str, recorded[phase].steps))})"
     for step in mine.steps:
         theirs_step = run.steps.get(step.name) or Step()
+        if theirs_step.reused:  # its figures, device and time are another run's: name that one
+            return (f"its step {step.name} was itself taken from {theirs_step.reused.get('from')} (--reuse): "
+                    "reuse that run")
         if theirs_step.kind != step.kind:
             return f"its step {step.name} is a {theirs_step.kind} step, here a {step.kind} step"
         if theirs_step.status != "passed":
             return f"its step {step.name} ended {theirs_step.status}"
-    ours, recorded_set = _relevant(overrides, names), _relevant(run.options.set, names)
+    for i, resume in enumerate(run.resumes):
+        if not isinstance(resume.source_changed, dict):
+            continue
+        later = {str(n) for r in run.resumes[i:] for n in r.steps}
+        earlier_source = [n for n in names if n not in later]
+        if earlier_source:  # the environment's digest is the last attempt's
+            return (f"its step {earlier_source[0]} ran before the run was resumed at {resume.at} with another "
+                    "source: it did not run this one")
+    ours, recorded_set = _relevant(overrides, phase, names), _relevant(run.overrides(names), phase, names)
     if ours != recorded_set:
         return f"other --set for its steps ({', '.join(recorded_set) or 'none'}; here {', '.join(ours) or 'none'})"
     return None
@@ -183,9 +292,9 @@ def resolve(rb: Runbook, requests: Mapping[str, Path | None], overrides, cwd: Pa
             elif not isinstance(results, dict):
                 reason = "not a results.json"
             else:
-                reason = refusal(results, rb, phase, overrides, digest)
+                reason, differences = _match(results, rb, phase, overrides, digest)
             if reason is None:
-                out[phase] = Reuse(phase, path, results)
+                out[phase] = Reuse(phase, path, results, differences)
                 break
             why.append(f"{path}: {reason}")
         else:

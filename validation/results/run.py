@@ -130,6 +130,8 @@ class Resume:
     replaced: dict[str, ReplacedStep] = dataclasses.field(default_factory=dict)
     runbook_changed: bool | None = None
     options: RunOptions | None = absent()  # this resume's own --only, --skip, --set
+    kept_changed: dict[str, str] = absent({})  # steps kept whose definition differs from what would run now
+    source_changed: dict[str, Any] | None = absent()  # {"before", "now"}: the sources of the two attempts
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -166,6 +168,7 @@ class Step:
     interference: dict[str, Any] | None = absent()  # validation.analysis.interference.step_interference
     superseded: list[LaunchRun] | None = absent()
     reused: dict[str, Any] | None = absent()  # validation.results.reuse.Reuse.record
+    definition: dict[str, Any] | None = absent()  # validation.runbook.plan.step_definition: what the step runs
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 

@@ -142,6 +142,17 @@ def resume_note(results: RunResults | dict[str, Any]) -> str | None:
         what = (f"with step{'s' if len(named) > 1 else ''} {', '.join(named)}" if named
                 else "with no step left to run (its verdict computed)")
         changed = "; the runbook had changed since the run started" if r.runbook_changed else ""
+        if r.kept_changed:
+            changed += ("; kept as measured under other settings than the runbook now gives them: "
+                        + "; ".join(f"{n} ({why})" for n, why in r.kept_changed.items())
+                        + " (--rerun runs them again)")
+        if isinstance(r.source_changed, dict):
+            old, new = (r.source_changed.get(k) if isinstance(r.source_changed.get(k), dict) else {}
+                        for k in ("before", "now"))
+            changed += (f"; the source had changed since the earlier attempt (git {str(old.get('git_sha'))[:12]}"
+                        f"{' dirty' if old.get('git_dirty') else ''}, digest {str(old.get('source_digest'))[:12]} -> "
+                        f"git {str(new.get('git_sha'))[:12]}{' dirty' if new.get('git_dirty') else ''}, digest "
+                        f"{str(new.get('source_digest'))[:12]}): the steps it finished ran the earlier source")
         parts.append(f"{r.previous_state or 'stopped'} at {r.previous_end or 'an unknown time'}, "
                      f"resumed at {r.at or 'an unknown time'} {what}{changed}")
     return "; then ".join(parts) or None
@@ -150,9 +161,13 @@ def resume_note(results: RunResults | dict[str, Any]) -> str | None:
 def reused_note(record: dict[str, Any]) -> str:
     """One line on a phase taken from an earlier run (a results.json `reused` record, validation.results.reuse)."""
     digest = str(record.get("source_digest") or "?")[:12]
+    differences = [str(d) for d in record.get("differences") or []] if isinstance(record.get("differences"), list) \
+        else []
+    without = (f"; its steps ran without {', '.join(differences)}, which this runbook's defaults.env adds"
+               if differences else "")
     return (f"phase {record.get('phase')}: its results are those of {record.get('from')} ({record.get('runbook')} "
             f"run finished {record.get('finished') or 'at an unknown time'} on {record.get('device') or 'an unknown device'}; "
-            f"the same source, digest {digest}); nothing of it ran here")
+            f"the same source, digest {digest}{without}); nothing of it ran here")
 
 
 def reused_notes(results: RunResults | dict[str, Any]) -> list[str]:

@@ -6,8 +6,9 @@ the reader from the registry, validation.kinds)."""
 from __future__ import annotations
 
 import dataclasses
-
+import json
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -159,6 +160,27 @@ class Runbook:
             if s.name == name:
                 return s
         raise KeyError(name)
+
+
+def step_definition(step: Step) -> dict[str, Any]:
+    """What `step` runs, as JSON: its kind, requirements, `optional` and `on_failure`, and every launch of its plan
+    (label, argv, wrapper, environment, ranks, nodes, launcher, limits, window, params, repeat), the run directory
+    written RUN_DIR and this Python's path "python" (a machine's install is not the step's definition). Recorded under
+    each step of results.json (`definition`): a step kept from another run (--reuse) or from an earlier attempt
+    (--resume) ran what this says, so that what it would run now can be held against it
+    (validation.results.reuse.definition_differences). The launches are the plan's
+    (validation.runbook.plan.step_launches in plan mode: winners and the run directory left as text)."""
+    def argv(args: list[Any]) -> list[str]:
+        return ["python" if str(a) == sys.executable else str(a) for a in args]
+
+    launches = [{"label": spec.label, "argv": argv(spec.argv), "wrapper": argv(spec.wrapper),
+                 "env": {str(k): str(v) for k, v in spec.env.items()}, "nproc_per_node": spec.nproc_per_node,
+                 "nnodes": spec.nnodes, "launcher": spec.launcher, "timeout_s": spec.timeout_s,
+                 "stall_timeout_s": spec.stall_timeout_s, "window": spec.window, "params": spec.params,
+                 "repeat": spec.repeat} for spec in step.kind_impl.launches(step, None, None)]
+    record = {"kind": step.kind, "requires": dataclasses.asdict(step.requires), "optional": step.optional,
+              "on_failure": step.on_failure, "launches": launches}
+    return json.loads(json.dumps(record, default=str))  # JSON as results.json holds it (tuples as lists)
 
 
 # ${step.winner.env.X} / ${step.winner.args.X}: a later step's setting taken from an earlier step's winner

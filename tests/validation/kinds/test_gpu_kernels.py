@@ -265,6 +265,24 @@ def test_sanitizer_logs_read_case_by_case(sanitizer):
     assert sanitizer.cases({"a": ["1", "2"], "b": ["x"]}) == [{"a": "1", "b": "x"}, {"a": "2", "b": "x"}]
 
 
+def test_racecheck_logs_are_read_by_their_own_summary(sanitizer, tmp_path):
+    """racecheck prints no ERROR SUMMARY: its "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)" is the
+    summary, each hazard (error or warning) counted; without it every racecheck case read "no summary"."""
+    log = tmp_path / "stdout.log"
+    clean = "========= COMPUTE-SANITIZER\n========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n"
+    log.write_text(clean)
+    case = sanitizer.read_case(log, "ok", 0, "exit 0")
+    assert (case.status, case.errors) == ("clean", 0)
+    log.write_text("========= COMPUTE-SANITIZER\n"
+                   "========= Error: Race reported between Write access at k+0x10 in a.py:3\n"
+                   "=========     and Read access at k+0x20 in a.py:4 [4 hazards]\n"
+                   "========= \n"
+                   "========= RACECHECK SUMMARY: 3 hazards displayed (1 error, 2 warnings)\n")
+    case = sanitizer.read_case(log, "failed", 1, "exit 1")
+    assert (case.status, case.errors) == ("errors", 3)
+    assert case.first_error.startswith("Error: Race reported between Write access at k+0x10")
+
+
 def test_sanitizer_keys_are_checked(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(SANITIZED.format(program="p.py").replace("default: {dtype: [bf16], seq-len: [1024, 2048]}",

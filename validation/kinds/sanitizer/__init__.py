@@ -21,8 +21,8 @@ Each case runs `compute-sanitizer --tool TOOL --target-processes application-onl
 hide an access past a tensor that lands inside another block of its pool). `--launch-timeout 0`: the sanitizer waits
 as long as the program takes to start instead of its default 10 s (Python + torch + Triton imports on a loaded
 machine take longer: "No attachable process found. compute-sanitizer timed-out."); the step's timeout_s still bounds
-each case. The case's "ERROR SUMMARY: N errors" line and its first error lines are read from its log; a fault in one
-case cannot hide the others.
+each case. The case's "ERROR SUMMARY: N errors" line (racecheck's "RACECHECK SUMMARY: N hazards displayed (E errors,
+W warnings)": E + W) and its first error lines are read from its log; a fault in one case cannot hide the others.
 
 jobs: N runs up to N cases at a time, each starting as soon as one ends, in grid order: the records, the step's
 entry and its verdict are those of a run one after another (by_case in grid order; results.json saved as each
@@ -35,7 +35,7 @@ cases), "by_case": [{"case", each FLAG: its value, "status", "errors", "returnco
 A case's status: clean (the summary says 0 errors and the program exited 0), errors (N > 0), failed (0 errors but
 the program failed), not attached (the sanitizer found no process to attach to: "No attachable process found",
 "compute-sanitizer timed-out"; nothing was checked), no summary (the sanitizer printed none: it did not run to its
-end), timeout. Only clean counts as clean: a case without an ERROR SUMMARY never does. The step passes when every
+end), timeout. Only clean counts as clean: a case without a summary never does. The step passes when every
 case is clean; criteria: `STEP.errors == 0 and STEP.cases_clean == STEP.cases`.
 
 Options: the keys above. Result: the step record, its metrics a Metrics (the keys above; a CaseResult per case, its
@@ -114,6 +114,9 @@ LAUNCH_TIMEOUT_ARGS = ("--launch-timeout", "0")
 _NOT_ATTACHED_RE = re.compile(r"No attachable process found|compute-sanitizer timed-out", re.IGNORECASE)
 _FLAG_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 _SUMMARY_RE = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?")
+# racecheck prints no ERROR SUMMARY but "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)"; a hazard
+# it calls a warning is a possible race: both count
+_RACECHECK_RE = re.compile(r"RACECHECK SUMMARY:\s*\d+\s+hazards?\s+displayed\s*\((\d+)\s+errors?,\s*(\d+)\s+warnings?\)")
 _PREFIX = "========="
 FIRST_ERROR_LINES = 4
 
@@ -289,8 +292,9 @@ def read_case(log: Path, status: str, returncode: int | None, reason: str) -> Ca
         text = log.read_text(errors="replace")
     except OSError:
         text = ""
-    found = _SUMMARY_RE.findall(text)
-    errors = sum(map(int, found)) if found else None  # one summary per tracked process
+    found = [int(n) for n in _SUMMARY_RE.findall(text)]
+    found += [int(e) + int(w) for e, w in _RACECHECK_RE.findall(text)]
+    errors = sum(found) if found else None  # one summary per tracked process
     first = first_error(text)
     not_attached = any(line.lstrip().startswith(_PREFIX) and _NOT_ATTACHED_RE.search(line)
                        for line in text.splitlines())
@@ -321,7 +325,7 @@ def first_error(text: str) -> str | None:
                 break
             continue
         body = body[len(_PREFIX):].strip()
-        if not body or body.startswith(("COMPUTE-SANITIZER", "ERROR SUMMARY", "LEAK SUMMARY")):
+        if not body or body.startswith(("COMPUTE-SANITIZER", "ERROR SUMMARY", "LEAK SUMMARY", "RACECHECK SUMMARY")):
             if lines:
                 break
             continue
@@ -341,7 +345,7 @@ def case_problem(record: CaseResult) -> str:
     if status == "not attached":
         return f"compute-sanitizer attached to no process: nothing was checked ({record.reason})"
     if status == "no summary":
-        return f"no ERROR SUMMARY in its log ({record.reason})"
+        return f"no sanitizer summary in its log ({record.reason})"
     if status == "timeout":
         return str(record.reason or "timed out")
     return str(status)

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict, set_model_state_dict,
@@ -107,21 +108,28 @@ def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, info: D
     """Restore model, optimizer, scaler and this rank's RNG; returns (step, this rank's data state). A checkpoint
     that cannot be read (a damaged or missing file) or does not fit this run (another model, another world size)
     raises CheckpointError naming the file and what is wrong: nothing is restored from it, and nothing falls back
-    silently to an older one (the error names it). The optimizer's param_groups are the checkpoint's afterwards,
-    its settings included: the trainer puts this run's back (nsa.training.optim.keep_settings)."""
+    silently to an older one (the error names it). Collective in a distributed run: every rank reads its files,
+    then the ranks agree, so that a file only one rank cannot read (its rank{r}.pt) stops every rank with that
+    rank's error, not the others with a broken connection later. The optimizer's param_groups are the checkpoint's
+    afterwards, its settings included: the trainer puts this run's back (nsa.training.optim.keep_settings)."""
     path = Path(path)
-    meta_file = path / META
-    if not meta_file.is_file():
-        raise CheckpointError(f"{path}: not a complete checkpoint (no {META})")
+    error, blob, mine, step = None, None, None, -1
     try:
-        meta = json.loads(meta_file.read_text())
-        step, world_size = int(meta["step"]), int(meta["world_size"])
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        raise _damaged(path, META, exc) from None
-    if world_size != info.world_size:
-        raise CheckpointError(f"{path}: written by {world_size} rank(s), this run has {info.world_size}; "
-                              "resume with the same number of ranks")
-    blob = _read(path, "model_optim.pt", ("model", "optimizer"))
+        step = _read_meta(path, info)
+        blob = _read(path, "model_optim.pt", ("model", "optimizer"))
+        mine = _read(path, f"rank{info.rank}.pt", ("data", "rng"))
+    except CheckpointError as exc:
+        error = str(exc)
+    errors = [error]
+    if info.distributed:
+        errors = [None] * info.world_size
+        dist.all_gather_object(errors, error)
+    failed = [(rank, message) for rank, message in enumerate(errors) if message is not None]
+    if failed:
+        rank, message = failed[0]
+        if rank != info.rank and f"rank{rank}.pt" not in message:
+            message += f" (on rank {rank})"
+        raise CheckpointError(message)
     try:
         set_model_state_dict(model, blob["model"], options=StateDictOptions(full_state_dict=True))
     except (RuntimeError, KeyError, ValueError) as exc:
@@ -134,9 +142,25 @@ def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, info: D
                               f"({_first_line(exc)})") from None
     if scaler is not None and blob.get("scaler"):
         scaler.load_state_dict(blob["scaler"])
-    mine = _read(path, f"rank{info.rank}.pt", ("data", "rng"))
     _set_rng_state(mine["rng"])
     return step, mine["data"]
+
+
+def _read_meta(path: Path, info: DistInfo) -> int:
+    """The step of checkpoint `path` from its meta.json; CheckpointError where it is missing, cannot be read or was
+    written by another number of ranks."""
+    meta_file = path / META
+    if not meta_file.is_file():
+        raise CheckpointError(f"{path}: not a complete checkpoint (no {META})")
+    try:
+        meta = json.loads(meta_file.read_text())
+        step, world_size = int(meta["step"]), int(meta["world_size"])
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise _damaged(path, META, exc) from None
+    if world_size != info.world_size:
+        raise CheckpointError(f"{path}: written by {world_size} rank(s), this run has {info.world_size}; "
+                              "resume with the same number of ranks")
+    return step
 
 
 def _read(path: Path, name: str, keys: tuple[str, ...]) -> dict:

@@ -121,7 +121,7 @@ class TrainConfig:
     lr: float = setting(3e-4, flags=Flag("lr", "peak learning rate"))
     warmup_steps: int = 0
     lr_schedule: str = setting("cosine", choices=LR_SCHEDULES)
-    decay_steps: int | None = None  # cosine length (after warmup); None: `steps`
+    decay_steps: int | None = None  # cosine length (after warmup); None: the rest of the run, steps - warmup_steps
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.01
     beta1: float = 0.9

@@ -132,6 +132,12 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
             group["lr"] = lr
 
 
+def decay_length(decay_steps: int | None, steps: int, warmup_steps: int) -> int:
+    """How many steps the cosine takes after the warmup: `decay_steps` where set, else the rest of the run
+    (steps - warmup_steps, at least 1), so that the run's last step is at the floor."""
+    return decay_steps if decay_steps is not None else max(1, steps - warmup_steps)
+
+
 def lr_at(step: int, *, lr: float, warmup_steps: int, schedule: str, decay_steps: int,
           min_lr_ratio: float) -> float:
     """Learning rate of optimizer step `step` (1-based): linear warmup over warmup_steps, then cosine from lr

@@ -31,7 +31,8 @@ from nsa.training.data import build_eval_source, build_source
 from nsa.training.distributed import DistInfo, first_use_order
 from nsa.training.heartbeat import HeartbeatWriter
 from nsa.training.metrics import device_name, memory_detail_gb, memory_gb, mfu, peak_flops
-from nsa.training.optim import build_adamw, keep_settings, lr_at, make_capturable, set_lr, use_fused_adamw
+from nsa.training.optim import (build_adamw, decay_length, keep_settings, lr_at, make_capturable, set_lr,
+                                use_fused_adamw)
 from nsa.training.safety import CSV_FAULTS_STOPPING_WRITER, RunControl, damage_training_csv
 from nsa.training.summary import SummaryAccumulator, format_summary
 from nsa.training.watchdog import HALT_NAME
@@ -268,6 +269,17 @@ class Trainer:
                     changes.append(f"{name} {before[key]!r} -> {value!r}")
         if changes:
             self.say("resumed with a config that differs from the earlier run's config.yaml: " + "; ".join(changes))
+        # train.steps is a key of the run's length, but with train.decay_steps unset it is the cosine's length too
+        tc, train_before = cfg.train, earlier.get("train") if isinstance(earlier.get("train"), dict) else {}
+        steps_before = train_before.get("steps")
+        if (tc.lr_schedule == "cosine" and tc.decay_steps is None and train_before.get("decay_steps") is None
+                and isinstance(steps_before, int) and steps_before != tc.steps and tc.steps > tc.warmup_steps):
+            end_before = tc.warmup_steps + decay_length(None, steps_before, tc.warmup_steps)
+            end_now = tc.warmup_steps + decay_length(None, tc.steps, tc.warmup_steps)
+            self.say(f"train.steps {steps_before} -> {tc.steps} with train.decay_steps unset: the cosine decay now "
+                     f"reaches its floor at step {end_now} (the earlier run's at step {end_before}), so the learning "
+                     f"rate from step {self.start_step + 1} on follows the new length; set train.decay_steps to keep "
+                     "one schedule across resumes")
 
     def _setup_failed(self, exc: BaseException) -> None:
         """A failure after the boot heartbeat (a damaged checkpoint, a kernel this device cannot run, out of memory):
@@ -399,7 +411,7 @@ class Trainer:
             self.heartbeat.write(step, "fault", kind="hang")
             self.control.hang(step)
         lr = lr_at(step, lr=tc.lr, warmup_steps=tc.warmup_steps, schedule=tc.lr_schedule,
-                   decay_steps=tc.decay_steps or tc.steps, min_lr_ratio=tc.min_lr_ratio)
+                   decay_steps=decay_length(tc.decay_steps, tc.steps, tc.warmup_steps), min_lr_ratio=tc.min_lr_ratio)
         set_lr(self.optimizer, lr)
         if self.graphed is not None:  # the same step, replayed (nsa.training.graphs)
             batches = [self.source.next_batch() for _ in range(tc.accum)]

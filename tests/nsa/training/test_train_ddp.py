@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 import torch
@@ -180,3 +181,24 @@ def test_ddp_stop_and_resume_restores_every_ranks_data_position(ddp_run, tmp_pat
     full, resumed = final_params(out_dir), final_params(tmp_path / "cut")
     for name in full:
         assert torch.equal(resumed[name], full[name]), name
+
+
+def test_a_rank_file_only_one_rank_cannot_read_stops_every_rank_naming_it(ddp_run, tmp_path):
+    """rank1.pt of the checkpoint is missing: rank 1 cannot resume, and rank 0, which reads its own files, stops too,
+    with rank 1's reason in status.json and its heartbeat (not a broken connection at its next collective)."""
+    out_dir, _, _ = ddp_run
+    cut = tmp_path / "cut"
+    shutil.copytree(out_dir, cut)
+    ckpt = cut / "checkpoints" / f"step_{STEPS:08d}"
+    (ckpt / "rank1.pt").unlink()
+    cfg, _ = _config(tmp_path)
+    code, out = run(cut, "--ddp", "1", "--resume", "--steps", str(STEPS + 1), nproc=2, config=cfg)
+    assert code != 0
+    assert f"{ckpt}: rank1.pt is missing" in out, out[-3000:]
+    status = json.loads((cut / "status.json").read_text())
+    assert status["status"] == "crashed" and status["phase"] == "start-up", status
+    assert "CheckpointError" in status["reason"] and "rank1.pt is missing" in status["reason"], status["reason"]
+    for rank in (0, 1):
+        last = heartbeats(cut, rank)[-1]
+        assert last["msg"] == "error" and "rank1.pt is missing" in last["error"], (rank, last)
+    assert [int(r["step"]) for r in read_csv(cut / "training.csv")] == list(range(1, STEPS + 1))  # kept as it was

@@ -103,8 +103,9 @@ def launch(spec: LaunchSpec) -> LaunchResult:
 
     rank_logs = collect_rank_logs(ranks_dir, log_path) if use_torchrun else {}
     out_dir = Path(spec.trainer_out_dir) if spec.trainer_out_dir is not None else None
-    dumps = run.stack_dumps if run.stack_dumps else stack_dumps(out_dir, started)
-    reason, excerpt = explain(run, log_path, rank_logs, out_dir, started, dumps, spec)
+    since = run.started  # later than `started` when a Slurm job left by an earlier run had to be cancelled first
+    dumps = run.stack_dumps if run.stack_dumps else stack_dumps(out_dir, since)
+    reason, excerpt = explain(run, log_path, rank_logs, out_dir, since, dumps, spec)
     result = LaunchResult(status=run.status, returncode=run.returncode, duration_s=time.monotonic() - t0,
                           argv=argv, log_path=log_path, rank_logs=rank_logs, reason=reason, excerpt=excerpt,
                           stack_dumps=dumps, attempts=attempts, master_port=port if use_torchrun else None,

@@ -190,8 +190,15 @@ class SlurmRun(Run):
         return self.spec.batch_script()
 
     def execute(self) -> None:
-        self._cancel_stale()
-        self.script.write_text(self.script_text())
+        if self._cancel_stale():  # what its ranks wrote until now (heartbeats, dumps) is not this job's
+            self.started = time.time()
+        try:
+            text = self.script_text()
+        except ValueError as exc:  # a path Slurm cannot take (validation.launch.sbatch.sbatch_path_problem)
+            self.error = f"could not write the Slurm batch script: {exc}"
+            note(self.log_path, self.error)
+            return
+        self.script.write_text(text)
         env = self.spec.child_env()
         env[LAUNCH_ID_VAR] = ",".join(filter(None, (env.get(LAUNCH_ID_VAR, ""), self.launch_id)))
         cancelled = ""
@@ -211,6 +218,12 @@ class SlurmRun(Run):
             if self.job_id is not None:
                 note(self.log_path, f"interrupted ({describe_interrupt(exc)} to the launcher): cancelling Slurm job "
                                     f"{self.job_id}")
+                self._cancel()
+            raise
+        except BaseException as exc:  # a failing callback, a full disk: the job must not outlive the launch
+            if self.job_id is not None:
+                note(self.log_path, f"launcher error ({type(exc).__name__}: {clip(str(exc), 160)}): cancelling "
+                                    f"Slurm job {self.job_id}")
                 self._cancel()
             raise
         info = self._final_info()
@@ -240,9 +253,12 @@ class SlurmRun(Run):
     def _follow(self) -> str:
         """Poll until the job leaves the queue; returns "" or why it was cancelled ("timeout" / "hang")."""
         spec = self.spec
+        state = None
         while True:
             if time.monotonic() >= self.deadline:
                 self.status = "timeout"
+                if state == "PENDING":  # the job never started: say so, and why Slurm held it
+                    self.scheduler_reason = self._never_started()
                 self._cancel()
                 return "timeout"
             try:
@@ -264,6 +280,17 @@ class SlurmRun(Run):
                 spec.on_progress(Progress(time.time() - self.started, self.last_step, self.toks_per_s, shown))
             time.sleep(spec.poll_s)
 
+    def _never_started(self) -> str:
+        """The reason of a step that timed out while its job was still PENDING (Slurm's Reason: Resources,
+        Priority, QOSMaxJobsPerUserLimit, ...)."""
+        try:
+            why = job_info(self.job_id).reason
+        except SlurmError:
+            why = None
+        return (f"timed out after {self.spec.timeout_s:g}s (counted from submission) with Slurm job {self.job_id} "
+                f"still PENDING ({why or 'reason unknown'}): it never started; processes ended with scancel of "
+                f"Slurm job {self.job_id}")
+
     def _remote_dumps(self, verdict) -> list[int]:
         """Stalled ranks on other hosts (every stalled rank with remote_dumps=True), and the ranks there not yet
         stalled (Verdict.dump_ranks), are asked for stack dumps by
@@ -280,7 +307,9 @@ class SlurmRun(Run):
                 "--ranks", str(self.expected_ranks)]
         note(self.log_path, f"stall: asking rank(s) {ranks} on the job's nodes for stack dumps: {' '.join(argv)}")
         try:
-            out = subprocess.run(argv, cwd=self.spec.cwd, env=self.spec.env, capture_output=True, text=True,
+            # the launch's whole environment (with inherit_env, spec.env holds only the step's own variables: srun
+            # would run without PATH, SLURM_CONF, ...)
+            out = subprocess.run(argv, cwd=self.spec.cwd, env=self.spec.child_env(), capture_output=True, text=True,
                                  timeout=60, stdin=subprocess.DEVNULL)
             if out.returncode not in (0, 1):  # the watchdog's 1 means "stalled": what we expect
                 note(self.log_path, f"srun watchdog exited {out.returncode}: {clip(out.stderr.strip())}")
@@ -298,19 +327,21 @@ class SlurmRun(Run):
         if not gone:
             note(self.log_path, f"Slurm job {self.job_id} is still listed by squeue after scancel")
 
-    def _cancel_stale(self) -> None:
-        """A job this step submitted before (an nsa-validate that was killed) must not run beside the new one."""
+    def _cancel_stale(self) -> bool:
+        """A job this step submitted before (an nsa-validate that was killed) must not run beside the new one;
+        True when there was one to cancel."""
         try:
             old = json.loads(self.job_file.read_text()).get("job_id")
         except (OSError, ValueError, AttributeError):
-            return
+            return False
         if not old:
-            return
+            return False
         try:
             if queue_state(str(old)) is None:
-                return
+                return False
             note(self.log_path, f"cancelling Slurm job {old}, left running by an earlier run of this step")
             cancel(str(old))
             wait_gone(str(old))
         except SlurmError as exc:
             note(self.log_path, f"could not check or cancel the earlier Slurm job {old}: {exc}")
+        return True

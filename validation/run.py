@@ -47,7 +47,7 @@ from validation.results.store import (DEFAULT_RUNS, RESULTS_JSON, ResultsError, 
                                 read_results, write_results)
 from validation.runbook.loader import Runbook, RunbookError, load_runbook
 from validation.execution.runner import (Reporter, ResumeError, RunOptions, Runner, check_resume, kept_but_changed,
-                                         left_out, steps_to_run)
+                                         left_out, runbook_file_changed, steps_to_run)
 from validation.runbook.plan import skipped_here
 
 
@@ -171,7 +171,7 @@ def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: N
             check_resume(rb, previous, request.resume, request.rerun)
         except (ResultsError, ResumeError) as exc:
             raise RunError(str(exc)) from None
-        if previous["runbook"].get("sha256") != rb.sha256:
+        if runbook_file_changed(rb, previous):
             warn(f"{request.runbook} changed since {request.resume} was started; finished steps are kept as they are")
         changed = kept_but_changed(rb, previous, steps_to_run(rb, previous, request.rerun))
         if changed:
@@ -200,6 +200,14 @@ def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: N
         warn(reused[phase].note())
     options = RunOptions(only=tuple(request.only), skip=tuple(request.skip), overrides=tuple(request.overrides),
                          cwd=request.cwd, rerun=tuple(dict.fromkeys(request.rerun)), reuse=reused)
+    steps = {s.name: s for s in rb.steps()}
+    for name in options.rerun:  # a step run again is first set back to pending: left out, its result would be lost
+        step = steps[name]  # check_resume refused a name the runbook lacks
+        why = left_out(step, options) or (f"phase {step.phase} taken from an earlier run (--reuse {step.phase})"
+                                          if step.phase in reused else None)
+        if why:
+            raise RunError(f"--rerun {name} and {why}: step {name} would not run again and its result in {run_dir} "
+                           "would be lost; drop one of them")
     return Prepared(rb, run_dir, previous, earlier, options)
 
 

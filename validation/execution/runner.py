@@ -55,7 +55,7 @@ from validation.results.codec import decode, encode
 from validation.results.decision import Choice as ChoiceRecord
 from validation.results.reuse import Reuse, definition_differences
 from validation.results.run import Step as StepRecord, read_run
-from validation.runbook.loader import Runbook, Step, references
+from validation.runbook.loader import Runbook, RunbookError, Step, load_runbook, references
 from validation.kinds.base import undeclared_metrics
 from validation.version import version as tool_version
 
@@ -190,6 +190,22 @@ def _source_change(before, now: dict[str, Any]) -> dict[str, Any] | None:
     return None if same else {"before": old, "now": new}
 
 
+def runbook_file_changed(rb: Runbook, previous: RunResults) -> bool:
+    """Whether the runbook file (or a file it includes) differs from the one the run `previous` started with. The
+    sha256 results.json records covers the file, its includes and the first run's --set, so a resume given other
+    --set (warned about on their own) is compared with it under the first run's --set."""
+    recorded = read_run(previous).runbook.sha256
+    if recorded == rb.sha256:
+        return False
+    first = read_run(previous).options.set
+    if not isinstance(first, list) or not rb.path:  # early records: {key: value}, not the --set text it covered
+        return True
+    try:
+        return load_runbook(rb.path, [str(item) for item in first]).sha256 != recorded
+    except RunbookError:
+        return True
+
+
 def _reached_verdict(results: RunResults) -> bool:
     """Whether a run ended with its verdict computed, not cut off (a signal's verdict counts as cut off)."""
     run = read_run(results)
@@ -249,7 +265,7 @@ class Runner:
         todo = steps_to_run(self.rb, previous, self.opt.rerun)
         entry = Resume(at=_now(), previous_end=ended, previous_state=how, steps=todo,
                        rerun=[n for n in todo if n in self.opt.rerun], replaced={},
-                       runbook_changed=before.runbook.sha256 != self.rb.sha256,
+                       runbook_changed=runbook_file_changed(self.rb, previous),
                        options=Options(only=list(self.opt.only), skip=list(self.opt.skip),
                                        set=list(self.opt.overrides)))
         changed = kept_but_changed(self.rb, previous, todo)

@@ -182,6 +182,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     units: dict[str, list[tuple[float, float]]] = {}  # group -> (mean A, mean B) of each undisturbed launch
     pending: list[tuple] = []  # the undisturbed launches' rows, tested once every step's change is known
     disturbed_rows = 0
+    unread: list[str] = []  # launches of both runs with no per-step values on a side: "label (A)"
     repeated = False  # a step ran repeats (disturbed or not): what the warning on unmeasured variation says
     steps_a, steps_b = _raw_steps(a), _raw_steps(b)  # what the kinds read
     for name, step_a in steps_a.items():
@@ -196,6 +197,8 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
             if not mb:
                 continue
             va, vb = _series(Path(dir_a), ma), _series(Path(dir_b), mb)
+            if not (va and vb):
+                unread.append(f"{label} ({' and '.join(side for side, v in (('A', va), ('B', vb)) if not v)})")
             shaken = [f"{side}: {why}" for side, why in (("A", _disturbance(ma)), ("B", _disturbance(mb))) if why]
             if va and vb and shaken:
                 disturbed_rows += 1
@@ -260,6 +263,12 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     if disturbed_rows:
         warnings.append(f"{plural(disturbed_rows, 'launch', 'launches')} measured while other work used the machine "
                         "(telemetry): shown, never gating; run them again on a quiet machine")
+    if unread:
+        more = ", ..." if len(unread) > 3 else ""
+        warnings.append(f"{plural(len(unread), 'launch', 'launches')} not compared on {METRIC}, with no per-step "
+                        f"values to read on the side named ({', '.join(unread[:3])}{more}): compare reads each "
+                        "launch's training.csv from its run directory, and there it is missing, unreadable or empty "
+                        "(a run directory copied with results.json alone)")
     if not noise_by_step and tested:
         why = ("their repeats were measured while other work used the machine" if repeated and disturbed_rows else
                "no repeat passed undisturbed" if repeated else "no step ran repeats")

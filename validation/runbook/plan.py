@@ -110,7 +110,8 @@ def text_lines(runbook: Runbook, rows: list[dict[str, Any]] | list[PlannedStep])
     """What `nsa-validate plan` prints, as (line, style) pairs: per step its header, notes, and every command the
     launcher runs for it (or a Slurm launch's batch script) with its limits; then the acceptance criteria."""
     kinds = {step.name: step.kind_impl for step in runbook.steps()}
-    out: list[tuple[str, str | None]] = [(f"{runbook.name}: {runbook.description}", "bold")]
+    out: list[tuple[str, str | None]] = [(f"{runbook.name}: {runbook.description}" if runbook.description else
+                                          runbook.name, "bold")]
     for row in (r if isinstance(r, PlannedStep) else decode(PlannedStep, r, f"plan[{i}]") for i, r in enumerate(rows)):
         out.append(("", None))
         out.append((f"{row.phase} / {row.step} ({row.kind})"

@@ -173,7 +173,7 @@ class NSAAttention(nn.Module):
         configured kernel resolves to). The compressed branch may return its log-sum-exp, which the Triton
         selection uses to rank the blocks without a second softmax pass."""
         if backend is None:
-            backend = branches(self.cfg, p.q.device, self._select_batched, self.range_builder)
+            backend = branches(self.cfg, p.q.device, self._select_batched, self.range_builder, p.q.dtype)
         out = {}
         with span("nsa.cmp"):
             out["cmp"], lse = backend.compressed(p)
@@ -296,7 +296,8 @@ class NSAAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [B, S, dim] -> [B, S, dim]."""
         self._check_input(x)
-        if self.cfg.prefill == "batched" and kernels.resolve(self.cfg.kernel, x.device, self.cfg) == "triton":
+        if self.cfg.prefill == "batched" and kernels.resolve(self.cfg.kernel, x.device, self.cfg,
+                                                             kernels.compute_dtype(x)) == "triton":
             return self._forward_triton(x)
         p = self.project(x)
         return self._combine(self._branches(p), p.gates)
@@ -348,7 +349,7 @@ class NSAAttention(nn.Module):
         p = self.project(x)
         if self.cfg.prefill == "sequential":
             return self._branches_sequential(p)[1]
-        if kernels.resolve(self.cfg.kernel, p.q.device, self.cfg) == "triton":
+        if kernels.resolve(self.cfg.kernel, p.q.device, self.cfg, p.q.dtype) == "triton":
             backend = TritonBranches(self.cfg)
             return backend.select(p, backend.compressed(p)[1])
         return self._select_batched(p.q, p.k_cmp, x.shape[1])

@@ -27,8 +27,9 @@ Beside them:
     qualify.py      every Triton kernel forward and backward once at one shape: what runbooks/gpu_kernels.yaml
                     runs under compute-sanitizer (python -m nsa.attention.kernels.qualify --help)
 
-`resolve(choice, device)` turns the configured kernel (NSAConfig.kernel, NSA_KERNEL: auto | torch | triton) into
-the path a forward on `device` takes. "triton" where Triton cannot run is an error, never a silent fallback.
+`resolve(choice, device, cfg, dtype)` turns the configured kernel (NSAConfig.kernel, NSA_KERNEL: auto | torch |
+triton) into the path a forward on `device` takes for the layer's shape and compute dtype. "triton" where Triton
+cannot run is an error, never a silent fallback.
 """
 
 from __future__ import annotations
@@ -37,14 +38,17 @@ import functools
 import importlib.util
 from types import SimpleNamespace
 
-from nsa.attention.kernels.common import TRITON_HEAD_DIMS, TRITON_MAX_HEADS_PER_GROUP, index_build, interpreting
+import torch
+
+from nsa.attention.kernels.common import (TRITON_DTYPES, TRITON_HEAD_DIMS, TRITON_INTERPRETER_DTYPES,
+                                          TRITON_MAX_HEADS_PER_GROUP, TRITON_MAX_OVERLAP, index_build, interpreting)
 from nsa.attention.kernels.range_attn.naive import compressed_attention, window_attention
 from nsa.attention.kernels.selected_attn.naive import prepare_compile, selected_attention
 from nsa.attention.kernels.selection.naive import cmp_group_probabilities
 from nsa.attention.rope import resolve_rope, rope
 
-__all__ = ["KernelUnavailable", "cmp_group_probabilities", "compressed_attention", "index_build", "prepare_compile",
-           "resolve", "selected_attention",
+__all__ = ["KernelUnavailable", "cmp_group_probabilities", "compressed_attention", "compute_dtype", "index_build",
+           "prepare_compile", "resolve", "selected_attention",
            "triton_modules", "triton_status", "triton_unsupported", "window_attention"]
 
 
@@ -82,17 +86,37 @@ def triton_unsupported(cfg) -> str | None:
                     f"({', '.join(map(str, TRITON_HEAD_DIMS))})")
     if cfg.heads_per_group > TRITON_MAX_HEADS_PER_GROUP:
         return f"{cfg.heads_per_group} heads per KV group exceed the Triton kernels' {TRITON_MAX_HEADS_PER_GROUP}"
+    overlap = min(cfg.l // cfg.d, cfg.l_sel // cfg.d)
+    if overlap > TRITON_MAX_OVERLAP:
+        return (f"min(l/d, l_sel/d) = min({cfg.l}/{cfg.d}, {cfg.l_sel}/{cfg.d}) = {overlap} exceeds the Triton "
+                f"selection's {TRITON_MAX_OVERLAP} (its overlap weights are exact up to {TRITON_MAX_OVERLAP})")
     return None
 
 
-def triton_status(device, cfg=None) -> str | None:
-    """None when the Triton kernels can run on `device` (for NSAConfig `cfg`, if given), else the reason."""
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype a layer's matmuls compute in for input x: autocast's where it applies (floating x below float64),
+    else x's."""
+    kind = x.device.type
+    if x.dtype != torch.float64 and torch.is_autocast_enabled(kind):
+        return torch.get_autocast_dtype(kind)
+    return x.dtype
+
+
+def triton_status(device, cfg=None, dtype=None) -> str | None:
+    """None when the Triton kernels can run on `device` (for NSAConfig `cfg` and compute dtype `dtype`, if given),
+    else the reason."""
     problem = _triton_importable()
     if problem:
         return problem
     if not (device.type == "cuda" or (device.type == "cpu" and interpreting())):
         return (f"no CUDA device (tensors are on {device.type}); the Triton kernels need a GPU, or "
                 "TRITON_INTERPRET=1 for the interpreter on CPU")
+    if dtype is not None:
+        dtypes = TRITON_DTYPES if device.type == "cuda" else TRITON_INTERPRETER_DTYPES
+        if dtype not in dtypes:
+            where = "" if device.type == "cuda" else " under the interpreter"
+            return (f"the Triton kernels compute in {', '.join(str(d).removeprefix('torch.') for d in dtypes)}"
+                    f"{where}, not {str(dtype).removeprefix('torch.')}")
     return triton_unsupported(cfg) if cfg is not None else None
 
 
@@ -105,18 +129,19 @@ def rotary(x, theta: float, impl: str = "reference", start: int = 0, step: int =
     return rope(x, theta, impl, start=start, step=step)
 
 
-def resolve(choice: str, device, cfg=None) -> str:
+def resolve(choice: str, device, cfg=None, dtype=None) -> str:
     """"torch" or "triton": the path a batched forward on `device` takes for the configured kernel `choice`.
 
-    auto: triton on CUDA when the kernels import and are built for the layer's shape (NSAConfig `cfg`, if given),
-    else torch. triton: triton, or KernelUnavailable naming why it cannot run. torch: torch.
+    auto: triton on CUDA when the kernels import and are built for the layer's shape (NSAConfig `cfg`, if given)
+    and compute dtype (`dtype`, if given: compute_dtype of the input), else torch. triton: triton, or
+    KernelUnavailable naming why it cannot run. torch: torch.
     """
     if choice == "torch":
         return "torch"
     if choice == "auto":
-        return "triton" if device.type == "cuda" and triton_status(device, cfg) is None else "torch"
+        return "triton" if device.type == "cuda" and triton_status(device, cfg, dtype) is None else "torch"
     if choice == "triton":
-        problem = triton_status(device, cfg)
+        problem = triton_status(device, cfg, dtype)
         if problem:
             raise KernelUnavailable(f"NSA_KERNEL / model.kernel is 'triton' but {problem}")
         return "triton"

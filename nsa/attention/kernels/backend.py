@@ -83,9 +83,10 @@ class TritonBranches:
         return self.tk.range.window_attention(p.q, p.k_win, p.v_win, self.cfg.w)
 
 
-def branches(cfg: NSAConfig, device: torch.device, select: Callable, range_builder: Callable) -> Branches:
-    """The backend cfg.kernel resolves to on `device`: TritonBranches or TorchBranches (whose `select` and
-    `range_builder` are the layer's)."""
-    if resolve(cfg.kernel, device, cfg) == "triton":
+def branches(cfg: NSAConfig, device: torch.device, select: Callable, range_builder: Callable,
+             dtype: torch.dtype | None = None) -> Branches:
+    """The backend cfg.kernel resolves to on `device` (for projections of `dtype`, if given): TritonBranches or
+    TorchBranches (whose `select` and `range_builder` are the layer's)."""
+    if resolve(cfg.kernel, device, cfg, dtype) == "triton":
         return TritonBranches(cfg)
     return TorchBranches(cfg, select, range_builder)

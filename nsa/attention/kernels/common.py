@@ -15,6 +15,13 @@ from nsa.config import INDEX_BUILD_CHOICES
 # heads a KV group may have (a range-kernel query tile holds every head of its tokens).
 TRITON_HEAD_DIMS = (32, 64, 128)
 TRITON_MAX_HEADS_PER_GROUP = 32
+# The most stride-d chunks a compression block and a selection block may share, min(l/d, l_sel/d): the selection
+# kernels' overlap weights (Eq. 9) are dot operands, exact up to 256 in bf16 (selection/host.py).
+TRITON_MAX_OVERLAP = 256
+# What the Triton kernels compute in: bf16, fp16 or fp32 on a GPU (fp32 statistics; float64 would come back at fp32
+# precision); under the interpreter fp32 or fp16 (it multiplies bf16 dot operands as raw integers: garbage).
+TRITON_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+TRITON_INTERPRETER_DTYPES = (torch.float16, torch.float32)
 
 class LaunchConfig(NamedTuple):
     """A Triton kernel's launch configuration: its tile and its launch options (each op's host.py picks them;

@@ -174,7 +174,7 @@ import triton
 
 from nsa.attention.geometry import num_cmp_blocks, num_sel_blocks
 from nsa.attention.kernels.aot import AotCase
-from nsa.attention.kernels.common import LOG2E
+from nsa.attention.kernels.common import LOG2E, TRITON_MAX_OVERLAP
 from nsa.attention import selection as choice
 from nsa.attention.kernels.selection.jit import (_blocksel_finish_kernel, _blocksel_importance_kernel,
                                                  _blocksel_keys_kernel, _blocksel_topk_kernel)
@@ -246,8 +246,9 @@ def _check(q, k_cmp, lse_cmp, l, d, l_sel):
                          f"{lse_cmp.dtype}")
     if l % d or l_sel % d:
         raise ValueError(f"d={d} must divide l={l} and l_sel={l_sel}")
-    if min(l // d, l_sel // d) > 256:
-        raise ValueError("overlap weights above 256 are not exact in bf16")
+    if min(l // d, l_sel // d) > TRITON_MAX_OVERLAP:
+        raise ValueError(f"overlap weights above {TRITON_MAX_OVERLAP} are not exact in bf16 (min(l/d, l_sel/d) = "
+                         f"{min(l // d, l_sel // d)})")
     if k_cmp.shape[2] != num_cmp_blocks(s, l, d):
         raise ValueError(f"k_cmp holds {k_cmp.shape[2]} blocks, S={s} has {num_cmp_blocks(s, l, d)}")
 

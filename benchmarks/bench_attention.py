@@ -248,6 +248,20 @@ def median(case: dict, mode: str) -> float | None:
     return t["median"] if t else None
 
 
+def versus_dense(case: dict, dense: dict) -> str:
+    """Each mode's median time against dense's, worded by direction: "fwd 1.50x faster" where the case's median is
+    below dense's (dense / case), "fwd 2.78x slower" where it is above (case / dense); a mode without a positive
+    median on both sides is left out (no ratio from a zero or missing time)."""
+    words = []
+    for m in MODES:
+        a, b = median(case, m), median(dense, m)
+        if not (a and b and a > 0 and b > 0):
+            continue
+        name = "fwd+bwd" if m == "fwdbwd" else m
+        words.append(f"{name} {b / a:.2f}x faster" if b >= a else f"{name} {a / b:.2f}x slower")
+    return ", ".join(words)
+
+
 def targets(results: dict, args, paths: list[str]) -> list[tuple[str, str, bool]]:
     """(name, value, ok) for every target whose cases were measured in this run."""
     checks = []
@@ -407,7 +421,8 @@ def main(argv=None) -> int:
     if cuda and not args.dry_run and (why := no_cuda_here()):
         ap.error(f"--device cuda: {why}")
 
-    print("reproduce: python benchmarks/bench_attention.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])))
+    print("reproduce: python benchmarks/bench_attention.py "
+          + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)))
     print(f"attention layer B={args.batch} {args.shape} {SHAPES[args.shape]}, device={args.device} dtype={args.dtype}, "
           f"{args.repeats} timed passes after {args.warmup} warm-up; times in ms as min/median/max")
     cases = [(s, path) for s in seq_lens
@@ -426,9 +441,8 @@ def main(argv=None) -> int:
             continue
         dense = results.get(("dense", s))
         ratio = ""
-        if path != "dense" and dense and "error" not in dense:
-            ratio = "  vs dense (median): " + " ".join(
-                f"{m} {median(dense, m) / median(case, m):.2f}x" for m in MODES if median(case, m)) + " faster"
+        if path != "dense" and dense and "error" not in dense and (words := versus_dense(case, dense)):
+            ratio = "  vs dense (medians): " + words
         print(f"{s:>6} {path:<11} fwd {ms_triple(case, 'fwd')}  bwd {ms_triple(case, 'bwd')}  "
               f"fwd+bwd {ms_triple(case, 'fwdbwd')}  {fmt(case['toks_per_s'], ',.0f', 11)} tok/s  "
               f"peak {case['peak_gb']:.2f} GB{ratio}" + (f"  ({case['note']})" if "note" in case else ""),
@@ -440,7 +454,8 @@ def main(argv=None) -> int:
             print(f"  {'PASS' if ok else 'MISS'}  {name}: {value}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"shape": args.shape, "dims": SHAPES[args.shape], "argv": argv or sys.argv[1:],
+        args.json.write_text(json.dumps({"shape": args.shape, "dims": SHAPES[args.shape],
+                                         "argv": sys.argv[1:] if argv is None else argv,
                                          "results": list(results.values()),
                                          "checks": [dict(name=n, value=v, ok=o) for n, v, o in checks]}, indent=2))
     if any("error" in case for case in results.values()):

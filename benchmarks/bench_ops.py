@@ -266,6 +266,14 @@ def table(counts: dict[int, OpCounter]) -> str:
     return "\n".join(rows)
 
 
+def reproduce(args) -> str:
+    """The command that counts the same: every option that changes a count, and --check where it was given."""
+    return (f"TRITON_INTERPRET=1 PYTHONPATH=. python benchmarks/bench_ops.py --seq-lens {args.seq_lens} "
+            f"--index-build {args.index_build} --topk-choice {args.topk_choice} --sel-host-choice "
+            f"{args.sel_host_choice} --sel-forced-choice {args.sel_forced_choice} --range-glue-choice "
+            f"{args.range_glue_choice}" + (" --check" if args.check else ""))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seq-lens", default="256,1024")
@@ -332,10 +340,7 @@ def main(argv=None) -> int:
     print("sort and topk ops [width of the ranked dimension]: " + "; ".join(
         f"S={s}: " + (", ".join(f"{k} {v}" for k, v in sorted(c.sort_widths.items())) or "none")
         for s, c in counts.items()))
-    print(f"reproduce: TRITON_INTERPRET=1 PYTHONPATH=. python benchmarks/bench_ops.py --seq-lens "
-          f"{args.seq_lens} --index-build {args.index_build} --topk-choice {args.topk_choice} --sel-host-choice "
-          f"{args.sel_host_choice} --sel-forced-choice {args.sel_forced_choice} --range-glue-choice "
-          f"{args.range_glue_choice} --check")
+    print(f"reproduce: {reproduce(args)}")
     if args.json:
         args.json.write_text(json.dumps({str(s): {"total": c.total, "ops": dict(c.ops), "inside": dict(c.inside),
                                                   "triton_launches": dict(c.launches), "custom": dict(c.custom),

@@ -22,7 +22,8 @@ profile and their N backwards in another (each synchronised at its end), and rep
   without listed peaks says "peak unknown" and gets the counts only.
 JSON (--json): {"results": one record per case (the fields above; fwd_*, bwd_*, efficiency*, floor_*,
 dense_floor_*, floor_ratio*, measured_ratio*), "kernels": every case's kernels of at least 1% of the layer's time,
-one row each, plus a row per case and pass summing the rest}.
+one row each, plus a row per case and pass summing the rest}. A case that failed is a record with its "error" (no
+figures), and the script then exits 1.
 This is a profile, not a timing benchmark: the profiler adds host overhead. Speeds come from bench_attention.py.
 """
 
@@ -165,7 +166,9 @@ def roofline(by_pass: dict, path: str, seq_len: int, batch: int, device: str, sh
     layer's efficiency per pass and in all ("efficiency_fwd", "efficiency_bwd", "efficiency": sum of the floors
     over the measured time of the kernels that take at least 1% of the layer's time, glue included), the model's
     layer floor and dense's ("floor_*_ms", "dense_floor_*_ms") and their ratio ("floor_ratio_fwd",
-    "floor_ratio"). Unknown device: "peak": "unknown", the counts without floors."""
+    "floor_ratio"). A kernel measured under its floor (the model's counts or the device's peaks are wrong) gets no
+    efficiency ("under_floor": True), nor does a sum over it; "under_floor" lists them. Unknown device: "peak":
+    "unknown", the counts without floors."""
     from nsa.training.metrics import roofline_peaks  # imports torch: the parent process never loads it
 
     cfg = NSAConfig(**shape)
@@ -191,6 +194,8 @@ def roofline(by_pass: dict, path: str, seq_len: int, batch: int, device: str, sh
                 if peaks is not None:
                     floor = cost.floor_s(peaks) * 1e3
                     row.update(floor_ms=floor, bound=cost.bound(peaks), efficiency=floor / ms if ms > 0 else None)
+                    if ms < floor:  # faster than its floor: the model's counts or the device's peaks are wrong
+                        row.update(efficiency=None, under_floor=True)
             rows.append(row)
     out: dict = {"peak": "unknown" if peaks is None else device, "kernels": rows}
     if peaks is not None:
@@ -201,10 +206,14 @@ def roofline(by_pass: dict, path: str, seq_len: int, batch: int, device: str, sh
         out[f"{p}_kernel_launches"] = sum(n for _, n in found.values())
     if peaks is None:
         return out
-    # the 1% is of the layer's (fwd + bwd) kernel time, whichever pass is summed
+    # the 1% is of the layer's (fwd + bwd) kernel time, whichever pass is summed; a kernel measured under its floor
+    # is outside the physical range (efficiency above 100%): a sum holding its floor is no figure either
+    under = [r for r in rows if r.get("under_floor")]
+    if under:
+        out["under_floor"] = [f"{r['pass']} {r['name']}: {r['ms']:.4g} ms, floor {r['floor_ms']:.4g} ms" for r in under]
     for key, chosen in (("efficiency_fwd", FWD), ("efficiency_bwd", BWD), ("efficiency", None)):
         kept = [r for r in rows if r["share"] is not None and r["share"] >= MIN_SHARE and chosen in (None, r["pass"])]
-        out[key] = cm.efficiency(kept, min_share=0.0)["efficiency"]
+        out[key] = None if any(r.get("under_floor") for r in kept) else cm.efficiency(kept, min_share=0.0)["efficiency"]
     families = cm.DENSE_FAMILIES if path == "dense" else cm.LAYER_FAMILIES
     floor = cm.layer_floor_s(costs, peaks, families)
     dense = cm.layer_floor_s(costs, peaks, cm.DENSE_FAMILIES)
@@ -221,8 +230,9 @@ def measured_ratios(results: list[dict]) -> None:
     dense = {(r["seq_len"], r["batch"]): r for r in results if r.get("path") == "dense" and "error" not in r}
     for r in results:
         d = dense.get((r.get("seq_len"), r.get("batch")))
-        if r.get("path") == "dense" or d is None or "error" in r or not r.get("fwd_gpu_ms") or not r.get("gpu_ms"):
-            continue
+        if r.get("path") == "dense" or d is None or "error" in r or not all(
+                (x.get(k) or 0) > 0 for x in (r, d) for k in ("fwd_gpu_ms", "gpu_ms")):
+            continue  # a ratio needs a positive GPU time on both sides
         r["measured_ratio_fwd"] = d["fwd_gpu_ms"] / r["fwd_gpu_ms"]
         r["measured_ratio"] = d["gpu_ms"] / r["gpu_ms"]
 
@@ -305,7 +315,10 @@ def main(argv=None) -> int:
                   f"fwd, {r['measured_ratio']:.2f}x fwd+bwd (GPU time); floor {_num(r.get('floor_ratio_fwd'), '.2f')}x "
                   f"fwd, {_num(r.get('floor_ratio'), '.2f')}x fwd+bwd", flush=True)
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(as_json(results), indent=1))
+    if any("error" in r for r in results):
+        return 1  # a case that failed is no figure: the runbook's step and next_run.sh's log see it
     return 0
 
 
@@ -322,15 +335,18 @@ def describe(r: dict) -> list[str]:
                      f"TB/s): efficiency fwd {_num(r.get('efficiency_fwd'), '.1%')}, bwd "
                      f"{_num(r.get('efficiency_bwd'), '.1%')}, layer {_num(r.get('efficiency'), '.1%')}; floor fwd "
                      f"{r['floor_fwd_ms']:.3f} ms, bwd {r['floor_bwd_ms']:.3f} ms; dense's "
-                     f"{r['dense_floor_fwd_ms']:.3f} / {r['dense_floor_bwd_ms']:.3f} ms: floor ratio {r['floor_ratio_fwd']:.2f}x fwd, "
-                     f"{r['floor_ratio']:.2f}x fwd+bwd")
+                     f"{r['dense_floor_fwd_ms']:.3f} / {r['dense_floor_bwd_ms']:.3f} ms: floor ratio "
+                     f"{r['floor_ratio_fwd']:.2f}x fwd, {r['floor_ratio']:.2f}x fwd+bwd")
+    for under in r.get("under_floor", []):
+        lines.append(f"    measured under its floor (the cost model or the device's peaks are wrong; no efficiency "
+                     f"over it): {under}")
     lines.append(f"    {'pass':<4} {'ms':>8} {'share':>6} {'floor':>8} {'eff':>6} {'bound':<5} {'GFLOP':>9} "
                  f"{'G exp':>7} {'MB':>8}  {'family':<21} kernel")
     for k in r.get("kernels", []):
         if k["share"] is None or k["share"] < MIN_SHARE:
             continue
         lines.append(f"    {k['pass']:<4} {k['ms']:8.3f} {k['share']:6.1%} {_num(k['floor_ms'], '8.3f'):>8} "
-                     f"{_num(k['efficiency'], '6.1%'):>6} {k['bound'] or '':<5} "
+                     f"{'<floor' if k.get('under_floor') else _num(k['efficiency'], '6.1%'):>6} {k['bound'] or '':<5} "
                      f"{_num(None if k['flops'] is None else k['flops'] / 1e9, '9.2f'):>9} "
                      f"{_num(None if k['exps'] is None else k['exps'] / 1e9, '7.3f'):>7} "
                      f"{_num(None if k['bytes'] is None else k['bytes'] / 1e6, '8.1f'):>8}  {k['family']:<21} "

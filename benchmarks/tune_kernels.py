@@ -33,8 +33,9 @@ min / median / max of the forward and the backward time of each, the ratio of th
 below 1 is faster) and the largest difference of the candidate's outputs and gradients from the shipped
 configuration's, relative to the largest shipped value (configurations change the summation order only: a
 difference above 2e-2 in bf16 marks the row WRONG). The command that reproduces the table is printed first; the
-JSON (`--json`) holds every row. A benchmark, not a test: it reports and changes nothing; adopt a faster
-candidate by editing the configuration function, then rerun runbooks/gpu_kernels.yaml.
+JSON (`--json`) holds every row (a case that failed or timed out: its "error", and the script exits 1). A benchmark,
+not a test: it reports and changes nothing; adopt a faster candidate by editing the configuration function, then
+rerun runbooks/gpu_kernels.yaml.
 """
 
 from __future__ import annotations
@@ -230,6 +231,18 @@ def _inputs(family: str, b: int, s: int, device: str, dtype):
     return q, k, v, blocks.to(device)
 
 
+def max_rel_diff(got, shipped) -> float:
+    """The largest difference of the candidate's tensors from the shipped configuration's, each relative to the
+    largest shipped value; NaN where either holds a non-finite value (never hidden by a finite one beside it)."""
+    diffs = []
+    for a, r in zip(got, shipped, strict=True):
+        a, r = a.double(), r.double()
+        if not (bool(a.isfinite().all()) and bool(r.isfinite().all())):
+            return float("nan")
+        diffs.append(float((a - r).abs().max()) / max(float(r.abs().max()), 1e-30))
+    return max(diffs)
+
+
 def run_case(family: str, cand_index: int, s: int, b: int, device: str = "cuda", dtype_name: str = "bf16",
              repeats: int = 10, warmup: int = 3) -> dict:
     """One (family, candidate, S) in this process: shipped and candidate configurations, alternately."""
@@ -272,8 +285,7 @@ def run_case(family: str, cand_index: int, s: int, b: int, device: str = "cuda",
         got = one()[2]  # compiles the candidate
     finally:
         undo()
-    diff = max(float((a.double() - r.double()).abs().max()) / max(float(r.double().abs().max()), 1e-30)
-               for a, r in zip(got, shipped))
+    diff = max_rel_diff(got, shipped)
     times = {"shipped": [], "candidate": []}
     for i in range(warmup + repeats):
         for which in ("shipped", "candidate"):
@@ -289,9 +301,10 @@ def run_case(family: str, cand_index: int, s: int, b: int, device: str = "cuda",
         vals = [p[j] for p in pairs]
         return {"min": min(vals), "median": statistics.median(vals), "max": max(vals)}
 
-    out = {"family": family, "candidate": cand_index, "config": _label(FAMILIES[family][cand_index]), "seq_len": s,
-           "batch": b, "dtype": dtype_name, "device": device, "repeats": repeats, "max_rel_diff": diff,
-           "wrong": diff > WRONG}
+    # "candidate" and "shipped" hold the two arms' times below; the candidate's number is "candidate_index"
+    out = {"family": family, "candidate_index": cand_index, "config": _label(FAMILIES[family][cand_index]),
+           "seq_len": s, "batch": b, "dtype": dtype_name, "device": device, "repeats": repeats, "max_rel_diff": diff,
+           "wrong": not diff <= WRONG}  # a NaN difference (a non-finite output) is WRONG too
     for which, pairs in times.items():
         out[which] = {"fwd": stats(pairs, 0), "bwd": stats(pairs, 1)}
     total = {w: statistics.median(f + bw for f, bw in times[w]) for w in times}
@@ -309,10 +322,11 @@ def _spawn(family: str, cand: int, s: int, b: int, args) -> dict:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     except subprocess.TimeoutExpired:
-        return {"family": family, "candidate": cand, "seq_len": s, "batch": b, "error": f"timeout {args.timeout} s"}
+        return {"family": family, "candidate": cand, "candidate_index": cand, "seq_len": s, "batch": b,
+                "error": f"timeout {args.timeout} s"}
     if proc.returncode != 0:
         lines = (proc.stderr or proc.stdout).strip().splitlines()
-        return {"family": family, "candidate": cand, "seq_len": s, "batch": b,
+        return {"family": family, "candidate": cand, "candidate_index": cand, "seq_len": s, "batch": b,
                 "error": f"exit {proc.returncode}: {(lines or ['no output'])[-1]}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -413,8 +427,9 @@ def main(argv=None) -> int:
                       f"{row['ratio_fwdbwd']:.3f}  rel diff {row['max_rel_diff']:.1e}"
                       + ("  WRONG" if row["wrong"] else ""))
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=1))
-    return 0
+    return 1 if any("error" in row for row in rows) else 0  # a case that failed is no figure: the caller sees it
 
 
 if __name__ == "__main__":

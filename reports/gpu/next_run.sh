@@ -17,7 +17,7 @@
 # PART=kernels
 #   K1  the layer with the qualified range dK/dV choice (w4s1_split, the default since 2026-11-28) against the
 #       shipped one, alternated A B A B, one process per case: S 65,536 B 1 and 2,048 B 8, forward and backward
-#       (bench_attention.py --dkdv-choice; the branch-level A/B was tune_kernels' 0.58x and 0.89x);
+#       (bench_attention.py --dkdv-choice; the branch-level A/B was tune_kernels' 0.58x and 0.88x);
 #   K2  runbooks/gpu_kernels.yaml without its trainer phase (--skip trainer_bench): the kernel tests each file in
 #       its own process, memcheck of every kernel, the layer against dense, and the roofline profile, with the new
 #       default. Expected verdict: INCOMPLETE on the skipped trainer criterion alone, every kernel criterion passed.

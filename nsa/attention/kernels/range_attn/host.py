@@ -242,7 +242,7 @@ class DkdvChoice(NamedTuple):
 # programs). A choice becomes QUALIFIED_DKDV once a GPU run qualifies it: its tests on the GPU against float64,
 # memcheck clean, and faster than the one before in an alternated A/B (benchmarks/tune_kernels.py --families
 # range_dkdv). w4s1_split did on an H200 (reports/gpu/2026-11-28-h200): the window and cmp branches' fwd+bwd took
-# 0.58x the shipped choice's time at S 65,536 B 1 (backward 8.72 ms against 17.27, medians of 5) and 0.89x at
+# 0.58x the shipped choice's time at S 65,536 B 1 (backward 8.72 ms against 17.27, medians of 5) and 0.88x at
 # 2,048 B 8; 19 GPU tests passed, memcheck 0 errors.
 DKDV_CHOICES: dict[str, DkdvChoice] = {
     "shipped": DkdvChoice(None, DkdvSplit()),

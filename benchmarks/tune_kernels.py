@@ -58,7 +58,8 @@ sys.path.insert(0, str(ROOT))
 # launcher ships (range: 128 x 64 rows / keys, 8 warps for forward and dQ, QUALIFIED_QUERY "shipped", and the tuples
 # replace both kernels' tile; dK/dV: the qualified choice of
 # range_attn.host.QUALIFIED_DKDV, since 2026-11-28 w4s1_split: 32 x 64, 4 warps, 1 stage, the finer cmp split, and
-# the tuples below change its tile only; name "shipped" to time the 8-warp tile before it; selected:
+# the tuples below change its tile only; name "shipped" to time the 8-warp tile before it ("w4s1_split" is now
+# candidate 0 itself: an A/A); selected:
 # 128 x 64 with 4 warps for its stats pass and 8 for its output pass, 32 x 64, 8 warps for backward; d = 64).
 FAMILIES: dict[str, tuple] = {
     # after the tuples, names of range_attn.host.QUERY_CHOICES: the forward and the dQ tile (issue 31 item 2.5)
@@ -66,7 +67,7 @@ FAMILIES: dict[str, tuple] = {
                 "bn32", "bn32_s3", "m64_bn32"),
     # after the tuples, names of range_attn.host.DKDV_CHOICES: a tile and the cmp launch's split (issue 31 item 2.1)
     "range_dkdv": (None, (32, 64, 4, 2), (32, 64, 8, 3), (64, 64, 8, 2), (32, 128, 8, 2), (64, 64, 4, 2),
-                   "w4s1", "w4s1_split", "bn32_w4_split", "split"),
+                   "w4s1", "w4s1_split", "bn32_w4_split", "split", "shipped"),
     "sel_bwd": (None, (32, 64, 4, 1), (64, 64, 8, 1), (32, 64, 8, 2), (64, 64, 4, 1), (32, 32, 4, 1)),
     "sel_fwd": (None, (64, 64, 4, 1), (128, 64, 8, 2), (128, 128, 8, 1), (64, 64, 8, 1), (128, 64, 4, 1)),
 }

@@ -265,8 +265,8 @@ def test_a_job_with_awkward_paths_and_values_runs_and_logs_where_expected(cluste
     backquotes and a newline: the job writes its output to the step's stdout.log and sees the value verbatim."""
     step_dir = tmp_path / "run 'a' \"b\" $HOME %j"
     value = "x 'q' \"d\" $HOME `id` %j\nsecond line"
-    spec = LaunchSpec(argv=[sys.executable, "-c", "import os; print('VALUE=' + repr(os.environ['NSA_AWKWARD']))"],
-                      env={"NSA_AWKWARD": value}, inherit_env=True, cwd=ROOT, step_dir=step_dir,
+    spec = LaunchSpec(argv=[sys.executable, "-c", "import os; print('VALUE=' + repr(os.environ['NSAV_TEST_AWKWARD']))"],
+                      env={"NSAV_TEST_AWKWARD": value}, inherit_env=True, cwd=ROOT, step_dir=step_dir,
                       launcher="slurm", job_name="nsav-awkward", timeout_s=120, poll_s=0.5)
     result = launch(spec)
     assert result.status == "ok", result.reason

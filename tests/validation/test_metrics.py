@@ -324,6 +324,35 @@ def test_throughput_stable(tmp_path):
     assert noisy["throughput_stable"] is False
 
 
+def _tps_file(tmp_path: Path, values: list[float]) -> CsvRead:
+    return read_training_csv(write(tmp_path / "d.csv", [HEADER] + [row(i + 1, tps=v) for i, v in enumerate(values)]))
+
+
+def test_a_run_that_slows_down_step_by_step_is_steady_in_its_window_but_drifts(tmp_path):
+    """120 steps, each 0.2% slower than the one before: any 50-step window has a CV near 3% (steady), but the run's
+    last third runs at about 0.85x its first (medians of the thirds: steps 20 and 100 of a geometric decline)."""
+    values = [1000.0 * 0.998 ** i for i in range(120)]
+    out = summarize(_tps_file(tmp_path, values), Window(last=50))
+    assert out["throughput_stable"] is True
+    expected = statistics.median(values[80:]) / statistics.median(values[:40]) - 1
+    assert out["throughput_drift"] == pytest.approx(expected) and expected == pytest.approx(0.998 ** 80 - 1)
+    assert out["throughput_drift"] < -0.1
+
+
+@pytest.mark.parametrize("values, warmup, expected", [
+    ([100.0] * 4 + [95.0] * 4 + [80.0] * 4, 0, 80 / 100 - 1),     # thirds' medians 100, 95, 80
+    ([10.0] * 3 + [100.0] * 9, 3, 0.0),                            # the warmup's slow steps are not the start
+    ([10.0] * 2 + [100.0] * 13, 0, 0.0),                           # nor do two slow steps of a third of five
+    ([100.0] * 5 + [1.0] + [100.0] * 6, 0, 0.0),                   # one slow step (a checkpoint) moves nothing
+    ([100.0, 110.0] * 6, 0, 0.0),                                  # alternating: medians 105 and 105
+    ([100.0] * 8, 0, None),                                        # under 9 rows
+    ([100.0] * 11, 3, None),                                       # 8 rows after the warmup
+])
+def test_throughput_drift_is_the_median_of_the_last_third_over_the_first(tmp_path, values, warmup, expected):
+    drift = summarize(_tps_file(tmp_path, values), Window(last=50, warmup=warmup))["throughput_drift"]
+    assert drift == (None if expected is None else pytest.approx(expected))
+
+
 # --- scaling and selection -------------------------------------------------------------------------------------
 
 def test_scaling_efficiency():

@@ -8,6 +8,6 @@ METRIC_COLUMNS = ("toks_per_s", "step_time_s", "loss", "grad_norm", "mem_alloc_g
 STAT_NAMES = ("mean", "median", "stdev", "cv", "min", "max", "n")
 # Summary keys derived from several columns or rows (documented in summarize()); always present in a summary.
 DERIVED_KEYS = ("toks_per_s_per_gpu", "first_loss", "final_loss", "loss_drop", "mem_peak_gb", "mem_plateau",
-                "throughput_stable")
+                "throughput_stable", "throughput_drift")
 # throughput_stable (validation.analysis.metrics.summarize): the CV of toks_per_s over the window is at most this
 THROUGHPUT_CV_MAX = 0.15

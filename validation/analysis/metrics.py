@@ -41,6 +41,7 @@ STEP_COLUMN = "step"
 PLATEAU_REL_TOL = 0.05            # mem_plateau: the last quarter may exceed the middle half by 5% ...
 PLATEAU_ABS_TOL_GB = 0.05         # ... or by 0.05 GB, whichever is larger
 PLATEAU_MIN_ROWS = 8              # mem_plateau is None below this many rows
+DRIFT_MIN_ROWS = 9                # throughput_drift is None below this many rows after the warmup (3 a third)
 TIE_REL_TOL = 0.01                # select_best: means within 1% of the best mean are a tie
 
 assert set(METRIC_COLUMNS) <= set(TRAINING_COLUMNS) | {MFU_COLUMN[0]}
@@ -320,6 +321,23 @@ def _mem_plateau(frame: pd.DataFrame) -> bool | None:
     return bool(tail_max - mid_max <= max(PLATEAU_REL_TOL * abs(mid_max), PLATEAU_ABS_TOL_GB))
 
 
+def _throughput_drift(frame: pd.DataFrame, warmup: int) -> float | None:
+    """How far tokens/s moved over the run: the median of the last third of the rows after the warmup over the
+    median of the first third, minus 1 (-0.2: the end of the run is 20% slower than its start). The whole run, not
+    the window: a slow decline that the window's CV cannot see (each window steady, the run slowing). Medians of
+    thirds, not a fit: steps are autocorrelated, and a few slow steps (a checkpoint, a GC pause) move no median.
+    None below DRIFT_MIN_ROWS finite values or without a positive first median."""
+    if "toks_per_s" not in frame:
+        return None
+    values = frame["toks_per_s"].to_numpy(dtype="float64")[warmup:]
+    values = values[np.isfinite(values)]
+    if values.size < DRIFT_MIN_ROWS:
+        return None
+    third = values.size // 3
+    first, last = float(np.median(values[:third])), float(np.median(values[-third:]))
+    return _num(last / first - 1.0) if first > 0 else None
+
+
 def summarize(read: CsvRead, window: Window, world_size: int = 1) -> dict[str, Any]:
     """Statistics of one run's training.csv, as a JSON-ready dict (plain types, None instead of NaN).
 
@@ -346,8 +364,10 @@ def summarize(read: CsvRead, window: Window, world_size: int = 1) -> dict[str, A
     | mem_plateau          | True when max mem_alloc_gb over the last 25% of rows exceeds the max over the      |
     |                      | middle 50% by at most max(5%, 0.05 GB): memory stopped growing; None under 8 rows  |
     | throughput_stable    | cv of toks_per_s over the window <= 0.15; None without throughput data            |
+    | throughput_drift     | median toks_per_s of the last third of the rows after the warmup / that of the     |
+    |                      | first third - 1 (the whole run, not the window); None under 9 rows                |
 
-    Scalar keys (toks_per_s_per_gpu ... throughput_stable) are always present, None when not computable;
+    Scalar keys (toks_per_s_per_gpu ... throughput_drift) are always present, None when not computable;
     per-column dicts are present only for columns the file has (never for missing/empty/corrupt).
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
@@ -406,6 +426,7 @@ def summarize(read: CsvRead, window: Window, world_size: int = 1) -> dict[str, A
         mem = mem[np.isfinite(mem)]
         scalars["mem_peak_gb"] = float(mem.max()) if mem.size else None
     scalars["mem_plateau"] = _mem_plateau(frame)
+    scalars["throughput_drift"] = _throughput_drift(frame, window.warmup)
     assert tuple(scalars) == DERIVED_KEYS
     out.update(scalars)
     return out

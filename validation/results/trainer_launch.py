@@ -233,6 +233,7 @@ class LaunchMetrics:
     mem_peak_gb: Num | None = None
     mem_plateau: bool | None = None
     throughput_stable: bool | None = None
+    throughput_drift: Num | None = absent()  # absent in runs recorded before it existed
     # validation.kinds.trainer.collect
     world_size: int | None = None
     csv: str | None = None

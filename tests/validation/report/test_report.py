@@ -207,7 +207,7 @@ def test_markdown_step_kinds(results):
     assert "NVTX ranges seen: `nsa.attn`, `nsa.cmp`, `nsa.gate`, `nsa.sel.ranges_v2`, `nsa.win`" in md
     assert "- Trace: `profiling/out/profile/trace_rank0_step2.json`" in md
     # longrun
-    assert "| yes | yes | 0.44 GB | no | 0 | 0 |" in md
+    assert "| yes | n/a | yes | 0.44 GB | no | 0 | 0 |" in md
     # snapshot: files and problems; the artifacts section
     assert "`snapshot/collect_env.txt`" in md
     assert "- Problem: nvidia-smi: not found (no NVIDIA driver on this machine)" in md

@@ -15,7 +15,7 @@ from typing import Any
 
 from validation import contracts
 from validation import kinds
-from validation.formatting import fmt_gb, fmt_num
+from validation.formatting import fmt_gb, fmt_num, fmt_pct
 from validation.kinds.blocks import Block, Column, Table
 from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, TrainerResult, launch_one
 from validation.results.trainer_launch import LaunchMetrics
@@ -39,7 +39,8 @@ class Longrun(TrainerKind):
     name = "longrun"
     listing = 80
     metrics = TRAINER_METRICS + ("halted", "stalls", "stack_dumps.<i>")
-    summary = "a long run under the heartbeat watchdog: stalls, .HALT, throughput stability, memory plateau"
+    summary = ("a long run under the heartbeat watchdog: stalls, .HALT, throughput stability and drift, memory "
+               "plateau")
     result_type = Result
 
     def run(self, options, ctx) -> Result:
@@ -54,13 +55,16 @@ class Longrun(TrainerKind):
         return Result(status=one.status, reason=one.reason, metrics=m)
 
     def blocks(self, result: Result) -> list[Block]:
-        """The trainer launch's blocks, then stability: throughput, memory plateau, halts, stalls, stack dumps."""
+        """The trainer launch's blocks, then stability: throughput (the window's CV; the drift from the first third
+        of the run to the last), memory plateau, halts, stalls, stack dumps."""
         m = result.metrics
         dumps = {str(p) for p in m.stack_dumps + result.stack_dumps}
         return super().blocks(result) + [Table(
-            (Column("Throughput stable"), Column("Memory plateau"), Column("Peak mem", numeric=True), Column("Halted"),
-             Column("Stalls", numeric=True), Column("Stack dumps", numeric=True)),
-            [(fmt_num(m.throughput_stable), fmt_num(m.mem_plateau), fmt_gb(m.mem_peak_gb), fmt_num(m.halted),
+            (Column("Throughput stable"), Column("Throughput drift", numeric=True), Column("Memory plateau"),
+             Column("Peak mem", numeric=True), Column("Halted"), Column("Stalls", numeric=True),
+             Column("Stack dumps", numeric=True)),
+            [(fmt_num(m.throughput_stable), fmt_pct(m.throughput_drift, signed=True), fmt_num(m.mem_plateau),
+              fmt_gb(m.mem_peak_gb), fmt_num(m.halted),
               fmt_num(len(m.stalls) if isinstance(m.stalls, list) else m.stalls), str(len(dumps)))])]
 
 

@@ -294,6 +294,9 @@ class Toggles:
     index_build: str | None = field(default=None, metadata={"recorded": False})  # NSA_INDEX_BUILD as set
     rope: str | None = field(default=None, metadata={"recorded": False})  # NSA_ROPE as set
     loss: str | None = field(default=None, metadata={"recorded": False})  # NSA_LOSS as set
+    # NSA_* names in the environment that are no toggle (a misspelling: NSA_DDP_COMPRES), each with the closest
+    # known names; the trainer says each is ignored (env.json records every NSA_* variable under "env")
+    unknown: tuple[str, ...] = field(default=(), metadata={"recorded": False})
 
     @classmethod
     def read(cls, environ=None) -> "Toggles":
@@ -304,7 +307,10 @@ class Toggles:
                 aux_stats_disable=p("NSA_DISABLE_AUX_STATS"), opt_fused=p("NSA_OPT_FUSED"), fault=p("NSA_FAULT"),
                 kernel=p("NSA_KERNEL"), prefill_batched=p("NSA_PREFILL_BATCHED"),
                 sel_ranges_v2=p("NSA_SEL_RANGES_V2"), index_build=p("NSA_INDEX_BUILD"),
-                rope=p("NSA_ROPE"), loss=p("NSA_LOSS"))
+                rope=p("NSA_ROPE"), loss=p("NSA_LOSS"),
+                unknown=tuple(sorted(filter(None, (check(name, "") for name in
+                                                   (os.environ if environ is None else environ)
+                                                   if name.startswith(PREFIX) and name not in TOGGLES)))))
         if t.sdpa_flash_only and t.sdpa_no_flash:
             raise ValueError("NSA_SDPA_FLASH_ONLY=1 and NSA_SDPA_NO_FLASH=1 contradict each other")
         return t

@@ -105,6 +105,8 @@ class DataConfig:
             raise DataError(f"DataConfig.text_key must be a non-empty string, got {self.text_key!r}")
 
 
+# train.seed: the range torch.manual_seed takes
+SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1
 # train.pg_timeout_s at most: a week (a hang would go unnoticed for longer; 1e300 overflowed torch's timedelta)
 PG_TIMEOUT_MAX_S = 7 * 24 * 3600
 
@@ -191,6 +193,8 @@ class TrainConfig:
             raise ValueError(f"train.decay_steps must be positive or null, got {self.decay_steps}")
         if self.peak_tflops is not None and not self.peak_tflops > 0:
             raise ValueError(f"train.peak_tflops must be positive or null, got {self.peak_tflops}")
+        if not SEED_MIN <= self.seed <= SEED_MAX:  # torch.manual_seed refuses anything else, steps later
+            raise ValueError(f"train.seed must be an integer from -2**63 to 2**64 - 1, got {brief(self.seed)}")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
             raise ValueError(f"train.beta1/beta2 must be in [0, 1), got {self.beta1}, {self.beta2}")
         if self.cuda_graphs:

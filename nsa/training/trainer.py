@@ -90,10 +90,14 @@ class Trainer:
             if resume and stale.exists():
                 stale.replace(self.out / (HALT_NAME + ".prev"))
                 self.say(f"moved a .HALT left by an earlier run to {HALT_NAME}.prev")
-            archived = None if resume else outputs.archive_previous_run(self.out)
+            # a resume without a checkpoint starts at step 0 like a fresh run: the earlier run's files are moved
+            # aside too, so that its rows, heartbeats and error files are neither replaced nor mixed with this run's
+            fresh = not resume or checkpoint.latest_checkpoint(self.out) is None
+            archived = outputs.archive_previous_run(self.out) if fresh else None
             if archived is not None:
-                self.say(f"a previous run's files in {self.out} were moved to {archived} (use --resume to continue "
-                         "a run instead)")
+                self.say(f"a previous run's files in {self.out} were moved to {archived} " +
+                         ("(--resume found no checkpoint to continue from)" if resume else
+                          "(use --resume to continue a run instead)"))
         distributed.barrier(info)
         self.heartbeat = HeartbeatWriter(self.out, info.rank)
         self.heartbeat.write(0, "boot", world_size=info.world_size, device=str(self.device))
@@ -200,6 +204,9 @@ class Trainer:
             self.say(f"train.profile_steps={tc.profile_steps}: no profiler trace will be written: it covers steps "
                      f"{tc.profile_start + 1}-{tc.profile_start + tc.profile_steps} of this process (after "
                      f"train.profile_start={tc.profile_start}), which runs {ran} step(s)")
+
+        for unknown in tg.unknown:  # a misspelt toggle: said, so that nobody takes it for set
+            self.say(f"{unknown}: ignored")
 
         # observability
         self.audit = observability.SdpaAudit() if tg.sdpa_audit and info.is_main else None
@@ -339,9 +346,19 @@ class Trainer:
         return model
 
     def _fault_notes(self) -> None:
-        """Say when NSA_FAULT is a model fault (nsa.toggles.MODEL_FAULT_KINDS), and whether it can bite here, or a
-        slowdown of every step (slow_step)."""
+        """Say when NSA_FAULT is a step fault this run never reaches (its step outside the run, its rank absent), a
+        model fault (nsa.toggles.MODEL_FAULT_KINDS) and whether it can bite here, or a slowdown of every step
+        (slow_step)."""
         fault = self.tg.fault
+        if fault is not None and fault.step is not None:  # a step fault this run never reaches does nothing: said
+            tc, world = self.cfg.train, self.info.world_size
+            where = f"{fault.kind}@{fault.step}" + ("" if fault.rank is None else f":{fault.rank}")
+            if not self.start_step < fault.step <= tc.steps:
+                self.say(f"NSA_FAULT={where} will not fire: this run trains steps {self.start_step + 1} to "
+                         f"{tc.steps}")
+            elif fault.rank is not None and fault.rank >= world:
+                self.say(f"NSA_FAULT={where} will not fire: there is no rank {fault.rank} (world size {world})")
+            return
         if fault is not None and fault.kind == "slow_step":
             self.say(f"NSA_FAULT=slow_step@{fault.share:g} (a testing aid): every step sleeps {fault.share:.0%} of its "
                      f"own time, so tokens/s is {fault.share / (1 + fault.share):.0%} lower")

@@ -51,15 +51,17 @@ def parallel_mode(requested: str, world_size: int) -> str:
     return "none"
 
 
-def attention_kernel(model: ModelConfig, device: torch.device) -> str:
-    """What the attention layers of `model` (the resolved config: the layer toggles applied) run on `device`: sdpa
-    (the dense twin), sequential (NSA's per-token path), or the batched path's kernels for this device, torch |
-    triton (nsa.attention.kernels.resolve; KernelUnavailable where triton is asked for and cannot run)."""
+def attention_kernel(model: ModelConfig, device: torch.device, dtype: torch.dtype | None = None) -> str:
+    """What the attention layers of `model` (the resolved config: the layer toggles applied) run on `device` with
+    their matmuls in `dtype` (the run's autocast dtype, else its parameters'): sdpa (the dense twin), sequential
+    (NSA's per-token path), or the batched path's kernels for this device and dtype, torch | triton, as the layer
+    resolves them at each forward (nsa.attention.kernels.resolve; KernelUnavailable where triton is asked for and
+    cannot run: refused at start-up, not at the first forward)."""
     if model.attention == "dense":
         return "sdpa"
     if model.nsa.prefill != "batched":
         return "sequential"
-    return resolve(model.nsa.kernel, device, model.nsa)
+    return resolve(model.nsa.kernel, device, model.nsa, dtype)
 
 
 class Trainer:
@@ -126,7 +128,8 @@ class Trainer:
             torch.cuda.synchronize(self.device)
         self.timeline.mark("model_on_device")
         self.n_params = self.net.num_params()
-        self.attention_kernel = attention_kernel(self.model_cfg, self.device)
+        self.attention_kernel = attention_kernel(self.model_cfg, self.device,
+                                                 self.amp_dtype or next(self.net.parameters()).dtype)
         check_loss(self.model_cfg.loss, self.device)  # NSA_LOSS=fused where Triton cannot run: refused here
         # CUDA graphs (nsa.training.graphs): refused here where they cannot work; DDP is built on the capture's
         # side stream, so the side stream exists before the wrapping

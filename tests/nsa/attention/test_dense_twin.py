@@ -102,6 +102,22 @@ def test_kernel_resolution_never_falls_back_silently(monkeypatch):
         resolve("fast", cpu)
 
 
+def test_the_trainer_resolves_the_kernel_for_its_compute_dtype(monkeypatch):
+    """The kernel the trainer records (and refuses at start-up) is the one the layer takes at its forward, whose
+    choice depends on the compute dtype: under the interpreter the Triton kernels take fp32, not bf16."""
+    pytest.importorskip("triton")
+    from nsa.training.trainer import attention_kernel  # the trainer module imports torch.distributed's checkpointing
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    model = ModelConfig.from_flat({"vocab_size": 64, "n_layers": 1, "dim": 64, "n_heads": 4, "n_kv_groups": 2,
+                                   "d_k": 32, "d_v": 32,
+                                   "kernel": "triton"})
+    cpu = torch.device("cpu")
+    assert attention_kernel(model, cpu, torch.float32) == "triton"
+    with pytest.raises(KernelUnavailable, match="bfloat16"):
+        attention_kernel(model, cpu, torch.bfloat16)
+
+
 def test_trainer_records_attention_and_kernel_and_rejects_triton_without_a_gpu(tmp_path):
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("NSA_", "TRITON_"))}
     env["NSA_TB_DISABLE"] = "1"

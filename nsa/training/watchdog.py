@@ -313,9 +313,11 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                              "unfinished ones that may wait on them")
     parser.add_argument("--include-earlier", action="store_true",
                         help="also judge heartbeat records written before the watchdog started (by default they are "
-                             "ignored, so a previous run's last records are not taken for this run's)")
+                             "ignored, so a previous run's last records are not taken for this run's; --once always "
+                             "judges them: it has no earlier start to count from)")
     parser.add_argument("--once", action="store_true",
-                        help="check once, act on a stall, and exit: 0 running/finished, 1 stalled, 3 no heartbeat yet")
+                        help="check once, act on a stall, and exit: 0 running/finished, 1 stalled, 3 no heartbeat yet "
+                             "(every record in OUT is judged, earlier ones included)")
     return parser
 
 

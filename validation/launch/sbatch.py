@@ -49,6 +49,9 @@ def validate_sbatch_line(line: str) -> str | None:
     own = [o for o in _SBATCH_OWN if o.startswith(name)]
     if own:
         return f"{name} abbreviates {' or '.join(own)}, which nsa-validate sets itself"
+    if len(name) > 3 and "--array".startswith(name):  # --arr, --array=0-3: one job per index, each the whole step
+        return (f"{name} makes an array job: every index would run the whole step into the same directory "
+                "(one step is one job)")
     return None
 
 

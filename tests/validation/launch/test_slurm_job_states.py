@@ -229,6 +229,12 @@ def test_abbreviations_of_the_launchers_own_options_are_refused(tmp_path, line):
         _script(tmp_path, options=SlurmOptions(sbatch=(line,)))
 
 
+@pytest.mark.parametrize("line", ["--array=0-3", "--arr=1", "--array 0-1"])
+def test_an_array_job_is_refused(line):
+    """An array job would run the whole step once per index, into the same directory."""
+    assert "array job" in (validate_sbatch_line(line) or "")
+
+
 @pytest.mark.parametrize("line", ["--exclusive", "--qos=high", "--partition=gpu", "--part=gpu", "--mem=0",
                                   "--constraint=h100", "--reservation=r", "--time-min=10"])
 def test_other_sbatch_options_pass(line):

@@ -1,9 +1,13 @@
 """The physical range of every metric that has one, declared once, and the check of figures against it: a
 scaling efficiency above 1.1 or at most 0 (a train step's `scaling_efficiency`, and a `scaling` step's
 `strong`/`weak` efficiencies: `efficiency.min`, `.last` and each row's), a tokens/s CV above 50%, an MFU above
-100%, a negative time. A figure
-outside its range is a bug in the measurement, not a result (validation.execution.evidence: a criterion reading it is an error,
-inconclusive when its step was disturbed; the report lists it among the open problems). Pure; no kind imports.
+100%, a GPU utilisation outside 0..100%, a share (communication, interference) outside 0..1, and a negative time,
+tokens/s, TFLOP/s, loss, norm, memory, power, clock or bandwidth; where a trainer launch's context (env.json) knows
+its device's peak and the FLOPs a token, its tokens/s (all ranks and per GPU) and TFLOP/s above what the devices do
+at MFU 1 (peak_ceiling). A figure outside its range is a bug in the measurement, not a result
+(validation.execution.evidence: a criterion reading it is an error, inconclusive when its step was disturbed; a
+decision over runs that measured one recommends nothing and is no key finding; the report lists it among the open
+problems). Pure; no kind imports.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ class Range:
                f"{']' if self.high_closed and self.high is not None else ')'}"
 
 
+_STATS = ("mean", "median", "min", "max")
+_NON_NEGATIVE = {"loss": "a cross-entropy loss is never negative", "grad_norm": "a norm is never negative",
+                 "mem_alloc_gb": "memory in use is never negative", "mem_reserved_gb": "memory in use is never negative"}
 _EFFICIENCY = "N ranks cannot do more than N times the work of one, beyond a cache effect of a few percent"
 _TIMES = ("step_time_s", "time_to_first_step_s", "startup.imports_s", "startup.init_s", "startup.first_step_s",
           "summary.avg_step_time_s", "summary.min_step_time_s", "summary.max_step_time_s", "summary.comm_time_s")
@@ -56,17 +63,65 @@ RANGES: tuple[Range, ...] = (
     *(Range(f"{t}.{s}" if t == "step_time_s" else t, 0.0, None, reason="a time is never negative")
       for t in _TIMES for s in (("mean", "median", "min", "max") if t == "step_time_s" else ("",))),
     Range("summary.comm_share", 0.0, 1.0, reason="a share of the step time"),
+    Range("toks_per_s.stdev", 0.0, None), Range("toks_per_s_per_node", 0.0, None),
+    *(Range(f"summary.{k}", 0.0, None) for k in ("tokens_per_s", "samples_per_s", "avg_step_time_excl_first_s")),
+    *(Range(f"{c}.{s}" if s else c, 0.0, None, reason=_NON_NEGATIVE[c])
+      for c in ("loss", "grad_norm", "mem_alloc_gb", "mem_reserved_gb") for s in _STATS),
+    *(Range(k, 0.0, None, reason=_NON_NEGATIVE["loss" if "loss" in k else "mem_alloc_gb"])
+      for k in ("first_loss", "final_loss", "mem_peak_gb", "summary.avg_loss", "summary.final_loss",
+                *(f"summary.{w}_mem_{m}_gb" for w in ("peak", "avg") for m in ("alloc", "reserved")))),
+    *(Range(f"{g}.{s}", 0.0, None, reason=_NON_NEGATIVE["mem_alloc_gb"]) for g in ("gpu_mem_used_gb", "rss_gb")
+      for s in ("mean", "min", "max")),
+    *(Range(f"gpu_util.{s}", 0.0, 100.0, reason="a utilisation is a percentage of the time")
+      for s in ("mean", "min", "max")),
+    *(Range(f"{g}.{s}", 0.0, None) for g in ("cpu_util", "power_w", "sm_clock_mhz") for s in ("mean", "min", "max")),
+    Range("interference.share", 0.0, 1.0, reason="a share of the samples"),
+    *(Range(f"{k}.{bw}_gbps.{s}", 0.0, None, reason="a bandwidth is never negative")
+      for k in ("all_reduce", "all_gather", "reduce_scatter", "broadcast") for bw in ("busbw", "algbw")
+      for s in ("max", "median")),
 )
 
 
-def _range_for(path: tuple) -> Range | None:
+def _range_for(path: tuple, launch: Any = None) -> Range | None:
     """The declared range of a metric at `path` (the leading "runs.<label>" or "<variant>" of a multi-run kind's
-    record left to the caller), or None."""
+    record left to the caller), or None; `launch`: the trainer launch's metrics the figure belongs to, whose
+    context bounds its throughput (peak_ceiling)."""
     for r in RANGES:
         parts = r.pattern.split(".")
         if len(parts) == len(path) and all(p == str(k) or (p == "<i>" and _index(k)) for p, k in zip(parts, path)):
-            return r
+            return _tighter(r, peak_ceiling(launch, ".".join(str(k) for k in path)))
     return None
+
+
+_PEAK_BOUND = ("toks_per_s.mean", "toks_per_s.median", "toks_per_s.max", "summary.tokens_per_s",
+               "toks_per_s_per_gpu", "tflops_per_s")
+_PEAK_REASON = "no device does more FLOP/s than its peak ({world} x {peak} TFLOP/s{fpt}: MFU above 1)"
+
+
+def peak_ceiling(launch: Any, name: str) -> Range | None:
+    """The range of a trainer launch's throughput figure `name` (tokens/s, tokens/s per GPU, model TFLOP/s) that
+    its device's peak allows: at most world_size x peak_flops / flops_per_token tokens/s (MFU 1, the same division
+    as the trainer's "mfu" column), from the launch's "context" (env.json); None where the peak, the FLOPs a token
+    or the world size is unknown (a CPU), or `name` is not such a figure."""
+    if name not in _PEAK_BOUND or not isinstance(launch, dict) or not isinstance(launch.get("context"), dict):
+        return None
+    ctx = launch["context"]
+    peak, fpt = finite(ctx.get("peak_flops")), finite(ctx.get("flops_per_token"))
+    world = finite(ctx.get("world_size")) or finite(launch.get("world_size"))
+    if not peak or not fpt or not world or peak <= 0 or fpt <= 0 or world <= 0:
+        return None
+    per_gpu = name == "toks_per_s_per_gpu"
+    high = (peak / 1e12 * world if name == "tflops_per_s" else peak / fpt * (1 if per_gpu else world))
+    per_token = "" if name == "tflops_per_s" else f" at {fpt:,.4g} FLOPs a token"
+    return Range(name, 0.0, high, reason=_PEAK_REASON.format(world=1 if per_gpu else f"{world:g}",
+                                                             peak=f"{peak / 1e12:,.4g}", fpt=per_token))
+
+
+def _tighter(declared: Range, ceiling: Range | None) -> Range:
+    """The declared range, or the device's ceiling where it is lower."""
+    if ceiling is None or (declared.high is not None and declared.high <= (ceiling.high or 0.0)):
+        return declared
+    return Range(declared.pattern, declared.low, ceiling.high, declared.low_closed, True, ceiling.reason)
 
 
 def _index(key: Any) -> bool:
@@ -79,10 +134,12 @@ def range_of(name: str) -> Range | None:
     return _range_for(tuple(name.split("."))) if name else None
 
 
-def implausible(metrics: Any, at: tuple = (), shown: tuple = ()) -> list[dict[str, Any]]:
+def implausible(metrics: Any, at: tuple = (), shown: tuple = (), launch: Any = None) -> list[dict[str, Any]]:
     """Every figure in `metrics` outside its declared range: [{"metric" (dotted, after `shown`), "value", "range",
-    "reason"}]. `metrics` is a launch's metrics, or the part of them at key path `at` (what a criterion read)."""
+    "reason"}]. `metrics` is a launch's metrics, or the part of them at key path `at` (what a criterion read) of the
+    launch's metrics `launch` (whose context bounds its throughput: peak_ceiling)."""
     out = []
+    launch = metrics if launch is None and not at else launch
 
     def walk(value: Any, path: tuple) -> None:
         if isinstance(value, dict):
@@ -92,7 +149,7 @@ def implausible(metrics: Any, at: tuple = (), shown: tuple = ()) -> list[dict[st
         v = finite(value)
         if v is None or isinstance(value, bool):
             return
-        r = _range_for(tuple(at) + path)
+        r = _range_for(tuple(at) + path, launch)
         if r is not None and not r.holds(v):
             out.append({"metric": ".".join(str(k) for k in tuple(shown) + path), "value": v, "range": r.text(),
                         "reason": r.reason or "outside its physical range"})
@@ -127,8 +184,10 @@ def implausible_reads(namespace: dict, reads: Iterable[tuple[str, tuple]]) -> li
     (a read of a multi-run kind's run, runs.<label>..., is judged as that launch's metric)."""
     out = []
     for step, path in reads:
-        at = tuple(path)[2:] if len(path) >= 2 and path[0] == "runs" else tuple(path)
+        in_run = len(path) >= 2 and path[0] == "runs"
+        at = tuple(path)[2:] if in_run else tuple(path)
         shown = (step, *path)
-        for bad in implausible(value_at(namespace, step, path), at, shown):
+        launch = value_at(namespace, step, tuple(path)[:2] if in_run else ())
+        for bad in implausible(value_at(namespace, step, path), at, shown, launch):
             out.append(f"{bad['metric']} = {fmt_num(round(bad['value'], 4))} outside {bad['range']}: {bad['reason']}")
     return out

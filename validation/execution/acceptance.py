@@ -110,6 +110,8 @@ def _judge_evidence(runbook: Runbook, run: Run, results: RunResults, ns: dict, c
     steps = results["steps"]
     shaken = list(dict.fromkeys(n for n, _ in reads if evidence.disturbed(steps.get(n) or {})))
     bad = plausibility.implausible_reads(ns, criterion.expr.paths)
+    for n in dict.fromkeys(n for n, path in reads if not path or path[0] != "runs"):  # a decision over its runs
+        bad += [f"{n}.{text}" for text in evidence.runs_implausible(steps.get(n) or {}) if f"{n}.{text}" not in bad]
     if shaken:  # an expression that could not be evaluated (a figure a disturbed step left undecided: None) too
         what = {"pass": "held", "error": f"could not be evaluated ({detail})"}.get(outcome, "did not hold")
         why = "; ".join(f"step {n} was disturbed: {(evidence.step_interference(steps[n]) or {}).get('text')}"
@@ -206,7 +208,8 @@ def recommendations(runbook: Runbook, results: RunResults) -> Recommendations:
     """The settings to export: the runbook's always-recommended `recommend.env`, plus the env of each decision
     (a sweep's or an A/B's "choice") that is recommendable: significant after the multiple-comparison control,
     beyond the noise floor, the same way in every interleaved repeat, from undisturbed runs
-    (validation.analysis.significance.decide); a decision without that (the default kept, one run per variant, an effect
+    (validation.analysis.significance.decide) none of which measured a figure outside its physical range
+    (validation.execution.evidence.runs_implausible); a decision without that (the default kept, one run per variant, an effect
     that did not replicate) adds nothing and leaves the runbook's own value in place, and its note says why. Nothing is recommended
     when no training step passed (nothing was measured here) or the runbook has none."""
     steps: dict[str, Step] = _run(results).steps  # type: ignore[assignment]  # every step has a record
@@ -228,10 +231,14 @@ def recommendations(runbook: Runbook, results: RunResults) -> Recommendations:
         # one: when it was significant
         recommendable = (significant if decision.recommendable is None else decision.recommendable) is True
         swept = sorted({str(k)[4:] for r in step.runs for k in r.params if str(k).startswith("env.")})
-        if not recommendable:
+        bad = evidence.runs_implausible(results["steps"].get(name) or {})
+        if not recommendable or bad:
             kept = [f"{k}={env[k]} (the runbook's recommendation)" for k in swept if k in env]
             why = decision.recommendation or (
                 f"no recommendation: {'not replicated' if significant else 'no significant difference'}")
+            if bad:  # whatever it decided stands on a figure that is a bug in the measurement
+                why = ("no recommendation: a figure of its runs is outside its physical range, a bug in the "
+                       f"measurement, not a result: {'; '.join(bad)}")
             notes.append(f"{name}: {why}; {chosen.label} kept, "
                          f"{', '.join(swept) or 'its settings'} not recommended from this step"
                          + (f"; {', '.join(kept)} stays" if kept else ""))

@@ -9,9 +9,11 @@ acceptance criteria, the recommendations, the report and `compare`:
   that runs just those steps again (rerun_command), and a run whose required criteria are inconclusive ends
   INCOMPLETE, never GO (validation.execution.acceptance). A decision (sweep, A/B, triage) leaves disturbed runs out itself.
 - **plausibility**: every metric with a physical range declares it once (validation.analysis.plausibility.RANGES): a scaling
-  efficiency above 1.1 or at most 0, a tokens/s CV above 50%, an MFU above 100%, a negative time. A figure outside
-  its range is a bug in the measurement, not a result: a criterion reading it is an error (inconclusive when its
-  step was disturbed), and the report lists it among the open problems.
+  efficiency above 1.1 or at most 0, a tokens/s CV above 50%, an MFU above 100% (or tokens/s beyond the device's
+  peak), a GPU utilisation above 100%, a negative time, memory or loss. A figure outside its range is a bug in the
+  measurement, not a result: a criterion reading it is an error (inconclusive when its step was disturbed), a
+  decision over runs that measured one is neither recommended nor a key finding (runs_implausible), and the report
+  lists it among the open problems.
 - **performance metrics**: what a kind measures about speed (StepKind.performance: patterns over its metric
   names), as opposed to correctness (a loss that falls, tests that pass), which still decides on a busy machine.
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from validation import kinds as step_kinds
-from validation.formatting import as_dict, as_list, run_command
+from validation.formatting import as_dict, as_list, fmt_num, run_command
 from validation.analysis.interference import disturbed, launch_records, step_interference  # noqa: F401 - the run's judge
 from validation.launch.telemetry import interference_rules
 from validation.analysis.plausibility import implausible, range_of
@@ -51,6 +53,21 @@ def performance_reads(runbook, criterion) -> list[tuple[str, tuple]]:
         step = steps_by_name.get(name)
         if step is not None and is_performance(step.kind_impl, path):
             out.append((name, path))
+    return out
+
+
+def runs_implausible(step: dict) -> list[str]:
+    """"runs.<label>.metric = value outside [range]: reason" for every figure of a step's runs (a sweep's, an A/B's,
+    a triage's, a scaling step's launches) outside its physical range: what a decision over those runs stands on
+    is then not a result (no criterion passes on it, nothing is recommended from it, it is no key finding)."""
+    out = []
+    for label, _, m in launch_records(as_dict(step)):
+        if not label:
+            continue
+        for bad in implausible(m, (), ("runs", label)):
+            text = f"{bad['metric']} = {fmt_num(round(bad['value'], 4))} outside {bad['range']}: {bad['reason']}"
+            if text not in out:
+                out.append(text)
     return out
 
 

@@ -15,6 +15,7 @@ import shlex
 
 from nsa.toggles import TOGGLES
 from validation import kinds as step_kinds
+from validation.execution.evidence import runs_implausible
 from validation.kinds.base import Effect
 from validation.formatting import FAILED_STATUSES, NA, as_dict, fmt_p, fmt_pct, plural, run_command
 from validation.results.run import Run, read_run
@@ -30,11 +31,12 @@ def comparisons(results: dict, run: Run | None = None) -> list[dict]:
         kind = step_kinds.find(step.kind) if step is not None else None
         if step is None or step.status != "passed" or kind is None:
             continue
+        bad = runs_implausible(raw_steps[name])  # its runs measured a figure no device can: nothing it found is
         for e in kind.comparisons(kind.read(raw_steps[name])):
             rec = {"step": name, "kind": kind.name, "without": e.without, "with": e.with_, "metric": e.metric,
                    "mean_without": e.mean_without, "mean_with": e.mean_with, "rel": e.rel, "ci_low": e.ci_low,
-                   "ci_high": e.ci_high, "p": e.p, "significant": e.significant and not e.ignored,
-                   "verdict": e.verdict or NA, "ignored": e.ignored}
+                   "ci_high": e.ci_high, "p": e.p, "significant": e.significant and not e.ignored and not bad,
+                   "verdict": e.verdict or NA, "ignored": e.ignored, "implausible": bad}
             out.append({**rec, "text": _sentence(name, e)})
     return out
 
@@ -65,9 +67,13 @@ def key_finding(comps: list[dict]) -> dict | None:
     significant = [c for c in comps if c["significant"]]
     if not significant:
         measured = [c for c in comps if not c["ignored"]]
-        return {"text": (f"none: no significant effect in {plural(len(measured), 'with/without comparison')} of "
-                         "this run" if measured else "none: the only comparisons were of settings the trainer "
-                         "ignored (A/A checks)"), "step": None, "rel": None, "record": None}
+        bad = list(dict.fromkeys(c["step"] for c in measured if c.get("implausible")))
+        text = (f"none: no significant effect in {plural(len(measured), 'with/without comparison')} of this run"
+                if measured else "none: the only comparisons were of settings the trainer ignored (A/A checks)")
+        if bad:
+            text += (f" ({plural(len(bad), 'step')} left out, {', '.join(bad)}: a figure of the runs is outside its "
+                     "physical range, not a result)")
+        return {"text": text, "step": None, "rel": None, "record": None}
     top = max(significant, key=lambda c: abs(c["rel"]))
     return {"text": top["text"], "step": top["step"], "rel": top["rel"], "record": top}
 
@@ -79,6 +85,7 @@ def comparison_rows(comps: list[dict]) -> list[dict]:
         ci = (f"{fmt_pct(c['ci_low'], signed=True)} to {fmt_pct(c['ci_high'], signed=True)}"
               if c["ci_low"] is not None and c["ci_high"] is not None else NA)
         verdict = ("A/A: setting ignored by the trainer" if c["ignored"] else
+                   "NOT A RESULT, a figure of its runs outside its physical range" if c.get("implausible") else
                    f"{c['verdict']} (significant)" if c["significant"] else c["verdict"])
         rows.append({"step": c["step"], "kind": c["kind"], "without": c["without"], "with": c["with"],
                      "metric": c["metric"], "mean_without": _rate(c["mean_without"]),

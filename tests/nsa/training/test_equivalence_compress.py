@@ -20,7 +20,7 @@ import torch
 from train_utils import REPO, clean_env, finish, free_port
 
 DRIVER = r"""
-import os, sys
+import gc, os, sys
 import torch, torch.distributed as dist
 from nsa.training.distributed import DistInfo, wrap_ddp
 
@@ -50,6 +50,10 @@ for compress in ("none", "bf16", "fp16"):
         got[f"{compress}/{bucket_mb}"] = [p.grad.clone() for p in model.parameters()]
 if rank == 0:
     torch.save({"every": every, "got": got}, sys.argv[1])
+# the last DDP wrapper goes before its process group: its reducer destroyed after the group (at interpreter exit)
+# can abort the process ("terminate called without an active exception"), seen once under load
+del ddp, model
+gc.collect()
 dist.barrier()
 dist.destroy_process_group()
 """

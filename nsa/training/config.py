@@ -78,7 +78,8 @@ class DataConfig:
     dataset           one of DATASETS: "synthetic" | "text" | "fineweb_edu"
     path              "text": a file, directory or glob (required); "fineweb_edu": local parquet file, directory
                       or glob for offline use (None: stream from the hub); ignored by "synthetic"
-    loader_timeout_s  longest wait, in seconds, for one batch from a streaming source (--loader-timeout)
+    loader_timeout_s  longest wait, in seconds, for a streaming source to open and for each batch from it
+                      (--loader-timeout)
     text_key          JSONL field / parquet column holding the document text
     """
 

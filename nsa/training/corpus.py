@@ -3,7 +3,7 @@
 Byte tokenizer: a document is its UTF-8 bytes (token id = byte value, `BYTE_VOCAB` = 256 ids, so vocab_size
 must be >= 256), and every document is followed by `DOC_SEPARATOR` (token 0, the NUL byte, which does not occur
 in ordinary text). Empty documents are skipped. File formats:
-  .txt      the whole file is one document (must be UTF-8)
+  .txt      the whole file is one document (must be UTF-8 without NUL bytes: a NUL marks binary or UTF-16 data)
   .jsonl    one JSON object per line (blank lines skipped); the document is the `text_key` field
   .json     JSON lines as above, or, when the file starts with '[', one JSON array of such objects
   .parquet  the `text_key` column (needs pyarrow); every row is a document
@@ -78,20 +78,32 @@ def _collect_files(path: str, extensions: tuple[str, ...], what: str) -> list[Pa
 def _iter_documents(file: Path, text_key: str) -> Iterator[bytes]:
     """UTF-8 bytes of each document in `file`."""
     suffix = file.suffix.lower()
-    if suffix == ".txt":
-        data = file.read_bytes()
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise DataError(f"{file}: not UTF-8 text (bad byte at offset {e.start}); "
-                            "expected a UTF-8 .txt file") from None
-        yield data
-    elif suffix in (".jsonl", ".json"):
-        yield from _iter_json(file, text_key)
-    elif suffix == ".parquet":
-        yield from _iter_parquet(file, text_key)
-    else:  # _collect_files only returns supported suffixes
-        raise DataError(f"{file}: unsupported file type (expected {', '.join(TEXT_EXTENSIONS)})")
+    try:
+        if suffix == ".txt":
+            yield _read_txt(file)
+        elif suffix in (".jsonl", ".json"):
+            yield from _iter_json(file, text_key)
+        elif suffix == ".parquet":
+            yield from _iter_parquet(file, text_key)
+        else:  # _collect_files only returns supported suffixes
+            raise DataError(f"{file}: unsupported file type (expected {', '.join(TEXT_EXTENSIONS)})")
+    except OSError as e:  # unreadable (permissions), vanished or failing while read
+        raise DataError(f"{file}: cannot be read ({e.strerror or type(e).__name__}); expected a readable "
+                        "file") from None
+
+
+def _read_txt(file: Path) -> bytes:
+    data = file.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{file}: not UTF-8 text (bad byte at offset {e.start}); "
+                        "expected a UTF-8 .txt file") from None
+    nul = data.find(bytes([DOC_SEPARATOR]))
+    if nul >= 0:  # valid UTF-8 all the same: zeros, or UTF-16 text of ASCII characters
+        raise DataError(f"{file}: holds a NUL byte at offset {nul}, so it is binary data (or UTF-16 text), not "
+                        "text; expected a UTF-8 .txt file (NUL is the byte tokenizer's document separator)")
+    return data
 
 
 def doc_text(obj, text_key: str, where: str) -> str:
@@ -185,12 +197,14 @@ class WindowSource:
     """Consecutive seq_len+1 windows of an in-memory token stream, sharded round-robin over ranks."""
 
     def __init__(self, tokens: torch.Tensor, *, kind: str, seq_len: int, batch_size: int, rank: int,
-                 world_size: int) -> None:
+                 world_size: int, origin: str | None = None) -> None:
         n_tokens = tokens.numel()
         n_windows = max(0, (n_tokens - 1) // seq_len)
         if n_windows < world_size:
             need = world_size * seq_len + 1
-            raise DataError(f"{kind}: the corpus has {n_tokens} tokens (bytes incl. separators) but seq_len="
+            corpus = "the corpus" if origin is None else f"the corpus {origin}"
+            empty = ", no text at all: every file and document in it is empty," if n_tokens == 0 else ""
+            raise DataError(f"{kind}: {corpus} has {n_tokens} tokens (bytes incl. separators){empty} but seq_len="
                             f"{seq_len} and world_size={world_size} need at least {need} (one window of "
                             "seq_len+1 tokens per rank); add text or lower seq_len")
         self.tokens, self.kind = tokens, kind

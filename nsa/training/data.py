@@ -4,7 +4,8 @@
 `TokenSource`. Every source hands out `(inputs, targets)`, both int64 `[batch_size, seq_len]` with ids in
 `[0, vocab_size)`, cut from one window of `seq_len + 1` tokens so that `targets[:, :-1] == inputs[:, 1:]`
 (next-token prediction). `state_dict()` is this rank's data position (plain ints and strings);
-`load_state_dict()` resumes exactly there (best effort for the hub stream).
+`load_state_dict()` resumes exactly there (best effort for the hub stream). A micro-batch whose token ids alone
+would not fit in the machine's memory (batch_size * (seq_len + 1) int64 ids, three copies) is refused at once.
 
 The interface every source implements, `TokenSource`, and the check of a resumed position, `check_state`, are in
 nsa.training.source, below this module and the sources. Datasets (`DataConfig.dataset`), each in its own module:
@@ -15,13 +16,16 @@ nsa.training.source, below this module and the sources. Datasets (`DataConfig.da
                recursive, sorted by path) or a glob; byte tokenizer (nsa.training.corpus).
   fineweb_edu  HuggingFace FineWeb-Edu. With `path`: local parquet file(s), read exactly like "text".
                Without: streamed from the hub with the `datasets` library (sample-10BT, sharded per rank) by a
-               background thread; `next_batch` waits at most `loader_timeout_s` (nsa.training.fineweb).
+               background thread; opening the stream and each `next_batch` wait at most `loader_timeout_s`
+               (nsa.training.fineweb).
 
 Errors a user can cause (missing path, bad file, bad config value, unreachable hub) raise `DataError`, a
 `ValueError` whose message is one line naming the file/key/value and what was expected.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -46,6 +50,7 @@ def build_source(cfg: DataConfig, *, vocab_size: int, seq_len: int, batch_size: 
         raise DataError(f"data: rank must be in [0, world_size={world_size}), got {rank}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise DataError(f"data: seed must be an integer, got {seed!r}")
+    check_batch_memory(batch_size, seq_len)
 
     if cfg.dataset == "synthetic":
         return SyntheticSource(vocab_size=vocab_size, seq_len=seq_len, batch_size=batch_size,
@@ -55,13 +60,13 @@ def build_source(cfg: DataConfig, *, vocab_size: int, seq_len: int, batch_size: 
     if cfg.dataset == "text":
         tokens = read_corpus(cfg.path, text_key=cfg.text_key, what="text")
         return WindowSource(tokens, kind="text", seq_len=seq_len, batch_size=batch_size,
-                             rank=rank, world_size=world_size)
+                             rank=rank, world_size=world_size, origin=cfg.path)
     if cfg.dataset == "fineweb_edu":
         if cfg.path is not None:
             tokens = read_corpus(cfg.path, text_key=cfg.text_key, extensions=PARQUET_EXTENSIONS,
                                  what="fineweb_edu")
             return WindowSource(tokens, kind="fineweb_edu", seq_len=seq_len, batch_size=batch_size,
-                                 rank=rank, world_size=world_size)
+                                 rank=rank, world_size=world_size, origin=cfg.path)
         return FineWebStream(text_key=cfg.text_key, timeout_s=float(cfg.loader_timeout_s), seq_len=seq_len,
                               batch_size=batch_size, rank=rank, world_size=world_size)
     raise DataError(f"DataConfig.dataset must be one of {' | '.join(DATASETS)}, got {cfg.dataset!r}")
@@ -102,6 +107,34 @@ class FixedBatches:
 
     def close(self) -> None:
         self.source.close()
+
+
+# bytes of host memory per token of a micro-batch: the int64 window (seq_len + 1 tokens) and the int64 inputs and
+# targets cut from it
+BATCH_BYTES_PER_TOKEN = 3 * 8
+
+
+def host_memory_bytes() -> int | None:
+    """This machine's physical memory in bytes, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_batch_memory(batch_size: int, seq_len: int) -> None:
+    """DataError when one micro-batch's token ids alone could not fit in this machine's memory: such a batch would
+    otherwise be built sample by sample for hours before running out of memory."""
+    memory = host_memory_bytes()
+    if memory is None or memory <= 0:
+        return
+    tokens = batch_size * (seq_len + 1)
+    need = tokens * BATCH_BYTES_PER_TOKEN
+    if need > memory:
+        raise DataError(f"data: batch_size={batch_size} sequences of seq_len+1={seq_len + 1} tokens is {tokens:,} "
+                        f"tokens per micro-batch, whose token ids alone need {need / 2**30:,.1f} GiB, more than this "
+                        f"machine's {memory / 2**30:,.1f} GiB of memory; lower --batch-size (per rank and micro-batch; "
+                        "--accum adds micro-batches) or --seq-len")
 
 
 def check_int(name: str, value, minimum: int) -> None:

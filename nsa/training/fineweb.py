@@ -26,7 +26,8 @@ class FineWebStream:
     into seq_len+1 windows (stride seq_len) and grouped into batches in a queue of at most 4 batches. The thread
     starts at the first `next_batch`, so `load_state_dict` before it costs nothing. The state is the number of
     documents fully packed into the batches handed out so far; resuming skips that many documents (best effort:
-    the unused tail of the last packed documents is not replayed). When the stream ends it starts over.
+    the unused tail of the last packed documents is not replayed). When the stream ends it starts over (and a resume
+    counts the passes before: it skips that many documents across passes).
     """
 
     def __init__(self, *, text_key: str, timeout_s: float, seq_len: int, batch_size: int, rank: int,
@@ -38,12 +39,7 @@ class FineWebStream:
         except ImportError:
             raise DataError("fineweb_edu: streaming from the hub needs the `datasets` library: pip install datasets, "
                             "or pass --data-path to local FineWeb-Edu parquet files") from None
-        try:
-            ds = datasets.load_dataset(FINEWEB_REPO, name=FINEWEB_NAME, split="train", streaming=True)
-            ds = distributed.split_dataset_by_node(ds, rank=rank, world_size=world_size)
-        except Exception as e:
-            raise DataError(_unreachable(e)) from None
-        self.dataset = ds
+        self.dataset = _open_stream(datasets, distributed, rank=rank, world_size=world_size, timeout_s=timeout_s)
         self.text_key, self.timeout_s = text_key, timeout_s
         self.seq_len, self.batch_size, self.rank, self.world_size = seq_len, batch_size, rank, world_size
         self.docs_consumed = 0
@@ -75,10 +71,11 @@ class FineWebStream:
         docs = skip
         got_first = False
         try:
+            dataset_skip = hasattr(self.dataset, "skip")  # the dataset leaves out documents itself (skip(n))
             while not stop.is_set():
-                ds = self.dataset
-                if skip and hasattr(ds, "skip"):
-                    ds, skip = ds.skip(skip), 0
+                ds, skipped = self.dataset, 0
+                if skip and dataset_skip:
+                    ds, skipped, skip = ds.skip(skip), skip, 0
                 seen_this_pass = 0
                 for record in ds:
                     if stop.is_set():
@@ -102,6 +99,11 @@ class FineWebStream:
                             windows = []
                             if not self._put(stop, q, ("batch", batch, docs)):
                                 return
+                if seen_this_pass == 0 and skipped:
+                    # skipped past the end (the run had started the stream over): skip document by document
+                    # instead, across passes, from the start
+                    skip, dataset_skip = skipped, False
+                    continue
                 if seen_this_pass == 0:
                     raise DataError("fineweb_edu: the hub stream yielded no documents for rank "
                                     f"{self.rank} of {self.world_size}")
@@ -146,6 +148,31 @@ class FineWebStream:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0)
+
+
+def _open_stream(datasets, distributed, *, rank: int, world_size: int, timeout_s: float):
+    """This rank's shard of the hub stream, opened within `timeout_s` seconds (resolving the dataset asks the hub,
+    which a network that drops packets leaves unanswered for minutes); DataError when it fails or takes longer."""
+    opened: dict = {}
+
+    def open_() -> None:
+        try:
+            ds = datasets.load_dataset(FINEWEB_REPO, name=FINEWEB_NAME, split="train", streaming=True)
+            opened["dataset"] = distributed.split_dataset_by_node(ds, rank=rank, world_size=world_size)
+        except Exception as e:
+            opened["error"] = e
+
+    thread = threading.Thread(target=open_, name=f"fineweb_edu-open-rank{rank}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():  # left behind: a daemon thread, it ends with the process
+        raise DataError(f"fineweb_edu: the HuggingFace hub did not answer within {timeout_s:g} s "
+                        f"(loader_timeout_s / --loader-timeout) while opening {FINEWEB_REPO} {FINEWEB_NAME}; "
+                        "check the network or raise the timeout, or pass --data-path to local FineWeb-Edu parquet "
+                        "files for offline use")
+    if "error" in opened:
+        raise DataError(_unreachable(opened["error"]))
+    return opened["dataset"]
 
 
 def _unreachable(e: Exception) -> str:

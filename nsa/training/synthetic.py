@@ -43,7 +43,8 @@ class SyntheticSource:
       * each sequence alternates Markov segments (length uniform in [32, 160]) with copy segments
         (length uniform in [8, 48]) that repeat, verbatim, a span starting at a uniformly random earlier
         position; the chain then continues from the last copied token. About 23% of tokens are copies
-        (sequences of at most 33 tokens are a pure Markov chain: the first segment is at least 32 long).
+        (windows of at most 32 tokens, seq_len + 1 <= 32, are a pure Markov chain: the first segment is at least
+        32 long).
     Samples: sample i of rank r is drawn from its own torch.Generator seeded from (seed, r, i), so ranks see
     different samples, any sample is reproducible, and `state_dict()` is just {"kind", "next_index"}.
 

@@ -100,6 +100,11 @@ def _empty_frame() -> pd.DataFrame:
     return pd.DataFrame({STEP_COLUMN: pd.Series([], dtype="int64")})
 
 
+def unread_csv(path: str | Path, why: str) -> CsvRead:
+    """A training.csv that is there but is not this run's (e.g. an earlier launch's): read as missing, `why` said."""
+    return CsvRead(_empty_frame(), f"missing: {path}: {why}", path=str(path))
+
+
 def _parse_float(cell: str) -> float | None:
     """float of a cell; "" -> NaN; None when it is not a number."""
     cell = cell.strip()

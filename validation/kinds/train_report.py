@@ -39,9 +39,11 @@ slow initialization").
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from nsa.training import outputs
 from validation import contracts
 from validation.kinds.blocks import Block, Bullets, Heading, Pairs, Paragraph
 from validation.formatting import NA, finite, fmt_duration, fmt_gb, fmt_num, fmt_pct, fmt_rate, plural
@@ -194,14 +196,19 @@ def earlier_startups(results: dict[str, Any], exclude_csv: str | None) -> list[t
     return found
 
 
-def launch_metrics(ctx, spec, out_dir: Path, read, m: dict[str, Any]) -> dict[str, Any]:
-    """Everything above for one trainer launch, given its training.csv summary `m` (validation.analysis.metrics)."""
+def launch_metrics(ctx, spec, out_dir: Path, read, m: dict[str, Any],
+                   earlier: Collection[str] = ()) -> dict[str, Any]:
+    """Everything above for one trainer launch, given its training.csv summary `m` (validation.analysis.metrics).
+    `earlier`: the names of the out_dir's files an earlier launch left there (validation.kinds.trainer.earlier_files),
+    read as absent."""
     so_far = decode(LaunchMetrics, m, "metrics")
     context = so_far.context or RunContext()
-    startup = startup_metrics(contracts.read_timeline(out_dir), context.n_params)
+    timeline = {} if outputs.TIMELINE_JSON in earlier else contracts.read_timeline(out_dir)
+    startup = startup_metrics(timeline, context.n_params)
     if startup and "problem" not in startup:
         startup["init_growth"] = init_growth(startup, earlier_startups(ctx.results, so_far.csv))
-    out = {"summary": summary_metrics(contracts.read_summary(out_dir)), "startup": startup,
+    summary = {} if outputs.SUMMARY_JSON in earlier else contracts.read_summary(out_dir)
+    out = {"summary": summary_metrics(summary), "startup": startup,
            "time_to_first_step_s": _startup(startup).time_to_first_step_s}
     out.update(telemetry_metrics(Path(spec.step_dir), startup, read, so_far.window, written(so_far.context)))
     return out

@@ -25,13 +25,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import sys
+import time
 from collections import Counter
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from nsa.training.flags import tokens as flag_tokens
-from nsa.training.outputs import TRAINING_CSV
+from nsa.training.outputs import ENV_JSON, SDPA_AUDIT_JSON, STATUS_JSON, SUMMARY_JSON, TIMELINE_JSON, TRAINING_CSV
 from validation import contracts
 from validation.analysis import metrics
 from validation.launch.spec import LaunchSpec
@@ -178,24 +179,29 @@ def trainer_launch(step: Step, launch: LaunchSettings, label: str, rel_dir: str,
 
 # ---------------------------------------------------------------------------------------------- running
 def collect(ctx, step: Step, spec: LaunchSpec, lr) -> tuple[str, str | None, dict]:
-    """(status, reason, metrics) of one trainer launch, from the files in its out_dir."""
+    """(status, reason, metrics) of one trainer launch, from the files in its out_dir that this launch wrote (those an
+    earlier launch left there read as absent: earlier_files)."""
     out_dir = ctx.run_dir / spec.out_dir
     window = metrics.Window(last=spec.window or step.launch.window, warmup=step.launch.warmup_steps)
-    read = metrics.read_training_csv(out_dir / TRAINING_CSV)
+    earlier = earlier_files(out_dir, launch_started(lr))
+    csv_path = out_dir / TRAINING_CSV
+    read = (metrics.unread_csv(csv_path, "only an earlier launch's (last written before this launch started)")
+            if TRAINING_CSV in earlier else metrics.read_training_csv(csv_path))
     m = metrics.summarize(read, window, world_size=spec.world_size)
     m["world_size"] = spec.world_size
-    m["csv"] = ctx.rel(out_dir / TRAINING_CSV)
-    env = contracts.read_env_json(out_dir)
+    m["csv"] = ctx.rel(csv_path)
+    env = {} if ENV_JSON in earlier else contracts.read_env_json(out_dir)
     m["context"] = contracts.run_context(env)
     so_far = decode(LaunchMetrics, m, "metrics")
     mean = (so_far.toks_per_s or Stat()).mean
     m["tflops_per_s"] = metrics.model_tflops((so_far.context or RunContext()).flops_per_token, mean)
     m.update(_node_metrics(ctx, spec, lr, env, mean))
-    m.update(train_report.launch_metrics(ctx, spec, out_dir, read, m))  # summary, startup, telemetry
-    trainer_status = decode(TrainerStatus, contracts.read_status_json(out_dir) or {}, "status.json", lenient=True)
+    m.update(train_report.launch_metrics(ctx, spec, out_dir, read, m, earlier))  # summary, startup, telemetry
+    status = None if STATUS_JSON in earlier else contracts.read_status_json(out_dir)
+    trainer_status = decode(TrainerStatus, status or {}, "status.json", lenient=True)
     ended = m["trainer_status"] = trainer_status.status
     m["compression"] = contracts.ddp_compression(env)
-    written = contracts.read_sdpa_audit(out_dir)
+    written = {} if SDPA_AUDIT_JSON in earlier else contracts.read_sdpa_audit(out_dir)
     if written:
         audit = decode(SdpaAudit, written, "sdpa_audit.json", lenient=True)
         m["sdpa_audit"] = encode(SdpaAudit(
@@ -207,6 +213,36 @@ def collect(ctx, step: Step, spec: LaunchSpec, lr) -> tuple[str, str | None, dic
     if ended != "completed":
         return "failed", f"trainer ended {ended}: {trainer_status.reason}", m
     return csv_verdict(m, trainer_status.step)
+
+
+# A file last written more than this before a launch started is an earlier launch's: file times can lag this
+# machine's clock by the file system's granularity, and on a shared file system by the clock of the node or server
+# that wrote them; an earlier launch's files are older than that by the start-up of a whole nsa-validate run
+EARLIER_TOLERANCE_S = 5.0
+# The trainer's files that collect() reads from its out_dir
+TRAINER_FILES = (TRAINING_CSV, ENV_JSON, STATUS_JSON, SUMMARY_JSON, TIMELINE_JSON, SDPA_AUDIT_JSON)
+
+
+def launch_started(lr) -> float | None:
+    """When a launch started (unix time): now less its duration (collect runs as it ends); None when not known."""
+    duration = finite(getattr(lr, "duration_s", None))
+    return None if duration is None or duration < 0 else time.time() - duration
+
+
+def earlier_files(out_dir: Path, since: float | None) -> set[str]:
+    """The trainer files in `out_dir` last written before `since` (EARLIER_TOLERANCE_S): an earlier launch's, left in
+    the same directory (a --rerun or --resume whose trainer died before it moved them to previous_runs/ or wrote its
+    own). They are not this launch's figures: collect() reads them as absent."""
+    if since is None:
+        return set()
+    found = set()
+    for name in TRAINER_FILES:
+        try:
+            if (Path(out_dir) / name).stat().st_mtime < since - EARLIER_TOLERANCE_S:
+                found.add(name)
+        except OSError:
+            continue
+    return found
 
 
 def _node_metrics(ctx, spec: LaunchSpec, lr, env: dict, mean: Any) -> dict:

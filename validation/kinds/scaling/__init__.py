@@ -179,8 +179,7 @@ class Scaling(TrainerKind):
     def run(self, options: Options, ctx) -> Result:
         step = ctx.step
         done = run_all(ctx)
-        devices = {str((r.metrics.context or RunContext()).device) for r in done.runs}
-        device = "cuda" if any(d.startswith("cuda") for d in devices) else "cpu"
+        device = run_device(done.runs)
 
         def table(mode: str) -> ScalingTable:
             """The mode's table (blank where the step does not measure it)."""
@@ -266,6 +265,14 @@ def scaling_mode(step, mode: str, runs: list[LaunchRun]) -> ScalingTable:
     table = decode(ScalingTable, scaling_table(points, mode), f"metrics.{mode}")
     rows = [dataclasses.replace(r, batch_per_rank=batches[r.world_size], mfu=mfu[r.world_size]) for r in table.rows]
     return dataclasses.replace(table, rows=rows, global_batch=global_batch(step) if mode == "strong" else None)
+
+
+def run_device(runs: list[LaunchRun]) -> str:
+    """"cuda" when any run trained on a GPU, else "cpu". A run's device is env.json's device name as the trainer
+    wrote it: "cpu" on a CPU, the GPU's own name on a GPU ("NVIDIA H100 80GB HBM3"; "cuda" or "cuda:0" in older
+    records); a run without one (it never started) says nothing."""
+    names = [str((r.metrics.context or RunContext()).device or "").strip().lower() for r in runs]
+    return "cuda" if any(n and not n.startswith("cpu") for n in names) else "cpu"
 
 
 def same_threads_per_rank(step) -> dict[str, str]:

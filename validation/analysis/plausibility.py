@@ -12,10 +12,12 @@ problems). Pure; no kind imports.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from validation.formatting import finite, fmt_num
+from validation.results.codec import decode
+from validation.results.trainer_launch import RunContext
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,9 @@ class Range:
 
 
 _STATS = ("mean", "median", "min", "max")
-_NON_NEGATIVE = {"loss": "a cross-entropy loss is never negative", "grad_norm": "a norm is never negative",
-                 "mem_alloc_gb": "memory in use is never negative", "mem_reserved_gb": "memory in use is never negative"}
+_MEMORY, _LOSS = "memory in use is never negative", "a cross-entropy loss is never negative"
+_NON_NEGATIVE = {"loss": _LOSS, "grad_norm": "a norm is never negative",
+                 "mem_alloc_gb": _MEMORY, "mem_reserved_gb": _MEMORY}
 _EFFICIENCY = "N ranks cannot do more than N times the work of one, beyond a cache effect of a few percent"
 _TIMES = ("step_time_s", "time_to_first_step_s", "startup.imports_s", "startup.init_s", "startup.first_step_s",
           "summary.avg_step_time_s", "summary.min_step_time_s", "summary.max_step_time_s", "summary.comm_time_s")
@@ -67,10 +70,10 @@ RANGES: tuple[Range, ...] = (
     *(Range(f"summary.{k}", 0.0, None) for k in ("tokens_per_s", "samples_per_s", "avg_step_time_excl_first_s")),
     *(Range(f"{c}.{s}" if s else c, 0.0, None, reason=_NON_NEGATIVE[c])
       for c in ("loss", "grad_norm", "mem_alloc_gb", "mem_reserved_gb") for s in _STATS),
-    *(Range(k, 0.0, None, reason=_NON_NEGATIVE["loss" if "loss" in k else "mem_alloc_gb"])
+    *(Range(k, 0.0, None, reason=_LOSS if "loss" in k else _MEMORY)
       for k in ("first_loss", "final_loss", "mem_peak_gb", "summary.avg_loss", "summary.final_loss",
                 *(f"summary.{w}_mem_{m}_gb" for w in ("peak", "avg") for m in ("alloc", "reserved")))),
-    *(Range(f"{g}.{s}", 0.0, None, reason=_NON_NEGATIVE["mem_alloc_gb"]) for g in ("gpu_mem_used_gb", "rss_gb")
+    *(Range(f"{g}.{s}", 0.0, None, reason=_MEMORY) for g in ("gpu_mem_used_gb", "rss_gb")
       for s in ("mean", "min", "max")),
     *(Range(f"gpu_util.{s}", 0.0, 100.0, reason="a utilisation is a percentage of the time")
       for s in ("mean", "min", "max")),
@@ -93,6 +96,14 @@ def _range_for(path: tuple, launch: Any = None) -> Range | None:
     return None
 
 
+@dataclass(frozen=True)
+class LaunchFigures:
+    """What the device ceiling of a trainer launch's throughput reads of its metrics (the rest kept aside)."""
+    context: RunContext | None = None
+    world_size: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
 _PEAK_BOUND = ("toks_per_s.mean", "toks_per_s.median", "toks_per_s.max", "summary.tokens_per_s",
                "toks_per_s_per_gpu", "tflops_per_s")
 _PEAK_REASON = "no device does more FLOP/s than its peak ({world} x {peak} TFLOP/s{fpt}: MFU above 1)"
@@ -103,11 +114,12 @@ def peak_ceiling(launch: Any, name: str) -> Range | None:
     its device's peak allows: at most world_size x peak_flops / flops_per_token tokens/s (MFU 1, the same division
     as the trainer's "mfu" column), from the launch's "context" (env.json); None where the peak, the FLOPs a token
     or the world size is unknown (a CPU), or `name` is not such a figure."""
-    if name not in _PEAK_BOUND or not isinstance(launch, dict) or not isinstance(launch.get("context"), dict):
+    if name not in _PEAK_BOUND or not isinstance(launch, dict):
         return None
-    ctx = launch["context"]
-    peak, fpt = finite(ctx.get("peak_flops")), finite(ctx.get("flops_per_token"))
-    world = finite(ctx.get("world_size")) or finite(launch.get("world_size"))
+    figures = decode(LaunchFigures, launch, "metrics", lenient=True)
+    ctx = figures.context or RunContext()
+    peak, fpt = finite(ctx.peak_flops), finite(ctx.flops_per_token)
+    world = finite(ctx.world_size) or finite(figures.world_size)
     if not peak or not fpt or not world or peak <= 0 or fpt <= 0 or world <= 0:
         return None
     per_gpu = name == "toks_per_s_per_gpu"
@@ -188,6 +200,12 @@ def implausible_reads(namespace: dict, reads: Iterable[tuple[str, tuple]]) -> li
         at = tuple(path)[2:] if in_run else tuple(path)
         shown = (step, *path)
         launch = value_at(namespace, step, tuple(path)[:2] if in_run else ())
-        for bad in implausible(value_at(namespace, step, path), at, shown, launch):
-            out.append(f"{bad['metric']} = {fmt_num(round(bad['value'], 4))} outside {bad['range']}: {bad['reason']}")
+        out += [text(bad) for bad in implausible(value_at(namespace, step, path), at, shown, launch)]
     return out
+
+
+def text(bad: dict[str, Any]) -> str:
+    """One figure implausible() found, as the open problems and criteria say it: "metric = value outside [range]:
+    reason"."""
+    metric, value, where, reason = (bad[k] for k in ("metric", "value", "range", "reason"))
+    return f"{metric} = {fmt_num(round(value, 4))} outside {where}: {reason}"

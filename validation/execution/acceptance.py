@@ -31,6 +31,7 @@ from validation.execution import evidence
 from validation.analysis import plausibility
 from validation import kinds as step_kinds
 from validation.formatting import plural
+from validation.results.codec import encode
 from validation.results.decision import Choice, DecisionRecord
 from validation.results.model import FAILED_STEP_STATUSES, Criterion, Recommendations, RunResults
 from validation.results.run import Criterion as CriterionRow, Run, Step, read_run
@@ -231,7 +232,7 @@ def recommendations(runbook: Runbook, results: RunResults) -> Recommendations:
         # one: when it was significant
         recommendable = (significant if decision.recommendable is None else decision.recommendable) is True
         swept = sorted({str(k)[4:] for r in step.runs for k in r.params if str(k).startswith("env.")})
-        bad = evidence.runs_implausible(results["steps"].get(name) or {})
+        bad = evidence.runs_implausible(encode(step))
         if not recommendable or bad:
             kept = [f"{k}={env[k]} (the runbook's recommendation)" for k in swept if k in env]
             why = decision.recommendation or (

@@ -28,10 +28,11 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from validation import kinds as step_kinds
-from validation.formatting import as_dict, as_list, fmt_num, run_command
+from validation.formatting import as_dict, as_list, run_command
 from validation.analysis.interference import disturbed, launch_records, step_interference  # noqa: F401 - the run's judge
 from validation.launch.telemetry import interference_rules
 from validation.analysis.plausibility import implausible, range_of
+from validation.analysis.plausibility import text as plausibility_text
 from validation.kinds.base import metric_declared
 from validation.results.run import read_run
 
@@ -64,10 +65,7 @@ def runs_implausible(step: dict) -> list[str]:
     for label, _, m in launch_records(as_dict(step)):
         if not label:
             continue
-        for bad in implausible(m, (), ("runs", label)):
-            text = f"{bad['metric']} = {fmt_num(round(bad['value'], 4))} outside {bad['range']}: {bad['reason']}"
-            if text not in out:
-                out.append(text)
+        out += [t for t in map(plausibility_text, implausible(m, (), ("runs", label))) if t not in out]
     return out
 
 

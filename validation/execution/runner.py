@@ -179,15 +179,16 @@ def _source_change(before, now: dict[str, Any]) -> dict[str, Any] | None:
     """The source the earlier attempt ran and the one this resume runs, when they differ (by source digest, else by
     git sha): {"before": {git_sha, git_dirty, source_digest}, "now": {...}}; None when they are the same or unknown."""
     keys = ("git_sha", "git_dirty", "source_digest")
-    old = {k: getattr(before, k, None) for k in keys}
-    new = {k: now.get(k) for k in keys}
-    if old["source_digest"] and new["source_digest"]:
-        same = old["source_digest"] == new["source_digest"]
-    elif old["git_sha"] and new["git_sha"]:
-        same = (old["git_sha"], old["git_dirty"]) == (new["git_sha"], new["git_dirty"]) and not new["git_dirty"]
+    old_sha, old_dirty, old_digest = (getattr(before, k, None) for k in keys)
+    new_sha, new_dirty, new_digest = (now.get(k) for k in keys)
+    if old_digest and new_digest:
+        same = old_digest == new_digest
+    elif old_sha and new_sha:
+        same = (old_sha, old_dirty) == (new_sha, new_dirty) and not new_dirty
     else:
         return None
-    return None if same else {"before": old, "now": new}
+    return None if same else {"before": dict(zip(keys, (old_sha, old_dirty, old_digest))),
+                              "now": dict(zip(keys, (new_sha, new_dirty, new_digest)))}
 
 
 def runbook_file_changed(rb: Runbook, previous: RunResults) -> bool:

@@ -225,7 +225,7 @@ TRAINER_FILES = (TRAINING_CSV, ENV_JSON, STATUS_JSON, SUMMARY_JSON, TIMELINE_JSO
 
 def launch_started(lr) -> float | None:
     """When a launch started (unix time): now less its duration (collect runs as it ends); None when not known."""
-    duration = finite(getattr(lr, "duration_s", None))
+    duration = None if lr is None else finite(lr.duration_s)
     return None if duration is None or duration < 0 else time.time() - duration
 
 

@@ -142,8 +142,9 @@ def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) 
                "Problems before relying on the figures")
     else:
         nxt = "use the settings under Recommendations; nothing else is open"
-    if finding and finding.get("record") and not (failed or crit_failed):
-        nxt += f"; the setting that mattered most here: {finding['record']['with']} (step `{finding['step']}`)"
+    record = finding.get("record") if finding else None  # the comparison behind the key finding
+    if record and not (failed or crit_failed):
+        nxt += f"; the setting that mattered most here: {record['with']} (step `{record['step']}`)"
     return {"verdict": verdict, "passed": passed_text, "failed": failed_text, "open": "; ".join(open_parts),
             "next": nxt}
 

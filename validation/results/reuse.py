@@ -237,7 +237,7 @@ def _refusal(run: Run, rb: Runbook, phase: str, overrides, digest: str) -> str |
         if theirs_step.status != "passed":
             return f"its step {step.name} ended {theirs_step.status}"
     for i, resume in enumerate(run.resumes):
-        if not isinstance(resume.source_changed, dict):
+        if resume.source_changed is None:
             continue
         later = {str(n) for r in run.resumes[i:] for n in r.steps}
         earlier_source = [n for n in names if n not in later]

@@ -120,6 +120,27 @@ class ReplacedStep:
 
 
 @dataclasses.dataclass(frozen=True)
+class SourceRef:
+    """The source one attempt of a run ran: its git commit, whether the tree had uncommitted changes, its digest."""
+    git_sha: str | None = None
+    git_dirty: bool | None = None
+    source_digest: str | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def text(self) -> str:
+        return (f"git {str(self.git_sha)[:12]}{' dirty' if self.git_dirty else ''}, digest "
+                f"{str(self.source_digest)[:12]}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceChange:
+    """A resume's source against the earlier attempt's (validation.execution.runner: when they differ)."""
+    before: SourceRef = dataclasses.field(default_factory=SourceRef)
+    now: SourceRef = dataclasses.field(default_factory=SourceRef)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
 class Resume:
     """One --resume of the run."""
     at: str | None = None
@@ -131,7 +152,7 @@ class Resume:
     runbook_changed: bool | None = None
     options: RunOptions | None = absent()  # this resume's own --only, --skip, --set
     kept_changed: dict[str, str] = absent({})  # steps kept whose definition differs from what would run now
-    source_changed: dict[str, Any] | None = absent()  # {"before", "now"}: the sources of the two attempts
+    source_changed: SourceChange | None = absent()  # the sources of the two attempts, when they differ
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 

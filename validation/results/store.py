@@ -146,13 +146,9 @@ def resume_note(results: RunResults | dict[str, Any]) -> str | None:
             changed += ("; kept as measured under other settings than the runbook now gives them: "
                         + "; ".join(f"{n} ({why})" for n, why in r.kept_changed.items())
                         + " (--rerun runs them again)")
-        if isinstance(r.source_changed, dict):
-            old, new = (r.source_changed.get(k) if isinstance(r.source_changed.get(k), dict) else {}
-                        for k in ("before", "now"))
-            changed += (f"; the source had changed since the earlier attempt (git {str(old.get('git_sha'))[:12]}"
-                        f"{' dirty' if old.get('git_dirty') else ''}, digest {str(old.get('source_digest'))[:12]} -> "
-                        f"git {str(new.get('git_sha'))[:12]}{' dirty' if new.get('git_dirty') else ''}, digest "
-                        f"{str(new.get('source_digest'))[:12]}): the steps it finished ran the earlier source")
+        if r.source_changed is not None:
+            changed += (f"; the source had changed since the earlier attempt ({r.source_changed.before.text()} -> "
+                        f"{r.source_changed.now.text()}): the steps it finished ran the earlier source")
         parts.append(f"{r.previous_state or 'stopped'} at {r.previous_end or 'an unknown time'}, "
                      f"resumed at {r.at or 'an unknown time'} {what}{changed}")
     return "; then ".join(parts) or None
@@ -161,8 +157,8 @@ def resume_note(results: RunResults | dict[str, Any]) -> str | None:
 def reused_note(record: dict[str, Any]) -> str:
     """One line on a phase taken from an earlier run (a results.json `reused` record, validation.results.reuse)."""
     digest = str(record.get("source_digest") or "?")[:12]
-    differences = [str(d) for d in record.get("differences") or []] if isinstance(record.get("differences"), list) \
-        else []
+    listed = record.get("differences")
+    differences = [str(d) for d in listed] if isinstance(listed, list) else []
     without = (f"; its steps ran without {', '.join(differences)}, which this runbook's defaults.env adds"
                if differences else "")
     return (f"phase {record.get('phase')}: its results are those of {record.get('from')} ({record.get('runbook')} "

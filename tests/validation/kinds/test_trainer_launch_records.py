@@ -61,7 +61,7 @@ def test_node_metrics_read_env_json_nodes_as_the_string_key_code_did(env):
     expected = _parent_node_metrics(env, known_before)
     ctx = SimpleNamespace(results={"environment": {}})
     spec = SimpleNamespace(launcher="local", nnodes=1)
-    lr = SimpleNamespace(nodes=[], job_id=None)
+    lr = SimpleNamespace(nodes=[], job_id=None, duration_s=None)
     got = trainer._node_metrics(ctx, spec, lr, env, 100.0)
     assert got["nodes"] == expected["nodes"]
     assert got["gpus"] == expected["gpus"]
@@ -98,7 +98,7 @@ def test_collect_records_the_sdpa_audit_as_the_string_key_code_did(audit, tmp_pa
     ctx = SimpleNamespace(run_dir=tmp_path, results={"environment": {}}, rel=lambda p: str(p))
     step = SimpleNamespace(launch=SimpleNamespace(window=10, warmup_steps=0))
     spec = SimpleNamespace(out_dir="s/out", window=None, world_size=1, launcher="local", nnodes=1)
-    lr = SimpleNamespace(status="ok", reason=None, nodes=[], job_id=None)
+    lr = SimpleNamespace(status="ok", reason=None, nodes=[], job_id=None, duration_s=None)
     status, reason, m = trainer.collect(ctx, step, spec, lr)
     assert json.dumps(m["sdpa_audit"]) == json.dumps(_parent_audit(audit))
     assert (status, reason, m["trainer_status"]) == ("failed", "trainer ended failed: oom", "failed")

@@ -2,9 +2,10 @@
 
     tokens -> embedding -> n_layers x [x + NSA(RMSNorm(x)); x + SwiGLU(RMSNorm(x))] -> RMSNorm -> head -> logits
 
-Read top to bottom: the two sub-layers, the block, the model, then the cost model (parameter count and FLOPs per
-token) the trainer uses for MFU. ModelConfig (nsa.config) gives the shape; `attention: dense` builds the dense twin
-(causal SDPA in place of NSA), the baseline NSA is compared with.
+Read top to bottom: the two sub-layers, the block, the model (training forward, then inference: prefill, decode
+steps, generate), then the cost model (parameter count and FLOPs per token) the trainer uses for MFU. ModelConfig
+(nsa.config) gives the shape; `attention: dense` builds the dense twin (causal SDPA in place of NSA), the baseline
+NSA is compared with.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from nsa.attention import DenseAttention, NSAAttention
+from nsa.attention.cache import DenseCache, NSACache
 from nsa.attention.geometry import mean_reads, num_cmp_blocks
 from nsa.config import ModelConfig
 from nsa.loss import IGNORE_INDEX, linear_cross_entropy, resolve_loss
+
+LayerCache = NSACache | DenseCache  # one layer's decode cache: NSACache (attention "nsa") or DenseCache ("dense")
 
 
 class SwiGLU(nn.Module):
@@ -44,6 +48,16 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x))
         return x + self.mlp(self.mlp_norm(x))
+
+    def prefill(self, x: torch.Tensor, cache: LayerCache) -> torch.Tensor:
+        """forward(x), the attention filling its empty decode cache."""
+        x = x + self.attn.prefill(self.attn_norm(x), cache)
+        return x + self.mlp(self.mlp_norm(x))
+
+    def decode_step(self, x_t: torch.Tensor, cache: LayerCache) -> torch.Tensor:
+        """x_t [B, 1, dim]: the next token of every sequence, its attention reading and appending to `cache`."""
+        x_t = x_t + self.attn.decode_step(self.attn_norm(x_t), cache)
+        return x_t + self.mlp(self.mlp_norm(x_t))
 
 
 class NSAModel(nn.Module):
@@ -103,6 +117,106 @@ class NSAModel(nn.Module):
         (nsa.loss.linear_cross_entropy: "chunked" in PyTorch, "fused" with its Triton kernel); the same value and
         gradients."""
         return self(input_ids, targets)
+
+    # ------------------------------------------------------------------ inference: prefill, decode, generate
+    # RoPE is the only position information and has no maximum position: a prompt may be of any length >= 1.
+    def _check_ids(self, ids: torch.Tensor, what: str, length: int | None = None) -> None:
+        """ids must be integer [B>=1, S>=1] (S == length if given) with every id in [0, vocab_size)."""
+        shape = f"[B>=1, {length if length is not None else 'S>=1'}]"
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype not in (torch.int64, torch.int32) \
+                or ids.shape[0] < 1 or ids.shape[1] < 1 or (length is not None and ids.shape[1] != length):
+            got = f"{tuple(ids.shape)} {ids.dtype}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+            raise ValueError(f"{what} expects token ids of shape {shape} (int64 or int32), got {got}")
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= self.cfg.vocab_size:
+            raise ValueError(f"{what}: token ids must be in [0, {self.cfg.vocab_size}) (vocab_size), "
+                             f"got ids from {lo} to {hi}")
+
+    def new_caches(self, batch_size: int) -> list[LayerCache]:
+        """Empty decode caches, one per layer, for `batch_size` sequences (what decode_step reads and appends to)."""
+        return [block.attn.new_cache(batch_size) for block in self.blocks]
+
+    @torch.no_grad()
+    def prefill(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, list[LayerCache]]:
+        """Run a prompt input_ids [B, S] through the model once (each layer's prefill: NSA's configured path, batched
+        by default; the dense twin's causal SDPA) and return (the last position's logits [B, vocab_size], the
+        per-layer caches, holding the S tokens). The logits are forward(input_ids)[:, -1]."""
+        self._check_ids(input_ids, "prefill")
+        caches = self.new_caches(input_ids.shape[0])
+        x = self.tok_emb(input_ids)
+        for block, cache in zip(self.blocks, caches):
+            x = block.prefill(x, cache)
+        return self.head(self.norm(x[:, -1])), caches
+
+    @torch.no_grad()
+    def decode_step(self, ids_t: torch.Tensor, caches: list[LayerCache]) -> torch.Tensor:
+        """The next token of every sequence, ids_t [B, 1], at position caches' length: its logits [B, vocab_size]
+        (forward over the whole sequence so far, last position); appends it to `caches` (new_caches or prefill's)."""
+        self._check_ids(ids_t, "decode_step", length=1)
+        kind = NSACache if self.cfg.attention == "nsa" else DenseCache
+        if not isinstance(caches, (list, tuple)) or len(caches) != len(self.blocks) \
+                or not all(isinstance(c, kind) for c in caches):
+            raise ValueError(f"decode_step expects {len(self.blocks)} {kind.__name__}s (new_caches or prefill), got "
+                             f"{[type(c).__name__ for c in caches] if isinstance(caches, (list, tuple)) else caches!r}")
+        if caches[0].batch_size != ids_t.shape[0]:
+            raise ValueError(f"decode_step: ids_t has {ids_t.shape[0]} sequences, the caches "
+                             f"{caches[0].batch_size}")
+        return self._decode(ids_t, caches)
+
+    def _decode(self, ids_t: torch.Tensor, caches: list[LayerCache]) -> torch.Tensor:
+        x = self.tok_emb(ids_t)
+        for block, cache in zip(self.blocks, caches):
+            x = block.decode_step(x, cache)
+        return self.head(self.norm(x[:, 0]))
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
+                 generator: torch.Generator | None = None, eos_id: int | None = None) -> torch.Tensor:
+        """The prompt input_ids [B, S] followed by up to max_new_tokens generated tokens: [B, S + T] in input_ids'
+        dtype, T <= max_new_tokens. One prefill of the prompt, then one cached decode step per new token.
+
+        temperature 0: greedy (argmax of the logits, ties to the lower id); > 0: sampled from
+        softmax(logits / temperature) (fp32, float64 for a float64 model) by torch.multinomial with `generator`
+        (the global RNG when None), one draw for the whole batch per step, so a fixed generator reproduces the
+        tokens. eos_id: a row stops at its first generated eos_id and every later position of that row holds eos_id
+        (the padding); generation ends when every row has stopped (T < max_new_tokens) or after max_new_tokens.
+        """
+        self._check_ids(input_ids, "generate")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"generate: max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+                or not math.isfinite(temperature) or temperature < 0:
+            raise ValueError(f"generate: temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise ValueError(f"generate: generator must be a torch.Generator, got {type(generator).__name__}")
+        if eos_id is not None and (isinstance(eos_id, bool) or not isinstance(eos_id, int)
+                                   or not 0 <= eos_id < self.cfg.vocab_size):
+            raise ValueError(f"generate: eos_id must be a token id in [0, {self.cfg.vocab_size}) or None, "
+                             f"got {eos_id!r}")
+        if max_new_tokens == 0:
+            return input_ids.clone()
+        logits, caches = self.prefill(input_ids)
+        done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        new = []
+        for step in range(max_new_tokens):
+            token = self._next_token(logits, temperature, generator)
+            if eos_id is not None:
+                token = token.masked_fill(done, eos_id)
+                done |= token == eos_id
+            new.append(token)
+            if step + 1 == max_new_tokens or (eos_id is not None and bool(done.all())):
+                break
+            logits = self._decode(token.unsqueeze(1), caches)
+        return torch.cat([input_ids, torch.stack(new, dim=1).to(input_ids.dtype)], dim=1)
+
+    @staticmethod
+    def _next_token(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
+        """[B, V] logits -> [B] int64 token ids: argmax (temperature 0) or one draw from softmax(logits / T)."""
+        if temperature == 0:
+            return logits.argmax(dim=-1)
+        wide = torch.promote_types(logits.dtype, torch.float32)
+        probs = torch.softmax(logits.to(wide) / temperature, dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
     # ------------------------------------------------------------------ statistics
     def set_record_stats(self, enabled: bool) -> None:

@@ -1,4 +1,8 @@
-"""The decode cache: what one NSA layer keeps between decode steps."""
+"""The decode caches: what one attention layer keeps between decode steps.
+
+    NSACache    an NSA layer's (NSAAttention.new_cache; filled by its prefill or decode_step)
+    DenseCache  the dense twin's: every key and value so far (DenseAttention.new_cache)
+"""
 
 from __future__ import annotations
 
@@ -44,7 +48,8 @@ class NSACache:
     window, the last l raw tokens for compressing the next block, and every compressed token so far.
 
     `reads[k]` is the number of KV tokens decode step k gathered per sequence and KV group (compressed + selected +
-    window), counted from the tensors the step attended over.
+    window), counted from the tensors the step attended over (a prefill adds none: it reads as the batched forward).
+    `length` is the number of tokens the cache holds (prefill and decode steps together): the next token's position.
     """
 
     batch_size: int
@@ -62,3 +67,14 @@ class NSACache:
     @property
     def n_cmp(self) -> int:
         return self.k_cmp.len
+
+
+@dataclass
+class DenseCache:
+    """Keys (rotated at their positions) and values of every token so far, for the dense twin's decode steps."""
+
+    batch_size: int
+    length: int = 0
+
+    def __post_init__(self) -> None:
+        self.k, self.v = _Buffer(), _Buffer()

@@ -359,16 +359,50 @@ class NSAAttention(nn.Module):
             raise ValueError(f"new_cache expects a batch size >= 1, got {batch_size!r}")
         return NSACache(batch_size=batch_size, w=self.cfg.w, l=self.cfg.l)
 
+    def _check_cache(self, cache: NSACache, where: str) -> None:
+        cfg = self.cfg
+        if not isinstance(cache, NSACache):
+            raise ValueError(f"{where} expects an NSACache (this layer's new_cache), got {type(cache).__name__}")
+        if cache.w < cfg.w or cache.l < cfg.l:  # it would drop window or block tokens this layer still reads
+            raise ValueError(f"{where}: the cache keeps w={cache.w}, l={cache.l} but this layer needs w={cfg.w}, "
+                             f"l={cfg.l}; make it with this layer's new_cache")
+
+    @torch.no_grad()
+    def prefill(self, x: torch.Tensor, cache: NSACache) -> torch.Tensor:
+        """forward(x) for a prompt x [B, S, dim] -> [B, S, dim] (the configured prefill path, batched by default),
+        filling an empty `cache` with what the decode steps at positions S, S+1, ... read: the selected branch's
+        keys/values of every token, the window's of the last w, the last l raw (un-compressed) keys/values of the
+        compressed branch and every compressed key/value of the blocks that have ended (inference only)."""
+        self._check_input(x)
+        self._check_cache(cache, "prefill")
+        if cache.length or x.shape[0] != cache.batch_size:
+            raise ValueError(f"prefill expects an empty cache for {x.shape[0]} sequences, got one holding "
+                             f"{cache.length} tokens of {cache.batch_size}")
+        cfg = self.cfg
+        tok = self._project_tokens(x, 0)
+        k_cmp, v_cmp = self._compress(tok.k_raw, tok.v_raw)
+        p = NSAProjections(tok.q, k_cmp, v_cmp, tok.k_sel, tok.v_sel, tok.k_win, tok.v_win, tok.gates)
+        out = self._combine(self._branches(p), p.gates)
+        cache.k_sel.append(tok.k_sel)
+        cache.v_sel.append(tok.v_sel)
+        cache.k_win.append(tok.k_win[:, :, -cfg.w:])
+        cache.v_win.append(tok.v_win[:, :, -cfg.w:])
+        cache.k_raw.append(tok.k_raw[:, :, -cfg.l:])
+        cache.v_raw.append(tok.v_raw[:, :, -cfg.l:])
+        if k_cmp.shape[2]:
+            cache.k_cmp.append(k_cmp)
+            cache.v_cmp.append(v_cmp)
+        cache.length = x.shape[1]
+        return out
+
     @torch.no_grad()
     def decode_step(self, x_t: torch.Tensor, cache: NSACache) -> torch.Tensor:
         """One token for every sequence: x_t [B, 1, dim] -> [B, 1, dim]; appends to `cache` (inference only)."""
         cfg = self.cfg
+        self._check_cache(cache, "decode_step")
         if x_t.dim() != 3 or x_t.shape[1] != 1 or x_t.shape[2] != cfg.dim or x_t.shape[0] != cache.batch_size:
             raise ValueError(f"decode_step expects x_t of shape [{cache.batch_size}, 1, {cfg.dim}], "
                              f"got {tuple(x_t.shape)}")
-        if cache.w < cfg.w or cache.l < cfg.l:  # it would drop window or block tokens this layer still reads
-            raise ValueError(f"decode_step: the cache keeps w={cache.w}, l={cache.l} but this layer needs w={cfg.w}, "
-                             f"l={cfg.l}; make it with this layer's new_cache")
         t = cache.length
         tok = self._project_tokens(x_t, t)
         cache.k_sel.append(tok.k_sel)

@@ -16,7 +16,8 @@ import importlib
 
 _EXPORTS = {
     "NSAAttention": "nsa.attention.layer", "NSAProjections": "nsa.attention.layer",
-    "DenseAttention": "nsa.attention.dense", "NSACache": "nsa.attention.cache", "NSAConfig": "nsa.config",
+    "DenseAttention": "nsa.attention.dense", "NSACache": "nsa.attention.cache", "DenseCache": "nsa.attention.cache",
+    "NSAConfig": "nsa.config",
     "ModelConfig": "nsa.config", "decode_reads": "nsa.attention.geometry", "NSAModel": "nsa.model",
     "flops_per_token": "nsa.model",
 }

@@ -1,10 +1,13 @@
 """nsa: Native Sparse Attention (Yuan et al., 2025) for PyTorch, an NSA language model, and its trainer (nsa.training).
 
-    attention/   the NSA layer (and its dense twin), selection, compression, decode cache, kernels
-    model.py     NSAModel, the LLaMA-style language model, and its cost model
-    config.py    NSAConfig, ModelConfig
-    toggles.py   every NSA_* environment toggle
-    training/    the trainer (nsa-train)
+    attention/        the NSA layer (and its dense twin), selection, compression, decode caches, kernels
+    model.py          NSAModel, the LLaMA-style language model (training forward; prefill, decode_step, generate),
+                      and its cost model (flops_per_token)
+    loss.py           the language model's cross entropy fused with its head (chunked; the Triton "fused" loss)
+    config.py         NSAConfig, ModelConfig
+    toggles.py        every NSA_* environment toggle
+    observability.py  named ranges (NVTX) and the SDPA backend audit inside the layer
+    training/         the trainer (nsa-train)
 
 The names below are loaded on first use, so `import nsa` (and the torch-free modules nsa.config, nsa.toggles,
 nsa.training.config) does not import torch.

@@ -6,7 +6,9 @@
     compression.py  phi: compressed keys/values of each block
     geometry.py     which compression/selection blocks exist and which a query sees; decode reads (Table 4)
     rope.py         rotary position embedding
-    cache.py        the decode cache
+    cache.py        the decode caches (NSACache; DenseCache, every key and value, for the dense twin)
+    cost_model.py   what one layer's kernels must do at a shape (FLOPs, exponentials, minimal bytes) and their
+                    floor on a device: the roofline
     kernels/        the batched prefill path: the PyTorch reference (CPU and CUDA) and the Triton kernels
 """
 

@@ -18,6 +18,8 @@
                 (local_agents_argv writes what they run)
     telemetry   the device telemetry sampler beside a launch (a thread; per node of a Slurm job a background
                 `python -m validation.launch.telemetry`), its metrics and the low-GPU-utilisation diagnosis
+    environment this machine: its record, the snapshot step's files, requirement checks
+                (`python -m validation.launch.environment NODES_DIR`: a node's own snapshot)
 
 The names below are imported on first use, so reading a runbook or a plan loads only the launch record (spec, with
 the batch script it shows: sbatch, torchrun).

@@ -22,10 +22,12 @@ Beside them:
                     precision and the index build
     flex.py         the three branches through PyTorch's FlexAttention (a peer path for bench_attention; not
                     a kernel choice)
-    triton_ops.py   the four host.py modules imported together (triton_modules() loads it on first use)
+    triton_ops.py   the five host.py modules imported together (triton_modules() loads it on first use)
     aot.py          ahead-of-time compilation of every Triton kernel for sm_80 / sm_90 (no GPU needed)
     qualify.py      every Triton kernel forward and backward once at one shape: what runbooks/gpu_kernels.yaml
                     runs under compute-sanitizer (python -m nsa.attention.kernels.qualify --help)
+    interpreter_check.py  the address check of Triton's interpreter: every masked access a kernel makes must fall
+                    inside one of its launch's tensors (the CPU tests' stand-in for compute-sanitizer's memcheck)
 
 `resolve(choice, device, cfg, dtype)` turns the configured kernel (NSAConfig.kernel, NSA_KERNEL: auto | torch |
 triton) into the path a forward on `device` takes for the layer's shape and compute dtype. "triton" where Triton

@@ -8,7 +8,7 @@
 The profile of one layer (benchmarks/profile_layer.py; reports/gpu/2026-11-26) puts most of the GPU time in four
 kernel families: the range kernels' forward and dQ (`range_q`: nsa.attention.kernels.range_attn.host.fwd_config /
 dq_config), their dK/dV (`range_dkdv`: dkdv_config; 13.6 of 43 ms at S = 65,536), the selected branch's backward
-(`sel_bwd`: triton_selected._config("bwd"); 7.6 ms there, the largest kernel at S = 2,048) and its forward passes
+(`sel_bwd`: selected_attn.host._config("bwd", ...); 7.6 ms there, the largest kernel at S = 2,048) and its forward passes
 (`sel_fwd`: _config("stats"/"out")). Their configurations were chosen from the ahead-of-time compile (no spills,
 tensor cores), never from GPU timings. Each family here lists candidate configurations; candidate 0 is the shipped
 one. After range_dkdv's tuples come names of range_attn.host.DKDV_CHOICES (a tile and the compressed branch's dK/dV

@@ -6,7 +6,9 @@ runbook can be the first phase of another from one source (runbooks/gpu_kernels.
       - name: throughput
         steps: [...]
 
-The included runbook is read and validated on its own first (an error in it names its own file and line). Then,
+The included runbook is read and validated on its own first (an error in it names its own file and line; so does
+one found later in the expanded runbook, e.g. a config missing from the working directory, with the include item
+that brought it: `inner.yaml:8: phases[0].steps[1].config (included at outer.yaml:4): ...`). Then,
 before any --set is applied (so --set steps.NAME... reaches its steps too):
 - its phases take the item's place, in order;
 - its acceptance criteria come first, before this runbook's own; its `recommend.env` is added under this one's;
@@ -28,7 +30,7 @@ from typing import Any, Callable
 
 from nsa.training.config import YAML_ERRORS
 from validation import kinds as step_kinds
-from validation.runbook.schema import Ctx, RunbookError, parse_yaml
+from validation.runbook.schema import Ctx, Included, RunbookError, parse_yaml
 from validation.kinds.base import LAUNCH_KEYS
 
 KEY = "include"
@@ -63,10 +65,12 @@ def _expand(raw: dict, lines: dict[tuple, int], path: str | Path, validate) -> t
     ctx = Ctx(str(path), lines)
     raw = dict(raw)
     phases, criteria, texts, recommend = [], [], [], {}
-    moves: list[tuple[int, int, int, bool]] = []  # (old phase index, new index, phases it became, an include)
+    # (old phase index, new index, phases it became, for an include: its Ctx and the line of the item)
+    moves: list[tuple[int, int, int, Ctx | None, str]] = []
+    origins: list[tuple[Ctx, int, int, str]] = []  # criteria an include brought: (its Ctx, first, count, item)
     for i, item in enumerate(raw["phases"]):
         if not _is_include(item):
-            moves.append((i, len(phases), 1, False))
+            moves.append((i, len(phases), 1, None, ""))
             phases.append(item)
             continue
         where = ("phases", i, KEY)
@@ -79,13 +83,19 @@ def _expand(raw: dict, lines: dict[tuple, int], path: str | Path, validate) -> t
         file = Path(name) if Path(name).is_absolute() else Path(path).parent / name
         if not file.is_file():
             raise ctx.error(where, f"{name}: no such runbook (looked for {file})")
+        if file.resolve() in _loading:
+            chain = [*_loading[_loading.index(file.resolve()):], file.resolve()]
+            raise ctx.error(where, f"{name}: runbooks include each other in a cycle: "
+                                   + " -> ".join(str(p) for p in chain))
         validate(file)  # its own errors name its own file and line
         text, included, included_lines = _read(file)
-        included, _, nested = expand_includes(included, included_lines, file, validate)
+        included, included_lines, nested = expand_includes(included, included_lines, file, validate)
         texts += [text, *nested]
         own = included.get("phases") or []
-        moves.append((i, len(phases), len(own), True))
+        at = f"{path}:{lines.get(('phases', i), '?')}"
+        moves.append((i, len(phases), len(own), Ctx(str(file), included_lines), at))
         phases += [_carry_defaults(p, included) for p in copy.deepcopy(own)]
+        origins.append((Ctx(str(file), included_lines), len(criteria), len(included.get("acceptance") or []), at))
         criteria += copy.deepcopy(included.get("acceptance") or [])
         recommend.update((included.get("recommend") or {}).get("env") or {})
     raw["phases"] = phases
@@ -96,7 +106,7 @@ def _expand(raw: dict, lines: dict[tuple, int], path: str | Path, validate) -> t
         raw["acceptance"] = criteria + own_criteria
     if recommend and isinstance(own_recommend, dict) and isinstance(own_recommend.get("env") or {}, dict):
         raw["recommend"] = {**own_recommend, "env": {**recommend, **(own_recommend.get("env") or {})}}
-    return raw, _move_lines(lines, moves, len(criteria)), texts
+    return raw, _move_lines(lines, moves, len(criteria), origins), texts
 
 
 def _read(file: Path) -> tuple[str, Any, dict[tuple, int]]:
@@ -132,24 +142,24 @@ def _carry_defaults(phase: Any, included: dict) -> Any:
     return phase
 
 
-def _move_lines(lines: dict[tuple, int], moves: list[tuple[int, int, int, bool]],
-                n_criteria: int) -> dict[tuple, int]:
-    """The line map of the expanded document: a phase of this runbook keeps its lines at its new index; the phases
-    an include item became (and everything in them) point at the item's line; this runbook's criteria move down
-    past the included ones, which point at the `acceptance` key (or the top of the file)."""
-    where = {old: (new, count, included) for old, new, count, included in moves}
-    out: dict[tuple, int] = {}
+def _move_lines(lines: dict[tuple, Any], moves: list[tuple[int, int, int, Ctx | None, str]], n_criteria: int,
+                origins: list[tuple[Ctx, int, int, str]]) -> dict[tuple, Any]:
+    """The line map of the expanded document: a phase of this runbook keeps its lines at its new index; a phase an
+    include item became (and everything in it), and a criterion it brought, maps to its place in its own file
+    (schema.Included, which names the item too); this runbook's criteria move down past the included ones."""
+    where = {old: (new, count, ctx, at) for old, new, count, ctx, at in moves}
+    out: dict[tuple, Any] = {}
     for key, line in lines.items():
         if len(key) >= 2 and key[0] == "phases" and key[1] in where:
-            new, count, included = where[key[1]]
-            if not included:
+            new, count, ctx, at = where[key[1]]
+            if ctx is None:
                 out[("phases", new) + key[2:]] = line
             elif len(key) == 2:
-                out.update({("phases", new + j): line for j in range(count)})
+                out.update({("phases", new + j): Included(ctx, ("phases", j), at) for j in range(count)})
         elif len(key) >= 2 and key[0] == "acceptance" and isinstance(key[1], int):
             out[("acceptance", key[1] + n_criteria) + key[2:]] = line
         else:
             out[key] = line
-    for j in range(n_criteria):
-        out[("acceptance", j)] = lines.get(("acceptance",), lines.get((), 1))
+    for ctx, first, count, at in origins:
+        out.update({("acceptance", first + j): Included(ctx, ("acceptance", j), at) for j in range(count)})
     return out

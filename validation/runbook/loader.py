@@ -67,8 +67,8 @@ from validation.runbook.overrides import apply_override, override_notes
 from validation.results.model import SEVERITIES, STEP_STATUSES
 from validation.runbook.model import (REF_RE, Criterion, LaunchSettings, Launcher, Overridden, Phase, Requirements,
                                       Runbook, Step, references, resolve_references)
-from validation.runbook.schema import (NAME_RE, Ctx, RunbookError, env_problem, env_vars, mapping, parse_yaml, show,
-                               str_list, trainer_flags, typed)
+from validation.runbook.schema import (NAME_RE, Ctx, DuplicateKeyError, RunbookError, env_problem, env_vars, mapping,
+                                       parse_yaml, show, str_list, trainer_flags, typed)
 from validation.kinds.base import BASE_KEYS, LAUNCH_KEYS, check_metric_reference
 
 ON_FAILURE = ("continue", "stop")
@@ -110,11 +110,15 @@ def load_runbook(path: str | Path, overrides: list[str] | None = None, cwd: str 
         raise RunbookError(f"{path}: cannot read ({exc})") from None
     try:
         raw, lines = parse_yaml(text)
+    except DuplicateKeyError as exc:
+        raise RunbookError(f"{path}:{exc.line}: {show(exc.path) or '(top level)'}: {exc}") from None
     except YAML_ERRORS as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else "?"
         problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
         raise RunbookError(f"{path}:{line}: not valid YAML ({problem})") from None
+    if raw is None:  # no document, or only comments
+        raise RunbookError(f"{path}:1: (top level): the runbook is empty (expected a mapping with name and phases)")
     raw, lines, included = expand_includes(raw, lines, path, load_runbook)  # `- include: FILE` phase items
     ctx = Ctx(str(path), lines)
     file_raw = copy.deepcopy(raw)  # the file's own values, before any --set
@@ -285,6 +289,10 @@ def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:
         pname = typed(p["name"], str, ppath + ("name",), ctx)
         if not NAME_RE.fullmatch(pname):
             raise ctx.error(ppath + ("name",), f"{pname!r}: phase names are identifiers")
+        first = next((k for k, other in enumerate(phases) if other.name == pname), None)
+        if first is not None:  # --only, --skip, --reuse and --set phases.NAME name phases by name
+            raise ctx.error(ppath + ("name",), f"duplicate phase name {pname!r} (first at "
+                                               f"{ctx.position(('phases', first, 'name'))})")
         if not isinstance(p["steps"], list) or not p["steps"]:
             raise ctx.error(ppath + ("steps",), "expected a non-empty list of steps")
         steps = []
@@ -292,13 +300,11 @@ def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:
             step = _step(sraw, ppath + ("steps", j), ctx, pname, defaults, reqs, on_failure)
             if step.name in seen:
                 raise ctx.error(ppath + ("steps", j, "name"), f"duplicate step name {step.name!r} "
-                                                              f"(first at {show(seen[step.name])})")
+                                                              f"(first at {ctx.position(seen[step.name] + ('name',))})")
             seen[step.name] = ppath + ("steps", j)
             steps.append(step)
         phases.append(Phase(pname, typed(p.get("title", pname), str, ppath + ("title",), ctx),
                             typed(p.get("description", ""), str, ppath + ("description",), ctx), steps))
-    if len({p.name for p in phases}) != len(phases):
-        raise ctx.error(("phases",), "phase names must be unique")
     _check_references(phases, ctx, seen)
     _check_launches(phases, ctx, seen, raw)
     steps_by_name = {s.name: s for p in phases for s in p.steps}
@@ -501,7 +507,9 @@ def reference_problem(text: str, step: Step, order: list[Step]) -> str | None:
                 + (f" (did you mean {' or '.join(near)}?)" if near else ""))
     if winner_keys is None:
         return f"${{{ref}.winner...}} must name a sweep step ({ref} is a {target.kind} step)"
-    if position[ref] >= position[step.name]:
+    if ref == step.name:
+        return f"refers to {ref}'s own winner, which is known only once {ref} has run"
+    if position[ref] > position[step.name]:
         return f"refers to {ref}, which runs later"
     if f"{section}.{key}" not in winner_keys:
         return f"{ref} does not sweep {section}.{key}"

@@ -44,6 +44,8 @@ def apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
             raise RunbookError(f"--set {shown}: no step named {printable(parts[1])} (steps: "
                                f"{', '.join(str(st) for _, st in where)})")
         parts = ["phases", str(phase), "steps"] + parts[1:]
+    # Each mapping or list on the way down is copied before it is written to: a YAML alias (`env: *common`) gives
+    # several keys one shared object, and a --set of one of them must not change the others.
     node, path = raw, ()
     for i, part in enumerate(parts[:-1]):
         if isinstance(node, list):
@@ -51,12 +53,14 @@ def apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
             if not match:
                 raise RunbookError(f"--set {shown}: no item named {part!r} under "
                                    f"{printable('.'.join(parts[:i])) or 'top'}")
+            node[match[0]] = _unshared(node[match[0]])
             node, path = node[match[0]], path + (match[0],)
         elif isinstance(node, dict):
             path = path + (part,)
             if part not in node:
                 node[part] = {}
                 ctx.overrides.append((path, item))  # a key the file does not have: an error there names the --set
+            node[part] = _unshared(node[part])
             node = node[part]
         else:
             raise RunbookError(f"--set {shown}: {printable('.'.join(parts[:i]))} is not a mapping")
@@ -93,6 +97,11 @@ def override_notes(kinds: Mapping[str, StepKind], file_raw: Any, ctx: Ctx) -> tu
                 if sub[0] in kind.launch_keys:
                     found.append(Overridden(name, ".".join(map(str, sub)), _brief(own), printable(item)))
     return tuple(found)
+
+
+def _unshared(node: Any) -> Any:
+    """A copy of one mapping or list (its values still shared), to write to; any other value as it is."""
+    return dict(node) if isinstance(node, dict) else list(node) if isinstance(node, list) else node
 
 
 _MISSING = object()

@@ -8,6 +8,7 @@ choices), ``env_vars`` (NSA_* names and values against nsa.toggles), ``trainer_f
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any
@@ -28,16 +29,51 @@ class RunbookError(ValueError):
     """A runbook problem; the message names the file, line and key path."""
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping of the document gives one key twice (PyYAML would keep the last value and drop the other
+    silently): `path` the key's path, `line` where it is given again, `first` where it was given first."""
+
+    def __init__(self, path: tuple, line: int, first: int):
+        super().__init__(f"duplicate key (first at line {first}): one of the two values would be ignored")
+        self.path, self.line, self.first = path, line, first
+
+
 def parse_yaml(text: str) -> tuple[Any, dict[tuple, int]]:
     """The YAML document in `text` and the 1-based line of every key path in it (compose_lines), from one parse:
     the node tree gives the lines, the same tree the values. Raises what PyYAML raises (YAML_ERRORS)."""
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
+        if node is not None:
+            check_duplicate_keys(node)
         data = loader.construct_document(node) if node is not None else None
     finally:
         loader.dispose()
     return data, compose_lines(node) if node is not None else {}
+
+
+def check_duplicate_keys(node, path=(), seen=None) -> None:
+    """Raise DuplicateKeyError for the first mapping in a composed (not yet constructed) node tree that gives a key
+    twice. A merge key (`<<: *anchor`) may be given beside the keys it merges; a node reached again through an
+    alias is not walked again."""
+    seen = set() if seen is None else seen
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[tuple, int] = {}
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key, line = (key_node.tag, key_node.value), key_node.start_mark.line + 1
+                if key in first:
+                    raise DuplicateKeyError(path + (key_node.value,), line, first[key])
+                first[key] = line
+                check_duplicate_keys(value_node, path + (key_node.value,), seen)
+            else:
+                check_duplicate_keys(value_node, path, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            check_duplicate_keys(item, path + (i,), seen)
 
 
 def compose_lines(node, path=(), lines=None, seen=None) -> dict[tuple, int]:
@@ -84,13 +120,31 @@ class Ctx:
             text = printable(item)
             text = text if len(text) <= 80 else text[:77] + "..."
             return RunbookError(f"--set {text} ({self.where}): {show(path) or '(top level)'}: {message}")
+        return RunbookError(f"{self.position(path)}: {message}")
+
+    def position(self, path: tuple) -> str:
+        """"file:line: key.path" of `path`; a key in a phase that an include brought in is named in its own file
+        ("inner.yaml:8: phases[0].steps[1].kind (included at outer.yaml:4)")."""
         line = None
         for n in range(len(path), -1, -1):
             if path[:n] in self.lines:
-                line = self.lines[path[:n]]
+                found = self.lines[path[:n]]
+                if isinstance(found, Included):
+                    return f"{found.ctx.position(found.path + path[n:])} (included at {found.at})"
+                line = found
                 break
         shown = show(path) or "(top level)"
-        return RunbookError(f"{self.where}:{line if line is not None else '?'}: {shown}: {message}")
+        return f"{self.where}:{line if line is not None else '?'}: {shown}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Included:
+    """In a line map (Ctx.lines), the value of a key an include brought in: the included runbook's own Ctx, the
+    key's path there, and the include item ("outer.yaml:4")."""
+
+    ctx: Ctx
+    path: tuple
+    at: str
 
 
 def show(path: tuple) -> str:

@@ -86,12 +86,26 @@ def environment_differences(a: Run | dict, b: Run | dict) -> list[str]:
     pairs = {"host": (ea.host, eb.host), "gpu_count": (ea.gpu_count, eb.gpu_count), "torch": (ea.torch, eb.torch),
              "cuda": (ea.cuda, eb.cuda), "nccl": (ea.nccl, eb.nccl), "python": (ea.python, eb.python),
              "git_sha": (ea.git_sha, eb.git_sha)}
-    out = [f"{k} differs: {pairs[k][0]!r} vs {pairs[k][1]!r}" for k in ENV_KEYS if pairs[k][0] != pairs[k][1]]
+    out = [f"{k} differs: A {_recorded(pairs[k][0])}, B {_recorded(pairs[k][1])}"
+           for k in ENV_KEYS if pairs[k][0] != pairs[k][1]]
     names_a = [g.name for g in ea.gpus or []]
     names_b = [g.name for g in eb.gpus or []]
     if names_a != names_b:
-        out.append(f"GPUs differ: {names_a} vs {names_b}")
+        out.append(f"GPUs differ: A {_gpu_names(names_a)}, B {_gpu_names(names_b)}")
     return out
+
+
+def _recorded(value: Any) -> str:
+    """A recorded value in a warning's words: "not recorded" for none, "yes"/"no" for a flag, else its text."""
+    if value is None or value == "":
+        return "not recorded"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _gpu_names(names: list[Any]) -> str:
+    return ", ".join(_recorded(n) for n in names) if names else "none"
 
 
 def setting_differences(a: Run | dict, b: Run | dict) -> list[str]:
@@ -104,10 +118,11 @@ def setting_differences(a: Run | dict, b: Run | dict) -> list[str]:
     out = []
     ea, eb = run_a.environment, run_b.environment
     if ea.source_digest and eb.source_digest and ea.source_digest != eb.source_digest and ea.git_sha == eb.git_sha:
-        out.append(f"the source differs at the same git sha (uncommitted changes: {ea.git_dirty!r} vs "
-                   f"{eb.git_dirty!r}; source digest {ea.source_digest[:12]} vs {eb.source_digest[:12]})")
+        out.append(f"the source differs at the same git sha (uncommitted changes: A {_recorded(ea.git_dirty)}, "
+                   f"B {_recorded(eb.git_dirty)}; source digest {ea.source_digest[:12]} vs {eb.source_digest[:12]})")
     elif ea.git_dirty != eb.git_dirty and (ea.git_dirty or eb.git_dirty):
-        out.append(f"git_dirty differs: {ea.git_dirty!r} vs {eb.git_dirty!r} (uncommitted changes ran)")
+        out.append(f"git_dirty differs: A {_recorded(ea.git_dirty)}, B {_recorded(eb.git_dirty)} (uncommitted "
+                   "changes ran)")
     if (run_a.runbook.name == run_b.runbook.name and run_a.runbook.sha256 and run_b.runbook.sha256
             and run_a.runbook.sha256 != run_b.runbook.sha256):
         out.append(f"runbook {run_a.runbook.name} differs between the runs (sha256 {run_a.runbook.sha256[:12]} vs "

@@ -17,7 +17,7 @@ from nsa.toggles import TOGGLES
 from validation import kinds as step_kinds
 from validation.execution.evidence import runs_implausible
 from validation.kinds.base import Effect
-from validation.formatting import FAILED_STATUSES, NA, as_dict, fmt_p, fmt_pct, plural, run_command
+from validation.formatting import FAILED_STATUSES, NA, STATUS_LABELS, as_dict, fmt_p, fmt_pct, plural, run_command
 from validation.results.run import Run, read_run
 
 
@@ -96,17 +96,23 @@ def comparison_rows(comps: list[dict]) -> list[dict]:
 
 def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) -> dict:
     """The report's conclusion: {"verdict", "passed", "failed" (what failed), "open" (what neither passed nor failed:
-    steps that did not finish or were skipped, criteria that only warned; "" when none), each a sentence naming the
-    steps and criteria, and "next" (the next action, one sentence)}."""
+    steps that did not finish, were skipped or have no result, criteria that were inconclusive, not evaluated or
+    only warned; "" when none), each a sentence naming the steps and criteria, and "next" (the next action, one
+    sentence)}."""
     run = read_run(results)
-    statuses = {n: s.status for n, s in run.steps.items() if s is not None}
+    in_order = [(n, s.status if s is not None else None) for n, s in run.steps_in_order()]
+    statuses = {n: s for n, s in in_order if s is not None}
     passed = sorted(n for n, s in statuses.items() if s == "passed")
     failed = sorted(n for n, s in statuses.items() if s in FAILED_STATUSES)
     unfinished = sorted(n for n, s in statuses.items() if s in ("interrupted", "pending", "running"))
     skipped = sorted(n for n, s in statuses.items() if s == "skipped")
+    # a step of the runbook with no record, or with a status no step can have: neither passed nor failed
+    no_result = sorted({n for n, s in in_order if s is None or s not in STATUS_LABELS})
     crits = run.acceptance
     crit_failed = [str(c.name) for c in crits if c.status in ("fail", "error")]
     crit_warn = [str(c.name) for c in crits if c.status == "warn"]
+    crit_inconclusive = [str(c.name) for c in crits if c.status == "inconclusive"]
+    crit_skipped = [str(c.name) for c in crits if c.status == "skipped"]
     crit_pass = [c for c in crits if c.status == "pass"]
     verdict = str(run.verdict or "INCOMPLETE")
     passed_text = (f"{plural(len(passed), 'step')} passed ({', '.join(passed)})" if passed else "no step passed")
@@ -123,11 +129,20 @@ def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) 
         open_parts.append(f"{plural(len(unfinished), 'step')} did not finish ({', '.join(unfinished)})")
     if skipped:
         open_parts.append(f"{plural(len(skipped), 'step')} skipped ({', '.join(skipped)})")
+    if no_result:
+        open_parts.append(f"{plural(len(no_result), 'step')} with no result recorded ({', '.join(no_result)})")
+    if crit_inconclusive:
+        open_parts.append(f"{plural(len(crit_inconclusive), 'criterion', 'criteria')} inconclusive "
+                          f"({', '.join(crit_inconclusive)})")
+    if crit_skipped:
+        open_parts.append(f"{plural(len(crit_skipped), 'criterion', 'criteria')} not evaluated "
+                          f"({', '.join(crit_skipped)})")
     if crit_warn:
         open_parts.append(f"{plural(len(crit_warn), 'criterion', 'criteria')} only warned ({', '.join(crit_warn)})")
     warns = [p for p in problems if p.get("severity") == "WARN"]
     if failed or crit_failed:
-        first = (failed or [None])[0]
+        # the first to fail in run order: a later failure is often its consequence
+        first = next((n for n, s in in_order if n in failed), None)
         where = f"`{first}/` (its log and excerpt above)" if first else "the failed criteria above"
         nxt = f"fix what failed, starting with {where}, then {_next_command(run, failed)}"
     elif unfinished or verdict == "INCOMPLETE":

@@ -186,6 +186,7 @@ def _tidy_markdown(text: str) -> str:
 
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
 _STRONG = re.compile(r"\*\*(.+?)\*\*", re.S)
+_CODE_TAGS = re.compile(r"(<code>.*?</code>)", re.S)
 
 
 def html_text(value: Any):
@@ -197,9 +198,15 @@ def html_text(value: Any):
     text = str(escape(printable(value)))
     if "`" in text:
         text = _CODE_SPAN.sub(lambda m: f"<code>{m.group(2).strip()}</code>", text)
-    if "**" in text:
-        text = _STRONG.sub(lambda m: f"<strong>{m.group(1)}</strong>", text)
+    if "**" in text:  # outside code only, so that <strong> never crosses a <code> (a `x ** 2` in a reason)
+        text = _outside_code_tags(text, lambda part: _STRONG.sub(lambda m: f"<strong>{m.group(1)}</strong>", part))
     return Markup(text)
+
+
+def _outside_code_tags(html: str, change) -> str:
+    """html with `change` applied to what lies outside its <code> elements."""
+    parts = _CODE_TAGS.split(html)
+    return "".join(part if i % 2 else change(part) for i, part in enumerate(parts))
 
 
 def blocks_markdown(blocks: Iterable[Block]) -> str:
@@ -263,18 +270,15 @@ def blocks_html(blocks: Iterable[Block]) -> Markup:
     return Markup("\n".join(out))
 
 
-_EMPHASIS = re.compile(r"(?<![\w*])\*(?=[A-Za-z])([^*\n]+?)(?<=[\w)])\*(?![\w*])")
-
-
-_CODE_TAGS = re.compile(r"(<code>.*?</code>)", re.S)
+# no tag inside: an <em> never crosses a <strong> or <code> the text already holds
+_EMPHASIS = re.compile(r"(?<![\w*])\*(?=[A-Za-z])([^*\n<>]+?)(?<=[\w)])\*(?![\w*])")
 
 
 def _inline(value: Any) -> Markup:
     """html_text, and *emphasis* as <em> (a block's text only, outside code: a word's own asterisks, as in char*,
     and those inside `code` stay)."""
-    parts = _CODE_TAGS.split(str(html_text(value)))
-    return Markup("".join(part if i % 2 else _EMPHASIS.sub(lambda m: f"<em>{m.group(1)}</em>", part)
-                          for i, part in enumerate(parts)))
+    return Markup(_outside_code_tags(str(html_text(value)),
+                                     lambda part: _EMPHASIS.sub(lambda m: f"<em>{m.group(1)}</em>", part)))
 
 
 def _class(name: str) -> str:

@@ -128,8 +128,10 @@ class SourceRef:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def text(self) -> str:
-        return (f"git {str(self.git_sha)[:12]}{' dirty' if self.git_dirty else ''}, digest "
-                f"{str(self.source_digest)[:12]}")
+        """"git abc123 dirty, digest 0f1e2d": what is known of it ("not recorded" for what is not)."""
+        sha = str(self.git_sha)[:12] if self.git_sha else "not recorded"
+        digest = str(self.source_digest)[:12] if self.source_digest else "not recorded"
+        return f"git {sha}{' dirty' if self.git_dirty else ''}, digest {digest}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -161,7 +161,8 @@ def reused_note(record: dict[str, Any]) -> str:
     differences = [str(d) for d in listed] if isinstance(listed, list) else []
     without = (f"; its steps ran without {', '.join(differences)}, which this runbook's defaults.env adds"
                if differences else "")
-    return (f"phase {record.get('phase')}: its results are those of {record.get('from')} ({record.get('runbook')} "
+    return (f"phase {record.get('phase')}: its results are those of {record.get('from') or 'an earlier run'} "
+            f"({record.get('runbook') or 'its runbook not recorded'} "
             f"run finished {record.get('finished') or 'at an unknown time'} on {record.get('device') or 'an unknown device'}; "
             f"the same source, digest {digest}{without}); nothing of it ran here")
 

@@ -161,3 +161,27 @@ def test_a_step_referring_to_its_own_winner_is_told_so(tmp_path):
     with pytest.raises(RunbookError, match=re.escape(f"{path}:5: phases[0].steps[0].env.NCCL_X: refers to sw's own "
                                                      "winner")):
         load_runbook(path)
+
+
+@pytest.mark.parametrize("written, read", [("010", "8"), ("0x10", "16"), ("1_000", "1000"), ("8.90", "8.9")])
+def test_an_environment_number_yaml_would_read_as_another_text_is_refused(tmp_path, written, read):
+    """NCCL_X: 010 would reach the process as "8": an error naming the line, and the quoted text is accepted."""
+    body = ("name: envtext\nphases:\n  - name: p\n    steps:\n      - name: s\n        kind: bench\n"
+            "        command: [benchmarks/bench_ops.py]\n        env:\n          NCCL_X: {}\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(body.format(written))
+    with pytest.raises(RunbookError, match=rf"bad.yaml:9: .*NCCL_X: YAML reads {written} as the number"):
+        load_runbook(bad)
+    good = tmp_path / "good.yaml"
+    good.write_text(body.format(f"'{written}'"))
+    assert load_runbook(good).steps()[0].launch.env["NCCL_X"] == written
+    # a --set of an environment value passes the text as typed
+    rb = load_runbook(good, [f"steps.s.env.NCCL_X={written}"])
+    assert rb.steps()[0].launch.env["NCCL_X"] == written and written != read
+
+
+def test_environment_numbers_that_print_as_written_stay_numbers(tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_text("name: envok\nphases:\n  - name: p\n    steps:\n      - name: s\n        kind: bench\n"
+                    "        command: [benchmarks/bench_ops.py]\n        env: {NSA_DDP_BUCKET_MB: 50, RATIO: 0.5}\n")
+    assert load_runbook(path).steps()[0].launch.env == {"NSA_DDP_BUCKET_MB": "50", "RATIO": "0.5"}

@@ -67,7 +67,7 @@ from validation.runbook.overrides import apply_override, override_notes
 from validation.results.model import SEVERITIES, STEP_STATUSES
 from validation.runbook.model import (REF_RE, Criterion, LaunchSettings, Launcher, Overridden, Phase, Requirements,
                                       Runbook, Step, references, resolve_references)
-from validation.runbook.schema import (NAME_RE, Ctx, DuplicateKeyError, RunbookError, env_problem, env_vars, mapping,
+from validation.runbook.schema import (NAME_RE, Ctx, DuplicateKeyError, EnvTextError, RunbookError, env_problem, env_vars, mapping,
                                        parse_yaml, show, str_list, trainer_flags, typed)
 from validation.kinds.base import BASE_KEYS, LAUNCH_KEYS, check_metric_reference
 
@@ -110,7 +110,7 @@ def load_runbook(path: str | Path, overrides: list[str] | None = None, cwd: str 
         raise RunbookError(f"{path}: cannot read ({exc})") from None
     try:
         raw, lines = parse_yaml(text)
-    except DuplicateKeyError as exc:
+    except (DuplicateKeyError, EnvTextError) as exc:
         raise RunbookError(f"{path}:{exc.line}: {show(exc.path) or '(top level)'}: {exc}") from None
     except YAML_ERRORS as exc:
         mark = getattr(exc, "problem_mark", None)

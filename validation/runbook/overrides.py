@@ -12,7 +12,7 @@ import yaml
 
 from nsa.training.config import YAML_ERRORS
 from nsa.training.config import brief as _brief
-from validation.runbook.schema import Ctx, RunbookError, printable
+from validation.runbook.schema import Ctx, RunbookError, env_text_problem, printable
 from validation.runbook.model import Overridden
 from validation.kinds.base import LAUNCH_KEYS, StepKind
 
@@ -31,9 +31,11 @@ def apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
         value = yaml.safe_load(value_text)
     except YAML_ERRORS:
         value = value_text
+    parts = key.split(".")
+    if len(parts) >= 2 and parts[-2] == "env" and env_text_problem(value_text, value):
+        value = value_text.strip()  # an environment value as typed: 010 stays "010" (YAML would read 8)
     if not isinstance(raw, dict):
         raise ctx.error((), "expected a mapping at the top level")
-    parts = key.split(".")
     if parts[0] == "steps" and "steps" not in raw:  # steps.NAME...: the step of that name, in whichever phase
         if len(parts) < 3:
             raise RunbookError(f"--set {shown}: expected steps.STEP.KEY=VALUE, e.g. steps.baseline.args.steps=20")

@@ -38,6 +38,47 @@ class DuplicateKeyError(yaml.YAMLError):
         self.path, self.line, self.first = path, line, first
 
 
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+def env_text_problem(text: str, value: Any) -> str | None:
+    """Why an environment value written `text` in YAML (plain, unquoted) would not reach the process as written: YAML
+    reads 010 as the number 8, 0x10 as 16, 1_000 as 1000, 8.90 as 8.9; None when the number prints as written."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or str(value) == text.strip():
+        return None
+    return (f"YAML reads {text.strip()} as the number {value}, which the process would get as {str(value)!r}; "
+            f"quote it ('{text.strip()}') to pass the text as written")
+
+
+def check_env_texts(node, path=(), seen=None) -> None:
+    """Raise EnvTextError for the first plain number under an `env` mapping whose value reads differently from its
+    text (env_text_problem)."""
+    seen = set() if seen is None else seen
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if (path and path[-1] == "env" and isinstance(value_node, yaml.ScalarNode) and value_node.style is None
+                    and value_node.tag in _NUMBER_TAGS):
+                problem = env_text_problem(value_node.value, yaml.safe_load(value_node.value))
+                if problem:
+                    raise EnvTextError(path + (key,), value_node.start_mark.line + 1, problem)
+            check_env_texts(value_node, path + ((key,) if key is not None else ()), seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            check_env_texts(item, path + (i,), seen)
+
+
+class EnvTextError(yaml.YAMLError):
+    """An environment value YAML would read as another text (env_text_problem): `path`, `line`."""
+
+    def __init__(self, path: tuple, line: int, problem: str):
+        super().__init__(problem)
+        self.path, self.line = path, line
+
+
 def parse_yaml(text: str) -> tuple[Any, dict[tuple, int]]:
     """The YAML document in `text` and the 1-based line of every key path in it (compose_lines), from one parse:
     the node tree gives the lines, the same tree the values. Raises what PyYAML raises (YAML_ERRORS)."""
@@ -46,6 +87,7 @@ def parse_yaml(text: str) -> tuple[Any, dict[tuple, int]]:
         node = loader.get_single_node()
         if node is not None:
             check_duplicate_keys(node)
+            check_env_texts(node)
         data = loader.construct_document(node) if node is not None else None
     finally:
         loader.dispose()

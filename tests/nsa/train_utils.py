@@ -116,3 +116,13 @@ def final_params(out_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(ckpt / "model_optim.pt", map_location="cpu", weights_only=False)["model"]
 
 
+def flat_items(x, prefix=""):
+    """(path, leaf) of every leaf of nested dicts, lists and tuples (a checkpoint's state dicts): "/model/w", ..."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from flat_items(v, f"{prefix}/{k}")
+    elif isinstance(x, (list, tuple)):
+        for i, v in enumerate(x):
+            yield from flat_items(v, f"{prefix}/{i}")
+    else:
+        yield prefix, x

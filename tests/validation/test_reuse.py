@@ -18,38 +18,13 @@ import pytest
 from validation import version
 from validation.results.reuse import ReuseError, parse
 
-REPO = Path(__file__).resolve().parents[2]
+from reuse_support import two_phase_runbook
 
-BENCH = """\
-import argparse, json
-p = argparse.ArgumentParser()
-p.add_argument("--speed", type=float, default=2.0)
-p.add_argument("--json")
-a = p.parse_args()
-open(a.json, "w").write(json.dumps({"speed": a.speed}))
-"""
+REPO = Path(__file__).resolve().parents[2]
 
 
 def runbook(tmp_path: Path) -> Path:
-    script = tmp_path / "fake_bench.py"
-    script.write_text(BENCH)
-    path = tmp_path / "two_phases.yaml"
-    path.write_text(f"""\
-name: two_phases
-requirements: {{gpus: 0}}
-defaults: {{timeout_s: 60}}
-phases:
-  - name: kernels
-    steps:
-      - {{name: kbench, kind: bench, command: [{script}, --speed, "3.0"]}}
-  - name: rest
-    steps:
-      - {{name: rbench, kind: bench, command: [{script}]}}
-acceptance:
-  - {{name: fast_kernels, expr: "kbench.speed >= 2", severity: fail}}
-  - {{name: fast_rest, expr: "rbench.speed >= 1", severity: fail}}
-""")
-    return path
+    return two_phase_runbook(tmp_path)
 
 
 @pytest.fixture(scope="module")

@@ -22,38 +22,14 @@ from validation.runbook.model import step_definition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_records import run_record  # noqa: E402
+from reuse_support import two_phase_runbook  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DIGEST = "d" * 64
-BENCH = """\
-import argparse, json
-p = argparse.ArgumentParser()
-p.add_argument("--speed", type=float, default=2.0)
-p.add_argument("--json")
-a = p.parse_args()
-open(a.json, "w").write(json.dumps({"speed": a.speed}))
-"""
 
 
 def _runbook(tmp: Path, speed: str = "3.0", name: str = "two_phases.yaml") -> Path:
-    script = tmp / "fake_bench.py"
-    script.write_text(BENCH)
-    path = tmp / name
-    path.write_text(f"""\
-name: two_phases
-requirements: {{gpus: 0}}
-defaults: {{timeout_s: 60}}
-phases:
-  - name: kernels
-    steps:
-      - {{name: kbench, kind: bench, command: [{script}, --speed, "{speed}"]}}
-  - name: rest
-    steps:
-      - {{name: rbench, kind: bench, command: [{script}]}}
-acceptance:
-  - {{name: fast_kernels, expr: "kbench.speed >= 2", severity: fail}}
-""")
-    return path
+    return two_phase_runbook(tmp, speed, name, rest_criterion=False)
 
 
 def _earlier(tmp: Path, rb_path: Path, overrides=(), **extra) -> Path:

@@ -84,7 +84,9 @@ def startup_metrics(timeline: dict[str, Any], n_params: Any = None) -> dict[str,
     marks = read.milestones
     ttfs = finite(read.time_to_first_step_s)
     imports, setup = finite(marks.get("imports_done")), finite(marks.get("setup_done"))
-    init = setup - imports if setup is not None and imports is not None else setup
+    # init is the time between the two marks: without imports_done it is unknown (setup_done alone counts the
+    # imports too, and would flag an init that grew when the imports did)
+    init = setup - imports if setup is not None and imports is not None else None
     first = ttfs - setup if ttfs is not None and setup is not None else None
     return {"milestones": {k: v for k, v in marks.items() if finite(v) is not None}, "imports_s": imports,
             "init_s": init, "first_step_s": first, "time_to_first_step_s": ttfs, "slowest": read.slowest,

@@ -95,8 +95,9 @@ def _expand(raw: dict, lines: dict[tuple, int], path: str | Path, validate) -> t
         at = f"{path}:{lines.get(('phases', i), '?')}"
         moves.append((i, len(phases), len(own), Ctx(str(file), included_lines), at))
         phases += [_carry_defaults(p, included) for p in copy.deepcopy(own)]
-        origins.append((Ctx(str(file), included_lines), len(criteria), len(included.get("acceptance") or []), at))
-        criteria += copy.deepcopy(included.get("acceptance") or [])
+        theirs = included.get("acceptance") or []
+        origins.append((Ctx(str(file), included_lines), len(criteria), len(theirs), at))
+        criteria += copy.deepcopy(theirs)
         recommend.update((included.get("recommend") or {}).get("env") or {})
     raw["phases"] = phases
     own_criteria, own_recommend = raw.get("acceptance") or [], raw.get("recommend") or {}

@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from train_utils import TINY, heartbeats, run
+from train_utils import TINY, flat_items, heartbeats, run
 
 from nsa.training.checkpoint import latest_checkpoint, list_checkpoints
 
@@ -26,20 +26,9 @@ pytestmark = pytest.mark.slow  # six 2-rank and single runs of the tiny model (a
 STEPS, MAX_NORM = 4, 0.05
 
 
-def _flat(x, prefix=""):
-    if isinstance(x, dict):
-        for k, v in x.items():
-            yield from _flat(v, f"{prefix}/{k}")
-    elif isinstance(x, (list, tuple)):
-        for i, v in enumerate(x):
-            yield from _flat(v, f"{prefix}/{i}")
-    else:
-        yield prefix, x
-
-
 def _state(out_dir) -> dict:
     blob = torch.load(latest_checkpoint(out_dir) / "model_optim.pt", map_location="cpu", weights_only=False)
-    return dict(_flat({"model": blob["model"], "optimizer": blob["optimizer"]["state"]}))
+    return dict(flat_items({"model": blob["model"], "optimizer": blob["optimizer"]["state"]}))
 
 
 def _assert_states_close(got: dict, want: dict, atol: float) -> None:

@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from train_utils import TINY, heartbeats, read_csv, run
+from train_utils import TINY, flat_items, heartbeats, read_csv, run
 
 from nsa.training import cli as train
 from nsa.training import trainer as trainer_module
@@ -39,24 +39,13 @@ def _config(tmp_path, dataset: str, **train_cfg):
     return path
 
 
-def _flat(x, prefix=""):
-    if isinstance(x, dict):
-        for k, v in x.items():
-            yield from _flat(v, f"{prefix}/{k}")
-    elif isinstance(x, (list, tuple)):
-        for i, v in enumerate(x):
-            yield from _flat(v, f"{prefix}/{i}")
-    else:
-        yield prefix, x
-
-
 def _assert_final_state_equal(got_dir, want_dir, ranks: int) -> None:
     """The latest checkpoints of two runs hold the same step, model, AdamW state (moments and step counts) and
     every rank's data position: bit for bit."""
     got, want = latest_checkpoint(got_dir), latest_checkpoint(want_dir)
     assert got.name == want.name
-    a = dict(_flat(torch.load(got / "model_optim.pt", map_location="cpu", weights_only=False)))
-    b = dict(_flat(torch.load(want / "model_optim.pt", map_location="cpu", weights_only=False)))
+    a = dict(flat_items(torch.load(got / "model_optim.pt", map_location="cpu", weights_only=False)))
+    b = dict(flat_items(torch.load(want / "model_optim.pt", map_location="cpu", weights_only=False)))
     assert set(a) == set(b) and any("exp_avg_sq" in k for k in a)
     for key, value in b.items():
         if isinstance(value, torch.Tensor):

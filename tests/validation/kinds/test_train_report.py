@@ -178,3 +178,12 @@ def test_a_statistic_without_one_of_its_figures_renders_n_a_not_a_traceback(resu
     for drop in (False, True):
         render(_without(example, key, drop), "md")
     render(_without(example, key, False), "html")
+
+
+def test_init_is_unknown_without_the_imports_mark():
+    """init_s is setup_done - imports_done; a timeline without imports_done has no init figure (setup_done alone
+    counts the imports)."""
+    startup = train_report.startup_metrics({"milestones": {"process_start": 0.0, "setup_done": 6.5,
+                                                           "first_logged_step": 8.0}, "time_to_first_step_s": 8.0})
+    assert startup["init_s"] is None and startup["imports_s"] is None
+    assert startup["first_step_s"] == pytest.approx(1.5) and startup["time_to_first_step_s"] == pytest.approx(8.0)

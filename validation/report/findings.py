@@ -117,28 +117,13 @@ def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) 
     verdict = str(run.verdict or "INCOMPLETE")
     passed_text = (f"{plural(len(passed), 'step')} passed ({', '.join(passed)})" if passed else "no step passed")
     passed_text += f"; {plural(len(crit_pass), 'criterion', 'criteria')} of {len(crits)} hold" if crits else ""
-    failed_parts = []
-    if failed:
-        failed_parts.append(f"{plural(len(failed), 'step')} failed ({', '.join(failed)})")
-    if crit_failed:
-        failed_parts.append(f"{plural(len(crit_failed), 'criterion', 'criteria')} failed ({', '.join(crit_failed)})")
-    failed_text = "; ".join(failed_parts) or "nothing failed"
-    # what neither passed nor failed: steps that did not finish or did not run, criteria that only warn
-    open_parts = []
-    if unfinished:
-        open_parts.append(f"{plural(len(unfinished), 'step')} did not finish ({', '.join(unfinished)})")
-    if skipped:
-        open_parts.append(f"{plural(len(skipped), 'step')} skipped ({', '.join(skipped)})")
-    if no_result:
-        open_parts.append(f"{plural(len(no_result), 'step')} with no result recorded ({', '.join(no_result)})")
-    if crit_inconclusive:
-        open_parts.append(f"{plural(len(crit_inconclusive), 'criterion', 'criteria')} inconclusive "
-                          f"({', '.join(crit_inconclusive)})")
-    if crit_skipped:
-        open_parts.append(f"{plural(len(crit_skipped), 'criterion', 'criteria')} not evaluated "
-                          f"({', '.join(crit_skipped)})")
-    if crit_warn:
-        open_parts.append(f"{plural(len(crit_warn), 'criterion', 'criteria')} only warned ({', '.join(crit_warn)})")
+    steps_, crits_ = ("step", "steps"), ("criterion", "criteria")
+    failed_text = _listed([(failed, steps_, "failed"), (crit_failed, crits_, "failed")]) or "nothing failed"
+    # what neither passed nor failed: steps that did not finish, did not run or have no result, criteria that were
+    # inconclusive, not evaluated or only warned
+    open_text = _listed([(unfinished, steps_, "did not finish"), (skipped, steps_, "skipped"),
+                         (no_result, steps_, "with no result recorded"), (crit_inconclusive, crits_, "inconclusive"),
+                         (crit_skipped, crits_, "not evaluated"), (crit_warn, crits_, "only warned")])
     warns = [p for p in problems if p.get("severity") == "WARN"]
     if failed or crit_failed:
         # the first to fail in run order: a later failure is often its consequence
@@ -160,8 +145,15 @@ def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) 
     record = finding.get("record") if finding else None  # the comparison behind the key finding
     if record and not (failed or crit_failed):
         nxt += f"; the setting that mattered most here: {record['with']} (step `{record['step']}`)"
-    return {"verdict": verdict, "passed": passed_text, "failed": failed_text, "open": "; ".join(open_parts),
+    return {"verdict": verdict, "passed": passed_text, "failed": failed_text, "open": open_text,
             "next": nxt}
+
+
+def _listed(groups: list[tuple[list[str], tuple[str, str], str]]) -> str:
+    """"2 steps failed (a, b); 1 criterion failed (c)": each non-empty group of names as its count, noun and what
+    happened to them, the names in brackets."""
+    return "; ".join(f"{plural(len(names), *noun)} {what} ({', '.join(names)})" for names, noun, what in groups
+                     if names)
 
 
 def _cut_off(run: Run) -> bool:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from validation.execution.acceptance import evaluate, verdict
+from validation.execution.evidence import assess
 from validation.launch.spec import LaunchResult
 
 HEADER = "step,loss,lr,toks_per_s,step_time_s,grad_norm,mem_alloc_gb,mem_reserved_gb"
@@ -113,3 +115,11 @@ def run_ab_step(monkeypatch, tmp_path: Path, runbook_text: str, collect, values)
                           save=lambda partial=None: None, results={"runbook": {"name": "t"}}, step=step,
                           launches=step_launches(step, {}, tmp_path))
     return encode(ab_mod.AB().run(step.options, ctx))
+
+
+def judge(rb, results: dict) -> tuple[dict, tuple]:
+    """A run's evidence, criteria and verdict as the runner computes them at the end of a run, from `results`
+    (updated in place): ({criterion name: its row}, (verdict word, reason))."""
+    results["evidence"] = assess(rb, results, results["run_dir"])
+    results["acceptance"] = evaluate(rb, results, results["run_dir"])
+    return {c["name"]: c for c in results["acceptance"]}, verdict(results, False)

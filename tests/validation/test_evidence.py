@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from validation.execution.acceptance import evaluate, verdict
-from validation.execution.evidence import assess, is_performance, rerun_command
+from validation.execution.evidence import is_performance, rerun_command
 from validation.analysis.plausibility import figure_problem, implausible
 from validation.report.problems import open_problems
 from validation.runbook.loader import load_runbook
+
+from decision_support import judge
 from validation.analysis.significance import decide
 from validation import kinds as step_kinds
 
@@ -60,9 +61,7 @@ def rb(tmp_path):
 
 
 def _judge(rb, results):
-    results["evidence"] = assess(rb, results, results["run_dir"])
-    results["acceptance"] = evaluate(rb, results, "artifacts/validate/ev-1")
-    return {c["name"]: c for c in results["acceptance"]}, verdict(results, False)
+    return judge(rb, results)
 
 
 def test_undisturbed_evidence_decides_as_before(rb):

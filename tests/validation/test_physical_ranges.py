@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 
 from validation.analysis.plausibility import implausible, implausible_reads, peak_ceiling
-from validation.execution.acceptance import evaluate, recommendations, verdict
-from validation.execution.evidence import assess, runs_implausible
+from validation.execution.acceptance import evaluate, recommendations
+from validation.execution.evidence import runs_implausible
 from validation.report import findings
 from validation.report.problems import open_problems
 from validation.runbook.loader import load_runbook
+
+from decision_support import judge
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "reports/examples/cpu_smoke/results.json"
@@ -60,9 +62,7 @@ def rb(tmp_path):
 
 
 def _judge(rb, results):
-    results["evidence"] = assess(rb, results, results["run_dir"])
-    results["acceptance"] = evaluate(rb, results, "artifacts/validate/ev-1")
-    return {c["name"]: c for c in results["acceptance"]}, verdict(results, False)
+    return judge(rb, results)
 
 
 # ------------------------------------------------------------------------------------------ the declared ranges

@@ -60,21 +60,17 @@ def rb(tmp_path):
     return load_runbook(path)
 
 
-def _judge(rb, results):
-    return judge(rb, results)
-
-
 def test_undisturbed_evidence_decides_as_before(rb):
-    crits, (word, reason) = _judge(rb, _results(_metrics(5000.0, QUIET)))
+    crits, (word, reason) = judge(rb, _results(_metrics(5000.0, QUIET)))
     assert [c["status"] for c in crits.values()] == ["pass", "pass", "pass"] and word == "GO"
-    crits, (word, _) = _judge(rb, _results(_metrics(500.0, QUIET)))
+    crits, (word, _) = judge(rb, _results(_metrics(500.0, QUIET)))
     assert crits["Throughput floor"]["status"] == "fail" and word == "NO-GO"
 
 
 @pytest.mark.parametrize("toks", [5000.0, 500.0], ids=["would-pass", "would-fail"])
 def test_a_disturbed_step_neither_passes_nor_fails_a_performance_criterion(rb, toks):
     results = _results(_metrics(toks, BUSY))
-    crits, (word, reason) = _judge(rb, results)
+    crits, (word, reason) = judge(rb, results)
     floor = crits["Throughput floor"]
     assert floor["status"] == "inconclusive"
     assert ("it held" if toks > 2000 else "it did not hold") in floor["detail"]
@@ -102,7 +98,7 @@ def test_a_figure_a_disturbed_step_left_undecided_is_inconclusive_not_an_error(r
     fault of the suite, says why; the same None from an undisturbed step is an error."""
     base = _metrics(5000.0, BUSY)
     base["toks_per_s"]["mean"] = None
-    crits, (word, reason) = _judge(rb, _results(base))
+    crits, (word, reason) = judge(rb, _results(base))
     floor = crits["Throughput floor"]
     assert floor["status"] == "inconclusive", floor
     assert floor["detail"].startswith("it could not be evaluated (") and "None" in floor["detail"]
@@ -111,21 +107,21 @@ def test_a_figure_a_disturbed_step_left_undecided_is_inconclusive_not_an_error(r
     assert word == "INCOMPLETE" and "inconclusive: Throughput floor" in reason
     quiet = _metrics(5000.0, QUIET)
     quiet["toks_per_s"]["mean"] = None
-    crits, (word, _) = _judge(rb, _results(quiet))
+    crits, (word, _) = judge(rb, _results(quiet))
     assert crits["Throughput floor"]["status"] == "error" and word == "NO-GO"
 
 
 def test_a_failed_correctness_criterion_is_no_go_even_when_disturbed(rb):
     base = _metrics(5000.0, BUSY)
     base["loss_drop"] = 0.1
-    crits, (word, reason) = _judge(rb, _results(base))
+    crits, (word, reason) = judge(rb, _results(base))
     assert crits["Loss falls"]["status"] == "fail" and word == "NO-GO"
     assert "criteria inconclusive (disturbed evidence): Throughput floor" in reason
 
 
 def test_a_figure_outside_its_physical_range_is_an_error_never_a_pass(rb, tmp_path):
     results = _results(_metrics(5000.0, QUIET, cv=0.8))
-    crits, (word, _) = _judge(rb, results)
+    crits, (word, _) = judge(rb, results)
     # no criterion reads the CV, but the step is measured evidence: the figure is an error among the open problems
     assert results["evidence"]["implausible"][0]["metric"] == "toks_per_s.cv"
     problems = open_problems(results)
@@ -136,17 +132,17 @@ def test_a_figure_outside_its_physical_range_is_an_error_never_a_pass(rb, tmp_pa
     path = tmp_path / "cv.yaml"
     path.write_text(RUNBOOK.replace('expr: "baseline.toks_per_s.mean >= 2000"', 'expr: "baseline.toks_per_s.cv <= 0.9"'))
     cv = load_runbook(path)
-    crits, (word, _) = _judge(cv, _results(_metrics(5000.0, QUIET, cv=0.8)))
+    crits, (word, _) = judge(cv, _results(_metrics(5000.0, QUIET, cv=0.8)))
     assert crits["Throughput floor"]["status"] == "error" and "outside [0, 0.5]" in crits["Throughput floor"]["detail"]
     assert word == "NO-GO"
-    crits, (word, _) = _judge(cv, _results(_metrics(5000.0, BUSY, cv=0.8)))
+    crits, (word, _) = judge(cv, _results(_metrics(5000.0, BUSY, cv=0.8)))
     assert crits["Throughput floor"]["status"] == "inconclusive" and word == "INCOMPLETE"
 
 
 def test_an_impossible_scaling_efficiency_is_named_not_passed(rb):
     # the baseline's 2 ranks at 9,000 tokens/s each against one process at 604: "14.90 (1490% of linear)"
     results = _results(_metrics(18000.0, QUIET), _metrics(604.0, QUIET, world=1))
-    _judge(rb, results)
+    judge(rb, results)
     bad = [b for b in results["evidence"]["implausible"] if b["metric"] == "Scaling efficiency"]
     assert bad and bad[0]["step"] == "baseline, single" and not bad[0]["disturbed"]
     from validation.report.view import build_view
@@ -157,7 +153,7 @@ def test_an_impossible_scaling_efficiency_is_named_not_passed(rb):
     assert figure_problem("scaling_efficiency", 0.0) is not None  # at or below 0
     # the same figure from a disturbed single-process step: inconclusive, with the disturbance
     results = _results(_metrics(18000.0, QUIET), _metrics(604.0, BUSY, world=1))
-    _judge(rb, results)
+    judge(rb, results)
     bad = [b for b in results["evidence"]["implausible"] if b["metric"] == "Scaling efficiency"]
     assert bad[0]["disturbed"] and any(p["severity"] == "INCONCLUSIVE" and "Scaling efficiency" in p["what"]
                                        for p in open_problems(results))
@@ -209,7 +205,7 @@ def test_the_command_that_runs_disturbed_steps_again_repeats_the_set_they_ran_wi
     --set they ran with, shell-quoted: the run's own, or those of the resume that ran them last."""
     results = _results(_metrics(5000.0, BUSY))
     results["options"] = {"only": [], "skip": [], "set": ["defaults.args.steps=14", "steps.baseline.window=6"]}
-    crits, (word, reason) = _judge(rb, results)
+    crits, (word, reason) = judge(rb, results)
     rerun = ("nsa-validate run runbooks/ev.yaml --resume artifacts/validate/ev-1 --rerun baseline "
              "--set defaults.args.steps=14 --set steps.baseline.window=6")
     assert crits["Throughput floor"]["detail"].endswith(f"run again: {rerun}")
@@ -217,7 +213,7 @@ def test_the_command_that_runs_disturbed_steps_again_repeats_the_set_they_ran_wi
     results["resumes"] = [{"at": "t", "previous_end": None, "previous_state": "interrupted by SIGINT",
                            "steps": ["baseline"], "rerun": [], "replaced": {}, "runbook_changed": False,
                            "options": {"only": [], "skip": [], "set": ["defaults.env.NSA_X=a b"]}}]
-    crits, (word, reason) = _judge(rb, results)
+    crits, (word, reason) = judge(rb, results)
     assert reason.endswith("--rerun baseline --set 'defaults.env.NSA_X=a b'; nothing evaluated failed"), reason
     assert rerun_command("r b.yaml", "run dir", ["x", "x"], ["k=v w"]) == \
         "nsa-validate run 'r b.yaml' --resume 'run dir' --rerun x --set 'k=v w'"

@@ -61,10 +61,6 @@ def rb(tmp_path):
     return load_runbook(path)
 
 
-def _judge(rb, results):
-    return judge(rb, results)
-
-
 # ------------------------------------------------------------------------------------------ the declared ranges
 @pytest.mark.parametrize("metrics, bad", [
     ({"gpu_util": {"mean": 100.0, "min": 0.0}}, []),
@@ -116,10 +112,10 @@ def test_throughput_above_what_the_device_can_do_at_its_peak_is_out_of_range():
 
 # ------------------------------------------------------------------------------------------ criteria and verdicts
 def test_a_throughput_criterion_on_a_figure_beyond_the_device_peak_is_an_error_not_a_pass(rb):
-    crits, (word, _) = _judge(rb, _results(_launch(1.5e6)))  # MFU 0.75: a result
+    crits, (word, _) = judge(rb, _results(_launch(1.5e6)))  # MFU 0.75: a result
     assert crits["Throughput floor"]["status"] == "pass" and word == "GO"
     results = _results(_launch(3e6))  # MFU 1.5: the tokens/s are a bug in the measurement
-    crits, (word, _) = _judge(rb, results)
+    crits, (word, _) = judge(rb, results)
     floor = crits["Throughput floor"]
     assert floor["status"] == "error" and word == "NO-GO"
     assert "baseline.toks_per_s.mean = 3,000,000.0 outside [0, 2,000,000.0]" in floor["detail"]

@@ -195,10 +195,11 @@ def runbook_file_changed(rb: Runbook, previous: RunResults) -> bool:
     """Whether the runbook file (or a file it includes) differs from the one the run `previous` started with. The
     sha256 results.json records covers the file, its includes and the first run's --set, so a resume given other
     --set (warned about on their own) is compared with it under the first run's --set."""
-    recorded = read_run(previous).runbook.sha256
+    before = read_run(previous)
+    recorded = before.runbook.sha256
     if recorded == rb.sha256:
         return False
-    first = read_run(previous).options.set
+    first = before.options.set
     if not isinstance(first, list) or not rb.path:  # early records: {key: value}, not the --set text it covered
         return True
     try:

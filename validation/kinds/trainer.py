@@ -229,20 +229,20 @@ def launch_started(lr) -> float | None:
     return None if duration is None or duration < 0 else time.time() - duration
 
 
+def written_before(path: Path, since: float | None) -> bool:
+    """Whether `path` was last written before a launch that started at `since` (EARLIER_TOLERANCE_S): an earlier
+    launch's file, left in the same directory. False when it is not there or `since` is not known."""
+    try:
+        return since is not None and Path(path).stat().st_mtime < since - EARLIER_TOLERANCE_S
+    except OSError:
+        return False
+
+
 def earlier_files(out_dir: Path, since: float | None) -> set[str]:
-    """The trainer files in `out_dir` last written before `since` (EARLIER_TOLERANCE_S): an earlier launch's, left in
-    the same directory (a --rerun or --resume whose trainer died before it moved them to previous_runs/ or wrote its
-    own). They are not this launch's figures: collect() reads them as absent."""
-    if since is None:
-        return set()
-    found = set()
-    for name in TRAINER_FILES:
-        try:
-            if (Path(out_dir) / name).stat().st_mtime < since - EARLIER_TOLERANCE_S:
-                found.add(name)
-        except OSError:
-            continue
-    return found
+    """The trainer files in `out_dir` an earlier launch left there (written_before `since`: a --rerun or --resume
+    whose trainer died before it moved them to previous_runs/ or wrote its own). They are not this launch's
+    figures: collect() reads them as absent."""
+    return {name for name in TRAINER_FILES if written_before(Path(out_dir) / name, since)}
 
 
 def _node_metrics(ctx, spec: LaunchSpec, lr, env: dict, mean: Any) -> dict:

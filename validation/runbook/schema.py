@@ -50,27 +50,6 @@ def env_text_problem(text: str, value: Any) -> str | None:
             f"quote it ('{text.strip()}') to pass the text as written")
 
 
-def check_env_texts(node, path=(), seen=None) -> None:
-    """Raise EnvTextError for the first plain number under an `env` mapping whose value reads differently from its
-    text (env_text_problem)."""
-    seen = set() if seen is None else seen
-    if id(node) in seen:
-        return
-    seen.add(id(node))
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-            if (path and path[-1] == "env" and isinstance(value_node, yaml.ScalarNode) and value_node.style is None
-                    and value_node.tag in _NUMBER_TAGS):
-                problem = env_text_problem(value_node.value, yaml.safe_load(value_node.value))
-                if problem:
-                    raise EnvTextError(path + (key,), value_node.start_mark.line + 1, problem)
-            check_env_texts(value_node, path + ((key,) if key is not None else ()), seen)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            check_env_texts(item, path + (i,), seen)
-
-
 class EnvTextError(yaml.YAMLError):
     """An environment value YAML would read as another text (env_text_problem): `path`, `line`."""
 
@@ -86,18 +65,18 @@ def parse_yaml(text: str) -> tuple[Any, dict[tuple, int]]:
     try:
         node = loader.get_single_node()
         if node is not None:
-            check_duplicate_keys(node)
-            check_env_texts(node)
+            check_nodes(node)
         data = loader.construct_document(node) if node is not None else None
     finally:
         loader.dispose()
     return data, compose_lines(node) if node is not None else {}
 
 
-def check_duplicate_keys(node, path=(), seen=None) -> None:
-    """Raise DuplicateKeyError for the first mapping in a composed (not yet constructed) node tree that gives a key
-    twice. A merge key (`<<: *anchor`) may be given beside the keys it merges; a node reached again through an
-    alias is not walked again."""
+def check_nodes(node, path=(), seen=None) -> None:
+    """Check a composed (not yet constructed) node tree in one walk: DuplicateKeyError for the first mapping that
+    gives a key twice (a merge key, `<<: *anchor`, may be given beside the keys it merges), EnvTextError for the
+    first plain number under an `env` mapping whose value reads differently from its text (env_text_problem). A
+    node reached again through an alias is not walked again."""
     seen = set() if seen is None else seen
     if id(node) in seen:
         return
@@ -110,12 +89,17 @@ def check_duplicate_keys(node, path=(), seen=None) -> None:
                 if key in first:
                     raise DuplicateKeyError(path + (key_node.value,), line, first[key])
                 first[key] = line
-                check_duplicate_keys(value_node, path + (key_node.value,), seen)
+                if (path and path[-1] == "env" and isinstance(value_node, yaml.ScalarNode)
+                        and value_node.style is None and value_node.tag in _NUMBER_TAGS):
+                    problem = env_text_problem(value_node.value, yaml.safe_load(value_node.value))
+                    if problem:
+                        raise EnvTextError(path + (key_node.value,), value_node.start_mark.line + 1, problem)
+                check_nodes(value_node, path + (key_node.value,), seen)
             else:
-                check_duplicate_keys(value_node, path, seen)
+                check_nodes(value_node, path, seen)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            check_duplicate_keys(item, path + (i,), seen)
+            check_nodes(item, path + (i,), seen)
 
 
 def compose_lines(node, path=(), lines=None, seen=None) -> dict[tuple, int]:

@@ -54,7 +54,7 @@ from validation.runbook.schema import typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, code
 from validation.kinds.base import KeyFigure, StepKind, launch_identity, run_path, step_dir
 from validation.kinds._plot_helpers import loglog_lines
-from validation.kinds.trainer import EARLIER_TOLERANCE_S, launch_started
+from validation.kinds.trainer import launch_started, written_before
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,12 +184,9 @@ class Comm(StepKind):
         spec = ctx.launches[0]
         lr = ctx.launch(spec, 0, 1)
         path = ctx.run_dir / spec.dir / OUTPUT
-        started = launch_started(lr)
         try:
-            if started is not None and path.stat().st_mtime < started - EARLIER_TOLERANCE_S:
-                data = None  # an earlier launch's (a --rerun whose benchmark died before writing its own)
-            else:
-                data = json.loads(path.read_text())
+            # an earlier launch's file is none (a --rerun whose benchmark died before writing its own)
+            data = None if written_before(path, launch_started(lr)) else json.loads(path.read_text())
         except (OSError, ValueError):
             data = None
         bench = decode(BenchFile, data, OUTPUT, lenient=True) if isinstance(data, dict) else None

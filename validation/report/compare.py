@@ -134,11 +134,10 @@ def setting_differences(a: Run | dict, b: Run | dict) -> list[str]:
         step_b = run_b.steps.get(name)
         if step_a is None or step_b is None or not step_a.definition or not step_b.definition:
             continue
-        differ, _ = definition_differences(step_b.definition, step_a.definition, {})
+        differ, _ = definition_differences(step_b.definition, step_a.definition, {}, names=("in B", "in A"))
         if differ:
             more = f" (and {len(differ) - 1} more)" if len(differ) > 1 else ""
-            first = differ[0].replace(" here, ", " in B, ").replace(" there", " in A")
-            out.append(f"step {name} ran other settings: {first}{more}; its rows compare two configurations")
+            out.append(f"step {name} ran other settings: {differ[0]}{more}; its rows compare two configurations")
     return out
 
 

@@ -152,10 +152,11 @@ def _flat(value: Any, path: str = "") -> dict[str, Any]:
     return {path: value}
 
 
-def definition_differences(here: Mapping[str, Any], there: Mapping[str, Any], defaults_env: Mapping[str, str]
-                           ) -> tuple[list[str], list[str]]:
+def definition_differences(here: Mapping[str, Any], there: Mapping[str, Any], defaults_env: Mapping[str, str],
+                           names: tuple[str, str] = ("here", "there")) -> tuple[list[str], list[str]]:
     """(differences that make a step another step, differences allowed and stated) between a step's definition here
-    and the one it ran with there (validation.runbook.plan.step_definition), each "KEY: VALUE here, VALUE there".
+    and the one it ran with there (validation.runbook.plan.step_definition), each "KEY: VALUE here, VALUE there"
+    (`names`: the two sides' words, e.g. "in B", "in A").
     Allowed: an environment variable of a launch here, absent there, whose value is this runbook's defaults.env's
     (what an including runbook adds to the steps it includes)."""
     ours, theirs = _flat(dict(here)), _flat(dict(there))
@@ -164,7 +165,7 @@ def definition_differences(here: Mapping[str, Any], there: Mapping[str, Any], de
         mine, other = ours.get(key, _MISSING), theirs.get(key, _MISSING)
         if mine == other:
             continue
-        text = f"{key}: {_shown(mine)} here, {_shown(other)} there"
+        text = f"{key}: {_shown(mine)} {names[0]}, {_shown(other)} {names[1]}"
         var = key.rpartition(".env.")[2] if ".env." in key else None
         if var is not None and other is _MISSING and defaults_env.get(var) == mine:
             stated.append(f"{var}={mine}")

@@ -163,8 +163,7 @@ def telemetry_metrics(step_dir: Path, startup: dict[str, Any], read, window: Win
                                  window.first_step, window.last_step)
         if period is not None:
             what = f"the statistics window, steps {window.first_step}-{window.last_step}"
-    device = decode(RunContext, context, "context", lenient=True).device
-    on_gpu = not str(device or "").lower().startswith("cpu")  # a CPU run on a GPU node: no GPU
+    on_gpu = decode(RunContext, context, "context", lenient=True).on_cpu() is not True  # a CPU run on a GPU node
     t = telemetry.summarize(rows, *(period or (None, None)), use_gpus=on_gpu)
     if t.samples == 0 and period is not None:  # a window shorter than one sample: a second either side
         period = (period[0] - 1.0, period[1] + 1.0)

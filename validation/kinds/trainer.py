@@ -434,7 +434,7 @@ def trainer_blocks(label: str, step: StepRecord) -> list[Block]:
     m = as_launch(step.metrics)
     toks = m.toks_per_s or Stat()
     # a CPU run has ranks, not GPUs: its column says "Per rank"
-    cpu = str((m.context or RunContext()).device or "").startswith("cpu")
+    cpu = (m.context or RunContext()).on_cpu() is True
     status = status_view(step.status)
     out: list[Block] = [
         Table((Column("Run"), Column("Config"), Column("Ranks", numeric=True), Column("Window"),

@@ -76,6 +76,12 @@ class RunContext:
     device: str | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
+    def on_cpu(self) -> bool | None:
+        """Whether the launch trained on a CPU, from env.json's device name as the trainer wrote it ("cpu" on a CPU,
+        the GPU's own name on a GPU, "cuda:0" in older records); None when it names none (it never started)."""
+        name = str(self.device or "").strip().lower()
+        return name.startswith("cpu") if name else None
+
 
 @dataclasses.dataclass(frozen=True)
 class Problem:

@@ -271,8 +271,7 @@ def run_device(runs: list[LaunchRun]) -> str:
     """"cuda" when any run trained on a GPU, else "cpu". A run's device is env.json's device name as the trainer
     wrote it: "cpu" on a CPU, the GPU's own name on a GPU ("NVIDIA H100 80GB HBM3"; "cuda" or "cuda:0" in older
     records); a run without one (it never started) says nothing."""
-    names = [str((r.metrics.context or RunContext()).device or "").strip().lower() for r in runs]
-    return "cuda" if any(n and not n.startswith("cpu") for n in names) else "cpu"
+    return "cuda" if any((r.metrics.context or RunContext()).on_cpu() is False for r in runs) else "cpu"
 
 
 def same_threads_per_rank(step) -> dict[str, str]:

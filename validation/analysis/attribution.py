@@ -26,8 +26,6 @@ Returns {"steps", "step_time_ms" (mean), "categories": {name: share}, "ranges": 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from validation.analysis.parallelism import GPU_ANNOTATION, complete_events
@@ -98,12 +96,3 @@ def attribute_events(events: list[dict]) -> dict[str, Any]:
     return {"steps": len(steps), "step_time_ms": step_total / len(steps) / 1000.0,
             "categories": {c: totals[c] / step_total for c in CATEGORIES},
             "ranges": {k: v / step_total for k, v in sorted(ranges.items())}}
-
-
-def attribute_trace(trace: Path) -> dict[str, Any]:
-    """attribute_events of a chrome trace file; empty attribution when it cannot be read."""
-    try:
-        data = json.loads(Path(trace).read_text())
-    except (OSError, ValueError):
-        data = {}
-    return attribute_events(data.get("traceEvents", []) if isinstance(data, dict) else [])

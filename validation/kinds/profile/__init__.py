@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from validation import kinds
-from validation.analysis.attribution import attribute_trace
+from validation.analysis.attribution import attribute_events
 from validation.analysis.parallelism import complete_events
 from validation.formatting import file_name, fmt_num, fmt_pct
 from validation.runbook.schema import typed
@@ -126,10 +126,10 @@ class Profile(TrainerKind):
         prof = ProfileRecord()
         if traces:
             trace = traces[-1]  # the latest step's
-            prof = decode(ProfileRecord, {"trace": ctx.rel(trace), **profile_summary(trace),
-                                          "attribution": attribute_trace(trace)}, "metrics.profile")
+            events, problem = read_trace(trace)  # one read of a file that reaches hundreds of MB on a GPU
+            prof = decode(ProfileRecord, {"trace": ctx.rel(trace), **profile_summary(trace, events=events),
+                                          "attribution": attribute_events(events)}, "metrics.profile")
             artifacts.append(ctx.rel(trace))
-            problem = trace_problem(trace)
             if problem is not None and status == "passed":
                 status, reason = "failed", f"profiler trace {ctx.rel(trace)}: {problem}"
         elif status == "passed":
@@ -191,35 +191,40 @@ def _trace_order(path: Path) -> tuple[int, str]:
     return (int(number.group(1)) if number else -1, path.name)
 
 
-def trace_problem(trace: Path) -> str | None:
-    """Why a profiler trace cannot be read (what a trainer killed while exporting leaves: an empty or cut-off
-    file), or None: "empty", "not valid JSON (...)", "no traceEvents", "unreadable: ..."."""
+def read_trace(trace: Path) -> tuple[list, str | None]:
+    """A torch profiler chrome trace's traceEvents list, and why the file cannot be read (what a trainer killed while
+    exporting leaves: an empty or cut-off file) or None: "empty", "not valid JSON (...)", "no traceEvents list",
+    "unreadable: ...". An unreadable trace gives no events. The one reader of the trainer's traces."""
     try:
         text = Path(trace).read_text()
     except OSError as exc:
-        return f"unreadable: {exc.strerror or exc}"
+        return [], f"unreadable: {exc.strerror or exc}"
     if not text.strip():
-        return "empty"
+        return [], "empty"
     try:
         data = json.loads(text)
     except ValueError as exc:
-        return f"not valid JSON ({exc})"
+        return [], f"not valid JSON ({exc})"
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        return "no traceEvents list"
-    return None
+        return [], "no traceEvents list"
+    return data["traceEvents"], None
 
 
-def profile_summary(trace: Path, top: int = 15) -> dict:
+def trace_problem(trace: Path) -> str | None:
+    """Why a profiler trace cannot be read, or None (read_trace)."""
+    return read_trace(trace)[1]
+
+
+def profile_summary(trace: Path, top: int = 15, events: list | None = None) -> dict:
     """Top operators by their time and the nsa.* ranges seen, from a torch profiler chrome trace (the trainer's
-    out_dir/profile/trace_rank0_*.json; this is its one reader): its complete events
-    (validation.analysis.parallelism.complete_events). An operator's time is the sum of its events' durations
-    (inclusive: the operators it calls are counted in it too; trace microseconds as ms); an event with a negative or
-    non-finite duration is no time and is left out. An unreadable trace gives empty lists (trace_problem says why)."""
-    try:
-        data = json.loads(Path(trace).read_text())
-    except (OSError, ValueError):
-        data = {}
-    events = complete_events(data.get("traceEvents", []) if isinstance(data, dict) else [])
+    out_dir/profile/trace_rank0_*.json; `events`: its traceEvents when read_trace has read them already): its
+    complete events (validation.analysis.parallelism.complete_events). An operator's time is the sum of its events'
+    durations (inclusive: the operators it calls are counted in it too; trace microseconds as ms); an event with a
+    negative or non-finite duration is no time and is left out. An unreadable trace gives empty lists (read_trace
+    says why)."""
+    if events is None:
+        events = read_trace(trace)[0]
+    events = complete_events(events)
     ranges = sorted({e.name for e in events if e.name.startswith("nsa.")})
     ops: dict[str, list[float]] = {}
     for e in events:

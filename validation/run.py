@@ -46,8 +46,8 @@ from validation.results.run import read_run
 from validation.results.store import (DEFAULT_RUNS, RESULTS_JSON, ResultsError, RunDirError, cannot_write, inside_run_dir,
                                 read_results, write_results)
 from validation.runbook.loader import Runbook, RunbookError, load_runbook
-from validation.execution.runner import (Reporter, ResumeError, RunOptions, Runner, check_resume, kept_but_changed,
-                                         left_out, runbook_file_changed, steps_to_run)
+from validation.execution.runner import (Reporter, ResumeError, RunOptions, Runner, check_resume, judge_resume,
+                                         left_out, steps_to_run)
 from validation.runbook.plan import skipped_here
 
 
@@ -158,7 +158,7 @@ def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: N
     both = [n for n in request.only if n in request.skip]
     if both:
         raise RunError(f"--only {both[0]} and --skip {both[0]}: a phase is either selected or skipped, not both")
-    previous = None
+    previous, judged = None, None
     if request.rerun and request.resume is None:
         raise RunError("--rerun needs --resume RUN_DIR: the run whose steps to run again")
     if request.resume is not None and request.out is not None and not _same_path(request.out, request.resume):
@@ -171,9 +171,10 @@ def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: N
             check_resume(rb, previous, request.resume, request.rerun)
         except (ResultsError, ResumeError) as exc:
             raise RunError(str(exc)) from None
-        if runbook_file_changed(rb, previous):
+        judged = judge_resume(rb, previous, tuple(dict.fromkeys(request.rerun)))
+        if judged.runbook_changed:
             warn(f"{request.runbook} changed since {request.resume} was started; finished steps are kept as they are")
-        changed = kept_but_changed(rb, previous, steps_to_run(rb, previous, request.rerun))
+        changed = judged.kept_changed
         if changed:
             warn(f"{request.resume}: kept step(s) measured under other settings than {request.runbook} and this "
                  f"--set give them now: {'; '.join(f'{n} ({why})' for n, why in changed.items())}; their results "
@@ -199,7 +200,7 @@ def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: N
                            "skipped")
         warn(reused[phase].note())
     options = RunOptions(only=tuple(request.only), skip=tuple(request.skip), overrides=tuple(request.overrides),
-                         cwd=request.cwd, rerun=tuple(dict.fromkeys(request.rerun)), reuse=reused)
+                         cwd=request.cwd, rerun=tuple(dict.fromkeys(request.rerun)), reuse=reused, resume=judged)
     steps = {s.name: s for s in rb.steps()}
     for name in options.rerun:  # a step run again is first set back to pending: left out, its result would be lost
         step = steps[name]  # check_resume refused a name the runbook lacks

@@ -103,6 +103,22 @@ class RunOptions:
     cwd: Path = Path(".")
     rerun: tuple[str, ...] = ()  # --rerun: steps of a resumed run to run again, whatever their status
     reuse: dict[str, Reuse] = field(default_factory=dict)  # --reuse: phases taken from an earlier run (validation.results.reuse)
+    resume: ResumeJudgement | None = None  # judge_resume's reading of a --resume, when the caller has made it already
+
+
+@dataclass(frozen=True)
+class ResumeJudgement:
+    """What a resume keeps that differs from what it would run now (judge_resume): whether the runbook file changed
+    since the run started (runbook_file_changed) and the kept steps measured under other settings (kept_but_changed)."""
+    runbook_changed: bool
+    kept_changed: dict[str, str]
+
+
+def judge_resume(runbook: Runbook, previous: RunResults, rerun: tuple[str, ...] | list[str] = ()) -> ResumeJudgement:
+    """runbook_file_changed and kept_but_changed of resuming `previous` with `runbook` and --rerun `rerun`, read once
+    for the warnings (validation.run) and the resume record (Runner)."""
+    return ResumeJudgement(runbook_file_changed(runbook, previous),
+                           kept_but_changed(runbook, previous, steps_to_run(runbook, previous, rerun)))
 
 
 class ResumeError(ValueError):
@@ -265,14 +281,14 @@ class Runner:
         else:
             how = "stopped without finishing (no signal recorded: the process was killed or the machine went down)"
         todo = steps_to_run(self.rb, previous, self.opt.rerun)
+        judged = self.opt.resume or judge_resume(self.rb, previous, self.opt.rerun)
         entry = Resume(at=_now(), previous_end=ended, previous_state=how, steps=todo,
                        rerun=[n for n in todo if n in self.opt.rerun], replaced={},
-                       runbook_changed=runbook_file_changed(self.rb, previous),
+                       runbook_changed=judged.runbook_changed,
                        options=Options(only=list(self.opt.only), skip=list(self.opt.skip),
                                        set=list(self.opt.overrides)))
-        changed = kept_but_changed(self.rb, previous, todo)
-        if changed:
-            entry["kept_changed"] = changed
+        if judged.kept_changed:
+            entry["kept_changed"] = dict(judged.kept_changed)
         source = _source_change(before.environment, self.env_record)
         if source:
             entry["source_changed"] = source

@@ -261,3 +261,49 @@ def test_a_triage_that_compared_nothing_names_no_verdict_and_a_criterion_on_its_
     (figure,) = triage.key_figures(kinds.read_steps([ranked]))
     assert figure.value == "none named" and triage.summary_line(triage.read(ranked)).startswith(" no culprit (")
     assert compile_expression("tr.culprit is None").evaluate({"tr": ranked["metrics"]}).status == "pass"
+
+
+def _one_run_scan(monkeypatch, tmp_path, steps):
+    """Scan.run with one run a point and a window of `steps` step times each: 1 ms per 32 tokens, 8x the cost
+    from 256 to 512 (a local exponent of 3, a cliff), 3% noise with a lag-1 correlation of 0.7."""
+    from validation.kinds import scan as scan_mod
+    from validation.kinds.trainer import Runs
+    from validation.results.codec import decode, encode
+    from validation.results.trainer_launch import LaunchMetrics, LaunchRun
+    from validation.runbook.plan import step_launches
+
+    from decision_support import ar1_series
+
+    def times(run):
+        v = float(next(iter(run["params"].values())))
+        level = v / 32000 * (4.0 if v >= 512 else 1.0)
+        return list(ar1_series(int(v), steps, level, 0.03, phi=0.7))
+
+    def fake_run_all(ctx, retry_disturbed=False, launches=None, on_progress=None):
+        return Runs([LaunchRun(label=s.label, params=dict(s.params), status="passed", dir=s.dir,
+                               command=list(s.argv), repeat=s.repeat,
+                               metrics=decode(LaunchMetrics, {"toks_per_s": {"mean": 1000.0}}))
+                     for s in (ctx.launches if launches is None else launches)])
+
+    monkeypatch.setattr(scan_mod, "run_all", fake_run_all)
+    monkeypatch.setattr(scan_mod, "run_values", lambda run_dir, step, run, metric: times(run))
+    sc = load(tmp_path, "values: {args.seq_len: [64, 128, 256, 512]}, repeats: 1").steps()[0]
+    ctx = SimpleNamespace(run_dir=tmp_path, step=sc, launches=step_launches(sc, {}, tmp_path), winners=dict,
+                          save=lambda partial=None: None)
+    return encode(scan_mod.Scan().run(sc.options, ctx))
+
+
+def test_one_run_a_point_calls_a_cliff_only_from_windows_long_enough_for_block_means(monkeypatch, tmp_path):
+    """With one run a point the noise is the block means of its window, whose 95% interval holds only from 20 steps
+    (validation.analysis.significance.units); a 10-step window (runbooks/h100_single.yaml's) gives no noise estimate:
+    no cliff is called, and a note names the points and what to change."""
+    long = _one_run_scan(monkeypatch, tmp_path, 20)
+    assert long["metrics"]["cliff"] and long["metrics"]["noise_source"] == "blocks" and not long.get("notes")
+    short = _one_run_scan(monkeypatch, tmp_path, 10)
+    m = short["metrics"]
+    assert short["status"] == "passed" and not m["cliff"] and m["noise_source"] == "none"
+    assert "no cliff can be called" in m["cliff_reason"]
+    assert m["exponent"] > 1  # the cost exponent needs no per-point noise: still fitted
+    (note,) = short["notes"]
+    assert "shorter than 20 steps at 64 (10 steps), 128 (10 steps), 256 (10 steps), 512 (10 steps)" in note
+    assert "use repeats >= 2 or a window of at least 20 steps" in note

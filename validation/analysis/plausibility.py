@@ -2,9 +2,12 @@
 scaling efficiency above 1.1 or at most 0 (a train step's `scaling_efficiency`, and a `scaling` step's
 `strong`/`weak` efficiencies: `efficiency.min`, `.last` and each row's), a tokens/s CV above 50%, an MFU above
 100%, a GPU utilisation outside 0..100%, a share (communication, interference) outside 0..1, and a negative time,
-tokens/s, TFLOP/s, loss, norm, memory, power, clock or bandwidth; where a trainer launch's context (env.json) knows
-its device's peak and the FLOPs a token, its tokens/s (all ranks and per GPU) and TFLOP/s above what the devices do
-at MFU 1 (peak_ceiling). A figure outside its range is a bug in the measurement, not a result
+tokens/s, TFLOP/s, loss, norm, memory, power, clock or bandwidth, and a speed-up (a ratio of two times) at most 0;
+where a trainer launch's context (env.json) knows its device's peak and the FLOPs a token, its tokens/s (all ranks
+and per GPU) and TFLOP/s above what the devices do at MFU 1 (peak_ceiling); where its telemetry knows the cores of
+its nodes, a CPU utilisation above what they have (cpu_ceiling); a collective's bus or algorithm bandwidth between
+ranks above what any GPU link carries (bandwidth_ceiling). Lists are walked too (a scaling step's rows, a
+benchmark's records, a comm step's table). A figure outside its range is a bug in the measurement, not a result
 (validation.execution.evidence: a criterion reading it is an error, inconclusive when its step was disturbed; a
 decision over runs that measured one recommends nothing and is no key finding; the report lists it among the open
 problems). Pure; no kind imports.
@@ -15,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from validation.formatting import finite, fmt_num
+from validation.analysis.interference import launch_records
+from validation.formatting import finite, fmt_num, plural
 from validation.results.codec import decode
 from validation.results.trainer_launch import RunContext
 
@@ -79,28 +83,55 @@ RANGES: tuple[Range, ...] = (
       for s in ("mean", "min", "max")),
     *(Range(f"{g}.{s}", 0.0, None) for g in ("cpu_util", "power_w", "sm_clock_mhz") for s in ("mean", "min", "max")),
     Range("interference.share", 0.0, 1.0, reason="a share of the samples"),
-    *(Range(f"{k}.{bw}_gbps.{s}", 0.0, None, reason="a bandwidth is never negative")
-      for k in ("all_reduce", "all_gather", "reduce_scatter", "broadcast") for bw in ("busbw", "algbw")
-      for s in ("max", "median")),
+    *(Range(f"{k}.{bw}", 0.0, None, reason="a bandwidth is never negative")
+      for k in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+      for bw in ("busbw_gbps.max", "busbw_gbps.median", "algbw_gbps.max", "algbw_gbps.median", "avg_busbw_gbps_reported",
+                 "table.<i>.busbw_gbps", "table.<i>.algbw_gbps", "table.<i>.reported_busbw_gbps")),
 )
+_SPEEDUP = Range("speedup", 0.0, None, low_closed=False,
+                 reason="a speed-up is the ratio of two times, each of them positive")
 
 
 def _range_for(path: tuple, launch: Any = None) -> Range | None:
     """The declared range of a metric at `path` (the leading "runs.<label>" or "<variant>" of a multi-run kind's
-    record left to the caller), or None; `launch`: the trainer launch's metrics the figure belongs to, whose
-    context bounds its throughput (peak_ceiling)."""
+    record left to the caller), or None; `launch`: the launch's metrics the figure belongs to, whose context bounds
+    its throughput (peak_ceiling), its telemetry its CPU (cpu_ceiling) and its world size its bandwidths
+    (bandwidth_ceiling). A figure whose last name holds "speedup" (a benchmark's `ranges_speedup_min`, a scaling
+    row's `speedup`) is a ratio of two times."""
+    name = ".".join(str(k) for k in path)
     for r in RANGES:
         parts = r.pattern.split(".")
         if len(parts) == len(path) and all(p == str(k) or (p == "<i>" and _index(k)) for p, k in zip(parts, path)):
-            return _tighter(r, peak_ceiling(launch, ".".join(str(k) for k in path)))
-    return None
+            for ceiling in (peak_ceiling(launch, name), cpu_ceiling(launch, name), bandwidth_ceiling(launch, name)):
+                r = _tighter(r, ceiling)
+            return r
+    last = next((str(k) for k in reversed(path) if not _index(k)), "")
+    return Range(name, _SPEEDUP.low, None, False, True, _SPEEDUP.reason) if "speedup" in last.lower() else None
+
+
+@dataclass(frozen=True)
+class _Nodes:
+    """What the CPU ceiling reads of a launch's telemetry record: the nodes it sampled."""
+    nodes: list[Any] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Cores:
+    """What the CPU ceiling reads of a launch's interference record: the CPUs of a node (the most of its nodes)."""
+    ncpu: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class LaunchFigures:
-    """What the device ceiling of a trainer launch's throughput reads of its metrics (the rest kept aside)."""
+    """What the ceilings of a launch's figures read of its metrics (the rest kept aside): the device context of a
+    trainer launch's throughput, its world size, the nodes and cores its telemetry sampled."""
     context: RunContext | None = None
     world_size: Any = None
+    nnodes: Any = None
+    telemetry: _Nodes | None = None
+    interference: _Cores | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -127,6 +158,60 @@ def peak_ceiling(launch: Any, name: str) -> Range | None:
     per_token = "" if name == "tflops_per_s" else f" at {fpt:,.4g} FLOPs a token"
     return Range(name, 0.0, high, reason=_PEAK_REASON.format(world=1 if per_gpu else f"{world:g}",
                                                              peak=f"{peak / 1e12:,.4g}", fpt=per_token))
+
+
+# A process tree's CPU time over a period, in percent of one core (validation.launch.telemetry), is at most 100% of
+# each core of its nodes; the sampler reads each process's time in whole clock ticks, so a sample may exceed that by
+# a tick per process: a tenth of the cores is left for it, as the scaling efficiency leaves 10% for a cache effect
+CPU_SLACK = 1.1
+_CPU_BOUND = ("cpu_util.mean", "cpu_util.min", "cpu_util.max")
+
+
+def cpu_ceiling(launch: Any, name: str) -> Range | None:
+    """The range of a launch's CPU utilisation `name` (cpu_util.mean/min/max, percent of one core, its nodes summed)
+    that its cores allow: at most CPU_SLACK x 100% x the CPUs of a node (its interference record's ncpu) x the nodes
+    its telemetry sampled (else its nnodes, else 1); None where the CPUs are unknown or `name` is not such a figure."""
+    if name not in _CPU_BOUND or not isinstance(launch, dict):
+        return None
+    figures = decode(LaunchFigures, launch, "metrics", lenient=True)
+    ncpu = finite(figures.interference.ncpu) if figures.interference is not None else None
+    if not ncpu or ncpu <= 0:
+        return None
+    nodes = len(figures.telemetry.nodes) if figures.telemetry is not None and figures.telemetry.nodes else 0
+    nodes = nodes or int(finite(figures.nnodes) or 1)
+    cores = ncpu * max(nodes, 1)
+    return Range(name, 0.0, CPU_SLACK * 100.0 * cores,
+                 reason=f"a process tree cannot use more than the {cores:g} cores of its "
+                        f"{plural(max(nodes, 1), 'node')} (100% each)")
+
+
+# The fastest link between two GPUs: NVLink 6 (announced for Rubin, 3.6 TB/s a GPU in both directions), 1,800 GB/s
+# each way. A collective's bus bandwidth (nccl-tests' busbw) is the rate each rank's link carries; reduction in the
+# switch (NVLS, SHARP) has each rank send its S bytes and receive the S-byte result once, so an all-reduce's algbw is
+# at most one link's rate and its busbw, 2(n-1)/n x algbw, under twice it; an all-gather's algbw (n/(n-1) x busbw)
+# is at most twice it at two ranks. No figure between ranks reaches BANDWIDTH_CEILING_GBPS.
+LINK_PEAK_GBPS = 1800.0
+BANDWIDTH_CEILING_GBPS = 2 * LINK_PEAK_GBPS
+_BANDWIDTH_NAMES = ("busbw_gbps.max", "busbw_gbps.median", "algbw_gbps.max", "algbw_gbps.median",
+                    "avg_busbw_gbps_reported", "busbw_gbps", "algbw_gbps", "reported_busbw_gbps")
+
+
+def bandwidth_ceiling(launch: Any, name: str) -> Range | None:
+    """The range of a collective's bandwidth `name` (a comm step's "<kind>.busbw_gbps.max", a row of its table...)
+    that the fastest GPU link allows (BANDWIDTH_CEILING_GBPS); None for another figure, or at one rank (its launch's
+    world_size 1), where nothing moves between ranks and the figures are the calls' own overhead."""
+    parts = name.split(".")
+    if len(parts) < 2 or parts[0] not in _COLLECTIVES or not any(name.endswith(n) for n in _BANDWIDTH_NAMES):
+        return None
+    world = decode(LaunchFigures, launch, "metrics", lenient=True).world_size if isinstance(launch, dict) else None
+    if finite(world) == 1:
+        return None
+    return Range(name, 0.0, BANDWIDTH_CEILING_GBPS,
+                 reason=f"no link between GPUs carries more than {LINK_PEAK_GBPS:,.0f} GB/s each way (NVLink 6), "
+                        f"{BANDWIDTH_CEILING_GBPS:,.0f} GB/s with reduction in the switch")
+
+
+_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
 
 def _tighter(declared: Range, ceiling: Range | None) -> Range:
@@ -158,6 +243,10 @@ def implausible(metrics: Any, at: tuple = (), shown: tuple = (), launch: Any = N
             for key, inner in value.items():
                 walk(inner, path + (key,))
             return
+        if isinstance(value, list):
+            for i, inner in enumerate(value):
+                walk(inner, path + (i,))
+            return
         v = finite(value)
         if v is None or isinstance(value, bool):
             return
@@ -168,6 +257,26 @@ def implausible(metrics: Any, at: tuple = (), shown: tuple = (), launch: Any = N
 
     walk(metrics, ())
     return out
+
+
+def step_implausible(step: Any) -> list[dict[str, Any]]:
+    """Every figure of a step record (results.json's, as written) outside its range, as implausible() gives them:
+    each launch's (the step's own metrics, or each run's as "runs.<label>...": launch_records) and, for a step of
+    runs, the figures the step derived from them (a scaling step's efficiencies, a benchmark's speed-ups); once
+    each."""
+    out: list[dict[str, Any]] = []
+    launches = launch_records(step if isinstance(step, dict) else {})
+    if any(label for label, _, _ in launches):
+        launches.append(("", None, decode(_StepMetrics, step, "step", lenient=True).metrics))
+    for label, _, m in launches:
+        out += [b for b in implausible(m, (), ("runs", label) if label else ()) if b not in out]
+    return out
+
+
+@dataclass(frozen=True)
+class _StepMetrics:
+    """A step record's own metrics (its runs' are launch_records')."""
+    metrics: dict[str, Any] = field(default_factory=dict)
 
 
 def figure_problem(name: str, value: Any) -> str | None:

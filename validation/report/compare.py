@@ -12,7 +12,9 @@ Per row (a trainer launch of A and the launch of B with the same step and label)
   show), giving the relative difference B / A - 1 with its confidence interval and p-value. A step that ran no
   repeats has no run-to-run variation of its own: its rows resolve only a change beyond UNREPEATED_MIN_FLOOR
   (UNKNOWN_RUN_NOISE). A launch measured while other work used the machine (its telemetry's
-  "interference", on either side) is shown as "inconclusive", never gating and left out of everything else.
+  "interference", on either side) is shown as "inconclusive", never gating and left out of everything else; so is
+  a launch with a figure outside its physical range on either side (validation.analysis.plausibility: the earlier
+  run of `--against` is judged as this one is), and its final_loss and mem_peak_gb are not shown.
 - "all steps (common change)": one log-ratio per step and label (repeats averaged) of every launch measured
   undisturbed in both runs, a one-sample t over them (significance.compare_shift), its noise floor at least
   COMMON_MIN_SHIFT: a change of the code that slows every step (a fault that sleeps in each step) is found here
@@ -62,7 +64,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from validation.analysis import stats
+from validation.analysis import plausibility, stats
+from validation.analysis.plausibility import implausible
 from validation.formatting import fmt_num, fmt_pct, plural
 from validation import kinds as step_kinds
 from validation.analysis.significance import ALPHA, StatsError, adjust_family
@@ -195,7 +198,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     tested: list[tuple[int, Any]] = []
     units: dict[str, list[tuple[float, float]]] = {}  # group -> (mean A, mean B) of each undisturbed launch
     pending: list[tuple] = []  # the undisturbed launches' rows, tested once every step's change is known
-    disturbed_rows = 0
+    disturbed_rows = implausible_rows = 0
     unread: list[str] = []  # launches of both runs with no per-step values on a side: "label (A)"
     repeated = False  # a step ran repeats (disturbed or not): what the warning on unmeasured variation says
     steps_a, steps_b = _raw_steps(a), _raw_steps(b)  # what the kinds read
@@ -214,6 +217,14 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
             if not (va and vb):
                 unread.append(f"{label} ({' and '.join(side for side, v in (('A', va), ('B', vb)) if not v)})")
             shaken = [f"{side}: {why}" for side, why in (("A", _disturbance(ma)), ("B", _disturbance(mb))) if why]
+            bad = [f"{side}: {plausibility.text(b)}" for side, m in (("A", ma), ("B", mb)) for b in implausible(m)]
+            if va and vb and bad:  # a figure no machine can measure: its launch's figures are no result, either side
+                implausible_rows += 1
+                note = ("a figure of the launch is outside its physical range (" + "; ".join(bad) + "): a bug in "
+                        "the measurement, not a result; decides nothing, never gating")
+                rows.append({**_untested(label, METRIC, _window_mean(va, ma.get(METRIC)),
+                                         _window_mean(vb, mb.get(METRIC)), 0.0, note), "verdict": "inconclusive"})
+                continue
             if va and vb and shaken:
                 disturbed_rows += 1
                 row = _untested(label, METRIC, _window_mean(va, ma.get(METRIC)), _window_mean(vb, mb.get(METRIC)),
@@ -277,6 +288,9 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     if disturbed_rows:
         warnings.append(f"{plural(disturbed_rows, 'launch', 'launches')} measured while other work used the machine "
                         "(telemetry): shown, never gating; run them again on a quiet machine")
+    if implausible_rows:
+        warnings.append(f"{plural(implausible_rows, 'launch', 'launches')} with a figure outside its physical range "
+                        "in either run (the earlier run's too): shown, not compared, never gating")
     if unread:
         more = ", ..." if len(unread) > 3 else ""
         warnings.append(f"{plural(len(unread), 'launch', 'launches')} not compared on {METRIC}, with no per-step "

@@ -3,7 +3,8 @@ one list a reader can work through (results.json alone; pure; accepts damaged in
 
 Each problem is {"severity": word, "css": class, "where": "step X" / "criterion Y" / "X vs earlier run", "what":
 one sentence}. Order: failures (steps that failed, timed out, hung or errored; criteria that failed or could not be
-evaluated for an error, figures outside their physical range), then what is incomplete or inconclusive
+evaluated for an error, figures outside their physical range, of every step whether or not something
+reads it and however it ended), then what is incomplete or inconclusive
 (interrupted or pending steps; criteria and steps whose evidence was taken while other work used the machine, with
 the command that runs them again), then what was not run (skipped steps, criteria not evaluated), then warnings
 (criteria of severity warn that did not hold, settings the trainer ignored, snapshot problems, short or damaged
@@ -15,15 +16,18 @@ nvidia-smi: that is what such a runbook asks for.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, as_list, fmt_num, fmt_pct,
                                       status_view)
 from validation.execution.evidence import rerun_command
+from validation.analysis.interference import step_record
+from validation.analysis.plausibility import step_implausible
 from validation.analysis.metric_names import THROUGHPUT_CV_MAX
 from validation.report.performance import analysis_rows
-from validation.results.codec import decode
-from validation.results.run import Criterion, Run, Step, read_run
+from validation.results.codec import decode, encode
+from validation.results.run import Criterion, Implausible, Run, Step, read_run
 from validation.results.trainer_launch import LaunchMetrics
 
 _RANK = {"fail": 0, "error": 0, "warn-incomplete": 1, "inconclusive": 1, "skip": 2, "warn": 3}
@@ -115,13 +119,33 @@ def _cpu_only(run: Run) -> bool:
     return bool(devices) and all(d.startswith("cpu") for d in devices)
 
 
+def _implausible(run: Run) -> list[Implausible]:
+    """Every figure of the run outside its physical range: those the evidence record judged (the steps whose
+    performance evidence something uses, and the key figures), then those of every other step that recorded any
+    (a step nothing reads, one that timed out, hung or ended in an error, a run recorded without its evidence),
+    with whether other work used the machine while its step measured."""
+    found = list(run.evidence.implausible)
+    judged = {(str(b.step), str(b.metric)) for b in found}
+    for name, step in run.steps_in_order():
+        if step is None:
+            continue
+        raw = encode(step)
+        extra = [b for b in (Implausible(step=name, **figure) for figure in step_implausible(raw))
+                 if (name, str(b.metric)) not in judged]
+        if extra:
+            record = step_record(raw)
+            shaken = bool(record is not None and record.disturbed)
+            found += [dataclasses.replace(b, disturbed=shaken) for b in extra]
+    return found
+
+
 def _evidence_problems(run: Run) -> list[dict]:
-    """What the run's evidence record (validation.execution.evidence.assess) found: figures outside their physical range
-    (an error: a bug in the measurement, unless a disturbance explains it), steps measured under interference, and
-    measured launches whose throughput was not stable."""
+    """What the run's evidence record (validation.execution.evidence.assess) found, and every other figure outside
+    its physical range (_implausible): each an error, a bug in the measurement, unless a disturbance explains it;
+    steps measured under interference, and measured launches whose throughput was not stable."""
     ev = run.evidence
     out = []
-    for bad in ev.implausible:
+    for bad in _implausible(run):
         where = f"step {fmt_num(bad.step)}"
         what = (f"{fmt_num(bad.metric)} = {fmt_num(bad.value)} is outside its physical range "
                 f"{fmt_num(bad.range)}: {fmt_num(bad.reason)}")

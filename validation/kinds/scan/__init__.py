@@ -9,7 +9,8 @@ Own keys:
   values             {args.seq_len: [64, 128, 256, 512]} or {env.VARIABLE: [...]}: one setting, numeric values
   repeats            runs per point, interleaved in a random order per repeat (default 2: the noise of a point is
                      the spread of its runs' step times, each the median of its window; with 1, block means of a window of
-                     >= 8 steps)
+                     >= BLOCK_WINDOW_MIN (20) steps: a shorter window gives no noise estimate, no cliff is called
+                     and a note says so)
   expected_exponent  the exponent a point-to-point growth may reach before it is a cliff (default 1.5)
   bisect             {steps: 3, resolution: 64, multiple_of: 32}: after a cliff between a and b, measure midpoints
                      (rounded to multiple_of, e.g. the model's selection block) until b - a <= resolution or the
@@ -127,6 +128,10 @@ class Scan(TrainerKind):
         m = Metrics(setting=options.setting, values=list(options.values), repeats=options.repeats,
                     expected_exponent=options.expected_exponent, cliff=False, cliff_localised=False)
         times, series = point_times(ctx, step, runs)
+        short = {v: len(s) for v, s in series.items() if len(s) < BLOCK_WINDOW_MIN}
+        if short:  # block means of a window this short understate the noise: no cliff is called from them
+            series = {v: s for v, s in series.items() if v not in short}
+            frame = dataclasses.replace(frame, notes=list(frame.notes or []) + [short_window_note(short)])
         exponent_reason = None
         try:
             fit = fit_exponent([(v, t) for v in options.values for t in times.get(v, [])])
@@ -270,6 +275,21 @@ class Scan(TrainerKind):
         fit = m.exponent_fit or ExponentFit()
         scan_loglog(plotter, scanned, bisected, (finite(fit.slope), finite(fit.intercept)), cliffs,
                     title=f"Scan: {step.title or name}", xlabel=_setting(m), filename=f"scan_{file_name(name)}.png")
+
+
+# The shortest window of one run whose block means give a point's noise (validation.analysis.significance.units:
+# their 95% interval is measured to cover the mean in 91-97% of autocorrelated series of 20 to 150 steps; at 10
+# steps it covers 84-92% at a lag-1 correlation of 0.7-0.85, so a cliff called from it is called too often)
+BLOCK_WINDOW_MIN = 20
+
+
+def short_window_note(short: dict[float, int]) -> str:
+    """Why the points with one run and a window shorter than BLOCK_WINDOW_MIN steps have no noise estimate."""
+    where = ", ".join(f"{fmt_num(_plain(v))} ({n} steps)" for v, n in sorted(short.items()))
+    return (f"one run per point with a statistics window shorter than {BLOCK_WINDOW_MIN} steps at {where}: block "
+            f"means of so few steps understate the noise (their 95% interval is checked from {BLOCK_WINDOW_MIN} "
+            f"steps), so no cliff is called from them; use repeats >= 2 or a window of at least "
+            f"{BLOCK_WINDOW_MIN} steps")
 
 
 def _setting(m: Metrics) -> str:

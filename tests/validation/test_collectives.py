@@ -9,7 +9,7 @@ from validation.analysis.collectives import bandwidth_row, bus_factor, predict_s
 
 @pytest.mark.parametrize("kind, n, factor", [
     ("all_reduce", 2, 1.0), ("all_reduce", 8, 1.75), ("all_gather", 8, 0.875), ("reduce_scatter", 4, 0.75),
-    ("broadcast", 8, 1.0), ("all_reduce", 1, 0.0),
+    ("broadcast", 8, 1.0), ("all_reduce", 1, 0.0), ("broadcast", 1, 0.0), ("all_gather", 1, 0.0),
 ])
 def test_bus_factors_are_the_nccl_tests_ones(kind, n, factor):
     assert bus_factor(kind, n) == pytest.approx(factor)

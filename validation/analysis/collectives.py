@@ -35,13 +35,16 @@ GB = 1e9
 
 
 def bus_factor(kind: str, world_size: int) -> float:
-    """busbw / algbw for `kind` at `world_size` ranks (nccl-tests); 0 for one rank where the collective moves
-    nothing (all_reduce, all_gather, reduce_scatter, all_to_all), 1 for broadcast."""
+    """busbw / algbw for `kind` at `world_size` ranks (nccl-tests; 1 for broadcast); 0 at one rank, where no
+    collective moves anything between ranks (nccl-tests keeps broadcast's 1 there: its busbw would read as a link's
+    bandwidth that no link carried)."""
     if kind not in KINDS:
         raise ValueError(f"unknown collective {kind!r}; one of {', '.join(KINDS)}")
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
     n = world_size
+    if n == 1:
+        return 0.0
     if kind == "all_reduce":
         return 2 * (n - 1) / n
     if kind == "broadcast":

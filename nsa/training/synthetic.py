@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from nsa.training.config import DataError
@@ -54,7 +55,7 @@ class SyntheticSource:
       * copied tokens: ~0 once a model finds the source (attention/induction); the first token of each copy
         costs up to ln V. A bigram model (no attention) stays near H_m on all tokens.
       * floor ~ 0.77*H_m + ln V/124 = `entropy_floor` (an estimate): 1.22 (V=64), 1.30 (V=256), 1.53 (V=32000).
-    Generation is vectorized per segment (cumulative sums in latent space, no per-token Python loop).
+    Generation is vectorized over the whole sample (see `_tokens`): Python steps once per segment, not per token.
     """
 
     K = 4
@@ -75,7 +76,8 @@ class SyntheticSource:
         g = torch.Generator().manual_seed(_mix_seed(seed, _TAG_PROCESS, vocab_size))
         self.perm = torch.randperm(vocab_size, generator=g)
         self.offsets = torch.randperm(vocab_size - 1, generator=g)[: self.K] + 1  # distinct, nonzero
-        self._cum = torch.tensor(self.PROBS, dtype=torch.float64).cumsum(0)
+        self._bounds = torch.tensor(self.PROBS, dtype=torch.float64).cumsum(0).tolist()[: self.K - 1]
+        self._offsets_np, self._perm_np = self.offsets.numpy(), self.perm.numpy()
 
     # -- what the process allows
     @property
@@ -95,49 +97,36 @@ class SyntheticSource:
     # -- one sample
     def sample(self, index: int) -> torch.Tensor:
         """Sample `index` of this rank: int64 [seq_len + 1]."""
+        return torch.from_numpy(self._sample(index))
+
+    def _sample(self, index: int) -> np.ndarray:
+        # numpy past the draws: single-threaded small ops, which a busy machine's other processes cannot stall the way
+        # they stall torch's intra-op thread pool
         v, n = self.vocab_size, self.seq_len + 1
         g = torch.Generator().manual_seed(_mix_seed(self.seed, self.sample_tag, self.rank, index))
-        choice = torch.searchsorted(self._cum, torch.rand(n, generator=g, dtype=torch.float64), right=True)
-        inc = self.offsets[choice.clamp_max(self.K - 1)]
-        reset = torch.rand(n, generator=g) < self.NOISE
+        u = torch.rand(n, generator=g, dtype=torch.float64).numpy()
+        choice = np.zeros(n, dtype=np.int64)  # the offset u picks: how many of the first K - 1 bounds are <= u
+        for bound in self._bounds:
+            choice += u >= bound
+        inc = self._offsets_np[choice]
+        # float32 draws whatever torch's default dtype is (the samples must not depend on it)
+        reset = torch.rand(n, generator=g, dtype=torch.float32).numpy() < np.float32(self.NOISE)
         reset[0] = True
-        noise_tok = torch.randint(0, v, (n,), generator=g)
+        noise_tok = torch.randint(0, v, (n,), generator=g).numpy()
         n_seg = n // self.MARKOV_LEN[0] + 1
         m_lens = torch.randint(self.MARKOV_LEN[0], self.MARKOV_LEN[1] + 1, (n_seg,), generator=g).tolist()
         c_lens = torch.randint(self.COPY_LEN[0], self.COPY_LEN[1] + 1, (n_seg,), generator=g).tolist()
         src_u = torch.rand(n_seg, generator=g, dtype=torch.float64).tolist()
-
-        z = torch.empty(n, dtype=torch.int64)
-        pos, s = 0, 0
-        while pos < n:
-            end = min(pos + m_lens[s], n)
-            z_prev = int(z[pos - 1]) if pos else 0
-            z[pos:end] = self._markov(inc[pos:end], reset[pos:end], noise_tok[pos:end], z_prev)
-            pos = end
-            if pos >= n:
-                break
-            length = min(c_lens[s], n - pos, pos)
-            src = int(src_u[s] * (pos - length + 1))
-            z[pos:pos + length] = z[src:src + length]
-            pos += length
-            s += 1
-        return self.perm[z]
-
-    def _markov(self, inc: torch.Tensor, reset: torch.Tensor, noise_tok: torch.Tensor, z_prev: int) -> torch.Tensor:
-        # z_i = u_r + sum_{r < j <= i} inc_j where r is the last reset <= i (u_r its uniform token),
-        # or z_prev + sum_{j <= i} inc_j when there is none: one cumsum and one cummax.
-        csum = inc.cumsum(0)
-        idx = torch.arange(inc.numel())
-        last = torch.where(reset, idx, torch.full_like(idx, -1)).cummax(0).values
-        base = torch.where(last >= 0, (noise_tok - csum)[last.clamp_min(0)], torch.full_like(idx, z_prev))
-        return (base + csum) % self.vocab_size
+        markov_starts, copies = _layout(n, m_lens, c_lens, src_u)
+        return self._perm_np[_tokens(v, inc, reset, noise_tok, markov_starts, copies)]
 
     # -- TokenSource
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         start = self.next_index
-        windows = torch.stack([self.sample(start + i) for i in range(self.batch_size)])
+        windows = np.stack([self._sample(start + i) for i in range(self.batch_size)])
         self.next_index = start + self.batch_size
-        return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+        return (torch.from_numpy(np.ascontiguousarray(windows[:, :-1])),
+                torch.from_numpy(np.ascontiguousarray(windows[:, 1:])))
 
     def state_dict(self) -> dict:
         return {"kind": "synthetic", "next_index": self.next_index}
@@ -147,3 +136,66 @@ class SyntheticSource:
 
     def close(self) -> None:
         pass
+
+
+def _layout(n: int, m_lens: list[int], c_lens: list[int], src_u: list[float]) -> tuple[list[int], list[tuple]]:
+    """Where the segments of an n-token sample lie: the start of every Markov segment, and every copy segment as
+    (start, length, source start). Markov segment s has length m_lens[s] and is followed by copy s, of length
+    min(c_lens[s], tokens left, tokens before it), whose source starts at int(src_u[s] * (start - length + 1)),
+    so it lies wholly before the copy; the last segment is cut at n."""
+    markov_starts, copies = [], []
+    pos = s = 0
+    while pos < n:
+        markov_starts.append(pos)
+        pos += m_lens[s]
+        if pos >= n:
+            break
+        length = min(c_lens[s], n - pos, pos)
+        copies.append((pos, length, int(src_u[s] * (pos - length + 1))))
+        pos += length
+        s += 1
+    return markov_starts, copies
+
+
+def _tokens(v: int, inc: np.ndarray, reset: np.ndarray, noise_tok: np.ndarray, markov_starts: list[int],
+            copies: list[tuple]) -> np.ndarray:
+    """The latent tokens z [n] of one sample, vectorized over all tokens.
+
+    In a Markov segment z_i = z_{i-1} + inc_i (mod v), except z_i = noise_tok_i where reset_i; at the segment's
+    first token z_{i-1} is the token before it (the last copied one). In a copy segment z_i = z_src+(i-start).
+    With anchors at resets and at segment starts, a Markov token is (value at its last anchor a) + inc_{a+1..i}:
+    one cumulative sum. The only sequential part is one integer per segment: the token before each segment
+    (the previous copy's last token, followed back through copies to the Markov token it repeats)."""
+    n = inc.shape[0]
+    idx = np.arange(n)
+    # where each token's value comes from: itself (Markov), or the position it copies, followed back to a Markov one
+    origin = idx.copy()
+    if copies:
+        c_start, c_len, c_src = (np.array(col, dtype=np.int64) for col in zip(*copies))
+        seg = np.repeat(np.arange(len(copies)), c_len)
+        at = idx[: seg.size] - np.repeat(np.cumsum(c_len) - c_len, c_len)  # offset within its copy
+        copied, source = c_start[seg] + at, c_src[seg] + at
+        origin[copied] = source
+        while True:  # sources lie strictly earlier: pointer doubling ends in log2(chain length) rounds
+            nxt = origin[source]
+            if np.array_equal(nxt, source):
+                break
+            source = nxt
+            origin[copied] = source
+    starts = np.array(markov_starts, dtype=np.int64)
+    seg_start = np.zeros(n, dtype=bool)
+    seg_start[starts] = True
+    markov_seg = np.cumsum(seg_start) - 1  # Markov segment of each Markov token
+    anchor = np.maximum.accumulate(np.where(reset | seg_start, idx, 0))
+    csum = np.cumsum(inc)
+    head = np.where(reset, noise_tok, inc)  # an anchor's value, less the token before it where it is no reset
+    rel = head[anchor] + csum - csum[anchor]
+    follows = ~reset[anchor]  # the value adds the token before the segment
+    # the token before Markov segment s >= 1, in segment order (each depends only on earlier segments)
+    before = origin[starts[1:] - 1]
+    prev = [0] * len(markov_starts)
+    for s, (r, f, t) in enumerate(zip(rel[before].tolist(), follows[before].tolist(),
+                                      markov_seg[before].tolist()), 1):
+        prev[s] = (r + prev[t]) % v if f else r % v
+    z = (rel + follows * np.array(prev, dtype=np.int64)[markov_seg]) % v
+    return z[origin]

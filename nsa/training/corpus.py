@@ -56,7 +56,7 @@ def decode_bytes(ids) -> str:
 def _collect_files(path: str, extensions: tuple[str, ...], what: str) -> list[Path]:
     kinds = ", ".join("*" + e for e in extensions)
     expanded = os.path.expanduser(path)
-    if any(ch in expanded for ch in "*?["):
+    if not os.path.exists(expanded) and any(ch in expanded for ch in "*?["):  # an existing path is taken as named
         files = sorted(Path(m) for m in _glob.glob(expanded, recursive=True)
                        if os.path.isfile(m) and Path(m).suffix.lower() in extensions)
         if not files:
@@ -117,6 +117,18 @@ def doc_text(obj, text_key: str, where: str) -> str:
     return text
 
 
+def doc_bytes(obj, text_key: str, where: str) -> bytes:
+    """The UTF-8 bytes of a record's `text_key` field (see `doc_text`). JSON can escape a lone UTF-16 surrogate
+    ("\\ud800", from text cut inside a surrogate pair), which has no UTF-8 form: DataError naming where it is."""
+    text = doc_text(obj, text_key, where)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise DataError(f"{where}: field {text_key!r} holds a lone UTF-16 surrogate U+{ord(text[e.start]):04X} at "
+                        f"character {e.start}, which has no UTF-8 bytes; expected text (repair or drop the "
+                        "document)") from None
+
+
 def _iter_json(file: Path, text_key: str) -> Iterator[bytes]:
     try:
         with open(file, encoding="utf-8") as f:
@@ -129,7 +141,7 @@ def _iter_json(file: Path, text_key: str) -> Iterator[bytes]:
                     raise DataError(f"{file}:{e.lineno}: not valid JSON ({e.msg}); expected a JSON array of "
                                     "objects or one JSON object per line") from None
                 for i, obj in enumerate(records):
-                    yield doc_text(obj, text_key, f"{file}: item {i}").encode("utf-8")
+                    yield doc_bytes(obj, text_key, f"{file}: item {i}")
                 return
             for lineno, line in enumerate(f, 1):
                 if not line.strip():
@@ -139,7 +151,7 @@ def _iter_json(file: Path, text_key: str) -> Iterator[bytes]:
                 except json.JSONDecodeError as e:
                     raise DataError(f"{file}:{lineno}: not valid JSON ({e.msg}); "
                                     "expected one JSON object per line") from None
-                yield doc_text(obj, text_key, f"{file}:{lineno}").encode("utf-8")
+                yield doc_bytes(obj, text_key, f"{file}:{lineno}")
     except UnicodeDecodeError as e:
         raise DataError(f"{file}: not UTF-8 (bad byte at offset {e.start}); expected UTF-8 JSON lines") from None
 
@@ -178,7 +190,8 @@ def read_corpus(path: str, *, text_key: str = "text", extensions: tuple[str, ...
                 what: str = "text") -> torch.Tensor:
     """The byte-token stream of every document under `path`: one uint8 tensor, each document + DOC_SEPARATOR.
 
-    `path` is a file, a directory (searched recursively) or a glob; files are read in sorted path order.
+    `path` is a file, a directory (searched recursively) or a glob (a path that exists is taken as named, even with
+    glob characters such as '[' in it); files are read in sorted path order.
     `what` names the dataset in error messages.
     """
     sep = bytes([DOC_SEPARATOR])
@@ -243,6 +256,11 @@ class WindowSource:
         if isinstance(then, bool) or not isinstance(then, int) or then < 1:
             raise DataError(f"data state {self.kind!r}: seq_len must be an integer >= 1, got {then!r}")
         if then != self.seq_len:
+            then_per_epoch = max(0, (self.tokens.numel() - 1) // then) // self.world_size
+            if state["next_window"] >= max(then_per_epoch, 1):
+                raise DataError(f"data state {self.kind!r}: next_window={state['next_window']} at seq_len={then} but "
+                                f"this corpus gives rank {self.rank} only {then_per_epoch} windows of seq_len={then} "
+                                "per epoch; the data or world_size changed since the checkpoint")
             at = -(-state["next_window"] * then // self.seq_len)  # ceil: windows of this seq_len before that token
             past = at >= self.windows_per_epoch  # only the epoch's dropped tail was left: the next epoch
             state = {**state, "next_window": 0 if past else at, "epoch": state["epoch"] + past}

@@ -10,7 +10,7 @@ import threading
 import torch
 
 from nsa.training.config import DataError
-from nsa.training.corpus import DOC_SEPARATOR, doc_text
+from nsa.training.corpus import DOC_SEPARATOR, doc_bytes
 from nsa.training.source import check_state
 
 FINEWEB_REPO = "HuggingFaceFW/fineweb-edu"
@@ -85,11 +85,11 @@ class FineWebStream:
                     if skip:
                         skip -= 1
                         continue
-                    text = doc_text(record, self.text_key, f"fineweb_edu stream document {docs}")
+                    doc = doc_bytes(record, self.text_key, f"fineweb_edu stream document {docs}")
                     docs += 1
-                    if not text:
+                    if not doc:
                         continue
-                    buf += text.encode("utf-8")
+                    buf += doc
                     buf.append(DOC_SEPARATOR)
                     while len(buf) >= n:
                         windows.append(torch.frombuffer(bytearray(buf[:n]), dtype=torch.uint8))

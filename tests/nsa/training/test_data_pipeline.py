@@ -95,6 +95,29 @@ def test_text_shards_by_hand(corpus):
     assert [_window(_text(corpus, rank=r, world_size=3)) for r in range(3)] == [b"abcde", b"efghi", b"ij\0XY"]
 
 
+def test_text_paths_with_glob_characters_that_exist_are_read_as_named(tmp_path):
+    # a directory named with brackets (a glob character class) holds the corpus; "c?.txt" beside it is a real glob
+    folder = tmp_path / "corpus [v2]"
+    folder.mkdir()
+    (folder / "a.txt").write_text("abcdefghij")
+    (tmp_path / "c1.txt").write_text("XYZ")
+    for path in (folder, folder / "a.txt"):
+        assert _window(_text(path)) == b"abcde"
+    assert _window(_text(tmp_path / "c?.txt", seq_len=2)) == b"XYZ"
+    with pytest.raises(DataError, match=r"no files match .*corpus \[v3\]"):
+        _text(tmp_path / "corpus [v3]")
+
+
+def test_text_a_position_beyond_the_corpus_is_refused_also_when_seq_len_changed(corpus):
+    # 17 tokens: 4 windows of seq_len 4 (rank 0 of 1), 2 of seq_len 8; a position past them is from other data
+    src = _text(corpus, seq_len=8)
+    for then, windows in ((4, 4), (8, 2)):
+        with pytest.raises(DataError, match=rf"next_window=4 .*only {windows} windows"):
+            src.load_state_dict({"kind": "text", "next_window": 4, "epoch": 0, "seq_len": then})
+    src.load_state_dict({"kind": "text", "next_window": 3, "epoch": 0, "seq_len": 4})  # tokens 12.. left: epoch 1
+    assert src.state_dict() == {"kind": "text", "next_window": 0, "epoch": 1, "seq_len": 8}
+
+
 @pytest.mark.parametrize("content, what", [
     (b"", r"empty\.txt has 0 tokens .*no text at all"),
     (b"ab", r"short\.txt has 3 tokens .*need at least 5"),
@@ -138,6 +161,19 @@ def test_text_missing_key_names_file_line_and_key(tmp_path):
     (tmp_path / "d.jsonl").write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"body": "x"}) + "\n")
     with pytest.raises(DataError, match=r"d\.jsonl:2: no 'text' field \(text_key\); fields present: \['body'\]"):
         _text(tmp_path / "d.jsonl")
+
+
+def test_text_a_lone_surrogate_is_named_not_a_traceback(tmp_path):
+    # "\ud800" is valid JSON (an escaped UTF-16 code unit, as text cut inside a surrogate pair leaves) with no UTF-8
+    (tmp_path / "d.jsonl").write_text('{"text": "fine"}\n{"text": "abc\\ud800"}\n')
+    with pytest.raises(DataError, match=r"d\.jsonl:2: field 'text' holds a lone UTF-16 surrogate U\+D800 at "
+                                        r"character 3, .*expected text") as err:
+        _text(tmp_path / "d.jsonl")
+    assert "\n" not in str(err.value)
+    (tmp_path / "e.json").write_text('[{"text": "fine"}, {"text": "\\udfff!"}]')
+    with pytest.raises(DataError, match=r"e\.json: item 1: field 'text' holds a lone UTF-16 surrogate U\+DFFF at "
+                                        r"character 0"):
+        _text(tmp_path / "e.json")
 
 
 # ------------------------------------------------------------------------------------------ hub stream
@@ -200,6 +236,42 @@ def test_fineweb_empty_shard_with_skip_is_an_error_not_a_loop(monkeypatch):
     try:
         src.load_state_dict({"kind": "fineweb_edu_stream", "docs_consumed": 2})
         with pytest.raises(DataError, match="yielded no documents for rank 0 of 1"):
+            src.next_batch()
+    finally:
+        src.close()
+
+
+# ------------------------------------------------------------------------------------------ resume, every rank
+
+
+@pytest.mark.parametrize("dataset", ["synthetic", "text"])
+def test_every_rank_resumes_with_the_batches_of_the_uninterrupted_run(tmp_path, dataset):
+    # 3 ranks, batches of 2: 7 batches straight through against 3 batches, a new source, its position, 4 more
+    # (the text corpus of 200 tokens gives each rank 6 windows of 10: the resume is at epoch 1's start, and the
+    # batches after it run on into epoch 2)
+    (tmp_path / "c.txt").write_text("".join(chr(97 + (i * 7) % 26) for i in range(199)))
+    cfg = DataConfig() if dataset == "synthetic" else DataConfig(dataset="text", path=str(tmp_path))
+    kw = dict(vocab_size=256, seq_len=10, batch_size=2, world_size=3, seed=1)
+    for rank in range(3):
+        straight = build_source(cfg, rank=rank, **kw)
+        expected = [straight.next_batch() for _ in range(7)]
+        first = build_source(cfg, rank=rank, **kw)
+        for _ in range(3):
+            first.next_batch()
+        resumed = build_source(cfg, rank=rank, **kw)
+        resumed.load_state_dict(first.state_dict())
+        for (x, y), (x2, y2) in zip(expected[3:], [resumed.next_batch() for _ in range(4)]):
+            assert torch.equal(x, x2) and torch.equal(y, y2)
+
+
+def test_fineweb_a_lone_surrogate_in_the_stream_names_the_document(monkeypatch):
+    _fake_hub(monkeypatch, lambda *a, **kw: _SkippableStream(["fine", "x\ud800"]))
+    src = build_source(DataConfig(dataset="fineweb_edu", loader_timeout_s=5), vocab_size=256, seq_len=4,
+                       batch_size=1, rank=0, world_size=1, seed=0)
+    try:
+        assert _window(src) == b"fine\0"
+        with pytest.raises(DataError, match=r"fineweb_edu stream document 1: field 'text' holds a lone UTF-16 "
+                                            r"surrogate U\+D800 at character 1"):
             src.next_batch()
     finally:
         src.close()

@@ -12,7 +12,12 @@ Tables (rates are fractions of simulated sweeps or series; Monte-Carlo sd ~ sqrt
 - gate: `compare` of two identical cpu_smoke-like runs (12 rows: a 3 x 2 sweep and 6 single runs of 15 AR(1)
   steps, phi 0.7, CV 9%, every run's level varying by run_cv): how often any row is significant after Holm, for
   block means alone, block means plus the between-run part of the repeats' variance, and block means held to the
-  repeats' whole variance (what compare does).
+  repeats' whole variance (what compare does);
+- held: single runs (20 AR(1) steps, a linear drift within each run of sd 0.1%/step, a level shift between runs)
+  compared with each side held to the run-to-run variation of G groups x R repeats (compare_units' run_noise), by
+  layout and machine: "aa" how often an A/A pair is significant, "aa_own_df" the same with a side's own block df
+  taken into the Satterthwaite sum (before the df were capped at the repeats'), "lo"/"hi" the Wilson 95% interval
+  of "aa", and how often B 5%, 10%, 20% slower is found ("worse", significant).
 """
 
 from __future__ import annotations
@@ -28,13 +33,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from validation.analysis.significance import (adjust_family, block_units, compare_series, decide, holm,  # noqa: E402
-                                     recommended_repeats, run_noise, t_ppf)
+from validation.analysis.significance import (adjust_family, block_units, compare_series, compare_units,  # noqa: E402
+                                     decide, holm, recommended_repeats, run_noise, t_ppf)
 from validation.analysis.significance import simulate as sim  # noqa: E402
 from validation.analysis.stats import t_sf2, welch_t_test  # noqa: E402
 
 LABELS = ("25", "50", "100")
-TABLES = ("coverage", "orders", "null", "power", "gate")
+TABLES = ("coverage", "orders", "null", "power", "gate", "held")
 
 
 def coverage(reps: int, rng: np.random.Generator) -> list[dict]:
@@ -149,6 +154,61 @@ def gate(reps: int, rng: np.random.Generator) -> list[dict]:
             hits["held_to_repeats"] += bool(adjust_family([compare_series(y[0, j], y[1, j], run_noise=rn)
                                                            for j in range(n_rows)]).significant)
         rows.append({"run_cv": run_cv, **{k: v / reps for k, v in hits.items()}})
+    return rows
+
+
+HELD_MACHINES = {"quiet": (0.5, 0.02, 0.02), "cpu_smoke": (0.7, 0.09, 0.05), "busy": (0.9, 0.05, 0.10),
+                 "level-bound": (0.3, 0.02, 0.10)}  # phi, CV within a run, sd of the level shift between runs
+HELD_LAYOUTS = ((1, 2), (2, 2), (1, 3), (3, 2), (5, 2))  # groups x repeats measuring the run-to-run variation
+
+
+def _single_runs(rng: np.random.Generator, reps: int, runs: int, phi: float, cv: float, shift: float,
+                 slope: float = 0.001, steps: int = 20) -> np.ndarray:
+    """Single runs of one configuration: AR(1) steps, a linear drift within each run, a level shift between runs."""
+    trend = slope * rng.standard_normal((reps, runs, 1)) * (np.arange(steps) - (steps - 1) / 2.0)
+    level = 1.0 + shift * rng.standard_normal((reps, runs, 1))
+    return 1e4 * level * (1.0 + trend + sim.ar1(rng, (reps, runs, steps), phi, cv))
+
+
+def _own_df_p(ua, ub, rn) -> float:
+    """p of b vs a with each side's variance the larger of its own and rn.total^2 and the Satterthwaite df of the
+    terms taken, a side's own block df included (compare_units before its df were capped at rn.df)."""
+    sides = [((u.se / u.mean) ** 2, u.df) for u in (ua, ub)]
+    held = [v < rn.total ** 2 for v, _ in sides]
+    sides = [(rn.total ** 2, rn.df) if h else side for side, h in zip(sides, held)]
+    terms = [(2.0 * rn.total ** 2, rn.df)] if all(held) else sides
+    var = sum(v for v, _ in sides)
+    df = sum(v for v, _ in terms) ** 2 / sum(v * v / d for v, d in terms)
+    return t_sf2(math.log(ub.mean / ua.mean) / math.sqrt(var), df)
+
+
+def _wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    p = k / n
+    mid, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (mid - half) / (1 + z * z / n), (mid + half) / (1 + z * z / n)
+
+
+def held(reps: int, rng: np.random.Generator) -> list[dict]:
+    rows = []
+    for machine, (phi, cv, shift) in HELD_MACHINES.items():
+        for g, r in HELD_LAYOUTS:
+            row = {"machine": machine, "layout": f"{g} x {r}"}
+            for effect in (0.0, -0.05, -0.10, -0.20):
+                y = _single_runs(rng, reps, g * r + 2, phi, cv, shift)
+                y[:, -1] *= 1.0 + effect
+                hits = own = 0
+                for runs in y:
+                    rn = run_noise([[(float(m), None) for m in runs[i * r:(i + 1) * r].mean(-1)] for i in range(g)])
+                    ua, ub = block_units(runs[-2]), block_units(runs[-1])
+                    c = compare_units(ua, ub, run_noise=rn)
+                    hits += c.significant and (effect == 0.0 or c.verdict == "worse")
+                    own += effect == 0.0 and _own_df_p(ua, ub, rn) < 0.05 and abs(c.rel) > c.noise_floor
+                if effect == 0.0:
+                    lo, hi = _wilson(hits, reps)
+                    row.update(aa=hits / reps, lo=lo, hi=hi, aa_own_df=own / reps)
+                else:
+                    row[f"found{effect:+.0%}"] = hits / reps
+            rows.append(row)
     return rows
 
 

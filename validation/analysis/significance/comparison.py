@@ -28,7 +28,11 @@ one of them. (Adding only the between-run part, the repeats' variance less the r
 from a few repeats is so uncertain that the smallest p-values, those Holm's correction looks at, came out far too
 small: 24% of identical cpu_smoke-like run pairs had a "significant" row among 12; taking the larger variance
 gives 2.5%, block means alone 38%: benchmarks/bench_significance.py --only gate, and
-tests/validation/test_compare.py.)
+tests/validation/test_compare.py.) Such a comparison has at most the repeats' degrees of freedom, also where a side's
+own variance is the larger: each side's variance is at least s^2, so |t| is at most that of the same difference over
+sqrt(2 s^2), a Student t with the repeats' df (normal run levels), and its quantile keeps identical runs at alpha
+whatever the layout of the repeats. (A side's own block df in the Satterthwaite sum gave single runs held to 1 x 2 repeats 6.5-7.3%
+false positives: benchmarks/bench_significance.py --only held.)
 """
 
 from __future__ import annotations
@@ -308,8 +312,9 @@ def compare_units(a: Units, b: Units, *, higher_is_better: bool = True, alpha: f
     run_noise: the run-to-run variation of a run's mean (run_noise()): each side's relative variance is the larger
     of its own and run_noise.total^2 (a and b are single runs of a machine whose level varies between runs), with
     the degrees of freedom of the one taken, in the Satterthwaite sum and in each side's noise floor; when both
-    sides take it, it is one estimate and counts once (its own df, never twice them). Not for run means (kind
-    "runs"), which include it."""
+    sides take it, it is one estimate and counts once (its own df, never twice them). The comparison's df is at most
+    run_noise.df: a side whose own variance is the larger still differs from the other as a whole, by an amount only
+    the repeats measure. Not for run means (kind "runs"), which include it."""
     _check_alpha(alpha)
     _check_fraction(min_floor, "min_floor")
     _check_fraction(noise, "noise")
@@ -327,6 +332,13 @@ def compare_units(a: Units, b: Units, *, higher_is_better: bool = True, alpha: f
         terms = [(2.0 * rv[0], rv[1])] if all(held) else sides
     se2 = sides[0][0] + sides[1][0]
     df = _satterthwaite(terms)
+    if run_noise is not None:
+        # never more degrees of freedom than the run-to-run estimate: a side whose own (within-run) variance is the
+        # larger still carries the between-run part of its run's level, which only the repeats measure. Each side's
+        # variance is at least s^2, so |t| is at most |log ratio| / sqrt(2 s^2), a Student t with run_noise.df:
+        # its quantile bounds the false positives at alpha. Satterthwaite over a side's own block df gave 1 x 2
+        # repeats (1 df) 6.5-7.3% "significant" identical runs (benchmarks/bench_significance.py --only held).
+        df = min(df, float(run_noise.df))
     floor = max(_floor([sides[0]], alpha, min_floor), _floor([sides[1]], alpha, min_floor))
     method = "runs" if a.kind == "runs" and b.kind == "runs" else "blocks"
     return _finish(baseline=baseline, variant=variant, metric=metric, method=method, mean_a=a.mean, mean_b=b.mean,

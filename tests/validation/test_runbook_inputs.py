@@ -94,6 +94,11 @@ def test_the_flag_table_is_the_trainers_own_parser():
     ("steps.nosuch.args.steps=3", "--set steps.nosuch.args.steps: no step named nosuch"),
     ("phases.nosuch.steps.own.args.steps=3", "no item named 'nosuch'"),
     ("defaults.args.fsdp=1", "the trainer's --fsdp is a switch"),
+    # a misspelt path names the closest one
+    ("defaults.timout_s=3", "--set defaults.timout_s=3 (RB): defaults.timout_s: unknown key (did you mean "
+                            "timeout_s? expected one of: config, env, args,"),
+    ("steps.onw.args.steps=3", "--set steps.onw.args.steps: no step named onw (did you mean own? steps: "),
+    ("phases.mian.steps.own.args.steps=3", "no item named 'mian' under phases (did you mean main? items: "),
 ])
 def test_a_bad_set_is_an_error_naming_the_set(tmp_path, item, needle):
     message = error_of(write(tmp_path), [item])

@@ -5,6 +5,7 @@ errors name."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -146,6 +147,83 @@ def test_names_clashing_across_an_include_name_both_places(tmp_path):
         load_runbook(outer)
 
 
+INNER = """\
+name: inner
+requirements: {gpus: 0}
+defaults:
+  config: configs/tiny_cpu.yaml
+  args: {steps: 12, dataset: synthetic}
+  env: {NCCL_ALGO: Tree}
+  timeout_s: 77
+phases:
+  - name: ip
+    steps:
+      - {name: t, kind: train, args: {seq_len: 64}}
+"""
+OUTER = """\
+name: outer
+defaults:
+  config: configs/other.yaml
+  args: {steps: 50, ddp: 0}
+  env: {NCCL_ALGO: Ring, NCCL_PROTO: Simple}
+  nproc_per_node: 2
+phases:
+  - include: sub/inner.yaml
+  - {name: op, steps: [{name: o, kind: train}]}
+"""
+
+
+def test_an_included_step_keeps_its_own_runbooks_defaults(tmp_path):
+    """Its runbook's defaults win key by key over the including runbook's (args, env, config, timeout), as they
+    do in its own runbook; what its runbook leaves unset comes from the including runbook's defaults."""
+    write(tmp_path / "sub" / "inner.yaml", INNER)
+    outer = write(tmp_path / "outer.yaml", OUTER)
+    alone = load_runbook(tmp_path / "sub" / "inner.yaml").step("t").launch
+    rb = load_runbook(outer, ["defaults.args.steps=30"])
+    t, o = rb.step("t").launch, rb.step("o").launch
+    assert (t.config, t.timeout_s, t.args, t.env) == (
+        alone.config, alone.timeout_s, {**alone.args, "ddp": 0}, {**alone.env, "NCCL_PROTO": "Simple"})
+    assert t.nproc_per_node == 2 and (o.config, o.args["steps"]) == ("configs/other.yaml", 30)
+    assert "args.steps = 12" in rb.step_notes("t")[0]  # the --set default does not reach it: the plan says so
+
+
+def test_an_error_in_a_value_an_included_step_carries_names_its_runbooks_defaults(tmp_path):
+    """A value from the included runbook's defaults found wrong only in the expanded runbook (against the working
+    directory) is named where that runbook writes it, not at the step, which does not write it."""
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "tiny_cpu.yaml").write_text(
+        (Path(__file__).resolve().parents[2] / "configs" / "tiny_cpu.yaml").read_text())
+    inner = write(tmp_path / "sub" / "inner.yaml", INNER.replace("steps: 12", "steps: -5"))
+    outer = write(tmp_path / "outer.yaml", OUTER)
+    with pytest.raises(RunbookError, match=re.escape(f"{inner}:5: defaults.args.steps (included at {outer}:8): "
+                                                     "nsa-train would refuse this")):
+        load_runbook(outer, cwd=tmp_path)
+    write(inner, INNER.replace("configs/tiny_cpu.yaml", "configs/nope.yaml"))
+    with pytest.raises(RunbookError, match=re.escape(f"{inner}:4: defaults.config (included at {outer}:8): "
+                                                     "config file configs/nope.yaml not found")):
+        load_runbook(outer, cwd=tmp_path)
+    # the step's own value keeps its own line
+    write(inner, INNER.replace("args: {seq_len: 64}", "args: {seq_len: 64, steps: -5}"))
+    with pytest.raises(RunbookError, match=re.escape(f"{inner}:11: phases[0].steps[0].args.steps (included at "
+                                                     f"{outer}:8): nsa-train would refuse this")):
+        load_runbook(outer, cwd=tmp_path)
+
+
+def test_an_include_path_is_relative_to_the_including_file(tmp_path, monkeypatch):
+    write(tmp_path / "sub" / "inner.yaml", INNER)
+    outer = write(tmp_path / "outer.yaml", OUTER)
+    monkeypatch.chdir(tmp_path / "sub")  # not the working directory: the same runbook from anywhere
+    assert [s.name for s in load_runbook(outer).steps()] == ["t", "o"]
+    (tmp_path / "dir.yaml").mkdir()
+    write(outer, OUTER.replace("sub/inner.yaml", "dir.yaml"))
+    with pytest.raises(RunbookError, match=re.escape(f"{outer}:8: phases[0].include: dir.yaml: is a directory, not a "
+                                                     f"runbook file (looked for {tmp_path / 'dir.yaml'})")):
+        load_runbook(outer)
+    write(outer, OUTER.replace("sub/inner.yaml", "inner.yaml"))  # next to the outer file: not there
+    with pytest.raises(RunbookError, match=re.escape(f"{outer}:8: phases[0].include: inner.yaml: no such runbook")):
+        load_runbook(outer)
+
+
 def test_an_include_cycle_names_the_include_that_closes_it(tmp_path):
     a = write(tmp_path / "a.yaml", "name: a\nphases:\n  - include: b.yaml\n")
     b = write(tmp_path / "b.yaml", "name: b\nphases:\n  - {name: bp, steps: [{name: s, kind: snapshot}]}\n"
@@ -178,6 +256,43 @@ def test_an_environment_number_yaml_would_read_as_another_text_is_refused(tmp_pa
     # a --set of an environment value passes the text as typed
     rb = load_runbook(good, [f"steps.s.env.NCCL_X={written}"])
     assert rb.steps()[0].launch.env["NCCL_X"] == written and written != read
+
+
+@pytest.mark.parametrize("written, read", [("yes", "the boolean true"), ("off", "the boolean false"),
+                                           ("True", "the boolean true"), ("~", "null"), ("null", "null"),
+                                           ("", "null"), ("1.0e+3", "the number 1000.0"), ("2024-01-01", "a date")])
+def test_an_environment_value_yaml_would_read_as_no_text_is_refused(tmp_path, written, read):
+    """NCCL_X: yes would reach the process as "1" (and a sweep's [yes, no] as "True"/"False"), NCCL_X: ~ as no value:
+    an error naming the line, as for 010; the quoted text is accepted, and a --set passes the text as typed."""
+    body = ("name: envtext\nphases:\n  - name: p\n    steps:\n      - name: s\n        kind: bench\n"
+            "        command: [benchmarks/bench_ops.py]\n        env:\n          NCCL_X: {}\n")
+    bad = write(tmp_path / "bad.yaml", body.format(written))
+    shown = written or "an empty value"
+    with pytest.raises(RunbookError, match=re.escape(f"bad.yaml:9: phases[0].steps[0].env.NCCL_X: YAML reads {shown} "
+                                                     f"as {read}")):
+        load_runbook(bad)
+    good = write(tmp_path / "good.yaml", body.format(f"'{written}'"))
+    assert load_runbook(good).steps()[0].launch.env["NCCL_X"] == written
+    assert load_runbook(good, [f"steps.s.env.NCCL_X={written}"]).steps()[0].launch.env["NCCL_X"] == written
+    # a --set of the whole mapping is read as YAML, and refused as the file's text is
+    with pytest.raises(RunbookError, match=re.escape(f"--set steps.s.env={{NCCL_X: {written}}} ({good}): "
+                                                     f"steps.s.env.NCCL_X: YAML reads {shown} as {read}")):
+        load_runbook(good, [f"steps.s.env={{NCCL_X: {written}}}"])
+
+
+def test_a_sweep_value_of_an_environment_variable_is_text_as_written(tmp_path):
+    """matrix: {env.NCCL_X: [yes, 010]} would launch NCCL_X=True and NCCL_X=8: refused naming the item's line."""
+    body = ("name: sweeptext\ndefaults: {{config: configs/tiny_cpu.yaml}}\nphases:\n  - name: p\n    steps:\n"
+            "      - name: sw\n        kind: sweep\n        select: {{metric: toks_per_s, goal: max}}\n"
+            "        matrix:\n          env.NCCL_X:\n            - '5'\n            - {}\n")
+    for written, read in (("yes", "the boolean true"), ("010", "the number 8"), ("1.10", "the number 1.1")):
+        bad = write(tmp_path / "bad.yaml", body.format(written))
+        with pytest.raises(RunbookError, match=re.escape(f"bad.yaml:12: phases[0].steps[0].matrix.env.NCCL_X[1]: "
+                                                         f"YAML reads {written} as {read}")):
+            load_runbook(bad)
+        good = write(tmp_path / "good.yaml", body.format(f"'{written}'"))
+        sweep = load_runbook(good).step("sw")
+        assert [spec.env["NCCL_X"] for spec in sweep.kind_impl.launches(sweep, None, None)] == ["5", written]
 
 
 def test_environment_numbers_that_print_as_written_stay_numbers(tmp_path):

@@ -42,6 +42,9 @@ a criterion reads against the names its step's kind declares (StepKind.metrics),
 string against the statuses a step can have, criterion names unique, and every ${...} reference to a step
 (reference_problem). Where the files are (`cwd`: plan and run), every trainer launch's values as nsa-train
 would resolve them against its config file (check_trainer_values: `steps: -5`, a warm-up longer than the run).
+Environment values are text, passed as written: an unquoted value that YAML reads as anything else (010 as 8, 1.10
+as 1.1, yes/on/true as a boolean, nothing/~/null as null, 2024-01-01 as a date), in an env mapping or as a sweep's
+or scan's value of env.X, is an error naming its line (quote it); `--set KEY.env.X=VALUE` passes VALUE as typed.
 Every error names the file, the key path and the line (validation.runbook.schema), e.g.
     runbooks/x.yaml:14: phases[1].steps[0].kind: 'trian' is not one of snapshot, train, ...
 """

@@ -12,7 +12,8 @@ import yaml
 
 from nsa.training.config import YAML_ERRORS
 from nsa.training.config import brief as _brief
-from validation.runbook.schema import Ctx, RunbookError, env_text_problem, printable
+from validation.runbook.schema import (Ctx, DuplicateKeyError, EnvTextError, RunbookError, check_nodes,
+                                       did_you_mean, env_text_problem, printable, show)
 from validation.runbook.model import Overridden
 from validation.kinds.base import LAUNCH_KEYS, StepKind
 
@@ -33,7 +34,16 @@ def apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
         value = value_text
     parts = key.split(".")
     if len(parts) >= 2 and parts[-2] == "env" and env_text_problem(value_text, value):
-        value = value_text.strip()  # an environment value as typed: 010 stays "010" (YAML would read 8)
+        value = value_text.strip()  # an environment value as typed: 010 stays "010" (YAML would read 8), yes "yes"
+    else:  # a mapping or list holding environment values ({NCCL_X: 010}): refused as in the file, naming the --set
+        try:
+            node = yaml.compose(value_text, Loader=yaml.SafeLoader)
+            if node is not None:
+                check_nodes(node, tuple(parts))
+        except (DuplicateKeyError, EnvTextError) as exc:
+            raise RunbookError(f"--set {printable(item)} ({ctx.where}): {show(exc.path)}: {exc}") from None
+        except YAML_ERRORS:
+            pass  # not YAML: the value is the text (above)
     if not isinstance(raw, dict):
         raise ctx.error((), "expected a mapping at the top level")
     if parts[0] == "steps" and "steps" not in raw:  # steps.NAME...: the step of that name, in whichever phase
@@ -43,7 +53,8 @@ def apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
                  for s in p.get("steps") or [] if isinstance(s, dict)]
         phase = next((ph for ph, st in where if st == parts[1]), None)
         if phase is None:
-            raise RunbookError(f"--set {shown}: no step named {printable(parts[1])} (steps: "
+            raise RunbookError(f"--set {shown}: no step named {printable(parts[1])} ("
+                               f"{did_you_mean(parts[1], [st for _, st in where])}steps: "
                                f"{', '.join(str(st) for _, st in where)})")
         parts = ["phases", str(phase), "steps"] + parts[1:]
     # Each mapping or list on the way down is copied before it is written to: a YAML alias (`env: *common`) gives
@@ -51,10 +62,13 @@ def apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
     node, path = raw, ()
     for i, part in enumerate(parts[:-1]):
         if isinstance(node, list):
-            match = [j for j, x in enumerate(node) if isinstance(x, dict) and x.get("name") == part]
+            names = [x.get("name") if isinstance(x, dict) else None for x in node]
+            match = [j for j, name in enumerate(names) if name == part]
             if not match:
+                names = [name for name in names if name is not None]
                 raise RunbookError(f"--set {shown}: no item named {part!r} under "
-                                   f"{printable('.'.join(parts[:i])) or 'top'}")
+                                   f"{printable('.'.join(parts[:i])) or 'top'} ({did_you_mean(part, names)}items: "
+                                   f"{', '.join(printable(n) for n in names) or 'none with a name'})")
             node[match[0]] = _unshared(node[match[0]])
             node, path = node[match[0]], path + (match[0],)
         elif isinstance(node, dict):

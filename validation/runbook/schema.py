@@ -9,6 +9,7 @@ choices), ``env_vars`` (NSA_* names and values against nsa.toggles), ``trainer_f
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 from typing import Any
@@ -38,16 +39,28 @@ class DuplicateKeyError(yaml.YAMLError):
         self.path, self.line, self.first = path, line, first
 
 
-_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+_STR_TAG = "tag:yaml.org,2002:str"
 
 
 def env_text_problem(text: str, value: Any) -> str | None:
     """Why an environment value written `text` in YAML (plain, unquoted) would not reach the process as written: YAML
-    reads 010 as the number 8, 0x10 as 16, 1_000 as 1000, 8.90 as 8.9; None when the number prints as written."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or str(value) == text.strip():
+    reads 010 as the number 8, 0x10 as 16, 1_000 as 1000, 8.90 as 8.9, yes/no/on/off/true/false as booleans,
+    nothing, ~ and null as null, 2024-01-01 as a date; None when it is text or a number that prints as written."""
+    shown = text.strip()
+    if isinstance(value, str):
         return None
-    return (f"YAML reads {text.strip()} as the number {value}, which the process would get as {str(value)!r}; "
-            f"quote it ('{text.strip()}') to pass the text as written")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if str(value) == shown:
+            return None
+        read = f"the number {value}, which the process would get as {str(value)!r}"
+    elif isinstance(value, bool):
+        read = f"the boolean {str(value).lower()}, not the text {shown!r}"
+    elif value is None:
+        read = "null (no value), not text"
+    else:
+        read = f"a {type(value).__name__}, not text"
+    quote = "quote it ('') to pass an empty text" if not shown else f"quote it ('{shown}') to pass the text as written"
+    return f"YAML reads {shown or 'an empty value'} as {read}; {quote}"
 
 
 class EnvTextError(yaml.YAMLError):
@@ -75,8 +88,9 @@ def parse_yaml(text: str) -> tuple[Any, dict[tuple, int]]:
 def check_nodes(node, path=(), seen=None) -> None:
     """Check a composed (not yet constructed) node tree in one walk: DuplicateKeyError for the first mapping that
     gives a key twice (a merge key, `<<: *anchor`, may be given beside the keys it merges), EnvTextError for the
-    first plain number under an `env` mapping whose value reads differently from its text (env_text_problem). A
-    node reached again through an alias is not walked again."""
+    first unquoted environment value (in an `env` mapping, or a value or list of values of an `env.X` key) that
+    YAML reads as anything but the text written (env_text_problem: 010, yes, ~). A node reached again through an
+    alias is not walked again."""
     seen = set() if seen is None else seen
     if id(node) in seen:
         return
@@ -89,17 +103,27 @@ def check_nodes(node, path=(), seen=None) -> None:
                 if key in first:
                     raise DuplicateKeyError(path + (key_node.value,), line, first[key])
                 first[key] = line
-                if (path and path[-1] == "env" and isinstance(value_node, yaml.ScalarNode)
-                        and value_node.style is None and value_node.tag in _NUMBER_TAGS):
-                    problem = env_text_problem(value_node.value, yaml.safe_load(value_node.value))
-                    if problem:
-                        raise EnvTextError(path + (key_node.value,), value_node.start_mark.line + 1, problem)
+                if path and path[-1] == "env":  # an environment mapping: {NCCL_X: '010'}
+                    _check_env_text(value_node, path + (key_node.value,), line)
+                elif str(key_node.value).startswith("env."):  # a sweep's, scan's or prefer's {env.X: [25, 50]}
+                    items = value_node.value if isinstance(value_node, yaml.SequenceNode) else None
+                    for i, item in enumerate(items if items is not None else [value_node]):
+                        where = path + (key_node.value,) + ((i,) if items is not None else ())
+                        _check_env_text(item, where, item.start_mark.line + 1)
                 check_nodes(value_node, path + (key_node.value,), seen)
             else:
                 check_nodes(value_node, path, seen)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             check_nodes(item, path + (i,), seen)
+
+
+def _check_env_text(node, path: tuple, line: int) -> None:
+    """EnvTextError when `node` is a plain (unquoted) scalar that YAML reads as other than the text written."""
+    if isinstance(node, yaml.ScalarNode) and node.style is None and node.tag != _STR_TAG:
+        problem = env_text_problem(node.value, yaml.safe_load(node.value) if node.value.strip() else None)
+        if problem:
+            raise EnvTextError(path, line, problem)
 
 
 def compose_lines(node, path=(), lines=None, seen=None) -> dict[tuple, int]:
@@ -150,13 +174,16 @@ class Ctx:
 
     def position(self, path: tuple) -> str:
         """"file:line: key.path" of `path`; a key in a phase that an include brought in is named in its own file
-        ("inner.yaml:8: phases[0].steps[1].kind (included at outer.yaml:4)")."""
+        ("inner.yaml:8: phases[0].steps[1].kind (included at outer.yaml:4)"), and one its step carries from that
+        file's defaults where the defaults give it ("inner.yaml:3: defaults.config (included at outer.yaml:4)")."""
         line = None
         for n in range(len(path), -1, -1):
             if path[:n] in self.lines:
                 found = self.lines[path[:n]]
                 if isinstance(found, Included):
                     return f"{found.ctx.position(found.path + path[n:])} (included at {found.at})"
+                if isinstance(found, Carried):
+                    return self.position(found.path + path[n:])
                 line = found
                 break
         shown = show(path) or "(top level)"
@@ -171,6 +198,15 @@ class Included:
     ctx: Ctx
     path: tuple
     at: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Carried:
+    """In a line map (Ctx.lines), the value of a key an included step carries from its own runbook's `defaults` or
+    `requirements` (validation.runbook.includes): `path`, where that runbook writes it (("defaults", "args",
+    "steps")), so that an error about it names that line."""
+
+    path: tuple
 
 
 def show(path: tuple) -> str:
@@ -192,11 +228,18 @@ def mapping(value: Any, path: tuple, ctx: Ctx, allowed: tuple[str, ...], require
         raise ctx.error(path, f"expected a mapping, got {type(value).__name__}")
     for key in value:
         if key not in allowed:
-            raise ctx.error(path + (key,), f"unknown key (expected one of: {', '.join(allowed)})")
+            raise ctx.error(path + (key,), f"unknown key ({did_you_mean(key, allowed)}expected one of: "
+                                           f"{', '.join(allowed)})")
     for key in required:
         if key not in value:
             raise ctx.error(path, f"missing required key {key!r}")
     return value
+
+
+def did_you_mean(name: Any, names) -> str:
+    """"did you mean X? " with the closest of `names` to `name` (a misspelt key or step name), or ""."""
+    near = difflib.get_close_matches(str(name), [str(n) for n in names], n=1)
+    return f"did you mean {near[0]}? " if near else ""
 
 
 def typed(value: Any, kind, path: tuple, ctx: Ctx, *, minimum=None, choices=None, optional=False):
@@ -231,8 +274,8 @@ def env_vars(value: Any, path: tuple, ctx: Ctx) -> dict[str, str]:
     for key, v in value.items():
         if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
             raise ctx.error(path + (key,), "not a valid environment variable name")
-        if isinstance(v, bool):
-            v = "1" if v else "0"
+        if isinstance(v, bool) or v is None:  # the file's own text is refused earlier (check_nodes): e.g. an alias
+            raise ctx.error(path + (key,), f"environment values are text, got {brief(v)}: quote it in YAML")
         if not isinstance(v, (str, int, float)):
             raise ctx.error(path + (key,), f"environment values must be strings or numbers, got {brief(v)}")
         out[key] = str(v)

@@ -15,9 +15,13 @@ before any --set is applied (so --set steps.NAME... reaches its steps too):
 - each of its steps carries what its own runbook gave it: every launch setting of its `defaults` that the step
   does not set and its kind takes (env and args merged key by key, the step's own keys winning), and, for a kind
   that uses the runbook's devices (not host_only), its runbook's `requirements` as the step's `requires`. So a
-  step runs the same command, with the same timeout and requirements, in both runbooks; what its own runbook
-  leaves unset comes from the including runbook's defaults as for its own steps (env keys the step does not set
-  are added: the one difference, which tests/validation/kinds/test_gpu_kernels.py checks is the only one).
+  step runs with its own runbook's values wherever that runbook gives them (the same command, timeout and
+  requirements in both runbooks); only what its own runbook leaves unset (a launch setting its defaults do not
+  give, an env variable or trainer arg they do not name) comes from the including runbook's defaults, as for that
+  runbook's own steps, and only there does a `--set defaults.KEY` of the including runbook reach it (the plan notes
+  where it does not). gpu_kernels.yaml in h100_single.yaml differs only by h100_single's env variables, added:
+  tests/validation/kinds/test_gpu_kernels.py checks that this is the only difference. An error about a value a step
+  carries names the line of its own runbook's defaults that gives it (schema.Carried).
 Its name, description and any key but phases, acceptance, recommend, defaults and requirements are not used.
 Includes nest; a runbook that includes itself, directly or not, is an error.
 """
@@ -30,7 +34,7 @@ from typing import Any, Callable
 
 from nsa.training.config import YAML_ERRORS
 from validation import kinds as step_kinds
-from validation.runbook.schema import Ctx, Included, RunbookError, parse_yaml
+from validation.runbook.schema import Carried, Ctx, Included, RunbookError, parse_yaml
 from validation.kinds.base import LAUNCH_KEYS
 
 KEY = "include"
@@ -82,7 +86,8 @@ def _expand(raw: dict, lines: dict[tuple, int], path: str | Path, validate) -> t
             raise ctx.error(where, "expected the path of a runbook, relative to this one's directory")
         file = Path(name) if Path(name).is_absolute() else Path(path).parent / name
         if not file.is_file():
-            raise ctx.error(where, f"{name}: no such runbook (looked for {file})")
+            what = "is a directory, not a runbook file" if file.is_dir() else "no such runbook"
+            raise ctx.error(where, f"{name}: {what} (looked for {file})")
         if file.resolve() in _loading:
             chain = [*_loading[_loading.index(file.resolve()):], file.resolve()]
             raise ctx.error(where, f"{name}: runbooks include each other in a cycle: "
@@ -93,8 +98,10 @@ def _expand(raw: dict, lines: dict[tuple, int], path: str | Path, validate) -> t
         texts += [text, *nested]
         own = included.get("phases") or []
         at = f"{path}:{lines.get(('phases', i), '?')}"
+        carried = [_carry_defaults(p, included, included_lines, ("phases", j))
+                   for j, p in enumerate(copy.deepcopy(own))]
         moves.append((i, len(phases), len(own), Ctx(str(file), included_lines), at))
-        phases += [_carry_defaults(p, included) for p in copy.deepcopy(own)]
+        phases += carried
         theirs = included.get("acceptance") or []
         origins.append((Ctx(str(file), included_lines), len(criteria), len(theirs), at))
         criteria += copy.deepcopy(theirs)
@@ -119,27 +126,39 @@ def _read(file: Path) -> tuple[str, Any, dict[tuple, int]]:
     return text, data, lines
 
 
-def _carry_defaults(phase: Any, included: dict) -> Any:
-    """The phase with each step carrying its own runbook's defaults and requirements (see the module docstring)."""
+def _carry_defaults(phase: Any, included: dict, lines: dict[tuple, Any], ppath: tuple) -> Any:
+    """The phase with each step carrying its own runbook's defaults and requirements (see the module docstring).
+    `lines` (that runbook's line map) gets a schema.Carried entry for each key carried, at the step's key path
+    `ppath` + ("steps", k, key...), so that an error about the value names the line its runbook gives it on."""
     defaults = included.get("defaults") or {}
     requirements = included.get("requirements") or {}
     if not isinstance(phase, dict) or not isinstance(phase.get("steps"), list):
         return phase
-    for step in phase["steps"]:
+    for k, step in enumerate(phase["steps"]):
         kind = step_kinds.find(step.get("kind")) if isinstance(step, dict) else None
         if kind is None:
             continue
+        spath = ppath + ("steps", k)
         for key in (*LAUNCH_KEYS, "on_failure"):
             if key not in defaults or key not in kind.allowed_keys():
                 continue
+            own = step.get(key)
             if key in ("env", "args") and isinstance(defaults[key], dict):
-                step[key] = {**defaults[key], **(step.get(key) or {})}
+                step[key] = {**defaults[key], **(own or {})}
+                lines.update({spath + (key, sub): Carried(("defaults", key, sub)) for sub in defaults[key]
+                              if not (isinstance(own, dict) and sub in own)})
+            elif key not in step:
+                step[key] = copy.deepcopy(defaults[key])
             else:
-                step.setdefault(key, copy.deepcopy(defaults[key]))
+                continue
+            if own is None:  # the whole key came from the defaults
+                lines[spath + (key,)] = Carried(("defaults", key))
         if not kind.host_only and isinstance(requirements, dict):
             own = step.get("requires") or {}
             step["requires"] = {**{k: requirements.get(k, 0 if k == "gpus" else None) for k in REQUIREMENT_KEYS},
                                 **(own if isinstance(own, dict) else {})}
+            lines.update({spath + ("requires", k): Carried(("requirements", k)) for k in requirements
+                          if k in REQUIREMENT_KEYS and not (isinstance(own, dict) and k in own)})
     return phase
 
 

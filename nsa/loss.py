@@ -58,16 +58,18 @@ def check_loss(choice: str, device) -> None:
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int | None = None,
                          ignore_index: int = IGNORE_INDEX, fused: bool = False) -> torch.Tensor:
     """Mean cross entropy of the logits hidden [N, D] @ weight [V, D].T against targets [N] (entries equal to
-    ignore_index do not count; NaN when none counts, as F.cross_entropy), in fp32, `chunk` tokens at a time
+    ignore_index do not count; when none counts the loss is NaN and every gradient 0, as F.cross_entropy gives), in
+    fp32, `chunk` tokens at a time
     (None: CHUNK_TOKENS); fused: each chunk's loss and logit gradient by the Triton kernel (module docstring)."""
     chunk = CHUNK_TOKENS if chunk is None else chunk
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
         raise ValueError(f"linear_cross_entropy expects hidden [N, D] and weight [V, D], got "
                          f"{tuple(hidden.shape)} and {tuple(weight.shape)}")
-    if targets.shape != hidden.shape[:1]:
-        raise ValueError(f"linear_cross_entropy expects targets [{hidden.shape[0]}], got {tuple(targets.shape)}")
-    if chunk < 1:
-        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    if targets.shape != hidden.shape[:1] or targets.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"linear_cross_entropy expects targets [{hidden.shape[0]}] (int64 or int32), got "
+                         f"{tuple(targets.shape)} {targets.dtype}")
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"chunk must be an integer >= 1, got {chunk!r}")
     kind = hidden.device.type
     if torch.is_autocast_enabled(kind):  # the dtype the head's nn.Linear would compute in
         dtype = torch.get_autocast_dtype(kind)
@@ -97,7 +99,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             wide = torch.promote_types(hidden.dtype, torch.float32)  # fp32 (float64 inputs stay float64)
             valid = targets != ignore_index
             count = valid.sum().to(wide)  # a tensor: no host synchronisation
-            scale = 1.0 / count
+            scale = 1.0 / count  # inf when no target counts: the loss is then 0 * inf = NaN, as F.cross_entropy's
             total = torch.zeros((), dtype=wide, device=hidden.device)
             grad_h = torch.empty_like(hidden) if need_h else None
             grad_w = torch.zeros(weight.shape, dtype=wide, device=weight.device) if need_w else None
@@ -122,7 +124,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     g = probs.to(hidden.dtype)
                     del logits, probs
                     _chunk_gradients(g, h, weight, grad_h, grad_w, lo, chunk)
-        ctx.save_for_backward(grad_h, grad_w, scale)
+        # the gradients' scale: 1 / count, or 1 when no target counts (every gradient is then 0, as F.cross_entropy
+        # gives, where 0 * inf would make it NaN)
+        ctx.save_for_backward(grad_h, grad_w, 1.0 / count.clamp(min=1))
         ctx.w_dtype = weight.dtype
         return total * scale
 

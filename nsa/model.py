@@ -215,7 +215,10 @@ class NSAModel(nn.Module):
         if temperature == 0:
             return logits.argmax(dim=-1)
         wide = torch.promote_types(logits.dtype, torch.float32)
-        probs = torch.softmax(logits.to(wide) / temperature, dim=-1)
+        # softmax(logits / T) with the largest logit subtracted first, so that no quotient overflows: a tiny T gives
+        # the argmax (every other probability 0) where logits / T would be inf and the probabilities NaN
+        logits = logits.to(wide)
+        probs = torch.softmax((logits - logits.amax(dim=-1, keepdim=True)) / temperature, dim=-1)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
     # ------------------------------------------------------------------ statistics

@@ -141,6 +141,16 @@ def test_sampled_generate_is_reproducible_and_samples_softmax_over_temperature()
     assert torch.equal(a, ref)
 
 
+@pytest.mark.parametrize("dtype,temperature", [(torch.float32, 1e-40), (torch.float64, 1e-320)])
+def test_sampling_at_a_vanishing_temperature_is_greedy_not_an_error(dtype, temperature):
+    """Any finite temperature > 0 is accepted; as it goes to 0, softmax(logits / T) goes to the argmax. Below the
+    dtype's range logits / T overflows to inf (softmax NaN, multinomial refuses it); the limit is still greedy."""
+    model = model_of("nsa", dtype)
+    prompt = ids_of(2, 9, seed=8)
+    out = model.generate(prompt, 6, temperature=temperature, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(out, model.generate(prompt, 6))
+
+
 def test_eos_stops_each_row_independently_and_pads_with_eos():
     model = model_of("nsa")
     prompt = ids_of(3, 5, seed=4)

@@ -77,6 +77,27 @@ def test_all_targets_ignored_is_nan_like_the_reference():
         assert math.isnan(float(F.cross_entropy(hidden @ weight.T, targets)))
 
 
+@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=needs_triton)], ids=["chunked", "fused"])
+def test_all_targets_ignored_gives_the_references_zero_gradients_not_nan(fused):
+    """F.cross_entropy with no counted target: a NaN loss but gradients of 0 (a micro-batch of padding adds nothing
+    to the accumulated gradients); a NaN gradient would poison every parameter at the next optimizer step."""
+    hidden, weight, targets = (x.to(KERNEL_DEVICE) if fused else x for x in inputs(torch.float32, ignored=range(N)))
+    want_loss, gh, gw = reference64(hidden, weight, targets)
+    assert math.isnan(float(want_loss)) and not gh.any() and not gw.any()
+    loss = linear_cross_entropy(hidden, weight, targets, chunk=8, fused=fused)
+    assert math.isnan(float(loss.detach()))
+    got_h, got_w = torch.autograd.grad(loss * 2.0, (hidden, weight))
+    assert not got_h.any() and not got_w.any(), "a NaN or non-zero gradient where no target counts"
+    # one counted target: the gradients are that target's alone again (1 / count is not clamped away)
+    targets = targets.clone()
+    targets[5] = 7
+    _, gh, gw = reference64(hidden, weight, targets)
+    got_h, got_w = torch.autograd.grad(linear_cross_entropy(hidden, weight, targets, chunk=8, fused=fused),
+                                       (hidden, weight))
+    torch.testing.assert_close(got_h.cpu().double(), gh.cpu(), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(got_w.cpu().double(), gw.cpu(), rtol=1e-4, atol=1e-6)
+
+
 def test_bfloat16_autocast_as_close_to_float64_as_the_reference():
     """Under CPU autocast both paths compute the matmul in bf16; the chunked loss and gradients are within a few
     times the reference's own error against float64."""
@@ -345,6 +366,27 @@ def test_fused_loss_refuses_float64():
     hidden, weight, targets = inputs()
     with pytest.raises(ValueError, match="bf16, fp16 or fp32, got torch.float64"):
         linear_cross_entropy(hidden.to(KERNEL_DEVICE), weight.to(KERNEL_DEVICE), targets.to(KERNEL_DEVICE), fused=True)
+
+
+def test_bad_inputs_are_clear_errors():
+    """Targets that are not integer class ids, or a chunk that is not a positive integer, are errors naming the
+    argument (not an index error from inside the loop, or a loop that never runs)."""
+    hidden, weight, targets = inputs()
+    cases = [
+        (dict(targets=targets.double()), r"targets \[37\] \(int64 or int32\), got \(37,\) torch.float64"),
+        (dict(targets=targets.to(torch.int16)), r"int64 or int32\), got \(37,\) torch.int16"),
+        (dict(targets=targets[:-1]), r"targets \[37\] .*got \(36,\)"),
+        (dict(chunk=0), "chunk must be an integer >= 1, got 0"),
+        (dict(chunk=2.5), "chunk must be an integer >= 1, got 2.5"),
+        (dict(chunk=True), "chunk must be an integer >= 1, got True"),
+    ]
+    for over, match in cases:
+        kwargs = {"hidden": hidden, "weight": weight, "targets": targets, **over}
+        with pytest.raises(ValueError, match=match):
+            linear_cross_entropy(**kwargs)
+    # int32 targets are class ids as int64 ones are
+    torch.testing.assert_close(linear_cross_entropy(hidden, weight, targets.int(), chunk=8),
+                               linear_cross_entropy(hidden, weight, targets, chunk=8), rtol=0, atol=0)
 
 
 # ----------------------------------------------------------------------------------------------------- bench_loss

@@ -99,6 +99,12 @@ def test_the_flag_table_is_the_trainers_own_parser():
                             "timeout_s? expected one of: config, env, args,"),
     ("steps.onw.args.steps=3", "--set steps.onw.args.steps: no step named onw (did you mean own? steps: "),
     ("phases.mian.steps.own.args.steps=3", "no item named 'mian' under phases (did you mean main? items: "),
+    # a name or kind set from the command line: refused naming the --set, not blamed on the file's lines
+    ("steps.own.name=other", "--set steps.own.name: a step's name cannot be set from the command line (every "
+                             "reference to it"),
+    ("steps.own.kind=sweep", "--set steps.own.kind: a step's kind cannot be set from the command line (its other "
+                             "keys are those of its kind)"),
+    ("phases.main.name=other", "--set phases.main.name: a phase's name cannot be set"),
 ])
 def test_a_bad_set_is_an_error_naming_the_set(tmp_path, item, needle):
     message = error_of(write(tmp_path), [item])

@@ -82,6 +82,13 @@ def apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
             raise RunbookError(f"--set {shown}: {printable('.'.join(parts[:i]))} is not a mapping")
     if not isinstance(node, dict):
         raise RunbookError(f"--set {shown}: {printable('.'.join(parts[:-1]))} is not a mapping")
+    if len(path) >= 2 and isinstance(path[-1], int) and path[-2] in ("phases", "steps") and (
+            parts[-1] == "name" or (parts[-1] == "kind" and path[-2] == "steps")):
+        what = "phase" if path[-2] == "phases" else "step"
+        why = ("every reference to it (criteria, winners, --only, --rerun, --reuse) uses its name"
+               if parts[-1] == "name" else "its other keys are those of its kind")
+        raise RunbookError(f"--set {shown}: a {what}'s {parts[-1]} cannot be set from the command line ({why}); "
+                           "change it in the runbook file")
     node[parts[-1]] = value
     ctx.overrides.append((path + (parts[-1],), item))
     return raw

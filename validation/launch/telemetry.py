@@ -73,55 +73,6 @@ def throttle_names(mask: int) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------- probes
-class TreeProbe:
-    """CPU utilisation and RSS of a process and its descendants, from /proc."""
-
-    def __init__(self, root_pid: int, exclude: set[int] | None = None):
-        self.root = int(root_pid)
-        self.exclude = set(exclude or ())
-        self._ticks: dict[tuple[int, int], int] = {}
-        self._t = time.monotonic()
-        self._primed = False
-        self.last_pids: set[int] = set()
-
-    def pids(self) -> list[int]:
-        found = set(descendants(self.root)) | ({self.root} if os.path.exists(f"/proc/{self.root}") else set())
-        return sorted(found - self.exclude)
-
-    def alive(self) -> bool:
-        try:
-            with open(f"/proc/{self.root}/stat", "rb") as f:
-                return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-        except (OSError, IndexError):
-            return False
-
-    def sample(self, table: dict[int, "ProcStat"] | None = None) -> dict[str, Any]:
-        """The tree's CPU and RSS since the last sample; `table` (scan_processes) saves a second scan of /proc."""
-        now = time.monotonic()
-        ticks, rss_pages = {}, 0
-        if table is None:
-            pids = self.pids()
-        else:
-            found = set(descendants(self.root, {p: (st.state, st.ppid, 0, 0, st.start) for p, st in table.items()}))
-            pids = sorted((found | ({self.root} if self.root in table else set())) - self.exclude)
-        self.last_pids = set(pids)
-        for pid in pids:
-            try:
-                with open(f"/proc/{pid}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-                with open(f"/proc/{pid}/statm", "rb") as f:
-                    rss_pages += int(f.read().split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            ticks[(pid, int(fields[19]))] = int(fields[11]) + int(fields[12])  # utime + stime
-        util = None
-        if self._primed and now > self._t:  # the first sample has no period to measure over
-            used = sum(t - self._ticks.get(key, 0) for key, t in ticks.items())  # a new process: all its ticks
-            util = round(max(100.0 * used / _CLK_TCK / (now - self._t), 0.0), 1)
-        self._ticks, self._t, self._primed = ticks, now, True
-        return {"cpu_util_pct": util, "rss_gb": round(rss_pages * _PAGE / _GIB, 4), "procs": len(ticks)}
-
-
 class ProcStat(NamedTuple):
     """One process's line of /proc/PID/stat, the fields the probes read (times in clock ticks)."""
 
@@ -189,20 +140,68 @@ def _environ_has(pid: int, marker: tuple[str, str]) -> bool:
         return False
 
 
-class HostProbe:
+class _CpuAccount:
+    """The CPU time a set of processes (a run's, a launch's tree) used between two samples of /proc, counted from
+    each process's own time and the time of the children it waited for, so that a short-lived child (a compiler, a
+    rank that ended) counts even after it is gone: a child reaped by one of the set's processes adds to that parent's
+    children time (a child and the parent that reaped it both gone since the last sample, a rank and its agent: to
+    the children time of the nearest ancestor still here, where what each had used at the last sample is taken off
+    once, never counted twice); only what a child used after the last sample and before it was reaped by a process
+    outside the set is lost (never the reverse)."""
+
+    def __init__(self):
+        self._own: dict[tuple[int, int], tuple[int, int, int]] = {}  # (pid, start) -> (user_sys, children, ppid)
+        self._all: dict[tuple[int, int], int] = {}  # (pid, start) -> user_sys of every process at the last sample:
+        #                                             for naming others, and what is new since (not in it)
+
+    def _advance(self, own: dict, table: dict[int, ProcStat]) -> None:
+        """Remember this sample's processes: the set's (`own`, as _own_delta takes it) and every one of `table`."""
+        self._all = {(p, st.start): st.user_sys for p, st in table.items()}
+        self._own = own
+
+    def _new(self, key: tuple[int, int]) -> bool:
+        """Whether the process `key` (pid, start) started since the last sample: it was not in the last sample's
+        table. (Not its start time against the clock read after that table: a process started while the table was
+        read, missing from it, started before that reading and would never count its first period.)"""
+        return bool(self._all) and key not in self._all
+
+    def _own_delta(self, own: dict, present: set[tuple[int, int]]) -> int:
+        """Ticks the set's processes `own` ({(pid, start): (user_sys, children, ppid)}) used since the last sample
+        (see the class docstring); `present`: the (pid, start) of every process now, to tell one that exited (and was
+        reaped) from one that left the set."""
+        # a process of the set that exited since the last sample: its time is now in the children time of the one
+        # that reaped it, its parent, or, when the parent exited too (a rank and the agent that waited for it), the
+        # nearest of its ancestors still here; what it had used at the last sample is taken off there, once
+        alive = {pid for pid, _ in own}
+        exited = {key: ppid for key, (_, _, ppid) in self._own.items() if key not in own and key not in present}
+        parent_of = {pid: ppid for (pid, _), ppid in exited.items()}
+        gone: dict[int, int] = {}  # pid -> what its descendants that are gone had used at the last sample
+        for key, ppid in exited.items():
+            hops = 0
+            while ppid not in alive and ppid in parent_of and hops < len(parent_of):
+                ppid, hops = parent_of[ppid], hops + 1
+            us, ch, _ = self._own[key]
+            gone[ppid] = gone.get(ppid, 0) + us + ch
+        used = 0
+        for key, (us, ch, _) in own.items():
+            before = self._own.get(key)
+            if before is not None:
+                used += max(us - before[0], 0) + max(ch - before[1] - gone.get(key[0], 0), 0)
+            elif self._new(key):
+                used += us + ch
+        return used
+
+
+class HostProbe(_CpuAccount):
     """The machine's CPU beside a launch, from /proc: what all processes used (/proc/stat), what the run's own
     processes used, and the difference, the CPU of every other process; steal time; and, when the others used more
     than OTHER_CPU_SLACK_CORES, the busiest of them by name.
 
     The run's own processes are `own_root` (nsa-validate itself, or a Slurm node's task) and everything below it,
     plus (a Slurm job whose nodes share one machine) every process whose environment carries `job` (("SLURM_JOB_ID",
-    "123")). Their CPU is counted from each process's own time and the time of the children it waited for, so that
-    a short-lived child (a compiler, a rank that ended) counts as the run's even after it is gone: a child reaped by
-    one of the run's processes adds to that parent's children time (a child and the parent that reaped it both gone
-    since the last sample, a rank and its agent: to the children time of the nearest ancestor still here, where what
-    each had used at the last sample is taken off once, never counted twice); only what a child used after the last
-    sample and before it was reaped by a process outside the run is lost, which counts it as another's (never the
-    reverse).
+    "123")). Their CPU is counted as ``_CpuAccount`` says, so that a short-lived child counts as the run's even after
+    it is gone; what a child used after the last sample and before it was reaped by a process outside the run counts
+    as another's (never the reverse).
     The others' CPU is the machine's total less the run's, so that processes that live less than a sample (a build's
     compiler jobs) count in full."""
 
@@ -210,10 +209,8 @@ class HostProbe:
         self.own_root = int(own_root)
         self.job = job
         self.ncpu = int(ncpu or os.cpu_count() or 1)
+        super().__init__()
         self._prev: tuple[float, int, int] | None = None  # (monotonic time, busy ticks, steal ticks)
-        self._own: dict[tuple[int, int], tuple[int, int, int]] = {}  # (pid, start) -> (user_sys, children, ppid)
-        self._all: dict[tuple[int, int], int] = {}  # (pid, start) -> user_sys of every process at the last sample:
-        #                                             for naming others, and what is new since (not in it)
         self._members: dict[tuple[int, int], bool] = {}  # (pid, start) -> carries `job` (read once per process)
 
     def _own_pids(self, table: dict[int, ProcStat]) -> set[int]:
@@ -248,42 +245,10 @@ class HostProbe:
                        steal_pct=round(max(steal, 0) * scale, 1))
             if others * scale >= 100.0 * OTHER_CPU_SLACK_CORES:
                 out["other_top"] = self._top_others(table, own_pids, scale)
-        self._all = {(p, st.start): st.user_sys for p, st in table.items()}
-        self._own = own
+        self._advance(own, table)
         if ticks is not None:
             self._prev = (now, ticks[0], ticks[1])
         return out
-
-    def _new(self, key: tuple[int, int]) -> bool:
-        """Whether the process `key` (pid, start) started since the last sample: it was not in the last sample's
-        table. (Not its start time against the clock read after that table: a process started while the table was
-        read, missing from it, started before that reading and would never count its first period.)"""
-        return bool(self._all) and key not in self._all
-
-    def _own_delta(self, own: dict, present: set[tuple[int, int]]) -> int:
-        """Ticks the run's processes used since the last sample (see the class docstring); `present`: the (pid,
-        start) of every process now, to tell one that exited (and was reaped) from one that left the run's tree."""
-        # a process of the run that exited since the last sample: its time is now in the children time of the one
-        # that reaped it, its parent, or, when the parent exited too (a rank and the agent that waited for it), the
-        # nearest of its ancestors still here; what it had used at the last sample is taken off there, once
-        alive = {pid for pid, _ in own}
-        exited = {key: ppid for key, (_, _, ppid) in self._own.items() if key not in own and key not in present}
-        parent_of = {pid: ppid for (pid, _), ppid in exited.items()}
-        gone: dict[int, int] = {}  # pid -> what its descendants that are gone had used at the last sample
-        for key, ppid in exited.items():
-            hops = 0
-            while ppid not in alive and ppid in parent_of and hops < len(parent_of):
-                ppid, hops = parent_of[ppid], hops + 1
-            us, ch, _ = self._own[key]
-            gone[ppid] = gone.get(ppid, 0) + us + ch
-        used = 0
-        for key, (us, ch, _) in own.items():
-            before = self._own.get(key)
-            if before is not None:
-                used += max(us - before[0], 0) + max(ch - before[1] - gone.get(key[0], 0), 0)
-            elif self._new(key):
-                used += us + ch
-        return used
 
     def _top_others(self, table: dict[int, ProcStat], own_pids: set[int], scale: float) -> str:
         """The busiest other processes since the last sample: "python3[4242] 98%; cc1[77] 12%"."""
@@ -298,6 +263,56 @@ class HostProbe:
                 busy.append((used, pid, st.comm))
         busy.sort(reverse=True)
         return "; ".join(f"{_command(pid, comm)}[{pid}] {used * scale:.0f}%" for used, pid, comm in busy[:TOP_OTHERS])
+
+
+class TreeProbe(_CpuAccount):
+    """CPU utilisation and RSS of a process and its descendants, from /proc. The CPU is counted as HostProbe counts
+    the run's (``_CpuAccount``): each process's own time plus the time of the children it waited for, so that a
+    child that lived less than a sample (a compiler, a test file's process, a rank that ended) counts in full."""
+
+    def __init__(self, root_pid: int, exclude: set[int] | None = None):
+        super().__init__()
+        self.root = int(root_pid)
+        self.exclude = set(exclude or ())
+        self._t = time.monotonic()
+        self._primed = False
+        self.last_pids: set[int] = set()
+
+    def pids(self) -> list[int]:
+        found = set(descendants(self.root)) | ({self.root} if os.path.exists(f"/proc/{self.root}") else set())
+        return sorted(found - self.exclude)
+
+    def alive(self) -> bool:
+        try:
+            with open(f"/proc/{self.root}/stat", "rb") as f:
+                return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+        except (OSError, IndexError):
+            return False
+
+    def sample(self, table: dict[int, "ProcStat"] | None = None) -> dict[str, Any]:
+        """The tree's CPU and RSS since the last sample; `table` (scan_processes) saves a second scan of /proc."""
+        now = time.monotonic()
+        table = scan_processes() if table is None else table
+        # zombies too (their CPU time is theirs until their parent waits for them: see HostProbe._own_pids)
+        members = set(descendants(self.root, {p: ("S", st.ppid, 0, 0, st.start) for p, st in table.items()}))
+        members = (members | ({self.root} if self.root in table else set())) - self.exclude
+        own = {(p, table[p].start): (table[p].user_sys, table[p].children, table[p].ppid) for p in members}
+        live = sorted(p for p in members if table[p].state != "Z")
+        self.last_pids = set(live)
+        rss_pages = 0
+        for pid in live:
+            try:
+                with open(f"/proc/{pid}/statm", "rb") as f:
+                    rss_pages += int(f.read().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+        util = None
+        if self._primed and now > self._t and table:  # the first sample has no period to measure over
+            used = self._own_delta(own, {(p, st.start) for p, st in table.items()})
+            util = round(max(100.0 * used / _CLK_TCK / (now - self._t), 0.0), 1)
+        self._advance(own, table)
+        self._t, self._primed = now, True
+        return {"cpu_util_pct": util, "rss_gb": round(rss_pages * _PAGE / _GIB, 4), "procs": len(live)}
 
 
 def load_nvml():
@@ -914,7 +929,8 @@ def pcie_links(nvidia_smi_xml: str) -> PcieLinks:
 # ------------------------------------------------------------------------------------------- command line
 def main(argv: list[str] | None = None) -> int:
     """``python -m validation.launch.telemetry --out FILE --root PID [--interval S] [--node NAME]``: sample until
-    the root process is gone, or SIGTERM/SIGINT (a Slurm node's sampler)."""
+    the root process is gone, or SIGTERM/SIGINT (a Slurm node's sampler). Exit code 0, or 1 with one line on stderr
+    when FILE cannot be written (the rows written before stay in it)."""
     parser = argparse.ArgumentParser(prog="python -m validation.launch.telemetry",
                                      description="Sample GPU and process-tree telemetry into a CSV file.")
     parser.add_argument("--out", required=True, type=Path, help="the CSV file to write")
@@ -936,7 +952,11 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    sampler.run()
+    try:
+        sampler.run()
+    except OSError as exc:  # the file cannot be created or written (a missing or read-only directory, a full disk)
+        print(f"telemetry: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -60,6 +61,30 @@ def test_sampler_records_cpu_and_rss_of_the_tree_every_interval_and_ends_with_it
     assert all(r["gpu"] == "" and r["gpu_util_pct"] == "" for r in rows)  # no GPU here: GPU columns empty
     assert all(float(r["rss_gb"]) > 0 for r in rows[:-1]) and {r["node"] for r in rows} == {"n0"}
     assert all(float(r["sampler_cpu_ms"]) >= 0 for r in rows)
+
+
+def test_children_shorter_than_the_interval_count_in_the_trees_cpu(tmp_path):
+    # the root runs short busy children one after another, each gone well within a sampling interval (a compiler, a
+    # test file's process); the root's own and its reaped children's CPU time (getrusage) is the reference for the
+    # CPU the tree used, which the sampled utilisation must add up to (it read a fifth of it when only the processes
+    # alive at a sample counted). The root outlives its last child by two intervals: a sample sees it reaped.
+    short = BUSY.format(s=0.06)
+    code = ("import resource, subprocess, sys, time\n"
+            f"for _ in range(6): subprocess.run([sys.executable, '-S', '-c', {short!r}])\n"
+            "used = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, "
+            "resource.RUSAGE_CHILDREN) for f in ('ru_utime', 'ru_stime'))\n"
+            f"open({str(tmp_path / 'cpu.txt')!r}, 'w').write(str(used))\n"
+            "time.sleep(0.7)\n")
+    proc = subprocess.Popen([sys.executable, "-S", "-c", code])
+    sampler = telemetry.Sampler(tmp_path / "telemetry.csv", proc.pid, interval_s=0.3, node="n0").start()
+    proc.wait()
+    sampler._thread.join(5)
+    assert not sampler._thread.is_alive() and sampler.error is None
+    rows = _rows(tmp_path / "telemetry.csv")
+    sampled = sum(float(b["cpu_util_pct"]) / 100 * (float(b["time"]) - float(a["time"]))
+                  for a, b in zip(rows, rows[1:]) if b["cpu_util_pct"])
+    own = float((tmp_path / "cpu.txt").read_text())
+    assert 0.8 * own - 0.05 <= sampled <= 1.2 * own + 0.05, (sampled, own)
 
 
 def test_a_launch_with_telemetry_writes_it_and_leaves_no_thread_or_process(tmp_path):
@@ -135,6 +160,19 @@ def test_node_sampler_command_ends_on_sigterm(tmp_path):
         sleeper.kill()
         sleeper.wait()
     assert len(_rows(tmp_path / "t.csv")) >= 2
+
+
+def test_node_sampler_command_that_cannot_write_its_file_says_so_in_one_line(tmp_path, capsys):
+    (tmp_path / "a-file").write_text("")
+    out = tmp_path / "a-file" / "telemetry.csv"  # its directory is a file: not even root can create it
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}  # main() sets its own
+    try:
+        assert telemetry.main(["--out", str(out), "--root", str(os.getpid()), "--interval", "0.05"]) == 1
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    err = capsys.readouterr().err
+    assert err.startswith(f"telemetry: cannot write {out}: ") and len(err.strip().splitlines()) == 1
 
 
 # ------------------------------------------------------------------------------------------------ GPU columns

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from validation import cli
 from validation import kinds as step_kinds
-from validation.report.console import make_console, print_table, table_lines
+from validation.report.console import make_console, print_line, print_table, table_lines
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).parent / "fixtures" / "results_example.json"
@@ -38,6 +38,24 @@ def test_table_lines_keep_every_value_whole_on_one_line():
     assert lines[2] == f"Selection v2 faster  {LONG}  PASS"
     assert lines[3] == "x                    multi line value"  # padded to the widest cell; nothing trails
     assert len(lines) == 4
+
+
+def test_escape_sequences_inside_values_never_reach_the_log():
+    # a failure's reason can carry a coloured log line: in a CI log its escape sequences would recolour what follows
+    reason = "exit 1: \x1b[1;31mRuntimeError\x1b[0m: boom\x1b]0;title\x07"
+    out = io.StringIO()
+    console = make_console()
+    console.file = out
+    assert not console.is_terminal
+    print_line(console, reason)
+    print_table(console, ("step", "reason"), [("train", reason)])
+    assert out.getvalue().splitlines() == ["exit 1: RuntimeError: boom", "step   reason",
+                                           "train  exit 1: RuntimeError: boom"]
+    out = io.StringIO()
+    terminal = Console(file=out, force_terminal=True, width=80, color_system=None)
+    print_table(terminal, ("step", "reason"), [("train", reason)])
+    print_line(terminal, reason, style="red")
+    assert "\x1b" not in out.getvalue() and out.getvalue().count("exit 1: RuntimeError: boom") == 2
 
 
 def test_print_table_on_a_terminal_folds_instead_of_cutting():

@@ -5,7 +5,11 @@ row, its columns padded to their widest value, every name and value in full howe
 wrap at 80 columns and cut values with an ellipsis). On a terminal a table is a rich Table whose cells fold
 (wrap inside the cell) instead of being cut. Lines printed with print_line never wrap when not on a terminal.
 
-Only rich is imported here (validation.cli's start-up stays light).
+Every name and value is printed as its text (validation.formatting.printable): a terminal escape sequence inside one
+(a coloured log line in a failure's reason) is taken out, another control character shown as U+FFFD, so a value
+never recolours or moves the cursor of the console or log it lands in.
+
+Only rich and validation.formatting are imported here (validation.cli's start-up stays light).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from typing import Iterable, Sequence
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from validation.formatting import printable
 
 # Styles of the words the tables show (status, verdict) on a terminal; plain words elsewhere.
 STYLES = {"PASS": "green", "PASSED": "green", "GO": "green", "better": "green",
@@ -33,7 +39,7 @@ def make_console(stderr: bool = False) -> Console:
 
 def _cell(value: object) -> str:
     """One table cell as a single line of text."""
-    text = "" if value is None else str(value)
+    text = printable(value)
     return " ".join(text.split()) if ("\n" in text or "\r" in text or "\t" in text) else text
 
 
@@ -81,6 +87,7 @@ def print_table(console: Console, columns: Sequence[str], rows: Iterable[Sequenc
 
 def print_line(console: Console, text: str, style: str | None = None) -> None:
     """One line of plain text (no markup interpreted), styled on a terminal only, never wrapped elsewhere."""
+    text = printable(text)
     if style and console.is_terminal:
         console.print(f"[{style}]{escape(text)}[/{style}]", highlight=False)
     else:

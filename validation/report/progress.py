@@ -4,7 +4,7 @@
     display(console)  the progress display `run` opens (validation.run.run_runbook's `display`): LiveReporter
                       on a terminal, PlainReporter elsewhere; nothing of it outlives the `with`
     LiveReporter      a terminal: a live rich progress bar (phase / step, the trainer's step and tokens/s from
-                      its heartbeats, elapsed time and ETA); one line when each step ends
+                      its heartbeats, the running launch's elapsed time and ETA); one line when each step ends
     PlainReporter     a pipe, `| tee`, a CI log, Slurm output (where no live display shows): plain lines, no
                       ANSI codes: one when a step starts, one at least every PLAIN_PROGRESS_S while it runs
                       (step, elapsed time, the trainer's last step and tokens/s, an ETA when it can be
@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from validation.formatting import fmt_duration
+from validation.formatting import fmt_duration, printable
 from validation.report.console import print_line
 from validation.results.codec import decode
 from validation.results.run import Step as StepRecord
@@ -64,13 +64,13 @@ def _print_finished(console: Console, step: Step, result) -> None:
     took = f" in {fmt_duration(record.duration_s)}" if record.status != "skipped" and \
         record.duration_s is not None else ""
     console.print(f"  [{colour}]{str(record.status).upper():8}[/{colour}] "
-                  + escape(f"{step.phase} / {step.name}{took}{extra}{reason}"), markup=True,
+                  + escape(printable(f"{step.phase} / {step.name}{took}{extra}{reason}")), markup=True,
                   highlight=False, soft_wrap=not console.is_terminal)
 
 
 class LiveReporter:
-    """A terminal: rich progress (phase, step, live tokens/s from the heartbeats, elapsed and ETA), and one line
-    when each step ends with its status and elapsed time."""
+    """A terminal: rich progress (phase, step, live tokens/s from the heartbeats, the running launch's elapsed time
+    and ETA), and one line when each step ends with its status and elapsed time."""
 
     def __init__(self, progress: Progress, console: Console):
         self.p, self.console = progress, console
@@ -85,13 +85,19 @@ class LiveReporter:
         self.total = self.p.add_task("run", total=len(steps), info="")
         self.task = self.p.add_task("step", total=None, info="")
 
+    def _new_task(self, step: Step, info: str) -> None:
+        """A fresh bar for the running launch: its own clock, no rate carried over from an earlier one, and not
+        finished (a rich task that once reached its total stays finished: its elapsed time frozen, its ETA 0)."""
+        if self.task is not None:
+            self.p.remove_task(self.task)
+        self.task = self.p.add_task(f"{step.phase} / {step.name}", total=_trainer_steps(step), info=info)
+
     def step_started(self, step: Step, launches: int) -> None:
-        self.p.update(self.task, description=f"{step.phase} / {step.name}", completed=0,
-                      total=_trainer_steps(step), info=f"{step.kind}")
+        self._new_task(step, f"{step.kind}")
 
     def launch_started(self, step: Step, planned, index: int, total: int) -> None:
         label = f" [{planned.label}]" if planned.label else ""
-        self.p.update(self.task, completed=0, info=f"{step.kind}{label} {index + 1}/{total}")
+        self._new_task(step, f"{step.kind}{label} {index + 1}/{total}")
 
     def launch_progress(self, step: Step, progress) -> None:
         parts = []

@@ -6,12 +6,18 @@ file starts afresh in each process, so that an earlier attempt's tests are never
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
+
+import pytest
 
 from validation.kinds.pytest import Options, Pytest, file_result
 from validation.kinds.pytest import progress
 
+REPO = Path(__file__).resolve().parents[3]
 PASSING_JUNIT = ('<testsuites><testsuite tests="4" failures="0" errors="0" skipped="1" time="2.5"/>'
                  '</testsuites>')
 
@@ -103,3 +109,30 @@ def test_the_progress_record_starts_afresh_in_each_process(tmp_path):
     # the file's record of the death: 1 finished (passed) + the death, not 2 finished
     rec = file_result("t.py", tmp_path, "failed", -11, "killed", 1.0)
     assert (rec.status, rec.passed, rec.failed, rec.total, rec.running) == ("died", 1, 1, 2, "t.py::test_b")
+
+
+def test_progress_record_of_a_run_with_xdist_workers_holds_every_test(tmp_path):
+    # `-n 2` in a step's pytest_args: every worker loads the plugin too; the controller hears all their events, and
+    # a worker that opened the file as well cut it short and wrote over the controller's lines
+    pytest.importorskip("xdist")
+    (tmp_path / "test_many.py").write_text("import pytest\n\n@pytest.mark.parametrize('i', range(8))\n"
+                                           "def test_ok(i):\n    pass\n")
+    record = tmp_path / "progress.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                           "validation.kinds.pytest.progress", progress.OPTION, str(record), "test_many.py", "-n", "2"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    outcomes, running = progress.read_progress(record)
+    assert outcomes == {f"test_many.py::test_ok[{i}]": "passed" for i in range(8)} and running is None
+    assert len(record.read_text().splitlines()) == 8 * 4  # start, setup, call, teardown: each line once
+
+
+def test_progress_record_names_every_test_still_running_side_by_side(tmp_path):
+    # with xdist workers two tests run at once: one that finished after another started leaves that one running
+    path = tmp_path / "progress.jsonl"
+    events = [("start", "a", None), ("start", "b", None), ("report", "b", "call"), ("report", "b", "teardown"),
+              ("start", "c", None), ("report", "a", "setup")]
+    path.write_text("".join(json.dumps({"event": e, "nodeid": n, **({"when": w, "outcome": "passed"} if w else {})})
+                            + "\n" for e, n, w in events))
+    assert progress.read_progress(path) == ({"b": "passed"}, "a, c")

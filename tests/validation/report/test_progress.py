@@ -11,6 +11,8 @@ import time
 from types import SimpleNamespace
 
 from rich.console import Console
+from rich.progress import Progress as Bars
+from rich.progress import TimeElapsedColumn, TimeRemainingColumn
 
 from validation.launch.spec import Progress
 from validation.report.progress import LiveReporter, PlainReporter, display
@@ -37,6 +39,11 @@ class _Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def _bar(reporter: LiveReporter):
+    """The running step's rich task."""
+    return next(t for t in reporter.p.tasks if t.id == reporter.task)
 
 
 def _running(text: str) -> list[str]:
@@ -140,7 +147,7 @@ def test_a_terminal_keeps_the_live_bar_and_prints_no_plain_lines():
         reporter.step_started(step, 1)
         reporter.launch_started(step, SimpleNamespace(label=""), 0, 1)
         reporter.launch_progress(step, Progress(1.0, 7, 1234.0, "running"))
-        task = reporter.p.tasks[reporter.task]
+        task = _bar(reporter)
         assert (task.description, task.completed, task.total) == ("train / baseline", 7, 100)
         assert task.fields["info"] == "step 7 | 1,234 tok/s"
         time.sleep(0.05)
@@ -148,3 +155,59 @@ def test_a_terminal_keeps_the_live_bar_and_prints_no_plain_lines():
     text = out.getvalue()
     assert "STARTED" not in text and "RUNNING" not in text
     assert "PASSED" in text and ANSI.search(text)  # the live display's own cursor and colour codes
+
+
+def test_a_terminal_bar_starts_afresh_for_each_step_and_launch():
+    # a trainer launch that reached its steps left the bar finished: every later step's and launch's elapsed time
+    # frozen and its ETA 0, and a step without trainer steps kept the earlier step's total
+    clock = _Clock()
+    console = Console(file=io.StringIO(), force_terminal=True, width=120)
+    bars = Bars(TimeElapsedColumn(), TimeRemainingColumn(), console=console, get_time=clock, auto_refresh=False)
+    reporter = LiveReporter(bars, console)
+    first, second, tests = _step(name="first"), _step(name="second"), _step(steps=None, name="tests")
+    reporter.run_started(SimpleNamespace(name="smoke"), "/tmp/run", [first, second, tests])
+
+    def steps(step, upto, start=1):  # one trainer step a second
+        for n in range(start, upto + 1):
+            clock.now += 1
+            reporter.launch_progress(step, Progress(float(n), n, 1000.0, "running"))
+
+    reporter.step_started(first, 2)
+    reporter.launch_started(first, SimpleNamespace(label="a"), 0, 2)
+    steps(first, 100)
+    assert _bar(reporter).finished
+    clock.now += 5
+    reporter.launch_started(first, SimpleNamespace(label="b"), 1, 2)
+    steps(first, 10)
+    bar = _bar(reporter)
+    assert not bar.finished and bar.elapsed == 10 and bar.completed == 10 and bar.total == 100
+    assert bar.time_remaining == 90  # 90 steps left at one a second
+    steps(first, 100, start=11)
+    reporter.step_finished(first, {"status": "passed", "duration_s": 205.0})
+    clock.now += 3
+    reporter.step_started(second, 1)
+    reporter.launch_started(second, SimpleNamespace(label=""), 0, 1)
+    clock.now += 4
+    bar = _bar(reporter)
+    assert (bar.description, bar.completed, bar.total, bar.elapsed, bar.finished) == (
+        "train / second", 0, 100, 4, False)
+    steps(second, 100)
+    reporter.step_finished(second, {"status": "passed", "duration_s": 104.0})
+    reporter.step_started(tests, 1)
+    reporter.launch_started(tests, SimpleNamespace(label=""), 0, 1)
+    clock.now += 2
+    bar = _bar(reporter)
+    assert (bar.description, bar.total, bar.elapsed, bar.finished) == ("train / tests", None, 2, False)
+    assert len(bars.tasks) == 2  # the run's bar and the running step's
+
+
+def test_a_reason_with_escape_sequences_ends_the_step_as_plain_text():
+    console, out = _plain()
+    reporter = PlainReporter(console, interval_s=3600)
+    step = _step()
+    reporter.step_started(step, 1)
+    reporter.step_finished(step, {"status": "failed", "duration_s": 2.0,
+                                  "reason": "exit 1: \x1b[31mRuntimeError\x1b[0m: boom"})
+    assert out.getvalue().splitlines()[-1] == "  FAILED   train / baseline in 2.0 s (1,234 tok/s mean): exit 1: " \
+                                              "RuntimeError: boom"
+    assert not ANSI.search(out.getvalue())

@@ -29,7 +29,10 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     global _file
     path = config.getoption(OPTION)
-    if path and _file is None:
+    # a pytest-xdist worker (`-n N` in pytest_args) writes nothing: the controller receives every worker's events
+    # (its pytest_runtest_logstart and _logreport) and is the file's one writer; a worker opening the file as well
+    # would cut it short and overwrite the controller's lines with its own
+    if path and _file is None and not hasattr(config, "workerinput"):
         # "w": a step run again in the same directory (--resume, --rerun) starts a fresh record; an earlier
         # attempt's lines would count its tests as this run's
         _file = open(path, "w", buffering=1, encoding="utf-8")  # noqa: SIM115 - open for the whole session
@@ -66,9 +69,10 @@ def pytest_runtest_logreport(report):
 
 def read_progress(path: Path) -> tuple[dict[str, str], str | None]:
     """({nodeid: "passed" | "failed" | "skipped" | "error"} of the tests that finished, the nodeid of the one that
-    started and did not finish, or None). A failure in setup or teardown is an error, as JUnit counts it."""
+    started and did not finish, or None; with pytest-xdist, where several run at once, those that did not finish,
+    in the order they started, joined by ", "). A failure in setup or teardown is an error, as JUnit counts it."""
     outcomes: dict[str, str] = {}
-    running: str | None = None
+    running: dict[str, None] = {}  # started, not finished, in start order
     try:
         lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
@@ -82,7 +86,8 @@ def read_progress(path: Path) -> tuple[dict[str, str], str | None]:
         if nodeid is None:
             continue
         if event.event == "start":
-            running = nodeid
+            running.pop(nodeid, None)
+            running[nodeid] = None
             continue
         when, outcome = event.when, event.outcome
         if outcome == "failed":
@@ -93,6 +98,5 @@ def read_progress(path: Path) -> tuple[dict[str, str], str | None]:
             outcomes[nodeid] = "passed"
         if when == "teardown":
             outcomes.setdefault(nodeid, "passed")
-            if running == nodeid:
-                running = None
-    return outcomes, running
+            running.pop(nodeid, None)
+    return outcomes, ", ".join(running) or None

@@ -2,7 +2,8 @@
 `import validation.cli` alone; nsa-train `--help` and `watchdog --help`. Each runs N times in a fresh process (wall
 time: min, median and max; CPU time of the child: median). Target: `nsa-validate --help`, `list` and
 `nsa-train --help` under 1 s. Prints which heavy modules each command loaded (none of torch, pandas and matplotlib
-is expected).
+is expected), then the command that reproduces the figures. A command that fails ends the benchmark with exit code 1
+and its error.
 
     python benchmarks/bench_startup.py [--repeats 7] [--json OUT.json]
 """
@@ -13,6 +14,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -61,11 +63,13 @@ def loaded(tool: str, argv: list[str]) -> list[str]:
     return [m for m in line[len("LOADED "):].split(",") if m]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--json", type=Path, help="also write the figures as JSON")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
     cases = [("nsa-validate", ["--help"]), ("nsa-validate", ["list"]), ("nsa-validate", ["kinds"]),
              ("nsa-validate", ["plan", "runbooks/cpu_smoke.yaml"]), ("nsa-train", ["--help"]),
              ("nsa-train", ["watchdog", "--help"])]
@@ -92,6 +96,7 @@ def main() -> int:
     slow = [r["command"] for r in rows if r["command"] in TARGETS and r["median_s"] >= TARGET_S]
     print(f"target: {', '.join(TARGETS)} under {TARGET_S:g} s: "
           + ("met" if not slow else f"NOT met by {', '.join(slow)}"))
+    print("reproduce: python benchmarks/bench_startup.py " + shlex.join(sys.argv[1:] if argv is None else argv))
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "python_s": python_s, "load": load}, indent=2) + "\n")
     return 0

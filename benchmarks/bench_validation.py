@@ -1,10 +1,12 @@
 """Load figures of the validation pipeline.
 
-    python benchmarks/bench_validation.py [--rows 1000000] [--json out.json]
-    python benchmarks/bench_validation.py --longrun [--out RUN_DIR] [--steps N] [--json out.json]
+    python benchmarks/bench_validation.py [--rows 1000000] [--repeats 3] [--json out.json]
+    python benchmarks/bench_validation.py --longrun [--out RUN_DIR] [--steps N] [--repeats 3] [--json out.json]
 
 Default: a synthetic 1,000,000-row training.csv and a 1,000,000-line heartbeat file. Each stage runs in its own
-subprocess so its peak memory (peak RSS, torch/pandas imports included) is its own:
+subprocess so its peak memory (peak RSS after its first run, torch/pandas imports included) is its own; inside it
+the stage's work runs --repeats times, its time given as min / median / max (the first run, which also pays the
+libraries' first-call costs, is usually the max):
 - csv: read_training_csv + summarize (the step's window) of an N-row training.csv;
 - report: make_plots + render (md, html, junit) of a results.json whose long-run step points at that csv;
 - heartbeat: latest_heartbeats (tail read) vs read_heartbeats (whole file) on an N-line heartbeat file.
@@ -20,7 +22,8 @@ share and RSS growth while the trainer ran; heartbeat bytes read vs. the files' 
 process, and the wall time of a whole `nsa-validate report --write` re-render.
 --steps N shortens the run for a quick check (its "10,000 steps logged" criterion then fails: NO-GO).
 
-Times are wall seconds on this machine; compare them with each other, not with another machine.
+Times are wall seconds on this machine; compare them with each other, not with another machine. The command that
+reproduces the figures is printed last; a stage that fails ends the benchmark with exit code 1 and its error.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import argparse
 import json
 import os
 import resource
+import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,33 +61,51 @@ def make_heartbeats(path: Path, lines: int) -> None:
                                 "loss": 2.0, "toks_per_s": 30000.0}) + "\n")
 
 
-def stage(name: str, work: Path, run_dir: Path) -> dict:
-    """One stage, timed without its imports (torch, pandas, matplotlib load once per process). csv and report
-    read run_dir/results.json; its step "longrun" names the training.csv and the window."""
+def stage(name: str, work: Path, run_dir: Path, repeats: int = 1) -> dict:
+    """One stage, its work run `repeats` times and timed without its imports (torch, pandas, matplotlib load once
+    per process): "seconds" {min, median, max} and "runs" (each time; the first also pays the libraries' first-call
+    costs, their lazy imports), "peak_rss_mb" after the first run, "peak_rss_mb_all_runs" after the last. csv and
+    report read run_dir/results.json; its step "longrun" names the training.csv and the window."""
     from nsa.training.heartbeat import latest_heartbeats, read_heartbeats
     from validation.analysis import metrics
     from validation.report import make_plots, render
 
     results = json.loads((run_dir / "results.json").read_text())
     longrun = results["steps"]["longrun"]["metrics"]
-    t0 = time.perf_counter()
-    if name == "csv":
-        read = metrics.read_training_csv(run_dir / longrun["csv"])
-        summary = metrics.summarize(read, metrics.Window(longrun["window"]["last"], longrun["window"]["warmup"]))
-        out = {"rows": summary["steps"], "rows_used": summary["window"]["n"], "status": summary["status"]}
-    elif name == "report":
-        plots = make_plots(results, run_dir)
-        sizes = {fmt: len(render(results, fmt, plots=plots)) for fmt in ("md", "html", "junit")}
-        out = {"plots": len(plots), "chars": sizes}
-    elif name == "heartbeat_tail":
-        out = {"last_step": latest_heartbeats(work)[0]["step"]}
-    elif name == "heartbeat_full":
-        out = {"records": len(read_heartbeats(work)[0])}
-    else:
-        raise SystemExit(f"unknown stage {name}")
-    out["seconds"] = time.perf_counter() - t0
-    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    times = []
+    for _ in range(max(repeats, 1)):
+        t0 = time.perf_counter()
+        if name == "csv":
+            read = metrics.read_training_csv(run_dir / longrun["csv"])
+            summary = metrics.summarize(read, metrics.Window(longrun["window"]["last"], longrun["window"]["warmup"]))
+            out = {"rows": summary["steps"], "rows_used": summary["window"]["n"], "status": summary["status"]}
+        elif name == "report":
+            plots = make_plots(results, run_dir)
+            sizes = {fmt: len(render(results, fmt, plots=plots)) for fmt in ("md", "html", "junit")}
+            out = {"plots": len(plots), "chars": sizes}
+        elif name == "heartbeat_tail":
+            out = {"last_step": latest_heartbeats(work)[0]["step"]}
+        elif name == "heartbeat_full":
+            out = {"records": len(read_heartbeats(work)[0])}
+        else:
+            raise SystemExit(f"unknown stage {name}")
+        times.append(time.perf_counter() - t0)
+        if len(times) == 1:  # one run's peak (a repeat may keep some of the last run's memory: plots, caches)
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["runs"] = times
+    out["seconds"] = spread(times)
+    out["peak_rss_mb"] = peak
+    out["peak_rss_mb_all_runs"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
+
+
+def spread(values: list[float]) -> dict:
+    """{"min", "median", "max"} of `values`."""
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def _seconds(s: dict) -> str:
+    return " / ".join(f"{s[k]:.3f}" for k in ("min", "median", "max")) + " s"
 
 
 # ---------------------------------------------------------------------------------------------- --longrun
@@ -220,10 +243,10 @@ def longrun(args) -> dict:
                "heartbeat_files": len(heartbeat_files), "heartbeat_bytes": hb_size,
                "stdout_log_bytes": sum(p.stat().st_size for p in run_dir.rglob("stdout.log")),
                "polling": _polling_phase(orch.pop("samples")), **orch}
-        fig["metrics_stage"] = _subprocess_json(["--stage", "csv", "--work", tmp, "--run-dir", str(run_dir)],
-                                                "metrics stage")
-        fig["report_stage"] = _subprocess_json(["--stage", "report", "--work", tmp, "--run-dir", str(run_dir)],
-                                               "report stage")
+        fig["metrics_stage"] = _subprocess_json(["--stage", "csv", "--work", tmp, "--run-dir", str(run_dir),
+                                                 "--repeats", str(args.repeats)], "metrics stage")
+        fig["report_stage"] = _subprocess_json(["--stage", "report", "--work", tmp, "--run-dir", str(run_dir),
+                                                "--repeats", str(args.repeats)], "report stage")
         t0 = time.perf_counter()
         rerender = subprocess.run([sys.executable, "-m", "validation.cli", "report", str(run_dir), "--write"],
                                   cwd=ROOT, capture_output=True, text=True,
@@ -253,12 +276,13 @@ def _print_longrun(f: dict) -> None:
           f"{f['heartbeat_bytes'] / mb:.2f} MB of heartbeats; whole-file re-reads at the same polls: "
           f"{f['heartbeat_full_reread_bytes'] / mb:,.0f} MB")
     ms, rs = f["metrics_stage"], f["report_stage"]
-    print(f"metrics (read + summarize {ms['rows']:,} rows): {ms['seconds']:.3f} s, peak RSS {ms['peak_rss_mb']:.0f} MB;"
-          f" report (plots + md/html/junit): {rs['seconds']:.3f} s, peak RSS {rs['peak_rss_mb']:.0f} MB; "
-          f"`nsa-validate report --write` (whole process): {f['report_cli_wall_s']:.1f} s")
+    print(f"metrics (read + summarize {ms['rows']:,} rows, min / median / max of {len(ms['runs'])}): "
+          f"{_seconds(ms['seconds'])}, peak RSS {ms['peak_rss_mb']:.0f} MB; report (plots + md/html/junit): "
+          f"{_seconds(rs['seconds'])}, peak RSS {rs['peak_rss_mb']:.0f} MB; "
+          f"`nsa-validate report --write` (whole process, once): {f['report_cli_wall_s']:.1f} s")
 
 
-def synthetic(rows: int) -> dict:
+def synthetic(rows: int, repeats: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "run" / "longrun").mkdir(parents=True)
@@ -275,12 +299,13 @@ def synthetic(rows: int) -> dict:
         print(f"inputs: {rows:,} csv rows and heartbeat lines ({time.perf_counter() - t0:.1f} s to write)")
         figures = {}
         for name in ("csv", "report", "heartbeat_tail", "heartbeat_full"):
-            figures[name] = _subprocess_json(["--stage", name, "--work", str(work), "--run-dir", str(work / "run")],
-                                             f"stage {name}")
-            print(f"{name:15s} {figures[name]['seconds']:7.3f} s   peak RSS {figures[name]['peak_rss_mb']:7.0f} MB")
-        tail, full = figures["heartbeat_tail"]["seconds"], figures["heartbeat_full"]["seconds"]
-        print(f"heartbeat tail read is {full / max(tail, 1e-9):.0f}x faster than reading the whole file")
-    return {"rows": rows, "figures": figures}
+            figures[name] = _subprocess_json(["--stage", name, "--work", str(work), "--run-dir", str(work / "run"),
+                                              "--repeats", str(repeats)], f"stage {name}")
+            print(f"{name:15s} {_seconds(figures[name]['seconds'])} (min / median / max of {repeats})   peak RSS "
+                  f"{figures[name]['peak_rss_mb']:7.0f} MB")
+        tail, full = figures["heartbeat_tail"]["seconds"]["median"], figures["heartbeat_full"]["seconds"]["median"]
+        print(f"heartbeat tail read is {full / max(tail, 1e-9):.0f}x faster than reading the whole file (medians)")
+    return {"rows": rows, "repeats": repeats, "figures": figures}
 
 
 def main(argv=None) -> int:
@@ -293,15 +318,19 @@ def main(argv=None) -> int:
     ap.add_argument("--runbook", type=Path, default=ROOT / "runbooks" / "load_cpu.yaml")
     ap.add_argument("--steps", type=int, help="--longrun: override the long-run step's trainer steps (quick check)")
     ap.add_argument("--out", type=Path, help="--longrun: keep the run directory here (default: a temporary one)")
+    ap.add_argument("--repeats", type=int, default=3, help="times each stage's work runs (min / median / max)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--stage", help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.repeats < 1 or args.rows < 1:
+        ap.error(f"--repeats and --rows must be >= 1, got {args.repeats} and {args.rows}")
     if args.stage:
-        print(json.dumps(stage(args.stage, args.work, args.run_dir)))
+        print(json.dumps(stage(args.stage, args.work, args.run_dir, args.repeats)))
         return 0
-    out = {"longrun": longrun(args)} if args.longrun else synthetic(args.rows)
+    out = {"longrun": longrun(args)} if args.longrun else synthetic(args.rows, args.repeats)
+    print("reproduce: python benchmarks/bench_validation.py " + shlex.join(argv))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     return 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shlex
 import shutil
@@ -75,9 +76,14 @@ def available() -> bool:
 
 
 def _run(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
+    """One Slurm command's stdout. It runs in a session of its own, with SIGINT / SIGTERM / SIGHUP to nsa-validate
+    held back until it answers (at most COMMAND_TIMEOUT_S): a Ctrl-C in the terminal, which reaches its whole
+    foreground process group, must not kill an sbatch that has already queued its job before it printed the job id,
+    nor an scancel before it reached the controller."""
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=COMMAND_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
+        with signals_deferred():
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=COMMAND_TIMEOUT_S,
+                                  stdin=subprocess.DEVNULL, start_new_session=True)
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]}: not found (is Slurm installed and on PATH?)") from None
     except subprocess.TimeoutExpired:
@@ -88,9 +94,27 @@ def _run(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = 
     return proc.stdout
 
 
+# Slurm's client settings: kept when a job is submitted from inside another allocation (submission_env)
+CLIENT_VARS = ("SLURM_CONF", "SLURM_CLUSTERS", "SLURM_TIME_FORMAT")
+ALLOCATION_VARS = ("SLURM_JOB_ID", "SLURM_JOBID")  # set inside an allocation (salloc, a batch job, an srun step)
+
+
+def submission_env(env: dict[str, str], keep: frozenset[str] | set[str] = frozenset()) -> dict[str, str]:
+    """`env` without the SLURM_* / SLURMD_* variables of an enclosing allocation (nsa-validate run inside `salloc`,
+    an sbatch job or an srun step: SLURM_JOB_ID is set), except Slurm's client settings (CLIENT_VARS) and the names in
+    `keep` (the step's own variables). sbatch exports the submitting environment into the job (--export=ALL), and
+    srun there reads SLURM_* as its options: the outer allocation's SLURM_MEM_PER_CPU beside the job's own
+    SLURM_MEM_PER_NODE makes every srun of the job fail ("mutually exclusive"). Outside an allocation `env` is
+    returned as it is (a SLURM_* variable there is the user's own setting)."""
+    if not any(env.get(name) for name in ALLOCATION_VARS):
+        return dict(env)
+    return {k: v for k, v in env.items()
+            if not k.startswith(("SLURM_", "SLURMD_")) or k in CLIENT_VARS or k in keep}
+
+
 def submit(script: Path, env: dict[str, str], cwd: Path) -> str:
     """sbatch the script; returns the job id."""
-    out = _run(["sbatch", "--parsable", str(script)], env=env, cwd=cwd).strip()
+    out = _run(["sbatch", "--parsable", str(Path(script).resolve())], env=env, cwd=cwd).strip()
     job_id = out.split(";", 1)[0]  # "<id>" or "<id>;<cluster>"
     if not job_id.isdigit():
         raise SlurmError(f"sbatch --parsable {script}: unexpected answer {out!r}")
@@ -108,6 +132,22 @@ def queue_state(job_id: str) -> str | None:
     return out.splitlines()[0].strip() if out else None
 
 
+def script_jobs(script: Path) -> dict[str, str]:
+    """{job id: state} of this user's jobs that Slurm still knows (queued, running, or finished within MinJobAge:
+    ``squeue --states=all``) with `script` as their batch script: the jobs of one step (its script's path is the
+    step's own), oldest first. What finds a job whose id sbatch never printed (it queued the job, then timed out or
+    was killed)."""
+    out = _run(["squeue", "-h", "--states=all", "-u", str(os.getuid()), "-o", "%i|%T|%o"])
+    path = str(Path(script).resolve())
+    jobs = {}
+    for line in out.splitlines():
+        job_id, _, rest = line.partition("|")
+        state, _, command = rest.partition("|")
+        if job_id.strip().isdigit() and command.strip() == path:
+            jobs[job_id.strip()] = state.strip()
+    return dict(sorted(jobs.items(), key=lambda item: int(item[0])))
+
+
 _KV_RE = re.compile(r"(\w+)=(\S*)")
 
 
@@ -122,15 +162,16 @@ def job_info(job_id: str) -> JobInfo:
         raise
     fields = dict(_KV_RE.findall(out))
     exit_code = sig = None
-    if ":" in fields.get("ExitCode", ""):
-        a, b = fields["ExitCode"].split(":", 1)
+    exit_field, node_list = fields.get("ExitCode", ""), fields.get("NodeList")
+    if ":" in exit_field:
+        a, b = exit_field.split(":", 1)
         exit_code, sig = (int(a) if a.isdigit() else None), (int(b) if b.isdigit() else None)
     nodes = []
-    if fields.get("NodeList") and fields["NodeList"] != "(null)":
+    if node_list and node_list != "(null)":
         try:
-            nodes = _run(["scontrol", "show", "hostnames", fields["NodeList"]]).split()
+            nodes = _run(["scontrol", "show", "hostnames", node_list]).split()
         except SlurmError:
-            nodes = [fields["NodeList"]]
+            nodes = [node_list]
     return JobInfo(job_id=str(job_id), state=fields.get("JobState", "UNKNOWN"), exit_code=exit_code, signal=sig,
                    reason=fields.get("Reason"), nodes=nodes)
 
@@ -199,14 +240,24 @@ class SlurmRun(Run):
             note(self.log_path, self.error)
             return
         self.script.write_text(text)
-        env = self.spec.child_env()
+        # the launch's environment without an enclosing allocation's SLURM_* (the job inherits what sbatch gets)
+        env = submission_env(self.spec.child_env(), keep=set(self.spec.exported_env()))
         env[LAUNCH_ID_VAR] = ",".join(filter(None, (env.get(LAUNCH_ID_VAR, ""), self.launch_id)))
         cancelled = ""
         try:
             try:
                 with signals_deferred():  # a signal between sbatch and recording the job id would lose the job
-                    self.job_id = submit(self.script, env, Path(self.spec.cwd))
-                    write_json(self.job_file, {"job_id": self.job_id, "script": str(self.script),
+                    # until the id is known, the file says a submission may have queued a job of this script (a
+                    # later attempt finds it by the script: _cancel_stale)
+                    write_json(self.job_file, {"job_id": None, "script": str(self.script.resolve()),
+                                               "submitted": time.time(), "state": "SUBMITTING"})
+                    try:
+                        self.job_id = submit(self.script, env, Path(self.spec.cwd))
+                    except SlurmError as exc:
+                        self.job_id = self._submitted_anyway(exc)
+                        if self.job_id is None:
+                            raise
+                    write_json(self.job_file, {"job_id": self.job_id, "script": str(self.script.resolve()),
                                                "submitted": time.time(), "state": "SUBMITTED"})
             except SlurmError as exc:
                 self.error = f"could not submit the Slurm job: {exc}"
@@ -236,6 +287,30 @@ class SlurmRun(Run):
             self.scheduler_reason = None if self.status == "ok" else reason
         write_json(self.job_file, {"job_id": self.job_id, "script": str(self.script), "state": info.state,
                                    "exit_code": info.exit_code, "nodes": info.nodes, "status": self.status})
+
+    def _submitted_anyway(self, exc: SlurmError) -> str | None:
+        """The job sbatch queued although it failed to answer (`exc`: it timed out, or was killed, after the
+        controller took the job): squeue lists it with this step's script. Followed as if sbatch had answered (any
+        other such job is cancelled); None when squeue lists none (or cannot say: the file still says SUBMITTING,
+        and the next attempt of this step looks again)."""
+        try:
+            found = script_jobs(self.script)
+        except SlurmError as err:
+            note(self.log_path, f"sbatch failed ({exc}) and squeue cannot say whether it queued a job: {err}")
+            return None
+        if not found:
+            return None
+        job_id = list(found)[-1]
+        others = [j for j, state in found.items() if j != job_id and state not in FINAL_STATES]
+        note(self.log_path, f"sbatch failed ({exc}), but Slurm lists job {job_id} of this step's script: following "
+                            "it")
+        for other in others:
+            note(self.log_path, f"cancelling Slurm job {other}, another job of this step's script")
+            try:
+                cancel(other)
+            except SlurmError as err:
+                note(self.log_path, f"scancel {other}: {err}")
+        return job_id
 
     def _final_info(self) -> JobInfo:
         """The job's final state (it left the queue; COMPLETING ends soon); UNKNOWN when Slurm cannot say."""
@@ -308,9 +383,10 @@ class SlurmRun(Run):
         note(self.log_path, f"stall: asking rank(s) {ranks} on the job's nodes for stack dumps: {' '.join(argv)}")
         try:
             # the launch's whole environment (with inherit_env, spec.env holds only the step's own variables: srun
-            # would run without PATH, SLURM_CONF, ...)
-            out = subprocess.run(argv, cwd=self.spec.cwd, env=self.spec.child_env(), capture_output=True, text=True,
-                                 timeout=60, stdin=subprocess.DEVNULL)
+            # would run without PATH, SLURM_CONF, ...), less an enclosing allocation's SLURM_* (submission_env)
+            env = submission_env(self.spec.child_env(), keep=set(self.spec.exported_env()))
+            out = subprocess.run(argv, cwd=self.spec.cwd, env=env, capture_output=True, text=True, timeout=60,
+                                 stdin=subprocess.DEVNULL)
             if out.returncode not in (0, 1):  # the watchdog's 1 means "stalled": what we expect
                 note(self.log_path, f"srun watchdog exited {out.returncode}: {clip(out.stderr.strip())}")
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -331,17 +407,23 @@ class SlurmRun(Run):
         """A job this step submitted before (an nsa-validate that was killed) must not run beside the new one;
         True when there was one to cancel."""
         try:
-            old = json.loads(self.job_file.read_text()).get("job_id")
+            record = json.loads(self.job_file.read_text())
+            old, state = record.get("job_id"), record.get("state")
         except (OSError, ValueError, AttributeError):
             return False
-        if not old:
-            return False
         try:
-            if queue_state(str(old)) is None:
-                return False
-            note(self.log_path, f"cancelling Slurm job {old}, left running by an earlier run of this step")
-            cancel(str(old))
-            wait_gone(str(old))
+            if not old and state == "SUBMITTING":  # an earlier submission whose answer never came
+                found = [j for j, s in script_jobs(self.script).items() if s not in FINAL_STATES]
+            else:
+                found = [str(old)] if old and queue_state(str(old)) is not None else []
         except SlurmError as exc:
-            note(self.log_path, f"could not check or cancel the earlier Slurm job {old}: {exc}")
-        return True
+            note(self.log_path, f"could not check the earlier Slurm job {old or 'of this step'}: {exc}")
+            return bool(old)
+        for job in found:
+            note(self.log_path, f"cancelling Slurm job {job}, left running by an earlier run of this step")
+            try:
+                cancel(job)
+                wait_gone(job)
+            except SlurmError as exc:
+                note(self.log_path, f"could not cancel the earlier Slurm job {job}: {exc}")
+        return bool(found)

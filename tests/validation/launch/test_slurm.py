@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -474,3 +475,63 @@ def test_slurm_cpu_runbook_is_go_with_two_node_names(cluster, tmp_path):
     report = (out / "report.md").read_text()
     assert "nodeA" in report and "nodeB" in report and "Scaling efficiency" in report
     assert _our_jobs() == []
+
+
+def _small_job(tmp_path, nnodes=1, **kw) -> LaunchSpec:
+    """A job of one short command per node (no torchrun): what is tested is the submission around it."""
+    return LaunchSpec(argv=[sys.executable, "-c", "print('hello from the job')"], env=dict(os.environ), cwd=ROOT,
+                      step_dir=tmp_path / "step", launcher="slurm", nnodes=nnodes, job_name="nsav-test", poll_s=0.2,
+                      term_grace_s=2, timeout_s=120, **kw)
+
+
+@pytest.mark.reliability
+def test_a_job_queued_by_an_sbatch_that_timed_out_is_followed_not_orphaned(cluster, tmp_path, monkeypatch,
+                                                                          reliability):
+    """sbatch queues the job, then gives no answer within COMMAND_TIMEOUT_S (a slow controller or file system): the
+    job runs although its id was never printed. It is found by the step's script and followed, not left behind."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f'#!/bin/bash\n{shutil.which("sbatch")} "$@" >/dev/null || exit $?\nexec sleep 30\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(slurm, "COMMAND_TIMEOUT_S", 3.0)
+    result = launch(_small_job(tmp_path))
+    reliability.record_orphans(len(_our_jobs()), 1)
+    log = (tmp_path / "step" / "stdout.log").read_text()
+    assert result.status == "ok" and result.job_id, (result.reason, log)
+    assert "no answer within 3s" in log and f"Slurm lists job {result.job_id}" in log
+    assert "hello from the job" in log
+    assert _our_jobs() == []
+
+
+def test_an_enclosing_allocations_slurm_variables_stay_out_of_the_job(cluster, tmp_path, monkeypatch):
+    """nsa-validate run inside `salloc --mem-per-cpu=...` (SLURM_JOB_ID, SLURM_MEM_PER_CPU, ... in its environment):
+    sbatch exports them into the job, where srun reads them as its own options; beside the job's SLURM_MEM_PER_NODE
+    (--mem) every srun stops with "mutually exclusive". The job gets its own allocation's variables only."""
+    for key, value in {"SLURM_JOB_ID": "424242", "SLURM_JOBID": "424242", "SLURM_MEM_PER_CPU": "100",
+                       "SLURM_JOB_NUM_NODES": "1", "SLURM_NNODES": "1", "SLURM_NODELIST": "nodeA",
+                       "SLURM_TASKS_PER_NODE": "1"}.items():
+        monkeypatch.setenv(key, value)
+    result = launch(_small_job(tmp_path, slurm=slurm.SlurmOptions(sbatch=("--mem=200M",))))
+    log = (tmp_path / "step" / "stdout.log").read_text()
+    assert result.status == "ok", (result.reason, log[-2000:])
+    assert "hello from the job" in log and "mutually exclusive" not in log
+    assert result.job_id != "424242" and _our_jobs() == []
+
+
+def test_a_job_whose_id_was_never_recorded_is_cancelled_before_the_step_runs_again(cluster, tmp_path):
+    """nsa-validate was killed while sbatch ran (slurm_job.json still says SUBMITTING, with no job id), after the
+    controller had queued the job: the next attempt of the step finds it by the step's script and cancels it, so
+    that it does not run beside the new one."""
+    step = tmp_path / "step"
+    step.mkdir()
+    (step / "job.sbatch").write_text("#!/bin/bash\n#SBATCH --job-name=nsav-test\n#SBATCH --output=/dev/null\n"
+                                     "sleep 300\n")
+    old = subprocess.run(["sbatch", "--parsable", str(step / "job.sbatch")], capture_output=True, text=True,
+                         timeout=30, check=True).stdout.strip().split(";")[0]
+    (step / "slurm_job.json").write_text(json.dumps({"job_id": None, "script": str(step / "job.sbatch"),
+                                                     "state": "SUBMITTING"}))
+    result = launch(_small_job(tmp_path))
+    assert result.status == "ok" and result.job_id != old, result.reason
+    assert f"cancelling Slurm job {old}, left running by an earlier run" in (step / "stdout.log").read_text()
+    assert slurm.queue_state(old) is None and _our_jobs() == []

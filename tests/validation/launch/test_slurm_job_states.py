@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import socket
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -159,6 +161,9 @@ def test_the_stack_dump_srun_runs_with_the_launchs_whole_environment(tmp_path, m
     _fake_srun(tmp_path / "bin", record, out_dir)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("NSAV_TEST_SITE_VARIABLE", "kept")
+    for key, value in {"SLURM_JOB_ID": "424242", "SLURM_MEM_PER_CPU": "100", "SLURM_CONF": "/etc/slurm/slurm.conf"
+                       }.items():  # run inside an allocation (salloc): its variables are not the job's
+        monkeypatch.setenv(key, value)
     spec = _spec(tmp_path, env={"NSA_TB_DISABLE": "1"}, inherit_env=True, trainer_out_dir=out_dir,
                  stall_timeout_s=0.2, remote_dumps=True, expected_ranks=1)
     result = launch(spec)
@@ -166,7 +171,53 @@ def test_the_stack_dump_srun_runs_with_the_launchs_whole_environment(tmp_path, m
     assert record.exists(), "the fake srun on PATH was not the one run"
     env = dict(line.split("=", 1) for line in record.read_text().splitlines() if "=" in line)
     assert env.get("NSAV_TEST_SITE_VARIABLE") == "kept" and env.get("NSA_TB_DISABLE") == "1"
+    assert "SLURM_MEM_PER_CPU" not in env and env.get("SLURM_JOB_ID") != "424242"
+    assert env.get("SLURM_CONF") == "/etc/slurm/slurm.conf"  # a client setting, kept
     assert [p.name for p in result.stack_dumps] == ["stackdump_rank0.txt"]
+
+
+def _executable(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def test_ctrl_c_while_a_stale_job_is_cancelled_still_cancels_it(tmp_path):
+    """A Ctrl-C in the terminal reaches the whole foreground process group: also the scancel of the job an earlier
+    (killed) nsa-validate left running, which must still reach the controller. Slurm's commands run in sessions of
+    their own, and nsa-validate's interrupt waits until the command has answered."""
+    state = tmp_path / "state"
+    state.mkdir()
+    old = "99999997"
+    _executable(tmp_path / "bin" / "squeue", f"#!/bin/bash\ncase \"$*\" in *'-j {old}'*)\n"
+                f"  [ -e {state}/cancelled ] || echo RUNNING;;\nesac\n")
+    _executable(tmp_path / "bin" / "scancel", f"#!/bin/bash\ntouch {state}/asked\nsleep 1\n"
+                f"echo \"${{@: -1}}\" > {state}/cancelled\n")
+    _executable(tmp_path / "bin" / "sbatch", "#!/bin/bash\necho no >&2\nexit 1\n")
+    step = tmp_path / "step"
+    step.mkdir()
+    (step / "slurm_job.json").write_text(json.dumps({"job_id": old, "state": "SUBMITTED"}))
+    code = ("import os, sys\nfrom pathlib import Path\nfrom validation.launch import LaunchSpec, launch\n"
+            f"spec = LaunchSpec(argv=[sys.executable, '-c', 'pass'], env=dict(os.environ), cwd=Path({str(ROOT)!r}), "
+            f"step_dir=Path({str(step)!r}), launcher='slurm', poll_s=0.05, term_grace_s=0.1, timeout_s=30)\n"
+            "try:\n    launch(spec)\nexcept KeyboardInterrupt:\n    sys.exit(130)\n")
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 20
+        while not (state / "asked").exists() and proc.poll() is None and time.monotonic() < end:
+            time.sleep(0.02)
+        assert (state / "asked").exists(), "the stale job's scancel never ran"
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: the foreground process group
+        _, stderr = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, stderr[-2000:]
+    assert (state / "cancelled").exists() and (state / "cancelled").read_text().strip() == old
 
 
 # ------------------------------------------------------------------------------------------ the batch script
@@ -204,6 +255,33 @@ def test_the_output_path_is_the_step_log_as_slurm_reads_it(tmp_path, name):
     text = _script(tmp_path, log_path=log_path)
     line = next(s for s in text.splitlines() if s.startswith("#SBATCH --output="))
     assert _slurm_path(_sbatch_value(line)) == str(log_path)
+
+
+def _agent_command(text: str) -> list[str]:
+    """The command every node's task runs (after `bash -c '...' nsav-task`), as bash splits it."""
+    tail = text.split("nsav-task", 1)[1].replace("\\\n", " ")
+    return shlex.split(tail)
+
+
+@pytest.mark.parametrize("argv, script", [
+    ([sys.executable, "-m", "nsa.training", "--steps", "3"], "nsa.training"),
+    ([sys.executable, "train.py", "--steps", "3"], "train.py"),
+    ([sys.executable, "-c", "print(1)"], sys.executable),
+    ([sys.executable, "-u", "train.py"], sys.executable),
+    (["nsys", "profile", sys.executable, "-m", "nsa.training"], "nsys"),
+])
+def test_every_nodes_agent_command_is_one_torchrun_accepts(tmp_path, argv, script):
+    """torchrun's own argument parser reads each node's command as the step's command under torchrun: a module, a
+    script, or (`python -c`, `python -u`, a wrapper) a program run with --no-python, as a local launch runs it."""
+    from torch.distributed.run import get_args_parser
+
+    command = _agent_command(_script(tmp_path, argv=argv))
+    assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    args = get_args_parser().parse_args(command[3:])  # exits (SystemExit) on an option torchrun does not know
+    assert args.training_script == script and args.nnodes == "2" and args.nproc_per_node == "2"
+    ran = ([sys.executable, "-m", args.training_script] if args.module else
+           [args.training_script] if args.no_python else [sys.executable, args.training_script])
+    assert ran + args.training_script_args == argv
 
 
 @pytest.mark.parametrize("bad", ["line\nbreak", "back\\slash"])

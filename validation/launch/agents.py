@@ -9,8 +9,9 @@ get ``grace_s`` to end by themselves (they usually fail in their next collective
 terminated. SIGTERM / SIGINT / SIGHUP are passed on to every agent. This process is the subreaper of its agents'
 processes (PR_SET_CHILD_SUBREAPER): a rank whose agent died is re-parented to it, and before it exits it ends
 whatever is still running below it (validation.launch.processes.end_descendants), so no rank outlives the job,
-also when nsa-validate itself was killed (this process then gets SIGTERM: its parent-death signal). Exit code:
-the first failing agent's (a signal N as 128 + N), else 0.
+also when nsa-validate itself was killed (this process then gets SIGTERM: its parent-death signal). Every failing
+agent is named in the log with its exit code. Exit code: the first failing agent's (a signal N as 128 + N; of
+agents seen failed in the same poll, one killed by a signal), else 0.
 """
 
 from __future__ import annotations
@@ -67,6 +68,13 @@ def _code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 def run(agents: list[dict], grace_s: float) -> int:
     procs: list[subprocess.Popen] = []
     stop_requested: list[float] = []
@@ -92,12 +100,27 @@ def run(agents: list[dict], grace_s: float) -> int:
                                       preexec_fn=functools.partial(die_with_parent, signal.SIGKILL)))
     first_failure: tuple[str, int] | None = None
     failed_at = None
+    told: set[int] = set()  # the agents whose failure the log names
+
+    def failures() -> None:
+        """Name in the log every agent seen failed since the last poll; the first of them is the job's failure.
+        Several seen in one poll (a node's agent killed, and another failing at once because its peer went): one
+        killed by a signal goes first, the others' failures are usually its consequence."""
+        nonlocal first_failure, failed_at
+        seen = sorted((i for i, p in enumerate(procs) if p.returncode not in (None, 0) and i not in told),
+                      key=lambda i: (procs[i].returncode >= 0, i))
+        for i in seen:
+            told.add(i)
+            code = procs[i].returncode
+            how = f" (killed by {_signal_name(-code)})" if code < 0 else ""
+            print(f"[agents] {agents[i].get('name', '?')} exited with {code}{how}", file=sys.stderr, flush=True)
+        if seen and first_failure is None:
+            first_failure, failed_at = (agents[seen[0]].get("name", "?"), procs[seen[0]].returncode), time.monotonic()
+            if any(p.poll() is None for p in procs):
+                print(f"[agents] the others get {grace_s:g}s to end", file=sys.stderr, flush=True)
+
     while any(p.poll() is None for p in procs):
-        for agent, p in zip(agents, procs):
-            if p.returncode not in (None, 0) and first_failure is None:
-                first_failure, failed_at = (agent.get("name", "?"), p.returncode), time.monotonic()
-                print(f"[agents] {first_failure[0]} exited with {p.returncode}; the others get {grace_s:g}s to end",
-                      file=sys.stderr, flush=True)
+        failures()
         if stop_requested and time.monotonic() - stop_requested[0] > STOP_GRACE_S:
             for p in procs:  # a torchrun agent that did not end on SIGTERM: its ranks get their own SIGTERM
                 if p.poll() is None:
@@ -116,15 +139,11 @@ def run(agents: list[dict], grace_s: float) -> int:
         time.sleep(POLL_S)
     for p in procs:
         p.wait()
+    failures()  # also those that ended after the last poll: all of them in one poll, say
     left = end_descendants(grace_s=5.0)
     if left:
         print(f"[agents] ended {len(left)} process(es) the agents left behind: {left}", file=sys.stderr, flush=True)
-    if first_failure is None:
-        bad = [(a.get("name", "?"), p.returncode) for a, p in zip(agents, procs) if p.returncode != 0]
-        first_failure = bad[0] if bad else None
-    if first_failure is None:
-        return 0
-    return _code(first_failure[1])
+    return 0 if first_failure is None else _code(first_failure[1])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from validation.contracts import TELEMETRY_CSV
-from validation.launch.torchrun import NODE_NAME_VAR, PREFIX_TEMPLATE_VAR, RANK_PREFIX_TEMPLATE
+from validation.launch.torchrun import NODE_NAME_VAR, PREFIX_TEMPLATE_VAR, RANK_PREFIX_TEMPLATE, torchrun_argv
 
 RDZV_PORT_BASE = 29500  # the rendezvous port: RDZV_PORT_BASE + job id % RDZV_PORT_SPAN
 RDZV_PORT_SPAN = 20000
@@ -130,9 +130,11 @@ def batch_script(*, job_name: str, nnodes: int, nproc_per_node: int, argv: list[
               f'export PET_RDZV_ENDPOINT="$head_addr:{rdzv_port_expr()}"',
               'export PET_RDZV_ID="nsav-$SLURM_JOB_ID"',
               'echo "[slurm] job $SLURM_JOB_ID on $SLURM_JOB_NODELIST; rendezvous at $PET_RDZV_ENDPOINT"']
-    command = [python, "-m", "torch.distributed.run", f"--nnodes={int(nnodes)}",
-               f"--nproc-per-node={int(nproc_per_node)}", "--rdzv-backend=c10d", "--redirects", "3", "--tee", "3"]
-    command += argv[1:] if argv and argv[0] == python else ["--no-python", *argv]
+    # the command under torchrun as a local launch puts it (torchrun_argv): `python -m mod` and `python script.py`
+    # run as torchrun's module / script, anything else (`python -c ...`, a wrapper) with --no-python
+    command = torchrun_argv(argv, [python, "-m", "torch.distributed.run", f"--nnodes={int(nnodes)}",
+                                   f"--nproc-per-node={int(nproc_per_node)}", "--rdzv-backend=c10d", "--redirects", "3",
+                                   "--tee", "3"])
     # each task names its node for the trainer and its own torchrun log directory, says whether it hosts the
     # rendezvous store (the first node: torch's own guess compares host names, which fails when NodeAddr is
     # another interface's address), then runs the agent; --kill-on-bad-exit: srun ends the other nodes' tasks

@@ -69,3 +69,32 @@ def test_a_failing_node_fails_the_job_with_its_traceback_and_nothing_is_left(tmp
     assert result.status == "failed"
     assert "NSA_FAULT injected crash at step 3 on rank 1" in (result.excerpt or "") + result.reason
     assert left == []
+
+
+def test_an_agent_killed_is_named_and_its_signal_is_the_jobs_exit_code(tmp_path):
+    """node1's agent is killed (SIGKILL: the OOM killer, say) and node0's fails at once because its peer went, both
+    before the supervisor's next poll: the log names each with its exit code, and the job's exit code is the
+    killed agent's (128 + 9), not its consequence's (1), whatever their order in the list."""
+    import subprocess
+
+    gone = tmp_path / "node1.pid"
+    node1 = f"import os, pathlib; pathlib.Path({str(gone)!r}).write_text(str(os.getpid())); os.kill(os.getpid(), 9)"
+    node0 = ("import pathlib, sys, time\n"
+             f"p = pathlib.Path({str(gone)!r})\n"
+             "def dead():\n"
+             "    try:\n"
+             "        pid = int(p.read_text())\n"
+             "        return pathlib.Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] == 'Z'\n"
+             "    except (OSError, ValueError, IndexError):\n"
+             "        return False\n"
+             "while not dead():\n"
+             "    time.sleep(0.001)\n"
+             "sys.exit(1)\n")
+    spec = tmp_path / "agents.json"
+    spec.write_text(json.dumps({"agents": [{"name": "node0", "argv": [sys.executable, "-c", node0]},
+                                           {"name": "node1", "argv": [sys.executable, "-c", node1]}], "grace_s": 5}))
+    proc = subprocess.run([sys.executable, "-m", "validation.launch.agents", str(spec)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert "[agents] node1 exited with -9 (killed by SIGKILL)" in proc.stderr, proc.stderr
+    assert "[agents] node0 exited with 1" in proc.stderr
+    assert proc.returncode == 128 + 9, proc.stderr

@@ -57,6 +57,19 @@ def latest_checkpoint(out_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def checkpoint_step(path: Path | None) -> int | None:
+    """The step of checkpoint `path` as its meta.json says, or None where there is no checkpoint or its meta.json
+    cannot be read (load then refuses it, naming what is wrong). For what a run reports before or without loading
+    one: the step a resume starts from, the last checkpoint a stopped run leaves."""
+    if path is None:
+        return None
+    try:
+        step = json.loads((Path(path) / META).read_text())["step"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
+
+
 def _rng_state() -> dict[str, Any]:
     state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
     if torch.cuda.is_available():

@@ -40,6 +40,15 @@ def resolve_config(args: argparse.Namespace, environ=os.environ) -> tuple[RunCon
 
 
 # ---------------------------------------------------------------------- entry point
+def _log_rank(environ=os.environ) -> int:
+    """RANK as this process's log prefix and messages name it: 0 where it is unset or not an integer (the launch's
+    variables are checked by nsa.training.distributed.init, which names a bad one; exit 2)."""
+    try:
+        return int(environ.get("RANK", "0") or 0)
+    except ValueError:
+        return 0
+
+
 def _setup_logging(rank: int) -> None:
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
                         format=f"[nsa-train r{rank}] %(message)s", stream=sys.stdout, force=True)
@@ -50,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "watchdog":
         return watchdog.main(argv[1:], prog="nsa-train watchdog")
     args = build_parser().parse_args(argv)  # --help and a bad flag end here, before torch is imported
-    rank = int(os.environ.get("RANK", "0") or 0)
+    rank = _log_rank()
     try:  # a bad config or toggle ends here too, before the seconds of importing torch
         cfg, config_path = resolve_config(args)
         tg = Toggles.read()

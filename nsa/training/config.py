@@ -108,6 +108,9 @@ class DataConfig:
 
 # train.seed: the range torch.manual_seed takes
 SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1
+# every other integer of train at most: a 64-bit integer, as torch takes it (a larger train.accum failed in the first
+# step's loss / accum with an OverflowError, after start-up)
+TRAIN_INT_MAX = (1 << 63) - 1
 # train.pg_timeout_s at most: a week (a hang would go unnoticed for longer; 1e300 overflowed torch's timedelta)
 PG_TIMEOUT_MAX_S = 7 * 24 * 3600
 
@@ -176,6 +179,11 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"train.{name} must be positive, got {getattr(self, name)}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if (f.name != "seed" and isinstance(value, int) and not isinstance(value, bool)
+                    and value > TRAIN_INT_MAX):
+                raise ValueError(f"train.{f.name} must be at most 2**63 - 1 (a 64-bit integer), got {brief(value)}")
         for name in ("warmup_steps", "eval_every", "profile_steps", "weight_decay", "grad_clip", "min_lr_ratio"):
             if getattr(self, name) < 0:
                 raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")

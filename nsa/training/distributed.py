@@ -71,9 +71,23 @@ def _env_int(name: str, default: int) -> int:
         raise LaunchError(f"environment variable {name}={raw!r} is not an integer") from None
 
 
+def check_launch(rank: int, world: int, local: int) -> None:
+    """LaunchError unless RANK / WORLD_SIZE / LOCAL_RANK describe a rank that can exist: at least one rank, RANK
+    from 0 to WORLD_SIZE - 1, LOCAL_RANK not negative (a rank outside its world would neither write the run's files,
+    rank 0's, nor find its data shard)."""
+    if world < 1:
+        raise LaunchError(f"environment variable WORLD_SIZE={world}: the number of ranks must be at least 1")
+    if not 0 <= rank < world:
+        raise LaunchError(f"environment variable RANK={rank} is outside the launch's ranks 0 to {world - 1} "
+                          f"(WORLD_SIZE={world})")
+    if local < 0:
+        raise LaunchError(f"environment variable LOCAL_RANK={local} must not be negative")
+
+
 def init(device: str = "auto", pg_timeout_s: float = 600.0) -> DistInfo:
     """Read the torchrun environment, pick the device and, with more than one rank, start the process group."""
     rank, world, local = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1), _env_int("LOCAL_RANK", 0)
+    check_launch(rank, world, local)
     if device == "cuda" and not torch.cuda.is_available():
         raise LaunchError("train.device is 'cuda' but no CUDA device is available")
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())

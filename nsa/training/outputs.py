@@ -6,10 +6,15 @@
     timeline.json           start-up milestones in seconds since process start: TIMELINE_MILESTONES; read_timeline
     val.csv                 one row per evaluation, columns VAL_COLUMNS
     heartbeat_rank{r}.jsonl every rank, one JSON object per line (nsa.training.heartbeat)
-    env.json                versions, devices, world size, resolved config, git sha, NSA_*/NCCL_*/TORCH_* vars
+    env.json                versions, devices, world size, resolved config, git sha and git_dirty (tracked files
+                            changed since that commit), NSA_*/NCCL_*/TORCH_* vars
     config.yaml             the resolved run config
     status.json             how the run ended: completed | halted | terminated | nonfinite | crashed ("phase":
-                            "start-up" when it failed before its first step), its notes
+                            "start-up" when it failed before its first step), its step, checkpoint_step (the latest
+                            complete checkpoint, where --resume continues; null when none), its notes. A run
+                            stopped on a non-finite loss or gradient writes no checkpoint (its parameters were not
+                            checked since their last update): the latest one stays the last good state, and the
+                            reason names its step
     *.csv.damaged-<time>    a training.csv / val.csv a resume found damaged, as it was (CsvLog)
     checkpoints/step_N/     checkpoints (nsa.training.checkpoint)
     sdpa_audit.json         NSA_SDPA_AUDIT=1: SDPA backend per call site (rank 0)
@@ -417,14 +422,30 @@ def write_json(path: Path, data: Any, indent: int | None = 2) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=indent, default=str) + "\n")
 
 
-def git_sha(start: Path | None = None) -> str | None:
-    """HEAD of the git checkout holding this package (or `start`), None outside one."""
-    where = start or Path(__file__).resolve().parent
+# where git_sha and git_dirty look for the checkout: this package's own directory (the code that runs)
+SOURCE_DIR = Path(__file__).resolve().parent
+
+
+def _git(args: list[str], start: Path | None) -> str | None:
+    """`git ARGS` in `start` (else SOURCE_DIR): its stripped stdout, None where git fails (no git, not a checkout)."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["git", *args], cwd=start or SOURCE_DIR, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_sha(start: Path | None = None) -> str | None:
+    """HEAD of the git checkout holding this package (or `start`), None outside one."""
+    return _git(["rev-parse", "HEAD"], start) or None
+
+
+def git_dirty(start: Path | None = None) -> bool | None:
+    """Whether tracked files of the git checkout holding this package (or `start`) differ from its HEAD, staged or
+    not (`git status --porcelain --untracked-files=no` lists something; an untracked file alone leaves it clean):
+    a run from a modified tree is not the commit git_sha names. None outside a checkout."""
+    status = _git(["status", "--porcelain", "--untracked-files=no"], start)
+    return None if status is None else bool(status)
 
 
 ENV_PREFIXES = ("NSA_", "NCCL_", "TORCH_")
@@ -462,6 +483,7 @@ def environment(config: Mapping[str, Any], config_path: str | None, world_size: 
         "config_path": config_path,
         "config": dict(config),
         "git_sha": git_sha(),
+        "git_dirty": git_dirty(),
         "argv": list(argv),
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
     }

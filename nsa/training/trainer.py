@@ -101,8 +101,10 @@ class Trainer:
                          ("(--resume found no checkpoint to continue from)" if resume else
                           "(use --resume to continue a run instead)"))
         distributed.barrier(info)
+        # a heartbeat's step is the step the rank has reached: for a resume, that of the checkpoint it continues from
+        self.boot_step = (checkpoint.checkpoint_step(checkpoint.latest_checkpoint(self.out)) if resume else None) or 0
         self.heartbeat = HeartbeatWriter(self.out, info.rank)
-        self.heartbeat.write(0, "boot", world_size=info.world_size, device=str(self.device))
+        self.heartbeat.write(self.boot_step, "boot", world_size=info.world_size, device=str(self.device))
         self.start_step = 0
         try:
             self._setup(cfg, config_path, resume, argv)
@@ -297,11 +299,12 @@ class Trainer:
         validation suite read a run that ended, not one that stalled at boot (an earlier run's status.json, left
         for --resume, is replaced). The exception propagates (nsa.training.cli: exit 2 or 1)."""
         error = f"{type(exc).__name__}: {exc}"
+        step = max(self.start_step, self.boot_step)  # the step the run had reached (a resume's checkpoint)
         with contextlib.suppress(Exception):  # recording the failure must not hide it
-            self.heartbeat.write(self.start_step, "error", error=error, phase="start-up")
+            self.heartbeat.write(step, "error", error=error, phase="start-up")
             self.heartbeat.close()
         with contextlib.suppress(Exception):
-            self._status("crashed", f"start-up: {error}", self.start_step, phase="start-up")
+            self._status("crashed", f"start-up: {error}", step, phase="start-up")
         with contextlib.suppress(Exception):
             self.control.uninstall()
 
@@ -390,8 +393,18 @@ class Trainer:
         if self.info.is_main:
             outputs.write_json(self.out / outputs.STATUS_JSON, {
                 "status": status, "reason": reason, "step": step, "steps_planned": self.cfg.train.steps,
+                "checkpoint_step": checkpoint.checkpoint_step(checkpoint.latest_checkpoint(self.out)),
                 "world_size": self.info.world_size, "parallel": self.parallel, "updated": time.time(),
                 "notes": self.notes, **extra})
+
+    def _last_good(self) -> str:
+        """Where a run stopped on a non-finite loss or gradient continues from. It writes no checkpoint of its own:
+        its parameters passed no check since their last update (a non-finite loss may come from them), so the
+        latest checkpoint, written after a step that was checked finite, stays the one --resume takes."""
+        last = checkpoint.checkpoint_step(checkpoint.latest_checkpoint(self.out))
+        if last is None:
+            return "there is no checkpoint: --resume starts again at step 0"
+        return f"the last good checkpoint is step {last}: --resume continues from it"
 
     # ------------------------------------------------------------------ one step
     def _autocast(self):
@@ -522,7 +535,8 @@ class Trainer:
                         status, code = "nonfinite", EXIT_NONFINITE
                         what = (f"non-finite loss on {int(n_bad_loss)} of {info.world_size} rank(s)" if n_bad_loss
                                 else "non-finite gradient norm (loss finite)")
-                        reason = f"{what} at step {step}; the optimizer step was skipped and training stopped"
+                        reason = (f"{what} at step {step}; the optimizer step was skipped and training stopped "
+                                  f"without a checkpoint; {self._last_good()}")
                         self.heartbeat.write(step, "stop", reason=reason, local_loss=float(out["loss_sum"]))
                         step -= 1
                         break

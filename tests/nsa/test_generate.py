@@ -8,11 +8,17 @@ t=32 on the choice depends on importance), a window of w=16; sequences of 34-40 
 
 from __future__ import annotations
 
+import contextlib
+import json
+import re
+
 import pytest
 import torch
 
 from benchmark_scripts import load
+from nsa.attention import layer as nsa_layer
 from nsa.attention.cache import DenseCache, NSACache
+from nsa.attention.geometry import decode_reads
 from nsa.model import ModelConfig, NSAModel
 from nsa_test_utils import assert_nontrivial, randomize_params
 
@@ -71,6 +77,84 @@ def test_each_decode_step_equals_full_recomputation(attention, dtype, over):
         assert all(c.k_win.data.shape[2] <= 2 * (TINY["w"] + 1) and c.k_raw.data.shape[2] <= 2 * (TINY["l"] + 1)
                    for c in caches)
         assert [len(c.reads) for c in caches] == [35, 35]  # one count per decode step; the prefill reads none
+
+
+# Geometries for the selected branch of a decode step, each with B = 3 and every step from position 1 on:
+SELECTED_CASES = [
+    # one group; n_sel = 3 keeps only the forced blocks (0, the previous, the current) once 4 blocks exist; a
+    # window of 4 tokens, so the selected ranges reach well outside it
+    pytest.param(dict(n_kv_groups=1, l=8, d=4, l_sel=8, n_sel=3, w=4), 44, id="G1-forced-only-w4"),
+    # two groups; selection blocks of 16 (the current block is partial for 15 of every 16 steps); a window of 40
+    # that holds the whole sequence until t = 40, then cuts through the selected ranges (block 0 always outside)
+    pytest.param(dict(n_kv_groups=2, l=8, d=4, l_sel=16, n_sel=4, w=40), 72, id="G2-lsel16-w40"),
+    # one head per group; compression blocks longer than selection blocks; avg compression, softmax gates
+    pytest.param(dict(n_kv_groups=4, l=16, d=8, l_sel=8, n_sel=5, w=16, phi="avg", gate="softmax"), 52,
+                 id="G4-l16-lsel8-avg-softmax"),
+]
+
+
+@pytest.mark.parametrize("over,s", SELECTED_CASES)
+def test_decode_steps_equal_the_full_forward_across_groups_and_selection_geometries(over, s):
+    """Prefill one token, decode the rest: every step's logits are the forward over the sequence so far (float64,
+    1e-10), for 1, 2 and 4 KV groups, 3 sequences, selected ranges inside, across and outside the window and
+    ending at the sequence's last token; each step's tokens read are decode_reads' count."""
+    model = model_of("nsa", torch.float64, **over)
+    cfg = model.cfg.nsa
+    assert s > cfg.n_sel * cfg.l_sel  # past the point where the choice depends on importance
+    ids = ids_of(3, s, seed=9)
+    with torch.no_grad():
+        full = model(ids)  # causal: position k is the forward over ids[:, :k + 1]
+    logits, caches = model.prefill(ids[:, :1])
+    steps = [logits] + [model.decode_step(ids[:, k: k + 1], caches) for k in range(1, s)]
+    assert_nontrivial(full, "logits")
+    for k, step in enumerate(steps):
+        torch.testing.assert_close(step, full[:, k], **TOL[torch.float64],
+                                   msg=lambda m: f"decode step at position {k}: {m}")
+    # and from scratch at a partial current block, at a block's last token and at the end
+    for k in (cfg.n_sel * cfg.l_sel + 2, (s // cfg.l_sel) * cfg.l_sel - 1, s - 1):
+        torch.testing.assert_close(steps[k], last_logits(model, ids[:, : k + 1]), **TOL[torch.float64])
+    expected = [decode_reads(k + 1, cfg) for k in range(1, s)]
+    assert all(c.reads == expected for c in caches), "tokens read per decode step differ from decode_reads"
+
+
+@contextlib.contextmanager
+def _no_host_reads():
+    """Every way Python code reads a tensor's value on the host (a device synchronisation on CUDA) raises."""
+    names = ("tolist", "item", "numpy", "__bool__", "__int__", "__float__", "__index__")
+    saved = {name: getattr(torch.Tensor, name) for name in names}
+
+    def refuse(name):
+        def read(self, *args, **kwargs):
+            raise AssertionError(f"a decode step read a tensor on the host: Tensor.{name}")
+        return read
+
+    try:
+        for name in names:
+            setattr(torch.Tensor, name, refuse(name))
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(torch.Tensor, name, method)
+
+
+def test_decode_step_reads_no_tensor_value_on_the_host(monkeypatch):
+    """An NSA layer's decode step (its default selected branch) never reads a tensor's value on the host, so it
+    needs no CUDA synchronisation; the per-token oracle's loop (DECODE_SELECTED "loop") does, which the check
+    catches."""
+    attn = model_of("nsa", torch.float64).blocks[0].attn
+    x = torch.randn(2, 40, TINY["dim"], dtype=torch.float64, generator=torch.Generator().manual_seed(10))
+    cache = attn.new_cache(2)
+    attn.prefill(x[:, :3], cache)
+    with _no_host_reads():
+        for k in range(3, 40):  # past n_sel * l_sel = 32
+            attn.decode_step(x[:, k: k + 1], cache)
+    monkeypatch.setattr(nsa_layer, "DECODE_SELECTED", "loop")
+    with pytest.raises(AssertionError, match="Tensor.tolist"), _no_host_reads():
+        attn.decode_step(x[:, :1], attn.new_cache(2))
+    monkeypatch.setattr(nsa_layer, "DECODE_SELECTED", "vectorised")
+    with pytest.raises(ValueError, match=re.escape("DECODE_SELECTED must be one of auto | gather | loop, "
+                                                   "got 'vectorised'")):
+        attn.decode_step(x[:, :1], attn.new_cache(2))
 
 
 def _cache_tensors(cache, cfg) -> dict[str, torch.Tensor]:
@@ -247,3 +331,20 @@ def test_bench_decode_runs():
     assert bench.main(["--dry-run"]) == 0
     assert bench.main(["--lengths", "16", "--new-tokens", "2", "--repeats", "1", "--warmup", "0",
                        "--attention", "nsa,dense"]) == 0
+
+
+def test_bench_decode_selected_ab_runs_both_forms_and_restores_the_default(tmp_path, capsys):
+    bench = load("bench_decode")
+    out = tmp_path / "ab.json"
+    assert bench.main(["--lengths", "40", "--new-tokens", "3", "--repeats", "2", "--warmup", "0", "--batch", "2",
+                       "--attention", "nsa", "--selected-ab", "--json", str(out)]) == 0
+    assert nsa_layer.DECODE_SELECTED == "gather"
+    (row,) = json.loads(out.read_text())["rows"]
+    for key in ("loop_tok_s", "gather_tok_s", "speedup"):
+        low, median, high = row[key]
+        assert 0 < low <= median <= high
+    assert row["max_logit_diff_loop_gather"] <= 1e-3 * row["logit_scale"]
+    assert "loop (A) vs gather (B)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:  # the A/B is NSA's alone
+        bench.main(["--attention", "nsa,dense", "--selected-ab", "--dry-run"])
+    assert exc.value.code == 2

@@ -11,8 +11,10 @@ Triton kernel), side by side in one process.
 
 As the trainer runs it: fp32 hidden states and head weight under bf16 autocast (--dtype fp32: no autocast), every
 --ignore-every'th target ignored. Before anything is timed, each implementation's loss is checked against the
-reference's (relative difference at most 1e-2 in bf16, 1e-4 in fp32; a larger one exits 1) and its gradients
-against the reference's (the largest difference, printed). Timed alternately, the order reversed every round, after
+reference's (relative difference at most 1e-2 in bf16, 1e-4 in fp32) and its gradients w.r.t. the hidden states and
+the head weight against the reference's (norm of the difference over the reference's norm at most 2e-2 in bf16,
+1e-4 in fp32: GRAD_TOLERANCE); a larger difference exits 1 naming the implementation and the gradient. The largest
+element-wise gradient difference is printed too. Timed alternately, the order reversed every round, after
 --warmup calls each; each round's ratio against the reference is that round's time over the reference's in the
 same round. Printed and written (--json): min / median / max milliseconds per implementation, the median and the
 range of its per-round ratios, and on CUDA its peak memory above what the inputs hold (one call after the timing).
@@ -37,6 +39,13 @@ from nsa.loss import CHUNK_TOKENS, IGNORE_INDEX, LOSS_IMPLS, linear_cross_entrop
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 LOSS_TOLERANCE = {"bf16": 1e-2, "fp32": 1e-4}  # relative difference of a loss from the reference's
+# ||grad - reference's grad|| / ||reference's grad|| (Frobenius norms: element-wise ratios mean nothing at the entries
+# near 0, and a row of logit gradients sums to 0, so single entries cancel). Under bf16 autocast each gradient is a
+# bf16 matmul's output over bf16-rounded logit gradients: two correct implementations round differently, a few of
+# bf16's unit roundoffs (2^-8 = 3.9e-3) apart; 2e-2 is 5 of them (measured up to 5.8e-3, chunked and interpreted
+# fused, 40-200 tokens, vocab 70-1,000, on CPU). In fp32, 1e-4 as for the loss (measured up to 3.7e-7).
+GRAD_TOLERANCE = {"bf16": 2e-2, "fp32": 1e-4}
+GRADIENTS = ("hidden states", "head weight")  # the order _step returns them in, after the loss
 
 
 def parse(argv=None):
@@ -119,6 +128,14 @@ def _sync(args):
         torch.cuda.synchronize()
 
 
+def _norm_rel_diff(got: torch.Tensor, want: torch.Tensor) -> float:
+    """||got - want|| / ||want|| in float64 (0 when both are 0; inf when only `want` is; NaN stays NaN)."""
+    diff, scale = float((got.double() - want.double()).norm()), float(want.double().norm())
+    if scale == 0:
+        return 0.0 if diff == 0 else float("inf")
+    return diff / scale
+
+
 def run(args) -> dict:
     hidden, weight, targets = _inputs(args)
     ref = [t.clone() for t in _step("reference", args, hidden, weight, targets)]
@@ -126,12 +143,19 @@ def run(args) -> dict:
     for impl in args.impls[1:]:
         loss, gh, gw = _step(impl, args, hidden, weight, targets)
         rel = abs(float(loss) - float(ref[0])) / max(abs(float(ref[0])), 1e-12)
+        grad_rel = [_norm_rel_diff(got, want) for got, want in zip((gh, gw), ref[1:])]
         checks[impl] = {"loss": float(loss), "loss_rel_diff": rel,
                         "grad_hidden_max_diff": float((gh - ref[1]).abs().max()),
-                        "grad_weight_max_diff": float((gw - ref[2]).abs().max())}
+                        "grad_weight_max_diff": float((gw - ref[2]).abs().max()),
+                        "grad_hidden_rel_diff": grad_rel[0], "grad_weight_rel_diff": grad_rel[1]}
         if not rel <= LOSS_TOLERANCE[args.dtype]:
             raise SystemExit(f"{impl}: loss {float(loss):.6g} differs from the reference's {float(ref[0]):.6g} "
                              f"by {rel:.3g} (relative), more than {LOSS_TOLERANCE[args.dtype]:g}")
+        for name, diff in zip(GRADIENTS, grad_rel):
+            if not diff <= GRAD_TOLERANCE[args.dtype]:
+                raise SystemExit(f"{impl}: the gradient w.r.t. the {name} differs from the reference's by {diff:.3g} "
+                                 f"(norm of the difference over the reference's norm), more than "
+                                 f"{GRAD_TOLERANCE[args.dtype]:g} in {args.dtype}")
     del ref
     for impl in args.impls:
         for _ in range(args.warmup):
@@ -181,12 +205,15 @@ def main(argv=None) -> int:
         return 2
     rows = run(args)
     print(f"{'impl':<16} {'min ms':>8} {'median':>8} {'max ms':>8} {'x ref (median, range)':>24} {'peak GiB':>9} "
-          f"{'max |d grad w|':>14}")
+          f"{'max |d grad w|':>14} {'rel d grad h, w':>18}")
     for impl, row in rows.items():
         peak = f"{row['peak_gib']:.2f}" if row["peak_gib"] is not None else "-"
         dgw = f"{row['grad_weight_max_diff']:.2e}" if "grad_weight_max_diff" in row else "-"
+        rel = f"{row['grad_hidden_rel_diff']:.1e}, {row['grad_weight_rel_diff']:.1e}" \
+            if "grad_hidden_rel_diff" in row else "-"
         print(f"{impl:<16} {row['ms_min']:8.2f} {row['ms_median']:8.2f} {row['ms_max']:8.2f} "
-              f"{row['ratio_median']:9.3f} ({row['ratio_min']:.3f}-{row['ratio_max']:.3f}) {peak:>9} {dgw:>14}")
+              f"{row['ratio_median']:9.3f} ({row['ratio_min']:.3f}-{row['ratio_max']:.3f}) {peak:>9} {dgw:>14} "
+              f"{rel:>18}")
     print("reproduce: python benchmarks/bench_loss.py " + " ".join(sys.argv[1:] if argv is None else argv))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

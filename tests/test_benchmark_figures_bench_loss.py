@@ -73,3 +73,60 @@ def test_dry_run_times_nothing(monkeypatch, capsys):
     monkeypatch.setattr(bench, "run", lambda args: pytest.fail("a dry run ran the cases"))
     assert bench.main(["--device", "cuda", "--fused-configs", "8192x16", "--dry-run"]) == 0
     assert "reference, chunked, fused, fused@8192x16" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- the gradient check, on real small runs
+TINY = ["--tokens", "48", "--vocab", "90", "--dim", "16", "--chunk", "16", "--repeats", "1", "--warmup", "0",
+        "--impls", "chunked"]
+LINEAR_CROSS_ENTROPY = bench.linear_cross_entropy
+
+
+def _scaled_gradient(monkeypatch, which: str, factor: float):
+    """The chunked loss with the same value but its gradient w.r.t. `which` (hidden or weight) times `factor`."""
+    real = LINEAR_CROSS_ENTROPY
+
+    def scaled(hidden, weight, targets, **kwargs):
+        bump = lambda t: t + (factor - 1.0) * (t - t.detach())  # noqa: E731 - same value, gradient x factor
+        if which == "hidden":
+            hidden = bump(hidden)
+        else:
+            weight = bump(weight)
+        return real(hidden, weight, targets, **kwargs)
+
+    monkeypatch.setattr(bench, "linear_cross_entropy", scaled)
+
+
+@pytest.mark.parametrize("which,name", [("hidden", "hidden states"), ("weight", "head weight")])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_a_gradient_beyond_its_tolerance_exits_1_naming_it(monkeypatch, capsys, which, name, dtype):
+    """The loss is the reference's to the last bit, one gradient is off (by 50%, then by 1.5 x GRAD_TOLERANCE,
+    norm-wise): the run ends before anything is timed, with a message naming the implementation, the gradient and
+    the difference (exit status 1)."""
+    monkeypatch.setattr(bench, "time", SimpleNamespace(perf_counter=lambda: pytest.fail("timed a wrong gradient")))
+    for factor in (1.5, None):
+        tol = bench.GRAD_TOLERANCE[dtype] if factor is None else None
+        _scaled_gradient(monkeypatch, which, factor or 1.0 + 1.5 * tol)
+        with pytest.raises(SystemExit) as exc:
+            bench.main(TINY + ["--dtype", dtype])
+        message = str(exc.value.code)  # a message, not an int: the interpreter exits with status 1
+        assert not isinstance(exc.value.code, int)
+        assert message.startswith(f"chunked: the gradient w.r.t. the {name} differs from the reference's by ")
+        rel = float(message.split(" by ")[1].split(" ")[0])
+        made = factor - 1.0 if factor else 1.5 * tol
+        assert rel == pytest.approx(made, rel=0.2)  # the figure it names is the difference made
+        assert f"more than {bench.GRAD_TOLERANCE[dtype]:g} in {dtype}" in message
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_gradients_within_their_tolerance_pass_and_are_reported(monkeypatch, tmp_path, dtype):
+    """The chunked loss as it is (bf16: CPU autocast), and with its weight gradient 0.5 x GRAD_TOLERANCE off: both
+    pass, and the JSON carries each gradient's norm-wise difference."""
+    out = tmp_path / "loss.json"
+    assert bench.main(TINY + ["--dtype", dtype, "--json", str(out)]) == 0
+    row = json.loads(out.read_text())["by_impl"]["chunked"]
+    assert 0 <= row["grad_hidden_rel_diff"] < bench.GRAD_TOLERANCE[dtype] / 2
+    assert 0 <= row["grad_weight_rel_diff"] < bench.GRAD_TOLERANCE[dtype] / 2
+    _scaled_gradient(monkeypatch, "weight", 1.0 + 0.5 * bench.GRAD_TOLERANCE[dtype])
+    assert bench.main(TINY + ["--dtype", dtype, "--json", str(out)]) == 0
+    row = json.loads(out.read_text())["by_impl"]["chunked"]
+    assert row["grad_weight_rel_diff"] == pytest.approx(0.5 * bench.GRAD_TOLERANCE[dtype], rel=0.3)

@@ -18,6 +18,12 @@ Tables (rates are fractions of simulated sweeps or series; Monte-Carlo sd ~ sqrt
   layout and machine: "aa" how often an A/A pair is significant, "aa_own_df" the same with a side's own block df
   taken into the Satterthwaite sum (before the df were capped at the repeats'), "lo"/"hi" the Wilson 95% interval
   of "aa", and how often B 5%, 10%, 20% slower is found ("worse", significant).
+- ab: an A/B of two arms, R interleaved repeats in random orders (interleaved_order), by machine (AB_MACHINES:
+  cpu_smoke's model, a quieter one under the same kind of drift, no drift) and repeats: with no true difference
+  (effect 0) how often decide() names a winner ("fp", with its Wilson 95% interval "lo".."hi"), beside the paired t
+  and replication alone ("fp_t": decide() before rule 7, the sign-flip test over the repeats' random orders); with
+  a true effect how often it names the faster arm ("found", and "found_t" without rule 7). Runs without a declared
+  launch_sd (pair_noise).
 """
 
 from __future__ import annotations
@@ -36,10 +42,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from validation.analysis.significance import (adjust_family, block_units, compare_series, compare_units,  # noqa: E402
                                      decide, holm, recommended_repeats, run_noise, t_ppf)
 from validation.analysis.significance import simulate as sim  # noqa: E402
+from validation.analysis.significance.decision import replicated_blocks  # noqa: E402
 from validation.analysis.stats import t_sf2, welch_t_test  # noqa: E402
 
 LABELS = ("25", "50", "100")
-TABLES = ("coverage", "orders", "null", "power", "gate", "held")
+TABLES = ("coverage", "orders", "null", "power", "gate", "held", "ab")
 
 
 def coverage(reps: int, rng: np.random.Generator) -> list[dict]:
@@ -209,6 +216,47 @@ def held(reps: int, rng: np.random.Generator) -> list[dict]:
                 else:
                     row[f"found{effect:+.0%}"] = hits / reps
             rows.append(row)
+    return rows
+
+
+AB_MACHINES = {"cpu_smoke": sim.CPU_SMOKE, "quiet+drift": sim.NoiseModel(cv=0.01, drift_amp=0.05),
+               "no drift": sim.NO_DRIFT}
+AB_CELLS = ((0.0, (2, 3, 5, 6, 8, 10, 20)), (0.05, (6, 10, 20)), (0.02, (6, 10, 20)))  # effect, repeats
+
+
+def ab_rates(rng: np.random.Generator, reps: int, model: sim.NoiseModel, repeats: int,
+             effect: float) -> tuple[int, int]:
+    """(decide()'s count, the paired t and replication's count) over `reps` simulated A/Bs: winners of either arm
+    with no true difference (effect 0), else the faster arm named the winner."""
+    y = sim.sweep(rng, reps, [0.0, effect], repeats, model, "random").mean(-1)
+    new = old = 0
+    for i in range(reps):
+        d = decide({"a": [float(v) for v in y[i, :, 0]], "b": [float(v) for v in y[i, :, 1]]}, default="a")
+        c = d.comparisons[0]
+        best = d.ranking[0][0]
+        lo, hi = (y[i, :, 0], y[i, :, 1]) if best == "b" else (y[i, :, 1], y[i, :, 0])
+        t_winner = best if (c.significant and c.verdict == "better" and replicated_blocks(np.log(hi / lo))) else None
+        new += d.winner is not None if effect == 0 else d.winner == "b"
+        old += t_winner is not None if effect == 0 else t_winner == "b"
+    return new, old
+
+
+def ab(reps: int, rng: np.random.Generator) -> list[dict]:
+    rows = []
+    for machine, model in AB_MACHINES.items():
+        for effect, repeat_list in AB_CELLS:
+            if effect == 0.02 and machine != "quiet+drift" or effect == 0.05 and machine == "quiet+drift":
+                continue
+            for repeats in repeat_list:
+                new, old = ab_rates(rng, reps, model, repeats, effect)
+                row = {"machine": machine, "effect": effect, "repeats": repeats}
+                if effect == 0:
+                    lo, hi = _wilson(new, reps)
+                    olo, ohi = _wilson(old, reps)
+                    row.update(fp=new / reps, lo=lo, hi=hi, fp_t=old / reps, lo_t=olo, hi_t=ohi)
+                else:
+                    row.update(found=new / reps, found_t=old / reps)
+                rows.append(row)
     return rows
 
 

@@ -26,6 +26,20 @@ Rule (decide()):
      its own. Where the runbook declares how much one launch differs from the next when nothing changed
      (`pair_noise`: its `compare.launch_sd`, measured from A/A pairs), one repeat's noise is held to at least that:
      two repeats that agree by chance (a paired t with 1 degree of freedom) decide nothing.
+  7. The random run orders, not only the t model. Each repeat's order is drawn at random (interleaved_order), so
+     with no true difference the sign of each repeat's log-ratio is a fair coin whatever the machine's drift did: the
+     sign-flip test over the 2^R orders the repeats could have had (order_randomization_p) is exact. The paired t
+     is not where the drift between a repeat's runs is about as large in every repeat as the runs' own noise: its
+     log-ratios are then +-D plus noise, and repeats whose coin flips agree look like a replicated effect. Two
+     identical arms, 20,000 simulated A/Bs a cell (benchmarks/bench_significance.py --only ab): the t and
+     replication alone gave 5.1% false winners with 6 repeats of cpu_smoke's model and 6.5% (6.1-6.8%) with quieter
+     runs (1% step noise) under the same kind of drift; with this test 2.6% and 3.1%. So wherever the sign-flip test
+     can reach the level (6 or more repeats at p < 0.05: 2 / 2^R < alpha) a difference counts only when it, too, is
+     below the level; that keeps false winners at alpha or below whatever the drift. Its price is at 6-7 repeats
+     (there it needs nearly every repeat the same way: a true 5% found in 7.2% of cpu_smoke's 6-repeat A/Bs instead
+     of 13.5%), little from 10 (20.6% against 21.7%), none at 20. With 2-5 repeats no order test can reach
+     p < 0.05 and the t model stands alone: 5.7-6.6% false winners under cpu_smoke's model, 7.1-8.2% with the
+     quieter runs; a runbook's declared launch_sd (pair_noise) is the bound those decisions rest on.
      A decision is `recommendable` (its setting may be exported, validation.execution.acceptance)
      only when it rests on a significant, replicated difference of interleaved repeats; one run per variant can
      choose what later steps run with, never what a user is told to set.
@@ -62,6 +76,38 @@ def replicated_blocks(d: Sequence[float] | np.ndarray, blocks: int = REPLICATION
     return bool(k > 0 and all(part.mean() > 0 for part in np.array_split(d, k)))
 
 
+# sign patterns of the order test enumerated exactly up to this many repeats; beyond, a seeded sample of them
+EXACT_ORDER_REPEATS = 16
+ORDER_SAMPLES = 1 << 16
+
+
+def order_test_reaches(repeats: int, level: float) -> bool:
+    """Whether the sign-flip test over `repeats` randomly ordered repeats can give p < level: its smallest two-sided
+    p is 2 / 2^repeats (every repeat the same way, and its mirror)."""
+    return repeats >= 2 and 2.0 ** (1 - repeats) < level
+
+
+def order_randomization_p(d: Sequence[float] | np.ndarray) -> float:
+    """Two-sided p of "no difference" from the random run orders alone: the share of the 2^R sign patterns of the
+    per-repeat log-ratios `d` whose sum is at least as far from 0 as the observed one. With no true difference and
+    each repeat's order drawn at random, swapping a repeat's two runs only flips its log-ratio's sign, so every
+    pattern is equally likely whatever the machine did: the p is exact (a uniform draw of the patterns, counted
+    with the observed one, (b + 1) / (m + 1), beyond EXACT_ORDER_REPEATS repeats; seeded: the same d, the same p)."""
+    d = np.asarray(d, dtype="float64").ravel()
+    if d.size < 1 or not np.all(np.isfinite(d)):
+        raise StatsError(f"order_randomization_p: expected finite log-ratios, got {d.tolist()!r}")
+    a = np.abs(d)
+    observed = abs(float(d.sum()))
+    tol = 1e-12 * max(float(a.sum()), 1e-300)
+    if d.size <= EXACT_ORDER_REPEATS:
+        bits = (np.arange(1 << d.size)[:, None] >> np.arange(d.size)[None, :]) & 1
+        sums = np.abs((1.0 - 2.0 * bits) @ a)
+        return float(np.mean(sums >= observed - tol))
+    rng = np.random.default_rng(d.size)
+    sums = np.abs(rng.choice((-1.0, 1.0), size=(ORDER_SAMPLES, d.size)) @ a)
+    return float((np.sum(sums >= observed - tol) + 1) / (ORDER_SAMPLES + 1))
+
+
 def interleaved_order(labels: Sequence[str], repeats: int, seed: int | None = None) -> list[tuple[int, str]]:
     """(repeat, label) in run order: every repeat runs each variant once, in an order drawn at random for that
     repeat (a randomized complete block design; `seed` makes it reproducible: derive it from the run, record it).
@@ -71,7 +117,9 @@ def interleaved_order(labels: Sequence[str], repeats: int, seed: int | None = No
     (benchmarks/bench_significance.py, orders): a fixed order (A B C A B C) gives B a constant head start over A
     under a steady drift of 0.1%/step and its paired test rejects in 10-28% of sweeps; rotations (A B C, B C A,
     ...) and serpentines (A B C, C B A, ...) cancel a linear drift but not one that turns within a few repeats
-    (10-18% under cpu_smoke's drift); random orders give 4-7% under all three drifts.
+    (10-18% under cpu_smoke's drift); random orders give 4-7% under all three drifts. Random orders are also what
+    makes the decision's sign-flip test exact (order_randomization_p, rule 7), which keeps false winners at alpha
+    from 6 repeats on whatever the drift.
     """
     labels = list(labels)
     if not labels or len(set(labels)) != len(labels):
@@ -316,10 +364,29 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
             return None
         return replicated_blocks(np.log(xb / xa) * sign)
 
+    def order_p(base: _Variant, var: _Variant) -> float | None:
+        """The sign-flip p of `var` against `base` over the repeats' random orders (rule 7; None without repeats)."""
+        if not repeats_mode:
+            return None
+        xa, xb = paired_pairs(base.means, var.means)
+        return order_randomization_p(np.log(xb / xa)) if xa.size >= 2 else None
+
+    def beyond_orders(base: _Variant, var: _Variant, level: float) -> bool:
+        """Whether the difference is beyond what the random run orders alone give at `level`, where the sign-flip
+        test can reach it (rule 7); True where it cannot, or without repeats."""
+        xa, _ = paired_pairs(base.means, var.means) if repeats_mode else (np.empty(0), None)
+        if not order_test_reaches(int(xa.size), level):
+            return True
+        p = order_p(base, var)
+        return p is None or p < level
+
     by_label = {v.label: v for v in usable}
     unreplicated = [c.baseline for c in comps if c.significant and c.verdict == "better"
                     and same_way(by_label[c.baseline], best) is False]
-    beaten = {c.baseline for c in comps if c.significant and c.verdict == "better" and c.baseline not in unreplicated}
+    unordered = [c.baseline for c in comps if c.significant and c.verdict == "better"
+                 and c.baseline not in unreplicated and not beyond_orders(by_label[c.baseline], best, alpha)]
+    beaten = {c.baseline for c in comps if c.significant and c.verdict == "better"
+              and c.baseline not in unreplicated and c.baseline not in unordered}
     top = [best.label] + [v.label for v in usable[1:] if v.label not in beaten]
     method = comps[0].method
     n_rep = min(sum(m is not None for m in v.means) for v in usable)
@@ -335,6 +402,11 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
         floor_cv = run_noise.total if run_noise is not None else 0.0
         cv = max(max(v.units.rel_se, floor_cv) for v in usable)
     rec = recommended_repeats(cv, effect, alpha, power, len(usable), min_floor) if cv > 0 else 2
+    if rec and order_test_reaches(rec, alpha) and not order_test_reaches(rec - 1, alpha):
+        # there the order test (rule 7) needs every repeat the same way: at the effect the t finds with 80% power
+        # in 6 repeats it does in 70-75% of simulated decisions, with one repeat more in 80% (from 7 repeats on the
+        # t's advice holds as it is)
+        rec += 1
     if method == "blocks" and run_noise is not None:
         design = (f"one run per variant (block means), each run's noise at least the {run_noise.describe()}")
     elif method == "blocks":
@@ -360,7 +432,8 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
                                           if len(comps) > 1 else "") + f"; {design}")
     elif (default in by_label and default not in top and not too_few  # the default measured, and beaten
           and next(c for c in comps if c.baseline == default).p_value < alpha / len(comps)
-          and same_way(by_label[default], best) is not False):
+          and same_way(by_label[default], best) is not False
+          and beyond_orders(by_label[default], best, alpha / len(comps))):
         # the default is beaten, but the best cannot be separated from some other variant
         main = next(c for c in comps if c.baseline == default)
         significant = True
@@ -372,7 +445,7 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
             # the preference's own difference from the default must be replicated too (rule 6): else the
             # recommendation below would rest on best's replication for a variant that was not ahead every time
             if (against_default.significant and against_default.verdict == "better"
-                    and same_way(dv, pv) is not False):
+                    and same_way(dv, pv) is not False and beyond_orders(dv, pv, alpha)):
                 choice = p
                 break
         others = [t for t in top if t != best.label]
@@ -389,6 +462,13 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
         if too_few:
             lead = (f"no winner declared with {n_rep} run(s) per variant (at least {min_repeats} required): "
                     f"{best.label} against {runner_up.label} is {main.describe()}")
+        elif unordered and not unreplicated:
+            worst = max(unordered, key=lambda k: order_p(by_label[k], best))
+            pairs = paired_pairs(by_label[worst].means, best.means)[0].size
+            lead = (f"no winner: {best.label} is significantly ahead of {', '.join(unordered)} on the paired t but "
+                    f"not beyond what the random run orders of the repeats give on their own (sign-flip p = "
+                    f"{order_p(by_label[worst], best):.2g} against {worst} over the {2 ** pairs} orders its {pairs} "
+                    f"repeats could have had): {metric} {main.describe()}")
         elif unreplicated:
             lead = (f"no winner: {best.label} is significantly ahead of {', '.join(unreplicated)} on average but not "
                     f"in every interleaved block of repeats, so the difference is not replicated: {metric} "

@@ -82,6 +82,8 @@ class ProcStat(NamedTuple):
     start: int  # start time, ticks since boot: with the pid, the process's identity
     user_sys: int  # utime + stime
     children: int  # cutime + cstime: the CPU of children it has waited for
+    at: float = 0.0  # time.monotonic() when the line was read: a busy machine can hold a scan of /proc for longer
+    #                  than a tenth of the interval, and a period timed from the scan's end would not be the ticks'
 
 
 def scan_processes() -> dict[int, ProcStat]:
@@ -101,7 +103,7 @@ def scan_processes() -> dict[int, ProcStat]:
             fields = rest.split()
             table[int(name)] = ProcStat(head.partition(b"(")[2].decode(errors="replace"), fields[0].decode(),
                                         int(fields[1]), int(fields[19]), int(fields[11]) + int(fields[12]),
-                                        int(fields[13]) + int(fields[14]))
+                                        int(fields[13]) + int(fields[14]), time.monotonic())
         except (OSError, ValueError, IndexError):
             continue
     return table
@@ -290,12 +292,18 @@ class TreeProbe(_CpuAccount):
             return False
 
     def sample(self, table: dict[int, "ProcStat"] | None = None) -> dict[str, Any]:
-        """The tree's CPU and RSS since the last sample; `table` (scan_processes) saves a second scan of /proc."""
+        """The tree's CPU and RSS since the last sample; `table` (scan_processes) saves a second scan of /proc. The
+        period is timed from when the tree's lines of /proc were read (the mean of their ProcStat.at), not from when
+        this is called: under load a scan of /proc or the wait before this call can take a good part of the
+        interval, and ticks over a longer window than the period read as more CPU than the cores have."""
         now = time.monotonic()
         table = scan_processes() if table is None else table
         # zombies too (their CPU time is theirs until their parent waits for them: see HostProbe._own_pids)
         members = set(descendants(self.root, {p: ("S", st.ppid, 0, 0, st.start) for p, st in table.items()}))
         members = (members | ({self.root} if self.root in table else set())) - self.exclude
+        read = [table[p].at for p in members if table[p].at > 0]
+        if read:
+            now = sum(read) / len(read)
         own = {(p, table[p].start): (table[p].user_sys, table[p].children, table[p].ppid) for p in members}
         live = sorted(p for p in members if table[p].state != "Z")
         self.last_pids = set(live)

@@ -379,3 +379,21 @@ def test_snapshot_pcie_links_from_nvidia_smi_xml(tmp_path):
     assert m.pcie_gen_min == 3 and "Gen3 x8" in m.pcie.text and m.pcie.extra["pcie_width_min"] == 8
     cpu = pcie_metrics([tmp_path / "git_sha.txt"])
     assert cpu.pcie_gen_min is None and "not measured" in cpu.pcie.text
+
+
+def test_a_trees_cpu_is_timed_from_when_its_processes_were_read_not_from_the_call():
+    """Ticks read one second apart over 100 ticks of one process are 100% of a core, however late the probe is
+    called after the scan (a busy machine holds the sampler; a period timed from the call read 2 cores' worth of
+    ticks over a shorter period as more CPU than the node has)."""
+    from validation.launch.telemetry import ProcStat, TreeProbe, _CLK_TCK
+    root = 4_000_000  # no such pid: the tables below are the probe's whole view of /proc
+    probe = TreeProbe(root)
+
+    def table(ticks, at):
+        return {root: ProcStat("python3", "R", 1, 12345, ticks, 0, at)}
+
+    t0 = time.monotonic()
+    assert probe.sample(table(0, t0))["cpu_util_pct"] is None  # no period yet
+    time.sleep(0.3)  # the call comes 0.3 s after the first, the reads were 1 s apart
+    out = probe.sample(table(int(_CLK_TCK), t0 + 1.0))
+    assert out["cpu_util_pct"] == pytest.approx(100.0, abs=0.5)

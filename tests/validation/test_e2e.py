@@ -170,7 +170,7 @@ def test_compare_a_run_with_itself_changes_nothing(cli, smoke):
     assert out["rows"] and all(r["verdict"] in ("same", "inconclusive") for r in out["rows"])
     assert all(r["rel_delta"] == 0 for r in out["rows"] if r["metric"] == "toks_per_s" and r.get("rel_delta") is not None)
     assert out["exit_code"] == 0 and out["family"]["correction"] == "holm" and not out["regressions"]
-    assert out["warnings"] == [] or all("other work used the machine" in w for w in out["warnings"])
+    assert out["warnings"] == [] or all("other work used the machine" in w for w in out["warnings"]), out["warnings"]
 
 
 def test_list_shows_runbooks(cli, smoke):

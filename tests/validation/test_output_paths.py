@@ -82,8 +82,12 @@ def test_runbook_values_cannot_name_an_output_path(tmp_path, edit, needle):
 def test_set_cannot_rename_a_step_out_of_the_run_dir(tmp_path):
     path = tmp_path / "rb.yaml"
     path.write_text(yaml.safe_dump(BASE, sort_keys=False))
-    with pytest.raises(RunbookError, match="step names are identifiers"):
+    with pytest.raises(RunbookError, match="a step's name cannot be set from the command line"):
         load_runbook(path, ["phases.p.steps.train1.name=../../etc"])
+    renamed = tmp_path / "renamed.yaml"  # the same name written in the file
+    renamed.write_text(path.read_text().replace("name: train1", "name: ../../etc", 1))
+    with pytest.raises(RunbookError, match="step names are identifiers"):
+        load_runbook(renamed)
     with pytest.raises(RunbookError, match="set by nsa-validate itself"):
         load_runbook(path, ["defaults.args.out-dir=/tmp"])
 

@@ -13,10 +13,10 @@ block's last position. Gates are per head and per branch: sigmoid(MLP(x)) or a s
 
 Two prefill paths give the same result: "batched" (vectorized) and "sequential" (a per-token loop, the readable
 oracle). The decode step is the per-token form of the same function with its selected branch vectorized
-(_attend_step: no host synchronisation; DECODE_SELECTED "loop" runs the oracle's _attend_one instead). The batched
-path has two kernel sets (NSAConfig.kernel / NSA_KERNEL): the PyTorch reference (CPU and CUDA) and the Triton GPU
-kernels (nsa.attention.kernels). Two selection-range builders for the PyTorch path: "v2" (vectorized) and "v1" (a
-loop); the Triton path and the decode step read block indices directly.
+(_attend_one(gather=True): no host synchronisation; DECODE_SELECTED "loop" runs the oracle's gathers instead). The
+batched path has two kernel sets (NSAConfig.kernel / NSA_KERNEL): the PyTorch reference (CPU and CUDA) and the
+Triton GPU kernels (nsa.attention.kernels). Two selection-range builders for the PyTorch path: "v2" (vectorized)
+and "v1" (a loop); the Triton path and the decode step read block indices directly.
 The Triton path's forward (_forward_triton) computes the same function in few kernel launches: one GEMM for every
 projection (the weights concatenated per forward; the parameters stay separate) and fused kernels for the glue
 (nsa.attention.kernels.glue.host); benchmarks/bench_ops.py counts its ops.
@@ -84,32 +84,23 @@ class _Tokens:
 
 
 @lru_cache(maxsize=32)
-def _overlap(n_cmp: int, n_blocks: int, l: int, d: int, l_sel: int) -> torch.Tensor:
-    return overlap_weights(n_cmp, n_blocks, l, d, l_sel)
+def _overlap(n_cmp: int, n_blocks: int, l: int, d: int, l_sel: int, device: torch.device) -> torch.Tensor:
+    return overlap_weights(n_cmp, n_blocks, l, d, l_sel).to(device)
 
 
-def _overlap_slice(n_cmp: int, n_blocks: int, l: int, d: int, l_sel: int) -> torch.Tensor:
-    """overlap_weights(n_cmp, n_blocks) sliced from a cached matrix with power-of-two sides."""
+def _overlap_slice(n_cmp: int, n_blocks: int, l: int, d: int, l_sel: int, device: torch.device) -> torch.Tensor:
+    """overlap_weights(n_cmp, n_blocks) sliced from a matrix with power-of-two sides cached on `device` (a step
+    copies nothing from the host)."""
     cap_c, cap_b = 1 << max(n_cmp - 1, 0).bit_length(), 1 << max(n_blocks - 1, 0).bit_length()
-    return _overlap(cap_c, cap_b, l, d, l_sel)[:n_cmp, :n_blocks]
-
-
-@lru_cache(maxsize=32)
-def _overlap_on(cap_c: int, cap_b: int, l: int, d: int, l_sel: int, device: torch.device) -> torch.Tensor:
-    return _overlap(cap_c, cap_b, l, d, l_sel).to(device)
-
-
-def _overlap_slice_on(n_cmp: int, n_blocks: int, l: int, d: int, l_sel: int, device: torch.device) -> torch.Tensor:
-    """_overlap_slice's matrix, kept on `device` (a decode step copies nothing from the host)."""
-    cap_c, cap_b = 1 << max(n_cmp - 1, 0).bit_length(), 1 << max(n_blocks - 1, 0).bit_length()
-    return _overlap_on(cap_c, cap_b, l, d, l_sel, torch.device(device))[:n_cmp, :n_blocks]
+    return _overlap(cap_c, cap_b, l, d, l_sel, torch.device(device))[:n_cmp, :n_blocks]
 
 
 # How decode_step attends over the selected blocks, side by side for an alternated A/B (benchmarks/bench_decode.py
 # --selected-ab); both give the same function of the cache (tests/nsa/test_generate.py):
 #   "gather"  one gather of the n_sel * l_sel key/value slots of every (sequence, group), the slots outside a selected
-#             block's tokens <= t masked before the softmax; no host synchronisation (_attend_step). The default.
-#   "loop"    the per-token oracle _attend_one: its ranges read on the host, one gather per (sequence, group).
+#             block's tokens <= t masked before the softmax; no host synchronisation (_attend_one(gather=True)).
+#             The default.
+#   "loop"    the per-token oracle's: its ranges read on the host, one gather per (sequence, group).
 DECODE_SELECTED_CHOICES = ("gather", "loop")
 DECODE_SELECTED = "gather"  # read at each decode step
 
@@ -223,12 +214,16 @@ class NSAAttention(nn.Module):
         self.stats = stats
 
     # ------------------------------------------------------------------ per-token paths (oracle, decode)
-    def _attend_one(self, q_t, t: int, k_cmp, v_cmp, k_sel, v_sel, k_win, v_win):
+    def _attend_one(self, q_t, t: int, k_cmp, v_cmp, k_sel, v_sel, k_win, v_win, gather: bool = False):
         """One query position t for every sequence and head, written for obviousness.
 
         q_t [B, H, d_k]; k_cmp/v_cmp: the compressed tokens visible to t; k_sel/v_sel: tokens 0..t; k_win/v_win:
         exactly the window tokens of t. Returns ({branch: [B, H, d_v]}, blocks [B, G, n_sel], KV tokens read per
-        sequence and group).
+        sequence and group). The selected branch gathers each (sequence, group)'s tokens from its ranges, read on the
+        host (the oracle); gather=True (the decode step, DECODE_SELECTED "gather") takes the n_sel * l_sel token
+        slots of its chosen blocks at once instead (block j's slot i is token j * l_sel + i), a slot of an empty
+        choice (-1) or past t at score -inf, so that the softmax and the weighted sum run over exactly the same
+        tokens with no value read on the host and no loop over sequences and groups.
         """
         cfg = self.cfg
         b, h, d_k = q_t.shape
@@ -252,76 +247,40 @@ class NSAAttention(nn.Module):
         else:
             p_cmp = probs(k_cmp)
             o_cmp = attend(p_cmp, v_cmp)
-            overlap = _overlap_slice(n_cmp, n_blocks, cfg.l, cfg.d, cfg.l_sel).to(q_t.device)
+            overlap = _overlap_slice(n_cmp, n_blocks, cfg.l, cfg.d, cfg.l_sel, q_t.device)
             # heads of a group summed (Eq. 10), blocks mapped (Eq. 9); selection is fp32 on every path
             importance = p_cmp.detach().float().sum(dim=2) @ overlap
 
-        # selected branch: one block list per group, gathered token by token from its ranges
-        position = torch.tensor(t, device=q_t.device)
-        blocks = choose_blocks(importance, position, cfg.n_sel, cfg.l_sel)
-        ranges = self.range_builder(blocks, position, cfg.l_sel).tolist()
-        o_sel = q_t.new_empty(b, h, cfg.d_v)
-        gathered = 0
-        for bi in range(b):
-            for gi in range(g):
-                idx = torch.cat([torch.arange(lo, hi, device=q_t.device) for lo, hi in ranges[bi][gi] if hi > lo])
-                gathered += idx.numel()
-                keys = k_sel[bi, gi].index_select(0, idx)
-                values = v_sel[bi, gi].index_select(0, idx)
-                scores = (qg[bi, gi].to(acc) @ keys.to(acc).T) * scale
-                o_sel[bi, gi * hpg: (gi + 1) * hpg] = (torch.softmax(scores, -1) @ values.to(acc)).to(q_t.dtype)
-
-        o_win = attend(probs(k_win), v_win)
-        reads = n_cmp + gathered // (b * g) + k_win.shape[2]
-        return {"cmp": o_cmp, "sel": o_sel, "win": o_win}, blocks, reads
-
-    def _attend_step(self, q_t, t: int, k_cmp, v_cmp, k_sel, v_sel, k_win, v_win):
-        """_attend_one for a decode step: the same arguments and result, the selected branch vectorized.
-
-        Every (sequence, group) gathers the n_sel * l_sel token slots of its chosen blocks at once (block j's slot i
-        is token j * l_sel + i); a slot of an empty choice (-1) or past t gets score -inf, so the softmax and the
-        weighted sum run over exactly the tokens _attend_one gathers. No value is read on the host: the tokens read
-        come from the selection's geometry (NSAConfig keeps n_sel >= 3, so the current block, the one before it and
-        block 0 are always among the min(n_sel, started) blocks kept: decode_reads).
-        """
-        cfg = self.cfg
-        b, h, d_k = q_t.shape
-        g, hpg = cfg.n_kv_groups, cfg.heads_per_group
-        scale = 1.0 / math.sqrt(d_k)
-        qg = q_t.view(b, g, hpg, d_k)
-        acc = torch.promote_types(q_t.dtype, torch.float32)  # as the batched kernels: fp32 or better
-
-        def probs(keys):  # keys [B, G, n, d_k] -> softmax [B, G, hpg, n]
-            return torch.softmax((qg.to(acc) @ keys.to(acc).transpose(-1, -2)) * scale, -1)
-
-        def attend(p, values):  # -> [B, H, d_v]
-            return (p @ values.to(acc)).to(q_t.dtype).reshape(b, h, -1)
-
-        n_cmp = k_cmp.shape[2]
-        n_blocks = t // cfg.l_sel + 1
-        if n_cmp == 0:
-            o_cmp = q_t.new_zeros(b, h, cfg.d_v)
-            importance = torch.zeros(b, g, n_blocks, device=q_t.device)
-        else:
-            p_cmp = probs(k_cmp)
-            o_cmp = attend(p_cmp, v_cmp)
-            overlap = _overlap_slice_on(n_cmp, n_blocks, cfg.l, cfg.d, cfg.l_sel, q_t.device)
-            importance = p_cmp.detach().float().sum(dim=2) @ overlap  # Eq. 10, then Eq. 9
-
+        # selected branch: one block list per group
         position = torch.full((), t, dtype=torch.long, device=q_t.device)
         blocks = choose_blocks(importance, position, cfg.n_sel, cfg.l_sel)  # [B, G, n_sel], -1 for empty
-        slots = (blocks.unsqueeze(-1) * cfg.l_sel + torch.arange(cfg.l_sel, device=q_t.device)).flatten(-2)
-        valid = (slots >= 0) & (slots <= t)  # [B, G, n_sel * l_sel]; an empty choice's slots are -l_sel .. -1
-        idx = slots.clamp(0, t).unsqueeze(-1)
-        keys = k_sel.gather(2, idx.expand(-1, -1, -1, k_sel.shape[-1]))
-        values = v_sel.gather(2, idx.expand(-1, -1, -1, v_sel.shape[-1]))
-        scores = (qg.to(acc) @ keys.to(acc).transpose(-1, -2)) * scale  # [B, G, hpg, n_sel * l_sel]
-        scores = scores.masked_fill(~valid.unsqueeze(2), float("-inf"))
-        o_sel = attend(torch.softmax(scores, -1), values)
+        if gather:
+            slots = (blocks.unsqueeze(-1) * cfg.l_sel + torch.arange(cfg.l_sel, device=q_t.device)).flatten(-2)
+            valid = (slots >= 0) & (slots <= t)  # [B, G, n_sel * l_sel]; an empty choice's slots are -l_sel .. -1
+            idx = slots.clamp(0, t).unsqueeze(-1)
+            keys = k_sel.gather(2, idx.expand(-1, -1, -1, k_sel.shape[-1]))
+            values = v_sel.gather(2, idx.expand(-1, -1, -1, v_sel.shape[-1]))
+            scores = (qg.to(acc) @ keys.to(acc).transpose(-1, -2)) * scale  # [B, G, hpg, n_sel * l_sel]
+            o_sel = attend(torch.softmax(scores.masked_fill(~valid.unsqueeze(2), float("-inf")), -1), values)
+            # the tokens read, from the selection's geometry: NSAConfig keeps n_sel >= 3, so the current block,
+            # the one before it and block 0 are always among the min(n_sel, started) blocks kept (decode_reads)
+            n_kept = min(cfg.n_sel, n_blocks)
+            selected = (n_kept - 1) * cfg.l_sel + t + 1 - (n_blocks - 1) * cfg.l_sel
+        else:  # token by token from its ranges
+            ranges = self.range_builder(blocks, position, cfg.l_sel).tolist()
+            o_sel = q_t.new_empty(b, h, cfg.d_v)
+            gathered = 0
+            for bi in range(b):
+                for gi in range(g):
+                    idx = torch.cat([torch.arange(lo, hi, device=q_t.device) for lo, hi in ranges[bi][gi] if hi > lo])
+                    gathered += idx.numel()
+                    keys = k_sel[bi, gi].index_select(0, idx)
+                    values = v_sel[bi, gi].index_select(0, idx)
+                    scores = (qg[bi, gi].to(acc) @ keys.to(acc).T) * scale
+                    o_sel[bi, gi * hpg: (gi + 1) * hpg] = (torch.softmax(scores, -1) @ values.to(acc)).to(q_t.dtype)
+            selected = gathered // (b * g)
 
         o_win = attend(probs(k_win), v_win)
-        n_kept = min(cfg.n_sel, n_blocks)  # the current block (tokens up to t) and n_kept - 1 full ones
-        selected = (n_kept - 1) * cfg.l_sel + t + 1 - (n_blocks - 1) * cfg.l_sel
         return {"cmp": o_cmp, "sel": o_sel, "win": o_win}, blocks, n_cmp + selected + k_win.shape[2]
 
     def _branches_sequential(self, p: NSAProjections) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -490,8 +449,7 @@ class NSAAttention(nn.Module):
         k_cmp = cache.k_cmp.last() if cache.n_cmp else tok.k_raw.new_zeros(x_t.shape[0], cfg.n_kv_groups, 0, cfg.d_k)
         v_cmp = cache.v_cmp.last() if cache.n_cmp else tok.v_raw.new_zeros(x_t.shape[0], cfg.n_kv_groups, 0, cfg.d_v)
         choice = resolve_auto("layer: DECODE_SELECTED", DECODE_SELECTED, DECODE_SELECTED_CHOICES, "gather")
-        attend = self._attend_step if choice == "gather" else self._attend_one
-        o, _, reads = attend(tok.q[:, :, 0], t, k_cmp, v_cmp, cache.k_sel.last(), cache.v_sel.last(),
-                             cache.k_win.last(cfg.w), cache.v_win.last(cfg.w))
+        o, _, reads = self._attend_one(tok.q[:, :, 0], t, k_cmp, v_cmp, cache.k_sel.last(), cache.v_sel.last(),
+                                       cache.k_win.last(cfg.w), cache.v_win.last(cfg.w), gather=choice == "gather")
         cache.reads.append(reads)
         return self._combine({name: o[name].unsqueeze(2) for name in BRANCHES}, tok.gates)

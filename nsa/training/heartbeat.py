@@ -106,6 +106,24 @@ class HeartbeatWriter:
         self._clock = clock
         self._host = socket.gethostname()
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            self._end_cut_off_line()
+        except BaseException:
+            self.close()
+            raise
+
+    def _end_cut_off_line(self) -> None:
+        """A file whose last line has no newline (its writer was killed mid-write, or its disk filled) gets one,
+        so this writer's first record starts a line of its own instead of being glued to the cut-off one (where
+        neither would decode). The cut-off line stays, complete now, and readers skip it as undecodable."""
+        size = os.fstat(self._fd).st_size
+        if size == 0:
+            return
+        with open(self.path, "rb") as f:
+            f.seek(size - 1)
+            last = f.read(1)
+        if last and last != b"\n":
+            os.write(self._fd, b"\n")
 
     @property
     def closed(self) -> bool:
@@ -272,8 +290,25 @@ def latest_heartbeats(out_dir: str | os.PathLike) -> dict[int, dict]:
     return latest
 
 
-def first_heartbeat(path: str | os.PathLike) -> dict | None:
-    """The first complete record of one heartbeat file (reads only its head), or None."""
+def first_heartbeat(path: str | os.PathLike, since: float | None = None) -> dict | None:
+    """The first complete record of one heartbeat file (reads only its head), or None.
+
+    With `since` (a unix time): the first record written at or after it, found by reading backwards from the end
+    up to the first older record (so the cost grows with the records since then, not with the file); None when
+    there is none. Records are in time order within a file (one writer appends them).
+    """
+    if since is not None:
+        earliest = None
+        with open(path, "rb") as f:
+            end = os.fstat(f.fileno()).st_size
+            for line in _lines_backwards(f, end):
+                record = parse_line(line) if line.strip() else None
+                if record is None:
+                    continue
+                if float(record["ts"]) < since:
+                    break
+                earliest = record
+        return earliest
     with open(path, "rb") as f:
         buf, block = b"", _TAIL_BLOCK
         while True:

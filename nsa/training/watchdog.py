@@ -97,12 +97,14 @@ def _check_expected_ranks(expected_ranks) -> None:
         raise ValueError(f"expected_ranks must be a positive int or None, got {expected_ranks!r}")
 
 
-def _run_start(out_dir: Path) -> float | None:
-    """ts of the earliest first record over all heartbeat files (reads only their heads)."""
+def _run_start(out_dir: Path, since: float | None = None) -> float | None:
+    """ts of the earliest first record over all heartbeat files (reads only their heads); with `since`, of the
+    earliest record at or after it (a resumed run appends to the files of the run it resumes: their first records
+    are that earlier run's)."""
     starts = []
     for path in heartbeat_files(out_dir).values():
         try:
-            record = first_heartbeat(path)
+            record = first_heartbeat(path, since=since)
         except FileNotFoundError:
             continue
         if record is not None:
@@ -111,7 +113,7 @@ def _run_start(out_dir: Path) -> float | None:
 
 
 def check(out_dir, stall_after_s: float, now: float | None = None, expected_ranks: int | None = None,
-          since: float | None = None) -> Verdict:
+          since: float | None = None, seen: dict | None = None) -> Verdict:
     """The state of the run whose heartbeats are in `out_dir`, at time `now` (default: time.time()).
 
     The ranks looked at are 0..expected_ranks-1 when `expected_ranks` is given (files of other ranks, e.g. left
@@ -120,6 +122,11 @@ def check(out_dir, stall_after_s: float, now: float | None = None, expected_rank
     is stalled once the run's first heartbeat (any rank) is older than `stall_after_s`. The run is finished when
     every rank's latest record is terminal. With `since` (a unix time), records older than it are ignored, as if
     absent: a watchdog started before a run does not mistake the previous run's final heartbeats for this one's.
+    `seen`, a dict the caller keeps from one call to the next (``run`` does), makes the ages independent of the
+    writers' clocks: it holds, per rank, the latest record's ts and the `now` at which a check first saw that
+    record, and a rank's age is at least the time since then. A record stamped in the future (the writer's clock
+    ahead of this one's) would otherwise never grow older than 0 s until this clock caught up with it, and a rank
+    that stopped after writing it would not be seen as stalled for that long.
     Raises FileNotFoundError when `out_dir` is not a directory.
     """
     if not stall_after_s > 0:
@@ -138,6 +145,12 @@ def check(out_dir, stall_after_s: float, now: float | None = None, expected_rank
     ranks = sorted(range(expected_ranks)) if expected_ranks is not None else sorted(latest)
     missing = [r for r in ranks if r not in latest]
     ages = {r: now - float(rec["ts"]) for r, rec in latest.items()}
+    if seen is not None:
+        for r, rec in latest.items():
+            ts = float(rec["ts"])
+            if r not in seen or seen[r][0] != ts:
+                seen[r] = (ts, now)
+            ages[r] = max(ages[r], now - seen[r][1])
     stalled, problems = [], []
     for r in sorted(latest):
         rec = latest[r]
@@ -145,9 +158,9 @@ def check(out_dir, stall_after_s: float, now: float | None = None, expected_rank
             stalled.append(r)
             problems.append(f"rank {r} last heartbeat {ages[r]:.0f}s ago (step {rec['step']}, msg {rec['msg']!r})")
     if missing:
-        start = _run_start(out_dir)
-        if since is not None:
-            start = max(start, since) if start is not None else since
+        start = _run_start(out_dir, since)
+        if since is not None and start is None:
+            start = since
         since_start = now - start if start is not None else 0.0
         for r in missing:
             ages[r] = since_start
@@ -247,10 +260,11 @@ def run(cfg: WatchdogConfig, *, sleep: Callable[[float], None] = time.sleep, now
     """
     emit = on_event if on_event is not None else (lambda kind, info: None)
     started = now()
+    seen: dict = {}  # per rank: (ts of its latest record, when a check first saw it), see check
     while True:
         if cfg.out_dir.is_dir():
             verdict = check(cfg.out_dir, cfg.stall_after_s, now=now(), expected_ranks=cfg.expected_ranks,
-                            since=cfg.since)
+                            since=cfg.since, seen=seen)
         else:  # started before the trainer created its out_dir
             verdict = Verdict(WAITING, reason=f"waiting for {cfg.out_dir} to appear")
         emit("check", verdict)

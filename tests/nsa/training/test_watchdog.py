@@ -102,6 +102,23 @@ def test_resumed_writer_appends(tmp_path):
     assert latest_heartbeats(tmp_path)[0]["step"] == 11
 
 
+def test_resumed_writer_after_a_cut_off_line_keeps_its_first_record(tmp_path):
+    """A writer killed mid-line leaves a last line without its newline; the resumed run's writer ends that line
+    first, so its own first record is a line of its own (not glued to the cut-off one, where neither decodes)."""
+    append_record(tmp_path, 0, T0, 7, "step")
+    with open(heartbeat_path(tmp_path, 0), "ab") as f:
+        f.write(encode_record(T0 + 1, 0, 1, "h", 8, "step")[:25])  # cut off mid-line
+    with HeartbeatWriter(tmp_path, 0, clock=lambda: T0 + 50) as w:
+        w.write(7, "boot")
+    recs = read_heartbeats(tmp_path)
+    assert [(r["step"], r["msg"]) for r in recs[0]] == [(7, "step"), (7, "boot")]
+    assert recs.bad_lines == {0: 1}  # the cut-off line, now complete, is skipped
+    assert latest_heartbeats(tmp_path)[0]["msg"] == "boot"
+    with HeartbeatWriter(tmp_path, 0) as w:  # a file that ends with its newline gets nothing added
+        pass
+    assert heartbeat_path(tmp_path, 0).read_bytes().endswith(b"\n") and read_heartbeats(tmp_path).bad_lines == {0: 1}
+
+
 def test_partial_last_line_and_bad_lines(tmp_path):
     append_record(tmp_path, 0, T0, 1, "step")
     append_record(tmp_path, 0, T0 + 1, 2, "step")
@@ -315,6 +332,28 @@ def test_run_detects_stall_and_halts(tmp_path):
     assert events[-1][1]["signalled_pids"] == []  # other host: never signalled
 
 
+def test_run_sees_a_stall_after_a_record_stamped_in_the_future(tmp_path):
+    """A writer whose clock is an hour ahead stops: the loop counts the silence on its own clock from when it first
+    saw that record, instead of waiting an hour for the record's ts to be in the past."""
+    clock = FakeClock()
+    append_record(tmp_path, 0, T0 + 3_600, 4, "step")
+    append_record(tmp_path, 1, T0 - 1, 4, "step")
+
+    def sleep(s):
+        clock.sleep(s)
+        if clock.t < T0 + 8:
+            append_record(tmp_path, 1, clock.t, 5, "step")  # rank 1 stays alive
+        assert clock.t < T0 + 100, "no stall seen"
+
+    verdict = run(WatchdogConfig(tmp_path, stall_after_s=10, interval_s=1, halt=False, dump_stacks=False),
+                  sleep=sleep, now=clock)
+    assert verdict.state == "stalled" and verdict.stalled_ranks == [0], verdict.reason
+    assert 10 < verdict.ages[0] <= 12
+    assert clock.t - T0 <= 12
+    # one look without that memory judges by the record's own ts: not stalled (yet)
+    assert check(tmp_path, 10, now=clock.t).state == "running"
+
+
 def test_run_without_halt_reports_only(tmp_path):
     clock = FakeClock(T0 + 1000)
     append_record(tmp_path, 0, T0, 5, "step")
@@ -518,6 +557,28 @@ def test_check_since_filters_old_records(tmp_path):
     assert check(tmp_path, 10, now=now, since=now - 50).state == "waiting"
     append_record(tmp_path, 0, now - 1, 1, "boot")
     assert check(tmp_path, 10, now=now, since=now - 50).state == "running"
+
+
+def test_resumed_run_rank_not_booted_yet_is_not_a_stall(tmp_path):
+    """A resumed run appends to the earlier run's files, whose first records are that run's. A watchdog started long
+    before the resume counts a rank that has not written yet from the resumed run's first record, not from its own
+    start (which made it halt the resumed run a second after rank 0's boot)."""
+    for r in (0, 1):
+        append_record(tmp_path, r, T0, 0, "boot")
+        append_record(tmp_path, r, T0 + 100, 5, "stop")
+    since = T0 + 1_000  # the watchdog starts
+    resumed = since + 5_000
+    append_record(tmp_path, 0, resumed, 5, "boot")
+    verdict = check(tmp_path, 300, now=resumed + 1, expected_ranks=2, since=since)
+    assert verdict.state == "running", verdict.reason
+    assert verdict.ages[1] == pytest.approx(1.0)
+    append_record(tmp_path, 0, resumed + 290, 6, "step")
+    verdict = check(tmp_path, 300, now=resumed + 301, expected_ranks=2, since=since)
+    assert verdict.state == "stalled" and verdict.stalled_ranks == [1]
+    assert "301s after the run's first one" in verdict.reason
+    assert hb.first_heartbeat(heartbeat_path(tmp_path, 0), since=since)["ts"] == resumed
+    assert hb.first_heartbeat(heartbeat_path(tmp_path, 1), since=since) is None
+    assert hb.first_heartbeat(heartbeat_path(tmp_path, 1))["ts"] == T0
 
 
 def test_loop_waits_for_the_directory_to_appear(tmp_path):

@@ -94,3 +94,29 @@ def test_per_step_figures_of_a_gpu_trace_count_each_profiled_step_once():
     assert out["per_step_comm_s"] == pytest.approx(200e-6) and out["per_step_exposed_s"] == pytest.approx(150e-6)
     aligned = aligned_collectives([gpu_rank(), gpu_rank(shift=20)])
     assert aligned["steps"] == 2 and aligned["per_step_s"] == pytest.approx(200e-6)  # latest start to latest end
+
+
+def test_tight_memory_without_a_difference_takes_no_reshard_over_ddp_when_full_shard_does_not_fit():
+    """Tight for DDP (5% headroom), full shard out of memory, no-reshard fits with 37.5%, no significant
+    difference: the rule saves memory (full shard, no-reshard, DDP in that order), so no-reshard, not DDP."""
+    oom = {"fits": False, "peak_gb": None, "capacity_gb": 80, "toks_per_s": None}
+    r = recommend({"ddp": ev(76), "fsdp": oom, "fsdp_no_reshard": ev(50)}, {"fsdp_no_reshard:ddp": same(0.0)})
+    assert r["regime"] == "tight" and r["strategy"] == "fsdp_no_reshard"
+    assert "no strategy is significantly faster" in r["reason"]
+    r = recommend({"ddp": ev(76), "fsdp_no_reshard": ev(50)}, {"fsdp_no_reshard:ddp": same(0.0)})
+    assert r["strategy"] == "fsdp_no_reshard"
+    # nothing but DDP fits: DDP
+    r = recommend({"ddp": ev(76), "fsdp": oom}, {})
+    assert (r["strategy"], r["regime"]) == ("ddp", "tight")
+
+
+@pytest.mark.parametrize("cap, headroom", [(80, 0.2), (10, 0.3), (100, 0.1), (48, 0.35)])
+def test_a_peak_exactly_at_the_headroom_limit_fits_with_headroom(cap, headroom):
+    """The module doc: fits with headroom when peak <= (1 - headroom) x capacity, the limit included."""
+    limit = (1 - headroom) * cap
+    r = recommend({"ddp": ev(limit, cap), "fsdp": ev(limit / 2, cap)}, {"fsdp:ddp": same(0.0)}, headroom=headroom)
+    assert (r["strategy"], r["regime"]) == ("ddp", "fits_with_headroom")
+    # DDP out of memory, both FSDP modes fit, no-reshard exactly at the limit: no-reshard (doc: fits with headroom)
+    r = recommend({"ddp": {"fits": False}, "fsdp": ev(limit / 2, cap), "fsdp_no_reshard": ev(limit, cap)},
+                  {"fsdp_no_reshard:fsdp": same(0.0)}, headroom=headroom)
+    assert r["strategy"] == "fsdp_no_reshard"

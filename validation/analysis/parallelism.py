@@ -14,7 +14,8 @@ Recommendation (`recommend`), the seed's rule applied to the evidence, per strat
     shard, else full shard (the most memory saved);
   - tight (DDP fits, less headroom than asked): the significantly faster strategy among those that fit (several
     that no other is significantly faster than: the one that saves more memory, full shard, no-reshard, DDP);
-    without a significant difference FSDP full shard (the headroom for a larger batch).
+    without a significant difference the one that saves the most memory of those that fit, in the same order
+    (FSDP full shard where it fits: the headroom for a larger batch).
 "Faster" always means a significant paired comparison (validation.analysis.significance) handed in as its record
 (validation.results.decision.ComparisonRecord, or its JSON form): rel, ci_low, ci_high, p_value (p_adjusted),
 significant; the reason states the numbers that decided it. `recommendation` returns a typed Recommendation,
@@ -214,6 +215,13 @@ def recommendation(evidence: Mapping[str, Evidence | Mapping],
             return f"{name} fits (memory available unknown)"
         return f"{name} fits with {fmt_pct(n.headroom)} headroom ({n.peak_gb:.3g} of {n.capacity_gb:.3g} GB)"
 
+    def roomy(name: str) -> bool:
+        """Fits with the headroom asked: peak <= (1 - headroom) x capacity (compared so, not as 1 - peak /
+        capacity >= headroom, whose rounding would put a peak exactly at the limit on the wrong side); unknown
+        memory counts as enough."""
+        n = numbers[name]
+        return n.headroom is None or n.peak_gb <= (1 - headroom) * n.capacity_gb
+
     def speed(a: str, b: str) -> str:
         label, comp = _comp(comparisons, a, b)
         return f"{label}: {_comparison_text(comp)}"
@@ -233,15 +241,14 @@ def recommendation(evidence: Mapping[str, Evidence | Mapping],
                                "gradient accumulation for the global batch) or checkpoint activations"))
         choice = "fsdp" if "fsdp" in fitting else fitting[0]
         if "fsdp_no_reshard" in fitting and "fsdp" in fitting:
-            nr = numbers["fsdp_no_reshard"].headroom
-            if _faster(comparisons, "fsdp", "fsdp_no_reshard") <= 0 and (nr is None or nr >= headroom):
+            if _faster(comparisons, "fsdp", "fsdp_no_reshard") <= 0 and roomy("fsdp_no_reshard"):
                 choice = "fsdp_no_reshard"
         why = [mem("ddp")] + [mem(m) for m in fsdp_modes]
         if len(fitting) > 1:
             why.append(speed("fsdp_no_reshard", "fsdp"))
         return out(choice, "does_not_fit", f"{STRATEGIES[choice]}: DDP does not fit; " + "; ".join(why))
     fitting = ["ddp"] + [m for m in fsdp_modes if numbers[m].fits]
-    with_room = ddp.headroom is None or ddp.headroom >= headroom
+    with_room = roomy("ddp")
 
     def unbeaten(m: str) -> bool:
         """No other strategy that fits is significantly faster than m."""
@@ -249,8 +256,9 @@ def recommendation(evidence: Mapping[str, Evidence | Mapping],
 
     def tie_break(modes: list[str]) -> str:
         """Of FSDP modes not significantly different: no-reshard when it fits with headroom, else full shard."""
-        roomy = [m for m in modes if numbers[m].headroom is None or numbers[m].headroom >= headroom]
-        return ("fsdp_no_reshard" if "fsdp_no_reshard" in roomy else "fsdp" if "fsdp" in modes else modes[0])
+        with_headroom = [m for m in modes if roomy(m)]
+        return ("fsdp_no_reshard" if "fsdp_no_reshard" in with_headroom else "fsdp" if "fsdp" in modes
+                else modes[0])
 
     # FSDP modes significantly faster than DDP and not significantly slower than another mode that fits
     faster_fsdp = [m for m in fitting[1:] if _faster(comparisons, m, "ddp") > 0 and unbeaten(m)]
@@ -284,10 +292,11 @@ def recommendation(evidence: Mapping[str, Evidence | Mapping],
             if "fsdp_no_reshard" in fitting and "fsdp" in fitting:
                 why.append(speed("fsdp_no_reshard", "fsdp"))
     else:
-        choice = "fsdp" if "fsdp" in fitting else "ddp"
+        # no significant difference: the strategy that saves the most memory among those that fit
+        choice = next(m for m in ("fsdp", "fsdp_no_reshard", "ddp") if m in fitting)
         lead = (f"{STRATEGIES[choice]}: memory is tight for DDP (less than {fmt_pct(headroom)} headroom) and no "
-                f"strategy is significantly faster at this batch" + (", so the one with the most headroom"
-                                                                     if choice == "fsdp" else ""))
+                f"strategy is significantly faster at this batch" + (", so the one that saves the most memory"
+                                                                     if choice != "ddp" else ""))
     return out(choice, "tight", f"{lead}; " + "; ".join(why))
 
 

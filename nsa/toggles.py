@@ -161,19 +161,26 @@ class Fault:
         return self.step is not None and step == self.step and (self.rank is None or self.rank == rank)
 
 
+def _digits(text: str) -> bool:
+    """Whether `text` is an ASCII decimal number (str.isdigit also takes '٣' and '²')."""
+    return text.isascii() and text.isdigit()
+
+
 def _parse_fault(value: str) -> Fault:
     kind, at, rest = value.partition("@")
-    number, _, rank_text = rest.partition(":")
+    number, colon, rank_text = rest.partition(":")
+    if colon and not _digits(rank_text):  # "crash@3:" names no rank: an error, not every rank
+        raise ValueError(value)
     if kind == "wait":
-        if number not in WAIT_STAGES or (rank_text and not rank_text.isdigit()) or rest.count(":") > 1:
+        if number not in WAIT_STAGES or rest.count(":") > 1:
             raise ValueError(value)
         return Fault("wait", None, int(rank_text) if rank_text else None, stage=number)
     if kind in SLOW_FAULT_KINDS:
-        share = float(number) if at and rest == number and number.replace(".", "", 1).isdigit() else math.nan
+        share = float(number) if at and rest == number and _digits(number.replace(".", "", 1)) else math.nan
         if not 0 < share <= SLOW_SHARE_MAX:  # also NaN: no share, a :RANK, or a share that is not a plain number
             raise ValueError(value)
         return Fault(kind, None, share=share)
-    if kind not in FAULT_KINDS or not at or not number.isdigit() or (rank_text and not rank_text.isdigit()):
+    if kind not in FAULT_KINDS or not at or not _digits(number):
         raise ValueError(value)
     if kind in MODEL_FAULT_KINDS:
         if rank_text or rest != number:

@@ -48,7 +48,8 @@ def test_csv_fault_values_parse(value, fault):
 
 
 @pytest.mark.parametrize("value", ["csv_missing@3:1", "csv_empty", "csv_gone@3", "csv_truncate@x",
-                                   "csv_garble@0", "crash@0", "nan@0:1"])  # steps count from 1: @0 never fires
+                                   "csv_garble@0", "crash@0", "nan@0:1",  # steps count from 1: @0 never fires
+                                   "crash@3:", "wait@imports:", "crash@\u0663", "crash@3:\u0661"])  # no rank; ASCII only
 def test_bad_csv_fault_values_name_the_variable(value):
     with pytest.raises(ValueError, match="NSA_FAULT=.*csv_missing@STEP"):
         toggles.parse("NSA_FAULT", {"NSA_FAULT": value})

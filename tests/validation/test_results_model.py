@@ -299,6 +299,19 @@ def test_results_json_is_written_with_its_keys_in_the_documented_order_whatever_
     assert written == [k for k in results_model.RUN_KEY_ORDER if k in written] and written.index("evidence") < written.index("plots")
 
 
+def test_a_step_records_keys_are_written_in_the_documented_order_whatever_order_they_were_added(tmp_path):
+    """STEP_KEY_ORDER is the docstring's order of a step record, and write_results writes every step's keys in it: a
+    step's definition, there from the start, comes after its interference, added once it has run (a run wrote them
+    the other way round)."""
+    assert list(results_model.STEP_KEY_ORDER) == list(documented_schema()["StepResult"])
+    data = json.loads((REPO / "reports/examples/cpu_smoke/results.json").read_text())
+    for name, step in data["steps"].items():
+        data["steps"][name] = dict(reversed(list(step.items())))  # every key out of place
+    write_results(tmp_path, data)
+    for name, step in json.loads((tmp_path / "results.json").read_text())["steps"].items():
+        assert list(step) == [k for k in results_model.STEP_KEY_ORDER if k in step], name
+
+
 def test_a_written_run_has_the_keys_in_the_documented_order():
     """The runner writes the keys in the docstring's order: the examples' keys come in that order (the optional
     ones left out where absent)."""

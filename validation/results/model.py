@@ -389,6 +389,11 @@ RUN_KEY_ORDER: tuple[str, ...] = ("schema_version", "tool", "runbook", "run_dir"
                                   "phases", "steps", "acceptance", "recommendations", "performance_analysis",
                                   "evidence", "reused", "plots")
 
+# a step record's keys in the order the docstring lists them (StepResult's, its required keys first): write_results
+# writes them so, whatever order a step's keys were added in (its definition is there from the start, its
+# interference once it has run)
+STEP_KEY_ORDER: tuple[str, ...] = tuple(StepResult.__annotations__)
+
 RECORDS: tuple[type, ...] = (RunResults, Tool, RunbookRef, Options, PhaseRecord, Resume, ReplacedStep, StepResult,
                              LaunchRun, Choice, Criterion, Recommendations, Plot)
 

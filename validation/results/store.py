@@ -20,7 +20,7 @@ from typing import Any
 
 from nsa.training.outputs import atomic_write
 from validation.results.model import (CRITERION_STATUSES, FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, SCHEMA_VERSION,
-                                      RUN_KEY_ORDER, STEP_STATUSES, VERDICTS, ResultsError, RunResults,
+                                      RUN_KEY_ORDER, STEP_KEY_ORDER, STEP_STATUSES, VERDICTS, ResultsError, RunResults,
                                       check_results)
 from validation.results.run import ReplacedStep, Resume, read_run
 
@@ -93,10 +93,19 @@ def inside_run_dir(run_dir: Path | str, rel: str | Path) -> Path:
 
 
 def in_documented_order(results: RunResults | dict[str, Any]) -> dict[str, Any]:
-    """`results` with its top-level keys in the schema's order (RUN_KEY_ORDER; a key it does not list after them, in
-    its own order), whatever order they were added in."""
-    rank = {key: i for i, key in enumerate(RUN_KEY_ORDER)}
-    return dict(sorted(results.items(), key=lambda item: rank.get(item[0], len(rank))))
+    """`results` with its top-level keys, and each step record's, in the schema's order (RUN_KEY_ORDER,
+    STEP_KEY_ORDER; a key it does not list after them, in its own order), whatever order they were added in."""
+    out = _ordered(results, RUN_KEY_ORDER)
+    steps = out.get("steps")
+    if isinstance(steps, dict):
+        out["steps"] = {name: _ordered(step, STEP_KEY_ORDER) if isinstance(step, dict) else step
+                        for name, step in steps.items()}
+    return out
+
+
+def _ordered(record: dict[str, Any], order: tuple[str, ...]) -> dict[str, Any]:
+    rank = {key: i for i, key in enumerate(order)}
+    return dict(sorted(record.items(), key=lambda item: rank.get(item[0], len(rank))))
 
 
 def write_results(run_dir: Path, results: RunResults | dict[str, Any]) -> Path:

@@ -426,26 +426,34 @@ def write_json(path: Path, data: Any, indent: int | None = 2) -> Path:
 SOURCE_DIR = Path(__file__).resolve().parent
 
 
-def _git(args: list[str], start: Path | None) -> str | None:
-    """`git ARGS` in `start` (else SOURCE_DIR): its stripped stdout, None where git fails (no git, not a checkout)."""
+def git_output(args: list[str], start: Path | None = None) -> str | None:
+    """`git ARGS` in `start` (else SOURCE_DIR): its stripped stdout, None where git fails (no git, not a checkout).
+    The one runner of git for env.json and results.json's environment (validation.launch.environment)."""
     try:
         out = subprocess.run(["git", *args], cwd=start or SOURCE_DIR, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
 
 
 def git_sha(start: Path | None = None) -> str | None:
     """HEAD of the git checkout holding this package (or `start`), None outside one."""
-    return _git(["rev-parse", "HEAD"], start) or None
+    return git_output(["rev-parse", "HEAD"], start) or None
+
+
+def git_changes(start: Path | None = None) -> int | None:
+    """How many tracked files of the git checkout holding this package (or `start`) differ from its HEAD, staged or
+    not (the lines of `git status --porcelain --untracked-files=no`: an untracked file alone changes nothing), None
+    outside a checkout."""
+    status = git_output(["status", "--porcelain", "--untracked-files=no"], start)
+    return None if status is None else len([line for line in status.splitlines() if line.strip()])
 
 
 def git_dirty(start: Path | None = None) -> bool | None:
-    """Whether tracked files of the git checkout holding this package (or `start`) differ from its HEAD, staged or
-    not (`git status --porcelain --untracked-files=no` lists something; an untracked file alone leaves it clean):
-    a run from a modified tree is not the commit git_sha names. None outside a checkout."""
-    status = _git(["status", "--porcelain", "--untracked-files=no"], start)
-    return None if status is None else bool(status)
+    """Whether tracked files differ from HEAD (git_changes): a run from a modified tree is not the commit git_sha
+    names. None outside a checkout."""
+    changes = git_changes(start)
+    return None if changes is None else changes > 0
 
 
 ENV_PREFIXES = ("NSA_", "NCCL_", "TORCH_")

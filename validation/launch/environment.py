@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from nsa.training.outputs import NODE_ENV_PREFIXES, NODE_NAME_VARS, git_sha
+from nsa.training.outputs import NODE_ENV_PREFIXES, NODE_NAME_VARS, git_changes, git_output, git_sha
 from validation.launch import slurm, telemetry
 from validation.launch.spec import safe_name
 from validation.runbook.model import Requirements
@@ -53,25 +53,13 @@ def gpus() -> list[dict[str, Any]]:
     return out
 
 
-def _git(args: list[str], cwd: Path | None) -> str | None:
-    """`git ARGS` in cwd (else the current directory): its stripped stdout, or None (no git, not a checkout)."""
-    git = shutil.which("git")
-    if git is None:
-        return None
-    try:
-        proc = subprocess.run([git, *args], cwd=cwd, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
-
-
 def git_state(cwd: Path | None = None) -> dict[str, Any]:
     """{"git_branch": the checked-out branch ("HEAD" when detached), "git_dirty": True when tracked files differ
-    from the commit (`git status --porcelain --untracked-files=no` lists something), "git_changes": how many}; each
-    None outside a git checkout."""
-    branch = _git(["rev-parse", "--abbrev-ref", "HEAD"], cwd)
-    status = _git(["status", "--porcelain", "--untracked-files=no"], cwd)
-    changes = None if status is None else len([line for line in status.splitlines() if line.strip()])
+    from the commit, "git_changes": how many (nsa.training.outputs.git_changes, env.json's rule)}, in `cwd` (else the
+    current directory); each None outside a git checkout."""
+    where = cwd if cwd is not None else Path.cwd()
+    branch = git_output(["rev-parse", "--abbrev-ref", "HEAD"], where)
+    changes = git_changes(where)
     return {"git_branch": branch or None, "git_dirty": None if changes is None else changes > 0,
             "git_changes": changes}
 

@@ -70,6 +70,11 @@ def checkpoint_step(path: Path | None) -> int | None:
     return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
 
 
+def latest_step(out_dir: Path) -> int | None:
+    """checkpoint_step of the latest checkpoint under `out_dir` (where --resume continues), or None."""
+    return checkpoint_step(latest_checkpoint(out_dir))
+
+
 def _rng_state() -> dict[str, Any]:
     state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
     if torch.cuda.is_available():

@@ -102,7 +102,7 @@ class Trainer:
                           "(use --resume to continue a run instead)"))
         distributed.barrier(info)
         # a heartbeat's step is the step the rank has reached: for a resume, that of the checkpoint it continues from
-        self.boot_step = (checkpoint.checkpoint_step(checkpoint.latest_checkpoint(self.out)) if resume else None) or 0
+        self.boot_step = (checkpoint.latest_step(self.out) if resume else None) or 0
         self.heartbeat = HeartbeatWriter(self.out, info.rank)
         self.heartbeat.write(self.boot_step, "boot", world_size=info.world_size, device=str(self.device))
         self.start_step = 0
@@ -393,7 +393,7 @@ class Trainer:
         if self.info.is_main:
             outputs.write_json(self.out / outputs.STATUS_JSON, {
                 "status": status, "reason": reason, "step": step, "steps_planned": self.cfg.train.steps,
-                "checkpoint_step": checkpoint.checkpoint_step(checkpoint.latest_checkpoint(self.out)),
+                "checkpoint_step": checkpoint.latest_step(self.out),
                 "world_size": self.info.world_size, "parallel": self.parallel, "updated": time.time(),
                 "notes": self.notes, **extra})
 
@@ -401,7 +401,7 @@ class Trainer:
         """Where a run stopped on a non-finite loss or gradient continues from. It writes no checkpoint of its own:
         its parameters passed no check since their last update (a non-finite loss may come from them), so the
         latest checkpoint, written after a step that was checked finite, stays the one --resume takes."""
-        last = checkpoint.checkpoint_step(checkpoint.latest_checkpoint(self.out))
+        last = checkpoint.latest_step(self.out)
         if last is None:
             return "there is no checkpoint: --resume starts again at step 0"
         return f"the last good checkpoint is step {last}: --resume continues from it"

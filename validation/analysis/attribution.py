@@ -4,7 +4,8 @@ grouped by the nsa.* NVTX/profiler ranges and by category, as shares of step tim
 Each step is an `nsa.step` range (forward and backward of every micro-batch) plus the `nsa.optim` range that
 follows it (the optimizer step; between the two the trainer's own loss/flag all-reduce is not counted); within them, every instant on the step's thread is given to the highest-priority
 category of the events open at that instant (nested ranges: the innermost meaning wins by priority), and instants
-with no event open are idle:
+with no event open are idle (the profiler's own ProfilerStep#N range, which encloses every step, is no event of the
+step):
 
     importance and top-k   nsa.sel.importance, nsa.sel.topk
     attention branches     nsa.cmp, nsa.sel (and nsa.sel.ranges_*), nsa.win, nsa.dense
@@ -35,6 +36,7 @@ CATEGORIES = ("importance and top-k", "attention branches", "communication", "op
 _COMM = ("all_reduce", "allreduce", "all_gather", "reduce_scatter", "broadcast", "nccl", "gloo", "c10d")
 WINDOWS = ("nsa.step", "nsa.optim")  # the ranges that make up a step's time
 _GEMM = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear")
+PROFILER_STEP = "ProfilerStep#"  # torch.profiler's range around each profiler.step() period: left out
 
 
 def category(name: str) -> str:
@@ -68,7 +70,10 @@ def attribute_events(events: list[dict]) -> dict[str, Any]:
     for st in windows:
         t0, t1 = float(st.ts), float(st.ts) + float(st.dur)
         step_total += t1 - t0
+        # the profiler's own ProfilerStep#N range spans every step on the same thread: it is the profiler's marker
+        # of the step, not work within it (counted, it left no instant idle and gave that time to "other")
         inside = [e for e in evs if e is not st and (e.pid, e.tid) == (st.pid, st.tid)
+                  and not e.name.startswith(PROFILER_STEP)
                   and float(e.ts) < t1 and float(e.ts) + float(e.dur) > t0]
         points = [(t0, 1, CATEGORIES.index(category(st.name)))] if st.name != "nsa.step" else []
         points += [(t1, -1, points[0][2])] if points else []

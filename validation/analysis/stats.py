@@ -93,7 +93,10 @@ def welch_t_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
             return 0.0, 1.0
         return math.copysign(math.inf, mx - my), 0.0
     t = (mx - my) / math.sqrt(se2)
-    df = se2 * se2 / (vx * vx / (x.size - 1) + vy * vy / (y.size - 1))
+    # Welch-Satterthwaite, on each side's share of se2 (the shares sum to 1, so the denominator is at least
+    # 1 / (4 (n - 1))): the squares of the variances themselves underflow to 0 for spreads below ~1e-81
+    fx, fy = vx / se2, vy / se2
+    df = 1.0 / (fx * fx / (x.size - 1) + fy * fy / (y.size - 1))
     return t, min(1.0, t_sf2(t, df))
 
 

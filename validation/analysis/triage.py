@@ -319,11 +319,12 @@ class Ranking:
     culprit: str | None
     reason: str
     statement: str
+    unranked: dict[str, str] = field(default_factory=dict)  # suspect -> why it could not be compared
 
     def as_dict(self) -> dict[str, Any]:
         return {"ranking": [c.variant for c in self.comparisons], "culprit": self.culprit, "reason": self.reason,
                 "statement": self.statement,
-                "suspects": {c.variant: c.as_dict() for c in self.comparisons}}
+                "suspects": {c.variant: c.as_dict() for c in self.comparisons}, "unranked": dict(self.unranked)}
 
 
 def rank_suspects(baseline: Sequence[float | None], suspects: Mapping[str, Sequence[float | None]], *,
@@ -335,12 +336,22 @@ def rank_suspects(baseline: Sequence[float | None], suspects: Mapping[str, Seque
     better is larger). The culprit: the suspect whose change improves the metric the most among those significant
     (adjusted p < alpha and beyond the noise floor), by at least `min_effect`, and in every repeat (a replicated
     effect, not one repeat's luck); None when none is. `pair_noise`: the least sd of one repeat's log-ratio (the
-    runbook's declared launch noise, significance.PairNoise)."""
+    runbook's declared launch noise, significance.PairNoise). A suspect that cannot be compared (fewer than 2 repeats
+    with both runs measured: its runs failed or were left out) is left out of the ranking and of Holm's family, and
+    named in `unranked` and the reason; StatsError only when no suspect can be compared."""
     if not suspects:
         raise StatsError("triage needs at least one suspect")
-    comps = [compare_paired(baseline, runs, higher_is_better=higher_is_better, alpha=alpha, noise=noise,
-                            baseline="config", variant=name, metric=metric, pair_noise=pair_noise)
-             for name, runs in suspects.items()]
+    comps, unranked = [], {}
+    for name, runs in suspects.items():
+        try:
+            comps.append(compare_paired(baseline, runs, higher_is_better=higher_is_better, alpha=alpha, noise=noise,
+                                        baseline="config", variant=name, metric=metric, pair_noise=pair_noise))
+        except StatsError as exc:
+            unranked[str(name)] = str(exc)
+    if not comps:
+        if len(unranked) == 1:
+            raise StatsError(next(iter(unranked.values())))
+        raise StatsError("no suspect could be compared: " + "; ".join(f"{k}: {v}" for k, v in unranked.items()))
     family = adjust_family(comps, alpha)
     sign = 1.0 if higher_is_better else -1.0
     ranked = tuple(sorted(family.comparisons, key=lambda c: -sign * c.rel))
@@ -374,4 +385,6 @@ def rank_suspects(baseline: Sequence[float | None], suspects: Mapping[str, Seque
             else:
                 reason = (f"no suspect changes {metric} significantly beyond the noise floor (largest: {top.variant} "
                           f"{fmt_pct(top.rel, signed=True)}, Holm-adjusted p = {top.p_adjusted:.2g})")
-    return Ranking(comparisons=ranked, culprit=culprit, reason=reason, statement=family.statement)
+    if unranked:
+        reason += "; not compared: " + "; ".join(f"{k} ({v})" for k, v in unranked.items())
+    return Ranking(comparisons=ranked, culprit=culprit, reason=reason, statement=family.statement, unranked=unranked)

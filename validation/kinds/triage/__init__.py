@@ -12,9 +12,10 @@ Own keys:
   repeats   runs of the configuration and of every suspect, interleaved (default 3; at least 2)
 A run's tokens/s is the median of its window (one unit per run, robust to a step another process slowed).
 Metrics: "culprit" (a suspect's name; null when the suspects were ranked and none is named; absent when nothing was
-compared, e.g. every run disturbed), "reason", "statement" (Holm), "ranking" (names, largest
-improvement first), "suspects" {name: {effect (relative change of tokens/s), ci [low, high], p, p_adjusted,
-significant, verdict, toks_per_s, changes}}, "config_toks_per_s", "repeats", "runs", "passed".
+compared, e.g. every run disturbed), "reason" (it also names a suspect left unranked: fewer than 2 repeats with both
+runs measured), "statement" (Holm), "ranking" (names, largest improvement first), "suspects" {name: {effect
+(relative change of tokens/s), ci [low, high], p, p_adjusted, significant, verdict, toks_per_s, changes}},
+"config_toks_per_s", "repeats", "runs", "passed".
 Options: the keys above (each suspect's change a Settings). Result: the step record (validation.results.run.Step: its
 runs a LaunchRun each, the run order, superseded runs and notes), its metrics a Metrics (a Suspect per suspect); run()
 builds it, the report hooks read it (decoded leniently).

@@ -34,6 +34,15 @@ KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"
 GB = 1e9
 
 
+def size_range(min_bytes: int | None, max_bytes: int | None, backend: str) -> tuple[int, int]:
+    """(smallest, largest) message size: the given ones, else 8 KiB .. 1 GiB (nccl) / 4 KiB .. 4 MiB (gloo); a
+    default never crosses the bound given beside it (min_bytes 8 MiB alone on gloo: 8 MiB .. 8 MiB)."""
+    lo_default, hi_default = (8192, 1 << 30) if backend == "nccl" else (4096, 4 << 20)
+    lo = min_bytes or (min(lo_default, max_bytes) if max_bytes else lo_default)
+    hi = max_bytes or max(hi_default, lo)
+    return lo, hi
+
+
 def bus_factor(kind: str, world_size: int) -> float:
     """busbw / algbw for `kind` at `world_size` ranks (nccl-tests; 1 for broadcast); 0 at one rank, where no
     collective moves anything between ranks (nccl-tests keeps broadcast's 1 there: its busbw would read as a link's

@@ -6,10 +6,11 @@
 
 For every kind and every message size (doubling from min to max, or the given sizes): `warmup` untimed calls, a
 barrier, then `iters` calls timed together (on CUDA, synchronized after the last); each rank's mean time per call,
-and the row's time is the maximum over the ranks (the slowest rank decides when a collective is done, as in
-nccl-tests). Message sizes follow nccl-tests (validation.analysis.collectives): all-reduce and broadcast the buffer,
-all-gather the gathered output, reduce-scatter the full input; a size is rounded down to a whole number of float32
-elements per rank (all-gather, reduce-scatter: per rank's shard), and the row records the bytes actually moved.
+and the row's time is the maximum over the ranks (the slowest rank decides when a collective is done; nccl-tests
+by default averages its ranks' times, -a 1). Message sizes follow nccl-tests (validation.analysis.collectives):
+all-reduce and broadcast the buffer, all-gather the gathered output, reduce-scatter the full input; a size is
+rounded down to a whole number of float32 elements per rank (all-gather, reduce-scatter: per rank's shard), and the
+row records the bytes actually moved.
 
 Rank 0 writes DIR/comm.json: {"world_size", "backend", "device", "dtype", "iters", "warmup", "threads",
 "kinds": {kind: [validation.analysis.collectives.bandwidth_row(...) rows sorted by bytes]}}. At one rank the collectives
@@ -31,7 +32,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from validation.analysis.collectives import bandwidth_row
+from validation.analysis.collectives import bandwidth_row, size_range
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 OUTPUT = "comm.json"
@@ -147,8 +148,7 @@ def run(args: argparse.Namespace) -> dict:
         if args.sizes:
             sizes = sorted({int(s) for s in args.sizes.split(",")})
         else:
-            lo = args.min_bytes or (8192 if backend == "nccl" else 4096)
-            hi = args.max_bytes or (1 << 30 if backend == "nccl" else 4 << 20)
+            lo, hi = size_range(args.min_bytes, args.max_bytes, backend)
             sizes = sizes_between(lo, hi)
         kinds = {}
         for kind in args.kinds.split(","):
@@ -200,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     bad = [k for k in args.kinds.split(",") if k not in KINDS]
     if bad or args.iters < 1 or args.warmup < 0 or args.compute_ms < 0:
         print(f"comm_bench: kinds must be among {', '.join(KINDS)}, iters >= 1, warmup >= 0, compute-ms >= 0", file=sys.stderr)
+        return 2
+    if args.min_bytes and args.max_bytes and args.min_bytes > args.max_bytes:
+        print(f"comm_bench: --min-bytes {args.min_bytes} > --max-bytes {args.max_bytes}", file=sys.stderr)
         return 2
     run(args)
     return 0

@@ -10,7 +10,14 @@ rank, a header whose `size count type redop root time algbw busbw #wrong ...` na
 lack `root` or say `error` for `#wrong`), one data row per size (time in microseconds; the first time/algbw/busbw
 triple is out-of-place, the second in-place), then `# Out of bounds values` and `# Avg bus bandwidth`. The rows
 use the out-of-place figures; algbw and busbw are recomputed from size and time with validation.analysis.collectives (the
-same conventions nccl-tests uses, without its two-decimal rounding).
+same conventions nccl-tests uses, without its two-decimal rounding). Versions before 2.13 write `#  Rank i Pid ...`
+(no Group).
+
+A table is a measurement only when nccl-tests checked it and finished: wrong results (a `#wrong` count above 0 in
+either column of any row, or `# Out of bounds values : N FAILED` with N > 0; the older `error` column is the largest
+deviation, judged within a tolerance by that same count) raise WrongResults; an output that stops before its
+footer (truncated, or the run ended on an error: nccl-tests prints no footer then) raises NcclTestsError. `N/A` in
+`#wrong` (nccl-tests run with -c 0) is a table nccl-tests did not check, read as it is.
 """
 
 from __future__ import annotations
@@ -23,12 +30,17 @@ from validation.analysis.collectives import bandwidth_row
 BINARIES = {"all_reduce": "all_reduce_perf", "all_gather": "all_gather_perf",
             "reduce_scatter": "reduce_scatter_perf", "broadcast": "broadcast_perf"}
 
-_RANK_RE = re.compile(r"^#\s+Rank\s+\d+\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+\S+\s+device\s+\d+")
+_RANK_RE = re.compile(r"^#\s+Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+\S+\s+device\s+\d+")
 _AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
+_BOUNDS_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
 
 
 class NcclTestsError(ValueError):
-    """The output is not an nccl-tests table (or holds no row)."""
+    """The output is not a complete nccl-tests table (no header, no row, or no footer)."""
+
+
+class WrongResults(NcclTestsError):
+    """nccl-tests found wrong results: a row's `#wrong` count or the out-of-bounds count above 0."""
 
 
 def missing_binaries(kinds, path: str | None = None) -> list[str]:
@@ -44,11 +56,13 @@ def command(kind: str, min_bytes: int, max_bytes: int, gpus: int, iters: int, wa
 
 def parse(text: str, kind: str, world_size: int | None = None) -> dict:
     """{"world_size", "rows": [bandwidth_row(...) + "reported_busbw_gbps"], "avg_busbw_gbps"} of one nccl-tests
-    run's output. world_size: the number of `# Rank` lines (or `world_size` when given). Raises NcclTestsError."""
+    run's output. world_size: the number of `# Rank` lines (or `world_size` when given). Raises NcclTestsError
+    (WrongResults when nccl-tests found wrong results; see the module doc)."""
     columns: list[str] | None = None
     ranks = 0
     rows: dict[int, dict] = {}
-    avg = None
+    avg = bounds = None
+    wrong: list[int] = []  # the sizes with a #wrong count above 0
     for line in text.splitlines():
         stripped = line.strip()
         if _RANK_RE.match(stripped):
@@ -61,10 +75,15 @@ def parse(text: str, kind: str, world_size: int | None = None) -> dict:
             m = _AVG_RE.match(stripped)
             if m:
                 avg = float(m.group(1))
+            m = _BOUNDS_RE.match(stripped)
+            if m:
+                bounds = int(m.group(1))
             continue
         if columns is None or not stripped or not stripped[0].isdigit():
             continue
         fields = stripped.split()
+        if fields[0].isdigit() and _wrong(columns, fields):
+            wrong.append(int(fields[0]))
         if len(fields) < columns.index("busbw") + 1:
             continue
         try:
@@ -78,11 +97,19 @@ def parse(text: str, kind: str, world_size: int | None = None) -> dict:
         rows[nbytes] = (nbytes, time_us, reported)
     if columns is None:
         raise NcclTestsError("no nccl-tests table header (`# size count type ... time algbw busbw`) in the output")
+    if wrong:
+        raise WrongResults(f"nccl-tests found wrong results (#wrong > 0) at {', '.join(map(str, wrong))} B")
+    if bounds:
+        raise WrongResults(f"nccl-tests found wrong results: {bounds} out-of-bounds value(s)")
     world = world_size or ranks
     if not world:
         raise NcclTestsError("no `# Rank N Group ...` line: the number of ranks is unknown")
     if not rows:
         raise NcclTestsError("the nccl-tests table holds no row")
+    if avg is None and bounds is None:
+        raise NcclTestsError(f"the nccl-tests output stops after its {max(rows)} B row, before the `# Out of bounds "
+                             "values` and `# Avg bus bandwidth` lines: the run did not finish (truncated, or an "
+                             "error)")
     out = []
     for nbytes in sorted(rows):
         _, time_us, reported = rows[nbytes]
@@ -90,3 +117,15 @@ def parse(text: str, kind: str, world_size: int | None = None) -> dict:
         row["reported_busbw_gbps"] = reported
         out.append(row)
     return {"world_size": world, "rows": out, "avg_busbw_gbps": avg}
+
+
+def _wrong(columns: list[str], fields: list[str]) -> bool:
+    """Whether a data row has a `#wrong` count above 0 (out-of-place or in-place; N/A: not checked)."""
+    for i, name in enumerate(columns):
+        if name == "#wrong" and i < len(fields) and fields[i] != "N/A":
+            try:
+                if float(fields[i]) != 0:
+                    return True
+            except ValueError:
+                continue
+    return False

@@ -43,6 +43,7 @@ import sys
 from typing import Any
 
 from validation.analysis import nccl_tests
+from validation.analysis.collectives import size_range
 from validation import kinds as registry
 from validation.formatting import NA, as_list, file_name, finite, fmt_num
 from validation.kinds.comm.result import (KINDS, BenchFile, Collective, Metrics, ParsedTable, Result,  # noqa: F401
@@ -148,7 +149,7 @@ class Comm(StepKind):
         launch = step.launch
         common = dict(env=dict(launch.env), inherit_env=True, run_dir=run_dir, timeout_s=launch.timeout_s)
         if self.resolved_source(step) == "nccl-tests":
-            lo, hi = step.min_bytes or 8192, step.max_bytes or (1 << 30)
+            lo, hi = size_range(step.min_bytes, step.max_bytes, "nccl")  # nccl-tests refuses -b > -e
             return [LaunchSpec(argv=nccl_tests.command(kind, lo, hi, launch.nproc_per_node, step.iters,
                                                        step.warmup),
                                step_dir=step_dir(run_dir, f"{step.name}/{kind}"), **common,
@@ -215,7 +216,8 @@ class Comm(StepKind):
                 measured[kind] = dataclasses.replace(summarize(kind, parsed.rows),
                                                      avg_busbw_gbps_reported=parsed.avg_busbw_gbps)
             except (OSError, nccl_tests.NcclTestsError) as e:
-                if lr.status == "ok":
+                # wrong results are the reason even where the program's exit status also says it failed
+                if status == "ok" and (lr.status == "ok" or isinstance(e, nccl_tests.WrongResults)):
                     status, reason = "failed", f"{nccl_tests.BINARIES[kind]}: {e}"
             if lr.status != "ok" and status == "ok":
                 status, reason = lr.status, f"{nccl_tests.BINARIES[kind]}: {lr.reason}"

@@ -17,6 +17,7 @@ from nsa.toggles import TOGGLES
 from validation import kinds as step_kinds
 from validation.execution.evidence import runs_implausible
 from validation.kinds.base import Effect
+from validation.kinds.blocks import code
 from validation.formatting import FAILED_STATUSES, NA, STATUS_LABELS, as_dict, fmt_p, fmt_pct, plural, run_command
 from validation.results.run import Run, read_run
 
@@ -169,7 +170,7 @@ def _command(run: Run, resume: bool = False, rerun: list[str] | tuple = ()) -> s
     runbook = run.runbook.path or "RUNBOOK"
     where = run.run_dir or "RUN_DIR"
     text = run_command(runbook, resume=where if resume or rerun else None, rerun=rerun, overrides=run.overrides(rerun))
-    return f"`{text}`"
+    return code(text)  # a span as long as a backtick in a path needs
 
 
 def _next_command(run: Run, failed: list[str]) -> str:

@@ -78,7 +78,7 @@ def render_junit(results: Run | dict) -> str:
         summary = (f"target {fmt_num(crit.target)}, actual {fmt_num(crit.actual)}"
                    + (f": {crit.detail}" if crit.detail else ""))
         if status == "fail":
-            ET.SubElement(case, "failure", {"message": _xml_text(summary), "type": str(crit.severity or "fail")}
+            ET.SubElement(case, "failure", {"message": _xml_text(summary), "type": _xml_text(crit.severity or "fail")}
                           ).text = _xml_text(crit.expr or summary)
             outcome = "failure"
         elif status == "error":

@@ -32,12 +32,19 @@ PLOTS_DIR = "plots"
 TITLE_WIDTH = 90  # characters per title line at the report's figure size
 
 
+def _lone_marker(n_points: int) -> dict:
+    """A line plot's marker for a series of n_points: a series of one point has no segment to draw, so that point
+    is drawn as a dot (otherwise the plot shows its legend and nothing else)."""
+    return {"marker": "o", "markersize": 4} if n_points == 1 else {}
+
+
 def read_toks(csv_path: Path) -> tuple[list, list] | None:
-    """(steps, toks_per_s) of a training.csv's rows with a tokens/s value, or None when there are none."""
+    """(steps, toks_per_s) of a training.csv's rows with a finite tokens/s value, or None when there are none (an
+    inf, like a NaN, is no point of the line: drawn, it would cut the line on both sides of it)."""
     read = metrics.read_training_csv(csv_path)
     if read.problem is not None or "toks_per_s" not in read.frame.columns or read.frame.empty:
         return None
-    frame = read.frame[read.frame["toks_per_s"].notna()]
+    frame = read.frame[read.frame["toks_per_s"].map(lambda v: finite(v) is not None)]
     if frame.empty:
         return None
     return frame[metrics.STEP_COLUMN].to_list(), frame["toks_per_s"].to_list()
@@ -124,7 +131,8 @@ class Plotter:
             legend = (f"{label} ({counts[label]} runs)" if counts[label] > 1 else label) if label not in seen \
                 else "_nolegend_"
             seen.add(label)
-            ax.plot(xs, ys, label=legend, linewidth=1.2, color=colors[label], alpha=0.9 if counts[label] == 1 else 0.6)
+            ax.plot(xs, ys, label=legend, linewidth=1.2, color=colors[label], alpha=0.9 if counts[label] == 1 else 0.6,
+                    **_lone_marker(len(xs)))
         window = lines[0][2]  # "start" and "end" in records written before first_step and last_step
         first = finite(window.first_step if window.first_step is not None else window.extra.get("start"))
         last = finite(window.last_step if window.last_step is not None else window.extra.get("end"))
@@ -158,7 +166,7 @@ class Plotter:
                                                                                      "memory GiB")):
                 pts = [(x, r[col]) for x, r in series if finite(r.get(col)) is not None]
                 if pts:
-                    axis.plot(*zip(*pts), style, linewidth=1.2, label=f"{label} {what}")
+                    axis.plot(*zip(*pts), style, linewidth=1.2, label=f"{label} {what}", **_lone_marker(len(pts)))
                     drawn += 1
         per_node = sorted({r.get("node") for r in rows}, key=str)
         for node in per_node:
@@ -173,7 +181,7 @@ class Plotter:
                 pts = [(r["time"] - t0, r[col]) for r in samples if finite(r.get(col)) is not None]
                 if pts:
                     axis.plot(*zip(*pts), style, linewidth=1.2, label=what + suffix,
-                              color=color if len(per_node) == 1 else None)
+                              color=color if len(per_node) == 1 else None, **_lone_marker(len(pts)))
                     drawn += 1
         if not drawn:
             return

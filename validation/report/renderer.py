@@ -12,6 +12,7 @@ import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
+from urllib.parse import quote
 
 from markupsafe import Markup, escape
 
@@ -138,6 +139,23 @@ def md_text(value: Any, *, lines: bool = False) -> str:
     if not lines:
         text = _LINE_BREAK.sub(" ", text)
     return _outside_code(text, _md_escape) if ("<" in text or "](" in text) else text
+
+
+_LINK_TEXT_SPECIAL = re.compile(r"([\\\[\]])")
+
+
+def md_link_text(value: Any) -> _MarkdownDone:
+    """md_text for the text of a Markdown image or link (`![text](...)`): outside code spans a backslash or bracket
+    of the value escaped, so that the text ends at the report's own `]` whatever brackets the value holds."""
+    text = _LINE_BREAK.sub(" ", printable(value))
+    return _MarkdownDone(md_text(_outside_code(text, lambda part: _LINK_TEXT_SPECIAL.sub(r"\\\1", part))))
+
+
+def md_destination(path: Any) -> _MarkdownDone:
+    """A relative path as a Markdown link destination that resolves to that file from the report: every character
+    a URL or Markdown reads otherwise (a space, `#`, `?`, `%`, parentheses, `<`, non-ASCII) percent-encoded (UTF-8),
+    `/` kept."""
+    return _MarkdownDone(quote(printable(path), safe="/"))
 
 
 def _md_finalize(value: Any) -> str:
@@ -315,6 +333,8 @@ def _jinja_env(fmt: str):
         finalize=html_text if fmt == "html" else _md_finalize,
     )
     env.filters["cell"] = _md_cell
+    env.filters["link_text"] = md_link_text
+    env.filters["destination"] = md_destination
     env.filters["code"] = code
     env.filters["blocks"] = (lambda blocks: _MarkdownDone(blocks_markdown(blocks))) if fmt == "md" else blocks_html
     env.filters["verbatim"] = _md_verbatim if fmt == "md" else _verbatim

@@ -229,8 +229,11 @@ class Sweep(TrainerKind):
         if choice.significant:
             return f" winner: {params} (significant)"
         source = r.decision.default_source if r.decision else None
+        # a point other than the default kept without a significant difference: the only point measured (the
+        # default's runs failed), never a preference the runbook did not state
         how = {"prefer": "preferred", "runbook": "the runbook's value", "first": "the matrix's first point"}.get(
-            str(source), "kept") if choice.kept_default else "preferred"
+            str(source), "kept") if choice.kept_default else (
+            "the only point measured" if compared_nothing(r) else "preferred")
         if compared_nothing(r):
             return f" no decision, nothing compared: {params} kept ({how})"
         return f" no significant difference: {params} kept ({how})"
@@ -317,7 +320,9 @@ class Sweep(TrainerKind):
                 value += ", kept: no decision, nothing compared" if compared_nothing(r) else (
                     ", kept: no significant difference")
             chosen_runs = [run for run in r.runs if run.label == choice.label]
-            means = [finite((run.metrics.toks_per_s or Stat()).mean) for run in chosen_runs]
+            # the point's throughput from its runs that passed (a crashed run's partial window is no measurement
+            # of the point), as an A/B's pooled summary has it
+            means = [finite((run.metrics.toks_per_s or Stat()).mean) for run in chosen_runs if run.status == "passed"]
             means = [m for m in means if m is not None]
             mean = sum(means) / len(means) if means else None
             name = r.name

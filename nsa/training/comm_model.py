@@ -55,6 +55,7 @@ class ParamSpec:
     shape: tuple[int, ...]
     itemsize: int  # bytes per element of the parameter (and of its gradient)
     unit: str = ROOT_UNIT  # the fully_shard unit that holds it (distributed.fsdp_unit_of)
+    dtype: str = ""  # its dtype ("torch.float32"): DDP buckets each dtype apart; "" groups by itemsize alone
 
     @property
     def numel(self) -> int:
@@ -92,7 +93,7 @@ def param_specs(model, order: Sequence[str] | None = None) -> list[ParamSpec]:
     if order is not None:
         rank = {name: i for i, name in enumerate(order)}
         named.sort(key=lambda kv: rank.get(kv[0], len(rank)))  # stable: the unnamed ones keep their order
-    return [ParamSpec(name, tuple(int(s) for s in p.shape), int(p.element_size()), fsdp_unit_of(name))
+    return [ParamSpec(name, tuple(int(s) for s in p.shape), int(p.element_size()), fsdp_unit_of(name), str(p.dtype))
             for name, p in named]
 
 
@@ -128,12 +129,18 @@ def _check(world_size: int, accum: int) -> None:
 
 
 # ---------------------------------------------------------------------- DDP
+def _dtype_key(spec: ParamSpec) -> tuple[int, str]:
+    """What DDP buckets a parameter by: its dtype (element size first, for specs that do not name the dtype)."""
+    return spec.itemsize, spec.dtype
+
+
 def ddp_buckets(specs: Sequence[ParamSpec], bucket_cap_mb: float, first_bucket_cap_mb: float | None = None,
                 order: Iterable[int] | None = None) -> list[list[int]]:
     """DDP's rebuilt buckets as lists of indices into `specs`, in the order they are all-reduced.
 
     torch's compute_bucket_assignment_by_size: walk the parameters in gradient-ready order (`order`; default
-    the reverse of `specs`, which is right when specs are in forward order), one open bucket per element size (dtype), close a bucket once it holds >= its cap;
+    the reverse of `specs`, which is right when specs are in forward order), one open bucket per dtype (two dtypes
+    of one element size, bf16 and fp16, are buckets apart), close a bucket once it holds >= its cap;
     the first bucket of each dtype has cap first_bucket_cap_mb (None: bucket_cap_mb, which is what DDP uses when
     bucket_cap_mb is given), the later ones bucket_cap_mb; buckets still open at the end follow.
     """
@@ -142,11 +149,11 @@ def ddp_buckets(specs: Sequence[ParamSpec], bucket_cap_mb: float, first_bucket_c
     caps = [int((bucket_cap_mb if first_bucket_cap_mb is None else first_bucket_cap_mb) * MIB),
             int(bucket_cap_mb * MIB)]
     sequence = list(range(len(specs)))[::-1] if order is None else list(order)
-    open_buckets: dict[int, tuple[list[int], int]] = {}
-    next_cap: dict[int, int] = {}
+    open_buckets: dict[tuple[int, str], tuple[list[int], int]] = {}
+    next_cap: dict[tuple[int, str], int] = {}
     done: list[list[int]] = []
     for i in sequence:
-        key = specs[i].itemsize
+        key = _dtype_key(specs[i])
         indices, size = open_buckets.get(key, ([], 0))
         indices, size = indices + [i], size + specs[i].nbytes
         cap = caps[min(next_cap.get(key, 0), len(caps) - 1)]
@@ -176,10 +183,12 @@ def ddp_comm(specs: Sequence[ParamSpec], *, world_size: int, bucket_cap_mb: floa
 
     buckets = ddp_buckets(specs, bucket_cap_mb, first_bucket_cap_mb)
     sizes = [bucket_bytes(b) for b in buckets]
-    by_dtype: dict[int, list[int]] = {}
+    # the first iteration: one bucket per dtype, in the reverse order of each dtype's first parameter (DDP sorts its
+    # initial buckets by their first parameter and reverses them); exact when specs are in registration order
+    by_dtype: dict[tuple[int, str], list[int]] = {}
     for i, s in enumerate(specs):
-        by_dtype.setdefault(s.itemsize, []).append(i)
-    first = [bucket_bytes(ix) for ix in by_dtype.values()]
+        by_dtype.setdefault(_dtype_key(s), []).append(i)
+    first = [bucket_bytes(ix) for ix in reversed(list(by_dtype.values()))]
     return CommPrediction(
         "ddp", world_size, per_step=_counts(all_reduce=sizes), first_step=_counts(all_reduce=first),
         detail={"bucket_bytes": sizes, "bucket_params": [[specs[i].name for i in b] for b in buckets],
@@ -238,7 +247,10 @@ def memory_model(specs: Sequence[ParamSpec], strategy: str, *, world_size: int, 
                  activations: int = 0) -> dict[str, Any]:
     """Bytes per rank of what training keeps resident, per strategy (AdamW, no mixed-precision copies):
 
-        params, grads, optimizer_state   the persistent state (FSDP2: padded shards)
+        params, grads, optimizer_state   the persistent state (FSDP2: rank 0's shards, the largest: every rank
+                                         holds params and grads padded to ceil(dim0 / world_size) rows; AdamW's
+                                         moments take the unpadded shard, fewer rows on the last ranks when
+                                         world_size does not divide dim0)
         buffers                          DDP: its flat gradient buckets beside param.grad (gradient_as_bucket_view
                                          is off); FSDP2: the parameters gathered at the peak (full shard: the root
                                          plus two blocks, the current one and the one prefetched; no reshard:

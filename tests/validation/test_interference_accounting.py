@@ -101,3 +101,14 @@ def test_a_neighbours_core_is_seen_in_the_period_a_chain_of_the_runs_processes_e
     after = [r for r in rows if r["time"] > ended + 0.05 and r["other_cpu_pct"] is not None]
     assert len(after) >= 2, rows
     assert min(r["other_cpu_pct"] for r in after) >= 50.0, [(r["time"] - ended, r["other_cpu_pct"]) for r in after]
+
+
+def test_a_period_whose_busy_ticks_went_down_measures_nothing(monkeypatch):
+    """/proc/stat's busy sum falls where a CPU goes offline between two reads (its counters leave the sum): that
+    period's machine CPU is unknown, never negative (the run's own figure stays). Before the fix: host_cpu_pct
+    -100.0 for 1,000 then 900 ticks."""
+    table = {100: PS("nsa-validate", "S", 1, 5, 10, 0)}
+    out = _probe_two_samples(monkeypatch, table, table, (1_000, 900))
+    assert out["host_cpu_pct"] is None and out["other_cpu_pct"] is None and out["steal_pct"] is None, out
+    out = _probe_two_samples(monkeypatch, table, table, (1_000, 1_000))
+    assert out["host_cpu_pct"] == 0.0, out

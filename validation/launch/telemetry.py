@@ -237,7 +237,10 @@ class HostProbe(_CpuAccount):
         own = {(p, table[p].start): (table[p].user_sys, table[p].children, table[p].ppid) for p in own_pids}
         out: dict[str, Any] = {"ncpu": self.ncpu, "host_cpu_pct": None, "other_cpu_pct": None, "steal_pct": None,
                                "other_top": None}
-        if ticks is not None and self._prev is not None and now > self._prev[0]:
+        # the machine's busy ticks only grow, except where a CPU went offline between the two reads (its counters
+        # leave /proc/stat's sum): that period measures nothing (a negative busy share was written before)
+        if (ticks is not None and self._prev is not None and now > self._prev[0]
+                and ticks[0] >= self._prev[1]):
             dt = now - self._prev[0]
             busy, steal = ticks[0] - self._prev[1], ticks[1] - self._prev[2]
             used = self._own_delta(own, {(p, st.start) for p, st in table.items()})

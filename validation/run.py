@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import math
 import os
 import shlex
@@ -44,7 +43,7 @@ from validation.launch.spec import TERM_GRACE_S
 from validation.results import reuse
 from validation.results.run import read_run
 from validation.results.store import (DEFAULT_RUNS, RESULTS_JSON, ResultsError, RunDirError, cannot_write, inside_run_dir,
-                                read_results, write_results)
+                                      load_json, read_results, write_results)
 from validation.runbook.loader import Runbook, RunbookError, load_runbook
 from validation.execution.runner import (Reporter, ResumeError, RunOptions, Runner, check_resume, judge_resume,
                                          left_out, steps_to_run)
@@ -535,8 +534,8 @@ def list_runs(runs_dir: Path) -> list[tuple]:
     runs = []
     for results_path in sorted(Path(runs_dir).glob("*/results.json")):
         try:
-            data = json.loads(results_path.read_text())
+            data = load_json(results_path)
             runs.append((results_path.parent, data["runbook"]["name"], data["verdict"], data["started"]))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ResultsError, KeyError, TypeError):
             runs.append((results_path.parent, "?", "unreadable", ""))
     return runs

@@ -12,7 +12,8 @@ encoded back, so that what a step kind records (its Result) is read as attribute
     written(record)                              a record's JSON mapping, {} for a record of defaults (what a
                                                  writer that had nothing to say left): a mapping as it is
 
-The types a field may have: str, int, float (an int is one too), bool, None, Any (any JSON value), a dataclass,
+The types a field may have: str, int, float (an int is one too; NaN, infinity and an int beyond a float's range are
+not), bool, None, Any (any JSON value), a dataclass,
 list[X], tuple[X, ...], dict[str, X], X | None and Literal[...]. A dataclass with a field named ``extra`` (a dict)
 keeps there the keys it does not declare, and encode writes them back after its own fields; without one such keys
 are dropped on decode. A field made with ``absent()`` is left out of the JSON while it holds its default (a key
@@ -129,13 +130,16 @@ def _decode(hint: Any, value: Any, path: str, lenient: bool) -> Any:
         if value is None and type(None) in args:
             return None
         options = [a for a in args if a is not type(None)]
+        refused: dict[Any, ResultsError] = {}
         for option in options:
             try:
                 return _decode(option, value, path, False)
-            except ResultsError:
-                continue
+            except ResultsError as exc:
+                refused[option] = exc
         if lenient and isinstance(value, dict) and len(options) == 1 and dataclasses.is_dataclass(options[0]):
             return _decode_record(options[0], value, path, True)  # a damaged record: its good fields kept
+        if float in refused and isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise refused[float]  # a number, not a finite one: say so
         return _wrong(path, value, hint)
     if origin is Literal:
         return value if value in args else _wrong(path, value, hint)
@@ -153,8 +157,16 @@ def _decode(hint: Any, value: Any, path: str, lenient: bool) -> Any:
     if hint is list:
         return value if isinstance(value, list) else _wrong(path, value, hint)
     if hint is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return float(value) if ok else _wrong(path, value, hint)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return _wrong(path, value, hint)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond a float's range
+            number = math.inf
+        if not math.isfinite(number):
+            shown = repr(value) if isinstance(value, float) else "an integer beyond a float's range"
+            raise ResultsError(f"{path}: {shown} is not a finite number (results.json holds finite numbers only)")
+        return number
     if hint is int:
         return value if isinstance(value, int) and not isinstance(value, bool) else _wrong(path, value, hint)
     if hint in (str, bool):

@@ -1,8 +1,9 @@
 """The records of RUN_DIR/results.json, everything a validation run found (the one input of every report), as
 TypedDicts; `check_results` holds a parsed results.json to them.
 
-results.json is plain JSON with no NaN or infinity anywhere. Each record below is a TypedDict of this module (the
-schema is written once more here, key by key, and tests/validation/test_results_model.py keeps the two equal).
+results.json is plain UTF-8 JSON with no NaN or infinity anywhere, no integer beyond a float's range and no object
+holding a key twice. Each record below is a TypedDict of this module (the schema is written once more here, key by
+key, and tests/validation/test_results_model.py keeps the two equal).
 A key marked `?` may be absent: it is written only when it applies, or the run was written before the key was
 added; every other key is always there (null where its type says `| None`). A record may hold keys beyond those
 listed (a step kind's own): they are kept and must be JSON values. `JSONValue` is any JSON value.
@@ -183,6 +184,7 @@ the key path (e.g. `steps.baseline.status`) and what is wrong.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import types
@@ -424,7 +426,10 @@ def _key_path(path: str, key: Any) -> str:
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an integer of more digits than repr writes (sys.get_int_max_str_digits)
+        return f"an integer of {value.bit_length()} bits"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -480,21 +485,50 @@ def _check_key(key: Any, path: str) -> None:
         raise _Malformed(_key_path(path, key), f"key {key!r} cannot be a JSON object's key")
 
 
+def _check_keys(mapping: dict, path: str) -> None:
+    """Every key of `mapping` one json.dumps can write (_check_key), and no two written as the same string (1 and
+    "1", True and "true"): the file would hold that key twice, and read_results refuses such a file."""
+    written: dict[str, Any] = {}
+    for key in mapping:
+        _check_key(key, path)
+        text = key if isinstance(key, str) else json.dumps(key)
+        if text in written:
+            raise _Malformed(_key_path(path, key), f"keys {written[text]!r} and {key!r} are both written as "
+                             f"{json.dumps(text)}: the object would hold that key twice")
+        written[text] = key
+
+
+def _finite_number(value: int | float) -> bool:
+    """Whether a number is one results.json holds: a finite float, or an integer within a float's range (a figure
+    is read as a float; a larger one would be infinite)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _not_finite(value: int | float) -> str:
+    if isinstance(value, float):
+        return f"{value!r} is not a JSON number (results.json holds finite numbers only)"
+    return (f"an integer of {value.bit_length()} bits is beyond a float's range (results.json holds finite numbers "
+            "only)")
+
+
 def _check_json(value: Any, path: str) -> None:
     """`value` is a JSON value as json.dumps writes one (a tuple as a list), with finite numbers only."""
-    if value is None or isinstance(value, (str, bool, int)):
+    if value is None or isinstance(value, (str, bool)):
         return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise _Malformed(path, f"{value!r} is not a JSON number (results.json holds finite numbers only)")
+    if isinstance(value, (int, float)):
+        if not _finite_number(value):
+            raise _Malformed(path, _not_finite(value))
         return
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
             _check_json(item, f"{path}[{i}]")
         return
     if isinstance(value, dict):
+        _check_keys(value, path)
         for key, item in value.items():
-            _check_key(key, path)
             _check_json(item, _key_path(path, key))
         return
     raise _Malformed(path, f"{_kind_of(value)}")
@@ -538,16 +572,16 @@ def _check(value: Any, hint: Any, path: str) -> None:
         raise _Malformed(path, f"expected {_describe(hint)}, got {_kind_of(value)}")
     if hint is Any:
         _check_json(value, path)
-    elif isinstance(value, float) and not math.isfinite(value):
-        raise _Malformed(path, f"{value!r} is not a JSON number (results.json holds finite numbers only)")
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and not _finite_number(value):
+        raise _Malformed(path, _not_finite(value))
     elif origin is list:
         (item,) = get_args(hint)
         for i, element in enumerate(value):
             _check(element, item, f"{path}[{i}]")
     elif origin is dict:
         _, item = get_args(hint)
+        _check_keys(value, path)
         for key, element in value.items():
-            _check_key(key, path)
             _check(element, item, _key_path(path, key))
     elif typing.is_typeddict(hint):
         _check_record(value, hint, path)
@@ -561,8 +595,8 @@ def _check_record(value: dict, record: type, path: str) -> None:
         if key in record.__required_keys__ and key not in value:
             raise _Malformed(_key_path(path, key), f"missing (required in a {_RECORD_WORDS[record.__name__]})"
                              if record is not RunResults else "missing (a required key of results.json)")
+    _check_keys(value, path)
     for key, element in value.items():
-        _check_key(key, path)
         if key in hints:
             _check(element, hints[key], _key_path(path, key))
         else:  # a key beyond the schema (a step kind's own): any JSON value
@@ -583,4 +617,6 @@ def check_results(data: Any, source: str) -> RunResults:
         _check_record(data, RunResults, "")
     except _Malformed as exc:
         raise ResultsError(f"{source}: {exc}") from None
+    except RecursionError:
+        raise ResultsError(f"{source}: a value nested deeper than can be checked") from None
     return typing.cast(RunResults, data)

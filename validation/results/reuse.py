@@ -28,8 +28,10 @@ reused phase is launched.
 from __future__ import annotations
 
 import copy
+import datetime
 import functools
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -37,7 +39,8 @@ from typing import Any, Mapping
 from validation.formatting import first_of
 from validation.results.codec import decode
 from validation.results.run import Run, Step, read_run
-from validation.results.store import RESULTS_JSON, reused_note
+from validation.results.model import ResultsError, check_results
+from validation.results.store import RESULTS_JSON, load_json, reused_note
 from validation.runbook.model import Runbook, step_definition
 from validation.version import source_digest
 
@@ -252,9 +255,10 @@ def _refusal(run: Run, rb: Runbook, phase: str, overrides, digest: str) -> str |
 
 
 def _candidates(where: Path | None, cwd: Path) -> list[tuple[Path, Any]]:
-    """(results.json path, its content or the exception reading it raised) of every run to look at: `where` (a run
-    directory or its results.json), or every one under SEARCH_DIR, newest first (by the time its run finished).
-    Each file is read once."""
+    """(results.json path, its content or the ResultsError reading it raised: a file that is not a sound results.json,
+    validation.results.store.load_json and check_results) of every run to look at: `where` (a run directory or its
+    results.json), or every one under SEARCH_DIR, newest first (by the instant its run finished). Each file is read
+    once."""
     if where is not None:
         where = where if where.is_absolute() else cwd / where
         path = where / RESULTS_JSON if where.is_dir() else where
@@ -266,12 +270,24 @@ def _candidates(where: Path | None, cwd: Path) -> list[tuple[Path, Any]]:
     found = []
     for path in paths:
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
+            data = check_results(load_json(path), str(path))
+        except ResultsError as exc:  # its message names the file and what is wrong
             data = exc
         found.append((path, data))
-    finished = lambda pd: str(read_run(pd[1]).finished or "") if isinstance(pd[1], dict) else ""  # noqa: E731
-    return sorted(found, key=finished, reverse=True)
+    return sorted(found, key=lambda pd: _finished_at(pd[1]), reverse=True)
+
+
+def _finished_at(results: Any) -> float:
+    """When the run of `results` finished, as a POSIX time, so that runs written with different UTC offsets order
+    by the instant ("10:00+0100" before "09:30+0000"); -inf for a run with no such time (unfinished, unreadable)."""
+    finished = read_run(results).finished if isinstance(results, dict) else None
+    try:
+        when = datetime.datetime.fromisoformat(str(finished))
+    except ValueError:
+        return -math.inf
+    if when.tzinfo is None:  # no offset recorded: read as UTC
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.timestamp()
 
 
 def resolve(rb: Runbook, requests: Mapping[str, Path | None], overrides, cwd: Path, digest: str | None = None
@@ -288,10 +304,8 @@ def resolve(rb: Runbook, requests: Mapping[str, Path | None], overrides, cwd: Pa
             raise ReuseError(f"--reuse {phase}: no phase {phase!r} in {rb.path} (phases: {', '.join(phases)})")
         why = []
         for path, results in _candidates(where, cwd):
-            if isinstance(results, Exception):
-                reason = f"unreadable ({results})"
-            elif not isinstance(results, dict):
-                reason = "not a results.json"
+            if isinstance(results, ResultsError):
+                reason = str(results).removeprefix(f"{path}: ")
             else:
                 reason, differences = _match(results, rb, phase, overrides, digest)
             if reason is None:

@@ -415,10 +415,10 @@ class Run:
         wanted = {str(s) for s in steps}
         chosen = self.options
         for resume in self.resumes:
-            if not isinstance(resume, Resume) or resume.options is None:
+            if not isinstance(resume, Resume):
                 continue
             if not wanted or wanted & {str(s) for s in resume.steps}:
-                chosen = resume.options
+                chosen = self.options if resume.options is None else resume.options
         values = chosen.set
         if isinstance(values, dict):  # some early records: {key: value}
             return [f"{k}={v}" for k, v in values.items()]

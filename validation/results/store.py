@@ -26,7 +26,8 @@ from validation.results.run import ReplacedStep, Resume, read_run
 
 __all__ = ["CRITERION_STATUSES", "DEFAULT_RUNS", "FAILED_STEP_STATUSES", "FINAL_STEP_STATUSES", "RESULTS_JSON",
            "SCHEMA_VERSION", "STEP_STATUSES", "VERDICTS", "ResultsError", "RunDirError", "RunResults",
-           "cannot_write", "inside_run_dir", "os_error_text", "read_results", "resume_note", "write_results"]
+           "cannot_write", "inside_run_dir", "load_json", "os_error_text", "read_results", "resume_note",
+           "write_results"]
 
 RESULTS_JSON = "results.json"
 DEFAULT_RUNS = Path("artifacts/validate")  # where a run's directory goes without --out (<runbook>-<time>)
@@ -130,11 +131,53 @@ def read_results(run_dir: Path) -> RunResults:
     path = Path(run_dir) / RESULTS_JSON
     if not path.is_file():
         raise ResultsError(f"{path}: not found (is {run_dir} a validation run directory?)")
+    return check_results(load_json(path), str(path))
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def load_json(path: Path) -> Any:
+    """The JSON value in the file at `path` (a results.json), parsed strictly: UTF-8 text holding one JSON value in
+    which no object has a key twice (which of two values holds is not known). Raises ResultsError "PATH: unreadable
+    (what is wrong)" for a file that cannot be read, is empty, is not UTF-8, is not JSON (cut off, garbled), repeats
+    a key, or holds a number or a nesting Python cannot read. NaN and Infinity are parsed; check_results refuses
+    them naming their key path."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ResultsError(f"{path}: unreadable ({exc})") from None
-    return check_results(data, str(path))
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ResultsError(f"{path}: unreadable ({os_error_text(exc)})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{path}: unreadable (not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset "
+                           f"{exc.start})") from None
+    if not text.strip():
+        raise ResultsError(f"{path}: unreadable (empty: no JSON in it)")
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise ResultsError(f"{path}: unreadable (the key {exc.args[0]!r} appears twice in one object: which value "
+                           "holds is not known)") from None
+    except json.JSONDecodeError as exc:
+        ends = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+        cut = "; the file ends inside its JSON: cut off?" if ends else ""
+        raise ResultsError(f"{path}: unreadable (not JSON: {exc.msg}, line {exc.lineno} column {exc.colno}{cut})") \
+            from None
+    except ValueError as exc:  # an integer of more digits than int() reads (sys.get_int_max_str_digits)
+        raise ResultsError(f"{path}: unreadable (a number too long to read: {str(exc).split(';')[0]})") from None
+    except RecursionError:
+        raise ResultsError(f"{path}: unreadable (its JSON is nested deeper than can be read)") from None
 
 
 def resume_note(results: RunResults | dict[str, Any]) -> str | None:

@@ -17,7 +17,9 @@ from validation import contracts
 from validation import kinds
 from validation.formatting import fmt_gb, fmt_num, fmt_pct
 from validation.kinds.blocks import Block, Column, Table
-from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, TrainerResult, launch_one
+from nsa.training.watchdog import HALT_NAME
+from validation.kinds.trainer import (EARLIER_TOLERANCE_S, TRAINER_METRICS, TrainerKind, TrainerResult, launch_one,
+                                      launch_started, written_before)
 from validation.results.trainer_launch import LaunchMetrics
 
 
@@ -46,10 +48,15 @@ class Longrun(TrainerKind):
     def run(self, options, ctx) -> Result:
         one = launch_one(ctx)
         out_dir = ctx.run_dir / one.spec.out_dir
-        halted = contracts.halted(out_dir) or one.metrics.trainer_status == "halted"
+        # a .HALT or stack dump an earlier launch left in the directory (a rerun whose trainer died before it moved
+        # them aside) is not this launch's, as collect() reads the trainer's other files
+        since = launch_started(one.lr)
+        halted = ((contracts.halted(out_dir) and not written_before(out_dir / HALT_NAME, since))
+                  or one.metrics.trainer_status == "halted")
         launch = {f.name: getattr(one.metrics, f.name) for f in dataclasses.fields(LaunchMetrics)}
+        dumps = contracts.stack_dumps(out_dir, since - EARLIER_TOLERANCE_S if since is not None else 0.0)
         m = Metrics(**launch, halted=halted, stalls=1 if one.lr.status == "hang" else 0,
-                    stack_dumps=[ctx.rel(p) for p in contracts.stack_dumps(out_dir)])
+                    stack_dumps=[ctx.rel(p) for p in dumps])
         if one.status == "passed" and halted:
             return Result(status="failed", reason="the run was halted (.HALT)", metrics=m)
         return Result(status=one.status, reason=one.reason, metrics=m)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -263,6 +264,6 @@ def _number(text: Any) -> int | float | None:
         value = float(text)
     except ValueError:
         return None
-    if value != value:
+    if not math.isfinite(value):  # nan, inf: no reading (an infinite time left every telemetry row unplottable)
         return None
     return int(value) if value.is_integer() and "." not in str(text) else value

@@ -76,8 +76,12 @@ def scan_loglog(plotter: Any, scanned: list[tuple[float, float]], bisected: list
     values = sorted(x for x, _ in scanned)
     if slope is not None and intercept is not None and values:
         xs = [values[0], values[-1]]
-        ax.plot(xs, [math.exp(intercept) * x ** slope for x in xs], linewidth=1.2, color="gray",
-                label=f"fit: exponent {slope:.2f}")
+        try:
+            ys = [math.exp(intercept) * x ** slope for x in xs]
+        except (OverflowError, ValueError, ZeroDivisionError):  # a damaged fit: no line rather than no plot
+            ys = []
+        if ys and all(math.isfinite(y) and y > 0 for y in ys):
+            ax.plot(xs, ys, linewidth=1.2, color="gray", label=f"fit: exponent {slope:.2f}")
     for low, high in cliffs:
         ax.axvspan(low, high, color="tab:red", alpha=0.08)
     ax.set_xscale("log", base=2)

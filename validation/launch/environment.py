@@ -94,7 +94,8 @@ def unmet(req: Requirements, env: dict[str, Any] | Callable[[], dict[str, Any]],
     have = env.get("gpu_count", 0)
     if gpus_needed and have < gpus_needed:
         return f"needs {gpus_needed} GPU(s), found {have}"
-    devices = env.get("gpus", [])[:max(gpus_needed, 1)] if gpus_needed else []
+    # the GPUs the step uses: the first gpus_needed, or the first (cuda:0) of a step that asks for no GPU count
+    devices = env.get("gpus", [])[:max(gpus_needed, 1)]
     if req.min_cuda_capability is not None:
         if not devices:
             return f"needs CUDA capability >= {req.min_cuda_capability:g}, found no GPU"
@@ -149,7 +150,8 @@ def snapshot(step_dir: Path, cwd: Path, timeout_s: float = 300) -> tuple[dict[st
         (step_dir / name).write_text(out.stdout + (f"\n# stderr\n{out.stderr}" if out.returncode else ""))
         files.append(step_dir / name)
         if out.returncode:
-            problems.append(f"{' '.join(argv[:3])} exited {out.returncode}")
+            why = _failure_line(out.stdout, out.stderr)
+            problems.append(f"{' '.join(argv[:3])} exited {out.returncode}" + (f": {why}" if why else ""))
     if importlib.util.find_spec("pynvml") is not None:  # optional: a richer inventory
         try:
             env["nvml"] = _nvml_inventory()
@@ -162,6 +164,16 @@ def snapshot(step_dir: Path, cwd: Path, timeout_s: float = 300) -> tuple[dict[st
     (step_dir / "environment.json").write_text(json.dumps(env, indent=2) + "\n")
     files.append(step_dir / "environment.json")
     return env, files, problems
+
+
+def _failure_line(stdout: str, stderr: str, limit: int = 200) -> str:
+    """What a failed tool said about why: the last line of its stderr (a Python traceback's error), else the first
+    line of its output (nvidia-smi says why on stdout: "NVIDIA-SMI has failed because it couldn't communicate with
+    the NVIDIA driver...", "Failed to initialize NVML: Driver/library version mismatch"); "" when it said nothing."""
+    err = [line.strip() for line in (stderr or "").splitlines() if line.strip()]
+    out = [line.strip() for line in (stdout or "").splitlines() if line.strip()]
+    line = err[-1] if err else out[0] if out else ""
+    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 def _nvml_inventory() -> list[dict[str, Any]]:
@@ -202,6 +214,7 @@ def node_snapshot_main(argv: list[str] | None = None) -> int:
                 files.append(node_dir / fname)
             except (OSError, subprocess.TimeoutExpired) as exc:
                 problems.append(f"{argv[0]}: {exc}")
+    env["problems"] = problems  # what this node lacks (a missing or failing tool): the snapshot step reports it
 
     (node_dir / "environment.json").write_text(json.dumps(env, indent=2) + "\n")
     print(f"[snapshot] {name}: {len(files)} file(s)" + (f"; {'; '.join(problems)}" if problems else ""))

@@ -110,7 +110,7 @@ class Snapshot(StepKind):
         spec = ctx.launches[0]
         lr = ctx.launch(spec, 0, 1)
         known = run_env.setdefault("nodes", {})
-        names, unreadable = [], []
+        names, unreadable, node_problems = [], [], []
         nodes_dir = ctx.run_dir / step.name / "nodes"
         for node_dir in sorted(d for d in (nodes_dir.iterdir() if nodes_dir.is_dir() else []) if d.is_dir()):
             artifacts += [ctx.rel(f) for f in sorted(node_dir.iterdir())]
@@ -119,14 +119,18 @@ class Snapshot(StepKind):
                 unreadable.append(f"node {node_dir.name}: {problem}")
                 continue
             names.append(node_dir.name)
+            own = node_env.get("problems")  # a node's missing or failing tools, as the machine's own are noted
+            node_problems += [f"node {node_dir.name}: {p}" for p in (own if isinstance(own, list) else [])
+                              if isinstance(p, str)]
             known.setdefault(node_dir.name, {}).update(
                 snapshot=encode(decode(NodeSnapshot, node_env, "environment.json", lenient=True)))
         status = "passed"
+        problems = problems + node_problems
+        m = dataclasses.replace(m, nodes=names, problems=list(problems))
         if lr.status != "ok" or len(names) < spec.nnodes:
             status = "failed"
             problems = problems + unreadable + [f"node snapshots: {len(names)} of {spec.nnodes} ({lr.reason})"]
-        return Result(status=status, reason="; ".join(problems) or None, metrics=dataclasses.replace(m, nodes=names),
-                      artifacts=artifacts)
+        return Result(status=status, reason="; ".join(problems) or None, metrics=m, artifacts=artifacts)
 
     def view(self, result: Result, view: dict) -> dict:
         problems = (result.metrics or Metrics()).problems

@@ -31,7 +31,7 @@ from validation import kinds as step_kinds
 from validation.formatting import as_dict, as_list, run_command
 from validation.analysis.interference import disturbed, launch_records, step_interference  # noqa: F401 - the run's judge
 from validation.launch.telemetry import interference_rules
-from validation.analysis.plausibility import implausible, range_of
+from validation.analysis.plausibility import range_of, step_implausible
 from validation.analysis.plausibility import text as plausibility_text
 from validation.kinds.base import metric_declared
 from validation.results.run import read_run
@@ -59,13 +59,19 @@ def performance_reads(runbook, criterion) -> list[tuple[str, tuple]]:
 
 def runs_implausible(step: dict) -> list[str]:
     """"runs.<label>.metric = value outside [range]: reason" for every figure of a step's runs (a sweep's, an A/B's,
-    a triage's, a scaling step's launches) outside its physical range: what a decision over those runs stands on
-    is then not a result (no criterion passes on it, nothing is recommended from it, it is no key finding)."""
+    a triage's, a scaling step's launches) outside its physical range, and "metric = ..." for every figure the step
+    derived from them (a scaling step's per-row efficiencies, whose minimum a criterion may read while one row is
+    14.9): what a decision or table over those runs stands on is then not a result (no criterion passes on it,
+    nothing is recommended from it, it is no key finding). [] for a step of one launch (a criterion reading its
+    figures judges those it reads)."""
+    step = as_dict(step)
+    if not any(label for label, _, _ in launch_records(step)):
+        return []
     out = []
-    for label, _, m in launch_records(as_dict(step)):
-        if not label:
-            continue
-        out += [t for t in map(plausibility_text, implausible(m, (), ("runs", label))) if t not in out]
+    for item in step_implausible(step):
+        text = plausibility_text(item)
+        if text not in out:
+            out.append(text)
     return out
 
 
@@ -109,9 +115,8 @@ def assess(runbook, results: dict, run_dir: str) -> dict[str, Any]:
         if is_disturbed:
             disturbed_steps.append({"step": name, "text": rec.get("text"),
                                     "launches": [x for x in as_list(rec.get("launches")) if as_dict(x).get("disturbed")]})
-        for label, _, m in launch_records(step):
-            for item in implausible(m, (), ("runs", label) if label else ()):
-                bad.append({"step": name, **item, "disturbed": is_disturbed})
+        for item in step_implausible(step):  # each launch's figures and what the step derived from them
+            bad.append({"step": name, **item, "disturbed": is_disturbed})
     in_order = [as_dict(steps.get(s.name)) for s in runbook.steps()]
     for kind in step_kinds.kinds():
         for fig in kind.key_figures(step_kinds.read_steps(in_order)):

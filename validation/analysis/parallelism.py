@@ -115,7 +115,8 @@ Num = int | float
 @dataclass(frozen=True)
 class Evidence:
     """What was measured of one strategy at the batch the runbook needs."""
-    fits: bool | None = None  # a run passed and none ran out of memory (and the batch search reached the batch)
+    fits: bool | None = None  # a run passed, none ran out of memory, and a batch-size search (if any) did not show
+    # the batch out of memory
     peak_gb: Num | None = None
     capacity_gb: Num | None = None
     toks_per_s: Num | None = None

@@ -26,7 +26,7 @@ from validation.kinds.trainer import run_values
 from validation.formatting import finite
 from validation.results.codec import decode, encode
 from validation.results.run import Step, read_run as read_results
-from validation.results.trainer_launch import LaunchRun
+from validation.results.trainer_launch import LaunchRun, RunContext
 
 CPU_SEARCH_SKIPPED = ("skipped on CPU: a rank's memory (RSS) has no hard limit there, so a batch that does not fit "
                       "swaps the host instead of failing out of memory; the search runs on GPU only")
@@ -213,8 +213,12 @@ def host_memory_gb() -> float | None:
 
 
 def capacity(step, infos: Sequence[RunInfo]) -> Capacity:
-    """The memory one rank has: the GPU's (env.json devices), else this host's memory / ranks per node."""
+    """The memory one rank has: the GPU's (env.json devices) where the runs trained on GPUs, else this host's memory /
+    ranks per node. A run that trained on the CPU of a host with GPUs (env.json device "cpu" beside its devices)
+    measured its peak as RSS: its capacity is the host's, and no batch-size search runs for it."""
     for info in infos:
+        if RunContext(device=info.env.device).on_cpu():
+            continue
         gb = next((d.memory_gb for d in info.env.devices if d.memory_gb), None)
         if gb:
             return Capacity(gb=float(gb), device="cuda", source="GPU memory (env.json devices)")
@@ -268,6 +272,19 @@ def search_batches(step, metrics: Metrics, ctx, on_progress: Callable[[dict[str,
     return out
 
 
+def search_shows_oom(found: Searched, batch: int, searched: Any) -> bool:
+    """Whether a strategy's batch-size search shows that micro-batch `batch` does not fit: a batch no larger than it
+    ran out of memory (first_oom <= batch: a batch of 1 that does not fit leaves no batch that does), or the search,
+    ended without another failure, decided every batch in [start, max] of `searched` (the step's batch_search) and
+    none from `batch` up fit. A search that stopped at its max below `batch`, or on a failure that was not out of
+    memory, says nothing of `batch`: the runs at it decide."""
+    if isinstance(found.first_oom, int) and found.first_oom <= batch:
+        return True
+    if found.error is None and searched is not None and searched.start <= batch <= searched.max:
+        return found.largest is None or found.largest < batch
+    return False
+
+
 def decide_recommendation(step, metrics: Metrics, runs: list[LaunchRun] | None = None) -> Metrics:
     """`metrics` with the recommendation (validation.analysis.parallelism.recommend) and what it weighed. The batch the
     runbook needs is the step's args.batch_size, else the micro-batch its runs used (env.json, the config's)."""
@@ -286,8 +303,8 @@ def decide_recommendation(step, metrics: Metrics, runs: list[LaunchRun] | None =
         peak = s.peak_reserved_gb if s.peak_reserved_gb is not None else s.peak_alloc_gb
         largest = search[label].largest if label in search else None
         fits = s.passed > 0 and s.oom == 0
-        if largest is not None and isinstance(need, int):
-            fits = fits and largest >= need
+        if label in search and isinstance(need, int):
+            fits = fits and not search_shows_oom(search[label], need, step.batch_search)
         evidence[label] = Evidence(fits=fits, peak_gb=peak, capacity_gb=metrics.capacity.gb,
                                    toks_per_s=s.toks_per_s, largest_batch=largest)
     comparisons = {k: c if isinstance(c, Compared) else encode(c) for k, c in metrics.comparisons.items()}

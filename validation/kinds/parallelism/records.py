@@ -92,7 +92,9 @@ class Device:
 
 @dataclasses.dataclass(frozen=True)
 class EnvDevices:
-    """The part of a run's env.json the kind reads: its devices."""
+    """The part of a run's env.json the kind reads: the device it trained on ("cpu", "cuda:0") and the GPUs the
+    host has (listed whenever CUDA is available, also for a run that trained on the CPU)."""
+    device: str | None = None
     devices: list[Device] = dataclasses.field(default_factory=list)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 

@@ -22,7 +22,8 @@ hide an access past a tensor that lands inside another block of its pool). `--la
 as long as the program takes to start instead of its default 10 s (Python + torch + Triton imports on a loaded
 machine take longer: "No attachable process found. compute-sanitizer timed-out."); the step's timeout_s still bounds
 each case. The case's "ERROR SUMMARY: N errors" line (racecheck's "RACECHECK SUMMARY: N hazards displayed (E errors,
-W warnings)": E + W) and its first error lines are read from its log; a fault in one case cannot hide the others.
+W warnings)": E + W; past the print limit, not the "N errors were not printed" line that follows it) and its first
+error lines are read from its log; a fault in one case cannot hide the others.
 
 jobs: N runs up to N cases at a time, each starting as soon as one ends, in grid order: the records, the step's
 entry and its verdict are those of a run one after another (by_case in grid order; results.json saved as each
@@ -35,8 +36,10 @@ cases), "by_case": [{"case", each FLAG: its value, "status", "errors", "returnco
 A case's status: clean (the summary says 0 errors and the program exited 0), errors (N > 0), failed (0 errors but
 the program failed), not attached (the sanitizer found no process to attach to: "No attachable process found",
 "compute-sanitizer timed-out"; nothing was checked), no summary (the sanitizer printed none: it did not run to its
-end), timeout. Only clean counts as clean: a case without a summary never does. The step passes when every
-case is clean; criteria: `STEP.errors == 0 and STEP.cases_clean == STEP.cases`.
+end), untracked (0 errors, but the sanitizer reported an "Internal Sanitizer Error": it did not track some kernel
+launch, e.g. out of memory for its tracking data, and errors there went undetected), timeout. Only clean counts as
+clean: a case without a summary never does. The step passes when every case is clean; criteria:
+`STEP.errors == 0 and STEP.cases_clean == STEP.cases`.
 
 Options: the keys above. Result: the step record, its metrics a Metrics (the keys above; a CaseResult per case, its
 flags' values kept in `extra`).
@@ -77,7 +80,7 @@ class Options:
 class CaseResult:
     """One case of the grid (its flags' values are kept in `extra`): how the sanitizer judged it."""
     case: str
-    status: str  # clean, errors, failed, not attached, no summary, timeout
+    status: str  # clean, errors, failed, not attached, no summary, untracked, timeout
     errors: int | None = None  # the ERROR SUMMARY's count; None: no summary
     returncode: int | None = None
     first_error: str | None = None
@@ -113,7 +116,13 @@ LAUNCH_TIMEOUT_ARGS = ("--launch-timeout", "0")
 # what compute-sanitizer prints (on its "=========" lines) when it never attached to the program: nothing was checked
 _NOT_ATTACHED_RE = re.compile(r"No attachable process found|compute-sanitizer timed-out", re.IGNORECASE)
 _FLAG_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
-_SUMMARY_RE = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?")
+# past the print limit (100 by default) the summary is followed by "ERROR SUMMARY: M errors were not printed. Use
+# --print-limit option to adjust the number of printed errors": M is part of N, not more errors
+_SUMMARY_RE = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?\b(?!\s+were not printed)")
+# what compute-sanitizer prints when it could not instrument a kernel launch (e.g. out of memory for its tracking
+# data): "Internal Sanitizer Error: The Sanitizer encountered an error while launching KERNEL and didn't track the
+# launch. Errors might go undetected. (...)"; the ERROR SUMMARY can still say 0 errors
+_UNTRACKED_RE = re.compile(r"Internal Sanitizer Error", re.IGNORECASE)
 # racecheck prints no ERROR SUMMARY but "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)"; a hazard
 # it calls a warning is a possible race: both count
 _RACECHECK_RE = re.compile(r"RACECHECK SUMMARY:\s*\d+\s+hazards?\s+displayed\s*\((\d+)\s+errors?,\s*(\d+)\s+warnings?\)")
@@ -296,8 +305,9 @@ def read_case(log: Path, status: str, returncode: int | None, reason: str) -> Ca
     found += [int(e) + int(w) for e, w in _RACECHECK_RE.findall(text)]
     errors = sum(found) if found else None  # one summary per tracked process
     first = first_error(text)
-    not_attached = any(line.lstrip().startswith(_PREFIX) and _NOT_ATTACHED_RE.search(line)
-                       for line in text.splitlines())
+    own = [line for line in text.splitlines() if line.lstrip().startswith(_PREFIX)]  # the sanitizer's lines
+    not_attached = any(_NOT_ATTACHED_RE.search(line) for line in own)
+    untracked = any(_UNTRACKED_RE.search(line) for line in own)
     if status == "timeout":
         state = "timeout"
     elif errors:
@@ -306,6 +316,8 @@ def read_case(log: Path, status: str, returncode: int | None, reason: str) -> Ca
         state = "not attached"
     elif errors is None:
         state = "no summary"
+    elif untracked:  # even beside an "ERROR SUMMARY: 0 errors": some kernels were not checked
+        state = "untracked"
     elif returncode != 0:
         state = "failed"
     else:
@@ -346,6 +358,9 @@ def case_problem(record: CaseResult) -> str:
         return f"compute-sanitizer attached to no process: nothing was checked ({record.reason})"
     if status == "no summary":
         return f"no sanitizer summary in its log ({record.reason})"
+    if status == "untracked":
+        return (f"compute-sanitizer did not track every kernel launch (Internal Sanitizer Error): errors might go "
+                f"undetected ({record.reason})")
     if status == "timeout":
         return str(record.reason or "timed out")
     return str(status)

@@ -6,19 +6,29 @@ in ordinary text). Empty documents are skipped. File formats:
   .txt      the whole file is one document (must be UTF-8 without NUL bytes: a NUL marks binary or UTF-16 data)
   .jsonl    one JSON object per line (blank lines skipped); the document is the `text_key` field
   .json     JSON lines as above, or, when the file starts with '[', one JSON array of such objects
-  .parquet  the `text_key` column (needs pyarrow); every row is a document
+  .parquet  the `text_key` column (needs pyarrow; string, large_string, string_view or a dictionary of them);
+            every row is a document
 
 Windows (local files): the token stream of N tokens is cut into W = (N - 1) // seq_len windows, window w being
 tokens [w*seq_len, w*seq_len + seq_len + 1) (stride seq_len, so one token overlaps). Window w belongs to rank
 w % world_size; each rank keeps W // world_size windows (the last W % world_size windows are dropped so every
 rank has the same number per epoch and epochs stay aligned across ranks), reads them in order and starts a new
 epoch from its first window when done.
+
+A data position (`WindowSource.state_dict()`) records the stream's length (`tokens`) and a fingerprint of its
+content (`fingerprint`, see `stream_fingerprint`). A resume on a corpus whose length or fingerprint differs (files
+added, removed or edited since the checkpoint) logs a warning naming both: the position now points at other text,
+so the resumed run trains on other data than the earlier one (another run). A position beyond the changed corpus is
+refused (DataError) as before, the message saying that the corpus changed. A position without them (an older
+checkpoint) is taken as of this corpus.
 """
 
 from __future__ import annotations
 
 import glob as _glob
+import hashlib
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Iterator
@@ -28,11 +38,17 @@ import torch
 from nsa.training.config import DataError
 from nsa.training.source import check_state
 
+log = logging.getLogger(__name__)
+
 BYTE_VOCAB = 256
 DOC_SEPARATOR = 0  # token appended after every document by the byte tokenizer (the NUL byte)
 
 TEXT_EXTENSIONS = (".txt", ".jsonl", ".json", ".parquet")
 PARQUET_EXTENSIONS = (".parquet",)
+
+# the stretches of a token stream `stream_fingerprint` hashes: 1,024 of 64 tokens (64 KiB), evenly spaced
+FINGERPRINT_STRETCHES = 1024
+FINGERPRINT_STRETCH = 64
 
 
 def check_byte_vocab(dataset: str, vocab_size: int) -> None:
@@ -164,6 +180,16 @@ def _import_pyarrow(file: Path):
     return pyarrow, pyarrow.parquet
 
 
+def _is_string_type(pa, col_type) -> bool:
+    """An arrow string column: string, large_string or string_view, or a dictionary of them (a categorical column,
+    as pandas writes one)."""
+    if pa.types.is_dictionary(col_type):
+        col_type = col_type.value_type
+    is_view = getattr(pa.types, "is_string_view", None)  # pyarrow >= 16
+    return (pa.types.is_string(col_type) or pa.types.is_large_string(col_type)
+            or (is_view is not None and is_view(col_type)))
+
+
 def _iter_parquet(file: Path, text_key: str) -> Iterator[bytes]:
     pa, pq = _import_pyarrow(file)
     try:
@@ -175,7 +201,7 @@ def _iter_parquet(file: Path, text_key: str) -> Iterator[bytes]:
     if text_key not in names:
         raise DataError(f"{file}: no column {text_key!r} (text_key); columns present: {names[:10]}")
     col_type = pf.schema_arrow.field(text_key).type
-    if not (pa.types.is_string(col_type) or pa.types.is_large_string(col_type)):
+    if not _is_string_type(pa, col_type):
         raise DataError(f"{file}: column {text_key!r} must hold strings, got {col_type}")
     row = 0
     for batch in pf.iter_batches(columns=[text_key]):
@@ -206,6 +232,24 @@ def read_corpus(path: str, *, text_key: str = "text", extensions: tuple[str, ...
     return torch.frombuffer(stream, dtype=torch.uint8)
 
 
+def stream_fingerprint(tokens: torch.Tensor) -> str:
+    """A fingerprint of a token stream, cheap at any size: the sha256 (first 16 hex digits) of its length, its dtype
+    and `FINGERPRINT_STRETCHES` stretches of `FINGERPRINT_STRETCH` tokens at evenly spaced offsets, the first and
+    the last stretch included (a stream no longer than all the stretches together is hashed whole). Equal streams
+    give equal fingerprints; a stream of another length always gives another, and one of the same length whenever
+    a change touches a stretch (any change at all in a stream of up to 65,536 tokens)."""
+    flat = tokens.reshape(-1)
+    n = flat.numel()
+    digest = hashlib.sha256(f"{n}:{flat.dtype}:".encode())
+    span = FINGERPRINT_STRETCHES * FINGERPRINT_STRETCH
+    if n > span:  # integer offsets: the same on every machine
+        starts = torch.arange(FINGERPRINT_STRETCHES, dtype=torch.int64) * (n - FINGERPRINT_STRETCH) \
+            // (FINGERPRINT_STRETCHES - 1)
+        flat = flat[starts[:, None] + torch.arange(FINGERPRINT_STRETCH)]
+    digest.update(flat.contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
 class WindowSource:
     """Consecutive seq_len+1 windows of an in-memory token stream, sharded round-robin over ranks."""
 
@@ -225,6 +269,8 @@ class WindowSource:
         self.windows_per_epoch = n_windows // world_size  # per rank
         self.next_window = 0  # index into this rank's windows
         self.epoch = 0
+        self.origin = origin
+        self.fingerprint = stream_fingerprint(tokens)
         self._offsets = torch.arange(seq_len + 1)
 
     def window_start(self, k: int) -> int:
@@ -243,32 +289,63 @@ class WindowSource:
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
 
     def state_dict(self) -> dict:
-        return {"kind": self.kind, "next_window": self.next_window, "epoch": self.epoch, "seq_len": self.seq_len}
+        return {"kind": self.kind, "next_window": self.next_window, "epoch": self.epoch, "seq_len": self.seq_len,
+                "tokens": self.tokens.numel(), "fingerprint": self.fingerprint}
 
-    def load_state_dict(self, state: dict) -> None:
-        """Continue where `state` stopped. A state of another seq_len (a resume that changed it) continues at the same
+    def load_state_dict(self, state: dict) -> str | None:
+        """Continue where `state` stopped; returns the warning when the corpus changed since (TokenSource), else None. A state of another seq_len (a resume that changed it) continues at the same
         place in the token stream: the first window of this seq_len at or after the first token not yet read (less
         than one window skipped, none read twice; past the epoch's last window, the next epoch's first), where the
         window index alone would jump elsewhere in the corpus. A state without seq_len (an older checkpoint) is taken
-        as of this seq_len."""
+        as of this seq_len.
+
+        A state of a corpus with another length or fingerprint (it changed since the checkpoint) is continued with
+        a warning naming both, or refused where its position lies beyond this corpus; a state without them (an
+        older checkpoint) is taken as of this corpus."""
         state = check_state(state, self.kind, ("next_window", "epoch"))
         then = state.get("seq_len", self.seq_len)
         if isinstance(then, bool) or not isinstance(then, int) or then < 1:
             raise DataError(f"data state {self.kind!r}: seq_len must be an integer >= 1, got {then!r}")
+        changed = self._corpus_change(state)
+        corpus_changed = f"the corpus changed since the checkpoint ({changed})" if changed else None
         if then != self.seq_len:
             then_per_epoch = max(0, (self.tokens.numel() - 1) // then) // self.world_size
             if state["next_window"] >= max(then_per_epoch, 1):
                 raise DataError(f"data state {self.kind!r}: next_window={state['next_window']} at seq_len={then} but "
                                 f"this corpus gives rank {self.rank} only {then_per_epoch} windows of seq_len={then} "
-                                "per epoch; the data or world_size changed since the checkpoint")
+                                f"per epoch; {corpus_changed or 'the data or world_size changed since the checkpoint'}")
             at = -(-state["next_window"] * then // self.seq_len)  # ceil: windows of this seq_len before that token
             past = at >= self.windows_per_epoch  # only the epoch's dropped tail was left: the next epoch
             state = {**state, "next_window": 0 if past else at, "epoch": state["epoch"] + past}
         if state["next_window"] >= self.windows_per_epoch:
             raise DataError(f"data state {self.kind!r}: next_window={state['next_window']} but this corpus gives "
-                            f"rank {self.rank} only {self.windows_per_epoch} windows per epoch; the data or "
-                            "seq_len/world_size changed since the checkpoint")
+                            f"rank {self.rank} only {self.windows_per_epoch} windows per epoch; "
+                            f"{corpus_changed or 'the data or seq_len/world_size changed since the checkpoint'}")
+        note = None
+        if changed:
+            note = (f"{self.kind}: rank {self.rank} resumes on a corpus that changed since the checkpoint "
+                    f"({changed}): its position (window {state['next_window']} of epoch {state['epoch']}) now "
+                    "points at other text, so this run trains on other data than the run it continues")
+            log.warning(note)
         self.next_window, self.epoch = state["next_window"], state["epoch"]
+        return note
+
+    def _corpus_change(self, state: dict) -> str | None:
+        """How the corpus differs from the one `state` was saved on (its length, else its fingerprint; `origin`
+        named), or None where it does not or the state records neither (an older checkpoint)."""
+        tokens, fingerprint = state.get("tokens"), state.get("fingerprint")
+        if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0):
+            raise DataError(f"data state {self.kind!r}: tokens must be an integer >= 0, got {tokens!r}")
+        if fingerprint is not None and not isinstance(fingerprint, str):
+            raise DataError(f"data state {self.kind!r}: fingerprint must be a string, got {fingerprint!r}")
+        where = "" if self.origin is None else f"{self.origin}: "
+        n_tokens = self.tokens.numel()
+        if tokens is not None and tokens != n_tokens:
+            return f"{where}{tokens:,} tokens then, {n_tokens:,} now"
+        if fingerprint is not None and fingerprint != self.fingerprint:
+            return f"{where}the same {n_tokens:,} tokens, other content: fingerprint {fingerprint} then, " \
+                   f"{self.fingerprint} now"
+        return None
 
     def close(self) -> None:
         pass

@@ -27,7 +27,8 @@ class FineWebStream:
     starts at the first `next_batch`, so `load_state_dict` before it costs nothing. The state is the number of
     documents fully packed into the batches handed out so far; resuming skips that many documents (best effort:
     the unused tail of the last packed documents is not replayed). When the stream ends it starts over (and a resume
-    counts the passes before: it skips that many documents across passes).
+    counts the passes before: it skips that many documents across passes). A shard with no documents, or with only
+    empty ones, is a DataError at the first `next_batch` (it would never fill a batch).
     """
 
     def __init__(self, *, text_key: str, timeout_s: float, seq_len: int, batch_size: int, rank: int,
@@ -76,7 +77,8 @@ class FineWebStream:
                 ds, skipped = self.dataset, 0
                 if skip and dataset_skip:
                     ds, skipped, skip = ds.skip(skip), skip, 0
-                seen_this_pass = 0
+                seen_this_pass = text_this_pass = 0
+                skipped_this_pass = skipped  # documents left out of this pass, by the dataset or below
                 for record in ds:
                     if stop.is_set():
                         return
@@ -84,11 +86,13 @@ class FineWebStream:
                     seen_this_pass += 1
                     if skip:
                         skip -= 1
+                        skipped_this_pass += 1
                         continue
                     doc = doc_bytes(record, self.text_key, f"fineweb_edu stream document {docs}")
                     docs += 1
                     if not doc:
                         continue
+                    text_this_pass += 1
                     buf += doc
                     buf.append(DOC_SEPARATOR)
                     while len(buf) >= n:
@@ -107,6 +111,10 @@ class FineWebStream:
                 if seen_this_pass == 0:
                     raise DataError("fineweb_edu: the hub stream yielded no documents for rank "
                                     f"{self.rank} of {self.world_size}")
+                if text_this_pass == 0 and skipped_this_pass == 0:  # every pass alike: no batch, ever
+                    raise DataError(f"fineweb_edu: the hub stream's {seen_this_pass} document(s) for rank {self.rank} "
+                                    f"of {self.world_size} are all empty (field {self.text_key!r}); no text to "
+                                    "train on")
         except DataError as e:
             self._put(stop, q, ("error", str(e)))
         except Exception as e:

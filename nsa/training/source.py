@@ -26,8 +26,9 @@ class TokenSource(Protocol):
         """This rank's data position: small and picklable (plain ints and strings)."""
         ...
 
-    def load_state_dict(self, state: dict) -> None:
-        """Continue from a position returned by `state_dict()`."""
+    def load_state_dict(self, state: dict) -> str | None:
+        """Continue from a position returned by `state_dict()`; a warning to record when the data changed since that
+        position was saved (a local corpus edited, grown or shrunk: nsa.training.corpus), else None."""
         ...
 
     def close(self) -> None:

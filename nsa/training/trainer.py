@@ -153,9 +153,10 @@ class Trainer:
             specs, self.parallel, world_size=info.world_size, accum=tc.accum, bucket_cap_mb=tg.ddp_bucket_mb,
             compress=tg.ddp_compress if self.parallel == "ddp" else "none",
             reshard_after_forward=tc.fsdp_reshard).to_dict()
-        self.memory_prediction = memory_model(
+        self.memory_prediction = memory_model(  # the model built (NSA_LOSS applied); DDP's grads in its buckets
             specs, self.parallel, world_size=info.world_size, reshard_after_forward=tc.fsdp_reshard,
-            activations=activation_bytes(cfg.model, tc.batch_size, tc.seq_len, tc.precision))
+            activations=activation_bytes(self.model_cfg, tc.batch_size, tc.seq_len, tc.precision),
+            gradient_as_bucket_view=self.capture is not None)  # under CUDA graphs (_wrap)
         self.model: nn.Module = self._wrap(self.net)
         fused, why = use_fused_adamw(tg.opt_fused, list(self.net.parameters()))
         if why is not None:
@@ -182,8 +183,10 @@ class Trainer:
                     raise UsageError(f"--resume: the checkpoint {found} is at step {step}, past train.steps "
                                      f"({tc.steps}); ask for at least {step} steps")
                 self.start_step = step
-                self.source.load_state_dict(data_state)
+                changed_data = self.source.load_state_dict(data_state)
                 self.say(f"resumed from {found} (step {self.start_step})")
+                if changed_data and self.info.is_main:
+                    self.notes.append(changed_data)  # logged by the source, on every rank
                 if changed:
                     self.say("resumed with this run's AdamW settings, which differ from the checkpoint's: "
                              + "; ".join(changed))

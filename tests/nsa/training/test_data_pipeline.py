@@ -84,7 +84,7 @@ def test_text_windows_by_hand(corpus):
     expected = [b"abcde", b"efghi", b"ij\0XY", b"YZ\0q\0"]
     src = _text(corpus)
     assert [_window(src) for _ in range(5)] == expected + expected[:1]  # then the next epoch
-    assert src.state_dict() == {"kind": "text", "next_window": 1, "epoch": 1, "seq_len": 4}
+    assert src.state_dict().items() >= {"kind": "text", "next_window": 1, "epoch": 1, "seq_len": 4}.items()
 
 
 def test_text_shards_by_hand(corpus):
@@ -115,7 +115,7 @@ def test_text_a_position_beyond_the_corpus_is_refused_also_when_seq_len_changed(
         with pytest.raises(DataError, match=rf"next_window=4 .*only {windows} windows"):
             src.load_state_dict({"kind": "text", "next_window": 4, "epoch": 0, "seq_len": then})
     src.load_state_dict({"kind": "text", "next_window": 3, "epoch": 0, "seq_len": 4})  # tokens 12.. left: epoch 1
-    assert src.state_dict() == {"kind": "text", "next_window": 0, "epoch": 1, "seq_len": 8}
+    assert src.state_dict().items() >= {"kind": "text", "next_window": 0, "epoch": 1, "seq_len": 8}.items()
 
 
 @pytest.mark.parametrize("content, what", [

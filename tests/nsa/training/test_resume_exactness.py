@@ -161,3 +161,22 @@ def test_two_ranks_crashed_twice_and_resumed_are_the_uninterrupted_run_bitwise(t
         assert [[r[k] for k in keys] for r in got] == [[r[k] for k in keys] for r in want], name
     assert [int(r["step"]) for r in read_csv(cut / "training.csv")] == [1, 2, 3, 4, 5]
     _assert_final_state_equal(cut, full, ranks=2)
+
+
+def test_a_resume_on_an_edited_corpus_is_a_note_in_status_json(tmp_path, in_process):
+    """The text corpus edited (one character, the same length) between the run and its resume: the resumed run trains
+    on other text, and status.json's notes say so beside the resume (the source's fingerprint of the stream)."""
+    cfg = _config(tmp_path, "text", steps=4, save_every=2, eval_every=0)
+    out = tmp_path / "run"
+    assert in_process(cfg, out, halt_after=2) == 0
+    corpus = tmp_path / "corpus.txt"
+    text = corpus.read_text()
+    corpus.write_text(text[:100] + ("X" if text[100] != "X" else "Y") + text[101:])
+    assert in_process(cfg, out, "--resume") == 0
+    notes = json.loads((out / "status.json").read_text())["notes"]
+    assert any("changed since the checkpoint" in n and "fingerprint" in n for n in notes), notes
+    # the same corpus again: no such note
+    assert in_process(cfg, tmp_path / "again", halt_after=2) == 0
+    assert in_process(cfg, tmp_path / "again", "--resume") == 0
+    notes = json.loads((tmp_path / "again" / "status.json").read_text())["notes"]
+    assert not any("changed since the checkpoint" in n for n in notes), notes

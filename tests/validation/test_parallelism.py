@@ -161,7 +161,10 @@ def test_exposed_comm_gpu_kernels():
 def test_scaling_efficiency():
     t = scaling_table({1: 100.0, 2: 180.0, 4: None}, "strong")
     assert [(r["speedup"], r["efficiency"]) for r in t["rows"][:2]] == [(1.0, 1.0), (1.8, 0.9)]
-    assert t["rows"][2]["efficiency"] is None and t["efficiency"] == {"min": 0.9, "last": 0.9}
+    # 4 ranks not measured: no min or last (the min of the others is of fewer points, the last another size's)
+    assert t["rows"][2]["efficiency"] is None and t["efficiency"] == {"min": None, "last": None}
+    t = scaling_table({1: None, 2: 100.0, 4: 180.0}, "strong")  # the base moves up: the sizes beyond it all measured
+    assert t["base"] == 2 and t["efficiency"] == {"min": pytest.approx(0.9), "last": pytest.approx(0.9)}
     t = scaling_table({2: 100.0, 8: 300.0}, "weak")  # base 2: 4x the ranks, 3x the throughput
     assert t["base"] == 2 and t["rows"][1]["efficiency"] == pytest.approx(0.75)
     assert scaling_table({1: None}, "weak")["efficiency"]["min"] is None

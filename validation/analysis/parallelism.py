@@ -419,7 +419,9 @@ def scaling_table(points: Mapping[int, float | None], mode: str) -> dict[str, An
     """{"rows": [{"world_size", "toks_per_s", "speedup", "efficiency"}], "base", "efficiency": {"min", "last"}}
     from {world_size: tokens/s (all ranks)} (module doc); None throughputs give None rows. efficiency.min and
     .last are over the world sizes beyond the base (the base's efficiency is 1.0 by definition, so a min that
-    included it could never show a superlinear point); None when only the base was measured."""
+    included it could never show a superlinear point); None when only the base was measured, and None when a world
+    size beyond the base was not measured: the min of the others would be a figure of fewer points than the step
+    asked for, and .last (the largest world size's) another world size's."""
     if mode not in ("strong", "weak"):
         raise ValueError(f"scaling mode is strong or weak, got {mode!r}")
     measured = {n: x for n, x in points.items() if isinstance(x, (int, float)) and x > 0}
@@ -434,8 +436,10 @@ def scaling_table(points: Mapping[int, float | None], mode: str) -> dict[str, An
             if n != base:
                 effs.append(eff)
         rows.append({"world_size": n, "toks_per_s": x, "speedup": speedup, "efficiency": eff})
+    gap = base is not None and any(n > base and n not in measured for n in points)
+    whole = effs and not gap
     return {"mode": mode, "base": base, "rows": rows,
-            "efficiency": {"min": min(effs) if effs else None, "last": effs[-1] if effs else None}}
+            "efficiency": {"min": min(effs) if whole else None, "last": effs[-1] if whole else None}}
 
 
 # ---------------------------------------------------------------------------------------------- across ranks

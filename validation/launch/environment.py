@@ -104,10 +104,11 @@ def unmet(req: Requirements, env: dict[str, Any] | Callable[[], dict[str, Any]],
             return f"needs CUDA capability >= {req.min_cuda_capability:g}, found {low:g}"
     if req.min_gpu_memory_gb is not None:
         if not devices:
-            return f"needs GPUs with >= {req.min_gpu_memory_gb:g} GB, found no GPU"
+            return f"needs GPUs with >= {req.min_gpu_memory_gb:g} GiB, found no GPU"
         low = min(d["memory_gb"] for d in devices)
         if low < req.min_gpu_memory_gb:
-            return f"needs GPUs with >= {req.min_gpu_memory_gb:g} GB, found {low:g} GB"
+            # GiB, as torch reports a device's memory: an "80 GB" H100 has 79.18
+            return f"needs GPUs with >= {req.min_gpu_memory_gb:g} GiB, found {low:g} GiB"
     if req.backend == "nccl" and env.get("nccl") is None:
         return "needs the NCCL backend (CUDA build of torch with NCCL), not available here"
     return None

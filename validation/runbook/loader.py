@@ -2,7 +2,7 @@
 
     name: ddp_2xa100
     description: ...
-    requirements: {gpus: 2, min_cuda_capability: 8.0, min_gpu_memory_gb: 70, backend: nccl}
+    requirements: {gpus: 2, min_cuda_capability: 8.0, min_gpu_memory_gb: 70, backend: nccl}  # memory in GiB
     defaults:                      # every step inherits these (a step's own values win; env/args are merged)
       config: configs/m7c_125m_2xa100_production.yaml
       env: {NSA_PREFILL_BATCHED: "1"}

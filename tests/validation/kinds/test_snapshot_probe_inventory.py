@@ -50,7 +50,7 @@ def test_a_capability_or_memory_requirement_without_a_gpu_count_checks_the_first
     assert environment.unmet(Requirements(min_cuda_capability=9.5), h100) == \
         "needs CUDA capability >= 9.5, found 9"
     assert environment.unmet(Requirements(min_gpu_memory_gb=100), h100) == \
-        "needs GPUs with >= 100 GB, found 79.18 GB"
+        "needs GPUs with >= 100 GiB, found 79.18 GiB"
     cpu = {"gpu_count": 0, "gpus": []}
     assert environment.unmet(Requirements(min_cuda_capability=8.0), cpu) == \
         "needs CUDA capability >= 8, found no GPU"

@@ -43,7 +43,7 @@ def decode_reads(context_len: int, cfg: NSAConfig) -> int:
 @lru_cache(maxsize=64)
 def mean_reads(a: NSAConfig, seq_len: int) -> tuple[float, float]:
     """Mean over the positions of a sequence of seq_len tokens of (keys read per head, compressed keys read): the
-    FLOP model's (nsa.model) and the activation-memory model's (nsa.training.comm_model) count."""
+    FLOP model's (nsa.model) and the kernel cost model's (nsa.attention.cost_model) count."""
     if seq_len < 1:
         raise ValueError(f"seq_len must be >= 1, got {seq_len}")
     cmp_total = _sum_cmp_blocks(seq_len, a.l, a.d)

@@ -29,7 +29,8 @@ Message sizes follow nccl-tests (comm_count): all-reduce the buffer, all-gather 
 reduce-scatter the full input. A predicted time is bytes / busbw + calls x latency per kind (the orchestrator's
 job, with its measured busbw); `CommPrediction` gives the kind, calls and bytes it needs.
 
-No torch import here: the specs are plain values (param_specs reads them off a module).
+The specs are plain values (param_specs reads them off a module); activation_bytes reads the kernels' chunk and
+tile sizes and the loss choice from their own modules (nsa.attention's kernels, nsa.loss).
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from nsa.attention.geometry import mean_reads
+from nsa.attention.geometry import num_cmp_blocks, num_sel_blocks
+from nsa.attention.kernels.range_attn.naive import WINDOW_CHUNK
+from nsa.attention.kernels.selected_attn.naive import SEL_TILE
+from nsa.loss import resolve_loss
 
 STRATEGIES = ("none", "ddp", "fsdp")
 COMPRESS_BYTES = {"none": None, "bf16": 2, "fp16": 2}
@@ -244,21 +248,25 @@ ADAMW_STEP_BYTES = 4  # one float32 `step` tensor per parameter tensor
 
 
 def memory_model(specs: Sequence[ParamSpec], strategy: str, *, world_size: int, reshard_after_forward: bool = True,
-                 activations: int = 0) -> dict[str, Any]:
-    """Bytes per rank of what training keeps resident, per strategy (AdamW, no mixed-precision copies):
+                 activations: int = 0, gradient_as_bucket_view: bool = False) -> dict[str, Any]:
+    """Bytes per rank of what training keeps resident, per strategy (AdamW; autocast's weight copies are in the
+    activations):
 
         params, grads, optimizer_state   the persistent state (FSDP2: rank 0's shards, the largest: every rank
                                          holds params and grads padded to ceil(dim0 / world_size) rows; AdamW's
                                          moments take the unpadded shard, fewer rows on the last ranks when
                                          world_size does not divide dim0)
-        buffers                          DDP: its flat gradient buckets beside param.grad (gradient_as_bucket_view
-                                         is off); FSDP2: the parameters gathered at the peak (full shard: the root
+        buffers                          DDP: its flat gradient buckets beside param.grad; none with
+                                         gradient_as_bucket_view (the trainer's DDP under CUDA graphs), where each
+                                         param.grad is a view of its bucket (counted in grads); FSDP2: the
+                                         parameters gathered at the peak (full shard: the root
                                          plus two blocks, the current one and the one prefetched; no reshard:
                                          every unit from forward to backward) and one unit's unsharded gradients
-        activations                      passed in (activation_bytes), per micro-batch
-        total                            their sum: an estimate of peak allocated memory, to set beside the
-                                         measured peak (CUDA allocated; on CPU the measured figure is the
-                                         process's resident set, which also holds the runtime)
+        activations                      passed in (activation_bytes: saved for backward, per micro-batch)
+        total                            their sum: an estimate of peak allocated memory (transients such as
+                                         the logits' gradient left out), to set beside the measured peak (CUDA
+                                         allocated; on CPU the measured figure is the process's resident set,
+                                         which also holds the runtime)
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {' | '.join(STRATEGIES)}, got {strategy!r}")
@@ -277,7 +285,7 @@ def memory_model(specs: Sequence[ParamSpec], strategy: str, *, world_size: int, 
         opt = ADAMW_STATE_PER_ELEMENT * shard + steps
     else:
         params, grads = full, full
-        buffers = full if strategy == "ddp" and world_size > 1 else 0
+        buffers = full if strategy == "ddp" and world_size > 1 and not gradient_as_bucket_view else 0
         opt = ADAMW_STATE_PER_ELEMENT * full + steps
     out = {"strategy": strategy, "world_size": world_size, "params": params, "grads": grads,
            "optimizer_state": opt, "buffers": buffers, "activations": int(activations)}
@@ -285,30 +293,132 @@ def memory_model(specs: Sequence[ParamSpec], strategy: str, *, world_size: int, 
     return out
 
 
+PARAM_BYTES = 4  # the trainer's parameters (and so the residual stream and the norms) are fp32 at every precision
+ACC_BYTES = 4  # fp32: attention log-sum-exps and softmax statistics, the selected branch's band scores, the loss
+
+
+def _block_weights(model_cfg) -> int:
+    """Elements of one block's nn.Linear weights: under autocast each one's cast copy is saved by its matmul."""
+    a, h, g, dim = model_cfg.nsa, model_cfg.n_heads, model_cfg.n_kv_groups, model_cfg.dim
+    if model_cfg.attention == "dense":
+        attn = dim * (h * a.d_k + g * (a.d_k + a.d_v)) + h * a.d_v * dim
+    else:
+        gate_hidden = max(16, dim // 4)
+        attn = (dim * (h * a.d_k + 3 * g * (a.d_k + a.d_v)) + dim * gate_hidden + gate_hidden * 3 * h
+                + h * a.d_v * dim)
+        if a.phi == "mlp":
+            attn += sum(a.l * wd * 2 * wd + 2 * wd * wd for wd in (a.d_k, a.d_v))
+    return attn + 3 * dim * model_cfg.hidden
+
+
+def _nsa_attention_bytes(a, b: int, s: int, c: int) -> int:
+    """Bytes one NSA attention layer's batched PyTorch path saves for backward (compute element size c), tensor by
+    tensor as the code makes them; the projections' input is counted by the caller."""
+    h, g, dk, dv, hpg = a.n_heads, a.n_kv_groups, a.d_k, a.d_v, a.heads_per_group
+    n, cast = b * s, c != ACC_BYTES
+    gate_hidden = max(16, a.dim // 4)
+    out = n * c * 2 * gate_hidden  # the gate MLP: SiLU input, second layer input
+    # its gates [B, S, H, 3] (saved by the combine): sigmoid's output; softmax's fp32 output and its cast
+    out += n * 3 * h * (c if a.gate == "sigmoid" else ACC_BYTES + (c if cast else 0))
+    n_cmp = num_cmp_blocks(s, a.l, a.d)
+    out += 2 * ACC_BYTES * dk * (3 * s + n_cmp)  # RoPE's cos and sin tables, per sequence: q, k_sel, k_win, k_cmp
+    if a.phi == "mlp" and n_cmp:  # phi's MLP per compressed token: the flattened block, GELU's input, fc2's input
+        out += b * g * n_cmp * c * sum(a.l * wd + 4 * wd for wd in (dk, dv))
+    # compressed branch: SDPA over the queries padded to n_cmp * d (q, k, v, out, log-sum-exp), then the output
+    # padded to S (a copy, saved by the combine)
+    if n_cmp:
+        rows = n_cmp * a.d
+        out += b * h * rows * (c * (dk + dv) + ACC_BYTES) + b * g * n_cmp * c * (dk + dv)
+    out += b * h * s * dv * c
+    # selected branch (selected_attn.naive): the band of each query block against its key blocks J-1 and J (scaled
+    # queries, keys and values of both blocks, the mask, the fp32 scores' exponentials and their cast), the sparse
+    # part's inputs (queries, key and value blocks, maxima, its tile rows), the fp32 numerator and denominator and
+    # the output copy
+    nb = num_sel_blocks(s, a.l_sel)
+    sp = nb * a.l_sel
+    out += b * h * sp * dk * c + 2 * b * g * sp * (dk + dv) * c + b * g * sp * 2 * a.l_sel
+    out += b * h * sp * 2 * a.l_sel * (ACC_BYTES + (c if cast else 0))
+    out += (b * g * s + 1) * hpg * (dk * c + ACC_BYTES) + b * g * sp * (dk + dv) * c
+    out += b * h * s * ((dv + 1) * ACC_BYTES + dv * c)
+    # the tile rows (int64): the (query, block) pairs outside the band, each block's padded to whole tiles (half a
+    # tile on average for every block that has pairs)
+    pairs = sum(min(a.l_sel, s - j * a.l_sel) * max(0, min(a.n_sel, j + 1) - 2) for j in range(nb))
+    out += 8 * b * g * (pairs + max(0, nb - 2) * SEL_TILE // 2)
+    # window branch: SDPA (q, k, v, out, log-sum-exp; the output is the branch's, saved by the combine too); past
+    # the window, over query chunks with an additive mask in the compute dtype and their key/value windows: the
+    # padded keys and values themselves when one sequence lets the windows stay views, else one copy per chunk;
+    # the output is a view of SDPA's except below
+    if s <= a.w:
+        out += b * h * s * ((dk + dv) * c + ACC_BYTES) + b * g * s * (dk + dv) * c
+    else:
+        chunk = min(WINDOW_CHUNK, s)
+        n_chunks = -(-s // chunk)
+        sw = n_chunks * chunk
+        out += b * h * sw * ((dk + dv) * c + ACC_BYTES) + b * n_chunks * chunk * (a.w + chunk) * c
+        out += g * (dk + dv) * c * (sw + a.w if b == 1 else b * n_chunks * (a.w + chunk))
+        if b > 1 and sw != s:  # padded queries: the output [B, H, sw, d_v] is a copy of SDPA's, not a view
+            out += b * h * sw * dv * c
+    return out + n * h * dv * c  # the gated sum of the branches: o_proj's input
+
+
+def _layer_bytes(model_cfg, b: int, s: int, c: int) -> int:
+    """Bytes one transformer block saves for backward: two RMSNorms (input, 1/rms, normalized input, fp32), the
+    attention's and the SwiGLU's inputs (under autocast each nn.Linear saves its own cast of the fp32 norm output),
+    the attention and the SwiGLU (gate and up outputs, SiLU's output, their product)."""
+    a, n, cast = model_cfg.nsa, b * s, c != PARAM_BYTES
+    dim, h, g, dk, dv = model_cfg.dim, model_cfg.n_heads, model_cfg.n_kv_groups, a.d_k, a.d_v
+    norms = 2 * n * (2 * PARAM_BYTES * dim + ACC_BYTES)
+    mlp = n * c * (dim * (2 if cast else 1) + 4 * model_cfg.hidden)
+    if model_cfg.attention == "dense":  # q, k, v (their casts), RoPE tables, SDPA's q, k, v, out (o_proj's input), lse
+        attn = n * c * dim * (3 if cast else 1) + 2 * 2 * ACC_BYTES * dk * s
+        attn += b * h * s * ((dk + dv) * c + ACC_BYTES) + b * g * s * (dk + dv) * c
+    else:  # seven projections and the gate's first layer
+        attn = n * c * dim * (8 if cast else 1) + _nsa_attention_bytes(a, b, s, c)
+    return norms + attn + mlp
+
+
+def _head_bytes(model_cfg, b: int, s: int, c: int) -> int:
+    """Bytes the final norm, the head and the loss save: the reference saves the head's input (its cast under
+    autocast, with the head weight's) and the fp32 log-softmax of the whole batch's logits (cross entropy keeps no
+    logits, no fp32 copy) and the targets; the chunked and fused losses (nsa.loss) build no batch-wide logits and
+    keep the gradients they computed in forward: w.r.t. the hidden states (compute dtype) and the head weight
+    (fp32)."""
+    n, dim, v = b * s, model_cfg.dim, model_cfg.vocab_size
+    out = n * (2 * PARAM_BYTES * dim + ACC_BYTES) + ACC_BYTES  # the final RMSNorm; the loss's scale or total weight
+    if resolve_loss(model_cfg.loss) == "reference":
+        out += n * (c * dim + ACC_BYTES * v + 8) + (c * v * dim if c != PARAM_BYTES else 0)
+    else:
+        out += n * c * dim + ACC_BYTES * v * dim
+    return out
+
+
 def activation_bytes(model_cfg, batch_size: int, seq_len: int, precision: str = "fp32",
                      activation_checkpointing: bool | None = None) -> int:
-    """A coarse estimate (within a factor ~1.5) of the activations one micro-batch keeps for backward.
+    """The most bytes one micro-batch holds saved for backward (unique tensor storages, parameters excluded): at the
+    end of its forward, or, with activation checkpointing, when the last block is recomputed in backward if that
+    holds more.
 
-    Per layer and token: the block input and norms, the gate MLP, queries and every branch's keys and values
-    (with their RoPE copies), one attention probability per key read (NSA: compressed + selected + window keys,
-    averaged over positions; dense: none, as flash attention keeps only its log-sum-exp), the branch outputs and
-    the SwiGLU intermediates. The head: logits, their fp32 copy and the log-softmax. Activation checkpointing
-    keeps one block input per layer plus one layer's activations during its recomputation. Element size: 2
-    under bf16/fp16 autocast, else 4; probabilities and the loss in fp32.
+    Counted tensor by tensor as the PyTorch path saves them on CPU (checked there with saved_tensors_hooks), for
+    every model.loss choice (the head: _head_bytes) and precision: fp32; bf16/fp16 autocast, under which the
+    matmuls save their inputs and the cast weights in the compute dtype (2 bytes: each nn.Linear weight's copy, and
+    its own cast of an fp32 input), while the residual stream and the norms stay in the parameters' fp32 and the
+    attention statistics, band scores and loss in fp32. Activation checkpointing keeps each block's fp32 input and
+    the token ids; the head's tensors are freed by the time the last block is recomputed, so the figure is the
+    larger of (inputs + head) and (inputs + one block's other tensors and weight copies). Transient memory (the
+    logits' gradient, a chunk's logits, kernel workspaces) is not in it. On CUDA the SDPA kernels and the Triton
+    path (no band scores, no padded copies) save other tensors: there this is the PyTorch path's CPU figure.
     """
-    e = 2 if precision in ("bf16", "fp16") else 4
-    a, h, g = model_cfg.nsa, model_cfg.n_heads, model_cfg.n_kv_groups
-    dim, hidden = model_cfg.dim, model_cfg.hidden
-    gate_hidden = max(16, dim // 4)
-    if model_cfg.attention == "dense":
-        proj = h * a.d_k * 2 + g * (a.d_k * 2 + a.d_v)
-        probs, branches = 0.0, h * a.d_v
-    else:
-        proj = h * a.d_k * 2 + 3 * g * (a.d_k + a.d_v) + 2 * g * a.d_k + gate_hidden + 2 * 3 * h
-        probs, branches = h * mean_reads(a, seq_len)[0], 4 * h * a.d_v
-    per_layer = e * (3 * dim + proj + branches + 4 * hidden + dim) + 4 * probs
-    head = e * dim + model_cfg.vocab_size * (e + 4 + 4)
+    if precision not in ("fp32", "bf16", "fp16"):
+        raise ValueError(f"precision must be one of fp32 | bf16 | fp16, got {precision!r}")
+    c = 2 if precision in ("bf16", "fp16") else PARAM_BYTES
+    b, s = batch_size, seq_len
+    copies = c if c != PARAM_BYTES else 0  # autocast's cast weights, saved by the matmuls
+    layer = _layer_bytes(model_cfg, b, s, c) + copies * _block_weights(model_cfg)
+    ids = 8 * b * s  # the embedding's int64 indices
+    head = _head_bytes(model_cfg, b, s, c)
     checkpointing = model_cfg.activation_checkpointing if activation_checkpointing is None \
         else activation_checkpointing
-    layers = (model_cfg.n_layers * e * dim + per_layer) if checkpointing else model_cfg.n_layers * per_layer
-    return int(batch_size * seq_len * (layers + head))
+    if checkpointing:  # a recomputed block's own input is one of the inputs kept
+        block_input = b * s * model_cfg.dim * PARAM_BYTES
+        return int(ids + model_cfg.n_layers * block_input + max(head, layer - block_input))
+    return int(ids + model_cfg.n_layers * layer + head)

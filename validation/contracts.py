@@ -69,10 +69,11 @@ TELEMETRY_COLUMNS = {
     "pcie_width_max": "maximum PCIe link width",
     "ecc_corrected": "volatile corrected ECC errors (since the driver loaded); empty without ECC",
     "ecc_uncorrected": "volatile uncorrected ECC errors; empty without ECC",
-    "xid_errors": "Xid critical-error events NVML delivered since the sampler started",
+    "xid_errors": "Xid critical-error events NVML delivered since the sampler started (empty where the GPU's Xid "
+                  "events cannot be watched: NVML_ERROR_NOT_SUPPORTED)",
     "xid_last": "the last Xid code seen (empty: none)",
     "other_gpu_procs": "compute processes on this GPU that are not the run's (NVML); empty when unknown",
-    "other_gpu_mem_gb": "GPU memory those other processes use, GiB",
+    "other_gpu_mem_gb": "GPU memory those other processes use, GiB (empty where NVML does not know a process's)",
     "cpu_util_pct": "CPU time of the launch's process tree over the period, percent of one core",
     "rss_gb": "sum of the resident set sizes of the launch's processes, GiB",
     "procs": "processes in the launch's tree",

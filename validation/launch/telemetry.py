@@ -54,11 +54,15 @@ DISTURBED_SHARE = 0.20  # a launch is disturbed when at least this share of its 
 DISTURBING_THROTTLES = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 TOP_OTHERS = 3  # the busiest other processes named in a contended sample
 
-# NVML clock throttle reason bits (nvmlClocksThrottleReason*); "gpu_idle" is not a slowdown.
+# NVML clock event (throttle) reason bits (nvmlClocksEventReason*, formerly nvmlClocksThrottleReason*; board_limit
+# and reliability from newer drivers only).
 THROTTLE_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
                     0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
-                    0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
-NOT_THROTTLED = ("gpu_idle",)
+                    0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting", 0x200: "board_limit",
+                    0x400: "reliability"}
+# not a throttle: an idle GPU lowering its clocks, and clocks running at the application clocks the machine's owner
+# set (nvidia-smi -ac), which are what the GPU is meant to run at
+NOT_THROTTLED = ("gpu_idle", "applications_clocks_setting")
 
 _GIB = 1024 ** 3
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -349,16 +353,32 @@ def nvml_no_driver(pynvml, exc: BaseException) -> bool:
     return bool(kinds) and isinstance(exc, kinds) and not NVIDIA_DRIVER.exists()
 
 
+_NVML_VALUE_NOT_AVAILABLE = 2 ** 64 - 1  # an unsigned long long NVML does not know
+
+
+def _process_memory(proc) -> int | None:
+    """The GPU memory (bytes) of one of NVML's process entries, None where NVML does not know it."""
+    used = getattr(proc, "usedGpuMemory", None)
+    if isinstance(used, bool) or not isinstance(used, int) or not 0 <= used < _NVML_VALUE_NOT_AVAILABLE:
+        return None
+    return used
+
+
 class GpuProbe:
     """Every GPU of the node through NVML (pynvml imported here, lazily). ``available`` is False without pynvml, a
     driver or a GPU; ``problem`` says why, except on a machine without the NVIDIA driver (``nvml_no_driver``): no
     GPU there is what the machine is, and ``note`` says so."""
 
     def __init__(self):
-        self.available, self.problem, self.note, self.handles = False, None, None, []
+        self.available, self.problem, self.note = False, None, None
+        self.handles: list = []
+        self.indices: list[int] = []  # the NVML index of each handle (a GPU NVML may not open is left out)
+        self.inaccessible: dict[int, str] = {}  # NVML index -> why its handle could not be had
         self.xid_count: dict[int, int] = {}
         self.xid_last: dict[int, int] = {}
+        self.xid_watched: set[int] = set()  # NVML indices whose Xid events are registered
         self._events = None
+        self._initialised = False
         pynvml = load_nvml()
         if pynvml is None:
             self.problem = "pynvml is not installed: no GPU telemetry"
@@ -366,22 +386,33 @@ class GpuProbe:
         self.nvml = pynvml
         try:
             pynvml.nvmlInit()
-            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            self._initialised = True
+            count = pynvml.nvmlDeviceGetCount()
         except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
             if nvml_no_driver(pynvml, exc):
                 self.note = NO_DRIVER_NOTE
             else:
                 self.problem = f"NVML: {exc}"
             return
+        # the count includes GPUs this process may not open (NVML_ERROR_NO_PERMISSION: a Slurm job's cgroup allows
+        # only its own GPUs); those are left out, the others keep their NVML index
+        for i in range(count):
+            try:
+                self.handles.append(pynvml.nvmlDeviceGetHandleByIndex(i))
+                self.indices.append(i)
+            except Exception as exc:
+                self.inaccessible[i] = str(exc)
         self.available = bool(self.handles)
         if not self.handles:
-            self.problem = "NVML sees no GPU"
+            self.problem = "NVML sees no GPU" if not count else "NVML: " + "; ".join(
+                f"GPU {i}: {why}" for i, why in sorted(self.inaccessible.items()))
             return
         try:  # Xid errors arrive as events
             self._events = pynvml.nvmlEventSetCreate()
-            for h in self.handles:
-                try:
+            for index, h in zip(self.indices, self.handles):
+                try:  # NVML_ERROR_NOT_SUPPORTED (a GPU without events): the set still serves the others
                     pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, self._events)
+                    self.xid_watched.add(index)
                 except Exception:
                     pass
         except Exception:
@@ -406,6 +437,15 @@ class GpuProbe:
                 self.xid_count[index] = self.xid_count.get(index, 0) + 1
                 self.xid_last[index] = int(data.eventData)
 
+    def _processes(self, h) -> list | None:
+        """The compute processes on GPU `h`, None when NVML cannot say. pynvml's unversioned call asks for the v3
+        list, which older drivers lack (NVMLError_FunctionNotFound, or pynvml's NVMLLibraryMismatchError naming
+        the versioned call to use): the v2 list then, which has the same pid and usedGpuMemory."""
+        procs = self._call("nvmlDeviceGetComputeRunningProcesses", h)
+        if procs is None:
+            procs = self._call("nvmlDeviceGetComputeRunningProcesses_v2", h)
+        return procs
+
     def sample(self, pids: set[int], own: set[int] | None = None) -> list[dict[str, Any]]:
         """One row per GPU; `pids`: the launch's processes ("ours"), `own`: every process of the run (the others'
         compute processes and memory are those of any other pid)."""
@@ -415,24 +455,26 @@ class GpuProbe:
         nv = self.nvml
         self._poll_xids()
         rows = []
-        for index, h in enumerate(self.handles):
+        for index, h in zip(self.indices, self.handles):
             util = self._call("nvmlDeviceGetUtilizationRates", h)
             mem = self._call("nvmlDeviceGetMemoryInfo", h)
             power = self._call("nvmlDeviceGetPowerUsage", h)
             mask = self._call("nvmlDeviceGetCurrentClocksThrottleReasons", h)
             if mask is None:
                 mask = self._call("nvmlDeviceGetCurrentClocksEventReasons", h)
-            procs = self._call("nvmlDeviceGetComputeRunningProcesses", h)
+            procs = self._processes(h)
             ecc = [self._call("nvmlDeviceGetTotalEccErrors", h, kind, nv.NVML_VOLATILE_ECC)
                    for kind in (nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)]
             others = None if procs is None else [p for p in procs if p.pid not in own]
-            other_mem = [getattr(p, "usedGpuMemory", None) for p in others or []]
+            # a process's memory NVML does not know (NVML_VALUE_NOT_AVAILABLE, 2**64 - 1, which pynvml reads as
+            # None: MIG, WDDM) makes the others' memory unknown, not 0
+            other_mem = [_process_memory(p) for p in others or []]
             rows.append({
                 "gpu": index,
                 "ours": None if procs is None else int(any(p.pid in pids for p in procs)),
                 "other_gpu_procs": None if others is None else len(others),
-                "other_gpu_mem_gb": None if others is None else round(
-                    sum(m for m in other_mem if isinstance(m, int)) / _GIB, 3),
+                "other_gpu_mem_gb": None if others is None or None in other_mem else round(
+                    sum(other_mem) / _GIB, 3),
                 "gpu_util_pct": None if util is None else util.gpu,
                 "mem_used_gb": None if mem is None else round(mem.used / _GIB, 3),
                 "mem_total_gb": None if mem is None else round(mem.total / _GIB, 3),
@@ -445,13 +487,13 @@ class GpuProbe:
                 "pcie_width": self._call("nvmlDeviceGetCurrPcieLinkWidth", h),
                 "pcie_width_max": self._call("nvmlDeviceGetMaxPcieLinkWidth", h),
                 "ecc_corrected": ecc[0], "ecc_uncorrected": ecc[1],
-                "xid_errors": self.xid_count.get(index, 0) if self._events is not None else None,
+                "xid_errors": self.xid_count.get(index, 0) if index in self.xid_watched else None,
                 "xid_last": self.xid_last.get(index),
             })
         return rows
 
     def close(self) -> None:
-        if self.available or self.handles:
+        if self._initialised:
             try:
                 if self._events is not None:
                     self.nvml.nvmlEventSetFree(self._events)
@@ -641,15 +683,30 @@ def _numbers(values) -> list[float]:
     return [float(v) for v in values if isinstance(v, (int, float))]
 
 
+def _xid_errors(gpu_rows: list[Sample]) -> int | float | None:
+    """The Xid events over the GPUs counted: each GPU's last count (a count since the sampler started), summed;
+    None where a GPU never had one (its Xid events were not watched: NVML_ERROR_NOT_SUPPORTED), since no count is
+    not no error."""
+    last: dict[tuple, Any] = {}
+    for s in gpu_rows:
+        key = (s.node, s.gpu)
+        if isinstance(s.xid_errors, (int, float)) or key not in last:
+            last[key] = s.xid_errors
+    if not last or any(not isinstance(v, (int, float)) for v in last.values()):
+        return None
+    return sum(last.values())
+
+
 def summarize(rows: "list[Sample | Mapping[str, Any]]", start: float | None = None, end: float | None = None,
               use_gpus: bool = True) -> TelemetrySummary:
     """Metrics for criteria from telemetry rows (validation.contracts.read_telemetry, or Samples) between unix times
     `start` and `end` (None: open): the TelemetrySummary's gpu_util {mean, min, max, n} (percent, over the launch's
     GPUs, every sample) or None without GPU figures, gpu_mem_used_gb, power_w, sm_clock_mhz, temp_c (same shape or
-    None), throttled (any throttle reason other than gpu_idle in any sample; None without GPU figures),
-    throttle_reasons (those seen, sorted), pcie_gen_min / pcie_width_min (the lowest current link during the period)
-    with their maxima, ecc_uncorrected (the largest count seen), xid_errors (events seen), cpu_util {mean, min, max,
-    n} (percent of one core, per sample), rss_gb {mean, min, max, n} (per sample, all nodes summed), samples, nodes,
+    None), throttled (any throttle reason other than those of NOT_THROTTLED, an idle GPU and the application clocks
+    setting, in any sample; None without GPU figures), throttle_reasons (those seen, sorted), pcie_gen_min /
+    pcie_width_min (the lowest current link during the period) with their maxima, ecc_uncorrected (the largest count
+    seen), xid_errors (events seen; None where a GPU counted had its events unwatched), cpu_util {mean, min, max, n}
+    (percent of one core, per sample), rss_gb {mean, min, max, n} (per sample, all nodes summed), samples, nodes,
     gpus ("node:index" of the GPUs counted), gpu_match. The launch's GPUs are those a process of the launch used
     (``ours``, gpu_match "by process"); when no GPU shows one of its processes (NVML unable to say, or a container
     whose PIDs NVML does not see), every GPU of the node (gpu_match "all GPUs"). `use_gpus` False (a CPU run on a GPU
@@ -693,8 +750,7 @@ def summarize(rows: "list[Sample | Mapping[str, Any]]", start: float | None = No
         pcie_width_min=min(widths) if widths else None,
         pcie_width_max=max(_numbers(s.pcie_width_max for s in gpu_rows), default=None),
         ecc_uncorrected=max(_numbers(s.ecc_uncorrected for s in gpu_rows), default=None),
-        xid_errors=sum({(s.node, s.gpu): s.xid_errors for s in gpu_rows
-                        if isinstance(s.xid_errors, (int, float))}.values()) if gpu_rows else None,
+        xid_errors=_xid_errors(gpu_rows),
         cpu_util=_stat([cpu for cpu, _ in by_number.values() if cpu is not None]),
         rss_gb=_stat([rss for _, rss in by_number.values() if rss is not None]),
     )
@@ -761,7 +817,8 @@ def interference(rows: "list[Sample | Mapping[str, Any]]", start: float | None =
     cpu_cores: list[float] = []
     cpu_free: float | None = None  # the free cores of the first sample the other processes contended
     steal_cores: list[float] = []
-    gpu_procs = gpu_mem = 0.0
+    gpu_procs = 0.0
+    gpu_mem: float | None = None  # the others' GPU memory, None while NVML did not know it
     reasons: set[str] = set()
     contended = 0
     tops: dict[str, list[str]] = {}
@@ -794,7 +851,10 @@ def interference(rows: "list[Sample | Mapping[str, Any]]", start: float | None =
         if matched and any((_num(g.other_gpu_procs) or 0) > 0 for g in mine):
             hit("gpu")
             gpu_procs = max(gpu_procs, max(_num(g.other_gpu_procs) or 0.0 for g in mine))
-            gpu_mem = max(gpu_mem, max(_num(g.other_gpu_mem_gb) or 0.0 for g in mine))
+            known = [m for m in (_num(g.other_gpu_mem_gb) for g in mine if (_num(g.other_gpu_procs) or 0) > 0)
+                     if m is not None]
+            if known:
+                gpu_mem = max([gpu_mem or 0.0, *known])
         throttles = {n for g in mine for n in str(g.throttle or "").split("+") if n in DISTURBING_THROTTLES}
         if throttles:
             hit("throttle")
@@ -821,8 +881,9 @@ def interference(rows: "list[Sample | Mapping[str, Any]]", start: float | None =
             parts.append(f"the hypervisor stole {mean:.2f} cores on average {frac}")
         elif name == "gpu":
             causes[name] = Cause(samples=hits[name], procs=gpu_procs, mem_gb=gpu_mem)
-            parts.append(f"{gpu_procs:g} other process(es) computed on the launch's GPU(s), using up to "
-                         f"{gpu_mem:.1f} GiB, {frac}")
+            memory = (f"using up to {gpu_mem:.1f} GiB" if gpu_mem is not None
+                      else "their GPU memory unknown to NVML")
+            parts.append(f"{gpu_procs:g} other process(es) computed on the launch's GPU(s), {memory}, {frac}")
         else:
             causes[name] = Cause(samples=hits[name], reasons=sorted(reasons))
             parts.append(f"GPU clocks slowed by {', '.join(sorted(reasons))} {frac}")

@@ -125,9 +125,11 @@ def memory_detail_gb(device: torch.device) -> dict[str, float | None]:
             "peak_reserved": None}
 
 
-def profiler(tc, device: torch.device, out: Path, rank: int):
+def profiler(tc, device: torch.device, out: Path, rank: int, first_step: int = 0):
     """The torch profiler for train.profile_steps steps after train.profile_start (None when profile_steps is 0):
-    CPU activity, plus CUDA on a GPU; one Chrome trace per rank in out/profile/trace_rank{r}_step{n}.json."""
+    CPU activity, plus CUDA on a GPU; one Chrome trace per rank in out/profile/trace_rank{r}_step{n}.json, n the
+    training step the trace ends at. first_step: the step this process continues from (a resume's checkpoint), so
+    that a resumed run's trace is named by its own steps and never replaces the earlier process's trace."""
     if tc.profile_steps <= 0:
         return None
 
@@ -136,7 +138,7 @@ def profiler(tc, device: torch.device, out: Path, rank: int):
     trace_dir.mkdir(parents=True, exist_ok=True)
 
     def ready(prof):
-        prof.export_chrome_trace(str(trace_dir / f"trace_rank{rank}_step{prof.step_num}.json"))
+        prof.export_chrome_trace(str(trace_dir / f"trace_rank{rank}_step{first_step + prof.step_num}.json"))
 
     wait = max(0, tc.profile_start - 1)
     return profile(activities=activities, schedule=schedule(wait=wait, warmup=1, active=tc.profile_steps, repeat=1),

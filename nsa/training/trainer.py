@@ -503,7 +503,7 @@ class Trainer:
         self.control.install()
         status, reason, code = "completed", None, EXIT_OK
         step = self.start_step
-        profiler = metrics.profiler(tc, self.device, self.out, self.info.rank)
+        profiler = metrics.profiler(tc, self.device, self.out, self.info.rank, first_step=self.start_step)
         # FSDP2's collectives are counted by wrappers installed for this loop only (DDP's by its comm hook)
         counting = (comm_count.patch_collectives(self.comm) if self.parallel == "fsdp"
                     else contextlib.nullcontext())
@@ -516,7 +516,7 @@ class Trainer:
                 while step < tc.steps:
                     step += 1
                     self.control.step = step
-                    aux = not self.tg.aux_stats_disable and (step % tc.log_every == 0 or step == 1)
+                    aux = not self.tg.aux_stats_disable and (step % tc.log_every == 0 or step == 1 or step == tc.steps)
                     self._sync()
                     if self.comm is not None:
                         self.comm.begin_step()
@@ -655,7 +655,7 @@ class Trainer:
             gates = " | gates " + "/".join(f"{stats[k]:.2f}" for k in ("gate_cmp", "gate_sel", "gate_win")) \
                 if "gate_cmp" in stats else ""
             log.info(f"step {step}/{tc.steps} | loss {loss:.4f} | lr {lr:.2e} | {tps:,.0f} tok/s | {dt:.3f} s/step"
-                     f" | grad {grad_norm:.3f} | mem {mem_alloc:.2f}/{mem_reserved:.2f} GB{extra}{gates}")
+                     f" | grad {grad_norm:.3f} | mem {mem_alloc:.2f}/{mem_reserved:.2f} GiB{extra}{gates}")
         if self.audit is not None and step % tc.log_every == 0:
             outputs.write_json(self.out / outputs.SDPA_AUDIT_JSON, self.audit.summary())
 

@@ -70,6 +70,15 @@ def test_toggles_disable_tensorboard_and_aux_stats(tmp_path, monkeypatch):
     assert not any("gate_cmp" in b for b in heartbeats(out, 0))
 
 
+def test_gate_statistics_at_every_logged_step_the_last_included(tmp_path, monkeypatch):
+    """Steps 1, 3 (log_every) and 5 (the last) are logged; each logged step's heartbeat carries the gates' means
+    (the last one had none: its statistics were collected only at multiples of log_every and step 1)."""
+    monkeypatch.setenv("NSA_TB_DISABLE", "1")
+    code, out = _run(tmp_path, "--steps", "5", "--log-every", "3")
+    assert code == 0
+    assert [b["step"] for b in heartbeats(out, 0) if "gate_cmp" in b] == [1, 3, 5]
+
+
 def test_nvtx_ranges_appear_in_the_profiler_trace(tmp_path, monkeypatch):
     monkeypatch.setenv("NSA_NVTX", "1")
     monkeypatch.setenv("NSA_TB_DISABLE", "1")
@@ -89,6 +98,21 @@ def test_nvtx_off_leaves_no_ranges(tmp_path, monkeypatch):
     assert code == 0
     names = {e.get("name") for e in json.loads(next((out / "profile").glob("*.json")).read_text())["traceEvents"]}
     assert "nsa.sel.ranges_v2" not in names and "nsa.cmp" not in names
+
+
+def test_a_resumed_run_profiles_into_its_own_trace_named_by_the_training_step(tmp_path, monkeypatch):
+    """The profiler traces the step after profile_start of each process: the first process training step 2, the
+    resumed one (from step 3) step 5. Each trace is named by the training step it ends at; before, the resumed
+    process's trace was named by its own step count (step2) and replaced the first process's."""
+    monkeypatch.setenv("NSA_TB_DISABLE", "1")
+    code, out = _run(tmp_path, "--steps", "3", "--profile-steps", "1", profile_start=1, save_every=3)
+    assert code == 0
+    assert sorted(p.name for p in (out / "profile").glob("trace_rank0_*.json")) == ["trace_rank0_step2.json"]
+    code = train.main(["--config", str(tmp_path / "cfg.yaml"), "--out-dir", str(out), "--resume", "--steps", "6",
+                       "--profile-steps", "1"])
+    assert code == 0
+    assert sorted(p.name for p in (out / "profile").glob("trace_rank0_*.json")) == [
+        "trace_rank0_step2.json", "trace_rank0_step5.json"]
 
 
 @pytest.mark.parametrize("toggle, backend", [(None, "flash"), ("NSA_SDPA_NO_FLASH", "math"),

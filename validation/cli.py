@@ -203,8 +203,10 @@ def compare(run_a: Path = typer.Argument(..., help="baseline run directory"),
             as_json: bool = typer.Option(False, "--json", help="print every row and statistic as JSON")) -> None:
     """RUN_B against RUN_A, per trainer run and metric: the relative difference with its 95% confidence interval
     and p-value, on block means of each run's window plus the run-to-run variation measured from repeated runs,
-    with Holm's correction over all rows; a warning when the two runs' environments differ. A CI gate: exit 1 when
-    a metric regresses significantly beyond the noise floor, else 0 (2: invalid input)."""
+    with Holm's correction over all rows; a warning when the two runs' environments or settings differ, and for
+    every trainer launch of one run with none of the same step and label in the other (a step added, renamed or
+    failed: not compared). A CI gate: exit 1 when a metric regresses significantly beyond the noise floor, else 0
+    (2: invalid input)."""
     try:
         out, lines = compare_run_dirs(run_a, run_b, noise)
     except RunError as exc:

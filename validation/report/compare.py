@@ -31,7 +31,10 @@ disturbed ones are left out). A row is significant when its Holm-adjusted p is b
 exceeds the noise floor: `noise` (the user's --noise) when given, else the floor measured from the data (the
 relative half-width of each side's interval, at least COMMON_MIN_SHIFT). A significant row whose verdict is "worse"
 is a regression; `compare` exits 1 when there is one (exit_code), else 0. A row that is not significant is "same"
-only when its whole interval lies inside its noise floor, else "inconclusive (noise floor X%)".
+only when its whole interval lies inside its noise floor, else "inconclusive (noise floor X%)"; a toks_per_s row
+that could not be tested (a window too short for block means, a mean of zero) has no interval: "inconclusive",
+whatever its change. What compare cannot pair is warned, never dropped unsaid (launch_differences: a step or
+launch in one run only, a step whose kind changed; a summary metric one run lacks).
 
 compare_runs() returns (JSON-ready; `nsa-validate compare --json` prints it):
     {"run_a", "run_b": the run directories,
@@ -64,7 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from validation.analysis import plausibility, stats
+from validation.analysis import metrics, plausibility, stats
 from validation.analysis.plausibility import implausible
 from validation.formatting import fmt_num, fmt_pct, plural
 from validation import kinds as step_kinds
@@ -144,6 +147,49 @@ def setting_differences(a: Run | dict, b: Run | dict) -> list[str]:
     return out
 
 
+def launch_differences(a: dict, b: dict) -> list[str]:
+    """What compare cannot put side by side, in words: a step whose trainer launches are in one run only (added,
+    removed or renamed between the runs), a step of the same name whose kind changed, a step with launches in one
+    run and none or only some of the same labels in the other (a step that failed, was skipped or did not finish
+    in it: its status is named), so that no launch leaves the comparison unsaid."""
+    steps_a, steps_b = _raw_steps(a), _raw_steps(b)
+    launches = {side: {name: [label for label, _ in _train_runs(step)] for name, step in steps.items()
+                       if isinstance(step, dict)} for side, steps in (("A", steps_a), ("B", steps_b))}
+    out = []
+    only = [(side, [n for n, labels in launches[side].items() if labels and n not in launches[other]])
+            for side, other in (("A", "B"), ("B", "A"))]
+    if any(names for _, names in only):
+        out.append("steps with trainer launches in one run only, not compared: "
+                   + "; ".join(f"{side} only: {_few(names)}" for side, names in only if names)
+                   + " (a step added, removed or renamed between the runs)")
+    for name, labels_a in launches["A"].items():
+        labels_b = launches["B"].get(name)
+        if labels_b is None or not (labels_a or labels_b):
+            continue
+        step_a, step_b = steps_a[name], steps_b[name]
+        kind_a, kind_b = step_a.get("kind"), step_b.get("kind")
+        if kind_a != kind_b:
+            out.append(f"step {name} is a {_recorded(kind_a)} step in A and a {_recorded(kind_b)} step in B"
+                       + (": its rows compare two kinds of step" if set(labels_a) & set(labels_b) else ""))
+        for side, mine, theirs, other, other_step in (("A", labels_a, labels_b, "B", step_b),
+                                                      ("B", labels_b, labels_a, "A", step_a)):
+            missing = [label for label in mine if label not in theirs]
+            if not missing:
+                continue
+            status = other_step.get("status")
+            why = (f"; {other}'s step {status}" + (f" ({other_step['reason']})" if other_step.get("reason") else "")
+                   if status and status != "passed" else "")
+            out.append(f"step {name}: {plural(len(missing), 'trainer launch', 'trainer launches')} of {side} with "
+                       f"none of the same label in {other}, not compared ({_few(missing)}){why}")
+    return out
+
+
+def _few(names: list[str], shown: int = 3) -> str:
+    """Names joined, the first `shown` of them, with how many more."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
 def _train_runs(step: dict) -> list[tuple[str, dict]]:
     """(label, metrics) of every trainer launch of a step, as its kind lists them (StepKind.trainer_runs)."""
     kind = step_kinds.find(step.get("kind")) or StepKind()
@@ -151,16 +197,29 @@ def _train_runs(step: dict) -> list[tuple[str, dict]]:
 
 
 def _untested(step: str, metric: str, x: Any, y: Any, threshold: float, note: str) -> dict[str, Any]:
-    rel = (y - x) / abs(x) if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x else None
+    """A row shown, not tested. Its relative difference is None from a zero baseline (no percentage of 0), where
+    the verdict follows the sign of the difference itself (memory 0 -> 0.4 GB is worse, not "same")."""
+    delta = y - x if isinstance(x, (int, float)) and isinstance(y, (int, float)) else None
+    rel = delta / abs(x) if delta is not None and x else 0.0 if delta == 0 else None
     higher = stats.METRIC_DIRECTIONS.get(metric, "higher") == "higher"
-    if rel is None or abs(rel) <= threshold:
+    change = rel if rel is not None else delta  # from a zero baseline any change is beyond a relative threshold
+    if change is None or change == 0 or (rel is not None and abs(rel) <= threshold):
         verdict = "same"
     else:
-        verdict = "better" if (rel > 0) == higher else "worse"
-    delta = y - x if isinstance(x, (int, float)) and isinstance(y, (int, float)) else None
+        verdict = "better" if (change > 0) == higher else "worse"
     return {"step": step, "metric": metric, "tested": False, "mean_a": x, "mean_b": y, "delta": delta,
             "rel_delta": rel, "higher_is_better": higher, "p_value": None, "p_adjusted": None, "significant": None,
             "verdict": verdict, "note": note}
+
+
+def _unread_side(side: str, m: dict) -> str:
+    """The side of a launch with no per-step values, with what its run recorded of its training.csv when that
+    was already unusable then (the launch wrote none: it failed, or was skipped), not lost since."""
+    status = m.get("status") if isinstance(m, dict) else None
+    if isinstance(status, str) and status not in metrics.USABLE_STATUSES:
+        reason = m.get("reason")  # "missing: PATH", "empty: ...": it names the status itself
+        return f"{side}: {reason} when it ran" if reason else f"{side}: {status} when it ran"
+    return side
 
 
 def _disturbance(m: dict) -> str | None:
@@ -192,6 +251,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     if name_a != name_b:
         warnings.append(f"different runbooks: {name_a} vs {name_b}")
     warnings += setting_differences(run_a, run_b)
+    warnings += launch_differences(a, b)
     noise_by_step = measured_run_noise_by_step(a, dir_a, extra=[(b, dir_b)], names=("A", "B"))
     declared = declared_noise(run_a, run_b)
     rows: list[dict[str, Any]] = []
@@ -200,6 +260,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     pending: list[tuple] = []  # the undisturbed launches' rows, tested once every step's change is known
     disturbed_rows = implausible_rows = 0
     unread: list[str] = []  # launches of both runs with no per-step values on a side: "label (A)"
+    one_sided: dict[str, list[str]] = {}  # summary metric -> the launches that recorded it in one run only
     repeated = False  # a step ran repeats (disturbed or not): what the warning on unmeasured variation says
     steps_a, steps_b = _raw_steps(a), _raw_steps(b)  # what the kinds read
     for name, step_a in steps_a.items():
@@ -215,7 +276,8 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
                 continue
             va, vb = _series(Path(dir_a), ma), _series(Path(dir_b), mb)
             if not (va and vb):
-                unread.append(f"{label} ({' and '.join(side for side, v in (('A', va), ('B', vb)) if not v)})")
+                sides = [_unread_side(side, m) for side, v, m in (("A", va, ma), ("B", vb, mb)) if not v]
+                unread.append(f"{label} ({' and '.join(sides)})")
             shaken = [f"{side}: {why}" for side, why in (("A", _disturbance(ma)), ("B", _disturbance(mb))) if why]
             bad = [f"{side}: {plausibility.text(b)}" for side, m in (("A", ma), ("B", mb)) for b in implausible(m)]
             if va and vb and bad:  # a figure no machine can measure: its launch's figures are no result, either side
@@ -244,6 +306,9 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
                 if isinstance(x, (int, float)) and isinstance(y, (int, float)):
                     rows.append(_untested(label, metric, x, y, noise if noise is not None else SUMMARY_NOISE,
                                           "one value per run: shown, not tested, never gating"))
+                elif isinstance(x, (int, float)) or isinstance(y, (int, float)):
+                    one_sided.setdefault(metric, []).append(
+                        f"{label} ({'A' if isinstance(x, (int, float)) else 'B'} only)")
     common = None
     ratios = [math.log(sum(mb for _, mb in pairs) / sum(ma for ma, _ in pairs)) for pairs in units.values()]
     spread = step_spread(ratios)
@@ -255,9 +320,9 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
             c = compare_windows(va, vb, stored_a=ma.get(METRIC), stored_b=mb.get(METRIC), higher_is_better=True,
                                 alpha=alpha, noise=noise, baseline="A", variant="B", metric=METRIC, run_noise=held,
                                 min_floor=COMMON_MIN_SHIFT if rn is not None else UNREPEATED_MIN_FLOOR)
-        except StatsError as exc:
-            rows[i] = _untested(label, METRIC, sum(va) / len(va), sum(vb) / len(vb),
-                                noise if noise is not None else SUMMARY_NOISE, f"not tested: {exc}")
+        except StatsError as exc:  # no interval: neither "same" nor a direction, whatever the change shown
+            rows[i] = {**_untested(label, METRIC, sum(va) / len(va), sum(vb) / len(vb), 0.0, f"not tested: {exc}"),
+                       "verdict": "inconclusive"}
             untestable.append(i)
         else:
             tested.append((i, c))
@@ -296,7 +361,11 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
         warnings.append(f"{plural(len(unread), 'launch', 'launches')} not compared on {METRIC}, with no per-step "
                         f"values to read on the side named ({', '.join(unread[:3])}{more}): compare reads each "
                         "launch's training.csv from its run directory, and there it is missing, unreadable or empty "
-                        "(a run directory copied with results.json alone)")
+                        "(a launch that wrote none, as its run recorded, or a run directory copied with results.json "
+                        "alone)")
+    for metric, launches in one_sided.items():
+        warnings.append(f"{metric} recorded in one run only for {plural(len(launches), 'launch', 'launches')}, not "
+                        f"shown: {_few(launches)}")
     if not noise_by_step and tested:
         why = ("their repeats were measured while other work used the machine" if repeated and disturbed_rows else
                "no repeat passed undisturbed" if repeated else "no step ran repeats")
@@ -466,7 +535,8 @@ def table_lines(out: dict[str, Any]) -> list[str]:
         table.append((str(r.step), str(r.metric), _num(r.mean_a), _num(r.mean_b), fmt_pct(r.rel_delta, signed=True),
                       ci, _p(r.p_value), _p(r.p_adjusted), fmt_pct(r.noise_floor) if tested else "-", verdict))
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-    lines = [f"B = {compared.run_b} against A = {compared.run_a}"]
+    lines = [f"B = {compared.run_b}{_run_words(compared, 'B')} against A = {compared.run_a}"
+             f"{_run_words(compared, 'A')}"]
     for row in table:
         lines.append("  ".join(cell.ljust(w) if i < 2 or i == len(head) - 1 else cell.rjust(w)
                                for i, (cell, w) in enumerate(zip(row, widths))).rstrip())
@@ -477,9 +547,24 @@ def table_lines(out: dict[str, Any]) -> list[str]:
     if sp:
         lines.append(f"Every row's noise is held to at least {fmt_pct(sp.total)} a side: {sp.source} "
                      f"(robust sd {fmt_pct(sp.total * math.sqrt(2))}, {sp.df:g} df).")
-    lines.append("Rows marked 'not tested' have one value per run: shown, never gating.")
+    lines.append(f"Rows marked 'not tested' are shown, never gating: {', '.join(SUMMARY_METRICS)} have one value "
+                 "per run" + (f"; a {METRIC} row says below why it was not tested." if any(
+                     not r.tested and r.metric == METRIC for r in compared.rows) else "."))
+    for r in compared.rows:
+        if not r.tested and r.metric == METRIC:
+            lines.append(f"  {r.step}: {r.note or 'not tested'}")
     lines.append(f"Result: {compared.gate} (exit {compared.exit_code}).")
     return lines
+
+
+def _run_words(compared: PerformanceAnalysis, side: str) -> str:
+    """What run `side` ("A" or "B") ran and how it ended, as results.json records it: " (runbook cpu_smoke,
+    NO-GO)", or "" when neither is recorded."""
+    runbooks = compared.runbooks if isinstance(compared.runbooks, dict) else {}
+    verdicts = compared.verdicts if isinstance(compared.verdicts, dict) else {}
+    words = ([f"runbook {runbooks[side]}"] if runbooks.get(side) else []) + \
+        ([str(verdicts[side])] if verdicts.get(side) else [])
+    return f" ({', '.join(words)})" if words else ""
 
 
 def _num(v: Any) -> str:

@@ -10,12 +10,13 @@ Own keys:
   repeats            runs per point, interleaved in a random order per repeat (default 2: the noise of a point is
                      the spread of its runs' step times, each the median of its window; with 1, block means of a window of
                      >= BLOCK_WINDOW_MIN (20) steps: a shorter window gives no noise estimate, no cliff is called
-                     and a note says so)
+                     and a note says so); values x repeats >= 3 runs (the exponent's fit), else a runbook error
   expected_exponent  the exponent a point-to-point growth may reach before it is a cliff (default 1.5)
   bisect             {steps: 3, resolution: 64, multiple_of: 32}: after a cliff between a and b, measure midpoints
                      (rounded to multiple_of, e.g. the model's selection block) until b - a <= resolution or the
-                     steps are spent; each midpoint runs `repeats` times and is "bad" when its local exponent from
-                     a is significantly above expected_exponent
+                     steps are spent; each midpoint runs `repeats` times (with 1, its noise is its window's block
+                     means, as a scan point's) and is "bad" when its local exponent from the interval's good end is
+                     significantly above expected_exponent
 Metrics: "setting", "values", "repeats", "expected_exponent", "exponent" (slope), "exponent_ci" [low, high],
 "exponent_fit" (validation.analysis.triage.Fit), "cliff" (bool), "cliff_reason", "cliff_pair" (the pair found by the scan),
 "pairs" (every neighbouring pair), "cliff_interval" [good, bad] (after bisection) or null, "cliff_localised"
@@ -110,9 +111,13 @@ class Scan(TrainerKind):
         expected = typed(raw.get("expected_exponent", 1.5), float, path + ("expected_exponent",), ctx)
         if not expected > 0:
             raise ctx.error(path + ("expected_exponent",), f"expected a positive number, got {expected}")
-        return Options(setting=key, values=sorted(vals),
-                       repeats=typed(raw.get("repeats", 2), int, path + ("repeats",), ctx, minimum=1),
-                       expected_exponent=float(expected), bisect=bisect)
+        repeats = typed(raw.get("repeats", 2), int, path + ("repeats",), ctx, minimum=1)
+        if len(vals) * repeats < 3:  # the exponent's fit has a 95% interval from 3 runs (validation.analysis.triage)
+            raise ctx.error(path + ("repeats",), f"{len(vals)} values x {repeats} repeat(s) give {len(vals) * repeats} "
+                                                 "runs; the cost exponent needs at least 3: use repeats >= 2 or a "
+                                                 "third value")
+        return Options(setting=key, values=sorted(vals), repeats=repeats, expected_exponent=float(expected),
+                       bisect=bisect)
 
     def launches(self, step, winners, run_dir):
         return [point_launch(step, value, repeat, winners, run_dir)
@@ -128,7 +133,9 @@ class Scan(TrainerKind):
         m = Metrics(setting=options.setting, values=list(options.values), repeats=options.repeats,
                     expected_exponent=options.expected_exponent, cliff=False, cliff_localised=False)
         times, series = point_times(ctx, step, runs)
-        short = {v: len(s) for v, s in series.items() if len(s) < BLOCK_WINDOW_MIN}
+        # with repeats at any point every point's noise is their pooled spread (point_noise), the series unused
+        blocks = not any(len(ts) > 1 for ts in times.values())
+        short = {v: len(s) for v, s in series.items() if len(s) < BLOCK_WINDOW_MIN} if blocks else {}
         if short:  # block means of a window this short understate the noise: no cliff is called from them
             series = {v: s for v, s in series.items() if v not in short}
             frame = dataclasses.replace(frame, notes=list(frame.notes or []) + [short_window_note(short)])
@@ -156,17 +163,20 @@ class Scan(TrainerKind):
                                     cliff_interval=[_plain(pair.a), _plain(pair.b)])
             if options.bisect:
                 bis_times: dict[float, list[float]] = {}
+                bis_series: dict[float, list[float]] = {}
 
                 def save(point_runs: list[LaunchRun]) -> None:
                     ctx.save(dataclasses.replace(frame, runs=runs + bisected + point_runs, metrics=m))
 
                 def classify(value):
-                    point_runs, new = bisect_point(ctx, step, value, save)
+                    point_runs, new, window = bisect_point(ctx, step, value, save)
                     bisected.extend(point_runs)
                     if not new:
                         return None
                     bis_times[float(value)] = new
-                    both = point_noise({**times, **bis_times}, series)
+                    if len(new) == 1 and window is not None and len(window) >= BLOCK_WINDOW_MIN:
+                        bis_series[float(value)] = window  # one run: its noise from its window's block means
+                    both = point_noise({**times, **bis_times}, {**series, **bis_series})
                     good = max(v for v in both if v < value and (v in bis_times or v <= pair.a))
                     test = local_exponent(both[good], both[float(value)], options.expected_exponent)
                     return None if test.p is None else test.p < 0.05
@@ -265,13 +275,12 @@ class Scan(TrainerKind):
         m = step.metrics
         runs = [(float(p.value), float(t), p.source or "scan") for p in m.points if finite(p.value) is not None
                 for t in p.run_step_times_s if finite(t)]
-        values = sorted({float(p.value) for p in m.points
-                         if finite(p.value) is not None and (p.source or "scan") == "scan"})
         scanned = [(x, y) for x, y, source in runs if source == "scan"]
         bisected = [(x, y) for x, y, source in runs if source == "bisect"]
-        cliffs = [(values[i], values[i + 1]) for p in m.points
-                  if p.cliff_to_next and finite(p.value) is not None and float(p.value) in values
-                  for i in [values.index(float(p.value))] if i + 1 < len(values)]
+        # each pair found to be a cliff, as tested: a scan value none of whose runs passed is no end of a pair
+        cliffs = [(float(p.a), float(p.b)) for p in m.pairs
+                  if isinstance(p, PairRecord) and p.cliff is True and finite(p.a) is not None
+                  and finite(p.b) is not None]
         fit = m.exponent_fit or ExponentFit()
         scan_loglog(plotter, scanned, bisected, (finite(fit.slope), finite(fit.intercept)), cliffs,
                     title=f"Scan: {step.title or name}", xlabel=_setting(m), filename=f"scan_{file_name(name)}.png")
@@ -298,7 +307,16 @@ def _setting(m: Metrics) -> str:
 
 
 def value_label(value) -> str:
-    return fmt_num(value).replace(",", "")
+    """The label of a value, which is also what the launch passes to the trainer (point_launch reads the value back
+    from it): the short form ("1024", "0.5") where it reads back as the value, else the value in full
+    ("0.00012345", "100.25"), so that no value is launched rounded and two values never share a label."""
+    short = fmt_num(value).replace(",", "")
+    try:
+        if float(short) == float(value):
+            return short
+    except ValueError:
+        pass
+    return repr(float(value)) if isinstance(value, float) else str(value)
 
 
 def point_launch(step, label: str, repeat: int, winners, run_dir, *, source: str = "scan"):
@@ -314,10 +332,11 @@ def point_launch(step, label: str, repeat: int, winners, run_dir, *, source: str
                           params={key: value}, repeat=repeat)
 
 
-def bisect_point(ctx, step, value,
-                 save: Callable[[list[LaunchRun]], None]) -> tuple[list[LaunchRun], list[float]]:
+def bisect_point(ctx, step, value, save: Callable[[list[LaunchRun]], None]
+                 ) -> tuple[list[LaunchRun], list[float], list[float] | None]:
     """Launch `repeats` runs at a bisection point (now, while the step runs), each saved as it ends (`save(this
-    point's runs so far)`): the runs and their run means of step time."""
+    point's runs so far)`): the runs, each measured run's step time (the median of its window, as point_times) and
+    the window's per-step times of the last run that has them (the point's noise when it has one run), else None."""
     winners = ctx.winners()
     specs = [point_launch(step, value_label(value), repeat, winners, ctx.run_dir, source="bisect")
              for repeat in range(step.repeats)]
@@ -327,14 +346,17 @@ def bisect_point(ctx, step, value,
 
     done = run_all(ctx, launches=specs, on_progress=lambda so_far: save(as_bisect(so_far.runs)))
     runs = as_bisect(done.runs)
-    return runs, [mean for r in runs if (mean := _run_mean(ctx, step, r)) is not None]
-
-
-def _run_mean(ctx, step, run: LaunchRun) -> float | None:
-    values = run_values(ctx.run_dir, step, encode(run), "step_time_s")
-    if isinstance(values, list):
-        return _median(values) if values else None
-    return finite(values)
+    times: list[float] = []
+    window = None
+    for r in runs:
+        values = run_values(ctx.run_dir, step, encode(r), "step_time_s")
+        if isinstance(values, list):
+            if values:
+                times.append(_median(values))
+                window = values
+        elif finite(values) is not None:
+            times.append(float(values))
+    return runs, times, window
 
 
 def point_times(ctx, step, runs: list[LaunchRun]) -> tuple[dict[float, list[float]], dict[float, list[float]]]:

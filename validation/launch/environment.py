@@ -198,8 +198,13 @@ def node_snapshot_main(argv: list[str] | None = None) -> int:
     $NSA_NODE_NAME, else $SLURMD_NODENAME, else the host name). Run on every node of a Slurm allocation by a
     snapshot step with launcher slurm."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m validation.launch.environment NODES_DIR", file=sys.stderr)
+    usage = "usage: python -m validation.launch.environment NODES_DIR"
+    if args in (["-h"], ["--help"]):
+        print(usage + "\n\nThis node's snapshot into NODES_DIR/<node name> ($NSA_NODE_NAME, else $SLURMD_NODENAME, "
+              "else the host name).")
+        return 0
+    if len(args) != 1 or args[0].startswith("-"):  # an option is no directory (--help made ./--help/<node>)
+        print(usage, file=sys.stderr)
         return 2
     name = next((os.environ[v] for v in NODE_NAME_VARS if os.environ.get(v)), None) or socket.gethostname()
     name = safe_name(name) or "node"

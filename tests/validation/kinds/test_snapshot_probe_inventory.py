@@ -169,3 +169,14 @@ def test_a_nodes_missing_tools_are_the_steps_problems(tmp_path, monkeypatch):
     assert result.status == "passed" and result.metrics.nodes == ["nodeA"]
     assert result.metrics.problems == ["node nodeA: nvidia-smi not found: no GPU inventory XML"]
     assert result.reason == "node nodeA: nvidia-smi not found: no GPU inventory XML"
+
+
+def test_the_node_snapshot_command_takes_no_option_for_its_directory(tmp_path, monkeypatch, capsys):
+    """`python -m validation.launch.environment --help` printed nothing useful and wrote a snapshot into ./--help/;
+    now --help prints the usage (exit 0) and any other option is refused (exit 2), writing nothing."""
+    from validation.launch import environment
+    monkeypatch.chdir(tmp_path)
+    assert environment.node_snapshot_main(["--help"]) == 0
+    assert "usage: python -m validation.launch.environment NODES_DIR" in capsys.readouterr().out
+    assert environment.node_snapshot_main(["--nodes"]) == 2
+    assert list(tmp_path.iterdir()) == []

@@ -101,6 +101,12 @@ def test_large_model_ddp_does_not_fit():
     r = recommend({**base, "fsdp_no_reshard": ev(peak=60, cap=80)}, {"fsdp_no_reshard:fsdp": comp(0.02, False)})
     assert (r["strategy"], r["regime"]) == ("fsdp_no_reshard", "does_not_fit")  # 25% headroom, not slower
     assert "DDP does not fit" in r["reason"] and "ddp does not fit (out of memory)" in r["reason"]
+    # the batch-size search found the batch out of memory while the runs that passed peaked well inside: the reason
+    # is the search's, not a peak that fits
+    searched = recommend({"ddp": {**ev(peak=10, cap=80), "fits": False, "largest_batch": 64}, "fsdp": ev(peak=50, cap=80)},
+                         {})
+    assert "ddp does not fit (out of memory: the largest micro-batch that fits is 64)" in searched["reason"]
+    assert "peak 10 GB" not in searched["reason"]
     r = recommend({**base, "fsdp_no_reshard": ev(peak=75, cap=80)}, {"fsdp_no_reshard:fsdp": comp(0.02, False)})
     assert r["strategy"] == "fsdp"  # no-reshard fits but with 6% headroom only
     r = recommend({**base, "fsdp_no_reshard": ev(peak=60, cap=80)}, {"fsdp_no_reshard:fsdp": comp(-0.1, True)})

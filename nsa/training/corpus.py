@@ -4,7 +4,8 @@ Byte tokenizer: a document is its UTF-8 bytes (token id = byte value, `BYTE_VOCA
 must be >= 256), and every document is followed by `DOC_SEPARATOR` (token 0, the NUL byte, which does not occur
 in ordinary text). Empty documents are skipped. File formats:
   .txt      the whole file is one document (must be UTF-8 without NUL bytes: a NUL marks binary or UTF-16 data)
-  .jsonl    one JSON object per line (blank lines skipped); the document is the `text_key` field
+  .jsonl    one JSON object per line (blank lines skipped); the document is the `text_key` field (a NUL in it,
+            JSON's \\u0000, is refused as in a .txt file, here and in parquet text)
   .json     JSON lines as above, or, when the file starts with '[', one JSON array of such objects
   .parquet  the `text_key` column (needs pyarrow; string, large_string, string_view or a dictionary of them);
             every row is a document
@@ -145,6 +146,18 @@ def doc_bytes(obj, text_key: str, where: str) -> bytes:
                         "document)") from None
 
 
+def _without_nul(doc: bytes, where: str, text_key: str) -> bytes:
+    """A local file's document as it is, or DataError where its text holds a NUL (JSON's \\u0000, a parquet
+    string's): NUL is the byte tokenizer's document separator, so the document would be cut in two unsaid; a .txt
+    file with one is refused too."""
+    nul = doc.find(bytes([DOC_SEPARATOR]))
+    if nul >= 0:
+        raise DataError(f"{where}: field {text_key!r} holds a NUL character at byte {nul}, the byte tokenizer's "
+                        "document separator (it would cut the document in two); expected text (repair or drop the "
+                        "document)")
+    return doc
+
+
 def _iter_json(file: Path, text_key: str) -> Iterator[bytes]:
     try:
         with open(file, encoding="utf-8") as f:
@@ -157,7 +170,7 @@ def _iter_json(file: Path, text_key: str) -> Iterator[bytes]:
                     raise DataError(f"{file}:{e.lineno}: not valid JSON ({e.msg}); expected a JSON array of "
                                     "objects or one JSON object per line") from None
                 for i, obj in enumerate(records):
-                    yield doc_bytes(obj, text_key, f"{file}: item {i}")
+                    yield _without_nul(doc_bytes(obj, text_key, f"{file}: item {i}"), f"{file}: item {i}", text_key)
                 return
             for lineno, line in enumerate(f, 1):
                 if not line.strip():
@@ -167,7 +180,7 @@ def _iter_json(file: Path, text_key: str) -> Iterator[bytes]:
                 except json.JSONDecodeError as e:
                     raise DataError(f"{file}:{lineno}: not valid JSON ({e.msg}); "
                                     "expected one JSON object per line") from None
-                yield doc_bytes(obj, text_key, f"{file}:{lineno}")
+                yield _without_nul(doc_bytes(obj, text_key, f"{file}:{lineno}"), f"{file}:{lineno}", text_key)
     except UnicodeDecodeError as e:
         raise DataError(f"{file}: not UTF-8 (bad byte at offset {e.start}); expected UTF-8 JSON lines") from None
 
@@ -208,7 +221,7 @@ def _iter_parquet(file: Path, text_key: str) -> Iterator[bytes]:
         for text in batch.column(0).to_pylist():
             if text is None:
                 raise DataError(f"{file}: row {row} of column {text_key!r} is null; expected a string")
-            yield text.encode("utf-8")
+            yield _without_nul(text.encode("utf-8"), f"{file}: row {row}", text_key)
             row += 1
 
 

@@ -160,3 +160,21 @@ def test_parquet_text_of_every_arrow_string_type_is_read(tmp_path):
     pq.write_table(pa.table({"text": pa.array([1, 2], pa.int64())}), tmp_path / "ints.parquet")
     with pytest.raises(DataError, match=r"ints\.parquet: column 'text' must hold strings, got int64"):
         read_corpus(str(tmp_path / "ints.parquet"))
+
+
+def test_a_nul_inside_a_json_or_parquet_document_is_refused_naming_where(tmp_path):
+    """A NUL is the byte tokenizer's document separator: inside a JSON or parquet document it cut the document in two
+    unsaid (a .txt file with one was already refused). Now a DataError names the file, the record and the byte."""
+    (tmp_path / "a.jsonl").write_text('{"text": "fine"}\n{"text": "cut\\u0000here"}\n')
+    with pytest.raises(DataError, match=r"a\.jsonl:2: field 'text' holds a NUL character at byte 3"):
+        read_corpus(str(tmp_path / "a.jsonl"))
+    (tmp_path / "b.json").write_text('[{"text": "x\\u0000"}]')
+    with pytest.raises(DataError, match=r"b\.json: item 0: field 'text' holds a NUL character at byte 1"):
+        read_corpus(str(tmp_path / "b.json"))
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"text": ["ok", "a\x00b"]}), tmp_path / "c.parquet")
+    with pytest.raises(DataError, match=r"c\.parquet: row 1: field 'text' holds a NUL character at byte 1"):
+        read_corpus(str(tmp_path / "c.parquet"))
+    (tmp_path / "d.jsonl").write_text('{"text": "no separator inside"}\n')
+    assert bytes(read_corpus(str(tmp_path / "d.jsonl")).tolist()) == b"no separator inside\x00"

@@ -7,7 +7,10 @@ benchmarks/bench_train.py's: one row per case with "model", "mode", "toks_per_s"
 metrics "best" maps each value of the `by` field to its record with the largest (smallest) number in FIELD, among
 the records that have both fields and no "error"; criteria read it by name, whatever the order or number of rows, e.g.
 `train_bench.best.nsa.toks_per_s >= 0.55 * train_bench.best.dense.toks_per_s`. Launch keys: env, timeout_s,
-launcher. A benchmark that writes no JSON, an empty or unparseable file, or an empty record fails, saying which.
+launcher. A benchmark that writes no JSON, an empty or unparseable file (cut off, not UTF-8 text), a value that is
+no record (a number, a string), or an empty record fails, saying which. Python's json writes a NaN or an infinity
+as the bare word NaN / Infinity (not JSON, which has none; results.json holds none either): such a figure is
+recorded as null, a criterion reading it is an error, and a note names each one.
 Its launch is sampled like a trainer's (telemetry.csv): what else used the machine while it ran is judged over the
 whole launch (results.json step "interference").
 Report (blocks): its scalar figures, and a table per list of records (e.g. by_seq_len) and for "best".
@@ -31,7 +34,7 @@ from validation.analysis.interference import launch_record
 from validation.launch import telemetry
 from validation.launch.local import set_aside
 from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
-from validation.formatting import as_dict, as_list, fmt_num
+from validation.formatting import as_dict, as_list, first_of, fmt_num, plural
 from validation.runbook.schema import mapping, str_list, typed
 from validation.kinds.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, run_path
 from validation.kinds.blocks import Block, Column, Paragraph, Table, code
@@ -97,7 +100,7 @@ class Bench(StepKind):
         lr = ctx.launch(spec, 0, 1)
         interference = launch_record(telemetry.interference(contracts.read_telemetry(ctx.run_dir / spec.dir)))
         data, problem = read_bench_json(written)
-        metrics = dict(data) if isinstance(data, dict) else {"results": data}
+        metrics, not_finite = finite_figures(data if isinstance(data, dict) else {"results": data})
         if options.best and isinstance(metrics.get("results"), list):
             metrics["best"] = best_records(metrics["results"], options.best)
         if lr.status != "ok":
@@ -106,8 +109,14 @@ class Bench(StepKind):
             status, reason = "failed", problem
         else:
             status, reason = "passed", None
-        return Result(status=status, reason=reason, metrics=metrics, interference=interference,
-                      artifacts=[ctx.rel(written)] if status == "passed" else [])
+        notes = None
+        if not_finite:  # a criterion reading one is an error (None is no number), never a pass
+            verb = "is" if len(not_finite) == 1 else "are"
+            notes = [f"{written.name} holds {plural(len(not_finite), 'figure')} that {verb} not a finite number, "
+                     f"recorded as null: {first_of(not_finite, 6, sep=', ')}"]
+        # the file the figures came from, whatever the launch's outcome (a failed case's record is in it)
+        return Result(status=status, reason=reason, metrics=metrics, interference=interference, notes=notes,
+                      artifacts=[ctx.rel(written)] if problem is None else [])
 
     def blocks(self, result: Result) -> list[Block]:
         """A benchmark's JSON: its scalar figures, and one table per list of records (e.g. by_seq_len)."""
@@ -131,21 +140,43 @@ class Bench(StepKind):
 
 
 def read_bench_json(path: Path) -> tuple[Any, str | None]:
-    """(the benchmark's JSON, None) or ({}, what is wrong with its file: missing, not JSON (where), or empty)."""
+    """(the benchmark's JSON, None) or ({}, what is wrong with its file: missing, not JSON (where; bytes that are not
+    UTF-8 text, e.g. a file cut inside a character, are not JSON either), no record, or empty)."""
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except FileNotFoundError:
         return {}, "the benchmark wrote no JSON"
     except OSError as exc:
         return {}, f"{path.name} cannot be read: {exc.strerror or exc}"
+    text = raw.decode("utf-8", errors="replace")
     try:
-        data = json.loads(text)
-    except ValueError as exc:
+        data = json.loads(raw)  # bytes: JSON is UTF-8 text (RFC 8259); a decoding error is a ValueError here
+    except (ValueError, RecursionError) as exc:
         what = "empty" if not text.strip() else f"not valid JSON ({exc})"
         return {}, f"the benchmark's {path.name} is {what}"
+    if data and not isinstance(data, (dict, list)):
+        return {}, f"the benchmark's {path.name} is no record (a JSON object or list of records): {text.strip()[:20]}"
     if not data:
         return {}, f"the benchmark's {path.name} holds no figures ({text.strip()[:20]})"
     return data, None
+
+
+def finite_figures(data: Any, at: str = "") -> tuple[Any, list[str]]:
+    """`data` with every number that is not finite (Python's json reads the words NaN, Infinity, -Infinity and a
+    literal beyond a float's range such as 1e999 as one) replaced by None, and "where (value)" of each, in the
+    order written: "by_seq_len[0].ranges_speedup (Infinity)"."""
+    if isinstance(data, dict):
+        out, found = {}, []
+        for key, value in data.items():
+            out[key], inner = finite_figures(value, f"{at}.{key}" if at else str(key))
+            found += inner
+        return out, found
+    if isinstance(data, list):
+        items = [finite_figures(value, f"{at}[{i}]") for i, value in enumerate(data)]
+        return [v for v, _ in items], [w for _, inner in items for w in inner]
+    if isinstance(data, float) and not math.isfinite(data):
+        return None, [f"{at or 'the value'} ({'NaN' if math.isnan(data) else '-Infinity' if data < 0 else 'Infinity'})"]
+    return data, []
 
 
 def best_records(rows: list, best: Best) -> dict[str, dict]:

@@ -88,6 +88,7 @@ RANGES: tuple[Range, ...] = (
       for bw in ("busbw_gbps.max", "busbw_gbps.median", "algbw_gbps.max", "algbw_gbps.median", "avg_busbw_gbps_reported",
                  "table.<i>.busbw_gbps", "table.<i>.algbw_gbps", "table.<i>.reported_busbw_gbps")),
 )
+_RATE = "a rate (tokens, samples or operations per second) is never negative"
 _SPEEDUP = Range("speedup", 0.0, None, low_closed=False,
                  reason="a speed-up is the ratio of two times, each of them positive")
 
@@ -97,7 +98,8 @@ def _range_for(path: tuple, launch: Any = None) -> Range | None:
     record left to the caller), or None; `launch`: the launch's metrics the figure belongs to, whose context bounds
     its throughput (peak_ceiling), its telemetry its CPU (cpu_ceiling) and its world size its bandwidths
     (bandwidth_ceiling). A figure whose last name holds "speedup" (a benchmark's `ranges_speedup_min`, a scaling
-    row's `speedup`) is a ratio of two times."""
+    row's `speedup`) is a ratio of two times; one whose last name ends in "_per_s" a rate and in "_ms" or "_s" a
+    time, both never negative (a benchmark's records: `best.dense.toks_per_s`, `forward_v1_ms`)."""
     name = ".".join(str(k) for k in path)
     for r in RANGES:
         parts = r.pattern.split(".")
@@ -106,7 +108,13 @@ def _range_for(path: tuple, launch: Any = None) -> Range | None:
                 r = _tighter(r, ceiling)
             return r
     last = next((str(k) for k in reversed(path) if not _index(k)), "")
-    return Range(name, _SPEEDUP.low, None, False, True, _SPEEDUP.reason) if "speedup" in last.lower() else None
+    if "speedup" in last.lower():
+        return Range(name, _SPEEDUP.low, None, False, True, _SPEEDUP.reason)
+    if last.endswith("_per_s"):  # a benchmark's toks_per_s, best.<group>.toks_per_s, samples_per_s
+        return Range(name, 0.0, None, reason=_RATE)
+    if last.endswith(("_ms", "_s")):  # a benchmark's forward_v1_ms, wall_s, a time anywhere
+        return Range(name, 0.0, None, reason="a time is never negative")
+    return None
 
 
 @dataclass(frozen=True)

@@ -4,18 +4,24 @@ effect among them) and the report's conclusion (what passed, what failed, the ne
 
 A comparison is {"step", "kind", "without", "with" (what each side ran: settings or a label), "metric",
 "mean_without", "mean_with" (the means the step's own table shows), "rel" (with / without - 1), "ci_low",
-"ci_high", "p" (Holm-adjusted when the step adjusted), "significant", "verdict", "ignored" (the trainer ignored
-the setting: an A/A check, never a finding), "text"}: each kind says what its steps compared (StepKind.comparisons,
+"ci_high", "p" (Holm-adjusted when the step adjusted), "significant" (never for a step whose runs measured a figure
+outside its physical range, "implausible", or that was measured while other work used the machine, "disturbed"),
+"verdict", "ignored" (the trainer ignored the setting: an A/A check, never a finding), "recommendable" (False where
+the step's decision recommends nothing: one run a side, not replicated; "caveat" says why), "reused" (the step was
+taken from an earlier run), "text"}: each kind says what its steps compared (StepKind.comparisons,
 validation.kinds.base.Effect), e.g. an A/B's variants against its baseline.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
+from collections import Counter
 
 from nsa.toggles import TOGGLES
 from validation import kinds as step_kinds
 from validation.execution.evidence import runs_implausible
+from validation.analysis.interference import disturbed as step_disturbed
 from validation.kinds.base import Effect
 from validation.kinds.blocks import code
 from validation.formatting import FAILED_STATUSES, NA, STATUS_LABELS, as_dict, fmt_p, fmt_pct, plural, run_command
@@ -28,17 +34,30 @@ def comparisons(results: dict, run: Run | None = None) -> list[dict]:
     caller has it."""
     out: list[dict] = []
     raw_steps = as_dict(as_dict(results).get("steps"))
-    for name, step in (run or read_run(results)).steps_in_order():
+    run = run or read_run(results)
+    shaken_steps = {str(d.step) for d in run.evidence.disturbed}
+    for name, step in run.steps_in_order():
         kind = step_kinds.find(step.kind) if step is not None else None
         if step is None or step.status != "passed" or kind is None:
             continue
         bad = runs_implausible(raw_steps[name])  # its runs measured a figure no device can: nothing it found is
+        # measured while other work used the machine, and not left out of what the step concluded: it decides nothing
+        shaken = name in shaken_steps or step_disturbed(raw_steps[name])
+        decision = step.decision
+        # a decision that is not recommendable (one run a side, not replicated, no winner): its effect is measured,
+        # never a setting to use; None where the step records no such judgement (a triage's ranking is replicated)
+        recommendable = decision.recommendable if decision is not None else None
+        caveat = (str(decision.recommendation or "no recommendation") if recommendable is False and decision
+                  else None)
+        reused = bool(step.reused)  # taken from an earlier run (--reuse): not measured in this one
         for e in kind.comparisons(kind.read(raw_steps[name])):
             rec = {"step": name, "kind": kind.name, "without": e.without, "with": e.with_, "metric": e.metric,
                    "mean_without": e.mean_without, "mean_with": e.mean_with, "rel": e.rel, "ci_low": e.ci_low,
-                   "ci_high": e.ci_high, "p": e.p, "significant": e.significant and not e.ignored and not bad,
-                   "verdict": e.verdict or NA, "ignored": e.ignored, "implausible": bad}
-            out.append({**rec, "text": _sentence(name, e)})
+                   "ci_high": e.ci_high, "p": e.p,
+                   "significant": e.significant and not e.ignored and not bad and not shaken,
+                   "verdict": e.verdict or NA, "ignored": e.ignored, "implausible": bad, "disturbed": shaken,
+                   "recommendable": recommendable is not False, "caveat": caveat, "reused": reused}
+            out.append({**rec, "text": _sentence(name, e, reused)})
     return out
 
 
@@ -46,8 +65,9 @@ def _rate(v: float | None) -> str:
     return NA if v is None else (f"{v:,.1f}" if abs(v) >= 100 else f"{v:.4g}")
 
 
-def _sentence(step: str, e: Effect) -> str:
-    """One comparison of step `step` in a sentence: the means with and without, the change, its CI and p."""
+def _sentence(step: str, e: Effect, reused: bool = False) -> str:
+    """One comparison of step `step` in a sentence: the means with and without, the change, its CI and p; `reused`:
+    the step was taken from an earlier run (--reuse), which the sentence says."""
     ci = (f"95% CI {fmt_pct(e.ci_low, signed=True)} to {fmt_pct(e.ci_high, signed=True)}"
           if e.ci_low is not None and e.ci_high is not None else "CI n/a")
     unit = " tokens/s" if e.metric == "toks_per_s" else f" {e.metric}"
@@ -57,7 +77,8 @@ def _sentence(step: str, e: Effect) -> str:
         if factor >= 2 or factor <= 0.5:
             ratio = f", {factor:.1f}x" if factor >= 2 else f", {1 / factor:.1f}x slower"
     return (f"{e.with_}: {_rate(e.mean_with)}{unit} with, {_rate(e.mean_without)} without "
-            f"({e.without}): {fmt_pct(e.rel, signed=True)}{ratio} ({ci}, p {fmt_p(e.p)}), step `{step}`")
+            f"({e.without}): {fmt_pct(e.rel, signed=True)}{ratio} ({ci}, p {fmt_p(e.p)}), step `{step}`"
+            + (" (taken from an earlier run, not measured in this one)" if reused else ""))
 
 
 def key_finding(comps: list[dict]) -> dict | None:
@@ -69,14 +90,20 @@ def key_finding(comps: list[dict]) -> dict | None:
     if not significant:
         measured = [c for c in comps if not c["ignored"]]
         bad = list(dict.fromkeys(c["step"] for c in measured if c.get("implausible")))
+        shaken = list(dict.fromkeys(c["step"] for c in measured if c.get("disturbed") and c["step"] not in bad))
         text = (f"none: no significant effect in {plural(len(measured), 'with/without comparison')} of this run"
                 if measured else "none: the only comparisons were of settings the trainer ignored (A/A checks)")
         if bad:
             text += (f" ({plural(len(bad), 'step')} left out, {', '.join(bad)}: a figure of the runs is outside its "
                      "physical range, not a result)")
+        if shaken:
+            text += (f" ({plural(len(shaken), 'step')} left out, {', '.join(shaken)}: measured while other work "
+                     "used the machine, not a result)")
         return {"text": text, "step": None, "rel": None, "record": None}
     top = max(significant, key=lambda c: abs(c["rel"]))
-    return {"text": top["text"], "step": top["step"], "rel": top["rel"], "record": top}
+    caveat = re.sub(r"^no recommendation:\s*", "", str(top.get("caveat") or "its decision recommends nothing"))
+    text = top["text"] + (f"; not a setting to use ({caveat})" if not top.get("recommendable", True) else "")
+    return {"text": text, "step": top["step"], "rel": top["rel"], "record": top}
 
 
 def comparison_rows(comps: list[dict]) -> list[dict]:
@@ -87,6 +114,8 @@ def comparison_rows(comps: list[dict]) -> list[dict]:
               if c["ci_low"] is not None and c["ci_high"] is not None else NA)
         verdict = ("A/A: setting ignored by the trainer" if c["ignored"] else
                    "NOT A RESULT, a figure of its runs outside its physical range" if c.get("implausible") else
+                   f"{c['verdict']}: NOT A RESULT, measured while other work used the machine" if c.get("disturbed")
+                   else
                    f"{c['verdict']} (significant)" if c["significant"] else c["verdict"])
         rows.append({"step": c["step"], "kind": c["kind"], "without": c["without"], "with": c["with"],
                      "metric": c["metric"], "mean_without": _rate(c["mean_without"]),
@@ -125,7 +154,6 @@ def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) 
     open_text = _listed([(unfinished, steps_, "did not finish"), (skipped, steps_, "skipped"),
                          (no_result, steps_, "with no result recorded"), (crit_inconclusive, crits_, "inconclusive"),
                          (crit_skipped, crits_, "not evaluated"), (crit_warn, crits_, "only warned")])
-    warns = [p for p in problems if p.get("severity") == "WARN"]
     if failed or crit_failed:
         # the first to fail in run order: a later failure is often its consequence
         first = next((n for n, s in in_order if n in failed), None)
@@ -136,16 +164,27 @@ def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) 
             nxt = f"finish the run: {_command(run, resume=True)}"
         else:
             again = _not_run_or_disturbed(run)
-            nxt = (f"run the steps that did not run or were disturbed again: {_command(run, rerun=again)}" if again
+            # why each skipped one did not run: one skipped for what this machine lacks skips again here
+            why = [f"{n}: {run.steps[n].reason}" for n in again
+                   if run.steps[n].status == "skipped" and run.steps[n].reason]
+            nxt = ("run the steps that did not run or were disturbed again"
+                   + (f" ({'; '.join(why)})" if why else "") + f": {_command(run, rerun=again)}" if again
                    else f"start a new run: {_command(run)}")
-    elif warns:
-        nxt = (f"use the settings under Recommendations; read the {plural(len(warns), 'open warning')} under Open "
-               "Problems before relying on the figures")
+    elif problems:
+        # every open problem, whatever its severity: a disturbed step, a figure outside its range, a skipped step
+        # or a criterion that could not be evaluated is as open as a warning
+        severities = Counter(str(p.get("severity")) for p in problems)
+        nxt = ("use the settings under Recommendations; read the "
+               + (plural(len(problems), "open warning") if set(severities) == {"WARN"} else
+                  f"{plural(len(problems), 'open problem')} ("
+                  + ", ".join(f"{n} {word}" for word, n in severities.items()) + ")")
+               + " under Open Problems before relying on the figures")
     else:
         nxt = "use the settings under Recommendations; nothing else is open"
     record = finding.get("record") if finding else None  # the comparison behind the key finding
-    if record and not (failed or crit_failed):
-        nxt += f"; the setting that mattered most here: {record['with']} (step `{record['step']}`)"
+    if record and record.get("recommendable", True) and not (failed or crit_failed):
+        where = f"step `{record['step']}`" + (", taken from an earlier run" if record.get("reused") else "")
+        nxt += f"; the setting that mattered most here: {record['with']} ({where})"
     return {"verdict": verdict, "passed": passed_text, "failed": failed_text, "open": open_text,
             "next": nxt}
 
@@ -177,8 +216,24 @@ def _next_command(run: Run, failed: list[str]) -> str:
     """After a fix: the failed steps run again into the run (with what else a cut-off run has left to run), else
     (only criteria failed) the rest of a cut-off run, or a new run."""
     if failed:
-        return _command(run, rerun=failed)
+        return _command(run, rerun=failed + _stopped_by(run, failed))
     return _command(run, resume=True) if _cut_off(run) else f"start a new run: {_command(run)}"
+
+
+# the runner's reason for a step it did not run because an earlier one failed and on_failure is stop
+# (validation.execution.runner.Runner._not_run)
+_STOPPED = re.compile(r"^not run: step (.+?) (?:failed|timed out|hung|ended in an error) and on_failure is stop$")
+
+
+def _stopped_by(run: Run, failed: list[str]) -> list[str]:
+    """The steps skipped because one of `failed` stopped the run (on_failure: stop), in run order: skipped is a final
+    status, so a --rerun of the failed steps alone leaves them unrun."""
+    out = []
+    for name, step in run.steps_in_order():
+        match = _STOPPED.match(str(step.reason or "")) if step is not None and step.status == "skipped" else None
+        if match and match.group(1) in failed:
+            out.append(name)
+    return out
 
 
 def _not_run_or_disturbed(run: Run) -> list[str]:
@@ -200,10 +255,14 @@ def recommendation_rows(results: Run | dict, comps: list[dict]) -> list[dict]:
     for name in sorted(env, key=str):
         value = str(env[name])
         setting = f"{name}={value}"
-        measured = [c for c in comps if c["significant"] and c["rel"] > 0 and setting in c["with"]]
+        # a significant effect of a decision that may be recommended (replicated, from interleaved repeats): one run
+        # a side, or a difference that did not replicate, measures an effect but recommends nothing
+        measured = [c for c in comps if c["significant"] and c["rel"] > 0 and setting in c["with"]
+                    and c.get("recommendable", True)]
         if measured:
             top = max(measured, key=lambda c: abs(c["rel"]))
-            why = f"measured in this run: {top['text']}"
+            why = (f"measured in an earlier run (its phase reused here): {top['text']}" if top.get("reused") else
+                   f"measured in this run: {top['text']}")
             source = "measured"
         else:
             used = sorted(n for n, st in run.steps.items() if st is not None and st.status == "passed"

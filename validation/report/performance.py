@@ -22,12 +22,68 @@ Pure; accepts damaged input.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from validation.formatting import NA, as_dict, finite, fmt_num, fmt_p, fmt_pct, plural
 from validation.results.run import AgainstRun, PerformanceAnalysis, Run, read_run
 
 VERDICT_CSS = {"better": "pass", "worse": "fail", "same": "skip"}
+
+# compare names the two runs A and B (validation.report.compare: A = the earlier run, B = this run); this section's
+# table says "Earlier run" and "This run", and so do its warnings and notes: the places compare's sentences put a side
+_SIDE = {"A": "the earlier run", "B": "this run"}
+_SIDE_PATTERNS = (
+    # "host differs: A x, B y", "GPUs differ: ...", "uncommitted changes: A yes, B no", "different --set: A ...; B ..."
+    (re.compile(r"(?<![\w-])(differs|differ|uncommitted changes|--set): A (.*?)([,;]) B "),
+     lambda m: f"{m[1]}: {_SIDE['A']} {m[2]}{m[3]} {_SIDE['B']} "),
+    (re.compile(r"\b([AB]) only\b"), lambda m: f"{_SIDE[m[1]]} only"),  # "A only: x", "(B only)"
+    (re.compile(r"\bin ([AB])\b(?![\w/])"), lambda m: f"in {_SIDE[m[1]]}"),  # "a train step in A", "x in B, y in A"
+    (re.compile(r"\bof ([AB]) with\b"), lambda m: f"of {_SIDE[m[1]]} with"),  # "2 trainer launches of A with none"
+    (re.compile(r"\b([AB])'s step\b"), lambda m: f"{_SIDE[m[1]]}'s step"),
+    # a launch's side in brackets: "(A: why; B: why)", "x (A and B)", "x (B)", "(A: missing: p when it ran)"
+    (re.compile(r"(?<=\()([AB])(?=[:)]| and )|(?<=; )([AB])(?=: )|(?<= and )([AB])(?=[:)])"),
+     lambda m: _SIDE[m[1] or m[2] or m[3]]),
+)
+
+
+def _sides_named(text: str) -> str:
+    """A sentence of compare's with its runs named as this section names them: A the earlier run, B this run."""
+    for pattern, named in _SIDE_PATTERNS:
+        text = pattern.sub(named, text)
+    return text
+
+
+_NOT_TESTED = re.compile(r"^not tested:\s*", re.I)
+
+
+def _row_notes(rows: list[dict]) -> tuple[list[str], list[str]]:
+    """(why rows were not tested, what qualifies a tested row), each note once with the rows it is about ("baseline
+    final_loss, single final_loss: one value per run: ..."): a note is compare's sentence on its row, which names no
+    row, and the section shows its notes below the table. A note of an untested row without compare's own "not
+    tested:" before it (the section says that); a tested row's note (one run a side, the common change) is no
+    reason it was not tested."""
+    untested: dict[str, list[dict]] = {}
+    tested: dict[str, list[dict]] = {}
+    for r in rows:
+        if not r["note"]:
+            continue
+        untested_row = r["significant"] == "not tested"
+        note = _sides_named(_NOT_TESTED.sub("", r["note"]) if untested_row else r["note"])
+        (untested if untested_row else tested).setdefault(note, []).append(r)
+    return ([f"{_rows_named(about)}: {note}" for note, about in untested.items()],
+            [f"{_rows_named(about)}: {note}" for note, about in tested.items()])
+
+
+def _rows_named(rows: list[dict], listed: int = 4) -> str:
+    """The rows a note is about: "baseline final_loss, single toks_per_s", or past `listed` rows their metrics and
+    how many launches ("final_loss and mem_peak_gb of 19 launches")."""
+    names = list(dict.fromkeys(f"{r['step']} {r['metric']}" for r in rows))
+    if len(names) <= listed:
+        return ", ".join(names)
+    metrics = list(dict.fromkeys(r["metric"] for r in rows))
+    steps = len(dict.fromkeys(r["step"] for r in rows))
+    return f"{' and '.join(metrics)} of {plural(steps, 'launch', 'launches')}"
 
 
 def _value(value: Any) -> str:
@@ -101,6 +157,8 @@ def performance_view(results: Run | dict) -> dict | None:
     finding = (block.key_finding.text if block.key_finding else None) or key_finding(rows)
     # run_noise: {"text"} in the records this section was written for ({step: RunNoise} since: no "text")
     about = [str(x) for x in (block.family.statement, as_dict(block.run_noise).get("text")) if x]
+    not_tested, qualified = _row_notes(rows)
+    about = [x.rstrip(". ") for x in about + qualified]  # what qualifies a tested row: with how rows were tested
     return {
         "against": fmt_num(against.run_dir),
         "against_verdict": fmt_num(against.verdict) if against.verdict else None,
@@ -109,9 +167,9 @@ def performance_view(results: Run | dict) -> dict | None:
         "method": "; ".join(about) or None,
         "settings": ", ".join(settings) or None,
         "gate": str(block.gate) if block.gate else None,
-        "warnings": [str(w) for w in block.warnings],
+        "warnings": [_sides_named(str(w)) for w in block.warnings],
         "rows": rows,
-        "notes": list(dict.fromkeys(r["note"] for r in rows if r["note"])),  # why rows were not tested, once each
+        "notes": not_tested,  # why rows were not tested, each reason once with the rows it is about
         "summary": (f"{plural(len(rows), 'metric')} compared, {tested} tested: {counts['better']} significantly better, "
                     f"{counts['worse']} significantly worse"),
         "key_finding": str(finding),

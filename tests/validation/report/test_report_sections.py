@@ -204,7 +204,7 @@ def test_performance_analysis_section(against):
     assert (base["mean_a"], base["mean_b"], base["rel_delta"], base["ci_range"], base["p"], base["verdict"]) == (
         "6,620.5", "5,843.2", "-11.7%", "-16.2% to -7.1%", "0.002", "worse")
     assert rows[("baseline", "final_loss")]["p"] == "not tested"
-    assert view["notes"] == ["one value per run: shown, not tested, never gating"]
+    assert view["notes"] == ["baseline final_loss: one value per run: shown, not tested, never gating"]
     md = render(against, "md")
     sections = ["## Test Results Summary", "## Performance Analysis", "## Acceptance Criteria Assessment"]
     assert [md.index(s) for s in sections] == sorted(md.index(s) for s in sections)

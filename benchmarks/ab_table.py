@@ -17,8 +17,24 @@ skipped for time leaves no file): nothing is decided from one round. The verdict
 round (forward + backward, or the forward where a round has no backward); a median that is not a positive finite
 time is no figure ("-"), never a ratio.
 
+The other A/Bs of a run, each file read by its contents:
+- timed by alternated calls in one process, each call pair a round: bench_selection.py --topk-ab's JSON (S3's
+  topk_ab.json: topk against sort, per S, for the tiled selection and for choose_blocks alone) and bench_loss.py's
+  (T0's loss.json: each implementation against the reference). "Faster in every round" when the largest of the
+  rounds' choice / baseline time ratios (their *ratio_max) is below 1, "slower in every round" when the smallest is
+  above 1; fewer than two calls decide nothing. The row shows the medians of one call.
+- bench_train.py --variant's runs (T1's <name>.runs.json, one row per run): per model, mode and context, each
+  variant against the baseline variant (the first of --baseline run, "old" in next_run.sh), its repeats the rounds.
+  Its figure is a throughput: the round's ratio is the baseline's tokens/s over the choice's, a time ratio like
+  every other ratio here (below 1: the choice is faster). A run that failed has no row: its round is missing.
+tune_kernels.py's rows (C4) keep only each side's min / median / max, no round's ratio: not in the table.
+
 Each folder's log.txt (or the one beside it, next_run.sh's $OUT/log.txt) gives the steps' exits: every step that
-did not exit 0, and every step skipped for time, is listed.
+did not exit 0, and every step skipped for time, is listed. A file whose step (next_run.sh's <part letter><n>_<file
+name>) last exited non-zero or was skipped is no figure of this run, though it may hold times: a step cut by its
+time limit (exit 124 or 137), or skipped, leaves the file an earlier call on the same machine wrote; its rounds are
+"failed". The exception is bench_train, which writes its runs and then exits 1 when one of them failed: its file
+counts unless the step was cut or skipped.
 """
 
 from __future__ import annotations
@@ -33,6 +49,8 @@ NAME = re.compile(r"^(?P<label>.+)_(?P<arm>[^_]+)_r(?P<round>\d+)_(?P<case>[^_]+
 MODES = ("fwd", "bwd", "fwdbwd")
 STEP_EXIT = re.compile(r"^\[\d+s\] (?P<step>\S+) exit (?P<code>\d+)")
 STEP_SKIPPED = re.compile(r"^\[\d+s\] SKIPPED (?P<step>\S+): (?P<why>.*)$")
+STEP_OF_FILE = re.compile(r"^[A-Z]\d+_(?P<stem>.+)$")  # next_run.sh's step name for the file <stem>.json
+CUT = ("exit 124", "exit 137", "skipped")  # timeout's exits at the step's limit (TERM, then KILL), or not run
 
 
 def medians(path: Path) -> dict | None:
@@ -60,13 +78,23 @@ def _is_time(value) -> bool:
 
 
 def comparisons(folder: Path, baselines: tuple[str, ...]) -> list[dict]:
-    """One record per (label, case, arm other than the baseline) of the folder's A/B files."""
+    """One record per (label, case, arm other than the baseline) of the folder's A/B files, then the comparisons of
+    its bench_selection --topk-ab, bench_loss and bench_train --variant runs files (module docstring)."""
     groups: dict[tuple[str, str], dict[str, dict[int, dict | None]]] = {}
+    failed = failed_files(folder)
+    notes: dict[tuple[str, str, str, int], str] = {}  # (label, case, arm, round): why its file is no figure
+    others = []
     for path in sorted(folder.glob("*.json")):
         m = NAME.match(path.name)
         if m:
             arms = groups.setdefault((m["label"], m["case"]), {})
-            arms.setdefault(m["arm"], {})[int(m["round"])] = medians(path)
+            arms.setdefault(m["arm"], {})[int(m["round"])] = None if path.stem in failed else medians(path)
+            if path.stem in failed:
+                notes[(m["label"], m["case"], m["arm"], int(m["round"]))] = failed[path.stem]
+        else:
+            why = failed.get(path.name.split(".")[0])
+            cut = why if why and why.endswith(CUT) else None  # bench_train writes, then exits 1 if a run failed
+            others += calls_records(folder, path, why) + train_records(folder, path, baselines, cut)
     records = []
     for (label, case), arms in groups.items():
         base = next((b for b in baselines if b in arms), None)
@@ -79,6 +107,9 @@ def comparisons(folder: Path, baselines: tuple[str, ...]) -> list[dict]:
                 a, b = arms[arm].get(r), arms[base].get(r)
                 ratio = {m: a[m] / b[m] for m in MODES if a and b and a.get(m) and b.get(m)}
                 per_round.append({"round": r, "baseline_ms": b, "choice_ms": a, "ratio": ratio})
+                why = [notes[k] for k in ((label, case, base, r), (label, case, arm, r)) if k in notes]
+                if why:
+                    per_round[-1]["failed"] = "; ".join(why)
             # one mode in every round: forward + backward where any file of the comparison times a backward,
             # else (forward-only paths) the forward
             timed = [ms for p in per_round for ms in (p["baseline_ms"], p["choice_ms"]) if ms]
@@ -94,12 +125,139 @@ def comparisons(folder: Path, baselines: tuple[str, ...]) -> list[dict]:
                 verdict = "mixed"
             records.append({"folder": str(folder), "label": label, "case": case, "baseline": base, "choice": arm,
                             "rounds": per_round, "verdict": verdict})
+    return records + others
+
+
+def _read(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _calls_record(folder: Path, label: str, case, baseline: str, choice: str, fig: dict, calls,
+                  failed: str | None) -> dict:
+    """One comparison timed in one process by alternated calls (bench_selection --topk-ab, bench_loss): fig holds
+    the medians of a call ("base_ms", "choice_ms"), their ratio choice / baseline ("ratio") and the smallest and
+    largest of the rounds' ratios ("ratio_min", "ratio_max"); every round faster is ratio_max below 1."""
+    fig = {k: None if failed or not _is_time(v) else v for k, v in fig.items()}  # failed: not read
+    if not (isinstance(calls, int) and not isinstance(calls, bool) and calls >= 2) or None in fig.values():
+        verdict = "incomplete"  # one call, or a figure missing: nothing decided
+    elif fig["ratio_max"] < 1:
+        verdict = "faster in every round"
+    elif fig["ratio_min"] > 1:
+        verdict = "slower in every round"
+    else:
+        verdict = "mixed"
+    rnd = {"round": f"1-{calls}" if isinstance(calls, int) else "?", "calls": calls,
+           "baseline_ms": {"call": fig["base_ms"]}, "choice_ms": {"call": fig["choice_ms"]},
+           "ratio": {"call": fig["ratio"]} if fig["ratio"] is not None else {},
+           "ratio_min": fig["ratio_min"], "ratio_max": fig["ratio_max"]}
+    if failed:
+        rnd["failed"] = failed
+    return {"folder": str(folder), "label": label, "case": str(case), "baseline": baseline, "choice": choice,
+            "mode": "call", "rounds": [rnd], "verdict": verdict}
+
+
+def calls_records(folder: Path, path: Path, failed: str | None = None) -> list[dict]:
+    """The comparisons of a JSON timed by alternated calls in one process (module docstring): bench_selection
+    --topk-ab's (topk against sort, per S, the tiled selection and choose_blocks) and bench_loss's (each
+    implementation against the reference); [] for a file of another kind. failed: why the file's step is no figure
+    of this run."""
+    data = _read(path)
+    if not isinstance(data, dict):
+        return []
+    rows, impls = data.get("by_seq_len"), data.get("by_impl")
+    records = []
+    if isinstance(rows, list) and rows and all(isinstance(r, dict) and "tiled_ratio" in r for r in rows):
+        for row in rows:
+            for what, label in (("tiled", "tiled selection"), ("choose", "choose_blocks")):
+                fig = {"base_ms": row.get(f"{what}_sort_ms"), "choice_ms": row.get(f"{what}_topk_ms"),
+                       "ratio": row.get(f"{what}_ratio"), "ratio_min": row.get(f"{what}_ratio_min"),
+                       "ratio_max": row.get(f"{what}_ratio_max")}
+                records.append(_calls_record(folder, f"{path.stem} {label}", row.get("seq_len"), "sort", "topk", fig,
+                                             data.get("repeats"), failed))
+    elif isinstance(impls, dict) and isinstance(impls.get("reference"), dict):
+        ref = impls["reference"]
+        for impl, row in impls.items():
+            if impl == "reference" or not isinstance(row, dict):
+                continue
+            fig = {"base_ms": ref.get("ms_median"), "choice_ms": row.get("ms_median"),
+                   "ratio": row.get("ratio_median"), "ratio_min": row.get("ratio_min"),
+                   "ratio_max": row.get("ratio_max")}
+            records.append(_calls_record(folder, path.stem, f"{data.get('tokens')} x {data.get('vocab')}",
+                                         "reference", impl, fig, data.get("repeats"), failed))
     return records
+
+
+def train_records(folder: Path, path: Path, baselines: tuple[str, ...], failed: str | None = None) -> list[dict]:
+    """bench_train --variant's runs (<name>.runs.json: one row per run, its repeat the round, its tokens/s the
+    figure) as one comparison per (model, mode, context) and variant other than the baseline (the first of
+    `baselines` run): per round the baseline's tokens/s over the choice's, a time ratio (below 1: faster) like every
+    other ratio of the table; a run that failed has no row, so its round is missing. [] for another kind of file."""
+    data = _read(path) if path.name.endswith(".runs.json") else None  # <name>.json holds the runs' summaries
+    if not (isinstance(data, list) and data and all(isinstance(r, dict) and "toks_per_s" in r and "repeat" in r
+                                                      for r in data)):
+        return []
+    groups: dict[tuple, dict[str, dict[int, float | None]]] = {}
+    for r in data:
+        if r.get("ranks", 1) != 1:
+            continue
+        key = (r.get("model", "nsa"), r.get("mode", "eager"), r.get("seq_len"), r.get("batch"))
+        value = r["toks_per_s"] if _is_time(r["toks_per_s"]) and not failed else None
+        groups.setdefault(key, {}).setdefault(r.get("variant") or "", {})[r["repeat"]] = value
+    records = []
+    for (model, mode, seq_len, batch), arms in groups.items():
+        base = next((b for b in baselines if b in arms), None)
+        if base is None:
+            continue
+        for arm in sorted(a for a in arms if a != base):
+            per_round = []
+            for rep in sorted(set(arms[arm]) | set(arms[base])):
+                a, b = arms[arm].get(rep), arms[base].get(rep)
+                per_round.append({"round": rep + 1, "baseline_tok_s": b, "choice_tok_s": a,
+                                  "ratio": {"time": b / a} if a and b else {}})
+                if failed:
+                    per_round[-1]["failed"] = failed
+            ratios = [p["ratio"].get("time") for p in per_round]
+            if len(per_round) < 2 or None in ratios:
+                verdict = "incomplete"
+            elif all(x < 1 for x in ratios):
+                verdict = "faster in every round"
+            elif all(x > 1 for x in ratios):
+                verdict = "slower in every round"
+            else:
+                verdict = "mixed"
+            case = f"{model} {mode}" + (f" S {seq_len} B {batch}" if seq_len else "")
+            records.append({"folder": str(folder), "label": path.name.split(".")[0], "case": case, "baseline": base,
+                            "choice": arm, "mode": "tok/s", "rounds": per_round, "verdict": verdict})
+    return records
+
+
+def _log(folder: Path) -> Path | None:
+    """The folder's log.txt, or the one beside it."""
+    return next((p for p in (folder / "log.txt", folder.parent / "log.txt") if p.is_file()), None)
+
+
+def failed_files(folder: Path) -> dict[str, str]:
+    """{file stem: why} of the folder's files whose step's last line in the log is not "exit 0": it exited non-zero
+    or was skipped (a file left by an earlier call is no figure of this one)."""
+    log = _log(folder)
+    if log is None:
+        return {}
+    last: dict[str, str] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        if m := STEP_EXIT.match(line):
+            last[m["step"]] = f"exit {m['code']}"
+        elif m := STEP_SKIPPED.match(line):
+            last[m["step"]] = "skipped"
+    return {m["stem"]: f"step {step}: {why}" for step, why in last.items()
+            if why != "exit 0" and (m := STEP_OF_FILE.match(step))}
 
 
 def step_problems(folder: Path) -> list[str]:
     """The steps of the folder's log.txt (or its parent's) that did not exit 0 or were skipped, one line each."""
-    log = next((p for p in (folder / "log.txt", folder.parent / "log.txt") if p.is_file()), None)
+    log = _log(folder)
     if log is None:
         return []
     problems = []
@@ -120,12 +278,29 @@ def _ratio(ratio: dict, mode: str) -> str:
 
 
 def table(records: list[dict]) -> str:
-    """Markdown: one row per comparison and round, the verdict on its last round's row."""
-    rows = ["| label | case | choice vs baseline | round | fwd+bwd ms (baseline, choice) | ratio fwd+bwd | ratio fwd | "
-            "verdict |", "|---|---|---|---:|---|---:|---:|---|"]
+    """Markdown: one row per comparison and round, the verdict on its last round's row; a comparison timed by
+    alternated calls has one row for its calls (the medians of one call, their ratio and the range of the rounds'
+    ratios); a bench_train round shows each side's tokens/s and the time ratio (baseline's tokens/s over the
+    choice's)."""
+    rows = ["| label | case | choice vs baseline | round | fwd+bwd ms, or as labelled (baseline, choice) | "
+            "ratio fwd+bwd, or as labelled | ratio fwd | verdict |", "|---|---|---|---:|---|---:|---:|---|"]
     for rec in records:
         for i, r in enumerate(rec["rounds"]):
             verdict = f"**{rec['verdict']}**" if i == len(rec["rounds"]) - 1 else ""
+            if r.get("failed"):
+                verdict = f"{r['failed']} {verdict}".strip()
+            if rec.get("mode") == "tok/s":
+                tps = [f"{x:,.0f}" if x else "-" for x in (r["baseline_tok_s"], r["choice_tok_s"])]
+                rows.append(f"| {rec['label']} | {rec['case']} | {rec['choice']} vs {rec['baseline']} | {r['round']} | "
+                            f"tok/s {tps[0]}, {tps[1]} | {_ratio(r['ratio'], 'time')} (time) | - | {verdict} |")
+                continue
+            if rec.get("mode") == "call":
+                spread = (f" (rounds {r['ratio_min']:.3f}-{r['ratio_max']:.3f})"
+                          if r.get("ratio_min") is not None and r.get("ratio_max") is not None else "")
+                rows.append(f"| {rec['label']} | {rec['case']} | {rec['choice']} vs {rec['baseline']} | "
+                            f"{r['round']} calls | per call {_ms(r['baseline_ms'], 'call')}, "
+                            f"{_ms(r['choice_ms'], 'call')} | {_ratio(r['ratio'], 'call')}{spread} | - | {verdict} |")
+                continue
             rows.append(f"| {rec['label']} | {rec['case']} | {rec['choice']} vs {rec['baseline']} | {r['round']} | "
                         f"{_ms(r['baseline_ms'], 'fwdbwd')}, {_ms(r['choice_ms'], 'fwdbwd')} | "
                         f"{_ratio(r['ratio'], 'fwdbwd')} | {_ratio(r['ratio'], 'fwd')} | {verdict} |")
@@ -146,7 +321,8 @@ def main(argv=None) -> int:
         ap.error(f"no such folder: {', '.join(missing)}" if missing else "--baseline names no arm")
     records = [rec for folder in args.folders for rec in comparisons(folder, baselines)]
     problems = {str(f): step_problems(f) for f in args.folders}
-    print(table(records) if records else "no A/B files (<label>_<arm>_r<round>_<case>.json with a baseline arm)")
+    print(table(records) if records else "no A/B files (<label>_<arm>_r<round>_<case>.json with a baseline arm, "
+          "bench_selection --topk-ab, bench_loss or bench_train --variant runs)")
     for folder, lines in problems.items():
         for line in lines:
             print(f"{folder}: {line}")

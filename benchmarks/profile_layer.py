@@ -23,7 +23,8 @@ profile and their N backwards in another (each synchronised at its end), and rep
 JSON (--json): {"results": one record per case (the fields above; fwd_*, bwd_*, efficiency*, floor_*,
 dense_floor_*, floor_ratio*, measured_ratio*), "kernels": every case's kernels of at least 1% of the layer's time,
 one row each, plus a row per case and pass summing the rest}. A case that failed is a record with its "error" (no
-figures), and the script then exits 1.
+figures), and the script then exits 1; so is a profile that recorded no GPU kernel (CUPTI unavailable: 0 launches
+and 0 ms would read as figures).
 This is a profile, not a timing benchmark: the profiler adds host overhead. Speeds come from bench_attention.py.
 """
 
@@ -52,7 +53,9 @@ COPY_MARKERS = ("Memcpy", "Memset", "[memcpy", "[memset")
 
 
 def _kernels(prof, torch) -> tuple[dict[str, list[float]], int]:
-    """{kernel name: [durations in us]} of the CUDA kernels a profile saw, and the number of copies / sets."""
+    """{kernel name: [durations in us]} of the CUDA kernels a profile saw, and the number of copies / sets.
+    A profile without any GPU kernel (the CUDA activity was not recorded: a CPU-only profile, or CUPTI unavailable)
+    raises: its 0 launches and 0 ms GPU time would read as figures (a layer within the launch cap, in no time)."""
     kernels: dict[str, list[float]] = {}
     copies = 0
     for evt in prof.events():
@@ -70,6 +73,9 @@ def _kernels(prof, torch) -> tuple[dict[str, list[float]], int]:
                     copies += 1
                 else:
                     kernels.setdefault(k.name, []).append(k.duration)
+    if not kernels:
+        raise RuntimeError(f"the profiler recorded no GPU kernel ({copies} copies / sets): the CUDA activity was not "
+                           "traced (a CPU-only profile, or CUPTI unavailable); no launch count or GPU time")
     return kernels, copies
 
 

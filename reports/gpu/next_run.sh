@@ -215,7 +215,7 @@ if [ "$PART" = trainer ]; then
   step T0_loss_tests 90 $T python3 -m pytest -q -p no:cacheprovider tests/nsa/test_loss.py
   step T0_loss_memcheck 120 $T compute-sanitizer --tool memcheck --launch-timeout 0 python3 -m pytest -q \
       -p no:cacheprovider tests/nsa/test_loss.py -k fused
-  step T0_loss_bench 90 $T python3 benchmarks/bench_loss.py --device cuda --repeats 10 \
+  step T0_loss 90 $T python3 benchmarks/bench_loss.py --device cuda --repeats 10 \
       --fused-configs 8192x16,16384x32 --json $T/loss.json
   OLD="NSA_OPT_FUSED=0,NSA_LOSS=reference,NSA_ROPE=reference"
   step T1_dense_each_change 240 $T python3 benchmarks/bench_train.py --device cuda --models dense --modes graphs \

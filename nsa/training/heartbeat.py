@@ -19,6 +19,8 @@ line without its newline. A resumed run appends to the files of the run it resum
 
 ``read_heartbeats`` parses whole files; ``latest_heartbeats`` reads only the tail of each file (binary seeks from
 the end, growing the window until a whole line is found), so a watchdog can poll files of any length.
+``mark_files`` notes where each file ends; given those marks, ``latest_heartbeats`` and ``first_heartbeat`` look
+only at the records appended since (by place in the file, whatever the writers' clocks say).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import os
 import re
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -230,8 +233,9 @@ def read_heartbeats(out_dir: str | os.PathLike) -> Heartbeats:
     return result
 
 
-def _lines_backwards(f, end: int) -> Iterator[bytes]:
-    """The complete lines of binary file `f` within bytes [0, end), last first, without their newlines.
+def _lines_backwards(f, end: int) -> Iterator[tuple[int, bytes]]:
+    """The complete lines of binary file `f` within bytes [0, end), last first, as (offset of the line's first
+    byte, the line without its newline).
 
     Reads blocks backwards from `end`; a trailing partial line (no newline before `end`) is never yielded.
     """
@@ -251,57 +255,152 @@ def _lines_backwards(f, end: int) -> Iterator[bytes]:
                 block = min(block * 2, _TAIL_BLOCK_MAX)
                 continue
             buf, tail_cut = buf[:cut], True
+        line_end = pos + len(buf)  # where the last line in buf ends (the offset of its newline)
         parts = buf.split(b"\n")
         buf = parts[0]  # may be the end of a line that starts before `pos`: keep it for the next block
-        yield from reversed(parts[1:])
+        for line in reversed(parts[1:]):
+            start = line_end - len(line)
+            yield start, line
+            line_end = start - 1
         if len(parts) == 1:
             block = min(block * 2, _TAIL_BLOCK_MAX)
     if tail_cut:
-        yield buf  # pos == 0: the file's first line is complete
+        yield 0, buf  # pos == 0: the file's first line is complete
 
 
-def _latest_in_file(path: Path) -> dict | None:
+@dataclass(frozen=True)
+class FileMark:
+    """Where one heartbeat file stood at some moment (``mark_files``), to tell the records appended since then
+    from the earlier ones by their place in the file, whatever their ``ts`` say (a writer's clock need not agree
+    with the reader's: another node on a shared filesystem).
+
+    dev, ino: the file's identity; end: the offset just past its last complete line; tail: up to
+    ``_MARK_TAIL`` bytes before `end`, to recognise the same bytes later (a file truncated and written again keeps
+    its inode).
+    """
+
+    dev: int
+    ino: int
+    end: int
+    tail: bytes
+
+
+_MARK_TAIL = 64
+
+
+def _mark_open_file(f) -> FileMark:
+    st = os.fstat(f.fileno())
+    size = st.st_size
+    end, pos, block = 0, size, _TAIL_BLOCK
+    while pos > 0:  # the last newline before `size`
+        start = max(0, pos - block)
+        f.seek(start)
+        chunk = f.read(pos - start)
+        cut = chunk.rfind(b"\n")
+        if cut >= 0:
+            end = start + cut + 1
+            break
+        pos, block = start, min(block * 2, _TAIL_BLOCK_MAX)
+    f.seek(max(0, end - _MARK_TAIL))
+    tail = f.read(end - max(0, end - _MARK_TAIL))
+    return FileMark(st.st_dev, st.st_ino, end, tail)
+
+
+def mark_files(out_dir: str | os.PathLike) -> dict[int, FileMark]:
+    """``{rank: FileMark}`` of every heartbeat file in `out_dir` now; {} when `out_dir` does not exist (yet)."""
+    try:
+        paths = heartbeat_files(out_dir)
+    except FileNotFoundError:
+        return {}
+    marks = {}
+    for rank, path in paths.items():
+        try:
+            with open(path, "rb") as f:
+                marks[rank] = _mark_open_file(f)
+        except FileNotFoundError:
+            continue
+    return marks
+
+
+def _new_from(f, mark: FileMark | None) -> int:
+    """The offset in open file `f` from which its lines were written after `mark` was taken: `mark.end` when `f`
+    is the marked file, grown by appends only; 0 when it is another file (replaced, or moved aside and created
+    again) or was truncated or rewritten since."""
+    if mark is None:
+        return 0
+    st = os.fstat(f.fileno())
+    if (st.st_dev, st.st_ino) != (mark.dev, mark.ino) or st.st_size < mark.end:
+        return 0
+    f.seek(mark.end - len(mark.tail))
+    return mark.end if f.read(len(mark.tail)) == mark.tail else 0
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A record and where it lies: ``place`` is (st_dev, st_ino, offset of its line) of the file it was read
+    from, so the same record read again is recognised, and a new one is told from it, whatever its ``ts``."""
+
+    record: dict
+    place: tuple[int, int, int]
+
+
+def _latest_in_file(path: Path, after: FileMark | None = None) -> Entry | None:
     with open(path, "rb") as f:
-        end = os.fstat(f.fileno()).st_size  # a snapshot: lines appended from now on are not looked at
-        for line in _lines_backwards(f, end):
+        st = os.fstat(f.fileno())
+        end = st.st_size  # a snapshot: lines appended from now on are not looked at
+        first = _new_from(f, after)
+        for offset, line in _lines_backwards(f, end):
+            if offset < first:
+                break
             if not line.strip():
                 continue
             record = parse_line(line)
             if record is not None:
-                return record
+                return Entry(record, (st.st_dev, st.st_ino, offset))
             log.warning("%s: skipped an undecodable line", path)
     return None
 
 
-def latest_heartbeats(out_dir: str | os.PathLike) -> dict[int, dict]:
-    """``{rank: last complete record}`` for every rank with at least one complete record.
+def latest_entries(out_dir: str | os.PathLike, after: dict[int, FileMark] | None = None) -> dict[int, Entry]:
+    """``latest_heartbeats`` with each record's place in its file. With `after` (``mark_files`` taken earlier),
+    only records written since then count: a rank whose file holds none has no entry. A file absent from
+    `after` (it did not exist then) is new as a whole."""
+    latest = {}
+    for rank, path in heartbeat_files(out_dir).items():
+        try:
+            entry = _latest_in_file(path, None if after is None else after.get(rank))
+        except FileNotFoundError:
+            continue
+        if entry is not None:
+            latest[rank] = entry
+    return latest
+
+
+def latest_heartbeats(out_dir: str | os.PathLike, after: dict[int, FileMark] | None = None) -> dict[int, dict]:
+    """``{rank: last complete record}`` for every rank with at least one complete record (with `after`: written
+    since those marks were taken, see ``latest_entries``).
 
     Reads each file from its end, so the cost does not grow with the file's length. Files being appended to are
     fine: only bytes present when the file was opened are read, and a partial last line is skipped.
     """
-    latest = {}
-    for rank, path in heartbeat_files(out_dir).items():
-        try:
-            record = _latest_in_file(path)
-        except FileNotFoundError:
-            continue
-        if record is not None:
-            latest[rank] = record
-    return latest
+    return {rank: entry.record for rank, entry in latest_entries(out_dir, after).items()}
 
 
-def first_heartbeat(path: str | os.PathLike, since: float | None = None) -> dict | None:
+def first_heartbeat(path: str | os.PathLike, since: float | None = None,
+                    after: FileMark | None = None) -> dict | None:
     """The first complete record of one heartbeat file (reads only its head), or None.
 
-    With `since` (a unix time): the first record written at or after it, found by reading backwards from the end
-    up to the first older record (so the cost grows with the records since then, not with the file); None when
-    there is none. Records are in time order within a file (one writer appends them).
+    With `after` (the file's ``FileMark`` taken earlier, or ``None``): the first record written since the mark was
+    taken (read forward from there). With `since` (a unix time): the first record written at or after it, found by
+    reading backwards from the end up to the first older record (so the cost grows with the records since then,
+    not with the file); None when there is none. Records are in time order within a file (one writer appends
+    them) when the writers' clocks agree; `after` does not depend on clocks.
     """
     if since is not None:
         earliest = None
         with open(path, "rb") as f:
             end = os.fstat(f.fileno()).st_size
-            for line in _lines_backwards(f, end):
+            for _, line in _lines_backwards(f, end):
                 record = parse_line(line) if line.strip() else None
                 if record is None:
                     continue
@@ -310,9 +409,11 @@ def first_heartbeat(path: str | os.PathLike, since: float | None = None) -> dict
                 earliest = record
         return earliest
     with open(path, "rb") as f:
+        end = os.fstat(f.fileno()).st_size  # a snapshot, as _latest_in_file: a line completed later waits
+        f.seek(_new_from(f, after))
         buf, block = b"", _TAIL_BLOCK
         while True:
-            chunk = f.read(block)
+            chunk = f.read(min(block, max(0, end - f.tell())))
             if not chunk:
                 return None
             buf += chunk

@@ -9,6 +9,12 @@ has written nothing for ``stall_after_s`` it
    stack to ``out_dir/stackdump_*.txt`` and keeps going;
 3. returns (exit code 1 from the CLI).
 
+Started before a run (the CLI without ``--once`` or ``--include-earlier``), it judges only the records appended to
+the files after it started, told from the earlier ones (a resumed run appends to the files of the run it resumes)
+by their place in the files, not by their ``ts``; and it counts a rank's silence on its own clock (``Watch``). The
+writers' clocks need not agree with the watchdog's: a rank on another node of a shared filesystem may be an hour
+off.
+
 ``check`` is a pure function of the files and the clock; ``run`` is the loop; ``main`` is the CLI::
 
     python -m nsa.training.watchdog --dir artifacts/run --halt 1 --interval 30 [--stall-after 300] [--ranks N] [--no-dump]
@@ -31,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from nsa.training.heartbeat import first_heartbeat, heartbeat_files, is_finished, latest_heartbeats
+from nsa.training.heartbeat import (FileMark, first_heartbeat, heartbeat_files, is_finished, latest_entries,
+                                   mark_files)
 from nsa.training.outputs import write_json
 
 log = logging.getLogger(__name__)
@@ -52,7 +59,10 @@ class WatchdogConfig:
     dump_stacks: bool = True
     expected_ranks: int | None = None
     max_wait_start_s: float = 600.0
-    since: float | None = None  # ignore heartbeat records older than this unix time (see check)
+    since: float | None = None  # ignore heartbeat records older than this unix time (see check; clock-dependent)
+    # judge only the records appended to the heartbeat files after run() started, told by their place in the files
+    # (see Watch), so that the writers' clocks need not agree with this one's
+    only_new: bool = False
 
     def __post_init__(self):
         self.out_dir = Path(self.out_dir)
@@ -112,8 +122,42 @@ def _run_start(out_dir: Path, since: float | None = None) -> float | None:
     return min(starts) if starts else None
 
 
+def _on_this_clock(ts: float, low: float | None, high: float) -> float:
+    """When a record stamped `ts` by its writer's clock was written, on this clock: it appeared after `low` (None:
+    not known) and by `high`. A ts within those bounds is taken as it is (the clocks agree); one outside them says
+    the writer's clock is off, and `high` is taken, the latest the record can have been written, so that the
+    rank's age is never overstated (a stall is never declared before the threshold has passed on this clock)."""
+    if low is None:
+        return min(ts, high)
+    return ts if low <= ts <= high else high
+
+
+class Watch:
+    """What a watchdog loop keeps from one check to the next (``run`` keeps one and passes it to every ``check``),
+    so that its verdicts rest on its own clock and on where records lie in the files, not on the writers' clocks
+    (another node's may be off by an hour, and on a shared filesystem its records are as fresh as anyone's).
+
+    With `out_dir` (``only_new``), the heartbeat files are marked as they are now (``heartbeat.mark_files``) and
+    only records appended since then count: the earlier ones are the run before's (a resumed run appends to its
+    files). A file replaced, truncated or created after the mark counts as a whole.
+
+    A record's write time is estimated on this clock: a record that was not there at the previous check (or,
+    with `out_dir`, at `started`) appeared between that check and this one; its ts is used when it lies in that
+    window, else the check that first saw it. A record already there at the first check (without `out_dir`) has
+    only that upper bound: min(ts, first seen). So a writer whose clock is behind is not taken for stalled, one
+    whose clock is ahead does not look fresh for as long as it is ahead, and with agreeing clocks the ages are the
+    records' own.
+    """
+
+    def __init__(self, out_dir=None, started: float | None = None):
+        self.after: dict[int, FileMark] | None = mark_files(out_dir) if out_dir is not None else None
+        self.last_check: float | None = started if out_dir is not None else None
+        self.records: dict[int, tuple] = {}  # rank: (its latest record, that record's estimated write time)
+        self.firsts: dict[int, tuple] = {}   # rank: ((st_dev, st_ino), estimated write time of its first record)
+
+
 def check(out_dir, stall_after_s: float, now: float | None = None, expected_ranks: int | None = None,
-          since: float | None = None, seen: dict | None = None) -> Verdict:
+          since: float | None = None, watch: Watch | None = None) -> Verdict:
     """The state of the run whose heartbeats are in `out_dir`, at time `now` (default: time.time()).
 
     The ranks looked at are 0..expected_ranks-1 when `expected_ranks` is given (files of other ranks, e.g. left
@@ -121,12 +165,14 @@ def check(out_dir, stall_after_s: float, now: float | None = None, expected_rank
     its latest record is not terminal and is older than `stall_after_s`; an expected rank with no record at all
     is stalled once the run's first heartbeat (any rank) is older than `stall_after_s`. The run is finished when
     every rank's latest record is terminal. With `since` (a unix time), records older than it are ignored, as if
-    absent: a watchdog started before a run does not mistake the previous run's final heartbeats for this one's.
-    `seen`, a dict the caller keeps from one call to the next (``run`` does), makes the ages independent of the
-    writers' clocks: it holds, per rank, the latest record's ts and the `now` at which a check first saw that
-    record, and a rank's age is at least the time since then. A record stamped in the future (the writer's clock
-    ahead of this one's) would otherwise never grow older than 0 s until this clock caught up with it, and a rank
-    that stopped after writing it would not be seen as stalled for that long.
+    absent: a watchdog started before a run does not mistake the previous run's final heartbeats for this one's
+    (this compares the writers' clocks with `since`: a ``Watch`` does the same by place in the files).
+    `watch`, a ``Watch`` the caller keeps from one call to the next (``run`` does), makes the verdict independent
+    of the writers' clocks: the ages and the run's start are the records' write times as estimated on this clock
+    (see ``Watch``), and with a ``Watch`` made with `out_dir` only the records appended since it was made count.
+    Without it, the ages are `now` minus the records' ts: a record stamped in the future (the writer's clock
+    ahead) would not grow older than 0 s until this clock caught up with it, one stamped in the past (clock
+    behind) would be stalled at once.
     Raises FileNotFoundError when `out_dir` is not a directory.
     """
     if not stall_after_s > 0:
@@ -134,23 +180,21 @@ def check(out_dir, stall_after_s: float, now: float | None = None, expected_rank
     _check_expected_ranks(expected_ranks)
     out_dir = Path(out_dir)
     now = time.time() if now is None else float(now)
-    latest = latest_heartbeats(out_dir)
+    entries = latest_entries(out_dir, watch.after if watch is not None else None)
+    if since is not None:
+        entries = {r: e for r, e in entries.items() if float(e.record["ts"]) >= since}
+    written: dict[int, float] = {}
+    if watch is not None:
+        written = _estimate_write_times(out_dir, watch, entries, now)
+    latest = {r: e.record for r, e in entries.items()}
     if expected_ranks is not None:
         latest = {r: rec for r, rec in latest.items() if r < expected_ranks}
-    if since is not None:
-        latest = {r: rec for r, rec in latest.items() if float(rec["ts"]) >= since}
     if not latest:
         return Verdict(WAITING, reason=f"no heartbeats yet in {out_dir}")
 
     ranks = sorted(range(expected_ranks)) if expected_ranks is not None else sorted(latest)
     missing = [r for r in ranks if r not in latest]
-    ages = {r: now - float(rec["ts"]) for r, rec in latest.items()}
-    if seen is not None:
-        for r, rec in latest.items():
-            ts = float(rec["ts"])
-            if r not in seen or seen[r][0] != ts:
-                seen[r] = (ts, now)
-            ages[r] = max(ages[r], now - seen[r][1])
+    ages = {r: now - (written[r] if watch is not None else float(rec["ts"])) for r, rec in latest.items()}
     stalled, problems = [], []
     for r in sorted(latest):
         rec = latest[r]
@@ -158,7 +202,10 @@ def check(out_dir, stall_after_s: float, now: float | None = None, expected_rank
             stalled.append(r)
             problems.append(f"rank {r} last heartbeat {ages[r]:.0f}s ago (step {rec['step']}, msg {rec['msg']!r})")
     if missing:
-        start = _run_start(out_dir, since)
+        if watch is not None:  # the first record written since the watch began, of any rank, on this clock
+            start = min((first for _, first in watch.firsts.values()), default=now)
+        else:
+            start = _run_start(out_dir, since)
         if since is not None and start is None:
             start = since
         since_start = now - start if start is not None else 0.0
@@ -189,6 +236,34 @@ def check(out_dir, stall_after_s: float, now: float | None = None, expected_rank
         oldest = max(alive, key=lambda r: ages[r])
         parts.append(f"oldest heartbeat {ages[oldest]:.0f}s (rank {oldest}, step {latest[oldest]['step']})")
     return Verdict(RUNNING, [], ages, "; ".join(parts), latest)
+
+
+def _estimate_write_times(out_dir: Path, watch: Watch, entries: dict, now: float) -> dict[int, float]:
+    """Each rank's latest record's write time on this clock (``Watch``); updates `watch` (its files' first
+    records, the time of this check)."""
+    low = watch.last_check
+    written, paths = {}, None
+    for r, entry in entries.items():
+        ts = float(entry.record["ts"])
+        known = watch.records.get(r)
+        if known is not None and known[0] == entry.record:  # the same record (its file may have been moved)
+            written[r] = known[1]
+        else:
+            written[r] = _on_this_clock(ts, low, now)
+            watch.records[r] = (entry.record, written[r])
+        file_id = entry.place[:2]
+        if r not in watch.firsts or watch.firsts[r][0] != file_id:  # the first look at this file's records
+            try:
+                paths = heartbeat_files(out_dir) if paths is None else paths
+                first = first_heartbeat(paths[r], after=watch.after.get(r) if watch.after is not None else None)
+            except (FileNotFoundError, KeyError):
+                first = None
+            first_ts = float(first["ts"]) if first is not None else ts
+            watch.firsts[r] = (file_id, min(_on_this_clock(first_ts, low, now), written[r]))
+    for r in [r for r in watch.firsts if r not in entries]:  # moved aside or removed: not this run's start
+        del watch.firsts[r]
+    watch.last_check = now
+    return written
 
 
 def write_halt(out_dir, reason: str) -> Path:
@@ -242,11 +317,17 @@ def signal_stack_dumps(latest: dict[int, dict]) -> list[int]:
 
 
 def _act_on_stall(cfg: WatchdogConfig, verdict: Verdict, emit) -> None:
-    halt_path = write_halt(cfg.out_dir, verdict.reason) if cfg.halt else None
+    halt_path, halt_error = None, None
+    if cfg.halt:
+        try:
+            halt_path = write_halt(cfg.out_dir, verdict.reason)
+        except OSError as exc:  # a full disk, a read-only mount: the stall is still a stall, the dumps still asked
+            halt_error = f"could not write {Path(cfg.out_dir) / HALT_NAME}: {exc}"
+            log.error("%s", halt_error)
     pids = []
     if cfg.dump_stacks:
         pids = signal_stack_dumps({r: verdict.latest[r] for r in verdict.dump_ranks if r in verdict.latest})
-    emit("stalled", {"verdict": verdict, "halt_path": halt_path, "signalled_pids": pids})
+    emit("stalled", {"verdict": verdict, "halt_path": halt_path, "halt_error": halt_error, "signalled_pids": pids})
 
 
 def run(cfg: WatchdogConfig, *, sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.time,
@@ -255,16 +336,18 @@ def run(cfg: WatchdogConfig, *, sleep: Callable[[float], None] = time.sleep, now
     ``cfg.max_wait_start_s``; returns the last Verdict.
 
     Events passed to ``on_event(kind, info)``: ``("check", Verdict)`` after every check;
-    ``("stalled", {"verdict", "halt_path", "signalled_pids"})`` once the stall has been acted on (``halt_path`` is
-    None with ``cfg.halt`` off); ``("gave_up", Verdict)`` when no heartbeat appeared in time.
+    ``("stalled", {"verdict", "halt_path", "halt_error", "signalled_pids"})`` once the stall has been acted on
+    (``halt_path`` is None with ``cfg.halt`` off, or when .HALT could not be written: then ``halt_error`` says why,
+    else it is None); ``("gave_up", Verdict)`` when no heartbeat appeared in time.
     """
     emit = on_event if on_event is not None else (lambda kind, info: None)
     started = now()
-    seen: dict = {}  # per rank: (ts of its latest record, when a check first saw it), see check
+    watch = Watch(cfg.out_dir, started) if cfg.only_new else Watch()
+    waiting_since = started  # None while heartbeats are there
     while True:
         if cfg.out_dir.is_dir():
             verdict = check(cfg.out_dir, cfg.stall_after_s, now=now(), expected_ranks=cfg.expected_ranks,
-                            since=cfg.since, seen=seen)
+                            since=cfg.since, watch=watch)
         else:  # started before the trainer created its out_dir
             verdict = Verdict(WAITING, reason=f"waiting for {cfg.out_dir} to appear")
         emit("check", verdict)
@@ -273,8 +356,12 @@ def run(cfg: WatchdogConfig, *, sleep: Callable[[float], None] = time.sleep, now
             return verdict
         if verdict.state == FINISHED:
             return verdict
-        if verdict.state == WAITING and now() - started >= cfg.max_wait_start_s:
-            gave_up = Verdict(WAITING, reason=f"no heartbeat in {cfg.out_dir} after {now() - started:.0f}s "
+        if verdict.state != WAITING:
+            waiting_since = None
+        elif waiting_since is None:  # the files went away (a retry moves them aside): a new start is awaited
+            waiting_since = now()
+        if verdict.state == WAITING and now() - waiting_since >= cfg.max_wait_start_s:
+            gave_up = Verdict(WAITING, reason=f"no heartbeat in {cfg.out_dir} after {now() - waiting_since:.0f}s "
                                               f"(max wait {cfg.max_wait_start_s:g}s)")
             emit("gave_up", gave_up)
             return gave_up
@@ -342,7 +429,10 @@ def _printer(stream=None):
         if kind == "check":
             line = f"{info.state}: {info.reason}"
         elif kind == "stalled":
-            halt = f"wrote {info['halt_path']}" if info["halt_path"] is not None else "not halting (--halt 0)"
+            if info.get("halt_error"):
+                halt = info["halt_error"]
+            else:
+                halt = f"wrote {info['halt_path']}" if info["halt_path"] is not None else "not halting (--halt 0)"
             pids = info["signalled_pids"]
             dumps = (f"stack dumps requested from pid(s) {', '.join(map(str, pids))}" if pids
                      else "no local process signalled")
@@ -363,7 +453,6 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     except SystemExit as exc:  # argparse already printed the message (or --help)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     name = parser.prog
-    started = time.time()
     if args.once and not args.dir.exists():
         print(f"{name}: error: --dir {args.dir}: no such directory", file=sys.stderr)
         return EXIT_USAGE
@@ -372,8 +461,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         return EXIT_USAGE
     cfg = WatchdogConfig(out_dir=args.dir, stall_after_s=args.stall_after, interval_s=args.interval,
                          halt=bool(args.halt), dump_stacks=not args.no_dump, expected_ranks=args.ranks,
-                         max_wait_start_s=args.max_wait_start,
-                         since=None if args.once or args.include_earlier else started)
+                         max_wait_start_s=args.max_wait_start, only_new=not (args.once or args.include_earlier))
     on_event = _printer()
     try:
         if args.once:

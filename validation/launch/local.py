@@ -19,7 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
-from nsa.training.watchdog import STALLED, WAITING, check, signal_stack_dumps
+from nsa.training.watchdog import STALLED, WAITING, Watch, check, signal_stack_dumps
 from validation.contracts import TELEMETRY_CSV, stack_dumps
 from validation.launch.diagnosis import NOTE_PREFIX
 from validation.launch import sentinel
@@ -49,13 +49,23 @@ class Run:
         self.last_step: int | None = None
         self.toks_per_s: float | None = None
         self.out_dir = Path(spec.trainer_out_dir) if spec.trainer_out_dir is not None else None
+        # the heartbeats this launch writes, told from those already in out_dir (the run a --resume continues, a
+        # stale job's) by their place in the files and timed on this clock, not the ranks' (another node's may be
+        # off): begin_watch() marks the files just before the launch starts
+        self.watch: Watch | None = None
         self.expected_ranks = (spec.expected_ranks if spec.expected_ranks is not None
                                else spec.nproc_per_node * spec.nnodes)
         # in every launched process's environment (LAUNCH_ID_VAR) and in command.json: what finds them all, also
         # after nsa-validate was killed (validation.launch.sentinel, and a --resume)
         self.launch_id = uuid.uuid4().hex
 
+    def begin_watch(self) -> None:
+        """Mark the heartbeat files as they are now (before the launch starts): only what is appended from now on is
+        this launch's (nsa.training.watchdog.Watch)."""
+        self.watch = Watch(self.out_dir, self.started) if self.out_dir is not None else None
+
     def execute(self) -> None:
+        self.begin_watch()
         launch_id = self.launch_id
         env = self.spec.child_env()
         env[LAUNCH_ID_VAR] = ",".join(filter(None, (env.get(LAUNCH_ID_VAR, ""), launch_id)))  # nested launches
@@ -158,7 +168,9 @@ class Run:
             return None
         stall = self.spec.stall_timeout_s if self.spec.stall_timeout_s is not None else 1e12
         try:
-            verdict = check(self.out_dir, stall, expected_ranks=self.expected_ranks, since=self.started)
+            if self.watch is None:  # not begun by execute (a caller that polls on its own): every record counts
+                self.watch = Watch()
+            verdict = check(self.out_dir, stall, expected_ranks=self.expected_ranks, watch=self.watch)
         except FileNotFoundError:  # the trainer has not created its out_dir yet
             return None
         except OSError as exc:

@@ -233,6 +233,7 @@ class SlurmRun(Run):
     def execute(self) -> None:
         if self._cancel_stale():  # what its ranks wrote until now (heartbeats, dumps) is not this job's
             self.started = time.time()
+        self.begin_watch()
         try:
             text = self.script_text()
         except ValueError as exc:  # a path Slurm cannot take (validation.launch.sbatch.sbatch_path_problem)

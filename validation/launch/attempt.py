@@ -91,7 +91,10 @@ def launch(spec: LaunchSpec) -> LaunchResult:
                             None if spec.launcher == "slurm" else run.launch_id)
         attempt_t0 = time.monotonic()
         run.execute()  # raises KeyboardInterrupt (after ending the processes or cancelling the job)
-        clash = (use_torchrun and run.status == "failed" and attempts <= spec.port_retries
+        # a retry only helps where it gets a fresh port: a new Slurm job, or one the launcher picks here (not a
+        # multi-node launch's given rdzv_endpoint, which every attempt would use again)
+        fresh_port = spec.launcher == "slurm" or spec.nnodes == 1 or spec.rdzv_endpoint is None
+        clash = (use_torchrun and fresh_port and run.status == "failed" and attempts <= spec.port_retries
                  and time.monotonic() - attempt_t0 < CLASH_WINDOW_S and port_clash(log_path))
         if not clash:
             break

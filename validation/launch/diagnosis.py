@@ -29,6 +29,19 @@ _ROOT_CAUSE_RE = re.compile(r"Root Cause \(first observed failure\):\s*\n(?:.*\n
                             r"[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")
 _FAILURE_RE = re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
 _CLASH_RE = re.compile(r"EADDRINUSE|address already in use", re.IGNORECASE)
+_RANK_LOG_HEADER_RE = re.compile(r"^===== rank \d+ (stdout|stderr) \(.*\) =====$")  # attempt.collect_rank_logs
+# triton.compiler.errors.CompilationError: "at LINE:COL:", at most 12 lines of the kernel up to the failing one, a
+# "^" under the failing column, then the error itself ("ValueError('...')")
+_TRITON_AT_RE = re.compile(r"^[\w.]+: at \d+:\d+:$")
+_TRITON_SOURCE_LINES = 12
+_TERMINATE_RE = re.compile(r"^terminate called after throwing an instance of '([^']+)'")
+# a C++ backtrace (c10::Error's "Exception raised from X at FILE:LINE (most recent call first):" + "frame #N: ...")
+_CPP_FRAME_RE = re.compile(r"^(frame #\d+: |Exception raised from .* \(most recent call first\):$)")
+# signals that end a rank from outside on purpose (torchrun stopping the others after a failure, the launcher):
+# a rank they ended never caused the failure
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_SUMMARY_ENTRY_RE = re.compile(r"^\s*time\s*:\s*(\S+)[^\n]*\n(?:.*\n){0,2}?\s*rank\s*:\s*(\d+) \(local_rank: \d+\)"
+                               r"[^\n]*\n\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
 
 
 def read_tail(path: Path, limit: int = _LOG_TAIL_BYTES) -> str:
@@ -44,8 +57,13 @@ def read_tail(path: Path, limit: int = _LOG_TAIL_BYTES) -> str:
 
 
 def port_clash(log_path: Path) -> bool:
-    """Whether torchrun's log says its master port was taken."""
-    return bool(_CLASH_RE.search(read_tail(log_path, 256 << 10)))
+    """Whether torchrun's log says its master port was taken: "address already in use" in a line of torchrun's own
+    (not a rank's "[defaultN]:" output) of a log without torchrun's failure summary (its workers never ran; a rank
+    that failed, out of memory or otherwise, is never a port clash)."""
+    text = read_tail(log_path, 256 << 10)
+    if "Root Cause (first observed failure):" in text:
+        return False
+    return any(rank is None and _CLASH_RE.search(line) for rank, line in tagged_lines(text))
 
 
 _DEFAULT_PREFIX_RE = re.compile(r"^\[default(\d+)\]:")
@@ -93,12 +111,26 @@ def tracebacks(text: str) -> list[_Traceback]:
             i += 1
             continue
         body, exception, j = [line.rstrip()], "", i + 1
+        source = 0  # lines of a Triton CompilationError's kernel source still to come (blank ones included)
         while j < min(n, i + 5000):
             r2, t2 = lines[j]
             j += 1
             if r2 != rank:
                 continue
             t2 = t2.rstrip()
+            if exception and source:  # "at L:C:", the kernel's source up to a "^" line, then what was wrong
+                if t2.startswith(_TB_STOP) or t2.startswith(NOTE_PREFIX) or _GLOG_RE.match(t2):
+                    j -= 1
+                    break
+                body.append(t2)
+                source -= 1
+                if t2.strip() == "^":
+                    source = 0
+                    if j < n and lines[j][0] == rank and lines[j][1].strip():
+                        body.append(lines[j][1].rstrip())
+                        exception += " " + lines[j][1].strip()
+                        j += 1
+                continue
             if exception:  # continuation of a multi-line message
                 if (not t2.strip() or t2.startswith(_TB_STOP) or t2.startswith(NOTE_PREFIX) or _GLOG_RE.match(t2)
                         or len(body) >= 400):
@@ -116,6 +148,8 @@ def tracebacks(text: str) -> list[_Traceback]:
                 break
             exception = t2.strip()
             body.append(t2)
+            if _TRITON_AT_RE.search(exception):
+                source = _TRITON_SOURCE_LINES + 1
         if exception:
             found.append(_Traceback(rank, body, exception, i))
         i += 1
@@ -123,10 +157,22 @@ def tracebacks(text: str) -> list[_Traceback]:
 
 
 def _last_line(text: str) -> str:
-    """The last meaningful line: not blank, not a launcher note, not torchrun's own error summary."""
-    for rank, line in reversed(tagged_lines(text)):
+    """The last meaningful line: not blank, not a launcher note, not torchrun's own error summary, not a rank log's
+    section header (collect_rank_logs), not a C++ stack frame. A process ended by an uncaught C++ exception (the
+    NCCL watchdog's abort, a CUDA error in a C++ thread): that exception's type and the first line of its
+    message ("terminate called after throwing an instance of 'T'" + "  what():  MESSAGE")."""
+    lines = tagged_lines(text)
+    for i in range(len(lines) - 1, -1, -1):
+        match = _TERMINATE_RE.match(lines[i][1].strip())
+        if match:
+            for _, after in lines[i + 1:i + 4]:
+                if after.strip().startswith("what():"):
+                    return f"{match.group(1)}: {after.strip()[len('what():'):].strip()}"
+            return lines[i][1].strip()
+    for rank, line in reversed(lines):
         s = line.strip()
-        if not s or s.startswith(NOTE_PREFIX) or set(s) <= set("=-") or _GLOG_RE.match(s):
+        if (not s or s.startswith(NOTE_PREFIX) or set(s) <= set("=-") or _GLOG_RE.match(s)
+                or _RANK_LOG_HEADER_RE.match(s) or _CPP_FRAME_RE.match(s)):
             continue
         return s
     return ""
@@ -142,17 +188,45 @@ def torchrun_failures(log_text: str) -> tuple[int | None, dict[int, int]]:
     return (int(roots[-1].group(1)) if roots else None), codes
 
 
+def _killed_first(log_text: str, root: int | None, codes: dict[int, int], error_ranks: set[int]) -> bool:
+    """Whether torchrun's root cause `root` is a rank that a signal killed (SIGKILL from the OOM killer, SIGSEGV,
+    SIGABRT, ...; not a stop signal) before any rank exited by itself: it left no error file (a signal gives no
+    Python exception), and every rank that exited with a code of its own was noticed later. The error files of
+    the others are then consequences (their next collective failed: "Connection closed by peer")."""
+    if root is None or root in error_ranks or codes.get(root, 0) >= 0:
+        return False
+    try:
+        if signal.Signals(-codes[root]) in _STOP_SIGNALS:
+            return False
+    except ValueError:
+        pass
+    cut = log_text.rfind("Root Cause (first observed failure):")
+    start = log_text.rfind("Failures:", 0, cut)
+    if cut < 0 or start < 0:
+        return False
+    entries = [(m.group(1), int(m.group(2)), int(m.group(3)))
+               for m in _SUMMARY_ENTRY_RE.finditer(log_text[start:])]
+    when = {rank: time for time, rank, _ in entries}
+    if root not in when:
+        return False
+    return not any(rank != root and code >= 0 and time <= when[root] for time, rank, code in entries)
+
+
 def _failure(log_path: Path, rank_logs: dict[int, Path], out_dir: Path | None, since: float,
              logs: bool = True) -> tuple[int | None, int | None, _Traceback | None, str]:
     """(failing rank, its exit code, its traceback, the last meaningful log line) for a failed run.
 
     The failing rank is the one whose out_dir/error_rank{r}.txt was written first (the trainer writes it as it
-    fails, so the order is causal: a crash on one rank makes the others fail in their next collective), else the
-    root cause torchrun names (the first exit it noticed), else the first rank whose traceback shows in the
-    combined log. `logs` False: only the error files are looked at."""
+    fails, so the order is causal: a crash on one rank makes the others fail in their next collective), unless
+    torchrun's root cause is a rank a signal killed before any rank exited by itself (_killed_first: it wrote no
+    error file, the others' are consequences); else the root cause torchrun names (the first exit it noticed),
+    else the first rank whose traceback shows in the combined log. `logs` False: only the error files are looked
+    at."""
     log_text = read_tail(log_path)
     root, codes = torchrun_failures(log_text)
     errors = error_files(out_dir, since)
+    if logs and _killed_first(log_text, root, codes, {err_rank for _, err_rank, _ in errors}):
+        errors = []
     for _, err_rank, path in errors:  # 1. the trainer's own record of the exception, oldest first
         tbs = tracebacks(read_tail(path))
         if tbs:
@@ -177,11 +251,17 @@ def _failure(log_path: Path, rank_logs: dict[int, Path], out_dir: Path | None, s
         last = _last_line(text)
         if last:
             return rank, codes.get(rank), None, last
-    # 3. the combined log: that rank's last traceback, else the last one there (a plain child, torchrun itself)
+    # 3. the combined log: that rank's last traceback, else (no failing rank known: a plain child, torchrun itself)
+    # the last one there; never another process's traceback for a known rank (a victim's, torchrun's own)
+    if rank is not None:
+        of_rank = [tb for tb in combined if tb.rank == rank]
+        if of_rank:
+            return rank, codes.get(rank), of_rank[-1], ""
+        return rank, codes.get(rank), None, _last_line("\n".join(line for r, line in tagged_lines(log_text)
+                                                                  if r == rank))
     if combined:
-        of_rank = [tb for tb in combined if tb.rank == rank] if rank is not None else []
-        return rank, codes.get(rank) if rank is not None else None, (of_rank or combined)[-1], ""
-    return rank, codes.get(rank) if rank is not None else None, None, _last_line(log_text)
+        return None, None, combined[-1], ""
+    return None, None, None, _last_line(log_text)
 
 
 def _exit_text(code: int | None) -> str:
@@ -201,23 +281,28 @@ def clip(text: str, limit: int = 300) -> str:
 
 
 def _dump_frames(path: Path) -> tuple[str, list[str]] | None:
-    """(kind, frames innermost first) of the signalled thread in one stack dump file, or None.
+    """(kind, frames innermost first) of the main thread (where the rank's training loop waits) in one stack dump
+    file, or None.
 
     ``stackdump_rank{r}.txt`` (faulthandler, written at the signal even when the thread is stuck in C code): the
-    last "Current thread" block. ``stackdump_rank{r}_{time}.txt`` (Python level, written once the interpreter
-    runs the handler): the MainThread section without the handler's own frames."""
+    last "Current thread" block (the thread the signal landed on), unless that is a thread that threading started
+    (outermost frame: threading's _bootstrap) or no thread was current (the signal landed on a thread without
+    Python frames): then the last block that is not such a thread (the main thread of the last dump).
+    ``stackdump_rank{r}_{time}.txt`` (Python level, written once the interpreter runs the handler): the MainThread
+    section without the handler's own frames."""
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
-    starts = [i for i, s in enumerate(lines) if s.startswith("Current thread ")]
-    if starts:
-        block = []
-        for s in lines[starts[-1] + 1:]:
-            if not s.strip() or s.startswith(("Thread ", "Current thread ")):
-                break
-            block.append(s)
-        return "C level, at the signal", block
+    blocks = [(lines[i].startswith("Current thread "), lines[i + 1:_block_end(lines, i)])
+              for i, s in enumerate(lines) if s.startswith(("Current thread ", "Thread "))]
+    if blocks:
+        currents = [frames for current, frames in blocks if current]
+        if currents and not _started_by_threading(currents[-1]):
+            return "C level, at the signal", currents[-1]
+        others = [frames for _, frames in blocks if frames and not _started_by_threading(frames)]
+        if others or currents:
+            return "C level, at the signal", (others or currents)[-1]
     start = next((i for i, s in enumerate(lines) if s.startswith("## thread MainThread")), None)
     if start is None:
         return None
@@ -231,6 +316,19 @@ def _dump_frames(path: Path) -> tuple[str, list[str]] | None:
     while section and not section[-1].strip():
         section.pop()
     return "Python level", list(reversed(_pair_frames(section)))
+
+
+def _started_by_threading(frames: list[str]) -> bool:
+    """Whether a faulthandler thread block is a thread that threading started (outermost frame: its _bootstrap)."""
+    return bool(frames) and "threading.py" in frames[-1] and frames[-1].rstrip().endswith(" in _bootstrap")
+
+
+def _block_end(lines: list[str], head: int) -> int:
+    """The index after the last frame line of the faulthandler thread block whose header is lines[head]."""
+    end = head + 1
+    while end < len(lines) and lines[end].strip() and not lines[end].startswith(("Thread ", "Current thread ")):
+        end += 1
+    return end
 
 
 def _pair_frames(lines: list[str]) -> list[str]:
@@ -299,6 +397,14 @@ def explain(run, log_path: Path, rank_logs: dict[int, Path], out_dir: Path | Non
     # failed / interrupted: exited by itself with a non-zero code
     rank, rank_code, tb, last = _failure(log_path, rank_logs, out_dir, since)
     head = getattr(run, "scheduler_reason", None) or _exit_text(run.returncode)
+    if (spec.launcher == "torchrun" and spec.nnodes > 1 and run.returncode is not None
+            and 128 < run.returncode < 128 + signal.NSIG and not getattr(run, "scheduler_reason", None)):
+        # validation.launch.agents exits with 128 + N when the first agent that failed was killed by signal N
+        try:
+            name = signal.Signals(run.returncode - 128).name
+        except ValueError:
+            name = f"signal {run.returncode - 128}"
+        head += f" (a node's torchrun agent was killed by {name})"
     if rank is not None:
         head += f" (rank {rank}" + (f": {_exit_text(rank_code)}" if rank_code is not None else "") + ")"
     if tb is not None:

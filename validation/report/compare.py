@@ -78,8 +78,8 @@ from validation.analysis.significance.windows import (METRIC, compare_windows, l
 from validation.kinds.base import StepKind
 from validation.results.codec import decode
 from validation.results.reuse import definition_differences
-from validation.results.run import AnalysisRow, Noise, PerformanceAnalysis, Run, read_run
-from validation.results.trainer_launch import Stat
+from validation.results.run import AnalysisRow, Noise, PerformanceAnalysis, Run, Step, read_run
+from validation.results.trainer_launch import LaunchMetrics, Stat
 
 ENV_KEYS = ("host", "gpu_count", "torch", "cuda", "nccl", "python", "git_sha")
 # summary metrics shown besides the windowed throughput (one value per run: no test, never gating)
@@ -166,8 +166,8 @@ def launch_differences(a: dict, b: dict) -> list[str]:
         labels_b = launches["B"].get(name)
         if labels_b is None or not (labels_a or labels_b):
             continue
-        step_a, step_b = steps_a[name], steps_b[name]
-        kind_a, kind_b = step_a.get("kind"), step_b.get("kind")
+        step_a, step_b = (decode(Step, steps[name], "step", lenient=True) for steps in (steps_a, steps_b))
+        kind_a, kind_b = step_a.kind, step_b.kind
         if kind_a != kind_b:
             out.append(f"step {name} is a {_recorded(kind_a)} step in A and a {_recorded(kind_b)} step in B"
                        + (": its rows compare two kinds of step" if set(labels_a) & set(labels_b) else ""))
@@ -176,8 +176,8 @@ def launch_differences(a: dict, b: dict) -> list[str]:
             missing = [label for label in mine if label not in theirs]
             if not missing:
                 continue
-            status = other_step.get("status")
-            why = (f"; {other}'s step {status}" + (f" ({other_step['reason']})" if other_step.get("reason") else "")
+            status = other_step.status
+            why = (f"; {other}'s step {status}" + (f" ({other_step.reason})" if other_step.reason else "")
                    if status and status != "passed" else "")
             out.append(f"step {name}: {plural(len(missing), 'trainer launch', 'trainer launches')} of {side} with "
                        f"none of the same label in {other}, not compared ({_few(missing)}){why}")
@@ -215,10 +215,10 @@ def _untested(step: str, metric: str, x: Any, y: Any, threshold: float, note: st
 def _unread_side(side: str, m: dict) -> str:
     """The side of a launch with no per-step values, with what its run recorded of its training.csv when that
     was already unusable then (the launch wrote none: it failed, or was skipped), not lost since."""
-    status = m.get("status") if isinstance(m, dict) else None
-    if isinstance(status, str) and status not in metrics.USABLE_STATUSES:
-        reason = m.get("reason")  # "missing: PATH", "empty: ...": it names the status itself
-        return f"{side}: {reason} when it ran" if reason else f"{side}: {status} when it ran"
+    read = decode(LaunchMetrics, m if isinstance(m, dict) else {}, "metrics", lenient=True)
+    if isinstance(read.status, str) and read.status not in metrics.USABLE_STATUSES:
+        # its reason ("missing: PATH", "empty: ...") names the status itself
+        return f"{side}: {read.reason} when it ran" if read.reason else f"{side}: {read.status} when it ran"
     return side
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 import shlex
 from collections import Counter
+from dataclasses import dataclass
+from typing import Any
 
 from nsa.toggles import TOGGLES
 from validation import kinds as step_kinds
@@ -28,7 +30,36 @@ from validation.formatting import FAILED_STATUSES, NA, STATUS_LABELS, as_dict, f
 from validation.results.run import Run, read_run
 
 
-def comparisons(results: dict, run: Run | None = None) -> list[dict]:
+@dataclass(frozen=True)
+class Found:
+    """One with/without comparison a passed step recorded, as the report weighs it: the kind's Effect, whether it
+    counts (significant, and neither an ignored setting, nor measured by runs with a figure outside its range, nor
+    while other work used the machine), whether its decision may be recommended (None where the step records no
+    such judgement: a triage's ranking is replicated) and why not, whether its phase was taken from an earlier run,
+    and the sentence that states it."""
+    step: str
+    kind: str
+    without: Any
+    with_: Any
+    metric: Any
+    mean_without: Any
+    mean_with: Any
+    rel: Any
+    ci_low: Any
+    ci_high: Any
+    p: Any
+    significant: bool
+    verdict: str
+    ignored: bool
+    implausible: list[str]
+    disturbed: bool
+    recommendable: bool
+    caveat: str | None
+    reused: bool
+    text: str
+
+
+def comparisons(results: dict, run: Run | None = None) -> list[Found]:
     """Every with/without comparison the run's passed steps recorded (StepKind.comparisons: each kind reads its step
     record as results.json holds it), in run order (see the module docstring); `run`: read_run(results), where the
     caller has it."""
@@ -51,13 +82,13 @@ def comparisons(results: dict, run: Run | None = None) -> list[dict]:
                   else None)
         reused = bool(step.reused)  # taken from an earlier run (--reuse): not measured in this one
         for e in kind.comparisons(kind.read(raw_steps[name])):
-            rec = {"step": name, "kind": kind.name, "without": e.without, "with": e.with_, "metric": e.metric,
-                   "mean_without": e.mean_without, "mean_with": e.mean_with, "rel": e.rel, "ci_low": e.ci_low,
-                   "ci_high": e.ci_high, "p": e.p,
-                   "significant": e.significant and not e.ignored and not bad and not shaken,
-                   "verdict": e.verdict or NA, "ignored": e.ignored, "implausible": bad, "disturbed": shaken,
-                   "recommendable": recommendable is not False, "caveat": caveat, "reused": reused}
-            out.append({**rec, "text": _sentence(name, e, reused)})
+            out.append(Found(step=name, kind=kind.name, without=e.without, with_=e.with_, metric=e.metric,
+                             mean_without=e.mean_without, mean_with=e.mean_with, rel=e.rel, ci_low=e.ci_low,
+                             ci_high=e.ci_high, p=e.p,
+                             significant=bool(e.significant and not e.ignored and not bad and not shaken),
+                             verdict=e.verdict or NA, ignored=bool(e.ignored), implausible=bad,
+                             disturbed=bool(shaken), recommendable=recommendable is not False, caveat=caveat,
+                             reused=reused, text=_sentence(name, e, reused)))
     return out
 
 
@@ -81,16 +112,17 @@ def _sentence(step: str, e: Effect, reused: bool = False) -> str:
             + (" (taken from an earlier run, not measured in this one)" if reused else ""))
 
 
-def key_finding(comps: list[dict]) -> dict | None:
+def key_finding(comps: list[Found]) -> dict | None:
     """The largest significant effect (by |relative difference|) of the run's own comparisons: {"text", "step",
-    "rel", "record"}; {"text": "none: ..."} when none is significant; None when the run compared nothing."""
+    "rel", "record" (its Found)}; {"text": "none: ..."} when none is significant; None when the run compared
+    nothing."""
     if not comps:
         return None
-    significant = [c for c in comps if c["significant"]]
+    significant = [c for c in comps if c.significant]
     if not significant:
-        measured = [c for c in comps if not c["ignored"]]
-        bad = list(dict.fromkeys(c["step"] for c in measured if c.get("implausible")))
-        shaken = list(dict.fromkeys(c["step"] for c in measured if c.get("disturbed") and c["step"] not in bad))
+        measured = [c for c in comps if not c.ignored]
+        bad = list(dict.fromkeys(c.step for c in measured if c.implausible))
+        shaken = list(dict.fromkeys(c.step for c in measured if c.disturbed and c.step not in bad))
         text = (f"none: no significant effect in {plural(len(measured), 'with/without comparison')} of this run"
                 if measured else "none: the only comparisons were of settings the trainer ignored (A/A checks)")
         if bad:
@@ -100,27 +132,26 @@ def key_finding(comps: list[dict]) -> dict | None:
             text += (f" ({plural(len(shaken), 'step')} left out, {', '.join(shaken)}: measured while other work "
                      "used the machine, not a result)")
         return {"text": text, "step": None, "rel": None, "record": None}
-    top = max(significant, key=lambda c: abs(c["rel"]))
-    caveat = re.sub(r"^no recommendation:\s*", "", str(top.get("caveat") or "its decision recommends nothing"))
-    text = top["text"] + (f"; not a setting to use ({caveat})" if not top.get("recommendable", True) else "")
-    return {"text": text, "step": top["step"], "rel": top["rel"], "record": top}
+    top = max(significant, key=lambda c: abs(c.rel))
+    caveat = re.sub(r"^no recommendation:\s*", "", str(top.caveat or "its decision recommends nothing"))
+    text = top.text + (f"; not a setting to use ({caveat})" if not top.recommendable else "")
+    return {"text": text, "step": top.step, "rel": top.rel, "record": top}
 
 
-def comparison_rows(comps: list[dict]) -> list[dict]:
+def comparison_rows(comps: list[Found]) -> list[dict]:
     """The Performance analysis table of the run's own comparisons, formatted."""
     rows = []
     for c in comps:
-        ci = (f"{fmt_pct(c['ci_low'], signed=True)} to {fmt_pct(c['ci_high'], signed=True)}"
-              if c["ci_low"] is not None and c["ci_high"] is not None else NA)
-        verdict = ("A/A: setting ignored by the trainer" if c["ignored"] else
-                   "NOT A RESULT, a figure of its runs outside its physical range" if c.get("implausible") else
-                   f"{c['verdict']}: NOT A RESULT, measured while other work used the machine" if c.get("disturbed")
-                   else
-                   f"{c['verdict']} (significant)" if c["significant"] else c["verdict"])
-        rows.append({"step": c["step"], "kind": c["kind"], "without": c["without"], "with": c["with"],
-                     "metric": c["metric"], "mean_without": _rate(c["mean_without"]),
-                     "mean_with": _rate(c["mean_with"]), "change": fmt_pct(c["rel"], signed=True), "ci": ci,
-                     "p": fmt_p(c["p"]), "verdict": verdict, "significant": c["significant"]})
+        ci = (f"{fmt_pct(c.ci_low, signed=True)} to {fmt_pct(c.ci_high, signed=True)}"
+              if c.ci_low is not None and c.ci_high is not None else NA)
+        verdict = ("A/A: setting ignored by the trainer" if c.ignored else
+                   "NOT A RESULT, a figure of its runs outside its physical range" if c.implausible else
+                   f"{c.verdict}: NOT A RESULT, measured while other work used the machine" if c.disturbed else
+                   f"{c.verdict} (significant)" if c.significant else c.verdict)
+        rows.append({"step": c.step, "kind": c.kind, "without": c.without, "with": c.with_, "metric": c.metric,
+                     "mean_without": _rate(c.mean_without), "mean_with": _rate(c.mean_with),
+                     "change": fmt_pct(c.rel, signed=True), "ci": ci, "p": fmt_p(c.p), "verdict": verdict,
+                     "significant": c.significant})
     return rows
 
 
@@ -181,10 +212,10 @@ def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) 
                + " under Open Problems before relying on the figures")
     else:
         nxt = "use the settings under Recommendations; nothing else is open"
-    record = finding.get("record") if finding else None  # the comparison behind the key finding
-    if record and record.get("recommendable", True) and not (failed or crit_failed):
-        where = f"step `{record['step']}`" + (", taken from an earlier run" if record.get("reused") else "")
-        nxt += f"; the setting that mattered most here: {record['with']} ({where})"
+    record = finding.get("record") if finding else None  # the comparison behind the key finding (a Found)
+    if isinstance(record, Found) and record.recommendable and not (failed or crit_failed):
+        where = f"step `{record.step}`" + (", taken from an earlier run" if record.reused else "")
+        nxt += f"; the setting that mattered most here: {record.with_} ({where})"
     return {"verdict": verdict, "passed": passed_text, "failed": failed_text, "open": open_text,
             "next": nxt}
 
@@ -244,7 +275,7 @@ def _not_run_or_disturbed(run: Run) -> list[str]:
             if step is not None and (step.status == "skipped" or name in disturbed)]
 
 
-def recommendation_rows(results: Run | dict, comps: list[dict]) -> list[dict]:
+def recommendation_rows(results: Run | dict, comps: list[Found]) -> list[dict]:
     """Each recommended environment variable with why: {"name", "value", "export", "source" ("measured" |
     "always"), "why"}. "measured": a significant comparison of this run chose it (its effect, with its CI);
     "always": the runbook recommends it always (recommend.env), with what the setting does (nsa.toggles) and
@@ -257,12 +288,11 @@ def recommendation_rows(results: Run | dict, comps: list[dict]) -> list[dict]:
         setting = f"{name}={value}"
         # a significant effect of a decision that may be recommended (replicated, from interleaved repeats): one run
         # a side, or a difference that did not replicate, measures an effect but recommends nothing
-        measured = [c for c in comps if c["significant"] and c["rel"] > 0 and setting in c["with"]
-                    and c.get("recommendable", True)]
+        measured = [c for c in comps if c.significant and c.rel > 0 and setting in c.with_ and c.recommendable]
         if measured:
-            top = max(measured, key=lambda c: abs(c["rel"]))
-            why = (f"measured in an earlier run (its phase reused here): {top['text']}" if top.get("reused") else
-                   f"measured in this run: {top['text']}")
+            top = max(measured, key=lambda c: abs(c.rel))
+            why = (f"measured in an earlier run (its phase reused here): {top.text}" if top.reused else
+                   f"measured in this run: {top.text}")
             source = "measured"
         else:
             used = sorted(n for n, st in run.steps.items() if st is not None and st.status == "passed"

@@ -26,7 +26,7 @@ import re
 from typing import Any
 
 from validation.formatting import NA, as_dict, finite, fmt_num, fmt_p, fmt_pct, plural
-from validation.results.run import AgainstRun, PerformanceAnalysis, Run, read_run
+from validation.results.run import AgainstRun, AnalysisRow, PerformanceAnalysis, Run, read_run
 
 VERDICT_CSS = {"better": "pass", "worse": "fail", "same": "skip"}
 
@@ -57,32 +57,32 @@ def _sides_named(text: str) -> str:
 _NOT_TESTED = re.compile(r"^not tested:\s*", re.I)
 
 
-def _row_notes(rows: list[dict]) -> tuple[list[str], list[str]]:
+def _row_notes(rows: list[AnalysisRow]) -> tuple[list[str], list[str]]:
     """(why rows were not tested, what qualifies a tested row), each note once with the rows it is about ("baseline
     final_loss, single final_loss: one value per run: ..."): a note is compare's sentence on its row, which names no
     row, and the section shows its notes below the table. A note of an untested row without compare's own "not
     tested:" before it (the section says that); a tested row's note (one run a side, the common change) is no
     reason it was not tested."""
-    untested: dict[str, list[dict]] = {}
-    tested: dict[str, list[dict]] = {}
+    untested: dict[str, list[AnalysisRow]] = {}
+    tested: dict[str, list[AnalysisRow]] = {}
     for r in rows:
-        if not r["note"]:
+        if not r.note:
             continue
-        untested_row = r["significant"] == "not tested"
-        note = _sides_named(_NOT_TESTED.sub("", r["note"]) if untested_row else r["note"])
+        untested_row = r.tested is False
+        note = _sides_named(_NOT_TESTED.sub("", str(r.note)) if untested_row else str(r.note))
         (untested if untested_row else tested).setdefault(note, []).append(r)
     return ([f"{_rows_named(about)}: {note}" for note, about in untested.items()],
             [f"{_rows_named(about)}: {note}" for note, about in tested.items()])
 
 
-def _rows_named(rows: list[dict], listed: int = 4) -> str:
+def _rows_named(rows: list[AnalysisRow], listed: int = 4) -> str:
     """The rows a note is about: "baseline final_loss, single toks_per_s", or past `listed` rows their metrics and
     how many launches ("final_loss and mem_peak_gb of 19 launches")."""
-    names = list(dict.fromkeys(f"{r['step']} {r['metric']}" for r in rows))
+    names = list(dict.fromkeys(f"{fmt_num(r.step)} {fmt_num(r.metric)}" for r in rows))
     if len(names) <= listed:
         return ", ".join(names)
-    metrics = list(dict.fromkeys(r["metric"] for r in rows))
-    steps = len(dict.fromkeys(r["step"] for r in rows))
+    metrics = list(dict.fromkeys(fmt_num(r.metric) for r in rows))
+    steps = len(dict.fromkeys(fmt_num(r.step) for r in rows))
     return f"{' and '.join(metrics)} of {plural(steps, 'launch', 'launches')}"
 
 
@@ -157,7 +157,7 @@ def performance_view(results: Run | dict) -> dict | None:
     finding = (block.key_finding.text if block.key_finding else None) or key_finding(rows)
     # run_noise: {"text"} in the records this section was written for ({step: RunNoise} since: no "text")
     about = [str(x) for x in (block.family.statement, as_dict(block.run_noise).get("text")) if x]
-    not_tested, qualified = _row_notes(rows)
+    not_tested, qualified = _row_notes(block.rows)
     about = [x.rstrip(". ") for x in about + qualified]  # what qualifies a tested row: with how rows were tested
     return {
         "against": fmt_num(against.run_dir),

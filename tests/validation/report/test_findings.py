@@ -55,7 +55,7 @@ def _with_prefill(results: dict, significant: bool = True) -> dict:
 def test_the_key_finding_is_the_largest_significant_with_and_without_effect(results):
     res = _with_prefill(results)
     comps = findings.comparisons(res)
-    assert {c["step"] for c in comps} >= {"prefill"}
+    assert {c.step for c in comps} >= {"prefill"}
     finding = findings.key_finding(comps)
     assert finding["step"] == "prefill" and finding["rel"] == pytest.approx(19.686)
     text = finding["text"]
@@ -76,8 +76,8 @@ def test_no_significant_effect_is_said_and_an_ignored_setting_is_never_a_finding
     for comp in fused.get("comparison") or []:
         comp["significant"], comp["verdict"] = True, "better"  # even if it looked significant
     comps = findings.comparisons(res)
-    assert all(not c["significant"] for c in comps if c["step"] == "fused_adamw")
-    assert any(c["ignored"] for c in comps if c["step"] == "fused_adamw")
+    assert all(not c.significant for c in comps if c.step == "fused_adamw")
+    assert any(c.ignored for c in comps if c.step == "fused_adamw")
     finding = findings.key_finding(comps)
     assert finding["text"].startswith("none: no significant effect in ")
     assert findings.key_finding([]) is None

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_train.py                  # CPU: tiny config and m7c_125m at seq 2048, single vs DDP x2
     python benchmarks/bench_train.py --quick          # CPU: tiny config only
+    python benchmarks/bench_train.py --quick --models nsa,dense --modes eager,compile   # CPU: both models, two modes
     python benchmarks/bench_train.py --device cuda    # GPU: m7c_125m at seq 2048, bf16, NSA beside its dense twin,
                                                       # each eager, --compile and --cuda-graphs
     python benchmarks/bench_train.py --device cuda --repeats 3   # interleaved repeats: min / median / max of runs
@@ -11,8 +12,9 @@
     python benchmarks/bench_train.py --device cuda --modes graphs --contexts 16384,32768   # long context, B 1
 
 Each case launches `python -m nsa.training` (or torchrun with 2 ranks) in its own out_dir under artifacts/bench_train/
-and reads its training.csv: throughput is the mean (and stdev) of toks_per_s over the steps after the warm-up
-steps; memory is the largest mem_reserved_gb (peak RSS on CPU, peak reserved CUDA memory on GPU, rank 0).
+and reads its training.csv: throughput is the tokens of the steps after the warm-up steps over their time (the
+step stdev that of their toks_per_s; a run with no step after its warm-up fails); memory is the largest
+mem_reserved_gb (peak RSS on CPU, peak reserved CUDA memory on GPU, rank 0).
 toks_per_s is global, so DDP / single is the speed-up from the second rank (on a 2-core CPU each rank gets one
 core, so ~1.0 is the expected, honest answer there; on GPUs it should approach the number of GPUs).
 MFU needs a device peak: known GPUs are looked up (nsa.training.metrics); on CPU pass --peak-tflops to get one.
@@ -25,7 +27,7 @@ the table reports all of them, then, per model, the fastest mode, and the NSA / 
 every case once per set of environment variables (e.g. a toggle off and on); the A/B lines give each variant's
 tokens/s over the first's, as the ratio of the medians and per repeat (the runs of one repeat ran side by side). With
 --repeats N the cases run N times, interleaved (A B A B ...), and the table gives the min / median / max of the
-runs' mean tokens/s: per-step values are autocorrelated, runs are the independent units.
+runs' tokens/s: per-step values are autocorrelated, runs are the independent units.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ import argparse
 import csv
 import json
 import os
+import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -83,8 +87,9 @@ def gpu_cases(modes: list[str], models: list[str] | None = None, contexts: list[
     """The GPU cases: each model (NSA, its dense twin) in each mode at each context length, once per variant.
     At 2,048 tokens the config's batch (B 8); longer contexts run B 1 x S (the same 125M model). The eager cases of
     the default run keep their earlier names (m7c_125m_s2048_bf16, ..._dense); other modes add +MODE, other
-    contexts _sN and variants @LABEL. The variants of one (model, mode, context) are adjacent, so that repeats
-    alternate them A B A B."""
+    contexts _sN and variants @LABEL. The two models of one mode and context run one after the other (NSA, dense,
+    NSA, dense ... across the modes, never every NSA case before the first dense one), and the variants of one
+    (model, mode, context) are adjacent, so that repeats alternate them A B A B."""
     name, config, flags, steps, warmup = GPU_BASE
     variants = variants or [("", {})]
     cases = []
@@ -94,8 +99,8 @@ def gpu_cases(modes: list[str], models: list[str] | None = None, contexts: list[
         base = name if ctx == 2048 else name.replace("s2048", f"s{ctx}")
         ctx_flags = [] if ctx == 2048 else ["--batch-size", "1", "--accum", "1", "--seq-len", str(ctx)]
         ctx_steps = (steps, warmup) if ctx == 2048 else GPU_LONG_STEPS
-        for model in models or list(MODELS):
-            for mode in modes:
+        for mode in modes:
+            for model in models or list(MODELS):
                 for label, env in variants:
                     case = (base + ("_dense" if model == "dense" else "") + ("" if mode == "eager" else f"+{mode}")
                             + (f"@{label}" if label else ""))
@@ -104,6 +109,52 @@ def gpu_cases(modes: list[str], models: list[str] | None = None, contexts: list[
                                   "steps": ctx_steps[0], "warmup": ctx_steps[1], "model": model, "mode": mode,
                                   "variant": label, "env": env, "seq_len": ctx, "batch": 8 if ctx == 2048 else 1})
     return cases
+
+
+def cpu_cases(modes: list[str], models: list[str], quick: bool = False,
+              variants: list[tuple[str, dict[str, str]]] | None = None) -> list[dict]:
+    """The CPU cases: each config of CPU_CASES (the tiny one alone with quick), each model in each mode, once per
+    variant, in gpu_cases' order. Modes that need CUDA (graphs) are refused: never measured as another mode. The
+    default CPU run (NSA, eager) keeps its case names; the dense twin adds _dense, other modes +MODE."""
+    cuda_only = [m for m in modes if "graphs" in m]
+    if cuda_only:
+        raise ValueError(f"--modes {','.join(cuda_only)}: CUDA graphs need --device cuda")
+    cases = []
+    for name, config, flags, steps, warmup in CPU_CASES[:1] if quick else CPU_CASES:
+        for mode in modes:
+            for model in models:
+                for label, env in variants or [("", {})]:
+                    cases.append({"name": name + ("_dense" if model == "dense" else "")
+                                  + ("" if mode == "eager" else f"+{mode}") + (f"@{label}" if label else ""),
+                                  "config": config, "flags": [*flags, *MODELS[model], *MODES[mode]], "steps": steps,
+                                  "warmup": warmup, "model": model, "mode": mode, "variant": label, "env": env,
+                                  "seq_len": None, "batch": None})
+    return cases
+
+
+def run_in_session(cmd: list[str], *, cwd, env: dict[str, str], timeout: float,
+                   grace_s: float = 10.0) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd, capture_output=True, text=True) in a session of its own: at `timeout` its whole process
+    group is ended (SIGTERM, then SIGKILL after `grace_s`), torchrun's workers and any child holding the output
+    pipes included (subprocess.run's timeout kills the direct child only, and its wait for the pipes could then
+    block on a surviving worker); subprocess.TimeoutExpired is raised as subprocess.run raises it."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.communicate(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        raise subprocess.TimeoutExpired(cmd, timeout) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def run_case(name: str, config: str, flags: list[str], steps: int, warmup: int, nproc: int, peak: float | None,
@@ -119,18 +170,19 @@ def run_case(name: str, config: str, flags: list[str], steps: int, warmup: int, 
         for stale in out_dir.glob("*.csv"):
             stale.unlink()
     t0 = time.time()
-    proc = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = run_in_session([sys.executable, *argv], cwd=ROOT, env=env, timeout=timeout)
     wall = time.time() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{name} x{nproc} failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
     with open(out_dir / "training.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    steady = rows[warmup:] or rows
+    steady = rows[warmup:]
+    if not steady:  # never the warm-up steps' figure under the name of the steady state
+        raise ValueError(f"{name} x{nproc}: {len(rows)} training.csv rows, none after the {warmup} warm-up steps")
     tps = [float(r["toks_per_s"]) for r in steady]
     env_json = json.loads((out_dir / "env.json").read_text())
     fpt = env_json["flops_per_token"]
-    mean = statistics.mean(tps)
+    mean = steady_tokens_per_s(steady)
     device_peak = env_json.get("peak_flops") or (peak * 1e12 if peak else None)
     return {
         "case": name, "ranks": nproc, "device": env_json.get("device_name"), "steps": len(rows),
@@ -143,12 +195,21 @@ def run_case(name: str, config: str, flags: list[str], steps: int, warmup: int, 
     }
 
 
+def steady_tokens_per_s(rows: list[dict]) -> float:
+    """The run's throughput: the tokens of its timed steps over their time (each row's toks_per_s * step_time_s is
+    its step's tokens), not the mean of the per-step rates, which a few fast steps inflate."""
+    seconds = sum(float(r["step_time_s"]) for r in rows)
+    if not seconds > 0:
+        raise ValueError(f"timed steps of {seconds} s in all: no throughput")
+    return sum(float(r["toks_per_s"]) * float(r["step_time_s"]) for r in rows) / seconds
+
+
 def fmt(value, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
 def summarize(runs: list[dict]) -> dict:
-    """One row from the repeats of a case: min / median / max of the runs' mean tokens/s; the figures derived from
+    """One row from the repeats of a case: min / median / max of the runs' tokens/s; the figures derived from
     tokens/s (per rank, TFLOP/s, MFU) from that median, so that a row's figures agree (with an even number of runs
     the median is between two runs, and no run's own figures are the median's); the peak memory the largest of the
     runs', the step stdev the median of the runs'; the rest (loss, wall time, csv) the middle run's."""
@@ -191,11 +252,12 @@ def comparisons(results: list[dict], runs: dict | None = None) -> list[str]:
     single = [r for r in results if r["ranks"] == 1]
     lines = []
     groups: dict[tuple, list[dict]] = {}
-    for r in single:
-        groups.setdefault((r.get("variant", ""), r.get("seq_len", 2048)), []).append(r)
-    for (variant, ctx), rows in groups.items():
+    for r in single:  # one config's cases (the CPU run has two: never compared as modes of one model)
+        groups.setdefault((r.get("variant", ""), r.get("seq_len", 2048), r.get("config")), []).append(r)
+    configs = {config for _, _, config in groups}
+    for (variant, ctx, config), rows in groups.items():
         where = ("" if ctx is None or (ctx == 2048 and len(groups) == 1) else f"S {ctx:,} B {rows[0].get('batch')}") \
-            + (f" @{variant}" if variant else "")
+            + (f" {config}" if len(configs) > 1 else "") + (f" @{variant}" if variant else "")
         prefix = f"[{where.strip()}] " if where.strip() else ""
         by = {(r.get("model", "nsa"), r.get("mode", "eager")): r for r in rows}
         for mode in MODES:
@@ -222,18 +284,25 @@ def comparisons(results: list[dict], runs: dict | None = None) -> list[str]:
         for r in single:
             if r.get("variant", "") == first:
                 continue
-            key = (r.get("model"), r.get("mode"), r.get("seq_len", 2048))
+            key = (r.get("model"), r.get("mode"), r.get("seq_len", 2048), r.get("config"))
             base = next((b for b in single if b.get("variant", "") == first
-                         and (b.get("model"), b.get("mode"), b.get("seq_len", 2048)) == key), None)
+                         and (b.get("model"), b.get("mode"), b.get("seq_len", 2048), b.get("config")) == key), None)
             if base is None:
                 continue
             paired = _paired_ratios((runs or {}).get(base["case"], []), (runs or {}).get(r["case"], []))
             spread = (f"; per repeat min / median / max {min(paired):.3f} / {statistics.median(paired):.3f} / "
                       f"{max(paired):.3f} over {len(paired)}") if paired else ""
-            at = f" S {key[2]:,}" if key[2] else ""
+            at = (f" S {key[2]:,}" if key[2] else "") + (f" {key[3]}" if len(configs) > 1 else "")
             lines.append(f"A/B {r.get('model')} {r.get('mode')}{at}: @{r['variant']} / @{first or 'base'} "
                          f"tokens/s = {r['toks_per_s'] / base['toks_per_s']:.3f}{spread}")
     return lines
+
+
+def reproduce_command(argv: list[str], environ) -> str:
+    """The shell command that runs these cases again: the project's variables set here (the cases inherit them)
+    and the arguments, each quoted for the shell."""
+    env = [f"{k}={shlex.quote(v)}" for k, v in sorted(environ.items()) if k.startswith(toggles.PREFIX)]
+    return " ".join([*env, shlex.join(["python", "benchmarks/bench_train.py", *argv])])
 
 
 def no_cuda_here() -> str | None:
@@ -250,11 +319,12 @@ def main(argv=None) -> int:
     ap.add_argument("--peak-tflops", type=float, help="device peak for MFU where it is not known (e.g. a CPU)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per case")
     ap.add_argument("--repeats", type=int, default=1, help="runs per case, interleaved across cases")
-    ap.add_argument("--modes", default=",".join(MODES),
-                    help=f"GPU: comma-separated modes of each model, of {', '.join(MODES)} (default: all)")
-    ap.add_argument("--models", default=",".join(MODELS), help="GPU: comma-separated models (nsa, dense; default both)")
-    ap.add_argument("--contexts", default="2048",
-                    help="GPU: comma-separated context lengths; 2,048 runs the config's B 8, longer ones B 1 x S "
+    ap.add_argument("--modes", help=f"comma-separated modes of each model, of {', '.join(MODES)} (default: all on "
+                                    "CUDA, eager on CPU, where the graphs modes are refused)")
+    ap.add_argument("--models", help="comma-separated models (nsa, dense; default both on CUDA, nsa on CPU)")
+    ap.add_argument("--contexts",
+                    help="GPU: comma-separated context lengths (default 2048); 2,048 runs the config's B 8, longer "
+                         "ones B 1 x S "
                          f"({GPU_LONG_STEPS[0]} steps, the first {GPU_LONG_STEPS[1]} excluded); e.g. 2048,16384,32768")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL[:VAR=VALUE,...]",
                     help="GPU: run every case once per variant, with these environment variables (repeatable; the "
@@ -264,6 +334,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
+    cuda = args.device == "cuda"
+    if not cuda and args.contexts is not None:  # the CPU cases' lengths are their configs'
+        ap.error("--contexts needs --device cuda")
+    args.modes = args.modes if args.modes is not None else ",".join(MODES) if cuda else "eager"
+    args.models = args.models if args.models is not None else ",".join(MODELS) if cuda else "nsa"
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
@@ -273,7 +348,7 @@ def main(argv=None) -> int:
     if not models or any(m not in MODELS for m in models):
         ap.error(f"--models {args.models!r}: expected some of {', '.join(MODELS)}")
     try:
-        contexts = [int(c) for c in args.contexts.split(",") if c.strip()]
+        contexts = [int(c) for c in (args.contexts or "2048").split(",") if c.strip()]
         variants = [parse_variant(v) for v in args.variant]
     except ValueError as e:
         ap.error(str(e) if "variant" in str(e) else f"--contexts {args.contexts!r}: expected integers, e.g. 2048,32768")
@@ -285,14 +360,14 @@ def main(argv=None) -> int:
         except ValueError as e:
             ap.error(str(e))
     else:
-        cases = [{"name": c[0] + (f"@{label}" if label else ""), "config": c[1], "flags": c[2], "steps": c[3],
-                  "warmup": c[4], "model": "nsa", "mode": "eager", "variant": label, "env": env, "seq_len": None,
-                  "batch": None}
-                 for c in (CPU_CASES[:1] if args.quick else CPU_CASES) for label, env in (variants or [("", {})])]
+        try:
+            cases = cpu_cases(modes, models, args.quick, variants)
+        except ValueError as e:
+            ap.error(str(e))
     if args.device == "cuda" and not args.dry_run and (why := no_cuda_here()):
         ap.error(f"--device cuda: {why}")
     ranks = (1,) if args.no_ddp or args.device == "cuda" else (1, 2)
-    print("reproduce: python benchmarks/bench_train.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    print("reproduce: " + reproduce_command(argv if argv is not None else sys.argv[1:], os.environ))
     if args.dry_run:
         for c in cases:
             env = " ".join(f"{k}={v}" for k, v in c["env"].items())
@@ -311,8 +386,9 @@ def main(argv=None) -> int:
                 try:
                     run = run_case(name, c["config"], c["flags"], c["steps"], c["warmup"], nproc, args.peak_tflops,
                                    args.timeout, c["env"])
-                except (SystemExit, subprocess.TimeoutExpired, OSError, KeyError, ValueError) as e:
-                    # one case that fails (a crash, its timeout) is reported; the other cases still run
+                except (SystemExit, subprocess.TimeoutExpired, OSError, KeyError, ValueError, TypeError) as e:
+                    # one case that fails (a crash, its timeout, a training.csv row cut short) is reported; the
+                    # other cases still run
                     text = str(e) if not isinstance(e, subprocess.TimeoutExpired) else \
                         f"{name} x{nproc} timed out after {args.timeout:g} s"
                     failed.append({"case": name, "ranks": nproc, "model": model, "mode": mode,
@@ -320,14 +396,15 @@ def main(argv=None) -> int:
                     print(f"FAILED {name} x{nproc}: {text.strip()[-2000:]}", file=sys.stderr, flush=True)
                     continue
                 runs.setdefault((name, nproc), []).append(
-                    {**run, "model": model, "mode": mode, "variant": c["variant"], "env": c["env"],
-                     "seq_len": c["seq_len"], "batch": c["batch"], "repeat": rep})
+                    {**run, "config": c["config"], "model": model, "mode": mode, "variant": c["variant"],
+                     "env": c["env"], "seq_len": c["seq_len"], "batch": c["batch"], "repeat": rep})
                 print(f"  {name} x{nproc}: {run['toks_per_s']:,.0f} tokens/s, peak {run['peak_mem_gb']:.2f} GB, "
                       f"wall {run['wall_s']:.0f} s", file=sys.stderr, flush=True)
     results = [summarize(r) for r in runs.values()]
     print(table(results))
     for f in failed:
-        print(f"FAILED {f['case']} x{f['ranks']} ({f['model']}, {f['mode']}): {f['error'].strip().splitlines()[0]}")
+        first_line = (f["error"].strip().splitlines() or ["?"])[0]
+        print(f"FAILED {f['case']} x{f['ranks']} ({f['model']}, {f['mode']}): {first_line}")
     for line in comparisons(results, {name: r for (name, nproc), r in runs.items() if nproc == 1}):
         print(line)
     for name in (c["name"] for c in cases):

@@ -183,13 +183,16 @@ DENSE_FAMILIES = {FWD: ("dense_fwd",), BWD: ("dense_bwd",)}
 
 def kernel_costs(cfg: NSAConfig, seq_len: int, batch: int, elem: int = 2) -> dict[str, Cost]:
     """{family: Cost} of the NSA layer's attention kernels at this shape, summed over their launches in one pass
-    (the range kernels run once for cmp and once for the window). elem: bytes of an activation element."""
+    (the range kernels run once for cmp and once for the window; the cmp launch only once a compression block has
+    ended, S >= l: before that range_attn.host fills its zero output and -inf lse without a kernel). elem: bytes of
+    an activation element."""
     s, b, h, g = seq_len, batch, cfg.n_heads, cfg.n_kv_groups
     dk, dv, hpg = cfg.d_k, cfg.d_v, cfg.n_heads // cfg.n_kv_groups
     pairs = {k: v * b * h for k, v in branch_pairs(cfg, s).items()}  # (query, key) pairs, all heads and sequences
     rng = pairs["cmp"] + pairs["win"]
     sel = pairs["sel"]
     n_cmp = num_cmp_blocks(s, cfg.l, cfg.d)
+    launches = 2 if n_cmp else 1  # range kernel launches per pass: the window's, and the cmp one where it has keys
     q, o = b * s * h * dk * elem, b * s * h * dv * elem
     k_tok, v_tok = b * g * s * dk * elem, b * g * s * dv * elem
     k_cmp, v_cmp = b * g * n_cmp * dk * elem, b * g * n_cmp * dv * elem
@@ -198,11 +201,11 @@ def kernel_costs(cfg: NSAConfig, seq_len: int, batch: int, elem: int = 2) -> dic
     n_blocks = num_sel_blocks(s, cfg.l_sel)
     kept = min(cfg.n_sel, n_blocks)  # the keys torch.topk keeps per row under the "topk" choice
     costs = {
-        "range_fwd": Cost(2 * (dk + dv) * rng, rng, 2 * (q + o + stat) + k_cmp + v_cmp + k_tok + v_tok),
+        "range_fwd": Cost(2 * (dk + dv) * rng, rng, launches * (q + o + stat) + k_cmp + v_cmp + k_tok + v_tok),
         "range_bwd_dq": Cost(2 * (2 * dk + dv) * rng, rng,
-                             2 * (2 * q + 2 * o + 2 * stat) + k_cmp + v_cmp + k_tok + v_tok),
+                             launches * (2 * q + 2 * o + 2 * stat) + k_cmp + v_cmp + k_tok + v_tok),
         "range_bwd_dkdv": Cost(2 * (2 * dk + 2 * dv) * rng, rng,
-                               2 * (q + o + 2 * stat) + 2 * (k_cmp + v_cmp + k_tok + v_tok)),
+                               launches * (q + o + 2 * stat) + 2 * (k_cmp + v_cmp + k_tok + v_tok)),
         # importance of every visible compressed key (written per started block) vs fused with the top-n_sel
         "selection_importance": Cost(2 * dk * pairs["cmp"], pairs["cmp"],
                                      q + k_cmp + stat + b * g * started_blocks(cfg, s) * FP32),
@@ -315,6 +318,10 @@ KERNEL_FAMILIES = (
     ("fmha_cutlassB", "dense_bwd"),
 )
 GEMM_MARKERS = ("nvjet", "gemm", "cutlass", "xmma", "cublas")
+# torch's in-place key-value sorts of rows of at most 4,096 (aten's sortKeyValueInplace): bitonic for an
+# unstable sort of at most 32 (choose_blocks' sort of the n_sel kept indices), warp merge for at most 128 where
+# torch is built with it, radix otherwise (the importance rows' stable sort)
+INPLACE_SORTS = ("radixSortKVInPlace", "bitonicSortKVInPlace", "warpMergeSortKVInPlace")
 
 
 def family(kernel_name: str) -> str:
@@ -323,7 +330,8 @@ def family(kernel_name: str) -> str:
     for marker, fam in KERNEL_FAMILIES:
         if marker in kernel_name:
             return fam
-    if "radixSortKVInPlace" in kernel_name:  # template args name the key type: importance (float) or blocks (long)
+    if any(sort in kernel_name for sort in INPLACE_SORTS):
+        # template args name the key type, importance (float) or blocks (long), then the value type (long)
         args = kernel_name.replace(" ", "")
         if ",float,long," in args:
             return "selection_sort"

@@ -205,10 +205,13 @@ class RunControl:
         return (self.out_dir / HALT_NAME).exists()
 
     def halt_reason(self) -> str:
+        """The text of out_dir/.HALT (its first 500 characters; bytes that are not UTF-8 replaced, never an error:
+        the stop it asks for must not become a crash), "empty .HALT file", or ".HALT file" where it cannot be read."""
         try:
-            return (self.out_dir / HALT_NAME).read_text().strip()[:500] or "empty .HALT file"
+            text = (self.out_dir / HALT_NAME).read_bytes().decode("utf-8", errors="replace")
         except OSError:
             return ".HALT file"
+        return text.strip()[:500] or "empty .HALT file"
 
     # ------------------------------------------------------------------ deliberate faults
     def fault_at(self, step: int) -> str | None:

@@ -540,7 +540,7 @@ class Trainer:
                                 else "non-finite gradient norm (loss finite)")
                         reason = (f"{what} at step {step}; the optimizer step was skipped and training stopped "
                                   f"without a checkpoint; {self._last_good()}")
-                        self.heartbeat.write(step, "stop", reason=reason, local_loss=float(out["loss_sum"]))
+                        self.heartbeat.write(step, "stop", reason=reason, local_loss=float(out["loss_sum"]) / tc.accum)
                         step -= 1
                         break
                     with observability.span("nsa.optim"):

@@ -77,6 +77,19 @@ def _is_time(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
 
 
+def round_verdict(ratios: list) -> str:
+    """A comparison's verdict from its rounds' ratios (choice over baseline, time: below 1 is faster): "incomplete"
+    with one round only or a round missing or failed (nothing decided), else faster or slower in every round, or
+    mixed (a tie in any round is neither)."""
+    if len(ratios) < 2 or any(x is None for x in ratios):
+        return "incomplete"
+    if all(x < 1 for x in ratios):
+        return "faster in every round"
+    if all(x > 1 for x in ratios):
+        return "slower in every round"
+    return "mixed"
+
+
 def comparisons(folder: Path, baselines: tuple[str, ...]) -> list[dict]:
     """One record per (label, case, arm other than the baseline) of the folder's A/B files, then the comparisons of
     its bench_selection --topk-ab, bench_loss and bench_train --variant runs files (module docstring)."""
@@ -115,14 +128,7 @@ def comparisons(folder: Path, baselines: tuple[str, ...]) -> list[dict]:
             timed = [ms for p in per_round for ms in (p["baseline_ms"], p["choice_ms"]) if ms]
             mode = "fwdbwd" if any("fwdbwd" in ms for ms in timed) else "fwd"
             ratios = [p["ratio"].get(mode) for p in per_round]
-            if len(per_round) < 2 or any(x is None for x in ratios):
-                verdict = "incomplete"  # a round missing or failed, or one round only: nothing decided
-            elif all(x < 1 for x in ratios):
-                verdict = "faster in every round"
-            elif all(x > 1 for x in ratios):
-                verdict = "slower in every round"
-            else:
-                verdict = "mixed"
+            verdict = round_verdict(ratios)
             records.append({"folder": str(folder), "label": label, "case": case, "baseline": base, "choice": arm,
                             "rounds": per_round, "verdict": verdict})
     return records + others
@@ -143,12 +149,8 @@ def _calls_record(folder: Path, label: str, case, baseline: str, choice: str, fi
     fig = {k: None if failed or not _is_time(v) else v for k, v in fig.items()}  # failed: not read
     if not (isinstance(calls, int) and not isinstance(calls, bool) and calls >= 2) or None in fig.values():
         verdict = "incomplete"  # one call, or a figure missing: nothing decided
-    elif fig["ratio_max"] < 1:
-        verdict = "faster in every round"
-    elif fig["ratio_min"] > 1:
-        verdict = "slower in every round"
-    else:
-        verdict = "mixed"
+    else:  # every round's ratio lies between the smallest and the largest
+        verdict = round_verdict([fig["ratio_min"], fig["ratio_max"]])
     rnd = {"round": f"1-{calls}" if isinstance(calls, int) else "?", "calls": calls,
            "baseline_ms": {"call": fig["base_ms"]}, "choice_ms": {"call": fig["choice_ms"]},
            "ratio": {"call": fig["ratio"]} if fig["ratio"] is not None else {},
@@ -220,14 +222,7 @@ def train_records(folder: Path, path: Path, baselines: tuple[str, ...], failed: 
                 if failed:
                     per_round[-1]["failed"] = failed
             ratios = [p["ratio"].get("time") for p in per_round]
-            if len(per_round) < 2 or None in ratios:
-                verdict = "incomplete"
-            elif all(x < 1 for x in ratios):
-                verdict = "faster in every round"
-            elif all(x > 1 for x in ratios):
-                verdict = "slower in every round"
-            else:
-                verdict = "mixed"
+            verdict = round_verdict(ratios)
             case = f"{model} {mode}" + (f" S {seq_len} B {batch}" if seq_len else "")
             records.append({"folder": str(folder), "label": path.name.split(".")[0], "case": case, "baseline": base,
                             "choice": arm, "mode": "tok/s", "rounds": per_round, "verdict": verdict})

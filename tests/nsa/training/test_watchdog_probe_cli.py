@@ -24,6 +24,7 @@ import pytest
 from nsa.training import watchdog as wd
 from nsa.training.heartbeat import encode_record, heartbeat_path
 from nsa.training.watchdog import HALT_NAME, main
+from test_watchdog import RANK_WAITING as WAITS_FOR_USR1  # a rank that waits for its SIGUSR1
 
 HOUR = 3600.0
 DEAD_PID = 2 ** 22 + 12345  # above Linux's pid_max ceiling: never a live process
@@ -182,15 +183,6 @@ def test_files_moved_aside_and_no_relaunch_gives_up_max_wait_start_after_they_we
     assert kind == "gave_up" and t == 55 and "after 20s" in verdict.reason
 
 
-WAITS_FOR_USR1 = """
-import signal, sys, time
-from pathlib import Path
-signal.signal(signal.SIGUSR1, lambda *a: Path(sys.argv[1]).write_text("1"))
-print("ready", flush=True)
-deadline = time.time() + 30
-while not Path(sys.argv[1]).exists() and time.time() < deadline:
-    time.sleep(0.02)
-"""
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="no SIGUSR1 on this platform")

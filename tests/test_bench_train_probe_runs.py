@@ -27,12 +27,12 @@ def _times(steps: int, warmup: int) -> list[float]:
 
 
 class FakeTrainer:
-    """subprocess.run for the cases: records each launch (its out_dir's name) and writes its files."""
+    """bench_train.run_in_session for the cases: records each launch (its out_dir's name) and writes its files."""
 
     def __init__(self, root, times=_times, broken=()):
         self.root, self.times, self.broken, self.launches = root, times, broken, []
 
-    def __call__(self, cmd, cwd=None, env=None, capture_output=False, text=False, timeout=None):
+    def __call__(self, cmd, cwd=None, env=None, timeout=None):
         out = self.root / cmd[cmd.index("--out-dir") + 1]
         steps = int(cmd[cmd.index("--steps") + 1])
         self.launches.append(out.name)
@@ -53,7 +53,7 @@ def fake(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "ROOT", tmp_path)
     monkeypatch.setattr(bench, "OUT", tmp_path / "artifacts")
     trainer = FakeTrainer(tmp_path)
-    monkeypatch.setattr(bench.subprocess, "run", trainer)
+    monkeypatch.setattr(bench, "run_in_session", trainer)
     return trainer
 
 

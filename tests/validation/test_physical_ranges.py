@@ -141,8 +141,8 @@ def test_a_decision_over_runs_with_an_impossible_figure_is_no_key_finding(smoke)
     assert runs_implausible(results["steps"]["prefill"]) == [
         "runs.batched.mfu.mean = 3 outside [0, 1]: no device does more FLOP/s than its peak"]
     comps = findings.comparisons(results)
-    prefill = [c for c in comps if c["step"] == "prefill"]
-    assert prefill and not any(c["significant"] for c in prefill)
+    prefill = [c for c in comps if c.step == "prefill"]
+    assert prefill and not any(c.significant for c in prefill)
     finding = findings.key_finding(comps)
     assert "prefill" not in (finding["step"] or "") and finding["text"].startswith("none: ")
     assert "1 step left out, prefill: a figure of the runs is outside its physical range" in finding["text"]

@@ -64,9 +64,10 @@ def test_a_damaged_results_json_is_refused_naming_the_file_and_what_is_wrong(cas
     assert (tmp_path / RESULTS_JSON).read_bytes() == data
 
 
-def test_report_and_resume_of_a_results_json_that_is_not_utf8_exit_2_in_one_line_and_keep_it(tmp_path, example):
+def test_report_and_resume_of_a_results_json_that_is_not_utf8_exit_2_in_one_line_and_keep_it(tmp_path, example, cli):
     """`report` and `run --resume` read the file first: one line naming it, exit 2, the file as it was and nothing
-    launched (the runbook's steps are quick benchmark scripts)."""
+    launched (the runbook's steps are quick benchmark scripts). As a user runs it, in a process of its own (in the
+    test's process the command would also see the children other tests of the worker left running)."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     data = _text(example).encode().replace(b'"tool"', b'"tool\xff"', 1)
@@ -74,9 +75,10 @@ def test_report_and_resume_of_a_results_json_that_is_not_utf8_exit_2_in_one_line
     runbook = two_phase_runbook(tmp_path)
     expected = f"nsa-validate: error: {run_dir / RESULTS_JSON}: unreadable (not UTF-8 text: byte 0xff at offset "
     for args in (["report", str(run_dir)], ["run", str(runbook), "--resume", str(run_dir)]):
-        result = CliRunner().invoke(app, args)
-        assert result.exit_code == 2, (args, result.output, result.exception)
-        assert result.output.strip().startswith(expected) and "\n" not in result.output.strip(), result.output
+        proc = cli(*args)
+        output = (proc.stdout + proc.stderr).strip()
+        assert proc.returncode == 2, (args, output)
+        assert output.startswith(expected) and "\n" not in output, output
     assert (run_dir / RESULTS_JSON).read_bytes() == data
     assert sorted(p.name for p in run_dir.iterdir()) == [RESULTS_JSON]
 

@@ -30,28 +30,9 @@ from validation.results.run import AgainstRun, AnalysisRow, PerformanceAnalysis,
 
 VERDICT_CSS = {"better": "pass", "worse": "fail", "same": "skip"}
 
-# compare names the two runs A and B (validation.report.compare: A = the earlier run, B = this run); this section's
-# table says "Earlier run" and "This run", and so do its warnings and notes: the places compare's sentences put a side
-_SIDE = {"A": "the earlier run", "B": "this run"}
-_SIDE_PATTERNS = (
-    # "host differs: A x, B y", "GPUs differ: ...", "uncommitted changes: A yes, B no", "different --set: A ...; B ..."
-    (re.compile(r"(?<![\w-])(differs|differ|uncommitted changes|--set): A (.*?)([,;]) B "),
-     lambda m: f"{m[1]}: {_SIDE['A']} {m[2]}{m[3]} {_SIDE['B']} "),
-    (re.compile(r"\b([AB]) only\b"), lambda m: f"{_SIDE[m[1]]} only"),  # "A only: x", "(B only)"
-    (re.compile(r"\bin ([AB])\b(?![\w/])"), lambda m: f"in {_SIDE[m[1]]}"),  # "a train step in A", "x in B, y in A"
-    (re.compile(r"\bof ([AB]) with\b"), lambda m: f"of {_SIDE[m[1]]} with"),  # "2 trainer launches of A with none"
-    (re.compile(r"\b([AB])'s step\b"), lambda m: f"{_SIDE[m[1]]}'s step"),
-    # a launch's side in brackets: "(A: why; B: why)", "x (A and B)", "x (B)", "(A: missing: p when it ran)"
-    (re.compile(r"(?<=\()([AB])(?=[:)]| and )|(?<=; )([AB])(?=: )|(?<= and )([AB])(?=[:)])"),
-     lambda m: _SIDE[m[1] or m[2] or m[3]]),
-)
-
-
-def _sides_named(text: str) -> str:
-    """A sentence of compare's with its runs named as this section names them: A the earlier run, B this run."""
-    for pattern, named in _SIDE_PATTERNS:
-        text = pattern.sub(named, text)
-    return text
+# compare names the two runs A and B (validation.report.compare: A = the earlier run, B = this run) and so does this
+# section: its sentence names A and B once, its table heads them, and compare's warnings and notes keep its letters
+SIDES = "A is the earlier run, B this run"
 
 
 _NOT_TESTED = re.compile(r"^not tested:\s*", re.I)
@@ -69,7 +50,7 @@ def _row_notes(rows: list[AnalysisRow]) -> tuple[list[str], list[str]]:
         if not r.note:
             continue
         untested_row = r.tested is False
-        note = _sides_named(_NOT_TESTED.sub("", str(r.note)) if untested_row else str(r.note))
+        note = _NOT_TESTED.sub("", str(r.note)) if untested_row else str(r.note)
         (untested if untested_row else tested).setdefault(note, []).append(r)
     return ([f"{_rows_named(about)}: {note}" for note, about in untested.items()],
             [f"{_rows_named(about)}: {note}" for note, about in tested.items()])
@@ -167,7 +148,8 @@ def performance_view(results: Run | dict) -> dict | None:
         "method": "; ".join(about) or None,
         "settings": ", ".join(settings) or None,
         "gate": str(block.gate) if block.gate else None,
-        "warnings": [_sides_named(str(w)) for w in block.warnings],
+        "warnings": [str(w) for w in block.warnings],
+        "sides": SIDES,
         "rows": rows,
         "notes": not_tested,  # why rows were not tested, each reason once with the rows it is about
         "summary": (f"{plural(len(rows), 'metric')} compared, {tested} tested: {counts['better']} significantly better, "

@@ -1,7 +1,7 @@
 """What the report concludes against the evidence it reads: a disturbed step's comparison, a decision that recommends
 nothing (one run a side), a reused phase, the next action when only non-warning problems are open, a run stopped by
 a failure, a step skipped for what the machine lacks, and the "Against an earlier run" section's notes and warnings
-(in the words of its table: the earlier run, this run). Built from the committed cpu_smoke run's results.json and
+(A and B, which the section defines). Built from the committed cpu_smoke run's results.json and
 the fixtures, edited in memory."""
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def test_the_notes_against_an_earlier_run_name_their_rows_and_say_not_tested_onc
     assert view["notes"] == [
         "baseline final_loss: one value per run: shown, not tested, never gating",
         "longrun toks_per_s: fewer than 2 blocks on a side",
-        "prefill toks_per_s: measured while other work used the machine (this run: steal 0.3 core): decides "
+        "prefill toks_per_s: measured while other work used the machine (B: steal 0.3 core): decides "
         "nothing, never gating"]
     # the tested row's caveat is no reason it was not tested: it is said with how the rows were tested
     assert view["method"].endswith("; single toks_per_s: one run of this step on each side: its run-to-run "
@@ -174,13 +174,18 @@ def test_the_notes_against_an_earlier_run_name_their_rows_and_say_not_tested_onc
     assert "Not tested: not tested" not in md and "Not tested: single" not in md
 
 
-def test_the_warnings_against_an_earlier_run_name_the_runs_as_its_table_does(against):
+def test_the_warnings_against_an_earlier_run_use_the_letters_the_section_defines(against):
+    """compare's sentences name the runs A and B; the section says once which is which and heads its table with
+    them, so that a warning reads whatever a step or label is called (a step named "A" or "B" included)."""
     view = performance_view(against)
     assert view["warnings"] == [
-        "host differs: the earlier run ci-runner-03, this run ci-runner-07",
-        "different --set: the earlier run none; this run args.steps=30",
-        "step single is a train step in the earlier run and a sweep step in this run",
-        "steps with trainer launches in one run only, not compared: the earlier run only: sel_perf"]
+        "host differs: A ci-runner-03, B ci-runner-07",
+        "different --set: A none; B args.steps=30",
+        "step single is a train step in A and a sweep step in B",
+        "steps with trainer launches in one run only, not compared: A only: sel_perf"]
+    for fmt in ("md", "html"):
+        text = render(against, fmt)
+        assert "A is the earlier run, B this run." in text
+        assert "host differs: A ci-runner-03, B ci-runner-07" in text
     md = render(against, "md")
-    assert "- WARN: host differs: the earlier run ci-runner-03, this run ci-runner-07" in md
-    assert "| Earlier run | This run |" in md
+    assert "| A (earlier run) | B (this run) |" in md

@@ -7,7 +7,8 @@ wrap at 80 columns and cut values with an ellipsis). On a terminal a table is a 
 
 Every name and value is printed as its text (validation.formatting.printable): a terminal escape sequence inside one
 (a coloured log line in a failure's reason) is taken out, another control character shown as U+FFFD, so a value
-never recolours or moves the cursor of the console or log it lands in.
+never recolours or moves the cursor of the console or log it lands in. Nothing in a value is read as rich markup or
+an emoji code ("[red]", "[tests/x.py]", ":x:" and a trailing backslash print as they are), on a terminal or not.
 
 Only rich and validation.formatting are imported here (validation.cli's start-up stays light).
 """
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from rich.cells import cell_len
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from validation.formatting import printable
 
@@ -30,8 +32,9 @@ GAP = "  "
 
 
 def make_console(stderr: bool = False) -> Console:
-    """The CLI's console: soft-wrapped (no line breaks inserted) when it is not a terminal."""
-    console = Console(stderr=stderr, highlight=False)
+    """The CLI's console: soft-wrapped (no line breaks inserted) when it is not a terminal; no emoji codes (a path
+    or value holding ":x:" prints as it is, and statuses are words)."""
+    console = Console(stderr=stderr, highlight=False, emoji=False)
     if not console.is_terminal:
         console.soft_wrap = True
     return console
@@ -45,17 +48,19 @@ def _cell(value: object) -> str:
 
 def table_lines(columns: Sequence[str], rows: Iterable[Sequence[object]], title: str | None = None) -> list[str]:
     """A table as plain lines: the title (if any), the header, then one line per row, columns padded to their
-    widest cell and separated by two spaces, nothing cut; the last column is not padded."""
+    widest cell (in terminal cells: a CJK character takes two, a combining mark none) and separated by two spaces,
+    nothing cut; the last column is not padded."""
     body = [[_cell(v) for v in row] for row in rows]
     header = [_cell(c) for c in columns]
     n = len(header)
     body = [(row + [""] * n)[:n] for row in body]
-    widths = [max([len(header[i])] + [len(r[i]) for r in body]) for i in range(n)]
+    widths = [max([cell_len(header[i])] + [cell_len(r[i]) for r in body]) for i in range(n)]
 
     def line(cells: list[str]) -> str:
-        return GAP.join(c.ljust(widths[i]) if i < n - 1 else c for i, c in enumerate(cells)).rstrip()
+        return GAP.join(c + " " * (widths[i] - cell_len(c)) if i < n - 1 else c
+                        for i, c in enumerate(cells)).rstrip()
 
-    out = [title] if title else []
+    out = [_cell(title)] if title else []
     out.append(line(header))
     out += [line(r) for r in body]
     return out
@@ -68,27 +73,27 @@ def print_table(console: Console, columns: Sequence[str], rows: Iterable[Sequenc
     rows = [list(r) for r in rows]
     if not console.is_terminal:
         for text in table_lines(columns, rows, title):
-            console.print(text, markup=False, highlight=False, soft_wrap=True)
+            console.print(text, markup=False, emoji=False, highlight=False, soft_wrap=True)
         return
 
     styles = STYLES if styles is None else styles
-    table = Table(title=title)
+    # Text, not str: never read as markup or emoji codes
+    table = Table(title=Text(_cell(title), style="table.title") if title else None)
     for col in columns:
-        table.add_column(str(col), overflow="fold")
+        table.add_column(Text(_cell(col)), overflow="fold")
     for row in rows:
-        cells = []
-        for value in row:
-            text = _cell(value)
-            style = styles.get(text)
-            cells.append(f"[{style}]{escape(text)}[/{style}]" if style else escape(text))
-        table.add_row(*cells)
+        texts = [_cell(value) for value in row]
+        table.add_row(*[Text(text, style=styles.get(text) or "") for text in texts])
     console.print(table)
 
 
 def print_line(console: Console, text: str, style: str | None = None) -> None:
-    """One line of plain text (no markup interpreted), styled on a terminal only, never wrapped elsewhere."""
-    text = printable(text)
-    if style and console.is_terminal:
-        console.print(f"[{style}]{escape(text)}[/{style}]", highlight=False)
-    else:
-        console.print(text, markup=False, highlight=False, soft_wrap=not console.is_terminal)
+    """One line of plain text (no markup or emoji code interpreted), styled on a terminal only, never wrapped
+    elsewhere."""
+    print_text(console, Text(printable(text), style=style if style and console.is_terminal else ""))
+
+
+def print_text(console: Console, text: Text) -> None:
+    """A rich Text as it is (a Text is never read as markup or emoji codes): no highlighting, never wrapped when
+    `console` is not a terminal."""
+    console.print(text, highlight=False, soft_wrap=not console.is_terminal)

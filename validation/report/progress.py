@@ -25,11 +25,11 @@ import time
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
 
-from validation.formatting import fmt_duration, printable
-from validation.report.console import print_line
+from validation.formatting import finite, fmt_duration, printable
+from validation.report.console import print_line, print_text
 from validation.results.codec import decode
 from validation.results.run import Step as StepRecord
 
@@ -44,7 +44,7 @@ _STATES = {"waiting": "waiting for the trainer's first heartbeat", "stalled": "h
 
 
 def _run_header(console: Console, runbook, run_dir, resumed: str | None) -> None:
-    console.print(f"[bold]{escape(runbook.name)}[/bold] -> {escape(str(run_dir))}")
+    print_text(console, Text.assemble((printable(runbook.name), "bold"), f" -> {printable(run_dir)}"))
     if resumed:
         print_line(console, f"resumed: {resumed}")
 
@@ -55,6 +55,12 @@ def _trainer_steps(step: Step) -> int | None:
     return int(steps) if isinstance(steps, int) and not isinstance(steps, bool) else None
 
 
+def _tokens_per_s(value) -> float | None:
+    """A heartbeat's tokens/s when it is one (a finite number above 0), else None."""
+    rate = finite(value)
+    return rate if rate is not None and rate > 0 else None
+
+
 def _print_finished(console: Console, step: Step, result) -> None:
     """The line that ends a step: its status (coloured on a terminal), name, elapsed time, summary and reason."""
     record = decode(StepRecord, result, f"steps.{step.name}", lenient=True)
@@ -63,9 +69,8 @@ def _print_finished(console: Console, step: Step, result) -> None:
     extra = step.kind_impl.summary_line(step.kind_impl.read(result))
     took = f" in {fmt_duration(record.duration_s)}" if record.status != "skipped" and \
         record.duration_s is not None else ""
-    console.print(f"  [{colour}]{str(record.status).upper():8}[/{colour}] "
-                  + escape(printable(f"{step.phase} / {step.name}{took}{extra}{reason}")), markup=True,
-                  highlight=False, soft_wrap=not console.is_terminal)
+    print_text(console, Text.assemble("  ", (f"{printable(str(record.status)).upper():8}", colour), " ",
+                                      printable(f"{step.phase} / {step.name}{took}{extra}{reason}")))
 
 
 class LiveReporter:
@@ -104,8 +109,9 @@ class LiveReporter:
         if progress.step is not None:
             parts.append(f"step {progress.step}")
             self.p.update(self.task, completed=progress.step)
-        if progress.toks_per_s:
-            parts.append(f"{progress.toks_per_s:,.0f} tok/s")
+        tps = _tokens_per_s(progress.toks_per_s)
+        if tps is not None:
+            parts.append(f"{tps:,.0f} tok/s")
         self.p.update(self.task, info=" | ".join(parts) or progress.state)
 
     def step_finished(self, step: Step, result) -> None:
@@ -120,8 +126,10 @@ class PlainReporter:
     """No terminal: plain lines that a log keeps. `STARTED` when a step starts; `RUNNING` at least every
     `interval_s` while it runs, from a timer thread (`tick`), with the elapsed time, the trainer's last step (of
     its `steps`), tokens/s and an ETA; the status when it ends. The ETA is of the running launch (the whole step
-    when it has one launch): its remaining steps at the rate of the steps seen so far; none until the step number
-    has moved, or when it moves backwards (a new launch, or launches side by side) until it moves again.
+    when it has one launch): its remaining steps at the rate of the steps seen since the first the trainer timed
+    (one seen with tokens/s, or else the first it moved to: the step of its boot heartbeat, 0 or a resume's
+    checkpoint step, comes before its start-up, whose minutes are no training steps); none until the step number
+    has moved from there, or when it moves backwards (a new launch, or launches side by side) until it moves again.
     Nothing prints for a step after its step_finished, nor after close()."""
 
     def __init__(self, console: Console, interval_s: float = PLAIN_PROGRESS_S,
@@ -169,14 +177,16 @@ class PlainReporter:
         with self._lock:
             now = self.clock()
             self._state = progress.state
-            if progress.toks_per_s:
-                self._tps = progress.toks_per_s
+            tps = _tokens_per_s(progress.toks_per_s)
+            if tps is not None:
+                self._tps = tps
             if progress.step is None or progress.step == self._last:
                 return
-            if self._last is not None and progress.step < self._last:  # another launch's steps: start over
+            moved = self._last is not None  # from a step seen before
+            if moved and progress.step < self._last:  # another launch's steps: start over
                 self._first = None
             self._last, self._last_t = progress.step, now
-            if self._first is None:
+            if self._first is None and (tps is not None or moved):  # a step the trainer timed, or moved to: training
                 self._first = (progress.step, now)
 
     def step_finished(self, step: Step, result) -> None:
@@ -248,9 +258,10 @@ def display(console: Console, interval_s: float | None = None) -> Iterator[LiveR
     """The progress display of a run on `console`: a LiveReporter on a terminal, else a PlainReporter printing a
     line at least every `interval_s` (default PLAIN_PROGRESS_S) while a step runs; its timer ends with the `with`."""
     if console.is_terminal:
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                      TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console,
-                      transient=True) as progress:
+        # markup=False: a label such as "[tests/test_x.py]" or "[lr=0.001]" is text, not a rich style tag
+        with Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(),
+                      TextColumn("{task.fields[info]}", markup=False), TimeElapsedColumn(), TimeRemainingColumn(),
+                      console=console, transient=True) as progress:
             yield LiveReporter(progress, console)
         return
     reporter = PlainReporter(console, PLAIN_PROGRESS_S if interval_s is None else interval_s)

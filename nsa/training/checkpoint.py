@@ -6,9 +6,11 @@
         meta.json        step, world size, parallel mode; written last: a directory without it is incomplete
 
 A checkpoint is written into `step_N.tmp/` and renamed once every rank's files are in, so a crash mid-save never
-leaves a checkpoint that looks complete. The same full state dicts serve single-process, DDP and FSDP2 runs
-(torch.distributed.checkpoint.state_dict), so a run can be resumed under another parallel mode, but not with
-another world size (each rank's data position belongs to its shard).
+leaves a checkpoint that looks complete; rotation (the last `keep` by step number) deletes a checkpoint's meta.json
+before the rest, and the next save removes the `.tmp/` directories of saves killed midway. Only `step_N/` directories
+are checkpoints: other names in checkpoints/ are neither loaded nor deleted. The same full state dicts serve
+single-process, DDP and FSDP2 runs (torch.distributed.checkpoint.state_dict), so a run can be resumed under another
+parallel mode, but not with another world size (each rank's data position belongs to its shard).
 """
 
 from __future__ import annotations
@@ -42,14 +44,24 @@ def _step_dir(out_dir: Path, step: int) -> Path:
     return Path(out_dir) / CHECKPOINT_DIR / f"step_{step:08d}"
 
 
+def _name_step(name: str) -> int | None:
+    """N for a directory named step_N (ASCII digits only), else None: a save's step_N.tmp, a copy kept beside a
+    checkpoint (step_N.bak, step_N.damaged) or any other name is not a checkpoint."""
+    digits = name[len("step_"):]
+    if name.startswith("step_") and digits.isascii() and digits.isdigit():
+        return int(digits)
+    return None
+
+
 def list_checkpoints(out_dir: Path) -> list[Path]:
-    """Complete checkpoints (meta.json present), oldest first."""
+    """Complete checkpoints (step_N/ with meta.json), oldest first: by step number, not by name (step_100000000
+    comes after step_99999999)."""
     root = Path(out_dir) / CHECKPOINT_DIR
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_")
-             and not p.name.endswith(".tmp") and (p / META).is_file()]
-    return sorted(found, key=lambda p: p.name)
+    found = [(step, p) for p in root.iterdir()
+             if (step := _name_step(p.name)) is not None and p.is_dir() and (p / META).is_file()]
+    return [p for _, p in sorted(found, key=lambda sp: (sp[0], sp[1].name))]
 
 
 def latest_checkpoint(out_dir: Path) -> Path | None:
@@ -67,7 +79,12 @@ def checkpoint_step(path: Path | None) -> int | None:
         step = json.loads((Path(path) / META).read_text())["step"]
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
         return None
-    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
+    return step if _count(step, 0) else None
+
+
+def _count(value: Any, least: int) -> bool:
+    """Whether a meta.json value is an integer (not a bool, a string or a float) of at least `least`."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def latest_step(out_dir: Path) -> int | None:
@@ -113,12 +130,25 @@ def save(out_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Opti
     if info.is_main:
         (tmp / META).write_text(json.dumps({"step": step, "world_size": info.world_size, "parallel": parallel}))
         if final.exists():
-            shutil.rmtree(final)
+            _remove(final)
         tmp.rename(final)
         for old in list_checkpoints(out_dir)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            _remove(old)
+        for stale in final.parent.glob("step_*.tmp"):  # left by saves killed midway: never complete, never loaded
+            if _name_step(stale.name[:-len(".tmp")]) is not None and stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
     barrier(info)
     return final
+
+
+def _remove(path: Path) -> None:
+    """Delete checkpoint `path`, its meta.json first: a process killed while the rest is being deleted leaves an
+    incomplete directory (skipped like a save's .tmp), never one that looks complete with files missing."""
+    try:
+        (path / META).unlink(missing_ok=True)
+    except OSError:
+        pass
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, info: DistInfo, *,
@@ -172,7 +202,10 @@ def _read_meta(path: Path, info: DistInfo) -> int:
         raise CheckpointError(f"{path}: not a complete checkpoint (no {META})")
     try:
         meta = json.loads(meta_file.read_text())
-        step, world_size = int(meta["step"]), int(meta["world_size"])
+        step, world_size = meta["step"], meta["world_size"]
+        for key, value, least in (("step", step, 0), ("world_size", world_size, 1)):
+            if not _count(value, least):
+                raise ValueError(f"{key} {value!r} is not an integer of at least {least}")
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
         raise _damaged(path, META, exc) from None
     if world_size != info.world_size:
@@ -201,7 +234,8 @@ def _damaged(path: Path, name: str, exc: BaseException) -> CheckpointError:
 def _older(path: Path) -> str:
     """Advice for a damaged checkpoint: the complete one before it, if any (resumed from only when the user moves
     the damaged one aside: a silent fallback would repeat steps without saying so)."""
-    earlier = [p for p in list_checkpoints(path.parent.parent) if p.name < path.name]
+    step = _name_step(path.name)
+    earlier = [p for p in list_checkpoints(path.parent.parent) if step is not None and _name_step(p.name) < step]
     return (f"; move {path.name} out of {path.parent} to resume from {earlier[-1].name}" if earlier
             else "; no earlier complete checkpoint")
 

@@ -23,8 +23,11 @@ eval(), and attribute access only reads keys of mappings. Allowed:
 Evaluation never raises for data: a missing name or key, None in arithmetic, under `not` or in a comparison other
 than is/is not, a division by zero, a result that is not finite (overflow to infinity), a NaN read from the data or a
 type mismatch gives status "error" with a detail sentence: a figure that is absent or not a number never makes a
-criterion pass (`not x.throttled` with throttled null is an error, not "not throttled"). A list read from the data
-and a list or tuple literal compare as the same kind of sequence (`x.throttle_reasons == []`).
+criterion pass (`not x.throttled` with throttled null is an error, not "not throttled"), nor does one held inside
+compared data (`x.sizes != [1, 2]` with a null size is an error) unless `in` / `not in` found the item it looked for.
+A list read from the data and a list or tuple literal compare as the same kind of sequence (`x.throttle_reasons ==
+[]`). `in` over a mapping finds a key as a subscript reads it (`50 in sweep.runs`: the key "50" of results.json).
+between(x, lo, hi) with lo above hi is an error (no value lies between).
 """
 
 from __future__ import annotations
@@ -398,8 +401,7 @@ class _Evaluator:
         if isinstance(container, Mapping):
             if key in container:
                 return container[key]
-            alt = (str(key) if isinstance(key, int) else
-                   int(key) if isinstance(key, str) and re.fullmatch(r"-?[0-9]{1,100}", key) else None)
+            alt = _key_alias(key)
             if alt is not None and alt in container:
                 return container[alt]
             raise _EvalError(f"{where}: no such key (step skipped or failed?)")
@@ -430,7 +432,9 @@ class _Evaluator:
         self._need_numbers(node, sym, a, b)
         if sym == "**" and abs(b) > MAX_EXPONENT:
             raise _EvalError(f"exponent {fmt_value(b)} larger than {MAX_EXPONENT} in {_src(node)}")
-        if sym == "**" and _is_int(a) and _is_int(b) and abs(a).bit_length() * b > MAX_INT_BITS:
+        # a ** b has at least (bits(a) - 1) * b + 1 bits: too many is known before computing it; a result that may
+        # fit (at most bits(a) * b bits, so never far above the limit) is computed and checked below
+        if sym == "**" and _is_int(a) and _is_int(b) and (abs(a).bit_length() - 1) * b >= MAX_INT_BITS:
             raise _EvalError(f"integer result larger than {MAX_INT_BITS} bits in {_src(node)}")
         try:
             result = fn(a, b)
@@ -447,21 +451,41 @@ class _Evaluator:
         return result
 
     def _compare(self, node: ast.Compare) -> Any:
-        left = self.eval(node.left)
+        left_node = node.left
+        left = self.eval(left_node)
         for op, right_node in zip(node.ops, node.comparators):
             right = self.eval(right_node)
             sym, fn = _CMPOPS[type(op)]
             if sym not in ("is", "is not") and (left is None or right is None):
                 raise _EvalError(f"None in comparison '{sym}': {self._described(node)}")
+            membership = sym in ("in", "not in")
+            if membership and isinstance(right, Mapping):
+                alt = _key_alias(left)  # `50 in sweep.runs` finds the key "50", as `sweep.runs[50]` reads it
+                if alt is not None and left not in right and alt in right:
+                    left = alt
+            # An absent or non-finite item inside a compared sequence is no evidence either way ([nan, 2] != [1, 2]
+            # would pass): an error, unless the item `in` / `not in` found settles the answer whatever the rest holds.
+            if sym not in ("is", "is not"):
+                self._no_hole(node, sym, left_node, left)
+                if not membership:
+                    self._no_hole(node, sym, right_node, right)
             try:
                 ok = fn(*_comparable(left, right))
             except TypeError:
                 raise _EvalError(f"cannot compare {type(left).__name__} {fmt_value(left)} {sym} "
                                  f"{type(right).__name__} {fmt_value(right)} in {_src(node)}") from None
+            if membership and isinstance(right, (list, tuple)) and ok != (sym == "in"):
+                self._no_hole(node, sym, right_node, right)  # not found: an unknown item might have matched
             if not ok:
                 return False
-            left = right
+            left_node, left = right_node, right
         return True
+
+    def _no_hole(self, node: ast.Compare, sym: str, operand: ast.AST, value: Any) -> None:
+        hole = _hole(value)
+        if hole is not _NO_HOLE:
+            what = "None" if hole is None else f"{hole} (not a finite number)"
+            raise _EvalError(f"{_src(operand)} holds {what}, in comparison '{sym}': {self._described(node)}")
 
     def _call(self, node: ast.Call) -> Any:
         name = node.func.id  # type: ignore[attr-defined]
@@ -507,13 +531,19 @@ class _Evaluator:
         if name == "between":
             self._need_numbers(node, name, *args)
             x, lo, hi = args
+            if lo > hi:  # no value lies between: the criterion would always fail, and `not between(...)` always pass
+                raise _EvalError(f"between() with lo {fmt_value(lo)} above hi {fmt_value(hi)}: {self._described(node)}")
             return lo <= x <= hi
         raise AssertionError(name)
 
     def actual(self, node: ast.AST) -> str:
         """The values a reader needs to judge the verdict: each non-constant side of a comparison (a computed
-        side with its operands), a function call's result, the evaluated parts of and/or."""
-        parts = self._actual_parts(node)
+        side with its operands), a function call's result, the evaluated parts of and/or; "" when the text cannot be
+        made (a caller deep in its own stack: ast.unparse recurses further than the evaluation did)."""
+        try:
+            parts = self._actual_parts(node)
+        except RecursionError:
+            return ""
         return "; ".join(dict.fromkeys(p for p in parts if p))
 
     def _actual_parts(self, node: ast.AST) -> list[str]:
@@ -524,7 +554,7 @@ class _Evaluator:
         if isinstance(node, ast.Compare):
             return [p for n in [node.left, *node.comparators] if not _constant(n) for p in self._describe(n)]
         if isinstance(node, ast.Call) and node.func.id == "between":  # type: ignore[attr-defined]
-            return self._describe(node.args[0])
+            return [p for a in node.args for p in self._describe(a)]  # the value, and bounds read from the data
         return self._describe(node)
 
     def _describe(self, node: ast.AST) -> list[str]:
@@ -551,6 +581,35 @@ def _comparable(left: Any, right: Any) -> tuple[Any, Any]:
     if isinstance(left, seq) and isinstance(right, seq):
         return _as_tuples(left, MAX_DEPTH), _as_tuples(right, MAX_DEPTH)
     return left, right
+
+
+_NO_HOLE = object()
+
+
+def _hole(v: Any) -> Any:
+    """The first None or non-finite float held inside a list, tuple or mapping (its values), MAX_DEPTH levels down;
+    _NO_HOLE when there is none (or `v` holds nothing)."""
+    stack = [(v, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > 0 and (item is None or (isinstance(item, float) and not math.isfinite(item))):
+            return item
+        if depth < MAX_DEPTH:
+            if isinstance(item, (list, tuple)):
+                stack.extend((e, depth + 1) for e in reversed(item))
+            elif isinstance(item, Mapping):
+                stack.extend((e, depth + 1) for e in reversed(list(item.values())))
+    return _NO_HOLE
+
+
+def _key_alias(key: Any) -> Any:
+    """The other spelling of a mapping key: results.json's keys are strings, so `runs[50]` reads the key "50" (and
+    "50" the key 50 of a mapping built in Python); None when there is none."""
+    if _is_int(key):
+        return str(key)
+    if isinstance(key, str) and re.fullmatch(r"-?[0-9]{1,100}", key):
+        return int(key)
+    return None
 
 
 def _as_tuples(v: Any, depth: int) -> Any:

@@ -26,11 +26,20 @@ def _splitmix64(x: int) -> int:
 
 
 def _mix_seed(*parts: int) -> int:
-    """A 63-bit generator seed from integers (splitmix64 chain): nearby inputs give unrelated seeds."""
+    """A 63-bit seed from integers (splitmix64 chain): nearby inputs give unrelated seeds. The process's torch
+    generator keeps only its low 32 bits (two run seeds share a process with probability 2**-32); each sample's
+    generator (sample_generator) takes every bit of its parts."""
     h = 0
     for p in parts:
         h = _splitmix64(h ^ (p & _MASK64))
     return h & ((1 << 63) - 1)
+
+
+def sample_generator(*parts: int) -> np.random.Generator:
+    """The generator of one sample (numpy's PCG64, 128 bits of state) seeded from every bit of `parts` (seed, tag,
+    rank, index): a torch CPU generator keeps only the low 32 bits of its seed, so distinct samples would repeat one
+    another with probability 2**-32 a pair (thousands of repeats in a run of millions of samples)."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([p & _MASK64 for p in parts])))
 
 
 class SyntheticSource:
@@ -46,8 +55,8 @@ class SyntheticSource:
         position; the chain then continues from the last copied token. About 23% of tokens are copies
         (windows of at most 32 tokens, seq_len + 1 <= 32, are a pure Markov chain: the first segment is at least
         32 long).
-    Samples: sample i of rank r is drawn from its own torch.Generator seeded from (seed, r, i), so ranks see
-    different samples, any sample is reproducible, and `state_dict()` is just {"kind", "next_index"}.
+    Samples: sample i of rank r is drawn from its own generator (sample_generator) seeded from (seed, r, i), so ranks
+    see different samples, any sample is reproducible, and `state_dict()` is just {"kind", "next_index"}.
 
     What loss it allows (nats per token, V = vocab_size):
       * Markov tokens: conditional entropy H_m = `markov_entropy` (exact) ~ 0.95*1.21 + h(0.05) + 0.05*ln V,
@@ -103,20 +112,20 @@ class SyntheticSource:
         # numpy past the draws: single-threaded small ops, which a busy machine's other processes cannot stall the way
         # they stall torch's intra-op thread pool
         v, n = self.vocab_size, self.seq_len + 1
-        g = torch.Generator().manual_seed(_mix_seed(self.seed, self.sample_tag, self.rank, index))
-        u = torch.rand(n, generator=g, dtype=torch.float64).numpy()
+        g = sample_generator(self.seed, self.sample_tag, self.rank, index)
+        u = g.random(n)
         choice = np.zeros(n, dtype=np.int64)  # the offset u picks: how many of the first K - 1 bounds are <= u
         for bound in self._bounds:
             choice += u >= bound
         inc = self._offsets_np[choice]
         # float32 draws whatever torch's default dtype is (the samples must not depend on it)
-        reset = torch.rand(n, generator=g, dtype=torch.float32).numpy() < np.float32(self.NOISE)
+        reset = g.random(n, dtype=np.float32) < np.float32(self.NOISE)
         reset[0] = True
-        noise_tok = torch.randint(0, v, (n,), generator=g).numpy()
+        noise_tok = g.integers(0, v, n)
         n_seg = n // self.MARKOV_LEN[0] + 1
-        m_lens = torch.randint(self.MARKOV_LEN[0], self.MARKOV_LEN[1] + 1, (n_seg,), generator=g).tolist()
-        c_lens = torch.randint(self.COPY_LEN[0], self.COPY_LEN[1] + 1, (n_seg,), generator=g).tolist()
-        src_u = torch.rand(n_seg, generator=g, dtype=torch.float64).tolist()
+        m_lens = g.integers(self.MARKOV_LEN[0], self.MARKOV_LEN[1] + 1, n_seg).tolist()
+        c_lens = g.integers(self.COPY_LEN[0], self.COPY_LEN[1] + 1, n_seg).tolist()
+        src_u = g.random(n_seg).tolist()
         markov_starts, copies = _layout(n, m_lens, c_lens, src_u)
         return self._perm_np[_tokens(v, inc, reset, noise_tok, markov_starts, copies)]
 

@@ -4,12 +4,13 @@
 import itertools
 import random
 
+import numpy as np
 import pytest
 import torch
 
 from nsa.training.config import DataConfig
 from nsa.training.data import build_eval_source, build_source
-from nsa.training.synthetic import TAG_EVAL, SyntheticSource, _mix_seed
+from nsa.training.synthetic import TAG_EVAL, SyntheticSource
 
 
 def _reference(src: SyntheticSource, index: int) -> tuple[list[int], int]:
@@ -21,14 +22,15 @@ def _reference(src: SyntheticSource, index: int) -> tuple[list[int], int]:
     Markov segment s is followed by copy s: min(copy length, tokens left, tokens so far) tokens repeated from
     int(u_s * (pos - length + 1)); the next Markov segment continues from the last copied token."""
     v, n = src.vocab_size, src.seq_len + 1
-    g = torch.Generator().manual_seed(_mix_seed(src.seed, src.sample_tag, src.rank, index))
-    u_choice = torch.rand(n, generator=g, dtype=torch.float64).tolist()
-    u_reset = torch.rand(n, generator=g, dtype=torch.float32).tolist()
-    noise = torch.randint(0, v, (n,), generator=g).tolist()
+    g = np.random.Generator(np.random.PCG64(np.random.SeedSequence(
+        [p % 2 ** 64 for p in (src.seed, src.sample_tag, src.rank, index)])))
+    u_choice = g.random(n).tolist()
+    u_reset = g.random(n, dtype=np.float32).tolist()
+    noise = g.integers(0, v, n).tolist()
     n_seg = n // src.MARKOV_LEN[0] + 1
-    m_lens = torch.randint(src.MARKOV_LEN[0], src.MARKOV_LEN[1] + 1, (n_seg,), generator=g).tolist()
-    c_lens = torch.randint(src.COPY_LEN[0], src.COPY_LEN[1] + 1, (n_seg,), generator=g).tolist()
-    src_u = torch.rand(n_seg, generator=g, dtype=torch.float64).tolist()
+    m_lens = g.integers(src.MARKOV_LEN[0], src.MARKOV_LEN[1] + 1, n_seg).tolist()
+    c_lens = g.integers(src.COPY_LEN[0], src.COPY_LEN[1] + 1, n_seg).tolist()
+    src_u = g.random(n_seg).tolist()
     bounds = list(itertools.accumulate(src.PROBS))  # choice c while u >= the first c bounds
     offsets, perm = src.offsets.tolist(), src.perm.tolist()
 

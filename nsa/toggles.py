@@ -263,6 +263,8 @@ def _parse_bool(value: str) -> bool:
 
 
 def _parse_positive_int(value: str, maximum: int | None = None) -> int:
+    if not _digits(value):  # int() also takes '+5', '1_0', '٢٥' and '２５': not a count as written here
+        raise ValueError(value)
     number = int(value)
     if number <= 0 or (maximum is not None and number > maximum):
         raise ValueError(value)

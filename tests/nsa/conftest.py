@@ -18,6 +18,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
+from nsa import toggles  # noqa: E402
 from nsa.toggles import TOGGLES  # noqa: E402
 
 NSA_ENV_VARS = tuple(name for name, toggle in TOGGLES.items() if toggle.affects_run)
@@ -30,7 +31,7 @@ def _interpreter_address_check():
     corrupting the heap);
     NSA_TEST_NO_BOUNDS=1 turns the check off."""
     if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1" or \
-            os.environ.get("NSA_TEST_NO_BOUNDS") == "1":
+            toggles.parse("NSA_TEST_NO_BOUNDS"):
         yield
         return
     from nsa.attention.kernels import interpreter_check

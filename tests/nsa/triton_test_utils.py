@@ -6,12 +6,12 @@ shapes. With a GPU the same tests run natively.
 """
 
 import importlib.util
-import os
 import re
 
 import pytest
 import torch
 
+from nsa import toggles
 from nsa.attention.selection import choose_blocks
 
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
@@ -26,7 +26,7 @@ KERNEL_DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 # fault"): a fault leaves the process's CUDA context unusable, so on a GPU its tests run only when asked for,
 # in a process of their own; through the interpreter they always run.
 FUSED_SELECTION_ENV = "NSA_TEST_FUSED_SELECTION"
-RUN_FUSED_SELECTION = not ON_GPU or os.environ.get(FUSED_SELECTION_ENV) == "1"
+RUN_FUSED_SELECTION = not ON_GPU or toggles.parse(FUSED_SELECTION_ENV)
 fused_selection = pytest.mark.skipif(not RUN_FUSED_SELECTION,
                                      reason=f"the fused selection is not qualified on a GPU yet: set "
                                             f"{FUSED_SELECTION_ENV}=1 to run it (in a process of its own)")

@@ -3,11 +3,10 @@ whose mask lets one element past its tensor through is stopped at that access, f
 the kernel's line; the same kernels with the right masks, and a kernel reading a view inside a larger storage,
 pass; the check is installed for this session wherever the kernels are interpreted."""
 
-import os
-
 import pytest
 import torch
 
+from nsa import toggles
 from triton_test_utils import HAVE_TRITON, ON_GPU
 
 pytestmark = [pytest.mark.skipif(not HAVE_TRITON, reason="needs the triton package"),
@@ -42,7 +41,7 @@ def _bounds():
 
 
 def test_the_session_runs_under_the_check():
-    if os.environ.get("NSA_TEST_NO_BOUNDS") == "1":
+    if toggles.parse("NSA_TEST_NO_BOUNDS"):
         pytest.skip("NSA_TEST_NO_BOUNDS=1")
     assert _bounds().installed()
 

@@ -141,6 +141,7 @@ class PlainReporter:
         self._timer: tuple[threading.Thread, threading.Event] | None = None
         self._t0 = 0.0
         self._launches, self._launch = 1, 0
+        self._label: str | None = None  # the running launch's label
         self._total: int | None = None  # trainer steps per launch
         self._last: int | None = None  # the trainer's last step, with when it was first seen
         self._last_t = 0.0
@@ -159,6 +160,7 @@ class PlainReporter:
         with self._lock:
             self._step, self._t0 = step, self.clock()
             self._launches, self._launch, self._total = launches, 0, _trainer_steps(step)
+            self._label = None
             self._new_launch()
             runs = f", {launches} launches" if launches > 1 else ""
             print_line(self.console, f"  {'STARTED':8} {step.phase} / {step.name} ({step.kind}{runs}) at "
@@ -171,6 +173,7 @@ class PlainReporter:
     def launch_started(self, step: Step, planned, index: int, total: int) -> None:
         with self._lock:
             self._launch, self._launches = index, max(total, 1)
+            self._label = printable(planned.label) if planned.label else None
             self._new_launch()
 
     def launch_progress(self, step: Step, progress) -> None:
@@ -211,11 +214,11 @@ class PlainReporter:
                 print_line(self.console, self._line())
 
     def _line(self) -> str:
-        """`  RUNNING  phase / step: 2m 30s elapsed, launch 2/3, step 120/200, 1,234 tok/s, ETA 1m 40s`."""
+        """`  RUNNING  phase / step: 2m 30s elapsed, launch 2/3 [label], step 120/200, 1,234 tok/s, ETA 1m 40s`."""
         step, now = self._step, self.clock()
         parts = [f"{fmt_duration(now - self._t0)} elapsed"]
-        if self._launches > 1:
-            parts.append(f"launch {self._launch + 1}/{self._launches}")
+        if self._launches > 1:  # its label: a retry's count starts again at 1 (a retry runs only some launches)
+            parts.append(f"launch {self._launch + 1}/{self._launches}" + (f" [{self._label}]" if self._label else ""))
         if self._last is not None:
             parts.append(f"step {self._last}" + (f"/{self._total}" if self._total else ""))
         elif self._state in _STATES:

@@ -100,11 +100,11 @@ def test_no_eta_until_the_step_number_moves_and_a_new_launch_starts_over():
     reporter.tick()
     reporter.step_finished(step, {"status": "failed", "duration_s": 61.0, "reason": "exit 1"})
     running = _running(out.getvalue())
-    assert running == ["  RUNNING  train / baseline: 1m 00s elapsed, launch 1/2, step 5/50, 100 tok/s",
-                       "  RUNNING  train / baseline: 1m 00s elapsed, launch 2/2",
-                       "  RUNNING  train / baseline: 1m 00s elapsed, launch 2/2, step 3/50, 90 tok/s",
-                       "  RUNNING  train / baseline: 1m 10s elapsed, launch 2/2, step 13/50, 90 tok/s, ETA 37.0 s",
-                       "  RUNNING  train / baseline: 1m 10s elapsed, launch 2/2, step 2/50, 80 tok/s"]
+    assert running == ["  RUNNING  train / baseline: 1m 00s elapsed, launch 1/2 [a], step 5/50, 100 tok/s",
+                       "  RUNNING  train / baseline: 1m 00s elapsed, launch 2/2 [b]",
+                       "  RUNNING  train / baseline: 1m 00s elapsed, launch 2/2 [b], step 3/50, 90 tok/s",
+                       "  RUNNING  train / baseline: 1m 10s elapsed, launch 2/2 [b], step 13/50, 90 tok/s, ETA 37.0 s",
+                       "  RUNNING  train / baseline: 1m 10s elapsed, launch 2/2 [b], step 2/50, 80 tok/s"]
     assert out.getvalue().splitlines()[-1] == "  FAILED   train / baseline in 1m 01s (1,234 tok/s mean): exit 1"
 
 

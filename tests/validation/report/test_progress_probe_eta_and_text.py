@@ -15,6 +15,8 @@ from validation.launch.spec import Progress
 from validation.report.console import make_console, print_line, print_table, table_lines
 from validation.report.progress import LiveReporter, PlainReporter, display
 
+from test_progress import _Clock, _plain  # a plain (non-terminal) console and a clock the test moves
+
 # text rich would read as markup, emoji codes (":x:" is U+274C, ":ok:" U+1F197) and a trailing backslash (which
 # rich.markup.escape doubles)
 TRICKY = "[red]x[/] [link=https://e.org]y[/link] [tests/test_a.py] a:x:b :ok: C:\\runs\\"
@@ -23,21 +25,6 @@ TRICKY = "[red]x[/] [link=https://e.org]y[/link] [tests/test_a.py] a:x:b :ok: C:
 def _step(steps=100, name="baseline"):
     return SimpleNamespace(phase="train", name=name, kind="train", launch=SimpleNamespace(args={"steps": steps}),
                            kind_impl=SimpleNamespace(summary_line=lambda result: "", read=lambda result: result))
-
-
-def _plain() -> tuple[Console, io.StringIO]:
-    out = io.StringIO()
-    console = Console(file=out, highlight=False, soft_wrap=True)
-    assert not console.is_terminal
-    return console, out
-
-
-class _Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _running_after(series, steps=100) -> str:

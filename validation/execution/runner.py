@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -46,7 +45,7 @@ from validation.launch import LaunchResult, LaunchSpec, launch, recorded_env
 from validation.launch.interrupts import Interrupted
 from validation.launch.interrupts import describe as describe_interrupt
 from validation.runbook.model import step_definition
-from validation.runbook.plan import step_launches
+from validation.runbook.plan import launch_env, step_launches
 from validation.results.store import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, RESULTS_JSON, SCHEMA_VERSION, RunDirError,
                                 cannot_write, inside_run_dir, os_error_text, resume_note, write_results)
 from validation.results.model import (Options, PhaseRecord, Recommendations, ReplacedStep, Resume, RunbookRef,
@@ -498,11 +497,7 @@ class Runner:
         with the progress; an exception it returns is raised there, inside the launch, which then ends its
         processes as it does on Ctrl-C (validation.launch.local.Run.execute) and raises it again."""
         self.reporter.launch_started(step, spec, index, total)
-        env = dict(spec.env)
-        if ((spec.nproc_per_node > 1 or step.is_training) and spec.launcher == "torchrun"
-                and "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in env):
-            # the ranks share this machine's cores (Slurm nodes: torchrun's own default applies there)
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, spec.world_size)))
+        env = launch_env(step, spec)  # the ranks share this machine's cores, as the plan shows
 
         def progress(p) -> None:
             exc = stop() if stop is not None else None

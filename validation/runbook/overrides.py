@@ -106,20 +106,39 @@ def override_notes(kinds: Mapping[str, StepKind], file_raw: Any, ctx: Ctx) -> tu
         if len(where) < 2 or where[0] != "defaults" or where[1] not in LAUNCH_KEYS:
             continue
         sub = where[1:]
+        given = _set_value(item) if len(sub) == 1 else _MISSING  # defaults.env={...}: merged key by key
         for i, phase in enumerate(phases if isinstance(phases, list) else []):
             steps = phase.get("steps") if isinstance(phase, dict) else None
             for j, raw_step in enumerate(steps if isinstance(steps, list) else []):
                 own = _lookup(raw_step, sub)
-                step_path = ("phases", i, "steps", j)
-                if own is _MISSING or any(p[:len(step_path) + len(sub)] == step_path + sub for p in set_paths):
-                    continue  # the step does not set the key, or a --set of the step's own key is in effect
+                if own is _MISSING:
+                    continue  # the step does not set the key
                 name = raw_step.get("name")
                 kind = kinds.get(name) if isinstance(name, str) else None
-                if kind is None:
+                if kind is None or sub[0] not in kind.launch_keys:
                     continue
-                if sub[0] in kind.launch_keys:
-                    found.append(Overridden(name, ".".join(map(str, sub)), _brief(own), printable(item)))
+                keys = [sub + (k,) for k in own if k in given] if isinstance(own, dict) and isinstance(
+                    given, dict) else [sub]
+                for key in keys:
+                    if not _set_for_step(("phases", i, "steps", j) + key, set_paths):
+                        found.append(Overridden(name, ".".join(map(str, key)), _brief(_lookup(raw_step, key)),
+                                                printable(item)))
     return tuple(found)
+
+
+def _set_value(item: str) -> Any:
+    """The value of `--set KEY=VALUE` as YAML reads it (apply_override), _MISSING where it does not read."""
+    try:
+        return yaml.safe_load(item.partition("=")[2])
+    except YAML_ERRORS:
+        return _MISSING
+
+
+def _set_for_step(target: tuple, set_paths: list[tuple]) -> bool:
+    """Whether a --set decides the step's key at `target` (a path into the runbook): one of that key or below it
+    (steps.NAME.args.steps=7), or one that replaced a mapping or list holding it (steps.NAME.args={}, phases.P.steps=
+    [...]): the file's own value is then not what runs."""
+    return any(p[:len(target)] == target or (len(p) < len(target) and target[:len(p)] == p) for p in set_paths)
 
 
 def _unshared(node: Any) -> Any:

@@ -25,10 +25,10 @@ class FineWebStream:
     Documents of this rank's shard (`datasets.distributed.split_dataset_by_node`) are byte-tokenized, packed
     into seq_len+1 windows (stride seq_len) and grouped into batches in a queue of at most 4 batches. The thread
     starts at the first `next_batch`, so `load_state_dict` before it costs nothing. The state is the number of
-    documents fully packed into the batches handed out so far; resuming skips that many documents (best effort:
-    the unused tail of the last packed documents is not replayed). When the stream ends it starts over (and a resume
-    counts the passes before: it skips that many documents across passes). A shard with no documents, or with only
-    empty ones, is a DataError at the first `next_batch` (it would never fill a batch).
+    documents fully packed into the batches handed out so far; resuming reads and skips that many documents of the
+    shard (best effort: the unused tail of the last packed documents is not replayed). When the stream ends it starts
+    over (and a resume counts the passes before: it skips that many documents across passes). A shard with no
+    documents, or with only empty ones, is a DataError at the first `next_batch` (it would never fill a batch).
     """
 
     def __init__(self, *, text_key: str, timeout_s: float, seq_len: int, batch_size: int, rank: int,
@@ -72,14 +72,14 @@ class FineWebStream:
         docs = skip
         got_first = False
         try:
-            dataset_skip = hasattr(self.dataset, "skip")  # the dataset leaves out documents itself (skip(n))
             while not stop.is_set():
-                ds, skipped = self.dataset, 0
-                if skip and dataset_skip:
-                    ds, skipped, skip = ds.skip(skip), skip, 0
-                seen_this_pass = text_this_pass = 0
-                skipped_this_pass = skipped  # documents left out of this pass, by the dataset or below
-                for record in ds:
+                # a resume's documents are skipped here, one by one, never by the dataset's skip(n): after
+                # split_dataset_by_node, datasets' IterableDataset.skip(n) leaves out the first n documents of the
+                # whole stream, not of this rank's shard, and where the stream's file count is a multiple of
+                # world_size it drops the rank's shard selection too (a SkipExamplesIterable built with
+                # split_when_sharding=False shards as itself), so every rank then reads the same documents
+                seen_this_pass = text_this_pass = skipped_this_pass = 0
+                for record in self.dataset:
                     if stop.is_set():
                         return
                     got_first = True
@@ -103,11 +103,6 @@ class FineWebStream:
                             windows = []
                             if not self._put(stop, q, ("batch", batch, docs)):
                                 return
-                if seen_this_pass == 0 and skipped:
-                    # skipped past the end (the run had started the stream over): skip document by document
-                    # instead, across passes, from the start
-                    skip, dataset_skip = skipped, False
-                    continue
                 if seen_this_pass == 0:
                     raise DataError("fineweb_edu: the hub stream yielded no documents for rank "
                                     f"{self.rank} of {self.world_size}")
@@ -128,7 +123,7 @@ class FineWebStream:
         if self._thread is None:
             self._start()
         try:
-            item = self._queue.get(timeout=self.timeout_s)
+            item = self._queue.get(timeout=_wait_s(self.timeout_s))
         except queue.Empty:
             raise DataError(f"fineweb_edu: no batch within {self.timeout_s:g} s (loader_timeout_s / "
                             "--loader-timeout); the hub stream is slow or stalled: raise the timeout or pass "
@@ -172,7 +167,7 @@ def _open_stream(datasets, distributed, *, rank: int, world_size: int, timeout_s
 
     thread = threading.Thread(target=open_, name=f"fineweb_edu-open-rank{rank}", daemon=True)
     thread.start()
-    thread.join(timeout_s)
+    thread.join(_wait_s(timeout_s))
     if thread.is_alive():  # left behind: a daemon thread, it ends with the process
         raise DataError(f"fineweb_edu: the HuggingFace hub did not answer within {timeout_s:g} s "
                         f"(loader_timeout_s / --loader-timeout) while opening {FINEWEB_REPO} {FINEWEB_NAME}; "
@@ -181,6 +176,13 @@ def _open_stream(datasets, distributed, *, rank: int, world_size: int, timeout_s
     if "error" in opened:
         raise DataError(_unreachable(opened["error"]))
     return opened["dataset"]
+
+
+def _wait_s(timeout_s: float) -> float:
+    """`timeout_s` as a thread or queue wait takes it: at most `threading.TIMEOUT_MAX` (about 292 years), beyond
+    which such a wait raises OverflowError ("timestamp out of range") where loader_timeout_s allows any finite
+    number of seconds."""
+    return min(timeout_s, threading.TIMEOUT_MAX)
 
 
 def _unreachable(e: Exception) -> str:

@@ -12,9 +12,10 @@ byte model (nsa.training.comm_model) honestly:
   (distributed.all_reduce_sum) and, under FSDP2, the gradient-norm reduction DTensor issues through functional
   collectives (`functional_collectives`, around the norm only). No byte model predicts it.
 
-Bytes are the message size in the nccl-tests convention, so that time ~ bytes / busbw: all-reduce and broadcast
-the buffer, all-gather the gathered output (world_size x the input), reduce-scatter the full input, all-to-all
-the input. Kinds: COMM_KINDS (defined with summary.json's format in nsa.training.outputs).
+Bytes are the message size in the nccl-tests convention, so that time = bytes / algbw (algbw = busbw / the kind's
+bus factor: 2(n-1)/n for all-reduce, (n-1)/n for all-gather and reduce-scatter; validation.analysis.collectives):
+all-reduce and broadcast the buffer, all-gather the gathered output (world_size x the input), reduce-scatter the
+full input, all-to-all the input. Kinds: COMM_KINDS (defined with summary.json's format in nsa.training.outputs).
 
 Time: on CPU (gloo) the wall time from issuing a collective until it has completed (synchronous calls: around
 the call; asynchronous ones: until their future completes), reduced per step to the union of those intervals

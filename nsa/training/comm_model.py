@@ -9,25 +9,27 @@ equal those counts exactly, for every strategy.
 
 Strategies (what the trainer does, nsa.training.distributed):
 
-- "ddp": DistributedDataParallel with a comm hook that all-reduces each gradient bucket (fp32, or bf16/fp16
-  with compression: half the bytes) once per optimizer step (no_sync on the other micro-batches). DDP puts every
-  parameter in ONE bucket for the first iteration, then rebuilds its buckets from the order the gradients became
-  ready, with caps [first_bucket_cap, bucket_cap] (first_bucket_cap = bucket_cap when bucket_cap_mb is given, as
-  the trainer does; 1 MiB under torch's default): a bucket closes as soon as it holds >= its cap. The ready
-  order is the reverse of the parameter list's order (`ddp_buckets`), so give the list in forward order
-  (param_specs with nsa.training.distributed.first_use_order of a probe batch; in registration order the total
+- "ddp": DistributedDataParallel with a comm hook that all-reduces each gradient bucket (fp32, or bf16/fp16 with
+  compression: half the bytes) once per optimizer step (no_sync on the other micro-batches). DDP puts every parameter
+  that requires grad (the frozen ones in none) in ONE bucket for the first iteration, then rebuilds its buckets from
+  the order the gradients became ready, with caps [first_bucket_cap, bucket_cap] (first_bucket_cap = bucket_cap when
+  bucket_cap_mb is given, as the trainer does; 1 MiB under torch's default): a bucket closes as soon as it holds >=
+  its cap. The ready order is the reverse of the parameter list's order (`ddp_buckets`), so give the list in forward
+  order (param_specs with nsa.training.distributed.first_use_order of a probe batch; in registration order the total
   bytes are still exact, bucket sizes can differ where the two orders do).
-- "fsdp": FSDP2 fully_shard per transformer block, then the root (distributed.wrap_fsdp). Each parameter is
-  sharded on dim 0 into world_size chunks of ceil(dim0 / world_size) rows (padded). Per unit: an all-gather in
-  forward and, with reshard_after_forward (full shard), another in backward (never for the root: FSDP2 keeps the
-  root gathered from forward to backward); both on every micro-batch. One reduce-scatter of the gradients per
-  unit on the last micro-batch of the step. reshard_after_forward=False is the SHARD_GRAD_OP equivalent: no
-  backward all-gather.
+- "fsdp": FSDP2 fully_shard per transformer block, then the root (distributed.wrap_fsdp). Each parameter is sharded on
+  dim 0 into world_size chunks of ceil(dim0 / world_size) rows (padded). Per unit: an all-gather in forward and, with
+  reshard_after_forward (full shard), another in backward (never for the root: FSDP2 keeps the root gathered from
+  forward to backward); both on every micro-batch. One reduce-scatter of the gradients per unit on the last
+  micro-batch of the step (of its parameters that require grad; none for a unit without any).
+  reshard_after_forward=False is the SHARD_GRAD_OP equivalent: no backward all-gather.
 - "none": one process, nothing communicated.
 
 Message sizes follow nccl-tests (comm_count): all-reduce the buffer, all-gather the gathered output,
-reduce-scatter the full input. A predicted time is bytes / busbw + calls x latency per kind (the orchestrator's
-job, with its measured busbw); `CommPrediction` gives the kind, calls and bytes it needs.
+reduce-scatter the full input, so that a call takes bytes / algbw, algbw = busbw / the kind's bus factor (2(n-1)/n
+for all-reduce, (n-1)/n for all-gather and reduce-scatter). Predicting the time is the orchestrator's job, from each
+call's size on its measured bandwidth table (validation.analysis.collectives.predict_seconds, latency included);
+`CommPrediction` gives the kind, calls and sizes it needs.
 
 The specs are plain values (param_specs reads them off a module); activation_bytes reads the kernels' chunk and
 tile sizes and the loss choice from their own modules (nsa.attention's kernels, nsa.loss).
@@ -60,6 +62,8 @@ class ParamSpec:
     itemsize: int  # bytes per element of the parameter (and of its gradient)
     unit: str = ROOT_UNIT  # the fully_shard unit that holds it (distributed.fsdp_unit_of)
     dtype: str = ""  # its dtype ("torch.float32"): DDP buckets each dtype apart; "" groups by itemsize alone
+    requires_grad: bool = True  # False: a frozen parameter (no gradient: in no DDP bucket, no FSDP2 reduce-scatter,
+    # no AdamW state; FSDP2 still all-gathers it)
 
     @property
     def numel(self) -> int:
@@ -97,8 +101,8 @@ def param_specs(model, order: Sequence[str] | None = None) -> list[ParamSpec]:
     if order is not None:
         rank = {name: i for i, name in enumerate(order)}
         named.sort(key=lambda kv: rank.get(kv[0], len(rank)))  # stable: the unnamed ones keep their order
-    return [ParamSpec(name, tuple(int(s) for s in p.shape), int(p.element_size()), fsdp_unit_of(name), str(p.dtype))
-            for name, p in named]
+    return [ParamSpec(name, tuple(int(s) for s in p.shape), int(p.element_size()), fsdp_unit_of(name), str(p.dtype),
+                      bool(p.requires_grad)) for name, p in named]
 
 
 @dataclass
@@ -146,7 +150,8 @@ def ddp_buckets(specs: Sequence[ParamSpec], bucket_cap_mb: float, first_bucket_c
     the reverse of `specs`, which is right when specs are in forward order), one open bucket per dtype (two dtypes
     of one element size, bf16 and fp16, are buckets apart), close a bucket once it holds >= its cap;
     the first bucket of each dtype has cap first_bucket_cap_mb (None: bucket_cap_mb, which is what DDP uses when
-    bucket_cap_mb is given), the later ones bucket_cap_mb; buckets still open at the end follow.
+    bucket_cap_mb is given), the later ones bucket_cap_mb; buckets still open at the end follow. Parameters that do
+    not require grad are in no bucket (DDP leaves them out).
     """
     if not bucket_cap_mb > 0:
         raise ValueError(f"bucket_cap_mb must be positive, got {bucket_cap_mb!r}")
@@ -157,6 +162,8 @@ def ddp_buckets(specs: Sequence[ParamSpec], bucket_cap_mb: float, first_bucket_c
     next_cap: dict[tuple[int, str], int] = {}
     done: list[list[int]] = []
     for i in sequence:
+        if not specs[i].requires_grad:
+            continue
         key = _dtype_key(specs[i])
         indices, size = open_buckets.get(key, ([], 0))
         indices, size = indices + [i], size + specs[i].nbytes
@@ -191,7 +198,8 @@ def ddp_comm(specs: Sequence[ParamSpec], *, world_size: int, bucket_cap_mb: floa
     # initial buckets by their first parameter and reverses them); exact when specs are in registration order
     by_dtype: dict[tuple[int, str], list[int]] = {}
     for i, s in enumerate(specs):
-        by_dtype.setdefault(_dtype_key(s), []).append(i)
+        if s.requires_grad:
+            by_dtype.setdefault(_dtype_key(s), []).append(i)
     first = [bucket_bytes(ix) for ix in reversed(list(by_dtype.values()))]
     return CommPrediction(
         "ddp", world_size, per_step=_counts(all_reduce=sizes), first_step=_counts(all_reduce=first),
@@ -201,10 +209,14 @@ def ddp_comm(specs: Sequence[ParamSpec], *, world_size: int, bucket_cap_mb: floa
 
 
 # ---------------------------------------------------------------------- FSDP2
-def fsdp_units(specs: Sequence[ParamSpec], world_size: int) -> dict[str, int]:
-    """{unit: bytes of its all-gather output (= its reduce-scatter input)}: world_size x the padded shards."""
+def fsdp_units(specs: Sequence[ParamSpec], world_size: int, grads_only: bool = False) -> dict[str, int]:
+    """{unit: bytes of its all-gather output}: world_size x the padded shards, in the order of `specs`. grads_only:
+    the bytes of its reduce-scatter input, the padded gradients of the parameters that require grad (units
+    without any are left out: they reduce-scatter nothing)."""
     units: dict[str, int] = {}
     for s in specs:
+        if grads_only and not s.requires_grad:
+            continue
         units[s.unit] = units.get(s.unit, 0) + world_size * s.shard_numel(world_size) * s.itemsize
     return units
 
@@ -220,7 +232,8 @@ def fsdp_comm(specs: Sequence[ParamSpec], *, world_size: int, reshard_after_forw
     forward = list(units)  # the root is entered first when it holds the first parameter used
     backward = blocks[::-1] if reshard_after_forward else []
     gathers = [units[u] for u in forward + backward] * accum
-    scatters = [units[u] for u in blocks[::-1] + [u for u in units if u == ROOT_UNIT]]
+    grads = fsdp_units(specs, world_size, grads_only=True)  # frozen parameters: no gradient to reduce-scatter
+    scatters = [grads[u] for u in blocks[::-1] + [u for u in units if u == ROOT_UNIT] if u in grads]
     counts = _counts(all_gather=gathers, reduce_scatter=scatters)
     return CommPrediction("fsdp", world_size, per_step=counts, first_step=counts,
                           detail={"unit_bytes": units, "reshard_after_forward": reshard_after_forward,
@@ -252,7 +265,8 @@ def memory_model(specs: Sequence[ParamSpec], strategy: str, *, world_size: int, 
     """Bytes per rank of what training keeps resident, per strategy (AdamW; autocast's weight copies are in the
     activations):
 
-        params, grads, optimizer_state   the persistent state (FSDP2: rank 0's shards, the largest: every rank
+        params, grads, optimizer_state   the persistent state (grads and AdamW state: of the parameters that
+                                         require grad only; FSDP2: rank 0's shards, the largest: every rank
                                          holds params and grads padded to ceil(dim0 / world_size) rows; AdamW's
                                          moments take the unpadded shard, fewer rows on the last ranks when
                                          world_size does not divide dim0)
@@ -271,22 +285,25 @@ def memory_model(specs: Sequence[ParamSpec], strategy: str, *, world_size: int, 
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {' | '.join(STRATEGIES)}, got {strategy!r}")
     _check(world_size, 1)
-    full = sum(s.nbytes for s in specs)
-    steps = ADAMW_STEP_BYTES * len(specs)
+    trained = [s for s in specs if s.requires_grad]  # frozen parameters: no gradient, no AdamW state
+    full, full_trained = sum(s.nbytes for s in specs), sum(s.nbytes for s in trained)
+    steps = ADAMW_STEP_BYTES * len(trained)
     if strategy == "fsdp" and world_size > 1:
         shard = sum(s.shard_numel(world_size) * s.itemsize for s in specs)
+        shard_trained = sum(s.shard_numel(world_size) * s.itemsize for s in trained)
         units = fsdp_units(specs, world_size)
         blocks = sorted((b for u, b in units.items() if u != ROOT_UNIT), reverse=True)
         if reshard_after_forward:
             gathered = units.get(ROOT_UNIT, 0) + sum(blocks[:2])
         else:
             gathered = sum(units.values())
-        params, grads, buffers = shard, shard, gathered + max(units.values(), default=0)
-        opt = ADAMW_STATE_PER_ELEMENT * shard + steps
+        unsharded_grads = max(fsdp_units(specs, world_size, grads_only=True).values(), default=0)
+        params, grads, buffers = shard, shard_trained, gathered + unsharded_grads
+        opt = ADAMW_STATE_PER_ELEMENT * shard_trained + steps
     else:
-        params, grads = full, full
-        buffers = full if strategy == "ddp" and world_size > 1 and not gradient_as_bucket_view else 0
-        opt = ADAMW_STATE_PER_ELEMENT * full + steps
+        params, grads = full, full_trained
+        buffers = full_trained if strategy == "ddp" and world_size > 1 and not gradient_as_bucket_view else 0
+        opt = ADAMW_STATE_PER_ELEMENT * full_trained + steps
     out = {"strategy": strategy, "world_size": world_size, "params": params, "grads": grads,
            "optimizer_state": opt, "buffers": buffers, "activations": int(activations)}
     out["total"] = params + grads + opt + buffers + int(activations)

@@ -6,12 +6,14 @@ AGENTS.json: ``{"agents": [{"name": "node0", "argv": [...], "env": {...}}, ...],
 environment is this process's plus its ``env``. Every agent shares this process's stdout/stderr (the launcher's
 log) and session, so the launcher's process tracking and signals reach them all. When one agent fails, the others
 get ``grace_s`` to end by themselves (they usually fail in their next collective or rendezvous) and are then
-terminated. SIGTERM / SIGINT / SIGHUP are passed on to every agent. This process is the subreaper of its agents'
+terminated. SIGTERM / SIGINT / SIGHUP are passed on to every agent, also to one being started when the signal came;
+once one came, no further agent is started. This process is the subreaper of its agents'
 processes (PR_SET_CHILD_SUBREAPER): a rank whose agent died is re-parented to it, and before it exits it ends
 whatever is still running below it (validation.launch.processes.end_descendants), so no rank outlives the job,
 also when nsa-validate itself was killed (this process then gets SIGTERM: its parent-death signal). Every failing
 agent is named in the log with its exit code. Exit code: the first failing agent's (a signal N as 128 + N; of
-agents seen failed in the same poll, one killed by a signal), else 0.
+agents seen failed in the same poll, one killed by a signal), else 128 + N when signal N stopped the job before all
+its agents were started, else 0.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import uuid
 from pathlib import Path
 
 from nsa.training.outputs import write_json
-from validation.launch.processes import become_subreaper, die_with_parent, end_descendants
+from validation.launch.processes import become_subreaper, die_with_parent, end_descendants, signals_deferred
 from validation.launch.spec import LaunchSpec, safe_name
 from validation.launch.torchrun import agent_commands
 
@@ -78,10 +80,12 @@ def _signal_name(signum: int) -> str:
 def run(agents: list[dict], grace_s: float) -> int:
     procs: list[subprocess.Popen] = []
     stop_requested: list[float] = []
+    stop_signals: list[int] = []  # the signal that asked for the stop
 
     def forward(signum, _frame):
         if _frame is not None and not stop_requested:
             stop_requested.append(time.monotonic())
+            stop_signals.append(signum)
         for p in procs:
             if p.poll() is None:
                 try:
@@ -93,11 +97,18 @@ def run(agents: list[dict], grace_s: float) -> int:
         signal.signal(sig, forward)
     become_subreaper()
     for agent in agents:
-        print(f"[agents] starting {agent.get('name', '?')}: {' '.join(agent['argv'])}", file=sys.stderr, flush=True)
-        procs.append(subprocess.Popen(agent["argv"], env={**os.environ, **agent.get("env", {})},
-                                      stdin=subprocess.DEVNULL,
-                                      # SIGKILL when this supervisor dies; the ranks then get their own SIGTERM
-                                      preexec_fn=functools.partial(die_with_parent, signal.SIGKILL)))
+        # a signal while an agent starts is passed on once the agent is in procs (it reaches this agent too)
+        with signals_deferred():
+            if stop_requested:  # a signal came in while the agents were being started: start no more of them
+                print(f"[agents] stopping: {agent.get('name', '?')} and the agents after it are not started",
+                      file=sys.stderr, flush=True)
+                break
+            print(f"[agents] starting {agent.get('name', '?')}: {' '.join(agent['argv'])}", file=sys.stderr,
+                  flush=True)
+            procs.append(subprocess.Popen(agent["argv"], env={**os.environ, **agent.get("env", {})},
+                                          stdin=subprocess.DEVNULL,
+                                          # SIGKILL when this supervisor dies; the ranks then get their own SIGTERM
+                                          preexec_fn=functools.partial(die_with_parent, signal.SIGKILL)))
     first_failure: tuple[str, int] | None = None
     failed_at = None
     told: set[int] = set()  # the agents whose failure the log names
@@ -143,6 +154,8 @@ def run(agents: list[dict], grace_s: float) -> int:
     left = end_descendants(grace_s=5.0)
     if left:
         print(f"[agents] ended {len(left)} process(es) the agents left behind: {left}", file=sys.stderr, flush=True)
+    if first_failure is None and len(procs) < len(agents):  # stopped before the whole job was started
+        return 128 + stop_signals[0]
     return 0 if first_failure is None else _code(first_failure[1])
 
 

@@ -28,7 +28,8 @@ How a run ends (``LaunchResult.status``; the reason and excerpt: validation.laun
   every other rank not yet finished (they may wait on it in a collective), are asked for stack dumps (SIGUSR1), given ``DUMP_WAIT_S`` to write them, then ended; ``stack_dumps`` lists them.
 - ``interrupted``: the child died of SIGINT (exit -2 or 130). A Ctrl-C, SIGTERM or SIGHUP to the caller
   (KeyboardInterrupt, or validation.launch.interrupts.Interrupted, while waiting) is not a result: the processes
-  are ended and the exception is raised again.
+  are ended and the exception is raised again. So is a KeyboardInterrupt ``spec.on_progress`` raises (a caller
+  told to stop), also at the poll between a port clash and its retry: no further attempt starts.
 - ``error``: the command could not be started (missing executable or cwd).
 
 Ending a run (timeout, hang, Ctrl-C, leftovers after a normal exit) means SIGTERM to every process of the run
@@ -45,13 +46,15 @@ import time
 from pathlib import Path
 
 from nsa.training.outputs import write_json
+from nsa.training.watchdog import WAITING
 from validation.contracts import stack_dumps
 from validation.launch.agents import local_agents_argv
 from validation.launch.diagnosis import explain, port_clash, read_tail, tagged_lines
+from validation.launch.interrupts import describe as describe_interrupt
 from validation.launch.local import Run, note, set_aside
 from validation.launch.slurm import SlurmRun
 from validation.launch.spec import (CLASH_WINDOW_S, COMMAND_JSON, LOG_NAME, RANKS_DIR, LaunchResult, LaunchSpec,
-                                    recorded_env, validate)
+                                    Progress, recorded_env, validate)
 from validation.launch.torchrun import free_port, local_command_lines
 
 log = logging.getLogger("validation.launch")
@@ -71,7 +74,11 @@ def launch(spec: LaunchSpec) -> LaunchResult:
     started = time.time()
     t0 = time.monotonic()
     deadline = t0 + spec.timeout_s
-    port = spec.master_port
+    # a multi-node launch with a given rendezvous endpoint uses that endpoint's port, whatever master_port says
+    # (validation.launch.torchrun.torchrun_prefix): that is the port it records
+    endpoint_port = (int(spec.rdzv_endpoint.rpartition(":")[2]) if spec.launcher == "torchrun" and spec.nnodes > 1
+                     and spec.rdzv_endpoint is not None else None)
+    port = spec.master_port if endpoint_port is None else endpoint_port
     attempts = 0
     while True:
         attempts += 1
@@ -98,8 +105,15 @@ def launch(spec: LaunchSpec) -> LaunchResult:
                  and time.monotonic() - attempt_t0 < CLASH_WINDOW_S and port_clash(log_path))
         if not clash:
             break
-        log.warning("port %s is in use (attempt %d); retrying on a fresh port", port, attempts)
-        note(log_path, f"port {port} is in use (address already in use); retrying on a fresh port")
+        taken = f"port {port}" if port is not None else "the job's rendezvous port"  # Slurm: set in the job
+        try:  # the caller's poll: one told to stop meanwhile (launches side by side) raises, and no attempt follows
+            _poll_between_attempts(spec, started)
+        except KeyboardInterrupt as exc:
+            note(log_path, f"{taken} is in use (address already in use); not retried: interrupted "
+                           f"({describe_interrupt(exc)} to the launcher)")
+            raise
+        log.warning("%s is in use (attempt %d); retrying on a fresh port", taken, attempts)
+        note(log_path, f"{taken} is in use (address already in use); retrying on a fresh port")
         set_aside(log_path, "attempt")
         set_aside(ranks_dir, "attempt")
         port = None
@@ -117,6 +131,15 @@ def launch(spec: LaunchSpec) -> LaunchResult:
         note(log_path, f"{result.status}: {reason}")
     log.info("%s: %s (%.1fs)", result.status, reason, result.duration_s)  # the caller reports outcomes
     return result
+
+
+def _poll_between_attempts(spec: LaunchSpec, started: float) -> None:
+    """Call spec.on_progress as an attempt's poll would (nothing is running: no step, no rate yet), so that a caller
+    that raises there to stop the launch (validation.execution.runner, launches side by side) stops it before the
+    next attempt starts. An attempt that fails within its first poll (a port clash usually does) calls it never."""
+    if spec.on_progress is not None:
+        spec.on_progress(Progress(time.time() - started, None, None,
+                                  WAITING if spec.trainer_out_dir is not None else "running"))
 
 
 def _write_command_json(path: Path, spec: LaunchSpec, argv: list[str], attempt: int, port: int | None,

@@ -217,8 +217,18 @@ def _iter_parquet(file: Path, text_key: str) -> Iterator[bytes]:
     if not _is_string_type(pa, col_type):
         raise DataError(f"{file}: column {text_key!r} must hold strings, got {col_type}")
     row = 0
-    for batch in pf.iter_batches(columns=[text_key]):
-        for text in batch.column(0).to_pylist():
+    batches = pf.iter_batches(columns=[text_key])
+    while True:
+        try:  # a damaged page, or text that is not UTF-8 (a writer other than Arrow's), found while reading it
+            batch = next(batches, None)
+            texts = [] if batch is None else batch.column(0).to_pylist()
+        except (UnicodeDecodeError, pa.ArrowException, OSError) as e:
+            detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise DataError(f"{file}: damaged parquet data after row {row} of column {text_key!r} "
+                            f"({type(e).__name__}: {detail}); expected a readable parquet file of UTF-8 text") from None
+        if batch is None:
+            return
+        for text in texts:
             if text is None:
                 raise DataError(f"{file}: row {row} of column {text_key!r} is null; expected a string")
             yield _without_nul(text.encode("utf-8"), f"{file}: row {row}", text_key)

@@ -367,6 +367,20 @@ def test_text_error_not_utf8(tmp_path):
         _source(_text_cfg(tmp_path))
 
 
+def test_parquet_text_that_is_not_utf8_is_an_error_naming_the_file(tmp_path):
+    """A string column whose bytes are not UTF-8 (a writer other than Arrow's can write one; Arrow reads it back
+    only when asked for Python strings) is a DataError naming the file and the row before it, not a bare
+    UnicodeDecodeError from inside pyarrow."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    offsets = pa.array([0, 2, 6], type=pa.int32()).buffers()[1]
+    texts = pa.Array.from_buffers(pa.string(), 2, [None, offsets, pa.py_buffer(b"okbad\xff")])
+    pq.write_table(pa.table({"text": texts}), tmp_path / "d.parquet")
+    with pytest.raises(DataError, match=r"d\.parquet: damaged parquet data after row 0 of column 'text' "
+                                        r"\(UnicodeDecodeError: .*byte 0xff"):
+        _source(_text_cfg(tmp_path))
+
+
 def test_parquet_without_pyarrow(tmp_path, monkeypatch):
     (tmp_path / "d.parquet").write_bytes(b"PAR1")
     monkeypatch.setitem(sys.modules, "pyarrow", None)

@@ -320,8 +320,9 @@ class Toggles:
                 unknown=tuple(sorted(filter(None, (check(name, "") for name in
                                                    (os.environ if environ is None else environ)
                                                    if name.startswith(PREFIX) and name not in TOGGLES)))))
-        if t.sdpa_flash_only and t.sdpa_no_flash:
-            raise ValueError("NSA_SDPA_FLASH_ONLY=1 and NSA_SDPA_NO_FLASH=1 contradict each other")
+        problem = combination_problem(environ)
+        if problem:
+            raise ValueError(problem)
         return t
 
     def record(self) -> dict[str, str]:
@@ -332,6 +333,14 @@ class Toggles:
         if isinstance(out.get("fault"), dict) and out["fault"].get("share") is None:
             out["fault"].pop("share", None)
         return {k: str(v) for k, v in out.items() if k in recorded}
+
+
+def combination_problem(environ=None) -> str | None:
+    """Why the toggles of `environ` (default: os.environ) cannot be set together, or None: each may parse and the
+    pair still contradict (the trainer refuses it at start-up; the runbook loader, before anything runs)."""
+    if parse("NSA_SDPA_FLASH_ONLY", environ) and parse("NSA_SDPA_NO_FLASH", environ):
+        return "NSA_SDPA_FLASH_ONLY=1 and NSA_SDPA_NO_FLASH=1 contradict each other"
+    return None
 
 
 def table_markdown() -> str:

@@ -154,6 +154,26 @@ def test_a_bad_variable_anywhere_in_a_runbook_is_an_error_naming_its_key(tmp_pat
     assert re.match(rf"{re.escape(str(tmp_path / 'edited.yaml'))}:\d+: ", str(info.value))  # the file and line
 
 
+def test_variables_that_contradict_each_other_in_one_launch_are_an_error_naming_the_launch(tmp_path):
+    """Each value parses, the pair does not (the trainer refuses it at start-up, after the steps before it ran):
+    the variant's launch that sets NSA_SDPA_NO_FLASH beside the runbook's NSA_SDPA_FLASH_ONLY is refused when
+    the runbook is loaded; the baseline launch, without it, would have run."""
+    def edit(raw):
+        raw.setdefault("defaults", {}).setdefault("env", {})["NSA_SDPA_FLASH_ONLY"] = "1"
+        step_of(raw, "fused_adamw")["variants"]["fused"]["env"]["NSA_SDPA_NO_FLASH"] = "1"
+
+    with pytest.raises(RunbookError) as info:
+        load_runbook(edited(tmp_path, edit))
+    assert "variants.fused.env.NSA_SDPA_NO_FLASH: launch fused: NSA_SDPA_FLASH_ONLY=1 and NSA_SDPA_NO_FLASH=1 " \
+           "contradict each other" in str(info.value), str(info.value)
+
+    def apart(raw):  # the same two, never in one launch: no error
+        step_of(raw, "baseline").setdefault("env", {})["NSA_SDPA_FLASH_ONLY"] = "1"
+        step_of(raw, "fused_adamw")["variants"]["fused"]["env"]["NSA_SDPA_NO_FLASH"] = "1"
+
+    load_runbook(edited(tmp_path, apart))
+
+
 def test_a_scanned_variable_out_of_its_range_is_an_error(tmp_path):
     def scan_env(raw):
         step_of(raw, "seq_scan")["values"] = {"env.NSA_PREFILL_BATCHED": [1, 2]}

@@ -62,6 +62,7 @@ from typing import Any
 from nsa.training.config import YAML_ERRORS, ConfigError, RunConfig, UsageError, apply_overrides, load_config
 from nsa.training.config import brief as _brief
 from nsa.training.flags import flag_specs, overrides as flag_overrides
+from nsa import toggles
 from validation import kinds as step_kinds
 from validation.runbook.expressions import ExpressionError, compile_expression
 from validation.runbook.includes import expand_includes
@@ -534,6 +535,14 @@ def _check_launches(phases: list[Phase], ctx: Ctx, steps_at: dict[str, tuple], r
                 where = _locate(raw, steps_at[step.name],
                                 lambda path, node: bool(path) and path[-1] in (name, f"env.{name}"))
                 raise ctx.error(where, (f"launch {spec.label}: " if spec.label else "") + problem)
+        # each variable parses: the launch's whole environment must too (a pair may contradict); a value still to
+        # come from a winner is left out
+        problem = toggles.combination_problem({k: v for k, v in spec.env.items() if "${" not in str(v)})
+        if problem:
+            names = [n for n in spec.env if n in problem]
+            where = _locate(raw, steps_at[step.name], lambda path, node: bool(path) and path[-1] in (
+                *names, *(f"env.{n}" for n in names)))
+            raise ctx.error(where, (f"launch {spec.label}: " if spec.label else "") + problem)
     for step, spec in launches:
         for value in [*spec.env.values(), *spec.argv]:
             for ref in REF_LIKE_RE.findall(str(value)):

@@ -533,12 +533,14 @@ FRAME_KEYS = ("name", "phase", "kind", "title", "description", "started", "durat
 @dataclass
 class StepLaunches:
     """What a step's launches left, as each ended: the last one's command and recorded environment, every log
-    (relative to RUN_DIR), the last excerpt and every stack dump."""
+    (relative to RUN_DIR), the last excerpt, every stack dump, and a note for each launch started more than once
+    (its rendezvous port was in use: validation.launch.attempt)."""
     command: list[str] | None = None
     env: dict[str, Any] = field(default_factory=dict)
     artifacts: list[str] = field(default_factory=list)
     excerpt: str | None = None
     stack_dumps: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def add(self, runner: Runner, spec: LaunchSpec, lr: LaunchResult) -> None:
         self.command = list(lr.argv)
@@ -547,15 +549,26 @@ class StepLaunches:
         self.artifacts = sorted({*self.artifacts, *logs})
         self.excerpt = lr.excerpt or self.excerpt
         self.stack_dumps = sorted({*self.stack_dumps, *(runner._rel(p) for p in lr.stack_dumps)})
+        if lr.attempts > 1:
+            log_name = runner._rel(lr.log_path) or str(lr.log_path)
+            self.notes.append(f"{f'launch {spec.label}' if spec.label else 'the launch'} was started {lr.attempts} "
+                              f"times: its rendezvous port was in use (address already in use), so it ran again on "
+                              f"a fresh port; {log_name} is the last attempt's log, the earlier ones are kept "
+                              f"beside it ({Path(log_name).stem}.attempt<n>{Path(log_name).suffix})")
 
     def into(self, step: StepRecord) -> dict[str, Any]:
         """The step's command, env, artifacts, excerpt and stack dumps with these added: the command, environment
-        and excerpt the step's own record names win; its own artifacts follow the logs."""
-        return {"command": step.command if step.command is not None else self.command,
-                "env": step.env or self.env,
-                "artifacts": self.artifacts + [a for a in step.artifacts if a not in self.artifacts],
-                "excerpt": step.excerpt or self.excerpt,
-                "stack_dumps": sorted({*self.stack_dumps, *step.stack_dumps})}
+        and excerpt the step's own record names win; its own artifacts follow the logs; the launches' notes follow
+        its own (the key only where there is a note)."""
+        out = {"command": step.command if step.command is not None else self.command,
+               "env": step.env or self.env,
+               "artifacts": self.artifacts + [a for a in step.artifacts if a not in self.artifacts],
+               "excerpt": step.excerpt or self.excerpt,
+               "stack_dumps": sorted({*self.stack_dumps, *step.stack_dumps})}
+        own = list(step.notes or [])
+        if self.notes:
+            out["notes"] = own + [n for n in self.notes if n not in own]
+        return out
 
 
 class StepContext:

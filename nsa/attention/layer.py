@@ -433,6 +433,8 @@ class NSAAttention(nn.Module):
         if x_t.dim() != 3 or x_t.shape[1] != 1 or x_t.shape[2] != cfg.dim or x_t.shape[0] != cache.batch_size:
             raise ValueError(f"decode_step expects x_t of shape [{cache.batch_size}, 1, {cfg.dim}], "
                              f"got {tuple(x_t.shape)}")
+        # every error before the cache changes: a step that raises leaves it as it was, so it can be taken again
+        choice = resolve_auto("layer: DECODE_SELECTED", DECODE_SELECTED, DECODE_SELECTED_CHOICES, "gather")
         t = cache.length
         tok = self._project_tokens(x_t, t)
         cache.k_sel.append(tok.k_sel)
@@ -448,7 +450,6 @@ class NSAAttention(nn.Module):
             cache.v_cmp.append(v_c)
         k_cmp = cache.k_cmp.last() if cache.n_cmp else tok.k_raw.new_zeros(x_t.shape[0], cfg.n_kv_groups, 0, cfg.d_k)
         v_cmp = cache.v_cmp.last() if cache.n_cmp else tok.v_raw.new_zeros(x_t.shape[0], cfg.n_kv_groups, 0, cfg.d_v)
-        choice = resolve_auto("layer: DECODE_SELECTED", DECODE_SELECTED, DECODE_SELECTED_CHOICES, "gather")
         o, _, reads = self._attend_one(tok.q[:, :, 0], t, k_cmp, v_cmp, cache.k_sel.last(), cache.v_sel.last(),
                                        cache.k_win.last(cfg.w), cache.v_win.last(cfg.w), gather=choice == "gather")
         cache.reads.append(reads)

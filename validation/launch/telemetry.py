@@ -177,8 +177,10 @@ class _CpuAccount:
         reaped) from one that left the set."""
         # a process of the set that exited since the last sample: its time is now in the children time of the one
         # that reaped it, its parent, or, when the parent exited too (a rank and the agent that waited for it), the
-        # nearest of its ancestors still here; what it had used at the last sample is taken off there, once
-        alive = {pid for pid, _ in own}
+        # nearest of its ancestors still here; what it had used at the last sample is taken off there, once. An
+        # ancestor still here is the process that had its pid at the last sample: a process started since (the
+        # kernel gave it the pid of one that ended) holds none of the gone ones' time
+        alive = {pid for pid, start in own if (pid, start) in self._own}
         exited = {key: ppid for key, (_, _, ppid) in self._own.items() if key not in own and key not in present}
         parent_of = {pid: ppid for (pid, _), ppid in exited.items()}
         gone: dict[int, int] = {}  # pid -> what its descendants that are gone had used at the last sample
@@ -255,8 +257,9 @@ class HostProbe(_CpuAccount):
             if others * scale >= 100.0 * OTHER_CPU_SLACK_CORES:
                 out["other_top"] = self._top_others(table, own_pids, scale)
         self._advance(own, table)
-        if ticks is not None:
-            self._prev = (now, ticks[0], ticks[1])
+        # a /proc/stat that could not be read leaves no reading to measure the next period from: the run's own
+        # reading moved on (_advance), and two periods of the machine against one of the run read as a neighbour
+        self._prev = None if ticks is None else (now, ticks[0], ticks[1])
         return out
 
     def _top_others(self, table: dict[int, ProcStat], own_pids: set[int], scale: float) -> str:

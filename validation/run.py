@@ -41,12 +41,12 @@ from validation.launch.attempt import recorded_launch_ids
 from validation.launch.processes import end_launches
 from validation.launch.spec import TERM_GRACE_S
 from validation.results import reuse
-from validation.results.run import read_run
-from validation.results.store import (DEFAULT_RUNS, RESULTS_JSON, ResultsError, RunDirError, cannot_write, inside_run_dir,
-                                      load_json, read_results, write_results)
+from validation.results.run import Step as StepRecord, read_run
+from validation.results.store import (DEFAULT_RUNS, FAILED_STEP_STATUSES, RESULTS_JSON, ResultsError, RunDirError,
+                                      cannot_write, inside_run_dir, load_json, read_results, write_results)
 from validation.runbook.loader import Runbook, RunbookError, load_runbook
-from validation.execution.runner import (Reporter, ResumeError, RunOptions, Runner, check_resume, judge_resume,
-                                         left_out, steps_to_run)
+from validation.execution.runner import (Reporter, ResumeError, RunOptions, Runner, check_resume, chosen, judge_resume,
+                                         left_out, no_winner_reason, steps_to_run, stopped_reason, winner_refs)
 from validation.runbook.plan import skipped_here
 
 
@@ -197,6 +197,8 @@ def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: N
         if phase in request.skip:
             raise RunError(f"--reuse {phase} and --skip {phase}: a phase is either taken from an earlier run or "
                            "skipped")
+        if previous is not None:
+            _check_reuse_of_kept(rb, previous, reused[phase], run_dir, request.rerun)
         warn(reused[phase].note())
     options = RunOptions(only=tuple(request.only), skip=tuple(request.skip), overrides=tuple(request.overrides),
                          cwd=request.cwd, rerun=tuple(dict.fromkeys(request.rerun)), reuse=reused, resume=judged)
@@ -209,6 +211,23 @@ def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: N
             raise RunError(f"--rerun {name} and {why}: step {name} would not run again and its result in {run_dir} "
                            "would be lost; drop one of them")
     return Prepared(rb, run_dir, previous, earlier, options)
+
+
+def _check_reuse_of_kept(rb: Runbook, previous: dict, taken: reuse.Reuse, run_dir: Path, rerun) -> None:
+    """RunError when a --resume would keep a step of phase `taken.phase` whose result is not the one --reuse takes
+    (the step ran there, or was skipped, or came from another run): the runner keeps every step with a result, so the
+    phase would hold that result while the run recorded it as taken from `taken.source` ("nothing of it ran here")."""
+    todo = set(steps_to_run(rb, previous, rerun))
+    before = read_run(previous).steps
+    for step in rb.steps():
+        if step.phase != taken.phase or step.name in todo:
+            continue
+        record = before.get(step.name) or StepRecord()
+        if not (isinstance(record.reused, dict) and record.reused.get("from") == str(taken.source)):
+            raise RunError(f"--reuse {taken.phase} and --resume {run_dir}: step {step.name} of phase {taken.phase} "
+                           f"has its own result there ({record.status}), which a resume keeps, so the phase would "
+                           f"not be taken from {taken.source}; drop --reuse {taken.phase}, or start a new run with "
+                           "--out")
 
 
 def _same_path(a: Path, b: Path) -> bool:
@@ -244,23 +263,53 @@ def check_writable(run_dir: Path) -> None:
 
 
 def not_run(prepared: Prepared) -> dict[str, str]:
-    """{step: why a run of `prepared` would not launch it}: its phase left out by --only or --skip, taken from an
-    earlier run by --reuse, with its result in the run --resume continues (and not named by --rerun), or a requirement
-    this machine does not meet (validation.runbook.plan.skipped_here). What `run --dry-run` shows."""
+    """{step: why a run of `prepared` would not launch it}, as the runner decides it, step by step in order (what
+    `run --dry-run` shows): its result in the run --resume continues kept (not named by --rerun); not run because a
+    step with on_failure: stop has failed there; its phase taken from an earlier run by --reuse; left out by --only
+    or --skip; a requirement this machine does not meet (validation.runbook.plan.skipped_here); or a
+    ${STEP.winner...} it uses that the run will not have: STEP's record kept, taken from an earlier run or
+    skipped in this one has no winner (the runner's "needs the winner of STEP, which has none (STATUS)"). A step
+    that launches may still end without a winner; the plan says which winners a launch uses."""
     rb, opt = prepared.runbook, prepared.options
+    before = {} if prepared.previous is None else read_run(prepared.previous).steps
     todo = None if prepared.previous is None else set(steps_to_run(rb, prepared.previous, opt.rerun))
     here = skipped_here(rb)
-    reasons = {}
+    reasons: dict[str, str] = {}
+    # each step's record once the run has passed it, as far as it is known before the run: (status, has a winner);
+    # a step that launches is taken to have one
+    known: dict[str, tuple[Optional[str], bool]] = {}
+    stopped_by: Optional[tuple[str, str]] = None  # (step, status): a step with on_failure: stop that failed
     for step in rb.steps():
-        if reason := left_out(step, opt):
-            reasons[step.name] = reason
-        elif step.phase in opt.reuse:
-            reasons[step.name] = f"taken from {opt.reuse[step.phase].source} (--reuse)"
-        elif todo is not None and step.name not in todo:
+        if todo is not None and step.name not in todo:
+            record = before.get(step.name) or StepRecord()
             reasons[step.name] = (f"its result in {prepared.run_dir} is kept (--resume; --rerun {step.name} runs it "
                                   "again)")
-        elif step.name in here:
-            reasons[step.name] = here[step.name]
+            known[step.name] = (record.status, chosen(record) is not None)
+            if stopped_by is None and step.on_failure == "stop" and record.status in FAILED_STEP_STATUSES:
+                stopped_by = (step.name, record.status)
+            continue
+        if stopped_by is not None:
+            reasons[step.name] = stopped_reason(*stopped_by)
+            known[step.name] = ("skipped", False)
+            continue
+        if step.phase in opt.reuse:
+            reused = opt.reuse[step.phase]
+            record = reused.run.steps.get(step.name) or StepRecord()
+            reasons[step.name] = f"taken from {reused.source} (--reuse)"
+            known[step.name] = (record.status, chosen(record) is not None)
+            continue
+        reason = left_out(step, opt) or here.get(step.name)
+        if reason is None:
+            for ref in winner_refs(step):
+                status, has = known.get(ref, (None, False))
+                if not has:
+                    reason = no_winner_reason(ref, status)
+                    break
+        if reason:
+            reasons[step.name] = reason
+            known[step.name] = ("skipped", False)
+        else:
+            known[step.name] = (None, True)
     return reasons
 
 

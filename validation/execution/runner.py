@@ -387,10 +387,8 @@ class Runner:
 
     def _not_run(self, step: Step, stopped_by: Step) -> StepResult:
         status = self._status(stopped_by.name)
-        how = {"timeout": "timed out", "hang": "hung", "error": "ended in an error"}.get(status, "failed")
         result = self._pending(step)
-        result.update(status="skipped", duration_s=0.0,
-                      reason=f"not run: step {stopped_by.name} {how} and on_failure is stop")
+        result.update(status="skipped", duration_s=0.0, reason=stopped_reason(stopped_by.name, status))
         return result
 
     # ------------------------------------------------------------------ outputs stay inside RUN_DIR
@@ -421,15 +419,14 @@ class Runner:
         reason = step.kind_impl.skip_reason(step)
         if reason:
             return reason
-        for ref in sorted({r for v in list(step.launch.env.values()) + list(step.launch.args.values())
-                           for r in references(v)}):
-            if _chosen(self._step(ref)) is None:
-                return f"needs the winner of {ref}, which has none ({self._status(ref)})"
+        for ref in winner_refs(step):
+            if chosen(self._step(ref)) is None:
+                return no_winner_reason(ref, self._status(ref))
         return None
 
     def _winners(self) -> dict[str, dict[str, Any]]:
-        chosen = {name: _chosen(self._step(name)) for name in self.results["steps"]}
-        return {name: c.params for name, c in chosen.items() if c is not None}
+        picked = {name: chosen(self._step(name)) for name in self.results["steps"]}
+        return {name: c.params for name, c in picked.items() if c is not None}
 
     def _step(self, name: str) -> StepRecord | None:
         """Step `name`'s record as the run holds it now, None before it has one. Decoded leniently: a step may come
@@ -517,7 +514,24 @@ class Runner:
 
 
 
-def _chosen(step: StepRecord | None) -> ChoiceRecord | None:
+def stopped_reason(stopped_by: str, status: str | None) -> str:
+    """Why a step after `stopped_by` (a step with on_failure: stop that ended `status`) is not run."""
+    how = {"timeout": "timed out", "hang": "hung", "error": "ended in an error"}.get(status, "failed")
+    return f"not run: step {stopped_by} {how} and on_failure is stop"
+
+
+def winner_refs(step: Step) -> list[str]:
+    """The steps whose winner `step`'s launch settings use (${STEP.winner...} in its env or args), sorted: checked
+    before the step launches (Runner._skip_reason, and the dry run: validation.run.not_run)."""
+    return sorted({r for v in list(step.launch.env.values()) + list(step.launch.args.values()) for r in references(v)})
+
+
+def no_winner_reason(ref: str, status: str | None) -> str:
+    """Why a step that uses ${ref.winner...} is skipped when `ref` (ended `status`) has no winner."""
+    return f"needs the winner of {ref}, which has none ({status})"
+
+
+def chosen(step: StepRecord | None) -> ChoiceRecord | None:
     """What ${step.winner.env.X} resolves to: the step's decision ("choice": a significant winner or the point
     kept, validation.kinds.sweep), else its "winner" (results written before decisions were recorded); None where
     it has neither (null, or an empty record)."""

@@ -68,7 +68,9 @@ def build_adamw(model: nn.Module, lr: float, weight_decay: float, betas: tuple[f
 # The settings of an AdamW group that a resumed run takes from its own config and toggles, not from the checkpoint
 # (whose param_groups torch's load_state_dict would otherwise restore whole): the hyperparameters, said when they
 # changed, and the implementation (NSA_OPT_FUSED: fused / foreach), set silently. The learning rate is not among
-# them: the schedule sets it before every step.
+# them: the schedule sets it before every step. Its kind is this run's, though (keep_settings): a checkpoint of a
+# capturable AdamW (a CUDA graphs run) holds each group's learning rate as a tensor, which torch's foreach AdamW,
+# the eager default on CUDA, refuses at its first step.
 HYPERPARAMETERS = ("weight_decay", "betas", "eps")
 IMPLEMENTATION = ("fused", "foreach", "capturable")
 
@@ -77,14 +79,26 @@ IMPLEMENTATION = ("fused", "foreach", "capturable")
 def keep_settings(optimizer: torch.optim.Optimizer):
     """Around a load of `optimizer`'s state (nsa.training.checkpoint.load): afterwards each group has this run's
     HYPERPARAMETERS and IMPLEMENTATION again, its step counts where that implementation keeps them (on the
-    parameter's device for fused or capturable AdamW, else on the host). Yields a list that holds, after the block,
-    one line per hyperparameter that differed from the checkpoint's ("weight_decay 0.5 (the checkpoint's: 0.01)")."""
+    parameter's device for fused or capturable AdamW, else on the host), and its learning rate the checkpoint's
+    value in this run's kind: a number, or this run's own tensor filled in place (make_capturable). Yields a list
+    that holds, after the block, one line per hyperparameter that differed from the checkpoint's
+    ("weight_decay 0.5 (the checkpoint's: 0.01)")."""
     keys = HYPERPARAMETERS + IMPLEMENTATION
     mine = [{k: group[k] for k in keys if k in group} for group in optimizer.param_groups]
+    my_lrs = [group.get("lr") for group in optimizer.param_groups]
     changed: list[str] = []
     yield changed
     if len(mine) != len(optimizer.param_groups):
         return  # not this run's groups: the load itself fails on that (checkpoint.load names it)
+    for group, my_lr in zip(optimizer.param_groups, my_lrs):
+        lr = group.get("lr")
+        if isinstance(my_lr, torch.Tensor):
+            if lr is not my_lr:
+                with torch.no_grad():
+                    my_lr.fill_(float(lr))
+                group["lr"] = my_lr
+        elif isinstance(lr, torch.Tensor):
+            group["lr"] = float(lr)
     for i, (group, settings) in enumerate(zip(optimizer.param_groups, mine)):
         for key, value in settings.items():
             before = group.get(key)
@@ -111,11 +125,13 @@ def make_capturable(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     the host (an eager run's checkpoint) is moved to the device."""
     optimizer.defaults["capturable"] = True
     for group in optimizer.param_groups:
+        group["capturable"] = True
+        if not group["params"]:  # an empty group (a model without vectors: no decay-free parameters) steps nothing
+            continue
         device = group["params"][0].device
         lr = group["lr"]
         if not (isinstance(lr, torch.Tensor) and lr.device == device and lr.dtype == torch.float32 and lr.dim() == 0):
             group["lr"] = torch.tensor(float(lr), dtype=torch.float32, device=device)
-        group["capturable"] = True
         for p in group["params"]:
             step = optimizer.state.get(p, {}).get("step")
             if isinstance(step, torch.Tensor) and (step.device != p.device or step.dtype != torch.float32):

@@ -29,7 +29,7 @@ def _run(tmp_path: Path, traces: dict[str, str], monkeypatch, status: str = "pas
     for name, text in traces.items():
         (out / "profile" / name).write_text(text)
     spec = SimpleNamespace(dir="prof", out_dir="prof/out", wrapper=None)
-    one = Launched(spec, SimpleNamespace(status="ok"), status, None, LaunchMetrics())
+    one = Launched(spec, SimpleNamespace(status="ok", duration_s=None), status, None, LaunchMetrics())
     monkeypatch.setattr(profile_mod, "launch_one", lambda ctx: one)
     ctx = SimpleNamespace(run_dir=tmp_path, rel=lambda p: str(Path(p).relative_to(tmp_path)))
     return Profile().run(Options(), ctx)

@@ -4,7 +4,8 @@ Systems when `profiler` is nsys, or auto with nsys on PATH): the top operators a
 Own keys: `profile_steps` (default 3), `profiler: auto | torch | nsys`.
 Metrics: a trainer launch's (validation.kinds.trainer) plus "profile": {"trace", "top_ops": [{"name", "total_ms",
 "calls"}], "nvtx_ranges": [nsa.* range names seen], "attribution": validation.analysis.attribution's shares of step time
-by category and by nsa.* range}. No trace written, or one that cannot be read (empty, cut off), fails the step.
+by category and by nsa.* range}. No trace written by this launch (one an earlier launch left in the directory is
+none), or one that cannot be read (empty, cut off), fails the step.
 Options: the keys above. Result: the step record of one trainer launch (validation.kinds.trainer.TrainerResult), its
 metrics the launch's LaunchMetrics with its ProfileRecord (Metrics); the report hooks read it decoded leniently.
 """
@@ -26,7 +27,8 @@ from validation.formatting import file_name, fmt_num, fmt_pct
 from validation.runbook.schema import typed
 from validation.kinds.blocks import Block, Bullets, Column, Paragraph, Table, code
 from validation.kinds.base import run_path
-from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, TrainerResult, launch_one, trainer_launch
+from validation.kinds.trainer import (TRAINER_METRICS, TrainerKind, TrainerResult, launch_one, launch_started,
+                                      trainer_launch, written_before)
 from validation.results.codec import absent, decode, given
 from validation.results.trainer_launch import LaunchMetrics, Num
 
@@ -121,7 +123,12 @@ class Profile(TrainerKind):
         one = launch_one(ctx)
         spec = one.spec
         artifacts = [ctx.rel(p) for p in sorted((ctx.run_dir / spec.dir).glob("nsys_profile*"))] if spec.wrapper else []
-        traces = sorted((ctx.run_dir / spec.out_dir / "profile").glob("trace_rank0_*.json"), key=_trace_order)
+        # a trace an earlier launch left in the directory (a rerun whose trainer died before it moved its files
+        # aside; the earlier process of a resumed run) is not this launch's, as collect() reads the trainer's other
+        # files; without the launch's duration its start is not known and every trace counts
+        since = launch_started(one.lr)
+        found = sorted((ctx.run_dir / spec.out_dir / "profile").glob("trace_rank0_*.json"), key=_trace_order)
+        traces = [t for t in found if not written_before(t, since)]
         status, reason = one.status, one.reason
         prof = ProfileRecord()
         if traces:
@@ -133,7 +140,8 @@ class Profile(TrainerKind):
             if problem is not None and status == "passed":
                 status, reason = "failed", f"profiler trace {ctx.rel(trace)}: {problem}"
         elif status == "passed":
-            status, reason = "failed", "no profiler trace was written"
+            earlier = f" (only an earlier launch's: {', '.join(ctx.rel(t) for t in found)})" if found else ""
+            status, reason = "failed", f"no profiler trace was written{earlier}"
         launch = {f.name: getattr(one.metrics, f.name) for f in dataclasses.fields(LaunchMetrics)}
         return Result(status=status, reason=reason, metrics=Metrics(**launch, profile=prof), artifacts=artifacts)
 
@@ -196,13 +204,13 @@ def read_trace(trace: Path) -> tuple[list, str | None]:
     exporting leaves: an empty or cut-off file) or None: "empty", "not valid JSON (...)", "no traceEvents list",
     "unreadable: ...". An unreadable trace gives no events. The one reader of the trainer's traces."""
     try:
-        text = Path(trace).read_text()
+        raw = Path(trace).read_bytes()
     except OSError as exc:
         return [], f"unreadable: {exc.strerror or exc}"
-    if not text.strip():
+    if not raw.strip():
         return [], "empty"
-    try:
-        data = json.loads(text)
+    try:  # bytes: a file cut off inside a multi-byte character (or not UTF-8) is not valid JSON, not an exception
+        data = json.loads(raw)
     except ValueError as exc:
         return [], f"not valid JSON ({exc})"
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
@@ -218,21 +226,53 @@ def trace_problem(trace: Path) -> str | None:
 def profile_summary(trace: Path, top: int = 15, events: list | None = None) -> dict:
     """Top operators by their time and the nsa.* ranges seen, from a torch profiler chrome trace (the trainer's
     out_dir/profile/trace_rank0_*.json; `events`: its traceEvents when read_trace has read them already): its
-    complete events (validation.analysis.parallelism.complete_events). An operator's time is the sum of its events'
-    durations (inclusive: the operators it calls are counted in it too; trace microseconds as ms); an event with a
-    negative or non-finite duration is no time and is left out. An unreadable trace gives empty lists (read_trace
-    says why)."""
+    complete events (validation.analysis.parallelism.complete_events). An operator's time is the time its events
+    cover on each thread (a CPU thread, a GPU stream; CPU operators and kernels apart), summed over the threads
+    (inclusive: the operators it calls are counted in it too; trace microseconds as ms): an event inside another of
+    the same name on the same thread (aten::arange calling its out= overload, also named aten::arange) adds no time
+    and is no call of its own, while events of other threads or streams count in full, overlapping or not. An event
+    with a negative or non-finite start or duration is no time and is left out. An unreadable trace gives empty
+    lists (read_trace says why)."""
     if events is None:
         events = read_trace(trace)[0]
     events = complete_events(events)
     ranges = sorted({e.name for e in events if e.name.startswith("nsa.")})
-    ops: dict[str, list[float]] = {}
+    spans: dict[str, dict[tuple, list[tuple[float, float]]]] = {}
     for e in events:
-        if e.cat in ("cpu_op", "kernel", "gpu_op") and math.isfinite(float(e.dur)) and e.dur >= 0:
-            ops.setdefault(e.name, []).append(float(e.dur))
-    rows = sorted(((k, round(sum(v) / 1000, 3), len(v)) for k, v in ops.items()), key=lambda r: -r[1])[:top]
+        if e.cat in ("cpu_op", "kernel", "gpu_op") and _finite(e.ts) and _finite(e.dur) and e.dur >= 0:
+            start = float(e.ts)
+            # the thread or stream as written (1 and "1" are two), apart per kind of event: a kernel is never
+            # inside a CPU operator, whatever ids a trace gives them
+            thread = (repr(e.cat), repr(e.pid), repr(e.tid))
+            spans.setdefault(e.name, {}).setdefault(thread, []).append((start, start + float(e.dur)))
+    ops = {name: _covered(threads.values()) for name, threads in spans.items()}
+    rows = sorted(((k, round(us / 1000, 3), calls) for k, (us, calls) in ops.items()), key=lambda r: -r[1])[:top]
     return {"top_ops": [{"name": name, "total_ms": ms, "calls": calls} for name, ms, calls in rows],
             "nvtx_ranges": ranges}
+
+
+def _finite(value) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (OverflowError, ValueError):  # an integer too large for a float
+        return False
+
+
+def _covered(threads) -> tuple[float, int]:
+    """(time covered, calls) of one operator's events, given as (start, end) lists per thread: per thread the length
+    of the union of its events' intervals, and the events that start outside every earlier one (the outermost)."""
+    total, calls = 0.0, 0
+    for intervals in threads:
+        end = -math.inf
+        for start, stop in sorted(intervals):
+            if start >= end:  # a call of its own; else inside an earlier event of the same name
+                calls += 1
+                total += stop - start
+                end = stop
+            elif stop > end:  # overlapping the end of an earlier one: only the part past it is more time
+                total += stop - end
+                end = stop
+    return total, calls
 
 
 kinds.register(Profile())

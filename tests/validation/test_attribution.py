@@ -33,3 +33,22 @@ def test_the_optimizer_range_after_a_step_counts_as_step_time_and_optimizer():
     c = out["categories"]
     assert c["optimizer"] == 0.2 and c["MLP/GEMM"] == 0.4 and abs(c["idle"] - 0.4) < 1e-12
     assert out["ranges"] == {}
+
+
+def test_tensor_ops_named_like_a_collective_are_no_communication():
+    """aten::broadcast_tensors and aten::broadcast_to are tensor operations (shapes), not collectives: a step of one
+    process spending 40 us of 100 in them has no communication; c10d's broadcast and gloo's all-reduce are."""
+    events = [ev("nsa.step", 0, 100), ev("aten::broadcast_tensors", 10, 30), ev("aten::broadcast_to", 40, 10),
+              ev("c10d::broadcast_", 60, 10), ev("gloo:all_reduce", 80, 10)]
+    c = attribute_events(events)["categories"]
+    assert c["other"] == 0.4 and c["communication"] == 0.2 and abs(c["idle"] - 0.4) < 1e-12
+
+
+def test_events_with_a_negative_or_non_finite_duration_are_no_time():
+    """A damaged trace's event (dur -200, or NaN) inside a real 600 us aten::mm takes nothing off it, and a
+    negative nsa.* range is no range share."""
+    events = [ev("nsa.step", 0, 1000), ev("aten::mm", 100, 600), ev("aten::mm", 300, -200),
+              ev("nsa.sel", 800, -100), ev("aten::addmm", 900, float("nan"))]
+    out = attribute_events(events)
+    assert out["categories"]["MLP/GEMM"] == 0.6 and abs(out["categories"]["idle"] - 0.4) < 1e-12
+    assert out["ranges"] == {}

@@ -27,6 +27,7 @@ Returns {"steps", "step_time_ms" (mean), "categories": {name: share}, "ranges": 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from validation.analysis.parallelism import GPU_ANNOTATION, complete_events
@@ -45,7 +46,7 @@ def category(name: str) -> str:
         return "importance and top-k"
     if name.startswith(("nsa.cmp", "nsa.sel", "nsa.win", "nsa.dense")):
         return "attention branches"
-    if any(k in low for k in _COMM):
+    if any(k in low for k in _COMM) and not low.startswith("aten::"):  # aten::broadcast_to is a view, not a collective
         return "communication"
     if name.startswith(("Optimizer.", "nsa.optim")) or "zero_grad" in low:
         return "optimizer"
@@ -56,10 +57,19 @@ def category(name: str) -> str:
     return "other"
 
 
+def _finite(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (OverflowError, TypeError, ValueError):
+        return False
+
+
 def attribute_events(events: list[dict]) -> dict[str, Any]:
     """Attribution of complete ("X") events (validation.analysis.parallelism.complete_events): see the module's
     docstring."""
-    evs = complete_events(events)
+    # an event with a negative or non-finite start or duration is no time (a damaged trace): left out, as the
+    # profile kind's operator table leaves it out
+    evs = [e for e in complete_events(events) if _finite(e.ts) and _finite(e.dur) and float(e.dur) >= 0]
     # the host's ranges only: on a GPU Kineto writes each range again as a gpu_user_annotation over its kernels
     host = [e for e in evs if e.cat != GPU_ANNOTATION]
     steps = [e for e in host if e.name == "nsa.step"]

@@ -5,6 +5,7 @@ the build of the selected branch's index."""
 from __future__ import annotations
 
 import os
+import sys
 from typing import NamedTuple
 
 import torch
@@ -42,9 +43,20 @@ LOG2E = 1.4426950408889634
 SCORE_CHUNK = 1 << 22
 
 
+# The TRITON_INTERPRET values Triton reads as on (triton.knobs' env_bool, case-insensitive, not stripped)
+TRITON_INTERPRET_ON = ("1", "true", "yes", "on", "y")
+
+
 def interpreting() -> bool:
-    """Triton's interpreter is on (TRITON_INTERPRET=1): kernels run on CPU tensors, slowly, for testing."""
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() not in ("", "0", "false", "no", "off")
+    """Triton's interpreter is on (TRITON_INTERPRET=1): kernels run on CPU tensors, slowly, for testing.
+
+    As Triton itself reads it (triton.knobs.runtime.interpret, once triton is imported: its @triton.jit picks the
+    interpreter by it), so that no value it reads as off ("2", " 1") lets a Triton choice on CPU through to a kernel
+    compiled for a GPU."""
+    runtime = getattr(getattr(sys.modules.get("triton"), "knobs", None), "runtime", None)
+    if runtime is not None and hasattr(runtime, "interpret"):
+        return bool(runtime.interpret)
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in TRITON_INTERPRET_ON
 
 
 def dot_precision(dtype: torch.dtype) -> str:

@@ -118,6 +118,10 @@ def device_problem(args: argparse.Namespace) -> str | None:
     if args.device == "cuda" and not torch.cuda.is_available():
         return ("--device cuda: no CUDA device here; on a CPU use --device cpu with TRITON_INTERPRET=1 (fp32, "
                 "small shapes)")
+    if args.device == "cuda" and interpreting():
+        return ("--device cuda runs the compiled kernels, but TRITON_INTERPRET is on: Triton's interpreter would run "
+                "them on the host (compute-sanitizer would see none of them); unset TRITON_INTERPRET, or use "
+                "--device cpu")
     if args.device == "cpu" and not interpreting():
         return "--device cpu runs the Triton kernels only under the interpreter: set TRITON_INTERPRET=1"
     if args.device == "cpu" and args.dtype != "fp32":

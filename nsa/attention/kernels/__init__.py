@@ -114,9 +114,11 @@ def triton_status(device, cfg=None, dtype=None) -> str | None:
         return (f"no CUDA device (tensors are on {device.type}); the Triton kernels need a GPU, or "
                 "TRITON_INTERPRET=1 for the interpreter on CPU")
     if dtype is not None:
-        dtypes = TRITON_DTYPES if device.type == "cuda" else TRITON_INTERPRETER_DTYPES
+        # the interpreter computes in fp32 whatever the device (it runs CUDA tensors on host copies too)
+        interpreted = interpreting()
+        dtypes = TRITON_INTERPRETER_DTYPES if interpreted else TRITON_DTYPES
         if dtype not in dtypes:
-            where = "" if device.type == "cuda" else " under the interpreter"
+            where = " under the interpreter" if interpreted else ""
             return (f"the Triton kernels compute in {', '.join(str(d).removeprefix('torch.') for d in dtypes)}"
                     f"{where}, not {str(dtype).removeprefix('torch.')}")
     return triton_unsupported(cfg) if cfg is not None else None

@@ -70,6 +70,20 @@ def test_a_triton_choice_on_cpu_runs_under_the_interpreter_and_auto_stays_on_tor
     assert index_build("auto") == "torch"
 
 
+@needs_triton
+def test_the_interpreter_computes_in_its_own_dtypes_on_a_cuda_device_too(monkeypatch):
+    """The interpreter runs CUDA tensors on host copies, in fp32/fp16 only (bf16 there gives garbage): with
+    TRITON_INTERPRET=1 a bf16 layer on a CUDA device is refused for Triton and auto keeps torch; with the
+    interpreter off the same bf16 layer may take the compiled kernels. Only the selection logic runs (no tensor)."""
+    cuda = torch.device("cuda")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert "under the interpreter, not bfloat16" in kernels.triton_status(cuda, CFG, torch.bfloat16)
+    assert resolve("auto", cuda, CFG, torch.bfloat16) == "torch"
+    assert kernels.triton_status(cuda, CFG, torch.float32) is None
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert kernels.triton_status(cuda, CFG, torch.bfloat16) is None
+
+
 def test_an_unknown_kernel_choice_names_the_setting_and_its_values():
     with pytest.raises(ValueError, match=r"NSAConfig.kernel must be one of auto \| torch \| triton, got 'Triton'"):
         NSAConfig(dim=64, n_heads=2, n_kv_groups=1, d_k=32, d_v=32, kernel="Triton")

@@ -15,7 +15,6 @@ reports/aot/selected_fwd_occupancy.md).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -80,7 +79,9 @@ def main(argv=None) -> int:
                     help="bwd: the backward's dQ choices (default); fwd: the kv forward's output choices, m7c shape; "
                          "tile: the kv forward's tile choices (FWD_TILE_CHOICES), d 64")
     args = ap.parse_args(argv)
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    from nsa.attention.kernels.common import interpreting  # as Triton reads TRITON_INTERPRET
+
+    if interpreting():
         raise SystemExit("TRITON_INTERPRET is set: the kernels cannot be compiled ahead of time")
     import triton
 

@@ -388,8 +388,10 @@ def main(argv=None) -> int:
                                   args.warmup)))
         return 0
     if args.aot:
-        if os.environ.get("TRITON_INTERPRET") == "1":
-            ap.error("--aot compiles the kernels: run it without TRITON_INTERPRET=1")
+        from nsa.attention.kernels.common import interpreting  # as Triton reads TRITON_INTERPRET
+
+        if interpreting():
+            ap.error("--aot compiles the kernels: run it without TRITON_INTERPRET")
         rows = aot_report(families, args.candidates)
         if args.markdown:
             print(aot_markdown(rows))

@@ -201,7 +201,9 @@ def _compile_nth(job: tuple[int, int]) -> AotResult:
 def compile_all(targets=TARGETS, jobs: int | None = None, which: str = "all") -> list[AotResult]:
     """Every case of all_cases(which) for every target, in that order; `jobs` compiles in that many forked
     processes (default: one per CPU; each compile is one core's work, ~0.1-5 s)."""
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    from nsa.attention.kernels.common import interpreting  # as Triton reads TRITON_INTERPRET
+
+    if interpreting():
         raise RuntimeError("TRITON_INTERPRET is set: interpreted kernels cannot be compiled ahead of time "
                            "(run this in a process without it)")
     _CASES[:] = all_cases(which)

@@ -244,7 +244,7 @@ def read_telemetry(step_dir: Path | None) -> list[dict[str, Any]]:
     for path in telemetry_files(step_dir):
         try:
             with open(path, newline="", encoding="utf-8", errors="replace") as f:
-                for raw in csv.DictReader(f):
+                for raw in _rows(csv.DictReader(f)):
                     if None in raw or any(v is None for v in raw.values()):  # a row cut off by a killed writer
                         continue
                     row = {key: (raw.get(key) or None) if key in _TEXT_COLUMNS else _number(raw.get(key))
@@ -256,6 +256,18 @@ def read_telemetry(step_dir: Path | None) -> list[dict[str, Any]]:
         except OSError:
             continue
     return rows
+
+
+def _rows(reader: csv.DictReader):
+    """The rows of `reader`, each line csv cannot read left out (a field past csv's size limit; a NUL byte a node's
+    crash left, which Python 3.10's csv refuses): the rows before and after it are kept."""
+    while True:
+        try:
+            yield next(reader)
+        except StopIteration:
+            return
+        except csv.Error:
+            continue
 
 
 def _number(text: Any) -> int | float | None:

@@ -31,6 +31,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from nsa.attention.kernels.common import interpreting
+
 # The Triton kernel modules (each defines aot_cases()). A module is added here together with its kernels.
 KERNEL_MODULES: tuple[str, ...] = ("nsa.attention.kernels.range_attn.host", "nsa.attention.kernels.selected_attn.host",
                                   "nsa.attention.kernels.selection.host", "nsa.attention.kernels.glue.host",
@@ -201,9 +203,7 @@ def _compile_nth(job: tuple[int, int]) -> AotResult:
 def compile_all(targets=TARGETS, jobs: int | None = None, which: str = "all") -> list[AotResult]:
     """Every case of all_cases(which) for every target, in that order; `jobs` compiles in that many forked
     processes (default: one per CPU; each compile is one core's work, ~0.1-5 s)."""
-    from nsa.attention.kernels.common import interpreting  # as Triton reads TRITON_INTERPRET
-
-    if interpreting():
+    if interpreting():  # TRITON_INTERPRET as Triton reads it
         raise RuntimeError("TRITON_INTERPRET is set: interpreted kernels cannot be compiled ahead of time "
                            "(run this in a process without it)")
     _CASES[:] = all_cases(which)

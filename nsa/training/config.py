@@ -4,9 +4,10 @@
     train:  TrainConfig fields (below)
     data:   DataConfig fields (below; the sources are in nsa.training.data)
 
-Every key is checked: an unknown key or a value of the wrong type is a ConfigError naming the file and the
-dotted key. Missing keys take the dataclass defaults. Command-line flags override keys (`apply_overrides`), and
-the resolved config is written back to the run's out_dir (config.yaml) so a run says exactly what it ran.
+Every key is checked: an unknown key, a key given twice in one mapping or a value of the wrong type is a
+ConfigError naming the file and the dotted key. Missing keys take the dataclass defaults. Command-line flags
+override keys (`apply_overrides`), and the resolved config is written back to the run's out_dir (config.yaml) so a
+run says exactly what it ran.
 
 A field that an nsa-train flag sets declares the flag where it is defined (`setting(..., flags=Flag(...))`,
 nsa.config): nsa.training.flags reads the sections below (SECTIONS) for the trainer's parser, its `--help` and the
@@ -248,12 +249,80 @@ def load_config(path: str | Path) -> RunConfig:
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = _read_yaml(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:  # a file there but unreadable (permissions, an I/O error): one line, not a traceback
+        raise ConfigError(f"{path}: cannot read the config file ({exc.strerror or exc})") from None
+    except DuplicateKeyError as exc:
+        key = ".".join(str(part) for part in exc.path)
+        raise ConfigError(f"{path}: duplicate key {brief(key)} at line {exc.line} (first at line {exc.first}): one "
+                          "of the two values would be ignored") from None
     except YAML_ERRORS as exc:
         raise ConfigError(f"{path}: not valid YAML ({(str(exc).splitlines() or [type(exc).__name__])[0]})") from None
     return config_from_dict(raw, str(path))
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping of a YAML document gives one key twice: PyYAML keeps the last value and drops the other without a
+    word (a second `train:` section replaced the whole first one, every key of it back to its default). `path` the
+    key's path, `line` where it is given again, `first` where it was given first (1-based). Raised by mapping_entries,
+    for the trainer's configs and the suite's runbooks alike."""
+
+    def __init__(self, path: tuple, line: int, first: int):
+        super().__init__(f"duplicate key (first at line {first}): one of the two values would be ignored")
+        self.path, self.line, self.first = path, line, first
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def mapping_entries(node: yaml.MappingNode, path: tuple = ()) -> list[tuple[Any, Any, tuple, int | None]]:
+    """(key node, value node, the value's path, the key's 1-based line) of each entry of a composed mapping, in
+    order; DuplicateKeyError for the first scalar key given twice (the same tag and text). A merge key (`<<: *anchor`)
+    may stand beside the keys it merges: its value's path is the mapping's own, its line None."""
+    first: dict[tuple, int] = {}
+    out = []
+    for key_node, value_node in node.value:
+        if isinstance(key_node, yaml.ScalarNode) and key_node.tag != _MERGE_TAG:
+            key, line = (key_node.tag, key_node.value), key_node.start_mark.line + 1
+            if key in first:
+                raise DuplicateKeyError(path + (key_node.value,), line, first[key])
+            first[key] = line
+            out.append((key_node, value_node, path + (key_node.value,), line))
+        else:
+            out.append((key_node, value_node, path, None))
+    return out
+
+
+def _read_yaml(text: str) -> Any:
+    """The YAML document in `text` (None for no document), as yaml.safe_load reads it, but DuplicateKeyError for a
+    mapping that gives a key twice. Raises what PyYAML raises (YAML_ERRORS)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_unique_keys(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _check_unique_keys(root) -> None:
+    """DuplicateKeyError for the first mapping of a composed node tree that gives one scalar key twice (the same tag
+    and text; a merge key, `<<: *anchor`, may stand beside the keys it merges). Walked without recursion, each node
+    once (an alias is the node it names)."""
+    stack, seen = [(root, ())], set()
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            stack.extend(reversed([(value_node, where) for _, value_node, where, _ in mapping_entries(node, path)]))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(reversed([(item, path + (i,)) for i, item in enumerate(node.value)]))
 
 
 def config_from_dict(raw: Any, where: str = "<config>") -> RunConfig:

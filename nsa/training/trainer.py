@@ -51,6 +51,15 @@ def parallel_mode(requested: str, world_size: int) -> str:
     return "none"
 
 
+def perplexity(loss: float) -> float:
+    """exp(loss), val.csv's val_ppl: inf where it passes the largest float (a loss above about 709.78 nats), NaN for
+    a NaN loss. (It was exp(min(loss, 50)): a loss of 60 nats read 5.2e21 instead of 1.1e26.)"""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
+
+
 def attention_kernel(model: ModelConfig, device: torch.device, dtype: torch.dtype | None = None) -> str:
     """What the attention layers of `model` (the resolved config: the layer toggles applied) run on `device` with
     their matmuls in `dtype` (the run's autocast dtype, else its parameters'): sdpa (the dense twin), sequential
@@ -249,7 +258,9 @@ class Trainer:
             outputs.write_json(self.out / outputs.ENV_JSON, env)
             resume_at = self.start_step if resume else None
             self.csv = outputs.CsvLog(self.out / outputs.TRAINING_CSV, columns, resume_step=resume_at)
-            if tc.eval_every > 0:
+            # a resume drops the val.csv rows written after its checkpoint even with evaluation now off: they
+            # evaluated weights this run's history no longer has (this run writes none in their place)
+            if tc.eval_every > 0 or (resume_at is not None and (self.out / outputs.VAL_CSV).exists()):
                 self.val_csv = outputs.CsvLog(self.out / outputs.VAL_CSV, list(outputs.VAL_COLUMNS),
                                               resume_step=resume_at)
             for log_file in (self.csv, self.val_csv):
@@ -724,7 +735,7 @@ class Trainer:
         (summed,) = distributed.all_reduce_sum([total], self.info)
         val = summed / (tc.eval_batches * self.info.world_size)
         if self.val_csv is not None:
-            self.val_csv.write({"step": step, "val_loss": val, "val_ppl": math.exp(min(val, 50.0))})
+            self.val_csv.write({"step": step, "val_loss": val, "val_ppl": perplexity(val)})
             if self.tb is not None:
                 self.tb.add_scalar("val/loss", val, step)
             log.info(f"eval step {step}: val_loss {val:.4f}")

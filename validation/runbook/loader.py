@@ -59,7 +59,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from nsa.training.config import YAML_ERRORS, ConfigError, RunConfig, UsageError, apply_overrides, load_config
+from nsa.training.config import (YAML_ERRORS, ConfigError, DuplicateKeyError, RunConfig, UsageError, apply_overrides,
+                                 load_config)
 from nsa.training.config import brief as _brief
 from nsa.training.flags import flag_specs, overrides as flag_overrides
 from nsa import toggles
@@ -71,7 +72,7 @@ from validation.runbook.overrides import apply_override, override_notes
 from validation.results.model import SEVERITIES, STEP_STATUSES
 from validation.runbook.model import (REF_RE, Criterion, LaunchSettings, Launcher, Overridden, Phase, Requirements,
                                       Runbook, Step, references, resolve_references)
-from validation.runbook.schema import (NAME_RE, Ctx, DuplicateKeyError, EnvTextError, RunbookError, env_problem, env_vars, mapping,
+from validation.runbook.schema import (NAME_RE, Ctx, EnvTextError, RunbookError, env_problem, env_vars, mapping,
                                        parse_yaml, show, str_list, trainer_flags, typed)
 from validation.kinds.base import BASE_KEYS, LAUNCH_KEYS, check_metric_reference
 

@@ -10,9 +10,9 @@ from typing import Any, Mapping
 
 import yaml
 
-from nsa.training.config import YAML_ERRORS
+from nsa.training.config import YAML_ERRORS, DuplicateKeyError
 from nsa.training.config import brief as _brief
-from validation.runbook.schema import (Ctx, DuplicateKeyError, EnvTextError, RunbookError, check_nodes,
+from validation.runbook.schema import (Ctx, EnvTextError, RunbookError, check_nodes,
                                        did_you_mean, env_text_problem, printable, show)
 from validation.runbook.model import Overridden
 from validation.kinds.base import LAUNCH_KEYS, StepKind

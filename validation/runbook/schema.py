@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from nsa import toggles
-from nsa.training.config import brief
+from nsa.training.config import brief, mapping_entries
 from nsa.training.flags import check_flag, flag_specs
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -28,15 +28,6 @@ RESERVED_ARGS = {"out-dir": "every launch writes into its own directory under RU
 
 class RunbookError(ValueError):
     """A runbook problem; the message names the file, line and key path."""
-
-
-class DuplicateKeyError(yaml.YAMLError):
-    """A mapping of the document gives one key twice (PyYAML would keep the last value and drop the other
-    silently): `path` the key's path, `line` where it is given again, `first` where it was given first."""
-
-    def __init__(self, path: tuple, line: int, first: int):
-        super().__init__(f"duplicate key (first at line {first}): one of the two values would be ignored")
-        self.path, self.line, self.first = path, line, first
 
 
 _STR_TAG = "tag:yaml.org,2002:str"
@@ -96,23 +87,14 @@ def check_nodes(node, path=(), seen=None) -> None:
         return
     seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
-        first: dict[tuple, int] = {}
-        for key_node, value_node in node.value:
-            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
-                key, line = (key_node.tag, key_node.value), key_node.start_mark.line + 1
-                if key in first:
-                    raise DuplicateKeyError(path + (key_node.value,), line, first[key])
-                first[key] = line
-                if path and path[-1] == "env":  # an environment mapping: {NCCL_X: '010'}
-                    _check_env_text(value_node, path + (key_node.value,), line)
-                elif str(key_node.value).startswith("env."):  # a sweep's, scan's or prefer's {env.X: [25, 50]}
-                    items = value_node.value if isinstance(value_node, yaml.SequenceNode) else None
-                    for i, item in enumerate(items if items is not None else [value_node]):
-                        where = path + (key_node.value,) + ((i,) if items is not None else ())
-                        _check_env_text(item, where, item.start_mark.line + 1)
-                check_nodes(value_node, path + (key_node.value,), seen)
-            else:
-                check_nodes(value_node, path, seen)
+        for key_node, value_node, child, line in mapping_entries(node, path):  # DuplicateKeyError for a key twice
+            if line is not None and path and path[-1] == "env":  # an environment mapping: {NCCL_X: '010'}
+                _check_env_text(value_node, child, line)
+            elif line is not None and str(key_node.value).startswith("env."):  # a sweep's {env.X: [25, 50]}
+                items = value_node.value if isinstance(value_node, yaml.SequenceNode) else None
+                for i, item in enumerate(items if items is not None else [value_node]):
+                    _check_env_text(item, child + ((i,) if items is not None else ()), item.start_mark.line + 1)
+            check_nodes(value_node, child, seen)  # a merge key's value: at the mapping's own path
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             check_nodes(item, path + (i,), seen)

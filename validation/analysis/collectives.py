@@ -18,14 +18,16 @@ predicted time: within the measured sizes the time is interpolated log-log betwe
 (each row's time already holds that size's latency and bandwidth); below the smallest size, the smallest size's
 time (the latency: a smaller message is never faster); above the largest, the largest row's time plus the extra
 bytes at that row's algorithm bandwidth, t(S) = t_max + (S - S_max) / algbw_max = t_max x S / S_max (algbw_max =
-S_max / t_max, the row's own bytes and time: busbw / factor is the same figure). Only a row's bytes and time are
-read: its bandwidth columns, when present, were derived from them.
+S_max / t_max, the row's own bytes and time: busbw / factor is the same figure); a call of 0 bytes sends nothing
+and takes 0 s. Only a row's bytes and time are read: its bandwidth columns, when present, were derived from them; a
+row with bytes or time at most 0 is refused (ValueError), as are an unknown kind and a world size below 1.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from typing import Iterable, Mapping, Sequence
 
 from validation.results.codec import decode
@@ -62,10 +64,13 @@ def bus_factor(kind: str, world_size: int) -> float:
 
 
 def bandwidth_row(kind: str, world_size: int, nbytes: int, seconds: float) -> dict:
-    """One table row: the message size, its time, algbw and busbw in GB/s."""
-    if not (nbytes > 0 and seconds > 0 and math.isfinite(seconds)):
-        raise ValueError(f"a bandwidth row needs bytes > 0 and a finite time > 0, got {nbytes} B in {seconds} s")
-    algbw = nbytes / seconds / GB
+    """One table row: the message size (a whole number of bytes), its time, algbw and busbw in GB/s."""
+    whole = (isinstance(nbytes, numbers.Real) and not isinstance(nbytes, bool) and math.isfinite(nbytes)
+             and nbytes == int(nbytes))
+    if not (whole and nbytes > 0 and seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"a bandwidth row needs a whole number of bytes > 0 and a finite time > 0, got {nbytes} B "
+                         f"in {seconds} s")
+    algbw = int(nbytes) / seconds / GB  # the bytes the row records
     return {"bytes": int(nbytes), "time_s": float(seconds), "algbw_gbps": algbw,
             "busbw_gbps": algbw * bus_factor(kind, world_size)}
 
@@ -112,13 +117,13 @@ def _checked(table: "Sequence[BandwidthRow | Mapping]") -> list[BandwidthRow]:
 def time_at(table: "Sequence[BandwidthRow | Mapping]", kind: str, world_size: int, nbytes: int) -> float:
     """Predicted seconds of one `kind` collective of `nbytes` from its measured table (see the module doc)."""
     rows = _checked(table)
+    bus_factor(kind, world_size)  # the kind and world size checked at every size, not only beyond the table
     if nbytes <= 0:
         return 0.0
     lo, hi = rows[0], rows[-1]
     if nbytes < lo.bytes:
         return lo.time_s  # below the smallest size the latency dominates: never faster than it
     if nbytes > hi.bytes:  # the largest row's algbw, from its own bytes and time (module doc)
-        bus_factor(kind, world_size)  # the same checks of kind and world size as inside the table
         return hi.time_s * nbytes / hi.bytes
     for a, b in zip(rows, rows[1:]):
         if a.bytes <= nbytes <= b.bytes:

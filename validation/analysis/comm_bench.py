@@ -40,7 +40,9 @@ ELEMENT = 4  # float32
 
 
 def sizes_between(lo: int, hi: int) -> list[int]:
-    """lo, 2 lo, 4 lo, ... up to hi (inclusive)."""
+    """lo, 2 lo, 4 lo, ... up to hi (inclusive); lo >= 1 (a smaller start never doubles past hi)."""
+    if lo < 1:
+        raise ValueError(f"the smallest message size must be at least 1 byte, got {lo}")
     out, s = [], lo
     while s <= hi:
         out.append(s)
@@ -200,6 +202,16 @@ def main(argv: list[str] | None = None) -> int:
     bad = [k for k in args.kinds.split(",") if k not in KINDS]
     if bad or args.iters < 1 or args.warmup < 0 or args.compute_ms < 0:
         print(f"comm_bench: kinds must be among {', '.join(KINDS)}, iters >= 1, warmup >= 0, compute-ms >= 0", file=sys.stderr)
+        return 2
+    bounds = {"--min-bytes": args.min_bytes, "--max-bytes": args.max_bytes}
+    bad = [f"{name} {value}" for name, value in bounds.items() if value is not None and value < 1]
+    if args.sizes is not None:
+        try:
+            bad += [f"--sizes {s}" for s in args.sizes.split(",") if int(s) < 1]
+        except ValueError:
+            bad.append(f"--sizes {args.sizes!r}")
+    if bad:  # 0 would read as "not given" (the default range), a negative start would double without end
+        print(f"comm_bench: message sizes are whole numbers of bytes >= 1, got {', '.join(bad)}", file=sys.stderr)
         return 2
     if args.min_bytes and args.max_bytes and args.min_bytes > args.max_bytes:
         print(f"comm_bench: --min-bytes {args.min_bytes} > --max-bytes {args.max_bytes}", file=sys.stderr)

@@ -75,7 +75,7 @@ TOGGLES: dict[str, Toggle] = {
                "averaged, cast back); none: plain fp32 all-reduce. Ignored (with a message) without DDP.",
                choices=("none", "bf16", "fp16")),
         Toggle("NSA_DDP_BUCKET_MB", "int", 25, "trainer (DDP)",
-               "DDP gradient bucket size in MB (MiB, 2**20 bytes, as torch's bucket_cap_mb).", maximum=1 << 20),
+               "DDP gradient bucket size in MB (MiB: 1,048,576 bytes, as torch's bucket_cap_mb).", maximum=1 << 20),
         Toggle("NSA_SDPA_AUDIT", "bool", False, "trainer",
                "1: record which SDPA backend (flash/efficient/cudnn/math) served each attention call site; "
                "rank 0 writes out_dir/sdpa_audit.json."),

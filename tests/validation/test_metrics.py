@@ -213,10 +213,13 @@ def test_window_statistics_match_statistics_module(tmp_path):
     vals = [toks(i) for i in range(31, 81)]
     t = s["toks_per_s"]
     assert t["n"] == 50
-    assert t["mean"] == pytest.approx(statistics.mean(vals), rel=1e-12)
+    # the window's tokens over its time, from the file's own step times (2,048 tokens a step)
+    assert t["mean"] == pytest.approx(2048 * 50 / sum(2048 / v for v in vals), rel=1e-12)
+    assert t["mean"] == pytest.approx(statistics.harmonic_mean(vals), rel=1e-12)
+    assert t["mean"] < statistics.mean(vals) * (1 - 1e-6)  # never the plain mean of the rates
     assert t["median"] == pytest.approx(statistics.median(vals), rel=1e-12)
     assert t["stdev"] == pytest.approx(statistics.pstdev(vals), rel=1e-9)
-    assert t["cv"] == pytest.approx(statistics.pstdev(vals) / statistics.mean(vals), rel=1e-9)
+    assert t["cv"] == pytest.approx(statistics.pstdev(vals) / statistics.harmonic_mean(vals), rel=1e-9)
     assert (t["min"], t["max"]) == (min(vals), max(vals))
     loss = [10.0 - 0.01 * i for i in range(31, 81)]
     assert s["loss"]["mean"] == pytest.approx(statistics.mean(loss), rel=1e-12)
@@ -226,12 +229,25 @@ def test_window_statistics_match_statistics_module(tmp_path):
     json.dumps(s, allow_nan=False)
 
 
+def test_a_stalled_step_costs_the_window_figure_what_it_costs_the_run(tmp_path):
+    """Steps of 2,048 tokens at 100, 100 and 25 tokens/s take 20.48, 20.48 and 81.92 s: 6,144 tokens in 122.88 s
+    are 50 tokens/s (the plain mean of the rates, 75, counts the stalled step as much as a fast one). MFU, a rate of
+    the same work, is read the same way; step time and loss keep their plain mean."""
+    lines = [HEADER + ",mfu"] + [row(i, tps=tps, mfu=repr(tps / 1000)) for i, tps in enumerate((100.0, 100.0, 25.0), 1)]
+    s = summarize(read_training_csv(write(tmp_path / "t.csv", lines)), Window(), 2)
+    assert s["toks_per_s"]["mean"] == pytest.approx(50.0, rel=1e-12)
+    assert s["toks_per_s_per_gpu"] == pytest.approx(25.0, rel=1e-12)
+    assert s["mfu"]["mean"] == pytest.approx(0.05, rel=1e-12)
+    assert s["step_time_s"]["mean"] == pytest.approx(122.88 / 3, rel=1e-12)
+    assert s["toks_per_s"]["median"] == 100.0 and s["toks_per_s"]["min"] == 25.0
+
+
 def test_warmup_excludes_first_rows_even_when_window_is_large(tmp_path):
     read = read_training_csv(csv_file(tmp_path, 20))
     s = summarize(read, Window(last=10, warmup=15))
     assert s["status"] == "short"
     assert s["window"]["n"] == 5 and s["window"]["first_step"] == 16
-    assert s["toks_per_s"]["mean"] == pytest.approx(statistics.mean(toks(i) for i in range(16, 21)))
+    assert s["toks_per_s"]["mean"] == pytest.approx(statistics.harmonic_mean([toks(i) for i in range(16, 21)]))
 
 
 def test_window_values(tmp_path):
@@ -250,7 +266,7 @@ def test_short_window(tmp_path):
     assert s["status"] == "short"
     assert "30 of the 50" in s["note"]
     assert s["toks_per_s"]["n"] == 30
-    assert s["toks_per_s"]["mean"] == pytest.approx(statistics.mean(toks(i) for i in range(1, 31)))
+    assert s["toks_per_s"]["mean"] == pytest.approx(statistics.harmonic_mean([toks(i) for i in range(1, 31)]))
 
 
 def test_everything_in_warmup_is_empty(tmp_path):
@@ -293,7 +309,7 @@ def test_mfu_empty_cells(tmp_path):
     assert s["status"] == "ok" and s["mfu"]["n"] == 0 and s["mfu"]["mean"] is None
     lines = [HEADER + ",mfu"] + [row(i, mfu=str(0.25 + 0.125 * (i % 2))) for i in range(1, 6)]
     s = summarize(read_training_csv(write(tmp_path / "t2.csv", lines)), Window(last=5))
-    assert s["mfu"]["mean"] == pytest.approx(statistics.mean([0.375, 0.25, 0.375, 0.25, 0.375]))
+    assert s["mfu"]["mean"] == pytest.approx(statistics.harmonic_mean([0.375, 0.25, 0.375, 0.25, 0.375]))
 
 
 def _alloc_file(tmp_path: Path, allocs: list[float]) -> CsvRead:
@@ -320,7 +336,7 @@ def test_throughput_stable(tmp_path):
     assert steady["throughput_stable"] is True
     lines = [HEADER] + [row(i, tps=1000.0 if i % 2 else 500.0) for i in range(1, 61)]
     noisy = summarize(read_training_csv(write(tmp_path / "n.csv", lines)), Window())
-    assert noisy["toks_per_s"]["cv"] == pytest.approx(250 / 750)
+    assert noisy["toks_per_s"]["cv"] == pytest.approx(250 / (2 / (1 / 1000 + 1 / 500)))  # stdev over the figure
     assert noisy["throughput_stable"] is False
 
 

@@ -4,6 +4,11 @@ criteria against them without loading pandas."""
 
 # Columns summarized per window, in report order. Every one is a training.csv column (nsa.training.outputs).
 METRIC_COLUMNS = ("toks_per_s", "step_time_s", "loss", "grad_norm", "mem_alloc_gb", "mem_reserved_gb", "mfu")
+# Per-step rates of work that is the same in every step of a run (a step's tokens, its FLOPs): a window's figure of
+# each (its summary "mean") is the window's work over its time, the harmonic mean of the per-step rates, never their
+# plain mean, which counts a slow step as much as a fast one (a step that stalls 10x lowers it by a fifth of what
+# it costs the run). Their stdev, cv, median, min and max are those of the per-step rates.
+RATE_COLUMNS = ("toks_per_s", "mfu")
 # Statistics computed for each metric column over the window (stdev is the population stdev, statistics.pstdev).
 STAT_NAMES = ("mean", "median", "stdev", "cv", "min", "max", "n")
 # Summary keys derived from several columns or rows (documented in summarize()); always present in a summary.

@@ -29,7 +29,8 @@ class MetricsError(ValueError):
 
 # METRIC_COLUMNS (summarized per window), STAT_NAMES (statistics of each), DERIVED_KEYS (always in a summary): their
 # names live in validation.analysis.metric_names, which `plan` reads without pandas
-from validation.analysis.metric_names import DERIVED_KEYS, METRIC_COLUMNS, STAT_NAMES, THROUGHPUT_CV_MAX  # noqa: E402
+from validation.analysis.metric_names import (DERIVED_KEYS, METRIC_COLUMNS, RATE_COLUMNS, STAT_NAMES,  # noqa: E402
+                                             THROUGHPUT_CV_MAX)
 # Values of a summary's "status".
 STATUSES = ("ok", "short", "missing", "empty", "corrupt")
 # Statuses whose statistics can be used (short: fewer window rows than asked, but at least one).
@@ -296,15 +297,34 @@ def _num(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def column_stats(values: Any) -> dict[str, float | int | None]:
-    """STAT_NAMES over the finite values of `values` (NaN cells are left out; n counts the values used)."""
+def window_mean(values: Any, column: str | None = None) -> float | None:
+    """A window's figure of `column` from its per-step values (the finite ones): for a rate of work that is the same
+    in every step (RATE_COLUMNS: tokens/s, MFU) the window's work over its time, which is the harmonic mean of the
+    rates (n / the sum of 1 / rate: the steps' times add up, their rates do not), else the plain mean. A rate that is
+    not above 0 (outside its physical range: validation.analysis.plausibility says so) has no time to add up: the
+    plain mean then. None without a finite value."""
+    arr = np.asarray(values, dtype="float64")
+    arr = arr[np.isfinite(arr)]
+    if arr.size == 0:
+        return None
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # near 1e308 or 1e-308: None below
+        mean = (arr.size / float(np.sum(1.0 / arr)) if column in RATE_COLUMNS and bool(np.all(arr > 0))
+                else float(arr.mean()))
+    return _num(mean)
+
+
+def column_stats(values: Any, column: str | None = None) -> dict[str, float | int | None]:
+    """STAT_NAMES over the finite values of `values` (NaN cells are left out; n counts the values used); the mean
+    is the window's figure of `column` (window_mean: a rate's is its work over its time), cv the stdev over it."""
     arr = np.asarray(values, dtype="float64")
     arr = arr[np.isfinite(arr)]
     n = int(arr.size)
     if n == 0:
         return {name: (0 if name == "n" else None) for name in STAT_NAMES}
+    mean = window_mean(arr, column)
+    mean = math.nan if mean is None else mean
     with np.errstate(over="ignore", invalid="ignore"):  # values near 1e308 overflow: inf/NaN become None below
-        mean, median, stdev = float(arr.mean()), float(np.median(arr)), float(arr.std(ddof=0))
+        median, stdev = float(np.median(arr)), float(arr.std(ddof=0))
     out = {"mean": mean, "median": median, "stdev": stdev,
            "cv": (stdev / abs(mean)) if mean != 0 else None, "min": float(arr.min()), "max": float(arr.max()),
            "n": n}
@@ -360,8 +380,10 @@ def summarize(read: CsvRead, window: Window, world_size: int = 1) -> dict[str, A
     | first_bad_row        | 'line N: <text>' of the first row left out, else None                              |
     | window               | {last, warmup: as asked; n: rows used; first_step, last_step: of the rows used}   |
     | <column>             | for each of METRIC_COLUMNS in the file: {mean, median, stdev (population), cv     |
-    |                      | (stdev/mean), min, max, n} over the window's finite values (None when n == 0)     |
-    | toks_per_s_per_gpu   | window mean of toks_per_s (global) / world_size                                    |
+    |                      | (stdev/mean), min, max, n} over the window's finite values (None when n == 0);    |
+    |                      | the mean of a rate (RATE_COLUMNS: toks_per_s, mfu) is the window's work over its  |
+    |                      | time, the harmonic mean of the per-step rates (window_mean)                       |
+    | toks_per_s_per_gpu   | the window's toks_per_s (global: its tokens over its time) / world_size           |
     | first_loss           | loss of the first row                                                              |
     | final_loss           | loss of the last row                                                               |
     | loss_drop            | first_loss - final_loss                                                            |
@@ -416,7 +438,7 @@ def summarize(read: CsvRead, window: Window, world_size: int = 1) -> dict[str, A
 
     for col in METRIC_COLUMNS:
         if col in win:
-            out[col] = column_stats(win[col])
+            out[col] = column_stats(win[col], col)
 
     if "toks_per_s" in out and out["toks_per_s"]["mean"] is not None:
         scalars["toks_per_s_per_gpu"] = out["toks_per_s"]["mean"] / world_size

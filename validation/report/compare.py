@@ -229,11 +229,11 @@ def _disturbance(m: dict) -> str | None:
 
 
 def _window_mean(values: list[float], stored: Any) -> float:
-    """A launch's window mean as its report shows it: the stored summary's when it covers these values."""
+    """A launch's window figure as its report shows it: the stored summary's when it covers these values."""
     stat = decode(Stat, stored, "stored", lenient=True) if isinstance(stored, dict) else Stat()
     if stat.n == len(values) and stat.mean is not None and math.isfinite(stat.mean):
         return float(stat.mean)
-    return sum(values) / len(values)
+    return metrics.window_mean(values, METRIC)
 
 
 def _group(label: str) -> str:
@@ -321,7 +321,8 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
                                 alpha=alpha, noise=noise, baseline="A", variant="B", metric=METRIC, run_noise=held,
                                 min_floor=COMMON_MIN_SHIFT if rn is not None else UNREPEATED_MIN_FLOOR)
         except StatsError as exc:  # no interval: neither "same" nor a direction, whatever the change shown
-            rows[i] = {**_untested(label, METRIC, sum(va) / len(va), sum(vb) / len(vb), 0.0, f"not tested: {exc}"),
+            rows[i] = {**_untested(label, METRIC, metrics.window_mean(va, METRIC), metrics.window_mean(vb, METRIC), 0.0,
+                                   f"not tested: {exc}"),
                        "verdict": "inconclusive"}
             untestable.append(i)
         else:

@@ -51,8 +51,9 @@ def test_a_launch_reads_its_own_files_by_hand(tmp_path):
     lr = SimpleNamespace(status="ok", reason=None, nodes=[], job_id=None, duration_s=30.0)
     status, reason, m = _collect(tmp_path, lr)
     assert (status, reason) == ("passed", None)
-    # the last 3 rows: 200, 300, 400 tokens/s
-    assert m["toks_per_s"]["mean"] == pytest.approx(300.0) and m["toks_per_s"]["n"] == 3
+    # the last 3 rows: 200, 300, 400 tokens/s, the same tokens a step: 3 steps in 1/200 + 1/300 + 1/400 of a
+    # token's time each, 3,600 / 13 = 276.9 tokens/s over the window's time
+    assert m["toks_per_s"]["mean"] == pytest.approx(3600 / 13) and m["toks_per_s"]["n"] == 3
     assert m["window"]["first_step"] == 2 and m["window"]["last_step"] == 4
     assert m["mem_peak_gb"] == 2.5 and m["loss_drop"] == pytest.approx(1.5)
     st = m["startup"]

@@ -56,6 +56,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from validation.analysis import metrics
 from validation.formatting import fmt_pct
 from validation.analysis.significance.comparison import (ALPHA, MIN_FLOOR, Comparison, PairNoise, RunNoise, compare_paired,
                                                  compare_units, paired_cv, paired_pairs)
@@ -224,7 +225,7 @@ class _Variant:
     units: Units | None = None
 
 
-def _as_runs(label: str, data: Sequence[RunData] | RunData) -> _Variant:
+def _as_runs(label: str, data: Sequence[RunData] | RunData, metric: str) -> _Variant:
     runs = list(data) if isinstance(data, (list, tuple)) else [data]
     means: list[float | None] = []
     series: list[np.ndarray | None] = []
@@ -239,7 +240,7 @@ def _as_runs(label: str, data: Sequence[RunData] | RunData) -> _Variant:
         else:
             x = np.asarray(run, dtype="float64").ravel()
             x = x[np.isfinite(x)]
-            means.append(float(x.mean()) if x.size else None)
+            means.append(metrics.window_mean(x, metric) if x.size else None)  # the run's figure of its window
             series.append(x if x.size else None)
     return _Variant(label, means, series)
 
@@ -304,7 +305,7 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
                     listed[r] = None
             cleaned[k] = listed
         runs = cleaned
-    variants = [_as_runs(k, runs[k]) for k in labels]
+    variants = [_as_runs(k, runs[k], metric) for k in labels]
     longest = max(len(v.means) for v in variants)
     repeats_mode = longest >= 2
     for v in variants:  # a variant with fewer runs listed lacks the last repeats
@@ -325,7 +326,7 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
         else:
             # the run's level is the mean over every step of its window, the figure its table shows: the
             # decision's comparison is then the A/B table's (windows.compare_windows) number for number
-            v.units = window_units(v.series[0], min_blocks=min_blocks)
+            v.units = window_units(v.series[0], min_blocks=min_blocks, metric=metric)
             v.level = v.units.mean
     usable.sort(key=lambda v: (-sign * v.level, labels.index(v.label)))
     ranking = tuple((v.label, v.level) for v in usable)

@@ -15,7 +15,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from validation.analysis import metrics
 from validation.analysis.interference import measured_disturbed
@@ -102,14 +101,18 @@ def launch_series(run_dir: Path, m: dict, metric: str = METRIC, default: metrics
     return metrics.window_values(Path(run_dir) / recorded.csv, metric, win)
 
 
-def window_units(values: list[float], stored: dict | None = None, min_blocks: int = MIN_BLOCKS) -> Units:
-    """The block means of one launch's window (significance.block_units) whose `mean` is the window's mean over
-    every step of the window: the figure the report shows for the launch (its summary's toks_per_s.mean, the
-    same numbers through the same numpy mean), never the mean of the steps that fill whole blocks (block_units
-    leaves the earliest steps out, which moved compare's means off the report's: 19,178.7 against 19,214.5).
-    `stored`: the launch's summary statistic ({"mean", "n"}) when at hand; used when it covers these values."""
+def window_units(values: list[float], stored: dict | None = None, min_blocks: int = MIN_BLOCKS,
+                 metric: str = METRIC) -> Units:
+    """The block means of one launch's window (significance.block_units) whose `mean` is the window's figure over
+    every step of the window (metrics.window_mean: a rate's is its work over its time): the figure the report shows
+    for the launch (its summary's toks_per_s.mean, the same numbers through the same computation), never the mean
+    of the steps that fill whole blocks (block_units leaves the earliest steps out, which moved compare's means off
+    the report's: 19,178.7 against 19,214.5). The blocks' relative standard error is that of the figure to first
+    order. `stored`: the launch's summary statistic ({"mean", "n"}) when at hand; used when it covers these
+    values."""
     units = block_units(values, min_blocks=min_blocks)
-    mean = float(np.asarray(values, dtype="float64").mean())
+    mean = metrics.window_mean(values, metric)
+    mean = units.mean if mean is None else mean
     figure = decode(_Stored, stored, lenient=True) if isinstance(stored, dict) else None
     if figure is not None and figure.n == len(values) and isinstance(figure.mean, (int, float)) \
             and math.isfinite(figure.mean):
@@ -121,8 +124,9 @@ def compare_windows(a: list[float], b: list[float], *, stored_a: dict | None = N
                     **kwargs: Any):
     """b against a, each one launch's window of per-step values: window_units of each, then
     significance.compare_units (kwargs: higher_is_better, alpha, noise, baseline, variant, metric, run_noise).
-    The Comparison's mean_a/mean_b are the window means the report shows."""
-    return compare_units(window_units(a, stored_a), window_units(b, stored_b), **kwargs)
+    The Comparison's mean_a/mean_b are the window figures the report shows."""
+    metric = kwargs.get("metric", METRIC)
+    return compare_units(window_units(a, stored_a, metric=metric), window_units(b, stored_b, metric=metric), **kwargs)
 
 
 def _repeated_groups(step: dict, run_dir: Path | str, metric: str) -> list[list[tuple[float, float | None]]]:
@@ -141,7 +145,7 @@ def _repeated_groups(step: dict, run_dir: Path | str, metric: str) -> list[list[
             rel_se = block_units(values).rel_se
         except StatsError:
             rel_se = None
-        by_label.setdefault(str(run.label), []).append((sum(values) / len(values), rel_se))
+        by_label.setdefault(str(run.label), []).append((metrics.window_mean(values, metric), rel_se))
     return [g for g in by_label.values() if len(g) >= 2]
 
 
@@ -192,7 +196,7 @@ def measured_run_noise(results: dict, run_dir: Path | str, metric: str = METRIC,
                 values = launch_series(Path(rdir), run.metrics, metric)
                 if not values:
                     continue
-                mean = sum(values) / len(values)
+                mean = metrics.window_mean(values, metric)
                 try:
                     rel_se = block_units(values).rel_se
                 except StatsError:

@@ -38,6 +38,7 @@ from typing import Any, Mapping
 
 from validation import contracts
 from validation.analysis import stats
+from validation.analysis.metrics import window_mean
 from validation import kinds
 from validation.analysis.interference import decision_record, disturbed_flags
 from validation.formatting import (file_name, finite, fmt_num, fmt_p, fmt_pct, fmt_tflops, mean_pm, mfu_text,
@@ -141,7 +142,7 @@ def _compare(base: list, variant: list, label: str, metric: str, higher: bool, r
     def mean(v):
         if v is None:
             return None
-        return float(v) if isinstance(v, (int, float)) else sum(v) / len(v)
+        return float(v) if isinstance(v, (int, float)) else window_mean(v, metric)
 
     if len(base) >= 2:
         return compare_paired([mean(v) for v in base], [mean(v) for v in variant], higher_is_better=higher,

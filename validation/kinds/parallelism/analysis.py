@@ -17,7 +17,9 @@ from validation import contracts
 from validation.analysis.collectives import predict_seconds
 from validation.analysis.parallelism import (Evidence, SearchError, aligned_collectives, batch_search, exposed_comm,
                                              is_oom, recommendation)
-from validation.analysis.significance import StatsError, adjust_family, compare_paired, compare_series
+from validation.analysis.metrics import window_mean
+from validation.analysis.significance import StatsError, adjust_family, compare_paired
+from validation.analysis.significance.windows import compare_windows
 from validation.kinds.parallelism.launch import strategy_launch
 from validation.kinds.parallelism.records import (Capacity, CommCount, CommMeasured, Compared, Metrics, NotCompared,
                                                   RunInfo, Searched, Skipped, StrategyFigures)
@@ -183,7 +185,7 @@ def compare_strategies(step, runs: list[LaunchRun], ctx) -> dict[str, Compared |
         data[r.label][r.repeat] = run_values(ctx.run_dir, step, encode(r), "toks_per_s")
 
     def mean(v):
-        return None if v is None else (float(v) if isinstance(v, (int, float)) else sum(v) / len(v))
+        return None if v is None else (float(v) if isinstance(v, (int, float)) else window_mean(v, "toks_per_s"))
 
     comps, notes = [], {}
     for i, a in enumerate(labels):
@@ -193,7 +195,7 @@ def compare_strategies(step, runs: list[LaunchRun], ctx) -> dict[str, Compared |
                     comps.append(compare_paired([mean(v) for v in data[a]], [mean(v) for v in data[b]],
                                                 baseline=a, variant=b, metric="toks_per_s"))
                 elif isinstance(data[a][0], list) and isinstance(data[b][0], list):
-                    comps.append(compare_series(data[a][0], data[b][0], baseline=a, variant=b, metric="toks_per_s"))
+                    comps.append(compare_windows(data[a][0], data[b][0], baseline=a, variant=b, metric="toks_per_s"))
                 else:
                     notes[f"{b}:{a}"] = NotCompared("not compared: a run without a measurement", False)
             except StatsError as exc:

@@ -24,7 +24,11 @@ _SMOKE = json.loads((REPO / "reports/examples/cpu_smoke/results.json").read_text
 
 @pytest.fixture
 def smoke() -> dict:
-    return copy.deepcopy(_SMOKE)
+    """The committed cpu_smoke run with every window marked steady (its one open problem, a WARN for an unsteady
+    window, is not what these tests edit in): each test's open problems are those it makes."""
+    results = copy.deepcopy(_SMOKE)
+    results["steps"]["single"]["metrics"]["throughput_stable"] = True
+    return results
 
 
 def _conclusions(results: dict) -> dict:
@@ -86,7 +90,11 @@ def _one_run_fused_decision(results: dict) -> None:
 def test_a_decision_that_recommends_nothing_is_no_measured_recommendation(smoke):
     _one_run_fused_decision(smoke)
     view = _conclusions(smoke)
-    assert view["key_finding"].startswith("NSA_OPT_FUSED=1 (fused): 39,947.4 tokens/s with, 39,178.6 without")
+    comp = smoke["steps"]["fused_adamw"]["decision"]["comparison"]  # fused against the baseline, as the run wrote it
+    with_, without = (comp["mean_a"], comp["mean_b"]) if comp["baseline"] == "fused" else (comp["mean_b"],
+                                                                                          comp["mean_a"])
+    assert view["key_finding"].startswith(f"NSA_OPT_FUSED=1 (fused): {with_:,.1f} tokens/s with, {without:,.1f} "
+                                          "without")
     assert view["key_finding"].endswith("step `fused_adamw`; not a setting to use (one run per variant: an effect "
                                         "is recommended only when it is replicated in interleaved repeats (set "
                                         "repeats: 2 or more))")
@@ -125,9 +133,8 @@ def test_the_steps_a_failure_stopped_run_again_with_the_failed_one(smoke):
     smoke["steps"]["longrun"].update(status="skipped", reason="phase longrun skipped (--skip)")
     smoke["verdict"] = "NO-GO"
     nxt = _conclusions(smoke)["conclusion"]["next"]
-    assert nxt.endswith("then `nsa-validate run runbooks/cpu_smoke.yaml --resume "
-                        "artifacts/validate/cpu_smoke-20261130-075217 --rerun sdpa_audit --rerun sel_parity "
-                        "--rerun sel_perf --rerun profiling`")
+    assert nxt.endswith(f"then `nsa-validate run runbooks/cpu_smoke.yaml --resume {smoke['run_dir']} --rerun "
+                        "sdpa_audit --rerun sel_parity --rerun sel_perf --rerun profiling`")
 
 
 def test_the_next_action_says_why_a_skipped_step_did_not_run(smoke):

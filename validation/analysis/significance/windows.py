@@ -121,12 +121,12 @@ def window_units(values: list[float], stored: dict | None = None, min_blocks: in
 
 
 def compare_windows(a: list[float], b: list[float], *, stored_a: dict | None = None, stored_b: dict | None = None,
-                    **kwargs: Any):
-    """b against a, each one launch's window of per-step values: window_units of each, then
-    significance.compare_units (kwargs: higher_is_better, alpha, noise, baseline, variant, metric, run_noise).
+                    metric: str = METRIC, **kwargs: Any):
+    """b against a, each one launch's window of per-step values of `metric`: window_units of each, then
+    significance.compare_units (kwargs: higher_is_better, alpha, noise, baseline, variant, run_noise).
     The Comparison's mean_a/mean_b are the window figures the report shows."""
-    metric = kwargs.get("metric", METRIC)
-    return compare_units(window_units(a, stored_a, metric=metric), window_units(b, stored_b, metric=metric), **kwargs)
+    return compare_units(window_units(a, stored_a, metric=metric), window_units(b, stored_b, metric=metric),
+                         metric=metric, **kwargs)
 
 
 def _repeated_groups(step: dict, run_dir: Path | str, metric: str) -> list[list[tuple[float, float | None]]]:

@@ -88,14 +88,6 @@ def test_memory_model_counts_no_gradient_or_adamw_state_for_frozen_parameters():
     assert fsdp["buffers"] == (24 + 32 + 6) * 4 + 24 * 4
 
 
-@pytest.fixture()
-def one_rank_group(tmp_path):
-    assert not dist.is_initialized()
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def test_real_ddp_sends_what_the_model_predicts_with_frozen_parameters(one_rank_group):
     """NSAModel with two norms frozen, under real DDP with the counting hook: every step's all-reduces (the first
     iteration's single bucket and the rebuilt ones) equal the prediction, call by call."""

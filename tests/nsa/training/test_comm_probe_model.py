@@ -67,14 +67,6 @@ def test_ddp_buckets_keep_bf16_and_fp16_apart_like_torch():
     assert pred.first_step["all_reduce"]["calls"] == 3
 
 
-@pytest.fixture()
-def one_rank_group(tmp_path):
-    assert not dist.is_initialized()
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def _ddp_records(module, steps=2):
     counter = comm_count.CommCounter(measure_time=False)
     ddp = torch.nn.parallel.DistributedDataParallel(module, bucket_cap_mb=1)

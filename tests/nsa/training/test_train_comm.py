@@ -135,14 +135,6 @@ def test_summary_compares_the_first_step_with_ddps_first_iteration():
 
 
 # ---------------------------------------------------------------------- counting, in this process (one rank)
-@pytest.fixture(scope="module")
-def one_rank_group(tmp_path_factory):
-    assert not dist.is_initialized()
-    store = dist.FileStore(str(tmp_path_factory.mktemp("pg") / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
 
 def test_ddp_hook_counts_the_real_buckets_of_real_ddp(one_rank_group):
     """The counting hook inside real DDP: bucket sizes, in order, equal the model's, for several caps."""

@@ -25,25 +25,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from nsa.training.synthetic import SyntheticSource, _mix_seed  # noqa: E402
+from nsa.training.synthetic import SyntheticSource, sample_generator  # noqa: E402
 
 
 def per_segment_sample(src: SyntheticSource, index: int) -> torch.Tensor:
     """The earlier builder: the same draws, then one cumsum/cummax per Markov segment and a copy per copy segment."""
     v, n = src.vocab_size, src.seq_len + 1
-    g = torch.Generator().manual_seed(_mix_seed(src.seed, src.sample_tag, src.rank, index))
+    g = sample_generator(src.seed, src.sample_tag, src.rank, index)
     cum = torch.tensor(src.PROBS, dtype=torch.float64).cumsum(0)
-    choice = torch.searchsorted(cum, torch.rand(n, generator=g, dtype=torch.float64), right=True)
+    choice = torch.searchsorted(cum, torch.from_numpy(g.random(n)), right=True)
     inc = src.offsets[choice.clamp_max(src.K - 1)]
-    reset = torch.rand(n, generator=g) < src.NOISE
+    reset = torch.from_numpy(g.random(n, dtype=np.float32)) < src.NOISE
     reset[0] = True
-    noise_tok = torch.randint(0, v, (n,), generator=g)
+    noise_tok = torch.from_numpy(g.integers(0, v, n))
     n_seg = n // src.MARKOV_LEN[0] + 1
-    m_lens = torch.randint(src.MARKOV_LEN[0], src.MARKOV_LEN[1] + 1, (n_seg,), generator=g).tolist()
-    c_lens = torch.randint(src.COPY_LEN[0], src.COPY_LEN[1] + 1, (n_seg,), generator=g).tolist()
-    src_u = torch.rand(n_seg, generator=g, dtype=torch.float64).tolist()
+    m_lens = g.integers(src.MARKOV_LEN[0], src.MARKOV_LEN[1] + 1, n_seg).tolist()
+    c_lens = g.integers(src.COPY_LEN[0], src.COPY_LEN[1] + 1, n_seg).tolist()
+    src_u = g.random(n_seg).tolist()
     z = torch.empty(n, dtype=torch.int64)
     pos, s = 0, 0
     while pos < n:

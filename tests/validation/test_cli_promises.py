@@ -109,3 +109,15 @@ def test_plan_header_without_a_description_is_the_name(tmp_path):
     path.write_text(RUNBOOK + "description: two steps\n")
     rb = load(path, [])
     assert text_lines(rb, describe(rb, {}))[0] == ("tiny: two steps", "bold")
+
+
+def test_a_fresh_runs_results_decode_strictly_and_encode_back_unchanged(finished):
+    """What a run writes is what the typed records read and write back, key for key: a runbook that declares no
+    compare noise has no `compare` key (it was written null, which the record leaves out)."""
+    from validation.results.codec import decode, encode
+    from validation.results.run import Run
+
+    _, run = finished
+    data = json.loads((run / "results.json").read_text())
+    assert "compare" not in data["runbook"]
+    assert json.dumps(encode(decode(Run, data, "results.json")), sort_keys=True) == json.dumps(data, sort_keys=True)

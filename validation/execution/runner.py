@@ -307,8 +307,9 @@ class Runner:
         return RunResults(
             schema_version=SCHEMA_VERSION,
             tool=Tool(name="nsa-validate", version=tool_version()),
+            # compare: only where the runbook declares it (the record's `compare?`: absent, never null)
             runbook=RunbookRef(name=rb.name, description=rb.description, path=rb.path, sha256=rb.sha256,
-                                       compare=rb.compare_noise),
+                               **({} if rb.compare_noise is None else {"compare": rb.compare_noise})),
             run_dir=str(self.run_dir), started=_now(), finished=None, duration_s=None,
             verdict="INCOMPLETE", verdict_reason="", interrupted_by=None,  # set by __init__
             environment={},

@@ -228,7 +228,8 @@ class _RunbookRefKeys(TypedDict):
 
 
 class RunbookRef(_RunbookRefKeys, total=False):
-    compare: dict[str, float] | None  # absent in runs made before the runbook key existed
+    compare: dict[str, float] | None  # the runbook's declared noise; absent where it declares none (and in runs
+    # made before the key existed; runs of 2026-11-28 to 11-30 wrote null there)
 
 
 class Options(TypedDict):

@@ -5,7 +5,6 @@ the build of the selected branch's index."""
 from __future__ import annotations
 
 import os
-import sys
 from typing import NamedTuple
 
 import torch
@@ -50,12 +49,10 @@ TRITON_INTERPRET_ON = ("1", "true", "yes", "on", "y")
 def interpreting() -> bool:
     """Triton's interpreter is on (TRITON_INTERPRET=1): kernels run on CPU tensors, slowly, for testing.
 
-    As Triton itself reads it (triton.knobs.runtime.interpret, once triton is imported: its @triton.jit picks the
-    interpreter by it), so that no value it reads as off ("2", " 1") lets a Triton choice on CPU through to a kernel
-    compiled for a GPU."""
-    runtime = getattr(getattr(sys.modules.get("triton"), "knobs", None), "runtime", None)
-    if runtime is not None and hasattr(runtime, "interpret"):
-        return bool(runtime.interpret)
+    Read as Triton reads it (triton.knobs' env_bool: TRITON_INTERPRET_ON, any case, not stripped; its @triton.jit
+    picks the interpreter by it), so that no value it reads as off ("2", " 1") lets a Triton choice on CPU through to
+    a kernel compiled for a GPU. From the environment, never through triton.knobs: this runs inside code that
+    torch.compile traces (the index build's choice), and Dynamo cannot trace the C getter behind the knobs."""
     return os.environ.get("TRITON_INTERPRET", "0").lower() in TRITON_INTERPRET_ON
 
 

@@ -103,7 +103,7 @@ def test_overlap_weights_beyond_the_triton_selection_are_refused_or_routed_to_to
 
 
 @needs_triton
-def test_compute_dtypes_the_triton_kernels_do_not_take_are_refused_or_routed_to_torch():
+def test_compute_dtypes_the_triton_kernels_do_not_take_are_refused_or_routed_to_torch(monkeypatch):
     """float64 would come back at fp32 precision from the Triton kernels, and the interpreter multiplies bf16 dot
     operands wrongly: "triton" refuses them naming the dtype, "auto" takes the PyTorch path."""
     cfg = make_cfg(**TRITON_KW)
@@ -114,6 +114,7 @@ def test_compute_dtypes_the_triton_kernels_do_not_take_are_refused_or_routed_to_
             with pytest.raises(KernelUnavailable, match=f"not {str(dtype).removeprefix('torch.')}"):
                 attn(torch.randn(1, 9, 32, device=device, dtype=dtype))
     cuda = torch.device("cuda")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # a GPU's compiled kernels (the interpreter takes fp32/fp16 only)
     assert kernels.resolve("auto", cuda, cfg, torch.float64) == "torch"
     assert kernels.resolve("auto", cuda, cfg, torch.bfloat16) == "triton"
     with pytest.raises(KernelUnavailable, match="not float64"):

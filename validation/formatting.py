@@ -48,10 +48,14 @@ def as_list(value: Any) -> list:
 
 
 def finite(value: Any) -> float | None:
-    """A real number as float, or None (bools, strings, NaN and inf are not numbers here)."""
+    """A real number as float, or None (bools, strings, NaN and inf are not numbers here, nor an integer past a
+    float's range)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
     return value if math.isfinite(value) else None
 
 

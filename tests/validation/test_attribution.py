@@ -52,3 +52,17 @@ def test_events_with_a_negative_or_non_finite_duration_are_no_time():
     out = attribute_events(events)
     assert out["categories"]["MLP/GEMM"] == 0.6 and abs(out["categories"]["idle"] - 0.4) < 1e-12
     assert out["ranges"] == {}
+
+
+def test_a_start_or_duration_past_a_floats_range_is_no_time():
+    """An integer a trace's JSON holds past a float's range is no time (formatting.finite: None, not OverflowError),
+    in the attribution as in the operator table."""
+    from validation.formatting import finite
+    from validation.kinds.profile import profile_summary
+
+    assert finite(10 ** 400) is None and finite(10 ** 300) == 1e300
+    events = [ev("nsa.step", 0, 1000), ev("aten::mm", 100, 600), ev("aten::mm", 10 ** 400, 5),
+              ev("aten::addmm", 200, 10 ** 400)]
+    assert attribute_events(events)["categories"]["MLP/GEMM"] == 0.6
+    ops = [{**e, "cat": "cpu_op"} for e in events[1:]]
+    assert profile_summary(None, events=ops)["top_ops"] == [{"name": "aten::mm", "total_ms": 0.6, "calls": 1}]

@@ -27,10 +27,10 @@ Returns {"steps", "step_time_ms" (mean), "categories": {name: share}, "ranges": 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from validation.analysis.parallelism import GPU_ANNOTATION, complete_events
+from validation.formatting import finite
 
 CATEGORIES = ("importance and top-k", "attention branches", "communication", "optimizer", "data", "MLP/GEMM",
               "other", "idle")
@@ -57,19 +57,13 @@ def category(name: str) -> str:
     return "other"
 
 
-def _finite(value: Any) -> bool:
-    try:
-        return math.isfinite(float(value))
-    except (OverflowError, TypeError, ValueError):
-        return False
-
-
 def attribute_events(events: list[dict]) -> dict[str, Any]:
     """Attribution of complete ("X") events (validation.analysis.parallelism.complete_events): see the module's
     docstring."""
     # an event with a negative or non-finite start or duration is no time (a damaged trace): left out, as the
     # profile kind's operator table leaves it out
-    evs = [e for e in complete_events(events) if _finite(e.ts) and _finite(e.dur) and float(e.dur) >= 0]
+    evs = [e for e in complete_events(events)
+           if finite(e.ts) is not None and finite(e.dur) is not None and e.dur >= 0]
     # the host's ranges only: on a GPU Kineto writes each range again as a gpu_user_annotation over its kernels
     host = [e for e in evs if e.cat != GPU_ANNOTATION]
     steps = [e for e in host if e.name == "nsa.step"]

@@ -23,7 +23,7 @@ from typing import Any
 from validation import kinds
 from validation.analysis.attribution import attribute_events
 from validation.analysis.parallelism import complete_events
-from validation.formatting import file_name, fmt_num, fmt_pct
+from validation.formatting import file_name, finite, fmt_num, fmt_pct
 from validation.runbook.schema import typed
 from validation.kinds.blocks import Block, Bullets, Column, Paragraph, Table, code
 from validation.kinds.base import run_path
@@ -239,7 +239,8 @@ def profile_summary(trace: Path, top: int = 15, events: list | None = None) -> d
     ranges = sorted({e.name for e in events if e.name.startswith("nsa.")})
     spans: dict[str, dict[tuple, list[tuple[float, float]]]] = {}
     for e in events:
-        if e.cat in ("cpu_op", "kernel", "gpu_op") and _finite(e.ts) and _finite(e.dur) and e.dur >= 0:
+        if e.cat in ("cpu_op", "kernel", "gpu_op") and finite(e.ts) is not None and finite(e.dur) is not None \
+                and e.dur >= 0:
             start = float(e.ts)
             # the thread or stream as written (1 and "1" are two), apart per kind of event: a kernel is never
             # inside a CPU operator, whatever ids a trace gives them
@@ -249,13 +250,6 @@ def profile_summary(trace: Path, top: int = 15, events: list | None = None) -> d
     rows = sorted(((k, round(us / 1000, 3), calls) for k, (us, calls) in ops.items()), key=lambda r: -r[1])[:top]
     return {"top_ops": [{"name": name, "total_ms": ms, "calls": calls} for name, ms, calls in rows],
             "nvtx_ranges": ranges}
-
-
-def _finite(value) -> bool:
-    try:
-        return math.isfinite(float(value))
-    except (OverflowError, ValueError):  # an integer too large for a float
-        return False
 
 
 def _covered(threads) -> tuple[float, int]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import yaml
 
+from test_comm_probe_model import _run_ranks  # spawned ranks, results by rank
 from train_utils import TINY
 
 from nsa.config import ModelConfig
@@ -167,17 +167,7 @@ def _fsdp_rank(rank: int, world: int, store: str, results) -> None:
 
 @pytest.mark.slow
 def test_real_fsdp2_with_frozen_parameters_on_two_ranks(tmp_path):
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_fsdp_rank, args=(r, 2, str(tmp_path / "store"), results)) for r in range(2)]
-    for p in procs:
-        p.start()
-    got = dict(results.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
-    for rank in range(2):
-        out = got[rank]
+    for rank, out in enumerate(_run_ranks(2, tmp_path, _fsdp_rank)):
         assert out["counted"] == out["predicted"], rank
         assert out["counted"]["reduce_scatter"]["calls"] == 2  # blocks.1 frozen whole: no reduce-scatter
         assert out["grads"] == out["memory"]["grads"], rank

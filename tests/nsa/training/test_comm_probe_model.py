@@ -216,10 +216,13 @@ def _rank_main(rank: int, world: int, store: str, results) -> None:
         dist.destroy_process_group()
 
 
-def _run_ranks(world: int, tmp_path) -> list[dict]:
+def _run_ranks(world: int, tmp_path, target=None) -> list[dict]:
+    """What `target(rank, world, store path, results queue)` (default _rank_main) put on the queue, rank by rank,
+    each rank a spawned process."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(r, world, str(tmp_path / "store"), results)) for r in range(world)]
+    procs = [ctx.Process(target=target or _rank_main, args=(r, world, str(tmp_path / "store"), results))
+             for r in range(world)]
     for p in procs:
         p.start()
     got = dict(results.get(timeout=120) for _ in procs)

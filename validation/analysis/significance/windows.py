@@ -130,8 +130,8 @@ def compare_windows(a: list[float], b: list[float], *, stored_a: dict | None = N
 
 
 def _repeated_groups(step: dict, run_dir: Path | str, metric: str) -> list[list[tuple[float, float | None]]]:
-    """(window mean, relative standard error) of each passed, undisturbed run, grouped by label; the labels that ran
-    at least twice."""
+    """(window figure, relative standard error of its block means) of each passed, undisturbed run of one step,
+    grouped by label; the labels that ran at least twice (measured_run_noise and measured_run_noise_by_step)."""
     by_label: dict[str, list[tuple[float, float | None]]] = {}
     for run in _runs(step):
         if run.status != "passed":
@@ -187,22 +187,7 @@ def measured_run_noise(results: dict, run_dir: Path | str, metric: str = METRIC,
     for index, (res, rdir) in enumerate([(results, run_dir), *extra]):
         where = f"{names[index]}: " if index < len(names) else ""
         for name, step in decode(_Results, res, lenient=True).steps.items():
-            by_label: dict[str, list[tuple[float, float | None]]] = {}
-            for run in _runs(step):
-                if run.status != "passed":
-                    continue
-                if measured_disturbed(run.metrics):  # its spread is the other work's, not the machine's
-                    continue
-                values = launch_series(Path(rdir), run.metrics, metric)
-                if not values:
-                    continue
-                mean = metrics.window_mean(values, metric)
-                try:
-                    rel_se = block_units(values).rel_se
-                except StatsError:
-                    rel_se = None
-                by_label.setdefault(str(run.label), []).append((mean, rel_se))
-            repeated = [g for g in by_label.values() if len(g) >= 2]
+            repeated = _repeated_groups(step, rdir, metric)
             if repeated:
                 groups += repeated
                 sources.append(f"{where}{name} ({len(repeated)} x {max(len(g) for g in repeated)} runs)")

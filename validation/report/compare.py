@@ -74,12 +74,13 @@ from validation import kinds as step_kinds
 from validation.analysis.significance import ALPHA, StatsError, adjust_family
 from validation.analysis.significance.comparison import RunNoise, compare_shift, pair_noise_from
 from validation.analysis.significance.windows import (METRIC, compare_windows, launch_series as _series,  # noqa: F401
-                                             measured_run_noise, measured_run_noise_by_step, window_units)
+                                             measured_run_noise, measured_run_noise_by_step, window_figure,
+                                             window_units)
 from validation.kinds.base import StepKind
 from validation.results.codec import decode
 from validation.results.reuse import definition_differences
 from validation.results.run import AnalysisRow, Noise, PerformanceAnalysis, Run, Step, read_run
-from validation.results.trainer_launch import LaunchMetrics, Stat
+from validation.results.trainer_launch import LaunchMetrics
 
 ENV_KEYS = ("host", "gpu_count", "torch", "cuda", "nccl", "python", "git_sha")
 # summary metrics shown besides the windowed throughput (one value per run: no test, never gating)
@@ -228,14 +229,6 @@ def _disturbance(m: dict) -> str | None:
     return str(rec.get("text") or "disturbed") if isinstance(rec, dict) and rec.get("disturbed") else None
 
 
-def _window_mean(values: list[float], stored: Any) -> float:
-    """A launch's window figure as its report shows it: the stored summary's when it covers these values."""
-    stat = decode(Stat, stored, "stored", lenient=True) if isinstance(stored, dict) else Stat()
-    if stat.n == len(values) and stat.mean is not None and math.isfinite(stat.mean):
-        return float(stat.mean)
-    return metrics.window_mean(values, METRIC)
-
-
 def _group(label: str) -> str:
     """A row's label without its repeat: "sweep[x=1, repeat 2]" -> "sweep[x=1]" (the unit of the common change)."""
     return _REPEAT_RE.sub("]", label)
@@ -284,18 +277,18 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
                 implausible_rows += 1
                 note = ("a figure of the launch is outside its physical range (" + "; ".join(bad) + "): a bug in "
                         "the measurement, not a result; decides nothing, never gating")
-                rows.append({**_untested(label, METRIC, _window_mean(va, ma.get(METRIC)),
-                                         _window_mean(vb, mb.get(METRIC)), 0.0, note), "verdict": "inconclusive"})
+                rows.append({**_untested(label, METRIC, window_figure(va, ma.get(METRIC)),
+                                         window_figure(vb, mb.get(METRIC)), 0.0, note), "verdict": "inconclusive"})
                 continue
             if va and vb and shaken:
                 disturbed_rows += 1
-                row = _untested(label, METRIC, _window_mean(va, ma.get(METRIC)), _window_mean(vb, mb.get(METRIC)),
+                row = _untested(label, METRIC, window_figure(va, ma.get(METRIC)), window_figure(vb, mb.get(METRIC)),
                                 0.0,
                                 "measured while other work used the machine (" + "; ".join(shaken) + "): decides "
                                 "nothing, never gating")
                 rows.append({**row, "verdict": "inconclusive", "disturbed": True})
             elif va and vb:
-                mean_a, mean_b = _window_mean(va, ma.get(METRIC)), _window_mean(vb, mb.get(METRIC))
+                mean_a, mean_b = window_figure(va, ma.get(METRIC)), window_figure(vb, mb.get(METRIC))
                 if mean_a > 0 and mean_b > 0:
                     units.setdefault(_group(label), []).append((mean_a, mean_b))
                 pending.append((len(rows), label, va, vb, ma, mb, rn))

@@ -111,13 +111,18 @@ def window_units(values: list[float], stored: dict | None = None, min_blocks: in
     order. `stored`: the launch's summary statistic ({"mean", "n"}) when at hand; used when it covers these
     values."""
     units = block_units(values, min_blocks=min_blocks)
-    mean = metrics.window_mean(values, metric)
-    mean = units.mean if mean is None else mean
+    mean = window_figure(values, stored, metric)
+    return dataclasses.replace(units, mean=units.mean if mean is None else mean)
+
+
+def window_figure(values: list[float], stored: dict | None = None, metric: str = METRIC) -> float | None:
+    """The figure the report shows for one launch's window of `metric`: its summary's statistic (`stored`,
+    {"mean", "n"}) when it covers these values, else metrics.window_mean of them (None without a finite value)."""
     figure = decode(_Stored, stored, lenient=True) if isinstance(stored, dict) else None
     if figure is not None and figure.n == len(values) and isinstance(figure.mean, (int, float)) \
             and math.isfinite(figure.mean):
-        mean = float(figure.mean)
-    return dataclasses.replace(units, mean=mean)
+        return float(figure.mean)
+    return metrics.window_mean(values, metric)
 
 
 def compare_windows(a: list[float], b: list[float], *, stored_a: dict | None = None, stored_b: dict | None = None,

@@ -56,10 +56,18 @@ def _cfg(out: Path, parallel: str, accum: int, clip: float = 1.0, steps: int = 1
         "train.lr_schedule": "constant", "train.save_every": 1000, "train.log_every": 1000})
 
 
-def _clean_environ() -> None:
+def _clean_environ(monkeypatch=None) -> None:
+    """No NSA_* or CONFIG* variable but NSA_TB_DISABLE=1: in a rank's own process for good, in the test's process
+    through `monkeypatch` (undone after the test: the worker's later tests read NSA_* variables too)."""
     for name in [k for k in os.environ if k.startswith(("NSA_", "CONFIG"))]:
-        del os.environ[name]
-    os.environ["NSA_TB_DISABLE"] = "1"
+        if monkeypatch is None:
+            del os.environ[name]
+        else:
+            monkeypatch.delenv(name)
+    if monkeypatch is None:
+        os.environ["NSA_TB_DISABLE"] = "1"
+    else:
+        monkeypatch.setenv("NSA_TB_DISABLE", "1")
 
 
 def _gradients(net) -> dict[str, torch.Tensor]:
@@ -231,8 +239,8 @@ def _assert_clipped(grads: dict, ref: dict, max_norm: float) -> None:
 
 # ---------------------------------------------------------------------- gradient norm and clipping
 @pytest.mark.parametrize("accum, clip", [(1, CLIP), (2, CLIP), (2, NO_CLIP)])
-def test_single_process_grad_norm_and_clipping_match_the_float64_full_batch(tmp_path, accum, clip):
-    _clean_environ()
+def test_single_process_grad_norm_and_clipping_match_the_float64_full_batch(tmp_path, monkeypatch, accum, clip):
+    _clean_environ(monkeypatch)
     from nsa.toggles import Toggles
     from nsa.training import distributed, trainer
 

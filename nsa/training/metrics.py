@@ -1,9 +1,8 @@
-"""Per-step measurements: memory, device peaks (FLOP/s for MFU; exp/s and HBM bytes/s for the roofline of
-nsa.attention.cost_model) and MFU; the torch profiler of train.profile_steps."""
+"""Per-step measurements: memory, device peaks (nsa.devices' table: FLOP/s for MFU; exp/s and HBM bytes/s for the
+roofline of nsa.attention.cost_model) and MFU; the torch profiler of train.profile_steps."""
 
 from __future__ import annotations
 
-import re
 import resource
 import sys
 from pathlib import Path
@@ -12,37 +11,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from nsa.attention.cost_model import Peaks
-
-# Peaks per device: (name substring, dense bf16/fp16 tensor-core TFLOP/s, fp32 non-tensor TFLOP/s, HBM TB/s,
-# exponentials T/s). First match wins, so more specific names come first (H100 PCIe before H100, GH200 before H200,
-# the A100s by memory). TFLOP/s: NVIDIA data sheets, the DENSE figures (989.4 on an H100 SXM, never the 2:4
-# sparse 1,979). HBM: data sheets (A100 40 GB 1.555, 80 GB SXM 2.039, 80 GB PCIe 1.935; H100 SXM 3.35, PCIe 2.0;
-# H200 4.8; GH200 4.9, its 144 GB HBM3e part: the larger figure, so no efficiency is overstated). A name matches an
-# entry that it holds not followed by a digit: an "NVIDIA L40" is not an L4 (whose 121 TFLOP/s would overstate its
-# MFU 1.5x), an "NVIDIA RTX A1000" not an A100; such devices are unknown (train.peak_tflops). Exponentials:
-# SMs x 16 MUFU ex2 a clock per SM x the clock the dense bf16 peak implies (bf16 TFLOP/s / (SMs x tensor FLOPs a
-# clock per SM)): H100 SXM and H200 132 x 16 x 1.83 GHz = 3.86 T/s, H100 PCIe 114 x 16 x 1.62 GHz = 2.95 T/s,
-# A100 108 x 16 x 1.41 GHz = 2.44 T/s. None: not known here (those devices' roofline says "peak unknown").
-# The NVL parts (H100 NVL, H200 NVL: 132 SMs held to a lower clock by their power limit) have their own, lower
-# peaks: 835.5 dense bf16 TFLOP/s (1,671 sparse), 60 fp32, HBM 3.9 (H100 NVL) and 4.8 TB/s (H200 NVL), exponentials
-# 132 x 16 x 1.545 GHz = 3.26 T/s; read as an SXM part they would get 989.4 and understate their MFU by 16%.
-DEVICE_PEAKS = (
-    ("H100 PCIe", 756.0, 51.0, 2.0, 114 * 16 * 1.62e-3),
-    ("H100 NVL", 835.5, 60.0, 3.9, 132 * 16 * 1.545e-3),
-    ("H200 NVL", 835.5, 60.0, 4.8, 132 * 16 * 1.545e-3),
-    ("H100", 989.4, 66.9, 3.35, 132 * 16 * 1.83e-3),
-    ("GH200", 989.4, 66.9, 4.9, 132 * 16 * 1.83e-3),
-    ("H200", 989.4, 66.9, 4.8, 132 * 16 * 1.83e-3),
-    ("B200", 2250.0, 80.0, None, None),
-    ("A100-SXM4-40GB", 312.0, 19.5, 1.555, 108 * 16 * 1.41e-3),
-    ("A100-PCIE-40GB", 312.0, 19.5, 1.555, 108 * 16 * 1.41e-3),
-    ("A100 80GB PCIe", 312.0, 19.5, 1.935, 108 * 16 * 1.41e-3),
-    ("A100", 312.0, 19.5, 2.039, 108 * 16 * 1.41e-3),
-    ("L40S", 362.1, 91.6, None, None),
-    ("L4", 121.0, 30.3, None, None),
-    ("A10G", 70.0, 31.2, None, None),
-    ("V100", 125.0, 15.7, None, None),
-)
+from nsa.devices import device_entry as _device_entry
 
 GB = 1024 ** 3
 
@@ -64,12 +33,6 @@ def peak_flops(device: torch.device, precision: str, override_tflops: float | No
     if entry is None:
         return None
     return (entry[1] if precision in ("bf16", "fp16") else entry[2]) * 1e12
-
-
-def _device_entry(name: str) -> tuple | None:
-    """The DEVICE_PEAKS entry of a device name: the first whose model name the name holds, not followed by a digit
-    (so "L4" is not an "NVIDIA L40", nor "A100" an "NVIDIA RTX A1000": another model, whose peak is not known here)."""
-    return next((entry for entry in DEVICE_PEAKS if re.search(re.escape(entry[0]) + r"(?!\d)", name)), None)
 
 
 def roofline_peaks(name: str, precision: str = "bf16") -> Peaks | None:

@@ -60,6 +60,26 @@ def test_a_bandwidth_between_ranks_above_the_fastest_gpu_link_is_out_of_range():
     assert _names({**comm, "world_size": 1}) == []
 
 
+def test_a_bandwidth_above_twice_the_devices_own_link_is_out_of_range():
+    # an H200 SXM's NVLink 4 carries 900 GB/s in both directions together (data sheet): 450 each way, so no
+    # figure between two of them reaches 900 GB/s, however the switch reduces; where the device is named
+    h200 = {"world_size": 8, "backend": "nccl", "device_name": "NVIDIA H200",
+            "all_reduce": {"busbw_gbps": {"max": 1000.0, "median": 480.0}, "algbw_gbps": {"max": 571.4}}}
+    found = implausible(h200)
+    assert [b["metric"] for b in found] == ["all_reduce.busbw_gbps.max"]
+    assert found[0]["range"] == "[0, 900.0]" and "NVIDIA H200" in found[0]["reason"]
+    # what 8 H100s really reach with NVLS (about 480 GB/s busbw) stays in range on its own device's ceiling
+    h100 = {**h200, "device_name": "NVIDIA H100 80GB HBM3",
+            "all_reduce": {"busbw_gbps": {"max": 480.0, "median": 300.0}, "algbw_gbps": {"max": 274.0}}}
+    assert _names(h100) == []
+    # PCIe 4.0 x16 parts (no NVLink): 32 GB/s each way, 64 at most
+    l40s = {**h200, "device_name": "NVIDIA L40S", "all_reduce": {"busbw_gbps": {"max": 70.0}}}
+    assert _names(l40s) == ["all_reduce.busbw_gbps.max"]
+    # the device unknown (another GPU, a gloo run on CPUs): the fastest link's ceiling, as before
+    for unknown in ("NVIDIA RTX A1000", "cpu", None):
+        assert _names({**h200, "device_name": unknown}) == []
+
+
 # ------------------------------------------------------------------------------------------ speed-ups and lists
 def test_a_speedup_at_most_zero_is_out_of_range_in_a_benchmarks_records_too():
     bench = {"ranges_speedup_min": 0.0, "forward_speedup_min": 1.29,

@@ -12,9 +12,10 @@ all-reduce and broadcast the buffer, all-gather the gathered output, reduce-scat
 rounded down to a whole number of float32 elements per rank (all-gather, reduce-scatter: per rank's shard), and the
 row records the bytes actually moved.
 
-Rank 0 writes DIR/comm.json: {"world_size", "backend", "device", "dtype", "iters", "warmup", "threads",
-"kinds": {kind: [validation.analysis.collectives.bandwidth_row(...) rows sorted by bytes]}}. At one rank the collectives
-move nothing: the rows hold the time of the call and busbw 0 (validation.analysis.collectives.bus_factor).
+Rank 0 writes DIR/comm.json: {"world_size", "backend", "device", "device_name" (the GPU's name as
+torch.cuda.get_device_name gives it, "cpu" with gloo: what the bandwidths' ceiling reads), "dtype", "iters",
+"warmup", "threads", "kinds": {kind: [validation.analysis.collectives.bandwidth_row(...) rows sorted by bytes]}}.
+At one rank the collectives move nothing: the rows hold the time of the call and busbw 0 (validation.analysis.collectives.bus_factor).
 
 Only this process imports torch; the `comm` step (validation.kinds.comm) reads the JSON.
 """
@@ -162,7 +163,9 @@ def run(args: argparse.Namespace) -> dict:
             kinds[kind] = [rows[b] for b in sorted(rows)]
             if rank == 0:
                 print(f"comm_bench: {kind}: {len(rows)} sizes, {sizes[0]}..{sizes[-1]} B", flush=True)
-        result = {"world_size": world, "backend": backend, "device": str(device), "dtype": "float32",
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        result = {"world_size": world, "backend": backend, "device": str(device), "device_name": name,
+                  "dtype": "float32",
                   "iters": args.iters, "warmup": args.warmup, "compute_ms": args.compute_ms, "threads": torch.get_num_threads(), "kinds": kinds}
         if rank == 0:
             out = Path(args.out)

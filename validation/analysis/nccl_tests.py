@@ -30,7 +30,8 @@ from validation.analysis.collectives import bandwidth_row
 BINARIES = {"all_reduce": "all_reduce_perf", "all_gather": "all_gather_perf",
             "reduce_scatter": "reduce_scatter_perf", "broadcast": "broadcast_perf"}
 
-_RANK_RE = re.compile(r"^#\s+Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+\S+\s+device\s+\d+")
+_RANK_RE = re.compile(r"^#\s+Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+\S+\s+device\s+\d+"
+                      r"(?:\s+\[[^\]]*\]\s+(?P<name>.*\S))?")
 _AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
 _BOUNDS_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
 
@@ -55,18 +56,23 @@ def command(kind: str, min_bytes: int, max_bytes: int, gpus: int, iters: int, wa
 
 
 def parse(text: str, kind: str, world_size: int | None = None) -> dict:
-    """{"world_size", "rows": [bandwidth_row(...) + "reported_busbw_gbps"], "avg_busbw_gbps"} of one nccl-tests
-    run's output. world_size: the number of `# Rank` lines (or `world_size` when given). Raises NcclTestsError
-    (WrongResults when nccl-tests found wrong results; see the module doc)."""
+    """{"world_size", "rows": [bandwidth_row(...) + "reported_busbw_gbps"], "avg_busbw_gbps", "devices"} of one
+    nccl-tests run's output. world_size: the number of `# Rank` lines (or `world_size` when given); devices: the
+    GPU name each `# Rank` line ends with (`device 0 [0x18] NVIDIA H100 80GB HBM3`), in their order. Raises
+    NcclTestsError (WrongResults when nccl-tests found wrong results; see the module doc)."""
     columns: list[str] | None = None
     ranks = 0
+    devices: list[str] = []
     rows: dict[int, dict] = {}
     avg = bounds = None
     wrong: list[int] = []  # the sizes with a #wrong count above 0
     for line in text.splitlines():
         stripped = line.strip()
-        if _RANK_RE.match(stripped):
+        rank = _RANK_RE.match(stripped)
+        if rank:
             ranks += 1
+            if rank.group("name"):
+                devices.append(rank.group("name"))
             continue
         if stripped.startswith("#"):
             body = stripped[1:].split()
@@ -116,7 +122,7 @@ def parse(text: str, kind: str, world_size: int | None = None) -> dict:
         row = bandwidth_row(kind, world, nbytes, time_us * 1e-6)
         row["reported_busbw_gbps"] = reported
         out.append(row)
-    return {"world_size": world, "rows": out, "avg_busbw_gbps": avg}
+    return {"world_size": world, "rows": out, "avg_busbw_gbps": avg, "devices": devices}
 
 
 def _wrong(columns: list[str], fields: list[str]) -> bool:

@@ -6,7 +6,7 @@ tokens/s, TFLOP/s, loss, norm, memory, power, clock or bandwidth, and a speed-up
 where a trainer launch's context (env.json) knows its device's peak and the FLOPs a token, its tokens/s (all ranks
 and per GPU) and TFLOP/s above what the devices do at MFU 1 (peak_ceiling); where its telemetry knows the cores of
 its nodes, a CPU utilisation above what they have (cpu_ceiling); a collective's bus or algorithm bandwidth between
-ranks above what any GPU link carries (bandwidth_ceiling). Lists are walked too (a scaling step's rows, a
+ranks above what the GPU's link carries (bandwidth_ceiling; any GPU's, where the device is not known). Lists are walked too (a scaling step's rows, a
 benchmark's records, a comm step's table). A figure outside its range is a bug in the measurement, not a result
 (validation.execution.evidence: a criterion reading it is an error, inconclusive when its step was disturbed; a
 decision over runs that measured one recommends nothing and is no key finding; the report lists it among the open
@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from nsa.devices import link_gbps
 from validation.analysis.interference import launch_records
 from validation.formatting import finite, fmt_num, plural
 from validation.results.codec import decode
@@ -134,9 +135,10 @@ class _Cores:
 @dataclass(frozen=True)
 class LaunchFigures:
     """What the ceilings of a launch's figures read of its metrics (the rest kept aside): the device context of a
-    trainer launch's throughput, its world size, the nodes and cores its telemetry sampled."""
+    trainer launch's throughput, its world size, a comm launch's GPU, the nodes and cores its telemetry sampled."""
     context: RunContext | None = None
     world_size: Any = None
+    device_name: Any = None
     nnodes: Any = None
     telemetry: _Nodes | None = None
     interference: _Cores | None = None
@@ -194,10 +196,11 @@ def cpu_ceiling(launch: Any, name: str) -> Range | None:
 
 
 # The fastest link between two GPUs: NVLink 6 (announced for Rubin, 3.6 TB/s a GPU in both directions), 1,800 GB/s
-# each way. A collective's bus bandwidth (nccl-tests' busbw) is the rate each rank's link carries; reduction in the
-# switch (NVLS, SHARP) has each rank send its S bytes and receive the S-byte result once, so an all-reduce's algbw is
-# at most one link's rate and its busbw, 2(n-1)/n x algbw, under twice it; an all-gather's algbw (n/(n-1) x busbw)
-# is at most twice it at two ranks. No figure between ranks reaches BANDWIDTH_CEILING_GBPS.
+# each way; a listed device's own link: nsa.devices (450 GB/s each way on an H100 or H200 SXM). A collective's bus
+# bandwidth (nccl-tests' busbw) is the rate each rank's link carries; reduction in the switch (NVLS, SHARP) has each
+# rank send its S bytes and receive the S-byte result once, so an all-reduce's algbw is at most one link's rate and
+# its busbw, 2(n-1)/n x algbw, under twice it; an all-gather's algbw (n/(n-1) x busbw) is at most twice it at two
+# ranks. No figure between ranks reaches twice the link (BANDWIDTH_CEILING_GBPS for a device not known).
 LINK_PEAK_GBPS = 1800.0
 BANDWIDTH_CEILING_GBPS = 2 * LINK_PEAK_GBPS
 _BANDWIDTH_NAMES = ("busbw_gbps.max", "busbw_gbps.median", "algbw_gbps.max", "algbw_gbps.median",
@@ -206,14 +209,22 @@ _BANDWIDTH_NAMES = ("busbw_gbps.max", "busbw_gbps.median", "algbw_gbps.max", "al
 
 def bandwidth_ceiling(launch: Any, name: str) -> Range | None:
     """The range of a collective's bandwidth `name` (a comm step's "<kind>.busbw_gbps.max", a row of its table...)
-    that the fastest GPU link allows (BANDWIDTH_CEILING_GBPS); None for another figure, or at one rank (its launch's
-    world_size 1), where nothing moves between ranks and the figures are the calls' own overhead."""
+    that the link between two of its GPUs allows: twice the link's rate each way (nsa.devices.link_gbps) for the
+    launch's device_name, else twice the fastest link's (BANDWIDTH_CEILING_GBPS: a CPU, an unknown GPU); None for
+    another figure, or at one rank (its launch's world_size 1), where nothing moves between ranks and the figures
+    are the calls' own overhead."""
     parts = name.split(".")
     if len(parts) < 2 or parts[0] not in _COLLECTIVES or not any(name.endswith(n) for n in _BANDWIDTH_NAMES):
         return None
-    world = decode(LaunchFigures, launch, "metrics", lenient=True).world_size if isinstance(launch, dict) else None
-    if finite(world) == 1:
+    figures = decode(LaunchFigures, launch, "metrics", lenient=True) if isinstance(launch, dict) else LaunchFigures()
+    if finite(figures.world_size) == 1:
         return None
+    device = str(figures.device_name) if isinstance(figures.device_name, str) else ""
+    link = link_gbps(device) if device and device.lower() != "cpu" else None
+    if link:
+        return Range(name, 0.0, 2 * link,
+                     reason=f"the link between two {device} GPUs carries at most {link:,.0f} GB/s each way, "
+                            f"{2 * link:,.0f} GB/s with reduction in the switch")
     return Range(name, 0.0, BANDWIDTH_CEILING_GBPS,
                  reason=f"no link between GPUs carries more than {LINK_PEAK_GBPS:,.0f} GB/s each way (NVLink 6), "
                         f"{BANDWIDTH_CEILING_GBPS:,.0f} GB/s with reduction in the switch")

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from nsa.training import metrics
-from nsa.training.metrics import DEVICE_PEAKS, mfu, peak_flops
+from nsa.devices import DEVICE_PEAKS
+from nsa.training.metrics import mfu, peak_flops
 
 
 def test_mfu_is_achieved_flops_over_every_devices_peak():

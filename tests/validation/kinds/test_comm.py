@@ -48,6 +48,7 @@ def test_parser_reads_the_out_of_place_columns_of_the_format_sample():
     parsed = nccl_tests.parse(SAMPLE.read_text(), "all_reduce")
     rows = parsed["rows"]
     assert parsed["world_size"] == 8 and parsed["avg_busbw_gbps"] == 33.04
+    assert parsed["devices"] == ["NVIDIA A100-SXM4-80GB"] * 8  # the name each `# Rank` line ends with
     assert [r["bytes"] for r in rows] == [8192 * 2 ** i for i in range(14)]
     assert rows[0]["time_s"] == pytest.approx(40e-6) and rows[-1]["time_s"] == pytest.approx(1150e-6)
     for r in rows:  # recomputed with our conventions: equal to what nccl-tests printed, up to its rounding
@@ -76,6 +77,7 @@ def test_parser_older_layout_without_root_and_with_unparsable_rows():
 """
     parsed = nccl_tests.parse(text, "all_gather")
     assert parsed["world_size"] == 2 and [r["bytes"] for r in parsed["rows"]] == [1024, 4096]
+    assert parsed["devices"] == ["Tesla V100-SXM2-16GB"] * 2
     assert parsed["rows"][1]["busbw_gbps"] == pytest.approx(4096 / 25e-6 / 1e9 * bus_factor("all_gather", 2))
     with pytest.raises(nccl_tests.NcclTestsError, match="no nccl-tests table header"):
         nccl_tests.parse("all_reduce_perf: command not found\n", "all_reduce")
@@ -162,6 +164,7 @@ def test_nccl_tests_run_through_the_runner_with_fake_programs(tmp_path):
     assert step["status"] == "passed", step["reason"]
     m = step["metrics"]
     assert (m["world_size"], m["backend"], m["source"]) == (8, "nccl", "nccl-tests")
+    assert m["device_name"] == "NVIDIA A100-SXM4-80GB"  # what the bandwidths' ceiling reads
     assert m["all_reduce"]["busbw_gbps"]["max"] == pytest.approx(67108864 / 1150e-6 / 1e9 * 1.75)
     assert results["verdict"] == "GO"
     assert (tmp_path / "bin" / "all_reduce_perf.args").read_text().split()[1:] == [
@@ -179,7 +182,7 @@ def test_torch_benchmark_two_ranks_and_one_rank(tmp_path):
     two, one = results["steps"]["c2"], results["steps"]["c1"]
     assert two["status"] == "passed" and one["status"] == "passed", (two["reason"], one["reason"])
     m = two["metrics"]
-    assert (m["world_size"], m["backend"], m["source"]) == (2, "gloo", "torch")
+    assert (m["world_size"], m["backend"], m["source"], m["device_name"]) == (2, "gloo", "torch", "cpu")
     assert set(comm_kind.tables(m)) == {"all_reduce", "all_gather", "reduce_scatter", "broadcast"}
     for kind, table in comm_kind.tables(m).items():
         assert [r["bytes"] for r in table] == [4096 * 2 ** i for i in range(6)], kind

@@ -24,7 +24,8 @@ Metrics (a fixed interface, used by criteria and by the parallelism step):
     {"world_size": n, "backend": "gloo"|"nccl", "source": "torch"|"nccl-tests",
      "<kind>": {"table": [bandwidth_row rows sorted by bytes], "busbw_gbps": {"max", "median"},
                 "algbw_gbps": {"max", "median"}, "latency_us": <time of the smallest size>, "sizes": <count>}, ...}
-plus "note" at one rank (nothing moves: busbw 0, not meaningful) and "iters", "warmup", "threads", "device".
+plus "note" at one rank (nothing moves: busbw 0, not meaningful) and "iters", "warmup", "threads", "device" and
+"device_name" (the GPU's name: the bandwidths' ceiling is its link's, validation.analysis.plausibility).
 Criteria: `comm.all_reduce.busbw_gbps.max >= 20`. Tables of a comm step:
 {k: v["table"] for k, v in metrics.items() if isinstance(v, dict) and "table" in v}.
 Report: a table per collective and a bandwidth-vs-size plot; key figure: peak all-reduce busbw.
@@ -83,7 +84,8 @@ class Comm(StepKind):
     summary = ("collective bandwidth over the run's ranks (all-reduce, all-gather, reduce-scatter, broadcast; "
                "torch or nccl-tests): algbw/busbw per size, latency")
     keys = ("kinds", "sizes", "min_bytes", "max_bytes", "iters", "warmup", "compute_ms", "backend", "source")
-    metrics = ("world_size", "backend", "source", "device", "iters", "warmup", "compute_ms", "threads", "note",
+    metrics = ("world_size", "backend", "source", "device", "device_name", "iters", "warmup", "compute_ms", "threads",
+               "note",
                *(f"{k}.{m}" for k in KINDS for m in ("table.<i>.*", "busbw_gbps.max", "busbw_gbps.median",
                                                            "algbw_gbps.max", "algbw_gbps.median", "latency_us",
                                                            "sizes", "avg_busbw_gbps_reported")))
@@ -199,6 +201,7 @@ class Comm(StepKind):
         measured = {kind: summarize(kind, rows) for kind in options.kinds
                     if (rows := [r for r in as_list(bench.kinds.get(kind)) if isinstance(r, dict)])}
         metrics = Metrics(world_size=bench.world_size, backend=bench.backend, source="torch", device=bench.device,
+                          device_name=bench.device_name if isinstance(bench.device_name, str) else None,
                           iters=bench.iters, warmup=bench.warmup, compute_ms=bench.compute_ms, threads=bench.threads,
                           **measured)
         return dataclasses.replace(self._finish(options, metrics, lr.status, lr.reason),
@@ -207,6 +210,7 @@ class Comm(StepKind):
     def _run_nccl_tests(self, options: Options, ctx) -> Result:
         world = ctx.step.launch.nproc_per_node
         measured: dict[str, Collective] = {}
+        names: set[str] = set()
         status, reason = "ok", None
         for i, (kind, spec) in enumerate(zip(options.kinds, ctx.launches)):
             lr = ctx.launch(spec, i, len(ctx.launches))
@@ -215,13 +219,16 @@ class Comm(StepKind):
                                                               world_size=world), kind)
                 measured[kind] = dataclasses.replace(summarize(kind, parsed.rows),
                                                      avg_busbw_gbps_reported=parsed.avg_busbw_gbps)
+                names.update(str(d) for d in parsed.devices)
             except (OSError, nccl_tests.NcclTestsError) as e:
                 # wrong results are the reason even where the program's exit status also says it failed
                 if status == "ok" and (lr.status == "ok" or isinstance(e, nccl_tests.WrongResults)):
                     status, reason = "failed", f"{nccl_tests.BINARIES[kind]}: {e}"
             if lr.status != "ok" and status == "ok":
                 status, reason = lr.status, f"{nccl_tests.BINARIES[kind]}: {lr.reason}"
-        metrics = Metrics(world_size=world, backend="nccl", source="nccl-tests", iters=options.iters,
+        # one name when every rank named the same GPU (else none: the ceiling is then the fastest link's)
+        metrics = Metrics(world_size=world, backend="nccl", source="nccl-tests",
+                          device_name=names.pop() if len(names) == 1 else None, iters=options.iters,
                           warmup=options.warmup, **measured)
         return self._finish(options, metrics, status, reason)
 

@@ -61,6 +61,7 @@ class Metrics:
     backend: str | None = absent(beside="source")
     source: str | None = absent()
     device: Any = absent()  # the torch benchmark's comm.json, as written
+    device_name: str | None = absent()  # the GPU's name (comm.json's, or nccl-tests' `# Rank` lines), "cpu" on gloo
     iters: Any = absent()
     warmup: Any = absent()
     compute_ms: Any = absent()
@@ -91,6 +92,7 @@ class ParsedTable:
     rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     avg_busbw_gbps: Num | None = None
     world_size: Any = None
+    devices: list[Any] = dataclasses.field(default_factory=list)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -101,6 +103,7 @@ class BenchFile:
     world_size: Any = None
     backend: Any = None
     device: Any = None
+    device_name: Any = None
     dtype: Any = None
     iters: Any = None
     warmup: Any = None

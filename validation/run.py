@@ -42,8 +42,9 @@ from validation.launch.processes import end_launches
 from validation.launch.spec import TERM_GRACE_S
 from validation.results import reuse
 from validation.results.run import Step as StepRecord, read_run
-from validation.results.store import (DEFAULT_RUNS, FAILED_STEP_STATUSES, RESULTS_JSON, ResultsError, RunDirError,
-                                      cannot_write, inside_run_dir, load_json, read_results, write_results)
+from validation.results.store import (DEFAULT_RUNS, FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, RESULTS_JSON,
+                                      ResultsError, RunDirError, cannot_write, inside_run_dir, load_json, read_results,
+                                      write_results)
 from validation.runbook.loader import Runbook, RunbookError, load_runbook
 from validation.execution.runner import (Reporter, ResumeError, RunOptions, Runner, check_resume, chosen, judge_resume,
                                          left_out, no_winner_reason, steps_to_run, stopped_reason, winner_refs)
@@ -269,6 +270,7 @@ def not_run(prepared: Prepared) -> dict[str, str]:
     or --skip; a requirement this machine does not meet (validation.runbook.plan.skipped_here); or a
     ${STEP.winner...} it uses that the run will not have: STEP's record kept, taken from an earlier run or
     skipped in this one has no winner (the runner's "needs the winner of STEP, which has none (STATUS)"). A step
+    --rerun names that does not run keeps its earlier result, winner included (said after the reason). A step
     that launches may still end without a winner; the plan says which winners a launch uses."""
     rb, opt = prepared.runbook, prepared.options
     before = {} if prepared.previous is None else read_run(prepared.previous).steps
@@ -288,9 +290,15 @@ def not_run(prepared: Prepared) -> dict[str, str]:
             if stopped_by is None and step.on_failure == "stop" and record.status in FAILED_STEP_STATUSES:
                 stopped_by = (step.name, record.status)
             continue
+        earlier = before.get(step.name) or StepRecord()
+        if step.name not in opt.rerun or earlier.status not in FINAL_STEP_STATUSES or earlier.status == "skipped":
+            earlier = None  # a --rerun step that does not run keeps its earlier result (Runner._keep_earlier)
         if stopped_by is not None:
             reasons[step.name] = stopped_reason(*stopped_by)
             known[step.name] = ("skipped", False)
+            if earlier is not None:
+                reasons[step.name] += f"; its earlier result ({earlier.status}) is kept"
+                known[step.name] = (earlier.status, chosen(earlier) is not None)
             continue
         if step.phase in opt.reuse:
             reused = opt.reuse[step.phase]
@@ -305,7 +313,12 @@ def not_run(prepared: Prepared) -> dict[str, str]:
                 if not has:
                     reason = no_winner_reason(ref, status)
                     break
-        if reason:
+        if reason and earlier is not None:
+            reasons[step.name] = f"{reason}; its earlier result ({earlier.status}) is kept"
+            known[step.name] = (earlier.status, chosen(earlier) is not None)
+            if step.on_failure == "stop" and earlier.status in FAILED_STEP_STATUSES:
+                stopped_by = (step.name, earlier.status)
+        elif reason:
             reasons[step.name] = reason
             known[step.name] = ("skipped", False)
         else:

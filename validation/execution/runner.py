@@ -240,6 +240,8 @@ class Runner:
             raise cannot_write(self.run_dir, exc) from None
         self.env_record = environment.probe(options.cwd)
         self._resuming = previous is not None
+        # the earlier results of the steps --rerun sets back to pending: kept where such a step then does not run
+        self._earlier: dict[str, StepResult] = {}
         if previous is not None:
             self._continue(previous)
         self.results: RunResults = previous or self._fresh_results()
@@ -296,6 +298,8 @@ class Runner:
                 old = before.steps.get(step.name) or StepRecord()
                 entry["replaced"][step.name] = ReplacedStep(status=old.status, reason=old.reason,  # type: ignore
                                                             started=old.started, duration_s=old.duration_s)
+                if old.status in FINAL_STEP_STATUSES and old.status != "skipped":  # it ran and ended
+                    self._earlier[step.name] = previous["steps"][step.name]
                 previous["steps"][step.name] = self._pending(step)
         if self.opt.rerun:  # a comparison with an earlier run measured the steps replaced now
             previous.pop("performance_analysis", None)
@@ -358,9 +362,14 @@ class Runner:
                             where = exc.filename if isinstance(exc.filename, str) else self.run_dir / step.name
                             raise RunDirError(f"step {step.name}: cannot write {where}: {os_error_text(exc)}") \
                                 from None
+                    shown = result
+                    if result["status"] == "skipped" and step.name in self._earlier:
+                        result = self._keep_earlier(step.name, result["reason"] or "skipped")
+                        shown = StepResult(shown, reason=f"not run again ({shown['reason']}): its earlier result "
+                                                         f"({result['status']}) kept")
                     self.results["steps"][step.name] = result
                     self.save()
-                    self.reporter.step_finished(step, result)
+                    self.reporter.step_finished(step, shown)
                 # a step finished in an earlier, interrupted run (--resume) counts too
                 if stopped_by is None and step.on_failure == "stop" and self._status(step.name) in FAILED_STEP_STATUSES:
                     stopped_by = step
@@ -385,6 +394,14 @@ class Runner:
         self.results["duration_s"] = round(time.time() - t0 + (self.results.get("duration_s") or 0.0), 3)
         self.save()
         self.reporter.run_finished(self.results)
+
+    def _keep_earlier(self, name: str, why: str) -> StepResult:
+        """A step --rerun named that did not run again after all (`why`: a step before it stopped the run, the
+        winner it uses is missing, this machine lacks what it needs): its earlier result stays, and this resume's
+        record says so (not_rerun), instead of a skip that would lose what was measured."""
+        entry = self.results["resumes"][-1]
+        entry.setdefault("not_rerun", {})[name] = why
+        return self._earlier.pop(name)
 
     def _not_run(self, step: Step, stopped_by: Step) -> StepResult:
         status = self._status(stopped_by.name)

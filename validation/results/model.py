@@ -81,6 +81,9 @@ Resume: one --resume of the run
                                                 settings; --rerun STEP measures it again)
     source_changed?     dict[str, JSONValue]    the earlier attempt ran another source: {"before", "now"}, each
                                                 {git_sha, git_dirty, source_digest} (environment holds the latest)
+    not_rerun?          dict[str, str]          by step name: a step --rerun named that did not run again after all
+                                                (a step before it stopped the run, its winner was missing, this
+                                                machine lacks what it needs), and why; its earlier result is kept
 
 ReplacedStep: what a step held before --rerun ran it again
     status              StepStatus | None
@@ -266,6 +269,7 @@ class Resume(_ResumeKeys, total=False):
     options: Options  # absent in resumes recorded before the key existed
     kept_changed: dict[str, str]  # steps kept whose definition differs from what would run now
     source_changed: dict[str, JSONValue]  # the earlier attempt's source and this one's, when they differ
+    not_rerun: dict[str, str]  # steps --rerun named that did not run again (why): their earlier results kept
 
 
 class _ChoiceKeys(TypedDict):

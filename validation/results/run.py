@@ -155,6 +155,7 @@ class Resume:
     options: RunOptions | None = absent()  # this resume's own --only, --skip, --set
     kept_changed: dict[str, str] = absent({})  # steps kept whose definition differs from what would run now
     source_changed: SourceChange | None = absent()  # the sources of the two attempts, when they differ
+    not_rerun: dict[str, str] = absent({})  # steps --rerun named that did not run again (why): earlier results kept
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 

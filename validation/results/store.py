@@ -189,7 +189,9 @@ def resume_note(results: RunResults | dict[str, Any]) -> str | None:
     for r in entries:
         steps = [str(n) for n in r.steps]
         rerun = {str(n) for n in r.rerun}
-        named = [f"{n} run again (it had {(r.replaced.get(n) or ReplacedStep()).status or 'no result'})"
+        named = [f"{n} not run again ({r.not_rerun[n]}): its earlier result ({r.replaced[n].status}) kept"
+                 if n in r.not_rerun and n in r.replaced else
+                 f"{n} run again (it had {(r.replaced.get(n) or ReplacedStep()).status or 'no result'})"
                  if n in rerun else n for n in steps]
         what = (f"with step{'s' if len(named) > 1 else ''} {', '.join(named)}" if named
                 else "with no step left to run (its verdict computed)")

@@ -104,10 +104,10 @@ def attempt(tmp_path: Path) -> tuple[float, str]:
 
     table = {"all_reduce": [bandwidth_row("all_reduce", 2, b, (before[b] + after[b]) / 2) for b in sorted(before)]}
     predicted = predict_seconds(per_step, table, 2)
-    assert predicted["missing"] == []
-    ratio = measured / predicted["total_s"]
+    assert predicted.missing == []
+    ratio = measured / predicted.total_s
     report = (f"measured {measured * 1e3:.2f} ms/step (own time per bucket, ms: "
-              f"{[round(x * 1e3, 2) for x in own]}), predicted {predicted['total_s'] * 1e3:.2f} ms/step (benchmark "
+              f"{[round(x * 1e3, 2) for x in own]}), predicted {predicted.total_s * 1e3:.2f} ms/step (benchmark "
               f"before {[round(t * 1e3, 2) for t in before.values()]} ms, after "
               f"{[round(t * 1e3, 2) for t in after.values()]} ms per call at {sizes} B after {compute_ms} ms of "
               f"computation); ratio {ratio:.2f}; rank 0's in-flight time (comm_time_s) "
@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5, help="independent attempts (each ~20 s on 2 cores)")
     ap.add_argument("--check", action="store_true", help=f"exit 1 when the median ratio is outside {BAND}")
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error(f"--repeats must be >= 1, got {args.repeats}")
     ratios = []
     with tempfile.TemporaryDirectory(prefix="comm_prediction-") as tmp:
         for i in range(args.repeats):

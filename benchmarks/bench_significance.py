@@ -2,6 +2,9 @@
 
     python benchmarks/bench_significance.py [--reps 2000] [--seed 0] [--json out.json] [--only TABLE ...]
 
+Printed: each table, then the command that reproduces them (one generator runs through the tables in the order run,
+so a table's figures depend on the tables before it: --only and its order are part of the command).
+
 Tables (rates are fractions of simulated sweeps or series; Monte-Carlo sd ~ sqrt(p (1 - p) / reps)):
 - coverage: 95% interval of a run's mean from block_units vs. the per-step interval, AR(1) steps, by phi and length;
 - orders: paired t-test of two variants of a 3-variant sweep, no true difference, under cpu_smoke's noise with a
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -127,8 +131,9 @@ def power(reps: int, rng: np.random.Generator) -> list[dict]:
         cv = float(np.concatenate([logs[:, 1] - logs[:, 0], logs[:, 2] - logs[:, 0], logs[:, 2] - logs[:, 1]]).std()
                    / math.sqrt(2))
         repeats = recommended_repeats(cv, 0.05, n_variants=3)
-        y = np.concatenate([sim.sweep(rng, 250, [0.0, 0.05, 0.0], repeats, model).mean(-1, keepdims=True)
-                            for _ in range(max(1, reps // 250))])
+        chunks = [250] * (reps // 250) + [reps % 250] * (reps % 250 > 0)  # `reps` sweeps, 250 at a time
+        y = np.concatenate([sim.sweep(rng, n, [0.0, 0.05, 0.0], repeats, model).mean(-1, keepdims=True)
+                            for n in chunks])
         winners, _, _ = _decide_all(y, "25")
         rows.append({"model": name, "run_mean_cv": cv, "recommended_repeats": repeats,
                      "found": float(np.mean([w == "50" for w in winners])),
@@ -268,20 +273,29 @@ def show(name: str, rows: list[dict]) -> None:
         print("  ".join(f"{v:>14.3f}" if isinstance(v, float) else f"{v!s:>14}" for v in r.values()))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", action="append", choices=TABLES)
     ap.add_argument("--json", type=Path)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.reps < 1:
+        ap.error(f"--reps must be >= 1, got {args.reps}")
+    if args.seed < 0:
+        ap.error(f"--seed must be >= 0, got {args.seed}")
     rng = np.random.default_rng(args.seed)
     out = {}
     for name in args.only or TABLES:
         t0 = time.perf_counter()
         out[name] = globals()[name](args.reps, rng)
         show(f"{name} ({time.perf_counter() - t0:.1f} s)", out[name])
+    # one generator runs through the tables in order: a table's figures depend on the tables before it
+    print("\nreproduce: python benchmarks/bench_significance.py "
+          + shlex.join(["--reps", str(args.reps), "--seed", str(args.seed),
+                        *(x for t in args.only or () for x in ("--only", t))]))
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=1))
 
 

@@ -83,6 +83,8 @@ def parse(argv=None):
         args.seq_lens = [int(x) for x in args.seq_lens.split(",") if x.strip()]
     except ValueError:
         ap.error(f"--seq-lens must be comma-separated integers, got {args.seq_lens!r}")
+    if args.threads is not None and args.threads < 1:
+        ap.error(f"--threads must be >= 1, got {args.threads}")
     for name in ("vocab", "rounds", "samples"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be >= 1")
@@ -121,9 +123,9 @@ def bench(seq_len: int, args) -> dict:
 
 def main(argv=None) -> int:
     args = parse(argv)
-    if args.threads:
+    if args.threads is not None:
         torch.set_num_threads(args.threads)
-    command = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(sys.argv[1:] if argv is None else argv)])
+    command = "python benchmarks/bench_data.py " + shlex.join(sys.argv[1:] if argv is None else map(str, argv))
     print(f"# {command}")
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f}; vocab {args.vocab}, {args.rounds} rounds x {args.samples} samples")

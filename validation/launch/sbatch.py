@@ -21,8 +21,10 @@ from validation.launch.torchrun import NODE_NAME_VAR, PREFIX_TEMPLATE_VAR, RANK_
 
 RDZV_PORT_BASE = 29500  # the rendezvous port: RDZV_PORT_BASE + job id % RDZV_PORT_SPAN
 RDZV_PORT_SPAN = 20000
-_SBATCH_OWN = ("--nodes", "--ntasks", "--ntasks-per-node", "--output", "--error", "--open-mode", "--chdir",
-               "--job-name", "--requeue", "--no-requeue", "--parsable", "--wait")
+# --tasks-per-node: sbatch's other name for --ntasks-per-node
+_SBATCH_OWN = ("--nodes", "--ntasks", "--ntasks-per-node", "--tasks-per-node", "--output", "--error", "--open-mode",
+               "--chdir", "--job-name", "--requeue", "--no-requeue", "--parsable", "--wait")
+_SBATCH_BLANKS = " \t\v\f"  # where sbatch splits an #SBATCH line into words (C's isspace, less the newlines)
 _ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -38,11 +40,52 @@ class SlurmOptions:
     sbatch: tuple[str, ...] = ()  # extra "#SBATCH ..." option lines, e.g. "--exclusive", "--qos=high"
 
 
+def sbatch_words(line: str) -> list[str] | None:
+    """The arguments sbatch reads from the text of an #SBATCH line: words split at blanks, '...' and "..." quote
+    (and are removed), an unquoted # ends the line; None when a quote is left open (sbatch stops there). A backslash
+    (sbatch drops it and takes the next character as it is) is not read here: validate_sbatch_line refuses it."""
+    words, word, quote, started = [], [], None, False
+    for ch in line:
+        if quote is not None:
+            if ch == quote:
+                quote = None
+            else:
+                word.append(ch)
+        elif ch in "'\"":
+            quote, started = ch, True
+        elif ch in _SBATCH_BLANKS:
+            if started:
+                words.append("".join(word))
+            word, started = [], False
+        elif ch == "#":
+            break
+        else:
+            word.append(ch)
+            started = True
+    if quote is not None:
+        return None
+    if started:
+        words.append("".join(word))
+    return words
+
+
 def validate_sbatch_line(line: str) -> str | None:
-    """None when `line` is acceptable as an extra #SBATCH option, else why not."""
-    if not isinstance(line, str) or not line.startswith("--") or "\n" in line or "\r" in line:
-        return "must be one long option such as --exclusive or --qos=high (no newline)"
-    name = line.split("=", 1)[0].split()[0]
+    """None when `line` is acceptable as an extra #SBATCH option, else why not. sbatch reads every word of the line
+    as an argument (``--exclusive --nodes=4`` sets --nodes too) and removes quotes and backslashes first
+    (``--no"des"=4`` is --nodes=4): the option is named as sbatch reads it, and a line is one option, with its value
+    in the same word (``--qos=high``) or the next (``--qos high``)."""
+    one = "must be one long option such as --exclusive or --qos=high (no newline)"
+    if not isinstance(line, str) or "\n" in line or "\r" in line:
+        return one
+    if "\\" in line:
+        return "contains a backslash, which sbatch removes (taking the next character as it is)"
+    words = sbatch_words(line)
+    if words is None:
+        return "has a quote that is not closed"
+    if (not words or not words[0].startswith("--") or len(words) > 2
+            or (len(words) == 2 and ("=" in words[0] or words[1].startswith("-")))):
+        return f"{one}; sbatch reads it as {words!r}"
+    name = words[0].split("=", 1)[0]
     if name in _SBATCH_OWN:
         return f"{name} is set by nsa-validate itself"
     # sbatch takes any unambiguous abbreviation of a long option (getopt_long): --outp=... is --output=...
@@ -52,6 +95,9 @@ def validate_sbatch_line(line: str) -> str | None:
     if len(name) > 3 and "--array".startswith(name):  # --arr, --array=0-3: one job per index, each the whole step
         return (f"{name} makes an array job: every index would run the whole step into the same directory "
                 "(one step is one job)")
+    if len(name) > 3 and "--clusters".startswith(name):  # --clusters, --cluster (-M)
+        return (f"{name} sends the job to another cluster, where nsa-validate's squeue and scancel do not look: it "
+                "would be neither followed nor cancelled")
     return None
 
 
@@ -92,6 +138,13 @@ def batch_script(*, job_name: str, nnodes: int, nproc_per_node: int, argv: list[
         problem = sbatch_path_problem(str(path))
         if problem:
             raise ValueError(f"the job's {what} {str(path)!r} {problem}")
+    # the other #SBATCH values: a newline would end the line (its rest then runs as bash, and sbatch stops reading
+    # #SBATCH lines there), and sbatch drops a backslash even inside quotes
+    for what, value in (("name", job_name), ("partition", options.partition), ("account", options.account),
+                        ("time limit", options.time_limit)):
+        if value is not None and any(c in str(value) for c in "\n\r\\"):
+            raise ValueError(f"the job's {what} {str(value)!r} contains a newline or a backslash, which an #SBATCH "
+                             "line cannot hold")
     q = shlex.quote
     lines = ["#!/bin/bash",
              f"#SBATCH --job-name={q(job_name)}",

@@ -151,6 +151,19 @@ def script_jobs(script: Path) -> dict[str, str]:
 _KV_RE = re.compile(r"(\w+)=(\S*)")
 
 
+def _job_fields(text: str) -> dict[str, str]:
+    """The Key=Value fields of ``scontrol show job -o``, each key's first. Values are single words, except the job's
+    name (JobName, before UserId) and the paths at the end (Command, WorkDir, StdOut, ...): these may hold spaces,
+    and then text that reads as a field (a run directory ".../x ExitCode=0:0 JobState=COMPLETED" would make a failed
+    job COMPLETED). The fields read here (JobState, Reason, ExitCode, NodeList) come after the name, before the
+    paths."""
+    _, sep, rest = text.partition(" UserId=")
+    fields: dict[str, str] = {}
+    for key, value in _KV_RE.findall("UserId=" + rest if sep else text):
+        fields.setdefault(key, value)
+    return fields
+
+
 def job_info(job_id: str) -> JobInfo:
     """State and exit code from ``scontrol show job`` (Slurm forgets finished jobs after MinJobAge; then
     state is "UNKNOWN")."""
@@ -160,7 +173,7 @@ def job_info(job_id: str) -> JobInfo:
         if "Invalid job id" in str(exc):
             return JobInfo(job_id=str(job_id), state="UNKNOWN", reason="Slurm no longer knows the job")
         raise
-    fields = dict(_KV_RE.findall(out))
+    fields = _job_fields(out)
     exit_code = sig = None
     exit_field, node_list = fields.get("ExitCode", ""), fields.get("NodeList")
     if ":" in exit_field:
@@ -280,7 +293,8 @@ class SlurmRun(Run):
             raise
         info = self._final_info()
         self.nodes = info.nodes
-        self.returncode = info.exit_code
+        # a batch script killed by signal N (Slurm's ExitCode 0:N) is -N, as a local child killed by it
+        self.returncode = -info.signal if info.signal else info.exit_code
         if cancelled:  # timeout / hang: our own verdict stands
             self.how_ended = f"scancel of Slurm job {self.job_id}"
         else:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import platform
 import socket
@@ -198,7 +199,8 @@ def _load_json(path: Path, what: str) -> dict:
 
 
 def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A finite JSON number: the writers write a non-finite figure as null (json would write NaN / Infinity)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and (isinstance(v, int) or math.isfinite(v))
 
 
 def _check_counts(path: Path, where: str, rows: Any) -> None:
@@ -306,8 +308,12 @@ def columns_markdown() -> str:
 class CsvLog:
     """Appends rows to a CSV with a header. On resume from step k, rows after k (written after the checkpoint
     by a run that then died) are dropped first so the file holds one row per step. Rows whose step cannot be read
-    (a damaged file: text, NUL bytes, another header) are dropped too; the file as it was is then kept beside it
-    (`kept_aside`, `dropped` rows), so nothing is lost. The kept rows are rewritten atomically."""
+    (a damaged file: text, NUL bytes, another header) are dropped too, and so are rows up to k that are incomplete:
+    the last line without its line ending (a writer stopped mid-row: its last number may be cut short, its step
+    may be the first digits of a later one) or a row with another number of cells than the header (as
+    validation.analysis.metrics.read_training_csv drops them); the file as it was is then kept beside it
+    (`kept_aside`, `dropped` rows), so nothing is lost. The kept rows are rewritten atomically, under this run's
+    columns followed by any other column of the file's header (an earlier run's "mfu" stays with its rows)."""
 
     def __init__(self, path: Path, columns: list[str], resume_step: int | None = None):
         self.path, self.columns = Path(path), list(columns)
@@ -315,7 +321,8 @@ class CsvLog:
         existing: list[dict] = []
         if resume_step is not None and self.path.exists():
             raw = self.path.read_bytes()
-            existing, self.dropped, damaged = _rows_up_to(raw, resume_step)
+            existing, self.dropped, damaged, header = _rows_up_to(raw, resume_step)
+            self.columns += [c for c in dict.fromkeys(header) if c and c not in self.columns]
             if damaged:
                 self.kept_aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
                 self.kept_aside.write_bytes(raw)
@@ -336,24 +343,48 @@ class CsvLog:
         self._file.close()
 
 
-def _rows_up_to(raw: bytes, last_step: int) -> tuple[list[dict], int, bool]:
-    """(the rows of CSV text `raw` up to step `last_step`, how many rows were dropped because their step cannot be read,
-    whether the file was damaged: such rows, bytes that are not UTF-8, NUL bytes or a header without "step")."""
+def _rows_up_to(raw: bytes, last_step: int) -> tuple[list[dict], int, bool, list[str]]:
+    """(the whole rows of CSV text `raw` up to step `last_step`, how many rows were dropped as damaged, whether the
+    file was damaged, its header's columns ([] when it has no "step" column or is cut short)). Damaged: bytes that
+    are not UTF-8, NUL bytes, a header without "step", a row whose step cannot be read, or a row up to `last_step`
+    that is incomplete (the last line without its line ending, another number of cells than the header); rows
+    after `last_step` are dropped whole or not, as a resume drops them."""
     text = raw.decode("utf-8", errors="replace").replace("\x00", "")
     damaged = "\ufffd" in text or b"\x00" in raw
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    if reader.fieldnames is not None and "step" not in reader.fieldnames:
-        return [], sum(1 for _ in reader), True
+    lines = [_cells(line) for line in text.splitlines()]
+    if not lines:
+        return [], 0, damaged, []
+    header, rows = lines[0] or [], lines[1:]
+    if "step" not in header:
+        return [], sum(1 for cells in rows if cells != []), True, []
+    at = header.index("step")
+    cut = len(rows) - 1 if not text.endswith(("\n", "\r")) else None  # the last row, written in part
+    if cut == -1:  # the header itself, written in part: no row, and its last name may be cut short
+        return [], 0, damaged, []
     kept, dropped = [], 0
-    for row in reader:
+    for i, cells in enumerate(rows):
+        if cells == []:  # a blank line
+            continue
         try:
-            step = int(row["step"])
-        except (TypeError, ValueError):
+            step = int(cells[at])
+        except (TypeError, IndexError, ValueError):  # TypeError: a line that is not CSV (_cells)
             dropped += 1
             continue
-        if step <= last_step:
-            kept.append(row)
-    return kept, dropped, damaged or dropped > 0
+        if step > last_step:
+            continue
+        if i == cut or len(cells) != len(header):
+            dropped += 1
+            continue
+        kept.append(dict(zip(header, cells)))
+    return kept, dropped, damaged or dropped > 0, header
+
+
+def _cells(line: str) -> list[str] | None:
+    """The cells of one CSV line ([] for a blank one), None when it cannot be parsed."""
+    try:
+        return next(csv.reader([line]), [])
+    except csv.Error:
+        return None
 
 
 def _fmt(value: Any) -> Any:

@@ -265,8 +265,8 @@ class Trainer:
                                               resume_step=resume_at)
             for log_file in (self.csv, self.val_csv):
                 if log_file is not None and log_file.kept_aside is not None:
-                    self.say(f"--resume: {log_file.path.name} was damaged: {log_file.dropped} row(s) without a "
-                             f"readable step were dropped; the file as it was is {log_file.kept_aside.name}")
+                    self.say(f"--resume: {log_file.path.name} was damaged: {log_file.dropped} damaged row(s) (cut "
+                             f"short, another number of cells, or no readable step) were dropped; the file as it was is {log_file.kept_aside.name}")
             self.tb = self._tensorboard()
             self._status("running", None, self.start_step)
 

@@ -171,8 +171,8 @@ def test_the_trainer_resumes_past_a_damaged_training_csv_and_says_so(run_copy):
     kept = list(run_copy.glob("training.csv.damaged-*"))
     assert len(kept) == 1 and kept[0].read_bytes().endswith(b"garbage,row\n\x00\x00")
     notes = " ".join(json.loads((run_copy / "status.json").read_text())["notes"])
-    assert f"training.csv was damaged: 1 row(s) without a readable step were dropped; the file as it was is " \
-           f"{kept[0].name}" in notes
+    assert ("training.csv was damaged: 1 damaged row(s) (cut short, another number of cells, or no readable step) "
+            f"were dropped; the file as it was is {kept[0].name}") in notes
 
 
 @pytest.mark.parametrize("where, says", [

@@ -77,16 +77,19 @@ def _logs(run: Run, run_dir: Path):
 
 def evaluate(runbook: Runbook, results: RunResults, run_dir: Path) -> list[Criterion]:
     """One row per criterion of the runbook, in its order: evaluated, or "skipped" when a step it names did not
-    run."""
+    run (skipped, pending, interrupted, or without a record yet)."""
     ns = _namespace(results)
     run = _run(results)
     logs = _logs(run, run_dir)
     steps: dict[str, Step] = run.steps  # type: ignore[assignment]  # every step has a record while the run runs
     rows = []
     for c in runbook.acceptance:
-        not_run = [n for n in sorted(c.expr.names) if steps[n].status in ("skipped", "pending", "interrupted")]
+        # a step of the runbook without a record has not run yet: a resumed run whose runbook gained steps, cut off
+        # before it reached them
+        got = {n: steps.get(n) or Step(status="pending") for n in c.expr.names}
+        not_run = [n for n in sorted(got) if got[n].status in ("skipped", "pending", "interrupted")]
         if not_run:
-            reasons = "; ".join(f"{n}: {steps[n].status}" + (f" ({steps[n].reason})" if steps[n].reason else "")
+            reasons = "; ".join(f"{n}: {got[n].status}" + (f" ({got[n].reason})" if got[n].reason else "")
                                 for n in not_run)
             status, actual, detail = "skipped", "n/a", f"not evaluated: {reasons}"
         else:
@@ -205,14 +208,26 @@ def _given(choice: Choice | None) -> Choice | None:
     return None if choice is None or choice == Choice() else choice
 
 
+def _settings(step: Step, chosen: Choice) -> dict[str, str]:
+    """{variable: value} of the environment the chosen point or variant ran with: its params' "env.X" entries, each
+    value as the launch's environment held it (text). An A/B records its baseline's choice without params (the
+    baseline adds nothing to the step's own settings): the params its runs ran with are then what was chosen (a
+    baseline pinning `NSA_OPT_FUSED: "0"`)."""
+    params = chosen.params or next((r.params for r in step.runs if r.label == chosen.label and r.params), {})
+    return {str(k)[4:]: str(v) for k, v in params.items() if str(k).startswith("env.")}
+
+
 def recommendations(runbook: Runbook, results: RunResults) -> Recommendations:
     """The settings to export: the runbook's always-recommended `recommend.env`, plus the env of each decision
     (a sweep's or an A/B's "choice") that is recommendable: significant after the multiple-comparison control,
     beyond the noise floor, the same way in every interleaved repeat, from undisturbed runs
     (validation.analysis.significance.decide) none of which measured a figure outside its physical range
-    (validation.execution.evidence.runs_implausible); a decision without that (the default kept, one run per variant, an effect
-    that did not replicate) adds nothing and leaves the runbook's own value in place, and its note says why. Nothing is recommended
-    when no training step passed (nothing was measured here) or the runbook has none."""
+    (validation.execution.evidence.runs_implausible), of a step that passed (a step that failed, e.g. a launch of
+    its winner crashed, recommends nothing); a decision without that (the default kept, one run per variant, an
+    effect that did not replicate) adds nothing and leaves the runbook's own value in place, and its note says why.
+    A setting that two recommendable decisions chose different values of is recommended from neither (the
+    runbook's own value stays), and the notes name both. Nothing is recommended when no training step passed
+    (nothing was measured here) or the runbook has none."""
     steps: dict[str, Step] = _run(results).steps  # type: ignore[assignment]  # every step has a record
     trainers = [s for s in steps.values() if getattr(step_kinds.find(s.kind), "trainer", False)]
     if not trainers:  # a runbook of tests, sanitizer runs and benchmarks (gpu_kernels): no settings to recommend
@@ -220,8 +235,9 @@ def recommendations(runbook: Runbook, results: RunResults) -> Recommendations:
     if not any(s.status == "passed" for s in trainers):
         return Recommendations(env={}, notes=["nothing was measured here (no training step passed): no settings "
                                               "are recommended"])
-    env = dict(runbook.recommend_env)
-    notes = []
+    always = dict(runbook.recommend_env)
+    measured: dict[str, dict[str, str]] = {}  # variable -> {step: value} of the recommendable decisions
+    decided = []  # (step, its note's text, the settings it swept: None for a recommendable decision), in run order
     for name, step in steps.items():
         chosen = _given(step.choice) or _given(step.winner)
         if chosen is None:
@@ -233,19 +249,37 @@ def recommendations(runbook: Runbook, results: RunResults) -> Recommendations:
         recommendable = (significant if decision.recommendable is None else decision.recommendable) is True
         swept = sorted({str(k)[4:] for r in step.runs for k in r.params if str(k).startswith("env.")})
         bad = evidence.runs_implausible(encode(step))
-        if not recommendable or bad:
-            kept = [f"{k}={env[k]} (the runbook's recommendation)" for k in swept if k in env]
+        if step.status != "passed" or not recommendable or bad:
             why = decision.recommendation or (
                 f"no recommendation: {'not replicated' if significant else 'no significant difference'}")
             if bad:  # whatever it decided stands on a figure that is a bug in the measurement
                 why = ("no recommendation: a figure of its runs is outside its physical range, a bug in the "
                        f"measurement, not a result: {'; '.join(bad)}")
-            notes.append(f"{name}: {why}; {chosen.label} kept, "
-                         f"{', '.join(swept) or 'its settings'} not recommended from this step"
-                         + (f"; {', '.join(kept)} stays" if kept else ""))
+            if step.status != "passed":  # what it chose, it chose from the runs that did not fail
+                why = (f"no recommendation: the step did not pass ({step.status}"
+                       + (f": {step.reason}" if step.reason else "") + ")")
+            decided.append((name, f"{why}; {chosen.label} kept, {', '.join(swept) or 'its settings'} not "
+                                  "recommended from this step", swept))
             continue
-        for key, value in chosen.params.items():
-            if str(key).startswith("env."):
-                env[str(key)[4:]] = str(value)
-        notes.append(f"{name}: {chosen.label} ({chosen.explanation or ''})")
+        for key, value in _settings(step, chosen).items():
+            measured.setdefault(key, {})[name] = value
+        decided.append((name, f"{chosen.label} ({chosen.explanation or ''})", None))
+    env, source = dict(always), {key: "the runbook's recommendation" for key in always}
+    disputed: dict[str, dict[str, str]] = {}
+    for key, by_step in measured.items():
+        if len(set(by_step.values())) > 1:  # the decisions disagree: neither is the setting to use
+            disputed[key] = by_step
+        else:
+            env[key], source[key] = next(iter(by_step.values())), f"measured in {', '.join(by_step)}"
+    notes = []
+    for name, text, swept in decided:
+        if swept is None:  # recommendable: each setting another recommendable decision chose otherwise is not
+            keys = [key for key in disputed if name in disputed[key]]
+            text += "".join(
+                f"; {key} not recommended: the decisions disagree ("
+                + ", ".join(f"{s}: {key}={v}" for s, v in disputed[key].items()) + ")" for key in keys)
+        else:
+            keys = swept
+        stays = [f"{key}={env[key]} ({source[key]})" for key in keys if key in env]
+        notes.append(f"{name}: {text}" + (f"; {', '.join(stays)} stays" if stays else ""))
     return Recommendations(env=dict(sorted(env.items())), notes=notes)

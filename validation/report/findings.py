@@ -277,7 +277,8 @@ def _not_run_or_disturbed(run: Run) -> list[str]:
 
 def recommendation_rows(results: Run | dict, comps: list[Found]) -> list[dict]:
     """Each recommended environment variable with why: {"name", "value", "export", "source" ("measured" |
-    "always"), "why"}. "measured": a significant comparison of this run chose it (its effect, with its CI);
+    "always"), "why"}. "measured": a significant comparison of this run chose it (its effect, with its CI; the side
+    with the setting faster, or an A/B's baseline that ran with it faster than the variant);
     "always": the runbook recommends it always (recommend.env), with what the setting does (nsa.toggles) and
     whether a step of this run ran with it."""
     run = read_run(results)
@@ -288,7 +289,9 @@ def recommendation_rows(results: Run | dict, comps: list[Found]) -> list[dict]:
         setting = f"{name}={value}"
         # a significant effect of a decision that may be recommended (replicated, from interleaved repeats): one run
         # a side, or a difference that did not replicate, measures an effect but recommends nothing
-        measured = [c for c in comps if c.significant and c.rel > 0 and setting in c.with_ and c.recommendable]
+        # (an A/B whose baseline won recommends the baseline's setting: the side without, the with side slower)
+        measured = [c for c in comps if c.significant and c.recommendable
+                    and ((c.rel > 0 and setting in c.with_) or (c.rel < 0 and setting in c.without))]
         if measured:
             top = max(measured, key=lambda c: abs(c.rel))
             why = (f"measured in an earlier run (its phase reused here): {top.text}" if top.reused else

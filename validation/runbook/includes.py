@@ -40,6 +40,9 @@ from validation.kinds.base import LAUNCH_KEYS
 KEY = "include"
 REQUIREMENT_KEYS = ("gpus", "min_cuda_capability", "min_gpu_memory_gb", "backend")
 _loading: list[Path] = []  # the runbooks being expanded, outermost first (a cycle check across nested loads)
+# The included runbooks validate() has passed while the outermost one is expanded: each is checked on its own once.
+# (Checking one expands its own includes, checking them; without this, a chain of n includes took 2**n checks.)
+_validated: set[Path] = set()
 
 
 def expand_includes(raw: Any, lines: dict[tuple, int], path: str | Path,
@@ -59,6 +62,8 @@ def expand_includes(raw: Any, lines: dict[tuple, int], path: str | Path,
         return _expand(raw, lines, path, validate)
     finally:
         _loading.pop()
+        if not _loading:
+            _validated.clear()
 
 
 def _is_include(item: Any) -> bool:
@@ -85,14 +90,20 @@ def _expand(raw: dict, lines: dict[tuple, int], path: str | Path, validate) -> t
         if not isinstance(name, str) or not name:
             raise ctx.error(where, "expected the path of a runbook, relative to this one's directory")
         file = Path(name) if Path(name).is_absolute() else Path(path).parent / name
-        if not file.is_file():
-            what = "is a directory, not a runbook file" if file.is_dir() else "no such runbook"
+        try:
+            found = file.is_file()
+            what = "is a directory, not a runbook file" if not found and file.is_dir() else "no such runbook"
+        except OSError as exc:  # a directory on the way it may not search (PermissionError)
+            raise ctx.error(where, f"{name}: cannot read ({exc})") from None
+        if not found:
             raise ctx.error(where, f"{name}: {what} (looked for {file})")
         if file.resolve() in _loading:
             chain = [*_loading[_loading.index(file.resolve()):], file.resolve()]
             raise ctx.error(where, f"{name}: runbooks include each other in a cycle: "
                                    + " -> ".join(str(p) for p in chain))
-        validate(file)  # its own errors name its own file and line
+        if file.resolve() not in _validated:
+            validate(file)  # its own errors name its own file and line
+            _validated.add(file.resolve())
         text, included, included_lines = _read(file)
         included, included_lines, nested = expand_includes(included, included_lines, file, validate)
         texts += [text, *nested]

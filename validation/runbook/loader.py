@@ -59,6 +59,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from nsa.training.config import (YAML_ERRORS, ConfigError, DuplicateKeyError, RunConfig, UsageError, apply_overrides,
                                  load_config)
 from nsa.training.config import brief as _brief
@@ -72,8 +74,8 @@ from validation.runbook.overrides import apply_override, override_notes
 from validation.results.model import SEVERITIES, STEP_STATUSES
 from validation.runbook.model import (REF_RE, Criterion, LaunchSettings, Launcher, Overridden, Phase, Requirements,
                                       Runbook, Step, references, resolve_references)
-from validation.runbook.schema import (NAME_RE, Ctx, EnvTextError, RunbookError, env_problem, env_vars, mapping,
-                                       parse_yaml, show, str_list, trainer_flags, typed)
+from validation.runbook.schema import (NAME_RE, Ctx, EnvTextError, Included, RunbookError, env_problem, env_vars,
+                                       mapping, parse_yaml, printable, show, str_list, trainer_flags, typed)
 from validation.kinds.base import BASE_KEYS, LAUNCH_KEYS, check_metric_reference
 
 ON_FAILURE = ("continue", "stop")
@@ -107,21 +109,19 @@ def load_runbook(path: str | Path, overrides: list[str] | None = None, cwd: str 
     directory the run starts in), every file the runbook names is checked to exist there too: trainer configs
     (which must also parse), test paths, benchmark scripts (``check_inputs``)."""
     path = Path(path)
-    if not path.is_file():
-        raise RunbookError(f"{path}: runbook file not found")
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # is_file raises too: PermissionError for a directory on the way that may not be searched
+        text = path.read_text(encoding="utf-8") if path.is_file() else None
     except (OSError, UnicodeDecodeError) as exc:
         raise RunbookError(f"{path}: cannot read ({exc})") from None
+    if text is None:
+        raise RunbookError(f"{path}: runbook file not found")
     try:
         raw, lines = parse_yaml(text)
     except (DuplicateKeyError, EnvTextError) as exc:
         raise RunbookError(f"{path}:{exc.line}: {show(exc.path) or '(top level)'}: {exc}") from None
     except YAML_ERRORS as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else "?"
         problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise RunbookError(f"{path}:{line}: not valid YAML ({problem})") from None
+        raise RunbookError(f"{path}:{_yaml_error_line(exc, text)}: not valid YAML ({problem})") from None
     if raw is None:  # no document, or only comments
         raise RunbookError(f"{path}:1: (top level): the runbook is empty (expected a mapping with name and phases)")
     raw, lines, included = expand_includes(raw, lines, path, load_runbook)  # `- include: FILE` phase items
@@ -137,6 +137,42 @@ def load_runbook(path: str | Path, overrides: list[str] | None = None, cwd: str 
         check_inputs(rb, Path(cwd), ctx, raw)
     kinds = {s.name: s.kind_impl for s in rb.steps()}
     return dataclasses.replace(rb, overridden=override_notes(kinds, file_raw, ctx))
+
+
+_LINE_BREAK_RE = re.compile("\r\n|[\r\n\x85\u2028\u2029]")  # YAML's line breaks, as PyYAML's marks count them
+
+
+def _yaml_error_line(exc: BaseException, text: str) -> int | str:
+    """The 1-based line of `text` that a PyYAML error is about: its mark; for a character YAML refuses (a control
+    character), its position; for a value PyYAML reads but cannot build (an integer past Python's 4,300 digits, the
+    date 2024-13-45: a ValueError with no mark), the first scalar that fails to build. "?" when none is known."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        return mark.line + 1
+    if isinstance(exc, yaml.reader.ReaderError) and isinstance(exc.position, int):
+        return len(_LINE_BREAK_RE.findall(text[:exc.position])) + 1
+    loader = yaml.SafeLoader(text)
+    try:
+        stack, seen = [loader.get_single_node()], set()
+        while stack:
+            node = stack.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            if isinstance(node, yaml.ScalarNode):
+                try:
+                    loader.construct_object(node)
+                except YAML_ERRORS:
+                    return node.start_mark.line + 1
+            elif isinstance(node, yaml.MappingNode):
+                stack.extend(reversed([part for pair in node.value for part in pair]))
+            elif isinstance(node, yaml.SequenceNode):
+                stack.extend(reversed(node.value))
+    except YAML_ERRORS:
+        pass
+    finally:
+        loader.dispose()
+    return "?"
 
 
 def _launcher(value: Any, path: tuple, ctx: Ctx, base: Launcher) -> Launcher:
@@ -258,7 +294,11 @@ def _compare_noise(value: Any, ctx: Ctx) -> dict[str, float] | None:
     raw = mapping(value, ("compare",), ctx, ("run_sd", "launch_sd", "pairs"), required=("pairs",))
     if "run_sd" not in raw and "launch_sd" not in raw:
         raise ctx.error(("compare",), "expected run_sd, launch_sd or both (with pairs)")
-    out: dict[str, float] = {"pairs": float(typed(raw["pairs"], int, ("compare", "pairs"), ctx, minimum=2))}
+    pairs = typed(raw["pairs"], int, ("compare", "pairs"), ctx, minimum=2)
+    try:
+        out: dict[str, float] = {"pairs": float(pairs)}
+    except OverflowError:  # an integer past a float's range (10**400)
+        raise ctx.error(("compare", "pairs"), f"number too large, got {_brief(pairs)}") from None
     for key in ("run_sd", "launch_sd"):
         if key in raw:
             sd = typed(raw[key], float, ("compare", key), ctx, minimum=0.0)
@@ -343,7 +383,9 @@ def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:
             where, other = cpath + ("name",), ("acceptance", first, "name")
             if ctx.override_for(other) is not None and ctx.override_for(where) is None:  # the --set made it
                 where, other = other, where
-            raise ctx.error(where, f"duplicate criterion name {cname!r} (also at {show(other[:2])})")
+            # one an include brought is in another file: named there ("inner.yaml:7: acceptance[0] (included at ...)")
+            also = ctx.position(other[:2]) if isinstance(ctx.lines.get(other[:2]), Included) else show(other[:2])
+            raise ctx.error(where, f"duplicate criterion name {cname!r} (also at {also})")
         acceptance.append(Criterion(
             name=cname, expr=expr,
             target=typed(c.get("target", expr_text), str, cpath + ("target",), ctx),
@@ -522,14 +564,18 @@ def reference_problem(text: str, step: Step, order: list[Step]) -> str | None:
 
 
 def _check_launches(phases: list[Phase], ctx: Ctx, steps_at: dict[str, tuple], raw: dict) -> None:
-    """Before anything runs, every launch of every step as the plan builds it (what runs): first each environment
-    variable (an NSA_* name and its value against nsa.toggles, so also a sweep's or a scan's values of env.X and
-    what a kind sets), then each ${...} reference to a step in a launch's environment and command line: it must
-    read ${STEP.winner.env.X} of an earlier sweep that sweeps X (reference_problem). The error names the runbook
-    key the value comes from."""
+    """Before anything runs, every launch of every step as the plan builds it (what runs): first that no environment
+    value or argument holds a NUL (a launch holding one cannot start), then each environment variable (an NSA_* name
+    and its value against nsa.toggles, so also a sweep's or a scan's values of env.X and what a kind sets), then
+    each ${...} reference to a step in a launch's environment and command line: it must read ${STEP.winner.env.X}
+    of an earlier sweep that sweeps X (reference_problem). The error names the runbook key the value comes from."""
     order = [s for p in phases for s in p.steps]
     launches = [(step, spec) for step in order for spec in step.kind_impl.launches(step, None, None)]
-    for step, spec in launches:
+    for step, spec in launches:  # no environment or command line can carry a NUL: the launch would fail to start
+        if any("\0" in str(value) for value in [*spec.env.values(), *spec.argv]):
+            where = _locate(raw, steps_at[step.name], lambda path, node: isinstance(node, str) and "\0" in node)
+            raise ctx.error(where, (f"launch {printable(spec.label)}: " if spec.label else "") + "holds a NUL (\\0), "
+                            "which no process's environment or command line can carry")
         for name, value in spec.env.items():
             problem = env_problem(name, value)
             if problem:

@@ -72,8 +72,7 @@ def install() -> bool:
         signal.signal(sig, _handler)
     early = list(_early)
     _early.clear()
-    for sig in dict.fromkeys(early):  # a SIGINT sent while nsa-validate started up (catch_early): delivered now
-        signal.raise_signal(sig)
+    _deliver(early)  # SIGINTs sent while nsa-validate started up (catch_early): delivered now, each one
     return True
 
 
@@ -121,8 +120,9 @@ def exit_code(exc: BaseException | None) -> int:
 @contextlib.contextmanager
 def deferred():
     """Hold back SIGINT / SIGTERM / SIGHUP (main thread only) for the block; those that came in are delivered at
-    its end, to the handlers that were in place. Signals with no Python handler (default action, ignored) are
-    left alone: holding them would change what they do."""
+    its end, every one in the order it came (two signals are still two: the second hurries), to the handlers that
+    were in place. Signals with no Python handler (default action, ignored) are left alone: holding them would
+    change what they do."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -137,8 +137,22 @@ def deferred():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for sig in dict.fromkeys(caught):  # each signal once, in the order they came
+        _deliver(caught)
+
+
+def _deliver(signums: list[int]) -> None:
+    """Raise each of `signums` (signals held back), in the order they came, every one of them: a second signal must
+    still count as a second (hurry()) and a third still end the process, also when the first one's handler raised.
+    The first exception a handler raised is raised again once all are delivered."""
+    first: BaseException | None = None
+    for sig in signums:
+        try:
             signal.raise_signal(sig)
+        except BaseException as exc:  # Interrupted / KeyboardInterrupt from the first: deliver the rest, then raise
+            if first is None:
+                first = exc
+    if first is not None:
+        raise first
 
 
 class Hold:

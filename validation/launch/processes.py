@@ -190,15 +190,22 @@ class ProcessTree:
         if only_new is not None:
             targets_groups = set()
             targets = {pid: start for pid, start in targets.items() if (pid, start, images[pid]) not in only_new}
+        reached_groups = set()
         for group in sorted(targets_groups - self._own):
             try:
                 os.killpg(group, sig)
+                reached_groups.add(group)
             except (ProcessLookupError, PermissionError):
                 pass
         sent = set()
         for pid, start in sorted(targets.items()):
             info = _stat(pid) if table is not None else None
             if pid in self._own or (table is not None and (info is None or info[4] != start)):
+                continue
+            if info is not None and info[2] in reached_groups:
+                # its group's signal reached it: a second one would be a second request (a launched nsa-validate
+                # takes that as "hurry" and skips its own grace period)
+                sent.add((pid, start, images[pid]))
                 continue
             try:
                 os.kill(pid, sig)
@@ -328,10 +335,12 @@ def end_descendants(grace_s: float = 2.0) -> list[int]:
 def _end_until_gone(find: Callable[[], dict[int, int] | None], grace_s: float, *,
                     hurry: Callable[[], bool] = lambda: False, same_start: bool = False) -> list[int]:
     """End the processes `find` returns ({pid: start ticks}; None: the process table cannot be read, nothing is
-    done), found afresh each round: SIGTERM, up to `grace_s` (or until `hurry()`), then SIGKILL, until none is left
-    or they outlive SIGKILL by KILL_WAIT_S; zombie children reaped. same_start: a pid found again with another start
-    is another process (its pid reused) and is left alone. Returns the pids found, sorted."""
+    done), found afresh each round: SIGTERM (once to each process, again only to one that called exec since: see
+    _image), up to `grace_s` (or until `hurry()`), then SIGKILL, until none is left or they outlive SIGKILL by
+    KILL_WAIT_S; zombie children reaped. same_start: a pid found again with another start is another process (its
+    pid reused) and is left alone. Returns the pids found, sorted."""
     found: dict[int, int] = {}
+    termed: set[tuple[int, int, bytes]] = set()  # (pid, start, image) sent SIGTERM: each is asked once (see _image)
     sig, deadline, kill_deadline = signal.SIGTERM, time.monotonic() + grace_s, None
     while True:
         live = find()
@@ -342,9 +351,14 @@ def _end_until_gone(find: Callable[[], dict[int, int] | None], grace_s: float, *
         if not live:
             break
         found.update(live)
-        for pid in live:
+        for pid, start in live.items():
+            key = (pid, start, _image(pid)) if sig == signal.SIGTERM else None
+            if key in termed:  # asked already: a SIGTERM every round would cut short the cleanup it asked for
+                continue
             try:
                 os.kill(pid, sig)
+                if key is not None:
+                    termed.add(key)
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.05)

@@ -34,7 +34,7 @@ EFFECT = 0.05
 # an estimate of it), one odd stretch of the machine rarely.
 REPLICATION_BLOCKS = 3
 MAX_REPEATS = 1000
-_GRID = 801  # trapezoid nodes over the chi density (error < 1e-4 against the noncentral t)
+_GRID = 801  # trapezoid nodes over the chi density, and as many over Phi's step (error < 1e-4 against the noncentral t)
 
 
 def _special():
@@ -72,16 +72,26 @@ def _paired_power(cv: float, effect: float, repeats: int, alpha: float, min_floo
     crit = t_ppf(1.0 - alpha / 2.0, nu)
     floor = math.log1p(min_floor)
     mode = math.sqrt(max(nu - 1.0, 0.0))
-    u = np.linspace(max(0.0, mode - 12.0), mode + 12.0, _GRID)
+    lo, hi = max(0.0, mode - 12.0), mode + 12.0
+    u = np.linspace(lo, hi, _GRID)
+    # Phi falls from 1 to 0 where the t threshold passes mu, z dropping by crit / sqrt(nu) per unit of u: with two
+    # repeats and a small alpha (crit 63.7 at alpha 0.01, 636.6 at 0.001) that step is far narrower than the grid's
+    # (0.015), and the trapezoid missed it (alpha 0.001: 0.0053 where the noncentral t gives 0.0016); nodes of its own
+    # over z in [-10, 10] resolve it
+    width = 10.0 * math.sqrt(nu) / crit
+    centre = mu * math.sqrt(nu * repeats) / (crit * sigma)
+    if min(hi, centre + width) > max(lo, centre - width):
+        u = np.union1d(u, np.linspace(max(lo, centre - width), min(hi, centre + width), _GRID))
     with np.errstate(divide="ignore"):
         log_u = (nu - 1.0) * np.log(u) if nu > 1 else np.zeros_like(u)
     pdf = np.exp(log_u - u * u / 2.0 - (nu / 2.0 - 1.0) * math.log(2.0) - math.lgamma(nu / 2.0))
     thresh = np.maximum(crit * sigma * u / math.sqrt(nu * repeats), floor)
     z = (mu - thresh) * math.sqrt(repeats) / sigma
     phi = _special().ndtr(z)
-    du = u[1] - u[0]
-    mass = np.sum(pdf) * du - (pdf[0] + pdf[-1]) * du / 2.0
-    val = np.sum(phi * pdf) * du - (phi[0] * pdf[0] + phi[-1] * pdf[-1]) * du / 2.0
+    du = np.diff(u)
+    mass = float(np.sum((pdf[1:] + pdf[:-1]) * du)) / 2.0
+    weighted = phi * pdf
+    val = float(np.sum((weighted[1:] + weighted[:-1]) * du)) / 2.0
     return float(min(1.0, max(0.0, val / mass)))
 
 

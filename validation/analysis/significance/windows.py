@@ -92,6 +92,8 @@ def launch_series(run_dir: Path, m: dict, metric: str = METRIC, default: metrics
     try:
         if not window.written() and default is not None:
             raise ValueError("no window recorded")
+        if isinstance(window.last, bool) or isinstance(window.warmup, bool):  # int(True) is 1: a one-step window
+            raise TypeError("a JSON true/false is no number of steps")
         win = metrics.Window(last=int(50 if window.last == _NOT_WRITTEN else window.last),
                              warmup=int(0 if window.warmup == _NOT_WRITTEN else window.warmup))
     except (metrics.MetricsError, TypeError, ValueError):
@@ -119,7 +121,10 @@ def window_figure(values: list[float], stored: dict | None = None, metric: str =
     """The figure the report shows for one launch's window of `metric`: its summary's statistic (`stored`,
     {"mean", "n"}) when it covers these values, else metrics.window_mean of them (None without a finite value)."""
     figure = decode(_Stored, stored, lenient=True) if isinstance(stored, dict) else None
-    if figure is not None and figure.n == len(values) and isinstance(figure.mean, (int, float)) \
+    # a JSON true/false is no count or figure (Python's bool is an int: `true` read as a mean of 1 token/s, and
+    # `true` as n covered a one-step window)
+    if figure is not None and not isinstance(figure.n, bool) and figure.n == len(values) \
+            and isinstance(figure.mean, (int, float)) and not isinstance(figure.mean, bool) \
             and math.isfinite(figure.mean):
         return float(figure.mean)
     return metrics.window_mean(values, metric)

@@ -35,6 +35,7 @@ from validation.results.codec import encode
 from validation.results.decision import Choice, DecisionRecord
 from validation.results.model import FAILED_STEP_STATUSES, Criterion, Recommendations, RunResults
 from validation.results.run import Criterion as CriterionRow, Run, Step, read_run
+from validation.results.store import RESULTS_JSON, ResultsError, load_json
 from validation.runbook.expressions import ExpressionError, compile_expression
 from validation.runbook.loader import Runbook
 
@@ -61,18 +62,40 @@ def _namespace(results: RunResults) -> dict[str, Any]:
 
 
 def _logs(run: Run, run_dir: Path):
+    """log_contains / log_count's reader: a step's logs (its .log artifacts), read where they are: this run's
+    directory, or for a step taken from an earlier run (--reuse) that run's, whose record names them (this run's
+    record of it keeps none of its files). A reused step whose earlier run cannot be read is an error (ValueError:
+    the criterion errs naming why), never an empty log that `not log_contains(...)` would pass on."""
     def read(step_name: str) -> str:
-        step = run.steps.get(step_name) or Step()
+        step, base = run.steps.get(step_name) or Step(), Path(run_dir)
+        for _ in range(8):  # a step reused by a run that had reused it in turn: its logs are where it ran
+            source = str((step.reused or {}).get("from") or "")
+            if not source:
+                break
+            step, base = _reused_step(Path(source), step_name)
         texts = []
         for rel in step.artifacts:
             if isinstance(rel, str) and rel.endswith(".log"):
                 try:
-                    texts.append((Path(run_dir) / rel).read_text(errors="replace"))
+                    texts.append((base / rel).read_text(errors="replace"))
                 except OSError:
                     continue
         return "\n".join(texts)
 
     return read
+
+
+def _reused_step(source: Path, name: str) -> tuple[Step, Path]:
+    """Step `name`'s record in the run `source` (its results.json, or its directory) and that run's directory."""
+    results = source if source.name == RESULTS_JSON else source / RESULTS_JSON
+    why = f"step {name} was taken from {source} (--reuse), whose logs"
+    try:
+        earlier = read_run(load_json(results))
+    except ResultsError as exc:
+        raise ValueError(f"{why} cannot be read: {exc}") from None
+    if name not in earlier.steps:
+        raise ValueError(f"{why} hold no step {name}")
+    return earlier.steps[name] or Step(), results.parent
 
 
 def evaluate(runbook: Runbook, results: RunResults, run_dir: Path) -> list[Criterion]:

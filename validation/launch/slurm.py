@@ -112,8 +112,20 @@ def submission_env(env: dict[str, str], keep: frozenset[str] | set[str] = frozen
             if not k.startswith(("SLURM_", "SLURMD_")) or k in CLIENT_VARS or k in keep}
 
 
+# sbatch's input environment variables that would override the batch script's own #SBATCH lines (sbatch takes its
+# environment over the script's directives): SBATCH_OUTPUT set in a user's shell sent the job's output elsewhere
+# (checked on a real sbatch), the clusters ones send the job where squeue and scancel do not look, SBATCH_EXPORT
+# would keep the step's environment from the job. Left out of what sbatch gets; the others (SBATCH_ACCOUNT, ...)
+# are the user's defaults and stay.
+OWN_INPUT_VARS = ("SBATCH_OUTPUT", "SBATCH_ERROR", "SBATCH_OPEN_MODE", "SBATCH_JOB_NAME", "SBATCH_REQUEUE",
+                  "SBATCH_NO_REQUEUE", "SBATCH_WAIT", "SBATCH_ARRAY_INX", "SBATCH_EXPORT", "SBATCH_CLUSTERS",
+                  "SLURM_CLUSTERS")
+
+
 def submit(script: Path, env: dict[str, str], cwd: Path) -> str:
-    """sbatch the script; returns the job id."""
+    """sbatch the script, without the input variables that would override its own lines (OWN_INPUT_VARS); returns
+    the job id."""
+    env = {k: v for k, v in env.items() if k not in OWN_INPUT_VARS}
     out = _run(["sbatch", "--parsable", str(Path(script).resolve())], env=env, cwd=cwd).strip()
     job_id = out.split(";", 1)[0]  # "<id>" or "<id>;<cluster>"
     if not job_id.isdigit():

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -231,3 +232,41 @@ def test_a_failed_job_whose_name_and_paths_read_as_fields_is_still_failed(monkey
     assert info.nodes == ["nodeA"] and asked[-1] == ["scontrol", "show", "hostnames", "nodeA"]
     assert slurm.map_state(info) == ("failed", "Slurm job 358: the job failed (exit code 3)")
 
+
+
+def test_sbatch_input_variables_that_override_the_scripts_own_lines_are_not_given_to_it(tmp_path, monkeypatch):
+    """sbatch takes its input environment variables over the script's #SBATCH lines: a user's SBATCH_OUTPUT sent the
+    job's output elsewhere (the launcher then read no stdout.log), SLURM_CLUSTERS sent the job where squeue and
+    scancel do not look. The user's other defaults (SBATCH_ACCOUNT) still reach sbatch."""
+    from validation.launch import slurm
+
+    seen = {}
+
+    def fake_run(argv, env=None, cwd=None):
+        seen.update(env or {})
+        return "4242\n"
+
+    monkeypatch.setattr(slurm, "_run", fake_run)
+    env = {"PATH": "/usr/bin", "SBATCH_OUTPUT": "/elsewhere.log", "SLURM_CLUSTERS": "other",
+           "SBATCH_EXPORT": "NONE", "SBATCH_ACCOUNT": "myproj"}
+    assert slurm.submit(tmp_path / "job.sbatch", env, tmp_path) == "4242"
+    assert not set(seen) & {"SBATCH_OUTPUT", "SLURM_CLUSTERS", "SBATCH_EXPORT"}
+    assert seen["SBATCH_ACCOUNT"] == "myproj" and seen["PATH"] == "/usr/bin"
+
+
+def test_a_users_sbatch_output_does_not_take_the_jobs_log_away(tmp_path):
+    """The same on the real sbatch: the job's output goes where the script's --output says."""
+    _cluster()
+    from validation.launch import slurm
+
+    script, mine, theirs = tmp_path / "job.sbatch", tmp_path / "mine.log", tmp_path / "theirs.log"
+    script.write_text(f"#!/bin/bash\n#SBATCH --job-name=nsav-env-test\n#SBATCH --nodes=1\n#SBATCH --output={mine}\n"
+                      "echo done\n")
+    job = slurm.submit(script, {**os.environ, "SBATCH_OUTPUT": str(theirs)}, tmp_path)
+    try:
+        deadline = time.time() + 60
+        while slurm.queue_state(job) is not None and time.time() < deadline:
+            time.sleep(0.2)
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30)
+    assert mine.read_text().strip() == "done" and not theirs.exists()

@@ -166,8 +166,12 @@ def test_changed_runbook_of_the_same_name_warns_and_runs_only_its_new_step(cli, 
     assert f"warning: {changed} changed since {run_dir} was started; finished steps are kept as they are" \
         in proc.stderr.splitlines()
     assert sorted(p.name for p in marks.iterdir()) == ["three"]
-    (entry,) = read_results(run_dir)["resumes"]
+    results = read_results(run_dir)
+    (entry,) = results["resumes"]
     assert entry["steps"] == ["three"] and entry["runbook_changed"] is True
+    # the gained step is in its phase, as the runbook now has it (not among "Other steps")
+    assert [p["steps"] for p in results["phases"]] == [["one", "two", "three"]]
+    assert "Other steps" not in (run_dir / "report.md").read_text()
 
 
 def _wait_for(predicate, what: str, timeout: float = 60.0) -> None:

@@ -303,6 +303,12 @@ class Runner:
                 previous["steps"][step.name] = self._pending(step)
         if self.opt.rerun:  # a comparison with an earlier run measured the steps replaced now
             previous.pop("performance_analysis", None)
+        # a runbook that gained steps since (runbook_changed): each has its pending record from the start, and the
+        # phases are the runbook's as it runs now (a step it no longer has keeps its record, under "other steps")
+        for step in self.rb.steps():
+            previous["steps"].setdefault(step.name, self._pending(step))
+        if judged.runbook_changed:
+            previous["phases"] = self._phases()
         previous["resumes"] = [*(previous.get("resumes") or []), entry]
 
     # ------------------------------------------------------------------ results skeleton
@@ -318,11 +324,14 @@ class Runner:
             verdict="INCOMPLETE", verdict_reason="", interrupted_by=None,  # set by __init__
             environment={},
             options=Options(only=list(self.opt.only), skip=list(self.opt.skip), set=list(self.opt.overrides)),
-            phases=[PhaseRecord(name=p.name, title=p.title, description=p.description,
-                                steps=[s.name for s in p.steps]) for p in rb.phases],
+            phases=self._phases(),
             steps={s.name: self._pending(s) for s in rb.steps()},
             acceptance=[], recommendations=Recommendations(env={}, notes=[]), plots=[],
         )
+
+    def _phases(self) -> list[PhaseRecord]:
+        return [PhaseRecord(name=p.name, title=p.title, description=p.description, steps=[s.name for s in p.steps])
+                for p in self.rb.phases]
 
     @staticmethod
     def _pending(step: Step) -> StepResult:

@@ -216,9 +216,12 @@ class NSAModel(nn.Module):
             return logits.argmax(dim=-1)
         wide = torch.promote_types(logits.dtype, torch.float32)
         # softmax(logits / T) with the largest logit subtracted first, so that no quotient overflows: a tiny T gives
-        # the argmax (every other probability 0) where logits / T would be inf and the probabilities NaN
+        # the argmax (every other probability 0) where logits / T would be inf and the probabilities NaN. The largest
+        # logits' quotient is 0 whatever T: set, not divided, since a T below the dtype's smallest number rounds to 0
+        # (0 / 0) and CUDA divides by a scalar as a multiply by its reciprocal (0 * inf once 1 / T overflows)
         logits = logits.to(wide)
-        probs = torch.softmax((logits - logits.amax(dim=-1, keepdim=True)) / temperature, dim=-1)
+        shifted = logits - logits.amax(dim=-1, keepdim=True)
+        probs = torch.softmax(torch.where(shifted == 0, 0.0, shifted / temperature), dim=-1)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
     # ------------------------------------------------------------------ statistics

@@ -211,8 +211,26 @@ def collect(ctx, step: Step, spec: LaunchSpec, lr) -> tuple[str, str | None, dic
     if lr.status != "ok":
         return lr.status, lr.reason, m
     if ended != "completed":
-        return "failed", f"trainer ended {ended}: {trainer_status.reason}", m
+        return "failed", not_completed(out_dir, earlier, trainer_status), m
     return csv_verdict(m, trainer_status.step)
+
+
+def not_completed(out_dir: Path, earlier: Collection[str], status: TrainerStatus) -> str:
+    """Why a launch that ended cleanly did not complete, by its status.json (`status`; `earlier`: earlier_files):
+    how the trainer says its run ended and why ("trainer ended halted: <reason>"), or that it left no word of its
+    own: no status.json, one that cannot be read, an earlier launch's, or one still saying "running"."""
+    ended = status.status
+    if ended is None:
+        if STATUS_JSON in earlier:
+            return ("the trainer wrote no status.json of its own: the one in its out_dir is an earlier launch's "
+                    "(last written before this launch started)")
+        if (Path(out_dir) / STATUS_JSON).exists():
+            return ("the trainer's status.json cannot be read (no JSON object with a status as text): how its run "
+                    "ended is not known")
+        return "the trainer wrote no status.json: how its run ended is not known"
+    if ended == "running":
+        return "the trainer's status.json still says running: the trainer ended without writing how its run ended"
+    return f"trainer ended {ended}" + (f": {status.reason}" if status.reason not in (None, "") else "")
 
 
 # A file last written more than this before a launch started is an earlier launch's: file times can lag this

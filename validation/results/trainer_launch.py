@@ -287,9 +287,14 @@ def as_launch(metrics: Any) -> LaunchMetrics:
 
 @dataclasses.dataclass(frozen=True)
 class TrainerStatus:
-    """The trainer's status.json (validation.contracts.read_status_json): how the run ended ("completed", "failed",
-    ...; as written), why, and the last step it completed."""
-    status: Any = None
+    """The trainer's status.json (nsa.training.trainer writes it, nsa.training.outputs documents it,
+    validation.contracts.read_status_json reads it): how the run ended, as written, one of
+    nsa.training.outputs.STATUSES: "running" (written at start-up; left so by a process killed outright),
+    "completed", "halted" (.HALT: the watchdog or a user), "terminated" (a signal), "nonfinite" (a non-finite loss
+    or gradient) or "crashed" (an exception; "phase": "start-up" when before the first step); why (`reason`, null
+    when completed), the last step it completed, and its notes. The file's other keys (steps_planned,
+    checkpoint_step, world_size, parallel, updated, phase) are kept in `extra`."""
+    status: str | None = None  # read leniently: a status that is not a text (a damaged file) reads as None
     reason: Any = None
     step: int | None = None
     notes: list[Any] = dataclasses.field(default_factory=list)  # e.g. settings it ignored ("NSA_X=1 is ignored: ...")

@@ -5,9 +5,10 @@
     data:   DataConfig fields (below; the sources are in nsa.training.data)
 
 Every key is checked: an unknown key, a key given twice in one mapping or a value of the wrong type is a
-ConfigError naming the file and the dotted key. Missing keys take the dataclass defaults. Command-line flags
-override keys (`apply_overrides`), and the resolved config is written back to the run's out_dir (config.yaml) so a
-run says exactly what it ran.
+ConfigError naming the file and the dotted key; so is a number that is not finite, and a value that the trainer
+would refuse beside another section's (train.seq_len shorter than model.l, a model.vocab_size below the data's token
+ids). Missing keys take the dataclass defaults. Command-line flags override keys (`apply_overrides`), and the
+resolved config is written back to the run's out_dir (config.yaml) so a run says exactly what it ran.
 
 A field that an nsa-train flag sets declares the flag where it is defined (`setting(..., flags=Flag(...))`,
 nsa.config): nsa.training.flags reads the sections below (SECTIONS) for the trainer's parser, its `--help` and the
@@ -66,6 +67,12 @@ def brief(value: Any) -> str:
     except ValueError:  # an int too long for str()
         return f"<a very large {type(value).__name__}>"
     return text if len(text) <= 100 else text[:97] + "..."
+
+
+# what the data sources need of model.vocab_size: every id of the byte tokenizer (text, fineweb_edu; the same as
+# nsa.training.corpus.BYTE_VOCAB) and the synthetic process's smallest vocabulary (SyntheticSource.MIN_VOCAB)
+BYTE_VOCAB = 256
+SYNTHETIC_MIN_VOCAB = 16
 
 
 class DataError(ValueError):
@@ -336,7 +343,27 @@ def config_from_dict(raw: Any, where: str = "<config>") -> RunConfig:
     # an absent or empty section (`train:` alone reads as null) takes the defaults; anything else must be a mapping
     built = {name: _build(cls, {} if raw.get(name) is None else raw[name], name, where)
              for name, cls in SECTIONS.items()}
-    return RunConfig(**built)
+    run = RunConfig(**built)
+    _check_sections_together(run, where)
+    return run
+
+
+def _check_sections_together(cfg: RunConfig, where: str) -> None:
+    """ConfigError for values of different sections that the trainer refuses together: a train.seq_len shorter than
+    one compression block (model.l; nsa.training.trainer), and a model.vocab_size below the ids of the data source's
+    tokens (nsa.training.data). Refused here, when the file and flags are read (and when nsa-validate checks a
+    runbook's launches), not after the trainer has imported torch and moved out_dir's earlier run aside."""
+    tc, model, data = cfg.train, cfg.model, cfg.data
+    if tc.seq_len < model.nsa.l:
+        raise ConfigError(f"{where}: train.seq_len={tc.seq_len} is shorter than one compression block "
+                          f"(model.l={model.nsa.l})")
+    if data.dataset == "synthetic":
+        if model.vocab_size < SYNTHETIC_MIN_VOCAB:
+            raise ConfigError(f"{where}: data.dataset 'synthetic' needs model.vocab_size >= {SYNTHETIC_MIN_VOCAB}, "
+                              f"got {model.vocab_size}")
+    elif model.vocab_size < BYTE_VOCAB:
+        raise ConfigError(f"{where}: data.dataset {data.dataset!r} uses the byte tokenizer ({BYTE_VOCAB} token ids) "
+                          f"but model.vocab_size={model.vocab_size}; expected model.vocab_size >= {BYTE_VOCAB}")
 
 
 def apply_overrides(cfg: RunConfig, overrides: Mapping[str, Any], where: str = "command line") -> RunConfig:
@@ -397,17 +424,24 @@ def _coerce(value: Any, hint: Any, key: str, where: str) -> Any:
     if base is int and isinstance(value, int) and not isinstance(value, bool):
         return value
     if base is float and not isinstance(value, bool):
+        number = None
         if isinstance(value, (int, float)):
             try:
-                return float(value)
+                number = float(value)
             except OverflowError:
                 raise ConfigError(f"{where}: '{key}' is too large for a number "
                                   f"(about 2**{value.bit_length()})") from None
-        if isinstance(value, str):  # YAML 1.1 reads "2e-4" (no dot) as a string
+        elif isinstance(value, str):  # YAML 1.1 reads "2e-4" (no dot) as a string
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
+        if number is not None:
+            # no setting takes an infinity or a NaN (model.norm_eps: .inf zeroed every normalised activation, and
+            # model.init_std: .inf every weight, both accepted by the model's `> 0` checks)
+            if not math.isfinite(number):
+                raise ConfigError(f"{where}: '{key}' must be a finite number, got {brief(value)}")
+            return number
     if base is str and isinstance(value, str):
         return value
     expected = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[base]

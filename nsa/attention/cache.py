@@ -42,7 +42,7 @@ class _Buffer:
         return self.data[:, :, self.len - n: self.len]
 
 
-@dataclass
+@dataclass(eq=False)  # a cache is its tensors: two with the same counts but other keys are not equal (identity)
 class NSACache:
     """Keys/values of one layer for decoding: full history for the selected branch, the last w tokens for the
     window, the last l raw tokens for compressing the next block, and every compressed token so far.
@@ -69,7 +69,7 @@ class NSACache:
         return self.k_cmp.len
 
 
-@dataclass
+@dataclass(eq=False)  # as NSACache: compared by identity, never by its counts alone
 class DenseCache:
     """Keys (rotated at their positions) and values of every token so far, for the dense twin's decode steps."""
 

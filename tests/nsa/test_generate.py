@@ -348,3 +348,14 @@ def test_bench_decode_selected_ab_runs_both_forms_and_restores_the_default(tmp_p
     with pytest.raises(SystemExit) as exc:  # the A/B is NSA's alone
         bench.main(["--attention", "nsa,dense", "--selected-ab", "--dry-run"])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("attention", ["nsa", "dense"])
+def test_caches_of_other_tokens_are_not_equal(attention):
+    """A layer's cache is its keys and values: two prefills of different tokens (same batch, length and counts)
+    are different caches, where the dataclass's field comparison (its counts only) called them equal."""
+    model = model_of(attention)
+    with torch.no_grad():
+        _, one = model.prefill(ids_of(1, 12, seed=1))
+        _, two = model.prefill(ids_of(1, 12, seed=2))
+    assert one[0] != two[0] and one[0] == one[0]

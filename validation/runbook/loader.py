@@ -384,7 +384,8 @@ def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:
             if ctx.override_for(other) is not None and ctx.override_for(where) is None:  # the --set made it
                 where, other = other, where
             # one an include brought is in another file: named there ("inner.yaml:7: acceptance[0] (included at ...)")
-            also = ctx.position(other[:2]) if isinstance(ctx.lines.get(other[:2]), Included) else show(other[:2])
+            also = (ctx.position(other[:2]) if isinstance(ctx.lines.get(other[:2]), Included)
+                    else show(ctx.own_path(other[:2])))
             raise ctx.error(where, f"duplicate criterion name {cname!r} (also at {also})")
         acceptance.append(Criterion(
             name=cname, expr=expr,

@@ -22,28 +22,15 @@ from validation.kinds.base import LAUNCH_KEYS, StepKind
 def apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
     """--set a.b.c=value: a dotted path into the YAML, list items of phases and steps by their name
     (phases.baseline.steps.baseline.args.steps=30), or steps.NAME.... for a step wherever it is
-    (steps.baseline.args.steps=30). The value is read as YAML (30 is a number, "30" a string). The path and
-    the value are validated like the file's own text; an error names the --set (Ctx.overrides)."""
+    (steps.baseline.args.steps=30). A key that holds a dot itself, a sweep's or scan's setting, is one key of the
+    path: steps.bucket_sweep.matrix.env.NSA_DDP_BUCKET_MB=[25, 50] (the matrix's key env.NSA_DDP_BUCKET_MB, or a
+    new env.X or args.y in a mapping of such keys). The value is read as YAML (30 is a number, "30" a string). The
+    path and the value are validated like the file's own text; an error names the --set (Ctx.overrides)."""
     key, sep, value_text = item.partition("=")
     if not sep or not key:
         raise RunbookError(f"--set {printable(item)}: expected KEY=VALUE, e.g. steps.baseline.args.steps=20")
     shown = printable(key)
-    try:
-        value = yaml.safe_load(value_text)
-    except YAML_ERRORS:
-        value = value_text
     parts = key.split(".")
-    if len(parts) >= 2 and parts[-2] == "env" and env_text_problem(value_text, value):
-        value = value_text.strip()  # an environment value as typed: 010 stays "010" (YAML would read 8), yes "yes"
-    else:  # a mapping or list holding environment values ({NCCL_X: 010}): refused as in the file, naming the --set
-        try:
-            node = yaml.compose(value_text, Loader=yaml.SafeLoader)
-            if node is not None:
-                check_nodes(node, tuple(parts))
-        except (DuplicateKeyError, EnvTextError) as exc:
-            raise RunbookError(f"--set {printable(item)} ({ctx.where}): {show(exc.path)}: {exc}") from None
-        except YAML_ERRORS:
-            pass  # not YAML: the value is the text (above)
     if not isinstance(raw, dict):
         raise ctx.error((), "expected a mapping at the top level")
     if parts[0] == "steps" and "steps" not in raw:  # steps.NAME...: the step of that name, in whichever phase
@@ -59,8 +46,12 @@ def apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
         parts = ["phases", str(phase), "steps"] + parts[1:]
     # Each mapping or list on the way down is copied before it is written to: a YAML alias (`env: *common`) gives
     # several keys one shared object, and a --set of one of them must not change the others.
-    node, path = raw, ()
-    for i, part in enumerate(parts[:-1]):
+    node, path, i = raw, (), 0
+    while True:
+        width = _key_width(node, parts, i) if isinstance(node, dict) else 1
+        part = ".".join(parts[i:i + width])
+        if i + width == len(parts):
+            break
         if isinstance(node, list):
             names = [x.get("name") if isinstance(x, dict) else None for x in node]
             match = [j for j, name in enumerate(names) if name == part]
@@ -80,31 +71,79 @@ def apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
             node = node[part]
         else:
             raise RunbookError(f"--set {shown}: {printable('.'.join(parts[:i]))} is not a mapping")
+        i += width
     if not isinstance(node, dict):
-        raise RunbookError(f"--set {shown}: {printable('.'.join(parts[:-1]))} is not a mapping")
+        raise RunbookError(f"--set {shown}: {printable('.'.join(parts[:i]))} is not a mapping")
     if len(path) >= 2 and isinstance(path[-1], int) and path[-2] in ("phases", "steps") and (
-            parts[-1] == "name" or (parts[-1] == "kind" and path[-2] == "steps")):
+            part == "name" or (part == "kind" and path[-2] == "steps")):
         what = "phase" if path[-2] == "phases" else "step"
         why = ("every reference to it (criteria, winners, --only, --rerun, --reuse) uses its name"
-               if parts[-1] == "name" else "its other keys are those of its kind")
-        raise RunbookError(f"--set {shown}: a {what}'s {parts[-1]} cannot be set from the command line ({why}); "
+               if part == "name" else "its other keys are those of its kind")
+        raise RunbookError(f"--set {shown}: a {what}'s {part} cannot be set from the command line ({why}); "
                            "change it in the runbook file")
-    node[parts[-1]] = value
-    ctx.overrides.append((path + (parts[-1],), item))
+    typed = key.split(".")  # the key as written (steps.NAME... unexpanded), its last key `part`
+    node[part] = _value(value_text, item, tuple(typed[:len(typed) - (len(parts) - i)]) + (part,), ctx,
+                        env=path[-1:] == ("env",) or part.startswith("env."))
+    ctx.overrides.append((path + (part,), item))
+    ctx.set_keys.append((path + (part,), item))
     return raw
+
+
+def _key_width(node: dict, parts: list[str], i: int) -> int:
+    """How many of `parts`, from the i-th, name one key of mapping `node`: 1, or more for a key holding dots that
+    the mapping has (a matrix's env.NSA_DDP_BUCKET_MB; the longest), or env.X / args.y to be added to a mapping
+    whose keys are such settings (a sweep's matrix, a scan's values, a sweep's prefer)."""
+    if parts[i] in node:
+        return 1
+    for width in range(len(parts) - i, 1, -1):
+        if ".".join(parts[i:i + width]) in node:
+            return width
+    if parts[i] in ("env", "args") and i + 1 < len(parts) and any(
+            isinstance(k, str) and k.startswith(("env.", "args.")) for k in node):
+        return 2
+    return 1
+
+
+def _value(value_text: str, item: str, typed_path: tuple, ctx: Ctx, env: bool) -> Any:
+    """The value of a --set, read as YAML. An environment value (`env` true: a key of an env mapping, or an env.X
+    setting) that YAML would read as another text is the text as typed (010 stays "010", yes "yes"); a mapping or
+    list holding environment values that YAML reads so ({NCCL_X: 010}, a matrix's [010, 20]) is refused as in the
+    file, naming the --set (`typed_path`: the key as written, for the message)."""
+    try:
+        value = yaml.safe_load(value_text)
+    except YAML_ERRORS:
+        value = value_text
+    setting = typed_path[-1].startswith("env.")  # a sweep's or scan's env.X: a value or a list of values
+    if env and env_text_problem(value_text, value) and not (setting and isinstance(value, list)):
+        return value_text.strip()  # an environment value as typed: 010 stays "010" (YAML would read 8), yes "yes"
+    try:  # a mapping or list holding environment values ({NCCL_X: 010}): refused as in the file, naming the --set
+        node = yaml.compose(value_text, Loader=yaml.SafeLoader)
+        if node is not None:
+            check_nodes(node, typed_path)
+            if setting and isinstance(node, yaml.SequenceNode):  # its values, as check_nodes checks them in a file
+                check_nodes(yaml.MappingNode("tag:yaml.org,2002:map", [(
+                    yaml.ScalarNode("tag:yaml.org,2002:str", typed_path[-1], node.start_mark), node)]),
+                    typed_path[:-1])
+    except (DuplicateKeyError, EnvTextError) as exc:
+        raise RunbookError(f"--set {printable(item)} ({ctx.where}): {show(exc.path)}: {exc}") from None
+    except YAML_ERRORS:
+        pass  # not YAML: the value is the text (above)
+    return value
 
 
 def override_notes(kinds: Mapping[str, StepKind], file_raw: Any, ctx: Ctx) -> tuple[Overridden, ...]:
     """Every `--set defaults.KEY=...` that a step's own KEY overrides. Precedence, highest first: a --set of the
     step's own key (steps.NAME.KEY=, phases.P.steps.NAME.KEY=), the step's own key in the file, a --set of a
     defaults key, the file's defaults. (env and args merge key by key: defaults.args.steps against a step's own
-    args.steps.) `kinds`: each step's kind, by the step's name."""
+    args.steps.) A --set that a later one replaces (the same key, or a mapping holding it) is in effect nowhere: no
+    note. `kinds`: each step's kind, by the step's name."""
     found = []
-    set_paths = [where for where, _ in ctx.overrides]
+    set_paths = [where for where, _ in ctx.set_keys]  # the keys written, not the mappings created on the way
     phases = file_raw.get("phases") if isinstance(file_raw, dict) else None
-    for where, item in ctx.overrides:
+    for n, (where, item) in enumerate(ctx.set_keys):
         if len(where) < 2 or where[0] != "defaults" or where[1] not in LAUNCH_KEYS:
             continue
+        later = set_paths[n + 1:]
         sub = where[1:]
         given = _set_value(item) if len(sub) == 1 else _MISSING  # defaults.env={...}: merged key by key
         for i, phase in enumerate(phases if isinstance(phases, list) else []):
@@ -120,6 +159,8 @@ def override_notes(kinds: Mapping[str, StepKind], file_raw: Any, ctx: Ctx) -> tu
                 keys = [sub + (k,) for k in own if k in given] if isinstance(own, dict) and isinstance(
                     given, dict) else [sub]
                 for key in keys:
+                    if any(("defaults",) + key[:len(p) - 1] == p for p in later):
+                        continue  # a later --set replaced this one's value of the key
                     if not _set_for_step(("phases", i, "steps", j) + key, set_paths):
                         found.append(Overridden(name, ".".join(map(str, key)), _brief(_lookup(raw_step, key)),
                                                 printable(item)))

@@ -80,21 +80,28 @@ def check_nodes(node, path=(), seen=None) -> None:
     """Check a composed (not yet constructed) node tree in one walk: DuplicateKeyError for the first mapping that
     gives a key twice (a merge key, `<<: *anchor`, may be given beside the keys it merges), EnvTextError for the
     first unquoted environment value (in an `env` mapping, or a value or list of values of an `env.X` key) that
-    YAML reads as anything but the text written (env_text_problem: 010, yes, ~). A node reached again through an
-    alias is not walked again."""
+    YAML reads as anything but the text written (env_text_problem: 010, yes, ~). A merge key's value, one mapping
+    (`<<: *a`) or a list of them (`<<: [*a, *b]`), is checked as part of the mapping it merges into. A node reached
+    again through an alias is not walked again, unless it is reached as an environment mapping now and was not
+    before (`args: &a {seq_len: 010}` ... `env: *a`: the same text is an environment value there)."""
     seen = set() if seen is None else seen
-    if id(node) in seen:
+    env = bool(path) and path[-1] == "env"
+    if (id(node), env) in seen:
         return
-    seen.add(id(node))
+    seen.add((id(node), env))
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node, child, line in mapping_entries(node, path):  # DuplicateKeyError for a key twice
-            if line is not None and path and path[-1] == "env":  # an environment mapping: {NCCL_X: '010'}
+            if line is not None and env:  # an environment mapping: {NCCL_X: '010'}
                 _check_env_text(value_node, child, line)
             elif line is not None and str(key_node.value).startswith("env."):  # a sweep's {env.X: [25, 50]}
                 items = value_node.value if isinstance(value_node, yaml.SequenceNode) else None
                 for i, item in enumerate(items if items is not None else [value_node]):
                     _check_env_text(item, child + ((i,) if items is not None else ()), item.start_mark.line + 1)
-            check_nodes(value_node, child, seen)  # a merge key's value: at the mapping's own path
+            if line is None and isinstance(value_node, yaml.SequenceNode):  # <<: [*a, *b]: each merged mapping
+                for item in value_node.value:
+                    check_nodes(item, child, seen)
+            else:
+                check_nodes(value_node, child, seen)  # a merge key's value: at the mapping's own path
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             check_nodes(item, path + (i,), seen)
@@ -133,11 +140,14 @@ def compose_lines(node, path=(), lines=None, seen=None) -> dict[tuple, int]:
 class Ctx:
     """Where we are in the file, for error messages. `overrides` lists the key paths a `--set KEY=VALUE` wrote or
     created (path tuple with list indices, the --set text): an error about such a key, or inside it, names the
-    --set, not a line of the file."""
+    --set, not a line of the file. `set_keys` lists only the key each --set wrote, in the order given (not the
+    mappings it created on the way: `--set defaults.args.lr=0.1` writes defaults.args.lr, whether or not the file
+    has defaults.args)."""
 
     def __init__(self, where: str, lines: dict[tuple, int]):
         self.where, self.lines = where, lines
         self.overrides: list[tuple[tuple, str]] = []
+        self.set_keys: list[tuple[tuple, str]] = []
 
     def override_for(self, path: tuple) -> str | None:
         """The --set text that wrote or created `path` (or a key it lies in); None when the file is at fault."""
@@ -168,8 +178,25 @@ class Ctx:
                     return self.position(found.path + path[n:])
                 line = found
                 break
-        shown = show(path) or "(top level)"
+        shown = show(self.own_path(path)) or "(top level)"
         return f"{self.where}:{line if line is not None else '?'}: {shown}"
+
+    def own_path(self, path: tuple) -> tuple:
+        """`path` (a key path of the expanded runbook) as this file numbers it. An include item that became n phases
+        (schema.Included entries of the line map, one Ctx per item) puts this file's later phases n - 1 places
+        further on, and the criteria includes bring come before this file's own: the file's first phase after an
+        include of two phases is phases[2] expanded, phases[1] here; its first criterion after one included
+        criterion is acceptance[1] expanded, acceptance[0] here. A key an include brought is returned as it is."""
+        if len(path) < 2 or path[0] not in ("phases", "acceptance") or type(path[1]) is not int:
+            return path
+        before = [found for key, found in self.lines.items()
+                  if len(key) == 2 and key[0] == path[0] and type(key[1]) is int and key[1] < path[1]
+                  and isinstance(found, Included)]
+        if not before or isinstance(self.lines.get(path[:2]), Included):
+            return path
+        # phases: each include item stands in this file as one item; criteria: none of them are this file's
+        shift = len(before) - (len({id(found.ctx) for found in before}) if path[0] == "phases" else 0)
+        return (path[0], path[1] - shift) + path[2:]
 
 
 @dataclasses.dataclass(frozen=True)

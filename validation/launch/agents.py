@@ -108,7 +108,7 @@ def run(agents: list[dict], grace_s: float) -> int:
             procs.append(subprocess.Popen(agent["argv"], env={**os.environ, **agent.get("env", {})},
                                           stdin=subprocess.DEVNULL,
                                           # SIGKILL when this supervisor dies; the ranks then get their own SIGTERM
-                                          preexec_fn=functools.partial(die_with_parent, signal.SIGKILL)))
+                                          preexec_fn=functools.partial(die_with_parent, signal.SIGKILL, os.getpid())))
     first_failure: tuple[str, int] | None = None
     failed_at = None
     told: set[int] = set()  # the agents whose failure the log names

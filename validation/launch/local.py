@@ -81,6 +81,10 @@ class Run:
                 sentinel.watch(launch_id, proc.pid, start_ticks(proc.pid), self.spec.term_grace_s)
             sampler = self._start_telemetry(proc.pid)
             self._wait(proc, tree)
+            leftovers = tree.refresh()
+            if leftovers:  # e.g. a daemon the child left behind: it belongs to the run, it ends with it
+                note(self.log_path, f"ending {len(leftovers)} process(es) left behind: {sorted(leftovers)}")
+                end_processes(tree, self.spec.term_grace_s)
             done = True
         except KeyboardInterrupt as exc:
             if tree is not None:
@@ -93,18 +97,14 @@ class Run:
         finally:
             if not done and tree is not None:  # KeyboardInterrupt (handled above) or a bug in a callback
                 end_processes(tree, self.spec.term_grace_s)
-            if not done and sampler is not None:
+            if sampler is not None:
                 sampler.stop()
-        leftovers = tree.refresh()
-        if leftovers:  # e.g. a daemon the child left behind: it belongs to the run, it ends with it
-            note(self.log_path, f"ending {len(leftovers)} process(es) left behind: {sorted(leftovers)}")
-            end_processes(tree, self.spec.term_grace_s)
-        if sampler is not None:
-            sampler.stop()
-            if sampler.error:
-                note(self.log_path, f"telemetry sampler failed: {sampler.error}")
-        self.returncode = proc.returncode
-        sentinel.forget(launch_id)
+                if sampler.error:
+                    note(self.log_path, f"telemetry sampler failed: {sampler.error}")
+            if proc is not None:
+                self.returncode = proc.returncode
+            if tree is not None:  # its processes are ended (or survived SIGKILL, logged): the launch is over
+                sentinel.forget(launch_id)
 
     def _start_telemetry(self, pid: int):
         """The device telemetry sampler of this launch (a thread, validation.launch.telemetry), or None."""
@@ -121,10 +121,12 @@ class Run:
             log.info("launching %s (cwd %s, log %s)", self.argv, self.spec.cwd, self.log_path)
             return subprocess.Popen(self.argv, cwd=self.spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=fd,
                                     stderr=fd, start_new_session=True, close_fds=True,
-                                    preexec_fn=(functools.partial(die_with_parent, parent_death_signal(self.argv))
+                                    preexec_fn=(functools.partial(die_with_parent, parent_death_signal(self.argv),
+                                                                  os.getpid())
                                                 if sys.platform.startswith("linux") else None))
-        except OSError as exc:  # missing executable or cwd, permission denied
-            self.error = f"could not start {self.argv[0]!r} in {self.spec.cwd}: {exc}"
+        except (OSError, ValueError) as exc:  # missing executable or cwd, permission denied; a NUL in an argument
+            # or a variable, a variable named with '=', text that has no bytes (ValueError, UnicodeEncodeError)
+            self.error = f"could not start {self.argv[0]!r} in {self.spec.cwd}: {exc}{_culprit(self.argv, env)}"
             os.write(fd, f"{NOTE_PREFIX}{time.strftime('%H:%M:%S')}] {self.error}\n".encode())
             return None
         finally:
@@ -134,7 +136,7 @@ class Run:
         spec = self.spec
         while True:
             now = time.monotonic()
-            if now >= self.deadline:
+            if now >= self.deadline and proc.poll() is None:  # one that ended by itself meanwhile: its own status
                 self.status = "timeout"
                 self.how_ended = end_processes(tree, spec.term_grace_s)
                 return
@@ -226,6 +228,25 @@ class Run:
                 time.sleep(0.5)  # let the other dump of each rank (Python level / C level) finish too
                 return
             time.sleep(0.2)
+
+
+def _culprit(argv: list[str], env: dict[str, str]) -> str:
+    """' (argument 2)' / ' (environment variable 'NAME')': the first item of a command that no process can be
+    started with (a NUL, a name with '=', a character with no bytes), for the error; '' when none is."""
+    def bad(text: str, name: bool = False) -> bool:
+        try:
+            os.fsencode(text)
+        except UnicodeError:
+            return True
+        return "\0" in text or (name and "=" in text)
+
+    for i, arg in enumerate(argv):
+        if bad(arg):
+            return f" (argument {i})"
+    for key, value in env.items():
+        if bad(key, name=True) or bad(value):
+            return f" (environment variable {key!r})"
+    return ""
 
 
 def _asked(verdict) -> str:

@@ -261,13 +261,28 @@ def parent_death_signal(argv: list[str]) -> int:
     return signal.SIGKILL if "torch.distributed.run" in argv else signal.SIGTERM
 
 
-def die_with_parent(sig: int = signal.SIGTERM) -> None:
+def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
     """In the child, before exec: `sig` when nsa-validate dies, even by SIGKILL (Linux PR_SET_PDEATHSIG), so a
-    killed orchestrator does not leave a training run behind."""
+    killed orchestrator does not leave a training run behind.
+
+    `parent`: nsa-validate's pid (os.getpid() where the child is started). PR_SET_PDEATHSIG only watches the parent
+    the child has when it is set: one that died between the fork and here is missed, and the child (already
+    re-parented) would run on. With `parent`, a child whose parent is no longer `parent` sends itself `sig` at once.
+    A Python handler the child inherited for `sig` (nsa-validate's own, or the one that holds signals back while a
+    child starts) is reset to the default action first: it would catch `sig` here, before exec, and the child would
+    go on to exec and run (exec resets such handlers to the default anyway; an ignored signal stays ignored)."""
+    if sig not in (signal.SIGKILL, signal.SIGSTOP):
+        try:
+            if callable(signal.getsignal(sig)):
+                signal.signal(sig, signal.SIG_DFL)
+        except (ValueError, OSError):  # not the main thread of the child's interpreter
+            pass
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # 1 = PR_SET_PDEATHSIG
     except OSError:
         pass
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), sig)
 
 
 

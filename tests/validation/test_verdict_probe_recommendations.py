@@ -98,7 +98,7 @@ def test_a_value_that_stays_is_said_to_come_from_where_it_came_from(tmp_path):
 
 
 def test_a_baseline_that_won_is_recommended_with_the_settings_it_ran_with(tmp_path):
-    """An A/B records its baseline's choice without params; its runs record what the baseline ran with. Sequential
+    """A choice without params (an A/B baseline's in older records) is read from what its runs ran with. Sequential
     prefill (NSA_PREFILL_BATCHED=0) beat batched in every repeat: the old code left the runbook's 1, the setting just
     measured to be slower, in the exports. A baseline that pins nothing changes nothing."""
     runs = [{"label": "baseline", "params": {"env.NSA_PREFILL_BATCHED": "0"}},

@@ -233,8 +233,8 @@ def _given(choice: Choice | None) -> Choice | None:
 
 def _settings(step: Step, chosen: Choice) -> dict[str, str]:
     """{variable: value} of the environment the chosen point or variant ran with: its params' "env.X" entries, each
-    value as the launch's environment held it (text). An A/B records its baseline's choice without params (the
-    baseline adds nothing to the step's own settings): the params its runs ran with are then what was chosen (a
+    value as the launch's environment held it (text). A choice without params (an A/B's baseline in records
+    written before the A/B recorded the baseline's own settings) is read from the params its runs ran with (a
     baseline pinning `NSA_OPT_FUSED: "0"`)."""
     params = chosen.params or next((r.params for r in step.runs if r.label == chosen.label and r.params), {})
     return {str(k)[4:]: str(v) for k, v in params.items() if str(k).startswith("env.")}

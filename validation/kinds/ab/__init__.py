@@ -12,15 +12,16 @@ hold for autocorrelated, drifting throughput (validation.analysis.significance):
   difference", a passed decision); never a variant whose settings the trainer reported as ignored (e.g.
   NSA_DDP_COMPRESS without DDP: status.json notes), nor one whose throughput was not stable.
 
-Own keys: `baseline: {env, args}`, `variants: {label: {env, args}}`, `repeats` (default 1), `metric` (default
-toks_per_s; one of validation.analysis.stats.METRIC_DIRECTIONS, whose better direction decides), `recommend`
-(default false).
+Own keys: `baseline: {env, args}`, `variants: {label: {env, args}}` (each label an identifier, none of
+RESERVED_LABELS), `repeats` (default 1), `metric` (default toks_per_s; one of
+validation.analysis.stats.METRIC_DIRECTIONS, whose better direction decides), `recommend` (default false).
 Result: "runs" (a trainer launch's record each, with "repeat"), "comparison": [significance.Comparison.as_dict()
 of each variant against the baseline ("baseline", "variant", "metric", "method", "mean_a", "mean_b", "rel",
 "ci_low", "ci_high", "p_value", "p_adjusted", "noise_floor", "significant", "verdict", "text", ...) plus "delta",
 "rel_delta", "test"], "order_seed", "order"; with recommend: "decision" (Decision.as_dict() plus "order_seed",
-"order", "excluded_ignored"), "choice" {label, params, explanation, significant, kept_default} and "winner" (the
-choice when significant, else null); "metrics": {"compared", "baseline": summary, "<variant>": summary,
+"order", "excluded_ignored"), "choice" {label, params, explanation, significant, kept_default} (params: the
+settings the chosen side ran with beyond the step's, the baseline's own when it is kept) and "winner" (the choice
+when significant, else null); "metrics": {"compared", "baseline": summary, "<variant>": summary,
 "variants": {variant: comparison}, "decided" (a variant chosen by comparing measured ones: false when nothing was
 compared, e.g. every run disturbed, though the baseline is still kept), "significant", "choice", "kept_default"}.
 
@@ -131,6 +132,10 @@ class Result(StepRecord):
 
 
 BASELINE = "baseline"  # the baseline's label: its runs', its launches' directory and the decision's default
+# what a variant cannot be labelled: the baseline's label (the variant would take the baseline's place: its settings
+# never run, the variant compared with itself) and the keys of the step's metrics beside the variants' summaries
+# (Metrics' fields and what _decide adds), which would overwrite or drop the variant's summary
+RESERVED_LABELS = (BASELINE, "compared", "variants", "extra", "decided", "significant", "choice", "kept_default")
 
 _TESTS = {"paired": "paired t on log-ratios of interleaved repeats", "blocks": "Welch t on block means",
           "runs": "Welch t on run means"}
@@ -191,6 +196,12 @@ class AB(TrainerKind):
         for label in variants_raw:
             if not isinstance(label, str) or not NAME_RE.fullmatch(label):
                 raise ctx.error(path + ("variants", label), "variant labels are identifiers")
+            if label in RESERVED_LABELS:
+                raise ctx.error(path + ("variants", label),
+                                f"{label!r} cannot label a variant: "
+                                + ("it is the baseline's label" if label == BASELINE else
+                                   "the step's metrics use that name beside the variants'")
+                                + f" (reserved: {', '.join(RESERVED_LABELS)})")
         return Options(baseline=variant(raw.get("baseline"), path + ("baseline",)),
                        variants={k: variant(v, path + ("variants", k)) for k, v in variants_raw.items()},
                        repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1),
@@ -269,9 +280,10 @@ class AB(TrainerKind):
         `shaken`: the runs measured under interference, per label (disturbed_flags); `order`: the run order (its seed
         and labels), which the decision records."""
         candidates = {label: values for label, values in data.items() if label == BASELINE or not ignored[label]}
-        params: dict[str, dict[str, Any]] = {BASELINE: {}}
-        for r in runs:
-            params.setdefault(str(r.label), r.params)
+        # what each side ran with beyond the step's own settings, the baseline's included (a baseline pinning
+        # NSA_PREFILL_BATCHED "0"): the chosen side's params are its choice's and winner's
+        params = {BASELINE: options.baseline.params(),
+                  **{label: variant.params() for label, variant in options.variants.items()}}
         excluded = [label for label in data if label not in candidates]
         ours = dataclasses.replace(order, excluded_ignored=excluded)
         try:
@@ -290,7 +302,10 @@ class AB(TrainerKind):
             explanation = (f"{choice} is faster ({d.reason}) but its throughput was not stable, so the baseline is "
                            "kept")
             choice, significant = BASELINE, False
-            overridden = dict(recommendable=False, recommendation=f"nothing is recommended: {explanation}")
+            # the decision's record names what the step keeps, as its reason does (the statistics' winner stays
+            # in its comparison and ranking, and in the reason)
+            overridden = dict(choice=BASELINE, winner=None, significant=False, kept_default=True, recommendable=False,
+                              recommendation=f"nothing is recommended: {explanation}")
         if excluded:
             explanation += f"; not considered: {', '.join(excluded)} (settings the trainer ignored)"
         decision = dataclasses.replace(decode(DecisionRecord, d.as_dict(), "decision"), order_seed=ours.order_seed,

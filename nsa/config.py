@@ -25,6 +25,20 @@ ATTENTION_CHOICES = ("nsa", "dense")
 
 CHOICES, FLAGS = "choices", "flags"  # the metadata entries `setting` gives a config field
 
+# the largest size a tensor dimension takes (torch's int64): a larger vocab_size or dim failed inside torch's C++
+MAX_SIZE = 2 ** 63 - 1
+
+
+def _positive_number(value) -> bool:
+    """A number above 0 that is a finite float (an infinite norm_eps zeroed every normalised activation, init_std
+    every weight: both passed a `> 0` check; an integer past a float's range is none either)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return 0 < float(value) < math.inf
+    except OverflowError:
+        return False
+
 
 @dataclass(frozen=True)
 class Flag:
@@ -119,13 +133,15 @@ class NSAConfig:
                 raise ValueError(f"NSAConfig.{name} must be an integer, got {value!r}")
             if value <= 0:
                 raise ValueError(f"NSAConfig.{name} must be positive, got {value}")
+            if value > MAX_SIZE:
+                raise ValueError(f"NSAConfig.{name} must be at most 2**63 - 1 (a tensor size), got {value}")
         for name, choices in (("phi", PHI_CHOICES), ("gate", GATE_CHOICES), ("prefill", PREFILL_CHOICES),
                               ("selection", SELECTION_CHOICES), ("kernel", KERNEL_CHOICES),
                               ("index_build", INDEX_BUILD_CHOICES), ("rope", ROPE_CHOICES)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"NSAConfig.{name} must be one of {' | '.join(choices)}, got {getattr(self, name)!r}")
-        if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) or not self.rope_theta > 0:
-            raise ValueError(f"NSAConfig.rope_theta must be a positive number, got {self.rope_theta!r}")
+        if not _positive_number(self.rope_theta):
+            raise ValueError(f"NSAConfig.rope_theta must be a positive finite number, got {self.rope_theta!r}")
         if self.n_heads % self.n_kv_groups:
             raise ValueError(f"NSAConfig.n_kv_groups={self.n_kv_groups} must divide n_heads={self.n_heads}")
         if self.l % self.d:
@@ -193,18 +209,20 @@ class ModelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
+            if value > MAX_SIZE:
+                raise ValueError(f"ModelConfig.{name} must be at most 2**63 - 1 (a tensor size), got {value}")
         if not isinstance(self.nsa, NSAConfig):
             raise ValueError(f"ModelConfig.nsa must be an NSAConfig, got {type(self.nsa).__name__}")
         if self.attention not in ATTENTION_CHOICES:
             raise ValueError(f"ModelConfig.attention must be one of {' | '.join(ATTENTION_CHOICES)}, "
                              f"got {self.attention!r}")
         if self.ffn_hidden is not None and (isinstance(self.ffn_hidden, bool) or not isinstance(self.ffn_hidden, int)
-                                            or self.ffn_hidden <= 0):
+                                            or not 0 < self.ffn_hidden <= MAX_SIZE):
             raise ValueError(f"ModelConfig.ffn_hidden must be a positive integer or None, got {self.ffn_hidden!r}")
         for name in ("norm_eps", "init_std"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"ModelConfig.{name} must be a positive number, got {value!r}")
+            if not _positive_number(value):
+                raise ValueError(f"ModelConfig.{name} must be a positive finite number, got {value!r}")
         if self.loss not in LOSS_CHOICES:
             raise ValueError(f"ModelConfig.loss must be one of {' | '.join(LOSS_CHOICES)}, got {self.loss!r}")
         for name in ("tie_embeddings", "activation_checkpointing"):

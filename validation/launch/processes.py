@@ -225,9 +225,9 @@ def end_processes(tree: ProcessTree, grace_s: float) -> str:
     tree.refresh()
     if not tree.alive():
         return ""
-    signalled = tree.signal(signal.SIGTERM)
     how, interrupt = "SIGTERM", None
-    try:
+    try:  # the first SIGTERM too: an interrupt while it is sent still ends everything (SIGKILL below)
+        signalled = tree.signal(signal.SIGTERM)
         end = time.monotonic() + grace_s
         while time.monotonic() < end and not interrupts.hurry() and (tree.refresh() or tree.alive()):
             signalled |= tree.signal(signal.SIGTERM, only_new=signalled)

@@ -149,3 +149,37 @@ def test_a_launched_tree_gets_one_sigterm_per_process(monkeypatch):
         while any(pid_alive(p) for p in kids) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not any(pid_alive(p) for p in kids)
+
+
+def test_an_interrupt_during_the_first_sigterm_still_ends_the_tree():
+    """A Ctrl-C that lands while end_processes sends its first SIGTERM: the tree is still ended (SIGKILL after the
+    interrupt) before the interrupt is raised again, as for one during the grace period; it went straight up and
+    left the process running."""
+    root = subprocess.Popen([sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, "
+                             "signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(60)"],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert root.stdout.readline().strip() == "up"
+        tree = ProcessTree(root, uuid.uuid4().hex, time.time())
+        real = tree.signal
+        first = []
+
+        def interrupted(sig, only_new=None):
+            if sig == signal.SIGTERM and not first:
+                first.append(sig)
+                raise KeyboardInterrupt  # as a first Ctrl-C does, raised from inside the signal handler
+            return real(sig, only_new=only_new)
+
+        tree.signal = interrupted
+        try:
+            processes.end_processes(tree, grace_s=5.0)
+        except KeyboardInterrupt:
+            pass
+        else:
+            raise AssertionError("the interrupt was not raised again")
+        assert root.poll() is not None and root.returncode == -signal.SIGKILL
+    finally:
+        if root.poll() is None:
+            os.killpg(root.pid, signal.SIGKILL)
+            root.wait()
+        root.stdout.close()

@@ -164,8 +164,11 @@ def run_context(env: dict[str, Any]) -> dict[str, Any]:
 def ignored_settings(status: dict[str, Any] | None, names: list[str]) -> list[str]:
     """Which of the environment variables `names` the trainer reported as ignored (status.json notes, e.g.
     "NSA_OPT_FUSED=1 is ignored: ..."), sorted."""
-    notes = decode(TrainerStatus, status or {}, "status.json", lenient=True).notes
-    return sorted({var for var in names for n in notes if isinstance(n, str) and var in n and "ignored" in n})
+    notes = [n for n in decode(TrainerStatus, status or {}, "status.json", lenient=True).notes
+             if isinstance(n, str) and "ignored" in n]
+    # the name as a whole word: a note on NSA_X_Y is none on NSA_X
+    return sorted({var for var in names for n in notes
+                   if re.search(rf"(?<![A-Za-z0-9_]){re.escape(var)}(?![A-Za-z0-9_])", n)})
 
 
 def error_files(out_dir: Path | None, since: float) -> list[tuple[float, int, Path]]:

@@ -46,6 +46,13 @@ def test_ignored_settings_come_from_status_json_notes():
     assert contracts.ignored_settings({"notes": [None, 3]}, ["NSA_OPT_FUSED"]) == []
 
 
+def test_a_note_on_another_setting_whose_name_holds_this_one_is_not_this_ones():
+    # a setting whose name is the start of another's: the note names the other one only
+    status = {"notes": ["NSA_SEL_RANGES_V2=1 is ignored: the Triton selection builds its ranges itself"]}
+    assert contracts.ignored_settings(status, ["NSA_SEL_RANGES", "NSA_SEL_RANGES_V2"]) == ["NSA_SEL_RANGES_V2"]
+    assert contracts.ignored_settings(status, ["RANGES_V2"]) == []
+
+
 def test_error_files_and_stack_dumps_of_this_launch(tmp_path):
     (tmp_path / "error_rank1.txt").write_text("Traceback ...")
     (tmp_path / "error_rankX.txt").write_text("not a rank")

@@ -256,15 +256,18 @@ def main(argv=None) -> int:
         _print_rows(rows)
     load_after = _load()
     print(f"machine load (1-minute average, {os.cpu_count()} CPUs): {load_before} before, {load_after} after")
-    print("reproduce: python benchmarks/bench_decode.py "
-          + shlex.join(sys.argv[1:] if argv is None else [str(a) for a in argv]))
+    given = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    command = "python benchmarks/bench_decode.py " + shlex.join(given)
+    print(f"reproduce: {command}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
         args.json.write_text(json.dumps({"device": args.device, "device_name": name, "torch": torch.__version__,
                                          "threads": torch.get_num_threads(), "config": str(args.config),
                                          "dtype": args.dtype, "batch": args.batch, "new_tokens": args.new_tokens,
-                                         "repeats": args.repeats, "selected_ab": args.selected_ab,
+                                         "repeats": args.repeats, "warmup": args.warmup, "seed": args.seed,
+                                         "lengths": args.lengths, "attention": args.attention,
+                                         "selected_ab": args.selected_ab, "command": command,
                                          "load_before": load_before, "load_after": load_after,
                                          "rows": rows}, indent=2) + "\n")
     return 0

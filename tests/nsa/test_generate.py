@@ -339,7 +339,12 @@ def test_bench_decode_selected_ab_runs_both_forms_and_restores_the_default(tmp_p
     assert bench.main(["--lengths", "40", "--new-tokens", "3", "--repeats", "2", "--warmup", "0", "--batch", "2",
                        "--attention", "nsa", "--selected-ab", "--json", str(out)]) == 0
     assert nsa_layer.DECODE_SELECTED == "gather"
-    (row,) = json.loads(out.read_text())["rows"]
+    written = json.loads(out.read_text())
+    (row,) = written["rows"]
+    # the file says what ran: every setting, and the command that runs it again
+    assert (written["lengths"], written["warmup"], written["seed"], written["attention"]) == ([40], 0, 0, ["nsa"])
+    assert written["command"] == ("python benchmarks/bench_decode.py --lengths 40 --new-tokens 3 --repeats 2 "
+                                  f"--warmup 0 --batch 2 --attention nsa --selected-ab --json {out}")
     for key in ("loop_tok_s", "gather_tok_s", "speedup"):
         low, median, high = row[key]
         assert 0 < low <= median <= high

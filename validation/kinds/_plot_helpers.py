@@ -28,10 +28,13 @@ def bar_points(runs: list[dict] | list[LaunchRun], tick_by_param: bool = False) 
     for label, members in grouped.items():
         means = [m for _, m, _ in members]
         mean = sum(means) / len(means)
+        if not math.isfinite(mean):  # a sum past a float's range: the sum of the shares
+            mean = sum(m / len(means) for m in means)
         if len(means) == 1:
-            err = finite(members[0][2].stdev) or 0.0
+            err = finite(members[0][2].stdev)
+            err = err if err is not None and err >= 0 else 0.0  # a negative stdev is no spread (a damaged record)
         else:
-            err = math.sqrt(sum((x - mean) ** 2 for x in means) / len(means))
+            err = _spread(means, mean)
         tick = label
         first = members[0][0]
         if tick_by_param and len(first.params) == 1:
@@ -40,6 +43,18 @@ def bar_points(runs: list[dict] | list[LaunchRun], tick_by_param: bool = False) 
             tick += f" (x{len(means)})"
         points.append((tick, mean, err, first.label))
     return points
+
+
+def _spread(values: list[float], mean: float) -> float:
+    """The population stdev of `values` about `mean`; where its squares pass a float's range, from the hypotenuse of
+    the deviations (no overflow); 0.0 when even that is past the range (no error bar rather than no plot)."""
+    try:
+        err = math.sqrt(sum((x - mean) ** 2 for x in values) / len(values))
+    except OverflowError:
+        err = math.inf
+    if not math.isfinite(err):
+        err = math.hypot(*(x - mean for x in values)) / math.sqrt(len(values))
+    return err if math.isfinite(err) else 0.0
 
 
 def loglog_lines(plotter: Any, series: dict[str, list[tuple[float, float]]], *, title: str, xlabel: str,
@@ -73,7 +88,7 @@ def scan_loglog(plotter: Any, scanned: list[tuple[float, float]], bisected: list
             ax.plot([x for x, _ in runs], [y for _, y in runs], linestyle="none", marker=marker, markersize=5,
                     label=label)
     slope, intercept = fit
-    values = sorted(x for x, _ in scanned)
+    values = sorted(x for x, _ in scanned if x > 0)  # the law's domain, and all a log axis shows
     if slope is not None and intercept is not None and values:
         xs = [values[0], values[-1]]
         try:

@@ -9,13 +9,18 @@ through StepKind.plots with the Plotter below (a sweep's and an A/B's bar charts
 from __future__ import annotations
 
 import io
+import math
 import textwrap
 from pathlib import Path
 from typing import Any, Callable
 
 import matplotlib.style
+from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.category import StrCategoryFormatter
 from matplotlib.figure import Figure
+from matplotlib.text import Text
+from matplotlib.ticker import FixedFormatter, FuncFormatter
 
 from nsa.training.outputs import atomic_write
 from validation import contracts
@@ -23,13 +28,68 @@ from validation.analysis import metrics
 from validation.results.store import inside_run_dir
 from validation import kinds as step_kinds
 from validation.kinds._plot_helpers import bar_points, loglog_lines, scan_loglog  # noqa: F401 - shared with the kinds
-from validation.formatting import as_dict, as_list, file_name, finite, plot_context_text
+from validation.formatting import as_dict, as_list, file_name, finite, plot_context_text, printable
 from validation.results.codec import decode
 from validation.results.run import Step as StepRecord, read_run
 from validation.results.trainer_launch import Telemetry, as_launch
 
 PLOTS_DIR = "plots"
 TITLE_WIDTH = 90  # characters per title line at the report's figure size
+
+
+def drawn_text(text: Any) -> str:
+    """`text` as a plot shows it, literally: as printable() makes it (a lone surrogate, which the font renderer
+    refuses, or a control character shown as U+FFFD, as in the report's text), every `$` escaped (matplotlib reads
+    the text between two of them as mathtext: "$5 to $6" was drawn in italics without its dollars, "$x^$" failed)."""
+    return printable(text).replace("$", r"\$")
+
+
+def _literal_texts(fig) -> None:
+    """Every text of `fig` that came from the results made drawn_text: titles, axis labels, legend entries,
+    annotations and the tick labels a plot gave itself (set_xticklabels: a FixedFormatter, or in newer matplotlib a
+    FuncFormatter; category names); the tick labels that matplotlib's number formatters write (a log axis's powers
+    of ten are mathtext) are left as they are."""
+    seen: set[int] = set()
+
+    def walk(artist) -> None:
+        for child in artist.get_children():
+            if id(child) in seen:
+                continue
+            seen.add(id(child))
+            if isinstance(child, Axis):  # its label, and its tick labels through the formatter that writes them
+                child.label.set_text(drawn_text(child.label.get_text()))
+                formatter = child.get_major_formatter()
+                if id(formatter) in seen:  # shared with a twin's axis
+                    continue
+                seen.add(id(formatter))
+                if isinstance(formatter, (FixedFormatter, FuncFormatter, StrCategoryFormatter)):  # labels of its own
+                    literal = FuncFormatter(lambda x, pos, labels=formatter: drawn_text(labels(x, pos)))
+                    seen.add(id(literal))
+                    child.set_major_formatter(literal)
+                continue
+            if isinstance(child, Text):
+                child.set_text(drawn_text(child.get_text()))
+            walk(child)
+
+    walk(fig)
+
+
+def _png(fig) -> bytes:
+    """`fig` laid out and written as PNG bytes (its texts drawn literally, no Software stamp)."""
+    _literal_texts(fig)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def _legend(ax, entries: list[tuple[Any, str]], **kwargs) -> None:
+    """A legend of (artist, text) entries, each text shown whatever it starts with: matplotlib leaves an entry whose
+    label starts with "_" out of a legend, and a step's or a run's name may (validation.runbook.schema.NAME_RE), so
+    the texts are set once the legend is made."""
+    legend = ax.legend([artist for artist, _ in entries], ["entry"] * len(entries), **kwargs)
+    for text, (_, label) in zip(legend.get_texts(), entries):
+        text.set_text(label)
 
 
 def _lone_marker(n_points: int) -> dict:
@@ -89,20 +149,37 @@ class Plotter:
         return fig, ax
 
     def save(self, fig, filename: str, title: str) -> None:
-        """Write `fig` as plots/`filename` (atomically) and list it under `title`."""
-        fig.tight_layout()
-        rel = f"{PLOTS_DIR}/{filename}"
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+        """Write `fig` as plots/`filename` (atomically) and list it under `title`. A name this run already wrote
+        (file_name makes steps "x" and "_x" both "x") takes "-2", "-3", ... before its suffix, which no step name
+        has (NAME_RE), so that one step's plot never replaces another's."""
+        taken = {entry["path"] for entry in self.written}
+        rel, stem, suffix, n = f"{PLOTS_DIR}/{filename}", Path(filename).stem, Path(filename).suffix, 1
+        while rel in taken:
+            n += 1
+            rel = f"{PLOTS_DIR}/{stem}-{n}{suffix}"
+        try:
+            png = _png(fig)
+        except (ValueError, OverflowError) as exc:  # figures matplotlib cannot lay out (near a float's range)
+            png = _png(self._not_drawn(title, exc))
         path = inside_run_dir(self.run_dir, rel)  # a name from the results (a step's) never leads out of RUN_DIR
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, buffer.getvalue())
+        atomic_write(path, png)
         entry = {"title": title, "path": rel, "step": self.step, "context": self.context or None,
                  "caption": f"{title} ({self.context})" if self.context else title}
         if self._marked is not None:
             entry.update(marked=self._marked[0], mark=self._marked[1])
             self._marked = None
         self.written.append(entry)
+
+    def _not_drawn(self, title: str, exc: Exception):
+        """The figure saved in place of one that cannot be drawn: its title, and a note saying why."""
+        fig, ax = self.figure(title, "")
+        ax.set_axis_off()
+        why = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")[:200]
+        ax.text(0.5, 0.5, textwrap.fill("Not drawn: its figures are outside the range a plot can show "
+                                        f"({type(exc).__name__}{': ' + why if why else ''})", 70),
+                ha="center", va="center", transform=ax.transAxes)
+        return fig
 
     def tokens_per_step(self, name: str, step: StepRecord | dict) -> None:
         """Tokens/s per step of the step's training.csv and of each of its runs', the statistics window shaded
@@ -126,19 +203,20 @@ class Plotter:
         for label, _, _ in lines:
             counts[label] = counts.get(label, 0) + 1
         colors = {label: f"C{i % 10}" for i, label in enumerate(counts)}
+        entries: list[tuple[Any, str]] = []  # (line, legend text): the first line of each label
         seen: set[str] = set()
         for label, (xs, ys), _ in lines:
-            legend = (f"{label} ({counts[label]} runs)" if counts[label] > 1 else label) if label not in seen \
-                else "_nolegend_"
-            seen.add(label)
-            ax.plot(xs, ys, label=legend, linewidth=1.2, color=colors[label], alpha=0.9 if counts[label] == 1 else 0.6,
-                    **_lone_marker(len(xs)))
+            (line,) = ax.plot(xs, ys, linewidth=1.2, color=colors[label], alpha=0.9 if counts[label] == 1 else 0.6,
+                              **_lone_marker(len(xs)))
+            if label not in seen:
+                seen.add(label)
+                entries.append((line, f"{label} ({counts[label]} runs)" if counts[label] > 1 else label))
         window = lines[0][2]  # "start" and "end" in records written before first_step and last_step
         first = finite(window.first_step if window.first_step is not None else window.extra.get("start"))
         last = finite(window.last_step if window.last_step is not None else window.extra.get("end"))
         if first is not None and last is not None and last >= first:
-            ax.axvspan(first, last, color="tab:green", alpha=0.08, label="statistics window")
-        ax.legend(loc="lower right", fontsize="small")
+            entries.append((ax.axvspan(first, last, color="tab:green", alpha=0.08), "statistics window"))
+        _legend(ax, entries, loc="lower right", fontsize="small")
         self.save(fig, f"toks_per_s_{file_name(name)}.png", title)
 
     def telemetry(self, name: str, record: StepRecord) -> None:
@@ -217,9 +295,9 @@ class Plotter:
         pooled = any(p[0].endswith(")") and " (x" in p[0] for p in points)
         ax.set_xlabel(f"{xlabel}\n" + ("bar: mean of the runs' window means (xN: N runs); error bar: their stdev"
                                        if pooled else "bar: the run's window mean; error bar: stdev over its steps"))
-        top = max(p[1] + p[2] for p in points)
-        if top > 0:
-            ax.set_ylim(0, top * 1.15)  # room for the mark above the tallest error bar
+        top = max(p[1] + p[2] for p in points) * 1.15  # room for the mark above the tallest error bar
+        if 0 < top < math.inf:  # past a float's range: the axis as matplotlib scales it
+            ax.set_ylim(0, top)
         self._marked = marked
         self.save(fig, filename, title)
 

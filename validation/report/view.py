@@ -260,7 +260,10 @@ def _acceptance_rows(run: Run) -> list[dict]:
 def _artifacts(run: Run, run_dir: Path | None) -> list[dict]:
     def item(path: Any, what: str) -> dict:
         text = str(path)
-        missing = run_dir is not None and not (Path(run_dir) / text).exists()
+        try:
+            missing = run_dir is not None and not (Path(run_dir) / text).exists()
+        except OSError:  # a name past the file system's length, a directory it may not search: not there to read
+            missing = True
         return {"path": text, "what": what, "missing": missing}
 
     out = []
@@ -323,6 +326,9 @@ def _plot_list(run: Run, run_dir: Path | None, plots: list[dict] | None, inline:
                 continue
             except OSError as exc:
                 not_shown.append({"path": path, "why": f"unreadable ({exc.strerror or type(exc).__name__})"})
+                continue
+            except ValueError:  # a NUL character, which no file name holds
+                not_shown.append({"path": path, "why": "unreadable (a NUL character in its path)"})
                 continue
             if not data.startswith(PNG_SIGNATURE):
                 not_shown.append({"path": path, "why": "damaged: not a PNG image"})

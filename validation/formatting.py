@@ -60,7 +60,8 @@ def finite(value: Any) -> float | None:
 
 
 def fmt_num(value: Any) -> str:
-    """A value as a short human-readable string: 5843.2 -> '5,843.2', 0.62 -> '0.62', None -> 'n/a'."""
+    """A value as a short human-readable string: 5843.2 -> '5,843.2', 0.62 -> '0.62', 1e308 -> '1e+308', None ->
+    'n/a'."""
     if value is None:
         return NA
     if isinstance(value, bool):
@@ -70,6 +71,8 @@ def fmt_num(value: Any) -> str:
     if isinstance(value, float):
         if not math.isfinite(value):
             return NA
+        if abs(value) >= 1e15:  # past what a figure of ours reaches: 1e+308, not a 400-character number
+            return f"{value:.4g}"
         if abs(value) >= 100:
             return f"{value:,.1f}"
         if value == int(value):

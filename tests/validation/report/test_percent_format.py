@@ -64,3 +64,10 @@ def test_first_of_lists_a_few_and_counts_the_rest():
     assert first_of(["a", "b"], 4) == "a; b"
     assert first_of(iter("abcdef"), 4) == "a; b; c; d; and 2 more"
     assert first_of([1, 2, 3], 2, sep=", ") == "1, 2, and 1 more" and first_of([], 3) == ""
+
+
+def test_fmt_num_keeps_a_figure_past_any_of_ours_short():
+    # an impossible figure the open problems quote (1e308 tokens/s) is '1e+308', not a 400-character number
+    from validation.formatting import fmt_num
+    assert fmt_num(1e308) == "1e+308" and fmt_num(-2.5e20) == "-2.5e+20"
+    assert fmt_num(123_456_789_012.5) == "123,456,789,012.5" and fmt_num(5843.2) == "5,843.2"

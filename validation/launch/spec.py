@@ -217,6 +217,8 @@ def validate(spec: LaunchSpec) -> None:
     """Raise TypeError/ValueError for a spec that cannot be launched."""
     if not isinstance(spec.argv, (list, tuple)) or not spec.argv or not all(isinstance(a, str) for a in spec.argv):
         raise TypeError(f"LaunchSpec.argv must be a non-empty list of str, got {spec.argv!r}")
+    if not isinstance(spec.wrapper, (list, tuple)) or not all(isinstance(a, str) for a in spec.wrapper):
+        raise TypeError(f"LaunchSpec.wrapper must be a list of str, got {spec.wrapper!r}")
     if not isinstance(spec.env, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                  for k, v in spec.env.items()):
         raise TypeError("LaunchSpec.env must be a dict of str to str")
@@ -232,8 +234,8 @@ def validate(spec: LaunchSpec) -> None:
         value = getattr(spec, name)
         if not (isinstance(value, (int, float)) and value > 0):
             raise ValueError(f"LaunchSpec.{name} must be > 0, got {value!r}")
-    if spec.telemetry_s is not None and (isinstance(spec.telemetry_s, bool)
-                                         or not isinstance(spec.telemetry_s, (int, float)) or spec.telemetry_s <= 0):
+    if spec.telemetry_s is not None and (isinstance(spec.telemetry_s, bool)  # NaN too: `not NaN > 0`
+                                         or not isinstance(spec.telemetry_s, (int, float)) or not spec.telemetry_s > 0):
         raise ValueError(f"LaunchSpec.telemetry_s must be None or > 0, got {spec.telemetry_s!r}")
     if not (isinstance(spec.term_grace_s, (int, float)) and spec.term_grace_s >= 0):
         raise ValueError(f"LaunchSpec.term_grace_s must be >= 0, got {spec.term_grace_s!r}")

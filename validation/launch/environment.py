@@ -125,8 +125,17 @@ def unmet_for(step, env: dict[str, Any] | Callable[[], dict[str, Any]]) -> str |
             return (f"needs {step.requires.gpus} GPU(s) but the Slurm job asks for gpus_per_node="
                     f"{launch.launcher.gpus_per_node}")
         return None
-    nproc = launch.nproc_per_node * launch.nnodes if step.is_training else 1
-    return unmet(step.requires, env, nproc)
+    return unmet(step.requires, env, ranks_here(step))
+
+
+def ranks_here(step) -> int:
+    """How many ranks (a GPU each, with NCCL) `step` runs on this machine: its nproc_per_node x nnodes for a kind
+    that launches ranks (a trainer, a comm step: nproc_per_node is one of its launch keys), or the most of any launch
+    it plans (a scaling step's largest world size on one node); 1 for a kind that launches one process."""
+    launch = step.launch
+    takes = step.is_training or "nproc_per_node" in step.kind_impl.launch_keys
+    planned = [spec.nproc_per_node * spec.nnodes for spec in step.kind_impl.launches(step, None, None)]
+    return max([launch.nproc_per_node * launch.nnodes if takes else 1, *planned])
 
 
 def snapshot(step_dir: Path, cwd: Path, timeout_s: float = 300) -> tuple[dict[str, Any], list[Path], list[str]]:

@@ -81,3 +81,21 @@ def test_a_cpu_step_does_not_probe_the_machine():
         raise AssertionError("probed")
 
     assert unmet(Requirements(backend="gloo"), probe, 2) is None
+
+
+def test_a_comm_step_and_a_scaling_step_need_a_gpu_for_each_of_their_ranks(tmp_path):
+    """ddp_2xa100's comm step runs nproc_per_node NCCL ranks, and a scaling step its largest world size, on this
+    machine; the check counted one GPU for any step that is not a trainer, so on a machine of one GPU the comm step
+    ran and failed instead of being skipped (the parallelism step beside it was skipped)."""
+    from validation.launch.environment import unmet_for
+    from validation.runbook.loader import load_runbook
+
+    text = (Path(__file__).resolve().parents[3] / "runbooks" / "ddp_2xa100.yaml").read_text()
+    path = tmp_path / "ddp_2xa100.yaml"
+    path.write_text(text.replace("  gpus: 2\n", "  gpus: 1\n", 1))
+    rb = load_runbook(path, cwd=Path(__file__).resolve().parents[3])
+    one = {"gpu_count": 1, "gpus": [_gpu(8.0, 79.15)], "nccl": "2.21.5"}
+    assert unmet_for(rb.step("comm"), one) == "needs 2 GPU(s), found 1"
+    assert unmet_for(rb.step("parallelism"), one) == "needs 2 GPU(s), found 1"
+    two = {**one, "gpu_count": 2, "gpus": [_gpu(8.0, 79.15)] * 2}
+    assert unmet_for(rb.step("comm"), two) is None

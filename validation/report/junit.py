@@ -1,7 +1,8 @@
 """JUnit XML of a validation run, for CI systems: one <testsuite> per runbook phase (a <testcase> per step: a failed,
 hung, timed-out or errored step is a failure; a skipped, pending or interrupted one is skipped) and one "acceptance"
 suite (a <testcase> per criterion: a failed one a failure, one that could not be evaluated an error, a skipped or
-inconclusive one skipped, a warning passed with its WARN in system-out) carrying the verdict as properties."""
+inconclusive one skipped, a warning passed with its WARN in system-out, one of no or an unknown status skipped)
+carrying the verdict as properties."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from typing import Any
 
-from validation.formatting import FAILED_STATUSES, finite, fmt_num, printable
+from validation.formatting import CRITERION_LABELS, FAILED_STATUSES, finite, fmt_num, printable, status_view
 from validation.results.run import Run, Step, read_run
 
 def _xml_text(value: Any) -> str:
@@ -92,10 +93,14 @@ def render_junit(results: Run | dict) -> str:
             # INCOMPLETE when it is required), so never a passing testcase
             ET.SubElement(case, "skipped", {"message": _xml_text(f"inconclusive: {summary}")})
             outcome = "skipped"
-        else:
+        elif status in ("pass", "warn"):
             prefix = "WARN: " if status == "warn" else ""
             ET.SubElement(case, "system-out").text = _xml_text(prefix + summary)
             outcome = "passed"
+        else:  # no status, or one no evaluation gives (a damaged record): not known to hold, never a pass
+            word = status_view(crit.status, CRITERION_LABELS)["value"]
+            ET.SubElement(case, "skipped", {"message": _xml_text(f"{word}: {summary}")})
+            outcome = "skipped"
         cases.append((case, outcome))
     suite = _suite(root, "acceptance", cases, hostname=host)
     props = ET.Element("properties")

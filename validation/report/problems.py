@@ -17,6 +17,7 @@ nvidia-smi: that is what such a runbook asks for.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, as_list, fmt_num, fmt_pct,
@@ -33,9 +34,17 @@ from validation.results.trainer_launch import LaunchMetrics
 _RANK = {"fail": 0, "error": 0, "warn-incomplete": 1, "inconclusive": 1, "skip": 2, "warn": 3}
 
 
+# a line break and the blanks around it: one space in a one-line "what"
+_LINE_BREAK = re.compile(r"\s*(?:\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029])\s*")
+
+
 def _item(rank: str, severity: str, css: str, where: str, what: Any) -> dict:
-    text = " ".join(str(what).split()) if what not in (None, "") else "no reason recorded"
-    return {"rank": _RANK[rank], "severity": severity, "css": css, "where": where, "what": text}
+    """One problem; `what` on one line: each line break, with the blanks around it, one space. Other blanks stay as
+    they are: a command in it (the "run it again" of a disturbed step, a criterion's "run again") quotes a path or
+    a --set value holding two spaces or a tab, and squeezed it would name another directory or set another value."""
+    text = _LINE_BREAK.sub(" ", str(what)).strip() if what is not None else ""
+    return {"rank": _RANK[rank], "severity": severity, "css": css, "where": where,
+            "what": text or "no reason recorded"}
 
 
 def _launch(metrics: dict) -> LaunchMetrics:

@@ -157,3 +157,12 @@ def test_a_set_reaches_a_sweeps_dotted_setting_key(tmp_path):
             f"--set steps.sw.matrix.env.NSA_DDP_BUCKET_MB=[025, 100] ({path}): steps.sw.matrix.env.NSA_DDP_BUCKET_MB"
             "[0]: YAML reads 025 as the number 21")):
         load_runbook(path, ["steps.sw.matrix.env.NSA_DDP_BUCKET_MB=[025, 100]"])
+
+
+def test_an_env_name_ending_in_a_newline_is_refused(tmp_path):
+    # `^...$` matches before a final newline: "ZZ_A\n" passed as a name, and the validated command's
+    # "ZZ_A\n=1 \" line then ran ZZ_A as a command in bash
+    rb = write(tmp_path / "rb.yaml", 'name: t\nphases:\n  - name: p\n    steps:\n'
+                                     '      - {name: b, kind: bench, command: [x.py], env: {"ZZ_A\\n": "1"}}\n')
+    with pytest.raises(RunbookError, match="not a valid environment variable name"):
+        load_runbook(rb)

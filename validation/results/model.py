@@ -420,12 +420,12 @@ class _Malformed(Exception):
         super().__init__(f"{path or '(top level)'}: {what}")
 
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 
 def _key_path(path: str, key: Any) -> str:
     """steps.baseline, or params["env.NSA_DDP_BUCKET_MB"] for a key that is not a plain name."""
-    if isinstance(key, str) and _IDENTIFIER.match(key):
+    if isinstance(key, str) and _IDENTIFIER.fullmatch(key):
         return f"{path}.{key}" if path else key
     return f"{path}[{key!r}]" if path else repr(key)
 

@@ -281,7 +281,7 @@ def env_vars(value: Any, path: tuple, ctx: Ctx) -> dict[str, str]:
     value = mapping(value, path, ctx, tuple(value.keys()) if isinstance(value, dict) else ())
     out = {}
     for key, v in value.items():
-        if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+        if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):  # "$" lets a final \n by
             raise ctx.error(path + (key,), "not a valid environment variable name")
         if isinstance(v, bool) or v is None:  # the file's own text is refused earlier (check_nodes): e.g. an alias
             raise ctx.error(path + (key,), f"environment values are text, got {brief(v)}: quote it in YAML")

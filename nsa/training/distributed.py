@@ -71,10 +71,12 @@ def _env_int(name: str, default: int) -> int:
         raise LaunchError(f"environment variable {name}={raw!r} is not an integer") from None
 
 
-def check_launch(rank: int, world: int, local: int) -> None:
-    """LaunchError unless RANK / WORLD_SIZE / LOCAL_RANK describe a rank that can exist: at least one rank, RANK
-    from 0 to WORLD_SIZE - 1, LOCAL_RANK not negative (a rank outside its world would neither write the run's files,
-    rank 0's, nor find its data shard)."""
+def check_launch(rank: int, world: int, local: int, local_world: int | None = None) -> None:
+    """LaunchError unless RANK / WORLD_SIZE / LOCAL_RANK (and LOCAL_WORLD_SIZE, when the launcher sets it) describe
+    a rank that can exist: at least one rank, RANK from 0 to WORLD_SIZE - 1, LOCAL_RANK not negative and below
+    LOCAL_WORLD_SIZE, which is from 1 to WORLD_SIZE (a rank outside its world would neither write the run's files,
+    rank 0's, nor find its data shard; a local rank outside its node's would take a device no rank of the node
+    should)."""
     if world < 1:
         raise LaunchError(f"environment variable WORLD_SIZE={world}: the number of ranks must be at least 1")
     if not 0 <= rank < world:
@@ -82,12 +84,40 @@ def check_launch(rank: int, world: int, local: int) -> None:
                           f"(WORLD_SIZE={world})")
     if local < 0:
         raise LaunchError(f"environment variable LOCAL_RANK={local} must not be negative")
+    if local_world is None:
+        return
+    if not 1 <= local_world <= world:
+        raise LaunchError(f"environment variable LOCAL_WORLD_SIZE={local_world}: the number of ranks on this node "
+                          f"must be from 1 to WORLD_SIZE={world}")
+    if local >= local_world:
+        raise LaunchError(f"environment variable LOCAL_RANK={local} is outside this node's local ranks 0 to "
+                          f"{local_world - 1} (LOCAL_WORLD_SIZE={local_world})")
+
+
+def check_master_port(raw: str | None) -> None:
+    """LaunchError unless MASTER_PORT (`raw`; read by the process group's env:// rendezvous when there are several
+    ranks) is a TCP port from 1 to 65535. Unset is left to the rendezvous, which names it. Port 0 would let rank 0
+    listen on a port the OS picks, which the other ranks cannot know: every rank would wait out the process-group
+    timeout; a non-integer would fail in the rendezvous with int()'s message, naming no variable."""
+    if raw is None or raw == "":
+        return
+    try:
+        port = int(raw)
+    except ValueError:
+        raise LaunchError(f"environment variable MASTER_PORT={raw!r} is not an integer") from None
+    if not 1 <= port <= 65535:
+        raise LaunchError(f"environment variable MASTER_PORT={raw!r} is not a TCP port from 1 to 65535 (the port "
+                          "rank 0 listens on for the other ranks)")
 
 
 def init(device: str = "auto", pg_timeout_s: float = 600.0) -> DistInfo:
     """Read the torchrun environment, pick the device and, with more than one rank, start the process group."""
     rank, world, local = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1), _env_int("LOCAL_RANK", 0)
-    check_launch(rank, world, local)
+    # LOCAL_WORLD_SIZE: torchrun sets it; a process started alone need not
+    local_world = _env_int("LOCAL_WORLD_SIZE", 0) if os.environ.get("LOCAL_WORLD_SIZE") else None
+    check_launch(rank, world, local, local_world)
+    if world > 1:
+        check_master_port(os.environ.get("MASTER_PORT"))
     if device == "cuda" and not torch.cuda.is_available():
         raise LaunchError("train.device is 'cuda' but no CUDA device is available")
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())

@@ -103,8 +103,10 @@ def fmt_pct(fraction: Any, signed: bool = False, digits: int = 1) -> str:
 
 
 def fmt_gb(value: Any) -> str:
+    """A memory figure in GiB (1024**3 bytes: every *_gb figure the trainer and the telemetry write) with its unit:
+    '3.25 GiB'."""
     v = finite(value)
-    return NA if v is None else f"{v:.2f} GB"
+    return NA if v is None else f"{v:.2f} GiB"
 
 
 def fmt_p(value: Any) -> str:

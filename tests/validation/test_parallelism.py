@@ -260,7 +260,7 @@ def test_view_formats_real_results():
     md = blocks_markdown(get("parallelism").blocks(get("parallelism").read(result)))
     assert "| ddp | DDP | 2/2 | 250.0 ms | 1,000.0 (900.0 .. 1,100.0) | n/a |" in md
     assert "| ddp | 745,184 B | 745,184 B | yes | 14.3 ms |" in md
-    assert md.count("2.000 GB") == 1  # the model's total
+    assert md.count("2.000 GiB") == 1  # the model's total
     assert "**Batch-size search**: CPU" in md and "**Recommendation**: ddp (fits_with_headroom) — because" in md
     assert "seed 7" in md
 

@@ -102,7 +102,7 @@ def test_views_format_real_results():
     assert "**Cost exponent** (log step time vs log seq_len): 1.23 (95% CI 1.00 .. 1.50)" in text
     assert "**Cliff**: yes, between 256 and 320 (localised" in text and "Bisection: 384: bad, 320: bad" in text
     # no device peak recorded: no MFU
-    assert "| 256 | scan | 2/2 | 55.2 ms | 18,593.2 | 2.18 s | 0.43 GB | **3.83 CLIFF** |" in text
+    assert "| 256 | scan | 2/2 | 55.2 ms | 18,593.2 | 2.18 s | 0.43 GiB | **3.83 CLIFF** |" in text
     scan["metrics"]["points"][0]["mfu"] = 0.2951
     assert "| 18,593.2 (MFU 29.5%) |" in md("scan", scan)
     # scaling's rows likewise: MFU beside tokens/s where the runs recorded it

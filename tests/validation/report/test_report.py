@@ -185,7 +185,7 @@ def test_markdown_step_kinds(results):
     assert len(baseline) == 1
     cells = [c.strip() for c in baseline[0].strip("|").split(" | ")]
     assert cells[2:] == ["2", "steps 41–60 (n=20)", "5,843.2 ± 112.4", "2,921.6", "1.9%", "10.412 → 6.873 (−34.0%)",
-                         "0.41 GB", "PASSED"]
+                         "0.41 GiB", "PASSED"]
     env_line = md[md.index(baseline[0]):].splitlines()[2]  # the step's environment, under its table
     assert env_line.startswith("Environment: ") and "NSA_DDP_BUCKET_MB=50" in env_line and "NCCL_ALGO=Ring" in env_line
     assert "- DDP gradient compression: bf16" in md
@@ -207,7 +207,7 @@ def test_markdown_step_kinds(results):
     assert "NVTX ranges seen: `nsa.attn`, `nsa.cmp`, `nsa.gate`, `nsa.sel.ranges_v2`, `nsa.win`" in md
     assert "- Trace: `profiling/out/profile/trace_rank0_step2.json`" in md
     # longrun
-    assert "| yes | n/a | yes | 0.44 GB | no | 0 | 0 |" in md
+    assert "| yes | n/a | yes | 0.44 GiB | no | 0 | 0 |" in md
     # snapshot: files and problems; the artifacts section
     assert "`snapshot/collect_env.txt`" in md
     assert "- Problem: nvidia-smi: not found (no NVIDIA driver on this machine)" in md

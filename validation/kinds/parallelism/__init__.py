@@ -19,7 +19,7 @@ Metrics: {"strategies": {label: {strategy, runs, passed, step_time_s, toks_per_s
 memory_kind, memory_model, comm_bytes_counted, comm_bytes_model, comm_model_matches, comm_time_s, comm_predicted_s,
 comm_prediction, exposed_comm_s, aligned_comm_s (collective time, ranks aligned), exposed_source, per_step (counts)}}, "all_ran", "comparisons" {"b:a": Comparison},
 "recommendation", "recommendation_reason", "regime", "headroom", "capacity", "batch_search", "comm_step",
-"repeats"}. All times per optimizer step; memory in GB (GiB as the trainer writes it).
+"repeats"}. All times per optimizer step; memory in GiB (as the trainer writes it).
 Options: the keys above. Result (validation.kinds.parallelism.records): the step record with these metrics as typed
 records (Metrics), a LaunchRun per run and the run order: what run() returns, decoded leniently where the report
 reads it.

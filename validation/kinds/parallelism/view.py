@@ -21,11 +21,11 @@ def _ms(x: Any) -> str:
 
 
 def _gb(x: Any) -> str:
-    """GB (GiB, as the trainer writes them); below 1 GB in MB, so a tiny model's figures are not all 0.000."""
+    """GiB, as the trainer writes them; below 1 GiB in MiB, so a tiny model's figures are not all 0.000."""
     x = finite(x)
     if x is None:
         return "—"
-    return f"{x:,.3f} GB" if abs(x) >= 1 else f"{x * 1024:,.2f} MB"
+    return f"{x:,.3f} GiB" if abs(x) >= 1 else f"{x * 1024:,.2f} MiB"
 
 
 def _bytes(x: Any) -> str:

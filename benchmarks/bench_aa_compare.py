@@ -651,8 +651,10 @@ def redecide(results: dict, run_dir: Path, rb) -> dict[str, dict]:
     """The runbook `rb`'s `ab` and `triage` steps decided again from one recorded run (results.json and its launches'
     training.csv), by the functions the steps use, with the run's declared launch noise (results["runbook"]
     ["compare"]): step name -> {"winner", "decided", "recommendable", "significant", "choice", "reason"} (ab) or
-    {"culprit", "ranked", "reason"} (triage). An A/B winner whose throughput was not stable is not kept, as the step
-    does; a step that cannot be decided again (its runs missing) is left out."""
+    {"culprit", "ranked", "reason"} (triage). As the step does, a winner of one run per variant whose throughput was
+    not stable is not kept (the baseline is), while a winner of interleaved repeats is (the paired test is on run
+    means, the per-step spread does not enter it); a step that cannot be decided again (its runs missing) is left
+    out."""
     from validation.analysis.interference import disturbed_flags
     from validation.analysis.significance import StatsError, decide, pair_noise_from
     from validation.kinds.ab import pooled_summary
@@ -679,12 +681,13 @@ def redecide(results: dict, run_dir: Path, rb) -> dict[str, dict]:
         try:
             if step.kind == "ab":
                 d = decide(data, default="baseline", metric="toks_per_s", pair_noise=noise)
-                winner = d.winner
-                if winner not in (None, "baseline") and not pooled_summary(runs, winner).get("throughput_stable"):
-                    winner = None
+                winner, choice = d.winner, d.choice
+                if (winner not in (None, "baseline") and d.method != "paired"
+                        and not pooled_summary(runs, winner).get("throughput_stable")):
+                    winner, choice = None, "baseline"
                 out[step.name] = {"winner": winner, "decided": d.comparison is not None,
                                   "recommendable": d.recommendable and bool(winner),
-                                  "significant": winner is not None, "choice": d.choice, "reason": d.reason}
+                                  "significant": winner is not None, "choice": choice, "reason": d.reason}
             else:
                 ranking = rank_suspects(data["config"], {k: data[k] for k in step.suspects}, pair_noise=noise)
                 out[step.name] = {"culprit": ranking.culprit, "ranked": True, "reason": ranking.reason}
@@ -757,6 +760,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--pairs and --slow-pairs must not be negative, and at least one pair must run")
     if args.busy_procs < 1:
         ap.error("--busy-procs must be at least 1")
+    if args.recompare and args.simulate:
+        ap.error("--recompare reads real pairs: leave out --simulate")
+    if not args.simulate:  # every real run (and --recompare's decisions) reads it: refused before the first run
+        from validation.runbook.loader import load_runbook
+        from validation.runbook.schema import RunbookError
+
+        try:
+            load_runbook(args.runbook.resolve())
+        except RunbookError as exc:
+            ap.error(f"--runbook: {exc}")
     command = "python benchmarks/bench_aa_compare.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     command = command.strip()
     out = args.out or REPO / "artifacts" / ("bench_aa_compare_sim" if args.simulate else "bench_aa_compare")
@@ -768,8 +781,6 @@ def main(argv: list[str] | None = None) -> int:
     records: list[dict] = []
     interrupted = False
     if args.recompare:
-        if args.simulate:
-            ap.error("--recompare reads real pairs: leave out --simulate")
         records = recompare(out, args.runbook.resolve(), conditions)
         if not records:
             print(f"no finished pairs under {out / conditions[0]}" + (" or " + str(out / conditions[1])

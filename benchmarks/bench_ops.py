@@ -266,9 +266,10 @@ def table(counts: dict[int, OpCounter]) -> str:
     return "\n".join(rows)
 
 
-def reproduce(args) -> str:
-    """The command that counts the same: every option that changes a count, and --check where it was given."""
-    return (f"TRITON_INTERPRET=1 PYTHONPATH=. python benchmarks/bench_ops.py --seq-lens {args.seq_lens} "
+def reproduce(args, seq_lens: list[int]) -> str:
+    """The command that counts the same: every option that changes a count (the lengths as they were read, one
+    comma-separated word), and --check where it was given."""
+    return (f"TRITON_INTERPRET=1 PYTHONPATH=. python benchmarks/bench_ops.py --seq-lens {','.join(map(str, seq_lens))} "
             f"--index-build {args.index_build} --topk-choice {args.topk_choice} --sel-host-choice "
             f"{args.sel_host_choice} --sel-forced-choice {args.sel_forced_choice} --range-glue-choice "
             f"{args.range_glue_choice}" + (" --check" if args.check else ""))
@@ -340,7 +341,7 @@ def main(argv=None) -> int:
     print("sort and topk ops [width of the ranked dimension]: " + "; ".join(
         f"S={s}: " + (", ".join(f"{k} {v}" for k, v in sorted(c.sort_widths.items())) or "none")
         for s, c in counts.items()))
-    print(f"reproduce: {reproduce(args)}")
+    print(f"reproduce: {reproduce(args, seq_lens)}")
     if args.json:
         args.json.write_text(json.dumps({str(s): {"total": c.total, "ops": dict(c.ops), "inside": dict(c.inside),
                                                   "triton_launches": dict(c.launches), "custom": dict(c.custom),

@@ -23,7 +23,8 @@ process, and the wall time of a whole `nsa-validate report --write` re-render.
 --steps N shortens the run for a quick check (its "10,000 steps logged" criterion then fails: NO-GO).
 
 Times are wall seconds on this machine; compare them with each other, not with another machine. The command that
-reproduces the figures is printed last; a stage that fails ends the benchmark with exit code 1 and its error.
+reproduces the figures is printed last (without --out: the directory now holds a run, and a run into it is
+refused); a stage that fails ends the benchmark with exit code 1 and its error.
 """
 
 from __future__ import annotations
@@ -274,7 +275,7 @@ def _print_longrun(f: dict) -> None:
     print(f"heartbeat reads: {f['heartbeat_opens']:,} file opens, {f['heartbeat_bytes_read'] / mb:.2f} MB read "
           f"({f['heartbeat_bytes_read'] / max(f['heartbeat_opens'], 1):,.0f} B per open) for "
           f"{f['heartbeat_bytes'] / mb:.2f} MB of heartbeats; whole-file re-reads at the same polls: "
-          f"{f['heartbeat_full_reread_bytes'] / mb:,.0f} MB")
+          f"{f['heartbeat_full_reread_bytes'] / mb:,.2f} MB")
     ms, rs = f["metrics_stage"], f["report_stage"]
     print(f"metrics (read + summarize {ms['rows']:,} rows, min / median / max of {len(ms['runs'])}): "
           f"{_seconds(ms['seconds'])}, peak RSS {ms['peak_rss_mb']:.0f} MB; report (plots + md/html/junit): "
@@ -308,6 +309,23 @@ def synthetic(rows: int, repeats: int) -> dict:
     return {"rows": rows, "repeats": repeats, "figures": figures}
 
 
+def _without_out(argv: list[str]) -> list[str]:
+    """`argv` less --out and its directory: the same figures from a new run (a directory that holds a run is
+    refused), the run kept where --out named it."""
+    def is_out(word: str) -> bool:  # --out, or a prefix argparse takes for it (--ou)
+        return len(word) > 2 and "--out".startswith(word)
+
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif is_out(a):
+            skip = True
+        elif not is_out(a.split("=", 1)[0]):
+            out.append(a)
+    return out
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--orchestrate"]:  # internal: the probed nsa-validate process of --longrun
@@ -326,11 +344,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.rows < 1:
         ap.error(f"--repeats and --rows must be >= 1, got {args.repeats} and {args.rows}")
+    if args.steps is not None and args.steps < 1:  # 0 would run the runbook's own 10,000 steps
+        ap.error(f"--steps must be >= 1, got {args.steps}")
     if args.stage:
         print(json.dumps(stage(args.stage, args.work, args.run_dir, args.repeats)))
         return 0
     out = {"longrun": longrun(args)} if args.longrun else synthetic(args.rows, args.repeats)
-    print("reproduce: python benchmarks/bench_validation.py " + shlex.join(argv))
+    print("reproduce: python benchmarks/bench_validation.py " + shlex.join(_without_out(argv)))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     return 0

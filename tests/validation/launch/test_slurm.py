@@ -172,14 +172,19 @@ def _cluster_ready() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def cluster():
+def require_cluster() -> None:
+    """Skip the calling test without the two-node test cluster; fail it where NSAV_REQUIRE_SLURM=1 (.ci/run)."""
     why = _cluster_ready()
     if why:
         if os.environ.get("NSAV_REQUIRE_SLURM") == "1":
             pytest.fail(f"NSAV_REQUIRE_SLURM=1 but {why} (start it: .ci/slurm-cluster start)")
         pytest.skip(f"{why}; start the test cluster with .ci/slurm-cluster install && .ci/slurm-cluster start, "
                     "or run every test with .ci/run")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    require_cluster()
     yield
     left = _our_jobs()
     for line in left:  # cancel them, so that one failure does not cascade, then fail

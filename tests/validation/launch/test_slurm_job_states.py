@@ -335,13 +335,9 @@ def test_srun_asks_for_the_jobs_cpus_per_task(tmp_path, torchrun):
 
 @pytest.fixture()
 def cluster():
-    from tests.validation.launch.test_slurm import _cluster_ready
+    from tests.validation.launch.test_slurm import require_cluster
 
-    why = _cluster_ready()
-    if why:
-        if os.environ.get("NSAV_REQUIRE_SLURM") == "1":
-            pytest.fail(f"NSAV_REQUIRE_SLURM=1 but {why} (start it: .ci/slurm-cluster start)")
-        pytest.skip(f"{why}; start the test cluster with .ci/slurm-cluster install && .ci/slurm-cluster start")
+    require_cluster()
 
 
 def test_a_job_with_awkward_paths_and_values_runs_and_logs_where_expected(cluster, tmp_path):

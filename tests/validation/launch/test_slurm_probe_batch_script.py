@@ -129,13 +129,9 @@ def test_an_open_quote_is_refused(line):
 
 
 def _cluster():
-    from tests.validation.launch.test_slurm import _cluster_ready
+    from tests.validation.launch.test_slurm import require_cluster
 
-    why = _cluster_ready()
-    if why:
-        if os.environ.get("NSAV_REQUIRE_SLURM") == "1":
-            pytest.fail(f"NSAV_REQUIRE_SLURM=1 but {why} (start it: .ci/slurm-cluster start)")
-        pytest.skip(f"{why}; start the test cluster with .ci/slurm-cluster install && .ci/slurm-cluster start")
+    require_cluster()
 
 
 def test_sbatch_itself_reads_the_refused_lines_as_the_launchers_options_and_not_the_others(tmp_path):

@@ -68,8 +68,10 @@ def _rows_named(rows: list[AnalysisRow], listed: int = 4) -> str:
 
 
 def _value(value: Any) -> str:
+    """A mean as compare's table prints it (fmt_num: 5,843.2, 0.62; a figure past 1e15, outside any physical range,
+    as 4.096e+18, never a 25-digit number), so that the section and `compare` never show one figure two ways."""
     v = finite(value)
-    return NA if v is None else (f"{v:,.1f}" if abs(v) >= 100 else f"{v:.4g}")
+    return NA if v is None else fmt_num(v)
 
 
 def analysis_rows(results: Run | dict) -> list[dict]:

@@ -26,7 +26,7 @@ from validation import kinds as step_kinds
 from validation.launch import session
 from validation.runbook.plan import describe, skipped_here, text_lines
 from validation.report import ReportError
-from validation.report.console import make_console, print_line, print_table
+from validation.report.console import echo, make_console, print_line, print_table
 from validation.report.progress import display
 from validation.report.view import CONSOLE_ACCEPTANCE_COLUMNS, console_summary
 from validation.results.store import DEFAULT_RUNS, ResultsError, RunDirError
@@ -42,13 +42,15 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                        "correctly and fast: run declarative runbooks, reduce the trainer's outputs to statistics, "
                        "check acceptance criteria, write GO/NO-GO reports. Exit codes: 0 GO, 1 NO-GO, 2 invalid "
                        "input, 3 INCOMPLETE, 130/129/143 interrupted by SIGINT/SIGHUP/SIGTERM.")
+
+
 console = make_console()  # not a terminal: nothing wrapped or cut (validation.report.console)
 err = make_console(stderr=True)
 
 
 def _print_version(value: bool) -> None:
     if value:
-        typer.echo(version_line())
+        echo(version_line())
         raise typer.Exit(0)
 
 
@@ -77,8 +79,9 @@ def _load(runbook: Path, overrides: list[str], check_files: bool = False):
 
 # ---------------------------------------------------------------------- plan
 @app.command()
-def plan(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cpu_smoke.yaml"),
-         set_: List[str] = typer.Option([], "--set", help="override a runbook key, e.g. defaults.args.steps=20"),
+def plan(runbook: Path = typer.Argument(..., metavar="RUNBOOK", help="runbook YAML, e.g. runbooks/cpu_smoke.yaml"),
+         set_: List[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a runbook key, e.g. "
+                                        "defaults.args.steps=20"),
          as_json: bool = typer.Option(False, "--json", help="print the plan as JSON")) -> None:
     """Dry run: every step with its exact argv, environment and timeout; nothing is launched. Files the runbook
     names (configs, tests, benchmark scripts) are checked to exist; a --set default that a step's own value
@@ -94,26 +97,30 @@ def plan(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/c
 
 # ---------------------------------------------------------------------- run
 @app.command()
-def run(runbook: Path = typer.Argument(..., help="runbook YAML, e.g. runbooks/cpu_smoke.yaml"),
-        out: Optional[Path] = typer.Option(None, "--out", help="run directory (default artifacts/validate/<name>-<time>)"),
-        only: List[str] = typer.Option([], "--only", help="run only this phase (repeatable)"),
-        skip: List[str] = typer.Option([], "--skip", help="skip this phase (repeatable)"),
-        resume: Optional[Path] = typer.Option(None, "--resume", help="continue an interrupted run in RUN_DIR: its "
-                                              "finished steps are kept, the others run (a run of another runbook, "
-                                              "a finished one without --rerun, or --out another directory, is "
-                                              "refused: exit 2); give the run's --set again: a resume runs with "
-                                              "its own (recorded in results.json resumes, warned when they differ)"),
-        rerun: List[str] = typer.Option([], "--rerun", help="with --resume: run this step again into RUN_DIR, "
-                                        "replacing its result (repeatable)"),
-        set_: List[str] = typer.Option([], "--set", help="override a runbook key, e.g. defaults.args.steps=20 "
-                                       "(repeatable; not taken again by --resume: give it again)"),
-        against: Optional[Path] = typer.Option(None, "--against", help="an earlier run directory: compare this run "
-                                               "with it (the statistics of `compare`) in the report's Performance "
-                                               "analysis"),
+def run(runbook: Path = typer.Argument(..., metavar="RUNBOOK", help="runbook YAML, e.g. runbooks/cpu_smoke.yaml"),
+        out: Optional[Path] = typer.Option(None, "--out", metavar="RUN_DIR", help="run directory (default "
+                                           "artifacts/validate/<name>-<time>)"),
+        only: List[str] = typer.Option([], "--only", metavar="PHASE", help="run only this phase (repeatable)"),
+        skip: List[str] = typer.Option([], "--skip", metavar="PHASE", help="skip this phase (repeatable)"),
+        resume: Optional[Path] = typer.Option(None, "--resume", metavar="RUN_DIR", help="continue an interrupted run "
+                                              "in RUN_DIR: its finished steps are kept, the others run (a run of "
+                                              "another runbook, a finished one without --rerun, or --out another "
+                                              "directory, is refused: exit 2); give the run's --set again: a resume "
+                                              "runs with its own (recorded in results.json resumes, warned when they "
+                                              "differ)"),
+        rerun: List[str] = typer.Option([], "--rerun", metavar="STEP", help="with --resume: run this step again into "
+                                        "RUN_DIR, replacing its result (repeatable)"),
+        set_: List[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a runbook key, e.g. "
+                                       "defaults.args.steps=20 (repeatable; not taken again by --resume: give it "
+                                       "again)"),
+        against: Optional[Path] = typer.Option(None, "--against", metavar="RUN_DIR", help="an earlier run directory: "
+                                               "compare this run with it (the statistics of `compare`) in the "
+                                               "report's Performance analysis"),
         no_report: bool = typer.Option(False, "--no-report", help="write results.json only"),
-        reuse: List[str] = typer.Option([], "--reuse", help="PHASE or PHASE=RUN_DIR: take the phase's results from "
-                                        "an earlier run of this same source (the newest match under reports/, or "
-                                        "RUN_DIR) instead of running it; the report names that run (repeatable)"),
+        reuse: List[str] = typer.Option([], "--reuse", metavar="PHASE[=RUN_DIR]", help="PHASE or PHASE=RUN_DIR: take "
+                                        "the phase's results from an earlier run of this same source (the newest "
+                                        "match under reports/, or RUN_DIR) instead of running it; the report names "
+                                        "that run (repeatable)"),
         dry_run: bool = typer.Option(False, "--dry-run", help="check everything a run checks before it launches "
                                      "(the runbook and the files it names, the phases, --resume, --reuse, --out) "
                                      "and print the plan, each step that would not run saying why; launch nothing, "
@@ -176,12 +183,13 @@ def _print_summary(results: dict, run_dir: Path, paths: list[Path]) -> None:
 
 # ---------------------------------------------------------------------- report / compare / list
 @app.command()
-def report(run_dir: Path = typer.Argument(..., help="a run directory holding results.json"),
-           fmt: str = typer.Option("md", "--format", help="md | html | json | junit"),
+def report(run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="a run directory holding results.json"),
+           fmt: str = typer.Option("md", "--format", metavar="md|html|json|junit", help="the output's format"),
            write: bool = typer.Option(False, "--write", help="(re)write report.md/.html, junit.xml and plots "
                                                             "in RUN_DIR instead of printing"),
-           against: Optional[Path] = typer.Option(None, "--against", help="an earlier run directory: store this run's "
-                                                  "comparison with it in results.json (Performance analysis)")) -> None:
+           against: Optional[Path] = typer.Option(None, "--against", metavar="EARLIER", help="an earlier run "
+                                                  "directory: store this run's comparison with it in results.json "
+                                                  "(Performance analysis)")) -> None:
     """Re-render a run's report from RUN_DIR/results.json alone (nothing is re-run); with --against, the comparison
     with an earlier run is computed from the two runs' files and stored in RUN_DIR/results.json first."""
     try:
@@ -192,14 +200,15 @@ def report(run_dir: Path = typer.Argument(..., help="a run directory holding res
         console.print(str(p), markup=False)
     if text is None:
         return
-    typer.echo(text, nl=False)
+    echo(text, nl=False)
 
 
 @app.command()
-def compare(run_a: Path = typer.Argument(..., help="baseline run directory"),
-            run_b: Path = typer.Argument(..., help="candidate run directory"),
-            noise: Optional[float] = typer.Option(None, "--noise", help="relative change a difference must exceed to "
-                                                  "count (0.02 = 2%); default: the noise floor measured from the runs"),
+def compare(run_a: Path = typer.Argument(..., metavar="RUN_A", help="baseline run directory"),
+            run_b: Path = typer.Argument(..., metavar="RUN_B", help="candidate run directory"),
+            noise: Optional[float] = typer.Option(None, "--noise", metavar="FRACTION", help="relative change a "
+                                                  "difference must exceed to count (0.02 = 2%); default: the noise "
+                                                  "floor measured from the runs"),
             as_json: bool = typer.Option(False, "--json", help="print every row and statistic as JSON")) -> None:
     """RUN_B against RUN_A, per trainer run and metric: the relative difference with its 95% confidence interval
     and p-value, on block means of each run's window plus the run-to-run variation measured from repeated runs,
@@ -212,20 +221,22 @@ def compare(run_a: Path = typer.Argument(..., help="baseline run directory"),
     except RunError as exc:
         _fail(str(exc))
     if as_json:
-        typer.echo(json.dumps(out, indent=2, allow_nan=False))
+        echo(json.dumps(out, indent=2, allow_nan=False))
         raise typer.Exit(out["exit_code"])
     for warning in out["warnings"]:
         _warn(warning)
     for line in lines:
-        typer.echo(line)
+        echo(line)
     raise typer.Exit(out["exit_code"])
 
 
 @app.command("list")
-def list_(runbooks_dir: Optional[Path] = typer.Option(None, "--runbooks", help="where runbooks live (default "
-                                                      "runbooks; a directory given that is not there: exit 2)"),
-          runs_dir: Optional[Path] = typer.Option(None, "--runs", help=f"where runs live (default {DEFAULT_RUNS}; "
-                                                  "a directory given that is not there: exit 2)")) -> None:
+def list_(runbooks_dir: Optional[Path] = typer.Option(None, "--runbooks", metavar="DIR", help="where runbooks live "
+                                                      "(default runbooks; a directory given that is not there: "
+                                                      "exit 2)"),
+          runs_dir: Optional[Path] = typer.Option(None, "--runs", metavar="DIR", help="where runs live (default "
+                                                  f"{DEFAULT_RUNS}; a directory given that is not there: exit 2)")
+          ) -> None:
     """Runbooks available, and past runs with their verdicts."""
     try:
         runbooks_dir = Path("runbooks") if runbooks_dir is None else listing_dir(runbooks_dir, "--runbooks")
@@ -243,7 +254,7 @@ def kinds(markdown: bool = typer.Option(False, "--markdown", help="print the Mar
     for why in step_kinds.load_errors().values():  # an installed plugin's kind that did not load
         _warn(why)
     if markdown:
-        typer.echo(step_kinds.table_markdown(), nl=False)
+        echo(step_kinds.table_markdown(), nl=False)
         return
     print_table(console, ("kind", "what it does", "its own keys", "module"),
                 [(kind.name, kind.summary.replace("`", ""), ", ".join(kind.keys) or "-", type(kind).__module__)

@@ -15,7 +15,11 @@ Only rich and validation.formatting are imported here (validation.cli's start-up
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Iterable, Sequence
+
+import typer
 
 from rich.cells import cell_len
 from rich.console import Console
@@ -33,11 +37,32 @@ GAP = "  "
 
 def make_console(stderr: bool = False) -> Console:
     """The CLI's console: soft-wrapped (no line breaks inserted) when it is not a terminal; no emoji codes (a path
-    or value holding ":x:" prints as it is, and statuses are words)."""
+    or value holding ":x:" prints as it is, and statuses are words); a reader that has gone (`| head -1`) is
+    unread(), not rich's own exit 1."""
     console = Console(stderr=stderr, highlight=False, emoji=False)
     if not console.is_terminal:
         console.soft_wrap = True
+    console.on_broken_pipe = lambda: unread(sys.stderr if stderr else sys.stdout, console)
     return console
+
+
+def unread(stream, console: Console | None = None) -> None:
+    """The reader of `stream` has gone (`| head -1`): what is printed to it from here on is dropped, and the command
+    goes on to its own end and exit code (rich and click exit 1 at once: for `run` NO-GO, the run cut off mid-step
+    with its step left `running`; for `compare` a regression; rich's own also dropped stdout for stderr)."""
+    if console is not None:
+        console.quiet = True
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+
+
+def echo(text: str, nl: bool = True) -> None:
+    """typer.echo to stdout, unread() when its reader has gone."""
+    try:
+        typer.echo(text, nl=nl)
+    except BrokenPipeError:
+        unread(sys.stdout)
 
 
 def _cell(value: object) -> str:

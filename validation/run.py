@@ -530,14 +530,27 @@ def replace_earlier_reports(run_dir: Path, results: dict) -> list[Path]:
 def kept_plots(previous: list, drawn: list[dict], run_dir: Path) -> list[dict]:
     """The plot records of a report re-rendered from a finished run's results.json: each plot it recorded, as drawn
     again, or as it was where it could not be drawn again (its source, a training.csv say, no longer in the run
-    directory: a copy without its bulky files) but its PNG is still there; then any newly drawn, in their order."""
+    directory: a copy without its bulky files) but its PNG is still there; then any newly drawn, in their order.
+
+    Each path is listed once. A run recorded before the plots of steps "x" and "_x" got distinct files holds two
+    entries of one path: the plot drawn again at that path takes the first one's place and the other is dropped
+    (its step's plot, drawn again, is under its own path now); not drawn again, the PNG is the plot saved last
+    there (it replaced the earlier), so only the entry recorded last for that path is kept."""
     fresh = {p["path"]: p for p in drawn}
+    records = [p for p in previous if isinstance(p, dict) and isinstance(p.get("path"), str)]
+    last = {p["path"]: i for i, p in enumerate(records)}
+    taken: set[str] = set()
     out = []
-    for old in (p for p in previous if isinstance(p, dict) and isinstance(p.get("path"), str)):
-        if old["path"] in fresh:
-            out.append(fresh.pop(old["path"]))
-        elif (Path(run_dir) / old["path"]).is_file():
+    for i, old in enumerate(records):
+        path = old["path"]
+        if path in taken:
+            continue
+        if path in fresh:
+            out.append(fresh.pop(path))
+            taken.add(path)
+        elif last[path] == i and (Path(run_dir) / path).is_file():
             out.append(old)
+            taken.add(path)
     return out + list(fresh.values())
 
 

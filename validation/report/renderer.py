@@ -56,7 +56,9 @@ def write_reports(run_dir: Path, results: dict | None = None, formats: Iterable[
     """Write the reports of a run into run_dir and return the paths written (plots first).
 
     results defaults to RUN_DIR/results.json (validation.results.store.read_results); results.json itself is never
-    written here. With plots=True, plots/*.png are made first and shown in the reports.
+    written here. With plots=True, plots/*.png are made first and shown in the reports. A report file that cannot
+    be written raises OSError whose filename is that report's path (report.html, not a temp file beside it); the
+    reports replaced before it are whole and new, those after it whole and as they were.
     """
     run_dir = Path(run_dir)
     formats = tuple(formats)
@@ -78,7 +80,11 @@ def write_reports(run_dir: Path, results: dict | None = None, formats: Iterable[
     # which the reports disagree with each other to the renames alone
     texts = {fmt: render(results, fmt, run_dir=run_dir, plots=plot_list) for fmt in formats}
     for fmt, text in texts.items():
-        written.append(atomic_write(run_dir / REPORT_FILES[fmt], text.encode("utf-8")))
+        target = run_dir / REPORT_FILES[fmt]
+        try:
+            written.append(atomic_write(target, text.encode("utf-8")))
+        except OSError as exc:  # named by the report's own path: atomic_write's names its temp file, gone again
+            raise OSError(exc.errno, exc.strerror or str(exc), str(target)) from exc
     return written
 
 

@@ -115,6 +115,19 @@ class Trainer:
         self.heartbeat = HeartbeatWriter(self.out, info.rank)
         self.heartbeat.write(self.boot_step, "boot", world_size=info.world_size, device=str(self.device))
         self.start_step = 0
+        # what summary.json and timeline.json are made of, from here on: a run that fails at start-up writes them
+        # too (_setup_failed), with no step and the milestones it reached; _setup fills in the rest
+        self.timeline = timeline.current()
+        self._timeline_ranks: list[dict] | None = None  # every rank's milestones, gathered after the first step
+        self.summary = SummaryAccumulator(
+            parallel=self.parallel, world_size=info.world_size, device_type=self.device.type,
+            tokens_per_step=info.world_size * tc.batch_size * tc.accum * tc.seq_len,
+            samples_per_step=info.world_size * tc.batch_size * tc.accum, steps_planned=tc.steps,
+            fsdp_reshard=tc.fsdp_reshard if self.parallel == "fsdp" else None)
+        self.comm: comm_count.CommCounter | None = None
+        self.comm_counted_by = {"ddp": "ddp_comm_hook", "fsdp": "fsdp2_collective_wrappers"}.get(self.parallel)
+        self.comm_prediction: dict | None = None
+        self.memory_prediction: dict | None = None
         try:
             self._setup(cfg, config_path, resume, argv)
         except BaseException as exc:
@@ -128,8 +141,6 @@ class Trainer:
         self.control = RunControl(self.out, info.rank, tg.fault)
 
         # model, wrapping, optimizer
-        self.timeline = timeline.current()
-        self._timeline_ranks: list[dict] | None = None  # every rank's milestones, gathered after the first step
         torch.manual_seed(tc.seed)
         net = NSAModel(self.model_cfg)
         self.model_faults = model_faults.install(net, tg.fault)  # NSA_FAULT's model fault (a testing aid), if any
@@ -152,7 +163,6 @@ class Trainer:
         # communication: counted at the calls (comm_count) and predicted from the real parameters (comm_model)
         self.comm = (comm_count.CommCounter(measure_time=self.device.type != "cuda")
                      if self.parallel != "none" else None)
-        self.comm_counted_by = {"ddp": "ddp_comm_hook", "fsdp": "fsdp2_collective_wrappers"}.get(self.parallel)
         # DDP buckets gradients in the order they become ready, the reverse of the forward's first use: one probe
         # forward (no_grad) gives that order; the other strategies need only the registration order
         probe = (torch.zeros(1, min(tc.seq_len, 512), dtype=torch.long, device=self.device)
@@ -210,11 +220,6 @@ class Trainer:
                 params=list(self.net.parameters()), accum=tc.accum, batch_size=tc.batch_size, seq_len=tc.seq_len,
                 device=self.device, record_stats=not tg.aux_stats_disable,
                 warmup_steps=graphs.DDP_WARMUP_STEPS if ddp else graphs.WARMUP_STEPS, counter=self.comm)
-        self.summary = SummaryAccumulator(
-            parallel=self.parallel, world_size=info.world_size, device_type=self.device.type,
-            tokens_per_step=info.world_size * tc.batch_size * tc.accum * tc.seq_len,
-            samples_per_step=info.world_size * tc.batch_size * tc.accum, steps_planned=tc.steps,
-            fsdp_reshard=tc.fsdp_reshard if self.parallel == "fsdp" else None)
         self._fault_notes()
         ran = tc.steps - self.start_step
         if tc.profile_steps > 0 and ran < tc.profile_start + tc.profile_steps:
@@ -310,8 +315,10 @@ class Trainer:
     def _setup_failed(self, exc: BaseException) -> None:
         """A failure after the boot heartbeat (a damaged checkpoint, a kernel this device cannot run, out of memory):
         the heartbeat ends with "error" and status.json says "crashed" at start-up, so that a watchdog and the
-        validation suite read a run that ended, not one that stalled at boot (an earlier run's status.json, left
-        for --resume, is replaced). The exception propagates (nsa.training.cli: exit 2 or 1)."""
+        validation suite read a run that ended, not one that stalled at boot. Rank 0 writes this run's summary.json
+        ("crashed", no step) and timeline.json (the milestones it reached) as at the end of every run, so that
+        all three agree: an earlier run's, left for --resume, are replaced, and a fresh run has its own. The
+        exception propagates (nsa.training.cli: exit 2 or 1)."""
         error = f"{type(exc).__name__}: {exc}"
         step = max(self.start_step, self.boot_step)  # the step the run had reached (a resume's checkpoint)
         with contextlib.suppress(Exception):  # recording the failure must not hide it
@@ -320,7 +327,21 @@ class Trainer:
         with contextlib.suppress(Exception):
             self._status("crashed", f"start-up: {error}", step, phase="start-up")
         with contextlib.suppress(Exception):
+            self._startup_failure_files()
+        with contextlib.suppress(Exception):
             self.control.uninstall()
+
+    def _startup_failure_files(self) -> None:
+        """summary.json and timeline.json (rank 0) of a run that failed at start-up: as _finish_files writes them
+        at the end of a run, without the printed block (the error is what is said)."""
+        if not self.info.is_main:
+            return
+        detail = memory_detail_gb(self.device)
+        self.summary.set_peaks(detail["peak_alloc"], detail["peak_reserved"])
+        outputs.write_json(self.out / outputs.SUMMARY_JSON,
+                           self.summary.build("crashed", self.comm, self.comm_counted_by, self.comm_prediction,
+                                              self.memory_prediction))
+        self._write_timeline()
 
     # ------------------------------------------------------------------ setup helpers
     def say(self, message: str, note: bool = True) -> None:

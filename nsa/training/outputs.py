@@ -415,8 +415,9 @@ def archive_previous_run(out_dir: Path) -> Path | None:
 def atomic_write(path: Path, data: bytes | str) -> Path:
     """Write `data` (str: UTF-8) to `path` atomically and durably: a temp file beside it, fsync, os.replace. Readers
     see the old file or the new one, never half a file; on any error (disk full, permission) the temp file is
-    removed, the old file is left as it was, and the OSError propagates. The one atomic write of the project: the
-    trainer's files, its config.yaml, and everything nsa-validate writes into a run directory use it."""
+    removed, the old file is left as it was, and the OSError propagates, its filename `path`. The one atomic write
+    of the project: the trainer's files, its config.yaml, and everything nsa-validate writes into a run directory
+    use it."""
     path = Path(path)
     if isinstance(data, str):
         data = data.encode("utf-8")
@@ -427,6 +428,10 @@ def atomic_write(path: Path, data: bytes | str) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:  # named as the file written (not its temp file, gone by now, nor only its directory)
+        if exc.errno is None:
+            raise
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
     finally:
         try:
             os.unlink(tmp)  # gone already after the rename; after a failure it must not be left behind

@@ -92,9 +92,15 @@ def test_failure_at_any_point_of_the_write_keeps_the_old_file(tmp_path, monkeypa
     for name in ("fsync", "replace"):
         with monkeypatch.context() as m:
             m.setattr(nsa.training.outputs.os, name, lambda *a: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
-            with pytest.raises(OSError):
+            with pytest.raises(OSError) as raised:
                 atomic_write_text(path, "new\n")
+        # named as the file written: not its temp file (gone), not a path-less error
+        assert raised.value.filename == str(path) and raised.value.errno == errno.EIO, name
         assert path.read_text() == "old\n" and leftovers(tmp_path) == [], name
+    (tmp_path / "d.json").mkdir()  # the path taken by a directory: the rename fails, and says which path
+    with pytest.raises(IsADirectoryError) as raised:
+        atomic_write_text(tmp_path / "d.json", "new\n")
+    assert raised.value.filename == str(tmp_path / "d.json") and leftovers(tmp_path) == []
     atomic_write_text(path, "new\n")
     assert path.read_text() == "new\n" and leftovers(tmp_path) == []
 

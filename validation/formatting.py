@@ -87,9 +87,9 @@ def fmt_num(value: Any) -> str:
 
 
 def fmt_rate(value: Any) -> str:
-    """Tokens per second: thousands separators, one decimal."""
+    """Tokens per second: thousands separators, one decimal (past 1e15, an impossible figure, as fmt_num: 4.096e+18)."""
     v = finite(value)
-    return NA if v is None else f"{v:,.1f}"
+    return NA if v is None else fmt_num(v) if abs(v) >= 1e15 else f"{v:,.1f}"
 
 
 def fmt_pct(fraction: Any, signed: bool = False, digits: int = 1) -> str:

@@ -71,3 +71,5 @@ def test_fmt_num_keeps_a_figure_past_any_of_ours_short():
     from validation.formatting import fmt_num
     assert fmt_num(1e308) == "1e+308" and fmt_num(-2.5e20) == "-2.5e+20"
     assert fmt_num(123_456_789_012.5) == "123,456,789,012.5" and fmt_num(5843.2) == "5,843.2"
+    from validation.formatting import fmt_rate  # the key figures' and train tables' tokens/s: the same
+    assert fmt_rate(4.096e18) == "4.096e+18" and fmt_rate(30946.94) == "30,946.9"

@@ -22,7 +22,7 @@ What a kind defines:
                          return the step's record; the runner adds the step's frame (name, phase, timing) and what
                          every launch left (command, logs, excerpt, stack dumps)
     summary_line         what the console prints after the step
-    trainer_runs         (label, metrics) of each trainer launch, for `nsa-validate compare`
+    trainer_launches     (label, metrics, status) of each trainer launch, for `nsa-validate compare`
     metrics              the metric names its steps produce (results.json "metrics"), as dotted patterns
                          (metric_names(step) when they depend on the step's own keys): what acceptance criteria
                          may read, checked before anything runs (check_metric_reference) and after a step ran
@@ -40,7 +40,7 @@ What a kind defines:
                          and whether every step of the kind decides on speed (a sweep, an A/B, a triage)
 
 Hooks have defaults that do nothing, so a small kind needs `name`, `summary`, `launches`, `run` and `metrics`. The
-report hooks (summary_line, trainer_runs, view, blocks, key_figures, comparisons, key_figure_steps, plots) get the
+report hooks (summary_line, trainer_launches, view, blocks, key_figures, comparisons, key_figure_steps, plots) get the
 step as its kind's Result, decoded leniently (read): results may be damaged, and a report still renders.
 
 Metric-name patterns: "toks_per_s.mean" is key "mean" of metric "toks_per_s"; a segment `<word>` stands for any one
@@ -271,14 +271,14 @@ class StepKind:
             extra += f" winner: {winner.label}"
         return extra
 
-    def trainer_runs(self, result: StepRecord) -> list[tuple[str, dict]]:
-        """(label, metrics as results.json holds them) of every trainer launch of the step: its runs (a sweep's, an
-        A/B's), or the step itself when its metrics name a training.csv."""
+    def trainer_launches(self, result: StepRecord) -> list[tuple[str, dict, str | None]]:
+        """(label, metrics as results.json holds them, how the launch ended: its status) of every trainer launch of
+        the step: its runs (a sweep's, an A/B's), or the step itself when its metrics name a training.csv."""
         step = self.read(result)
         if step.runs:
-            return [(f"{step.name}[{r.label}]", written(r.metrics)) for r in step.runs]
+            return [(f"{step.name}[{r.label}]", written(r.metrics), r.status) for r in step.runs]
         m = written(step.metrics)
-        return [(str(step.name), m)] if decode(LaunchMetrics, m, "metrics", lenient=True).csv else []
+        return [(str(step.name), m, step.status)] if decode(LaunchMetrics, m, "metrics", lenient=True).csv else []
 
     # ------------------------------------------------------------------ report
     def view(self, result: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:

@@ -125,19 +125,19 @@ class TrainerKind(StepKind):
         """The launch's device telemetry over time (GPU utilisation and power where present, CPU and RSS)."""
         plotter.telemetry(name, self.read(result))
 
-    def trainer_runs(self, result: StepRecord) -> list[tuple[str, dict]]:
-        """(label, metrics) per trainer launch: "step[label]", or "step[label, repeat N]" for a label that ran more
-        than once (a sweep's or an A/B's repeats), so that every run has its own row in `compare`."""
+    def trainer_launches(self, result: StepRecord) -> list[tuple[str, dict, str | None]]:
+        """(label, metrics, status) per trainer launch: "step[label]", or "step[label, repeat N]" for a label that
+        ran more than once (a sweep's or an A/B's repeats), so that every run has its own row in `compare`."""
         step = self.read(result)
         if not step.runs:
-            return super().trainer_runs(step)
+            return super().trainer_launches(step)
         counts = Counter(str(r.label) for r in step.runs)
         out = []
         for run in step.runs:
             label = str(run.label)
             if counts[label] > 1 and run.repeat is not None:
                 label = f"{label}, repeat {run.repeat + 1}"
-            out.append((f"{step.name}[{label}]", written(run.metrics)))
+            out.append((f"{step.name}[{label}]", written(run.metrics), run.status))
         return out
 
 

@@ -154,7 +154,7 @@ def launch_differences(a: dict, b: dict) -> list[str]:
     run and none or only some of the same labels in the other (a step that failed, was skipped or did not finish
     in it: its status is named), so that no launch leaves the comparison unsaid."""
     steps_a, steps_b = _raw_steps(a), _raw_steps(b)
-    launches = {side: {name: [label for label, _ in _train_runs(step)] for name, step in steps.items()
+    launches = {side: {name: [label for label, _, _ in _train_runs(step)] for name, step in steps.items()
                        if isinstance(step, dict)} for side, steps in (("A", steps_a), ("B", steps_b))}
     out = []
     only = [(side, [n for n, labels in launches[side].items() if labels and n not in launches[other]])
@@ -191,10 +191,11 @@ def _few(names: list[str], shown: int = 3) -> str:
     return ", ".join(names[:shown]) + more
 
 
-def _train_runs(step: dict) -> list[tuple[str, dict]]:
-    """(label, metrics) of every trainer launch of a step, as its kind lists them (StepKind.trainer_runs)."""
+def _train_runs(step: dict) -> list[tuple[str, dict, str | None]]:
+    """(label, metrics, status) of every trainer launch of a step, as its kind lists them
+    (StepKind.trainer_launches)."""
     kind = step_kinds.find(step.get("kind")) or StepKind()
-    return kind.trainer_runs(kind.read(step))
+    return kind.trainer_launches(kind.read(step))
 
 
 def _untested(step: str, metric: str, x: Any, y: Any, threshold: float, note: str) -> dict[str, Any]:
@@ -252,6 +253,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     units: dict[str, list[tuple[float, float]]] = {}  # group -> (mean A, mean B) of each undisturbed launch
     pending: list[tuple] = []  # the undisturbed launches' rows, tested once every step's change is known
     disturbed_rows = implausible_rows = 0
+    ended: list[str] = []  # launches that did not pass in either run: "label (B: timeout)"
     unread: list[str] = []  # launches of both runs with no per-step values on a side: "label (A)"
     one_sided: dict[str, list[str]] = {}  # summary metric -> the launches that recorded it in one run only
     repeated = False  # a step ran repeats (disturbed or not): what the warning on unmeasured variation says
@@ -260,14 +262,23 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
         step_b = steps_b.get(name)
         if step_b is None:
             continue
-        runs_b = dict(_train_runs(step_b))
+        runs_b = {label: (m, status) for label, m, status in _train_runs(step_b)}
         rn = noise_by_step.get(name)
-        for label, ma in _train_runs(step_a):
+        for label, ma, status_a in _train_runs(step_a):
             repeated = repeated or bool(_REPEAT_RE.search(label))
-            mb = runs_b.get(label)
+            mb, status_b = runs_b.get(label) or (None, None)
             if not mb:
                 continue
             va, vb = _series(Path(dir_a), ma), _series(Path(dir_b), mb)
+            # a launch that failed, timed out or hung: what it wrote is no measurement of the configuration
+            failed = [f"{side}: {st}" for side, st in (("A", status_a), ("B", status_b)) if st not in (None, "passed")]
+            if va and vb and failed:
+                ended.append(f"{label} ({', '.join(failed)})")
+                rows.append({**_untested(label, METRIC, window_figure(va, ma.get(METRIC)),
+                                         window_figure(vb, mb.get(METRIC)), 0.0,
+                                         f"the launch did not pass ({', '.join(failed)}): its figures decide "
+                                         "nothing, never gating"), "verdict": "inconclusive"})
+                continue
             if not (va and vb):
                 sides = [_unread_side(side, m) for side, v, m in (("A", va, ma), ("B", vb, mb)) if not v]
                 unread.append(f"{label} ({' and '.join(sides)})")
@@ -350,6 +361,9 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     if implausible_rows:
         warnings.append(f"{plural(implausible_rows, 'launch', 'launches')} with a figure outside its physical range "
                         "in either run (the earlier run's too): shown, not compared, never gating")
+    if ended:
+        warnings.append(f"{plural(len(ended), 'launch', 'launches')} that did not pass in either run, shown, not "
+                        f"compared, never gating: {_few(ended)}")
     if unread:
         more = ", ..." if len(unread) > 3 else ""
         warnings.append(f"{plural(len(unread), 'launch', 'launches')} not compared on {METRIC}, with no per-step "

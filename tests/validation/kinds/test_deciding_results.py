@@ -51,7 +51,7 @@ def test_the_report_hooks_read_a_result_as_they_read_its_json(kind):
         assert impl.summary_line(result) == impl.summary_line(step)
         assert [str(b) for b in impl.blocks(result)] == [str(b) for b in impl.blocks(step)]
         assert impl.comparisons(result) == impl.comparisons(step)
-        assert impl.trainer_runs(result) == impl.trainer_runs(step)
+        assert impl.trainer_launches(result) == impl.trainer_launches(step)
 
 
 def test_a_decision_that_was_never_computed_leaves_its_figures_out_of_the_sweeps_metrics():

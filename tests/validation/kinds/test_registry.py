@@ -276,5 +276,5 @@ def test_every_hook_of_every_kind_reads_a_damaged_step(kind):
         step = impl.read({"name": "s", "kind": kind, **damaged})
         assert isinstance(step, impl.result_type), damaged
         blocks_markdown(impl.blocks(step)), blocks_html(impl.blocks(step))
-        impl.view(step, {"name": "s"}), impl.summary_line(step), impl.trainer_runs(step), impl.comparisons(step)
+        impl.view(step, {"name": "s"}), impl.summary_line(step), impl.trainer_launches(step), impl.comparisons(step)
         impl.key_figures(kinds.read_steps([{"name": "s", "kind": kind, **damaged}])), impl.key_figure_steps([step])

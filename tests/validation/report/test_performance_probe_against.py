@@ -119,3 +119,22 @@ def test_a_run_against_an_identical_run_claims_no_change(tmp_path):
     assert view["summary"].endswith("0 significantly better, 0 significantly worse")
     assert view["key_finding"].startswith("none: no metric changed significantly")
     assert results["performance_analysis"]["exit_code"] == 0 and view["gate"] == "no significant regression"
+
+
+def test_a_launch_that_did_not_pass_is_shown_not_compared(tmp_path):
+    """B's train step timed out after writing a training.csv at 0.3x the earlier speed: its figures are no
+    measurement of the configuration. It was tested, called significantly worse and made compare exit 1 (a
+    regression), with no word of its status; now shown, not compared, never gating, and named."""
+    from validation.report.compare import compare_runs
+
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    names = ("s1", "s2", "s3")
+    earlier = _run(a_dir, {n: _launch(a_dir, f"{n}.csv", [1000.0 + (i % 3) for i in range(20)]) for n in names})
+    now = _run(b_dir, {n: _launch(b_dir, f"{n}.csv", [(300.0 if n == "s1" else 1000.0) + (i % 3) for i in range(20)])
+                       for n in names})
+    now["steps"]["s1"]["status"] = "timeout"
+    out = compare_runs(earlier, now, a_dir, b_dir)
+    row = next(r for r in out["rows"] if r["step"] == "s1" and r["metric"] == "toks_per_s")
+    assert row["tested"] is False and row["verdict"] == "inconclusive" and "did not pass (B: timeout)" in row["note"]
+    assert out["exit_code"] == 0 and not out.get("regressions")
+    assert any("did not pass in either run" in w and "s1 (B: timeout)" in w for w in out["warnings"])

@@ -8,9 +8,10 @@ metrics "best" maps each value of the `by` field to its record with the largest 
 the records that have both fields and no "error"; criteria read it by name, whatever the order or number of rows, e.g.
 `train_bench.best.nsa.toks_per_s >= 0.55 * train_bench.best.dense.toks_per_s`. Launch keys: env, timeout_s,
 launcher. A benchmark that writes no JSON, an empty or unparseable file (cut off, not UTF-8 text), a value that is
-no record (a number, a string), or an empty record fails, saying which. Python's json writes a NaN or an infinity
-as the bare word NaN / Infinity (not JSON, which has none; results.json holds none either): such a figure is
-recorded as null, a criterion reading it is an error, and a note names each one.
+no record (a number, a string), an empty record, or one nested deeper than MAX_NESTING (100) levels of lists and
+objects fails, saying which. Python's json writes a NaN or an infinity as the bare word NaN / Infinity (not JSON,
+which has none; results.json holds none either): such a figure is recorded as null, a criterion reading it is an
+error, and a note names each one.
 Its launch is sampled like a trainer's (telemetry.csv): what else used the machine while it ran is judged over the
 whole launch (results.json step "interference").
 Report (blocks): its scalar figures, and a table per list of records (e.g. by_seq_len) and for "best".
@@ -139,9 +140,16 @@ class Bench(StepKind):
         return head + tables
 
 
+# How deep a benchmark's JSON may nest (lists and objects): far beyond any benchmark's record (a few levels), and
+# within what every reader of a step's metrics recurses through (finite_figures, results.json's writer and checker,
+# criteria, the report's tables), so that a deeper record fails its step instead of ending the run.
+MAX_NESTING = 100
+
+
 def read_bench_json(path: Path) -> tuple[Any, str | None]:
     """(the benchmark's JSON, None) or ({}, what is wrong with its file: missing, not JSON (where; bytes that are not
-    UTF-8 text, e.g. a file cut inside a character, are not JSON either), no record, or empty)."""
+    UTF-8 text, e.g. a file cut inside a character, are not JSON either), nested deeper than MAX_NESTING levels, no
+    record, or empty)."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -151,14 +159,32 @@ def read_bench_json(path: Path) -> tuple[Any, str | None]:
     text = raw.decode("utf-8", errors="replace")
     try:
         data = json.loads(raw)  # bytes: JSON is UTF-8 text (RFC 8259); a decoding error is a ValueError here
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:  # deeper than Python's parser goes
+        return {}, f"the benchmark's {path.name} is nested deeper than {MAX_NESTING} levels (lists and objects)"
+    except ValueError as exc:
         what = "empty" if not text.strip() else f"not valid JSON ({exc})"
         return {}, f"the benchmark's {path.name} is {what}"
+    if nesting(data) > MAX_NESTING:
+        return {}, f"the benchmark's {path.name} is nested deeper than {MAX_NESTING} levels (lists and objects)"
     if data and not isinstance(data, (dict, list)):
         return {}, f"the benchmark's {path.name} is no record (a JSON object or list of records): {text.strip()[:20]}"
     if not data:
         return {}, f"the benchmark's {path.name} holds no figures ({text.strip()[:20]})"
     return data, None
+
+
+def nesting(data: Any) -> int:
+    """How many levels of lists and objects `data` nests (a number 0, [] or {} 1, [[1]] 2), counted without recursion
+    and only up to MAX_NESTING + 1."""
+    deepest, stack = 0, [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            depth += 1
+            deepest = max(deepest, depth)
+            if depth <= MAX_NESTING:
+                stack.extend((v, depth) for v in (value.values() if isinstance(value, dict) else value))
+    return deepest
 
 
 def finite_figures(data: Any, at: str = "") -> tuple[Any, list[str]]:

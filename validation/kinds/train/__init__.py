@@ -83,12 +83,11 @@ class Train(TrainerKind):
 
     def key_figures(self, in_order: list[StepRecord]) -> list[KeyFigure]:
         """Baseline throughput (the train step named *baseline*, else the first that passed) first, scaling
-        efficiency last (a step's own, else the multi-rank baseline per GPU over a single-process train step).
+        efficiency last (a train step's own, else the multi-rank baseline per GPU over a single-process train step).
         A scaling efficiency outside its physical range (validation.execution.evidence.figure_problem) carries "problem"."""
         figures = []
         steps = list(in_order)
-        train_steps = [s for s in steps if s.kind == "train"]
-        baseline = _figure_steps(steps)[0]
+        baseline, single, own = _figure_steps(steps)
         if baseline is not None:
             m = _launch(baseline)
             toks = m.toks_per_s or Stat()
@@ -104,18 +103,15 @@ class Train(TrainerKind):
             figures.append(KeyFigure("baseline_throughput", "Baseline throughput", value, note, order=10,
                                      steps=(str(baseline.name),)))
         scaling: tuple[float, str, tuple[str, ...]] | None = None  # (value, note, steps)
-        for step in steps:
-            v = finite(_launch(step).scaling_efficiency)
-            if v is not None:
-                scaling = (v, f"step `{step.name}`", (str(step.name),))
-                break
-        if scaling is None and baseline is not None:
+        own_value = finite(_launch(own).scaling_efficiency) if own is not None else None
+        if own is not None and own_value is not None:  # a train step's own (_figure_steps: only one that has it)
+            scaling = (own_value, f"step `{own.name}`", (str(own.name),))
+        elif baseline is not None and single is not None:
             # per-GPU throughput of the multi-rank baseline over the throughput of a single-process train step
             base = _launch(baseline)
-            world, per_gpu = finite(base.world_size), finite(base.toks_per_s_per_gpu)
-            single = next((s for s in train_steps if s.status == "passed" and _world_size(s) == 1), None)
-            single_mean = finite((_launch(single).toks_per_s or Stat()).mean) if single is not None else None
-            if world is not None and world > 1 and per_gpu is not None and single_mean and single is not None:
+            per_gpu = finite(base.toks_per_s_per_gpu)
+            single_mean = finite((_launch(single).toks_per_s or Stat()).mean)
+            if per_gpu is not None and single_mean:
                 both = shared_context_text([written(baseline.metrics), written(single.metrics)])
                 scaling = (per_gpu / single_mean,
                            f"`{baseline.name}` {fmt_rate(per_gpu)} tokens/s per {_unit(base)} over "
@@ -139,14 +135,24 @@ def _launch(step: StepRecord) -> LaunchMetrics:
 
 
 def _figure_steps(steps: list[StepRecord]) -> tuple[StepRecord | None, StepRecord | None, StepRecord | None]:
-    """(the baseline train step, the single-process train step the scaling efficiency divides by, the step with its
-    own scaling efficiency), each None when there is none."""
+    """(the baseline train step, the single-process train step the scaling efficiency divides by, the train step
+    with its own scaling efficiency), each None when there is none. Only a train step has its own (this kind writes
+    scaling_efficiency; another kind's metrics, e.g. a benchmark's free-form JSON, may hold a key of that name), and
+    the single-process step is one only where the figure divides by it: no step has its own, and the baseline ran
+    on more than one rank with a per-GPU throughput."""
     train_steps = [s for s in steps if s.kind == "train"]
     baseline = next((s for s in train_steps if "baseline" in str(s.name or "").lower()), None)
     baseline = baseline or next((s for s in train_steps if s.status == "passed"), None)
-    own = next((s for s in steps if finite(_launch(s).scaling_efficiency) is not None), None)
-    single = next((s for s in train_steps if s.status == "passed" and _world_size(s) == 1), None)
-    return baseline, (single if own is None else None), own
+    own = next((s for s in train_steps if finite(_launch(s).scaling_efficiency) is not None), None)
+    single = None
+    if own is None and baseline is not None:
+        base = _launch(baseline)
+        world, per_gpu = finite(base.world_size), finite(base.toks_per_s_per_gpu)
+        first = next((s for s in train_steps if s.status == "passed" and _world_size(s) == 1), None)
+        if (world is not None and world > 1 and per_gpu is not None and first is not None
+                and finite((_launch(first).toks_per_s or Stat()).mean)):
+            single = first
+    return baseline, single, own
 
 
 def _world_size(step: StepRecord) -> float | None:

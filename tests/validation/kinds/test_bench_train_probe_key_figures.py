@@ -54,3 +54,34 @@ def test_a_single_process_step_no_figure_divides_by_is_not_measured_evidence(mon
     assert [f.id for f in figures] == ["baseline_throughput"]
     assert results["evidence"]["measured"] == ["baseline"]
     assert results["evidence"]["disturbed"] == []
+
+
+def test_a_baseline_that_did_not_pass_is_no_figure_whatever_rows_it_wrote():
+    """A baseline that timed out after writing rows: its tokens/s was the run's headline figure, and the scaling
+    efficiency divided by it, without a word of its status."""
+    steps = kinds.read_steps([_train("baseline", 2, 1800.0, 900.0, status="timeout"),
+                              _train("single", 1, 1000.0, 1000.0)])
+    figures = {f.id: f for f in kinds.find("train").key_figures(steps)}
+    assert figures["baseline_throughput"].value == "n/a (step timeout)"
+    assert "scaling_efficiency" not in figures
+
+
+def test_no_scaling_efficiency_against_a_baseline_that_did_not_pass(monkeypatch, tmp_path):
+    """A step's scaling_baseline halted after writing rows: the efficiency divided by its throughput anyway."""
+    import json
+
+    class Halting(FakeTrainer):
+        def __call__(self, spec):
+            result = super().__call__(spec)
+            if spec.step == "baseline":
+                (Path(spec.trainer_out_dir) / "status.json").write_text(
+                    json.dumps({"status": "halted", "reason": "a test halt", "step": 10}))
+            return result
+
+    text = ("name: t\ndefaults: {nproc_per_node: 1, window: 5}\nphases:\n  - name: p\n    steps:\n"
+            "      - {name: baseline, kind: train, args: {steps: 10}}\n"
+            "      - {name: more, kind: train, scaling_baseline: baseline, args: {steps: 10}}\n")
+    results = run_runbook(monkeypatch, tmp_path, text, Halting(lambda spec: 1000.0))
+    assert results["steps"]["baseline"]["status"] == "failed"
+    assert results["steps"]["more"]["status"] == "passed"
+    assert results["steps"]["more"]["metrics"].get("scaling_efficiency") is None

@@ -68,7 +68,8 @@ class Train(TrainerKind):
         if options.scaling_baseline:
             # multi-node scaling: this run's throughput against the baseline step's, per process
             base_step = read_run(ctx.results).steps.get(options.scaling_baseline)
-            base = as_launch(base_step.metrics if base_step is not None else {})
+            # a baseline that did not pass measured nothing to scale against: no efficiency (None)
+            base = as_launch(base_step.metrics if base_step is not None and base_step.status == "passed" else {})
             multi, single = (m.toks_per_s or Stat()).mean, (base.toks_per_s or Stat()).mean
             ratio = (1 if m.world_size is None else m.world_size) / max(1, base.world_size or 1)
             m = dataclasses.replace(m, scaling_baseline=options.scaling_baseline,
@@ -91,14 +92,16 @@ class Train(TrainerKind):
         if baseline is not None:
             m = _launch(baseline)
             toks = m.toks_per_s or Stat()
+            # a baseline that did not pass (failed, timed out) is no figure, whatever rows it wrote
+            shown = finite(toks.mean) is not None and baseline.status == "passed"
             value = (f"{mean_pm({'mean': toks.mean, 'stdev': toks.stdev})} tokens/s (window mean ± stdev, all ranks)"
-                     if finite(toks.mean) is not None else f"{NA} (step {baseline.status or 'has no result'})")
+                     if shown else f"{NA} (step {baseline.status or 'has no result'})")
             window = launch_window_text(m.window)
             note = f"step `{baseline.name}`" + (f", {window}" if window != NA else "")
             if finite(m.toks_per_s_per_gpu) is not None:
                 note += f", {fmt_rate(m.toks_per_s_per_gpu)} tokens/s per {_unit(m)} (window mean)"
             context = context_text(written(baseline.metrics))
-            if context and finite(toks.mean) is not None:
+            if context and shown:
                 note += f"; at {context}"
             figures.append(KeyFigure("baseline_throughput", "Baseline throughput", value, note, order=10,
                                      steps=(str(baseline.name),)))
@@ -139,13 +142,13 @@ def _figure_steps(steps: list[StepRecord]) -> tuple[StepRecord | None, StepRecor
     with its own scaling efficiency), each None when there is none. Only a train step has its own (this kind writes
     scaling_efficiency; another kind's metrics, e.g. a benchmark's free-form JSON, may hold a key of that name), and
     the single-process step is one only where the figure divides by it: no step has its own, and the baseline ran
-    on more than one rank with a per-GPU throughput."""
+    on more than one rank, passed, with a per-GPU throughput."""
     train_steps = [s for s in steps if s.kind == "train"]
     baseline = next((s for s in train_steps if "baseline" in str(s.name or "").lower()), None)
     baseline = baseline or next((s for s in train_steps if s.status == "passed"), None)
     own = next((s for s in train_steps if finite(_launch(s).scaling_efficiency) is not None), None)
     single = None
-    if own is None and baseline is not None:
+    if own is None and baseline is not None and baseline.status == "passed":
         base = _launch(baseline)
         world, per_gpu = finite(base.world_size), finite(base.toks_per_s_per_gpu)
         first = next((s for s in train_steps if s.status == "passed" and _world_size(s) == 1), None)

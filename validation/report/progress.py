@@ -258,9 +258,10 @@ class PlainReporter:
 
 @contextlib.contextmanager
 def display(console: Console, interval_s: float | None = None) -> Iterator[LiveReporter | PlainReporter]:
-    """The progress display of a run on `console`: a LiveReporter on a terminal, else a PlainReporter printing a
-    line at least every `interval_s` (default PLAIN_PROGRESS_S) while a step runs; its timer ends with the `with`."""
-    if console.is_terminal:
+    """The progress display of a run on `console`: a LiveReporter on a terminal that draws (not TERM=dumb, where
+    rich draws no live display: a step would run in silence), else a PlainReporter printing a line at least every
+    `interval_s` (default PLAIN_PROGRESS_S) while a step runs; its timer ends with the `with`."""
+    if console.is_terminal and not console.is_dumb_terminal:
         # markup=False: a label such as "[tests/test_x.py]" or "[lr=0.001]" is text, not a rich style tag
         with Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(),
                       TextColumn("{task.fields[info]}", markup=False), TimeElapsedColumn(), TimeRemainingColumn(),

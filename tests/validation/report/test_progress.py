@@ -139,7 +139,7 @@ def test_the_display_ends_its_timer_when_a_run_stops_inside_a_step():
 
 def test_a_terminal_keeps_the_live_bar_and_prints_no_plain_lines():
     out = io.StringIO()
-    console = Console(file=out, force_terminal=True, width=120)
+    console = Console(file=out, force_terminal=True, width=120, _environ={"TERM": "xterm-256color"})
     step = _step()
     with display(console, interval_s=0.02) as reporter:
         assert isinstance(reporter, LiveReporter)
@@ -155,6 +155,20 @@ def test_a_terminal_keeps_the_live_bar_and_prints_no_plain_lines():
     text = out.getvalue()
     assert "STARTED" not in text and "RUNNING" not in text
     assert "PASSED" in text and ANSI.search(text)  # the live display's own cursor and colour codes
+
+
+def test_a_dumb_terminal_gets_the_plain_lines():
+    # rich draws no live display on TERM=dumb (an editor's shell): a step ran in silence until it ended
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=120, _environ={"TERM": "dumb"})
+    step = _step()
+    with display(console, interval_s=0.02) as reporter:
+        assert isinstance(reporter, PlainReporter)
+        reporter.run_started(SimpleNamespace(name="smoke"), "/tmp/run", [step])
+        reporter.step_started(step, 1)
+        reporter.step_finished(step, {"status": "passed", "duration_s": 1.0})
+    text = out.getvalue()
+    assert "STARTED" in text and "PASSED" in text
 
 
 def test_a_terminal_bar_starts_afresh_for_each_step_and_launch():

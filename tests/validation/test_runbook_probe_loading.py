@@ -128,3 +128,20 @@ def test_a_criterion_name_clashing_with_an_included_one_names_its_file_and_line(
     assert str(info.value).endswith(f"duplicate criterion name 'c1' (also at {inner}:7: acceptance[0] "
                                     f"(included at {outer}:3))"), str(info.value)
     assert str(info.value).startswith(f"{outer}:6: ")
+
+
+def test_a_rendezvous_port_outside_1_to_65535_is_refused_at_load(tmp_path):
+    # 'host:99999' passed the host:port pattern; torch's TCPStore then refused it mid-run
+    for port, ok in (("99999", False), ("0", False), ("29400", True)):
+        rb = tmp_path / f"rb{port}.yaml"
+        rb.write_text("name: t\nphases:\n  - name: p\n    steps:\n"
+                      f"      - {{name: b, kind: bench, command: [x.py], launcher: {{type: torchrun, "
+                      f"rdzv_endpoint: 'node1:{port}'}}}}\n")
+        if ok:
+            load_runbook(rb)
+        else:
+            with pytest.raises(RunbookError, match="a port from 1 to 65535"):
+                load_runbook(rb)
+    from validation.launch.spec import LaunchSpec, validate
+    with pytest.raises(ValueError, match="a port from 1 to 65535"):
+        validate(LaunchSpec(argv=["true"], env={}, rdzv_endpoint="node1:70000"))

@@ -253,7 +253,10 @@ def validate(spec: LaunchSpec) -> None:
         raise ValueError(f"LaunchSpec.nnodes must be an int >= 1, got {spec.nnodes!r}")
     if spec.rdzv_backend not in ("c10d", "static"):
         raise ValueError(f"LaunchSpec.rdzv_backend must be 'c10d' or 'static', got {spec.rdzv_backend!r}")
-    if spec.rdzv_endpoint is not None and not re.fullmatch(r"[A-Za-z0-9_.:\[\]-]+:\d{1,5}", spec.rdzv_endpoint):
-        raise ValueError(f"LaunchSpec.rdzv_endpoint must be host:port, got {spec.rdzv_endpoint!r}")
+    if spec.rdzv_endpoint is not None and not (
+            re.fullmatch(r"[A-Za-z0-9_.:\[\]-]+:[0-9]{1,5}", spec.rdzv_endpoint)
+            and 1 <= int(spec.rdzv_endpoint.rsplit(":", 1)[1]) <= 65535):
+        raise ValueError(f"LaunchSpec.rdzv_endpoint must be host:port (a port from 1 to 65535), got "
+                         f"{spec.rdzv_endpoint!r}")
     if spec.on_progress is not None and not callable(spec.on_progress):
         raise TypeError("LaunchSpec.on_progress must be callable")

@@ -93,7 +93,7 @@ LAUNCHERS = ("torchrun", "slurm")
 RDZV_BACKENDS = ("c10d", "static")
 LAUNCHER_KEYS = ("type", "rdzv_backend", "rdzv_endpoint", "partition", "account", "time_limit", "gpus_per_node",
                  "cpus_per_task", "sbatch")
-_ENDPOINT_RE = re.compile(r"[A-Za-z0-9_.-]+:\d{1,5}")
+_ENDPOINT_RE = re.compile(r"[A-Za-z0-9_.-]+:[0-9]{1,5}")
 _TIME_LIMIT_RE = re.compile(r"\d+|\d+:\d\d(:\d\d)?|\d+-\d+(:\d\d(:\d\d)?)?")
 _SLURM_NAME_RE = re.compile(r"[A-Za-z0-9_.,-]+")
 # A runbook's name names its run directory (DEFAULT_RUNS/<name>-<time>): one path component, never `.`, `..` or hidden
@@ -193,8 +193,10 @@ def _launcher(value: Any, path: tuple, ctx: Ctx, base: Launcher) -> Launcher:
         return v
 
     endpoint = get("rdzv_endpoint", str, optional=True)
-    if endpoint is not None and not _ENDPOINT_RE.fullmatch(endpoint):
-        raise ctx.error(path + ("rdzv_endpoint",), f"expected host:port, got {_brief(endpoint)}")
+    if endpoint is not None and not (_ENDPOINT_RE.fullmatch(endpoint)
+                                     and 1 <= int(endpoint.rsplit(":", 1)[1]) <= 65535):
+        raise ctx.error(path + ("rdzv_endpoint",),
+                        f"expected host:port (a port from 1 to 65535), got {_brief(endpoint)}")
     if isinstance(raw.get("time_limit"), (int, float)) and not isinstance(raw.get("time_limit"), bool):
         raise ctx.error(path + ("time_limit",), f"quote it, e.g. \"30\" (minutes) or \"01:30:00\": YAML reads an "
                                                 f"unquoted 1:30:00 as the number 5400, got {_brief(raw['time_limit'])}")

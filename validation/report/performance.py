@@ -147,6 +147,11 @@ def performance_view(results: Run | dict) -> dict | None:
         "against_verdict": fmt_num(against.verdict) if against.verdict else None,
         "against_started": fmt_num(against.started) if against.started else None,
         "against_sha": str(against.git_sha)[:12] if against.git_sha else None,
+        # what is known of the earlier run, each part on its own (its start and git sha also without a verdict)
+        "against_about": ", ".join(x for x in (f"verdict {fmt_num(against.verdict)}" if against.verdict else "",
+                                               f"started {fmt_num(against.started)}" if against.started else "",
+                                               f"git {str(against.git_sha)[:12]}" if against.git_sha else "") if x)
+                         or None,
         "method": "; ".join(about) or None,
         "settings": ", ".join(settings) or None,
         "gate": str(block.gate) if block.gate else None,

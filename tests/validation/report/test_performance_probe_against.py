@@ -138,3 +138,17 @@ def test_a_launch_that_did_not_pass_is_shown_not_compared(tmp_path):
     assert row["tested"] is False and row["verdict"] == "inconclusive" and "did not pass (B: timeout)" in row["note"]
     assert out["exit_code"] == 0 and not out.get("regressions")
     assert any("did not pass in either run" in w and "s1 (B: timeout)" in w for w in out["warnings"])
+
+
+def test_the_earlier_runs_start_and_sha_are_said_without_a_verdict(tmp_path):
+    # an earlier run cut off before its verdict: its start and git sha were dropped with the missing verdict
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    earlier = _run(a_dir, {"s": _launch(a_dir, "s.csv", FLAT)})
+    earlier.update(verdict=None, started="2026-11-30T10:00:00+0000")
+    earlier.setdefault("environment", {})["git_sha"] = "0123456789abcdef"
+    (a_dir / "results.json").write_text(json.dumps(earlier))
+    now = _run(b_dir, {"s": _launch(b_dir, "s.csv", FLAT)})
+    view = performance_view(_against(now, earlier, b_dir, a_dir))
+    assert view["against_about"] == "started 2026-11-30T10:00:00+0000, git 0123456789ab"
+    md = render(_against(now, earlier, b_dir, a_dir), "md")
+    assert "(started 2026-11-30T10:00:00+0000, git 0123456789ab):" in md

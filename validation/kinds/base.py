@@ -370,8 +370,10 @@ def launch_each(ctx, jobs: int, collect: Callable[[int, LaunchSpec, Any], Any],
 
 
 def run_path(run_dir: Path | None, rel: str) -> str:
-    """A path for a command line: absolute under the run directory, or RUN_DIR/... in plan mode."""
-    return str(step_dir(run_dir, rel))
+    """A path for a command line: absolute under the run directory (also for a relative --out: a benchmark that
+    changes its directory still finds it), or RUN_DIR/... in plan mode."""
+    path = step_dir(run_dir, rel)
+    return str(path.absolute() if run_dir is not None else path)
 
 
 def step_dir(run_dir: Path | None, rel: str) -> Path:

@@ -57,3 +57,22 @@ def test_nesting_counts_levels_of_lists_and_objects(value, depth):
 
     assert MAX_NESTING == 100
     assert nesting(value) == depth
+
+
+def test_a_benchmark_that_changes_its_directory_finds_its_json_under_a_relative_out(tmp_path, monkeypatch):
+    """`--json` is absolute also for a relative --out: a benchmark that changed its directory before writing
+    wrote to a path that no longer led into the run directory (FileNotFoundError, the step failed)."""
+    import json as _json
+
+    from validation.execution.runner import RunOptions, Runner
+    from validation.runbook.loader import load_runbook
+
+    code = ("import json, os, sys\nos.chdir('/')\n"
+            "open(sys.argv[sys.argv.index('--json') + 1], 'w').write(json.dumps({'x': 1}))")
+    rb = tmp_path / "rb.yaml"
+    rb.write_text("name: t\nphases:\n  - name: p\n    steps:\n"
+                  f"      - {{name: b, kind: bench, command: [-c, {_json.dumps(code)}]}}\n")
+    monkeypatch.chdir(tmp_path)
+    results = Runner(load_runbook(rb), Path("rel_run"), RunOptions(cwd=tmp_path)).run()
+    assert results["steps"]["b"]["status"] == "passed", results["steps"]["b"]["reason"]
+    assert results["steps"]["b"]["metrics"]["x"] == 1

@@ -1,7 +1,9 @@
 """Compare two validation runs: every trainer launch both ran (per step, sweep point and repeat), B against A,
 with statistics that hold for autocorrelated, drifting throughput (validation.analysis.significance), usable as a CI gate.
 
-Per row (a trainer launch of A and the launch of B with the same step and label):
+Per row (a trainer launch of A and the launch of B with the same step and label; where one run ran a label once
+and the other repeatedly, its one launch and the other run's repeat 1, a launch-to-launch comparison held to the
+run-to-run variation the repeated side measures, the row named after that repeat):
 - toks_per_s: the block means of each run's window (significance.block_units: a block length from the series'
   autocorrelation, so that steps are never taken as independent samples) for the standard error, and the mean of the
   whole window (window_units: the very figure the report shows for that launch) for the difference, each side's
@@ -34,7 +36,8 @@ is a regression; `compare` exits 1 when there is one (exit_code), else 0. A row 
 only when its whole interval lies inside its noise floor, else "inconclusive (noise floor X%)"; a toks_per_s row
 that could not be tested (a window too short for block means, a mean of zero) has no interval: "inconclusive",
 whatever its change. What compare cannot pair is warned, never dropped unsaid (launch_differences: a step or
-launch in one run only, a step whose kind changed; a summary metric one run lacks).
+launch in one run only, a step whose kind changed, a label run a different number of times in each; a summary metric
+one run lacks).
 
 compare_runs() returns (JSON-ready; `nsa-validate compare --json` prints it):
     {"run_a", "run_b": the run directories,
@@ -152,7 +155,9 @@ def launch_differences(a: dict, b: dict) -> list[str]:
     """What compare cannot put side by side, in words: a step whose trainer launches are in one run only (added,
     removed or renamed between the runs), a step of the same name whose kind changed, a step with launches in one
     run and none or only some of the same labels in the other (a step that failed, was skipped or did not finish
-    in it: its status is named), so that no launch leaves the comparison unsaid."""
+    in it: its status is named), a label run a different number of times in each (repeats 1 vs 2: "step sw ran 1
+    repeat in A and 2 in B", with what is compared and the launches that are not), so that no launch leaves the
+    comparison unsaid."""
     steps_a, steps_b = _raw_steps(a), _raw_steps(b)
     launches = {side: {name: [label for label, _, _ in _train_runs(step)] for name, step in steps.items()
                        if isinstance(step, dict)} for side, steps in (("A", steps_a), ("B", steps_b))}
@@ -169,20 +174,68 @@ def launch_differences(a: dict, b: dict) -> list[str]:
             continue
         step_a, step_b = (decode(Step, steps[name], "step", lenient=True) for steps in (steps_a, steps_b))
         kind_a, kind_b = step_a.kind, step_b.kind
+        pairs = _launch_pairs(labels_a, labels_b)
         if kind_a != kind_b:
             out.append(f"step {name} is a {_recorded(kind_a)} step in A and a {_recorded(kind_b)} step in B"
-                       + (": its rows compare two kinds of step" if set(labels_a) & set(labels_b) else ""))
-        for side, mine, theirs, other, other_step in (("A", labels_a, labels_b, "B", step_b),
-                                                      ("B", labels_b, labels_a, "A", step_a)):
-            missing = [label for label in mine if label not in theirs]
+                       + (": its rows compare two kinds of step" if pairs else ""))
+        counts = [{g: sum(1 for x in labels if _group(x) == g) for g in map(_group, labels)}
+                  for labels in (labels_a, labels_b)]
+        # labels that ran in both runs, a different number of times: (repeats in A, repeats in B) -> their labels
+        uneven: dict[tuple[int, int], list[str]] = {}
+        for g, n_a in counts[0].items():
+            n_b = counts[1].get(g, 0)
+            if n_b and n_b != n_a:
+                uneven.setdefault((n_a, n_b), []).append(g)
+        whys = {}  # side -> how its step ended when it did not pass, said of the launches the other run has more of
+        for side, step in (("A", step_a), ("B", step_b)):
+            status = step.status
+            whys[side] = (f"; {side}'s step {status}" + (f" ({step.reason})" if step.reason else "")
+                          if status and status != "passed" else "")
+        for (n_a, n_b), groups in uneven.items():
+            many, few = ("B", "A") if n_b > n_a else ("A", "B")
+            n_paired = sum(1 for x in pairs if _group(x) in groups)
+            how = (f"{few}'s one launch compared with {many}'s repeat 1 (launch against launch, held to the "
+                   f"run-to-run variation {many}'s repeats measure)" if min(n_a, n_b) == 1 and n_paired else
+                   f"the {plural(n_paired, 'repeat')} both ran compared launch by launch" if n_paired else
+                   "no launch of one paired with a launch of the other")
+            left = {side: [x for x in labels if x not in paired and _group(x) in groups]
+                    for side, labels, paired in (("A", labels_a, set(pairs)), ("B", labels_b, set(pairs.values())))}
+            out.append(f"step {name} ran {plural(n_a, 'repeat')} in A and {n_b} in B ({_few(groups)}): {how}; "
+                       + "; ".join(f"{plural(len(left[side]), 'trainer launch', 'trainer launches')} of {side} not "
+                                   f"compared ({_few(left[side])})" for side in ("A", "B") if left[side])
+                       + whys[few])
+        for side, mine, paired, other in (("A", labels_a, set(pairs), "B"), ("B", labels_b, set(pairs.values()), "A")):
+            missing = [label for label in mine if label not in paired
+                       and not any(_group(label) in groups for groups in uneven.values())]
             if not missing:
                 continue
-            status = other_step.status
-            why = (f"; {other}'s step {status}" + (f" ({other_step.reason})" if other_step.reason else "")
-                   if status and status != "passed" else "")
             out.append(f"step {name}: {plural(len(missing), 'trainer launch', 'trainer launches')} of {side} with "
-                       f"none of the same label in {other}, not compared ({_few(missing)}){why}")
+                       f"none of the same label in {other}, not compared ({_few(missing)}){whys[other]}")
     return out
+
+
+def _launch_pairs(labels_a: list[str], labels_b: list[str]) -> dict[str, str]:
+    """A's label -> the label of B's launch compared with it: the same label, or, for a label that ran once in one
+    run and repeatedly in the other ("sw[X=25]" in A, "sw[X=25, repeat 1]" and "sw[X=25, repeat 2]" in B), its one
+    launch with the other run's repeat 1 (a launch-to-launch comparison, held to the run-to-run variation the
+    repeated side measures); the other repeats have none."""
+    in_a, in_b = set(labels_a), set(labels_b)
+    out = {}
+    for label in labels_a:
+        first = f"{label[:-1]}, repeat 1]" if label.endswith("]") and not _REPEAT_RE.search(label) else None
+        if label in in_b:
+            out[label] = label
+        elif first is not None and first in in_b and first not in in_a:
+            out[label] = first
+        elif label.endswith(", repeat 1]") and _group(label) in in_b and _group(label) not in in_a:
+            out[label] = _group(label)
+    return out
+
+
+def _row_label(label_a: str, label_b: str) -> str:
+    """The row of a pair of launches: their label, or, where one run ran the label once and the other repeatedly,
+    the repeated side's label ("sw[X=25, repeat 1]": the launch of it compared)."""
+    return label_b if _REPEAT_RE.search(label_b) else label_a
 
 
 def _few(names: list[str], shown: int = 3) -> str:
@@ -262,11 +315,14 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
         step_b = steps_b.get(name)
         if step_b is None:
             continue
-        runs_b = {label: (m, status) for label, m, status in _train_runs(step_b)}
+        launches_a, launches_b = _train_runs(step_a), _train_runs(step_b)
+        runs_b = {label: (m, status) for label, m, status in launches_b}
+        pairs = _launch_pairs([x for x, _, _ in launches_a], list(runs_b))
         rn = noise_by_step.get(name)
-        for label, ma, status_a in _train_runs(step_a):
+        for label_a, ma, status_a in launches_a:
+            label = _row_label(label_a, pairs.get(label_a, label_a))
             repeated = repeated or bool(_REPEAT_RE.search(label))
-            mb, status_b = runs_b.get(label) or (None, None)
+            mb, status_b = runs_b.get(pairs.get(label_a)) or (None, None)
             if not mb:
                 continue
             va, vb = _series(Path(dir_a), ma), _series(Path(dir_b), mb)

@@ -43,7 +43,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from validation.formatting import fmt_pct
+from validation.formatting import fmt_pct, plural
 from validation.analysis.significance.distributions import t_ppf
 from validation.analysis.significance.units import Units, block_units
 from validation.analysis.stats import StatsError, t_sf2
@@ -239,7 +239,7 @@ class Comparison:
         """One line: '+6.2% (95% CI +3.1% .. +9.4%), p = 0.002, paired over 8 repeats'."""
         p = f"p = {_fmt_p(self.p_value)}"
         if self.p_adjusted is not None:
-            p += f", Holm-adjusted p = {_fmt_p(self.p_adjusted)} over {self.family_size} comparisons"
+            p += f", Holm-adjusted p = {_fmt_p(self.p_adjusted)} over {plural(self.family_size, 'comparison')}"
         how = {"blocks": f"block means of one run each ({self.n_a} and {self.n_b} blocks)",
                "runs": f"means of {self.n_a} and {self.n_b} runs",
                "paired": f"paired over {self.n_a} interleaved repeats",
@@ -527,7 +527,7 @@ def adjust_family(comparisons: Sequence[Comparison], alpha: float | None = None)
                            verdict=_verdict(significant, c.rel, c.higher_is_better, c.ci_low, c.ci_high,
                                             c.noise_floor)))
     n_sig = sum(c.significant for c in out)
-    statement = (f"Holm's step-down correction over {h.m} comparisons: the chance of one or more false "
+    statement = (f"Holm's step-down correction over {plural(h.m, 'comparison')}: the chance of one or more false "
                  f"'significant' rows is at most {alpha:.0%}; {n_sig} row{'s' if n_sig != 1 else ''} "
                  f"significant (adjusted p < {alpha:g} and beyond the noise floor).")
     return Family(comparisons=tuple(out), holm=h, statement=statement)

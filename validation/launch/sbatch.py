@@ -24,6 +24,11 @@ RDZV_PORT_SPAN = 20000
 # --tasks-per-node: sbatch's other name for --ntasks-per-node
 _SBATCH_OWN = ("--nodes", "--ntasks", "--ntasks-per-node", "--tasks-per-node", "--output", "--error", "--open-mode",
                "--chdir", "--job-name", "--requeue", "--no-requeue", "--parsable", "--wait")
+# options the runbook's launcher keys write, which the rest of the launch also reads (srun's --cpus-per-task in the
+# script, the GPU check before a step runs): option -> (the launcher key, its shortest abbreviation sbatch takes:
+# --cpus-per- is --cpus-per-gpu or --cpus-per-task, --gpus-per- four options)
+_SBATCH_KEYS = {"--cpus-per-task": ("cpus_per_task", "--cpus-per-t", "the job's srun asks for the key's value"),
+                "--gpus-per-node": ("gpus_per_node", "--gpus-per-n", "a step's GPU check reads the key")}
 _SBATCH_BLANKS = " \t\v\f"  # where sbatch splits an #SBATCH line into words (C's isspace, less the newlines)
 _ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -92,6 +97,11 @@ def validate_sbatch_line(line: str) -> str | None:
     own = [o for o in _SBATCH_OWN if o.startswith(name)]
     if own:
         return f"{name} abbreviates {' or '.join(own)}, which nsa-validate sets itself"
+    for option, (key, shortest, reader) in _SBATCH_KEYS.items():
+        # sbatch takes an option's last value: the line would override the key's own #SBATCH line (or, the key unset,
+        # give the job an allocation the launch does not know of)
+        if name.startswith(shortest) and option.startswith(name):
+            return f"{name} sets {option}, which the launcher key {key} writes ({reader}): set {key} instead"
     if len(name) > 3 and "--array".startswith(name):  # --arr, --array=0-3: one job per index, each the whole step
         return (f"{name} makes an array job: every index would run the whole step into the same directory "
                 "(one step is one job)")

@@ -115,11 +115,12 @@ def submission_env(env: dict[str, str], keep: frozenset[str] | set[str] = frozen
 # sbatch's input environment variables that would override the batch script's own #SBATCH lines (sbatch takes its
 # environment over the script's directives): SBATCH_OUTPUT set in a user's shell sent the job's output elsewhere
 # (checked on a real sbatch), the clusters ones send the job where squeue and scancel do not look, SBATCH_EXPORT
-# would keep the step's environment from the job. Left out of what sbatch gets; the others (SBATCH_ACCOUNT, ...)
-# are the user's defaults and stay.
+# would keep the step's environment from the job, SBATCH_GPUS_PER_NODE would replace the runbook's gpus_per_node
+# (which the step's GPU check reads; sbatch has no such variable for --cpus-per-task). Left out of what sbatch gets;
+# the others (SBATCH_ACCOUNT, ...) are the user's defaults and stay.
 OWN_INPUT_VARS = ("SBATCH_OUTPUT", "SBATCH_ERROR", "SBATCH_OPEN_MODE", "SBATCH_JOB_NAME", "SBATCH_REQUEUE",
                   "SBATCH_NO_REQUEUE", "SBATCH_WAIT", "SBATCH_ARRAY_INX", "SBATCH_EXPORT", "SBATCH_CLUSTERS",
-                  "SLURM_CLUSTERS")
+                  "SLURM_CLUSTERS", "SBATCH_GPUS_PER_NODE")
 
 
 def submit(script: Path, env: dict[str, str], cwd: Path) -> str:
@@ -204,6 +205,32 @@ def job_info(job_id: str) -> JobInfo:
 def cancel(job_id: str, signal_name: str | None = None) -> None:
     argv = ["scancel"] + ([f"--signal={signal_name}"] if signal_name else []) + [str(job_id)]
     _run(argv)
+
+
+CANCEL_ATTEMPTS = 3  # scancel calls for one job before giving up (each at most COMMAND_TIMEOUT_S)
+CANCEL_PAUSE_S = 2.0  # between two of them
+
+
+def cancel_retried(job_id: str, log_path: Path, what: str = "") -> bool:
+    """scancel the job, again after a failure (the controller did not answer, or refused), at most CANCEL_ATTEMPTS
+    times CANCEL_PAUSE_S apart: a job left running holds its nodes until a later attempt of the step finds it. Every
+    failed call is noted in `log_path`, and so is the outcome once one failed; True when scancel answered."""
+    for attempt in range(1, CANCEL_ATTEMPTS + 1):
+        try:
+            cancel(job_id)
+        except SlurmError as exc:
+            last = attempt == CANCEL_ATTEMPTS
+            note(log_path, f"scancel {job_id}{what} (attempt {attempt} of {CANCEL_ATTEMPTS}): {exc}"
+                           + ("" if last else f"; trying again in {CANCEL_PAUSE_S:g}s"))
+            if not last:
+                time.sleep(CANCEL_PAUSE_S)
+            continue
+        if attempt > 1:
+            note(log_path, f"scancel {job_id}{what}: done at attempt {attempt} of {CANCEL_ATTEMPTS}")
+        return True
+    note(log_path, f"could not cancel Slurm job {job_id}{what}: scancel failed {CANCEL_ATTEMPTS} times; the job may "
+                   "still be running (the next run of this step cancels it)")
+    return False
 
 
 def wait_gone(job_id: str, timeout_s: float = 60.0, poll_s: float = 0.5) -> bool:
@@ -333,10 +360,7 @@ class SlurmRun(Run):
                             "it")
         for other in others:
             note(self.log_path, f"cancelling Slurm job {other}, another job of this step's script")
-            try:
-                cancel(other)
-            except SlurmError as err:
-                note(self.log_path, f"scancel {other}: {err}")
+            cancel_retried(other, self.log_path)
         return job_id
 
     def _final_info(self) -> JobInfo:
@@ -421,11 +445,12 @@ class SlurmRun(Run):
         return ranks
 
     def _cancel(self) -> None:
+        if not cancel_retried(self.job_id, self.log_path):
+            return
         try:
-            cancel(self.job_id)
             gone = wait_gone(self.job_id, timeout_s=max(60.0, self.spec.term_grace_s * 3))
         except SlurmError as exc:
-            note(self.log_path, f"scancel {self.job_id}: {exc}")
+            note(self.log_path, f"after scancel {self.job_id}: {exc}")
             return
         if not gone:
             note(self.log_path, f"Slurm job {self.job_id} is still listed by squeue after scancel")
@@ -448,9 +473,10 @@ class SlurmRun(Run):
             return bool(old)
         for job in found:
             note(self.log_path, f"cancelling Slurm job {job}, left running by an earlier run of this step")
+            if not cancel_retried(job, self.log_path, " (the earlier job)"):
+                continue
             try:
-                cancel(job)
                 wait_gone(job)
             except SlurmError as exc:
-                note(self.log_path, f"could not cancel the earlier Slurm job {job}: {exc}")
+                note(self.log_path, f"after scancel of the earlier Slurm job {job}: {exc}")
         return bool(found)

@@ -17,9 +17,12 @@ printed, status.json says why); 2 bad command line, config or data; 3 stopped on
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from nsa.toggles import Toggles
@@ -31,6 +34,9 @@ from nsa.training.flags import DEFAULT_CONFIG, build_parser
 # ---------------------------------------------------------------------- command line (its flags: nsa.training.flags)
 def resolve_config(args: argparse.Namespace, environ=os.environ) -> tuple[RunConfig, str]:
     """The config file (flag, $CONFIG or the default) with the command-line overrides applied."""
+    if args.config == "":  # `--config "$UNSET"`: refused, not taken for no --config (the default is a 125M run)
+        raise ConfigError("--config: an empty path: give the run config's YAML file, or leave "
+                          f"--config out to use $CONFIG or {DEFAULT_CONFIG}")
     path = args.config or environ.get("CONFIG") or DEFAULT_CONFIG
     if not args.config and not environ.get("CONFIG") and not Path(path).is_file():
         raise ConfigError(f"no config given and the default {DEFAULT_CONFIG} is not here (cwd {os.getcwd()}): "
@@ -49,9 +55,50 @@ def _log_rank(environ=os.environ) -> int:
         return 0
 
 
+class _Output(logging.StreamHandler):
+    """The run's log on stdout. Once nobody reads it (`nsa-train ... | head -1`, a closed pipe), stdout is pointed
+    at /dev/null and training goes on: logging printed a traceback to stderr for every later line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        exc = sys.exc_info()[1]
+        if not (isinstance(exc, OSError) and exc.errno == errno.EPIPE):
+            super().handleError(record)
+            return
+        try:  # what is still buffered, and the flush at exit, go to /dev/null instead of failing again
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self.stream.fileno())
+            finally:
+                os.close(devnull)
+        except (OSError, ValueError, AttributeError):  # no file descriptor under it: drop the output
+            self.setStream(open(os.devnull, "w"))
+
+
 def _setup_logging(rank: int) -> None:
-    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
-                        format=f"[nsa-train r{rank}] %(message)s", stream=sys.stdout, force=True)
+    handler = _Output(sys.stdout)
+    handler.setFormatter(logging.Formatter(f"[nsa-train r{rank}] %(message)s"))
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, handlers=[handler], force=True)
+
+
+def _import_trainer():
+    """The trainer's modules: torch and the kernels (seconds), imported once the command line has parsed. A Ctrl-C
+    meanwhile is held until they are imported, then raised (KeyboardInterrupt): torch swallows an exception raised
+    while it imports numpy (a warning, and it goes on), so the interrupt was lost and the run trained on, or failed
+    later on a half-imported numpy."""
+    hold = (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    received: list[int] = []
+    if hold:
+        signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        from nsa.attention import kernels  # torch and the kernels (seconds): once the command line has parsed
+        from nsa.training import checkpoint, data, distributed, trainer  # torch (seconds): likewise
+    finally:
+        if hold:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    if received:
+        raise KeyboardInterrupt
+    return kernels, checkpoint, data, distributed, trainer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, UsageError, ValueError) as exc:  # ValueError: toggles name the variable
         print(f"nsa-train: error: {exc}", file=sys.stderr)
         return flags.EXIT_USAGE
-    from nsa.attention import kernels  # torch and the kernels (seconds): imported once the command line has parsed
-    from nsa.training import checkpoint, data, distributed, trainer  # torch (seconds): likewise
+    kernels, checkpoint, data, distributed, trainer = _import_trainer()
 
     marks = timeline.reset()  # start-up milestones (timeline.json), in seconds since this process started
     marks.mark("imports_done")

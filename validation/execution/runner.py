@@ -242,6 +242,7 @@ class Runner:
         self._resuming = previous is not None
         # the earlier results of the steps --rerun sets back to pending: kept where such a step then does not run
         self._earlier: dict[str, StepResult] = {}
+        self._resume_entry: Resume | None = None  # this resume's record (results["resumes"]' last)
         if previous is not None:
             self._continue(previous)
         self.results: RunResults = previous or self._fresh_results()
@@ -293,23 +294,25 @@ class Runner:
         source = _source_change(before.environment, self.env_record)
         if source:
             entry["source_changed"] = source
+        records = previous["steps"]  # as results.json holds them (what a kept record stays)
         for step in self.rb.steps():
             if step.name in self.opt.rerun:
                 old = before.steps.get(step.name) or StepRecord()
                 entry["replaced"][step.name] = ReplacedStep(status=old.status, reason=old.reason,  # type: ignore
                                                             started=old.started, duration_s=old.duration_s)
                 if old.status in FINAL_STEP_STATUSES and old.status != "skipped":  # it ran and ended
-                    self._earlier[step.name] = previous["steps"][step.name]
-                previous["steps"][step.name] = self._pending(step)
+                    self._earlier[step.name] = records[step.name]
+                records[step.name] = self._pending(step)
         if self.opt.rerun:  # a comparison with an earlier run measured the steps replaced now
             previous.pop("performance_analysis", None)
         # a runbook that gained steps since (runbook_changed): each has its pending record from the start, and the
         # phases are the runbook's as it runs now (a step it no longer has keeps its record, under "other steps")
         for step in self.rb.steps():
-            previous["steps"].setdefault(step.name, self._pending(step))
+            records.setdefault(step.name, self._pending(step))
         if judged.runbook_changed:
             previous["phases"] = self._phases()
         previous["resumes"] = [*(previous.get("resumes") or []), entry]
+        self._resume_entry = entry
 
     # ------------------------------------------------------------------ results skeleton
     def _fresh_results(self) -> RunResults:
@@ -371,11 +374,7 @@ class Runner:
                             where = exc.filename if isinstance(exc.filename, str) else self.run_dir / step.name
                             raise RunDirError(f"step {step.name}: cannot write {where}: {os_error_text(exc)}") \
                                 from None
-                    shown = result
-                    if result["status"] == "skipped" and step.name in self._earlier:
-                        result = self._keep_earlier(step.name, result["reason"] or "skipped")
-                        shown = StepResult(shown, reason=f"not run again ({shown['reason']}): its earlier result "
-                                                         f"({result['status']}) kept")
+                    result, shown = self._kept_or(step.name, result)
                     self.results["steps"][step.name] = result
                     self.save()
                     self.reporter.step_finished(step, shown)
@@ -404,13 +403,19 @@ class Runner:
         self.save()
         self.reporter.run_finished(self.results)
 
-    def _keep_earlier(self, name: str, why: str) -> StepResult:
-        """A step --rerun named that did not run again after all (`why`: a step before it stopped the run, the
-        winner it uses is missing, this machine lacks what it needs): its earlier result stays, and this resume's
-        record says so (not_rerun), instead of a skip that would lose what was measured."""
-        entry = self.results["resumes"][-1]
-        entry.setdefault("not_rerun", {})[name] = why
-        return self._earlier.pop(name)
+    def _kept_or(self, name: str, result: StepResult) -> tuple[StepResult, StepResult]:
+        """(the record to keep, the one to show) of step `name` that ended `result`. A step --rerun named that did
+        not run again after all (skipped: a step before it stopped the run, the winner it uses is missing, this
+        machine lacks what it needs) keeps its earlier result, and this resume's record says so (not_rerun, with
+        why), instead of a skip that would lose what was measured; the console shows the skip and the result kept."""
+        ended = decode(StepRecord, result, f"steps.{name}", lenient=True)
+        if ended.status != "skipped" or name not in self._earlier or self._resume_entry is None:
+            return result, result
+        earlier = self._earlier.pop(name)
+        why = ended.reason or "skipped"
+        self._resume_entry.setdefault("not_rerun", {})[name] = why
+        kept = decode(StepRecord, earlier, f"steps.{name}", lenient=True).status
+        return earlier, StepResult(result, reason=f"not run again ({why}): its earlier result ({kept}) kept")
 
     def _not_run(self, step: Step, stopped_by: Step) -> StepResult:
         status = self._status(stopped_by.name)

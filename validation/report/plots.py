@@ -126,6 +126,7 @@ class Plotter:
     def __init__(self, run_dir: Path):
         self.run_dir = Path(run_dir)
         self.written: list[dict] = []
+        self._taken: set[str] = set()  # the paths written, each once (save)
         self.step: str | None = None
         self.context = ""
         self._marked: tuple[Any, str] | None = None
@@ -152,9 +153,8 @@ class Plotter:
         """Write `fig` as plots/`filename` (atomically) and list it under `title`. A name this run already wrote
         (file_name makes steps "x" and "_x" both "x") takes "-2", "-3", ... before its suffix, which no step name
         has (NAME_RE), so that one step's plot never replaces another's."""
-        taken = {entry["path"] for entry in self.written}
         rel, stem, suffix, n = f"{PLOTS_DIR}/{filename}", Path(filename).stem, Path(filename).suffix, 1
-        while rel in taken:
+        while rel in self._taken:
             n += 1
             rel = f"{PLOTS_DIR}/{stem}-{n}{suffix}"
         try:
@@ -170,6 +170,7 @@ class Plotter:
             entry.update(marked=self._marked[0], mark=self._marked[1])
             self._marked = None
         self.written.append(entry)
+        self._taken.add(rel)
 
     def _not_drawn(self, title: str, exc: Exception):
         """The figure saved in place of one that cannot be drawn: its title, and a note saying why."""

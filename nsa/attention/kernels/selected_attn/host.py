@@ -928,7 +928,7 @@ def host_aot_cases(hpg: int, d: int) -> list:
     lists, which only this choice hands it) and _sel_bwd_delta_zero (ZERO_DQ: the atomic dQ choice; off: "query");
     _sel_cast for bf16 (its rounding written out on int16 bits) and fp16. No products: no tensor cores expected.
     The other kernels' int64-list compiles: aot_cases() (_i64_blocks) and index.aot_cases()."""
-    bf, f32, i32 = "*bf16", "*fp32", "*i32"
+    bf, f32 = "*bf16", "*fp32"
     hpg_pad, block_t = _reduce_tile(hpg)
     cases = []
     for zero in (True, False):

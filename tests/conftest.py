@@ -69,12 +69,16 @@ def _root_logger_put_back():
     file" in the output it checks (a CI run, when the file order put the two in one worker)."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+
+    def ours(handler) -> bool:  # basicConfig's and nsa-train's (a StreamHandler subclass), not pytest's own
+        return isinstance(handler, logging.StreamHandler) and not type(handler).__module__.startswith("_pytest")
+
     yield
     for handler in list(root.handlers):
-        if handler not in handlers and type(handler) is logging.StreamHandler:  # basicConfig's, not pytest's own
+        if handler not in handlers and ours(handler):
             root.removeHandler(handler)
     for handler in handlers:
-        if handler not in root.handlers and type(handler) is logging.StreamHandler:
+        if handler not in root.handlers and ours(handler):
             root.addHandler(handler)
     root.setLevel(level)
 

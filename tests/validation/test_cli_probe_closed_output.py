@@ -18,20 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.validation.test_cli_promises import EXAMPLE, RUNBOOK  # two bench steps in two phases, the example run
+
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "reports" / "examples" / "cpu_smoke" / "results.json"
-WRITE = "import json, sys; open(sys.argv[2], 'w').write(json.dumps({'x': 1}))"
-RUNBOOK = f"""name: unread
-phases:
-  - name: p1
-    steps:
-      - {{name: first, kind: bench, command: [-c, {json.dumps(WRITE)}]}}
-  - name: p2
-    steps:
-      - {{name: second, kind: bench, command: [-c, {json.dumps(WRITE)}]}}
-acceptance:
-  - {{name: second ran, expr: "second.status == 'passed'"}}
-"""
 # README.md, "Exit codes of `nsa-validate run`"
 EXIT = {"GO": 0, "NO-GO": 1, "INCOMPLETE": 3}
 

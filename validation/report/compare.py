@@ -326,12 +326,14 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
             if not mb:
                 continue
             va, vb = _series(Path(dir_a), ma), _series(Path(dir_b), mb)
+            # each side's window figure, as its report shows it: what every row of the launch states
+            fig_a, fig_b = ((window_figure(va, ma.get(METRIC)), window_figure(vb, mb.get(METRIC))) if va and vb
+                            else (None, None))
             # a launch that failed, timed out or hung: what it wrote is no measurement of the configuration
             failed = [f"{side}: {st}" for side, st in (("A", status_a), ("B", status_b)) if st not in (None, "passed")]
             if va and vb and failed:
                 ended.append(f"{label} ({', '.join(failed)})")
-                rows.append({**_untested(label, METRIC, window_figure(va, ma.get(METRIC)),
-                                         window_figure(vb, mb.get(METRIC)), 0.0,
+                rows.append({**_untested(label, METRIC, fig_a, fig_b, 0.0,
                                          f"the launch did not pass ({', '.join(failed)}): its figures decide "
                                          "nothing, never gating"), "verdict": "inconclusive"})
                 continue
@@ -344,20 +346,17 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
                 implausible_rows += 1
                 note = ("a figure of the launch is outside its physical range (" + "; ".join(bad) + "): a bug in "
                         "the measurement, not a result; decides nothing, never gating")
-                rows.append({**_untested(label, METRIC, window_figure(va, ma.get(METRIC)),
-                                         window_figure(vb, mb.get(METRIC)), 0.0, note), "verdict": "inconclusive"})
+                rows.append({**_untested(label, METRIC, fig_a, fig_b, 0.0, note), "verdict": "inconclusive"})
                 continue
             if va and vb and shaken:
                 disturbed_rows += 1
-                row = _untested(label, METRIC, window_figure(va, ma.get(METRIC)), window_figure(vb, mb.get(METRIC)),
-                                0.0,
+                row = _untested(label, METRIC, fig_a, fig_b, 0.0,
                                 "measured while other work used the machine (" + "; ".join(shaken) + "): decides "
                                 "nothing, never gating")
                 rows.append({**row, "verdict": "inconclusive", "disturbed": True})
             elif va and vb:
-                mean_a, mean_b = window_figure(va, ma.get(METRIC)), window_figure(vb, mb.get(METRIC))
-                if mean_a > 0 and mean_b > 0:
-                    units.setdefault(_group(label), []).append((mean_a, mean_b))
+                if fig_a > 0 and fig_b > 0:
+                    units.setdefault(_group(label), []).append((fig_a, fig_b))
                 pending.append((len(rows), label, va, vb, ma, mb, rn))
                 rows.append({"step": label, "metric": METRIC, "tested": True,
                              "note_after": None if rn is not None else UNKNOWN_RUN_NOISE})

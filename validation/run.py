@@ -42,12 +42,12 @@ from validation.launch.processes import end_launches
 from validation.launch.spec import TERM_GRACE_S
 from validation.results import reuse
 from validation.results.run import Step as StepRecord, read_run
-from validation.results.store import (DEFAULT_RUNS, FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, RESULTS_JSON,
-                                      ResultsError, RunDirError, cannot_write, inside_run_dir, load_json, read_results,
-                                      write_results)
+from validation.results.store import (DEFAULT_RUNS, FAILED_STEP_STATUSES, RESULTS_JSON, ResultsError, RunDirError,
+                                      cannot_write, inside_run_dir, load_json, read_results, write_results)
 from validation.runbook.loader import Runbook, RunbookError, load_runbook
 from validation.execution.runner import (Reporter, ResumeError, RunOptions, Runner, check_resume, chosen, judge_resume,
-                                         left_out, no_winner_reason, steps_to_run, stopped_reason, winner_refs)
+                                         kept_if_not_rerun, left_out, no_winner_reason, steps_to_run, stopped_reason,
+                                         winner_refs)
 from validation.runbook.plan import skipped_here
 
 
@@ -291,7 +291,7 @@ def not_run(prepared: Prepared) -> dict[str, str]:
                 stopped_by = (step.name, record.status)
             continue
         earlier = before.get(step.name) or StepRecord()
-        if step.name not in opt.rerun or earlier.status not in FINAL_STEP_STATUSES or earlier.status == "skipped":
+        if step.name not in opt.rerun or not kept_if_not_rerun(earlier):
             earlier = None  # a --rerun step that does not run keeps its earlier result (Runner._keep_earlier)
         if stopped_by is not None:
             reasons[step.name] = stopped_reason(*stopped_by)

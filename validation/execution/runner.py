@@ -300,7 +300,7 @@ class Runner:
                 old = before.steps.get(step.name) or StepRecord()
                 entry["replaced"][step.name] = ReplacedStep(status=old.status, reason=old.reason,  # type: ignore
                                                             started=old.started, duration_s=old.duration_s)
-                if old.status in FINAL_STEP_STATUSES and old.status != "skipped":  # it ran and ended
+                if kept_if_not_rerun(old):
                     self._earlier[step.name] = records[step.name]
                 records[step.name] = self._pending(step)
         if self.opt.rerun:  # a comparison with an earlier run measured the steps replaced now
@@ -550,6 +550,12 @@ def stopped_reason(stopped_by: str, status: str | None) -> str:
     """Why a step after `stopped_by` (a step with on_failure: stop that ended `status`) is not run."""
     how = {"timeout": "timed out", "hang": "hung", "error": "ended in an error"}.get(status, "failed")
     return f"not run: step {stopped_by} {how} and on_failure is stop"
+
+
+def kept_if_not_rerun(record: StepRecord) -> bool:
+    """Whether a step's earlier record stays when --rerun names the step and it then does not run (Runner._kept_or;
+    the dry run: validation.run.not_run): one that ran and ended (a skip measured nothing to keep)."""
+    return record.status in FINAL_STEP_STATUSES and record.status != "skipped"
 
 
 def winner_refs(step: Step) -> list[str]:

@@ -17,12 +17,17 @@ def test_a_command_leaves_a_root_handler_on_a_stream_that_is_then_closed():
     stream.close()  # as pytest closes a test's captured stream
 
 
-def test_the_next_test_logs_without_an_error_on_the_closed_stream(capsys):
+def _logs_without_an_error(capsys) -> None:
+    """No root handler is left on a closed stream, and a record at INFO prints no logging error."""
     root = logging.getLogger()
     closed = [h for h in root.handlers if getattr(getattr(h, "stream", None), "closed", False)]
     assert closed == [], closed
     logging.getLogger("validation.launch").info("launching")
     assert "Logging error" not in capsys.readouterr().err
+
+
+def test_the_next_test_logs_without_an_error_on_the_closed_stream(capsys):
+    _logs_without_an_error(capsys)
 
 
 def test_nsa_trains_own_handler_is_put_back_too():
@@ -41,8 +46,4 @@ def test_nsa_trains_own_handler_is_put_back_too():
 
 
 def test_the_next_test_logs_without_an_error_after_nsa_trains_handler(capsys):
-    root = logging.getLogger()
-    closed = [h for h in root.handlers if getattr(getattr(h, "stream", None), "closed", False)]
-    assert closed == [], closed
-    logging.getLogger("validation.launch").info("launching")
-    assert "Logging error" not in capsys.readouterr().err
+    _logs_without_an_error(capsys)

@@ -152,7 +152,7 @@ import torch
 
 from nsa.attention.kernels.selected_attn import index
 from nsa.attention.kernels.aot import AotCase
-from nsa.attention.kernels.common import LOG2E, TRITON_HEAD_DIMS, LaunchConfig, dot_precision
+from nsa.attention.kernels.common import LOG2E, TRITON_HEAD_DIMS, LaunchConfig, dot_precision, interpreting
 from nsa.attention.kernels.common import index_build as resolve_index_build
 
 _LN2 = 0.6931471805599453
@@ -440,9 +440,12 @@ def _build_index(blocks: torch.Tensor, l_sel: int, qpt_fwd: int, qpt_bwd: int, b
 
     Returns order [pairs] int32 (flat pair index ((b*G + g)*S + t)*n_sel + slot of each pair, sorted by key block,
     empty slots last), pair_t (the query t of each sorted pair) and the forward and backward tile tables. `build`
-    (common.index_build): "auto", "torch" or "triton"; shapes the Triton build cannot index take the torch one.
+    (common.index_build): "auto", "torch" or "triton"; shapes the Triton build cannot index take the torch one, and
+    so do blocks its kernels cannot read (not on a GPU, outside Triton's interpreter: a GPU machine's CPU tensors).
     """
     build = resolve_index_build(build)
+    if build == "triton" and blocks.device.type != "cuda" and not interpreting():
+        build = "torch"
     b, g, s, n_sel = blocks.shape
     if build == "triton" and index.supported(s, n_sel, _cdiv(s, l_sel)) is None:
         return index.build_index(blocks, l_sel, qpt_fwd, qpt_bwd, _n_tiles(b, g, s, n_sel, l_sel, qpt_fwd),

@@ -194,11 +194,13 @@ def test_query_without_blocks_gets_zero_and_no_gradient():
 @pytest.mark.parametrize("per_tile", [1, 3, 10, 64])
 def test_inverted_index_covers_every_pair_once(kind, per_tile):
     """Each non-empty (query, slot) pair lies in exactly one tile; a tile's pairs share its key block; tiles hold
-    at most per_tile pairs; the shape-bounded grid is large enough."""
+    at most per_tile pairs; the shape-bounded grid is large enough. Built where the kernels run (the Triton build
+    on a GPU, the torch one under the interpreter), read back on the CPU."""
     b, g, s, l_sel, n_sel = 2, 2, 150, 16, 5
     blocks = _selection(kind, b, g, s, l_sel, n_sel, seed=per_tile).to(torch.int32)
     nb = -(-s // l_sel)
-    order, pair_t, fwd, bwd = ts._build_index(blocks, l_sel, per_tile, 2 * per_tile)
+    built = ts._build_index(blocks.to(KERNEL_DEVICE).contiguous(), l_sel, per_tile, 2 * per_tile)
+    order, pair_t, fwd, bwd = (t.cpu() for t in built)
     flat_blocks = blocks.reshape(-1)
     n_pairs = int((flat_blocks >= 0).sum())
     assert torch.equal(pair_t.long(), (order.long() // n_sel) % s)
@@ -219,6 +221,17 @@ def test_inverted_index_covers_every_pair_once(kind, per_tile):
         assert bool(used[: int(used.sum())].all()) and bool((key[used][1:] >= key[used][:-1]).all())
     if kind == "popular":  # blocks 1 and 2 are listed by ~every query: their lists span many tiles
         assert int(((fwd[0] % nb == 1) & (fwd[2] > 0)).sum()) > 2
+
+
+def test_index_of_blocks_the_triton_build_cannot_read_takes_the_torch_build(monkeypatch):
+    """CPU blocks outside Triton's interpreter (a GPU machine's CPU tensors, where "auto" is the Triton build):
+    the torch build answers, not a Triton launch that cannot read them (it raised "cpu tensor?" on a GPU)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    blocks = _selection("popular", 1, 2, 90, 16, 4, seed=2).to(torch.int32).contiguous()
+    want = ts._build_index_torch(blocks, 16, 3, 6)
+    for build in ("auto", "triton"):
+        got = ts._build_index(blocks, 16, 3, 6, build)
+        assert all(torch.equal(a, b) for a, b in zip(got, want)), build
 
 
 # The Triton build of the index (selected_attn/index.py) against the torch build, element for element: several chunks

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The next GPU session's script (rewritten 2026-11-28 after the H200 run of reports/gpu/2026-11-28-h200, for issues
-# 31 and 32). From the repository root, outputs under $OUT (at most 8 files come back: each part tars its folder
-# after every step, so a cut call keeps what ran). Calls of at most 10 minutes, in this order:
-#     PART=kernels BUDGET=570 bash reports/gpu/next_run.sh     # ~9.5 min from a cold Triton cache (timeout_s 595)
-#     PART=selection BUDGET=200 bash reports/gpu/next_run.sh   # ~3 min
+# The next GPU session's script (PART=kernels rewritten 2026-11-30 after the H200 run of reports/gpu/2026-11-30-h200,
+# for issues 31 and 32). From the repository root, outputs under $OUT (at most 8 files come back: each part tars its
+# folder after every step, so a cut call keeps what ran). Calls of at most 10 minutes, in this order:
+#     PART=kernels BUDGET=570 bash reports/gpu/next_run.sh     # ~9.5 min (timeout_s 595; a start took ~30 s)
+#     PART=selection BUDGET=200 bash reports/gpu/next_run.sh   # ~3 min (its A/B first: the rest ran 2026-11-30)
 #     PART=trainer BUDGET=540 bash reports/gpu/next_run.sh     # ~9 min
 #     PART=h100 BUDGET=560 bash reports/gpu/next_run.sh        # ~9 min: h100_single whole but its kernel phase
 #     PART=choices BUDGET=560 bash reports/gpu/next_run.sh     # ~9 min: issue 31 items 2.3-2.6's launch choices
@@ -15,12 +15,14 @@
 # nsa-validate script belongs to another Python).
 #
 # PART=kernels
-#   K1  the layer with the qualified range dK/dV choice (w4s1_split, the default since 2026-11-28) against the
-#       shipped one, alternated A B A B, one process per case: S 65,536 B 1 and 2,048 B 8, forward and backward
-#       (bench_attention.py --dkdv-choice; the branch-level A/B was tune_kernels' 0.58x and 0.88x);
 #   K2  runbooks/gpu_kernels.yaml without its trainer phase (--skip trainer_bench): the kernel tests each file in
-#       its own process, memcheck of every kernel, the layer against dense, and the roofline profile, with the new
-#       default. Expected verdict: INCOMPLETE on the skipped trainer criterion alone, every kernel criterion passed.
+#       its own process, memcheck of every kernel, the layer against dense, and the roofline profile (7 min 40 s on
+#       the H200 on 2026-11-30, where every criterion passed but the kernel tests': 12 tests of
+#       test_triton_selected.py built the index from CPU tensors, fixed since). Expected verdict: INCOMPLETE on the
+#       skipped trainer criterion alone, every kernel criterion passed.
+#   K3  (the time left) PART=selection's A/B of the topk choice (below), which did not fit on 2026-11-30.
+#   (K1, the range dK/dV default w4s1_split in the whole layer against the shipped tile, alternated: done on
+#   2026-11-30, faster in both rounds at 65,536 B 1, 0.807 and 0.803 of fwd+bwd, and 2,048 B 8, 0.834 and 0.909.)
 # PART=selection (issue 31 item 2.2: the packed-key topk choice, nsa.attention.selection.TOPK_CHOICE: the keys
 #       kernel, torch.topk and, since 2026-11-29, _blocksel_finish_kernel for the kept indices; against the
 #       full sort; the default stays "sort" until this qualifies it)
@@ -97,31 +99,32 @@ step() {
   python3 -c "from validation.version import source_digest; print('source digest', source_digest())"
 } > "$OUT/env.txt" 2>&1
 
+# the packed-key topk choice against the full sort: the selection alone, then the layer, alternated (step prefix $1)
+topk_ab() {
+  local pre=$1 dir=$2
+  step "${pre}_topk_ab" 90 $dir python3 benchmarks/bench_selection.py --topk-ab --device cuda --seq-lens 2048,16384,65536 \
+      --repeats 11 --json $dir/topk_ab.json
+  for round in 1 2; do for choice in sort topk; do
+    step "${pre}_layer_${choice}_r${round}_65536" 30 $dir python3 benchmarks/bench_attention.py --device cuda --dtype bf16 \
+        --shape m7c --paths nsa-triton --seq-lens 65536 --batch 1 --topk-choice $choice --repeats 5 --warmup 2 \
+        --json $dir/layer_${choice}_r${round}_65536.json
+  done; done
+}
+
 if [ "$PART" = kernels ]; then
   K=$W/kernels
-  for round in 1 2; do
-    # round 1 compiles each choice's kernels from a cold Triton cache (tens of seconds): a wider limit, not a wait
-    long=$(( round == 1 ? 90 : 30 )); short=$(( round == 1 ? 60 : 25 ))
-    for choice in shipped auto; do
-      step "K1_layer_${choice}_r${round}_65536" $long $K python3 benchmarks/bench_attention.py --device cuda --dtype bf16 \
-          --shape m7c --paths nsa-triton --seq-lens 65536 --batch 1 --dkdv-choice $choice --repeats 5 --warmup 2 \
-          --json $K/layer_${choice}_r${round}_65536.json
-      step "K1_layer_${choice}_r${round}_2048b8" $short $K python3 benchmarks/bench_attention.py --device cuda --dtype bf16 \
-          --shape m7c --paths nsa-triton --seq-lens 2048 --batch 8 --dkdv-choice $choice --repeats 5 --warmup 2 \
-          --json $K/layer_${choice}_r${round}_2048b8.json
-    done
-  done
   RD=artifacts/validate/gk
   if [ -f $RD/results.json ]; then MODE="--resume $RD"; else MODE="--out $RD"; fi
-  step K2_gpu_kernels 420 $K python3 -m validation.cli run runbooks/gpu_kernels.yaml --skip trainer_bench $MODE
-  for f in report.md results.json junit.xml layer_bench.json layer_profile.json; do
-    find $RD -name "$f" -maxdepth 3 -exec cp {} $K/ \; 2>/dev/null
-  done
+  step K2_gpu_kernels 480 $K python3 -m validation.cli run runbooks/gpu_kernels.yaml --skip trainer_bench $MODE
+  for f in report.md results.json junit.xml; do cp $RD/$f $K/ 2>/dev/null; done
+  for f in layer_bench layer_profile; do cp $RD/$f/bench.json $K/$f.json 2>/dev/null; done
   tar czf "$OUT/kernels.tgz" -C $W kernels
+  topk_ab K3 $K
 fi
 
 if [ "$PART" = selection ]; then
   K=$W/selection; mkdir -p $K
+  topk_ab S3 $K  # first: tests and memcheck ran clean on the H200 on 2026-11-30, the A/B did not fit
   step S1_test_selection_topk 40 $K python3 -m pytest -q -p no:cacheprovider tests/nsa/attention/test_selection_topk.py
   step S1_test_triton_selection_topk 60 $K python3 -m pytest -q -p no:cacheprovider \
       tests/nsa/attention/kernels/test_triton_selection_topk.py
@@ -133,13 +136,6 @@ selection.TOPK_CHOICE = 'topk'; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovi
         "import sys; from nsa.attention import selection; selection.TOPK_CHOICE = 'topk'; \
 from nsa.attention.kernels import qualify; sys.exit(qualify.main(['--dtype', 'bf16', '--seq-len', '$s', '--hpg', '$h', \
 '--kernels', 'select,sel_kv']))"
-  done; done
-  step S3_topk_ab 90 $K python3 benchmarks/bench_selection.py --topk-ab --device cuda --seq-lens 2048,16384,65536 \
-      --repeats 11 --json $K/topk_ab.json
-  for round in 1 2; do for choice in sort topk; do
-    step "S3_layer_${choice}_r${round}_65536" 30 $K python3 benchmarks/bench_attention.py --device cuda --dtype bf16 \
-        --shape m7c --paths nsa-triton --seq-lens 65536 --batch 1 --topk-choice $choice --repeats 5 --warmup 2 \
-        --json $K/layer_${choice}_r${round}_65536.json
   done; done
 fi
 

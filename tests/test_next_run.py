@@ -258,6 +258,26 @@ def test_an_unknown_part_is_refused(tmp_path):
     assert proc.returncode == 2 and "PART=kernel: expected kernels" in proc.stderr
 
 
+
+def test_a_second_kernels_call_on_the_warm_machine_resumes_the_runbook_without_the_ab(tmp_path):
+    """PART=kernels runs the topk A/B (K3) and then gpu_kernels.yaml (K2); a second call finds K3's last file in
+    its folder and goes straight to K2 (which --resume continues), so that the A/B does not eat the call again."""
+    def steps():
+        argv = tmp_path / "argv"
+        env = {**os.environ, "PART": "kernels", "OUT": str(tmp_path / "out"), "W": str(tmp_path / "w"),
+               "DRY": str(argv), "BUDGET": "100000"}
+        proc = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        names = [f.stem.split("_", 1)[1] for f in sorted(argv.glob("*.argv"))]
+        for f in argv.glob("*.argv"):
+            f.unlink()
+        return names
+
+    first = steps()
+    assert first[0] == "K3_topk_ab" and first[-1] == "K2_gpu_kernels" and len(first) == 6, first
+    (tmp_path / "w" / "kernels" / "layer_topk_r2_65536.json").write_text("{}")
+    assert steps() == ["K2_gpu_kernels"]
+
 BROKEN = [
     (["python3", "benchmarks/bench_attention.py", "--device", "cuda", "--dkdv-choice", "w4s1_splt"], "exit 2"),
     (["python3", "benchmarks/bench_attention.py", "--device", "cuda", "--seqlens", "2048"], "exit 2"),

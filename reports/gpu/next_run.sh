@@ -8,19 +8,23 @@
 #     PART=h100 BUDGET=560 bash reports/gpu/next_run.sh        # ~9 min: h100_single whole but its kernel phase
 #     PART=choices BUDGET=560 bash reports/gpu/next_run.sh     # ~9 min: issue 31 items 2.3-2.6's launch choices
 #                                                              # (what does not fit in BUDGET is skipped and logged)
-# 15 minutes of device time hold PART=kernels and a start; PART=trainer waits for the next GPU session (or follows
-# on the same warm machine where time is left). A second PART=kernels call on a warm machine
+# 15 minutes of device time hold PART=kernels twice and a start; PART=trainer waits for the next GPU session (or
+# follows on the same warm machine where time is left). A second PART=kernels call on a warm machine
 # continues its runbook (--resume). A step starts only when its time is left (never cut short to fit another);
 # what was skipped says so in log.txt. The runbook runs through `python3 -m validation.cli` (the image's
 # nsa-validate script belongs to another Python).
 #
 # PART=kernels
+#   K3  PART=selection's A/B of the topk choice (below), which did not fit on 2026-11-30: the selection alone, then
+#       the layer, alternated (~2.5 min). First, as the largest pending forward change: at 65,536 on the H200 the
+#       sort choice's radix sort took 3.2 of the forward's 17.2 ms, and aten glue 4.6 ms, the sort choice's `where`
+#       and fill passes among it, which the topk choice does not launch (reports/gpu/2026-11-30-h200).
 #   K2  runbooks/gpu_kernels.yaml without its trainer phase (--skip trainer_bench): the kernel tests each file in
 #       its own process, memcheck of every kernel, the layer against dense, and the roofline profile (7 min 40 s on
 #       the H200 on 2026-11-30, where every criterion passed but the kernel tests': 12 tests of
 #       test_triton_selected.py built the index from CPU tensors, fixed since). Expected verdict: INCOMPLETE on the
-#       skipped trainer criterion alone, every kernel criterion passed.
-#   K3  (the time left) PART=selection's A/B of the topk choice (below), which did not fit on 2026-11-30.
+#       skipped trainer criterion alone, every kernel criterion passed. It does not finish in the first call after
+#       K3: a second PART=kernels call on the warm machine (~4 min) resumes it and skips K3.
 #   (K1, the range dK/dV default w4s1_split in the whole layer against the shipped tile, alternated: done on
 #   2026-11-30, faster in both rounds at 65,536 B 1, 0.807 and 0.803 of fwd+bwd, and 2,048 B 8, 0.834 and 0.909.)
 # PART=selection (issue 31 item 2.2: the packed-key topk choice, nsa.attention.selection.TOPK_CHOICE: the keys
@@ -113,13 +117,14 @@ topk_ab() {
 
 if [ "$PART" = kernels ]; then
   K=$W/kernels
+  # first: the pending default change the most forward time hangs on (a second call on the warm machine skips it)
+  [ -f $K/layer_topk_r2_65536.json ] || topk_ab K3 $K
   RD=artifacts/validate/gk
   if [ -f $RD/results.json ]; then MODE="--resume $RD"; else MODE="--out $RD"; fi
   step K2_gpu_kernels 480 $K python3 -m validation.cli run runbooks/gpu_kernels.yaml --skip trainer_bench $MODE
   for f in report.md results.json junit.xml; do cp $RD/$f $K/ 2>/dev/null; done
   for f in layer_bench layer_profile; do cp $RD/$f/bench.json $K/$f.json 2>/dev/null; done
   tar czf "$OUT/kernels.tgz" -C $W kernels
-  topk_ab K3 $K
 fi
 
 if [ "$PART" = selection ]; then

@@ -1,8 +1,8 @@
 """The version of nsa-validate and the git commit of the source tree it runs from (`nsa-validate --version`,
 results.json "tool").
 
-The version is the installed distribution's (pyproject.toml `version`), "unknown" when the package runs from a
-source tree that was never installed. The git sha is HEAD of the checkout whose root holds this package (an
+The version is the source tree's (pyproject.toml `version`, beside the package in a checkout or a copy on
+PYTHONPATH, installed or not), else the installed distribution's, "unknown" when neither names one. The git sha is HEAD of the checkout whose root holds this package (an
 editable install or a clone on PYTHONPATH), "unknown" outside one: a package copied into site-packages reports no
 commit, even when site-packages itself lies inside some other git checkout.
 
@@ -27,8 +27,32 @@ DIGEST_FILES = ("pyproject.toml",)
 DIGEST_SUFFIXES = (".py", ".yaml", ".yml", ".toml", ".j2", ".json", ".cfg", ".sh", ".txt", ".css", ".js")
 
 
+def _source_tree_version(root: Path) -> str | None:
+    """The `version` of root/pyproject.toml's [project] table when that project is this distribution, else None.
+    Read line by line (tomllib is Python 3.11+): `name = "..."` and `version = "..."` as pyproject.toml writes them."""
+    try:
+        lines = (root / "pyproject.toml").read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    table, fields = None, {}
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if line.startswith("["):
+            table = line
+        elif table == "[project]" and "=" in line:
+            key, value = (part.strip() for part in line.split("=", 1))
+            if key in ("name", "version") and len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+                fields[key] = value[1:-1]
+    return fields.get("version") if fields.get("name") == DISTRIBUTION else None
+
+
 def version() -> str:
-    """The installed distribution's version, or "unknown"."""
+    """The version of the source tree this package runs from (its pyproject.toml, at the root of a checkout or of a
+    copy on PYTHONPATH, installed or not: what runs is that tree), else the installed distribution's, else
+    "unknown"."""
+    found = _source_tree_version(SOURCE_ROOT)
+    if found:
+        return found
     try:
         return importlib.metadata.version(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:

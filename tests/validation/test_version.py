@@ -3,8 +3,8 @@ outside a git checkout, and for a package that merely lies inside some other che
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -23,10 +23,7 @@ def _git(*args: str, cwd: Path) -> str:
 def test_version_prints_the_version_and_the_checkout_sha(cli):
     proc = cli("--version")
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-    try:
-        version = importlib.metadata.version("nsa-validate")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
+    version = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), flags=re.M)[1]
     try:
         sha = _git("rev-parse", "HEAD", cwd=REPO)
         dirty = bool(_git("status", "--porcelain", "--untracked-files=no", cwd=REPO))
@@ -68,3 +65,28 @@ def test_version_loads_no_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-1] == "[]"
+
+
+def _version_of_a_copy(root: Path, pyproject: str | None) -> str:
+    """version() of validation/version.py copied to root/pkg/validation/version.py, beside `pyproject` as
+    root/pkg/pyproject.toml (none if None), never installed there; run without site-packages (-S)."""
+    package = root / "pkg" / "validation"
+    package.mkdir(parents=True)
+    shutil.copy(VERSION_PY, package / "version.py")
+    if pyproject is not None:
+        (root / "pkg" / "pyproject.toml").write_text(pyproject)
+    code = "from validation.version import version; print(version())"
+    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=root, env={"PATH": "/usr/bin:/bin",
+                         "PYTHONPATH": str(root / "pkg")}, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_a_source_tree_that_was_never_installed_reports_its_own_version(tmp_path):
+    """As on a GPU machine that runs the project from a copy on PYTHONPATH: the tree's pyproject.toml says which
+    version runs (its report said "nsa-validate unknown"); another project's pyproject.toml, or none, does not."""
+    ours = '[build-system]\nrequires = ["setuptools"]\n\n[project]\nname = "nsa-validate"  # the tool\nversion = "9.8.7"\n'
+    assert _version_of_a_copy(tmp_path / "a", ours) == "9.8.7"
+    assert _version_of_a_copy(tmp_path / "b", ours.replace('"nsa-validate"', '"other"')) == "unknown"
+    assert _version_of_a_copy(tmp_path / "c", '[tool.x]\nname = "nsa-validate"\nversion = "1.0"\n') == "unknown"
+    assert _version_of_a_copy(tmp_path / "d", None) == "unknown"

@@ -25,9 +25,9 @@ The command that reproduces the figures is printed first. This is a benchmark, n
 `--check` turns a missed target into exit code 1.
 
 Targets (the issue's): on CPU (small shape, fp32, torch kernels) >= 7,000 tok/s forward+backward at S=2048,
-time(16384) / time(4096) <= 6, peak < 8 GB at 16384. On one H100 (bf16, m7c shape, Triton kernels): at S=65,536
-forward >= 5x faster than dense and forward+backward >= 3x faster, peak memory <= 2x dense; at S=2048
-forward+backward within 1.5x of dense.
+time(16384) / time(4096) <= 6, peak < 8 GB at 16384. On one H100 (bf16, m7c shape, Triton kernels; issue 31's):
+at S=65,536 forward+backward >= 4x faster than dense and forward >= 3x faster, peak memory within 1.5x dense (a
+guard); at S=2048 forward+backward within 1.5x of dense, at the batch the run measured (the issue asks B 1 and B 8).
 
 `auto` (NSAConfig.kernel) never picks FlexAttention today: nothing has measured it on a GPU. Before auto may pick it
 at a length, the nsa-flex row of the CUDA command above must be faster (forward+backward median) than nsa-triton at
@@ -281,14 +281,14 @@ def targets(results: dict, args, paths: list[str]) -> list[tuple[str, str, bool]
             checks.append(("S=16384 peak < 8 GB", f"{p16:.2f} GB", p16 < 8))
     if args.device == "cuda" and "nsa-triton" in paths:
         nsa, dense = get("nsa-triton", 65536), get("dense", 65536)
-        for mode, factor in (("fwd", 5.0), ("fwdbwd", 3.0)):
+        for mode, factor in (("fwd", 3.0), ("fwdbwd", 4.0)):
             a, b = median(nsa, mode), median(dense, mode)
             if a and b:
                 checks.append((f"S=65536 {mode}: NSA >= {factor:g}x faster than dense", f"{b / a:.2f}x",
                                b / a >= factor))
         if nsa.get("peak_gb") and dense.get("peak_gb"):
             ratio = nsa["peak_gb"] / dense["peak_gb"]
-            checks.append(("S=65536 peak memory <= 2x dense", f"{ratio:.2f}x", ratio <= 2.0))
+            checks.append(("S=65536 peak memory <= 1.5x dense", f"{ratio:.2f}x", ratio <= 1.5))
         a, b = median(get("nsa-triton", 2048), "fwdbwd"), median(get("dense", 2048), "fwdbwd")
         if a and b:
             checks.append(("S=2048 fwd+bwd within 1.5x of dense", f"{a / b:.2f}x dense time", a / b <= 1.5))

@@ -84,9 +84,24 @@ def test_cuda_targets_are_dense_over_nsa_for_faster():
     dense = _case("dense", 65536, (0.060, 0.060, 0.060), (0.060, 0.060, 0.060))
     checks = {name: (value, ok) for name, value, ok in
               bench.targets({("nsa-triton", 65536): nsa, ("dense", 65536): dense}, Args, ["nsa-triton", "dense"])}
-    assert checks["S=65536 fwd: NSA >= 5x faster than dense"] == ("6.00x", True)
-    assert checks["S=65536 fwdbwd: NSA >= 3x faster than dense"] == ("4.00x", True)
-    assert checks["S=65536 peak memory <= 2x dense"] == ("1.00x", True)
+    assert checks["S=65536 fwd: NSA >= 3x faster than dense"] == ("6.00x", True)
+    assert checks["S=65536 fwdbwd: NSA >= 4x faster than dense"] == ("4.00x", True)
+    assert checks["S=65536 peak memory <= 1.5x dense"] == ("1.00x", True)
+
+
+def test_cuda_targets_are_the_kernel_issues():
+    """Issue 31's targets at 65,536: forward+backward >= 4x dense, forward >= 3x, peak memory within 1.5x dense;
+    a 4.5x forward meets its target, 3.5x forward+backward and 1.6x the memory do not."""
+    class Args:
+        device, dtype, shape = "cuda", "bf16", "m7c"
+
+    nsa = {**_case("nsa-triton", 65536, (0.010, 0.010, 0.010), (0.030, 0.030, 0.030)), "peak_gb": 1.6}
+    dense = {**_case("dense", 65536, (0.045, 0.045, 0.045), (0.095, 0.095, 0.095)), "peak_gb": 1.0}
+    checks = {name: (value, ok) for name, value, ok in
+              bench.targets({("nsa-triton", 65536): nsa, ("dense", 65536): dense}, Args, ["nsa-triton", "dense"])}
+    assert checks == {"S=65536 fwd: NSA >= 3x faster than dense": ("4.50x", True),
+                      "S=65536 fwdbwd: NSA >= 4x faster than dense": ("3.50x", False),
+                      "S=65536 peak memory <= 1.5x dense": ("1.60x", False)}
 
 
 @pytest.mark.parametrize("argv", [["--quick"], ["--device", "cuda", "--seq-lens", "65536", "--paths", "nsa-triton"]])

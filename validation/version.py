@@ -34,16 +34,19 @@ def _source_tree_version(root: Path) -> str | None:
         lines = (root / "pyproject.toml").read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return None
-    table, fields = None, {}
+    table, name, found = None, None, None
     for line in lines:
         line = line.split("#", 1)[0].strip()
         if line.startswith("["):
             table = line
         elif table == "[project]" and "=" in line:
             key, value = (part.strip() for part in line.split("=", 1))
-            if key in ("name", "version") and len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-                fields[key] = value[1:-1]
-    return fields.get("version") if fields.get("name") == DISTRIBUTION else None
+            text = value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'" else None
+            if key == "name":
+                name = text
+            elif key == "version":
+                found = text
+    return found if name == DISTRIBUTION else None
 
 
 def version() -> str:

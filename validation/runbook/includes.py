@@ -2,7 +2,7 @@
 runbook can be the first phase of another from one source (runbooks/gpu_kernels.yaml in h100_single.yaml).
 
     phases:
-      - include: gpu_kernels.yaml      # a path relative to this runbook's directory
+      - include: gpu_kernels.yaml      # a path relative to this runbook's directory (a symlink's target's)
       - name: throughput
         steps: [...]
 
@@ -23,7 +23,9 @@ before any --set is applied (so --set steps.NAME... reaches its steps too):
   tests/validation/kinds/test_gpu_kernels.py checks that this is the only difference. An error about a value a step
   carries names the line of its own runbook's defaults that gives it (schema.Carried).
 Its name, description and any key but phases, acceptance, recommend, defaults and requirements are not used.
-Includes nest; a runbook that includes itself, directly or not, is an error.
+Includes nest; a runbook that includes itself, directly or not (through a symlink too), is an error. A relative
+include is read beside the runbook file itself: for a runbook reached through a symlink (the command line's, or an
+include's), beside the link's target, so that one file means the same wherever a link to it lies.
 """
 
 from __future__ import annotations
@@ -66,6 +68,14 @@ def expand_includes(raw: Any, lines: dict[tuple, int], path: str | Path,
             _validated.clear()
 
 
+def _folder(path: str | Path) -> Path:
+    """The directory an include of runbook `path` is relative to: the one the runbook file is in, a symlink to it
+    followed (a runbook is its target, as the cycle check and the once-only validation take it: its includes mean
+    the same wherever a link to it lies)."""
+    path = Path(path)
+    return path.resolve().parent if path.is_symlink() else path.parent
+
+
 def _is_include(item: Any) -> bool:
     return isinstance(item, dict) and KEY in item
 
@@ -89,7 +99,7 @@ def _expand(raw: dict, lines: dict[tuple, int], path: str | Path, validate) -> t
         name = item[KEY]
         if not isinstance(name, str) or not name:
             raise ctx.error(where, "expected the path of a runbook, relative to this one's directory")
-        file = Path(name) if Path(name).is_absolute() else Path(path).parent / name
+        file = Path(name) if Path(name).is_absolute() else _folder(path) / name
         try:
             found = file.is_file()
             what = "is a directory, not a runbook file" if not found and file.is_dir() else "no such runbook"

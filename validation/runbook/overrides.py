@@ -12,6 +12,7 @@ import yaml
 
 from nsa.training.config import YAML_ERRORS, DuplicateKeyError
 from nsa.training.config import brief as _brief
+from nsa.training.flags import flag_specs
 from validation.runbook.schema import (Ctx, EnvTextError, RunbookError, check_nodes,
                                        did_you_mean, env_text_problem, printable, show)
 from validation.runbook.model import Overridden
@@ -24,8 +25,10 @@ def apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
     (phases.baseline.steps.baseline.args.steps=30), or steps.NAME.... for a step wherever it is
     (steps.baseline.args.steps=30). A key that holds a dot itself, a sweep's or scan's setting, is one key of the
     path: steps.bucket_sweep.matrix.env.NSA_DDP_BUCKET_MB=[25, 50] (the matrix's key env.NSA_DDP_BUCKET_MB, or a
-    new env.X or args.y in a mapping of such keys). The value is read as YAML (30 is a number, "30" a string). The
-    path and the value are validated like the file's own text; an error names the --set (Ctx.overrides)."""
+    new env.X or args.y in a mapping of such keys). The value is read as YAML (30 is a number, "30" a string); an
+    environment value, or a trainer flag's free text (args.data_path), is the text as typed where YAML would read
+    another (010, on, ~). The path and the value are validated like the file's own text; an error names the --set
+    (Ctx.overrides)."""
     key, sep, value_text = item.partition("=")
     if not sep or not key:
         raise RunbookError(f"--set {printable(item)}: expected KEY=VALUE, e.g. steps.baseline.args.steps=20")
@@ -83,7 +86,8 @@ def apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
                            "change it in the runbook file")
     typed = key.split(".")  # the key as written (steps.NAME... unexpanded), its last key `part`
     node[part] = _value(value_text, item, tuple(typed[:len(typed) - (len(parts) - i)]) + (part,), ctx,
-                        env=path[-1:] == ("env",) or part.startswith("env."))
+                        env=path[-1:] == ("env",) or part.startswith("env."),
+                        text_flag=path[-1:] == ("args",) and _text_flag(part))
     ctx.overrides.append((path + (part,), item))
     ctx.set_keys.append((path + (part,), item))
     return raw
@@ -104,11 +108,12 @@ def _key_width(node: dict, parts: list[str], i: int) -> int:
     return 1
 
 
-def _value(value_text: str, item: str, typed_path: tuple, ctx: Ctx, env: bool) -> Any:
+def _value(value_text: str, item: str, typed_path: tuple, ctx: Ctx, env: bool, text_flag: bool = False) -> Any:
     """The value of a --set, read as YAML. An environment value (`env` true: a key of an env mapping, or an env.X
-    setting) that YAML would read as another text is the text as typed (010 stays "010", yes "yes"); a mapping or
-    list holding environment values that YAML reads so ({NCCL_X: 010}, a matrix's [010, 20]) is refused as in the
-    file, naming the --set (`typed_path`: the key as written, for the message)."""
+    setting) that YAML would read as another text is the text as typed (010 stays "010", yes "yes"), and so is a
+    trainer argument whose flag takes free text (`text_flag`: args.data_path=010 stays "010", not the path "8"); a
+    mapping or list holding environment values that YAML reads so ({NCCL_X: 010}, a matrix's [010, 20]) is refused
+    as in the file, naming the --set (`typed_path`: the key as written, for the message)."""
     try:
         value = yaml.safe_load(value_text)
     except YAML_ERRORS:
@@ -116,6 +121,8 @@ def _value(value_text: str, item: str, typed_path: tuple, ctx: Ctx, env: bool) -
     setting = typed_path[-1].startswith("env.")  # a sweep's or scan's env.X: a value or a list of values
     if env and env_text_problem(value_text, value) and not (setting and isinstance(value, list)):
         return value_text.strip()  # an environment value as typed: 010 stays "010" (YAML would read 8), yes "yes"
+    if text_flag and not isinstance(value, (list, dict)) and env_text_problem(value_text, value):
+        return value_text.strip()  # a path flag's value as typed: 010 stays "010"
     try:  # a mapping or list holding environment values ({NCCL_X: 010}): refused as in the file, naming the --set
         node = yaml.compose(value_text, Loader=yaml.SafeLoader)
         if node is not None:
@@ -129,6 +136,12 @@ def _value(value_text: str, item: str, typed_path: tuple, ctx: Ctx, env: bool) -
     except YAML_ERRORS:
         pass  # not YAML: the value is the text (above)
     return value
+
+
+def _text_flag(key: str) -> bool:
+    """Whether trainer flag `key` (an args key: data_path or data-path) takes free text (a path): no choices."""
+    spec = flag_specs().get(key.replace("_", "-"))
+    return spec is not None and spec.type is str and not spec.switch and spec.choices is None
 
 
 def override_notes(kinds: Mapping[str, StepKind], file_raw: Any, ctx: Ctx) -> tuple[Overridden, ...]:

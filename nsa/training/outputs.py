@@ -10,12 +10,16 @@
                             changed since that commit), NSA_*/NCCL_*/TORCH_* vars
     config.yaml             the resolved run config
     status.json             how the run ended: completed | halted | terminated | nonfinite | crashed ("phase":
-                            "start-up" when it failed before its first step), its step, checkpoint_step (the latest
+                            "start-up" when it failed, or a KeyboardInterrupt ended it ("terminated"), before its
+                            first step; a SIGTERM or SIGINT during start-up stops the run at its first step, with a
+                            checkpoint, as in the loop), its step, checkpoint_step (the latest
                             complete checkpoint, where --resume continues; null when none), its notes. A run
                             stopped on a non-finite loss or gradient writes no checkpoint (its parameters were not
                             checked since their last update): the latest one stays the last good state, and the
                             reason names its step
     *.csv.damaged-<time>    a training.csv / val.csv a resume found damaged, as it was (CsvLog)
+    error_rank{r}.txt       a failed rank's traceback, in the loop or at start-up (none for a KeyboardInterrupt
+                            at start-up)
     checkpoints/step_N/     checkpoints (nsa.training.checkpoint)
     sdpa_audit.json         NSA_SDPA_AUDIT=1: SDPA backend per call site (rank 0)
     stackdump_rank{r}*.txt  SIGUSR1 stack dumps

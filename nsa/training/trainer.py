@@ -133,12 +133,19 @@ class Trainer:
         except BaseException as exc:
             self._setup_failed(exc)
             raise
+        # the stop handlers, installed for the start-up, are installed again by run(); a SIGTERM or SIGINT received
+        # meanwhile stays requested (self.control.stop_signal), and the first step stops the run on every rank
+        self.control.uninstall()
 
     def _setup(self, cfg: RunConfig, config_path: str, resume: bool, argv) -> None:
         """Everything after the boot heartbeat: model, wrapping, optimizer, data, resume, the run's files. A failure
         here is recorded (heartbeat "error", status.json) by __init__ before it propagates."""
         info, tg, tc = self.info, self.tg, cfg.train
         self.control = RunControl(self.out, info.rank, tg.fault)
+        # SIGTERM / SIGINT from here on request a stop, as in the loop (the first step agrees on it on every rank,
+        # saves a checkpoint and ends "terminated"), instead of ending the rank with its status.json unwritten or
+        # "running" (the model build, a checkpoint load, the wrapping and the data source may take minutes)
+        self.control.install()
 
         # model, wrapping, optimizer
         torch.manual_seed(tc.seed)
@@ -246,7 +253,6 @@ class Trainer:
         if info.is_main:
             if self.start_step > 0:
                 self._say_config_changes(cfg)
-            save_config(cfg, self.out / outputs.CONFIG_YAML)
             env = outputs.environment(cfg.to_dict(), config_path, info.world_size, self.device, argv)
             env.update({"nodes": nodes, "nnodes": len(nodes)})
             env.update({"parallel": self.parallel, "n_params": self.n_params,
@@ -260,7 +266,6 @@ class Trainer:
                         "cuda_graphs": self.graphed.describe() if self.graphed is not None else {"enabled": False},
                         "optimizer": {"name": "AdamW",
                                       "fused": bool(self.optimizer.param_groups[0].get("fused"))}})
-            outputs.write_json(self.out / outputs.ENV_JSON, env)
             resume_at = self.start_step if resume else None
             self.csv = outputs.CsvLog(self.out / outputs.TRAINING_CSV, columns, resume_step=resume_at)
             # a resume drops the val.csv rows written after its checkpoint even with evaluation now off: they
@@ -273,6 +278,12 @@ class Trainer:
                     self.say(f"--resume: {log_file.path.name} was damaged: {log_file.dropped} damaged row(s) (cut "
                              f"short, another number of cells, or no readable step) were dropped; the file as it was is {log_file.kept_aside.name}")
             self.tb = self._tensorboard()
+            # config.yaml and env.json last, once every other part of the start-up has passed: a launch that fails
+            # at start-up (a --resume whose training.csv or val.csv cannot be read) leaves the run's own as they
+            # were, those of the run its checkpoint and rows come from, which the next --resume compares its config
+            # with; not this failed launch's config beside that run's checkpoint and rows
+            save_config(cfg, self.out / outputs.CONFIG_YAML)
+            outputs.write_json(self.out / outputs.ENV_JSON, env)
             self._status("running", None, self.start_step)
 
     # a resumed run's keys that may differ from the earlier run's without a word: how long it runs, what it records
@@ -314,32 +325,45 @@ class Trainer:
 
     def _setup_failed(self, exc: BaseException) -> None:
         """A failure after the boot heartbeat (a damaged checkpoint, a kernel this device cannot run, out of memory):
-        the heartbeat ends with "error" and status.json says "crashed" at start-up, so that a watchdog and the
-        validation suite read a run that ended, not one that stalled at boot. Rank 0 writes this run's summary.json
-        ("crashed", no step) and timeline.json (the milestones it reached) as at the end of every run, so that
-        all three agree: an earlier run's, left for --resume, are replaced, and a fresh run has its own. The
-        exception propagates (nsa.training.cli: exit 2 or 1)."""
+        the rank writes error_rank{r}.txt (its traceback, as a failure in the loop does: the validation suite's
+        diagnosis names the failing rank and its error from it), the heartbeat ends with "error" and status.json
+        says "crashed" at start-up, so that a watchdog and the validation suite read a run that ended, not one that
+        stalled at boot. Rank 0 writes this run's summary.json ("crashed", no step) and timeline.json (the
+        milestones it reached) as at the end of every run, so that all three agree: an earlier run's, left for
+        --resume, are replaced, and a fresh run has its own. A KeyboardInterrupt (a Ctrl-C before the stop handlers
+        are installed, or a second one) is no failure of the run: "terminated" at start-up, the heartbeat ends with
+        "stop", and no error file. The exception propagates (nsa.training.cli: exit 2 or 1)."""
         error = f"{type(exc).__name__}: {exc}"
+        interrupted = isinstance(exc, KeyboardInterrupt)
         step = max(self.start_step, self.boot_step)  # the step the run had reached (a resume's checkpoint)
-        with contextlib.suppress(Exception):  # recording the failure must not hide it
-            self.heartbeat.write(step, "error", error=error, phase="start-up")
+        if not interrupted:
+            with contextlib.suppress(Exception):  # recording the failure must not hide it
+                outputs.atomic_write_text(self.out / f"error_rank{self.info.rank}.txt",
+                                          "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        status = "terminated" if interrupted else "crashed"
+        reason = f"start-up: interrupted ({type(exc).__name__})" if interrupted else f"start-up: {error}"
+        with contextlib.suppress(Exception):
+            if interrupted:
+                self.heartbeat.write(step, "stop", reason=reason, phase="start-up")
+            else:
+                self.heartbeat.write(step, "error", error=error, phase="start-up")
             self.heartbeat.close()
         with contextlib.suppress(Exception):
-            self._status("crashed", f"start-up: {error}", step, phase="start-up")
+            self._status(status, reason, step, phase="start-up")
         with contextlib.suppress(Exception):
-            self._startup_failure_files()
+            self._startup_failure_files(status)
         with contextlib.suppress(Exception):
             self.control.uninstall()
 
-    def _startup_failure_files(self) -> None:
-        """summary.json and timeline.json (rank 0) of a run that failed at start-up: as _finish_files writes them
-        at the end of a run, without the printed block (the error is what is said)."""
+    def _startup_failure_files(self, status: str = "crashed") -> None:
+        """summary.json and timeline.json (rank 0) of a run that failed (or was interrupted) at start-up: as
+        _finish_files writes them at the end of a run, without the printed block (the error is what is said)."""
         if not self.info.is_main:
             return
         detail = memory_detail_gb(self.device)
         self.summary.set_peaks(detail["peak_alloc"], detail["peak_reserved"])
         outputs.write_json(self.out / outputs.SUMMARY_JSON,
-                           self.summary.build("crashed", self.comm, self.comm_counted_by, self.comm_prediction,
+                           self.summary.build(status, self.comm, self.comm_counted_by, self.comm_prediction,
                                               self.memory_prediction))
         self._write_timeline()
 
@@ -527,12 +551,12 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> int:
+        self.control.install()  # first: the gap since the start-up's handlers were uninstalled stays short
         tc, info = self.cfg.train, self.info
         tokens_per_step = info.world_size * tc.batch_size * tc.accum * tc.seq_len
         self.say(f"model: {self.n_params / 1e6:.2f}M parameters, {self.flops_per_token / 1e9:.3f} GFLOP/token "
                  f"(training, seq {tc.seq_len}); {self.parallel} x {info.world_size} on {device_name(self.device)}; "
                  f"{tokens_per_step} tokens/step; out_dir {self.out}")
-        self.control.install()
         status, reason, code = "completed", None, EXIT_OK
         step = self.start_step
         profiler = metrics.profiler(tc, self.device, self.out, self.info.rank, first_step=self.start_step)

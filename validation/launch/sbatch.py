@@ -29,6 +29,29 @@ _SBATCH_OWN = ("--nodes", "--ntasks", "--ntasks-per-node", "--tasks-per-node", "
 # --cpus-per- is --cpus-per-gpu or --cpus-per-task, --gpus-per- four options)
 _SBATCH_KEYS = {"--cpus-per-task": ("cpus_per_task", "--cpus-per-t", "the job's srun asks for the key's value"),
                 "--gpus-per-node": ("gpus_per_node", "--gpus-per-n", "a step's GPU check reads the key")}
+# options that give the job GPUs beside the launcher key gpus_per_node (the job's --gpus-per-node line, and the only
+# GPU count a step's GPU check reads), or tasks by its GPUs: option -> (its shortest abbreviation sbatch takes, what
+# it sets). --gpus is itself a prefix of --gpus-per-*, so only --gpus is --gpus (an exact name wins); -G, a short
+# option, is refused as every line that is not one long option is
+_GPUS_BESIDE_KEY = ("beside the launcher key gpus_per_node (which writes the job's --gpus-per-node, and which a step's "
+                    "GPU check reads): set gpus_per_node instead")
+_ONE_TASK = "where the job runs one task per node (--ntasks-per-node=1, which nsa-validate sets itself)"
+_SBATCH_GPU_COUNTS = {
+    "--gpus": ("--gpus", f"the job's GPUs in all, spread over its nodes as Slurm finds them, {_GPUS_BESIDE_KEY}"),
+    "--gpus-per-task": ("--gpus-per-t", f"GPUs per task, that is per node here, {_GPUS_BESIDE_KEY}"),
+    "--gpus-per-socket": ("--gpus-per-s", f"GPUs per socket (per node: times its sockets), {_GPUS_BESIDE_KEY}"),
+    "--ntasks-per-gpu": ("--ntasks-per-g", f"tasks per GPU, {_ONE_TASK}"),
+    "--ntasks-per-tres": ("--ntasks-per-t", f"tasks per GPU, {_ONE_TASK}")}
+# options whose value lists resources, GPUs among them: --gres=gpu:2,nvme:1 (gpu:2 per node), and Slurm 23.11's
+# --tres-per-task=cpu=4,gres/gpu=1 (per task: per node here; cpu is what cpus_per_task writes, and the job's srun
+# asks for the key's value). option -> its shortest abbreviation: --gres is also a prefix of --gres-flags, and
+# --tres-per-task is the only --tr option of 23.11 (a later --tres-bind makes --tres- ambiguous, refused by sbatch)
+_SBATCH_RESOURCE_LISTS = {"--gres": "--gres", "--tres-per-task": "--tr"}
+# options that bind tasks to GPUs (sbatch hands the binding to the job's srun: SLURM_GPU_BIND): the job's one task per
+# node starts all of the node's ranks, so a binding other than none can only hide GPUs from them
+_SBATCH_GPU_BINDS = {"--gpu-bind": "--gpu-b", "--tres-bind": "--tres-b"}
+# GRES names that put GPUs in the job: gpu, and the shares of one (mps, shard)
+_GPU_GRES = ("gpu", "mps", "shard")
 _SBATCH_BLANKS = " \t\v\f"  # where sbatch splits an #SBATCH line into words (C's isspace, less the newlines)
 _ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -102,6 +125,31 @@ def validate_sbatch_line(line: str) -> str | None:
         # give the job an allocation the launch does not know of)
         if name.startswith(shortest) and option.startswith(name):
             return f"{name} sets {option}, which the launcher key {key} writes ({reader}): set {key} instead"
+    value = words[0].split("=", 1)[1] if "=" in words[0] else words[1] if len(words) == 2 else None
+    for option, (shortest, what) in _SBATCH_GPU_COUNTS.items():
+        if name.startswith(shortest) and option.startswith(name):
+            return f"{name} sets {option}: {what}"
+    for option, shortest in _SBATCH_RESOURCE_LISTS.items():
+        if name.startswith(shortest) and option.startswith(name) and value is not None:
+            named = name if name == option else f"{name} ({option})"
+            kinds = resource_kinds(value)
+            if "gpu" in kinds:
+                return f"{named} asks for GPUs ({value}) {_GPUS_BESIDE_KEY}"
+            if "cpu" in kinds:
+                return (f"{named} asks for CPUs per task ({value}), which the launcher key cpus_per_task writes (the "
+                        "job's srun asks for the key's value): set cpus_per_task instead")
+    for option, shortest in _SBATCH_GPU_BINDS.items():
+        if name.startswith(shortest) and option.startswith(name) and value is not None:
+            binding = value.lower()
+            if option == "--tres-bind":  # gres/gpu:<a --gpu-bind value>, + between resources; others pass
+                found = re.search(r"gres[/:]gpu:([^+;]*)", binding)
+                if found is None:
+                    continue
+                binding = found.group(1)
+            if any(t.strip() not in ("none", "verbose") for t in binding.split(",")):
+                named = name if name == option else f"{name} ({option})"
+                return (f"{named} binds each task to some of the node's GPUs ({value}), {_ONE_TASK}, which starts "
+                        "all of the node's ranks: it would hide GPUs from them (a binding of none is accepted)")
     if len(name) > 3 and "--array".startswith(name):  # --arr, --array=0-3: one job per index, each the whole step
         return (f"{name} makes an array job: every index would run the whole step into the same directory "
                 "(one step is one job)")
@@ -109,6 +157,22 @@ def validate_sbatch_line(line: str) -> str | None:
         return (f"{name} sends the job to another cluster, where nsa-validate's squeue and scancel do not look: it "
                 "would be neither followed nor cancelled")
     return None
+
+
+def resource_kinds(value: str) -> set[str]:
+    """The kinds of resource a --gres / --tres-per-task list asks for: "gpu" for a GPU or a share of one (gpu, mps,
+    shard GRES, with or without a type and count, as gres:NAME or gres/NAME too, the count after : or =), "cpu" for
+    CPUs, else the GRES's own name (``gpu:a100:2,nvme:1`` -> {"gpu", "nvme"}); names are read without regard to
+    case."""
+    kinds = set()
+    for item in value.split(","):
+        item = item.strip().lower()
+        if item.startswith(("gres:", "gres/")):
+            item = item[5:]
+        name = re.split(r"[:=/]", item, maxsplit=1)[0]
+        if name:
+            kinds.add("gpu" if name in _GPU_GRES else name)
+    return kinds
 
 
 def sbatch_path_problem(path: str) -> str | None:

@@ -116,17 +116,31 @@ def submission_env(env: dict[str, str], keep: frozenset[str] | set[str] = frozen
 # environment over the script's directives): SBATCH_OUTPUT set in a user's shell sent the job's output elsewhere
 # (checked on a real sbatch), the clusters ones send the job where squeue and scancel do not look, SBATCH_EXPORT
 # would keep the step's environment from the job, SBATCH_GPUS_PER_NODE would replace the runbook's gpus_per_node
-# (which the step's GPU check reads; sbatch has no such variable for --cpus-per-task). Left out of what sbatch gets;
-# the others (SBATCH_ACCOUNT, ...) are the user's defaults and stay.
+# (which the step's GPU check reads; sbatch has no such variable for --cpus-per-task), and SBATCH_GPUS,
+# SBATCH_GPUS_PER_TASK, SBATCH_GPUS_PER_SOCKET would give the job GPUs beside it, as the #SBATCH lines of the same
+# options that validate_sbatch_line refuses. Left out of what sbatch gets; so are SBATCH_GRES and SBATCH_GPU_BIND
+# where the line of the same value would be refused (GPUs in the GRES list, a GPU binding other than none:
+# GPU_INPUT_VARS); the others (SBATCH_ACCOUNT, a GRES list of other resources, ...) are the user's defaults and stay.
 OWN_INPUT_VARS = ("SBATCH_OUTPUT", "SBATCH_ERROR", "SBATCH_OPEN_MODE", "SBATCH_JOB_NAME", "SBATCH_REQUEUE",
                   "SBATCH_NO_REQUEUE", "SBATCH_WAIT", "SBATCH_ARRAY_INX", "SBATCH_EXPORT", "SBATCH_CLUSTERS",
-                  "SLURM_CLUSTERS", "SBATCH_GPUS_PER_NODE")
+                  "SLURM_CLUSTERS", "SBATCH_GPUS_PER_NODE", "SBATCH_GPUS", "SBATCH_GPUS_PER_TASK",
+                  "SBATCH_GPUS_PER_SOCKET")
+GPU_INPUT_VARS = {"SBATCH_GRES": "--gres", "SBATCH_GPU_BIND": "--gpu-bind"}  # variable -> the option it sets
+
+
+def _overrides_own(name: str, value: str) -> bool:
+    """Whether sbatch's input variable `name` would override what the script's own lines say (OWN_INPUT_VARS,
+    GPU_INPUT_VARS)."""
+    if name in OWN_INPUT_VARS:
+        return True
+    option = GPU_INPUT_VARS.get(name)
+    return option is not None and validate_sbatch_line(f"{option}={value}") is not None
 
 
 def submit(script: Path, env: dict[str, str], cwd: Path) -> str:
-    """sbatch the script, without the input variables that would override its own lines (OWN_INPUT_VARS); returns
-    the job id."""
-    env = {k: v for k, v in env.items() if k not in OWN_INPUT_VARS}
+    """sbatch the script, without the input variables that would override its own lines (OWN_INPUT_VARS,
+    GPU_INPUT_VARS); returns the job id."""
+    env = {k: v for k, v in env.items() if not _overrides_own(k, v)}
     out = _run(["sbatch", "--parsable", str(Path(script).resolve())], env=env, cwd=cwd).strip()
     job_id = out.split(";", 1)[0]  # "<id>" or "<id>;<cluster>"
     if not job_id.isdigit():

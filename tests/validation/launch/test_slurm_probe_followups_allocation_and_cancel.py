@@ -27,9 +27,9 @@ KEYED = [("--cpus-per-task=2", "cpus_per_task"), ("--cpus-per-task 2", "cpus_per
          ("--cpus-per-t=2", "cpus_per_task"), ("--cpus-per-tas=2", "cpus_per_task"),
          ("--gpus-per-node=1", "gpus_per_node"), ("--gpus-per-node 1", "gpus_per_node"),
          ("--gpus-per-n=1", "gpus_per_node"), ("--gpus-per-no=1", "gpus_per_node")]
-# options beside them that no launcher key writes
-UNKEYED = ["--cpus-per-gpu=1", "--gpus-per-task=1", "--gpus-per-socket=1", "--gpus=1", "--mem-per-cpu=100M",
-           "--cpu-freq=high", "--exclusive"]
+# options beside them that no launcher key writes (and that give the job no GPUs: --gpus, --gpus-per-task and
+# --gpus-per-socket are refused beside gpus_per_node, test_sbatch_gpu_lines_refused.py)
+UNKEYED = ["--cpus-per-gpu=1", "--mem-per-cpu=100M", "--cpu-freq=high", "--exclusive"]
 
 
 def _script(tmp: Path, options: SlurmOptions) -> str:

@@ -37,7 +37,9 @@ launches marked disturbed) and runs compare in-process: a check of the counting 
 measurement of the machine.
 
 Prints one line per pair, then a table per condition, and the command that reproduces the figures; --json writes
-every figure, the per-pair records and that command.
+every figure, the per-pair records and that command. Exits 1 when a condition has no pair compared (every pair's
+runs or compare failed: nothing was measured; named in the output, and in the JSON's "not_compared"), 130 when
+interrupted, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -820,16 +822,25 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
         print()
     print(f"command: {command}")
+    # a condition none of whose pairs was compared (every pair's runs or compare failed) measured nothing: its
+    # figures are 0 / 0, and the benchmark must not end as if it had measured them
+    uncompared = [c for c in conditions
+                  if not figures[c]["pairs"]["compared_aa"] + figures[c]["pairs"]["compared_slow"]]
+    for c in uncompared:
+        n = figures[c]["pairs"]["aa"] + figures[c]["pairs"]["slow"]
+        print(f"FAILED: no pair of condition {c!r} was compared ("
+              + (f"{n} pair(s), each with a run or its compare failed" if n else "no pair of it") + "): nothing was "
+              "measured")
     if args.json:
         doc = {"command": command, "simulated": args.simulate, "interrupted": interrupted,
                "runbook": None if args.simulate else str(args.runbook), "fault": SLOW_FAULT,
                "recompared": args.recompare,
                "goals": {"false_alarm_at_most": GOAL, "detection_at_least": DETECT_GOAL},
                "load": args.load, "busy_procs": args.busy_procs, "seed": args.seed, "started": started,
-               "finished": time.time(), "conditions": figures, "pairs": records}
+               "finished": time.time(), "conditions": figures, "not_compared": uncompared, "pairs": records}
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=1))
-    return 130 if interrupted else 0
+    return 130 if interrupted else 1 if uncompared else 0
 
 
 if __name__ == "__main__":

@@ -185,27 +185,33 @@ def test_chunked_loss_on_cuda_under_bf16_autocast_and_graph_capture(fused):
         err_ref = (base.double().cpu() - exact).abs().max().item()
         assert (got.double().cpu() - exact).abs().max().item() <= 4 * err_ref + 1e-6
 
+    # The graph's leaves are new ones, first used on the side stream: a leaf's gradient accumulator runs on the
+    # stream it was made on, and hidden's and weight's were made on the default stream above (ref's and new's graphs
+    # keep them alive); a capture whose backward reached them would make the default stream wait on the capturing
+    # one, which invalidates the capture (as nsa.training.graphs builds DDP on its side stream).
+    g_hidden, g_weight = (x.detach().clone().requires_grad_() for x in (hidden, weight))
+
     def step():
-        hidden.grad = weight.grad = None
+        g_hidden.grad = g_weight.grad = None
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = linear_cross_entropy(hidden, weight, targets, chunk=384, fused=fused)
+            loss = linear_cross_entropy(g_hidden, g_weight, targets, chunk=384, fused=fused)
         loss.backward()
         return loss.detach()
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        step()  # warm-up outside the graph
+        step()  # warm-up outside the graph (the leaves' gradient accumulators are made here, on the side stream)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    hidden.grad = weight.grad = None
-    with torch.cuda.graph(graph):
+    g_hidden.grad = g_weight.grad = None
+    with torch.cuda.graph(graph, stream=side):  # captured on the stream the warm-up ran on
         static_loss = step()
     graph.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(static_loss, new.detach())
-    torch.testing.assert_close(hidden.grad, nh)
-    torch.testing.assert_close(weight.grad, nw)
+    torch.testing.assert_close(g_hidden.grad, nh)
+    torch.testing.assert_close(g_weight.grad, nw)
 
 
 # ----------------------------------------------------------------------------------------------------- the fused loss

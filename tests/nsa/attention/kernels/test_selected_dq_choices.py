@@ -247,11 +247,15 @@ def test_fused_host_choice_matches_float64_and_the_torch_glue():
             got[host, out] = torch.ops.nsa.selected_attention_fwd(q, k, v, blocks, 8, "kv", 2, "torch")[:2]
     o_ref, lse_ref = got["torch", "atomic"]
     assert torch.isinf(lse_ref[:, :, 2]).all() and (o_ref[:, :, 2] == 0).all()
+    want, low = (_reference(q, k, v, blocks, 8, dtype) for dtype in (torch.float64, DTYPE))
     for (host, out), (o, lse) in got.items():
         assert torch.equal(torch.isinf(lse), torch.isinf(lse_ref)), (host, out)
         fin = torch.isfinite(lse_ref)
         assert (lse[fin] - lse_ref[fin]).abs().max().item() <= (3e-2 if ON_GPU else 1e-5), (host, out)
-        _close(f"{host}, {out}: o", o, o_ref.double(), o_ref)
+        _close(f"{host}, {out}: o", o, want, low)
+        if not ON_GPU:  # fp32 in the interpreter: the torch glue's output to fp32 rounding (on a GPU both are bf16
+            # roundings of fp32 sums that differ in their last bits, and the atomics' order varies: not comparable)
+            _close(f"{host}, {out}: o against the torch glue", o, o_ref.double(), o_ref)
     ts.HOST_CHOICE, ts.OUT_CHOICE = "fused", "auto"
     _check(1, 3, 1, 28, 16, 8, 3, 0, ((10, 2, 2), (5, 1, 0)))
 

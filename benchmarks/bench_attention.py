@@ -320,6 +320,16 @@ def _set_choice(flag: str, value: str) -> None:
     setattr(importlib.import_module(module), attribute.removesuffix("S"), value)
 
 
+def repeated(values: list) -> list:
+    """The values given more than once, each once, in the order of their second occurrence."""
+    seen, twice = set(), []
+    for v in values:
+        if v in seen and v not in twice:
+            twice.append(v)
+        seen.add(v)
+    return twice
+
+
 def no_cuda_here() -> str | None:
     """Why --device cuda cannot run on this machine, or None: asked once before the cases, which would all fail."""
     import torch  # seconds: only a real run on CUDA asks; --help and --dry-run stay torch-free
@@ -398,6 +408,9 @@ def main(argv=None) -> int:
         ap.error(f"--seq-lens must be comma-separated integers, got {args.seq_lens!r}")
     if any(s < 1 for s in seq_lens) or args.repeats < 1 or args.warmup < 0 or args.batch < 1:
         ap.error("--seq-lens values, --batch and --repeats must be >= 1, --warmup >= 0")
+    if twice := repeated(seq_lens):  # one (path, S) case is one result: a second run of it would replace the first
+        ap.error(f"--seq-lens: {', '.join(map(str, twice))} given more than once (a case runs once; --repeats sets "
+                 "its timed passes)")
     for flag, name in _CHOICE_FLAGS.items():  # an unknown choice is refused here, before any case runs
         value = getattr(args, flag.replace("-", "_"))
         if value != "auto" and value not in (known := _choices(name)):
@@ -418,6 +431,9 @@ def main(argv=None) -> int:
     unknown = [p for p in paths if p not in PATHS]
     if unknown:
         ap.error(f"--paths: unknown {unknown[0]!r} (choose from {', '.join(PATHS)})")
+    if twice := repeated(paths):
+        ap.error(f"--paths: {', '.join(twice)} given more than once (a case runs once; --repeats sets its timed "
+                 "passes)")
     if cuda and not args.dry_run and (why := no_cuda_here()):
         ap.error(f"--device cuda: {why}")
 

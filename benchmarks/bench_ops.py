@@ -303,6 +303,9 @@ def main(argv=None) -> int:
         seq_lens = []
     if not seq_lens or min(seq_lens) < 1:
         ap.error(f"--seq-lens {args.seq_lens!r}: expected comma-separated lengths >= 1, e.g. 256,1024")
+    twice = sorted({s for s in seq_lens if seq_lens.count(s) > 1})
+    if twice:  # the counts are keyed by S: a length counted twice would keep one count and print one column
+        ap.error(f"--seq-lens: {', '.join(map(str, twice))} given more than once (each length is counted once)")
     from nsa.attention import kernels, selection
     from nsa.attention.kernels.range_attn import host as range_host
     from nsa.attention.kernels.selected_attn import host as selected_host

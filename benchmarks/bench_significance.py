@@ -284,6 +284,9 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--reps must be >= 1, got {args.reps}")
     if args.seed < 0:
         ap.error(f"--seed must be >= 0, got {args.seed}")
+    twice = sorted({t for t in args.only or () if args.only.count(t) > 1}, key=TABLES.index)
+    if twice:  # the output is keyed by table: a table run twice would keep its second figures only
+        ap.error(f"--only: {', '.join(twice)} given more than once (each table runs once)")
     rng = np.random.default_rng(args.seed)
     out = {}
     for name in args.only or TABLES:

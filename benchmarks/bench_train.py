@@ -305,6 +305,16 @@ def reproduce_command(argv: list[str], environ) -> str:
     return " ".join([*env, shlex.join(["python", "benchmarks/bench_train.py", *argv])])
 
 
+def repeated(values: list) -> list:
+    """The values given more than once, each once, in the order of their second occurrence."""
+    seen, twice = set(), []
+    for v in values:
+        if v in seen and v not in twice:
+            twice.append(v)
+        seen.add(v)
+    return twice
+
+
 def no_cuda_here() -> str | None:
     """Why --device cuda cannot run on this machine, or None: asked once before the cases, which would all fail."""
     import torch  # seconds: only a real run on CUDA asks; --help and --dry-run stay torch-free
@@ -352,8 +362,14 @@ def main(argv=None) -> int:
         variants = [parse_variant(v) for v in args.variant]
     except ValueError as e:
         ap.error(str(e) if "variant" in str(e) else f"--contexts {args.contexts!r}: expected integers, e.g. 2048,32768")
-    if len({label for label, _ in variants}) != len(variants):
-        ap.error("--variant: each label once")
+    # a value given twice makes two cases of one name: their runs would merge under that name (one out_dir, two runs
+    # of each repeat, one of them lost where runs are keyed by repeat); --repeats runs a case more than once
+    for option, values in (("--modes", modes), ("--models", models), ("--contexts", contexts)):
+        if twice := repeated(values):
+            ap.error(f"{option}: {', '.join(map(str, twice))} given more than once (each case runs once a repeat; "
+                     "--repeats runs it again)")
+    if twice := repeated([label for label, _ in variants]):
+        ap.error(f"--variant: label {', '.join(twice)} given more than once (each label once)")
     if args.device == "cuda":
         try:
             cases = gpu_cases(modes, models, contexts, variants)

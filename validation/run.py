@@ -224,7 +224,7 @@ def _check_reuse_of_kept(rb: Runbook, previous: dict, taken: reuse.Reuse, run_di
         if step.phase != taken.phase or step.name in todo:
             continue
         record = before.get(step.name) or StepRecord()
-        if not (isinstance(record.reused, dict) and record.reused.get("from") == str(taken.source)):
+        if not (record.reused is not None and record.reused.source == str(taken.source)):
             raise RunError(f"--reuse {taken.phase} and --resume {run_dir}: step {step.name} of phase {taken.phase} "
                            f"has its own result there ({record.status}), which a resume keeps, so the phase would "
                            f"not be taken from {taken.source}; drop --reuse {taken.phase}, or start a new run with "

@@ -69,7 +69,7 @@ def _logs(run: Run, run_dir: Path):
     def read(step_name: str) -> str:
         step, base = run.steps.get(step_name) or Step(), Path(run_dir)
         for _ in range(8):  # a step reused by a run that had reused it in turn: its logs are where it ran
-            source = str((step.reused or {}).get("from") or "")
+            source = str(step.reused.source or "") if step.reused is not None else ""
             if not source:
                 break
             step, base = _reused_step(Path(source), step_name)

@@ -50,7 +50,7 @@ from validation.results.store import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES,
                                 cannot_write, inside_run_dir, os_error_text, resume_note, write_results)
 from validation.results.model import (Options, PhaseRecord, Recommendations, ReplacedStep, Resume, RunbookRef,
                                       RunResults, StepResult, Tool)
-from validation.results.codec import decode, encode
+from validation.results.codec import decode, encode, given
 from validation.results.decision import Choice as ChoiceRecord
 from validation.results.reuse import Reuse, definition_differences
 from validation.results.run import Step as StepRecord, read_run
@@ -179,7 +179,7 @@ def kept_but_changed(runbook: Runbook, previous: RunResults, todo: list[str] | t
     out = {}
     for step in runbook.steps():
         record = before.steps.get(step.name)
-        if step.name in todo or record is None or record.reused:
+        if step.name in todo or record is None or given(record.reused) is not None:
             continue
         if not isinstance(record.definition, dict) or not record.definition:
             continue
@@ -248,7 +248,7 @@ class Runner:
         self.results: RunResults = previous or self._fresh_results()
         self.results["environment"] = {**self.results.get("environment", {}), **self.env_record}
         if options.reuse:
-            taken = {r["phase"]: r for r in self.results.get("reused") or []}
+            taken = {r.phase: encode(r) for r in read_run(self.results).reused or [] if given(r) is not None}
             taken.update({phase: reuse.record() for phase, reuse in options.reuse.items()})
             self.results["reused"] = list(taken.values())
         self.results["finished"] = None

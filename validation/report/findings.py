@@ -27,6 +27,7 @@ from validation.analysis.interference import disturbed as step_disturbed
 from validation.kinds.base import Effect
 from validation.kinds.blocks import code
 from validation.formatting import FAILED_STATUSES, NA, STATUS_LABELS, as_dict, fmt_p, fmt_pct, plural, run_command
+from validation.results.codec import given
 from validation.results.run import Run, read_run
 
 
@@ -80,7 +81,7 @@ def comparisons(results: dict, run: Run | None = None) -> list[Found]:
         recommendable = decision.recommendable if decision is not None else None
         caveat = (str(decision.recommendation or "no recommendation") if recommendable is False and decision
                   else None)
-        reused = bool(step.reused)  # taken from an earlier run (--reuse): not measured in this one
+        reused = given(step.reused) is not None  # taken from an earlier run (--reuse): not measured in this one
         for e in kind.comparisons(kind.read(raw_steps[name])):
             out.append(Found(step=name, kind=kind.name, without=e.without, with_=e.with_, metric=e.metric,
                              mean_without=e.mean_without, mean_with=e.mean_with, rel=e.rel, ci_low=e.ci_low,

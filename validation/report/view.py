@@ -384,7 +384,7 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
                     "path": fmt_num(runbook.path)},
         "verdict": {"value": verdict, "css": css, "reason": run.verdict_reason or NA},
         "resumed": resume_note(run),  # how the run was interrupted and continued, or None
-        "reused": reused_notes(results),  # the phases taken from an earlier run of the same source
+        "reused": reused_notes(run),  # the phases taken from an earlier run of the same source
         "key_figures": _key_figures(run, raw_steps),
         "key_finding": finding["text"] if finding else None,
         "key_finding_against": performance["key_finding"] if performance else None,

@@ -19,7 +19,9 @@ keeps there the keys it does not declare, and encode writes them back after its 
 are dropped on decode. A field made with ``absent()`` is left out of the JSON while it holds its default (a key
 written only when it applies), unless its ``beside`` field is written (keys written together, a null among them:
 ``absent(beside="telemetry")``); every other field is always written. A record field made with ``blank()`` holds
-None where its JSON is ``{}`` (a record that is all or nothing), and is written as ``{}`` while None.
+None where its JSON is ``{}`` (a record that is all or nothing), and is written as ``{}`` while None. A field is
+read from and written to the JSON key of its name, or the one ``keyed("from")`` (or ``absent(..., key="from")``,
+``blank(key="from")``) gives it: a key that is no Python name (a keyword, a name with a dash).
 """
 
 from __future__ import annotations
@@ -38,21 +40,38 @@ EXTRA = "extra"
 _ABSENT = "absent"
 _BESIDE = "beside"
 _BLANK = "blank"
+_KEY = "key"
 
 
-def absent(default: Any = None, beside: str | None = None, **kwargs: Any) -> Any:
+def absent(default: Any = None, beside: str | None = None, key: str | None = None, **kwargs: Any) -> Any:
     """A dataclass field left out of the JSON while it holds `default` (a `?` key of results.json); with `beside`,
-    written whenever that field of the same record is written (a group of keys one writer adds together)."""
-    metadata = {_ABSENT: True, _BESIDE: beside}
+    written whenever that field (its Python name) of the same record is written (a group of keys one writer adds
+    together); `key`: its JSON key, where that is not the field's name (keyed)."""
+    metadata = {_ABSENT: True, _BESIDE: beside, **({_KEY: key} if key is not None else {})}
     if isinstance(default, (list, dict)):
         factory = type(default)
         return dataclasses.field(default_factory=factory, metadata=metadata, **kwargs)
     return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
-def blank(**kwargs: Any) -> Any:
-    """A record field (`Record | None`) that is None where the JSON holds `{}`, and written as `{}` while None."""
-    return dataclasses.field(default=None, metadata={_BLANK: True}, **kwargs)
+def blank(key: str | None = None, **kwargs: Any) -> Any:
+    """A record field (`Record | None`) that is None where the JSON holds `{}`, and written as `{}` while None;
+    `key`: its JSON key, where that is not the field's name (keyed)."""
+    return dataclasses.field(default=None, metadata={_BLANK: True, **({_KEY: key} if key is not None else {})},
+                             **kwargs)
+
+
+def keyed(key: str, default: Any = None, **kwargs: Any) -> Any:
+    """A dataclass field read from and written to JSON key `key` instead of its own name (a key that cannot be one:
+    `source: str | None = keyed("from")` holds the JSON's "from"); always written, like a plain field."""
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=type(default), metadata={_KEY: key}, **kwargs)
+    return dataclasses.field(default=default, metadata={_KEY: key}, **kwargs)
+
+
+def json_key(f: dataclasses.Field) -> str:
+    """The JSON key of dataclass field `f`: the one keyed() (or absent's or blank's `key`) gave it, else its name."""
+    return str(f.metadata.get(_KEY) or f.name)
 
 
 def decode(cls: type[T], value: Any, path: str = "", *, lenient: bool = False) -> T:
@@ -73,9 +92,9 @@ def encode(obj: Any) -> Any:
             if f.name == EXTRA and isinstance(value, dict):
                 extra = value
             elif f.metadata.get(_BLANK) and value is None:
-                out[f.name] = {}
+                out[json_key(f)] = {}
             elif not _left_out(obj, f, fields):
-                out[f.name] = encode(value)
+                out[json_key(f)] = encode(value)
         out.update({k: encode(v) for k, v in extra.items() if k not in out})
         return out
     if isinstance(obj, (list, tuple)):
@@ -117,6 +136,18 @@ def _hints(cls: type) -> dict[str, Any]:
     """A record's field types, resolved once per class (its annotations are strings: evaluating them for every
     record of a list, a file per pytest step, is the decoder's main cost)."""
     return typing.get_type_hints(cls)
+
+
+@functools.cache
+def _keys(cls: type) -> dict[str, str]:
+    """{field name: its JSON key} of a record's fields but `extra`, once per class."""
+    return {f.name: json_key(f) for f in dataclasses.fields(cls) if f.name != EXTRA}
+
+
+@functools.cache
+def _declared(cls: type) -> frozenset[str]:
+    """The JSON keys a record's fields read (and `extra`'s name): every other key goes to its `extra`."""
+    return frozenset(_keys(cls).values()) | {EXTRA}
 
 
 def _decode(hint: Any, value: Any, path: str, lenient: bool) -> Any:
@@ -185,26 +216,29 @@ def _decode_record(cls: type, value: Any, path: str, lenient: bool) -> Any:
     hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
+    keys = _keys(cls)
     for name, f in fields.items():
         if name == EXTRA:
             continue
-        where = f"{path}.{name}"
-        if name not in value:
+        key = keys[name]
+        where = f"{path}.{key}"
+        if key not in value:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and not lenient:
                 raise ResultsError(f"{where}: missing")
             kwargs[name] = _default_of(f)
             continue
-        if f.metadata.get(_BLANK) and value[name] == {}:
+        if f.metadata.get(_BLANK) and value[key] == {}:
             kwargs[name] = None
             continue
         try:
-            kwargs[name] = _decode(hints[name], value[name], where, lenient)
+            kwargs[name] = _decode(hints[name], value[key], where, lenient)
         except ResultsError:
             if not lenient:
                 raise
             kwargs[name] = _default_of(f)
     if EXTRA in fields:
-        kwargs[EXTRA] = {k: v for k, v in value.items() if k not in fields}
+        declared = _declared(cls)
+        kwargs[EXTRA] = {k: v for k, v in value.items() if k not in declared}
     return cls(**kwargs)
 
 

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from validation.formatting import first_of
-from validation.results.codec import decode
-from validation.results.run import Run, Step, read_run
+from validation.results.codec import decode, encode, given
+from validation.results.run import ReusedRecord, Run, Step, read_run
 from validation.results.model import ResultsError, check_results
 from validation.results.store import RESULTS_JSON, load_json, reused_note
 from validation.runbook.model import Runbook, step_definition
@@ -73,17 +73,20 @@ class Reuse:
         gpus = [g.name for g in self.run.environment.gpus or [] if g.name]
         return (f"{len(gpus)} x {gpus[0]}" if len(gpus) > 1 else gpus[0]) if gpus else "no GPU"
 
-    def record(self) -> dict[str, Any]:
+    def entry(self) -> ReusedRecord:
         """What results.json keeps of the reuse: run-level `reused` entries and each step's `reused`."""
         run = self.run
-        record = {"phase": self.phase, "from": str(self.source), "runbook": run.runbook.name,
-                  "finished": run.finished, "device": self.device, "source_digest": run.environment.source_digest}
-        if self.differences:
-            record["differences"] = list(self.differences)
-        return record
+        return ReusedRecord(phase=self.phase, source=str(self.source), runbook=run.runbook.name,
+                            finished=run.finished, device=self.device, source_digest=run.environment.source_digest,
+                            differences=list(self.differences) if self.differences else None)
+
+    def record(self) -> dict[str, Any]:
+        """entry() as results.json holds it: phase, from, runbook, finished, device, source_digest and, when there
+        are some, differences."""
+        return encode(self.entry())
 
     def note(self) -> str:
-        return reused_note(self.record())
+        return reused_note(self.entry())
 
     def step_result(self, pending: dict[str, Any]) -> dict[str, Any]:
         """`pending` (this run's empty record of the step) with the earlier run's outcome and figures."""
@@ -233,9 +236,9 @@ def _refusal(run: Run, rb: Runbook, phase: str, overrides, digest: str) -> str |
         return f"its phase {phase} has other steps ({', '.join(map(str, recorded[phase].steps))})"
     for step in mine.steps:
         theirs_step = run.steps.get(step.name) or Step()
-        if theirs_step.reused:  # its figures, device and time are another run's: name that one
-            return (f"its step {step.name} was itself taken from {theirs_step.reused.get('from')} (--reuse): "
-                    "reuse that run")
+        taken = given(theirs_step.reused)
+        if taken is not None:  # its figures, device and time are another run's: name that one
+            return f"its step {step.name} was itself taken from {taken.source} (--reuse): reuse that run"
         if theirs_step.kind != step.kind:
             return f"its step {step.name} is a {theirs_step.kind} step, here a {step.kind} step"
         if theirs_step.status != "passed":

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from validation.results.codec import absent, decode
+from validation.results.codec import absent, decode, keyed
 from validation.results.decision import Choice, DecisionRecord
 from validation.results.trainer_launch import LaunchRun
 
@@ -160,6 +160,22 @@ class Resume:
 
 
 @dataclasses.dataclass(frozen=True)
+class ReusedRecord:
+    """A phase taken from an earlier run of the same source (run --reuse; validation.results.reuse.Reuse.entry):
+    results.json's run-level `reused` entries and a reused step's `reused`. `source` is the JSON's "from" (a Python
+    keyword): the earlier run's results.json; `differences` the environment its steps ran without that this runbook's
+    defaults.env adds (written only when there is some)."""
+    phase: str | None = None
+    source: str | None = keyed("from")
+    runbook: str | None = None
+    finished: str | None = None
+    device: str | None = None
+    source_digest: str | None = None
+    differences: list[str] | None = absent()
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
 class Step:
     """One step's record: what every step holds (its frame: kind, status, reason, command, failure evidence), its
     kind's metrics as JSON (the kind decodes them), its runs, and what a deciding or measuring step adds. `status`
@@ -191,7 +207,7 @@ class Step:
     notes: list[Any] | None = absent()
     interference: dict[str, Any] | None = absent()  # validation.analysis.interference.step_interference
     superseded: list[LaunchRun] | None = absent()
-    reused: dict[str, Any] | None = absent()  # validation.results.reuse.Reuse.record
+    reused: ReusedRecord | None = absent()  # taken from an earlier run (--reuse): ReusedRecord() where it is {}
     definition: dict[str, Any] | None = absent()  # validation.runbook.plan.step_definition: what the step runs
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -387,7 +403,7 @@ class Run:
     recommendations: Recommendations = dataclasses.field(default_factory=Recommendations)
     performance_analysis: PerformanceAnalysis = absent(PerformanceAnalysis())  # PerformanceAnalysis() when absent
     evidence: Evidence = absent(Evidence())  # Evidence() when absent
-    reused: list[dict[str, Any]] | None = absent()  # validation.results.reuse.Reuse.record per phase taken
+    reused: list[ReusedRecord] | None = absent()  # one per phase taken from an earlier run (--reuse)
     plots: list[Plot] = dataclasses.field(default_factory=list)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 

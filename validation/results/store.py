@@ -22,7 +22,8 @@ from nsa.training.outputs import atomic_write
 from validation.results.model import (CRITERION_STATUSES, FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, SCHEMA_VERSION,
                                       RUN_KEY_ORDER, STEP_KEY_ORDER, STEP_STATUSES, VERDICTS, ResultsError, RunResults,
                                       check_results)
-from validation.results.run import ReplacedStep, Resume, read_run
+from validation.results.codec import given
+from validation.results.run import ReplacedStep, Resume, ReusedRecord, Run, read_run
 
 __all__ = ["CRITERION_STATUSES", "DEFAULT_RUNS", "FAILED_STEP_STATUSES", "FINAL_STEP_STATUSES", "RESULTS_JSON",
            "SCHEMA_VERSION", "STEP_STATUSES", "VERDICTS", "ResultsError", "RunDirError", "RunResults",
@@ -208,19 +209,19 @@ def resume_note(results: RunResults | dict[str, Any]) -> str | None:
     return "; then ".join(parts) or None
 
 
-def reused_note(record: dict[str, Any]) -> str:
+def reused_note(record: ReusedRecord) -> str:
     """One line on a phase taken from an earlier run (a results.json `reused` record, validation.results.reuse)."""
-    digest = str(record.get("source_digest") or "?")[:12]
-    listed = record.get("differences")
-    differences = [str(d) for d in listed] if isinstance(listed, list) else []
+    digest = str(record.source_digest or "?")[:12]
+    differences = [str(d) for d in record.differences or []]
     without = (f"; its steps ran without {', '.join(differences)}, which this runbook's defaults.env adds"
                if differences else "")
-    return (f"phase {record.get('phase')}: its results are those of {record.get('from') or 'an earlier run'} "
-            f"({record.get('runbook') or 'its runbook not recorded'} "
-            f"run finished {record.get('finished') or 'at an unknown time'} on {record.get('device') or 'an unknown device'}; "
+    return (f"phase {record.phase}: its results are those of {record.source or 'an earlier run'} "
+            f"({record.runbook or 'its runbook not recorded'} "
+            f"run finished {record.finished or 'at an unknown time'} on {record.device or 'an unknown device'}; "
             f"the same source, digest {digest}{without}); nothing of it ran here")
 
 
-def reused_notes(results: RunResults | dict[str, Any]) -> list[str]:
-    """reused_note of every phase the run took from an earlier run (the report's header shows them)."""
-    return [reused_note(r) for r in results.get("reused") or [] if isinstance(r, dict)]
+def reused_notes(results: Run | RunResults | dict[str, Any]) -> list[str]:
+    """reused_note of every phase the run took from an earlier run (the report's header shows them); an entry that
+    is not an object, or an empty one, names nothing."""
+    return [reused_note(r) for r in read_run(results).reused or [] if given(r) is not None]

@@ -35,8 +35,9 @@ RunResults: the whole file
                                                 steps, figures outside their physical range, the measured steps,
                                                 the interference thresholds, the command that runs them again
     reused?             list[dict[str, JSONValue]]  phases taken from an earlier run of the same source (run
-                                                --reuse; validation.results.reuse): phase, from, runbook, finished,
-                                                device, source_digest
+                                                --reuse; validation.results.reuse; read as run.ReusedRecord):
+                                                phase, from, runbook, finished, device, source_digest, and
+                                                differences? (what its steps ran without that they have here)
     plots               list[Plot]
 
 Tool: the program that wrote the file

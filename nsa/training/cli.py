@@ -11,7 +11,9 @@ Start-up stays light: this module imports no torch, so `nsa-train --help`, a bad
 load it; main() imports the trainer (torch, the kernels) once the command line has parsed.
 
 Exit codes: 0 completed, halted (.HALT) or stopped by SIGTERM/SIGINT with a checkpoint; 1 crashed (traceback
-printed, status.json says why); 2 bad command line, config or data; 3 stopped on a non-finite loss or gradient.
+printed, status.json says why); 2 bad command line, config or data; 3 stopped on a non-finite loss or gradient. A
+KeyboardInterrupt the stop handlers did not take (a second Ctrl-C, or one before they are installed) ends the
+process by SIGINT (130 in a shell), status.json "terminated", no checkpoint of the step it cut short.
 """
 
 from __future__ import annotations

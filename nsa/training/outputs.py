@@ -18,8 +18,8 @@
                             checked since their last update): the latest one stays the last good state, and the
                             reason names its step
     *.csv.damaged-<time>    a training.csv / val.csv a resume found damaged, as it was (CsvLog)
-    error_rank{r}.txt       a failed rank's traceback, in the loop or at start-up (none for a KeyboardInterrupt
-                            at start-up)
+    error_rank{r}.txt       a failed rank's traceback, in the loop or at start-up (none for a KeyboardInterrupt:
+                            a second Ctrl-C, or one before the stop handlers; the run ends "terminated")
     checkpoints/step_N/     checkpoints (nsa.training.checkpoint)
     sdpa_audit.json         NSA_SDPA_AUDIT=1: SDPA backend per call site (rank 0)
     stackdump_rank{r}*.txt  SIGUSR1 stack dumps

@@ -559,6 +559,7 @@ class Trainer:
                  f"{tokens_per_step} tokens/step; out_dir {self.out}")
         status, reason, code = "completed", None, EXIT_OK
         step = self.start_step
+        done = self.start_step  # the last step whose row was recorded (a KeyboardInterrupt may cut the next short)
         profiler = metrics.profiler(tc, self.device, self.out, self.info.rank, first_step=self.start_step)
         # FSDP2's collectives are counted by wrappers installed for this loop only (DDP's by its comm hook)
         counting = (comm_count.patch_collectives(self.comm) if self.parallel == "fsdp"
@@ -617,6 +618,7 @@ class Trainer:
                     loss = loss_total / (tc.accum * info.world_size)
                     self._record(step, loss, out["lr"], grad_norm, dt, tokens_per_step,
                                  float(out["loss_sum"]) / tc.accum, aux, comm)
+                    done = step
                     if step == self.start_step + 1:
                         self.timeline.mark("first_logged_step")
                         self._write_timeline(gather=True)
@@ -635,6 +637,30 @@ class Trainer:
                         self._save(step)
             if status != "nonfinite" and self.last_saved != step:
                 self._save(step)
+        except KeyboardInterrupt as exc:
+            # a second Ctrl-C (the first asked for a stop), or one before the handlers caught it: no failure of the
+            # run, as at start-up (_setup_failed): "terminated", summary.json says so too, the heartbeat ends with
+            # "stop", and no error file (the validation suite's diagnosis would name a failing rank). No checkpoint
+            # of the step it cut short (its parameters, optimizer state or data position may be half-way, and the
+            # other ranks are not in step to save one): the latest complete one is where --resume continues. The
+            # interrupt propagates, as at start-up: the process ends by SIGINT (nsa.training.cli does not catch it)
+            latest = None
+            with contextlib.suppress(Exception):  # recording the stop must not hide the interrupt
+                latest = checkpoint.latest_step(self.out)
+            reason = (f"interrupted ({type(exc).__name__}) " + (f"after step {done}" if done == step else
+                                                                f"during step {step}")
+                      + ("; no checkpoint: --resume starts again at step 0" if latest is None else
+                         f"; the latest checkpoint is step {latest}: --resume continues from it"))
+            with contextlib.suppress(Exception):
+                self.heartbeat.write(done, "stop", reason=reason)
+                self.heartbeat.close()
+            with contextlib.suppress(Exception):
+                self._status("terminated", reason, done)
+            with contextlib.suppress(Exception):
+                self._finish_files("terminated")
+            with contextlib.suppress(Exception):
+                self.control.uninstall()
+            raise
         except BaseException as exc:
             self._status("crashed", f"{type(exc).__name__}: {exc}", step)
             self._finish_files("crashed")

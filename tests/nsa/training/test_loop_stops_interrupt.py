@@ -1,0 +1,111 @@
+"""A KeyboardInterrupt in the training loop (a second Ctrl-C while a stop is already requested, or one raised before
+the stop handlers catch the signal) ends the run as one at start-up does (nsa.training.outputs, status.json: a run
+stopped by a signal is "terminated"): status.json and summary.json "terminated" at the last step recorded, the
+heartbeat ends with "stop", no error_rank file (an interrupt is no failing rank), no checkpoint of the step it cut
+short, and the interrupt propagates (the process ends by SIGINT, as at start-up). In process, the tiny CPU config;
+the signals' default action is replaced by an exception for the test, so that a signal the trainer does not handle
+fails the test instead of ending it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from train_utils import TINY, heartbeats, read_csv
+
+from nsa.training import cli as train
+from nsa.training import outputs, trainer
+
+
+class Ended(Exception):
+    """What the signal's default action would have done: end the process."""
+
+
+@pytest.fixture
+def ending(monkeypatch):
+    """SIGTERM and SIGINT raise Ended while the test runs (their handlers restored after it)."""
+    monkeypatch.setenv("NSA_TB_DISABLE", "1")
+
+    def end(signum, frame):
+        raise Ended(signal.Signals(signum).name)
+
+    previous = {signum: signal.signal(signum, end) for signum in (signal.SIGTERM, signal.SIGINT)}
+    yield end
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+def _in_step(monkeypatch, at: int, act):
+    """`act()` at the start of step `at`'s train step (the steps before it recorded, this one not yet)."""
+    step_fn = trainer.Trainer.train_step
+
+    def stepping(self, step, record_stats):
+        if step == at:
+            act()
+        return step_fn(self, step, record_stats)
+
+    monkeypatch.setattr(trainer.Trainer, "train_step", stepping)
+
+
+def _interrupt():
+    raise KeyboardInterrupt
+
+
+def _second_ctrl_c():
+    os.kill(os.getpid(), signal.SIGINT)  # a stop requested
+    os.kill(os.getpid(), signal.SIGINT)  # and insisted on: KeyboardInterrupt
+
+
+def _train(out, *flags):
+    return train.main(["--config", str(TINY), "--out-dir", str(out), "--seq-len", "128", "--batch-size", "2", *flags])
+
+
+@pytest.mark.parametrize("act", [_interrupt, _second_ctrl_c], ids=["KeyboardInterrupt", "second_ctrl_c"])
+def test_a_keyboard_interrupt_in_the_loop_is_recorded_as_terminated_not_crashed(tmp_path, monkeypatch, ending, act):
+    _in_step(monkeypatch, 4, act)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        _train(out, "--steps", "6", "--save-every", "2")
+    status = json.loads((out / outputs.STATUS_JSON).read_text())
+    # steps 1-3 trained and recorded, step 4 cut short; the checkpoint of step 2 is where --resume continues
+    assert (status["status"], status["step"], status["checkpoint_step"]) == ("terminated", 3, 2)
+    assert "KeyboardInterrupt" in status["reason"] and "during step 4" in status["reason"]
+    assert "phase" not in status  # in the loop, not at start-up
+    summary = outputs.read_summary(out)
+    assert (summary["status"], summary["steps"], summary["first_step"], summary["last_step"]) == \
+        ("terminated", 3, 1, 3)
+    beats = heartbeats(out, 0)
+    assert [b["msg"] for b in beats if b["msg"] != "step"] == ["boot", "checkpoint", "stop"]
+    assert (beats[-1]["step"], beats[-1]["reason"]) == (3, status["reason"])
+    assert [int(r["step"]) for r in read_csv(out / outputs.TRAINING_CSV)] == [1, 2, 3]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000002"]
+    assert not list(out.glob("error_rank*.txt"))  # an interrupt, not an error: the diagnosis has no failing rank
+    assert signal.getsignal(signal.SIGINT) is ending  # the handlers the process had before, restored
+
+
+def test_a_keyboard_interrupt_while_the_stop_saves_its_checkpoint_keeps_the_last_complete_one(tmp_path, monkeypatch,
+                                                                                                ending):
+    """The first Ctrl-C asks for a stop at the end of step 2; the second comes while that stop saves step 2's
+    checkpoint: step 2 was recorded, its checkpoint never completed, and the run is "terminated" at step 2 with
+    no checkpoint to continue from."""
+    _in_step(monkeypatch, 2, lambda: os.kill(os.getpid(), signal.SIGINT))
+    save = trainer.checkpoint.save
+
+    def saving(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, while the checkpoint is written
+        return save(*args, **kwargs)
+
+    monkeypatch.setattr(trainer.checkpoint, "save", saving)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        _train(out, "--steps", "6")
+    status = json.loads((out / outputs.STATUS_JSON).read_text())
+    assert (status["status"], status["step"], status["checkpoint_step"]) == ("terminated", 2, None)
+    assert "after step 2" in status["reason"] and "--resume starts again at step 0" in status["reason"]
+    assert outputs.read_summary(out)["status"] == "terminated"
+    assert [b["msg"] for b in heartbeats(out, 0)][-2:] == ["stop", "stop"]  # the stop asked for, then the interrupt
+    assert not list(out.glob("error_rank*.txt"))
+    assert signal.getsignal(signal.SIGINT) is ending

@@ -179,9 +179,11 @@ def ddp_buckets(specs: Sequence[ParamSpec], bucket_cap_mb: float, first_bucket_c
 
 
 def ddp_comm(specs: Sequence[ParamSpec], *, world_size: int, bucket_cap_mb: float, compress: str = "none",
-             accum: int = 1, first_bucket_cap_mb: float | None = None) -> CommPrediction:
+             accum: int = 1, first_bucket_cap_mb: float | None = None, rebuilt: bool = False) -> CommPrediction:
     """All-reduce calls and bytes per optimizer step under DDP (see the module docstring). accum does not change
-    them: the micro-batches before the last run under no_sync."""
+    them: the micro-batches before the last run under no_sync. rebuilt: the first counted step comes after DDP has
+    rebuilt its buckets (CUDA graphs: the warm-up runs its first iterations uncounted, nsa.training.graphs), so its
+    calls are every step's, not the first iteration's one bucket per dtype."""
     _check(world_size, accum)
     if compress not in COMPRESS_BYTES:
         raise ValueError(f"compress must be one of {' | '.join(COMPRESS_BYTES)}, got {compress!r}")
@@ -200,7 +202,7 @@ def ddp_comm(specs: Sequence[ParamSpec], *, world_size: int, bucket_cap_mb: floa
     for i, s in enumerate(specs):
         if s.requires_grad:
             by_dtype.setdefault(_dtype_key(s), []).append(i)
-    first = [bucket_bytes(ix) for ix in reversed(list(by_dtype.values()))]
+    first = sizes if rebuilt else [bucket_bytes(ix) for ix in reversed(list(by_dtype.values()))]
     return CommPrediction(
         "ddp", world_size, per_step=_counts(all_reduce=sizes), first_step=_counts(all_reduce=first),
         detail={"bucket_bytes": sizes, "bucket_params": [[specs[i].name for i in b] for b in buckets],
@@ -242,14 +244,15 @@ def fsdp_comm(specs: Sequence[ParamSpec], *, world_size: int, reshard_after_forw
 
 def comm_model(specs: Sequence[ParamSpec], strategy: str, *, world_size: int, accum: int = 1,
                bucket_cap_mb: float = 25, compress: str = "none", first_bucket_cap_mb: float | None = None,
-               reshard_after_forward: bool = True) -> CommPrediction:
-    """The prediction for `strategy` ("none" | "ddp" | "fsdp"); settings that do not apply are ignored."""
+               reshard_after_forward: bool = True, rebuilt: bool = False) -> CommPrediction:
+    """The prediction for `strategy` ("none" | "ddp" | "fsdp"); settings that do not apply are ignored (rebuilt:
+    ddp_comm's)."""
     if strategy == "none":
         _check(world_size, accum)
         return CommPrediction("none", world_size)
     if strategy == "ddp":
         return ddp_comm(specs, world_size=world_size, bucket_cap_mb=bucket_cap_mb, compress=compress, accum=accum,
-                        first_bucket_cap_mb=first_bucket_cap_mb)
+                        first_bucket_cap_mb=first_bucket_cap_mb, rebuilt=rebuilt)
     if strategy == "fsdp":
         return fsdp_comm(specs, world_size=world_size, reshard_after_forward=reshard_after_forward, accum=accum)
     raise ValueError(f"strategy must be one of {' | '.join(STRATEGIES)}, got {strategy!r}")

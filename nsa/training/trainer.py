@@ -178,7 +178,7 @@ class Trainer:
         self.comm_prediction = comm_model(
             specs, self.parallel, world_size=info.world_size, accum=tc.accum, bucket_cap_mb=tg.ddp_bucket_mb,
             compress=tg.ddp_compress if self.parallel == "ddp" else "none",
-            reshard_after_forward=tc.fsdp_reshard).to_dict()
+            reshard_after_forward=tc.fsdp_reshard, rebuilt=self.capture is not None).to_dict()
         self.memory_prediction = memory_model(  # the model built (NSA_LOSS applied); DDP's grads in its buckets
             specs, self.parallel, world_size=info.world_size, reshard_after_forward=tc.fsdp_reshard,
             activations=activation_bytes(self.model_cfg, tc.batch_size, tc.seq_len, tc.precision),

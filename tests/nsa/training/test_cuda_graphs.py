@@ -372,11 +372,15 @@ def test_ddp_mocked_capture_equals_eager_ddp(tmp_path):
 
     def launch(name, *flags):
         out = tmp_path / name
+        # 2 MiB of embeddings and 1 MiB buckets: DDP's first iteration (one bucket) and the later ones (several)
+        # all-reduce other sizes, so the byte model must know which the first counted step is
+        config = _config(tmp_path, model={"vocab_size": 4096})
         argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master-port={free_port()}",
-                str(REPO / "tests" / "nsa" / "training" / "graph_fakes.py"), "--config", _config(tmp_path),
+                str(REPO / "tests" / "nsa" / "training" / "graph_fakes.py"), "--config", config,
                 "--out-dir", str(out), "--steps", "2", "--seq-len", "64", "--batch-size", "2", "--ddp", "1", *flags]
         # two ranks on CPU (gloo) even where a GPU is present: two NCCL ranks cannot share one GPU
-        proc = subprocess.run(argv, cwd=REPO, env=clean_env({"NSA_TB_DISABLE": "1", "CUDA_VISIBLE_DEVICES": ""}),
+        proc = subprocess.run(argv, cwd=REPO, env=clean_env({"NSA_TB_DISABLE": "1", "CUDA_VISIBLE_DEVICES": "",
+                                                             "NSA_DDP_BUCKET_MB": "1"}),
                               capture_output=True, text=True, timeout=240)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return out
@@ -391,6 +395,13 @@ def test_ddp_mocked_capture_equals_eager_ddp(tmp_path):
         assert int(g["comm_bytes"]) == int(e["comm_bytes"]) > 0
     env = json.loads((graphed / "env.json").read_text())
     assert env["parallel"] == "ddp" and env["cuda_graphs"]["warmup_steps"] == graphs.DDP_WARMUP_STEPS
+    # the byte model against the counted bytes: under graphs the first counted step is a replay, after the warm-up
+    # rebuilt DDP's buckets (it said DIFFERS, predicting the first iteration's single bucket)
+    for out in (eager, graphed):
+        summary = json.loads((out / "summary.json").read_text())
+        assert len(summary["comm"]["first_step"]) > 0 and summary["comm_model_matches"] is True, out.name
+    first = json.loads((eager / "summary.json").read_text())["comm"]["first_step"]
+    assert first != json.loads((graphed / "summary.json").read_text())["comm"]["first_step"]
 
 
 # ---------------------------------------------------------------------- real capture on a GPU

@@ -432,9 +432,13 @@ class Trainer:
             return
         # in the layers (NSA attention, selection v1: model_faults.install), and on their batched PyTorch path
         active = self.model_faults > 0 and self.attention_kernel == "torch"
+        short = self.cfg.train.seq_len <= fault.seq_len  # every forward of this run is that short
         self.say(f"NSA_FAULT={fault.kind}@{fault.seq_len} (a testing aid): selection v1 does O(seq_len^2) extra work "
-                 f"above {fault.seq_len} tokens" + ("" if active else "; it has no effect here (it needs NSA "
-                                                      "attention, batched prefill, selection v1 and torch kernels)"))
+                 f"above {fault.seq_len} tokens" + (
+                     "; it has no effect here (it needs NSA attention, batched prefill, selection v1 and torch "
+                     "kernels)" if not active else
+                     f"; it has no effect here (this run's sequences are {self.cfg.train.seq_len} tokens)" if short
+                     else ""))
 
     def _tensorboard(self):
         if self.tg.tb_disable:

@@ -17,6 +17,7 @@ from nsa.config import ModelConfig
 from nsa.model import NSAModel
 from nsa.training import model_faults
 from nsa_test_utils import make_attn, make_cfg, rand_x
+from train_utils import TINY
 
 SEQ = 48
 
@@ -144,3 +145,26 @@ def test_install_goes_into_every_v1_layer_of_a_model_and_nowhere_else():
     assert all(block.attn.range_builder.seq_len == SEQ for block in model.blocks)
     assert model_faults.install(NSAModel(dataclasses.replace(model_cfg, attention="dense")), tg.fault) == 0
     assert model_faults.install(NSAModel(model_cfg), toggles.Toggles.read({"NSA_FAULT": "crash@3"}).fault) == 0
+
+
+@pytest.mark.parametrize("seq, bites", [(64, True), (48, False), (32, False)])
+def test_the_trainer_says_when_the_fault_cannot_bite_at_its_sequence_length(tmp_path, seq, bites):
+    """The fault works above SEQ tokens only: a run whose sequences are SEQ tokens or shorter is told it has no
+    effect (as a run without the v1 batched torch path is), one with longer sequences is not."""
+    import json
+
+    from nsa.training import distributed, trainer
+    from nsa.training.cli import resolve_config
+    from nsa.training.flags import build_parser
+
+    out = tmp_path / "out"
+    argv = ["--config", str(TINY), "--out-dir", str(out), "--steps", "1", "--batch-size", "1", "--seq-len", str(seq)]
+    cfg, path = resolve_config(build_parser().parse_args(argv), environ={})
+    tg = toggles.Toggles.read({"NSA_FAULT": f"sel_v1_quadratic@{SEQ}", "NSA_SEL_RANGES_V2": "0",
+                               "NSA_PREFILL_BATCHED": "1", "NSA_KERNEL": "torch", "NSA_TB_DISABLE": "1"})
+    info = distributed.init(cfg.train.device, cfg.train.pg_timeout_s)
+    trainer.Trainer(cfg, path, info, tg, False, ["nsa-train", *argv])
+    notes = [n for n in json.loads((out / "status.json").read_text())["notes"] if "sel_v1_quadratic" in n]
+    assert len(notes) == 1 and ("no effect" not in notes[0]) == bites, notes
+    if not bites:
+        assert f"this run's sequences are {seq} tokens" in notes[0]

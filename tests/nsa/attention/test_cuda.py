@@ -7,6 +7,8 @@ import pytest
 import torch
 
 import reference as R
+from nsa import observability
+from nsa.attention.kernels.range_attn import naive
 from nsa_test_utils import assert_close, assert_nontrivial, make_attn, make_cfg, rand_x, variant
 
 pytestmark = [
@@ -94,3 +96,19 @@ def test_cuda_dense_equivalence(prefill, dtype):
         imp = R.selection_importance(p.q, p.k_cmp, cfg)
         problems = R.selection_discrepancies(blocks, imp, cfg, tol=1e-3)
         assert not problems, "\n".join(problems[:10])
+
+
+def test_the_window_branch_on_cuda_runs_no_math_kernel():
+    """The SDPA audit as h100_single's sdpa_audit step records it: the window branch's masked chunks (S > w), bf16,
+    12 query heads over 2 kv heads, on a fused kernel (the math kernel took them before kv heads were repeated)."""
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 12, 1024, 64, generator=gen).cuda().bfloat16()
+    k, v = (torch.randn(1, 2, 1024, 64, generator=gen).cuda().bfloat16() for _ in range(2))
+    audit = observability.SdpaAudit()
+    observability.configure(audit=audit)
+    try:
+        naive.window_attention(q, k, v, 256)
+    finally:
+        observability.configure(audit=None)
+    rows = audit.summary()["by_site"]
+    assert rows and all(r["backend"] != "math" for r in rows), rows

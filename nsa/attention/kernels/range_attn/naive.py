@@ -19,8 +19,21 @@ WINDOW_CHUNK = 64
 
 
 def _sdpa(site: str, q, k, v, mask=None, causal=False):
+    k, v = gqa_operands(q, k, v, mask)
     return audited_sdpa(site, F.scaled_dot_product_attention, q, k, v, attn_mask=mask, is_causal=causal,
                         enable_gqa=q.shape[1] != k.shape[1])
+
+
+def gqa_operands(q, k, v, mask, device_type: str | None = None):
+    """k and v as SDPA takes them with `mask`: on CUDA, a masked call with fewer key/value heads than query heads
+    gets them repeated to the query heads (each kv head for its hpg query heads, as enable_gqa reads them): CUDA's
+    flash kernel takes GQA but no mask and its memory-efficient one a mask but no GQA, so the call would fall to the
+    math kernel (the SDPA audit's fallback). Unchanged elsewhere (the CPU kernels take both)."""
+    device_type = device_type or q.device.type
+    if mask is None or device_type != "cuda" or q.shape[1] == k.shape[1]:
+        return k, v
+    rep = q.shape[1] // k.shape[1]
+    return k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
 
 
 def cmp_mask(s: int, n_cmp: int, l: int, d: int, device) -> torch.Tensor:

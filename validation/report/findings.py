@@ -171,7 +171,9 @@ def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) 
     # a step of the runbook with no record, or with a status no step can have: neither passed nor failed
     no_result = sorted({n for n, s in in_order if s is None or s not in STATUS_LABELS})
     crits = run.acceptance
-    crit_failed = [str(c.name) for c in crits if c.status in ("fail", "error")]
+    # a warning criterion that could not be evaluated (error) failed nothing the verdict stands on: it is open
+    crit_failed = [str(c.name) for c in crits if c.status in ("fail", "error") and c.severity != "warn"]
+    crit_unevaluated = [str(c.name) for c in crits if c.status == "error" and c.severity == "warn"]
     crit_warn = [str(c.name) for c in crits if c.status == "warn"]
     crit_inconclusive = [str(c.name) for c in crits if c.status == "inconclusive"]
     crit_skipped = [str(c.name) for c in crits if c.status == "skipped"]
@@ -185,7 +187,8 @@ def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) 
     # inconclusive, not evaluated or only warned
     open_text = _listed([(unfinished, steps_, "did not finish"), (skipped, steps_, "skipped"),
                          (no_result, steps_, "with no result recorded"), (crit_inconclusive, crits_, "inconclusive"),
-                         (crit_skipped, crits_, "not evaluated"), (crit_warn, crits_, "only warned")])
+                         (crit_skipped, crits_, "not evaluated"), (crit_warn, crits_, "only warned"),
+                         (crit_unevaluated, crits_, "only warned, not computable")])
     if failed or crit_failed:
         # the first to fail in run order: a later failure is often its consequence
         first = next((n for n, s in in_order if n in failed), None)

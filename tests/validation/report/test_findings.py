@@ -126,6 +126,26 @@ def test_the_conclusion_names_what_passed_what_failed_and_the_next_action(result
     assert "## Conclusion" in md and "**NO-GO.** Passed: " in md and "Next: fix what failed" in md
 
 
+def test_a_warning_criterion_that_could_not_be_computed_is_open_not_failed(results):
+    """A warn-severity criterion in error (a figure its step did not record: MFU where the device's peak is unknown)
+    does not fail the run (the verdict names it among the warnings): the conclusion lists it under Open, not
+    Failed; a required criterion in error is still a failure."""
+    res = _with_prefill(results)
+    for crit in res["acceptance"]:
+        crit["status"] = "pass"
+    for step in res["steps"].values():
+        step["status"] = "passed"
+    res["acceptance"][0].update(status="error", severity="warn")
+    name = res["acceptance"][0]["name"]
+    res["verdict"] = "GO"
+    c = build_view(res)["conclusion"]
+    assert c["failed"] == "nothing failed"
+    assert f"1 criterion only warned, not computable ({name})" in c["open"]
+    res["acceptance"][0]["severity"] = "fail"
+    res["verdict"] = "NO-GO"
+    c = build_view(res)["conclusion"]
+    assert f"1 criterion failed ({name})" in c["failed"] and name not in c["open"]
+
 def test_the_conclusion_keeps_what_did_not_finish_or_only_warned_out_of_failed(results):
     """An interrupted step, a skipped step and a criterion that only warned neither passed nor failed: the conclusion
     lists them under Open, and Failed says nothing failed."""

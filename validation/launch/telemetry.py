@@ -10,8 +10,10 @@ as soon as its root process is gone.
 Every ``interval_s`` (default 1 s) one row per GPU of the node (one row with ``gpu`` empty without pynvml or a GPU):
 ``COLUMNS`` (validation.contracts.TELEMETRY_COLUMNS, where the file's format is defined beside its reader)
 documents each column. GPU figures come from NVML (``pynvml``, imported lazily; a figure the driver does not report
-is empty); the CPU figures are the launch's process tree (the root and its descendants, /proc): CPU utilisation in
-percent of one core (200 = two cores busy) and the sum of the processes' resident set sizes. Reading the file:
+is empty); the CPU figures are the launch's process tree (the root and its descendants, /proc, a descendant
+re-parented out of the tree when its parent ended included while it lives: TreeProbe): CPU utilisation in percent of
+one core (200 = two cores busy) and the sum of the processes' resident set sizes; a multi-node launch's figures are
+the nodes' summed per moment (summarize). Reading the file:
 validation.contracts.read_telemetry; metrics for criteria: ``summarize``; the low-utilisation diagnosis:
 ``diagnose``.
 """
@@ -280,7 +282,9 @@ class HostProbe(_CpuAccount):
 class TreeProbe(_CpuAccount):
     """CPU utilisation and RSS of a process and its descendants, from /proc. The CPU is counted as HostProbe counts
     the run's (``_CpuAccount``): each process's own time plus the time of the children it waited for, so that a
-    child that lived less than a sample (a compiler, a test file's process, a rank that ended) counts in full."""
+    child that lived less than a sample (a compiler, a test file's process, a rank that ended) counts in full. A
+    process of the tree stays in it while it lives, also once its parent ended and it was re-parented out of the
+    tree (a rank whose agent died), with whatever it starts."""
 
     def __init__(self, root_pid: int, exclude: set[int] | None = None):
         super().__init__()
@@ -309,8 +313,15 @@ class TreeProbe(_CpuAccount):
         now = time.monotonic()
         table = scan_processes() if table is None else table
         # zombies too (their CPU time is theirs until their parent waits for them: see HostProbe._own_pids)
-        members = set(descendants(self.root, {p: ("S", st.ppid, 0, 0, st.start) for p, st in table.items()}))
-        members = (members | ({self.root} if self.root in table else set())) - self.exclude
+        parents = {p: ("S", st.ppid, 0, 0, st.start) for p, st in table.items()}
+        members = set(descendants(self.root, parents)) | ({self.root} if self.root in table else set())
+        # a process of the tree whose parent ended is re-parented out of it (to PID 1, or to nsa-validate, the
+        # subreaper) but is still the launch's while it lives: one of the tree at the last sample (the same pid and
+        # start time), and whatever it started since
+        for p, st in table.items():
+            if p not in members and (p, st.start) in self._own:
+                members |= {p} | set(descendants(p, parents))
+        members -= self.exclude
         read = [table[p].at for p in members if table[p].at > 0]
         if read:
             now = sum(read) / len(read)
@@ -709,28 +720,39 @@ def summarize(rows: "list[Sample | Mapping[str, Any]]", start: float | None = No
     setting, in any sample; None without GPU figures), throttle_reasons (those seen, sorted), pcie_gen_min /
     pcie_width_min (the lowest current link during the period) with their maxima, ecc_uncorrected (the largest count
     seen), xid_errors (events seen; None where a GPU counted had its events unwatched), cpu_util {mean, min, max, n}
-    (percent of one core, per sample), rss_gb {mean, min, max, n} (per sample, all nodes summed), samples, nodes,
+    (percent of one core, per sample), rss_gb {mean, min, max, n} (per sample, all nodes summed: the nodes' samples
+    taken together by time, ``_rounds``, a round counting when its first sample is in the period), samples, nodes,
     gpus ("node:index" of the GPUs counted), gpu_match. The launch's GPUs are those a process of the launch used
     (``ours``, gpu_match "by process"); when no GPU shows one of its processes (NVML unable to say, or a container
     whose PIDs NVML does not see), every GPU of the node (gpu_match "all GPUs"). `use_gpus` False (a CPU run on a GPU
     node) leaves the GPU figures out."""
-    samples = [s for s in map(Sample.of, rows)
-               if s.time is not None and (start is None or s.time >= start) and (end is None or s.time <= end)]
+    timed = [s for s in map(Sample.of, rows) if isinstance(s.time, (int, float))]
+    samples = [s for s in timed if (start is None or s.time >= start) and (end is None or s.time <= end)]
     gpu_rows = [s for s in samples if s.gpu is not None and use_gpus]
     matched = any(s.ours == 1 for s in gpu_rows)
     if matched:
         gpu_rows = [s for s in gpu_rows if s.ours == 1]
 
-    # CPU figures: one value per (node, sample); a multi-node job's nodes summed per sample number
+    # CPU figures: one value per (node, sample); a multi-node job's nodes summed per round of samples (_rounds: the
+    # nodes' samplers start apart, so a sample number is no moment), the rounds made of every row and then taken by
+    # the time of their first sample: a window cutting a round would sum a part of the nodes
     per_sample: dict[tuple, Sample] = {}
     for s in samples:
         per_sample.setdefault((s.node, s.sample), s)
-    by_number: dict[Any, list[float | None]] = {}  # sample number -> [CPU, RSS] summed over the nodes
-    for (_, number), s in per_sample.items():
-        acc = by_number.setdefault(number, [None, None])
-        for i, value in enumerate((s.cpu_util_pct, s.rss_gb)):
-            if isinstance(value, (int, float)):
-                acc[i] = (0.0 if acc[i] is None else acc[i]) + float(value)
+    every: dict[tuple, Sample] = {}
+    for s in timed:
+        every.setdefault((s.node, s.sample), s)
+    sums: list[list[float | None]] = []  # [CPU, RSS] per round, summed over the nodes
+    for group in _rounds(list(every.values())):
+        t = float(group[0].time)
+        if (start is not None and t < start) or (end is not None and t > end):
+            continue
+        acc: list[float | None] = [None, None]
+        for s in group:
+            for i, value in enumerate((s.cpu_util_pct, s.rss_gb)):
+                if isinstance(value, (int, float)):
+                    acc[i] = (0.0 if acc[i] is None else acc[i]) + float(value)
+        sums.append(acc)
     reasons = sorted({n for s in gpu_rows for n in str(s.throttle or "").split("+") if n and n != "none"})
     throttled = (any(n not in NOT_THROTTLED for n in reasons)
                  if any(s.throttle is not None for s in gpu_rows) else None)
@@ -754,9 +776,34 @@ def summarize(rows: "list[Sample | Mapping[str, Any]]", start: float | None = No
         pcie_width_max=max(_numbers(s.pcie_width_max for s in gpu_rows), default=None),
         ecc_uncorrected=max(_numbers(s.ecc_uncorrected for s in gpu_rows), default=None),
         xid_errors=_xid_errors(gpu_rows),
-        cpu_util=_stat([cpu for cpu, _ in by_number.values() if cpu is not None]),
-        rss_gb=_stat([rss for _, rss in by_number.values() if rss is not None]),
+        cpu_util=_stat([cpu for cpu, _ in sums if cpu is not None]),
+        rss_gb=_stat([rss for _, rss in sums if rss is not None]),
     )
+
+
+def _rounds(samples: list[Sample]) -> list[list[Sample]]:
+    """The nodes' samples (one row per node and sample, each with its time) in rounds, in time order: a round holds
+    at most one sample of each node, all taken within one sampling interval of the round's first (the median
+    spacing of a node's consecutive samples; INTERVAL_S where no node has two), so that the nodes' figures are
+    summed at one moment whatever each sampler's sample number or start (a node's sample at t and another's at
+    t + 0.9 s of a 1 s interval: one round), and rows out of time order (several files, a clock read late) make the
+    same rounds."""
+    times: dict[Any, list[float]] = {}
+    for s in samples:
+        times.setdefault(s.node, []).append(float(s.time))
+    ordered = [sorted(ts) for ts in times.values()]
+    gaps = sorted(b - a for ts in ordered for a, b in zip(ts, ts[1:]) if b > a)
+    interval = gaps[len(gaps) // 2] if gaps else INTERVAL_S
+    rounds: list[list[Sample]] = []
+    nodes: set = set()
+    first = 0.0
+    for s in sorted(samples, key=lambda s: (float(s.time), str(s.node))):
+        if not rounds or s.node in nodes or float(s.time) - first >= interval:
+            rounds.append([])
+            nodes, first = set(), float(s.time)
+        rounds[-1].append(s)
+        nodes.add(s.node)
+    return rounds
 
 
 def interference_rules() -> str:

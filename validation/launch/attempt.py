@@ -47,7 +47,7 @@ from pathlib import Path
 
 from nsa.training.outputs import write_json
 from nsa.training.watchdog import WAITING
-from validation.contracts import stack_dumps
+from validation.contracts import stack_dumps, telemetry_files
 from validation.launch.agents import local_agents_argv
 from validation.launch.diagnosis import explain, port_clash, read_tail, tagged_lines
 from validation.launch.interrupts import describe as describe_interrupt
@@ -68,7 +68,9 @@ def launch(spec: LaunchSpec) -> LaunchResult:
     step_dir.mkdir(parents=True, exist_ok=True)
     log_path = step_dir / LOG_NAME
     ranks_dir = step_dir / RANKS_DIR
-    for old in (log_path, ranks_dir):
+    # an earlier launch's files of this step: its log and rank logs, and its telemetry (a Slurm job's one file per
+    # node: a node this launch does not use again would be read as this launch's: contracts.telemetry_files)
+    for old in (log_path, ranks_dir, *telemetry_files(step_dir)):
         set_aside(old, "prev")
     use_torchrun = spec.uses_torchrun
     started = time.time()

@@ -397,3 +397,16 @@ def test_a_trees_cpu_is_timed_from_when_its_processes_were_read_not_from_the_cal
     time.sleep(0.3)  # the call comes 0.3 s after the first, the reads were 1 s apart
     out = probe.sample(table(int(_CLK_TCK), t0 + 1.0))
     assert out["cpu_util_pct"] == pytest.approx(100.0, abs=0.5)
+
+
+def test_a_launch_sets_aside_an_earlier_slurm_jobs_node_files(tmp_path):
+    """A Slurm job writes telemetry-<node>.csv per node; a later launch in the step directory (a resume, a rerun, a
+    launch on other nodes or on this machine) must not have them read as its own: they are set aside first."""
+    step = tmp_path / "step"
+    step.mkdir()
+    stale = step / "telemetry-node7.csv"
+    stale.write_text(",".join(contracts.TELEMETRY_COLUMNS) + "\n")
+    spec = LaunchSpec(argv=[sys.executable, "-c", "pass"], env=dict(os.environ), step_dir=step, timeout_s=30)
+    assert launch(spec).status == "ok"
+    assert not stale.exists() and (step / "telemetry-node7.prev1.csv").is_file()
+    assert contracts.telemetry_files(step) == []

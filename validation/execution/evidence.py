@@ -47,13 +47,21 @@ def is_performance(step_kind, path: tuple) -> bool:
 
 
 def performance_reads(runbook, criterion) -> list[tuple[str, tuple]]:
-    """The (step, path) reads of a runbook criterion that are performance evidence."""
+    """The (step, path) reads of a runbook criterion that are performance evidence: of a kind whose every key may
+    be a figure (performance "*": a benchmark's free-form JSON), not what the criterion only counts, looks into or
+    compares with a string (Expression.structural_paths: `bench.status == 'passed' and len(bench.checks) >= 4` says
+    the benchmark ran, not how fast); of another kind, every read of a key it names."""
     steps_by_name = {s.name: s for s in runbook.steps()}
+    measured = criterion.expr.measured_paths
+    structural = criterion.expr.structural_paths
     out = []
-    for name, path in criterion.expr.paths:
+    for name, path in measured + structural:
         step = steps_by_name.get(name)
-        if step is not None and is_performance(step.kind_impl, path):
-            out.append((name, path))
+        if step is None or (name, path) in out or not is_performance(step.kind_impl, path):
+            continue
+        if (name, path) not in measured and "*" in tuple(getattr(step.kind_impl, "performance", ()) or ()):
+            continue  # only counted, looked into or compared with a string, in a benchmark's JSON
+        out.append((name, path))
     return out
 
 

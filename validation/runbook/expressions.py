@@ -308,6 +308,21 @@ class Expression:
         return _read_paths(self._tree.body)
 
     @property
+    def structural_paths(self) -> list[tuple[str, tuple]]:
+        """The paths of `paths` the expression only counts, looks into or compares with a string: len()'s argument
+        (`len(bench.checks) >= 4`), the container of `in` / `not in` (`'nsa' in bench.best`), and a value compared
+        with a string constant by ==, != or in (`bench.status == 'passed'`). For a kind whose every key may be a
+        figure (a benchmark's free-form JSON) they say whether the step ran and what it recorded, not how fast
+        (validation.execution.evidence.performance_reads); a kind that names its performance keys means them
+        whatever the comparison (a triage's culprit == 'x' is a decision on speed)."""
+        return [p for node in _structural_nodes(self._tree.body) for p in _read_paths(node)]
+
+    @property
+    def measured_paths(self) -> list[tuple[str, tuple]]:
+        """The paths of `paths` that are not structural_paths."""
+        return _read_paths(self._tree.body, skip=frozenset(map(id, _structural_nodes(self._tree.body))))
+
+    @property
     def compared_strings(self) -> list[tuple[str, tuple, str]]:
         """(step, key path, string) of every string constant a step's value is compared with by ==, !=, in or
         not in, e.g. `crash.status in ('failed', 'hang')` -> ("crash", ("status",), "failed"), ("crash",
@@ -620,12 +635,15 @@ def _as_tuples(v: Any, depth: int) -> Any:
     return v
 
 
-def _read_paths(root: ast.AST) -> list[tuple[str, tuple]]:
-    """The longest attribute / constant-subscript chains rooted at a step name (see Expression.paths)."""
+def _read_paths(root: ast.AST, skip: frozenset[int] = frozenset()) -> list[tuple[str, tuple]]:
+    """The longest attribute / constant-subscript chains rooted at a step name (see Expression.paths), but those
+    inside a node whose id() is in `skip`."""
     found: list[tuple[str, tuple]] = []
     stack = [root]
     while stack:
         node = stack.pop()
+        if id(node) in skip:
+            continue
         keys: list[Any] = []
         while isinstance(node, (ast.Attribute, ast.Subscript)):
             if isinstance(node, ast.Attribute):
@@ -642,6 +660,34 @@ def _read_paths(root: ast.AST) -> list[tuple[str, tuple]]:
         else:
             stack.extend(reversed(list(ast.iter_child_nodes(node))))
     return found
+
+
+def _structural_nodes(root: ast.AST) -> list[ast.AST]:
+    """The outermost nodes whose step values the expression only counts, looks into or compares with a string (see
+    Expression.structural_paths): len()'s argument, the right side of `in` / `not in`, a side of == / != / in whose
+    other side is a string constant (or a tuple of them)."""
+    def text(node: ast.AST) -> bool:
+        items = node.elts if isinstance(node, (ast.Tuple, ast.List)) else [node]
+        return bool(items) and all(isinstance(c, ast.Constant) and isinstance(c.value, str) for c in items)
+
+    found: dict[int, ast.AST] = {}
+    for node in ast.walk(root):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len":
+            found.update((id(a), a) for a in node.args)
+        elif isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            for op, a, b in zip(node.ops, operands, operands[1:]):
+                if isinstance(op, (ast.In, ast.NotIn)):
+                    found[id(b)] = b
+                    if text(b):
+                        found[id(a)] = a
+                elif isinstance(op, (ast.Eq, ast.NotEq)):
+                    if text(b):
+                        found[id(a)] = a
+                    if text(a):
+                        found[id(b)] = b
+    inner = {id(n) for top in found.values() for n in ast.walk(top) if n is not top}
+    return [n for i, n in found.items() if i not in inner]
 
 
 def _step_path(node: ast.AST) -> tuple[str, tuple] | None:

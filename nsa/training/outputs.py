@@ -39,6 +39,7 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -455,6 +456,13 @@ def atomic_write(path: Path, data: bytes | str) -> Path:
 def atomic_write_text(path: Path, text: str) -> Path:
     """atomic_write of a text (UTF-8)."""
     return atomic_write(path, text)
+
+
+def write_error(out_dir: Path, rank: int, exc: BaseException) -> Path:
+    """out_dir/error_rank{rank}.txt: the failed rank's traceback, written atomically (a reader never sees half of
+    it: validation.contracts.error_files, the suite's diagnosis of the failing rank)."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return atomic_write_text(Path(out_dir) / f"error_rank{rank}.txt", text)
 
 
 def write_json(path: Path, data: Any, indent: int | None = 2) -> Path:

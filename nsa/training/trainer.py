@@ -9,7 +9,6 @@ import contextlib
 import logging
 import math
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -338,8 +337,7 @@ class Trainer:
         step = max(self.start_step, self.boot_step)  # the step the run had reached (a resume's checkpoint)
         if not interrupted:
             with contextlib.suppress(Exception):  # recording the failure must not hide it
-                outputs.atomic_write_text(self.out / f"error_rank{self.info.rank}.txt",
-                                          "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+                outputs.write_error(self.out, self.info.rank, exc)
         status = "terminated" if interrupted else "crashed"
         reason = f"start-up: interrupted ({type(exc).__name__})" if interrupted else f"start-up: {error}"
         with contextlib.suppress(Exception):
@@ -670,7 +668,7 @@ class Trainer:
             self._finish_files("crashed")
             self.heartbeat.write(step, "error", error=f"{type(exc).__name__}: {exc}")
             self.heartbeat.close()
-            (self.out / f"error_rank{info.rank}.txt").write_text(traceback.format_exc())
+            outputs.write_error(self.out, info.rank, exc)
             self.control.uninstall()
             raise
         finally:

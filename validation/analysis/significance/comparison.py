@@ -38,7 +38,7 @@ false positives: benchmarks/bench_significance.py --only held.)
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -121,6 +121,16 @@ class PairNoise:
 
     sd: float
     source: str = ""
+    pairs: float | None = field(default=None, compare=False)  # the A/A pairs it was measured from (None: not stated)
+
+    def launch_noise(self) -> RunNoise:
+        """One launch's share of it (sd / sqrt 2) as the run-to-run variation of a single run's mean, for a
+        comparison of one run each (compare_units(run_noise=)): its df pairs - 1 (1 when not stated), as `compare`
+        holds its launches to the same declaration."""
+        pairs = self.pairs if self.pairs is not None and self.pairs >= 2 else 2.0
+        share = self.sd / math.sqrt(2.0)
+        return RunNoise(between=share, total=share, within=0.0, df=float(pairs - 1.0), runs=int(2 * pairs),
+                        groups=int(pairs), source=self.source)
 
 
 def pair_noise_from(declared: Any) -> PairNoise | None:
@@ -133,7 +143,7 @@ def pair_noise_from(declared: Any) -> PairNoise | None:
         return None
     pairs = float(pairs) if isinstance(pairs, (int, float)) and not isinstance(pairs, bool) and pairs >= 2 else 2.0
     return PairNoise(sd=float(sd),
-                     source=f"the runbook's launch_sd {fmt_pct(float(sd))}, from {pairs:g} A/A pairs")
+                     source=f"the runbook's launch_sd {fmt_pct(float(sd))}, from {pairs:g} A/A pairs", pairs=pairs)
 
 
 def run_noise(groups: Sequence[Sequence[tuple[float | None, float | None]]], source: str = "") -> RunNoise | None:

@@ -50,7 +50,7 @@ interleaved_order() gives the run order for repeats: each repeat runs every vari
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
@@ -245,6 +245,18 @@ def _as_runs(label: str, data: Sequence[RunData] | RunData, metric: str) -> _Var
     return _Variant(label, means, series)
 
 
+def _held_runs(units: Units, pair_noise: PairNoise | None) -> Units:
+    """The means of a variant's repeated runs (run_units) with the standard error of their mean held to at least
+    what the declared launch noise gives that many runs: one launch's share of a repeat's log-ratio sd,
+    pair_noise.sd / sqrt 2, over sqrt(runs). Blunter, never sharper, the runs' own degrees of freedom kept (as
+    compare_paired holds its log-ratios): two runs a side that agree by chance decide nothing. Unchanged without
+    pair_noise."""
+    if pair_noise is None or units.n < 1:
+        return units
+    least = abs(units.mean) * pair_noise.sd / math.sqrt(2.0 * units.n)
+    return units if units.se >= least else replace(units, se=float(least))
+
+
 def _unusable(v: _Variant, repeats_mode: bool, min_blocks: int) -> str | None:
     present = [m for m in v.means if m is not None]
     if not present:
@@ -283,6 +295,8 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
           .interference); those runs are left out as if they had failed, and the decision says so.
     pair_noise: with repeats, the least sd of one repeat's log-ratio (comparison.PairNoise: the runbook's declared
           launch noise), so that a few repeats agreeing by chance do not decide; also behind the repeats advice.
+          With one run each, each run's noise is held to at least one launch's share of it (PairNoise.launch_noise,
+          taken as run_noise where that is smaller), as `compare` holds the same launches.
     """
     if isinstance(min_repeats, bool) or not isinstance(min_repeats, int) or min_repeats < 1:
         raise StatsError(f"min_repeats: expected a positive integer, got {min_repeats!r}")
@@ -308,6 +322,12 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
     variants = [_as_runs(k, runs[k], metric) for k in labels]
     longest = max(len(v.means) for v in variants)
     repeats_mode = longest >= 2
+    if not repeats_mode and pair_noise is not None:
+        # one run each: each run's noise at least one launch's share of the declared launch noise, as `compare`
+        # holds the same launches (a difference two single launches show when nothing changed decides nothing)
+        declared = pair_noise.launch_noise()
+        if run_noise is None or run_noise.total < declared.total:
+            run_noise = declared
     for v in variants:  # a variant with fewer runs listed lacks the last repeats
         v.means += [None] * (longest - len(v.means))
         v.series += [None] * (longest - len(v.series))
@@ -359,8 +379,10 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
             if xa.size >= 2:
                 return compare_paired(base.means, var.means, baseline=base.label, variant=var.label,
                                       pair_noise=pair_noise, **kw)
-            ua = run_units([m for m in base.means if m is not None])
-            ub = run_units([m for m in var.means if m is not None])
+            # the repeats do not pair (disturbed or failed runs left out of different repeats): run means compared
+            # unpaired, each held to the declared launch noise as the paired test holds its log-ratios (rule 6)
+            ua = _held_runs(run_units([m for m in base.means if m is not None]), pair_noise)
+            ub = _held_runs(run_units([m for m in var.means if m is not None]), pair_noise)
             return compare_units(ua, ub, baseline=base.label, variant=var.label, **kw)
         return compare_units(base.units, var.units, baseline=base.label, variant=var.label, run_noise=run_noise,
                              **kw)
@@ -413,6 +435,8 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
             cv = max(cv, pair_noise.sd / math.sqrt(2.0))
     elif method == "runs":
         cv = max(float(np.std([m for m in v.means if m is not None], ddof=1)) / v.level for v in usable)
+        if pair_noise is not None:
+            cv = max(cv, pair_noise.sd / math.sqrt(2.0))
     else:
         floor_cv = run_noise.total if run_noise is not None else 0.0
         cv = max(max(v.units.rel_se, floor_cv) for v in usable)

@@ -143,7 +143,8 @@ _TESTS = {"paired": "paired t on log-ratios of interleaved repeats", "blocks": "
 
 def _compare(base: list, variant: list, label: str, metric: str, higher: bool, rn, pair_noise=None):
     """The variant against the baseline: paired by repeat (2+ repeats with both runs), else block means of the
-    single runs' windows with the run-to-run variation `rn`. StatsError when there is not enough data."""
+    single runs' windows with the run-to-run variation `rn` (at least one launch's share of the declared launch noise
+    `pair_noise`). StatsError when there is not enough data."""
     def mean(v):
         if v is None:
             return None
@@ -152,6 +153,9 @@ def _compare(base: list, variant: list, label: str, metric: str, higher: bool, r
     if len(base) >= 2:
         return compare_paired([mean(v) for v in base], [mean(v) for v in variant], higher_is_better=higher,
                               baseline=BASELINE, variant=label, metric=metric, pair_noise=pair_noise)
+    if pair_noise is not None:  # one run each: held to one launch's share of the declared launch noise, as decide()
+        declared = pair_noise.launch_noise()
+        rn = declared if rn is None or rn.total < declared.total else rn
     a, b = base[0], variant[0]
     if not isinstance(a, list) or not isinstance(b, list):
         raise StatsError("a run without its per-step values" if a is not None and b is not None else

@@ -66,6 +66,20 @@ def test_a_step_without_repeats_resolves_only_a_large_change(tmp_path):
     assert worse["exit_code"] == 1 and worse["regressions"][0]["step"] == "baseline"
 
 
+
+def test_a_wide_noise_never_calls_a_large_change_of_a_summary_row_same(tmp_path):
+    """final_loss and mem_peak_gb, one value per run, shown, not tested: --noise sets their "same" band, but at most
+    the largest floor a tested row may be "same" within (25%): with --noise 0.9 a loss 4.0 -> 0.48 (-88%) is
+    better, and 4.0 -> 3.6 (-10%) same."""
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    base = [1000 + (i % 5) for i in range(20)]
+    _csv(a_dir / "baseline/out/training.csv", base)
+    _csv(b_dir / "baseline/out/training.csv", base)
+    far = {r["metric"]: r for r in compare_runs(_results(), _results(final_loss=0.48), a_dir, b_dir, 0.9)["rows"]}
+    assert far["final_loss"]["verdict"] == "better" and far["final_loss"]["rel_delta"] < -0.87
+    near = {r["metric"]: r for r in compare_runs(_results(), _results(final_loss=3.6), a_dir, b_dir, 0.9)["rows"]}
+    assert near["final_loss"]["verdict"] == "same"
+
 def test_a_disturbed_launch_is_inconclusive_and_never_gates(tmp_path):
     a_dir, b_dir = tmp_path / "a", tmp_path / "b"
     base = [1000 + (i % 5) for i in range(20)]

@@ -75,7 +75,8 @@ from validation.analysis.plausibility import implausible
 from validation.formatting import fmt_num, fmt_pct, plural
 from validation import kinds as step_kinds
 from validation.analysis.significance import ALPHA, StatsError, adjust_family
-from validation.analysis.significance.comparison import RunNoise, compare_shift, pair_noise_from
+from validation.analysis.significance.comparison import (MAX_USEFUL_FLOOR, RunNoise, compare_shift,
+                                                         pair_noise_from)
 from validation.analysis.significance.windows import (METRIC, compare_windows, launch_series as _series,  # noqa: F401
                                              measured_run_noise, measured_run_noise_by_step, window_figure,
                                              window_units)
@@ -363,7 +364,10 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
             for metric in SUMMARY_METRICS:
                 x, y = ma.get(metric), mb.get(metric)
                 if isinstance(x, (int, float)) and isinstance(y, (int, float)):
-                    rows.append(_untested(label, metric, x, y, noise if noise is not None else SUMMARY_NOISE,
+                    # --noise sets their "same" band too, at most MAX_USEFUL_FLOOR: a row whose change is beyond
+                    # it is not "same" whatever --noise says (--noise 0.9 called -88% "same")
+                    band = min(noise, MAX_USEFUL_FLOOR) if noise is not None else SUMMARY_NOISE
+                    rows.append(_untested(label, metric, x, y, band,
                                           "one value per run: shown, not tested, never gating"))
                 elif isinstance(x, (int, float)) or isinstance(y, (int, float)):
                     one_sided.setdefault(metric, []).append(

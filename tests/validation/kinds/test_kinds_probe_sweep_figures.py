@@ -79,6 +79,33 @@ def test_the_kept_points_throughput_figure_is_the_mean_of_its_passed_runs_only(m
     assert 990 < expected < 1010
 
 
+
+def test_the_kept_points_throughput_figure_leaves_out_its_disturbed_runs(monkeypatch, tmp_path):
+    """Of the kept point's passed runs, one measured while other work used the machine (its interference record
+    says disturbed): the figure is the undisturbed runs' mean (about 1,000), not one pulled down by the slow run
+    (about 833); with every run disturbed, the figure says so."""
+    def level(spec):
+        if "=25" in spec.label:
+            return 500.0 if spec.repeat == 1 else 1000.0
+        return 1010.0
+
+    results = run_runbook(monkeypatch, tmp_path, RB % 3, FakeTrainer(level, cv=0.01))
+    step = results["steps"]["sw"]
+    kept = [r for r in step["runs"] if r["label"] == "NSA_DDP_BUCKET_MB=25"]
+    assert len(kept) == 3 and all(r["status"] == "passed" for r in kept)
+    slow = next(r for r in kept if r["repeat"] == 1)
+    slow["metrics"]["interference"] = {"disturbed": True, "text": "other processes used 1.4 of 2 cores"}
+    run_dir = Path(results["run_dir"])
+    quiet = [_window_mean(run_dir / r["metrics"]["csv"]) for r in kept if r is not slow]
+    sweep = get("sweep")
+    note = sweep.key_figures([sweep.read(step)])[0].note
+    shown = re.search(r"step `sw`, ([\d,.]+) tokens/s", note)
+    assert shown is not None and "interference" not in note, note
+    assert abs(float(shown.group(1).replace(",", "")) - sum(quiet) / len(quiet)) <= 0.051
+    for r in kept:
+        r["metrics"]["interference"] = {"disturbed": True, "text": "other processes used 1.4 of 2 cores"}
+    assert "(measured under interference)" in sweep.key_figures([sweep.read(step)])[0].note
+
 def test_a_point_kept_because_it_alone_was_measured_is_not_called_preferred(monkeypatch, tmp_path):
     """The matrix's first point (the default) crashed in its only run: the other point is kept as the only point
     measured (nothing compared). The runbook states no preference, so the summary line must not say "preferred"."""

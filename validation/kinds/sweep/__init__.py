@@ -40,7 +40,7 @@ from collections import Counter
 from typing import Any, Mapping
 
 from validation import kinds
-from validation.analysis.interference import decision_record, disturbed_flags
+from validation.analysis.interference import decision_record, disturbed_flags, measured_disturbed
 from validation.analysis.metric_names import METRIC_COLUMNS
 from validation.analysis.stats import METRIC_DIRECTIONS
 from validation.launch.spec import safe_name
@@ -321,12 +321,16 @@ class Sweep(TrainerKind):
                     ", kept: no significant difference")
             chosen_runs = [run for run in r.runs if run.label == choice.label]
             # the point's throughput from its runs that passed (a crashed run's partial window is no measurement
-            # of the point), as an A/B's pooled summary has it
-            means = [finite((run.metrics.toks_per_s or Stat()).mean) for run in chosen_runs if run.status == "passed"]
+            # of the point), as an A/B's pooled summary has it; of those measured undisturbed, where any was (a
+            # run slowed by other work on the machine is no measurement of the point either)
+            passed = [run for run in chosen_runs if run.status == "passed"]
+            quiet = [run for run in passed if not measured_disturbed(written(run.metrics))]
+            means = [finite((run.metrics.toks_per_s or Stat()).mean) for run in (quiet or passed)]
             means = [m for m in means if m is not None]
             mean = sum(means) / len(means) if means else None
             name = r.name
             note = f"step `{name}`" + (f", {fmt_rate(mean)} tokens/s" if mean is not None else "")
+            note += " (measured under interference)" if mean is not None and not quiet else ""
             context = context_text(written(chosen_runs[0].metrics)) if chosen_runs else None
             note += f" at {context}" if context and mean is not None else ""
             figures.append(KeyFigure("sweep_choice", label, value, note, order=20, steps=(str(name),)))

@@ -156,7 +156,17 @@ def test_a_decision_over_runs_with_an_impossible_figure_recommends_nothing(smoke
     notes = recommendations(rb, results)["notes"]
     prefill = next(n for n in notes if n.startswith("prefill: "))
     assert prefill.startswith("prefill: no recommendation: a figure of its runs is outside its physical range")
-    assert "runs.batched.mfu.mean = 3 outside [0, 1]" in prefill
+    assert "runs.batched.mfu.mean = 3 outside [0, 1]" in prefill and "a bug in the measurement" in prefill
+
+
+def test_an_impossible_figure_of_disturbed_runs_is_said_to_be_measured_under_interference(smoke):
+    """The same decision, its evidence disturbed (its runs measured while other work used the machine): the note
+    says so, not that the measurement has a bug."""
+    rb, results = smoke
+    results["steps"]["prefill"]["interference"] = {"disturbed": True, "text": "other processes used 1.6 of 2 cores"}
+    prefill = next(n for n in recommendations(rb, results)["notes"] if n.startswith("prefill: "))
+    assert "outside its physical range, measured while other work used the machine, not a result" in prefill
+    assert "bug" not in prefill
 
 
 def test_a_criterion_on_a_decision_over_runs_with_an_impossible_figure_is_an_error(smoke):

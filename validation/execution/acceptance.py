@@ -275,9 +275,12 @@ def recommendations(runbook: Runbook, results: RunResults) -> Recommendations:
         if step.status != "passed" or not recommendable or bad:
             why = decision.recommendation or (
                 f"no recommendation: {'not replicated' if significant else 'no significant difference'}")
-            if bad:  # whatever it decided stands on a figure that is a bug in the measurement
-                why = ("no recommendation: a figure of its runs is outside its physical range, a bug in the "
-                       f"measurement, not a result: {'; '.join(bad)}")
+            if bad:  # whatever it decided stands on a figure that is not a result: measured while other work
+                # used the machine (its evidence disturbed), else a bug in the measurement
+                cause = ("measured while other work used the machine" if evidence.disturbed(encode(step))
+                         else "a bug in the measurement")
+                why = (f"no recommendation: a figure of its runs is outside its physical range, {cause}, not a "
+                       f"result: {'; '.join(bad)}")
             if step.status != "passed":  # what it chose, it chose from the runs that did not fail
                 why = (f"no recommendation: the step did not pass ({step.status}"
                        + (f": {step.reason}" if step.reason else "") + ")")

@@ -55,6 +55,17 @@ def _trainer_steps(step: Step) -> int | None:
     return int(steps) if isinstance(steps, int) and not isinstance(steps, bool) else None
 
 
+def _launch_steps(planned) -> int | None:
+    """The trainer steps one launch runs, from its argv's `--steps N` (a variant's own args: an A/B's batched arm
+    runs 40 where the step's args say 10), or None."""
+    argv = [str(a) for a in (getattr(planned, "argv", None) or ())]
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "--steps" and value.isdigit():
+            return int(value)
+    return next((int(a.partition("=")[2]) for a in argv if a.startswith("--steps=") and
+                 a.partition("=")[2].isdigit()), None)
+
+
 def _tokens_per_s(value) -> float | None:
     """A heartbeat's tokens/s when it is one (a finite number above 0), else None."""
     rate = finite(value)
@@ -174,6 +185,7 @@ class PlainReporter:
         with self._lock:
             self._launch, self._launches = index, max(total, 1)
             self._label = printable(planned.label) if planned.label else None
+            self._total = _launch_steps(planned) or _trainer_steps(step)
             self._new_launch()
 
     def launch_progress(self, step: Step, progress) -> None:

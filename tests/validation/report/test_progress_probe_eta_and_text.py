@@ -62,6 +62,25 @@ def test_the_eta_of_a_resumed_trainer_counts_from_its_first_timed_step():
         "step 520/1000, ETA 8m 00s")
 
 
+
+def test_a_launch_that_runs_its_own_steps_shows_them_as_its_total():
+    """An A/B's variant with its own `args.steps` (cpu_smoke's batched arm: 40, the step's args 10): its launch's
+    argv says --steps 40, and the line says step 30/40 with its ETA, not step 30/10."""
+    console, out = _plain()
+    clock = _Clock()
+    reporter = PlainReporter(console, interval_s=3600, clock=clock)
+    step = _step(steps=10)
+    reporter.step_started(step, 2)
+    reporter.launch_started(step, SimpleNamespace(label="batched", argv=["python", "-m", "nsa.training", "--steps",
+                                                                          "40", "--seq-len", "96"]), 1, 2)
+    for wait, trainer_step in ((0, 0), (5, 10), (10, 30)):
+        clock.now += wait
+        reporter.launch_progress(step, Progress(clock.now - 1000.0, trainer_step, 500.0, "running"))
+    reporter.tick()
+    reporter.close()
+    line = next(ln for ln in out.getvalue().splitlines() if ln.lstrip().startswith("RUNNING"))
+    assert line.endswith("step 30/40, 500 tok/s, ETA 5.0 s"), line
+
 def test_the_eta_needs_a_move_after_the_first_timed_step_and_a_known_total():
     # one timed step seen: no rate yet
     assert "ETA" not in _running_after([(0, 0, None), (70, 10, 1000.0)])

@@ -40,6 +40,7 @@ from bench_attention import SHAPES  # noqa: E402  (same directory: one shape for
 
 SHAPE = SHAPES["small"]
 from nsa import NSAAttention, NSAConfig  # noqa: E402
+from nsa.attention.kernels.common import interpreting  # noqa: E402
 from nsa.attention.selection import RANGE_BUILDERS  # noqa: E402
 
 
@@ -179,6 +180,9 @@ def main(argv=None) -> int:
         seq_lens = []
     if not seq_lens or min(seq_lens) < 1 or args.repeats < 1:
         ap.error(f"--seq-lens {args.seq_lens!r} must be comma-separated integers >= 1, and --repeats >= 1")
+    if args.topk_ab and args.device == "cpu" and not interpreting():  # Triton: a GPU, or the interpreter
+        ap.error("--topk-ab on cpu runs the Triton selection kernels through Triton's interpreter: set "
+                 "TRITON_INTERPRET=1 (fp32, small --seq-lens), or use --device cuda")
     if args.dry_run:
         what = ("the top-n_sel choices sort and topk (tiled selection, then choose_blocks)" if args.topk_ab else
                 f"the range builders v1 and v2 and the layer's forward under each (top-n_sel {args.topk_choice})")

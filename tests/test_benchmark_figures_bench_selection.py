@@ -61,3 +61,12 @@ def test_default_run_prints_its_figures_and_the_reproduce_command(tmp_path, caps
     (row,) = json.loads(out.read_text())["by_seq_len"]
     assert row["ranges_speedup"] == pytest.approx(row["ranges_v1_ms"] / row["ranges_v2_ms"])
     assert row["forward_speedup"] == pytest.approx(row["forward_v1_ms"] / row["forward_v2_ms"])
+
+
+def test_the_topk_ab_on_cpu_without_the_interpreter_is_refused_naming_it(monkeypatch, capsys):
+    """--topk-ab runs the Triton selection kernels: on CPU only through Triton's interpreter. Without it, a clear
+    error (exit 2) instead of Triton's "0 active drivers" traceback from the first launch."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--topk-ab", "--device", "cpu", "--seq-lens", "256", "--repeats", "1"])
+    assert exit_.value.code == 2 and "set TRITON_INTERPRET=1" in capsys.readouterr().err

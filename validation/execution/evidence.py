@@ -41,9 +41,14 @@ from validation.results.run import read_run
 def is_performance(step_kind, path: tuple) -> bool:
     """Whether `path` of a step of `step_kind` is performance evidence: it is, or holds, a name of the kind's
     `performance` patterns; a bare step (path ()) is when the kind declares any."""
-    patterns = tuple(getattr(step_kind, "performance", ()) or ())
+    patterns = _performance(step_kind)
     below = tuple(p if p.endswith("*") else f"{p}.*" for p in patterns)  # and everything inside each
     return bool(patterns) and (not path or metric_declared(tuple(path), patterns + below))
+
+
+def _performance(step_kind) -> tuple[str, ...]:
+    """A kind's `performance` patterns (none for an object that is no kind)."""
+    return tuple(getattr(step_kind, "performance", ()) or ())
 
 
 def performance_reads(runbook, criterion) -> list[tuple[str, tuple]]:
@@ -59,7 +64,7 @@ def performance_reads(runbook, criterion) -> list[tuple[str, tuple]]:
         step = steps_by_name.get(name)
         if step is None or (name, path) in out or not is_performance(step.kind_impl, path):
             continue
-        if (name, path) not in measured and "*" in tuple(getattr(step.kind_impl, "performance", ()) or ()):
+        if (name, path) not in measured and "*" in _performance(step.kind_impl):
             continue  # only counted, looked into or compared with a string, in a benchmark's JSON
         out.append((name, path))
     return out

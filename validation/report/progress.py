@@ -58,7 +58,7 @@ def _trainer_steps(step: Step) -> int | None:
 def _launch_steps(planned) -> int | None:
     """The trainer steps one launch runs, from its argv's `--steps N` (a variant's own args: an A/B's batched arm
     runs 40 where the step's args say 10), or None."""
-    argv = [str(a) for a in (getattr(planned, "argv", None) or ())]
+    argv = [str(a) for a in planned.argv or ()]
     for flag, value in zip(argv, argv[1:]):
         if flag == "--steps" and value.isdigit():
             return int(value)

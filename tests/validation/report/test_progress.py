@@ -56,7 +56,7 @@ def test_a_line_names_the_step_elapsed_trainer_step_tokens_per_s_and_eta():
     reporter = PlainReporter(console, interval_s=3600, clock=clock)  # the timer never fires: ticks by hand
     step = _step()
     reporter.step_started(step, 1)
-    reporter.launch_started(step, SimpleNamespace(label=""), 0, 1)
+    reporter.launch_started(step, SimpleNamespace(argv=[], label=""), 0, 1)
     clock.now += 4
     reporter.launch_progress(step, Progress(4.0, None, None, "waiting"))
     reporter.tick()
@@ -84,12 +84,12 @@ def test_no_eta_until_the_step_number_moves_and_a_new_launch_starts_over():
     reporter = PlainReporter(console, interval_s=3600, clock=clock)
     step = _step(steps=50)
     reporter.step_started(step, 2)
-    reporter.launch_started(step, SimpleNamespace(label="a"), 0, 2)
+    reporter.launch_started(step, SimpleNamespace(argv=[], label="a"), 0, 2)
     reporter.launch_progress(step, Progress(1.0, 5, 100.0, "running"))
     clock.now += 60
     reporter.tick()
     reporter.launch_progress(step, Progress(61.0, 45, 100.0, "running"))
-    reporter.launch_started(step, SimpleNamespace(label="b"), 1, 2)
+    reporter.launch_started(step, SimpleNamespace(argv=[], label="b"), 1, 2)
     reporter.tick()
     reporter.launch_progress(step, Progress(2.0, 3, 90.0, "running"))
     reporter.tick()
@@ -145,7 +145,7 @@ def test_a_terminal_keeps_the_live_bar_and_prints_no_plain_lines():
         assert isinstance(reporter, LiveReporter)
         reporter.run_started(SimpleNamespace(name="smoke"), "/tmp/run", [step])
         reporter.step_started(step, 1)
-        reporter.launch_started(step, SimpleNamespace(label=""), 0, 1)
+        reporter.launch_started(step, SimpleNamespace(argv=[], label=""), 0, 1)
         reporter.launch_progress(step, Progress(1.0, 7, 1234.0, "running"))
         task = _bar(reporter)
         assert (task.description, task.completed, task.total) == ("train / baseline", 7, 100)
@@ -187,11 +187,11 @@ def test_a_terminal_bar_starts_afresh_for_each_step_and_launch():
             reporter.launch_progress(step, Progress(float(n), n, 1000.0, "running"))
 
     reporter.step_started(first, 2)
-    reporter.launch_started(first, SimpleNamespace(label="a"), 0, 2)
+    reporter.launch_started(first, SimpleNamespace(argv=[], label="a"), 0, 2)
     steps(first, 100)
     assert _bar(reporter).finished
     clock.now += 5
-    reporter.launch_started(first, SimpleNamespace(label="b"), 1, 2)
+    reporter.launch_started(first, SimpleNamespace(argv=[], label="b"), 1, 2)
     steps(first, 10)
     bar = _bar(reporter)
     assert not bar.finished and bar.elapsed == 10 and bar.completed == 10 and bar.total == 100
@@ -200,7 +200,7 @@ def test_a_terminal_bar_starts_afresh_for_each_step_and_launch():
     reporter.step_finished(first, {"status": "passed", "duration_s": 205.0})
     clock.now += 3
     reporter.step_started(second, 1)
-    reporter.launch_started(second, SimpleNamespace(label=""), 0, 1)
+    reporter.launch_started(second, SimpleNamespace(argv=[], label=""), 0, 1)
     clock.now += 4
     bar = _bar(reporter)
     assert (bar.description, bar.completed, bar.total, bar.elapsed, bar.finished) == (
@@ -208,7 +208,7 @@ def test_a_terminal_bar_starts_afresh_for_each_step_and_launch():
     steps(second, 100)
     reporter.step_finished(second, {"status": "passed", "duration_s": 104.0})
     reporter.step_started(tests, 1)
-    reporter.launch_started(tests, SimpleNamespace(label=""), 0, 1)
+    reporter.launch_started(tests, SimpleNamespace(argv=[], label=""), 0, 1)
     clock.now += 2
     bar = _bar(reporter)
     assert (bar.description, bar.total, bar.elapsed, bar.finished) == ("train / tests", None, 2, False)

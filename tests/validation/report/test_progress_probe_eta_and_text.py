@@ -35,7 +35,7 @@ def _running_after(series, steps=100) -> str:
     reporter = PlainReporter(console, interval_s=3600, clock=clock)
     step = _step(steps=steps)
     reporter.step_started(step, 1)
-    reporter.launch_started(step, SimpleNamespace(label=""), 0, 1)
+    reporter.launch_started(step, SimpleNamespace(argv=[], label=""), 0, 1)
     for wait, trainer_step, tps in series:
         clock.now += wait
         reporter.launch_progress(step, Progress(clock.now - 1000.0, trainer_step, tps, "running"))
@@ -158,11 +158,11 @@ def test_the_live_bar_shows_a_launch_label_with_brackets_as_text():
     with display(console) as reporter:
         reporter.run_started(SimpleNamespace(name="smoke"), "/tmp/run", [step])
         reporter.step_started(step, 2)
-        reporter.launch_started(step, SimpleNamespace(label="tests/test_a.py"), 0, 2)
+        reporter.launch_started(step, SimpleNamespace(argv=[], label="tests/test_a.py"), 0, 2)
         task = next(t for t in reporter.p.tasks if t.id == reporter.task)
         shown = [column.render(task).plain for column in reporter.p.columns if hasattr(column, "text_format")]
         assert shown == ["train / tests", "train [tests/test_a.py] 1/2"]
-        reporter.launch_started(step, SimpleNamespace(label="lr=0.001 :x:"), 1, 2)
+        reporter.launch_started(step, SimpleNamespace(argv=[], label="lr=0.001 :x:"), 1, 2)
         task = next(t for t in reporter.p.tasks if t.id == reporter.task)
         assert [column.render(task).plain for column in reporter.p.columns
                 if hasattr(column, "text_format")][1] == "train [lr=0.001 :x:] 2/2"

@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "artifacts" / "bench_train"
 sys.path.insert(0, str(ROOT))
 
+from bench_attention import repeated  # noqa: E402  (same directory, torch-free at import)
 from nsa import toggles  # noqa: E402  (torch-free: the table of NSA_* variables a --variant may set)
 
 CPU_CASES = [
@@ -303,16 +304,6 @@ def reproduce_command(argv: list[str], environ) -> str:
     and the arguments, each quoted for the shell."""
     env = [f"{k}={shlex.quote(v)}" for k, v in sorted(environ.items()) if k.startswith(toggles.PREFIX)]
     return " ".join([*env, shlex.join(["python", "benchmarks/bench_train.py", *argv])])
-
-
-def repeated(values: list) -> list:
-    """The values given more than once, each once, in the order of their second occurrence."""
-    seen, twice = set(), []
-    for v in values:
-        if v in seen and v not in twice:
-            twice.append(v)
-        seen.add(v)
-    return twice
 
 
 def no_cuda_here() -> str | None:

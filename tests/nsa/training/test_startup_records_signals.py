@@ -19,23 +19,6 @@ from nsa.training import cli as train
 from nsa.training import outputs, trainer
 
 
-class Ended(Exception):
-    """What the signal's default action would have done: end the process."""
-
-
-@pytest.fixture
-def ending(monkeypatch):
-    """SIGTERM and SIGINT raise Ended while the test runs (their handlers restored after it)."""
-    monkeypatch.setenv("NSA_TB_DISABLE", "1")
-
-    def end(signum, frame):
-        raise Ended(signal.Signals(signum).name)
-
-    previous = {signum: signal.signal(signum, end) for signum in (signal.SIGTERM, signal.SIGINT)}
-    yield end
-    for signum, handler in previous.items():
-        signal.signal(signum, handler)
-
 
 def _during_setup(monkeypatch, act):
     """`act()` in the middle of the trainer's start-up: as it builds its data source (the model and optimizer

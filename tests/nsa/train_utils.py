@@ -75,6 +75,14 @@ def run(out_dir: Path, *flags: str, nproc: int = 1, env: dict | None = None, tim
     return finish(start(out_dir, *flags, nproc=nproc, env=env, config=config), timeout)
 
 
+def train_here(out_dir: Path, *flags: str) -> int:
+    """nsa-train in this process (nsa.training.cli.main), the tiny CPU config shortened to 2 sequences of 128 tokens
+    a step: its exit code."""
+    from nsa.training import cli
+
+    return cli.main(["--config", str(TINY), "--out-dir", str(out_dir), "--seq-len", "128", "--batch-size", "2",
+                     *flags])
+
 def read_csv(path: Path) -> list[dict]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))

@@ -14,9 +14,8 @@ import signal
 
 import pytest
 
-from train_utils import TINY, heartbeats, read_csv
+from train_utils import heartbeats, read_csv, train_here
 
-from nsa.training import cli as train
 from nsa.training import outputs, trainer
 
 
@@ -42,16 +41,13 @@ def _second_ctrl_c():
     os.kill(os.getpid(), signal.SIGINT)  # and insisted on: KeyboardInterrupt
 
 
-def _train(out, *flags):
-    return train.main(["--config", str(TINY), "--out-dir", str(out), "--seq-len", "128", "--batch-size", "2", *flags])
-
 
 @pytest.mark.parametrize("act", [_interrupt, _second_ctrl_c], ids=["KeyboardInterrupt", "second_ctrl_c"])
 def test_a_keyboard_interrupt_in_the_loop_is_recorded_as_terminated_not_crashed(tmp_path, monkeypatch, ending, act):
     _in_step(monkeypatch, 4, act)
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
-        _train(out, "--steps", "6", "--save-every", "2")
+        train_here(out, "--steps", "6", "--save-every", "2")
     status = json.loads((out / outputs.STATUS_JSON).read_text())
     # steps 1-3 trained and recorded, step 4 cut short; the checkpoint of step 2 is where --resume continues
     assert (status["status"], status["step"], status["checkpoint_step"]) == ("terminated", 3, 2)
@@ -84,7 +80,7 @@ def test_a_keyboard_interrupt_while_the_stop_saves_its_checkpoint_keeps_the_last
     monkeypatch.setattr(trainer.checkpoint, "save", saving)
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
-        _train(out, "--steps", "6")
+        train_here(out, "--steps", "6")
     status = json.loads((out / outputs.STATUS_JSON).read_text())
     assert (status["status"], status["step"], status["checkpoint_step"]) == ("terminated", 2, None)
     assert "after step 2" in status["reason"] and "--resume starts again at step 0" in status["reason"]

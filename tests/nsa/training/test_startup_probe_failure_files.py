@@ -13,9 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from train_utils import TINY
+from train_utils import train_here
 
-from nsa.training import cli as train
 from nsa.training import outputs
 from validation.kinds import trainer as trainer_kind
 from validation.results.codec import decode
@@ -24,10 +23,6 @@ from validation.results.trainer_launch import TrainerStatus
 CKPT = "checkpoints/step_00000002"
 
 
-def _train(out, *flags):
-    """The tiny CPU config, shortened: 2 sequences of 128 tokens a step."""
-    return train.main(["--config", str(TINY), "--out-dir", str(out), "--seq-len", "128", "--batch-size", "2", *flags])
-
 
 @pytest.fixture(scope="module")
 def two_steps(tmp_path_factory):
@@ -35,7 +30,7 @@ def two_steps(tmp_path_factory):
     out = tmp_path_factory.mktemp("base") / "out"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NSA_TB_DISABLE", "1")
-        assert _train(out, "--steps", "2", "--save-every", "2") == 0
+        assert train_here(out, "--steps", "2", "--save-every", "2") == 0
     summary, tl = outputs.read_summary(out), outputs.read_timeline(out)
     assert (summary["status"], summary["steps"], summary["steps_planned"]) == ("completed", 2, 2)
     assert tl["time_to_first_step_s"] is not None and tl["missing_milestones"] == []
@@ -71,7 +66,7 @@ def _assert_startup_crash(out, steps_planned):
 
 
 def test_a_resume_that_fails_at_start_up_replaces_the_earlier_runs_summary_and_timeline(damaged_copy):
-    assert _train(damaged_copy, "--steps", "5", "--resume") == 2
+    assert train_here(damaged_copy, "--steps", "5", "--resume") == 2
     status, _, _ = _assert_startup_crash(damaged_copy, steps_planned=5)
     assert status["reason"].startswith("start-up: CheckpointError")
     # what the resume continues from is left as it was: the earlier run's two rows
@@ -83,7 +78,7 @@ def test_a_fresh_run_that_fails_at_start_up_writes_its_own_summary_and_timeline(
     monkeypatch.setenv("NSA_LOSS", "fused")  # the fused loss needs a GPU (or Triton's interpreter): refused here
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     out = tmp_path / "out"
-    assert _train(out, "--steps", "3") == 2
+    assert train_here(out, "--steps", "3") == 2
     status, _, _ = _assert_startup_crash(out, steps_planned=3)
     assert "fused loss" in status["reason"]
     assert not (out / outputs.TRAINING_CSV).exists()
@@ -99,7 +94,7 @@ def test_validation_collects_a_failed_resume_as_this_launchs_crash(damaged_copy,
             then = path.stat().st_mtime - earlier_age_s
             os.utime(path, (then, then))
     started = time.time()
-    assert _train(damaged_copy, "--steps", "5", "--resume") == 2
+    assert train_here(damaged_copy, "--steps", "5", "--resume") == 2
     duration = time.time() - started
     ctx = SimpleNamespace(run_dir=damaged_copy.parents[1], results={"environment": {}}, rel=str)
     step = SimpleNamespace(launch=SimpleNamespace(window=10, warmup_steps=0))

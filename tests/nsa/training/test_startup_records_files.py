@@ -13,19 +13,14 @@ import time
 import pytest
 import yaml
 
-from train_utils import TINY, heartbeats
+from train_utils import heartbeats, train_here
 
-from nsa.training import cli as train
 from nsa.training import outputs
 from validation.contracts import error_files
 from validation.launch.diagnosis import failure_excerpt
 
 CKPT = "checkpoints/step_00000002"
 
-
-def _train(out, *flags):
-    """The tiny CPU config, shortened: 2 sequences of 128 tokens a step."""
-    return train.main(["--config", str(TINY), "--out-dir", str(out), "--seq-len", "128", "--batch-size", "2", *flags])
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +29,7 @@ def two_steps(tmp_path_factory):
     out = tmp_path_factory.mktemp("base") / "out"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NSA_TB_DISABLE", "1")
-        assert _train(out, "--steps", "2", "--save-every", "2") == 0
+        assert train_here(out, "--steps", "2", "--save-every", "2") == 0
     assert not list(out.glob("error_rank*.txt"))
     return out
 
@@ -67,7 +62,7 @@ def test_a_fresh_run_that_fails_at_start_up_names_its_rank_and_error_in_an_error
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     out = tmp_path / "out"
     since = time.time()
-    assert _train(out, "--steps", "3") == 2
+    assert train_here(out, "--steps", "3") == 2
     status = _status(out)
     assert (status["status"], status["phase"]) == ("crashed", "start-up")
     rank, line = _error_line(out, since)
@@ -82,7 +77,7 @@ def test_a_resume_from_a_damaged_checkpoint_names_its_rank_and_error_in_an_error
     model = earlier / CKPT / "model_optim.pt"
     model.write_bytes(model.read_bytes()[:1000])
     since = time.time()
-    assert _train(earlier, "--steps", "5", "--resume") == 2
+    assert train_here(earlier, "--steps", "5", "--resume") == 2
     rank, line = _error_line(earlier, since)
     assert rank == 0 and line.startswith("nsa.training.checkpoint.CheckpointError: "), line
     assert _status(earlier)["reason"] == "start-up: " + line.removeprefix("nsa.training.checkpoint.")
@@ -97,13 +92,13 @@ def test_a_resume_that_fails_at_start_up_leaves_the_runs_config_and_env_as_they_
     assert yaml.safe_load(config_before)["train"]["lr"] == 0.003
     (earlier / outputs.VAL_CSV).mkdir()
     with pytest.raises(IsADirectoryError):
-        _train(earlier, "--steps", "4", "--resume", "--lr", "0.002")
+        train_here(earlier, "--steps", "4", "--resume", "--lr", "0.002")
     assert (_status(earlier)["status"], _status(earlier)["phase"]) == ("crashed", "start-up")
     assert (earlier / outputs.CONFIG_YAML).read_bytes() == config_before
     assert (earlier / outputs.ENV_JSON).read_bytes() == env_before
 
     (earlier / outputs.VAL_CSV).rmdir()
-    assert _train(earlier, "--steps", "3", "--resume", "--lr", "0.002") == 0
+    assert train_here(earlier, "--steps", "3", "--resume", "--lr", "0.002") == 0
     status = _status(earlier)
     assert (status["status"], status["step"]) == ("completed", 3)
     assert any("train.lr 0.003 -> 0.002" in note for note in status["notes"]), status["notes"]

@@ -13,9 +13,8 @@ import signal
 
 import pytest
 
-from train_utils import TINY, heartbeats
+from train_utils import heartbeats, train_here
 
-from nsa.training import cli as train
 from nsa.training import outputs, trainer
 
 
@@ -32,9 +31,6 @@ def _during_setup(monkeypatch, act):
     monkeypatch.setattr(trainer, "build_source", building)
 
 
-def _train(out, *flags):
-    return train.main(["--config", str(TINY), "--out-dir", str(out), "--seq-len", "128", "--batch-size", "2", *flags])
-
 
 def _files(out):
     status = json.loads((out / outputs.STATUS_JSON).read_text())
@@ -46,7 +42,7 @@ def test_a_signal_during_start_up_stops_the_run_at_its_first_step_with_a_checkpo
                                                                                     signum):
     _during_setup(monkeypatch, lambda: os.kill(os.getpid(), signum))
     out = tmp_path / "out"
-    assert _train(out, "--steps", "5") == trainer.EXIT_OK
+    assert train_here(out, "--steps", "5") == trainer.EXIT_OK
     status, summary, beats = _files(out)
     name = signal.Signals(signum).name
     assert (status["status"], status["reason"], status["step"], status["checkpoint_step"]) == \
@@ -74,7 +70,7 @@ def test_a_keyboard_interrupt_during_start_up_is_recorded_as_terminated_not_cras
     _during_setup(monkeypatch, act)
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
-        _train(out, "--steps", "5")
+        train_here(out, "--steps", "5")
     status, summary, beats = _files(out)
     assert (status["status"], status["phase"], status["step"]) == ("terminated", "start-up", 0)
     assert "KeyboardInterrupt" in status["reason"]

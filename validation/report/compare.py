@@ -75,8 +75,8 @@ from validation.analysis.plausibility import implausible
 from validation.formatting import fmt_num, fmt_pct, plural
 from validation import kinds as step_kinds
 from validation.analysis.significance import ALPHA, StatsError, adjust_family
-from validation.analysis.significance.comparison import (MAX_USEFUL_FLOOR, RunNoise, compare_shift,
-                                                         pair_noise_from)
+from validation.analysis.significance.comparison import (MAX_USEFUL_FLOOR, PairNoise, RunNoise,
+                                                         compare_shift, pair_noise_from)
 from validation.analysis.significance.windows import (METRIC, compare_windows, launch_series as _series,  # noqa: F401
                                              measured_run_noise, measured_run_noise_by_step, window_figure,
                                              window_units)
@@ -508,9 +508,8 @@ def declared_noise(a: Run | dict, b: Run | dict) -> DeclaredNoise:
     df = max(pairs - 1.0, 1.0)
     names = sorted({str(n) for _, n in found})
     source = f"declared by runbook {', '.join(names)} from {pairs:g} A/A pairs"
-    launch = None if not launch_sd else RunNoise(
-        between=launch_sd / math.sqrt(2.0), total=launch_sd / math.sqrt(2.0), within=0.0, df=df, runs=int(2 * pairs),
-        groups=int(pairs), source=f"launch_sd {fmt_pct(launch_sd)} {source}")
+    launch = None if not launch_sd else PairNoise(
+        sd=launch_sd, source=f"launch_sd {fmt_pct(launch_sd)} {source}", pairs=pairs).launch_noise()
     return DeclaredNoise(run_sd=run_sd or None, launch=launch, df=df, source=source)
 
 

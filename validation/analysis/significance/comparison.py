@@ -125,11 +125,11 @@ class PairNoise:
 
     def launch_noise(self) -> RunNoise:
         """One launch's share of it (sd / sqrt 2) as the run-to-run variation of a single run's mean, for a
-        comparison of one run each (compare_units(run_noise=)): its df pairs - 1 (1 when not stated), as `compare`
-        holds its launches to the same declaration."""
-        pairs = self.pairs if self.pairs is not None and self.pairs >= 2 else 2.0
+        comparison of one run each (compare_units(run_noise=)) and for compare's launches (declared_noise): its df
+        pairs - 1, at least 1 (2 pairs when not stated)."""
+        pairs = self.pairs if self.pairs is not None else 2.0
         share = self.sd / math.sqrt(2.0)
-        return RunNoise(between=share, total=share, within=0.0, df=float(pairs - 1.0), runs=int(2 * pairs),
+        return RunNoise(between=share, total=share, within=0.0, df=max(float(pairs) - 1.0, 1.0), runs=int(2 * pairs),
                         groups=int(pairs), source=self.source)
 
 

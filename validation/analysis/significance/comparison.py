@@ -132,6 +132,12 @@ class PairNoise:
         return RunNoise(between=share, total=share, within=0.0, df=max(float(pairs) - 1.0, 1.0), runs=int(2 * pairs),
                         groups=int(pairs), source=self.source)
 
+    def hold(self, run_noise: RunNoise | None) -> RunNoise:
+        """`run_noise` (a single run's measured run-to-run variation, or None) held to at least launch_noise():
+        the larger of the two."""
+        declared = self.launch_noise()
+        return declared if run_noise is None or run_noise.total < declared.total else run_noise
+
 
 def pair_noise_from(declared: Any) -> PairNoise | None:
     """A runbook's `compare` mapping as stored in results.json ({"launch_sd", "pairs", ...}) -> PairNoise, or None

@@ -325,9 +325,7 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
     if not repeats_mode and pair_noise is not None:
         # one run each: each run's noise at least one launch's share of the declared launch noise, as `compare`
         # holds the same launches (a difference two single launches show when nothing changed decides nothing)
-        declared = pair_noise.launch_noise()
-        if run_noise is None or run_noise.total < declared.total:
-            run_noise = declared
+        run_noise = pair_noise.hold(run_noise)
     for v in variants:  # a variant with fewer runs listed lacks the last repeats
         v.means += [None] * (longest - len(v.means))
         v.series += [None] * (longest - len(v.series))

@@ -154,8 +154,7 @@ def _compare(base: list, variant: list, label: str, metric: str, higher: bool, r
         return compare_paired([mean(v) for v in base], [mean(v) for v in variant], higher_is_better=higher,
                               baseline=BASELINE, variant=label, metric=metric, pair_noise=pair_noise)
     if pair_noise is not None:  # one run each: held to one launch's share of the declared launch noise, as decide()
-        declared = pair_noise.launch_noise()
-        rn = declared if rn is None or rn.total < declared.total else rn
+        rn = pair_noise.hold(rn)
     a, b = base[0], variant[0]
     if not isinstance(a, list) or not isinstance(b, list):
         raise StatsError("a run without its per-step values" if a is not None and b is not None else

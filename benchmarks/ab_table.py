@@ -27,6 +27,9 @@ The other A/Bs of a run, each file read by its contents:
   variant against the baseline variant (the first of --baseline run, "old" in next_run.sh), its repeats the rounds.
   Its figure is a throughput: the round's ratio is the baseline's tokens/s over the choice's, a time ratio like
   every other ratio here (below 1: the choice is faster). A run that failed has no row: its round is missing.
+- bench_choices.py's JSON (K3, C3: every launch choice against the shipped one in one process, each round a block
+  of the baseline and a block of the choice adjacent in time): one comparison per arm, read as the files above;
+  an arm that finished counts even when its step failed later (another arm's crash), one that failed does not.
 tune_kernels.py's rows (C4) keep only each side's min / median / max, no round's ratio: not in the table.
 
 Each folder's log.txt (or the one beside it, next_run.sh's $OUT/log.txt) gives the steps' exits: every step that
@@ -108,6 +111,7 @@ def comparisons(folder: Path, baselines: tuple[str, ...]) -> list[dict]:
             why = failed.get(path.name.split(".")[0])
             cut = why if why and why.endswith(CUT) else None  # bench_train writes, then exits 1 if a run failed
             others += calls_records(folder, path, why) + train_records(folder, path, baselines, cut)
+            others += choices_records(folder, path, why if why and why.endswith("skipped") else None)
     records = []
     for (label, case), arms in groups.items():
         base = next((b for b in baselines if b in arms), None)
@@ -189,6 +193,45 @@ def calls_records(folder: Path, path: Path, failed: str | None = None) -> list[d
                    "ratio_max": row.get("ratio_max")}
             records.append(_calls_record(folder, path.stem, f"{data.get('tokens')} x {data.get('vocab')}",
                                          "reference", impl, fig, data.get("repeats"), failed))
+    return records
+
+
+def choices_records(folder: Path, path: Path, failed: str | None = None) -> list[dict]:
+    """bench_choices.py's JSON (every arm against the baseline arm in one process, round by round, each round a
+    baseline block and an arm block adjacent in time): one comparison per arm, its rounds' medians and ratios as the
+    one-file-per-round A/Bs have them, the verdict by round_verdict on forward + backward. The JSON is written after
+    every block, so an arm that finished is a figure even when its step later failed (a crash in another arm); an arm
+    that failed, or was being measured when the process ended, is "incomplete" with its error. failed: the step was
+    skipped (the file is an earlier call's): no figure. [] for another kind of file."""
+    data = _read(path)
+    if not (isinstance(data, dict) and data.get("bench") == "choices" and isinstance(data.get("arms"), dict)):
+        return []
+    case = f"{data.get('seq_len')}b{data.get('batch')}"
+    records = []
+    for arm, rec in data["arms"].items():
+        if not isinstance(rec, dict):
+            continue
+        per_round = []
+        for rnd in rec.get("rounds") or []:
+            ms = {}
+            for side in ("baseline", "arm"):
+                times = (rnd.get(side) or {}).get("times_s") or {}
+                ms[side] = {m: t["median"] * 1e3 if isinstance(t, dict) and _is_time(t.get("median")) else None
+                            for m, t in times.items() if m in MODES}
+            ratio = {m: ms["arm"][m] / ms["baseline"][m] for m in MODES
+                     if ms["arm"].get(m) and ms["baseline"].get(m)}
+            per_round.append({"round": rnd.get("round"), "baseline_ms": ms["baseline"], "choice_ms": ms["arm"],
+                              "ratio": ratio})
+        why = failed or rec.get("error") or ("in progress when the process ended" if data.get("in_progress") == arm
+                                            else None)
+        if why:
+            per_round = [{**p, "ratio": {}} for p in per_round] if failed else per_round
+            per_round.append({"round": len(per_round) + 1, "baseline_ms": None, "choice_ms": None, "ratio": {},
+                              "failed": why})
+        verdict = round_verdict([p["ratio"].get("fwdbwd") for p in per_round])
+        records.append({"folder": str(folder), "label": path.stem, "case": case, "baseline": data.get("baseline"),
+                        "choice": arm, "rounds": per_round, "verdict": verdict,
+                        **({"note": rec["note"]} if rec.get("note") else {})})
     return records
 
 
@@ -282,6 +325,8 @@ def table(records: list[dict]) -> str:
     for rec in records:
         for i, r in enumerate(rec["rounds"]):
             verdict = f"**{rec['verdict']}**" if i == len(rec["rounds"]) - 1 else ""
+            if verdict and rec.get("note"):  # bench_choices: an arm with the baseline's choices in effect
+                verdict += f" ({rec['note']})"
             if r.get("failed"):
                 verdict = f"{r['failed']} {verdict}".strip()
             if rec.get("mode") == "tok/s":
@@ -317,7 +362,7 @@ def main(argv=None) -> int:
     records = [rec for folder in args.folders for rec in comparisons(folder, baselines)]
     problems = {str(f): step_problems(f) for f in args.folders}
     print(table(records) if records else "no A/B files (<label>_<arm>_r<round>_<case>.json with a baseline arm, "
-          "bench_selection --topk-ab, bench_loss or bench_train --variant runs)")
+          "bench_choices, bench_selection --topk-ab, bench_loss or bench_train --variant runs)")
     for folder, lines in problems.items():
         for line in lines:
             print(f"{folder}: {line}")

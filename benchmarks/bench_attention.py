@@ -185,6 +185,18 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
         series.update(bwd=[b for _, b in times], fwdbwd=[f + b for f, b in times])
     stats = {m: {"min": min(v), "median": statistics.median(v), "max": max(v)} for m, v in series.items()}
     extra = {"note": f"forward only, autograd off: {no_grad_reason}"} if forward_only else {}
+    extra.update(choices_in_effect(path, index_build))
+    return {"path": path, "shape": shape_name, "seq_len": seq_len, "batch": batch, "times_s": stats, "repeats": n,
+            **extra, "toks_per_s": batch * seq_len / stats["fwdbwd"]["median"] if "fwdbwd" in stats else None,
+            "peak_gb": peak_gb, "device": device,
+            "dtype": dtype_name, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
+
+
+def choices_in_effect(path: str, index_build: str = "auto") -> dict:
+    """The launch choices a pass of `path` takes now, each "auto" resolved to the name it picks (the JSON's record of
+    what was measured): the kernels' on nsa-triton, the top-n_sel on every NSA path, none on dense."""
+    extra = {}
     if path == "nsa-triton":
         from nsa.attention.kernels import index_build as resolved_build
 
@@ -207,11 +219,7 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
         from nsa.attention import selection
 
         extra["topk_choice"] = selection.topk_choice()
-    return {"path": path, "shape": shape_name, "seq_len": seq_len, "batch": batch, "times_s": stats, "repeats": n,
-            **extra, "toks_per_s": batch * seq_len / stats["fwdbwd"]["median"] if "fwdbwd" in stats else None,
-            "peak_gb": peak_gb, "device": device,
-            "dtype": dtype_name, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
+    return extra
 
 
 def spawn(path: str, seq_len: int, args) -> dict:

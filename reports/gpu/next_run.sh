@@ -1,30 +1,50 @@
 #!/usr/bin/env bash
 # The next GPU session's script (PART=kernels rewritten 2026-11-30 after the H200 run of reports/gpu/2026-11-30-h200,
-# for issues 31 and 32). From the repository root, outputs under $OUT (at most 8 files come back: each part tars its
-# folder after every step, so a cut call keeps what ran). Calls of at most 10 minutes, in this order:
+# for issues 31 and 32; its A/Bs moved into one process per shape on 2026-12-01: benchmarks/bench_choices.py). From
+# the repository root, outputs under $OUT (at most 8 files come back: each part tars its folder after every step, so
+# a cut call keeps what ran). Calls of at most 10 minutes, in this order:
 #     PART=kernels BUDGET=570 bash reports/gpu/next_run.sh     # ~9.5 min (timeout_s 595; a start took ~30 s)
-#     PART=selection BUDGET=200 bash reports/gpu/next_run.sh   # ~3 min (its A/B first: the rest ran 2026-11-30)
+#     PART=kernels BUDGET=270 bash reports/gpu/next_run.sh     # the same on the warm machine: what did not end well
+#     PART=choices BUDGET=560 bash reports/gpu/next_run.sh     # ~9 min: every choice's numerics and memcheck
 #     PART=trainer BUDGET=540 bash reports/gpu/next_run.sh     # ~9 min
 #     PART=h100 BUDGET=560 bash reports/gpu/next_run.sh        # ~9 min: h100_single whole but its kernel phase
-#     PART=choices BUDGET=560 bash reports/gpu/next_run.sh     # ~9 min: issue 31 items 2.3-2.6's launch choices
+#     PART=selection BUDGET=200 bash reports/gpu/next_run.sh   # the topk choice's tests and memcheck again
 #                                                              # (what does not fit in BUDGET is skipped and logged)
-# 15 minutes of device time hold PART=kernels twice and a start; PART=trainer waits for the next GPU session (or
-# follows on the same warm machine where time is left). A second PART=kernels call on a warm machine
-# continues its runbook (--resume). A step starts only when its time is left (never cut short to fit another);
-# what was skipped says so in log.txt. The runbook runs through `python3 -m validation.cli` (the image's
-# nsa-validate script belongs to another Python).
+# 15 minutes of device time hold one PART=kernels call, a second one on the warm machine and a start. A step that
+# exited 0 leaves $W/<part>/.<step>.ok: a later call on the same warm machine logs it DONE and does not run it
+# again, so a second call runs what failed, was cut or skipped (gpu_kernels.yaml continues with --resume). A step
+# starts only when its time is left (never cut short to fit another); what was skipped says so in log.txt. The
+# runbook runs through `python3 -m validation.cli` (the image's nsa-validate script belongs to another Python).
 #
 # PART=kernels
-#   K3  PART=selection's A/B of the topk choice (below), which did not fit on 2026-11-30: the selection alone, then
-#       the layer, alternated (~2.5 min). First, as the largest pending forward change: at 65,536 on the H200 the
-#       sort choice's radix sort took 3.2 of the forward's 17.2 ms, and aten glue 4.6 ms, the sort choice's `where`
-#       and fill passes among it, which the topk choice does not launch (reports/gpu/2026-11-30-h200).
+#   K3  the topk choice (nsa.attention.selection.TOPK_CHOICE: the keys kernel, torch.topk and _blocksel_finish_kernel
+#       for the kept indices) against the full sort: the selection alone (bench_selection.py --topk-ab), then the
+#       layer at 65,536 B 1 (bench_choices.py: 5 rounds, each a block of either kernel adjacent in time, ~1 min).
+#       First, as the largest pending forward change: at 65,536 on the H200 the sort choice's radix sort took 3.2 of
+#       the forward's 17.2 ms, and aten glue 4.6 ms, the sort choice's `where` and fill passes among it, which the
+#       topk choice does not launch (reports/gpu/2026-11-30-h200). Its tests and memcheck ran clean there (S1, S2).
+#   K4  issue 31 items 2.3-2.6's launch choices, each against the shipped kernels, in one process per shape
+#       (bench_choices.py, 65,536 B 1 then 2,048 B 8; 5 rounds of adjacent blocks, ABBA): the range forward/dQ tiles
+#       (QUERY_CHOICES bn32, m64_bn32), the selected backward's query-outer dQ (DQ_CHOICES query), its per-pair
+#       partial output (OUT_CHOICES partial), the fused host glue (HOST_CHOICES fused), the kv forward's
+#       register-lean 64-row tile (FWD_TILE_CHOICES m64_w4), the forced blocks through the range kernels' band merged
+#       by lse (FORCED_CHOICES band) and the range backward's fused glue (GLUE_CHOICES fused). One process per
+#       case (bench_attention.py, as until 2026-11-30) cost ~12 s a case on the H200: 64 cases, ~13 minutes; here
+#       the process start and the layer are paid once per shape and each choice costs its compile and its passes
+#       (~2-4 min in all, estimated: not yet measured). A choice that crashes the process (an illegal memory access)
+#       loses only itself: the step's --resume continues with the choices left, twice at most.
+#   K5  the choices faster in every round at either shape: their numerics on the GPU in bf16 against float64 (each
+#       test file in its own process, the slow cases included there) and memcheck of the layer's kernels under each
+#       (qualify.py, bf16, S 2,048, hpg 6). A choice becomes the default ('auto': QUALIFIED_QUERY, QUALIFIED_DQ,
+#       QUALIFIED_OUT, QUALIFIED_HOST, QUALIFIED_FWD_TILE, QUALIFIED_FORCED, QUALIFIED_GLUE) only where K4 shows it
+#       faster in every round and K5 is clean (reports/aot/range_query_occupancy.md, selected_bwd_dq.md,
+#       selected_fwd_occupancy.md and selected_band.md hold their ahead-of-time registers and CTAs per SM).
 #   K2  runbooks/gpu_kernels.yaml without its trainer phase (--skip trainer_bench): the kernel tests each file in
 #       its own process, memcheck of every kernel, the layer against dense, and the roofline profile (7 min 40 s on
 #       the H200 on 2026-11-30, where every criterion passed but the kernel tests': 12 tests of
 #       test_triton_selected.py built the index from CPU tensors, fixed since). Expected verdict: INCOMPLETE on the
-#       skipped trainer criterion alone, every kernel criterion passed. It does not finish in the first call after
-#       K3: a second PART=kernels call on the warm machine (~4 min) resumes it and skips K3.
+#       skipped trainer criterion alone, every kernel criterion passed. It does not finish in the first call: the
+#       second PART=kernels call on the warm machine resumes it.
 #   (K1, the range dK/dV default w4s1_split in the whole layer against the shipped tile, alternated: done on
 #   2026-11-30, faster in both rounds at 65,536 B 1, 0.807 and 0.803 of fwd+bwd, and 2,048 B 8, 0.834 and 0.909.)
 # PART=selection (issue 31 item 2.2: the packed-key topk choice, nsa.attention.selection.TOPK_CHOICE: the keys
@@ -32,8 +52,7 @@
 #       full sort; the default stays "sort" until this qualifies it)
 #   S1  its tests on the GPU (each file in its own process), and test_triton_selection.py under the topk choice;
 #   S2  memcheck of the selection kernels under the topk choice (qualify, bf16, S 2,048 and 65,536, hpg 1 and 6);
-#   S3  the selection alone, alternated (bench_selection.py --topk-ab), then the layer with each choice alternated
-#       (bench_attention.py --topk-choice) at 65,536 B 1.
+#   S3  K3 (run first: the tests and memcheck ran clean on the H200 on 2026-11-30; the A/B did not fit then).
 # PART=h100 (issue 32 item 4): runbooks/h100_single.yaml whole, its kernel phase taken from a gpu_kernels run of
 #       the same source (`--reuse kernels`): PART=kernels' run on this machine when there is one, else a committed
 #       one under reports/ whose source digest is this tree's (results.json records it since 2026-11-28: commit K2's
@@ -41,22 +60,11 @@
 #       phase is skipped (--skip kernels) and the run ends INCOMPLETE on its criteria alone. Its report, HTML and
 #       results.json are the GPU example (reports/examples/h100_single/).
 # PART=choices (issue 31 items 2.3-2.6, written 2026-11-29 without a GPU: each new choice sits beside the shipped
-#       kernel and 'auto' keeps the shipped one until this qualifies it; reports/aot/range_query_occupancy.md,
-#       selected_bwd_dq.md, selected_fwd_occupancy.md and selected_band.md hold their ahead-of-time registers and
-#       CTAs per SM)
-#   C1  numerics of every choice on the GPU in bf16 against float64, each test file in its own process (the slow
-#       cases run by default there): range forward/dQ tiles (QUERY_CHOICES), the selected backward's query-outer
-#       dQ (DQ_CHOICES), its per-pair partial output (OUT_CHOICES), the fused host glue (HOST_CHOICES), the
-#       kv forward's register-lean 64-row tile (FWD_TILE_CHOICES m64_w4) and, last, the forced blocks through the
-#       range kernels' band merged by lse (FORCED_CHOICES band, 2026-11-29);
-#   C2  memcheck of the layer's kernels under each new choice (qualify.py, bf16, S 2,048, hpg 6);
-#   C3  the layer with each new choice against the shipped one, alternated A B A B, one process per case, at S 65,536
-#       B 1 (forward and backward), then at 2,048 B 8 with the time left;
+#       kernel and 'auto' keeps the shipped one until a GPU run qualifies it)
+#   C1  K5 for every choice, winner or not: numerics (each test file in its own process), then memcheck under each
+#       (the band choice last, so that the earlier choices' steps keep their place in the budget);
+#   C3  K4's A/B, unless PART=kernels ran it on this machine;
 #   C4  (time left) the range forward/dQ tiles timed on their own (tune_kernels --families range_q).
-#   A choice becomes the default ('auto': QUALIFIED_QUERY, QUALIFIED_DQ, QUALIFIED_OUT, QUALIFIED_HOST,
-#   QUALIFIED_FWD_TILE, QUALIFIED_FORCED) only where C1 and C2 are clean and C3 shows it faster in both rounds.
-#   The band choice comes last in each of C1, C2 and C3's rounds, so the earlier choices' steps keep their place
-#   in the budget; at 65,536 each round runs every choice before the next round starts.
 # PART=trainer (125M model, bf16, CUDA graphs)
 #   T0  the fused loss (NSA_LOSS=fused, 2026-11-29: each chunk's loss and logit gradient in one Triton kernel):
 #       its tests on the GPU (bf16 against float64, CUDA graph capture), the fused ones again under memcheck, then
@@ -69,8 +77,8 @@
 #       model's capture.
 #
 # After a call: `python3 benchmarks/ab_table.py $W/kernels $W/choices ...` (or the untarred folders with log.txt
-# beside them) prints every A/B of K1, S3 and C3 as one table, each choice "faster in every round" or not, and the
-# steps that failed or were skipped.
+# beside them) prints every A/B of K3, K4, S3, C3 and T0/T1 as one table, each choice "faster in every round" or
+# not, and the steps that failed or were skipped.
 #
 # DRY=DIR (no GPU needed): run nothing; each step writes its command, NUL-separated, to DIR/NNN_<step>.argv, which
 # tests/test_next_run.py checks on CPU (every benchmark's options through its --dry-run, the runbook through
@@ -88,13 +96,16 @@ log() { echo "[$(el)s] $*" | tee -a "$OUT/log.txt"; }
 step() {
   local name=$1 need=$2 dir=$3; shift 3
   local cap=$(( $(left) - 15 ))
+  if [ -f "$dir/.$name.ok" ] && [ -z "$DRY" ]; then log "DONE $name: exit 0 in an earlier call on this machine"; return 0; fi
   if [ $cap -lt $(( need / 2 )) ]; then log "SKIPPED $name: ${cap}s left, it needs about ${need}s"; return 0; fi
   [ $need -lt $cap ] && cap=$need
   if [ -n "$DRY" ]; then
     NSTEP=$(( NSTEP + 1 )); mkdir -p "$DRY"; printf '%s\0' "$@" > "$DRY/$(printf %03d $NSTEP)_$name.argv"; return 0
   fi
   timeout -s TERM -k 10 $cap "$@" > "$dir/$name.txt" 2>&1
-  log "$name exit $? (limit ${cap}s)"
+  local code=$?
+  log "$name exit $code (limit ${cap}s)"
+  [ $code -eq 0 ] && touch "$dir/.$name.ok"
   tar czf "$OUT/$(basename $dir).tgz" -C $W "$(basename $dir)"  # after every step: a cut call keeps what ran
 }
 [ -z "$DRY" ] && { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; nproc
@@ -108,17 +119,98 @@ topk_ab() {
   local pre=$1 dir=$2
   step "${pre}_topk_ab" 90 $dir python3 benchmarks/bench_selection.py --topk-ab --device cuda --seq-lens 2048,16384,65536 \
       --repeats 11 --json $dir/topk_ab.json
-  for round in 1 2; do for choice in sort topk; do
-    step "${pre}_layer_${choice}_r${round}_65536" 30 $dir python3 benchmarks/bench_attention.py --device cuda --dtype bf16 \
-        --shape m7c --paths nsa-triton --seq-lens 65536 --batch 1 --topk-choice $choice --repeats 5 --warmup 2 \
-        --json $dir/layer_${choice}_r${round}_65536.json
-  done; done
+  step "${pre}_layer_topk_65536b1" 90 $dir python3 benchmarks/bench_choices.py --device cuda --dtype bf16 --shape m7c \
+      --seq-len 65536 --batch 1 --arm sort=topk-choice:sort --arm topk=topk-choice:topk --rounds 5 --repeats 5 \
+      --warmup 2 --json $dir/layer_topk_65536b1.json
+}
+
+# issue 31 items 2.3-2.6's launch choices, each against the shipped kernels (arm NAME=FLAG:VALUE of bench_choices),
+# and what qualifies each on the GPU: its test files (tests/nsa/attention/kernels/) and the module constant memcheck
+# sets (module under nsa.attention.kernels, constant, value)
+ARMS=(--arm shipped --arm query_bn32=query-choice:bn32 --arm query_m64_bn32=query-choice:m64_bn32
+      --arm dq_query=sel-dq-choice:query --arm out_partial=sel-out-choice:partial
+      --arm host_fused=sel-host-choice:fused --arm tile_m64_w4=sel-tile-choice:m64_w4
+      --arm forced_band=sel-forced-choice:band --arm glue_fused=range-glue-choice:fused)
+declare -A TESTS=([query_bn32]=test_range_query_choices [query_m64_bn32]=test_range_query_choices
+  [dq_query]=test_selected_dq_choices [out_partial]=test_selected_dq_choices
+  [host_fused]="test_selected_dq_choices test_selected_fused_casts" [tile_m64_w4]=test_selected_fwd_tile_choices
+  [forced_band]=test_selected_band_choice [glue_fused]=test_range_glue_choice)
+declare -A MEMCHECK=([query_bn32]="range_attn.host QUERY_CHOICE bn32" [query_m64_bn32]="range_attn.host QUERY_CHOICE m64_bn32"
+  [dq_query]="selected_attn.host DQ_CHOICE query" [out_partial]="selected_attn.host OUT_CHOICE partial"
+  [host_fused]="selected_attn.host HOST_CHOICE fused" [tile_m64_w4]="selected_attn.host FWD_TILE_CHOICE m64_w4"
+  [forced_band]="selected_attn.host FORCED_CHOICE band" [glue_fused]="range_attn.host GLUE_CHOICE fused")
+CHOICE_NAMES="query_bn32 query_m64_bn32 dq_query out_partial host_fused tile_m64_w4 forced_band glue_fused"
+
+# every choice against the shipped kernels in one process per shape, alternated (bench_choices: 5 rounds, each a
+# block of the shipped kernels and one of the choice, adjacent); a crash (an illegal memory access ends the process)
+# loses the arm in progress only: --resume measures the arms left, in a new process (twice at most)
+choices_ab() {
+  local pre=$1 dir=$2 s b need j again
+  for shape in "65536 1 240" "2048 8 180"; do
+    set -- $shape; s=$1; b=$2; need=$3; j=$dir/choices_${s}b${b}.json
+    step "${pre}_choices_${s}b${b}" $need $dir python3 benchmarks/bench_choices.py --device cuda --dtype bf16 \
+        --shape m7c --seq-len $s --batch $b "${ARMS[@]}" --rounds 5 --repeats 5 --warmup 2 --json $j
+    for again in 1 2; do
+      if [ -z "$DRY" ]; then
+        python3 - "$j" <<'PY' || break
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    sys.exit(1)  # no file: the step never started (skipped for time): nothing to continue
+left = [a for a in d["arm_settings"] if a != d["baseline"] and not {"verdict", "error"} & set(d["arms"].get(a, {}))]
+sys.exit(0 if left or d.get("in_progress") else 1)
+PY
+      fi
+      step "${pre}_choices_${s}b${b}_resume$again" $(( need / 2 )) $dir python3 benchmarks/bench_choices.py \
+          --device cuda --dtype bf16 --shape m7c --seq-len $s --batch $b "${ARMS[@]}" --rounds 5 --repeats 5 \
+          --warmup 2 --json $j --resume $j
+      [ -n "$DRY" ] && break
+    done
+  done
+}
+
+# the names of the choices faster in every round at either shape (DRY: every choice, so that each command is checked)
+winners() {
+  if [ -n "$DRY" ]; then echo $CHOICE_NAMES; return; fi
+  python3 - "$@" <<'PY'
+import json, sys
+names = set()
+for path in sys.argv[1:]:
+    try:
+        d = json.load(open(path))
+    except (OSError, ValueError):
+        continue
+    names |= {a for a, r in d.get("arms", {}).items() if r.get("verdict") == "faster in every round" and not r.get("note")}
+print(" ".join(sorted(names)))
+PY
+}
+
+# numerics (each test file in its own process, bf16 against float64) and memcheck (qualify, bf16, S 2,048, hpg 6)
+# of the given choices: with the A/B, what makes a choice the default ('auto': its QUALIFIED_* constant)
+qualify_choices() {
+  local pre=$1 dir=$2 files="" f n
+  shift 2
+  for n in "$@"; do for f in ${TESTS[$n]}; do case " $files " in *" $f "*) ;; *) files="$files $f";; esac; done; done
+  for f in $files; do
+    step "${pre}_$f" 120 $dir python3 -m pytest -q -p no:cacheprovider tests/nsa/attention/kernels/$f.py
+  done
+  for n in "$@"; do
+    set -- ${MEMCHECK[$n]}
+    step "${pre}_memcheck_${2}_${3}" 60 $dir compute-sanitizer --tool memcheck --launch-timeout 0 python3 -c \
+        "import sys, importlib; setattr(importlib.import_module('nsa.attention.kernels.$1'), '$2', '$3'); \
+from nsa.attention.kernels import qualify; \
+sys.exit(qualify.main(['--dtype', 'bf16', '--seq-len', '2048', '--hpg', '6']))"
+  done
 }
 
 if [ "$PART" = kernels ]; then
   K=$W/kernels
-  # first: the pending default change the most forward time hangs on (a second call on the warm machine skips it)
-  [ -f $K/layer_topk_r2_65536.json ] || topk_ab K3 $K
+  topk_ab K3 $K        # the pending change the most forward time hangs on
+  choices_ab K4 $K     # every launch choice against the shipped kernels
+  WIN=$(winners $K/choices_65536b1.json $K/choices_2048b8.json)
+  log "choices faster in every round: ${WIN:-none}"
+  [ -n "$WIN" ] && qualify_choices K5 $K $WIN
   RD=artifacts/validate/gk
   if [ -f $RD/results.json ]; then MODE="--resume $RD"; else MODE="--out $RD"; fi
   step K2_gpu_kernels 480 $K python3 -m validation.cli run runbooks/gpu_kernels.yaml --skip trainer_bench $MODE
@@ -174,37 +266,8 @@ fi
 
 if [ "$PART" = choices ]; then
   C=$W/choices; mkdir -p $C
-  for f in test_range_query_choices test_selected_dq_choices test_selected_fwd_tile_choices \
-           test_selected_band_choice test_selected_fused_casts test_range_glue_choice; do
-    step "C1_$f" 120 $C python3 -m pytest -q -p no:cacheprovider tests/nsa/attention/kernels/$f.py
-  done
-  # (option module constant value): the process-wide choice each memcheck sets before the layer's kernels run
-  for sel in "range_attn.host QUERY_CHOICE bn32" "range_attn.host QUERY_CHOICE m64_bn32" \
-             "selected_attn.host DQ_CHOICE query" "selected_attn.host OUT_CHOICE partial" \
-             "selected_attn.host HOST_CHOICE fused" "selected_attn.host FWD_TILE_CHOICE m64_w4" \
-             "selected_attn.host FORCED_CHOICE band" "range_attn.host GLUE_CHOICE fused"; do
-    set -- $sel
-    step "C2_memcheck_${2}_${3}" 60 $C compute-sanitizer --tool memcheck --launch-timeout 0 python3 -c \
-        "import sys, importlib; setattr(importlib.import_module('nsa.attention.kernels.$1'), '$2', '$3'); \
-from nsa.attention.kernels import qualify; \
-sys.exit(qualify.main(['--dtype', 'bf16', '--seq-len', '2048', '--hpg', '6']))"
-  done
-  for shape in "65536 1" "2048 8"; do
-    set -- $shape
-    for round in 1 2; do
-      for opt in "query-choice bn32" "query-choice m64_bn32" "sel-dq-choice query" "sel-out-choice partial" \
-                 "sel-host-choice fused" "sel-tile-choice m64_w4" "sel-forced-choice band" \
-                 "range-glue-choice fused"; do
-        o=${opt% *}; v=${opt#* }
-        for arm in shipped new; do
-          [ $arm = shipped ] && val=auto || val=$v
-          step "C3_${o}_${v}_${arm}_r${round}_$1b$2" 30 $C python3 benchmarks/bench_attention.py --device cuda \
-              --dtype bf16 --shape m7c --paths nsa-triton --seq-lens $1 --batch $2 --$o $val --repeats 5 --warmup 2 \
-              --json $C/${o}_${v}_${arm}_r${round}_$1b$2.json
-        done
-      done
-    done
-  done
+  qualify_choices C1 $C $CHOICE_NAMES  # numerics, then memcheck, of every choice (K5 ran the winners' only)
+  [ -f $W/kernels/choices_2048b8.json ] || choices_ab C3 $C  # PART=kernels' K4 on this machine: not again
   step C4_range_q_tiles 150 $C python3 benchmarks/tune_kernels.py --device cuda --all --families range_q \
       --candidates bn32,bn32_s3,m64_bn32,1 --seq-lens 65536,2048 --batch 1,8 --repeats 5 --warmup 1 --timeout 120 \
       --json $C/range_q_tiles.json

@@ -1,0 +1,295 @@
+"""The layer's launch choices against a baseline, alternated in ONE process: each choice's forward and backward
+beside the baseline's, pass blocks adjacent in time, round by round.
+
+    python benchmarks/bench_choices.py --device cuda --dtype bf16 --seq-len 65536 --batch 1 --arm shipped \\
+        --arm dq_query=sel-dq-choice:query --arm out_partial=sel-out-choice:partial --json choices_65536.json
+    python benchmarks/bench_choices.py --seq-len 256 --path nsa-torch --arm sort=topk-choice:sort \\
+        --arm topk=topk-choice:topk                                          # CPU: the top-n_sel choice only
+    python benchmarks/bench_choices.py ... --resume choices_65536.json       # after a crash: the arms left
+
+An arm is NAME (every choice as shipped: "auto") or NAME=FLAG:VALUE[,FLAG:VALUE...], FLAG one of bench_attention's
+choice options without its dashes (sel-dq-choice, query-choice, topk-choice, ...: the process-wide X_CHOICE each
+sets, read by the kernels at every launch). The first arm is the baseline; every other arm is compared with it.
+
+Why one process: bench_attention.py measures each case in a fresh process (its own peak memory), which costs a
+process start, torch's import, CUDA's start-up and the kernels' compile per case: about 12 s a case on an H200
+(reports/gpu/2026-11-30-h200/log.txt), so the A/B of 8 choices at two shapes, 2 rounds, took 64 processes (about
+13 minutes of a GPU session's 15). Here one layer, one input and one process serve every arm.
+
+How an arm is measured: for each arm in turn, for each round r = 1..--rounds, a block of the baseline and a block
+of the arm, adjacent (the baseline first in odd rounds, the arm first in even ones: ABBA, so that a drift in the
+device's speed cannot favour the arm in every round); a block is bench_attention's timed_passes (one untimed pass,
+which compiles the arm's kernels the first time, --warmup untimed passes, --repeats timed ones), each choice set
+before it and every other one reset to what it was when the process started. Per round the ratio of the arm's
+median to the baseline's (forward, backward, forward + backward), and the verdict of benchmarks/ab_table.py
+(round_verdict: "faster in every round" on forward + backward; fewer than two rounds decide nothing). An arm whose
+choices in effect (each "auto" resolved) equal the baseline's is measured and said to be the same kernels.
+
+A crash (an illegal memory access kills the CUDA context, and this process with it) loses only the arm being
+measured: the JSON is written after every block, with the arm in progress named; --resume FILE continues from it,
+the finished arms kept, the one in progress when it stopped recorded as failed ("crashed"), the rest measured.
+Peak memory: CUDA's max_memory_allocated per block (none on CPU, where the process's peak is every arm's).
+Exit 0 when every arm was measured, 1 when one failed, 2 for invalid options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ab_table import round_verdict  # noqa: E402  (same directory: one verdict rule for every A/B of a GPU run)
+from bench_attention import (PATHS, SHAPES, _CHOICE_FLAGS, _choices, build, choices_in_effect,  # noqa: E402
+                             no_cuda_here, repeated, timed_passes)
+
+MODES = ("fwd", "bwd", "fwdbwd")
+
+
+def parse_arm(text: str) -> tuple[str, dict[str, str]]:
+    """NAME or NAME=FLAG:VALUE[,FLAG:VALUE...] -> (name, {flag: value}); ValueError naming what is wrong."""
+    name, _, settings = text.partition("=")
+    if not name or any(c in name for c in " /:,") or name.startswith("-"):
+        raise ValueError(f"--arm {text!r}: a name first (no spaces, '/', ':' or ','), e.g. dq_query=sel-dq-choice:query")
+    out: dict[str, str] = {}
+    for item in filter(None, settings.split(",")) if settings else ():
+        flag, colon, value = item.partition(":")
+        if not colon or flag not in _CHOICE_FLAGS:
+            raise ValueError(f"--arm {text!r}: {item!r} is not FLAG:VALUE with FLAG one of {', '.join(_CHOICE_FLAGS)}")
+        if value != "auto" and value not in (known := _choices(_CHOICE_FLAGS[flag])):
+            raise ValueError(f"--arm {text!r}: {flag} {value!r}: expected auto or one of {', '.join(known)}")
+        if flag in out:
+            raise ValueError(f"--arm {text!r}: {flag} given twice")
+        out[flag] = value
+    if settings == "" and "=" in text:
+        raise ValueError(f"--arm {text!r}: nothing after '=' (give NAME alone for every choice as shipped)")
+    return name, out
+
+
+class Choices:
+    """The process-wide launch choices: set an arm's, every other one back to its value at the start."""
+
+    def __init__(self):
+        self.places = {}
+        for flag, where in _CHOICE_FLAGS.items():
+            module, attribute = where.split(":")
+            mod = importlib.import_module(module)
+            self.places[flag] = (mod, attribute.removesuffix("S"), getattr(mod, attribute.removesuffix("S")))
+
+    def apply(self, settings: dict[str, str]) -> None:
+        for flag, (mod, attribute, start) in self.places.items():
+            setattr(mod, attribute, settings.get(flag, start))
+
+    def restore(self) -> None:
+        self.apply({})
+
+
+def _stats(values: list[float]) -> dict:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def measure_block(one, warmup: int, repeats: int, device: str) -> dict:
+    """One block: bench_attention's timed passes of `one`, their min / median / max per mode (seconds)."""
+    import torch
+
+    def reset_peak():
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+
+    times = timed_passes(one, warmup, repeats, reset_peak)
+    series = {"fwd": [f for f, _ in times], "bwd": [b for _, b in times], "fwdbwd": [f + b for f, b in times]}
+    block = {"times_s": {m: _stats(v) for m, v in series.items()}, "passes": len(times)}
+    if device == "cuda":
+        block["peak_gb"] = torch.cuda.max_memory_allocated() / 2**30
+    return block
+
+
+def ratios(base: dict, arm: dict) -> dict:
+    """{mode: arm median / baseline median} of one round (a time ratio: below 1 the arm is faster)."""
+    out = {}
+    for mode in MODES:
+        a, b = arm["times_s"][mode]["median"], base["times_s"][mode]["median"]
+        out[mode] = a / b if b > 0 else None
+    return out
+
+
+def layer_pass(args):
+    """(one, the layer) for the run's shape: `one()` runs a forward and a backward and returns their seconds."""
+    import torch
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    torch.manual_seed(0)
+    shape = SHAPES[args.shape]
+    module = build(args.path, shape, args.device, dtype, args.index_build)
+    x = torch.randn(args.batch, args.seq_len, shape["dim"], device=args.device, dtype=dtype, requires_grad=True)
+
+    def sync():
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+
+    def one():
+        sync()
+        t0 = time.perf_counter()
+        loss = module(x).float().square().mean()
+        sync()
+        t1 = time.perf_counter()
+        loss.backward()
+        sync()
+        t2 = time.perf_counter()
+        x.grad = None
+        for p in module.parameters():
+            p.grad = None
+        return t1 - t0, t2 - t1
+
+    return one
+
+
+def _write(path: Path | None, record: dict) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(record, indent=2))
+        tmp.replace(path)
+
+
+def _resumed(path: Path, record: dict) -> dict:
+    """The arms of an earlier run of the same measurement in `path` (the one in progress then: crashed)."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"--resume {path}: not readable as this benchmark's JSON ({exc})")
+    same = ("path", "shape", "seq_len", "batch", "device", "dtype", "repeats", "warmup", "rounds", "arm_settings")
+    differs = [k for k in same if old.get(k) != record[k]]
+    if differs:
+        raise SystemExit(f"--resume {path}: another measurement ({', '.join(differs)} differ): give the same options")
+    arms = dict(old.get("arms", {}))
+    if old.get("in_progress"):
+        arms[old["in_progress"]] = {**arms.get(old["in_progress"], {}), "error": "crashed (the process ended "
+                                    "while this arm was measured: see the step's log)"}
+    return arms
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arm", action="append", default=[], metavar="NAME[=FLAG:VALUE,...]",
+                    help="an arm (repeatable, at least two); the first is the baseline")
+    ap.add_argument("--seq-len", type=int, default=256, help="S (default 256)")
+    ap.add_argument("--batch", type=int, default=1, help="B (default 1)")
+    ap.add_argument("--path", default="nsa-triton", choices=[p for p in PATHS if p.startswith("nsa-")],
+                    help="the layer (default nsa-triton; the kernels' choices act on it only, the top-n_sel on both)")
+    ap.add_argument("--shape", default=None, choices=tuple(SHAPES), help="default: m7c on CUDA, small on CPU")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--dtype", default=None, choices=("fp32", "bf16"), help="default: bf16 on CUDA, fp32 on CPU")
+    ap.add_argument("--index-build", default="auto", choices=("auto", "torch", "triton"))
+    ap.add_argument("--rounds", type=int, default=2, help="rounds per arm (default 2; fewer than 2 decide nothing)")
+    ap.add_argument("--repeats", type=int, default=5, help="timed passes per block (default 5)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed passes per block after its first (default 2)")
+    ap.add_argument("--json", type=Path, help="write every block and comparison here (after every block)")
+    ap.add_argument("--resume", type=Path, metavar="FILE", help="continue the measurement FILE holds")
+    ap.add_argument("--dry-run", action="store_true", help="check the options and list the arms, measure nothing")
+    args = ap.parse_args(argv)
+    cuda = args.device == "cuda"
+    args.shape = args.shape or ("m7c" if cuda else "small")
+    args.dtype = args.dtype or ("bf16" if cuda else "fp32")
+    if args.seq_len < 1 or args.batch < 1 or args.rounds < 1 or args.repeats < 1 or args.warmup < 0:
+        ap.error("--seq-len, --batch, --rounds and --repeats must be >= 1, --warmup >= 0")
+    try:
+        arms = [parse_arm(a) for a in args.arm]
+    except ValueError as exc:
+        ap.error(str(exc))
+    if len(arms) < 2:
+        ap.error("give at least two --arm: the baseline first, then each arm to compare with it")
+    if twice := repeated([name for name, _ in arms]):
+        ap.error(f"--arm: {', '.join(twice)} named more than once")
+    kernel_flags = [f"{name} ({flag})" for name, settings in arms for flag in settings
+                    if flag != "topk-choice" and args.path != "nsa-triton"]
+    if kernel_flags:
+        ap.error(f"--path {args.path}: the kernels' choices act on nsa-triton only: {', '.join(kernel_flags)}")
+    if cuda and not args.dry_run and (why := no_cuda_here()):
+        ap.error(f"--device cuda: {why}")
+    base_name, base_settings = arms[0]
+    print("reproduce: python benchmarks/bench_choices.py "
+          + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)))
+    print(f"layer {args.path} {args.shape} S={args.seq_len} B={args.batch} {args.device} {args.dtype}: per arm "
+          f"{args.rounds} rounds of a baseline block and an arm block (ABBA), each {args.repeats} timed passes "
+          f"after 1 + {args.warmup} untimed; times in ms, medians; ratio = arm / baseline ({base_name})")
+    if args.dry_run:
+        for name, settings in arms:
+            what = ", ".join(f"{f} {v}" for f, v in settings.items()) or "every choice as shipped"
+            print(f"  {name}: {what}" + ("  (baseline)" if name == base_name else ""))
+        return 0
+
+    import torch
+
+    record = {"bench": "choices", "argv": sys.argv[1:] if argv is None else argv, "path": args.path,
+              "shape": args.shape, "dims": SHAPES[args.shape], "seq_len": args.seq_len, "batch": args.batch,
+              "device": args.device, "dtype": args.dtype, "repeats": args.repeats, "warmup": args.warmup,
+              "rounds": args.rounds, "baseline": base_name, "arm_settings": {n: s for n, s in arms},
+              "torch": torch.__version__, "device_name": torch.cuda.get_device_name() if cuda else "cpu",
+              "arms": {}, "in_progress": None}
+    if args.resume is not None:
+        record["arms"] = _resumed(args.resume, record)
+    choices = Choices()
+    one = layer_pass(args)
+    choices.apply(base_settings)
+    base_choices = choices_in_effect(args.path, args.index_build)
+    failed = False
+    for name, settings in arms[1:]:
+        done = record["arms"].get(name, {})
+        if "error" in done or "verdict" in done:
+            print(f"  {name}: {'kept from ' + str(args.resume) if 'verdict' in done else done['error']}", flush=True)
+            failed |= "error" in done
+            continue
+        choices.apply(settings)
+        arm = {"settings": settings, "choices": choices_in_effect(args.path, args.index_build), "rounds": []}
+        if arm["choices"] == base_choices:
+            arm["note"] = "the same choices in effect as the baseline: an A/A comparison"
+        record["arms"][name], record["in_progress"] = arm, name
+        _write(args.json, record)
+        try:
+            for r in range(1, args.rounds + 1):
+                blocks = {}
+                for who in ((base_name, name) if r % 2 else (name, base_name)):
+                    choices.apply(base_settings if who == base_name else settings)
+                    blocks[who] = measure_block(one, args.warmup, args.repeats, args.device)
+                    _write(args.json, record)
+                arm["rounds"].append({"round": r, "first": "baseline" if r % 2 else "arm",
+                                      "baseline": blocks[base_name], "arm": blocks[name],
+                                      "ratio": ratios(blocks[base_name], blocks[name])})
+        except Exception as exc:  # noqa: BLE001 - an arm that fails (out of memory, a kernel's error) is a result
+            arm["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            failed = True
+            if cuda and "out of memory" not in str(exc).lower():
+                record["in_progress"] = None
+                _write(args.json, record)
+                print(f"  {name}: failed: {arm['error']}; the CUDA context may be lost: the other arms are left "
+                      "to --resume", flush=True)
+                return 1
+        finally:
+            choices.restore()
+        if "error" not in arm:
+            arm["verdict"] = round_verdict([p["ratio"]["fwdbwd"] for p in arm["rounds"]])
+        record["in_progress"] = None
+        _write(args.json, record)
+        print(line(name, arm), flush=True)
+    return 1 if failed else 0
+
+
+def line(name: str, arm: dict) -> str:
+    if "error" in arm:
+        return f"  {name}: failed: {arm['error']}"
+    per_round = "  ".join(
+        f"r{p['round']}: fwd {p['arm']['times_s']['fwd']['median'] * 1e3:.3f}/{p['baseline']['times_s']['fwd']['median'] * 1e3:.3f}"
+        f" fwd+bwd {p['arm']['times_s']['fwdbwd']['median'] * 1e3:.3f}/"
+        f"{p['baseline']['times_s']['fwdbwd']['median'] * 1e3:.3f} = {p['ratio']['fwdbwd']:.3f}"
+        for p in arm["rounds"])
+    return f"  {name}: {per_round}  -> {arm['verdict']}" + (f" ({arm['note']})" if "note" in arm else "")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

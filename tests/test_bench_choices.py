@@ -1,0 +1,184 @@
+"""benchmarks/bench_choices.py: the layer's launch choices against a baseline arm in one process, round by round
+(ABBA: the baseline first in odd rounds, the arm first in even ones), each block under its own choices and every
+other choice as at the start; a crash loses only the arm in progress (--resume); and benchmarks/ab_table.py reads
+its JSON into the same verdicts as the other A/Bs of a GPU run.
+
+The blocks are stubbed where a test is about the order and the choices (what the process-wide X_CHOICE holds while
+each block runs); one real CPU run (the PyTorch path's top-n_sel choice, S 64) checks the JSON end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmark_scripts import load
+
+bc = load("bench_choices")
+ab = load("ab_table")
+
+
+def _block(ms: float) -> dict:
+    t = ms / 1e3
+    return {"times_s": {m: {"min": t, "median": t, "max": t} for m in ("fwd", "bwd", "fwdbwd")}, "passes": 1}
+
+
+@pytest.fixture
+def blocks(monkeypatch):
+    """measure_block replaced: records the top-n_sel choice in effect for each block, returns a time per choice
+    (sort 10 ms, topk 8 ms), or raises for an arm named in `fail`."""
+    from nsa.attention import selection
+
+    seen, fail = [], {}
+
+    def measure(one, warmup, repeats, device):
+        choice = selection.TOPK_CHOICE
+        seen.append(choice)
+        if choice in fail:
+            raise fail[choice]
+        return _block({"sort": 10.0, "topk": 8.0, "auto": 10.0}[choice])
+
+    monkeypatch.setattr(bc, "measure_block", measure)
+    monkeypatch.setattr(bc, "layer_pass", lambda args: None)
+    return seen, fail
+
+
+ARGS = ["--path", "nsa-torch", "--seq-len", "64", "--arm", "sort=topk-choice:sort", "--arm", "topk=topk-choice:topk"]
+
+
+def test_each_round_runs_the_baseline_and_the_arm_adjacent_in_abba_order_under_their_own_choices(blocks, tmp_path):
+    from nsa.attention import selection
+
+    seen, _ = blocks
+    out = tmp_path / "c.json"
+    assert bc.main([*ARGS, "--rounds", "4", "--json", str(out)]) == 0
+    assert seen == ["sort", "topk", "topk", "sort", "sort", "topk", "topk", "sort"]
+    assert selection.TOPK_CHOICE == "auto"  # every choice back to its value at the start
+    data = json.loads(out.read_text())
+    arm = data["arms"]["topk"]
+    assert [r["first"] for r in arm["rounds"]] == ["baseline", "arm", "baseline", "arm"]
+    assert [r["ratio"]["fwdbwd"] for r in arm["rounds"]] == [pytest.approx(0.8)] * 4
+    assert arm["verdict"] == "faster in every round" and arm["choices"]["topk_choice"] == "topk"
+    assert data["in_progress"] is None and data["baseline"] == "sort"
+
+
+def test_an_arm_with_the_baselines_choices_in_effect_is_named_an_aa_comparison(blocks, tmp_path):
+    out = tmp_path / "c.json"
+    # "auto" resolves to the qualified top-n_sel choice, sort: the same kernels as the baseline
+    assert bc.main([*ARGS, "--arm", "shipped", "--json", str(out)]) == 0
+    arms = json.loads(out.read_text())["arms"]
+    assert "A/A" in arms["shipped"]["note"] and "note" not in arms["topk"]
+    assert arms["shipped"]["verdict"] == "mixed"  # equal medians: a tie is neither faster nor slower
+
+
+def test_a_failed_arm_is_recorded_and_the_others_still_measured(blocks, tmp_path, capsys):
+    seen, fail = blocks
+    fail["topk"] = RuntimeError("Triton Error [CUDA]: an illegal memory access\nmore")
+    out = tmp_path / "c.json"
+    assert bc.main([*ARGS, "--arm", "again=topk-choice:sort", "--json", str(out)]) == 1
+    arms = json.loads(out.read_text())["arms"]
+    assert arms["topk"]["error"] == "RuntimeError: Triton Error [CUDA]: an illegal memory access"
+    assert "verdict" not in arms["topk"] and arms["again"]["verdict"] == "mixed"
+    assert "topk: failed" in capsys.readouterr().out
+
+
+def test_resume_keeps_finished_arms_marks_the_one_in_progress_crashed_and_measures_the_rest(blocks, tmp_path):
+    seen, _ = blocks
+    out = tmp_path / "c.json"
+    args = [*ARGS, "--arm", "again=topk-choice:sort", "--json", str(out)]
+    assert bc.main(args) == 0
+    data = json.loads(out.read_text())
+    # as a process killed while measuring "topk" leaves it: "again" not started, "topk" without rounds
+    data["arms"] = {"topk": {**data["arms"]["topk"], "rounds": data["arms"]["topk"]["rounds"][:1]}}
+    data["arms"]["topk"].pop("verdict")
+    data["in_progress"] = "topk"
+    out.write_text(json.dumps(data))
+    seen.clear()
+    assert bc.main([*args, "--resume", str(out)]) == 1  # the crashed arm is a failure
+    assert seen == ["sort", "sort", "sort", "sort"]  # only "again" (whose choice is sort) was measured
+    arms = json.loads(out.read_text())["arms"]
+    assert arms["topk"]["error"].startswith("crashed") and arms["again"]["verdict"] == "mixed"
+    rec = {r["choice"]: r for r in ab.choices_records(tmp_path, out)}
+    assert rec["topk"]["verdict"] == "incomplete" and rec["topk"]["rounds"][-1]["failed"].startswith("crashed")
+
+
+def test_resume_refuses_another_measurement(blocks, tmp_path):
+    out = tmp_path / "c.json"
+    assert bc.main([*ARGS, "--json", str(out)]) == 0
+    with pytest.raises(SystemExit, match="seq_len differ"):
+        bc.main([*ARGS[:3], "128", *ARGS[4:], "--json", str(out), "--resume", str(out)])
+
+
+@pytest.mark.parametrize("arm,says", [
+    ("x=topk-choice:top", "expected auto or one of sort, topk"),
+    ("x=topk:sort", "is not FLAG:VALUE"),
+    ("x=topk-choice", "is not FLAG:VALUE"),
+    ("x=topk-choice:sort,topk-choice:topk", "topk-choice given twice"),
+    ("x=", "nothing after '='"),
+    ("=topk-choice:sort", "a name first"),
+    ("a/b", "a name first"),
+])
+def test_a_malformed_arm_is_refused_naming_what_is_wrong(arm, says):
+    with pytest.raises(ValueError, match=says):
+        bc.parse_arm(arm)
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--arm", "only"], "at least two --arm"),
+    (["--arm", "a", "--arm", "a=topk-choice:topk"], "a named more than once"),
+    (["--path", "nsa-torch", "--arm", "a", "--arm", "b=sel-dq-choice:query"], "nsa-triton only: b (sel-dq-choice)"),
+    (["--arm", "a", "--arm", "b", "--rounds", "0"], "must be >= 1"),
+])
+def test_the_command_line_refuses_what_would_measure_nothing_or_the_wrong_thing(argv, says, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bc.main(argv)
+    assert exc.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_dry_run_lists_the_arms_and_measures_nothing(capsys):
+    assert bc.main(["--device", "cuda", "--arm", "shipped", "--arm", "dq=sel-dq-choice:query", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "shipped: every choice as shipped  (baseline)" in out and "dq: sel-dq-choice query" in out
+
+
+def test_a_real_cpu_run_gives_ab_table_its_rounds_and_verdict(tmp_path, capsys):
+    """End to end on the PyTorch path (its top-n_sel choice): the JSON's medians, ratios and verdicts are read back
+    by ab_table, which recomputes each ratio from the two blocks' medians."""
+    out = tmp_path / "choices.json"
+    assert bc.main(["--path", "nsa-torch", "--seq-len", "64", "--arm", "sort=topk-choice:sort", "--arm",
+                    "topk=topk-choice:topk", "--rounds", "2", "--repeats", "1", "--warmup", "0",
+                    "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    rounds = data["arms"]["topk"]["rounds"]
+    assert len(rounds) == 2 and all(r["baseline"]["passes"] == r["arm"]["passes"] == 1 for r in rounds)
+    (rec,) = ab.choices_records(tmp_path, out)
+    assert rec["choice"] == "topk" and rec["baseline"] == "sort" and rec["case"] == "64b1"
+    for got, r in zip(rec["rounds"], rounds):
+        want = r["arm"]["times_s"]["fwdbwd"]["median"] / r["baseline"]["times_s"]["fwdbwd"]["median"]
+        assert got["ratio"]["fwdbwd"] == pytest.approx(want)
+    assert rec["verdict"] == ab.round_verdict([g["ratio"]["fwdbwd"] for g in rec["rounds"]])
+    # a skipped step's file (an earlier call's) is no figure
+    (skipped,) = ab.choices_records(tmp_path, out, failed="step K4_choices: skipped")
+    assert skipped["verdict"] == "incomplete"
+    assert ab.main([str(tmp_path)]) == 0
+    assert "| choices | 64b1 | topk vs sort | 2 |" in capsys.readouterr().out
+
+
+def test_ab_table_reads_hand_made_rounds_into_the_verdict(tmp_path):
+    """Medians written by hand: 9 against 10 ms and 11 against 10 ms in two rounds is mixed; 9 and 9.5 faster."""
+    def arm(*pairs):
+        return {"rounds": [{"round": i + 1, "baseline": _block(b), "arm": _block(a)} for i, (b, a) in
+                           enumerate(pairs)]}
+    data = {"bench": "choices", "seq_len": 2048, "batch": 8, "baseline": "shipped", "in_progress": "late",
+            "arms": {"mixed": arm((10, 9), (10, 11)), "fast": arm((10, 9), (10, 9.5)),
+                     "broken": {**arm((10, 9)), "error": "RuntimeError: boom"}, "late": arm((10, 5))}}
+    path = tmp_path / "k4.json"
+    path.write_text(json.dumps(data))
+    rec = {r["choice"]: r for r in ab.choices_records(tmp_path, path)}
+    assert rec["mixed"]["verdict"] == "mixed" and rec["fast"]["verdict"] == "faster in every round"
+    assert [r["ratio"]["fwdbwd"] for r in rec["fast"]["rounds"]] == [pytest.approx(0.9), pytest.approx(0.95)]
+    assert rec["broken"]["verdict"] == "incomplete" and rec["broken"]["rounds"][-1]["failed"] == "RuntimeError: boom"
+    assert rec["late"]["verdict"] == "incomplete"  # the process ended while it was measured
+    assert all(r["case"] == "2048b8" for r in rec.values())
+    assert ab.choices_records(tmp_path, Path(__file__)) == []  # not a JSON of this benchmark

@@ -315,6 +315,19 @@ def _ratio(ratio: dict, mode: str) -> str:
     return f"{ratio[mode]:.3f}" if mode in ratio else "-"
 
 
+def by_chance(rec: dict) -> str:
+    """How often a verdict of "faster" (or "slower") in every round happens with no effect at all: each of n rounds
+    independently either way, 2^-n (one-sided sign test), n the rounds with a ratio (a comparison timed by calls:
+    its calls). Two rounds, next_run.sh's rule until 2026-11-30, are 1 in 4; bench_choices' 5, 1 in 32."""
+    if not rec["verdict"].endswith("in every round"):
+        return ""
+    if rec.get("mode") == "call":
+        n = rec["rounds"][0].get("calls") if rec["rounds"] else None
+    else:
+        n = sum(1 for r in rec["rounds"] if r.get("ratio"))
+    return f" (by chance 1 in {2 ** n:,}: {n} rounds)" if isinstance(n, int) and n > 0 else ""
+
+
 def table(records: list[dict]) -> str:
     """Markdown: one row per comparison and round, the verdict on its last round's row; a comparison timed by
     alternated calls has one row for its calls (the medians of one call, their ratio and the range of the rounds'
@@ -324,7 +337,7 @@ def table(records: list[dict]) -> str:
             "ratio fwd+bwd, or as labelled | ratio fwd | verdict |", "|---|---|---|---:|---|---:|---:|---|"]
     for rec in records:
         for i, r in enumerate(rec["rounds"]):
-            verdict = f"**{rec['verdict']}**" if i == len(rec["rounds"]) - 1 else ""
+            verdict = f"**{rec['verdict']}**{by_chance(rec)}" if i == len(rec["rounds"]) - 1 else ""
             if verdict and rec.get("note"):  # bench_choices: an arm with the baseline's choices in effect
                 verdict += f" ({rec['note']})"
             if r.get("failed"):

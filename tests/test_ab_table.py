@@ -77,7 +77,7 @@ def test_each_choice_gets_its_rounds_and_one_verdict(tmp_path, bench_json, capsy
     out = tmp_path / "ab.json"
     assert ab.main([str(tmp_path), "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "| layer | 65536 | auto vs shipped | 2 |" in text and "**faster in every round**" in text
+    assert "| layer | 65536 | auto vs shipped | 2 |" in text and "**faster in every round** (by chance 1 in 4: 2 rounds)" in text
     assert "reproduce: python benchmarks/ab_table.py" in text
     assert len(json.loads(out.read_text())["comparisons"]) == len(arms)
 

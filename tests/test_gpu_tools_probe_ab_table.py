@@ -53,7 +53,7 @@ def test_the_selection_topk_ab_is_in_the_table_round_by_round(tmp_path, capsys):
     assert ab.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert ("| topk_ab tiled selection | 2048 | topk vs sort | 1-11 calls | per call 0.400, 0.200 | 0.500 (rounds "
-            "0.450-0.600) | - | **faster in every round** |") in out
+            "0.450-0.600) | - | **faster in every round** (by chance 1 in 2,048: 11 rounds) |") in out
     # one call decides nothing, however fast
     _topk_ab(tmp_path, [(2048, (0.40, 0.20, 0.5, 0.5), (0.10, 0.05, 0.5, 0.5))], repeats=1)
     assert {r["verdict"] for r in ab.comparisons(tmp_path, ("shipped",))} == {"incomplete"}
@@ -152,7 +152,7 @@ def test_the_trainer_variants_are_read_as_throughput(tmp_path, capsys):
     assert recs["adam"]["verdict"] == "incomplete"  # its second run failed: one round only
     assert ab.main([str(tmp_path)]) == 0
     assert "| dense_each_change | dense graphs S 2048 B 8 | rope vs old | 2 | tok/s 200,000, 220,000 | 0.909 (time) " \
-           "| - | **faster in every round** |" in capsys.readouterr().out
+           "| - | **faster in every round** (by chance 1 in 4: 2 rounds) |" in capsys.readouterr().out
     # bench_train writes its runs and exits 1 when one failed: the file is this call's; cut at its limit, it is not
     (tmp_path / "log.txt").write_text("[250s] T1_dense_each_change exit 1 (limit 240s)\n")
     assert {r["choice"]: r["verdict"] for r in ab.comparisons(tmp_path, ("old",))}["rope"] == "faster in every round"

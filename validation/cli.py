@@ -1,8 +1,8 @@
 """nsa-validate: run validation runbooks and report, with evidence, whether a node trains NSA correctly and fast.
 
 Commands are thin functions over the library: `run` calls validation.run.run_runbook (the whole run; its progress on
-the console: validation.report.progress) and prints its outcome; the others call validation.runbook.plan, .report, .compare
-and .steps. Their --help is the manual. Exit codes: 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE (a required
+the console: validation.report.progress) and prints its outcome; the others call validation.run's other functions
+and validation.kinds. Their --help is the manual. Exit codes: 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE (a required
 criterion not evaluated: its step did not run), 128 + N interrupted by signal N (130 SIGINT, 129 SIGHUP, 143
 SIGTERM). Start-up stays light: torch, pandas, matplotlib and jinja2 are imported only by the commands that use them
 (`--help`, `list`, `kinds`, `plan` of a CPU runbook and `report` import none of torch, pandas or matplotlib).
@@ -24,14 +24,14 @@ import typer
 
 from validation import kinds as step_kinds
 from validation.launch import session
-from validation.runbook.plan import describe, skipped_here, text_lines
+from validation.runbook.plan import text_lines
 from validation.report import ReportError
-from validation.report.console import echo, make_console, print_line, print_table
+from validation.report.console import echo, make_console, print_lines, print_summary, print_table
 from validation.report.progress import display
 from validation.report.view import CONSOLE_ACCEPTANCE_COLUMNS, console_summary
 from validation.results.store import DEFAULT_RUNS, ResultsError, RunDirError
-from validation.run import (RunError, RunRequest, compare_run_dirs, list_runbooks, list_runs, listing_dir, load,
-                            not_run, prepare, report_run, run_runbook)
+from validation.run import (RunError, RunRequest, compare_run_dirs, dry_run_lines, list_runbooks, list_runs,
+                            listing_dirs, plan_rows, report_run, run_runbook)
 from validation.version import version_line
 
 EXIT_GO, EXIT_NOGO, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -70,10 +70,11 @@ def _fail(message: str, code: int = EXIT_USAGE):
     raise typer.Exit(code)
 
 
-def _load(runbook: Path, overrides: list[str], check_files: bool = False):
+def _call(function, *args, errors: tuple[type[Exception], ...] = (RunError,), **kwargs):
+    """function(*args, **kwargs); an invalid input (one of `errors`) ends the command: its message, exit 2."""
     try:
-        return load(runbook, overrides, cwd=Path.cwd() if check_files else None)
-    except RunError as exc:
+        return function(*args, **kwargs)
+    except errors as exc:
         _fail(str(exc))
 
 
@@ -86,13 +87,11 @@ def plan(runbook: Path = typer.Argument(..., metavar="RUNBOOK", help="runbook YA
     """Dry run: every step with its exact argv, environment and timeout; nothing is launched. Files the runbook
     names (configs, tests, benchmark scripts) are checked to exist; a --set default that a step's own value
     overrides is noted under the step."""
-    rb = _load(runbook, set_, check_files=True)
-    rows = describe(rb, skipped_here(rb))
+    rb, rows = _call(plan_rows, runbook, set_, Path.cwd())
     if as_json:
         console.print_json(json.dumps(rows))
         return
-    for text, style in text_lines(rb, rows):
-        print_line(console, text, style)
+    print_lines(console, text_lines(rb, rows))
 
 
 # ---------------------------------------------------------------------- run
@@ -145,23 +144,14 @@ def run(runbook: Path = typer.Argument(..., metavar="RUNBOOK", help="runbook YAM
 
 
 def _dry_run(request: RunRequest) -> int:
-    try:
-        prepared = prepare(request, warn=_warn)
-    except RunError as exc:
-        _fail(str(exc))
-    for text, style in text_lines(prepared.runbook, describe(prepared.runbook, not_run(prepared))):
-        print_line(console, text, style)
-    how = "continue" if prepared.previous is not None else "write"
-    console.print(f"\ndry run: nothing launched, nothing written; the run would {how} {prepared.run_dir}",
-                  markup=False, soft_wrap=True)
+    lines, last = _call(dry_run_lines, request, warn=_warn)
+    print_lines(console, lines)
+    console.print(last, markup=False, soft_wrap=True)
     return EXIT_GO
 
 
 def _run(request: RunRequest) -> int:
-    try:
-        outcome = run_runbook(request, functools.partial(display, console), warn=_warn)
-    except RunError as exc:
-        _fail(str(exc))
+    outcome = _call(run_runbook, request, functools.partial(display, console), warn=_warn)
     if outcome.interrupted is not None:
         err.print(outcome.interrupt_text(request), markup=False, soft_wrap=True)
         if outcome.report_error:
@@ -175,10 +165,7 @@ def _run(request: RunRequest) -> int:
 
 def _print_summary(results: dict, run_dir: Path, paths: list[Path]) -> None:
     rows, lines = console_summary(results, run_dir, paths)
-    if rows:
-        print_table(console, CONSOLE_ACCEPTANCE_COLUMNS, rows, title="acceptance")
-    for text, style in lines:
-        print_line(console, text, style)
+    print_summary(console, CONSOLE_ACCEPTANCE_COLUMNS, rows, lines, title="acceptance")
 
 
 # ---------------------------------------------------------------------- report / compare / list
@@ -192,10 +179,8 @@ def report(run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="a run di
                                                   "(Performance analysis)")) -> None:
     """Re-render a run's report from RUN_DIR/results.json alone (nothing is re-run); with --against, the comparison
     with an earlier run is computed from the two runs' files and stored in RUN_DIR/results.json first."""
-    try:
-        text, written = report_run(run_dir, fmt, write, against)
-    except (RunError, ResultsError, ReportError, RunDirError) as exc:
-        _fail(str(exc))
+    text, written = _call(report_run, run_dir, fmt, write, against,
+                          errors=(RunError, ResultsError, ReportError, RunDirError))
     for p in written:
         console.print(str(p), markup=False)
     if text is None:
@@ -216,10 +201,7 @@ def compare(run_a: Path = typer.Argument(..., metavar="RUN_A", help="baseline ru
     every trainer launch of one run with none of the same step and label in the other (a step added, renamed or
     failed: not compared). A CI gate: exit 1 when a metric regresses significantly beyond the noise floor, else 0
     (2: invalid input)."""
-    try:
-        out, lines = compare_run_dirs(run_a, run_b, noise)
-    except RunError as exc:
-        _fail(str(exc))
+    out, lines = _call(compare_run_dirs, run_a, run_b, noise)
     if as_json:
         echo(json.dumps(out, indent=2, allow_nan=False))
         raise typer.Exit(out["exit_code"])
@@ -238,11 +220,7 @@ def list_(runbooks_dir: Optional[Path] = typer.Option(None, "--runbooks", metava
                                                   f"{DEFAULT_RUNS}; a directory given that is not there: exit 2)")
           ) -> None:
     """Runbooks available, and past runs with their verdicts."""
-    try:
-        runbooks_dir = Path("runbooks") if runbooks_dir is None else listing_dir(runbooks_dir, "--runbooks")
-        runs_dir = DEFAULT_RUNS if runs_dir is None else listing_dir(runs_dir, "--runs")
-    except RunError as exc:
-        _fail(str(exc))
+    runbooks_dir, runs_dir = _call(listing_dirs, runbooks_dir, runs_dir)
     print_table(console, ("file", "name", "description"), list_runbooks(runbooks_dir), title="runbooks")
     runs = list_runs(runs_dir)
     print_table(console, ("run", "runbook", "verdict", "started"), runs, title=f"runs under {runs_dir}")
@@ -256,9 +234,8 @@ def kinds(markdown: bool = typer.Option(False, "--markdown", help="print the Mar
     if markdown:
         echo(step_kinds.table_markdown(), nl=False)
         return
-    print_table(console, ("kind", "what it does", "its own keys", "module"),
-                [(kind.name, kind.summary.replace("`", ""), ", ".join(kind.keys) or "-", type(kind).__module__)
-                 for kind in step_kinds.kinds()], title="step kinds")
+    print_table(console, ("kind", "what it does", "its own keys", "module"), step_kinds.table_rows(),
+                title="step kinds")
 
 
 def main() -> None:  # console script

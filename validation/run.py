@@ -48,7 +48,7 @@ from validation.runbook.loader import Runbook, RunbookError, load_runbook
 from validation.execution.runner import (Reporter, ResumeError, RunOptions, Runner, check_resume, chosen, judge_resume,
                                          kept_if_not_rerun, left_out, no_winner_reason, steps_to_run, stopped_reason,
                                          winner_refs)
-from validation.runbook.plan import skipped_here
+from validation.runbook.plan import describe, skipped_here, text_lines
 
 
 class RunError(ValueError):
@@ -326,6 +326,17 @@ def not_run(prepared: Prepared) -> dict[str, str]:
     return reasons
 
 
+def dry_run_lines(request: RunRequest, warn: Callable[[str], None] = lambda message: None
+                  ) -> tuple[list[tuple[str, Optional[str]]], str]:
+    """What `run --dry-run` prints once prepare's checks pass (RunError naming the first problem otherwise): the
+    plan's (text, style) lines, each step the run would not launch saying why (not_run), and its last line: nothing
+    launched or written, and the run directory the run would write or continue. Reads, never writes."""
+    prepared = prepare(request, warn)
+    how = "continue" if prepared.previous is not None else "write"
+    return (text_lines(prepared.runbook, describe(prepared.runbook, not_run(prepared))),
+            f"\ndry run: nothing launched, nothing written; the run would {how} {prepared.run_dir}")
+
+
 def run_runbook(request: RunRequest, display: Callable[[], ContextManager[Reporter]] = _quiet,
                 warn: Callable[[str], None] = lambda message: None) -> RunOutcome:
     """Run `request.runbook` end to end; `display()` opens the progress display the runner reports to while the
@@ -464,6 +475,14 @@ def load(runbook: Path, overrides: tuple[str, ...] | list[str], cwd: Optional[Pa
         raise RunError(str(exc)) from None
 
 
+def plan_rows(runbook: Path, overrides: tuple[str, ...] | list[str], cwd: Path) -> tuple[Runbook, list[dict]]:
+    """What `nsa-validate plan` shows: the runbook, loaded with `overrides` and the files it names checked to exist
+    in `cwd` (load: RunError otherwise), and its plan's rows (validation.runbook.plan.describe), each step this
+    machine cannot run saying why (skipped_here)."""
+    rb = load(runbook, overrides, cwd)
+    return rb, describe(rb, skipped_here(rb))
+
+
 def read_against(against: Optional[Path]) -> Optional[dict]:
     """The earlier run of --against (RunError when it is not a run directory), or None."""
     if against is None:
@@ -589,6 +608,13 @@ def listing_dir(path: Path, option: str) -> Path:
         what = "not a directory" if os.path.lexists(path) else "no such directory"
         raise RunError(f"{option} {path}: {what}")
     return Path(path)
+
+
+def listing_dirs(runbooks_dir: Optional[Path], runs_dir: Optional[Path]) -> tuple[Path, Path]:
+    """The directories `nsa-validate list` reads: `runbooks_dir` (None: runbooks) and `runs_dir` (None:
+    DEFAULT_RUNS), each one given checked by listing_dir (RunError naming --runbooks or --runs, --runbooks first)."""
+    return (Path("runbooks") if runbooks_dir is None else listing_dir(runbooks_dir, "--runbooks"),
+            DEFAULT_RUNS if runs_dir is None else listing_dir(runs_dir, "--runs"))
 
 
 def list_runbooks(runbooks_dir: Path) -> list[tuple]:

@@ -131,6 +131,13 @@ def table_markdown() -> str:
     return "\n".join(rows) + "\n"
 
 
+def table_rows() -> list[tuple[str, str, str, str]]:
+    """The table of step kinds `nsa-validate kinds` prints, one row per kind in names() order: its name, what it does
+    (inline-code backticks removed), its own keys ("-" when it has none) and the module that defines it."""
+    return [(kind.name, kind.summary.replace("`", ""), ", ".join(kind.keys) or "-", type(kind).__module__)
+            for kind in kinds()]
+
+
 def read_step(entry: Any) -> StepRecord:
     """A step's results.json entry as its kind's Result (StepKind.read: leniently), or as the common step record
     where its kind is unknown to this process."""

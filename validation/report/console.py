@@ -118,6 +118,21 @@ def print_line(console: Console, text: str, style: str | None = None) -> None:
     print_text(console, Text(printable(text), style=style if style and console.is_terminal else ""))
 
 
+def print_lines(console: Console, lines: Iterable[tuple[str, str | None]]) -> None:
+    """(text, style) pairs, each printed by print_line: what plan, `run --dry-run` and run's summary print."""
+    for text, style in lines:
+        print_line(console, text, style)
+
+
+def print_summary(console: Console, columns: Sequence[str], rows: Sequence[Sequence[object]],
+                  lines: Iterable[tuple[str, str | None]], title: str | None = None) -> None:
+    """A table (print_table), left out when it has no rows, then (text, style) lines (print_lines): run's summary
+    (validation.report.view.console_summary)."""
+    if rows:
+        print_table(console, columns, rows, title=title)
+    print_lines(console, lines)
+
+
 def print_text(console: Console, text: Text) -> None:
     """A rich Text as it is (a Text is never read as markup or emoji codes): no highlighting, never wrapped when
     `console` is not a terminal."""

@@ -4,7 +4,8 @@
   and the current step) and, from the C level, to out_dir/stackdump_rank{r}.txt (faulthandler: written even
   when the main thread is stuck inside a C call such as a hung collective). Training continues.
 - SIGTERM / SIGINT: a stop is requested; the trainer finishes the current step, saves a checkpoint and exits 0.
-  A second SIGINT raises KeyboardInterrupt as usual.
+  A second SIGINT raises KeyboardInterrupt as usual. Once the trainer writes its last records (RunControl.hold),
+  SIGTERM, SIGINT and SIGHUP are recorded and not acted on, so that those records end complete.
 - out_dir/.HALT (written by a person or `nsa-train watchdog`): stop at the next step with a final checkpoint.
 - NSA_FAULT (nsa.toggles.Fault): crash, hang or NaN at a given step on purpose, for testing the validation suite:
   crash raises InjectedCrash (exit 1, status crashed); hang blocks the rank until SIGTERM/SIGINT/SIGKILL (the
@@ -150,6 +151,8 @@ class RunControl:
         self._installed: dict[int, object] = {}
         self._fault_file = None
         self._interrupts = 0
+        self._holding = False
+        self.held: list[str] = []  # the signals received while held (hold), by name, in their order
 
     # ------------------------------------------------------------------ signals
     def install(self) -> None:
@@ -164,12 +167,25 @@ class RunControl:
         self._fault_file = open(self.out_dir / f"stackdump_rank{self.rank}.txt", "a")
         faulthandler.register(signal.SIGUSR1, file=self._fault_file, all_threads=True, chain=True)
 
+    def hold(self) -> None:
+        """From now until uninstall, while the trainer writes a run's last records (status.json, summary.json, the
+        heartbeat's last line): SIGTERM, SIGINT (a second one too) and SIGHUP are recorded (`held`, and
+        `stop_signal` when none was) and not acted on: no KeyboardInterrupt, no end of the process with those
+        records half-written. Nothing where the handlers are not installed (not the main thread)."""
+        if signal.SIGINT not in self._installed:
+            return
+        self._holding = True
+        hangup = getattr(signal, "SIGHUP", None)  # not on Windows
+        if hangup is not None and hangup not in self._installed:
+            self._installed[hangup] = signal.signal(hangup, self._on_stop)
+
     def uninstall(self) -> None:
         if signal.SIGUSR1 in self._installed:
             faulthandler.unregister(signal.SIGUSR1)
         for signum, previous in self._installed.items():
             signal.signal(signum, previous)
         self._installed.clear()
+        self._holding = False  # once the handlers are the earlier ones: a signal meanwhile is still held
         if self._fault_file is not None:
             self._fault_file.close()
             path = Path(self._fault_file.name)
@@ -179,6 +195,10 @@ class RunControl:
 
     def _on_stop(self, signum, frame) -> None:
         name = signal.Signals(signum).name
+        if self._holding:
+            self.held.append(name)
+            self.stop_signal = self.stop_signal or name
+            return
         if signum == signal.SIGINT:
             self._interrupts += 1
             if self._interrupts > 1:

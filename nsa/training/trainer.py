@@ -638,7 +638,11 @@ class Trainer:
                     if step % tc.save_every == 0:
                         self._save(step)
             if status != "nonfinite" and self.last_saved != step:
-                self._save(step)
+                self._save(step)  # a second Ctrl-C here ends the run at once, as in the loop's own stop (below)
+            # the run's last records from here on (its files closed, status.json, summary.json, the heartbeat's last
+            # line): a signal now is held, not acted on (RunControl.hold), a second Ctrl-C too, so that they end
+            # complete and the run ends as its loop decided
+            self.control.hold()
         except KeyboardInterrupt as exc:
             # a second Ctrl-C (the first asked for a stop), or one before the handlers caught it: no failure of the
             # run, as at start-up (_setup_failed): "terminated", summary.json says so too, the heartbeat ends with
@@ -673,8 +677,8 @@ class Trainer:
             raise
         finally:
             self._close()
-        # the signal handlers stay until the run's last record is written: a second SIGTERM (or SIGHUP) during
-        # these writes is absorbed, where the default action would end the rank with status.json still "running"
+        # the signal handlers stay, holding every SIGTERM, SIGINT and SIGHUP, until the run's last record is written,
+        # where a second Ctrl-C would cut these writes short and a SIGHUP end the rank with status.json still "running"
         try:
             if self.audit is not None:
                 summary = self.audit.summary()
@@ -691,6 +695,9 @@ class Trainer:
             self.heartbeat.close()
         finally:
             self.control.uninstall()
+        if self.control.held:
+            self.say(f"{', '.join(self.control.held)} received while the run's last records were written: held "
+                     "until they were complete", note=False)
         self.say(f"{status} at step {step}" + (f": {reason}" if reason else ""))
         return code
 

@@ -120,14 +120,15 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
              warmup: int, index_build: str = "auto", batch: int = 1, dkdv_choice: str = "auto",
              topk_choice: str = "auto", query_choice: str = "auto", sel_dq_choice: str = "auto",
              sel_out_choice: str = "auto", sel_host_choice: str = "auto", sel_tile_choice: str = "auto",
-             sel_forced_choice: str = "auto", range_glue_choice: str = "auto") -> dict:
+             sel_forced_choice: str = "auto", range_glue_choice: str = "auto",
+             sel_imp_choice: str = "auto") -> dict:
     """Measure one case in this process; returns a JSON-able dict."""
     import torch
 
     chosen = {"sel-dq-choice": sel_dq_choice, "sel-out-choice": sel_out_choice, "sel-host-choice": sel_host_choice,
               "sel-tile-choice": sel_tile_choice, "sel-forced-choice": sel_forced_choice,
               "dkdv-choice": dkdv_choice, "query-choice": query_choice, "topk-choice": topk_choice,
-              "range-glue-choice": range_glue_choice}
+              "range-glue-choice": range_glue_choice, "sel-imp-choice": sel_imp_choice}
     for flag, value in chosen.items():  # the kernels' choices on the Triton path, the top-n_sel on every NSA path
         if value != "auto" and (path == "nsa-triton" or (flag == "topk-choice" and path != "dense")):
             _set_choice(flag, value)
@@ -208,6 +209,9 @@ def choices_in_effect(path: str, index_build: str = "auto") -> dict:
         extra["query_choice"] = range_host.QUALIFIED_QUERY if range_host.QUERY_CHOICE == "auto" else \
             range_host.QUERY_CHOICE
         extra["range_glue_choice"] = range_host.glue_choice()
+        from nsa.attention.kernels.selection import host as selection_host
+
+        extra["sel_imp_choice"] = selection_host.importance_choice()
         from nsa.attention.kernels.selected_attn import host as selected_host
 
         extra["sel_dq_choice"] = selected_host.dq_choice()
@@ -229,7 +233,8 @@ def spawn(path: str, seq_len: int, args) -> dict:
            "--dkdv-choice", args.dkdv_choice, "--topk-choice", args.topk_choice, "--query-choice", args.query_choice,
            "--sel-dq-choice", args.sel_dq_choice, "--sel-out-choice", args.sel_out_choice,
            "--sel-host-choice", args.sel_host_choice, "--sel-tile-choice", args.sel_tile_choice,
-           "--sel-forced-choice", args.sel_forced_choice, "--range-glue-choice", args.range_glue_choice]
+           "--sel-forced-choice", args.sel_forced_choice, "--range-glue-choice", args.range_glue_choice,
+           "--sel-imp-choice", args.sel_imp_choice]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -307,6 +312,7 @@ def targets(results: dict, args, paths: list[str]) -> list[tuple[str, str, bool]
 _CHOICE_FLAGS = {"dkdv-choice": "nsa.attention.kernels.range_attn.host:DKDV_CHOICES",
                  "query-choice": "nsa.attention.kernels.range_attn.host:QUERY_CHOICES",
                  "range-glue-choice": "nsa.attention.kernels.range_attn.host:GLUE_CHOICES",
+                 "sel-imp-choice": "nsa.attention.kernels.selection.host:IMPORTANCE_CHOICES",
                  "sel-dq-choice": "nsa.attention.kernels.selected_attn.host:DQ_CHOICES",
                  "sel-out-choice": "nsa.attention.kernels.selected_attn.host:OUT_CHOICES",
                  "sel-host-choice": "nsa.attention.kernels.selected_attn.host:HOST_CHOICES",
@@ -394,6 +400,10 @@ def main(argv=None) -> int:
                          "every listed block through the selected kernels, or band, block 0, the previous and the own "
                          "block through the range kernels' band and the rest through the selected kernels, merged "
                          "by lse; auto: the qualified one), for an A/B")
+    ap.add_argument("--sel-imp-choice", default="auto",
+                    help="nsa-triton: the tiled selection's importance launch (selection.host.IMPORTANCE_CHOICES: "
+                         "tile, one selection tile per program, or rows8 / rows, a program walking 8 or all of its "
+                         "tokens' tiles; auto: the qualified one), for an A/B")
     ap.add_argument("--range-glue-choice", default="auto",
                     help="nsa-triton: the range backward's glue (range_attn.host.GLUE_CHOICES: torch, dK/dV's partials "
                          "summed and cast in aten ops, or fused, one _range_dkdv_sum launch; auto: the qualified one), "
@@ -430,7 +440,7 @@ def main(argv=None) -> int:
                                   sel_out_choice=args.sel_out_choice, sel_host_choice=args.sel_host_choice,
                                   sel_tile_choice=args.sel_tile_choice,
                                   sel_forced_choice=args.sel_forced_choice,
-                                  range_glue_choice=args.range_glue_choice)))
+                                  range_glue_choice=args.range_glue_choice, sel_imp_choice=args.sel_imp_choice)))
         return 0
     if args.quick:
         seq_lens = [512, 1024, 2048]

@@ -57,6 +57,11 @@ uint16 (wrong results on the CPU test path).
     sort ~6x).
     Same blocks as "sort" (the kernels share _importance_tile): tests/nsa/attention/kernels/
     test_triton_selection_topk.py. Not the default until a GPU run qualifies it (tests, memcheck, alternated A/B).
+    Its importance launch (IMPORTANCE_CHOICE; 2026-12-01): one tile per program (the shipped kernels above), or
+    "rows8" / "rows", _blocksel_rows_kernel, a program walking 8 or all of its tokens' tiles with q, lse, R and W
+    loaded once (either output: importance or packed keys), at hpg 1 and >= 4 (reports/aot/
+    selection_importance_rows.md; tests/nsa/attention/kernels/test_triton_selection_rows.py). Not the default until
+    a GPU run qualifies it.
 select_method: "tiled" at every n_sel (the default since the fused kernel faulted on an H100, "Known fault"
 below); method="fused" takes n_sel <= FUSED_MAX_N_SEL = 16 (a 32-key running list spills on sm_90);
 block_importance (tests, diagnostics) always uses (a)'s kernel.
@@ -177,14 +182,32 @@ from nsa.attention.kernels.aot import AotCase
 from nsa.attention.kernels.common import LOG2E, TRITON_MAX_OVERLAP
 from nsa.attention import selection as choice
 from nsa.attention.kernels.selection.jit import (_blocksel_finish_kernel, _blocksel_importance_kernel,
-                                                 _blocksel_keys_kernel, _blocksel_topk_kernel)
+                                                 _blocksel_keys_kernel, _blocksel_rows_kernel, _blocksel_topk_kernel)
 from nsa.attention.selection import choose_blocks
+from nsa.config import resolve_auto
 from nsa.toggles import parse
 
 # Importance entries per chunk of the tiled path (16M fp32 = 64 MB; choose_blocks' sort needs ~6x that transiently).
 IMP_CHUNK_ELEMS = 1 << 24
 # Largest n_sel the fused kernel takes: its running list is 16 keys wide (32 spills on sm_90).
 FUSED_MAX_N_SEL = 16
+
+# The tiled path's importance launch (issue 31 item 2.2; the importance, or its packed keys under TOPK_CHOICE
+# "topk", is the same either way): selection tiles per program. "tile": one (_blocksel_importance_kernel /
+# _blocksel_keys_kernel, the shipped kernels, qualified on the H100 and H200); "rows8": 8, "rows": every tile of
+# the program's tokens (_blocksel_rows_kernel: the query rows, lse, R and W loaded once, a loop over the tiles), at
+# hpg 1 and >= 4 (the model's 6): at hpg 2-3 the one-tile kernels run whatever the choice (ptxas 3.6, see the kernel).
+# At S 65,536 on an H200 the one-tile kernel took 3.9 ms, 10.6% of its floor. A choice becomes QUALIFIED_IMPORTANCE
+# once a GPU run qualifies it (its tests there, memcheck clean, faster in an alternated A/B: bench_choices.py).
+IMPORTANCE_CHOICES = {"tile": 1, "rows8": 8, "rows": 0}  # tiles per program (0: all of the row's)
+QUALIFIED_IMPORTANCE = "tile"  # what "auto" picks: the choice a GPU run has qualified
+IMPORTANCE_CHOICE = "auto"  # "auto" or a key of IMPORTANCE_CHOICES (the benchmarks set it for an A/B)
+
+
+def importance_choice() -> str:
+    """The importance launch in effect (IMPORTANCE_CHOICE, "auto" = QUALIFIED_IMPORTANCE), read at each launch."""
+    return resolve_auto("selection: IMPORTANCE_CHOICE", IMPORTANCE_CHOICE, tuple(IMPORTANCE_CHOICES),
+                        QUALIFIED_IMPORTANCE)
 
 
 def _next_pow2(x: int) -> int:
@@ -277,10 +300,18 @@ def _importance_into(out, q, k_cmp, lse_cmp, l, d, l_sel, row0, skip_n, cfg, ker
     if n_rows == 0 or (k_cmp.shape[2] == 0 and kernel is _blocksel_importance_kernel):
         return out
     bt = cfg["BM"] // (h // g) if cfg["HEAD_SUM"] else cfg["BM"]
-    grid = (triton.cdiv(n_rows, bt), triton.cdiv(n_blocks, cfg["BJ"]), b * g)
-    kernel[grid](q, k_cmp, lse_cmp, out, n_blocks=n_blocks, row0=row0, n_rows=n_rows, skip_n=skip_n,
-                 sob=out.stride(0), sog=out.stride(1), sot=out.stride(2),
-                 **_launch_args(q, k_cmp, lse_cmp, l, d, l_sel, cfg))
+    tiles = triton.cdiv(n_blocks, cfg["BJ"])
+    per = IMPORTANCE_CHOICES[importance_choice()]
+    if cfg["HEAD_SUM"] and cfg["BT_PAD"] > 32:  # hpg 2-3: the loop's compiled code is not clean under triton 3.6
+        per = 1  # (_blocksel_rows_kernel's docstring): the one-tile kernels
+    args = dict(n_blocks=n_blocks, row0=row0, n_rows=n_rows, skip_n=skip_n, sob=out.stride(0), sog=out.stride(1),
+                sot=out.stride(2), **_launch_args(q, k_cmp, lse_cmp, l, d, l_sel, cfg))
+    if per == 1:
+        kernel[(triton.cdiv(n_rows, bt), tiles, b * g)](q, k_cmp, lse_cmp, out, **args)
+        return out
+    jt = per or tiles  # a loop over jt tiles in each program
+    _blocksel_rows_kernel[(triton.cdiv(n_rows, bt), triton.cdiv(tiles, jt), b * g)](
+        q, k_cmp, lse_cmp, out, jt=jt, KEYS=kernel is _blocksel_keys_kernel, **args)
     return out
 
 
@@ -416,8 +447,12 @@ def select_blocks(q, k_cmp, lse_cmp, l: int, d: int, l_sel: int, n_sel: int, met
 
 def _aot_signature(kernel: str, dtype: str, cfg: dict) -> tuple[dict, dict]:
     ptrs = {"q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "lse_ptr": "*fp32",
-            "out_ptr": "*fp32" if kernel == "imp" else "*i64"}
-    if kernel in ("imp", "keys"):
+            "out_ptr": "*fp32" if kernel in ("imp", "rows") else "*i64"}
+    if kernel in ("rows", "rows_keys"):  # _blocksel_rows_kernel: the one-tile kernels' arguments and jt
+        ints = ("S G hpg n_cmp n_blocks d_k l d l_sel A B_ bj row0 n_rows skip_n jt").split()
+        floats = ("qk_scale", "hs_scale", "out_scale")
+        strides = "sqb sqh sqs sqd skb skg skn skd slb slh sls sob sog sot".split()
+    elif kernel in ("imp", "keys"):
         ints = ("S G hpg n_cmp n_blocks d_k l d l_sel A B_ bj row0 n_rows skip_n").split()
         floats = ("qk_scale", "hs_scale", "out_scale")
         strides = "sqb sqh sqs sqd skb skg skn skd slb slh sls sob sog sot".split()
@@ -434,6 +469,8 @@ def _aot_signature(kernel: str, dtype: str, cfg: dict) -> tuple[dict, dict]:
     consts = {n: 1 for n in ("sqd", "skd", "sls")}
     consts.update({k: cfg[k] for k in ("BM", "BT_PAD", "D_PAD", "K", "BC", "HEAD_SUM")})
     consts["IEEE"] = False
+    if kernel in ("rows", "rows_keys"):
+        consts["KEYS"] = kernel == "rows_keys"
     if kernel == "sel":
         consts["LOG_K"] = cfg["K"].bit_length() - 1
         consts["N_DIMS"] = (cfg["K"] * cfg["BT_PAD"]).bit_length() - 1
@@ -452,13 +489,15 @@ def aot_cases():
     (the finish kernel as by default).
     """
     if parse("NSA_AOT_FULL"):
-        shapes = [(kernel, hpg, d_k, l_sel, dtype) for kernel in ("sel", "imp", "keys") for hpg in (1, 3, 6, 8)
+        shapes = [(kernel, hpg, d_k, l_sel, dtype) for kernel in ("sel", "imp", "keys", "rows", "rows_keys")
+                  for hpg in (1, 3, 6, 8)
                   for d_k in (32, 64, 128) for l_sel in (32, 64, 128) for dtype in ("bf16", "fp16")]
     else:
         shapes = [("sel", 6, 64, 64, "bf16"), ("imp", 6, 64, 64, "bf16"), ("sel", 1, 32, 64, "bf16"),
                   ("sel", 3, 128, 64, "bf16"), ("sel", 8, 64, 64, "fp16"), ("sel", 6, 128, 64, "bf16"),
                   ("sel", 6, 64, 128, "bf16"), ("imp", 1, 128, 64, "bf16"), ("keys", 6, 64, 64, "bf16"),
-                  ("keys", 1, 64, 64, "bf16")]
+                  ("keys", 1, 64, 64, "bf16"), ("rows", 6, 64, 64, "bf16"), ("rows_keys", 6, 64, 64, "bf16"),
+                  ("rows", 1, 64, 64, "bf16")]
     cases, seen = [], set()
     for kernel, hpg, d_k, l_sel, dtype in shapes:
         cfg = block_config(hpg, d_k, 32, 16, l_sel, fused=kernel == "sel")
@@ -466,10 +505,14 @@ def aot_cases():
         if key in seen:
             continue
         seen.add(key)
-        fn = {"sel": _blocksel_topk_kernel, "imp": _blocksel_importance_kernel, "keys": _blocksel_keys_kernel}[kernel]
+        fn = {"sel": _blocksel_topk_kernel, "imp": _blocksel_importance_kernel, "keys": _blocksel_keys_kernel,
+              "rows": _blocksel_rows_kernel, "rows_keys": _blocksel_rows_kernel}[kernel]
         sig, consts = _aot_signature(kernel, dtype, cfg)
         label = f"BM={cfg['BM']},BT={cfg['BT_PAD']},D={cfg['D_PAD']},BC={cfg['BC']},hpg={hpg},{dtype}"
-        choice = {"sel": "select_blocks method fused", "imp": "", "keys": "TOPK_CHOICE topk"}[kernel]
+        if kernel in ("rows", "rows_keys"):
+            label += f",KEYS={int(kernel == 'rows_keys')}"
+        choice = {"sel": "select_blocks method fused", "imp": "", "keys": "TOPK_CHOICE topk",
+                  "rows": "IMPORTANCE_CHOICE rows", "rows_keys": "IMPORTANCE_CHOICE rows, TOPK_CHOICE topk"}[kernel]
         cases.append(AotCase(name=f"{fn.__name__}[{label}]", fn=fn, signature=sig, constexprs=consts,
                              num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], choice=choice))
     # the "topk" choice's finish (finish_rows: integer work, no products) at the model's n_sel (16) and the tests' 3

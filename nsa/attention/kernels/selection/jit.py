@@ -294,3 +294,80 @@ def _blocksel_finish_kernel(top_ptr, out_ptr, n_rows, rows, k, n_sel, sog, sot, 
     bg, t = r // rows, r % rows
     dst = out_ptr + bg.to(tl.int64)[:, None] * sog + (row0 + t).to(tl.int64)[:, None] * sot + c[None, :]
     tl.store(dst, blocks, mask=row_ok[:, None] & (c < n_sel)[None, :])
+
+
+@triton.jit
+def _store_tile(imp, base, t_tok, row0, sot, rows_ok, cur, j0, bj, n_blocks, K: tl.constexpr, KEYS: tl.constexpr):
+    """Store one importance tile [BT_PAD, K] (KEYS False) or its packed keys (_blocksel_keys_kernel's packing,
+    line for line) at blocks j0 .. j0 + bj - 1 of the rows t_tok - row0."""
+    cols = tl.arange(0, K)
+    j = (j0 + cols)[None, :]
+    ok = rows_ok[:, None] & ((cols < bj) & (j0 + cols < n_blocks))[None, :]
+    dst = base + (t_tok - row0)[:, None].to(tl.int64) * sot + j
+    if KEYS:
+        bits = tl.where(imp == 0.0, 0, imp.to(tl.int32, bitcast=True))
+        bits = tl.where(imp != imp, 0x7FC00000, bits)
+        mono = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+        mono = tl.where((j == 0) | (j == cur) | (j == cur - 1), 0x7F800000, mono)  # forced: +inf
+        mono = tl.where(j > cur, -2139095041, mono)  # not started: -inf (0xFF800000 ^ 0x7FFFFFFF)
+        key = (mono.to(tl.int64) << 32) | (0xFFFFFFFF - j.to(tl.int64))
+        tl.store(dst, key, mask=ok)
+    else:
+        tl.store(dst, imp, mask=ok)
+
+
+@triton.jit
+def _blocksel_rows_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp, n_blocks, d_k, l, d, l_sel, A, B_,
+                          bj, row0, n_rows, skip_n, jt, qk_scale, hs_scale, out_scale,
+                          sqb, sqh, sqs, sqd, skb, skg, skn, skd, slb, slh, sls, sob, sog, sot,
+                          BM: tl.constexpr, BT_PAD: tl.constexpr, D_PAD: tl.constexpr, K: tl.constexpr,
+                          BC: tl.constexpr, HEAD_SUM: tl.constexpr, IEEE: tl.constexpr, KEYS: tl.constexpr):
+    """Tiled path, importance choices "rows8" and "rows" (host.IMPORTANCE_CHOICES): what _blocksel_importance_kernel
+    (KEYS False) or _blocksel_keys_kernel (KEYS True) writes, with each program walking `jt` selection tiles of its
+    tokens in a loop instead of one: the query rows, their lse, the head-sum matrix R and the overlap tile W are
+    loaded or built once per program (W before the loop: the fused kernel's ptxas 3.6 finding), and the loop over
+    the tiles that need the importance has no branch, so the compiler can pipeline one tile's key loads under the
+    previous tile's work (num_stages). The one-tile kernel reloads all of them for every tile and, at one CTA per SM
+    (its registers), leaves each tile's load latency exposed: at S 65,536 on an H200 it ran at 10.6% of its floor
+    (reports/gpu/2026-11-30-h200).
+
+    Launched at hpg 1 and hpg >= 4 only (the host falls back to the one-tile kernels at hpg 2-3): with 64 token rows
+    (hpg 2-3) the head sum R @ acc becomes a wgmma, and triton 3.6's ptxas then reads a uniform register of a wgmma
+    descriptor before writing it in the loop's preheader (the fused kernel's H100 fault; the compiled-code test in
+    test_triton_selection.py found it here too, R rebuilt inside the loop or not). At hpg 1 and 6 it compiles clean.
+
+    Grid (token tiles, cdiv(tiles, jt), B*G): program (t, p) takes selection tiles p*jt .. p*jt + jt - 1. The tiles
+    holding a block its tokens have started get the importance, unless its tokens have at most skip_n started
+    blocks (all kept whatever their importance); KEYS False: the other tiles are not visited (the buffer is
+    zero-filled), as the one-tile kernel; KEYS True: they are written with importance 0 (the keys kernel's contract:
+    every entry written, no fill before it).
+    """
+    pid_t, pid_j, pid_bg = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    b, g = pid_bg // G, pid_bg % G
+    bt = BM // hpg
+    t0 = row0 + pid_t * bt
+    t_last = tl.minimum(t0 + bt, tl.minimum(row0 + n_rows, S)) - 1
+    live = t_last // l_sel + 1 > skip_n
+    tt = tl.arange(0, BT_PAD)
+    t_tok = t0 + tt
+    rows_ok = (tt < bt) & (t_tok <= t_last)
+    cur = (t_tok // l_sel)[:, None]
+    base = out_ptr + b.to(tl.int64) * sob + g.to(tl.int64) * sog
+    i0 = pid_j * jt
+    i_end = tl.minimum(i0 + jt, tl.cdiv(n_blocks, bj))
+    i_started = tl.minimum(i_end, t_last // (l_sel * bj) + 1)  # tiles i0 .. i_started - 1 hold a started block
+    i_zero = i0  # first tile written with importance 0 (KEYS)
+    if live:
+        q, t_row, lse2, row_ok, R = _load_rows(q_ptr, lse_ptr, b, g, t0, tl.minimum(row0 + n_rows, S), hpg, bt,
+                                                d_k, sqb, sqh, sqs, sqd, slb, slh, sls, BM, BT_PAD, D_PAD, HEAD_SUM)
+        k_base = k_ptr + b.to(tl.int64) * skb + g.to(tl.int64) * skg
+        w = _overlap_tile(A, B_, BC, K)
+        for i in range(i0, i_started):
+            imp = _importance_tile(q, t_row, lse2, row_ok, R, k_base, skn, skd, n_cmp, d_k, l, d, A, B_, i * bj,
+                                   qk_scale, hs_scale, out_scale, w, BC, D_PAD, K, HEAD_SUM, IEEE, True)
+            _store_tile(imp, base, t_tok, row0, sot, rows_ok, cur, i * bj, bj, n_blocks, K, KEYS)
+        i_zero = tl.maximum(i0, i_started)
+    if KEYS:
+        zero = tl.zeros([BT_PAD, K], tl.float32)
+        for i in range(i_zero, i_end):
+            _store_tile(zero, base, t_tok, row0, sot, rows_ok, cur, i * bj, bj, n_blocks, K, KEYS)

@@ -19,7 +19,8 @@ from nsa.attention.kernels.aot import KERNEL_MODULES
 
 # Kernels whose main products must compile to Hopper's wgmma on sm_90 (the others use mma.sync there).
 WGMMA_ON_SM90: set[str] = {"range_fwd", "range_dq", "range_dkdv", "sel_fwd_kv_stats", "sel_fwd_kv_out",
-                           "_blocksel_topk_kernel", "_blocksel_importance_kernel", "_blocksel_keys_kernel"}
+                           "_blocksel_topk_kernel", "_blocksel_importance_kernel", "_blocksel_keys_kernel",
+                           "_blocksel_rows_kernel"}
 
 
 def _compile(which: str) -> list[dict]:

@@ -346,12 +346,16 @@ if not os.path.exists(nvdisasm):
 divisible = set("S d_k l d l_sel n_sel sqb sqh sqs skb skg skn slb slh sob sog sot".split())
 out = {}
 # every branch of block_config at the model's d_k: hpg 1 (no head sum), 2-3, >= 4
-for kernel, hpg in [(k, h) for k in ("sel", "imp", "keys") for h in (1, 2, 3, 6)]:
+# (the loop of the importance choice "rows" runs at hpg 1 and >= 4 only: at 2-3 its code reads a descriptor register
+# before writing it under triton 3.6, and the host launches the one-tile kernels there)
+for kernel, hpg in [(k, h) for k in ("sel", "imp", "keys", "rows", "rows_keys") for h in (1, 2, 3, 6)
+                    if k not in ("rows", "rows_keys") or h in (1, 6)]:
     dtype = "bf16"
     cfg = ts.block_config(hpg, 64, 32, 16, 64, fused=kernel == "sel")
     sig, consts = ts._aot_signature(kernel, dtype, cfg)
     fn = {"sel": ts._blocksel_topk_kernel, "imp": ts._blocksel_importance_kernel,
-          "keys": ts._blocksel_keys_kernel}[kernel]
+          "keys": ts._blocksel_keys_kernel, "rows": ts._blocksel_rows_kernel,
+          "rows_keys": ts._blocksel_rows_kernel}[kernel]
     attrs = {(i,): [["tt.divisibility", 16]] for i, (n, t) in enumerate(sig.items())
              if t != "constexpr" and (t.startswith("*") or n in divisible)}
     src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
@@ -362,7 +366,7 @@ for kernel, hpg in [(k, h) for k in ("sel", "imp", "keys") for h in (1, 2, 3, 6)
         with open(path, "wb") as f:
             f.write(compiled.asm["cubin"])
         sass = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True, check=True).stdout
-    out[f"{fn.__name__}[{dtype},hpg={hpg}]"] = sass
+    out[f"{fn.__name__}[{dtype},hpg={hpg}" + (",KEYS]" if kernel == "rows_keys" else "]")] = sass
 print(json.dumps({"triton": triton.__version__, "sass": out}))
 """
 
@@ -373,7 +377,8 @@ def test_compiled_selection_kernels_read_no_uniform_register_before_writing_it()
     its ptxas, no uniform register (wgmma descriptors, addresses, bounds) is read before it is written. Under
     triton 3.6 (ptxas 12.8) the kernel as it faulted read three of the four wgmma descriptors of P @ W from an
     unwritten register pair (the fault's address, +0x4c80, is the third of them); the loop-invariant overlap tile
-    W it now computes before its loop compiles without."""
+    W it now computes before its loop compiles without. The importance choice's loop (_blocksel_rows_kernel) builds
+    W before its loop the same way."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[4]), env.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, "-c", _SASS_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
@@ -381,7 +386,7 @@ def test_compiled_selection_kernels_read_no_uniform_register_before_writing_it()
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     if "missing" in result:
         pytest.skip(f"triton {result['triton']} ships no nvdisasm ({result['missing']})")
-    assert len(result["sass"]) == 12  # fused, importance and keys kernels at hpg 1, 2, 3, 6
+    assert len(result["sass"]) == 16  # fused, importance and keys at hpg 1, 2, 3, 6; rows (both outputs) at 1, 6
     for name, sass in result["sass"].items():
         assert "HGMMA" in sass, f"{name}: no wgmma in the sm_90 code (the check would be vacuous)"
         problems = uniform_registers_read_before_written(sass)

@@ -111,7 +111,7 @@ def comparisons(folder: Path, baselines: tuple[str, ...]) -> list[dict]:
             why = failed.get(path.name.split(".")[0])
             cut = why if why and why.endswith(CUT) else None  # bench_train writes, then exits 1 if a run failed
             others += calls_records(folder, path, why) + train_records(folder, path, baselines, cut)
-            others += choices_records(folder, path, why if why and why.endswith("skipped") else None)
+            others += choices_records(folder, path)  # the file says which arms finished, whatever its step's exit
     records = []
     for (label, case), arms in groups.items():
         base = next((b for b in baselines if b in arms), None)
@@ -200,15 +200,24 @@ def choices_records(folder: Path, path: Path, failed: str | None = None) -> list
     """bench_choices.py's JSON (every arm against the baseline arm in one process, round by round, each round a
     baseline block and an arm block adjacent in time): one comparison per arm, its rounds' medians and ratios as the
     one-file-per-round A/Bs have them, the verdict by round_verdict on forward + backward. The JSON is written after
-    every block, so an arm that finished is a figure even when its step later failed (a crash in another arm); an arm
-    that failed, or was being measured when the process ended, is "incomplete" with its error. failed: the step was
-    skipped (the file is an earlier call's): no figure. [] for another kind of file."""
+    every block and says itself which arms finished, so an arm that finished is a figure whatever its step's exit
+    (a crash in another arm, a later call that skipped or cut the step: the file is this machine's, in this
+    session's $W); an arm that failed, was being measured when the process ended, or was never reached (an arm of
+    its --arm list with no record) is "incomplete" with why. failed: why no arm of the file is a figure (None: the
+    file decides). [] for another kind of file."""
     data = _read(path)
     if not (isinstance(data, dict) and data.get("bench") == "choices" and isinstance(data.get("arms"), dict)):
         return []
     case = f"{data.get('seq_len')}b{data.get('batch')}"
+    failed = failed or (f"the baseline's outputs changed: {data['baseline_outputs_changed']}"
+                        if data.get("baseline_outputs_changed") else None)
+    arms = dict(data["arms"])
+    settings = data.get("arm_settings") if isinstance(data.get("arm_settings"), dict) else {}
+    for arm in settings:
+        if arm != data.get("baseline") and arm not in arms:
+            arms[arm] = {"error": "not measured"}
     records = []
-    for arm, rec in data["arms"].items():
+    for arm, rec in arms.items():
         if not isinstance(rec, dict):
             continue
         per_round = []

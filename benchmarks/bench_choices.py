@@ -25,10 +25,17 @@ median to the baseline's (forward, backward, forward + backward), and the verdic
 (round_verdict: "faster in every round" on forward + backward; fewer than two rounds decide nothing). An arm whose
 choices in effect (each "auto" resolved) equal the baseline's is measured and said to be the same kernels.
 
-A crash (an illegal memory access kills the CUDA context, and this process with it) loses only the arm being
-measured: the JSON is written after every block, with the arm in progress named; --resume FILE continues from it,
-the finished arms kept, the one in progress when it stopped recorded as failed ("crashed"), the rest measured.
+A crash loses only the arm being measured: the JSON is written after every block, with the arm in progress named.
+An arm that raises is recorded as failed and the next arm runs, unless CUDA no longer works (an illegal memory
+access leaves the context unusable): then the process ends, and --resume FILE continues: the finished arms kept,
+the one in progress when the process ended recorded as failed ("crashed"), the rest measured (--resume of a file
+not there yet starts afresh, so a script can always pass it).
+Outputs: each block keeps its last pass's loss and input-gradient norm. An arm whose outputs are not the baseline's
+within 2% is failed (it computes something else: a wrong tile, an out-of-bounds write), and when the baseline's own
+outputs change during the run (memory overwritten under every later block) the run says so and exits 1.
 Peak memory: CUDA's max_memory_allocated per block (none on CPU, where the process's peak is every arm's).
+At 2,048 B 8 an eager pass is partly host-bound (on the H200 about 4 ms of GPU time in 7 ms of wall time), so a
+choice that launches fewer kernels gains there more than under CUDA graphs; at 65,536 the GPU time dominates.
 Exit 0 when every arm was measured, 1 when one failed, 2 for invalid options.
 """
 
@@ -37,6 +44,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import shlex
 import statistics
 import sys
@@ -72,11 +80,13 @@ def parse_arm(text: str) -> tuple[str, dict[str, str]]:
 
 
 class Choices:
-    """The process-wide launch choices: set an arm's, every other one back to its value at the start."""
+    """The process-wide launch choices the arms set: an arm's set, every other one back to its value at the start
+    (only the modules of those choices are imported: the top-n_sel choice alone needs no Triton)."""
 
-    def __init__(self):
+    def __init__(self, flags):
         self.places = {}
-        for flag, where in _CHOICE_FLAGS.items():
+        for flag in flags:
+            where = _CHOICE_FLAGS[flag]
             module, attribute = where.split(":")
             mod = importlib.import_module(module)
             self.places[flag] = (mod, attribute.removesuffix("S"), getattr(mod, attribute.removesuffix("S")))
@@ -104,9 +114,27 @@ def measure_block(one, warmup: int, repeats: int, device: str) -> dict:
     times = timed_passes(one, warmup, repeats, reset_peak)
     series = {"fwd": [f for f, _ in times], "bwd": [b for _, b in times], "fwdbwd": [f + b for f, b in times]}
     block = {"times_s": {m: _stats(v) for m, v in series.items()}, "passes": len(times)}
+    outputs = getattr(one, "outputs", None)  # the last pass's loss and input-gradient norm (layer_pass)
+    if outputs:
+        block.update({k: float(v) for k, v in outputs.items()})
     if device == "cuda":
         block["peak_gb"] = torch.cuda.max_memory_allocated() / 2**30
     return block
+
+
+OUTPUT_RTOL = 0.02  # an arm's loss and input-gradient norm against the baseline's (bf16 kernels summing apart)
+
+
+def outputs_differ(base: dict, other: dict) -> str | None:
+    """Why a block's outputs (loss, grad_norm: the last pass's) are not the baseline block's within OUTPUT_RTOL, or
+    None: an arm that computes something else (a kernel writing out of bounds, a wrong tile) is no speed result."""
+    for key in ("loss", "grad_norm"):
+        a, b = other.get(key), base.get(key)
+        if a is None or b is None:
+            continue
+        if not (math.isfinite(a) and math.isfinite(b)) or abs(a - b) > OUTPUT_RTOL * max(abs(b), 1e-12):
+            return f"{key} {a:.6g} against the baseline's {b:.6g}"
+    return None
 
 
 def ratios(base: dict, arm: dict) -> dict:
@@ -141,6 +169,7 @@ def layer_pass(args):
         loss.backward()
         sync()
         t2 = time.perf_counter()
+        one.outputs = {"loss": loss.detach(), "grad_norm": x.grad.detach().float().norm()}  # read after the block
         x.grad = None
         for p in module.parameters():
             p.grad = None
@@ -163,7 +192,8 @@ def _resumed(path: Path, record: dict) -> dict:
         old = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise SystemExit(f"--resume {path}: not readable as this benchmark's JSON ({exc})")
-    same = ("path", "shape", "seq_len", "batch", "device", "dtype", "repeats", "warmup", "rounds", "arm_settings")
+    same = ("path", "shape", "seq_len", "batch", "device", "dtype", "index_build", "repeats", "warmup", "rounds",
+            "arm_settings")
     differs = [k for k in same if old.get(k) != record[k]]
     if differs:
         raise SystemExit(f"--resume {path}: another measurement ({', '.join(differs)} differ): give the same options")
@@ -228,13 +258,13 @@ def main(argv=None) -> int:
 
     record = {"bench": "choices", "argv": sys.argv[1:] if argv is None else argv, "path": args.path,
               "shape": args.shape, "dims": SHAPES[args.shape], "seq_len": args.seq_len, "batch": args.batch,
-              "device": args.device, "dtype": args.dtype, "repeats": args.repeats, "warmup": args.warmup,
-              "rounds": args.rounds, "baseline": base_name, "arm_settings": {n: s for n, s in arms},
-              "torch": torch.__version__, "device_name": torch.cuda.get_device_name() if cuda else "cpu",
-              "arms": {}, "in_progress": None}
-    if args.resume is not None:
+              "device": args.device, "dtype": args.dtype, "index_build": args.index_build, "repeats": args.repeats,
+              "warmup": args.warmup, "rounds": args.rounds, "baseline": base_name,
+              "arm_settings": {n: s for n, s in arms}, "torch": torch.__version__,
+              "device_name": torch.cuda.get_device_name() if cuda else "cpu", "arms": {}, "in_progress": None}
+    if args.resume is not None and args.resume.exists():
         record["arms"] = _resumed(args.resume, record)
-    choices = Choices()
+    choices = Choices(sorted({flag for _, settings in arms for flag in settings}))
     one = layer_pass(args)
     choices.apply(base_settings)
     base_choices = choices_in_effect(args.path, args.index_build)
@@ -261,14 +291,16 @@ def main(argv=None) -> int:
                 arm["rounds"].append({"round": r, "first": "baseline" if r % 2 else "arm",
                                       "baseline": blocks[base_name], "arm": blocks[name],
                                       "ratio": ratios(blocks[base_name], blocks[name])})
+                if why := outputs_differ(blocks[base_name], blocks[name]):
+                    raise OutputsDiffer(f"round {r}: {why}")
         except Exception as exc:  # noqa: BLE001 - an arm that fails (out of memory, a kernel's error) is a result
             arm["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             failed = True
-            if cuda and "out of memory" not in str(exc).lower():
+            if cuda and not context_alive():
                 record["in_progress"] = None
                 _write(args.json, record)
-                print(f"  {name}: failed: {arm['error']}; the CUDA context may be lost: the other arms are left "
-                      "to --resume", flush=True)
+                print(f"  {name}: failed: {arm['error']}; the CUDA context is lost: the other arms are left to "
+                      "--resume", flush=True)
                 return 1
         finally:
             choices.restore()
@@ -277,7 +309,34 @@ def main(argv=None) -> int:
         record["in_progress"] = None
         _write(args.json, record)
         print(line(name, arm), flush=True)
+    # the baseline's own outputs over the run: a kernel that wrote out of bounds into the layer's parameters or input
+    # changes every later block's, the baseline's too: then no block after it is a valid figure
+    base_blocks = [rnd["baseline"] for a in record["arms"].values() for rnd in a.get("rounds", [])]
+    drift = next((why for b in base_blocks[1:] if (why := outputs_differ(base_blocks[0], b))), None)
+    if drift:
+        record["baseline_outputs_changed"] = drift
+        _write(args.json, record)
+        print(f"  the baseline's outputs changed during the run ({drift}): memory was overwritten, no figure of "
+              "this run is valid", flush=True)
+        return 1
     return 1 if failed else 0
+
+
+class OutputsDiffer(RuntimeError):
+    """An arm's loss or input gradient is not the baseline's: it computes something else."""
+
+
+def context_alive() -> bool:
+    """Whether CUDA still works after an arm's error (an illegal memory access leaves the context unusable; an
+    out-of-memory, a compile error or a host-side error does not)."""
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        torch.ones(1, device="cuda").add_(1).item()
+        return True
+    except Exception:  # noqa: BLE001 - any error here means the context is gone
+        return False
 
 
 def line(name: str, arm: dict) -> str:

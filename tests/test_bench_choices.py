@@ -152,15 +152,16 @@ def test_a_real_cpu_run_gives_ab_table_its_rounds_and_verdict(tmp_path, capsys):
     data = json.loads(out.read_text())
     rounds = data["arms"]["topk"]["rounds"]
     assert len(rounds) == 2 and all(r["baseline"]["passes"] == r["arm"]["passes"] == 1 for r in rounds)
+    assert all(r[side]["loss"] > 0 and r[side]["grad_norm"] > 0 for r in rounds for side in ("baseline", "arm"))
     (rec,) = ab.choices_records(tmp_path, out)
     assert rec["choice"] == "topk" and rec["baseline"] == "sort" and rec["case"] == "64b1"
     for got, r in zip(rec["rounds"], rounds):
         want = r["arm"]["times_s"]["fwdbwd"]["median"] / r["baseline"]["times_s"]["fwdbwd"]["median"]
         assert got["ratio"]["fwdbwd"] == pytest.approx(want)
     assert rec["verdict"] == ab.round_verdict([g["ratio"]["fwdbwd"] for g in rec["rounds"]])
-    # a skipped step's file (an earlier call's) is no figure
-    (skipped,) = ab.choices_records(tmp_path, out, failed="step K4_choices: skipped")
-    assert skipped["verdict"] == "incomplete"
+    # the file says which arms finished: a later call that skipped its step for time leaves them figures
+    (tmp_path / "log.txt").write_text("[500s] SKIPPED K4_choices: 20s left, it needs about 240s\n")
+    assert [r["verdict"] for r in ab.comparisons(tmp_path, ("sort",))] == [rec["verdict"]]
     assert ab.main([str(tmp_path)]) == 0
     assert "| choices | 64b1 | topk vs sort | 2 |" in capsys.readouterr().out
 
@@ -182,3 +183,61 @@ def test_ab_table_reads_hand_made_rounds_into_the_verdict(tmp_path):
     assert rec["late"]["verdict"] == "incomplete"  # the process ended while it was measured
     assert all(r["case"] == "2048b8" for r in rec.values())
     assert ab.choices_records(tmp_path, Path(__file__)) == []  # not a JSON of this benchmark
+    # an arm the run never reached (its process ended, no resume left) is listed, not left out
+    data["arm_settings"] = {"shipped": {}, **{a: {} for a in data["arms"]}, "never": {"sel-dq-choice": "query"}}
+    path.write_text(json.dumps(data))
+    rec = {r["choice"]: r for r in ab.choices_records(tmp_path, path)}
+    assert rec["never"]["verdict"] == "incomplete" and rec["never"]["rounds"][0]["failed"] == "not measured"
+    assert "shipped" not in rec  # the baseline is no comparison
+
+
+def test_an_arm_whose_outputs_differ_from_the_baselines_is_failed_not_a_winner(monkeypatch, tmp_path):
+    """A faster arm whose loss is 10% off (a kernel that computes something else) is no speed result."""
+    from nsa.attention import selection
+
+    def measure(one, warmup, repeats, device):
+        fast = selection.TOPK_CHOICE == "topk"
+        return {**_block(8.0 if fast else 10.0), "loss": 1.1 if fast else 1.0, "grad_norm": 3.0}
+
+    monkeypatch.setattr(bc, "measure_block", measure)
+    monkeypatch.setattr(bc, "layer_pass", lambda args: None)
+    out = tmp_path / "c.json"
+    assert bc.main([*ARGS, "--json", str(out)]) == 1
+    arm = json.loads(out.read_text())["arms"]["topk"]
+    assert arm["error"] == "OutputsDiffer: round 1: loss 1.1 against the baseline's 1"
+    assert "verdict" not in arm
+    (rec,) = ab.choices_records(tmp_path, out)
+    assert rec["verdict"] == "incomplete"
+
+
+def test_a_baseline_whose_outputs_change_during_the_run_invalidates_it(monkeypatch, tmp_path, capsys):
+    """Memory overwritten under every later block shows as the baseline's own loss changing between its blocks."""
+    from nsa.attention import selection
+
+    calls = []
+
+    def measure(one, warmup, repeats, device):
+        calls.append(selection.TOPK_CHOICE)
+        corrupted = len(calls) > 4  # from the second arm on
+        return {**_block(10.0), "loss": 2.0 if corrupted else 1.0, "grad_norm": 3.0}
+
+    monkeypatch.setattr(bc, "measure_block", measure)
+    monkeypatch.setattr(bc, "layer_pass", lambda args: None)
+    out = tmp_path / "c.json"
+    assert bc.main([*ARGS, "--arm", "again=topk-choice:sort", "--json", str(out)]) == 1
+    assert "loss 2 against the baseline's 1" in json.loads(out.read_text())["baseline_outputs_changed"]
+    assert "no figure of this run is valid" in capsys.readouterr().out
+
+
+def test_resume_of_a_file_not_there_yet_starts_afresh(blocks, tmp_path):
+    out = tmp_path / "c.json"
+    assert bc.main([*ARGS, "--json", str(out), "--resume", str(out)]) == 0
+    assert json.loads(out.read_text())["arms"]["topk"]["verdict"] == "faster in every round"
+
+
+def test_outputs_differ_within_and_beyond_the_tolerance():
+    base = {"loss": 1.0, "grad_norm": 2.0}
+    assert bc.outputs_differ(base, {"loss": 1.019, "grad_norm": 1.97}) is None
+    assert bc.outputs_differ(base, {"loss": 1.0, "grad_norm": 2.1}) == "grad_norm 2.1 against the baseline's 2"
+    assert bc.outputs_differ(base, {"loss": float("nan"), "grad_norm": 2.0}).startswith("loss nan")
+    assert bc.outputs_differ(base, {}) is None  # a block without outputs (a stub) is not judged

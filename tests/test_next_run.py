@@ -20,6 +20,7 @@ launches, as planned: gpu_kernels.yaml and h100_single.yaml run on the GPU only)
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import subprocess
@@ -335,3 +336,62 @@ def test_the_checker_refuses_a_pytest_command_that_selects_nothing(args, says, c
     checker.check("broken", ["python3", "-m", "pytest", *args])
     with pytest.raises(Problem, match=re.escape(says)):
         checker.collect()
+
+
+FAKE_BENCH = '''
+"""bench_choices.main with the device replaced: fixed block times; the process ends as an illegal memory access
+ends it (os._exit 134) whenever a block runs under the selected backward's query-outer dQ."""
+import os, sys
+sys.path.insert(0, os.path.join(os.environ["REPO"], "benchmarks")); sys.path.insert(0, os.environ["REPO"])
+import bench_choices as bc
+from nsa.attention.kernels.selected_attn import host
+argv = sys.argv[1:]
+argv[argv.index("--device") + 1] = "cpu"
+def measure(one, warmup, repeats, device):
+    if host.DQ_CHOICE == "query":
+        os._exit(134)
+    t = {"min": .01, "median": .01, "max": .01}
+    return {"times_s": {m: t for m in ("fwd", "bwd", "fwdbwd")}, "passes": 5, "loss": 1.0, "grad_norm": 1.0}
+bc.measure_block = measure
+bc.layer_pass = lambda args: None
+sys.exit(bc.main(argv))
+'''
+
+
+def test_a_crash_in_one_choice_costs_that_choice_only_and_a_second_call_keeps_the_first_calls_figures(tmp_path):
+    """PART=kernels' K4 with bench_choices' device replaced (a choice that ends the process at its first block, as an
+    illegal memory access does): the step continues its file in new processes until every arm has a verdict or an
+    error, the crashed choice recorded as such and every other one measured; a second call on the warm machine
+    finds the file done and neither runs the A/B again nor rewrites it."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (tmp_path / "fake_bench.py").write_text(FAKE_BENCH)
+    (stub / "python3").write_text(
+        "#!/bin/bash\ncase \"$1\" in\n"
+        f"  benchmarks/bench_choices.py) shift; exec {sys.executable} {tmp_path / 'fake_bench.py'} \"$@\";;\n"
+        f"  -) exec {sys.executable} \"$@\";;\nesac\nexit 0\n")
+    for name in ("python3", "compute-sanitizer", "nvidia-smi"):
+        path = stub / name
+        if not path.exists():
+            path.write_text("#!/bin/bash\nexit 0\n")
+        path.chmod(0o755)
+
+    def call(n):
+        env = {**os.environ, "PART": "kernels", "OUT": str(tmp_path / f"out{n}"), "W": str(tmp_path / "w"),
+               "BUDGET": "100000", "REPO": str(ROOT), "PATH": f"{stub}{os.pathsep}{os.environ['PATH']}"}
+        proc = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return (tmp_path / f"out{n}" / "log.txt").read_text()
+
+    first = call(1)
+    assert "K4_choices_65536b1 exit 134" in first and "K4_choices_65536b1_resume1 exit 1" in first
+    assert "K4_choices_65536b1_resume2" not in first  # done after one resume: nothing left
+    path = tmp_path / "w" / "kernels" / "choices_65536b1.json"
+    arms = json.loads(path.read_text())["arms"]
+    assert arms["dq_query"]["error"].startswith("crashed")
+    assert all("verdict" in r for a, r in arms.items() if a != "dq_query"), arms.keys()
+    assert len(arms) == 11  # the A/A arm and ten choices
+    before = path.read_bytes()
+    second = call(2)
+    assert "DONE K4_choices_65536b1:" in second and "DONE K4_choices_2048b8:" in second
+    assert "K4_choices_65536b1 exit" not in second and path.read_bytes() == before

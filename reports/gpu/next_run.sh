@@ -4,13 +4,15 @@
 # the repository root, outputs under $OUT (at most 8 files come back: each part tars its folder after every step, so
 # a cut call keeps what ran). Calls of at most 10 minutes, in this order:
 #     PART=kernels BUDGET=570 bash reports/gpu/next_run.sh     # ~9.5 min (timeout_s 595; a start took ~30 s)
-#     PART=kernels BUDGET=270 bash reports/gpu/next_run.sh     # the same on the warm machine: what did not end well
+#     PART=kernels BUDGET=240 bash reports/gpu/next_run.sh     # the same on the warm machine (timeout_s 260): what
+#                                                              # did not end well, then gpu_kernels.yaml's first steps
 #     PART=choices BUDGET=560 bash reports/gpu/next_run.sh     # ~9 min: every choice's numerics and memcheck
 #     PART=trainer BUDGET=540 bash reports/gpu/next_run.sh     # ~9 min
 #     PART=h100 BUDGET=560 bash reports/gpu/next_run.sh        # ~9 min: h100_single whole but its kernel phase
 #     PART=selection BUDGET=200 bash reports/gpu/next_run.sh   # the topk choice's tests and memcheck again
 #                                                              # (what does not fit in BUDGET is skipped and logged)
-# 15 minutes of device time hold one PART=kernels call, a second one on the warm machine and a start. A step that
+# 15 minutes of device time hold one PART=kernels call, a second one on the warm machine and a start (call it within
+# the machine's 30 s idle release, with BUDGET at most the device time left minus a margin). A step that
 # exited 0 leaves $W/<part>/.<step>.ok: a later call on the same warm machine logs it DONE and does not run it
 # again, so a second call runs what failed, was cut or skipped (gpu_kernels.yaml continues with --resume). A step
 # starts only when its time is left (never cut short to fit another); what was skipped says so in log.txt. The
@@ -19,7 +21,8 @@
 # PART=kernels
 #   K3  the topk choice (nsa.attention.selection.TOPK_CHOICE: the keys kernel, torch.topk and _blocksel_finish_kernel
 #       for the kept indices) against the full sort: the selection alone (bench_selection.py --topk-ab), then the
-#       layer at 65,536 B 1 (bench_choices.py: 5 rounds, each a block of either kernel adjacent in time, ~1 min).
+#       layer at 65,536 B 1 (bench_choices.py: 5 rounds, each a block of either kernel adjacent in time, ~1 min),
+#       and the topk choice with the importance loop (IMPORTANCE_CHOICE rows, below) against the full sort.
 #       First, as the largest pending forward change: at 65,536 on the H200 the sort choice's radix sort took 3.2 of
 #       the forward's 17.2 ms, and aten glue 4.6 ms, the sort choice's `where` and fill passes among it, which the
 #       topk choice does not launch (reports/gpu/2026-11-30-h200). Its tests and memcheck ran clean there (S1, S2).
@@ -28,12 +31,17 @@
 #       (QUERY_CHOICES bn32, m64_bn32), the selected backward's query-outer dQ (DQ_CHOICES query), its per-pair
 #       partial output (OUT_CHOICES partial), the fused host glue (HOST_CHOICES fused), the kv forward's
 #       register-lean 64-row tile (FWD_TILE_CHOICES m64_w4), the forced blocks through the range kernels' band merged
-#       by lse (FORCED_CHOICES band) and the range backward's fused glue (GLUE_CHOICES fused). One process per
-#       case (bench_attention.py, as until 2026-11-30) cost ~12 s a case on the H200: 64 cases, ~13 minutes; here
-#       the process start and the layer are paid once per shape and each choice costs its compile and its passes
-#       (~2-4 min in all, estimated: not yet measured). A choice that crashes the process (an illegal memory access)
-#       loses only itself: the step's --resume continues with the choices left, twice at most.
-#   K5  the choices faster in every round at either shape: their numerics on the GPU in bf16 against float64 (each
+#       by lse (FORCED_CHOICES band), the range backward's fused glue (GLUE_CHOICES fused) and the selection's
+#       importance loop (IMPORTANCE_CHOICES rows and rows8, 2026-12-01: a program walks all or 8 of its tokens'
+#       selection tiles, q, lse, R and W loaded once; the one-tile kernel ran at 10.6% of its floor); and an A/A arm
+#       (the shipped kernels again: the noise floor). 9 rounds each, so that 20 comparisons with no effect give a
+#       false "faster in every round" about 4% of the time (1 in 512 each). One process per case (bench_attention.py,
+#       as until 2026-11-30) cost ~12 s a case on the H200: 64 cases, ~13 minutes; here the process start and the
+#       layer are paid once per shape and each choice costs its compile and its passes (~2-4 min in all, estimated:
+#       not yet measured). A choice that crashes the process (an illegal memory access) loses only itself: the step
+#       continues its file in new processes until every choice has a verdict or an error; an arm whose loss or input
+#       gradient is not the shipped kernels' is failed, not timed.
+#   K5  the choices faster in every round at one shape and not slower in every round at the other: their numerics on the GPU in bf16 against float64 (each
 #       test file in its own process, the slow cases included there) and memcheck of the layer's kernels under each
 #       (qualify.py, bf16, S 2,048, hpg 6). A choice becomes the default ('auto': QUALIFIED_QUERY, QUALIFIED_DQ,
 #       QUALIFIED_OUT, QUALIFIED_HOST, QUALIFIED_FWD_TILE, QUALIFIED_FORCED, QUALIFIED_GLUE) only where K4 shows it
@@ -43,8 +51,9 @@
 #       its own process, memcheck of every kernel, the layer against dense, and the roofline profile (7 min 40 s on
 #       the H200 on 2026-11-30, where every criterion passed but the kernel tests': 12 tests of
 #       test_triton_selected.py built the index from CPU tensors, fixed since). Expected verdict: INCOMPLETE on the
-#       skipped trainer criterion alone, every kernel criterion passed. It does not finish in the first call: the
-#       second PART=kernels call on the warm machine resumes it.
+#       skipped trainer criterion alone, every kernel criterion passed. It starts in the second call (its first step,
+#       the kernel tests, took 195 s: they include the 12 tests fixed since and the SDPA GQA test) and what is cut
+#       keeps its finished steps; the rest waits for a later session (a fresh machine: run from the start).
 #   (K1, the range dK/dV default w4s1_split in the whole layer against the shipped tile, alternated: done on
 #   2026-11-30, faster in both rounds at 65,536 B 1, 0.807 and 0.803 of fwd+bwd, and 2,048 B 8, 0.834 and 0.909.)
 # PART=selection (issue 31 item 2.2: the packed-key topk choice, nsa.attention.selection.TOPK_CHOICE: the keys
@@ -97,7 +106,7 @@ step() {
   local name=$1 need=$2 dir=$3; shift 3
   local cap=$(( $(left) - 15 ))
   if [ -f "$dir/.$name.ok" ] && [ -z "$DRY" ]; then log "DONE $name: exit 0 in an earlier call on this machine"; return 0; fi
-  if [ $cap -lt $(( need / 2 )) ]; then log "SKIPPED $name: ${cap}s left, it needs about ${need}s"; return 0; fi
+  if [ $cap -lt $(( need / 2 )) ]; then log "SKIPPED $name: ${cap}s left, it needs about ${need}s"; return 3; fi
   [ $need -lt $cap ] && cap=$need
   if [ -n "$DRY" ]; then
     NSTEP=$(( NSTEP + 1 )); mkdir -p "$DRY"; printf '%s\0' "$@" > "$DRY/$(printf %03d $NSTEP)_$name.argv"; return 0
@@ -120,87 +129,109 @@ topk_ab() {
   step "${pre}_topk_ab" 90 $dir python3 benchmarks/bench_selection.py --topk-ab --device cuda --seq-lens 2048,16384,65536 \
       --repeats 11 --json $dir/topk_ab.json
   step "${pre}_layer_topk_65536b1" 90 $dir python3 benchmarks/bench_choices.py --device cuda --dtype bf16 --shape m7c \
-      --seq-len 65536 --batch 1 --arm sort=topk-choice:sort --arm topk=topk-choice:topk --rounds 5 --repeats 5 \
-      --warmup 2 --json $dir/layer_topk_65536b1.json
+      --seq-len 65536 --batch 1 --arm sort=topk-choice:sort --arm topk=topk-choice:topk \
+      --arm topk_rows=topk-choice:topk,sel-imp-choice:rows --rounds 5 --repeats 5 --warmup 2 \
+      --json $dir/layer_topk_65536b1.json
 }
 
 # issue 31 items 2.3-2.6's launch choices, each against the shipped kernels (arm NAME=FLAG:VALUE of bench_choices),
 # and what qualifies each on the GPU: its test files (tests/nsa/attention/kernels/) and the module constant memcheck
 # sets (module under nsa.attention.kernels, constant, value)
-ARMS=(--arm shipped --arm query_bn32=query-choice:bn32 --arm query_m64_bn32=query-choice:m64_bn32
+ARMS=(--arm shipped --arm shipped_again --arm query_bn32=query-choice:bn32 --arm query_m64_bn32=query-choice:m64_bn32
       --arm dq_query=sel-dq-choice:query --arm out_partial=sel-out-choice:partial
       --arm host_fused=sel-host-choice:fused --arm tile_m64_w4=sel-tile-choice:m64_w4
-      --arm forced_band=sel-forced-choice:band --arm glue_fused=range-glue-choice:fused)
+      --arm forced_band=sel-forced-choice:band --arm glue_fused=range-glue-choice:fused
+      --arm imp_rows=sel-imp-choice:rows --arm imp_rows8=sel-imp-choice:rows8)
 declare -A TESTS=([query_bn32]=test_range_query_choices [query_m64_bn32]=test_range_query_choices
   [dq_query]=test_selected_dq_choices [out_partial]=test_selected_dq_choices
   [host_fused]="test_selected_dq_choices test_selected_fused_casts" [tile_m64_w4]=test_selected_fwd_tile_choices
-  [forced_band]=test_selected_band_choice [glue_fused]=test_range_glue_choice)
+  [forced_band]=test_selected_band_choice [glue_fused]=test_range_glue_choice
+  [imp_rows]=test_triton_selection_rows [imp_rows8]=test_triton_selection_rows)
 declare -A MEMCHECK=([query_bn32]="range_attn.host QUERY_CHOICE bn32" [query_m64_bn32]="range_attn.host QUERY_CHOICE m64_bn32"
   [dq_query]="selected_attn.host DQ_CHOICE query" [out_partial]="selected_attn.host OUT_CHOICE partial"
   [host_fused]="selected_attn.host HOST_CHOICE fused" [tile_m64_w4]="selected_attn.host FWD_TILE_CHOICE m64_w4"
-  [forced_band]="selected_attn.host FORCED_CHOICE band" [glue_fused]="range_attn.host GLUE_CHOICE fused")
-CHOICE_NAMES="query_bn32 query_m64_bn32 dq_query out_partial host_fused tile_m64_w4 forced_band glue_fused"
+  [forced_band]="selected_attn.host FORCED_CHOICE band" [glue_fused]="range_attn.host GLUE_CHOICE fused"
+  [imp_rows]="selection.host IMPORTANCE_CHOICE rows 65536" [imp_rows8]="selection.host IMPORTANCE_CHOICE rows8 65536")
+CHOICE_NAMES="query_bn32 query_m64_bn32 dq_query out_partial host_fused tile_m64_w4 forced_band glue_fused imp_rows
+  imp_rows8"
 
-# every choice against the shipped kernels in one process per shape, alternated (bench_choices: 5 rounds, each a
-# block of the shipped kernels and one of the choice, adjacent); a crash (an illegal memory access ends the process)
-# loses the arm in progress only: --resume measures the arms left, in a new process (twice at most)
+# every choice against the shipped kernels in one process per shape, alternated (bench_choices: 9 rounds, each a
+# block of the shipped kernels and one of the choice, adjacent; an A/A arm, shipped_again, for the noise floor); a
+# crash (an illegal memory access ends the process) loses the arm in progress only: the step continues its file
+# (--resume) in a new process until every arm has a verdict or an error, each process measuring at least one arm
+# or recording it as crashed; a later call on the warm machine continues it the same way
 choices_ab() {
-  local pre=$1 dir=$2 s b need j again
+  local pre=$1 dir=$2 s b need j k name
   for shape in "65536 1 240" "2048 8 180"; do
     set -- $shape; s=$1; b=$2; need=$3; j=$dir/choices_${s}b${b}.json
-    step "${pre}_choices_${s}b${b}" $need $dir python3 benchmarks/bench_choices.py --device cuda --dtype bf16 \
-        --shape m7c --seq-len $s --batch $b "${ARMS[@]}" --rounds 5 --repeats 5 --warmup 2 --json $j
-    for again in 1 2; do
-      if [ -z "$DRY" ]; then
-        python3 - "$j" <<'PY' || break
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))
-except (OSError, ValueError):
-    sys.exit(1)  # no file: the step never started (skipped for time): nothing to continue
-left = [a for a in d["arm_settings"] if a != d["baseline"] and not {"verdict", "error"} & set(d["arms"].get(a, {}))]
-sys.exit(0 if left or d.get("in_progress") else 1)
-PY
+    for k in 0 1 2 3 4 5 6 7 8 9 10 11 12; do
+      name="${pre}_choices_${s}b${b}"; [ $k -gt 0 ] && name="${name}_resume$k"
+      if [ -z "$DRY" ] && choices_done "$j"; then
+        log "DONE ${pre}_choices_${s}b${b}: every arm has a verdict or an error"; break
       fi
-      step "${pre}_choices_${s}b${b}_resume$again" $(( need / 2 )) $dir python3 benchmarks/bench_choices.py \
-          --device cuda --dtype bf16 --shape m7c --seq-len $s --batch $b "${ARMS[@]}" --rounds 5 --repeats 5 \
-          --warmup 2 --json $j --resume $j
-      [ -n "$DRY" ] && break
+      step "$name" $need $dir python3 benchmarks/bench_choices.py --device cuda --dtype bf16 --shape m7c \
+          --seq-len $s --batch $b "${ARMS[@]}" --rounds 9 --repeats 5 --warmup 2 --json $j --resume $j
+      [ $? -eq 3 ] && break  # skipped for time
+      [ -n "$DRY" ] && [ $k -ge 1 ] && break  # DRY: the first command and one resume are checked
     done
   done
 }
 
-# the names of the choices faster in every round at either shape (DRY: every choice, so that each command is checked)
+# whether bench_choices' JSON has every arm measured or failed, none in progress (no file: not done)
+choices_done() {
+  python3 - "$1" <<'PY'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    sys.exit(1)
+left = [a for a in d["arm_settings"] if a != d["baseline"] and not {"verdict", "error"} & set(d["arms"].get(a, {}))]
+sys.exit(1 if left or d.get("in_progress") else 0)
+PY
+}
+
+# the choices faster in every round at one shape and not slower in every round at the other (DRY: every choice, so
+# that each command is checked); A/A arms and failed ones never
 winners() {
   if [ -n "$DRY" ]; then echo $CHOICE_NAMES; return; fi
   python3 - "$@" <<'PY'
 import json, sys
-names = set()
+faster, slower = set(), set()
 for path in sys.argv[1:]:
     try:
         d = json.load(open(path))
     except (OSError, ValueError):
         continue
-    names |= {a for a, r in d.get("arms", {}).items() if r.get("verdict") == "faster in every round" and not r.get("note")}
-print(" ".join(sorted(names)))
+    if d.get("baseline_outputs_changed"):
+        continue  # memory was overwritten during the run: none of its figures holds
+    for a, r in d.get("arms", {}).items():
+        if r.get("note") or r.get("error"):
+            continue
+        if r.get("verdict") == "faster in every round":
+            faster.add(a)
+        elif r.get("verdict") == "slower in every round":
+            slower.add(a)
+print(" ".join(sorted(faster - slower)))
 PY
 }
 
 # numerics (each test file in its own process, bf16 against float64) and memcheck (qualify, bf16, S 2,048, hpg 6)
-# of the given choices: with the A/B, what makes a choice the default ('auto': its QUALIFIED_* constant)
+# of the given choices (the importance loops at S 65,536, where they walk 69 tiles a row): with the A/B, what makes a
+# choice the default ('auto': its QUALIFIED_* constant)
 qualify_choices() {
   local pre=$1 dir=$2 files="" f n
   shift 2
-  for n in "$@"; do for f in ${TESTS[$n]}; do case " $files " in *" $f "*) ;; *) files="$files $f";; esac; done; done
+  for n in "$@"; do for f in ${TESTS[$n]:-}; do case " $files " in *" $f "*) ;; *) files="$files $f";; esac; done; done
   for f in $files; do
     step "${pre}_$f" 120 $dir python3 -m pytest -q -p no:cacheprovider tests/nsa/attention/kernels/$f.py
   done
   for n in "$@"; do
-    set -- ${MEMCHECK[$n]}
+    set -- ${MEMCHECK[$n]:-} 2048
+    [ $# -ge 4 ] || { log "no memcheck known for the choice $n"; continue; }
     step "${pre}_memcheck_${2}_${3}" 60 $dir compute-sanitizer --tool memcheck --launch-timeout 0 python3 -c \
         "import sys, importlib; setattr(importlib.import_module('nsa.attention.kernels.$1'), '$2', '$3'); \
 from nsa.attention.kernels import qualify; \
-sys.exit(qualify.main(['--dtype', 'bf16', '--seq-len', '2048', '--hpg', '6']))"
+sys.exit(qualify.main(['--dtype', 'bf16', '--seq-len', '$4', '--hpg', '6']))"
   done
 }
 
@@ -213,7 +244,9 @@ if [ "$PART" = kernels ]; then
   [ -n "$WIN" ] && qualify_choices K5 $K $WIN
   RD=artifacts/validate/gk
   if [ -f $RD/results.json ]; then MODE="--resume $RD"; else MODE="--out $RD"; fi
-  step K2_gpu_kernels 480 $K python3 -m validation.cli run runbooks/gpu_kernels.yaml --skip trainer_bench $MODE
+  # need 200: it starts in the second call with its time (its first step, the kernel tests, took 195 s), and what is
+  # cut keeps its finished steps (--resume)
+  step K2_gpu_kernels 200 $K python3 -m validation.cli run runbooks/gpu_kernels.yaml --skip trainer_bench $MODE
   for f in report.md results.json junit.xml; do cp $RD/$f $K/ 2>/dev/null; done
   for f in layer_bench layer_profile; do cp $RD/$f/bench.json $K/$f.json 2>/dev/null; done
   tar czf "$OUT/kernels.tgz" -C $W kernels
@@ -267,7 +300,8 @@ fi
 if [ "$PART" = choices ]; then
   C=$W/choices; mkdir -p $C
   qualify_choices C1 $C $CHOICE_NAMES  # numerics, then memcheck, of every choice (K5 ran the winners' only)
-  [ -f $W/kernels/choices_2048b8.json ] || choices_ab C3 $C  # PART=kernels' K4 on this machine: not again
+  # PART=kernels' K4 on this machine: continued (its files), not again
+  if [ -f $W/kernels/choices_65536b1.json ]; then choices_ab K4 $W/kernels; else choices_ab C3 $C; fi
   step C4_range_q_tiles 150 $C python3 benchmarks/tune_kernels.py --device cuda --all --families range_q \
       --candidates bn32,bn32_s3,m64_bn32,1 --seq-lens 65536,2048 --batch 1,8 --repeats 5 --warmup 1 --timeout 120 \
       --json $C/range_q_tiles.json

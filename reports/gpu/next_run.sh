@@ -21,7 +21,7 @@
 # PART=kernels
 #   K3  the topk choice (nsa.attention.selection.TOPK_CHOICE: the keys kernel, torch.topk and _blocksel_finish_kernel
 #       for the kept indices) against the full sort: the selection alone (bench_selection.py --topk-ab), then the
-#       layer at 65,536 B 1 (bench_choices.py: 5 rounds, each a block of either kernel adjacent in time, ~1 min),
+#       layer at 65,536 B 1 (bench_choices.py: 9 rounds, each a block of either kernel adjacent in time, ~1 min),
 #       and the topk choice with the importance loop (IMPORTANCE_CHOICE rows, below) against the full sort.
 #       First, as the largest pending forward change: at 65,536 on the H200 the sort choice's radix sort took 3.2 of
 #       the forward's 17.2 ms, and aten glue 4.6 ms, the sort choice's `where` and fill passes among it, which the
@@ -130,7 +130,7 @@ topk_ab() {
       --repeats 11 --json $dir/topk_ab.json
   step "${pre}_layer_topk_65536b1" 90 $dir python3 benchmarks/bench_choices.py --device cuda --dtype bf16 --shape m7c \
       --seq-len 65536 --batch 1 --arm sort=topk-choice:sort --arm topk=topk-choice:topk \
-      --arm topk_rows=topk-choice:topk,sel-imp-choice:rows --rounds 5 --repeats 5 --warmup 2 \
+      --arm topk_rows=topk-choice:topk,sel-imp-choice:rows --rounds 9 --repeats 5 --warmup 2 \
       --json $dir/layer_topk_65536b1.json
 }
 

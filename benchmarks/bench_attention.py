@@ -121,14 +121,15 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
              topk_choice: str = "auto", query_choice: str = "auto", sel_dq_choice: str = "auto",
              sel_out_choice: str = "auto", sel_host_choice: str = "auto", sel_tile_choice: str = "auto",
              sel_forced_choice: str = "auto", range_glue_choice: str = "auto",
-             sel_imp_choice: str = "auto") -> dict:
+             sel_imp_choice: str = "auto", sel_bwd_warps_choice: str = "auto") -> dict:
     """Measure one case in this process; returns a JSON-able dict."""
     import torch
 
     chosen = {"sel-dq-choice": sel_dq_choice, "sel-out-choice": sel_out_choice, "sel-host-choice": sel_host_choice,
               "sel-tile-choice": sel_tile_choice, "sel-forced-choice": sel_forced_choice,
               "dkdv-choice": dkdv_choice, "query-choice": query_choice, "topk-choice": topk_choice,
-              "range-glue-choice": range_glue_choice, "sel-imp-choice": sel_imp_choice}
+              "range-glue-choice": range_glue_choice, "sel-imp-choice": sel_imp_choice,
+              "sel-bwd-warps-choice": sel_bwd_warps_choice}
     for flag, value in chosen.items():  # the kernels' choices on the Triton path, the top-n_sel on every NSA path
         if value != "auto" and (path == "nsa-triton" or (flag == "topk-choice" and path != "dense")):
             _set_choice(flag, value)
@@ -219,6 +220,7 @@ def choices_in_effect(path: str, index_build: str = "auto") -> dict:
         extra["sel_host_choice"] = selected_host.host_choice()
         extra["sel_tile_choice"] = selected_host.fwd_tile_choice()
         extra["sel_forced_choice"] = selected_host.forced_choice()
+        extra["sel_bwd_warps_choice"] = selected_host.bwd_warps_choice()
     if path != "dense":
         from nsa.attention import selection
 
@@ -234,7 +236,7 @@ def spawn(path: str, seq_len: int, args) -> dict:
            "--sel-dq-choice", args.sel_dq_choice, "--sel-out-choice", args.sel_out_choice,
            "--sel-host-choice", args.sel_host_choice, "--sel-tile-choice", args.sel_tile_choice,
            "--sel-forced-choice", args.sel_forced_choice, "--range-glue-choice", args.range_glue_choice,
-           "--sel-imp-choice", args.sel_imp_choice]
+           "--sel-imp-choice", args.sel_imp_choice, "--sel-bwd-warps-choice", args.sel_bwd_warps_choice]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -313,6 +315,7 @@ _CHOICE_FLAGS = {"dkdv-choice": "nsa.attention.kernels.range_attn.host:DKDV_CHOI
                  "query-choice": "nsa.attention.kernels.range_attn.host:QUERY_CHOICES",
                  "range-glue-choice": "nsa.attention.kernels.range_attn.host:GLUE_CHOICES",
                  "sel-imp-choice": "nsa.attention.kernels.selection.host:IMPORTANCE_CHOICES",
+                 "sel-bwd-warps-choice": "nsa.attention.kernels.selected_attn.host:BWD_WARPS_CHOICES",
                  "sel-dq-choice": "nsa.attention.kernels.selected_attn.host:DQ_CHOICES",
                  "sel-out-choice": "nsa.attention.kernels.selected_attn.host:OUT_CHOICES",
                  "sel-host-choice": "nsa.attention.kernels.selected_attn.host:HOST_CHOICES",
@@ -404,6 +407,9 @@ def main(argv=None) -> int:
                     help="nsa-triton: the tiled selection's importance launch (selection.host.IMPORTANCE_CHOICES: "
                          "tile, one selection tile per program, or rows8 / rows, a program walking 8 or all of its "
                          "tokens' tiles; auto: the qualified one), for an A/B")
+    ap.add_argument("--sel-bwd-warps-choice", default="auto",
+                    help="nsa-triton: the selected backward's warps (selected_attn.host.BWD_WARPS_CHOICES: shipped, 8, "
+                         "or w4, 4 warps at the same tiles; auto: the qualified one), for an A/B")
     ap.add_argument("--range-glue-choice", default="auto",
                     help="nsa-triton: the range backward's glue (range_attn.host.GLUE_CHOICES: torch, dK/dV's partials "
                          "summed and cast in aten ops, or fused, one _range_dkdv_sum launch; auto: the qualified one), "
@@ -440,7 +446,8 @@ def main(argv=None) -> int:
                                   sel_out_choice=args.sel_out_choice, sel_host_choice=args.sel_host_choice,
                                   sel_tile_choice=args.sel_tile_choice,
                                   sel_forced_choice=args.sel_forced_choice,
-                                  range_glue_choice=args.range_glue_choice, sel_imp_choice=args.sel_imp_choice)))
+                                  range_glue_choice=args.range_glue_choice, sel_imp_choice=args.sel_imp_choice,
+                                  sel_bwd_warps_choice=args.sel_bwd_warps_choice)))
         return 0
     if args.quick:
         seq_lens = [512, 1024, 2048]

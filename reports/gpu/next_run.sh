@@ -33,8 +33,10 @@
 #       register-lean 64-row tile (FWD_TILE_CHOICES m64_w4), the forced blocks through the range kernels' band merged
 #       by lse (FORCED_CHOICES band), the range backward's fused glue (GLUE_CHOICES fused) and the selection's
 #       importance loop (IMPORTANCE_CHOICES rows and rows8, 2026-12-01: a program walks all or 8 of its tokens'
-#       selection tiles, q, lse, R and W loaded once; the one-tile kernel ran at 10.6% of its floor); and an A/A arm
-#       (the shipped kernels again: the noise floor). 9 rounds each, so that 20 comparisons with no effect give a
+#       selection tiles, q, lse, R and W loaded once; the one-tile kernel ran at 10.6% of its floor), the selected
+#       backward on 4 warps (BWD_WARPS_CHOICES w4, 2026-12-01: 2 CTAs an SM where the shipped 8 warps hold 1;
+#       _sel_bwd_kv was the layer's largest kernel, 7.59 ms at 6.6% of its floor); and an A/A arm
+#       (the shipped kernels again: the noise floor). 9 rounds each, so that 22 comparisons with no effect give a
 #       false "faster in every round" about 4% of the time (1 in 512 each). One process per case (bench_attention.py,
 #       as until 2026-11-30) cost ~12 s a case on the H200: 64 cases, ~13 minutes; here the process start and the
 #       layer are paid once per shape and each choice costs its compile and its passes (~2-4 min in all, estimated:
@@ -141,19 +143,21 @@ ARMS=(--arm shipped --arm shipped_again --arm query_bn32=query-choice:bn32 --arm
       --arm dq_query=sel-dq-choice:query --arm out_partial=sel-out-choice:partial
       --arm host_fused=sel-host-choice:fused --arm tile_m64_w4=sel-tile-choice:m64_w4
       --arm forced_band=sel-forced-choice:band --arm glue_fused=range-glue-choice:fused
-      --arm imp_rows=sel-imp-choice:rows --arm imp_rows8=sel-imp-choice:rows8)
+      --arm imp_rows=sel-imp-choice:rows --arm imp_rows8=sel-imp-choice:rows8 --arm bwd_w4=sel-bwd-warps-choice:w4)
 declare -A TESTS=([query_bn32]=test_range_query_choices [query_m64_bn32]=test_range_query_choices
   [dq_query]=test_selected_dq_choices [out_partial]=test_selected_dq_choices
   [host_fused]="test_selected_dq_choices test_selected_fused_casts" [tile_m64_w4]=test_selected_fwd_tile_choices
   [forced_band]=test_selected_band_choice [glue_fused]=test_range_glue_choice
-  [imp_rows]=test_triton_selection_rows [imp_rows8]=test_triton_selection_rows)
+  [imp_rows]=test_triton_selection_rows [imp_rows8]=test_triton_selection_rows
+  [bwd_w4]=test_selected_bwd_warps_choice)
 declare -A MEMCHECK=([query_bn32]="range_attn.host QUERY_CHOICE bn32" [query_m64_bn32]="range_attn.host QUERY_CHOICE m64_bn32"
   [dq_query]="selected_attn.host DQ_CHOICE query" [out_partial]="selected_attn.host OUT_CHOICE partial"
   [host_fused]="selected_attn.host HOST_CHOICE fused" [tile_m64_w4]="selected_attn.host FWD_TILE_CHOICE m64_w4"
   [forced_band]="selected_attn.host FORCED_CHOICE band" [glue_fused]="range_attn.host GLUE_CHOICE fused"
-  [imp_rows]="selection.host IMPORTANCE_CHOICE rows 65536" [imp_rows8]="selection.host IMPORTANCE_CHOICE rows8 65536")
+  [imp_rows]="selection.host IMPORTANCE_CHOICE rows 65536" [imp_rows8]="selection.host IMPORTANCE_CHOICE rows8 65536"
+  [bwd_w4]="selected_attn.host BWD_WARPS_CHOICE w4")
 CHOICE_NAMES="query_bn32 query_m64_bn32 dq_query out_partial host_fused tile_m64_w4 forced_band glue_fused imp_rows
-  imp_rows8"
+  imp_rows8 bwd_w4"
 
 # every choice against the shipped kernels in one process per shape, alternated (bench_choices: 9 rounds, each a
 # block of the shipped kernels and one of the choice, adjacent; an A/A arm, shipped_again, for the noise floor); a

@@ -337,6 +337,33 @@ def forced_choice() -> str:
 
 FORCED_BLOCKS = 3  # block 0, the previous and the own block (nsa.attention.selection._scores)
 
+# The selected backward's warps (2026-12-01; _sel_bwd_kv was the layer's largest kernel at S 65,536 on an H200: 7.59
+# ms, 6.6% of its floor, at one CTA per SM). "shipped": _config's 8 warps. "w4": 4 warps, one warpgroup for the
+# products whose M is the 64 keys of a block: ahead of time (triton 3.6, sm_90, bf16, hpg 6, d 64) 188 registers
+# against 141, so 2 CTAs of 4 warps an SM against 1 of 8 (the same warps, from two key blocks' programs at once);
+# without dQ (the "query" dQ choice) 149 against 127, 3 CTAs of 4 against 2 of 8. No spills on sm_80 or sm_90, wgmma
+# on sm_90 (reports/aot/triton-3.6.md, triton-3.9.md). The same tiles and tile table: only the launch changes. d_k =
+# d_v = 64 and hpg <= 16 only (other shapes keep _config's warps). Same qualification rule as DQ_CHOICES; no GPU has
+# run it.
+BWD_WARPS_CHOICES: dict[str, Optional[int]] = {"shipped": None, "w4": 4}
+QUALIFIED_BWD_WARPS = "shipped"  # what "auto" picks: the choice a GPU run has qualified
+BWD_WARPS_CHOICE = "auto"  # the launcher's choice: "auto" or a key of BWD_WARPS_CHOICES
+
+
+def bwd_warps_choice() -> str:
+    """The selected backward's warps choice in effect (BWD_WARPS_CHOICE, "auto" = QUALIFIED_BWD_WARPS), read at
+    each backward launch."""
+    return resolve_auto("selected attention: BWD_WARPS_CHOICE", BWD_WARPS_CHOICE, tuple(BWD_WARPS_CHOICES),
+                        QUALIFIED_BWD_WARPS)
+
+
+def _bwd_warps(hpg: int, d_k: int, d_v: int) -> int:
+    """_sel_bwd_kv's num_warps under the choice in effect."""
+    warps = BWD_WARPS_CHOICES[bwd_warps_choice()]
+    if warps is None or not (d_k == d_v == 64 and hpg <= 16):
+        return _config("bwd", hpg, d_k, d_v).num_warps
+    return warps
+
 
 def _n_rest(n_sel: int, s: int, l_sel: int) -> int:
     """Slots of the "band" choice's sparse list: the blocks a list of distinct blocks holding its forced ones can
@@ -655,7 +682,8 @@ def _backward_grads(do, q, k, v, o, lse, pair_t, tiles, l_sel, bwd_tiles, blocks
             *do.stride()[:3], *dq.stride()[:3], s, g, qk_scale, sm_scale,
             N_SEL=blocks.shape[-1], L_SEL=l_sel, HPG=hpg, HPG_PAD=_hpg_pad(hpg), BLOCK_N=dq_block_n, D_K=d_k,
             D_V=d_v, DOT_PREC=prec, num_warps=dq_warps, num_stages=1)
-    block_r, block_n, warps, stages = _config("bwd", hpg, d_k, d_v)
+    block_r, block_n, _, stages = _config("bwd", hpg, d_k, d_v)
+    warps = _bwd_warps(hpg, d_k, d_v)
     n_tiles = tiles.shape[1]
     _sel_bwd_kv[(n_tiles,)](
         q, k, v, do, lse, delta, dq, dk, dv, pair_t, tiles, n_tiles,
@@ -864,6 +892,13 @@ def bwd_aot_cases(hpg: int, d: int, choice: str) -> list:
     return [kv, dq]
 
 
+def bwd_warps_aot_cases(hpg: int, d: int) -> list:
+    """_sel_bwd_kv under the "w4" warps choice (BWD_WARPS_CHOICES) at l_sel = 64, bf16, with dQ and without (the
+    "query" dQ choice's): bwd_aot_cases' compiles at 4 warps."""
+    return [dataclasses.replace(c, name=c.name.replace("]", ",warps=4]", 1), num_warps=4)
+            for c in bwd_aot_cases(hpg, d, "atomic") + bwd_aot_cases(hpg, d, "query")[:1]]
+
+
 def fwd_out_aot_cases(hpg: int, d: int) -> list:
     """The "partial" output choice's kernels (OUT_CHOICES) at l_sel = 64, n_sel = 16, bf16: _sel_fwd_kv_part at the
     "out" pass's tile, _sel_fwd_reduce (no products); "atomic" is aot_cases()' sel_fwd_kv_out."""
@@ -1014,6 +1049,7 @@ def aot_cases():
             cases += bwd_aot_cases(hpg, d, "atomic")
             if (hpg, d) == (6, 64):
                 cases += _chose(bwd_aot_cases(hpg, d, "query"), "DQ_CHOICE query")
+                cases += _chose(bwd_warps_aot_cases(hpg, d), "BWD_WARPS_CHOICE w4")
                 cases += _chose(fwd_out_aot_cases(hpg, d), "OUT_CHOICE partial")
                 cases += _chose(host_aot_cases(hpg, d), "HOST_CHOICE fused")
                 cases += _chose(band_aot_cases(hpg, d), "FORCED_CHOICE band")

@@ -154,7 +154,8 @@ declare -A MEMCHECK=([query_bn32]="range_attn.host QUERY_CHOICE bn32" [query_m64
   [dq_query]="selected_attn.host DQ_CHOICE query" [out_partial]="selected_attn.host OUT_CHOICE partial"
   [host_fused]="selected_attn.host HOST_CHOICE fused" [tile_m64_w4]="selected_attn.host FWD_TILE_CHOICE m64_w4"
   [forced_band]="selected_attn.host FORCED_CHOICE band" [glue_fused]="range_attn.host GLUE_CHOICE fused"
-  [imp_rows]="selection.host IMPORTANCE_CHOICE rows 65536" [imp_rows8]="selection.host IMPORTANCE_CHOICE rows8 65536"
+  [imp_rows]="selection.host IMPORTANCE_CHOICE rows 65536 select"
+  [imp_rows8]="selection.host IMPORTANCE_CHOICE rows8 65536 select"
   [bwd_w4]="selected_attn.host BWD_WARPS_CHOICE w4")
 CHOICE_NAMES="query_bn32 query_m64_bn32 dq_query out_partial host_fused tile_m64_w4 forced_band glue_fused imp_rows
   imp_rows8 bwd_w4"
@@ -220,7 +221,8 @@ PY
 }
 
 # numerics (each test file in its own process, bf16 against float64) and memcheck (qualify, bf16, S 2,048, hpg 6)
-# of the given choices (the importance loops at S 65,536, where they walk 69 tiles a row): with the A/B, what makes a
+# of the given choices (the importance loops at S 65,536 on the selection alone, where they walk 69 tiles a row, as
+# PART=selection's S2 ran the topk choice): with the A/B, what makes a
 # choice the default ('auto': its QUALIFIED_* constant)
 qualify_choices() {
   local pre=$1 dir=$2 files="" f n
@@ -230,12 +232,14 @@ qualify_choices() {
     step "${pre}_$f" 120 $dir python3 -m pytest -q -p no:cacheprovider tests/nsa/attention/kernels/$f.py
   done
   for n in "$@"; do
-    set -- ${MEMCHECK[$n]:-} 2048
-    [ $# -ge 4 ] || { log "no memcheck known for the choice $n"; continue; }
+    set -- ${MEMCHECK[$n]:-}
+    [ $# -ge 3 ] || { log "no memcheck known for the choice $n"; continue; }
+    local seq=${4:-2048} only=""  # (module constant value [S [kernels]]): S 2,048 and every kernel by default
+    [ -n "${5:-}" ] && only=", '--kernels', '$5'"
     step "${pre}_memcheck_${2}_${3}" 60 $dir compute-sanitizer --tool memcheck --launch-timeout 0 python3 -c \
         "import sys, importlib; setattr(importlib.import_module('nsa.attention.kernels.$1'), '$2', '$3'); \
 from nsa.attention.kernels import qualify; \
-sys.exit(qualify.main(['--dtype', 'bf16', '--seq-len', '$4', '--hpg', '6']))"
+sys.exit(qualify.main(['--dtype', 'bf16', '--seq-len', '$seq', '--hpg', '6'$only]))"
   done
 }
 

@@ -3,8 +3,9 @@
 - SIGUSR1: every thread's stack goes to out_dir/stackdump_rank{r}_{time}.txt (Python level, with thread names
   and the current step) and, from the C level, to out_dir/stackdump_rank{r}.txt (faulthandler: written even
   when the main thread is stuck inside a C call such as a hung collective). Training continues.
-- SIGTERM / SIGINT: a stop is requested; the trainer finishes the current step, saves a checkpoint and exits 0.
-  A second SIGINT raises KeyboardInterrupt as usual. Once the trainer writes its last records (RunControl.hold),
+- SIGTERM / SIGHUP / SIGINT: a stop is requested; the trainer finishes the current step, saves a checkpoint and exits
+  0 (SIGHUP: a terminal closed under `nsa-train`, or torchrun passing on the SIGHUP it received, which ended the rank
+  with status.json "running" before). A second SIGINT raises KeyboardInterrupt as usual. Once the trainer writes its last records (RunControl.hold),
   SIGTERM, SIGINT and SIGHUP are recorded and not acted on, so that those records end complete.
 - out_dir/.HALT (written by a person or `nsa-train watchdog`): stop at the next step with a final checkpoint.
 - NSA_FAULT (nsa.toggles.Fault): crash, hang or NaN at a given step on purpose, for testing the validation suite:
@@ -161,6 +162,9 @@ class RunControl:
             return
         self._installed[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._on_stop)
         self._installed[signal.SIGINT] = signal.signal(signal.SIGINT, self._on_stop)
+        hangup = getattr(signal, "SIGHUP", None)  # a closed terminal, or torchrun passing on its own (not on Windows)
+        if hangup is not None:
+            self._installed[hangup] = signal.signal(hangup, self._on_stop)
         self._installed[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._on_usr1)
         stop_with_launcher()
         # C-level dump chained in front of the Python handler: works while the interpreter is blocked
@@ -175,7 +179,7 @@ class RunControl:
         if signal.SIGINT not in self._installed:
             return
         self._holding = True
-        hangup = getattr(signal, "SIGHUP", None)  # not on Windows
+        hangup = getattr(signal, "SIGHUP", None)  # install() took it already where the platform has it
         if hangup is not None and hangup not in self._installed:
             self._installed[hangup] = signal.signal(hangup, self._on_stop)
 

@@ -22,13 +22,13 @@ class Ended(Exception):
 
 @pytest.fixture
 def ending(monkeypatch):
-    """SIGTERM and SIGINT raise Ended while the test runs (their handlers restored after it)."""
+    """SIGTERM, SIGINT and SIGHUP raise Ended while the test runs (their handlers restored after it)."""
     monkeypatch.setenv("NSA_TB_DISABLE", "1")
 
     def end(signum, frame):
         raise Ended(signal.Signals(signum).name)
 
-    previous = {signum: signal.signal(signum, end) for signum in (signal.SIGTERM, signal.SIGINT)}
+    previous = {signum: signal.signal(signum, end) for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     yield end
     for signum, handler in previous.items():
         signal.signal(signum, handler)

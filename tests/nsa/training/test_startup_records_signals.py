@@ -37,7 +37,7 @@ def _files(out):
     return status, outputs.read_summary(out), heartbeats(out, 0)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_during_start_up_stops_the_run_at_its_first_step_with_a_checkpoint(tmp_path, monkeypatch, ending,
                                                                                     signum):
     _during_setup(monkeypatch, lambda: os.kill(os.getpid(), signum))

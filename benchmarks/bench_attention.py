@@ -116,6 +116,38 @@ def timed_passes(one, warmup: int, repeats: int, before_timing=lambda: None, slo
     return [one() for _ in range(repeats)]
 
 
+def pass_timer(module, x, device: str, forward_only: bool = False):
+    """one(): a forward pass of `module` on `x` (autograd on) and its backward, timed apart with the device
+    synchronised around each: returns (forward s, backward s, or None when forward_only). After each pass it keeps
+    the pass's loss and input-gradient norm as one.outputs (tensors: read them after the timing), for a check that
+    two kernels computed the same thing (bench_choices)."""
+    import torch
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    def one():
+        sync()
+        t0 = time.perf_counter()
+        loss = module(x).float().square().mean()
+        sync()
+        t1 = time.perf_counter()
+        if forward_only:
+            one.outputs = {"loss": loss.detach()}
+            return t1 - t0, None
+        loss.backward()
+        sync()
+        t2 = time.perf_counter()
+        one.outputs = {"loss": loss.detach(), "grad_norm": x.grad.detach().float().norm()}
+        x.grad = None
+        for p in module.parameters():
+            p.grad = None
+        return t1 - t0, t2 - t1
+
+    return one
+
+
 def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: str, repeats: int,
              warmup: int, index_build: str = "auto", batch: int = 1, dkdv_choice: str = "auto",
              topk_choice: str = "auto", query_choice: str = "auto", sel_dq_choice: str = "auto",
@@ -149,26 +181,7 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
         module.requires_grad_(False)
     x = torch.randn(batch, seq_len, shape["dim"], device=device, dtype=dtype, requires_grad=not forward_only)
 
-    def sync():
-        if device == "cuda":
-            torch.cuda.synchronize()
-
-    def one():
-        sync()
-        t0 = time.perf_counter()
-        loss = module(x).float().square().mean()
-        sync()
-        t1 = time.perf_counter()
-        if forward_only:
-            return t1 - t0, None
-        loss.backward()
-        sync()
-        t2 = time.perf_counter()
-        x.grad = None
-        for p in module.parameters():
-            p.grad = None
-        return t1 - t0, t2 - t1
-
+    one = pass_timer(module, x, device, forward_only)
     if path == "nsa-flex" and device == "cuda":
         one()  # torch.compile of flex_attention and create_block_mask: untimed, and not taken for a slow case
 

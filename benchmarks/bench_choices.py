@@ -48,13 +48,12 @@ import math
 import shlex
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ab_table import round_verdict  # noqa: E402  (same directory: one verdict rule for every A/B of a GPU run)
 from bench_attention import (PATHS, SHAPES, _CHOICE_FLAGS, _choices, build, choices_in_effect,  # noqa: E402
-                             no_cuda_here, repeated, timed_passes)
+                             no_cuda_here, pass_timer, repeated, timed_passes)
 
 MODES = ("fwd", "bwd", "fwdbwd")
 
@@ -147,7 +146,8 @@ def ratios(base: dict, arm: dict) -> dict:
 
 
 def layer_pass(args):
-    """(one, the layer) for the run's shape: `one()` runs a forward and a backward and returns their seconds."""
+    """bench_attention's pass_timer for the run's layer and input: `one()` runs a forward and a backward, returns
+    their seconds and keeps the pass's loss and input-gradient norm (one.outputs)."""
     import torch
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
@@ -155,27 +155,7 @@ def layer_pass(args):
     shape = SHAPES[args.shape]
     module = build(args.path, shape, args.device, dtype, args.index_build)
     x = torch.randn(args.batch, args.seq_len, shape["dim"], device=args.device, dtype=dtype, requires_grad=True)
-
-    def sync():
-        if args.device == "cuda":
-            torch.cuda.synchronize()
-
-    def one():
-        sync()
-        t0 = time.perf_counter()
-        loss = module(x).float().square().mean()
-        sync()
-        t1 = time.perf_counter()
-        loss.backward()
-        sync()
-        t2 = time.perf_counter()
-        one.outputs = {"loss": loss.detach(), "grad_norm": x.grad.detach().float().norm()}  # read after the block
-        x.grad = None
-        for p in module.parameters():
-            p.grad = None
-        return t1 - t0, t2 - t1
-
-    return one
+    return pass_timer(module, x, args.device)
 
 
 def _write(path: Path | None, record: dict) -> None:

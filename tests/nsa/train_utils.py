@@ -134,3 +134,18 @@ def flat_items(x, prefix=""):
             yield from flat_items(v, f"{prefix}/{i}")
     else:
         yield prefix, x
+
+
+def in_step(monkeypatch, at: int, act) -> None:
+    """`act()` at the start of step `at`'s train step of an in-process run (the steps before it recorded, this one
+    not yet): nsa.training.trainer.Trainer.train_step wrapped for the test."""
+    from nsa.training import trainer
+
+    step_fn = trainer.Trainer.train_step
+
+    def stepping(self, step, record_stats):
+        if step == at:
+            act()
+        return step_fn(self, step, record_stats)
+
+    monkeypatch.setattr(trainer.Trainer, "train_step", stepping)

@@ -6,6 +6,7 @@ shapes. With a GPU the same tests run natively.
 """
 
 import importlib.util
+import math
 import re
 
 import pytest
@@ -141,3 +142,34 @@ def assert_choice_close(what: str, got: torch.Tensor, want: torch.Tensor, low: t
     err = (got.double() - want.double()).abs().max().item()
     bound = CHOICE_TOL * want.abs().max().item() + CHOICE_TOL
     assert err <= bound, f"{what}: max error {err:.3g} > {bound:.3g}"
+
+
+def listed_reference(q, k, v, blocks, l_sel, dtype):
+    """The selected branch in `dtype` with an explicit mask: softmax(q k^T / sqrt(d) + log(count)) v, count[t, p] =
+    how often key p's block is listed for query t (a repeated block weighs twice, as the kernels compute), 0 where
+    p > t; a query with no key gets 0."""
+    h, s, d = q.shape[1], q.shape[2], q.shape[3]
+    hpg = h // k.shape[1]
+    pos = torch.arange(s, device=q.device)
+    listed = blocks.long()[..., :, None] == (pos // l_sel)[None, None, None, None, :]  # [B, G, t, slot, p]
+    count = (listed.sum(-2) * (pos[None, :] <= pos[:, None])).repeat_interleave(hpg, dim=1).to(dtype)
+    q, k, v = q.to(dtype), k.to(dtype).repeat_interleave(hpg, dim=1), v.to(dtype).repeat_interleave(hpg, dim=1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(d) + torch.log(count)
+    has = (count > 0).any(-1, keepdim=True)
+    return torch.softmax(torch.where(has, scores, torch.zeros_like(scores)), dim=-1) * has @ v
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the tiled selection's tests (test_triton_selection_*.py): q, compressed keys and the compressed branch's lse
+def selection_inputs(b, g, hpg, s, d_k, l, d, dtype, seed=0, scale=2.0):
+    """q [B, H, S, d_k] (a transposed view of [B, S, H, d_k]), k_cmp [B, G, n_cmp, d_k] in `dtype` on the kernel
+    device, and the float64 log-sum-exp of the scaled compressed scores over the visible blocks, as fp32."""
+    import reference as R  # tests/nsa/reference.py
+
+    gen = torch.Generator().manual_seed(seed)
+    n_cmp = R.num_cmp_blocks(s, l, d)
+    q = (torch.randn(b, s, g * hpg, d_k, generator=gen) * scale).to(dtype).to(KERNEL_DEVICE).transpose(1, 2)
+    k = torch.randn(b, g, n_cmp, d_k, generator=gen).to(dtype).to(KERNEL_DEVICE)
+    scores = q.double() @ R.expand_groups(k.double(), g * hpg).transpose(-1, -2) / math.sqrt(d_k)
+    visible = R.cmp_visible_mask(s, n_cmp, l, d, device=q.device)
+    return q, k, scores.masked_fill(~visible, float("-inf")).logsumexp(-1).float()

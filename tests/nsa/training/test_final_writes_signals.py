@@ -14,7 +14,7 @@ import signal
 
 import pytest
 
-from train_utils import heartbeats, read_csv, train_here
+from train_utils import heartbeats, in_step, read_csv, train_here
 
 from nsa.training import outputs, trainer
 
@@ -37,18 +37,6 @@ def hangup():
 def _ctrl_c_twice():
     os.kill(os.getpid(), signal.SIGINT)
     os.kill(os.getpid(), signal.SIGINT)
-
-
-def _in_step(monkeypatch, at: int, act):
-    """`act()` at the start of step `at`'s train step."""
-    step_fn = trainer.Trainer.train_step
-
-    def stepping(self, step, record_stats):
-        if step == at:
-            act()
-        return step_fn(self, step, record_stats)
-
-    monkeypatch.setattr(trainer.Trainer, "train_step", stepping)
 
 
 def _during(monkeypatch, place: str, act):
@@ -84,7 +72,7 @@ def test_a_second_ctrl_c_during_the_final_writes_of_a_stopped_run_leaves_complet
                                                                                          ending, place):
     """The first Ctrl-C stops the run after step 2 with its checkpoint; the second comes while the run's last
     records are written: the run still ends "terminated" at step 2 with exit 0, every record says so."""
-    _in_step(monkeypatch, 2, lambda: os.kill(os.getpid(), signal.SIGINT))
+    in_step(monkeypatch, 2, lambda: os.kill(os.getpid(), signal.SIGINT))
     _during(monkeypatch, place, lambda: os.kill(os.getpid(), signal.SIGINT))
     out = tmp_path / "out"
     assert _train(out, "--steps", "6") == trainer.EXIT_OK

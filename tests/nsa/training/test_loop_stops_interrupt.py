@@ -14,22 +14,10 @@ import signal
 
 import pytest
 
-from train_utils import heartbeats, read_csv, train_here
+from train_utils import heartbeats, in_step, read_csv, train_here
 
 from nsa.training import outputs, trainer
 
-
-
-def _in_step(monkeypatch, at: int, act):
-    """`act()` at the start of step `at`'s train step (the steps before it recorded, this one not yet)."""
-    step_fn = trainer.Trainer.train_step
-
-    def stepping(self, step, record_stats):
-        if step == at:
-            act()
-        return step_fn(self, step, record_stats)
-
-    monkeypatch.setattr(trainer.Trainer, "train_step", stepping)
 
 
 def _interrupt():
@@ -44,7 +32,7 @@ def _second_ctrl_c():
 
 @pytest.mark.parametrize("act", [_interrupt, _second_ctrl_c], ids=["KeyboardInterrupt", "second_ctrl_c"])
 def test_a_keyboard_interrupt_in_the_loop_is_recorded_as_terminated_not_crashed(tmp_path, monkeypatch, ending, act):
-    _in_step(monkeypatch, 4, act)
+    in_step(monkeypatch, 4, act)
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
         train_here(out, "--steps", "6", "--save-every", "2")
@@ -70,7 +58,7 @@ def test_a_keyboard_interrupt_while_the_stop_saves_its_checkpoint_keeps_the_last
     """The first Ctrl-C asks for a stop at the end of step 2; the second comes while that stop saves step 2's
     checkpoint: step 2 was recorded, its checkpoint never completed, and the run is "terminated" at step 2 with
     no checkpoint to continue from."""
-    _in_step(monkeypatch, 2, lambda: os.kill(os.getpid(), signal.SIGINT))
+    in_step(monkeypatch, 2, lambda: os.kill(os.getpid(), signal.SIGINT))
     save = trainer.checkpoint.save
 
     def saving(*args, **kwargs):

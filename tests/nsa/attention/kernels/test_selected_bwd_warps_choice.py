@@ -11,21 +11,19 @@ scale of the rule. reports/aot/triton-3.6.md and triton-3.9.md hold the ahead-of
 warps=4]).
 """
 
-import math
 
 import pytest
 import torch
 
-from triton_test_utils import HAVE_TRITON, ON_GPU, assert_within_torch_error, needs_triton
-from triton_test_utils import choice_inputs as _inputs, choice_blocks as _blocks
+from triton_test_utils import CHOICE_DTYPE as DTYPE, HAVE_TRITON, needs_triton
+from triton_test_utils import assert_choice_close as _close, choice_inputs as _inputs, choice_blocks as _blocks
+from triton_test_utils import listed_reference
 
 if HAVE_TRITON:
     from nsa.attention.kernels.selected_attn import host as ts
 
 pytestmark = [needs_triton, pytest.mark.filterwarnings("ignore:divide by zero encountered in log2")]
 
-DTYPE = torch.bfloat16 if ON_GPU else torch.float32
-TOL = 3e-2 if ON_GPU else 2e-5  # |got - want| <= TOL * max|want| + TOL per tensor (the interpreter's fp32)
 
 
 @pytest.fixture(autouse=True)
@@ -33,30 +31,6 @@ def _restore_choice():
     yield
     ts.BWD_WARPS_CHOICE = "auto"
     ts.DQ_CHOICE = "auto"
-
-
-def _reference(q, k, v, blocks, l_sel, dtype):
-    """softmax(q k^T / sqrt(d) + log(count)) v in `dtype`, count[t, p] = how often key p's block is listed for
-    query t, 0 where p > t; a query with no key gets 0."""
-    h, s, d = q.shape[1], q.shape[2], q.shape[3]
-    hpg = h // k.shape[1]
-    pos = torch.arange(s, device=q.device)
-    listed = blocks.long()[..., :, None] == (pos // l_sel)[None, None, None, None, :]  # [B, G, t, slot, p]
-    count = (listed.sum(-2) * (pos[None, :] <= pos[:, None])).repeat_interleave(hpg, dim=1).to(dtype)
-    q, k, v = q.to(dtype), k.to(dtype).repeat_interleave(hpg, dim=1), v.to(dtype).repeat_interleave(hpg, dim=1)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(d) + torch.log(count)
-    has = (count > 0).any(-1, keepdim=True)
-    return torch.softmax(torch.where(has, scores, torch.zeros_like(scores)), dim=-1) * has @ v
-
-
-def _close(what, got, want, low):
-    assert torch.isfinite(got).all(), f"{what}: not finite"
-    if ON_GPU:
-        assert_within_torch_error(what, got, want, low)
-        return
-    err = (got.double() - want.double()).abs().max().item()
-    bound = TOL * want.double().abs().max().item() + TOL
-    assert err <= bound, f"{what}: max error {err:.3g} > {bound:.3g}"
 
 
 # (b, h, g, s, d, l_sel, n_sel, seed, edits): d = 64 (the choice's head dim); edits put a repeated block and a block
@@ -76,7 +50,7 @@ def test_each_warps_choice_matches_float64(b, h, g, s, d, l_sel, n_sel, seed, ed
     refs = {}
     for dtype in (torch.float64, DTYPE):
         leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
-        out = _reference(*leaves, blocks, l_sel, dtype)
+        out = listed_reference(*leaves, blocks, l_sel, dtype)
         refs[dtype] = torch.autograd.grad(out, leaves, do.to(dtype))
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     out = ts.selected_attention(*leaves, blocks, l_sel, loop="kv", bwd_tiles=2)

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, assert_within_torch_error, needs_triton
-from triton_test_utils import choice_inputs as _inputs, choice_blocks as _blocks
+from triton_test_utils import choice_inputs as _inputs, choice_blocks as _blocks, listed_reference
 
 from op_counting import count_choices
 
@@ -32,22 +32,6 @@ pytestmark = [needs_triton, pytest.mark.filterwarnings("ignore:divide by zero en
 DTYPE = torch.bfloat16 if ON_GPU else torch.float32
 TOL = 3e-2 if ON_GPU else 2e-5  # |got - want| <= TOL * max|want| + TOL per tensor (the interpreter's fp32)
 CHOICES = ("atomic", "query")
-
-
-def _reference(q, k, v, blocks, l_sel, dtype):
-    """softmax(q k^T / sqrt(d) + log(count)) v in `dtype`, count[t, p] = how often key p's block is listed for
-    query t, 0 where p > t; a query with no key gets 0."""
-    h, s, d = q.shape[1], q.shape[2], q.shape[3]
-    hpg = h // k.shape[1]
-    pos = torch.arange(s, device=q.device)
-    listed = blocks.long()[..., :, None] == (pos // l_sel)[None, None, None, None, :]  # [B, G, t, slot, p]
-    count = listed.sum(-2) * (pos[None, :] <= pos[:, None])  # [B, G, t, p]
-    count = count.repeat_interleave(hpg, dim=1).to(dtype)
-    q, k, v = q.to(dtype), k.to(dtype).repeat_interleave(hpg, dim=1), v.to(dtype).repeat_interleave(hpg, dim=1)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(d) + torch.log(count)
-    has = (count > 0).any(-1, keepdim=True)
-    p = torch.softmax(torch.where(has, scores, torch.zeros_like(scores)), dim=-1) * has
-    return p @ v
 
 
 def _grads(fn, q, k, v, do, dtype=None):
@@ -72,7 +56,7 @@ def _check(b, h, g, s, d, l_sel, n_sel, seed, edits=(), loop="kv", bwd_tiles=2):
     blocks = _blocks(b, g, s, l_sel, n_sel, seed + 1, edits)
     refs = {}
     for dtype in (torch.float64, DTYPE):
-        out, leaves = _grads(lambda *x: _reference(*x, blocks, l_sel, x[0].dtype), q, k, v, do, dtype)
+        out, leaves = _grads(lambda *x: listed_reference(*x, blocks, l_sel, x[0].dtype), q, k, v, do, dtype)
         refs[dtype] = (out, torch.autograd.grad(out, leaves, do.to(dtype)))
     (want, want_grads), (low, low_grads) = refs[torch.float64], refs[DTYPE]
     # one forward; each backward reads the dQ choice when it launches
@@ -208,7 +192,7 @@ def test_every_output_choice_matches_float64(b, h, g, s, d, l_sel, n_sel, seed, 
     q, k, v, _ = _inputs(b, h, g, s, d, seed)
     blocks = _blocks(b, g, s, l_sel, n_sel, seed + 1, edits)
     blocks[:, :, 2] = -1  # no block at all
-    want, low = (_reference(q, k, v, blocks, l_sel, dtype) for dtype in (torch.float64, DTYPE))
+    want, low = (listed_reference(q, k, v, blocks, l_sel, dtype) for dtype in (torch.float64, DTYPE))
     got = {}
     for choice in ts.OUT_CHOICES:
         ts.OUT_CHOICE = choice
@@ -247,7 +231,7 @@ def test_fused_host_choice_matches_float64_and_the_torch_glue():
             got[host, out] = torch.ops.nsa.selected_attention_fwd(q, k, v, blocks, 8, "kv", 2, "torch")[:2]
     o_ref, lse_ref = got["torch", "atomic"]
     assert torch.isinf(lse_ref[:, :, 2]).all() and (o_ref[:, :, 2] == 0).all()
-    want, low = (_reference(q, k, v, blocks, 8, dtype) for dtype in (torch.float64, DTYPE))
+    want, low = (listed_reference(q, k, v, blocks, 8, dtype) for dtype in (torch.float64, DTYPE))
     for (host, out), (o, lse) in got.items():
         assert torch.equal(torch.isinf(lse), torch.isinf(lse_ref)), (host, out)
         fin = torch.isfinite(lse_ref)

@@ -11,14 +11,13 @@ triton_test_utils.assert_within_torch_error with the same reference evaluated in
 reports/aot/selected_fwd_occupancy.md holds the ahead-of-time registers and CTAs per SM.
 """
 
-import math
 import re
 
 import pytest
 import torch
 
 from triton_test_utils import HAVE_TRITON, KERNEL_DEVICE, ON_GPU, needs_triton
-from triton_test_utils import assert_choice_close as _close, choice_blocks
+from triton_test_utils import assert_choice_close as _close, choice_blocks, listed_reference
 
 
 if HAVE_TRITON:
@@ -55,20 +54,6 @@ def _blocks(b, g, s, l_sel, n_sel, seed, edits=()):
     return blocks
 
 
-def _reference(q, k, v, blocks, l_sel, dtype):
-    """softmax(q k^T / sqrt(d) + log(count)) v in `dtype`, count[t, p] = how often key p's block is listed for
-    query t, 0 where p > t; a query with no key gets 0."""
-    s, d = q.shape[2], q.shape[3]
-    hpg = q.shape[1] // k.shape[1]
-    pos = torch.arange(s, device=q.device)
-    listed = blocks.long()[..., :, None] == (pos // l_sel)[None, None, None, None, :]  # [B, G, t, slot, p]
-    count = (listed.sum(-2) * (pos[None, :] <= pos[:, None])).repeat_interleave(hpg, dim=1).to(dtype)
-    q, k, v = q.to(dtype), k.to(dtype).repeat_interleave(hpg, dim=1), v.to(dtype).repeat_interleave(hpg, dim=1)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(d) + torch.log(count)
-    has = (count > 0).any(-1, keepdim=True)
-    return torch.softmax(torch.where(has, scores, torch.zeros_like(scores)), dim=-1) * has @ v
-
-
 def _forward_each_choice(q, k, v, blocks, l_sel):
     """{choice: (o, lse)} of the kv forward (the fwd op, the torch index build)."""
     got = {}
@@ -82,7 +67,7 @@ def _forward_each_choice(q, k, v, blocks, l_sel):
 def _check_forward(b, h, g, s, d, l_sel, n_sel, seed, edits):
     q, k, v, _ = _inputs(b, h, g, s, d, seed)
     blocks = _blocks(b, g, s, l_sel, n_sel, seed + 1, edits)
-    want, low = (_reference(q, k, v, blocks, l_sel, dtype) for dtype in (torch.float64, DTYPE))
+    want, low = (listed_reference(q, k, v, blocks, l_sel, dtype) for dtype in (torch.float64, DTYPE))
     got = _forward_each_choice(q, k, v, blocks, l_sel)
     lse_ref = got["shipped"][1]
     for choice, (o, lse) in got.items():
@@ -124,7 +109,7 @@ def test_backward_after_the_lean_forward():
     grads = {}
     for dtype in (torch.float64, DTYPE):
         leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
-        grads[dtype] = torch.autograd.grad(_reference(*leaves, blocks, l_sel, dtype), leaves, do.to(dtype))
+        grads[dtype] = torch.autograd.grad(listed_reference(*leaves, blocks, l_sel, dtype), leaves, do.to(dtype))
     ts.FWD_TILE_CHOICE = "m64_w4"
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     got = torch.autograd.grad(ts.selected_attention(*leaves, blocks, l_sel, bwd_tiles=2), leaves, do)

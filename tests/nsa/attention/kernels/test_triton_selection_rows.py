@@ -8,14 +8,13 @@ where it writes, the skip rules, the keys of tiles not computed) must give the s
 buffer written. Then the blocks select_blocks returns under each choice, with either top-n_sel choice, in one chunk
 and in several (a chunk starting mid-sequence), and against the float64 reference's choice."""
 
-import math
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 import reference as R
-from triton_test_utils import KERNEL_DEVICE, ON_GPU, needs_triton
+from triton_test_utils import ON_GPU, needs_triton, selection_inputs as _inputs
 
 pytestmark = needs_triton
 
@@ -45,16 +44,6 @@ def _params(pairs, fast):
 def _ts():
     from nsa.attention.kernels.selection import host
     return host
-
-
-def _inputs(b, g, hpg, s, d_k, l, d, dtype, seed=0, scale=2.0):
-    gen = torch.Generator().manual_seed(seed)
-    n_cmp = R.num_cmp_blocks(s, l, d)
-    q = (torch.randn(b, s, g * hpg, d_k, generator=gen) * scale).to(dtype).to(KERNEL_DEVICE).transpose(1, 2)
-    k = torch.randn(b, g, n_cmp, d_k, generator=gen).to(dtype).to(KERNEL_DEVICE)
-    scores = q.double() @ R.expand_groups(k.double(), g * hpg).transpose(-1, -2) / math.sqrt(d_k)
-    visible = R.cmp_visible_mask(s, n_cmp, l, d, device=q.device)
-    return q, k, scores.masked_fill(~visible, float("-inf")).logsumexp(-1).float()
 
 
 @pytest.fixture

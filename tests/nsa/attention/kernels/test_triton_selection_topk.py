@@ -4,13 +4,12 @@ then torch.topk). Under the interpreter both compute the same importance, so the
 importance kernel's buffer and the blocks are identical; on a GPU the two kernels are compiled separately, and the
 blocks must still agree (the importance tile's code is the same)."""
 
-import math
 
 import pytest
 import torch
 
 import reference as R
-from triton_test_utils import KERNEL_DEVICE, ON_GPU, needs_triton
+from triton_test_utils import KERNEL_DEVICE, ON_GPU, needs_triton, selection_inputs as _inputs
 from op_counting import count
 
 pytestmark = needs_triton
@@ -32,16 +31,6 @@ CASES = [
 def _ts():
     from nsa.attention.kernels.selection import host as triton_selection
     return triton_selection
-
-
-def _inputs(b, g, hpg, s, d_k, l, d, dtype, seed=0, scale=2.0):
-    gen = torch.Generator().manual_seed(seed)
-    n_cmp = R.num_cmp_blocks(s, l, d)
-    q = (torch.randn(b, s, g * hpg, d_k, generator=gen) * scale).to(dtype).to(KERNEL_DEVICE).transpose(1, 2)
-    k = torch.randn(b, g, n_cmp, d_k, generator=gen).to(dtype).to(KERNEL_DEVICE)
-    scores = q.double() @ R.expand_groups(k.double(), g * hpg).transpose(-1, -2) / math.sqrt(d_k)
-    visible = R.cmp_visible_mask(s, n_cmp, l, d, device=q.device)
-    return q, k, scores.masked_fill(~visible, float("-inf")).logsumexp(-1).float()
 
 
 def _select(monkeypatch, choice_name, *args):

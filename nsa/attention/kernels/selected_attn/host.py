@@ -357,11 +357,12 @@ def bwd_warps_choice() -> str:
                         QUALIFIED_BWD_WARPS)
 
 
-def _bwd_warps(hpg: int, d_k: int, d_v: int) -> int:
-    """_sel_bwd_kv's num_warps under the choice in effect."""
+def _bwd_warps(hpg: int, d_k: int, d_v: int, shipped: int) -> int:
+    """_sel_bwd_kv's num_warps under the choice in effect: `shipped` (the launch's own, _config's or what
+    benchmarks/tune_kernels.py puts in its place) where the choice is "shipped" or does not apply."""
     warps = BWD_WARPS_CHOICES[bwd_warps_choice()]
     if warps is None or not (d_k == d_v == 64 and hpg <= 16):
-        return _config("bwd", hpg, d_k, d_v).num_warps
+        return shipped
     return warps
 
 
@@ -682,8 +683,8 @@ def _backward_grads(do, q, k, v, o, lse, pair_t, tiles, l_sel, bwd_tiles, blocks
             *do.stride()[:3], *dq.stride()[:3], s, g, qk_scale, sm_scale,
             N_SEL=blocks.shape[-1], L_SEL=l_sel, HPG=hpg, HPG_PAD=_hpg_pad(hpg), BLOCK_N=dq_block_n, D_K=d_k,
             D_V=d_v, DOT_PREC=prec, num_warps=dq_warps, num_stages=1)
-    block_r, block_n, _, stages = _config("bwd", hpg, d_k, d_v)
-    warps = _bwd_warps(hpg, d_k, d_v)
+    block_r, block_n, warps, stages = _config("bwd", hpg, d_k, d_v)
+    warps = _bwd_warps(hpg, d_k, d_v, warps)
     n_tiles = tiles.shape[1]
     _sel_bwd_kv[(n_tiles,)](
         q, k, v, do, lse, delta, dq, dk, dv, pair_t, tiles, n_tiles,

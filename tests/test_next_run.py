@@ -390,7 +390,7 @@ def test_a_crash_in_one_choice_costs_that_choice_only_and_a_second_call_keeps_th
     arms = json.loads(path.read_text())["arms"]
     assert arms["dq_query"]["error"].startswith("crashed")
     assert all("verdict" in r for a, r in arms.items() if a != "dq_query"), arms.keys()
-    assert len(arms) == 12  # the A/A arm and eleven choices
+    assert len(arms) == 11  # the A/A arm and ten choices
     before = path.read_bytes()
     second = call(2)
     assert "DONE K4_choices_65536b1:" in second and "DONE K4_choices_2048b8:" in second

@@ -21,8 +21,7 @@
 # PART=kernels
 #   K3  the topk choice (nsa.attention.selection.TOPK_CHOICE: the keys kernel, torch.topk and _blocksel_finish_kernel
 #       for the kept indices) against the full sort: the selection alone (bench_selection.py --topk-ab), then the
-#       layer at 65,536 B 1 (bench_choices.py: 9 rounds, each a block of either kernel adjacent in time, ~1 min),
-#       and the topk choice with the importance loop (IMPORTANCE_CHOICE rows, below) against the full sort.
+#       layer at 65,536 B 1 (bench_choices.py: 9 rounds, each a block of either kernel adjacent in time, ~1 min).
 #       First, as the largest pending forward change: at 65,536 on the H200 the sort choice's radix sort took 3.2 of
 #       the forward's 17.2 ms, and aten glue 4.6 ms, the sort choice's `where` and fill passes among it, which the
 #       topk choice does not launch (reports/gpu/2026-11-30-h200). Its tests and memcheck ran clean there (S1, S2).
@@ -32,11 +31,12 @@
 #       partial output (OUT_CHOICES partial), the fused host glue (HOST_CHOICES fused), the kv forward's
 #       register-lean 64-row tile (FWD_TILE_CHOICES m64_w4), the forced blocks through the range kernels' band merged
 #       by lse (FORCED_CHOICES band), the range backward's fused glue (GLUE_CHOICES fused) and the selection's
-#       importance loop (IMPORTANCE_CHOICES rows and rows8, 2026-12-01: a program walks all or 8 of its tokens'
-#       selection tiles, q, lse, R and W loaded once; the one-tile kernel ran at 10.6% of its floor), the selected
+#       importance loop (IMPORTANCE_CHOICES rows, 2026-12-01: a program walks all of its tokens' selection tiles,
+#       q, lse, R and W loaded once, at one CTA per SM where the one-tile kernel has three; the one-tile kernel ran
+#       at 10.6% of its floor; rows8 is measured only if rows wins), the selected
 #       backward on 4 warps (BWD_WARPS_CHOICES w4, 2026-12-01: 2 CTAs an SM where the shipped 8 warps hold 1;
 #       _sel_bwd_kv was the layer's largest kernel, 7.59 ms at 6.6% of its floor); and an A/A arm
-#       (the shipped kernels again: the noise floor). 9 rounds each, so that 22 comparisons with no effect give a
+#       (the shipped kernels again: the noise floor). 9 rounds each, so that 20 comparisons with no effect give a
 #       false "faster in every round" about 4% of the time (1 in 512 each). One process per case (bench_attention.py,
 #       as until 2026-11-30) cost ~12 s a case on the H200: 64 cases, ~13 minutes; here the process start and the
 #       layer are paid once per shape and each choice costs its compile and its passes (~2-4 min in all, estimated:
@@ -131,9 +131,8 @@ topk_ab() {
   step "${pre}_topk_ab" 90 $dir python3 benchmarks/bench_selection.py --topk-ab --device cuda --seq-lens 2048,16384,65536 \
       --repeats 11 --json $dir/topk_ab.json
   step "${pre}_layer_topk_65536b1" 90 $dir python3 benchmarks/bench_choices.py --device cuda --dtype bf16 --shape m7c \
-      --seq-len 65536 --batch 1 --arm sort=topk-choice:sort --arm topk=topk-choice:topk \
-      --arm topk_rows=topk-choice:topk,sel-imp-choice:rows --rounds 9 --repeats 5 --warmup 2 \
-      --json $dir/layer_topk_65536b1.json
+      --seq-len 65536 --batch 1 --arm sort=topk-choice:sort --arm topk=topk-choice:topk --rounds 9 --repeats 5 \
+      --warmup 2 --json $dir/layer_topk_65536b1.json
 }
 
 # issue 31 items 2.3-2.6's launch choices, each against the shipped kernels (arm NAME=FLAG:VALUE of bench_choices),
@@ -143,22 +142,21 @@ ARMS=(--arm shipped --arm shipped_again --arm query_bn32=query-choice:bn32 --arm
       --arm dq_query=sel-dq-choice:query --arm out_partial=sel-out-choice:partial
       --arm host_fused=sel-host-choice:fused --arm tile_m64_w4=sel-tile-choice:m64_w4
       --arm forced_band=sel-forced-choice:band --arm glue_fused=range-glue-choice:fused
-      --arm imp_rows=sel-imp-choice:rows --arm imp_rows8=sel-imp-choice:rows8 --arm bwd_w4=sel-bwd-warps-choice:w4)
+      --arm imp_rows=sel-imp-choice:rows --arm bwd_w4=sel-bwd-warps-choice:w4)
 declare -A TESTS=([query_bn32]=test_range_query_choices [query_m64_bn32]=test_range_query_choices
   [dq_query]=test_selected_dq_choices [out_partial]=test_selected_dq_choices
   [host_fused]="test_selected_dq_choices test_selected_fused_casts" [tile_m64_w4]=test_selected_fwd_tile_choices
   [forced_band]=test_selected_band_choice [glue_fused]=test_range_glue_choice
-  [imp_rows]=test_triton_selection_rows [imp_rows8]=test_triton_selection_rows
-  [bwd_w4]=test_selected_bwd_warps_choice)
+  [imp_rows]=test_triton_selection_rows [bwd_w4]=test_selected_bwd_warps_choice)
 declare -A MEMCHECK=([query_bn32]="range_attn.host QUERY_CHOICE bn32" [query_m64_bn32]="range_attn.host QUERY_CHOICE m64_bn32"
   [dq_query]="selected_attn.host DQ_CHOICE query" [out_partial]="selected_attn.host OUT_CHOICE partial"
   [host_fused]="selected_attn.host HOST_CHOICE fused" [tile_m64_w4]="selected_attn.host FWD_TILE_CHOICE m64_w4"
   [forced_band]="selected_attn.host FORCED_CHOICE band" [glue_fused]="range_attn.host GLUE_CHOICE fused"
-  [imp_rows]="selection.host IMPORTANCE_CHOICE rows 65536 select"
-  [imp_rows8]="selection.host IMPORTANCE_CHOICE rows8 65536 select"
+  [imp_rows]="selection.host IMPORTANCE_CHOICE rows 65536 select 6 sort|selection.host IMPORTANCE_CHOICE rows 65536 select 6 topk|selection.host IMPORTANCE_CHOICE rows 65536 select 1 sort"
   [bwd_w4]="selected_attn.host BWD_WARPS_CHOICE w4")
+declare -A TEST_NEED=([test_triton_selection_rows]=240)  # its GPU-only cases compile the model's kernels in two dtypes
 CHOICE_NAMES="query_bn32 query_m64_bn32 dq_query out_partial host_fused tile_m64_w4 forced_band glue_fused imp_rows
-  imp_rows8 bwd_w4"
+  bwd_w4"
 
 # every choice against the shipped kernels in one process per shape, alternated (bench_choices: 9 rounds, each a
 # block of the shipped kernels and one of the choice, adjacent; an A/A arm, shipped_again, for the noise floor); a
@@ -225,21 +223,28 @@ PY
 # PART=selection's S2 ran the topk choice): with the A/B, what makes a
 # choice the default ('auto': its QUALIFIED_* constant)
 qualify_choices() {
-  local pre=$1 dir=$2 files="" f n
+  local pre=$1 dir=$2 files="" f n spec specs seq only hpg topk tag
   shift 2
   for n in "$@"; do for f in ${TESTS[$n]:-}; do case " $files " in *" $f "*) ;; *) files="$files $f";; esac; done; done
   for f in $files; do
-    step "${pre}_$f" 120 $dir python3 -m pytest -q -p no:cacheprovider tests/nsa/attention/kernels/$f.py
+    step "${pre}_$f" ${TEST_NEED[$f]:-120} $dir python3 -m pytest -q -p no:cacheprovider tests/nsa/attention/kernels/$f.py
   done
   for n in "$@"; do
-    set -- ${MEMCHECK[$n]:-}
-    [ $# -ge 3 ] || { log "no memcheck known for the choice $n"; continue; }
-    local seq=${4:-2048} only=""  # (module constant value [S [kernels]]): S 2,048 and every kernel by default
-    [ -n "${5:-}" ] && only=", '--kernels', '$5'"
-    step "${pre}_memcheck_${2}_${3}" 60 $dir compute-sanitizer --tool memcheck --launch-timeout 0 python3 -c \
-        "import sys, importlib; setattr(importlib.import_module('nsa.attention.kernels.$1'), '$2', '$3'); \
+    specs=${MEMCHECK[$n]:-}
+    [ -n "$specs" ] || { log "no memcheck known for the choice $n"; continue; }
+    # each spec: module constant value [S [kernels [hpg [top-n_sel choice]]]]; S 2,048, every kernel, hpg 6 and the
+    # shipped top-n_sel choice by default
+    while IFS= read -r spec; do
+      set -- $spec
+      seq=${4:-2048}; only=""; hpg=${6:-6}; topk=${7:-auto}; tag=""
+      [ -n "${5:-}" ] && only=", '--kernels', '$5'"
+      [ $# -ge 6 ] && tag="_s${seq}_hpg${hpg}_${topk}"
+      step "${pre}_memcheck_${2}_${3}${tag}" 60 $dir compute-sanitizer --tool memcheck --launch-timeout 0 python3 -c \
+          "import sys, importlib; setattr(importlib.import_module('nsa.attention.kernels.$1'), '$2', '$3'); \
+from nsa.attention import selection; selection.TOPK_CHOICE = '$topk'; \
 from nsa.attention.kernels import qualify; \
-sys.exit(qualify.main(['--dtype', 'bf16', '--seq-len', '$seq', '--hpg', '6'$only]))"
+sys.exit(qualify.main(['--dtype', 'bf16', '--seq-len', '$seq', '--hpg', '$hpg'$only]))"
+    done < <(tr '|' '\n' <<< "$specs")
   done
 }
 

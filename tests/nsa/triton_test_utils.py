@@ -78,7 +78,9 @@ def _uniform_reads_writes(text: str) -> tuple[set[int], set[int]]:
         reads.update(int(n) for n in re.findall(r"\bUR(\d+)", o))
     if dest:
         n = int(dest.group(1))
-        writes.update(range(n, n + (4 if ".128" in opcode else 2 if ".64" in opcode else 1)))
+        # a 64-bit write ("ULDC.64", "UIMAD.WIDE", "UIMAD.WIDE.U32": the product's two halves) writes the pair
+        wide = ".64" in opcode or ".WIDE" in opcode
+        writes.update(range(n, n + (4 if ".128" in opcode else 2 if wide else 1)))
     return reads, writes
 
 
@@ -89,8 +91,8 @@ def uniform_registers_read_before_written(sass: str) -> list[str]:
     A uniform register holds a warp-wide value: an address, a loop bound, a wgmma shared-memory descriptor. Read
     before it is written it holds whatever the SM's previous occupant left there: a compiler fault. ptxas 12.8
     (triton 3.6's) builds three of the four wgmma descriptors of _blocksel_topk_kernel's P @ W from an unwritten
-    register pair (the "Out-of-range shared or local address" it met on an H100). A 64-bit write ("ULDC.64 UR32")
-    writes the pair; a wgmma whose A operand is in registers reads only B's descriptor slot. Address order is the
+    register pair (the "Out-of-range shared or local address" it met on an H100). A 64-bit write ("ULDC.64 UR32",
+    "UIMAD.WIDE.U32 UR8") writes the pair; a wgmma whose A operand is in registers reads only B's descriptor slot. Address order is the
     program order of straight-line code; a value first written in a block placed after its reader would be
     reported too (nvdisasm's own dataflow, `-plr`, agreed on the kernels checked). Ordinary registers are not
     checked: Triton's reductions leave a predicated shared-memory load's register undefined in lanes whose value

@@ -97,9 +97,12 @@ class AotResult:
 # Spills accepted where the alternative is worse: (case name, target, triton major.minor) -> (at most this many
 # bytes of spill stores, why). They are reported in `notes`; any other spill is a problem.
 ACCEPTED_SPILLS: dict[tuple[str, str, str], tuple[int, str]] = {
-    ("_blocksel_importance_kernel[BM=128,BT=128,D=128,BC=32,hpg=1,bf16]", "sm_90", "3.6"): (
-        64, "triton 3.6's ptxas needs 255 registers here (3.9's: 110); the 64-row tiling that does not spill gave "
-            "wrong bf16 importances on a GPU (triton_selection's GPU findings), and this one passed its tests there"),
+    # (triton 3.6's 44 bytes in the importance kernel at hpg 1, d_k 128 on sm_90 were a compile without the integer
+    # arguments' 16-divisibility the JIT gives a launch; with it, 56 registers and no spill)
+    ("_blocksel_topk_kernel[BM=64,BT=32,D=128,BC=32,hpg=3,bf16]", "sm_80", "3.9"): (
+        8, "the fused top-k kernel (off the default path: select_method 'tiled') at hpg 3, d_k 128 on an A100, as the "
+           "JIT compiles it under triton 3.9 (its 16-divisible arguments stated, 128 registers); without them it "
+           "took 168 and did not spill; 3.6 does not spill there"),
 }
 
 _PTXAS_REGS = re.compile(r"Used (\d+) registers")

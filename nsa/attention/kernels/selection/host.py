@@ -64,7 +64,7 @@ uint16 (wrong results on the CPU test path).
     a GPU run qualifies it.
 select_method: "tiled" at every n_sel (the default since the fused kernel faulted on an H100, "Known fault"
 below); method="fused" takes n_sel <= FUSED_MAX_N_SEL = 16 (a 32-key running list spills on sm_90);
-block_importance (tests, diagnostics) always uses (a)'s kernel.
+block_importance (tests, diagnostics) uses (a)'s kernels, under IMPORTANCE_CHOICE.
 
 Launch configuration (block_config, shape and kernel only): the importance kernel (tiled path) takes BM 128 rows
 and 8 warps at every hpg (hpg 1: 128 tokens, no head sum; 2-3: 42-64 tokens); the fused kernel takes hpg 1: BM 64
@@ -478,6 +478,13 @@ def _aot_signature(kernel: str, dtype: str, cfg: dict) -> tuple[dict, dict]:
     return sig, consts
 
 
+# The integer arguments a launch at the model's shape passes as multiples of 16, which Triton's JIT specialises (S
+# 2,048 or 65,536, d_k 64, l 32, d 16, l_sel 64, n_sel 16 and the contiguous tensors' strides): the ahead-of-time
+# compile states them too, or its registers are not the GPU's (the importance kernel: 176 without, 77 with, triton
+# 3.6, sm_90). The compiled-code test (test_triton_selection.py's _SASS_SCRIPT) states the same set.
+JIT_DIVISIBLE = tuple("S d_k l d l_sel n_sel sqb sqh sqs skb skg skn slb slh sob sog sot".split())
+
+
 def aot_cases():
     """The configurations block_config picks, each axis value at least once (all of them: NSA_AOT_FULL=1).
 
@@ -513,8 +520,10 @@ def aot_cases():
             label += f",KEYS={int(kernel == 'rows_keys')}"
         choice = {"sel": "select_blocks method fused", "imp": "", "keys": "TOPK_CHOICE topk",
                   "rows": "IMPORTANCE_CHOICE rows", "rows_keys": "IMPORTANCE_CHOICE rows, TOPK_CHOICE topk"}[kernel]
+        divisible = tuple(n for n in JIT_DIVISIBLE if sig.get(n) == "i32")  # as the JIT sees the model's launch
         cases.append(AotCase(name=f"{fn.__name__}[{label}]", fn=fn, signature=sig, constexprs=consts,
-                             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], choice=choice))
+                             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], choice=choice,
+                             divisible=divisible))
     # the "topk" choice's finish (finish_rows: integer work, no products) at the model's n_sel (16) and the tests' 3
     for n_sel in (16, 3):
         k_pad = max(2, _next_pow2(n_sel))

@@ -326,10 +326,12 @@ def _blocksel_rows_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp, n_bl
     (KEYS False) or _blocksel_keys_kernel (KEYS True) writes, with each program walking `jt` selection tiles of its
     tokens in a loop instead of one: the query rows, their lse, the head-sum matrix R and the overlap tile W are
     loaded or built once per program (W before the loop: the fused kernel's ptxas 3.6 finding), and the loop over
-    the tiles that need the importance has no branch, so the compiler can pipeline one tile's key loads under the
-    previous tile's work (num_stages). The one-tile kernel reloads all of them for every tile and, at one CTA per SM
-    (its registers), leaves each tile's load latency exposed: at S 65,536 on an H200 it ran at 10.6% of its floor
-    (reports/gpu/2026-11-30-h200).
+    the tiles that need the importance has no branch. The one-tile kernel reloads all of them for every tile: at S
+    65,536 on an H200 it ran at 10.6% of its floor (reports/gpu/2026-11-30-h200). The price is occupancy: compiled
+    as the GPU's JIT compiles the model's launch (integer arguments that are multiples of 16 specialised), triton 3.6
+    gives this loop 149 registers (KEYS 1: 171), one CTA of 8 warps per SM, where the one-tile importance kernel takes
+    77 (3 CTAs) and the keys kernel 95 (2): reports/aot/selection_importance_rows.md. The loads are not pipelined
+    across tiles (num_stages 1, as the one-tile kernels); the A/B (bench_choices) decides.
 
     Launched at hpg 1 and hpg >= 4 only (the host falls back to the one-tile kernels at hpg 2-3): with 64 token rows
     (hpg 2-3) the head sum R @ acc becomes a wgmma, and triton 3.6's ptxas then reads a uniform register of a wgmma
@@ -362,12 +364,17 @@ def _blocksel_rows_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp, n_bl
                                                 d_k, sqb, sqh, sqs, sqd, slb, slh, sls, BM, BT_PAD, D_PAD, HEAD_SUM)
         k_base = k_ptr + b.to(tl.int64) * skb + g.to(tl.int64) * skg
         w = _overlap_tile(A, B_, BC, K)
-        for i in range(i0, i_started):
+        # while loops: triton 3.6's interpreter cannot take a bound computed in the kernel in range() under numpy 2
+        i = i0
+        while i < i_started:
             imp = _importance_tile(q, t_row, lse2, row_ok, R, k_base, skn, skd, n_cmp, d_k, l, d, A, B_, i * bj,
                                    qk_scale, hs_scale, out_scale, w, BC, D_PAD, K, HEAD_SUM, IEEE, True)
             _store_tile(imp, base, t_tok, row0, sot, rows_ok, cur, i * bj, bj, n_blocks, K, KEYS)
+            i += 1
         i_zero = tl.maximum(i0, i_started)
     if KEYS:
         zero = tl.zeros([BT_PAD, K], tl.float32)
-        for i in range(i_zero, i_end):
+        i = i_zero
+        while i < i_end:
             _store_tile(zero, base, t_tok, row0, sot, rows_ok, cur, i * bj, bj, n_blocks, K, KEYS)
+            i += 1

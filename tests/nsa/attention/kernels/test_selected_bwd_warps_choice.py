@@ -37,10 +37,15 @@ def _restore_choice():
 # past the query into some queries' lists; hpg 3 and the model's 6
 HPG3 = (1, 3, 1, 40, 64, 16, 4, 0, ((36, 3, 2), (20, 3, 2), (9, 2, 0)))
 HPG6 = (1, 12, 2, 70, 64, 16, 3, 5, ((12, 2, 0),))
+MODEL64 = (1, 12, 2, 300, 64, 64, 4, 7, ((100, 3, 0), (70, 3, 1)))
 CASES = [pytest.param(*HPG3, "atomic", id="hpg3-S40-dup-past-atomic"),
          pytest.param(*HPG3, "query", id="hpg3-S40-dup-past-query"),
          pytest.param(*HPG6, "atomic", id="hpg6-G2-S70-dup0-atomic"),
-         pytest.param(*HPG6, "query", id="hpg6-G2-S70-dup0-query", marks=pytest.mark.slow)]  # 7 s interpreted
+         pytest.param(*HPG6, "query", id="hpg6-G2-S70-dup0-query", marks=pytest.mark.slow),  # 7 s interpreted
+         # the model's l_sel 64: the 64 keys of a block are the products' M, one m64 wgmma warpgroup at 4 warps (at
+         # l_sel 16-32 no wgmma is compiled with either warps), where w4 differs from the shipped code on a GPU
+         pytest.param(*MODEL64, "atomic", id="hpg6-ls64-S300-atomic", marks=pytest.mark.slow),
+         pytest.param(*MODEL64, "query", id="hpg6-ls64-S300-query", marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("b,h,g,s,d,l_sel,n_sel,seed,edits,dq_choice", CASES)

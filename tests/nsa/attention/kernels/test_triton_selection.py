@@ -407,3 +407,9 @@ def test_uniform_register_check_finds_a_read_before_write():
             "        /*0060*/                   HGMMA.64x16x16.F32 R24, R36, gdesc[UR32].tnspB, R24 ;\n"
             "        /*0070*/                   @P0 BRA `(.L_x_1) ;\n")
     assert uniform_registers_read_before_written(good) == []
+    # a wide multiply writes both halves of its pair: reading the high half after it is no fault
+    wide = ("        /*0460*/                   UIMAD.WIDE.U32 UR8, UR4, 0x40, URZ ;\n"
+            "        /*04c0*/                   UIADD3 UR9, UR9, UR5, URZ ;\n")
+    assert uniform_registers_read_before_written(wide) == [
+        "UR4 read at 0x0460 (UIMAD.WIDE.U32 UR8, UR4, 0x40, URZ) before any write",
+        "UR5 read at 0x04c0 (UIADD3 UR9, UR9, UR5, URZ) before any write"]

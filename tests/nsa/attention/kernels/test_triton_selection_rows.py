@@ -188,3 +188,49 @@ def test_hpg_2_and_3_run_the_one_tile_kernels_whatever_the_choice(monkeypatch, i
     assert len(launched) == 1
     ref = R.selection_importance(q, k, SimpleNamespace(l=l, d=d, l_sel=l_sel, n_sel=n_sel)).to(imp.device)
     torch.testing.assert_close(imp.double(), ref.double(), rtol=1e-5, atol=1e-5 * max(1.0, ref.abs().max().item()))
+
+
+# The model's geometry (m7c: hpg 6, d_k 64, l 32, d 16, l_sel 64, n_sel 16) compiled natively, where a bf16 or fp16
+# miscompile would show (the importance kernel's 64-row tiling once computed wrong bf16 importances on a GPU: host.py's
+# "GPU findings"): S 2,048 (32 blocks, 3 tiles: the skip rule on the early tokens) and 10,240 (160 blocks, 11 tiles:
+# "rows8" walks 8 tiles, then 3), the whole sequence and a chunk starting mid-sequence. On a GPU only: the
+# interpreter runs these shapes for minutes, and the small cases above cover its rules.
+MODEL = dict(b=1, g=2, hpg=6, d_k=64, l=32, d=16, l_sel=64, n_sel=16)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ON_GPU, reason="the model's kernels compiled natively: on a GPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("s", [2048, 10240])
+@pytest.mark.parametrize("loop", LOOPS)
+def test_the_models_kernels_compiled_give_the_one_tile_kernels_importance_keys_and_blocks(monkeypatch, importance,
+                                                                                          loop, s, dtype):
+    from nsa.attention import selection
+
+    m = MODEL
+    ts = _ts()
+    q, k, lse = _inputs(m["b"], m["g"], m["hpg"], s, m["d_k"], m["l"], m["d"], dtype, seed=11)
+    lo, hi = s // 3, s - s // 5
+    got = {}
+    for name in ("tile", loop):
+        importance(name)
+        imp = ts.block_importance(q, k, lse, m["l"], m["d"], m["l_sel"])
+        part = ts.block_importance(q, k, lse, m["l"], m["d"], m["l_sel"], start=lo, stop=hi)
+        cfg = ts.block_config(m["hpg"], m["d_k"], m["l"], m["d"], m["l_sel"])
+        keys = torch.full((m["b"], m["g"], hi - lo, -(-s // m["l_sel"])), 12345, dtype=torch.int64, device=q.device)
+        ts._importance_into(keys, q, k, lse, m["l"], m["d"], m["l_sel"], lo, m["n_sel"], cfg,
+                            kernel=ts._blocksel_keys_kernel)
+        assert not (keys == 12345).any(), name  # every entry written
+        blocks = {}
+        for topk in ("sort", "topk"):
+            monkeypatch.setattr(selection, "TOPK_CHOICE", topk)
+            blocks[topk] = ts.select_blocks(q, k, lse, m["l"], m["d"], m["l_sel"], m["n_sel"], method="tiled")
+        got[name] = imp, part, blocks
+    (imp, part, blocks), (want, want_part, want_blocks) = got[loop], got["tile"]
+    # the same _importance_tile on the same tiles: equal but for the order the compiled code sums in
+    scale = want.abs().max().item()
+    torch.testing.assert_close(imp, want, rtol=1e-5, atol=1e-6 * scale)
+    torch.testing.assert_close(part, want_part, rtol=1e-5, atol=1e-6 * scale)
+    torch.testing.assert_close(part, imp[:, :, lo:hi], rtol=1e-5, atol=1e-6 * scale)
+    for topk in ("sort", "topk"):  # as test_triton_selection_topk asserts of its two kernels: the same blocks
+        assert torch.equal(blocks[topk], want_blocks[topk]), topk

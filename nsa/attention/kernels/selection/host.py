@@ -162,9 +162,12 @@ reports/gpu/2026-11-26/): at S = 65,536, B = 1 the tiled selection costs 8 launc
 (3.9 ms) and torch's radix sort (3.2 ms) plus ~1 ms of `where`, 413 kernel launches per layer in all; the fused
 kernel 7.1 ms in one launch, 165 launches per layer; layer GPU time 43.1 ms (tiled) vs 40.2 ms (fused). At
 S = 2,048, B = 8: 191 launches (tiled) vs 161 (fused), GPU time 4.55 vs 4.43 ms, host issue time 7.1 vs 6.7 ms.
-AOT compile (python -m nsa.attention.kernels.aot): every case compiles for sm_80 and sm_90 without spills under
-triton 3.9 and 3.6 but one, the importance kernel at hpg 1, d 128 on sm_90 under 3.6 (44 bytes, accepted in aot.py
-with its reason); registers and shared memory per case: reports/aot/triton-<version>.md. On sm_90 Q K^T and P W
+AOT compile (python -m nsa.attention.kernels.aot, since 2026-12-01 with the 16-divisible integer arguments the JIT
+specialises, JIT_DIVISIBLE: without them the registers were not the GPU's, 176 for the importance kernel at hpg 6
+under 3.6 where the GPU compiles 77): every case compiles for sm_80 and sm_90 without spills under triton 3.9 and 3.6
+but one, the fused kernel at hpg 3, d 128 on sm_80 under 3.9 (8 bytes, accepted in aot.py with its reason; the 44
+bytes 3.6 showed in the importance kernel at hpg 1, d 128 without the hints are gone with them); registers and
+shared memory per case: reports/aot/triton-<version>.md. On sm_90 Q K^T and P W
 reach wgmma; the head-sum dot R @ acc (16-32 rows) stays mma.sync. NSA_AOT_FULL=1 compiles all 104 configurations
 (both kernels, hpg 1/3/6/8, d_k 32/64/128, l_sel/d 2/4/8, bf16/fp16). Above 128 registers a SM holds one CTA (8 or
 4 warps): the skip filter's branch around the merge (~40 registers under 3.6) changes nothing at that occupancy.

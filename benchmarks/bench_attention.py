@@ -148,6 +148,15 @@ def pass_timer(module, x, device: str, forward_only: bool = False):
     return one
 
 
+def pass_stats(times: list) -> dict:
+    """{mode: {"min", "median", "max"}} in seconds of timed passes [(forward s, backward s or None)]: "fwd", and
+    "bwd" and "fwdbwd" (their sum) where the passes timed a backward."""
+    series = {"fwd": [f for f, _ in times]}
+    if all(b is not None for _, b in times):
+        series.update(bwd=[b for _, b in times], fwdbwd=[f + b for f, b in times])
+    return {m: {"min": min(v), "median": statistics.median(v), "max": max(v)} for m, v in series.items()}
+
+
 def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: str, repeats: int,
              warmup: int, index_build: str = "auto", batch: int = 1, dkdv_choice: str = "auto",
              topk_choice: str = "auto", query_choice: str = "auto", sel_dq_choice: str = "auto",
@@ -195,10 +204,7 @@ def run_case(path: str, shape_name: str, seq_len: int, device: str, dtype_name: 
         peak_gb = torch.cuda.max_memory_allocated() / 2**30
     else:
         peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-    series = {"fwd": [f for f, _ in times]}
-    if not forward_only:
-        series.update(bwd=[b for _, b in times], fwdbwd=[f + b for f, b in times])
-    stats = {m: {"min": min(v), "median": statistics.median(v), "max": max(v)} for m, v in series.items()}
+    stats = pass_stats(times)
     extra = {"note": f"forward only, autograd off: {no_grad_reason}"} if forward_only else {}
     extra.update(choices_in_effect(path, index_build))
     return {"path": path, "shape": shape_name, "seq_len": seq_len, "batch": batch, "times_s": stats, "repeats": n,
@@ -342,12 +348,25 @@ def _choices(name: str) -> tuple[str, ...]:
     return tuple(getattr(importlib.import_module(module), attribute))
 
 
+def choice_place(flag: str) -> tuple:
+    """(module, attribute name) of the process-wide choice a --FLAG names: X_CHOICE beside its X_CHOICES."""
+    module, attribute = _CHOICE_FLAGS[flag].split(":")
+    return importlib.import_module(module), attribute.removesuffix("S")
+
+
+def choice_problem(flag: str, value: str) -> str | None:
+    """Why `value` is not a value of --FLAG (auto or one of the module's X_CHOICES), as "FLAG 'VALUE': expected
+    ...", or None."""
+    if value == "auto" or value in (known := _choices(_CHOICE_FLAGS[flag])):
+        return None
+    return f"{flag} {value!r}: expected auto or one of {', '.join(known)}"
+
+
 def _set_choice(flag: str, value: str) -> None:
     """Set the process-wide choice a --FLAG names (X_CHOICE beside its X_CHOICES) to `value`, for an A/B."""
-    module, attribute = _CHOICE_FLAGS[flag].split(":")
-    if value not in (known := _choices(_CHOICE_FLAGS[flag])):
-        raise SystemExit(f"--{flag} {value!r}: expected auto or one of {', '.join(known)}")
-    setattr(importlib.import_module(module), attribute.removesuffix("S"), value)
+    if why := choice_problem(flag, value):
+        raise SystemExit(f"--{why}")
+    setattr(*choice_place(flag), value)
 
 
 def repeated(values: list) -> list:
@@ -448,10 +467,9 @@ def main(argv=None) -> int:
     if twice := repeated(seq_lens):  # one (path, S) case is one result: a second run of it would replace the first
         ap.error(f"--seq-lens: {', '.join(map(str, twice))} given more than once (a case runs once; --repeats sets "
                  "its timed passes)")
-    for flag, name in _CHOICE_FLAGS.items():  # an unknown choice is refused here, before any case runs
-        value = getattr(args, flag.replace("-", "_"))
-        if value != "auto" and value not in (known := _choices(name)):
-            ap.error(f"--{flag} {value!r}: expected auto or one of {', '.join(known)}")
+    for flag in _CHOICE_FLAGS:  # an unknown choice is refused here, before any case runs
+        if why := choice_problem(flag, getattr(args, flag.replace("-", "_"))):
+            ap.error(f"--{why}")
     if args.case:
         print(json.dumps(run_case(args.case, args.shape, seq_lens[0], args.device, args.dtype, args.repeats,
                                   args.warmup, args.index_build, args.batch, args.dkdv_choice, args.topk_choice,

@@ -42,18 +42,16 @@ Exit 0 when every arm was measured, 1 when one failed, 2 for invalid options.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import math
 import shlex
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ab_table import round_verdict  # noqa: E402  (same directory: one verdict rule for every A/B of a GPU run)
-from bench_attention import (PATHS, SHAPES, _CHOICE_FLAGS, _choices, build, choices_in_effect,  # noqa: E402
-                             no_cuda_here, pass_timer, repeated, timed_passes)
+from bench_attention import (PATHS, SHAPES, _CHOICE_FLAGS, build, choice_place, choice_problem,  # noqa: E402
+                             choices_in_effect, no_cuda_here, pass_stats, pass_timer, repeated, timed_passes)
 
 MODES = ("fwd", "bwd", "fwdbwd")
 
@@ -68,8 +66,8 @@ def parse_arm(text: str) -> tuple[str, dict[str, str]]:
         flag, colon, value = item.partition(":")
         if not colon or flag not in _CHOICE_FLAGS:
             raise ValueError(f"--arm {text!r}: {item!r} is not FLAG:VALUE with FLAG one of {', '.join(_CHOICE_FLAGS)}")
-        if value != "auto" and value not in (known := _choices(_CHOICE_FLAGS[flag])):
-            raise ValueError(f"--arm {text!r}: {flag} {value!r}: expected auto or one of {', '.join(known)}")
+        if why := choice_problem(flag, value):
+            raise ValueError(f"--arm {text!r}: {why}")
         if flag in out:
             raise ValueError(f"--arm {text!r}: {flag} given twice")
         out[flag] = value
@@ -85,10 +83,8 @@ class Choices:
     def __init__(self, flags):
         self.places = {}
         for flag in flags:
-            where = _CHOICE_FLAGS[flag]
-            module, attribute = where.split(":")
-            mod = importlib.import_module(module)
-            self.places[flag] = (mod, attribute.removesuffix("S"), getattr(mod, attribute.removesuffix("S")))
+            module, attribute = choice_place(flag)
+            self.places[flag] = (module, attribute, getattr(module, attribute))
 
     def apply(self, settings: dict[str, str]) -> None:
         for flag, (mod, attribute, start) in self.places.items():
@@ -96,10 +92,6 @@ class Choices:
 
     def restore(self) -> None:
         self.apply({})
-
-
-def _stats(values: list[float]) -> dict:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 def measure_block(one, warmup: int, repeats: int, device: str) -> dict:
@@ -111,8 +103,7 @@ def measure_block(one, warmup: int, repeats: int, device: str) -> dict:
             torch.cuda.reset_peak_memory_stats()
 
     times = timed_passes(one, warmup, repeats, reset_peak)
-    series = {"fwd": [f for f, _ in times], "bwd": [b for _, b in times], "fwdbwd": [f + b for f, b in times]}
-    block = {"times_s": {m: _stats(v) for m, v in series.items()}, "passes": len(times)}
+    block = {"times_s": pass_stats(times), "passes": len(times)}
     outputs = getattr(one, "outputs", None)  # the last pass's loss and input-gradient norm (layer_pass)
     if outputs:
         block.update({k: float(v) for k, v in outputs.items()})

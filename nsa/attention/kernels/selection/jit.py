@@ -157,6 +157,20 @@ def _blocksel_importance_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp
     tl.store(base + (t_tok - row0)[:, None].to(tl.int64) * sot + (j0 + cols)[None, :], imp, mask=ok)
 
 @triton.jit
+def _packed_keys(imp, j, cur):
+    """nsa.attention.selection.packed_keys of an importance tile [rows, K]: (monotone_int32(score) << 32) |
+    (0xFFFFFFFF - j), the score +inf for the forced blocks (0, cur and cur - 1) and -inf for blocks not started
+    (j > cur); j [1, K] the tile's blocks, cur [rows, 1] each row's own block."""
+    # monotone int32 of the fp32 score: the bits when >= 0, bits ^ 0x7FFFFFFF when negative; -0.0 as +0.0 and
+    # any NaN as the one NaN 0x7FC00000 (above +inf, as torch.sort ranks it)
+    bits = tl.where(imp == 0.0, 0, imp.to(tl.int32, bitcast=True))
+    bits = tl.where(imp != imp, 0x7FC00000, bits)
+    mono = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    mono = tl.where((j == 0) | (j == cur) | (j == cur - 1), 0x7F800000, mono)  # forced: +inf
+    mono = tl.where(j > cur, -2139095041, mono)  # not started: -inf (0xFF800000 ^ 0x7FFFFFFF)
+    return (mono.to(tl.int64) << 32) | (0xFFFFFFFF - j.to(tl.int64))
+
+@triton.jit
 def _blocksel_keys_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp, n_blocks, d_k, l, d, l_sel, A, B_,
                           bj, row0, n_rows, skip_n, qk_scale, hs_scale, out_scale,
                           sqb, sqh, sqs, sqd, skb, skg, skn, skd, slb, slh, sls, sob, sog, sot,
@@ -188,14 +202,7 @@ def _blocksel_keys_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp, n_bl
     t_tok = t0 + tt
     j = (j0 + cols)[None, :]
     cur = (t_tok // l_sel)[:, None]
-    # monotone int32 of the fp32 score: the bits when >= 0, bits ^ 0x7FFFFFFF when negative; -0.0 as +0.0 and
-    # any NaN as the one NaN 0x7FC00000 (above +inf, as torch.sort ranks it)
-    bits = tl.where(imp == 0.0, 0, imp.to(tl.int32, bitcast=True))
-    bits = tl.where(imp != imp, 0x7FC00000, bits)
-    mono = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-    mono = tl.where((j == 0) | (j == cur) | (j == cur - 1), 0x7F800000, mono)  # forced: +inf
-    mono = tl.where(j > cur, -2139095041, mono)  # not started: -inf (0xFF800000 ^ 0x7FFFFFFF)
-    key = (mono.to(tl.int64) << 32) | (0xFFFFFFFF - j.to(tl.int64))
+    key = _packed_keys(imp, j, cur)
     ok = ((tt < bt) & (t_tok <= t_last))[:, None] & ((cols < bj) & (j0 + cols < n_blocks))[None, :]
     base = out_ptr + b.to(tl.int64) * sob + g.to(tl.int64) * sog
     tl.store(base + (t_tok - row0)[:, None].to(tl.int64) * sot + j, key, mask=ok)
@@ -298,20 +305,14 @@ def _blocksel_finish_kernel(top_ptr, out_ptr, n_rows, rows, k, n_sel, sog, sot, 
 
 @triton.jit
 def _store_tile(imp, base, t_tok, row0, sot, rows_ok, cur, j0, bj, n_blocks, K: tl.constexpr, KEYS: tl.constexpr):
-    """Store one importance tile [BT_PAD, K] (KEYS False) or its packed keys (_blocksel_keys_kernel's packing,
-    line for line) at blocks j0 .. j0 + bj - 1 of the rows t_tok - row0."""
+    """Store one importance tile [BT_PAD, K] (KEYS False) or its packed keys (_packed_keys, as _blocksel_keys_kernel
+    writes them) at blocks j0 .. j0 + bj - 1 of the rows t_tok - row0."""
     cols = tl.arange(0, K)
     j = (j0 + cols)[None, :]
     ok = rows_ok[:, None] & ((cols < bj) & (j0 + cols < n_blocks))[None, :]
     dst = base + (t_tok - row0)[:, None].to(tl.int64) * sot + j
     if KEYS:
-        bits = tl.where(imp == 0.0, 0, imp.to(tl.int32, bitcast=True))
-        bits = tl.where(imp != imp, 0x7FC00000, bits)
-        mono = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-        mono = tl.where((j == 0) | (j == cur) | (j == cur - 1), 0x7F800000, mono)  # forced: +inf
-        mono = tl.where(j > cur, -2139095041, mono)  # not started: -inf (0xFF800000 ^ 0x7FFFFFFF)
-        key = (mono.to(tl.int64) << 32) | (0xFFFFFFFF - j.to(tl.int64))
-        tl.store(dst, key, mask=ok)
+        tl.store(dst, _packed_keys(imp, j, cur), mask=ok)
     else:
         tl.store(dst, imp, mask=ok)
 

@@ -196,21 +196,21 @@ def calls_records(folder: Path, path: Path, failed: str | None = None) -> list[d
     return records
 
 
-def choices_records(folder: Path, path: Path, failed: str | None = None) -> list[dict]:
+def choices_records(folder: Path, path: Path) -> list[dict]:
     """bench_choices.py's JSON (every arm against the baseline arm in one process, round by round, each round a
     baseline block and an arm block adjacent in time): one comparison per arm, its rounds' medians and ratios as the
     one-file-per-round A/Bs have them, the verdict by round_verdict on forward + backward. The JSON is written after
     every block and says itself which arms finished, so an arm that finished is a figure whatever its step's exit
     (a crash in another arm, a later call that skipped or cut the step: the file is this machine's, in this
     session's $W); an arm that failed, was being measured when the process ended, or was never reached (an arm of
-    its --arm list with no record) is "incomplete" with why. failed: why no arm of the file is a figure (None: the
-    file decides). [] for another kind of file."""
+    its --arm list with no record) is "incomplete" with why, and every arm is when the baseline's own outputs changed
+    during the run (memory overwritten). [] for another kind of file."""
     data = _read(path)
     if not (isinstance(data, dict) and data.get("bench") == "choices" and isinstance(data.get("arms"), dict)):
         return []
     case = f"{data.get('seq_len')}b{data.get('batch')}"
-    failed = failed or (f"the baseline's outputs changed: {data['baseline_outputs_changed']}"
-                        if data.get("baseline_outputs_changed") else None)
+    failed = (f"the baseline's outputs changed: {data['baseline_outputs_changed']}"
+              if data.get("baseline_outputs_changed") else None)
     arms = dict(data["arms"])
     settings = data.get("arm_settings") if isinstance(data.get("arm_settings"), dict) else {}
     for arm in settings:

@@ -5,8 +5,9 @@
   when the main thread is stuck inside a C call such as a hung collective). Training continues.
 - SIGTERM / SIGHUP / SIGINT: a stop is requested; the trainer finishes the current step, saves a checkpoint and exits
   0 (SIGHUP: a terminal closed under `nsa-train`, or torchrun passing on the SIGHUP it received, which ended the rank
-  with status.json "running" before). A second SIGINT raises KeyboardInterrupt as usual. Once the trainer writes its last records (RunControl.hold),
-  SIGTERM, SIGINT and SIGHUP are recorded and not acted on, so that those records end complete.
+  with status.json "running" before). A second SIGINT raises KeyboardInterrupt as usual. Once the trainer writes
+  its last records (RunControl.hold), SIGTERM, SIGINT and SIGHUP are recorded and not acted on, so that those
+  records end complete.
 - out_dir/.HALT (written by a person or `nsa-train watchdog`): stop at the next step with a final checkpoint.
 - NSA_FAULT (nsa.toggles.Fault): crash, hang or NaN at a given step on purpose, for testing the validation suite:
   crash raises InjectedCrash (exit 1, status crashed); hang blocks the rank until SIGTERM/SIGINT/SIGKILL (the
@@ -178,10 +179,7 @@ class RunControl:
         records half-written. Nothing where the handlers are not installed (not the main thread)."""
         if signal.SIGINT not in self._installed:
             return
-        self._holding = True
-        hangup = getattr(signal, "SIGHUP", None)  # install() took it already where the platform has it
-        if hangup is not None and hangup not in self._installed:
-            self._installed[hangup] = signal.signal(hangup, self._on_stop)
+        self._holding = True  # (install() took SIGHUP too, where the platform has it)
 
     def uninstall(self) -> None:
         if signal.SIGUSR1 in self._installed:

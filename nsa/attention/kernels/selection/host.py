@@ -451,12 +451,9 @@ def select_blocks(q, k_cmp, lse_cmp, l: int, d: int, l_sel: int, n_sel: int, met
 def _aot_signature(kernel: str, dtype: str, cfg: dict) -> tuple[dict, dict]:
     ptrs = {"q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "lse_ptr": "*fp32",
             "out_ptr": "*fp32" if kernel in ("imp", "rows") else "*i64"}
-    if kernel in ("rows", "rows_keys"):  # _blocksel_rows_kernel: the one-tile kernels' arguments and jt
-        ints = ("S G hpg n_cmp n_blocks d_k l d l_sel A B_ bj row0 n_rows skip_n jt").split()
-        floats = ("qk_scale", "hs_scale", "out_scale")
-        strides = "sqb sqh sqs sqd skb skg skn skd slb slh sls sob sog sot".split()
-    elif kernel in ("imp", "keys"):
+    if kernel in ("imp", "keys", "rows", "rows_keys"):  # _blocksel_rows_kernel: the one-tile kernels' and jt
         ints = ("S G hpg n_cmp n_blocks d_k l d l_sel A B_ bj row0 n_rows skip_n").split()
+        ints += ["jt"] if kernel.startswith("rows") else []
         floats = ("qk_scale", "hs_scale", "out_scale")
         strides = "sqb sqh sqs sqd skb skg skn skd slb slh sls sob sog sot".split()
     else:

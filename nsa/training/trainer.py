@@ -678,7 +678,7 @@ class Trainer:
         finally:
             self._close()
         # the signal handlers stay, holding every SIGTERM, SIGINT and SIGHUP, until the run's last record is written,
-        # where a second Ctrl-C would cut these writes short and a SIGHUP end the rank with status.json still "running"
+        # where a second Ctrl-C would cut these writes short (status.json still "running", no summary)
         try:
             if self.audit is not None:
                 summary = self.audit.summary()

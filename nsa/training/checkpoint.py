@@ -2,21 +2,24 @@
 
     out_dir/checkpoints/step_00000042/
         model_optim.pt   rank 0: full (unsharded) model and optimizer state, GradScaler state
-        rank{r}.pt       every rank: its data position and RNG states
+        rank{r}.pt       every rank: its data position and RNG states (CUDA: its own current device's generator)
         meta.json        step, world size, parallel mode; written last: a directory without it is incomplete
 
-A checkpoint is written into `step_N.tmp/` and renamed once every rank's files are in, so a crash mid-save never
-leaves a checkpoint that looks complete; rotation (the last `keep` by step number) deletes a checkpoint's meta.json
-before the rest, and the next save removes the `.tmp/` directories of saves killed midway. Only `step_N/` directories
-are checkpoints: other names in checkpoints/ are neither loaded nor deleted. The same full state dicts serve
-single-process, DDP and FSDP2 runs (torch.distributed.checkpoint.state_dict), so a run can be resumed under another
-parallel mode, but not with another world size (each rank's data position belongs to its shard).
+A checkpoint is written into `step_N.tmp/` and renamed once every rank's files are in and on disk (fsync), so a
+crash mid-save (of the process, or of the machine) never leaves a checkpoint that looks complete; rotation (the last
+`keep` by step number) deletes a checkpoint's meta.json before the rest, and the next save removes the `.tmp/`
+directories of saves killed midway. Only `step_N/` directories are checkpoints: other names in checkpoints/ are
+neither loaded nor deleted. The same full state dicts serve single-process, DDP and FSDP2 runs
+(torch.distributed.checkpoint.state_dict), so a run can be resumed under another parallel mode, but not with another
+world size (each rank's data position belongs to its shard).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 import random
 import shutil
 from pathlib import Path
@@ -31,6 +34,8 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_optimizer_state_dict)
 
 from nsa.training.distributed import DistInfo, barrier
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoints"
 META = "meta.json"
@@ -95,16 +100,36 @@ def latest_step(out_dir: Path) -> int | None:
 def _rng_state() -> dict[str, Any]:
     state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        # this rank's own CUDA generator: its current device's (nsa.training.distributed.init sets LOCAL_RANK's),
+        # with that device's index; a resume restores it onto its current device, whichever devices it sees
+        device = torch.cuda.current_device()
+        state["cuda"] = {"device": device, "state": torch.cuda.get_rng_state(device)}
     return state
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def _set_rng_state(state: dict[str, Any], path: Path | None = None) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        _set_cuda_rng_state(state["cuda"], path)
+
+
+def _set_cuda_rng_state(saved: Any, path: Path | None) -> None:
+    """Restore this rank's CUDA generator onto its current device: the saving rank's own generator, or, from an
+    older checkpoint (a list of the generators of every device the saving rank saw, in device order), the entry of
+    the current device's index; where that list has no such entry, a warning says what is not restored."""
+    device = torch.cuda.current_device()
+    if isinstance(saved, dict):
+        torch.cuda.set_rng_state(saved["state"], device)
+        return
+    if device < len(saved):
+        torch.cuda.set_rng_state(saved[device], device)
+        return
+    where = f"{path}: " if path is not None else ""
+    log.warning(f"{where}the CUDA random generator of cuda:{device} is not restored: this older checkpoint holds "
+                f"the generators of {len(saved)} device(s) only (cuda:0 to cuda:{len(saved) - 1}, every device the "
+                "saving rank saw); this rank's CUDA random numbers differ from the run it continues")
 
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -125,13 +150,18 @@ def save(out_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Opti
     if info.is_main:
         torch.save({"model": model_state, "optimizer": optim_state,
                     "scaler": scaler.state_dict() if scaler is not None else None}, tmp / "model_optim.pt")
+        _sync(tmp / "model_optim.pt")
     torch.save({"rank": info.rank, "data": data_state, "rng": _rng_state()}, tmp / f"rank{info.rank}.pt")
+    _sync(tmp / f"rank{info.rank}.pt")
     barrier(info)
     if info.is_main:
         (tmp / META).write_text(json.dumps({"step": step, "world_size": info.world_size, "parallel": parallel}))
+        _sync(tmp / META)
+        _sync(tmp, directory=True)
         if final.exists():
             _remove(final)
         tmp.rename(final)
+        _sync(final.parent, directory=True)
         for old in list_checkpoints(out_dir)[:-keep]:
             _remove(old)
         for stale in final.parent.glob("step_*.tmp"):  # left by saves killed midway: never complete, never loaded
@@ -148,7 +178,28 @@ def _remove(path: Path) -> None:
         (path / META).unlink(missing_ok=True)
     except OSError:
         pass
+    _sync(path, directory=True)  # the unlink on disk before any other file goes, a machine's crash included
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _sync(path: Path, *, directory: bool = False) -> None:
+    """fsync `path`: a file's data, or a directory's entries (best effort: some file systems refuse it). A checkpoint
+    is renamed to step_N/ only once every file in it is on disk, so that a machine that loses power or crashes
+    right after (not only a killed process) never leaves a step_N/ with meta.json whose other files are empty or
+    missing."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        if directory:
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not directory:
+            raise
+    finally:
+        os.close(fd)
 
 
 def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, info: DistInfo, *,
@@ -190,7 +241,7 @@ def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, info: D
                               f"({_first_line(exc)})") from None
     if scaler is not None and blob.get("scaler"):
         scaler.load_state_dict(blob["scaler"])
-    _set_rng_state(mine["rng"])
+    _set_rng_state(mine["rng"], path)
     return step, mine["data"]
 
 

@@ -30,7 +30,11 @@ METRIC_DIRECTIONS: dict[str, str] = {
     "mem_alloc_gb": "lower",
     "mem_reserved_gb": "lower",
 }
-VERDICTS = ("better", "worse", "same")
+VERDICTS = ("better", "worse", "same", "inconclusive")
+# A noise band wider than this resolves nothing worth saying "same" about: a measurement that cannot tell a change
+# of a quarter (a regression anyone would act on) from no change says "inconclusive", whatever its interval or
+# threshold (validation.analysis.significance.comparison's noise floors are held to it too)
+MAX_USEFUL_FLOOR = 0.25
 
 
 def higher_is_better(metric: str) -> bool:
@@ -111,7 +115,9 @@ def compare_samples(a: Sequence[float], b: Sequence[float], higher_is_better: bo
       t, p_value (None for "threshold"),
       significant: p < alpha and |rel_delta| > noise; for "threshold" (a single value on a side) only the noise
                    threshold can decide: |rel_delta| > noise,
-      verdict: "better" | "worse" (b relative to a, respecting higher_is_better) when significant, else "same".
+      verdict: "better" | "worse" (b relative to a, respecting higher_is_better) when significant; else "same" when
+               the change is at most MAX_USEFUL_FLOOR (25%), and "inconclusive" beyond it (a change from a zero
+               baseline too): samples that cannot resolve a change of 88% do not show that nothing changed.
     An empty sample (after dropping non-finite values) raises StatsError: there is nothing to compare.
     """
     if not (noise >= 0 and math.isfinite(noise)):
@@ -135,7 +141,7 @@ def compare_samples(a: Sequence[float], b: Sequence[float], higher_is_better: bo
     else:
         significant = beyond_noise
         test = "threshold"
-    verdict = "same"
+    verdict = "same" if rel is not None and abs(rel) <= MAX_USEFUL_FLOOR else "inconclusive"
     if significant:
         verdict = "better" if (delta > 0) == bool(higher_is_better) else "worse"
 

@@ -46,13 +46,12 @@ import numpy as np
 from validation.formatting import fmt_pct, plural
 from validation.analysis.significance.distributions import t_ppf
 from validation.analysis.significance.units import Units, block_units
-from validation.analysis.stats import StatsError, t_sf2
+# MAX_USEFUL_FLOOR: a noise floor wider than this resolves nothing worth saying "same" about (defined with the
+# samples' comparison it also bounds)
+from validation.analysis.stats import MAX_USEFUL_FLOOR, StatsError, t_sf2
 
 ALPHA = 0.05
 MIN_FLOOR = 0.01
-# A noise floor wider than this resolves nothing worth saying "same" about: a measurement that cannot tell a change
-# of a quarter (a regression anyone would act on) from no change says "inconclusive", whatever its interval
-MAX_USEFUL_FLOOR = 0.25
 METHODS = ("blocks", "runs", "paired", "common")
 VERDICTS = ("better", "worse", "same", "inconclusive")
 

@@ -74,10 +74,21 @@ def autocorrelation(series: Sequence[float] | np.ndarray, max_lag: int | None = 
     return _acf(x)[:max_lag + 1]
 
 
+def _binary_exponent(x: np.ndarray) -> int:
+    """e with max |x| * 2^-e in [0.5, 1) (0 for an all-zero or empty array): np.ldexp(x, -e) rescales x exactly (a
+    power of two), so that squares and sums neither overflow (values beyond ~1e154) nor underflow to 0 (below
+    ~1e-154), and every statistic computed from the rescaled values is the exactly rescaled statistic."""
+    top = float(np.max(np.abs(x))) if x.size else 0.0
+    return math.frexp(top)[1] if top > 0 else 0
+
+
 def _acf(x: np.ndarray) -> np.ndarray:
-    """All n autocorrelations of a finite 1-d array (direct sums for short series, FFT for long ones)."""
+    """All n autocorrelations of a finite 1-d array (direct sums for short series, FFT for long ones), computed on
+    the series rescaled by a power of two (the autocorrelation does not depend on the scale)."""
     n = x.size
+    x = np.ldexp(x, -_binary_exponent(x))
     c = x - x.mean()
+    c = np.ldexp(c, -_binary_exponent(c))
     if n <= 512:
         acov = np.correlate(c, c, "full")[n - 1:]
     else:
@@ -231,6 +242,11 @@ def block_units(series: Sequence[float] | np.ndarray, *, min_blocks: int = MIN_B
     if n < 2 * min_blocks:
         raise StatsError(f"block means need at least {2 * min_blocks} steps after the warmup "
                          f"({min_blocks} blocks of 2), got {n}")
+    # computed on the series rescaled by a power of two, the mean, se and block means scaled back exactly: the
+    # squared deviations of values beyond ~1e154 overflowed (a NaN inefficiency, then a ValueError) and those of
+    # values below ~1e-154 underflowed to a standard error of 0 (an "exact", significant difference)
+    scale = _binary_exponent(x)
+    x = np.ldexp(x, -scale)
     rho = _acf(x)
     r1 = _lag1_corrected(rho)
     r_up = _lag1_upper(rho)
@@ -246,7 +262,8 @@ def block_units(series: Sequence[float] | np.ndarray, *, min_blocks: int = MIN_B
     dev = used - used.mean()
     var_steps = float(dev @ dev) / (m * b - 1)
     ess = float(m * b) if se == 0.0 else min(float(m * b), max(1.0, var_steps / (se * se)))
-    return Units(kind="blocks", values=tuple(float(v) for v in means), mean=float(used.mean()), se=se,
+    means, mean, se = np.ldexp(means, scale), float(np.ldexp(used.mean(), scale)), math.ldexp(se, scale)
+    return Units(kind="blocks", values=tuple(float(v) for v in means), mean=mean, se=se,
                  df=float(m - 1), n=int(m * b), block_len=int(b), dropped=int(n - m * b), lag1=float(r1),
                  inefficiency=float(g), kappa=float(kappa), ess=ess)
 
@@ -256,6 +273,7 @@ def run_units(run_means: Sequence[float] | np.ndarray) -> Units:
     x = finite_array(run_means, "run means")
     if x.size < 2:
         raise StatsError(f"run means: need at least 2 runs for a standard error, got {x.size}")
-    se = float(x.std(ddof=1)) / math.sqrt(x.size)
+    scale = _binary_exponent(x)  # as in block_units: no overflow or underflow of the squared deviations
+    se = math.ldexp(float(np.ldexp(x, -scale).std(ddof=1)), scale) / math.sqrt(x.size)
     return Units(kind="runs", values=tuple(float(v) for v in x), mean=float(x.mean()), se=se,
                  df=float(x.size - 1), n=int(x.size), ess=float(x.size))

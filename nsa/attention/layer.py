@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from types import SimpleNamespace
 
 import torch
@@ -40,7 +39,7 @@ from nsa.attention.compression import Compressor
 from nsa.config import NSAConfig, resolve_auto
 from nsa.attention.geometry import num_cmp_blocks, num_sel_blocks
 from nsa.observability import span
-from nsa.attention.selection import RANGE_BUILDERS, choose_blocks, importance_from_cmp, overlap_weights
+from nsa.attention.selection import RANGE_BUILDERS, choose_blocks, importance_from_cmp
 
 BRANCHES = ("cmp", "sel", "win")
 
@@ -81,18 +80,6 @@ class _Tokens:
     k_win: torch.Tensor
     v_win: torch.Tensor
     gates: torch.Tensor
-
-
-@lru_cache(maxsize=32)
-def _overlap(n_cmp: int, n_blocks: int, l: int, d: int, l_sel: int, device: torch.device) -> torch.Tensor:
-    return overlap_weights(n_cmp, n_blocks, l, d, l_sel).to(device)
-
-
-def _overlap_slice(n_cmp: int, n_blocks: int, l: int, d: int, l_sel: int, device: torch.device) -> torch.Tensor:
-    """overlap_weights(n_cmp, n_blocks) sliced from a matrix with power-of-two sides cached on `device` (a step
-    copies nothing from the host)."""
-    cap_c, cap_b = 1 << max(n_cmp - 1, 0).bit_length(), 1 << max(n_blocks - 1, 0).bit_length()
-    return _overlap(cap_c, cap_b, l, d, l_sel, torch.device(device))[:n_cmp, :n_blocks]
 
 
 # How decode_step attends over the selected blocks, side by side for an alternated A/B (benchmarks/bench_decode.py
@@ -247,9 +234,11 @@ class NSAAttention(nn.Module):
         else:
             p_cmp = probs(k_cmp)
             o_cmp = attend(p_cmp, v_cmp)
-            overlap = _overlap_slice(n_cmp, n_blocks, cfg.l, cfg.d, cfg.l_sel, q_t.device)
-            # heads of a group summed (Eq. 10), blocks mapped (Eq. 9); selection is fp32 on every path
-            importance = p_cmp.detach().float().sum(dim=2) @ overlap
+            # heads of a group summed (Eq. 10), blocks mapped (Eq. 9) by the batched path's importance_from_cmp:
+            # the same additions in the same order, so blocks of equal importance tie exactly as they do there
+            # (ties go to the lower block; a matmul by the overlap weights summed in another order and could
+            # rank one of two equal blocks above the other); selection is fp32 on every path
+            importance = importance_from_cmp(p_cmp.detach().float().sum(dim=2), n_blocks, cfg.l, cfg.d, cfg.l_sel)
 
         # selected branch: one block list per group
         position = torch.full((), t, dtype=torch.long, device=q_t.device)

@@ -38,7 +38,8 @@ def importance_from_cmp(p_cmp_group: torch.Tensor, n_blocks: int, l: int, d: int
 def overlap_weights(n_cmp: int, n_blocks: int, l: int, d: int, l_sel: int) -> torch.Tensor:
     """[n_cmp, n_blocks] matrix: stride-d chunks that compression block i and selection block j share.
 
-    The plain interval form of Eq. 9, used by the per-token path (and equal to importance_from_cmp's weights).
+    The plain interval form of Eq. 9: the tests' independent reference for importance_from_cmp's weights (every
+    path computes the importance with importance_from_cmp, so that equal blocks tie alike on each).
     """
     weights = torch.zeros(n_cmp, n_blocks)
     for i in range(n_cmp):

@@ -30,7 +30,8 @@ def _suite(parent: ET.Element, name: str, cases: list[tuple[ET.Element, str]], *
     suite.set("failures", str(counts["failure"]))
     suite.set("errors", str(counts["error"]))
     suite.set("skipped", str(counts["skipped"]))
-    suite.set("time", f"{sum(float(c.get('time', '0')) for c, _ in cases):.3f}")
+    # a sum past a float's range (durations of 1e308 s) is no time either: "0.000", never "inf"
+    suite.set("time", _junit_time(sum(float(c.get("time", "0")) for c, _ in cases)))
     for case, _ in cases:
         suite.append(case)
     return suite

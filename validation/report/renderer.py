@@ -30,6 +30,9 @@ TEMPLATE_NAMES = {"md": "report.md.j2", "html": "report.html.j2"}
 REPORT_FILES = {"md": "report.md", "html": "report.html", "json": "report.json", "junit": "junit.xml"}
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a surrogate code point, which UTF-8 cannot encode
+
+
 class ReportError(RuntimeError):
     """A report cannot be produced (unknown format, templates not found)."""
 
@@ -44,7 +47,10 @@ def render(results: dict, fmt: str = "md", *, run_dir: Path | None = None,
     if fmt not in FORMATS:
         raise ReportError(f"unknown report format {fmt!r} (expected one of {', '.join(FORMATS)})")
     if fmt == "json":
-        return json.dumps(results, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        # a lone surrogate (a name decoded from bytes that are not UTF-8, read back from results.json's "\\udcff")
+        # as that escape again: UTF-8 holds none, so the text could be neither written nor printed
+        text = json.dumps(results, indent=2, sort_keys=True, ensure_ascii=False)
+        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text) + "\n"
     if fmt == "junit":
         return render_junit(results)
     text = _template(fmt).render(r=build_view(results, run_dir=run_dir, plots=plots, inline_plots=fmt == "html"))
@@ -110,25 +116,41 @@ _LINK_START = re.compile(r"\]\(")
 _BACKTICKS = re.compile(r"`+")
 
 
+def _escaped(text: str, index: int) -> bool:
+    """The character at `index` follows an odd number of backslashes: a backslash escape in Markdown."""
+    n = 0
+    while index - n > 0 and text[index - n - 1] == "\\":
+        n += 1
+    return n % 2 == 1
+
+
 def _outside_code(text: str, change) -> str:
     """text with `change` applied to what lies outside its Markdown code spans (a run of n backticks to the next run
-    of exactly n: CommonMark's rule; an unmatched run is literal text)."""
+    of exactly n: CommonMark's rule; an unmatched run is literal text, and so is a backslash-escaped backtick outside
+    a code span, which opens none)."""
     out, start, pos = [], 0, 0
     while True:
         opening = _BACKTICKS.search(text, pos)
         if opening is None:
             break
-        n = len(opening.group(0))
-        closing = next((m for m in _BACKTICKS.finditer(text, opening.end()) if len(m.group(0)) == n), None)
+        begin = opening.start() + _escaped(text, opening.start())  # an escaped first backtick is text
+        n = opening.end() - begin
+        closing = next((m for m in _BACKTICKS.finditer(text, opening.end()) if len(m.group(0)) == n), None) \
+            if n else None
         if closing is None:
             pos = opening.end()
             continue
-        out += [change(text[start:opening.start()]), text[opening.start():closing.end()]]
+        out += [change(text[start:begin]), text[begin:closing.end()]]
         start = pos = closing.end()
     return "".join(out + [change(text[start:])])
 
 
+# a backtick outside the value's code spans (one of a run that closes none) that no backslash escapes yet
+_LONE_BACKTICK = re.compile(r"(?<!\\)((?:\\\\)*)`")
+
+
 def _md_escape(text: str) -> str:
+    text = _LONE_BACKTICK.sub(lambda m: m.group(1) + "\\`", text) if "`" in text else text
     return _LINK_START.sub("]\\(", _HTML_START.sub(lambda m: m.group(1) + "\\<", text))
 
 
@@ -137,14 +159,53 @@ def md_text(value: Any, *, lines: bool = False) -> str:
     branch, a step's title or reason): control characters as printable() shows them, line breaks as spaces (a
     heading, a list item or a bold label stays one line; `lines`: kept, for a description's paragraphs), and
     outside code spans no raw HTML or autolink (`<` escaped, so a `<script>` shows as text wherever the Markdown is
-    rendered) and no inline link or image (`](` escaped). Idempotent; the report's own inline Markdown (code spans,
-    **bold**) is kept."""
+    rendered) and no inline link or image (`](` escaped), and a backtick that closes no code span of the value
+    escaped (it would otherwise pair with a code span the report puts after the value, on the same line, and leave
+    that span's text, a `<` included, outside code), as is a fence (``` or ~~~) the value opens and never closes
+    (it would take the rest of the report into a code block). Idempotent; the report's own inline Markdown (code
+    spans, **bold**) is kept."""
     if isinstance(value, _MarkdownDone):
         return value
     text = printable(value)
     if not lines:
-        text = _LINE_BREAK.sub(" ", text)
-    return _outside_code(text, _md_escape) if ("<" in text or "](" in text) else text
+        return _md_line(_LINE_BREAK.sub(" ", text))
+    return _md_paragraphs(text)
+
+
+# a line that opens a fenced code block in CommonMark: up to 3 spaces, then 3 or more backticks (an info string of
+# no backtick after them) or tildes
+_FENCE_OPEN = re.compile(r"^( {0,3})(`{3,}(?=[^`]*$)|~{3,})")
+
+
+def _md_line(text: str) -> str:
+    """md_text of one line: a fence it opens escaped (no later line closes it), then what lies outside its code
+    spans."""
+    opening = _FENCE_OPEN.match(text)
+    if opening is not None:
+        text = opening.group(1) + "\\" + text[len(opening.group(1)):]
+    return _outside_code(text, _md_escape) if ("<" in text or "](" in text or "`" in text) else text
+
+
+def _md_paragraphs(text: str) -> str:
+    """md_text keeping line breaks (as \\n): each line on its own (a code span across lines could span two blocks,
+    where CommonMark pairs no backticks, and leave a `<` outside code), but a fenced code block the value opens and
+    closes itself (a description's example) kept as it is, its lines being code."""
+    lines = re.split(r"\r\n|\r|\n", text)
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        opening = _FENCE_OPEN.match(lines[i])
+        if opening is not None:
+            run = opening.group(2)
+            closing = re.compile(rf" {{0,3}}{re.escape(run[0])}{{{len(run)},}}[ \t]*")
+            end = next((j for j in range(i + 1, len(lines)) if closing.fullmatch(lines[j])), None)
+            if end is not None:
+                out += lines[i:end + 1]
+                i = end + 1
+                continue
+        out.append(_md_line(lines[i]))
+        i += 1
+    return "\n".join(out)
 
 
 _LINK_TEXT_SPECIAL = re.compile(r"([\\\[\]])")

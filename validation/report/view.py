@@ -28,7 +28,8 @@ from validation.results.store import RunDirError, inside_run_dir, resume_note, r
 from validation.results.model import RunResults
 from validation.results.trainer_launch import LaunchMetrics
 from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, VERDICT_LABELS, as_dict,
-                                      as_list, command_text, fence, fmt_duration, fmt_num, plural, status_view)
+                                      as_list, command_text, fence, fmt_duration, fmt_num, plural, printable,
+                                      status_view)
 
 
 
@@ -59,7 +60,10 @@ def _step_view(number: str, name: str, record: Step | None, raw: Any) -> dict:
         view.update(kind.view(kind.read({**raw, "name": name}), view))
     if status in FAILED_STATUSES or step.excerpt or step.stack_dumps:
         excerpt = step.excerpt or None
-        view["failure"] = {"failed": status in FAILED_STATUSES, "excerpt": excerpt, "fence": fence(excerpt or ""),
+        # the fence is longer than any backtick run of the text as shown (printable: a terminal's colour codes
+        # removed, which can join two runs into one)
+        view["failure"] = {"failed": status in FAILED_STATUSES, "excerpt": excerpt,
+                           "fence": fence(printable(excerpt)),
                            "stack_dumps": [str(p) for p in step.stack_dumps]}
     return view
 
@@ -370,14 +374,19 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
             v["plots"] = [p for p in plots if p["step"] == v["name"]]
     verdict = str(run.verdict or "INCOMPLETE")
     css = VERDICT_LABELS.get(verdict, "incomplete")
-    step_counts = Counter(str(s.status if s is not None else None) for s in run.steps.values())
-    crit_counts = Counter(str(c.status) for c in run.acceptance)
+    # every step of the runbook once, as its section shows it: one with no record "missing", one of no status
+    # "unknown" (status_view)
+    step_counts = Counter(status_view(s.status if s is not None else "missing")["value"]
+                          for s in dict(run.steps_in_order()).values())
+    crit_counts = Counter(status_view(c.status, CRITERION_LABELS)["value"] for c in run.acceptance)
     performance = performance_view(run)
     comps = findings.comparisons(results, run)
     finding = findings.key_finding(comps)
     problems = open_problems(run)
     rec_rows = findings.recommendation_rows(run, comps)
     rec_env = run.recommendations.env
+    exports = [f"export {k}={shlex.quote(str(rec_env[k]))}" for k in sorted(rec_env, key=str)]
+    run_command = validated_command(run)
     return {
         "title": f"{runbook.name or 'nsa-validate'} validation report",
         "runbook": {"name": fmt_num(runbook.name), "description": runbook.description or None,
@@ -395,7 +404,9 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
         # the thresholds behind every DISTURBED or inconclusive row, once (results.json "evidence")
         "interference_rules": str(run.evidence.rules or "") if run.evidence.disturbed else None,
         "recommended": rec_rows,
-        "run_command": validated_command(run),
+        # a fence longer than any backtick run of the lines it holds: a value holding ``` on a line of its own
+        # (a --set or environment value with a line break) stays inside the block
+        "run_command": {**run_command, "fence": fence(printable(run_command.get("text") or ""))},
         "step_counts": ", ".join(f"{step_counts[k]} {k}" for k in sorted(step_counts)) or "none",
         "step_total": sum(step_counts.values()),
         "criteria_counts": _criteria_counts(run, crit_counts),
@@ -403,7 +414,8 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
         "environment": _environment_rows(run),
         "phases": phases,
         "acceptance": _acceptance_rows(run),
-        "exports": [f"export {k}={shlex.quote(str(rec_env[k]))}" for k in sorted(rec_env, key=str)],
+        "exports": exports,
+        "exports_fence": fence(printable("\n".join(exports))),
         "notes": [str(n) for n in run.recommendations.notes],
         "plots": [p for p in plots if p["step"] not in shown_by_step],
         "plots_not_shown": plots_not_shown,  # recorded in results.json, not shown: [{"path", "why"}]

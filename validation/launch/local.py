@@ -139,6 +139,10 @@ class Run:
             if now >= self.deadline and proc.poll() is None:  # one that ended by itself meanwhile: its own status
                 self.status = "timeout"
                 self.how_ended = end_processes(tree, spec.term_grace_s)
+                if not self.how_ended and proc.returncode is not None:
+                    # nothing was left to end: the child exited by itself after the poll above (while the process
+                    # table was read), nothing of ours ended it, and its exit is its own status
+                    self.status = self._exit_status(proc.returncode)
                 return
             try:
                 proc.wait(timeout=min(spec.poll_s, max(self.deadline - now, 0.01)))
@@ -270,10 +274,18 @@ def set_aside(path: Path, tag: str) -> None:
 
 
 def note(log_path: Path, text: str) -> None:
-    """Append one launcher line to the combined log (O_APPEND: safe while the child writes too)."""
-    line = f"{NOTE_PREFIX}{time.strftime('%H:%M:%S')}] {text}\n"
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    """Append one launcher line to the combined log (O_APPEND: safe while the child writes too). It starts a line of
+    its own: after output that did not end in a newline (a child's last words without one) a newline comes first,
+    so the child's last line stays its own and the note is still read as a note (diagnosis.NOTE_PREFIX)."""
+    line = f"{NOTE_PREFIX}{time.strftime('%H:%M:%S')}] {text}\n".encode("utf-8", "replace")
     try:
-        os.write(fd, line.encode("utf-8", "replace"))
+        fd, readable = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644), True
+    except PermissionError:  # a log this process may write but not read: the note as it is
+        fd, readable = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644), False
+    try:
+        size = os.fstat(fd).st_size
+        if readable and size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        os.write(fd, line)
     finally:
         os.close(fd)

@@ -4,14 +4,15 @@ killer), where nothing of nsa-validate is left to do it.
 A launched child gets a parent-death signal (validation.launch.processes.die_with_parent), but its own children do
 not: an ordinary child of a pytest step, one in a session of its own, a daemon a test started with ``setsid``. With
 nsa-validate gone they are re-parented to PID 1 (nsa-validate was their subreaper), and nothing would end them.
-``python -m validation.launch.sentinel`` is a small process in a session of its own (so that a Ctrl-C or a
-hang-up of the terminal does not reach it) that runs beside the run (``validation.launch.session.guarded``) with a
-pipe as its standard input, once the run's first launch starts (``enable`` then ``watch``: a dry run or an invalid
-request starts none). Each local launch tells it its id (LAUNCH_ID_VAR, which every process the launch starts
-inherits) and the session its child leads when it starts (``watch``), and that it is over when it ends
-(``forget``). When nsa-validate exits normally it says so ("q") and the sentinel exits. When the pipe closes without
-that line, nsa-validate is gone: the sentinel ends every process of the launches still open (SIGTERM, their grace
-period, then SIGKILL: validation.launch.processes.end_launches), says so on its standard error, and exits.
+``python -m validation.launch.sentinel PID`` (PID: nsa-validate's, named in its message) is a small process in a
+session of its own (so that a Ctrl-C or a hang-up of the terminal does not reach it) that runs beside the run
+(``validation.launch.session.guarded``) with a pipe as its standard input, once the run's first launch starts
+(``enable`` then ``watch``: a dry run or an invalid request starts none). Each local launch tells it its id
+(LAUNCH_ID_VAR, which every process the launch starts inherits) and the session its child leads when it starts
+(``watch``), and that it is over when it ends (``forget``). When nsa-validate exits normally it says so ("q") and the
+sentinel exits. When the pipe closes without that line, nsa-validate is gone: the sentinel ends every process of the
+launches still open (SIGTERM, their grace period, then SIGKILL: validation.launch.processes.end_launches), says so
+on its standard error, and exits.
 
 What it cannot find: a process that both left the launch's session and dropped LAUNCH_ID_VAR from its environment
 (``env -i``, a program that clears its environment), or one started outside the launch's tree (``ssh``,
@@ -92,7 +93,9 @@ def _start() -> Sentinel | None:
     read_fd, write_fd = os.pipe()  # not inheritable: no launched process holds the write end open
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(_ROOT), os.environ.get("PYTHONPATH"))))}
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "validation.launch.sentinel"], stdin=read_fd,
+        # its argument: nsa-validate's pid, for the message once it is gone (the sentinel's own parent may be gone
+        # before the sentinel's interpreter has started)
+        proc = subprocess.Popen([sys.executable, "-m", "validation.launch.sentinel", str(os.getpid())], stdin=read_fd,
                                 stdout=subprocess.DEVNULL, env=env, start_new_session=True, close_fds=True)
     except OSError as exc:
         os.close(write_fd)
@@ -146,10 +149,12 @@ def parse(lines) -> tuple[dict[str, tuple[int, int | None, float]], bool]:
     return open_launches, False
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGHUP):  # its own session already keeps the terminal's away
         signal.signal(sig, signal.SIG_IGN)
-    parent = os.getppid()
+    args = sys.argv[1:] if argv is None else argv
+    # nsa-validate's pid as it gave it: by now this process's parent may already be PID 1 (or a subreaper)
+    parent = int(args[0]) if args and args[0].isdigit() else os.getppid()
     launches, quit_ = parse(iter(sys.stdin.buffer.readline, b""))
     if quit_ or not launches:
         return 0

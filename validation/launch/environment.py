@@ -153,7 +153,8 @@ def snapshot(step_dir: Path, cwd: Path, timeout_s: float = 300) -> tuple[dict[st
         problems.append("nvidia-smi not found: no GPU inventory XML")
     for name, argv in commands:
         try:
-            out = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
+            out = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
+                                 encoding="utf-8", errors="replace")
         except (OSError, subprocess.TimeoutExpired) as exc:
             problems.append(f"{' '.join(argv[:3])}: {exc}")
             continue
@@ -224,7 +225,8 @@ def node_snapshot_main(argv: list[str] | None = None) -> int:
     for fname, argv in (("nvidia_topo.txt", ["nvidia-smi", "topo", "-m"]), ("ibv_devinfo.txt", ["ibv_devinfo"])):
         if shutil.which(argv[0]):
             try:
-                out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+                out = subprocess.run(argv, capture_output=True, text=True, timeout=60, encoding="utf-8",
+                                     errors="replace")
                 (node_dir / fname).write_text(out.stdout + out.stderr)
                 files.append(node_dir / fname)
             except (OSError, subprocess.TimeoutExpired) as exc:

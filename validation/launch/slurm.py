@@ -21,6 +21,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,19 +80,28 @@ def _run(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = 
     """One Slurm command's stdout. It runs in a session of its own, with SIGINT / SIGTERM / SIGHUP to nsa-validate
     held back until it answers (at most COMMAND_TIMEOUT_S): a Ctrl-C in the terminal, which reaches its whole
     foreground process group, must not kill an sbatch that has already queued its job before it printed the job id,
-    nor an scancel before it reached the controller."""
+    nor an scancel before it reached the controller.
+    Its output goes to files, not pipes, so that the call ends when the command does: a process it leaves behind
+    holding a pipe open (a site's sbatch wrapper starting a helper) would hold the call to its timeout, and lose the
+    job id printed long before. Output that is not UTF-8 is read with replacement characters."""
     try:
-        with signals_deferred():
-            proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=COMMAND_TIMEOUT_S,
-                                  stdin=subprocess.DEVNULL, start_new_session=True)
+        with signals_deferred(), tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            code = subprocess.run(argv, stdout=out, stderr=err, env=env, cwd=cwd, timeout=COMMAND_TIMEOUT_S,
+                                  stdin=subprocess.DEVNULL, start_new_session=True).returncode
+            stdout, stderr = (_read_back(f) for f in (out, err))
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]}: not found (is Slurm installed and on PATH?)") from None
     except subprocess.TimeoutExpired:
         raise SlurmError(f"{shlex.join(argv)}: no answer within {COMMAND_TIMEOUT_S:g}s") from None
-    if proc.returncode != 0:
-        text = (proc.stderr or proc.stdout).strip().splitlines()
-        raise SlurmError(f"{shlex.join(argv)}: exit {proc.returncode}: {text[-1] if text else 'no message'}")
-    return proc.stdout
+    if code != 0:
+        text = (stderr or stdout).strip().splitlines()
+        raise SlurmError(f"{shlex.join(argv)}: exit {code}: {text[-1] if text else 'no message'}")
+    return stdout
+
+
+def _read_back(f) -> str:
+    f.seek(0)
+    return f.read().decode("utf-8", "replace")
 
 
 # Slurm's client settings: kept when a job is submitted from inside another allocation (submission_env)
@@ -451,7 +461,7 @@ class SlurmRun(Run):
             # would run without PATH, SLURM_CONF, ...), less an enclosing allocation's SLURM_* (submission_env)
             env = submission_env(self.spec.child_env(), keep=set(self.spec.exported_env()))
             out = subprocess.run(argv, cwd=self.spec.cwd, env=env, capture_output=True, text=True, timeout=60,
-                                 stdin=subprocess.DEVNULL)
+                                 stdin=subprocess.DEVNULL, encoding="utf-8", errors="replace")
             if out.returncode not in (0, 1):  # the watchdog's 1 means "stalled": what we expect
                 note(self.log_path, f"srun watchdog exited {out.returncode}: {clip(out.stderr.strip())}")
         except (OSError, subprocess.TimeoutExpired) as exc:

@@ -4,7 +4,7 @@ as they import _plot_helpers. Each reads the step's typed record (validation.res
 
 from __future__ import annotations
 
-from validation.formatting import fmt_num, fmt_pct, params_text, status_view
+from validation.formatting import finite, fmt_num, fmt_pct, params_text, status_view
 from validation.kinds.blocks import Badge, Block, Paragraph
 from validation.results.codec import given
 from validation.results.decision import Choice, DecisionRecord
@@ -34,6 +34,36 @@ def nothing_compared(decision: DecisionRecord | None) -> bool:
     return decision is not None and not decision.comparisons
 
 
+def unkept_difference(decision: DecisionRecord | None) -> str | None:
+    """The significant difference a recorded decision found but chose nothing on, in words ("batched +821.0% against
+    baseline"), else None: its comparison is significant while its choice is not (an A/B's winner whose throughput
+    was not stable, a difference not the same way in every interleaved block of repeats, or not beyond what the run
+    orders give). Its headline and summary line then say so, never "no significant difference"."""
+    comp = given(decision.comparison) if decision is not None else None
+    if comp is None or comp.significant is not True or finite(comp.rel) is None:
+        return None
+    return f"{fmt_num(comp.variant)} {fmt_pct(comp.rel, signed=True)} against {fmt_num(comp.baseline)}"
+
+
+def no_single_winner(decision: DecisionRecord | None, choice: Choice | None) -> bool:
+    """Whether a significant choice is not a winner: the default beaten by a group of points the data cannot order
+    (the best's mean chose among them), so its sentences never call it the winner or the best."""
+    return bool(choice is not None and choice.significant and decision is not None
+                and decision.comparisons is not None and decision.winner is None)
+
+
+def kept_text(step: StepRecord, name: str) -> str:
+    """What a step's summary line says of a point or variant `name` kept without a significant choice: "no
+    decision, nothing compared", a significant difference it did not choose on (unkept_difference), or "no
+    significant difference"."""
+    if compared_nothing(step):
+        return f"no decision, nothing compared: {name} kept"
+    found = unkept_difference(step.decision)
+    if found:
+        return f"{name} kept, no winner: {found} is significant but decides nothing (see the decision)"
+    return f"no significant difference: {name} kept"
+
+
 def status_badge(status: str | None, reason: str | None, mark: str | None = None) -> Badge:
     """A run's status cell: its status word, or `mark` in bold (the chosen point's row), with its reason after it."""
     view = status_view(status)
@@ -50,7 +80,11 @@ def decision_blocks(decision: DecisionRecord, choice: Choice | None) -> list[Blo
     ignored = [str(x) for x in decision.excluded_ignored or []]
     name = (params_text(choice.params) if choice and choice.params else str(choice.label) if choice else None)
     reason = fmt_num(decision.reason)
-    if choice and choice.significant:
+    if choice and choice.significant and no_single_winner(decision, choice):
+        headline = (f"{name} (significant against the default"
+                    + (f" {fmt_num(decision.default)}" if decision.default is not None else "")
+                    + "; no single winner)")
+    elif choice and choice.significant:
         headline = f"{name} (significant)"
     elif choice and ignored and not comp:
         # nothing was compared for the decision: the only variants were settings the trainer ignored
@@ -60,6 +94,9 @@ def decision_blocks(decision: DecisionRecord, choice: Choice | None) -> list[Blo
                   "this step.")
     elif choice and nothing_compared(decision):
         headline = f"no decision, nothing compared: {name} kept"
+    elif choice and unkept_difference(decision):
+        headline = (f"{name} kept, no winner: {unkept_difference(decision)} is significant but decides nothing "
+                    "(the reason below)")
     elif choice:
         headline = f"no significant difference: {name} kept"
     else:

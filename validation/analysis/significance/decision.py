@@ -515,6 +515,10 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
                     f"{metric} {main.describe()}")
         if choice is None:
             reason = f"{lead}; there is no default to keep, so nothing is recommended"
+        elif kept and default not in by_label:
+            # none of its runs usable (failed, disturbed or too short): nothing was compared with it, nothing beat it
+            why = next((w for k, w in excluded if k == default), "no usable run")
+            reason = f"{lead}; the default {default} is kept: it was not measured ({why}), so no variant beat it"
         elif kept and default not in top and not too_few:
             against = next(c for c in comps if c.baseline == default)
             reason = (f"{lead}; the default {default} is kept: {best.label} is ahead of it by {against.describe()}, "

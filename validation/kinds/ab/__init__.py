@@ -50,7 +50,8 @@ from validation.analysis.significance.windows import compare_windows, measured_r
 from validation.kinds import train_report
 from validation.kinds.blocks import Block, Column, Paragraph, Table
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, Settings, effect_of, run_side, with_labels
-from validation.kinds._decision_view import compared_nothing, decision_blocks, decision_mark, status_badge
+from validation.kinds._decision_view import (decision_blocks, decision_mark, kept_text, no_single_winner,
+                                             status_badge)
 from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE,
                                       TrainerKind, declared_pair_noise, order_seed, run_all, run_order, run_values,
                                       trainer_launch)
@@ -297,10 +298,20 @@ class AB(TrainerKind):
                             metrics=dict(decided=False, significant=False, choice=None, kept_default=False))
         choice, explanation, significant = d.choice, d.reason, d.significant
         overridden: dict[str, Any] = {}
+        unbeaten = False  # the baseline left out of the comparison: whatever the variants showed, nothing beat it
+        if significant and choice not in (None, BASELINE) and BASELINE not in dict(d.ranking):
+            # the baseline was not measured (its runs failed, were disturbed or too short): a variant ahead of the
+            # others has not beaten it, and an A/B keeps a variant only when it beats the baseline
+            why = next((w for k, w in d.excluded if k == BASELINE), "no usable run")
+            explanation = (f"{choice} is ahead of the other variants ({d.reason}) but the baseline was not measured "
+                           f"({why}), so no variant beat it and the baseline is kept")
+            choice, significant, unbeaten = BASELINE, False, True
+            overridden = dict(choice=BASELINE, winner=None, significant=False, kept_default=True, recommendable=False,
+                              recommendation=f"nothing is recommended: {explanation}")
         # one run per variant: block means assume a steady run, so a winner whose per-step throughput varied by
         # more than 15% is not kept. Interleaved repeats test the run means, and a winner ahead in every repeat is
         # its own evidence of stability: the per-step spread of a 20 ms step (timer and scheduler jitter) is not.
-        if significant and choice not in (None, BASELINE) and d.method != "paired" and not as_launch(
+        elif significant and choice not in (None, BASELINE) and d.method != "paired" and not as_launch(
                 pooled_summary(runs, choice)).throughput_stable:
             explanation = (f"{choice} is faster ({d.reason}) but its throughput was not stable, so the baseline is "
                            "kept")
@@ -317,7 +328,7 @@ class AB(TrainerKind):
         if choice is not None:
             chosen = Choice(choice, params.get(choice, {}), explanation, significant=significant,
                             kept_default=choice == BASELINE and not significant)
-        return Decision(decision, chosen, significant, d.significant,
+        return Decision(decision, chosen, significant, d.significant and not unbeaten,
                         dict(decided=chosen is not None and bool(d.comparisons), significant=significant,
                              choice=chosen.label if chosen else None, kept_default=bool(chosen and chosen.kept_default)))
 
@@ -392,10 +403,9 @@ class AB(TrainerKind):
         if not chosen:
             return super().summary_line(r)
         if chosen.significant:
-            return f" keep: {chosen.label} (significant)"
-        if compared_nothing(r):
-            return f" no decision, nothing compared: {chosen.label} kept"
-        return f" no significant difference: {chosen.label} kept"
+            return f" keep: {chosen.label} (significant" + (
+                " against the baseline; no single winner)" if no_single_winner(given(r.decision), chosen) else ")")
+        return f" {kept_text(r, str(chosen.label))}"
 
     def plots(self, name: str, result: Result, plotter) -> None:
         r = self.read(result)
@@ -407,7 +417,8 @@ class AB(TrainerKind):
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """What _decide concluded (with recommend): the decision's record, the variant kept (None: no decision),
-    whether that choice is significant, whether the decision is (conclusive: significant before the stability rule),
+    whether that choice is significant, whether the decision is (conclusive: significant before the stability rule,
+    and never with the baseline left out),
     and the step's metrics it adds ("decided", "significant", "choice", "kept_default"; none without recommend)."""
     decision: DecisionRecord | None = None
     choice: Choice | None = None

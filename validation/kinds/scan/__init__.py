@@ -164,6 +164,7 @@ class Scan(TrainerKind):
             if options.bisect:
                 bis_times: dict[float, list[float]] = {}
                 bis_series: dict[float, list[float]] = {}
+                unclassified: list[str] = []
 
                 def save(point_runs: list[LaunchRun]) -> None:
                     ctx.save(dataclasses.replace(frame, runs=runs + bisected + point_runs, metrics=m))
@@ -176,9 +177,13 @@ class Scan(TrainerKind):
                     bis_times[float(value)] = new
                     if len(new) == 1 and window is not None and len(window) >= BLOCK_WINDOW_MIN:
                         bis_series[float(value)] = window  # one run: its noise from its window's block means
-                    both = point_noise({**times, **bis_times}, {**series, **bis_series})
-                    good = max(v for v in both if v < value and (v in bis_times or v <= pair.a))
-                    test = local_exponent(both[good], both[float(value)], options.expected_exponent)
+                    try:
+                        both = point_noise({**times, **bis_times}, {**series, **bis_series})
+                        good = max(v for v in both if v < value and (v in bis_times or v <= pair.a))
+                        test = local_exponent(both[good], both[float(value)], options.expected_exponent)
+                    except StatsError as exc:  # e.g. a step time that is not positive: no verdict, the search stops
+                        unclassified.append(f"bisection point {fmt_num(_plain(value))} not classified: {exc}")
+                        return None
                     return None if test.p is None else test.p < 0.05
 
                 b = bisect(classify, pair.a, pair.b, resolution=options.bisect.resolution,
@@ -186,6 +191,8 @@ class Scan(TrainerKind):
                 m = dataclasses.replace(m, bisection=decode(BisectionRecord, b.as_dict(), "bisection"),
                                         cliff_interval=[_plain(b.good), _plain(b.bad)], cliff_localised=b.localised)
                 times.update(bis_times)
+                if unclassified:
+                    frame = dataclasses.replace(frame, notes=list(frame.notes or []) + unclassified)
         every = runs + bisected
         m = dataclasses.replace(m, points=point_rows(every, times, cliffs), runs=len(every),
                                 passed=sum(r.status == "passed" for r in every))

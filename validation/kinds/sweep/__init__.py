@@ -7,7 +7,8 @@ that only names a winner when the data say so (validation.analysis.significance.
 - the best point is the winner only when it beats every other point significantly (p < 0.05) and by more than
   the noise floor; otherwise "no significant difference" and the point to keep is kept: `prefer:` when the runbook
   states one, else the runbook's own value of the swept keys (the step's env/args or `defaults`), else the matrix's
-  first point. Keeping it is a passed decision, not a failure.
+  first point. Keeping it is a passed decision, not a failure. A point to keep measured only while other work used
+  the machine (every run of it disturbed) was never beaten: it is kept, whatever the other points showed.
 
 Later steps use the decision's point (the winner, or the point kept) as ${<step>.winner.env.NSA_DDP_BUCKET_MB}.
 Only a significant decision is recommended (validation.execution.acceptance.recommendations).
@@ -55,7 +56,8 @@ from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind,
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, KeyFigure, effect_of, run_side, with_labels
 from validation.kinds._plot_helpers import bar_points
 from validation.results.codec import absent, decode, encode, given, written
-from validation.kinds._decision_view import compared_nothing, decision_blocks, decision_mark, status_badge
+from validation.kinds._decision_view import (compared_nothing, decision_blocks, decision_mark, kept_text,
+                                             no_single_winner, status_badge, unkept_difference)
 from validation.results.decision import Choice, DecisionRecord
 from validation.results.run import Step as StepRecord
 from validation.results.trainer_launch import Stat
@@ -192,6 +194,15 @@ class Sweep(TrainerKind):
             d = None
             reason = f"no decision: {exc}"
             decision = dataclasses.replace(ours, reason=reason, significant=False, choice=None)
+        if (d is not None and d.significant and d.choice != keep and keep not in dict(d.ranking)
+                and any(k == keep for k, _ in d.disturbed_runs)):
+            # the point kept otherwise was measured only while other work used the machine: no point beat it, so
+            # whatever the others showed among themselves, it stays (as an A/B keeps a baseline it never measured)
+            text = (f"{d.choice} is ahead of the other points ({d.reason.rstrip('.')}) but {keep}, the point kept "
+                    "otherwise, was measured only while other work used the machine, so no point beat it and it is "
+                    "kept")
+            d = dataclasses.replace(d, winner=None, choice=keep, significant=False, kept_default=True, reason=text,
+                                    recommendable=False, recommendation=f"nothing is recommended: {text}")
         choice = None
         computed: dict[str, Any] = {}
         if d is not None:
@@ -226,6 +237,10 @@ class Sweep(TrainerKind):
         if choice is None:
             return ""
         params = params_text(choice.params)
+        if choice.significant and no_single_winner(given(r.decision), choice):
+            default = r.decision.default if r.decision else None
+            return (f" {params} chosen (significantly ahead of " + (f"{default}, " if default else "")
+                    + "the point kept otherwise; no single winner)")
         if choice.significant:
             return f" winner: {params} (significant)"
         source = r.decision.default_source if r.decision else None
@@ -234,9 +249,7 @@ class Sweep(TrainerKind):
         how = {"prefer": "preferred", "runbook": "the runbook's value", "first": "the matrix's first point"}.get(
             str(source), "kept") if choice.kept_default else (
             "the only point measured" if compared_nothing(r) else "preferred")
-        if compared_nothing(r):
-            return f" no decision, nothing compared: {params} kept ({how})"
-        return f" no significant difference: {params} kept ({how})"
+        return f" {kept_text(r, params)} ({how})"
 
     def view(self, result: Result, view: dict) -> dict:
         return {"command": ""}  # each run has its own
@@ -304,20 +317,27 @@ class Sweep(TrainerKind):
             if not choice:
                 continue
             significant = bool(choice.significant if choice.significant is not None else not given(r.decision))
+            # the default beaten by points the data cannot order: the choice is not shown as the best
+            tied = significant and no_single_winner(given(r.decision), choice)
             params = choice.params
             if len(params) == 1:
                 key = param_name(str(next(iter(params))))
                 value = fmt_num(next(iter(params.values())))
                 is_bucket = "BUCKET" in key.upper()
-                label = ("Best bucket" if significant else "Bucket") if is_bucket else (
-                    f"Best {key}" if significant else key)
+                label = ("Best bucket" if significant and not tied else "Bucket") if is_bucket else (
+                    f"Best {key}" if significant and not tied else key)
                 value = f"{value} MB ({key})" if is_bucket and key.upper().endswith("_MB") else (
                     f"{value} ({key})" if is_bucket else value)
             else:
-                label = "Sweep winner" if significant else "Sweep point kept"
+                label = "Sweep winner" if significant and not tied else "Sweep point chosen" if tied else (
+                    "Sweep point kept")
                 value = params_text(params) if params else fmt_num(choice.label)
+            if tied:
+                value += ", the point kept otherwise beaten: no single winner"
             if not significant:
+                found = unkept_difference(given(r.decision))
                 value += ", kept: no decision, nothing compared" if compared_nothing(r) else (
+                    f", kept, no winner: {found} is significant but decides nothing" if found else
                     ", kept: no significant difference")
             chosen_runs = [run for run in r.runs if run.label == choice.label]
             # the point's throughput from its runs that passed (a crashed run's partial window is no measurement

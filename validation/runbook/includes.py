@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 from nsa.training.config import YAML_ERRORS
 from validation import kinds as step_kinds
-from validation.runbook.schema import Carried, Ctx, Included, RunbookError, parse_yaml
+from validation.runbook.schema import Carried, Ctx, Included, RunbookError, parse_yaml, printable
 from validation.kinds.base import LAUNCH_KEYS
 
 KEY = "include"
@@ -100,17 +100,20 @@ def _expand(raw: dict, lines: dict[tuple, int], path: str | Path, validate) -> t
         if not isinstance(name, str) or not name:
             raise ctx.error(where, "expected the path of a runbook, relative to this one's directory")
         file = Path(name) if Path(name).is_absolute() else _folder(path) / name
+        shown = printable(name)  # messages are one line: a newline or a NUL in the name is shown escaped
         try:
             found = file.is_file()
-            what = "is a directory, not a runbook file" if not found and file.is_dir() else "no such runbook"
+            what = ("is a directory, not a runbook file" if not found and file.is_dir() else
+                    "not a regular file (a device, pipe or socket); a runbook is a YAML file"
+                    if not found and file.exists() else "no such runbook")
         except OSError as exc:  # a directory on the way it may not search (PermissionError)
-            raise ctx.error(where, f"{name}: cannot read ({exc})") from None
+            raise ctx.error(where, f"{shown}: cannot read ({exc})") from None
         if not found:
-            raise ctx.error(where, f"{name}: {what} (looked for {file})")
+            raise ctx.error(where, f"{shown}: {what} (looked for {printable(str(file))})")
         if file.resolve() in _loading:
             chain = [*_loading[_loading.index(file.resolve()):], file.resolve()]
-            raise ctx.error(where, f"{name}: runbooks include each other in a cycle: "
-                                   + " -> ".join(str(p) for p in chain))
+            raise ctx.error(where, f"{shown}: runbooks include each other in a cycle: "
+                                   + " -> ".join(printable(str(p)) for p in chain))
         if file.resolve() not in _validated:
             validate(file)  # its own errors name its own file and line
             _validated.add(file.resolve())

@@ -99,6 +99,9 @@ _SLURM_NAME_RE = re.compile(r"[A-Za-z0-9_.,-]+")
 # A runbook's name names its run directory (DEFAULT_RUNS/<name>-<time>): one path component, never `.`, `..` or hidden
 RUNBOOK_NAME_MAX = 200  # + "-YYYYmmdd-HHMMSS" stays within a file name's 255 bytes
 STEP_NAME_MAX = 100  # RUN_DIR/<step>/...: with its launches' suffixes, within a file name's 255 bytes
+# timeout_s and stall_timeout_s at most: a wait on a launch's processes through poll() takes at most 2**31 - 1 ms
+# (subprocess.run(timeout=...) raises OverflowError beyond it, and 1e50 past any clock); about 24.8 days
+TIMEOUT_MAX_S = (2**31 - 1) // 1000
 COMPARE_SD_MAX = 1.0  # compare.run_sd / launch_sd: sds of log-ratios; 1.0 (a factor e) already resolves nothing
 RUNBOOK_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
@@ -232,14 +235,23 @@ def _launch(raw: dict, path: tuple, ctx: Ctx, base: LaunchSettings) -> LaunchSet
         nproc_per_node=get("nproc_per_node", int, minimum=1),
         master_port=master_port,
         port_retries=get("port_retries", int, minimum=0),
-        timeout_s=get("timeout_s", float, minimum=1),
-        stall_timeout_s=get("stall_timeout_s", float, minimum=1),
+        timeout_s=_seconds(get("timeout_s", float, minimum=1), path + ("timeout_s",), ctx),
+        stall_timeout_s=_seconds(get("stall_timeout_s", float, minimum=1), path + ("stall_timeout_s",), ctx),
         window=get("window", int, minimum=1),
         warmup_steps=get("warmup_steps", int, minimum=0),
         launcher=_launcher(raw.get("launcher"), path + ("launcher",), ctx, base.launcher),
         nnodes=get("nnodes", int, minimum=1),
         retry_disturbed=get("retry_disturbed", int, minimum=0),
     )
+
+
+def _seconds(value: float, path: tuple, ctx: Ctx) -> float:
+    """A launch's timeout_s or stall_timeout_s, at most TIMEOUT_MAX_S: a longer one is a RunbookError (a launch
+    waits on its processes with it: a snapshot's tools through subprocess.run, which cannot wait longer)."""
+    if value > TIMEOUT_MAX_S:
+        raise ctx.error(path, f"must be at most {TIMEOUT_MAX_S:,} s (about 24.8 days, the longest wait a launch "
+                              f"can make), got {_brief(value)}")
+    return value
 
 
 def _requirements(raw: Any, path: tuple, ctx: Ctx, base: Requirements | None = None) -> Requirements:
@@ -261,6 +273,8 @@ def _step(raw: Any, path: tuple, ctx: Ctx, phase: str, defaults: LaunchSettings,
           on_failure: str = "continue") -> Step:
     if not isinstance(raw, dict):
         raise ctx.error(path, "a step must be a mapping with at least name and kind")
+    if "kind" not in raw:
+        raise ctx.error(path, f"missing required key 'kind' (one of {', '.join(step_kinds.names())})")
     kind = step_kinds.find(raw.get("kind"))
     if kind is None:
         broken = step_kinds.load_errors().get(raw.get("kind")) if isinstance(raw.get("kind"), str) else None

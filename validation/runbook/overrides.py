@@ -39,7 +39,13 @@ def apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
     if parts[0] == "steps" and "steps" not in raw:  # steps.NAME...: the step of that name, in whichever phase
         if len(parts) < 3:
             raise RunbookError(f"--set {shown}: expected steps.STEP.KEY=VALUE, e.g. steps.baseline.args.steps=20")
-        where = [(p.get("name"), s.get("name")) for p in raw.get("phases") or [] if isinstance(p, dict)
+        phases = raw.get("phases") or []
+        if not isinstance(phases, list):  # the runbook's own error, as its validation would give it
+            raise ctx.error(("phases",), "expected a non-empty list of phases")
+        for i, p in enumerate(phases):
+            if isinstance(p, dict) and not isinstance(p.get("steps") or [], list):
+                raise ctx.error(("phases", i, "steps"), "expected a non-empty list of steps")
+        where = [(p.get("name"), s.get("name")) for p in phases if isinstance(p, dict)
                  for s in p.get("steps") or [] if isinstance(s, dict)]
         phase = next((ph for ph, st in where if st == parts[1]), None)
         if phase is None:
@@ -99,7 +105,10 @@ def _key_width(node: dict, parts: list[str], i: int) -> int:
     whose keys are such settings (a sweep's matrix, a scan's values, a sweep's prefer)."""
     if parts[i] in node:
         return 1
-    for width in range(len(parts) - i, 1, -1):
+    # only a key holding w - 1 dots can be w parts: those widths alone are tried (every width from the longest was
+    # a join and a look-up per width, at each key of the path: a --set key of 5,000 parts took minutes)
+    widths = {k.count(".") + 1 for k in node if isinstance(k, str) and "." in k}
+    for width in sorted((w for w in widths if w <= len(parts) - i), reverse=True):
         if ".".join(parts[i:i + width]) in node:
             return width
     if parts[i] in ("env", "args") and i + 1 < len(parts) and any(

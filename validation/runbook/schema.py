@@ -251,6 +251,11 @@ def did_you_mean(name: Any, names) -> str:
     return f"did you mean {near[0]}? " if near else ""
 
 
+INT_MAX = 2**63 - 1  # the largest integer a runbook key takes (as nsa.training.config's integers: 64 bits)
+# a number in exponent form that YAML 1.1 reads as text: without a dot (1e3) or without a sign (1.0e3)
+_EXPONENT_TEXT_RE = re.compile(r"[-+]?([0-9][0-9_]*(\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+")
+
+
 def typed(value: Any, kind, path: tuple, ctx: Ctx, *, minimum=None, choices=None, optional=False):
     if value is None and optional:
         return None
@@ -262,13 +267,22 @@ def typed(value: Any, kind, path: tuple, ctx: Ctx, *, minimum=None, choices=None
     }[kind]
     if not ok:
         expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[kind]
-        raise ctx.error(path, f"must be {expected}, got {brief(value)}")
+        hint = ""
+        if kind in (int, float) and isinstance(value, str) and len(value) <= 40 \
+                and _EXPONENT_TEXT_RE.fullmatch(value.strip()):
+            # YAML 1.1 reads a number in exponent form only with a dot and a signed exponent: 1.0e+3, not 1e3
+            hint = (f" (YAML reads {value.strip()} as text: " + ("write the integer in digits, e.g. 1000 for 1e3)"
+                    if kind is int else "an exponent needs a dot and a sign, e.g. 1.0e+3, or write the number out, "
+                    "1000)"))
+        raise ctx.error(path, f"must be {expected}, got {brief(value)}{hint}")
     if choices is not None and value not in choices:
         raise ctx.error(path, f"{value!r} is not one of {', '.join(map(str, choices))}")
     if kind is float and isinstance(value, float) and not math.isfinite(value):
         raise ctx.error(path, f"must be a finite number, got {value!r}")
     if minimum is not None and value < minimum:
-        raise ctx.error(path, f"must be >= {minimum}, got {value!r}")
+        raise ctx.error(path, f"must be >= {minimum}, got {brief(value)}")
+    if kind is int and value > INT_MAX:  # no count a runbook gives (ranks, repeats, steps, bytes) is larger
+        raise ctx.error(path, f"number too large, got {brief(value)} (an integer here is at most 2**63 - 1)")
     if kind is float:
         try:
             return float(value)

@@ -69,17 +69,19 @@ def test_an_integer_past_64_bits_is_refused_naming_the_key(tmp_path, where, key,
     assert rb.name == "t"
 
 
-def test_a_huge_repeat_count_is_refused_before_any_launch_is_listed(tmp_path, monkeypatch):
-    """A sweep's `repeats: 10**30` listed every (repeat, point) of its plan while the runbook was read: the loader
-    never returned. It is refused where it is read, before the plan is built."""
+@pytest.mark.parametrize("repeats", ["9" * 30, "1000000000", "1001"])
+def test_a_huge_repeat_count_is_refused_before_any_launch_is_listed(tmp_path, monkeypatch, repeats):
+    """A sweep's `repeats: 10**30` (or 10**9, within 64 bits) listed every (repeat, point) of its plan while the
+    runbook was read: the loader never returned. It is refused where it is read, before the plan is built: a step
+    repeats at most 1,000 times (each repeat a training launch per point)."""
     def listed(*args, **kwargs):
         raise AssertionError("the sweep's launches were listed")
 
     monkeypatch.setattr(sweep_kind.Sweep, "launches", listed)
     path = write(tmp_path, "name: t\ndefaults: {config: configs/tiny_cpu.yaml}\nphases:\n  - name: p\n    steps:\n"
                            "      - name: sw\n        kind: sweep\n        matrix: {env.NSA_DDP_BUCKET_MB: [25, 50]}\n"
-                           "        select: {metric: toks_per_s, goal: max}\n        repeats: " + "9" * 30 + "\n")
-    with pytest.raises(RunbookError, match=re.escape(f"{path}:10: phases[0].steps[0].repeats: number too large")):
+                           "        select: {metric: toks_per_s, goal: max}\n        repeats: " + repeats + "\n")
+    with pytest.raises(RunbookError, match=re.escape(f"{path}:10: phases[0].steps[0].repeats: must be <= 1,000")):
         load_runbook(path)
 
 
@@ -162,3 +164,14 @@ def test_a_set_key_of_many_parts_looks_up_only_the_widths_a_dotted_key_can_have(
     assert _key_width(node, parts, 0) == 1 and node.lookups <= 2  # "x", then "x.x" (width 2): not there
     assert _key_width(node, ["env", "NSA_DDP_BUCKET_MB"], 0) == 2  # a dotted key of the mapping: its parts
     assert _key_width(node, ["select", "metric"], 0) == 1
+
+
+@pytest.mark.parametrize("kind, extra", [
+    ("ab", "        baseline: {env: {NSA_PREFILL_BATCHED: '0'}}\n        variants: {b: {env: {NSA_PREFILL_BATCHED: '1'}}}\n"),
+    ("sweep", "        matrix: {env.NSA_DDP_BUCKET_MB: [25, 50]}\n        select: {metric: toks_per_s, goal: max}\n"),
+])
+def test_a_thousand_repeats_still_load(tmp_path, kind, extra):
+    """The limit is REPEATS_MAX itself, not below it."""
+    path = write(tmp_path, "name: t\ndefaults: {config: configs/tiny_cpu.yaml}\nphases:\n  - name: p\n    steps:\n"
+                           f"      - name: s\n        kind: {kind}\n" + extra + "        repeats: 1000\n")
+    assert [s.name for s in load_runbook(path).steps()] == ["s"]

@@ -252,11 +252,14 @@ def did_you_mean(name: Any, names) -> str:
 
 
 INT_MAX = 2**63 - 1  # the largest integer a runbook key takes (as nsa.training.config's integers: 64 bits)
+# a step's repeats at most: each repeat is a training launch per variant or point (a step of 1,000 is days of runs
+# already), and a step lists its launches when the runbook is read (a repeats of 10**9 held the loader there)
+REPEATS_MAX = 1000
 # a number in exponent form that YAML 1.1 reads as text: without a dot (1e3) or without a sign (1.0e3)
 _EXPONENT_TEXT_RE = re.compile(r"[-+]?([0-9][0-9_]*(\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+")
 
 
-def typed(value: Any, kind, path: tuple, ctx: Ctx, *, minimum=None, choices=None, optional=False):
+def typed(value: Any, kind, path: tuple, ctx: Ctx, *, minimum=None, maximum=None, choices=None, optional=False):
     if value is None and optional:
         return None
     ok = {
@@ -281,6 +284,8 @@ def typed(value: Any, kind, path: tuple, ctx: Ctx, *, minimum=None, choices=None
         raise ctx.error(path, f"must be a finite number, got {value!r}")
     if minimum is not None and value < minimum:
         raise ctx.error(path, f"must be >= {minimum}, got {brief(value)}")
+    if maximum is not None and value > maximum:
+        raise ctx.error(path, f"must be <= {maximum:,}, got {brief(value)}")
     if kind is int and value > INT_MAX:  # no count a runbook gives (ranks, repeats, steps, bytes) is larger
         raise ctx.error(path, f"number too large, got {brief(value)} (an integer here is at most 2**63 - 1)")
     if kind is float:

@@ -44,7 +44,7 @@ from validation import kinds
 from validation.analysis.interference import decision_record, disturbed_flags
 from validation.formatting import (file_name, finite, fmt_num, fmt_p, fmt_pct, fmt_tflops, mean_pm, mfu_text,
                                       params_text, shared_context_text)
-from validation.runbook.schema import NAME_RE, env_vars, mapping, trainer_flags, typed
+from validation.runbook.schema import REPEATS_MAX, NAME_RE, env_vars, mapping, trainer_flags, typed
 from validation.analysis.significance import StatsError, adjust_family, compare_paired, decide
 from validation.analysis.significance.windows import compare_windows, measured_run_noise
 from validation.kinds import train_report
@@ -208,7 +208,7 @@ class AB(TrainerKind):
                                 + f" (reserved: {', '.join(RESERVED_LABELS)})")
         return Options(baseline=variant(raw.get("baseline"), path + ("baseline",)),
                        variants={k: variant(v, path + ("variants", k)) for k, v in variants_raw.items()},
-                       repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1),
+                       repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1, maximum=REPEATS_MAX),
                        # a metric with a better direction (a typo would compare nothing and still pass; a
                        # metric without one, e.g. grad_norm, would be taken as higher is better)
                        metric=typed(raw.get("metric", "toks_per_s"), str, path + ("metric",), ctx,

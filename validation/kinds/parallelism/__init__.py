@@ -33,7 +33,7 @@ from typing import Mapping
 
 from validation import kinds
 from validation.analysis.parallelism import STRATEGIES
-from validation.runbook.schema import env_vars, mapping, trainer_flags, typed
+from validation.runbook.schema import REPEATS_MAX, env_vars, mapping, trainer_flags, typed
 from validation.kinds.parallelism.analysis import analyse, decide_recommendation, search_batches
 from validation.kinds.parallelism.launch import strategy_launch
 from validation.kinds.parallelism.records import Result
@@ -126,7 +126,7 @@ class Parallelism(TrainerKind):
         if headroom >= 1:
             raise ctx.error(path + ("headroom",), f"a fraction below 1 (0.2 = 20%), got {headroom}")
         return Options(strategies=chosen,
-                       repeats=typed(raw.get("repeats", 2), int, path + ("repeats",), ctx, minimum=1),
+                       repeats=typed(raw.get("repeats", 2), int, path + ("repeats",), ctx, minimum=1, maximum=REPEATS_MAX),
                        comm=typed(raw.get("comm"), str, path + ("comm",), ctx, optional=True), batch_search=search,
                        headroom=headroom,
                        profile_steps=typed(raw.get("profile_steps", 2), int, path + ("profile_steps",), ctx, minimum=0))

@@ -34,7 +34,7 @@ from typing import Any
 from validation import kinds
 from validation.analysis.parallelism import scaling_table
 from validation.formatting import file_name, finite, fmt_num, rate_with_mfu
-from validation.runbook.schema import str_list, typed
+from validation.runbook.schema import REPEATS_MAX, str_list, typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
 from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_all, run_order,
                                       trainer_launch)
@@ -141,7 +141,7 @@ class Scaling(TrainerKind):
         batch = typed(raw.get("batch_size"), int, path + ("batch_size",), ctx, minimum=1, optional=True)
         global_batch = typed(raw.get("global_batch"), int, path + ("global_batch",), ctx, minimum=1, optional=True)
         return Options(world_sizes=sorted(sizes), modes=modes, scale_batch=batch, global_batch=global_batch,
-                       repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1))
+                       repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1, maximum=REPEATS_MAX))
 
     def check(self, step, order, error) -> None:
         per_rank = per_rank_batch(step)

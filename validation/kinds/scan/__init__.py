@@ -38,7 +38,7 @@ from typing import Callable
 from validation import kinds
 from validation.launch.spec import safe_name
 from validation.formatting import file_name, finite, fmt_gb, fmt_num, rate_with_mfu
-from validation.runbook.schema import mapping, setting_key, typed
+from validation.runbook.schema import REPEATS_MAX, mapping, setting_key, typed
 from validation.analysis.significance import StatsError
 from validation.kinds.base import KeyFigure
 from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_all, run_order,
@@ -111,7 +111,7 @@ class Scan(TrainerKind):
         expected = typed(raw.get("expected_exponent", 1.5), float, path + ("expected_exponent",), ctx)
         if not expected > 0:
             raise ctx.error(path + ("expected_exponent",), f"expected a positive number, got {expected}")
-        repeats = typed(raw.get("repeats", 2), int, path + ("repeats",), ctx, minimum=1)
+        repeats = typed(raw.get("repeats", 2), int, path + ("repeats",), ctx, minimum=1, maximum=REPEATS_MAX)
         if len(vals) * repeats < 3:  # the exponent's fit has a 95% interval from 3 runs (validation.analysis.triage)
             raise ctx.error(path + ("repeats",), f"{len(vals)} values x {repeats} repeat(s) give {len(vals) * repeats} "
                                                  "runs; the cost exponent needs at least 3: use repeats >= 2 or a "

@@ -47,7 +47,7 @@ from validation.analysis.stats import METRIC_DIRECTIONS
 from validation.launch.spec import safe_name
 from validation.formatting import (context_text, file_name, finite, fmt_num, fmt_pct, fmt_rate,
                                       fmt_tflops, mfu_text, param_name, params_text, shared_context_text)
-from validation.runbook.schema import mapping, setting_key, typed
+from validation.runbook.schema import REPEATS_MAX, mapping, setting_key, typed
 from validation.analysis.significance import StatsError, decide
 from validation.kinds import train_report
 from validation.kinds.blocks import Block, Column, Paragraph, Table
@@ -154,7 +154,7 @@ class Sweep(TrainerKind):
                                            choices=SELECT_METRICS),
                        select_goal=typed(select.get("goal", "max"), str, path + ("select", "goal"), ctx,
                                          choices=("max", "min")),
-                       repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1),
+                       repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1, maximum=REPEATS_MAX),
                        prefer=_parse_prefer(raw.get("prefer"), clean, path + ("prefer",), ctx))
 
     def winner_params(self, step) -> tuple[str, ...]:

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 from validation import kinds
 from validation.analysis.interference import decision_record, disturbed_flags
 from validation.formatting import env_text, finite, fmt_num, fmt_pct, fmt_rate, params_text
-from validation.runbook.schema import env_vars, mapping, trainer_flags, typed
+from validation.runbook.schema import REPEATS_MAX, env_vars, mapping, trainer_flags, typed
 from validation.analysis.significance import StatsError
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
 from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed,
@@ -145,7 +145,7 @@ class Triage(TrainerKind):
             if not env and not args:
                 raise ctx.error(spath, "a suspect changes at least one env variable or trainer arg")
             suspects[name] = Settings(env, args)
-        repeats = typed(raw.get("repeats", 3), int, path + ("repeats",), ctx, minimum=2)
+        repeats = typed(raw.get("repeats", 3), int, path + ("repeats",), ctx, minimum=2, maximum=REPEATS_MAX)
         return Options(suspects=suspects, repeats=repeats)
 
     def launches(self, step, winners, run_dir):

@@ -13,7 +13,7 @@ from typing import Any
 
 from nsa.training.flags import tokens as flag_tokens
 from validation import kinds as step_kinds
-from validation.formatting import finite, fmt_num
+from validation.formatting import fence, finite, fmt_num, printable
 from validation.results.codec import decode
 from validation.results.run import Run, Step, read_run
 from validation.results.trainer_launch import LaunchMetrics
@@ -60,8 +60,9 @@ def _set_flag(args: list[str], flag: str, value: Any) -> list[str]:
 
 
 def validated_command(results: dict) -> dict:
-    """{"lines": [command lines joined by ' \\\\'], "text": the command, "step": its source step or None, "env":
-    {name: value}, "note": what it is (or why there is none)}."""
+    """{"lines": [command lines joined by ' \\\\'], "text": the command, "fence": a Markdown fence longer than any
+    backtick run of it as shown (a --set or environment value holding ``` on a line of its own stays inside the
+    block), "step": its source step or None, "env": {name: value}, "note": what it is (or why there is none)}."""
     run = read_run(results)
     step = _baseline_step(run)
     argv = [str(a) for a in (step.command or [] if step is not None else [])]
@@ -70,7 +71,8 @@ def validated_command(results: dict) -> dict:
         has_train = any(_repeatable(s) for s in run.steps.values() if s is not None)
         why = (f"step {step.name} recorded no trainer command" if step is not None else
                "no training step passed" if has_train else "this runbook has no train step to build it from")
-        return {"lines": [], "text": "", "step": None, "env": {}, "note": f"No validated command: {why}."}
+        return {"lines": [], "text": "", "fence": fence(""), "step": None, "env": {},
+                "note": f"No validated command: {why}."}
     module, args = parsed
     for flag in RUN_DIR_FLAGS:
         args = _set_flag(args, flag, None)
@@ -108,5 +110,6 @@ def validated_command(results: dict) -> dict:
                  "before relying on the combination): " + ", ".join(f"{k}={v}" for k, v in sorted(apart.items())) + ".")
     if verdict != "GO":
         note += " These settings are not validated until a run of them ends GO."
-    return {"lines": lines, "text": "\n".join(lines), "step": str(step.name), "env": env, "note": note,
-            "apart": apart}
+    text = "\n".join(lines)
+    return {"lines": lines, "text": text, "fence": fence(printable(text)), "step": str(step.name), "env": env,
+            "note": note, "apart": apart}

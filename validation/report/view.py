@@ -346,6 +346,11 @@ def _plot_list(run: Run, run_dir: Path | None, plots: list[dict] | None, inline:
     return out, not_shown
 
 
+def _status_key(status) -> str:
+    """A status as the summary counts it: its value, "unknown" for none (status_view's value)."""
+    return "unknown" if status is None else str(status)
+
+
 def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[dict] | None = None,
                inline_plots: bool = False) -> dict:
     """Everything the Markdown and HTML templates show, formatted (strings, lists, dicts), from a run's results
@@ -376,9 +381,9 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
     css = VERDICT_LABELS.get(verdict, "incomplete")
     # every step of the runbook once, as its section shows it: one with no record "missing", one of no status
     # "unknown" (status_view)
-    step_counts = Counter(status_view(s.status if s is not None else "missing")["value"]
+    step_counts = Counter("missing" if s is None else _status_key(s.status)
                           for s in dict(run.steps_in_order()).values())
-    crit_counts = Counter(status_view(c.status, CRITERION_LABELS)["value"] for c in run.acceptance)
+    crit_counts = Counter(_status_key(c.status) for c in run.acceptance)
     performance = performance_view(run)
     comps = findings.comparisons(results, run)
     finding = findings.key_finding(comps)
@@ -404,9 +409,7 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
         # the thresholds behind every DISTURBED or inconclusive row, once (results.json "evidence")
         "interference_rules": str(run.evidence.rules or "") if run.evidence.disturbed else None,
         "recommended": rec_rows,
-        # a fence longer than any backtick run of the lines it holds: a value holding ``` on a line of its own
-        # (a --set or environment value with a line break) stays inside the block
-        "run_command": {**run_command, "fence": fence(printable(run_command.get("text") or ""))},
+        "run_command": run_command,
         "step_counts": ", ".join(f"{step_counts[k]} {k}" for k in sorted(step_counts)) or "none",
         "step_total": sum(step_counts.values()),
         "criteria_counts": _criteria_counts(run, crit_counts),

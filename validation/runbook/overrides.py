@@ -42,11 +42,14 @@ def apply_override(raw: Any, item: str, ctx: Ctx) -> Any:
         phases = raw.get("phases") or []
         if not isinstance(phases, list):  # the runbook's own error, as its validation would give it
             raise ctx.error(("phases",), "expected a non-empty list of phases")
+        where = []
         for i, p in enumerate(phases):
-            if isinstance(p, dict) and not isinstance(p.get("steps") or [], list):
+            if not isinstance(p, dict):
+                continue
+            steps = p.get("steps") or []
+            if not isinstance(steps, list):
                 raise ctx.error(("phases", i, "steps"), "expected a non-empty list of steps")
-        where = [(p.get("name"), s.get("name")) for p in phases if isinstance(p, dict)
-                 for s in p.get("steps") or [] if isinstance(s, dict)]
+            where += [(p.get("name"), s.get("name")) for s in steps if isinstance(s, dict)]
         phase = next((ph for ph, st in where if st == parts[1]), None)
         if phase is None:
             raise RunbookError(f"--set {shown}: no step named {printable(parts[1])} ("

@@ -175,3 +175,37 @@ def test_a_thousand_repeats_still_load(tmp_path, kind, extra):
     path = write(tmp_path, "name: t\ndefaults: {config: configs/tiny_cpu.yaml}\nphases:\n  - name: p\n    steps:\n"
                            f"      - name: s\n        kind: {kind}\n" + extra + "        repeats: 1000\n")
     assert [s.name for s in load_runbook(path).steps()] == ["s"]
+
+
+TRAIN_RB = ("name: t\ndefaults: {config: configs/tiny_cpu.yaml}\nphases:\n  - name: p\n    steps:\n"
+            "      - {name: single, kind: train, args: {steps: 5}}\n"
+            "      - name: sw\n        kind: sweep\n        matrix: {env.NSA_DDP_BUCKET_MB: [25, 50]}\n"
+            "        select: {metric: toks_per_s, goal: max}\n"
+            "acceptance:\n  - {name: c, expr: \"EXPR\"}\n")
+
+
+@pytest.mark.parametrize("expr, shown", [
+    ("single.toks_per_s >= 1", "single.toks_per_s"),
+    ("2 * single.toks_per_s > 5", "single.toks_per_s"),
+    ("-single.toks_per_s < 0", "single.toks_per_s"),
+])
+def test_a_criterion_ordering_a_mapping_of_figures_is_refused_before_the_run(tmp_path, expr, shown):
+    """`single.toks_per_s >= 1` (its .mean forgotten) loaded and failed only once evaluated, after the whole run,
+    as an error and a NO-GO; the kind's names say toks_per_s is a mapping of mean, median, ...: refused at once."""
+    path = write(tmp_path, TRAIN_RB.replace("EXPR", expr))
+    with pytest.raises(RunbookError) as err:
+        load_runbook(path)
+    message = str(err.value)
+    assert f"{shown} is not a figure but a mapping of" in message and "mean" in message
+    assert f"e.g. {shown}.mean" in message
+
+
+@pytest.mark.parametrize("expr", [
+    "single.toks_per_s.mean >= 1",
+    "single.toks_per_s is not None",
+    "'mean' in single.toks_per_s",
+    "single.status == 'passed' and single.toks_per_s.cv <= 0.1",
+])
+def test_a_criterion_reading_a_figure_or_testing_a_mapping_loads(tmp_path, expr):
+    path = write(tmp_path, TRAIN_RB.replace("EXPR", expr))
+    assert [c.expr.text for c in load_runbook(path).acceptance] == [expr]

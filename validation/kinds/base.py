@@ -486,6 +486,24 @@ def close_metric_names(path: tuple, patterns: tuple[str, ...], n: int = 4) -> li
     return [below[k] for k in near] or list(below.values())[:n * 2]
 
 
+def mapping_reference(step: Step, path: tuple) -> list[str] | None:
+    """The keys below `path` of `step` when the kind's names make it a mapping of figures (every declared name that
+    covers it is longer, none stands for anything at or above its depth: `toks_per_s` of `toks_per_s.mean`,
+    `toks_per_s.median`, ...), sorted; None when it may be a figure (declared as itself, a wildcard, or the kind
+    declares nothing)."""
+    names = readable_names(step.kind_impl, step)
+    if names is None:
+        return None
+    below = set()
+    for pattern in map(_segments, names):
+        if not _covers(pattern, tuple(path)):
+            continue
+        if len(pattern) <= len(path) or "*" in pattern[:len(path) + 1] or _placeholder(pattern[len(path)]):
+            return None  # a name that is the path itself, or may be: it can be a figure
+        below.add(pattern[len(path)])
+    return sorted(below) or None
+
+
 def check_metric_reference(step: Step, path: tuple) -> str | None:
     """Why a criterion cannot read `path` of `step` (no name its kind declares holds it, with the close names), or
     None (declared, or the kind declares nothing)."""

@@ -344,6 +344,24 @@ class Expression:
                                      if isinstance(c, ast.Constant) and isinstance(c.value, str))
         return found
 
+    @property
+    def numeric_paths(self) -> list[tuple[str, tuple]]:
+        """(step, key path) of every step value the expression uses as a number: an operand of <, <=, >, >= or of
+        arithmetic (`a.toks_per_s.mean >= 2 * b.x`), e.g. ("a", ("toks_per_s", "mean")), ("b", ("x",)): what the
+        loader holds against the kind's names (a figure, not a mapping of them: `a.toks_per_s >= 1`)."""
+        found: list[tuple[str, tuple]] = []
+        for node in ast.walk(self._tree):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                for op, a, b in zip(node.ops, operands, operands[1:]):
+                    if isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)):
+                        found += [w for w in (_step_path(a), _step_path(b)) if w is not None]
+            elif isinstance(node, ast.BinOp):
+                found += [w for w in (_step_path(node.left), _step_path(node.right)) if w is not None]
+            elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+                found += [w for w in (_step_path(node.operand),) if w is not None]
+        return found
+
     def evaluate(self, namespace: Mapping[str, Any], logs: Callable[[str], str] | None = None) -> EvalResult:
         """Evaluate against step results: namespace maps step names to nested mappings; logs(step) returns the
         step's combined log text (for log_contains / log_count). Never raises for missing or bad data."""

@@ -76,7 +76,7 @@ from validation.runbook.model import (REF_RE, Criterion, LaunchSettings, Launche
                                       Runbook, Step, references, resolve_references)
 from validation.runbook.schema import (NAME_RE, Ctx, EnvTextError, Included, RunbookError, env_problem, env_vars,
                                        mapping, parse_yaml, printable, show, str_list, trainer_flags, typed)
-from validation.kinds.base import BASE_KEYS, LAUNCH_KEYS, check_metric_reference
+from validation.kinds.base import BASE_KEYS, LAUNCH_KEYS, check_metric_reference, mapping_reference
 
 ON_FAILURE = ("continue", "stop")
 BACKENDS = ("nccl", "gloo")
@@ -389,6 +389,14 @@ def _build_runbook(raw: Any, ctx: Ctx, path: str, sha: str) -> Runbook:
             problem = check_metric_reference(steps_by_name[step_name], key_path)
             if problem:
                 raise ctx.error(cpath + ("expr",), problem)
+        for step_name, key_path in expr.numeric_paths:  # a number, not a mapping of figures: known before any run
+            below = mapping_reference(steps_by_name[step_name], key_path)
+            if below:
+                shown = ".".join([step_name, *(f"[{k}]" if isinstance(k, int) else str(k) for k in key_path)])
+                raise ctx.error(cpath + ("expr",), f"{shown.replace('.[', '[')} is not a figure but a mapping of "
+                                                   f"{', '.join(below)}: compare one of them, e.g. "
+                                                   f"{shown.replace('.[', '[')}."
+                                                   f"{'mean' if 'mean' in below else below[0]}")
         for step_name, key_path, text in expr.compared_strings:  # `crash.status != 'faild'` would always hold
             if key_path == ("status",) and text not in STEP_STATUSES:
                 raise ctx.error(cpath + ("expr",), f"{step_name}.status is never {text!r} (a step's status is one "

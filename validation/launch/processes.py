@@ -216,21 +216,25 @@ class ProcessTree:
 
 
 def end_processes(tree: ProcessTree, grace_s: float) -> str:
-    """End every process of the run: SIGTERM, up to `grace_s` to exit, then SIGKILL; reap the child. Returns how
-    it ended: "" (nothing was alive), "SIGTERM" or "SIGKILL". A process that appears during the grace period (a
-    worker its agent was just starting) gets its SIGTERM too, and so does one that called exec after its SIGTERM
-    (which it may have lost between fork and exec). A KeyboardInterrupt during the grace period, or a
-    second signal to nsa-validate (interrupts.hurry), skips to SIGKILL; the KeyboardInterrupt is raised again once
-    everything is gone."""
+    """End every process of the run: SIGTERM (and SIGCONT, so that a stopped one can act on it), up to `grace_s` to
+    exit, then SIGKILL; reap the child. Returns how it ended: "" (nothing was alive), "SIGTERM" or "SIGKILL". A
+    process that appears during the grace period (a worker its agent was just starting) gets its SIGTERM too, and so
+    does one that called exec after its SIGTERM (which it may have lost between fork and exec). A KeyboardInterrupt
+    during the grace period, or a second signal to nsa-validate (interrupts.hurry), skips to SIGKILL; the
+    KeyboardInterrupt is raised again once everything is gone."""
     tree.refresh()
     if not tree.alive():
         return ""
     how, interrupt = "SIGTERM", None
     try:  # the first SIGTERM too: an interrupt while it is sent still ends everything (SIGKILL below)
         signalled = tree.signal(signal.SIGTERM)
+        tree.signal(signal.SIGCONT)  # a stopped process (SIGSTOP, Ctrl-Z) runs its SIGTERM handler within the grace
         end = time.monotonic() + grace_s
         while time.monotonic() < end and not interrupts.hurry() and (tree.refresh() or tree.alive()):
-            signalled |= tree.signal(signal.SIGTERM, only_new=signalled)
+            new = tree.signal(signal.SIGTERM, only_new=signalled)
+            if new:
+                tree.signal(signal.SIGCONT, only_new=signalled)
+            signalled |= new
             time.sleep(0.1)
     except KeyboardInterrupt as exc:
         interrupt = exc

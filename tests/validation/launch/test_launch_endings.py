@@ -232,3 +232,32 @@ def test_a_child_that_exits_while_the_deadline_is_being_acted_on_keeps_its_own_s
     run = local.Run(spec, spec.argv, step / "stdout.log", time.time(), time.monotonic() + 0.1)
     run.execute()
     assert (run.status, run.returncode, run.how_ended) == ("ok", 0, "")
+
+
+def test_a_stopped_process_gets_to_run_its_sigterm_handler_within_the_grace_period(tmp_path):
+    """A child stopped by SIGSTOP (or a Ctrl-Z) got SIGTERM but no SIGCONT: it stayed stopped for the whole grace
+    period and was SIGKILLed without its cleanup. It now runs its handler and ends by SIGTERM's request."""
+    import uuid
+
+    from validation.launch import processes
+
+    done = tmp_path / "cleaned"
+    code = ("import os, signal, sys\n"
+            f"def bye(*_):\n    open({str(done)!r}, 'w').write('ok')\n    sys.exit(0)\n"
+            "signal.signal(signal.SIGTERM, bye)\nprint('up', flush=True)\nos.kill(os.getpid(), signal.SIGSTOP)\n"
+            "import time\ntime.sleep(30)\n")
+    root = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert root.stdout.readline().strip() == "up"
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{root.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+            assert time.monotonic() < deadline, "the child did not stop"
+            time.sleep(0.01)
+        tree = processes.ProcessTree(root, uuid.uuid4().hex, time.time())
+        assert processes.end_processes(tree, grace_s=3.0) == "SIGTERM"
+        assert done.read_text() == "ok" and root.returncode == 0
+    finally:
+        if root.poll() is None:
+            root.send_signal(signal.SIGKILL)
+            root.wait()
+        root.stdout.close()

@@ -167,7 +167,8 @@ def test_a_set_key_of_many_parts_looks_up_only_the_widths_a_dotted_key_can_have(
 
 
 @pytest.mark.parametrize("kind, extra", [
-    ("ab", "        baseline: {env: {NSA_PREFILL_BATCHED: '0'}}\n        variants: {b: {env: {NSA_PREFILL_BATCHED: '1'}}}\n"),
+    ("ab", "        baseline: {env: {NSA_PREFILL_BATCHED: '0'}}\n"
+           "        variants: {b: {env: {NSA_PREFILL_BATCHED: '1'}}}\n"),
     ("sweep", "        matrix: {env.NSA_DDP_BUCKET_MB: [25, 50]}\n        select: {metric: toks_per_s, goal: max}\n"),
 ])
 def test_a_thousand_repeats_still_load(tmp_path, kind, extra):

@@ -1,6 +1,6 @@
 """The arithmetic behind verdicts against independent recomputations: the paired interval against a one-sample t
-on the log-ratios written out by hand, the unpaired one against a Welch-Satterthwaite t written out by hand, the power of
-the paired test against the noncentral t, the effective sample size against the steps' variance over a float64
+on the log-ratios written out by hand, the unpaired one against a Welch-Satterthwaite t written out by hand, the
+power of the paired test against the noncentral t, the effective sample size against the steps' variance over a float64
 standard error, and Holm's adjusted p-values against hand figures."""
 
 from __future__ import annotations

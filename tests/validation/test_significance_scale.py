@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from validation.analysis.significance import autocorrelation, block_units, compare_series, decide, inefficiency, run_units
+from validation.analysis.significance import (autocorrelation, block_units, compare_series, decide, inefficiency,
+                                             run_units)
 from validation.analysis.significance.simulate import ar1
 from validation.report.compare import compare_runs
 

@@ -208,7 +208,8 @@ class AB(TrainerKind):
                                 + f" (reserved: {', '.join(RESERVED_LABELS)})")
         return Options(baseline=variant(raw.get("baseline"), path + ("baseline",)),
                        variants={k: variant(v, path + ("variants", k)) for k, v in variants_raw.items()},
-                       repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1, maximum=REPEATS_MAX),
+                       repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1,
+                                      maximum=REPEATS_MAX),
                        # a metric with a better direction (a typo would compare nothing and still pass; a
                        # metric without one, e.g. grad_norm, would be taken as higher is better)
                        metric=typed(raw.get("metric", "toks_per_s"), str, path + ("metric",), ctx,

@@ -126,7 +126,8 @@ class Parallelism(TrainerKind):
         if headroom >= 1:
             raise ctx.error(path + ("headroom",), f"a fraction below 1 (0.2 = 20%), got {headroom}")
         return Options(strategies=chosen,
-                       repeats=typed(raw.get("repeats", 2), int, path + ("repeats",), ctx, minimum=1, maximum=REPEATS_MAX),
+                       repeats=typed(raw.get("repeats", 2), int, path + ("repeats",), ctx, minimum=1,
+                                      maximum=REPEATS_MAX),
                        comm=typed(raw.get("comm"), str, path + ("comm",), ctx, optional=True), batch_search=search,
                        headroom=headroom,
                        profile_steps=typed(raw.get("profile_steps", 2), int, path + ("profile_steps",), ctx, minimum=0))

@@ -141,7 +141,8 @@ class Scaling(TrainerKind):
         batch = typed(raw.get("batch_size"), int, path + ("batch_size",), ctx, minimum=1, optional=True)
         global_batch = typed(raw.get("global_batch"), int, path + ("global_batch",), ctx, minimum=1, optional=True)
         return Options(world_sizes=sorted(sizes), modes=modes, scale_batch=batch, global_batch=global_batch,
-                       repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1, maximum=REPEATS_MAX))
+                       repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1,
+                                      maximum=REPEATS_MAX))
 
     def check(self, step, order, error) -> None:
         per_rank = per_rank_batch(step)

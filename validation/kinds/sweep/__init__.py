@@ -154,7 +154,8 @@ class Sweep(TrainerKind):
                                            choices=SELECT_METRICS),
                        select_goal=typed(select.get("goal", "max"), str, path + ("select", "goal"), ctx,
                                          choices=("max", "min")),
-                       repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1, maximum=REPEATS_MAX),
+                       repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1,
+                                      maximum=REPEATS_MAX),
                        prefer=_parse_prefer(raw.get("prefer"), clean, path + ("prefer",), ctx))
 
     def winner_params(self, step) -> tuple[str, ...]:

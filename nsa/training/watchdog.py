@@ -11,9 +11,9 @@ has written nothing for ``stall_after_s`` it
 
 Started before a run (the CLI without ``--once`` or ``--include-earlier``), it judges only the records appended to
 the files after it started, told from the earlier ones (a resumed run appends to the files of the run it resumes)
-by their place in the files, not by their ``ts``; and it counts a rank's silence on its own clock (``Watch``). The
-writers' clocks need not agree with the watchdog's: a rank on another node of a shared filesystem may be an hour
-off.
+by their place in the files, not by their ``ts``; and it counts a rank's silence on its own clock (``Watch``), one
+that a step of the host's wall clock does not move (``steady_clock``). The writers' clocks need not agree with the
+watchdog's: a rank on another node of a shared filesystem may be an hour off.
 
 ``check`` is a pure function of the files and the clock; ``run`` is the loop; ``main`` is the CLI::
 
@@ -132,6 +132,16 @@ def _on_this_clock(ts: float, low: float | None, high: float) -> float:
     return ts if low <= ts <= high else high
 
 
+def steady_clock() -> Callable[[], float]:
+    """A clock in unix seconds that never steps: the wall clock when it is made, plus the monotonic time since. A
+    rank's silence and the wait for a first heartbeat are durations; read on the wall clock, an NTP correction or
+    a `date -s` that steps it an hour ahead would make a live rank an hour silent (a .HALT stopping a healthy run),
+    one that steps it back would hide a hung rank for an hour. A heartbeat stamped by a wall clock that stepped is
+    placed by when it appeared (``Watch``)."""
+    origin_wall, origin = time.time(), time.monotonic()
+    return lambda: origin_wall + (time.monotonic() - origin)
+
+
 class Watch:
     """What a watchdog loop keeps from one check to the next (``run`` keeps one and passes it to every ``check``),
     so that its verdicts rest on its own clock and on where records lie in the files, not on the writers' clocks
@@ -150,6 +160,7 @@ class Watch:
     """
 
     def __init__(self, out_dir=None, started: float | None = None):
+        self.clock = steady_clock()  # check's `now` when none is given
         self.after: dict[int, FileMark] | None = mark_files(out_dir) if out_dir is not None else None
         self.last_check: float | None = started if out_dir is not None else None
         self.records: dict[int, tuple] = {}  # rank: (its latest record, that record's estimated write time)
@@ -170,16 +181,19 @@ def check(out_dir, stall_after_s: float, now: float | None = None, expected_rank
     `watch`, a ``Watch`` the caller keeps from one call to the next (``run`` does), makes the verdict independent
     of the writers' clocks: the ages and the run's start are the records' write times as estimated on this clock
     (see ``Watch``), and with a ``Watch`` made with `out_dir` only the records appended since it was made count.
-    Without it, the ages are `now` minus the records' ts: a record stamped in the future (the writer's clock
-    ahead) would not grow older than 0 s until this clock caught up with it, one stamped in the past (clock
-    behind) would be stalled at once.
+    Without `now`, a ``Watch``'s own clock is read (its ``steady_clock``: a step of the wall clock is no silence),
+    else the wall clock. Without a ``Watch``, the ages are `now` minus the records' ts: a record stamped in the
+    future (the writer's clock ahead) would not grow older than 0 s until this clock caught up with it, one stamped
+    in the past (clock behind) would be stalled at once.
     Raises FileNotFoundError when `out_dir` is not a directory.
     """
     if not stall_after_s > 0:
         raise ValueError(f"stall_after_s must be > 0, got {stall_after_s!r}")
     _check_expected_ranks(expected_ranks)
     out_dir = Path(out_dir)
-    now = time.time() if now is None else float(now)
+    if now is None:
+        now = watch.clock() if watch is not None else time.time()
+    now = float(now)
     entries = latest_entries(out_dir, watch.after if watch is not None else None)
     if since is not None:
         entries = {r: e for r, e in entries.items() if float(e.record["ts"]) >= since}
@@ -330,10 +344,12 @@ def _act_on_stall(cfg: WatchdogConfig, verdict: Verdict, emit) -> None:
     emit("stalled", {"verdict": verdict, "halt_path": halt_path, "halt_error": halt_error, "signalled_pids": pids})
 
 
-def run(cfg: WatchdogConfig, *, sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.time,
+def run(cfg: WatchdogConfig, *, sleep: Callable[[float], None] = time.sleep,
+        now: Callable[[], float] | None = None,
         on_event: Callable[[str, object], None] | None = None) -> Verdict:
     """Check every ``cfg.interval_s`` until the run stalls, finishes, or shows no heartbeat for
-    ``cfg.max_wait_start_s``; returns the last Verdict.
+    ``cfg.max_wait_start_s``; returns the last Verdict. `now`: the loop's clock in unix seconds (default
+    ``steady_clock()``, which a step of the wall clock does not move).
 
     Events passed to ``on_event(kind, info)``: ``("check", Verdict)`` after every check;
     ``("stalled", {"verdict", "halt_path", "halt_error", "signalled_pids"})`` once the stall has been acted on
@@ -341,6 +357,7 @@ def run(cfg: WatchdogConfig, *, sleep: Callable[[float], None] = time.sleep, now
     else it is None); ``("gave_up", Verdict)`` when no heartbeat appeared in time.
     """
     emit = on_event if on_event is not None else (lambda kind, info: None)
+    now = steady_clock() if now is None else now
     started = now()
     watch = Watch(cfg.out_dir, started) if cfg.only_new else Watch()
     waiting_since = started  # None while heartbeats are there

@@ -8,7 +8,8 @@ line, terminated by ``\\n``. A record always has these keys, in this order::
     pid   the writer's process id (int)
     host  socket.gethostname() of the writer (str): a watchdog only signals pids on its own host
     step  the optimizer step the rank has reached (int)
-    msg   what happened: "boot", "step", "checkpoint", or a terminal "done" / "stop" / "error"
+    msg   what happened: "boot", "step", "checkpoint", "stopping" (a stop decided, its checkpoint being written), or
+          a terminal "done" / "stop" / "error"
 
 followed by any metrics (floats, ints, strings, bools or None). Non-finite floats are written as null, so every
 line is valid JSON. A rank whose latest ``msg`` is in ``TERMINAL_MSGS`` has finished.

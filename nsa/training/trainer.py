@@ -632,7 +632,9 @@ class Trainer:
                         status = "halted" if n_halt else "terminated"
                         reason = (self.control.halt_reason() if n_halt
                                   else f"{self.control.stop_signal or 'signal'} received")
-                        self.heartbeat.write(step, "stop", reason=reason)
+                        # not terminal yet: the checkpoint below runs collectives, and a rank that hangs there
+                        # must read as silent to a watchdog, not as a run that ended ("stop" comes last, below)
+                        self.heartbeat.write(step, "stopping", reason=reason)
                         self._save(step)
                         break
                     if step % tc.save_every == 0:
@@ -691,7 +693,7 @@ class Trainer:
             if status != "nonfinite":
                 digest = checkpoint.param_digest(self.net) if self.parallel != "fsdp" else None  # FSDP: shards differ
                 self.heartbeat.write(step, "done" if status == "completed" else "stop", status=status,
-                                     params_sha256=digest)
+                                     params_sha256=digest, **({"reason": reason} if reason else {}))
             self.heartbeat.close()
         finally:
             self.control.uninstall()

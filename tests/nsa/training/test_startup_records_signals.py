@@ -49,7 +49,7 @@ def test_a_signal_during_start_up_stops_the_run_at_its_first_step_with_a_checkpo
         ("terminated", f"{name} received", 1, 1)
     assert (summary["status"], summary["steps"], summary["last_step"]) == ("terminated", 1, 1)
     assert (out / "checkpoints" / "step_00000001").is_dir()
-    assert [b["msg"] for b in beats] == ["boot", "step", "stop", "checkpoint", "stop"]
+    assert [b["msg"] for b in beats] == ["boot", "step", "stopping", "checkpoint", "stop"]
     assert (out / outputs.TRAINING_CSV).read_text().count("\n") == 2  # the header and step 1
     assert not list(out.glob("error_rank*.txt"))
     assert signal.getsignal(signum) is ending  # the handlers the process had before, restored

@@ -113,3 +113,16 @@ def test_checks_with_a_watch_and_no_clock_given_count_silence_on_the_watchs_cloc
     finally:
         writer.close()
     assert states == ["waiting"] * 3 + ["running"] * 9  # the first record at 60 s
+
+
+def test_a_rank_hung_in_the_checkpoint_of_a_stop_is_stalled_not_finished(tmp_path):
+    """A halt or SIGTERM is followed by a checkpoint (collectives under DDP/FSDP). Its heartbeat said "stop", a
+    terminal record, before that save: a rank hung in it read as a finished run (exit 0). The record before the
+    save is "stopping", which is not terminal: the rank's silence counts, and "stop" comes once the save is done."""
+    beats = HeartbeatWriter(tmp_path, 0, clock=lambda: T0)
+    beats.write(1, "step")
+    beats.write(1, "stopping", reason="SIGTERM received")
+    verdict = watchdog.check(tmp_path, 300, now=T0 + 301)
+    assert verdict.state == "stalled", verdict
+    HeartbeatWriter(tmp_path, 0, clock=lambda: T0 + 10).write(1, "stop", status="terminated")
+    assert watchdog.check(tmp_path, 300, now=T0 + 400).state == "finished"

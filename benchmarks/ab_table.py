@@ -13,9 +13,11 @@ forward, backward and forward + backward. A choice is "faster in every round" wh
 below the baseline's in each round it ran (the rule next_run.sh states for making it the default; the numerics and
 memcheck steps are the other half of that rule: their exits are listed below the table). A round with an arm
 missing or failed makes the comparison "incomplete", and so does a comparison of fewer than two rounds (a round
-skipped for time leaves no file): nothing is decided from one round. The verdict compares the same mode in every
-round (forward + backward, or the forward where a round has no backward); a median that is not a positive finite
-time is no figure ("-"), never a ratio.
+skipped for time leaves no file): nothing is decided from one round; such a round says why ("not measured (no
+file)", a file with no timed case). The verdict compares the same mode in every round (forward + backward, or the
+forward where a round has no backward); a median that is not a positive finite time is no figure ("-"), never a
+ratio, and no ratio that is not a positive finite number decides anything. A JSON file that does not parse (cut
+mid-write by its step's time limit) is one row, "not measured", with its step's exit.
 
 The other A/Bs of a run, each file read by its contents:
 - timed by alternated calls in one process, each call pair a round: bench_selection.py --topk-ab's JSON (S3's
@@ -26,10 +28,14 @@ The other A/Bs of a run, each file read by its contents:
 - bench_train.py --variant's runs (T1's <name>.runs.json, one row per run): per model, mode and context, each
   variant against the baseline variant (the first of --baseline run, "old" in next_run.sh), its repeats the rounds.
   Its figure is a throughput: the round's ratio is the baseline's tokens/s over the choice's, a time ratio like
-  every other ratio here (below 1: the choice is faster). A run that failed has no row: its round is missing.
+  every other ratio here (below 1: the choice is faster). A run that failed has no row: its round is "not
+  measured", and a variant none of whose runs ran (its errors in the runs' summaries, <name>.json) is listed so.
 - bench_choices.py's JSON (K3, C3: every launch choice against the shipped one in one process, each round a block
   of the baseline and a block of the choice adjacent in time): one comparison per arm, read as the files above;
   an arm that finished counts even when its step failed later (another arm's crash), one that failed does not.
+  The baseline's outputs are checked here as bench_choices checks them at the end of a run (each baseline block's
+  loss and input-gradient norm within 2% of the first's): a run cut before that check left a change unsaid, and
+  every arm of a file whose baseline changed is "incomplete".
 tune_kernels.py's rows (C4) keep only each side's min / median / max, no round's ratio: not in the table.
 
 Each folder's log.txt (or the one beside it, next_run.sh's $OUT/log.txt) gives the steps' exits: every step that
@@ -44,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -63,8 +70,9 @@ def medians(path: Path) -> dict | None:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    cases = [c for c in data.get("results", []) if isinstance(c, dict) and "times_s" in c] \
-        if isinstance(data, dict) else []
+    results = data.get("results") if isinstance(data, dict) else None
+    cases = [c for c in results if isinstance(c, dict) and isinstance(c.get("times_s"), dict)] \
+        if isinstance(results, list) else []
     if len(cases) != 1:
         return None
     out = {}
@@ -82,9 +90,10 @@ def _is_time(value) -> bool:
 
 def round_verdict(ratios: list) -> str:
     """A comparison's verdict from its rounds' ratios (choice over baseline, time: below 1 is faster): "incomplete"
-    with one round only or a round missing or failed (nothing decided), else faster or slower in every round, or
-    mixed (a tie in any round is neither)."""
-    if len(ratios) < 2 or any(x is None for x in ratios):
+    with one round only or a round missing or failed (nothing decided), or a ratio that is not a positive finite
+    number (a zero, negative or NaN time on a side: no measurement), else faster or slower in every round, or mixed
+    (a tie in any round is neither)."""
+    if len(ratios) < 2 or not all(_is_time(x) for x in ratios):
         return "incomplete"
     if all(x < 1 for x in ratios):
         return "faster in every round"
@@ -109,6 +118,9 @@ def comparisons(folder: Path, baselines: tuple[str, ...]) -> list[dict]:
                 notes[(m["label"], m["case"], m["arm"], int(m["round"]))] = failed[path.stem]
         else:
             why = failed.get(path.name.split(".")[0])
+            if _read(path) is None:  # cut mid-write (its step's time limit) or not JSON: said, not left out
+                others.append(unreadable_record(folder, path, why))
+                continue
             cut = why if why and why.endswith(CUT) else None  # bench_train writes, then exits 1 if a run failed
             others += calls_records(folder, path, why) + train_records(folder, path, baselines, cut)
             others += choices_records(folder, path)  # the file says which arms finished, whatever its step's exit
@@ -131,11 +143,40 @@ def comparisons(folder: Path, baselines: tuple[str, ...]) -> list[dict]:
             # else (forward-only paths) the forward
             timed = [ms for p in per_round for ms in (p["baseline_ms"], p["choice_ms"]) if ms]
             mode = "fwdbwd" if any("fwdbwd" in ms for ms in timed) else "fwd"
+            for p in per_round:  # a round without its figure says why: no file, no timed case, no time
+                if "failed" in p:
+                    continue
+                why = [f"{side} {_missing(arms[who], p['round'], mode)}" for side, who in (("baseline", base),
+                                                                                          ("choice", arm))
+                       if _missing(arms[who], p["round"], mode)]
+                if why:
+                    p["failed"] = "; ".join(why)
             ratios = [p["ratio"].get(mode) for p in per_round]
             verdict = round_verdict(ratios)
             records.append({"folder": str(folder), "label": label, "case": case, "baseline": base, "choice": arm,
                             "rounds": per_round, "verdict": verdict})
     return records + others
+
+
+def _missing(files: dict, rnd: int, mode: str) -> str | None:
+    """Why one arm's round has no figure in `mode`, or None: no file (never measured), a file with no timed case
+    (the case failed, or the file is not readable: cut mid-write), no median in `mode`. A median that is not a
+    positive finite time is shown as "-" (no figure, never a ratio) without more words."""
+    if rnd not in files:
+        return "not measured (no file)"
+    ms = files[rnd]
+    if ms is None:
+        return "not measured (no timed case in its file: failed, or not readable)"
+    return f"{mode} not measured" if mode not in ms else None
+
+
+def unreadable_record(folder: Path, path: Path, failed: str | None = None) -> dict:
+    """A JSON file of the folder that does not parse (a benchmark killed while writing it): one row saying that what
+    it held was not measured, with its step's exit where the log has one."""
+    why = "not readable as JSON (cut mid-write?)" + (f"; {failed}" if failed else "")
+    return {"folder": str(folder), "label": path.stem, "case": "-", "baseline": "-", "choice": "-",
+            "rounds": [{"round": "-", "baseline_ms": None, "choice_ms": None, "ratio": {}, "failed": why}],
+            "verdict": "not measured"}
 
 
 def _read(path: Path):
@@ -209,8 +250,8 @@ def choices_records(folder: Path, path: Path) -> list[dict]:
     if not (isinstance(data, dict) and data.get("bench") == "choices" and isinstance(data.get("arms"), dict)):
         return []
     case = f"{data.get('seq_len')}b{data.get('batch')}"
-    failed = (f"the baseline's outputs changed: {data['baseline_outputs_changed']}"
-              if data.get("baseline_outputs_changed") else None)
+    drift = data.get("baseline_outputs_changed") or _baseline_drift(data["arms"])
+    failed = f"the baseline's outputs changed: {drift}" if drift else None
     arms = dict(data["arms"])
     settings = data.get("arm_settings") if isinstance(data.get("arm_settings"), dict) else {}
     for arm in settings:
@@ -221,16 +262,21 @@ def choices_records(folder: Path, path: Path) -> list[dict]:
         if not isinstance(rec, dict):
             continue
         per_round = []
-        for rnd in rec.get("rounds") or []:
+        for rnd in _rounds(rec):
             ms = {}
             for side in ("baseline", "arm"):
-                times = (rnd.get(side) or {}).get("times_s") or {}
+                block = rnd.get(side)
+                times = block.get("times_s") if isinstance(block, dict) else None
                 ms[side] = {m: t["median"] * 1e3 if isinstance(t, dict) and _is_time(t.get("median")) else None
-                            for m, t in times.items() if m in MODES}
+                            for m, t in (times.items() if isinstance(times, dict) else ()) if m in MODES}
             ratio = {m: ms["arm"][m] / ms["baseline"][m] for m in MODES
                      if ms["arm"].get(m) and ms["baseline"].get(m)}
             per_round.append({"round": rnd.get("round"), "baseline_ms": ms["baseline"], "choice_ms": ms["arm"],
                               "ratio": ratio})
+            missing = [f"{side} fwdbwd not measured" for side, key in (("baseline", "baseline"), ("choice", "arm"))
+                       if "fwdbwd" not in ms[key]]
+            if missing:  # a block without its time (a median outside its range is "-": no figure, never a ratio)
+                per_round[-1]["failed"] = "; ".join(missing)
         why = failed or rec.get("error") or ("in progress when the process ended" if data.get("in_progress") == arm
                                             else None)
         if why:
@@ -244,22 +290,58 @@ def choices_records(folder: Path, path: Path) -> list[dict]:
     return records
 
 
+def _rounds(rec: dict) -> list[dict]:
+    """An arm's rounds as bench_choices writes them (a list of dicts); anything else in their place is none."""
+    rounds = rec.get("rounds")
+    return [r for r in rounds if isinstance(r, dict)] if isinstance(rounds, list) else []
+
+
+OUTPUT_RTOL = 0.02  # bench_choices.OUTPUT_RTOL: the baseline's loss and input-gradient norm, block against block
+
+
+def _baseline_drift(arms: dict) -> str | None:
+    """Why the baseline's outputs (its blocks' loss and grad_norm) changed during a bench_choices run, or None: its
+    blocks in the file's order against the first, as bench_choices checks at the end of a run; a run cut before that
+    check (its step's time limit, a lost CUDA context) left the change unsaid in the file."""
+    blocks = [rnd["baseline"] for rec in arms.values() if isinstance(rec, dict) for rnd in _rounds(rec)
+              if isinstance(rnd.get("baseline"), dict)]
+    for block in blocks[1:]:
+        for key in ("loss", "grad_norm"):
+            a, b = block.get(key), blocks[0].get(key)
+            if not (isinstance(a, (int, float)) and isinstance(b, (int, float))):
+                continue
+            if not (math.isfinite(a) and math.isfinite(b)) or abs(a - b) > OUTPUT_RTOL * max(abs(b), 1e-12):
+                return f"{key} {a:.6g} against the baseline's {b:.6g}"
+    return None
+
+
 def train_records(folder: Path, path: Path, baselines: tuple[str, ...], failed: str | None = None) -> list[dict]:
     """bench_train --variant's runs (<name>.runs.json: one row per run, its repeat the round, its tokens/s the
     figure) as one comparison per (model, mode, context) and variant other than the baseline (the first of
     `baselines` run): per round the baseline's tokens/s over the choice's, a time ratio (below 1: faster) like every
-    other ratio of the table; a run that failed has no row, so its round is missing. [] for another kind of file."""
+    other ratio of the table; a run that failed has no row, so its round is missing ("not measured"), and a variant
+    none of whose runs ran (listed with its error in the runs' summaries, <name>.json) has every round so. [] for
+    another kind of file."""
     data = _read(path) if path.name.endswith(".runs.json") else None  # <name>.json holds the runs' summaries
-    if not (isinstance(data, list) and data and all(isinstance(r, dict) and "toks_per_s" in r and "repeat" in r
-                                                      for r in data)):
+    if not (isinstance(data, list) and all(isinstance(r, dict) and "toks_per_s" in r and "repeat" in r
+                                           for r in data)):
         return []
+    summaries = _read(path.with_name(path.name[:-len(".runs.json")] + ".json"))
+    errors = [r for r in summaries if isinstance(r, dict) and "error" in r and r.get("ranks", 1) == 1] \
+        if isinstance(summaries, list) else []
     groups: dict[tuple, dict[str, dict[int, float | None]]] = {}
     for r in data:
-        if r.get("ranks", 1) != 1:
-            continue
+        if r.get("ranks", 1) != 1 or not isinstance(r["repeat"], int) or isinstance(r["repeat"], bool):
+            continue  # another rank count, or no repeat to pair it by
         key = (r.get("model", "nsa"), r.get("mode", "eager"), r.get("seq_len"), r.get("batch"))
         value = r["toks_per_s"] if _is_time(r["toks_per_s"]) and not failed else None
         groups.setdefault(key, {}).setdefault(r.get("variant") or "", {})[r["repeat"]] = value
+    for r in errors:  # a failed run's summary has no batch before 2026-12-01: the group of its other keys
+        model, mode, seq_len = r.get("model", "nsa"), r.get("mode", "eager"), r.get("seq_len")
+        key = next((k for k in groups if k[:3] == (model, mode, seq_len) and ("batch" not in r or
+                                                                            k[3] == r["batch"])),
+                   (model, mode, seq_len, r.get("batch")))
+        groups.setdefault(key, {}).setdefault(r.get("variant") or "", {})
     records = []
     for (model, mode, seq_len, batch), arms in groups.items():
         base = next((b for b in baselines if b in arms), None)
@@ -267,12 +349,17 @@ def train_records(folder: Path, path: Path, baselines: tuple[str, ...], failed: 
             continue
         for arm in sorted(a for a in arms if a != base):
             per_round = []
-            for rep in sorted(set(arms[arm]) | set(arms[base])):
+            for rep in sorted(set(arms[arm]) | set(arms[base])) or [0]:
                 a, b = arms[arm].get(rep), arms[base].get(rep)
                 per_round.append({"round": rep + 1, "baseline_tok_s": b, "choice_tok_s": a,
                                   "ratio": {"time": b / a} if a and b else {}})
                 if failed:
                     per_round[-1]["failed"] = failed
+                elif not (a and b):
+                    per_round[-1]["failed"] = "; ".join(
+                        f"{side} " + ("tokens/s not a positive finite figure" if rep in arms[who] else
+                                      "not measured (its run failed)")
+                        for side, who, x in (("baseline", base, b), ("choice", arm, a)) if not x)
             ratios = [p["ratio"].get("time") for p in per_round]
             verdict = round_verdict(ratios)
             case = f"{model} {mode}" + (f" S {seq_len} B {batch}" if seq_len else "")

@@ -242,22 +242,46 @@ def table(results: list[dict]) -> str:
 
 def _paired_ratios(a: list[dict], b: list[dict]) -> list[float]:
     """b / a tokens/s of the runs of one repeat (run i of each: measured side by side, A B A B)."""
-    by_rep = {r.get("repeat"): r["toks_per_s"] for r in a}
-    return [r["toks_per_s"] / by_rep[r.get("repeat")] for r in b if r.get("repeat") in by_rep]
+    by_rep = {r.get("repeat"): r["toks_per_s"] for r in a if _measured(r)}
+    return [r["toks_per_s"] / by_rep[r.get("repeat")] for r in b if r.get("repeat") in by_rep and _measured(r)]
 
 
-def comparisons(results: list[dict], runs: dict | None = None) -> list[str]:
+def _measured(row: dict) -> bool:
+    """Whether a summary's tokens/s is a figure: a positive finite number (a NaN would win or lose every max())."""
+    tps = row.get("toks_per_s")
+    return isinstance(tps, (int, float)) and 0 < tps < float("inf")
+
+
+def comparisons(results: list[dict], runs: dict | None = None, failed: list[dict] | None = None,
+                variants: list[str] | None = None) -> list[str]:
     """Single-process lines, per variant and context length: NSA / dense per mode, each model's fastest mode, and
     NSA / dense of the fastest; then each variant against the first one, per model, mode and context (the ratio
-    of the medians, and min / median / max of the ratios of the runs of each repeat)."""
+    of the medians, and min / median / max of the ratios of the runs of each repeat). A mode none of whose runs
+    gave a figure (its cases in `failed`, or a tokens/s that is not a positive finite number) is "not measured":
+    listed beside the measured ones, never credited as the fastest, and a fastest-of-each ratio that could not see
+    every mode says which were not measured; so is an A/B line whose variant or baseline has no figure. variants:
+    the --variant labels in order (the first is the baseline even where all of its cases failed)."""
     single = [r for r in results if r["ranks"] == 1]
     lines = []
     groups: dict[tuple, list[dict]] = {}
     for r in single:  # one config's cases (the CPU run has two: never compared as modes of one model)
         groups.setdefault((r.get("variant", ""), r.get("seq_len", 2048), r.get("config")), []).append(r)
+    lost: dict[tuple, dict[str, list[str]]] = {}  # group: {model: modes not measured}
+    for f in failed or []:
+        if f.get("ranks", 1) == 1:
+            key = (f.get("variant", ""), f.get("seq_len", 2048), f.get("config"))
+            groups.setdefault(key, [])
+            lost.setdefault(key, {}).setdefault(f.get("model", "nsa"), []).append(f.get("mode", "eager"))
     configs = {config for _, _, config in groups}
-    for (variant, ctx, config), rows in groups.items():
-        where = ("" if ctx is None or (ctx == 2048 and len(groups) == 1) else f"S {ctx:,} B {rows[0].get('batch')}") \
+    for (variant, ctx, config), all_rows in groups.items():
+        rows = [r for r in all_rows if _measured(r)]
+        not_measured = {model: list(dict.fromkeys(
+            [r.get("mode", "eager") for r in all_rows if r.get("model", "nsa") == model and not _measured(r)]
+            + [m for m in lost.get((variant, ctx, config), {}).get(model, [])
+               if not any(r.get("model", "nsa") == model and r.get("mode", "eager") == m for r in rows)]))
+            for model in MODELS}
+        batch = next((r.get("batch") for r in all_rows), None)
+        where = ("" if ctx is None or (ctx == 2048 and len(groups) == 1) else f"S {ctx:,} B {batch}") \
             + (f" {config}" if len(configs) > 1 else "") + (f" @{variant}" if variant else "")
         prefix = f"[{where.strip()}] " if where.strip() else ""
         by = {(r.get("model", "nsa"), r.get("mode", "eager")): r for r in rows}
@@ -267,35 +291,52 @@ def comparisons(results: list[dict], runs: dict | None = None) -> list[str]:
                 lines.append(f"{prefix}{mode}: NSA / dense twin tokens/s = "
                              f"{nsa['toks_per_s'] / dense['toks_per_s']:.3f} (medians of {nsa['runs']} and "
                              f"{dense['runs']} runs; NSA kernel {nsa.get('attention_kernel')})")
+            elif (nsa or dense) and mode in not_measured["dense" if nsa else "nsa"]:
+                lines.append(f"{prefix}{mode}: NSA / dense twin tokens/s not measured "
+                             f"({'dense' if nsa else 'nsa'} {mode} not measured)")
         best = {}
         for model in MODELS:
             mine = [r for r in rows if r.get("model", "nsa") == model]
+            missing = ", ".join(f"{m} not measured" for m in not_measured[model])
             if mine:
                 best[model] = max(mine, key=lambda r: r["toks_per_s"])
-                modes = ", ".join(f"{r.get('mode', 'eager')} {r['toks_per_s']:,.0f}" for r in mine)
+                modes = ", ".join([f"{r.get('mode', 'eager')} {r['toks_per_s']:,.0f}" for r in mine]
+                                  + ([missing] if missing else []))
                 lines.append(f"{prefix}{model}: fastest {best[model].get('mode', 'eager')} "
-                             f"({best[model]['toks_per_s']:,.0f} tokens/s; {modes})")
-        if len(best) == 2 and len({r.get("mode") for r in rows}) > 1:
+                             + ("of the measured modes " if missing else "")
+                             + f"({best[model]['toks_per_s']:,.0f} tokens/s; {modes})")
+            elif missing:
+                lines.append(f"{prefix}{model}: no mode measured ({missing})")
+        if len(best) == 2 and len({r.get("mode") for r in rows} | {m for ms in not_measured.values() for m in ms}) > 1:
+            unseen = "; ".join(f"{model} {', '.join(ms)}" for model, ms in not_measured.items() if ms)
             lines.append(f"{prefix}fastest NSA / fastest dense twin = "
                          f"{best['nsa']['toks_per_s'] / best['dense']['toks_per_s']:.3f}"
-                         f" ({best['nsa'].get('mode')} / {best['dense'].get('mode')})")
-    variants = list(dict.fromkeys(r.get("variant", "") for r in single))
+                         f" ({best['nsa'].get('mode')} / {best['dense'].get('mode')})"
+                         + (f", of the measured modes only (not measured: {unseen})" if unseen else ""))
+    variants = variants or list(dict.fromkeys(r.get("variant", "") for r in single))
     if len(variants) > 1:
         first = variants[0]
-        for r in single:
-            if r.get("variant", "") == first:
-                continue
+        done = set()
+        for r in single + [f for f in failed or [] if f.get("ranks", 1) == 1]:
             key = (r.get("model"), r.get("mode"), r.get("seq_len", 2048), r.get("config"))
+            if r.get("variant", "") == first or (r.get("variant", ""), key) in done:
+                continue
+            done.add((r.get("variant", ""), key))
+            row = next((x for x in single if x.get("variant", "") == r.get("variant", "")
+                        and (x.get("model"), x.get("mode"), x.get("seq_len", 2048), x.get("config")) == key), None)
             base = next((b for b in single if b.get("variant", "") == first
                          and (b.get("model"), b.get("mode"), b.get("seq_len", 2048), b.get("config")) == key), None)
-            if base is None:
+            at = (f" S {key[2]:,}" if key[2] else "") + (f" {key[3]}" if len(configs) > 1 else "")
+            head = f"A/B {r.get('model')} {r.get('mode')}{at}: @{r.get('variant', '')} / @{first or 'base'} tokens/s"
+            unseen = [f"@{v or 'base'}" for v, x in ((r.get("variant", ""), row), (first, base))
+                      if x is None or not _measured(x)]
+            if unseen:
+                lines.append(f"{head} not measured ({', '.join(unseen)} not measured)")
                 continue
-            paired = _paired_ratios((runs or {}).get(base["case"], []), (runs or {}).get(r["case"], []))
+            paired = _paired_ratios((runs or {}).get(base["case"], []), (runs or {}).get(row["case"], []))
             spread = (f"; per repeat min / median / max {min(paired):.3f} / {statistics.median(paired):.3f} / "
                       f"{max(paired):.3f} over {len(paired)}") if paired else ""
-            at = (f" S {key[2]:,}" if key[2] else "") + (f" {key[3]}" if len(configs) > 1 else "")
-            lines.append(f"A/B {r.get('model')} {r.get('mode')}{at}: @{r['variant']} / @{first or 'base'} "
-                         f"tokens/s = {r['toks_per_s'] / base['toks_per_s']:.3f}{spread}")
+            lines.append(f"{head} = {row['toks_per_s'] / base['toks_per_s']:.3f}{spread}")
     return lines
 
 
@@ -399,7 +440,8 @@ def main(argv=None) -> int:
                     text = str(e) if not isinstance(e, subprocess.TimeoutExpired) else \
                         f"{name} x{nproc} timed out after {args.timeout:g} s"
                     failed.append({"case": name, "ranks": nproc, "model": model, "mode": mode,
-                                   "variant": c["variant"], "seq_len": c["seq_len"], "error": text})
+                                   "variant": c["variant"], "seq_len": c["seq_len"], "batch": c["batch"],
+                                   "config": c["config"], "error": text})
                     print(f"FAILED {name} x{nproc}: {text.strip()[-2000:]}", file=sys.stderr, flush=True)
                     continue
                 runs.setdefault((name, nproc), []).append(
@@ -412,7 +454,8 @@ def main(argv=None) -> int:
     for f in failed:
         first_line = (f["error"].strip().splitlines() or ["?"])[0]
         print(f"FAILED {f['case']} x{f['ranks']} ({f['model']}, {f['mode']}): {first_line}")
-    for line in comparisons(results, {name: r for (name, nproc), r in runs.items() if nproc == 1}):
+    for line in comparisons(results, {name: r for (name, nproc), r in runs.items() if nproc == 1}, failed,
+                            [label for label, _ in variants]):
         print(line)
     for name in (c["name"] for c in cases):
         single = next((r for r in results if r["case"] == name and r["ranks"] == 1), None)

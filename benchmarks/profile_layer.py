@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -162,6 +163,11 @@ def run_case(path: str, seq_len: int, batch: int, select: str, passes: int, warm
     return record
 
 
+def _duration(ms) -> bool:
+    """Whether a kernel's measured time is a duration: a finite number of ms, not negative."""
+    return isinstance(ms, (int, float)) and math.isfinite(ms) and ms >= 0
+
+
 def roofline(by_pass: dict, path: str, seq_len: int, batch: int, device: str, shape: dict, elem: int = 2,
              precision: str = "bf16") -> dict:
     """The roofline of one profiled case, from {pass: {kernel name: [ms per pass, launches per pass]}}.
@@ -173,27 +179,31 @@ def roofline(by_pass: dict, path: str, seq_len: int, batch: int, device: str, sh
     over the measured time of the kernels that take at least 1% of the layer's time, glue included), the model's
     layer floor and dense's ("floor_*_ms", "dense_floor_*_ms") and their ratio ("floor_ratio_fwd",
     "floor_ratio"). A kernel measured under its floor (the model's counts or the device's peaks are wrong) gets no
-    efficiency ("under_floor": True), nor does a sum over it; "under_floor" lists them. Unknown device: "peak":
-    "unknown", the counts without floors."""
+    efficiency ("under_floor": True), nor does a sum over it; "under_floor" lists them. A kernel time that is
+    negative or not finite (no duration a kernel can take) is no figure either: "bad_time" lists them, and its
+    pass's GPU time and every efficiency over it are None. Unknown device: "peak": "unknown", the counts without
+    floors."""
     from nsa.training.metrics import roofline_peaks  # imports torch: the parent process never loads it
 
     cfg = NSAConfig(**shape)
     peaks = roofline_peaks(device, precision)
     costs = cm.all_costs(cfg, seq_len, batch, elem)
-    total_ms = sum(ms for found in by_pass.values() for ms, _ in found.values())
+    total_ms = sum(ms for found in by_pass.values() for ms, _ in found.values() if _duration(ms))
     fams = cm.families(name for found in by_pass.values() for name in found)
     rows = []
     for p, found in by_pass.items():
         fam_ms: dict[str, float] = {}
         for name, (ms, _) in found.items():
-            fam_ms[fams[name]] = fam_ms.get(fams[name], 0.0) + ms
-        for name, (ms, n) in sorted(found.items(), key=lambda kv: -kv[1][0]):
+            fam_ms[fams[name]] = fam_ms.get(fams[name], 0.0) + (ms if _duration(ms) else 0.0)
+        for name, (ms, n) in sorted(found.items(), key=lambda kv: -kv[1][0] if _duration(kv[1][0]) else 0.0):
             fam = fams[name]
             row = {"pass": p, "name": name[:120], "family": fam, "ms": ms, "per_pass": n,
-                   "share": ms / total_ms if total_ms > 0 else None,
+                   "share": ms / total_ms if total_ms > 0 and _duration(ms) else None,
                    "flops": None, "exps": None, "bytes": None, "floor_ms": None, "bound": None, "efficiency": None}
             cost = costs.get(fam)
-            if cost is not None:
+            if not _duration(ms):  # no duration a kernel can take: no share, no floor, no efficiency
+                row["bad_time"] = True
+            elif cost is not None:
                 part = ms / fam_ms[fam] if fam_ms[fam] > 0 else 0.0
                 cost = cm.Cost(cost.flops * part, cost.exps * part, cost.bytes * part)
                 row.update(flops=cost.flops, exps=cost.exps, bytes=cost.bytes)
@@ -206,9 +216,12 @@ def roofline(by_pass: dict, path: str, seq_len: int, batch: int, device: str, sh
     out: dict = {"peak": "unknown" if peaks is None else device, "kernels": rows}
     if peaks is not None:
         out["peaks"] = {"tflops": peaks.flops / 1e12, "texp_per_s": peaks.exps / 1e12, "tb_per_s": peaks.bytes / 1e12}
+    bad = [r for r in rows if r.get("bad_time")]
+    if bad:
+        out["bad_time"] = [f"{r['pass']} {r['name']}: {r['ms']:.4g} ms" for r in bad]
     for p in (FWD, BWD):
         found = by_pass.get(p, {})
-        out[f"{p}_gpu_ms"] = sum(ms for ms, _ in found.values())
+        out[f"{p}_gpu_ms"] = None if any(r["pass"] == p for r in bad) else sum(ms for ms, _ in found.values())
         out[f"{p}_kernel_launches"] = sum(n for _, n in found.values())
     if peaks is None:
         return out
@@ -219,7 +232,8 @@ def roofline(by_pass: dict, path: str, seq_len: int, batch: int, device: str, sh
         out["under_floor"] = [f"{r['pass']} {r['name']}: {r['ms']:.4g} ms, floor {r['floor_ms']:.4g} ms" for r in under]
     for key, chosen in (("efficiency_fwd", FWD), ("efficiency_bwd", BWD), ("efficiency", None)):
         kept = [r for r in rows if r["share"] is not None and r["share"] >= MIN_SHARE and chosen in (None, r["pass"])]
-        out[key] = None if any(r.get("under_floor") for r in kept) else cm.efficiency(kept, min_share=0.0)["efficiency"]
+        out[key] = None if any(r.get("under_floor") for r in kept) or any(chosen in (None, r["pass"]) for r in bad) \
+            else cm.efficiency(kept, min_share=0.0)["efficiency"]
     families = cm.DENSE_FAMILIES if path == "dense" else cm.LAYER_FAMILIES
     floor = cm.layer_floor_s(costs, peaks, families)
     dense = cm.layer_floor_s(costs, peaks, cm.DENSE_FAMILIES)
@@ -241,6 +255,21 @@ def measured_ratios(results: list[dict]) -> None:
             continue  # a ratio needs a positive GPU time on both sides
         r["measured_ratio_fwd"] = d["fwd_gpu_ms"] / r["fwd_gpu_ms"]
         r["measured_ratio"] = d["gpu_ms"] / r["gpu_ms"]
+
+
+def case_record(stdout: str, path: str, seq_len: int, batch: int) -> dict:
+    """The record a --case subprocess printed as its last line of output; a case whose output ends otherwise (cut,
+    or a line printed after it) is an error record, never a traceback that loses every other case."""
+    lines = stdout.strip().splitlines()
+    try:
+        record = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        record = None
+    printed = ("kernel_launches", "copies_per_pass", "host_issue_ms", "wall_ms", "gpu_ms")  # main's line of a case
+    if not isinstance(record, dict) or not ("error" in record or all(k in record for k in printed)):
+        tail = lines[-1][:200] if lines else "no output"
+        return {"path": path, "seq_len": seq_len, "batch": batch, "error": f"exit 0 without its record: {tail}"}
+    return record
 
 
 def _num(value, spec: str) -> str:
@@ -304,7 +333,7 @@ def main(argv=None) -> int:
                 r = {"path": path, "seq_len": s, "batch": b, "error": f"exit {proc.returncode}: "
                                                                       f"{(tail or ['no output'])[-1]}"}
             else:
-                r = json.loads(proc.stdout.strip().splitlines()[-1])
+                r = case_record(proc.stdout, path, s, b)
             results.append(r)
             if "error" in r:
                 print(f"{path:<11} S={s:<6} B={b}: {r['error']}", flush=True)
@@ -346,6 +375,9 @@ def describe(r: dict) -> list[str]:
     for under in r.get("under_floor", []):
         lines.append(f"    measured under its floor (the cost model or the device's peaks are wrong; no efficiency "
                      f"over it): {under}")
+    for bad in r.get("bad_time", []):
+        lines.append(f"    a kernel time that is negative or not finite (no figure; no GPU time or efficiency over "
+                     f"it): {bad}")
     lines.append(f"    {'pass':<4} {'ms':>8} {'share':>6} {'floor':>8} {'eff':>6} {'bound':<5} {'GFLOP':>9} "
                  f"{'G exp':>7} {'MB':>8}  {'family':<21} kernel")
     for k in r.get("kernels", []):
@@ -370,7 +402,8 @@ def as_json(results: list[dict]) -> dict:
         records.append(r)
         case = {"path": r.get("path"), "seq_len": r.get("seq_len"), "batch": r.get("batch")}
         for p in (FWD, BWD):
-            rest = [k for k in kernels if k["pass"] == p and (k["share"] is None or k["share"] < MIN_SHARE)]
+            rest = [k for k in kernels if k["pass"] == p and (k["share"] is None or k["share"] < MIN_SHARE)
+                    and not k.get("bad_time")]  # a time that is no duration keeps its own, flagged row
             table += [{**case, **k} for k in kernels if k["pass"] == p and k not in rest]
             if rest:
                 table.append({**case, "pass": p, "name": f"({len(rest)} kernels under 1% each)", "family": "other",

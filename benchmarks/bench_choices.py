@@ -132,8 +132,12 @@ def ratios(base: dict, arm: dict) -> dict:
     out = {}
     for mode in MODES:
         a, b = arm["times_s"][mode]["median"], base["times_s"][mode]["median"]
-        out[mode] = a / b if b > 0 else None
+        out[mode] = a / b if _positive(a) and _positive(b) else None  # a time that is no duration: no ratio
     return out
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
 
 def layer_pass(args):

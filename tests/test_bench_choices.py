@@ -241,3 +241,15 @@ def test_outputs_differ_within_and_beyond_the_tolerance():
     assert bc.outputs_differ(base, {"loss": 1.0, "grad_norm": 2.1}) == "grad_norm 2.1 against the baseline's 2"
     assert bc.outputs_differ(base, {"loss": float("nan"), "grad_norm": 2.0}).startswith("loss nan")
     assert bc.outputs_differ(base, {}) is None  # a block without outputs (a stub) is not judged
+
+
+def test_a_round_whose_arm_time_is_no_duration_has_no_ratio():
+    """ratios() took arm / baseline for any positive baseline: a negative or NaN arm median (a broken timer, a
+    block that measured nothing) became a stored ratio, negative or NaN; it is none."""
+    def block(median):
+        return {"times_s": {m: {"median": median} for m in bc.MODES}}
+
+    assert bc.ratios(block(2.0), block(1.0)) == {m: 0.5 for m in bc.MODES}
+    for bad in (-1.0, 0.0, float("nan"), float("inf")):
+        assert bc.ratios(block(2.0), block(bad)) == {m: None for m in bc.MODES}
+        assert bc.ratios(block(bad), block(1.0)) == {m: None for m in bc.MODES}

@@ -43,7 +43,8 @@ from validation.launch.spec import TERM_GRACE_S
 from validation.results import reuse
 from validation.results.run import Step as StepRecord, read_run
 from validation.results.store import (DEFAULT_RUNS, FAILED_STEP_STATUSES, RESULTS_JSON, ResultsError, RunDirError,
-                                      cannot_write, inside_run_dir, load_json, read_results, write_results)
+                                      cannot_write, held_run_dir, inside_run_dir, load_json, read_results,
+                                      write_results)
 from validation.runbook.loader import Runbook, RunbookError, load_runbook
 from validation.execution.runner import (Reporter, ResumeError, RunOptions, Runner, check_resume, chosen, judge_resume,
                                          kept_if_not_rerun, left_out, no_winner_reason, steps_to_run, stopped_reason,
@@ -343,17 +344,46 @@ def run_runbook(request: RunRequest, display: Callable[[], ContextManager[Report
     steps run. Raises RunError on invalid input; an interrupt (SIGINT, SIGTERM, SIGHUP) while the steps run ends
     every launched process and comes back as RunOutcome.interrupted, with the finished steps saved and reported."""
     prepared = prepare(request, warn)
-    rb, run_dir, previous, earlier, options = (prepared.runbook, prepared.run_dir, prepared.previous,
-                                               prepared.earlier, prepared.options)
+    run_dir = prepared.run_dir
     if not request.no_report:  # loaded whole now (matplotlib, jinja2), so no interrupt can leave them half imported
         _held(lambda: (report.make_plots, report.write_reports))
     modules = set(sys.modules)
+    made = _first_missing(run_dir)  # what the run creates (None: run_dir is there already)
+    with _holding(run_dir, made, fresh=prepared.previous is None):
+        return _run_held(request, prepared, display, warn, modules, made)
+
+
+@contextlib.contextmanager
+def _holding(run_dir: Path, made: Path | None, fresh: bool):
+    """RUN_DIR made and held (store.held_run_dir) for the whole run, so that a second nsa-validate on it (two
+    `--resume RUN_DIR`, two runs given one --out) is refused before it ends or writes anything: it would end this
+    run's launches as an earlier attempt's and overwrite its results.json. A fresh run also checks, holding it, that
+    no other run wrote results.json since prepare looked."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunError(str(cannot_write(run_dir, exc))) from None
+    try:
+        with held_run_dir(run_dir):
+            if fresh and (run_dir / RESULTS_JSON).exists():
+                raise RunDirError(f"{run_dir} holds a results.json written by another nsa-validate run since this "
+                                  "one started: --resume it, or give another --out")
+            yield
+    except RunDirError as exc:
+        if made is not None:
+            _remove_empty(run_dir, made)
+        raise RunError(str(exc)) from None
+
+
+def _run_held(request: RunRequest, prepared, display, warn, modules: set, made: Path | None) -> RunOutcome:
+    """run_runbook's run, RUN_DIR held."""
+    rb, run_dir, previous, earlier = prepared.runbook, prepared.run_dir, prepared.previous, prepared.earlier
+    options = prepared.options
     if previous is not None:  # an attempt killed with nsa-validate (its sentinel too) may have left some running
         left = end_launches(recorded_launch_ids(run_dir), grace_s=TERM_GRACE_S)
         if left:
             warn(f"ended {len(left)} process(es) an earlier attempt of {run_dir} left running: {left}")
     first_saved = None if request.no_report else (lambda saved: _held(replace_earlier_reports, run_dir, saved))
-    made = _first_missing(run_dir)  # what the run creates (None: run_dir is there already)
     try:  # the run directory cannot be written (disk full, permission) or leads outside itself: one RunError
         try:
             with display() as reporter:

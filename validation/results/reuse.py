@@ -246,7 +246,9 @@ def _refusal(run: Run, rb: Runbook, phase: str, overrides, digest: str) -> str |
     for i, resume in enumerate(run.resumes):
         if resume.source_changed is None:
             continue
-        later = {str(n) for r in run.resumes[i:] for n in r.steps}
+        # the steps this resume or a later one ran: those it set out to run, but for a step --rerun named that did
+        # not run again (not_rerun: its earlier result, of the earlier source, kept)
+        later = {str(n) for r in run.resumes[i:] for n in r.steps if str(n) not in r.not_rerun}
         earlier_source = [n for n in names if n not in later]
         if earlier_source:  # the environment's digest is the last attempt's
             return (f"its step {earlier_source[0]} ran before the run was resumed at {resume.at} with another "
@@ -284,10 +286,13 @@ def _finished_at(results: Any) -> float:
     """When the run of `results` finished, as a POSIX time, so that runs written with different UTC offsets order
     by the instant ("10:00+0100" before "09:30+0000"); -inf for a run with no such time (unfinished, unreadable)."""
     finished = read_run(results).finished if isinstance(results, dict) else None
-    try:
-        when = datetime.datetime.fromisoformat(str(finished))
+    try:  # the runner's format ("+0000": Python 3.10's fromisoformat reads only "+00:00"), else any ISO time
+        when = datetime.datetime.strptime(str(finished), "%Y-%m-%dT%H:%M:%S%z")
     except ValueError:
-        return -math.inf
+        try:
+            when = datetime.datetime.fromisoformat(str(finished))
+        except ValueError:
+            return -math.inf
     if when.tzinfo is None:  # no offset recorded: read as UTC
         when = when.replace(tzinfo=datetime.timezone.utc)
     return when.timestamp()

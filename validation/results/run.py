@@ -427,14 +427,15 @@ class Run:
     def overrides(self, steps=()) -> list[str]:
         """The --set options (KEY=VALUE) of the attempt that ran any of `steps` last (with none named: of the
         latest attempt): the first run's `options.set`, or the `options.set` of the last resume that set out to run
-        one of them. A resume recorded before resumes recorded their options counts as the first run's. What a
-        suggested `nsa-validate run` command repeats, so that it runs what ran."""
+        one of them. A resume recorded before resumes recorded their options counts as the first run's; a step
+        --rerun named that did not run again (its not_rerun) keeps the result of an earlier attempt, so that resume
+        did not run it. What a suggested `nsa-validate run` command repeats, so that it runs what ran."""
         wanted = {str(s) for s in steps}
         chosen = self.options
         for resume in self.resumes:
             if not isinstance(resume, Resume):
                 continue
-            if not wanted or wanted & {str(s) for s in resume.steps}:
+            if not wanted or wanted & {str(s) for s in resume.steps if str(s) not in resume.not_rerun}:
                 chosen = self.options if resume.options is None else resume.options
         values = chosen.set
         if isinstance(values, dict):  # some early records: {key: value}

@@ -7,16 +7,18 @@ interrupted run keeps every finished step and `nsa-validate run --resume RUN_DIR
 does not hold to the schema is not written: write_results raises ResultsError naming the key path and what is
 wrong, and the previous results.json stays as it was. A write that fails (disk full, permission denied, RUN_DIR
 not a directory) raises RunDirError naming the path and the OS error; the previous results.json stays as it was and
-no temp file is left behind.
+no temp file is left behind. held_run_dir locks RUN_DIR for the process that writes it: a second one is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from nsa.training.outputs import atomic_write
 from validation.results.model import (CRITERION_STATUSES, FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, SCHEMA_VERSION,
@@ -27,8 +29,8 @@ from validation.results.run import ReplacedStep, Resume, ReusedRecord, Run, read
 
 __all__ = ["CRITERION_STATUSES", "DEFAULT_RUNS", "FAILED_STEP_STATUSES", "FINAL_STEP_STATUSES", "RESULTS_JSON",
            "SCHEMA_VERSION", "STEP_STATUSES", "VERDICTS", "ResultsError", "RunDirError", "RunResults",
-           "cannot_write", "inside_run_dir", "load_json", "os_error_text", "read_results", "resume_note",
-           "write_results"]
+           "cannot_write", "held_run_dir", "inside_run_dir", "load_json", "os_error_text", "read_results",
+           "resume_note", "write_results"]
 
 RESULTS_JSON = "results.json"
 DEFAULT_RUNS = Path("artifacts/validate")  # where a run's directory goes without --out (<runbook>-<time>)
@@ -50,6 +52,32 @@ def cannot_write(path: Path | str, exc: OSError) -> RunDirError:
     """A RunDirError for a failed write of `path` (the OSError's own filename when it names another one)."""
     where = exc.filename if isinstance(exc.filename, str) and exc.filename else str(path)
     return RunDirError(f"cannot write {where}: {os_error_text(exc)}")
+
+
+@contextlib.contextmanager
+def held_run_dir(run_dir: Path | str) -> Iterator[Path]:
+    """Hold the existing directory RUN_DIR for this block: an exclusive advisory lock (flock) on the directory
+    itself, so that a second nsa-validate writing the same run (two `run --resume RUN_DIR`, or two runs given one
+    --out) is refused before it writes or ends anything, instead of both running its steps and each overwriting the
+    other's results.json. Raises RunDirError naming RUN_DIR when another open of it holds the lock (another
+    process, or another block of this one). The lock goes with its descriptor: at the end of the block, or when the
+    process dies (a killed run leaves no stale lock behind); nothing is written into RUN_DIR."""
+    path = Path(run_dir)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise RunDirError(f"cannot open the run directory {path}: {os_error_text(exc)}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirError(f"{path} is in use by another nsa-validate run (it holds the run directory's lock): "
+                              "wait for it to end, or give another --out") from None
+        except OSError:  # a file system without flock (some network mounts): run unguarded, as before
+            pass
+        yield path
+    finally:
+        os.close(fd)
 
 
 def _within(path: Path, root: Path) -> bool:
@@ -223,5 +251,10 @@ def reused_note(record: ReusedRecord) -> str:
 
 def reused_notes(results: Run | RunResults | dict[str, Any]) -> list[str]:
     """reused_note of every phase the run took from an earlier run (the report's header shows them); an entry that
-    is not an object, or an empty one, names nothing."""
-    return [reused_note(r) for r in read_run(results).reused or [] if given(r) is not None]
+    is not an object, or an empty one, names nothing, and neither does the entry of a phase a step of which ran
+    here after all (a record of its own, not pending: the run was resumed without --reuse before the phase was
+    reached), where "nothing of it ran here" would not hold."""
+    run = read_run(results)
+    ran_here = {str(step.phase) for step in run.steps.values()
+                if step is not None and given(step.reused) is None and step.status not in (None, "pending")}
+    return [reused_note(r) for r in run.reused or [] if given(r) is not None and str(r.phase) not in ran_here]

@@ -8,9 +8,11 @@ searches the step's logs.
 
 Verdict (``verdict``), in this order:
 
-- INCOMPLETE when the run was interrupted or steps are still pending (`--resume` continues it);
+- INCOMPLETE when the run was interrupted or steps are still pending (`--resume` continues it; a step the runbook
+  no longer has, kept from before a resume under "other steps", never runs again and is not waited for);
 - NO-GO when a non-optional step that ran did not pass, or a criterion of severity "fail" failed or could not
-  be computed (an error; a figure it reads outside its physical range is one, validation.analysis.plausibility);
+  be computed (an error; a figure it reads outside its physical range is one, validation.analysis.plausibility,
+  unless a disturbance explains it: then it is inconclusive, below);
 - INCOMPLETE when a "fail" criterion was not evaluated because its step did not run (skipped by --only / --skip,
   by unmet requirements, ...), or is inconclusive because the performance figures it reads were measured while
   other work used the machine (validation.execution.evidence: it neither passes nor fails on disturbed evidence alone; its
@@ -130,21 +132,31 @@ def _judge_evidence(runbook: Runbook, run: Run, results: RunResults, ns: dict, c
     """(status, detail) of an evaluated criterion once its evidence is judged (validation.execution.evidence): "inconclusive"
     when a performance figure it reads comes from a disturbed step (it may neither pass nor fail on that alone, nor
     err on it: a triage whose disturbed launches left it undecided names no culprit, so `culprit == 'x'` cannot be
-    evaluated); "error" when a figure it reads lies outside its physical range (validation.analysis.plausibility)
-    and no disturbance explains it; otherwise as evaluated. `results`: the run as results.json holds it, which the
+    evaluated), or when a figure outside its physical range that the decision it reads stands on was measured only
+    by disturbed runs (the decision left them out: evidence.disturbed_implausible); "error" when a figure it reads
+    lies outside its physical range (validation.analysis.plausibility) and no disturbance explains it; otherwise as
+    evaluated. `results`: the run as results.json holds it, which the
     interference records are read from."""
     reads = evidence.performance_reads(runbook, criterion)
     steps = results["steps"]
     shaken = list(dict.fromkeys(n for n, _ in reads if evidence.disturbed(steps.get(n) or {})))
     bad = plausibility.implausible_reads(ns, criterion.expr.paths)
+    explained: dict[str, list[str]] = {}  # step -> the figures outside their range only its disturbed runs measured
     for n in dict.fromkeys(n for n, path in reads if not path or path[0] != "runs"):  # a decision over its runs
-        bad += [f"{n}.{text}" for text in evidence.runs_implausible(steps.get(n) or {}) if f"{n}.{text}" not in bad]
-    if shaken:  # an expression that could not be evaluated (a figure a disturbed step left undecided: None) too
+        loose = evidence.disturbed_implausible(steps.get(n) or {})
+        if loose and n not in shaken:
+            explained[n] = loose
+        bad += [f"{n}.{text}" for text in evidence.runs_implausible(steps.get(n) or {})
+                if text not in loose and f"{n}.{text}" not in bad]
+    if shaken or explained:  # an expression that could not be evaluated (a figure a disturbed step left undecided:
+        # None) too
         what = {"pass": "held", "error": f"could not be evaluated ({detail})"}.get(outcome, "did not hold")
-        why = "; ".join(f"step {n} was disturbed: {(evidence.step_interference(steps[n]) or {}).get('text')}"
-                        for n in shaken)
-        rerun = evidence.rerun_command(run.runbook.path or "RUNBOOK", run.run_dir or "RUN_DIR", shaken,
-                                       run.overrides(shaken))
+        why = "; ".join([f"step {n} was disturbed: {(evidence.step_interference(steps[n]) or {}).get('text')}"
+                         for n in shaken]
+                        + [f"disturbed runs of step {n} measured {'; '.join(texts)}" for n, texts in explained.items()])
+        again = shaken + list(explained)
+        rerun = evidence.rerun_command(run.runbook.path or "RUNBOOK", run.run_dir or "RUN_DIR", again,
+                                       run.overrides(again))
         return "inconclusive", (f"it {what}, but on disturbed evidence: {why}"
                                 + (f"; and {'; '.join(bad)}" if bad else "") + f"; run again: {rerun}")
     if outcome == "error":
@@ -155,6 +167,12 @@ def _judge_evidence(runbook: Runbook, run: Run, results: RunResults, ns: dict, c
     return status, detail
 
 
+def _shaken(step: dict) -> bool:
+    """Whether a disturbance explains a step's evidence: its interference record says disturbed, or a figure outside
+    its range was measured only by runs it left out as disturbed (evidence.disturbed_implausible)."""
+    return evidence.disturbed(step) or bool(evidence.disturbed_implausible(step))
+
+
 def verdict(results: RunResults, interrupted: bool | str) -> tuple[str, str]:
     """(verdict, one-sentence reason) of a run (see the module docstring). `interrupted`: False, or True / the
     signal's name ("SIGTERM") when the run was interrupted."""
@@ -163,7 +181,10 @@ def verdict(results: RunResults, interrupted: bool | str) -> tuple[str, str]:
         return "INCOMPLETE", f"the run was interrupted{how}; `nsa-validate run --resume RUN_DIR` continues it"
     run = _run(results)
     steps: dict[str, Step] = run.steps  # type: ignore[assignment]  # every step has a record while the run runs
-    pending = [n for n, s in steps.items() if s.status in ("pending", "running", "interrupted")]
+    # the runbook's steps as the run holds them (results.json's phases): a step only an earlier attempt's runbook
+    # had keeps its record, but no resume runs it (validation.execution.runner.steps_to_run)
+    listed = {str(n) for p in run.phases for n in p.steps} if run.phases else set(steps)
+    pending = [n for n, s in steps.items() if s.status in ("pending", "running", "interrupted") and n in listed]
     if pending:
         return "INCOMPLETE", f"step(s) not run yet: {', '.join(pending)}"
     bad = [f"{n} {s.status}" for n, s in steps.items() if s.status in BAD_STEP and not s.optional]
@@ -190,7 +211,7 @@ def verdict(results: RunResults, interrupted: bool | str) -> tuple[str, str]:
                          f"({_why_not_run(unproven, steps)})")
         if shaken:
             disturbed = [n for n in dict.fromkeys(n for c in shaken for n in sorted(_step_names(c, steps)))
-                         if evidence.disturbed(results["steps"][n])]  # its interference record as written
+                         if _shaken(results["steps"][n])]  # its interference record as written
             parts.append(f"{plural(len(shaken), 'required criterion', 'required criteria')} inconclusive: "
                          f"{', '.join(c.name for c in shaken)}, measured while other work used the machine "
                          f"(disturbed: {', '.join(disturbed) or 'see the criteria'}); run again: "
@@ -277,7 +298,9 @@ def recommendations(runbook: Runbook, results: RunResults) -> Recommendations:
                 f"no recommendation: {'not replicated' if significant else 'no significant difference'}")
             if bad:  # whatever it decided stands on a figure that is not a result: measured while other work
                 # used the machine (its evidence disturbed), else a bug in the measurement
-                cause = ("measured while other work used the machine" if evidence.disturbed(encode(step))
+                explained = evidence.disturbed_implausible(encode(step))
+                cause = ("measured while other work used the machine"
+                         if evidence.disturbed(encode(step)) or all(text in explained for text in bad)
                          else "a bug in the measurement")
                 why = (f"no recommendation: a figure of its runs is outside its physical range, {cause}, not a "
                        f"result: {'; '.join(bad)}")

@@ -11,7 +11,8 @@ acceptance criteria, the recommendations, the report and `compare`:
 - **plausibility**: every metric with a physical range declares it once (validation.analysis.plausibility.RANGES): a scaling
   efficiency above 1.1 or at most 0, a tokens/s CV above 50%, an MFU above 100% (or tokens/s beyond the device's
   peak), a GPU utilisation above 100%, a negative time, memory or loss. A figure outside its range is a bug in the
-  measurement, not a result: a criterion reading it is an error (inconclusive when its step was disturbed), a
+  measurement, not a result: a criterion reading it is an error (inconclusive when a disturbance explains it: its
+  step was disturbed, or only runs a decision left out as disturbed measured it, disturbed_implausible), a
   decision over runs that measured one is neither recommended nor a key finding (runs_implausible), and the report
   lists it among the open problems.
 - **performance metrics**: what a kind measures about speed (StepKind.performance: patterns over its metric
@@ -30,11 +31,13 @@ from typing import Any, Iterable
 from validation import kinds as step_kinds
 from validation.formatting import as_dict, as_list, run_command
 from validation.analysis.interference import disturbed, launch_records, step_interference  # noqa: F401 - the run's judge
+from validation.analysis.interference import run_disturbed
 from validation.launch.telemetry import interference_rules
 from validation.analysis.plausibility import range_of, step_implausible
 from validation.analysis.plausibility import text as plausibility_text
 from validation.kinds.base import metric_declared
-from validation.results.run import read_run
+from validation.results.codec import decode, encode
+from validation.results.run import Step as StepRecord, read_run
 
 
 # ------------------------------------------------------------------------------------------------ performance
@@ -88,6 +91,22 @@ def runs_implausible(step: dict) -> list[str]:
     return out
 
 
+def disturbed_implausible(step: dict) -> list[str]:
+    """The figures of runs_implausible(step) that only its disturbed runs measured: a disturbance explains them
+    (a window another process shared can vary by more than half its mean), not a bug in the measurement. What the
+    step decided stands on none of them once it left those runs out (its record then says it is not disturbed),
+    yet a decision over runs that measured one is no result: a criterion on it is inconclusive, not an error.
+    [] for a step without disturbed runs."""
+    step = as_dict(step)
+    runs = [encode(r) for r in decode(StepRecord, step, lenient=True).runs]
+    shaken = [r for r in runs if run_disturbed(r)]
+    if not shaken:
+        return []
+    quiet = [r for r in runs if not run_disturbed(r)]
+    others = {plausibility_text(item) for item in step_implausible({**step, "runs": quiet})}  # and what it derived
+    return [text for text in runs_implausible({**step, "runs": shaken}) if text not in others]
+
+
 # ------------------------------------------------------------------------------------------------ the run
 def rerun_command(runbook_path: str, run_dir: str, step_names: Iterable[str], overrides: Iterable[str] = ()) -> str:
     """The command that runs just `step_names` of a finished run again, into it, with `overrides` (the --set they
@@ -128,8 +147,10 @@ def assess(runbook, results: dict, run_dir: str) -> dict[str, Any]:
         if is_disturbed:
             disturbed_steps.append({"step": name, "text": rec.get("text"),
                                     "launches": [x for x in as_list(rec.get("launches")) if as_dict(x).get("disturbed")]})
+        explained = disturbed_implausible(step)  # measured only by runs a disturbance explains
         for item in step_implausible(step):  # each launch's figures and what the step derived from them
-            bad.append({"step": name, **item, "disturbed": is_disturbed})
+            bad.append({"step": name, **item,
+                        "disturbed": is_disturbed or plausibility_text(item) in explained})
     in_order = [as_dict(steps.get(s.name)) for s in runbook.steps()]
     for kind in step_kinds.kinds():
         for fig in kind.key_figures(step_kinds.read_steps(in_order)):

@@ -141,10 +141,18 @@ def left_out(step: Step, options: RunOptions) -> str | None:
 
 def steps_to_run(runbook: Runbook, results: RunResults, rerun: tuple[str, ...] | list[str] = ()) -> list[str]:
     """The steps of `runbook` that a run continuing `results` runs: those without a final status there (pending,
-    running, interrupted, or new in the runbook), and those named in `rerun`; in runbook order."""
+    running, interrupted, or new in the runbook), those named in `rerun`, and those a step `rerun` names had kept
+    from running (skipped there because it failed and its on_failure is stop: they run once it no longer stops the
+    run, and are skipped again if it does); in runbook order."""
     done = read_run(results).steps
-    return [s.name for s in runbook.steps()
-            if s.name in rerun or (done.get(s.name) or StepRecord()).status not in FINAL_STEP_STATUSES]
+    stopped = {stopped_reason(name, status) for name in rerun for status in FAILED_STEP_STATUSES}
+    out = []
+    for s in runbook.steps():
+        record = done.get(s.name) or StepRecord()
+        if (s.name in rerun or record.status not in FINAL_STEP_STATUSES
+                or (record.status == "skipped" and record.reason in stopped)):
+            out.append(s.name)
+    return out
 
 
 def check_resume(runbook: Runbook, previous: RunResults, run_dir: Path | str, rerun: tuple[str, ...] | list[str] = ()
@@ -296,6 +304,9 @@ class Runner:
             entry["source_changed"] = source
         records = previous["steps"]  # as results.json holds them (what a kept record stays)
         for step in self.rb.steps():
+            if step.name in todo and step.name not in self.opt.rerun and \
+                    (before.steps.get(step.name) or StepRecord()).status == "skipped":
+                records[step.name] = self._pending(step)  # a stop kept it from running: it runs now (steps_to_run)
             if step.name in self.opt.rerun:
                 old = before.steps.get(step.name) or StepRecord()
                 entry["replaced"][step.name] = ReplacedStep(status=old.status, reason=old.reason,  # type: ignore

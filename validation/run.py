@@ -46,9 +46,9 @@ from validation.results.store import (DEFAULT_RUNS, FAILED_STEP_STATUSES, RESULT
                                       cannot_write, held_run_dir, inside_run_dir, load_json, read_results,
                                       write_results)
 from validation.runbook.loader import Runbook, RunbookError, load_runbook
-from validation.execution.runner import (Reporter, ResumeError, RunOptions, Runner, check_resume, chosen, judge_resume,
-                                         kept_if_not_rerun, left_out, no_winner_reason, steps_to_run, stopped_reason,
-                                         winner_refs)
+from validation.execution.runner import (NOT_REACHED, Reporter, ResumeError, RunOptions, Runner, check_resume, chosen,
+                                         judge_resume, kept_if_not_rerun, left_out, no_winner_reason, steps_to_run,
+                                         stopped_reason, winner_refs)
 from validation.runbook.plan import describe, skipped_here, text_lines
 
 
@@ -73,13 +73,15 @@ class RunRequest:
     reuse: tuple[str, ...] = ()  # --reuse PHASE[=RUN_DIR]: phases taken from an earlier run of the same source
     cwd: Path = field(default_factory=Path.cwd)
 
-    def command(self, run_dir: Path | None = None) -> str:
+    def command(self, run_dir: Path | None = None, rerun: tuple[str, ...] = ()) -> str:
         """This request as a shell-quoted command line, with --resume RUN_DIR in place of --out when `run_dir` is
         given: the command that continues the run as it ran (its --only, --skip, --set, --reuse, --against and
-        --no-report; steps named by --rerun are interrupted or pending then, and run without being named)."""
+        --no-report; steps named by --rerun are interrupted or pending then, and run without being named, but for
+        `rerun`: those the interrupt came before, which kept their earlier results)."""
         if run_dir is not None:
-            return run_command(self.runbook, resume=run_dir, only=self.only, skip=self.skip, overrides=self.overrides,
-                               reuse=self.reuse, against=self.against, no_report=self.no_report)
+            return run_command(self.runbook, resume=run_dir, rerun=rerun, only=self.only, skip=self.skip,
+                               overrides=self.overrides, reuse=self.reuse, against=self.against,
+                               no_report=self.no_report)
         return run_command(self.runbook, out=self.out, resume=self.resume, rerun=self.rerun, only=self.only,
                            skip=self.skip, overrides=self.overrides, reuse=self.reuse, against=self.against,
                            no_report=self.no_report)
@@ -125,8 +127,12 @@ class RunOutcome:
                      f"{self.run_dir} holds no results.json")
             return (f"interrupted ({how}) before the run saved anything: nothing was saved ({where}); start it again "
                     f"with {request.command()}")
+        resumes = read_run(self.results).resumes if self.results else []
+        kept = tuple(n for n, why in (resumes[-1].not_rerun.items() if resumes else ()) if why == NOT_REACHED)
         return (f"interrupted ({how}): every launched process was ended; finished steps are saved in "
-                f"{self.run_dir}; continue with {request.command(self.run_dir)}")
+                f"{self.run_dir}" + (f" ({', '.join(kept)} not reached: {'its' if len(kept) == 1 else 'their'} "
+                                     "earlier results kept)" if kept else "")
+                + f"; continue with {request.command(self.run_dir, rerun=kept)}")
 
 
 def _quiet() -> ContextManager[Reporter]:

@@ -89,3 +89,32 @@ def test_a_rerun_step_this_machine_cannot_run_keeps_its_result_and_the_dry_run_s
     after = run_runbook(request).results
     assert after["steps"]["two"] == first["steps"]["two"]
     assert after["resumes"][-1]["not_rerun"] == {"two": "needs 8 GPU(s), this machine has 0"}
+
+
+def test_a_rerun_step_an_interrupt_came_before_keeps_its_earlier_result_and_is_named_to_run_again(tmp_path):
+    """`--resume --rerun one --rerun two`, Ctrl-C once `one` has run again, before `two` starts: `two` was set back
+    to pending at the start and its measured result lost; it keeps it (not_rerun says the interrupt came first), and
+    the command printed to continue runs it again (--rerun two)."""
+    runbook, _ = _runbook(tmp_path)
+    run_dir = tmp_path / "run"
+    first = run_runbook(RunRequest(runbook=runbook, out=run_dir, cwd=REPO)).results
+
+    class Interrupting(Reporter):
+        def step_finished(self, step, result) -> None:
+            if step.name == "one":
+                raise KeyboardInterrupt  # as a Ctrl-C between the two steps
+
+    @contextmanager
+    def display():
+        yield Interrupting()
+
+    request = RunRequest(runbook=runbook, resume=run_dir, rerun=("one", "two"), cwd=REPO)
+    outcome = run_runbook(request, display)
+    assert outcome.interrupted is not None
+    saved = read_results(run_dir)
+    assert saved["steps"]["two"] == first["steps"]["two"]  # what it measured is still there
+    assert saved["steps"]["one"]["status"] == "passed"
+    assert saved["resumes"][-1]["not_rerun"] == {"two": "the run was interrupted before it ran again"}
+    text = outcome.interrupt_text(request)
+    assert "two not reached: its earlier results kept" in text and "--rerun two" in text
+    assert "--rerun one" not in text  # it ran again: a plain --resume keeps its new result

@@ -237,6 +237,10 @@ def _reached_verdict(results: RunResults) -> bool:
     return bool(run.finished) and not run.interrupted_by
 
 
+# a resume's not_rerun reason for a step --rerun named that an interrupt kept it from reaching (its earlier result kept)
+NOT_REACHED = "the run was interrupted before it ran again"
+
+
 class Runner:
     def __init__(self, runbook: Runbook, run_dir: Path, options: RunOptions, reporter: Reporter | None = None,
                  previous: RunResults | None = None):
@@ -386,7 +390,7 @@ class Runner:
                             raise RunDirError(f"step {step.name}: cannot write {where}: {os_error_text(exc)}") \
                                 from None
                     result, shown = self._kept_or(step.name, result)
-                    self.results["steps"][step.name] = result
+                    self._keep(step.name, result)
                     self.save()
                     self.reporter.step_finished(step, shown)
                 # a step finished in an earlier, interrupted run (--resume) counts too
@@ -397,6 +401,7 @@ class Runner:
             for name, res in self.results["steps"].items():
                 if res["status"] == "running":
                     res.update(status="interrupted", reason=f"interrupted ({how})")
+            self._keep_unreached()
             self.results["interrupted_by"] = how
             self._finish(t0, interrupted=True)
             raise
@@ -427,6 +432,20 @@ class Runner:
         self._resume_entry.setdefault("not_rerun", {})[name] = why
         kept = decode(StepRecord, earlier, f"steps.{name}", lenient=True).status
         return earlier, StepResult(result, reason=f"not run again ({why}): its earlier result ({kept}) kept")
+
+    def _keep(self, name: str, record: StepResult) -> None:
+        """Step `name`'s record in the results from now on (saved with the next save)."""
+        self.results["steps"][name] = record
+
+    def _keep_unreached(self) -> None:
+        """After an interrupt: a step --rerun named that the run had not reached (still pending, its directory as the
+        earlier attempt left it) keeps its earlier result, this resume's record saying so (not_rerun:
+        NOT_REACHED), instead of a pending record that lost what was measured; `--resume --rerun STEP` runs it
+        again (validation.run's interrupt message names it)."""
+        for name in list(self._earlier):
+            if self._status(name) == "pending" and self._resume_entry is not None:
+                self._keep(name, self._earlier.pop(name))
+                self._resume_entry.setdefault("not_rerun", {})[name] = NOT_REACHED
 
     def _not_run(self, step: Step, stopped_by: Step) -> StepResult:
         status = self._status(stopped_by.name)

@@ -231,3 +231,17 @@ def test_nothing_runs_at_compile_time():
     assert calls == []  # compiling needs no logs
     e.evaluate(NS, lambda s: calls.append(s) or "")
     assert calls == ["baseline"]
+
+
+@pytest.mark.parametrize("expr, data", [
+    ("a.x >= 1.0", {"x": True}),
+    ("a.x < 0.5", {"x": False}),
+    ("0.5 <= a.x", {"x": True}),
+    ("a.n > a.flag", {"n": 3, "flag": True}),
+])
+def test_a_flag_ordered_against_a_figure_is_an_error_never_a_pass(expr, data):
+    """`baseline.loss_drop >= 1.0` with loss_drop recorded as true passed (True >= 1.0 in Python): a type mismatch
+    is an error, as the module says; == between flags still holds."""
+    result = compile_expression(expr).evaluate({"a": data})
+    assert result.status == "error" and "true and false are no numbers" in result.detail
+    assert compile_expression("a.f == True and a.g != True").evaluate({"a": {"f": True, "g": False}}).status == "pass"

@@ -502,6 +502,12 @@ class _Evaluator:
                 self._no_hole(node, sym, left_node, left)
                 if not membership:
                     self._no_hole(node, sym, right_node, right)
+            if sym in ("<", "<=", ">", ">=") and (isinstance(left, bool) or isinstance(right, bool)):
+                # true >= 1.0 holds in Python: a flag compared with a figure (`x.loss_drop >= 1.0` reading a
+                # loss_drop recorded as true) is a type mismatch, never a pass
+                raise _EvalError(f"cannot order {type(left).__name__} {fmt_value(left)} {sym} "
+                                 f"{type(right).__name__} {fmt_value(right)} in {_src(node)}: true and false are no "
+                                 "numbers")
             try:
                 ok = fn(*_comparable(left, right))
             except TypeError:

@@ -11,7 +11,9 @@ lack `root` or say `error` for `#wrong`), one data row per size (time in microse
 triple is out-of-place, the second in-place), then `# Out of bounds values` and `# Avg bus bandwidth`. The rows
 use the out-of-place figures; algbw and busbw are recomputed from size and time with validation.analysis.collectives (the
 same conventions nccl-tests uses, without its two-decimal rounding). Versions before 2.13 write `#  Rank i Pid ...`
-(no Group).
+(no Group). Versions 2.13.0 to 2.13.3 print the `redop` column of all_gather and broadcast (collectives without a
+reduction) blank under a header that names it: such a row has one field fewer, its `root` integer where `redop` is,
+and is read with that column left out.
 
 A table is a measurement only when nccl-tests checked it and finished: wrong results (a `#wrong` count above 0 in
 either column of any row, or `# Out of bounds values : N FAILED` with N > 0; the older `error` column is the largest
@@ -88,14 +90,15 @@ def parse(text: str, kind: str, world_size: int | None = None) -> dict:
         if columns is None or not stripped or not stripped[0].isdigit():
             continue
         fields = stripped.split()
-        if fields[0].isdigit() and _wrong(columns, fields):
+        names = _row_columns(columns, fields)
+        if fields[0].isdigit() and _wrong(names, fields):
             wrong.append(int(fields[0]))
-        if len(fields) < columns.index("busbw") + 1:
+        if len(fields) < names.index("busbw") + 1:
             continue
         try:
             nbytes = int(fields[0])
-            time_us = float(fields[columns.index("time")])
-            reported = float(fields[columns.index("busbw")])
+            time_us = float(fields[names.index("time")])
+            reported = float(fields[names.index("busbw")])
         except ValueError:
             continue  # N/A or a line of something else
         if nbytes <= 0 or time_us <= 0:
@@ -123,6 +126,17 @@ def parse(text: str, kind: str, world_size: int | None = None) -> dict:
         row["reported_busbw_gbps"] = reported
         out.append(row)
     return {"world_size": world, "rows": out, "avg_busbw_gbps": avg, "devices": devices}
+
+
+def _row_columns(columns: list[str], fields: list[str]) -> list[str]:
+    """The header's column names as they line up with one data row's fields: the header's, less `redop` where the
+    row left it blank (nccl-tests 2.13.0 to 2.13.3 for a collective without a reduction: the field under `redop` is
+    then the `root` integer; an operation's name never is one)."""
+    if "redop" in columns and "root" in columns and columns.index("root") == columns.index("redop") + 1:
+        i = columns.index("redop")
+        if i < len(fields) and re.fullmatch(r"-?\d+", fields[i]):
+            return columns[:i] + columns[i + 1:]
+    return columns
 
 
 def _wrong(columns: list[str], fields: list[str]) -> bool:

@@ -9,8 +9,8 @@ reported as data (CsvRead.problem, summary "status"/"reason") so a dead run stil
 from __future__ import annotations
 
 import csv
+import io
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -228,29 +228,51 @@ def _finish(frame: pd.DataFrame, dropped: int, path: Path, cut_last_line: bool =
 
 def _read_clean_if_complete(path: Path) -> pd.DataFrame | None:
     """The whole file through pandas' C parser when it is clean: it ends with a newline, the header has every
-    required column once, every known column is numeric, every required cell present, steps are integers.
-    None (use the row-by-row reader, which explains each problem) otherwise. Reads the file once, in C."""
+    required column once, every row as many cells as the header (_cells_match_header), every known column is
+    numeric, every required cell present, steps are integers. None (use the row-by-row reader, which explains each
+    problem) otherwise. Reads the file once, in C."""
     try:
-        with open(path, "rb") as f:
-            first = f.readline()
-            f.seek(0, os.SEEK_END)
-            if f.tell() == 0:
-                return None
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) not in (b"\n", b"\r"):
-                return None
-        header = [h.strip() for h in next(csv.reader([first.decode("utf-8-sig")]))]
-    except (OSError, UnicodeDecodeError, csv.Error, StopIteration):
+        raw = path.read_bytes()
+    except OSError:
+        return None
+    if not raw or raw[-1:] not in (b"\n", b"\r"):
+        return None
+    end = raw.find(b"\n")
+    try:
+        header = [h.strip() for h in next(csv.reader([raw[:end if end >= 0 else len(raw)].decode("utf-8-sig")]))]
+    except (UnicodeDecodeError, csv.Error, StopIteration):
         return None
     if len(set(header)) != len(header) or any(c not in header for c in REQUIRED_COLUMNS):
         return None
-    return _read_clean(path, header, set(REQUIRED_COLUMNS) | {MFU_COLUMN[0]})
+    if not _cells_match_header(raw):
+        return None
+    return _read_clean(raw, header, set(REQUIRED_COLUMNS) | {MFU_COLUMN[0]})
 
 
-def _read_clean(path: Path, header: list[str], known: set[str]) -> pd.DataFrame | None:
+def _cells_match_header(raw: bytes) -> bool:
+    """Whether every line of `raw` that is not blank has as many commas as its first (the header). pandas' C parser
+    fills a row with fewer cells with NaN, and reads a file whose rows all have one cell more than the header with
+    the first column as its index (every column's values under its neighbour's name); the row-by-row reader drops
+    such rows and counts them. Counted with numpy, not per row. A quote (a comma inside a quoted cell parts no
+    cells) or a carriage return that ends no line says no: the row-by-row reader decides."""
+    if b'"' in raw or raw.count(b"\r") != raw.count(b"\r\n"):
+        return False
+    data = np.frombuffer(raw, dtype=np.uint8)
+    ends = np.flatnonzero(data == ord("\n"))
+    if ends.size == 0:
+        return False
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    commas = np.flatnonzero(data == ord(","))
+    per_line = np.searchsorted(commas, ends) - np.searchsorted(commas, starts)
+    length = ends - starts
+    blank = (length == 0) | ((length == 1) & (data[ends - 1] == ord("\r")))  # "\n" or "\r\n" alone
+    return bool(np.all(per_line[~blank] == per_line[0]))
+
+
+def _read_clean(raw: bytes, header: list[str], known: set[str]) -> pd.DataFrame | None:
     pd = _pandas()
     try:
-        frame = pd.read_csv(path, encoding="utf-8-sig", skipinitialspace=True, engine="c",
+        frame = pd.read_csv(io.BytesIO(raw), encoding="utf-8-sig", skipinitialspace=True, engine="c",
                             on_bad_lines="error", skip_blank_lines=True)
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError, OSError):
         return None

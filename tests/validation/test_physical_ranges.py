@@ -177,3 +177,15 @@ def test_a_criterion_on_a_decision_over_runs_with_an_impossible_figure_is_an_err
     assert decided["status"] == "error", decided
     assert "bucket_sweep.runs." in decided["detail"] and "toks_per_s.cv = 0.8 outside [0, 0.5]" in decided["detail"]
     assert rows["Loss falls"]["status"] == "pass"  # another step's correctness criterion is untouched
+
+
+def test_a_step_time_of_zero_is_outside_its_range():
+    """A training step's time of 0 (a window's step_time_s.min, a summary's min step time) passed the range '>= 0'
+    beside a tokens/s computed without it; a step takes time: 0 is outside, a tiny positive time inside."""
+    from validation.analysis.plausibility import range_of
+
+    for name in ("step_time_s.min", "step_time_s.mean", "summary.min_step_time_s",
+                 "summary.avg_step_time_excl_first_s"):
+        rng = range_of(name)
+        assert rng is not None and not rng.holds(0.0) and rng.holds(1e-6), name
+    assert range_of("summary.comm_time_s").holds(0.0)  # no communication at all (one rank) is a time of 0

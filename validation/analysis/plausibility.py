@@ -58,6 +58,8 @@ _NON_NEGATIVE = {"loss": _LOSS, "grad_norm": "a norm is never negative",
 _EFFICIENCY = "N ranks cannot do more than N times the work of one, beyond a cache effect of a few percent"
 _TIMES = ("step_time_s", "time_to_first_step_s", "startup.imports_s", "startup.init_s", "startup.first_step_s",
           "summary.avg_step_time_s", "summary.min_step_time_s", "summary.max_step_time_s", "summary.comm_time_s")
+# a training step's time (a forward, a backward and an optimizer step) is never 0: above it, not at it
+_STEP_TIMES = ("step_time_s", "summary.avg_step_time_s", "summary.min_step_time_s", "summary.max_step_time_s")
 RANGES: tuple[Range, ...] = (
     Range("scaling_efficiency", 0.0, 1.1, low_closed=False, reason=_EFFICIENCY),
     *(Range(f"{mode}.{at}", 0.0, 1.1, low_closed=False, reason=_EFFICIENCY)
@@ -68,11 +70,13 @@ RANGES: tuple[Range, ...] = (
     Range("toks_per_s_per_gpu", 0.0, None), Range("tflops_per_s", 0.0, None),
     *(Range(f"mfu.{s}", 0.0, 1.0, reason="no device does more FLOP/s than its peak")
       for s in ("mean", "median", "min", "max")),
-    *(Range(f"{t}.{s}" if t == "step_time_s" else t, 0.0, None, reason="a time is never negative")
+    *(Range(f"{t}.{s}" if t == "step_time_s" else t, 0.0, None, low_closed=t not in _STEP_TIMES,
+            reason="a step takes time" if t in _STEP_TIMES else "a time is never negative")
       for t in _TIMES for s in (("mean", "median", "min", "max") if t == "step_time_s" else ("",))),
     Range("summary.comm_share", 0.0, 1.0, reason="a share of the step time"),
     Range("toks_per_s.stdev", 0.0, None), Range("toks_per_s_per_node", 0.0, None),
-    *(Range(f"summary.{k}", 0.0, None) for k in ("tokens_per_s", "samples_per_s", "avg_step_time_excl_first_s")),
+    *(Range(f"summary.{k}", 0.0, None) for k in ("tokens_per_s", "samples_per_s")),
+    Range("summary.avg_step_time_excl_first_s", 0.0, None, low_closed=False, reason="a step takes time"),
     *(Range(f"{c}.{s}" if s else c, 0.0, None, reason=_NON_NEGATIVE[c])
       for c in ("loss", "grad_norm", "mem_alloc_gb", "mem_reserved_gb") for s in _STATS),
     *(Range(k, 0.0, None, reason=_LOSS if "loss" in k else _MEMORY)

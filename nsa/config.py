@@ -94,7 +94,7 @@ class NSAConfig:
     w            sliding-window length: query t sees tokens (t - w, t]
     phi          compression function: "mlp" (learnable, intra-block position embedding) or "avg" (block mean)
     gate         "sigmoid" (the paper's per-head, per-branch sigmoid gate) or "softmax" (over the three branches)
-    rope_theta   RoPE base
+    rope_theta   RoPE base, at least 1
     prefill      "batched" (vectorized) or "sequential" (the per-token oracle loop)
     selection    "v2" (vectorized selection ranges) or "v1" (simple loop)
     kernel       the batched path's kernels: "torch" (PyTorch, CPU and CUDA), "triton" (the GPU kernels), "auto"
@@ -142,6 +142,9 @@ class NSAConfig:
                 raise ValueError(f"NSAConfig.{name} must be one of {' | '.join(choices)}, got {getattr(self, name)!r}")
         if not _positive_number(self.rope_theta):
             raise ValueError(f"NSAConfig.rope_theta must be a positive finite number, got {self.rope_theta!r}")
+        if self.rope_theta < 1:  # 1e-300: 0 in fp32, every frequency inf and every score NaN from the first step
+            raise ValueError(f"NSAConfig.rope_theta must be at least 1 (the RoPE base: its frequencies "
+                             f"theta^(-2j/d_k) lie in (0, 1]), got {self.rope_theta!r}")
         if self.n_heads % self.n_kv_groups:
             raise ValueError(f"NSAConfig.n_kv_groups={self.n_kv_groups} must divide n_heads={self.n_heads}")
         if self.l % self.d:

@@ -5,10 +5,12 @@
     data:   DataConfig fields (below; the sources are in nsa.training.data)
 
 Every key is checked: an unknown key, a key given twice in one mapping or a value of the wrong type is a
-ConfigError naming the file and the dotted key; so is a number that is not finite, and a value that the trainer
-would refuse beside another section's (train.seq_len shorter than model.l, a model.vocab_size below the data's token
-ids). Missing keys take the dataclass defaults. Command-line flags override keys (`apply_overrides`), and the
-resolved config is written back to the run's out_dir (config.yaml) so a run says exactly what it ran.
+ConfigError naming the file and the dotted key (an unknown one with the closest known key); so is a number that is
+not finite, a plain number that YAML 1.1 reads otherwise than in decimal (`010` as 8, `1:30` as 90), and a value
+that the trainer would refuse beside another section's (train.seq_len shorter than model.l, a model.vocab_size below
+the data's token ids). Missing keys take the dataclass defaults. Command-line flags override keys
+(`apply_overrides`), and the resolved config is written back to the run's out_dir (config.yaml) so a run says exactly
+what it ran.
 
 A field that an nsa-train flag sets declares the flag where it is defined (`setting(..., flags=Flag(...))`,
 nsa.config): nsa.training.flags reads the sections below (SECTIONS) for the trainer's parser, its `--help` and the
@@ -18,8 +20,10 @@ runbook checker's table of flags.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
+import re
 import reprlib
 import types
 import typing
@@ -206,6 +210,8 @@ class TrainConfig:
                              f"got {self.pg_timeout_s}")
         if not str(self.out_dir).strip():
             raise ValueError("train.out_dir must name a directory, got an empty string")
+        if "\0" in str(self.out_dir):  # no path holds one: creating it failed at start-up with a traceback
+            raise ValueError(f"train.out_dir must not contain a NUL character, got {brief(self.out_dir)}")
         if self.decay_steps is not None and self.decay_steps <= 0:
             raise ValueError(f"train.decay_steps must be positive or null, got {self.decay_steps}")
         if self.peak_tflops is not None and not self.peak_tflops > 0:
@@ -253,8 +259,13 @@ SECTIONS = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig}
 def load_config(path: str | Path) -> RunConfig:
     """Read and validate a YAML run config; ConfigError names the file and key of any problem."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: config file not found")
+    try:  # is_file raises for a name the system refuses (too long: ENAMETOOLONG) or a directory it may not search
+        found = path.is_file()
+    except (OSError, ValueError) as exc:  # ValueError: an embedded NUL byte
+        raise ConfigError(f"{path}: cannot read the config file ({getattr(exc, 'strerror', None) or exc})") from None
+    if not found:
+        raise ConfigError(f"{path}: " + ("a directory, not a config file" if path.is_dir()
+                                         else "config file not found"))
     try:
         raw = _read_yaml(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
@@ -265,9 +276,23 @@ def load_config(path: str | Path) -> RunConfig:
         key = ".".join(str(part) for part in exc.path)
         raise ConfigError(f"{path}: duplicate key {brief(key)} at line {exc.line} (first at line {exc.first}): one "
                           "of the two values would be ignored") from None
+    except NumberTextError as exc:
+        key = ".".join(str(part) for part in exc.path)
+        raise ConfigError(f"{path}: {brief(key)} at line {exc.line}: {brief(exc.text)} reads as {brief(exc.value)} "
+                          f"in YAML 1.1 ({exc.why}); write a number in decimal without a leading 0 or a ':', "
+                          "a text in quotes") from None
     except YAML_ERRORS as exc:
-        raise ConfigError(f"{path}: not valid YAML ({(str(exc).splitlines() or [type(exc).__name__])[0]})") from None
+        raise ConfigError(f"{path}: not valid YAML ({_yaml_problem(exc)})") from None
     return config_from_dict(raw, str(path))
+
+
+def _yaml_problem(exc: BaseException) -> str:
+    """What a PyYAML error says is wrong, with the line where it has one: its `problem` ("found character '\\t' that
+    cannot start any token"), not the first line of its text, which is the context ("while scanning for the next
+    token") and names neither what is wrong nor where."""
+    problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+    mark = getattr(exc, "problem_mark", None)
+    return f"line {mark.line + 1}: {problem}" if mark is not None else problem
 
 
 class DuplicateKeyError(yaml.YAMLError):
@@ -311,6 +336,7 @@ def _read_yaml(text: str) -> Any:
         if node is None:
             return None
         _check_unique_keys(node)
+        _check_numbers(node)
         return loader.construct_document(node)
     finally:
         loader.dispose()
@@ -332,12 +358,54 @@ def _check_unique_keys(root) -> None:
             stack.extend(reversed([(item, path + (i,)) for i, item in enumerate(node.value)]))
 
 
+class NumberTextError(yaml.YAMLError):
+    """A plain number that YAML 1.1 (PyYAML) reads otherwise than it reads in decimal: a leading 0 makes it octal
+    (`steps: 010` is 8, `seq_len: 0512` is 330), a colon base 60 (`steps: 1:30` is 90). `path` the value's key path,
+    `line` its 1-based line, `text` as written, `value` as read, `why` the rule that reads it so."""
+
+    def __init__(self, path: tuple, line: int, text: str, value: Any, why: str):
+        super().__init__(f"{brief(text)} reads as {brief(value)} ({why})")
+        self.path, self.line, self.text, self.value, self.why = path, line, text, value, why
+
+
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_OCTAL_RE = re.compile(r"[-+]?0_*[0-7][0-7_]*")
+
+
+def _check_numbers(root) -> None:
+    """NumberTextError for the first plain scalar of a composed node tree that YAML 1.1 reads as an octal or a
+    base-60 number (no setting is written so on purpose, and the run took the other figure without a word); a
+    quoted one is a string, a decimal number is read as written."""
+    stack, seen = [(root, ())], set()
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            stack.extend((value_node, where) for _, value_node, where, _ in mapping_entries(node, path))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, path + (i,)) for i, item in enumerate(node.value))
+        elif isinstance(node, yaml.ScalarNode) and node.style is None and node.tag in (_INT_TAG, _FLOAT_TAG):
+            text = node.value
+            if node.tag == _INT_TAG and _OCTAL_RE.fullmatch(text):
+                digits = text.replace("_", "").lstrip("+-")
+                if len(digits.lstrip("0")) > 1:  # 00 to 07 read the same in either base
+                    value = int(digits, 8) * (-1 if text.startswith("-") else 1)  # base 8: no limit on its digits
+                    raise NumberTextError(path, node.start_mark.line + 1, text, value, "a leading 0 makes it octal")
+            elif ":" in text:
+                value = yaml.safe_load(text)  # a few base-60 digits
+                raise NumberTextError(path, node.start_mark.line + 1, text, value, "a ':' makes it base 60")
+
+
 def config_from_dict(raw: Any, where: str = "<config>") -> RunConfig:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected a mapping with sections {', '.join(SECTIONS)}")
     unknown = [k for k in raw if k not in SECTIONS]
     if unknown:
-        raise ConfigError(f"{where}: unknown section {unknown[0]!r} (expected one of: {', '.join(SECTIONS)})")
+        raise ConfigError(f"{where}: unknown section {brief(unknown[0])} "
+                          f"({_did_you_mean(unknown[0], SECTIONS, 'did you mean ', '? ')}"
+                          f"expected one of: {', '.join(SECTIONS)})")
     if "model" not in raw:
         raise ConfigError(f"{where}: missing section 'model'")
     # an absent or empty section (`train:` alone reads as null) takes the defaults; anything else must be a mapping
@@ -372,9 +440,18 @@ def apply_overrides(cfg: RunConfig, overrides: Mapping[str, Any], where: str = "
     for dotted, value in overrides.items():
         section, _, key = dotted.partition(".")
         if section not in merged or key not in merged[section]:
-            raise ConfigError(f"{where}: unknown key {dotted!r}")
+            hint = (_did_you_mean(key, merged[section], f" (did you mean {section}.", "?)") if section in merged
+                    else _did_you_mean(dotted, [f"{name}.{k}" for name, keys in merged.items() for k in keys],
+                                       " (did you mean ", "?)"))
+            raise ConfigError(f"{where}: unknown key {brief(dotted)}{hint}")
         merged[section][key] = value
     return config_from_dict(merged, where)
+
+
+def _did_you_mean(name: Any, names, before: str, after: str) -> str:
+    """before + the closest of `names` to a misspelt `name` (difflib) + after, or "" when none is close."""
+    near = difflib.get_close_matches(str(name), [str(n) for n in names], n=1)
+    return f"{before}{near[0]}{after}" if near else ""
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:
@@ -398,7 +475,9 @@ def _build(cls, values: Any, section: str, where: str):
     kwargs = {}
     for key, value in values.items():
         if key not in known:
-            raise ConfigError(f"{where}: unknown key {f'{section}.{key}'!r} (known keys: {', '.join(known)})")
+            raise ConfigError(f"{where}: unknown key {brief(f'{section}.{key}')} "
+                              f"({_did_you_mean(key, known, f'did you mean {section}.', '? ')}"
+                              f"known keys: {', '.join(known)})")
         kwargs[key] = _coerce(value, hints[key], f"{section}.{key}", where)
     missing = [name for name, f in known.items() if f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING and name not in kwargs]

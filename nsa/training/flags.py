@@ -14,6 +14,7 @@ type, is an error naming the runbook key instead of a failed launch).
 from __future__ import annotations
 
 import argparse
+import difflib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -102,6 +103,16 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2, like argparse but naming the tool
         self.exit(EXIT_USAGE, f"nsa-train: error: {message} (see nsa-train --help)\n")
 
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, with the closest flag named for each unrecognized one (`--stepz`: did you mean --steps?)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            names = [option for action in self._actions for option in action.option_strings]
+            hints = [f"{extra.split('=', 1)[0]}: did you mean {near[0]}?" for extra in extras if extra.startswith("--")
+                     for near in [difflib.get_close_matches(extra.split("=", 1)[0], names, n=1)] if near]
+            self.error(f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else ""))
+        return parsed
+
 
 def build_parser(specs: Mapping[str, FlagSpec] | None = None) -> argparse.ArgumentParser:
     """The trainer's parser: one option per flag of the table (`specs`, default flag_specs())."""
@@ -158,7 +169,10 @@ def check_flag(key: str, value: Any, specs: dict[str, FlagSpec] | None = None) -
     specs = flag_specs() if specs is None else specs
     spec = specs.get(key.replace("_", "-"))
     if spec is None:
-        return f"the trainer has no flag --{key.replace('_', '-')} (its flags: {', '.join(sorted(specs))})"
+        flag = key.replace("_", "-")
+        near = difflib.get_close_matches(flag, list(specs), n=1)
+        hint = f"did you mean --{near[0]}? " if near else ""
+        return f"the trainer has no flag --{flag} ({hint}its flags: {', '.join(sorted(specs))})"
     if isinstance(value, str) and "${" in value:
         return None
     if spec.switch:

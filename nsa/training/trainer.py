@@ -193,6 +193,9 @@ class Trainer:
         data_args = dict(vocab_size=cfg.model.vocab_size, seq_len=tc.seq_len, batch_size=tc.batch_size,
                          rank=info.rank, world_size=info.world_size, seed=tc.seed)
         self.source = build_source(cfg.data, **data_args)
+        if cfg.data.dataset == "synthetic" and cfg.data.path is not None:  # --data-path without --dataset text
+            self.say(f"data.path={cfg.data.path} is ignored: data.dataset is synthetic (--dataset text or fineweb_edu "
+                     "reads it)")
         self.eval_source = build_eval_source(cfg.data, **data_args) if tc.eval_every > 0 else None
 
         # resume

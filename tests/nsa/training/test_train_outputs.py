@@ -305,6 +305,18 @@ def test_a_compile_backend_without_compile_is_named_as_ignored(tmp_path, monkeyp
     assert "train.compile_backend=aot_eager is ignored" in notes and "torch.compile enabled" not in notes
 
 
+def test_a_data_path_with_synthetic_data_is_named_as_ignored(tmp_path, monkeypatch):
+    """--data-path without --dataset text trained on synthetic data without a word; the run says the path is
+    ignored."""
+    monkeypatch.setenv("NSA_TB_DISABLE", "1")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("some text " * 200)
+    code, out = _run(tmp_path / "run", "--steps", "1", "--seq-len", "128", "--data-path", str(corpus))
+    assert code == 0
+    notes = " ".join(json.loads((out / "status.json").read_text())["notes"])
+    assert f"data.path={corpus} is ignored: data.dataset is synthetic" in notes
+
+
 def test_a_fresh_run_archives_the_previous_runs_files(tmp_path, monkeypatch):
     monkeypatch.setenv("NSA_TB_DISABLE", "1")
     code, out = _run(tmp_path, "--steps", "3")

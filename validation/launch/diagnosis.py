@@ -2,10 +2,11 @@
 
 The failing rank is the one whose ``error_rank{r}.txt`` the trainer wrote first, else the root cause in torchrun's
 failure summary, else the first rank whose traceback shows in the combined log; its traceback comes from that
-error file, else its own log, else the combined log. A hang's excerpt is where each stalled rank was (its stack
-dumps, innermost frames first). Logs are read here only as evidence for a person (tracebacks, torchrun's own
-failure summary and port-clash message): what the orchestrator learns about the trainer's state comes from its
-files (validation.contracts).
+error file, else its own log, else the combined log, unless the log says what ended it after that traceback (a C++
+exception's abort, or a SIGKILL once its output went on: the traceback was one it handled), then that line. A
+hang's excerpt is where each stalled rank was (its stack dumps, innermost frames first). Logs are read here only as
+evidence for a person (tracebacks, torchrun's own failure summary and port-clash message): what the orchestrator
+learns about the trainer's state comes from its files (validation.contracts).
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ _TB_HEADER = "Traceback (most recent call last):"
 _TB_STOP = ("Traceback (most recent call last):", "During handling of the above exception",
             "The above exception was the direct cause")
 _GLOG_RE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d")  # torch/glog log records ("E1121 20:47:18.637 ...")
-_ROOT_CAUSE_RE = re.compile(r"Root Cause \(first observed failure\):\s*\n(?:.*\n){0,3}?\s*rank\s*:\s*(\d+)"
-                            r"[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")
-_FAILURE_RE = re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
+# blanks inside a line are [ \t] (never \s, which spans lines): a pattern anchored at every line start that could
+# run over a log's blank lines retries each of them to its end, quadratic in the run (a tail of 200,000 blank lines
+# held the diagnosis of a failed launch for minutes)
+_ROOT_CAUSE_RE = re.compile(r"Root Cause \(first observed failure\):[ \t\r]*\n(?:.*\n){0,3}?"
+                            r"[ \t]*rank[ \t]*:[ \t]*(\d+)[^\n]*\n[ \t]*exitcode[ \t]*:[ \t]*(-?\d+)")
+_FAILURE_RE = re.compile(r"^[ \t]*rank[ \t]*:[ \t]*(\d+) \(local_rank: \d+\)[ \t\r]*\n"
+                         r"[ \t]*exitcode[ \t]*:[ \t]*(-?\d+)", re.MULTILINE)
 _CLASH_RE = re.compile(r"EADDRINUSE|address already in use", re.IGNORECASE)
 _RANK_LOG_HEADER_RE = re.compile(r"^===== rank \d+ (stdout|stderr) \(.*\) =====$")  # attempt.collect_rank_logs
 # triton.compiler.errors.CompilationError: "at LINE:COL:", at most 12 lines of the kernel up to the failing one, a
@@ -40,8 +45,8 @@ _CPP_FRAME_RE = re.compile(r"^(frame #\d+: |Exception raised from .* \(most rece
 # signals that end a rank from outside on purpose (torchrun stopping the others after a failure, the launcher):
 # a rank they ended never caused the failure
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-_SUMMARY_ENTRY_RE = re.compile(r"^\s*time\s*:\s*(\S+)[^\n]*\n(?:.*\n){0,2}?\s*rank\s*:\s*(\d+) \(local_rank: \d+\)"
-                               r"[^\n]*\n\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
+_SUMMARY_ENTRY_RE = re.compile(r"^[ \t]*time[ \t]*:[ \t]*(\S+)[^\n]*\n(?:.*\n){0,2}?[ \t]*rank[ \t]*:[ \t]*(\d+) "
+                               r"\(local_rank: \d+\)[^\n]*\n[ \t]*exitcode[ \t]*:[ \t]*(-?\d+)", re.MULTILINE)
 
 
 def read_tail(path: Path, limit: int = _LOG_TAIL_BYTES) -> str:
@@ -91,6 +96,7 @@ class _Traceback:
     lines: list[str]
     exception: str  # the exception line ("ValueError: bad thing")
     position: int = 0  # index of its first line in the text it came from
+    end: int = 0  # index of the first line after it (its exception's continuation lines included)
 
     def excerpt(self) -> str:
         lines = self.lines
@@ -151,7 +157,7 @@ def tracebacks(text: str) -> list[_Traceback]:
             if _TRITON_AT_RE.search(exception):
                 source = _TRITON_SOURCE_LINES + 1
         if exception:
-            found.append(_Traceback(rank, body, exception, i))
+            found.append(_Traceback(rank, body, exception, i, j))
         i += 1
     return found
 
@@ -175,6 +181,20 @@ def _last_line(text: str) -> str:
                 or _RANK_LOG_HEADER_RE.match(s) or _CPP_FRAME_RE.match(s)):
             continue
         return s
+    return ""
+
+
+def _said_after(text: str, tb: _Traceback, code: int | None, rank: int | None = None) -> str:
+    """What ended the process after its last traceback `tb` in `text` (of `rank` only, where given), or "" when the
+    traceback is the last word: a C++ exception that terminated it later (an NCCL watchdog's abort after a warning's
+    traceback), or, for a process SIGKILLed (the OOM killer: no exception of its own), its last meaningful line once
+    its output went on after the traceback (a traceback that was logged and handled: a compiler's warning)."""
+    later = [line for r, line in tagged_lines(text)[tb.end:] if rank is None or r == rank]
+    last = _last_line("\n".join(later))
+    if not last:
+        return ""
+    if any(_TERMINATE_RE.match(line.strip()) for line in later) or code == -signal.SIGKILL:
+        return last
     return ""
 
 
@@ -244,6 +264,9 @@ def _failure(log_path: Path, rank_logs: dict[int, Path], out_dir: Path | None, s
     if rank is not None and rank in rank_logs:  # 2. the failing rank's own log
         text = read_tail(rank_logs[rank])
         tbs = tracebacks(text)
+        later = _said_after(text, tbs[-1], codes.get(rank)) if tbs else ""
+        if later:
+            return rank, codes.get(rank), None, later
         if tbs:
             tb = tbs[-1]
             tb.rank = rank
@@ -255,6 +278,9 @@ def _failure(log_path: Path, rank_logs: dict[int, Path], out_dir: Path | None, s
     # the last one there; never another process's traceback for a known rank (a victim's, torchrun's own)
     if rank is not None:
         of_rank = [tb for tb in combined if tb.rank == rank]
+        later = _said_after(log_text, of_rank[-1], codes.get(rank), rank) if of_rank else ""
+        if later:
+            return rank, codes.get(rank), None, later
         if of_rank:
             return rank, codes.get(rank), of_rank[-1], ""
         return rank, codes.get(rank), None, _last_line("\n".join(line for r, line in tagged_lines(log_text)

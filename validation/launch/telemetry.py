@@ -115,16 +115,34 @@ def scan_processes() -> dict[int, ProcStat]:
     return table
 
 
-def _cpu_ticks() -> tuple[int, int] | None:
-    """(busy, steal) ticks of all CPUs from /proc/stat: busy = user + nice + system (a process's utime and stime;
-    interrupt time belongs to no process), steal = what the hypervisor gave other guests; None without /proc."""
+def _cpu_ticks(cpus: frozenset[int] | None = None) -> tuple[int, int] | None:
+    """(busy, steal) ticks of all CPUs (of the CPUs `cpus` only, where given) from /proc/stat: busy = user + nice +
+    system (a process's utime and stime; interrupt time belongs to no process), steal = what the hypervisor gave
+    other guests; None without /proc (or without a line for one of `cpus`)."""
     try:
         with open("/proc/stat", "rb") as f:
-            fields = f.readline().split()
-        user, nice, system = int(fields[1]), int(fields[2]), int(fields[3])
-        return user + nice + system, int(fields[8]) if len(fields) > 8 else 0
+            if cpus is None:
+                lines = [f.readline().split()]
+            else:
+                lines = [fields for fields in map(bytes.split, f)
+                         if fields and fields[0].startswith(b"cpu") and fields[0][3:].isdigit()
+                         and int(fields[0][3:]) in cpus]
+                if len(lines) != len(cpus):
+                    return None
+        busy = sum(int(fields[1]) + int(fields[2]) + int(fields[3]) for fields in lines)
+        return busy, sum(int(fields[8]) if len(fields) > 8 else 0 for fields in lines)
     except (OSError, ValueError, IndexError):
         return None
+
+
+def usable_cpus() -> frozenset[int] | None:
+    """The CPUs this process may run on (its affinity: a container's or a Slurm task's cpuset) where they are fewer
+    than the machine's, else None (all of them)."""
+    try:
+        cpus = frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    return cpus if cpus and len(cpus) < (os.cpu_count() or 0) else None
 
 
 def _command(pid: int, comm: str, width: int = 60) -> str:
@@ -203,9 +221,11 @@ class _CpuAccount:
 
 
 class HostProbe(_CpuAccount):
-    """The machine's CPU beside a launch, from /proc: what all processes used (/proc/stat), what the run's own
-    processes used, and the difference, the CPU of every other process; steal time; and, when the others used more
-    than OTHER_CPU_SLACK_CORES, the busiest of them by name.
+    """The machine's CPU beside a launch, from /proc: what all processes used (/proc/stat; on the CPUs this process
+    may run on where its affinity is narrower than the machine: usable_cpus), what the run's own processes used, and
+    the difference, the CPU of every other process; steal time; and, when the others used more than
+    OTHER_CPU_SLACK_CORES, the busiest of them by name. Each side is a rate over its own period: the machine's from
+    its reads of /proc/stat, the run's from when its processes' lines were read (ProcStat.at).
 
     The run's own processes are `own_root` (nsa-validate itself, or a Slurm node's task) and everything below it,
     plus (a Slurm job whose nodes share one machine) every process whose environment carries `job` (("SLURM_JOB_ID",
@@ -215,13 +235,20 @@ class HostProbe(_CpuAccount):
     The others' CPU is the machine's total less the run's, so that processes that live less than a sample (a build's
     compiler jobs) count in full."""
 
-    def __init__(self, own_root: int, job: tuple[str, str] | None = None, ncpu: int | None = None):
+    def __init__(self, own_root: int, job: tuple[str, str] | None = None, ncpu: int | None = None,
+                 cpus: frozenset[int] | None = None):
         self.own_root = int(own_root)
         self.job = job
-        self.ncpu = int(ncpu or os.cpu_count() or 1)
+        # the machine is the CPUs the run may use: in a cpuset (a container's, a Slurm task's) of 2 CPUs of 128, a
+        # neighbour on one of the two is contention and another tenant on the other 126 is none of the run's
+        # business, where counting every CPU saw the reverse (the launch's free cores read as 126). `ncpu` given
+        # alone: that many CPUs, all of /proc/stat's
+        self.cpus = frozenset(cpus) if cpus else (usable_cpus() if ncpu is None else None)
+        self.ncpu = int(ncpu or (len(self.cpus) if self.cpus else os.cpu_count()) or 1)
         super().__init__()
         self._prev: tuple[float, int, int] | None = None  # (monotonic time, busy ticks, steal ticks)
         self._members: dict[tuple[int, int], bool] = {}  # (pid, start) -> carries `job` (read once per process)
+        self._read: dict[tuple[int, int], float] = {}  # (pid, start) -> when the run's process was read (at)
 
     def _own_pids(self, table: dict[int, ProcStat]) -> set[int]:
         # zombies too: a child that has exited but is not yet reaped still holds its CPU time, which its parent's
@@ -240,11 +267,18 @@ class HostProbe(_CpuAccount):
         return own
 
     def sample(self, table: dict[int, ProcStat]) -> dict[str, Any]:
-        now, ticks = time.monotonic(), _cpu_ticks()
+        now, ticks = time.monotonic(), (_cpu_ticks() if self.cpus is None else _cpu_ticks(self.cpus))
         own_pids = self._own_pids(table)
         own = {(p, table[p].start): (table[p].user_sys, table[p].children, table[p].ppid) for p in own_pids}
         out: dict[str, Any] = {"ncpu": self.ncpu, "host_cpu_pct": None, "other_cpu_pct": None, "steal_pct": None,
                                "other_top": None}
+        # the run's lines of /proc were read during the scan (ProcStat.at), the machine's counters after it: under
+        # load the lag between the two changes from one sample to the next, and the run's ticks over its own period
+        # set against the machine's over a longer (shorter) one read as another's CPU (hid another's). Each side is a
+        # rate over its own period: the run's from when its processes present at both samples were read
+        read = [(table[p].at, self._read[key]) for p in own_pids
+                if table[p].at > 0 and self._read.get(key := (p, table[p].start), 0.0) > 0]
+        run_dt = sum(a - b for a, b in read) / len(read) if read else None
         # the machine's busy ticks only grow, except where a CPU went offline between the two reads (its counters
         # leave /proc/stat's sum): that period measures nothing (a negative busy share was written before)
         if (ticks is not None and self._prev is not None and now > self._prev[0]
@@ -252,6 +286,8 @@ class HostProbe(_CpuAccount):
             dt = now - self._prev[0]
             busy, steal = ticks[0] - self._prev[1], ticks[1] - self._prev[2]
             used = self._own_delta(own, {(p, st.start) for p, st in table.items()})
+            if run_dt is not None and run_dt > 0:
+                used = used * dt / run_dt  # the run's ticks over the machine's period, at the rate it ran
             others = max(busy - used, 0)
             scale = 100.0 / _CLK_TCK / dt
             out.update(host_cpu_pct=round(busy * scale, 1), other_cpu_pct=round(others * scale, 1),
@@ -259,6 +295,7 @@ class HostProbe(_CpuAccount):
             if others * scale >= 100.0 * OTHER_CPU_SLACK_CORES:
                 out["other_top"] = self._top_others(table, own_pids, scale)
         self._advance(own, table)
+        self._read = {(p, table[p].start): table[p].at for p in own_pids}
         # a /proc/stat that could not be read leaves no reading to measure the next period from: the run's own
         # reading moved on (_advance), and two periods of the machine against one of the run read as a neighbour
         self._prev = None if ticks is None else (now, ticks[0], ticks[1])

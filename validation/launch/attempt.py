@@ -166,9 +166,14 @@ def recorded_launch_ids(run_dir: Path) -> list[str]:
     return ids
 
 
+# the combined log's tail the per-rank fallback splits (the whole log was read: 392 MB of memory and 8 s for 67 MB)
+RANK_LOG_TAIL_BYTES = 16 << 20
+
+
 def collect_rank_logs(ranks_dir: Path, log_path: Path) -> dict[int, Path]:
     """{rank: ranks/rank{r}.log}: each rank's torchrun files (ranks/*/attempt_*/<local rank>/{stdout,stderr}.log,
-    the latest attempt) concatenated; when torchrun wrote none, the combined log's "[defaultN]:" lines per rank."""
+    the latest attempt) concatenated; when torchrun wrote none, the "[defaultN]:" lines per rank of the combined log's
+    last RANK_LOG_TAIL_BYTES."""
     found: dict[int, tuple[int, Path]] = {}  # rank -> (attempt number, its directory)
     if ranks_dir.is_dir():
         for rank_dir in ranks_dir.glob("*/attempt_*/*"):
@@ -189,13 +194,18 @@ def collect_rank_logs(ranks_dir: Path, log_path: Path) -> dict[int, Path]:
                     try:
                         with open(src, "rb") as f:
                             shutil.copyfileobj(f, out)
+                            size = f.tell()
+                            if size:
+                                f.seek(size - 1)
+                                if f.read(1) != b"\n":  # cut mid-line (SIGKILL): the next header on a line of its own
+                                    out.write(b"\n")
                     except OSError as exc:
                         out.write(f"(unreadable: {exc})\n".encode())
             rank_logs[rank] = target
         return rank_logs
     # fallback: split the combined log by torchrun's tee prefix
     per_rank: dict[int, list[str]] = {}
-    for rank, text in tagged_lines(read_tail(log_path, 1 << 62)):
+    for rank, text in tagged_lines(read_tail(log_path, RANK_LOG_TAIL_BYTES)):
         if rank is not None:
             per_rank.setdefault(rank, []).append(text)
     if per_rank:

@@ -119,3 +119,18 @@ def test_a_traceback_that_is_the_last_word_stays_the_reason(tmp_path, code):
     reason, excerpt = _explain(tmp_path, err, code, True)
     assert reason.endswith("): ValueError: loss is nan"), reason
     assert excerpt.splitlines()[-1] == "ValueError: loss is nan"
+
+
+def test_a_rank_stream_cut_mid_line_keeps_the_next_header_off_its_last_line(tmp_path):
+    """collect_rank_logs joins a rank's stdout.log and stderr.log under a header each: a stdout cut mid-line (a
+    SIGKILLed rank) had the stderr header glued to its last line, which the diagnosis then named as the reason
+    ('step 4 lo===== rank 1 stderr ...'). The line stays its own."""
+    from validation.launch.attempt import collect_rank_logs
+
+    d = tmp_path / "ranks" / "none_ab12cd34" / "attempt_0" / "1"
+    d.mkdir(parents=True)
+    (d / "stdout.log").write_bytes(b"step 3 loss 2.1\nstep 4 lo")
+    (d / "stderr.log").write_bytes(b"")
+    logs = collect_rank_logs(tmp_path / "ranks", tmp_path / "stdout.log")
+    lines = logs[1].read_text().splitlines()
+    assert "step 4 lo" in lines and any(line.startswith("===== rank 1 stderr") for line in lines)

@@ -77,7 +77,7 @@ TELEMETRY_COLUMNS = {
     "cpu_util_pct": "CPU time of the launch's process tree over the period, percent of one core",
     "rss_gb": "sum of the resident set sizes of the launch's processes, GiB",
     "procs": "processes in the launch's tree",
-    "ncpu": "CPUs of the machine",
+    "ncpu": "CPUs the run may use (its affinity: a container's or a Slurm task's cpuset; else the machine's)",
     "step_cores": "cores the launch is set to use (its ranks on this node times their threads; at most ncpu)",
     "host_cpu_pct": "CPU time of every process on the machine over the period (user + nice + system), percent of "
                     "one core",

@@ -342,20 +342,28 @@ def _read_yaml(text: str) -> Any:
         loader.dispose()
 
 
-def _check_unique_keys(root) -> None:
-    """DuplicateKeyError for the first mapping of a composed node tree that gives one scalar key twice (the same tag
-    and text; a merge key, `<<: *anchor`, may stand beside the keys it merges). Walked without recursion, each node
-    once (an alias is the node it names)."""
+def _nodes(root):
+    """(node, key path) of every node of a composed node tree, in document order, each once (an alias is the node it
+    names), walked without recursion; a mapping's entries are read through mapping_entries, which raises
+    DuplicateKeyError for a scalar key given twice."""
     stack, seen = [(root, ())], set()
     while stack:
         node, path = stack.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
+        yield node, path
         if isinstance(node, yaml.MappingNode):
             stack.extend(reversed([(value_node, where) for _, value_node, where, _ in mapping_entries(node, path)]))
         elif isinstance(node, yaml.SequenceNode):
             stack.extend(reversed([(item, path + (i,)) for i, item in enumerate(node.value)]))
+
+
+def _check_unique_keys(root) -> None:
+    """DuplicateKeyError for the first mapping of a composed node tree that gives one scalar key twice (the same tag
+    and text; a merge key, `<<: *anchor`, may stand beside the keys it merges)."""
+    for _ in _nodes(root):
+        pass
 
 
 class NumberTextError(yaml.YAMLError):
@@ -376,17 +384,8 @@ def _check_numbers(root) -> None:
     """NumberTextError for the first plain scalar of a composed node tree that YAML 1.1 reads as an octal or a
     base-60 number (no setting is written so on purpose, and the run took the other figure without a word); a
     quoted one is a string, a decimal number is read as written."""
-    stack, seen = [(root, ())], set()
-    while stack:
-        node, path = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            stack.extend((value_node, where) for _, value_node, where, _ in mapping_entries(node, path))
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend((item, path + (i,)) for i, item in enumerate(node.value))
-        elif isinstance(node, yaml.ScalarNode) and node.style is None and node.tag in (_INT_TAG, _FLOAT_TAG):
+    for node, path in _nodes(root):
+        if isinstance(node, yaml.ScalarNode) and node.style is None and node.tag in (_INT_TAG, _FLOAT_TAG):
             text = node.value
             if node.tag == _INT_TAG and _OCTAL_RE.fullmatch(text):
                 digits = text.replace("_", "").lstrip("+-")

@@ -130,8 +130,9 @@ def test_a_run_halted_crashed_and_resumed_twice_is_the_uninterrupted_run_bitwise
     assert (summary["steps"], summary["first_step"], summary["last_step"]) == (3, 5, STEPS)
     assert summary["final_loss"] == reference["final_loss"] and summary["steps_planned"] == STEPS
     assert json.loads((cut / "env.json").read_text())["resumed_from_step"] == 4
-    ends = [(h["msg"], h["step"]) for h in heartbeats(cut, 0) if h["msg"] in ("stop", "error", "done")]
-    assert ends == [("stop", 4), ("stop", 4), ("error", 6), ("done", STEPS)], ends  # the halt: its reason, its end
+    ends = [(h["msg"], h["step"]) for h in heartbeats(cut, 0) if h["msg"] in ("stopping", "stop", "error", "done")]
+    # the halt: its reason before its checkpoint ("stopping", not an end), its end
+    assert ends == [("stopping", 4), ("stop", 4), ("error", 6), ("done", STEPS)], ends
 
 
 def _launch_variant(tmp_path, mode: str, dataset: str):

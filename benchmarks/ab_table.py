@@ -79,11 +79,11 @@ def medians(path: Path) -> dict | None:
     for mode, stats in cases[0]["times_s"].items():
         if mode in MODES:  # a median outside its physical range is kept as None: no figure, never a ratio
             value = stats.get("median") if isinstance(stats, dict) else None
-            out[mode] = value * 1e3 if _is_time(value) else None
+            out[mode] = value * 1e3 if is_time(value) else None
     return out
 
 
-def _is_time(value) -> bool:
+def is_time(value) -> bool:
     """A median in seconds within its physical range: a finite number above 0."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
 
@@ -93,7 +93,7 @@ def round_verdict(ratios: list) -> str:
     with one round only or a round missing or failed (nothing decided), or a ratio that is not a positive finite
     number (a zero, negative or NaN time on a side: no measurement), else faster or slower in every round, or mixed
     (a tie in any round is neither)."""
-    if len(ratios) < 2 or not all(_is_time(x) for x in ratios):
+    if len(ratios) < 2 or not all(is_time(x) for x in ratios):
         return "incomplete"
     if all(x < 1 for x in ratios):
         return "faster in every round"
@@ -191,7 +191,7 @@ def _calls_record(folder: Path, label: str, case, baseline: str, choice: str, fi
     """One comparison timed in one process by alternated calls (bench_selection --topk-ab, bench_loss): fig holds
     the medians of a call ("base_ms", "choice_ms"), their ratio choice / baseline ("ratio") and the smallest and
     largest of the rounds' ratios ("ratio_min", "ratio_max"); every round faster is ratio_max below 1."""
-    fig = {k: None if failed or not _is_time(v) else v for k, v in fig.items()}  # failed: not read
+    fig = {k: None if failed or not is_time(v) else v for k, v in fig.items()}  # failed: not read
     if not (isinstance(calls, int) and not isinstance(calls, bool) and calls >= 2) or None in fig.values():
         verdict = "incomplete"  # one call, or a figure missing: nothing decided
     else:  # every round's ratio lies between the smallest and the largest
@@ -267,7 +267,7 @@ def choices_records(folder: Path, path: Path) -> list[dict]:
             for side in ("baseline", "arm"):
                 block = rnd.get(side)
                 times = block.get("times_s") if isinstance(block, dict) else None
-                ms[side] = {m: t["median"] * 1e3 if isinstance(t, dict) and _is_time(t.get("median")) else None
+                ms[side] = {m: t["median"] * 1e3 if isinstance(t, dict) and is_time(t.get("median")) else None
                             for m, t in (times.items() if isinstance(times, dict) else ()) if m in MODES}
             ratio = {m: ms["arm"][m] / ms["baseline"][m] for m in MODES
                      if ms["arm"].get(m) and ms["baseline"].get(m)}
@@ -334,7 +334,7 @@ def train_records(folder: Path, path: Path, baselines: tuple[str, ...], failed: 
         if r.get("ranks", 1) != 1 or not isinstance(r["repeat"], int) or isinstance(r["repeat"], bool):
             continue  # another rank count, or no repeat to pair it by
         key = (r.get("model", "nsa"), r.get("mode", "eager"), r.get("seq_len"), r.get("batch"))
-        value = r["toks_per_s"] if _is_time(r["toks_per_s"]) and not failed else None
+        value = r["toks_per_s"] if is_time(r["toks_per_s"]) and not failed else None
         groups.setdefault(key, {}).setdefault(r.get("variant") or "", {})[r["repeat"]] = value
     for r in errors:  # a failed run's summary has no batch before 2026-12-01: the group of its other keys
         model, mode, seq_len = r.get("model", "nsa"), r.get("mode", "eager"), r.get("seq_len")

@@ -49,7 +49,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ab_table import round_verdict  # noqa: E402  (same directory: one verdict rule for every A/B of a GPU run)
+from ab_table import is_time, round_verdict  # noqa: E402  (same directory: one verdict rule for every A/B of a GPU run)
 from bench_attention import (PATHS, SHAPES, _CHOICE_FLAGS, build, choice_place, choice_problem,  # noqa: E402
                              choices_in_effect, no_cuda_here, pass_stats, pass_timer, repeated, timed_passes)
 
@@ -132,12 +132,8 @@ def ratios(base: dict, arm: dict) -> dict:
     out = {}
     for mode in MODES:
         a, b = arm["times_s"][mode]["median"], base["times_s"][mode]["median"]
-        out[mode] = a / b if _positive(a) and _positive(b) else None  # a time that is no duration: no ratio
+        out[mode] = a / b if is_time(a) and is_time(b) else None  # a time that is no duration: no ratio
     return out
-
-
-def _positive(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
 
 def layer_pass(args):

@@ -16,8 +16,9 @@ w % world_size; each rank keeps W // world_size windows (the last W % world_size
 rank has the same number per epoch and epochs stay aligned across ranks), reads them in order and starts a new
 epoch from its first window when done.
 
-A data position (`WindowSource.state_dict()`) records the stream's length (`tokens`) and a fingerprint of its
-content (`fingerprint`, see `stream_fingerprint`). A resume on a corpus whose length or fingerprint differs (files
+A data position (`WindowSource.state_dict()`) records the world size it was saved by (a position of another world
+size is refused: DataError), the stream's length (`tokens`) and a fingerprint of its content (`fingerprint`, see
+`stream_fingerprint`). A resume on a corpus whose length or fingerprint differs (files
 added, removed or edited since the checkpoint) logs a warning naming both: the position now points at other text,
 so the resumed run trains on other data than the earlier one (another run). A position beyond the changed corpus is
 refused (DataError) as before, the message saying that the corpus changed. A position without them (an older
@@ -74,8 +75,17 @@ def _collect_files(path: str, extensions: tuple[str, ...], what: str) -> list[Pa
     kinds = ", ".join("*" + e for e in extensions)
     expanded = os.path.expanduser(path)
     if not os.path.exists(expanded) and any(ch in expanded for ch in "*?["):  # an existing path is taken as named
-        files = sorted(Path(m) for m in _glob.glob(expanded, recursive=True)
-                       if os.path.isfile(m) and Path(m).suffix.lower() in extensions)
+        matches = sorted(Path(m) for m in _glob.glob(expanded, recursive=True)
+                         if os.path.isfile(m) and Path(m).suffix.lower() in extensions)
+        # a glob can name one file more than once ("d/**/**/*.txt" matches d/x.txt twice, "d/*/../*.txt" matches it
+        # once through every subdirectory of d): each file is read once, else its documents are trained on twice an
+        # epoch
+        files, seen = [], set()
+        for f in matches:
+            real = os.path.realpath(f)
+            if real not in seen:
+                seen.add(real)
+                files.append(f)
         if not files:
             raise DataError(f"{what}: no files match {path!r} (expected {kinds} files)")
         return files
@@ -182,7 +192,20 @@ def _iter_json(file: Path, text_key: str) -> Iterator[bytes]:
                                     "expected one JSON object per line") from None
                 yield _without_nul(doc_bytes(obj, text_key, f"{file}:{lineno}"), f"{file}:{lineno}", text_key)
     except UnicodeDecodeError as e:
-        raise DataError(f"{file}: not UTF-8 (bad byte at offset {e.start}); expected UTF-8 JSON lines") from None
+        raise DataError(f"{file}: not UTF-8 (bad byte at offset {_utf8_error_offset(file, e)}); expected UTF-8 JSON "
+                        "lines") from None
+
+
+def _utf8_error_offset(file: Path, error: UnicodeDecodeError) -> int:
+    """The byte offset in `file` of its first byte that is not UTF-8: a text-mode read decodes the file in chunks,
+    so the offset its UnicodeDecodeError names counts from the start of the chunk, not of the file."""
+    try:
+        file.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start
+    except OSError:
+        pass
+    return error.start  # the file changed since (or vanished): the chunk's offset is all there is
 
 
 def _import_pyarrow(file: Path):
@@ -313,14 +336,16 @@ class WindowSource:
 
     def state_dict(self) -> dict:
         return {"kind": self.kind, "next_window": self.next_window, "epoch": self.epoch, "seq_len": self.seq_len,
-                "tokens": self.tokens.numel(), "fingerprint": self.fingerprint}
+                "world_size": self.world_size, "tokens": self.tokens.numel(), "fingerprint": self.fingerprint}
 
     def load_state_dict(self, state: dict) -> str | None:
         """Continue where `state` stopped; returns the warning when the corpus changed since (TokenSource), else None. A state of another seq_len (a resume that changed it) continues at the same
         place in the token stream: the first window of this seq_len at or after the first token not yet read (less
         than one window skipped, none read twice; past the epoch's last window, the next epoch's first), where the
         window index alone would jump elsewhere in the corpus. A state without seq_len (an older checkpoint) is taken
-        as of this seq_len.
+        as of this seq_len. A state of another world_size is refused (DataError): the windows are dealt over the
+        ranks anew, so its position would repeat or skip windows; a state without world_size (an older checkpoint)
+        is taken as of this world_size.
 
         A state of a corpus with another length or fingerprint (it changed since the checkpoint) is continued with
         a warning naming both, or refused where its position lies beyond this corpus; a state without them (an
@@ -329,6 +354,14 @@ class WindowSource:
         then = state.get("seq_len", self.seq_len)
         if isinstance(then, bool) or not isinstance(then, int) or then < 1:
             raise DataError(f"data state {self.kind!r}: seq_len must be an integer >= 1, got {then!r}")
+        ranks_then = state.get("world_size", self.world_size)
+        if isinstance(ranks_then, bool) or not isinstance(ranks_then, int) or ranks_then < 1:
+            raise DataError(f"data state {self.kind!r}: world_size must be an integer >= 1, got {ranks_then!r}")
+        if ranks_then != self.world_size:
+            raise DataError(f"data state {self.kind!r}: saved by a run of world_size={ranks_then} but this run has "
+                            f"world_size={self.world_size}; windows are dealt round-robin over the ranks, so its "
+                            "position would read windows already read again or skip unread ones; resume with "
+                            f"{ranks_then} rank(s)")
         changed = self._corpus_change(state)
         corpus_changed = f"the corpus changed since the checkpoint ({changed})" if changed else None
         if then != self.seq_len:

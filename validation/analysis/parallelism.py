@@ -18,8 +18,12 @@ Recommendation (`recommend`), the seed's rule applied to the evidence, per strat
     (FSDP full shard where it fits: the headroom for a larger batch).
 "Faster" always means a significant paired comparison (validation.analysis.significance) handed in as its record
 (validation.results.decision.ComparisonRecord, or its JSON form): rel, ci_low, ci_high, p_value (p_adjusted),
-significant; the reason states the numbers that decided it. `recommendation` returns a typed Recommendation,
-`recommend` its JSON form.
+significant, method; the reason states the numbers that decided it. A comparison of one run a side (method
+"blocks": the step's repeats 1) is shown but never weighed, however small its p: its block means measure the noise
+within each run, not how much two runs of one configuration differ (on cpu_smoke about 10%, against a run's own 2-4%;
+validation.analysis.significance.comparison), and one run per variant never decides what a user is told to set
+(validation.analysis.significance.decision). `recommendation` returns a typed Recommendation, `recommend` its JSON
+form.
 
 Exposed communication (`exposed_comm`): collective time not overlapped with compute, from the torch profiler's
 chrome trace of rank 0: the union of the collectives' intervals (gloo's `gloo:*` work on its own threads, NCCL
@@ -154,6 +158,17 @@ def _comparison(comp: ComparisonRecord | Mapping | None) -> ComparisonRecord | N
     return decode(ComparisonRecord, comp, lenient=True)
 
 
+UNREPLICATED = "blocks"  # significance's method of one run a side (block means of each run's window)
+
+
+def _significance_text(comp: ComparisonRecord) -> str:
+    if not comp.significant:
+        return "not significant"
+    if comp.method == UNREPLICATED:
+        return "significant within one run a side, not replicated: not weighed"
+    return "significant"
+
+
 def _comparison_text(comp: ComparisonRecord | None) -> str:
     if not comp:
         return "not compared"
@@ -161,16 +176,17 @@ def _comparison_text(comp: ComparisonRecord | None) -> str:
     p = comp.p_adjusted if adjusted else comp.p_value
     return (f"{fmt_pct(comp.rel, True)} tokens/s (95% CI {fmt_pct(comp.ci_low, True)} .. "
             f"{fmt_pct(comp.ci_high, True)}, {'Holm-adjusted ' if adjusted else ''}p = {p:.3g}, "
-            f"{'significant' if comp.significant else 'not significant'})"
+            f"{_significance_text(comp)})"
             if isinstance(p, (int, float)) else f"{fmt_pct(comp.rel, True)} tokens/s (no p-value)")
 
 
 def _faster(comparisons: Mapping[str, ComparisonRecord], a: str, b: str) -> int:
-    """+1 when a is significantly faster than b, -1 when significantly slower, 0 otherwise. comparisons hold
-    "b_vs_a"-style keys "<variant>:<baseline>" with rel = variant / baseline - 1."""
+    """+1 when a is significantly faster than b, -1 when significantly slower, 0 otherwise (a comparison of one run
+    a side counts as no difference: module doc). comparisons hold "b_vs_a"-style keys "<variant>:<baseline>" with
+    rel = variant / baseline - 1."""
     for key, sign in ((f"{a}:{b}", 1), (f"{b}:{a}", -1)):
         comp = comparisons.get(key)
-        if comp and comp.significant and isinstance(comp.rel, (int, float)):
+        if comp and comp.significant and comp.method != UNREPLICATED and isinstance(comp.rel, (int, float)):
             return sign if comp.rel > 0 else -sign
     return 0
 

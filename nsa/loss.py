@@ -109,6 +109,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     g = h @ weight.T
                     total = total + _KERNEL.cross_entropy_rows(g, t, ignore_index, need_h or need_w).sum()
                     _chunk_gradients(g, h, weight, grad_h, grad_w, lo, chunk)
+                    del g  # freed before the next chunk's logits are made: one chunk's at a time
                     continue
                 logits = (h @ weight.T).to(wide)  # [c, V] fp32, one chunk's: never the whole batch's
                 safe = torch.where(ok, t, 0).unsqueeze(1)
@@ -124,6 +125,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     g = probs.to(hidden.dtype)
                     del logits, probs
                     _chunk_gradients(g, h, weight, grad_h, grad_w, lo, chunk)
+                # this chunk's [c, V] tensors freed before the next chunk's logits are made (a name still bound to
+                # them would keep two chunks' alive at once)
+                logits = probs = g = None
         # the gradients' scale: 1 / count, or 1 when no target counts (every gradient is then 0, as F.cross_entropy
         # gives, where 0 * inf would make it NaN)
         ctx.save_for_backward(grad_h, grad_w, 1.0 / count.clamp(min=1))

@@ -9,18 +9,20 @@ import re
 
 # Peaks per device: (name substring, dense bf16/fp16 tensor-core TFLOP/s, fp32 non-tensor TFLOP/s, HBM TB/s,
 # exponentials T/s, GPU-to-GPU link GB/s each way). First match wins, so more specific names come first (H100 PCIe
-# before H100, GH200 before H200, the A100s by memory). TFLOP/s: NVIDIA data sheets, the DENSE figures (989.4 on an
-# H100 SXM, never the 2:4 sparse 1,979). HBM: data sheets (A100 40 GB 1.555, 80 GB SXM 2.039, 80 GB PCIe 1.935; H100
-# SXM 3.35, PCIe 2.0; H200 4.8; GH200 4.9, its 144 GB HBM3e part: the larger figure, so no efficiency is
-# overstated). A name matches an entry that it holds not followed by a digit: an "NVIDIA L40" is not an L4 (whose
-# 121 TFLOP/s would overstate its MFU 1.5x), an "NVIDIA RTX A1000" not an A100; such devices are unknown
-# (train.peak_tflops). Exponentials: SMs x 16 MUFU ex2 a clock per SM x the clock the dense bf16 peak implies (bf16
-# TFLOP/s / (SMs x tensor FLOPs a clock per SM)): H100 SXM and H200 132 x 16 x 1.83 GHz = 3.86 T/s, H100 PCIe 114 x
-# 16 x 1.62 GHz = 2.95 T/s, A100 108 x 16 x 1.41 GHz = 2.44 T/s. None: not known here (those devices' roofline says
-# "peak unknown"). The NVL parts (H100 NVL, H200 NVL: 132 SMs held to a lower clock by their power limit) have their
-# own, lower peaks: 835.5 dense bf16 TFLOP/s (1,671 sparse), 60 fp32, HBM 3.9 (H100 NVL) and 4.8 TB/s (H200 NVL),
-# exponentials 132 x 16 x 1.545 GHz = 3.26 T/s; read as an SXM part they would get 989.4 and understate their MFU by
-# 16%.
+# before H100, GH200 before H200, the A100s by memory). TFLOP/s: NVIDIA data sheets, the DENSE figures (989.4 on an H100
+# SXM, never the 2:4 sparse 1,979). HBM: data sheets (A100 40 GB 1.555, 80 GB SXM 2.039, 80 GB PCIe 1.935; H100 SXM
+# 3.35, PCIe 2.0; H200 4.8; GH200 4.9, its 144 GB HBM3e part: the larger figure, so no efficiency is overstated). A name
+# matches an entry that it holds as a whole word, with no letter or digit either side: an "NVIDIA L40" is not an L4
+# (whose 121 TFLOP/s would overstate its MFU 1.5x), an "NVIDIA RTX A1000" not an A100, an "NVIDIA GB200" (the Grace
+# Blackwell superchip's GPU, at its own power limit and clock) not a B200, a "Tesla V100S" (a faster part) not a V100;
+# such devices are unknown (train.peak_tflops), and so is a MIG instance of a listed part (a slice of its SMs and
+# bandwidth, "NVIDIA A100-SXM4-40GB MIG 1g.5gb": the whole part's peaks would understate its MFU 7.7x). Exponentials:
+# SMs x 16 MUFU ex2 a clock per SM x the clock the dense bf16 peak implies (bf16 TFLOP/s / (SMs x tensor FLOPs a clock
+# per SM)): H100 SXM and H200 132 x 16 x 1.83 GHz = 3.86 T/s, H100 PCIe 114 x 16 x 1.62 GHz = 2.95 T/s, A100 108 x 16 x
+# 1.41 GHz = 2.44 T/s. None: not known here (those devices' roofline says "peak unknown"). The NVL parts (H100 NVL, H200
+# NVL: 132 SMs held to a lower clock by their power limit) have their own, lower peaks: 835.5 dense bf16 TFLOP/s (1,671
+# sparse), 60 fp32, HBM 3.9 (H100 NVL) and 4.8 TB/s (H200 NVL), exponentials 132 x 16 x 1.545 GHz = 3.26 T/s; read as an
+# SXM part they would get 989.4 and understate their MFU by 16%.
 # Links (the last column): the fastest link the part has to another GPU, in GB/s each way (the data sheets give both
 # directions together): NVLink 4 on an H100/H200 SXM and GH200 900 GB/s -> 450; NVLink 5 on a B200 1.8 TB/s -> 900;
 # NVLink 3 on an A100 SXM 600 GB/s -> 300, and the NVLink bridge of the PCIe parts (A100 PCIe, H100 PCIe and H100
@@ -46,9 +48,15 @@ DEVICE_PEAKS = (
 
 
 def device_entry(name: str) -> tuple | None:
-    """The DEVICE_PEAKS entry of a device name: the first whose model name the name holds, not followed by a digit
-    (so "L4" is not an "NVIDIA L40", nor "A100" an "NVIDIA RTX A1000": another model, whose peak is not known here)."""
-    return next((entry for entry in DEVICE_PEAKS if re.search(re.escape(entry[0]) + r"(?!\d)", str(name))), None)
+    """The DEVICE_PEAKS entry of a device name: the first whose model name the name holds as a whole word, with no
+    letter or digit either side (so "L4" is not an "NVIDIA L40", "A100" not an "NVIDIA RTX A1000", "B200" not an
+    "NVIDIA GB200", "V100" not a "Tesla V100S": another model, whose peak is not known here). None for a MIG
+    instance ("NVIDIA A100-SXM4-40GB MIG 1g.5gb"): a slice of the part, with a fraction of its SMs and of its memory
+    bandwidth (14 of an A100's 108 SMs in a 1g slice), whose peaks are not the whole part's."""
+    if re.search(r"(?<![A-Za-z0-9])MIG(?![A-Za-z0-9])", str(name)):
+        return None
+    return next((entry for entry in DEVICE_PEAKS
+                 if re.search(r"(?<![A-Za-z0-9])" + re.escape(entry[0]) + r"(?![A-Za-z0-9])", str(name))), None)
 
 
 def link_gbps(name: str) -> float | None:

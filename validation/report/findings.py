@@ -27,6 +27,7 @@ from validation.analysis.interference import disturbed as step_disturbed
 from validation.kinds.base import Effect
 from validation.kinds.blocks import code
 from validation.formatting import FAILED_STATUSES, NA, STATUS_LABELS, as_dict, fmt_p, fmt_pct, plural, run_command
+from validation.report.problems import removed_steps
 from validation.results.codec import given
 from validation.results.run import Run, read_run
 
@@ -162,7 +163,11 @@ def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) 
     only warned; "" when none), each a sentence naming the steps and criteria, and "next" (the next action, one
     sentence)}."""
     run = read_run(results)
-    in_order = [(n, s.status if s is not None else None) for n, s in run.steps_in_order()]
+    # a step the runbook no longer has (kept from an earlier attempt of a resumed run) is neither open nor waited
+    # for; what it passed or failed the verdict counts, so it is counted here too
+    removed = set(removed_steps(run))
+    in_order = [(n, s.status if s is not None else None) for n, s in run.steps_in_order()
+                if n not in removed or (s is not None and (s.status == "passed" or s.status in FAILED_STATUSES))]
     statuses = {n: s for n, s in in_order if s is not None}
     passed = sorted(n for n, s in statuses.items() if s == "passed")
     failed = sorted(n for n, s in statuses.items() if s in FAILED_STATUSES)
@@ -193,7 +198,9 @@ def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) 
         # the first to fail in run order: a later failure is often its consequence
         first = next((n for n, s in in_order if n in failed), None)
         where = f"`{first}/` (its log and excerpt above)" if first else "the failed criteria above"
-        nxt = f"fix what failed, starting with {where}, then {_next_command(run, failed)}"
+        # a step the runbook no longer has runs no more: --rerun names only the runbook's
+        again = [n for n in failed if n not in removed]
+        nxt = f"fix what failed, starting with {where}, then {_next_command(run, again)}"
     elif unfinished or verdict == "INCOMPLETE":
         if _cut_off(run):
             nxt = f"finish the run: {_command(run, resume=True)}"
@@ -264,7 +271,10 @@ def _stopped_by(run: Run, failed: list[str]) -> list[str]:
     """The steps skipped because one of `failed` stopped the run (on_failure: stop), in run order: skipped is a final
     status, so a --rerun of the failed steps alone leaves them unrun."""
     out = []
+    removed = set(removed_steps(run))
     for name, step in run.steps_in_order():
+        if name in removed:
+            continue
         match = _STOPPED.match(str(step.reason or "")) if step is not None and step.status == "skipped" else None
         if match and match.group(1) in failed:
             out.append(name)
@@ -275,8 +285,9 @@ def _not_run_or_disturbed(run: Run) -> list[str]:
     """The steps of a finished INCOMPLETE run to run again: those skipped and those measured under interference,
     in run order."""
     disturbed = {str(d.step) for d in run.evidence.disturbed}
+    removed = set(removed_steps(run))  # the runbook no longer has them: a --rerun naming one is refused
     return [name for name, step in run.steps_in_order()
-            if step is not None and (step.status == "skipped" or name in disturbed)]
+            if step is not None and name not in removed and (step.status == "skipped" or name in disturbed)]
 
 
 def recommendation_rows(results: Run | dict, comps: list[Found]) -> list[dict]:

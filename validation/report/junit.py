@@ -2,7 +2,13 @@
 hung, timed-out or errored step is a failure; a skipped, pending or interrupted one is skipped) and one "acceptance"
 suite (a <testcase> per criterion: a failed one a failure, one that could not be evaluated an error, a skipped or
 inconclusive one skipped, a warning passed with its WARN in system-out, one of no or an unknown status skipped)
-carrying the verdict as properties."""
+carrying the verdict as properties.
+
+What fails or errs here is what the verdict stands on (validation.execution.acceptance.verdict), so that a CI reading
+the file never fails a run the suite called GO: an optional step that failed, and a criterion of severity warn that
+could not be evaluated, are skipped test cases saying so (the failure's excerpt in system-out); a step the runbook
+no longer has (kept from an earlier attempt of a resumed run, validation.report.problems.removed_steps) is skipped
+with what it last recorded, unless it failed (the verdict still counts that)."""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from collections import Counter
 from typing import Any
 
 from validation.formatting import FAILED_STATUSES, finite, fmt_num, printable
+from validation.report.problems import last_recorded, removed_steps
 from validation.results.run import Run, Step, read_run
 
 def _xml_text(value: Any) -> str:
@@ -43,6 +50,7 @@ def render_junit(results: Run | dict) -> str:
     runbook = str(run.runbook.name or "nsa-validate")
     host = _xml_text(run.environment.host or "")
     root = ET.Element("testsuites", {"name": _xml_text(runbook)})
+    removed = set(removed_steps(run))
     for phase, names in run.phases_in_order():
         phase_name = str(phase.name or "phase")
         cases = []
@@ -53,12 +61,28 @@ def render_junit(results: Run | dict) -> str:
             case = ET.Element("testcase", {"classname": _xml_text(f"{runbook}.{phase_name}"),
                                            "name": _xml_text(name), "time": _junit_time(step.duration_s)})
             reason = step.reason
-            if status in FAILED_STATUSES:
-                failure = ET.SubElement(case, "failure", {"message": _xml_text(reason or status), "type": status})
-                body = [step.excerpt] if step.excerpt else []
-                body += [f"stack dump: {p}" for p in step.stack_dumps]
+            body = [step.excerpt] if step.excerpt else []
+            body += [f"stack dump: {p}" for p in step.stack_dumps]
+            out = []  # the case's system-out lines
+            if status in FAILED_STATUSES and not step.optional:  # what the verdict counts, removed from the runbook
+                # or not
+                message = reason or status
+                if name in removed:
+                    message = f"no longer in the runbook; {last_recorded(step)}"
+                failure = ET.SubElement(case, "failure", {"message": _xml_text(message), "type": status})
                 failure.text = _xml_text("\n".join(body) or reason or status)
                 outcome = "failure"
+            elif name in removed:  # not part of this runbook: nothing the verdict waits for or stands on
+                ET.SubElement(case, "skipped", {"message": _xml_text(
+                    f"not part of this runbook any more (removed since an earlier attempt recorded it); "
+                    f"{last_recorded(record)}")})
+                out += body
+                outcome = "skipped"
+            elif status in FAILED_STATUSES:  # an optional step: its failure does not make the run NO-GO
+                ET.SubElement(case, "skipped", {"message": _xml_text(
+                    f"optional step {status}, which the verdict does not stand on: {reason or status}")})
+                out += body
+                outcome = "skipped"
             elif status == "passed":
                 outcome = "passed"
             else:  # skipped, pending, interrupted, missing: not run to the end, not a failure of the node
@@ -68,7 +92,9 @@ def render_junit(results: Run | dict) -> str:
                 ET.SubElement(case, "skipped", {"message": _xml_text(text)})
                 outcome = "skipped"
             if step.dir:
-                ET.SubElement(case, "system-out").text = _xml_text(f"step directory: {step.dir}")
+                out.append(f"step directory: {step.dir}")
+            if out:
+                ET.SubElement(case, "system-out").text = _xml_text("\n".join(out))
             cases.append((case, outcome))
         _suite(root, phase_name, cases, hostname=host)
     cases = []
@@ -83,6 +109,11 @@ def render_junit(results: Run | dict) -> str:
             ET.SubElement(case, "failure", {"message": _xml_text(summary), "type": _xml_text(crit.severity or "fail")}
                           ).text = _xml_text(crit.expr or summary)
             outcome = "failure"
+        elif status == "error" and crit.severity == "warn":  # a warning the verdict does not stand on (GO
+            # names it among its warnings): not computable is no error of the run
+            ET.SubElement(case, "skipped", {"message": _xml_text(
+                f"warning not evaluated (could not be computed; the verdict does not stand on it): {summary}")})
+            outcome = "skipped"
         elif status == "error":
             ET.SubElement(case, "error", {"message": _xml_text(summary), "type": "error"}
                           ).text = _xml_text(crit.expr or summary)

@@ -3,13 +3,15 @@ one list a reader can work through (results.json alone; pure; accepts damaged in
 
 Each problem is {"severity": word, "css": class, "where": "step X" / "criterion Y" / "X vs earlier run", "what":
 one sentence}. Order: failures (steps that failed, timed out, hung or errored; criteria that failed or could not be
-evaluated for an error, figures outside their physical range, of every step whether or not something
-reads it and however it ended), then what is incomplete or inconclusive
+evaluated for an error, but for a warning's, figures outside their physical range, of every step whether or not
+something reads it and however it ended), then what is incomplete or inconclusive
 (interrupted or pending steps; criteria and steps whose evidence was taken while other work used the machine, with
 the command that runs them again), then what was not run (skipped steps, criteria not evaluated), then warnings
-(criteria of severity warn that did not hold, settings the trainer ignored, snapshot problems, short or damaged
-training.csv windows, measured launches whose throughput was not stable, significant regressions against an
-earlier run).
+(criteria of severity warn that did not hold or could not be evaluated, settings the trainer ignored, snapshot
+problems, short or damaged training.csv windows, measured launches whose throughput was not stable, significant
+regressions against an earlier run).
+A step the runbook no longer has (removed_steps: kept from an earlier attempt of a resumed run) is no open problem,
+unless it failed: the verdict still counts that.
 A run whose trainer steps all ran on the CPU of a machine without a GPU does not list the snapshot's missing
 nvidia-smi: that is what such a runbook asks for.
 """
@@ -50,6 +52,27 @@ def _item(rank: str, severity: str, css: str, where: str, what: Any) -> dict:
 def _launch(metrics: dict) -> LaunchMetrics:
     """A step's metrics as a trainer launch's (a step of another kind: the keys it shares with one)."""
     return decode(LaunchMetrics, metrics, lenient=True)
+
+
+def removed_steps(results: Run | dict) -> list[str]:
+    """The steps results.json holds that the runbook the run last ran no longer has, sorted (where the report shows
+    them, under "other steps"): a run resumed with a runbook that lost a step keeps what an earlier attempt recorded
+    of it, but no resume runs it again and the verdict does not wait for it (validation.execution.acceptance.verdict:
+    the steps no phase record lists, when the run records its phases)."""
+    run = read_run(results)
+    if not run.phases:
+        return []
+    listed = {str(n) for p in run.phases for n in p.steps}
+    return sorted(n for n in run.steps if n not in listed)
+
+
+def last_recorded(step: Step | None) -> str:
+    """What an earlier attempt last recorded of a step the runbook no longer has: "last recorded: PENDING" or
+    "last recorded: FAILED (reason)"."""
+    if step is None:
+        return "no result recorded"
+    reason = f" ({step.reason})" if step.reason else ""
+    return f"last recorded: {status_view(step.status)['word']}{reason}"
 
 
 def _step_problems(name: str, step: Step) -> list[dict]:
@@ -101,6 +124,10 @@ def _criterion_problems(crit: Criterion) -> list[dict]:
     what = "; ".join(parts) or (f"got {fmt_num(actual)}" if actual not in (None, "", NA) else None)
     rank = {"fail": "fail", "error": "fail", "warn": "warn", "skipped": "skip",
             "inconclusive": "inconclusive"}.get(status, "warn-incomplete")
+    if status == "error" and crit.severity == "warn":  # a warning that could not be computed: the verdict does not
+        # stand on it (validation.execution.acceptance.verdict), so it is a warning here too
+        rank = "warn"
+        what = f"{what or 'could not be evaluated'}; a warning only, the verdict does not stand on it"
     return [_item(rank, view["word"], view["css"], f"criterion {name}", what)]
 
 
@@ -189,10 +216,15 @@ def _evidence_problems(run: Run) -> list[dict]:
 def open_problems(results: Run | dict) -> list[dict]:
     """Every open problem of a run, failures first (see the module docstring); [] when there is none."""
     run = read_run(results)
+    removed = set(removed_steps(run))
     items: list[dict] = []
     for name, step in run.steps_in_order():
+        if name in removed and (step is None or str(step.status) not in FAILED_STATUSES):
+            continue  # not part of the runbook any more: nothing of it is open (one that failed is, below: the
+            # verdict still counts it)
         if step is not None:
-            items += _step_problems(name, step)
+            where = f"step {name} (no longer in the runbook)" if name in removed else None
+            items += [{**p, "where": where} if where else p for p in _step_problems(name, step)]
         else:
             items.append(_item("warn-incomplete", "MISSING", "warn", f"step {name}", "no result recorded"))
     for crit in run.acceptance:

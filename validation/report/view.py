@@ -21,11 +21,11 @@ from validation.analysis.plausibility import implausible
 from validation.report import findings
 from validation.report.command import validated_command
 from validation.report.performance import performance_view
-from validation.report.problems import open_problems
+from validation.report.problems import last_recorded, open_problems, removed_steps
 from validation.results.codec import decode
 from validation.results.run import Implausible, Plot, Run, Step, read_run
 from validation.results.store import RunDirError, inside_run_dir, resume_note, reused_notes
-from validation.results.model import RunResults
+from validation.results.model import FINAL_STEP_STATUSES, RunResults
 from validation.results.trainer_launch import LaunchMetrics
 from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, VERDICT_LABELS, as_dict,
                                       as_list, command_text, fence, fmt_duration, fmt_num, plural, printable,
@@ -34,16 +34,23 @@ from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS
 
 
 
-def _step_view(number: str, name: str, record: Step | None, raw: Any) -> dict:
+REMOVED = {"value": "removed", "word": "REMOVED", "label": "REMOVED", "css": "skip"}  # a step's status view when
+# the runbook no longer has it
+
+
+def _step_view(number: str, name: str, record: Step | None, raw: Any, removed: bool = False) -> dict:
     """The view of one step: what every step shows (heading, status, command, failure evidence), plus its kind's
     own part (StepKind.blocks) and its changes to the common fields (StepKind.view); `raw` is the step's record as
-    results.json holds it, which its kind reads."""
+    results.json holds it, which its kind reads. `removed`: the runbook no longer has the step (kept from an
+    earlier attempt of a resumed run): its status is REMOVED and "removed" says what it last recorded (its kind's
+    part only when it ran to an end: a step that never did measured nothing)."""
     known = record is not None
     step = record or Step()
     raw = as_dict(raw)
     kind_name = str(step.kind or "unknown")
     kind = step_kinds.find(kind_name)
     status = step.status if known else "missing"
+    ended = known and str(status) in FINAL_STEP_STATUSES and status != "skipped"
     view: dict[str, Any] = {
         "number": number, "name": name, "kind": kind_name,
         "title": str(step.title or name),
@@ -53,11 +60,17 @@ def _step_view(number: str, name: str, record: Step | None, raw: Any) -> dict:
         "command": command_text(step.command),
         "dir": step.dir or None, "failure": None,
         "skipped": status == "skipped", "missing": not known,
+        "removed": None, "last_status": _status_key(status),
         "plots": [],  # build_view puts the step's plots here, beside its tables
-        "blocks": kind.blocks(kind.read({**raw, "name": name})) if kind is not None else [],
+        "blocks": kind.blocks(kind.read({**raw, "name": name})) if kind is not None and (ended or not removed)
+        else [],
     }
     if kind is not None:
         view.update(kind.view(kind.read({**raw, "name": name}), view))
+    if removed:  # after the kind's part: whatever the kind says of its status, the runbook has it no more
+        view.update(status=dict(REMOVED), skipped=False, missing=False,
+                    removed=f"not part of this runbook any more (removed since an earlier attempt recorded it); "
+                            f"{last_recorded(record)}")
     if status in FAILED_STATUSES or step.excerpt or step.stack_dumps:
         excerpt = step.excerpt or None
         # the fence is longer than any backtick run of the text as shown (printable: a terminal's colour codes
@@ -70,8 +83,15 @@ def _step_view(number: str, name: str, record: Step | None, raw: Any) -> dict:
 
 def _phase_status(step_views: list[dict]) -> dict:
     """A phase's status in a word: FAILED (a step failed), INCOMPLETE (a step did not finish or has no result),
-    SKIPPED (every step skipped), PASSED (otherwise: every step that ran passed)."""
-    statuses = [v["status"]["value"] for v in step_views]
+    SKIPPED (every step skipped), REMOVED (every step one the runbook no longer has, none of them failed), PASSED
+    (otherwise: every step that ran passed)."""
+    # a step the runbook no longer has counts by what it last recorded when it failed (the verdict still counts
+    # that), else not at all: nothing of it is waited for
+    if any(v["removed"] and v["last_status"] in FAILED_STATUSES for v in step_views):
+        return {"word": "FAILED", "css": "fail"}
+    statuses = [v["status"]["value"] for v in step_views if not v["removed"]]
+    if step_views and not statuses:
+        return {"word": "REMOVED", "css": "skip"}
     if any(s in FAILED_STATUSES for s in statuses):
         return {"word": "FAILED", "css": "fail"}
     if any(s in ("pending", "interrupted", "missing", "unknown") or s not in STATUS_LABELS for s in statuses):
@@ -362,11 +382,15 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
     run = read_run(results)
     raw_steps = _raw_steps(results)
     runbook = run.runbook
+    removed = removed_steps(run)
     phases = []
     for index, (phase, names) in enumerate(run.phases_in_order(), start=1):
         title = str(phase.title or phase.name or f"Phase {index}")
+        if names and all(n in removed for n in names):  # the "other steps" of a resumed run whose runbook lost them
+            title = "Other steps: no longer in the runbook"
         numbered = re.match(r"^phase\b", title, re.I) is not None  # the runbook numbers its phases itself
-        views = [_step_view("" if numbered else f"{index}.{i}", name, run.steps.get(name), raw_steps.get(name))
+        views = [_step_view("" if numbered else f"{index}.{i}", name, run.steps.get(name), raw_steps.get(name),
+                            removed=name in removed)
                  for i, name in enumerate(names, start=1)]
         phases.append({"number": index, "name": str(phase.name or f"phase{index}"),
                        "title": title, "heading": title if numbered else f"Phase {index}: {title}",
@@ -380,9 +404,11 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
     verdict = str(run.verdict or "INCOMPLETE")
     css = VERDICT_LABELS.get(verdict, "incomplete")
     # every step of the runbook once, as its section shows it: one with no record "missing", one of no status
-    # "unknown" (status_view)
+    # "unknown" (status_view); a step it no longer has is not one of them (not pending, not waited for): listed
+    # apart with what it last recorded
     step_counts = Counter("missing" if s is None else _status_key(s.status)
-                          for s in dict(run.steps_in_order()).values())
+                          for n, s in dict(run.steps_in_order()).items() if n not in removed)
+    steps_removed = [f"{n} ({last_recorded(run.steps.get(n))})" for n in removed]
     crit_counts = Counter(_status_key(c.status) for c in run.acceptance)
     performance = performance_view(run)
     comps = findings.comparisons(results, run)
@@ -412,6 +438,8 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
         "run_command": run_command,
         "step_counts": ", ".join(f"{step_counts[k]} {k}" for k in sorted(step_counts)) or "none",
         "step_total": sum(step_counts.values()),
+        # the steps results.json holds that the runbook no longer has: "name (last recorded: PENDING)"
+        "steps_removed": steps_removed,
         "criteria_counts": _criteria_counts(run, crit_counts),
         "criteria_total": sum(crit_counts.values()),
         "environment": _environment_rows(run),

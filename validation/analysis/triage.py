@@ -8,12 +8,20 @@ points, on the log scale: a machine's noise is relative), or, for one run per po
 per-step series (validation.analysis.significance.block_units); suspects are compared paired over interleaved repeats
 (validation.analysis.significance.compare_paired) with Holm's correction over the suspects.
 
+Block means measure only the noise within one run's window, never how much the next launch's level differs (3%
+run-to-run noise at a true exponent equal to `expected` made a one-run-a-point scan call a false cliff in 16-92% of
+simulated scans, the more the quieter the window). So a point's noise is held to at least one launch's share of the
+runbook's declared launch noise (`compare.launch_sd`, significance.PairNoise) where it declares one; where it
+declares none, a pair of one-run points whose block noise alone would call a cliff is `inconclusive`, never a cliff.
+
     fit_exponent     OLS of log(step time) on log(value) over every run: the slope ("cost exponent": ~1 linear,
                      ~2 quadratic), its standard error and t-interval on the residuals
-    point_noise      per point: mean of log(step time), its standard error and degrees of freedom
+    point_noise      per point: mean of log(step time), its standard error and degrees of freedom, held to the
+                     declared launch noise (`floor`) where there is one
     find_cliffs      the local exponent between neighbouring points, log(t_b / t_a) / log(v_b / v_a), tested
                      one-sided against `expected` (default 1.5) with its noise; Holm over the pairs; the cliff is
-                     the first pair whose exponent is significantly above `expected`
+                     the first pair whose exponent is significantly above `expected` and whose points' noise covers
+                     the run-to-run noise (else the pair is inconclusive)
     bisect           between a good and a bad value: midpoints rounded to `multiple_of`, each classified by a
                      callable, until the interval is no wider than `resolution` or the steps are spent
     rank_suspects    each suspect's relative throughput change against the slow configuration (paired over
@@ -110,7 +118,9 @@ def fit_exponent(points: Sequence[tuple[float, float]], alpha: float = ALPHA) ->
 class PointNoise:
     """One scan point on the log scale: mean of log(step time) over its runs, the standard error of that mean,
     its degrees of freedom (None: no noise estimate) and where the noise came from ("repeats": pooled spread of
-    the run means of all points; "blocks": block means of the one run's series; "none")."""
+    the run means of all points; "blocks": block means of the one run's series; "declared": one launch's share of
+    the runbook's declared launch noise, which the other figure was below or missing; "none"). `run_noise`: whether
+    se covers the run-to-run noise (repeats, or held to the declared launch noise); block means alone never do."""
 
     value: float
     log_mean: float
@@ -118,22 +128,32 @@ class PointNoise:
     df: float | None
     runs: int
     source: str
+    run_noise: bool = False
 
 
 def point_noise(runs: Mapping[float, Sequence[float]],
-                series: Mapping[float, Sequence[float]] | None = None) -> dict[float, PointNoise]:
+                series: Mapping[float, Sequence[float]] | None = None,
+                floor: PairNoise | None = None) -> dict[float, PointNoise]:
     """{value: PointNoise} from each point's run-level step times (one per repeat). With repeats at any point, the
     spread of log run means pooled over the points (sum of within-point squares / sum of (runs - 1)) gives every
     point's se = s / sqrt(runs). Otherwise a point whose per-step series (`series`, its window) has enough steps
-    gets its noise from block_units (relative se of the block means); else it has none (se None)."""
+    gets its noise from block_units (relative se of the block means); else it has none (se None).
+    `floor`: the runbook's declared launch noise (significance.PairNoise: sd of one launch pair's log-ratio); every
+    point's se is held to at least one launch's share of it, floor.sd / sqrt 2, over sqrt(runs), as
+    significance.decision holds one repeat's noise: with repeats keeping their pooled degrees of freedom, with one
+    run a point taking the declared figure's (floor.launch_noise(): pairs - 1) where it is the larger."""
     groups = {float(v): np.log(_positive(ts, f"step times at {v}")) for v, ts in runs.items() if len(ts)}
     ss = sum(float(((g - g.mean()) ** 2).sum()) for g in groups.values())
     dof = sum(g.size - 1 for g in groups.values())
     pooled = math.sqrt(ss / dof) if dof > 0 else None
+    declared = floor.launch_noise() if floor is not None else None
     out = {}
     for v, g in sorted(groups.items()):
+        least = declared.total / math.sqrt(g.size) if declared is not None else None
         if pooled is not None:
-            out[v] = PointNoise(v, float(g.mean()), pooled / math.sqrt(g.size), float(dof), int(g.size), "repeats")
+            se = pooled / math.sqrt(g.size)
+            out[v] = PointNoise(v, float(g.mean()), se if least is None else max(se, least), float(dof), int(g.size),
+                                "repeats", True)
             continue
         se = df = None
         source = "none"
@@ -144,7 +164,9 @@ def point_noise(runs: Mapping[float, Sequence[float]],
                 se, df, source = u.rel_se, u.df, "blocks"
             except StatsError:
                 pass
-        out[v] = PointNoise(v, float(g.mean()), se, df, int(g.size), source)
+        if least is not None and (se is None or se < least):
+            se, df, source = least, declared.df, "declared"
+        out[v] = PointNoise(v, float(g.mean()), se, df, int(g.size), source, least is not None)
     return out
 
 
@@ -153,7 +175,9 @@ def point_noise(runs: Mapping[float, Sequence[float]],
 class Pair:
     """Neighbouring points a < b: the local exponent log(t_b / t_a) / log(v_b / v_a), its (1 - alpha) interval,
     the one-sided p of "exponent <= expected" (None without noise), Holm-adjusted over the pairs, and whether it
-    is a cliff (adjusted p < alpha: the exponent is above `expected` by more than its noise)."""
+    is a cliff (adjusted p < alpha: the exponent is above `expected` by more than its noise). `inconclusive`: the
+    adjusted p is below alpha but a point's noise is its window's block means alone (one run, no declared launch
+    noise): the run-to-run noise is unknown, so it is no cliff (as_dict writes the key only when true)."""
 
     a: float
     b: float
@@ -164,9 +188,13 @@ class Pair:
     p_adjusted: float | None
     cliff: bool
     time_ratio: float
+    inconclusive: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return _json(asdict(self))
+        out = _json(asdict(self))
+        if not self.inconclusive:
+            del out["inconclusive"]
+        return out
 
 
 def local_exponent(pa: PointNoise, pb: PointNoise, expected: float = EXPECTED_EXPONENT,
@@ -181,8 +209,8 @@ def local_exponent(pa: PointNoise, pb: PointNoise, expected: float = EXPECTED_EX
         return Pair(pa.value, pb.value, e, None, None, None, None, False, ratio)
     va, vb = pa.se ** 2, pb.se ** 2
     se = math.sqrt(va + vb) / dlog
-    if pa.source == "repeats" and pb.source == "repeats":
-        df = pa.df  # one pooled estimate
+    if pa.source == pb.source and pa.source in ("repeats", "declared"):
+        df = pa.df  # one pooled estimate, or the one declared launch noise
     else:
         num, den = (va + vb) ** 2, (va ** 2 / pa.df if pa.df > 0 else 0) + (vb ** 2 / pb.df if pb.df > 0 else 0)
         df = num / den if den > 0 else max(pa.df, pb.df, 1.0)
@@ -200,42 +228,63 @@ def local_exponent(pa: PointNoise, pb: PointNoise, expected: float = EXPECTED_EX
 
 @dataclass(frozen=True)
 class Cliffs:
-    """Every neighbouring pair (Holm-adjusted), the cliff (the first pair that is one) or None, and why not."""
+    """Every neighbouring pair (Holm-adjusted), the cliff (the first pair that is one) or None, and why not;
+    `inconclusive`: the first pair that would be a cliff on its points' block noise alone, whose run-to-run noise
+    is unknown (one run a point, no declared launch noise), when no pair is a cliff, else None."""
 
     pairs: tuple[Pair, ...]
     cliff: Pair | None
     expected: float
     reason: str
+    inconclusive: Pair | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"pairs": [p.as_dict() for p in self.pairs], "cliff": self.cliff.as_dict() if self.cliff else None,
-                "expected": self.expected, "reason": self.reason}
+                "expected": self.expected, "reason": self.reason,
+                "inconclusive": self.inconclusive.as_dict() if self.inconclusive else None}
+
+
+# What a scan with one run a point and no declared launch noise is told to change (validation.kinds.scan)
+RUN_NOISE_FIX = ("use repeats >= 2 per point (their spread measures it) or declare the runbook's launch noise, "
+                 "`compare: {launch_sd, pairs}` from A/A pairs (benchmarks/bench_aa_compare.py)")
 
 
 def find_cliffs(noise: Mapping[float, PointNoise], expected: float = EXPECTED_EXPONENT,
                 alpha: float = ALPHA) -> Cliffs:
     """Test every neighbouring pair of points (sorted by value) for a local exponent above `expected`, Holm over
-    the pairs that have a noise estimate; the cliff is the lowest such pair."""
+    the pairs that have a noise estimate; the cliff is the lowest such pair whose points' noise covers the
+    run-to-run noise (PointNoise.run_noise). A pair significant on block noise alone (one run a point, no declared
+    launch noise) is inconclusive, not a cliff: one window's block means cannot see how far the next launch's level
+    lies, and a scan at the expected exponent with 3% run-to-run noise called such false cliffs in most scans."""
     pts = [noise[v] for v in sorted(noise)]
     if len(pts) < 2:
         raise StatsError(f"cliff detection needs at least 2 points, got {len(pts)}")
     raw = [local_exponent(a, b, expected, alpha) for a, b in zip(pts, pts[1:])]
+    known = [a.run_noise and b.run_noise for a, b in zip(pts, pts[1:])]
     h = holm([p.p for p in raw], alpha)
-    pairs = tuple(Pair(**{**asdict(p), "p_adjusted": adj, "cliff": bool(rej)})
-                  for p, adj, rej in zip(raw, h.adjusted, h.rejected))
+    pairs = tuple(Pair(**{**asdict(p), "p_adjusted": adj, "cliff": bool(rej) and ok,
+                          "inconclusive": bool(rej) and not ok})
+                  for p, adj, rej, ok in zip(raw, h.adjusted, h.rejected, known))
     cliff = next((p for p in pairs if p.cliff), None)
+    unsure = next((p for p in pairs if p.inconclusive), None) if cliff is None else None
     if cliff is not None:
         reason = (f"between {cliff.a:g} and {cliff.b:g} the step time grows x{cliff.time_ratio:.2f}: a local exponent "
                   f"of {cliff.exponent:.2f} (95% CI {cliff.ci_low:.2f} .. {cliff.ci_high:.2f}), above {expected:g} "
                   f"(Holm-adjusted p = {cliff.p_adjusted:.2g} over {h.m} pairs)")
+    elif unsure is not None:
+        reason = (f"inconclusive: between {unsure.a:g} and {unsure.b:g} the step time grows x{unsure.time_ratio:.2f}, "
+                  f"a local exponent of {unsure.exponent:.2f}, above {expected:g} beyond the noise within each "
+                  f"run's window (Holm-adjusted p = {unsure.p_adjusted:.2g} over {h.m} pairs), but with one run a "
+                  "point and no declared launch noise the run-to-run noise is unknown, so no cliff is established; "
+                  + RUN_NOISE_FIX)
     elif h.m == 0:
         reason = ("no noise estimate for the points (one run each with too few steps for block means): "
-                  "no cliff can be called; use repeats >= 2")
+                  "no cliff can be called; " + RUN_NOISE_FIX)
     else:
         top = max(pairs, key=lambda p: p.exponent)
         reason = (f"no local exponent significantly above {expected:g} (largest {top.exponent:.2f} between "
                   f"{top.a:g} and {top.b:g})")
-    return Cliffs(pairs=pairs, cliff=cliff, expected=float(expected), reason=reason)
+    return Cliffs(pairs=pairs, cliff=cliff, expected=float(expected), reason=reason, inconclusive=unsure)
 
 
 # ---------------------------------------------------------------------------------------------- bisection

@@ -83,13 +83,15 @@ def test_each_run_is_its_window_median_and_the_exponent_fits_every_run(monkeypat
 
 
 def test_one_run_per_point_bisects_on_the_block_means_of_each_window(monkeypatch, tmp_path):
-    """With repeats 1 a point's noise is its window's block means (20 steps); a bisection point has one run too,
-    so it is classified from its own window: 384 and 448 follow the law (exponent 1.5 from the last good point),
-    the interval ends at [448, 512], 64 wide."""
+    """With repeats 1 a point's noise is its window's block means (20 steps), held to the runbook's declared launch
+    noise (without one, block means alone establish no cliff); a bisection point has one run too, so it is
+    classified from its own window: 384 and 448 follow the law (exponent 1.5 from the last good point), the
+    interval ends at [448, 512], 64 wide."""
     step, trainer = scan(monkeypatch, tmp_path, "[128, 256, 512]", 1,
-                         extra="        bisect: {steps: 3, resolution: 64, multiple_of: 32}\n")
+                         extra="        bisect: {steps: 3, resolution: 64, multiple_of: 32}\n"
+                               "compare: {launch_sd: 0.02, pairs: 30}\n")
     m = step["metrics"]
-    assert step["status"] == "passed" and m["noise_source"] == "blocks" and m["cliff_pair"]["a"] == 256
+    assert step["status"] == "passed" and m["run_to_run"] == "declared" and m["cliff_pair"]["a"] == 256
     assert m["bisection"]["points"] == [[384, "good"], [448, "good"]]
     assert m["cliff_interval"] == [448, 512] and m["cliff_localised"] is True
     assert [s.dir for s in trainer.launched][-2:] == ["sc/bisect_384", "sc/bisect_448"]

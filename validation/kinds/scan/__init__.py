@@ -10,19 +10,27 @@ Own keys:
   repeats            runs per point, interleaved in a random order per repeat (default 2: the noise of a point is
                      the spread of its runs' step times, each the median of its window; with 1, block means of a window of
                      >= BLOCK_WINDOW_MIN (20) steps: a shorter window gives no noise estimate, no cliff is called
-                     and a note says so); values x repeats >= 3 runs (the exponent's fit), else a runbook error
+                     and a note says so); values x repeats >= 3 runs (the exponent's fit), else a runbook error.
+                     Block means see only the noise within one window, not how far the next launch's level lies: where
+                     the runbook declares its launch noise (`compare: {launch_sd, pairs}`) every point's noise is held
+                     to at least one launch's share of it (launch_sd / sqrt 2, with repeats too); where it declares
+                     none, a cliff found with one run a point on block noise alone is inconclusive (`cliff` null)
   expected_exponent  the exponent a point-to-point growth may reach before it is a cliff (default 1.5)
   bisect             {steps: 3, resolution: 64, multiple_of: 32}: after a cliff between a and b, measure midpoints
                      (rounded to multiple_of, e.g. the model's selection block) until b - a <= resolution or the
                      steps are spent; each midpoint runs `repeats` times (with 1, its noise is its window's block
-                     means, as a scan point's) and is "bad" when its local exponent from the interval's good end is
-                     significantly above expected_exponent
+                     means held to the declared launch noise, as a scan point's) and is "bad" when its local
+                     exponent from the interval's good end is significantly above expected_exponent
 Metrics: "setting", "values", "repeats", "expected_exponent", "exponent" (slope), "exponent_ci" [low, high],
 "exponent_fit" (validation.analysis.triage.Fit), "cliff" (bool), "cliff_reason", "cliff_pair" (the pair found by the scan),
 "pairs" (every neighbouring pair), "cliff_interval" [good, bad] (after bisection) or null, "cliff_localised"
 (interval width <= resolution; false without a cliff), "bisection" (validation.analysis.triage.Bisection) or null,
 "points" [{value, source (scan | bisect), runs, passed, step_time_s, toks_per_s, mfu (the runs' window mean, where
-the device peak is known), time_to_first_step_s, peak_mem_gb, exponent_to_next}], "noise_source" (repeats | blocks | none), "runs", "passed".
+the device peak is known), time_to_first_step_s, peak_mem_gb, exponent_to_next}], "noise_source" (repeats | blocks |
+declared | none), "run_to_run" (repeats | declared | unknown: what covers the noise between launches), "launch_sd"
+(the declared one the noise is held to), "runs", "passed". "cliff" is true, false, or null when inconclusive (a pair,
+marked "inconclusive", significant on one run's block noise alone with no declared launch noise); "cliff_localised"
+is then null too.
 Options: the keys above. Result: the step record (validation.results.run.Step: runs, a LaunchRun each with its
 "source" scan or bisect, run order, ...) with these metrics as the Metrics record: what run() returns, built from
 the LaunchRun records run_all gives and the analysis's records (Fit, Pair, Bisection), and what the report hooks read
@@ -41,11 +49,11 @@ from validation.formatting import file_name, finite, fmt_gb, fmt_num, rate_with_
 from validation.runbook.schema import REPEATS_MAX, mapping, setting_key, typed
 from validation.analysis.significance import StatsError
 from validation.kinds.base import KeyFigure
-from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, order_seed, run_all, run_order,
-                                      run_values, trainer_launch)
+from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed,
+                                      run_all, run_order, run_values, trainer_launch)
 from validation.kinds._plot_helpers import scan_loglog
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
-from validation.analysis.triage import bisect, find_cliffs, fit_exponent, local_exponent, point_noise
+from validation.analysis.triage import RUN_NOISE_FIX, bisect, find_cliffs, fit_exponent, local_exponent, point_noise
 from validation.kinds.scan.result import BisectionRecord, ExponentFit, Metrics, PairRecord, Point, Result
 from validation.results.codec import decode, encode, given
 from validation.results.run import Step as StepRecord
@@ -77,7 +85,8 @@ class Scan(TrainerKind):
     keys = ("values", "repeats", "expected_exponent", "bisect")
     metrics = ("setting", "values.<i>", "repeats", "expected_exponent", "exponent", "exponent_ci.<i>", "exponent_fit.*",
                "exponent_reason", "cliff", "cliff_reason", "cliff_pair.*", "pairs.<i>.*", "cliff_interval.<i>",
-               "cliff_localised", "bisection.*", "points.<i>.*", "noise_source", "runs", "passed") + RUN_METRICS
+               "cliff_localised", "bisection.*", "points.<i>.*", "noise_source", "run_to_run", "launch_sd", "runs",
+               "passed") + RUN_METRICS
     performance = ("exponent", "exponent_ci", "exponent_fit", "exponent_reason", "cliff", "cliff_reason", "cliff_pair",
                    "pairs", "cliff_interval", "cliff_localised", "bisection", "points") + RUN_PERFORMANCE
     decides = True
@@ -133,12 +142,15 @@ class Scan(TrainerKind):
         m = Metrics(setting=options.setting, values=list(options.values), repeats=options.repeats,
                     expected_exponent=options.expected_exponent, cliff=False, cliff_localised=False)
         times, series = point_times(ctx, step, runs)
+        # the runbook's declared launch noise (compare.launch_sd): every point's noise is held to one launch's share
+        # of it; without it, one run a point sees no run-to-run noise and its cliffs are inconclusive (find_cliffs)
+        floor = declared_pair_noise(ctx)
         # with repeats at any point every point's noise is their pooled spread (point_noise), the series unused
         blocks = not any(len(ts) > 1 for ts in times.values())
         short = {v: len(s) for v, s in series.items() if len(s) < BLOCK_WINDOW_MIN} if blocks else {}
-        if short:  # block means of a window this short understate the noise: no cliff is called from them
+        if short:  # block means of a window this short understate the noise: no cliff is called from them alone
             series = {v: s for v, s in series.items() if v not in short}
-            frame = dataclasses.replace(frame, notes=list(frame.notes or []) + [short_window_note(short)])
+            frame = dataclasses.replace(frame, notes=list(frame.notes or []) + [short_window_note(short, floor)])
         exponent_reason = None
         try:
             fit = fit_exponent([(v, t) for v in options.values for t in times.get(v, [])])
@@ -149,11 +161,16 @@ class Scan(TrainerKind):
             m = dataclasses.replace(m, exponent_reason=exponent_reason)
         cliffs = None
         try:
-            noise = point_noise(times, series)
+            noise = point_noise(times, series, floor)
             cliffs = find_cliffs(noise, options.expected_exponent)
             m = dataclasses.replace(m, pairs=[decode(PairRecord, p.as_dict(), "pairs") for p in cliffs.pairs],
                                     cliff_reason=cliffs.reason,
-                                    noise_source=next(iter(noise.values())).source if noise else "none")
+                                    noise_source=next(iter(noise.values())).source if noise else "none",
+                                    run_to_run=("repeats" if not blocks else "declared" if floor is not None
+                                                else "unknown"),
+                                    launch_sd=floor.sd if floor is not None else None)
+            if cliffs.cliff is None and cliffs.inconclusive is not None:  # neither a cliff nor the absence of one
+                m = dataclasses.replace(m, cliff=None, cliff_localised=None)
         except StatsError as exc:
             m = dataclasses.replace(m, cliff_reason=f"no cliff detection: {exc}")
         bisected: list[LaunchRun] = []
@@ -178,8 +195,11 @@ class Scan(TrainerKind):
                     if len(new) == 1 and window is not None and len(window) >= BLOCK_WINDOW_MIN:
                         bis_series[float(value)] = window  # one run: its noise from its window's block means
                     try:
-                        both = point_noise({**times, **bis_times}, {**series, **bis_series})
+                        both = point_noise({**times, **bis_times}, {**series, **bis_series}, floor)
                         good = max(v for v in both if v < value and (v in bis_times or v <= pair.a))
+                        if not (both[good].run_noise and both[float(value)].run_noise):
+                            raise StatsError("its run-to-run noise is unknown (one run, no declared launch noise); "
+                                             + RUN_NOISE_FIX)
                         test = local_exponent(both[good], both[float(value)], options.expected_exponent)
                     except StatsError as exc:  # e.g. a step time that is not positive: no verdict, the search stops
                         unclassified.append(f"bisection point {fmt_num(_plain(value))} not classified: {exc}")
@@ -217,6 +237,8 @@ class Scan(TrainerKind):
             lo, hi = ((m.cliff_interval or []) + [None, None])[:2]
             text += f"; cliff between {fmt_num(lo)} and {fmt_num(hi)}" + (" (localised)" if m.cliff_localised
                                                                            else "")
+        elif _inconclusive(m):
+            text += "; cliff inconclusive (run-to-run noise unknown)"
         else:
             text += "; no cliff"
         return text
@@ -226,10 +248,12 @@ class Scan(TrainerKind):
         m = self.read(result).metrics
         setting = _setting(m)
         points = m.points
+        unsure = {p.a for p in m.pairs if isinstance(p, PairRecord) and p.inconclusive is True}
         rows = [(fmt_num(p.value), str(p.source or ""), f"{fmt_num(p.passed)}/{fmt_num(p.runs)}",
                  _ms(p.step_time_s), rate_with_mfu(p.toks_per_s, p.mfu),
                  _secs(p.time_to_first_step_s), fmt_gb(p.peak_mem_gb),
                  strong(f"{_num2(p.exponent_to_next)} CLIFF") if p.cliff_to_next
+                 else f"{_num2(p.exponent_to_next)} (cliff?)" if p.value in unsure
                  else _num2(p.exponent_to_next)) for p in points]
         table = Table((Column(setting), Column("Points"), *(Column(c, numeric=True) for c in (
             "Runs passed", "Step time", "Tokens/s, window mean (over repeats)", "Time to first step", "Peak memory",
@@ -244,6 +268,8 @@ class Scan(TrainerKind):
             cliff = (f"yes, {where}" + (f" (localised to {fmt_num(bis.width if bis else None)} <= resolution "
                                         f"{fmt_num(bis.resolution if bis else None)})" if m.cliff_localised else
                                         " (not localised)" if bis else ""))
+        elif _inconclusive(m):
+            cliff = "inconclusive"
         else:
             cliff = "no"
         reason = str(m.cliff_reason or m.exponent_reason or "")
@@ -259,6 +285,14 @@ class Scan(TrainerKind):
                 out.append(Paragraph(f"Bisection: {bisection} ({bis.stopped or ''})"))
         out.append(Paragraph(f"Noise of a point: {m.noise_source or '—'} (each run one unit: the median step "
                              "time of its window; never per-step samples)", style="muted"))
+        if m.run_to_run == "declared":
+            out.append(Paragraph(f"Run-to-run noise: one run a point, each point's noise held to at least one "
+                                 f"launch's share of the runbook's declared launch_sd {fmt_num(m.launch_sd)}",
+                                 style="muted"))
+        elif m.run_to_run == "unknown":
+            out.append(Paragraph("Run-to-run noise: unknown (one run a point, no declared launch noise: block means "
+                                 "of one window do not see how far the next launch's level lies, so a cliff cannot be "
+                                 f"established); {RUN_NOISE_FIX}", style="note"))
         return out
 
     def key_figures(self, in_order: list[StepRecord]) -> list[KeyFigure]:
@@ -272,6 +306,8 @@ class Scan(TrainerKind):
                 if m.cliff:
                     interval = m.cliff_interval or []
                     value += f", cliff at {fmt_num(interval[0])}..{fmt_num(interval[1])}" if len(interval) == 2 else ""
+                elif _inconclusive(m):
+                    value += ", cliff inconclusive"
                 out.append(KeyFigure("cost_exponent", f"Cost exponent ({_setting(m)})", value,
                                      f"step `{s.name}`: log step time vs log value", order=25, steps=(str(s.name),)))
         return out
@@ -299,13 +335,24 @@ class Scan(TrainerKind):
 BLOCK_WINDOW_MIN = 20
 
 
-def short_window_note(short: dict[float, int]) -> str:
-    """Why the points with one run and a window shorter than BLOCK_WINDOW_MIN steps have no noise estimate."""
+def short_window_note(short: dict[float, int], floor=None) -> str:
+    """Why the points with one run and a window shorter than BLOCK_WINDOW_MIN steps have no noise estimate of their
+    own; with a declared launch noise (`floor`, significance.PairNoise) their noise is that alone."""
     where = ", ".join(f"{fmt_num(_plain(v))} ({n} steps)" for v, n in sorted(short.items()))
+    if floor is not None:
+        return (f"one run per point with a statistics window shorter than {BLOCK_WINDOW_MIN} steps at {where}: "
+                f"block means of so few steps understate the noise, so the noise of these points is one launch's "
+                f"share of the declared launch noise alone ({floor.source})")
     return (f"one run per point with a statistics window shorter than {BLOCK_WINDOW_MIN} steps at {where}: block "
             f"means of so few steps understate the noise (their 95% interval is checked from {BLOCK_WINDOW_MIN} "
             f"steps), so no cliff is called from them; use repeats >= 2 or a window of at least "
-            f"{BLOCK_WINDOW_MIN} steps")
+            f"{BLOCK_WINDOW_MIN} steps with a declared launch noise (compare.launch_sd: block means alone never "
+            f"establish a cliff)")
+
+
+def _inconclusive(m: Metrics) -> bool:
+    """Whether the scan's cliff is inconclusive: no cliff, and a pair significant on one run's block noise alone."""
+    return m.cliff is not True and any(isinstance(p, PairRecord) and p.inconclusive is True for p in m.pairs)
 
 
 def _setting(m: Metrics) -> str:

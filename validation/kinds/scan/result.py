@@ -34,7 +34,9 @@ class ExponentFit:
 
 @dataclasses.dataclass(frozen=True)
 class PairRecord:
-    """Neighbouring points a < b and their local exponent (validation.analysis.triage.Pair.as_dict)."""
+    """Neighbouring points a < b and their local exponent (validation.analysis.triage.Pair.as_dict); `inconclusive`
+    (written only when true): significant on the block noise of one run a point alone, the run-to-run noise unknown,
+    so no cliff."""
     a: Num | None = None
     b: Num | None = None
     exponent: Num | None = None
@@ -44,6 +46,7 @@ class PairRecord:
     p_adjusted: Num | None = None
     cliff: bool | None = None
     time_ratio: Num | None = None
+    inconclusive: bool | None = absent()
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -81,8 +84,9 @@ class Point:
 
 @dataclasses.dataclass(frozen=True)
 class Metrics:
-    """The step's metrics (the module docstring), in the order run() writes them; the reasons and the noise source
-    are written only when they apply."""
+    """The step's metrics (the module docstring), in the order run() writes them; the reasons, the noise source,
+    what covers the run-to-run noise and the declared launch noise are written only when they apply. `cliff` is
+    null (and `cliff_localised` with it) when a cliff is inconclusive: one run a point, no declared launch noise."""
     setting: str | None = None
     values: list[Num] = dataclasses.field(default_factory=list)
     repeats: int | None = None
@@ -99,6 +103,8 @@ class Metrics:
     exponent_reason: str | None = absent()
     cliff_reason: str | None = absent()
     noise_source: str | None = absent()
+    run_to_run: str | None = absent()  # repeats | declared | unknown: what covers the noise between launches
+    launch_sd: Num | None = absent()  # the runbook's declared compare.launch_sd the points' noise is held to
     points: list[Point] = dataclasses.field(default_factory=list)
     runs: int | None = None
     passed: int | None = None

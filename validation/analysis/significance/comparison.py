@@ -27,12 +27,26 @@ the repeats' variance, so that two identical runs are not called different becau
 one of them. (Adding only the between-run part, the repeats' variance less the runs' own, was tried: its estimate
 from a few repeats is so uncertain that the smallest p-values, those Holm's correction looks at, came out far too
 small: 24% of identical cpu_smoke-like run pairs had a "significant" row among 12; taking the larger variance
-gives 2.5%, block means alone 38%: benchmarks/bench_significance.py --only gate, and
+gives 2.5%, block means alone 38%: benchmarks/bench_significance.py --only gate (measured before units.py's
+short-window margin; with it, at --reps 2000 --seed 0 and run_cv 0.08: 19%, 0.8% and 26%, against 24%, 0.8% and
+38% without it), and
 tests/validation/test_compare.py.) Such a comparison has at most the repeats' degrees of freedom, also where a side's
 own variance is the larger: each side's variance is at least s^2, so |t| is at most that of the same difference over
 sqrt(2 s^2), a Student t with the repeats' df (normal run levels), and its quantile keeps identical runs at alpha
 whatever the layout of the repeats. (A side's own block df in the Satterthwaite sum gave single runs held to 1 x 2 repeats 6.5-7.3%
 false positives: benchmarks/bench_significance.py --only held.)
+
+A short window against a long one. The standard error of a window's block means rests on the correlation its own
+steps show (units.py), and a window of the order of the correlation time cannot show it: a 10-step window of
+AR(1) steps at phi 0.9 (g 19) compared with a 2,000-step one (whose own standard error is negligible, so nothing
+averages the short side's error out) was "significant" between identical runs in 17% of 1,500 seeded pairs (5% CV),
+a 20-step one in 12%, a 50-step one in 7%. compare_units therefore holds the block means of a window to at least
+the inefficiency of the other side when the other covers at least SHORT_AGAINST (2) times as many steps (the more
+precise estimate of the same machine's correlation; units.with_inefficiency: the same blocks, kappa of the larger
+g): with units.py's short-window margin, those rates become 4.8%, 4.9% and 4.3% in 2,000 pairs (10 steps against
+2,000 at phi 0.5: 6.7% before, 3.5% now; tests/validation/test_significance_short_windows.py). Two windows of equal
+length are unchanged by it. It only ever widens the short side's interval: were its steps truly less correlated
+than the long side's, the comparison is blunter, never falsely significant.
 """
 
 from __future__ import annotations
@@ -45,7 +59,7 @@ import numpy as np
 
 from validation.formatting import fmt_pct, plural
 from validation.analysis.significance.distributions import t_ppf
-from validation.analysis.significance.units import Units, block_units
+from validation.analysis.significance.units import Units, block_units, with_inefficiency
 # MAX_USEFUL_FLOOR: a noise floor wider than this resolves nothing worth saying "same" about (defined with the
 # samples' comparison it also bounds)
 from validation.analysis.stats import MAX_USEFUL_FLOOR, StatsError, t_sf2
@@ -53,6 +67,9 @@ from validation.analysis.stats import MAX_USEFUL_FLOOR, StatsError, t_sf2
 ALPHA = 0.05
 MIN_FLOOR = 0.01
 METHODS = ("blocks", "runs", "paired", "common")
+# a window of block means is held to the correlation of the other side's when the other covers this many times as
+# many steps (the module docstring: "A short window against a long one")
+SHORT_AGAINST = 2
 VERDICTS = ("better", "worse", "same", "inconclusive")
 
 
@@ -318,11 +335,23 @@ def _finish(*, baseline: str, variant: str, metric: str, method: str, mean_a: fl
                       run_to_run_df=None if run_to_run is None else float(run_to_run.df))
 
 
+def _held_to_longer(units: Units, other: Units) -> Units:
+    """`units` held to the inefficiency of `other` when both are block means and other's window covers at least
+    SHORT_AGAINST times as many steps (the module docstring); else `units`."""
+    if units.kind != "blocks" or other.kind != "blocks":
+        return units
+    if other.n + other.dropped < SHORT_AGAINST * (units.n + units.dropped):
+        return units
+    return with_inefficiency(units, other.inefficiency)
+
+
 def compare_units(a: Units, b: Units, *, higher_is_better: bool = True, alpha: float = ALPHA,
                   min_floor: float = MIN_FLOOR, noise: float | None = None, baseline: str = "a",
                   variant: str = "b", metric: str = "toks_per_s", run_noise: RunNoise | None = None) -> Comparison:
     """b against a on their independent units (block means or run means): Welch-Satterthwaite t on
-    log(mean_b / mean_a) with the delta-method standard error. Both means must be positive.
+    log(mean_b / mean_a) with the delta-method standard error. Both means must be positive. Block means of a
+    window with at most 1 / SHORT_AGAINST the other's steps are held to the other's inefficiency first (the module
+    docstring: "A short window against a long one").
 
     run_noise: the run-to-run variation of a run's mean (run_noise()): each side's relative variance is the larger
     of its own and run_noise.total^2 (a and b are single runs of a machine whose level varies between runs), with
@@ -336,6 +365,7 @@ def compare_units(a: Units, b: Units, *, higher_is_better: bool = True, alpha: f
     if not (a.mean > 0 and b.mean > 0):
         raise StatsError(f"a relative difference needs positive means, got {a.mean!r} ({baseline}) and "
                          f"{b.mean!r} ({variant})")
+    a, b = _held_to_longer(a, b), _held_to_longer(b, a)
     sides = [((a.se / a.mean) ** 2, a.df), ((b.se / b.mean) ** 2, b.df)]
     terms = sides  # the independent variance estimates behind se2, for the Satterthwaite df
     if run_noise is not None:

@@ -9,10 +9,27 @@ line, terminated by ``\\n``. A record always has these keys, in this order::
     host  socket.gethostname() of the writer (str): a watchdog only signals pids on its own host
     step  the optimizer step the rank has reached (int)
     msg   what happened: "boot", "step", "checkpoint", "stopping" (a stop decided, its checkpoint being written), or
-          a terminal "done" / "stop" / "error"
+          a terminal "done" / "stop" / "error"; and the progress of the phases outside the training steps (below)
 
 followed by any metrics (floats, ints, strings, bools or None). Non-finite floats are written as null, so every
 line is valid JSON. A rank whose latest ``msg`` is in ``TERMINAL_MSGS`` has finished.
+
+A rank writes records at real progress points only (no thread beats for it), so its silence means no progress,
+in every phase, not only between training steps::
+
+    "starting"   a start-up stage done (``stage``: model_built, model_on_device, model_wrapped, optimizer_built,
+                 data_ready, checkpoint_loaded, ready)
+    "loading"    a checkpoint load begins (``path``); the next record is "starting" with stage checkpoint_loaded
+    "capturing"  the CUDA-graph warm-up and capture begin; "cuda_graphs" when done
+    "compiling"  the first forward of a compiled model (or of JIT-compiled kernels) begins (``during``: "train" or
+                 "eval"); the record after it comes once that forward (and, for "train", its step) is done
+    "eval"       an evaluation's progress: ``batch`` batches of ``batches`` done (0: begun), then once more with
+                 ``val_loss`` after the ranks' losses are reduced
+    "saving"     a checkpoint save begins; "checkpoint" (``path``) when it is complete
+
+The records in ``LONG_CALL_MSGS`` open one long call with no progress point inside it (a checkpoint read or written
+whole, a compilation, a graph capture): a watchdog allows a rank whose latest record is one of them a longer silence
+(``nsa.training.watchdog``: ``long_call_after_s``) before it calls it stalled; every other record, the usual one.
 
 Each line reaches the file with ONE ``write(2)`` on a descriptor opened with ``O_APPEND``, so a concurrent reader
 sees whole lines; only the last line of a file may be partial while it is being written, and readers ignore a
@@ -41,6 +58,8 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_NAME = "heartbeat_rank{rank}.jsonl"
 TERMINAL_MSGS = ("done", "stop", "error")
+# records that open one long call without progress points inside it (see the module's docstring)
+LONG_CALL_MSGS = ("loading", "saving", "compiling", "capturing")
 RESERVED_KEYS = ("ts", "rank", "pid", "host", "step", "msg")
 
 _NAME_RE = re.compile(r"^heartbeat_rank(\d+)\.jsonl$")
@@ -433,3 +452,9 @@ def first_heartbeat(path: str | os.PathLike, since: float | None = None,
 def is_finished(record: dict) -> bool:
     """Whether a rank whose latest record is `record` has finished (terminal msg)."""
     return record.get("msg") in TERMINAL_MSGS
+
+
+def in_long_call(record: dict) -> bool:
+    """Whether a rank whose latest record is `record` is inside one long call with no progress point (its msg is in
+    ``LONG_CALL_MSGS``): a watchdog allows it a longer silence."""
+    return record.get("msg") in LONG_CALL_MSGS

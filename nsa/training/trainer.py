@@ -151,10 +151,12 @@ class Trainer:
         net = NSAModel(self.model_cfg)
         self.model_faults = model_faults.install(net, tg.fault)  # NSA_FAULT's model fault (a testing aid), if any
         self.timeline.mark("model_built")
+        self._starting("model_built")
         self.net = net.to(self.device)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.timeline.mark("model_on_device")
+        self._starting("model_on_device")
         self.n_params = self.net.num_params()
         self.attention_kernel = attention_kernel(self.model_cfg, self.device,
                                                  self.amp_dtype or next(self.net.parameters()).dtype)
@@ -183,11 +185,13 @@ class Trainer:
             activations=activation_bytes(self.model_cfg, tc.batch_size, tc.seq_len, tc.precision),
             gradient_as_bucket_view=self.capture is not None)  # under CUDA graphs (_wrap)
         self.model: nn.Module = self._wrap(self.net)
+        self._starting("model_wrapped")
         fused, why = use_fused_adamw(tg.opt_fused, list(self.net.parameters()))
         if why is not None:
             self.say(f"NSA_OPT_FUSED=1 is ignored: {why}; AdamW runs unfused")
         self.optimizer = build_adamw(self.net, tc.lr, tc.weight_decay, (tc.beta1, tc.beta2), fused)
         self.scaler = torch.amp.GradScaler(self.device.type) if tc.precision == "fp16" else None
+        self._starting("optimizer_built")
 
         # data
         data_args = dict(vocab_size=cfg.model.vocab_size, seq_len=tc.seq_len, batch_size=tc.batch_size,
@@ -197,6 +201,7 @@ class Trainer:
             self.say(f"data.path={cfg.data.path} is ignored: data.dataset is synthetic (--dataset text or fineweb_edu "
                      "reads it)")
         self.eval_source = build_eval_source(cfg.data, **data_args) if tc.eval_every > 0 else None
+        self._starting("data_ready")
 
         # resume
         if resume:
@@ -205,8 +210,10 @@ class Trainer:
                 self.say(f"--resume: no checkpoint in {self.out / checkpoint.CHECKPOINT_DIR}; starting at step 0")
             else:
                 # the checkpoint's moments and step counts; this run's AdamW settings (config, NSA_OPT_FUSED)
+                self.heartbeat.write(self.boot_step, "loading", path=str(found))  # one long call (LONG_CALL_MSGS)
                 with keep_settings(self.optimizer) as changed:
                     step, data_state = checkpoint.load(found, self.net, self.optimizer, info, scaler=self.scaler)
+                self._starting("checkpoint_loaded")
                 if step > tc.steps:
                     raise UsageError(f"--resume: the checkpoint {found} is at step {step}, past train.steps "
                                      f"({tc.steps}); ask for at least {step} steps")
@@ -219,6 +226,7 @@ class Trainer:
                     self.say("resumed with this run's AdamW settings, which differ from the checkpoint's: "
                              + "; ".join(changed))
         self.last_saved = self.start_step
+        self._eval_compiled = False  # whether an evaluation's forward ran (compiled, under torch.compile)
         self.graphed: graphs.GraphedStep | None = None
         if self.capture is not None:  # after the resume: a loaded optimizer is made capturable too
             make_capturable(self.optimizer)
@@ -287,6 +295,7 @@ class Trainer:
             save_config(cfg, self.out / outputs.CONFIG_YAML)
             outputs.write_json(self.out / outputs.ENV_JSON, env)
             self._status("running", None, self.start_step)
+        self._starting("ready")
 
     # a resumed run's keys that may differ from the earlier run's without a word: how long it runs, what it records
     # and where, how long it waits (the others change what is trained or how fast: those are named)
@@ -375,6 +384,17 @@ class Trainer:
             log.info(message)
             if note:
                 self.notes.append(message)
+
+    def _compiles(self, during: str = "train") -> bool:
+        """Whether the first forward compiles (torch.compile; for "train" also Triton's JIT kernels and their
+        autotuning), which can take minutes with no progress point inside: the heartbeat before it says "compiling".
+        An evaluation's first forward (eval mode, no gradients) compiles anew under torch.compile only."""
+        return self.cfg.train.compile or (during == "train" and self.attention_kernel == "triton")
+
+    def _starting(self, stage: str) -> None:
+        """A start-up stage done: a heartbeat that names it (progress, so that a long start-up is not taken for a
+        stall, and a start-up that hangs is caught at the stage it hangs after)."""
+        self.heartbeat.write(self.boot_step, "starting", stage=stage)
 
     def _wrap(self, net: NSAModel) -> nn.Module:
         tc, tg = self.cfg.train, self.tg
@@ -575,6 +595,9 @@ class Trainer:
                     profiler or contextlib.nullcontext(), counting:
                 if self.graphed is not None:
                     self._capture_graphs(step)
+                elif self._compiles() and step < tc.steps:
+                    # the first step's forward compiles (torch.compile, Triton's JIT and autotuning): one long call
+                    self.heartbeat.write(step, "compiling", during="train")
                 while step < tc.steps:
                     step += 1
                     self.control.step = step
@@ -709,6 +732,7 @@ class Trainer:
     def _capture_graphs(self, step: int) -> None:
         """Warm up and capture the train step (nsa.training.graphs), inside the loop's SDPA-backend and profiler
         contexts so that the captured kernels are the ones the loop would run."""
+        self.heartbeat.write(step, "capturing")  # warm-up steps and the capture: one long call (LONG_CALL_MSGS)
         info = self.graphed.capture()
         self.heartbeat.write(step, "cuda_graphs", **info)
         self.say(f"CUDA graphs: train step captured after {info['warmup_steps']} warm-up steps on a side stream "
@@ -809,16 +833,25 @@ class Trainer:
         tc = self.cfg.train
         self.model.eval()
         total = 0.0
+        # progress at every batch: an evaluation longer than a watchdog's stall threshold is not taken for a stall,
+        # and one that hangs still is (its last record names the batch it hangs after)
+        self.heartbeat.write(step, "eval", batch=0, batches=tc.eval_batches)
         with torch.no_grad(), self._autocast():
-            for _ in range(tc.eval_batches):
+            for i in range(tc.eval_batches):
+                if i == 0 and not self._eval_compiled and self._compiles("eval"):
+                    # the first forward in eval mode without gradients compiles anew: one long call
+                    self.heartbeat.write(step, "compiling", during="eval")
                 inputs, targets = self.eval_source.next_batch()
                 total += float(self._loss(inputs.to(self.device), targets.to(self.device)))
+                self._eval_compiled = True
+                self.heartbeat.write(step, "eval", batch=i + 1, batches=tc.eval_batches)
         self.model.train()
         if self.parallel == "fsdp":  # as a training step leaves them: sharded (distributed.reshard_fsdp says why)
             distributed.reshard_fsdp(self.net)
         self.eval_source.reset()
         (summed,) = distributed.all_reduce_sum([total], self.info)
         val = summed / (tc.eval_batches * self.info.world_size)
+        self.heartbeat.write(step, "eval", batch=tc.eval_batches, batches=tc.eval_batches, val_loss=val)
         if self.val_csv is not None:
             self.val_csv.write({"step": step, "val_loss": val, "val_ppl": perplexity(val)})
             if self.tb is not None:
@@ -826,6 +859,8 @@ class Trainer:
             log.info(f"eval step {step}: val_loss {val:.4f}")
 
     def _save(self, step: int) -> None:
+        # one long call (heartbeat.LONG_CALL_MSGS): no progress point inside it; "checkpoint" once it is complete
+        self.heartbeat.write(step, "saving")
         path = checkpoint.save(self.out, step, self.net, self.optimizer, self.info,
                                data_state=self.source.state_dict(), scaler=self.scaler, parallel=self.parallel,
                                keep=self.cfg.train.keep_checkpoints)

@@ -1,7 +1,9 @@
 """Stall detection over the heartbeat files (``nsa.training.heartbeat``) of a training run.
 
 A watchdog polls ``out_dir/heartbeat_rank*.jsonl`` every ``interval_s``. When some rank that has not finished
-has written nothing for ``stall_after_s`` it
+has written nothing for ``stall_after_s`` (``long_call_after_s`` when its latest record opens one long call with no
+progress point inside it: a checkpoint load or save, a compilation, a CUDA-graph capture; ``heartbeat.LONG_CALL_MSGS``;
+by default ``LONG_CALL_FACTOR`` times ``stall_after_s``) it
 
 1. writes ``out_dir/.HALT`` (``HALT_NAME``; atomically, JSON ``{"ts", "by": "watchdog", "reason"}``): the trainer
    checks for this file at every step and stops cleanly with a final checkpoint;
@@ -18,7 +20,7 @@ watchdog's: a rank on another node of a shared filesystem may be an hour off.
 ``check`` is a pure function of the files and the clock; ``run`` is the loop; ``main`` is the CLI::
 
     python -m nsa.training.watchdog --dir artifacts/run --halt 1 --interval 30 [--stall-after 300] [--ranks N] [--no-dump]
-                           [--once] [--max-wait-start 600]
+                           [--once] [--max-wait-start 600] [--long-call-after S]
 
 Exit codes: 0 the run finished (``--once``: running or finished), 1 stalled, 2 usage error (bad flag, missing
 directory), 3 no heartbeat appeared within ``--max-wait-start`` seconds (``--once``: none yet).
@@ -37,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from nsa.training.heartbeat import (FileMark, first_heartbeat, heartbeat_files, is_finished, latest_entries,
-                                   mark_files)
+from nsa.training.heartbeat import (FileMark, first_heartbeat, heartbeat_files, in_long_call, is_finished,
+                                   latest_entries, mark_files)
 from nsa.training.outputs import write_json
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,16 @@ HALT_NAME = ".HALT"
 WAITING, RUNNING, STALLED, FINISHED = "waiting", "running", "stalled", "finished"
 EXIT_CODES = {FINISHED: 0, RUNNING: 0, STALLED: 1, WAITING: 3}
 EXIT_USAGE = 2
+# a rank inside one long call (heartbeat.LONG_CALL_MSGS) is stalled after this many times the usual silence, unless
+# long_call_after_s says otherwise: its next record comes only once the call returns
+LONG_CALL_FACTOR = 3.0
+
+
+def long_call_limit(stall_after_s: float, long_call_after_s: float | None = None) -> float:
+    """The silence allowed to a rank whose latest record opens a long call: `long_call_after_s`, by default
+    ``LONG_CALL_FACTOR * stall_after_s``; never less than `stall_after_s`."""
+    allowed = LONG_CALL_FACTOR * stall_after_s if long_call_after_s is None else float(long_call_after_s)
+    return max(float(stall_after_s), allowed)
 
 
 @dataclass
@@ -63,12 +75,16 @@ class WatchdogConfig:
     # judge only the records appended to the heartbeat files after run() started, told by their place in the files
     # (see Watch), so that the writers' clocks need not agree with this one's
     only_new: bool = False
+    # the silence allowed inside one long call (heartbeat.LONG_CALL_MSGS); None: LONG_CALL_FACTOR * stall_after_s
+    long_call_after_s: float | None = None
 
     def __post_init__(self):
         self.out_dir = Path(self.out_dir)
         for name in ("stall_after_s", "interval_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"WatchdogConfig.{name} must be > 0, got {getattr(self, name)!r}")
+        if self.long_call_after_s is not None and not self.long_call_after_s > 0:
+            raise ValueError(f"WatchdogConfig.long_call_after_s must be None or > 0, got {self.long_call_after_s!r}")
         if not self.max_wait_start_s >= 0:
             raise ValueError(f"WatchdogConfig.max_wait_start_s must be >= 0, got {self.max_wait_start_s!r}")
         _check_expected_ranks(self.expected_ranks)
@@ -168,12 +184,15 @@ class Watch:
 
 
 def check(out_dir, stall_after_s: float, now: float | None = None, expected_ranks: int | None = None,
-          since: float | None = None, watch: Watch | None = None) -> Verdict:
+          since: float | None = None, watch: Watch | None = None,
+          long_call_after_s: float | None = None) -> Verdict:
     """The state of the run whose heartbeats are in `out_dir`, at time `now` (default: time.time()).
 
     The ranks looked at are 0..expected_ranks-1 when `expected_ranks` is given (files of other ranks, e.g. left
     by an earlier run with more ranks, are ignored), else every rank with a heartbeat file. A rank is stalled when
-    its latest record is not terminal and is older than `stall_after_s`; an expected rank with no record at all
+    its latest record is not terminal and is older than `stall_after_s`, or, when that record opens one long call
+    without progress points (``heartbeat.in_long_call``: a checkpoint load or save, a compilation, a graph capture),
+    older than ``long_call_limit(stall_after_s, long_call_after_s)``; an expected rank with no record at all
     is stalled once the run's first heartbeat (any rank) is older than `stall_after_s`. The run is finished when
     every rank's latest record is terminal. With `since` (a unix time), records older than it are ignored, as if
     absent: a watchdog started before a run does not mistake the previous run's final heartbeats for this one's
@@ -189,6 +208,9 @@ def check(out_dir, stall_after_s: float, now: float | None = None, expected_rank
     """
     if not stall_after_s > 0:
         raise ValueError(f"stall_after_s must be > 0, got {stall_after_s!r}")
+    if long_call_after_s is not None and not long_call_after_s > 0:
+        raise ValueError(f"long_call_after_s must be None or > 0, got {long_call_after_s!r}")
+    long_limit = long_call_limit(stall_after_s, long_call_after_s)
     _check_expected_ranks(expected_ranks)
     out_dir = Path(out_dir)
     if now is None:
@@ -212,9 +234,11 @@ def check(out_dir, stall_after_s: float, now: float | None = None, expected_rank
     stalled, problems = [], []
     for r in sorted(latest):
         rec = latest[r]
-        if not is_finished(rec) and ages[r] > stall_after_s:
+        long_call = in_long_call(rec)
+        if not is_finished(rec) and ages[r] > (long_limit if long_call else stall_after_s):
             stalled.append(r)
-            problems.append(f"rank {r} last heartbeat {ages[r]:.0f}s ago (step {rec['step']}, msg {rec['msg']!r})")
+            problems.append(f"rank {r} last heartbeat {ages[r]:.0f}s ago (step {rec['step']}, msg {rec['msg']!r}"
+                            + (f": one long call, allowed {long_limit:g}s)" if long_call else ")"))
     if missing:
         if watch is not None:  # the first record written since the watch began, of any rank, on this clock
             start = min((first for _, first in watch.firsts.values()), default=now)
@@ -364,7 +388,7 @@ def run(cfg: WatchdogConfig, *, sleep: Callable[[float], None] = time.sleep,
     while True:
         if cfg.out_dir.is_dir():
             verdict = check(cfg.out_dir, cfg.stall_after_s, now=now(), expected_ranks=cfg.expected_ranks,
-                            since=cfg.since, watch=watch)
+                            since=cfg.since, watch=watch, long_call_after_s=cfg.long_call_after_s)
         else:  # started before the trainer created its out_dir
             verdict = Verdict(WAITING, reason=f"waiting for {cfg.out_dir} to appear")
         emit("check", verdict)
@@ -424,6 +448,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         help="a rank is stalled after this many seconds without a heartbeat (default 300)")
     parser.add_argument("--ranks", type=_positive_int, default=None, metavar="N",
                         help="expected world size: ranks 0..N-1 must all write heartbeats (default: the files seen)")
+    parser.add_argument("--long-call-after", type=_positive_float, default=None, metavar="S",
+                        help="a rank whose latest heartbeat opens one long call without progress points (a checkpoint "
+                             "load or save, a compilation, a CUDA-graph capture) is stalled after this many seconds "
+                             f"(default {LONG_CALL_FACTOR:g} x --stall-after)")
     parser.add_argument("--max-wait-start", type=_non_negative_float, default=600.0, metavar="S",
                         help="give up (exit 3) when no heartbeat appears within this many seconds (default 600)")
     parser.add_argument("--no-dump", action="store_true",
@@ -478,11 +506,13 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         return EXIT_USAGE
     cfg = WatchdogConfig(out_dir=args.dir, stall_after_s=args.stall_after, interval_s=args.interval,
                          halt=bool(args.halt), dump_stacks=not args.no_dump, expected_ranks=args.ranks,
-                         max_wait_start_s=args.max_wait_start, only_new=not (args.once or args.include_earlier))
+                         max_wait_start_s=args.max_wait_start, only_new=not (args.once or args.include_earlier),
+                         long_call_after_s=args.long_call_after)
     on_event = _printer()
     try:
         if args.once:
-            verdict = check(cfg.out_dir, cfg.stall_after_s, expected_ranks=cfg.expected_ranks)
+            verdict = check(cfg.out_dir, cfg.stall_after_s, expected_ranks=cfg.expected_ranks,
+                            long_call_after_s=cfg.long_call_after_s)
             on_event("check", verdict)
             if verdict.state == STALLED:
                 _act_on_stall(cfg, verdict, on_event)

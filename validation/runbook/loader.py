@@ -10,7 +10,8 @@
       nproc_per_node: 2
       master_port: auto            # auto (a free port, retried on a clash) or a number
       timeout_s: 3600
-      stall_timeout_s: 600         # heartbeat silence that makes a step a HANG
+      stall_timeout_s: 600         # heartbeat silence that makes a step a HANG (3x inside one long call: a
+                                   # checkpoint load or save, a compilation, a graph capture)
       window: 50                   # statistics over the last N steps ...
       warmup_steps: 5              # ... after excluding the first ones
       on_failure: continue         # continue (default) or stop: a failed step ends the run, the rest are skipped

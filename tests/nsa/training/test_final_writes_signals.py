@@ -83,7 +83,8 @@ def test_a_second_ctrl_c_during_the_final_writes_of_a_stopped_run_leaves_complet
     assert (summary["status"], summary["steps"], summary["last_step"]) == ("terminated", 2, 2)
     assert outputs.read_timeline(out)["missing_milestones"] == []
     beats = heartbeats(out, 0)
-    assert [b["msg"] for b in beats] == ["boot", "step", "step", "stopping", "checkpoint", "stop"]
+    assert [b["msg"] for b in beats] == ["boot", *["starting"] * 6, "step", "step", "stopping", "saving", "checkpoint",
+                                          "stop"]
     assert (beats[-1]["step"], beats[-1]["status"]) == (2, "terminated") and beats[-1]["params_sha256"]
     assert [int(r["step"]) for r in read_csv(out / outputs.TRAINING_CSV)] == [1, 2]
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000002"]
@@ -108,7 +109,8 @@ def test_signals_during_the_final_writes_of_a_completed_run_are_held(tmp_path, m
     summary = outputs.read_summary(out)
     assert (summary["status"], summary["steps"]) == ("completed", 3)
     beats = heartbeats(out, 0)
-    assert [b["msg"] for b in beats] == ["boot", "step", "step", "step", "checkpoint", "done"]
+    assert [b["msg"] for b in beats] == ["boot", *["starting"] * 6, "step", "step", "step", "saving", "checkpoint",
+                                          "done"]
     assert beats[-1]["status"] == "completed"
     assert not list(out.glob("error_rank*.txt"))
     assert signal.getsignal(signal.SIGINT) is ending

@@ -45,7 +45,8 @@ def test_a_keyboard_interrupt_in_the_loop_is_recorded_as_terminated_not_crashed(
     assert (summary["status"], summary["steps"], summary["first_step"], summary["last_step"]) == \
         ("terminated", 3, 1, 3)
     beats = heartbeats(out, 0)
-    assert [b["msg"] for b in beats if b["msg"] != "step"] == ["boot", "checkpoint", "stop"]
+    assert [b["msg"] for b in beats if b["msg"] != "step"] == ["boot", *["starting"] * 6, "saving", "checkpoint",
+                                                                      "stop"]
     assert (beats[-1]["step"], beats[-1]["reason"]) == (3, status["reason"])
     assert [int(r["step"]) for r in read_csv(out / outputs.TRAINING_CSV)] == [1, 2, 3]
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000002"]
@@ -74,6 +75,6 @@ def test_a_keyboard_interrupt_while_the_stop_saves_its_checkpoint_keeps_the_last
     assert "after step 2" in status["reason"] and "--resume starts again at step 0" in status["reason"]
     assert outputs.read_summary(out)["status"] == "terminated"
     # the stop asked for (not an end while its checkpoint is written), then the interrupt's end
-    assert [b["msg"] for b in heartbeats(out, 0)][-2:] == ["stopping", "stop"]
+    assert [b["msg"] for b in heartbeats(out, 0)][-3:] == ["stopping", "saving", "stop"]
     assert not list(out.glob("error_rank*.txt"))
     assert signal.getsignal(signal.SIGINT) is ending

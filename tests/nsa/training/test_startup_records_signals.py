@@ -49,7 +49,7 @@ def test_a_signal_during_start_up_stops_the_run_at_its_first_step_with_a_checkpo
         ("terminated", f"{name} received", 1, 1)
     assert (summary["status"], summary["steps"], summary["last_step"]) == ("terminated", 1, 1)
     assert (out / "checkpoints" / "step_00000001").is_dir()
-    assert [b["msg"] for b in beats] == ["boot", "step", "stopping", "checkpoint", "stop"]
+    assert [b["msg"] for b in beats] == ["boot", *["starting"] * 6, "step", "stopping", "saving", "checkpoint", "stop"]
     assert (out / outputs.TRAINING_CSV).read_text().count("\n") == 2  # the header and step 1
     assert not list(out.glob("error_rank*.txt"))
     assert signal.getsignal(signum) is ending  # the handlers the process had before, restored
@@ -75,6 +75,6 @@ def test_a_keyboard_interrupt_during_start_up_is_recorded_as_terminated_not_cras
     assert (status["status"], status["phase"], status["step"]) == ("terminated", "start-up", 0)
     assert "KeyboardInterrupt" in status["reason"]
     assert (summary["status"], summary["steps"], summary["first_step"]) == ("terminated", 0, None)
-    assert [b["msg"] for b in beats] == ["boot", "stop"] and beats[-1]["phase"] == "start-up"
+    assert [b["msg"] for b in beats] == ["boot", *["starting"] * 4, "stop"] and beats[-1]["phase"] == "start-up"
     assert not list(out.glob("error_rank*.txt"))  # an interrupt, not an error: the diagnosis has no failing rank
     assert signal.getsignal(signal.SIGINT) is ending

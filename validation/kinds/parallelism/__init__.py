@@ -7,7 +7,11 @@ strategy (GPU only), and the DDP-vs-FSDP recommendation of validation.analysis.p
 Own keys:
   strategies    a list of ddp, fsdp, fsdp_no_reshard (default all three), or {label: {strategy, env, args}} for
                 variants (e.g. ddp_accum4: {strategy: ddp, args: {accum: 4}}); labels are identifiers
-  repeats       runs per strategy, interleaved (default 2: comparisons are paired over repeats)
+  repeats       runs per strategy, interleaved (default 2: comparisons are paired over repeats, each repeat held to
+                the runbook's declared launch noise, `compare: {launch_sd, pairs}`, as an ab step's; 1: block means
+                of the one run each, held to that noise or to the run-to-run variation measured in this run's
+                repeats, and "inconclusive" where neither is known; analysis.compare_strategies). A run measured
+                under interference is left out of the comparisons
   comm          the name of an earlier `comm` step whose tables predict the collectives' time; without it the
                 prediction is "not available" (said so in the metrics and the report)
   batch_search  {start: 1, max: 64, steps: 5}: on GPU, per strategy, double the micro-batch until a launch fails
@@ -19,7 +23,10 @@ Metrics: {"strategies": {label: {strategy, runs, passed, step_time_s, toks_per_s
 memory_kind, memory_model, comm_bytes_counted, comm_bytes_model, comm_model_matches, comm_time_s, comm_predicted_s,
 comm_prediction, exposed_comm_s, aligned_comm_s (collective time, ranks aligned), exposed_source, per_step (counts)}}, "all_ran", "comparisons" {"b:a": Comparison},
 "recommendation", "recommendation_reason", "regime", "headroom", "capacity", "batch_search", "comm_step",
-"repeats"}. All times per optimizer step; memory in GiB (as the trainer writes it).
+"repeats"}. All times per optimizer step; memory in GiB (as the trainer writes it). A strategy's toks_per_s
+over its repeats is their work over their time: the harmonic mean of the runs' window figures, each window the same
+work (validation.analysis.metrics.window_mean, the rule of a window's own figure), so that it agrees with the mean
+step_time_s beside it; toks_per_s_runs keeps each run's.
 Options: the keys above. Result (validation.kinds.parallelism.records): the step record with these metrics as typed
 records (Metrics), a LaunchRun per run and the run order: what run() returns, decoded leniently where the report
 reads it.

@@ -15,16 +15,17 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from validation import contracts
 from validation.analysis.collectives import predict_seconds
-from validation.analysis.parallelism import (Evidence, SearchError, aligned_collectives, batch_search, exposed_comm,
-                                             is_oom, recommendation)
+from validation.analysis.interference import disturbed_flags
+from validation.analysis.parallelism import (UNREPLICATED, Evidence, SearchError, aligned_collectives, batch_search,
+                                             exposed_comm, is_oom, recommendation)
 from validation.analysis.metrics import window_mean
 from validation.analysis.significance import StatsError, adjust_family, compare_paired
-from validation.analysis.significance.windows import compare_windows
+from validation.analysis.significance.windows import compare_windows, measured_run_noise
 from validation.kinds.parallelism.launch import strategy_launch
 from validation.kinds.parallelism.records import (Capacity, CommCount, CommMeasured, Compared, Metrics, NotCompared,
                                                   RunInfo, Searched, Skipped, StrategyFigures)
 from validation.kinds import trainer
-from validation.kinds.trainer import run_values
+from validation.kinds.trainer import declared_pair_noise, run_values
 from validation.formatting import finite
 from validation.results.codec import decode, encode
 from validation.results.run import Step, read_run as read_results
@@ -39,6 +40,15 @@ T = TypeVar("T")
 def _mean(values) -> float | None:
     values = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
     return statistics.fmean(values) if values else None
+
+
+def _rate_mean(values) -> float | None:
+    """The tokens/s of several runs of one configuration, each its window's figure over the same work (the same
+    window of steps, batch and world size): their work over their time, the harmonic mean of the rates
+    (metrics.window_mean, the rule of a window's own figure), never their plain mean, which counts a slow run as
+    much as a fast one and disagrees with the mean step time beside it; None without a number."""
+    values = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return window_mean(values, "toks_per_s") if values else None
 
 
 def _record(cls: type[T], value: Any) -> T:
@@ -154,7 +164,7 @@ def figures(label: str, spec, runs: Sequence[LaunchRun], infos: Sequence[RunInfo
     aligned = [i.aligned for _, i in ok if i.aligned and i.aligned.per_step_s is not None]
     return StrategyFigures(
         strategy=spec.strategy, runs=len(mine), passed=len(ok), oom=sum(is_oom(r.reason) for r, _ in mine),
-        toks_per_s=_mean(toks), toks_per_s_runs=toks,
+        toks_per_s=_rate_mean(toks), toks_per_s_runs=toks,
         step_time_s=_step_time(ok),
         peak_alloc_gb=max((s.peak_mem_alloc_gb for s in sums if s.peak_mem_alloc_gb is not None), default=None),
         peak_reserved_gb=max((s.peak_mem_reserved_gb for s in sums if s.peak_mem_reserved_gb is not None),
@@ -175,14 +185,36 @@ def figures(label: str, spec, runs: Sequence[LaunchRun], infos: Sequence[RunInfo
                         if traces else "not measured (no profiler trace with a collective)"))
 
 
+UNREPLICATED_TEXT = ("inconclusive: one run a side, and no run-to-run noise is known (the runbook declares no launch "
+                     "noise and no step of this validation run repeated a configuration), so its block means see only "
+                     "the noise within each run, not how far two launches of one strategy differ; ")
+UNREPLICATED_FIX = ("to measure it, use repeats >= 2 (paired over repeats) or declare the runbook's launch noise, "
+                    "`compare: {launch_sd, pairs}` from A/A pairs (benchmarks/bench_aa_compare.py)")
+
+
 def compare_strategies(step, runs: list[LaunchRun], ctx) -> dict[str, Compared | NotCompared]:
-    """{"<b>:<a>": the comparison} of tokens/s for every pair of strategies (b listed after a): paired over repeats
-    with 2+ repeats, else block means of the one run each; Holm over the pairs. A pair that could not be compared
-    has a NotCompared saying why."""
+    """{"<b>:<a>": the comparison} of tokens/s for every pair of strategies (b listed after a), held to the noise the
+    ab kind holds a variant against its baseline to: with 2+ repeats paired over them, each repeat's log-ratio held
+    to at least the runbook's declared launch noise (`compare: {launch_sd, pairs}`: trainer.declared_pair_noise)
+    where it declares one; with one repeat on block means of the one run each, each run's noise held to at least the
+    run-to-run variation this validation run measured in its repeats (significance.windows.measured_run_noise) and
+    to one launch's share of the declared launch noise. Where neither is known (no declared launch noise, nothing
+    repeated), a one-run-a-side difference is shown but never significant: its verdict is "inconclusive" and its
+    text says why and how to measure it (UNREPLICATED_FIX). A run measured under interference is left
+    out, as a failed one. Holm over the pairs. A pair that could not be compared has a NotCompared saying why."""
     labels = list(step.strategies)
     data = {label: [None] * step.repeats for label in labels}
-    for r in runs:
-        data[r.label][r.repeat] = run_values(ctx.run_dir, step, encode(r), "toks_per_s")
+    as_written = [encode(r) for r in runs]
+    for r, raw in zip(runs, as_written):
+        data[r.label][r.repeat] = run_values(ctx.run_dir, step, raw, "toks_per_s")
+    shaken = disturbed_flags(as_written, labels, step.repeats)
+    data = {k: [None if shaken[k][i] else v for i, v in enumerate(vals)] for k, vals in data.items()}
+    declared = declared_pair_noise(ctx)
+    rn = None
+    if step.repeats < 2:
+        rn = measured_run_noise(getattr(ctx, "results", None) or {}, ctx.run_dir, "toks_per_s")
+        if declared is not None:  # one run each: held to one launch's share of the declared launch noise, as ab
+            rn = declared.hold(rn)
 
     def mean(v):
         return None if v is None else (float(v) if isinstance(v, (int, float)) else window_mean(v, "toks_per_s"))
@@ -190,20 +222,34 @@ def compare_strategies(step, runs: list[LaunchRun], ctx) -> dict[str, Compared |
     comps, notes = [], {}
     for i, a in enumerate(labels):
         for b in labels[i + 1:]:
+            left_out = any(shaken[a]) or any(shaken[b])
             try:
                 if step.repeats >= 2:
                     comps.append(compare_paired([mean(v) for v in data[a]], [mean(v) for v in data[b]],
-                                                baseline=a, variant=b, metric="toks_per_s"))
+                                                baseline=a, variant=b, metric="toks_per_s", pair_noise=declared))
                 elif isinstance(data[a][0], list) and isinstance(data[b][0], list):
-                    comps.append(compare_windows(data[a][0], data[b][0], baseline=a, variant=b, metric="toks_per_s"))
+                    comps.append(compare_windows(data[a][0], data[b][0], baseline=a, variant=b, metric="toks_per_s",
+                                                 run_noise=rn))
                 else:
-                    notes[f"{b}:{a}"] = NotCompared("not compared: a run without a measurement", False)
+                    notes[f"{b}:{a}"] = NotCompared(
+                        "not compared: " + ("a run measured under interference, left out" if left_out
+                                            else "a run without a measurement"), False)
             except StatsError as exc:
-                notes[f"{b}:{a}"] = NotCompared(f"not compared: {exc}", False)
+                notes[f"{b}:{a}"] = NotCompared(
+                    "not compared: " + ("its disturbed runs were left out and too few remain" if left_out
+                                        else str(exc)), False)
     if len(comps) > 1:
         comps = list(adjust_family(comps).comparisons)
-    return {**{f"{c.variant}:{c.baseline}": decode(Compared, c.as_dict(), f"{c.variant}:{c.baseline}")
-               for c in comps}, **notes}
+    out: dict[str, Compared | NotCompared] = {}
+    for c in comps:
+        key = f"{c.variant}:{c.baseline}"
+        if c.method == UNREPLICATED and c.run_to_run is None:
+            text = f"{UNREPLICATED_TEXT}{c.describe()}; {UNREPLICATED_FIX}"
+            c = dataclasses.replace(c, significant=False, verdict="inconclusive")
+            out[key] = dataclasses.replace(decode(Compared, c.as_dict(), key), text=text)
+        else:
+            out[key] = decode(Compared, c.as_dict(), key)
+    return {**out, **notes}
 
 
 def host_memory_gb() -> float | None:

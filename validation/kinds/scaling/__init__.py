@@ -1,7 +1,12 @@
 """`scaling`: the trainer at several world sizes, strong scaling (the global batch fixed: each rank gets
 global_batch / n sequences) and weak scaling (the per-rank batch fixed), interleaved in a random order per repeat;
 speedup and efficiency per world size (validation.analysis.parallelism.scaling_table: S(n) = X(n) / X(n0),
-E(n) = S(n) n0 / n with X the tokens/s of all ranks and n0 the smallest world size; 1.0 = perfect).
+E(n) = S(n) n0 / n with X the tokens/s of all ranks and n0 the smallest world size; 1.0 = perfect). With repeats,
+X(n) is the repeats' work over their time: each run's tokens/s is its window's figure over the same work (the same
+window of steps at the same batch and world size), so X(n) is the harmonic mean of those figures
+(validation.analysis.metrics.window_mean, the rule of a window's own figure), never their plain mean, which counts a
+slow run as much as a fast one (1 rank at [100, 100] tok/s, 2 at [190, 90]: weak efficiency 0.61, not 0.70); a
+row's MFU is averaged the same way.
 
 Own keys:
   world_sizes   the world sizes, e.g. [1, 2] (distinct, >= 1). On one node (nnodes 1) a world size n runs as
@@ -28,10 +33,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import statistics
 from typing import Any
 
 from validation import kinds
+from validation.analysis.metrics import window_mean
 from validation.analysis.parallelism import scaling_table
 from validation.formatting import file_name, finite, fmt_num, rate_with_mfu
 from validation.runbook.schema import REPEATS_MAX, str_list, typed
@@ -55,7 +60,7 @@ class Options:
 @dataclasses.dataclass(frozen=True)
 class ScalingRow:
     """One world size of a mode (validation.analysis.parallelism.scaling_table's row, then the kind's per-rank
-    batch and, in records since points carry it, the runs' mean MFU)."""
+    batch and, in records since points carry it, the runs' MFU: their work over their time, as toks_per_s)."""
     world_size: int | None = None
     toks_per_s: Num | None = None
     speedup: Num | None = None
@@ -251,17 +256,19 @@ class Scaling(TrainerKind):
 
 def scaling_mode(step, mode: str, runs: list[LaunchRun]) -> ScalingTable:
     """One mode's table from the step's runs (a run's label is its mode and world size: launches): the passed runs'
-    mean tokens/s per world size (validation.analysis.parallelism.scaling_table), each row with its per-rank batch
-    and the runs' mean MFU (where the device peak is known), strong scaling's with its global batch."""
+    tokens/s per world size, their work over their time (each run's window the same work: the harmonic mean of
+    their figures, metrics.window_mean; the module docstring), through validation.analysis.parallelism.scaling_table,
+    each row with its per-rank batch and the runs' MFU averaged the same way (where the device peak is known),
+    strong scaling's with its global batch."""
     points, batches, mfu = {}, {}, {}
     for n in step.world_sizes:
         mine = [r.metrics for r in runs if r.label == f"{mode}_n{n}" and r.status == "passed"]
-        vals = [x.toks_per_s.mean for x in mine if x.toks_per_s is not None]
-        vals = [v for v in vals if isinstance(v, (int, float))]
-        points[n] = statistics.fmean(vals) if vals else None
+        vals = [finite(x.toks_per_s.mean) for x in mine if x.toks_per_s is not None]
+        vals = [v for v in vals if v is not None]
+        points[n] = window_mean(vals, "toks_per_s") if vals else None
         util = [finite(x.mfu.mean) for x in mine if x.mfu is not None]
         util = [u for u in util if u is not None]
-        mfu[n] = statistics.fmean(util) if util else None
+        mfu[n] = window_mean(util, "mfu") if util else None
         batches[n] = per_rank_batch(step) if mode == "weak" else global_batch(step) // n
     table = decode(ScalingTable, scaling_table(points, mode), f"metrics.{mode}")
     rows = [dataclasses.replace(r, batch_per_rank=batches[r.world_size], mfu=mfu[r.world_size]) for r in table.rows]

@@ -21,7 +21,8 @@ of each variant against the baseline ("baseline", "variant", "metric", "method",
 "rel_delta", "test"], "order_seed", "order"; with recommend: "decision" (Decision.as_dict() plus "order_seed",
 "order", "excluded_ignored"), "choice" {label, params, explanation, significant, kept_default} (params: the
 settings the chosen side ran with beyond the step's, the baseline's own when it is kept) and "winner" (the choice
-when significant, else null); "metrics": {"compared", "baseline": summary, "<variant>": summary,
+when significant, else null); "metrics": {"compared", "baseline": summary, "<variant>": summary (pooled_summary: of
+the runs measured undisturbed, where any was),
 "variants": {variant: comparison}, "decided" (a variant chosen by comparing measured ones: false when nothing was
 compared, e.g. every run disturbed, though the baseline is still kept), "significant", "choice", "kept_default"}.
 
@@ -41,7 +42,7 @@ from validation import contracts
 from validation.analysis import stats
 from validation.analysis.metrics import window_mean
 from validation import kinds
-from validation.analysis.interference import decision_record, disturbed_flags
+from validation.analysis.interference import decision_record, disturbed_flags, measured_disturbed
 from validation.formatting import (file_name, finite, fmt_num, fmt_p, fmt_pct, fmt_tflops, mean_pm, mfu_text,
                                       params_text, shared_context_text)
 from validation.runbook.schema import REPEATS_MAX, NAME_RE, env_vars, mapping, trainer_flags, typed
@@ -120,7 +121,7 @@ class Metrics:
     "significant", "choice" and "kept_default"."""
     compared: str | None = None
     variants: dict[str, Comparison] = dataclasses.field(default_factory=dict)
-    baseline: Any = None  # pooled_summary: a run's metrics, or the mean over repeats
+    baseline: Any = None  # pooled_summary: a run's metrics, or the repeats' work over their time
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -439,16 +440,21 @@ def _ignored_settings(ctx, options: Options, runs: list[LaunchRun], label: str) 
 
 
 def pooled_summary(runs: list[LaunchRun] | list[dict], label: str) -> dict[str, Any]:
-    """Mean over repeats of the per-run summary means (or the single run's summary, as written); runs as written are
-    read leniently."""
+    """The repeats' tokens/s, their work over their time (the harmonic mean of the per-run window figures), or the
+    single run's summary, as written; of the label's passed runs measured undisturbed where any was (as the
+    comparisons and the decision leave a run measured while other work used the machine out: a repeat slowed by it
+    is no measurement of the variant); runs as written are read leniently."""
     records = [r if isinstance(r, LaunchRun) else decode(LaunchRun, r, "run", lenient=True) for r in runs]
-    mine = [r.metrics for r in records if r.label == label and r.status == "passed"]
+    passed = [r.metrics for r in records if r.label == label and r.status == "passed"]
+    mine = [m for m in passed if not measured_disturbed(written(m))] or passed
     if not mine:
         return {}
     if len(mine) == 1:
         return written(mine[0])  # the run's own metrics, as written
-    means = [m.toks_per_s.mean for m in mine if m.toks_per_s is not None and m.toks_per_s.mean is not None]
-    return {**({"toks_per_s": {"mean": sum(means) / len(means), "n": len(means)}} if means else {}),
+    means = [m.toks_per_s.mean for m in mine if m.toks_per_s is not None and finite(m.toks_per_s.mean) is not None]
+    # the repeats' work over their time (each run's window the same work): the harmonic mean of their figures
+    # (metrics.window_mean, a window's own rule), not the plain mean, which counts a slow repeat as much as a fast one
+    return {**({"toks_per_s": {"mean": window_mean(means, "toks_per_s"), "n": len(means)}} if means else {}),
             "throughput_stable": all(m.throughput_stable for m in mine), "repeats": len(mine)}
 
 

@@ -11,7 +11,8 @@ launcher. A benchmark that writes no JSON, an empty or unparseable file (cut off
 no record (a number, a string), an empty record, or one nested deeper than MAX_NESTING (100) levels of lists and
 objects fails, saying which. Python's json writes a NaN or an infinity as the bare word NaN / Infinity (not JSON,
 which has none; results.json holds none either): such a figure is recorded as null, a criterion reading it is an
-error, and a note names each one.
+error, and a note names each one; so is an integer past a float's range (which Python's json reads exactly, but which
+no figure can be compared with).
 Its launch is sampled like a trainer's (telemetry.csv): what else used the machine while it ran is judged over the
 whole launch (results.json step "interference").
 Report (blocks): its scalar figures, and a table per list of records (e.g. by_seq_len) and for "best".
@@ -35,7 +36,7 @@ from validation.analysis.interference import launch_record
 from validation.launch import telemetry
 from validation.launch.local import set_aside
 from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
-from validation.formatting import as_dict, as_list, first_of, fmt_num, plural
+from validation.formatting import as_dict, as_list, finite, first_of, fmt_num, plural
 from validation.runbook.schema import mapping, str_list, typed
 from validation.kinds.base import COMMAND_LAUNCH_KEYS, StepKind, command_launch, run_path
 from validation.kinds.blocks import Block, Column, Paragraph, Table, code
@@ -189,8 +190,9 @@ def nesting(data: Any) -> int:
 
 def finite_figures(data: Any, at: str = "") -> tuple[Any, list[str]]:
     """`data` with every number that is not finite (Python's json reads the words NaN, Infinity, -Infinity and a
-    literal beyond a float's range such as 1e999 as one) replaced by None, and "where (value)" of each, in the
-    order written: "by_seq_len[0].ranges_speedup (Infinity)"."""
+    literal beyond a float's range such as 1e999 as one), and every integer past a float's range (which it reads
+    exactly), replaced by None, and "where (value)" of each, in the order written:
+    "by_seq_len[0].ranges_speedup (Infinity)"."""
     if isinstance(data, dict):
         out, found = {}, []
         for key, value in data.items():
@@ -202,6 +204,10 @@ def finite_figures(data: Any, at: str = "") -> tuple[Any, list[str]]:
         return [v for v, _ in items], [w for _, inner in items for w in inner]
     if isinstance(data, float) and not math.isfinite(data):
         return None, [f"{at or 'the value'} ({'NaN' if math.isnan(data) else '-Infinity' if data < 0 else 'Infinity'})"]
+    if isinstance(data, int) and not isinstance(data, bool) and finite(data) is None:
+        # an integer literal past a float's range (Python's json reads it exactly): no figure can be compared with it
+        # (0.55 * it raises) and no range checked on it (formatting.finite: no number)
+        return None, [f"{at or 'the value'} (an integer past a float's range)"]
     return data, []
 
 
@@ -211,13 +217,12 @@ def best_records(rows: list, best: Best) -> dict[str, dict]:
     field = best.field
     chosen: dict[str, dict] = {}
     for row in rows:
-        value = row.get(field) if isinstance(row, dict) else None
-        if (not isinstance(row, dict) or "error" in row or best.by not in row or isinstance(value, bool)
-                or not isinstance(value, (int, float)) or not math.isfinite(value)):
+        value = finite(row.get(field)) if isinstance(row, dict) else None
+        if not isinstance(row, dict) or "error" in row or best.by not in row or value is None:
             continue
         group = str(row.get(best.by))
         current = chosen.get(group)
-        if current is None or (value > current[field] if best.largest else value < current[field]):
+        if current is None or (value > float(current[field]) if best.largest else value < float(current[field])):
             chosen[group] = row
     return chosen
 

@@ -254,11 +254,13 @@ def profile_summary(trace: Path, top: int = 15, events: list | None = None) -> d
 
 def _covered(threads) -> tuple[float, int]:
     """(time covered, calls) of one operator's events, given as (start, end) lists per thread: per thread the length
-    of the union of its events' intervals, and the events that start outside every earlier one (the outermost)."""
+    of the union of its events' intervals, and the events that start outside every earlier one (the outermost). Events
+    that start together are taken longest first: the outer one before those inside it (an inner call of no duration
+    at its start, as a trace in whole microseconds records one, is no call of its own)."""
     total, calls = 0.0, 0
     for intervals in threads:
         end = -math.inf
-        for start, stop in sorted(intervals):
+        for start, stop in sorted(intervals, key=lambda iv: (iv[0], -iv[1])):
             if start >= end:  # a call of its own; else inside an earlier event of the same name
                 calls += 1
                 total += stop - start

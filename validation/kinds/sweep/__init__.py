@@ -43,6 +43,7 @@ from typing import Any, Mapping
 from validation import kinds
 from validation.analysis.interference import decision_record, disturbed_flags, measured_disturbed
 from validation.analysis.metric_names import METRIC_COLUMNS
+from validation.analysis.metrics import window_mean
 from validation.analysis.stats import METRIC_DIRECTIONS
 from validation.launch.spec import safe_name
 from validation.formatting import (context_text, file_name, finite, fmt_num, fmt_pct, fmt_rate,
@@ -347,8 +348,9 @@ class Sweep(TrainerKind):
             passed = [run for run in chosen_runs if run.status == "passed"]
             quiet = [run for run in passed if not measured_disturbed(written(run.metrics))]
             means = [finite((run.metrics.toks_per_s or Stat()).mean) for run in (quiet or passed)]
-            means = [m for m in means if m is not None]
-            mean = sum(means) / len(means) if means else None
+            # the runs' work over their time (each the point's same window): the harmonic mean of their figures
+            # (metrics.window_mean, a window's own rule), not the plain mean, which favours the faster repeat
+            mean = window_mean([m for m in means if m is not None], "toks_per_s")
             name = r.name
             note = f"step `{name}`" + (f", {fmt_rate(mean)} tokens/s" if mean is not None else "")
             note += " (measured under interference)" if mean is not None and not quiet else ""

@@ -72,7 +72,9 @@ def last_recorded(step: Step | None) -> str:
     if step is None:
         return "no result recorded"
     reason = f" ({step.reason})" if step.reason else ""
-    return f"last recorded: {status_view(step.status)['word']}{reason}"
+    key = "unknown" if step.status is None else str(step.status)  # as status_view names it
+    word = STATUS_LABELS.get(key, (key.upper(), None))[0]
+    return f"last recorded: {word}{reason}"
 
 
 def _step_problems(name: str, step: Step) -> list[dict]:

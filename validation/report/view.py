@@ -60,7 +60,7 @@ def _step_view(number: str, name: str, record: Step | None, raw: Any, removed: b
         "command": command_text(step.command),
         "dir": step.dir or None, "failure": None,
         "skipped": status == "skipped", "missing": not known,
-        "removed": None, "last_status": _status_key(status),
+        "removed": None,
         "plots": [],  # build_view puts the step's plots here, beside its tables
         "blocks": kind.blocks(kind.read({**raw, "name": name})) if kind is not None and (ended or not removed)
         else [],
@@ -81,15 +81,17 @@ def _step_view(number: str, name: str, record: Step | None, raw: Any, removed: b
     return view
 
 
-def _phase_status(step_views: list[dict]) -> dict:
+def _phase_status(step_views: list[dict], removed: dict[int, str] | None = None) -> dict:
     """A phase's status in a word: FAILED (a step failed), INCOMPLETE (a step did not finish or has no result),
     SKIPPED (every step skipped), REMOVED (every step one the runbook no longer has, none of them failed), PASSED
-    (otherwise: every step that ran passed)."""
+    (otherwise: every step that ran passed). `removed`: {index in step_views: the status it last recorded} of the
+    steps the runbook no longer has."""
+    removed = removed or {}
     # a step the runbook no longer has counts by what it last recorded when it failed (the verdict still counts
     # that), else not at all: nothing of it is waited for
-    if any(v["removed"] and v["last_status"] in FAILED_STATUSES for v in step_views):
+    if any(status in FAILED_STATUSES for status in removed.values()):
         return {"word": "FAILED", "css": "fail"}
-    statuses = [v["status"]["value"] for v in step_views if not v["removed"]]
+    statuses = [v["status"]["value"] for i, v in enumerate(step_views) if i not in removed]
     if step_views and not statuses:
         return {"word": "REMOVED", "css": "skip"}
     if any(s in FAILED_STATUSES for s in statuses):
@@ -395,7 +397,9 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
         phases.append({"number": index, "name": str(phase.name or f"phase{index}"),
                        "title": title, "heading": title if numbered else f"Phase {index}: {title}",
                        "description": phase.description or None,
-                       "status": _phase_status(views), "steps": views})
+                       "status": _phase_status(views, {i: _status_key(run.steps[n].status) if run.steps.get(n)
+                                                       else "missing" for i, n in enumerate(names) if n in removed}),
+                       "steps": views})
     plots, plots_not_shown = _plot_list(run, run_dir, plots, inline_plots)
     shown_by_step = {v["name"] for phase in phases for v in phase["steps"]}
     for phase in phases:  # each plot beside its step's table; plots of no step at the end

@@ -212,7 +212,7 @@ def compare_strategies(step, runs: list[LaunchRun], ctx) -> dict[str, Compared |
     declared = declared_pair_noise(ctx)
     rn = None
     if step.repeats < 2:
-        rn = measured_run_noise(getattr(ctx, "results", None) or {}, ctx.run_dir, "toks_per_s")
+        rn = measured_run_noise(ctx.results, ctx.run_dir, "toks_per_s")
         if declared is not None:  # one run each: held to one launch's share of the declared launch noise, as ab
             rn = declared.hold(rn)
 

@@ -8,10 +8,11 @@
 A checkpoint is written into `step_N.tmp/` and renamed once every rank's files are in and on disk (fsync), so a
 crash mid-save (of the process, or of the machine) never leaves a checkpoint that looks complete; rotation (the last
 `keep` by step number) deletes a checkpoint's meta.json before the rest, and the next save removes the `.tmp/`
-directories of saves killed midway. Only `step_N/` directories are checkpoints: other names in checkpoints/ are
-neither loaded nor deleted. The same full state dicts serve single-process, DDP and FSDP2 runs
-(torch.distributed.checkpoint.state_dict), so a run can be resumed under another parallel mode, but not with another
-world size (each rank's data position belongs to its shard).
+directories of saves killed midway and every older `step_N/` that a deletion killed midway left without its
+meta.json. Only `step_N/` directories are checkpoints: other names in checkpoints/ are neither loaded nor deleted.
+The same full state dicts serve single-process, DDP and FSDP2 runs (torch.distributed.checkpoint.state_dict), so a
+run can be resumed under another parallel mode, but not with another world size (each rank's data position belongs
+to its shard).
 """
 
 from __future__ import annotations
@@ -167,6 +168,10 @@ def save(out_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Opti
         for stale in final.parent.glob("step_*.tmp"):  # left by saves killed midway: never complete, never loaded
             if _name_step(stale.name[:-len(".tmp")]) is not None and stale.is_dir():
                 shutil.rmtree(stale, ignore_errors=True)
+        for stale in final.parent.glob("step_*"):  # older step_N/ without meta.json: a deletion killed midway
+            older = _name_step(stale.name)
+            if older is not None and older < step and stale.is_dir() and not (stale / META).exists():
+                shutil.rmtree(stale, ignore_errors=True)
     barrier(info)
     return final
 
@@ -209,8 +214,10 @@ def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, info: D
     raises CheckpointError naming the file and what is wrong: nothing is restored from it, and nothing falls back
     silently to an older one (the error names it). Collective in a distributed run: every rank reads its files,
     then the ranks agree, so that a file only one rank cannot read (its rank{r}.pt) stops every rank with that
-    rank's error, not the others with a broken connection later. The optimizer's param_groups are the checkpoint's
-    afterwards, its settings included: the trainer puts this run's back (nsa.training.optim.keep_settings)."""
+    rank's error, not the others with a broken connection later; ranks handed different checkpoints (each takes
+    the latest it sees) stop with a CheckpointError naming each rank's. The optimizer's param_groups are the
+    checkpoint's afterwards, its settings included: the trainer puts this run's back
+    (nsa.training.optim.keep_settings)."""
     path = Path(path)
     error, blob, mine, step = None, None, None, -1
     try:
@@ -219,16 +226,24 @@ def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, info: D
         mine = _read(path, f"rank{info.rank}.pt", ("data", "rng"))
     except CheckpointError as exc:
         error = str(exc)
-    errors = [error]
+    reports = [(error, path.name, step)]
     if info.distributed:
-        errors = [None] * info.world_size
-        dist.all_gather_object(errors, error)
-    failed = [(rank, message) for rank, message in enumerate(errors) if message is not None]
+        reports = [None] * info.world_size
+        dist.all_gather_object(reports, (error, path.name, step))
+    failed = [(rank, message) for rank, (message, _, _) in enumerate(reports) if message is not None]
     if failed:
         rank, message = failed[0]
         if rank != info.rank and f"rank{rank}.pt" not in message:
             message += f" (on rank {rank})"
         raise CheckpointError(message)
+    if len({(name, at) for _, name, at in reports}) > 1:
+        # each rank picks the latest checkpoint it sees: a shared file system that shows a new step_N/ to some
+        # nodes later (a cached directory listing) would have the ranks continue from different steps, parameters
+        # and data positions, with nothing said
+        seen = ", ".join(f"rank {rank}: {name} (step {at})" for rank, (_, name, at) in enumerate(reports))
+        raise CheckpointError(f"{path.parent}: the ranks would resume from different checkpoints ({seen}); every "
+                              "rank must see the same latest checkpoint (a file system that shows new files to some "
+                              "nodes later?): resume again once they do")
     try:
         set_model_state_dict(model, blob["model"], options=StateDictOptions(full_state_dict=True))
     except (RuntimeError, KeyError, ValueError) as exc:

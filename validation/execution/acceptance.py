@@ -17,7 +17,8 @@ Verdict (``verdict``), in this order:
   by unmet requirements, ...), or is inconclusive because the performance figures it reads were measured while
   other work used the machine (validation.execution.evidence: it neither passes nor fails on disturbed evidence alone; its
   detail names the disturbance and the command that runs those steps again): nothing failed, but the evidence for
-  GO is missing;
+  GO is missing. A criterion whose outcome its evaluation reached without reading a disturbed figure (`a.loss_drop
+  > 0 and a.toks_per_s.mean > 1` failing on a loss that rose) decides as evaluated;
 - GO otherwise: every non-optional step that ran passed and every "fail" criterion holds.
 
 The CLI exits 0 GO, 1 NO-GO, 3 INCOMPLETE (validation.cli).
@@ -33,11 +34,13 @@ from validation.execution import evidence
 from validation.analysis import plausibility
 from validation import kinds as step_kinds
 from validation.formatting import plural
-from validation.results.codec import encode
+from validation.analysis.interference import launch_interference, measured_disturbed
+from validation.results.codec import encode, written
 from validation.results.decision import Choice, DecisionRecord
 from validation.results.model import FAILED_STEP_STATUSES, Criterion, Recommendations, RunResults
 from validation.results.run import Criterion as CriterionRow, Run, Step, read_run
 from validation.results.store import RESULTS_JSON, ResultsError, load_json
+from validation.results.trainer_launch import LaunchRun
 from validation.runbook.expressions import ExpressionError, compile_expression
 from validation.runbook.loader import Runbook
 
@@ -67,8 +70,10 @@ def _logs(run: Run, run_dir: Path):
     """log_contains / log_count's reader: a step's logs (its .log artifacts), read where they are: this run's
     directory, or for a step taken from an earlier run (--reuse) that run's, whose record names them (this run's
     record of it keeps none of its files). A reused step whose earlier run cannot be read is an error (ValueError:
-    the criterion errs naming why), never an empty log that `not log_contains(...)` would pass on."""
-    def read(step_name: str) -> str:
+    the criterion errs naming why), never an empty log that `not log_contains(...)` would pass on; so is a log its
+    record names that cannot be read (deleted, moved), and a step that recorded no log has none (None: the criterion
+    errs, "no log for step ...")."""
+    def read(step_name: str) -> str | None:
         step, base = run.steps.get(step_name) or Step(), Path(run_dir)
         for _ in range(8):  # a step reused by a run that had reused it in turn: its logs are where it ran
             source = str(step.reused.source or "") if step.reused is not None else ""
@@ -80,9 +85,9 @@ def _logs(run: Run, run_dir: Path):
             if isinstance(rel, str) and rel.endswith(".log"):
                 try:
                     texts.append((base / rel).read_text(errors="replace"))
-                except OSError:
-                    continue
-        return "\n".join(texts)
+                except OSError as exc:  # the text it held is unknown: `not log_contains(...)` may not pass on it
+                    raise ValueError(f"{rel} cannot be read: {exc.strerror or exc}") from None
+        return "\n".join(texts) if texts else None
 
     return read
 
@@ -121,14 +126,15 @@ def evaluate(runbook: Runbook, results: RunResults, run_dir: Path) -> list[Crite
             r = c.expr.evaluate(ns, logs)
             status = {"pass": "pass", "fail": "fail" if c.severity == "fail" else "warn", "error": "error"}[r.status]
             actual, detail = r.actual, r.detail
-            status, detail = _judge_evidence(runbook, run, results, ns, c, r.status, status, detail)
+            status, detail = _judge_evidence(runbook, run, results, ns, c, r.status, status, detail,
+                                             None if r.status == "error" else r.reads)
         rows.append(Criterion(name=c.name, expr=c.expr.text, target=c.target, severity=c.severity,
                               description=c.description, status=status, actual=actual, detail=detail))
     return rows
 
 
 def _judge_evidence(runbook: Runbook, run: Run, results: RunResults, ns: dict, criterion, outcome: str, status: str,
-                    detail: str | None) -> tuple[str, str | None]:
+                    detail: str | None, read: tuple | None = None) -> tuple[str, str | None]:
     """(status, detail) of an evaluated criterion once its evidence is judged (validation.execution.evidence): "inconclusive"
     when a performance figure it reads comes from a disturbed step (it may neither pass nor fail on that alone, nor
     err on it: a triage whose disturbed launches left it undecided names no culprit, so `culprit == 'x'` cannot be
@@ -136,11 +142,25 @@ def _judge_evidence(runbook: Runbook, run: Run, results: RunResults, ns: dict, c
     by disturbed runs (the decision left them out: evidence.disturbed_implausible); "error" when a figure it reads
     lies outside its physical range (validation.analysis.plausibility) and no disturbance explains it; otherwise as
     evaluated. `results`: the run as results.json holds it, which the
-    interference records are read from."""
-    reads = evidence.performance_reads(runbook, criterion)
+    interference records are read from. `read`: the paths a "pass" or "fail" was evaluated from (EvalResult.reads;
+    None: every path of the expression, as for an error): a figure the evaluation never read (`a.loss_drop > 0 and
+    a.toks_per_s.mean > 1` failing on a loss that rose) is no evidence the outcome stands on, so a correctness check
+    still decides on a disturbed step."""
+    reads = [r for r in evidence.performance_reads(runbook, criterion) if read is None or r in read]
     steps = results["steps"]
     shaken = list(dict.fromkeys(n for n, _ in reads if evidence.disturbed(steps.get(n) or {})))
-    bad = plausibility.implausible_reads(ns, criterion.expr.paths)
+    # `sweep.runs['x'].toks_per_s.mean` reads one launch (the namespace's: the last of its label), which a decision
+    # that left it out as disturbed does not make undisturbed: step -> the disturbed launches read
+    shaken_runs: dict[str, list[str]] = {}
+    for n, path in reads:
+        if n not in shaken and len(path) >= 2 and path[0] == "runs":
+            launch = _run_read(run.steps.get(n), path[1])
+            rec = launch_interference(written(launch.metrics)) if launch is not None else None
+            if rec is not None and rec.disturbed:
+                repeat = launch.repeat
+                shaken_runs.setdefault(n, []).append(f"{path[1]}" + (
+                    f", repeat {repeat + 1}" if isinstance(repeat, int) else "") + f": {rec.text or 'disturbed'}")
+    bad = plausibility.implausible_reads(ns, [p for p in criterion.expr.paths if read is None or p in read])
     explained: dict[str, list[str]] = {}  # step -> the figures outside their range only its disturbed runs measured
     for n in dict.fromkeys(n for n, path in reads if not path or path[0] != "runs"):  # a decision over its runs
         loose = evidence.disturbed_implausible(steps.get(n) or {})
@@ -148,13 +168,15 @@ def _judge_evidence(runbook: Runbook, run: Run, results: RunResults, ns: dict, c
             explained[n] = loose
         bad += [f"{n}.{text}" for text in evidence.runs_implausible(steps.get(n) or {})
                 if text not in loose and f"{n}.{text}" not in bad]
-    if shaken or explained:  # an expression that could not be evaluated (a figure a disturbed step left undecided:
-        # None) too
+    if shaken or explained or shaken_runs:  # an expression that could not be evaluated (a figure a disturbed step
+        # left undecided: None) too
         what = {"pass": "held", "error": f"could not be evaluated ({detail})"}.get(outcome, "did not hold")
         why = "; ".join([f"step {n} was disturbed: {(evidence.step_interference(steps[n]) or {}).get('text')}"
                          for n in shaken]
+                        + [f"the run of step {n} it reads was disturbed: {'; '.join(dict.fromkeys(texts))}"
+                           for n, texts in shaken_runs.items()]
                         + [f"disturbed runs of step {n} measured {'; '.join(texts)}" for n, texts in explained.items()])
-        again = shaken + list(explained)
+        again = list(dict.fromkeys(shaken + list(shaken_runs) + list(explained)))
         rerun = evidence.rerun_command(run.runbook.path or "RUNBOOK", run.run_dir or "RUN_DIR", again,
                                        run.overrides(again))
         return "inconclusive", (f"it {what}, but on disturbed evidence: {why}"
@@ -167,10 +189,27 @@ def _judge_evidence(runbook: Runbook, run: Run, results: RunResults, ns: dict, c
     return status, detail
 
 
+def _run_read(step: Step | None, label: Any) -> LaunchRun | None:
+    """The run `runs[label]` of a step reads (the namespace's: the last run of that label), None if none."""
+    found = None
+    for r in step.runs if step is not None else []:
+        if str(r.label) == str(label):
+            found = r
+    return found
+
+
 def _shaken(step: dict) -> bool:
     """Whether a disturbance explains a step's evidence: its interference record says disturbed, or a figure outside
     its range was measured only by runs it left out as disturbed (evidence.disturbed_implausible)."""
     return evidence.disturbed(step) or bool(evidence.disturbed_implausible(step))
+
+
+def _disturbed_reads(criterion: CriterionRow, steps: dict[str, Step], records: dict) -> list[str]:
+    """The steps whose disturbance made an inconclusive criterion so: those _shaken, else (a criterion reading one
+    run of a decision that left it out: `ab.runs['x'].toks_per_s.mean`) those with a disturbed run."""
+    names = sorted(_step_names(criterion, steps))
+    return ([n for n in names if _shaken(records[n])]
+            or [n for n in names if any(measured_disturbed(written(r.metrics)) for r in steps[n].runs)])
 
 
 def verdict(results: RunResults, interrupted: bool | str) -> tuple[str, str]:
@@ -210,8 +249,8 @@ def verdict(results: RunResults, interrupted: bool | str) -> tuple[str, str]:
                          f"{', '.join(c.name for c in unproven)}; their steps did not run "
                          f"({_why_not_run(unproven, steps)})")
         if shaken:
-            disturbed = [n for n in dict.fromkeys(n for c in shaken for n in sorted(_step_names(c, steps)))
-                         if _shaken(results["steps"][n])]  # its interference record as written
+            disturbed = list(dict.fromkeys(n for c in shaken  # its interference record as written
+                                           for n in _disturbed_reads(c, steps, results["steps"])))
             parts.append(f"{plural(len(shaken), 'required criterion', 'required criteria')} inconclusive: "
                          f"{', '.join(c.name for c in shaken)}, measured while other work used the machine "
                          f"(disturbed: {', '.join(disturbed) or 'see the criteria'}); run again: "

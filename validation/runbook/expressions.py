@@ -25,6 +25,11 @@ than is/is not, a division by zero, a result that is not finite (overflow to inf
 type mismatch gives status "error" with a detail sentence: a figure that is absent or not a number never makes a
 criterion pass (`not x.throttled` with throttled null is an error, not "not throttled"), nor does one held inside
 compared data (`x.sizes != [1, 2]` with a null size is an error) unless `in` / `not in` found the item it looked for.
+`or` whose every side is false or null is null when one is (`not (a.throttled or b.throttled)` with a.throttled null
+is an error: the absent figure might have held); `and` stops at a null, which is its value. Values of different
+kinds (a number or flag, a text, a list, a mapping) compared by == / != are a type mismatch (`x.code != '0'` with a
+code 0 is an error), and `in` / `not in` over a list finds an item only by one of its own kind (over a list holding
+nothing of its kind: an error).
 A list read from the data and a list or tuple literal compare as the same kind of sequence (`x.throttle_reasons ==
 []`). `in` over a mapping finds a key as a subscript reads it (`50 in sweep.runs`: the key "50" of results.json).
 between(x, lo, hi) with lo above hi is an error (no value lies between).
@@ -88,12 +93,16 @@ class EvalResult:
     status: "pass" (truthy), "fail" (falsy) or "error" (could not be evaluated; see detail)
     detail: why it is an error, None otherwise
     actual: the values behind the verdict for a report's "Actual" column, e.g. "baseline.toks_per_s.mean = 847.2"
+    reads:  the paths of Expression.paths the evaluation read to their end, each once, in their order: what a "pass"
+            or "fail" stands on (`a.loss_drop > 0 and a.toks_per_s.mean > 1` failing on its loss never read the
+            throughput)
     """
 
     value: Any
     status: str
     detail: str | None
     actual: str
+    reads: tuple[tuple[str, tuple], ...] = ()
 
 
 class _EvalError(Exception):
@@ -369,16 +378,22 @@ class Expression:
         try:
             value = ev.eval(self._tree.body)
         except _EvalError as exc:
-            return EvalResult(None, "error", str(exc), ev.actual(self._tree.body) or "n/a")
+            return EvalResult(None, "error", str(exc), ev.actual(self._tree.body) or "n/a", ev.reads(self._tree))
         except RecursionError:
             return EvalResult(None, "error", "expression nested too deeply", "n/a")
-        return EvalResult(value, "pass" if value else "fail", None, ev.actual(self._tree.body) or fmt_value(value))
+        reads = ev.reads(self._tree)
+        return EvalResult(value, "pass" if value else "fail", None, ev.actual(self._tree.body) or fmt_value(value),
+                          reads)
 
 
 class _Evaluator:
     def __init__(self, namespace: Mapping[str, Any], logs: Callable[[str], str] | None):
         self.ns, self.logs = namespace, logs
         self.values: dict[int, Any] = {}   # id(node) -> value, for the "actual" text
+
+    def reads(self, tree: ast.Expression) -> tuple[tuple[str, tuple], ...]:
+        """The paths of `tree` (Expression.paths) evaluated to their end, each once, in their order."""
+        return tuple(dict.fromkeys(path for node, path in _read_chains(tree.body) if id(node) in self.values))
 
     def eval(self, node: ast.AST) -> Any:
         value = self._eval(node)
@@ -402,12 +417,15 @@ class _Evaluator:
             return self._lookup(node, self.eval(node.value), k)
         if isinstance(node, ast.BoolOp):
             is_and = isinstance(node.op, ast.And)
-            value = None
+            value, unknown = None, False
             for v in node.values:
                 value = self.eval(v)
                 if bool(value) != is_and:
                     return value
-            return value
+                unknown = unknown or value is None
+            # `a.x or b.y` false with a.x null is not known to be false: the absent figure might have held, so the
+            # value is None (`not (a.throttled or b.throttled)` with a.throttled null is then an error, never a pass)
+            return None if unknown else value
         if isinstance(node, ast.UnaryOp):
             v = self.eval(node.operand)
             if isinstance(node.op, ast.Not):
@@ -508,17 +526,35 @@ class _Evaluator:
                 raise _EvalError(f"cannot order {type(left).__name__} {fmt_value(left)} {sym} "
                                  f"{type(right).__name__} {fmt_value(right)} in {_src(node)}: true and false are no "
                                  "numbers")
+            if sym in ("==", "!="):
+                # 0 != '0' and [1] != 1 hold in Python: values of different kinds (a number, a text, a list, a
+                # mapping) compared for equality are a type mismatch, never a pass (a flag is a number here, as in
+                # Python: `x.ok == 1` holds for true)
+                self._same_kind(node, sym, left, right)
+            items = right
+            if membership and isinstance(right, (list, tuple)):
+                # an item is found only by an item of its own kind; a list holding nothing of it is a type mismatch
+                items = type(right)(e for e in right if _mismatch(left, e) is None)
             try:
-                ok = fn(*_comparable(left, right))
+                ok = fn(*_comparable(left, items))
             except TypeError:
                 raise _EvalError(f"cannot compare {type(left).__name__} {fmt_value(left)} {sym} "
                                  f"{type(right).__name__} {fmt_value(right)} in {_src(node)}") from None
             if membership and isinstance(right, (list, tuple)) and ok != (sym == "in"):
                 self._no_hole(node, sym, right_node, right)  # not found: an unknown item might have matched
+                if right and not items:  # nothing of its kind to find: `'0' not in x.codes` of numbers
+                    self._same_kind(node, sym, left, right[0])
             if not ok:
                 return False
             left_node, left = right_node, right
         return True
+
+    def _same_kind(self, node: ast.Compare, sym: str, left: Any, right: Any) -> None:
+        pair = _mismatch(left, right)
+        if pair is not None:
+            a, b = pair
+            raise _EvalError(f"cannot compare {_kind(a)} {fmt_value(a)} with {_kind(b)} {fmt_value(b)} "
+                             f"('{sym}') in {self._described(node)}: values of different kinds are a type mismatch")
 
     def _no_hole(self, node: ast.Compare, sym: str, operand: ast.AST, value: Any) -> None:
         hole = _hole(value)
@@ -612,6 +648,41 @@ class _Evaluator:
         return [text]
 
 
+def _kind(v: Any) -> str:
+    """What kind of value `v` is, as equality tells kinds apart: a flag, a number, a text, a list, a mapping."""
+    if isinstance(v, bool):
+        return "flag"
+    if _is_number(v):
+        return "number"
+    if isinstance(v, str):
+        return "text"
+    if isinstance(v, (list, tuple)):
+        return "list"
+    if isinstance(v, Mapping):
+        return "mapping"
+    return "None" if v is None else type(v).__name__
+
+
+def _mismatch(left: Any, right: Any) -> tuple[Any, Any] | None:
+    """The first pair of values of different kinds (_kind; a flag and a number are of one kind, as in Python) that
+    comparing `left` with `right` for equality would compare: the two themselves, else items at the same place of
+    two lists or values of the same key of two mappings, MAX_DEPTH levels down; None when there is none (a null item
+    is left to the comparison's hole check)."""
+    stack = [(left, right, 0)]
+    while stack:
+        a, b, depth = stack.pop()
+        if a is None or b is None:
+            continue
+        if _kind(a).replace("flag", "number") != _kind(b).replace("flag", "number"):  # true == 1, as in Python
+            return a, b
+        if depth < MAX_DEPTH:
+            if isinstance(a, (list, tuple)):
+                stack.extend((x, y, depth + 1) for x, y in reversed(list(zip(a, b))))
+            elif isinstance(a, Mapping):
+                stack.extend((a[k], b[k], depth + 1) for k in reversed(list(a)) if k in b)
+    return None
+
+
 def _comparable(left: Any, right: Any) -> tuple[Any, Any]:
     """Two operands as a comparison takes them: when both are sequences, every list in them (data read from
     results.json) a tuple, as list and tuple literals evaluate to, so that `x.sizes == [1, 2]` and
@@ -662,12 +733,18 @@ def _as_tuples(v: Any, depth: int) -> Any:
 def _read_paths(root: ast.AST, skip: frozenset[int] = frozenset()) -> list[tuple[str, tuple]]:
     """The longest attribute / constant-subscript chains rooted at a step name (see Expression.paths), but those
     inside a node whose id() is in `skip`."""
-    found: list[tuple[str, tuple]] = []
+    return [path for _, path in _read_chains(root, skip)]
+
+
+def _read_chains(root: ast.AST, skip: frozenset[int] = frozenset()) -> list[tuple[ast.AST, tuple[str, tuple]]]:
+    """(the chain's outermost node, (step, key path)) of each path _read_paths finds."""
+    found: list[tuple[ast.AST, tuple[str, tuple]]] = []
     stack = [root]
     while stack:
         node = stack.pop()
         if id(node) in skip:
             continue
+        top = node
         keys: list[Any] = []
         while isinstance(node, (ast.Attribute, ast.Subscript)):
             if isinstance(node, ast.Attribute):
@@ -677,7 +754,7 @@ def _read_paths(root: ast.AST, skip: frozenset[int] = frozenset()) -> list[tuple
                 keys.append(-key.operand.value if isinstance(key, ast.UnaryOp) else key.value)
             node = node.value
         if isinstance(node, ast.Name):
-            found.append((node.id, tuple(reversed(keys))))
+            found.append((top, (node.id, tuple(reversed(keys)))))
         elif isinstance(node, ast.Call):  # a function's arguments (keys read from its result are not a step's)
             if node.func.id not in LOG_FUNCTIONS:  # type: ignore[attr-defined]  # a log is no result
                 stack.extend(reversed(node.args))

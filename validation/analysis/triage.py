@@ -26,7 +26,9 @@ declares none, a pair of one-run points whose block noise alone would call a cli
                      callable, until the interval is no wider than `resolution` or the steps are spent
     rank_suspects    each suspect's relative throughput change against the slow configuration (paired over
                      repeats), Holm over the suspects; the culprit is the largest significant improvement beyond
-                     the noise floor, else None
+                     the noise floor, and only when it also beats, paired over the same repeats, every other
+                     suspect whose estimated change is as large as a culprit's must be (as a sweep's winner beats
+                     every other point), else None (`tied`: the suspects the data cannot tell apart)
 """
 
 from __future__ import annotations
@@ -369,11 +371,14 @@ class Ranking:
     reason: str
     statement: str
     unranked: dict[str, str] = field(default_factory=dict)  # suspect -> why it could not be compared
+    # no single culprit: the suspect that would be it and the suspects it does not beat (ranking order), else ()
+    tied: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"ranking": [c.variant for c in self.comparisons], "culprit": self.culprit, "reason": self.reason,
                 "statement": self.statement,
-                "suspects": {c.variant: c.as_dict() for c in self.comparisons}, "unranked": dict(self.unranked)}
+                "suspects": {c.variant: c.as_dict() for c in self.comparisons}, "unranked": dict(self.unranked),
+                "tied": list(self.tied)}
 
 
 def rank_suspects(baseline: Sequence[float | None], suspects: Mapping[str, Sequence[float | None]], *,
@@ -384,10 +389,16 @@ def rank_suspects(baseline: Sequence[float | None], suspects: Mapping[str, Seque
     the baseline, paired over repeats; Holm over the suspects; ranked by the improvement (rel, signed so that
     better is larger). The culprit: the suspect whose change improves the metric the most among those significant
     (adjusted p < alpha and beyond the noise floor), by at least `min_effect`, and in every repeat (a replicated
-    effect, not one repeat's luck); None when none is. `pair_noise`: the least sd of one repeat's log-ratio (the
-    runbook's declared launch noise, significance.PairNoise). A suspect that cannot be compared (fewer than 2 repeats
-    with both runs measured: its runs failed or were left out) is left out of the ranking and of Holm's family, and
-    named in `unranked` and the reason; StatsError only when no suspect can be compared."""
+    effect, not one repeat's luck); None when none is. That suspect is the culprit only when it also beats every
+    other suspect whose estimated change is at least `min_effect` too (one that could itself be named), each
+    compared with it paired over the same repeats as a decision's best is with every other point (significantly,
+    beyond the noise floor and ahead in every repeat: an intersection of tests at `alpha`, so no further
+    correction); else there is no single culprit, and `tied` holds it and the suspects it does not beat (the data
+    cannot tell them apart: config 100/102/98/101 tok/s, a 150/155/146/151 and b 149/154/147/150.5 are both +50% on
+    the configuration, a only +0.2% on b, 95% CI -0.8% .. +1.3%). `pair_noise`: the least sd of one repeat's
+    log-ratio (the runbook's declared launch noise, significance.PairNoise). A suspect that cannot be compared
+    (fewer than 2 repeats with both runs measured: its runs failed or were left out) is left out of the ranking and
+    of Holm's family, and named in `unranked` and the reason; StatsError only when no suspect can be compared."""
     if not suspects:
         raise StatsError("triage needs at least one suspect")
     comps, unranked = [], {}
@@ -405,17 +416,55 @@ def rank_suspects(baseline: Sequence[float | None], suspects: Mapping[str, Seque
     sign = 1.0 if higher_is_better else -1.0
     ranked = tuple(sorted(family.comparisons, key=lambda c: -sign * c.rel))
 
-    def every_repeat(name: str) -> bool:
-        """The suspect's change improves the metric in every repeat where both runs were measured."""
-        pairs = [(a, b) for a, b in zip(baseline, suspects[name]) if a and b and a > 0 and b > 0]
+    def every_repeat(name: str, against: Sequence[float | None] = baseline) -> bool:
+        """The suspect's change improves the metric in every repeat where both runs were measured (against the
+        configuration, or another suspect's runs)."""
+        pairs = [(a, b) for a, b in zip(against, suspects[name]) if a and b and a > 0 and b > 0]
         return bool(pairs) and all(sign * math.log(b / a) > 0 for a, b in pairs)
+
+    def head_to_head(c: Any, other: Any) -> tuple[bool, str]:
+        """Whether suspect c beats suspect `other` paired over the repeats both were measured in (significantly,
+        beyond the noise floor, ahead in every one), and the comparison in words; where they share fewer than 2
+        such repeats the data cannot order them."""
+        try:
+            h = compare_paired(suspects[other.variant], suspects[c.variant], higher_is_better=higher_is_better,
+                               alpha=alpha, noise=noise, baseline=other.variant, variant=c.variant, metric=metric,
+                               pair_noise=pair_noise)
+        except StatsError as exc:
+            return False, f"not compared directly: {exc}"
+        ahead = every_repeat(c.variant, suspects[other.variant])
+        beats = h.significant and h.verdict == "better" and ahead
+        return beats, h.describe() + ("" if ahead or not h.significant else "; not ahead in every repeat")
 
     better = [c for c in ranked if c.significant and c.verdict == "better"]
     named = [c for c in better if sign * c.rel >= min_effect and every_repeat(c.variant)]
+    tied: tuple[str, ...] = ()
     if named:
         c = named[0]
-        reason = f"changing {c.variant} alone: {c.describe()}; ahead in every repeat"
-        culprit = c.variant
+        # the other contenders: suspects whose estimated change is itself as large as a culprit's must be
+        # (one below it cannot be named, so cannot tie; comparing with every suspect would also cost power for
+        # nothing: a +30% culprit among two suspects without effect, 3 repeats of 5% noise, named in 45% of
+        # simulated triages instead of 53%)
+        against = {o.variant: head_to_head(c, o) for o in ranked
+                   if o.variant != c.variant and sign * o.rel >= min_effect}
+        rivals = [o for o in ranked if o.variant in against and not against[o.variant][0]]
+        if not rivals:
+            reason = f"changing {c.variant} alone: {c.describe()}; ahead in every repeat"
+            if against:  # the runner-up first: the ranking's order
+                runner_up = next(iter(against))
+                reason += f"; against the runner-up {runner_up}: {against[runner_up][1]}" + (
+                    f"; it beats the other {len(against) - 1} suspect(s) of at least {min_effect:.0%} too"
+                    if len(against) > 1 else "")
+            culprit = c.variant
+        else:
+            culprit = None
+            tied = (c.variant, *(o.variant for o in rivals))
+            reason = (f"no single culprit: {c.variant} changes {metric} {fmt_pct(c.rel, signed=True)} (Holm-adjusted "
+                      f"p = {c.p_adjusted:.2g}) but the data cannot tell it apart from "
+                      + ", ".join(f"{o.variant} ({fmt_pct(o.rel, signed=True)}, Holm-adjusted p = "
+                                  f"{o.p_adjusted:.2g})" for o in rivals)
+                      + ": " + "; ".join(f"{c.variant} against {o.variant}: {against[o.variant][1]}" for o in rivals)
+                      + "; tied: " + ", ".join(tied))
     else:
         culprit = None
         top = ranked[0]
@@ -436,4 +485,5 @@ def rank_suspects(baseline: Sequence[float | None], suspects: Mapping[str, Seque
                           f"{fmt_pct(top.rel, signed=True)}, Holm-adjusted p = {top.p_adjusted:.2g})")
     if unranked:
         reason += "; not compared: " + "; ".join(f"{k} ({v})" for k, v in unranked.items())
-    return Ranking(comparisons=ranked, culprit=culprit, reason=reason, statement=family.statement, unranked=unranked)
+    return Ranking(comparisons=ranked, culprit=culprit, reason=reason, statement=family.statement, unranked=unranked,
+                   tied=tied)

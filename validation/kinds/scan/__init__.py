@@ -25,8 +25,11 @@ Metrics: "setting", "values", "repeats", "expected_exponent", "exponent" (slope)
 "exponent_fit" (validation.analysis.triage.Fit), "cliff" (bool), "cliff_reason", "cliff_pair" (the pair found by the scan),
 "pairs" (every neighbouring pair), "cliff_interval" [good, bad] (after bisection) or null, "cliff_localised"
 (interval width <= resolution; false without a cliff), "bisection" (validation.analysis.triage.Bisection) or null,
-"points" [{value, source (scan | bisect), runs, passed, step_time_s, toks_per_s, mfu (the runs' window mean, where
-the device peak is known), time_to_first_step_s, peak_mem_gb, exponent_to_next}], "noise_source" (repeats | blocks |
+"points" [{value, source (scan | bisect), runs, passed, step_time_s, toks_per_s (its passed runs' work over their
+time: each run's window is the same work, so the harmonic mean of their window figures,
+validation.analysis.metrics.window_mean, never their plain mean, which favours the faster run: [100, 300] tok/s is
+150, not 200), mfu (the runs' window mean, where the device peak is known), time_to_first_step_s, peak_mem_gb,
+exponent_to_next}], "noise_source" (repeats | blocks |
 declared | none), "run_to_run" (repeats | declared | unknown: what covers the noise between launches), "launch_sd"
 (the declared one the noise is held to), "runs", "passed". "cliff" is true, false, or null when inconclusive (a pair,
 marked "inconclusive", significant on one run's block noise alone with no declared launch noise); "cliff_localised"
@@ -47,6 +50,7 @@ from validation import kinds
 from validation.launch.spec import safe_name
 from validation.formatting import file_name, finite, fmt_gb, fmt_num, rate_with_mfu
 from validation.runbook.schema import REPEATS_MAX, mapping, setting_key, typed
+from validation.analysis.metrics import window_mean
 from validation.analysis.significance import StatsError
 from validation.kinds.base import KeyFigure
 from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed,
@@ -432,8 +436,9 @@ def point_times(ctx, step, runs: list[LaunchRun]) -> tuple[dict[float, list[floa
 
 
 def point_rows(runs: list[LaunchRun], times: dict, cliffs) -> list[Point]:
-    """One row per value (scan and bisection points, by value): means over its passed runs; a run's time to first
-    step and peak memory are those its metrics recorded from its timeline.json and summary.json."""
+    """One row per value (scan and bisection points, by value): means over its passed runs (its tokens/s their work
+    over their time, _rate_mean); a run's time to first step and peak memory are those its metrics recorded from its
+    timeline.json and summary.json."""
     by_value: dict[float, list[LaunchRun]] = {}
     for r in runs:
         by_value.setdefault(float(next(iter(r.params.values()))), []).append(r)
@@ -451,7 +456,7 @@ def point_rows(runs: list[LaunchRun], times: dict, cliffs) -> list[Point]:
         pair = pairs.get(value)
         rows.append(Point(value=int(value) if value.is_integer() else value, source=group[0].source or "scan",
                           runs=len(group), passed=len(passed), step_time_s=_mean(t), run_step_times_s=list(t),
-                          toks_per_s=_mean(toks), mfu=_mean(mfu), time_to_first_step_s=_mean(ttfs),
+                          toks_per_s=_rate_mean(toks), mfu=_mean(mfu), time_to_first_step_s=_mean(ttfs),
                           peak_mem_gb=max((x for x in mem if x is not None), default=None),
                           exponent_to_next=pair.exponent if pair else None, cliff_to_next=bool(pair and pair.cliff)))
     return rows
@@ -470,6 +475,13 @@ def _median(values: list[float]) -> float:
 def _mean(values) -> float | None:
     xs = [float(v) for v in values if finite(v) is not None]
     return sum(xs) / len(xs) if xs else None
+
+
+def _rate_mean(values) -> float | None:
+    """The runs' tokens/s over the point's repeats: their work over their time (each run's window the same work at
+    the same value: the harmonic mean of the finite figures, metrics.window_mean), None without one."""
+    xs = [float(v) for v in values if finite(v) is not None]
+    return window_mean(xs, "toks_per_s") if xs else None
 
 
 def _ms(value) -> str:

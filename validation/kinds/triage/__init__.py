@@ -2,8 +2,8 @@
 (selection v1/v2, batched/sequential prefill, accumulation, checkpointing, compression, fused AdamW, compile, the
 attention kernel, ...), all in interleaved repeats in a random order per repeat; the suspects ranked by their
 effect on tokens/s with 95% confidence intervals, paired over the repeats, Holm over the suspects
-(validation.analysis.triage.rank_suspects); the culprit is named only when significant (seed 000: "toggle optimizations
-one at a time").
+(validation.analysis.triage.rank_suspects); the culprit is named only when significant and ahead of every other
+suspect, paired over the same repeats (seed 000: "toggle optimizations one at a time").
 
 Own keys:
   suspects  {name: {env: {...}, args: {...}}}: what each suspect changes against the configuration (names are
@@ -12,9 +12,11 @@ Own keys:
   repeats   runs of the configuration and of every suspect, interleaved (default 3; at least 2)
 A run's tokens/s is the median of its window (one unit per run, robust to a step another process slowed).
 Metrics: "culprit" (a suspect's name; null when the suspects were ranked and none is named; absent when nothing was
-compared, e.g. every run disturbed), "reason" (it also names a suspect left unranked: fewer than 2 repeats with both
-runs measured), "statement" (Holm), "ranking" (names, largest improvement first), "suspects" {name: {effect
-(relative change of tokens/s), ci [low, high], p, p_adjusted, significant, verdict, toks_per_s, changes}},
+compared, e.g. every run disturbed), "tied" (only where the suspect that would be the culprit cannot be told apart
+from others: it and those, in ranking order; the culprit null), "reason" (it also names a suspect left unranked:
+fewer than 2 repeats with both runs measured), "statement" (Holm), "ranking" (names, largest improvement first),
+"suspects" {name: {effect (relative change of tokens/s), ci [low, high], p, p_adjusted, significant, verdict,
+toks_per_s, changes}},
 "config_toks_per_s", "repeats", "runs", "passed".
 Options: the keys above (each suspect's change a Settings). Result: the step record (validation.results.run.Step: its
 runs a LaunchRun each, the run order, superseded runs and notes), its metrics a Metrics (a Suspect per suspect); run()
@@ -86,6 +88,7 @@ class Metrics:
     ranking: list[str] = dataclasses.field(default_factory=list)
     reason: str | None = None
     statement: str | None = absent()
+    tied: list[str] = absent([])  # no single culprit: the suspects the data cannot tell apart (ranking order)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -113,10 +116,12 @@ class Triage(TrainerKind):
                "(paired, Holm over suspects); `triage.culprit` names one only when significant")
     keys = ("suspects", "repeats")
     launch_keys = DECIDING_LAUNCH_KEYS  # retry_disturbed too: it decides from repeats
-    metrics = ("culprit", "reason", "statement", "ranking.<i>", "config_toks_per_s", "repeats", "runs", "passed",
+    metrics = ("culprit", "tied.<i>", "reason", "statement", "ranking.<i>", "config_toks_per_s", "repeats", "runs",
+               "passed",
                *(f"suspects.<suspect>.{k}" for k in ("effect", "ci.<i>", "p", "p_adjusted", "significant", "verdict",
                                                       "toks_per_s", "changes.*", "noise_floor", "text"))) + RUN_METRICS
-    performance = ("culprit", "reason", "statement", "ranking", "config_toks_per_s", "suspects") + RUN_PERFORMANCE
+    performance = ("culprit", "tied", "reason", "statement", "ranking", "config_toks_per_s",
+                   "suspects") + RUN_PERFORMANCE
     decides = True
     result_type = Result
 
@@ -182,7 +187,8 @@ class Triage(TrainerKind):
                 verdict=c.verdict, noise_floor=c.noise_floor, toks_per_s=_mean(data[c.variant]),
                 changes=_changes(options.suspects[c.variant]), text=c.describe()) for c in ranking.comparisons}
             metrics = dataclasses.replace(counted, culprit=culprit, suspects=suspects,
-                                          ranking=[c.variant for c in ranking.comparisons], statement=ranking.statement)
+                                          ranking=[c.variant for c in ranking.comparisons], statement=ranking.statement,
+                                          tied=list(ranking.tied))
         left_out = [f"{k} (repeat {i + 1})" for k, flags in shaken.items() for i, f in enumerate(flags) if f]
         if left_out and reason:
             reason += "; left out because other work used the machine while they ran: " + ", ".join(left_out)
@@ -201,17 +207,25 @@ class Triage(TrainerKind):
                       interference=decision_record(encode(StepRecord(runs=runs)), conclusive=bool(culprit)))
 
     def summary_line(self, result: Result) -> str:
-        m = self.read(result).metrics
+        r = self.read(result)
+        m = r.metrics
         if m.culprit:
             s = m.suspects.get(m.culprit) or Suspect()
             return f" culprit: {m.culprit} ({fmt_pct(finite(s.effect), signed=True)} tokens/s)"
         if compared_nothing(m):
             return " no culprit named, nothing compared" if m.reason else ""
+        if m.tied:
+            return f" no single culprit: {', '.join(str(t) for t in m.tied)} cannot be told apart"
+        missing = uncompared(r)
+        if missing:  # a suspect whose runs failed or were left out is no suspect without effect
+            return f" no culprit among the suspects compared (not compared: {', '.join(missing)})"
         return " no culprit (no suspect improves it significantly)"  # one may make it significantly worse
 
     def blocks(self, result: Result) -> list[Block]:
-        """The configuration's tokens/s, one row per suspect in ranking order (the culprit marked), the culprit."""
-        m = self.read(result).metrics
+        """The configuration's tokens/s, one row per suspect in ranking order (the culprit marked), then one per
+        suspect that could not be compared ("not compared": its runs failed or were left out), the culprit."""
+        r = self.read(result)
+        m = r.metrics
         ranking = [str(n) for n in m.ranking]
         rows = []
         for name in ranking:
@@ -221,6 +235,7 @@ class Triage(TrainerKind):
                          fmt_rate(s.toks_per_s), fmt_pct(finite(s.effect), signed=True),
                          f"{fmt_pct(finite(ci[0]), signed=True)} .. {fmt_pct(finite(ci[1]), signed=True)}",
                          _p(s.p_adjusted), "yes" if s.significant else "no"))
+        rows += [(name, "—", "—", "not compared", "—", "—", "—") for name in uncompared(r)]
         out: list[Block] = [
             Paragraph(f"The configuration as it is: {fmt_rate(m.config_toks_per_s)} tokens/s; each suspect "
                       f"changed alone, {fmt_num(m.repeats)} interleaved repeats, ranked by effect."),
@@ -229,7 +244,8 @@ class Triage(TrainerKind):
                 "p (Holm)")), Column("Significant")), rows,
                 marked={i for i, name in enumerate(ranking) if name == m.culprit}),
             Paragraph(f"{strong('Culprit')}: "
-                      f"{m.culprit or ('none, nothing compared' if compared_nothing(m) else 'none')} — {m.reason or ''}")]
+                      f"{m.culprit or ('none, nothing compared' if compared_nothing(m) else _none_named(r, 'none'))}"
+                      f" — {m.reason or ''}")]
         if m.statement:
             out.append(Paragraph(str(m.statement), style="muted"))
         return out
@@ -258,7 +274,7 @@ class Triage(TrainerKind):
         for r in in_order:
             m = r.metrics if isinstance(r, Result) else None
             if m is not None and m.reason:
-                value = m.culprit or ("none, nothing compared" if compared_nothing(m) else "none named")
+                value = m.culprit or ("none, nothing compared" if compared_nothing(m) else _none_named(r, "none named"))
                 out.append(KeyFigure("culprit", "Culprit", str(value), f"step `{r.name}`: {m.reason}", order=26,
                                      steps=(str(r.name),)))
         return out
@@ -268,6 +284,26 @@ def compared_nothing(m: Metrics) -> bool:
     """Whether a triage's metrics hold no comparison (no suspect ranked, none named): its culprit key is absent, or
     null in results written before that, and its sentences say "nothing compared", never "no culprit" alone."""
     return not m.culprit and not m.ranking
+
+
+def uncompared(r: Result) -> list[str]:
+    """The suspects of a triage that ranked others but could not compare these (fewer than 2 repeats with both runs
+    measured: their runs failed or were left out as disturbed), in run order: no verdict holds for them."""
+    ranking = {str(n) for n in r.metrics.ranking}
+    if not ranking:
+        return []
+    return list(dict.fromkeys(str(run.label) for run in r.runs
+                              if run.label is not None and str(run.label) not in ranking and run.label != CONFIG))
+
+
+def _none_named(r: Result, text: str) -> str:
+    """`text` for a ranked triage that named no culprit: with the tied suspects where there is no single one, else
+    with the suspects not compared, of which it says nothing."""
+    m = r.metrics
+    if m.tied:
+        return f"{text} ({', '.join(str(t) for t in m.tied)} tied)"
+    missing = uncompared(r)
+    return f"{text} among the suspects compared ({', '.join(missing)} not compared)" if missing else text
 
 
 def run_toks(ctx, step, run: LaunchRun) -> float | None:

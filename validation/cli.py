@@ -23,10 +23,11 @@ from typing import List, Optional
 import typer
 
 from validation import kinds as step_kinds
+from validation.formatting import printable
 from validation.launch import session
 from validation.runbook.plan import text_lines
 from validation.report import ReportError
-from validation.report.console import echo, make_console, print_lines, print_summary, print_table
+from validation.report.console import echo, end_output, make_console, print_lines, print_summary, print_table
 from validation.report.progress import display
 from validation.report.view import CONSOLE_ACCEPTANCE_COLUMNS, console_summary
 from validation.results.store import DEFAULT_RUNS, ResultsError, RunDirError
@@ -51,22 +52,21 @@ err = make_console(stderr=True)
 def _print_version(value: bool) -> None:
     if value:
         echo(version_line())
-        raise typer.Exit(0)
+        end_output(err, code=0)  # exit 0, or 2 when the line could not be written
 
 
 @app.callback()
-def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                          help="print the version and the git sha of the source tree, then exit")
-             ) -> None:
-    pass  # the options every command shares (the help text is the app's)
+def _options(ctx: typer.Context, version: bool = typer.Option(False, "--version", callback=_print_version,
+             is_eager=True, help="print the version and the git sha of the source tree, then exit")) -> None:
+    ctx.call_on_close(lambda: end_output(err, keep_code=ctx.invoked_subcommand == "run"))  # output lost: exit 2
 
 
 def _warn(message: str) -> None:
-    err.print(f"warning: {message}", markup=False, soft_wrap=True)
+    err.print(f"warning: {printable(message)}", markup=False, soft_wrap=True)  # a value's escapes taken out
 
 
 def _fail(message: str, code: int = EXIT_USAGE):
-    err.print(f"nsa-validate: error: {message}", markup=False, soft_wrap=True)
+    err.print(f"nsa-validate: error: {printable(message)}", markup=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -208,7 +208,7 @@ def compare(run_a: Path = typer.Argument(..., metavar="RUN_A", help="baseline ru
     for warning in out["warnings"]:
         _warn(warning)
     for line in lines:
-        echo(line)
+        echo(printable(line))  # a runbook or step name from a results.json, never a terminal escape
     raise typer.Exit(out["exit_code"])
 
 

@@ -10,7 +10,13 @@ Every name and value is printed as its text (validation.formatting.printable): a
 never recolours or moves the cursor of the console or log it lands in. Nothing in a value is read as rich markup or
 an emoji code ("[red]", "[tests/x.py]", ":x:" and a trailing backslash print as they are), on a terminal or not.
 
-Only rich and validation.formatting are imported here (validation.cli's start-up stays light).
+Output that cannot be written (stdout on a full disk or over a quota, `> FILE`; an I/O error) is no traceback: the
+console's stream records the first OS error and drops what follows, the command goes on to its end, and end_output
+then prints one line naming the stream and the error and ends the command with exit 2 (not 1: `compare`'s
+regression, not 0: nothing of it lost unsaid).
+
+Only rich, validation.formatting and validation.results.store's OS error text are imported here (validation.cli's
+start-up stays light).
 """
 
 from __future__ import annotations
@@ -27,19 +33,87 @@ from rich.table import Table
 from rich.text import Text
 
 from validation.formatting import printable
+from validation.results.store import os_error_text
 
 # Styles of the words the tables show (status, verdict) on a terminal; plain words elsewhere.
 STYLES = {"PASS": "green", "PASSED": "green", "GO": "green", "better": "green",
           "FAIL": "red", "FAILED": "red", "ERROR": "red", "NO-GO": "red", "HANG": "red", "TIMEOUT": "red",
           "worse": "red", "WARN": "yellow", "INCOMPLETE": "yellow", "SKIPPED": "dim", "invalid": "red"}
 GAP = "  "
+STREAM_NAMES = {"stdout": "standard output", "stderr": "standard error"}
+
+# The first OS error of a write to each stream that failed other than by its reader going (BrokenPipeError: unread):
+# {"stdout": "No space left on device [ENOSPC]"}; end_output reads and clears it.
+_UNWRITTEN: dict[str, str] = {}
+
+
+class _Stream:
+    """A console's file: sys.stdout or sys.stderr as it is at each write (a test's capture included). A write or
+    flush failing with an OSError other than BrokenPipeError (which rich hands to on_broken_pipe) is recorded in
+    _UNWRITTEN and the stream's output is dropped from then on (unwritable), instead of a traceback."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        # isatty, encoding, fileno of the stream; while a rich Live display holds sys.stdout (a FileProxy), its
+        # rich_proxied_file, which rich's Console.file then writes to directly (not back through the proxy)
+        return getattr(getattr(sys, self._name), attr)
+
+    def _call(self, method: str, *args) -> None:
+        stream = getattr(sys, self._name)
+        if stream is None or self._name in _UNWRITTEN:
+            return
+        try:
+            getattr(stream, method)(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            unwritable(self._name, exc)
+
+    def write(self, text: str) -> int:
+        self._call("write", text)
+        return len(text)
+
+    def flush(self) -> None:
+        self._call("flush")
+
+
+def unwritable(name: str, exc: OSError) -> None:
+    """A write to sys.<name> ("stdout", "stderr") failed with `exc`: recorded (the first error) for end_output, and
+    the stream's file descriptor pointed at /dev/null where it has one, so that what Python still holds for it
+    (its buffer, flushed at exit) goes nowhere instead of failing again."""
+    _UNWRITTEN.setdefault(name, os_error_text(exc))
+    stream = getattr(sys, name)
+    try:
+        stream.fileno()  # a test's capture has none, and Python holds nothing for it at exit
+        unread(stream)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def end_output(err: Console, code: int | None = None, keep_code: bool = False) -> None:
+    """The end of a command's output: when a write to stdout or stderr failed (_Stream, echo), exit 2, with one line
+    on `err` for stdout ("nsa-validate: error: cannot write standard output: No space left on device [ENOSPC]"); with
+    `keep_code` (`run`: its verdict's exit code stands, its results are in RUN_DIR) the line alone; otherwise exit
+    `code` (None: the command goes on). The record is cleared either way."""
+    lost = dict(_UNWRITTEN)
+    _UNWRITTEN.clear()
+    for name, why in lost.items():
+        if name != "stderr":
+            err.print(f"nsa-validate: error: cannot write {STREAM_NAMES[name]}: {why}", markup=False, soft_wrap=True)
+    if lost and not keep_code:
+        raise typer.Exit(2)
+    if code is not None:
+        raise typer.Exit(code)
 
 
 def make_console(stderr: bool = False) -> Console:
     """The CLI's console: soft-wrapped (no line breaks inserted) when it is not a terminal; no emoji codes (a path
     or value holding ":x:" prints as it is, and statuses are words); a reader that has gone (`| head -1`) is
-    unread(), not rich's own exit 1."""
-    console = Console(stderr=stderr, highlight=False, emoji=False)
+    unread(), not rich's own exit 1; a write that fails otherwise (a full disk) is recorded for end_output and what
+    follows dropped, not a traceback."""
+    console = Console(file=_Stream("stderr" if stderr else "stdout"), stderr=stderr, highlight=False, emoji=False)
     if not console.is_terminal:
         console.soft_wrap = True
     console.on_broken_pipe = lambda: unread(sys.stderr if stderr else sys.stdout, console)
@@ -58,11 +132,16 @@ def unread(stream, console: Console | None = None) -> None:
 
 
 def echo(text: str, nl: bool = True) -> None:
-    """typer.echo to stdout, unread() when its reader has gone."""
+    """typer.echo to stdout, unread() when its reader has gone; a write that fails otherwise (a full disk) is
+    recorded for end_output (unwritable) and stdout's later output dropped."""
+    if "stdout" in _UNWRITTEN:
+        return
     try:
         typer.echo(text, nl=nl)
     except BrokenPipeError:
         unread(sys.stdout)
+    except OSError as exc:
+        unwritable("stdout", exc)
 
 
 def _cell(value: object) -> str:

@@ -145,7 +145,10 @@ def test_val_ppl_is_exp_of_val_loss_beyond_50_nats(loss, ppl):
         eval_source=source, _autocast=lambda: torch.autocast("cpu", enabled=False),
         _loss=lambda x, y: torch.tensor(loss), parallel="none",
         info=DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend=None),
-        device=torch.device("cpu"), val_csv=rows, tb=None)
+        device=torch.device("cpu"), val_csv=rows, tb=None,
+        # the evaluation's progress heartbeats (one per batch) and its first compiled forward: none here
+        heartbeat=types.SimpleNamespace(write=lambda *args, **kwargs: None), _eval_compiled=True,
+        _compiles=lambda during="train": False)
     trainer_module.Trainer._evaluate(stub, 5)
     (row,) = rows.rows
     assert row["step"] == 5 and row["val_loss"] == pytest.approx(loss)

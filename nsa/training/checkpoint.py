@@ -9,7 +9,10 @@ A checkpoint is written into `step_N.tmp/` and renamed once every rank's files a
 crash mid-save (of the process, or of the machine) never leaves a checkpoint that looks complete; rotation (the last
 `keep` by step number) deletes a checkpoint's meta.json before the rest, and the next save removes the `.tmp/`
 directories of saves killed midway and every older `step_N/` that a deletion killed midway left without its
-meta.json. Only `step_N/` directories are checkpoints: other names in checkpoints/ are neither loaded nor deleted.
+meta.json. A write that fails on one rank (a full disk, a permission) fails the save on every rank alike, with that
+rank's error, and leaves the earlier checkpoints as they were. Only `step_N/` directories are checkpoints: other
+names in checkpoints/ are neither loaded nor deleted. A resume loads the checkpoint rank 0 chooses on every rank
+(nsa.training.trainer).
 The same full state dicts serve single-process, DDP and FSDP2 runs (torch.distributed.checkpoint.state_dict), so a
 run can be resumed under another parallel mode, but not with another world size (each rank's data position belongs
 to its shard).
@@ -34,7 +37,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      get_optimizer_state_dict, set_model_state_dict,
                                                      set_optimizer_state_dict)
 
-from nsa.training.distributed import DistInfo, barrier
+from nsa.training.distributed import DistInfo
 
 log = logging.getLogger(__name__)
 
@@ -138,42 +141,90 @@ _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 def save(out_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, info: DistInfo, *,
          data_state: dict, scaler: torch.amp.GradScaler | None, parallel: str, keep: int) -> Path:
-    """Collective: every rank must call it. Returns the checkpoint directory."""
+    """Collective: every rank must call it. Returns the checkpoint directory.
+
+    A write that fails on any rank (a full disk, a permission, a file system gone) raises CheckpointError on every
+    rank, naming the failing rank and its error: the ranks agree after each stage, as load does, so that none
+    waits in a barrier for a rank that gave up (until the connection drops, with an error that names neither).
+    A failed save leaves no checkpoint of its step and the earlier ones as they were (the rotation runs only once
+    the new one is complete); its step_N.tmp/ is removed, or where that fails too, by the next save."""
     final = _step_dir(out_dir, step)
     tmp = final.with_name(final.name + ".tmp")
+    error = None
     if info.is_main:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    barrier(info)
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        except Exception as exc:  # noqa: BLE001 - every rank raises it (_agree_saved)
+            error = _unwritable(tmp, exc)
+    _agree_saved(info, error, step, tmp)
     # every rank takes part in gathering the full state (FSDP2 all-gathers; rank 0 receives it)
     model_state = get_model_state_dict(model, options=_FULL)
     optim_state = get_optimizer_state_dict(model, optimizer, options=_FULL)
+    try:
+        if info.is_main:
+            torch.save({"model": model_state, "optimizer": optim_state,
+                        "scaler": scaler.state_dict() if scaler is not None else None}, tmp / "model_optim.pt")
+            _sync(tmp / "model_optim.pt")
+        torch.save({"rank": info.rank, "data": data_state, "rng": _rng_state()}, tmp / f"rank{info.rank}.pt")
+        _sync(tmp / f"rank{info.rank}.pt")
+    except Exception as exc:  # noqa: BLE001 - torch.save of a full disk raises RuntimeError, not OSError
+        error = _unwritable(tmp, exc)
+    _agree_saved(info, error, step, tmp)
     if info.is_main:
-        torch.save({"model": model_state, "optimizer": optim_state,
-                    "scaler": scaler.state_dict() if scaler is not None else None}, tmp / "model_optim.pt")
-        _sync(tmp / "model_optim.pt")
-    torch.save({"rank": info.rank, "data": data_state, "rng": _rng_state()}, tmp / f"rank{info.rank}.pt")
-    _sync(tmp / f"rank{info.rank}.pt")
-    barrier(info)
-    if info.is_main:
-        (tmp / META).write_text(json.dumps({"step": step, "world_size": info.world_size, "parallel": parallel}))
-        _sync(tmp / META)
-        _sync(tmp, directory=True)
-        if final.exists():
-            _remove(final)
-        tmp.rename(final)
-        _sync(final.parent, directory=True)
-        for old in list_checkpoints(out_dir)[:-keep]:
-            _remove(old)
-        for stale in final.parent.glob("step_*.tmp"):  # left by saves killed midway: never complete, never loaded
-            if _name_step(stale.name[:-len(".tmp")]) is not None and stale.is_dir():
-                shutil.rmtree(stale, ignore_errors=True)
-        for stale in final.parent.glob("step_*"):  # older step_N/ without meta.json: a deletion killed midway
-            older = _name_step(stale.name)
-            if older is not None and older < step and stale.is_dir() and not (stale / META).exists():
-                shutil.rmtree(stale, ignore_errors=True)
-    barrier(info)
+        try:
+            (tmp / META).write_text(json.dumps({"step": step, "world_size": info.world_size, "parallel": parallel}))
+            _sync(tmp / META)
+            _sync(tmp, directory=True)
+            if final.exists():
+                _remove(final)
+            tmp.rename(final)
+            _sync(final.parent, directory=True)
+        except Exception as exc:  # noqa: BLE001
+            error = _unwritable(tmp, exc)
+    _agree_saved(info, error, step, tmp)
+    if info.is_main:  # step_N/ is complete: a failure from here on leaves it, the one --resume takes
+        try:
+            for old in list_checkpoints(out_dir)[:-keep]:
+                _remove(old)
+            for stale in final.parent.glob("step_*.tmp"):  # left by saves killed midway: never complete, never loaded
+                if _name_step(stale.name[:-len(".tmp")]) is not None and stale.is_dir():
+                    shutil.rmtree(stale, ignore_errors=True)
+            for stale in final.parent.glob("step_*"):  # older step_N/ without meta.json: a deletion killed midway
+                older = _name_step(stale.name)
+                if older is not None and older < step and stale.is_dir() and not (stale / META).exists():
+                    shutil.rmtree(stale, ignore_errors=True)
+        except Exception as exc:  # noqa: BLE001
+            error = f"{final.parent}: cannot rotate ({type(exc).__name__}: {_first_line(exc)})"
+    _agree_saved(info, error, step, tmp, complete=True)
     return final
+
+
+def _unwritable(path: Path, exc: BaseException) -> str:
+    return f"{path}: cannot be written ({type(exc).__name__}: {_first_line(exc)})"
+
+
+def _agree_saved(info: DistInfo, error: str | None, step: int, tmp: Path, complete: bool = False) -> None:
+    """A stage of save done on every rank (in place of a barrier): CheckpointError on every rank where any rank's
+    `error` is set, naming the first failing rank and its error. Rank 0 removes the save's `tmp` first (an
+    incomplete checkpoint, never loaded; where the removal fails, the next save removes it). `complete`: the
+    checkpoint was renamed to step_N/ before the error (in the rotation of the older ones), and is kept."""
+    errors = [error]
+    if info.distributed:
+        errors = [None] * info.world_size
+        dist.all_gather_object(errors, error)
+    failed = [(rank, message) for rank, message in enumerate(errors) if message is not None]
+    if not failed:
+        return
+    if info.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+    rank, message = failed[0]
+    where = f"rank {rank}: " if info.distributed else ""
+    if complete:
+        raise CheckpointError(f"the checkpoint of step {step} is saved (--resume continues from it), but the older "
+                              f"ones are not rotated: {where}{message}")
+    raise CheckpointError(f"the checkpoint of step {step} is not saved: {where}{message}; the earlier checkpoints "
+                          "are kept as they were")
 
 
 def _remove(path: Path) -> None:
@@ -214,9 +265,9 @@ def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, info: D
     raises CheckpointError naming the file and what is wrong: nothing is restored from it, and nothing falls back
     silently to an older one (the error names it). Collective in a distributed run: every rank reads its files,
     then the ranks agree, so that a file only one rank cannot read (its rank{r}.pt) stops every rank with that
-    rank's error, not the others with a broken connection later; ranks handed different checkpoints (each takes
-    the latest it sees) stop with a CheckpointError naming each rank's. The optimizer's param_groups are the
-    checkpoint's afterwards, its settings included: the trainer puts this run's back
+    rank's error, not the others with a broken connection later; ranks handed different checkpoints stop with a
+    CheckpointError naming each rank's (the trainer hands every rank the one rank 0 chooses). The optimizer's
+    param_groups are the checkpoint's afterwards, its settings included: the trainer puts this run's back
     (nsa.training.optim.keep_settings)."""
     path = Path(path)
     error, blob, mine, step = None, None, None, -1

@@ -205,7 +205,7 @@ class Trainer:
 
         # resume
         if resume:
-            found = checkpoint.latest_checkpoint(self.out)
+            found = self._resume_choice()
             if found is None:
                 self.say(f"--resume: no checkpoint in {self.out / checkpoint.CHECKPOINT_DIR}; starting at step 0")
             else:
@@ -333,6 +333,30 @@ class Trainer:
                      f"reaches its floor at step {end_now} (the earlier run's at step {end_before}), so the learning "
                      f"rate from step {self.start_step + 1} on follows the new length; set train.decay_steps to keep "
                      "one schedule across resumes")
+
+    def _resume_choice(self) -> Path | None:
+        """The checkpoint --resume continues from, the same on every rank (a collective): the latest that rank 0
+        sees, or None where it sees none, broadcast by name. Each rank taking the latest it sees itself would have
+        the ranks differ on a shared file system that shows a new step_N/ to some nodes later (checkpoint.load
+        refuses that: the run would fail where it can resume). A rank that cannot see rank 0's checkpoint fails in
+        load's checked read, which stops every rank with that rank's error; a rank that sees none of them loads
+        rank 0's all the same, never starting at step 0 while the others resume. A checkpoint directory rank 0
+        cannot list stops every rank with a CheckpointError naming it."""
+        info = self.info
+        choice: list = [None]
+        if info.is_main:
+            try:
+                latest = checkpoint.latest_checkpoint(self.out)
+                choice = [("found", latest.name) if latest is not None else ("none", None)]
+            except OSError as exc:
+                choice = [("error", f"--resume: {self.out / checkpoint.CHECKPOINT_DIR} cannot be listed "
+                                    f"({type(exc).__name__}: {exc})")]
+        if info.distributed:  # beside the other start-up collectives (node_records): every rank is here
+            dist.broadcast_object_list(choice, src=0)
+        kind, value = choice[0]
+        if kind == "error":
+            raise checkpoint.CheckpointError(value + ("" if info.is_main else " (on rank 0)"))
+        return self.out / checkpoint.CHECKPOINT_DIR / value if kind == "found" else None
 
     def _setup_failed(self, exc: BaseException) -> None:
         """A failure after the boot heartbeat (a damaged checkpoint, a kernel this device cannot run, out of memory):
@@ -859,6 +883,9 @@ class Trainer:
             log.info(f"eval step {step}: val_loss {val:.4f}")
 
     def _save(self, step: int) -> None:
+        """A checkpoint of `step` (collective). A write that fails on any rank raises checkpoint.CheckpointError on
+        every rank, naming that rank's error (checkpoint.save), and the run ends "crashed" with its earlier
+        checkpoints as they were."""
         # one long call (heartbeat.LONG_CALL_MSGS): no progress point inside it; "checkpoint" once it is complete
         self.heartbeat.write(step, "saving")
         path = checkpoint.save(self.out, step, self.net, self.optimizer, self.info,

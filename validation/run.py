@@ -625,17 +625,24 @@ def write_all_reports(run_dir: Path, results: dict, keep_plots: bool = False) ->
 def report_run(run_dir: Path, fmt: str = "md", write: bool = False, against: Path | None = None
                ) -> tuple[str | None, list[Path]]:
     """`nsa-validate report RUN_DIR`: (the report in `fmt`, []) or with `write` (None, the files (re)written in
-    RUN_DIR); with `against`, the comparison with that earlier run is stored in results.json first. RunError for
-    bad input, ResultsError, ReportError or RunDirError from the files."""
+    RUN_DIR); with `against`, the comparison with that earlier run is stored in results.json first. Writing,
+    it holds RUN_DIR (held_run_dir: RunDirError while a run holds it). RunError for bad input, ResultsError,
+    ReportError or RunDirError from the files."""
     if fmt not in report.FORMATS:
         raise RunError(f"--format {fmt!r}: expected one of {', '.join(report.FORMATS)}")
     earlier = read_against(against)
     results = read_results(run_dir)
-    if earlier is not None:
-        add_performance_analysis(run_dir, results, against, earlier, refuse_empty=True)
-    if write:
-        return None, write_all_reports(run_dir, results, keep_plots=True)
-    return report.render(results, fmt, run_dir=run_dir), []
+    if earlier is None and not write:
+        return report.render(results, fmt, run_dir=run_dir), []
+    # what writes into RUN_DIR holds it as a run does (held_run_dir), read and write alike: a run still saving
+    # results.json would otherwise have its newer record replaced by this stale copy (a RunDirError, exit 2)
+    with held_run_dir(run_dir):
+        results = read_results(run_dir)
+        if earlier is not None:
+            add_performance_analysis(run_dir, results, against, earlier, refuse_empty=True)
+        if write:
+            return None, write_all_reports(run_dir, results, keep_plots=True)
+        return report.render(results, fmt, run_dir=run_dir), []
 
 
 def listing_dir(path: Path, option: str) -> Path:

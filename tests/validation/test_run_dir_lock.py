@@ -99,3 +99,26 @@ def test_a_fresh_run_into_a_directory_given_a_results_json_meanwhile_is_refused(
     with pytest.raises(RunError, match="holds a results.json written by another nsa-validate run"):
         run_runbook(RunRequest(runbook=runbook, out=out, cwd=REPO, no_report=True))
     assert (out / "results.json").read_text() == "{}"
+
+
+def test_report_that_writes_into_a_run_directory_a_run_holds_is_refused_and_changes_nothing(tmp_path):
+    """`report --write` (and `--against`, which stores its comparison in results.json) read results.json and write
+    it back: while a run holds RUN_DIR (and may save a newer results.json meanwhile) it is refused, naming RUN_DIR,
+    and nothing in it changes; printing a report writes nothing and needs no hold."""
+    import shutil
+
+    from validation.run import report_run
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(REPO / "reports" / "examples" / "cpu_smoke", run_dir)
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    with held_run_dir(run_dir):
+        with pytest.raises(RunDirError, match="is in use by another nsa-validate run"):
+            report_run(run_dir, write=True)
+        with pytest.raises(RunDirError, match="is in use by another nsa-validate run"):
+            report_run(run_dir, against=run_dir)
+        text, written = report_run(run_dir, fmt="json")
+        assert text and written == []
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    _, written = report_run(run_dir, write=True)  # free again: written
+    assert run_dir / "report.md" in written

@@ -72,7 +72,7 @@ from typing import Any
 
 from validation.analysis import metrics, plausibility, stats
 from validation.analysis.plausibility import implausible
-from validation.formatting import fmt_num, fmt_pct, plural
+from validation.formatting import finite, fmt_num, fmt_pct, plural
 from validation import kinds as step_kinds
 from validation.analysis.significance import ALPHA, StatsError, adjust_family
 from validation.analysis.significance.comparison import (MAX_USEFUL_FLOOR, PairNoise, RunNoise,
@@ -255,10 +255,14 @@ def _train_runs(step: dict) -> list[tuple[str, dict, str | None]]:
 def _untested(step: str, metric: str, x: Any, y: Any, threshold: float, note: str) -> dict[str, Any]:
     """A row shown, not tested. Its relative difference is None from a zero baseline (no percentage of 0), where
     the verdict follows the sign of the difference itself (memory 0 -> 0.4 GB is worse, not "same")."""
-    delta = y - x if isinstance(x, (int, float)) and isinstance(y, (int, float)) else None
-    rel = delta / abs(x) if delta is not None and x else 0.0 if delta == 0 else None
+    raw = y - x if isinstance(x, (int, float)) and isinstance(y, (int, float)) else None
+    delta = finite(raw)  # 1e308 against -1e308: no number (JSON has no inf), though its sign still decides below
+    if raw is None or not x:
+        rel = 0.0 if raw == 0 else None
+    else:  # y / |x| - sign(x) where the difference itself overflows
+        rel = finite(raw / abs(x) if math.isfinite(raw) else y / abs(x) - math.copysign(1.0, x))
     higher = stats.METRIC_DIRECTIONS.get(metric, "higher") == "higher"
-    change = rel if rel is not None else delta  # from a zero baseline any change is beyond a relative threshold
+    change = rel if rel is not None else raw  # from a zero baseline any change is beyond a relative threshold
     if change is None or change == 0 or (rel is not None and abs(rel) <= threshold):
         verdict = "same"
     else:
@@ -403,7 +407,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
         family = adjust_family([c for _, c in tested], alpha)
         for (i, _), c in zip(tested, family.comparisons):
             rows[i].update(c.as_dict())
-            rows[i].update(mean_a=c.mean_a, mean_b=c.mean_b, delta=c.mean_b - c.mean_a, rel_delta=c.rel,
+            rows[i].update(mean_a=c.mean_a, mean_b=c.mean_b, delta=finite(c.mean_b - c.mean_a), rel_delta=c.rel,
                            note=rows[i].pop("note_after", None))
             if rows[i]["note"] == UNKNOWN_RUN_NOISE and rows[i]["verdict"] == "same":
                 rows[i]["verdict"] = "inconclusive"  # its interval leaves out the unknown run-to-run variation

@@ -53,7 +53,16 @@ def test_three_strategies_side_by_side_with_the_byte_model_checked(run):
     # all-gathers of full shard, so it sends fewer bytes
     assert s["ddp"]["comm_bytes_counted"] == 4 * n_params
     assert s["fsdp_no_reshard"]["comm_bytes_counted"] < s["fsdp"]["comm_bytes_counted"]
-    assert {c.get("method") for c in m["comparisons"].values()} == {"paired"} and len(m["comparisons"]) == 3
+    # paired over the 2 repeats, unless a run of the pair was measured while other work used the machine (as under
+    # a busy CI): it is left out, and with 2 repeats too few remain to compare
+    shaken = {(x["label"], x["repeat"]) for x in (step.get("interference") or {}).get("launches") or []
+              if x.get("disturbed")}
+    assert len(m["comparisons"]) == 3
+    for key, c in m["comparisons"].items():
+        if any((label, r) in shaken for label in key.split(":") for r in range(2)):
+            assert "method" not in c and "its disturbed runs were left out" in c["text"], key
+        else:
+            assert c["method"] == "paired", key
     assert m["recommendation"] in s and "headroom" in m["recommendation_reason"]
     assert m["batch_search"]["skipped"].startswith("skipped on CPU")
 

@@ -149,3 +149,24 @@ def in_step(monkeypatch, at: int, act) -> None:
         return step_fn(self, step, record_stats)
 
     monkeypatch.setattr(trainer.Trainer, "train_step", stepping)
+
+
+def spawn_ranks(main, root: Path, world: int, timeout_s: float) -> list:
+    """Run `main(rank, store_path, root)` in `world` spawned processes (a file store under root/store for their
+    process group), each saving its results as root/rank{r}.pt; the ranks' results, in rank order. A rank still
+    alive after `timeout_s` in all is killed, and any rank that did not exit 0 fails the test."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=main, args=(r, str(root / "store"), str(root))) for r in range(world)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    assert [p.exitcode for p in procs] == [0] * world
+    return [torch.load(root / f"rank{r}.pt", weights_only=False) for r in range(world)]

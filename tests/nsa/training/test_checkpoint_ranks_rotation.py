@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import datetime
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
+from train_utils import spawn_ranks
 
 WORLD = 2
 
@@ -77,20 +76,7 @@ def _rank_main(rank: int, store: str, root: str) -> None:
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> list[dict]:
-    root = tmp_path_factory.mktemp("dist_checkpoint")
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_rank_main, args=(r, str(root / "store"), str(root))) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + 120
-    for p in procs:
-        p.join(timeout=max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join()
-    assert [p.exitcode for p in procs] == [0] * WORLD
-    return [torch.load(root / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+    return spawn_ranks(_rank_main, tmp_path_factory.mktemp("dist_checkpoint"), WORLD, timeout_s=120)
 
 
 def test_both_ranks_load_the_checkpoint_they_saved_each_with_its_own_data_position(ranks):

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import datetime
 import os
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
+from train_utils import spawn_ranks
 
 REPO = Path(__file__).resolve().parents[3]
 TINY = REPO / "configs" / "tiny_cpu.yaml"
@@ -186,20 +185,7 @@ def _saves(results: dict, rank: int, info, out: Path) -> None:
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> list[dict]:
-    root = tmp_path_factory.mktemp("resume_ranks")
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_rank_main, args=(r, str(root / "store"), str(root))) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + 150
-    for p in procs:
-        p.join(timeout=max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join()
-    assert [p.exitcode for p in procs] == [0] * WORLD
-    return [torch.load(root / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+    return spawn_ranks(_rank_main, tmp_path_factory.mktemp("resume_ranks"), WORLD, timeout_s=150)
 
 
 # ---------------------------------------------------------------------- --resume

@@ -42,15 +42,6 @@ def _mean(values) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def _rate_mean(values) -> float | None:
-    """The tokens/s of several runs of one configuration, each its window's figure over the same work (the same
-    window of steps, batch and world size): their work over their time, the harmonic mean of the rates
-    (metrics.window_mean, the rule of a window's own figure), never their plain mean, which counts a slow run as
-    much as a fast one and disagrees with the mean step time beside it; None without a number."""
-    values = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    return window_mean(values, "toks_per_s") if values else None
-
-
 def _record(cls: type[T], value: Any) -> T:
     """`value` as a `cls` record: given as one, or its JSON form (read leniently)."""
     return value if isinstance(value, cls) else decode(cls, value, lenient=True)
@@ -164,7 +155,7 @@ def figures(label: str, spec, runs: Sequence[LaunchRun], infos: Sequence[RunInfo
     aligned = [i.aligned for _, i in ok if i.aligned and i.aligned.per_step_s is not None]
     return StrategyFigures(
         strategy=spec.strategy, runs=len(mine), passed=len(ok), oom=sum(is_oom(r.reason) for r, _ in mine),
-        toks_per_s=_rate_mean(toks), toks_per_s_runs=toks,
+        toks_per_s=window_mean(toks, "toks_per_s"), toks_per_s_runs=toks,  # their work over their time
         step_time_s=_step_time(ok),
         peak_alloc_gb=max((s.peak_mem_alloc_gb for s in sums if s.peak_mem_alloc_gb is not None), default=None),
         peak_reserved_gb=max((s.peak_mem_reserved_gb for s in sums if s.peak_mem_reserved_gb is not None),

@@ -437,8 +437,8 @@ def point_times(ctx, step, runs: list[LaunchRun]) -> tuple[dict[float, list[floa
 
 def point_rows(runs: list[LaunchRun], times: dict, cliffs) -> list[Point]:
     """One row per value (scan and bisection points, by value): means over its passed runs (its tokens/s their work
-    over their time, _rate_mean, and its MFU alike); a run's time to first step and peak memory are those its metrics recorded from its
-    timeline.json and summary.json."""
+    over their time, metrics.window_mean over the runs' figures, and its MFU alike); a run's time to first step and
+    peak memory are those its metrics recorded from its timeline.json and summary.json."""
     by_value: dict[float, list[LaunchRun]] = {}
     for r in runs:
         by_value.setdefault(float(next(iter(r.params.values()))), []).append(r)
@@ -456,7 +456,8 @@ def point_rows(runs: list[LaunchRun], times: dict, cliffs) -> list[Point]:
         pair = pairs.get(value)
         rows.append(Point(value=int(value) if value.is_integer() else value, source=group[0].source or "scan",
                           runs=len(group), passed=len(passed), step_time_s=_mean(t), run_step_times_s=list(t),
-                          toks_per_s=_rate_mean(toks), mfu=_rate_mean(mfu, "mfu"), time_to_first_step_s=_mean(ttfs),
+                          toks_per_s=window_mean(toks, "toks_per_s"), mfu=window_mean(mfu, "mfu"),
+                          time_to_first_step_s=_mean(ttfs),
                           peak_mem_gb=max((x for x in mem if x is not None), default=None),
                           exponent_to_next=pair.exponent if pair else None, cliff_to_next=bool(pair and pair.cliff)))
     return rows
@@ -475,14 +476,6 @@ def _median(values: list[float]) -> float:
 def _mean(values) -> float | None:
     xs = [float(v) for v in values if finite(v) is not None]
     return sum(xs) / len(xs) if xs else None
-
-
-def _rate_mean(values, column: str = "toks_per_s") -> float | None:
-    """The runs' tokens/s (or MFU, in proportion to it) over the point's repeats: their work over their time (each
-    run's window the same work at the same value: the harmonic mean of the finite figures, metrics.window_mean), None
-    without one."""
-    xs = [float(v) for v in values if finite(v) is not None]
-    return window_mean(xs, column) if xs else None
 
 
 def _ms(value) -> str:

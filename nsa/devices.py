@@ -28,6 +28,9 @@ import re
 # NVLink 3 on an A100 SXM 600 GB/s -> 300, and the NVLink bridge of the PCIe parts (A100 PCIe, H100 PCIe and H100
 # NVL 600 GB/s -> 300, H200 NVL 900 GB/s -> 450); NVLink 2 on a V100 SXM2 300 GB/s -> 150 (the PCIe V100 is slower:
 # the larger figure, so no real figure is called impossible); no NVLink on L40S, L4 and A10G: PCIe 4.0 x16, 32.
+# Volta (NVIDIA Tesla V100 data sheet): SXM2 125 fp16 tensor TFLOP/s and 15.7 fp32, PCIe 112 and 14; it has no bf16
+# tensor cores, so bf16 has no peak there (BF16_UNSUPPORTED). The A10G (AWS's part) has no NVIDIA data sheet and the
+# figures published for it disagree (62.5 to 125 bf16 TFLOP/s): its peaks are unknown (None), its link is not.
 DEVICE_PEAKS = (
     ("H100 PCIe", 756.0, 51.0, 2.0, 114 * 16 * 1.62e-3, 300.0),
     ("H100 NVL", 835.5, 60.0, 3.9, 132 * 16 * 1.545e-3, 300.0),
@@ -42,9 +45,12 @@ DEVICE_PEAKS = (
     ("A100", 312.0, 19.5, 2.039, 108 * 16 * 1.41e-3, 300.0),
     ("L40S", 362.1, 91.6, None, None, 32.0),
     ("L4", 121.0, 30.3, None, None, 32.0),
-    ("A10G", 70.0, 31.2, None, None, 32.0),
+    ("A10G", None, None, None, None, 32.0),
+    ("V100-PCIE", 112.0, 14.0, None, None, 150.0),
     ("V100", 125.0, 15.7, None, None, 150.0),
 )
+# parts whose tensor cores have no bf16 (their column is the fp16 peak): bf16 on them has no peak here
+BF16_UNSUPPORTED = ("V100-PCIE", "V100")
 
 
 def device_entry(name: str) -> tuple | None:

@@ -11,7 +11,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from nsa.attention.cost_model import Peaks
-from nsa.devices import device_entry as _device_entry
+from nsa.devices import BF16_UNSUPPORTED, device_entry as _device_entry
 
 GB = 1024 ** 3
 
@@ -30,9 +30,10 @@ def peak_flops(device: torch.device, precision: str, override_tflops: float | No
         return None
     name = device_name(device)
     entry = _device_entry(name)
-    if entry is None:
+    if entry is None or (precision == "bf16" and entry[0] in BF16_UNSUPPORTED):
         return None
-    return (entry[1] if precision in ("bf16", "fp16") else entry[2]) * 1e12
+    peak = entry[1] if precision in ("bf16", "fp16") else entry[2]
+    return None if peak is None else peak * 1e12  # None: a listed part whose peak is not known (its link is)
 
 
 def roofline_peaks(name: str, precision: str = "bf16") -> Peaks | None:
@@ -43,6 +44,8 @@ def roofline_peaks(name: str, precision: str = "bf16") -> Peaks | None:
     if entry is None or entry[3] is None or entry[4] is None:
         return None
     flops = entry[1] if precision in ("bf16", "fp16") else entry[2]
+    if flops is None or (precision == "bf16" and entry[0] in BF16_UNSUPPORTED):
+        return None
     return Peaks(flops=flops * 1e12, exps=entry[4] * 1e12, bytes=entry[3] * 1e12)
 
 

@@ -40,7 +40,6 @@ def _peaks(monkeypatch, name: str) -> tuple:
     ("NVIDIA A100-PCIE-40GB", 312.0, 19.5, 1.555),
     ("NVIDIA A100 80GB PCIe", 312.0, 19.5, 1.935),  # the PCIe part's HBM, not the SXM part's 2.039
     ("NVIDIA L40S", 362.1, 91.6, None),
-    ("Tesla V100-SXM2-16GB", 125.0, 15.7, None),
 ])
 def test_real_device_names_get_their_own_parts_peaks(monkeypatch, name, bf16, fp32, hbm):
     got_bf16, got_fp32, got_hbm = _peaks(monkeypatch, name)

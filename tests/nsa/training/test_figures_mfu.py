@@ -38,12 +38,34 @@ def test_another_model_whose_name_extends_a_listed_one_is_unknown_not_that_one(m
 @pytest.mark.parametrize("name,bf16", [
     ("NVIDIA L4", 121.0), ("NVIDIA L40S", 362.1), ("NVIDIA H100 80GB HBM3", 989.4), ("NVIDIA H100 PCIe", 756.0),
     ("NVIDIA GH200 480GB", 989.4), ("NVIDIA H200", 989.4), ("NVIDIA A100-SXM4-80GB", 312.0),
-    ("NVIDIA A100-SXM4-40GB", 312.0), ("NVIDIA A100 80GB PCIe", 312.0), ("NVIDIA A10G", 70.0),
-    ("Tesla V100-SXM2-16GB", 125.0), ("NVIDIA B200", 2250.0),
+    ("NVIDIA A100-SXM4-40GB", 312.0), ("NVIDIA A100 80GB PCIe", 312.0),
+    ("NVIDIA B200", 2250.0),
     ("NVIDIA H100 NVL", 835.5), ("NVIDIA H200 NVL", 835.5),  # power-limited parts, not the SXM peak
 ])
 def test_listed_devices_keep_their_peaks(monkeypatch, name, bf16):
     assert _peak(monkeypatch, name) == pytest.approx(bf16 * 1e12)
+
+
+@pytest.mark.parametrize("name,fp16,fp32", [
+    ("Tesla V100-SXM2-16GB", 125.0, 15.7), ("Tesla V100-SXM2-32GB", 125.0, 15.7),  # the V100 data sheet
+    ("Tesla V100-PCIE-16GB", 112.0, 14.0), ("Tesla V100-PCIE-32GB", 112.0, 14.0),  # not the SXM2's 125
+])
+def test_volta_has_fp16_tensor_peaks_and_no_bf16_one(monkeypatch, name, fp16, fp32):
+    # Volta's tensor cores take fp16, not bf16: a bf16 run there has no tensor-core peak, so MFU is unknown rather
+    # than a figure against the fp16 peak
+    assert _peak(monkeypatch, name, "fp16") == pytest.approx(fp16 * 1e12)
+    assert _peak(monkeypatch, name, "fp32") == pytest.approx(fp32 * 1e12)
+    assert _peak(monkeypatch, name, "bf16") is None
+    assert roofline_peaks(name, "bf16") is None
+
+
+def test_a_part_without_a_data_sheet_has_no_peak_but_keeps_its_link(monkeypatch):
+    # the A10G (AWS's part): no NVIDIA data sheet, published bf16 figures from 62.5 to 125 TFLOP/s: unknown
+    from nsa.devices import link_gbps
+    for precision in ("bf16", "fp16", "fp32"):
+        assert _peak(monkeypatch, "NVIDIA A10G", precision) is None
+    assert roofline_peaks("NVIDIA A10G") is None
+    assert link_gbps("NVIDIA A10G") == 32.0  # PCIe 4.0 x16, each way
 
 
 def test_nvl_parts_have_their_own_bandwidth_and_exp_rate():

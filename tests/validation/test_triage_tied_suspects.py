@@ -95,6 +95,11 @@ def test_the_triage_step_reports_tied_suspects_and_a_criterion_naming_one_does_n
     m = step["metrics"]
     assert step["status"] == "passed" and m["culprit"] is None and m["tied"] == ["a", "b"]
     assert m["ranking"] == ["a", "b"] and all(m["suspects"][k]["significant"] for k in "ab")
+    # the tokens/s shown: each side's 4 runs (equal work) over their time, 4 / (1/100 + 1/102 + 1/98 + 1/101) =
+    # 100.2280..., not their plain mean 100.25 (a: 150.4319..., not 150.5)
+    assert m["config_toks_per_s"] == pytest.approx(4 / sum(1 / x for x in CONFIG), rel=1e-12)
+    assert m["config_toks_per_s"] == pytest.approx(100.22804, abs=1e-5)
+    assert m["suspects"]["a"]["toks_per_s"] == pytest.approx(150.43186, abs=1e-5)
     assert compile_expression("tr.culprit == 'a'").evaluate({"tr": m}).status != "pass"
     triage = get("triage")
     assert triage.summary_line(triage.read(step)) == " no single culprit: a, b cannot be told apart"

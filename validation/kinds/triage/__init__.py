@@ -10,7 +10,9 @@ Own keys:
             identifiers, not "config"); NSA_FAULT is never a suspect (an injected fault is part of the
             configuration under test, not a cause to find)
   repeats   runs of the configuration and of every suspect, interleaved (default 3; at least 2)
-A run's tokens/s is the median of its window (one unit per run, robust to a step another process slowed).
+A run's tokens/s is the median of its window (one unit per run, robust to a step another process slowed); the
+tokens/s shown for the configuration and each suspect is their repeats' work over their time (equal work a run: the
+harmonic mean of the runs' figures, validation.analysis.metrics.window_mean), the disturbed runs left out.
 Metrics: "culprit" (a suspect's name; null when the suspects were ranked and none is named; absent when nothing was
 compared, e.g. every run disturbed), "tied" (only where the suspect that would be the culprit cannot be told apart
 from others: it and those, in ranking order; the culprit null), "reason" (it also names a suspect left unranked:
@@ -31,6 +33,7 @@ from typing import Any, Mapping
 
 from validation import kinds
 from validation.analysis.interference import decision_record, disturbed_flags
+from validation.analysis.metrics import window_mean
 from validation.formatting import env_text, finite, fmt_num, fmt_pct, fmt_rate, params_text
 from validation.runbook.schema import REPEATS_MAX, env_vars, mapping, trainer_flags, typed
 from validation.analysis.significance import StatsError
@@ -173,7 +176,8 @@ class Triage(TrainerKind):
         for r in runs:  # a run measured under interference is left out, as a failed one would be
             data[r.label][r.repeat] = None if shaken[r.label][r.repeat] else run_toks(ctx, step, r)
         counted = Metrics(culprit=None, repeats=options.repeats, runs=len(runs),
-                          passed=sum(r.status == "passed" for r in runs), config_toks_per_s=_mean(data[CONFIG]))
+                          passed=sum(r.status == "passed" for r in runs),
+                          config_toks_per_s=window_mean(data[CONFIG], "toks_per_s"))
         try:
             ranking = rank_suspects(data[CONFIG], {k: data[k] for k in options.suspects},
                                     pair_noise=declared_pair_noise(ctx))
@@ -184,7 +188,7 @@ class Triage(TrainerKind):
             culprit, reason, ranked_ = ranking.culprit, ranking.reason, True
             suspects = {c.variant: Suspect(
                 effect=c.rel, ci=[c.ci_low, c.ci_high], p=c.p_value, p_adjusted=c.p_adjusted, significant=c.significant,
-                verdict=c.verdict, noise_floor=c.noise_floor, toks_per_s=_mean(data[c.variant]),
+                verdict=c.verdict, noise_floor=c.noise_floor, toks_per_s=window_mean(data[c.variant], "toks_per_s"),
                 changes=_changes(options.suspects[c.variant]), text=c.describe()) for c in ranking.comparisons}
             metrics = dataclasses.replace(counted, culprit=culprit, suspects=suspects,
                                           ranking=[c.variant for c in ranking.comparisons], statement=ranking.statement,
@@ -240,7 +244,7 @@ class Triage(TrainerKind):
             Paragraph(f"The configuration as it is: {fmt_rate(m.config_toks_per_s)} tokens/s; each suspect "
                       f"changed alone, {fmt_num(m.repeats)} interleaved repeats, ranked by effect."),
             Table((Column("Suspect"), Column("Change"), *(Column(c, numeric=True) for c in (
-                "Tokens/s, mean over repeats of each run's window median", "Effect on tokens/s", "95% CI",
+                "Tokens/s over repeats (work over time) of each run's window median", "Effect on tokens/s", "95% CI",
                 "p (Holm)")), Column("Significant")), rows,
                 marked={i for i, name in enumerate(ranking) if name == m.culprit}),
             Paragraph(f"{strong('Culprit')}: "
@@ -322,11 +326,6 @@ def _changes(spec: Settings) -> str:
     parts = [env_text(spec.env)] if spec.env else []
     parts += [f"--{k.replace('_', '-')} {v}" for k, v in spec.args.items()]
     return "; ".join(p for p in parts if p) or "—"
-
-
-def _mean(values) -> float | None:
-    xs = [float(v) for v in values if finite(v) is not None]
-    return sum(xs) / len(xs) if xs else None
 
 
 def _p(value) -> str:

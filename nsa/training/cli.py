@@ -10,8 +10,10 @@ are described in nsa.training.outputs; environment toggles in nsa.toggles; stop/
 Start-up stays light: this module imports no torch, so `nsa-train --help`, a bad flag and `nsa-train watchdog` never
 load it; main() imports the trainer (torch, the kernels) once the command line has parsed.
 
-Exit codes: 0 completed, halted (.HALT) or stopped by SIGTERM/SIGINT with a checkpoint; 1 crashed (traceback
-printed, status.json says why); 2 bad command line, config or data; 3 stopped on a non-finite loss or gradient. A
+Exit codes: 0 completed, halted (.HALT) or stopped by SIGTERM/SIGINT with a checkpoint; 1 crashed (status.json says
+why, error_rank{r}.txt holds the traceback; on stderr the traceback, or for a checkpoint that cannot be written, a
+full disk say, one line naming the path and the error); 2 bad command line, config or data (at start-up, a checkpoint
+--resume cannot read too); 3 stopped on a non-finite loss or gradient. A
 KeyboardInterrupt the stop handlers did not take (a second Ctrl-C, or one before they are installed) ends the
 process by SIGINT (130 in a shell), status.json "terminated", no checkpoint of the step it cut short.
 """
@@ -143,6 +145,13 @@ def main(argv: list[str] | None = None) -> int:
         except data.DataError as exc:  # e.g. a streaming loader that stopped answering; status.json has it too
             print(f"nsa-train: error: {exc}", file=sys.stderr)
             return trainer.EXIT_USAGE
+        except checkpoint.CheckpointError as exc:
+            # a checkpoint that cannot be written (a full disk, a permission, a file system gone; on any rank: every
+            # rank raises it): a failure of where the run writes, not of the code, so one line naming the path and
+            # the OS error, no traceback; the run has recorded it as any crash (status.json "crashed", the heartbeat's
+            # "error", error_rank{r}.txt with the traceback, which the validation suite's diagnosis reads)
+            print(f"nsa-train: error: {'' if rank == 0 else f'[rank {rank}] '}{exc}", file=sys.stderr)
+            return trainer.EXIT_CRASH
     finally:
         # the process group and its backend end here, with a barrier first after a run every rank ended
         # (nsa.training.distributed.shutdown); the trainer goes first: its model holds the process group too

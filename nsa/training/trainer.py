@@ -720,12 +720,22 @@ class Trainer:
                 self.control.uninstall()
             raise
         except BaseException as exc:
-            self._status("crashed", f"{type(exc).__name__}: {exc}", step)
-            self._finish_files("crashed")
-            self.heartbeat.write(step, "error", error=f"{type(exc).__name__}: {exc}")
-            self.heartbeat.close()
-            outputs.write_error(self.out, info.rank, exc)
-            self.control.uninstall()
+            # each record best effort, as at start-up (_setup_failed): one that fails (status.json on the full disk
+            # that failed the checkpoint) must neither hide the failure (nsa.training.cli says which it was) nor
+            # keep the others (the heartbeat's "error", the error file) from being written
+            failure, error = exc, f"{type(exc).__name__}: {exc}"
+            records = (("status.json", lambda: self._status("crashed", error, step)),
+                       ("summary.json / timeline.json", lambda: self._finish_files("crashed")),
+                       (f"heartbeat_rank{info.rank}.jsonl", lambda: self.heartbeat.write(step, "error", error=error)),
+                       (None, self.heartbeat.close),
+                       (f"error_rank{info.rank}.txt", lambda: outputs.write_error(self.out, info.rank, failure)),
+                       (None, self.control.uninstall))
+            for what, record in records:
+                try:
+                    record()
+                except Exception as record_exc:  # noqa: BLE001 - said, never raised over the run's own failure
+                    if what is not None:
+                        log.warning(f"{what} not written after the crash: {type(record_exc).__name__}: {record_exc}")
             raise
         finally:
             self._close()

@@ -43,8 +43,8 @@ from validation.launch.spec import TERM_GRACE_S
 from validation.results import reuse
 from validation.results.run import Step as StepRecord, read_run
 from validation.results.store import (DEFAULT_RUNS, FAILED_STEP_STATUSES, RESULTS_JSON, ResultsError, RunDirError,
-                                      cannot_write, held_run_dir, inside_run_dir, load_json, read_results,
-                                      write_results)
+                                      cannot_write, held_run_dir, inside_run_dir, load_json, not_regular_file,
+                                      read_results, write_results)
 from validation.runbook.loader import Runbook, RunbookError, load_runbook
 from validation.execution.runner import (NOT_REACHED, Reporter, ResumeError, RunOptions, Runner, check_resume, chosen,
                                          judge_resume, kept_if_not_rerun, left_out, no_winner_reason, steps_to_run,
@@ -672,11 +672,36 @@ def list_runbooks(runbooks_dir: Path) -> list[tuple]:
     return rows
 
 
+# the largest results.json a listing reads (a run's is well under 1 MiB: 0.3 MiB for cpu_smoke's 5 steps)
+LIST_MAX_BYTES = 64 << 20
+
+def _not_listed(path: Path) -> str | None:
+    """Why a listing does not read `path` (its row's verdict), from its stat alone: a results.json that is not a
+    regular file (a FIFO, a device: reading it waits for a writer, or never ends; store.not_regular_file) or is
+    larger than LIST_MAX_BYTES; None for one to read (where stat fails, reading it fails too: "unreadable")."""
+    odd = not_regular_file(path)
+    if odd:
+        return f"unreadable: {odd}"
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return None
+    if size > LIST_MAX_BYTES:
+        return f"unreadable: {size / (1 << 20):,.0f} MiB, larger than a listing reads ({LIST_MAX_BYTES >> 20} MiB)"
+    return None
+
+
 def list_runs(runs_dir: Path) -> list[tuple]:
     """(run directory, runbook name, verdict, started) of every run under `runs_dir`, from its results.json as it
-    is (not checked against the schema: a listing shows runs of any version); an unreadable one: "unreadable"."""
+    is (not checked against the schema: a listing shows runs of any version); an unreadable one: "unreadable", one
+    that is not a regular file or is larger than LIST_MAX_BYTES: "unreadable: " and why, without reading it (a FIFO
+    of that name held the listing forever)."""
     runs = []
     for results_path in sorted(Path(runs_dir).glob("*/results.json")):
+        why = _not_listed(results_path)
+        if why is not None:
+            runs.append((results_path.parent, "?", why, ""))
+            continue
         try:
             data = load_json(results_path)
             runs.append((results_path.parent, data["runbook"]["name"], data["verdict"], data["started"]))

@@ -17,6 +17,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -159,7 +160,9 @@ def read_results(run_dir: Path) -> RunResults:
     """RUN_DIR/results.json, checked (check_results). Raises ResultsError naming the file (and the key path)."""
     path = Path(run_dir) / RESULTS_JSON
     if not path.is_file():
-        raise ResultsError(f"{path}: not found (is {run_dir} a validation run directory?)")
+        odd = not_regular_file(path)
+        raise ResultsError(f"{path}: unreadable ({odd})" if odd else
+                           f"{path}: not found (is {run_dir} a validation run directory?)")
     return check_results(load_json(path), str(path))
 
 
@@ -176,12 +179,33 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+_NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def not_regular_file(path: Path) -> str | None:
+    """"a FIFO, not a regular file" for a path that is there but is no regular file (a symbolic link: what it leads
+    to), which a reader must not open (a FIFO waits for a writer, a device may never end); None for a regular file
+    or a path stat cannot see (reading it then says why)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    what = next((name for test, name in _NOT_REGULAR if test(mode)), None)
+    return f"{what}, not a regular file" if what else "not a regular file"
+
+
 def load_json(path: Path) -> Any:
     """The JSON value in the file at `path` (a results.json), parsed strictly: UTF-8 text holding one JSON value in
     which no object has a key twice (which of two values holds is not known). Raises ResultsError "PATH: unreadable
     (what is wrong)" for a file that cannot be read, is empty, is not UTF-8, is not JSON (cut off, garbled), repeats
-    a key, or holds a number or a nesting Python cannot read. NaN and Infinity are parsed; check_results refuses
-    them naming their key path."""
+    a key, or holds a number or a nesting Python cannot read, and, without opening it, for a path that is not a
+    regular file (not_regular_file). NaN and Infinity are parsed; check_results refuses them naming their key path."""
+    odd = not_regular_file(path)
+    if odd:
+        raise ResultsError(f"{path}: unreadable ({odd})")
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:

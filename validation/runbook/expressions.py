@@ -25,11 +25,18 @@ than is/is not, a division by zero, a result that is not finite (overflow to inf
 type mismatch gives status "error" with a detail sentence: a figure that is absent or not a number never makes a
 criterion pass (`not x.throttled` with throttled null is an error, not "not throttled"), nor does one held inside
 compared data (`x.sizes != [1, 2]` with a null size is an error) unless `in` / `not in` found the item it looked for.
-`or` whose every side is false or null is null when one is (`not (a.throttled or b.throttled)` with a.throttled null
-is an error: the absent figure might have held); `and` stops at a null, which is its value. Values of different
-kinds (a number or flag, a text, a list, a mapping) compared by == / != are a type mismatch (`x.code != '0'` with a
-code 0 is an error), and `in` / `not in` over a list finds an item only by one of its own kind (over a list holding
-nothing of its kind: an error).
+`and` / `or` follow three-valued (Kleene) logic: a part whose value is null is unknown (a null it compares or
+computes with is an error, as anywhere), and so is a part that reads a figure measured while other work used the
+machine (Expression.evaluate's `disturbed`: validation.execution.acceptance then makes a criterion inconclusive when
+it stands on one), or could not be evaluated for one; `and` is false when a known part is false, `or` true when
+a known part is true, whatever the unknown parts hold (`a.toks_per_s.mean > 100 and b.failed == 0` with a's figure
+disturbed and b.failed 3 is false, and reads b only). Otherwise the value is Python's: `and` settled by a null is
+null, `or` whose every side is false or null is null when one is (`not (a.throttled or b.throttled)` with a.throttled
+null is an error: the absent figure might have held), and a part settling it on a disturbed figure leaves the
+criterion standing on that figure. Values of different kinds (a number, a flag, a text, a list, a mapping) compared
+by == / != are a type mismatch (`x.code != '0'` with a code 0 is an error, and so is `x.ok == 1` with ok true: a
+flag is no number, as YAML's true is not 1), and `in` / `not in` over a list finds an item only by one of its own
+kind (over a list holding nothing of its kind: an error).
 A list read from the data and a list or tuple literal compare as the same kind of sequence (`x.throttle_reasons ==
 []`). `in` over a mapping finds a key as a subscript reads it (`50 in sweep.runs`: the key "50" of results.json).
 between(x, lo, hi) with lo above hi is an error (no value lies between).
@@ -43,7 +50,7 @@ import operator
 import re
 import reprlib
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 
 class ExpressionError(ValueError):
@@ -95,7 +102,7 @@ class EvalResult:
     actual: the values behind the verdict for a report's "Actual" column, e.g. "baseline.toks_per_s.mean = 847.2"
     reads:  the paths of Expression.paths the evaluation read to their end, each once, in their order: what a "pass"
             or "fail" stands on (`a.loss_drop > 0 and a.toks_per_s.mean > 1` failing on its loss never read the
-            throughput)
+            throughput; a part of and / or reading a disturbed figure that a known part decided without is left out)
     """
 
     value: Any
@@ -371,10 +378,13 @@ class Expression:
                 found += [w for w in (_step_path(node.operand),) if w is not None]
         return found
 
-    def evaluate(self, namespace: Mapping[str, Any], logs: Callable[[str], str] | None = None) -> EvalResult:
+    def evaluate(self, namespace: Mapping[str, Any], logs: Callable[[str], str] | None = None,
+                 disturbed: Collection[tuple[str, tuple]] = ()) -> EvalResult:
         """Evaluate against step results: namespace maps step names to nested mappings; logs(step) returns the
-        step's combined log text (for log_contains / log_count). Never raises for missing or bad data."""
-        ev = _Evaluator(namespace, logs)
+        step's combined log text (for log_contains / log_count); disturbed: the paths (as Expression.paths gives
+        them) whose figures were measured while other work used the machine, which decide no part of and / or that
+        reads them (the module docstring). Never raises for missing or bad data."""
+        ev = _Evaluator(namespace, logs, disturbed)
         try:
             value = ev.eval(self._tree.body)
         except _EvalError as exc:
@@ -387,13 +397,17 @@ class Expression:
 
 
 class _Evaluator:
-    def __init__(self, namespace: Mapping[str, Any], logs: Callable[[str], str] | None):
-        self.ns, self.logs = namespace, logs
+    def __init__(self, namespace: Mapping[str, Any], logs: Callable[[str], str] | None,
+                 disturbed: Collection[tuple[str, tuple]] = ()):
+        self.ns, self.logs, self.disturbed = namespace, logs, frozenset(disturbed)
         self.values: dict[int, Any] = {}   # id(node) -> value, for the "actual" text
+        self.set_aside: set[int] = set()   # id() of the parts of and / or that a known part decided without
 
     def reads(self, tree: ast.Expression) -> tuple[tuple[str, tuple], ...]:
-        """The paths of `tree` (Expression.paths) evaluated to their end, each once, in their order."""
-        return tuple(dict.fromkeys(path for node, path in _read_chains(tree.body) if id(node) in self.values))
+        """The paths of `tree` (Expression.paths) evaluated to their end, each once, in their order, but those of
+        a part of and / or that reads a disturbed figure and that a known part decided without."""
+        return tuple(dict.fromkeys(path for node, path in _read_chains(tree.body, frozenset(self.set_aside))
+                                   if id(node) in self.values))
 
     def eval(self, node: ast.AST) -> Any:
         value = self._eval(node)
@@ -416,16 +430,7 @@ class _Evaluator:
             k = -key.operand.value if isinstance(key, ast.UnaryOp) else key.value
             return self._lookup(node, self.eval(node.value), k)
         if isinstance(node, ast.BoolOp):
-            is_and = isinstance(node.op, ast.And)
-            value, unknown = None, False
-            for v in node.values:
-                value = self.eval(v)
-                if bool(value) != is_and:
-                    return value
-                unknown = unknown or value is None
-            # `a.x or b.y` false with a.x null is not known to be false: the absent figure might have held, so the
-            # value is None (`not (a.throttled or b.throttled)` with a.throttled null is then an error, never a pass)
-            return None if unknown else value
+            return self._boolop(node)
         if isinstance(node, ast.UnaryOp):
             v = self.eval(node.operand)
             if isinstance(node.op, ast.Not):
@@ -443,6 +448,52 @@ class _Evaluator:
         if isinstance(node, ast.Call):
             return self._call(node)
         raise AssertionError(f"unchecked node {type(node).__name__}")  # compile_expression rejects it
+
+    def _boolop(self, node: ast.BoolOp) -> Any:
+        """`and` / `or` in three-valued (Kleene) logic: a part that reads a disturbed figure (one in
+        self.disturbed), or could not be evaluated for one, is unknown, and so is a null part; `and` is false when a
+        known part is false, `or` true when a known part is true, whatever the unknown parts hold. Otherwise the value
+        is Python's (the first part that settles it, from left to right), but for `or` whose every part is false or
+        null: null when one is (the absent figure might have held). Parts after the one that settles it in Python
+        are evaluated only while an unknown part settles it, and one of them that cannot be evaluated decides
+        nothing; an error in a part Python evaluates is the expression's, unless the part is unknown."""
+        is_and = isinstance(node.op, ast.And)
+        settled: tuple[Any, _EvalError | None] | None = None  # Python's (value, error), once a part settles it
+        unknown: list[ast.AST] = []  # the parts that read a disturbed figure
+        value, null = None, False
+        for part in node.values:
+            try:
+                value, error = self.eval(part), None
+            except _EvalError as exc:
+                value, error = None, exc
+            shaken = self._reads_disturbed(part, error is not None)
+            if shaken:
+                unknown.append(part)
+            known_decides = not shaken and error is None and value is not None and bool(value) != is_and
+            if known_decides:  # false for `and`, true for `or`, whatever the unknown parts hold
+                self.set_aside.update(map(id, unknown))
+                return value
+            if settled is None:
+                if error is not None and not shaken:
+                    raise error
+                if error is not None or bool(value) != is_and:  # settled on an unknown or a null part: a known
+                    settled = (value, error)                     # part further on may still decide
+            null = null or value is None
+        if settled is not None:
+            if settled[1] is not None:
+                raise settled[1]
+            return settled[0]
+        # `a.x or b.y` false with a.x null is not known to be false: the absent figure might have held, so the
+        # value is None (`not (a.throttled or b.throttled)` with a.throttled null is then an error, never a pass)
+        return None if null else value
+
+    def _reads_disturbed(self, part: ast.AST, failed: bool) -> bool:
+        """Whether a part of and / or reads a disturbed figure: one its evaluation read (every path it names, when
+        it could not be evaluated), but in a part an and / or inside it decided without."""
+        if not self.disturbed:
+            return False
+        return any(path in self.disturbed for n, path in _read_chains(part, frozenset(self.set_aside))
+                   if failed or id(n) in self.values)
 
     def _lookup(self, node: ast.AST, container: Any, key: Any) -> Any:
         where = _src(node)
@@ -527,9 +578,9 @@ class _Evaluator:
                                  f"{type(right).__name__} {fmt_value(right)} in {_src(node)}: true and false are no "
                                  "numbers")
             if sym in ("==", "!="):
-                # 0 != '0' and [1] != 1 hold in Python: values of different kinds (a number, a text, a list, a
-                # mapping) compared for equality are a type mismatch, never a pass (a flag is a number here, as in
-                # Python: `x.ok == 1` holds for true)
+                # 0 != '0', [1] != 1 and false != 0 hold in Python (true == 1 too): values of different kinds (a
+                # flag, a number, a text, a list, a mapping) compared for equality are a type mismatch, never a pass
+                # (YAML's true and 1 are different things: `x.ok == 1` reading a flag is no check of it)
                 self._same_kind(node, sym, left, right)
             items = right
             if membership and isinstance(right, (list, tuple)):
@@ -664,16 +715,16 @@ def _kind(v: Any) -> str:
 
 
 def _mismatch(left: Any, right: Any) -> tuple[Any, Any] | None:
-    """The first pair of values of different kinds (_kind; a flag and a number are of one kind, as in Python) that
-    comparing `left` with `right` for equality would compare: the two themselves, else items at the same place of
-    two lists or values of the same key of two mappings, MAX_DEPTH levels down; None when there is none (a null item
-    is left to the comparison's hole check)."""
+    """The first pair of values of different kinds (_kind: a flag is no number, unlike in Python) that comparing
+    `left` with `right` for equality would compare: the two themselves, else items at the same place of two lists or
+    values of the same key of two mappings, MAX_DEPTH levels down; None when there is none (a null item is left to
+    the comparison's hole check)."""
     stack = [(left, right, 0)]
     while stack:
         a, b, depth = stack.pop()
         if a is None or b is None:
             continue
-        if _kind(a).replace("flag", "number") != _kind(b).replace("flag", "number"):  # true == 1, as in Python
+        if _kind(a) != _kind(b):
             return a, b
         if depth < MAX_DEPTH:
             if isinstance(a, (list, tuple)):

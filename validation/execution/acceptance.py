@@ -9,7 +9,8 @@ searches the step's logs.
 Verdict (``verdict``), in this order:
 
 - INCOMPLETE when the run was interrupted or steps are still pending (`--resume` continues it; a step the runbook
-  no longer has, kept from before a resume under "other steps", never runs again and is not waited for);
+  no longer has, kept from before a resume under "other steps", never runs again and is not waited for, and counts
+  for nothing below: that an earlier attempt failed it is no NO-GO, nor does it count among the steps passed);
 - NO-GO when a non-optional step that ran did not pass, or a criterion of severity "fail" failed or could not
   be computed (an error; a figure it reads outside its physical range is one, validation.analysis.plausibility,
   unless a disturbance explains it: then it is inconclusive, below);
@@ -18,7 +19,9 @@ Verdict (``verdict``), in this order:
   other work used the machine (validation.execution.evidence: it neither passes nor fails on disturbed evidence alone; its
   detail names the disturbance and the command that runs those steps again): nothing failed, but the evidence for
   GO is missing. A criterion whose outcome its evaluation reached without reading a disturbed figure (`a.loss_drop
-  > 0 and a.toks_per_s.mean > 1` failing on a loss that rose) decides as evaluated;
+  > 0 and a.toks_per_s.mean > 1` failing on a loss that rose) decides as evaluated, and so does one whose and / or
+  a known part decides whatever its disturbed parts hold (`a.toks_per_s.mean > 100 and b.failed == 0` with b.failed
+  3 fails: three-valued logic, validation.runbook.expressions);
 - GO otherwise: every non-optional step that ran passed and every "fail" criterion holds.
 
 The CLI exits 0 GO, 1 NO-GO, 3 INCOMPLETE (validation.cli).
@@ -123,7 +126,7 @@ def evaluate(runbook: Runbook, results: RunResults, run_dir: Path) -> list[Crite
                                 for n in not_run)
             status, actual, detail = "skipped", "n/a", f"not evaluated: {reasons}"
         else:
-            r = c.expr.evaluate(ns, logs)
+            r = c.expr.evaluate(ns, logs, _undecided_reads(runbook, run, results, c))
             status = {"pass": "pass", "fail": "fail" if c.severity == "fail" else "warn", "error": "error"}[r.status]
             actual, detail = r.actual, r.detail
             status, detail = _judge_evidence(runbook, run, results, ns, c, r.status, status, detail,
@@ -131,6 +134,27 @@ def evaluate(runbook: Runbook, results: RunResults, run_dir: Path) -> list[Crite
         rows.append(Criterion(name=c.name, expr=c.expr.text, target=c.target, severity=c.severity,
                               description=c.description, status=status, actual=actual, detail=detail))
     return rows
+
+
+def _undecided_reads(runbook: Runbook, run: Run, results: RunResults, criterion) -> list[tuple[str, tuple]]:
+    """The performance reads of a criterion (evidence.performance_reads) that _judge_evidence finds no evidence in:
+    those of a disturbed step, of a disturbed run of a step (`sweep.runs['x'].toks_per_s.mean`), and those of a
+    step (not of its runs) a figure outside its range of which only its disturbed runs measured. A part of and / or
+    reading one decides nothing (Expression.evaluate's `disturbed`)."""
+    steps = results["steps"]
+    out = []
+    for n, path in evidence.performance_reads(runbook, criterion):
+        step = steps.get(n) or {}
+        if evidence.disturbed(step):
+            out.append((n, path))
+        elif len(path) >= 2 and path[0] == "runs":
+            launch = _run_read(run.steps.get(n), path[1])
+            rec = launch_interference(written(launch.metrics)) if launch is not None else None
+            if rec is not None and rec.disturbed:
+                out.append((n, path))
+        elif (not path or path[0] != "runs") and evidence.disturbed_implausible(step):
+            out.append((n, path))
+    return out
 
 
 def _judge_evidence(runbook: Runbook, run: Run, results: RunResults, ns: dict, criterion, outcome: str, status: str,
@@ -226,7 +250,8 @@ def verdict(results: RunResults, interrupted: bool | str) -> tuple[str, str]:
     pending = [n for n, s in steps.items() if s.status in ("pending", "running", "interrupted") and n in listed]
     if pending:
         return "INCOMPLETE", f"step(s) not run yet: {', '.join(pending)}"
-    bad = [f"{n} {s.status}" for n, s in steps.items() if s.status in BAD_STEP and not s.optional]
+    # a step the runbook no longer lists (shown as removed) counts for nothing: neither a failure nor a pass
+    bad = [f"{n} {s.status}" for n, s in steps.items() if s.status in BAD_STEP and not s.optional and n in listed]
     required = [c for c in run.acceptance if c.severity == "fail"]
     failed = [c.name for c in required if c.status in ("fail", "error")]
     unproven = [c for c in required if c.status == "skipped"]
@@ -257,7 +282,7 @@ def verdict(results: RunResults, interrupted: bool | str) -> tuple[str, str]:
                          + evidence.rerun_command(run.runbook.path or "RUNBOOK", run.run_dir or "RUN_DIR", disturbed,
                                                   run.overrides(disturbed)))
         return "INCOMPLETE", "; ".join(parts) + "; nothing evaluated failed"
-    ran = sum(s.status == "passed" for s in steps.values())
+    ran = sum(s.status == "passed" and n in listed for n, s in steps.items())
     # a warn criterion that could not be evaluated is named too (a "fail" one that errs is NO-GO above)
     warns = [c.name for c in run.acceptance if c.status in ("warn", "inconclusive", "error")]
     note = f"; warnings: {', '.join(warns)}" if warns else ""

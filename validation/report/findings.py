@@ -164,10 +164,9 @@ def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) 
     sentence)}."""
     run = read_run(results)
     # a step the runbook no longer has (kept from an earlier attempt of a resumed run) is neither open nor waited
-    # for; what it passed or failed the verdict counts, so it is counted here too
+    # for, and what it passed or failed the verdict does not count: nor is it counted here
     removed = set(removed_steps(run))
-    in_order = [(n, s.status if s is not None else None) for n, s in run.steps_in_order()
-                if n not in removed or (s is not None and (s.status == "passed" or s.status in FAILED_STATUSES))]
+    in_order = [(n, s.status if s is not None else None) for n, s in run.steps_in_order() if n not in removed]
     statuses = {n: s for n, s in in_order if s is not None}
     passed = sorted(n for n, s in statuses.items() if s == "passed")
     failed = sorted(n for n, s in statuses.items() if s in FAILED_STATUSES)

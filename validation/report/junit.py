@@ -64,20 +64,18 @@ def render_junit(results: Run | dict) -> str:
             body = [step.excerpt] if step.excerpt else []
             body += [f"stack dump: {p}" for p in step.stack_dumps]
             out = []  # the case's system-out lines
-            if status in FAILED_STATUSES and not step.optional:  # what the verdict counts, removed from the runbook
-                # or not
-                message = reason or status
-                if name in removed:
-                    message = f"no longer in the runbook; {last_recorded(step)}"
-                failure = ET.SubElement(case, "failure", {"message": _xml_text(message), "type": status})
-                failure.text = _xml_text("\n".join(body) or reason or status)
-                outcome = "failure"
-            elif name in removed:  # not part of this runbook: nothing the verdict waits for or stands on
+            if name in removed:  # not part of this runbook: nothing the verdict waits for or stands on, whatever
+                # an earlier attempt recorded of it
                 ET.SubElement(case, "skipped", {"message": _xml_text(
                     f"not part of this runbook any more (removed since an earlier attempt recorded it); "
                     f"{last_recorded(record)}")})
                 out += body
                 outcome = "skipped"
+            elif status in FAILED_STATUSES and not step.optional:  # what the verdict counts
+                message = reason or status
+                failure = ET.SubElement(case, "failure", {"message": _xml_text(message), "type": status})
+                failure.text = _xml_text("\n".join(body) or reason or status)
+                outcome = "failure"
             elif status in FAILED_STATUSES:  # an optional step: its failure does not make the run NO-GO
                 ET.SubElement(case, "skipped", {"message": _xml_text(
                     f"optional step {status}, which the verdict does not stand on: {reason or status}")})

@@ -221,12 +221,11 @@ def open_problems(results: Run | dict) -> list[dict]:
     removed = set(removed_steps(run))
     items: list[dict] = []
     for name, step in run.steps_in_order():
-        if name in removed and (step is None or str(step.status) not in FAILED_STATUSES):
-            continue  # not part of the runbook any more: nothing of it is open (one that failed is, below: the
-            # verdict still counts it)
+        if name in removed:
+            continue  # not part of the runbook any more: nothing of it is open, whatever it recorded (the verdict
+            # does not count it)
         if step is not None:
-            where = f"step {name} (no longer in the runbook)" if name in removed else None
-            items += [{**p, "where": where} if where else p for p in _step_problems(name, step)]
+            items += _step_problems(name, step)
         else:
             items.append(_item("warn-incomplete", "MISSING", "warn", f"step {name}", "no result recorded"))
     for crit in run.acceptance:

@@ -83,14 +83,12 @@ def _step_view(number: str, name: str, record: Step | None, raw: Any, removed: b
 
 def _phase_status(step_views: list[dict], removed: dict[int, str] | None = None) -> dict:
     """A phase's status in a word: FAILED (a step failed), INCOMPLETE (a step did not finish or has no result),
-    SKIPPED (every step skipped), REMOVED (every step one the runbook no longer has, none of them failed), PASSED
+    SKIPPED (every step skipped), REMOVED (every step one the runbook no longer has, whatever it recorded), PASSED
     (otherwise: every step that ran passed). `removed`: {index in step_views: the status it last recorded} of the
     steps the runbook no longer has."""
     removed = removed or {}
-    # a step the runbook no longer has counts by what it last recorded when it failed (the verdict still counts
-    # that), else not at all: nothing of it is waited for
-    if any(status in FAILED_STATUSES for status in removed.values()):
-        return {"word": "FAILED", "css": "fail"}
+    # a step the runbook no longer has counts for nothing, whatever it last recorded: the verdict neither waits for
+    # it nor stands on it (validation.execution.acceptance.verdict)
     statuses = [v["status"]["value"] for i, v in enumerate(step_views) if i not in removed]
     if step_views and not statuses:
         return {"word": "REMOVED", "css": "skip"}

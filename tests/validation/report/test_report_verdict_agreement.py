@@ -161,16 +161,23 @@ def test_a_step_the_runbook_lost_is_removed_not_pending(results):
     assert not any("pending" in text.lower() or "old_probe" in text for text, _ in lines)
 
 
-def test_a_lost_step_that_failed_still_fails_as_the_verdict_counts_it(results):
+def test_a_lost_step_that_failed_counts_for_nothing_in_the_verdict_nor_in_the_report(results):
     _remove_step(results, status="failed", reason="exit code 1", duration_s=3.0)
-    assert _judged(results)["verdict"] == "NO-GO"
+    assert _judged(results)["verdict"] == "GO"  # a step the runbook no longer has counts for nothing in the verdict
     root = _junit(results)
-    assert _bad_cases(root) == ["old_probe"]
-    assert "last recorded: FAILED (exit code 1)" in _case(root, "other", "old_probe").find("failure").get("message")
+    assert _bad_cases(root) == []  # nor in the JUnit cases: skipped, saying what it last recorded
+    message = _case(root, "other", "old_probe").find("skipped").get("message")
+    assert "not part of this runbook" in message and "last recorded: FAILED (exit code 1)" in message
     md = render(results, "md")
     assert "REMOVED" in md and "last recorded: FAILED (exit code 1)" in md
     assert "--rerun old_probe" not in md  # a resume refuses a step its runbook lacks
-
+    assert "Other steps: no longer in the runbook — REMOVED" in md  # the phase is REMOVED, not FAILED
+    problems = md.split("## Open Problems")[1].split("\n## ")[0]
+    assert "old_probe" not in problems
+    conclusion = md.split("## Conclusion")[1].split("\n## ")[0]
+    assert "old_probe" not in conclusion
+    runbook_steps = sum(len(p["steps"]) for p in results["phases"])
+    assert f"- **Steps**: {runbook_steps} ({runbook_steps} passed)\n" in md
 
 
 def test_a_warning_that_cannot_be_evaluated_is_listed_with_the_warnings_not_the_failures(results):

@@ -83,11 +83,15 @@ def test_no_true_difference_keeps_the_default_and_passes(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("repeats, method", [(3, "paired"), (1, "blocks")])
 def test_a_large_true_difference_is_the_winner_and_recommended(monkeypatch, tmp_path, repeats, method):
-    """100 MB is 30% faster: it wins (paired over 3 repeats, or block means of single runs) and the later step uses
+    """100 MB is 30% faster: it wins (paired over 3 repeats, or block means of single runs held to the runbook's
+    declared launch noise: without a run-to-run noise one run a point names no winner) and the later step uses
     it; it is recommended only when it was replicated in interleaved repeats: one run per point chooses what later
     steps run with, never what a user is told to set."""
     trainer = FakeTrainer(lambda spec: 13_000.0 if bucket(spec) == "100" else 10_000.0, cv=0.02, run_cv=0.005)
-    results = run_runbook(monkeypatch, tmp_path, sweep_runbook(repeats), trainer)
+    text = sweep_runbook(repeats)
+    if repeats == 1:
+        text = text.replace("requirements:", "compare: {launch_sd: 0.02, pairs: 20}\nrequirements:", 1)
+    results = run_runbook(monkeypatch, tmp_path, text, trainer)
     sw = results["steps"]["sw"]
     d = sw["decision"]
     assert sw["status"] == "passed" and d["significant"] is True and d["method"] == method

@@ -3,7 +3,12 @@ that only names a winner when the data say so (validation.analysis.significance.
 
 - every repeat runs each point once, in a random order drawn per repeat (significance.interleaved_order; the
   seed comes from the run directory and is recorded), so that a machine's drift does not favour a point;
-- one run per point: the points are compared on block means of their windows; repeats: paired by repeat;
+- repeats: paired by repeat. One run per point: the points are compared on block means of their windows, each
+  run's noise held to at least the run-to-run variation this validation run measured in repeated runs before it
+  (significance.windows.measured_run_noise, as an A/B's) and to one launch's share of the runbook's declared launch
+  noise (`compare: {launch_sd, pairs}`). Block means of one window never see how far the next launch's level lies,
+  so with neither noise no point can be significant: the point to keep is kept and the decision's reason says why
+  and names the fix (`repeats: 2` or more, or a declared `compare`);
 - the best point is the winner only when it beats every other point significantly (p < 0.05) and by more than
   the noise floor; otherwise "no significant difference" and the point to keep is kept: `prefer:` when the runbook
   states one, else the runbook's own value of the swept keys (the step's env/args or `defaults`), else the matrix's
@@ -14,9 +19,10 @@ Later steps use the decision's point (the winner, or the point kept) as ${<step>
 Only a significant decision is recommended (validation.execution.acceptance.recommendations).
 
 Own keys: `matrix: {"env.NSA_DDP_BUCKET_MB": [25, 50, 100], "args.batch_size": [...]}`, `select: {metric, goal}`
-(default toks_per_s, max; the metric a training.csv column or a window figure: SELECT_METRICS), `repeats`
-(default 1), `prefer` (the point to keep without a significant difference: `{env.NSA_DDP_BUCKET_MB: 50}`, a list
-of such points in order of preference, or one value for a one-key matrix).
+(default toks_per_s; the metric a training.csv column or a window figure: SELECT_METRICS; the goal by default the
+metric's better direction: max for tokens/s, min for a step time, a loss or memory, max for a metric without one),
+`repeats` (default 1), `prefer` (the point to keep without a significant difference: `{env.NSA_DDP_BUCKET_MB: 50}`,
+a list of such points in order of preference, or one value for a one-key matrix).
 Result: "runs" (one per launch, each a trainer launch's record with its "repeat"),
 "decision": validation.analysis.significance.Decision.as_dict() plus "order_seed", "order" (labels in run order),
 "default_source" ("prefer", "runbook" or "first") and "points" {label: params};
@@ -30,7 +36,8 @@ decision in words), "rule"}.
 Options: the keys above. Result: the step record (validation.results.run.Step: its runs a LaunchRun each, its
 decision a DecisionRecord, its choice and winner a Choice), its metrics a Metrics; run() builds it, the report hooks
 read it (decoded leniently).
-Report: a row per run (the chosen point marked), the decision and its statistics; a bar chart of the means.
+Report: a row per run (the chosen point marked), the decision and its statistics; a bar chart of the means of the
+runs that passed.
 """
 
 from __future__ import annotations
@@ -49,7 +56,8 @@ from validation.launch.spec import safe_name
 from validation.formatting import (context_text, file_name, finite, fmt_num, fmt_pct, fmt_rate,
                                       fmt_tflops, mfu_text, param_name, params_text, shared_context_text)
 from validation.runbook.schema import REPEATS_MAX, mapping, setting_key, typed
-from validation.analysis.significance import StatsError, decide
+from validation.analysis.significance import Decision, StatsError, decide
+from validation.analysis.significance.windows import measured_run_noise
 from validation.kinds import train_report
 from validation.kinds.blocks import Block, Column, Paragraph, Table
 from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed,
@@ -77,6 +85,12 @@ class Options:
 # every run (compared over repeats); a name outside these measures nothing, and the decision would compare nothing
 SELECT_METRICS = tuple(dict.fromkeys(METRIC_COLUMNS + tuple(METRIC_DIRECTIONS)))
 UNDECIDED = ""  # Metrics.method where no decision was computed: method, noise_floor and recommended_repeats absent
+
+
+def default_goal(metric: str) -> str:
+    """`select: {goal}` where the runbook states none: the metric's better direction ("min" for a step time, a loss
+    or memory, METRIC_DIRECTIONS), else "max" (tokens/s, MFU; a metric without a direction)."""
+    return "min" if METRIC_DIRECTIONS.get(metric) == "lower" else "max"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,9 +123,10 @@ class Result(StepRecord):
     metrics: Metrics = dataclasses.field(default_factory=Metrics)
 
 
-RULE = ("a winner only when the best point beats every other one significantly (p < 0.05, block means of one "
-        "run each or paired over interleaved repeats) and by more than the noise floor; otherwise no significant "
-        "difference and the runbook's point is kept")
+RULE = ("a winner only when the best point beats every other one significantly (p < 0.05, paired over interleaved "
+        "repeats, or block means of one run each held to a run-to-run noise measured or declared: without one, none "
+        "is significant) and by more than the noise floor; otherwise no significant difference and the runbook's "
+        "point is kept")
 
 
 class Sweep(TrainerKind):
@@ -150,10 +165,11 @@ class Sweep(TrainerKind):
             if len(set(shown)) != len(shown):
                 raise ctx.error(path + ("matrix", key), f"values must be distinct, got {shown}")
         select = mapping(raw.get("select"), path + ("select",), ctx, ("metric", "goal"))
+        metric = typed(select.get("metric", "toks_per_s"), str, path + ("select", "metric"), ctx,
+                       choices=SELECT_METRICS)
         return Options(matrix=clean,
-                       select_metric=typed(select.get("metric", "toks_per_s"), str, path + ("select", "metric"), ctx,
-                                           choices=SELECT_METRICS),
-                       select_goal=typed(select.get("goal", "max"), str, path + ("select", "goal"), ctx,
+                       select_metric=metric,
+                       select_goal=typed(select.get("goal", default_goal(metric)), str, path + ("select", "goal"), ctx,
                                          choices=("max", "min")),
                        repeats=typed(raw.get("repeats", 1), int, path + ("repeats",), ctx, minimum=1,
                                       maximum=REPEATS_MAX),
@@ -187,11 +203,16 @@ class Sweep(TrainerKind):
         preferred = [label for label in preferred_points(options)[1:] if label != keep]
         ours = DecisionRecord(order_seed=order_seed(step, ctx.run_dir), order=[spec.label for spec in ctx.launches],
                               default_source=source, points=points)
+        # one run a point: block means of each run's window see only the noise within it, never how far the next
+        # launch's level lies; each run's noise is held to the run-to-run variation this validation run measured in
+        # repeated runs before (as an A/B's), and to one launch's share of the runbook's declared launch noise
+        rn = None if options.repeats > 1 else measured_run_noise(ctx.results, ctx.run_dir, options.select_metric)
+        launch_noise = declared_pair_noise(ctx)
         try:
             d = decide(data, default=keep, preference=preferred, higher_is_better=options.select_goal == "max",
                        metric=options.select_metric,
                        disturbed=disturbed_flags([encode(r) for r in runs], points, options.repeats),
-                       pair_noise=declared_pair_noise(ctx))
+                       run_noise=rn, pair_noise=launch_noise)
         except StatsError as exc:
             d = None
             reason = f"no decision: {exc}"
@@ -205,6 +226,8 @@ class Sweep(TrainerKind):
                     "kept")
             d = dataclasses.replace(d, winner=None, choice=keep, significant=False, kept_default=True, reason=text,
                                     recommendable=False, recommendation=f"nothing is recommended: {text}")
+        if d is not None and d.method == "blocks" and rn is None and launch_noise is None:
+            d = without_run_noise(d, keep)
         choice = None
         computed: dict[str, Any] = {}
         if d is not None:
@@ -364,9 +387,40 @@ class Sweep(TrainerKind):
         mark = decision_mark(r)
         keys = sorted({str(k) for run in r.runs for k in run.params})
         marked_color = "tab:green" if mark and mark[1] == "winner" else "tab:blue"
-        plotter.bars(bar_points(r.runs, tick_by_param=True), title=f"Sweep: {r.title or name}",
+        # the runs that passed: a failed run's partial window is no measurement of its point (the table shows it
+        # failed, the decision left it out), and as a bar of its own, or pooled into its point's bar, it would show
+        # the point as a loser
+        measured = [run for run in r.runs if run.status == "passed"]
+        plotter.bars(bar_points(measured, tick_by_param=True), title=f"Sweep: {r.title or name}",
                      xlabel=param_name(keys[0]) if len(keys) == 1 else "run", filename=f"sweep_{file_name(name)}.png",
                      colors=lambda i, label: marked_color if mark and label == mark[0] else "tab:gray", mark=mark)
+
+
+# what a sweep of one run a point needs to name a winner
+RUN_NOISE_FIX = ("to decide, set `repeats: 2` or more (interleaved repeats measure how far one launch lies from the "
+                 "next) or declare the machine's launch noise (`compare: {launch_sd, pairs}`, from A/A pairs)")
+NO_RUN_NOISE = ("with one run a point and no run-to-run noise measured or declared, block means of each run's window "
+                "do not see how far the next launch's level lies, so no point can be significant")
+
+
+def without_run_noise(d: Decision, keep: str) -> Decision:
+    """A decision over one run a point with neither a measured nor a declared run-to-run noise: block means of one
+    window see only the noise within it, and launches of one setting differ by several percent (three points of
+    equal throughput whose launch levels differ by 3% gave a significant winner in most simulated sweeps), so no
+    point is significant: `keep` is kept, the reason says why and names the fix. A decision that was not significant
+    keeps its choice and says the same."""
+    if not d.significant:
+        return dataclasses.replace(d, reason=f"{d.reason.rstrip('.')}; {NO_RUN_NOISE}: {RUN_NOISE_FIX}.")
+    comp = d.comparison
+    found = (f"{comp.variant} is ahead of {comp.baseline} on block means alone ({comp.metric} {comp.describe()})"
+             if comp is not None else f"{d.choice} is ahead on block means alone")
+    text = f"no winner: {found}, but {NO_RUN_NOISE}; {keep} is kept"
+    left_out = "".join(f"; excluded: {k} ({why})" for k, why in d.excluded) + "".join(
+        f"; left out because other work used the machine while it ran: {k} (repeat {r + 1})"
+        for k, r in d.disturbed_runs)
+    return dataclasses.replace(d, winner=None, choice=keep, significant=False, kept_default=True,
+                               reason=f"{text}{left_out}; {RUN_NOISE_FIX}.", recommendable=False,
+                               recommendation=f"nothing is recommended: {text}")
 
 
 def sweep_points(step) -> list[tuple[str, dict[str, Any]]]:

@@ -243,9 +243,10 @@ def choices_records(folder: Path, path: Path) -> list[dict]:
     one-file-per-round A/Bs have them, the verdict by round_verdict on forward + backward. The JSON is written after
     every block and says itself which arms finished, so an arm that finished is a figure whatever its step's exit
     (a crash in another arm, a later call that skipped or cut the step: the file is this machine's, in this
-    session's $W); an arm that failed, was being measured when the process ended, or was never reached (an arm of
-    its --arm list with no record) is "incomplete" with why, and every arm is when the baseline's own outputs changed
-    during the run (memory overwritten). [] for another kind of file."""
+    session's $W); an arm that failed, was being measured when the process ended, was cut by its step's time limit
+    and not measured again, or was never reached (an arm of its --arm list with no record) is "incomplete" with why,
+    and every arm is when the baseline's own outputs changed during the run (memory overwritten). [] for another
+    kind of file."""
     data = _read(path)
     if not (isinstance(data, dict) and data.get("bench") == "choices" and isinstance(data.get("arms"), dict)):
         return []
@@ -278,7 +279,8 @@ def choices_records(folder: Path, path: Path) -> list[dict]:
             if missing:  # a block without its time (a median outside its range is "-": no figure, never a ratio)
                 per_round[-1]["failed"] = "; ".join(missing)
         why = failed or rec.get("error") or ("in progress when the process ended" if data.get("in_progress") == arm
-                                            else None)
+                                            else None) or \
+            ("cut by its step's time limit, not measured again" if rec.get("cuts") and "verdict" not in rec else None)
         if why:
             per_round = [{**p, "ratio": {}} for p in per_round] if failed else per_round
             per_round.append({"round": len(per_round) + 1, "baseline_ms": None, "choice_ms": None, "ratio": {},
@@ -313,6 +315,36 @@ def _baseline_drift(arms: dict) -> str | None:
             if not (math.isfinite(a) and math.isfinite(b)) or abs(a - b) > OUTPUT_RTOL * max(abs(b), 1e-12):
                 return f"{key} {a:.6g} against the baseline's {b:.6g}"
     return None
+
+
+def qualifying_choices(paths) -> list[str]:
+    """next_run.sh's rule for the choices that go on to their numerics and memcheck (K5), from bench_choices' JSON
+    of each shape: "faster in every round" at one shape and "slower in every round" at none, and failed at none (an
+    arm whose outputs were not the baseline's, that crashed or ran out of memory at a shape is no candidate for the
+    default, whatever its time at the other). A/A arms (the baseline's choices in effect) are never candidates, and a
+    file whose baseline's outputs changed during the run (said by bench_choices, or found here as choices_records
+    finds it: a run cut before its own check) decides nothing, nor does one whose A/A arm (the noise floor) came out
+    faster or slower in every round. An arm not measured at a shape (skipped for time, in progress when its step was
+    cut) is not slower there. Sorted names."""
+    faster, excluded = set(), set()
+    for path in paths:
+        data = _read(Path(path))
+        if not (isinstance(data, dict) and data.get("bench") == "choices" and isinstance(data.get("arms"), dict)):
+            continue
+        if data.get("baseline_outputs_changed") or _baseline_drift(data["arms"]):
+            continue  # memory was overwritten during the run: none of its figures holds
+        if any(isinstance(rec, dict) and rec.get("note") and str(rec.get("verdict", "")).endswith("in every round")
+               for rec in data["arms"].values()):
+            continue  # the A/A arm (the shipped kernels against themselves) came out one way in every round: the
+            # shape's rounds favour a side by their order or the device's state, so no verdict of it holds
+        for arm, rec in data["arms"].items():
+            if not isinstance(rec, dict) or rec.get("note"):
+                continue
+            if rec.get("error") or rec.get("verdict") == "slower in every round":
+                excluded.add(arm)
+            elif rec.get("verdict") == "faster in every round":
+                faster.add(arm)
+    return sorted(faster - excluded)
 
 
 def train_records(folder: Path, path: Path, baselines: tuple[str, ...], failed: str | None = None) -> list[dict]:
@@ -414,7 +446,7 @@ def _ratio(ratio: dict, mode: str) -> str:
 def by_chance(rec: dict) -> str:
     """How often a verdict of "faster" (or "slower") in every round happens with no effect at all: each of n rounds
     independently either way, 2^-n (one-sided sign test), n the rounds with a ratio (a comparison timed by calls:
-    its calls). Two rounds, next_run.sh's rule until 2026-11-30, are 1 in 4; bench_choices' 5, 1 in 32."""
+    its calls). Two rounds, next_run.sh's rule until 2026-11-30, are 1 in 4; its 9 of bench_choices, 1 in 512."""
     if not rec["verdict"].endswith("in every round"):
         return ""
     if rec.get("mode") == "call":

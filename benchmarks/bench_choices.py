@@ -29,14 +29,16 @@ A crash loses only the arm being measured: the JSON is written after every block
 An arm that raises is recorded as failed and the next arm runs, unless CUDA no longer works (an illegal memory
 access leaves the context unusable): then the process ends, and --resume FILE continues: the finished arms kept,
 the one in progress when the process ended recorded as failed ("crashed"), the rest measured (--resume of a file
-not there yet starts afresh, so a script can always pass it).
+not there yet starts afresh, so a script can always pass it). SIGTERM (a step's time limit: timeout sends it before
+KILL) is no crash: the process exits 124 and --resume measures the arm in progress then afresh (cut a second time,
+it is failed, so that the arms after it are measured).
 Outputs: each block keeps its last pass's loss and input-gradient norm. An arm whose outputs are not the baseline's
 within 2% is failed (it computes something else: a wrong tile, an out-of-bounds write), and when the baseline's own
 outputs change during the run (memory overwritten under every later block) the run says so and exits 1.
 Peak memory: CUDA's max_memory_allocated per block (none on CPU, where the process's peak is every arm's).
 At 2,048 B 8 an eager pass is partly host-bound (on the H200 about 4 ms of GPU time in 7 ms of wall time), so a
 choice that launches fewer kernels gains there more than under CUDA graphs; at 65,536 the GPU time dominates.
-Exit 0 when every arm was measured, 1 when one failed, 2 for invalid options.
+Exit 0 when every arm was measured, 1 when one failed, 2 for invalid options, 124 when terminated.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import argparse
 import json
 import math
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -236,61 +239,90 @@ def main(argv=None) -> int:
     if args.resume is not None and args.resume.exists():
         record["arms"] = _resumed(args.resume, record)
     choices = Choices(sorted({flag for _, settings in arms for flag in settings}))
-    one = layer_pass(args)
-    choices.apply(base_settings)
-    base_choices = choices_in_effect(args.path, args.index_build)
-    failed = False
-    for name, settings in arms[1:]:
-        done = record["arms"].get(name, {})
-        if "error" in done or "verdict" in done:
-            print(f"  {name}: {'kept from ' + str(args.resume) if 'verdict' in done else done['error']}", flush=True)
-            failed |= "error" in done
-            continue
-        choices.apply(settings)
-        arm = {"settings": settings, "choices": choices_in_effect(args.path, args.index_build), "rounds": []}
-        if arm["choices"] == base_choices:
-            arm["note"] = "the same choices in effect as the baseline: an A/A comparison"
-        record["arms"][name], record["in_progress"] = arm, name
-        _write(args.json, record)
-        try:
-            for r in range(1, args.rounds + 1):
-                blocks = {}
-                for who in ((base_name, name) if r % 2 else (name, base_name)):
-                    choices.apply(base_settings if who == base_name else settings)
-                    blocks[who] = measure_block(one, args.warmup, args.repeats, args.device)
+    previous = signal.signal(signal.SIGTERM, _cut)  # the step's time limit (timeout's first signal)
+    try:
+        one = layer_pass(args)
+        choices.apply(base_settings)
+        base_choices = choices_in_effect(args.path, args.index_build)
+        failed = False
+        for name, settings in arms[1:]:
+            done = record["arms"].get(name, {})
+            if "error" in done or "verdict" in done:
+                print(f"  {name}: {'kept from ' + str(args.resume) if 'verdict' in done else done['error']}",
+                      flush=True)
+                failed |= "error" in done
+                continue
+            choices.apply(settings)
+            arm = {"settings": settings, "choices": choices_in_effect(args.path, args.index_build), "rounds": []}
+            if arm["choices"] == base_choices:
+                arm["note"] = "the same choices in effect as the baseline: an A/A comparison"
+            if done.get("cuts"):  # cut by the time limit in an earlier process: measured afresh, once more
+                arm["cuts"] = done["cuts"]
+            record["arms"][name], record["in_progress"] = arm, name
+            _write(args.json, record)
+            try:
+                for r in range(1, args.rounds + 1):
+                    blocks = {}
+                    for who in ((base_name, name) if r % 2 else (name, base_name)):
+                        choices.apply(base_settings if who == base_name else settings)
+                        blocks[who] = measure_block(one, args.warmup, args.repeats, args.device)
+                        _write(args.json, record)
+                    arm["rounds"].append({"round": r, "first": "baseline" if r % 2 else "arm",
+                                          "baseline": blocks[base_name], "arm": blocks[name],
+                                          "ratio": ratios(blocks[base_name], blocks[name])})
+                    if why := outputs_differ(blocks[base_name], blocks[name]):
+                        raise OutputsDiffer(f"round {r}: {why}")
+            except Exception as exc:  # noqa: BLE001 - an arm that fails (out of memory, a kernel's error) is a result
+                arm["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                failed = True
+                if cuda and not context_alive():
+                    record["in_progress"] = None
                     _write(args.json, record)
-                arm["rounds"].append({"round": r, "first": "baseline" if r % 2 else "arm",
-                                      "baseline": blocks[base_name], "arm": blocks[name],
-                                      "ratio": ratios(blocks[base_name], blocks[name])})
-                if why := outputs_differ(blocks[base_name], blocks[name]):
-                    raise OutputsDiffer(f"round {r}: {why}")
-        except Exception as exc:  # noqa: BLE001 - an arm that fails (out of memory, a kernel's error) is a result
-            arm["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            failed = True
-            if cuda and not context_alive():
-                record["in_progress"] = None
-                _write(args.json, record)
-                print(f"  {name}: failed: {arm['error']}; the CUDA context is lost: the other arms are left to "
-                      "--resume", flush=True)
-                return 1
-        finally:
-            choices.restore()
-        if "error" not in arm:
-            arm["verdict"] = round_verdict([p["ratio"]["fwdbwd"] for p in arm["rounds"]])
-        record["in_progress"] = None
-        _write(args.json, record)
-        print(line(name, arm), flush=True)
-    # the baseline's own outputs over the run: a kernel that wrote out of bounds into the layer's parameters or input
-    # changes every later block's, the baseline's too: then no block after it is a valid figure
-    base_blocks = [rnd["baseline"] for a in record["arms"].values() for rnd in a.get("rounds", [])]
-    drift = next((why for b in base_blocks[1:] if (why := outputs_differ(base_blocks[0], b))), None)
-    if drift:
-        record["baseline_outputs_changed"] = drift
-        _write(args.json, record)
-        print(f"  the baseline's outputs changed during the run ({drift}): memory was overwritten, no figure of "
-              "this run is valid", flush=True)
-        return 1
-    return 1 if failed else 0
+                    print(f"  {name}: failed: {arm['error']}; the CUDA context is lost: the other arms are left to "
+                          "--resume", flush=True)
+                    return 1
+            finally:
+                choices.restore()
+            if "error" not in arm:
+                arm["verdict"] = round_verdict([p["ratio"]["fwdbwd"] for p in arm["rounds"]])
+            record["in_progress"] = None
+            _write(args.json, record)
+            print(line(name, arm), flush=True)
+        # the baseline's own outputs over the run: a kernel that wrote out of bounds into the layer's parameters or
+        # input changes every later block's, the baseline's too: then no block after it is a valid figure
+        base_blocks = [rnd["baseline"] for a in record["arms"].values() for rnd in a.get("rounds", [])]
+        drift = next((why for b in base_blocks[1:] if (why := outputs_differ(base_blocks[0], b))), None)
+        if drift:
+            record["baseline_outputs_changed"] = drift
+            _write(args.json, record)
+            print(f"  the baseline's outputs changed during the run ({drift}): memory was overwritten, no figure of "
+                  "this run is valid", flush=True)
+            return 1
+        return 1 if failed else 0
+    except Cut:
+        # cut by the time limit, not crashed: the arm in progress is measured afresh by --resume; cut a second time,
+        # it is failed (it does not fit the step's time), so that the arms after it are measured
+        if (name := record["in_progress"]) is not None:
+            cuts = record["arms"][name].get("cuts", 0) + 1
+            record["arms"][name] = {"cuts": cuts} if cuts < 2 else {
+                **record["arms"][name], "cuts": cuts,
+                "error": "cut twice by the step's time limit while measured (see the step's log)"}
+            record["in_progress"] = None
+            _write(args.json, record)
+            print(f"  {name}: cut by SIGTERM (the time limit) while measured"
+                  + (": left to --resume" if cuts < 2 else f": {record['arms'][name]['error']}"), flush=True)
+        return 124
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Cut(BaseException):
+    """SIGTERM while measuring: the step's time limit (timeout sends it first), not a fault of the arm in progress (a
+    BaseException, so that an arm's `except Exception` does not take it for the arm's failure)."""
+
+
+def _cut(signum, frame):
+    raise Cut()
 
 
 class OutputsDiffer(RuntimeError):

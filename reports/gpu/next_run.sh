@@ -15,8 +15,10 @@
 # the machine's 30 s idle release, with BUDGET at most the device time left minus a margin). A step that
 # exited 0 leaves $W/<part>/.<step>.ok: a later call on the same warm machine logs it DONE and does not run it
 # again, so a second call runs what failed, was cut or skipped (gpu_kernels.yaml continues with --resume). A step
-# starts only when its time is left (never cut short to fit another); what was skipped says so in log.txt. The
-# runbook runs through `python3 -m validation.cli` (the image's nsa-validate script belongs to another Python).
+# starts only when at least half of its estimated time is left (BUDGET less 15 s less the time spent), and runs
+# until its estimate or that end, whichever is first (never cut short to fit another); what was skipped says so in
+# log.txt. The runbook runs through `python3 -m validation.cli` (the image's nsa-validate script belongs to another
+# Python). BUDGET is whole seconds (anything else is refused before anything runs, exit 2).
 #
 # PART=kernels
 #   K3  the topk choice (nsa.attention.selection.TOPK_CHOICE: the keys kernel, torch.topk and _blocksel_finish_kernel
@@ -26,7 +28,7 @@
 #       the forward's 17.2 ms, and aten glue 4.6 ms, the sort choice's `where` and fill passes among it, which the
 #       topk choice does not launch (reports/gpu/2026-11-30-h200). Its tests and memcheck ran clean there (S1, S2).
 #   K4  issue 31 items 2.3-2.6's launch choices, each against the shipped kernels, in one process per shape
-#       (bench_choices.py, 65,536 B 1 then 2,048 B 8; 5 rounds of adjacent blocks, ABBA): the range forward/dQ tiles
+#       (bench_choices.py, 65,536 B 1 then 2,048 B 8; 9 rounds of adjacent blocks, ABBA): the range forward/dQ tiles
 #       (QUERY_CHOICES bn32, m64_bn32), the selected backward's query-outer dQ (DQ_CHOICES query), its per-pair
 #       partial output (OUT_CHOICES partial), the fused host glue (HOST_CHOICES fused), the kv forward's
 #       register-lean 64-row tile (FWD_TILE_CHOICES m64_w4), the forced blocks through the range kernels' band merged
@@ -43,7 +45,8 @@
 #       not yet measured). A choice that crashes the process (an illegal memory access) loses only itself: the step
 #       continues its file in new processes until every choice has a verdict or an error; an arm whose loss or input
 #       gradient is not the shipped kernels' is failed, not timed.
-#   K5  the choices faster in every round at one shape and not slower in every round at the other: their numerics on the GPU in bf16 against float64 (each
+#   K5  the choices faster in every round at one shape and not slower in every round at the other (failed at neither:
+#       benchmarks/ab_table.py's qualifying_choices): their numerics on the GPU in bf16 against float64 (each
 #       test file in its own process, the slow cases included there) and memcheck of the layer's kernels under each
 #       (qualify.py, bf16, S 2,048, hpg 6). A choice becomes the default ('auto': QUALIFIED_QUERY, QUALIFIED_DQ,
 #       QUALIFIED_OUT, QUALIFIED_HOST, QUALIFIED_FWD_TILE, QUALIFIED_FORCED, QUALIFIED_GLUE) only where K4 shows it
@@ -98,8 +101,9 @@
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD PATH=$PATH:/usr/local/cuda/bin NSA_TB_DISABLE=1
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"; BUDGET=${BUDGET:-570}; PART=${PART:-kernels}
-W=${W:-/tmp/nsa_gpu}; mkdir -p $W/kernels $W/trainer; DRY=${DRY:-}; NSTEP=0
+W=${W:-/tmp/nsa_gpu}; mkdir -p "$W/kernels" "$W/trainer"; DRY=${DRY:-}; NSTEP=0
 case $PART in kernels|selection|h100|choices|trainer) ;; *) echo "PART=$PART: expected kernels, selection, h100, choices or trainer" >&2; exit 2;; esac
+case $BUDGET in *[!0-9]*|0*) echo "BUDGET=$BUDGET: expected the call's seconds, a whole number above 0 (e.g. 570)" >&2; exit 2;; esac
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 left() { echo $(( BUDGET - $(el) )); }
 log() { echo "[$(el)s] $*" | tee -a "$OUT/log.txt"; }
@@ -117,7 +121,7 @@ step() {
   local code=$?
   log "$name exit $code (limit ${cap}s)"
   [ $code -eq 0 ] && touch "$dir/.$name.ok"
-  tar czf "$OUT/$(basename $dir).tgz" -C $W "$(basename $dir)"  # after every step: a cut call keeps what ran
+  tar czf "$OUT/$(basename "$dir").tgz" -C "$W" "$(basename "$dir")"  # after every step: a cut call keeps what ran
 }
 [ -z "$DRY" ] && { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; nproc
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
@@ -128,11 +132,11 @@ step() {
 # the packed-key topk choice against the full sort: the selection alone, then the layer, alternated (step prefix $1)
 topk_ab() {
   local pre=$1 dir=$2
-  step "${pre}_topk_ab" 90 $dir python3 benchmarks/bench_selection.py --topk-ab --device cuda --seq-lens 2048,16384,65536 \
-      --repeats 11 --json $dir/topk_ab.json
-  step "${pre}_layer_topk_65536b1" 90 $dir python3 benchmarks/bench_choices.py --device cuda --dtype bf16 --shape m7c \
+  step "${pre}_topk_ab" 90 "$dir" python3 benchmarks/bench_selection.py --topk-ab --device cuda --seq-lens 2048,16384,65536 \
+      --repeats 11 --json "$dir/topk_ab.json"
+  step "${pre}_layer_topk_65536b1" 90 "$dir" python3 benchmarks/bench_choices.py --device cuda --dtype bf16 --shape m7c \
       --seq-len 65536 --batch 1 --arm sort=topk-choice:sort --arm topk=topk-choice:topk --rounds 9 --repeats 5 \
-      --warmup 2 --json $dir/layer_topk_65536b1.json
+      --warmup 2 --json "$dir/layer_topk_65536b1.json"
 }
 
 # issue 31 items 2.3-2.6's launch choices, each against the shipped kernels (arm NAME=FLAG:VALUE of bench_choices),
@@ -162,20 +166,27 @@ CHOICE_NAMES="query_bn32 query_m64_bn32 dq_query out_partial host_fused tile_m64
 # block of the shipped kernels and one of the choice, adjacent; an A/A arm, shipped_again, for the noise floor); a
 # crash (an illegal memory access ends the process) loses the arm in progress only: the step continues its file
 # (--resume) in a new process until every arm has a verdict or an error, each process measuring at least one arm
-# or recording it as crashed; a later call on the warm machine continues it the same way
+# or recording it as crashed (an arm cut by the step's time limit is no crash: measured afresh by the next process);
+# a process that leaves the file as it was (it failed before its first arm) is not followed by another; a later
+# call on the warm machine continues it the same way
 choices_ab() {
-  local pre=$1 dir=$2 s b need j k name
+  local pre=$1 dir=$2 s b need j k name before
   for shape in "65536 1 240" "2048 8 180"; do
-    set -- $shape; s=$1; b=$2; need=$3; j=$dir/choices_${s}b${b}.json
+    set -- $shape; s=$1; b=$2; need=$3; j="$dir/choices_${s}b${b}.json"
     for k in 0 1 2 3 4 5 6 7 8 9 10 11 12; do
       name="${pre}_choices_${s}b${b}"; [ $k -gt 0 ] && name="${name}_resume$k"
       if [ -z "$DRY" ] && choices_done "$j"; then
         log "DONE ${pre}_choices_${s}b${b}: every arm has a verdict or an error"; break
       fi
-      step "$name" $need $dir python3 benchmarks/bench_choices.py --device cuda --dtype bf16 --shape m7c \
-          --seq-len $s --batch $b "${ARMS[@]}" --rounds 9 --repeats 5 --warmup 2 --json $j --resume $j
+      before=$(cksum "$j" 2>/dev/null)
+      step "$name" $need "$dir" python3 benchmarks/bench_choices.py --device cuda --dtype bf16 --shape m7c \
+          --seq-len $s --batch $b "${ARMS[@]}" --rounds 9 --repeats 5 --warmup 2 --json "$j" --resume "$j"
       [ $? -eq 3 ] && break  # skipped for time
       [ -n "$DRY" ] && [ $k -ge 1 ] && break  # DRY: the first command and one resume are checked
+      if [ -z "$DRY" ] && [ "$(cksum "$j" 2>/dev/null)" = "$before" ]; then
+        # it failed before measuring or recording any arm (its options, the layer, CUDA): a new process would too
+        log "NOT RESUMED $name: it left $(basename "$j") as it was (see $name.txt)"; break
+      fi
     done
   done
 }
@@ -194,27 +205,16 @@ PY
 }
 
 # the choices faster in every round at one shape and not slower in every round at the other (DRY: every choice, so
-# that each command is checked); A/A arms and failed ones never
+# that each command is checked); A/A arms never, nor a choice that failed at either shape (outputs not the
+# shipped kernels', a crash), nor the figures of a file whose baseline changed (benchmarks/ab_table.py's
+# qualifying_choices)
 winners() {
   if [ -n "$DRY" ]; then echo $CHOICE_NAMES; return; fi
   python3 - "$@" <<'PY'
-import json, sys
-faster, slower = set(), set()
-for path in sys.argv[1:]:
-    try:
-        d = json.load(open(path))
-    except (OSError, ValueError):
-        continue
-    if d.get("baseline_outputs_changed"):
-        continue  # memory was overwritten during the run: none of its figures holds
-    for a, r in d.get("arms", {}).items():
-        if r.get("note") or r.get("error"):
-            continue
-        if r.get("verdict") == "faster in every round":
-            faster.add(a)
-        elif r.get("verdict") == "slower in every round":
-            slower.add(a)
-print(" ".join(sorted(faster - slower)))
+import sys
+sys.path.insert(0, "benchmarks")
+from ab_table import qualifying_choices
+print(" ".join(qualifying_choices(sys.argv[1:])))
 PY
 }
 
@@ -227,7 +227,7 @@ qualify_choices() {
   shift 2
   for n in "$@"; do for f in ${TESTS[$n]:-}; do case " $files " in *" $f "*) ;; *) files="$files $f";; esac; done; done
   for f in $files; do
-    step "${pre}_$f" ${TEST_NEED[$f]:-120} $dir python3 -m pytest -q -p no:cacheprovider tests/nsa/attention/kernels/$f.py
+    step "${pre}_$f" ${TEST_NEED[$f]:-120} "$dir" python3 -m pytest -q -p no:cacheprovider tests/nsa/attention/kernels/$f.py
   done
   for n in "$@"; do
     specs=${MEMCHECK[$n]:-}
@@ -239,7 +239,7 @@ qualify_choices() {
       seq=${4:-2048}; only=""; hpg=${6:-6}; topk=${7:-auto}; tag=""
       [ -n "${5:-}" ] && only=", '--kernels', '$5'"
       [ $# -ge 6 ] && tag="_s${seq}_hpg${hpg}_${topk}"
-      step "${pre}_memcheck_${2}_${3}${tag}" 60 $dir compute-sanitizer --tool memcheck --launch-timeout 0 python3 -c \
+      step "${pre}_memcheck_${2}_${3}${tag}" 60 "$dir" compute-sanitizer --tool memcheck --launch-timeout 0 python3 -c \
           "import sys, importlib; setattr(importlib.import_module('nsa.attention.kernels.$1'), '$2', '$3'); \
 from nsa.attention import selection; selection.TOPK_CHOICE = '$topk'; \
 from nsa.attention.kernels import qualify; \
@@ -249,33 +249,33 @@ sys.exit(qualify.main(['--dtype', 'bf16', '--seq-len', '$seq', '--hpg', '$hpg'$o
 }
 
 if [ "$PART" = kernels ]; then
-  K=$W/kernels
-  topk_ab K3 $K        # the pending change the most forward time hangs on
-  choices_ab K4 $K     # every launch choice against the shipped kernels
-  WIN=$(winners $K/choices_65536b1.json $K/choices_2048b8.json)
+  K="$W/kernels"
+  topk_ab K3 "$K"        # the pending change the most forward time hangs on
+  choices_ab K4 "$K"     # every launch choice against the shipped kernels
+  WIN=$(winners "$K/choices_65536b1.json" "$K/choices_2048b8.json")
   log "choices faster in every round: ${WIN:-none}"
-  [ -n "$WIN" ] && qualify_choices K5 $K $WIN
+  [ -n "$WIN" ] && qualify_choices K5 "$K" $WIN
   RD=artifacts/validate/gk
   if [ -f $RD/results.json ]; then MODE="--resume $RD"; else MODE="--out $RD"; fi
   # need 200: it starts in the second call with its time (its first step, the kernel tests, took 195 s), and what is
   # cut keeps its finished steps (--resume)
-  step K2_gpu_kernels 200 $K python3 -m validation.cli run runbooks/gpu_kernels.yaml --skip trainer_bench $MODE
-  for f in report.md results.json junit.xml; do cp $RD/$f $K/ 2>/dev/null; done
-  for f in layer_bench layer_profile; do cp $RD/$f/bench.json $K/$f.json 2>/dev/null; done
-  tar czf "$OUT/kernels.tgz" -C $W kernels
+  step K2_gpu_kernels 200 "$K" python3 -m validation.cli run runbooks/gpu_kernels.yaml --skip trainer_bench $MODE
+  for f in report.md results.json junit.xml; do cp $RD/$f "$K/" 2>/dev/null; done
+  for f in layer_bench layer_profile; do cp $RD/$f/bench.json "$K/$f.json" 2>/dev/null; done
+  tar czf "$OUT/kernels.tgz" -C "$W" kernels
 fi
 
 if [ "$PART" = selection ]; then
-  K=$W/selection; mkdir -p $K
-  topk_ab S3 $K  # first: tests and memcheck ran clean on the H200 on 2026-11-30, the A/B did not fit
-  step S1_test_selection_topk 40 $K python3 -m pytest -q -p no:cacheprovider tests/nsa/attention/test_selection_topk.py
-  step S1_test_triton_selection_topk 60 $K python3 -m pytest -q -p no:cacheprovider \
+  K="$W/selection"; mkdir -p "$K"
+  topk_ab S3 "$K"  # first: tests and memcheck ran clean on the H200 on 2026-11-30, the A/B did not fit
+  step S1_test_selection_topk 40 "$K" python3 -m pytest -q -p no:cacheprovider tests/nsa/attention/test_selection_topk.py
+  step S1_test_triton_selection_topk 60 "$K" python3 -m pytest -q -p no:cacheprovider \
       tests/nsa/attention/kernels/test_triton_selection_topk.py
-  step S1_test_triton_selection_under_topk 90 $K python3 -c "import sys, pytest; from nsa.attention import selection; \
+  step S1_test_triton_selection_under_topk 90 "$K" python3 -c "import sys, pytest; from nsa.attention import selection; \
 selection.TOPK_CHOICE = 'topk'; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', \
 'tests/nsa/attention/kernels/test_triton_selection.py']))"
   for s in 2048 65536; do for h in 1 6; do
-    step "S2_memcheck_topk_s${s}_hpg${h}" 40 $K compute-sanitizer --tool memcheck --launch-timeout 0 python3 -c \
+    step "S2_memcheck_topk_s${s}_hpg${h}" 40 "$K" compute-sanitizer --tool memcheck --launch-timeout 0 python3 -c \
         "import sys; from nsa.attention import selection; selection.TOPK_CHOICE = 'topk'; \
 from nsa.attention.kernels import qualify; sys.exit(qualify.main(['--dtype', 'bf16', '--seq-len', '$s', '--hpg', '$h', \
 '--kernels', 'select,sel_kv']))"
@@ -283,10 +283,10 @@ from nsa.attention.kernels import qualify; sys.exit(qualify.main(['--dtype', 'bf
 fi
 
 if [ "$PART" = h100 ]; then
-  H=$W/h100; mkdir -p $H
+  H="$W/h100"; mkdir -p "$H"
   RD=artifacts/validate/gk; HD=artifacts/validate/h100
   # the first of: this machine's gpu_kernels run, a committed one of the same source; else the phase is skipped
-  MODE=$(python3 - "$RD" "$HD" <<'PY' 2> $H/reuse_check.txt
+  MODE=$(python3 - "$RD" "$HD" <<'PY' 2> "$H/reuse_check.txt"
 import sys
 from pathlib import Path
 from validation.results import reuse
@@ -305,41 +305,41 @@ print(f"--out {hd} --skip kernels")
 PY
 )
   log "h100_single: $MODE"
-  step H1_h100_single 530 $H python3 -m validation.cli run runbooks/h100_single.yaml $MODE
-  for f in report.md report.html results.json junit.xml; do cp $HD/$f $H/ 2>/dev/null; done
-  tar czf "$OUT/h100.tgz" -C $W h100
+  step H1_h100_single 530 "$H" python3 -m validation.cli run runbooks/h100_single.yaml $MODE
+  for f in report.md report.html results.json junit.xml; do cp $HD/$f "$H/" 2>/dev/null; done
+  tar czf "$OUT/h100.tgz" -C "$W" h100
 fi
 
 if [ "$PART" = choices ]; then
-  C=$W/choices; mkdir -p $C
-  qualify_choices C1 $C $CHOICE_NAMES  # numerics, then memcheck, of every choice (K5 ran the winners' only)
+  C="$W/choices"; mkdir -p "$C"
+  qualify_choices C1 "$C" $CHOICE_NAMES  # numerics, then memcheck, of every choice (K5 ran the winners' only)
   # PART=kernels' K4 on this machine: continued (its files), not again
-  if [ -f $W/kernels/choices_65536b1.json ]; then choices_ab K4 $W/kernels; else choices_ab C3 $C; fi
-  step C4_range_q_tiles 150 $C python3 benchmarks/tune_kernels.py --device cuda --all --families range_q \
+  if [ -f "$W/kernels/choices_65536b1.json" ]; then choices_ab K4 "$W/kernels"; else choices_ab C3 "$C"; fi
+  step C4_range_q_tiles 150 "$C" python3 benchmarks/tune_kernels.py --device cuda --all --families range_q \
       --candidates bn32,bn32_s3,m64_bn32,1 --seq-lens 65536,2048 --batch 1,8 --repeats 5 --warmup 1 --timeout 120 \
-      --json $C/range_q_tiles.json
-  tar czf "$OUT/choices.tgz" -C $W choices
+      --json "$C/range_q_tiles.json"
+  tar czf "$OUT/choices.tgz" -C "$W" choices
 fi
 
 if [ "$PART" = trainer ]; then
-  T=$W/trainer
-  step T0_loss_tests 90 $T python3 -m pytest -q -p no:cacheprovider tests/nsa/test_loss.py
-  step T0_loss_memcheck 120 $T compute-sanitizer --tool memcheck --launch-timeout 0 python3 -m pytest -q \
+  T="$W/trainer"
+  step T0_loss_tests 90 "$T" python3 -m pytest -q -p no:cacheprovider tests/nsa/test_loss.py
+  step T0_loss_memcheck 120 "$T" compute-sanitizer --tool memcheck --launch-timeout 0 python3 -m pytest -q \
       -p no:cacheprovider tests/nsa/test_loss.py -k fused
-  step T0_loss 90 $T python3 benchmarks/bench_loss.py --device cuda --repeats 10 \
-      --fused-configs 8192x16,16384x32 --json $T/loss.json
+  step T0_loss 90 "$T" python3 benchmarks/bench_loss.py --device cuda --repeats 10 \
+      --fused-configs 8192x16,16384x32 --json "$T/loss.json"
   OLD="NSA_OPT_FUSED=0,NSA_LOSS=reference,NSA_ROPE=reference"
-  step T1_dense_each_change 240 $T python3 benchmarks/bench_train.py --device cuda --models dense --modes graphs \
+  step T1_dense_each_change 240 "$T" python3 benchmarks/bench_train.py --device cuda --models dense --modes graphs \
       --repeats 2 --variant "old:$OLD" --variant "rope:NSA_OPT_FUSED=0,NSA_LOSS=reference,NSA_ROPE=fused" \
       --variant "adam:NSA_OPT_FUSED=1,NSA_LOSS=reference,NSA_ROPE=reference" \
-      --variant "loss:NSA_OPT_FUSED=0,NSA_LOSS=fused,NSA_ROPE=reference" --json $T/dense_each_change.json
-  step T2_long_context 120 $T python3 benchmarks/bench_train.py --device cuda --modes graphs --contexts 16384,32768 \
-      --json $T/long_context.json
-  step T3_compile 200 $T python3 benchmarks/bench_train.py --device cuda --modes compile,compile+graphs \
-      --json $T/compile.json
-  step T3_test_compiled_capture 120 $T python3 -m pytest -q -p no:cacheprovider \
+      --variant "loss:NSA_OPT_FUSED=0,NSA_LOSS=fused,NSA_ROPE=reference" --json "$T/dense_each_change.json"
+  step T2_long_context 120 "$T" python3 benchmarks/bench_train.py --device cuda --modes graphs --contexts 16384,32768 \
+      --json "$T/long_context.json"
+  step T3_compile 200 "$T" python3 benchmarks/bench_train.py --device cuda --modes compile,compile+graphs \
+      --json "$T/compile.json"
+  step T3_test_compiled_capture 120 "$T" python3 -m pytest -q -p no:cacheprovider \
       tests/nsa/training/test_cuda_graphs.py -k compiled_model
 fi
 log "done"
-tail -n 12 $W/kernels/*.txt 2>/dev/null | cut -c1-200
-tail -n 12 $W/selection/*.txt $W/choices/*.txt $W/trainer/*.txt 2>/dev/null | cut -c1-220
+tail -n 12 "$W"/kernels/*.txt 2>/dev/null | cut -c1-200
+tail -n 12 "$W"/selection/*.txt "$W"/choices/*.txt "$W"/trainer/*.txt 2>/dev/null | cut -c1-220

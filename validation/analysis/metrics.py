@@ -374,15 +374,33 @@ def _throughput_drift(frame: pd.DataFrame, warmup: int) -> float | None:
     the window: a slow decline that the window's CV cannot see (each window steady, the run slowing). Medians of
     thirds, not a fit: steps are autocorrelated, and a few slow steps (a checkpoint, a GC pause) move no median.
     None below DRIFT_MIN_ROWS finite values or without a positive first median."""
+    rows = _drift_rows(frame, warmup)
+    if rows is None:
+        return None
+    values, third = rows[1], rows[1].size // 3
+    first, last = float(np.median(values[:third])), float(np.median(values[-third:]))
+    return _num(last / first - 1.0) if first > 0 else None
+
+
+def _drift_rows(frame: pd.DataFrame, warmup: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(row positions, tokens/s) of the rows the throughput drift reads: after the warmup, with a finite tokens/s;
+    None below DRIFT_MIN_ROWS of them."""
     if "toks_per_s" not in frame:
         return None
     values = frame["toks_per_s"].to_numpy(dtype="float64")[warmup:]
-    values = values[np.isfinite(values)]
-    if values.size < DRIFT_MIN_ROWS:
+    kept = np.isfinite(values)
+    return ((np.arange(values.size) + warmup)[kept], values[kept]) if int(kept.sum()) >= DRIFT_MIN_ROWS else None
+
+
+def drift_thirds(frame: pd.DataFrame, warmup: int) -> tuple[list[int], list[int]] | None:
+    """The row positions (in the frame's order) of the two parts of the run the throughput drift compares (the first
+    and the last third of the rows after the warmup with a finite tokens/s), or None where it has none (fewer than
+    DRIFT_MIN_ROWS such rows)."""
+    rows = _drift_rows(frame, warmup)
+    if rows is None:
         return None
-    third = values.size // 3
-    first, last = float(np.median(values[:third])), float(np.median(values[-third:]))
-    return _num(last / first - 1.0) if first > 0 else None
+    positions, third = [int(i) for i in rows[0]], rows[0].size // 3
+    return positions[:third], positions[-third:]
 
 
 def summarize(read: CsvRead, window: Window, world_size: int = 1) -> dict[str, Any]:

@@ -115,6 +115,7 @@ def evaluate(runbook: Runbook, results: RunResults, run_dir: Path) -> list[Crite
     run = _run(results)
     logs = _logs(run, run_dir)
     steps: dict[str, Step] = run.steps  # type: ignore[assignment]  # every step has a record while the run runs
+    records = results["steps"]  # as results.json holds them: their interference records as written
     rows = []
     for c in runbook.acceptance:
         # a step of the runbook without a record has not run yet: a resumed run whose runbook gained steps, cut off
@@ -126,22 +127,22 @@ def evaluate(runbook: Runbook, results: RunResults, run_dir: Path) -> list[Crite
                                 for n in not_run)
             status, actual, detail = "skipped", "n/a", f"not evaluated: {reasons}"
         else:
-            r = c.expr.evaluate(ns, logs, _undecided_reads(runbook, run, results, c))
+            r = c.expr.evaluate(ns, logs, _undecided_reads(runbook, run, records, c))
             status = {"pass": "pass", "fail": "fail" if c.severity == "fail" else "warn", "error": "error"}[r.status]
             actual, detail = r.actual, r.detail
-            status, detail = _judge_evidence(runbook, run, results, ns, c, r.status, status, detail,
+            status, detail = _judge_evidence(runbook, run, records, ns, c, r.status, status, detail,
                                              None if r.status == "error" else r.reads)
         rows.append(Criterion(name=c.name, expr=c.expr.text, target=c.target, severity=c.severity,
                               description=c.description, status=status, actual=actual, detail=detail))
     return rows
 
 
-def _undecided_reads(runbook: Runbook, run: Run, results: RunResults, criterion) -> list[tuple[str, tuple]]:
+def _undecided_reads(runbook: Runbook, run: Run, steps: dict, criterion) -> list[tuple[str, tuple]]:
     """The performance reads of a criterion (evidence.performance_reads) that _judge_evidence finds no evidence in:
     those of a disturbed step, of a disturbed run of a step (`sweep.runs['x'].toks_per_s.mean`), and those of a
     step (not of its runs) a figure outside its range of which only its disturbed runs measured. A part of and / or
-    reading one decides nothing (Expression.evaluate's `disturbed`)."""
-    steps = results["steps"]
+    reading one decides nothing (Expression.evaluate's `disturbed`). `steps`: the step records as results.json
+    holds them."""
     out = []
     for n, path in evidence.performance_reads(runbook, criterion):
         step = steps.get(n) or {}
@@ -157,7 +158,7 @@ def _undecided_reads(runbook: Runbook, run: Run, results: RunResults, criterion)
     return out
 
 
-def _judge_evidence(runbook: Runbook, run: Run, results: RunResults, ns: dict, criterion, outcome: str, status: str,
+def _judge_evidence(runbook: Runbook, run: Run, steps: dict, ns: dict, criterion, outcome: str, status: str,
                     detail: str | None, read: tuple | None = None) -> tuple[str, str | None]:
     """(status, detail) of an evaluated criterion once its evidence is judged (validation.execution.evidence): "inconclusive"
     when a performance figure it reads comes from a disturbed step (it may neither pass nor fail on that alone, nor
@@ -165,13 +166,12 @@ def _judge_evidence(runbook: Runbook, run: Run, results: RunResults, ns: dict, c
     evaluated), or when a figure outside its physical range that the decision it reads stands on was measured only
     by disturbed runs (the decision left them out: evidence.disturbed_implausible); "error" when a figure it reads
     lies outside its physical range (validation.analysis.plausibility) and no disturbance explains it; otherwise as
-    evaluated. `results`: the run as results.json holds it, which the
+    evaluated. `steps`: the step records as results.json holds them, which the
     interference records are read from. `read`: the paths a "pass" or "fail" was evaluated from (EvalResult.reads;
     None: every path of the expression, as for an error): a figure the evaluation never read (`a.loss_drop > 0 and
     a.toks_per_s.mean > 1` failing on a loss that rose) is no evidence the outcome stands on, so a correctness check
     still decides on a disturbed step."""
     reads = [r for r in evidence.performance_reads(runbook, criterion) if read is None or r in read]
-    steps = results["steps"]
     shaken = list(dict.fromkeys(n for n, _ in reads if evidence.disturbed(steps.get(n) or {})))
     # `sweep.runs['x'].toks_per_s.mean` reads one launch (the namespace's: the last of its label), which a decision
     # that left it out as disturbed does not make undisturbed: step -> the disturbed launches read

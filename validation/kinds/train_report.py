@@ -149,6 +149,15 @@ def training_period(startup: dict[str, Any] | Startup, steps: list[int], step_ti
     return (start, ends[last]) if start is not None else None
 
 
+def step_times(read) -> tuple[list[int], list[float]] | None:
+    """(steps, step times in s) of a launch's training.csv as read (validation.analysis.metrics.CsvRead), what
+    training_period places steps in time by; None without rows or a step time column."""
+    frame = getattr(read, "frame", None)
+    if frame is None or frame.empty or "step_time_s" not in frame.columns:
+        return None
+    return [int(s) for s in frame["step"].to_list()], [float(x) for x in frame["step_time_s"].to_list()]
+
+
 def telemetry_metrics(step_dir: Path, startup: dict[str, Any], read, window: Window,
                       context: dict[str, Any]) -> dict[str, Any]:
     """Telemetry metrics of one launch (see the module docstring); {} without a telemetry file."""
@@ -156,11 +165,9 @@ def telemetry_metrics(step_dir: Path, startup: dict[str, Any], read, window: Win
     if not rows:
         return {}
     period, what = None, "the whole launch (no timeline.json or training.csv to place the window)"
-    frame = getattr(read, "frame", None)
-    if frame is not None and not frame.empty and "step_time_s" in frame.columns:
-        period = training_period(startup, [int(s) for s in frame["step"].to_list()],
-                                 [float(x) for x in frame["step_time_s"].to_list()],
-                                 window.first_step, window.last_step)
+    timed = step_times(read)
+    if timed is not None:
+        period = training_period(startup, *timed, window.first_step, window.last_step)
         if period is not None:
             what = f"the statistics window, steps {window.first_step}-{window.last_step}"
     on_gpu = decode(RunContext, context, "context", lenient=True).on_cpu() is not True  # a CPU run on a GPU node

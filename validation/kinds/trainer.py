@@ -77,10 +77,10 @@ RUN_METRICS = tuple(f"runs.<label>.{m}" for m in TRAINER_METRICS)  # a multi-run
 # The metrics of a trainer launch that measure speed (validation.execution.evidence): throughput, step and start-up times,
 # utilisation; not the loss, memory or what the run was (its config, its status).
 TRAINER_PERFORMANCE = ("toks_per_s", "toks_per_s_per_gpu", "toks_per_s_per_node", "step_time_s", "mfu",
-                       "tflops_per_s", "throughput_stable", "scaling_efficiency", "time_to_first_step_s", "startup",
-                       "gpu_util", "summary.tokens_per_s", "summary.samples_per_s", "summary.avg_step_time_s",
-                       "summary.min_step_time_s", "summary.max_step_time_s", "summary.avg_step_time_excl_first_s",
-                       "summary.comm_time_s", "summary.comm_share")
+                       "tflops_per_s", "throughput_stable", "throughput_drift", "scaling_efficiency",
+                       "time_to_first_step_s", "startup", "gpu_util", "summary.tokens_per_s", "summary.samples_per_s",
+                       "summary.avg_step_time_s", "summary.min_step_time_s", "summary.max_step_time_s",
+                       "summary.avg_step_time_excl_first_s", "summary.comm_time_s", "summary.comm_share")
 RUN_PERFORMANCE = tuple(f"runs.<label>.{m}" for m in TRAINER_PERFORMANCE)
 
 

@@ -4,6 +4,13 @@ throughput stability and a memory plateau.
 Own keys: none (the train keys). Metrics: a trainer launch's (validation.kinds.trainer) plus "halted" (a .HALT file
 or the trainer ended halted), "stalls" (1 when the launch hung), "stack_dumps" (paths). A halted run fails.
 
+The throughput drift (validation.analysis.metrics: the median tokens/s of the last third of the run after the
+warmup over that of the first third) measures speed as the window's tokens/s does: a criterion on it decides
+nothing when the run was measured under interference (validation.execution.evidence; a trainer kind's
+TRAINER_PERFORMANCE). It reads the whole run, the
+launch's interference its statistics window only: the launch's record is that of a third the drift reads when that
+third was measured under interference and the window was not (drift_interference).
+
 Result: the step record of one trainer launch (validation.kinds.trainer.TrainerResult), its metrics the launch's
 LaunchMetrics with what the watchdog found (Metrics).
 """
@@ -11,16 +18,24 @@ LaunchMetrics with what the watchdog found (Metrics).
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from validation import contracts
 from validation import kinds
+from validation.analysis.interference import launch_interference
+from validation.analysis.metrics import USABLE_STATUSES, drift_thirds, read_training_csv
 from validation.formatting import fmt_gb, fmt_num, fmt_pct
 from validation.kinds.blocks import Block, Column, Table
+from validation.kinds.train_report import step_times, training_period
+from validation.launch import telemetry
+from validation.results.codec import encode
+from validation.results.interference import LaunchInterference
+from nsa.training.outputs import TRAINING_CSV
 from nsa.training.watchdog import HALT_NAME
 from validation.kinds.trainer import (EARLIER_TOLERANCE_S, TRAINER_METRICS, TrainerKind, TrainerResult, launch_one,
                                       launch_started, written_before)
-from validation.results.trainer_launch import LaunchMetrics
+from validation.results.trainer_launch import LaunchMetrics, RunContext, Startup
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +70,12 @@ class Longrun(TrainerKind):
                   or one.metrics.trainer_status == "halted")
         launch = {f.name: getattr(one.metrics, f.name) for f in dataclasses.fields(LaunchMetrics)}
         dumps = contracts.stack_dumps(out_dir, since - EARLIER_TOLERANCE_S if since is not None else 0.0)
+        # the drift reads the whole run after the warmup, the launch's interference its window only
+        window = launch_interference(one.metrics.extra)
+        shaken = None if window is not None and window.disturbed else drift_interference(
+            Path(one.spec.step_dir), out_dir, one.metrics)
+        if shaken is not None:
+            launch["extra"] = {**one.metrics.extra, "interference": encode(shaken)}
         m = Metrics(**launch, halted=halted, stalls=1 if one.lr.status == "hang" else 0,
                     stack_dumps=[ctx.rel(p) for p in dumps])
         if one.status == "passed" and halted:
@@ -73,6 +94,37 @@ class Longrun(TrainerKind):
             [(fmt_num(m.throughput_stable), fmt_pct(m.throughput_drift, signed=True), fmt_num(m.mem_plateau),
               fmt_gb(m.mem_peak_gb), fmt_num(m.halted),
               fmt_num(len(m.stalls) if isinstance(m.stalls, list) else m.stalls), str(len(dumps)))])]
+
+
+def drift_interference(step_dir: Path, out_dir: Path, m: LaunchMetrics) -> LaunchInterference | None:
+    """What else used the machine while the run measured the throughput drift's two thirds (metrics.drift_thirds),
+    where either was measured under interference (validation.launch.telemetry.interference: at least DISTURBED_SHARE of its
+    samples contended), the first such third's record, its text naming the steps; else None. The launch's own
+    interference covers its statistics window only (validation.kinds.train_report), yet the drift reads the whole
+    run after the warmup: a neighbour that slowed the run's first third alone (before the window) makes a run that
+    slowed read as one that held, its window undisturbed. `m`: the launch's LaunchMetrics (its training.csv read as
+    this launch's: an earlier launch's file is not, validation.kinds.trainer.earlier_files)."""
+    rows = contracts.read_telemetry(step_dir)
+    startup = m.startup
+    if not rows or not isinstance(startup, Startup) or m.status not in USABLE_STATUSES:
+        return None
+    read = read_training_csv(out_dir / TRAINING_CSV)
+    timed = step_times(read) if read.problem is None else None
+    thirds = drift_thirds(read.frame, m.window.warmup or 0) if timed is not None else None
+    if thirds is None:
+        return None
+    steps, times = timed  # in the frame's order: drift_thirds' row positions index them
+    on_gpu = (m.context or RunContext()).on_cpu() is not True
+    for which, rows_of in zip(("first", "last"), thirds):
+        first, last = steps[rows_of[0]], steps[rows_of[-1]]
+        period = training_period(startup, steps, times, first, last)
+        if period is None:
+            continue
+        rec = telemetry.interference(rows, *period, use_gpus=on_gpu)
+        if rec is not None and rec.disturbed:
+            return dataclasses.replace(rec, text=f"over the {which} third of the run (steps {first}-{last}), "
+                                                 f"which the throughput drift reads: {rec.text}")
+    return None
 
 
 kinds.register(Longrun())

@@ -9,9 +9,9 @@ slow run as much as a fast one (1 rank at [100, 100] tok/s, 2 at [190, 90]: weak
 row's MFU is averaged the same way.
 
 Own keys:
-  world_sizes   the world sizes, e.g. [1, 2] (distinct, >= 1). On one node (nnodes 1) a world size n runs as
-                nproc_per_node n; with nnodes > 1 each node runs nproc_per_node ranks and n must be a multiple of it
-                (nnodes = n / nproc_per_node, the existing launchers)
+  world_sizes   the world sizes, e.g. [1, 2] (at least two, distinct, >= 1). On one node (nnodes 1) a world size n
+                runs as nproc_per_node n; with nnodes > 1 each node runs nproc_per_node ranks and n must be a multiple
+                of it (nnodes = n / nproc_per_node, the existing launchers)
   modes         [strong, weak] (default both)
   batch_size    the per-rank micro-batch of weak scaling (default: the step's args.batch_size)
   global_batch  the sequences per micro-step of strong scaling, all ranks (default batch_size x max(world_sizes));
@@ -140,6 +140,9 @@ class Scaling(TrainerKind):
                                                             for n in sizes) or len(set(sizes)) != len(sizes)):
             raise ctx.error(path + ("world_sizes",), f"expected a list of distinct positive integers, e.g. [1, 2], "
                                                      f"got {sizes!r}")
+        if len(sizes) < 2:  # the efficiency of a world size is against the smallest: one alone measures no scaling
+            raise ctx.error(path + ("world_sizes",), f"expected at least two world sizes (the efficiency of each is "
+                                                     f"against the smallest), e.g. [1, 2], got {sizes!r}")
         modes = str_list(raw.get("modes", list(MODES)), path + ("modes",), ctx)
         if not modes or any(m not in MODES for m in modes) or len(set(modes)) != len(modes):
             raise ctx.error(path + ("modes",), f"expected distinct values of {', '.join(MODES)}, got {modes}")

@@ -35,7 +35,7 @@
 #       by lse (FORCED_CHOICES band), the range backward's fused glue (GLUE_CHOICES fused) and the selection's
 #       importance loop (IMPORTANCE_CHOICES rows, 2026-12-01: a program walks all of its tokens' selection tiles,
 #       q, lse, R and W loaded once, at one CTA per SM where the one-tile kernel has three; the one-tile kernel ran
-#       at 10.6% of its floor; rows8 is measured only if rows wins), the selected
+#       at 10.6% of its floor; rows8, 8 tiles a program, is not measured here: a later run, if rows wins), the selected
 #       backward on 4 warps (BWD_WARPS_CHOICES w4, 2026-12-01: 2 CTAs an SM where the shipped 8 warps hold 1;
 #       _sel_bwd_kv was the layer's largest kernel, 7.59 ms at 6.6% of its floor); and an A/A arm
 #       (the shipped kernels again: the noise floor). 9 rounds each, so that 20 comparisons with no effect give a

@@ -157,3 +157,21 @@ def test_a_shape_whose_a_a_arm_came_out_one_way_in_every_round_qualifies_nothing
     biased = shape(tmp_path / "b.json", "faster in every round")
     assert qualifying_choices([biased]) == []
     assert qualifying_choices([shape(tmp_path / "c.json", "slower in every round")]) == []
+
+
+def test_a_call_whose_steps_all_ran_before_still_returns_its_parts_archive(tmp_path):
+    """Each device call starts with an empty $OUT on the warm machine ($W kept): a second call whose steps are all
+    DONE must still hand back the part's folder as one whole archive (before, only a step that ran wrote it)."""
+    import tarfile
+
+    stub = _stubs(tmp_path)
+    first = _call(tmp_path, stub, part="trainer")
+    assert first.returncode == 0, first.stderr
+    (tmp_path / "out").rename(tmp_path / "out_first")  # the next call's $OUT is a new, empty folder
+    second = _call(tmp_path, stub, part="trainer")
+    assert second.returncode == 0, second.stderr
+    log = (tmp_path / "out" / "log.txt").read_text()
+    assert "DONE T" in log and "(limit " not in log  # nothing ran again
+    with tarfile.open(tmp_path / "out" / "trainer.tgz") as archive:
+        assert any(name.startswith("trainer/") for name in archive.getnames())
+    assert not list((tmp_path / "out").glob(".*.part"))  # written under another name, then renamed

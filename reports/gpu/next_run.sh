@@ -121,8 +121,11 @@ step() {
   local code=$?
   log "$name exit $code (limit ${cap}s)"
   [ $code -eq 0 ] && touch "$dir/.$name.ok"
-  tar czf "$OUT/$(basename "$dir").tgz" -C "$W" "$(basename "$dir")"  # after every step: a cut call keeps what ran
+  pack "$(basename "$dir")"  # after every step: a cut call keeps what ran
 }
+# $OUT/<folder>.tgz of $W/<folder>, written under another name and renamed: a call cut during the tar keeps the
+# previous whole archive, never a truncated one
+pack() { tar czf "$OUT/.$1.tgz.part" -C "$W" "$1" && mv -f "$OUT/.$1.tgz.part" "$OUT/$1.tgz"; }
 [ -z "$DRY" ] && { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; nproc
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
   git rev-parse HEAD 2>/dev/null; git status --short 2>/dev/null | head -20; date -u
@@ -262,7 +265,6 @@ if [ "$PART" = kernels ]; then
   step K2_gpu_kernels 200 "$K" python3 -m validation.cli run runbooks/gpu_kernels.yaml --skip trainer_bench $MODE
   for f in report.md results.json junit.xml; do cp $RD/$f "$K/" 2>/dev/null; done
   for f in layer_bench layer_profile; do cp $RD/$f/bench.json "$K/$f.json" 2>/dev/null; done
-  tar czf "$OUT/kernels.tgz" -C "$W" kernels
 fi
 
 if [ "$PART" = selection ]; then
@@ -307,7 +309,6 @@ PY
   log "h100_single: $MODE"
   step H1_h100_single 530 "$H" python3 -m validation.cli run runbooks/h100_single.yaml $MODE
   for f in report.md report.html results.json junit.xml; do cp $HD/$f "$H/" 2>/dev/null; done
-  tar czf "$OUT/h100.tgz" -C "$W" h100
 fi
 
 if [ "$PART" = choices ]; then
@@ -318,7 +319,6 @@ if [ "$PART" = choices ]; then
   step C4_range_q_tiles 150 "$C" python3 benchmarks/tune_kernels.py --device cuda --all --families range_q \
       --candidates bn32,bn32_s3,m64_bn32,1 --seq-lens 65536,2048 --batch 1,8 --repeats 5 --warmup 1 --timeout 120 \
       --json "$C/range_q_tiles.json"
-  tar czf "$OUT/choices.tgz" -C "$W" choices
 fi
 
 if [ "$PART" = trainer ]; then
@@ -340,6 +340,7 @@ if [ "$PART" = trainer ]; then
   step T3_test_compiled_capture 120 "$T" python3 -m pytest -q -p no:cacheprovider \
       tests/nsa/training/test_cuda_graphs.py -k compiled_model
 fi
+for d in kernels selection h100 choices trainer; do [ "$PART" = "$d" ] && [ -d "$W/$d" ] && pack "$d"; done
 log "done"
 tail -n 12 "$W"/kernels/*.txt 2>/dev/null | cut -c1-200
 tail -n 12 "$W"/selection/*.txt "$W"/choices/*.txt "$W"/trainer/*.txt 2>/dev/null | cut -c1-220

@@ -44,7 +44,7 @@
 #       layer are paid once per shape and each choice costs its compile and its passes (~2-4 min in all, estimated:
 #       not yet measured). A choice that crashes the process (an illegal memory access) loses only itself: the step
 #       continues its file in new processes until every choice has a verdict or an error; an arm whose loss or input
-#       gradient is not the shipped kernels' is failed, not timed.
+#       gradient is not the shipped kernels' is failed after its first round (no verdict).
 #   K5  the choices faster in every round at one shape and not slower in every round at the other (failed at neither:
 #       benchmarks/ab_table.py's qualifying_choices): their numerics on the GPU in bf16 against float64 (each
 #       test file in its own process, the slow cases included there) and memcheck of the layer's kernels under each
@@ -139,7 +139,7 @@ topk_ab() {
       --repeats 11 --json "$dir/topk_ab.json"
   step "${pre}_layer_topk_65536b1" 90 "$dir" python3 benchmarks/bench_choices.py --device cuda --dtype bf16 --shape m7c \
       --seq-len 65536 --batch 1 --arm sort=topk-choice:sort --arm topk=topk-choice:topk --rounds 9 --repeats 5 \
-      --warmup 2 --json "$dir/layer_topk_65536b1.json"
+      --warmup 2 --json "$dir/layer_topk_65536b1.json" --resume "$dir/layer_topk_65536b1.json"
 }
 
 # issue 31 items 2.3-2.6's launch choices, each against the shipped kernels (arm NAME=FLAG:VALUE of bench_choices),

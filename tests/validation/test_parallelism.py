@@ -168,16 +168,20 @@ def test_scaling_efficiency():
     t = scaling_table({1: 100.0, 2: 180.0, 4: None}, "strong")
     assert [(r["speedup"], r["efficiency"]) for r in t["rows"][:2]] == [(1.0, 1.0), (1.8, 0.9)]
     # 4 ranks not measured: no min or last (the min of the others is of fewer points, the last another size's)
-    assert t["rows"][2]["efficiency"] is None and t["efficiency"] == {"min": None, "last": None}
-    t = scaling_table({1: None, 2: 100.0, 4: 180.0}, "strong")  # the base moves up: the sizes beyond it all measured
-    assert t["base"] == 2 and t["efficiency"] == {"min": pytest.approx(0.9), "last": pytest.approx(0.9)}
+    assert t["rows"][2]["efficiency"] is None and (t["efficiency"]["min"], t["efficiency"]["last"]) == (None, None)
+    # 1 rank not measured: the rows are against 2 ranks, but no min or last (4 against 2 is not the step's efficiency)
+    t = scaling_table({1: None, 2: 100.0, 4: 180.0}, "strong")
+    assert t["base"] == 2 and t["rows"][2]["efficiency"] == pytest.approx(0.9)
+    assert (t["efficiency"]["min"], t["efficiency"]["last"]) == (None, None)
+    assert "1 not measured" in t["efficiency"]["reason"]
     t = scaling_table({2: 100.0, 8: 300.0}, "weak")  # base 2: 4x the ranks, 3x the throughput
     assert t["base"] == 2 and t["rows"][1]["efficiency"] == pytest.approx(0.75)
     assert scaling_table({1: None}, "weak")["efficiency"]["min"] is None
     # the min is over the world sizes beyond the base: a superlinear point shows (the base's 1.0 would hide it)
     t = scaling_table({1: 100.0, 2: 210.0, 4: 440.0}, "strong")
     assert t["efficiency"]["min"] == pytest.approx(1.05) and t["efficiency"]["last"] == pytest.approx(1.1)
-    assert scaling_table({1: 100.0}, "weak")["efficiency"] == {"min": None, "last": None}
+    e = scaling_table({1: 100.0}, "weak")["efficiency"]
+    assert (e["min"], e["last"]) == (None, None)
     with pytest.raises(ValueError):
         scaling_table({1: 1.0}, "diagonal")
 

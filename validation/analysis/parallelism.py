@@ -39,9 +39,11 @@ scaling (the per-rank batch fixed) E = X(n) n0 / (X(n0) n) = T(n0) / T(n). 1.0 i
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
+from validation.analysis.significance.distributions import t_ppf
 from validation.formatting import fmt_pct
 from validation.results.codec import decode
 from validation.results.decision import ComparisonRecord
@@ -434,31 +436,70 @@ def exposed_comm(events: list[Mapping]) -> dict[str, Any] | None:
 
 
 # ---------------------------------------------------------------------------------------------- scaling
-def scaling_table(points: Mapping[int, float | None], mode: str) -> dict[str, Any]:
-    """{"rows": [{"world_size", "toks_per_s", "speedup", "efficiency"}], "base", "efficiency": {"min", "last"}}
-    from {world_size: tokens/s (all ranks)} (module doc); None throughputs give None rows. efficiency.min and
-    .last are over the world sizes beyond the base (the base's efficiency is 1.0 by definition, so a min that
-    included it could never show a superlinear point); None when only the base was measured, and None when a world
-    size beyond the base was not measured: the min of the others would be a figure of fewer points than the step
-    asked for, and .last (the largest world size's) another world size's."""
+def scaling_table(points: Mapping[int, float | None], mode: str, runs: Mapping[int, int] | None = None,
+                  spread: tuple[float, float] | None = None) -> dict[str, Any]:
+    """{"rows": [{"world_size", "toks_per_s", "speedup", "efficiency", "efficiency_low", "efficiency_high"}], "base",
+    "efficiency": {"min", "last", "min_low", "min_high", "last_low", "last_high", "reason"}} from {world_size:
+    tokens/s (all ranks)} (module doc); None throughputs give None rows. efficiency.min and .last are over the
+    world sizes beyond the base (the base's efficiency is 1.0 by definition, so a min that included it could never
+    show a superlinear point); None when only the base was measured, and None when a world size the step asked for
+    was not measured, the smallest as much as a larger one: the min of the others would be a figure of fewer points
+    than the step asked for, .last (the largest world size's) another world size's, and without the smallest every
+    efficiency is against a base the step did not ask for (4 ranks against 2, not against 1); "reason" says why
+    they are None (None when they are not).
+
+    The 95% interval of an efficiency (efficiency_low/high; the base row's is None: 1.0 by definition): E(n) is a
+    ratio of two points' throughputs, so with `spread` = (s, df), s the sd of one run's log tokens/s from run to run
+    and df its degrees of freedom, and `runs` {world size: the runs behind its X} (default 1 each), log E(n) has the
+    standard error s sqrt(1/r(n0) + 1/r(n)) and the interval is E(n) exp(-/+ t(0.975, df) x that). Without `spread`
+    every interval is None (the run-to-run noise unknown). min_low/min_high are the lowest of the rows' low and high
+    bounds (they hold the lowest true efficiency whenever every row's interval holds its own), last_low/last_high
+    the largest world size's; None wherever min / last is."""
     if mode not in ("strong", "weak"):
         raise ValueError(f"scaling mode is strong or weak, got {mode!r}")
     measured = {n: x for n, x in points.items() if isinstance(x, (int, float)) and x > 0}
     base = min(measured) if measured else None
-    rows, effs = [], []
+    quantile = None
+    if spread is not None:
+        sd, df = spread
+        if not (isinstance(sd, (int, float)) and math.isfinite(sd) and sd >= 0 and isinstance(df, (int, float))
+                and df > 0):
+            raise ValueError(f"spread is (sd >= 0, df > 0), got {spread!r}")
+        quantile = t_ppf(0.975, float(df))
+    count = {n: (runs or {}).get(n) or 1 for n in points}
+    rows, effs, bounds = [], [], []
     for n in sorted(points):
         x = measured.get(n)
-        speedup = eff = None
+        speedup = eff = low = high = None
         if x is not None and base is not None:
             speedup = x / measured[base]
             eff = speedup * base / n
             if n != base:
+                if quantile is not None:
+                    half = quantile * spread[0] * math.sqrt(1.0 / count[base] + 1.0 / count[n])
+                    low, high = eff * math.exp(-half), eff * math.exp(half)
                 effs.append(eff)
-        rows.append({"world_size": n, "toks_per_s": x, "speedup": speedup, "efficiency": eff})
-    gap = base is not None and any(n > base and n not in measured for n in points)
-    whole = effs and not gap
+                bounds.append((low, high))
+        rows.append({"world_size": n, "toks_per_s": x, "speedup": speedup, "efficiency": eff,
+                     "efficiency_low": low, "efficiency_high": high})
+    # a world size asked for and not measured, the smallest included: no min / last of fewer points, or against
+    # another base
+    missing = [n for n in sorted(points) if n not in measured] if base is not None else []
+    whole = bool(effs) and not missing
+    known = whole and quantile is not None
+    reason = None
+    if base is not None and not effs:
+        reason = f"only world size {base} was measured: no efficiency beyond the base"
+    elif missing:
+        reason = (f"world size(s) {', '.join(map(str, missing))} not measured: the min and last efficiency would be "
+                  + (f"against world size {base}, not the smallest asked for ({min(points)})" if min(points) < base
+                     else "a figure of fewer points than the step asked for"))
     return {"mode": mode, "base": base, "rows": rows,
-            "efficiency": {"min": min(effs) if whole else None, "last": effs[-1] if whole else None}}
+            "efficiency": {"min": min(effs) if whole else None, "last": effs[-1] if whole else None,
+                           "min_low": min(b[0] for b in bounds) if known else None,
+                           "min_high": min(b[1] for b in bounds) if known else None,
+                           "last_low": bounds[-1][0] if known else None,
+                           "last_high": bounds[-1][1] if known else None, "reason": reason}}
 
 
 # ---------------------------------------------------------------------------------------------- across ranks

@@ -44,7 +44,7 @@ from validation.formatting import (NA, as_list, context_text, env_text, finite, 
                                       fmt_rate, loss_text, mean_pm, status_view)
 from validation.runbook.model import LaunchSettings, Step, references, resolve_references
 from validation.analysis.significance import PairNoise, interleaved_order, pair_noise_from
-from validation.analysis.significance.windows import launch_series
+from validation.analysis.significance.windows import launch_series, measured_run_noise
 from validation.kinds import train_report
 from validation.kinds.blocks import Badge, Block, Bullets, Column, Paragraph, Table, code
 from validation.kinds.base import StepKind, launch_identity, run_path, step_dir
@@ -291,7 +291,19 @@ def declared_pair_noise(ctx) -> PairNoise | None:
     """The least noise of one repeat in a paired decision (A/B, sweep, triage) of this run: the runbook's declared
     launch noise (its `compare` mapping, stored in results.json's runbook record; significance.pair_noise_from), or
     None when it declares none."""
-    return pair_noise_from(read_run(getattr(ctx, "results", None)).runbook.compare)
+    return pair_noise_from(read_run(_results(ctx)).runbook.compare)
+
+
+def measured_launch_noise(ctx, metric: str = "toks_per_s"):
+    """The run-to-run variation of a run's mean of `metric` this validation run measured in repeats before the step
+    (significance.windows.measured_run_noise), or None (no repeats yet, or a context without results)."""
+    results = _results(ctx)
+    return measured_run_noise(results, ctx.run_dir, metric) if isinstance(results, dict) else None
+
+
+def _results(ctx):
+    """The run's results as results.json holds them, or None for a context without them (a plan, a test's)."""
+    return getattr(ctx, "results", None)
 
 
 def order_seed(step: Step, run_dir: Path | None) -> int:

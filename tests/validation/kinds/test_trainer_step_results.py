@@ -7,6 +7,7 @@ unchanged. A damaged step reads leniently and still renders."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -97,18 +98,33 @@ def test_a_scaling_step_builds_its_tables_from_its_runs(tmp_path, monkeypatch):
     assert out["order_seed"] == scaling.order_seed(step, tmp_path / "run")
     # a point's tokens/s over its repeats is their work over their time: the harmonic mean of equal-work windows
     n1, weak2 = 2 / (1 / 1000 + 1 / 1100), 2 / (1 / 1800 + 1 / 1900)
+    # each efficiency's 95% interval from the repeats' spread of log tokens/s, pooled over the three points with two
+    # passed runs (a pair's squared deviations: log-ratio^2 / 2; 3 df, t(0.975, 3) = 3.182446); strong's 2 ranks have
+    # one run: the standard error of its log efficiency is s sqrt(1/2 + 1/1), weak's s sqrt(1/2 + 1/2)
+    s = math.sqrt((2 * math.log(1.1) ** 2 / 2 + math.log(1900 / 1800) ** 2 / 2) / 3)
+    e_strong, e_weak = 1500.0 / (2 * n1), weak2 / (2 * n1)
+    lo_s, hi_s = (e_strong * math.exp(k * 3.182446305 * s * math.sqrt(1.5)) for k in (-1, 1))
+    lo_w, hi_w = (e_weak * math.exp(k * 3.182446305 * s) for k in (-1, 1))
     assert out["metrics"] == {
         "world_sizes": [1, 2], "runs": 8, "passed": 7, "repeats": 2, "device": "cuda",
         "strong": {"mode": "strong", "base": 1, "rows": [
             {"world_size": 1, "toks_per_s": pytest.approx(n1), "speedup": 1.0, "efficiency": 1.0, "batch_per_rank": 8},
             {"world_size": 2, "toks_per_s": 1500.0, "speedup": pytest.approx(1500.0 / n1),
-             "efficiency": pytest.approx(1500.0 / (2 * n1)), "batch_per_rank": 4}],
-                   "efficiency": {"min": pytest.approx(1500.0 / (2 * n1)), "last": pytest.approx(1500.0 / (2 * n1))},
+             "efficiency": pytest.approx(1500.0 / (2 * n1)), "batch_per_rank": 4,
+             "efficiency_low": pytest.approx(lo_s), "efficiency_high": pytest.approx(hi_s)}],
+                   "efficiency": {"min": pytest.approx(1500.0 / (2 * n1)), "last": pytest.approx(1500.0 / (2 * n1)),
+                                  "min_low": pytest.approx(lo_s), "min_high": pytest.approx(hi_s),
+                                  "last_low": pytest.approx(lo_s), "last_high": pytest.approx(hi_s)},
                    "global_batch": 8},
         "weak": {"mode": "weak", "base": 1, "rows": [
             {"world_size": 1, "toks_per_s": pytest.approx(n1), "speedup": 1.0, "efficiency": 1.0, "batch_per_rank": 4},
             {"world_size": 2, "toks_per_s": pytest.approx(weak2), "speedup": pytest.approx(weak2 / n1),
-             "efficiency": pytest.approx(weak2 / (2 * n1)), "batch_per_rank": 4, "mfu": 0.25}],
-                 "efficiency": {"min": pytest.approx(weak2 / (2 * n1)), "last": pytest.approx(weak2 / (2 * n1))}}}
-    assert list(out["metrics"]) == ["world_sizes", "runs", "passed", "repeats", "device", "strong", "weak"]
-    assert kind.summary_line(result) == " (strong efficiency min 0.7159; weak efficiency min 0.8823)"
+             "efficiency": pytest.approx(weak2 / (2 * n1)), "batch_per_rank": 4, "mfu": 0.25,
+             "efficiency_low": pytest.approx(lo_w), "efficiency_high": pytest.approx(hi_w)}],
+                 "efficiency": {"min": pytest.approx(weak2 / (2 * n1)), "last": pytest.approx(weak2 / (2 * n1)),
+                                "min_low": pytest.approx(lo_w), "min_high": pytest.approx(hi_w),
+                                "last_low": pytest.approx(lo_w), "last_high": pytest.approx(hi_w)}},
+        "noise": {"source": "repeats", "sd": pytest.approx(s), "df": 3.0, "detail": out["metrics"]["noise"]["detail"]}}
+    assert list(out["metrics"]) == ["world_sizes", "runs", "passed", "repeats", "device", "strong", "weak", "noise"]
+    assert kind.summary_line(result) == (f" (strong efficiency min 0.7159 (95% CI {lo_s:.4g}..{hi_s:.4g}); weak "
+                                         f"efficiency min 0.8823 (95% CI {lo_w:.4g}..{hi_w:.4g}))")

@@ -20,6 +20,17 @@ class _Buffer:
         self.len = 0
 
     def append(self, x: torch.Tensor) -> None:
+        """Append x [B, G, n, width]: of the batch, groups, width, dtype and device of what the buffer holds (an
+        error before anything changes otherwise: a copy into the buffer would cast a float64 step's keys to the
+        prefill's float32, or move them across devices, without a word)."""
+        if self.data is not None and (x.dim() != 4 or x.shape[:2] != self.data.shape[:2]
+                                      or x.shape[3] != self.data.shape[3] or x.dtype != self.data.dtype
+                                      or x.device != self.data.device):
+            held = self.data
+            raise ValueError(f"decode cache: it holds [{held.shape[0]}, {held.shape[1]}, len, {held.shape[3]}] "
+                             f"{held.dtype} on {held.device}, got {tuple(x.shape)} {x.dtype} on {x.device}; decode "
+                             f"with the layer in the dtype and on the device it was prefilled with, or start a new "
+                             f"cache")
         n = x.shape[2]
         if self.data is None:
             self.data = x.new_empty(*x.shape[:2], max(16, 2 * n), x.shape[3])

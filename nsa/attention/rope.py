@@ -71,12 +71,15 @@ def rope(x: torch.Tensor, theta: float, impl: str = "reference", start: int = 0,
 
 _COS_SIN: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 _COS_SIN_MAX = 64  # distinct (S, width, theta, start, step, device, dtype) kept; more are computed per call
+# only tables that start at position 0 (a forward's, met again every step) are kept: a decode step's starts at its
+# own position, met once, and kept they filled the table in 64 steps, after which nothing was cached
 
 
 def _cos_sin(s: int, width: int, theta: float, start: int, step: int, device: torch.device,
              dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [S, width / 2] of the angles (start + step * s) * inv_freq (fp32; float64 for float64), in `dtype`.
-    Cached, except while torch.compile traces (it fuses them) or a CUDA graph captures (a tensor made there belongs
+    Cached when `start` is 0 (a forward's table, the same every step; a decode step's, at its own position, is met
+    once), except while torch.compile traces (it fuses them) or a CUDA graph captures (a tensor made there belongs
     to the graph's pool) or under inference mode: those compute them without storing."""
     key = (s, width, theta, start, step, str(device), dtype)
     hit = _COS_SIN.get(key)
@@ -90,7 +93,7 @@ def _cos_sin(s: int, width: int, theta: float, start: int, step: int, device: to
         pair = (angles.cos().to(dtype), angles.sin().to(dtype))
     capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
     # an inference-mode tensor could not be saved for a later backward
-    if (not capturing and not torch.compiler.is_compiling() and not torch.is_inference_mode_enabled()
+    if (start == 0 and not capturing and not torch.compiler.is_compiling() and not torch.is_inference_mode_enabled()
             and len(_COS_SIN) < _COS_SIN_MAX):
         _COS_SIN[key] = pair
     return pair

@@ -91,6 +91,25 @@ def test_cos_sin_are_cached_per_shape_and_dtype_and_not_under_inference_mode():
     assert xg.grad is not None and math.isfinite(float(xg.grad.sum()))
 
 
+def test_a_long_decode_leaves_the_forwards_table_cached():
+    # a decode step's table starts at its own position, met once: kept, 64 of them filled the cache, after which a
+    # forward's table (the same every step) was computed again at every call
+    rope_mod._COS_SIN.clear()
+    for t in range(1, 200):
+        rope(torch.randn(1, 1, 1, 16), 500.0, "fused", start=t)
+    assert len(rope_mod._COS_SIN) == 0
+    x = torch.randn(1, 1, 8, 16)
+    rope(x, 500.0, "fused")
+    assert len(rope_mod._COS_SIN) == 1
+    (cached,) = rope_mod._COS_SIN.values()
+    rope(x, 500.0, "fused")
+    assert next(iter(rope_mod._COS_SIN.values())) is cached
+    # and a decode step's rotation still equals the forward's at that position
+    seq = torch.randn(1, 1, 12, 16, dtype=torch.float64)
+    full = rope(seq, 500.0, "fused")
+    assert torch.allclose(rope(seq[:, :, 7:8], 500.0, "fused", start=7), full[:, :, 7:8], atol=1e-12)
+
+
 def test_resolve_rope():
     assert resolve_rope("auto") == "reference"  # until a GPU A/B shows the fused one faster
     assert resolve_rope("fused") == "fused" and resolve_rope("reference") == "reference"

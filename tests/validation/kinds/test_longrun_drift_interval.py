@@ -1,4 +1,4 @@
-"""The long run's throughput drift with its 95% interval (validation.analysis.metrics.throughput_drift_interval) and
+"""The long run's throughput drift with its 95% interval (validation.analysis.significance.drift.throughput_drift_interval) and
 the runbooks' "Long run throughput holds" criterion that reads both.
 
 The drift alone, median(last third) / median(first third) - 1, judges no noise: autocorrelated steps (AR(1), phi
@@ -25,8 +25,9 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # decision_support: t
 from decision_support import run_runbook, write_csv  # noqa: E402
 from validation import kinds as step_kinds  # noqa: E402
 from validation.analysis.interference import step_interference  # noqa: E402
-from validation.analysis.metrics import (DRIFT_CI_MIN_ROWS, Window, median_variance_ratio,  # noqa: E402
-                                         read_training_csv, summarize, throughput_drift_interval)
+from validation.analysis.metrics import Window, read_training_csv, summarize  # noqa: E402
+from validation.analysis.significance.drift import (DRIFT_CI_MIN_ROWS, median_variance_ratio,  # noqa: E402
+                                                    throughput_drift_interval)
 from validation.execution.acceptance import evaluate  # noqa: E402
 from validation.execution.evidence import assess, is_performance  # noqa: E402
 from validation.launch.spec import LaunchResult  # noqa: E402

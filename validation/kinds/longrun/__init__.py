@@ -5,17 +5,16 @@ Own keys: none (the train keys). Metrics: a trainer launch's (validation.kinds.t
 or the trainer ended halted), "stalls" (1 when the launch hung), "stack_dumps" (paths), "throughput_drift_ci_low"
 and "throughput_drift_ci_high" (below). A halted run fails.
 
-The throughput drift (validation.analysis.metrics: the median tokens/s of the last third of the run after the
-warmup over that of the first third, minus 1) comes with its 95% interval, "throughput_drift_ci_low" and
-"throughput_drift_ci_high" (metrics.throughput_drift_interval: block means of each third, AR(1)-aware; absent below
-24 rows after the warmup, where a criterion reading them is an error): the drift alone judges no noise (with no
-true drift, AR(1) steps of 10% CV at phi 0.9 gave a drift below -10% in 13% of 115-row runs), and the runbooks'
-"holds" criterion warns on a drift below -10% only where the interval shows a decline (its upper bound below 0).
-The drift and its interval measure speed as the window's tokens/s does: a criterion on them decides nothing when
-the run was measured under interference (validation.execution.evidence; a trainer kind's TRAINER_PERFORMANCE, and
-this kind's `performance`). They read the whole run, the launch's interference its statistics window only: the
-launch's record is that of a third the drift reads when that third was measured under interference and the window
-was not (drift_interference).
+The throughput drift (validation.analysis.metrics: the median tokens/s of the last third of the run after the warmup
+over that of the first third, minus 1) comes with its 95% interval, "throughput_drift_ci_low" and
+"throughput_drift_ci_high" (significance.drift.throughput_drift_interval: block means of each third, AR(1)-aware; absent
+below 24 rows after the warmup, where a criterion reading them is an error): the drift alone judges no noise (with no
+true drift, AR(1) steps of 10% CV at phi 0.9 gave a drift below -10% in 13% of 115-row runs), and the runbooks' "holds"
+criterion warns on a drift below -10% only where the interval shows a decline (its upper bound below 0). The drift and
+its interval measure speed as the window's tokens/s does: a criterion on them decides nothing when the run was measured
+under interference (validation.execution.evidence; a trainer kind's TRAINER_PERFORMANCE, and this kind's `performance`).
+They read the whole run, the launch's interference its statistics window only: the launch's record is that of a third
+the drift reads when that third was measured under interference and the window was not (drift_interference).
 
 Result: the step record of one trainer launch (validation.kinds.trainer.TrainerResult), its metrics the launch's
 LaunchMetrics with what the watchdog found (Metrics).
@@ -30,8 +29,8 @@ from typing import Any
 from validation import contracts
 from validation import kinds
 from validation.analysis.interference import launch_interference
-from validation.analysis.metrics import (DRIFT_CONFIDENCE, USABLE_STATUSES, CsvRead, drift_thirds,
-                                         read_training_csv, throughput_drift_interval)
+from validation.analysis.metrics import USABLE_STATUSES, CsvRead, drift_thirds, read_training_csv
+from validation.analysis.significance.drift import DRIFT_CONFIDENCE, throughput_drift_interval
 from validation.formatting import NA, finite, fmt_gb, fmt_num, fmt_pct
 from validation.kinds.blocks import Block, Column, Table
 from validation.kinds.train_report import step_times, training_period
@@ -52,7 +51,8 @@ class Metrics(LaunchMetrics):
     halted: bool | None = None
     stalls: Any = None  # 1 when the launch hung, else 0
     stack_dumps: list[Any] = dataclasses.field(default_factory=list)
-    # the throughput drift's 95% interval (metrics.throughput_drift_interval): absent where it was not computed
+    # the throughput drift's 95% interval (significance.drift.throughput_drift_interval): absent where it was not
+    # computed
     # (under DRIFT_CI_MIN_ROWS rows after the warmup) and in runs recorded before it existed
     throughput_drift_ci_low: Num | None = absent()
     throughput_drift_ci_high: Num | None = absent()
@@ -139,14 +139,14 @@ def launch_csv(out_dir: Path, m: LaunchMetrics) -> CsvRead | None:
 
 def drift_interference(step_dir: Path, out_dir: Path, m: LaunchMetrics,
                        read: CsvRead | None = None) -> LaunchInterference | None:
-    """What else used the machine while the run measured the throughput drift's two thirds (metrics.drift_thirds),
-    where either was measured under interference (validation.launch.telemetry.interference: at least DISTURBED_SHARE of its
+    """What else used the machine while the run measured the throughput drift's two thirds (metrics.drift_thirds), where
+    either was measured under interference (validation.launch.telemetry.interference: at least DISTURBED_SHARE of its
     samples contended), the first such third's record, its text naming the steps; else None. The launch's own
-    interference covers its statistics window only (validation.kinds.train_report), yet the drift reads the whole
-    run after the warmup: a neighbour that slowed the run's first third alone (before the window) makes a run that
-    slowed read as one that held, its window undisturbed. `m`: the launch's LaunchMetrics (its training.csv read as
-    this launch's: an earlier launch's file is not, validation.kinds.trainer.earlier_files); `read`: its
-    training.csv as launch_csv read it (read here when not given)."""
+    interference covers its statistics window only (validation.kinds.train_report), yet the drift reads the whole run
+    after the warmup: a neighbour that slowed the run's first third alone (before the window) makes a run that slowed
+    read as one that held, its window undisturbed. `m`: the launch's LaunchMetrics (its training.csv read as this
+    launch's: an earlier launch's file is not, validation.kinds.trainer.earlier_files); `read`: its training.csv as
+    launch_csv read it (read here when not given)."""
     rows = contracts.read_telemetry(step_dir)
     startup = m.startup
     if not rows or not isinstance(startup, Startup) or m.status not in USABLE_STATUSES:

@@ -1,13 +1,18 @@
 """The report part of a decision that the deciding kinds (sweep, ab) share: the sentence block of a recorded decision,
-the point a plot marks, whether a decision compared anything, and a run's status cell. Not a kind: kinds import it,
-as they import _plot_helpers. Each reads the step's typed record (validation.results.run.Step: a kind's Result)."""
+the point a plot marks, whether a decision compared anything, and a run's status cell; and the rule both follow for a
+decision over one run a side with no run-to-run noise (without_run_noise), whose words the sentences use. Not a
+kind: kinds import it, as they import _plot_helpers. Each report part reads the step's typed record
+(validation.results.run.Step: a kind's Result)."""
 
 from __future__ import annotations
 
+import dataclasses
+
+from validation.analysis.significance import Comparison, Decision
 from validation.formatting import finite, fmt_num, fmt_pct, params_text, status_view
 from validation.kinds.blocks import Badge, Block, Paragraph
 from validation.results.codec import given
-from validation.results.decision import Choice, DecisionRecord
+from validation.results.decision import Choice, ComparisonRecord, DecisionRecord
 from validation.results.run import Step as StepRecord
 
 
@@ -45,6 +50,31 @@ def unkept_difference(decision: DecisionRecord | None) -> str | None:
     return f"{fmt_num(comp.variant)} {fmt_pct(comp.rel, signed=True)} against {fmt_num(comp.baseline)}"
 
 
+def block_means_alone(comp: ComparisonRecord | Comparison | None) -> bool:
+    """Whether a comparison (significance.Comparison, or its record) rests on block means of one run each with no
+    run-to-run noise held to (neither measured nor declared: its run_to_run is null): its significance is that of
+    block means alone, which never see how far the next launch's level lies (without_run_noise), so it decides
+    nothing."""
+    return bool(comp is not None and comp.method == "blocks" and finite(comp.run_to_run) is None)
+
+
+def on_block_means_alone(decision: DecisionRecord | None) -> bool:
+    """Whether a recorded decision's comparison rests on block means alone (block_means_alone)."""
+    return block_means_alone(given(decision.comparison) if decision is not None else None)
+
+
+def unkept_clause(decision: DecisionRecord | None) -> str | None:
+    """What a recorded decision found but chose nothing on, as a clause ("batched +821.0% against baseline is
+    significant but decides nothing"; on block means of one run each with no run-to-run noise: "... is ahead on block
+    means alone, which decides nothing"), else None (unkept_difference)."""
+    found = unkept_difference(decision)
+    if found is None:
+        return None
+    if on_block_means_alone(decision):
+        return f"{found} is ahead on block means alone, which decides nothing"
+    return f"{found} is significant but decides nothing"
+
+
 def no_single_winner(decision: DecisionRecord | None, choice: Choice | None) -> bool:
     """Whether a significant choice is not a winner: the default beaten by a group of points the data cannot order
     (the best's mean chose among them), so its sentences never call it the winner or the best."""
@@ -58,9 +88,9 @@ def kept_text(step: StepRecord, name: str) -> str:
     significant difference"."""
     if compared_nothing(step):
         return f"no decision, nothing compared: {name} kept"
-    found = unkept_difference(step.decision)
+    found = unkept_clause(step.decision)
     if found:
-        return f"{name} kept, no winner: {found} is significant but decides nothing (see the decision)"
+        return f"{name} kept, no winner: {found} (see the decision)"
     return f"no significant difference: {name} kept"
 
 
@@ -95,8 +125,7 @@ def decision_blocks(decision: DecisionRecord, choice: Choice | None) -> list[Blo
     elif choice and nothing_compared(decision):
         headline = f"no decision, nothing compared: {name} kept"
     elif choice and unkept_difference(decision):
-        headline = (f"{name} kept, no winner: {unkept_difference(decision)} is significant but decides nothing "
-                    "(the reason below)")
+        headline = f"{name} kept, no winner: {unkept_clause(decision)} (the reason below)"
     elif choice:
         headline = f"no significant difference: {name} kept"
     else:
@@ -116,3 +145,38 @@ def decision_blocks(decision: DecisionRecord, choice: Choice | None) -> list[Blo
     elif order:
         out.append(Paragraph(f"Run order {order}", style="muted"))
     return out
+
+
+# what a decision over one run a side needs to name a winner
+RUN_NOISE_FIX = ("to decide, set `repeats: 2` or more (interleaved repeats measure how far one launch lies from the "
+                 "next) or declare the machine's launch noise (`compare: {launch_sd, pairs}`, from A/A pairs)")
+
+
+def no_run_noise(unit: str = "point") -> str:
+    """Why one run a `unit` (a sweep's point, an A/B's variant) with no run-to-run noise decides nothing."""
+    return (f"with one run a {unit} and no run-to-run noise measured or declared, block means of each run's window "
+            f"do not see how far the next launch's level lies, so no {unit} can be significant")
+
+
+NO_RUN_NOISE = no_run_noise("point")
+
+
+def without_run_noise(d: Decision, keep: str, unit: str = "point") -> Decision:
+    """A decision over one run a `unit` (a sweep's point, an A/B's variant) with neither a measured nor a declared
+    run-to-run noise: block means of one window see only the noise within it, and launches of one setting differ by
+    several percent (three points of equal throughput whose launch levels differ by 3% gave a significant winner in
+    most simulated sweeps; two equal A/B variants, in three A/Bs of four), so nothing is significant: `keep` is kept,
+    the reason says why and names the fix. A decision that was not significant keeps its choice and says the same."""
+    why = no_run_noise(unit)
+    if not d.significant:
+        return dataclasses.replace(d, reason=f"{d.reason.rstrip('.')}; {why}: {RUN_NOISE_FIX}.")
+    comp = d.comparison
+    found = (f"{comp.variant} is ahead of {comp.baseline} on block means alone ({comp.metric} {comp.describe()})"
+             if comp is not None else f"{d.choice} is ahead on block means alone")
+    text = f"no winner: {found}, but {why}; {keep} is kept"
+    left_out = "".join(f"; excluded: {k} ({reason})" for k, reason in d.excluded) + "".join(
+        f"; left out because other work used the machine while it ran: {k} (repeat {r + 1})"
+        for k, r in d.disturbed_runs)
+    return dataclasses.replace(d, winner=None, choice=keep, significant=False, kept_default=True,
+                               reason=f"{text}{left_out}; {RUN_NOISE_FIX}.", recommendable=False,
+                               recommendation=f"nothing is recommended: {text}")

@@ -8,33 +8,42 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from validation.analysis.interference import measured_disturbed
+from validation.analysis.metrics import window_mean
 from validation.formatting import finite, fmt_num
-from validation.results.codec import decode
+from validation.results.codec import decode, written
 from validation.results.trainer_launch import LaunchRun, Stat
 
 
 def bar_points(runs: list[dict] | list[LaunchRun], tick_by_param: bool = False) -> list[tuple[str, float, float, Any]]:
-    """(tick label, mean, error bar, run label) per bar of tokens/s. Repeats of one label are pooled: the mean of
-    their window means, with the stdev of those means as the error bar (a single run: its window stdev).
-    `tick_by_param`: a run varying one parameter is labelled by its value. A run as written is read leniently."""
+    """(tick label, mean, error bar, run label) per bar of tokens/s, each bar the figure the step's tables and key
+    figures show for its label: of the label's runs that passed (a failed run's partial window is no measurement of
+    it), those measured undisturbed where any was (a run slowed by other work on the machine is none either), and
+    repeats pooled as their work over their time (metrics.window_mean of their window means: the harmonic mean, as
+    an A/B's pooled summary and a sweep's key figure have it), with the stdev of those means as the error bar (a
+    single run: its window stdev). `tick_by_param`: a run varying one parameter is labelled by its value. A run as
+    written is read leniently."""
     grouped: dict[str, list[tuple[LaunchRun, float, Stat]]] = {}
-    for i, written in enumerate(runs):
-        run = written if isinstance(written, LaunchRun) else decode(LaunchRun, written, f"runs[{i}]", lenient=True)
+    for i, raw in enumerate(runs):
+        run = raw if isinstance(raw, LaunchRun) else decode(LaunchRun, raw, f"runs[{i}]", lenient=True)
+        if run.status != "passed":
+            continue
         toks = run.metrics.toks_per_s or Stat()
         mean = finite(toks.mean)
         if mean is not None:
             grouped.setdefault(str(run.label), []).append((run, mean, toks))
     points = []
-    for label, members in grouped.items():
+    for label, passed in grouped.items():
+        members = [m for m in passed if not measured_disturbed(written(m[0].metrics))] or passed
         means = [m for _, m, _ in members]
-        mean = sum(means) / len(means)
-        if not math.isfinite(mean):  # a sum past a float's range: the sum of the shares
+        mean = window_mean(means, "toks_per_s")
+        if mean is None:  # past a float's range: the plain mean of the shares
             mean = sum(m / len(means) for m in means)
         if len(means) == 1:
             err = finite(members[0][2].stdev)
             err = err if err is not None and err >= 0 else 0.0  # a negative stdev is no spread (a damaged record)
         else:
-            err = _spread(means, mean)
+            err = _spread(means)
         tick = label
         first = members[0][0]
         if tick_by_param and len(first.params) == 1:
@@ -45,9 +54,11 @@ def bar_points(runs: list[dict] | list[LaunchRun], tick_by_param: bool = False) 
     return points
 
 
-def _spread(values: list[float], mean: float) -> float:
-    """The population stdev of `values` about `mean`; where its squares pass a float's range, from the hypotenuse of
-    the deviations (no overflow); 0.0 when even that is past the range (no error bar rather than no plot)."""
+def _spread(values: list[float]) -> float:
+    """The population stdev of `values` (about their plain mean, from the sum of their shares: no overflow); where
+    its squares pass a float's range, from the hypotenuse of the deviations; 0.0 when even that is past the range
+    (no error bar rather than no plot)."""
+    mean = sum(x / len(values) for x in values)
     try:
         err = math.sqrt(sum((x - mean) ** 2 for x in values) / len(values))
     except OverflowError:

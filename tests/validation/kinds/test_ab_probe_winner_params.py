@@ -87,6 +87,16 @@ def test_a_variant_label_cannot_take_the_baselines_place_or_a_metric_key(tmp_pat
         load_runbook(path, cwd=str(REPO))
 
 
+def _measured_noise(monkeypatch, total=0.01):
+    """A run-to-run variation of `total` measured in the run's earlier repeats: one run each is held to it (without
+    one, block means alone decide nothing and the stability rule is never reached)."""
+    from validation.analysis.significance.comparison import RunNoise
+    from validation.kinds import ab as ab_mod
+
+    noise = RunNoise(between=total, total=total, within=0.0, df=4.0, runs=6, groups=2, source="earlier (2 x 3 runs)")
+    monkeypatch.setattr(ab_mod, "measured_run_noise", lambda *args, **kwargs: noise)
+
+
 def test_an_ordinary_label_is_still_accepted(tmp_path):
     path = tmp_path / "rb.yaml"
     path.write_text(RB.format(label="baseline_batched", repeats=2))
@@ -110,6 +120,7 @@ def test_a_winner_turned_down_as_unsteady_leaves_a_decision_record_that_names_th
             return list(10_000.0 * (1 + 0.2 * rng.standard_normal(40)))
         return list(1_000.0 * (1 + 0.01 * rng.standard_normal(40)))
 
+    _measured_noise(monkeypatch)  # one run each held to a run-to-run noise: the stability rule decides
     result = run_ab_step(monkeypatch, tmp_path, RB.format(label="batched", repeats=1), collect, values)
     d = result["decision"]
     assert "not stable, so the baseline is kept" in d["reason"] and d["method"] == "blocks"

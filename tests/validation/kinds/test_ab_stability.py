@@ -32,8 +32,20 @@ phases:
 """
 
 
+def _measured_noise(monkeypatch, total=0.01):
+    """A run-to-run variation of `total` measured in the run's earlier repeats: one run each is held to it (without
+    one, block means alone decide nothing and the stability rule is never reached)."""
+    from validation.analysis.significance.comparison import RunNoise
+    from validation.kinds import ab as ab_mod
+
+    noise = RunNoise(between=total, total=total, within=0.0, df=4.0, runs=6, groups=2, source="earlier (2 x 3 runs)")
+    monkeypatch.setattr(ab_mod, "measured_run_noise", lambda *args, **kwargs: noise)
+
+
 def _run(monkeypatch, tmp_path, repeats):
-    """batched 10x faster; its last repeat's steps jitter (per-step CV 20%: throughput_stable False)."""
+    """batched 10x faster; its last repeat's steps jitter (per-step CV 20%: throughput_stable False). One run each is
+    held to a 1% run-to-run variation measured earlier in the run."""
+    _measured_noise(monkeypatch)
     rng = np.random.default_rng(3)
 
     def jittery(label, repeat):

@@ -34,6 +34,16 @@ phases:
 """
 
 
+def _measured_noise(monkeypatch, total=0.01):
+    """A run-to-run variation of `total` measured in the run's earlier repeats: one run each is held to it (without
+    one, block means alone decide nothing and the stability rule is never reached)."""
+    from validation.analysis.significance.comparison import RunNoise
+    from validation.kinds import ab as ab_mod
+
+    noise = RunNoise(between=total, total=total, within=0.0, df=4.0, runs=6, groups=2, source="earlier (2 x 3 runs)")
+    monkeypatch.setattr(ab_mod, "measured_run_noise", lambda *args, **kwargs: noise)
+
+
 def test_an_ab_winner_left_out_as_unstable_is_not_called_no_significant_difference(monkeypatch, tmp_path):
     """One run each: batched 10x the baseline's tokens/s (40 steps of 1% noise against the baseline's 1%), but its
     throughput is marked unstable, so the A/B keeps the baseline (its documented stability rule). The difference
@@ -49,6 +59,7 @@ def test_an_ab_winner_left_out_as_unstable_is_not_called_no_significant_differen
     def values(run):
         return list((10000.0 if run["label"] == "batched" else 1000.0) * (1 + 0.01 * rng.standard_normal(40)))
 
+    _measured_noise(monkeypatch)  # one run each held to a run-to-run noise: the stability rule decides
     result = run_ab_step(monkeypatch, tmp_path, AB_RB, collect, values)
     d = result["decision"]
     assert result["choice"]["label"] == "baseline" and result["choice"]["significant"] is False

@@ -40,4 +40,5 @@ def test_failed_runs_are_no_bars_of_the_sweep_chart():
     bars = {label: (tick, mean) for tick, mean, _, label in plotter.points}
     assert set(bars) == {kept, other}  # the point whose runs all failed has no bar
     assert bars[kept] == ("50", pytest.approx(1000.0))  # its passed run alone, not (1,000 + 100) / 2 = 550
-    assert bars[other] == ("25 (x2)", pytest.approx(1000.0))  # both passed: (990 + 1,010) / 2
+    # both passed, pooled as the key figure pools them (their work over their time): 2 / (1/990 + 1/1,010) = 999.9
+    assert bars[other] == ("25 (x2)", pytest.approx(999.9, rel=1e-12))

@@ -4,9 +4,13 @@ hold for autocorrelated, drifting throughput (validation.analysis.significance):
 - every repeat runs the baseline and each variant once, in a random order drawn per repeat (the seed comes from the
   run directory and is recorded);
 - with repeats >= 2, each variant against the baseline is paired by repeat (log-ratios of run means: the machine's
-  drift cancels); with one run each, on block means of the runs' windows, plus the run-to-run variation measured in
-  this validation run's earlier repeats (e.g. a sweep's) when there are any; Holm's correction over the variants
-  when there are several;
+  drift cancels); with one run each, on block means of the runs' windows, each run's noise held to at least the
+  run-to-run variation measured in this validation run's earlier repeats (e.g. a sweep's) and to one launch's share
+  of the runbook's declared launch noise (`compare: {launch_sd, pairs}`); Holm's correction over the variants when
+  there are several. Block means of one window never see how far the next launch's level lies, so with one run each
+  and neither noise no difference is significant (its comparison "inconclusive", its text saying why) and the
+  decision keeps the baseline, its reason naming the fix (`repeats: 2` or more, or a declared `compare`;
+  _decision_view.without_run_noise, as a sweep's);
 - with `recommend`, the decision of significance.decide: a variant is kept only when it beats the baseline (and
   every other variant) significantly and beyond the noise floor, else the baseline is kept ("no significant
   difference", a passed decision); never a variant whose settings the trainer reported as ignored (e.g.
@@ -51,8 +55,8 @@ from validation.analysis.significance.windows import compare_windows, measured_r
 from validation.kinds import train_report
 from validation.kinds.blocks import Block, Column, Paragraph, Table
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, Settings, effect_of, run_side, with_labels
-from validation.kinds._decision_view import (decision_blocks, decision_mark, kept_text, no_single_winner,
-                                             status_badge)
+from validation.kinds._decision_view import (block_means_alone, decision_blocks, decision_mark, kept_text,
+                                             no_run_noise, no_single_winner, status_badge, without_run_noise)
 from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE,
                                       TrainerKind, declared_pair_noise, order_seed, run_all, run_order, run_values,
                                       trainer_launch)
@@ -165,6 +169,21 @@ def _compare(base: list, variant: list, label: str, metric: str, higher: bool, r
                            run_noise=rn)
 
 
+def _without_run_noise(c):
+    """A comparison of one run each with no run-to-run noise (block_means_alone): block means of one window never see
+    how far the next launch's level lies, so a difference they find is not significant ("inconclusive"); any other
+    comparison as it is."""
+    return dataclasses.replace(c, significant=False, verdict="inconclusive") if (
+        block_means_alone(c) and c.significant) else c
+
+
+def _record(c, **extra: Any) -> Comparison:
+    """A comparison's record, its text saying why one run each with no run-to-run noise decides nothing."""
+    record = decode(Comparison, c.as_dict(), "comparison")
+    text = f"{record.text}; {no_run_noise('variant')}" if block_means_alone(c) else record.text
+    return dataclasses.replace(record, text=text, **extra)
+
+
 class AB(TrainerKind):
     name = "ab"
     listing = 40
@@ -255,9 +274,11 @@ class AB(TrainerKind):
                              + ("its disturbed runs were left out and too few remain" if left_out else str(exc)) + ")")
         if len(comps) > 1:
             comps = list(adjust_family(comps).comparisons)
-        comparison = [dataclasses.replace(
-            decode(Comparison, c.as_dict(), "comparison"), delta=c.mean_b - c.mean_a, rel_delta=c.rel,
-            test=_TESTS[c.method] + (", Holm over the variants" if len(comps) > 1 else "")) for c in comps]
+        # one run each and no run-to-run noise measured or declared: block means alone decide nothing
+        comps = [_without_run_noise(c) for c in comps]
+        comparison = [_record(c, delta=c.mean_b - c.mean_a, rel_delta=c.rel,
+                              test=_TESTS[c.method] + (", Holm over the variants" if len(comps) > 1 else ""))
+                      for c in comps]
         ignored = {label: _ignored_settings(ctx, options, runs, label) for label in options.variants}
         for label, names in ignored.items():
             if names:
@@ -270,7 +291,7 @@ class AB(TrainerKind):
         if options.recommend:
             decided = self._decide(options, runs, data, shaken, ignored, higher, rn, order, declared_pair_noise(ctx))
         metrics = Metrics(compared=options.metric,
-                          variants={c.variant: decode(Comparison, c.as_dict(), "variants") for c in comps},
+                          variants={c.variant: _record(c) for c in comps},
                           baseline=pooled_summary(runs, BASELINE), extra={**summaries, **decided.metrics})
         return Result(status="failed" if done.problems else "passed",
                       reason="; ".join(done.problems) or "; ".join(notes) or None, metrics=metrics, runs=runs,
@@ -282,7 +303,9 @@ class AB(TrainerKind):
     def _decide(self, options: Options, runs: list[LaunchRun], data: dict[str, list], shaken: dict[str, list],
                 ignored: dict[str, list[str]], higher: bool, rn, order: DecisionRecord, pair_noise=None) -> Decision:
         """The recommendation: significance.decide over the baseline and the variants the trainer honoured, the
-        baseline kept without a significant difference; a significant winner that was not stable is not kept.
+        baseline kept without a significant difference (with one run each and no run-to-run noise measured or
+        declared, whatever block means alone show: without_run_noise); a significant winner that was not stable is
+        not kept.
         `shaken`: the runs measured under interference, per label (disturbed_flags); `order`: the run order (its seed
         and labels), which the decision records."""
         candidates = {label: values for label, values in data.items() if label == BASELINE or not ignored[label]}
@@ -298,6 +321,10 @@ class AB(TrainerKind):
         except StatsError as exc:
             return Decision(dataclasses.replace(ours, reason=f"no decision: {exc}", significant=False, choice=None),
                             metrics=dict(decided=False, significant=False, choice=None, kept_default=False))
+        if d.method == "blocks" and rn is None and pair_noise is None:
+            # one run each: block means see only the noise within each run, never how far the next launch's level
+            # lies, and nothing bounds it: no variant is significant, the baseline is kept
+            d = without_run_noise(d, BASELINE, unit="variant")
         choice, explanation, significant = d.choice, d.reason, d.significant
         overridden: dict[str, Any] = {}
         unbeaten = False  # the baseline left out of the comparison: whatever the variants showed, nothing beat it
@@ -413,7 +440,7 @@ class AB(TrainerKind):
         r = self.read(result)
         plotter.bars(bar_points(r.runs), title=f"A/B: {r.title or name}", xlabel="variant",
                      filename=f"ab_{file_name(name)}.png",
-                     colors=lambda i, label: "tab:blue" if i == 0 else "tab:orange", mark=decision_mark(r))
+                     colors=lambda i, label: "tab:blue" if label == BASELINE else "tab:orange", mark=decision_mark(r))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -56,7 +56,7 @@ from validation.launch.spec import safe_name
 from validation.formatting import (context_text, file_name, finite, fmt_num, fmt_pct, fmt_rate,
                                       fmt_tflops, mfu_text, param_name, params_text, shared_context_text)
 from validation.runbook.schema import REPEATS_MAX, mapping, setting_key, typed
-from validation.analysis.significance import Decision, StatsError, decide
+from validation.analysis.significance import StatsError, decide
 from validation.analysis.significance.windows import measured_run_noise
 from validation.kinds import train_report
 from validation.kinds.blocks import Block, Column, Paragraph, Table
@@ -65,8 +65,9 @@ from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind,
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, KeyFigure, effect_of, run_side, with_labels
 from validation.kinds._plot_helpers import bar_points
 from validation.results.codec import absent, decode, encode, given, written
-from validation.kinds._decision_view import (compared_nothing, decision_blocks, decision_mark, kept_text,
-                                             no_single_winner, status_badge, unkept_difference)
+from validation.kinds._decision_view import (block_means_alone, compared_nothing, decision_blocks, decision_mark,
+                                             kept_text, no_single_winner, status_badge, unkept_clause,
+                                             without_run_noise)
 from validation.results.decision import Choice, DecisionRecord
 from validation.results.run import Step as StepRecord
 from validation.results.trainer_launch import Stat
@@ -327,9 +328,11 @@ class Sweep(TrainerKind):
     def comparisons(self, result: Result) -> list[Effect]:
         """The decision's best point against each other point."""
         r = self.read(result)
-        effects = (effect_of(comp, run_side(r, comp.baseline), run_side(r, comp.variant))
-                   for comp in (r.decision.comparisons or [] if r.decision else []))
-        return [e for e in effects if e]
+        comps = r.decision.comparisons or [] if r.decision else []
+        effects = ((comp, effect_of(comp, run_side(r, comp.baseline), run_side(r, comp.variant))) for comp in comps)
+        # block means of one run each with no run-to-run noise decide nothing: no such effect is significant
+        return [dataclasses.replace(e, significant=False, verdict="inconclusive")
+                if e.significant and block_means_alone(comp) else e for comp, e in effects if e]
 
     def key_figures(self, in_order: list[StepRecord]) -> list[KeyFigure]:
         """Each sweep's decision ("Best bucket" for a significant bucket-size winner, "Bucket" for the point kept),
@@ -360,10 +363,9 @@ class Sweep(TrainerKind):
             if tied:
                 value += ", the point kept otherwise beaten: no single winner"
             if not significant:
-                found = unkept_difference(given(r.decision))
+                found = unkept_clause(given(r.decision))
                 value += ", kept: no decision, nothing compared" if compared_nothing(r) else (
-                    f", kept, no winner: {found} is significant but decides nothing" if found else
-                    ", kept: no significant difference")
+                    f", kept, no winner: {found}" if found else ", kept: no significant difference")
             chosen_runs = [run for run in r.runs if run.label == choice.label]
             # the point's throughput from its runs that passed (a crashed run's partial window is no measurement
             # of the point), as an A/B's pooled summary has it; of those measured undisturbed, where any was (a
@@ -394,33 +396,6 @@ class Sweep(TrainerKind):
         plotter.bars(bar_points(measured, tick_by_param=True), title=f"Sweep: {r.title or name}",
                      xlabel=param_name(keys[0]) if len(keys) == 1 else "run", filename=f"sweep_{file_name(name)}.png",
                      colors=lambda i, label: marked_color if mark and label == mark[0] else "tab:gray", mark=mark)
-
-
-# what a sweep of one run a point needs to name a winner
-RUN_NOISE_FIX = ("to decide, set `repeats: 2` or more (interleaved repeats measure how far one launch lies from the "
-                 "next) or declare the machine's launch noise (`compare: {launch_sd, pairs}`, from A/A pairs)")
-NO_RUN_NOISE = ("with one run a point and no run-to-run noise measured or declared, block means of each run's window "
-                "do not see how far the next launch's level lies, so no point can be significant")
-
-
-def without_run_noise(d: Decision, keep: str) -> Decision:
-    """A decision over one run a point with neither a measured nor a declared run-to-run noise: block means of one
-    window see only the noise within it, and launches of one setting differ by several percent (three points of
-    equal throughput whose launch levels differ by 3% gave a significant winner in most simulated sweeps), so no
-    point is significant: `keep` is kept, the reason says why and names the fix. A decision that was not significant
-    keeps its choice and says the same."""
-    if not d.significant:
-        return dataclasses.replace(d, reason=f"{d.reason.rstrip('.')}; {NO_RUN_NOISE}: {RUN_NOISE_FIX}.")
-    comp = d.comparison
-    found = (f"{comp.variant} is ahead of {comp.baseline} on block means alone ({comp.metric} {comp.describe()})"
-             if comp is not None else f"{d.choice} is ahead on block means alone")
-    text = f"no winner: {found}, but {NO_RUN_NOISE}; {keep} is kept"
-    left_out = "".join(f"; excluded: {k} ({why})" for k, why in d.excluded) + "".join(
-        f"; left out because other work used the machine while it ran: {k} (repeat {r + 1})"
-        for k, r in d.disturbed_runs)
-    return dataclasses.replace(d, winner=None, choice=keep, significant=False, kept_default=True,
-                               reason=f"{text}{left_out}; {RUN_NOISE_FIX}.", recommendable=False,
-                               recommendation=f"nothing is recommended: {text}")
 
 
 def sweep_points(step) -> list[tuple[str, dict[str, Any]]]:

@@ -209,3 +209,28 @@ def test_a_cliff_on_block_noise_alone_is_inconclusive():
     assert [p.inconclusive for p in c.pairs] == [False, True] and not any(p.cliff for p in c.pairs)
     assert c.reason.startswith("inconclusive") and c.pairs[1].as_dict()["inconclusive"] is True
     assert "inconclusive" not in c.pairs[0].as_dict()
+
+
+def test_one_run_a_point_is_held_to_the_run_to_run_noise_measured_earlier_in_the_run(monkeypatch, tmp_path):
+    """No declared launch noise, but an earlier step's repeats measured the run-to-run noise (3% of a run's mean,
+    30 df): the same 80 scans decide, each point held to it (a launch pair's sd 3% x sqrt 2), false cliffs near
+    alpha, none inconclusive; a true 3x jump is still a cliff."""
+    from validation.analysis.significance import RunNoise
+    from validation.kinds import trainer
+
+    measured = RunNoise(between=RUN_SD, total=RUN_SD, within=0.0, df=30.0, runs=62, groups=31, source="ab")
+    monkeypatch.setattr(trainer, "measured_run_noise", lambda results, run_dir, metric="toks_per_s": measured)
+    scanner = Scanner(monkeypatch, tmp_path, "[2048, 8192, 32768]", 1)
+    n = 80
+    held = [scanner.run(expected_law, seed).metrics for seed in range(n)]
+    assert {m.run_to_run for m in held} == {"measured"}
+    assert all(m.launch_sd == pytest.approx(RUN_SD * math.sqrt(2.0)) for m in held)
+    assert all(m.cliff in (True, False) for m in held) and sum(m.cliff for m in held) / n <= 0.10
+    jump = scanner.run(lambda v: expected_law(v) * (3.0 if v == 32768 else 1.0), 0)
+    assert jump.metrics.cliff is True and jump.metrics.cliff_pair.a == 8192
+    texts = [b.text for b in scanner.mod.Scan().blocks(jump) if isinstance(b, Paragraph)]
+    assert any(t.startswith("Run-to-run noise: one run a point, each point's noise held to at least the run-to-run "
+                            "noise this run measured") for t in texts)
+    # a declared launch noise larger than the measured one is the floor, as before
+    larger = scanner.run(expected_law, 0, {"launch_sd": 0.1, "pairs": 30}).metrics
+    assert larger.run_to_run == "declared" and larger.launch_sd == 0.1

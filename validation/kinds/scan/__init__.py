@@ -12,9 +12,11 @@ Own keys:
                      >= BLOCK_WINDOW_MIN (20) steps: a shorter window gives no noise estimate, no cliff is called
                      and a note says so); values x repeats >= 3 runs (the exponent's fit), else a runbook error.
                      Block means see only the noise within one window, not how far the next launch's level lies: where
-                     the runbook declares its launch noise (`compare: {launch_sd, pairs}`) every point's noise is held
-                     to at least one launch's share of it (launch_sd / sqrt 2, with repeats too); where it declares
-                     none, a cliff found with one run a point on block noise alone is inconclusive (`cliff` null)
+                     the runbook declares its launch noise (`compare: {launch_sd, pairs}`), or the run measured its
+                     run-to-run noise in repeats before the step (an A/B's, a sweep's: the larger of the two),
+                     every point's noise is held to at least one launch's share of it (launch_sd / sqrt 2, with
+                     repeats too); with neither, a cliff found with one run a point on block noise alone is
+                     inconclusive (`cliff` null)
   expected_exponent  the exponent a point-to-point growth may reach before it is a cliff (default 1.5)
   bisect             {steps: 3, resolution: 64, multiple_of: 32}: after a cliff between a and b, measure midpoints
                      (rounded to multiple_of, e.g. the model's selection block) until b - a <= resolution or the
@@ -30,8 +32,8 @@ time: each run's window is the same work, so the harmonic mean of their window f
 validation.analysis.metrics.window_mean, never their plain mean, which favours the faster run: [100, 300] tok/s is
 150, not 200), mfu (the runs' window mean, where the device peak is known), time_to_first_step_s, peak_mem_gb,
 exponent_to_next}], "noise_source" (repeats | blocks |
-declared | none), "run_to_run" (repeats | declared | unknown: what covers the noise between launches), "launch_sd"
-(the declared one the noise is held to), "runs", "passed". "cliff" is true, false, or null when inconclusive (a pair,
+declared | none), "run_to_run" (repeats | measured | declared | unknown: what covers the noise between launches),
+"launch_sd" (the launch pair's sd the noise is held to: the declared one, or the measured one's x sqrt 2), "runs", "passed". "cliff" is true, false, or null when inconclusive (a pair,
 marked "inconclusive", significant on one run's block noise alone with no declared launch noise); "cliff_localised"
 is then null too.
 Options: the keys above. Result: the step record (validation.results.run.Step: runs, a LaunchRun each with its
@@ -51,10 +53,11 @@ from validation.launch.spec import safe_name
 from validation.formatting import file_name, finite, fmt_gb, fmt_num, rate_with_mfu
 from validation.runbook.schema import REPEATS_MAX, mapping, setting_key, typed
 from validation.analysis.metrics import window_mean
-from validation.analysis.significance import StatsError
+from validation.analysis.significance import PairNoise, StatsError
 from validation.kinds.base import KeyFigure
-from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, order_seed,
-                                      run_all, run_order, run_values, trainer_launch)
+from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise,
+                                      measured_launch_noise, order_seed, run_all, run_order, run_values,
+                                      trainer_launch)
 from validation.kinds._plot_helpers import scan_loglog
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
 from validation.analysis.triage import RUN_NOISE_FIX, bisect, find_cliffs, fit_exponent, local_exponent, point_noise
@@ -146,9 +149,10 @@ class Scan(TrainerKind):
         m = Metrics(setting=options.setting, values=list(options.values), repeats=options.repeats,
                     expected_exponent=options.expected_exponent, cliff=False, cliff_localised=False)
         times, series = point_times(ctx, step, runs)
-        # the runbook's declared launch noise (compare.launch_sd): every point's noise is held to one launch's share
-        # of it; without it, one run a point sees no run-to-run noise and its cliffs are inconclusive (find_cliffs)
-        floor = declared_pair_noise(ctx)
+        # the runbook's declared launch noise (compare.launch_sd), or the run-to-run noise this run measured in
+        # repeats before the step where that is larger: every point's noise is held to one launch's share of it;
+        # without either, one run a point sees no run-to-run noise and its cliffs are inconclusive (find_cliffs)
+        floor, measured = launch_floor(ctx)
         # with repeats at any point every point's noise is their pooled spread (point_noise), the series unused
         blocks = not any(len(ts) > 1 for ts in times.values())
         short = {v: len(s) for v, s in series.items() if len(s) < BLOCK_WINDOW_MIN} if blocks else {}
@@ -170,8 +174,8 @@ class Scan(TrainerKind):
             m = dataclasses.replace(m, pairs=[decode(PairRecord, p.as_dict(), "pairs") for p in cliffs.pairs],
                                     cliff_reason=cliffs.reason,
                                     noise_source=next(iter(noise.values())).source if noise else "none",
-                                    run_to_run=("repeats" if not blocks else "declared" if floor is not None
-                                                else "unknown"),
+                                    run_to_run=("repeats" if not blocks else "measured" if measured
+                                                else "declared" if floor is not None else "unknown"),
                                     launch_sd=floor.sd if floor is not None else None)
             if cliffs.cliff is None and cliffs.inconclusive is not None:  # neither a cliff nor the absence of one
                 m = dataclasses.replace(m, cliff=None, cliff_localised=None)
@@ -293,8 +297,13 @@ class Scan(TrainerKind):
             out.append(Paragraph(f"Run-to-run noise: one run a point, each point's noise held to at least one "
                                  f"launch's share of the runbook's declared launch_sd {fmt_num(m.launch_sd)}",
                                  style="muted"))
+        elif m.run_to_run == "measured":
+            out.append(Paragraph(f"Run-to-run noise: one run a point, each point's noise held to at least the "
+                                 f"run-to-run noise this run measured in repeats before the step (a launch pair's "
+                                 f"sd {fmt_num(m.launch_sd)})", style="muted"))
         elif m.run_to_run == "unknown":
-            out.append(Paragraph("Run-to-run noise: unknown (one run a point, no declared launch noise: block means "
+            out.append(Paragraph("Run-to-run noise: unknown (one run a point, no launch noise declared or measured "
+                                 "before: block means "
                                  "of one window do not see how far the next launch's level lies, so a cliff cannot be "
                                  f"established); {RUN_NOISE_FIX}", style="note"))
         return out
@@ -491,6 +500,21 @@ def _secs(value) -> str:
 def _num2(value) -> str:
     v = finite(value)
     return "—" if v is None or not math.isfinite(v) else f"{v:.2f}"
+
+
+def launch_floor(ctx) -> tuple[PairNoise | None, bool]:
+    """(the least noise of one launch pair every point is held to, whether it is the measured one): the runbook's
+    declared launch noise (`compare: {launch_sd, pairs}`), or the run-to-run variation of a run's mean this
+    validation run measured in repeats before the step (validation.kinds.trainer.measured_launch_noise: an A/B's or
+    a sweep's repeats) where that is larger, as a pair's noise (its sd x sqrt 2: one launch's share is the measured
+    sd, with its degrees of freedom); (None, False) without either."""
+    declared = declared_pair_noise(ctx)
+    run = measured_launch_noise(ctx)
+    if run is None or not run.total > 0 or (declared is not None and run.total <= declared.launch_noise().total):
+        return declared, False
+    return PairNoise(sd=run.total * math.sqrt(2.0), pairs=float(run.df) + 1.0,
+                     source=f"the run-to-run noise measured earlier in this run (sd {run.total:.1%} of a run's mean, "
+                            f"{run.df:g} df)"), True
 
 
 kinds.register(Scan())

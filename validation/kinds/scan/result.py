@@ -103,7 +103,7 @@ class Metrics:
     exponent_reason: str | None = absent()
     cliff_reason: str | None = absent()
     noise_source: str | None = absent()
-    run_to_run: str | None = absent()  # repeats | declared | unknown: what covers the noise between launches
+    run_to_run: str | None = absent()  # repeats | measured | declared | unknown: what covers the noise between launches
     launch_sd: Num | None = absent()  # the runbook's declared compare.launch_sd the points' noise is held to
     points: list[Point] = dataclasses.field(default_factory=list)
     runs: int | None = None

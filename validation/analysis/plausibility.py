@@ -62,6 +62,7 @@ _TIMES = ("step_time_s", "time_to_first_step_s", "startup.imports_s", "startup.i
 _STEP_TIMES = ("step_time_s", "summary.avg_step_time_s", "summary.min_step_time_s", "summary.max_step_time_s")
 RANGES: tuple[Range, ...] = (
     Range("scaling_efficiency", 0.0, 1.1, low_closed=False, reason=_EFFICIENCY),
+    Range("scaling_efficiency_low", 0.0, 1.1, low_closed=False, reason=_EFFICIENCY),  # an interval's lower bound
     *(Range(f"{mode}.{at}", 0.0, 1.1, low_closed=False, reason=_EFFICIENCY)
       for mode in ("strong", "weak") for at in ("efficiency.min", "efficiency.last", "rows.<i>.efficiency",
                                                   # an interval's lower bound above the range: its efficiency is too

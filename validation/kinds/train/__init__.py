@@ -3,29 +3,56 @@ training.csv.
 
 Own key: `scaling_baseline: <an earlier train step>`: scaling_efficiency = tokens/s / (world-size ratio x the
 baseline's tokens/s), e.g. two nodes against one.
-Metrics: a trainer launch's (validation.kinds.trainer), plus "scaling_baseline" and "scaling_efficiency".
-Report: the run table and notes; the executive summary's baseline throughput and scaling efficiency.
+Noise: that efficiency is a ratio of two launches' throughputs (this step's and the baseline's, one launch each), and
+launches of one configuration differ by several percent (cpu_smoke's declared launch_sd: a log-ratio of two launches
+has an sd of 12%), so it carries its 95% interval, scaling_efficiency_low / _high = E exp(-/+ t(0.975, df) s sqrt 2),
+s the sd of one launch's log tokens/s from launch to launch, from, in this order (as a `scaling` step with one run a
+point; a train step has no repeats of its own):
+  declared   one launch's share of the runbook's declared `compare: {launch_sd, pairs}` (launch_sd / sqrt 2, df
+             pairs - 1: s sqrt 2 = launch_sd, the sd of a log-ratio of two launches), or the run-to-run noise
+             measured earlier in this run where that is larger (significance.PairNoise.hold);
+  measured   nothing declared: the run-to-run noise this validation run measured in repeated runs before this step
+             (validation.kinds.trainer.measured_launch_noise: a sweep's or parallelism's repeats);
+  unknown    none of these: no interval (the fix: declare `compare: {launch_sd, pairs}` from A/A pairs, or run
+             repeats, e.g. a sweep or parallelism step with `repeats: 2`, before this step).
+"scaling_noise" {"source" (declared | measured | unknown), "sd", "df", "detail"} says which, written with the
+efficiency. Criteria: a claim that the scaling holds at least a level reads the lower bound
+(`two_nodes.scaling_efficiency_low >= 0.85`: an error, never a pass, where the noise is unknown); a check against a
+collapse far below any launch noise may read the point figure (`two_nodes.scaling_efficiency >= 0.85` where losing
+15% means a broken inter-node path).
+Metrics: a trainer launch's (validation.kinds.trainer), plus "scaling_baseline", "scaling_efficiency",
+"scaling_efficiency_low", "scaling_efficiency_high" (absent where the noise is unknown or no efficiency was computed)
+and "scaling_noise".
+Report: the run table and notes (the efficiency with its interval and noise); the executive summary's baseline
+throughput and scaling efficiency (a train step's own with its interval).
 
 Options: the key above. Result: the step record of one trainer launch (validation.kinds.trainer.TrainerResult), its
-metrics a LaunchMetrics (whose scaling_baseline and scaling_efficiency are written only by this kind). The key
-figures read every step of the run as its own kind's Result, and a step's metrics as a trainer launch's (as_launch).
+metrics a Metrics: a LaunchMetrics with the interval and its noise (scaling_baseline, scaling_efficiency and these
+are written only by this kind). The key figures read every step of the run as its own kind's Result, and a step's
+metrics as a trainer launch's (as_launch).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from typing import Any
 
 from nsa.training.config import brief
 from validation.analysis import metrics
+from validation.analysis.significance.distributions import t_ppf
 from validation import kinds
-from validation.formatting import NA, context_text, finite, fmt_rate, mean_pm, shared_context_text
+from validation.formatting import NA, context_text, finite, fmt_num, fmt_pct, fmt_rate, mean_pm, shared_context_text
 from validation.runbook.schema import NAME_RE, typed
 from validation.analysis.plausibility import figure_problem
 from validation.kinds.base import KeyFigure, earlier_step_of_kind
-from validation.kinds.trainer import TRAINER_METRICS, TrainerKind, TrainerResult, launch_one, launch_window_text
-from validation.results.codec import written
+from validation.kinds.blocks import Block, Bullets
+from validation.kinds.trainer import (TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, TrainerResult,
+                                      declared_pair_noise, launch_one, launch_window_text, measured_launch_noise,
+                                      trainer_blocks)
+from validation.results.codec import absent, decode, given, written
 from validation.results.run import Step as StepRecord, read_run
-from validation.results.trainer_launch import LaunchMetrics, RunContext, Stat, as_launch
+from validation.results.trainer_launch import LaunchMetrics, Num, RunContext, Stat, as_launch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,9 +61,98 @@ class Options:
 
 
 @dataclasses.dataclass(frozen=True)
+class ScalingNoise:
+    """The launch-to-launch noise the scaling efficiency's interval stands on (the module docstring): its source
+    (declared, measured or unknown), sd (of one launch's log tokens/s), df, and a sentence saying where it comes
+    from (for unknown: the fix)."""
+    source: str | None = None
+    sd: Num | None = None
+    df: Num | None = None
+    detail: str | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Metrics(LaunchMetrics):
+    """A train step's metrics: its trainer launch's, and with `scaling_baseline` the efficiency's 95% interval
+    (absent where the noise is unknown or no efficiency was computed) and the noise it stands on (written with the
+    efficiency; absent in records from before efficiencies carried one)."""
+    scaling_efficiency_low: Num | None = absent()
+    scaling_efficiency_high: Num | None = absent(beside="scaling_efficiency_low")
+    scaling_noise: ScalingNoise | None = absent()
+
+
+@dataclasses.dataclass(frozen=True)
 class Result(TrainerResult):
-    """A train step's record: its one trainer launch's (metrics: LaunchMetrics, with the scaling efficiency against
-    `scaling_baseline` where the step names one)."""
+    """A train step's record: its one trainer launch's (metrics: Metrics, with the scaling efficiency against
+    `scaling_baseline`, its interval and its noise where the step names one)."""
+    metrics: Metrics = dataclasses.field(default_factory=Metrics)
+
+
+UNKNOWN_NOISE = ("no launch-to-launch noise declared or measured before this step: the efficiency carries no "
+                 "interval (declare the machine's launch noise, `compare: {launch_sd, pairs}` from A/A pairs, or run "
+                 "repeats before this step, e.g. a sweep or parallelism step with `repeats: 2`)")
+
+
+def efficiency_noise(ctx) -> ScalingNoise:
+    """The noise of one launch's log tokens/s the scaling efficiency's interval stands on (the module docstring):
+    one launch's share of the runbook's declared launch noise or the run-to-run noise measured earlier in this run,
+    the larger (PairNoise.hold), else the measured alone, else unknown."""
+    floor = declared_pair_noise(ctx)
+    measured = measured_launch_noise(ctx)
+    if floor is not None:
+        chosen = floor.hold(measured)
+        if chosen is not measured:
+            return ScalingNoise(source="declared", sd=chosen.total, df=chosen.df,
+                                detail=f"one launch's share of {floor.source}, sd {fmt_pct(chosen.total)} of one "
+                                       f"launch's log tokens/s ({chosen.df:g} df, t quantile)"
+                                       + (f"; the {fmt_pct(measured.total)} measured earlier in this run is smaller"
+                                          if measured is not None else ""))
+    if measured is not None:
+        return ScalingNoise(source="measured", sd=measured.total, df=measured.df,
+                            detail=f"the run-to-run noise measured earlier in this run, {measured.describe()}"
+                                   + (f", larger than one launch's share of {floor.source}"
+                                      if floor is not None else ""))
+    return ScalingNoise(source="unknown", detail=UNKNOWN_NOISE)
+
+
+def efficiency_interval(efficiency: float | None, noise: ScalingNoise) -> tuple[float | None, float | None]:
+    """The 95% interval of a ratio of two launches' throughputs: E exp(-/+ t(0.975, df) s sqrt 2), s the sd of one
+    launch's log tokens/s (noise.sd); (None, None) without an efficiency or a known noise."""
+    e, sd, df = finite(efficiency), finite(noise.sd), finite(noise.df)
+    if e is None or e <= 0 or noise.source == "unknown" or sd is None or sd < 0 or df is None or df <= 0:
+        return None, None
+    half = t_ppf(0.975, df) * sd * math.sqrt(2.0)
+    return e * math.exp(-half), e * math.exp(half)
+
+
+def train_metrics(metrics: Any) -> Metrics:
+    """A step's metrics as a train step's: the record itself, or its JSON (or another record's) decoded leniently."""
+    return metrics if isinstance(metrics, Metrics) else decode(Metrics, written(metrics), lenient=True)
+
+
+def interval_text(metrics: Any) -> str | None:
+    """The scaling efficiency's 95% interval and, in words, whether it is resolved against 1.0 (perfect scaling):
+    "95% interval 0.67 .. 1.08, not resolved from 1.0"; "95% interval unknown" where the noise is; None for a
+    record without a noise (written before efficiencies carried one) or without an efficiency."""
+    m = train_metrics(metrics)
+    noise = given(m.scaling_noise)
+    if finite(m.scaling_efficiency) is None or noise is None:
+        return None
+    low, high = finite(m.scaling_efficiency_low), finite(m.scaling_efficiency_high)
+    if low is None or high is None:
+        return "95% interval unknown"
+    word = "below 1.0" if high < 1.0 else "above 1.0" if low > 1.0 else "not resolved from 1.0"
+    return f"95% interval {low:.2f} .. {high:.2f}, {word}"
+
+
+def noise_text(metrics: Any) -> str | None:
+    """Which noise the interval stands on, in words ("noise (declared): ..."), or None where none is recorded."""
+    m = train_metrics(metrics)
+    noise = given(m.scaling_noise)
+    if noise is None or finite(m.scaling_efficiency) is None:
+        return None
+    return f"noise ({noise.source or 'unknown'}): {noise.detail or NA}"
 
 
 class Train(TrainerKind):
@@ -45,7 +161,10 @@ class Train(TrainerKind):
     repeatable = True
     summary = "one trainer launch (env/args overrides); statistics over the last N steps of its training.csv"
     keys = ("scaling_baseline",)
-    metrics = TRAINER_METRICS + ("scaling_baseline", "scaling_efficiency")
+    metrics = TRAINER_METRICS + ("scaling_baseline", "scaling_efficiency", "scaling_efficiency_low",
+                                 "scaling_efficiency_high", "scaling_noise.*")
+    # the interval's bounds measure speed as the efficiency does: a disturbed launch decides nothing on them
+    performance = TRAINER_PERFORMANCE + ("scaling_efficiency_low", "scaling_efficiency_high")
     result_type = Result
 
     def parse(self, raw: dict, path: tuple, ctx) -> Options:
@@ -64,7 +183,7 @@ class Train(TrainerKind):
 
     def run(self, options: Options, ctx) -> Result:
         one = launch_one(ctx)
-        m = one.metrics
+        m = Metrics(**{f.name: getattr(one.metrics, f.name) for f in dataclasses.fields(LaunchMetrics)})
         if options.scaling_baseline:
             # multi-node scaling: this run's throughput against the baseline step's, per process
             base_step = read_run(ctx.results).steps.get(options.scaling_baseline)
@@ -72,9 +191,33 @@ class Train(TrainerKind):
             base = as_launch(base_step.metrics if base_step is not None and base_step.status == "passed" else {})
             multi, single = (m.toks_per_s or Stat()).mean, (base.toks_per_s or Stat()).mean
             ratio = (1 if m.world_size is None else m.world_size) / max(1, base.world_size or 1)
-            m = dataclasses.replace(m, scaling_baseline=options.scaling_baseline,
-                                    scaling_efficiency=metrics.scaling_efficiency(multi, single, ratio))
+            efficiency = metrics.scaling_efficiency(multi, single, ratio)
+            m = dataclasses.replace(m, scaling_baseline=options.scaling_baseline, scaling_efficiency=efficiency)
+            if efficiency is not None:  # a ratio of two launches: its 95% interval from the launch noise
+                noise = efficiency_noise(ctx)
+                low, high = efficiency_interval(efficiency, noise)
+                m = dataclasses.replace(m, scaling_efficiency_low=low, scaling_efficiency_high=high,
+                                        scaling_noise=noise)
         return Result(status=one.status, reason=one.reason, metrics=m)
+
+    def blocks(self, result: StepRecord) -> list[Block]:
+        """The trainer launch's part (validation.kinds.trainer.trainer_blocks), its scaling efficiency's note with
+        the 95% interval and the noise it stands on."""
+        step = self.read(result)
+        out = trainer_blocks(str(step.name), step)
+        m = train_metrics(step.metrics)
+        interval = interval_text(m)
+        if interval is None:
+            return out
+        plain = f"Scaling efficiency: {fmt_num(m.scaling_efficiency)}"
+        text = (f"Scaling efficiency against `{m.scaling_baseline}`: {fmt_num(m.scaling_efficiency)}; {interval}; "
+                f"{noise_text(m)}. A ratio of two launches' throughputs: E exp(-/+ t(0.975, df) s sqrt 2), s the sd "
+                "of one launch's log tokens/s.")
+        for i, block in enumerate(out):
+            if isinstance(block, Bullets) and plain in block.items:
+                out[i] = Bullets(tuple(text if item == plain else item for item in block.items))
+                return out
+        return out + [Bullets((text,))]
 
     def key_figure_steps(self, in_order: list[StepRecord]) -> list[str]:
         """The baseline step and, for the scaling efficiency, the step whose figure it is or the single-process
@@ -106,9 +249,11 @@ class Train(TrainerKind):
             figures.append(KeyFigure("baseline_throughput", "Baseline throughput", value, note, order=10,
                                      steps=(str(baseline.name),)))
         scaling: tuple[float, str, tuple[str, ...]] | None = None  # (value, note, steps)
+        interval = None  # a train step's own efficiency's 95% interval, in words
         own_value = finite(_launch(own).scaling_efficiency) if own is not None else None
         if own is not None and own_value is not None:  # a train step's own (_figure_steps: only one that has it)
-            scaling = (own_value, f"step `{own.name}`", (str(own.name),))
+            interval, noise = interval_text(_launch(own)), noise_text(_launch(own))
+            scaling = (own_value, f"step `{own.name}`" + (f"; {noise}" if noise else ""), (str(own.name),))
         elif baseline is not None and single is not None:
             # per-GPU throughput of the multi-rank baseline over the throughput of a single-process train step
             base = _launch(baseline)
@@ -124,7 +269,7 @@ class Train(TrainerKind):
         if scaling is not None:
             v, note, named = scaling
             problem = figure_problem("scaling_efficiency", v)
-            value = f"{v:.2f} ({v * 100:.0f}% of linear)"
+            value = f"{v:.2f} ({v * 100:.0f}% of linear" + (f"; {interval})" if interval else ")")
             figures.append(KeyFigure("scaling_efficiency", "Scaling efficiency",
                                      f"{value}: NOT A RESULT, outside its physical range" if problem else value,
                                      note, order=30, steps=named,

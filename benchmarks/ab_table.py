@@ -351,9 +351,10 @@ def train_records(folder: Path, path: Path, baselines: tuple[str, ...], failed: 
     """bench_train --variant's runs (<name>.runs.json: one row per run, its repeat the round, its tokens/s the
     figure) as one comparison per (model, mode, context) and variant other than the baseline (the first of
     `baselines` run): per round the baseline's tokens/s over the choice's, a time ratio (below 1: faster) like every
-    other ratio of the table; a run that failed has no row, so its round is missing ("not measured"), and a variant
-    none of whose runs ran (listed with its error in the runs' summaries, <name>.json) has every round so. [] for
-    another kind of file."""
+    other ratio of the table; a run that failed has no row, so its round is missing ("not measured"), a round in
+    which both sides' runs failed is one too where their summaries (<name>.json) say its repeat (never dropped,
+    which would let the rounds left decide), and a variant none of whose runs ran (listed with its error in the
+    runs' summaries) has every round so. [] for another kind of file."""
     data = _read(path) if path.name.endswith(".runs.json") else None  # <name>.json holds the runs' summaries
     if not (isinstance(data, list) and all(isinstance(r, dict) and "toks_per_s" in r and "repeat" in r
                                            for r in data)):
@@ -368,20 +369,26 @@ def train_records(folder: Path, path: Path, baselines: tuple[str, ...], failed: 
         key = (r.get("model", "nsa"), r.get("mode", "eager"), r.get("seq_len"), r.get("batch"))
         value = r["toks_per_s"] if is_time(r["toks_per_s"]) and not failed else None
         groups.setdefault(key, {}).setdefault(r.get("variant") or "", {})[r["repeat"]] = value
+    lost: dict[tuple, dict[str, set[int]]] = {}  # (group, variant): the repeats whose run failed, where said
     for r in errors:  # a failed run's summary has no batch before 2026-12-01: the group of its other keys
         model, mode, seq_len = r.get("model", "nsa"), r.get("mode", "eager"), r.get("seq_len")
         key = next((k for k in groups if k[:3] == (model, mode, seq_len) and ("batch" not in r or
                                                                             k[3] == r["batch"])),
                    (model, mode, seq_len, r.get("batch")))
         groups.setdefault(key, {}).setdefault(r.get("variant") or "", {})
+        rep = r.get("repeat")  # said since 2026-12-01: a round whose runs all failed is a round, not measured
+        if isinstance(rep, int) and not isinstance(rep, bool) and rep >= 0:
+            lost.setdefault(key, {}).setdefault(r.get("variant") or "", set()).add(rep)
     records = []
     for (model, mode, seq_len, batch), arms in groups.items():
         base = next((b for b in baselines if b in arms), None)
         if base is None:
             continue
+        failed_reps = lost.get((model, mode, seq_len, batch), {})
         for arm in sorted(a for a in arms if a != base):
             per_round = []
-            for rep in sorted(set(arms[arm]) | set(arms[base])) or [0]:
+            for rep in sorted(set(arms[arm]) | set(arms[base]) | failed_reps.get(arm, set())
+                              | failed_reps.get(base, set())) or [0]:
                 a, b = arms[arm].get(rep), arms[base].get(rep)
                 per_round.append({"round": rep + 1, "baseline_tok_s": b, "choice_tok_s": a,
                                   "ratio": {"time": b / a} if a and b else {}})

@@ -8,7 +8,7 @@
     python benchmarks/bench_train.py --device cuda --repeats 3   # interleaved repeats: min / median / max of runs
     python benchmarks/bench_train.py --device cuda --modes eager,graphs --dry-run   # print the cases only
     python benchmarks/bench_train.py --device cuda --modes graphs --repeats 2 \
-        --variant base:NSA_OPT_FUSED=0 --variant fused:NSA_OPT_FUSED=1          # an A/B, alternated A B A B
+        --variant base:NSA_OPT_FUSED=0 --variant fused:NSA_OPT_FUSED=1          # an A/B, alternated A B B A
     python benchmarks/bench_train.py --device cuda --modes graphs --contexts 16384,32768   # long context, B 1
 
 Each case launches `python -m nsa.training` (or torchrun with 2 ranks) in its own out_dir under artifacts/bench_train/
@@ -20,14 +20,20 @@ core, so ~1.0 is the expected, honest answer there; on GPUs it should approach t
 MFU needs a device peak: known GPUs are looked up (nsa.training.metrics); on CPU pass --peak-tflops to get one.
 On CUDA the NSA model (the Triton kernels: NSA_KERNEL=auto) runs beside its dense twin (`--attention dense`: the
 same model with causal SDPA), and the NSA / dense tokens/s ratio is printed (target >= 0.55, >= 150,000 tok/s on
-one H100). Each model runs in every mode of --modes: eager, `--compile` (torch.compile), `--cuda-graphs` (the
-whole train step captured in CUDA graphs, nsa.training.graphs) and compile+graphs (the compiled model captured);
+one H100; issue 32's: the dense twin >= 400,000 tok/s, ~32% MFU, NSA >= 300,000 and >= 0.75x the dense twin's fastest
+mode, and at 32,768 tokens, B 1, NSA's step >= 2x faster than the dense twin's: its tokens/s ratio >= 2). Each
+model runs in every mode of --modes: eager, `--compile` (torch.compile), `--cuda-graphs` (the whole train step
+captured in CUDA graphs, nsa.training.graphs) and compile+graphs (the compiled model captured);
 the table reports all of them, then, per model, the fastest mode, and the NSA / dense ratio of the fastest of each
 (and of each mode side by side). --contexts adds long-context cases (the same model at B 1 x S). --variant runs
 every case once per set of environment variables (e.g. a toggle off and on); the A/B lines give each variant's
 tokens/s over the first's, as the ratio of the medians and per repeat (the runs of one repeat ran side by side). With
---repeats N the cases run N times, interleaved (A B A B ...), and the table gives the min / median / max of the
-runs' tokens/s: per-step values are autocorrelated, runs are the independent units.
+--repeats N the cases run N times, interleaved, every other repeat in the reverse order (A B C, C B A, A B C ...: a
+drift of the device over the run then favours neither side of a pair in every repeat), and the table gives the min /
+median / max of the runs' tokens/s: per-step values are autocorrelated, runs are the independent units.
+--json is written before the first case (no file of an earlier call stands for this one's) and after each run, each
+file replaced whole; SIGTERM (the `timeout` of a step) ends the case running, its whole process group, and the cases
+measured so far are printed and kept, the case cut and the rest of its repeat listed as not measured (exit 143).
 """
 
 from __future__ import annotations
@@ -90,7 +96,7 @@ def gpu_cases(modes: list[str], models: list[str] | None = None, contexts: list[
     the default run keep their earlier names (m7c_125m_s2048_bf16, ..._dense); other modes add +MODE, other
     contexts _sN and variants @LABEL. The two models of one mode and context run one after the other (NSA, dense,
     NSA, dense ... across the modes, never every NSA case before the first dense one), and the variants of one
-    (model, mode, context) are adjacent, so that repeats alternate them A B A B."""
+    (model, mode, context) are adjacent, so that repeats alternate them (A B, then B A: main)."""
     name, config, flags, steps, warmup = GPU_BASE
     variants = variants or [("", {})]
     cases = []
@@ -144,18 +150,36 @@ def run_in_session(cmd: list[str], *, cwd, env: dict[str, str], timeout: float,
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.communicate(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        _end_group(proc, grace_s)
         raise subprocess.TimeoutExpired(cmd, timeout) from None
+    except BaseException:
+        # this process is being stopped (Stopped: SIGTERM, e.g. the `timeout` of a step; KeyboardInterrupt): the
+        # case's session is its own, so no signal sent to this process group reaches it, and it would go on training
+        # on the device under the next step's measurements
+        _end_group(proc, STOP_GRACE_S)
+        raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+STOP_GRACE_S = 2.0  # a stopped run's case: SIGTERM, then SIGKILL (timeout -k 10 kills this process 10 s after TERM)
+
+
+class Stopped(Exception):
+    """SIGTERM received (the `timeout` of a next_run.sh step, a scheduler): the runs measured so far are kept."""
+
+
+def _end_group(proc: subprocess.Popen, grace_s: float) -> None:
+    """End proc's process group: SIGTERM, then SIGKILL where it is still running after grace_s."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.communicate(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def run_case(name: str, config: str, flags: list[str], steps: int, warmup: int, nproc: int, peak: float | None,
@@ -241,7 +265,7 @@ def table(results: list[dict]) -> str:
 
 
 def _paired_ratios(a: list[dict], b: list[dict]) -> list[float]:
-    """b / a tokens/s of the runs of one repeat (run i of each: measured side by side, A B A B)."""
+    """b / a tokens/s of the runs of one repeat (run i of each: measured side by side)."""
     by_rep = {r.get("repeat"): r["toks_per_s"] for r in a if _measured(r)}
     return [r["toks_per_s"] / by_rep[r.get("repeat")] for r in b if r.get("repeat") in by_rep and _measured(r)]
 
@@ -360,7 +384,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-ddp", action="store_true", help="single-process cases only")
     ap.add_argument("--peak-tflops", type=float, help="device peak for MFU where it is not known (e.g. a CPU)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per case")
-    ap.add_argument("--repeats", type=int, default=1, help="runs per case, interleaved across cases")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs per case, interleaved across cases (every other repeat in the reverse order)")
     ap.add_argument("--modes", help=f"comma-separated modes of each model, of {', '.join(MODES)} (default: all on "
                                     "CUDA, eager on CPU, where the graphs modes are refused)")
     ap.add_argument("--models", help="comma-separated models (nsa, dense; default both on CUDA, nsa on CPU)")
@@ -425,30 +450,71 @@ def main(argv=None) -> int:
         return 0
     runs: dict[tuple[str, int], list[dict]] = {}
     failed: list[dict] = []
-    for rep in range(args.repeats):
-        for c in cases:
-            name, model, mode = c["name"], c["model"], c["mode"]
-            for nproc in ranks:
-                print(f"running {name} x{nproc} ({c['steps']} steps, run {rep + 1}/{args.repeats}) ...",
-                      file=sys.stderr, flush=True)
-                try:
-                    run = run_case(name, c["config"], c["flags"], c["steps"], c["warmup"], nproc, args.peak_tflops,
-                                   args.timeout, c["env"])
-                except (SystemExit, subprocess.TimeoutExpired, OSError, KeyError, ValueError, TypeError) as e:
-                    # one case that fails (a crash, its timeout, a training.csv row cut short) is reported; the
-                    # other cases still run
-                    text = str(e) if not isinstance(e, subprocess.TimeoutExpired) else \
-                        f"{name} x{nproc} timed out after {args.timeout:g} s"
-                    failed.append({"case": name, "ranks": nproc, "model": model, "mode": mode,
-                                   "variant": c["variant"], "seq_len": c["seq_len"], "batch": c["batch"],
-                                   "config": c["config"], "error": text})
-                    print(f"FAILED {name} x{nproc}: {text.strip()[-2000:]}", file=sys.stderr, flush=True)
-                    continue
-                runs.setdefault((name, nproc), []).append(
-                    {**run, "config": c["config"], "model": model, "mode": mode, "variant": c["variant"],
-                     "env": c["env"], "seq_len": c["seq_len"], "batch": c["batch"], "repeat": rep})
-                print(f"  {name} x{nproc}: {run['toks_per_s']:,.0f} tokens/s, peak {run['peak_mem_gb']:.2f} GB, "
-                      f"wall {run['wall_s']:.0f} s", file=sys.stderr, flush=True)
+
+    def write_json() -> None:
+        """The runs so far (each file replaced whole: a process killed while writing leaves the previous one); written
+        before the first case too, so that no file of an earlier call stands for this one's."""
+        if args.json:
+            for path, rows in ((args.json, [summarize(r) for r in runs.values()] + failed),
+                               (args.json.with_suffix(".runs.json"), [r for rs in runs.values() for r in rs])):
+                part = path.with_name(f".{path.name}.part")
+                part.write_text(json.dumps(rows, indent=2) + "\n")
+                part.replace(path)
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # `timeout` sends TERM twice (to this process and its group)
+        raise Stopped(f"stopped by signal {signum}")
+
+    write_json()
+    previous = signal.signal(signal.SIGTERM, stop)
+    stopped = None
+    try:
+        for rep in range(args.repeats):
+            # every other repeat runs the cases in the reverse order (A B C, C B A, ...): a drift over the run (the
+            # device's clocks, its temperature) then shifts a pair's ratio one way in one repeat and the other way in
+            # the next, where A B A B would favour the first of each pair in every repeat
+            order = cases if rep % 2 == 0 else cases[::-1]
+            for i, c in enumerate(order):
+                name, model, mode = c["name"], c["model"], c["mode"]
+                for nproc in ranks:
+                    print(f"running {name} x{nproc} ({c['steps']} steps, run {rep + 1}/{args.repeats}) ...",
+                          file=sys.stderr, flush=True)
+                    record = {"case": name, "ranks": nproc, "model": model, "mode": mode, "variant": c["variant"],
+                              "seq_len": c["seq_len"], "batch": c["batch"], "config": c["config"], "repeat": rep}
+                    try:
+                        run = run_case(name, c["config"], c["flags"], c["steps"], c["warmup"], nproc,
+                                       args.peak_tflops, args.timeout, c["env"])
+                    except (SystemExit, subprocess.TimeoutExpired, OSError, KeyError, ValueError, TypeError) as e:
+                        # one case that fails (a crash, its timeout, a training.csv row cut short) is reported; the
+                        # other cases still run
+                        text = str(e) if not isinstance(e, subprocess.TimeoutExpired) else \
+                            f"{name} x{nproc} timed out after {args.timeout:g} s"
+                        failed.append({**record, "error": text})
+                        print(f"FAILED {name} x{nproc}: {text.strip()[-2000:]}", file=sys.stderr, flush=True)
+                        write_json()
+                        continue
+                    except (Stopped, KeyboardInterrupt) as e:
+                        # the case cut and the cases of this repeat not run are not measured; what ran is kept
+                        stopped = str(e) or type(e).__name__
+                        failed.extend({**record, "case": x["name"], "model": x["model"], "mode": x["mode"],
+                                       "variant": x["variant"], "seq_len": x["seq_len"], "batch": x["batch"],
+                                       "config": x["config"],
+                                       "error": f"{x['name']} x{nproc} not measured: {stopped}"}
+                                      for x in order[i:])
+                        raise
+                    runs.setdefault((name, nproc), []).append(
+                        {**run, "config": c["config"], "model": model, "mode": mode, "variant": c["variant"],
+                         "env": c["env"], "seq_len": c["seq_len"], "batch": c["batch"], "repeat": rep})
+                    write_json()
+                    print(f"  {name} x{nproc}: {run['toks_per_s']:,.0f} tokens/s, peak {run['peak_mem_gb']:.2f} GB, "
+                          f"wall {run['wall_s']:.0f} s", file=sys.stderr, flush=True)
+    except (Stopped, KeyboardInterrupt) as e:  # raised in a case (above) or between two
+        stopped = stopped or str(e) or type(e).__name__
+        write_json()  # first: `timeout -k 10` kills this process 10 s after its TERM
+        print(f"STOPPED ({stopped}): the runs measured so far follow", file=sys.stderr, flush=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    write_json()
     results = [summarize(r) for r in runs.values()]
     print(table(results))
     for f in failed:
@@ -462,10 +528,8 @@ def main(argv=None) -> int:
         ddp = next((r for r in results if r["case"] == name and r["ranks"] == 2), None)
         if single and ddp:
             print(f"{name}: DDP x2 / single tokens/s = {ddp['toks_per_s'] / single['toks_per_s']:.2f}")
-    if args.json:
-        args.json.write_text(json.dumps(results + failed, indent=2) + "\n")
-        args.json.with_suffix(".runs.json").write_text(json.dumps([r for rs in runs.values() for r in rs], indent=2)
-                                                       + "\n")
+    if stopped:
+        return 128 + signal.SIGTERM if "signal" in stopped else 130
     return 1 if failed else 0
 
 

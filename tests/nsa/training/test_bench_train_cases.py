@@ -23,7 +23,7 @@ def test_cases_alternate_variants_and_size_long_contexts():
     variants = [("a", {}), ("b", {"NSA_OPT_FUSED": "1"})]
     cases = bench.gpu_cases(["graphs", "compile+graphs"], ["dense"], [2048, 32768], variants)
     assert len(cases) == 2 * 2 * 2
-    # the variants of one (model, mode, context) are adjacent: repeats alternate them A B A B
+    # the variants of one (model, mode, context) are adjacent: repeats alternate them (A B, then B A)
     assert [c["variant"] for c in cases] == ["a", "b"] * 4
     assert len({c["name"] for c in cases}) == len(cases)
     long = [c for c in cases if c["seq_len"] == 32768]

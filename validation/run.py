@@ -185,7 +185,8 @@ def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: N
         if changed:
             warn(f"{request.resume}: kept step(s) measured under other settings than {request.runbook} and this "
                  f"--set give them now: {'; '.join(f'{n} ({why})' for n, why in changed.items())}; their results "
-                 f"stay as measured (the report says so); --rerun {' --rerun '.join(changed)} measures them again")
+                 f"stay as measured (the report and the verdict's reason say so); --rerun {' --rerun '.join(changed)} "
+                 "measures them again")
         ran = read_run(previous).overrides()
         if ran != list(request.overrides):
             warn(f"{request.resume} last ran with {_sets(ran)}, this resume with {_sets(request.overrides)}: a resume "
@@ -272,7 +273,9 @@ def check_writable(run_dir: Path) -> None:
 
 def not_run(prepared: Prepared) -> dict[str, str]:
     """{step: why a run of `prepared` would not launch it}, as the runner decides it, step by step in order (what
-    `run --dry-run` shows): its result in the run --resume continues kept (not named by --rerun); not run because a
+    `run --dry-run` shows): its result in the run --resume continues kept (not named by --rerun; run again after
+    all, as the run reaches it, where it uses the winner of a step this run decides again and that winner's
+    settings then differ from those it ran with, which only the run can tell); not run because a
     step with on_failure: stop has failed there; its phase taken from an earlier run by --reuse; left out by --only
     or --skip; a requirement this machine does not meet (validation.runbook.plan.skipped_here); or a
     ${STEP.winner...} it uses that the run will not have: STEP's record kept, taken from an earlier run or
@@ -293,6 +296,10 @@ def not_run(prepared: Prepared) -> dict[str, str]:
             record = before.get(step.name) or StepRecord()
             reasons[step.name] = (f"its result in {prepared.run_dir} is kept (--resume; --rerun {step.name} runs it "
                                   "again)")
+            deciding = [ref for ref in winner_refs(step) if ref in todo]
+            if deciding:  # the runner decides as it reaches the step (Runner._rerun_if_superseded)
+                reasons[step.name] += (f"; it runs again if the choice of {', '.join(deciding)}, which this run "
+                                       "decides again, gives it other settings than it ran with")
             known[step.name] = (record.status, chosen(record) is not None)
             if stopped_by is None and step.on_failure == "stop" and record.status in FAILED_STEP_STATUSES:
                 stopped_by = (step.name, record.status)

@@ -11,9 +11,13 @@ Steps run in order; a step whose runbook entry says `on_failure: stop` and that 
 error ends the run there: the remaining steps are recorded as skipped ("not run: step X failed and on_failure is
 stop") and the verdict is computed as usual.
 
-A run continued with --resume (Runner(previous=...)) runs only the steps without a final status, plus those
-named by --rerun; check_resume first refuses a run directory of another runbook (by name), a finished run with
-nothing to run again, and --rerun names that are no steps. Each resume is recorded in results["resumes"] (when
+A run continued with --resume (Runner(previous=...)) runs only the steps without a final status, plus those named by
+--rerun, plus, decided as the run reaches them, the steps it kept that take a setting from a step's choice
+(${STEP.winner...}) that differs now from the value they ran with, or that were skipped for want of a choice that is
+there now (STEP run again chose otherwise: Runner._rerun_if_superseded; a kept step still measured under other
+settings than the run now gives it is named in the resume's kept_changed and the verdict's reason, with the command
+that measures it again); check_resume first refuses a run directory of another runbook (by name), a finished run
+with nothing to run again, and --rerun names that are no steps. Each resume is recorded in results["resumes"] (when
 the earlier attempt ended and how, what this one runs, its own --only, --skip and --set; validation.results.store).
 A resume runs with the --set it is given, not with the run's earlier ones (validation.run warns when they differ).
 From the moment a run starts until its verdict is computed, results.json says INCOMPLETE with a reason saying so,
@@ -44,7 +48,7 @@ from validation.execution.acceptance import evaluate, recommendations, verdict
 from validation.launch import LaunchResult, LaunchSpec, launch, recorded_env
 from validation.launch.interrupts import Interrupted
 from validation.launch.interrupts import describe as describe_interrupt
-from validation.runbook.model import step_definition
+from validation.runbook.model import resolve_references, step_definition
 from validation.runbook.plan import launch_env, step_launches
 from validation.results.store import (FAILED_STEP_STATUSES, FINAL_STEP_STATUSES, RESULTS_JSON, SCHEMA_VERSION, RunDirError,
                                 cannot_write, inside_run_dir, os_error_text, resume_note, write_results)
@@ -53,7 +57,7 @@ from validation.results.model import (Options, PhaseRecord, Recommendations, Rep
 from validation.results.codec import decode, encode, given
 from validation.results.decision import Choice as ChoiceRecord
 from validation.results.reuse import Reuse, definition_differences
-from validation.results.run import Step as StepRecord, read_run
+from validation.results.run import Resume as ResumeRecord, Step as StepRecord, read_run
 from validation.runbook.loader import Runbook, RunbookError, Step, load_runbook, references
 from validation.kinds.base import undeclared_metrics
 from validation.version import version as tool_version
@@ -143,7 +147,8 @@ def steps_to_run(runbook: Runbook, results: RunResults, rerun: tuple[str, ...] |
     """The steps of `runbook` that a run continuing `results` runs: those without a final status there (pending,
     running, interrupted, or new in the runbook), those named in `rerun`, and those a step `rerun` names had kept
     from running (skipped there because it failed and its on_failure is stop: they run once it no longer stops the
-    run, and are skipped again if it does); in runbook order."""
+    run, and are skipped again if it does); in runbook order. A kept step whose ${STEP.winner...} setting the run
+    changes meanwhile runs too, decided as the run reaches it (Runner._rerun_if_superseded)."""
     done = read_run(results).steps
     stopped = {stopped_reason(name, status) for name in rerun for status in FAILED_STEP_STATUSES}
     out = []
@@ -160,7 +165,8 @@ def check_resume(runbook: Runbook, previous: RunResults, run_dir: Path | str, re
     """Raise ResumeError unless `runbook` may continue the run `previous` (RUN_DIR/results.json): it must be a run
     of the same runbook (by name; a changed runbook of that name is the caller's warning), every --rerun name a
     step of the runbook, and there must be something to do: a step still to run, a step to run again, or a
-    verdict the earlier attempt did not reach."""
+    verdict the earlier attempt did not reach (the refusal names the steps whose definition changed since they ran:
+    kept_but_changed)."""
     before = read_run(previous)
     earlier = before.runbook
     names = [s.name for s in runbook.steps()]
@@ -172,8 +178,12 @@ def check_resume(runbook: Runbook, previous: RunResults, run_dir: Path | str, re
         if name not in names:
             raise ResumeError(f"--rerun {name}: no step {name!r} in {runbook.path} (steps: {', '.join(names)})")
     if not rerun and _reached_verdict(previous) and not steps_to_run(runbook, previous):
+        changed = kept_but_changed(runbook, previous, [])
+        since = (f"; measured under other settings than {runbook.path} and this --set give them now: "
+                 + "; ".join(f"{n} ({why})" for n, why in changed.items())
+                 + f" (--rerun {' --rerun '.join(changed)} measures them again)") if changed else ""
         raise ResumeError(f"--resume {run_dir}: nothing to resume: the run finished ({before.verdict}, "
-                          f"{before.finished}) and every step of {runbook.name} has its result; to run "
+                          f"{before.finished}) and every step of {runbook.name} has its result{since}; to run "
                           f"steps again into it name them with --rerun STEP (steps: {', '.join(names)}), or start "
                           f"a new run with --out")
 
@@ -254,6 +264,9 @@ class Runner:
         self._resuming = previous is not None
         # the earlier results of the steps --rerun sets back to pending: kept where such a step then does not run
         self._earlier: dict[str, StepResult] = {}
+        # steps kept from an earlier attempt that run again because a choice they use changed: why (superseded_settings)
+        self._superseded: dict[str, str] = {}
+        self._winners_before: dict[str, dict[str, Any]] = {}  # the choices the run held when this resume began
         self._resume_entry: Resume | None = None  # this resume's record (results["resumes"]' last)
         if previous is not None:
             self._continue(previous)
@@ -296,6 +309,8 @@ class Runner:
             how = "stopped without finishing (no signal recorded: the process was killed or the machine went down)"
         todo = steps_to_run(self.rb, previous, self.opt.rerun)
         judged = self.opt.resume or judge_resume(self.rb, previous, self.opt.rerun)
+        self._winners_before = {name: c.params for name, c in ((n, chosen(r)) for n, r in before.steps.items())
+                                if c is not None}
         entry = Resume(at=_now(), previous_end=ended, previous_state=how, steps=todo,
                        rerun=[n for n in todo if n in self.opt.rerun], replaced={},
                        runbook_changed=judged.runbook_changed,
@@ -379,6 +394,7 @@ class Runner:
             if first_saved is not None:  # inside the try: a signal meanwhile ends the run as during a step
                 first_saved(self.results)
             for step in steps:
+                self._rerun_if_superseded(step, stopped_by)
                 if self._status(step.name) not in FINAL_STEP_STATUSES:
                     if stopped_by is not None:
                         result = self._not_run(step, stopped_by)
@@ -390,6 +406,7 @@ class Runner:
                             raise RunDirError(f"step {step.name}: cannot write {where}: {os_error_text(exc)}") \
                                 from None
                     result, shown = self._kept_or(step.name, result)
+                    self._note_superseded(step.name, result, shown)
                     self._keep(step.name, result)
                     self.save()
                     self.reporter.step_finished(step, shown)
@@ -398,7 +415,7 @@ class Runner:
                     stopped_by = step
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (validation.launch.interrupts.Interrupted)
             how = describe_interrupt(exc)
-            for name, res in self.results["steps"].items():
+            for name, res in self._records.items():
                 if res["status"] == "running":
                     res.update(status="interrupted", reason=f"interrupted ({how})")
             self._keep_unreached()
@@ -414,10 +431,26 @@ class Runner:
         self.results["recommendations"] = recommendations(self.rb, self.results)
         self.results["verdict"], self.results["verdict_reason"] = verdict(
             self.results, (self.results.get("interrupted_by") or "Ctrl-C") if interrupted else False)
+        if not interrupted:
+            self.results["verdict_reason"] += self._kept_changed_note()
         self.results["finished"] = _now()
         self.results["duration_s"] = round(time.time() - t0 + (self.results.get("duration_s") or 0.0), 3)
         self.save()
         self.reporter.run_finished(self.results)
+
+    def _kept_changed_note(self) -> str:
+        """What the verdict's reason adds for the steps this resume kept as measured under other settings than the
+        runbook, this resume's --set and the run's choices now give them (its kept_changed: the criteria and the
+        verdict stand on those results): their names, how they differ, and the command that measures them again
+        (with this resume's --set); "" for none."""
+        changed = decode(ResumeRecord, self._resume_entry, "resume", lenient=True).kept_changed \
+            if self._resume_entry is not None else {}
+        if not changed:
+            return ""
+        return ("; kept from an earlier attempt as measured under other settings than the run now gives them: "
+                + "; ".join(f"{n} ({why})" for n, why in changed.items()) + "; measure them again: "
+                + evidence.rerun_command(self.rb.path or "RUNBOOK", str(self.run_dir), list(changed),
+                                         self.opt.overrides))
 
     def _kept_or(self, name: str, result: StepResult) -> tuple[StepResult, StepResult]:
         """(the record to keep, the one to show) of step `name` that ended `result`. A step --rerun named that did
@@ -433,9 +466,59 @@ class Runner:
         kept = decode(StepRecord, earlier, f"steps.{name}", lenient=True).status
         return earlier, StepResult(result, reason=f"not run again ({why}): its earlier result ({kept}) kept")
 
+    def _rerun_if_superseded(self, step: Step, stopped_by: Step | None) -> None:
+        """A step kept from an earlier attempt (--resume) that takes a setting from another step's choice
+        (${STEP.winner...}) and ran with another value than the run's choice gives it now (STEP was run again and
+        chose otherwise: superseded_settings), or was skipped for want of a choice the run holds now, is run again,
+        as --rerun would: set back to pending, what it held in this resume's record (replaced, rerun), its earlier
+        result kept if it then does not run (Runner._kept_or). Where a step before it stopped the run, a step that
+        had run stays as measured, named in the resume's kept_changed."""
+        record = self._step(step.name)
+        if (self._resume_entry is None or record is None or record.status not in FINAL_STEP_STATUSES
+                or given(record.reused) is not None):
+            return
+        winners = self._winners()
+        if record.status == "skipped":  # measured nothing: run it once the choice it lacked is there
+            differences = [f"the choice of {ref} it lacked: there now" for ref in winner_refs(step)
+                           if ref in winners and (record.reason or "").startswith(no_winner_reason(ref, "")[:-2])]
+        else:
+            differences = superseded_settings(step, record, winners, self.run_dir, self._winners_before)
+        if not differences:
+            return
+        why = differences[0] + (f" (and {len(differences) - 1} more)" if len(differences) > 1 else "")
+        entry = self._resume_entry
+        if stopped_by is not None:
+            if record.status != "skipped":
+                entry.setdefault("kept_changed", {}).setdefault(step.name, why)
+            return
+        self._superseded[step.name] = why
+        entry["replaced"][step.name] = ReplacedStep(status=record.status, reason=record.reason,  # type: ignore
+                                                    started=record.started, duration_s=record.duration_s)
+        for key in ("steps", "rerun"):
+            if step.name not in entry[key]:
+                entry[key].append(step.name)
+        if step.name in decode(ResumeRecord, entry, "resume", lenient=True).kept_changed:  # an earlier pass named it
+            entry.setdefault("kept_changed", {}).pop(step.name)
+        if kept_if_not_rerun(record):
+            self._earlier[step.name] = self._records[step.name]
+        self._records[step.name] = self._pending(step)
+        self.results.pop("performance_analysis", None)  # a comparison with an earlier run measured what it held
+
+    def _note_superseded(self, name: str, result: StepResult, shown: StepResult) -> None:
+        """For a step _rerun_if_superseded ran again: a note on its record saying why; where it did not run after
+        all and kept its earlier result, the resume's kept_changed names it (measured under a superseded setting)."""
+        why = self._superseded.pop(name, None)
+        if why is None or self._resume_entry is None:
+            return
+        if result is not shown:  # its earlier result kept (Runner._kept_or)
+            self._resume_entry.setdefault("kept_changed", {})[name] = why
+            return
+        result.setdefault("notes", []).append(f"run again: it takes a setting from another step's choice, which "
+                                              f"changed since its earlier result ({why})")
+
     def _keep(self, name: str, record: StepResult) -> None:
         """Step `name`'s record in the results from now on (saved with the next save)."""
-        self.results["steps"][name] = record
+        self._records[name] = record
 
     def _keep_unreached(self) -> None:
         """After an interrupt: a step --rerun named that the run had not reached (still pending, its directory as the
@@ -487,15 +570,20 @@ class Runner:
         return None
 
     def _winners(self) -> dict[str, dict[str, Any]]:
-        picked = {name: chosen(self._step(name)) for name in self.results["steps"]}
+        picked = {name: chosen(self._step(name)) for name in self._records}
         return {name: c.params for name, c in picked.items() if c is not None}
+
+    @property
+    def _records(self) -> dict[str, StepResult]:
+        """The run's step records as results.json holds them (what the runner writes and keeps)."""
+        return self.results["steps"]
 
     def _step(self, name: str) -> StepRecord | None:
         """Step `name`'s record as the run holds it now, None before it has one. Decoded leniently: a step may come
         from an earlier attempt's results.json (--resume), checked when read against validation.results.model's
         schema, which leaves a launch's metrics freer than the records do; what is read here (status, choice,
         winner) the schema checks."""
-        record = self.results["steps"].get(name)
+        record = self._records.get(name)
         return decode(StepRecord, record, f"steps.{name}", lenient=True) if record else None
 
     def _status(self, name: str) -> str | None:
@@ -517,7 +605,7 @@ class Runner:
         for rel in [step.name] + [p for spec in planned for p in (spec.dir, spec.out_dir) if p]:
             inside_run_dir(self.run_dir, rel)
         result["status"] = "running"
-        self.results["steps"][step.name] = result
+        self._records[step.name] = result
         self.save()
         step_dir = self.run_dir / step.name
         try:
@@ -592,6 +680,60 @@ def winner_refs(step: Step) -> list[str]:
     """The steps whose winner `step`'s launch settings use (${STEP.winner...} in its env or args), sorted: checked
     before the step launches (Runner._skip_reason, and the dry run: validation.run.not_run)."""
     return sorted({r for v in list(step.launch.env.values()) + list(step.launch.args.values()) for r in references(v)})
+
+
+def superseded_settings(step: Step, record: StepRecord, winners: dict[str, dict[str, Any]], run_dir: Path,
+                        before: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """How the launch settings `step` takes from other steps' decisions (${STEP.winner...} in its env or args) differ
+    between `record` (what it ran with, kept from an earlier attempt) and what `winners` (the choices the run holds
+    now: Runner._winners) give it now: each "env.K: V when it ran, W now (the choice of STEP)" for a variable the
+    record names (its `env`: the prefixed ones), "argv FLAG: V when it ran, W now (...)" for an argument of a
+    launch's recorded command, and "the choice of STEP it used: none now" where a step it uses has no choice left.
+    A variable the record does not name is judged by `before` (the choices the run held when this attempt began,
+    which the kept step ran with unless an earlier resume changed them): what it resolves to with those and with
+    `winners`. [] where they agree, or where nothing says (no command, no `before`)."""
+    refs = winner_refs(step)
+    if not refs:
+        return []
+    gone = [ref for ref in refs if ref not in winners]
+    if gone:
+        return [f"the choice of {ref} it used: none now" for ref in gone]
+    try:
+        planned, now = step_launches(step, None, None), step_launches(step, winners, run_dir)
+    except LookupError as exc:  # a choice that lacks the setting the step takes from it
+        return [f"the choice it used: {exc}"]
+    commands = {run.label: run.command for run in record.runs or [] if run.command}
+    if not commands and record.command and len(now) == 1:
+        commands = {now[0].label: record.command}
+    ran_env = record.env or {}
+    out: list[str] = []
+    for plan, spec in zip(planned, now):
+        for key, value in plan.env.items():
+            used = references(value)
+            if not used:
+                continue
+            if key in ran_env:
+                ran_value = ran_env[key]
+            elif before is not None:
+                try:
+                    ran_value = resolve_references(value, before)
+                except LookupError:  # no choice then: the step did not run with one
+                    continue
+            else:
+                continue
+            if str(ran_value) != str(spec.env.get(key)):
+                out.append(f"env.{key}: {ran_value} when it ran, {spec.env.get(key)} now "
+                           f"(the choice of {', '.join(dict.fromkeys(used))})")
+        ran = commands.get(spec.label)
+        if not ran or len(ran) != len(spec.argv) or len(plan.argv) != len(spec.argv):
+            continue
+        for i, word in enumerate(plan.argv):
+            used = references(str(word))
+            if used and str(ran[i]) != str(spec.argv[i]):
+                flag = f" {plan.argv[i - 1]}" if i and str(plan.argv[i - 1]).startswith("-") else ""
+                out.append(f"argv{flag}: {ran[i]} when it ran, {spec.argv[i]} now "
+                           f"(the choice of {', '.join(dict.fromkeys(used))})")
+    return list(dict.fromkeys(out))
 
 
 def no_winner_reason(ref: str, status: str | None) -> str:

@@ -155,6 +155,9 @@ def _undecided_reads(runbook: Runbook, run: Run, steps: dict, criterion) -> list
                 out.append((n, path))
         elif (not path or path[0] != "runs") and evidence.disturbed_implausible(step):
             out.append((n, path))
+    for n, path in evidence.evidence_reads(runbook, criterion):  # a figure computed from a disturbed step's
+        if (n, path) not in out and evidence.derived_disturbed(steps, n, path):
+            out.append((n, path))
     return out
 
 
@@ -173,6 +176,14 @@ def _judge_evidence(runbook: Runbook, run: Run, steps: dict, ns: dict, criterion
     still decides on a disturbed step."""
     reads = [r for r in evidence.performance_reads(runbook, criterion) if read is None or r in read]
     shaken = list(dict.fromkeys(n for n, _ in reads if evidence.disturbed(steps.get(n) or {})))
+    # a figure computed from what another step measured (evidence.derived_from: a train step's scaling efficiency
+    # over its baseline's tokens/s) stands on that step's evidence too: the disturbed one -> the figures read
+    sourced: dict[str, list[str]] = {}
+    for n, path in evidence.evidence_reads(runbook, criterion):
+        if read is None or (n, path) in read:
+            for source in evidence.derived_disturbed(steps, n, path):
+                if source not in shaken:
+                    sourced.setdefault(source, []).append(".".join(map(str, (n, *path))))
     # `sweep.runs['x'].toks_per_s.mean` reads one launch (the namespace's: the last of its label), which a decision
     # that left it out as disturbed does not make undisturbed: step -> the disturbed launches read
     shaken_runs: dict[str, list[str]] = {}
@@ -192,15 +203,19 @@ def _judge_evidence(runbook: Runbook, run: Run, steps: dict, ns: dict, criterion
             explained[n] = loose
         bad += [f"{n}.{text}" for text in evidence.runs_implausible(steps.get(n) or {})
                 if text not in loose and f"{n}.{text}" not in bad]
-    if shaken or explained or shaken_runs:  # an expression that could not be evaluated (a figure a disturbed step
-        # left undecided: None) too
+    if shaken or sourced or explained or shaken_runs:  # an expression that could not be evaluated (a figure a
+        # disturbed step left undecided: None) too
         what = {"pass": "held", "error": f"could not be evaluated ({detail})"}.get(outcome, "did not hold")
-        why = "; ".join([f"step {n} was disturbed: {(evidence.step_interference(steps[n]) or {}).get('text')}"
-                         for n in shaken]
+        said = {n: (evidence.step_interference(steps[n]) or {}).get("text") for n in shaken + list(sourced)}
+        why = "; ".join([f"step {n} was disturbed: {said[n]}" for n in shaken]
+                        + [f"{', '.join(dict.fromkeys(figures))} {'is' if len(set(figures)) == 1 else 'are'} "
+                           f"computed from what step {n} measured, and step {n} was disturbed: {said[n]}"
+                           for n, figures in sourced.items()]
                         + [f"the run of step {n} it reads was disturbed: {'; '.join(dict.fromkeys(texts))}"
                            for n, texts in shaken_runs.items()]
                         + [f"disturbed runs of step {n} measured {'; '.join(texts)}" for n, texts in explained.items()])
-        again = list(dict.fromkeys(shaken + list(shaken_runs) + list(explained)))
+        # and the steps whose figures are computed from those, else they keep standing on the disturbed ones
+        again = evidence.recomputed(steps, shaken + list(sourced) + list(shaken_runs) + list(explained))
         rerun = evidence.rerun_command(run.runbook.path or "RUNBOOK", run.run_dir or "RUN_DIR", again,
                                        run.overrides(again))
         return "inconclusive", (f"it {what}, but on disturbed evidence: {why}"
@@ -229,9 +244,12 @@ def _shaken(step: dict) -> bool:
 
 
 def _disturbed_reads(criterion: CriterionRow, steps: dict[str, Step], records: dict) -> list[str]:
-    """The steps whose disturbance made an inconclusive criterion so: those _shaken, else (a criterion reading one
-    run of a decision that left it out: `ab.runs['x'].toks_per_s.mean`) those with a disturbed run."""
+    """The steps whose disturbance made an inconclusive criterion so: those _shaken, of the steps it reads and the
+    steps a figure it reads is computed from (evidence.derived_from: a scaling efficiency's baseline step), else (a
+    criterion reading one run of a decision that left it out: `ab.runs['x'].toks_per_s.mean`) those with a
+    disturbed run."""
     names = sorted(_step_names(criterion, steps))
+    names += [n for n in _derived_names(criterion, records) if n not in names]
     return ([n for n in names if _shaken(records[n])]
             or [n for n in names if any(measured_disturbed(written(r.metrics)) for r in steps[n].runs)])
 
@@ -274,13 +292,14 @@ def verdict(results: RunResults, interrupted: bool | str) -> tuple[str, str]:
                          f"{', '.join(c.name for c in unproven)}; their steps did not run "
                          f"({_why_not_run(unproven, steps)})")
         if shaken:
-            disturbed = list(dict.fromkeys(n for c in shaken  # its interference record as written
-                                           for n in _disturbed_reads(c, steps, results["steps"])))
+            records = results["steps"]  # its interference records as written
+            disturbed = list(dict.fromkeys(n for c in shaken for n in _disturbed_reads(c, steps, records)))
+            again = evidence.recomputed(records, disturbed)  # and the steps that compute a figure from them
             parts.append(f"{plural(len(shaken), 'required criterion', 'required criteria')} inconclusive: "
                          f"{', '.join(c.name for c in shaken)}, measured while other work used the machine "
                          f"(disturbed: {', '.join(disturbed) or 'see the criteria'}); run again: "
-                         + evidence.rerun_command(run.runbook.path or "RUNBOOK", run.run_dir or "RUN_DIR", disturbed,
-                                                  run.overrides(disturbed)))
+                         + evidence.rerun_command(run.runbook.path or "RUNBOOK", run.run_dir or "RUN_DIR", again,
+                                                  run.overrides(again)))
         return "INCOMPLETE", "; ".join(parts) + "; nothing evaluated failed"
     ran = sum(s.status == "passed" and n in listed for n, s in steps.items())
     # a warn criterion that could not be evaluated is named too (a "fail" one that errs is NO-GO above)
@@ -309,6 +328,16 @@ def _step_names(criterion: CriterionRow, steps: dict[str, Step]) -> set[str]:
     except ExpressionError:  # a results.json from another version: its identifiers that are steps
         names = frozenset(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", criterion.expr or ""))
     return {n for n in names if n in steps}
+
+
+def _derived_names(criterion: CriterionRow, records: dict) -> list[str]:
+    """The steps a figure a criterion row reads is computed from (evidence.derived_from), in the order it reads
+    them; `records`: the step records as results.json holds them."""
+    try:
+        paths = compile_expression(criterion.expr or "").paths
+    except ExpressionError:  # a results.json from another version: the steps it names only (_step_names)
+        return []
+    return list(dict.fromkeys(s for n, path in paths for s in evidence.derived_from(records, n, path)))
 
 
 def _given(choice: Choice | None) -> Choice | None:

@@ -8,6 +8,11 @@ acceptance criteria, the recommendations, the report and `compare`:
   a performance criterion reading it is *inconclusive*, named among the report's open problems with the command
   that runs just those steps again (rerun_command), and a run whose required criteria are inconclusive ends
   INCOMPLETE, never GO (validation.execution.acceptance). A decision (sweep, A/B, triage) leaves disturbed runs out itself.
+  A figure a step computes from what other steps measured (StepKind.derived_from: a train step's scaling
+  efficiency divides by its `scaling_baseline` step's tokens/s) stands on their evidence too: a criterion reading it
+  is inconclusive when any of them was disturbed, though its own step was not, and those steps are measured
+  (derived_from, derived_disturbed); the command that runs a step again runs the steps that compute a figure from
+  it too (recomputed).
 - **plausibility**: every metric with a physical range declares it once (validation.analysis.plausibility.RANGES): a scaling
   efficiency above 1.1 or at most 0, a tokens/s CV above 50%, an MFU above 100% (or tokens/s beyond the device's
   peak), a GPU utilisation above 100%, a negative time, memory or loss. A figure outside its range is a bug in the
@@ -37,7 +42,7 @@ from validation.analysis.plausibility import range_of, step_implausible
 from validation.analysis.plausibility import text as plausibility_text
 from validation.kinds.base import metric_declared
 from validation.results.codec import decode, encode
-from validation.results.run import Step as StepRecord, read_run
+from validation.results.run import Implausible, Step as StepRecord, read_run
 
 
 # ------------------------------------------------------------------------------------------------ performance
@@ -70,6 +75,47 @@ def performance_reads(runbook, criterion) -> list[tuple[str, tuple]]:
         if (name, path) not in measured and "*" in _performance(step.kind_impl):
             continue  # only counted, looked into or compared with a string, in a benchmark's JSON
         out.append((name, path))
+    return out
+
+
+def evidence_reads(runbook, criterion) -> list[tuple[str, tuple]]:
+    """The (step, path) reads of a criterion whose figures may stand on another step's measurements: its
+    performance_reads, then every read that is not only counted, looked into or compared with a string
+    (Expression.measured_paths): a figure its own kind does not count as speed may still be computed from what
+    another step measured (derived_from)."""
+    return list(dict.fromkeys(performance_reads(runbook, criterion) + list(criterion.expr.measured_paths)))
+
+
+def derived_from(steps: dict, name: str, path: tuple) -> list[str]:
+    """The other steps of the run whose measurements the figure at key `path` of step `name` is computed from (its
+    kind's StepKind.derived_from, asked with the step's record; `steps`: the step records as results.json holds
+    them): a train step's scaling efficiency divides its tokens/s by its `scaling_baseline` step's. Only steps the
+    run holds a record of; [] for a step without a record, or of a kind this process does not know."""
+    record = steps.get(name)
+    kind = step_kinds.find(decode(StepRecord, record, lenient=True).kind) if isinstance(record, dict) else None
+    if kind is None:
+        return []
+    return [str(s) for s in dict.fromkeys(kind.derived_from(kind.read(record), tuple(path)))
+            if str(s) != name and isinstance(steps.get(str(s)), dict)]
+
+
+def derived_disturbed(steps: dict, name: str, path: tuple) -> list[str]:
+    """The steps of derived_from(steps, name, path) that were disturbed: the figure stands on what they measured
+    while other work used the machine, though its own step may have measured undisturbed."""
+    return [s for s in derived_from(steps, name, path) if disturbed(steps[s])]
+
+
+def recomputed(steps: dict, names: Iterable[str]) -> list[str]:
+    """`names` (steps to run again), then every other step of `steps` (the step records as results.json holds them)
+    with a figure computed from what one of them measures (derived_from, of the step as a whole), and so on: run
+    again without them, such a figure would still stand on the earlier, disturbed measurement (a scaling
+    efficiency over its baseline's old tokens/s)."""
+    out = list(dict.fromkeys(names))
+    grew = True
+    while grew:
+        more = [n for n in steps if n not in out and set(derived_from(steps, n, ())) & set(out)]
+        out += more
+        grew = bool(more)
     return out
 
 
@@ -118,10 +164,12 @@ def measured_steps(runbook, results: dict) -> list[str]:
     """The steps whose performance evidence something uses: a criterion's performance read, a kind that decides
     on performance (StepKind.decides), or a key figure (StepKind.key_figure_steps)."""
     used: dict[str, None] = {}
+    steps = as_dict(results.get("steps"))
     for c in runbook.acceptance:
         for name, _ in performance_reads(runbook, c):
             used[name] = None
-    steps = as_dict(results.get("steps"))
+        for name, path in evidence_reads(runbook, c):  # and the steps a figure it reads is computed from
+            used.update(dict.fromkeys(derived_from(steps, name, path)))
     in_order = [steps[s.name] for s in runbook.steps() if isinstance(steps.get(s.name), dict)]
     for s in runbook.steps():
         if getattr(s.kind_impl, "decides", False):
@@ -129,8 +177,19 @@ def measured_steps(runbook, results: dict) -> list[str]:
     for kind in step_kinds.kinds():
         for name in kind.key_figure_steps(step_kinds.read_steps(in_order)):
             used[str(name)] = None
+        for fig in kind.key_figures(step_kinds.read_steps(in_order)):
+            used.update(dict.fromkeys(_figure_sources(steps, fig)))
     order = [s.name for s in runbook.steps()]
     return [n for n in order if n in used]
+
+
+def _figure_sources(steps: dict, fig) -> list[str]:
+    """The steps a key figure is computed from besides its own (fig.steps): derived_from of its metric, read as
+    that key of each step it comes from (a train step's own scaling efficiency: its baseline step)."""
+    if not fig.metric:
+        return []
+    return [s for name in fig.steps for s in derived_from(steps, str(name), tuple(str(fig.metric).split(".")))
+            if s not in fig.steps]
 
 
 def assess(runbook, results: dict, run_dir: str) -> dict[str, Any]:
@@ -149,17 +208,21 @@ def assess(runbook, results: dict, run_dir: str) -> dict[str, Any]:
                                     "launches": [x for x in as_list(rec.get("launches")) if as_dict(x).get("disturbed")]})
         explained = disturbed_implausible(step)  # measured only by runs a disturbance explains
         for item in step_implausible(step):  # each launch's figures and what the step derived from them
+            # or computed from another step's measurement that a disturbance explains (derived_from)
+            metric = tuple(str(decode(Implausible, item, lenient=True).metric or "").split("."))
             bad.append({"step": name, **item,
-                        "disturbed": is_disturbed or plausibility_text(item) in explained})
+                        "disturbed": (is_disturbed or plausibility_text(item) in explained
+                                      or bool(derived_disturbed(steps, name, metric)))})
     in_order = [as_dict(steps.get(s.name)) for s in runbook.steps()]
+    shaken = {d["step"] for d in disturbed_steps}
     for kind in step_kinds.kinds():
         for fig in kind.key_figures(step_kinds.read_steps(in_order)):
             r = range_of(fig.metric or "")
             if fig.problem and r is not None:
                 bad.append({"step": ", ".join(fig.steps) or "run", "metric": fig.label, "value": fig.raw,
                             "range": r.text(), "reason": r.reason,
-                            "disturbed": any(d["step"] in fig.steps for d in disturbed_steps)})
-    again = [d["step"] for d in disturbed_steps] + [b["step"] for b in bad if b["step"] in steps]
+                            "disturbed": bool(shaken.intersection([*fig.steps, *_figure_sources(steps, fig)]))})
+    again = recomputed(steps, [d["step"] for d in disturbed_steps] + [b["step"] for b in bad if b["step"] in steps])
     rerun = rerun_command(as_dict(results.get("runbook")).get("path") or "RUNBOOK", run_dir, again,
                           read_run(results).overrides(again))
     return {"disturbed": disturbed_steps, "implausible": bad, "measured": measured, "rules": interference_rules(),

@@ -38,6 +38,8 @@ What a kind defines:
     repeatable           a passed step is a trainer run a user can repeat: the report's validated command
     performance, decides the metric names that measure speed (validation.execution.evidence: what interference can change),
                          and whether every step of the kind decides on speed (a sweep, an A/B, a triage)
+    derived_from         the other steps whose measurements a figure of a step is computed from (train's scaling
+                         efficiency: its scaling_baseline step): a disturbance of any of them makes it disturbed too
 
 Hooks have defaults that do nothing, so a small kind needs `name`, `summary`, `launches`, `run` and `metrics`. The
 report hooks (summary_line, trainer_launches, view, blocks, key_figures, comparisons, key_figure_steps, plots) get the
@@ -306,6 +308,14 @@ class StepKind:
 
     def key_figure_steps(self, steps: list[dict[str, Any]]) -> list[str]:
         """The steps whose performance figures key_figures shows (so that they count as measured evidence)."""
+        return []
+
+    def derived_from(self, result: StepRecord, path: tuple) -> list[str]:
+        """The other steps whose measurements the figure at key `path` of this step (`result`: its record) is
+        computed from, e.g. a train step's scaling efficiency from its `scaling_baseline` step's tokens/s; path ()
+        is the step as a whole (every figure of it). A criterion reading such a figure is inconclusive when any of
+        them was measured under interference (validation.execution.evidence.derived_from), and they count as
+        measured evidence. Default: none (a figure of the step's own launches). Must accept anything."""
         return []
 
     def plots(self, name: str, result: dict[str, Any], plotter) -> None:

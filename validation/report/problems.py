@@ -24,7 +24,7 @@ from typing import Any
 
 from validation.formatting import (CRITERION_LABELS, FAILED_STATUSES, NA, STATUS_LABELS, as_list, fmt_num, fmt_pct,
                                       status_view)
-from validation.execution.evidence import rerun_command
+from validation.execution.evidence import recomputed, rerun_command
 from validation.analysis.interference import step_record
 from validation.analysis.plausibility import step_implausible
 from validation.analysis.metric_names import THROUGHPUT_CV_MAX
@@ -193,9 +193,13 @@ def _evidence_problems(run: Run) -> list[dict]:
         else:
             out.append(_item("error", "IMPLAUSIBLE", "fail", where, f"{what}: a bug in the measurement, not a result"))
     runbook, run_dir = run.runbook.path, run.run_dir
+    records = {str(n): encode(s) for n, s in run.steps.items() if s is not None} if ev.disturbed else {}
     for d in ev.disturbed:
-        again = rerun_command(str(runbook or "RUNBOOK"), str(run_dir or "RUN_DIR"), [str(d.step)],
-                              overrides=run.overrides([str(d.step)]))
+        # and the steps that compute a figure from what it measures (a scaling efficiency over it): run again
+        # without them, that figure would still stand on the disturbed measurement
+        steps = recomputed(records, [str(d.step)])
+        again = rerun_command(str(runbook or "RUNBOOK"), str(run_dir or "RUN_DIR"), steps,
+                              overrides=run.overrides(steps))
         out.append(_item("inconclusive", "DISTURBED", "warn", f"step {fmt_num(d.step)}",
                          f"measured while other work used the machine: {fmt_num(d.text)}; what it measured "
                          f"decides nothing on its own; run it again: {again}"))

@@ -190,5 +190,19 @@ class Parallelism(TrainerKind):
     def plots(self, name: str, result: Result, plotter) -> None:
         draw_plots(name, self.read(result), plotter)
 
+    def derived_from(self, result: Result, path: tuple) -> list[str]:
+        """The `comm` step, for a collectives' time its bandwidth tables predicted (strategies.<label>.
+        comm_predicted_s, comm_predicted_by_kind) and the records that hold one (the step, its strategies, the
+        strategy); none for every other figure (this step's own runs) and where no time was predicted."""
+        m = self.read(result).metrics
+        predicted = [label for label, f in m.strategies.items() if f.comm_predicted_s is not None]
+        if not m.comm_step or not predicted:
+            return []
+        key = tuple(map(str, path))
+        holds = (not key or key == ("strategies",)
+                 or (key[0] == "strategies" and key[1] in predicted
+                     and (len(key) == 2 or key[2] in ("comm_predicted_s", "comm_predicted_by_kind"))))
+        return [str(m.comm_step)] if holds else []
+
 
 kinds.register(Parallelism())

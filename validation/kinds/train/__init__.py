@@ -20,6 +20,8 @@ efficiency. Criteria: a claim that the scaling holds at least a level reads the 
 (`two_nodes.scaling_efficiency_low >= 0.85`: an error, never a pass, where the noise is unknown); a check against a
 collapse far below any launch noise may read the point figure (`two_nodes.scaling_efficiency >= 0.85` where losing
 15% means a broken inter-node path).
+Evidence: the efficiency and its bounds stand on the baseline step's tokens/s too (derived_from): a criterion reading
+them is inconclusive when either launch was measured under interference (validation.execution.evidence).
 Metrics: a trainer launch's (validation.kinds.trainer), plus "scaling_baseline", "scaling_efficiency",
 "scaling_efficiency_low", "scaling_efficiency_high" (absent where the noise is unknown or no efficiency was computed)
 and "scaling_noise".
@@ -88,6 +90,9 @@ class Result(TrainerResult):
     `scaling_baseline`, its interval and its noise where the step names one)."""
     metrics: Metrics = dataclasses.field(default_factory=Metrics)
 
+
+# the figures a train step computes from its scaling_baseline step's tokens/s (StepKind.derived_from)
+SCALING_FIGURES = ("scaling_efficiency", "scaling_efficiency_low", "scaling_efficiency_high")
 
 UNKNOWN_NOISE = ("no launch-to-launch noise declared or measured before this step: the efficiency carries no "
                  "interval (declare the machine's launch noise, `compare: {launch_sd, pairs}` from A/A pairs, or run "
@@ -218,6 +223,15 @@ class Train(TrainerKind):
                 out[i] = Bullets(tuple(text if item == plain else item for item in block.items))
                 return out
         return out + [Bullets((text,))]
+
+    def derived_from(self, result: StepRecord, path: tuple) -> list[str]:
+        """The scaling_baseline step, for the scaling efficiency and its interval's bounds (and the step as a whole):
+        a ratio of this step's tokens/s to that step's; none where no efficiency was computed (no baseline named,
+        or it did not pass: its tokens/s was not used) and for every other figure (this launch's own)."""
+        m = train_metrics(self.read(result).metrics)
+        if not m.scaling_baseline or finite(m.scaling_efficiency) is None:
+            return []
+        return [str(m.scaling_baseline)] if not path or str(path[0]) in SCALING_FIGURES else []
 
     def key_figure_steps(self, in_order: list[StepRecord]) -> list[str]:
         """The baseline step and, for the scaling efficiency, the step whose figure it is or the single-process

@@ -46,6 +46,7 @@ from validation.results.store import (DEFAULT_RUNS, FAILED_STEP_STATUSES, RESULT
                                       cannot_write, held_run_dir, inside_run_dir, load_json, not_regular_file,
                                       read_results, write_results)
 from validation.runbook.loader import Runbook, RunbookError, load_runbook
+from validation.execution import evidence
 from validation.execution.runner import (NOT_REACHED, Reporter, ResumeError, RunOptions, Runner, check_resume, chosen,
                                          judge_resume, kept_if_not_rerun, left_out, no_winner_reason, steps_to_run,
                                          stopped_reason, winner_refs)
@@ -209,9 +210,12 @@ def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: N
         if previous is not None:
             _check_reuse_of_kept(rb, previous, reused[phase], run_dir, request.rerun)
         warn(reused[phase].note())
-    options = RunOptions(only=tuple(request.only), skip=tuple(request.skip), overrides=tuple(request.overrides),
-                         cwd=request.cwd, rerun=tuple(dict.fromkeys(request.rerun)), reuse=reused, resume=judged)
+    rerun = tuple(dict.fromkeys(request.rerun))
     steps = {s.name: s for s in rb.steps()}
+    if previous is not None and rerun:
+        rerun = _with_recomputed(rb, previous, rerun, request, reused, warn)
+    options = RunOptions(only=tuple(request.only), skip=tuple(request.skip), overrides=tuple(request.overrides),
+                         cwd=request.cwd, rerun=rerun, reuse=reused, resume=judged)
     for name in options.rerun:  # a step run again is first set back to pending: left out, its result would be lost
         step = steps[name]  # check_resume refused a name the runbook lacks
         why = left_out(step, options) or (f"phase {step.phase} taken from an earlier run (--reuse {step.phase})"
@@ -220,6 +224,32 @@ def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: N
             raise RunError(f"--rerun {name} and {why}: step {name} would not run again and its result in {run_dir} "
                            "would be lost; drop one of them")
     return Prepared(rb, run_dir, previous, earlier, options)
+
+
+def _with_recomputed(rb: Runbook, previous: dict, rerun: tuple[str, ...], request, reused, warn) -> tuple[str, ...]:
+    """`rerun` and the kept steps with a figure computed from what one of them measures (evidence.recomputed: a train
+    step's scaling efficiency over its scaling_baseline step's tokens/s): run again without them, that figure would
+    keep standing on the earlier measurement. A step --only, --skip or --reuse leaves out is not added: it keeps its
+    figure, and a warning says so."""
+    steps = {s.name: s for s in rb.steps()}
+    probe = RunOptions(only=tuple(request.only), skip=tuple(request.skip))
+    added, kept = [], []
+    for name in evidence.recomputed(previous["steps"], rerun):
+        if name in rerun or name not in steps:
+            continue
+        if left_out(steps[name], probe) or steps[name].phase in reused:
+            kept.append(name)
+        else:
+            added.append(name)
+    if added:
+        warn(f"--rerun {' --rerun '.join(rerun)} also runs {', '.join(added)} again: "
+             f"{'it computes a figure' if len(added) == 1 else 'they compute figures'} from what "
+             f"{'it' if len(rerun) == 1 else 'they'} measure (a scaling efficiency over its baseline)")
+    if kept:
+        warn(f"{', '.join(kept)} {'computes' if len(kept) == 1 else 'compute'} a figure from what --rerun "
+             f"{' --rerun '.join(rerun)} measures again, but --only, --skip or --reuse leaves "
+             f"{'it' if len(kept) == 1 else 'them'} out: that figure keeps standing on the earlier measurement")
+    return rerun + tuple(added)
 
 
 def _check_reuse_of_kept(rb: Runbook, previous: dict, taken: reuse.Reuse, run_dir: Path, rerun) -> None:

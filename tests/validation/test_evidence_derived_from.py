@@ -231,3 +231,27 @@ def test_every_kind_answers_derived_from_for_a_damaged_step(kind):
                      ("runs", "x", "toks_per_s")]:
             found = impl.derived_from(step, path)
             assert isinstance(found, list) and all(isinstance(n, str) for n in found), (damaged, path, found)
+
+
+def test_a_users_rerun_of_a_baseline_also_runs_the_step_computing_from_it(monkeypatch, tmp_path):
+    """`--resume RUN --rerun one_node`: two_nodes divides by one_node's tokens/s, so it runs again too (said in a
+    warning); left out by --skip, it keeps its figure and a warning says it stands on the earlier measurement."""
+    from decision_support import FakeTrainer, run_runbook
+    from validation.run import RunRequest, prepare
+
+    text = RUNBOOK.replace("  - name: p\n    steps:\n      - {name: one_node, kind: train}\n",
+                           "  - name: p\n    steps:\n      - {name: one_node, kind: train}\n  - name: q\n    steps:\n")
+    text = text.replace("defaults: {config: configs/tiny_cpu.yaml}",
+                        f"defaults: {{config: {REPO / 'configs' / 'tiny_cpu.yaml'}}}")
+    results = run_runbook(monkeypatch, tmp_path, text, FakeTrainer(lambda spec: 1000.0, cv=0.01))
+    assert results["steps"]["two_nodes"]["metrics"]["scaling_efficiency"] is not None
+    run_dir, runbook = tmp_path / "run", tmp_path / "rb.yaml"
+    said: list[str] = []
+    prepared = prepare(RunRequest(runbook=runbook, resume=run_dir, rerun=("one_node",), cwd=REPO), said.append)
+    assert prepared.options.rerun == ("one_node", "two_nodes")
+    assert any(w.startswith("--rerun one_node also runs two_nodes again") for w in said), said
+    said.clear()
+    prepared = prepare(RunRequest(runbook=runbook, resume=run_dir, rerun=("one_node",), skip=("q",), cwd=REPO),
+                       said.append)
+    assert prepared.options.rerun == ("one_node",)
+    assert any("keeps standing on the earlier measurement" in w for w in said), said

@@ -301,6 +301,27 @@ def measured_launch_noise(ctx, metric: str = "toks_per_s"):
     return measured_run_noise(results, ctx.run_dir, metric) if isinstance(results, dict) else None
 
 
+def launch_noise(ctx) -> tuple[str, float | None, float | None, str | None]:
+    """(source, sd, df, detail) of one launch's log tokens/s from launch to launch, for a figure that is a ratio of
+    launches (a scaling efficiency): one launch's share of the runbook's declared launch noise (`compare`) or the
+    run-to-run noise measured earlier in this run (measured_launch_noise), the larger (PairNoise.hold: source
+    "declared" or "measured"), else the measured alone; ("unknown", None, None, None) without either."""
+    floor = declared_pair_noise(ctx)
+    measured = measured_launch_noise(ctx)
+    if floor is not None:
+        chosen = floor.hold(measured)
+        if chosen is not measured:
+            return ("declared", chosen.total, chosen.df,
+                    f"one launch's share of {floor.source}, sd {chosen.total:.1%} of one launch's log tokens/s "
+                    f"({chosen.df:g} df, t quantile)"
+                    + (f"; the {measured.total:.1%} measured earlier in this run is smaller" if measured else ""))
+    if measured is not None:
+        return ("measured", measured.total, measured.df,
+                f"the run-to-run noise measured earlier in this run, {measured.describe()}"
+                + (f", larger than one launch's share of {floor.source}" if floor is not None else ""))
+    return "unknown", None, None, None
+
+
 def _results(ctx):
     """The run's results as results.json holds them, or None for a context without them (a plan, a test's)."""
     return getattr(ctx, "results", None)

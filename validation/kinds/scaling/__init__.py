@@ -66,8 +66,8 @@ from validation.analysis.significance import run_noise
 from validation.formatting import file_name, finite, fmt_num, fmt_pct, rate_with_mfu
 from validation.runbook.schema import REPEATS_MAX, str_list, typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
-from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise,
-                                      measured_launch_noise, order_seed, run_all, run_order, trainer_launch)
+from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, launch_noise,
+                                      order_seed, run_all, run_order, trainer_launch)
 from validation.results.codec import absent, decode, given
 from validation.results.run import Step as StepRecord
 from validation.results.trainer_launch import LaunchRun, Num, RunContext
@@ -388,20 +388,9 @@ def efficiency_noise(step, runs: list[LaunchRun], ctx) -> Noise:
                          detail=f"{detail}, held to one launch's share of {floor.source}: sd {fmt_pct(share)} "
                                 f"({own.df:g} df kept)")
         return Noise(source="repeats", sd=own.total, df=own.df, detail=detail)
-    measured = measured_launch_noise(ctx)
-    if floor is not None:
-        chosen = floor.hold(measured)
-        if chosen is not measured:
-            return Noise(source="declared", sd=chosen.total, df=chosen.df,
-                         detail=f"one run a point: one launch's share of {floor.source}, sd {fmt_pct(chosen.total)} "
-                                f"of one run's log tokens/s ({chosen.df:g} df, t quantile)"
-                                + (f"; the {fmt_pct(measured.total)} measured earlier in this run is smaller"
-                                   if measured is not None else ""))
-    if measured is not None:
-        return Noise(source="measured", sd=measured.total, df=measured.df,
-                     detail=f"one run a point: the run-to-run noise measured earlier in this run, "
-                            f"{measured.describe()}" + (f", larger than one launch's share of {floor.source}"
-                                                        if floor is not None else ""))
+    source, sd, df, detail = launch_noise(ctx)
+    if source != "unknown":
+        return Noise(source=source, sd=sd, df=df, detail=f"one run a point: {detail}")
     return Noise(source="unknown", detail=UNKNOWN_NOISE)
 
 

@@ -44,14 +44,13 @@ from nsa.training.config import brief
 from validation.analysis import metrics
 from validation.analysis.significance.distributions import t_ppf
 from validation import kinds
-from validation.formatting import NA, context_text, finite, fmt_num, fmt_pct, fmt_rate, mean_pm, shared_context_text
+from validation.formatting import NA, context_text, finite, fmt_num, fmt_rate, mean_pm, shared_context_text
 from validation.runbook.schema import NAME_RE, typed
 from validation.analysis.plausibility import figure_problem
 from validation.kinds.base import KeyFigure, earlier_step_of_kind
 from validation.kinds.blocks import Block, Bullets
 from validation.kinds.trainer import (TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, TrainerResult,
-                                      declared_pair_noise, launch_one, launch_window_text, measured_launch_noise,
-                                      trainer_blocks)
+                                      launch_noise, launch_one, launch_window_text, trainer_blocks)
 from validation.results.codec import absent, decode, given, written
 from validation.results.run import Step as StepRecord, read_run
 from validation.results.trainer_launch import LaunchMetrics, Num, RunContext, Stat, as_launch
@@ -102,23 +101,9 @@ UNKNOWN_NOISE = ("no launch-to-launch noise declared or measured before this ste
 def efficiency_noise(ctx) -> ScalingNoise:
     """The noise of one launch's log tokens/s the scaling efficiency's interval stands on (the module docstring):
     one launch's share of the runbook's declared launch noise or the run-to-run noise measured earlier in this run,
-    the larger (PairNoise.hold), else the measured alone, else unknown."""
-    floor = declared_pair_noise(ctx)
-    measured = measured_launch_noise(ctx)
-    if floor is not None:
-        chosen = floor.hold(measured)
-        if chosen is not measured:
-            return ScalingNoise(source="declared", sd=chosen.total, df=chosen.df,
-                                detail=f"one launch's share of {floor.source}, sd {fmt_pct(chosen.total)} of one "
-                                       f"launch's log tokens/s ({chosen.df:g} df, t quantile)"
-                                       + (f"; the {fmt_pct(measured.total)} measured earlier in this run is smaller"
-                                          if measured is not None else ""))
-    if measured is not None:
-        return ScalingNoise(source="measured", sd=measured.total, df=measured.df,
-                            detail=f"the run-to-run noise measured earlier in this run, {measured.describe()}"
-                                   + (f", larger than one launch's share of {floor.source}"
-                                      if floor is not None else ""))
-    return ScalingNoise(source="unknown", detail=UNKNOWN_NOISE)
+    the larger, else the measured alone, else unknown (validation.kinds.trainer.launch_noise)."""
+    source, sd, df, detail = launch_noise(ctx)
+    return ScalingNoise(source=source, sd=sd, df=df, detail=detail or UNKNOWN_NOISE)
 
 
 def efficiency_interval(efficiency: float | None, noise: ScalingNoise) -> tuple[float | None, float | None]:

@@ -115,8 +115,9 @@ def _step_result(tmp_path: Path, text: str, status: str, reason: str | None):
     log = tmp_path / "all_reduce_perf.log"
     log.write_text(text)
     lr = SimpleNamespace(status=status, reason=reason, log_path=log)
-    spec = SimpleNamespace(argv=["all_reduce_perf"])
-    ctx = SimpleNamespace(launches=[spec], step=SimpleNamespace(launch=SimpleNamespace(nproc_per_node=2)),
+    spec = SimpleNamespace(argv=["all_reduce_perf"], dir="c/all_reduce")  # no telemetry there: no interference
+    ctx = SimpleNamespace(run_dir=tmp_path, launches=[spec],
+                          step=SimpleNamespace(launch=SimpleNamespace(nproc_per_node=2)),
                           launch=lambda spec, i, n: lr)
     return kinds.get("comm").run(Options(kinds=["all_reduce"]), ctx)
 

@@ -190,7 +190,13 @@ def test_torch_benchmark_two_ranks_and_one_rank(tmp_path):
             assert r["time_s"] > 0
             assert r["busbw_gbps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9 * bus_factor(kind, 2))
         assert m[kind]["latency_us"] == pytest.approx(table[0]["time_s"] * 1e6) and m[kind]["sizes"] == 6
-    assert results["verdict"] == "GO" and "note" not in m
+    assert "note" not in m
+    # each launch sampled (telemetry.csv): on a busy machine the bandwidth criterion is inconclusive, naming it
+    assert two["interference"]["measured"] == 1 and one["interference"]["measured"] == 1
+    if results["verdict"] != "GO":
+        (crit,) = results["acceptance"]
+        assert results["verdict"] == "INCOMPLETE" and two["interference"]["disturbed"], results["verdict_reason"]
+        assert crit["status"] == "inconclusive" and "was disturbed: " in crit["detail"], crit
     assert json.loads((run_dir / "c2" / "comm.json").read_text())["threads"] >= 1
 
     m1 = one["metrics"]

@@ -19,6 +19,11 @@ port_retries, timeout_s.
 source torch: one launch of `python -m validation.analysis.comm_bench` under torchrun over nproc_per_node x nnodes ranks
 (also one rank, and under Slurm in every node's task), which writes RUN_DIR/<step>/comm.json. source nccl-tests:
 one single-process `<kind>_perf -g nproc_per_node` launch per collective (validation.analysis.nccl_tests), its table parsed.
+Every launch is sampled like a trainer's (telemetry.csv in its directory): what else used the machine while it measured
+is judged over the whole launch, and the step records it (results.json step "interference": with nccl-tests one entry
+per collective's launch, labelled with the collective), so that a criterion on its bandwidths, latencies or tables
+(`performance`), or on a figure computed from them (parallelism's predicted collective time), is inconclusive when a
+launch was disturbed (validation.execution.evidence), and the key figure's step counts as measured evidence.
 
 Metrics (a fixed interface, used by criteria and by the parallelism step):
     {"world_size": n, "backend": "gloo"|"nccl", "source": "torch"|"nccl-tests",
@@ -43,13 +48,17 @@ import shutil
 import sys
 from typing import Any
 
+from validation import contracts
 from validation.analysis import nccl_tests
+from validation.analysis.interference import launch_record, step_interference
 from validation.analysis.collectives import size_range
 from validation import kinds as registry
 from validation.formatting import NA, as_list, file_name, finite, fmt_num
+from validation.launch import telemetry
+from validation.launch.telemetry import INTERVAL_S as TELEMETRY_INTERVAL_S
 from validation.kinds.comm.result import (KINDS, BenchFile, Collective, Metrics, ParsedTable, Result,  # noqa: F401
                                           Row, Spread, measured, summarize, tables)  # the kind's records, re-exported
-from validation.results.codec import decode, given
+from validation.results.codec import decode, encode, given
 from validation.results.run import Step as StepRecord
 from validation.launch.spec import LaunchSpec
 from validation.runbook.schema import typed
@@ -149,7 +158,9 @@ class Comm(StepKind):
 
     def launches(self, step, winners, run_dir):
         launch = step.launch
-        common = dict(env=dict(launch.env), inherit_env=True, run_dir=run_dir, timeout_s=launch.timeout_s)
+        # sampled like a trainer launch: what else used the machine while the collectives were timed
+        common = dict(env=dict(launch.env), inherit_env=True, run_dir=run_dir, timeout_s=launch.timeout_s,
+                      telemetry_s=TELEMETRY_INTERVAL_S)
         if self.resolved_source(step) == "nccl-tests":
             lo, hi = size_range(step.min_bytes, step.max_bytes, "nccl")  # nccl-tests refuses -b > -e
             return [LaunchSpec(argv=nccl_tests.command(kind, lo, hi, launch.nproc_per_node, step.iters,
@@ -186,6 +197,7 @@ class Comm(StepKind):
             return self._run_nccl_tests(options, ctx)
         spec = ctx.launches[0]
         lr = ctx.launch(spec, 0, 1)
+        interference = launch_record(_launch_interference(ctx, spec))
         path = ctx.run_dir / spec.dir / OUTPUT
         try:
             # an earlier launch's file is none (a --rerun whose benchmark died before writing its own)
@@ -196,8 +208,9 @@ class Comm(StepKind):
         if bench is None or bench.kinds is None:
             metrics = Metrics(world_size=spec.world_size, backend=None, source="torch")
             if lr.status != "ok":
-                return Result(status=lr.status, reason=lr.reason, metrics=metrics)
-            return Result(status="failed", reason=f"the benchmark wrote no {OUTPUT}", metrics=metrics)
+                return Result(status=lr.status, reason=lr.reason, metrics=metrics, interference=interference)
+            return Result(status="failed", reason=f"the benchmark wrote no {OUTPUT}", metrics=metrics,
+                          interference=interference)
         measured = {kind: summarize(kind, rows) for kind in options.kinds
                     if (rows := [r for r in as_list(bench.kinds.get(kind)) if isinstance(r, dict)])}
         metrics = Metrics(world_size=bench.world_size, backend=bench.backend, source="torch", device=bench.device,
@@ -205,15 +218,19 @@ class Comm(StepKind):
                           iters=bench.iters, warmup=bench.warmup, compute_ms=bench.compute_ms, threads=bench.threads,
                           **measured)
         return dataclasses.replace(self._finish(options, metrics, lr.status, lr.reason),
-                                   artifacts=[ctx.rel(path)])
+                                   artifacts=[ctx.rel(path)], interference=interference)
 
     def _run_nccl_tests(self, options: Options, ctx) -> Result:
         world = ctx.step.launch.nproc_per_node
         measured: dict[str, Collective] = {}
         names: set[str] = set()
         status, reason = "ok", None
+        shaken = []  # each collective's launch, as a run of the step: what else used the machine while it ran
         for i, (kind, spec) in enumerate(zip(options.kinds, ctx.launches)):
             lr = ctx.launch(spec, i, len(ctx.launches))
+            rec = _launch_interference(ctx, spec)
+            if rec is not None:
+                shaken.append({"label": kind, "metrics": {"interference": encode(rec)}})
             try:
                 parsed = decode(ParsedTable, nccl_tests.parse(lr.log_path.read_text(errors="replace"), kind,
                                                               world_size=world), kind)
@@ -230,7 +247,10 @@ class Comm(StepKind):
         metrics = Metrics(world_size=world, backend="nccl", source="nccl-tests",
                           device_name=names.pop() if len(names) == 1 else None, iters=options.iters,
                           warmup=options.warmup, **measured)
-        return self._finish(options, metrics, status, reason)
+        interference = step_interference({"runs": shaken}) if shaken else None
+        if interference is not None:
+            interference["period"] = "the whole of each launch"
+        return dataclasses.replace(self._finish(options, metrics, status, reason), interference=interference)
 
     def _finish(self, options: Options, m: Metrics, status: str, reason: str | None) -> Result:
         if m.world_size == 1:
@@ -272,6 +292,13 @@ class Comm(StepKind):
                             fmt_num(r.busbw_gbps)) for r in stats.table])]
         return out
 
+    def key_figure_steps(self, in_order: list[StepRecord]) -> list[str]:
+        """The step whose peak all-reduce bus bandwidth the key figure shows (its evidence: measured while other
+        work used the machine, the report names it among the open problems); none of one rank (the figure is
+        n/a: nothing moves between ranks)."""
+        ranks = {str(s.name): s.metrics.world_size for s in in_order if isinstance(s, Result)}
+        return [str(name) for fig in self.key_figures(in_order) for name in fig.steps if ranks.get(str(name)) != 1]
+
     def key_figures(self, in_order: list[StepRecord]) -> list[KeyFigure]:
         for s in in_order:
             if not isinstance(s, Result):
@@ -300,6 +327,12 @@ class Comm(StepKind):
         title = f"{'Bus' if bus else 'Algorithm'} bandwidth vs message size: {step.title or name}"
         loglog_lines(plotter, series, title=title, xlabel="message size (bytes)",
                      ylabel=f"{'busbw' if bus else 'algbw'} (GB/s)", filename=f"comm_{file_name(name)}.png")
+
+
+def _launch_interference(ctx, spec: LaunchSpec):
+    """What else used the machine over the whole of one launch, from the telemetry in its directory
+    (validation.launch.telemetry.interference); None without samples."""
+    return telemetry.interference(contracts.read_telemetry(ctx.run_dir / spec.dir))
 
 
 def protocol_text(m: Metrics) -> str:

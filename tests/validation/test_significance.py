@@ -218,7 +218,11 @@ def test_compare_paired_by_hand():
     assert c.rel == pytest.approx(math.exp(mean) - 1) and c.t == pytest.approx(mean / (sd / math.sqrt(3)))
     assert c.ci_low == pytest.approx(math.exp(mean - t_ppf(0.975, 2) * sd / math.sqrt(3)) - 1)
     assert c.noise_floor == pytest.approx(max(0.01, t_ppf(0.975, 2) * sd / math.sqrt(6)))
-    assert c.mean_a == pytest.approx(100.0) and c.mean_b == pytest.approx(314 / 3)
+    # the means shown are the repeats' work over their time (toks_per_s: the harmonic mean of the run means)
+    assert c.mean_a == pytest.approx(3 / (1 / 100 + 1 / 110 + 1 / 90))
+    assert c.mean_b == pytest.approx(3 / (1 / 105 + 1 / 114 + 1 / 95))
+    plain = compare_paired(a, b, baseline="A", variant="B", metric="loss", higher_is_better=False)
+    assert plain.mean_a == pytest.approx(100.0) and plain.mean_b == pytest.approx(314 / 3)
     assert paired_cv(a, b) == pytest.approx(sd / math.sqrt(2))
     with pytest.raises(StatsError, match="at least 2 repeats"):
         compare_paired([1.0, None], [1.0, 2.0])

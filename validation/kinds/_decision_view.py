@@ -58,6 +58,19 @@ def block_means_alone(comp: ComparisonRecord | Comparison | None) -> bool:
     return bool(comp is not None and comp.method == "blocks" and finite(comp.run_to_run) is None)
 
 
+# why a comparison on block means alone is not "same" either, after no_run_noise's sentence
+NOT_SAME = ", nor an interval inside the noise floor show the two the same"
+
+
+def held_to_no_run_noise(comp):
+    """A comparison on block means alone (block_means_alone; a significance.Comparison, its record, or an Effect of
+    one) as its step shows it: neither significant nor "same", "inconclusive" whatever its interval. Block means of
+    one window see only the noise within it: a difference they find may be the launches' levels, and an interval
+    of theirs inside the noise floor leaves out how far the next launch's level lies, so it cannot show the two
+    the same (no_run_noise, NOT_SAME)."""
+    return dataclasses.replace(comp, significant=False, verdict="inconclusive")
+
+
 def on_block_means_alone(decision: DecisionRecord | None) -> bool:
     """Whether a recorded decision's comparison rests on block means alone (block_means_alone)."""
     return block_means_alone(given(decision.comparison) if decision is not None else None)

@@ -140,3 +140,18 @@ def test_one_run_a_point_without_a_run_to_run_noise_never_leaves_the_point_beate
     assert "against NSA_DDP_BUCKET_MB=50" in d["reason"] or "ahead of NSA_DDP_BUCKET_MB=50" in d["reason"]
     assert "`repeats: 2`" in d["reason"]
     assert results["steps"]["after"]["env"]["NSA_DDP_BUCKET_MB"] == "50"
+
+
+def test_equal_points_of_one_run_each_without_noise_are_not_shown_the_same(monkeypatch, tmp_path):
+    """Three equal points, 0.1% step noise: block means of one run each put every interval inside the noise floor,
+    which would read "same", but they never see how far the next launch's level lies: each effect the report shows
+    is inconclusive, none significant."""
+    from validation import kinds
+
+    trainer = FakeTrainer(sweep_level({}), cv=0.001)
+    results = run_runbook(monkeypatch, tmp_path, runbook(), trainer)
+    sw = results["steps"]["sw"]
+    assert sw["decision"]["method"] == "blocks" and sw["decision"]["significant"] is False
+    sweep = kinds.get("sweep")
+    effects = sweep.comparisons(sweep.read({**sw, "name": "sw", "kind": "sweep"}))
+    assert effects and all(e.verdict == "inconclusive" and not e.significant for e in effects)

@@ -58,6 +58,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from validation.formatting import fmt_pct, plural
+from validation.analysis.metrics import window_mean
 from validation.analysis.significance.distributions import t_ppf
 from validation.analysis.significance.units import Units, block_units, with_inefficiency
 # MAX_USEFUL_FLOOR: a noise floor wider than this resolves nothing worth saying "same" about (defined with the
@@ -216,8 +217,14 @@ class Comparison:
     metric:            what was compared (e.g. toks_per_s)
     method:            "blocks" (block means of one run each, Welch), "runs" (run means, Welch) or "paired"
                        (per-repeat log-ratios of interleaved runs)
-    mean_a, mean_b:    the two means (paired: the means of the run means)
-    rel:               b / a - 1 (paired: ratio of geometric means - 1)
+    mean_a, mean_b:    the two means the reports show: blocks, the Units' means (a window's figure from
+                       windows.window_units: a rate's is its work over its time); runs and paired, the mean of the run
+                       means by the metric's own rule (shown_mean: for a rate of equal work, toks_per_s or mfu, the
+                       runs' work over their time, the harmonic mean; else the plain mean); the test never reads them
+    rel:               the test's estimate of b / a - 1, the centre of its interval: blocks, mean_b / mean_a - 1;
+                       runs, the ratio of the plain means of the run means - 1 (mean_b / mean_a - 1 but for a rate);
+                       paired, the ratio of the geometric means of the run means - 1 (exp of the mean log-ratio),
+                       close to mean_b / mean_a - 1 but not it
     ci_low, ci_high:   the (1 - alpha) confidence interval of rel
     p_value:           two-sided p of "no difference"
     t, df:             the test statistic (on the log scale) and its degrees of freedom
@@ -296,6 +303,15 @@ class Comparison:
 
 def _fmt_p(p: float) -> str:
     return f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
+
+
+def shown_mean(values: Sequence[float] | np.ndarray, metric: str) -> float:
+    """The mean of run means a comparison shows (mean_a, mean_b): metrics.window_mean's rule for `metric` (a rate of
+    equal work, RATE_COLUMNS, the runs' work over their time: n / the sum of 1 / mean; else the plain mean), the plain
+    mean where that rule gives no figure."""
+    x = np.asarray(values, dtype="float64")
+    shown = window_mean(x, metric)
+    return float(x.mean()) if shown is None else float(shown)
 
 
 def _verdict(significant: bool, rel: float, higher_is_better: bool, ci_low: float, ci_high: float,
@@ -386,7 +402,11 @@ def compare_units(a: Units, b: Units, *, higher_is_better: bool = True, alpha: f
         df = min(df, float(run_noise.df))
     floor = max(_floor([sides[0]], alpha, min_floor), _floor([sides[1]], alpha, min_floor))
     method = "runs" if a.kind == "runs" and b.kind == "runs" else "blocks"
-    return _finish(baseline=baseline, variant=variant, metric=metric, method=method, mean_a=a.mean, mean_b=b.mean,
+    # the means shown: run means by the metric's rule (shown_mean), block means as their Units carry them; the test
+    # above is on log(b.mean / a.mean) whatever is shown
+    shown_a, shown_b = ((shown_mean(a.values, metric), shown_mean(b.values, metric)) if method == "runs"
+                        else (a.mean, b.mean))
+    return _finish(baseline=baseline, variant=variant, metric=metric, method=method, mean_a=shown_a, mean_b=shown_b,
                    log_rel=math.log(b.mean / a.mean), se=math.sqrt(se2), df=df, n_a=len(a.values),
                    n_b=len(b.values), ess_a=a.ess, ess_b=b.ess, floor=floor, noise=noise, alpha=alpha,
                    higher_is_better=higher_is_better, run_to_run=run_noise)
@@ -440,8 +460,10 @@ def compare_paired(a_runs: Sequence[float | None], b_runs: Sequence[float | None
     floor = float(min_floor)
     if sd > 0:  # one variant's resolution with the repeat level removed: sd(d) / sqrt(2) per run
         floor = max(floor, t_ppf(1.0 - alpha / 2.0, df) * sd / math.sqrt(2.0 * r))
-    return _finish(baseline=baseline, variant=variant, metric=metric, method="paired", mean_a=float(xa.mean()),
-                   mean_b=float(xb.mean()), log_rel=float(d.mean()), se=se, df=df, n_a=r, n_b=r,
+    # the means shown are the run means' by the metric's rule (shown_mean: a rate's runs' work over their time); the
+    # test is on the log-ratios d, whatever is shown
+    return _finish(baseline=baseline, variant=variant, metric=metric, method="paired", mean_a=shown_mean(xa, metric),
+                   mean_b=shown_mean(xb, metric), log_rel=float(d.mean()), se=se, df=df, n_a=r, n_b=r,
                    ess_a=float(r), ess_b=float(r), floor=floor, noise=noise, alpha=alpha,
                    higher_is_better=higher_is_better)
 

@@ -8,9 +8,9 @@ hold for autocorrelated, drifting throughput (validation.analysis.significance):
   run-to-run variation measured in this validation run's earlier repeats (e.g. a sweep's) and to one launch's share
   of the runbook's declared launch noise (`compare: {launch_sd, pairs}`); Holm's correction over the variants when
   there are several. Block means of one window never see how far the next launch's level lies, so with one run each
-  and neither noise no difference is significant (its comparison "inconclusive", its text saying why) and the
-  decision keeps the baseline, its reason naming the fix (`repeats: 2` or more, or a declared `compare`;
-  _decision_view.without_run_noise, as a sweep's);
+  and neither noise no difference is significant and none shown the same (its comparison "inconclusive" whatever
+  its interval, its text saying why) and the decision keeps the baseline, its reason naming the fix (`repeats: 2` or
+  more, or a declared `compare`; _decision_view.without_run_noise, as a sweep's);
 - with `recommend`, the decision of significance.decide: a variant is kept only when it beats the baseline (and
   every other variant) significantly and beyond the noise floor, else the baseline is kept ("no significant
   difference", a passed decision); never a variant whose settings the trainer reported as ignored (e.g.
@@ -21,12 +21,14 @@ RESERVED_LABELS), `repeats` (default 1), `metric` (default toks_per_s; one of
 validation.analysis.stats.METRIC_DIRECTIONS, whose better direction decides), `recommend` (default false).
 Result: "runs" (a trainer launch's record each, with "repeat"), "comparison": [significance.Comparison.as_dict()
 of each variant against the baseline ("baseline", "variant", "metric", "method", "mean_a", "mean_b", "rel",
-"ci_low", "ci_high", "p_value", "p_adjusted", "noise_floor", "significant", "verdict", "text", ...) plus "delta",
-"rel_delta", "test"], "order_seed", "order"; with recommend: "decision" (Decision.as_dict() plus "order_seed",
-"order", "excluded_ignored"), "choice" {label, params, explanation, significant, kept_default} (params: the
-settings the chosen side ran with beyond the step's, the baseline's own when it is kept) and "winner" (the choice
-when significant, else null); "metrics": {"compared", "baseline": summary, "<variant>": summary (pooled_summary: of
-the runs measured undisturbed, where any was),
+"ci_low", "ci_high", "p_value", "p_adjusted", "noise_floor", "significant", "verdict", "text", ...; mean_a and mean_b
+by the metric's rule, a rate's work over its time: each window's figure, the harmonic mean of the repeats' run
+figures) plus "delta" (mean_b - mean_a), "rel_delta" (rel, the test's estimate: paired, from the geometric mean of
+the repeats' ratios), "test"], "order_seed", "order"; with recommend: "decision" (Decision.as_dict() plus
+"order_seed", "order", "excluded_ignored"), "choice" {label, params, explanation, significant, kept_default}
+(params: the settings the chosen side ran with beyond the step's, the baseline's own when it is kept) and "winner"
+(the choice when significant, else null); "metrics": {"compared", "baseline": summary, "<variant>": summary
+(pooled_summary: of the runs measured undisturbed, where any was),
 "variants": {variant: comparison}, "decided" (a variant chosen by comparing measured ones: false when nothing was
 compared, e.g. every run disturbed, though the baseline is still kept), "significant", "choice", "kept_default"}.
 
@@ -55,8 +57,9 @@ from validation.analysis.significance.windows import compare_windows, measured_r
 from validation.kinds import train_report
 from validation.kinds.blocks import Block, Column, Paragraph, Table
 from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, Settings, effect_of, run_side, with_labels
-from validation.kinds._decision_view import (block_means_alone, decision_blocks, decision_mark, kept_text,
-                                             no_run_noise, no_single_winner, status_badge, without_run_noise)
+from validation.kinds._decision_view import (NOT_SAME, block_means_alone, decision_blocks, decision_mark,
+                                             held_to_no_run_noise, kept_text, no_run_noise, no_single_winner,
+                                             status_badge, without_run_noise)
 from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TRAINER_METRICS, TRAINER_PERFORMANCE,
                                       TrainerKind, declared_pair_noise, order_seed, run_all, run_order, run_values,
                                       trainer_launch)
@@ -143,7 +146,11 @@ BASELINE = "baseline"  # the baseline's label: its runs', its launches' director
 # (Metrics' fields and what _decide adds), which would overwrite or drop the variant's summary
 RESERVED_LABELS = (BASELINE, "compared", "variants", "extra", "decided", "significant", "choice", "kept_default")
 
-_TESTS = {"paired": "paired t on log-ratios of interleaved repeats", "blocks": "Welch t on block means",
+# the test each method is, as the comparison table names it; a paired row's Delta % (rel) is the geometric mean of
+# its repeats' ratios, while its Mean A / Mean B are the runs' work over their time (significance.shown_mean), so
+# the row says which
+_TESTS = {"paired": "paired t on log-ratios of interleaved repeats (Delta %: from their geometric mean ratio, not "
+                    "Mean B / Mean A)", "blocks": "Welch t on block means",
           "runs": "Welch t on run means"}
 
 
@@ -171,16 +178,16 @@ def _compare(base: list, variant: list, label: str, metric: str, higher: bool, r
 
 def _without_run_noise(c):
     """A comparison of one run each with no run-to-run noise (block_means_alone): block means of one window never see
-    how far the next launch's level lies, so a difference they find is not significant ("inconclusive"); any other
-    comparison as it is."""
-    return dataclasses.replace(c, significant=False, verdict="inconclusive") if (
-        block_means_alone(c) and c.significant) else c
+    how far the next launch's level lies, so a difference they find is not significant, nor does an interval of
+    theirs inside the noise floor show the variants the same: "inconclusive" whatever its interval
+    (_decision_view.held_to_no_run_noise); any other comparison as it is."""
+    return held_to_no_run_noise(c) if block_means_alone(c) else c
 
 
 def _record(c, **extra: Any) -> Comparison:
     """A comparison's record, its text saying why one run each with no run-to-run noise decides nothing."""
     record = decode(Comparison, c.as_dict(), "comparison")
-    text = f"{record.text}; {no_run_noise('variant')}" if block_means_alone(c) else record.text
+    text = f"{record.text}; {no_run_noise('variant')}{NOT_SAME}" if block_means_alone(c) else record.text
     return dataclasses.replace(record, text=text, **extra)
 
 

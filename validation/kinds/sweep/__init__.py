@@ -66,8 +66,8 @@ from validation.kinds.base import DECIDING_LAUNCH_KEYS, Effect, KeyFigure, effec
 from validation.kinds._plot_helpers import bar_points
 from validation.results.codec import absent, decode, encode, given, written
 from validation.kinds._decision_view import (block_means_alone, compared_nothing, decision_blocks, decision_mark,
-                                             kept_text, no_single_winner, status_badge, unkept_clause,
-                                             without_run_noise)
+                                             held_to_no_run_noise, kept_text, no_single_winner, status_badge,
+                                             unkept_clause, without_run_noise)
 from validation.results.decision import Choice, DecisionRecord
 from validation.results.run import Step as StepRecord
 from validation.results.trainer_launch import Stat
@@ -330,9 +330,9 @@ class Sweep(TrainerKind):
         r = self.read(result)
         comps = r.decision.comparisons or [] if r.decision else []
         effects = ((comp, effect_of(comp, run_side(r, comp.baseline), run_side(r, comp.variant))) for comp in comps)
-        # block means of one run each with no run-to-run noise decide nothing: no such effect is significant
-        return [dataclasses.replace(e, significant=False, verdict="inconclusive")
-                if e.significant and block_means_alone(comp) else e for comp, e in effects if e]
+        # block means of one run each with no run-to-run noise decide nothing: no such effect is significant, nor
+        # "same" (_decision_view.held_to_no_run_noise)
+        return [held_to_no_run_noise(e) if block_means_alone(comp) else e for comp, e in effects if e]
 
     def key_figures(self, in_order: list[StepRecord]) -> list[KeyFigure]:
         """Each sweep's decision ("Best bucket" for a significant bucket-size winner, "Bucket" for the point kept),

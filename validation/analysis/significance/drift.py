@@ -4,13 +4,16 @@ thirds (validation.analysis.metrics' throughput_drift), with autocorrelated step
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from validation.analysis.metrics import drift_rows
 from validation.analysis.significance.distributions import t_ppf
 from validation.analysis.significance.units import block_units
+
+if TYPE_CHECKING:  # the CLI's light commands load the kinds, which must not load pandas
+    import pandas as pd
 
 DRIFT_CONFIDENCE = 0.95           # throughput_drift_interval: the confidence of its interval ...
 DRIFT_CI_MIN_ROWS = 24            # ... None below this many rows after the warmup (8 a third: 4 block means of 2)

@@ -126,3 +126,15 @@ class Choice:
     significant: bool | None = absent()
     kept_default: bool | None = absent()
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchNoise:
+    """The launch-to-launch noise a figure that is a ratio of launches stands on (a scaling efficiency's 95%
+    interval: validation.kinds.scaling, validation.kinds.train): its source (repeats, declared, measured or unknown),
+    sd (of one launch's log tokens/s), df, and a sentence saying where it comes from (for unknown: the fix)."""
+    source: str | None = None
+    sd: Num | None = None
+    df: Num | None = None
+    detail: str | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)

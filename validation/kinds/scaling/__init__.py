@@ -68,6 +68,7 @@ from validation.runbook.schema import REPEATS_MAX, str_list, typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
 from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, launch_noise,
                                       order_seed, run_all, run_order, trainer_launch)
+from validation.results.decision import LaunchNoise as Noise  # the noise a ratio of launches stands on
 from validation.results.codec import absent, decode, given
 from validation.results.run import Step as StepRecord
 from validation.results.trainer_launch import LaunchRun, Num, RunContext
@@ -120,17 +121,6 @@ class ScalingTable:
     rows: list[ScalingRow] = dataclasses.field(default_factory=list)
     efficiency: Efficiency = dataclasses.field(default_factory=Efficiency)
     global_batch: int | None = absent()
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True)
-class Noise:
-    """The run-to-run noise the efficiencies' intervals stand on (the module docstring): its source (repeats,
-    declared, measured or unknown), sd (of one run's log tokens/s), df, and a sentence saying where it comes from."""
-    source: str | None = None
-    sd: Num | None = None
-    df: Num | None = None
-    detail: str | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 

@@ -51,6 +51,7 @@ from validation.kinds.base import KeyFigure, earlier_step_of_kind
 from validation.kinds.blocks import Block, Bullets
 from validation.kinds.trainer import (TRAINER_METRICS, TRAINER_PERFORMANCE, TrainerKind, TrainerResult,
                                       launch_noise, launch_one, launch_window_text, trainer_blocks)
+from validation.results.decision import LaunchNoise as ScalingNoise  # the noise a ratio of launches stands on
 from validation.results.codec import absent, decode, given, written
 from validation.results.run import Step as StepRecord, read_run
 from validation.results.trainer_launch import LaunchMetrics, Num, RunContext, Stat, as_launch
@@ -59,18 +60,6 @@ from validation.results.trainer_launch import LaunchMetrics, Num, RunContext, St
 @dataclasses.dataclass(frozen=True)
 class Options:
     scaling_baseline: str | None = None  # an earlier train step: this one's scaling efficiency against it
-
-
-@dataclasses.dataclass(frozen=True)
-class ScalingNoise:
-    """The launch-to-launch noise the scaling efficiency's interval stands on (the module docstring): its source
-    (declared, measured or unknown), sd (of one launch's log tokens/s), df, and a sentence saying where it comes
-    from (for unknown: the fix)."""
-    source: str | None = None
-    sd: Num | None = None
-    df: Num | None = None
-    detail: str | None = None
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -56,8 +56,7 @@ from validation.analysis.metrics import window_mean
 from validation.analysis.significance import PairNoise, StatsError
 from validation.kinds.base import KeyFigure
 from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise,
-                                      measured_launch_noise, order_seed, run_all, run_order, run_values,
-                                      trainer_launch)
+                                      launch_noise, order_seed, run_all, run_order, run_values, trainer_launch)
 from validation.kinds._plot_helpers import scan_loglog
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
 from validation.analysis.triage import RUN_NOISE_FIX, bisect, find_cliffs, fit_exponent, local_exponent, point_noise
@@ -505,16 +504,14 @@ def _num2(value) -> str:
 def launch_floor(ctx) -> tuple[PairNoise | None, bool]:
     """(the least noise of one launch pair every point is held to, whether it is the measured one): the runbook's
     declared launch noise (`compare: {launch_sd, pairs}`), or the run-to-run variation of a run's mean this
-    validation run measured in repeats before the step (validation.kinds.trainer.measured_launch_noise: an A/B's or
-    a sweep's repeats) where that is larger, as a pair's noise (its sd x sqrt 2: one launch's share is the measured
-    sd, with its degrees of freedom); (None, False) without either."""
-    declared = declared_pair_noise(ctx)
-    run = measured_launch_noise(ctx)
-    if run is None or not run.total > 0 or (declared is not None and run.total <= declared.launch_noise().total):
-        return declared, False
-    return PairNoise(sd=run.total * math.sqrt(2.0), pairs=float(run.df) + 1.0,
-                     source=f"the run-to-run noise measured earlier in this run (sd {run.total:.1%} of a run's mean, "
-                            f"{run.df:g} df)"), True
-
+    validation run measured in repeats before the step where that is larger (validation.kinds.trainer.launch_noise),
+    as a pair's noise (its sd x sqrt 2: one launch's share is the measured sd, with its degrees of freedom); (None,
+    False) without either."""
+    source, sd, df, _ = launch_noise(ctx)
+    if source != "measured" or not sd or not sd > 0:
+        return declared_pair_noise(ctx), False
+    return PairNoise(sd=sd * math.sqrt(2.0), pairs=float(df) + 1.0,
+                     source=f"the run-to-run noise measured earlier in this run (sd {sd:.1%} of a run's mean, "
+                            f"{df:g} df)"), True
 
 kinds.register(Scan())

@@ -92,6 +92,11 @@ def fmt_rate(value: Any) -> str:
     return NA if v is None else fmt_num(v) if abs(v) >= 1e15 else f"{v:,.1f}"
 
 
+def against_one(low: float, high: float) -> str:
+    """Whether an efficiency's interval [low, high] is resolved against 1.0 (perfect scaling), in words."""
+    return "below 1.0" if high < 1.0 else "above 1.0" if low > 1.0 else "not resolved from 1.0"
+
+
 def fmt_pct(fraction: Any, signed: bool = False, digits: int = 1) -> str:
     """A fraction as a percentage, the one way every report, console line and `compare` table prints one:
     thousands separators, `digits` decimals, never scientific notation. 14.228 -> '1,422.8%' ('+1,422.8%' signed),

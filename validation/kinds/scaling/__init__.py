@@ -63,7 +63,7 @@ from validation import kinds
 from validation.analysis.metrics import window_mean
 from validation.analysis.parallelism import scaling_table
 from validation.analysis.significance import run_noise
-from validation.formatting import file_name, finite, fmt_num, fmt_pct, rate_with_mfu
+from validation.formatting import against_one, file_name, finite, fmt_num, fmt_pct, rate_with_mfu
 from validation.runbook.schema import REPEATS_MAX, str_list, typed
 from validation.kinds.blocks import Block, Column, Paragraph, Table, strong
 from validation.kinds.trainer import (RUN_METRICS, RUN_PERFORMANCE, TrainerKind, declared_pair_noise, launch_noise,
@@ -390,8 +390,7 @@ def interval_text(point: Any, low: Any, high: Any) -> str:
         return "—"
     if finite(low) is None or finite(high) is None:
         return "interval unknown (run-to-run noise unknown)"
-    word = ("below 1.0" if high < 1.0 else "above 1.0" if low > 1.0 else "not resolved from 1.0")
-    return f"{low:.0%} .. {high:.0%}: {word}"
+    return f"{low:.0%} .. {high:.0%}: {against_one(low, high)}"
 
 
 def run_device(runs: list[LaunchRun]) -> str:

@@ -44,7 +44,8 @@ from nsa.training.config import brief
 from validation.analysis import metrics
 from validation.analysis.significance.distributions import t_ppf
 from validation import kinds
-from validation.formatting import NA, context_text, finite, fmt_num, fmt_rate, mean_pm, shared_context_text
+from validation.formatting import (NA, against_one, context_text, finite, fmt_num, fmt_rate, mean_pm,
+                                   shared_context_text)
 from validation.runbook.schema import NAME_RE, typed
 from validation.analysis.plausibility import figure_problem
 from validation.kinds.base import KeyFigure, earlier_step_of_kind
@@ -121,8 +122,7 @@ def interval_text(metrics: Any) -> str | None:
     low, high = finite(m.scaling_efficiency_low), finite(m.scaling_efficiency_high)
     if low is None or high is None:
         return "95% interval unknown"
-    word = "below 1.0" if high < 1.0 else "above 1.0" if low > 1.0 else "not resolved from 1.0"
-    return f"95% interval {low:.2f} .. {high:.2f}, {word}"
+    return f"95% interval {low:.2f} .. {high:.2f}, {against_one(low, high)}"
 
 
 def noise_text(metrics: Any) -> str | None:

@@ -3,8 +3,8 @@
 Rule (decide()):
   1. Each variant's runs are reduced to a level: one run each -> block means of its steps (block_units);
      repeats -> run means, compared pairwise by repeat (compare_paired) so that drift cancels.
-  2. The variants are ranked by mean; the best is compared with every other one (variant = best,
-     baseline = the other).
+  2. The variants are ranked by level (a rate's level: the runs' work over their time, as the comparison shows it);
+     the best is compared with every other one (variant = best, baseline = the other).
   3. The best is the winner only when it beats every other variant significantly (p < alpha) and by more than the
      noise floor. For two variants that is the two-sided test at level alpha; with more, the best must also be
      ahead of the others and clear each of them, so a false winner is rarer still: 0.5-0.9% of simulated
@@ -59,7 +59,7 @@ import numpy as np
 from validation.analysis import metrics
 from validation.formatting import fmt_pct
 from validation.analysis.significance.comparison import (ALPHA, MIN_FLOOR, Comparison, PairNoise, RunNoise, compare_paired,
-                                                 compare_units, paired_cv, paired_pairs)
+                                                 compare_units, paired_cv, paired_pairs, shown_mean)
 from validation.analysis.significance.power import EFFECT, POWER, REPLICATION_BLOCKS, recommended_repeats
 from validation.analysis.significance.units import MIN_BLOCKS, Units, run_units
 from validation.analysis.significance.windows import window_units
@@ -340,7 +340,9 @@ def decide(runs: Mapping[str, Sequence[RunData] | RunData], *, default: str | No
     sign = 1.0 if higher_is_better else -1.0
     for v in usable:
         if repeats_mode:
-            v.level = float(np.mean([m for m in v.means if m is not None]))
+            # the level the ranking shows is the comparison's (shown_mean): for a rate, the runs' work over their
+            # time, so a ranking row and the comparison row of the same variant show one figure
+            v.level = shown_mean([m for m in v.means if m is not None], metric)
         else:
             # the run's level is the mean over every step of its window, the figure its table shows: the
             # decision's comparison is then the A/B table's (windows.compare_windows) number for number

@@ -45,7 +45,7 @@ def test_cpu_utilisation_above_the_cores_of_the_launchs_nodes_is_out_of_range():
 
 # ------------------------------------------------------------------------------------------ bandwidth
 def test_a_bandwidth_between_ranks_above_the_fastest_gpu_link_is_out_of_range():
-    # at most 3,600 GB/s: twice NVLink 6's 1,800 GB/s each way (reduction in the switch)
+    # at two ranks at most 1,800 GB/s, NVLink 6's rate each way: an all-reduce's busbw is 2(n-1)/n = 1 x its link
     row = {"bytes": 1 << 30, "time_s": 1e-4, "algbw_gbps": 10737.4, "busbw_gbps": 10737.4}
     comm = {"world_size": 2, "backend": "nccl", "all_reduce": {
         "table": [{"bytes": 8192, "time_s": 1e-5, "algbw_gbps": 0.82, "busbw_gbps": 0.82}, row],
@@ -55,29 +55,56 @@ def test_a_bandwidth_between_ranks_above_the_fastest_gpu_link_is_out_of_range():
     h100 = copy.deepcopy(comm)  # an 8 x H100 all-reduce as nccl-tests reports it: within the range
     h100["all_reduce"] = {"busbw_gbps": {"max": 480.0, "median": 300.0}, "algbw_gbps": {"max": 274.0}}
     assert _names(h100) == []
-    assert implausible(comm)[0]["range"] == "[0, 3,600.0]"
+    assert implausible(comm)[0]["range"] == "[0, 1,800.0]"
     # one rank: nothing moves between ranks; the figures are the calls' own overhead, not a link's
     assert _names({**comm, "world_size": 1}) == []
 
 
-def test_a_bandwidth_above_twice_the_devices_own_link_is_out_of_range():
-    # an H200 SXM's NVLink 4 carries 900 GB/s in both directions together (data sheet): 450 each way, so no
-    # figure between two of them reaches 900 GB/s, however the switch reduces; where the device is named
+def test_a_bandwidth_above_what_the_devices_own_link_carries_is_out_of_range():
+    # an H200 SXM's NVLink 4 carries 900 GB/s in both directions together (data sheet): 450 each way. An all-reduce's
+    # busbw at 8 ranks reaches at most 2 x 7/8 of it (787.5 GB/s, reduction in the switch), its algbw the link's 450
     h200 = {"world_size": 8, "backend": "nccl", "device_name": "NVIDIA H200",
             "all_reduce": {"busbw_gbps": {"max": 1000.0, "median": 480.0}, "algbw_gbps": {"max": 571.4}}}
     found = implausible(h200)
-    assert [b["metric"] for b in found] == ["all_reduce.busbw_gbps.max"]
-    assert found[0]["range"] == "[0, 900.0]" and "NVIDIA H200" in found[0]["reason"]
+    assert [b["metric"] for b in found] == ["all_reduce.busbw_gbps.max", "all_reduce.algbw_gbps.max"]
+    assert found[0]["range"] == "[0, 787.5]" and "NVIDIA H200" in found[0]["reason"]
+    assert found[1]["range"] == "[0, 450.0]"
     # what 8 H100s really reach with NVLS (about 480 GB/s busbw) stays in range on its own device's ceiling
     h100 = {**h200, "device_name": "NVIDIA H100 80GB HBM3",
             "all_reduce": {"busbw_gbps": {"max": 480.0, "median": 300.0}, "algbw_gbps": {"max": 274.0}}}
     assert _names(h100) == []
-    # PCIe 4.0 x16 parts (no NVLink): 32 GB/s each way, 64 at most
+    # PCIe 4.0 x16 parts (no NVLink): 32 GB/s each way, 56 for an all-reduce's busbw at 8 ranks
     l40s = {**h200, "device_name": "NVIDIA L40S", "all_reduce": {"busbw_gbps": {"max": 70.0}}}
     assert _names(l40s) == ["all_reduce.busbw_gbps.max"]
     # the device unknown (another GPU, a gloo run on CPUs): the fastest link's ceiling, as before
     for unknown in ("NVIDIA RTX A1000", "cpu", None):
         assert _names({**h200, "device_name": unknown}) == []
+
+
+def test_a_collective_without_reduction_moves_at_most_one_links_rate():
+    # nccl-tests' busbw is the bytes a rank's own link carries per second (PERFORMANCE.md): an all-gather's rank
+    # receives (n-1)/n of its output, a reduce-scatter's sends (n-1)/n of its input, a broadcast's receives all of it.
+    # Hand figures, 8 H100s (450 GB/s each way): 1.1 x the link is impossible for them, possible for an all-reduce
+    over = 1.1 * 450.0
+    for kind in ("all_gather", "reduce_scatter", "broadcast"):
+        launch = {"world_size": 8, "device_name": "NVIDIA H100 80GB HBM3", kind: {"busbw_gbps": {"max": over}}}
+        found = implausible(launch)
+        assert [b["metric"] for b in found] == [f"{kind}.busbw_gbps.max"], kind
+        assert found[0]["range"] == "[0, 450.0]"
+    all_reduce = {"world_size": 8, "device_name": "NVIDIA H100 80GB HBM3", "all_reduce": {"busbw_gbps": {"max": over}}}
+    assert _names(all_reduce) == []
+    # algbw = busbw / the bus factor: an all-gather's algbw may reach n/(n-1) x the link (8/7 x 450 = 514.3 at 8),
+    # a broadcast's and an all-reduce's only the link
+    gather = {"world_size": 8, "device_name": "NVIDIA H100 80GB HBM3", "all_gather": {"algbw_gbps": {"max": 500.0}}}
+    assert _names(gather) == []
+    for kind in ("broadcast", "all_reduce"):
+        launch = {"world_size": 8, "device_name": "NVIDIA H100 80GB HBM3", kind: {"algbw_gbps": {"max": 500.0}}}
+        assert _names(launch) == [f"{kind}.algbw_gbps.max"], kind
+    # world size unknown: the largest share any world size gives (an all-reduce's busbw and an all-gather's algbw
+    # twice the link, at two ranks)
+    unknown_n = {"device_name": "NVIDIA H100 80GB HBM3", "all_reduce": {"busbw_gbps": {"max": 880.0}},
+                 "all_gather": {"algbw_gbps": {"max": 880.0}, "busbw_gbps": {"max": 460.0}}}
+    assert _names(unknown_n) == ["all_gather.busbw_gbps.max"]
 
 
 # ------------------------------------------------------------------------------------------ speed-ups and lists

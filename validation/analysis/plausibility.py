@@ -206,20 +206,21 @@ def cpu_ceiling(launch: Any, name: str) -> Range | None:
 
 # The fastest link between two GPUs: NVLink 6 (announced for Rubin, 3.6 TB/s a GPU in both directions), 1,800 GB/s
 # each way; a listed device's own link: nsa.devices (450 GB/s each way on an H100 or H200 SXM). A collective's bus
-# bandwidth (nccl-tests' busbw) is the rate each rank's link carries; reduction in the switch (NVLS, SHARP) has each
-# rank send its S bytes and receive the S-byte result once, so an all-reduce's algbw is at most one link's rate and
-# its busbw, 2(n-1)/n x algbw, under twice it; an all-gather's algbw (n/(n-1) x busbw) is at most twice it at two
-# ranks. No figure between ranks reaches twice the link (BANDWIDTH_CEILING_GBPS for a device not known).
+# bandwidth (nccl-tests' busbw) is the rate each rank's own link carries (PERFORMANCE.md): an all-gather's rank
+# receives (n-1)/n of the output, a reduce-scatter's sends (n-1)/n of its input, a broadcast's receives it all, so
+# their busbw is at most the link's rate. Reduction in the switch (NVLS, SHARP) has an all-reduce's rank send its S
+# bytes and receive the S-byte result once, so its algbw is at most one link's rate and its busbw, 2(n-1)/n x algbw,
+# at most 2(n-1)/n x the link (twice it with n unknown). algbw = busbw / the bus factor: at most the link for an
+# all-reduce and a broadcast, n/(n-1) x it (twice it at two ranks) for an all-gather and a reduce-scatter.
 LINK_PEAK_GBPS = 1800.0
-BANDWIDTH_CEILING_GBPS = 2 * LINK_PEAK_GBPS
 _BANDWIDTH_NAMES = ("busbw_gbps.max", "busbw_gbps.median", "algbw_gbps.max", "algbw_gbps.median",
                     "avg_busbw_gbps_reported", "busbw_gbps", "algbw_gbps", "reported_busbw_gbps")
 
 
 def bandwidth_ceiling(launch: Any, name: str) -> Range | None:
     """The range of a collective's bandwidth `name` (a comm step's "<kind>.busbw_gbps.max", a row of its table...)
-    that the link between two of its GPUs allows: twice the link's rate each way (nsa.devices.link_gbps) for the
-    launch's device_name, else twice the fastest link's (BANDWIDTH_CEILING_GBPS: a CPU, an unknown GPU); None for
+    that the link between two of its GPUs allows: link_share x the link's rate each way (nsa.devices.link_gbps) for
+    the launch's device_name, else x the fastest link's (LINK_PEAK_GBPS: a CPU, an unknown GPU); None for
     another figure, or at one rank (its launch's world_size 1), where nothing moves between ranks and the figures
     are the calls' own overhead."""
     parts = name.split(".")
@@ -228,15 +229,31 @@ def bandwidth_ceiling(launch: Any, name: str) -> Range | None:
     figures = decode(LaunchFigures, launch, "metrics", lenient=True) if isinstance(launch, dict) else LaunchFigures()
     if finite(figures.world_size) == 1:
         return None
+    n = finite(figures.world_size)
+    n = int(n) if n is not None and n >= 2 else None
+    share, why = link_share(parts[0], "busbw" in name, n)
     device = str(figures.device_name) if isinstance(figures.device_name, str) else ""
     link = link_gbps(device) if device and device.lower() != "cpu" else None
     if link:
-        return Range(name, 0.0, 2 * link,
+        return Range(name, 0.0, share * link,
                      reason=f"the link between two {device} GPUs carries at most {link:,.0f} GB/s each way, "
-                            f"{2 * link:,.0f} GB/s with reduction in the switch")
-    return Range(name, 0.0, BANDWIDTH_CEILING_GBPS,
+                            f"{share * link:,.0f} GB/s for this figure ({why})")
+    return Range(name, 0.0, share * LINK_PEAK_GBPS,
                  reason=f"no link between GPUs carries more than {LINK_PEAK_GBPS:,.0f} GB/s each way (NVLink 6), "
-                        f"{BANDWIDTH_CEILING_GBPS:,.0f} GB/s with reduction in the switch")
+                        f"{share * LINK_PEAK_GBPS:,.0f} GB/s for this figure ({why})")
+
+
+def link_share(collective: str, busbw: bool, n: int | None) -> tuple[float, str]:
+    """How many times one link's rate (each way) a collective's bandwidth figure can reach at n ranks (None: not
+    known, the largest share any n gives), and why: busbw is the rate a rank's own link carries (an all-reduce's up
+    to 2(n-1)/n x with reduction in the switch), algbw = busbw / the bus factor."""
+    if busbw:
+        if collective == "all_reduce":
+            return (2 * (n - 1) / n if n else 2.0), "an all-reduce's busbw, with reduction in the switch"
+        return 1.0, f"a {collective.replace('_', '-')}'s busbw: the bytes a rank's own link carries"
+    if collective in ("all_gather", "reduce_scatter"):
+        return (n / (n - 1) if n else 2.0), f"a {collective.replace('_', '-')}'s algbw: n/(n-1) x its busbw"
+    return 1.0, f"a {collective.replace('_', '-')}'s algbw"
 
 
 _COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")

@@ -313,6 +313,17 @@ def memory_model(specs: Sequence[ParamSpec], strategy: str, *, world_size: int, 
     return out
 
 
+def activations_basis(device_type: str, attention_kernel: str | None) -> str:
+    """What memory_model's "activations" (activation_bytes) stands for on this run: the exact count on CPU, where
+    the PyTorch path runs as counted; elsewhere an estimate (on CUDA the SDPA kernels and the Triton path save other
+    tensors than the PyTorch path's on CPU), so "total" is an estimate there too."""
+    if device_type == "cpu":
+        return "exact: the PyTorch path's tensors saved for backward, as counted on CPU"
+    return (f"estimate: the PyTorch path's CPU count; on {device_type} (attention kernel "
+            f"{attention_kernel or 'unknown'}) the kernels save other tensors, so activations and total are "
+            "estimates")
+
+
 PARAM_BYTES = 4  # the trainer's parameters (and so the residual stream and the norms) are fp32 at every precision
 ACC_BYTES = 4  # fp32: attention log-sum-exps and softmax statistics, the selected branch's band scores, the loss
 

@@ -122,8 +122,17 @@ SUMMARY_FIELDS = {
     "max_step_time_s": "maximum step_time_s",
     "avg_step_time_excl_first_s": "mean step_time_s without the first step (lazy init, compilation); null with "
                                   "one step",
-    "samples_per_s": "global throughput: steps * samples_per_step / total step time",
-    "tokens_per_s": "global throughput: steps * tokens_per_step / total step time",
+    "samples_per_s": "global throughput over every step this process ran, the first included: steps * "
+                     "samples_per_step / total step time",
+    "tokens_per_s": "global throughput over every step this process ran, the first (lazy init, compilation, "
+                    "Triton autotuning) included: steps * tokens_per_step / total step time",
+    "throughput_first_step": "the first step the *_excl_first figures cover (first_step + 1; they end at last_step); "
+                             "null with fewer than two steps",
+    "samples_per_s_excl_first": "global steady-state throughput: samples_per_s without this process's first step "
+                                "(as the validation suite's statistics leave out their warm-up); null with fewer "
+                                "than two steps",
+    "tokens_per_s_excl_first": "global steady-state throughput: tokens_per_s without this process's first step; null "
+                               "with fewer than two steps",
     "mean_step_toks_per_s": "mean of training.csv's toks_per_s column (per-step rates averaged)",
     "avg_loss": "mean of training.csv's loss over these steps",
     "final_loss": "loss of the last step",
@@ -149,8 +158,12 @@ SUMMARY_FIELDS = {
     "comm_model_matches": "true when the counted per_step and first_step equal the prediction exactly; null "
                           "when nothing was counted",
     "memory_model": "bytes per rank predicted by nsa.training.comm_model.memory_model (params, grads, "
-                    "optimizer_state, buffers, activations, total) beside the measured peaks above",
+                    "optimizer_state, buffers, activations, total) beside the measured peaks above; "
+                    "activations_basis: whether activations (and so total) is the exact CPU count or, off CPU, an "
+                    "estimate (nsa.training.comm_model.activations_basis)",
 }
+# fields added to schema 1 later: a summary.json written before them lacks them and is still read
+SUMMARY_OPTIONAL = ("throughput_first_step", "samples_per_s_excl_first", "tokens_per_s_excl_first")
 SUMMARY_REQUIRED = ("schema", "status", "parallel", "world_size", "device", "steps", "tokens_per_step",
                     "samples_per_step", "memory_kind", "comm")
 
@@ -239,7 +252,10 @@ def read_summary(path: str | Path) -> dict[str, Any]:
     """summary.json (a file or an out_dir holding one) as a dict, checked against SUMMARY_FIELDS: every field present
     (unknown extra fields are kept), the required ones not null, numbers where numbers belong, comm counts well
     formed. Raises ContractError with a one-line message otherwise."""
-    path, data = _open_contract(path, SUMMARY_JSON, SUMMARY_SCHEMA, SUMMARY_FIELDS)
+    path, data = _open_contract(path, SUMMARY_JSON, SUMMARY_SCHEMA,
+                                [k for k in SUMMARY_FIELDS if k not in SUMMARY_OPTIONAL])
+    for key in SUMMARY_OPTIONAL:
+        data.setdefault(key, None)
     nulls = [k for k in SUMMARY_REQUIRED if data[k] is None]
     if nulls:
         raise ContractError(f"{path}: field(s) {', '.join(nulls)} must not be null")
@@ -248,7 +264,11 @@ def read_summary(path: str | Path) -> dict[str, Any]:
     for key in ("world_size", "steps", "tokens_per_step", "samples_per_step"):
         if not isinstance(data[key], int) or isinstance(data[key], bool) or data[key] < 0:
             raise ContractError(f"{path}: {key} must be a non-negative integer, got {data[key]!r}")
-    numeric = [k for k in SUMMARY_FIELDS if k.endswith(("_s", "_gb", "_loss", "_share")) and k != "comm_time_method"]
+    first = data["throughput_first_step"]
+    if first is not None and (not isinstance(first, int) or isinstance(first, bool) or first < 1):
+        raise ContractError(f"{path}: throughput_first_step must be a positive integer or null, got {first!r}")
+    numeric = [k for k in SUMMARY_FIELDS if k.endswith(("_s", "_gb", "_loss", "_share", "_excl_first"))
+               and k != "comm_time_method"]
     for key in numeric:
         if data[key] is not None and not _is_number(data[key]):
             raise ContractError(f"{path}: {key} must be a number or null, got {data[key]!r}")

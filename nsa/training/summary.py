@@ -69,6 +69,9 @@ class SummaryAccumulator:
             "avg_step_time_excl_first_s": (total_time - self.first_time) / (n - 1) if n > 1 else None,
             "samples_per_s": n * self.static["samples_per_step"] / total_time if total_time > 0 else None,
             "tokens_per_s": n * self.static["tokens_per_step"] / total_time if total_time > 0 else None,
+            "throughput_first_step": self.first_step + 1 if n > 1 else None,
+            "samples_per_s_excl_first": _rate(n - 1, self.static["samples_per_step"], total_time - self.first_time),
+            "tokens_per_s_excl_first": _rate(n - 1, self.static["tokens_per_step"], total_time - self.first_time),
             "mean_step_toks_per_s": self.rates.mean,
             "avg_loss": self.losses.mean, "final_loss": self.final_loss,
             "memory_kind": self.memory_kind,
@@ -128,6 +131,12 @@ def _matches(comm: dict, prediction: dict | None) -> bool | None:
     return bool(ok)
 
 
+def _rate(steps: int, per_step: int, seconds: float) -> float | None:
+    """steps * per_step / seconds; None without a step or a positive time (a run of one step has no steps after
+    its first)."""
+    return steps * per_step / seconds if steps > 0 and seconds > 0 else None
+
+
 def _finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -146,8 +155,7 @@ def format_summary(s: dict[str, Any]) -> str:
              f"avg_step_time: {num(s['avg_step_time_s'])} s",
              f"min_step_time: {num(s['min_step_time_s'])} s",
              f"max_step_time: {num(s['max_step_time_s'])} s",
-             f"throughput_samples_per_sec: {num(s['samples_per_s'], '{:.2f}')} (global)",
-             f"throughput_tokens_per_sec: {num(s['tokens_per_s'], '{:,.0f}')} (global)",
+             *_throughput_lines(s, num),
              f"avg_loss: {num(s['avg_loss'])}",
              f"final_loss: {num(s['final_loss'])}",
              f"peak_memory_allocated: {num(s['peak_mem_alloc_gb'], '{:.3f}')} {mem}",
@@ -170,3 +178,20 @@ def format_summary(s: dict[str, Any]) -> str:
             lines.append(f"byte model: {'matches the counted bytes' if s['comm_model_matches'] else 'DIFFERS'} "
                          f"({s['comm_model']['bytes_per_step']:,} B/step predicted)")
     return "\n".join(lines)
+
+
+def _throughput_lines(s: dict[str, Any], num) -> list[str]:
+    """The throughput lines, each naming the steps it covers: steady state (the first step, with its lazy
+    initialization and compilation, left out, as the validation suite's statistics leave out their warm-up) and
+    the whole run (the first step included)."""
+    first, last = s.get("throughput_first_step"), s["last_step"]
+    lines = []
+    if first is not None and s.get("tokens_per_s_excl_first") is not None:
+        lines += [f"throughput_samples_per_sec: {num(s['samples_per_s_excl_first'], '{:.2f}')} (global, steps "
+                  f"{first}-{last}: the first step left out)",
+                  f"throughput_tokens_per_sec: {num(s['tokens_per_s_excl_first'], '{:,.0f}')} (global, steps "
+                  f"{first}-{last}: the first step left out)"]
+    span = f"steps {s['first_step']}-{last}" if s["first_step"] is not None else "no step"
+    lines += [f"throughput_samples_per_sec_all_steps: {num(s['samples_per_s'], '{:.2f}')} (global, {span})",
+              f"throughput_tokens_per_sec_all_steps: {num(s['tokens_per_s'], '{:,.0f}')} (global, {span})"]
+    return lines

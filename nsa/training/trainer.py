@@ -24,7 +24,7 @@ from nsa.loss import check_loss, resolve_loss
 from nsa.model import NSAModel, flops_per_token, lm_loss
 from nsa.toggles import Toggles
 from nsa.training import checkpoint, comm_count, distributed, graphs, metrics, model_faults, outputs, timeline
-from nsa.training.comm_model import activation_bytes, comm_model, memory_model, param_specs
+from nsa.training.comm_model import activation_bytes, activations_basis, comm_model, memory_model, param_specs
 from nsa.training.config import RunConfig, UsageError, save_config
 from nsa.training.data import build_eval_source, build_source
 from nsa.training.distributed import DistInfo, first_use_order
@@ -184,6 +184,7 @@ class Trainer:
             specs, self.parallel, world_size=info.world_size, reshard_after_forward=tc.fsdp_reshard,
             activations=activation_bytes(self.model_cfg, tc.batch_size, tc.seq_len, tc.precision),
             gradient_as_bucket_view=self.capture is not None)  # under CUDA graphs (_wrap)
+        self.memory_prediction["activations_basis"] = activations_basis(self.device.type, self.attention_kernel)
         self.model: nn.Module = self._wrap(self.net)
         self._starting("model_wrapped")
         fused, why = use_fused_adamw(tg.opt_fused, list(self.net.parameters()))

@@ -71,6 +71,9 @@ class MemoryModel:
     buffers: Num | None = absent()
     activations: Num | None = absent()
     total: Num | None = absent()
+    # "exact: ..." on CPU (the PyTorch path's count), "estimate: ..." elsewhere (nsa.training.comm_model
+    # .activations_basis): whether activations, and so total, is a count or an estimate
+    activations_basis: str | None = absent()
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 

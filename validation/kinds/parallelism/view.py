@@ -56,6 +56,7 @@ def parallelism_blocks(r: Result) -> list[Block]:
     strategies = {str(k): s for k, s in m.strategies.items()}
     recommendation = fmt_num(m.recommendation) if m.recommendation else "none"
     rows, memory, comm, notes = [], [], [], []
+    estimates: set[str] = set()
     for label, s in strategies.items():
         toks = [t for t in (finite(t) for t in s.toks_per_s_runs) if t is not None]
         spread = f" ({fmt_rate(min(toks))} .. {fmt_rate(max(toks))})" if len(toks) > 1 else ""
@@ -64,9 +65,13 @@ def parallelism_blocks(r: Result) -> list[Block]:
                      fmt_rate(finite(s.toks_per_s)) + spread, fmt_num(s.oom)))
         mm = s.memory_model or MemoryModel()
         mem_kind = "RSS" if s.memory_kind == "cpu_rss" else "allocated"
-        memory.append((label, f"{_gb(s.peak_alloc_gb)} ({mem_kind})", _gb(s.peak_reserved_gb),
-                       *(_gb(finite(v) and v / GIB) for v in (mm.params, mm.grads, mm.optimizer_state, mm.activations,
-                                                             mm.total))))
+        model = [_gb(finite(v) and v / GIB) for v in (mm.params, mm.grads, mm.optimizer_state, mm.activations,
+                                                      mm.total)]
+        if isinstance(mm.activations_basis, str) and mm.activations_basis.startswith("estimate"):
+            # the activations off CPU are the PyTorch path's CPU count: an estimate, and so is the total
+            model[3:] = [f"~{v}" if v != "—" else v for v in model[3:]]
+            estimates.add(mm.activations_basis)
+        memory.append((label, f"{_gb(s.peak_alloc_gb)} ({mem_kind})", _gb(s.peak_reserved_gb), *model))
         matches = s.comm_model_matches
         comm_note = prediction_note(label, s.comm_predicted_s, s.aligned_comm_s, s.comm_time_s)
         if comm_note:
@@ -100,6 +105,7 @@ def parallelism_blocks(r: Result) -> list[Block]:
         Table((Column("Strategy"), *(Column(c, numeric=True) for c in (
             "Peak measured", "Peak reserved", "Model: params", "grads", "optimizer", "activations", "total"))), memory),
         Paragraph(f"Memory per rank: {capacity}; headroom asked for DDP: {fmt_pct(m.headroom)}.", style="muted"),
+        *(Paragraph(f"~ activations and total: {e}.", style="muted") for e in sorted(estimates)),
         Paragraph(f"**Comparisons** (tokens/s, {fmt_num(m.repeats)} repeat(s)"
                   + (f", run order random within each repeat (seed {seed})" if seed is not None else "") + "):")]
     comparisons = [f"{str(k).replace(':', ' vs ')}: {fmt_num(c.text)}" for k, c in m.comparisons.items()]

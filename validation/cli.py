@@ -14,7 +14,6 @@ from validation.launch import interrupts  # first, and light (os, signal, thread
 
 interrupts.catch_early()  # a SIGINT to a background run while the imports below load is kept for `run`, not lost
 
-import functools
 import json
 import logging
 from pathlib import Path
@@ -132,14 +131,28 @@ def run(runbook: Path = typer.Argument(..., metavar="RUNBOOK", help="runbook YAM
                          rerun=tuple(rerun), overrides=tuple(set_), against=against, no_report=no_report,
                          cwd=Path.cwd(), reuse=tuple(reuse))
 
+    began: list[bool] = []  # the progress display opened: the runner began, and says itself what it kept
+
+    def shown():
+        began.append(True)
+        return display(console)
+
     def body() -> int:
         try:
-            return _dry_run(request) if dry_run else _run(request)
+            return _dry_run(request) if dry_run else _run(request, shown)
         except typer.Exit as exc:  # _fail: invalid input
             return exc.exit_code
 
+    def interrupted(exc: BaseException) -> None:
+        how = interrupts.describe(exc)
+        if dry_run or began:
+            err.print(f"interrupted ({how})", markup=False)
+        else:  # while the runbook and the files it names were checked: no step launched, no results.json written
+            err.print(f"interrupted ({how}) before the run began: nothing was launched or saved; run it again "
+                      f"with {request.command()}", markup=False, soft_wrap=True)
+
     raise typer.Exit(session.guarded(
-        body, on_interrupt=lambda exc: err.print(f"interrupted ({interrupts.describe(exc)})", markup=False),
+        body, on_interrupt=interrupted,
         on_left=lambda pids: _warn(f"ended {len(pids)} process(es) still running after the run: {pids}")))
 
 
@@ -150,8 +163,8 @@ def _dry_run(request: RunRequest) -> int:
     return EXIT_GO
 
 
-def _run(request: RunRequest) -> int:
-    outcome = _call(run_runbook, request, functools.partial(display, console), warn=_warn)
+def _run(request: RunRequest, shown) -> int:
+    outcome = _call(run_runbook, request, shown, warn=_warn)
     if outcome.interrupted is not None:
         err.print(outcome.interrupt_text(request), markup=False, soft_wrap=True)
         if outcome.report_error:

@@ -308,11 +308,13 @@ class Runner:
         else:
             how = "stopped without finishing (no signal recorded: the process was killed or the machine went down)"
         todo = steps_to_run(self.rb, previous, self.opt.rerun)
+        by_name = {step.name: step for step in self.rb.steps()}
+        runs = [n for n in todo if left_out(by_name[n], self.opt) is None]  # what --only / --skip leave in: it runs
         judged = self.opt.resume or judge_resume(self.rb, previous, self.opt.rerun)
         self._winners_before = {name: c.params for name, c in ((n, chosen(r)) for n, r in before.steps.items())
                                 if c is not None}
-        entry = Resume(at=_now(), previous_end=ended, previous_state=how, steps=todo,
-                       rerun=[n for n in todo if n in self.opt.rerun], replaced={},
+        entry = Resume(at=_now(), previous_end=ended, previous_state=how, steps=runs,
+                       rerun=[n for n in runs if n in self.opt.rerun], replaced={},
                        runbook_changed=judged.runbook_changed,
                        options=Options(only=list(self.opt.only), skip=list(self.opt.skip),
                                        set=list(self.opt.overrides)))

@@ -38,3 +38,12 @@ def test_a_metric_that_is_not_a_rate_keeps_the_plain_mean():
     d = decide(runs, default="a", metric="loss", higher_is_better=False)
     assert dict(d.ranking)["a"] == pytest.approx(2.0)
     assert d.ranking[0][0] == "a"
+
+
+@pytest.mark.parametrize("metric", ["toks_per_s_per_gpu", "toks_per_s_per_node"])
+def test_tokens_per_gpu_and_per_node_are_rates_too(metric):
+    # a fixed world size (or node count) divides tokens/s: its runs' figure is their work over their time as well
+    runs = {"erratic": [100.0, 1000.0], "steady": [400.0, 400.0]}
+    d = decide(runs, default="erratic", metric=metric)
+    assert dict(d.ranking)["erratic"] == pytest.approx(_work_over_time([100.0, 1000.0]))
+    assert d.ranking[0][0] == "steady"

@@ -9,6 +9,10 @@ METRIC_COLUMNS = ("toks_per_s", "step_time_s", "loss", "grad_norm", "mem_alloc_g
 # plain mean, which counts a slow step as much as a fast one (a step that stalls 10x lowers it by a fifth of what
 # it costs the run). Their stdev, cv, median, min and max are those of the per-step rates.
 RATE_COLUMNS = ("toks_per_s", "mfu")
+# The rates among the figures a window or a run gives (a sweep's or A/B's metric, a comparison's): the columns above
+# and the summary's per-GPU and per-node tokens/s (the window's tokens/s over a fixed world size or node count), whose
+# runs' figure is likewise their work over their time.
+RATE_METRICS = RATE_COLUMNS + ("toks_per_s_per_gpu", "toks_per_s_per_node")
 # Statistics computed for each metric column over the window (stdev is the population stdev, statistics.pstdev).
 STAT_NAMES = ("mean", "median", "stdev", "cv", "min", "max", "n")
 # Summary keys derived from several columns or rows (documented in summarize()); always present in a summary.

@@ -29,7 +29,7 @@ class MetricsError(ValueError):
 
 # METRIC_COLUMNS (summarized per window), STAT_NAMES (statistics of each), DERIVED_KEYS (always in a summary): their
 # names live in validation.analysis.metric_names, which `plan` reads without pandas
-from validation.analysis.metric_names import (DERIVED_KEYS, METRIC_COLUMNS, RATE_COLUMNS, STAT_NAMES,  # noqa: E402
+from validation.analysis.metric_names import (DERIVED_KEYS, METRIC_COLUMNS, RATE_METRICS, STAT_NAMES,  # noqa: E402
                                              THROUGHPUT_CV_MAX)
 # Values of a summary's "status".
 STATUSES = ("ok", "short", "missing", "empty", "corrupt")
@@ -321,7 +321,7 @@ def _num(value: Any) -> float | None:
 
 def window_mean(values: Any, column: str | None = None) -> float | None:
     """A window's figure of `column` from its per-step values (the finite ones): for a rate of work that is the same
-    in every step (RATE_COLUMNS: tokens/s, MFU) the window's work over its time, which is the harmonic mean of the
+    in every step (RATE_METRICS: tokens/s, MFU, tokens/s per GPU or node) the window's work over its time, which is the harmonic mean of the
     rates (n / the sum of 1 / rate: the steps' times add up, their rates do not), else the plain mean. A rate that is
     not above 0 (outside its physical range: validation.analysis.plausibility says so) has no time to add up: the
     plain mean then. None without a finite value."""
@@ -330,7 +330,7 @@ def window_mean(values: Any, column: str | None = None) -> float | None:
     if arr.size == 0:
         return None
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # near 1e308 or 1e-308: None below
-        mean = (arr.size / float(np.sum(1.0 / arr)) if column in RATE_COLUMNS and bool(np.all(arr > 0))
+        mean = (arr.size / float(np.sum(1.0 / arr)) if column in RATE_METRICS and bool(np.all(arr > 0))
                 else float(arr.mean()))
     return _num(mean)
 
@@ -422,7 +422,7 @@ def summarize(read: CsvRead, window: Window, world_size: int = 1) -> dict[str, A
     | window               | {last, warmup: as asked; n: rows used; first_step, last_step: of the rows used}   |
     | <column>             | for each of METRIC_COLUMNS in the file: {mean, median, stdev (population), cv     |
     |                      | (stdev/mean), min, max, n} over the window's finite values (None when n == 0);    |
-    |                      | the mean of a rate (RATE_COLUMNS: toks_per_s, mfu) is the window's work over its  |
+    |                      | the mean of a rate (RATE_METRICS: toks_per_s, mfu) is the window's work over its  |
     |                      | time, the harmonic mean of the per-step rates (window_mean)                       |
     | toks_per_s_per_gpu   | the window's toks_per_s (global: its tokens over its time) / world_size           |
     | first_loss           | loss of the first row                                                              |

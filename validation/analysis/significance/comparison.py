@@ -219,7 +219,7 @@ class Comparison:
                        (per-repeat log-ratios of interleaved runs)
     mean_a, mean_b:    the two means the reports show: blocks, the Units' means (a window's figure from
                        windows.window_units: a rate's is its work over its time); runs and paired, the mean of the run
-                       means by the metric's own rule (shown_mean: for a rate of equal work, toks_per_s or mfu, the
+                       means by the metric's own rule (shown_mean: for a rate of equal work, RATE_METRICS, the
                        runs' work over their time, the harmonic mean; else the plain mean); the test never reads them
     rel:               the test's estimate of b / a - 1, the centre of its interval: blocks, mean_b / mean_a - 1;
                        runs, the ratio of the plain means of the run means - 1 (mean_b / mean_a - 1 but for a rate);
@@ -307,7 +307,7 @@ def _fmt_p(p: float) -> str:
 
 def shown_mean(values: Sequence[float] | np.ndarray, metric: str) -> float:
     """The mean of run means a comparison shows (mean_a, mean_b): metrics.window_mean's rule for `metric` (a rate of
-    equal work, RATE_COLUMNS, the runs' work over their time: n / the sum of 1 / mean; else the plain mean), the plain
+    equal work, RATE_METRICS, the runs' work over their time: n / the sum of 1 / mean; else the plain mean), the plain
     mean where that rule gives no figure."""
     x = np.asarray(values, dtype="float64")
     shown = window_mean(x, metric)

@@ -282,12 +282,13 @@ def _round(value: Any, digits: int = 4) -> Any:
 
 
 def summary_line(m: LaunchMetrics) -> str:
-    """One compact line of the Training Summary (a sweep's or A/B's run)."""
+    """One compact line of the Training Summary (a sweep's or A/B's run): the trainer's own figures over the whole
+    run, its first (warm-up) steps included, and said so beside the window figures the decisions read."""
     s = m.summary
     if s is None or isinstance(s, Problem):
         return NA
     share = finite(s.comm_share)
-    return (f"{fmt_num(s.steps)} steps, {_s(s.avg_step_time_s)}/step, "
+    return (f"{fmt_num(s.steps)} steps, warm-up included: {_s(s.avg_step_time_s)}/step, "
             f"{fmt_rate(s.tokens_per_s)} tok/s, loss {fmt_num(_round(s.final_loss))}, "
             f"peak {fmt_gb(s.peak_mem_alloc_gb)}" + (f", comm {fmt_pct(share)}" if share is not None else ""))
 

@@ -26,7 +26,7 @@ def test_a_benchmark_figure_named_scaling_efficiency_is_not_the_scaling_key_figu
     train = kinds.find("train")
     figure = next(f for f in train.key_figures(steps) if f.id == "scaling_efficiency")
     assert figure.raw == 900.0 / 1000.0  # the 2-rank baseline's per-GPU tokens/s over the single process's
-    assert figure.steps == ("baseline", "single") and figure.value.startswith("0.90 (90% of linear)")
+    assert figure.steps == ("baseline", "single") and figure.value.startswith("0.90 (90% of linear; one launch each, no 95% interval)")
     assert train.key_figure_steps(steps) == ["baseline", "single"]
 
 

@@ -2,7 +2,10 @@
 training.csv.
 
 Own key: `scaling_baseline: <an earlier train step>`: scaling_efficiency = tokens/s / (world-size ratio x the
-baseline's tokens/s), e.g. two nodes against one.
+baseline's tokens/s), e.g. two nodes against one; where the baseline ran on more ranks than this step (a
+single-process step run after the multi-rank one it isolates), the baseline's scaling against this step: its tokens/s
+per rank over this step's per rank, and "scaling_of" names the baseline (the efficiency is always the launch on
+more ranks over the one on fewer).
 Noise: that efficiency is a ratio of two launches' throughputs (this step's and the baseline's, one launch each), and
 launches of one configuration differ by several percent (cpu_smoke's declared launch_sd: a log-ratio of two launches
 has an sd of 12%), so it carries its 95% interval, scaling_efficiency_low / _high = E exp(-/+ t(0.975, df) s sqrt 2),
@@ -23,10 +26,11 @@ collapse far below any launch noise may read the point figure (`two_nodes.scalin
 Evidence: the efficiency and its bounds stand on the baseline step's tokens/s too (derived_from): a criterion reading
 them is inconclusive when either launch was measured under interference (validation.execution.evidence).
 Metrics: a trainer launch's (validation.kinds.trainer), plus "scaling_baseline", "scaling_efficiency",
-"scaling_efficiency_low", "scaling_efficiency_high" (absent where the noise is unknown or no efficiency was computed)
-and "scaling_noise".
+"scaling_efficiency_low", "scaling_efficiency_high" (absent where the noise is unknown or no efficiency was computed),
+"scaling_noise" and "scaling_of" (above; absent where the efficiency is this step's own scaling).
 Report: the run table and notes (the efficiency with its interval and noise); the executive summary's baseline
-throughput and scaling efficiency (a train step's own with its interval).
+throughput and scaling efficiency (a train step's own with its interval; else the multi-rank baseline's tokens/s per
+rank over a single-process train step's, one launch each: no interval, and the figure says so).
 
 Options: the key above. Result: the step record of one trainer launch (validation.kinds.trainer.TrainerResult), its
 metrics a Metrics: a LaunchMetrics with the interval and its noise (scaling_baseline, scaling_efficiency and these
@@ -71,6 +75,9 @@ class Metrics(LaunchMetrics):
     scaling_efficiency_low: Num | None = absent()
     scaling_efficiency_high: Num | None = absent(beside="scaling_efficiency_low")
     scaling_noise: ScalingNoise | None = absent()
+    # the step whose scaling the efficiency measures where it is not this one: the scaling_baseline, run on more
+    # ranks than this step (its tokens/s per rank over this step's); absent where it is this step
+    scaling_of: str | None = absent()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +148,7 @@ class Train(TrainerKind):
     summary = "one trainer launch (env/args overrides); statistics over the last N steps of its training.csv"
     keys = ("scaling_baseline",)
     metrics = TRAINER_METRICS + ("scaling_baseline", "scaling_efficiency", "scaling_efficiency_low",
-                                 "scaling_efficiency_high", "scaling_noise.*")
+                                 "scaling_efficiency_high", "scaling_noise.*", "scaling_of")
     # the interval's bounds measure speed as the efficiency does: a disturbed launch decides nothing on them
     performance = TRAINER_PERFORMANCE + ("scaling_efficiency_low", "scaling_efficiency_high")
     result_type = Result
@@ -168,10 +175,18 @@ class Train(TrainerKind):
             base_step = read_run(ctx.results).steps.get(options.scaling_baseline)
             # a baseline that did not pass measured nothing to scale against: no efficiency (None)
             base = as_launch(base_step.metrics if base_step is not None and base_step.status == "passed" else {})
-            multi, single = (m.toks_per_s or Stat()).mean, (base.toks_per_s or Stat()).mean
-            ratio = (1 if m.world_size is None else m.world_size) / max(1, base.world_size or 1)
-            efficiency = metrics.scaling_efficiency(multi, single, ratio)
-            m = dataclasses.replace(m, scaling_baseline=options.scaling_baseline, scaling_efficiency=efficiency)
+            # nor does this launch where it did not pass (a partial window of a failed or timed-out launch)
+            own = (m.toks_per_s or Stat()).mean if one.status == "passed" else None
+            other = (base.toks_per_s or Stat()).mean
+            own_world, base_world = (1 if m.world_size is None else m.world_size), max(1, base.world_size or 1)
+            scaling_of = None
+            if own_world >= base_world:  # this launch on as many ranks or more: its scaling against the baseline's
+                efficiency = metrics.scaling_efficiency(own, other, own_world / base_world)
+            else:  # the baseline on more ranks (a single-process step after the multi-rank one): the baseline's
+                scaling_of = options.scaling_baseline
+                efficiency = metrics.scaling_efficiency(other, own, base_world / max(1, own_world))
+            m = dataclasses.replace(m, scaling_baseline=options.scaling_baseline, scaling_efficiency=efficiency,
+                                    scaling_of=scaling_of if efficiency is not None else None)
             if efficiency is not None:  # a ratio of two launches: its 95% interval from the launch noise
                 noise = efficiency_noise(ctx)
                 low, high = efficiency_interval(efficiency, noise)
@@ -189,7 +204,10 @@ class Train(TrainerKind):
         if interval is None:
             return out
         plain = f"Scaling efficiency: {fmt_num(m.scaling_efficiency)}"
-        text = (f"Scaling efficiency against `{m.scaling_baseline}`: {fmt_num(m.scaling_efficiency)}; {interval}; "
+        of = given(m.scaling_of)
+        what = (f"Scaling efficiency of `{of}` against this launch ({of}'s tokens/s per rank over this launch's)"
+                if of else f"Scaling efficiency against `{m.scaling_baseline}`")
+        text = (f"{what}: {fmt_num(m.scaling_efficiency)}; {interval}; "
                 f"{noise_text(m)}. A ratio of two launches' throughputs: E exp(-/+ t(0.975, df) s sqrt 2), s the sd "
                 "of one launch's log tokens/s.")
         for i, block in enumerate(out):
@@ -240,8 +258,11 @@ class Train(TrainerKind):
         interval = None  # a train step's own efficiency's 95% interval, in words
         own_value = finite(_launch(own).scaling_efficiency) if own is not None else None
         if own is not None and own_value is not None:  # a train step's own (_figure_steps: only one that has it)
-            interval, noise = interval_text(_launch(own)), noise_text(_launch(own))
-            scaling = (own_value, f"step `{own.name}`" + (f"; {noise}" if noise else ""), (str(own.name),))
+            own_m = train_metrics(own.metrics)
+            interval, noise, of = interval_text(own_m), noise_text(own_m), given(own_m.scaling_of)
+            what = (f"step `{own.name}`" if not of else
+                    f"step `{own.name}`: `{of}`'s tokens/s per {_unit(_launch(own))} over `{own.name}`'s")
+            scaling = (own_value, what + (f"; {noise}" if noise else ""), (str(own.name),))
         elif baseline is not None and single is not None:
             # per-GPU throughput of the multi-rank baseline over the throughput of a single-process train step
             base = _launch(baseline)
@@ -249,10 +270,16 @@ class Train(TrainerKind):
             single_mean = finite((_launch(single).toks_per_s or Stat()).mean)
             if per_gpu is not None and single_mean:
                 both = shared_context_text([written(baseline.metrics), written(single.metrics)])
+                # a ratio of two launches with no noise recorded: no interval, and said so (a single-process step
+                # naming the multi-rank one as its scaling_baseline records the efficiency with its interval)
+                interval = "one launch each, no 95% interval"
                 scaling = (per_gpu / single_mean,
                            f"`{baseline.name}` {fmt_rate(per_gpu)} tokens/s per {_unit(base)} over "
                            f"`{single.name}` {fmt_rate(single_mean)} tokens/s single-process"
-                           + (f"; at {both}" if both else ""),
+                           + (f"; at {both}" if both else "")
+                           + f"; a ratio of two launches, one each: a difference smaller than the noise between "
+                             f"launches does not show in it (`scaling_baseline: {baseline.name}` on `{single.name}` "
+                             "records the efficiency with its 95% interval)",
                            (str(baseline.name), str(single.name)))
         if scaling is not None:
             v, note, named = scaling
@@ -272,14 +299,15 @@ def _launch(step: StepRecord) -> LaunchMetrics:
 
 def _figure_steps(steps: list[StepRecord]) -> tuple[StepRecord | None, StepRecord | None, StepRecord | None]:
     """(the baseline train step, the single-process train step the scaling efficiency divides by, the train step
-    with its own scaling efficiency), each None when there is none. Only a train step has its own (this kind writes
-    scaling_efficiency; another kind's metrics, e.g. a benchmark's free-form JSON, may hold a key of that name), and
-    the single-process step is one only where the figure divides by it: no step has its own, and the baseline ran
-    on more than one rank, passed, with a per-GPU throughput."""
+    that passed with its own scaling efficiency), each None when there is none. Only a train step has its own (this
+    kind writes scaling_efficiency; another kind's metrics, e.g. a benchmark's free-form JSON, may hold a key of that
+    name), and the single-process step is one only where the figure divides by it: no step has its own, and the
+    baseline ran on more than one rank, passed, with a per-GPU throughput."""
     train_steps = [s for s in steps if s.kind == "train"]
     baseline = next((s for s in train_steps if "baseline" in str(s.name or "").lower()), None)
     baseline = baseline or next((s for s in train_steps if s.status == "passed"), None)
-    own = next((s for s in train_steps if finite(_launch(s).scaling_efficiency) is not None), None)
+    own = next((s for s in train_steps
+                if s.status == "passed" and finite(_launch(s).scaling_efficiency) is not None), None)
     single = None
     if own is None and baseline is not None and baseline.status == "passed":
         base = _launch(baseline)

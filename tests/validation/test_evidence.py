@@ -147,7 +147,7 @@ def test_an_impossible_scaling_efficiency_is_named_not_passed(rb):
     assert bad and bad[0]["step"] == "baseline, single" and not bad[0]["disturbed"]
     from validation.report.view import build_view
     fig = next(f for f in build_view(results)["key_figures"] if f["label"] == "Scaling efficiency")
-    assert fig["value"].startswith("14.90 (1490% of linear): NOT A RESULT")
+    assert fig["value"].startswith("14.90 (1490% of linear; one launch each, no 95% interval): NOT A RESULT")
     assert figure_problem("scaling_efficiency", 0.6) is None and "(0, 1.1]" in figure_problem(
         "scaling_efficiency", 14.9)
     assert figure_problem("scaling_efficiency", 0.0) is not None  # at or below 0

@@ -11,7 +11,8 @@ Metrics added to a trainer launch's (results.json step or run "metrics"):
     startup              {"milestones": {name: s}, "imports_s" (process start -> imports_done: the interpreter,
                           torch and the trainer's modules), "init_s" (imports_done -> setup_done: process group,
                           model build, move to device, wrapping, optimizer, data), "first_step_s" (the first step
-                          itself: first_logged_step - setup_done), "slowest", "n_params", "init_growth" (below)}
+                          itself: first_logged_step - setup_done), "slowest", "n_params", "init_interference"
+                          (what else used the machine over the init, or None), "init_growth" (below)}
     gpu_util, gpu_mem_used_gb, power_w, sm_clock_mhz, temp_c   {mean, min, max, n} over the training window, or None
                          without GPU figures (no pynvml, no GPU)
     throttled, throttle_reasons, pcie_gen_min, pcie_width_min, ecc_uncorrected, xid_errors   (None without them)
@@ -33,7 +34,11 @@ validation run with the smallest model (the reference; of equal models, the fast
 more than INIT_GROWTH_FACTOR times the reference's scaled by the model-size ratio
 (init / init_ref > INIT_GROWTH_FACTOR x n_params / n_params_ref) AND at least INIT_GROWTH_MIN_S longer: start-up
 should grow at most like the model (building, moving, broadcasting parameters), not faster (seed 000's "extremely
-slow initialization").
+slow initialization"). Other work on the machine during an init (``init_interference``: what
+validation.launch.telemetry.interference finds over imports_done -> setup_done) only lengthens it, so a disturbed
+init is no fair figure: earlier runs with a disturbed init are left out as references (and named) while an
+undisturbed one is left; a growth of a disturbed launch, or an absence of one measured against a disturbed
+reference, is no verdict (``"inconclusive": true``, never flagged); a growth over a disturbed reference stands.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from validation.results.trainer_launch import (Gauge, LaunchMetrics, LaunchRun, 
 INIT_GROWTH_FACTOR = 2.0
 RATIO_MIN_S = 0.5  # init times below this are shown side by side, never as a ratio
 INIT_GROWTH_MIN_S = 5.0
+INIT_INTERFERENCE = "init_interference"  # the startup metrics' key of what else used the machine over the init
 
 SUMMARY_KEYS = ("steps", "avg_step_time_s", "min_step_time_s", "max_step_time_s", "avg_step_time_excl_first_s",
                 "samples_per_s", "tokens_per_s", "avg_loss", "final_loss", "memory_kind", "peak_mem_alloc_gb",
@@ -94,22 +100,51 @@ def startup_metrics(timeline: dict[str, Any], n_params: Any = None) -> dict[str,
             "missing": list(read.missing_milestones)}
 
 
+def init_disturbed(startup: dict[str, Any] | Startup) -> bool:
+    """Whether other work on the machine disturbed a launch's init: its "init_interference" (init_interference's
+    record) says so. A launch without one (no telemetry, or recorded before it existed) reads as undisturbed."""
+    rec = _startup(startup).init_interference
+    return rec is not None and rec.disturbed is True
+
+
+def init_interference(rows: list[dict[str, Any]], startup: dict[str, Any] | Startup,
+                      use_gpus: bool = True) -> dict[str, Any] | None:
+    """What else used the machine over the launch's init (imports_done -> setup_done, in unix time from the
+    timeline's process start): validation.launch.telemetry.interference's record (JSON), or None without the
+    figures or the marks."""
+    st = _startup(startup)
+    t0, imports, init = finite(st.process_start_unix), finite(st.imports_s), finite(st.init_s)
+    if t0 is None or imports is None or init is None or not rows:
+        return None
+    return encode(telemetry.interference(rows, t0 + imports, t0 + imports + init, use_gpus=use_gpus))
+
+
 def init_growth(run: dict[str, Any] | Startup, earlier: list[tuple[str, dict[str, Any] | Startup]],
                 factor: float = INIT_GROWTH_FACTOR, min_s: float = INIT_GROWTH_MIN_S) -> dict[str, Any] | None:
     """The "init grows faster than the model" flag of one run (see the module docstring). `run` and each of
-    `earlier`'s (label, startup) carry "init_s" and "n_params" (startup_metrics). None when there is nothing to
-    compare with; else {"flagged", "reference", "init_ratio", "model_ratio", "text"}."""
+    `earlier`'s (label, startup) carry "init_s" and "n_params" (startup_metrics), and "init_interference" where
+    telemetry covered the init. None when there is nothing to compare with; else {"flagged", "reference",
+    "init_ratio", "model_ratio", "text"}, and "inconclusive": true where a disturbed init leaves the comparison
+    without a verdict (see the module docstring)."""
     own = _startup(run)
     init, params = finite(own.init_s), finite(own.n_params)
     if init is None or not params:
         return None
-    usable = [(label, finite(s.init_s), finite(s.n_params)) for label, s in ((k, _startup(v)) for k, v in earlier)]
+    usable = [(label, finite(s.init_s), finite(s.n_params), init_disturbed(s))
+              for label, s in ((k, _startup(v)) for k, v in earlier)]
     usable = [u for u in usable if u[1] is not None and u[1] > 0 and u[2]]
     if not usable:
         return None
-    label, ref_init, ref_params = min(usable, key=lambda u: (u[2], u[1]))
+    clean = [u for u in usable if not u[3]]
+    label, ref_init, ref_params, ref_shaken = min(clean or usable, key=lambda u: (u[2], u[1]))
+    left_out = [u[0] for u in usable if u[3]] if clean else []
     init_ratio, model_ratio = init / ref_init, params / ref_params
-    flagged = init_ratio > factor * model_ratio and init - ref_init >= min_s
+    grown = init_ratio > factor * model_ratio and init - ref_init >= min_s
+    # other work only lengthens an init: a disturbed launch's growth may be the disturbance's (no flag stands on
+    # it), and a reference's disturbed init may hide a growth (no absence of one stands on it)
+    own_shaken = init_disturbed(own)
+    inconclusive = (grown and own_shaken) or (not grown and ref_shaken)
+    flagged = grown and not inconclusive
     if min(init, ref_init) < RATIO_MIN_S:  # a ratio of times near zero says nothing (0.1 s vs 0.04 s: "2.56x")
         text = (f"init {init:.1f} s vs {ref_init:.1f} s for `{label}` with a model {model_ratio:.2f}x its size "
                 f"(under {RATIO_MIN_S:g} s: not compared as a ratio)")
@@ -119,8 +154,26 @@ def init_growth(run: dict[str, Any] | Startup, earlier: list[tuple[str, dict[str
     if flagged:
         text = (f"Init grows faster than the model: {text} (more than {factor:g}x the model's growth and "
                 f"{init - ref_init:.1f} s longer)")
-    return {"flagged": flagged, "reference": label, "init_ratio": init_ratio, "model_ratio": model_ratio,
-            "text": text}
+        if ref_shaken:
+            text += "; the reference's init was disturbed, which only lengthens it"
+    elif inconclusive and own_shaken:
+        text = (f"Init growth inconclusive: {text}, but other work on the machine disturbed this launch's init "
+                f"({_interference_text(own)})")
+    elif inconclusive:
+        text = (f"Init growth inconclusive: {text}, but other work on the machine disturbed the reference's init "
+                f"and no undisturbed earlier launch is left to compare with")
+    if left_out:
+        text += f" (left out as references, their init disturbed: {', '.join(f'`{x}`' for x in left_out)})"
+    out = {"flagged": flagged, "reference": label, "init_ratio": init_ratio, "model_ratio": model_ratio,
+           "text": text}
+    if inconclusive:
+        out["inconclusive"] = True
+    return out
+
+
+def _interference_text(startup: Startup) -> str:
+    rec = startup.init_interference
+    return str(rec.text or "disturbed") if rec is not None else "disturbed"
 
 
 def _startup(startup: dict[str, Any] | Startup) -> Startup:
@@ -214,6 +267,10 @@ def launch_metrics(ctx, spec, out_dir: Path, read, m: dict[str, Any],
     timeline = {} if outputs.TIMELINE_JSON in earlier else contracts.read_timeline(out_dir)
     startup = startup_metrics(timeline, context.n_params)
     if startup and "problem" not in startup:
+        on_gpu = context.on_cpu() is not True  # as telemetry_metrics: a CPU run on a GPU node reads no GPU
+        shaken = init_interference(contracts.read_telemetry(Path(spec.step_dir)), startup, use_gpus=on_gpu)
+        if shaken is not None:  # absent without telemetry over the init
+            startup[INIT_INTERFERENCE] = shaken
         startup["init_growth"] = init_growth(startup, earlier_startups(ctx.results, so_far.csv))
     summary = {} if outputs.SUMMARY_JSON in earlier else contracts.read_summary(out_dir)
     out = {"summary": summary_metrics(summary), "startup": startup,
@@ -271,6 +328,8 @@ def startup_blocks(m: LaunchMetrics) -> list[Block]:
         out.append(Paragraph(f"Start-up milestones (seconds since the process started): {marks}", style="context"))
     if growth is not None and growth.flagged:
         out.append(Paragraph(f"**Flag**: {growth.text}", style="flag"))
+    elif growth is not None and growth.inconclusive is True:
+        out.append(Paragraph(str(growth.text), style="note"))
     elif growth is not None:
         out.append(Paragraph(f"Init against the model size: {growth.text}", style="context"))
     return out
@@ -356,5 +415,6 @@ def runs_blocks(records: list[LaunchRun]) -> list[Block]:
                                      f"DISTURBED: {shaken.text}" if shaken is not None and shaken.disturbed else "")
                          if t)
         lines.append(f"{label}: {summary_line(m)}; time to first step {fmt_duration(m.time_to_first_step_s)}"
-                     + (f"; GPU utilisation {util:.0f}%" if util is not None else "") + (f"; **{flag}**" if flag else ""))
+                     + (f"; GPU utilisation {util:.0f}%" if util is not None else "")
+                     + (f"; **{flag}**" if flag else ""))
     return [Paragraph("Training Summary per run:"), Bullets(lines)] if lines else []

@@ -21,6 +21,7 @@ import dataclasses
 from typing import Any
 
 from validation.results.codec import absent, blank, decode, written
+from validation.results.interference import LaunchInterference
 
 Num = int | float  # a figure as its writer gave it (an int stays an int: the JSON is written back unchanged)
 
@@ -123,6 +124,8 @@ class InitGrowth:
     init_ratio: Num | None = None
     model_ratio: Num | None = None
     text: str | None = None
+    # true where a disturbed init leaves the comparison without a verdict (never flagged); absent otherwise
+    inconclusive: bool | None = absent()
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -139,6 +142,8 @@ class Startup:
     n_params: Num | None = None
     process_start_unix: Num | None = None
     missing: list[str] = dataclasses.field(default_factory=list)
+    # what else used the machine over the init (imports_done -> setup_done); absent without telemetry over it
+    init_interference: LaunchInterference | None = absent()
     init_growth: InitGrowth | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 

@@ -8,9 +8,9 @@ the cliff"). The statistics are validation.analysis.triage's (run means of the w
 Own keys:
   values             {args.seq_len: [64, 128, 256, 512]} or {env.VARIABLE: [...]}: one setting, numeric values
   repeats            runs per point, interleaved in a random order per repeat (default 2: the noise of a point is
-                     the spread of its runs' step times, each the median of its window; with 1, block means of a window of
-                     >= BLOCK_WINDOW_MIN (20) steps: a shorter window gives no noise estimate, no cliff is called
-                     and a note says so); values x repeats >= 3 runs (the exponent's fit), else a runbook error.
+                     the spread of its runs' step times, each the median of its window; with 1, block means of a
+                     window of >= BLOCK_WINDOW_MIN (20) steps: a shorter window gives no noise estimate, no cliff is
+                     called and a note says so); values x repeats >= 3 runs (the exponent's fit), else a runbook error.
                      Block means see only the noise within one window, not how far the next launch's level lies: where
                      the runbook declares its launch noise (`compare: {launch_sd, pairs}`), or the run measured its
                      run-to-run noise in repeats before the step (an A/B's, a sweep's: the larger of the two),
@@ -24,16 +24,18 @@ Own keys:
                      means held to the declared launch noise, as a scan point's) and is "bad" when its local
                      exponent from the interval's good end is significantly above expected_exponent
 Metrics: "setting", "values", "repeats", "expected_exponent", "exponent" (slope), "exponent_ci" [low, high],
-"exponent_fit" (validation.analysis.triage.Fit), "cliff" (bool), "cliff_reason", "cliff_pair" (the pair found by the scan),
-"pairs" (every neighbouring pair), "cliff_interval" [good, bad] (after bisection) or null, "cliff_localised"
+"exponent_fit" (validation.analysis.triage.Fit), "cliff" (bool), "cliff_reason", "cliff_pair" (the pair found by the
+scan), "pairs" (every neighbouring pair), "cliff_interval" [good, bad] (after bisection) or null, "cliff_localised"
 (interval width <= resolution; false without a cliff), "bisection" (validation.analysis.triage.Bisection) or null,
-"points" [{value, source (scan | bisect), runs, passed, step_time_s, toks_per_s (its passed runs' work over their
-time: each run's window is the same work, so the harmonic mean of their window figures,
-validation.analysis.metrics.window_mean, never their plain mean, which favours the faster run: [100, 300] tok/s is
-150, not 200), mfu (the runs' window mean, where the device peak is known), time_to_first_step_s, peak_mem_gb,
-exponent_to_next}], "noise_source" (repeats | blocks |
-declared | none), "run_to_run" (repeats | measured | declared | unknown: what covers the noise between launches),
-"launch_sd" (the launch pair's sd the noise is held to: the declared one, or the measured one's x sqrt 2), "runs", "passed". "cliff" is true, false, or null when inconclusive (a pair,
+"points" [{value, source (scan | bisect), runs, passed, disturbed (passed runs measured under interference, when
+any: left out of the point's speed figures, the exponent and the cliffs, a note naming them), step_time_s, toks_per_s
+(its undisturbed passed runs' work over their time: each run's window is the same work, so the harmonic mean of
+their window figures, validation.analysis.metrics.window_mean, never their plain mean, which favours the faster
+run: [100, 300] tok/s is 150, not 200), mfu (the runs' window mean, where the device peak is known),
+time_to_first_step_s, peak_mem_gb, exponent_to_next}], "noise_source" (repeats | blocks | declared | none),
+"run_to_run" (repeats | measured | declared | unknown: what covers the noise between launches),
+"launch_sd" (the launch pair's sd the noise is held to: the declared one, or the measured one's x sqrt 2), "runs",
+"passed". "cliff" is true, false, or null when inconclusive (a pair,
 marked "inconclusive", significant on one run's block noise alone with no declared launch noise); "cliff_localised"
 is then null too.
 Options: the keys above. Result: the step record (validation.results.run.Step: runs, a LaunchRun each with its
@@ -52,6 +54,7 @@ from validation import kinds
 from validation.launch.spec import safe_name
 from validation.formatting import file_name, finite, fmt_gb, fmt_num, rate_with_mfu
 from validation.runbook.schema import REPEATS_MAX, mapping, setting_key, typed
+from validation.analysis.interference import run_disturbed
 from validation.analysis.metrics import window_mean
 from validation.analysis.significance import PairNoise, StatsError
 from validation.kinds.base import KeyFigure
@@ -148,6 +151,9 @@ class Scan(TrainerKind):
         m = Metrics(setting=options.setting, values=list(options.values), repeats=options.repeats,
                     expected_exponent=options.expected_exponent, cliff=False, cliff_localised=False)
         times, series = point_times(ctx, step, runs)
+        shaken = [r for r in runs if r.status == "passed" and run_disturbed(encode(r))]
+        if shaken:  # a run slowed by other work is no measurement of its value: no cliff or exponent stands on it
+            frame = dataclasses.replace(frame, notes=list(frame.notes or []) + [disturbed_note(shaken)])
         # the runbook's declared launch noise (compare.launch_sd), or the run-to-run noise this run measured in
         # repeats before the step where that is larger: every point's noise is held to one launch's share of it;
         # without either, one run a point sees no run-to-run noise and its cliffs are inconclusive (find_cliffs)
@@ -218,6 +224,9 @@ class Scan(TrainerKind):
                 m = dataclasses.replace(m, bisection=decode(BisectionRecord, b.as_dict(), "bisection"),
                                         cliff_interval=[_plain(b.good), _plain(b.bad)], cliff_localised=b.localised)
                 times.update(bis_times)
+                shaken_bis = [r for r in bisected if r.status == "passed" and run_disturbed(encode(r))]
+                if shaken_bis:
+                    unclassified.append(disturbed_note(shaken_bis))
                 if unclassified:
                     frame = dataclasses.replace(frame, notes=list(frame.notes or []) + unclassified)
         every = runs + bisected
@@ -256,7 +265,8 @@ class Scan(TrainerKind):
         setting = _setting(m)
         points = m.points
         unsure = {p.a for p in m.pairs if isinstance(p, PairRecord) and p.inconclusive is True}
-        rows = [(fmt_num(p.value), str(p.source or ""), f"{fmt_num(p.passed)}/{fmt_num(p.runs)}",
+        rows = [(fmt_num(p.value), str(p.source or ""), f"{fmt_num(p.passed)}/{fmt_num(p.runs)}"
+                 + (f" ({fmt_num(p.disturbed)} disturbed, left out)" if p.disturbed else ""),
                  _ms(p.step_time_s), rate_with_mfu(p.toks_per_s, p.mfu),
                  _secs(p.time_to_first_step_s), fmt_gb(p.peak_mem_gb),
                  strong(f"{_num2(p.exponent_to_next)} CLIFF") if p.cliff_to_next
@@ -315,6 +325,9 @@ class Scan(TrainerKind):
             m = s.metrics
             if finite(m.exponent) is not None:
                 value = f"{m.exponent:.2f}"
+                ci = m.exponent_ci or []
+                if len(ci) == 2 and finite(ci[0]) is not None and finite(ci[1]) is not None:
+                    value += f" (95% CI {ci[0]:.2f} .. {ci[1]:.2f})"
                 if m.cliff:
                     interval = m.cliff_interval or []
                     value += f", cliff at {fmt_num(interval[0])}..{fmt_num(interval[1])}" if len(interval) == 2 else ""
@@ -362,6 +375,14 @@ def short_window_note(short: dict[float, int], floor=None) -> str:
             f"establish a cliff)")
 
 
+def disturbed_note(runs: list[LaunchRun]) -> str:
+    """Which passed runs were left out of the points' figures, the exponent and the cliffs as measured under
+    interference."""
+    names = ", ".join(dict.fromkeys(str(r.dir or r.label) for r in runs))
+    return (f"{len(runs)} run(s) measured under interference (other work on the machine) left out of the step "
+            f"times, the cost exponent and the cliffs: {names}")
+
+
 def _inconclusive(m: Metrics) -> bool:
     """Whether the scan's cliff is inconclusive: no cliff, and a pair significant on one run's block noise alone."""
     return m.cliff is not True and any(isinstance(p, PairRecord) and p.inconclusive is True for p in m.pairs)
@@ -402,7 +423,8 @@ def bisect_point(ctx, step, value, save: Callable[[list[LaunchRun]], None]
                  ) -> tuple[list[LaunchRun], list[float], list[float] | None]:
     """Launch `repeats` runs at a bisection point (now, while the step runs), each saved as it ends (`save(this
     point's runs so far)`): the runs, each measured run's step time (the median of its window, as point_times) and
-    the window's per-step times of the last run that has them (the point's noise when it has one run), else None."""
+    the window's per-step times of the last run that has them (the point's noise when it has one run), else None.
+    A run measured under interference (validation.analysis.interference.run_disturbed) is no measurement."""
     winners = ctx.winners()
     specs = [point_launch(step, value_label(value), repeat, winners, ctx.run_dir, source="bisect")
              for repeat in range(step.repeats)]
@@ -415,6 +437,8 @@ def bisect_point(ctx, step, value, save: Callable[[list[LaunchRun]], None]
     times: list[float] = []
     window = None
     for r in runs:
+        if run_disturbed(encode(r)):  # slowed by other work on the machine: not a measurement of the value
+            continue
         values = run_values(ctx.run_dir, step, encode(r), "step_time_s")
         if isinstance(values, list):
             if values:
@@ -427,11 +451,13 @@ def bisect_point(ctx, step, value, save: Callable[[list[LaunchRun]], None]
 
 def point_times(ctx, step, runs: list[LaunchRun]) -> tuple[dict[float, list[float]], dict[float, list[float]]]:
     """{value: [each run's step time, ...]} (a run's step time: the median of its window, robust to a step that
-    another process on the machine slowed; each run is one unit, never its steps) and, for values with one run, {value: the window's per-step times}."""
+    another process on the machine slowed; each run is one unit, never its steps) and, for values with one run,
+    {value: the window's per-step times}. Runs that failed, and runs measured under interference
+    (validation.analysis.interference.run_disturbed: other work on the machine slowed them), are left out."""
     times: dict[float, list[float]] = {}
     series: dict[float, list[float]] = {}
     for run in runs:
-        if run.status != "passed":
+        if run.status != "passed" or run_disturbed(encode(run)):  # a disturbed run is no measurement of its value
             continue
         value = float(next(iter(run.params.values())))
         values = run_values(ctx.run_dir, step, encode(run), "step_time_s")
@@ -444,9 +470,11 @@ def point_times(ctx, step, runs: list[LaunchRun]) -> tuple[dict[float, list[floa
 
 
 def point_rows(runs: list[LaunchRun], times: dict, cliffs) -> list[Point]:
-    """One row per value (scan and bisection points, by value): means over its passed runs (its tokens/s their work
-    over their time, metrics.window_mean over the runs' figures, and its MFU alike); a run's time to first step and
-    peak memory are those its metrics recorded from its timeline.json and summary.json."""
+    """One row per value (scan and bisection points, by value): means over its passed runs measured undisturbed (its
+    tokens/s their work over their time, metrics.window_mean over the runs' figures, and its MFU alike; "disturbed"
+    counts the passed runs left out, when any); a run's time to first step and peak memory are those its metrics
+    recorded from its timeline.json and summary.json (the peak memory of every passed run: interference does not
+    change it)."""
     by_value: dict[float, list[LaunchRun]] = {}
     for r in runs:
         by_value.setdefault(float(next(iter(r.params.values()))), []).append(r)
@@ -455,15 +483,17 @@ def point_rows(runs: list[LaunchRun], times: dict, cliffs) -> list[Point]:
     for value in sorted(by_value):
         group = by_value[value]
         passed = [r for r in group if r.status == "passed"]
-        toks = [finite(r.metrics.toks_per_s.mean) if r.metrics.toks_per_s else None for r in passed]
-        mfu = [finite(r.metrics.mfu.mean) if r.metrics.mfu else None for r in passed]
-        ttfs = [finite(r.metrics.time_to_first_step_s) for r in passed]
+        quiet = [r for r in passed if not run_disturbed(encode(r))]  # the speed figures: undisturbed runs only
+        toks = [finite(r.metrics.toks_per_s.mean) if r.metrics.toks_per_s else None for r in quiet]
+        mfu = [finite(r.metrics.mfu.mean) if r.metrics.mfu else None for r in quiet]
+        ttfs = [finite(r.metrics.time_to_first_step_s) for r in quiet]
         mem = [finite(r.metrics.summary.peak_mem_alloc_gb) if isinstance(r.metrics.summary, TrainingSummary)
                else None for r in passed]
         t = times.get(value) or []
         pair = pairs.get(value)
         rows.append(Point(value=int(value) if value.is_integer() else value, source=group[0].source or "scan",
-                          runs=len(group), passed=len(passed), step_time_s=_mean(t), run_step_times_s=list(t),
+                          runs=len(group), passed=len(passed), disturbed=(len(passed) - len(quiet)) or None,
+                          step_time_s=_mean(t), run_step_times_s=list(t),
                           toks_per_s=window_mean(toks, "toks_per_s"), mfu=window_mean(mfu, "mfu"),
                           time_to_first_step_s=_mean(ttfs),
                           peak_mem_gb=max((x for x in mem if x is not None), default=None),

@@ -66,11 +66,12 @@ class BisectionRecord:
 
 @dataclasses.dataclass(frozen=True)
 class Point:
-    """One value of the scan (point_rows): means over its passed runs."""
+    """One value of the scan (point_rows): means over its passed runs measured undisturbed."""
     value: Num | None = None
     source: str | None = None  # scan or bisect
     runs: int | None = None
     passed: int | None = None
+    disturbed: int | None = absent()  # passed runs measured under interference, left out of its figures (when any)
     step_time_s: Num | None = None
     run_step_times_s: list[Num] = dataclasses.field(default_factory=list)
     toks_per_s: Num | None = None

@@ -29,7 +29,7 @@ Exposed communication (`exposed_comm`): collective time not overlapped with comp
 chrome trace of rank 0: the union of the collectives' intervals (gloo's `gloo:*` work on its own threads, NCCL
 kernels on the GPU streams) minus the union of the intervals during which compute ran (CPU: operators on the
 training thread other than collectives and their waits; GPU: kernels other than NCCL's), divided by the profiled
-steps.
+steps (the trace's ProfilerStep# ranges; a trace without one has no per-step figure).
 
 Scaling (`scaling_table`): per world size n the throughput X(n) (tokens/s, all ranks). Speedup S(n) =
 X(n) / X(n0) with n0 the smallest world size measured; efficiency E(n) = S(n) x n0 / n. For strong scaling (the
@@ -396,16 +396,21 @@ class ExposedComm:
     comm_s: Num
     exposed_s: Num
     steps: int
-    per_step_comm_s: Num
-    per_step_exposed_s: Num
+    per_step_comm_s: Num | None  # None: the trace has no ProfilerStep range (its source says so)
+    per_step_exposed_s: Num | None
     source: str
+
+
+NO_PROFILER_STEP = ("no ProfilerStep# range in the trace, so its collective time is of no known number of steps "
+                    "and no per-step figure")
 
 
 def exposed_comm(events: list[Mapping]) -> dict[str, Any] | None:
     """ExposedComm as a dict ({"comm_s", "exposed_s", "steps", "per_step_comm_s", "per_step_exposed_s", "source"})
-    from a chrome trace's traceEvents (module doc), or None when it holds no collective."""
+    from a chrome trace's traceEvents (module doc), or None when it holds no collective. A trace without a
+    ProfilerStep# range (steps 0) has the trace's totals but no per-step figures (None; the source says why)."""
     xs = complete_events(events)
-    steps = profiler_steps(xs) or 1
+    steps = profiler_steps(xs)
     kernels = [e for e in xs if e.cat == "kernel"]
     if any("nccl" in e.name.lower() for e in kernels):
         comm = [e for e in kernels if "nccl" in e.name.lower()]
@@ -432,6 +437,8 @@ def exposed_comm(events: list[Mapping]) -> dict[str, Any] | None:
         source = ("CPU trace: gloo collective work (its own threads) minus the time the training thread computed "
                   "(operators other than collectives and their waits)")
     total, exposed = _length(comm_u) / 1e6, _length(_subtract(comm_u, busy)) / 1e6
+    if not steps:
+        return asdict(ExposedComm(total, exposed, 0, None, None, f"{source}; {NO_PROFILER_STEP}"))
     return asdict(ExposedComm(total, exposed, steps, total / steps, exposed / steps, source))
 
 

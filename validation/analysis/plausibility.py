@@ -1,8 +1,9 @@
 """The physical range of every metric that has one, declared once, and the check of figures against it: a
 scaling efficiency above 1.1 or at most 0 (a train step's `scaling_efficiency`, and a `scaling` step's
 `strong`/`weak` efficiencies: `efficiency.min`, `.last` and each row's), a tokens/s CV above 50%, an MFU above
-100%, a GPU utilisation outside 0..100%, a share (communication, interference) outside 0..1, and a negative time,
-tokens/s, TFLOP/s, loss, norm, memory, power, clock or bandwidth, and a speed-up (a ratio of two times) at most 0;
+100%, a GPU utilisation outside 0..100%, a share (communication, a parallelism step's per strategy, interference)
+outside 0..1, and a negative time, tokens/s, TFLOP/s, loss, norm, memory, power, clock or bandwidth, and a speed-up
+(a ratio of two times) at most 0;
 where a trainer launch's context (env.json) knows its device's peak and the FLOPs a token, its tokens/s (all ranks
 and per GPU) and TFLOP/s above what the devices do at MFU 1 (peak_ceiling); where its telemetry knows the cores of
 its nodes, a CPU utilisation above what they have (cpu_ceiling); a collective's bus or algorithm bandwidth between
@@ -30,7 +31,9 @@ class Range:
     """The physical range of a metric: `low` < value (<= with low_closed), value <= `high` (< with not
     high_closed); None: unbounded on that side."""
 
-    pattern: str  # a dotted metric name, "<i>" standing for a list index: "toks_per_s.cv", "weak.rows.<i>.efficiency"
+    # a dotted metric name, "<i>" standing for a list index, "<label>" for a mapping's key (a parallelism step's
+    # strategy): "toks_per_s.cv", "weak.rows.<i>.efficiency", "strategies.<label>.comm_share"
+    pattern: str
     low: float | None
     high: float | None
     low_closed: bool = True
@@ -79,6 +82,7 @@ RANGES: tuple[Range, ...] = (
             reason="a step takes time" if t in _STEP_TIMES else "a time is never negative")
       for t in _TIMES for s in (("mean", "median", "min", "max") if t == "step_time_s" else ("",))),
     Range("summary.comm_share", 0.0, 1.0, reason="a share of the step time"),
+    Range("strategies.<label>.comm_share", 0.0, 1.0, reason="a share of the step time"),  # a parallelism step's
     Range("toks_per_s.stdev", 0.0, None), Range("toks_per_s_per_node", 0.0, None),
     *(Range(f"summary.{k}", 0.0, None) for k in ("tokens_per_s", "samples_per_s")),
     Range("summary.avg_step_time_excl_first_s", 0.0, None, low_closed=False, reason="a step takes time"),
@@ -113,7 +117,7 @@ def _range_for(path: tuple, launch: Any = None) -> Range | None:
     name = ".".join(str(k) for k in path)
     for r in RANGES:
         parts = r.pattern.split(".")
-        if len(parts) == len(path) and all(p == str(k) or (p == "<i>" and _index(k)) for p, k in zip(parts, path)):
+        if len(parts) == len(path) and all(_matches(p, k) for p, k in zip(parts, path)):
             for ceiling in (peak_ceiling(launch, name), cpu_ceiling(launch, name), bandwidth_ceiling(launch, name)):
                 r = _tighter(r, ceiling)
             return r
@@ -264,6 +268,12 @@ def _tighter(declared: Range, ceiling: Range | None) -> Range:
     if ceiling is None or (declared.high is not None and declared.high <= (ceiling.high or 0.0)):
         return declared
     return Range(declared.pattern, declared.low, ceiling.high, declared.low_closed, True, ceiling.reason)
+
+
+def _matches(part: str, key: Any) -> bool:
+    """Whether a key of a metric path is what one part of a Range's pattern names: that name, a list index for
+    "<i>", a mapping's key (not an index) for "<label>"."""
+    return part == str(key) or (part == "<i>" and _index(key)) or (part == "<label>" and not _index(key))
 
 
 def _index(key: Any) -> bool:

@@ -33,7 +33,8 @@ plus "note" at one rank (nothing moves: busbw 0, not meaningful) and "iters", "w
 "device_name" (the GPU's name: the bandwidths' ceiling is its link's, validation.analysis.plausibility).
 Criteria: `comm.all_reduce.busbw_gbps.max >= 20`. Tables of a comm step:
 {k: v["table"] for k, v in metrics.items() if isinstance(v, dict) and "table" in v}.
-Report: a table per collective and a bandwidth-vs-size plot; key figure: peak all-reduce busbw.
+Report: a table per collective and a bandwidth-vs-size plot; key figure: peak all-reduce busbw, of the comm step
+with the most ranks.
 Options: the keys above. Result: the step record, its metrics these as a typed record (Metrics: a Collective per
 collective measured, a Row per size; the collectives written in the order of KINDS), decoded leniently by the report
 parts; the benchmark's comm.json is read as a BenchFile, nccl-tests' table as a ParsedTable (the records:
@@ -300,19 +301,27 @@ class Comm(StepKind):
         return [str(name) for fig in self.key_figures(in_order) for name in fig.steps if ranks.get(str(name)) != 1]
 
     def key_figures(self, in_order: list[StepRecord]) -> list[KeyFigure]:
-        for s in in_order:
-            if not isinstance(s, Result):
-                continue
-            m = s.metrics
-            peak = finite(m.all_reduce.busbw_gbps.max)
-            if peak is not None:
-                note = f"step `{s.name}`, {m.backend}, {fmt_num(m.world_size)} ranks"
-                one = m.world_size == 1
-                return [KeyFigure("peak_all_reduce_busbw", "Peak all-reduce bus bandwidth",
-                                  "n/a (one rank)" if one else f"{fmt_num(peak)} GB/s",
-                                  note + "; nothing moves between ranks" if one else note, order=25,
-                                  steps=(str(s.name),))]
-        return []
+        """The peak all-reduce bus bandwidth of the comm step with the most ranks (the first of those with as many;
+        a step whose world size is unknown counts below every multi-rank one): a one-rank step measures only the
+        calls' overhead (nothing moves between ranks), so its figure is n/a and shown only where no step measured
+        more ranks."""
+        measured = [s for s in in_order
+                    if isinstance(s, Result) and finite(s.metrics.all_reduce.busbw_gbps.max) is not None]
+        if not measured:
+            return []
+
+        def ranks(s: Result) -> tuple[bool, float]:
+            n = finite(s.metrics.world_size)
+            return n != 1, n if n is not None else 0.0
+
+        s = max(measured, key=ranks)  # max keeps the first of equals
+        m = s.metrics
+        peak = finite(m.all_reduce.busbw_gbps.max)
+        note = f"step `{s.name}`, {m.backend}, {fmt_num(m.world_size)} ranks"
+        one = finite(m.world_size) == 1
+        return [KeyFigure("peak_all_reduce_busbw", "Peak all-reduce bus bandwidth",
+                          "n/a (one rank)" if one else f"{fmt_num(peak)} GB/s",
+                          note + "; nothing moves between ranks" if one else note, order=25, steps=(str(s.name),))]
 
     def plots(self, name: str, result: Result, plotter) -> None:
         step = self.read(result)

@@ -128,6 +128,12 @@ def _step_time(ok: Sequence[tuple[LaunchRun, RunInfo]]) -> float | None:
     return _mean(times)
 
 
+def _world_size(value: Any) -> int | None:
+    """A summary.json's world size as a whole number of ranks (>= 1), or None where it records none."""
+    n = finite(value)
+    return int(n) if n is not None and n >= 1 and n == int(n) else None
+
+
 def figures(label: str, spec, runs: Sequence[LaunchRun], infos: Sequence[RunInfo], tables, why_no_tables,
             comm_world: Any = None) -> StrategyFigures:
     """The per-strategy row of the metrics (module doc of validation.kinds.parallelism). `comm_world`: the world
@@ -141,11 +147,15 @@ def figures(label: str, spec, runs: Sequence[LaunchRun], infos: Sequence[RunInfo
     model = [sum(int(c.bytes or 0) for c in (s.comm_model.per_step if s.comm_model else {}).values()) for s in sums]
     predicted = by_kind = None
     prediction = why_no_tables
-    if first is not None and tables is not None and comm_world is not None and comm_world != first.world_size:
+    world = _world_size(first.world_size) if first is not None else None
+    if first is not None and tables is not None and world is None:
+        prediction = (f"not available: the runs' summary.json records no world size (a whole number of ranks), "
+                      f"so {why_no_tables} cannot tell their collectives' time")
+    elif first is not None and tables is not None and comm_world is not None and comm_world != world:
         prediction = (f"not available: {why_no_tables} measured at world size {comm_world}, these runs ran at "
-                      f"{first.world_size}")
+                      f"{world}")
     elif first is not None and tables is not None:
-        pred = predict_seconds(_sizes(first.comm and first.comm.per_step), tables, int(first.world_size))
+        pred = predict_seconds(_sizes(first.comm and first.comm.per_step), tables, world)
         if pred.missing:
             prediction = f"partial: no table for {', '.join(pred.missing)} in {why_no_tables}"
         else:

@@ -112,7 +112,8 @@ class Run:
             return None
         path = Path(self.spec.step_dir) / TELEMETRY_CSV
         set_aside(path, "prev")
-        return Sampler(path, pid, self.spec.telemetry_s, cores=self.spec.cores()).start()
+        return Sampler(path, pid, self.spec.telemetry_s, cores=self.spec.cores(),
+                       launch_id=self.launch_id).start()
 
     def _start(self, env: dict[str, str]) -> subprocess.Popen | None:
         """The child, started in a new session with its output on the log; None (and self.error) if it can't be."""

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from validation.contracts import TELEMETRY_COLUMNS as COLUMNS
-from validation.launch.processes import descendants
+from validation.launch.processes import descendants, launch_ids_of
 from validation.results.codec import encode
 from validation.results.interference import Cause, LaunchInterference, OtherCommand
 from validation.results.trainer_launch import Cause as Diagnosed
@@ -321,15 +321,30 @@ class TreeProbe(_CpuAccount):
     the run's (``_CpuAccount``): each process's own time plus the time of the children it waited for, so that a
     child that lived less than a sample (a compiler, a test file's process, a rank that ended) counts in full. A
     process of the tree stays in it while it lives, also once its parent ended and it was re-parented out of the
-    tree (a rank whose agent died), with whatever it starts."""
+    tree (a rank whose agent died), with whatever it starts. With `launch_id`, so is every process whose environment
+    carries it (LAUNCH_ID_VAR): a daemon the launch started by a double fork is re-parented out of the tree before
+    any sample can see it there, and its CPU, memory and GPUs are the launch's all the same."""
 
-    def __init__(self, root_pid: int, exclude: set[int] | None = None):
+    def __init__(self, root_pid: int, exclude: set[int] | None = None, launch_id: str | None = None):
         super().__init__()
         self.root = int(root_pid)
         self.exclude = set(exclude or ())
+        self.launch_id = launch_id.encode() if launch_id else None
+        self._marked: dict[tuple[int, int], bool] = {}  # (pid, start) -> carries launch_id (environ read once)
+        self._root_start: int | None = None  # a process started before the root cannot carry the launch's id
         self._t = time.monotonic()
         self._primed = False
         self.last_pids: set[int] = set()
+
+    def _carries_id(self, pid: int, start: int) -> bool:
+        """Whether `pid` (started at `start`) carries the launch's id; its environment is read once per process, and
+        only for processes started since the root."""
+        if self.launch_id is None or self._root_start is None or start < self._root_start:
+            return False
+        key = (pid, start)
+        if key not in self._marked:
+            self._marked[key] = self.launch_id in launch_ids_of(pid)
+        return self._marked[key]
 
     def pids(self) -> list[int]:
         found = set(descendants(self.root)) | ({self.root} if os.path.exists(f"/proc/{self.root}") else set())
@@ -355,10 +370,14 @@ class TreeProbe(_CpuAccount):
         # a process of the tree whose parent ended is re-parented out of it (to PID 1, or to nsa-validate, the
         # subreaper) but is still the launch's while it lives: one of the tree at the last sample (the same pid and
         # start time), and whatever it started since
+        if self._root_start is None and self.root in table:
+            self._root_start = table[self.root].start
         for p, st in table.items():
-            if p not in members and (p, st.start) in self._own:
+            if p not in members and ((p, st.start) in self._own or self._carries_id(p, st.start)):
                 members |= {p} | set(descendants(p, parents))
         members -= self.exclude
+        if self._marked:  # only the processes still here: a reused pid is another process, read afresh
+            self._marked = {k: v for k, v in self._marked.items() if k[0] in table and table[k[0]].start == k[1]}
         read = [table[p].at for p in members if table[p].at > 0]
         if read:
             now = sum(read) / len(read)
@@ -561,17 +580,20 @@ class Sampler:
 
     def __init__(self, path: Path, root_pid: int, interval_s: float = INTERVAL_S, node: str | None = None,
                  gpus: bool = True, own_root: int | None = None, cores: float | None = None,
-                 job: tuple[str, str] | None = None):
+                 job: tuple[str, str] | None = None, launch_id: str | None = None):
         """`own_root`: the run's own processes are it and everything below it (default: this process, nsa-validate
         running the launch; a Slurm node's sampler: its task); `cores`: the cores the launch is set to use (its
         ranks on this node times their threads; None: every core), what the others may use of the rest before the
         launch is contended; `job`: an environment variable ("SLURM_JOB_ID", "123") that marks the run's processes
-        outside `own_root` (a job's other node on the same machine)."""
+        outside `own_root` (a job's other node on the same machine); `launch_id`: the launch's LAUNCH_ID_VAR, which
+        makes a process of the launch re-parented out of the tree before a sample saw it (a daemon started by a
+        double fork) one of the tree's (TreeProbe)."""
         if not (isinstance(interval_s, (int, float)) and interval_s > 0):
             raise ValueError(f"telemetry interval must be > 0 s, got {interval_s!r}")
         self.path, self.interval_s = Path(path), float(interval_s)
         self.node = node or socket.gethostname()
-        self.tree = TreeProbe(root_pid, exclude={os.getpid()})  # a node's sampler runs inside the tree it watches
+        # a node's sampler runs inside the tree it watches
+        self.tree = TreeProbe(root_pid, exclude={os.getpid()}, launch_id=launch_id)
         self.host = HostProbe(os.getpid() if own_root is None else own_root, job=job)
         self.cores = float(min(cores, self.host.ncpu)) if cores else float(self.host.ncpu)
         self._want_gpus = gpus

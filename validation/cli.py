@@ -64,6 +64,10 @@ def _warn(message: str) -> None:
     err.print(f"warning: {printable(message)}", markup=False, soft_wrap=True)  # a value's escapes taken out
 
 
+def _say(message: str) -> None:
+    err.print(printable(message), markup=False, soft_wrap=True)  # progress beside the output: stderr
+
+
 def _fail(message: str, code: int = EXIT_USAGE):
     err.print(f"nsa-validate: error: {printable(message)}", markup=False, soft_wrap=True)
     raise typer.Exit(code)
@@ -113,7 +117,7 @@ def run(runbook: Path = typer.Argument(..., metavar="RUNBOOK", help="runbook YAM
                                        "again)"),
         against: Optional[Path] = typer.Option(None, "--against", metavar="RUN_DIR", help="an earlier run directory: "
                                                "compare this run with it (the statistics of `compare`) in the "
-                                               "report's Performance analysis"),
+                                               "report's Performance analysis (the run's own directory: exit 2)"),
         no_report: bool = typer.Option(False, "--no-report", help="write results.json only"),
         reuse: List[str] = typer.Option([], "--reuse", metavar="PHASE[=RUN_DIR]", help="PHASE or PHASE=RUN_DIR: take "
                                         "the phase's results from an earlier run of this same source (the newest "
@@ -122,7 +126,8 @@ def run(runbook: Path = typer.Argument(..., metavar="RUNBOOK", help="runbook YAM
         dry_run: bool = typer.Option(False, "--dry-run", help="check everything a run checks before it launches "
                                      "(the runbook and the files it names, the phases, --resume, --reuse, --out) "
                                      "and print the plan, each step that would not run saying why; launch nothing, "
-                                     "write nothing")
+                                     "write nothing (--out is checked by making a directory there under a temporary "
+                                     "name and removing it at once)")
         ) -> None:
     """Run every phase of RUNBOOK; write RUN_DIR/results.json, report.md, report.html, junit.xml and plots.
     Exit 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE; SIGINT, SIGTERM or SIGHUP end every launched process,
@@ -164,7 +169,7 @@ def _dry_run(request: RunRequest) -> int:
 
 
 def _run(request: RunRequest, shown) -> int:
-    outcome = _call(run_runbook, request, shown, warn=_warn)
+    outcome = _call(run_runbook, request, shown, warn=_warn, say=_say)
     if outcome.interrupted is not None:
         err.print(outcome.interrupt_text(request), markup=False, soft_wrap=True)
         if outcome.report_error:
@@ -189,7 +194,7 @@ def report(run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="a run di
                                                             "in RUN_DIR instead of printing"),
            against: Optional[Path] = typer.Option(None, "--against", metavar="EARLIER", help="an earlier run "
                                                   "directory: store this run's comparison with it in results.json "
-                                                  "(Performance analysis)")) -> None:
+                                                  "(Performance analysis; RUN_DIR itself: exit 2)")) -> None:
     """Re-render a run's report from RUN_DIR/results.json alone (nothing is re-run); with --against, the comparison
     with an earlier run is computed from the two runs' files and stored in RUN_DIR/results.json first."""
     text, written = _call(report_run, run_dir, fmt, write, against,
@@ -212,9 +217,13 @@ def compare(run_a: Path = typer.Argument(..., metavar="RUN_A", help="baseline ru
     and p-value, on block means of each run's window plus the run-to-run variation measured from repeated runs,
     with Holm's correction over all rows; a warning when the two runs' environments or settings differ, and for
     every trainer launch of one run with none of the same step and label in the other (a step added, renamed or
-    failed: not compared). A CI gate: exit 1 when a metric regresses significantly beyond the noise floor, else 0
-    (2: invalid input)."""
+    failed: not compared); RUN_A and RUN_B one directory (two paths to it) is compared, with a warning and a line
+    saying so. A CI gate: exit 1 when a metric regresses significantly beyond the noise floor, else 0 (2: invalid
+    input)."""
     out, lines = _call(compare_run_dirs, run_a, run_b, noise)
+    if out.get("same_run"):  # allowed (a probe of the statistics: nothing may come out significant), never unsaid
+        _warn(f"{run_a} and {run_b} are one run directory: it is compared with itself, every change is 0 by "
+              "construction")
     if as_json:
         echo(json.dumps(out, indent=2, allow_nan=False))
         raise typer.Exit(out["exit_code"])

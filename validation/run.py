@@ -27,6 +27,7 @@ import math
 import os
 import shlex
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from importlib.machinery import ExtensionFileLoader
@@ -173,6 +174,9 @@ def prepare(request: RunRequest, warn: Callable[[str], None] = lambda message: N
         raise RunError(f"--out {request.out} and --resume {request.resume}: a resumed run stays in its own "
                        f"directory; drop --out to continue {request.resume}, or drop --resume to start a new run in "
                        f"{request.out}")
+    own = request.resume if request.resume is not None else request.out
+    if request.against is not None and own is not None and _same_path(request.against, own):
+        raise RunError(against_itself(request.against, own))
     if request.resume is not None:
         try:
             previous = read_results(request.resume)
@@ -276,19 +280,28 @@ def _same_path(a: Path, b: Path) -> bool:
         return False
 
 
+def against_itself(against: Path, run_dir: Path) -> str:
+    """Why --against RUN_DIR of the run in `run_dir` itself is refused."""
+    return (f"--against {against} is {run_dir} itself: a run compared with itself changes nothing by construction; "
+            "give an earlier run's directory (`nsa-validate compare RUN RUN` probes a run against itself)")
+
+
 def _sets(overrides) -> str:
     """"--set 'a=b c' --set d=e" (shell-quoted), or "no --set"."""
     return " ".join(f"--set {shlex.quote(str(o))}" for o in overrides) or "no --set"
 
 
 def check_writable(run_dir: Path) -> None:
-    """RunError unless the run could make and write `run_dir` as far as can be told without writing: it is a
-    directory, or the nearest path above it that exists is one (not a regular file), and that directory can be
-    written. The message is the one the run itself would end with (`cannot write PATH: Not a directory [ENOTDIR]`)."""
+    """RunError unless the run could make and write `run_dir`: it is a directory, or the nearest path above it that
+    exists is one (not a regular file), and that directory can be written: not read-only, writable by its mode, and
+    a directory made in it (under a temporary name, removed at once: nothing is left) can be made, which a
+    pseudo-filesystem refuses whatever the mode says (/proc: ENOENT, /sys: EPERM, even to root). The message is the
+    one the run itself would end with (`cannot write PATH: Not a directory [ENOTDIR]`), naming the directory the run
+    would make first (or `run_dir` when it exists)."""
     path = Path(run_dir)
-    existing = path
+    existing, first = path, path
     while not os.path.lexists(existing) and existing.parent != existing:
-        existing = existing.parent
+        existing, first = existing.parent, existing
     if not existing.is_dir():
         raise RunError(str(cannot_write(path, NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)))))
     try:
@@ -299,6 +312,13 @@ def check_writable(run_dir: Path) -> None:
         raise RunError(str(cannot_write(existing, OSError(errno.EROFS, os.strerror(errno.EROFS)))))
     if not os.access(existing, os.W_OK | os.X_OK):
         raise RunError(str(cannot_write(existing, PermissionError(errno.EACCES, os.strerror(errno.EACCES)))))
+    try:
+        probe = tempfile.mkdtemp(prefix=".nsa-validate-", dir=existing)
+    except OSError as exc:
+        code = exc.errno or errno.EACCES
+        raise RunError(str(cannot_write(first, OSError(code, os.strerror(code))))) from None
+    with contextlib.suppress(OSError):
+        os.rmdir(probe)
 
 
 def not_run(prepared: Prepared) -> dict[str, str]:
@@ -382,10 +402,12 @@ def dry_run_lines(request: RunRequest, warn: Callable[[str], None] = lambda mess
 
 
 def run_runbook(request: RunRequest, display: Callable[[], ContextManager[Reporter]] = _quiet,
-                warn: Callable[[str], None] = lambda message: None) -> RunOutcome:
+                warn: Callable[[str], None] = lambda message: None,
+                say: Callable[[str], None] = lambda message: None) -> RunOutcome:
     """Run `request.runbook` end to end; `display()` opens the progress display the runner reports to while the
     steps run. Raises RunError on invalid input; an interrupt (SIGINT, SIGTERM, SIGHUP) while the steps run ends
-    every launched process and comes back as RunOutcome.interrupted, with the finished steps saved and reported."""
+    every launched process and comes back as RunOutcome.interrupted, with the finished steps saved and reported
+    (`say` is told first that the reports are being written again, which can take a while on a busy machine)."""
     prepared = prepare(request, warn)
     run_dir = prepared.run_dir
     if not request.no_report:  # loaded whole now (matplotlib, jinja2), so no interrupt can leave them half imported
@@ -393,7 +415,7 @@ def run_runbook(request: RunRequest, display: Callable[[], ContextManager[Report
     modules = set(sys.modules)
     made = _first_missing(run_dir)  # what the run creates (None: run_dir is there already)
     with _holding(run_dir, made, fresh=prepared.previous is None):
-        return _run_held(request, prepared, display, warn, modules, made)
+        return _run_held(request, prepared, display, warn, modules, made, say)
 
 
 @contextlib.contextmanager
@@ -418,7 +440,8 @@ def _holding(run_dir: Path, made: Path | None, fresh: bool):
         raise RunError(str(exc)) from None
 
 
-def _run_held(request: RunRequest, prepared, display, warn, modules: set, made: Path | None) -> RunOutcome:
+def _run_held(request: RunRequest, prepared, display, warn, modules: set, made: Path | None,
+              say: Callable[[str], None] = lambda message: None) -> RunOutcome:
     """run_runbook's run, RUN_DIR held."""
     rb, run_dir, previous, earlier = prepared.runbook, prepared.run_dir, prepared.previous, prepared.earlier
     options = prepared.options
@@ -445,7 +468,7 @@ def _run_held(request: RunRequest, prepared, display, warn, modules: set, made: 
             if not (run_dir / RESULTS_JSON).is_file():
                 return RunOutcome(rb, run_dir, {}, interrupted=exc, nothing_saved=True,
                                   run_dir_removed=made is not None and _remove_empty(run_dir, made))
-            return _rewrite_reports(rb, run_dir, request.no_report, exc)
+            return _rewrite_reports(rb, run_dir, request.no_report, exc, say)
     except (RunDirError, ResultsError) as exc:
         raise RunError(str(exc)) from None
     return RunOutcome(rb, run_dir, results, tuple(paths))
@@ -459,11 +482,16 @@ def _held(write: Callable, *args):
     return out
 
 
-def _rewrite_reports(rb: Runbook, run_dir: Path, no_report: bool, exc: BaseException) -> RunOutcome:
-    """The outcome of a run interrupted after its first save: its reports written again from results.json."""
+def _rewrite_reports(rb: Runbook, run_dir: Path, no_report: bool, exc: BaseException,
+                     say: Callable[[str], None] = lambda message: None) -> RunOutcome:
+    """The outcome of a run interrupted after its first save: its reports written again from results.json (`say`
+    told so first: on a busy machine that takes a while, and the run would seem to hang)."""
     saved: dict = {}
     try:
         with interrupts.held():  # a later signal does not cut these short either
+            if not no_report:
+                with contextlib.suppress(OSError):  # a console gone (a closed pipe) does not stop the reports
+                    say(f"writing the reports from {run_dir / RESULTS_JSON} ...")
             saved = read_results(run_dir)
             paths = [] if no_report else write_all_reports(run_dir, saved)
     except (RunDirError, ResultsError) as error:  # told after the interrupt itself
@@ -676,6 +704,8 @@ def report_run(run_dir: Path, fmt: str = "md", write: bool = False, against: Pat
     with held_run_dir(run_dir):
         results = read_results(run_dir)
         if earlier is not None:
+            if _same_path(against, run_dir):  # checked holding RUN_DIR: one that a run holds is refused as in use
+                raise RunError(against_itself(against, run_dir))
             add_performance_analysis(run_dir, results, against, earlier, refuse_empty=True)
         if write:
             return None, write_all_reports(run_dir, results, keep_plots=True)

@@ -15,7 +15,7 @@ import validation.cli as cli
 
 WHEN = sys.argv[-1]
 
-def stub(request, display, warn):
+def stub(request, display, warn, say=None):
     if WHEN == 'began':
         with display():
             raise KeyboardInterrupt

@@ -132,7 +132,7 @@ def test_a_run_interrupted_after_its_verdict_says_so_and_exits_by_its_signal(mon
                 RunOutcome(runbook=None, run_dir=tmp_path, results=results, interrupted=Interrupted(signal.SIGHUP),
                            report_error=f"{tmp_path}/report.html: No space left on device")]
     assert all(o.interrupted_after_verdict and o.verdict is None for o in outcomes)
-    monkeypatch.setattr(cli, "run_runbook", lambda request, display, warn: outcomes.pop(0))
+    monkeypatch.setattr(cli, "run_runbook", lambda request, display, warn, say=None: outcomes.pop(0))
     first = CliRunner().invoke(cli.app, ["run", "runbooks/cpu_smoke.yaml"])
     assert first.exit_code == 143, first.output
     assert (f"interrupted (SIGTERM) after the run reached its verdict (GO): the reports in {tmp_path} were written, "

@@ -49,7 +49,9 @@ compare_runs() returns (JSON-ready; `nsa-validate compare --json` prints it):
      "declared_noise": DeclaredNoise.as_dict() (the runbooks' `compare` noise) or null,
      "family": {"correction": "holm", "alpha", "family_size", "statement", "significant", "regressions"},
      "rows": [row, ...], "regressions": [{"step", "metric", "rel", "text"}], "improvements": int,
-     "exit_code": 0 | 1, "gate": one sentence, "warnings": [sentences]}
+     "exit_code": 0 | 1, "gate": one sentence, "warnings": [sentences],
+     "same_run": true when A and B are one run directory (same_run_dirs: the same path, or two paths to it): every
+                 change is 0 by construction and table_lines says so}
     row: {"step": "bucket_sweep[NSA_DDP_BUCKET_MB=25, repeat 2]" (never shortened), "metric", "tested": bool,
           "mean_a", "mean_b", "delta", "rel_delta", "higher_is_better", "significant", "verdict": "better" |
           "worse" | "same" | "inconclusive", "disturbed" (true for a launch measured under interference), "note":
@@ -298,6 +300,7 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
     """B against A (see the module docstring for the statistics and the returned dict). `noise`: a relative
     threshold replacing the measured noise floor (0.02 = 2%), or None."""
     run_a, run_b = read_run(a), read_run(b)
+    same = same_run_dirs(dir_a, dir_b)
     warnings = environment_differences(run_a, run_b)
     name_a, name_b = run_a.runbook.name, run_b.runbook.name
     if name_a != name_b:
@@ -464,7 +467,22 @@ def compare_runs(a: dict, b: dict, dir_a: Path | str, dir_b: Path | str, noise: 
                         "statement": "no tested rows: nothing was corrected", "significant": 0, "regressions": 0}),
             "rows": rows,
             "regressions": [{"step": r.step, "metric": r.metric, "rel": r.rel, "text": r.text} for r in regressions],
-            "improvements": improvements, "exit_code": exit_code, "gate": gate, "warnings": warnings}
+            "improvements": improvements, "exit_code": exit_code, "gate": gate, "warnings": warnings,
+            "same_run": same}
+
+
+def same_run_dirs(dir_a: Path | str, dir_b: Path | str) -> bool:
+    """Whether two run directories are one: the same path, or two paths to one directory (a symlink, `./`, `..`)."""
+    try:
+        return Path(dir_a).resolve() == Path(dir_b).resolve() or Path(dir_a).samefile(dir_b)
+    except (OSError, RuntimeError):  # a path that is not there (resolve does not need it): only the names compare
+        return Path(dir_a) == Path(dir_b)
+
+
+def same_run_text(dir_a: Path | str) -> str:
+    """The one sentence that says a comparison's two sides are one run (compare_runs' "same_run")."""
+    return (f"A and B are the same run ({dir_a}): every change is 0 by construction, so no row can be better or "
+            "worse; this compares nothing")
 
 
 @dataclass(frozen=True)
@@ -607,6 +625,8 @@ def table_lines(out: dict[str, Any]) -> list[str]:
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines = [f"B = {compared.run_b}{_run_words(compared, 'B')} against A = {compared.run_a}"
              f"{_run_words(compared, 'A')}"]
+    if out.get("same_run") is True:
+        lines.append(same_run_text(compared.run_a) + ".")
     for row in table:
         lines.append("  ".join(cell.ljust(w) if i < 2 or i == len(head) - 1 else cell.rjust(w)
                                for i, (cell, w) in enumerate(zip(row, widths))).rstrip())

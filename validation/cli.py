@@ -29,6 +29,8 @@ from validation.report import ReportError
 from validation.report.console import echo, end_output, make_console, print_lines, print_summary, print_table
 from validation.report.progress import display
 from validation.report.view import CONSOLE_ACCEPTANCE_COLUMNS, console_summary
+from validation.results.codec import decode
+from validation.results.run import PerformanceAnalysis
 from validation.results.store import DEFAULT_RUNS, ResultsError, RunDirError
 from validation.run import (RunError, RunRequest, compare_run_dirs, dry_run_lines, list_runbooks, list_runs,
                             listing_dirs, plan_rows, report_run, run_runbook)
@@ -221,7 +223,7 @@ def compare(run_a: Path = typer.Argument(..., metavar="RUN_A", help="baseline ru
     saying so. A CI gate: exit 1 when a metric regresses significantly beyond the noise floor, else 0 (2: invalid
     input)."""
     out, lines = _call(compare_run_dirs, run_a, run_b, noise)
-    if out.get("same_run"):  # allowed (a probe of the statistics: nothing may come out significant), never unsaid
+    if decode(PerformanceAnalysis, out, "compare").same_run:  # allowed (a probe of the statistics: nothing may come out significant), never unsaid
         _warn(f"{run_a} and {run_b} are one run directory: it is compared with itself, every change is 0 by "
               "construction")
     if as_json:

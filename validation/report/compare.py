@@ -625,7 +625,7 @@ def table_lines(out: dict[str, Any]) -> list[str]:
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines = [f"B = {compared.run_b}{_run_words(compared, 'B')} against A = {compared.run_a}"
              f"{_run_words(compared, 'A')}"]
-    if out.get("same_run") is True:
+    if compared.same_run is True:
         lines.append(same_run_text(compared.run_a) + ".")
     for row in table:
         lines.append("  ".join(cell.ljust(w) if i < 2 or i == len(head) - 1 else cell.rjust(w)

@@ -376,6 +376,7 @@ class PerformanceAnalysis:
     exit_code: Any = None
     gate: Any = None
     warnings: list[Any] = dataclasses.field(default_factory=list)
+    same_run: bool | None = absent()  # the two sides are one run directory (validation.report.compare.same_run_dirs)
     key_finding: KeyFinding | None = absent()
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 

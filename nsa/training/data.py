@@ -4,9 +4,9 @@
 `TokenSource`. Every source hands out `(inputs, targets)`, both int64 `[batch_size, seq_len]` with ids in
 `[0, vocab_size)`, cut from one window of `seq_len + 1` tokens so that `targets[:, :-1] == inputs[:, 1:]`
 (next-token prediction). `state_dict()` is this rank's data position (plain ints and strings);
-`load_state_dict()` resumes exactly there (best effort for the hub stream; a local corpus that changed since
-the position was saved is continued with a warning, see nsa.training.corpus). A micro-batch whose token ids alone
-would not fit in the machine's memory (batch_size * (seq_len + 1) int64 ids, three copies) is refused at once.
+`load_state_dict()` resumes exactly there, the hub stream included (a local corpus that changed since the position
+was saved is continued with a warning, see nsa.training.corpus). A micro-batch whose token ids alone would not fit
+in the machine's memory (batch_size * (seq_len + 1) int64 ids, three copies) is refused at once.
 
 The interface every source implements, `TokenSource`, and the check of a resumed position, `check_state`, are in
 nsa.training.source, below this module and the sources. Datasets (`DataConfig.dataset`), each in its own module:

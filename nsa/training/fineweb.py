@@ -24,11 +24,15 @@ class FineWebStream:
 
     Documents of this rank's shard (`datasets.distributed.split_dataset_by_node`) are byte-tokenized, packed
     into seq_len+1 windows (stride seq_len) and grouped into batches in a queue of at most 4 batches. The thread
-    starts at the first `next_batch`, so `load_state_dict` before it costs nothing. The state is the number of
-    documents fully packed into the batches handed out so far; resuming reads and skips that many documents of the
-    shard (best effort: the unused tail of the last packed documents is not replayed). When the stream ends it starts
-    over (and a resume counts the passes before: it skips that many documents across passes). A shard with no
-    documents, or with only empty ones, is a DataError at the first `next_batch` (it would never fill a batch).
+    starts at the first `next_batch`, so `load_state_dict` before it costs nothing. The state is `docs_consumed`,
+    the number of documents packed into the batches handed out so far (empty ones included; the last of them may
+    be packed only in part), and `tail_bytes`, how many bytes at the end of those documents' packed stream
+    (separators included) no window handed out has started at yet. Resuming reads the shard again, skips that many
+    documents and packs the last `tail_bytes` bytes of them first, so the batches that follow are exactly those an
+    uninterrupted run hands out next (a state without `tail_bytes`, from an older checkpoint, resumes at the next
+    document). When the stream ends it starts over (and a resume counts the passes before: it skips that many
+    documents across passes). A shard with no documents, or with only empty ones, is a DataError at the first
+    `next_batch` (it would never fill a batch).
     """
 
     def __init__(self, *, text_key: str, timeout_s: float, seq_len: int, batch_size: int, rank: int,
@@ -44,6 +48,7 @@ class FineWebStream:
         self.text_key, self.timeout_s = text_key, timeout_s
         self.seq_len, self.batch_size, self.rank, self.world_size = seq_len, batch_size, rank, world_size
         self.docs_consumed = 0
+        self.tail_bytes = 0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._queue: queue.Queue = queue.Queue(maxsize=_QUEUE_BATCHES)
@@ -52,7 +57,8 @@ class FineWebStream:
     def _start(self) -> None:
         self._stop = threading.Event()
         self._queue = queue.Queue(maxsize=_QUEUE_BATCHES)
-        self._thread = threading.Thread(target=self._produce, args=(self._stop, self._queue, self.docs_consumed),
+        self._thread = threading.Thread(target=self._produce,
+                                        args=(self._stop, self._queue, self.docs_consumed, self.tail_bytes),
                                         name=f"fineweb_edu-loader-rank{self.rank}", daemon=True)
         self._thread.start()
 
@@ -65,9 +71,9 @@ class FineWebStream:
                 continue
         return False
 
-    def _produce(self, stop: threading.Event, q: queue.Queue, skip: int) -> None:
+    def _produce(self, stop: threading.Event, q: queue.Queue, skip: int, tail: int) -> None:
         n = self.seq_len + 1
-        buf = bytearray()
+        buf = bytearray()  # packed bytes no window has started at yet: the next window starts at buf[0]
         windows: list[torch.Tensor] = []
         docs = skip
         got_first = False
@@ -87,6 +93,17 @@ class FineWebStream:
                     if skip:
                         skip -= 1
                         skipped_this_pass += 1
+                        if tail:  # the skipped documents' last `tail` packed bytes start the resumed stream
+                            doc = doc_bytes(record, self.text_key, f"fineweb_edu stream document {docs - skip - 1}")
+                            if doc:
+                                buf += doc
+                                buf.append(DOC_SEPARATOR)
+                                del buf[: max(0, len(buf) - tail)]
+                            if not skip and len(buf) < tail:
+                                raise DataError(f"data state 'fineweb_edu_stream': tail_bytes={tail} but the first "
+                                                f"{docs} documents of rank {self.rank}'s shard pack into only "
+                                                f"{len(buf)} bytes; the data or world_size changed since the "
+                                                "checkpoint")
                         continue
                     doc = doc_bytes(record, self.text_key, f"fineweb_edu stream document {docs}")
                     docs += 1
@@ -101,7 +118,7 @@ class FineWebStream:
                         if len(windows) == self.batch_size:
                             batch = torch.stack(windows).long()
                             windows = []
-                            if not self._put(stop, q, ("batch", batch, docs)):
+                            if not self._put(stop, q, ("batch", batch, docs, len(buf))):
                                 return
                 if seen_this_pass == 0:
                     raise DataError("fineweb_edu: the hub stream yielded no documents for rank "
@@ -134,17 +151,23 @@ class FineWebStream:
             except queue.Full:
                 pass
             raise DataError(item[1])
-        _, windows, docs = item
-        self.docs_consumed = docs
+        _, windows, docs, tail = item
+        self.docs_consumed, self.tail_bytes = docs, tail
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
 
     def state_dict(self) -> dict:
-        return {"kind": "fineweb_edu_stream", "docs_consumed": self.docs_consumed}
+        return {"kind": "fineweb_edu_stream", "docs_consumed": self.docs_consumed, "tail_bytes": self.tail_bytes}
 
     def load_state_dict(self, state: dict) -> None:
-        docs = check_state(state, "fineweb_edu_stream", ("docs_consumed",))["docs_consumed"]
+        state = check_state(state, "fineweb_edu_stream", ("docs_consumed",))
+        docs, tail = state["docs_consumed"], state.get("tail_bytes", 0)  # none in an older checkpoint's state
+        if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
+            raise DataError(f"data state 'fineweb_edu_stream': tail_bytes must be an integer >= 0, got {tail!r}")
+        if tail and not docs:
+            raise DataError(f"data state 'fineweb_edu_stream': tail_bytes={tail} but docs_consumed=0 (no bytes "
+                            "before it); expected a position from state_dict()")
         self.close()
-        self.docs_consumed = docs
+        self.docs_consumed, self.tail_bytes = docs, tail
         self._thread = None  # restarted, skipping `docs` documents, at the next next_batch
 
     def close(self) -> None:

@@ -59,7 +59,7 @@ def test_the_hub_stream_packs_long_unicode_and_empty_documents_byte_by_byte(monk
     assert got == [by_hand[8 * k:8 * k + 9] for k in range(12)]
     # the position counts the shard's documents packed so far (empty ones too), across passes: 3 in the first
     # pass, and the second pass's "é" * 30 began in the last batch
-    assert src.state_dict() == {"kind": "fineweb_edu_stream", "docs_consumed": 4}
+    assert src.state_dict() == {"kind": "fineweb_edu_stream", "docs_consumed": 4, "tail_bytes": 32}
     src.close()
 
 

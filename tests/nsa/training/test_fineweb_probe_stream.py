@@ -81,8 +81,9 @@ def _expected(shard, skip, seq_len, batch_size, batches):
     for b in range(batches):
         ks = range(b * batch_size, (b + 1) * batch_size)
         last_end = ks[-1] * seq_len + seq_len + 1
-        out.append(([bytes(stream[k * seq_len:k * seq_len + seq_len + 1]) for k in ks],
-                    next(j for end, j in ends if end >= last_end) + 1))
+        end, j = next((end, j) for end, j in ends if end >= last_end)
+        out.append(([bytes(stream[k * seq_len:k * seq_len + seq_len + 1]) for k in ks], j + 1,
+                    end - (ks[-1] + 1) * seq_len))
     return out
 
 
@@ -106,9 +107,10 @@ def test_every_rank_packs_and_resumes_its_shard_as_the_byte_model_says(monkeypat
         try:
             if skip:
                 src.load_state_dict({"kind": "fineweb_edu_stream", "docs_consumed": skip})
-            for windows, docs_consumed in _expected(shard, skip, seq_len, batch_size, 5):
+            for windows, docs_consumed, tail in _expected(shard, skip, seq_len, batch_size, 5):
                 assert _windows(src) == windows, (docs, rank, world, seq_len, batch_size, skip, skippable)
-                assert src.state_dict() == {"kind": "fineweb_edu_stream", "docs_consumed": docs_consumed}
+                assert src.state_dict() == {"kind": "fineweb_edu_stream", "docs_consumed": docs_consumed,
+                                            "tail_bytes": tail}
         finally:
             src.close()
         checked += 1
@@ -153,6 +155,6 @@ def test_a_resume_skips_documents_of_the_ranks_own_shard(monkeypatch):
                 # stream's third, doc2, which rank 0 read before and which both ranks would read now)
                 src.load_state_dict({"kind": "fineweb_edu_stream", "docs_consumed": 2})
                 assert _windows(src) == [shard[2].encode() + b"\0"], (n_files, rank)
-                assert src.state_dict() == {"kind": "fineweb_edu_stream", "docs_consumed": 3}
+                assert src.state_dict() == {"kind": "fineweb_edu_stream", "docs_consumed": 3, "tail_bytes": 1}
             finally:
                 src.close()

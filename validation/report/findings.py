@@ -150,11 +150,29 @@ def comparison_rows(comps: list[Found]) -> list[dict]:
                    "NOT A RESULT, a figure of its runs outside its physical range" if c.implausible else
                    f"{c.verdict}: NOT A RESULT, measured while other work used the machine" if c.disturbed else
                    f"{c.verdict} (significant)" if c.significant else c.verdict)
+        # a comparison of another metric (a sweep's `select: {metric}`: a step time, a memory peak) names it beside
+        # its figures: the table's figures are tokens/s otherwise
+        unit = "" if _tokens_per_s(c.metric) else f" {c.metric}"
         rows.append({"step": c.step, "kind": c.kind, "without": c.without, "with": c.with_, "metric": c.metric,
-                     "mean_without": _rate(c.mean_without), "mean_with": _rate(c.mean_with),
+                     "mean_without": _rate(c.mean_without) + unit, "mean_with": _rate(c.mean_with) + unit,
                      "change": fmt_pct(c.rel, signed=True), "ci": ci, "p": fmt_p(c.p), "verdict": verdict,
                      "significant": c.significant})
     return rows
+
+
+def _tokens_per_s(metric: Any) -> bool:
+    return metric in (None, "", "toks_per_s")
+
+
+def comparisons_unit(comps: list[Found]) -> str:
+    """What the figures of the Performance analysis table measure, for its sentence: "tokens/s", or where a step
+    compared another metric, that each such figure names its own."""
+    others = list(dict.fromkeys(str(c.metric) for c in comps if not _tokens_per_s(c.metric)))
+    if not others:
+        return "tokens/s"
+    named = ", ".join(others)
+    return (f"tokens/s, except the figures that name their metric ({named})"
+            if any(_tokens_per_s(c.metric) for c in comps) else f"each figure names its metric ({named})")
 
 
 def conclusion(results: Run | dict, problems: list[dict], finding: dict | None) -> dict:

@@ -432,6 +432,7 @@ def build_view(results: RunResults, *, run_dir: Path | None = None, plots: list[
         "key_finding_against": performance["key_finding"] if performance else None,
         "performance": performance,
         "comparisons": findings.comparison_rows(comps),
+        "comparisons_unit": findings.comparisons_unit(comps),
         "conclusion": findings.conclusion(run, problems, finding),
         "problems": problems,
         # the thresholds behind every DISTURBED or inconclusive row, once (results.json "evidence")

@@ -229,13 +229,13 @@ def recommendation(evidence: Mapping[str, Evidence | Mapping],
         n = numbers[name]
         if not n.fits:
             if n.headroom is not None and n.headroom < 0:
-                return f"{name} does not fit (peak {n.peak_gb:.3g} GB of {n.capacity_gb:.3g} GB)"
+                return f"{name} does not fit (peak {n.peak_gb:.3g} GiB of {n.capacity_gb:.3g} GiB)"
             # out of memory in a run or in the batch-size search, whatever peak the runs that passed reached
             largest = f": the largest micro-batch that fits is {n.largest_batch}" if n.largest_batch else ""
             return f"{name} does not fit (out of memory{largest})"
         if n.headroom is None:
             return f"{name} fits (memory available unknown)"
-        return f"{name} fits with {fmt_pct(n.headroom)} headroom ({n.peak_gb:.3g} of {n.capacity_gb:.3g} GB)"
+        return f"{name} fits with {fmt_pct(n.headroom)} headroom ({n.peak_gb:.3g} of {n.capacity_gb:.3g} GiB)"
 
     def roomy(name: str) -> bool:
         """Fits with the headroom asked: peak <= (1 - headroom) x capacity (compared so, not as 1 - peak /

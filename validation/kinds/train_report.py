@@ -298,7 +298,7 @@ def summary_blocks(m: LaunchMetrics) -> list[Block]:
                                           f"{_s(s.max_step_time_s)}"),
             ("Samples/s", fmt_rate(s.samples_per_s)),
             ("Tokens/s over the whole run (all ranks, all steps: tokens / step time)", fmt_rate(s.tokens_per_s)),
-            ("Loss avg / final", f"{fmt_num(_round(s.avg_loss))} / {fmt_num(_round(s.final_loss))}"),
+            ("Loss avg / final", f"{_loss(s.avg_loss)} / {_loss(s.final_loss)}"),
             ("Memory allocated peak / avg" + (" (CPU: RSS)" if cpu else ""),
              f"{fmt_gb(s.peak_mem_alloc_gb)} / {fmt_gb(s.avg_mem_alloc_gb)}"),
             ("Memory reserved peak / avg", "— (nothing is reserved on CPU)" if cpu else
@@ -338,6 +338,12 @@ def startup_blocks(m: LaunchMetrics) -> list[Block]:
 def _round(value: Any, digits: int = 4) -> Any:
     v = finite(value)
     return None if v is None else round(v, digits)
+
+
+def _loss(value: Any) -> str:
+    """A loss with three decimals, as the step tables show it (2.570, not 2.57)."""
+    v = finite(value)
+    return fmt_num(None) if v is None else f"{v:.3f}"
 
 
 def summary_line(m: LaunchMetrics) -> str:

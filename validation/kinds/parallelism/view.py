@@ -85,8 +85,9 @@ def parallelism_blocks(r: Result) -> list[Block]:
     capacity = (f"{_gb(cap.gb)} per rank ({fmt_num(cap.source)})" if cap != Capacity() else "—")
     seed = r.order_seed
     out: list[Block] = [
-        Table((Column("Strategy"), Column(""), *(Column(c, numeric=True) for c in (
-            "Runs passed", "Step time", "Tokens/s, window mean (all ranks; over repeats)", "OOM"))), rows,
+        Table((Column("Strategy"), Column("Description"), *(Column(c, numeric=True) for c in (
+            "Runs passed", "Step time",
+            "Tokens/s, window mean (all ranks; over repeats; lowest .. highest repeat)", "OOM"))), rows,
             marked={i for i, label in enumerate(strategies) if label == recommendation}),
         Paragraph("**Communication per step** (bytes counted by the trainer at its collective calls vs the byte model. "
                   "Times per step: *Rank 0 in flight* = from rank 0 issuing each collective until it completed, over the "

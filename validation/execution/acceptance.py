@@ -116,6 +116,7 @@ def evaluate(runbook: Runbook, results: RunResults, run_dir: Path) -> list[Crite
     logs = _logs(run, run_dir)
     steps: dict[str, Step] = run.steps  # type: ignore[assignment]  # every step has a record while the run runs
     records = results["steps"]  # as results.json holds them: their interference records as written
+    derive = evidence.deriving(records)  # each step's record read once for every figure a criterion reads
     rows = []
     for c in runbook.acceptance:
         # a step of the runbook without a record has not run yet: a resumed run whose runbook gained steps, cut off
@@ -127,22 +128,22 @@ def evaluate(runbook: Runbook, results: RunResults, run_dir: Path) -> list[Crite
                                 for n in not_run)
             status, actual, detail = "skipped", "n/a", f"not evaluated: {reasons}"
         else:
-            r = c.expr.evaluate(ns, logs, _undecided_reads(runbook, run, records, c))
+            r = c.expr.evaluate(ns, logs, _undecided_reads(runbook, run, records, c, derive))
             status = {"pass": "pass", "fail": "fail" if c.severity == "fail" else "warn", "error": "error"}[r.status]
             actual, detail = r.actual, r.detail
             status, detail = _judge_evidence(runbook, run, records, ns, c, r.status, status, detail,
-                                             None if r.status == "error" else r.reads)
+                                             None if r.status == "error" else r.reads, derive)
         rows.append(Criterion(name=c.name, expr=c.expr.text, target=c.target, severity=c.severity,
                               description=c.description, status=status, actual=actual, detail=detail))
     return rows
 
 
-def _undecided_reads(runbook: Runbook, run: Run, steps: dict, criterion) -> list[tuple[str, tuple]]:
+def _undecided_reads(runbook: Runbook, run: Run, steps: dict, criterion, derive=None) -> list[tuple[str, tuple]]:
     """The performance reads of a criterion (evidence.performance_reads) that _judge_evidence finds no evidence in:
     those of a disturbed step, of a disturbed run of a step (`sweep.runs['x'].toks_per_s.mean`), and those of a
     step (not of its runs) a figure outside its range of which only its disturbed runs measured. A part of and / or
     reading one decides nothing (Expression.evaluate's `disturbed`). `steps`: the step records as results.json
-    holds them."""
+    holds them; `derive`: evidence.deriving(steps)."""
     out = []
     for n, path in evidence.performance_reads(runbook, criterion):
         step = steps.get(n) or {}
@@ -156,13 +157,13 @@ def _undecided_reads(runbook: Runbook, run: Run, steps: dict, criterion) -> list
         elif (not path or path[0] != "runs") and evidence.disturbed_implausible(step):
             out.append((n, path))
     for n, path in evidence.evidence_reads(runbook, criterion):  # a figure computed from a disturbed step's
-        if (n, path) not in out and evidence.derived_disturbed(steps, n, path):
+        if (n, path) not in out and evidence.derived_disturbed(steps, n, path, derive):
             out.append((n, path))
     return out
 
 
 def _judge_evidence(runbook: Runbook, run: Run, steps: dict, ns: dict, criterion, outcome: str, status: str,
-                    detail: str | None, read: tuple | None = None) -> tuple[str, str | None]:
+                    detail: str | None, read: tuple | None = None, derive=None) -> tuple[str, str | None]:
     """(status, detail) of an evaluated criterion once its evidence is judged (validation.execution.evidence): "inconclusive"
     when a performance figure it reads comes from a disturbed step (it may neither pass nor fail on that alone, nor
     err on it: a triage whose disturbed launches left it undecided names no culprit, so `culprit == 'x'` cannot be
@@ -173,7 +174,8 @@ def _judge_evidence(runbook: Runbook, run: Run, steps: dict, ns: dict, criterion
     interference records are read from. `read`: the paths a "pass" or "fail" was evaluated from (EvalResult.reads;
     None: every path of the expression, as for an error): a figure the evaluation never read (`a.loss_drop > 0 and
     a.toks_per_s.mean > 1` failing on a loss that rose) is no evidence the outcome stands on, so a correctness check
-    still decides on a disturbed step."""
+    still decides on a disturbed step. `derive`: evidence.deriving(steps)."""
+    derive = derive or evidence.deriving(steps)
     reads = [r for r in evidence.performance_reads(runbook, criterion) if read is None or r in read]
     shaken = list(dict.fromkeys(n for n, _ in reads if evidence.disturbed(steps.get(n) or {})))
     # a figure computed from what another step measured (evidence.derived_from: a train step's scaling efficiency
@@ -181,7 +183,7 @@ def _judge_evidence(runbook: Runbook, run: Run, steps: dict, ns: dict, criterion
     sourced: dict[str, list[str]] = {}
     for n, path in evidence.evidence_reads(runbook, criterion):
         if read is None or (n, path) in read:
-            for source in evidence.derived_disturbed(steps, n, path):
+            for source in evidence.derived_disturbed(steps, n, path, derive):
                 if source not in shaken:
                     sourced.setdefault(source, []).append(".".join(map(str, (n, *path))))
     # `sweep.runs['x'].toks_per_s.mean` reads one launch (the namespace's: the last of its label), which a decision
@@ -215,7 +217,7 @@ def _judge_evidence(runbook: Runbook, run: Run, steps: dict, ns: dict, criterion
                            for n, texts in shaken_runs.items()]
                         + [f"disturbed runs of step {n} measured {'; '.join(texts)}" for n, texts in explained.items()])
         # and the steps whose figures are computed from those, else they keep standing on the disturbed ones
-        again = evidence.recomputed(steps, shaken + list(sourced) + list(shaken_runs) + list(explained))
+        again = evidence.recomputed(steps, shaken + list(sourced) + list(shaken_runs) + list(explained), derive)
         rerun = evidence.rerun_command(run.runbook.path or "RUNBOOK", run.run_dir or "RUN_DIR", again,
                                        run.overrides(again))
         return "inconclusive", (f"it {what}, but on disturbed evidence: {why}"

@@ -91,29 +91,46 @@ def derived_from(steps: dict, name: str, path: tuple) -> list[str]:
     kind's StepKind.derived_from, asked with the step's record; `steps`: the step records as results.json holds
     them): a train step's scaling efficiency divides its tokens/s by its `scaling_baseline` step's. Only steps the
     run holds a record of; [] for a step without a record, or of a kind this process does not know."""
-    record = steps.get(name)
-    kind = step_kinds.find(decode(StepRecord, record, lenient=True).kind) if isinstance(record, dict) else None
-    if kind is None:
-        return []
-    return [str(s) for s in dict.fromkeys(kind.derived_from(kind.read(record), tuple(path)))
-            if str(s) != name and isinstance(steps.get(str(s)), dict)]
+    return deriving(steps)(name, path)
 
 
-def derived_disturbed(steps: dict, name: str, path: tuple) -> list[str]:
+def deriving(steps: dict):
+    """derived_from over `steps`, which must not change while it is used: each step's record is read (decoded as
+    its kind's) once, however many figures of it are asked about; reading a record, not asking its kind, is what
+    costs (every criterion, key figure and step of a run asks)."""
+    read: dict[str, tuple] = {}
+
+    def of(name: str, path: tuple) -> list[str]:
+        if name not in read:
+            record = steps.get(name)
+            kind = step_kinds.find(decode(StepRecord, record, lenient=True).kind) if isinstance(record, dict) else None
+            read[name] = (kind, kind.read(record) if kind is not None else None)
+        kind, result = read[name]
+        if kind is None:
+            return []
+        return [str(s) for s in dict.fromkeys(kind.derived_from(result, tuple(path)))
+                if str(s) != name and isinstance(steps.get(str(s)), dict)]
+
+    return of
+
+
+def derived_disturbed(steps: dict, name: str, path: tuple, derive=None) -> list[str]:
     """The steps of derived_from(steps, name, path) that were disturbed: the figure stands on what they measured
-    while other work used the machine, though its own step may have measured undisturbed."""
-    return [s for s in derived_from(steps, name, path) if disturbed(steps[s])]
+    while other work used the machine, though its own step may have measured undisturbed. `derive`: deriving(steps)
+    where the caller asks about many figures of one run."""
+    return [s for s in (derive or deriving(steps))(name, path) if disturbed(steps[s])]
 
 
-def recomputed(steps: dict, names: Iterable[str]) -> list[str]:
+def recomputed(steps: dict, names: Iterable[str], derive=None) -> list[str]:
     """`names` (steps to run again), then every other step of `steps` (the step records as results.json holds them)
     with a figure computed from what one of them measures (derived_from, of the step as a whole), and so on: run
     again without them, such a figure would still stand on the earlier, disturbed measurement (a scaling
-    efficiency over its baseline's old tokens/s)."""
+    efficiency over its baseline's old tokens/s). `derive`: deriving(steps), as derived_disturbed's."""
+    derive = derive or deriving(steps)
     out = list(dict.fromkeys(names))
     grew = True
     while grew:
-        more = [n for n in steps if n not in out and set(derived_from(steps, n, ())) & set(out)]
+        more = [n for n in steps if n not in out and set(derive(n, ())) & set(out)]
         out += more
         grew = bool(more)
     return out
@@ -160,42 +177,48 @@ def rerun_command(runbook_path: str, run_dir: str, step_names: Iterable[str], ov
     return run_command(runbook_path, resume=run_dir, rerun=step_names, overrides=overrides)
 
 
-def measured_steps(runbook, results: dict) -> list[str]:
+def measured_steps(runbook, results: dict, derive=None) -> list[str]:
     """The steps whose performance evidence something uses: a criterion's performance read, a kind that decides
-    on performance (StepKind.decides), or a key figure (StepKind.key_figure_steps)."""
+    on performance (StepKind.decides), or a key figure (StepKind.key_figure_steps). `derive`: deriving(results'
+    steps)."""
     used: dict[str, None] = {}
     steps = as_dict(results.get("steps"))
+    derive = derive or deriving(steps)
     for c in runbook.acceptance:
         for name, _ in performance_reads(runbook, c):
             used[name] = None
         for name, path in evidence_reads(runbook, c):  # and the steps a figure it reads is computed from
-            used.update(dict.fromkeys(derived_from(steps, name, path)))
-    in_order = [steps[s.name] for s in runbook.steps() if isinstance(steps.get(s.name), dict)]
+            used.update(dict.fromkeys(derive(name, path)))
+    # each step read once (as its kind's record) for every kind's key figures: reading is what costs
+    in_order = step_kinds.read_steps(steps[s.name] for s in runbook.steps() if isinstance(steps.get(s.name), dict))
     for s in runbook.steps():
         if getattr(s.kind_impl, "decides", False):
             used[s.name] = None
     for kind in step_kinds.kinds():
-        for name in kind.key_figure_steps(step_kinds.read_steps(in_order)):
+        for name in kind.key_figure_steps(list(in_order)):
             used[str(name)] = None
-        for fig in kind.key_figures(step_kinds.read_steps(in_order)):
-            used.update(dict.fromkeys(_figure_sources(steps, fig)))
+        for fig in kind.key_figures(list(in_order)):
+            used.update(dict.fromkeys(_figure_sources(steps, fig, derive)))
     order = [s.name for s in runbook.steps()]
     return [n for n in order if n in used]
 
 
-def _figure_sources(steps: dict, fig) -> list[str]:
+def _figure_sources(steps: dict, fig, derive=None) -> list[str]:
     """The steps a key figure is computed from besides its own (fig.steps): derived_from of its metric, read as
-    that key of each step it comes from (a train step's own scaling efficiency: its baseline step)."""
+    that key of each step it comes from (a train step's own scaling efficiency: its baseline step). `derive`:
+    deriving(steps)."""
     if not fig.metric:
         return []
-    return [s for name in fig.steps for s in derived_from(steps, str(name), tuple(str(fig.metric).split(".")))
+    derive = derive or deriving(steps)
+    return [s for name in fig.steps for s in derive(str(name), tuple(str(fig.metric).split(".")))
             if s not in fig.steps]
 
 
 def assess(runbook, results: dict, run_dir: str) -> dict[str, Any]:
     """results.json's "evidence" (see the module docstring)."""
     steps = as_dict(results.get("steps"))
-    measured = measured_steps(runbook, results)
+    derive = deriving(steps)
+    measured = measured_steps(runbook, results, derive)
     disturbed_steps, bad = [], []
     for name in measured:
         step = as_dict(steps.get(name))
@@ -204,25 +227,26 @@ def assess(runbook, results: dict, run_dir: str) -> dict[str, Any]:
         rec = step_interference(step)
         is_disturbed = bool(rec and rec.get("disturbed"))
         if is_disturbed:
-            disturbed_steps.append({"step": name, "text": rec.get("text"),
-                                    "launches": [x for x in as_list(rec.get("launches")) if as_dict(x).get("disturbed")]})
+            launches = [x for x in as_list(rec.get("launches")) if as_dict(x).get("disturbed")]
+            disturbed_steps.append({"step": name, "text": rec.get("text"), "launches": launches})
         explained = disturbed_implausible(step)  # measured only by runs a disturbance explains
         for item in step_implausible(step):  # each launch's figures and what the step derived from them
             # or computed from another step's measurement that a disturbance explains (derived_from)
             metric = tuple(str(decode(Implausible, item, lenient=True).metric or "").split("."))
             bad.append({"step": name, **item,
                         "disturbed": (is_disturbed or plausibility_text(item) in explained
-                                      or bool(derived_disturbed(steps, name, metric)))})
-    in_order = [as_dict(steps.get(s.name)) for s in runbook.steps()]
+                                      or bool(derived_disturbed(steps, name, metric, derive)))})
+    in_order = step_kinds.read_steps(as_dict(steps.get(s.name)) for s in runbook.steps())  # read once, as above
     shaken = {d["step"] for d in disturbed_steps}
     for kind in step_kinds.kinds():
-        for fig in kind.key_figures(step_kinds.read_steps(in_order)):
+        for fig in kind.key_figures(list(in_order)):
             r = range_of(fig.metric or "")
             if fig.problem and r is not None:
                 bad.append({"step": ", ".join(fig.steps) or "run", "metric": fig.label, "value": fig.raw,
                             "range": r.text(), "reason": r.reason,
-                            "disturbed": bool(shaken.intersection([*fig.steps, *_figure_sources(steps, fig)]))})
-    again = recomputed(steps, [d["step"] for d in disturbed_steps] + [b["step"] for b in bad if b["step"] in steps])
+                            "disturbed": bool(shaken.intersection([*fig.steps, *_figure_sources(steps, fig, derive)]))})
+    again = recomputed(steps, [d["step"] for d in disturbed_steps] + [b["step"] for b in bad if b["step"] in steps],
+                       derive)
     rerun = rerun_command(as_dict(results.get("runbook")).get("path") or "RUNBOOK", run_dir, again,
                           read_run(results).overrides(again))
     return {"disturbed": disturbed_steps, "implausible": bad, "measured": measured, "rules": interference_rules(),

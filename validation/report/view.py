@@ -107,8 +107,8 @@ def _key_figures(run: Run, raw_steps: dict) -> list[dict]:
     """The executive summary's figures: every kind's key_figures over the steps in run order (their records as
     results.json holds them, `raw_steps`), sorted by order."""
     names = [n for n, step in run.steps_in_order() if step is not None]
-    figures = sorted((fig for kind in step_kinds.kinds()
-                      for fig in kind.key_figures(step_kinds.read_steps([raw_steps[n] for n in names]))),
+    read = step_kinds.read_steps([raw_steps[n] for n in names])  # each step read once, not once per kind
+    figures = sorted((fig for kind in step_kinds.kinds() for fig in kind.key_figures(list(read))),
                      key=lambda fig: fig.order)
     caveat = _cpu_scaling_caveat(run, [run.steps[n] for n in names])
     out = []

@@ -24,10 +24,17 @@ _SMOKE = json.loads((REPO / "reports/examples/cpu_smoke/results.json").read_text
 
 @pytest.fixture
 def smoke() -> dict:
-    """The committed cpu_smoke run with every window marked steady (its one open problem, a WARN for an unsteady
-    window, is not what these tests edit in): each test's open problems are those it makes."""
+    """The committed cpu_smoke run with every window marked steady and every warning criterion passed (its open
+    WARNs for unsteady windows, which a busy machine gives, are not what these tests edit in): each test's open
+    problems are those it makes."""
     results = copy.deepcopy(_SMOKE)
-    results["steps"]["single"]["metrics"]["throughput_stable"] = True
+    for step in results["steps"].values():
+        for record in [step, *(step.get("runs") or [])]:
+            if "throughput_stable" in (record.get("metrics") or {}):
+                record["metrics"]["throughput_stable"] = True
+    for crit in results["acceptance"]:
+        if crit["status"] == "warn":
+            crit["status"] = "pass"
     return results
 
 

@@ -40,6 +40,8 @@ def test_an_inconclusive_criterion_is_skipped_not_passed(results):
 
 def test_the_junit_counts_match_the_markdown_counts_for_every_criterion_status(results):
     statuses = ["pass", "fail", "warn", "error", "skipped", "inconclusive"]
+    for crit in results["acceptance"]:  # the rest pass, whatever the run itself gave them
+        crit["status"] = "pass"
     for crit, status in zip(results["acceptance"], statuses):
         crit["status"] = status
     results["verdict"] = "NO-GO"

@@ -53,7 +53,8 @@ def test_a_disturbed_steps_rerun_command_keeps_two_spaces_and_a_tab_inside_its_w
     assert item["where"] == "step baseline"
     assert _command_after(item["what"], "run it again: ") == [
         "nsa-validate", "run", "runbooks/cpu\tsmoke.yaml", "--resume", "runs/my  run", "--rerun", "baseline",
-        "--set", "defaults.args.note=x  y"]
+        # and `single`, whose scaling efficiency divides baseline's tokens/s (its scaling_baseline)
+        "--rerun", "single", "--set", "defaults.args.note=x  y"]
 
 
 def test_a_criterions_run_again_command_keeps_its_words_and_a_multi_line_reason_is_one_line(results):

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
-import shutil
 import subprocess
 from html import unescape
 from pathlib import Path
@@ -21,12 +19,9 @@ import pytest
 
 from validation.report import render
 
-EXAMPLE = Path(__file__).parents[3] / "reports" / "examples" / "cpu_smoke" / "results.json"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+from test_html_browser import FLAGS, _chromium  # the same headless Chromium, found the same way (this folder)
 
-# every table cell of the comparison table (the one after the "With and without" heading) whose content is wider
-# than the cell: text that overflows into its neighbour
+EXAMPLE = Path(__file__).parents[3] / "reports" / "examples" / "cpu_smoke" / "results.json"
 PROBE = """<script>
 window.addEventListener("load", () => {
   const heading = [...document.querySelectorAll("h3")].find(h => h.textContent.startsWith("With and without"));
@@ -71,20 +66,10 @@ def test_a_comparison_of_another_metric_names_it_and_the_sentence_does_not_call_
     assert "tokens/s, except the figures that name their metric (step_time_s)" in unescape(html)
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    if os.environ.get("NSAV_REQUIRE_CHROMIUM") == "1":
-        pytest.fail("NSAV_REQUIRE_CHROMIUM=1 but no chromium on PATH (.ci/run installs the Debian package chromium)")
-    pytest.skip("headless Chromium not installed (Debian package `chromium`; .ci/run installs it)")
-
-
 @pytest.mark.parametrize("width", [1280, 900])
 def test_html_comparison_cells_hold_their_text(tmp_path, width):
-    """The example's intervals (+825.6% to +1,580.2%) and settings stay inside their cells at a desktop and a narrow
-    window width."""
+    """The example's intervals (e.g. +910.2% to +1,733.6%) and settings stay inside their cells at a desktop and a
+    narrow window width."""
     browser = _chromium()
     page = tmp_path / "report.html"
     page.write_text(render(_results(), "html").replace("</body>", PROBE + "</body>"), encoding="utf-8")

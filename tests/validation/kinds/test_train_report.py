@@ -117,7 +117,7 @@ def test_report_section_shows_summary_time_to_first_step_telemetry_and_its_plot(
     assert "**Training Summary**" in section
     assert "| Step time avg / min / max | 250.0 ms / 200.0 ms / 900.0 ms |" in section
     assert "| Tokens/s over the whole run (all ranks, all steps: tokens / step time) | 8,192.0 |" in section and "| Samples/s | 32.0 |" in section
-    assert "| Loss avg / final | 5.1 / 4.25 |" in section
+    assert "| Loss avg / final | 5.100 / 4.250 |" in section
     assert "| Memory allocated peak / avg | 12.45 GiB / 12.32 GiB |" in section
     assert "| Memory reserved peak / avg | 14.00 GiB / 13.50 GiB |" in section
     assert "| Communication share | n/a (not measured on CUDA (use the profiler)) |" in section

@@ -212,9 +212,10 @@ def step_times(read) -> tuple[list[int], list[float]] | None:
 
 
 def telemetry_metrics(step_dir: Path, startup: dict[str, Any], read, window: Window,
-                      context: dict[str, Any]) -> dict[str, Any]:
-    """Telemetry metrics of one launch (see the module docstring); {} without a telemetry file."""
-    rows = contracts.read_telemetry(step_dir)
+                      context: dict[str, Any], rows: list | None = None) -> dict[str, Any]:
+    """Telemetry metrics of one launch (see the module docstring); {} without a telemetry file. `rows`: its
+    telemetry as contracts.read_telemetry(step_dir) gives it, where the caller has read it already."""
+    rows = contracts.read_telemetry(step_dir) if rows is None else rows
     if not rows:
         return {}
     period, what = None, "the whole launch (no timeline.json or training.csv to place the window)"
@@ -266,16 +267,17 @@ def launch_metrics(ctx, spec, out_dir: Path, read, m: dict[str, Any],
     context = so_far.context or RunContext()
     timeline = {} if outputs.TIMELINE_JSON in earlier else contracts.read_timeline(out_dir)
     startup = startup_metrics(timeline, context.n_params)
+    rows = contracts.read_telemetry(Path(spec.step_dir))  # read once: the init's interference and the window's
     if startup and "problem" not in startup:
         on_gpu = context.on_cpu() is not True  # as telemetry_metrics: a CPU run on a GPU node reads no GPU
-        shaken = init_interference(contracts.read_telemetry(Path(spec.step_dir)), startup, use_gpus=on_gpu)
+        shaken = init_interference(rows, startup, use_gpus=on_gpu)
         if shaken is not None:  # absent without telemetry over the init
             startup[INIT_INTERFERENCE] = shaken
         startup["init_growth"] = init_growth(startup, earlier_startups(ctx.results, so_far.csv))
     summary = {} if outputs.SUMMARY_JSON in earlier else contracts.read_summary(out_dir)
     out = {"summary": summary_metrics(summary), "startup": startup,
            "time_to_first_step_s": _startup(startup).time_to_first_step_s}
-    out.update(telemetry_metrics(Path(spec.step_dir), startup, read, so_far.window, written(so_far.context)))
+    out.update(telemetry_metrics(Path(spec.step_dir), startup, read, so_far.window, written(so_far.context), rows))
     return out
 
 

@@ -1,11 +1,9 @@
 """nsa-validate: run validation runbooks and report, with evidence, whether a node trains NSA correctly and fast.
 
-Commands are thin functions over the library: `run` calls validation.run.run_runbook (the whole run; its progress on
-the console: validation.report.progress) and prints its outcome; the others call validation.run's other functions
-and validation.kinds. Their --help is the manual. Exit codes: 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE (a required
-criterion not evaluated: its step did not run), 128 + N interrupted by signal N (130 SIGINT, 129 SIGHUP, 143
-SIGTERM). Start-up stays light: torch, pandas, matplotlib and jinja2 are imported only by the commands that use them
-(`--help`, `list`, `kinds`, `plan` of a CPU runbook and `report` import none of torch, pandas or matplotlib).
+Thin commands over the library (validation.run, validation.kinds; a run's progress: validation.report.progress); their
+--help is the manual. Exit codes: 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE (a required criterion not evaluated),
+128 + N interrupted by signal N (130 SIGINT, 129 SIGHUP, 143 SIGTERM). Start-up stays light: `--help`, `list`,
+`kinds`, `plan` of a CPU runbook and `report` import none of torch, pandas or matplotlib.
 """
 
 from __future__ import annotations
@@ -39,13 +37,12 @@ from validation.version import version_line
 EXIT_GO, EXIT_NOGO, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_CODES = {"GO": EXIT_GO, "NO-GO": EXIT_NOGO, "INCOMPLETE": EXIT_INCOMPLETE}
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_show_locals=False,
-                  help="Validate that a GPU node (or a CPU machine, with runbooks/cpu_smoke.yaml) trains NSA models "
-                       "correctly and fast: run declarative runbooks, reduce the trainer's outputs to statistics, "
-                       "check acceptance criteria, write GO/NO-GO reports. Exit codes: 0 GO, 1 NO-GO, 2 invalid "
-                       "input, 3 INCOMPLETE, 130/129/143 interrupted by SIGINT/SIGHUP/SIGTERM.")
-
-
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  pretty_exceptions_show_locals=False, help=(
+                      "Validate that a GPU node (or a CPU machine, with runbooks/cpu_smoke.yaml) trains NSA models "
+                      "correctly and fast: run declarative runbooks, reduce the trainer's outputs to statistics, check "
+                      "acceptance criteria, write GO/NO-GO reports. Exit codes: 0 GO, 1 NO-GO, 2 invalid input, 3 "
+                      "INCOMPLETE, 130/129/143 interrupted by SIGINT/SIGHUP/SIGTERM."))
 console = make_console()  # not a terminal: nothing wrapped or cut (validation.report.console)
 err = make_console(stderr=True)
 
@@ -62,16 +59,16 @@ def _options(ctx: typer.Context, version: bool = typer.Option(False, "--version"
     ctx.call_on_close(lambda: end_output(err, keep_code=ctx.invoked_subcommand == "run"))  # output lost: exit 2
 
 
-def _warn(message: str) -> None:
-    err.print(f"warning: {printable(message)}", markup=False, soft_wrap=True)  # a value's escapes taken out
-
-
 def _say(message: str) -> None:
-    err.print(printable(message), markup=False, soft_wrap=True)  # progress beside the output: stderr
+    err.print(printable(message), markup=False, soft_wrap=True)  # progress beside the output: stderr; escapes taken out
+
+
+def _warn(message: str) -> None:
+    _say(f"warning: {message}")
 
 
 def _fail(message: str, code: int = EXIT_USAGE):
-    err.print(f"nsa-validate: error: {printable(message)}", markup=False, soft_wrap=True)
+    _say(f"nsa-validate: error: {message}")
     raise typer.Exit(code)
 
 
@@ -83,7 +80,6 @@ def _call(function, *args, errors: tuple[type[Exception], ...] = (RunError,), **
         _fail(str(exc))
 
 
-# ---------------------------------------------------------------------- plan
 @app.command()
 def plan(runbook: Path = typer.Argument(..., metavar="RUNBOOK", help="runbook YAML, e.g. runbooks/cpu_smoke.yaml"),
          set_: List[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a runbook key, e.g. "
@@ -99,38 +95,33 @@ def plan(runbook: Path = typer.Argument(..., metavar="RUNBOOK", help="runbook YA
     print_lines(console, text_lines(rb, rows))
 
 
-# ---------------------------------------------------------------------- run
 @app.command()
 def run(runbook: Path = typer.Argument(..., metavar="RUNBOOK", help="runbook YAML, e.g. runbooks/cpu_smoke.yaml"),
         out: Optional[Path] = typer.Option(None, "--out", metavar="RUN_DIR", help="run directory (default "
                                            "artifacts/validate/<name>-<time>)"),
         only: List[str] = typer.Option([], "--only", metavar="PHASE", help="run only this phase (repeatable)"),
         skip: List[str] = typer.Option([], "--skip", metavar="PHASE", help="skip this phase (repeatable)"),
-        resume: Optional[Path] = typer.Option(None, "--resume", metavar="RUN_DIR", help="continue an interrupted run "
-                                              "in RUN_DIR: its finished steps are kept, the others run (a run of "
-                                              "another runbook, a finished one without --rerun, or --out another "
-                                              "directory, is refused: exit 2); give the run's --set again: a resume "
-                                              "runs with its own (recorded in results.json resumes, warned when they "
-                                              "differ)"),
+        resume: Optional[Path] = typer.Option(None, "--resume", metavar="RUN_DIR", help=(
+            "continue an interrupted run in RUN_DIR: its finished steps are kept, the others run (a run of another "
+            "runbook, a finished one without --rerun, or --out another directory, is refused: exit 2); give the run's "
+            "--set again: a resume runs with its own (recorded in results.json resumes, warned when they differ)")),
         rerun: List[str] = typer.Option([], "--rerun", metavar="STEP", help="with --resume: run this step again into "
                                         "RUN_DIR, replacing its result (repeatable)"),
-        set_: List[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override a runbook key, e.g. "
-                                       "defaults.args.steps=20 (repeatable; not taken again by --resume: give it "
-                                       "again)"),
-        against: Optional[Path] = typer.Option(None, "--against", metavar="RUN_DIR", help="an earlier run directory: "
-                                               "compare this run with it (the statistics of `compare`) in the "
-                                               "report's Performance analysis (the run's own directory: exit 2)"),
+        set_: List[str] = typer.Option([], "--set", metavar="KEY=VALUE", help=(
+            "override a runbook key, e.g. defaults.args.steps=20 (repeatable; not taken again by --resume: give it "
+            "again)")),
+        against: Optional[Path] = typer.Option(None, "--against", metavar="RUN_DIR", help=(
+            "an earlier run directory: compare this run with it (the statistics of `compare`) in the report's "
+            "Performance analysis (the run's own directory: exit 2)")),
         no_report: bool = typer.Option(False, "--no-report", help="write results.json only"),
-        reuse: List[str] = typer.Option([], "--reuse", metavar="PHASE[=RUN_DIR]", help="PHASE or PHASE=RUN_DIR: take "
-                                        "the phase's results from an earlier run of this same source (the newest "
-                                        "match under reports/, or RUN_DIR) instead of running it; the report names "
-                                        "that run (repeatable)"),
-        dry_run: bool = typer.Option(False, "--dry-run", help="check everything a run checks before it launches "
-                                     "(the runbook and the files it names, the phases, --resume, --reuse, --out) "
-                                     "and print the plan, each step that would not run saying why; launch nothing, "
-                                     "write nothing (--out is checked by making a directory there under a temporary "
-                                     "name and removing it at once)")
-        ) -> None:
+        reuse: List[str] = typer.Option([], "--reuse", metavar="PHASE[=RUN_DIR]", help=(
+            "PHASE or PHASE=RUN_DIR: take the phase's results from an earlier run of this same source (the newest "
+            "match under reports/, or RUN_DIR) instead of running it; the report names that run (repeatable)")),
+        dry_run: bool = typer.Option(False, "--dry-run", help=(
+            "check everything a run checks before it launches (the runbook and the files it names, the phases, "
+            "--resume, --reuse, --out) and print the plan, each step that would not run saying why; launch nothing, "
+            "write nothing (--out is checked by making a directory there under a temporary name and removing it at "
+            "once)"))) -> None:
     """Run every phase of RUNBOOK; write RUN_DIR/results.json, report.md, report.html, junit.xml and plots.
     Exit 0 GO, 1 NO-GO, 2 invalid input, 3 INCOMPLETE; SIGINT, SIGTERM or SIGHUP end every launched process,
     keep the finished steps (--resume continues) and exit 130, 143 or 129."""
@@ -150,16 +141,8 @@ def run(runbook: Path = typer.Argument(..., metavar="RUNBOOK", help="runbook YAM
         except typer.Exit as exc:  # _fail: invalid input
             return exc.exit_code
 
-    def interrupted(exc: BaseException) -> None:
-        how = interrupts.describe(exc)
-        if dry_run or began:
-            err.print(f"interrupted ({how})", markup=False)
-        else:  # while the runbook and the files it names were checked: no step launched, no results.json written
-            err.print(f"interrupted ({how}) before the run began: nothing was launched or saved; run it again "
-                      f"with {request.command()}", markup=False, soft_wrap=True)
-
-    raise typer.Exit(session.guarded(
-        body, on_interrupt=interrupted,
+    raise typer.Exit(session.guarded(  # an interrupt before the run began: nothing launched, no results.json
+        body, on_interrupt=lambda exc: _say(request.interrupt_text(exc, began=bool(dry_run or began))),
         on_left=lambda pids: _warn(f"ended {len(pids)} process(es) still running after the run: {pids}")))
 
 
@@ -173,30 +156,25 @@ def _dry_run(request: RunRequest) -> int:
 def _run(request: RunRequest, shown) -> int:
     outcome = _call(run_runbook, request, shown, warn=_warn, say=_say)
     if outcome.interrupted is not None:
-        err.print(outcome.interrupt_text(request), markup=False, soft_wrap=True)
+        _say(outcome.interrupt_text(request))
         if outcome.report_error:
             _fail(outcome.report_error)
         if outcome.reports_unwritten:
-            err.print(f"nsa-validate: error: {outcome.reports_unwritten}", markup=False, soft_wrap=True)
+            _say(f"nsa-validate: error: {outcome.reports_unwritten}")
         return interrupts.exit_code(outcome.interrupted)
-    _print_summary(outcome.results, outcome.run_dir, list(outcome.report_paths))
+    print_summary(console, CONSOLE_ACCEPTANCE_COLUMNS, *console_summary(outcome.results, outcome.run_dir,
+                                                                        list(outcome.report_paths)), title="acceptance")
     return EXIT_CODES.get(outcome.verdict, EXIT_NOGO)
 
 
-def _print_summary(results: dict, run_dir: Path, paths: list[Path]) -> None:
-    rows, lines = console_summary(results, run_dir, paths)
-    print_summary(console, CONSOLE_ACCEPTANCE_COLUMNS, rows, lines, title="acceptance")
-
-
-# ---------------------------------------------------------------------- report / compare / list
 @app.command()
 def report(run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="a run directory holding results.json"),
            fmt: str = typer.Option("md", "--format", metavar="md|html|json|junit", help="the output's format"),
-           write: bool = typer.Option(False, "--write", help="(re)write report.md/.html, junit.xml and plots "
-                                                            "in RUN_DIR instead of printing"),
-           against: Optional[Path] = typer.Option(None, "--against", metavar="EARLIER", help="an earlier run "
-                                                  "directory: store this run's comparison with it in results.json "
-                                                  "(Performance analysis; RUN_DIR itself: exit 2)")) -> None:
+           write: bool = typer.Option(False, "--write", help="(re)write report.md/.html, junit.xml and plots in "
+                                                            "RUN_DIR instead of printing"),
+           against: Optional[Path] = typer.Option(None, "--against", metavar="EARLIER", help=(
+               "an earlier run directory: store this run's comparison with it in results.json (Performance "
+               "analysis; RUN_DIR itself: exit 2)"))) -> None:
     """Re-render a run's report from RUN_DIR/results.json alone (nothing is re-run); with --against, the comparison
     with an earlier run is computed from the two runs' files and stored in RUN_DIR/results.json first."""
     text, written = _call(report_run, run_dir, fmt, write, against,
@@ -211,19 +189,18 @@ def report(run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="a run di
 @app.command()
 def compare(run_a: Path = typer.Argument(..., metavar="RUN_A", help="baseline run directory"),
             run_b: Path = typer.Argument(..., metavar="RUN_B", help="candidate run directory"),
-            noise: Optional[float] = typer.Option(None, "--noise", metavar="FRACTION", help="relative change a "
-                                                  "difference must exceed to count (0.02 = 2%); default: the noise "
-                                                  "floor measured from the runs"),
+            noise: Optional[float] = typer.Option(None, "--noise", metavar="FRACTION", help=(
+                "relative change a difference must exceed to count (0.02 = 2%); default: the noise floor measured "
+                "from the runs")),
             as_json: bool = typer.Option(False, "--json", help="print every row and statistic as JSON")) -> None:
-    """RUN_B against RUN_A, per trainer run and metric: the relative difference with its 95% confidence interval
-    and p-value, on block means of each run's window plus the run-to-run variation measured from repeated runs,
-    with Holm's correction over all rows; a warning when the two runs' environments or settings differ, and for
-    every trainer launch of one run with none of the same step and label in the other (a step added, renamed or
-    failed: not compared); RUN_A and RUN_B one directory (two paths to it) is compared, with a warning and a line
-    saying so. A CI gate: exit 1 when a metric regresses significantly beyond the noise floor, else 0 (2: invalid
-    input)."""
+    """RUN_B against RUN_A, per trainer run and metric: the relative difference with its 95% confidence interval and
+    p-value, on block means of each run's window plus the run-to-run variation measured from repeated runs, with
+    Holm's correction over all rows; a warning when the two runs' environments or settings differ, and for every
+    trainer launch of one run with none of the same step and label in the other (a step added, renamed or failed: not
+    compared); RUN_A and RUN_B one directory (two paths to it) is compared, with a warning and a line saying so. A CI
+    gate: exit 1 when a metric regresses significantly beyond the noise floor, else 0 (2: invalid input)."""
     out, lines = _call(compare_run_dirs, run_a, run_b, noise)
-    if decode(PerformanceAnalysis, out, "compare").same_run:  # allowed (a probe of the statistics: nothing may come out significant), never unsaid
+    if decode(PerformanceAnalysis, out, "compare").same_run:  # allowed (a probe of the statistics), never unsaid
         _warn(f"{run_a} and {run_b} are one run directory: it is compared with itself, every change is 0 by "
               "construction")
     if as_json:
@@ -237,12 +214,10 @@ def compare(run_a: Path = typer.Argument(..., metavar="RUN_A", help="baseline ru
 
 
 @app.command("list")
-def list_(runbooks_dir: Optional[Path] = typer.Option(None, "--runbooks", metavar="DIR", help="where runbooks live "
-                                                      "(default runbooks; a directory given that is not there: "
-                                                      "exit 2)"),
-          runs_dir: Optional[Path] = typer.Option(None, "--runs", metavar="DIR", help="where runs live (default "
-                                                  f"{DEFAULT_RUNS}; a directory given that is not there: exit 2)")
-          ) -> None:
+def list_(runbooks_dir: Optional[Path] = typer.Option(None, "--runbooks", metavar="DIR", help=(
+              "where runbooks live (default runbooks; a directory given that is not there: exit 2)")),
+          runs_dir: Optional[Path] = typer.Option(None, "--runs", metavar="DIR", help=(
+              f"where runs live (default {DEFAULT_RUNS}; a directory given that is not there: exit 2)"))) -> None:
     """Runbooks available, and past runs with their verdicts."""
     runbooks_dir, runs_dir = _call(listing_dirs, runbooks_dir, runs_dir)
     print_table(console, ("file", "name", "description"), list_runbooks(runbooks_dir), title="runbooks")

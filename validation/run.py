@@ -88,6 +88,15 @@ class RunRequest:
                            skip=self.skip, overrides=self.overrides, reuse=self.reuse, against=self.against,
                            no_report=self.no_report)
 
+    def interrupt_text(self, exc: BaseException, began: bool) -> str:
+        """What an interrupt `exc` says on stderr when the run's own handling did not (a run that `began` says what it
+        kept itself); before it began, while the runbook and its files were checked, nothing was launched or saved."""
+        how = interrupts.describe(exc)
+        if began:
+            return f"interrupted ({how})"
+        return f"interrupted ({how}) before the run began: nothing was launched or saved; run it again with " \
+               f"{self.command()}"
+
 
 @dataclass(frozen=True)
 class RunOutcome:

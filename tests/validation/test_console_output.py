@@ -15,7 +15,8 @@ from rich.console import Console
 
 from validation import cli
 from validation import kinds as step_kinds
-from validation.report.console import make_console, print_line, print_table, table_lines
+from validation.report.console import make_console, print_line, print_summary, print_table, table_lines
+from validation.report.view import CONSOLE_ACCEPTANCE_COLUMNS, console_summary
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).parent / "fixtures" / "results_example.json"
@@ -68,7 +69,7 @@ def test_print_table_on_a_terminal_folds_instead_of_cutting():
     assert "".join(column).replace(" ", "") == LONG.replace(" ", "")  # folded, every character kept
 
 
-def test_run_summary_is_whole_when_not_a_terminal(monkeypatch):
+def test_run_summary_is_whole_when_not_a_terminal():
     results = json.loads(FIXTURE.read_text(encoding="utf-8"))
     results["acceptance"][6]["actual"] = LONG + " = False"
     results["steps"]["baseline"]["metrics"]["context"] = {"seq_len": 256, "micro_batch": 4, "accum": 1,
@@ -78,8 +79,8 @@ def test_run_summary_is_whole_when_not_a_terminal(monkeypatch):
     console = make_console()
     console.file = out  # a pipe: not a terminal
     assert not console.is_terminal
-    monkeypatch.setattr(cli, "console", console)
-    cli._print_summary(results, Path("/tmp/run"), [])
+    print_summary(console, CONSOLE_ACCEPTANCE_COLUMNS, *console_summary(results, Path("/tmp/run"), []),
+                  title="acceptance")  # what `run` prints at its end
     lines = out.getvalue().splitlines()
     assert "…" not in out.getvalue()
     for crit in results["acceptance"]:  # one line per criterion, name, target and actual whole

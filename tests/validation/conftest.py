@@ -18,8 +18,22 @@ def run_cli(*args, timeout: float = 900, env: dict[str, str] | None = None) -> s
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("NSA_")}
     full_env.update(env or {})
     full_env["COLUMNS"] = "200"
-    return subprocess.run([sys.executable, "-m", "validation.cli", *map(str, args)], cwd=REPO, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    argv = [sys.executable, "-m", "validation.cli", *map(str, args)]
+    with subprocess.Popen(argv, cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # SIGTERM first: the CLI ends every process it launched (a SIGKILL would leave its trainers running,
+            # loading the machine under the tests after this one), then says what it kept
+            proc.terminate()
+            try:
+                out, err = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(argv, timeout, output=out, stderr=err) from None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 @pytest.fixture(scope="session")

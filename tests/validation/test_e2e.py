@@ -42,7 +42,10 @@ defaults:
 @pytest.fixture(scope="module")
 def smoke(cli, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("smoke") / "run"
-    proc = cli("run", "runbooks/cpu_smoke.yaml", "--out", run_dir)
+    # retry_disturbed 0: beside the other xdist worker the machine stays busy for the whole run, so an A/B or sweep
+    # repeat run again would be disturbed again; the retries (tests/validation/kinds/test_retry_disturbed.py) only
+    # doubled those steps here, past the timeout on a slow machine. The timeout is the CLI's own wall time.
+    proc = cli("run", "runbooks/cpu_smoke.yaml", "--out", run_dir, "--set", "defaults.retry_disturbed=0", timeout=2400)
     return run_dir, proc
 
 

@@ -37,7 +37,9 @@ time_to_first_step_s, peak_mem_gb, exponent_to_next}], "noise_source" (repeats |
 "launch_sd" (the launch pair's sd the noise is held to: the declared one, or the measured one's x sqrt 2), "runs",
 "passed". "cliff" is true, false, or null when inconclusive (a pair,
 marked "inconclusive", significant on one run's block noise alone with no declared launch noise); "cliff_localised"
-is then null too.
+is then null too. The step's "interference" (validation.analysis.interference.decision_record): not disturbed when
+the runs other work disturbed were left out and every point still has an undisturbed one; disturbed (what reads its
+speed figures inconclusive) when a point has only disturbed runs.
 Options: the keys above. Result: the step record (validation.results.run.Step: runs, a LaunchRun each with its
 "source" scan or bisect, run order, ...) with these metrics as the Metrics record: what run() returns, built from
 the LaunchRun records run_all gives and the analysis's records (Fit, Pair, Bisection), and what the report hooks read
@@ -54,7 +56,7 @@ from validation import kinds
 from validation.launch.spec import safe_name
 from validation.formatting import file_name, finite, fmt_gb, fmt_num, rate_with_mfu
 from validation.runbook.schema import REPEATS_MAX, mapping, setting_key, typed
-from validation.analysis.interference import run_disturbed
+from validation.analysis.interference import decision_record, run_disturbed
 from validation.analysis.metrics import window_mean
 from validation.analysis.significance import PairNoise, StatsError
 from validation.kinds.base import KeyFigure
@@ -239,7 +241,12 @@ class Scan(TrainerKind):
             status, reason = "failed", exponent_reason
         else:
             status, reason = "passed", None
-        return dataclasses.replace(frame, status=status, reason=reason, metrics=m, runs=every)
+        # its figures left the disturbed runs out: they stand when every point measured keeps an undisturbed run
+        # (a point only disturbed runs measured is missing from the exponent, the cliffs and the bisection, and may
+        # hide a cliff: the step stays disturbed, its criteria inconclusive)
+        whole = all(p.passed == 0 or (p.disturbed or 0) < p.passed for p in m.points)
+        return dataclasses.replace(frame, status=status, reason=reason, metrics=m, runs=every,
+                                   interference=decision_record(encode(StepRecord(runs=every)), conclusive=whole))
 
     def summary_line(self, result: Result) -> str:
         m = self.read(result).metrics

@@ -78,9 +78,9 @@ def test_importance_matches_float64_and_the_one_tile_kernel(importance, case, lo
     torch.testing.assert_close(got.double(), ref.double(), rtol=1e-5, atol=1e-5 * max(1.0, ref.abs().max().item()))
     assert torch.equal(got, tile)
     # a chunk of rows in the middle of the sequence: the loop's rows are offset by row0. Its row tiles start at lo, not
-    # at a multiple of the tile: equal but for the last bits (under Triton 3.9's interpreter a row's dots round by
-    # where the row sits in its tile), as the compiled model's chunk test below allows; a wrong row0 moves whole rows
-    # (errors of the importance's size)
+    # at a multiple of the tile: equal but for the last bits (the interpreter's dots are numpy matmuls, and OpenBLAS
+    # rounds a row by where it sits in the matrix on some CPUs: a few ulps on a 2-core AMD EPYC), as the compiled
+    # model's chunk test below allows; a wrong row0 moves whole rows (errors of the importance's size)
     lo, hi = s // 3, s // 3 + max(1, s // 2)
     part = ts.block_importance(q, k, lse, l, d, l_sel, start=lo, stop=hi)
     torch.testing.assert_close(part, tile[:, :, lo:hi], rtol=1e-5, atol=1e-6 * max(1.0, tile.abs().max().item()))

@@ -58,7 +58,7 @@ import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
-from validation.formatting import as_dict, context_text, finite, params_text
+from validation.formatting import as_dict, context_text, finite, fmt_num, params_text
 from validation.kinds.blocks import Block
 from validation.launch.slurm import SlurmOptions
 from validation.launch.spec import PLAN_RUN_DIR, LaunchSpec, safe_name
@@ -155,15 +155,25 @@ def effect_of(comp: ComparisonRecord | Mapping[str, Any], without: str, with_: s
                   verdict=str(c.verdict) if c.verdict else None, ignored=ignored)
 
 
+# A run's params that set how long it measures, not what it runs: an A/B variant that runs more steps (a faster one,
+# so that its window lasts about as long) differs in them, yet they are no setting to adopt or recommend
+LENGTH_PARAMS = {"args.steps": "steps"}
+
+
 def run_side(step: StepRecord, label: Any) -> str:
     """What a run of a multi-run step (its record) ran, for a sentence: its params ("NSA_X=1 (fused)"), else its
-    label."""
+    label; a run length among other params after the label ("NSA_X=1 (fused, 40 steps)": LENGTH_PARAMS)."""
     params = next((r.params for r in step.runs if r.label == label and r.params), None)
     points = (step.decision.points if step.decision is not None else None) or {}
-    params = params or as_dict(points.get(label) if isinstance(label, str) else None)  # JSON keys are text
-    text = params_text(params) if params else None
-    if text and str(label) not in text:
-        return f"{text} ({label})"
+    params = as_dict(params or as_dict(points.get(label) if isinstance(label, str) else None))  # JSON keys are text
+    settings = {k: v for k, v in params.items() if k not in LENGTH_PARAMS}
+    lengths = [f"{fmt_num(v)} {LENGTH_PARAMS[k]}" for k, v in params.items() if k in LENGTH_PARAMS]
+    if not settings:  # the run length is all that differs: it is the setting
+        settings, lengths = params, []
+    text = params_text(settings) if settings else None
+    names = ([str(label)] if text and str(label) not in text else []) + lengths
+    if text and names:
+        return f"{text} ({', '.join(names)})"
     return text or str(label)
 
 

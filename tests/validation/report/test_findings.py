@@ -69,6 +69,19 @@ def test_the_key_finding_is_the_largest_significant_with_and_without_effect(resu
     assert "With and without, measured in this run" in html and "26,310.3" in html
 
 
+def test_a_variant_that_runs_more_steps_names_its_setting_and_says_its_length_apart(results):
+    """cpu_smoke's batched prefill runs 40 steps against the baseline's 10 (so its window lasts about as long): the
+    finding names the setting, NSA_PREFILL_BATCHED=1, with the run length beside its label, never "args.steps=40" as
+    if it were a setting that mattered."""
+    res = _with_prefill(results)
+    res["steps"]["prefill"]["runs"][1]["params"]["args.steps"] = 40
+    text = findings.key_finding(findings.comparisons(res))["text"]
+    assert "NSA_PREFILL_BATCHED=1 (batched, 40 steps)" in text and "args.steps" not in text
+    md = render(res, "md")
+    assert "args.steps=40" not in md.split("## Acceptance Criteria")[0].split("## Performance Analysis")[1]
+    assert "Key finding: NSA_PREFILL_BATCHED=1 (batched, 40 steps)" in md.split("## Conclusion")[1]
+
+
 def test_no_significant_effect_is_said_and_an_ignored_setting_is_never_a_finding(results):
     res = _with_prefill(results, significant=False)
     fused = res["steps"]["fused_adamw"]

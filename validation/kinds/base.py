@@ -165,7 +165,7 @@ def run_side(step: StepRecord, label: Any) -> str:
     label; a run length among other params after the label ("NSA_X=1 (fused, 40 steps)": LENGTH_PARAMS)."""
     params = next((r.params for r in step.runs if r.label == label and r.params), None)
     points = (step.decision.points if step.decision is not None else None) or {}
-    params = as_dict(params or as_dict(points.get(label) if isinstance(label, str) else None))  # JSON keys are text
+    params = as_dict(params) or as_dict(points.get(label) if isinstance(label, str) else None)  # JSON keys are text
     settings = {k: v for k, v in params.items() if k not in LENGTH_PARAMS}
     lengths = [f"{fmt_num(v)} {LENGTH_PARAMS[k]}" for k, v in params.items() if k in LENGTH_PARAMS]
     if not settings:  # the run length is all that differs: it is the setting

@@ -361,7 +361,7 @@ def _slurm_runbook(tmp_path, steps: int) -> Path:
         name: slurm_resume
         defaults:
           config: {ROOT / 'configs/tiny_cpu.yaml'}
-          env: {{NSA_TB_DISABLE: "1"}}
+          env: {{NSA_TB_DISABLE: "1", OMP_NUM_THREADS: "1"}}  # both nodes share this machine's cores
           args: {{ddp: 1, steps: {steps}, save_every: 100000}}
           launcher: slurm
           nnodes: 2

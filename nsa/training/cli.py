@@ -21,6 +21,7 @@ process by SIGINT (130 in a shell), status.json "terminated", no checkpoint of t
 from __future__ import annotations
 
 import argparse
+import atexit
 import errno
 import logging
 import os
@@ -159,8 +160,28 @@ def main(argv: list[str] | None = None) -> int:
         distributed.shutdown(synchronize=together)
 
 
-def console_main() -> None:  # console script `nsa-train`
-    sys.exit(main())
+def console_main() -> None:  # console script `nsa-train`, and `python -m nsa.training`
+    code = main()
+    if "torch" in sys.modules:
+        exit_without_teardown(code)
+    sys.exit(code)
+
+
+def exit_without_teardown(code: int) -> None:
+    """End the process with `code` as sys.exit would, but without the interpreter's teardown: with torch (and the
+    torch._dynamo the optimizer imports) loaded, freeing every module's objects took 0.7-0.8 s of a core per process
+    on a 2-core CPU machine, after the run's last record, in every rank of every launch. Everything the run writes
+    is closed by then (Trainer._close, the heartbeat, distributed.shutdown); the atexit handlers run (logging's
+    flush among them) and both standard streams are flushed before the process ends."""
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed or broken stream: nothing more can reach it
+                pass
+        os._exit(int(code or 0))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import copy
 import errno
 import json
 import math
+import random
 import re
 import time
 import warnings
@@ -595,8 +596,23 @@ cells = st.one_of(st.sampled_from(CELLS), st.integers(-10**6, 10**6).map(str), s
                   st.text(max_size=4))
 
 
+# A well-formed row's values: a third of them values a reader must cope with, the others numbers, a few of them at the
+# edges of their range. From one generator per file, seeded by hypothesis: drawing each of these cells through
+# hypothesis took 80% of test_csv_random_files' time (94 of 114 s), for values no reader looks at one by one.
+GOOD_SPECIALS = ("", "nan", "inf", "1e308", "-1.7e308")
+GOOD_EDGES = (0.0, 1.0, 0.5, 1e6, 999999.9999999999, 5e-324, 2.2250738585072014e-308)
+
+
+def good_cell(rng: random.Random) -> str:
+    pick = rng.random()
+    if pick < 1 / 3:
+        return rng.choice(GOOD_SPECIALS)
+    return repr(rng.choice(GOOD_EDGES) if pick < 0.45 else rng.uniform(0, 1e6))
+
+
 @st.composite
 def csv_files(draw) -> bytes:
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
     header = list(HEADER)
     for _ in range(draw(st.sampled_from((0, 0, 0, 1, 2)))):
         op = draw(st.sampled_from(("drop", "extra", "mfu", "dup", "shuffle", "rename")))
@@ -618,9 +634,7 @@ def csv_files(draw) -> bytes:
         kind = draw(st.sampled_from(("good", "good", "good", "good", "cells", "short", "blank", "dup")))
         if kind == "good":
             step += draw(st.sampled_from((1, 1, 1, 0, -1, 10)))
-            row = [str(step)] + [draw(st.one_of(st.floats(0, 1e6).map(repr), st.floats(0, 1e6).map(repr),
-                                                st.sampled_from(("", "nan", "inf", "1e308", "-1.7e308"))))
-                                 for _ in header[1:]]
+            row = [str(step)] + [good_cell(rng) for _ in header[1:]]
         elif kind == "cells":
             row = [draw(cells) for _ in header]
         elif kind == "short":

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from validation.analysis import plausibility
 from validation.analysis.plausibility import implausible, implausible_reads, peak_ceiling
 from validation.execution.acceptance import evaluate, recommendations
 from validation.execution.evidence import runs_implausible
@@ -189,3 +190,24 @@ def test_a_step_time_of_zero_is_outside_its_range():
         rng = range_of(name)
         assert rng is not None and not rng.holds(0.0) and rng.holds(1e-6), name
     assert range_of("summary.comm_time_s").holds(0.0)  # no communication at all (one rank) is a time of 0
+
+
+def test_every_declared_range_is_found_for_a_figure_at_its_pattern_and_only_there():
+    """_range_for looks a path up among the patterns of its length and last key (plausibility._by_end): for every
+    declared pattern a figure there ("<i>" an index, "<label>" a name) gets the first range declared for it (as a
+    scan of every range in order finds it), and a figure one key longer or with another last key gets none of them."""
+    def first_declared(path):
+        for r in plausibility.RANGES:
+            parts = r.pattern.split(".")
+            if len(parts) == len(path) and all(plausibility._matches(p, k) for p, k in zip(parts, path)):
+                return r
+        return None
+
+    for r in plausibility.RANGES:
+        path = tuple(3 if p == "<i>" else "gpu0" if p == "<label>" else p for p in r.pattern.split("."))
+        found, declared = plausibility._range_for(path), first_declared(path)
+        # (a ceiling may tighten the range found: peak, CPU and bandwidth ceilings; its pattern stays)
+        assert found is not None and found.pattern == declared.pattern and found.low >= declared.low, r.pattern
+        for other in (path + ("x",), path[:-1] + ("not_a_figure",)):
+            assert plausibility._range_for(other) == first_declared(other) is None, other
+

@@ -35,16 +35,19 @@ print("printed before the end")
 """
 
 
-def _run(end: str, torch: bool = True, thread: bool = False, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED" and not k.startswith("NSA_")}
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+def run_probe(end: str, *args: str, torch: bool = True, thread: bool = False,
+              env: dict | None = None) -> subprocess.CompletedProcess:
+    """PROBE ending with the code `end` (sys.argv[1:] = args), in a process of its own; `env` added to this one's
+    (NSA_* and PYTHONUNBUFFERED left out). torch=False for code that imports the real torch itself."""
+    full = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED" and not k.startswith("NSA_")}
+    full["PYTHONPATH"] = str(REPO) + os.pathsep + full.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "-c", PROBE.format(torch=torch, thread=thread, end=end), *args], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=120)
+                          env={**full, **(env or {})}, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("code,status", [(0, 0), (3, 3), (None, 0), ("'a message'", 1)])
 def test_the_status_output_and_atexit_handlers_are_kept_and_the_teardown_skipped(code, status):
-    proc = _run(f"from nsa.process import exit_without_teardown\nexit_without_teardown({code})")
+    proc = run_probe(f"from nsa.process import exit_without_teardown\nexit_without_teardown({code})")
     assert proc.returncode == status, proc.stderr
     assert proc.stdout.splitlines() == ["printed before the end", "atexit handler ran"]
     assert "interpreter teardown" not in proc.stderr
@@ -55,7 +58,8 @@ def test_the_status_output_and_atexit_handlers_are_kept_and_the_teardown_skipped
 def test_without_torch_or_with_a_thread_running_it_is_sys_exit(torch, thread):
     """Without torch the teardown is short, so sys.exit; a thread still running (not a daemon) is waited for, as
     sys.exit waits for it, before the process ends (its line is printed)."""
-    proc = _run("from nsa.process import exit_without_teardown\nexit_without_teardown(5)", torch, thread)
+    proc = run_probe("from nsa.process import exit_without_teardown\nexit_without_teardown(5)", torch=torch,
+                     thread=thread)
     assert proc.returncode == 5, proc.stderr
     assert "interpreter teardown" in proc.stderr
     assert ("thread done" in proc.stdout.splitlines()) == thread and "atexit handler ran" in proc.stdout
@@ -67,8 +71,7 @@ def test_without_torch_or_with_a_thread_running_it_is_sys_exit(torch, thread):
 ], ids=["plan-exit-0", "bad-runbook-exit-2"])
 def test_nsa_validate_ends_through_it(args, status, said):
     """nsa-validate's main: typer's SystemExit ends the process without the teardown, its status kept."""
-    proc = _run("sys.argv = ['nsa-validate', *sys.argv[1:]]\nfrom validation.cli import main\nmain()", True, False,
-                *args)
+    proc = run_probe("sys.argv = ['nsa-validate', *sys.argv[1:]]\nfrom validation.cli import main\nmain()", *args)
     assert proc.returncode == status, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert said in proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1] == "atexit handler ran"

@@ -210,4 +210,3 @@ def test_every_declared_range_is_found_for_a_figure_at_its_pattern_and_only_ther
         assert found is not None and found.pattern == declared.pattern and found.low >= declared.low, r.pattern
         for other in (path + ("x",), path[:-1] + ("not_a_figure",)):
             assert plausibility._range_for(other) == first_declared(other) is None, other
-

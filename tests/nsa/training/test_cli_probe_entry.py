@@ -102,37 +102,23 @@ def test_ctrl_c_while_the_trainer_imports_torch_stops_it_before_anything_runs(tm
     assert not out.exists()
 
 
-# The trainer's process as `python -m nsa.training` runs it (console_main), with an object only the interpreter's
-# teardown frees and an atexit handler that prints; stdout block-buffered into a pipe (PYTHONUNBUFFERED unset).
-END_PROBE = """\
-import atexit, sys
-
-class FreedAtTeardown:
-    def __del__(self):
-        sys.stderr.write("interpreter teardown\\n")
-
-kept = FreedAtTeardown()
-atexit.register(lambda: print("atexit handler ran"))
-sys.argv = ["nsa-train", *sys.argv[1:]]
-from nsa.training.cli import console_main
-console_main()
-"""
-
-
 def test_the_process_ends_with_its_exit_code_and_every_line_but_without_the_interpreters_teardown(tmp_path):
     """With torch loaded, the interpreter's teardown took 0.7-0.8 s of a core after the run's last record, in every
-    rank of every launch: console_main ends the process without it (cli.exit_without_teardown). The exit code (3: a
-    non-finite loss) and everything the run printed survive it, the atexit handlers run, and its files are complete."""
+    rank of every launch: console_main ends the process without it (nsa.process.exit_without_teardown). The exit code
+    (3: a non-finite loss) and everything the run printed survive it, the atexit handlers run, and its files are
+    complete. The probe (tests/nsa/test_process_exit.py) holds an object only the teardown frees; stdout is
+    block-buffered into a pipe."""
     from nsa.training.trainer import EXIT_NONFINITE
+    from tests.nsa.test_process_exit import run_probe
 
     out = tmp_path / "out"
-    env = clean_env({"NSA_FAULT": "nan@2"})
-    env.pop("PYTHONUNBUFFERED", None)
-    proc = subprocess.run([sys.executable, "-c", END_PROBE, "--config", str(_small_config(tmp_path, 3)),
-                           "--out-dir", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = run_probe("sys.argv = ['nsa-train', *sys.argv[1:]]\nfrom nsa.training.cli import console_main\n"
+                     "console_main()", "--config", str(_small_config(tmp_path, 3)), "--out-dir", str(out),
+                     torch=False, env={"NSA_FAULT": "nan@2", "OMP_NUM_THREADS": "1"})
     assert proc.returncode == EXIT_NONFINITE, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
     lines = proc.stdout.splitlines()
-    assert lines[-1] == "atexit handler ran" and any("nonfinite at step 1: non-finite loss" in line for line in lines), lines[-5:]
+    assert lines[-1] == "atexit handler ran", lines[-5:]
+    assert any("nonfinite at step 1: non-finite loss" in line for line in lines), lines[-5:]
     assert "interpreter teardown" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert json.loads((out / "status.json").read_text())["status"] == "nonfinite"
     assert [row["step"] for row in read_csv(out / "training.csv")] == ["1"]

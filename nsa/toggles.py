@@ -127,6 +127,10 @@ TOGGLES: dict[str, Toggle] = {
         Toggle("NSA_TEST_NO_BOUNDS", "bool", False, "tests (kernels)",
                "1: the interpreted kernel tests run without the address check (nsa.attention.kernels.interpreter_check), "
                "to tell a fault of the check from one of a kernel.", affects_run=False),
+        Toggle("NSA_TEST_OVERFLOW_CHECK", "bool", False, "tests (kernels)",
+               "1: the interpreted kernel tests keep the interpreter's integer-overflow check of every 32-bit add, "
+               "sub and mul (tests/nsa/interpreter_speed.py: a third of an interpreted kernel's time, and asserted "
+               "only in the interpreter's debug mode).", affects_run=False),
         Toggle("NSA_FUZZ_COUNTS_OUT", "text", None, "tests (fuzz)",
                "A JSON file the fuzz tests merge the number of examples they tried into.", affects_run=False),
     )

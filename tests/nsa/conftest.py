@@ -28,16 +28,21 @@ NSA_ENV_VARS = tuple(name for name, toggle in TOGGLES.items() if toggle.affects_
 def _interpreter_address_check():
     """Through Triton's interpreter every kernel access is checked against its launch's tensors
     (nsa.attention.kernels.interpreter_check: a kernel's out-of-bounds access raises where it happens instead of
-    corrupting the heap);
-    NSA_TEST_NO_BOUNDS=1 turns the check off."""
-    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1" or \
-            toggles.parse("NSA_TEST_NO_BOUNDS"):
+    corrupting the heap); NSA_TEST_NO_BOUNDS=1 turns the check off. The interpreter runs without its own check of
+    every 32-bit add, sub and mul for overflow (NSA_TEST_OVERFLOW_CHECK=1 keeps it) and patches the language once per
+    launch, not again at each helper call (interpreter_speed.py says why both leave the tests' checks whole)."""
+    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1":
         yield
         return
     from nsa.attention.kernels import interpreter_check
+    from interpreter_speed import one_patch_per_launch, overflow_checks
 
-    with interpreter_check.checking():
-        yield
+    with overflow_checks(toggles.parse("NSA_TEST_OVERFLOW_CHECK")), one_patch_per_launch():
+        if toggles.parse("NSA_TEST_NO_BOUNDS"):
+            yield
+            return
+        with interpreter_check.checking():
+            yield
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,112 @@
+"""Two settings of Triton's interpreter that make the interpreted kernel tests faster without changing what a kernel
+computes or what the tests check (tests/nsa/conftest.py turns both on for the session where the kernels run through
+the interpreter).
+
+- `overflow_checks(False)`: the interpreter computes a check of every add, sub and mul of 32-bit (and narrower)
+  integers for overflow (InterpreterOptions.sanitize_overflow, on by default; a compiled kernel checks only with
+  debug=True): it redoes each operation in 64 bits and compares the result with the type's range, and then asserts
+  the comparison only where its options say debug, which they do not by default. So the check changes no result and
+  stops nothing; it took 36% of test_triton_layer's host-sync test (70 s against 45 s alone on the 2-core CI
+  machine). At the shapes the interpreter runs no offset comes near 2**31; one that did would wrap (numpy's int32)
+  to an address outside the launch's tensors, which nsa.attention.kernels.interpreter_check names.
+  NSA_TEST_OVERFLOW_CHECK=1 keeps it on.
+- `one_patch_per_launch()`: the interpreter patches triton.language (every builtin of tl, tl.core, tl.math and
+  tl.tensor, found with inspect.getmembers) at every launch and again at every call of a @triton.jit helper inside
+  the kernel (tl.sum and tl.zeros are such helpers), for every program of the grid; the inner patching finds every
+  builtin already patched and sets the same closures again (and is never undone: the launch's own restore puts the
+  originals back). Inside a launch that patched the same modules, it is skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from contextlib import contextmanager
+
+try:
+    import triton.language as tl
+    import triton.runtime.interpreter as _interp
+except ImportError:  # no triton: nothing to set
+    _interp = None
+
+
+def overflow_check_supported() -> bool:
+    """Whether this triton's interpreter has the overflow option that overflow_checks switches."""
+    builder = getattr(_interp, "interpreter_builder", None)
+    return hasattr(getattr(builder, "options", None), "sanitize_overflow")
+
+
+@contextmanager
+def overflow_checks(enabled: bool):
+    """The interpreter's integer-overflow check on or off for the block, restored after (a no-op where triton has no
+    such option)."""
+    if not overflow_check_supported():
+        yield
+        return
+    builder = _interp.interpreter_builder
+    saved = builder.options
+    builder.options = dataclasses.replace(saved, sanitize_overflow=enabled)
+    try:
+        yield
+    finally:
+        builder.options = saved
+
+
+def one_patch_supported() -> bool:
+    """Whether this triton's interpreter patches the language the way one_patch_per_launch expects: a module-level
+    _patch_lang(fn) returning a scope, called by GridExecutor.__call__ (a launch) and InterpretedFunction.__call__ (a
+    @triton.jit helper called inside the kernel)."""
+    return (_interp is not None and callable(getattr(_interp, "_patch_lang", None))
+            and hasattr(_interp, "_LangPatchScope") and hasattr(getattr(_interp, "GridExecutor", None), "__call__"))
+
+
+class _Launch:
+    running = False  # a GridExecutor call is under way
+    langs: frozenset | None = None  # ids of the language modules its own patch covered
+
+
+def _langs(fn) -> frozenset:
+    """The language modules a jit function sees (those _patch_lang patches for it)."""
+    return frozenset(id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core))
+
+
+@contextmanager
+def one_patch_per_launch():
+    """For the block, inside a launch, a call of _patch_lang for a function that sees no language module other than
+    those the launch has patched already returns an empty scope instead of patching again; every other call patches as
+    before (a helper of triton.language.standard, such as tl.sum, sees tl.core besides tl: its first call in a launch
+    patches tl.core, and the launch's later calls do not).
+    Restored after; a no-op where this triton's interpreter is not as expected."""
+    if not one_patch_supported() or getattr(_interp._patch_lang, "_one_patch", False):
+        yield
+        return
+    original_patch, original_call = _interp._patch_lang, _interp.GridExecutor.__call__
+
+    def patch_lang(fn):
+        if not _Launch.running:
+            return original_patch(fn)
+        langs = _langs(fn)
+        if _Launch.langs is None:  # the launch's own patch
+            _Launch.langs = langs
+            return original_patch(fn)
+        if langs <= _Launch.langs:
+            return _interp._LangPatchScope()
+        _Launch.langs |= langs  # patched now for the rest of the launch (the interpreter never restores this one)
+        return original_patch(fn)
+
+    def call(self, *args, **kwargs):
+        if _Launch.running:  # not expected: a launch inside a launch patches as before
+            return original_call(self, *args, **kwargs)
+        _Launch.running, _Launch.langs = True, None
+        try:
+            return original_call(self, *args, **kwargs)
+        finally:
+            _Launch.running, _Launch.langs = False, None
+
+    patch_lang._one_patch = True
+    patch_lang.original, call.original = original_patch, original_call  # for the tests that compare with them
+    _interp._patch_lang, _interp.GridExecutor.__call__ = patch_lang, call
+    try:
+        yield
+    finally:
+        _interp._patch_lang, _interp.GridExecutor.__call__ = original_patch, original_call

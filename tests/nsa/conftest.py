@@ -29,15 +29,16 @@ def _interpreter_address_check():
     """Through Triton's interpreter every kernel access is checked against its launch's tensors
     (nsa.attention.kernels.interpreter_check: a kernel's out-of-bounds access raises where it happens instead of
     corrupting the heap); NSA_TEST_NO_BOUNDS=1 turns the check off. The interpreter runs without its own check of
-    every 32-bit add, sub and mul for overflow (NSA_TEST_OVERFLOW_CHECK=1 keeps it) and patches the language once per
-    launch, not again at each helper call (interpreter_speed.py says why both leave the tests' checks whole)."""
+    every 32-bit add, sub and mul for overflow (NSA_TEST_OVERFLOW_CHECK=1 keeps it), patches the language once per
+    launch, not again at each helper call, and looks a type's numpy dtype up once (interpreter_speed.py says why
+    none of them changes what a kernel computes)."""
     if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1":
         yield
         return
     from nsa.attention.kernels import interpreter_check
-    from interpreter_speed import one_patch_per_launch, overflow_checks
+    from interpreter_speed import cached_np_dtypes, one_patch_per_launch, overflow_checks
 
-    with overflow_checks(toggles.parse("NSA_TEST_OVERFLOW_CHECK")), one_patch_per_launch():
+    with overflow_checks(toggles.parse("NSA_TEST_OVERFLOW_CHECK")), one_patch_per_launch(), cached_np_dtypes():
         if toggles.parse("NSA_TEST_NO_BOUNDS"):
             yield
             return

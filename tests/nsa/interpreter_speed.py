@@ -15,6 +15,8 @@ the interpreter).
   the kernel (tl.sum and tl.zeros are such helpers), for every program of the grid; the inner patching finds every
   builtin already patched and sets the same closures again (and is never undone: the launch's own restore puts the
   originals back). Inside a launch that patched the same modules, it is skipped.
+- `cached_np_dtypes()`: the interpreter's _get_np_dtype (the numpy dtype of a triton type, asked for at nearly every
+  operation) builds a dictionary of all 19 types at each call; the answer for a type name is looked up once.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from contextlib import contextmanager
+
+import numpy as np
 
 try:
     import triton.language as tl
@@ -110,3 +114,40 @@ def one_patch_per_launch():
         yield
     finally:
         _interp._patch_lang, _interp.GridExecutor.__call__ = original_patch, original_call
+
+
+def cached_np_dtypes_supported() -> bool:
+    return _interp is not None and callable(getattr(_interp, "_get_np_dtype", None))
+
+
+@contextmanager
+def cached_np_dtypes():
+    """For the block, the interpreter's _get_np_dtype answers from a cache keyed by the scalar type's name (pointers
+    and blocks of pointers: uint64, as it says; a block: its element type's); restored after, a no-op where this
+    triton has no such function."""
+    if not cached_np_dtypes_supported() or getattr(_interp._get_np_dtype, "_cached", False):
+        yield
+        return
+    original = _interp._get_np_dtype
+    uint64 = np.dtype(np.uint64)
+    cache: dict[str, np.dtype] = {}
+
+    def get_np_dtype(tt_dtype):
+        t = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+        if isinstance(t, tl.pointer_type):
+            return uint64
+        name = getattr(t, "name", None)
+        found = cache.get(name) if isinstance(name, str) else None
+        if found is None:
+            found = original(tt_dtype)
+            if isinstance(name, str):
+                cache[name] = found
+        return found
+
+    get_np_dtype._cached = True
+    get_np_dtype.original = original
+    _interp._get_np_dtype = get_np_dtype
+    try:
+        yield
+    finally:
+        _interp._get_np_dtype = original

@@ -140,12 +140,38 @@ def test_one_patch_per_launch_computes_and_leaves_the_language_as_the_interprete
     assert one["patches"] < own["patches"] / 3, (one["patches"], own["patches"])
 
 
+def test_the_cached_numpy_dtypes_are_the_interpreters_own():
+    """Every scalar type the interpreter maps, alone, as a block's element and behind a pointer (alone and as a
+    block's element), asked for twice: the cached answer is the interpreter's own; a type it has no numpy dtype for
+    is refused as it refuses it."""
+    speed = _speed()
+    if not speed.cached_np_dtypes_supported():
+        pytest.skip("this triton's interpreter has no _get_np_dtype")
+    assert getattr(_interp._get_np_dtype, "_cached", False), "the session runs with the cache"
+    cached, original = _interp._get_np_dtype, _interp._get_np_dtype.original
+    scalars = [tl.int1, tl.int8, tl.uint8, tl.int16, tl.uint16, tl.int32, tl.uint32, tl.int64, tl.uint64, tl.float16,
+               tl.bfloat16, tl.float32, tl.float64, tl.float8e5, tl.float8e4nv]
+    types = [t for s in scalars for t in (s, tl.block_type(s, [4, 2]), tl.pointer_type(s),
+                                          tl.block_type(tl.pointer_type(s), [8]))]
+    for _ in range(2):
+        for t in types:
+            assert cached(t) == original(t), t
+    assert {str(cached(s)) for s in scalars} >= {"bool", "int8", "uint16", "float32", "float64"}
+    assert cached(tl.pointer_type(tl.float32)) == np.dtype(np.uint64) == cached(tl.block_type(tl.pointer_type(
+        tl.int8), [2]))
+    with pytest.raises(KeyError):
+        original(tl.void)
+    with pytest.raises(KeyError):
+        cached(tl.void)
+
+
 def test_both_settings_are_on_for_this_session():
     _speed()
     if toggles.parse("NSA_TEST_OVERFLOW_CHECK"):
         pytest.skip("NSA_TEST_OVERFLOW_CHECK=1 keeps the overflow check on")
     assert _interp.interpreter_builder.options.sanitize_overflow is False
     assert getattr(_interp._patch_lang, "_one_patch", False)
+    assert getattr(_interp._get_np_dtype, "_cached", False) or not interpreter_speed.cached_np_dtypes_supported()
 
 
 if __name__ == "__main__":  # the probe of the one-patch test, in a process of its own

@@ -1,12 +1,12 @@
-"""Two settings of Triton's interpreter that make the interpreted kernel tests faster without changing what a kernel
-computes or what the tests check (tests/nsa/conftest.py turns both on for the session where the kernels run through
-the interpreter).
+"""Three settings of Triton's interpreter that make the interpreted kernel tests faster without changing what a kernel
+computes or what the tests check (tests/nsa/conftest.py turns all three on for the session where the kernels run
+through the interpreter).
 
 - `overflow_checks(False)`: the interpreter computes a check of every add, sub and mul of 32-bit (and narrower)
   integers for overflow (InterpreterOptions.sanitize_overflow, on by default; a compiled kernel checks only with
   debug=True): it redoes each operation in 64 bits and compares the result with the type's range, and then asserts
   the comparison only where its options say debug, which they do not by default. So the check changes no result and
-  stops nothing; it took 36% of test_triton_layer's host-sync test (70 s against 45 s alone on the 2-core CI
+  stops nothing; it took 36% of test_triton_layer's host-sync test (70 s against 45 s alone on the slower 2-core
   machine). At the shapes the interpreter runs no offset comes near 2**31; one that did would wrap (numpy's int32)
   to an address outside the launch's tensors, which nsa.attention.kernels.interpreter_check names.
   NSA_TEST_OVERFLOW_CHECK=1 keeps it on.

@@ -1,9 +1,9 @@
-"""tests/nsa/interpreter_speed.py (the two interpreter settings every interpreted kernel test runs under,
+"""tests/nsa/interpreter_speed.py (the three interpreter settings every interpreted kernel test runs under,
 tests/nsa/conftest.py): an int32 product that overflows wraps as numpy's int32 does with the overflow check on or
 off (its assertion fires only in the interpreter's debug mode, where it stops the kernel); with one patch per launch
 a kernel calling @triton.jit helpers (its own and triton.language.standard's) computes what it computes with the
-interpreter's own patching, leaves triton.language as that does, and patches the language fewer times; both settings
-are on for this session."""
+interpreter's own patching, leaves triton.language as that does, and patches the language fewer times; every numpy
+dtype answered from the cache is the interpreter's own; all three settings are on for this session."""
 
 import contextlib
 import dataclasses
@@ -165,7 +165,7 @@ def test_the_cached_numpy_dtypes_are_the_interpreters_own():
         cached(tl.void)
 
 
-def test_both_settings_are_on_for_this_session():
+def test_the_settings_are_on_for_this_session():
     _speed()
     if toggles.parse("NSA_TEST_OVERFLOW_CHECK"):
         pytest.skip("NSA_TEST_OVERFLOW_CHECK=1 keeps the overflow check on")

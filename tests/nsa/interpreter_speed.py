@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from contextlib import contextmanager
+from unittest import mock
 
 import numpy as np
 
@@ -48,12 +49,8 @@ def overflow_checks(enabled: bool):
         yield
         return
     builder = _interp.interpreter_builder
-    saved = builder.options
-    builder.options = dataclasses.replace(saved, sanitize_overflow=enabled)
-    try:
+    with mock.patch.object(builder, "options", dataclasses.replace(builder.options, sanitize_overflow=enabled)):
         yield
-    finally:
-        builder.options = saved
 
 
 def one_patch_supported() -> bool:
@@ -69,9 +66,16 @@ class _Launch:
     langs: frozenset | None = None  # ids of the language modules its own patch covered
 
 
+_LANGS: dict = {}  # {function: _langs(function)}: a kernel's helpers are called at every program of every launch
+
+
 def _langs(fn) -> frozenset:
-    """The language modules a jit function sees (those _patch_lang patches for it)."""
-    return frozenset(id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core))
+    """The language modules a jit function sees (those _patch_lang patches for it), found once per function."""
+    found = _LANGS.get(fn)
+    if found is None:
+        found = _LANGS[fn] = frozenset(id(v) for v in fn.__globals__.values()
+                                       if inspect.ismodule(v) and v in (tl, tl.core))
+    return found
 
 
 @contextmanager
@@ -109,14 +113,13 @@ def one_patch_per_launch():
 
     patch_lang._one_patch = True
     patch_lang.original, call.original = original_patch, original_call  # for the tests that compare with them
-    _interp._patch_lang, _interp.GridExecutor.__call__ = patch_lang, call
-    try:
+    with mock.patch.object(_interp, "_patch_lang", patch_lang), \
+            mock.patch.object(_interp.GridExecutor, "__call__", call):
         yield
-    finally:
-        _interp._patch_lang, _interp.GridExecutor.__call__ = original_patch, original_call
 
 
 def cached_np_dtypes_supported() -> bool:
+    """Whether this triton's interpreter has the _get_np_dtype that cached_np_dtypes caches."""
     return _interp is not None and callable(getattr(_interp, "_get_np_dtype", None))
 
 
@@ -146,8 +149,5 @@ def cached_np_dtypes():
 
     get_np_dtype._cached = True
     get_np_dtype.original = original
-    _interp._get_np_dtype = get_np_dtype
-    try:
+    with mock.patch.object(_interp, "_get_np_dtype", get_np_dtype):
         yield
-    finally:
-        _interp._get_np_dtype = original

@@ -166,10 +166,9 @@ def test_the_cached_numpy_dtypes_are_the_interpreters_own():
 
 
 def test_the_settings_are_on_for_this_session():
+    """(NSA_TEST_OVERFLOW_CHECK=1 keeps the overflow check on.)"""
     _speed()
-    if toggles.parse("NSA_TEST_OVERFLOW_CHECK"):
-        pytest.skip("NSA_TEST_OVERFLOW_CHECK=1 keeps the overflow check on")
-    assert _interp.interpreter_builder.options.sanitize_overflow is False
+    assert _interp.interpreter_builder.options.sanitize_overflow == bool(toggles.parse("NSA_TEST_OVERFLOW_CHECK"))
     assert getattr(_interp._patch_lang, "_one_patch", False)
     assert getattr(_interp._get_np_dtype, "_cached", False) or not interpreter_speed.cached_np_dtypes_supported()
 

@@ -30,15 +30,17 @@ def _interpreter_address_check():
     (nsa.attention.kernels.interpreter_check: a kernel's out-of-bounds access raises where it happens instead of
     corrupting the heap); NSA_TEST_NO_BOUNDS=1 turns the check off. The interpreter runs without its own check of
     every 32-bit add, sub and mul for overflow (NSA_TEST_OVERFLOW_CHECK=1 keeps it), patches the language once per
-    launch, not again at each helper call, and looks a type's numpy dtype up once (interpreter_speed.py says why
-    none of them changes what a kernel computes)."""
+    launch, not again at each helper call, looks a type's numpy dtype up once, and computes the xor reductions of
+    tl.sort and the index build's segmented count with numpy (interpreter_speed.py says why none of them changes what
+    a kernel computes)."""
     if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1":
         yield
         return
     from nsa.attention.kernels import interpreter_check
-    from interpreter_speed import cached_np_dtypes, one_patch_per_launch, overflow_checks
+    from interpreter_speed import cached_np_dtypes, one_patch_per_launch, overflow_checks, vectorized_combines
 
-    with overflow_checks(toggles.parse("NSA_TEST_OVERFLOW_CHECK")), one_patch_per_launch(), cached_np_dtypes():
+    with overflow_checks(toggles.parse("NSA_TEST_OVERFLOW_CHECK")), one_patch_per_launch(), cached_np_dtypes(), \
+            vectorized_combines():
         if toggles.parse("NSA_TEST_NO_BOUNDS"):
             yield
             return

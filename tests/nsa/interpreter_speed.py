@@ -1,5 +1,5 @@
-"""Three settings of Triton's interpreter that make the interpreted kernel tests faster without changing what a kernel
-computes or what the tests check (tests/nsa/conftest.py turns all three on for the session where the kernels run
+"""Four settings of Triton's interpreter that make the interpreted kernel tests faster without changing what a kernel
+computes or what the tests check (tests/nsa/conftest.py turns all four on for the session where the kernels run
 through the interpreter).
 
 - `overflow_checks(False)`: the interpreter computes a check of every add, sub and mul of 32-bit (and narrower)
@@ -17,6 +17,14 @@ through the interpreter).
   originals back). Inside a launch that patched the same modules, it is skipped.
 - `cached_np_dtypes()`: the interpreter's _get_np_dtype (the numpy dtype of a triton type, asked for at nearly every
   operation) builds a dictionary of all 19 types at each call; the answer for a type name is looked up once.
+- `vectorized_combines()`: a reduction or scan whose combine function the interpreter has no numpy path for runs
+  element by element in Python, calling the combine function on scalar tensors (ReduceOps.generic_reduce,
+  ScanOps.generic_scan). Two such functions run in the suite's kernels: triton.language.standard's xor (tl.xor_sum,
+  which tl.sort's bitonic network calls at each of its compare-and-swap rounds: 66 reductions over 2,048 elements for
+  one sort of 2,048) and the index build's segmented count (nsa.attention.kernels.selected_attn.index._run_count).
+  Both are computed with numpy over the whole block instead: an xor is exact in any order, and the count is the
+  interpreter's own sequential recurrence in integer arithmetic that wraps as the loop's does. The xor reductions were
+  a fifth of test_triton_selected's profile.
 """
 
 from __future__ import annotations
@@ -150,4 +158,70 @@ def cached_np_dtypes():
     get_np_dtype._cached = True
     get_np_dtype.original = original
     with mock.patch.object(_interp, "_get_np_dtype", get_np_dtype):
+        yield
+
+
+def vectorized_combines_supported() -> bool:
+    """Whether this triton's interpreter runs custom combines through ReduceOps.generic_reduce and
+    ScanOps.generic_scan, and has the xor combine that vectorized_combines replaces."""
+    return (_interp is not None and callable(getattr(getattr(_interp, "ReduceOps", None), "generic_reduce", None))
+            and callable(getattr(getattr(_interp, "ScanOps", None), "generic_scan", None))
+            and hasattr(tl.standard, "_xor_combine"))
+
+
+def _xor_reduce(data: np.ndarray, axis: int) -> np.ndarray:
+    return np.bitwise_xor.reduce(data, axis=axis)
+
+
+def _run_count_scan(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The scan of _run_count over 1-D blocks as the interpreter's loop computes it: out[0] = (k[0], c[0]), out[i] =
+    (k[i], c[i] + (out[i-1]'s key == k[i] ? out[i-1]'s count : 0)); the key carried is each element's own, so the
+    count restarts wherever the key differs from the one before it. Cumulative sums in the counts' own dtype (they
+    wrap as the loop's additions do; the differences undo the wrap exactly)."""
+    start = np.ones(keys.shape, dtype=bool)
+    start[1:] = keys[1:] != keys[:-1]
+    total = np.cumsum(counts, dtype=counts.dtype)
+    before = (total - counts)[np.flatnonzero(start)]  # the sum of everything before each run
+    return keys.copy(), total - before[np.cumsum(start) - 1]
+
+
+def _scan_combines() -> list[tuple]:
+    """[(combine function, its numpy scan over (keys, counts))]: the index build's _run_count (imported here, where
+    the kernels are already imported under the interpreter)."""
+    from nsa.attention.kernels.selected_attn import index
+
+    return [(index._run_count, _run_count_scan)]
+
+
+@contextmanager
+def vectorized_combines():
+    """For the block, ReduceOps.generic_reduce over tl.standard's xor along one axis, and ScanOps.generic_scan of
+    _run_count over 1-D blocks (keys, counts), compute with numpy; every other reduction and scan runs the
+    interpreter's loop as before. Restored after; a no-op where this triton's interpreter is not as expected."""
+    if not vectorized_combines_supported() or getattr(_interp.ReduceOps.generic_reduce, "_vectorized", False):
+        yield
+        return
+    original_reduce, original_scan = _interp.ReduceOps.generic_reduce, _interp.ScanOps.generic_scan
+    scans = _scan_combines()
+
+    def generic_reduce(self, input):
+        if (self.combine_fn is not tl.standard._xor_combine or len(input) != 1 or self.axis is None
+                or not 0 <= self.axis < input[0].handle.data.ndim):
+            return original_reduce(self, input)
+        out = _xor_reduce(input[0].handle.data, self.axis)
+        if self.keep_dims:
+            out = np.expand_dims(out, self.axis)
+        return [self.to_tensor(out, input[0].dtype)]
+
+    def generic_scan(self, input):
+        scan = next((numpy_scan for fn, numpy_scan in scans if fn is self.combine_fn), None)
+        if scan is None or len(input) != 2 or self.axis != 0 or input[0].handle.data.ndim != 1:
+            return original_scan(self, input)
+        keys, counts = scan(input[0].handle.data, input[1].handle.data)
+        return [self.to_tensor(keys, input[0].dtype), self.to_tensor(counts, input[1].dtype)]
+
+    generic_reduce._vectorized = generic_scan._vectorized = True
+    generic_reduce.original, generic_scan.original = original_reduce, original_scan
+    with mock.patch.object(_interp.ReduceOps, "generic_reduce", generic_reduce), \
+            mock.patch.object(_interp.ScanOps, "generic_scan", generic_scan):
         yield

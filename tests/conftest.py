@@ -18,6 +18,19 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
+# Thread pools that wait for work asleep, not spinning, in every process of the session: set here, before this
+# process loads torch or numpy, so that the pytest-xdist workers and every process a test starts (trainer ranks,
+# `nsa-validate`, pytest and benchmark steps) inherit them. The README's test command runs two workers on a 2-core
+# machine, so a second thread of any of them waits for a core another process holds; torch's OpenMP threads spin
+# meanwhile (a one-process trainer run of 40 steps on 2 threads beside one busy process: 23.2 s of CPU and 19.2 s
+# against 11.0 s and 11.8 s with OMP_WAIT_POLICY=PASSIVE; 10.1 s on one thread), and so do numpy's OpenBLAS threads
+# (test_significance and test_compare beside one busy process: 159 s of CPU on two, 128 s on one). Neither changes
+# the number of torch's threads, which the runs decide as the suite decides them (OMP_NUM_THREADS); a variable set
+# already is kept.
+SESSION_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_NUM_THREADS": "1"}
+for _name, _value in SESSION_ENV.items():
+    os.environ.setdefault(_name, _value)
+
 from file_order import file_seconds, ordered  # noqa: E402
 from reliability_figures import RECORDER  # noqa: E402
 

@@ -1,10 +1,13 @@
 """The README's test command runs the tests in two pytest-xdist workers (tests/conftest.py), side by side: the files
-go out longest first by their recorded seconds (file_order.py), and the reliability figures printed at the end are
-every worker's. Checked on a small generated suite that uses this suite's own conftest.py, in a pytest subprocess."""
+go out longest first by their recorded seconds (file_order.py), the reliability figures printed at the end are
+every worker's, and the workers and the processes their tests start wait for work asleep (conftest.SESSION_ENV),
+keeping a value set before the session. Checked on a small generated suite that uses this suite's own conftest.py,
+in a pytest subprocess."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -45,6 +48,22 @@ def _write(root: Path) -> None:
             + "".join(f"def test_{f}_{i}(tmp_path_factory, reliability):\n"
                       f"    reliability.record_inputs('parser{f}', 10)\n"
                       f"    _span('shared_{f}_{i}', tmp_path_factory)\n" for i in range(3)))
+    (root / "test_env.py").write_text(ENV_TEST)
+
+
+ENV_TEST = """
+import json, os, subprocess, sys
+from pathlib import Path
+
+NAMES = ("OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS")
+
+def test_env(tmp_path_factory):
+    code = "import json, os; print(json.dumps({n: os.environ.get(n) for n in %r}))" % (NAMES,)
+    child = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout)
+    seen = {"worker": {n: os.environ.get(n) for n in NAMES}, "child": child,
+            "xdist": os.environ.get("PYTEST_XDIST_WORKER")}
+    (Path(tmp_path_factory.getbasetemp()).parent / "env.json").write_text(json.dumps(seen))
+"""
 
 
 def test_tests_run_side_by_side_longest_file_first_and_every_workers_figures_are_printed(tmp_path):
@@ -52,11 +71,17 @@ def test_tests_run_side_by_side_longest_file_first_and_every_workers_figures_are
     root.mkdir()
     _write(root)
     base = tmp_path / "base"
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS")}
+    env["OPENBLAS_NUM_THREADS"] = "3"  # set before the session: kept
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile", "-p",
                            "no:cacheprovider", "--basetemp", str(base), str(root)],
-                          cwd=root, capture_output=True, text=True, timeout=300)
+                          cwd=root, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "10 passed" in proc.stdout, proc.stdout[-2000:]
+    assert "11 passed" in proc.stdout, proc.stdout[-2000:]
+    seen = json.loads((base / "env.json").read_text())
+    assert seen["xdist"] and seen["worker"] == seen["child"] == {"OMP_WAIT_POLICY": "PASSIVE",
+                                                                 "OPENBLAS_NUM_THREADS": "3"}, seen
+    (base / "env.json").unlink()
     named = {p.name: tuple(map(float, p.read_text().split())) for p in (base / "spans").iterdir()}
     assert len(named) == 10, sorted(named)
     spans = list(named.values())

@@ -210,3 +210,10 @@ def test_every_declared_range_is_found_for_a_figure_at_its_pattern_and_only_ther
         assert found is not None and found.pattern == declared.pattern and found.low >= declared.low, r.pattern
         for other in (path + ("x",), path[:-1] + ("not_a_figure",)):
             assert plausibility._range_for(other) == first_declared(other) is None, other
+
+
+def test_a_range_whose_pattern_ends_in_a_placeholder_is_refused():
+    """The lookup by last key cannot find such a range, so declaring one is an error (also under python -O)."""
+    with pytest.raises(ValueError, match="ends in a placeholder.*rows.<i>"):
+        plausibility._by_end((plausibility.Range("rows.<i>", 0.0, None),))
+    assert plausibility._by_end((plausibility.Range("rows.<i>.speedup", 0.0, None),))

@@ -115,7 +115,8 @@ def _by_end(ranges: tuple[Range, ...]) -> dict[tuple[int, str], tuple[tuple[Rang
     found: dict[tuple[int, str], list] = {}
     for r in ranges:
         parts = tuple(r.pattern.split("."))
-        assert not parts[-1].startswith("<"), f"a range's pattern ends in a placeholder: {r.pattern}"
+        if parts[-1].startswith("<"):  # such a range would never be looked up: refused where it is declared
+            raise ValueError(f"a range's pattern ends in a placeholder (<i>, <label>): {r.pattern}")
         found.setdefault((len(parts), parts[-1]), []).append((r, parts))
     return {k: tuple(v) for k, v in found.items()}
 

@@ -40,8 +40,47 @@ def _torch():
     return torch
 
 
+def torch_build() -> dict[str, Any] | None:
+    """{"torch", "cuda", "hip"}: torch's version and the CUDA and ROCm versions it was built for (None: none), read
+    from the installed torch/version.py, which torch/__init__.py imports them from, without importing torch (2 s of
+    a core on a small machine, in every `nsa-validate run`); torch's own when it is imported already. None where
+    torch or that file cannot be found or read."""
+    loaded = sys.modules.get("torch")
+    if loaded is not None and hasattr(loaded, "version"):
+        return {"torch": str(loaded.__version__), "cuda": loaded.version.cuda,
+                "hip": getattr(loaded.version, "hip", None)}
+    try:
+        spec = importlib.util.find_spec("torch")
+        path = Path(next(iter(spec.submodule_search_locations or []))) / "version.py"
+    except Exception:  # noqa: BLE001 - no torch to be found
+        return None
+    return _build_from(path)
+
+
+def _build_from(path: Path) -> dict[str, Any] | None:
+    """torch_build's record from a torch/version.py (None where it cannot be read or is not as expected)."""
+    try:
+        namespace: dict[str, Any] = {}
+        exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - torch's own file
+    except Exception:  # noqa: BLE001 - unreadable or not Python: torch itself is asked
+        return None
+    version, cuda, hip = (namespace.get(k) for k in ("__version__", "cuda", "hip"))
+    if not isinstance(version, str) or not all(v is None or isinstance(v, str) for v in (cuda, hip)):
+        return None
+    return {"torch": version, "cuda": cuda, "hip": hip}
+
+
+def _no_gpu_build() -> bool:
+    """Whether the installed torch is built without CUDA and ROCm, so that it can see no GPU (torch_build)."""
+    build = torch_build()
+    return build is not None and build["cuda"] is None and build["hip"] is None
+
+
 def gpus() -> list[dict[str, Any]]:
-    """Visible CUDA devices: index, name, memory_gb, capability (major.minor as a float)."""
+    """Visible CUDA devices: index, name, memory_gb, capability (major.minor as a float). A torch built without
+    CUDA and ROCm sees none, and is not imported to say so."""
+    if _no_gpu_build():
+        return []
     torch = _torch()
     if not torch.cuda.is_available():
         return []
@@ -65,18 +104,22 @@ def git_state(cwd: Path | None = None) -> dict[str, Any]:
 
 
 def probe(cwd: Path | None = None) -> dict[str, Any]:
-    """The environment record stored in results.json."""
-    torch = _torch()
+    """The environment record stored in results.json (torch is imported only where its build may see a GPU:
+    torch_build)."""
+    build = torch_build()
+    if build is None or build["cuda"] is not None or build["hip"] is not None:
+        torch = _torch()
+        build = {"torch": str(torch.__version__), "cuda": torch.version.cuda}
     devices = gpus()
     nccl = None
     if devices:
         try:
-            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+            nccl = ".".join(map(str, _torch().cuda.nccl.version()))
         except Exception:  # noqa: BLE001 - a build without NCCL
             nccl = None
     return {
         "git_sha": git_sha(cwd), **git_state(cwd), "host": socket.gethostname(), "platform": platform.platform(),
-        "python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl,
+        "python": sys.version.split()[0], "torch": build["torch"], "cuda": build["cuda"], "nccl": nccl,
         "gpus": devices, "gpu_count": len(devices), "cpu_count": os.cpu_count(), "packages": packages(),
         "source_digest": source_digest(),  # what `run --reuse` matches a later run's source against
     }

@@ -395,6 +395,24 @@ def test_missing_templates_dir_is_a_clear_error(results, tmp_path, monkeypatch):
     assert list(run_dir.iterdir()) == []  # nothing half-written
 
 
+def test_a_process_compiles_a_template_once_per_templates_folder(results, tmp_path, monkeypatch):
+    """A second report in the same process reuses the compiled templates; another templates folder is read anew
+    (a copy whose Markdown title line says something else renders that)."""
+    import shutil
+
+    first = render(results, "md")
+    assert renderer._template("md") is renderer._template("md")  # compiled once, kept
+    copy = tmp_path / "templates"
+    shutil.copytree(renderer.TEMPLATES_DIR, copy)
+    source = (copy / "report.md.j2").read_text()
+    (copy / "report.md.j2").write_text("FROM THE COPY\n" + source)
+    monkeypatch.setattr(renderer, "TEMPLATES_DIR", copy)
+    changed = render(results, "md")
+    assert changed.startswith("FROM THE COPY") and "FROM THE COPY" not in first and changed.endswith(first[-200:])
+    monkeypatch.undo()
+    assert render(results, "md") == first
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Files and plots
 

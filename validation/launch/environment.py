@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import importlib.util
 import json
@@ -40,15 +41,27 @@ def _torch():
     return torch
 
 
-def torch_build() -> dict[str, Any] | None:
-    """{"torch", "cuda", "hip"}: torch's version and the CUDA and ROCm versions it was built for (None: none), read
-    from the installed torch/version.py, which torch/__init__.py imports them from, without importing torch (2 s of
-    a core on a small machine, in every `nsa-validate run`); torch's own when it is imported already. None where
-    torch or that file cannot be found or read."""
+@dataclasses.dataclass(frozen=True)
+class TorchBuild:
+    """The installed torch's version and the CUDA and ROCm versions it was built for (None: none)."""
+    torch: str
+    cuda: str | None = None
+    hip: str | None = None
+
+    @property
+    def sees_gpus(self) -> bool:
+        """Whether the build can see a GPU at all (a CUDA or ROCm build)."""
+        return self.cuda is not None or self.hip is not None
+
+
+def torch_build() -> TorchBuild | None:
+    """Torch's version and the CUDA and ROCm versions it was built for, read from the installed torch/version.py,
+    which torch/__init__.py imports them from, without importing torch (2 s of a core on a small machine, in every
+    `nsa-validate run`); torch's own when it is imported already. None where torch or that file cannot be found or
+    read."""
     loaded = sys.modules.get("torch")
     if loaded is not None and hasattr(loaded, "version"):
-        return {"torch": str(loaded.__version__), "cuda": loaded.version.cuda,
-                "hip": getattr(loaded.version, "hip", None)}
+        return TorchBuild(str(loaded.__version__), loaded.version.cuda, loaded.version.hip)
     try:
         spec = importlib.util.find_spec("torch")
         path = Path(next(iter(spec.submodule_search_locations or []))) / "version.py"
@@ -57,7 +70,7 @@ def torch_build() -> dict[str, Any] | None:
     return _build_from(path)
 
 
-def _build_from(path: Path) -> dict[str, Any] | None:
+def _build_from(path: Path) -> TorchBuild | None:
     """torch_build's record from a torch/version.py (None where it cannot be read or is not as expected)."""
     try:
         namespace: dict[str, Any] = {}
@@ -67,13 +80,13 @@ def _build_from(path: Path) -> dict[str, Any] | None:
     version, cuda, hip = (namespace.get(k) for k in ("__version__", "cuda", "hip"))
     if not isinstance(version, str) or not all(v is None or isinstance(v, str) for v in (cuda, hip)):
         return None
-    return {"torch": version, "cuda": cuda, "hip": hip}
+    return TorchBuild(version, cuda, hip)
 
 
 def _no_gpu_build() -> bool:
     """Whether the installed torch is built without CUDA and ROCm, so that it can see no GPU (torch_build)."""
     build = torch_build()
-    return build is not None and build["cuda"] is None and build["hip"] is None
+    return build is not None and not build.sees_gpus
 
 
 def gpus() -> list[dict[str, Any]]:
@@ -107,9 +120,9 @@ def probe(cwd: Path | None = None) -> dict[str, Any]:
     """The environment record stored in results.json (torch is imported only where its build may see a GPU:
     torch_build)."""
     build = torch_build()
-    if build is None or build["cuda"] is not None or build["hip"] is not None:
+    if build is None or build.sees_gpus:
         torch = _torch()
-        build = {"torch": str(torch.__version__), "cuda": torch.version.cuda}
+        build = TorchBuild(str(torch.__version__), torch.version.cuda)
     devices = gpus()
     nccl = None
     if devices:
@@ -119,7 +132,7 @@ def probe(cwd: Path | None = None) -> dict[str, Any]:
             nccl = None
     return {
         "git_sha": git_sha(cwd), **git_state(cwd), "host": socket.gethostname(), "platform": platform.platform(),
-        "python": sys.version.split()[0], "torch": build["torch"], "cuda": build["cuda"], "nccl": nccl,
+        "python": sys.version.split()[0], "torch": build.torch, "cuda": build.cuda, "nccl": nccl,
         "gpus": devices, "gpu_count": len(devices), "cpu_count": os.cpu_count(), "packages": packages(),
         "source_digest": source_digest(),  # what `run --reuse` matches a later run's source against
     }

@@ -22,8 +22,8 @@ def _version_file() -> Path:
 
 def test_the_version_file_says_what_torch_says():
     build = environment._build_from(_version_file())
-    assert build == {"torch": str(torch.__version__), "cuda": torch.version.cuda,
-                     "hip": getattr(torch.version, "hip", None)}
+    assert build == environment.TorchBuild(str(torch.__version__), torch.version.cuda,
+                                           getattr(torch.version, "hip", None))
     assert environment.torch_build() == build  # torch imported here: its own answer, the same
 
 
@@ -49,7 +49,7 @@ def test_a_cuda_build_is_asked_and_an_unreadable_file_falls_back_to_torch(tmp_pa
     cuda = tmp_path / "cuda.py"
     cuda.write_text("from typing import Optional\n__version__ = '9.9.0+cu999'\ncuda: Optional[str] = '99.9'\n"
                     "hip = None\n")
-    assert environment._build_from(cuda) == {"torch": "9.9.0+cu999", "cuda": "99.9", "hip": None}
+    assert environment._build_from(cuda) == environment.TorchBuild("9.9.0+cu999", "99.9", None)
     asked = []
     monkeypatch.setattr(environment, "torch_build", lambda: environment._build_from(cuda))
     monkeypatch.setattr(environment, "_torch", lambda: asked.append(1) or torch)

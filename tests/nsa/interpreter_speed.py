@@ -185,14 +185,6 @@ def _run_count_scan(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, n
     return keys.copy(), total - before[np.cumsum(start) - 1]
 
 
-def _scan_combines() -> list[tuple]:
-    """[(combine function, its numpy scan over (keys, counts))]: the index build's _run_count (imported here, where
-    the kernels are already imported under the interpreter)."""
-    from nsa.attention.kernels.selected_attn import index
-
-    return [(index._run_count, _run_count_scan)]
-
-
 @contextmanager
 def vectorized_combines():
     """For the block, ReduceOps.generic_reduce over tl.standard's xor along one axis, and ScanOps.generic_scan of
@@ -201,8 +193,9 @@ def vectorized_combines():
     if not vectorized_combines_supported() or getattr(_interp.ReduceOps.generic_reduce, "_vectorized", False):
         yield
         return
+    from nsa.attention.kernels.selected_attn.index import _run_count  # the kernels, imported under the interpreter
+
     original_reduce, original_scan = _interp.ReduceOps.generic_reduce, _interp.ScanOps.generic_scan
-    scans = _scan_combines()
 
     def generic_reduce(self, input):
         if (self.combine_fn is not tl.standard._xor_combine or len(input) != 1 or self.axis is None
@@ -214,10 +207,9 @@ def vectorized_combines():
         return [self.to_tensor(out, input[0].dtype)]
 
     def generic_scan(self, input):
-        scan = next((numpy_scan for fn, numpy_scan in scans if fn is self.combine_fn), None)
-        if scan is None or len(input) != 2 or self.axis != 0 or input[0].handle.data.ndim != 1:
+        if self.combine_fn is not _run_count or len(input) != 2 or self.axis != 0 or input[0].handle.data.ndim != 1:
             return original_scan(self, input)
-        keys, counts = scan(input[0].handle.data, input[1].handle.data)
+        keys, counts = _run_count_scan(input[0].handle.data, input[1].handle.data)
         return [self.to_tensor(keys, input[0].dtype), self.to_tensor(counts, input[1].dtype)]
 
     generic_reduce._vectorized = generic_scan._vectorized = True

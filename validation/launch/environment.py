@@ -122,8 +122,8 @@ def probe(cwd: Path | None = None) -> dict[str, Any]:
     build = torch_build()
     if build is None or build.sees_gpus:
         torch = _torch()
-        build = TorchBuild(str(torch.__version__), torch.version.cuda)
-    devices = gpus()
+        build = TorchBuild(str(torch.__version__), torch.version.cuda, torch.version.hip)
+    devices = gpus() if build.sees_gpus else []  # (torch_build read once: a build that sees none is not asked)
     nccl = None
     if devices:
         try:

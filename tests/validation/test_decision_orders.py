@@ -12,7 +12,8 @@ import pytest
 
 from validation.analysis.significance import StatsError, decide, recommended_repeats
 from validation.analysis.significance import simulate as sim
-from validation.analysis.significance.decision import order_randomization_p, order_test_reaches, replicated_blocks
+from validation.analysis.significance.decision import (_sign_patterns, _signed_sums, order_randomization_p,
+                                                      order_test_reaches, replicated_blocks)
 
 
 def _runs(log_ratios, level: float = 1000.0) -> dict[str, list[float]]:
@@ -35,6 +36,21 @@ def test_the_order_p_counts_the_sign_patterns_the_repeats_could_have_had():
         order_randomization_p([0.1, math.nan])
     with pytest.raises(StatsError, match="finite"):
         order_randomization_p([])
+
+
+@pytest.mark.parametrize("repeats", [1, 3, 8, 9, 16, 17, 50, 100])
+def test_the_signed_sums_by_byte_are_those_of_every_sign_pattern(repeats):
+    """The order test sums each pattern a byte of repeats at a time; the sums are the patterns' own matmul (to
+    rounding) and the p counts them as that matmul's sums would, exact or sampled."""
+    rng = np.random.default_rng(repeats)
+    d = rng.normal(0.01, 0.05, repeats)
+    patterns = _sign_patterns(repeats)
+    assert patterns.shape == ((1 << repeats) if repeats <= 16 else 1 << 16, repeats)
+    reference = patterns @ np.abs(d)
+    np.testing.assert_allclose(_signed_sums(np.abs(d)), reference, rtol=0, atol=1e-12)
+    hits = int(np.sum(np.abs(reference) >= abs(d.sum()) - 1e-9))
+    p = order_randomization_p(d)
+    assert p == pytest.approx(hits / len(patterns) if repeats <= 16 else (hits + 1) / (len(patterns) + 1))
 
 
 def test_the_order_test_reaches_alpha_from_6_repeats():

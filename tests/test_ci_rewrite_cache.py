@@ -3,6 +3,7 @@ PYTHONDONTWRITEBYTECODE set, and an edited test is rewritten again."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -28,12 +29,13 @@ def test_pytest_reads_the_written_cache_and_rewrites_an_edited_test(tmp_path):
     (tmp_path / "helper.py").write_text(HELPER)
     (tmp_path / "conftest.py").write_text("")
     before = _pytest(tmp_path)
-    assert "rewriting" in before.stderr and "found cached rewritten pyc" not in before.stderr
+    assert f"found cached rewritten pyc for {tmp_path / 'test_one.py'}" not in before.stderr
     assert not list(tmp_path.glob("__pycache__/test_one.*-pytest-*.pyc"))  # pytest itself wrote nothing
 
-    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, str(SCRIPT), "--tests-only", str(tmp_path)], capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "2 of 2 test modules rewritten, 1 helper modules compiled" in done.stdout
+    assert "2 of 2 test modules rewritten, 1 helper modules compiled, 0 of 0 pytest plugin" in done.stdout
     assert len(list(tmp_path.glob("__pycache__/test_one.*-pytest-*.pyc"))) == 1
     assert len(list(tmp_path.glob("__pycache__/helper.*.pyc"))) == 1
 
@@ -46,6 +48,17 @@ def test_pytest_reads_the_written_cache_and_rewrites_an_edited_test(tmp_path):
     edited = _pytest(tmp_path)
     assert f"found cached rewritten pyc for {tmp_path / 'test_one.py'}" not in edited.stderr
     assert "assert 3 == 5" in edited.stdout
+
+
+def test_the_plugin_modules_are_those_pytest_marks_for_rewriting():
+    """Every module of a distribution with a pytest11 entry point (pytest-xdist's here), nothing else."""
+    spec = importlib.util.spec_from_file_location("rewrite_tests", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    plugins = module.plugin_sources()
+    import xdist.plugin
+    assert str(Path(xdist.plugin.__file__).resolve()) in {str(Path(p).resolve()) for p in plugins}
+    assert not [p for p in plugins if "/torch/" in p or "/nsa/" in p]
 
 
 def test_a_missing_folder_is_named():

@@ -62,6 +62,54 @@ def test_a_malformed_record_names_the_key_path(data, message):
 
 
 @dataclasses.dataclass(frozen=True)
+class Series:
+    floats: list[float] = dataclasses.field(default_factory=list)
+    ints: tuple[int, ...] = ()
+    names: list[str] = dataclasses.field(default_factory=list)
+    flags: list[bool] = dataclasses.field(default_factory=list)
+    either: list[int | float] = dataclasses.field(default_factory=list)
+
+
+class _Float(float):
+    """A float of another type (numpy's float64 is one): decoded as a plain float."""
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"floats": [1, 2.5, -3, 0.0], "ints": [1, 2], "names": ["a"], "flags": [True, False], "either": [1, 2.5]},
+     Series([1.0, 2.5, -3.0, 0.0], (1, 2), ["a"], [True, False], [1, 2.5])),
+    ({"floats": [_Float(1.5), 2 ** 1100 // 2 ** 1000]}, Series([1.5, float(2 ** 100)])),
+    ({"floats": [], "ints": []}, Series()),
+])
+def test_a_series_decodes_as_its_values_would_one_by_one(data, expected):
+    """Lists of plain scalars are decoded in one pass: ints in a float list become floats, a float subclass a float,
+    each value as decoding it alone would give it."""
+    got = decode(Series, data)
+    assert got == expected
+    assert all(type(v) is float for v in got.floats) and type(got.ints) is tuple
+    assert [type(v) for v in got.either] == [type(v) for v in expected.either]
+    for name, values in data.items():  # the same as each value decoded alone, as a one-item list
+        assert getattr(got, name) == type(getattr(got, name))(
+            v for x in values for v in getattr(decode(Series, {name: [x]}), name))
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"floats": [1.0, float("nan")]}, r"Series.floats\[1\]: nan is not a finite number"),
+    ({"floats": [1.0, float("inf")]}, r"Series.floats\[1\]: inf is not a finite number"),
+    ({"floats": [1.0, 2 ** 1100]}, r"Series.floats\[1\]: an integer beyond a float's range"),
+    ({"floats": [1.0, True]}, r"Series.floats\[1\]: expected float, got bool"),
+    ({"ints": [1, 2.0]}, r"Series.ints\[1\]: expected int, got float"),
+    ({"ints": [False]}, r"Series.ints\[0\]: expected int, got bool"),
+    ({"names": ["a", 1]}, r"Series.names\[1\]: expected str, got int"),
+    ({"flags": [1]}, r"Series.flags\[0\]: expected bool, got int"),
+    ({"either": [1, "2"]}, r"Series.either\[1\]: expected int \| float, got str"),
+])
+def test_a_value_of_a_series_that_does_not_fit_is_named_by_its_index(data, message):
+    with pytest.raises(ResultsError, match=message):
+        decode(Series, data)
+    assert decode(Series, data, lenient=True) == Series()  # lenient: the field's default
+
+
+@dataclasses.dataclass(frozen=True)
 class Grouped:
     anchor: Row | None = absent()
     member: int | None = absent(beside="anchor")

@@ -150,44 +150,76 @@ def _declared(cls: type) -> frozenset[str]:
     return frozenset(_keys(cls).values()) | {EXTRA}
 
 
-def _decode(hint: Any, value: Any, path: str, lenient: bool) -> Any:
+# What _decode does with a type hint (the first item of its _shape)
+_RECORD, _ANY, _UNION, _LITERAL, _SEQUENCE, _MAPPING, _LIST, _FLOAT, _INT, _EXACT, _NONE, _UNKNOWN = range(12)
+_FLOAT_INT_LIMIT = 2 ** 1023  # an int at or beyond it may not fit a float: left to the value-by-value path
+
+
+@functools.cache
+def _shape(hint: Any) -> tuple[int, Any]:
+    """(what _decode does with `hint`, what it needs for that: the shapes of a union's options and of a list's or
+    a mapping's items included), worked out once per hint: asking typing for a hint's origin and arguments at every
+    value, and hashing the hint to look that up, were most of the time a run's results took to decode."""
     if dataclasses.is_dataclass(hint):
-        return _decode_record(hint, value, path, lenient)
+        return _RECORD, hint
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if hint is Any:
-        return value
+        return _ANY, None
     if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
+        return _UNION, (type(None) in args, tuple((a, _shape(a)) for a in args if a is not type(None)))
+    if origin is Literal:
+        return _LITERAL, args
+    if origin in (list, tuple):
+        item = args[0] if args else Any
+        return _SEQUENCE, (item, _shape(item), origin is tuple)
+    if origin is dict or hint is dict:
+        item = args[1] if len(args) == 2 else Any
+        return _MAPPING, (item, _shape(item))
+    if hint is list:
+        return _LIST, None
+    if hint is float:
+        return _FLOAT, None
+    if hint is int:
+        return _INT, None
+    if hint in (str, bool):
+        return _EXACT, hint
+    if hint is type(None):
+        return _NONE, None
+    return _UNKNOWN, None
+
+
+def _decode(hint: Any, value: Any, path: str, lenient: bool) -> Any:
+    return _decode_as(hint, _shape(hint), value, path, lenient)
+
+
+def _decode_as(hint: Any, shape: tuple[int, Any], value: Any, path: str, lenient: bool) -> Any:
+    """`value` decoded as `hint`, whose _shape is `shape`."""
+    kind, info = shape
+    if kind == _EXACT:
+        return value if isinstance(value, info) else _wrong(path, value, hint)
+    if kind == _UNION:
+        nullable, options = info
+        if value is None and nullable:
             return None
-        options = [a for a in args if a is not type(None)]
         refused: dict[Any, ResultsError] = {}
-        for option in options:
+        for option, option_shape in options:
+            if not _may_fit(option_shape, value):  # a scalar of another type: refused without raising
+                continue
             try:
-                return _decode(option, value, path, False)
+                return _decode_as(option, option_shape, value, path, False)
             except ResultsError as exc:
                 refused[option] = exc
-        if lenient and isinstance(value, dict) and len(options) == 1 and dataclasses.is_dataclass(options[0]):
-            return _decode_record(options[0], value, path, True)  # a damaged record: its good fields kept
+        if lenient and isinstance(value, dict) and len(options) == 1 and options[0][1][0] == _RECORD:
+            return _decode_record(options[0][0], value, path, True)  # a damaged record: its good fields kept
         if float in refused and isinstance(value, (int, float)) and not isinstance(value, bool):
             raise refused[float]  # a number, not a finite one: say so
         return _wrong(path, value, hint)
-    if origin is Literal:
-        return value if value in args else _wrong(path, value, hint)
-    if origin in (list, tuple):
-        if not isinstance(value, list):
-            return _wrong(path, value, hint)
-        item = args[0] if args else Any
-        out = [_decode(item, v, f"{path}[{i}]", lenient) for i, v in enumerate(value)]
-        return tuple(out) if origin is tuple else out
-    if origin is dict or hint is dict:
-        if not isinstance(value, dict):
-            return _wrong(path, value, hint)
-        item = args[1] if len(args) == 2 else Any
-        return {k: _decode(item, v, f"{path}.{k}", lenient) for k, v in value.items()}
-    if hint is list:
-        return value if isinstance(value, list) else _wrong(path, value, hint)
-    if hint is float:
+    if kind == _RECORD:
+        return _decode_record(info, value, path, lenient)
+    if kind == _ANY:
+        return value
+    if kind == _FLOAT:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             return _wrong(path, value, hint)
         try:
@@ -198,13 +230,82 @@ def _decode(hint: Any, value: Any, path: str, lenient: bool) -> Any:
             shown = repr(value) if isinstance(value, float) else "an integer beyond a float's range"
             raise ResultsError(f"{path}: {shown} is not a finite number (results.json holds finite numbers only)")
         return number
-    if hint is int:
+    if kind == _INT:
         return value if isinstance(value, int) and not isinstance(value, bool) else _wrong(path, value, hint)
-    if hint in (str, bool):
-        return value if isinstance(value, hint) else _wrong(path, value, hint)
-    if hint is type(None):
+    if kind == _LITERAL:
+        return value if value in info else _wrong(path, value, hint)
+    if kind == _SEQUENCE:
+        if not isinstance(value, list):
+            return _wrong(path, value, hint)
+        item, item_shape, is_tuple = info
+        out = _scalars(item_shape, value)
+        if out is None:  # not all plain scalars of the type: item by item (what does not fit says where)
+            out = [_decode_as(item, item_shape, v, f"{path}[{i}]", lenient) for i, v in enumerate(value)]
+        return tuple(out) if is_tuple else out
+    if kind == _MAPPING:
+        if not isinstance(value, dict):
+            return _wrong(path, value, hint)
+        item, item_shape = info
+        if item_shape[0] == _ANY:
+            return dict(value)
+        return {k: _decode_as(item, item_shape, v, f"{path}.{k}", lenient) for k, v in value.items()}
+    if kind == _LIST:
+        return value if isinstance(value, list) else _wrong(path, value, hint)
+    if kind == _NONE:
         return value if value is None else _wrong(path, value, hint)
     raise TypeError(f"{path}: the codec has no rule for {hint!r}")
+
+
+def _scalars(shape: tuple[int, Any], values: list) -> list | None:
+    """`values` decoded as a list of the type of `shape` where that is float, int, str, bool or Any and every value
+    is a plain one of it (a float finite; an int, where floats are expected, well within a float's range), as
+    _decode_as would give them one by one; None where one is not (the caller then decodes each, and names the one
+    that does not fit). A run's series (tokens/s per step, ...) are such lists: one call instead of one per value."""
+    kind, info = shape
+    if kind == _ANY:
+        return list(values)
+    if kind == _FLOAT:
+        out = []
+        for v in values:
+            t = type(v)
+            if t is int:
+                if not -_FLOAT_INT_LIMIT < v < _FLOAT_INT_LIMIT:
+                    return None
+                v = float(v)
+            elif t is not float or v - v != 0.0:  # v - v is NaN for an infinity or a NaN
+                return None
+            out.append(v)
+        return out
+    want = int if kind == _INT else info if kind == _EXACT else None
+    if want is not None and all(type(v) is want for v in values):
+        return list(values)
+    return None
+
+
+def _may_fit(shape: tuple[int, Any], value: Any) -> bool:
+    """False where `value` cannot be of the type of `shape` that is int, str, bool or None (decoding it would only
+    raise, which a union's options such as int | float did at most of their values); True otherwise."""
+    kind, info = shape
+    if kind == _INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == _EXACT:
+        return isinstance(value, info)
+    if kind == _NONE:
+        return value is None
+    return True
+
+
+@functools.cache
+def _plan(cls: type) -> tuple[tuple[tuple[str, str, Any, tuple, dataclasses.Field, bool, bool], ...], bool]:
+    """((name, JSON key, type, its _shape, field, required, blank) of each field but `extra`, whether the record
+    has `extra`), once per record class."""
+    hints = _hints(cls)
+    keys = _keys(cls)
+    fields = dataclasses.fields(cls)
+    plan = tuple((f.name, keys[f.name], hints[f.name], _shape(hints[f.name]), f,
+                  f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+                  bool(f.metadata.get(_BLANK))) for f in fields if f.name != EXTRA)
+    return plan, any(f.name == EXTRA for f in fields)
 
 
 def _decode_record(cls: type, value: Any, path: str, lenient: bool) -> Any:
@@ -213,30 +314,25 @@ def _decode_record(cls: type, value: Any, path: str, lenient: bool) -> Any:
             value = {}
         else:
             _wrong(path, value, cls)
-    hints = _hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    plan, has_extra = _plan(cls)
     kwargs: dict[str, Any] = {}
-    keys = _keys(cls)
-    for name, f in fields.items():
-        if name == EXTRA:
-            continue
-        key = keys[name]
-        where = f"{path}.{key}"
+    for name, key, hint, shape, f, required, blank_field in plan:
         if key not in value:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and not lenient:
-                raise ResultsError(f"{where}: missing")
+            if required and not lenient:
+                raise ResultsError(f"{path}.{key}: missing")
             kwargs[name] = _default_of(f)
             continue
-        if f.metadata.get(_BLANK) and value[key] == {}:
+        item = value[key]
+        if blank_field and item == {}:
             kwargs[name] = None
             continue
         try:
-            kwargs[name] = _decode(hints[name], value[key], where, lenient)
+            kwargs[name] = _decode_as(hint, shape, item, f"{path}.{key}", lenient)
         except ResultsError:
             if not lenient:
                 raise
             kwargs[name] = _default_of(f)
-    if EXTRA in fields:
+    if has_extra:
         declared = _declared(cls)
         kwargs[EXTRA] = {k: v for k, v in value.items() if k not in declared}
     return cls(**kwargs)

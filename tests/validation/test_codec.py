@@ -110,6 +110,18 @@ def test_a_value_of_a_series_that_does_not_fit_is_named_by_its_index(data, messa
 
 
 @dataclasses.dataclass(frozen=True)
+class Unhashable:
+    # a type hint that cannot be hashed (typing refuses one in a union): its shape is not cached, still decoded
+    pair: Literal[[1, 2]] = dataclasses.field(default_factory=lambda: [1, 2])
+
+
+def test_a_hint_that_cannot_be_hashed_is_still_decoded():
+    assert decode(Unhashable, {"pair": [1, 2]}).pair == [1, 2]
+    with pytest.raises(ResultsError, match=r"Unhashable.pair: expected"):
+        decode(Unhashable, {"pair": [2, 1]})
+
+
+@dataclasses.dataclass(frozen=True)
 class Grouped:
     anchor: Row | None = absent()
     member: int | None = absent(beside="anchor")

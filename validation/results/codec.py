@@ -155,11 +155,23 @@ _RECORD, _ANY, _UNION, _LITERAL, _SEQUENCE, _MAPPING, _LIST, _FLOAT, _INT, _EXAC
 _FLOAT_INT_LIMIT = 2 ** 1023  # an int at or beyond it may not fit a float: left to the value-by-value path
 
 
-@functools.cache
 def _shape(hint: Any) -> tuple[int, Any]:
     """(what _decode does with `hint`, what it needs for that: the shapes of a union's options and of a list's or
     a mapping's items included), worked out once per hint: asking typing for a hint's origin and arguments at every
-    value, and hashing the hint to look that up, were most of the time a run's results took to decode."""
+    value, and hashing the hint to look that up, were most of the time a run's results took to decode. A hint that
+    cannot be hashed (a Literal of a list) is worked out at each call, as before."""
+    try:
+        return _cached_shape(hint)
+    except TypeError:
+        return _shape_of(hint)
+
+
+@functools.cache
+def _cached_shape(hint: Any) -> tuple[int, Any]:
+    return _shape_of(hint)
+
+
+def _shape_of(hint: Any) -> tuple[int, Any]:
     if dataclasses.is_dataclass(hint):
         return _RECORD, hint
     origin = typing.get_origin(hint)

@@ -89,11 +89,11 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         from _pytest.assertion import rewrite
-        needed = (rewrite._rewrite_test, rewrite._write_pyc, rewrite.get_cache_dir, rewrite.PYC_TAIL)
+        for name in ("_rewrite_test", "_write_pyc", "get_cache_dir", "PYC_TAIL"):  # what _rewrite uses
+            getattr(rewrite, name)
     except (ImportError, AttributeError) as exc:
         print(f"rewrite_tests: pytest's rewrite cache not written ({exc}); each pytest rewrites the tests itself")
         return 0
-    del needed
     tests, helpers = sources(roots)
     plugins = [] if tests_only else plugin_sources()
     with ProcessPoolExecutor(max_workers=max(1, min(len(os.sched_getaffinity(0)), 8))) as pool:

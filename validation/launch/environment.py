@@ -61,13 +61,18 @@ def torch_build() -> TorchBuild | None:
     read."""
     loaded = sys.modules.get("torch")
     if loaded is not None and hasattr(loaded, "version"):
-        return TorchBuild(str(loaded.__version__), loaded.version.cuda, loaded.version.hip)
+        return _build_of(loaded)
     try:
         spec = importlib.util.find_spec("torch")
         path = Path(next(iter(spec.submodule_search_locations or []))) / "version.py"
     except Exception:  # noqa: BLE001 - no torch to be found
         return None
     return _build_from(path)
+
+
+def _build_of(torch) -> TorchBuild:
+    """An imported torch's own TorchBuild."""
+    return TorchBuild(str(torch.__version__), torch.version.cuda, torch.version.hip)
 
 
 def _build_from(path: Path) -> TorchBuild | None:
@@ -121,8 +126,7 @@ def probe(cwd: Path | None = None) -> dict[str, Any]:
     torch_build)."""
     build = torch_build()
     if build is None or build.sees_gpus:
-        torch = _torch()
-        build = TorchBuild(str(torch.__version__), torch.version.cuda, torch.version.hip)
+        build = _build_of(_torch())
     devices = gpus() if build.sees_gpus else []  # (torch_build read once: a build that sees none is not asked)
     nccl = None
     if devices:

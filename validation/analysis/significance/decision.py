@@ -122,7 +122,7 @@ def _sign_patterns(repeats: int) -> np.ndarray:
 
 # repeats per byte of a sign pattern: each byte's signed sums are one table of 256, looked up for every pattern
 ORDER_BYTE = 8
-_BYTE_SIGNS = 1.0 - 2.0 * ((np.arange(1 << ORDER_BYTE)[:, None] >> np.arange(ORDER_BYTE)[None, :]) & 1)
+_BYTE_SIGNS = _sign_patterns(ORDER_BYTE)  # all 256 (ORDER_BYTE <= EXACT_ORDER_REPEATS)
 
 
 @lru_cache(maxsize=2)

@@ -68,13 +68,13 @@ def finite_array(values: Sequence[float] | np.ndarray, name: str = "series") -> 
         arr = np.asarray(values, dtype="float64").ravel()
     except (TypeError, ValueError) as exc:
         raise StatsError(f"{name}: expected a sequence of numbers ({exc})") from None
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        what = "NaN" if np.isnan(arr[i]) else "infinite"
-        raise StatsError(f"{name}: value {i} is {what} ({int(bad.sum())} non-finite values); drop missing steps "
-                         f"before computing statistics")
-    return arr
+    finite = np.isfinite(arr)
+    if finite.all():
+        return arr
+    i = int(np.flatnonzero(~finite)[0])
+    what = "NaN" if np.isnan(arr[i]) else "infinite"
+    raise StatsError(f"{name}: value {i} is {what} ({int((~finite).sum())} non-finite values); drop missing steps "
+                     f"before computing statistics")
 
 
 def autocorrelation(series: Sequence[float] | np.ndarray, max_lag: int | None = None) -> np.ndarray:
@@ -94,7 +94,7 @@ def _binary_exponent(x: np.ndarray) -> int:
     """e with max |x| * 2^-e in [0.5, 1) (0 for an all-zero or empty array): np.ldexp(x, -e) rescales x exactly (a
     power of two), so that squares and sums neither overflow (values beyond ~1e154) nor underflow to 0 (below
     ~1e-154), and every statistic computed from the rescaled values is the exactly rescaled statistic."""
-    top = float(np.max(np.abs(x))) if x.size else 0.0
+    top = float(np.abs(x).max()) if x.size else 0.0
     return math.frexp(top)[1] if top > 0 else 0
 
 
@@ -103,7 +103,7 @@ def _acf(x: np.ndarray) -> np.ndarray:
     the series rescaled by a power of two (the autocorrelation does not depend on the scale)."""
     n = x.size
     x = np.ldexp(x, -_binary_exponent(x))
-    c = x - x.mean()
+    c = x - x.sum() / n  # x.mean(): the same sum and division, without np.mean's dispatch
     c = np.ldexp(c, -_binary_exponent(c))
     if n <= 512:
         acov = np.correlate(c, c, "full")[n - 1:]
@@ -159,7 +159,7 @@ def _sokal(rho: np.ndarray, c: float = SOKAL_C) -> float:
     taus = 0.5 + np.cumsum(rho[1:])
     ms = np.arange(1, rho.size)
     ok = ms >= c * taus
-    tau = float(taus[int(np.argmax(ok))]) if ok.any() else float(taus[-1])
+    tau = float(taus[int(ok.argmax())]) if ok.any() else float(taus[-1])
     return max(1.0, 2.0 * tau)
 
 
@@ -278,16 +278,19 @@ def block_units(series: Sequence[float] | np.ndarray, *, min_blocks: int = MIN_B
     b = max(1, min(int(math.floor(2.0 * g - 0.5)), n // min_blocks))
     m = n // b
     used = x[n - m * b:]
-    means = used.reshape(m, b).mean(axis=1)
+    # each mean as np.mean computes it (numpy's pairwise sum, then one division) without its dispatch: this runs
+    # tens of thousands of times in the decisions' calibration tests
+    means = used.reshape(m, b).sum(axis=1) / b
     phi = (g - 1.0) / (g + 1.0)  # the AR(1) with the same inefficiency
     kappa = ar1_kappa(phi, b, m)
-    dev = means - means.mean()
+    dev = means - means.sum() / m
     se = math.sqrt(float(dev @ dev) / (m - 1) / m * kappa)
-    dev = used - used.mean()
+    used_mean = used.sum() / (m * b)
+    dev = used - used_mean
     var_steps = float(dev @ dev) / (m * b - 1)
     ess = float(m * b) if se == 0.0 else min(float(m * b), max(1.0, var_steps / (se * se)))
-    means, mean, se = np.ldexp(means, scale), float(np.ldexp(used.mean(), scale)), math.ldexp(se, scale)
-    return Units(kind="blocks", values=tuple(float(v) for v in means), mean=mean, se=se,
+    means, mean, se = np.ldexp(means, scale), float(np.ldexp(used_mean, scale)), math.ldexp(se, scale)
+    return Units(kind="blocks", values=tuple(means.tolist()), mean=mean, se=se,
                  df=float(m - 1), n=int(m * b), block_len=int(b), dropped=int(n - m * b), lag1=float(r1),
                  inefficiency=float(g), kappa=float(kappa), ess=ess)
 

@@ -183,14 +183,27 @@ def compile_case(case: AotCase, cc: int) -> AotResult:
     return result
 
 
+def _compile_key(case: AotCase) -> tuple:
+    """What triton.compile is given for a case (its name aside): two cases with one key compile alike."""
+    return (id(case.fn), repr(case.signature), repr(sorted(case.constexprs.items(), key=str)), case.num_warps,
+            case.num_stages, tuple(sorted(case.divisible)), case.tensor_cores, case.choice)
+
+
 def all_cases(which: str = "all") -> list[AotCase]:
-    """Every module's aot_cases(), in KERNEL_MODULES order; which: "all", "default" (the default path's: no
-    choice) or "choices" (the launch choices' alone; AotCase.choice)."""
+    """Every module's aot_cases(), in KERNEL_MODULES order, each compile once (a later case that compiles as an
+    earlier one is left out); which: "all", "default" (the default path's: no choice) or "choices" (the launch
+    choices' alone; AotCase.choice)."""
     if which not in CASE_SETS:
         raise ValueError(f"aot cases: which must be one of {', '.join(CASE_SETS)}, got {which!r}")
     cases: list[AotCase] = []
+    seen: set[tuple] = set()
     for module in KERNEL_MODULES:
-        cases.extend(importlib.import_module(module).aot_cases())
+        for case in importlib.import_module(module).aot_cases():
+            # a configuration two geometries share (the gate combine depends on d_v alone) is compiled once
+            key = _compile_key(case)
+            if key not in seen:
+                seen.add(key)
+                cases.append(case)
     if which == "all":
         return cases
     return [c for c in cases if bool(c.choice) == (which == "choices")]

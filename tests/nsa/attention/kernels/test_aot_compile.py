@@ -169,3 +169,29 @@ def test_fp32_products_are_ieee_or_tf32_as_dot_prec_says():
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"range_fwd/ieee": False, "range_fwd/tf32": True, "sel_fwd_query/ieee": False,
                    "sel_fwd_query/tf32": True}, out
+
+
+def test_a_configuration_two_geometries_share_is_compiled_once(monkeypatch):
+    """The gate combine depends on d_v alone: the d 128 and the d_k 64 / d_v 128 geometries both listed its d_v 128
+    case, compiled twice in CI; all_cases keeps the first of cases that compile alike, and no other."""
+    import types
+
+    def kernel():  # stands for a @triton.jit function: all_cases compiles nothing
+        pass
+
+    def case(name, d_v, warps=4):
+        return aot.AotCase(name=name, fn=kernel, signature={"X": "*bf16", "D_V": "constexpr"},
+                           constexprs={"D_V": d_v}, num_warps=warps)
+
+    module = types.ModuleType("fake_kernels")
+    module.aot_cases = lambda: [case("combine[128]", 128), case("combine[64]", 64), case("combine[128] again", 128),
+                                case("combine[128] 8 warps", 128, warps=8)]
+    monkeypatch.setitem(sys.modules, "fake_kernels", module)
+    monkeypatch.setattr(aot, "KERNEL_MODULES", ("fake_kernels",))
+    assert [c.name for c in aot.all_cases()] == ["combine[128]", "combine[64]", "combine[128] 8 warps"]
+
+
+@needs_triton
+def test_the_shipped_cases_compile_alike_at_most_once():
+    keys = [aot._compile_key(c) for c in aot.all_cases()]
+    assert len(keys) == len(set(keys))

@@ -5,13 +5,16 @@
     python -m nsa.attention.kernels.aot --json     # the same as JSON (the compile test reads this)
     python -m nsa.attention.kernels.aot --jobs 1   # one compile at a time (default: one process per CPU)
     python -m nsa.attention.kernels.aot --cases default   # the default path's cases only (or: choices)
+    python -m nsa.attention.kernels.aot --ptx DIR  # also each case's PTX, debug lines left out, in DIR: a change
+                                                   # meant to keep the code (a jit helper drawn out) diffs empty
 
 Each Triton module listed in KERNEL_MODULES defines `aot_cases()`: one AotCase per kernel and per block
 configuration its autotuner (or launcher) may pick. Every case is compiled with `triton.compile` for sm_80 (A100)
 and sm_90 (H100), always compiled (never from triton's cache), with the log of the ptxas -v that triton runs itself
-(the one bundled in its wheel, with triton's own options) captured: registers and spill stores. A compile error, a spill, or (where a case says it needs them) missing tensor-core
-instructions is a failure. The interpreter (TRITON_INTERPRET=1) accepts things the compiler rejects (tl.dot on
-dimensions below 16, aranges that are not powers of two); this is what catches them on a CPU-only machine.
+(the one bundled in its wheel, with triton's own options) captured: registers and spill stores. A compile error,
+a spill, or (where a case says it needs them) missing tensor-core instructions is a failure. The interpreter
+(TRITON_INTERPRET=1) accepts things the compiler rejects (tl.dot on dimensions below 16, aranges that are not
+powers of two); this is what catches them on a CPU-only machine.
 
 This must run in a process where TRITON_INTERPRET is not set: under the interpreter, @triton.jit yields
 interpreted functions, which cannot be compiled.
@@ -152,7 +155,31 @@ def _alignment_attrs(case: AotCase) -> dict:
             if (kind.startswith("*") or name in case.divisible) and kind != "constexpr"}
 
 
-def compile_case(case: AotCase, cc: int) -> AotResult:
+def plain_ptx(ptx: str) -> str:
+    """PTX without what moves when only the source's lines do: the .loc and .file directives, comments, blank lines,
+    the debug labels of inlined calls ($L__tmpN:) and the debug sections. Two compiles of one kernel give the same
+    text exactly when their instructions, registers and labels are the same."""
+    keep = []
+    for line in ptx.splitlines():
+        text = line.strip()
+        if text.startswith(".section") and ".debug" in text:
+            break  # the debug sections come last
+        if not text or text.startswith((".loc", ".file", "//")) or _DEBUG_LABEL.fullmatch(text):
+            continue
+        keep.append(line)
+    return "\n".join(keep) + "\n"
+
+
+_DEBUG_LABEL = re.compile(r"\$L__tmp\d+:")
+
+
+def ptx_file_name(case: AotCase, cc: int) -> str:
+    """<case name, with characters other than letters, digits and _.=,- as _>.sm_<cc>.ptx"""
+    return re.sub(r"[^A-Za-z0-9_.=,-]", "_", case.name) + f".sm_{cc}.ptx"
+
+
+def compile_case(case: AotCase, cc: int, ptx_dir: Path | None = None) -> AotResult:
+    """One case for one target; with ptx_dir, its plain_ptx is written there too (ptx_file_name)."""
     triton = _triton()
     result = AotResult(kernel=case.name, target=f"sm_{cc}", ok=False, tensor_cores_expected=case.tensor_cores)
     try:
@@ -164,6 +191,9 @@ def compile_case(case: AotCase, cc: int) -> AotResult:
         result.problems.append("ptxas failed" if ptxas or "ptxas" in str(exc) else "compile error")
         return result
     ptx = compiled.asm["ptx"]
+    if ptx_dir is not None:
+        Path(ptx_dir).mkdir(parents=True, exist_ok=True)
+        (Path(ptx_dir) / ptx_file_name(case, cc)).write_text(plain_ptx(ptx))
     result.shared_bytes = int(getattr(compiled.metadata, "shared", 0))
     result.mma = bool(re.search(r"\bmma\.sync", ptx))
     result.wgmma = "wgmma.mma_async" in ptx
@@ -210,19 +240,22 @@ def all_cases(which: str = "all") -> list[AotCase]:
 
 
 _CASES: list[AotCase] = []  # a worker's copy of all_cases() (forked from the parent, which filled it)
+_PTX_DIR: list[Path | None] = [None]  # and of compile_all's ptx_dir
 
 
 def _compile_nth(job: tuple[int, int]) -> AotResult:
-    return compile_case(_CASES[job[0]], job[1])
+    return compile_case(_CASES[job[0]], job[1], _PTX_DIR[0])
 
 
-def compile_all(targets=TARGETS, jobs: int | None = None, which: str = "all") -> list[AotResult]:
+def compile_all(targets=TARGETS, jobs: int | None = None, which: str = "all",
+                ptx_dir: Path | None = None) -> list[AotResult]:
     """Every case of all_cases(which) for every target, in that order; `jobs` compiles in that many forked
-    processes (default: one per CPU; each compile is one core's work, ~0.1-5 s)."""
+    processes (default: one per CPU; each compile is one core's work, ~0.1-5 s); ptx_dir: compile_case's."""
     if interpreting():  # TRITON_INTERPRET as Triton reads it
         raise RuntimeError("TRITON_INTERPRET is set: interpreted kernels cannot be compiled ahead of time "
                            "(run this in a process without it)")
     _CASES[:] = all_cases(which)
+    _PTX_DIR[0] = ptx_dir
     work = [(i, cc) for i in range(len(_CASES)) for cc in targets]
     jobs = min(jobs or os.cpu_count() or 1, len(work))
     if jobs <= 1 or sys.platform != "linux":
@@ -266,10 +299,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", choices=CASE_SETS, default="all",
                         help="every case (default: the committed tables), the default path's only, or the launch "
                              "choices' only (AotCase.choice)")
+    parser.add_argument("--ptx", type=Path, default=None, metavar="DIR",
+                        help="also write each case's PTX in DIR, without its debug lines (plain_ptx), one file a case "
+                             "and target: `diff -r` of two such folders shows what a change did to the code")
     args = parser.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
-    results = compile_all(tuple(args.target) if args.target else TARGETS, args.jobs, args.cases)
+    if args.ptx is not None and args.ptx.exists() and not args.ptx.is_dir():
+        parser.error(f"--ptx must name a folder, {args.ptx} is a file")
+    results = compile_all(tuple(args.target) if args.target else TARGETS, args.jobs, args.cases, args.ptx)
     sys.stdout.write(json.dumps([asdict(r) for r in results], indent=1) + "\n" if args.json
                      else table(results, _triton().__version__))
     return 0 if all(r.ok for r in results) else 1

@@ -29,6 +29,49 @@ def _tile_rows(PAIR_T, pos0, remaining, HPG: tl.constexpr, BLOCK_R: tl.constexpr
 
 
 @triton.jit
+def _tile_key(TILES, n_tiles, pid, G, NB):
+    """Where tile `pid` of the tile table lies: (its first pair's position, b*G + g, key block j, b, g)."""
+    key = tl.load(TILES + pid)
+    pos0 = tl.load(TILES + n_tiles + pid)
+    bg = key // NB
+    j = key - bg * NB
+    b = bg // G
+    g = bg - b * G
+    return pos0, bg, j, b, g
+
+
+@triton.jit
+def _tile_pv(Q, K, V, LSE, PAIR_T, pos0, count, bg, j, b, g,
+             sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, S, qk_scale,
+             L_SEL: tl.constexpr, HPG: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+             D_K: tl.constexpr, D_V: tl.constexpr, DOT_PREC: tl.constexpr):
+    """A tile's p V over key block j (p normalised by the final lse) in fp32: (local query index, query t, head h,
+    head within the group, valid, p V) of its BLOCK_R rows; _sel_fwd_kv_out adds it into O32, _sel_fwd_kv_part
+    stores it per pair."""
+    qi, t, hh, valid = _tile_rows(PAIR_T, pos0, count, HPG, BLOCK_R)
+    h = g * HPG + hh
+    offs_dk = tl.arange(0, D_K)
+    offs_dv = tl.arange(0, D_V)
+    q_rows = t * sq_s + h * sq_h
+    q = tl.load(Q + b.to(tl.int64) * sq_b + q_rows[:, None] + offs_dk[None, :], mask=valid[:, None], other=0.0)
+    lse = tl.load(LSE + (bg * S + t).to(tl.int64) * HPG + hh, mask=valid, other=0.0)
+    k_base = K + b.to(tl.int64) * sk_b + g * sk_g
+    v_base = V + b.to(tl.int64) * sv_b + g * sv_g
+    acc = tl.zeros([BLOCK_R, D_V], tl.float32)
+    for n0 in range(0, L_SEL, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        kpos = j * L_SEL + offs_n
+        kmask = (offs_n < L_SEL) & (kpos < S)
+        k = tl.load(k_base + kpos[:, None] * sk_s + offs_dk[None, :], mask=kmask[:, None], other=0.0)
+        v = tl.load(v_base + kpos[:, None] * sv_s + offs_dv[None, :], mask=kmask[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
+        allowed = valid[:, None] & kmask[None, :] & (kpos[None, :] <= t[:, None])
+        p = tl.exp2(tl.where(allowed, s - lse[:, None], float("-inf")))
+        acc += tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+    return qi, t, h, hh, valid, acc
+
+
+@triton.jit
 def _sel_fwd_kv_stats(Q, K, PART, ORDER, PAIR_T, TILES, n_tiles,
                       sq_b, sq_h, sq_s, sk_b, sk_g, sk_s,
                       S, G, NB, qk_scale,
@@ -37,12 +80,7 @@ def _sel_fwd_kv_stats(Q, K, PART, ORDER, PAIR_T, TILES, n_tiles,
     pid = tl.program_id(0)
     count = tl.load(TILES + 2 * n_tiles + pid)
     if count > 0:
-        key = tl.load(TILES + pid)
-        pos0 = tl.load(TILES + n_tiles + pid)
-        bg = key // NB
-        j = key - bg * NB
-        b = bg // G
-        g = bg - b * G
+        pos0, bg, j, b, g = _tile_key(TILES, n_tiles, pid, G, NB)
         qi, t, hh, valid = _tile_rows(PAIR_T, pos0, count, HPG, BLOCK_R)
         offs_d = tl.arange(0, D_K)
         q_rows = t * sq_s + (g * HPG + hh) * sq_h
@@ -74,32 +112,11 @@ def _sel_fwd_kv_out(Q, K, V, LSE, O32, PAIR_T, TILES, n_tiles,
     pid = tl.program_id(0)
     count = tl.load(TILES + 2 * n_tiles + pid)
     if count > 0:
-        key = tl.load(TILES + pid)
-        pos0 = tl.load(TILES + n_tiles + pid)
-        bg = key // NB
-        j = key - bg * NB
-        b = bg // G
-        g = bg - b * G
-        _, t, hh, valid = _tile_rows(PAIR_T, pos0, count, HPG, BLOCK_R)
-        h = g * HPG + hh
-        offs_dk = tl.arange(0, D_K)
+        pos0, bg, j, b, g = _tile_key(TILES, n_tiles, pid, G, NB)
+        _, t, h, _, valid, acc = _tile_pv(Q, K, V, LSE, PAIR_T, pos0, count, bg, j, b, g,
+                                            sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, S, qk_scale,
+                                            L_SEL, HPG, BLOCK_R, BLOCK_N, D_K, D_V, DOT_PREC)
         offs_dv = tl.arange(0, D_V)
-        q_rows = t * sq_s + h * sq_h
-        q = tl.load(Q + b.to(tl.int64) * sq_b + q_rows[:, None] + offs_dk[None, :], mask=valid[:, None], other=0.0)
-        lse = tl.load(LSE + (bg * S + t).to(tl.int64) * HPG + hh, mask=valid, other=0.0)
-        k_base = K + b.to(tl.int64) * sk_b + g * sk_g
-        v_base = V + b.to(tl.int64) * sv_b + g * sv_g
-        acc = tl.zeros([BLOCK_R, D_V], tl.float32)
-        for n0 in range(0, L_SEL, BLOCK_N):
-            offs_n = n0 + tl.arange(0, BLOCK_N)
-            kpos = j * L_SEL + offs_n
-            kmask = (offs_n < L_SEL) & (kpos < S)
-            k = tl.load(k_base + kpos[:, None] * sk_s + offs_dk[None, :], mask=kmask[:, None], other=0.0)
-            v = tl.load(v_base + kpos[:, None] * sv_s + offs_dv[None, :], mask=kmask[:, None], other=0.0)
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
-            allowed = valid[:, None] & kmask[None, :] & (kpos[None, :] <= t[:, None])
-            p = tl.exp2(tl.where(allowed, s - lse[:, None], float("-inf")))
-            acc += tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
         o_rows = t * so_s + h * so_h
         tl.atomic_add(O32 + b.to(tl.int64) * so_b + o_rows[:, None] + offs_dv[None, :], acc, mask=valid[:, None],
                       sem="relaxed")
@@ -188,12 +205,7 @@ def _sel_bwd_kv(Q, K, V, DO, LSE, DELTA, DQ, DK, DV, PAIR_T, TILES, n_tiles,
     pid = tl.program_id(0)
     count = tl.load(TILES + 2 * n_tiles + pid)
     if count > 0:
-        key = tl.load(TILES + pid)
-        pos0 = tl.load(TILES + n_tiles + pid)
-        bg = key // NB
-        j = key - bg * NB
-        b = bg // G
-        g = bg - b * G
+        pos0, bg, j, b, g = _tile_key(TILES, n_tiles, pid, G, NB)
         qpt = BLOCK_R // HPG
         offs_dk = tl.arange(0, D_K)
         offs_dv = tl.arange(0, D_V)
@@ -304,32 +316,11 @@ def _sel_fwd_kv_part(Q, K, V, LSE, OP, ORDER, PAIR_T, TILES, n_tiles,
     pid = tl.program_id(0)
     count = tl.load(TILES + 2 * n_tiles + pid)
     if count > 0:
-        key = tl.load(TILES + pid)
-        pos0 = tl.load(TILES + n_tiles + pid)
-        bg = key // NB
-        j = key - bg * NB
-        b = bg // G
-        g = bg - b * G
-        qi, t, hh, valid = _tile_rows(PAIR_T, pos0, count, HPG, BLOCK_R)
-        h = g * HPG + hh
-        offs_dk = tl.arange(0, D_K)
+        pos0, bg, j, b, g = _tile_key(TILES, n_tiles, pid, G, NB)
+        qi, t, _, hh, valid, acc = _tile_pv(Q, K, V, LSE, PAIR_T, pos0, count, bg, j, b, g,
+                                            sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, S, qk_scale,
+                                            L_SEL, HPG, BLOCK_R, BLOCK_N, D_K, D_V, DOT_PREC)
         offs_dv = tl.arange(0, D_V)
-        q_rows = t * sq_s + h * sq_h
-        q = tl.load(Q + b.to(tl.int64) * sq_b + q_rows[:, None] + offs_dk[None, :], mask=valid[:, None], other=0.0)
-        lse = tl.load(LSE + (bg * S + t).to(tl.int64) * HPG + hh, mask=valid, other=0.0)
-        k_base = K + b.to(tl.int64) * sk_b + g * sk_g
-        v_base = V + b.to(tl.int64) * sv_b + g * sv_g
-        acc = tl.zeros([BLOCK_R, D_V], tl.float32)
-        for n0 in range(0, L_SEL, BLOCK_N):
-            offs_n = n0 + tl.arange(0, BLOCK_N)
-            kpos = j * L_SEL + offs_n
-            kmask = (offs_n < L_SEL) & (kpos < S)
-            k = tl.load(k_base + kpos[:, None] * sk_s + offs_dk[None, :], mask=kmask[:, None], other=0.0)
-            v = tl.load(v_base + kpos[:, None] * sv_s + offs_dv[None, :], mask=kmask[:, None], other=0.0)
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
-            allowed = valid[:, None] & kmask[None, :] & (kpos[None, :] <= t[:, None])
-            p = tl.exp2(tl.where(allowed, s - lse[:, None], float("-inf")))
-            acc += tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
         flat = tl.load(ORDER + pos0 + qi, mask=valid, other=0)  # ((b*G + g)*S + t)*n_sel + slot
         rows = (flat.to(tl.int64) * HPG + hh) * D_V
         tl.store(OP + rows[:, None] + offs_dv[None, :], acc, mask=valid[:, None])

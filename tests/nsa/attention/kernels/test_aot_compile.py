@@ -23,11 +23,16 @@ WGMMA_ON_SM90: set[str] = {"range_fwd", "range_dq", "range_dkdv", "sel_fwd_kv_st
                            "_blocksel_rows_kernel"}
 
 
-def _compile(which: str) -> list[dict]:
-    """`python -m nsa.attention.kernels.aot --json --cases which`, in a process without TRITON_INTERPRET."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-m", "nsa.attention.kernels.aot", "--json", "--cases", which],
-                          capture_output=True, text=True, env=env, timeout=900)
+def _no_interpreter() -> dict:
+    return {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+
+
+def _compile(which: str, ptx_dir=None) -> list[dict]:
+    """`python -m nsa.attention.kernels.aot --json --cases which [--ptx ptx_dir]`, in a process without
+    TRITON_INTERPRET."""
+    cmd = [sys.executable, "-m", "nsa.attention.kernels.aot", "--json", "--cases", which]
+    proc = subprocess.run(cmd + (["--ptx", str(ptx_dir)] if ptx_dir else []), capture_output=True, text=True,
+                          env=_no_interpreter(), timeout=900)
     assert proc.stdout.strip(), f"aot printed nothing; stderr:\n{proc.stderr[-3000:]}"
     return json.loads(proc.stdout)
 
@@ -67,9 +72,15 @@ def _check_compiled(results: list[dict], which: str):
 
 @needs_triton
 @pytest.mark.skipif(not KERNEL_MODULES, reason="no Triton kernel modules registered yet")
-def test_every_kernel_compiles_for_sm80_and_sm90_without_spills():
-    """The default path's cases (AotCase.choice empty): what `auto` launches."""
-    _check_compiled(_compile("default"), "default")
+def test_every_kernel_compiles_for_sm80_and_sm90_without_spills(tmp_path):
+    """The default path's cases (AotCase.choice empty): what `auto` launches; --ptx writes each one's PTX from the
+    compile processes."""
+    _check_compiled(_compile("default", tmp_path), "default")
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == sorted(aot.ptx_file_name(c, cc) for c in aot.all_cases("default") for cc in aot.TARGETS)
+    for name in written[:3]:
+        text = (tmp_path / name).read_text()
+        assert ".entry " in text and "mma" in text and ".loc" not in text, name
 
 
 @needs_triton
@@ -195,3 +206,92 @@ def test_a_configuration_two_geometries_share_is_compiled_once(monkeypatch):
 def test_the_shipped_cases_compile_alike_at_most_once():
     keys = [aot._compile_key(c) for c in aot.all_cases()]
     assert len(keys) == len(set(keys))
+
+
+def test_plain_ptx_drops_what_moves_with_the_source_lines_only():
+    """Two compiles of one kernel whose source lines moved (a docstring grew, a jit helper was drawn out) differ in
+    .loc and .file lines, the $L__tmp labels of inlined calls and the debug sections; plain_ptx leaves those out and
+    keeps every instruction and branch label, so that a changed instruction still shows."""
+    body = ["\tld.global.b32 \t%r1, [%rd1];", "$L__BB0_2:", "\tmul.f32 \t%r2, %r1, %r1;", "\tret;", "}"]
+
+    def compiled(loc: int, *extra):
+        return "\n".join([".version 8.7", "// begin inline asm", ".file 1 \"/src/jit.py\"", ".visible .entry k(",
+                          ")", "{", f"\t.loc 1 {loc} 5", "$L__tmp0:", body[0], "", f"\t.loc 1 {loc + 3} 9",
+                          *extra, *body[1:], "\t.section\t.debug_abbrev", "{", ".b8 1", "}"])
+
+    a, b = aot.plain_ptx(compiled(40)), aot.plain_ptx(compiled(77, "$L__tmp1:"))
+    assert a == b
+    assert "$L__BB0_2:" in a and "mul.f32" in a and ".entry k(" in a
+    assert ".loc" not in a and ".file" not in a and "$L__tmp" not in a and "debug" not in a and "//" not in a
+    assert aot.plain_ptx(compiled(40).replace("mul.f32", "add.f32")) != a
+
+
+_HELPER_KERNELS = {
+    "inline": """
+import triton
+import triton.language as tl
+
+@triton.jit
+def kernel(X, Y, N, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < N
+    x = tl.load(X + i, mask=m, other=0.0)
+    lo = tl.minimum(x, 0.0)
+    hi = tl.maximum(x, 0.0)
+    tl.store(Y + i, hi * hi - lo, mask=m)
+""",
+    "helper": """
+import triton
+import triton.language as tl
+
+@triton.jit
+def _parts(X, i, m):
+    \"\"\"a helper returning a tuple, as the kernels' _tile_key and _tile_pv do\"\"\"
+    x = tl.load(X + i, mask=m, other=0.0)
+    return tl.minimum(x, 0.0), tl.maximum(x, 0.0)
+
+
+@triton.jit
+def kernel(X, Y, N, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < N
+    lo, hi = _parts(X, i, m)
+    tl.store(Y + i, hi * hi - lo, mask=m)
+""",
+    "changed": """
+import triton
+import triton.language as tl
+
+@triton.jit
+def kernel(X, Y, N, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < N
+    x = tl.load(X + i, mask=m, other=0.0)
+    tl.store(Y + i, x * x, mask=m)
+"""}
+
+
+@needs_triton
+def test_a_jit_helper_drawn_out_compiles_to_the_same_plain_ptx(tmp_path):
+    """What --ptx is for: one kernel written inline and with its start drawn out into a jit helper (returning a
+    tuple) compiles, at other source lines, to the same plain PTX for sm_90; a kernel that computes something else
+    does not."""
+    for name, source in _HELPER_KERNELS.items():
+        (tmp_path / f"k_{name}.py").write_text(source)
+    script = (
+        "import importlib, sys\n"
+        "from pathlib import Path\n"
+        "from nsa.attention.kernels import aot\n"
+        "for name in sys.argv[2:]:\n"
+        "    fn = importlib.import_module('k_' + name).kernel\n"
+        "    case = aot.AotCase(name=name, fn=fn, signature={'X': '*fp32', 'Y': '*fp32', 'N': 'i32', "
+        "'BLOCK': 'constexpr'}, constexprs={'BLOCK': 128}, tensor_cores=False)\n"
+        "    result = aot.compile_case(case, 90, Path(sys.argv[1]))\n"
+        "    assert result.ok, result\n")
+    env = {**_no_interpreter(), "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "ptx"), *_HELPER_KERNELS], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ptx = {name: (tmp_path / "ptx" / f"{name}.sm_90.ptx").read_text() for name in _HELPER_KERNELS}
+    assert ptx["inline"] == ptx["helper"]
+    assert ptx["changed"] != ptx["inline"]

@@ -126,6 +126,18 @@ def _load_rows(q_ptr, lse_ptr, b, g, t0, S, hpg, bt, d_k, sqb, sqh, sqs, sqd, sl
     return q, t_row, lse2, row_ok, R
 
 @triton.jit
+def _token_tile(G, hpg, row0, n_rows, S, BM: tl.constexpr):
+    """This program's place in the tiled kernels' grid (token tiles, selection-block tiles, B*G): (its selection-block
+    tile pid_j, b, g, its token tile's bt tokens, first token t0 and last token t_last, within row0 + n_rows and S)."""
+    pid_t, pid_j, pid_bg = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    b, g = pid_bg // G, pid_bg % G
+    bt = BM // hpg
+    t0 = row0 + pid_t * bt
+    t_last = tl.minimum(t0 + bt, tl.minimum(row0 + n_rows, S)) - 1
+    return pid_j, b, g, bt, t0, t_last
+
+
+@triton.jit
 def _blocksel_importance_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp, n_blocks, d_k, l, d, l_sel, A, B_,
                        bj, row0, n_rows, skip_n, qk_scale, hs_scale, out_scale,
                        sqb, sqh, sqs, sqd, skb, skg, skn, skd, slb, slh, sls, sob, sog, sot,
@@ -136,11 +148,7 @@ def _blocksel_importance_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp
     Grid (token tiles, selection-block tiles, B*G). Tiles whose tokens have not started any of the blocks, or
     whose tokens have at most skip_n started blocks (all kept whatever their importance), return at once.
     """
-    pid_t, pid_j, pid_bg = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    b, g = pid_bg // G, pid_bg % G
-    bt = BM // hpg
-    t0 = row0 + pid_t * bt
-    t_last = tl.minimum(t0 + bt, tl.minimum(row0 + n_rows, S)) - 1
+    pid_j, b, g, bt, t0, t_last = _token_tile(G, hpg, row0, n_rows, S, BM)
     j0 = pid_j * bj
     if (j0 * l_sel > t_last) | (t_last // l_sel + 1 <= skip_n):
         return
@@ -183,11 +191,7 @@ def _blocksel_keys_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp, n_bl
     _blocksel_importance_kernel; tiles whose tokens have not started the tile's blocks, or have at most skip_n
     started blocks (all kept whatever their importance), skip the importance and write the keys of importance 0.
     """
-    pid_t, pid_j, pid_bg = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    b, g = pid_bg // G, pid_bg % G
-    bt = BM // hpg
-    t0 = row0 + pid_t * bt
-    t_last = tl.minimum(t0 + bt, tl.minimum(row0 + n_rows, S)) - 1
+    pid_j, b, g, bt, t0, t_last = _token_tile(G, hpg, row0, n_rows, S, BM)
     j0 = pid_j * bj
     if (j0 * l_sel > t_last) | (t_last // l_sel + 1 <= skip_n):
         imp = tl.zeros([BT_PAD, K], tl.float32)
@@ -345,11 +349,7 @@ def _blocksel_rows_kernel(q_ptr, k_ptr, lse_ptr, out_ptr, S, G, hpg, n_cmp, n_bl
     zero-filled), as the one-tile kernel; KEYS True: they are written with importance 0 (the keys kernel's contract:
     every entry written, no fill before it).
     """
-    pid_t, pid_j, pid_bg = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    b, g = pid_bg // G, pid_bg % G
-    bt = BM // hpg
-    t0 = row0 + pid_t * bt
-    t_last = tl.minimum(t0 + bt, tl.minimum(row0 + n_rows, S)) - 1
+    pid_j, b, g, bt, t0, t_last = _token_tile(G, hpg, row0, n_rows, S, BM)
     live = t_last // l_sel + 1 > skip_n
     tt = tl.arange(0, BT_PAD)
     t_tok = t0 + tt

@@ -16,6 +16,25 @@ from validation.execution.evidence import assess
 from validation.launch.spec import LaunchResult
 
 HEADER = "step,loss,lr,toks_per_s,step_time_s,grad_norm,mem_alloc_gb,mem_reserved_gb"
+AB_VARIANTS = '{batched: {env: {NSA_PREFILL_BATCHED: "1"}}}'
+
+
+def ab_runbook(repeats: int = 3, variants: str = AB_VARIANTS, defaults: str = "") -> str:
+    """The decision tests' runbook: one `ab` step "pick" (phase "p", recommend: true) of NSA_PREFILL_BATCHED "0"
+    against `variants` (a YAML flow mapping), `repeats` runs each, on the tiny CPU config (5 steps, one process);
+    `defaults` is added inside the defaults mapping (e.g. ", retry_disturbed: 2")."""
+    return ("name: t\n"
+            "requirements: {gpus: 0, backend: gloo}\n"
+            f"defaults: {{config: configs/tiny_cpu.yaml, args: {{steps: 5}}, nproc_per_node: 1{defaults}}}\n"
+            "phases:\n"
+            "  - name: p\n"
+            "    steps:\n"
+            "      - name: pick\n"
+            "        kind: ab\n"
+            '        baseline: {env: {NSA_PREFILL_BATCHED: "0"}}\n'
+            f"        variants: {variants}\n"
+            f"        repeats: {repeats}\n"
+            "        recommend: true\n")
 
 
 def ar1_series(seed: int, n: int, level: float, cv: float, phi: float = 0.5) -> np.ndarray:

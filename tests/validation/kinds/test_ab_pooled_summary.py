@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from decision_support import run_ab_step  # noqa: E402
+from decision_support import ab_runbook, run_ab_step  # noqa: E402
 from validation.kinds.ab import pooled_summary  # noqa: E402
 
 
@@ -47,20 +47,7 @@ def test_the_pooled_tokens_per_s_is_the_repeats_work_over_their_time():
     assert pooled_summary(runs, "baseline")["toks_per_s"] == {"mean": pytest.approx(by_hand, rel=1e-12), "n": 2}
 
 
-RB = """\
-name: t
-requirements: {gpus: 0, backend: gloo}
-defaults: {config: configs/tiny_cpu.yaml, args: {steps: 5}, nproc_per_node: 1}
-phases:
-  - name: p
-    steps:
-      - name: pick
-        kind: ab
-        baseline: {env: {NSA_PREFILL_BATCHED: "0"}}
-        variants: {batched: {env: {NSA_PREFILL_BATCHED: "1"}}}
-        repeats: 3
-        recommend: true
-"""
+RB = ab_runbook(3)
 
 
 def test_an_ab_step_reports_a_variant_without_its_disturbed_repeat(monkeypatch, tmp_path):

@@ -11,25 +11,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from decision_support import run_ab_step, write_csv
+from decision_support import ab_runbook, run_ab_step, write_csv
 from validation.runbook.plan import step_launches
 from validation.runbook.loader import load_runbook
 
 REPO = Path(__file__).resolve().parents[3]
-RB = """\
-name: t
-requirements: {gpus: 0, backend: gloo}
-defaults: {config: configs/tiny_cpu.yaml, args: {steps: 5}, nproc_per_node: 1}
-phases:
-  - name: p
-    steps:
-      - name: pick
-        kind: ab
-        baseline: {env: {NSA_PREFILL_BATCHED: "0"}}
-        variants: {batched: {env: {NSA_PREFILL_BATCHED: "1"}}}
-        repeats: %d
-        recommend: true
-"""
 
 
 def _measured_noise(monkeypatch, total=0.01):
@@ -60,7 +46,7 @@ def _run(monkeypatch, tmp_path, repeats):
         base = 10000.0 if run["label"] == "batched" else 1000.0
         return list(base * (1 + (0.2 if jittery(run["label"], run["repeat"]) else 0.01) * rng.standard_normal(40)))
 
-    return run_ab_step(monkeypatch, tmp_path, RB % repeats, collect, values)
+    return run_ab_step(monkeypatch, tmp_path, ab_runbook(repeats), collect, values)
 
 
 def test_interleaved_repeats_keep_a_winner_ahead_in_every_repeat_despite_per_step_jitter(monkeypatch, tmp_path):
@@ -116,8 +102,7 @@ def test_a_variant_may_measure_over_its_own_window(monkeypatch, tmp_path):
     run["metrics"]["window"] = {"last": None}
     assert len(trainer_mod.run_values(tmp_path, prefill, run, "toks_per_s")) == 8
     path = tmp_path / "rb.yaml"
-    path.write_text((RB % 2).replace('variants: {batched: {env: {NSA_PREFILL_BATCHED: "1"}}}',
-                                     'variants: {batched: {env: {NSA_PREFILL_BATCHED: "1"}, window: 0}}'))
+    path.write_text(ab_runbook(2, '{batched: {env: {NSA_PREFILL_BATCHED: "1"}, window: 0}}'))
     try:
         load_runbook(path, cwd=str(REPO))
     except RunbookError as exc:

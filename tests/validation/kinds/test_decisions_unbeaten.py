@@ -13,25 +13,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from decision_support import FakeTrainer, run_ab_step, run_runbook  # noqa: E402
+from decision_support import FakeTrainer, ab_runbook, run_ab_step, run_runbook  # noqa: E402
 
 from validation.kinds import get  # noqa: E402
 from validation.kinds._decision_view import decision_blocks  # noqa: E402
 
-AB_RB = """\
-name: t
-requirements: {gpus: 0, backend: gloo}
-defaults: {config: configs/tiny_cpu.yaml, args: {steps: 5}, nproc_per_node: 1}
-phases:
-  - name: p
-    steps:
-      - name: pick
-        kind: ab
-        baseline: {env: {NSA_PREFILL_BATCHED: "0"}}
-        variants: {batched: {env: {NSA_PREFILL_BATCHED: "1"}}}
-        repeats: 1
-        recommend: true
-"""
+AB_RB = ab_runbook(1)
 
 
 def _measured_noise(monkeypatch, total=0.01):
@@ -155,20 +142,7 @@ def test_a_bisection_point_measuring_a_negative_step_time_stops_the_search_and_i
     assert f"points.{row}.step_time_s" in flagged
 
 
-AB_TWO_RB = """\
-name: t
-requirements: {gpus: 0, backend: gloo}
-defaults: {config: configs/tiny_cpu.yaml, args: {steps: 5}, nproc_per_node: 1}
-phases:
-  - name: p
-    steps:
-      - name: pick
-        kind: ab
-        baseline: {env: {NSA_PREFILL_BATCHED: "0"}}
-        variants: {fast: {env: {NSA_PREFILL_BATCHED: "1"}}, other: {env: {NSA_SEL_RANGES_V2: "1"}}}
-        repeats: 3
-        recommend: true
-"""
+AB_TWO_RB = ab_runbook(3, '{fast: {env: {NSA_PREFILL_BATCHED: "1"}}, other: {env: {NSA_SEL_RANGES_V2: "1"}}}')
 
 
 def test_an_ab_whose_baseline_was_never_measured_undisturbed_keeps_the_baseline(monkeypatch, tmp_path):

@@ -9,32 +9,18 @@ from __future__ import annotations
 from pathlib import Path
 import pytest
 
-from decision_support import run_ab_step
+from decision_support import ab_runbook, run_ab_step
 from validation.runbook.plan import step_launches
 from validation.runbook.loader import RunbookError, load_runbook
 from validation.kinds import ab as ab_mod
 from validation.kinds import trainer as trainer_mod
 
 REPO = Path(__file__).resolve().parents[3]
-RB = """\
-name: t
-requirements: {gpus: 0, backend: gloo}
-defaults: {config: configs/tiny_cpu.yaml, args: {steps: 5}, nproc_per_node: 1%s}
-phases:
-  - name: p
-    steps:
-      - name: pick
-        kind: ab
-        baseline: {env: {NSA_PREFILL_BATCHED: "0"}}
-        variants: {batched: {env: {NSA_PREFILL_BATCHED: "1"}}}
-        repeats: 2
-        recommend: true
-"""
 
 
 def _step(tmp_path, extra=""):
     path = tmp_path / "rb.yaml"
-    path.write_text(RB % extra)
+    path.write_text(ab_runbook(2, defaults=extra))
     return load_runbook(path, cwd=str(REPO)).steps()[0]
 
 
@@ -53,7 +39,7 @@ def _run(monkeypatch, tmp_path, disturbed, extra=""):
     def values(run):
         return [10000.0 + run["repeat"]] * 8 if run["label"] == "batched" else [1000.0 + 3 * run["repeat"]] * 8
 
-    result = run_ab_step(monkeypatch, tmp_path, RB % extra, collect, values)
+    result = run_ab_step(monkeypatch, tmp_path, ab_runbook(2, defaults=extra), collect, values)
     return result, [s.dir for s in launched]
 
 
@@ -105,8 +91,7 @@ def test_only_a_kind_that_decides_from_repeats_takes_retry_disturbed(tmp_path):
     refused there with the file's line, not silently accepted."""
     assert _step(tmp_path, ", retry_disturbed: 2").launch.retry_disturbed == 2
     path = tmp_path / "train.yaml"
-    path.write_text(RB.replace("kind: ab", "kind: train").replace("        recommend: true\n", "")
-                    .split("        baseline:")[0].replace("kind: train\n", "kind: train\n        retry_disturbed: 1\n")
-                    % "")
+    path.write_text(ab_runbook(2).replace("kind: ab", "kind: train").split("        baseline:")[0]
+                    .replace("kind: train\n", "kind: train\n        retry_disturbed: 1\n"))
     with pytest.raises(RunbookError, match=r"train.yaml:\d+: .*retry_disturbed: unknown key"):
         load_runbook(path, cwd=str(REPO))

@@ -114,8 +114,8 @@ def _sel_fwd_kv_out(Q, K, V, LSE, O32, PAIR_T, TILES, n_tiles,
     if count > 0:
         pos0, bg, j, b, g = _tile_key(TILES, n_tiles, pid, G, NB)
         _, t, h, _, valid, acc = _tile_pv(Q, K, V, LSE, PAIR_T, pos0, count, bg, j, b, g,
-                                            sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, S, qk_scale,
-                                            L_SEL, HPG, BLOCK_R, BLOCK_N, D_K, D_V, DOT_PREC)
+                                          sq_b, sq_h, sq_s, sk_b, sk_g, sk_s, sv_b, sv_g, sv_s, S, qk_scale,
+                                          L_SEL, HPG, BLOCK_R, BLOCK_N, D_K, D_V, DOT_PREC)
         offs_dv = tl.arange(0, D_V)
         o_rows = t * so_s + h * so_h
         tl.atomic_add(O32 + b.to(tl.int64) * so_b + o_rows[:, None] + offs_dv[None, :], acc, mask=valid[:, None],

@@ -13,77 +13,32 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # decision_support
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # decision_support, scaling_support
 
 from decision_support import judge  # noqa: E402
+from scaling_support import (BUSY, QUIET, REPO, SCALING_RUNBOOK, scaling_metrics, scaling_results,  # noqa: E402
+                             scaling_runbook)
 
 from validation import kinds as step_kinds  # noqa: E402
-from validation.analysis.interference import step_interference  # noqa: E402
 from validation.report.problems import open_problems  # noqa: E402
-from validation.runbook.loader import load_runbook  # noqa: E402
 
-RUNBOOK = """\
-name: sc
-requirements: {gpus: 0, backend: gloo}
-defaults: {config: configs/tiny_cpu.yaml}
-phases:
-  - name: p
-    steps:
-      - {name: one_node, kind: train}
-      - {name: two_nodes, kind: train, scaling_baseline: one_node}
-acceptance:
-  - {name: "Scaling", expr: "two_nodes.scaling_efficiency >= 0.85", target: ">= 0.85"}
-  - {name: "Scaling bound", expr: "two_nodes.scaling_efficiency_low >= 0.80", target: ">= 0.80", severity: warn}
-  - {name: "Own speed", expr: "two_nodes.toks_per_s.mean >= 1000", target: ">= 1000"}
-  - {name: "Learns", expr: "two_nodes.loss_drop >= 1.0", target: ">= 1"}
-"""
-REPO = Path(__file__).resolve().parents[2]
-QUIET = {"disturbed": False, "text": "no interference in 8 samples", "share": 0.0}
-BUSY = {"disturbed": True, "text": "other processes used 1.40 of 2 cores on average in 5 of 8 samples (62%)",
-        "share": 0.625}
 # one_node measured again, and two_nodes too: its efficiency is computed when it runs, and would otherwise still
 # divide by one_node's disturbed tokens/s
 RERUN = "nsa-validate run runbooks/sc.yaml --resume artifacts/validate/sc-1 --rerun one_node --rerun two_nodes"
 
 
-def _metrics(toks: float, world: int, interference: dict, loss_drop: float = 2.5) -> dict:
-    return {"toks_per_s": {"mean": toks, "cv": 0.03, "n": 20}, "loss_drop": loss_drop, "world_size": world,
-            "toks_per_s_per_gpu": toks / world, "interference": interference, "context": {"device": "cpu"}}
-
-
-def _results(efficiency: float, base: dict, loss_drop: float = 2.5) -> dict:
-    """one_node at 16,000 tokens/s on 8 ranks, two_nodes on 16 ranks at efficiency x 2 x 16,000 (30,400 tokens/s
-    for 0.95), measured undisturbed; the efficiency's interval +/- 5%."""
-    two = _metrics(efficiency * 2 * 16000.0, 16, QUIET, loss_drop)
-    two.update(scaling_baseline="one_node", scaling_efficiency=efficiency,
-               scaling_efficiency_low=efficiency * 0.95, scaling_efficiency_high=efficiency * 1.05,
-               scaling_noise={"source": "declared", "sd": 0.02, "df": 9, "detail": "declared"})
-    steps = {"one_node": {"name": "one_node", "kind": "train", "status": "passed", "runs": [], "metrics": base},
-             "two_nodes": {"name": "two_nodes", "kind": "train", "status": "passed", "runs": [], "metrics": two}}
-    for s in steps.values():
-        s["interference"] = step_interference(s)
-    return {"runbook": {"name": "sc", "path": "runbooks/sc.yaml"}, "run_dir": "artifacts/validate/sc-1",
-            "steps": steps, "acceptance": []}
-
-
-def _runbook(tmp_path, text: str = RUNBOOK):
-    path = tmp_path / "sc.yaml"
-    path.write_text(text)
-    return load_runbook(path, cwd=str(REPO))
-
-
 def test_an_undisturbed_baseline_decides_as_before(tmp_path):
-    rb = _runbook(tmp_path)
-    crits, (word, _) = judge(rb, _results(0.95, _metrics(16000.0, 8, QUIET)))
+    rb = scaling_runbook(tmp_path)
+    crits, (word, _) = judge(rb, scaling_results(0.95, scaling_metrics(16000.0, 8, QUIET)))
     assert crits["Scaling"]["status"] == "pass" and word == "GO"
-    crits, (word, _) = judge(rb, _results(0.50, _metrics(16000.0, 8, QUIET)))
+    crits, (word, _) = judge(rb, scaling_results(0.50, scaling_metrics(16000.0, 8, QUIET)))
     assert crits["Scaling"]["status"] == "fail" and word == "NO-GO"
 
 
 @pytest.mark.parametrize("efficiency", [0.95, 0.50], ids=["would-pass", "would-fail"])
 def test_an_efficiency_over_a_disturbed_baseline_is_inconclusive(tmp_path, efficiency):
-    rb = _runbook(tmp_path)
-    results = _results(efficiency, _metrics(16000.0, 8, BUSY))
+    rb = scaling_runbook(tmp_path)
+    results = scaling_results(efficiency, scaling_metrics(16000.0, 8, BUSY))
     crits, (word, reason) = judge(rb, results)
     scaling = crits["Scaling"]
     assert scaling["status"] == "inconclusive", scaling
@@ -103,27 +58,27 @@ def test_an_efficiency_over_a_disturbed_baseline_is_inconclusive(tmp_path, effic
 def test_and_or_parts_on_an_efficiency_over_a_disturbed_baseline_are_unknown(tmp_path):
     """Three-valued logic: a known part decides whatever the efficiency holds, else the criterion is
     inconclusive."""
-    text = RUNBOOK.split("acceptance:")[0] + """acceptance:
+    text = SCALING_RUNBOOK.split("acceptance:")[0] + """acceptance:
   - {name: "And", expr: "two_nodes.scaling_efficiency >= 0.85 and two_nodes.loss_drop >= 1.0", target: "x"}
   - {name: "Or", expr: "two_nodes.scaling_efficiency >= 0.85 or two_nodes.loss_drop >= 1.0", target: "x"}
 """
-    rb = _runbook(tmp_path, text)
-    busy = _metrics(16000.0, 8, BUSY)
-    crits, (word, _) = judge(rb, _results(0.95, busy, loss_drop=0.1))  # the loss did not fall: "And" fails
+    rb = scaling_runbook(tmp_path, text)
+    busy = scaling_metrics(16000.0, 8, BUSY)
+    crits, (word, _) = judge(rb, scaling_results(0.95, busy, loss_drop=0.1))  # the loss did not fall: "And" fails
     assert crits["And"]["status"] == "fail" and word == "NO-GO"
-    crits, _ = judge(rb, _results(0.50, busy, loss_drop=2.5))  # the loss fell: "Or" holds
+    crits, _ = judge(rb, scaling_results(0.50, busy, loss_drop=2.5))  # the loss fell: "Or" holds
     assert crits["Or"]["status"] == "pass"
-    crits, (word, _) = judge(rb, _results(0.50, busy, loss_drop=2.5))
+    crits, (word, _) = judge(rb, scaling_results(0.50, busy, loss_drop=2.5))
     assert crits["And"]["status"] == "inconclusive" and word == "INCOMPLETE"
-    crits, _ = judge(rb, _results(0.95, busy, loss_drop=0.1))
+    crits, _ = judge(rb, scaling_results(0.95, busy, loss_drop=0.1))
     assert crits["Or"]["status"] == "inconclusive"
 
 
 def test_an_impossible_own_efficiency_over_a_disturbed_baseline_is_explained_by_it(tmp_path):
     """The executive summary's scaling efficiency of two_nodes (14.9: outside (0, 1.1]) divides by one_node's
     tokens/s: measured disturbed, a disturbance explains it (inconclusive), not a bug in the measurement."""
-    rb = _runbook(tmp_path)
-    results = _results(14.9, _metrics(16000.0, 8, BUSY))
+    rb = scaling_runbook(tmp_path)
+    results = scaling_results(14.9, scaling_metrics(16000.0, 8, BUSY))
     crits, (word, _) = judge(rb, results)
     bad = {b["metric"]: b["disturbed"] for b in results["evidence"]["implausible"] if b["step"] == "two_nodes"}
     assert bad == {"scaling_efficiency": True, "scaling_efficiency_low": True, "Scaling efficiency": True}, bad
@@ -133,9 +88,9 @@ def test_an_impossible_own_efficiency_over_a_disturbed_baseline_is_explained_by_
 def test_running_a_disturbed_baseline_again_runs_the_step_computing_from_it_too(tmp_path):
     """A criterion on one_node's own tokens/s, measured disturbed: the command that runs one_node again runs
     two_nodes too, whose efficiency would otherwise keep dividing by the disturbed figure."""
-    rb = _runbook(tmp_path, RUNBOOK.replace('expr: "two_nodes.toks_per_s.mean >= 1000"',
+    rb = scaling_runbook(tmp_path, SCALING_RUNBOOK.replace('expr: "two_nodes.toks_per_s.mean >= 1000"',
                                             'expr: "one_node.toks_per_s.mean >= 1000"'))
-    crits, (word, reason) = judge(rb, _results(0.95, _metrics(16000.0, 8, BUSY)))
+    crits, (word, reason) = judge(rb, scaling_results(0.95, scaling_metrics(16000.0, 8, BUSY)))
     assert crits["Own speed"]["detail"].endswith(f"run again: {RERUN}"), crits["Own speed"]["detail"]
     assert word == "INCOMPLETE" and "(disturbed: one_node)" in reason and RERUN in reason
 
@@ -145,8 +100,8 @@ def test_the_open_problem_of_a_disturbed_baseline_reruns_the_step_computing_from
     from validation.execution.evidence import assess
     from validation.report.problems import open_problems
 
-    rb = _runbook(tmp_path, RUNBOOK)
-    results = _results(0.95, _metrics(16000.0, 8, BUSY))
+    rb = scaling_runbook(tmp_path, SCALING_RUNBOOK)
+    results = scaling_results(0.95, scaling_metrics(16000.0, 8, BUSY))
     results["evidence"] = assess(rb, results, str(tmp_path))
     (item,) = [p for p in open_problems(results) if p["what"].startswith("measured while other work used")]
     assert item["where"] == "step one_node" and "--rerun one_node --rerun two_nodes" in item["what"], item
@@ -154,14 +109,14 @@ def test_the_open_problem_of_a_disturbed_baseline_reruns_the_step_computing_from
 
 def test_the_train_kind_names_the_baseline_of_its_scaling_figures_only():
     train = step_kinds.get("train")
-    record = _results(0.95, _metrics(16000.0, 8, QUIET))["steps"]["two_nodes"]
+    record = scaling_results(0.95, scaling_metrics(16000.0, 8, QUIET))["steps"]["two_nodes"]
     for key in ("scaling_efficiency", "scaling_efficiency_low", "scaling_efficiency_high"):
         assert train.derived_from(train.read(record), (key,)) == ["one_node"]
     assert train.derived_from(train.read(record), ()) == ["one_node"]  # the step as a whole holds them
     assert train.derived_from(train.read(record), ("toks_per_s", "mean")) == []
     assert train.derived_from(train.read(record), ("loss_drop",)) == []
-    alone = _results(0.95, _metrics(16000.0, 8, QUIET))["steps"]["one_node"]
-    none = _results(0.95, _metrics(16000.0, 8, QUIET))["steps"]["two_nodes"]
+    alone = scaling_results(0.95, scaling_metrics(16000.0, 8, QUIET))["steps"]["one_node"]
+    none = scaling_results(0.95, scaling_metrics(16000.0, 8, QUIET))["steps"]["two_nodes"]
     none["metrics"]["scaling_efficiency"] = None  # the baseline did not pass: its tokens/s was not used
     assert train.derived_from(train.read(none), ("scaling_efficiency",)) == []
     assert train.derived_from(train.read(alone), ("scaling_efficiency",)) == []
@@ -197,7 +152,7 @@ def _par_results(comm_interference: dict) -> dict:
 
 
 def test_a_collectives_time_predicted_from_a_disturbed_comm_step_is_inconclusive(tmp_path):
-    rb = _runbook(tmp_path, PAR_RUNBOOK)
+    rb = scaling_runbook(tmp_path, PAR_RUNBOOK)
     crits, (word, _) = judge(rb, _par_results({"disturbed": False, "text": "no interference in 1 launch"}))
     assert crits["Predicted"]["status"] == "pass" and word == "GO"
     busy = {"disturbed": True, "text": BUSY["text"], "launches": [{"label": "", "disturbed": True, "text": "x"}]}
@@ -239,7 +194,7 @@ def test_a_users_rerun_of_a_baseline_also_runs_the_step_computing_from_it(monkey
     from decision_support import FakeTrainer, run_runbook
     from validation.run import RunRequest, prepare
 
-    text = RUNBOOK.replace("  - name: p\n    steps:\n      - {name: one_node, kind: train}\n",
+    text = SCALING_RUNBOOK.replace("  - name: p\n    steps:\n      - {name: one_node, kind: train}\n",
                            "  - name: p\n    steps:\n      - {name: one_node, kind: train}\n  - name: q\n    steps:\n")
     text = text.replace("defaults: {config: configs/tiny_cpu.yaml}",
                         f"defaults: {{config: {REPO / 'configs' / 'tiny_cpu.yaml'}}}")

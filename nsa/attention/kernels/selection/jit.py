@@ -125,6 +125,7 @@ def _load_rows(q_ptr, lse_ptr, b, g, t0, S, hpg, bt, d_k, sqb, sqh, sqs, sqd, sl
     R = ((tok_r[None, :] == tt[:, None]) & row_ok[None, :]).to(tl.float16)
     return q, t_row, lse2, row_ok, R
 
+
 @triton.jit
 def _token_tile(G, hpg, row0, n_rows, S, BM: tl.constexpr):
     """This program's place in the tiled kernels' grid (token tiles, selection-block tiles, B*G): (its selection-block

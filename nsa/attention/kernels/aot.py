@@ -155,6 +155,9 @@ def _alignment_attrs(case: AotCase) -> dict:
             if (kind.startswith("*") or name in case.divisible) and kind != "constexpr"}
 
 
+_DEBUG_LABEL = re.compile(r"\$L__tmp\d+:")  # the label of an inlined call's place, for the debug sections
+
+
 def plain_ptx(ptx: str) -> str:
     """PTX without what moves when only the source's lines do: the .loc and .file directives, comments, blank lines,
     the debug labels of inlined calls ($L__tmpN:) and the debug sections. Two compiles of one kernel give the same
@@ -168,9 +171,6 @@ def plain_ptx(ptx: str) -> str:
             continue
         keep.append(line)
     return "\n".join(keep) + "\n"
-
-
-_DEBUG_LABEL = re.compile(r"\$L__tmp\d+:")
 
 
 def ptx_file_name(case: AotCase, cc: int) -> str:
@@ -240,11 +240,10 @@ def all_cases(which: str = "all") -> list[AotCase]:
 
 
 _CASES: list[AotCase] = []  # a worker's copy of all_cases() (forked from the parent, which filled it)
-_PTX_DIR: list[Path | None] = [None]  # and of compile_all's ptx_dir
 
 
-def _compile_nth(job: tuple[int, int]) -> AotResult:
-    return compile_case(_CASES[job[0]], job[1], _PTX_DIR[0])
+def _compile_nth(job: tuple[int, int, Path | None]) -> AotResult:
+    return compile_case(_CASES[job[0]], job[1], job[2])
 
 
 def compile_all(targets=TARGETS, jobs: int | None = None, which: str = "all",
@@ -255,8 +254,7 @@ def compile_all(targets=TARGETS, jobs: int | None = None, which: str = "all",
         raise RuntimeError("TRITON_INTERPRET is set: interpreted kernels cannot be compiled ahead of time "
                            "(run this in a process without it)")
     _CASES[:] = all_cases(which)
-    _PTX_DIR[0] = ptx_dir
-    work = [(i, cc) for i in range(len(_CASES)) for cc in targets]
+    work = [(i, cc, ptx_dir) for i in range(len(_CASES)) for cc in targets]
     jobs = min(jobs or os.cpu_count() or 1, len(work))
     if jobs <= 1 or sys.platform != "linux":
         return [_compile_nth(job) for job in work]

@@ -7,6 +7,7 @@ shapes. With a GPU the same tests run natively.
 
 import importlib.util
 import math
+import os
 import re
 
 import pytest
@@ -22,6 +23,16 @@ needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="needs the triton pack
 
 # Where the Triton kernels run in this session: cuda natively, else cpu through the interpreter.
 KERNEL_DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+
+
+def compile_env(*paths: str) -> dict[str, str]:
+    """This process's environment without TRITON_INTERPRET (which this session may have set for the interpreter
+    tests, and under which @triton.jit functions cannot be compiled), `paths` put first on PYTHONPATH: for a
+    subprocess that compiles kernels."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [*paths, env.get("PYTHONPATH")]))
+    return env
 
 # The fused top-k selection (selection/host.py, method="fused") faulted on an H100 (its module docstring, "Known
 # fault"): a fault leaves the process's CUDA context unusable, so on a GPU its tests run only when asked for,

@@ -7,13 +7,12 @@ tests). Registers and shared memory per kernel are printed; the kernels' docstri
 
 import importlib.metadata
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from triton_test_utils import ON_GPU, needs_triton
+from triton_test_utils import ON_GPU, compile_env, needs_triton
 from nsa.attention.kernels import aot
 from nsa.attention.kernels.aot import KERNEL_MODULES
 
@@ -23,16 +22,12 @@ WGMMA_ON_SM90: set[str] = {"range_fwd", "range_dq", "range_dkdv", "sel_fwd_kv_st
                            "_blocksel_rows_kernel"}
 
 
-def _no_interpreter() -> dict:
-    return {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-
-
 def _compile(which: str, ptx_dir=None) -> list[dict]:
     """`python -m nsa.attention.kernels.aot --json --cases which [--ptx ptx_dir]`, in a process without
     TRITON_INTERPRET."""
     cmd = [sys.executable, "-m", "nsa.attention.kernels.aot", "--json", "--cases", which]
     proc = subprocess.run(cmd + (["--ptx", str(ptx_dir)] if ptx_dir else []), capture_output=True, text=True,
-                          env=_no_interpreter(), timeout=900)
+                          env=compile_env(), timeout=900)
     assert proc.stdout.strip(), f"aot printed nothing; stderr:\n{proc.stderr[-3000:]}"
     return json.loads(proc.stdout)
 
@@ -140,7 +135,7 @@ def test_a_spill_is_a_problem_unless_accepted_for_that_kernel_target_and_triton(
     spill is a note; above it, or for any other case, target or version, a problem. (A real compile of a small
     kernel, with ptxas's report replaced by a 44-byte spill; in a process without TRITON_INTERPRET, which would
     turn the kernels into interpreted functions for every later test of this session.)"""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env = compile_env()
     proc = subprocess.run([sys.executable, "-c", _SPILL_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -175,7 +170,7 @@ def test_fp32_products_are_ieee_or_tf32_as_dot_prec_says():
     """The range and selected kernels' constexpr DOT_PREC reaches every tl.dot: fp32 operands compile to tensor-core
     mma (TF32) under "tf32" and to none under "ieee" (sm_80, a real compile; nsa.attention.kernels.common.
     dot_precision picks it at launch, test_dot_precision checks that pick)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env = compile_env()
     proc = subprocess.run([sys.executable, "-c", _PRECISION_SCRIPT], capture_output=True, text=True, env=env,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -290,7 +285,7 @@ def test_a_jit_helper_drawn_out_compiles_to_the_same_plain_ptx(tmp_path):
         "'BLOCK': 'constexpr'}, constexprs={'BLOCK': 128}, tensor_cores=False)\n"
         "    result = aot.compile_case(case, 90, Path(sys.argv[1]))\n"
         "    assert result.ok, result\n")
-    env = {**_no_interpreter(), "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env = compile_env(str(tmp_path))
     proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "ptx"), *_HELPER_KERNELS], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -15,7 +15,6 @@ import importlib.util
 import itertools
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,8 +24,8 @@ import pytest
 import torch
 
 import reference as R
-from triton_test_utils import (KERNEL_DEVICE, ON_GPU, RUN_FUSED_SELECTION, SELECTION_METHODS, fused_selection,
-                               needs_triton, uniform_registers_read_before_written)
+from triton_test_utils import (KERNEL_DEVICE, ON_GPU, RUN_FUSED_SELECTION, SELECTION_METHODS, compile_env,
+                               fused_selection, needs_triton, uniform_registers_read_before_written)
 
 pytestmark = needs_triton
 
@@ -379,8 +378,7 @@ def test_compiled_selection_kernels_read_no_uniform_register_before_writing_it()
     unwritten register pair (the fault's address, +0x4c80, is the third of them); the loop-invariant overlap tile
     W it now computes before its loop compiles without. The importance choice's loop (_blocksel_rows_kernel) builds
     W before its loop the same way."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[4]), env.get("PYTHONPATH")]))
+    env = compile_env(str(Path(__file__).resolve().parents[4]))
     proc = subprocess.run([sys.executable, "-c", _SASS_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
